@@ -1,0 +1,32 @@
+# The two entry points of the README. Both work on a fresh Debian 12 machine as root.
+#   make run   installs what is missing, builds, generates text from the bundled model
+#   make test  installs what is missing, builds, runs the whole suite
+APT_PACKAGES := build-essential cmake pkg-config clang libomp-dev libclang-rt-14-dev \
+                libpcre2-dev libcjson-dev libxxhash-dev libmicrohttpd-dev python3 nodejs npm
+BUILD := build
+JOBS := $(shell nproc 2>/dev/null || echo 2)
+
+.PHONY: run test deps build clean
+
+deps:
+	@missing=""; for p in $(APT_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
+	fi
+
+build: deps
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
+	cmake --build $(BUILD) -j $(JOBS)
+
+run: build
+	./$(BUILD)/kvllm run -p "Once upon a time" -n 200
+
+test: build
+	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
+
+clean:
+	rm -rf $(BUILD) build-*

@@ -1,0 +1,148 @@
+/* base: see base.h. */
+#define _GNU_SOURCE
+#include "base.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+int kvl_log_level = KVL_LOG_WARN;
+
+bool kvl_fail(kvl_error *err, const char *fmt, ...) {
+    if (err) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+        va_end(ap);
+    }
+    return false;
+}
+
+void kvl_log(int level, const char *fmt, ...) {
+    if (level > kvl_log_level) return;
+    static const char *names[] = {"error", "warn", "info", "debug"};
+    fprintf(stderr, "kvllm %s: ", names[level < 0 ? 0 : level > 3 ? 3 : level]);
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
+
+void *kvl_alloc(size_t size) {
+    void *p = NULL;
+    if (size == 0) size = 64;
+    if (posix_memalign(&p, 64, size) != 0) return NULL;
+    return p;
+}
+
+void *kvl_calloc(size_t n, size_t size) {
+    size_t total;
+    if (!kvl_mul_ok(n, size, &total)) return NULL;
+    void *p = kvl_alloc(total);
+    if (p) memset(p, 0, total ? total : 64);
+    return p;
+}
+
+void kvl_free(void *p) { free(p); }
+
+double kvl_time_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static inline uint32_t f32_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+static inline float bits_f32(uint32_t u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+float kvl_f16_to_f32(kvl_f16 h) {
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+    uint32_t exp = (h >> 10) & 0x1f;
+    uint32_t mant = h & 0x3ff;
+    if (exp == 0) {
+        if (mant == 0) return bits_f32(sign);
+        /* subnormal: value = mant * 2^-24 */
+        float v = (float)mant * 5.9604644775390625e-08f;
+        return sign ? -v : v;
+    }
+    if (exp == 31) return bits_f32(sign | 0x7f800000u | (mant << 13));
+    return bits_f32(sign | ((exp + 112) << 23) | (mant << 13));
+}
+
+kvl_f16 kvl_f32_to_f16(float f) {
+    uint32_t x = f32_bits(f);
+    uint32_t sign = (x >> 16) & 0x8000;
+    uint32_t ax = x & 0x7fffffffu;
+    if (ax >= 0x7f800000u) /* inf or nan */
+        return (kvl_f16)(sign | 0x7c00 | (ax > 0x7f800000u ? 0x200 : 0));
+    if (ax >= 0x477ff000u) return (kvl_f16)(sign | 0x7c00); /* rounds to inf */
+    if (ax < 0x38800000u) {                                  /* subnormal or zero in half */
+        float a = bits_f32(ax);
+        /* round to nearest even multiple of 2^-24 */
+        float q = a * 16777216.0f;
+        uint32_t m = (uint32_t)nearbyintf(q);
+        return (kvl_f16)(sign | m);
+    }
+    uint32_t mant_odd = (ax >> 13) & 1;
+    ax += 0xc8000fffu + mant_odd; /* rebias exponent (-112<<23) and round to nearest even */
+    return (kvl_f16)(sign | (ax >> 13));
+}
+
+float kvl_bf16_to_f32(kvl_bf16 h) { return bits_f32((uint32_t)h << 16); }
+
+kvl_bf16 kvl_f32_to_bf16(float f) {
+    uint32_t x = f32_bits(f);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return (kvl_bf16)((x >> 16) | 64); /* quiet nan */
+    x += 0x7fff + ((x >> 16) & 1);
+    return (kvl_bf16)(x >> 16);
+}
+
+char *kvl_read_file(const char *path, size_t *len_out, kvl_error *err) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        kvl_fail(err, "%s: cannot open: %s", path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 1 << 16, len = 0;
+    char *buf = malloc(cap + 1);
+    while (buf) {
+        size_t n = fread(buf + len, 1, cap - len, f);
+        len += n;
+        if (len < cap) break;
+        char *nb = realloc(buf, cap * 2 + 1);
+        if (!nb) {
+            free(buf);
+            buf = NULL;
+            break;
+        }
+        buf = nb;
+        cap *= 2;
+    }
+    bool bad = ferror(f);
+    fclose(f);
+    if (!buf || bad) {
+        free(buf);
+        kvl_fail(err, "%s: read failed", path);
+        return NULL;
+    }
+    buf[len] = 0;
+    if (len_out) *len_out = len;
+    return buf;
+}
+
+int kvl_cpu_count(void) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : (int)n;
+}

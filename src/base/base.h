@@ -1,0 +1,59 @@
+/* base: errors, logging, aligned allocation, timers, fp16/bf16 conversion.
+ * Everything else in libkvllm depends on this and nothing here depends on
+ * anything else. Library code never exits the process: failures are reported
+ * through a kvl_error filled by the callee and returned to the caller. */
+#ifndef KVLLM_BASE_H
+#define KVLLM_BASE_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define KVLLM_VERSION "0.1.0"
+
+/* A human-readable reason for the last failure; callers own it (stack is fine). */
+typedef struct kvl_error {
+    char msg[512];
+} kvl_error;
+
+/* Formats into err (if non-NULL). Always returns false so that
+ * `return kvl_fail(err, ...)` works in bool functions. */
+bool kvl_fail(kvl_error *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Logging to stderr; level filtered by kvl_log_level (0 error .. 3 debug). */
+enum { KVL_LOG_ERROR = 0, KVL_LOG_WARN = 1, KVL_LOG_INFO = 2, KVL_LOG_DEBUG = 3 };
+extern int kvl_log_level;
+void kvl_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* 64-byte aligned allocation (cache line / AVX-512); free with kvl_free. NULL on failure. */
+void *kvl_alloc(size_t size);
+void *kvl_calloc(size_t n, size_t size); /* zeroed, overflow-checked */
+void kvl_free(void *p);
+
+/* Overflow-checked size arithmetic: return false on overflow. */
+static inline bool kvl_mul_ok(size_t a, size_t b, size_t *out) {
+    return !__builtin_mul_overflow(a, b, out);
+}
+static inline bool kvl_add_ok(size_t a, size_t b, size_t *out) {
+    return !__builtin_add_overflow(a, b, out);
+}
+
+/* Monotonic clock in seconds. */
+double kvl_time_s(void);
+
+/* IEEE half and bfloat16 <-> float, exact round-to-nearest-even. */
+typedef uint16_t kvl_f16;
+typedef uint16_t kvl_bf16;
+float kvl_f16_to_f32(kvl_f16 h);
+kvl_f16 kvl_f32_to_f16(float f);
+float kvl_bf16_to_f32(kvl_bf16 h);
+kvl_bf16 kvl_f32_to_bf16(float f);
+
+/* Reads a whole file into a NUL-terminated buffer (caller frees with free()). */
+char *kvl_read_file(const char *path, size_t *len_out, kvl_error *err);
+
+/* Number of online CPUs (>= 1). */
+int kvl_cpu_count(void);
+
+#endif

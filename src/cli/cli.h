@@ -1,0 +1,78 @@
+/* cli: the kvllm command-line front end. Parses flags, loads things through the
+ * library, prints results. No model logic lives here. */
+#ifndef KVLLM_CLI_H
+#define KVLLM_CLI_H
+
+#include <cjson/cJSON.h>
+
+#include "base/base.h"
+#include "engine/engine.h"
+#include "gguf/gguf.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
+
+#define CLI_MAX_STOP 16
+
+typedef struct cli_opts {
+    const char *cmd;
+    const char *model_path;
+    const char *prompt;       /* -p */
+    const char *prompt_file;  /* -f */
+    const char *prompt_ids;   /* --prompt-ids / --ids */
+    int64_t n_predict;        /* -n */
+    int64_t n_ctx;            /* -c */
+    int n_threads;            /* -t */
+    sampler_params sampling;
+    const char *stop[CLI_MAX_STOP];
+    int n_stop;
+    int top_logprobs;
+    bool json, no_bos, parse_special, ignore_eos, no_kv_cache, verbose;
+    int block_size;
+    int kv_dtype;
+    int64_t kv_blocks;
+    int64_t batch_tokens;
+    int64_t ubatch;
+} cli_opts;
+
+/* Parses argv (after the subcommand). Prints a message and returns false on error. */
+bool cli_parse(int argc, char **argv, cli_opts *o);
+/* Same, letting a command take flags of its own first: extra(flag, value, ctx)
+ * returns 2 if it used flag and value, 1 if it used only flag (a switch), 0 if
+ * the flag is not its own, -1 on a bad value (after printing why). value may be NULL. */
+typedef int (*cli_extra_fn)(const char *flag, const char *value, void *ctx);
+bool cli_parse_ex(int argc, char **argv, cli_opts *o, cli_extra_fn extra, void *ctx);
+void cli_usage(FILE *out);
+
+/* Loaded model + vocab. */
+typedef struct cli_model {
+    model *m;
+    tok_vocab *vocab;
+    gguf_file *gguf_vocab_only; /* set when only a vocab was loaded */
+} cli_model;
+/* want_weights false: load only the tokenizer (vocab-only files work). */
+bool cli_load(const cli_opts *o, bool want_weights, cli_model *cm);
+void cli_unload(cli_model *cm);
+const gguf_file *cli_gguf(const cli_model *cm);
+
+/* Prompt ids from -p/-f/--prompt-ids. Caller frees *ids. */
+bool cli_prompt_ids(const cli_opts *o, const tok_vocab *v, bool add_bos, int32_t **ids, int64_t *n);
+/* Parses "1,2,3". */
+bool cli_parse_ids(const char *s, int32_t **ids, int64_t *n);
+
+/* The bytes of a token as a JSON-safe UTF-8 string (invalid bytes -> U+FFFD). */
+cJSON *cli_token_text_json(const tok_vocab *v, int32_t id);
+/* Appends bytes as valid UTF-8 into a new cJSON string. */
+cJSON *cli_bytes_json(const char *p, size_t n);
+void cli_print_json(cJSON *j); /* prints one line and deletes j */
+
+/* Subcommands: argv excludes the program and command names. */
+int cmd_run(int argc, char **argv);
+int cmd_score(int argc, char **argv);
+int cmd_perplexity(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
+int cmd_info(int argc, char **argv);
+int cmd_serve(int argc, char **argv);   /* src/cli/cmd_serve.c */
+int cmd_loadgen(int argc, char **argv); /* src/cli/cmd_loadgen.c */
+int cmd_kv_plan(int argc, char **argv); /* src/cli/cmd_kv_plan.c */
+
+#endif

@@ -1,0 +1,343 @@
+/* cli: flag parsing, loading, and JSON helpers shared by the subcommands. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <limits.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+#define DEFAULT_MODEL "models/stories260K.gguf"
+
+static bool parse_i64(const char *flag, const char *v, int64_t *out) {
+    char *end;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    if (errno || end == v || *end) {
+        fprintf(stderr, "kvllm: %s: '%s' is not an integer\n", flag, v);
+        return false;
+    }
+    *out = x;
+    return true;
+}
+
+static bool parse_f32(const char *flag, const char *v, float *out) {
+    char *end;
+    errno = 0;
+    float x = strtof(v, &end);
+    if (errno || end == v || *end) {
+        fprintf(stderr, "kvllm: %s: '%s' is not a number\n", flag, v);
+        return false;
+    }
+    *out = x;
+    return true;
+}
+
+static bool parse_kv_type(const char *v, int *out) {
+    if (strcmp(v, "f32") == 0) *out = GGUF_DT_F32;
+    else if (strcmp(v, "f16") == 0) *out = GGUF_DT_F16;
+    else {
+        fprintf(stderr, "kvllm: --kv-type: '%s' is not supported (f32, f16)\n", v);
+        return false;
+    }
+    return true;
+}
+
+static void opts_default(cli_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->n_predict = 128;
+    o->n_threads = 0;
+    sampler_params_default(&o->sampling);
+    o->block_size = 16;
+    o->kv_dtype = GGUF_DT_F16;
+    o->batch_tokens = 2048;
+    o->ubatch = 512;
+    o->parse_special = false;
+}
+
+/* One flag with its value. Returns false on a bad value (message printed);
+ * *unknown is set when f is not a flag at all. */
+static bool apply_flag(cli_opts *o, const char *f, const char *v, bool *unknown) {
+    int64_t i;
+#define IS(name) (strcmp(f, name) == 0)
+    if (IS("-m") || IS("--model")) o->model_path = v;
+    else if (IS("-p") || IS("--prompt")) o->prompt = v;
+    else if (IS("-f") || IS("--file")) o->prompt_file = v;
+    else if (IS("--prompt-ids") || IS("--ids")) o->prompt_ids = v;
+    else if (IS("-n") || IS("--n-predict")) return parse_i64(f, v, &o->n_predict);
+    else if (IS("-c") || IS("--ctx-size")) return parse_i64(f, v, &o->n_ctx);
+    else if (IS("-t") || IS("--threads")) {
+        if (!parse_i64(f, v, &i)) return false;
+        if (i < 1 || i > 1024) {
+            fprintf(stderr, "kvllm: -t: must be 1..1024\n");
+            return false;
+        }
+        o->n_threads = (int)i;
+    } else if (IS("--temp")) return parse_f32(f, v, &o->sampling.temperature);
+    else if (IS("--top-k")) {
+        if (!parse_i64(f, v, &i)) return false;
+        o->sampling.top_k = (int32_t)i;
+    } else if (IS("--top-p")) return parse_f32(f, v, &o->sampling.top_p);
+    else if (IS("--min-p")) return parse_f32(f, v, &o->sampling.min_p);
+    else if (IS("--repeat-penalty")) return parse_f32(f, v, &o->sampling.repeat_penalty);
+    else if (IS("--presence-penalty")) return parse_f32(f, v, &o->sampling.presence_penalty);
+    else if (IS("--frequency-penalty")) return parse_f32(f, v, &o->sampling.frequency_penalty);
+    else if (IS("--repeat-last-n")) {
+        if (!parse_i64(f, v, &i)) return false;
+        o->sampling.penalty_last_n = (int32_t)i;
+    } else if (IS("--seed")) {
+        if (!parse_i64(f, v, &i)) return false;
+        o->sampling.seed = (uint64_t)i;
+    } else if (IS("--stop")) {
+        if (o->n_stop == CLI_MAX_STOP) {
+            fprintf(stderr, "kvllm: at most %d --stop strings\n", CLI_MAX_STOP);
+            return false;
+        }
+        o->stop[o->n_stop++] = v;
+    } else if (IS("--top-logprobs")) {
+        if (!parse_i64(f, v, &i) || i < 0 || i > 1000) {
+            fprintf(stderr, "kvllm: --top-logprobs: must be 0..1000 (run: 0..20)\n");
+            return false;
+        }
+        o->top_logprobs = (int)i;
+    } else if (IS("--block-size")) {
+        if (!parse_i64(f, v, &i) || i < 1 || i > 4096) {
+            fprintf(stderr, "kvllm: --block-size: must be 1..4096\n");
+            return false;
+        }
+        o->block_size = (int)i;
+    } else if (IS("--kv-type")) return parse_kv_type(v, &o->kv_dtype);
+    else if (IS("--kv-blocks")) return parse_i64(f, v, &o->kv_blocks);
+    else if (IS("-b") || IS("--batch-size")) return parse_i64(f, v, &o->batch_tokens);
+    else if (IS("-ub") || IS("--ubatch-size")) return parse_i64(f, v, &o->ubatch);
+    else {
+        *unknown = true;
+        return false;
+    }
+#undef IS
+    return true;
+}
+
+static bool apply_switch(cli_opts *o, const char *f) {
+#define IS(name) (strcmp(f, name) == 0)
+    if (IS("--json")) o->json = true;
+    else if (IS("--no-bos")) o->no_bos = true;
+    else if (IS("--parse-special")) o->parse_special = true;
+    else if (IS("--ignore-eos")) o->ignore_eos = true;
+    else if (IS("--no-kv-cache")) o->no_kv_cache = true;
+    else if (IS("-v") || IS("--verbose")) o->verbose = true;
+    else return false;
+#undef IS
+    return true;
+}
+
+bool cli_parse(int argc, char **argv, cli_opts *o) { return cli_parse_ex(argc, argv, o, NULL, NULL); }
+
+bool cli_parse_ex(int argc, char **argv, cli_opts *o, cli_extra_fn extra, void *ctx) {
+    opts_default(o);
+    for (int i = 0; i < argc; i++) {
+        const char *f = argv[i];
+        if (extra && f[0] == '-') {
+            int used = extra(f, i + 1 < argc ? argv[i + 1] : NULL, ctx);
+            if (used < 0) return false;
+            if (used > 0) {
+                i += used - 1;
+                continue;
+            }
+        }
+        if (apply_switch(o, f)) continue;
+        if (f[0] != '-') {
+            fprintf(stderr, "kvllm: unexpected argument '%s'\n", f);
+            return false;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "kvllm: %s: missing value, or unknown flag\n", f);
+            return false;
+        }
+        bool unknown = false;
+        if (!apply_flag(o, f, argv[++i], &unknown)) {
+            if (unknown) fprintf(stderr, "kvllm: unknown flag '%s' (see kvllm --help)\n", f);
+            return false;
+        }
+    }
+    if (o->verbose) kvl_log_level = KVL_LOG_INFO;
+    if (o->n_threads > 0) omp_set_num_threads(o->n_threads);
+    if (o->batch_tokens < 1 || o->ubatch < 1) {
+        fprintf(stderr, "kvllm: -b and -ub must be positive\n");
+        return false;
+    }
+    return true;
+}
+
+/* The bundled model, found from the working directory or beside the binary. */
+static const char *default_model(char *buf, size_t cap) {
+    if (access(DEFAULT_MODEL, R_OK) == 0) return DEFAULT_MODEL;
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) {
+        exe[n] = 0;
+        char *slash = strrchr(exe, '/');
+        if (slash) *slash = 0;
+        snprintf(buf, cap, "%s/../%s", exe, DEFAULT_MODEL);
+        if (access(buf, R_OK) == 0) return buf;
+    }
+    return DEFAULT_MODEL;
+}
+
+bool cli_load(const cli_opts *o, bool want_weights, cli_model *cm) {
+    memset(cm, 0, sizeof *cm);
+    char buf[PATH_MAX + 64];
+    const char *path = o->model_path ? o->model_path : default_model(buf, sizeof buf);
+    kvl_error err = {{0}};
+    gguf_file *f = gguf_open(path, &err);
+    if (!f) {
+        fprintf(stderr, "kvllm: %s\n", err.msg);
+        return false;
+    }
+    cm->vocab = tok_vocab_create(f, &err);
+    if (!cm->vocab) {
+        fprintf(stderr, "kvllm: %s: %s\n", path, err.msg);
+        gguf_close(f);
+        return false;
+    }
+    if (!want_weights) {
+        cm->gguf_vocab_only = f;
+        return true;
+    }
+    int64_t ctx = o->n_ctx;
+    model_params mp = {.max_ctx = ctx > 0 ? ctx : 0, .max_ubatch = o->ubatch};
+    cm->m = model_load(f, &mp, &err); /* takes f, even on failure */
+    if (!cm->m) {
+        fprintf(stderr, "kvllm: %s\n", err.msg);
+        tok_vocab_destroy(cm->vocab);
+        cm->vocab = NULL;
+        return false;
+    }
+    if (tok_n_vocab(cm->vocab) > model_hp(cm->m)->n_vocab) {
+        fprintf(stderr, "kvllm: %s: vocabulary has %d tokens but token_embd has %lld rows\n", path,
+                tok_n_vocab(cm->vocab), (long long)model_hp(cm->m)->n_vocab);
+        cli_unload(cm);
+        return false;
+    }
+    return true;
+}
+
+void cli_unload(cli_model *cm) {
+    tok_vocab_destroy(cm->vocab);
+    model_destroy(cm->m);
+    gguf_close(cm->gguf_vocab_only);
+    memset(cm, 0, sizeof *cm);
+}
+
+const gguf_file *cli_gguf(const cli_model *cm) {
+    return cm->m ? model_gguf(cm->m) : cm->gguf_vocab_only;
+}
+
+bool cli_parse_ids(const char *s, int32_t **ids, int64_t *n) {
+    size_t cap = 16;
+    int64_t count = 0;
+    int32_t *out = malloc(cap * sizeof *out);
+    const char *p = s;
+    while (out && *p) {
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (end == p || errno || v < 0 || v > INT32_MAX) {
+            fprintf(stderr, "kvllm: token ids: bad id at '%.20s'\n", p);
+            free(out);
+            return false;
+        }
+        if ((size_t)count == cap) {
+            int32_t *o2 = realloc(out, (cap *= 2) * sizeof *out);
+            if (!o2) break;
+            out = o2;
+        }
+        out[count++] = (int32_t)v;
+        p = end;
+        while (*p == ',' || *p == ' ') p++;
+    }
+    if (!out) return false;
+    *ids = out;
+    *n = count;
+    return true;
+}
+
+bool cli_prompt_ids(const cli_opts *o, const tok_vocab *v, bool add_bos, int32_t **ids, int64_t *n) {
+    if (o->prompt_ids) return cli_parse_ids(o->prompt_ids, ids, n);
+    char *text = NULL;
+    size_t len = 0;
+    kvl_error err = {{0}};
+    if (o->prompt_file) {
+        text = kvl_read_file(o->prompt_file, &len, &err);
+        if (!text) {
+            fprintf(stderr, "kvllm: %s\n", err.msg);
+            return false;
+        }
+    } else {
+        text = strdup(o->prompt ? o->prompt : "");
+        len = strlen(text);
+    }
+    int64_t cap = (int64_t)len + 8;
+    *ids = malloc(cap * sizeof(int32_t));
+    int64_t got = *ids ? tok_encode(v, text, len, add_bos, o->parse_special, *ids, cap, &err) : -1;
+    free(text);
+    if (got < 0 || got > cap) {
+        fprintf(stderr, "kvllm: tokenize: %s\n", got < 0 ? err.msg : "too many tokens");
+        free(*ids);
+        return false;
+    }
+    *n = got;
+    return true;
+}
+
+cJSON *cli_bytes_json(const char *p, size_t n) {
+    /* Copy valid UTF-8 sequences; replace anything else with U+FFFD. */
+    char *out = malloc(n * 3 + 1);
+    size_t o = 0;
+    for (size_t i = 0; out && i < n;) {
+        unsigned char c = (unsigned char)p[i];
+        int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+        bool ok = len > 0 && i + len <= n;
+        for (int k = 1; ok && k < len; k++) ok = ((unsigned char)p[i + k] >> 6) == 2;
+        if (ok && len == 1 && c == 0) ok = false;
+        if (ok) {
+            memcpy(out + o, p + i, len);
+            o += len;
+            i += len;
+        } else {
+            memcpy(out + o, "\xEF\xBF\xBD", 3);
+            o += 3;
+            i++;
+        }
+    }
+    if (!out) return cJSON_CreateString("");
+    out[o] = 0;
+    cJSON *j = cJSON_CreateString(out);
+    free(out);
+    return j;
+}
+
+cJSON *cli_token_text_json(const tok_vocab *v, int32_t id) {
+    char buf[256];
+    size_t n = tok_token_bytes(v, id, true, buf, sizeof buf);
+    if (n <= sizeof buf) return cli_bytes_json(buf, n);
+    char *big = malloc(n);
+    if (!big) return cJSON_CreateString("");
+    tok_token_bytes(v, id, true, big, n);
+    cJSON *j = cli_bytes_json(big, n);
+    free(big);
+    return j;
+}
+
+void cli_print_json(cJSON *j) {
+    char *s = cJSON_PrintUnformatted(j);
+    if (s) {
+        fputs(s, stdout);
+        fputc('\n', stdout);
+        free(s);
+    }
+    cJSON_Delete(j);
+}

@@ -1,0 +1,121 @@
+/* kvllm info / tokenize. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+static int cmd_tokenize_opts(const cli_opts *o);
+
+int cmd_tokenize(int argc, char **argv) {
+    cli_opts o;
+    if (!cli_parse(argc, argv, &o)) return 2;
+    return cmd_tokenize_opts(&o);
+}
+
+static int cmd_tokenize_opts(const cli_opts *o) {
+    cli_model cm;
+    if (!cli_load(o, false, &cm)) return 1;
+    int32_t *ids = NULL;
+    int64_t n = 0;
+    bool add_bos = tok_add_bos(cm.vocab) && !o->no_bos;
+    if (!cli_prompt_ids(o, cm.vocab, add_bos, &ids, &n)) {
+        cli_unload(&cm);
+        return 1;
+    }
+    if (o->json) {
+        cJSON *j = cJSON_CreateObject();
+        cJSON *jids = cJSON_AddArrayToObject(j, "ids");
+        cJSON *jp = cJSON_AddArrayToObject(j, "pieces");
+        for (int64_t i = 0; i < n; i++) {
+            cJSON_AddItemToArray(jids, cJSON_CreateNumber(ids[i]));
+            cJSON_AddItemToArray(jp, cJSON_CreateString(tok_piece(cm.vocab, ids[i])));
+        }
+        cJSON_AddNumberToObject(j, "n_tokens", (double)n);
+        cli_print_json(j);
+    } else {
+        for (int64_t i = 0; i < n; i++) printf("%6d -> '%s'\n", ids[i], tok_piece(cm.vocab, ids[i]));
+    }
+    free(ids);
+    cli_unload(&cm);
+    return 0;
+}
+
+static void count_types(const gguf_file *f, int64_t counts[GGUF_DT_COUNT]) {
+    memset(counts, 0, sizeof(int64_t) * GGUF_DT_COUNT);
+    for (int64_t i = 0; i < gguf_n_tensors(f); i++) {
+        int t = gguf_tensor_at(f, i)->dtype;
+        if (t >= 0 && t < GGUF_DT_COUNT) counts[t]++;
+    }
+}
+
+static int cmd_info_opts(const cli_opts *o);
+
+int cmd_info(int argc, char **argv) {
+    cli_opts o;
+    if (!cli_parse(argc, argv, &o)) return 2;
+    return cmd_info_opts(&o);
+}
+
+static int cmd_info_opts(const cli_opts *o) {
+    /* Open the file alone first so that a malformed file is reported as such. */
+    cli_model cm;
+    if (!cli_load(o, true, &cm)) return 1;
+    const model_hparams *hp = model_hp(cm.m);
+    const gguf_file *f = model_gguf(cm.m);
+    int64_t counts[GGUF_DT_COUNT];
+    count_types(f, counts);
+    size_t kv_tok_f16 = (size_t)(hp->n_layer * hp->n_head_kv * (hp->head_dim_k + hp->head_dim_v)) * 2;
+    size_t kv_tok_f32 = kv_tok_f16 * 2;
+    if (o->json) {
+        cJSON *j = cJSON_CreateObject();
+        cJSON_AddStringToObject(j, "file", gguf_path(f));
+        cJSON_AddNumberToObject(j, "gguf_version", gguf_version(f));
+        cJSON_AddStringToObject(j, "architecture", hp->arch);
+        cJSON_AddNumberToObject(j, "n_vocab", (double)hp->n_vocab);
+        cJSON_AddNumberToObject(j, "n_embd", (double)hp->n_embd);
+        cJSON_AddNumberToObject(j, "n_layer", (double)hp->n_layer);
+        cJSON_AddNumberToObject(j, "n_head", (double)hp->n_head);
+        cJSON_AddNumberToObject(j, "n_head_kv", (double)hp->n_head_kv);
+        cJSON_AddNumberToObject(j, "head_dim_k", (double)hp->head_dim_k);
+        cJSON_AddNumberToObject(j, "head_dim_v", (double)hp->head_dim_v);
+        cJSON_AddNumberToObject(j, "n_ff", (double)hp->n_ff);
+        cJSON_AddNumberToObject(j, "n_ctx_train", (double)hp->n_ctx_train);
+        cJSON_AddNumberToObject(j, "n_rot", (double)hp->n_rot);
+        cJSON_AddNumberToObject(j, "rope_freq_base", hp->rope_base);
+        cJSON_AddStringToObject(j, "rope_type", hp->rope_type == MODEL_ROPE_NEOX ? "neox" : "normal");
+        cJSON_AddNumberToObject(j, "rms_eps", hp->rms_eps);
+        cJSON_AddBoolToObject(j, "tied_output", hp->tied_output);
+        cJSON_AddNumberToObject(j, "n_params", (double)hp->n_params);
+        cJSON_AddNumberToObject(j, "weights_bytes", (double)hp->weights_bytes);
+        cJSON_AddStringToObject(j, "tokenizer", tok_model_name(cm.vocab));
+        cJSON_AddStringToObject(j, "tokenizer_pre", tok_pre_name(cm.vocab));
+        cJSON *tt = cJSON_AddObjectToObject(j, "tensor_types");
+        for (int t = 0; t < GGUF_DT_COUNT; t++)
+            if (counts[t]) cJSON_AddNumberToObject(tt, gguf_dtype_name(t), (double)counts[t]);
+        cJSON *kv = cJSON_AddObjectToObject(j, "kv_bytes_per_token");
+        cJSON_AddNumberToObject(kv, "f32", (double)kv_tok_f32);
+        cJSON_AddNumberToObject(kv, "f16", (double)kv_tok_f16);
+        cli_print_json(j);
+    } else {
+        printf("file          %s (GGUF v%u)\n", gguf_path(f), gguf_version(f));
+        printf("architecture  %s\n", hp->arch);
+        printf("parameters    %lld (%zu bytes of weights)\n", (long long)hp->n_params, hp->weights_bytes);
+        printf("vocab         %lld (%s, pre %s)\n", (long long)hp->n_vocab, tok_model_name(cm.vocab),
+               tok_pre_name(cm.vocab));
+        printf("embd %lld, layers %lld, heads %lld / kv %lld, head dim %lld/%lld, ff %lld, ctx %lld\n",
+               (long long)hp->n_embd, (long long)hp->n_layer, (long long)hp->n_head,
+               (long long)hp->n_head_kv, (long long)hp->head_dim_k, (long long)hp->head_dim_v,
+               (long long)hp->n_ff, (long long)hp->n_ctx_train);
+        printf("rope          %s, base %g, dims %lld%s\n", hp->rope_type == MODEL_ROPE_NEOX ? "neox" : "normal",
+               hp->rope_base, (long long)hp->n_rot, hp->has_rope_freqs ? ", frequency factors" : "");
+        printf("output        %s\n", hp->tied_output ? "tied to token_embd" : "separate");
+        printf("tensor types ");
+        for (int t = 0; t < GGUF_DT_COUNT; t++)
+            if (counts[t]) printf(" %s x%lld", gguf_dtype_name(t), (long long)counts[t]);
+        printf("\nKV per token  %zu bytes f16, %zu bytes f32 (calculated: 2 x L x n_kv x d_head x bytes)\n",
+               kv_tok_f16, kv_tok_f32);
+    }
+    cli_unload(&cm);
+    return 0;
+}

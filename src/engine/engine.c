@@ -1,0 +1,603 @@
+/* engine: scheduler, sequences and streaming. See engine.h. */
+#include "engine.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_TOP_LOGPROBS 20
+
+typedef enum seq_state { SEQ_WAITING, SEQ_RUNNING, SEQ_DONE } seq_state;
+
+typedef struct seq {
+    int64_t id;
+    seq_state state;
+    engine_request req;      /* stop strings, prompt: engine-owned copies */
+    char **stop;
+    int32_t *tokens;         /* prompt followed by generated ids */
+    int64_t n_tokens, cap_tokens;
+    int64_t n_prompt;
+    int64_t n_computed;      /* tokens whose K/V are in the blocks */
+    kv_seq kv;
+    uint64_t hash_root;      /* chain root (depends on the cache salt) */
+    uint64_t last_hash;      /* hash of block n_hashed-1 (hash_root if none) */
+    int64_t n_hashed;        /* leading blocks registered in / found by the prefix cache */
+    sampler *smp;
+    tok_stream stream;
+    char *text;              /* generated text not yet released (held for stop strings) */
+    size_t text_len, text_cap;
+    size_t max_stop_len;
+    engine_req_stats stats;
+    bool cancelled;
+    struct seq *next;        /* in the waiting queue or the running list */
+} seq;
+
+struct engine {
+    model *m;
+    const tok_vocab *vocab;
+    engine_config cfg;
+    kv_pool *kv;
+    int64_t next_id;
+    seq *waiting;            /* FIFO; preempted sequences go to the front */
+    seq **running;           /* in admission order (newest last) */
+    int n_running;
+    engine_metrics metrics;
+    /* per-step batch, sized once */
+    int32_t *b_tokens, *b_pos, *b_seq;
+    uint8_t *b_want;
+    const kv_seq **b_seqs;
+    seq **b_owner;           /* running sequence of each batch seq index */
+    float *logits;           /* [max_seqs][n_vocab] */
+    float *logits_tmp;       /* [n_vocab] sampler input */
+    char *piece;             /* token text scratch */
+    size_t piece_cap;
+};
+
+void engine_config_default(engine_config *c) {
+    c->n_ctx = 0;
+    c->block_size = 16;
+    c->kv_dtype = GGUF_DT_F16;
+    c->n_blocks = 0;
+    c->max_batch_tokens = 2048;
+    c->max_seqs = 64;
+    c->no_kv_cache = false;
+    c->prefix_cache = true;
+}
+
+/* ---------------------------------------------------------- create/free -- */
+
+static bool alloc_batch(engine *e, kvl_error *err) {
+    int64_t T = e->cfg.max_batch_tokens, S = e->cfg.max_seqs, V = model_hp(e->m)->n_vocab;
+    e->b_tokens = malloc(T * sizeof(int32_t));
+    e->b_pos = malloc(T * sizeof(int32_t));
+    e->b_seq = malloc(T * sizeof(int32_t));
+    e->b_want = malloc(T);
+    e->b_seqs = malloc(S * sizeof(kv_seq *));
+    e->b_owner = malloc(S * sizeof(seq *));
+    e->running = malloc(S * sizeof(seq *));
+    e->logits = kvl_alloc(S * V * sizeof(float));
+    e->logits_tmp = kvl_alloc(V * sizeof(float));
+    e->piece_cap = 1024;
+    e->piece = malloc(e->piece_cap);
+    if (!e->b_tokens || !e->b_pos || !e->b_seq || !e->b_want || !e->b_seqs || !e->b_owner ||
+        !e->running || !e->logits || !e->logits_tmp || !e->piece)
+        return kvl_fail(err, "engine: out of memory");
+    return true;
+}
+
+engine *engine_create(model *m, const tok_vocab *vocab, const engine_config *c, kvl_error *err) {
+    engine *e = calloc(1, sizeof *e);
+    if (!e) {
+        kvl_fail(err, "engine: out of memory");
+        return NULL;
+    }
+    e->m = m;
+    e->vocab = vocab;
+    e->cfg = *c;
+    const model_hparams *hp = model_hp(m);
+    if (e->cfg.n_ctx <= 0) e->cfg.n_ctx = hp->n_ctx_train;
+    if (e->cfg.block_size <= 0 || e->cfg.max_seqs <= 0 || e->cfg.max_batch_tokens <= 0) {
+        kvl_fail(err, "engine: block size, max seqs and batch tokens must be positive");
+        goto fail;
+    }
+    kv_pool_config kc;
+    model_kv_shape(m, &kc);
+    kc.block_size = e->cfg.block_size;
+    kc.dtype = e->cfg.kv_dtype;
+    /* Default pool: every running sequence can reach the full context. */
+    kc.n_blocks = e->cfg.n_blocks > 0 ? e->cfg.n_blocks
+                                      : (e->cfg.n_ctx + kc.block_size - 1) / kc.block_size * e->cfg.max_seqs;
+    e->cfg.n_blocks = kc.n_blocks;
+    e->kv = kv_pool_create(&kc, err);
+    if (!e->kv || !alloc_batch(e, err)) goto fail;
+    return e;
+fail:
+    engine_destroy(e);
+    return NULL;
+}
+
+static void seq_free(engine *e, seq *s) {
+    if (!s) return;
+    kv_seq_free(e->kv, &s->kv);
+    sampler_destroy(s->smp);
+    for (int i = 0; i < s->req.n_stop; i++) free(s->stop[i]);
+    free(s->stop);
+    free(s->tokens);
+    free(s->text);
+    free(s);
+}
+
+void engine_destroy(engine *e) {
+    if (!e) return;
+    while (e->waiting) {
+        seq *s = e->waiting;
+        e->waiting = s->next;
+        seq_free(e, s);
+    }
+    for (int i = 0; i < e->n_running; i++) seq_free(e, e->running[i]);
+    kv_pool_destroy(e->kv);
+    free(e->b_tokens);
+    free(e->b_pos);
+    free(e->b_seq);
+    free(e->b_want);
+    free(e->b_seqs);
+    free(e->b_owner);
+    free(e->running);
+    kvl_free(e->logits);
+    kvl_free(e->logits_tmp);
+    free(e->piece);
+    free(e);
+}
+
+kv_pool *engine_kv(engine *e) { return e->kv; }
+const engine_config *engine_cfg(const engine *e) { return &e->cfg; }
+bool engine_has_work(const engine *e) { return e->waiting || e->n_running > 0; }
+
+engine_metrics engine_get_metrics(const engine *e) {
+    engine_metrics m = e->metrics;
+    m.n_running = e->n_running;
+    m.kv_blocks_total = e->cfg.n_blocks;
+    m.kv_blocks_free = kv_pool_n_free(e->kv);
+    m.kv_blocks_used = kv_pool_n_used(e->kv);
+    m.kv_blocks_cached = kv_pool_n_cached(e->kv);
+    m.n_waiting = 0;
+    for (seq *s = e->waiting; s; s = s->next) m.n_waiting++;
+    return m;
+}
+
+/* --------------------------------------------------------------- submit -- */
+
+static bool validate_request(engine *e, const engine_request *r, kvl_error *err) {
+    const model_hparams *hp = model_hp(e->m);
+    if (r->n_prompt <= 0) return kvl_fail(err, "the prompt is empty");
+    for (int64_t i = 0; i < r->n_prompt; i++)
+        if (r->prompt[i] < 0 || r->prompt[i] >= hp->n_vocab)
+            return kvl_fail(err, "prompt token %lld: id %d is not in the vocabulary (0..%lld)",
+                            (long long)i, r->prompt[i], (long long)hp->n_vocab - 1);
+    if (r->top_logprobs < 0 || r->top_logprobs > MAX_TOP_LOGPROBS)
+        return kvl_fail(err, "top_logprobs must be between 0 and %d", MAX_TOP_LOGPROBS);
+    int64_t want = r->n_prompt + (r->max_tokens > 0 ? r->max_tokens : 1);
+    if (r->n_prompt >= e->cfg.n_ctx || (r->max_tokens > 0 && want > e->cfg.n_ctx))
+        return kvl_fail(err, "prompt (%lld tokens) + max_tokens (%lld) exceeds the context size %lld",
+                        (long long)r->n_prompt, (long long)(r->max_tokens > 0 ? r->max_tokens : 0),
+                        (long long)e->cfg.n_ctx);
+    int64_t blocks = (want + e->cfg.block_size - 1) / e->cfg.block_size;
+    if (blocks > e->cfg.n_blocks)
+        return kvl_fail(err, "request needs %lld KV blocks but the pool has only %lld",
+                        (long long)blocks, (long long)e->cfg.n_blocks);
+    return true;
+}
+
+static bool copy_request(seq *s, const engine_request *r, int32_t n_vocab) {
+    s->req = *r;
+    s->cap_tokens = r->n_prompt + (r->max_tokens > 0 ? r->max_tokens : 256) + 1;
+    s->tokens = malloc(s->cap_tokens * sizeof(int32_t));
+    s->smp = sampler_create(&r->sampling, n_vocab);
+    s->stop = calloc(r->n_stop > 0 ? r->n_stop : 1, sizeof(char *));
+    if (!s->tokens || !s->smp || !s->stop) return false;
+    memcpy(s->tokens, r->prompt, r->n_prompt * sizeof(int32_t));
+    s->n_tokens = s->n_prompt = r->n_prompt;
+    for (int i = 0; i < r->n_stop; i++) {
+        s->stop[i] = strdup(r->stop[i]);
+        if (!s->stop[i]) return false;
+        size_t l = strlen(s->stop[i]);
+        if (l > s->max_stop_len) s->max_stop_len = l;
+    }
+    s->req.prompt = NULL;
+    s->req.stop = NULL;
+    s->req.cache_salt = NULL;
+    return true;
+}
+
+int64_t engine_submit(engine *e, const engine_request *r, kvl_error *err) {
+    if (!validate_request(e, r, err)) return -1;
+    seq *s = calloc(1, sizeof *s);
+    if (!s || !copy_request(s, r, (int32_t)model_hp(e->m)->n_vocab)) {
+        if (s) s->req.n_stop = 0; /* only the strings copied so far are freed below */
+        seq_free(e, s);
+        kvl_fail(err, "engine: out of memory");
+        return -1;
+    }
+    kv_seq_init(&s->kv);
+    tok_stream_init(&s->stream);
+    s->id = e->next_id++;
+    s->state = SEQ_WAITING;
+    s->hash_root = s->last_hash = kv_hash_root(r->cache_salt);
+    s->stats.n_prompt = r->n_prompt;
+    s->stats.t_submit = kvl_time_s();
+    seq **tail = &e->waiting;
+    while (*tail) tail = &(*tail)->next;
+    *tail = s;
+    e->metrics.prompt_tokens += r->n_prompt;
+    return s->id;
+}
+
+void engine_cancel(engine *e, int64_t id) {
+    for (seq *s = e->waiting; s; s = s->next)
+        if (s->id == id) s->cancelled = true;
+    for (int i = 0; i < e->n_running; i++)
+        if (e->running[i]->id == id) e->running[i]->cancelled = true;
+}
+
+/* -------------------------------------------------------------- outputs -- */
+
+static void emit(seq *s, int32_t token, const char *text, size_t len, float logprob, int n_top,
+                 const int32_t *top_ids, const float *top_lp, engine_finish finish) {
+    if (!s->req.on_event) return;
+    engine_event ev = {.request_id = s->id, .token = token, .text = text, .text_len = len,
+                       .logprob = logprob, .n_top = n_top, .top_ids = top_ids,
+                       .top_logprobs = top_lp, .finish = finish,
+                       .stats = finish != ENGINE_FINISH_NONE ? &s->stats : NULL};
+    s->req.on_event(&ev, s->req.user);
+}
+
+static bool text_append(seq *s, const char *p, size_t n) {
+    if (s->text_len + n + 1 > s->text_cap) {
+        size_t cap = s->text_cap ? s->text_cap : 256;
+        while (cap < s->text_len + n + 1) cap *= 2;
+        char *t = realloc(s->text, cap);
+        if (!t) return false;
+        s->text = t;
+        s->text_cap = cap;
+    }
+    memcpy(s->text + s->text_len, p, n);
+    s->text_len += n;
+    s->text[s->text_len] = 0;
+    return true;
+}
+
+/* Finds the first stop string in the held text; returns its offset or -1. */
+static int64_t find_stop(const seq *s) {
+    int64_t best = -1;
+    for (int i = 0; i < s->req.n_stop; i++) {
+        const char *hit = s->stop[i][0] ? strstr(s->text, s->stop[i]) : NULL;
+        if (hit && (best < 0 || hit - s->text < best)) best = hit - s->text;
+    }
+    return best;
+}
+
+/* Bytes at the end of the held text that could still grow into a stop string. */
+static size_t stop_holdback(const seq *s) {
+    size_t hold = 0;
+    for (int i = 0; i < s->req.n_stop; i++) {
+        size_t l = strlen(s->stop[i]);
+        for (size_t k = l > 1 ? l - 1 : 0; k > hold; k--)
+            if (k <= s->text_len && memcmp(s->text + s->text_len - k, s->stop[i], k) == 0) {
+                hold = k;
+                break;
+            }
+    }
+    return hold;
+}
+
+static void consume_text(seq *s, size_t n) {
+    memmove(s->text, s->text + n, s->text_len - n);
+    s->text_len -= n;
+    if (s->text) s->text[s->text_len] = 0;
+}
+
+static void finish_seq(engine *e, seq *s, engine_finish why, int32_t token, float lp, int n_top,
+                       const int32_t *ids, const float *lps) {
+    char tail[16];
+    size_t nt = tok_stream_flush(&s->stream, tail, sizeof tail);
+    text_append(s, tail, nt);
+    int64_t stop_at = why == ENGINE_FINISH_CANCELLED ? -1 : find_stop(s);
+    size_t len = stop_at >= 0 ? (size_t)stop_at : s->text_len;
+    s->stats.t_end = kvl_time_s();
+    if (s->stats.t_first_token == 0) s->stats.t_first_token = s->stats.t_end;
+    s->stats.kv = kv_seq_usage(e->kv, &s->kv, s->n_computed);
+    emit(s, token, s->text, len, lp, n_top, ids, lps, why);
+    s->state = SEQ_DONE;
+    kv_seq_release(e->kv, &s->kv);
+}
+
+/* Handles one sampled token: stop conditions, text streaming. */
+static void on_token(engine *e, seq *s, int32_t tok, float lp, int n_top, const int32_t *ids,
+                     const float *lps) {
+    s->stats.n_generated++;
+    e->metrics.generation_tokens++;
+    if (s->stats.t_first_token == 0) {
+        s->stats.t_first_token = kvl_time_s();
+        s->stats.t_prefill_s = s->stats.t_first_token - s->stats.t_submit;
+    }
+    if (!s->req.ignore_eos && tok_is_eog(e->vocab, tok)) {
+        finish_seq(e, s, ENGINE_FINISH_STOP, -1, 0, 0, NULL, NULL);
+        return;
+    }
+    s->tokens[s->n_tokens++] = tok;
+    sampler_accept(s->smp, tok);
+    size_t need = tok_token_bytes(e->vocab, tok, false, NULL, 0) + 16;
+    if (need > e->piece_cap) {
+        char *p = realloc(e->piece, need);
+        if (p) {
+            e->piece = p;
+            e->piece_cap = need;
+        }
+    }
+    size_t n = tok_stream_push(&s->stream, e->vocab, tok, false, e->piece, e->piece_cap);
+    text_append(s, e->piece, n);
+    if (s->req.n_stop > 0 && find_stop(s) >= 0) {
+        finish_seq(e, s, ENGINE_FINISH_STOP, tok, lp, n_top, ids, lps);
+        return;
+    }
+    bool at_max = s->req.max_tokens > 0 && s->stats.n_generated >= s->req.max_tokens;
+    bool at_ctx = s->n_tokens >= e->cfg.n_ctx;
+    if (at_max || at_ctx) {
+        finish_seq(e, s, ENGINE_FINISH_LENGTH, tok, lp, n_top, ids, lps);
+        return;
+    }
+    if (s->n_tokens == s->cap_tokens) { /* only when max_tokens < 0 */
+        int32_t *t = realloc(s->tokens, s->cap_tokens * 2 * sizeof(int32_t));
+        if (!t) {
+            finish_seq(e, s, ENGINE_FINISH_LENGTH, tok, lp, n_top, ids, lps);
+            return;
+        }
+        s->tokens = t;
+        s->cap_tokens *= 2;
+    }
+    size_t out = s->text_len - stop_holdback(s); /* the rest may still become a stop string */
+    emit(s, tok, s->text, out, lp, n_top, ids, lps, ENGINE_FINISH_NONE);
+    consume_text(s, out);
+}
+
+/* ------------------------------------------------------------ scheduler -- */
+
+static void running_remove(engine *e, int idx) {
+    memmove(e->running + idx, e->running + idx + 1, (e->n_running - idx - 1) * sizeof(seq *));
+    e->n_running--;
+}
+
+/* Drops the sequence's blocks (cached ones stay findable) and its progress. */
+static void seq_forget_kv(engine *e, seq *s) {
+    kv_seq_release(e->kv, &s->kv);
+    s->n_computed = 0;
+    s->n_hashed = 0;
+    s->last_hash = s->hash_root;
+}
+
+/* Attaches the longest cached prefix of full blocks to a sequence about to be
+ * admitted. The last token is never taken from the cache: its logits are needed. */
+static void prefix_attach(engine *e, seq *s) {
+    if (!e->cfg.prefix_cache || e->cfg.no_kv_cache || s->n_computed > 0) return;
+    int bs = e->cfg.block_size;
+    int64_t max_blocks = (s->n_tokens - 1) / bs;
+    while (s->n_hashed < max_blocks) {
+        const int32_t *toks = s->tokens + s->n_hashed * bs;
+        uint64_t h = kv_block_hash(s->last_hash, toks, bs);
+        int32_t b = kv_prefix_lookup(e->kv, h, s->last_hash, toks);
+        if (b < 0) break;
+        if (!kv_seq_append(&s->kv, b)) {
+            kv_block_unref(e->kv, b);
+            break;
+        }
+        s->last_hash = h;
+        s->n_hashed++;
+    }
+    s->n_computed = s->n_hashed * bs;
+    e->metrics.prefix_cache_queries += s->n_tokens;
+    e->metrics.prefix_cache_hits += s->n_computed;
+    if (s->stats.n_generated == 0) s->stats.n_cached_prompt = s->n_computed;
+}
+
+/* Registers the sequence's blocks that became full this step. */
+static void prefix_register(engine *e, seq *s) {
+    if (!e->cfg.prefix_cache || e->cfg.no_kv_cache) return;
+    int bs = e->cfg.block_size;
+    while ((s->n_hashed + 1) * bs <= s->n_computed) {
+        const int32_t *toks = s->tokens + s->n_hashed * bs;
+        uint64_t h = kv_block_hash(s->last_hash, toks, bs);
+        kv_prefix_register(e->kv, s->kv.blocks[s->n_hashed], h, s->last_hash, toks);
+        s->last_hash = h;
+        s->n_hashed++;
+    }
+}
+
+/* Preempts the newest running sequence by recompute: its blocks are freed and it
+ * goes to the front of the queue with everything it generated so far. */
+static void preempt_newest(engine *e) {
+    seq *s = e->running[e->n_running - 1];
+    running_remove(e, e->n_running - 1);
+    seq_forget_kv(e, s);
+    s->state = SEQ_WAITING;
+    s->stats.n_preemptions++;
+    e->metrics.n_preemptions++;
+    s->next = e->waiting;
+    e->waiting = s;
+}
+
+typedef struct step_plan {
+    int64_t n_tokens;
+    int n_seqs;
+} step_plan;
+
+/* Adds tokens [n_computed, n_computed + n) of s to the batch. */
+static void plan_add(engine *e, step_plan *p, seq *s, int64_t n) {
+    int si = p->n_seqs++;
+    e->b_seqs[si] = &s->kv;
+    e->b_owner[si] = s;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t pos = s->n_computed + i;
+        e->b_tokens[p->n_tokens] = s->tokens[pos];
+        e->b_pos[p->n_tokens] = (int32_t)pos;
+        e->b_seq[p->n_tokens] = si;
+        e->b_want[p->n_tokens] = pos == s->n_tokens - 1;
+        p->n_tokens++;
+    }
+}
+
+/* Tokens of s to compute this step under the remaining budget, with blocks
+ * reserved for them; 0 if no block can be had. */
+static int64_t reserve_chunk(engine *e, seq *s, int64_t budget) {
+    int64_t n = s->n_tokens - s->n_computed;
+    if (n > budget) n = budget;
+    if (n <= 0) return 0;
+    return kv_seq_reserve(e->kv, &s->kv, s->n_computed + n) ? n : 0;
+}
+
+static void drop_cancelled(engine *e) {
+    for (int i = 0; i < e->n_running;) {
+        seq *s = e->running[i];
+        if (!s->cancelled) {
+            i++;
+            continue;
+        }
+        running_remove(e, i);
+        finish_seq(e, s, ENGINE_FINISH_CANCELLED, -1, 0, 0, NULL, NULL);
+        seq_free(e, s);
+    }
+    for (seq **pp = &e->waiting; *pp;) {
+        seq *s = *pp;
+        if (!s->cancelled) {
+            pp = &s->next;
+            continue;
+        }
+        *pp = s->next;
+        finish_seq(e, s, ENGINE_FINISH_CANCELLED, -1, 0, 0, NULL, NULL);
+        seq_free(e, s);
+    }
+}
+
+static void plan_step(engine *e, step_plan *p) {
+    int64_t budget = e->cfg.max_batch_tokens;
+    p->n_tokens = 0;
+    p->n_seqs = 0;
+    /* Running sequences, oldest first: decodes (and unfinished prefills). */
+    for (int i = 0; i < e->n_running && budget > 0;) {
+        seq *s = e->running[i];
+        if (e->cfg.no_kv_cache && s->n_computed == s->n_tokens - 1 && s->n_computed > 0)
+            seq_forget_kv(e, s); /* forget everything: recompute the prefix */
+        int64_t n = reserve_chunk(e, s, budget);
+        if (n == 0) {
+            /* Out of blocks: the newest running sequence yields (possibly s itself,
+             * which ends the loop). */
+            preempt_newest(e);
+            continue;
+        }
+        plan_add(e, p, s, n);
+        budget -= n;
+        i++;
+    }
+    /* Admit waiting sequences while there is budget, room and memory. */
+    while (e->waiting && budget > 0 && e->n_running < e->cfg.max_seqs) {
+        seq *s = e->waiting;
+        prefix_attach(e, s);
+        int64_t n = reserve_chunk(e, s, budget);
+        if (n == 0) {
+            seq_forget_kv(e, s); /* give the cached blocks back; retry next step */
+            break;
+        }
+        e->waiting = s->next;
+        s->next = NULL;
+        s->state = SEQ_RUNNING;
+        e->running[e->n_running++] = s;
+        plan_add(e, p, s, n);
+        budget -= n;
+    }
+}
+
+static void sample_outputs(engine *e, const step_plan *p) {
+    int64_t V = model_hp(e->m)->n_vocab, row = 0;
+    int32_t ids[MAX_TOP_LOGPROBS];
+    float lps[MAX_TOP_LOGPROBS];
+    for (int64_t t = 0; t < p->n_tokens; t++) {
+        if (!e->b_want[t]) continue;
+        seq *s = e->b_owner[e->b_seq[t]];
+        const float *lg = e->logits + row++ * V;
+        double lse = logits_logsumexp(lg, (int32_t)V);
+        int n_top = logits_top_k(lg, (int32_t)V, s->req.top_logprobs, ids, lps);
+        memcpy(e->logits_tmp, lg, V * sizeof(float));
+        int32_t tok = sampler_sample(s->smp, e->logits_tmp);
+        on_token(e, s, tok, (float)(lg[tok] - lse), n_top, ids, lps);
+    }
+}
+
+bool engine_step(engine *e, kvl_error *err) {
+    drop_cancelled(e);
+    step_plan p;
+    plan_step(e, &p);
+    if (p.n_tokens == 0) {
+        if (e->waiting && e->n_running == 0)
+            return kvl_fail(err, "engine: no KV blocks free for the next request");
+        return true;
+    }
+    model_batch b = {.n_tokens = p.n_tokens, .tokens = e->b_tokens, .pos = e->b_pos,
+                     .seq = e->b_seq, .want_logits = e->b_want, .n_seqs = p.n_seqs,
+                     .seqs = e->b_seqs};
+    if (!model_forward(e->m, e->kv, &b, e->logits, err)) return false;
+    e->metrics.steps++;
+    for (int si = 0; si < p.n_seqs; si++) {
+        seq *s = e->b_owner[si];
+        for (int64_t t = 0; t < p.n_tokens; t++)
+            if (e->b_seq[t] == si) s->n_computed++;
+        prefix_register(e, s);
+    }
+    sample_outputs(e, &p);
+    for (int i = 0; i < e->n_running;) {
+        seq *s = e->running[i];
+        if (s->state == SEQ_DONE) {
+            running_remove(e, i);
+            seq_free(e, s);
+        } else {
+            i++;
+        }
+    }
+    return true;
+}
+
+/* ----------------------------------------------------------------- eval -- */
+
+bool engine_eval(model *m, int kv_dtype, int block_size, const int32_t *ids, int64_t n,
+                 engine_logits_fn on_logits, void *user, kvl_error *err) {
+    const model_hparams *hp = model_hp(m);
+    enum { CHUNK = 64 };
+    kv_pool_config kc;
+    model_kv_shape(m, &kc);
+    kc.block_size = block_size;
+    kc.dtype = kv_dtype;
+    kc.n_blocks = (n + block_size - 1) / block_size;
+    kv_pool *kv = kv_pool_create(&kc, err);
+    float *logits = kv ? kvl_alloc(CHUNK * hp->n_vocab * sizeof(float)) : NULL;
+    int32_t *pos = malloc(CHUNK * sizeof(int32_t)), *sq = calloc(CHUNK, sizeof(int32_t));
+    uint8_t *want = malloc(CHUNK);
+    kv_seq s;
+    kv_seq_init(&s);
+    bool ok = kv && logits && pos && sq && want;
+    if (!ok && kv) kvl_fail(err, "eval: out of memory");
+    if (ok && !kv_seq_reserve(kv, &s, n)) ok = kvl_fail(err, "eval: cannot reserve KV");
+    memset(want, 1, CHUNK);
+    const kv_seq *seqs[1] = {&s};
+    for (int64_t t0 = 0; ok && t0 < n; t0 += CHUNK) {
+        int64_t c = n - t0 < CHUNK ? n - t0 : CHUNK;
+        for (int64_t i = 0; i < c; i++) pos[i] = (int32_t)(t0 + i);
+        model_batch b = {.n_tokens = c, .tokens = ids + t0, .pos = pos, .seq = sq,
+                         .want_logits = want, .n_seqs = 1, .seqs = seqs};
+        ok = model_forward(m, kv, &b, logits, err);
+        for (int64_t i = 0; ok && i < c; i++) on_logits(t0 + i, logits + i * hp->n_vocab, user);
+    }
+    if (kv) kv_seq_free(kv, &s);
+    kv_pool_destroy(kv);
+    kvl_free(logits);
+    free(pos);
+    free(sq);
+    free(want);
+    return ok;
+}

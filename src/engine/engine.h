@@ -1,0 +1,111 @@
+/* engine: requests, the continuous-batching scheduler, sampling, stop
+ * conditions and streaming callbacks. The engine owns the KV pool; the model
+ * only computes. One thread drives engine_step(); callbacks run on that thread.
+ *
+ * Each step builds one ragged batch: first one decode token for every running
+ * sequence, then prefill chunks (of sequences still prefilling, then newly
+ * admitted ones) up to the token budget. When blocks run out, the newest
+ * running sequence is preempted by recompute and re-queued at the front. */
+#ifndef KVLLM_ENGINE_H
+#define KVLLM_ENGINE_H
+
+#include "../base/base.h"
+#include "../kv/kv.h"
+#include "../model/model.h"
+#include "../tokenizer/tokenizer.h"
+#include "sampler.h"
+
+typedef enum engine_finish {
+    ENGINE_FINISH_NONE = 0,
+    ENGINE_FINISH_STOP,      /* end-of-generation token or stop string */
+    ENGINE_FINISH_LENGTH,    /* max_tokens or the context limit */
+    ENGINE_FINISH_CANCELLED, /* engine_cancel */
+} engine_finish;
+
+typedef struct engine_req_stats {
+    int64_t n_prompt, n_generated;
+    int64_t n_cached_prompt;                /* prompt tokens served from the prefix cache */
+    int64_t n_preemptions;
+    double t_submit, t_first_token, t_end; /* kvl_time_s() */
+    double t_prefill_s;                    /* time in steps until the first token */
+    kv_usage kv;                           /* at the end, before the blocks were freed */
+} engine_req_stats;
+
+typedef struct engine_event {
+    int64_t request_id;
+    int32_t token;            /* generated id, or -1 for a text-only/final event */
+    const char *text;         /* UTF-8 text released by this event (not NUL-terminated) */
+    size_t text_len;
+    float logprob;            /* of token under the model's distribution */
+    int n_top;
+    const int32_t *top_ids;   /* n_top alternatives, by descending logit */
+    const float *top_logprobs;
+    engine_finish finish;     /* != NONE on the request's last event */
+    const engine_req_stats *stats; /* set on the last event */
+} engine_event;
+
+typedef void (*engine_event_fn)(const engine_event *ev, void *user);
+
+typedef struct engine_request {
+    const int32_t *prompt; /* copied */
+    int64_t n_prompt;
+    int64_t max_tokens;    /* < 0: until the context is full */
+    sampler_params sampling;
+    const char *const *stop; /* stop strings (copied) */
+    int n_stop;
+    int top_logprobs;      /* alternatives per event, 0..20 */
+    bool ignore_eos;
+    const char *cache_salt; /* prefix-cache isolation key (copied); NULL: none */
+    engine_event_fn on_event;
+    void *user;
+} engine_request;
+
+typedef struct engine_config {
+    int64_t n_ctx;            /* longest sequence (prompt + output) */
+    int block_size;           /* tokens per KV block */
+    int kv_dtype;             /* GGUF_DT_F32 / GGUF_DT_F16 */
+    int64_t n_blocks;         /* pool size; 0: n_ctx * max_seqs worth... see engine.c */
+    int64_t max_batch_tokens; /* token budget per step */
+    int max_seqs;             /* running sequences at most */
+    bool no_kv_cache;         /* recompute the whole prefix at every step */
+    bool prefix_cache;        /* share full blocks of identical prefixes (default on) */
+} engine_config;
+
+void engine_config_default(engine_config *c);
+
+typedef struct engine engine; /* opaque */
+
+/* The engine borrows model and vocab (they must outlive it). */
+engine *engine_create(model *m, const tok_vocab *vocab, const engine_config *c, kvl_error *err);
+void engine_destroy(engine *e);
+
+/* Queues a request. Returns its id (>= 0), or -1 with err set if it can never
+ * run (empty prompt, bad token ids, prompt + max_tokens beyond the context or the pool). */
+int64_t engine_submit(engine *e, const engine_request *r, kvl_error *err);
+/* Cancels a queued or running request; its final event is sent during the next step. */
+void engine_cancel(engine *e, int64_t request_id);
+/* Runs one scheduler step. Returns false with err set on an internal failure. */
+bool engine_step(engine *e, kvl_error *err);
+bool engine_has_work(const engine *e);
+
+kv_pool *engine_kv(engine *e);
+const engine_config *engine_cfg(const engine *e);
+
+typedef struct engine_metrics {
+    int64_t n_running, n_waiting;
+    int64_t n_preemptions;
+    int64_t prompt_tokens, generation_tokens;
+    int64_t prefix_cache_queries, prefix_cache_hits; /* tokens looked up / found */
+    int64_t kv_blocks_total, kv_blocks_used, kv_blocks_cached, kv_blocks_free;
+    int64_t steps;
+} engine_metrics;
+engine_metrics engine_get_metrics(const engine *e);
+
+/* Teacher-forced evaluation (no sampling): runs ids[0..n) through the model in
+ * one fresh sequence and calls on_logits(pos, logits, user) for every position,
+ * in order. Used by `score` and `perplexity`. */
+typedef void (*engine_logits_fn)(int64_t pos, const float *logits, void *user);
+bool engine_eval(model *m, int kv_dtype, int block_size, const int32_t *ids, int64_t n,
+                 engine_logits_fn on_logits, void *user, kvl_error *err);
+
+#endif

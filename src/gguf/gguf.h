@@ -1,0 +1,160 @@
+/* gguf: strict reader (and a small writer) for GGUF v2/v3 model files.
+ *
+ * The file is mmap'd read-only; tensor data and string values point into the
+ * mapping and stay valid until gguf_close. A model file is hostile input: every
+ * count, length, offset, shape and type is checked against the file size and
+ * against overflow before anything is dereferenced; failures produce a one-line
+ * message naming the file, the byte offset or key, and the reason. */
+#ifndef KVLLM_GGUF_H
+#define KVLLM_GGUF_H
+
+#include "../base/base.h"
+
+/* Metadata value types, numbered as in the GGUF spec. */
+typedef enum gguf_vtype {
+    GGUF_VT_UINT8 = 0,
+    GGUF_VT_INT8 = 1,
+    GGUF_VT_UINT16 = 2,
+    GGUF_VT_INT16 = 3,
+    GGUF_VT_UINT32 = 4,
+    GGUF_VT_INT32 = 5,
+    GGUF_VT_FLOAT32 = 6,
+    GGUF_VT_BOOL = 7,
+    GGUF_VT_STRING = 8,
+    GGUF_VT_ARRAY = 9,
+    GGUF_VT_UINT64 = 10,
+    GGUF_VT_INT64 = 11,
+    GGUF_VT_FLOAT64 = 12,
+    GGUF_VT_COUNT
+} gguf_vtype;
+
+/* Tensor element types, numbered as ggml numbers them. Only the ones the
+ * kernels implement are accepted by the reader; others are rejected by name. */
+typedef enum gguf_dtype {
+    GGUF_DT_F32 = 0,
+    GGUF_DT_F16 = 1,
+    GGUF_DT_Q4_0 = 2,
+    GGUF_DT_Q4_1 = 3,
+    GGUF_DT_Q5_0 = 6,
+    GGUF_DT_Q5_1 = 7,
+    GGUF_DT_Q8_0 = 8,
+    GGUF_DT_Q8_1 = 9,
+    GGUF_DT_Q2_K = 10,
+    GGUF_DT_Q3_K = 11,
+    GGUF_DT_Q4_K = 12,
+    GGUF_DT_Q5_K = 13,
+    GGUF_DT_Q6_K = 14,
+    GGUF_DT_Q8_K = 15,
+    GGUF_DT_I8 = 24,
+    GGUF_DT_I16 = 25,
+    GGUF_DT_I32 = 26,
+    GGUF_DT_I64 = 27,
+    GGUF_DT_F64 = 28,
+    GGUF_DT_BF16 = 30,
+    GGUF_DT_COUNT = 40
+} gguf_dtype;
+
+/* Block geometry of a dtype: elements per block and bytes per block.
+ * Returns false for types this build does not know (name still given if known). */
+bool gguf_dtype_geometry(int dtype, int *block_elems, size_t *block_bytes);
+const char *gguf_dtype_name(int dtype); /* "Q4_K", or "unknown" */
+/* Metadata type name ("u32", "string", ...; "unknown") and packed size of a
+ * scalar of that type (0 for string, array and unknown types). */
+const char *gguf_vtype_name(gguf_vtype t);
+size_t gguf_vtype_size(gguf_vtype t);
+
+#define GGUF_MAX_DIMS 4
+
+typedef struct gguf_tensor {
+    const char *name;          /* NUL-terminated copy owned by the gguf_file */
+    int dtype;                 /* gguf_dtype */
+    int n_dims;                /* 1..4 */
+    int64_t ne[GGUF_MAX_DIMS]; /* ne[0] is the contiguous (row) dimension; unused dims = 1 */
+    uint64_t offset;           /* relative to the data section start */
+    size_t nbytes;             /* exact byte size of the data */
+    const void *data;          /* into the mapping (NULL for vocab-only files) */
+} gguf_tensor;
+
+typedef struct gguf_file gguf_file; /* opaque */
+
+/* Opens and validates path. Returns NULL and fills err on any problem. */
+gguf_file *gguf_open(const char *path, kvl_error *err);
+/* Same checks over a caller-owned buffer (used by the fuzzer); buf must outlive the result. */
+gguf_file *gguf_open_memory(const void *buf, size_t len, const char *name, kvl_error *err);
+void gguf_close(gguf_file *f);
+
+const char *gguf_path(const gguf_file *f);
+uint32_t gguf_version(const gguf_file *f);
+size_t gguf_file_size(const gguf_file *f);
+size_t gguf_alignment(const gguf_file *f);
+/* Absolute file offset of the (aligned) start of the tensor data section. */
+size_t gguf_data_offset(const gguf_file *f);
+
+/* ---- metadata ---- */
+int64_t gguf_n_kv(const gguf_file *f);
+int64_t gguf_find_key(const gguf_file *f, const char *key); /* index or -1 */
+const char *gguf_key_name(const gguf_file *f, int64_t idx);  /* NUL-terminated */
+gguf_vtype gguf_kv_type(const gguf_file *f, int64_t idx);
+/* For arrays: element type and count (false if idx is not an array). */
+bool gguf_kv_array(const gguf_file *f, int64_t idx, gguf_vtype *elem_type, uint64_t *count);
+
+/* Typed getters by key. Each returns false if the key is missing or its type
+ * does not convert; integer getters accept any integer type (and bool) whose value
+ * fits; float getters accept float32/float64 and integers. */
+bool gguf_get_i64(const gguf_file *f, const char *key, int64_t *out);
+bool gguf_get_u32(const gguf_file *f, const char *key, uint32_t *out);
+bool gguf_get_f64(const gguf_file *f, const char *key, double *out);
+bool gguf_get_f32(const gguf_file *f, const char *key, float *out);
+bool gguf_get_bool(const gguf_file *f, const char *key, bool *out);
+/* String value: pointer into the mapping (NOT NUL-terminated) and length. */
+bool gguf_get_str(const gguf_file *f, const char *key, const char **s, size_t *len);
+/* Convenience: copies into buf (NUL-terminated, truncated to cap-1); false if missing. */
+bool gguf_get_str_buf(const gguf_file *f, const char *key, char *buf, size_t cap);
+
+/* Arrays by key. For numeric arrays, data points at `count` packed little-endian
+ * elements of elem_type inside the mapping (possibly unaligned: use memcpy or the
+ * element getters). */
+bool gguf_get_arr(const gguf_file *f, const char *key, gguf_vtype *elem_type, uint64_t *count,
+                  const void **data);
+/* Element i of a numeric array as i64/f64 (false if out of range or not numeric). */
+bool gguf_get_arr_i64(const gguf_file *f, const char *key, uint64_t i, int64_t *out);
+bool gguf_get_arr_f64(const gguf_file *f, const char *key, uint64_t i, double *out);
+/* Element i of a string array (pointer into the mapping, not NUL-terminated). */
+bool gguf_get_arr_str(const gguf_file *f, const char *key, uint64_t i, const char **s, size_t *len);
+
+/* ---- tensors ---- */
+int64_t gguf_n_tensors(const gguf_file *f);
+const gguf_tensor *gguf_tensor_at(const gguf_file *f, int64_t i);
+const gguf_tensor *gguf_find_tensor(const gguf_file *f, const char *name); /* NULL if absent */
+/* Total bytes of tensor data (the weights' size). */
+size_t gguf_tensor_data_bytes(const gguf_file *f);
+/* ne[0]*ne[1]*ne[2]*ne[3] (checked at load not to overflow). */
+int64_t gguf_tensor_nelements(const gguf_tensor *t);
+
+/* ---- writer ----
+ * Builds a GGUF v3 file in memory order: add metadata and tensor descriptors,
+ * then write. Tensor data is supplied by pointer and copied at write time. */
+typedef struct gguf_writer gguf_writer;
+gguf_writer *gguf_writer_create(void);
+void gguf_writer_destroy(gguf_writer *w);
+bool gguf_writer_set_u32(gguf_writer *w, const char *key, uint32_t v);
+bool gguf_writer_set_i32(gguf_writer *w, const char *key, int32_t v);
+bool gguf_writer_set_u64(gguf_writer *w, const char *key, uint64_t v);
+bool gguf_writer_set_f32(gguf_writer *w, const char *key, float v);
+bool gguf_writer_set_bool(gguf_writer *w, const char *key, bool v);
+bool gguf_writer_set_str(gguf_writer *w, const char *key, const char *v);
+/* Any scalar type (not string/array): v points at one value of that C type. */
+bool gguf_writer_set_val(gguf_writer *w, const char *key, gguf_vtype type, const void *v);
+/* Arrays: numeric data of n elements of elem_type (copied); strings: n NUL-terminated strings. */
+bool gguf_writer_set_arr(gguf_writer *w, const char *key, gguf_vtype elem_type, const void *data,
+                         uint64_t n);
+bool gguf_writer_set_arr_str(gguf_writer *w, const char *key, const char *const *strs, uint64_t n);
+/* ne[0] is the row length. data must stay valid until gguf_writer_write. */
+bool gguf_writer_add_tensor(gguf_writer *w, const char *name, int dtype, int n_dims,
+                            const int64_t *ne, const void *data);
+/* Setting an existing key replaces its value in place. Keys must be non-empty;
+ * general.alignment may only be set to u32 32 (the alignment the writer uses).
+ * Tensor names must be 1..63 bytes (llama.cpp's limit) and unique. */
+bool gguf_writer_write(gguf_writer *w, const char *path, kvl_error *err);
+
+#endif

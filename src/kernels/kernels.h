@@ -1,0 +1,93 @@
+/* kernels: quantized block formats, dot products, matmul, and the small
+ * elementwise ops of a transformer.
+ *
+ * Every weight type has a scalar reference implementation; SIMD variants plug
+ * in through the per-type table returned by kern_traits(), which kern_init()
+ * fills once at start-up from CPUID (AVX-512, AVX2, scalar). Like llama.cpp,
+ * quantized weights are multiplied against activations that were first
+ * quantized to the type's `vec_dot_type` (Q8_0 or Q8_K), so integer dot
+ * products reproduce llama.cpp's numbers closely.
+ *
+ * Batch invariance: a matmul output element y[i][j] is always computed by one
+ * call of vec_dot on row j of W and row i of the (quantized) activations, with a
+ * reduction order that does not depend on the batch size, the thread count or
+ * which thread runs it. */
+#ifndef KVLLM_KERNELS_H
+#define KVLLM_KERNELS_H
+
+#include "../base/base.h"
+#include "../gguf/gguf.h"
+
+/* Block layouts, byte-compatible with GGUF / ggml. */
+#define QK8_0 32
+#define QK4_0 32
+#define QK_K 256
+#define K_SCALE_SIZE 12
+
+typedef struct { kvl_f16 d; int8_t qs[QK8_0]; } blk_q8_0;
+typedef struct { kvl_f16 d; uint8_t qs[QK4_0 / 2]; } blk_q4_0;
+typedef struct {
+    kvl_f16 d, dmin;
+    uint8_t scales[K_SCALE_SIZE];
+    uint8_t qs[QK_K / 2];
+} blk_q4_K;
+typedef struct {
+    uint8_t ql[QK_K / 2];
+    uint8_t qh[QK_K / 4];
+    int8_t scales[QK_K / 16];
+    kvl_f16 d;
+} blk_q6_K;
+/* Activation format for K-quants: float scale, int8 values, sums of 16. */
+typedef struct {
+    float d;
+    int8_t qs[QK_K];
+    int16_t bsums[QK_K / 16];
+} blk_q8_K;
+
+_Static_assert(sizeof(blk_q8_0) == 34, "q8_0 block");
+_Static_assert(sizeof(blk_q4_0) == 18, "q4_0 block");
+_Static_assert(sizeof(blk_q4_K) == 144, "q4_K block");
+_Static_assert(sizeof(blk_q6_K) == 210, "q6_K block");
+_Static_assert(sizeof(blk_q8_K) == 292, "q8_K block");
+
+/* n is the number of elements; it must be a multiple of block_elems.
+ * vec_dot: *s = dot(x, y) where x is a row of this type and y a row of
+ * vec_dot_type (same n). */
+typedef void (*kern_to_float_fn)(const void *src, float *dst, int64_t n);
+typedef void (*kern_from_float_fn)(const float *src, void *dst, int64_t n);
+typedef void (*kern_vec_dot_fn)(int64_t n, float *s, const void *x, const void *y);
+
+typedef struct kern_traits {
+    const char *name;
+    int block_elems;
+    size_t block_bytes;
+    int vec_dot_type;            /* gguf_dtype the activations are converted to */
+    kern_to_float_fn to_float;   /* dequantize */
+    kern_from_float_fn from_float; /* quantize (NULL if not supported) */
+    kern_vec_dot_fn vec_dot;     /* NULL if this type cannot be a matmul weight */
+} kern_traits;
+
+/* Chooses the best implementation for this CPU. Idempotent, thread-safe after
+ * the first call returns. `force` = "scalar" | "avx2" | "avx512" | NULL (auto). */
+void kern_init(const char *force);
+const char *kern_isa_name(void);  /* what kern_init chose */
+/* NULL for types without kernels. */
+const kern_traits *kern_traits_of(int dtype);
+/* The scalar reference table, always available (for tests). */
+const kern_traits *kern_traits_ref(int dtype);
+
+/* Bytes of one row of n elements of dtype (n a multiple of the block size). */
+size_t kern_row_bytes(int dtype, int64_t n);
+
+/* Y[m][n_out] = X[m][k] . W[n_out][k]^T, W rows of dtype wtype.
+ * X is quantized once to W's vec_dot_type into `work` (size from
+ * kern_matmul_work_bytes) and the output rows are split across the OpenMP team.
+ * Call from outside a parallel region. */
+size_t kern_matmul_work_bytes(int wtype, int64_t m, int64_t k);
+void kern_matmul(const void *W, int wtype, int64_t n_out, int64_t k, const float *X, int64_t m,
+                 float *Y, void *work);
+
+/* Dequantize row `row` of a [rows][n] tensor of dtype into dst[n]. */
+void kern_get_row(const void *data, int dtype, int64_t n, int64_t row, float *dst);
+
+#endif

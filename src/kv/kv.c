@@ -1,0 +1,328 @@
+/* kv: block pool and block tables. See kv.h. */
+#include "kv.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+struct kv_pool {
+    kv_pool_config cfg;
+    size_t k_row, v_row;      /* bytes per token per layer */
+    size_t layer_bytes;       /* K and V of one layer within a block */
+    size_t block_bytes;
+    uint8_t *data;            /* n_blocks * block_bytes */
+    int32_t *refcount;        /* per block */
+    int32_t *free_stack;      /* free block ids; top at n_free-1 */
+    int64_t n_free;           /* truly free (not cached) */
+    /* prefix cache: per-block hash state, an LRU list of unreferenced hashed
+     * blocks (head = evicted first), and an open-addressing map hash -> block. */
+    uint64_t *hash, *parent;
+    uint8_t *hashed;
+    int32_t *tokens;          /* [n_blocks][block_size] ids of hashed blocks */
+    int32_t *lru_prev, *lru_next;
+    int32_t lru_head, lru_tail;
+    int64_t n_cached;
+    int32_t *map;             /* -1 empty */
+    uint64_t map_mask;
+};
+
+size_t kv_dtype_bytes(int dtype) {
+    switch (dtype) {
+    case GGUF_DT_F32: return 4;
+    case GGUF_DT_F16: return 2;
+    case GGUF_DT_BF16: return 2;
+    default: return 0;
+    }
+}
+
+static bool alloc_prefix_state(kv_pool *p) {
+    size_t n = (size_t)p->cfg.n_blocks;
+    size_t cap = 16;
+    while (cap < 2 * n) cap *= 2;
+    p->hash = calloc(n, sizeof *p->hash);
+    p->parent = calloc(n, sizeof *p->parent);
+    p->hashed = calloc(n, 1);
+    p->tokens = malloc(n * p->cfg.block_size * sizeof *p->tokens);
+    p->lru_prev = malloc(n * sizeof *p->lru_prev);
+    p->lru_next = malloc(n * sizeof *p->lru_next);
+    p->map = malloc(cap * sizeof *p->map);
+    if (!p->hash || !p->parent || !p->hashed || !p->tokens || !p->lru_prev || !p->lru_next || !p->map)
+        return false;
+    memset(p->map, 0xff, cap * sizeof *p->map);
+    p->map_mask = cap - 1;
+    p->lru_head = p->lru_tail = -1;
+    return true;
+}
+
+static void free_arrays(kv_pool *p) {
+    kvl_free(p->data);
+    free(p->refcount);
+    free(p->free_stack);
+    free(p->hash);
+    free(p->parent);
+    free(p->hashed);
+    free(p->tokens);
+    free(p->lru_prev);
+    free(p->lru_next);
+    free(p->map);
+}
+
+kv_pool *kv_pool_create(const kv_pool_config *cfg, kvl_error *err) {
+    size_t es = kv_dtype_bytes(cfg->dtype);
+    if (!es) {
+        kvl_fail(err, "kv: unsupported KV dtype %s", gguf_dtype_name(cfg->dtype));
+        return NULL;
+    }
+    if (cfg->n_layers <= 0 || cfg->n_kv_heads <= 0 || cfg->head_dim_k <= 0 || cfg->head_dim_v < 0 ||
+        cfg->block_size <= 0 || cfg->n_blocks <= 0 || cfg->n_blocks > INT32_MAX) {
+        kvl_fail(err, "kv: invalid pool shape (layers %d, kv heads %d, dims %d/%d, block %d, blocks %lld)",
+                 cfg->n_layers, cfg->n_kv_heads, cfg->head_dim_k, cfg->head_dim_v, cfg->block_size,
+                 (long long)cfg->n_blocks);
+        return NULL;
+    }
+    kv_pool *p = calloc(1, sizeof *p);
+    if (!p) goto fail_oom;
+    p->cfg = *cfg;
+    p->k_row = (size_t)cfg->n_kv_heads * cfg->head_dim_k * es;
+    p->v_row = (size_t)cfg->n_kv_heads * cfg->head_dim_v * es;
+    p->layer_bytes = (p->k_row + p->v_row) * cfg->block_size;
+    p->block_bytes = p->layer_bytes * cfg->n_layers;
+    size_t total;
+    if (!kvl_mul_ok(p->block_bytes, (size_t)cfg->n_blocks, &total)) goto fail_free_pool;
+    p->data = kvl_alloc(total);
+    p->refcount = calloc((size_t)cfg->n_blocks, sizeof *p->refcount);
+    p->free_stack = malloc((size_t)cfg->n_blocks * sizeof *p->free_stack);
+    if (!p->data || !p->refcount || !p->free_stack || !alloc_prefix_state(p)) goto fail_free_arrays;
+    /* Push in reverse so that block 0 is handed out first (easier to read in logs). */
+    for (int64_t i = 0; i < cfg->n_blocks; i++) p->free_stack[i] = (int32_t)(cfg->n_blocks - 1 - i);
+    p->n_free = cfg->n_blocks;
+    return p;
+
+fail_free_arrays:
+    free_arrays(p);
+fail_free_pool:
+    kvl_fail(err, "kv: cannot allocate %lld blocks of %zu bytes", (long long)cfg->n_blocks,
+             p->block_bytes);
+    free(p);
+    return NULL;
+fail_oom:
+    kvl_fail(err, "kv: out of memory");
+    return NULL;
+}
+
+void kv_pool_destroy(kv_pool *p) {
+    if (!p) return;
+    free_arrays(p);
+    free(p);
+}
+
+const kv_pool_config *kv_pool_cfg(const kv_pool *p) { return &p->cfg; }
+size_t kv_pool_block_bytes(const kv_pool *p) { return p->block_bytes; }
+size_t kv_pool_k_row_bytes(const kv_pool *p) { return p->k_row; }
+size_t kv_pool_v_row_bytes(const kv_pool *p) { return p->v_row; }
+size_t kv_pool_bytes_per_token(const kv_pool *p) { return (p->k_row + p->v_row) * p->cfg.n_layers; }
+int64_t kv_pool_n_free(const kv_pool *p) { return p->n_free + p->n_cached; }
+int64_t kv_pool_n_used(const kv_pool *p) { return p->cfg.n_blocks - p->n_free - p->n_cached; }
+int64_t kv_pool_n_cached(const kv_pool *p) { return p->n_cached; }
+
+/* ---- LRU of unreferenced cached blocks ---- */
+
+static void lru_push_tail(kv_pool *p, int32_t b) {
+    p->lru_prev[b] = p->lru_tail;
+    p->lru_next[b] = -1;
+    if (p->lru_tail >= 0) p->lru_next[p->lru_tail] = b;
+    else p->lru_head = b;
+    p->lru_tail = b;
+    p->n_cached++;
+}
+
+static void lru_remove(kv_pool *p, int32_t b) {
+    if (p->lru_prev[b] >= 0) p->lru_next[p->lru_prev[b]] = p->lru_next[b];
+    else p->lru_head = p->lru_next[b];
+    if (p->lru_next[b] >= 0) p->lru_prev[p->lru_next[b]] = p->lru_prev[b];
+    else p->lru_tail = p->lru_prev[b];
+    p->n_cached--;
+}
+
+/* ---- hash map (linear probing, backward-shift deletion) ---- */
+
+static int64_t map_find_slot(const kv_pool *p, uint64_t h) {
+    for (uint64_t i = h & p->map_mask;; i = (i + 1) & p->map_mask) {
+        int32_t b = p->map[i];
+        if (b < 0) return -1;
+        if (p->hash[b] == h) return (int64_t)i;
+    }
+}
+
+static void map_insert(kv_pool *p, int32_t b) {
+    uint64_t i = p->hash[b] & p->map_mask;
+    while (p->map[i] >= 0) i = (i + 1) & p->map_mask;
+    p->map[i] = b;
+}
+
+static void map_delete(kv_pool *p, uint64_t slot) {
+    p->map[slot] = -1;
+    for (uint64_t j = (slot + 1) & p->map_mask; p->map[j] >= 0; j = (j + 1) & p->map_mask) {
+        int32_t b = p->map[j];
+        uint64_t home = p->hash[b] & p->map_mask;
+        /* move b back into the hole if its home is not in (slot, j] cyclically */
+        bool between = slot <= j ? (home > slot && home <= j) : (home > slot || home <= j);
+        if (!between) {
+            p->map[slot] = b;
+            p->map[j] = -1;
+            slot = j;
+        }
+    }
+}
+
+static void unhash(kv_pool *p, int32_t b) {
+    if (!p->hashed[b]) return;
+    int64_t slot = map_find_slot(p, p->hash[b]);
+    if (slot >= 0 && p->map[slot] == b) map_delete(p, (uint64_t)slot);
+    p->hashed[b] = 0;
+}
+
+bool kv_block_alloc(kv_pool *p, int64_t n, int32_t *out) {
+    if (n < 0 || n > p->n_free + p->n_cached) return false;
+    for (int64_t i = 0; i < n; i++) {
+        int32_t b;
+        if (p->n_free > 0) {
+            b = p->free_stack[--p->n_free];
+        } else { /* evict the least recently released cached block */
+            b = p->lru_head;
+            lru_remove(p, b);
+            unhash(p, b);
+        }
+        p->refcount[b] = 1;
+        out[i] = b;
+    }
+    return true;
+}
+
+void kv_block_ref(kv_pool *p, int32_t block) { p->refcount[block]++; }
+
+void kv_block_unref(kv_pool *p, int32_t block) {
+    if (p->refcount[block] <= 0) return; /* double free: ignore rather than corrupt the lists */
+    if (--p->refcount[block] > 0) return;
+    if (p->hashed[block]) lru_push_tail(p, block); /* stays findable until evicted */
+    else p->free_stack[p->n_free++] = block;
+}
+
+/* ---- prefix cache ---- */
+
+uint64_t kv_block_hash(uint64_t parent, const int32_t *tokens, int n_tokens) {
+    /* The parent's hash seeds this block's: the chain covers the whole prefix. */
+    return XXH3_64bits_withSeed(tokens, (size_t)n_tokens * sizeof *tokens, parent);
+}
+
+uint64_t kv_hash_root(const char *salt) {
+    static const char tag[] = "kvllm-prefix-v1";
+    uint64_t root = XXH3_64bits(tag, sizeof tag - 1);
+    if (salt && *salt) root = XXH3_64bits_withSeed(salt, strlen(salt), root);
+    return root;
+}
+
+int32_t kv_prefix_lookup(kv_pool *p, uint64_t hash, uint64_t parent, const int32_t *tokens) {
+    int64_t slot = map_find_slot(p, hash);
+    if (slot < 0) return -1;
+    int32_t b = p->map[slot];
+    size_t bs = (size_t)p->cfg.block_size;
+    if (p->parent[b] != parent || memcmp(p->tokens + b * bs, tokens, bs * sizeof *tokens) != 0)
+        return -1; /* hash collision: treat as a miss */
+    if (p->refcount[b] == 0) lru_remove(p, b);
+    p->refcount[b]++;
+    return b;
+}
+
+void kv_prefix_register(kv_pool *p, int32_t block, uint64_t hash, uint64_t parent,
+                        const int32_t *tokens) {
+    if (p->hashed[block] || map_find_slot(p, hash) >= 0) return;
+    size_t bs = (size_t)p->cfg.block_size;
+    p->hash[block] = hash;
+    p->parent[block] = parent;
+    memcpy(p->tokens + block * bs, tokens, bs * sizeof *tokens);
+    p->hashed[block] = 1;
+    map_insert(p, block);
+}
+
+void kv_prefix_clear(kv_pool *p) {
+    while (p->lru_head >= 0) {
+        int32_t b = p->lru_head;
+        lru_remove(p, b);
+        unhash(p, b);
+        p->free_stack[p->n_free++] = b;
+    }
+    for (int64_t b = 0; b < p->cfg.n_blocks; b++) unhash(p, (int32_t)b);
+}
+
+int32_t kv_block_refcount(const kv_pool *p, int32_t block) { return p->refcount[block]; }
+
+void *kv_block_k(kv_pool *p, int32_t block, int layer) {
+    return p->data + (size_t)block * p->block_bytes + (size_t)layer * p->layer_bytes;
+}
+void *kv_block_v(kv_pool *p, int32_t block, int layer) {
+    return (uint8_t *)kv_block_k(p, block, layer) + p->k_row * p->cfg.block_size;
+}
+const void *kv_block_k_const(const kv_pool *p, int32_t block, int layer) {
+    return kv_block_k((kv_pool *)p, block, layer);
+}
+const void *kv_block_v_const(const kv_pool *p, int32_t block, int layer) {
+    return kv_block_v((kv_pool *)p, block, layer);
+}
+
+void kv_seq_init(kv_seq *s) { memset(s, 0, sizeof *s); }
+
+int64_t kv_seq_blocks_needed(const kv_pool *p, const kv_seq *s, int64_t n_tokens) {
+    int64_t want = (n_tokens + p->cfg.block_size - 1) / p->cfg.block_size;
+    return want > s->n_blocks ? want - s->n_blocks : 0;
+}
+
+static bool seq_grow(kv_seq *s, int64_t want) {
+    if (want <= s->cap) return true;
+    int64_t cap = s->cap ? s->cap : 8;
+    while (cap < want) cap *= 2;
+    int32_t *nb = realloc(s->blocks, (size_t)cap * sizeof *nb);
+    if (!nb) return false;
+    s->blocks = nb;
+    s->cap = cap;
+    return true;
+}
+
+bool kv_seq_append(kv_seq *s, int32_t block) {
+    if (!seq_grow(s, s->n_blocks + 1)) return false;
+    s->blocks[s->n_blocks++] = block;
+    return true;
+}
+
+bool kv_seq_reserve(kv_pool *p, kv_seq *s, int64_t n_tokens) {
+    int64_t need = kv_seq_blocks_needed(p, s, n_tokens);
+    if (need == 0) return true;
+    if (need > kv_pool_n_free(p)) return false;
+    int64_t want = s->n_blocks + need;
+    if (!seq_grow(s, want)) return false;
+    kv_block_alloc(p, need, s->blocks + s->n_blocks);
+    s->n_blocks = want;
+    return true;
+}
+
+void kv_seq_release(kv_pool *p, kv_seq *s) {
+    /* Free the tail first so that, with LIFO reuse, the prompt's head blocks are
+     * the last to be overwritten. */
+    for (int64_t i = s->n_blocks - 1; i >= 0; i--) kv_block_unref(p, s->blocks[i]);
+    s->n_blocks = 0;
+}
+
+void kv_seq_free(kv_pool *p, kv_seq *s) {
+    kv_seq_release(p, s);
+    free(s->blocks);
+    kv_seq_init(s);
+}
+
+kv_usage kv_seq_usage(const kv_pool *p, const kv_seq *s, int64_t n_tokens) {
+    kv_usage u;
+    u.tokens = n_tokens;
+    u.blocks = s->n_blocks;
+    u.lower_bound_bytes = kv_pool_bytes_per_token(p) * (size_t)n_tokens;
+    u.allocated_bytes = p->block_bytes * (size_t)s->n_blocks;
+    return u;
+}

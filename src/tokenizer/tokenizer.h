@@ -1,0 +1,60 @@
+/* tokenizer: text <-> token ids from GGUF metadata (tokenizer.ggml.*).
+ *
+ * Two families, matching llama.cpp:
+ *  - "llama": SentencePiece-style (scores, byte fallback <0xNN>, the leading-space
+ *    rule: a space is prepended and spaces become U+2581).
+ *  - "gpt2": byte-level BPE with merges, pre-tokenized by the regexes selected by
+ *    tokenizer.ggml.pre (gpt-2, llama-bpe, qwen2, deepseek-coder, deepseek-llm,
+ *    starcoder, falcon, refact, mpt, default, ...), via PCRE2 with Unicode classes.
+ * Special/control tokens are recognised in text only when parse_special is set.
+ * Works for vocab-only GGUF files. */
+#ifndef KVLLM_TOKENIZER_H
+#define KVLLM_TOKENIZER_H
+
+#include "../base/base.h"
+#include "../gguf/gguf.h"
+
+typedef struct tok_vocab tok_vocab; /* opaque */
+
+tok_vocab *tok_vocab_create(const gguf_file *f, kvl_error *err);
+void tok_vocab_destroy(tok_vocab *v);
+
+int32_t tok_n_vocab(const tok_vocab *v);
+int32_t tok_bos(const tok_vocab *v); /* -1 if none */
+int32_t tok_eos(const tok_vocab *v); /* -1 if none */
+bool tok_add_bos(const tok_vocab *v); /* tokenizer.ggml.add_bos_token, or the family default */
+/* End of generation: EOS, EOT, <|im_end|>, <|eot_id|>, ... (token types and known names). */
+bool tok_is_eog(const tok_vocab *v, int32_t id);
+bool tok_is_control(const tok_vocab *v, int32_t id);
+const char *tok_model_name(const tok_vocab *v); /* "llama" | "gpt2" */
+const char *tok_pre_name(const tok_vocab *v);   /* tokenizer.ggml.pre or "default" */
+
+/* Encodes len bytes of text. Writes up to cap ids into out and returns the total
+ * number of ids (which may exceed cap: call again with a larger buffer), or -1 on
+ * error (err filled). add_bos prepends BOS if the vocab has one. */
+int64_t tok_encode(const tok_vocab *v, const char *text, size_t len, bool add_bos,
+                   bool parse_special, int32_t *out, int64_t cap, kvl_error *err);
+
+/* The vocabulary string of id, as stored (e.g. "\u0120hand", "<0x0A>"); NUL-terminated. */
+const char *tok_piece(const tok_vocab *v, int32_t id);
+/* The bytes id stands for in output text (byte-level mapping undone, U+2581 -> ' ',
+ * <0xNN> -> byte). Control tokens give their text only if `special` is true.
+ * Returns the byte count (may exceed cap; nothing is written past cap). */
+size_t tok_token_bytes(const tok_vocab *v, int32_t id, bool special, char *buf, size_t cap);
+
+/* Streaming detokenizer: emits only complete UTF-8 sequences, holding back a
+ * partial sequence until the bytes that finish it arrive (invalid bytes are
+ * flushed as U+FFFD so output is always valid UTF-8). */
+typedef struct tok_stream {
+    char pending[8];
+    int n_pending;
+} tok_stream;
+void tok_stream_init(tok_stream *s);
+/* Appends the text of id; writes valid UTF-8 to out and returns the byte count
+ * (out must have room for tok_token_bytes()+8). */
+size_t tok_stream_push(tok_stream *s, const tok_vocab *v, int32_t id, bool special, char *out,
+                       size_t cap);
+/* Flushes what is held back (as U+FFFD) at the end of a stream. */
+size_t tok_stream_flush(tok_stream *s, char *out, size_t cap);
+
+#endif

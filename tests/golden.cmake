@@ -1,0 +1,15 @@
+# Goldens from llama.cpp (tests/data/golden): one test per model directory.
+file(GLOB KVLLM_GOLDEN_DIRS LIST_DIRECTORIES true ${KVLLM_DATA}/golden/*)
+foreach(d ${KVLLM_GOLDEN_DIRS})
+  if(IS_DIRECTORY ${d} AND EXISTS ${d}/meta.json)
+    get_filename_component(name ${d} NAME)
+    add_test(NAME golden_${name}
+      COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/golden/check_golden.py ${KVLLM_BIN} ${KVLLM_DATA}/golden ${name})
+    set_tests_properties(golden_${name} PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600)
+  endif()
+endforeach()
+
+# stories260K: greedy from BOS must reproduce the independent fp64 reference exactly.
+add_test(NAME stories260K_greedy256
+  COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/golden/check_stories.py ${KVLLM_BIN}
+          ${CMAKE_SOURCE_DIR}/models/stories260K.gguf ${KVLLM_DATA}/stories260K.greedy256.txt)

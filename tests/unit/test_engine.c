@@ -1,0 +1,161 @@
+/* Batch invariance of the engine: greedy ids of each request are identical
+ * whether it runs alone, batched with others, one token per step (a sequence
+ * resumed across many steps), or preempted and recomputed under a tiny pool. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine.h"
+
+#define N_REQ 6
+#define N_GEN 40
+
+static int failures;
+
+typedef struct collected {
+    int32_t ids[N_GEN + 8];
+    int n;
+    bool done;
+} collected;
+
+static void on_event(const engine_event *ev, void *user) {
+    collected *c = user;
+    if (ev->token >= 0 && c->n < N_GEN + 8) c->ids[c->n++] = ev->token;
+    if (ev->finish) c->done = true;
+}
+
+typedef struct setup {
+    const char *name;
+    int max_seqs;
+    int64_t batch_tokens;
+    int64_t kv_blocks;
+    int kv_dtype;
+    bool expect_preemption;
+    bool twice;      /* run every request a second time after the first round (prefix cache) */
+    bool no_prefix;  /* disable the prefix cache */
+} setup;
+
+static bool run_setup(model *m, tok_vocab *v, const setup *s, int32_t prompts[N_REQ][48],
+                      const int *lens, int only, collected out[N_REQ]) {
+    engine_config c;
+    engine_config_default(&c);
+    c.n_ctx = 128;
+    c.max_seqs = s->max_seqs;
+    c.max_batch_tokens = s->batch_tokens;
+    c.n_blocks = s->kv_blocks;
+    c.kv_dtype = s->kv_dtype;
+    c.prefix_cache = !s->no_prefix;
+    kvl_error err;
+    engine *e = engine_create(m, v, &c, &err);
+    if (!e) {
+        fprintf(stderr, "%s: %s\n", s->name, err.msg);
+        return false;
+    }
+    for (int round = 0; round < (s->twice ? 2 : 1); round++)
+    for (int i = 0; i < N_REQ; i++) {
+        if (only >= 0 && i != only) continue;
+        if (round == 1 && i == 0) { /* drain the first round so its blocks are cached */
+            while (engine_has_work(e)) engine_step(e, &err);
+        }
+        memset(&out[i], 0, sizeof out[i]);
+        engine_request r = {.prompt = prompts[i], .n_prompt = lens[i], .max_tokens = N_GEN,
+                            .ignore_eos = true, .on_event = on_event, .user = &out[i]};
+        sampler_params_default(&r.sampling);
+        r.sampling.temperature = 0;
+        if (engine_submit(e, &r, &err) < 0) {
+            fprintf(stderr, "%s: submit: %s\n", s->name, err.msg);
+            engine_destroy(e);
+            return false;
+        }
+    }
+    int steps = 0;
+    while (engine_has_work(e) && steps++ < 100000)
+        if (!engine_step(e, &err)) {
+            fprintf(stderr, "%s: step: %s\n", s->name, err.msg);
+            break;
+        }
+    engine_metrics mt = engine_get_metrics(e);
+    if (s->expect_preemption && mt.n_preemptions == 0) {
+        fprintf(stderr, "%s: expected preemptions, saw none\n", s->name);
+        failures++;
+    }
+    if (s->twice && (mt.prefix_cache_hits == 0 || mt.kv_blocks_cached == 0)) {
+        fprintf(stderr, "%s: expected prefix-cache hits and cached blocks (hits %lld, cached %lld)\n",
+                s->name, (long long)mt.prefix_cache_hits, (long long)mt.kv_blocks_cached);
+        failures++;
+    }
+    if (kv_pool_n_used(engine_kv(e)) != 0) {
+        fprintf(stderr, "%s: %lld blocks still used after all requests finished\n", s->name,
+                (long long)kv_pool_n_used(engine_kv(e)));
+        failures++;
+    }
+    printf("  %-28s steps %5lld, preemptions %lld, prefix hits %lld/%lld tokens\n", s->name,
+           (long long)mt.steps, (long long)mt.n_preemptions, (long long)mt.prefix_cache_hits,
+           (long long)mt.prefix_cache_queries);
+    engine_destroy(e);
+    return true;
+}
+
+static void test_model(const char *path, int kv_dtype) {
+    kvl_error err;
+    gguf_file *f = gguf_open(path, &err);
+    if (!f) {
+        fprintf(stderr, "%s\n", err.msg);
+        failures++;
+        return;
+    }
+    tok_vocab *v = tok_vocab_create(f, &err);
+    model_params mp = {.max_ctx = 128, .max_ubatch = 32};
+    model *m = v ? model_load(f, &mp, &err) : NULL;
+    if (!m) {
+        fprintf(stderr, "%s: %s\n", path, err.msg);
+        tok_vocab_destroy(v);
+        if (!v) gguf_close(f);
+        failures++;
+        return;
+    }
+    printf("%s (kv %s)\n", path, gguf_dtype_name(kv_dtype));
+    int32_t prompts[N_REQ][48];
+    int lens[N_REQ];
+    srand(7);
+    for (int i = 0; i < N_REQ; i++) {
+        lens[i] = 3 + (i * 11) % 44;
+        for (int k = 0; k < lens[i]; k++) prompts[i][k] = 3 + rand() % (int)(model_hp(m)->n_vocab - 3);
+    }
+    collected alone[N_REQ], got[N_REQ];
+    setup solo = {"alone", 1, 2048, 0, kv_dtype, false, false, true};
+    for (int i = 0; i < N_REQ; i++) run_setup(m, v, &solo, prompts, lens, i, alone);
+    /* blocks for ~2 sequences of 64 tokens: forces preemption with 6 running */
+    setup setups[] = {
+        {"batched (6 at once)", 8, 2048, 0, kv_dtype, false},
+        {"one token per step", 8, 1, 0, kv_dtype, false},
+        {"budget 7, 3 seqs", 3, 7, 0, kv_dtype, false},
+        {"tiny pool (preemption)", 8, 2048, 10, kv_dtype, true},
+        {"prefix cache, second round", 8, 2048, 0, kv_dtype, false, true},
+        {"tiny pool, no prefix cache", 8, 2048, 10, kv_dtype, true, false, true},
+    };
+    for (size_t k = 0; k < sizeof setups / sizeof setups[0]; k++) {
+        if (!run_setup(m, v, &setups[k], prompts, lens, -1, got)) {
+            failures++;
+            continue;
+        }
+        for (int i = 0; i < N_REQ; i++)
+            if (got[i].n != alone[i].n || memcmp(got[i].ids, alone[i].ids, got[i].n * sizeof(int32_t))) {
+                int j = 0;
+                while (j < got[i].n && j < alone[i].n && got[i].ids[j] == alone[i].ids[j]) j++;
+                fprintf(stderr, "  %s: request %d differs from its solo run at token %d (n %d vs %d)\n",
+                        setups[k].name, i, j, got[i].n, alone[i].n);
+                failures++;
+            }
+    }
+    model_destroy(m);
+    tok_vocab_destroy(v);
+}
+
+int main(void) {
+    test_model("models/stories260K.gguf", GGUF_DT_F16);
+    test_model("tests/data/golden/models/llama-gqa-bpe-q8_0.gguf", GGUF_DT_F32);
+    test_model("tests/data/golden/models/qwen3-f32.gguf", GGUF_DT_F16);
+    printf("test_engine: %s (%d failures)\n", failures ? "FAIL" : "ok", failures);
+    return failures != 0;
+}
