@@ -1,11 +1,517 @@
-/* Placeholder until the command lands; replaced by its implementation. */
+/* kvllm kv-plan: the KV capacity planner's front end. Reads the shape (GGUF,
+ * config.json or flags), asks src/kv/kv_plan for the plan, prints it; with
+ * --verify, has the engine's real block pool allocate the same sequences and
+ * exits 1 unless the planned allocation is exactly what was allocated. */
+#include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "cli.h"
+#include "kv/kv_plan.h"
+
+/* --verify allocates real memory: keep it to what a small model needs. */
+#define VERIFY_MAX_POOL_BYTES ((uint64_t)4 << 30)
+
+#define UNSET (-1)
+
+typedef struct plan_args {
+    const char *config_path;
+    int64_t context, concurrency, params;
+    int64_t layers, heads, kv_heads, head_dim, head_dim_v, window, swa_layers, lora, rope;
+    int dtype; /* UNSET: the model's, else f16 */
+    uint64_t budget, weights;
+    bool has_budget, has_weights, verify;
+} plan_args;
+
+/* Integer flags: where they go, the smallest accepted value, and whether
+ * suffixes count in thousands (parameters) or in 1024s (tokens). */
+typedef struct count_flag {
+    const char *name;
+    size_t off;
+    int64_t min;
+    bool thousand;
+} count_flag;
+
+#define F(name, field, min, th) {name, offsetof(plan_args, field), min, th}
+static const count_flag COUNT_FLAGS[] = {
+    F("--context", context, 1, false),     F("--concurrency", concurrency, 1, false),
+    F("--params", params, 1, true),        F("--layers", layers, 1, false),
+    F("--heads", heads, 1, false),         F("--kv-heads", kv_heads, 1, false),
+    F("--head-dim", head_dim, 1, false),   F("--head-dim-v", head_dim_v, 0, false),
+    F("--sliding-window", window, 0, false), F("--swa-layers", swa_layers, 0, false),
+    F("--kv-lora-rank", lora, 0, false),   F("--rope-dim", rope, 0, false),
+};
+#undef F
+
+static int bad(const char *flag, const char *v, const char *why) {
+    fprintf(stderr, "kvllm kv-plan: %s: '%s' %s\n", flag, v ? v : "", why);
+    return -1;
+}
+
+static int count_arg(const count_flag *c, const char *v, plan_args *a) {
+    int64_t x;
+    if (!kv_plan_parse_count(v, c->thousand, &x))
+        return bad(c->name, v, c->thousand ? "is not a whole count (e.g. 8030000000, 8.03B)"
+                                           : "is not a whole non-negative number (e.g. 8192, 32K)");
+    if (x < c->min) return bad(c->name, v, c->min > 0 ? "must be at least 1" : "must be >= 0");
+    *(int64_t *)((char *)a + c->off) = x;
+    return 2;
+}
+
+static int size_arg(const char *flag, const char *v, uint64_t *out, bool *set) {
+    if (!kv_plan_parse_size(v, out))
+        return bad(flag, v, "is not a size in whole bytes (e.g. 80GiB, 16GB, 1073741824)");
+    *set = true;
+    return 2;
+}
+
+/* cli_parse_ex callback: the planner's own flags (see cli.h for the protocol). */
+static int extra_flag(const char *f, const char *v, void *ctx) {
+    plan_args *a = ctx;
+    if (strcmp(f, "--verify") == 0) return a->verify = true, 1;
+    bool ours = strcmp(f, "--config") == 0 || strcmp(f, "--kv-type") == 0 ||
+                strcmp(f, "--budget") == 0 || strcmp(f, "--weights-bytes") == 0;
+    for (size_t i = 0; !ours && i < sizeof COUNT_FLAGS / sizeof COUNT_FLAGS[0]; i++)
+        ours = strcmp(f, COUNT_FLAGS[i].name) == 0;
+    if (!ours) return 0;
+    if (!v) return bad(f, v, "needs a value");
+    for (size_t i = 0; i < sizeof COUNT_FLAGS / sizeof COUNT_FLAGS[0]; i++)
+        if (strcmp(f, COUNT_FLAGS[i].name) == 0) return count_arg(&COUNT_FLAGS[i], v, a);
+    if (strcmp(f, "--config") == 0) return a->config_path = v, 2;
+    if (strcmp(f, "--budget") == 0) return size_arg(f, v, &a->budget, &a->has_budget);
+    if (strcmp(f, "--weights-bytes") == 0) return size_arg(f, v, &a->weights, &a->has_weights);
+    if (!kv_plan_dtype_parse(v, &a->dtype)) return bad(f, v, "is not one of f32, f16, bf16, fp8, q8_0");
+    return 2;
+}
+
+static void usage(void) {
+    fprintf(stderr,
+            "usage: kvllm kv-plan (-m MODEL.gguf | --config config.json | --layers L --kv-heads H "
+            "--head-dim D) --context T\n"
+            "         [--concurrency B] [--kv-type f32|f16|bf16|fp8|q8_0] [--block-size 16]\n"
+            "         [--budget 80GiB] [--weights-bytes N | --params N] [--json] [--verify]\n"
+            "  shape flags (alone or overriding the file): --layers --heads --kv-heads --head-dim\n"
+            "  --head-dim-v --sliding-window W --swa-layers N --kv-lora-rank R --rope-dim R\n");
+}
+
+/* ------------------------------------------------------------- inputs -- */
+
+static bool load_gguf(const char *path, kv_plan_model *m) {
+    kvl_error err = {{0}};
+    gguf_file *f = gguf_open(path, &err);
+    bool ok = f && kv_plan_model_from_gguf(f, m, &err);
+    gguf_close(f);
+    if (!ok) fprintf(stderr, "kvllm kv-plan: %s\n", err.msg);
+    return ok;
+}
+
+static bool load_config(const char *path, kv_plan_model *m) {
+    kvl_error err = {{0}};
+    char *text = kvl_read_file(path, NULL, &err);
+    bool ok = text && kv_plan_model_from_hf_config(text, m, &err);
+    free(text);
+    if (!ok) fprintf(stderr, "kvllm kv-plan: %s%s%s\n", text ? path : "", text ? ": " : "", err.msg);
+    return ok;
+}
+
+static void set_if(int64_t v, int64_t *field) {
+    if (v != UNSET) *field = v;
+}
+
+/* Flags override (or, alone, make up) the shape. */
+static void apply_overrides(const plan_args *a, kv_plan_model *m) {
+    set_if(a->layers, &m->n_layers);
+    set_if(a->kv_heads, &m->n_kv_heads);
+    set_if(a->heads, &m->n_head);
+    if (m->n_head == 0) m->n_head = m->n_kv_heads; /* by hand without --heads: no GQA claim */
+    set_if(a->head_dim, &m->head_dim_k);
+    set_if(a->head_dim, &m->head_dim_v);
+    set_if(a->head_dim_v, &m->head_dim_v);
+    set_if(a->lora, &m->kv_lora_rank);
+    set_if(a->rope, &m->rope_dim);
+    set_if(a->window, &m->sliding_window);
+    if (a->window > 0 && a->swa_layers == UNSET && m->n_swa_layers == 0) m->n_swa_layers = m->n_layers;
+    if (a->window == 0) m->n_swa_layers = 0;
+    set_if(a->swa_layers, &m->n_swa_layers);
+}
+
+static bool load_model(const cli_opts *o, const plan_args *a, kv_plan_model *m) {
+    kv_plan_model_init(m);
+    if (o->model_path && a->config_path) {
+        fprintf(stderr, "kvllm kv-plan: give -m or --config, not both\n");
+        return false;
+    }
+    if (!o->model_path && !a->config_path && a->layers == UNSET) {
+        fprintf(stderr, "kvllm kv-plan: no model: give -m MODEL.gguf, --config config.json, "
+                        "or --layers/--kv-heads/--head-dim\n");
+        return false;
+    }
+    if (o->model_path && !load_gguf(o->model_path, m)) return false;
+    if (a->config_path && !load_config(a->config_path, m)) return false;
+    if (!o->model_path && !a->config_path) snprintf(m->arch, sizeof m->arch, "by hand");
+    apply_overrides(a, m);
+    kvl_error err = {{0}};
+    if (kv_plan_model_check(m, &err)) return true;
+    fprintf(stderr, "kvllm kv-plan: %s\n", err.msg);
+    return false;
+}
+
+/* Weights: --weights-bytes, else --params x the model's bytes per parameter
+ * (2 when the file does not say), else the GGUF's tensor bytes. */
+static uint64_t weights_bytes(const plan_args *a, const kv_plan_model *m, const char **source) {
+    if (a->has_weights) return *source = "--weights-bytes", a->weights;
+    if (a->params != UNSET) {
+        *source = m->param_bytes == 4 ? "--params x 4 B" : "--params x 2 B";
+        return (uint64_t)a->params * (uint64_t)(m->param_bytes ? m->param_bytes : 2);
+    }
+    *source = m->weights_bytes ? "GGUF tensor data" : "unknown (give --weights-bytes or --params)";
+    return m->weights_bytes;
+}
+
+/* ------------------------------------------------------------ verify -- */
+
+typedef struct verify_result {
+    bool done, agree, engine_shape;
+    char note[600];
+    kv_plan planned;
+    kv_plan_measured measured;
+} verify_result;
+
+/* The pool shape as the engine itself reads the model, when it can load it;
+ * otherwise the planner's (the allocator is still the real one). */
+static bool verify_shape(const cli_opts *o, const kv_plan_model *m, const kv_plan_request *r,
+                         kv_pool_config *cfg, verify_result *v) {
+    kvl_error err = {{0}};
+    if (!kv_plan_pool_config(m, r, cfg, &err)) {
+        fprintf(stderr, "kvllm kv-plan: --verify: %s\n", err.msg);
+        return false;
+    }
+    if (!o->model_path) return true;
+    gguf_file *f = gguf_open(o->model_path, &err);
+    model_params mp = {.max_ctx = 1, .max_ubatch = 1}; /* shape only: minimal scratch */
+    model *mod = f ? model_load(f, &mp, &err) : NULL;
+    if (mod) {
+        model_kv_shape(mod, cfg);
+        v->engine_shape = true;
+    } else {
+        snprintf(v->note, sizeof v->note, "the engine cannot load this model (%s); pool shape "
+                 "from the planner", err.msg);
+    }
+    model_destroy(mod);
+    return true;
+}
+
+static bool run_verify(const cli_opts *o, const kv_plan_model *m, const kv_plan_request *r,
+                       verify_result *v) {
+    kv_pool_config cfg;
+    kvl_error err = {{0}};
+    kv_plan_model engine = *m;
+    engine.n_swa_layers = 0; /* the engine's pool pages all layers together: no window cap yet */
+    if (!verify_shape(o, m, r, &cfg, v) || !kv_plan_compute(&engine, r, &v->planned, &err) ||
+        !kv_plan_measure(&cfg, r->context, r->concurrency, VERIFY_MAX_POOL_BYTES, &v->measured, &err)) {
+        if (err.msg[0]) fprintf(stderr, "kvllm kv-plan: --verify: %s\n", err.msg);
+        return false;
+    }
+    if (m->n_swa_layers > 0) {
+        size_t n = strlen(v->note);
+        snprintf(v->note + n, sizeof v->note - n, "%scompared without the sliding-window cap, "
+                 "which the engine's pool does not apply yet", n ? "; " : "");
+    }
+    v->done = true;
+    v->agree = v->planned.allocated_bytes == v->measured.allocated_bytes &&
+               v->planned.lower_bound_bytes == v->measured.lower_bound_bytes &&
+               v->planned.block_bytes == v->measured.block_bytes &&
+               v->planned.blocks_per_seq * r->concurrency == v->measured.blocks;
+    return true;
+}
+
+/* --------------------------------------------------------------- JSON -- */
+
+/* Exact integers (cJSON numbers are doubles: exact only to 2^53). */
+static void add_u64(cJSON *j, const char *name, uint64_t v) {
+    char buf[32];
+    snprintf(buf, sizeof buf, "%llu", (unsigned long long)v);
+    cJSON_AddRawToObject(j, name, buf);
+}
+
+static void json_model(cJSON *j, const kv_plan_model *m) {
+    cJSON_AddStringToObject(j, "arch", m->arch);
+    add_u64(j, "n_layers", (uint64_t)m->n_layers);
+    add_u64(j, "n_head", (uint64_t)m->n_head);
+    add_u64(j, "n_kv_heads", kv_plan_is_mla(m) ? 0 : (uint64_t)m->n_kv_heads);
+    add_u64(j, "head_dim_k", (uint64_t)m->head_dim_k);
+    add_u64(j, "head_dim_v", (uint64_t)m->head_dim_v);
+    add_u64(j, "kv_lora_rank", (uint64_t)m->kv_lora_rank);
+    add_u64(j, "rope_dim", kv_plan_is_mla(m) ? (uint64_t)m->rope_dim : 0);
+    add_u64(j, "sliding_window", (uint64_t)m->sliding_window);
+    add_u64(j, "n_swa_layers", (uint64_t)m->n_swa_layers);
+}
+
+static void json_plan(cJSON *j, const kv_plan *p, const kv_plan_request *r) {
+    cJSON_AddStringToObject(j, "kv_type", kv_plan_dtype_name(r->dtype));
+    add_u64(j, "block_size", (uint64_t)r->block_size);
+    add_u64(j, "context", (uint64_t)r->context);
+    add_u64(j, "concurrency", (uint64_t)r->concurrency);
+    add_u64(j, "bytes_per_token", p->bytes_per_token);
+    add_u64(j, "seq_lower_bound_bytes", p->seq_lower_bound_bytes);
+    add_u64(j, "lower_bound_bytes", p->lower_bound_bytes);
+    add_u64(j, "block_bytes", p->block_bytes);
+    add_u64(j, "blocks_per_seq", (uint64_t)p->blocks_per_seq);
+    add_u64(j, "swa_block_bytes", p->swa_block_bytes);
+    add_u64(j, "swa_blocks_per_seq", (uint64_t)p->swa_blocks_per_seq);
+    add_u64(j, "seq_allocated_bytes", p->seq_allocated_bytes);
+    add_u64(j, "allocated_bytes", p->allocated_bytes);
+    add_u64(j, "seq_metadata_bytes", p->seq_metadata_bytes);
+    add_u64(j, "metadata_bytes", p->metadata_bytes);
+    add_u64(j, "weights_bytes", p->weights_bytes);
+    add_u64(j, "total_bytes", p->total_bytes);
+    if (!r->budget_bytes) return;
+    add_u64(j, "budget_bytes", r->budget_bytes);
+    cJSON_AddBoolToObject(j, "fits", p->fits);
+    add_u64(j, "max_concurrency", (uint64_t)p->max_concurrency);
+}
+
+static cJSON *json_savings(const kv_plan_saving *s, int n) {
+    cJSON *arr = cJSON_CreateArray();
+    for (int i = 0; i < n; i++) {
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddStringToObject(e, "what", s[i].what);
+        cJSON_AddStringToObject(e, "baseline", s[i].baseline);
+        cJSON_AddBoolToObject(e, "in_plan", s[i].in_plan);
+        add_u64(e, "bytes_per_token", s[i].bytes_per_token);
+        add_u64(e, "baseline_bytes_per_token", s[i].base_bytes_per_token);
+        add_u64(e, "lower_bound_bytes", s[i].lower_bound_bytes);
+        add_u64(e, "baseline_lower_bound_bytes", s[i].base_lower_bound_bytes);
+        add_u64(e, "allocated_bytes", s[i].allocated_bytes);
+        add_u64(e, "baseline_allocated_bytes", s[i].base_allocated_bytes);
+        cJSON_AddItemToArray(arr, e);
+    }
+    return arr;
+}
+
+static cJSON *json_verify(const verify_result *v) {
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "pool_shape_from", v->engine_shape ? "engine" : "planner");
+    if (v->note[0]) cJSON_AddStringToObject(j, "note", v->note);
+    add_u64(j, "planned_block_bytes", v->planned.block_bytes);
+    add_u64(j, "measured_block_bytes", v->measured.block_bytes);
+    add_u64(j, "planned_blocks", (uint64_t)(v->planned.allocated_bytes / v->planned.block_bytes));
+    add_u64(j, "measured_blocks", (uint64_t)v->measured.blocks);
+    add_u64(j, "planned_lower_bound_bytes", v->planned.lower_bound_bytes);
+    add_u64(j, "measured_lower_bound_bytes", v->measured.lower_bound_bytes);
+    add_u64(j, "planned_allocated_bytes", v->planned.allocated_bytes);
+    add_u64(j, "measured_allocated_bytes", v->measured.allocated_bytes);
+    add_u64(j, "measured_table_bytes", v->measured.table_bytes);
+    cJSON_AddBoolToObject(j, "agree", v->agree);
+    return j;
+}
+
+typedef struct report {
+    const char *source, *weights_source;
+    const kv_plan_model *m;
+    const kv_plan_request *r;
+    const kv_plan *p;
+    const kv_plan_saving *sav;
+    int n_sav;
+    const verify_result *v;
+} report;
+
+static void print_json(const report *rp) {
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "source", rp->source);
+    json_model(j, rp->m);
+    json_plan(j, rp->p, rp->r);
+    cJSON_AddStringToObject(j, "weights_source", rp->weights_source);
+    cJSON_AddItemToObject(j, "savings", json_savings(rp->sav, rp->n_sav));
+    if (rp->v->done) cJSON_AddItemToObject(j, "verify", json_verify(rp->v));
+    cli_print_json(j);
+}
+
+/* --------------------------------------------------------------- text -- */
+
+#define FB(x) kv_plan_fmt_bytes((x), (char[96]){0}, 96)
+#define BIN(x) kv_plan_fmt_binary((x), (char[32]){0}, 32)
+
+/* "2,048": kv_plan_fmt_bytes groups the digits; keep only the number. */
+static const char *grouped(int64_t v, char *buf, size_t cap) {
+    kv_plan_fmt_bytes((uint64_t)v, buf, cap);
+    char *sp = strchr(buf, ' ');
+    if (sp) *sp = 0;
+    return buf;
+}
+#define GR(x) grouped((x), (char[96]){0}, 96)
+
+static void print_shape(const report *rp) {
+    const kv_plan_model *m = rp->m;
+    printf("model          %s (%s): %lld layers, ", rp->source, m->arch, (long long)m->n_layers);
+    if (kv_plan_is_mla(m))
+        printf("MLA: latent %lld + RoPE key %lld per layer (%lld query heads)\n",
+               (long long)m->kv_lora_rank, (long long)m->rope_dim, (long long)m->n_head);
+    else
+        printf("%lld query / %lld KV heads, head dim %lld/%lld\n", (long long)m->n_head,
+               (long long)m->n_kv_heads, (long long)m->head_dim_k, (long long)m->head_dim_v);
+    if (m->n_swa_layers)
+        printf("               sliding window %lld tokens in %lld of %lld layers\n",
+               (long long)m->sliding_window, (long long)m->n_swa_layers, (long long)m->n_layers);
+    printf("KV type        %s, block size %lld tokens\n", kv_plan_dtype_name(rp->r->dtype),
+           (long long)rp->r->block_size);
+    printf("request        context %s tokens x %lld sequences\n\n", GR(rp->r->context),
+           (long long)rp->r->concurrency);
+}
+
+/* How bytes_per_token was formed, in the seeds' notation where it applies. */
+static void print_formula(const kv_plan_model *m, const kv_plan_request *r, const kv_plan *p) {
+    uint64_t vb = kv_plan_row_bytes(r->dtype, 1);
+    if (kv_plan_is_mla(m))
+        printf("               = %lld layers x (%lld latent + %lld rope) x %llu B\n",
+               (long long)m->n_layers, (long long)m->kv_lora_rank, (long long)m->rope_dim,
+               (unsigned long long)vb);
+    else if (r->dtype == KV_PLAN_Q8_0)
+        printf("               = %lld layers x (K %llu B + V %llu B), q8_0: 34 B per 32 values\n",
+               (long long)m->n_layers, (unsigned long long)p->k_row_bytes,
+               (unsigned long long)p->v_row_bytes);
+    else if (m->head_dim_k == m->head_dim_v)
+        printf("               = 2 x %lld layers x %lld KV heads x %lld x %llu B\n",
+               (long long)m->n_layers, (long long)m->n_kv_heads, (long long)m->head_dim_k,
+               (unsigned long long)vb);
+    else
+        printf("               = %lld layers x %lld KV heads x (%lld K + %lld V) x %llu B\n",
+               (long long)m->n_layers, (long long)m->n_kv_heads, (long long)m->head_dim_k,
+               (long long)m->head_dim_v, (unsigned long long)vb);
+}
+
+static void print_kv(const report *rp) {
+    const kv_plan *p = rp->p;
+    const kv_plan_request *r = rp->r;
+    long long B = (long long)r->concurrency;
+    printf("per token      %s  (calculated)\n", FB(p->bytes_per_token));
+    print_formula(rp->m, r, p);
+    printf("lower bound    %s per sequence (calculated%s)\n", FB(p->seq_lower_bound_bytes),
+           rp->m->n_swa_layers ? "; sliding layers hold at most W tokens" : "");
+    printf("               x %lld = %s\n", B, FB(p->lower_bound_bytes));
+    if (p->block_bytes)
+        printf("allocated      %s blocks x %s per sequence (block rounding)\n",
+               GR(p->blocks_per_seq), FB(p->block_bytes));
+    if (p->swa_block_bytes)
+        printf("               %s sliding blocks x %s per sequence\n", GR(p->swa_blocks_per_seq),
+               FB(p->swa_block_bytes));
+    printf("               = %s per sequence; x %lld = %s\n", FB(p->seq_allocated_bytes), B,
+           FB(p->allocated_bytes));
+    printf("               allocated - lower bound: %s (unfilled block tails%s)\n",
+           FB(p->allocated_bytes - p->lower_bound_bytes),
+           rp->m->n_swa_layers ? ", window not block-aligned" : "");
+    printf("metadata       block table %lld B per entry + %d B header = %s per sequence; x %lld = %s\n",
+           (long long)KV_PLAN_BLOCK_ENTRY_BYTES, KV_PLAN_SEQ_HEADER_BYTES,
+           FB(p->seq_metadata_bytes), B, FB(p->metadata_bytes));
+}
+
+static void print_budget(const report *rp) {
+    const kv_plan *p = rp->p;
+    printf("weights        %s  [%s]\n", FB(p->weights_bytes), rp->weights_source);
+    printf("total          %s  (weights + KV allocated + metadata)\n", FB(p->total_bytes));
+    if (!rp->r->budget_bytes) return;
+    printf("budget         %s: %s\n", FB(rp->r->budget_bytes), p->fits ? "fits" : "does NOT fit");
+    printf("max concurrency %lld sequences of %s tokens fit the budget\n",
+           (long long)p->max_concurrency, GR(rp->r->context));
+}
+
+static void print_saving(const kv_plan_saving *s) {
+    uint64_t base = s->base_lower_bound_bytes, now = s->lower_bound_bytes;
+    printf("  %-5s vs %s%s\n", s->what, s->baseline, s->in_plan ? "" : "  (if used)");
+    printf("        per token %s -> %s\n", BIN(s->base_bytes_per_token), BIN(s->bytes_per_token));
+    printf("        lower bound %s -> %s", BIN(base), BIN(now));
+    if (base > now)
+        printf(": saves %s (%.1f%%, %.2fx)\n", FB(base - now), 100.0 * (double)(base - now) / (double)base,
+               (double)base / (double)now);
+    else
+        printf(": saves nothing\n");
+    printf("        allocated %s -> %s\n", BIN(s->base_allocated_bytes), BIN(s->allocated_bytes));
+}
+
+static void print_verify(const verify_result *v) {
+    printf("\nverify (engine's block pool, measured; pool shape from the %s)\n",
+           v->engine_shape ? "engine's model loader" : "planner");
+    if (v->note[0]) printf("  note: %s\n", v->note);
+    printf("  block bytes   planned %llu, measured %llu\n", (unsigned long long)v->planned.block_bytes,
+           (unsigned long long)v->measured.block_bytes);
+    printf("  lower bound   planned %llu, measured %llu\n",
+           (unsigned long long)v->planned.lower_bound_bytes,
+           (unsigned long long)v->measured.lower_bound_bytes);
+    printf("  allocated     planned %llu, measured %llu (%lld blocks)\n",
+           (unsigned long long)v->planned.allocated_bytes,
+           (unsigned long long)v->measured.allocated_bytes, (long long)v->measured.blocks);
+    printf("  block tables  measured %llu B as allocated (grown by doubling)\n",
+           (unsigned long long)v->measured.table_bytes);
+    printf("  %s\n", v->agree ? "AGREE: the planner's allocation is exactly the engine's"
+                              : "DISAGREE: the planner's allocation differs from the engine's");
+}
+
+static void print_text(const report *rp) {
+    print_shape(rp);
+    print_kv(rp);
+    print_budget(rp);
+    if (rp->n_sav) printf("\nsavings (lower bound for %s tokens x %lld)\n", GR(rp->r->context),
+                          (long long)rp->r->concurrency);
+    for (int i = 0; i < rp->n_sav; i++) print_saving(&rp->sav[i]);
+    if (rp->v->done) print_verify(rp->v);
+}
+
+/* --------------------------------------------------------------- main -- */
+
+static bool parse_args(int argc, char **argv, cli_opts *o, plan_args *a) {
+    memset(a, 0, sizeof *a);
+    int64_t *ints[] = {&a->context, &a->concurrency, &a->params, &a->layers, &a->heads,
+                       &a->kv_heads, &a->head_dim, &a->head_dim_v, &a->window, &a->swa_layers,
+                       &a->lora, &a->rope};
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) *ints[i] = UNSET;
+    a->dtype = UNSET;
+    if (!cli_parse_ex(argc, argv, o, extra_flag, a)) {
+        usage();
+        return false;
+    }
+    if (a->context == UNSET && o->n_ctx != 0) a->context = o->n_ctx; /* -c works too */
+    if (a->context == UNSET || a->context < 1) {
+        fprintf(stderr, "kvllm kv-plan: %s\n", a->context == UNSET
+                                                    ? "--context T is required (tokens per sequence)"
+                                                    : "-c: context must be at least 1");
+        usage();
+        return false;
+    }
+    if (a->concurrency == UNSET) a->concurrency = 1;
+    return true;
+}
+
+static const char *source_name(const cli_opts *o, const plan_args *a) {
+    return o->model_path ? o->model_path : a->config_path ? a->config_path : "flags";
+}
 
 int cmd_kv_plan(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "kvllm: this command is not implemented yet\n");
-    return 1;
+    cli_opts o;
+    plan_args a;
+    kv_plan_model m;
+    if (!parse_args(argc, argv, &o, &a) || !load_model(&o, &a, &m)) return 2;
+    report rp = {.source = source_name(&o, &a), .m = &m};
+    kv_plan_request r = {.context = a.context, .concurrency = a.concurrency,
+                         .dtype = a.dtype != UNSET ? a.dtype : m.kv_dtype >= 0 ? m.kv_dtype : KV_PLAN_F16,
+                         .block_size = o.block_size, .budget_bytes = a.has_budget ? a.budget : 0};
+    r.weights_bytes = weights_bytes(&a, &m, &rp.weights_source);
+    kv_plan p;
+    kv_plan_saving sav[KV_PLAN_MAX_SAVINGS];
+    verify_result v;
+    memset(&v, 0, sizeof v);
+    kvl_error err = {{0}};
+    if (!kv_plan_compute(&m, &r, &p, &err)) {
+        fprintf(stderr, "kvllm kv-plan: %s\n", err.msg);
+        return 2;
+    }
+    if (a.verify && !run_verify(&o, &m, &r, &v)) return 1;
+    rp.r = &r;
+    rp.p = &p;
+    rp.sav = sav;
+    rp.n_sav = kv_plan_savings(&m, &r, sav, KV_PLAN_MAX_SAVINGS);
+    rp.v = &v;
+    if (o.json) print_json(&rp);
+    else print_text(&rp);
+    return v.done && !v.agree ? 1 : 0;
 }

@@ -1,0 +1,129 @@
+/* kernels: per-type tables and run-time ISA selection.
+ *
+ * The library is compiled for generic x86-64; SIMD functions carry their own
+ * target attributes and are only installed in the active table when CPUID says
+ * the CPU (and OS) supports them. All variants compute bit-identical results
+ * (see kern_impl.h), so the choice only affects speed. */
+#include "kern_impl.h"
+
+#include <cpuid.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define REF(ty, be, bb, vdt, sfx)                                                    \
+    [GGUF_DT_##ty] = {#ty, be, bb, GGUF_DT_##vdt, kref_to_float_##sfx, kref_from_float_##sfx, \
+                      kref_vec_dot_##sfx}
+
+static const kern_traits ref_table[GGUF_DT_COUNT] = {
+    REF(F32, 1, 4, F32, f32),
+    REF(F16, 1, 2, F16, f16),
+    REF(BF16, 1, 2, BF16, bf16),
+    REF(Q8_0, QK8_0, sizeof(blk_q8_0), Q8_0, q8_0),
+    REF(Q4_0, QK4_0, sizeof(blk_q4_0), Q8_0, q4_0),
+    REF(Q4_K, QK_K, sizeof(blk_q4_K), Q8_K, q4_K),
+    REF(Q6_K, QK_K, sizeof(blk_q6_K), Q8_K, q6_K),
+    /* activation-only type: no kernel multiplies Q8_K weights */
+    [GGUF_DT_Q8_K] = {"Q8_K", QK_K, sizeof(blk_q8_K), GGUF_DT_Q8_K, kref_to_float_q8_K,
+                      kref_from_float_q8_K, NULL},
+};
+
+static kern_traits active[GGUF_DT_COUNT];
+static const char *active_isa = "scalar";
+static pthread_once_t auto_once = PTHREAD_ONCE_INIT;
+
+enum isa_level { ISA_SCALAR = 0, ISA_AVX2 = 1, ISA_AVX512 = 2 };
+static const char *const isa_names[] = {"scalar", "avx2", "avx512"};
+
+static bool cpu_has_f16c(void) {
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+}
+
+/* The best level this CPU supports. __builtin_cpu_supports also checks that the
+ * OS saves the wide registers (XCR0). */
+static enum isa_level cpu_level(void) {
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") || !cpu_has_f16c())
+        return ISA_SCALAR;
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni"))
+        return ISA_AVX512;
+    return ISA_AVX2;
+}
+
+static void install_avx2(void) {
+    active[GGUF_DT_F16].to_float = kavx2_to_float_f16;
+    active[GGUF_DT_F16].from_float = kavx2_from_float_f16;
+    active[GGUF_DT_Q8_0].from_float = kavx2_from_float_q8_0;
+    active[GGUF_DT_Q8_K].from_float = kavx2_from_float_q8_K;
+    active[GGUF_DT_F32].vec_dot = kavx2_vec_dot_f32;
+    active[GGUF_DT_F16].vec_dot = kavx2_vec_dot_f16;
+    active[GGUF_DT_BF16].vec_dot = kavx2_vec_dot_bf16;
+    active[GGUF_DT_Q8_0].vec_dot = kavx2_vec_dot_q8_0;
+    active[GGUF_DT_Q4_0].vec_dot = kavx2_vec_dot_q4_0;
+    active[GGUF_DT_Q4_K].vec_dot = kavx2_vec_dot_q4_K;
+    active[GGUF_DT_Q6_K].vec_dot = kavx2_vec_dot_q6_K;
+}
+
+static void install_avx512(void) {
+    active[GGUF_DT_F32].vec_dot = kavx512_vec_dot_f32;
+    active[GGUF_DT_F16].vec_dot = kavx512_vec_dot_f16;
+    active[GGUF_DT_BF16].vec_dot = kavx512_vec_dot_bf16;
+    active[GGUF_DT_Q8_0].vec_dot = kavx512_vec_dot_q8_0;
+    active[GGUF_DT_Q4_0].vec_dot = kavx512_vec_dot_q4_0;
+    active[GGUF_DT_Q4_K].vec_dot = kavx512_vec_dot_q4_K;
+    active[GGUF_DT_Q6_K].vec_dot = kavx512_vec_dot_q6_K;
+}
+
+static void select_level(enum isa_level want) {
+    const enum isa_level have = cpu_level();
+    if (want > have) {
+        kvl_log(KVL_LOG_WARN, "kernels: %s not supported by this CPU, using %s",
+                isa_names[want], isa_names[have]);
+        want = have;
+    }
+    memcpy(active, ref_table, sizeof active);
+    if (want >= ISA_AVX2) install_avx2();
+    if (want >= ISA_AVX512) install_avx512();
+    active_isa = isa_names[want];
+}
+
+/* "scalar" | "avx2" | "avx512" | NULL or "" or "auto" (best available). */
+static enum isa_level parse_level(const char *name) {
+    if (!name || !*name || !strcmp(name, "auto")) return cpu_level();
+    for (int i = ISA_SCALAR; i <= ISA_AVX512; i++)
+        if (!strcmp(name, isa_names[i])) return (enum isa_level)i;
+    kvl_log(KVL_LOG_WARN, "kernels: unknown ISA '%s', choosing automatically", name);
+    return cpu_level();
+}
+
+/* Default selection; the KVLLM_KERNELS environment variable overrides it. */
+static void auto_init(void) { select_level(parse_level(getenv("KVLLM_KERNELS"))); }
+
+void kern_init(const char *force) {
+    pthread_once(&auto_once, auto_init);
+    if (force) select_level(parse_level(force));
+}
+
+const char *kern_isa_name(void) {
+    pthread_once(&auto_once, auto_init);
+    return active_isa;
+}
+
+const kern_traits *kern_traits_of(int dtype) {
+    if (dtype < 0 || dtype >= GGUF_DT_COUNT) return NULL;
+    pthread_once(&auto_once, auto_init);
+    return active[dtype].name ? &active[dtype] : NULL;
+}
+
+const kern_traits *kern_traits_ref(int dtype) {
+    if (dtype < 0 || dtype >= GGUF_DT_COUNT) return NULL;
+    return ref_table[dtype].name ? &ref_table[dtype] : NULL;
+}
+
+size_t kern_row_bytes(int dtype, int64_t n) {
+    const kern_traits *t = kern_traits_ref(dtype);
+    if (!t || n < 0) return 0;
+    return (size_t)(n / t->block_elems) * t->block_bytes;
+}

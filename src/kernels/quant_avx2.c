@@ -1,0 +1,350 @@
+/* kernels: AVX2 + FMA + F16C implementations.
+ *
+ * Compiled with generic x86-64 flags; each function enables the ISA it needs
+ * through a target attribute and is only called after kern_init checked CPUID.
+ * Results are bit-identical to quant_ref.c (kern_impl.h gives the orders). */
+#include "kern_impl.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+#define T_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define T_AVX2_INLINE static inline __attribute__((always_inline, target("avx2,fma,f16c")))
+
+T_AVX2_INLINE float f16_load(kvl_f16 h) { return _cvtsh_ss(h); }
+
+T_AVX2_INLINE int32_t hsum_i32(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
+    return _mm_cvtsi128_si32(s);
+}
+
+/* kern_h8 on a vector: lane i + lane i+4, then i + i+2, then 0 + 1. */
+T_AVX2_INLINE float h8_ps(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* ======================= conversions ======================= */
+
+T_AVX2 void kavx2_to_float_f16(const void *src, float *dst, int64_t n) {
+    const kvl_f16 *x = src;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i))));
+    for (; i < n; i++) dst[i] = f16_load(x[i]);
+}
+
+T_AVX2 void kavx2_from_float_f16(const float *src, void *dst, int64_t n) {
+    kvl_f16 *y = dst;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(y + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++) y[i] = kvl_f32_to_f16(src[i]);
+}
+
+/* roundf (half away from zero) of 8 floats, exactly: v - trunc(v) is exact. */
+T_AVX2_INLINE __m256 roundf_ps(__m256 v) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    const __m256 t = _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    const __m256 frac = _mm256_andnot_ps(sign, _mm256_sub_ps(v, t));
+    const __m256 big = _mm256_cmp_ps(frac, _mm256_set1_ps(0.5f), _CMP_GE_OQ);
+    const __m256 one = _mm256_or_ps(_mm256_set1_ps(1.0f), _mm256_and_ps(sign, v));
+    return _mm256_add_ps(t, _mm256_and_ps(big, one));
+}
+
+/* 32 int32 (four vectors, in order) -> 32 int8 with signed saturation. */
+T_AVX2_INLINE __m256i pack_i32_to_i8(__m256i a, __m256i b, __m256i c, __m256i d) {
+    const __m256i ab = _mm256_packs_epi32(a, b), cd = _mm256_packs_epi32(c, d);
+    /* the packs work per 128-bit lane: restore element order */
+    return _mm256_permutevar8x32_epi32(_mm256_packs_epi16(ab, cd),
+                                       _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+T_AVX2_INLINE float hmax_ps(__m256 v) {
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    return _mm_cvtss_f32(m);
+}
+
+/* Same bytes as kref_from_float_q8_0 (d = amax/127, id = 1/d, roundf). */
+T_AVX2 void kavx2_from_float_q8_0(const float *src, void *dst, int64_t n) {
+    blk_q8_0 *y = dst;
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    for (int64_t b = 0; b < n / QK8_0; b++) {
+        const float *x = src + b * QK8_0;
+        __m256 v[4], amax = _mm256_setzero_ps();
+        for (int k = 0; k < 4; k++) {
+            v[k] = _mm256_loadu_ps(x + 8 * k);
+            amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v[k]));
+        }
+        const float d = hmax_ps(amax) / 127;
+        const float id = d ? 1.0f / d : 0.0f;
+        y[b].d = kvl_f32_to_f16(d);
+        __m256i q[4];
+        for (int k = 0; k < 4; k++)
+            q[k] = _mm256_cvtps_epi32(roundf_ps(_mm256_mul_ps(v[k], _mm256_set1_ps(id))));
+        _mm256_storeu_si256((__m256i *)y[b].qs, pack_i32_to_i8(q[0], q[1], q[2], q[3]));
+    }
+}
+
+/* Sums of 16 int8: bias to unsigned so psadbw can add them, then unbias. */
+T_AVX2_INLINE void q8k_bsums(const int8_t *qs, int16_t *bsums) {
+    for (int j = 0; j < QK_K / 32; j++) {
+        const __m256i u = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(qs + 32 * j)),
+                                           _mm256_set1_epi8((char)0x80));
+        const __m256i s = _mm256_sad_epu8(u, _mm256_setzero_si256()); /* 4 sums of 8 */
+        bsums[2 * j] = (int16_t)(_mm256_extract_epi64(s, 0) + _mm256_extract_epi64(s, 1) - 2048);
+        bsums[2 * j + 1] =
+            (int16_t)(_mm256_extract_epi64(s, 2) + _mm256_extract_epi64(s, 3) - 2048);
+    }
+}
+
+/* The first element of largest magnitude (ties keep the earliest, as ggml). */
+T_AVX2_INLINE float q8k_signed_max(const float *x, float *amax_out) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 m = _mm256_setzero_ps();
+    for (int j = 0; j < QK_K; j += 8) m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + j)));
+    const float amax = hmax_ps(m);
+    *amax_out = amax;
+    for (int j = 0; j < QK_K; j++)
+        if (fabsf(x[j]) == amax) return x[j];
+    return 0.0f; /* only reached for NaN input */
+}
+
+/* Same bytes as kref_from_float_q8_K: q = min(127, rint(-127/max * x)). */
+T_AVX2 void kavx2_from_float_q8_K(const float *src, void *dst, int64_t n) {
+    blk_q8_K *y = dst;
+    for (int64_t b = 0; b < n / QK_K; b++) {
+        const float *x = src + b * QK_K;
+        float amax;
+        const float max = q8k_signed_max(x, &amax);
+        if (!amax) {
+            memset(&y[b], 0, sizeof y[b]);
+            continue;
+        }
+        const float iscale = -127.f / max;
+        const __m256 vs = _mm256_set1_ps(iscale);
+        const __m256i hi = _mm256_set1_epi32(127);
+        for (int j = 0; j < QK_K; j += 32) {
+            __m256i q[4];
+            /* cvtps rounds to nearest even under the default MXCSR, as nearest_int */
+            for (int k = 0; k < 4; k++)
+                q[k] = _mm256_min_epi32(
+                    hi, _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + j + 8 * k), vs)));
+            _mm256_storeu_si256((__m256i *)(y[b].qs + j), pack_i32_to_i8(q[0], q[1], q[2], q[3]));
+        }
+        q8k_bsums(y[b].qs, y[b].bsums);
+        y[b].d = 1 / iscale;
+    }
+}
+
+/* ======================= FP family dot products ======================= */
+
+enum fp_kind { FP_F32, FP_F16, FP_BF16 };
+
+/* 8 elements starting at element i, widened to float. */
+T_AVX2_INLINE __m256 fp_load8(enum fp_kind kind, const void *p, int64_t i) {
+    switch (kind) {
+    case FP_F32: return _mm256_loadu_ps((const float *)p + i);
+    case FP_F16: return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const kvl_f16 *)p + i)));
+    default:
+        return _mm256_castsi256_ps(_mm256_slli_epi32(
+            _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)((const kvl_bf16 *)p + i))), 16));
+    }
+}
+
+/* acc += x * y for the 64 elements at x, y (element offset i). */
+#define FP_STEP8(g) a##g = _mm256_fmadd_ps(fp_load8(kind, x, i + 8 * g), fp_load8(kind, y, i + 8 * g), a##g)
+
+/* 64 lanes as 8 named vectors (so they stay in registers); a short tail goes
+ * through a zero-padded copy. */
+T_AVX2_INLINE float fp_dot(enum fp_kind kind, int64_t n, const void *x0, const void *y0) {
+    const size_t esz = kind == FP_F32 ? 4 : 2;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+    _Alignas(32) unsigned char tx[KERN_FP_LANES * 4], ty[KERN_FP_LANES * 4];
+    const void *x = x0, *y = y0;
+    for (int64_t i0 = 0; i0 < n; i0 += KERN_FP_LANES) {
+        int64_t i = i0;
+        if (n - i0 < KERN_FP_LANES) {
+            memset(tx, 0, sizeof tx);
+            memset(ty, 0, sizeof ty);
+            memcpy(tx, (const char *)x0 + i0 * esz, (size_t)(n - i0) * esz);
+            memcpy(ty, (const char *)y0 + i0 * esz, (size_t)(n - i0) * esz);
+            x = tx, y = ty, i = 0;
+        }
+        FP_STEP8(0); FP_STEP8(1); FP_STEP8(2); FP_STEP8(3);
+        FP_STEP8(4); FP_STEP8(5); FP_STEP8(6); FP_STEP8(7);
+    }
+    const __m256 lo = _mm256_add_ps(_mm256_add_ps(a0, a4), _mm256_add_ps(a2, a6));
+    const __m256 hi = _mm256_add_ps(_mm256_add_ps(a1, a5), _mm256_add_ps(a3, a7));
+    return h8_ps(_mm256_add_ps(lo, hi));
+}
+#undef FP_STEP8
+
+T_AVX2 void kavx2_vec_dot_f32(int64_t n, float *s, const void *x, const void *y) {
+    *s = fp_dot(FP_F32, n, x, y);
+}
+T_AVX2 void kavx2_vec_dot_f16(int64_t n, float *s, const void *x, const void *y) {
+    *s = fp_dot(FP_F16, n, x, y);
+}
+T_AVX2 void kavx2_vec_dot_bf16(int64_t n, float *s, const void *x, const void *y) {
+    *s = fp_dot(FP_BF16, n, x, y);
+}
+
+/* ======================= Q family dot products ======================= */
+
+/* 8 int32 lane sums of 4 products: unsigned u (0..255) times signed y (no
+ * saturation for |u*y pair| <= 32767, true for every caller). */
+T_AVX2_INLINE __m256i dot_u8s8(__m256i u, __m256i y) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, y), _mm256_set1_epi16(1));
+}
+
+/* 4 accumulators, block b into acc[b % 4], then kern_reduce32. */
+T_AVX2_INLINE float q_reduce(const __m256 *acc) {
+    return h8_ps(_mm256_add_ps(_mm256_add_ps(acc[0], acc[2]), _mm256_add_ps(acc[1], acc[3])));
+}
+
+T_AVX2_INLINE __m256i q8_0_lanes(const blk_q8_0 *x, const blk_q8_0 *y) {
+    const __m256i xv = _mm256_loadu_si256((const __m256i *)x->qs);
+    const __m256i yv = _mm256_loadu_si256((const __m256i *)y->qs);
+    /* |x| * (y with x's sign); |-128| reads as unsigned 128 */
+    return dot_u8s8(_mm256_sign_epi8(xv, xv), _mm256_sign_epi8(yv, xv));
+}
+
+T_AVX2 void kavx2_vec_dot_q8_0(int64_t n, float *s, const void *vx, const void *vy) {
+    const blk_q8_0 *x = vx, *y = vy;
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                     _mm256_setzero_ps()};
+    for (int64_t b = 0; b < n / QK8_0; b++) {
+        const __m256 d = _mm256_set1_ps(f16_load(x[b].d) * f16_load(y[b].d));
+        acc[b & 3] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(q8_0_lanes(&x[b], &y[b])), acc[b & 3]);
+    }
+    *s = q_reduce(acc);
+}
+
+T_AVX2_INLINE __m256i q4_0_lanes(const blk_q4_0 *x, const blk_q8_0 *y) {
+    const __m128i q = _mm_loadu_si128((const __m128i *)x->qs);
+    const __m128i m = _mm_set1_epi8(0x0F);
+    const __m256i u = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m), _mm_and_si128(q, m));
+    const __m256i yv = _mm256_loadu_si256((const __m256i *)y->qs);
+    /* (u - 8) * y = u*y - 8*y */
+    const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(u, yv),
+                                       _mm256_maddubs_epi16(_mm256_set1_epi8(8), yv));
+    return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+}
+
+T_AVX2 void kavx2_vec_dot_q4_0(int64_t n, float *s, const void *vx, const void *vy) {
+    const blk_q4_0 *x = vx;
+    const blk_q8_0 *y = vy;
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                     _mm256_setzero_ps()};
+    for (int64_t b = 0; b < n / QK4_0; b++) {
+        const __m256 d = _mm256_set1_ps(f16_load(x[b].d) * f16_load(y[b].d));
+        acc[b & 3] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(q4_0_lanes(&x[b], &y[b])), acc[b & 3]);
+    }
+    *s = q_reduce(acc);
+}
+
+/* ======================= K family dot products ======================= */
+
+/* Unpacks the 8 scales and 8 mins of a Q4_K block (ggml's 12-byte packing). */
+T_AVX2_INLINE void q4k_unpack(const uint8_t *s, uint8_t *sc, uint8_t *mn) {
+    for (int j = 0; j < 8; j++) kern_q4k_scale_min(j, s, &sc[j], &mn[j]);
+}
+
+/* sum_j mn[j] * (bsums[2j] + bsums[2j+1]) */
+T_AVX2_INLINE int32_t q4k_summ(const uint8_t *mn, const int16_t *bsums) {
+    __m128i m = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)mn));
+    const __m256i m2 = _mm256_set_m128i(_mm_unpackhi_epi16(m, m), _mm_unpacklo_epi16(m, m));
+    return hsum_i32(_mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)bsums), m2));
+}
+
+T_AVX2_INLINE int32_t q4k_sumi(const blk_q4_K *x, const blk_q8_K *y, const uint8_t *sc) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    __m256i sum = _mm256_setzero_si256();
+    for (int j = 0; j < QK_K / 64; j++) {
+        const __m256i q = _mm256_loadu_si256((const __m256i *)(x->qs + 32 * j));
+        const __m256i lo = _mm256_and_si256(q, m4);
+        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+        const __m256i y0 = _mm256_loadu_si256((const __m256i *)(y->qs + 64 * j));
+        const __m256i y1 = _mm256_loadu_si256((const __m256i *)(y->qs + 64 * j + 32));
+        const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, y0),
+                                             _mm256_set1_epi16(sc[2 * j]));
+        const __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, y1),
+                                             _mm256_set1_epi16(sc[2 * j + 1]));
+        sum = _mm256_add_epi32(sum, _mm256_add_epi32(p0, p1));
+    }
+    return hsum_i32(sum);
+}
+
+T_AVX2 void kavx2_vec_dot_q4_K(int64_t n, float *s, const void *vx, const void *vy) {
+    const blk_q4_K *x = vx;
+    const blk_q8_K *y = vy;
+    float sumf = 0;
+    for (int64_t b = 0; b < n / QK_K; b++) {
+        uint8_t sc[8], mn[8];
+        q4k_unpack(x[b].scales, sc, mn);
+        const int32_t sumi = q4k_sumi(&x[b], &y[b], sc);
+        const int32_t summ = q4k_summ(mn, y[b].bsums);
+        const float dall = f16_load(x[b].d) * y[b].d;
+        const float dmin = f16_load(x[b].dmin) * y[b].d;
+        sumf = fmaf(dall, (float)sumi, sumf);
+        sumf = fmaf(-dmin, (float)summ, sumf);
+    }
+    *s = sumf;
+}
+
+/* The four 32-value quarters of a Q6_K half as unsigned 0..63 bytes. */
+T_AVX2_INLINE void q6k_quarters(const uint8_t *ql, const uint8_t *qh, __m256i *u) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(0x30);
+    const __m256i a = _mm256_loadu_si256((const __m256i *)ql);
+    const __m256i b = _mm256_loadu_si256((const __m256i *)(ql + 32));
+    const __m256i h = _mm256_loadu_si256((const __m256i *)qh);
+    /* 16-bit shifts leak bits across bytes; the masks drop them */
+    u[0] = _mm256_or_si256(_mm256_and_si256(a, m4), _mm256_and_si256(_mm256_slli_epi16(h, 4), m2));
+    u[1] = _mm256_or_si256(_mm256_and_si256(b, m4), _mm256_and_si256(_mm256_slli_epi16(h, 2), m2));
+    u[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), m4), _mm256_and_si256(h, m2));
+    u[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(b, 4), m4),
+                           _mm256_and_si256(_mm256_srli_epi16(h, 2), m2));
+}
+
+/* Sum over the super-block of sc_g * sum_16 (q6 + 32) * q8, minus 32 * sum_g sc_g * bsum_g. */
+T_AVX2_INLINE int32_t q6k_sumi(const blk_q6_K *x, const blk_q8_K *y) {
+    const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x->scales));
+    const __m256i bs = _mm256_loadu_si256((const __m256i *)y->bsums);
+    __m256i sum = _mm256_sub_epi32(_mm256_setzero_si256(),
+                                   _mm256_slli_epi32(_mm256_madd_epi16(sc16, bs), 5));
+    for (int h = 0; h < 2; h++) {
+        __m256i u[4];
+        q6k_quarters(x->ql + 64 * h, x->qh + 32 * h, u);
+        /* both 128-bit lanes hold the 8 int16 scales of this half */
+        const __m256i sh = h ? _mm256_permute4x64_epi64(sc16, 0xEE) : _mm256_permute4x64_epi64(sc16, 0x44);
+        for (int k = 0; k < 4; k++) {
+            /* int16 scale 2k in the low lane, 2k+1 in the high lane */
+            const char lo = (char)(4 * k), hi = (char)(4 * k + 2);
+            const __m256i sel = _mm256_setr_epi8(lo, lo + 1, lo, lo + 1, lo, lo + 1, lo, lo + 1,
+                                                 lo, lo + 1, lo, lo + 1, lo, lo + 1, lo, lo + 1,
+                                                 hi, hi + 1, hi, hi + 1, hi, hi + 1, hi, hi + 1,
+                                                 hi, hi + 1, hi, hi + 1, hi, hi + 1, hi, hi + 1);
+            const __m256i yv = _mm256_loadu_si256((const __m256i *)(y->qs + 128 * h + 32 * k));
+            const __m256i p = _mm256_maddubs_epi16(u[k], yv);
+            sum = _mm256_add_epi32(sum, _mm256_madd_epi16(p, _mm256_shuffle_epi8(sh, sel)));
+        }
+    }
+    return hsum_i32(sum);
+}
+
+T_AVX2 void kavx2_vec_dot_q6_K(int64_t n, float *s, const void *vx, const void *vy) {
+    const blk_q6_K *x = vx;
+    const blk_q8_K *y = vy;
+    float sumf = 0;
+    for (int64_t b = 0; b < n / QK_K; b++)
+        sumf = fmaf(f16_load(x[b].d) * y[b].d, (float)q6k_sumi(&x[b], &y[b]), sumf);
+    *s = sumf;
+}

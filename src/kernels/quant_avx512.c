@@ -1,0 +1,303 @@
+/* kernels: AVX-512 (F, BW, VL, VNNI) implementations of the dot products.
+ *
+ * Same contract as quant_avx2.c: per-function target attributes, selected at
+ * run time, bit-identical to the scalar reference (orders in kern_impl.h).
+ * Q family: one zmm holds two blocks, so accumulator zmm0 = lanes of blocks
+ * b%4 = 0,1 and zmm1 = b%4 = 2,3; their sum is already the (A0+A2 | A1+A3)
+ * step of kern_reduce32. */
+#include "kern_impl.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+#define T_512_FLAGS "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c"
+#define T_512 __attribute__((target(T_512_FLAGS)))
+#define T_512_INLINE static inline __attribute__((always_inline, target(T_512_FLAGS)))
+
+T_512_INLINE float f16_load(kvl_f16 h) { return _cvtsh_ss(h); }
+
+/* kern_h8 on 8 lanes. */
+T_512_INLINE float h8_ps(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* 16 lanes: lane i + lane i+8, then kern_h8. */
+T_512_INLINE float h16_ps(__m512 v) {
+    return h8_ps(_mm256_add_ps(_mm512_castps512_ps256(v),
+                               _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))));
+}
+
+T_512_INLINE int32_t hsum_i32_256(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
+    return _mm_cvtsi128_si32(s);
+}
+
+T_512_INLINE int32_t hsum_i32_512(__m512i v) {
+    return hsum_i32_256(
+        _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1)));
+}
+
+/* ======================= FP family ======================= */
+
+enum fp_kind { FP_F32, FP_F16, FP_BF16 };
+
+/* 16 elements from element i, widened to float; lanes outside `k` read as 0
+ * and touch no memory. */
+T_512_INLINE __m512 fp_load16(enum fp_kind kind, const void *p, int64_t i, __mmask16 k) {
+    switch (kind) {
+    case FP_F32: return _mm512_maskz_loadu_ps(k, (const float *)p + i);
+    case FP_F16: return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, (const kvl_f16 *)p + i));
+    default:
+        return _mm512_castsi512_ps(_mm512_slli_epi32(
+            _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, (const kvl_bf16 *)p + i)), 16));
+    }
+}
+
+T_512_INLINE __mmask16 tail_mask(int64_t left) {
+    return left >= 16 ? (__mmask16)0xFFFF : left <= 0 ? 0 : (__mmask16)((1u << left) - 1);
+}
+
+/* 64 lanes as 4 zmm (named, so they stay in registers); the tail leaves lanes
+ * beyond n untouched, like the reference. */
+T_512_INLINE float fp_dot(enum fp_kind kind, int64_t n, const void *x, const void *y) {
+    const __mmask16 all = 0xFFFF;
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    int64_t i = 0;
+    for (; i + KERN_FP_LANES <= n; i += KERN_FP_LANES) {
+        a0 = _mm512_fmadd_ps(fp_load16(kind, x, i, all), fp_load16(kind, y, i, all), a0);
+        a1 = _mm512_fmadd_ps(fp_load16(kind, x, i + 16, all), fp_load16(kind, y, i + 16, all), a1);
+        a2 = _mm512_fmadd_ps(fp_load16(kind, x, i + 32, all), fp_load16(kind, y, i + 32, all), a2);
+        a3 = _mm512_fmadd_ps(fp_load16(kind, x, i + 48, all), fp_load16(kind, y, i + 48, all), a3);
+    }
+    if (i < n) {
+        __m512 *acc[4] = {&a0, &a1, &a2, &a3};
+        for (int g = 0; g < 4 && i + 16 * g < n; g++) {
+            const __mmask16 k = tail_mask(n - i - 16 * g);
+            *acc[g] = _mm512_mask3_fmadd_ps(fp_load16(kind, x, i + 16 * g, k),
+                                            fp_load16(kind, y, i + 16 * g, k), *acc[g], k);
+        }
+    }
+    return h16_ps(_mm512_add_ps(_mm512_add_ps(a0, a2), _mm512_add_ps(a1, a3)));
+}
+
+T_512 void kavx512_vec_dot_f32(int64_t n, float *s, const void *x, const void *y) {
+    *s = fp_dot(FP_F32, n, x, y);
+}
+T_512 void kavx512_vec_dot_f16(int64_t n, float *s, const void *x, const void *y) {
+    *s = fp_dot(FP_F16, n, x, y);
+}
+T_512 void kavx512_vec_dot_bf16(int64_t n, float *s, const void *x, const void *y) {
+    *s = fp_dot(FP_BF16, n, x, y);
+}
+
+/* ======================= Q family ======================= */
+
+/* Scale vector for a block pair: d0 in lanes 0..7, d1 in lanes 8..15. */
+T_512_INLINE __m512 pair_scale(float d0, float d1) {
+    return _mm512_mask_broadcastss_ps(_mm512_set1_ps(d0), 0xFF00, _mm_set_ss(d1));
+}
+
+T_512_INLINE __m512i load_pair256(const void *p0, const void *p1) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)p0)),
+                              _mm256_loadu_si256((const __m256i *)p1), 1);
+}
+
+/* int32 lane sums of 4 products x*y for two Q8_0 blocks (signed x signed:
+ * |x| times y with x's sign; |-128| reads as unsigned 128). */
+T_512_INLINE __m512i q8_0_pair(const blk_q8_0 *x0, const blk_q8_0 *x1, const blk_q8_0 *y0,
+                               const blk_q8_0 *y1) {
+    const __m512i xv = load_pair256(x0->qs, x1->qs), yv = load_pair256(y0->qs, y1->qs);
+    const __m512i sy = _mm512_mask_sub_epi8(yv, _mm512_movepi8_mask(xv), _mm512_setzero_si512(), yv);
+    return _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(xv), sy);
+}
+
+/* Blocks b (low half) and b+1 (high half, absent when !two) into acc. */
+T_512_INLINE __m512 q8_0_step(__m512 acc, const blk_q8_0 *x, const blk_q8_0 *y, bool two) {
+    if (two) {
+        const __m512 d = pair_scale(f16_load(x[0].d) * f16_load(y[0].d),
+                                    f16_load(x[1].d) * f16_load(y[1].d));
+        return _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(q8_0_pair(&x[0], &x[1], &y[0], &y[1])), acc);
+    }
+    const __m512 d = _mm512_set1_ps(f16_load(x[0].d) * f16_load(y[0].d));
+    return _mm512_mask3_fmadd_ps(d, _mm512_cvtepi32_ps(q8_0_pair(&x[0], &x[0], &y[0], &y[0])),
+                                 acc, 0x00FF);
+}
+
+T_512 void kavx512_vec_dot_q8_0(int64_t n, float *s, const void *vx, const void *vy) {
+    const blk_q8_0 *x = vx, *y = vy;
+    const int64_t nb = n / QK8_0;
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    int64_t b = 0;
+    for (; b + 4 <= nb; b += 4) {
+        acc0 = q8_0_step(acc0, x + b, y + b, true);
+        acc1 = q8_0_step(acc1, x + b + 2, y + b + 2, true);
+    }
+    if (b < nb) acc0 = q8_0_step(acc0, x + b, y + b, nb - b >= 2);
+    if (b + 2 < nb) acc1 = q8_0_step(acc1, x + b + 2, y + b + 2, false);
+    *s = h16_ps(_mm512_add_ps(acc0, acc1));
+}
+
+/* Nibbles of two Q4_0 blocks as bytes 0..15, in the order of their Q8_0 partners:
+ * [lo(x0) | hi(x0) | lo(x1) | hi(x1)], 16 bytes each. */
+T_512_INLINE __m512i q4_0_pair_nibbles(const blk_q4_0 *x0, const blk_q4_0 *x1) {
+    const __m256i q = _mm256_set_m128i(_mm_loadu_si128((const __m128i *)x1->qs),
+                                       _mm_loadu_si128((const __m128i *)x0->qs));
+    const __m512i dup = _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 1, 0, 1, 2, 3, 2, 3),
+                                                 _mm512_castsi256_si512(q));
+    const __m512i sh = _mm512_srlv_epi64(dup, _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4));
+    return _mm512_and_si512(sh, _mm512_set1_epi8(0x0F));
+}
+
+T_512_INLINE __m512 q4_0_step(__m512 acc, const blk_q4_0 *x, const blk_q8_0 *y, bool two) {
+    const blk_q4_0 *x1 = two ? &x[1] : &x[0];
+    const blk_q8_0 *y1 = two ? &y[1] : &y[0];
+    const __m512i u = q4_0_pair_nibbles(&x[0], x1);
+    const __m512i yv = load_pair256(y[0].qs, y1->qs);
+    /* (u - 8) * y as u*y - 8*y, both exact in int32 */
+    const __m512i uy = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, yv);
+    const __m512i ey = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(8), yv);
+    const __m512 f = _mm512_cvtepi32_ps(_mm512_sub_epi32(uy, ey));
+    const float d0 = f16_load(x[0].d) * f16_load(y[0].d);
+    if (!two) return _mm512_mask3_fmadd_ps(_mm512_set1_ps(d0), f, acc, 0x00FF);
+    return _mm512_fmadd_ps(pair_scale(d0, f16_load(x1->d) * f16_load(y1->d)), f, acc);
+}
+
+T_512 void kavx512_vec_dot_q4_0(int64_t n, float *s, const void *vx, const void *vy) {
+    const blk_q4_0 *x = vx;
+    const blk_q8_0 *y = vy;
+    const int64_t nb = n / QK4_0;
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    int64_t b = 0;
+    for (; b + 4 <= nb; b += 4) {
+        acc0 = q4_0_step(acc0, x + b, y + b, true);
+        acc1 = q4_0_step(acc1, x + b + 2, y + b + 2, true);
+    }
+    if (b < nb) acc0 = q4_0_step(acc0, x + b, y + b, nb - b >= 2);
+    if (b + 2 < nb) acc1 = q4_0_step(acc1, x + b + 2, y + b + 2, false);
+    *s = h16_ps(_mm512_add_ps(acc0, acc1));
+}
+
+/* ======================= K family ======================= */
+
+/* Q4_K scales and mins as bytes: sc[0..7] in the low 8 bytes, mins in the high 8
+ * (the 12-byte packing of kern_q4k_scale_min, done 4 bytes at a time). */
+T_512_INLINE __m128i q4k_scales_mins(const uint8_t *s) {
+    uint32_t w0, w1, w2;
+    memcpy(&w0, s, 4);
+    memcpy(&w1, s + 4, 4);
+    memcpy(&w2, s + 8, 4);
+    const uint32_t sc_lo = w0 & 0x3f3f3f3f, mn_lo = w1 & 0x3f3f3f3f;
+    const uint32_t sc_hi = (w2 & 0x0f0f0f0f) | (((w0 >> 6) & 0x03030303) << 4);
+    const uint32_t mn_hi = ((w2 >> 4) & 0x0f0f0f0f) | (((w1 >> 6) & 0x03030303) << 4);
+    return _mm_setr_epi32((int)sc_lo, (int)sc_hi, (int)mn_lo, (int)mn_hi);
+}
+
+/* pshufb control picking int16 scale 2c in 128-bit lanes 0,1 and 2c+1 in 2,3. */
+T_512_INLINE __m512i q4k_scale_sel(int c) {
+    const long long lo = 0x0100010001000100LL + 0x0404040404040404LL * c;
+    const long long hi = lo + 0x0202020202020202LL;
+    return _mm512_setr_epi64(lo, lo, lo, lo, hi, hi, hi, hi);
+}
+
+/* acc += sc_2c * dot(low nibbles, y) + sc_2c+1 * dot(high nibbles, y) for the
+ * 64 values of chunk c; sc8 holds the 8 int16 scales in every 128-bit lane. */
+T_512_INLINE __m512i q4k_chunk(__m512i acc, const uint8_t *qs, const int8_t *yq, __m512i sc8, int c) {
+    const __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(qs + 32 * c)));
+    const __m512i u = _mm512_and_si512(_mm512_srlv_epi64(q, _mm512_setr_epi64(0, 0, 0, 0, 4, 4, 4, 4)),
+                                       _mm512_set1_epi8(0x0F));
+    const __m512i p = _mm512_maddubs_epi16(u, _mm512_loadu_si512(yq + 64 * c));
+    return _mm512_dpwssd_epi32(acc, p, _mm512_shuffle_epi8(sc8, q4k_scale_sel(c)));
+}
+
+/* Two 8-lane int32 vectors reduced together: returns {sum a, sum b}. */
+T_512_INLINE void hsum2_i32(__m256i a, __m256i b, int32_t *sa, int32_t *sb) {
+    const __m256i h = _mm256_hadd_epi32(a, b); /* a01 a23 b01 b23 | a45 a67 b45 b67 */
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+    s = _mm_hadd_epi32(s, s);
+    *sa = _mm_cvtsi128_si32(s);
+    *sb = _mm_extract_epi32(s, 1);
+}
+
+/* sumi = sum_j sc_j * dot(q4, q8) over sub-blocks of 32, summ = sum_j m_j * bsums. */
+T_512_INLINE void q4k_block(const blk_q4_K *x, const blk_q8_K *y, int32_t *sumi, int32_t *summ) {
+    const __m256i sm16 = _mm256_cvtepu8_epi16(q4k_scales_mins(x->scales)); /* sc0..7, m0..7 */
+    /* mins pairwise: m_j against bsums 2j and 2j+1 */
+    const __m256i mdup = _mm256_permutexvar_epi16(
+        _mm256_setr_epi16(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15), sm16);
+    const __m256i mins = _mm256_madd_epi16(mdup, _mm256_loadu_si256((const __m256i *)y->bsums));
+    const __m512i sc8 = _mm512_broadcast_i32x4(_mm256_castsi256_si128(sm16));
+    /* two chains so the dpwssd latencies overlap */
+    __m512i a0 = q4k_chunk(_mm512_setzero_si512(), x->qs, y->qs, sc8, 0);
+    __m512i a1 = q4k_chunk(_mm512_setzero_si512(), x->qs, y->qs, sc8, 1);
+    a0 = q4k_chunk(a0, x->qs, y->qs, sc8, 2);
+    a1 = q4k_chunk(a1, x->qs, y->qs, sc8, 3);
+    const __m512i a = _mm512_add_epi32(a0, a1);
+    hsum2_i32(_mm256_add_epi32(_mm512_castsi512_si256(a), _mm512_extracti64x4_epi64(a, 1)), mins,
+              sumi, summ);
+}
+
+T_512 void kavx512_vec_dot_q4_K(int64_t n, float *s, const void *vx, const void *vy) {
+    const blk_q4_K *x = vx;
+    const blk_q8_K *y = vy;
+    float sumf = 0;
+    for (int64_t b = 0; b < n / QK_K; b++) {
+        int32_t sumi, summ;
+        q4k_block(&x[b], &y[b], &sumi, &summ);
+        const float dall = f16_load(x[b].d) * y[b].d;
+        const float dmin = f16_load(x[b].dmin) * y[b].d;
+        sumf = fmaf(dall, (float)sumi, sumf);
+        sumf = fmaf(-dmin, (float)summ, sumf);
+    }
+    *s = sumf;
+}
+
+/* Index vector selecting int16 scales 4c..4c+3, each for 8 consecutive lanes. */
+T_512_INLINE __m512i q6k_scale_idx(int c) {
+    const __m512i quarter = _mm512_setr_epi64(0, 0, 0x0001000100010001LL, 0x0001000100010001LL,
+                                              0x0002000200020002LL, 0x0002000200020002LL,
+                                              0x0003000300030003LL, 0x0003000300030003LL);
+    return _mm512_add_epi16(quarter, _mm512_set1_epi16((short)(4 * c)));
+}
+
+/* sum_g sc_g * sum_16 (q6 - 32) * q8, with the -32 folded in through bsums. */
+T_512_INLINE int32_t q6k_block(const blk_q6_K *x, const blk_q8_K *y) {
+    const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x->scales));
+    const __m256i bs = _mm256_loadu_si256((const __m256i *)y->bsums);
+    __m512i acc = _mm512_castsi256_si512(
+        _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(_mm256_madd_epi16(sc16, bs), 5)));
+    acc = _mm512_inserti64x4(acc, _mm256_setzero_si256(), 1);
+    const __m512i sc = _mm512_castsi256_si512(sc16);
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m2 = _mm512_set1_epi8(0x30);
+    const __m512i hshift = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
+    for (int h = 0; h < 2; h++) {
+        const __m512i l = _mm512_loadu_si512(x->ql + 64 * h);
+        /* [qh | qh >> 2]: the 2-bit fields of quarters 0,1 at bits 0-1, of 2,3 at bits 4-5 */
+        const __m512i hh = _mm512_srlv_epi16(
+            _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x->qh + 32 * h))), hshift);
+        const __m512i u01 = _mm512_or_si512(_mm512_and_si512(l, m4),
+                                            _mm512_and_si512(_mm512_slli_epi16(hh, 4), m2));
+        const __m512i u23 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4),
+                                            _mm512_and_si512(hh, m2));
+        const __m512i y01 = _mm512_loadu_si512(y->qs + 128 * h);
+        const __m512i y23 = _mm512_loadu_si512(y->qs + 128 * h + 64);
+        acc = _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(u01, y01),
+                                  _mm512_permutexvar_epi16(q6k_scale_idx(2 * h), sc));
+        acc = _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(u23, y23),
+                                  _mm512_permutexvar_epi16(q6k_scale_idx(2 * h + 1), sc));
+    }
+    return hsum_i32_512(acc);
+}
+
+T_512 void kavx512_vec_dot_q6_K(int64_t n, float *s, const void *vx, const void *vy) {
+    const blk_q6_K *x = vx;
+    const blk_q8_K *y = vy;
+    float sumf = 0;
+    for (int64_t b = 0; b < n / QK_K; b++)
+        sumf = fmaf(f16_load(x[b].d) * y[b].d, (float)q6k_block(&x[b], &y[b]), sumf);
+    *s = sumf;
+}

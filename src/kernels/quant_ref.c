@@ -1,0 +1,528 @@
+/* kernels: scalar reference implementations.
+ *
+ * Dequantization and quantization follow ggml's reference code operation by
+ * operation (same float expressions in the same order), so files written by
+ * llama.cpp decode identically and our quantizers produce the same bytes as
+ * ggml's quantize_row_*_ref. The dot products follow the canonical orders in
+ * kern_impl.h; the SIMD variants must reproduce them bit for bit. */
+#include "kern_impl.h"
+
+#include <string.h>
+
+static inline float f16f(kvl_f16 h) { return kvl_f16_to_f32(h); }
+
+/* ggml's nearest_int: round half to even via the 1.5*2^23 trick (|f| < 2^22). */
+static inline int nearest_int(float f) {
+    float v = f + 12582912.f;
+    int32_t i;
+    memcpy(&i, &v, sizeof i);
+    return (i & 0x007fffff) - 0x00400000;
+}
+
+#define KMIN(a, b) ((a) < (b) ? (a) : (b))
+#define KMAX(a, b) ((a) > (b) ? (a) : (b))
+#define GROUP_MAX_EPS 1e-15f
+
+/* ======================= dequantization ======================= */
+
+void kref_to_float_f32(const void *src, float *dst, int64_t n) {
+    memmove(dst, src, (size_t)n * sizeof(float));
+}
+
+void kref_to_float_f16(const void *src, float *dst, int64_t n) {
+    const kvl_f16 *x = src;
+    for (int64_t i = 0; i < n; i++) dst[i] = f16f(x[i]);
+}
+
+void kref_to_float_bf16(const void *src, float *dst, int64_t n) {
+    const kvl_bf16 *x = src;
+    for (int64_t i = 0; i < n; i++) dst[i] = kvl_bf16_to_f32(x[i]);
+}
+
+void kref_to_float_q8_0(const void *src, float *dst, int64_t n) {
+    const blk_q8_0 *x = src;
+    for (int64_t b = 0; b < n / QK8_0; b++) {
+        const float d = f16f(x[b].d);
+        for (int j = 0; j < QK8_0; j++) dst[b * QK8_0 + j] = x[b].qs[j] * d;
+    }
+}
+
+void kref_to_float_q4_0(const void *src, float *dst, int64_t n) {
+    const blk_q4_0 *x = src;
+    for (int64_t b = 0; b < n / QK4_0; b++) {
+        const float d = f16f(x[b].d);
+        float *y = dst + b * QK4_0;
+        for (int j = 0; j < QK4_0 / 2; j++) {
+            y[j] = ((x[b].qs[j] & 0x0F) - 8) * d;
+            y[j + QK4_0 / 2] = ((x[b].qs[j] >> 4) - 8) * d;
+        }
+    }
+}
+
+void kref_to_float_q4_K(const void *src, float *dst, int64_t n) {
+    const blk_q4_K *x = src;
+    for (int64_t b = 0; b < n / QK_K; b++) {
+        const float d = f16f(x[b].d), dmin = f16f(x[b].dmin);
+        const uint8_t *q = x[b].qs;
+        float *y = dst + b * QK_K;
+        for (int j = 0; j < QK_K / 64; j++, q += 32, y += 64) {
+            uint8_t sc, m;
+            kern_q4k_scale_min(2 * j, x[b].scales, &sc, &m);
+            const float d1 = d * sc, m1 = dmin * m;
+            kern_q4k_scale_min(2 * j + 1, x[b].scales, &sc, &m);
+            const float d2 = d * sc, m2 = dmin * m;
+            for (int l = 0; l < 32; l++) y[l] = d1 * (q[l] & 0xF) - m1;
+            for (int l = 0; l < 32; l++) y[32 + l] = d2 * (q[l] >> 4) - m2;
+        }
+    }
+}
+
+/* Value l (0..127) of a Q6_K half: 4 low bits from ql, 2 high bits from qh. */
+static inline int q6_value(const uint8_t *ql, const uint8_t *qh, int l) {
+    const int quarter = l / 32, i = l % 32;
+    const int lo = quarter & 1 ? ql[32 + i] : ql[i];
+    const int low4 = quarter >= 2 ? lo >> 4 : lo & 0xF;
+    const int high2 = (qh[i] >> (2 * quarter)) & 3;
+    return (low4 | (high2 << 4)) - 32;
+}
+
+void kref_to_float_q6_K(const void *src, float *dst, int64_t n) {
+    const blk_q6_K *x = src;
+    for (int64_t b = 0; b < n / QK_K; b++) {
+        const float d = f16f(x[b].d);
+        float *y = dst + b * QK_K;
+        for (int h = 0; h < 2; h++) {
+            const uint8_t *ql = x[b].ql + 64 * h, *qh = x[b].qh + 32 * h;
+            const int8_t *sc = x[b].scales + 8 * h;
+            /* scale index 8h + 2*quarter + (i/16); same float order as ggml: (d*sc)*q */
+            for (int l = 0; l < 128; l++)
+                y[128 * h + l] = d * sc[2 * (l / 32) + (l % 32) / 16] * q6_value(ql, qh, l);
+        }
+    }
+}
+
+void kref_to_float_q8_K(const void *src, float *dst, int64_t n) {
+    const blk_q8_K *x = src;
+    for (int64_t b = 0; b < n / QK_K; b++)
+        for (int j = 0; j < QK_K; j++) dst[b * QK_K + j] = x[b].d * x[b].qs[j];
+}
+
+/* ======================= quantization ======================= */
+
+void kref_from_float_f32(const float *src, void *dst, int64_t n) {
+    memmove(dst, src, (size_t)n * sizeof(float));
+}
+
+void kref_from_float_f16(const float *src, void *dst, int64_t n) {
+    kvl_f16 *y = dst;
+    for (int64_t i = 0; i < n; i++) y[i] = kvl_f32_to_f16(src[i]);
+}
+
+void kref_from_float_bf16(const float *src, void *dst, int64_t n) {
+    kvl_bf16 *y = dst;
+    for (int64_t i = 0; i < n; i++) y[i] = kvl_f32_to_bf16(src[i]);
+}
+
+/* ggml quantize_row_q8_0_ref: d = amax/127, q = roundf(x / d). */
+void kref_from_float_q8_0(const float *src, void *dst, int64_t n) {
+    blk_q8_0 *y = dst;
+    for (int64_t b = 0; b < n / QK8_0; b++) {
+        const float *x = src + b * QK8_0;
+        float amax = 0.0f;
+        for (int j = 0; j < QK8_0; j++) amax = KMAX(amax, fabsf(x[j]));
+        const float d = amax / 127;
+        const float id = d ? 1.0f / d : 0.0f;
+        y[b].d = kvl_f32_to_f16(d);
+        for (int j = 0; j < QK8_0; j++) y[b].qs[j] = (int8_t)roundf(x[j] * id);
+    }
+}
+
+/* ggml quantize_row_q4_0_ref: d = (signed max-magnitude value) / -8. */
+void kref_from_float_q4_0(const float *src, void *dst, int64_t n) {
+    blk_q4_0 *y = dst;
+    for (int64_t b = 0; b < n / QK4_0; b++) {
+        const float *x = src + b * QK4_0;
+        float amax = 0.0f, max = 0.0f;
+        for (int j = 0; j < QK4_0; j++) {
+            if (amax < fabsf(x[j])) {
+                amax = fabsf(x[j]);
+                max = x[j];
+            }
+        }
+        const float d = max / -8;
+        const float id = d ? 1.0f / d : 0.0f;
+        y[b].d = kvl_f32_to_f16(d);
+        for (int j = 0; j < QK4_0 / 2; j++) {
+            const uint8_t q0 = (uint8_t)KMIN(15, (int8_t)(x[j] * id + 8.5f));
+            const uint8_t q1 = (uint8_t)KMIN(15, (int8_t)(x[j + QK4_0 / 2] * id + 8.5f));
+            y[b].qs[j] = (uint8_t)(q0 | (q1 << 4));
+        }
+    }
+}
+
+/* ggml make_qkx2_quants: weighted min/scale search for an asymmetric n-value group.
+ * Returns the scale; *the_min receives -min (>= 0). */
+static float make_qkx2_quants(int n, int nmax, const float *x, const float *w, uint8_t *L,
+                              float *the_min, uint8_t *Laux, float rmin, float rdelta, int nstep) {
+    float min = x[0], max = x[0], sum_w = w[0], sum_x = sum_w * x[0];
+    for (int i = 1; i < n; i++) {
+        if (x[i] < min) min = x[i];
+        if (x[i] > max) max = x[i];
+        sum_w += w[i];
+        sum_x += w[i] * x[i];
+    }
+    if (min > 0) min = 0;
+    if (max == min) {
+        memset(L, 0, (size_t)n);
+        *the_min = -min;
+        return 0.f;
+    }
+    float iscale = nmax / (max - min);
+    float scale = 1 / iscale;
+    float best_error = 0;
+    for (int i = 0; i < n; i++) {
+        int l = nearest_int(iscale * (x[i] - min));
+        L[i] = (uint8_t)KMAX(0, KMIN(nmax, l));
+        float diff = scale * L[i] + min - x[i];
+        best_error += w[i] * (diff * diff);
+    }
+    for (int is = 0; is <= nstep; is++) {
+        iscale = (rmin + rdelta * is + nmax) / (max - min);
+        float sum_l = 0, sum_l2 = 0, sum_xl = 0;
+        for (int i = 0; i < n; i++) {
+            int l = nearest_int(iscale * (x[i] - min));
+            l = KMAX(0, KMIN(nmax, l));
+            Laux[i] = (uint8_t)l;
+            sum_l += w[i] * l;
+            sum_l2 += w[i] * l * l;
+            sum_xl += w[i] * l * x[i];
+        }
+        float D = sum_w * sum_l2 - sum_l * sum_l;
+        if (D > 0) {
+            float this_scale = (sum_w * sum_xl - sum_x * sum_l) / D;
+            float this_min = (sum_l2 * sum_x - sum_l * sum_xl) / D;
+            if (this_min > 0) {
+                this_min = 0;
+                this_scale = sum_xl / sum_l2;
+            }
+            float cur_error = 0;
+            for (int i = 0; i < n; i++) {
+                float diff = this_scale * Laux[i] + this_min - x[i];
+                cur_error += w[i] * (diff * diff);
+            }
+            if (cur_error < best_error) {
+                memcpy(L, Laux, (size_t)n);
+                best_error = cur_error;
+                scale = this_scale;
+                min = this_min;
+            }
+        }
+    }
+    *the_min = -min;
+    return scale;
+}
+
+/* Packs 6-bit scale ls and min lm of sub-block j as get_scale_min_k4 unpacks them. */
+static void q4k_pack_scale(uint8_t *s, int j, uint8_t ls, uint8_t lm) {
+    if (j < 4) {
+        s[j] = ls;
+        s[j + 4] = lm;
+    } else {
+        s[j + 4] = (uint8_t)((ls & 0xF) | ((lm & 0xF) << 4));
+        s[j - 4] |= (uint8_t)((ls >> 4) << 6);
+        s[j] |= (uint8_t)((lm >> 4) << 6);
+    }
+}
+
+static void quantize_q4_K_block(const float *x, blk_q4_K *y) {
+    uint8_t L[QK_K], Laux[32];
+    float weights[32], mins[QK_K / 32], scales[QK_K / 32];
+    float max_scale = 0, max_min = 0;
+    for (int j = 0; j < QK_K / 32; j++) {
+        float sum_x2 = 0;
+        for (int l = 0; l < 32; l++) sum_x2 += x[32 * j + l] * x[32 * j + l];
+        const float av_x = sqrtf(sum_x2 / 32);
+        for (int l = 0; l < 32; l++) weights[l] = av_x + fabsf(x[32 * j + l]);
+        scales[j] = make_qkx2_quants(32, 15, x + 32 * j, weights, L + 32 * j, &mins[j], Laux,
+                                     -1.f, 0.1f, 20);
+        if (scales[j] > max_scale) max_scale = scales[j];
+        if (mins[j] > max_min) max_min = mins[j];
+    }
+    const float inv_scale = max_scale > 0 ? 63.f / max_scale : 0.f;
+    const float inv_min = max_min > 0 ? 63.f / max_min : 0.f;
+    memset(y->scales, 0, sizeof y->scales);
+    for (int j = 0; j < QK_K / 32; j++) {
+        uint8_t ls = (uint8_t)nearest_int(inv_scale * scales[j]);
+        uint8_t lm = (uint8_t)nearest_int(inv_min * mins[j]);
+        q4k_pack_scale(y->scales, j, KMIN(63, ls), KMIN(63, lm));
+    }
+    y->d = kvl_f32_to_f16(max_scale / 63.f);
+    y->dmin = kvl_f32_to_f16(max_min / 63.f);
+    /* Requantize against the stored (rounded) scales, as ggml does. */
+    for (int j = 0; j < QK_K / 32; j++) {
+        uint8_t sc, m;
+        kern_q4k_scale_min(j, y->scales, &sc, &m);
+        const float d = f16f(y->d) * sc;
+        if (!d) continue;
+        const float dm = f16f(y->dmin) * m;
+        for (int ii = 0; ii < 32; ii++) {
+            int l = nearest_int((x[32 * j + ii] + dm) / d);
+            L[32 * j + ii] = (uint8_t)KMAX(0, KMIN(15, l));
+        }
+    }
+    for (int j = 0; j < QK_K / 64; j++)
+        for (int l = 0; l < 32; l++)
+            y->qs[32 * j + l] = (uint8_t)(L[64 * j + l] | (L[64 * j + 32 + l] << 4));
+}
+
+/* ggml quantize_row_q4_K_ref (no importance matrix). */
+void kref_from_float_q4_K(const float *src, void *dst, int64_t n) {
+    blk_q4_K *y = dst;
+    for (int64_t b = 0; b < n / QK_K; b++) quantize_q4_K_block(src + b * QK_K, &y[b]);
+}
+
+/* ggml make_qx_quants with rmse_type 1 and no weights (w = x^2): symmetric
+ * n-value group in [-nmax, nmax-1]; L receives l + nmax. Returns the scale. */
+static float make_qx_quants(int n, int nmax, const float *x, int8_t *L) {
+    float max = 0, amax = 0;
+    for (int i = 0; i < n; i++) {
+        const float ax = fabsf(x[i]);
+        if (ax > amax) {
+            amax = ax;
+            max = x[i];
+        }
+    }
+    if (amax < GROUP_MAX_EPS) {
+        memset(L, 0, (size_t)n);
+        return 0.f;
+    }
+    float iscale = -nmax / max;
+    float sumlx = 0, suml2 = 0;
+    for (int i = 0; i < n; i++) {
+        int l = nearest_int(iscale * x[i]);
+        l = KMAX(-nmax, KMIN(nmax - 1, l));
+        L[i] = (int8_t)(l + nmax);
+        const float w = x[i] * x[i];
+        sumlx += w * x[i] * l;
+        suml2 += w * l * l;
+    }
+    float scale = suml2 ? sumlx / suml2 : 0.0f;
+    float best = scale * sumlx;
+    for (int is = -9; is <= 9; is++) {
+        if (is == 0) continue;
+        iscale = -(nmax + 0.1f * is) / max;
+        sumlx = suml2 = 0;
+        for (int i = 0; i < n; i++) {
+            int l = nearest_int(iscale * x[i]);
+            l = KMAX(-nmax, KMIN(nmax - 1, l));
+            const float w = x[i] * x[i];
+            sumlx += w * x[i] * l;
+            suml2 += w * l * l;
+        }
+        if (suml2 > 0 && sumlx * sumlx > best * suml2) {
+            for (int i = 0; i < n; i++) {
+                int l = nearest_int(iscale * x[i]);
+                L[i] = (int8_t)(nmax + KMAX(-nmax, KMIN(nmax - 1, l)));
+            }
+            scale = sumlx / suml2;
+            best = scale * sumlx;
+        }
+    }
+    return scale;
+}
+
+static void q6k_pack(const int8_t *L, blk_q6_K *y) {
+    for (int h = 0; h < 2; h++) {
+        const int8_t *Lh = L + 128 * h;
+        uint8_t *ql = y->ql + 64 * h, *qh = y->qh + 32 * h;
+        for (int l = 0; l < 32; l++) {
+            const uint8_t q1 = Lh[l] & 0xF, q2 = Lh[l + 32] & 0xF;
+            const uint8_t q3 = Lh[l + 64] & 0xF, q4 = Lh[l + 96] & 0xF;
+            ql[l] = (uint8_t)(q1 | (q3 << 4));
+            ql[l + 32] = (uint8_t)(q2 | (q4 << 4));
+            qh[l] = (uint8_t)((Lh[l] >> 4) | ((Lh[l + 32] >> 4) << 2) | ((Lh[l + 64] >> 4) << 4) |
+                              ((Lh[l + 96] >> 4) << 6));
+        }
+    }
+}
+
+static void quantize_q6_K_block(const float *x, blk_q6_K *y) {
+    int8_t L[QK_K];
+    float scales[QK_K / 16];
+    float max_scale = 0, max_abs_scale = 0;
+    for (int ib = 0; ib < QK_K / 16; ib++) {
+        scales[ib] = make_qx_quants(16, 32, x + 16 * ib, L + 16 * ib);
+        if (fabsf(scales[ib]) > max_abs_scale) {
+            max_abs_scale = fabsf(scales[ib]);
+            max_scale = scales[ib];
+        }
+    }
+    memset(y, 0, sizeof *y);
+    if (max_abs_scale < GROUP_MAX_EPS) return; /* all zero: d = +0 */
+    const float iscale = -128.f / max_scale;
+    y->d = kvl_f32_to_f16(1 / iscale);
+    for (int ib = 0; ib < QK_K / 16; ib++)
+        y->scales[ib] = (int8_t)KMIN(127, nearest_int(iscale * scales[ib]));
+    for (int j = 0; j < QK_K / 16; j++) {
+        const float d = f16f(y->d) * y->scales[j];
+        if (!d) continue;
+        for (int ii = 0; ii < 16; ii++) {
+            int l = nearest_int(x[16 * j + ii] / d);
+            L[16 * j + ii] = (int8_t)(KMAX(-32, KMIN(31, l)) + 32);
+        }
+    }
+    q6k_pack(L, y);
+}
+
+/* ggml quantize_row_q6_K_ref. */
+void kref_from_float_q6_K(const float *src, void *dst, int64_t n) {
+    blk_q6_K *y = dst;
+    for (int64_t b = 0; b < n / QK_K; b++) quantize_q6_K_block(src + b * QK_K, &y[b]);
+}
+
+/* ggml quantize_row_q8_K_ref: the signed max-magnitude value maps to -127. */
+void kref_from_float_q8_K(const float *src, void *dst, int64_t n) {
+    blk_q8_K *y = dst;
+    for (int64_t b = 0; b < n / QK_K; b++) {
+        const float *x = src + b * QK_K;
+        float max = 0, amax = 0;
+        for (int j = 0; j < QK_K; j++) {
+            if (fabsf(x[j]) > amax) {
+                amax = fabsf(x[j]);
+                max = x[j];
+            }
+        }
+        if (!amax) { /* ggml leaves bsums stale here; zero is their true value */
+            memset(&y[b], 0, sizeof y[b]);
+            continue;
+        }
+        const float iscale = -127.f / max;
+        for (int j = 0; j < QK_K; j++) y[b].qs[j] = (int8_t)KMIN(127, nearest_int(iscale * x[j]));
+        for (int j = 0; j < QK_K / 16; j++) {
+            int sum = 0;
+            for (int ii = 0; ii < 16; ii++) sum += y[b].qs[16 * j + ii];
+            y[b].bsums[j] = (int16_t)sum;
+        }
+        y[b].d = 1 / iscale;
+    }
+}
+
+/* ======================= dot products ======================= */
+
+/* FP family: 64 lanes of fmaf, then kern_reduce64. `widen` converts 64 elements. */
+typedef void (*widen_fn)(const void *src, int64_t i0, int64_t cnt, float *dst);
+
+static void widen_f32(const void *src, int64_t i0, int64_t cnt, float *dst) {
+    memcpy(dst, (const float *)src + i0, (size_t)cnt * sizeof(float));
+}
+static void widen_f16(const void *src, int64_t i0, int64_t cnt, float *dst) {
+    kref_to_float_f16((const kvl_f16 *)src + i0, dst, cnt);
+}
+static void widen_bf16(const void *src, int64_t i0, int64_t cnt, float *dst) {
+    kref_to_float_bf16((const kvl_bf16 *)src + i0, dst, cnt);
+}
+
+static float dot_fp(int64_t n, widen_fn widen, const void *x, const void *y) {
+    float acc[KERN_FP_LANES] = {0};
+    float xa[KERN_FP_LANES], ya[KERN_FP_LANES];
+    for (int64_t i0 = 0; i0 < n; i0 += KERN_FP_LANES) {
+        const int64_t cnt = n - i0 < KERN_FP_LANES ? n - i0 : KERN_FP_LANES;
+        widen(x, i0, cnt, xa);
+        widen(y, i0, cnt, ya);
+        for (int64_t l = 0; l < cnt; l++) acc[l] = fmaf(xa[l], ya[l], acc[l]);
+    }
+    return kern_reduce64(acc);
+}
+
+void kref_vec_dot_f32(int64_t n, float *s, const void *x, const void *y) {
+    *s = dot_fp(n, widen_f32, x, y);
+}
+void kref_vec_dot_f16(int64_t n, float *s, const void *x, const void *y) {
+    *s = dot_fp(n, widen_f16, x, y);
+}
+void kref_vec_dot_bf16(int64_t n, float *s, const void *x, const void *y) {
+    *s = dot_fp(n, widen_bf16, x, y);
+}
+
+/* Q family: adds block b (32 int8 x values, already offset) into the lanes. */
+static void q_block_accumulate(float *acc, int64_t b, float d, const int8_t *xq,
+                               const int8_t *yq) {
+    float *a = acc + 8 * (b % 4);
+    for (int l = 0; l < 8; l++) {
+        int32_t isum = 0;
+        for (int k = 0; k < 4; k++) isum += xq[4 * l + k] * yq[4 * l + k];
+        a[l] = fmaf(d, (float)isum, a[l]);
+    }
+}
+
+void kref_vec_dot_q8_0(int64_t n, float *s, const void *vx, const void *vy) {
+    const blk_q8_0 *x = vx, *y = vy;
+    float acc[KERN_Q_LANES] = {0};
+    for (int64_t b = 0; b < n / QK8_0; b++)
+        q_block_accumulate(acc, b, f16f(x[b].d) * f16f(y[b].d), x[b].qs, y[b].qs);
+    *s = kern_reduce32(acc);
+}
+
+void kref_vec_dot_q4_0(int64_t n, float *s, const void *vx, const void *vy) {
+    const blk_q4_0 *x = vx;
+    const blk_q8_0 *y = vy;
+    float acc[KERN_Q_LANES] = {0};
+    for (int64_t b = 0; b < n / QK4_0; b++) {
+        int8_t xq[QK4_0];
+        for (int j = 0; j < QK4_0 / 2; j++) {
+            xq[j] = (int8_t)((x[b].qs[j] & 0x0F) - 8);
+            xq[j + QK4_0 / 2] = (int8_t)((x[b].qs[j] >> 4) - 8);
+        }
+        q_block_accumulate(acc, b, f16f(x[b].d) * f16f(y[b].d), xq, y[b].qs);
+    }
+    *s = kern_reduce32(acc);
+}
+
+/* K family, Q4_K: per super-block exact ints sumi = sum_j sc_j * dot_j and
+ * summ = sum_j m_j * (bsum_2j + bsum_2j+1), then
+ * s = fma(d*yd, sumi, s); s = fma(-(dmin*yd), summ, s). */
+void kref_vec_dot_q4_K(int64_t n, float *s, const void *vx, const void *vy) {
+    const blk_q4_K *x = vx;
+    const blk_q8_K *y = vy;
+    float sumf = 0;
+    for (int64_t b = 0; b < n / QK_K; b++) {
+        int32_t sumi = 0, summ = 0;
+        for (int j = 0; j < QK_K / 32; j++) {
+            uint8_t sc, m;
+            kern_q4k_scale_min(j, x[b].scales, &sc, &m);
+            const uint8_t *q = x[b].qs + 32 * (j / 2);
+            const int8_t *yq = y[b].qs + 32 * j;
+            int32_t dot = 0;
+            for (int l = 0; l < 32; l++) dot += (j % 2 ? q[l] >> 4 : q[l] & 0xF) * yq[l];
+            sumi += sc * dot;
+            summ += m * (y[b].bsums[2 * j] + y[b].bsums[2 * j + 1]);
+        }
+        const float dall = f16f(x[b].d) * y[b].d;
+        const float dmin = f16f(x[b].dmin) * y[b].d;
+        sumf = fmaf(dall, (float)sumi, sumf);
+        sumf = fmaf(-dmin, (float)summ, sumf);
+    }
+    *s = sumf;
+}
+
+/* K family, Q6_K: sumi = sum_j sc_j * sum_16 q6*q8 (q6 in -32..31) per
+ * super-block, then s = fma(d*yd, sumi, s). */
+void kref_vec_dot_q6_K(int64_t n, float *s, const void *vx, const void *vy) {
+    const blk_q6_K *x = vx;
+    const blk_q8_K *y = vy;
+    float sumf = 0;
+    for (int64_t b = 0; b < n / QK_K; b++) {
+        int32_t sumi = 0;
+        for (int h = 0; h < 2; h++) {
+            const uint8_t *ql = x[b].ql + 64 * h, *qh = x[b].qh + 32 * h;
+            const int8_t *yq = y[b].qs + 128 * h;
+            for (int g = 0; g < 8; g++) { /* 8 groups of 16 share one scale */
+                int32_t dot = 0;
+                for (int l = 16 * g; l < 16 * g + 16; l++) dot += q6_value(ql, qh, l) * yq[l];
+                sumi += x[b].scales[8 * h + g] * dot;
+            }
+        }
+        sumf = fmaf(f16f(x[b].d) * y[b].d, (float)sumi, sumf);
+    }
+    *s = sumf;
+}

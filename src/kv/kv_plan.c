@@ -1,0 +1,753 @@
+/* kv_plan: the KV capacity planner. See kv_plan.h. */
+#include "kv_plan.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+/* Shapes beyond these are typos, not models; they also keep every product below
+ * far from 64-bit overflow before the checked arithmetic even starts. */
+#define MAX_LAYERS 100000
+#define MAX_HEADS 65536
+#define MAX_DIM 65536
+#define MAX_CONTEXT ((int64_t)1 << 40)
+#define MAX_CONCURRENCY ((int64_t)1 << 31)
+#define MAX_BLOCK_SIZE 65536
+
+/* ------------------------------------------------------------- dtypes -- */
+
+static const char *const DTYPE_NAMES[KV_PLAN_DTYPE_COUNT] = {"f32", "f16", "bf16", "fp8", "q8_0"};
+
+bool kv_plan_dtype_parse(const char *s, int *out) {
+    for (int i = 0; i < KV_PLAN_DTYPE_COUNT; i++) {
+        if (strcasecmp(s, DTYPE_NAMES[i]) == 0) {
+            *out = i;
+            return true;
+        }
+    }
+    return false;
+}
+
+const char *kv_plan_dtype_name(int dtype) {
+    return dtype >= 0 && dtype < KV_PLAN_DTYPE_COUNT ? DTYPE_NAMES[dtype] : "unknown";
+}
+
+uint64_t kv_plan_row_bytes(int dtype, int64_t n_values) {
+    uint64_t n = n_values > 0 ? (uint64_t)n_values : 0;
+    switch (dtype) {
+    case KV_PLAN_F32: return 4 * n;
+    case KV_PLAN_F16:
+    case KV_PLAN_BF16: return 2 * n;
+    case KV_PLAN_FP8: return n;
+    case KV_PLAN_Q8_0: return (n + 31) / 32 * 34; /* a partial block still takes a whole one */
+    default: return 0;
+    }
+}
+
+/* -------------------------------------------------------------- model -- */
+
+void kv_plan_model_init(kv_plan_model *m) {
+    memset(m, 0, sizeof *m);
+    m->kv_dtype = -1;
+}
+
+static bool in_range(int64_t v, int64_t lo, int64_t hi) { return v >= lo && v <= hi; }
+
+bool kv_plan_model_check(const kv_plan_model *m, kvl_error *err) {
+    if (!in_range(m->n_layers, 1, MAX_LAYERS))
+        return kvl_fail(err, "layers must be 1..%d (got %lld)", MAX_LAYERS, (long long)m->n_layers);
+    if (!in_range(m->n_head, 0, MAX_HEADS))
+        return kvl_fail(err, "query heads must be 0..%d (got %lld)", MAX_HEADS, (long long)m->n_head);
+    if (kv_plan_is_mla(m)) {
+        if (m->kv_lora_rank > MAX_DIM || !in_range(m->rope_dim, 0, MAX_DIM))
+            return kvl_fail(err, "MLA widths out of range (kv_lora_rank %lld, rope %lld)",
+                            (long long)m->kv_lora_rank, (long long)m->rope_dim);
+    } else {
+        if (!in_range(m->n_kv_heads, 1, MAX_HEADS))
+            return kvl_fail(err, "KV heads must be 1..%d (got %lld)", MAX_HEADS,
+                            (long long)m->n_kv_heads);
+        if (!in_range(m->head_dim_k, 1, MAX_DIM) || !in_range(m->head_dim_v, 0, MAX_DIM))
+            return kvl_fail(err, "head dims must be 1..%d (got K %lld, V %lld)", MAX_DIM,
+                            (long long)m->head_dim_k, (long long)m->head_dim_v);
+    }
+    if (m->sliding_window < 0 || !in_range(m->n_swa_layers, 0, m->n_layers))
+        return kvl_fail(err, "sliding window %lld over %lld of %lld layers is not valid",
+                        (long long)m->sliding_window, (long long)m->n_swa_layers,
+                        (long long)m->n_layers);
+    if (m->n_swa_layers > 0 && m->sliding_window == 0)
+        return kvl_fail(err, "sliding layers given without a window size");
+    return true;
+}
+
+static bool request_check(const kv_plan_request *r, kvl_error *err) {
+    if (!in_range(r->context, 1, MAX_CONTEXT))
+        return kvl_fail(err, "context must be 1..%lld tokens (got %lld)", (long long)MAX_CONTEXT,
+                        (long long)r->context);
+    if (!in_range(r->concurrency, 1, MAX_CONCURRENCY))
+        return kvl_fail(err, "concurrency must be 1..%lld (got %lld)", (long long)MAX_CONCURRENCY,
+                        (long long)r->concurrency);
+    if (!in_range(r->block_size, 1, MAX_BLOCK_SIZE))
+        return kvl_fail(err, "block size must be 1..%d (got %lld)", MAX_BLOCK_SIZE,
+                        (long long)r->block_size);
+    if (!in_range(r->dtype, 0, KV_PLAN_DTYPE_COUNT - 1))
+        return kvl_fail(err, "unknown KV dtype %d", r->dtype);
+    return true;
+}
+
+/* ------------------------------------------------------------ compute -- */
+
+/* Sticky-overflow arithmetic: one flag checked once at the end keeps the
+ * formulas readable. */
+static uint64_t mul(uint64_t a, uint64_t b, bool *ovf) {
+    uint64_t r;
+    if (__builtin_mul_overflow(a, b, &r)) *ovf = true;
+    return r;
+}
+static uint64_t add(uint64_t a, uint64_t b, bool *ovf) {
+    uint64_t r;
+    if (__builtin_add_overflow(a, b, &r)) *ovf = true;
+    return r;
+}
+
+static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/* One token's K and V row in one layer. MLA stores the latent + RoPE key as the
+ * "K" row and no V row: V (and the no-RoPE part of K) is recomputed from it. */
+static void layer_rows(const kv_plan_model *m, int dtype, uint64_t *k, uint64_t *v) {
+    if (kv_plan_is_mla(m)) {
+        *k = kv_plan_row_bytes(dtype, m->kv_lora_rank + m->rope_dim);
+        *v = 0;
+    } else {
+        *k = kv_plan_row_bytes(dtype, m->n_kv_heads * m->head_dim_k);
+        *v = kv_plan_row_bytes(dtype, m->n_kv_heads * m->head_dim_v);
+    }
+}
+
+/* One layer's share of a block: block_size rows of K and V, plus fp8's scales. */
+static uint64_t layer_block_bytes(int dtype, int64_t bs, uint64_t k, uint64_t v) {
+    uint64_t b = (uint64_t)bs * (k + v);
+    if (dtype == KV_PLAN_FP8) b += KV_PLAN_FP8_SCALE_BYTES * ((k > 0) + (v > 0));
+    return b;
+}
+
+/* Blocks a sliding layer group needs: the last W positions touch at most
+ * ceil((W-1)/bs) + 1 blocks when the window is not block-aligned, and never
+ * more than the whole sequence. */
+static int64_t swa_blocks(int64_t window, int64_t bs, int64_t full_blocks) {
+    int64_t b = ceil_div(window - 1, bs) + 1;
+    return b < full_blocks ? b : full_blocks;
+}
+
+static void plan_sequence(const kv_plan_model *m, const kv_plan_request *r, kv_plan *p, bool *ovf) {
+    int64_t L = m->n_layers, S = m->n_swa_layers, T = r->context, bs = r->block_size;
+    uint64_t layer_tok = p->k_row_bytes + p->v_row_bytes;
+    uint64_t lbb = layer_block_bytes(r->dtype, bs, p->k_row_bytes, p->v_row_bytes);
+    int64_t t_swa = S > 0 && m->sliding_window < T ? m->sliding_window : T;
+
+    p->bytes_per_token = mul(layer_tok, (uint64_t)L, ovf);
+    p->seq_lower_bound_bytes = add(mul(mul(layer_tok, (uint64_t)(L - S), ovf), (uint64_t)T, ovf),
+                                   mul(mul(layer_tok, (uint64_t)S, ovf), (uint64_t)t_swa, ovf), ovf);
+    p->block_bytes = mul(lbb, (uint64_t)(L - S), ovf);
+    p->swa_block_bytes = mul(lbb, (uint64_t)S, ovf);
+    p->blocks_per_seq = ceil_div(T, bs);
+    p->swa_blocks_per_seq = S > 0 ? swa_blocks(m->sliding_window, bs, p->blocks_per_seq) : 0;
+    p->seq_allocated_bytes = add(mul(p->block_bytes, (uint64_t)p->blocks_per_seq, ovf),
+                                 mul(p->swa_block_bytes, (uint64_t)p->swa_blocks_per_seq, ovf), ovf);
+    int64_t entries = (L - S > 0 ? p->blocks_per_seq : 0) + p->swa_blocks_per_seq;
+    p->seq_metadata_bytes = (uint64_t)entries * KV_PLAN_BLOCK_ENTRY_BYTES + KV_PLAN_SEQ_HEADER_BYTES;
+}
+
+static void plan_budget(const kv_plan_request *r, kv_plan *p) {
+    if (!r->budget_bytes) return;
+    p->fits = p->total_bytes <= r->budget_bytes;
+    uint64_t per_seq = p->seq_allocated_bytes + p->seq_metadata_bytes; /* cannot overflow: x B did not */
+    uint64_t room = r->budget_bytes > p->weights_bytes ? r->budget_bytes - p->weights_bytes : 0;
+    uint64_t n = room / per_seq;
+    p->max_concurrency = n > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)n;
+}
+
+bool kv_plan_compute(const kv_plan_model *m, const kv_plan_request *r, kv_plan *out,
+                     kvl_error *err) {
+    if (!kv_plan_model_check(m, err) || !request_check(r, err)) return false;
+    kv_plan p;
+    memset(&p, 0, sizeof p);
+    bool ovf = false;
+    layer_rows(m, r->dtype, &p.k_row_bytes, &p.v_row_bytes);
+    plan_sequence(m, r, &p, &ovf);
+    uint64_t B = (uint64_t)r->concurrency;
+    p.lower_bound_bytes = mul(p.seq_lower_bound_bytes, B, &ovf);
+    p.allocated_bytes = mul(p.seq_allocated_bytes, B, &ovf);
+    p.metadata_bytes = mul(p.seq_metadata_bytes, B, &ovf);
+    p.weights_bytes = r->weights_bytes;
+    p.total_bytes = add(add(p.weights_bytes, p.allocated_bytes, &ovf), p.metadata_bytes, &ovf);
+    if (ovf) return kvl_fail(err, "the plan does not fit in 64-bit byte counts (context x concurrency too large)");
+    plan_budget(r, &p);
+    *out = p;
+    return true;
+}
+
+/* ------------------------------------------------------------ savings -- */
+
+/* Fills s from the plan of (m, r) against the plan of (base_m, base_r).
+ * False when either does not compute (then the saving is not reported). */
+static bool compare(const kv_plan_model *m, const kv_plan_request *r, const kv_plan_model *base_m,
+                    const kv_plan_request *base_r, kv_plan_saving *s) {
+    kv_plan a, b;
+    if (!kv_plan_compute(m, r, &a, NULL) || !kv_plan_compute(base_m, base_r, &b, NULL)) return false;
+    s->bytes_per_token = a.bytes_per_token;
+    s->base_bytes_per_token = b.bytes_per_token;
+    s->lower_bound_bytes = a.lower_bound_bytes;
+    s->base_lower_bound_bytes = b.lower_bound_bytes;
+    s->allocated_bytes = a.allocated_bytes;
+    s->base_allocated_bytes = b.allocated_bytes;
+    return true;
+}
+
+static bool saving_heads(const kv_plan_model *m, const kv_plan_request *r, kv_plan_saving *s) {
+    if (kv_plan_is_mla(m) || m->n_head <= m->n_kv_heads) return false;
+    kv_plan_model base = *m;
+    base.n_kv_heads = m->n_head;
+    snprintf(s->what, sizeof s->what, "%s", m->n_kv_heads == 1 ? "MQA" : "GQA");
+    snprintf(s->baseline, sizeof s->baseline, "MHA, %lld KV heads", (long long)m->n_head);
+    s->in_plan = true;
+    return compare(m, r, &base, r, s);
+}
+
+static bool saving_mla(const kv_plan_model *m, const kv_plan_request *r, kv_plan_saving *s) {
+    if (!kv_plan_is_mla(m) || m->n_head <= 0 || m->mha_head_dim_k <= 0) return false;
+    kv_plan_model base = *m;
+    base.kv_lora_rank = base.rope_dim = 0;
+    base.n_kv_heads = m->n_head;
+    base.head_dim_k = m->mha_head_dim_k;
+    base.head_dim_v = m->mha_head_dim_v;
+    snprintf(s->what, sizeof s->what, "MLA");
+    snprintf(s->baseline, sizeof s->baseline, "MHA, %lld heads x K %lld + V %lld",
+             (long long)m->n_head, (long long)m->mha_head_dim_k, (long long)m->mha_head_dim_v);
+    s->in_plan = true;
+    return compare(m, r, &base, r, s);
+}
+
+static bool saving_swa(const kv_plan_model *m, const kv_plan_request *r, kv_plan_saving *s) {
+    if (m->n_swa_layers <= 0) return false;
+    kv_plan_model base = *m;
+    base.n_swa_layers = 0;
+    snprintf(s->what, sizeof s->what, "SWA");
+    snprintf(s->baseline, sizeof s->baseline, "full attention in all %lld layers",
+             (long long)m->n_layers);
+    s->in_plan = true;
+    return compare(m, r, &base, r, s);
+}
+
+/* KV quantization against f16, with everything else as planned. */
+static bool saving_quant(const kv_plan_model *m, const kv_plan_request *r, int dtype,
+                         kv_plan_saving *s) {
+    kv_plan_request q = *r, base = *r;
+    q.dtype = dtype;
+    base.dtype = KV_PLAN_F16;
+    snprintf(s->what, sizeof s->what, "%s", kv_plan_dtype_name(dtype));
+    snprintf(s->baseline, sizeof s->baseline, "f16");
+    s->in_plan = r->dtype == dtype;
+    return compare(m, &q, m, &base, s);
+}
+
+int kv_plan_savings(const kv_plan_model *m, const kv_plan_request *r, kv_plan_saving *out,
+                    int cap) {
+    kv_plan_saving s[KV_PLAN_MAX_SAVINGS];
+    memset(s, 0, sizeof s);
+    int n = 0;
+    if (saving_heads(m, r, &s[n])) n++;
+    if (saving_mla(m, r, &s[n])) n++;
+    if (saving_swa(m, r, &s[n])) n++;
+    if (saving_quant(m, r, KV_PLAN_FP8, &s[n])) n++;
+    if (saving_quant(m, r, KV_PLAN_Q8_0, &s[n])) n++;
+    if (n > cap) n = cap;
+    memcpy(out, s, (size_t)n * sizeof *s);
+    return n;
+}
+
+/* ------------------------------------------------------ engine's pool -- */
+
+bool kv_plan_pool_config(const kv_plan_model *m, const kv_plan_request *r, kv_pool_config *cfg,
+                         kvl_error *err) {
+    static const int POOL_DTYPE[] = {[KV_PLAN_F32] = GGUF_DT_F32, [KV_PLAN_F16] = GGUF_DT_F16,
+                                     [KV_PLAN_BF16] = GGUF_DT_BF16};
+    if (!kv_plan_model_check(m, err) || !request_check(r, err)) return false;
+    if (r->dtype != KV_PLAN_F32 && r->dtype != KV_PLAN_F16 && r->dtype != KV_PLAN_BF16)
+        return kvl_fail(err, "the engine's KV pool stores f32, f16 and bf16; not %s",
+                        kv_plan_dtype_name(r->dtype));
+    memset(cfg, 0, sizeof *cfg);
+    cfg->n_layers = (int)m->n_layers;
+    cfg->n_kv_heads = kv_plan_is_mla(m) ? 1 : (int)m->n_kv_heads;
+    cfg->head_dim_k = (int)(kv_plan_is_mla(m) ? m->kv_lora_rank + m->rope_dim : m->head_dim_k);
+    cfg->head_dim_v = kv_plan_is_mla(m) ? 0 : (int)m->head_dim_v;
+    cfg->block_size = (int)r->block_size;
+    cfg->dtype = POOL_DTYPE[r->dtype];
+    return true;
+}
+
+/* Reserves every sequence and sums kv_seq_usage; the caller frees the tables. */
+static bool measure_seqs(kv_pool *pool, kv_seq *seqs, int64_t T, int64_t B, kv_plan_measured *out,
+                         kvl_error *err) {
+    for (int64_t i = 0; i < B; i++) {
+        if (!kv_seq_reserve(pool, &seqs[i], T))
+            return kvl_fail(err, "kv-plan: the engine could not reserve sequence %lld of %lld tokens",
+                            (long long)i, (long long)T);
+        kv_usage u = kv_seq_usage(pool, &seqs[i], T);
+        out->blocks += u.blocks;
+        out->lower_bound_bytes += u.lower_bound_bytes;
+        out->allocated_bytes += u.allocated_bytes;
+        out->table_bytes += (uint64_t)seqs[i].cap * sizeof *seqs[i].blocks;
+    }
+    return true;
+}
+
+bool kv_plan_measure(const kv_pool_config *cfg, int64_t context, int64_t concurrency,
+                     uint64_t max_pool_bytes, kv_plan_measured *out, kvl_error *err) {
+    memset(out, 0, sizeof *out);
+    if (context < 1 || concurrency < 1 || cfg->block_size < 1)
+        return kvl_fail(err, "kv-plan: measure needs positive context, concurrency and block size");
+    bool ovf = false;
+    uint64_t n_blocks = mul((uint64_t)ceil_div(context, cfg->block_size), (uint64_t)concurrency, &ovf);
+    kv_pool_config c = *cfg;
+    c.n_blocks = n_blocks > INT32_MAX ? INT32_MAX : (int64_t)n_blocks;
+    size_t es = kv_dtype_bytes(c.dtype);
+    uint64_t block = (uint64_t)c.n_layers * c.block_size * c.n_kv_heads * (c.head_dim_k + c.head_dim_v) * es;
+    uint64_t pool_bytes = mul(block, n_blocks, &ovf);
+    if (ovf || n_blocks > INT32_MAX || pool_bytes > max_pool_bytes)
+        return kvl_fail(err, "kv-plan: --verify would need a %llu-block pool of %llu bytes (limit %llu); "
+                        "use a smaller context or concurrency", (unsigned long long)n_blocks,
+                        (unsigned long long)pool_bytes, (unsigned long long)max_pool_bytes);
+    kv_pool *pool = kv_pool_create(&c, err);
+    kv_seq *seqs = pool ? calloc((size_t)concurrency, sizeof *seqs) : NULL;
+    bool ok = seqs && measure_seqs(pool, seqs, context, concurrency, out, err);
+    if (pool && !seqs) kvl_fail(err, "kv-plan: out of memory");
+    for (int64_t i = 0; seqs && i < concurrency; i++) kv_seq_free(pool, &seqs[i]);
+    free(seqs);
+    if (pool) out->block_bytes = kv_pool_block_bytes(pool);
+    kv_pool_destroy(pool);
+    return ok;
+}
+
+/* --------------------------------------------------------- from GGUF -- */
+
+/* A uniform per-layer integer: a scalar, or an array whose entries all agree
+ * (some files store per-layer head counts). 0: absent, 1: read, -1: error. */
+static int gguf_uniform(const gguf_file *f, const char *arch, const char *name, int64_t *out,
+                        kvl_error *err) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, name);
+    int64_t idx = gguf_find_key(f, key);
+    if (idx < 0) return 0;
+    gguf_vtype et;
+    uint64_t n;
+    if (!gguf_kv_array(f, idx, &et, &n)) {
+        if (gguf_get_i64(f, key, out)) return 1;
+        kvl_fail(err, "%s: %s is not an integer", gguf_path(f), key);
+        return -1;
+    }
+    for (uint64_t i = 0; i < n; i++) {
+        int64_t v;
+        if (!gguf_get_arr_i64(f, key, i, &v) || (i > 0 && v != *out)) {
+            kvl_fail(err, "%s: %s differs between layers; the planner needs uniform layers",
+                     gguf_path(f), key);
+            return -1;
+        }
+        *out = v;
+    }
+    if (n > 0) return 1;
+    kvl_fail(err, "%s: %s is an empty array", gguf_path(f), key);
+    return -1;
+}
+
+/* Reads an optional key into *out (left as is when absent). */
+static bool gguf_opt(const gguf_file *f, const char *arch, const char *name, int64_t *out,
+                     kvl_error *err) {
+    return gguf_uniform(f, arch, name, out, err) >= 0;
+}
+
+static bool gguf_req(const gguf_file *f, const char *arch, const char *name, int64_t *out,
+                     kvl_error *err) {
+    int r = gguf_uniform(f, arch, name, out, err);
+    if (r == 0) kvl_fail(err, "%s: missing %s.%s", gguf_path(f), arch, name);
+    return r > 0;
+}
+
+/* llama.cpp's rule for a repeating pattern of n layers: the last of every n is
+ * full attention, the others slide; n == 0 means every layer slides. */
+static int64_t pattern_swa_layers(int64_t n_layers, int64_t n) {
+    int64_t count = 0;
+    for (int64_t il = 0; il < n_layers; il++) count += n == 0 || il % n < n - 1;
+    return count;
+}
+
+/* Pattern lengths of the families whose files may not carry one. */
+static int64_t default_swa_pattern(const char *arch) {
+    if (strcmp(arch, "gemma2") == 0) return 2;
+    if (strcmp(arch, "gemma3") == 0 || strcmp(arch, "gemma3_text") == 0) return 6;
+    if (strcmp(arch, "cohere2") == 0) return 4;
+    return 0;
+}
+
+static bool gguf_swa_layers(const gguf_file *f, const char *arch, kv_plan_model *m, kvl_error *err) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", arch);
+    int64_t idx = gguf_find_key(f, key), n = default_swa_pattern(arch);
+    gguf_vtype et;
+    uint64_t count;
+    if (idx >= 0 && gguf_kv_array(f, idx, &et, &count)) { /* per-layer flags */
+        m->n_swa_layers = 0;
+        for (uint64_t i = 0; i < count && (int64_t)i < m->n_layers; i++) {
+            int64_t v = 0;
+            gguf_get_arr_i64(f, key, i, &v);
+            m->n_swa_layers += v != 0;
+        }
+        return true;
+    }
+    if (idx >= 0 && (!gguf_get_i64(f, key, &n) || n < 0))
+        return kvl_fail(err, "%s: %s is not a pattern length", gguf_path(f), key);
+    m->n_swa_layers = pattern_swa_layers(m->n_layers, n);
+    return true;
+}
+
+/* deepseek2-style MLA keys. Files written since llama.cpp's MLA rework carry
+ * the MHA head widths as key_length_mla/value_length_mla (key_length then being
+ * the latent width); older ones only key_length/value_length. */
+static bool gguf_mla(const gguf_file *f, const char *arch, kv_plan_model *m, kvl_error *err) {
+    if (!gguf_req(f, arch, "rope.dimension_count", &m->rope_dim, err)) return false;
+    m->mha_head_dim_k = m->mha_head_dim_v = 0;
+    if (!gguf_opt(f, arch, "attention.key_length_mla", &m->mha_head_dim_k, err) ||
+        !gguf_opt(f, arch, "attention.value_length_mla", &m->mha_head_dim_v, err))
+        return false;
+    if (m->mha_head_dim_k > 0) return true;
+    /* No _mla keys: key_length is the MHA width unless it is the latent's. */
+    bool latent = m->head_dim_k == m->kv_lora_rank + m->rope_dim && m->head_dim_v == m->kv_lora_rank;
+    if (!latent) {
+        m->mha_head_dim_k = m->head_dim_k;
+        m->mha_head_dim_v = m->head_dim_v;
+    }
+    return true;
+}
+
+static bool gguf_head_dims(const gguf_file *f, const char *arch, kv_plan_model *m, kvl_error *err) {
+    int64_t n_embd = 0;
+    if (!gguf_opt(f, arch, "embedding_length", &n_embd, err)) return false;
+    int64_t def = m->n_head > 0 ? n_embd / m->n_head : 0;
+    m->head_dim_k = m->head_dim_v = def;
+    return gguf_opt(f, arch, "attention.key_length", &m->head_dim_k, err) &&
+           gguf_opt(f, arch, "attention.value_length", &m->head_dim_v, err);
+}
+
+bool kv_plan_model_from_gguf(const gguf_file *f, kv_plan_model *m, kvl_error *err) {
+    kv_plan_model_init(m);
+    if (!gguf_get_str_buf(f, "general.architecture", m->arch, sizeof m->arch))
+        return kvl_fail(err, "%s: missing general.architecture", gguf_path(f));
+    const char *a = m->arch;
+    if (!gguf_req(f, a, "block_count", &m->n_layers, err) ||
+        !gguf_req(f, a, "attention.head_count", &m->n_head, err))
+        return false;
+    m->n_kv_heads = m->n_head;
+    if (!gguf_opt(f, a, "attention.head_count_kv", &m->n_kv_heads, err) ||
+        !gguf_head_dims(f, a, m, err) ||
+        !gguf_opt(f, a, "attention.kv_lora_rank", &m->kv_lora_rank, err) ||
+        !gguf_opt(f, a, "attention.sliding_window", &m->sliding_window, err))
+        return false;
+    if (kv_plan_is_mla(m) && !gguf_mla(f, a, m, err)) return false;
+    if (m->sliding_window > 0 && !gguf_swa_layers(f, a, m, err)) return false;
+    m->weights_bytes = gguf_tensor_data_bytes(f);
+    kvl_error why = {{0}};
+    if (kv_plan_model_check(m, &why)) return true;
+    return kvl_fail(err, "%s: %s", gguf_path(f), why.msg);
+}
+
+/* ------------------------------------------------- from config.json -- */
+
+/* An integer field: 0 absent or null, 1 read, -1 present but not a whole number. */
+static int hf_int(const cJSON *o, const char *name, int64_t *out, kvl_error *err) {
+    const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, name);
+    if (!j || cJSON_IsNull(j)) return 0;
+    double d = cJSON_IsNumber(j) ? j->valuedouble : NAN;
+    if (!(d >= 0 && d <= 9007199254740992.0 && d == floor(d))) {
+        kvl_fail(err, "config.json: '%s' is not a non-negative whole number", name);
+        return -1;
+    }
+    *out = (int64_t)d;
+    return 1;
+}
+
+/* The first of up to three names present (aliases used by different families). */
+static int hf_int_any(const cJSON *o, const char *const names[3], int64_t *out, kvl_error *err) {
+    for (int i = 0; i < 3 && names[i]; i++) {
+        int r = hf_int(o, names[i], out, err);
+        if (r != 0) return r;
+    }
+    return 0;
+}
+
+/* A field that must be there: false with "missing" or the type error. */
+static bool hf_need(int r, const char *name, kvl_error *err) {
+    return r > 0 || (r == 0 && kvl_fail(err, "config.json: missing %s", name));
+}
+
+static bool hf_heads(const cJSON *o, kv_plan_model *m, kvl_error *err) {
+    static const char *const LAYERS[3] = {"num_hidden_layers", "n_layer", "num_layers"};
+    static const char *const HEADS[3] = {"num_attention_heads", "n_head", NULL};
+    static const char *const EMBD[3] = {"hidden_size", "n_embd", "d_model"};
+    int64_t hidden = 0;
+    if (!hf_need(hf_int_any(o, LAYERS, &m->n_layers, err), "num_hidden_layers", err) ||
+        !hf_need(hf_int_any(o, HEADS, &m->n_head, err), "num_attention_heads", err))
+        return false;
+    if (m->n_head == 0) return kvl_fail(err, "config.json: num_attention_heads is 0");
+    m->n_kv_heads = m->n_head; /* HF: absent num_key_value_heads means MHA */
+    if (hf_int(o, "num_key_value_heads", &m->n_kv_heads, err) < 0 ||
+        hf_int_any(o, EMBD, &hidden, err) < 0)
+        return false;
+    m->head_dim_k = hidden / m->n_head;
+    int r = hf_int(o, "head_dim", &m->head_dim_k, err);
+    if (r < 0) return false;
+    if (r == 0 && (hidden == 0 || hidden % m->n_head))
+        return kvl_fail(err, "config.json: no head_dim, and hidden_size %lld is not a multiple of "
+                        "%lld heads", (long long)hidden, (long long)m->n_head);
+    m->head_dim_v = m->head_dim_k;
+    return true;
+}
+
+/* DeepSeek's MLA: the cache holds kv_lora_rank + qk_rope_head_dim per layer; the
+ * MHA it replaces has per-head K of qk_nope + qk_rope and V of v_head_dim. */
+static bool hf_mla(const cJSON *o, kv_plan_model *m, kvl_error *err) {
+    int64_t nope = 0;
+    if (hf_int(o, "kv_lora_rank", &m->kv_lora_rank, err) < 0) return false;
+    if (!kv_plan_is_mla(m)) return true;
+    if (!hf_need(hf_int(o, "qk_rope_head_dim", &m->rope_dim, err), "qk_rope_head_dim (MLA)", err))
+        return false;
+    if (hf_int(o, "qk_nope_head_dim", &nope, err) < 0 ||
+        hf_int(o, "v_head_dim", &m->mha_head_dim_v, err) < 0)
+        return false;
+    m->mha_head_dim_k = nope > 0 ? nope + m->rope_dim : 0;
+    return true;
+}
+
+static int64_t hf_count_layer_types(const cJSON *types, int64_t n_layers) {
+    int64_t n = 0, i = 0;
+    const cJSON *t;
+    cJSON_ArrayForEach(t, types) {
+        if (i++ >= n_layers) break;
+        n += cJSON_IsString(t) && strcmp(t->valuestring, "sliding_attention") == 0;
+    }
+    return n;
+}
+
+/* Which layers slide, in the order transformers itself decides it: an explicit
+ * layer_types list; use_sliding_window false (Qwen2) disables the window;
+ * Qwen2's max_window_layers; a pattern length; the family's default pattern. */
+static bool hf_swa(const cJSON *o, kv_plan_model *m, kvl_error *err) {
+    int64_t pattern = default_swa_pattern(m->arch), mwl = -1;
+    if (hf_int(o, "sliding_window", &m->sliding_window, err) < 0) return false;
+    if (cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(o, "use_sliding_window")))
+        m->sliding_window = 0;
+    if (m->sliding_window == 0) return true;
+    const cJSON *types = cJSON_GetObjectItemCaseSensitive(o, "layer_types");
+    if (cJSON_IsArray(types)) {
+        m->n_swa_layers = hf_count_layer_types(types, m->n_layers);
+        return true;
+    }
+    if (hf_int(o, "sliding_window_pattern", &pattern, err) < 0 ||
+        hf_int(o, "max_window_layers", &mwl, err) < 0)
+        return false;
+    if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "use_sliding_window")) && mwl >= 0)
+        m->n_swa_layers = mwl < m->n_layers ? m->n_layers - mwl : 0;
+    else
+        m->n_swa_layers = pattern_swa_layers(m->n_layers, pattern);
+    return true;
+}
+
+/* torch_dtype (newer files: dtype) gives the bytes per parameter and the KV
+ * dtype servers default to ("auto": the model's). */
+static void hf_dtype(const cJSON *o, kv_plan_model *m) {
+    const cJSON *d = cJSON_GetObjectItemCaseSensitive(o, "torch_dtype");
+    if (!cJSON_IsString(d)) d = cJSON_GetObjectItemCaseSensitive(o, "dtype");
+    if (!cJSON_IsString(d)) return;
+    const char *s = d->valuestring;
+    if (strcmp(s, "bfloat16") == 0) m->param_bytes = 2, m->kv_dtype = KV_PLAN_BF16;
+    else if (strcmp(s, "float16") == 0) m->param_bytes = 2, m->kv_dtype = KV_PLAN_F16;
+    else if (strcmp(s, "float32") == 0) m->param_bytes = 4, m->kv_dtype = KV_PLAN_F32;
+}
+
+/* Multimodal configs (Gemma 3, Llama 4...) nest the language model's fields. */
+static const cJSON *hf_text_config(const cJSON *root) {
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(root, "text_config");
+    bool flat = cJSON_GetObjectItemCaseSensitive(root, "num_hidden_layers") != NULL;
+    return !flat && cJSON_IsObject(t) ? t : root;
+}
+
+static bool hf_fill(const cJSON *root, kv_plan_model *m, kvl_error *err) {
+    const cJSON *o = hf_text_config(root);
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(o, "model_type");
+    if (!cJSON_IsString(type)) type = cJSON_GetObjectItemCaseSensitive(root, "model_type");
+    if (cJSON_IsString(type)) snprintf(m->arch, sizeof m->arch, "%s", type->valuestring);
+    hf_dtype(o, m);
+    if (!m->param_bytes) hf_dtype(root, m);
+    return hf_heads(o, m, err) && hf_mla(o, m, err) && hf_swa(o, m, err) &&
+           kv_plan_model_check(m, err);
+}
+
+bool kv_plan_model_from_hf_config(const char *json, kv_plan_model *m, kvl_error *err) {
+    kv_plan_model_init(m);
+    cJSON *root = cJSON_Parse(json);
+    if (!root || !cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        return kvl_fail(err, "config.json: not a JSON object");
+    }
+    bool ok = hf_fill(root, m, err);
+    cJSON_Delete(root);
+    return ok;
+}
+
+/* ------------------------------------------------- parsing and units -- */
+
+/* A non-negative decimal "12", "1.5", "7e9" as num x 10^exp; returns the rest. */
+static const char *parse_decimal(const char *s, unsigned __int128 *num, int *exp) {
+    const unsigned __int128 cap = (unsigned __int128)1000000000000000000ull * 1000000; /* 1e24 */
+    bool digits = false, frac = false;
+    *num = 0;
+    *exp = 0;
+    for (; (*s >= '0' && *s <= '9') || (*s == '.' && !frac); s++) {
+        if (*s == '.') {
+            frac = true;
+            continue;
+        }
+        if (*num >= cap) return NULL;
+        *num = *num * 10 + (unsigned)(*s - '0');
+        *exp -= frac;
+        digits = true;
+    }
+    if (!digits) return NULL;
+    if (*s == 'e' || *s == 'E') {
+        char *end;
+        long e = strtol(s + 1, &end, 10);
+        if (end == s + 1 || e < -30 || e > 30) return NULL;
+        *exp += (int)e;
+        s = end;
+    }
+    while (*s == ' ') s++;
+    return s;
+}
+
+/* num x unit x 10^exp as an exact integer <= INT64_MAX. */
+static bool scale_exact(unsigned __int128 num, uint64_t unit, int exp, uint64_t *out) {
+    unsigned __int128 v = num * unit; /* num < 1e24, unit < 2^50: fits in 128 bits */
+    for (; exp > 0; exp--) {
+        if (v > (unsigned __int128)INT64_MAX) return false;
+        v *= 10;
+    }
+    for (; exp < 0; exp++) {
+        if (v % 10) return false; /* not a whole number */
+        v /= 10;
+    }
+    if (v > (unsigned __int128)INT64_MAX) return false;
+    *out = (uint64_t)v;
+    return true;
+}
+
+typedef struct unit {
+    const char *name;
+    uint64_t mult;
+} unit;
+
+static bool find_unit(const unit *units, const char *s, uint64_t *mult) {
+    for (; units->name; units++) {
+        if (strcasecmp(s, units->name) == 0) {
+            *mult = units->mult;
+            return true;
+        }
+    }
+    return false;
+}
+
+bool kv_plan_parse_size(const char *s, uint64_t *out) {
+    static const unit UNITS[] = {
+        {"", 1}, {"B", 1}, {"KB", 1000}, {"MB", 1000000}, {"GB", 1000000000},
+        {"TB", 1000000000000}, {"PB", 1000000000000000}, {"KiB", 1ull << 10},
+        {"MiB", 1ull << 20}, {"GiB", 1ull << 30}, {"TiB", 1ull << 40}, {"PiB", 1ull << 50},
+        {NULL, 0}};
+    unsigned __int128 num;
+    int exp;
+    uint64_t mult;
+    const char *rest = parse_decimal(s, &num, &exp);
+    return rest && find_unit(UNITS, rest, &mult) && scale_exact(num, mult, exp, out);
+}
+
+bool kv_plan_parse_count(const char *s, bool thousand, int64_t *out) {
+    static const unit TOKENS[] = {{"", 1}, {"K", 1024}, {"M", 1048576}, {NULL, 0}};
+    static const unit PARAMS[] = {{"", 1}, {"K", 1000}, {"M", 1000000}, {"B", 1000000000},
+                                  {"T", 1000000000000}, {NULL, 0}};
+    unsigned __int128 num;
+    int exp;
+    uint64_t mult, v;
+    const char *rest = parse_decimal(s, &num, &exp);
+    if (!rest || !find_unit(thousand ? PARAMS : TOKENS, rest, &mult) ||
+        !scale_exact(num, mult, exp, &v))
+        return false;
+    *out = (int64_t)v;
+    return true;
+}
+
+/* "171,798,691,840" */
+static void fmt_grouped(uint64_t v, char *buf, size_t cap) {
+    char digits[32];
+    int n = snprintf(digits, sizeof digits, "%llu", (unsigned long long)v), o = 0;
+    char tmp[48];
+    for (int i = 0; i < n; i++) {
+        if (i > 0 && (n - i) % 3 == 0) tmp[o++] = ',';
+        tmp[o++] = digits[i];
+    }
+    tmp[o] = 0;
+    snprintf(buf, cap, "%s", tmp);
+}
+
+/* value / unit to 2 decimals, trailing zeros (and a bare point) dropped. */
+static void fmt_scaled(uint64_t v, uint64_t unit, const char *name, char *buf, size_t cap) {
+    char num[48];
+    snprintf(num, sizeof num, "%.2f", (double)v / (double)unit);
+    char *dot = strchr(num, '.');
+    if (dot) {
+        char *end = num + strlen(num) - 1;
+        while (end > dot && *end == '0') *end-- = 0;
+        if (end == dot) *end = 0;
+    }
+    snprintf(buf, cap, "%s %s", num, name);
+}
+
+static const char *fmt_units(uint64_t v, uint64_t base, const char *const names[6], char *buf,
+                             size_t cap) {
+    uint64_t unit = 1;
+    int i = 0;
+    while (i < 5 && v / unit >= base) {
+        unit *= base;
+        i++;
+    }
+    if (i == 0) snprintf(buf, cap, "%llu B", (unsigned long long)v);
+    else fmt_scaled(v, unit, names[i], buf, cap);
+    return buf;
+}
+
+const char *kv_plan_fmt_binary(uint64_t bytes, char *buf, size_t cap) {
+    static const char *const N[6] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+    return fmt_units(bytes, 1024, N, buf, cap);
+}
+
+const char *kv_plan_fmt_decimal(uint64_t bytes, char *buf, size_t cap) {
+    static const char *const N[6] = {"B", "KB", "MB", "GB", "TB", "PB"};
+    return fmt_units(bytes, 1000, N, buf, cap);
+}
+
+const char *kv_plan_fmt_bytes(uint64_t bytes, char *buf, size_t cap) {
+    char g[48], b[32], d[32];
+    fmt_grouped(bytes, g, sizeof g);
+    if (bytes < 1000) snprintf(buf, cap, "%s B", g);
+    else snprintf(buf, cap, "%s B (%s, %s)", g, kv_plan_fmt_binary(bytes, b, sizeof b),
+                  kv_plan_fmt_decimal(bytes, d, sizeof d));
+    return buf;
+}

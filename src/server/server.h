@@ -1,0 +1,34 @@
+/* server: the OpenAI-compatible HTTP front end of `kvllm serve`.
+ *
+ * One engine thread owns the engine (model, KV pool, scheduler) and is the only
+ * caller of engine_submit/engine_cancel/engine_step. HTTP connection threads
+ * (libmicrohttpd, one per connection) parse and tokenize requests, queue jobs
+ * for the engine thread and stream the events it hands back through each job's
+ * own event queue. A client that disconnects gets its job cancelled before the
+ * next engine step, so its KV blocks return to the pool. */
+#ifndef KVLLM_SERVER_H
+#define KVLLM_SERVER_H
+
+#include "engine/engine.h"
+#include "tokenizer/tokenizer.h"
+
+typedef struct server_config {
+    const char *host;          /* address to bind (default 127.0.0.1) */
+    int port;                  /* default 8080; 0: any free port */
+    const char *api_key;       /* NULL: no authentication */
+    const char *model_id;      /* the name /v1/models lists and requests may use */
+    const char *chat_template; /* family name overriding the GGUF template, or NULL */
+    const char *chat_template_src; /* the GGUF's tokenizer.chat_template, or NULL */
+    size_t max_body_bytes;     /* larger request bodies get 413 (default 8 MiB) */
+    int max_queue;             /* waiting requests beyond max_seqs before 503 */
+    bool no_prefix_cache;      /* recorded; passed to the engine once it has the option */
+} server_config;
+
+void server_config_default(server_config *c);
+
+/* Serves until SIGINT/SIGTERM. Borrows the engine, which must be idle and is
+ * used only by the server's engine thread until this returns. Returns 0 after a
+ * clean shutdown, 1 if the server could not start (message printed). */
+int server_run(engine *e, const tok_vocab *vocab, const server_config *cfg);
+
+#endif

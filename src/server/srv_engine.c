@@ -1,0 +1,244 @@
+/* The engine thread: the only thread that touches the engine. Before each step
+ * it drains the submission queue (engine_submit) and the cancellations
+ * (engine_cancel); it sleeps on q_cv when there is nothing to do. */
+#define _GNU_SOURCE
+#include <stdlib.h>
+#include <string.h>
+
+#include "srv_internal.h"
+
+bool srv_enqueue(srv *s, srv_job *j, api_error *err) {
+    pthread_mutex_lock(&s->q_mu);
+    int64_t limit = (int64_t)s->max_seqs + s->cfg.max_queue;
+    bool ok = !s->stopping && s->n_inflight + j->n <= limit;
+    if (ok) {
+        s->n_inflight += j->n;
+        j->refs++; /* the engine thread's reference; no other thread has j yet */
+        j->next = NULL;
+        if (s->q_tail) s->q_tail->next = j;
+        else s->q_head = j;
+        s->q_tail = j;
+        pthread_cond_signal(&s->q_cv);
+    }
+    bool stopping = s->stopping;
+    pthread_mutex_unlock(&s->q_mu);
+    if (!ok) {
+        api_fail(err, 503, NULL, stopping ? "the server is shutting down"
+                                          : "the server is overloaded: %lld requests are queued or running",
+                 (long long)limit);
+        err->code = "server_overloaded";
+    }
+    return ok;
+}
+
+/* ---------------------------------------------------------- callbacks -- */
+
+static void observe_token(srv *s, srv_choice *c, const engine_event *ev, double now) {
+    srv_metrics *m = &s->metrics;
+    bool produced = ev->token >= 0 || (ev->stats && ev->stats->n_generated > 0);
+    pthread_mutex_lock(&m->mu);
+    if (produced && c->t_first == 0) {
+        c->t_first = now;
+        histo_observe(&m->ttft, now - c->job->t_arrival);
+    } else if (produced && ev->token >= 0) {
+        histo_observe(&m->itl, now - c->t_last);
+    }
+    if (produced) c->t_last = now;
+    if (ev->finish == ENGINE_FINISH_STOP || ev->finish == ENGINE_FINISH_LENGTH) {
+        histo_observe(&m->e2e, now - c->job->t_arrival);
+        int64_t n = ev->stats->n_generated;
+        if (n > 1) histo_observe(&m->tpot, (now - c->t_first) / (double)(n - 1));
+        m->success[ev->finish == ENGINE_FINISH_STOP ? 0 : 1]++;
+    } else if (ev->finish == ENGINE_FINISH_CANCELLED) {
+        m->success[2]++;
+    }
+    pthread_mutex_unlock(&m->mu);
+}
+
+/* Runs on the engine thread inside engine_step: copies what the event points
+ * to (text, logprobs, stats) since those buffers belong to the engine. */
+static void on_engine_event(const engine_event *ev, void *user) {
+    srv_choice *c = user;
+    srv_job *j = c->job;
+    observe_token(j->s, c, ev, kvl_time_s());
+    if (ev->finish != ENGINE_FINISH_NONE) {
+        c->done = true;
+        j->n_live--;
+    }
+    srv_event *e = malloc(sizeof *e + ev->text_len + 1);
+    if (!e) {
+        /* Out of memory: the request is reported as failed (500), but the end
+         * still has to be counted, since the HTTP thread waits for it. */
+        pthread_mutex_lock(&j->mu);
+        j->failed = true;
+        if (ev->finish != ENGINE_FINISH_NONE) j->n_finished++;
+        pthread_cond_broadcast(&j->cv);
+        pthread_mutex_unlock(&j->mu);
+        return;
+    }
+    memset(e, 0, sizeof *e);
+    e->index = c->index;
+    e->token = ev->token;
+    e->logprob = ev->logprob;
+    e->n_top = ev->n_top < SRV_MAX_TOP ? ev->n_top : SRV_MAX_TOP;
+    if (e->n_top > 0) {
+        memcpy(e->top_ids, ev->top_ids, e->n_top * sizeof(int32_t));
+        memcpy(e->top_lps, ev->top_logprobs, e->n_top * sizeof(float));
+    }
+    e->finish = ev->finish;
+    if (ev->finish != ENGINE_FINISH_NONE) e->stats = *ev->stats;
+    e->text_len = ev->text_len;
+    if (ev->text_len) memcpy(e->text, ev->text, ev->text_len);
+    e->text[ev->text_len] = 0;
+    job_push(j, e);
+}
+
+/* ---------------------------------------------------------- admission -- */
+
+static void reject(srv_job *j, const api_error *err) {
+    pthread_mutex_lock(&j->mu);
+    j->state = JOB_REJECTED;
+    j->reject = *err;
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+}
+
+static void set_state(srv_job *j, job_state st) {
+    pthread_mutex_lock(&j->mu);
+    j->state = st;
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+}
+
+/* Submits the job's n engine requests. A rejection of the first one (the
+ * engine's own checks) fails the whole job with 400. */
+static void admit(srv *s, srv_job *j) {
+    engine_request r = {.prompt = j->prompt, .n_prompt = j->n_prompt, .max_tokens = j->max_tokens,
+                        .sampling = j->sampling, .stop = (const char *const *)j->stop,
+                        .n_stop = j->n_stop, .top_logprobs = j->top_logprobs,
+                        .ignore_eos = j->ignore_eos, .cache_salt = j->cache_salt,
+                        .on_event = on_engine_event};
+    for (int i = 0; i < j->n; i++) {
+        r.user = &j->choices[i];
+        if (j->vary_seed) r.sampling.seed = j->sampling.seed + (uint64_t)i;
+        kvl_error err = {{0}};
+        int64_t id = engine_submit(s->e, &r, &err);
+        if (id < 0) {
+            api_error ae;
+            api_fail(&ae, 400, "prompt", "%s", err.msg);
+            reject(j, &ae);
+            for (int k = 0; k < i; k++) engine_cancel(s->e, j->choices[k].engine_id);
+            j->cancel_sent = true;
+            return;
+        }
+        j->choices[i].engine_id = id;
+        j->n_live++;
+    }
+    set_state(j, JOB_RUNNING);
+}
+
+static void admit_all(srv *s, srv_job *incoming, bool stopping) {
+    while (incoming) {
+        srv_job *j = incoming;
+        incoming = j->next;
+        j->next = s->active;
+        s->active = j;
+        api_error err;
+        if (stopping) {
+            api_fail(&err, 503, NULL, "the server is shutting down");
+            reject(j, &err);
+        } else if (atomic_load(&j->cancelled)) {
+            api_fail(&err, 499, NULL, "the client closed the connection");
+            reject(j, &err);
+        } else {
+            admit(s, j);
+        }
+    }
+}
+
+static void cancel_marked(srv *s, bool all) {
+    for (srv_job *j = s->active; j; j = j->next) {
+        if (j->cancel_sent || !(all || atomic_load(&j->cancelled))) continue;
+        for (int i = 0; i < j->n; i++)
+            if (j->choices[i].engine_id >= 0 && !j->choices[i].done)
+                engine_cancel(s->e, j->choices[i].engine_id);
+        j->cancel_sent = true;
+    }
+}
+
+/* Drops the engine thread's reference to jobs that will get no more events. */
+static void reap(srv *s) {
+    int64_t freed = 0;
+    for (srv_job **pp = &s->active; *pp;) {
+        srv_job *j = *pp;
+        if (j->n_live > 0) {
+            pp = &j->next;
+            continue;
+        }
+        *pp = j->next;
+        freed += j->n;
+        job_release(j);
+    }
+    if (freed) {
+        pthread_mutex_lock(&s->q_mu);
+        s->n_inflight -= freed;
+        pthread_mutex_unlock(&s->q_mu);
+    }
+}
+
+static void publish_metrics(srv *s) {
+    engine_metrics em = engine_get_metrics(s->e);
+    pthread_mutex_lock(&s->metrics.mu);
+    s->metrics.em = em;
+    pthread_mutex_unlock(&s->metrics.mu);
+}
+
+/* An engine failure cancels everything running; HTTP threads report 500. */
+static void step(srv *s) {
+    kvl_error err = {{0}};
+    if (engine_step(s->e, &err)) return;
+    kvl_log(KVL_LOG_ERROR, "engine step failed: %s (cancelling %s)", err.msg, "all requests");
+    for (srv_job *j = s->active; j; j = j->next) {
+        pthread_mutex_lock(&j->mu);
+        j->failed = true;
+        pthread_mutex_unlock(&j->mu);
+        j->cancel_sent = false;
+    }
+    cancel_marked(s, true);
+}
+
+static void *engine_main(void *arg) {
+    srv *s = arg;
+    for (;;) {
+        pthread_mutex_lock(&s->q_mu);
+        while (!s->stopping && !s->q_head && !s->cancel_pending && !engine_has_work(s->e))
+            pthread_cond_wait(&s->q_cv, &s->q_mu);
+        srv_job *incoming = s->q_head;
+        s->q_head = s->q_tail = NULL;
+        s->cancel_pending = false;
+        bool stopping = s->stopping;
+        pthread_mutex_unlock(&s->q_mu);
+
+        admit_all(s, incoming, stopping);
+        cancel_marked(s, stopping);
+        if (engine_has_work(s->e)) step(s);
+        reap(s);
+        publish_metrics(s);
+        if (stopping && !s->active && !engine_has_work(s->e)) break;
+    }
+    return NULL;
+}
+
+bool engine_thread_start(srv *s) {
+    publish_metrics(s);
+    return pthread_create(&s->engine_thread, NULL, engine_main, s) == 0;
+}
+
+/* Cancels whatever runs, lets the engine send the final events, then joins. */
+void engine_thread_stop(srv *s) {
+    pthread_mutex_lock(&s->q_mu);
+    s->stopping = true;
+    pthread_cond_signal(&s->q_cv);
+    pthread_mutex_unlock(&s->q_mu);
+    pthread_join(s->engine_thread, NULL);
+}

@@ -1,0 +1,122 @@
+/* Jobs: one HTTP request's engine requests and the event queue between the
+ * engine thread (producer) and the connection thread (consumer). */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include "srv_internal.h"
+
+srv_job *job_new(srv *s) {
+    srv_job *j = calloc(1, sizeof *j);
+    if (!j) return NULL;
+    j->s = s;
+    j->refs = 1;
+    j->n = 1;
+    j->state = JOB_QUEUED;
+    atomic_init(&j->cancelled, false);
+    for (int i = 0; i < SRV_MAX_N; i++) {
+        j->choices[i].job = j;
+        j->choices[i].index = i;
+        j->choices[i].engine_id = -1;
+    }
+    /* Timed waits use the monotonic clock so wall-clock jumps do not matter. */
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&j->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    pthread_mutex_init(&j->mu, NULL);
+    return j;
+}
+
+void events_free(srv_event *ev) {
+    while (ev) {
+        srv_event *next = ev->next;
+        free(ev);
+        ev = next;
+    }
+}
+
+static void job_free(srv_job *j) {
+    events_free(j->head);
+    free(j->prompt);
+    for (int i = 0; i < j->n_stop; i++) free(j->stop[i]);
+    free(j->cache_salt);
+    pthread_mutex_destroy(&j->mu);
+    pthread_cond_destroy(&j->cv);
+    free(j);
+}
+
+void job_release(srv_job *j) {
+    if (!j) return;
+    pthread_mutex_lock(&j->mu);
+    int left = --j->refs;
+    pthread_mutex_unlock(&j->mu);
+    if (left == 0) job_free(j);
+}
+
+void job_push(srv_job *j, srv_event *ev) {
+    ev->next = NULL;
+    pthread_mutex_lock(&j->mu);
+    if (j->tail) j->tail->next = ev;
+    else j->head = ev;
+    j->tail = ev;
+    if (ev->finish != ENGINE_FINISH_NONE) j->n_finished++;
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+}
+
+srv_event *job_take(srv_job *j) {
+    pthread_mutex_lock(&j->mu);
+    srv_event *ev = j->head;
+    j->head = j->tail = NULL;
+    pthread_mutex_unlock(&j->mu);
+    return ev;
+}
+
+void job_cancel(srv_job *j) {
+    if (atomic_exchange(&j->cancelled, true)) return;
+    srv *s = j->s;
+    pthread_mutex_lock(&s->q_mu);
+    s->cancel_pending = true;
+    pthread_cond_signal(&s->q_cv);
+    pthread_mutex_unlock(&s->q_mu);
+}
+
+/* A client that closed its end shows as readable with nothing to read (or as
+ * RDHUP/HUP). Data it sent (a pipelined request) does not count as closing. */
+bool peer_closed(int fd) {
+    if (fd < 0) return false;
+    struct pollfd p = {.fd = fd, .events = POLLIN | POLLRDHUP};
+    if (poll(&p, 1, 0) <= 0) return false;
+    if (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) return true;
+    if (p.revents & POLLIN) {
+        char c;
+        ssize_t r = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+        return r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+    }
+    return false;
+}
+
+bool job_wait(srv_job *j, int fd, bool (*pred)(const srv_job *j)) {
+    pthread_mutex_lock(&j->mu);
+    while (!pred(j)) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        ts.tv_nsec += 100 * 1000 * 1000;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        if (pthread_cond_timedwait(&j->cv, &j->mu, &ts) != ETIMEDOUT) continue;
+        pthread_mutex_unlock(&j->mu);
+        if (peer_closed(fd)) return false;
+        pthread_mutex_lock(&j->mu);
+    }
+    pthread_mutex_unlock(&j->mu);
+    return true;
+}

@@ -1,0 +1,132 @@
+/* /metrics: vLLM's metric names under the kvllm: prefix, in the Prometheus
+ * text format. Histogram buckets are vLLM's, so dashboards carry over. */
+#include <string.h>
+
+#include "srv_internal.h"
+
+static const double TTFT_BOUNDS[] = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,
+                                     0.25,  0.5,   0.75, 1.0,  2.5,  5.0,  7.5,  10.0,
+                                     20.0,  40.0,  80.0, 160.0, 640.0, 2560.0};
+/* vLLM uses the same bounds for time per output token and inter-token latency. */
+static const double TOKEN_BOUNDS[] = {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5,
+                                      0.75, 1.0,   2.5,  5.0,   7.5, 10.0, 20.0, 40.0, 80.0};
+static const double E2E_BOUNDS[] = {0.3,  0.5,  0.8,  1.0,  1.5,   2.0,   2.5,   5.0,   10.0,  15.0, 20.0,
+                                    30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
+#define NB(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+static void histo_init(histo *h, const char *name, const char *help, const double *b, int n) {
+    memset(h, 0, sizeof *h);
+    h->name = name;
+    h->help = help;
+    h->bounds = b;
+    h->n_bounds = n;
+}
+
+void metrics_init(srv_metrics *m) {
+    memset(m, 0, sizeof *m);
+    pthread_mutex_init(&m->mu, NULL);
+    histo_init(&m->ttft, "time_to_first_token_seconds", "Histogram of time to first token in seconds.",
+               TTFT_BOUNDS, NB(TTFT_BOUNDS));
+    histo_init(&m->tpot, "time_per_output_token_seconds",
+               "Histogram of time per output token in seconds (per request, after the first).",
+               TOKEN_BOUNDS, NB(TOKEN_BOUNDS));
+    histo_init(&m->itl, "inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
+               TOKEN_BOUNDS, NB(TOKEN_BOUNDS));
+    histo_init(&m->e2e, "e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.",
+               E2E_BOUNDS, NB(E2E_BOUNDS));
+}
+
+void metrics_destroy(srv_metrics *m) { pthread_mutex_destroy(&m->mu); }
+
+void histo_observe(histo *h, double v) {
+    if (v < 0) v = 0;
+    int b = 0;
+    while (b < h->n_bounds && v > h->bounds[b]) b++;
+    h->counts[b]++;
+    h->sum += v;
+    h->count++;
+}
+
+static void put_header(sbuf *o, const char *name, const char *type, const char *help) {
+    sb_printf(o, "# HELP kvllm:%s %s\n# TYPE kvllm:%s %s\n", name, help, name, type);
+}
+
+static void put_gauge(sbuf *o, const char *label, const char *name, const char *help, double v) {
+    put_header(o, name, "gauge", help);
+    sb_printf(o, "kvllm:%s{%s} %.17g\n", name, label, v);
+}
+
+/* Counters are exposed as NAME_total, as prometheus_client (and vLLM) do. */
+static void put_counter(sbuf *o, const char *label, const char *name, const char *help, double v) {
+    put_header(o, name, "counter", help);
+    sb_printf(o, "kvllm:%s_total{%s} %.17g\n", name, label, v);
+}
+
+static void put_histo(sbuf *o, const char *label, const histo *h) {
+    put_header(o, h->name, "histogram", h->help);
+    uint64_t cum = 0;
+    for (int b = 0; b <= h->n_bounds; b++) {
+        cum += h->counts[b];
+        if (b < h->n_bounds)
+            sb_printf(o, "kvllm:%s_bucket{%s,le=\"%g\"} %llu\n", h->name, label, h->bounds[b],
+                      (unsigned long long)cum);
+        else
+            sb_printf(o, "kvllm:%s_bucket{%s,le=\"+Inf\"} %llu\n", h->name, label, (unsigned long long)cum);
+    }
+    sb_printf(o, "kvllm:%s_sum{%s} %.17g\n", h->name, label, h->sum);
+    sb_printf(o, "kvllm:%s_count{%s} %llu\n", h->name, label, (unsigned long long)h->count);
+}
+
+/* Label values escape backslash, quote and newline. */
+static void model_label(const char *name, char *out, size_t cap) {
+    size_t o = 0;
+    const char *pre = "model_name=\"";
+    for (const char *p = pre; *p && o + 1 < cap; p++) out[o++] = *p;
+    for (const char *p = name; *p && o + 4 < cap; p++) {
+        if (*p == '\\' || *p == '"') out[o++] = '\\';
+        if (*p == '\n') {
+            out[o++] = '\\';
+            out[o++] = 'n';
+            continue;
+        }
+        out[o++] = *p;
+    }
+    if (o + 1 < cap) out[o++] = '"';
+    out[o] = 0;
+}
+
+void metrics_render(srv_metrics *m, const char *model_name, sbuf *o) {
+    char label[320];
+    model_label(model_name, label, sizeof label);
+    pthread_mutex_lock(&m->mu);
+    const engine_metrics *e = &m->em;
+    double usage = e->kv_blocks_total > 0 ? (double)e->kv_blocks_used / (double)e->kv_blocks_total : 0;
+    put_gauge(o, label, "num_requests_running", "Number of requests in model execution batches.",
+              (double)e->n_running);
+    put_gauge(o, label, "num_requests_waiting", "Number of requests waiting to be processed.",
+              (double)e->n_waiting);
+    put_gauge(o, label, "kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", usage);
+    put_gauge(o, label, "kv_blocks_used", "KV blocks held by sequences.", (double)e->kv_blocks_used);
+    put_gauge(o, label, "kv_blocks_cached", "KV blocks kept for the prefix cache only.",
+              (double)e->kv_blocks_cached);
+    put_gauge(o, label, "kv_blocks_free", "KV blocks free.", (double)e->kv_blocks_free);
+    put_counter(o, label, "prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens.",
+                (double)e->prefix_cache_queries);
+    put_counter(o, label, "prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.",
+                (double)e->prefix_cache_hits);
+    put_counter(o, label, "num_preemptions", "Cumulative number of preemptions from the engine.",
+                (double)e->n_preemptions);
+    put_counter(o, label, "prompt_tokens", "Number of prefill tokens processed.", (double)e->prompt_tokens);
+    put_counter(o, label, "generation_tokens", "Number of generation tokens processed.",
+                (double)e->generation_tokens);
+    put_header(o, "request_success", "counter", "Count of finished requests, by finish reason.");
+    static const char *reasons[3] = {"stop", "length", "abort"};
+    for (int i = 0; i < 3; i++)
+        sb_printf(o, "kvllm:request_success_total{%s,finished_reason=\"%s\"} %llu\n", label, reasons[i],
+                  (unsigned long long)m->success[i]);
+    put_histo(o, label, &m->ttft);
+    put_histo(o, label, &m->tpot);
+    put_histo(o, label, &m->itl);
+    put_histo(o, label, &m->e2e);
+    pthread_mutex_unlock(&m->mu);
+}

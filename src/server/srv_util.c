@@ -1,0 +1,144 @@
+/* Server helpers: growable strings, UTF-8 checks, OpenAI error objects. */
+#define _GNU_SOURCE
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "srv_internal.h"
+
+void sb_putn(sbuf *b, const char *s, size_t n) {
+    if (b->oom) return;
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->len + n + 1) cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p) {
+            b->oom = true;
+            return;
+        }
+        b->p = p;
+        b->cap = cap;
+    }
+    if (n) memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = 0;
+}
+
+void sb_put(sbuf *b, const char *s) { sb_putn(b, s, strlen(s)); }
+
+void sb_printf(sbuf *b, const char *fmt, ...) {
+    char tmp[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_end(ap);
+    if (n < 0) return;
+    if ((size_t)n < sizeof tmp) {
+        sb_putn(b, tmp, (size_t)n);
+        return;
+    }
+    char *big = malloc((size_t)n + 1);
+    if (!big) {
+        b->oom = true;
+        return;
+    }
+    va_start(ap, fmt);
+    vsnprintf(big, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    sb_putn(b, big, (size_t)n);
+    free(big);
+}
+
+void sb_free(sbuf *b) {
+    free(b->p);
+    memset(b, 0, sizeof *b);
+}
+
+/* Length of the valid UTF-8 sequence at p (at most n bytes), or 0. Rejects
+ * overlong forms, surrogates, code points above U+10FFFF and NUL. */
+static size_t utf8_seq(const unsigned char *p, size_t n) {
+    unsigned c = p[0];
+    if (c == 0) return 0;
+    if (c < 0x80) return 1;
+    size_t len = (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    if (!len || len > n) return 0;
+    unsigned cp = c & (0x7F >> len);
+    for (size_t k = 1; k < len; k++) {
+        if ((p[k] >> 6) != 2) return 0;
+        cp = (cp << 6) | (p[k] & 0x3F);
+    }
+    static const unsigned min_cp[5] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < min_cp[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+    return len;
+}
+
+bool utf8_valid(const char *p, size_t n) {
+    const unsigned char *u = (const unsigned char *)p;
+    for (size_t i = 0; i < n;) {
+        size_t l = utf8_seq(u + i, n - i);
+        if (!l) return false;
+        i += l;
+    }
+    return true;
+}
+
+cJSON *json_text(const char *p, size_t n) {
+    sbuf b = {0};
+    const unsigned char *u = (const unsigned char *)p;
+    for (size_t i = 0; i < n;) {
+        size_t l = utf8_seq(u + i, n - i);
+        if (l) {
+            sb_putn(&b, p + i, l);
+            i += l;
+        } else {
+            sb_put(&b, "\xEF\xBF\xBD");
+            i++;
+        }
+    }
+    cJSON *j = cJSON_CreateString(b.p && !b.oom ? b.p : "");
+    sb_free(&b);
+    return j;
+}
+
+bool secret_equal(const char *a, const char *b) {
+    size_t la = strlen(a), lb = strlen(b);
+    unsigned diff = (unsigned)(la ^ lb);
+    for (size_t i = 0; i < la; i++) diff |= (unsigned char)a[i] ^ (unsigned char)b[i % (lb ? lb : 1)];
+    return diff == 0 && lb > 0;
+}
+
+static const char *default_type(int status) {
+    switch (status) {
+    case 401: return "authentication_error";
+    case 404: return "not_found_error";
+    case 429:
+    case 503: return "server_overloaded";
+    default: return status >= 500 ? "server_error" : "invalid_request_error";
+    }
+}
+
+bool api_fail(api_error *e, int status, const char *param, const char *fmt, ...) {
+    e->status = status;
+    e->type = default_type(status);
+    e->code = NULL;
+    snprintf(e->param, sizeof e->param, "%s", param ? param : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+    va_end(ap);
+    return false;
+}
+
+char *api_error_json(const api_error *e) {
+    cJSON *root = cJSON_CreateObject(), *o = cJSON_AddObjectToObject(root, "error");
+    cJSON_AddItemToObject(o, "message", json_text(e->msg, strlen(e->msg)));
+    cJSON_AddStringToObject(o, "type", e->type ? e->type : default_type(e->status));
+    if (e->param[0]) cJSON_AddStringToObject(o, "param", e->param);
+    else cJSON_AddNullToObject(o, "param");
+    if (e->code) cJSON_AddStringToObject(o, "code", e->code);
+    else cJSON_AddNullToObject(o, "code");
+    char *s = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    return s;
+}

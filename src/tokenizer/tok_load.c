@@ -1,0 +1,291 @@
+/* Loading a vocabulary from GGUF metadata (tokenizer.ggml.*), following what
+ * llama.cpp's llama_vocab::load does, so that every later decision (which
+ * tokens split the text, which ids end generation) is the same as there. */
+#include <stdio.h>
+
+#include "tok_internal.h"
+#include "tok_unicode.h"
+
+#define KEY_MODEL "tokenizer.ggml.model"
+#define KEY_PRE "tokenizer.ggml.pre"
+#define KEY_TOKENS "tokenizer.ggml.tokens"
+#define KEY_SCORES "tokenizer.ggml.scores"
+#define KEY_TYPES "tokenizer.ggml.token_type"
+#define KEY_MERGES "tokenizer.ggml.merges"
+
+/* GGUF token types (llama_token_type) -> attribute bits. */
+static uint16_t attr_of_type(int64_t t) {
+    switch (t) {
+    case 1: return TOK_ATTR_NORMAL;
+    case 2: return TOK_ATTR_UNKNOWN;
+    case 3: return TOK_ATTR_CONTROL;
+    case 4: return TOK_ATTR_USER_DEFINED;
+    case 5: return TOK_ATTR_UNUSED;
+    case 6: return TOK_ATTR_BYTE;
+    default: return TOK_ATTR_UNDEFINED;
+    }
+}
+
+static bool read_model(tok_vocab *v, const gguf_file *f, kvl_error *err) {
+    if (!gguf_get_str_buf(f, KEY_MODEL, v->model, sizeof v->model))
+        return kvl_fail(err, "%s: tokenizer: missing or non-string '%s'", gguf_path(f), KEY_MODEL);
+    if (strcmp(v->model, "llama") == 0) {
+        v->kind = TOK_KIND_SPM;
+    } else if (strcmp(v->model, "gpt2") == 0) {
+        v->kind = TOK_KIND_BPE;
+    } else {
+        return kvl_fail(err, "%s: tokenizer: unsupported tokenizer model '%s' (supported: llama, gpt2)",
+                        gguf_path(f), v->model);
+    }
+    if (!gguf_get_str_buf(f, KEY_PRE, v->pre, sizeof v->pre) || !v->pre[0]) {
+        if (v->kind == TOK_KIND_BPE)
+            kvl_log(KVL_LOG_WARN, "%s: missing tokenizer.ggml.pre, using 'default' (quality may suffer)",
+                    gguf_path(f));
+        snprintf(v->pre, sizeof v->pre, "default");
+    }
+    return true;
+}
+
+/* A numeric array of at least n elements of one of the accepted types. */
+static bool get_num_array(const gguf_file *f, const char *key, int64_t n, gguf_vtype t1,
+                          gguf_vtype t2, gguf_vtype *t, const void **data, kvl_error *err) {
+    uint64_t count;
+    if (!gguf_get_arr(f, key, t, &count, data) || (*t != t1 && *t != t2))
+        return kvl_fail(err, "%s: tokenizer: '%s' has the wrong type", gguf_path(f), key);
+    if (count < (uint64_t)n)
+        return kvl_fail(err, "%s: tokenizer: '%s' has %llu entries for %lld tokens", gguf_path(f), key,
+                        (unsigned long long)count, (long long)n);
+    return true;
+}
+
+static bool read_scores_and_types(tok_vocab *v, const gguf_file *f, kvl_error *err) {
+    const int32_t n = v->n_tokens;
+    v->scores = calloc((size_t)n, sizeof *v->scores);
+    v->attrs = malloc((size_t)n * sizeof *v->attrs);
+    v->eog = calloc((size_t)n, 1);
+    if (!v->scores || !v->attrs || !v->eog) return kvl_fail(err, "tokenizer: out of memory");
+    gguf_vtype t;
+    const void *data;
+    if (gguf_find_key(f, KEY_SCORES) >= 0) {
+        if (!get_num_array(f, KEY_SCORES, n, GGUF_VT_FLOAT32, GGUF_VT_INT32, &t, &data, err))
+            return false;
+        for (int32_t i = 0; i < n; i++) {
+            uint32_t bits;
+            memcpy(&bits, (const char *)data + 4 * (size_t)i, 4);
+            if (t == GGUF_VT_FLOAT32) {
+                memcpy(&v->scores[i], &bits, 4);
+            } else {
+                v->scores[i] = (float)(int32_t)bits;
+            }
+        }
+    }
+    for (int32_t i = 0; i < n; i++) v->attrs[i] = TOK_ATTR_NORMAL;
+    if (gguf_find_key(f, KEY_TYPES) >= 0) {
+        if (!get_num_array(f, KEY_TYPES, n, GGUF_VT_INT32, GGUF_VT_INT32, &t, &data, err))
+            return false;
+        for (int32_t i = 0; i < n; i++) {
+            int32_t tt;
+            memcpy(&tt, (const char *)data + 4 * (size_t)i, 4);
+            v->attrs[i] = attr_of_type(tt);
+        }
+    }
+    return true;
+}
+
+/* Token strings and merge halves, with their total size (for the arena). */
+typedef struct merge_half {
+    const char *s;
+    size_t len;
+} merge_half;
+
+/* Splits a merge line at its first space after position 0, as llama.cpp does;
+ * a line without one yields two empty halves. */
+static void split_merge(const char *s, size_t len, merge_half *a, merge_half *b) {
+    const char *sp = len > 1 ? memchr(s + 1, ' ', len - 1) : NULL;
+    if (!sp) {
+        a->s = b->s = "";
+        a->len = b->len = 0;
+        return;
+    }
+    a->s = s;
+    a->len = (size_t)(sp - s);
+    b->s = sp + 1;
+    b->len = len - a->len - 1;
+}
+
+static bool count_strings(const gguf_file *f, int64_t n_tok, uint64_t n_merges, size_t *bytes,
+                          kvl_error *err) {
+    size_t total = 0;
+    for (int64_t i = 0; i < n_tok; i++) {
+        const char *s;
+        size_t len;
+        if (!gguf_get_arr_str(f, KEY_TOKENS, (uint64_t)i, &s, &len))
+            return kvl_fail(err, "%s: tokenizer: cannot read token %lld", gguf_path(f), (long long)i);
+        total += (len ? len : 32) + 1; /* room for "[EMPTY_i]" */
+    }
+    for (uint64_t i = 0; i < n_merges; i++) {
+        const char *s;
+        size_t len;
+        if (!gguf_get_arr_str(f, KEY_MERGES, i, &s, &len))
+            return kvl_fail(err, "%s: tokenizer: cannot read merge %llu", gguf_path(f),
+                            (unsigned long long)i);
+        total += len + 2;
+    }
+    *bytes = total;
+    return true;
+}
+
+/* Copies s into the arena as interned string id (not yet in the map). */
+static void arena_add(tok_vocab *v, size_t *used, int32_t id, const char *s, size_t len) {
+    char *dst = v->arena + *used;
+    memcpy(dst, s, len);
+    dst[len] = '\0';
+    v->strs[id] = dst;
+    v->lens[id] = (uint32_t)len;
+    *used += len + 1;
+}
+
+static bool load_tokens(tok_vocab *v, const gguf_file *f, size_t *used, kvl_error *err) {
+    for (int32_t i = 0; i < v->n_tokens; i++) {
+        const char *s;
+        size_t len;
+        gguf_get_arr_str(f, KEY_TOKENS, (uint64_t)i, &s, &len);
+        char empty[32];
+        if (len == 0) { /* llama.cpp renames empty tokens so they stay distinct */
+            len = (size_t)snprintf(empty, sizeof empty, "[EMPTY_%d]", (int)i);
+            s = empty;
+            kvl_log(KVL_LOG_WARN, "%s: empty token at index %d", gguf_path(f), (int)i);
+        }
+        if (len > UINT32_MAX / 2) return kvl_fail(err, "%s: token %d too long", gguf_path(f), (int)i);
+        arena_add(v, used, i, s, len);
+        int32_t dup = tok_strmap_put(&v->str_ids, v->strs, v->lens, i);
+        if (dup >= 0)
+            return kvl_fail(err, "%s: tokenizer: duplicate token '%s' has ids %d and %d", gguf_path(f),
+                            v->strs[i], (int)dup, (int)i);
+    }
+    v->n_strs = v->n_tokens;
+    return true;
+}
+
+/* Interned id of a merge half, adding it if it is not a token. */
+static int32_t intern(tok_vocab *v, size_t *used, const merge_half *h) {
+    int32_t id = tok_str_id(v, h->s, h->len);
+    if (id >= 0) return id;
+    id = v->n_strs++;
+    arena_add(v, used, id, h->s, h->len);
+    tok_strmap_put(&v->str_ids, v->strs, v->lens, id);
+    return id;
+}
+
+static bool load_merges(tok_vocab *v, const gguf_file *f, uint64_t n_merges, size_t *used,
+                        kvl_error *err) {
+    if (!tok_pairmap_init(&v->merges, n_merges)) return kvl_fail(err, "tokenizer: out of memory");
+    for (uint64_t i = 0; i < n_merges; i++) {
+        const char *s;
+        size_t len;
+        gguf_get_arr_str(f, KEY_MERGES, i, &s, &len);
+        merge_half a, b;
+        split_merge(s, len, &a, &b);
+        int32_t ia = intern(v, used, &a);
+        int32_t ib = intern(v, used, &b);
+        tok_pairmap_put_first(&v->merges, ia, ib, (int32_t)(i > INT32_MAX ? INT32_MAX : i));
+    }
+    return true;
+}
+
+static bool load_strings(tok_vocab *v, const gguf_file *f, kvl_error *err) {
+    gguf_vtype t;
+    uint64_t n_tok = 0, n_merges = 0;
+    if (!gguf_get_arr(f, KEY_TOKENS, &t, &n_tok, NULL) || t != GGUF_VT_STRING)
+        return kvl_fail(err, "%s: tokenizer: missing or non-string-array '%s'", gguf_path(f), KEY_TOKENS);
+    if (n_tok == 0 || n_tok > INT32_MAX / 4)
+        return kvl_fail(err, "%s: tokenizer: bad token count %llu", gguf_path(f),
+                        (unsigned long long)n_tok);
+    if (v->kind == TOK_KIND_BPE) {
+        if (!gguf_get_arr(f, KEY_MERGES, &t, &n_merges, NULL))
+            return kvl_fail(err, "%s: tokenizer: BPE vocab without '%s'", gguf_path(f), KEY_MERGES);
+        if (t != GGUF_VT_STRING || n_merges > INT32_MAX / 4)
+            return kvl_fail(err, "%s: tokenizer: bad '%s'", gguf_path(f), KEY_MERGES);
+    }
+    v->n_tokens = (int32_t)n_tok;
+    size_t bytes = 0, max_strs = (size_t)n_tok + 2 * (size_t)n_merges;
+    if (!count_strings(f, (int64_t)n_tok, n_merges, &bytes, err)) return false;
+    v->arena = malloc(bytes + 1);
+    v->strs = malloc(max_strs * sizeof *v->strs);
+    v->lens = malloc(max_strs * sizeof *v->lens);
+    if (!v->arena || !v->strs || !v->lens || !tok_strmap_init(&v->str_ids, max_strs))
+        return kvl_fail(err, "tokenizer: out of memory");
+    size_t used = 0;
+    if (!load_tokens(v, f, &used, err)) return false;
+    return v->kind != TOK_KIND_BPE || load_merges(v, f, n_merges, &used, err);
+}
+
+/* Byte fallback tables: SPM's <0xNN> tokens, BPE's byte-to-character map. */
+static void build_byte_tables(tok_vocab *v) {
+    for (int b = 0; b < 256; b++) {
+        char hex[8];
+        int n = snprintf(hex, sizeof hex, "<0x%02X>", b);
+        int32_t id = tok_text_to_token(v, hex, (size_t)n);
+        if (id < 0) {
+            char raw = (char)b;
+            id = tok_text_to_token(v, &raw, 1);
+        }
+        v->byte_tok[b] = id;
+        v->gpt2_len[b] = (uint8_t)tok_utf8_put(tok_byte_to_cp((uint8_t)b), v->gpt2_chr[b]);
+    }
+}
+
+static bool setup_pretok(tok_vocab *v, kvl_error *err) {
+    /* llama.cpp defaults before the GGUF overrides. */
+    v->add_bos = v->kind == TOK_KIND_SPM;
+    v->add_space_prefix = v->kind == TOK_KIND_SPM;
+    if (v->kind != TOK_KIND_BPE) return true;
+    tok_pre_info info;
+    v->pretok = tok_pretok_create(v->pre, &info, err);
+    if (!v->pretok) return false;
+    v->ignore_merges = info.ignore_merges;
+    v->add_bos = info.add_bos;
+    v->pre_no_bos = info.no_bos;
+    return true;
+}
+
+tok_vocab *tok_vocab_create(const gguf_file *f, kvl_error *err) {
+    if (!f) {
+        kvl_fail(err, "tokenizer: no GGUF file");
+        return NULL;
+    }
+    tok_vocab *v = calloc(1, sizeof *v);
+    if (!v) {
+        kvl_fail(err, "tokenizer: out of memory");
+        return NULL;
+    }
+    bool ok = read_model(v, f, err) && load_strings(v, f, err) && read_scores_and_types(v, f, err);
+    if (ok) {
+        build_byte_tables(v);
+        ok = setup_pretok(v, err) && tok_load_specials(v, f, err) &&
+             (tok_build_pieces(v) || kvl_fail(err, "tokenizer: out of memory"));
+    }
+    if (!ok) {
+        tok_vocab_destroy(v);
+        return NULL;
+    }
+    return v;
+}
+
+void tok_vocab_destroy(tok_vocab *v) {
+    if (!v) return;
+    tok_pretok_destroy(v->pretok);
+    tok_strmap_free(&v->str_ids);
+    tok_pairmap_free(&v->merges);
+    free(v->arena);
+    free(v->strs);
+    free(v->lens);
+    free(v->scores);
+    free(v->attrs);
+    free(v->eog);
+    free(v->pieces);
+    free(v->piece_off);
+    free(v->piece_len);
+    free(v->special_ids);
+    free(v);
+}

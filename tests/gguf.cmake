@@ -1,0 +1,50 @@
+# GGUF reader tests beyond tests/unit/test_gguf.c:
+#   gguf_bad_files_lib   generated corrupt files through the library (exact reasons)
+#   gguf_bad_files_cli   the same files through `kvllm info -m`: exit 1 + message naming the file
+#   gguf_bad_files_asan  both again with an ASan/UBSan build in ../build-asan (slow)
+#   fuzz_gguf_smoke      libFuzzer over gguf_open_memory for KVLLM_FUZZ_SECONDS (default 60; slow)
+find_package(Python3 REQUIRED COMPONENTS Interpreter)
+
+set(GGUF_GEN ${PROJECT_SOURCE_DIR}/tools/make_bad_gguf.py)
+set(GGUF_DRIVER ${CMAKE_CURRENT_LIST_DIR}/gguf_badfiles.py)
+
+add_test(NAME gguf_bad_files_lib
+  COMMAND ${Python3_EXECUTABLE} ${GGUF_DRIVER} --gen ${GGUF_GEN}
+          --out ${CMAKE_CURRENT_BINARY_DIR}/gguf_bad_lib --checker $<TARGET_FILE:test_gguf>)
+
+add_test(NAME gguf_bad_files_cli
+  COMMAND ${Python3_EXECUTABLE} ${GGUF_DRIVER} --gen ${GGUF_GEN}
+          --out ${CMAKE_CURRENT_BINARY_DIR}/gguf_bad_cli --bin ${KVLLM_BIN}
+          --good ${PROJECT_SOURCE_DIR}/models/stories260K.gguf)
+
+# Builds its own sanitized tree next to this build directory, so it only pays
+# for the kvllm and test_gguf targets, not the whole suite.
+add_test(NAME gguf_bad_files_asan
+  COMMAND ${Python3_EXECUTABLE} ${GGUF_DRIVER} --gen ${GGUF_GEN}
+          --out ${CMAKE_CURRENT_BINARY_DIR}/gguf_bad_asan
+          --asan-build ${PROJECT_SOURCE_DIR} ${CMAKE_BINARY_DIR}/../build-asan
+          --good ${PROJECT_SOURCE_DIR}/models/stories260K.gguf)
+set_tests_properties(gguf_bad_files_asan PROPERTIES TIMEOUT 600 LABELS "slow")
+
+# Needs clang with the libFuzzer runtime (libclang-rt-14-dev); exits 77 = skipped without it.
+add_test(NAME fuzz_gguf_smoke
+  COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/fuzz/run_fuzz.sh ${PROJECT_SOURCE_DIR}
+          ${CMAKE_CURRENT_BINARY_DIR}/fuzz_gguf)
+set_tests_properties(fuzz_gguf_smoke PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS "slow;fuzz")
+
+# -DKVLLM_FUZZ=ON with clang also builds the fuzzer as a normal target for long
+# local runs, e.g.  build/tests/fuzz_gguf -dict=tests/fuzz/gguf.dict CORPUS_DIR
+# It compiles the reader's sources itself so that they get coverage instrumentation.
+if(KVLLM_FUZZ)
+  if(CMAKE_C_COMPILER_ID MATCHES "Clang")
+    file(GLOB GGUF_FUZZ_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/gguf/*.c)
+    add_executable(fuzz_gguf ${CMAKE_CURRENT_LIST_DIR}/fuzz/fuzz_gguf.c ${GGUF_FUZZ_SOURCES}
+      ${PROJECT_SOURCE_DIR}/src/base/base.c)
+    target_include_directories(fuzz_gguf PRIVATE ${PROJECT_SOURCE_DIR}/src)
+    target_compile_options(fuzz_gguf PRIVATE -g -O1 -fsanitize=fuzzer,address,undefined)
+    target_link_options(fuzz_gguf PRIVATE -fsanitize=fuzzer,address,undefined)
+    target_link_libraries(fuzz_gguf PRIVATE m)
+  else()
+    message(WARNING "KVLLM_FUZZ needs clang (CC=clang); fuzz_gguf not built")
+  endif()
+endif()

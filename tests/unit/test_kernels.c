@@ -1,0 +1,583 @@
+/* Unit tests for src/kernels: quantization round trips, SIMD against the
+ * scalar reference (bit for bit), dot products against exact math, matmul
+ * batch / thread / ISA invariance, and byte-exactness against files that
+ * llama-quantize wrote (tests/data/golden/models). Run from the repo root. */
+#include "kernels/kernels.h"
+
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int failures;
+#define CHECK(cond, ...)                                                 \
+    do {                                                                 \
+        if (!(cond)) {                                                   \
+            failures++;                                                  \
+            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);         \
+            fprintf(stderr, __VA_ARGS__);                                \
+            fputc('\n', stderr);                                         \
+        }                                                                \
+    } while (0)
+
+/* ---------- helpers ---------- */
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+static uint64_t rng_u64(void) {
+    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+static double rng_unit(void) { return (double)(rng_u64() >> 11) * (1.0 / 9007199254740992.0); }
+static float rng_gauss(void) {
+    double u = rng_unit(), v = rng_unit();
+    return (float)(sqrt(-2.0 * log(u + 1e-300)) * cos(6.283185307179586 * v));
+}
+
+/* Gaussian data with some structure that exercises the quantizers' edge
+ * cases: a zero block, an outlier, a negative extreme, equal-magnitude ties. */
+static void fill_data(float *x, int64_t n, float scale) {
+    for (int64_t i = 0; i < n; i++) x[i] = scale * rng_gauss();
+    if (n >= 512) {
+        for (int i = 256; i < 288; i++) x[i] = 0.0f;
+        x[300] = 40.0f * scale;
+        x[400] = -35.0f * scale;
+        x[401] = 35.0f * scale; /* tie in magnitude with x[400]: first one wins */
+    }
+}
+
+static const int weight_types[] = {GGUF_DT_F32,  GGUF_DT_F16,  GGUF_DT_BF16, GGUF_DT_Q8_0,
+                                   GGUF_DT_Q4_0, GGUF_DT_Q4_K, GGUF_DT_Q6_K};
+#define N_WEIGHT_TYPES ((int)(sizeof weight_types / sizeof weight_types[0]))
+
+static const char *isa_list[] = {"scalar", "avx2", "avx512"};
+
+/* Selects an ISA; false (and back to auto) if this CPU lacks it. */
+static bool use_isa(const char *isa) {
+    kern_init(isa);
+    if (strcmp(kern_isa_name(), isa) != 0) {
+        kern_init("auto");
+        return false;
+    }
+    return true;
+}
+
+static bool same_bits(float a, float b) { return memcmp(&a, &b, sizeof a) == 0; }
+
+static void *quantize_ref(int dtype, const float *x, int64_t n) {
+    void *q = kvl_calloc(1, kern_row_bytes(dtype, n) + 64);
+    kern_traits_ref(dtype)->from_float(x, q, n);
+    return q;
+}
+
+static float *dequantize_ref(int dtype, const void *q, int64_t n) {
+    float *y = kvl_alloc((size_t)n * sizeof(float));
+    kern_traits_ref(dtype)->to_float(q, y, n);
+    return y;
+}
+
+static double nrmse(const float *a, const float *b, int64_t n) {
+    double e = 0, s = 0;
+    for (int64_t i = 0; i < n; i++) {
+        e += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+        s += (double)a[i] * a[i];
+    }
+    return s > 0 ? sqrt(e / s) : sqrt(e);
+}
+
+/* ---------- tables ---------- */
+
+static void test_tables(void) {
+    static const struct {
+        int t, be;
+        size_t bb;
+        int vdt;
+    } want[] = {
+        {GGUF_DT_F32, 1, 4, GGUF_DT_F32},          {GGUF_DT_F16, 1, 2, GGUF_DT_F16},
+        {GGUF_DT_BF16, 1, 2, GGUF_DT_BF16},        {GGUF_DT_Q8_0, 32, 34, GGUF_DT_Q8_0},
+        {GGUF_DT_Q4_0, 32, 18, GGUF_DT_Q8_0},      {GGUF_DT_Q4_K, 256, 144, GGUF_DT_Q8_K},
+        {GGUF_DT_Q6_K, 256, 210, GGUF_DT_Q8_K},
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        const kern_traits *t = kern_traits_of(want[i].t), *r = kern_traits_ref(want[i].t);
+        CHECK(t && r, "type %d missing", want[i].t);
+        if (!t || !r) continue;
+        CHECK(t->block_elems == want[i].be && t->block_bytes == want[i].bb, "%s geometry", t->name);
+        CHECK(t->vec_dot_type == want[i].vdt, "%s vec_dot_type %d", t->name, t->vec_dot_type);
+        CHECK(t->to_float && t->from_float && t->vec_dot, "%s functions", t->name);
+    }
+    const kern_traits *q8k = kern_traits_of(GGUF_DT_Q8_K);
+    CHECK(q8k && q8k->from_float && q8k->to_float && !q8k->vec_dot, "Q8_K is activation-only");
+    CHECK(!kern_traits_of(GGUF_DT_Q5_K) && !kern_traits_of(-1) && !kern_traits_of(GGUF_DT_COUNT),
+          "unsupported types have no traits");
+    CHECK(kern_row_bytes(GGUF_DT_Q4_K, 4096) == 16 * 144, "row bytes q4_K");
+    CHECK(kern_row_bytes(GGUF_DT_F16, 10) == 20, "row bytes f16");
+    CHECK(kern_matmul_work_bytes(GGUF_DT_Q4_0, 3, 64) == 3 * 2 * 34, "work bytes q4_0");
+    CHECK(kern_matmul_work_bytes(GGUF_DT_F32, 3, 64) == 0, "f32 uses X in place");
+}
+
+/* ---------- quantization round trip ---------- */
+
+/* Normalized RMS error of a round trip on unit Gaussian data (measured values
+ * with about 20% headroom: F16 2.0e-4, BF16 1.7e-3, Q8_0 5.3e-3, Q8_K 6.8e-3,
+ * Q6_K 1.8e-2, Q4_K 7.1e-2, Q4_0 8.4e-2). */
+static double roundtrip_bound(int t) {
+    switch (t) {
+    case GGUF_DT_F32: return 0.0;
+    case GGUF_DT_F16: return 2.5e-4;
+    case GGUF_DT_BF16: return 2.1e-3;
+    case GGUF_DT_Q8_0: return 6.5e-3;
+    case GGUF_DT_Q8_K: return 8.5e-3;
+    case GGUF_DT_Q6_K: return 2.2e-2;
+    case GGUF_DT_Q4_K: return 8.5e-2;
+    default: return 1.0e-1; /* Q4_0 */
+    }
+}
+
+/* Every ISA's from_float / to_float is byte-identical to the reference. */
+static void check_isa_conversions(int t, const float *x, const void *q, const float *y, int64_t n) {
+    const size_t rb = kern_row_bytes(t, n);
+    void *q2 = kvl_calloc(1, rb + 64);
+    float *y2 = kvl_alloc(n * sizeof(float));
+    for (int a = 1; a < 3; a++) {
+        if (!use_isa(isa_list[a])) continue;
+        kern_traits_of(t)->from_float(x, q2, n);
+        kern_traits_of(t)->to_float(q, y2, n);
+        CHECK(memcmp(q, q2, rb) == 0, "%s from_float %s differs from reference",
+              kern_traits_ref(t)->name, isa_list[a]);
+        CHECK(memcmp(y, y2, n * sizeof(float)) == 0, "%s to_float %s differs",
+              kern_traits_ref(t)->name, isa_list[a]);
+    }
+    kern_init("auto");
+    kvl_free(q2);
+    kvl_free(y2);
+}
+
+static void test_roundtrip(void) {
+    const int64_t n = 4096;
+    float *x = kvl_alloc(n * sizeof(float)), *xe = kvl_alloc(n * sizeof(float));
+    for (int64_t i = 0; i < n; i++) x[i] = 0.7f * rng_gauss();
+    fill_data(xe, n, 0.7f);
+    const int types[] = {GGUF_DT_F32,  GGUF_DT_F16,  GGUF_DT_BF16, GGUF_DT_Q8_0,
+                         GGUF_DT_Q4_0, GGUF_DT_Q4_K, GGUF_DT_Q6_K, GGUF_DT_Q8_K};
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        const int t = types[ti];
+        const char *name = kern_traits_ref(t)->name;
+        void *q = quantize_ref(t, x, n);
+        float *y = dequantize_ref(t, q, n);
+        const double e = nrmse(x, y, n);
+        printf("  round trip %-5s nrmse %.2e (gaussian)\n", name, e);
+        CHECK(e <= roundtrip_bound(t), "%s round trip nrmse %g", name, e);
+        check_isa_conversions(t, x, q, y, n);
+        kvl_free(q), kvl_free(y);
+        /* edge data: zero block, outliers, ties */
+        q = quantize_ref(t, xe, n);
+        y = dequantize_ref(t, q, n);
+        for (int i = 256; i < 288; i++) CHECK(y[i] == 0.0f, "%s zero block", name);
+        check_isa_conversions(t, xe, q, y, n);
+        kvl_free(q), kvl_free(y);
+    }
+    kvl_free(x), kvl_free(xe);
+}
+
+/* Q8_K specifics: d = max/-127 of the signed extreme, bsums consistent. */
+static void test_q8_K_layout(void) {
+    float x[QK_K];
+    for (int i = 0; i < QK_K; i++) x[i] = 0.01f * (float)(i % 37) - 0.2f;
+    x[10] = -3.0f;
+    x[20] = 3.0f;
+    blk_q8_K b;
+    kern_traits_ref(GGUF_DT_Q8_K)->from_float(x, &b, QK_K);
+    /* the first extreme (-3) maps to -127, so d = -3/-127 > 0 */
+    CHECK(b.qs[10] == -127 && b.qs[20] == 127, "q8_K sign follows the first extreme (%d %d)",
+          b.qs[10], b.qs[20]);
+    CHECK(fabsf(b.d - -3.0f / -127.f) < 1e-7f, "q8_K d = max/-127 (%g)", b.d);
+    for (int j = 0; j < QK_K / 16; j++) {
+        int s = 0;
+        for (int i = 0; i < 16; i++) s += b.qs[16 * j + i];
+        CHECK(s == b.bsums[j], "q8_K bsums[%d]", j);
+    }
+    blk_q8_0 q;
+    float z[QK8_0];
+    for (int i = 0; i < QK8_0; i++) z[i] = (float)i - 12.7f;
+    kern_traits_ref(GGUF_DT_Q8_0)->from_float(z, &q, QK8_0);
+    const float d = kvl_f16_to_f32(q.d);
+    CHECK(fabsf(d - 18.3f / 127) < 1e-4f, "q8_0 d = amax/127 (%g)", d);
+    const float id = 1.0f / (18.3f / 127);
+    for (int i = 0; i < QK8_0; i++)
+        CHECK(q.qs[i] == (int8_t)roundf(z[i] * id), "q8_0 rounds with roundf (%d)", i);
+}
+
+/* ---------- dot products ---------- */
+
+static double dot_double(const float *a, const float *b, int64_t n, double *abs_sum) {
+    double s = 0, as = 0;
+    for (int64_t i = 0; i < n; i++) {
+        s += (double)a[i] * b[i];
+        as += fabs((double)a[i] * b[i]);
+    }
+    *abs_sum = as;
+    return s;
+}
+
+/* Raw random weight rows cover every code (q8 -128, all 6-bit scales, q6 scale
+ * -128) that a quantizer never writes but a file may contain. */
+static void randomize_codes(int t, void *q, int64_t n) {
+    const size_t rb = kern_row_bytes(t, n);
+    uint8_t *p = q;
+    for (size_t i = 0; i < rb; i++) p[i] = (uint8_t)rng_u64();
+    const kern_traits *tr = kern_traits_ref(t);
+    for (int64_t b = 0; b < n / tr->block_elems; b++) {
+        uint8_t *blk = p + b * tr->block_bytes;
+        const kvl_f16 d = kvl_f32_to_f16(0.01f * (float)(1 + rng_u64() % 100));
+        if (t == GGUF_DT_Q8_0 || t == GGUF_DT_Q4_0) memcpy(blk, &d, 2);
+        if (t == GGUF_DT_Q4_K) {
+            memcpy(blk, &d, 2);
+            memcpy(blk + 2, &d, 2);
+        }
+        if (t == GGUF_DT_Q6_K) memcpy(blk + 208, &d, 2);
+    }
+    if (t == GGUF_DT_F16 || t == GGUF_DT_BF16 || t == GGUF_DT_F32) {
+        float *f = kvl_alloc(n * sizeof(float));
+        fill_data(f, n, 1.0f);
+        tr->from_float(f, q, n);
+        kvl_free(f);
+    }
+}
+
+static void check_dot_case(int t, int64_t n, bool raw_codes) {
+    const kern_traits *r = kern_traits_ref(t);
+    const int vdt = r->vec_dot_type;
+    float *x = kvl_alloc(n * sizeof(float)), *y = kvl_alloc(n * sizeof(float));
+    fill_data(x, n, 1.0f);
+    for (int64_t i = 0; i < n; i++) y[i] = 0.5f * x[i] + rng_gauss();
+    void *qx = quantize_ref(t, x, n);
+    if (raw_codes) randomize_codes(t, qx, n);
+    void *qy = quantize_ref(vdt, y, n);
+    float *dx = dequantize_ref(t, qx, n), *dy = dequantize_ref(vdt, qy, n);
+    float s_ref;
+    r->vec_dot(n, &s_ref, qx, qy);
+    /* the integer math is exact: only float rounding separates it from exact math */
+    double abs_sum;
+    const double exact = dot_double(dx, dy, n, &abs_sum);
+    CHECK(fabs(s_ref - exact) <= 2e-6 * abs_sum + 1e-30, "%s n=%lld: ref %.9g exact %.9g",
+          r->name, (long long)n, s_ref, exact);
+    if (!raw_codes) { /* and the quantized dot is close to the float dot */
+        double abs_xy;
+        const double want = dot_double(x, y, n, &abs_xy);
+        const double tol = (2.0 * (roundtrip_bound(t) + roundtrip_bound(vdt)) + 1e-5) * abs_xy;
+        CHECK(fabs(s_ref - want) <= tol + 1e-6, "%s n=%lld: quantized %.6g float %.6g", r->name,
+              (long long)n, s_ref, want);
+    }
+    for (int a = 1; a < 3; a++) {
+        if (!use_isa(isa_list[a])) continue;
+        float s;
+        kern_traits_of(t)->vec_dot(n, &s, qx, qy);
+        CHECK(same_bits(s, s_ref), "%s n=%lld %s: %.9g vs reference %.9g", r->name, (long long)n,
+              isa_list[a], s, s_ref);
+    }
+    kern_init("auto");
+    kvl_free(x), kvl_free(y), kvl_free(qx), kvl_free(qy), kvl_free(dx), kvl_free(dy);
+}
+
+static void test_vec_dot(void) {
+    static const int64_t fp_sizes[] = {1, 7, 16, 63, 64, 65, 100, 200, 4096, 4109};
+    static const int64_t blocks[] = {1, 2, 3, 4, 5, 6, 7, 9, 16, 128};
+    for (int ti = 0; ti < N_WEIGHT_TYPES; ti++) {
+        const int t = weight_types[ti];
+        const int be = kern_traits_ref(t)->block_elems;
+        for (int si = 0; si < 10; si++) {
+            const int64_t n = be == 1 ? fp_sizes[si] : blocks[si] * be;
+            /* small cases are cheap: repeat them so rare rounding-order slips show up */
+            const int reps = n <= 1024 ? 8 : 1;
+            for (int r = 0; r < reps; r++) {
+                check_dot_case(t, n, false);
+                check_dot_case(t, n, true);
+            }
+        }
+    }
+}
+
+/* ---------- matmul ---------- */
+
+/* Y rows via direct vec_dot calls on the active table (the definition). */
+static void matmul_direct(const void *W, int t, int64_t n_out, int64_t k, const float *X,
+                          int64_t m, float *Y) {
+    const kern_traits *tr = kern_traits_of(t), *qt = kern_traits_of(tr->vec_dot_type);
+    const size_t xrow = kern_row_bytes(tr->vec_dot_type, k), wrow = kern_row_bytes(t, k);
+    char *xq = kvl_alloc(xrow + 64);
+    for (int64_t i = 0; i < m; i++) {
+        qt->from_float(X + i * k, xq, k);
+        for (int64_t j = 0; j < n_out; j++)
+            tr->vec_dot(k, &Y[i * n_out + j], (const char *)W + j * wrow, xq);
+    }
+    kvl_free(xq);
+}
+
+static void run_matmul(const void *W, int t, int64_t n_out, int64_t k, const float *X, int64_t m,
+                       float *Y) {
+    void *work = kvl_alloc(kern_matmul_work_bytes(t, m, k));
+    kern_matmul(W, t, n_out, k, X, m, Y, work);
+    kvl_free(work);
+}
+
+static void test_matmul_type(int t) {
+    const int64_t n_out = 301, k = 512, M = 17;
+    float *wf = kvl_alloc(n_out * k * sizeof(float)), *X = kvl_alloc(M * k * sizeof(float));
+    fill_data(wf, n_out * k, 0.05f);
+    fill_data(X, M * k, 1.0f);
+    const size_t wrow = kern_row_bytes(t, k);
+    char *W = kvl_alloc(n_out * wrow);
+    for (int64_t j = 0; j < n_out; j++) kern_traits_ref(t)->from_float(wf + j * k, W + j * wrow, k);
+    float *Y = kvl_alloc(M * n_out * sizeof(float)), *Yd = kvl_alloc(M * n_out * sizeof(float));
+    float *Y1 = kvl_alloc(n_out * sizeof(float)), *Ys = kvl_alloc(M * n_out * sizeof(float));
+    const char *name = kern_traits_ref(t)->name;
+
+    static const int64_t ms[] = {1, 3, 17};
+    for (int mi = 0; mi < 3; mi++) {
+        const int64_t m = ms[mi];
+        run_matmul(W, t, n_out, k, X, m, Y);
+        matmul_direct(W, t, n_out, k, X, m, Yd);
+        CHECK(memcmp(Y, Yd, m * n_out * sizeof(float)) == 0, "%s m=%lld: matmul != vec_dot", name,
+              (long long)m);
+        /* against float math on the unquantized values */
+        double err = 0, mag = 0;
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n_out; j++) {
+                double abs_sum;
+                const double want = dot_double(X + i * k, wf + j * k, k, &abs_sum);
+                err = fmax(err, fabs(Y[i * n_out + j] - want));
+                mag = fmax(mag, abs_sum);
+            }
+        const double tol = 2.0 * (roundtrip_bound(t) + roundtrip_bound(GGUF_DT_Q8_0)) * mag + 1e-6;
+        CHECK(err <= tol, "%s m=%lld: max error %g > %g", name, (long long)m, err, tol);
+    }
+    /* batch invariance: row i of an m=17 product equals the m=1 product of row i */
+    run_matmul(W, t, n_out, k, X, M, Y);
+    for (int64_t i = 0; i < M; i++) {
+        run_matmul(W, t, n_out, k, X + i * k, 1, Y1);
+        CHECK(memcmp(Y1, Y + i * n_out, n_out * sizeof(float)) == 0, "%s: row %lld batch-variant",
+              name, (long long)i);
+    }
+    /* thread-count invariance */
+    const int nthreads = omp_get_max_threads();
+    omp_set_num_threads(1);
+    run_matmul(W, t, n_out, k, X, M, Ys);
+    omp_set_num_threads(2);
+    run_matmul(W, t, n_out, k, X, M, Yd);
+    omp_set_num_threads(nthreads);
+    CHECK(memcmp(Ys, Y, M * n_out * sizeof(float)) == 0, "%s: 1 thread differs", name);
+    CHECK(memcmp(Yd, Y, M * n_out * sizeof(float)) == 0, "%s: 2 threads differ", name);
+    /* ISA invariance */
+    for (int a = 0; a < 3; a++) {
+        if (!use_isa(isa_list[a])) continue;
+        run_matmul(W, t, n_out, k, X, M, Ys);
+        CHECK(memcmp(Ys, Y, M * n_out * sizeof(float)) == 0, "%s: matmul on %s differs", name,
+              isa_list[a]);
+    }
+    kern_init("auto");
+    kvl_free(wf), kvl_free(X), kvl_free(W), kvl_free(Y), kvl_free(Yd), kvl_free(Y1), kvl_free(Ys);
+}
+
+static void test_matmul(void) {
+    for (int ti = 0; ti < N_WEIGHT_TYPES; ti++) test_matmul_type(weight_types[ti]);
+}
+
+static void test_get_row(void) {
+    const int64_t n = 512, rows = 5;
+    float *x = kvl_alloc(rows * n * sizeof(float)), *y = kvl_alloc(n * sizeof(float));
+    fill_data(x, rows * n, 1.0f);
+    for (int ti = 0; ti < N_WEIGHT_TYPES; ti++) {
+        const int t = weight_types[ti];
+        const size_t rb = kern_row_bytes(t, n);
+        char *q = kvl_alloc(rows * rb);
+        kern_traits_ref(t)->from_float(x, q, rows * n);
+        kern_get_row(q, t, n, 3, y);
+        float *want = dequantize_ref(t, q + 3 * rb, n);
+        CHECK(memcmp(y, want, n * sizeof(float)) == 0, "%s get_row", kern_traits_ref(t)->name);
+        kvl_free(want), kvl_free(q);
+    }
+    kvl_free(x), kvl_free(y);
+}
+
+/* ---------- byte-exactness against llama-quantize output ----------
+ * A minimal GGUF walk (the gguf module is tested elsewhere): just enough to find
+ * tensor data by name. */
+
+typedef struct {
+    const uint8_t *p, *end;
+    bool ok;
+} rd;
+
+static uint64_t rd_u(rd *r, int bytes) {
+    uint64_t v = 0;
+    if (r->end - r->p < bytes) {
+        r->ok = false;
+        return 0;
+    }
+    memcpy(&v, r->p, (size_t)bytes);
+    r->p += bytes;
+    return v;
+}
+
+static void rd_skip(rd *r, uint64_t n) {
+    if ((uint64_t)(r->end - r->p) < n) r->ok = false;
+    else r->p += n;
+}
+
+static int vt_size(uint32_t vt) {
+    static const int sz[] = {1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8};
+    return vt < 13 ? sz[vt] : -1;
+}
+
+static void rd_skip_value(rd *r, uint32_t vt) {
+    if (vt == 8) rd_skip(r, rd_u(r, 8));
+    else if (vt == 9) {
+        const uint32_t et = (uint32_t)rd_u(r, 4);
+        const uint64_t cnt = rd_u(r, 8);
+        for (uint64_t i = 0; i < cnt && r->ok; i++) rd_skip_value(r, et);
+    } else if (vt_size(vt) > 0) rd_skip(r, (uint64_t)vt_size(vt));
+    else r->ok = false;
+}
+
+typedef struct {
+    uint8_t *buf;
+    size_t len;
+    const uint8_t *data; /* tensor data section */
+    const uint8_t *ti;   /* first tensor info */
+    uint64_t n_tensors;
+} mini_gguf;
+
+static bool mini_open(mini_gguf *g, const char *path) {
+    memset(g, 0, sizeof *g);
+    g->buf = (uint8_t *)kvl_read_file(path, &g->len, NULL);
+    if (!g->buf) return false;
+    rd r = {g->buf, g->buf + g->len, true};
+    if (rd_u(&r, 4) != 0x46554747u) return false;
+    rd_u(&r, 4);
+    g->n_tensors = rd_u(&r, 8);
+    const uint64_t n_kv = rd_u(&r, 8);
+    uint64_t align = 32;
+    for (uint64_t i = 0; i < n_kv && r.ok; i++) {
+        const uint64_t kl = rd_u(&r, 8);
+        const bool is_align = kl == 17 && r.end - r.p >= 17 && !memcmp(r.p, "general.alignment", 17);
+        rd_skip(&r, kl);
+        const uint32_t vt = (uint32_t)rd_u(&r, 4);
+        if (is_align && vt == 4) align = rd_u(&r, 4);
+        else rd_skip_value(&r, vt);
+    }
+    g->ti = r.p;
+    for (uint64_t i = 0; i < g->n_tensors && r.ok; i++) {
+        rd_skip(&r, rd_u(&r, 8));
+        rd_skip(&r, 8 * rd_u(&r, 4));
+        rd_skip(&r, 12);
+    }
+    const size_t off = (size_t)(r.p - g->buf);
+    g->data = g->buf + (off + align - 1) / align * align;
+    return r.ok && align;
+}
+
+/* Finds a tensor; returns its data, dtype, row length and row count. */
+static const uint8_t *mini_find(const mini_gguf *g, const char *name, int *dtype, int64_t *ne0,
+                                int64_t *rows) {
+    rd r = {g->ti, g->buf + g->len, true};
+    for (uint64_t i = 0; i < g->n_tensors && r.ok; i++) {
+        const uint64_t nl = rd_u(&r, 8);
+        const bool match = r.ok && nl == strlen(name) && (uint64_t)(r.end - r.p) >= nl &&
+                           !memcmp(r.p, name, nl);
+        rd_skip(&r, nl);
+        const uint32_t nd = (uint32_t)rd_u(&r, 4);
+        int64_t ne[4] = {1, 1, 1, 1};
+        for (uint32_t d = 0; d < nd && d < 4; d++) ne[d] = (int64_t)rd_u(&r, 8);
+        *dtype = (int)rd_u(&r, 4);
+        const uint64_t off = rd_u(&r, 8);
+        if (match && r.ok) {
+            *ne0 = ne[0];
+            *rows = ne[1] * ne[2] * ne[3];
+            return g->data + off;
+        }
+    }
+    return NULL;
+}
+
+static void check_golden_model(const mini_gguf *f32, const char *path) {
+    mini_gguf q;
+    if (!mini_open(&q, path)) {
+        printf("  skip %s (not readable)\n", path);
+        kvl_free(q.buf);
+        return;
+    }
+    rd r = {q.ti, q.buf + q.len, true};
+    int checked = 0;
+    for (uint64_t i = 0; i < q.n_tensors && r.ok; i++) {
+        char name[128] = {0};
+        const uint64_t nl = rd_u(&r, 8);
+        if (nl < sizeof name && (uint64_t)(r.end - r.p) >= nl) memcpy(name, r.p, nl);
+        rd_skip(&r, nl);
+        rd_skip(&r, 8 * rd_u(&r, 4) + 12);
+        int qt, ft;
+        int64_t ne0, rows, fne0, frows;
+        const uint8_t *qd = mini_find(&q, name, &qt, &ne0, &rows);
+        const uint8_t *fd = mini_find(f32, name, &ft, &fne0, &frows);
+        if (!qd || !fd || ft != GGUF_DT_F32 || qt == GGUF_DT_F32 || !kern_traits_ref(qt)) continue;
+        const size_t rb = kern_row_bytes(qt, ne0);
+        uint8_t *mine = kvl_alloc(rb * rows);
+        kern_traits_ref(qt)->from_float((const float *)fd, mine, ne0 * rows);
+        size_t diff = 0;
+        for (size_t b = 0; b < rb * rows; b++) diff += mine[b] != qd[b];
+        CHECK(diff == 0, "%s %s (%s): %zu of %zu bytes differ from llama-quantize", path, name,
+              kern_traits_ref(qt)->name, diff, rb * rows);
+        /* and it decodes close to the source */
+        float *deq = dequantize_ref(qt, qd, ne0 * rows);
+        const double e = nrmse((const float *)fd, deq, ne0 * rows);
+        CHECK(e <= roundtrip_bound(qt) * 1.5, "%s %s: nrmse %g", path, name, e);
+        kvl_free(deq), kvl_free(mine);
+        checked++;
+    }
+    printf("  %s: %d tensors byte-identical to llama-quantize\n", path, checked);
+    CHECK(checked > 0, "%s: no tensors compared", path);
+    kvl_free(q.buf);
+}
+
+static void test_golden(void) {
+    const char *dir = "tests/data/golden/models/";
+    char path[256];
+    mini_gguf f32;
+    snprintf(path, sizeof path, "%sllama-gqa-bpe-f32.gguf", dir);
+    if (!mini_open(&f32, path)) {
+        printf("  skip golden models (%s not readable)\n", path);
+        kvl_free(f32.buf);
+        return;
+    }
+    static const char *models[] = {"f16", "q8_0", "q4_0", "q4_k_m", "q6_k"};
+    for (int i = 0; i < 5; i++) {
+        snprintf(path, sizeof path, "%sllama-gqa-bpe-%s.gguf", dir, models[i]);
+        check_golden_model(&f32, path);
+    }
+    kvl_free(f32.buf);
+}
+
+int main(void) {
+    kern_init(NULL);
+    printf("kernels: %s, %d threads; compared against the reference:", kern_isa_name(),
+           omp_get_max_threads());
+    for (int a = 1; a < 3; a++)
+        if (use_isa(isa_list[a])) printf(" %s", isa_list[a]);
+    printf("\n");
+    kern_init("auto");
+    test_tables();
+    test_roundtrip();
+    test_q8_K_layout();
+    test_vec_dot();
+    test_matmul();
+    test_get_row();
+    test_golden();
+    if (failures) {
+        fprintf(stderr, "test_kernels: %d failure(s)\n", failures);
+        return 1;
+    }
+    printf("test_kernels: ok\n");
+    return 0;
+}
