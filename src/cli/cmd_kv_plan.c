@@ -45,7 +45,8 @@ static const count_flag COUNT_FLAGS[] = {
 #undef F
 
 static int bad(const char *flag, const char *v, const char *why) {
-    fprintf(stderr, "kvllm kv-plan: %s: '%s' %s\n", flag, v ? v : "", why);
+    if (v) fprintf(stderr, "kvllm kv-plan: %s: '%s' %s\n", flag, v, why);
+    else fprintf(stderr, "kvllm kv-plan: %s %s\n", flag, why);
     return -1;
 }
 
@@ -153,7 +154,10 @@ static bool load_model(const cli_opts *o, const plan_args *a, kv_plan_model *m) 
     apply_overrides(a, m);
     kvl_error err = {{0}};
     if (kv_plan_model_check(m, &err)) return true;
-    fprintf(stderr, "kvllm kv-plan: %s\n", err.msg);
+    bool by_hand = !o->model_path && !a->config_path;
+    fprintf(stderr, "kvllm kv-plan: %s%s\n", err.msg,
+            by_hand ? " (shape flags: --layers, --kv-heads, --head-dim, or --kv-lora-rank and "
+                      "--rope-dim)" : "");
     return false;
 }
 
@@ -206,9 +210,9 @@ static bool run_verify(const cli_opts *o, const kv_plan_model *m, const kv_plan_
                        verify_result *v) {
     kv_pool_config cfg;
     kvl_error err = {{0}};
-    kv_plan_model engine = *m;
-    engine.n_swa_layers = 0; /* the engine's pool pages all layers together: no window cap yet */
-    if (!verify_shape(o, m, r, &cfg, v) || !kv_plan_compute(&engine, r, &v->planned, &err) ||
+    kv_plan_model as_engine = *m;
+    as_engine.n_swa_layers = 0; /* the engine's pool pages all layers together: no window cap yet */
+    if (!verify_shape(o, m, r, &cfg, v) || !kv_plan_compute(&as_engine, r, &v->planned, &err) ||
         !kv_plan_measure(&cfg, r->context, r->concurrency, VERIFY_MAX_POOL_BYTES, &v->measured, &err)) {
         if (err.msg[0]) fprintf(stderr, "kvllm kv-plan: --verify: %s\n", err.msg);
         return false;
@@ -356,8 +360,8 @@ static void print_shape(const report *rp) {
                (long long)m->sliding_window, (long long)m->n_swa_layers, (long long)m->n_layers);
     printf("KV type        %s, block size %lld tokens\n", kv_plan_dtype_name(rp->r->dtype),
            (long long)rp->r->block_size);
-    printf("request        context %s tokens x %lld sequences\n\n", GR(rp->r->context),
-           (long long)rp->r->concurrency);
+    printf("request        context %s tokens x %lld sequence%s\n\n", GR(rp->r->context),
+           (long long)rp->r->concurrency, rp->r->concurrency == 1 ? "" : "s");
 }
 
 /* How bytes_per_token was formed, in the seeds' notation where it applies. */
@@ -390,17 +394,23 @@ static void print_kv(const report *rp) {
     printf("lower bound    %s per sequence (calculated%s)\n", FB(p->seq_lower_bound_bytes),
            rp->m->n_swa_layers ? "; sliding layers hold at most W tokens" : "");
     printf("               x %lld = %s\n", B, FB(p->lower_bound_bytes));
-    if (p->block_bytes)
-        printf("allocated      %s blocks x %s per sequence (block rounding)\n",
-               GR(p->blocks_per_seq), FB(p->block_bytes));
+    const char *label = "allocated     ";
+    if (p->block_bytes) {
+        printf("%s %s blocks x %s per sequence (block rounding)\n", label, GR(p->blocks_per_seq),
+               FB(p->block_bytes));
+        label = "              ";
+    }
     if (p->swa_block_bytes)
-        printf("               %s sliding blocks x %s per sequence\n", GR(p->swa_blocks_per_seq),
-               FB(p->swa_block_bytes));
+        printf("%s %s sliding-layer blocks x %s per sequence (window + block rounding)\n", label,
+               GR(p->swa_blocks_per_seq), FB(p->swa_block_bytes));
     printf("               = %s per sequence; x %lld = %s\n", FB(p->seq_allocated_bytes), B,
            FB(p->allocated_bytes));
     printf("               allocated - lower bound: %s (unfilled block tails%s)\n",
            FB(p->allocated_bytes - p->lower_bound_bytes),
            rp->m->n_swa_layers ? ", window not block-aligned" : "");
+    if (rp->m->n_swa_layers)
+        printf("               (sliding layers paged apart; kvllm's pool pages all layers together "
+               "today: see SWA below)\n");
     printf("metadata       block table %lld B per entry + %d B header = %s per sequence; x %lld = %s\n",
            (long long)KV_PLAN_BLOCK_ENTRY_BYTES, KV_PLAN_SEQ_HEADER_BYTES,
            FB(p->seq_metadata_bytes), B, FB(p->metadata_bytes));

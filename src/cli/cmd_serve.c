@@ -1,11 +1,241 @@
-/* Placeholder until the command lands; replaced by its implementation. */
+/* kvllm serve: loads the model, sizes the KV pool, creates the engine and
+ * hands both to the HTTP server (src/server). */
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "cli.h"
+#include "server/server.h"
+#include "tokenizer/chat_template.h"
+
+typedef struct serve_opts {
+    server_config sc;
+    const char *kv_memory;
+    int64_t max_seqs, max_batch_tokens;
+    bool help;
+} serve_opts;
+
+static void serve_usage(FILE *out) {
+    fprintf(out,
+            "usage: kvllm serve -m MODEL [options]\n\n"
+            "  --host ADDR              address to bind (default 127.0.0.1)\n"
+            "  --port N                 port (default 8080; 0: any free port, printed at start)\n"
+            "  --api-key KEY            require 'Authorization: Bearer KEY' on /v1/*\n"
+            "  --served-model-name NAME model id for /v1/models (default: the file name)\n"
+            "  --chat-template NAME     chatml|llama3|llama2|mistral|gemma|deepseek3|deepseek2\n"
+            "                           (default: detected from tokenizer.chat_template; chatml if none)\n"
+            "  -c N                     context size (default: the model's, at most 4096)\n"
+            "  --block-size N           tokens per KV block (default 16)\n"
+            "  --kv-type f16|f32        KV element type (default f16)\n"
+            "  --kv-blocks N            KV pool size in blocks\n"
+            "  --kv-memory SIZE         KV pool size in bytes (e.g. 2GiB, 512MiB, 100000000)\n"
+            "  --max-batch-tokens N     tokens per engine step (default 2048; also -b)\n"
+            "  --max-seqs N             running sequences at most (default 64)\n"
+            "  --max-queue N            waiting requests beyond --max-seqs before 503 (default 1024)\n"
+            "  --max-body BYTES         largest request body (default 8 MiB; larger: 413)\n"
+            "  --no-prefix-cache        disable prefix caching\n"
+            "  -t N                     threads;  -v  log every request\n");
+}
+
+/* "2GiB", "512MiB", "1.5G", "100000": binary units (K, M, G, T, with or
+ * without "iB"); "KB", "MB", "GB", "TB" are decimal. */
+static bool parse_size(const char *v, int64_t *out) {
+    char *end;
+    errno = 0;
+    double x = strtod(v, &end);
+    if (errno || end == v || x < 0) return false;
+    static const char units[] = "KMGT";
+    const char *u = strchr(units, end[0] ? end[0] & ~0x20 : 0);
+    double mul = 1;
+    if (*end && u) {
+        int k = (int)(u - units) + 1;
+        bool decimal = (end[1] == 'B' || end[1] == 'b') && end[2] == 0;
+        for (int i = 0; i < k; i++) mul *= decimal ? 1000.0 : 1024.0;
+        end += 1 + (decimal ? 1 : (strcmp(end + 1, "iB") == 0 ? 2 : 0));
+    } else if (*end == 'B' || *end == 'b') {
+        end++;
+    }
+    if (*end || x * mul > 9.0e18) return false;
+    *out = (int64_t)(x * mul);
+    return true;
+}
+
+static bool parse_int(const char *flag, const char *v, int64_t lo, int64_t hi, int64_t *out) {
+    char *end;
+    errno = 0;
+    long long x = v ? strtoll(v, &end, 10) : 0;
+    if (!v || errno || end == v || *end || x < lo || x > hi) {
+        fprintf(stderr, "kvllm: %s: expected an integer in %lld..%lld\n", flag, (long long)lo, (long long)hi);
+        return false;
+    }
+    *out = x;
+    return true;
+}
+
+static int serve_switch(const char *f, serve_opts *so) {
+    if (strcmp(f, "--no-prefix-cache") == 0) so->sc.no_prefix_cache = true;
+    else if (strcmp(f, "-h") == 0 || strcmp(f, "--help") == 0) so->help = true;
+    else return 0;
+    return 1;
+}
+
+/* cli_parse_ex hook: 2 = flag and value used, 1 = switch, 0 = not ours, -1 = bad. */
+static int serve_flag(const char *f, const char *v, void *ctx) {
+    serve_opts *so = ctx;
+    int64_t x;
+    int sw = serve_switch(f, so);
+    if (sw) return sw;
+#define IS(name) (strcmp(f, name) == 0)
+    bool ours = IS("--host") || IS("--port") || IS("--api-key") || IS("--served-model-name") ||
+                IS("--chat-template") || IS("--kv-memory") || IS("--max-batch-tokens") ||
+                IS("--max-seqs") || IS("--max-queue") || IS("--max-body");
+    if (!ours) return 0;
+    if (!v) {
+        fprintf(stderr, "kvllm: %s: missing value\n", f);
+        return -1;
+    }
+    if (IS("--host")) so->sc.host = v;
+    else if (IS("--api-key")) so->sc.api_key = v;
+    else if (IS("--served-model-name")) so->sc.model_id = v;
+    else if (IS("--kv-memory")) so->kv_memory = v;
+    else if (IS("--chat-template")) {
+        if (chat_family_from_name(v) == CHAT_TMPL_UNKNOWN) {
+            fprintf(stderr, "kvllm: --chat-template: unknown family '%s'\n", v);
+            return -1;
+        }
+        so->sc.chat_template = v;
+    } else if (IS("--port")) {
+        if (!parse_int(f, v, 0, 65535, &x)) return -1;
+        so->sc.port = (int)x;
+    } else if (IS("--max-batch-tokens")) {
+        if (!parse_int(f, v, 1, 1 << 20, &so->max_batch_tokens)) return -1;
+    } else if (IS("--max-seqs")) {
+        if (!parse_int(f, v, 1, 4096, &so->max_seqs)) return -1;
+    } else if (IS("--max-queue")) {
+        if (!parse_int(f, v, 0, 1 << 20, &x)) return -1;
+        so->sc.max_queue = (int)x;
+    } else if (IS("--max-body")) {
+        if (!parse_size(v, &x) || x < 1024) {
+            fprintf(stderr, "kvllm: --max-body: expected a size of at least 1024 bytes\n");
+            return -1;
+        }
+        so->sc.max_body_bytes = (size_t)x;
+    }
+#undef IS
+    return 2;
+}
+
+/* Bytes of one KV block for this model and settings (a one-block probe pool). */
+static size_t block_bytes(model *m, const engine_config *ec) {
+    kv_pool_config kc;
+    model_kv_shape(m, &kc);
+    kc.block_size = ec->block_size;
+    kc.dtype = ec->kv_dtype;
+    kc.n_blocks = 1;
+    kvl_error err = {{0}};
+    kv_pool *p = kv_pool_create(&kc, &err);
+    size_t b = p ? kv_pool_block_bytes(p) : 0;
+    kv_pool_destroy(p);
+    return b;
+}
+
+static bool engine_settings(const cli_opts *o, const serve_opts *so, model *m, engine_config *ec) {
+    engine_config_default(ec);
+    const model_hparams *hp = model_hp(m);
+    ec->n_ctx = o->n_ctx > 0 ? o->n_ctx : (hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
+    ec->block_size = o->block_size;
+    ec->kv_dtype = o->kv_dtype;
+    ec->n_blocks = o->kv_blocks;
+    ec->max_batch_tokens = so->max_batch_tokens > 0 ? so->max_batch_tokens : o->batch_tokens;
+    ec->max_seqs = (int)so->max_seqs;
+    ec->no_kv_cache = o->no_kv_cache;
+    if (so->kv_memory) {
+        int64_t bytes;
+        size_t bb = block_bytes(m, ec);
+        if (!parse_size(so->kv_memory, &bytes) || bb == 0) {
+            fprintf(stderr, "kvllm: --kv-memory: '%s' is not a size (e.g. 2GiB)\n", so->kv_memory);
+            return false;
+        }
+        ec->n_blocks = bytes / (int64_t)bb;
+        if (ec->n_blocks < 1) {
+            fprintf(stderr, "kvllm: --kv-memory %s is less than one block (%zu bytes)\n", so->kv_memory, bb);
+            return false;
+        }
+    }
+    return true;
+}
+
+static void log_pool(engine *e, const serve_opts *so) {
+    const engine_config *ec = engine_cfg(e);
+    kv_pool *kv = engine_kv(e);
+    size_t bb = kv_pool_block_bytes(kv);
+    int64_t tokens = ec->n_blocks * ec->block_size;
+    int64_t per_seq = (ec->n_ctx + ec->block_size - 1) / ec->block_size;
+    fprintf(stderr,
+            "kvllm serve: KV pool %lld blocks x %d tokens = %lld tokens, %zu bytes per block "
+            "(%.1f MiB, %s); %lld full-context (%lld-token) sequences fit; max %d running, "
+            "%lld tokens per step%s\n",
+            (long long)ec->n_blocks, ec->block_size, (long long)tokens, bb,
+            (double)bb * (double)ec->n_blocks / (1024.0 * 1024.0), gguf_dtype_name(ec->kv_dtype),
+            (long long)(ec->n_blocks / per_seq), (long long)ec->n_ctx, ec->max_seqs,
+            (long long)ec->max_batch_tokens, so->sc.no_prefix_cache ? ", prefix cache off" : "");
+}
+
+/* The model's Jinja chat template, NUL-terminated (caller frees), or NULL. */
+static char *chat_template_src(const cli_model *cm) {
+    const char *s;
+    size_t len;
+    if (!gguf_get_str(cli_gguf(cm), "tokenizer.chat_template", &s, &len)) return NULL;
+    char *out = malloc(len + 1);
+    if (!out) return NULL;
+    memcpy(out, s, len);
+    out[len] = 0;
+    return out;
+}
+
+/* Default model id: the file name without directory and ".gguf". */
+static void default_model_id(const char *path, char *buf, size_t cap) {
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    snprintf(buf, cap, "%s", base);
+    size_t n = strlen(buf);
+    if (n > 5 && strcmp(buf + n - 5, ".gguf") == 0) buf[n - 5] = 0;
+}
 
 int cmd_serve(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "kvllm: this command is not implemented yet\n");
-    return 1;
+    serve_opts so = {.max_seqs = 64};
+    server_config_default(&so.sc);
+    so.sc.model_id = NULL;
+    cli_opts o;
+    if (!cli_parse_ex(argc, argv, &o, serve_flag, &so)) return 2;
+    if (so.help) {
+        serve_usage(stdout);
+        return 0;
+    }
+    cli_model cm;
+    if (!cli_load(&o, true, &cm)) return 1;
+    int rc = 1;
+    char *tmpl = NULL, id[256];
+    engine_config ec;
+    engine *e = NULL;
+    if (!engine_settings(&o, &so, cm.m, &ec)) goto out;
+    kvl_error err = {{0}};
+    e = engine_create(cm.m, cm.vocab, &ec, &err);
+    if (!e) {
+        fprintf(stderr, "kvllm: %s\n", err.msg);
+        goto out;
+    }
+    log_pool(e, &so);
+    if (so.sc.no_prefix_cache)
+        kvl_log(KVL_LOG_WARN, "--no-prefix-cache: recorded (the engine has no prefix cache switch yet)");
+    default_model_id(o.model_path ? o.model_path : "models/stories260K.gguf", id, sizeof id);
+    if (!so.sc.model_id) so.sc.model_id = id;
+    so.sc.chat_template_src = tmpl = chat_template_src(&cm);
+    rc = server_run(e, cm.vocab, &so.sc);
+out:
+    free(tmpl);
+    engine_destroy(e);
+    cli_unload(&cm);
+    return rc;
 }

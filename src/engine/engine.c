@@ -17,7 +17,7 @@ typedef struct seq {
     int64_t n_tokens, cap_tokens;
     int64_t n_prompt;
     int64_t n_computed;      /* tokens whose K/V are in the blocks */
-    kv_seq kv;
+    kv_seq kv[MODEL_MAX_KV_GROUPS]; /* one block table per KV group */
     uint64_t hash_root;      /* chain root (depends on the cache salt) */
     uint64_t last_hash;      /* hash of block n_hashed-1 (hash_root if none) */
     int64_t n_hashed;        /* leading blocks registered in / found by the prefix cache */
@@ -35,7 +35,10 @@ struct engine {
     model *m;
     const tok_vocab *vocab;
     engine_config cfg;
-    kv_pool *kv;
+    kv_pool *kv[MODEL_MAX_KV_GROUPS]; /* one pool per KV group (full / sliding layers) */
+    int32_t window[MODEL_MAX_KV_GROUPS];
+    int n_groups;
+    bool prefix_cache;       /* enabled and possible for this model */
     int64_t next_id;
     seq *waiting;            /* FIFO; preempted sequences go to the front */
     seq **running;           /* in admission order (newest last) */
@@ -71,7 +74,7 @@ static bool alloc_batch(engine *e, kvl_error *err) {
     e->b_pos = malloc(T * sizeof(int32_t));
     e->b_seq = malloc(T * sizeof(int32_t));
     e->b_want = malloc(T);
-    e->b_seqs = malloc(S * sizeof(kv_seq *));
+    e->b_seqs = malloc(S * e->n_groups * sizeof(kv_seq *));
     e->b_owner = malloc(S * sizeof(seq *));
     e->running = malloc(S * sizeof(seq *));
     e->logits = kvl_alloc(S * V * sizeof(float));
@@ -99,16 +102,23 @@ engine *engine_create(model *m, const tok_vocab *vocab, const engine_config *c, 
         kvl_fail(err, "engine: block size, max seqs and batch tokens must be positive");
         goto fail;
     }
-    kv_pool_config kc;
-    model_kv_shape(m, &kc);
-    kc.block_size = e->cfg.block_size;
-    kc.dtype = e->cfg.kv_dtype;
     /* Default pool: every running sequence can reach the full context. */
-    kc.n_blocks = e->cfg.n_blocks > 0 ? e->cfg.n_blocks
-                                      : (e->cfg.n_ctx + kc.block_size - 1) / kc.block_size * e->cfg.max_seqs;
-    e->cfg.n_blocks = kc.n_blocks;
-    e->kv = kv_pool_create(&kc, err);
-    if (!e->kv || !alloc_batch(e, err)) goto fail;
+    if (e->cfg.n_blocks <= 0)
+        e->cfg.n_blocks = (e->cfg.n_ctx + e->cfg.block_size - 1) / e->cfg.block_size * e->cfg.max_seqs;
+    e->n_groups = model_kv_n_groups(m);
+    for (int g = 0; g < e->n_groups; g++) {
+        kv_pool_config kc;
+        model_kv_group_shape(m, g, &kc, &e->window[g]);
+        kc.block_size = e->cfg.block_size;
+        kc.dtype = e->cfg.kv_dtype;
+        kc.n_blocks = e->cfg.n_blocks;
+        e->kv[g] = kv_pool_create(&kc, err);
+        if (!e->kv[g]) goto fail;
+    }
+    /* Sliding-window blocks are dropped as they leave the window, so a chain of
+     * full blocks cannot be rebuilt from them: prefix caching needs one full-attention group. */
+    e->prefix_cache = e->cfg.prefix_cache && !e->cfg.no_kv_cache && e->n_groups == 1 && e->window[0] == 0;
+    if (!alloc_batch(e, err)) goto fail;
     return e;
 fail:
     engine_destroy(e);
@@ -117,7 +127,7 @@ fail:
 
 static void seq_free(engine *e, seq *s) {
     if (!s) return;
-    kv_seq_free(e->kv, &s->kv);
+    for (int g = 0; g < e->n_groups; g++) kv_seq_free(e->kv[g], &s->kv[g]);
     sampler_destroy(s->smp);
     for (int i = 0; i < s->req.n_stop; i++) free(s->stop[i]);
     free(s->stop);
@@ -134,7 +144,7 @@ void engine_destroy(engine *e) {
         seq_free(e, s);
     }
     for (int i = 0; i < e->n_running; i++) seq_free(e, e->running[i]);
-    kv_pool_destroy(e->kv);
+    for (int g = 0; g < MODEL_MAX_KV_GROUPS; g++) kv_pool_destroy(e->kv[g]);
     free(e->b_tokens);
     free(e->b_pos);
     free(e->b_seq);
@@ -148,7 +158,10 @@ void engine_destroy(engine *e) {
     free(e);
 }
 
-kv_pool *engine_kv(engine *e) { return e->kv; }
+kv_pool *engine_kv(engine *e) { return e->kv[0]; }
+int engine_kv_n_groups(const engine *e) { return e->n_groups; }
+bool engine_prefix_cache_enabled(const engine *e) { return e->prefix_cache; }
+kv_pool *engine_kv_group(engine *e, int group) { return e->kv[group]; }
 const engine_config *engine_cfg(const engine *e) { return &e->cfg; }
 bool engine_has_work(const engine *e) { return e->waiting || e->n_running > 0; }
 
@@ -156,9 +169,13 @@ engine_metrics engine_get_metrics(const engine *e) {
     engine_metrics m = e->metrics;
     m.n_running = e->n_running;
     m.kv_blocks_total = e->cfg.n_blocks;
-    m.kv_blocks_free = kv_pool_n_free(e->kv);
-    m.kv_blocks_used = kv_pool_n_used(e->kv);
-    m.kv_blocks_cached = kv_pool_n_cached(e->kv);
+    m.kv_blocks_total = m.kv_blocks_free = m.kv_blocks_used = m.kv_blocks_cached = 0;
+    for (int g = 0; g < e->n_groups; g++) {
+        m.kv_blocks_total += kv_pool_cfg(e->kv[g])->n_blocks;
+        m.kv_blocks_free += kv_pool_n_free(e->kv[g]);
+        m.kv_blocks_used += kv_pool_n_used(e->kv[g]);
+        m.kv_blocks_cached += kv_pool_n_cached(e->kv[g]);
+    }
     m.n_waiting = 0;
     for (seq *s = e->waiting; s; s = s->next) m.n_waiting++;
     return m;
@@ -217,7 +234,7 @@ int64_t engine_submit(engine *e, const engine_request *r, kvl_error *err) {
         kvl_fail(err, "engine: out of memory");
         return -1;
     }
-    kv_seq_init(&s->kv);
+    for (int g = 0; g < MODEL_MAX_KV_GROUPS; g++) kv_seq_init(&s->kv[g]);
     tok_stream_init(&s->stream);
     s->id = e->next_id++;
     s->state = SEQ_WAITING;
@@ -295,6 +312,18 @@ static void consume_text(seq *s, size_t n) {
     if (s->text) s->text[s->text_len] = 0;
 }
 
+/* KV held by a sequence over all groups; a sliding group's lower bound counts
+ * only the window it must keep. */
+static kv_usage seq_usage(const engine *e, const seq *s) {
+    kv_usage u = {.tokens = s->n_computed};
+    for (int g = 0; g < e->n_groups; g++) {
+        int64_t t = e->window[g] > 0 && s->n_computed > e->window[g] ? e->window[g] : s->n_computed;
+        kv_usage ug = kv_seq_usage(e->kv[g], &s->kv[g], t);
+        kv_usage_add(&u, &ug);
+    }
+    return u;
+}
+
 static void finish_seq(engine *e, seq *s, engine_finish why, int32_t token, float lp, int n_top,
                        const int32_t *ids, const float *lps) {
     char tail[16];
@@ -304,10 +333,10 @@ static void finish_seq(engine *e, seq *s, engine_finish why, int32_t token, floa
     size_t len = stop_at >= 0 ? (size_t)stop_at : s->text_len;
     s->stats.t_end = kvl_time_s();
     if (s->stats.t_first_token == 0) s->stats.t_first_token = s->stats.t_end;
-    s->stats.kv = kv_seq_usage(e->kv, &s->kv, s->n_computed);
+    s->stats.kv = seq_usage(e, s);
     emit(s, token, s->text, len, lp, n_top, ids, lps, why);
     s->state = SEQ_DONE;
-    kv_seq_release(e->kv, &s->kv);
+    for (int g = 0; g < e->n_groups; g++) kv_seq_release(e->kv[g], &s->kv[g]);
 }
 
 /* Handles one sampled token: stop conditions, text streaming. */
@@ -325,7 +354,7 @@ static void on_token(engine *e, seq *s, int32_t tok, float lp, int n_top, const 
     }
     s->tokens[s->n_tokens++] = tok;
     sampler_accept(s->smp, tok);
-    size_t need = tok_token_bytes(e->vocab, tok, false, NULL, 0) + 16;
+    size_t need = 3 * tok_token_bytes(e->vocab, tok, false, NULL, 0) + 16; /* U+FFFD may triple bytes */
     if (need > e->piece_cap) {
         char *p = realloc(e->piece, need);
         if (p) {
@@ -368,7 +397,7 @@ static void running_remove(engine *e, int idx) {
 
 /* Drops the sequence's blocks (cached ones stay findable) and its progress. */
 static void seq_forget_kv(engine *e, seq *s) {
-    kv_seq_release(e->kv, &s->kv);
+    for (int g = 0; g < e->n_groups; g++) kv_seq_release(e->kv[g], &s->kv[g]);
     s->n_computed = 0;
     s->n_hashed = 0;
     s->last_hash = s->hash_root;
@@ -377,16 +406,16 @@ static void seq_forget_kv(engine *e, seq *s) {
 /* Attaches the longest cached prefix of full blocks to a sequence about to be
  * admitted. The last token is never taken from the cache: its logits are needed. */
 static void prefix_attach(engine *e, seq *s) {
-    if (!e->cfg.prefix_cache || e->cfg.no_kv_cache || s->n_computed > 0) return;
+    if (!e->prefix_cache || s->n_computed > 0) return;
     int bs = e->cfg.block_size;
     int64_t max_blocks = (s->n_tokens - 1) / bs;
     while (s->n_hashed < max_blocks) {
         const int32_t *toks = s->tokens + s->n_hashed * bs;
         uint64_t h = kv_block_hash(s->last_hash, toks, bs);
-        int32_t b = kv_prefix_lookup(e->kv, h, s->last_hash, toks);
+        int32_t b = kv_prefix_lookup(e->kv[0], h, s->last_hash, toks);
         if (b < 0) break;
-        if (!kv_seq_append(&s->kv, b)) {
-            kv_block_unref(e->kv, b);
+        if (!kv_seq_append(&s->kv[0], b)) {
+            kv_block_unref(e->kv[0], b);
             break;
         }
         s->last_hash = h;
@@ -400,12 +429,12 @@ static void prefix_attach(engine *e, seq *s) {
 
 /* Registers the sequence's blocks that became full this step. */
 static void prefix_register(engine *e, seq *s) {
-    if (!e->cfg.prefix_cache || e->cfg.no_kv_cache) return;
+    if (!e->prefix_cache) return;
     int bs = e->cfg.block_size;
     while ((s->n_hashed + 1) * bs <= s->n_computed) {
         const int32_t *toks = s->tokens + s->n_hashed * bs;
         uint64_t h = kv_block_hash(s->last_hash, toks, bs);
-        kv_prefix_register(e->kv, s->kv.blocks[s->n_hashed], h, s->last_hash, toks);
+        kv_prefix_register(e->kv[0], s->kv[0].blocks[s->n_hashed], h, s->last_hash, toks);
         s->last_hash = h;
         s->n_hashed++;
     }
@@ -432,7 +461,7 @@ typedef struct step_plan {
 /* Adds tokens [n_computed, n_computed + n) of s to the batch. */
 static void plan_add(engine *e, step_plan *p, seq *s, int64_t n) {
     int si = p->n_seqs++;
-    e->b_seqs[si] = &s->kv;
+    for (int g = 0; g < e->n_groups; g++) e->b_seqs[si * e->n_groups + g] = &s->kv[g];
     e->b_owner[si] = s;
     for (int64_t i = 0; i < n; i++) {
         int64_t pos = s->n_computed + i;
@@ -450,7 +479,17 @@ static int64_t reserve_chunk(engine *e, seq *s, int64_t budget) {
     int64_t n = s->n_tokens - s->n_computed;
     if (n > budget) n = budget;
     if (n <= 0) return 0;
-    return kv_seq_reserve(e->kv, &s->kv, s->n_computed + n) ? n : 0;
+    int64_t before[MODEL_MAX_KV_GROUPS];
+    for (int g = 0; g < e->n_groups; g++) {
+        /* A sliding group keeps only what the next token's window can see. */
+        if (e->window[g] > 0) kv_seq_drop_before(e->kv[g], &s->kv[g], s->n_computed - e->window[g] + 1);
+        before[g] = s->kv[g].n_blocks;
+        if (!kv_seq_reserve(e->kv[g], &s->kv[g], s->n_computed + n)) {
+            for (int k = 0; k < g; k++) kv_seq_truncate(e->kv[k], &s->kv[k], before[k]); /* all or nothing */
+            return 0;
+        }
+    }
+    return n;
 }
 
 static void drop_cancelled(engine *e) {
@@ -567,37 +606,40 @@ bool engine_step(engine *e, kvl_error *err) {
 
 bool engine_eval(model *m, int kv_dtype, int block_size, const int32_t *ids, int64_t n,
                  engine_logits_fn on_logits, void *user, kvl_error *err) {
-    const model_hparams *hp = model_hp(m);
+    engine_config c;
+    engine_config_default(&c);
+    c.n_ctx = n;
+    c.block_size = block_size;
+    c.kv_dtype = kv_dtype;
+    c.max_seqs = 1;
+    c.prefix_cache = false;
+    engine *e = engine_create(m, NULL, &c, err);
+    if (!e) return false;
     enum { CHUNK = 64 };
-    kv_pool_config kc;
-    model_kv_shape(m, &kc);
-    kc.block_size = block_size;
-    kc.dtype = kv_dtype;
-    kc.n_blocks = (n + block_size - 1) / block_size;
-    kv_pool *kv = kv_pool_create(&kc, err);
-    float *logits = kv ? kvl_alloc(CHUNK * hp->n_vocab * sizeof(float)) : NULL;
-    int32_t *pos = malloc(CHUNK * sizeof(int32_t)), *sq = calloc(CHUNK, sizeof(int32_t));
-    uint8_t *want = malloc(CHUNK);
-    kv_seq s;
-    kv_seq_init(&s);
-    bool ok = kv && logits && pos && sq && want;
-    if (!ok && kv) kvl_fail(err, "eval: out of memory");
-    if (ok && !kv_seq_reserve(kv, &s, n)) ok = kvl_fail(err, "eval: cannot reserve KV");
-    memset(want, 1, CHUNK);
-    const kv_seq *seqs[1] = {&s};
-    for (int64_t t0 = 0; ok && t0 < n; t0 += CHUNK) {
-        int64_t c = n - t0 < CHUNK ? n - t0 : CHUNK;
-        for (int64_t i = 0; i < c; i++) pos[i] = (int32_t)(t0 + i);
-        model_batch b = {.n_tokens = c, .tokens = ids + t0, .pos = pos, .seq = sq,
-                         .want_logits = want, .n_seqs = 1, .seqs = seqs};
-        ok = model_forward(m, kv, &b, logits, err);
-        for (int64_t i = 0; ok && i < c; i++) on_logits(t0 + i, logits + i * hp->n_vocab, user);
+    const model_hparams *hp = model_hp(m);
+    float *logits = kvl_alloc(CHUNK * hp->n_vocab * sizeof(float));
+    int32_t pos[CHUNK], sq[CHUNK] = {0};
+    uint8_t want[CHUNK];
+    memset(want, 1, sizeof want);
+    kv_seq s[MODEL_MAX_KV_GROUPS];
+    const kv_seq *seqs[MODEL_MAX_KV_GROUPS];
+    bool ok = logits != NULL;
+    if (!ok) kvl_fail(err, "eval: out of memory");
+    for (int g = 0; g < e->n_groups; g++) {
+        kv_seq_init(&s[g]);
+        seqs[g] = &s[g];
+        if (ok && !kv_seq_reserve(e->kv[g], &s[g], n)) ok = kvl_fail(err, "eval: cannot reserve KV");
     }
-    if (kv) kv_seq_free(kv, &s);
-    kv_pool_destroy(kv);
+    for (int64_t t0 = 0; ok && t0 < n; t0 += CHUNK) {
+        int64_t cnt = n - t0 < CHUNK ? n - t0 : CHUNK;
+        for (int64_t i = 0; i < cnt; i++) pos[i] = (int32_t)(t0 + i);
+        model_batch b = {.n_tokens = cnt, .tokens = ids + t0, .pos = pos, .seq = sq,
+                         .want_logits = want, .n_seqs = 1, .seqs = seqs};
+        ok = model_forward(m, e->kv, &b, logits, err);
+        for (int64_t i = 0; ok && i < cnt; i++) on_logits(t0 + i, logits + i * hp->n_vocab, user);
+    }
+    for (int g = 0; g < e->n_groups; g++) kv_seq_free(e->kv[g], &s[g]);
     kvl_free(logits);
-    free(pos);
-    free(sq);
-    free(want);
+    engine_destroy(e);
     return ok;
 }

@@ -75,7 +75,8 @@ void engine_config_default(engine_config *c);
 
 typedef struct engine engine; /* opaque */
 
-/* The engine borrows model and vocab (they must outlive it). */
+/* The engine borrows model and vocab (they must outlive it). vocab may be NULL
+ * for callers that never submit requests (evaluation). */
 engine *engine_create(model *m, const tok_vocab *vocab, const engine_config *c, kvl_error *err);
 void engine_destroy(engine *e);
 
@@ -88,7 +89,12 @@ void engine_cancel(engine *e, int64_t request_id);
 bool engine_step(engine *e, kvl_error *err);
 bool engine_has_work(const engine *e);
 
+/* KV group 0's pool (the only one unless the model has sliding-window layers). */
 kv_pool *engine_kv(engine *e);
+int engine_kv_n_groups(const engine *e);
+/* Whether prefix caching is on (asked for, and the model has no sliding-window group). */
+bool engine_prefix_cache_enabled(const engine *e);
+kv_pool *engine_kv_group(engine *e, int group);
 const engine_config *engine_cfg(const engine *e);
 
 typedef struct engine_metrics {

@@ -217,14 +217,27 @@ T_AVX2_INLINE __m256i q8_0_lanes(const blk_q8_0 *x, const blk_q8_0 *y) {
     return dot_u8s8(_mm256_sign_epi8(xv, xv), _mm256_sign_epi8(yv, xv));
 }
 
+T_AVX2_INLINE __m256 q8_0_step(__m256 acc, const blk_q8_0 *x, const blk_q8_0 *y) {
+    const __m256 d = _mm256_set1_ps(f16_load(x->d) * f16_load(y->d));
+    return _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(q8_0_lanes(x, y)), acc);
+}
+
+/* Block b goes to accumulator b % 4; four named accumulators stay in registers. */
 T_AVX2 void kavx2_vec_dot_q8_0(int64_t n, float *s, const void *vx, const void *vy) {
     const blk_q8_0 *x = vx, *y = vy;
-    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
-                     _mm256_setzero_ps()};
-    for (int64_t b = 0; b < n / QK8_0; b++) {
-        const __m256 d = _mm256_set1_ps(f16_load(x[b].d) * f16_load(y[b].d));
-        acc[b & 3] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(q8_0_lanes(&x[b], &y[b])), acc[b & 3]);
+    const int64_t nb = n / QK8_0;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    int64_t b = 0;
+    for (; b + 4 <= nb; b += 4) {
+        a0 = q8_0_step(a0, x + b, y + b);
+        a1 = q8_0_step(a1, x + b + 1, y + b + 1);
+        a2 = q8_0_step(a2, x + b + 2, y + b + 2);
+        a3 = q8_0_step(a3, x + b + 3, y + b + 3);
     }
+    if (b < nb) a0 = q8_0_step(a0, x + b, y + b);
+    if (b + 1 < nb) a1 = q8_0_step(a1, x + b + 1, y + b + 1);
+    if (b + 2 < nb) a2 = q8_0_step(a2, x + b + 2, y + b + 2);
+    const __m256 acc[4] = {a0, a1, a2, a3};
     *s = q_reduce(acc);
 }
 
@@ -239,15 +252,27 @@ T_AVX2_INLINE __m256i q4_0_lanes(const blk_q4_0 *x, const blk_q8_0 *y) {
     return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
 }
 
+T_AVX2_INLINE __m256 q4_0_step(__m256 acc, const blk_q4_0 *x, const blk_q8_0 *y) {
+    const __m256 d = _mm256_set1_ps(f16_load(x->d) * f16_load(y->d));
+    return _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(q4_0_lanes(x, y)), acc);
+}
+
 T_AVX2 void kavx2_vec_dot_q4_0(int64_t n, float *s, const void *vx, const void *vy) {
     const blk_q4_0 *x = vx;
     const blk_q8_0 *y = vy;
-    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
-                     _mm256_setzero_ps()};
-    for (int64_t b = 0; b < n / QK4_0; b++) {
-        const __m256 d = _mm256_set1_ps(f16_load(x[b].d) * f16_load(y[b].d));
-        acc[b & 3] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(q4_0_lanes(&x[b], &y[b])), acc[b & 3]);
+    const int64_t nb = n / QK4_0;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    int64_t b = 0;
+    for (; b + 4 <= nb; b += 4) {
+        a0 = q4_0_step(a0, x + b, y + b);
+        a1 = q4_0_step(a1, x + b + 1, y + b + 1);
+        a2 = q4_0_step(a2, x + b + 2, y + b + 2);
+        a3 = q4_0_step(a3, x + b + 3, y + b + 3);
     }
+    if (b < nb) a0 = q4_0_step(a0, x + b, y + b);
+    if (b + 1 < nb) a1 = q4_0_step(a1, x + b + 1, y + b + 1);
+    if (b + 2 < nb) a2 = q4_0_step(a2, x + b + 2, y + b + 2);
+    const __m256 acc[4] = {a0, a1, a2, a3};
     *s = q_reduce(acc);
 }
 

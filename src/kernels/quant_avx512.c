@@ -62,8 +62,16 @@ T_512_INLINE __mmask16 tail_mask(int64_t left) {
     return left >= 16 ? (__mmask16)0xFFFF : left <= 0 ? 0 : (__mmask16)((1u << left) - 1);
 }
 
-/* 64 lanes as 4 zmm (named, so they stay in registers); the tail leaves lanes
- * beyond n untouched, like the reference. */
+/* acc += x*y on the lanes of group g (16 elements from i + 16g) that are below n;
+ * other lanes keep their value, as in the reference. */
+T_512_INLINE __m512 fp_tail(enum fp_kind kind, const void *x, const void *y, int64_t i, int64_t n,
+                            int g, __m512 acc) {
+    const __mmask16 k = tail_mask(n - i - 16 * g);
+    return _mm512_mask3_fmadd_ps(fp_load16(kind, x, i + 16 * g, k),
+                                 fp_load16(kind, y, i + 16 * g, k), acc, k);
+}
+
+/* 64 lanes as 4 named zmm accumulators (kept in registers). */
 T_512_INLINE float fp_dot(enum fp_kind kind, int64_t n, const void *x, const void *y) {
     const __mmask16 all = 0xFFFF;
     __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
@@ -75,12 +83,10 @@ T_512_INLINE float fp_dot(enum fp_kind kind, int64_t n, const void *x, const voi
         a3 = _mm512_fmadd_ps(fp_load16(kind, x, i + 48, all), fp_load16(kind, y, i + 48, all), a3);
     }
     if (i < n) {
-        __m512 *acc[4] = {&a0, &a1, &a2, &a3};
-        for (int g = 0; g < 4 && i + 16 * g < n; g++) {
-            const __mmask16 k = tail_mask(n - i - 16 * g);
-            *acc[g] = _mm512_mask3_fmadd_ps(fp_load16(kind, x, i + 16 * g, k),
-                                            fp_load16(kind, y, i + 16 * g, k), *acc[g], k);
-        }
+        a0 = fp_tail(kind, x, y, i, n, 0, a0);
+        a1 = fp_tail(kind, x, y, i, n, 1, a1);
+        a2 = fp_tail(kind, x, y, i, n, 2, a2);
+        a3 = fp_tail(kind, x, y, i, n, 3, a3);
     }
     return h16_ps(_mm512_add_ps(_mm512_add_ps(a0, a2), _mm512_add_ps(a1, a3)));
 }
@@ -107,6 +113,23 @@ T_512_INLINE __m512i load_pair256(const void *p0, const void *p1) {
                               _mm256_loadu_si256((const __m256i *)p1), 1);
 }
 
+/* Expands 4 block scales d[0..3] into the pair vectors [d0 x8 | d1 x8] and
+ * [d2 x8 | d3 x8]. */
+T_512_INLINE void quad_scales(__m128 d, __m512 *d01, __m512 *d23) {
+    const __m512 w = _mm512_castps128_ps512(d);
+    *d01 = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1), w);
+    *d23 = _mm512_permutexvar_ps(_mm512_setr_epi32(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3), w);
+}
+
+/* The fp16 scales of 4 consecutive Q8_0 blocks (34 bytes apart: words 0 and 17
+ * of two 64-byte loads), as floats. Loads stay inside the 4 blocks. */
+T_512_INLINE __m128 q8_0_quad_d(const blk_q8_0 *p) {
+    const __m512i a = _mm512_loadu_si512(p), b = _mm512_loadu_si512(p + 2);
+    const __m512i idx = _mm512_setr_epi32(0x00110000, 0x00310020, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                          0, 0, 0); /* words 0, 17, 32+0, 32+17 */
+    return _mm_cvtph_ps(_mm512_castsi512_si128(_mm512_permutex2var_epi16(a, idx, b)));
+}
+
 /* int32 lane sums of 4 products x*y for two Q8_0 blocks (signed x signed:
  * |x| times y with x's sign; |-128| reads as unsigned 128). */
 T_512_INLINE __m512i q8_0_pair(const blk_q8_0 *x0, const blk_q8_0 *x1, const blk_q8_0 *y0,
@@ -128,15 +151,20 @@ T_512_INLINE __m512 q8_0_step(__m512 acc, const blk_q8_0 *x, const blk_q8_0 *y, 
                                  acc, 0x00FF);
 }
 
+/* Four blocks b..b+3 into acc0 (b, b+1) and acc1 (b+2, b+3). */
+T_512_INLINE void q8_0_quad(__m512 *acc0, __m512 *acc1, const blk_q8_0 *x, const blk_q8_0 *y) {
+    __m512 d01, d23;
+    quad_scales(_mm_mul_ps(q8_0_quad_d(x), q8_0_quad_d(y)), &d01, &d23);
+    *acc0 = _mm512_fmadd_ps(d01, _mm512_cvtepi32_ps(q8_0_pair(&x[0], &x[1], &y[0], &y[1])), *acc0);
+    *acc1 = _mm512_fmadd_ps(d23, _mm512_cvtepi32_ps(q8_0_pair(&x[2], &x[3], &y[2], &y[3])), *acc1);
+}
+
 T_512 void kavx512_vec_dot_q8_0(int64_t n, float *s, const void *vx, const void *vy) {
     const blk_q8_0 *x = vx, *y = vy;
     const int64_t nb = n / QK8_0;
     __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
     int64_t b = 0;
-    for (; b + 4 <= nb; b += 4) {
-        acc0 = q8_0_step(acc0, x + b, y + b, true);
-        acc1 = q8_0_step(acc1, x + b + 2, y + b + 2, true);
-    }
+    for (; b + 4 <= nb; b += 4) q8_0_quad(&acc0, &acc1, x + b, y + b);
     if (b < nb) acc0 = q8_0_step(acc0, x + b, y + b, nb - b >= 2);
     if (b + 2 < nb) acc1 = q8_0_step(acc1, x + b + 2, y + b + 2, false);
     *s = h16_ps(_mm512_add_ps(acc0, acc1));
@@ -167,16 +195,49 @@ T_512_INLINE __m512 q4_0_step(__m512 acc, const blk_q4_0 *x, const blk_q8_0 *y, 
     return _mm512_fmadd_ps(pair_scale(d0, f16_load(x1->d) * f16_load(y1->d)), f, acc);
 }
 
+/* Nibbles of blocks p[0], p[1] from a load that starts at p[0] (qs at words
+ * 1..8 and 10..17), arranged as q4_0_pair_nibbles does. */
+T_512_INLINE __m512i q4_0_nibbles_from(__m512i v) {
+    const __m512i idx = _mm512_setr_epi32(0x00020001, 0x00040003, 0x00060005, 0x00080007,
+                                          0x00020001, 0x00040003, 0x00060005, 0x00080007,
+                                          0x000B000A, 0x000D000C, 0x000F000E, 0x00110010,
+                                          0x000B000A, 0x000D000C, 0x000F000E, 0x00110010);
+    const __m512i sh = _mm512_setr_epi64(0, 0, 0x0004000400040004LL, 0x0004000400040004LL, 0, 0,
+                                         0x0004000400040004LL, 0x0004000400040004LL);
+    return _mm512_and_si512(_mm512_srlv_epi16(_mm512_permutexvar_epi16(idx, v), sh),
+                            _mm512_set1_epi8(0x0F));
+}
+
+/* int32 lane sums of (u - 8) * y for a block pair, as u*y - 8*y. */
+T_512_INLINE __m512 q4_0_pair_dot(__m512i u, const blk_q8_0 *y) {
+    const __m512i yv = load_pair256(y[0].qs, y[1].qs);
+    const __m512i uy = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, yv);
+    const __m512i ey = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(8), yv);
+    return _mm512_cvtepi32_ps(_mm512_sub_epi32(uy, ey));
+}
+
+/* Four blocks b..b+3 (72 bytes: one full 64-byte load from x[0], one 36-byte
+ * masked load from x[2]) into acc0 (b, b+1) and acc1 (b+2, b+3). */
+T_512_INLINE void q4_0_quad(__m512 *acc0, __m512 *acc1, const blk_q4_0 *x, const blk_q8_0 *y) {
+    const __m512i a = _mm512_loadu_si512(x);
+    const __m512i b = _mm512_maskz_loadu_epi8(0xFFFFFFFFFULL, x + 2);
+    /* x scales at words 0, 9, 18, 27 of a */
+    const __m512i didx = _mm512_setr_epi32(0x00090000, 0x001B0012, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                           0, 0, 0);
+    const __m128 dx = _mm_cvtph_ps(_mm512_castsi512_si128(_mm512_permutexvar_epi16(didx, a)));
+    __m512 d01, d23;
+    quad_scales(_mm_mul_ps(dx, q8_0_quad_d(y)), &d01, &d23);
+    *acc0 = _mm512_fmadd_ps(d01, q4_0_pair_dot(q4_0_nibbles_from(a), y), *acc0);
+    *acc1 = _mm512_fmadd_ps(d23, q4_0_pair_dot(q4_0_nibbles_from(b), y + 2), *acc1);
+}
+
 T_512 void kavx512_vec_dot_q4_0(int64_t n, float *s, const void *vx, const void *vy) {
     const blk_q4_0 *x = vx;
     const blk_q8_0 *y = vy;
     const int64_t nb = n / QK4_0;
     __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
     int64_t b = 0;
-    for (; b + 4 <= nb; b += 4) {
-        acc0 = q4_0_step(acc0, x + b, y + b, true);
-        acc1 = q4_0_step(acc1, x + b + 2, y + b + 2, true);
-    }
+    for (; b + 4 <= nb; b += 4) q4_0_quad(&acc0, &acc1, x + b, y + b);
     if (b < nb) acc0 = q4_0_step(acc0, x + b, y + b, nb - b >= 2);
     if (b + 2 < nb) acc1 = q4_0_step(acc1, x + b + 2, y + b + 2, false);
     *s = h16_ps(_mm512_add_ps(acc0, acc1));

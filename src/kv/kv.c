@@ -305,12 +305,32 @@ bool kv_seq_reserve(kv_pool *p, kv_seq *s, int64_t n_tokens) {
     return true;
 }
 
-void kv_seq_release(kv_pool *p, kv_seq *s) {
-    /* Free the tail first so that, with LIFO reuse, the prompt's head blocks are
-     * the last to be overwritten. */
-    for (int64_t i = s->n_blocks - 1; i >= 0; i--) kv_block_unref(p, s->blocks[i]);
-    s->n_blocks = 0;
+void kv_seq_truncate(kv_pool *p, kv_seq *s, int64_t n_blocks) {
+    /* The tail goes first: released cached blocks are evicted in release order,
+     * so a sequence's head (the likeliest shared prefix) survives longest. */
+    for (int64_t i = s->n_blocks - 1; i >= n_blocks; i--)
+        if (s->blocks[i] >= 0) kv_block_unref(p, s->blocks[i]);
+    if (n_blocks < s->n_blocks) s->n_blocks = n_blocks < 0 ? 0 : n_blocks;
 }
+
+int64_t kv_seq_drop_before(kv_pool *p, kv_seq *s, int64_t first_pos) {
+    int64_t freed = 0, last = first_pos / p->cfg.block_size; /* blocks [0, last) are out */
+    for (int64_t i = 0; i < last && i < s->n_blocks; i++)
+        if (s->blocks[i] >= 0) {
+            kv_block_unref(p, s->blocks[i]);
+            s->blocks[i] = -1;
+            freed++;
+        }
+    return freed;
+}
+
+int64_t kv_seq_n_held(const kv_seq *s) {
+    int64_t n = 0;
+    for (int64_t i = 0; i < s->n_blocks; i++) n += s->blocks[i] >= 0;
+    return n;
+}
+
+void kv_seq_release(kv_pool *p, kv_seq *s) { kv_seq_truncate(p, s, 0); }
 
 void kv_seq_free(kv_pool *p, kv_seq *s) {
     kv_seq_release(p, s);
@@ -321,8 +341,14 @@ void kv_seq_free(kv_pool *p, kv_seq *s) {
 kv_usage kv_seq_usage(const kv_pool *p, const kv_seq *s, int64_t n_tokens) {
     kv_usage u;
     u.tokens = n_tokens;
-    u.blocks = s->n_blocks;
+    u.blocks = kv_seq_n_held(s);
     u.lower_bound_bytes = kv_pool_bytes_per_token(p) * (size_t)n_tokens;
-    u.allocated_bytes = p->block_bytes * (size_t)s->n_blocks;
+    u.allocated_bytes = p->block_bytes * (size_t)u.blocks;
     return u;
+}
+
+void kv_usage_add(kv_usage *a, const kv_usage *b) {
+    a->blocks += b->blocks;
+    a->lower_bound_bytes += b->lower_bound_bytes;
+    a->allocated_bytes += b->allocated_bytes;
 }

@@ -92,6 +92,13 @@ int64_t kv_seq_blocks_needed(const kv_pool *p, const kv_seq *s, int64_t n_tokens
 /* Appends a block the caller holds a reference to (e.g. from kv_prefix_lookup);
  * the table takes over that reference. False on out of memory (nothing changed). */
 bool kv_seq_append(kv_seq *s, int32_t block);
+/* Drops the blocks from index n_blocks on (undoing a reserve). */
+void kv_seq_truncate(kv_pool *p, kv_seq *s, int64_t n_blocks);
+/* Sliding window: unrefs the blocks holding only positions < first_pos and marks
+ * their table entries -1 (positions keep their indices). Returns blocks freed. */
+int64_t kv_seq_drop_before(kv_pool *p, kv_seq *s, int64_t first_pos);
+/* Blocks actually held (entries that are not -1). */
+int64_t kv_seq_n_held(const kv_seq *s);
 /* Unrefs every block and empties the table (keeps its memory for reuse). */
 void kv_seq_release(kv_pool *p, kv_seq *s);
 void kv_seq_free(kv_pool *p, kv_seq *s); /* release + free the table itself */
@@ -105,6 +112,8 @@ typedef struct kv_usage {
     size_t allocated_bytes;
 } kv_usage;
 kv_usage kv_seq_usage(const kv_pool *p, const kv_seq *s, int64_t n_tokens);
+/* Adds b into a (sums over KV groups). */
+void kv_usage_add(kv_usage *a, const kv_usage *b);
 
 /* Bytes per element of a KV dtype (F32 4, F16 2, BF16 2); 0 if unsupported. */
 size_t kv_dtype_bytes(int dtype);

@@ -378,9 +378,9 @@ static bool gguf_req(const gguf_file *f, const char *arch, const char *name, int
 /* llama.cpp's rule for a repeating pattern of n layers: the last of every n is
  * full attention, the others slide; n == 0 means every layer slides. */
 static int64_t pattern_swa_layers(int64_t n_layers, int64_t n) {
-    int64_t count = 0;
-    for (int64_t il = 0; il < n_layers; il++) count += n == 0 || il % n < n - 1;
-    return count;
+    if (n <= 0) return n_layers;
+    int64_t tail = n_layers % n; /* counted, not looped: a hostile file may claim 2^62 layers */
+    return n_layers / n * (n - 1) + (tail < n - 1 ? tail : n - 1);
 }
 
 /* Pattern lengths of the families whose files may not carry one. */
@@ -609,7 +609,8 @@ bool kv_plan_model_from_hf_config(const char *json, kv_plan_model *m, kvl_error 
 
 /* A non-negative decimal "12", "1.5", "7e9" as num x 10^exp; returns the rest. */
 static const char *parse_decimal(const char *s, unsigned __int128 *num, int *exp) {
-    const unsigned __int128 cap = (unsigned __int128)1000000000000000000ull * 1000000; /* 1e24 */
+    /* Below 1e21 even times a PiB (2^50) stays far inside 128 bits. */
+    const unsigned __int128 cap = (unsigned __int128)10000000000ull * 10000000000ull; /* 1e20 */
     bool digits = false, frac = false;
     *num = 0;
     *exp = 0;
@@ -637,7 +638,7 @@ static const char *parse_decimal(const char *s, unsigned __int128 *num, int *exp
 
 /* num x unit x 10^exp as an exact integer <= INT64_MAX. */
 static bool scale_exact(unsigned __int128 num, uint64_t unit, int exp, uint64_t *out) {
-    unsigned __int128 v = num * unit; /* num < 1e24, unit < 2^50: fits in 128 bits */
+    unsigned __int128 v = num * unit; /* num < 1e21, unit <= 2^50: fits in 128 bits */
     for (; exp > 0; exp--) {
         if (v > (unsigned __int128)INT64_MAX) return false;
         v *= 10;
@@ -651,12 +652,12 @@ static bool scale_exact(unsigned __int128 num, uint64_t unit, int exp, uint64_t 
     return true;
 }
 
-typedef struct unit {
+typedef struct unit_name {
     const char *name;
     uint64_t mult;
-} unit;
+} unit_name;
 
-static bool find_unit(const unit *units, const char *s, uint64_t *mult) {
+static bool find_unit(const unit_name *units, const char *s, uint64_t *mult) {
     for (; units->name; units++) {
         if (strcasecmp(s, units->name) == 0) {
             *mult = units->mult;
@@ -667,7 +668,7 @@ static bool find_unit(const unit *units, const char *s, uint64_t *mult) {
 }
 
 bool kv_plan_parse_size(const char *s, uint64_t *out) {
-    static const unit UNITS[] = {
+    static const unit_name UNITS[] = {
         {"", 1}, {"B", 1}, {"KB", 1000}, {"MB", 1000000}, {"GB", 1000000000},
         {"TB", 1000000000000}, {"PB", 1000000000000000}, {"KiB", 1ull << 10},
         {"MiB", 1ull << 20}, {"GiB", 1ull << 30}, {"TiB", 1ull << 40}, {"PiB", 1ull << 50},
@@ -680,8 +681,8 @@ bool kv_plan_parse_size(const char *s, uint64_t *out) {
 }
 
 bool kv_plan_parse_count(const char *s, bool thousand, int64_t *out) {
-    static const unit TOKENS[] = {{"", 1}, {"K", 1024}, {"M", 1048576}, {NULL, 0}};
-    static const unit PARAMS[] = {{"", 1}, {"K", 1000}, {"M", 1000000}, {"B", 1000000000},
+    static const unit_name TOKENS[] = {{"", 1}, {"K", 1024}, {"M", 1048576}, {NULL, 0}};
+    static const unit_name PARAMS[] = {{"", 1}, {"K", 1000}, {"M", 1000000}, {"B", 1000000000},
                                   {"T", 1000000000000}, {NULL, 0}};
     unsigned __int128 num;
     int exp;

@@ -10,6 +10,12 @@ static const arch_desc ARCHS[] = {
     {.name = "mistral", .rope_type = MODEL_ROPE_NORM},
     {.name = "qwen2", .rope_type = MODEL_ROPE_NEOX, .qkv_bias_allowed = true},
     {.name = "qwen3", .rope_type = MODEL_ROPE_NEOX, .qk_norm = true},
+    {.name = "gemma2", .rope_type = MODEL_ROPE_NEOX, .ffn_act = ARCH_ACT_GELU, .embd_scale = true,
+     .post_norms = true, .swa_pattern = 2, .n_layer_27b = 46},
+    {.name = "gemma3", .rope_type = MODEL_ROPE_NEOX, .ffn_act = ARCH_ACT_GELU, .embd_scale = true,
+     .post_norms = true, .qk_norm = true, .swa_pattern = 6, .n_layer_27b = 62,
+     .swa_rope_scale_one = true},
+    {.name = "deepseek2", .rope_type = MODEL_ROPE_NORM, .attn = ARCH_ATTN_MLA},
 };
 
 const arch_desc *arch_find(const char *name) {
@@ -18,4 +24,4 @@ const arch_desc *arch_find(const char *name) {
     return NULL;
 }
 
-const char *arch_supported_list(void) { return "llama, mistral, qwen2, qwen3"; }
+const char *arch_supported_list(void) { return "llama, mistral, qwen2, qwen3, gemma2, gemma3, deepseek2"; }

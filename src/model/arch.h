@@ -1,15 +1,25 @@
 /* Architecture descriptions: what differs between the decoder-only families we
- * load. Adding a family is one table row (plus code only for genuinely new ops). */
+ * load. Adding a family is one table row, plus code only for genuinely new ops. */
 #ifndef KVLLM_ARCH_H
 #define KVLLM_ARCH_H
 
 #include <stdbool.h>
 
+typedef enum arch_act { ARCH_ACT_SILU = 0, ARCH_ACT_GELU } arch_act;
+typedef enum arch_attn { ARCH_ATTN_MHA = 0, ARCH_ATTN_MLA } arch_attn;
+
 typedef struct arch_desc {
-    const char *name;      /* general.architecture */
-    int rope_type;         /* MODEL_ROPE_NORM or MODEL_ROPE_NEOX */
-    bool qk_norm;          /* per-head RMSNorm of q and k before rope (qwen3) */
-    bool qkv_bias_allowed; /* optional q/k/v biases (qwen2) */
+    const char *name;        /* general.architecture */
+    int rope_type;           /* MODEL_ROPE_NORM or MODEL_ROPE_NEOX */
+    arch_attn attn;          /* standard (MHA/GQA/MQA) or DeepSeek's multi-head latent */
+    arch_act ffn_act;        /* gate activation of the gated FFN */
+    bool qk_norm;            /* per-head RMSNorm of q and k before rope (qwen3, gemma3) */
+    bool qkv_bias_allowed;   /* optional q/k/v biases (qwen2) */
+    bool embd_scale;         /* embeddings multiplied by sqrt(n_embd) (gemma) */
+    bool post_norms;         /* RMSNorm after attention and after the FFN (gemma2/3) */
+    int swa_pattern;         /* default sliding-window layer pattern (0: none; gemma2 2, gemma3 6) */
+    int n_layer_27b;         /* layer count of the variant that scales q by 1/sqrt(E/H) (gemma) */
+    bool swa_rope_scale_one; /* sliding layers ignore rope frequency scaling (gemma3) */
 } arch_desc;
 
 /* NULL if the architecture is not supported. */

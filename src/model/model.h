@@ -10,6 +10,10 @@
 #include "../kv/kv.h"
 
 enum { MODEL_ROPE_NORM = 0, MODEL_ROPE_NEOX = 2 };
+/* Layers that attend differently keep their KV in different pools: full-attention
+ * layers in one, sliding-window layers (which free blocks that leave the window)
+ * in another. */
+#define MODEL_MAX_KV_GROUPS 2
 
 typedef struct model_hparams {
     char arch[32];
@@ -21,6 +25,10 @@ typedef struct model_hparams {
     float rms_eps;
     bool tied_output;
     bool has_rope_freqs; /* Llama 3.1 rope_freqs.weight frequency factors */
+    int64_t n_swa;       /* sliding window (tokens), 0 if none */
+    int64_t n_swa_layers;
+    float attn_softcap, final_softcap; /* gemma2 logit soft-capping (0: off) */
+    int64_t kv_lora_rank, q_lora_rank, n_rot_mla_nope, v_head_dim_mla; /* MLA */
     int64_t n_params;
     size_t weights_bytes;
 } model_hparams;
@@ -38,12 +46,18 @@ void model_destroy(model *m);
 const model_hparams *model_hp(const model *m);
 const gguf_file *model_gguf(const model *m);
 
-/* The KV layout the model needs (layers, heads, widths), for kv_pool_create. */
+/* KV groups: layouts (layers, heads, widths) for kv_pool_create, and each
+ * group's attention window (0: full). Group 0 always exists. */
+int model_kv_n_groups(const model *m);
+void model_kv_group_shape(const model *m, int group, kv_pool_config *cfg, int32_t *window);
+/* Group 0's layout (kept for callers that know the model has one group). */
 void model_kv_shape(const model *m, kv_pool_config *cfg);
 
 /* One ragged batch. Token i belongs to sequence seq[i] at position pos[i]; all of
  * a sequence's earlier positions must already be in its blocks or earlier in this
- * batch. Sequences' block tables must already cover their positions. */
+ * batch. Sequences' block tables must already cover their positions.
+ * seqs holds n_seqs * n_groups tables: seqs[s * n_groups + g] is sequence s's
+ * table in KV group g. */
 typedef struct model_batch {
     int64_t n_tokens;
     const int32_t *tokens;
@@ -57,6 +71,7 @@ typedef struct model_batch {
 /* Runs the batch. Logits of the tokens with want_logits set are written to
  * logits in batch order, n_vocab floats each. Returns false (err set) on invalid
  * input, such as a token id out of range or a position beyond the block table. */
-bool model_forward(model *m, kv_pool *kv, const model_batch *b, float *logits, kvl_error *err);
+bool model_forward(model *m, kv_pool *const *pools, const model_batch *b, float *logits,
+                   kvl_error *err);
 
 #endif

@@ -24,7 +24,7 @@ bool srv_enqueue(srv *s, srv_job *j, api_error *err) {
     pthread_mutex_unlock(&s->q_mu);
     if (!ok) {
         api_fail(err, 503, NULL, stopping ? "the server is shutting down"
-                                          : "the server is overloaded: %lld requests are queued or running",
+                                          : "the server is overloaded (%lld requests queued or running); retry later",
                  (long long)limit);
         err->code = "server_overloaded";
     }

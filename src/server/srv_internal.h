@@ -1,4 +1,4 @@
-/* Server internals shared by the src/server/*.c files (not a public API).
+/* Server internals shared by the files in src/server (not a public API).
  *
  * Ownership: a job (one HTTP request, n engine requests) is reference counted.
  * The HTTP thread that created it holds one reference; the engine thread holds
@@ -214,6 +214,8 @@ typedef struct stream_state {
     bool failed;
 } stream_state;
 void openai_stream_events(srv *s, const api_req *r, stream_state *st, srv_event *events, sbuf *out);
+/* Ends a stream early: an error chunk if st->failed, the usage chunk, [DONE]. */
+void openai_stream_end(srv *s, const api_req *r, stream_state *st, sbuf *out);
 
 /* GET /v1/models */
 char *openai_models(srv *s);

@@ -251,7 +251,7 @@ static bool compile_rx(tok_rx *r, const char *rx, kvl_error *err) {
     }
     /* ECMAScript $ matches only at the very end: DOLLAR_ENDONLY. No UCP: classes
      * such as \s stay ASCII, as in std::regex (other whitespace is mapped to \v). */
-    uint32_t opts = PCRE2_DOLLAR_ENDONLY;
+    uint32_t opts = PCRE2_DOLLAR_ENDONLY | PCRE2_NO_AUTO_CAPTURE;
     char *pat = NULL;
     size_t pat_len = strlen(rx);
     if (uses_ucat(rx)) {
@@ -523,18 +523,44 @@ static size_t cpt_at_byte(const subject *sj, size_t lo, size_t hi, size_t b) {
     return lo;
 }
 
-static int run_match(const pcre2_code *code, const char *subj, size_t len, size_t start,
-                     uint32_t opts, pcre2_match_data *md) {
-    int rc = pcre2_match(code, (PCRE2_SPTR)subj, len, start, opts, md, NULL);
-    if (rc == PCRE2_ERROR_JIT_STACKLIMIT) /* deep backtracking: the interpreter copes */
-        rc = pcre2_match(code, (PCRE2_SPTR)subj, len, start, opts | PCRE2_NO_JIT, md, NULL);
+/* Per-call matching resources: the match data, and a larger JIT stack and an
+ * interpreter heap cap that are set up only if a match needs them. */
+typedef struct matcher {
+    pcre2_match_data *md;
+    pcre2_match_context *mctx;
+    pcre2_jit_stack *jstack;
+} matcher;
+
+#define JIT_STACK_MAX (64u << 20) /* virtual; pages are touched only as used */
+#define HEAP_LIMIT_KIB (256u << 10)
+
+static bool matcher_grow(matcher *m) {
+    if (m->mctx) return false;
+    m->mctx = pcre2_match_context_create(NULL);
+    if (!m->mctx) return false;
+    pcre2_set_heap_limit(m->mctx, HEAP_LIMIT_KIB);
+    m->jstack = pcre2_jit_stack_create(64u << 10, JIT_STACK_MAX, NULL);
+    if (m->jstack) pcre2_jit_stack_assign(m->mctx, NULL, m->jstack);
+    return m->jstack != NULL;
+}
+
+/* Long runs inside nested quantifiers (e.g. the GPT-4o letter groups) can
+ * outgrow PCRE2's default 32 KiB JIT stack: retry with a large one, then with
+ * the interpreter under a heap cap, so hostile input fails instead of using
+ * gigabytes. */
+static int run_match(matcher *m, const pcre2_code *code, const char *subj, size_t len,
+                     size_t start, uint32_t opts) {
+    int rc = pcre2_match(code, (PCRE2_SPTR)subj, len, start, opts, m->md, m->mctx);
+    if (rc == PCRE2_ERROR_JIT_STACKLIMIT && matcher_grow(m))
+        rc = pcre2_match(code, (PCRE2_SPTR)subj, len, start, opts, m->md, m->mctx);
+    if (rc == PCRE2_ERROR_JIT_STACKLIMIT && (m->mctx || matcher_grow(m)))
+        rc = pcre2_match(code, (PCRE2_SPTR)subj, len, start, opts | PCRE2_NO_JIT, m->md, m->mctx);
     return rc;
 }
 
 /* Splits piece [ini, end) with one regex: every match is a word and so is every
  * gap between matches (std::regex_iterator semantics over the piece alone). */
-static bool split_pcre(span *s, const tok_rx *r, const subject *sj, pcre2_match_data *md,
-                       kvl_error *err) {
+static bool split_pcre(span *s, const tok_rx *r, const subject *sj, matcher *m, kvl_error *err) {
     const bool utf = r->kind == RX_KIND_CODEPOINTS;
     const size_t b0 = utf ? sj->boff[s->ini] : s->ini;
     const size_t blen = (utf ? sj->boff[s->end] : s->end) - b0;
@@ -542,14 +568,14 @@ static bool split_pcre(span *s, const tok_rx *r, const subject *sj, pcre2_match_
     const uint32_t opts = utf ? PCRE2_NO_UTF_CHECK : 0;
     size_t at = 0;
     while (at < blen) {
-        int rc = run_match(r->code, subj, blen, at, opts, md);
+        int rc = run_match(m, r->code, subj, blen, at, opts);
         if (rc == PCRE2_ERROR_NOMATCH) break;
         if (rc < 0) {
             PCRE2_UCHAR msg[256];
             pcre2_get_error_message(rc, msg, sizeof msg);
             return kvl_fail(err, "tokenizer: pre-tokenizer regex failed: %s", (const char *)msg);
         }
-        const PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
+        const PCRE2_SIZE *ov = pcre2_get_ovector_pointer(m->md);
         size_t ms = ov[0], me = ov[1];
         if (me == ms) { /* none of the patterns match empty; never loop on one */
             at = ms + 1;
@@ -567,10 +593,10 @@ static bool split_pcre(span *s, const tok_rx *r, const subject *sj, pcre2_match_
 /* Applies regex r to every piece in `in`, appending the finer pieces to `out`. */
 static bool apply_rx(const tok_rx *r, const uint32_t *cpts, const subject *sj,
                      const tok_szvec *in, tok_szvec *out, kvl_error *err) {
-    pcre2_match_data *md = NULL;
+    matcher m = {0};
     if (r->code) {
-        md = pcre2_match_data_create(1, NULL); /* only the whole match is read */
-        if (!md) return kvl_fail(err, "tokenizer: out of memory");
+        m.md = pcre2_match_data_create(1, NULL); /* only the whole match is read */
+        if (!m.md) return kvl_fail(err, "tokenizer: out of memory");
     }
     size_t start = 0;
     bool ok = true;
@@ -581,12 +607,14 @@ static bool apply_rx(const tok_rx *r, const uint32_t *cpts, const subject *sj,
         } else if (r->kind == RX_KIND_LLAMA3) {
             split_llama3(&s);
         } else {
-            ok = split_pcre(&s, r, sj, md, err);
+            ok = split_pcre(&s, r, sj, &m, err);
         }
         ok = ok && (s.ok || kvl_fail(err, "tokenizer: out of memory"));
         start += in->v[i];
     }
-    pcre2_match_data_free(md);
+    pcre2_match_data_free(m.md);
+    pcre2_match_context_free(m.mctx);
+    pcre2_jit_stack_free(m.jstack);
     return ok;
 }
 

@@ -56,7 +56,8 @@ static void read_ids(tok_vocab *v, const gguf_file *f) {
         int64_t val;
         if (!gguf_get_i64(f, ID_KEYS[i].key, &val)) continue;
         if (val < 0 || val >= v->n_tokens) {
-            kvl_log(KVL_LOG_WARN, "%s: bad special token %s = %lld, using %d", gguf_path(f),
+            /* 0xFFFFFFFF / -1 is how converters write "none": not worth a warning */
+            kvl_log(val == 0xFFFFFFFFll || val == -1 ? KVL_LOG_DEBUG : KVL_LOG_WARN, "%s: bad special token %s = %lld, using %d", gguf_path(f),
                     ID_KEYS[i].key, (long long)val, (int)*id);
         } else {
             *id = (int32_t)val;

@@ -51,7 +51,8 @@ typedef struct tok_stream {
 } tok_stream;
 void tok_stream_init(tok_stream *s);
 /* Appends the text of id; writes valid UTF-8 to out and returns the byte count
- * (out must have room for tok_token_bytes()+8). */
+ * (out must have room for 3*tok_token_bytes()+12: invalid bytes become
+ * 3-byte U+FFFD). */
 size_t tok_stream_push(tok_stream *s, const tok_vocab *v, int32_t id, bool special, char *out,
                        size_t cap);
 /* Flushes what is held back (as U+FFFD) at the end of a stream. */

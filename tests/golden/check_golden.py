@@ -29,7 +29,7 @@ def run(cmd, check=True):
 
 
 def json_lines(out):
-    return [json.loads(line) for line in out.splitlines() if line.strip()]
+    return [json.loads(line) for line in out.split("\n") if line.strip()]
 
 
 def tolerance(name, meta):

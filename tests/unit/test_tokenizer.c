@@ -481,6 +481,72 @@ static void test_invalid_utf8(void) {
     printf("%-58s done\n", "invalid UTF-8");
 }
 
+/* llama.cpp's reading of bytes as codepoints, written back as UTF-8: a bad
+ * sequence is U+FFFD and consumes one byte; overlongs/surrogates pass. */
+static size_t llama_sanitize(const unsigned char *s, size_t n, char *out) {
+    size_t o = 0;
+    for (size_t i = 0; i < n;) {
+        size_t need = s[i] < 0x80 ? 1 : (s[i] & 0xE0) == 0xC0 ? 2 : (s[i] & 0xF0) == 0xE0 ? 3
+                    : (s[i] & 0xF8) == 0xF0 ? 4 : 0;
+        bool ok = need > 0 && i + need <= n;
+        for (size_t k = 1; ok && k < need; k++) ok = (s[i + k] & 0xC0) == 0x80;
+        uint32_t cp = 0;
+        if (ok && need == 4) cp = ((s[i] & 7u) << 18) | ((s[i + 1] & 63u) << 12) | ((s[i + 2] & 63u) << 6) | (s[i + 3] & 63u);
+        if (!ok || cp > 0x10FFFF) { /* the latter: llama.cpp cannot write it; we use U+FFFD */
+            memcpy(out + o, "\xEF\xBF\xBD", 3);
+            o += 3;
+            i += ok ? need : 1;
+            continue;
+        }
+        memcpy(out + o, s + i, need);
+        o += need;
+        i += need;
+    }
+    return o;
+}
+
+/* Random bytes (mostly text-like, some invalid): encoding never fails and BPE
+ * decodes back to the llama.cpp reading of the input. */
+static void test_random_bytes(void) {
+    const char *names[] = {"ggml-vocab-gpt-2.gguf", "ggml-vocab-llama3.gguf", "ggml-vocab-deepseek-llm.gguf",
+                           "ggml-vocab-llama-spm.gguf", "ggml-vocab-phi-3.gguf"};
+    static const char *const bits[] = {" ", "  ", "\n", "\r\n", "\t", "a", "Hello", "'s", "123", "!?", "\xC3\xA9",
+                                       "\xE6\x97\xA5", "\xF0\x9F\x98\x80", "\xE2\x80\x8D", "\xFF", "\xC3",
+                                       "\xED\xA0\x80", "\xF5\x80\x80\x80", "<s>", "</s>", "<|endoftext|>", "\0"};
+    unsigned seed = 12345;
+    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
+        char p[300];
+        snprintf(p, sizeof p, TOKDIR "/%s", names[k]);
+        tok_vocab *v = load_vocab(p);
+        if (!v) continue;
+        bool spm = strcmp(tok_model_name(v), "llama") == 0;
+        int bad = 0;
+        for (int c = 0; c < 300; c++) {
+            char text[512], want[2048];
+            size_t n = 0;
+            for (int parts = (int)((seed = seed * 1103515245u + 12345u) >> 16) % 24; parts > 0; parts--) {
+                const char *b = bits[((seed = seed * 1103515245u + 12345u) >> 16) % (sizeof bits / sizeof bits[0])];
+                size_t bl = b[0] ? strlen(b) : 1;
+                memcpy(text + n, b, bl);
+                n += bl;
+            }
+            bool special = c & 1;
+            int64_t ni;
+            int32_t *ids = encode(v, text, n, false, special, &ni);
+            if (!spm) { /* SPM output is checked by the vectors; here it must not crash */
+                size_t dl, wl = llama_sanitize((const unsigned char *)text, n, want);
+                char *d = decode(v, ids, ni, true, &dl);
+                bad += !(dl == wl && memcmp(d, want, dl) == 0);
+                free(d);
+            }
+            free(ids);
+        }
+        CHECK(bad == 0, "%s: %d random strings did not round trip", names[k], bad);
+        tok_vocab_destroy(v);
+    }
+    printf("%-58s done\n", "random bytes");
+}
+
 static void expect_ids(const tok_vocab *v, const char *text, bool bos, bool special,
                        const int32_t *want, int64_t nw, const char *what) {
     int64_t n;
@@ -538,6 +604,20 @@ static void test_specials(void) {
         expect_ids(v, "<s>Hi", true, true, want, nw + 2, "spm <s> parsed");
         free(plain);
         CHECK(tok_is_eog(v, 2) && tok_add_bos(v), "spm eos/add_bos");
+        tok_vocab_destroy(v);
+    }
+    v = load_vocab(TOKDIR "/ggml-vocab-phi-3.gguf");
+    if (v) {
+        /* Phi-3 (by general.name): whitespace after <|user|> is stripped (RSTRIP),
+         * and the text after it gets SPM's leading space again. */
+        int32_t want[16], user = tok_token_id(v, "<|user|>", 8);
+        int64_t nw;
+        int32_t *plain = encode(v, "Hi", 2, false, false, &nw);
+        want[0] = user;
+        memcpy(want + 1, plain, (size_t)nw * sizeof *want);
+        expect_ids(v, "<|user|>\n  Hi", false, true, want, nw + 1, "phi-3 rstrip");
+        CHECK(user >= 0 && tok_is_eog(v, tok_token_id(v, "<|end|>", 7)), "phi-3 <|end|> is EOG");
+        free(plain);
         tok_vocab_destroy(v);
     }
     printf("%-58s done\n", "special tokens");
@@ -625,6 +705,15 @@ static void test_throughput(void) {
            t1 - t0, len, (long long)n1, t3 - t2, big_len, (long long)n2, t4 - t3,
            (double)big_len / 1e6 / (t4 - t3));
     CHECK(n1 > 0 && t3 - t2 < 0.25, "test file took %.3f s", t3 - t2);
+    /* Long runs of one class stay linear (no regex blow-up): 256 KiB each. */
+    const char fill[] = {' ', 'a', '7', '!', '\n'};
+    for (size_t k = 0; k < sizeof fill; k++) {
+        memset(big, fill[k], 1u << 18);
+        double t5 = kvl_time_s();
+        int64_t nk = tok_encode(v, big, 1u << 18, false, false, NULL, 0, &err);
+        double dt = kvl_time_s() - t5;
+        CHECK(nk > 0 && dt < 2.0, "run of '%c': %lld tokens in %.3f s", fill[k], (long long)nk, dt);
+    }
     free(big);
     free(inp);
     tok_vocab_destroy(v);
@@ -636,6 +725,7 @@ int main(int argc, char **argv) {
     test_golden();
     test_stream();
     test_invalid_utf8();
+    test_random_bytes();
     test_specials();
     test_load_errors();
     if (!quick) test_throughput();

@@ -1,0 +1,255 @@
+/* model forward: one ragged batch through the network.
+ *
+ * Per ubatch (a slice of the batch that fits the scratch): embed -> for each
+ * layer: RMSNorm, attention (standard or MLA) whose K/V go into the layer's
+ * KV group's blocks, residual, RMSNorm, gated FFN, residual -> final RMSNorm and
+ * LM head for the tokens whose logits are wanted. Every op treats tokens
+ * independently except attention, which reads only the token's own sequence, so
+ * a token's result does not depend on its batch mates. */
+#include <math.h>
+#include <omp.h>
+#include <string.h>
+
+#include "model_internal.h"
+
+typedef struct fwd_ctx {
+    model *m;
+    kv_pool *const *pools;
+    const model_batch *b;
+    int64_t t0, n; /* the ubatch: batch tokens [t0, t0+n) */
+} fwd_ctx;
+
+static const kv_seq *seq_table(const fwd_ctx *c, int64_t t, int group) {
+    return c->b->seqs[(size_t)c->b->seq[c->t0 + t] * c->m->n_groups + group];
+}
+
+static bool check_batch(const model *m, kv_pool *const *pools, const model_batch *b, kvl_error *err) {
+    for (int g = 0; g < m->n_groups; g++) {
+        kv_pool_config want;
+        model_kv_group_shape(m, g, &want, NULL);
+        const kv_pool_config *c = kv_pool_cfg(pools[g]);
+        if (c->n_layers != want.n_layers || c->n_kv_heads != want.n_kv_heads ||
+            c->head_dim_k != want.head_dim_k || c->head_dim_v != want.head_dim_v)
+            return kvl_fail(err, "model: KV pool %d shape does not match the model", g);
+    }
+    for (int64_t i = 0; i < b->n_tokens; i++) {
+        if (b->tokens[i] < 0 || b->tokens[i] >= m->hp.n_vocab)
+            return kvl_fail(err, "batch token %lld: id %d out of range [0, %lld)", (long long)i,
+                            b->tokens[i], (long long)m->hp.n_vocab);
+        if (b->seq[i] < 0 || b->seq[i] >= b->n_seqs)
+            return kvl_fail(err, "batch token %lld: sequence %d out of range", (long long)i, b->seq[i]);
+        int32_t p = b->pos[i];
+        if (p < 0 || p >= m->mp.max_ctx)
+            return kvl_fail(err, "batch token %lld: position %d outside the context of %lld",
+                            (long long)i, p, (long long)m->mp.max_ctx);
+        for (int g = 0; g < m->n_groups; g++) {
+            const kv_seq *s = b->seqs[(size_t)b->seq[i] * m->n_groups + g];
+            int64_t bi = p / kv_pool_cfg(pools[g])->block_size;
+            if (bi >= s->n_blocks || s->blocks[bi] < 0)
+                return kvl_fail(err, "batch token %lld: position %d has no KV block", (long long)i, p);
+        }
+    }
+    return true;
+}
+
+/* Writes one token's K (and V, unless the pool keeps none) rows into its block. */
+static void kv_store(kv_pool *kv, const kv_seq *s, int slot, int32_t pos, const float *k,
+                     const float *v) {
+    const kv_pool_config *c = kv_pool_cfg(kv);
+    int32_t blk = s->blocks[pos / c->block_size];
+    int row = pos % c->block_size;
+    size_t kb = kv_pool_k_row_bytes(kv), vb = kv_pool_v_row_bytes(kv);
+    int64_t kn = (int64_t)c->n_kv_heads * c->head_dim_k, vn = (int64_t)c->n_kv_heads * c->head_dim_v;
+    uint8_t *kr = (uint8_t *)kv_block_k(kv, blk, slot) + row * kb;
+    uint8_t *vr = (uint8_t *)kv_block_v(kv, blk, slot) + row * vb;
+    if (c->dtype == GGUF_DT_F32) {
+        memcpy(kr, k, kn * sizeof(float));
+        if (vn) memcpy(vr, v, vn * sizeof(float));
+    } else {
+        const kern_traits *tr = kern_traits_of(c->dtype);
+        tr->from_float(k, kr, kn);
+        if (vn) tr->from_float(v, vr, vn);
+    }
+}
+
+/* Attention for every (token, head) of the ubatch, q rows of q_stride floats,
+ * outputs of out_stride floats per token. */
+static void attention(const fwd_ctx *c, const layer_weights *L, const attn_args *a, const float *q,
+                      int64_t q_stride, float *out, int64_t out_stride) {
+    model *m = c->m;
+    int64_t H = m->hp.n_head, group = m->hp.n_head / m->hp.n_head_kv, total = c->n * H;
+#pragma omp parallel for schedule(dynamic, 4)
+    for (int64_t w = 0; w < total; w++) {
+        int64_t t = w / H, h = w % H;
+        int tid = omp_get_thread_num();
+        op_attend_head(a, seq_table(c, t, L->kv_group), c->b->pos[c->t0 + t], (int)(h / group),
+                       q + t * q_stride + h * a->dk, out + t * out_stride + h * a->dv,
+                       m->scores + (size_t)tid * m->mp.max_ctx,
+                       m->qconv + (size_t)tid * (m->hp.head_dim_k + 64));
+    }
+}
+
+static float attn_scale(const model *m) {
+    const model_hparams *hp = &m->hp;
+    if (m->arch->n_layer_27b && hp->n_layer == m->arch->n_layer_27b)
+        return 1.0f / sqrtf((float)(hp->n_embd / hp->n_head));
+    return 1.0f / sqrtf((float)hp->head_dim_k);
+}
+
+/* Standard attention (MHA/GQA/MQA): result in m->xb [n][E], before the residual. */
+static void attn_mha(fwd_ctx *c, int il) {
+    model *m = c->m;
+    const model_hparams *hp = &m->hp;
+    const layer_weights *L = &m->layers[il];
+    int64_t n = c->n, dk = hp->head_dim_k, dv = hp->head_dim_v;
+    int64_t qd = hp->n_head * dk, kd = hp->n_head_kv * dk, vd = hp->n_head_kv * dv;
+    op_matmul(m, &L->wq, m->xb, n, m->q);
+    op_matmul(m, &L->wk, m->xb, n, m->k);
+    op_matmul(m, &L->wv, m->xb, n, m->v);
+    op_add_bias(m->q, &L->bq, n, qd);
+    op_add_bias(m->k, &L->bk, n, kd);
+    op_add_bias(m->v, &L->bv, n, vd);
+    if (L->q_norm.data) {
+        op_rms_norm(m->q, m->q, L->q_norm.data, n * hp->n_head, dk, hp->rms_eps);
+        op_rms_norm(m->k, m->k, L->k_norm.data, n * hp->n_head_kv, dk, hp->rms_eps);
+    }
+    kv_pool *kv = c->pools[L->kv_group];
+    for (int64_t t = 0; t < n; t++) {
+        int32_t pos = c->b->pos[c->t0 + t];
+        op_rope(m, L, m->q + t * qd, (int)hp->n_head, dk, 0, pos);
+        op_rope(m, L, m->k + t * kd, (int)hp->n_head_kv, dk, 0, pos);
+        kv_store(kv, seq_table(c, t, L->kv_group), L->kv_slot, pos, m->k + t * kd, m->v + t * vd);
+    }
+    attn_args a = {.kv = kv, .slot = L->kv_slot, .dk = dk, .dv = dv, .scale = attn_scale(m),
+                   .softcap = hp->attn_softcap, .window = m->groups[L->kv_group].window};
+    attention(c, L, &a, m->q, qd, m->att, hp->n_head * dv);
+    op_matmul(m, &L->wo, m->att, n, m->xb);
+}
+
+/* Copies `width` floats at `offset` of each of n rows (stride) into dst[n][width], or back. */
+static void gather(float *dst, const float *src, int64_t n, int64_t stride, int64_t offset, int64_t width) {
+    for (int64_t t = 0; t < n; t++) memcpy(dst + t * width, src + t * stride + offset, width * sizeof(float));
+}
+static void scatter(float *dst, const float *src, int64_t n, int64_t stride, int64_t offset, int64_t width) {
+    for (int64_t t = 0; t < n; t++) memcpy(dst + t * stride + offset, src + t * width, width * sizeof(float));
+}
+
+/* MLA (DeepSeek-V2/V3), absorbed: q_nope is mapped into the latent space by
+ * k_b, attention runs over the cached [latent, rope] rows of one shared head,
+ * and v_b maps each head's latent result to its value space. */
+static void attn_mla(fwd_ctx *c, int il) {
+    model *m = c->m;
+    const model_hparams *hp = &m->hp;
+    const layer_weights *L = &m->layers[il];
+    int64_t n = c->n, H = hp->n_head, r = hp->kv_lora_rank, rope = hp->n_rot;
+    int64_t nope = hp->n_rot_mla_nope, qh = nope + rope, dk = r + rope, vd = hp->v_head_dim_mla;
+    float *qraw = m->xb; /* the normed input is not needed once q and kv are projected */
+    op_matmul(m, &L->wkv_a_mqa, m->xb, n, m->k); /* [n][r + rope] */
+    if (L->wq_a.data) {
+        op_matmul(m, &L->wq_a, m->xb, n, m->xb2); /* [n][q_lora] */
+        op_rms_norm(m->xb2, m->xb2, L->q_a_norm.data, n, hp->q_lora_rank, hp->rms_eps);
+        op_matmul(m, &L->wq_b, m->xb2, n, qraw);
+    } else {
+        op_matmul(m, &L->wq, m->xb, n, m->xb2);
+        memcpy(qraw, m->xb2, n * H * qh * sizeof(float));
+    }
+    kv_pool *kv = c->pools[L->kv_group];
+    for (int64_t t = 0; t < n; t++) {
+        int32_t pos = c->b->pos[c->t0 + t];
+        float *krow = m->k + t * dk;
+        op_rms_norm(krow, krow, L->kv_a_norm.data, 1, r, hp->rms_eps);
+        op_rope(m, L, krow, 1, dk, r, pos);
+        op_rope(m, L, qraw + t * H * qh, (int)H, qh, nope, pos);
+        kv_store(kv, seq_table(c, t, L->kv_group), L->kv_slot, pos, krow, NULL);
+    }
+    float *qa = m->mla_a, *qb = m->mla_b;
+    for (int64_t h = 0; h < H; h++) {
+        gather(qa, qraw, n, H * qh, h * qh, nope);
+        op_matmul_head(m, &L->wk_b, h, qa, n, qb); /* [n][r] */
+        scatter(m->q, qb, n, H * dk, h * dk, r);
+        gather(qa, qraw, n, H * qh, h * qh + nope, rope);
+        scatter(m->q, qa, n, H * dk, h * dk + r, rope);
+    }
+    attn_args a = {.kv = kv, .slot = L->kv_slot, .dk = dk, .dv = r, .v_in_k = true,
+                   .scale = 1.0f / sqrtf((float)qh), .window = m->groups[L->kv_group].window};
+    attention(c, L, &a, m->q, H * dk, m->att, H * r);
+    for (int64_t h = 0; h < H; h++) {
+        gather(qa, m->att, n, H * r, h * r, r);
+        op_matmul_head(m, &L->wv_b, h, qa, n, qb); /* [n][vd] */
+        scatter(m->xb2, qb, n, H * vd, h * vd, vd);
+    }
+    op_matmul(m, &L->wo, m->xb2, n, m->xb);
+}
+
+static void ffn(fwd_ctx *c, const layer_weights *L) {
+    model *m = c->m;
+    int64_t n = c->n, F = m->hp.n_ff;
+    op_matmul(m, &L->ffn_gate, m->xb, n, m->ff_gate);
+    op_matmul(m, &L->ffn_up, m->xb, n, m->ff_up);
+    if (m->arch->ffn_act == ARCH_ACT_GELU) op_gelu_mul(m->ff_gate, m->ff_up, n * F);
+    else op_silu_mul(m->ff_gate, m->ff_up, n * F);
+    op_matmul(m, &L->ffn_down, m->ff_gate, n, m->xb);
+}
+
+static void add_residual(model *m, const mtensor *post_norm, int64_t n) {
+    int64_t E = m->hp.n_embd;
+    if (post_norm->data) op_rms_norm(m->xb, m->xb, post_norm->data, n, E, m->hp.rms_eps);
+    for (int64_t i = 0; i < n * E; i++) m->x[i] += m->xb[i];
+}
+
+static void layer_forward(fwd_ctx *c, int il) {
+    model *m = c->m;
+    const layer_weights *L = &m->layers[il];
+    op_rms_norm(m->xb, m->x, L->attn_norm.data, c->n, m->hp.n_embd, m->hp.rms_eps);
+    if (m->arch->attn == ARCH_ATTN_MLA) attn_mla(c, il);
+    else attn_mha(c, il);
+    add_residual(m, &L->post_attn_norm, c->n);
+    op_rms_norm(m->xb, m->x, L->ffn_norm.data, c->n, m->hp.n_embd, m->hp.rms_eps);
+    ffn(c, L);
+    add_residual(m, &L->post_ffn_norm, c->n);
+}
+
+static bool wants_logits(const model_batch *b, int64_t i) {
+    return b->want_logits ? b->want_logits[i] != 0 : i == b->n_tokens - 1;
+}
+
+static void embed(fwd_ctx *c) {
+    model *m = c->m;
+    int64_t E = m->hp.n_embd;
+    for (int64_t t = 0; t < c->n; t++)
+        kern_get_row(m->tok_embd.data, m->tok_embd.dtype, E, c->b->tokens[c->t0 + t], m->x + t * E);
+    if (m->arch->embd_scale) {
+        float s = sqrtf((float)E);
+        for (int64_t i = 0; i < c->n * E; i++) m->x[i] *= s;
+    }
+}
+
+/* Final norm and LM head for the wanted rows; returns how many were written. */
+static int64_t project_logits(fwd_ctx *c, float *logits) {
+    model *m = c->m;
+    const model_hparams *hp = &m->hp;
+    int64_t E = hp->n_embd, n_out = 0;
+    for (int64_t t = 0; t < c->n; t++)
+        if (wants_logits(c->b, c->t0 + t)) memcpy(m->logit_rows + (n_out++) * E, m->x + t * E, E * sizeof(float));
+    if (n_out == 0) return 0;
+    op_rms_norm(m->logit_rows, m->logit_rows, m->output_norm.data, n_out, E, hp->rms_eps);
+    op_matmul(m, &m->output, m->logit_rows, n_out, logits);
+    if (hp->final_softcap > 0)
+        for (int64_t i = 0; i < n_out * hp->n_vocab; i++)
+            logits[i] = hp->final_softcap * tanhf(logits[i] / hp->final_softcap);
+    return n_out;
+}
+
+bool model_forward(model *m, kv_pool *const *pools, const model_batch *b, float *logits,
+                   kvl_error *err) {
+    if (!check_batch(m, pools, b, err)) return false;
+    int64_t out_rows = 0;
+    for (int64_t t0 = 0; t0 < b->n_tokens; t0 += m->mp.max_ubatch) {
+        fwd_ctx c = {.m = m, .pools = pools, .b = b, .t0 = t0,
+                     .n = b->n_tokens - t0 < m->mp.max_ubatch ? b->n_tokens - t0 : m->mp.max_ubatch};
+        embed(&c);
+        for (int il = 0; il < m->hp.n_layer; il++) layer_forward(&c, il);
+        out_rows += project_logits(&c, logits + out_rows * m->hp.n_vocab);
+    }
+    return true;
+}

@@ -1,0 +1,90 @@
+/* model, private: the weight structs and scratch shared by the loader
+ * (model.c), the ops (model_ops.c) and the forward pass (model_forward.c). */
+#ifndef KVLLM_MODEL_INTERNAL_H
+#define KVLLM_MODEL_INTERNAL_H
+
+#include "../kernels/kernels.h"
+#include "arch.h"
+#include "model.h"
+
+typedef struct mtensor {
+    const void *data;
+    int dtype;
+    int64_t ne0, ne1, ne2; /* ne0: row length (input dim), ne1: rows (output dim), ne2: heads */
+} mtensor;
+
+typedef struct layer_weights {
+    mtensor attn_norm;                /* [E] */
+    mtensor wq, wk, wv, wo;           /* [E -> Hq*dk], [E -> Hkv*dk], [E -> Hkv*dv], [Hq*dv -> E] */
+    mtensor bq, bk, bv;               /* optional biases */
+    mtensor q_norm, k_norm;           /* optional per-head norms [dk] */
+    mtensor post_attn_norm;           /* gemma: [E] */
+    mtensor ffn_norm;                 /* [E] */
+    mtensor ffn_gate, ffn_up;         /* [E -> F] */
+    mtensor ffn_down;                 /* [F -> E] */
+    mtensor post_ffn_norm;            /* gemma: [E] */
+    /* MLA (deepseek2), llama.cpp's absorbed layout */
+    mtensor wq_a, q_a_norm, wq_b;     /* [E -> q_lora], [q_lora], [q_lora -> H*(nope+rope)] */
+    mtensor wkv_a_mqa, kv_a_norm;     /* [E -> kv_lora+rope], [kv_lora] */
+    mtensor wk_b;                     /* {nope, kv_lora, H}: per head kv_lora rows of nope */
+    mtensor wv_b;                     /* {kv_lora, v, H}: per head v rows of kv_lora */
+    /* attention geometry of this layer */
+    bool swa;                         /* sliding-window layer */
+    float rope_base, rope_freq_scale;
+    int kv_group, kv_slot;            /* which pool and which layer within it */
+} layer_weights;
+
+typedef struct kv_group_desc {
+    int n_layers;
+    int32_t window; /* 0: full causal attention */
+} kv_group_desc;
+
+struct model {
+    gguf_file *gguf;
+    const arch_desc *arch;
+    model_hparams hp;
+    model_params mp;
+    mtensor tok_embd;           /* [E] x n_vocab */
+    mtensor output_norm;        /* [E] */
+    mtensor output;             /* [E -> n_vocab] (token_embd when tied) */
+    const float *rope_freqs;    /* [n_rot/2] or NULL */
+    layer_weights *layers;
+    kv_group_desc groups[MODEL_MAX_KV_GROUPS];
+    int n_groups;
+
+    /* Scratch, allocated once for max_ubatch tokens. */
+    int n_threads_max;
+    float *x, *xb, *xb2, *q, *k, *v, *att, *ff_gate, *ff_up;
+    float *mla_a, *mla_b;       /* MLA per-head gather buffers */
+    float *scores;              /* [n_threads_max][max_ctx] */
+    float *qconv;               /* [n_threads_max][dk + 64] scratch for q conversion */
+    void *work;                 /* matmul activation quantization */
+    float *logit_rows;          /* [max_ubatch][E] normed rows to project */
+};
+
+/* ---- ops (model_ops.c) ---- */
+void op_rms_norm(float *out, const float *x, const float *w, int64_t rows, int64_t n, float eps);
+void op_matmul(model *m, const mtensor *w, const float *x, int64_t rows, float *y);
+/* One head slice of a 3-D weight {ne0, ne1, H}: rows ne1 of ne0. */
+void op_matmul_head(model *m, const mtensor *w, int64_t head, const float *x, int64_t rows, float *y);
+void op_add_bias(float *y, const mtensor *b, int64_t rows, int64_t n);
+/* Rotates dims [offset, offset+n_rot) of each of n_heads heads spaced stride apart. */
+void op_rope(const model *m, const layer_weights *L, float *vec, int n_heads, int64_t stride,
+             int64_t offset, int32_t pos);
+void op_gelu_mul(float *g, const float *u, int64_t n);
+void op_silu_mul(float *g, const float *u, int64_t n);
+
+/* Attention of one query head over its sequence's paged KV. */
+typedef struct attn_args {
+    const kv_pool *kv;
+    int slot;          /* layer within the pool */
+    int64_t dk, dv;
+    bool v_in_k;       /* MLA: V is the first dv values of the K row */
+    float scale;       /* applied to q.k */
+    float softcap;     /* 0: off; else scores = softcap * tanh(scores / softcap) */
+    int32_t window;    /* 0: full causal; else positions (pos - window, pos] */
+} attn_args;
+void op_attend_head(const attn_args *a, const kv_seq *s, int32_t pos, int kvh, const float *q,
+                    float *out, float *scores, void *qtmp);
+
+#endif

@@ -1,0 +1,684 @@
+/* OpenAI API: request bodies -> jobs, and engine events -> response bodies and
+ * SSE chunks. Only translation lives here; no model logic. */
+#define _GNU_SOURCE
+#include <math.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "srv_internal.h"
+
+/* ------------------------------------------------------- field access -- */
+
+/* A field, with JSON null treated as absent (the SDKs send nulls). */
+static const cJSON *field(const cJSON *o, const char *k) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    return v && !cJSON_IsNull(v) ? v : NULL;
+}
+
+static bool opt_number(const cJSON *o, const char *k, double lo, double hi, double *out, api_error *err) {
+    const cJSON *v = field(o, k);
+    if (!v) return true;
+    if (!cJSON_IsNumber(v)) return api_fail(err, 400, k, "'%s' must be a number", k);
+    if (!(v->valuedouble >= lo && v->valuedouble <= hi))
+        return api_fail(err, 400, k, "'%s' must be between %g and %g (got %g)", k, lo, hi, v->valuedouble);
+    *out = v->valuedouble;
+    return true;
+}
+
+static bool opt_float(const cJSON *o, const char *k, double lo, double hi, float *out, api_error *err) {
+    double d = *out;
+    if (!opt_number(o, k, lo, hi, &d, err)) return false;
+    *out = (float)d;
+    return true;
+}
+
+static bool opt_int(const cJSON *o, const char *k, int64_t lo, int64_t hi, int64_t *out, api_error *err) {
+    const cJSON *v = field(o, k);
+    if (!v) return true;
+    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble))
+        return api_fail(err, 400, k, "'%s' must be an integer", k);
+    if (!(v->valuedouble >= (double)lo && v->valuedouble <= (double)hi))
+        return api_fail(err, 400, k, "'%s' must be between %lld and %lld (got %.0f)", k, (long long)lo,
+                        (long long)hi, v->valuedouble);
+    *out = (int64_t)v->valuedouble;
+    return true;
+}
+
+static bool opt_bool(const cJSON *o, const char *k, bool *out, api_error *err) {
+    const cJSON *v = field(o, k);
+    if (!v) return true;
+    if (!cJSON_IsBool(v)) return api_fail(err, 400, k, "'%s' must be a boolean", k);
+    *out = cJSON_IsTrue(v);
+    return true;
+}
+
+static bool opt_string(const cJSON *o, const char *k, const char **out, api_error *err) {
+    const cJSON *v = field(o, k);
+    if (!v) return true;
+    if (!cJSON_IsString(v)) return api_fail(err, 400, k, "'%s' must be a string", k);
+    *out = v->valuestring;
+    return true;
+}
+
+/* ------------------------------------------------------------ prompts -- */
+
+static bool tokenize(srv *s, const char *text, size_t len, bool add_bos, srv_job *j, const char *param,
+                     api_error *err) {
+    /* A token covers at least one byte, so a text this long could not fit the
+     * context anyway; refusing it early bounds the tokenizer's work. */
+    if (len > (size_t)s->n_ctx * 256)
+        return api_fail(err, 400, param, "the prompt is too long (%zu bytes) for the context of %lld tokens",
+                        len, (long long)s->n_ctx);
+    int64_t cap = (int64_t)len + 8;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        int32_t *ids = malloc((size_t)cap * sizeof *ids);
+        if (!ids) return api_fail(err, 500, NULL, "out of memory");
+        kvl_error kerr = {{0}};
+        pthread_mutex_lock(&s->tok_mu);
+        int64_t got = tok_encode(s->vocab, text, len, add_bos, true, ids, cap, &kerr);
+        pthread_mutex_unlock(&s->tok_mu);
+        if (got < 0) {
+            free(ids);
+            return api_fail(err, 400, param, "cannot tokenize the prompt: %s", kerr.msg);
+        }
+        if (got <= cap) {
+            j->prompt = ids;
+            j->n_prompt = got;
+            return true;
+        }
+        free(ids);
+        cap = got;
+    }
+    return api_fail(err, 500, NULL, "tokenizer returned an inconsistent length");
+}
+
+static bool set_ids(srv *s, const cJSON *arr, srv_job *j, api_error *err) {
+    int n = cJSON_GetArraySize(arr);
+    j->prompt = malloc((size_t)(n > 0 ? n : 1) * sizeof(int32_t));
+    if (!j->prompt) return api_fail(err, 500, NULL, "out of memory");
+    int32_t n_vocab = tok_n_vocab(s->vocab);
+    int i = 0;
+    for (const cJSON *v = arr->child; v; v = v->next, i++) {
+        if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < 0 ||
+            v->valuedouble >= n_vocab)
+            return api_fail(err, 400, "prompt", "prompt[%d] is not a token id (0..%d)", i, n_vocab - 1);
+        j->prompt[i] = (int32_t)v->valuedouble;
+    }
+    j->n_prompt = n;
+    return true;
+}
+
+/* prompt: "text", [ids], ["text"] or [[ids]] (one prompt per request). */
+static bool parse_prompt(srv *s, const cJSON *body, srv_job *j, api_error *err) {
+    const cJSON *p = field(body, "prompt");
+    if (!p) return api_fail(err, 400, "prompt", "'prompt' is required");
+    bool add_bos = tok_add_bos(s->vocab) && tok_bos(s->vocab) >= 0;
+    if (cJSON_IsString(p)) return tokenize(s, p->valuestring, strlen(p->valuestring), add_bos, j, "prompt", err);
+    if (!cJSON_IsArray(p) || !p->child)
+        return api_fail(err, 400, "prompt", "'prompt' must be a string or a non-empty array of token ids");
+    if (cJSON_IsNumber(p->child)) return set_ids(s, p, j, err);
+    if (p->child->next)
+        return api_fail(err, 400, "prompt", "batched prompts are not supported: send one prompt per request");
+    if (cJSON_IsString(p->child))
+        return tokenize(s, p->child->valuestring, strlen(p->child->valuestring), add_bos, j, "prompt", err);
+    if (cJSON_IsArray(p->child) && p->child->child) return set_ids(s, p->child, j, err);
+    return api_fail(err, 400, "prompt", "'prompt' must be a string or a non-empty array of token ids");
+}
+
+/* Message content: a string, or an array of {"type":"text","text":...} parts
+ * (joined with newlines, as vLLM does). Returns a malloc'd string. */
+static char *message_text(const cJSON *c, int i, api_error *err) {
+    if (!c) return strdup("");
+    if (cJSON_IsString(c)) return strdup(c->valuestring);
+    if (!cJSON_IsArray(c)) {
+        api_fail(err, 400, "messages", "messages[%d].content must be a string or an array of parts", i);
+        return NULL;
+    }
+    sbuf b = {0};
+    sb_put(&b, "");
+    for (const cJSON *part = c->child; part; part = part->next) {
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(part, "type");
+        const cJSON *text = cJSON_GetObjectItemCaseSensitive(part, "text");
+        if (!cJSON_IsString(type) || strcmp(type->valuestring, "text") != 0 || !cJSON_IsString(text)) {
+            sb_free(&b);
+            api_fail(err, 400, "messages", "messages[%d]: only text content parts are supported", i);
+            return NULL;
+        }
+        if (part != c->child) sb_put(&b, "\n");
+        sb_put(&b, text->valuestring);
+    }
+    if (b.oom) {
+        sb_free(&b);
+        api_fail(err, 500, NULL, "out of memory");
+        return NULL;
+    }
+    return b.p;
+}
+
+static void free_msgs(chat_msg *m, int n) {
+    for (int i = 0; i < n; i++) free((char *)m[i].content);
+    free(m);
+}
+
+static bool parse_messages(const cJSON *body, chat_msg **out, int *n_out, api_error *err) {
+    const cJSON *arr = field(body, "messages");
+    if (!cJSON_IsArray(arr) || !arr->child)
+        return api_fail(err, 400, "messages", "'messages' must be a non-empty array");
+    int n = cJSON_GetArraySize(arr), i = 0;
+    chat_msg *m = calloc((size_t)n, sizeof *m);
+    if (!m) return api_fail(err, 500, NULL, "out of memory");
+    for (const cJSON *v = arr->child; v; v = v->next, i++) {
+        const cJSON *role = cJSON_IsObject(v) ? cJSON_GetObjectItemCaseSensitive(v, "role") : NULL;
+        if (!cJSON_IsString(role)) {
+            free_msgs(m, i);
+            return api_fail(err, 400, "messages", "messages[%d] must be an object with a string 'role'", i);
+        }
+        m[i].role = role->valuestring;
+        m[i].content = message_text(field(v, "content"), i, err);
+        if (!m[i].content) {
+            free_msgs(m, i);
+            return false;
+        }
+    }
+    *out = m;
+    *n_out = n;
+    return true;
+}
+
+static bool starts_with(const char *s, const char *prefix) {
+    return prefix[0] && strncmp(s, prefix, strlen(prefix)) == 0;
+}
+
+/* Renders the conversation with the model's template and tokenizes it with
+ * special tokens parsed; BOS only if the template did not write it already. */
+static bool parse_chat_prompt(srv *s, const cJSON *body, srv_job *j, api_error *err) {
+    bool add_gen = true;
+    if (!opt_bool(body, "add_generation_prompt", &add_gen, err)) return false;
+    chat_msg *msgs = NULL;
+    int n = 0;
+    if (!parse_messages(body, &msgs, &n, err)) return false;
+    if (s->chat == CHAT_TMPL_UNKNOWN) {
+        free_msgs(msgs, n);
+        return api_fail(err, 400, "messages", "%s", s->chat_error);
+    }
+    char *text = NULL;
+    kvl_error kerr = {{0}};
+    int64_t len = chat_template_render(s->chat, s->bos_text, s->eos_text, msgs, n, add_gen, &text, &kerr);
+    free_msgs(msgs, n);
+    if (len < 0) return api_fail(err, 400, "messages", "%s", kerr.msg);
+    bool add_bos = tok_add_bos(s->vocab) && tok_bos(s->vocab) >= 0 && !starts_with(text, s->bos_text);
+    bool ok = tokenize(s, text, (size_t)len, add_bos, j, "messages", err);
+    free(text);
+    return ok;
+}
+
+/* ----------------------------------------------------------- sampling -- */
+
+static uint64_t random_u64(void) {
+    static atomic_uint_fast64_t counter;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t x = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 32) ^
+                 (atomic_fetch_add(&counter, 1) * 0x9E3779B97F4A7C15ull);
+    x ^= x >> 33; /* splitmix64 finaliser */
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ull;
+    return x ^ (x >> 33);
+}
+
+/* OpenAI defaults (temperature 1, nothing else), not llama.cpp's. */
+static bool parse_sampling(const cJSON *b, srv_job *j, api_error *err) {
+    sampler_params *p = &j->sampling;
+    sampler_params_default(p);
+    p->temperature = 1.0f;
+    p->top_k = 0;
+    p->top_p = 1.0f;
+    p->min_p = 0.0f;
+    p->repeat_penalty = 1.0f;
+    p->penalty_last_n = -1;
+    int64_t top_k = 0, seed = 0;
+    bool has_seed = field(b, "seed") != NULL;
+    bool ok = opt_float(b, "temperature", 0, 100, &p->temperature, err) &&
+              opt_float(b, "top_p", 0, 1, &p->top_p, err) &&
+              opt_int(b, "top_k", -1, 1 << 30, &top_k, err) &&
+              opt_float(b, "min_p", 0, 1, &p->min_p, err) &&
+              opt_float(b, "presence_penalty", -2, 2, &p->presence_penalty, err) &&
+              opt_float(b, "frequency_penalty", -2, 2, &p->frequency_penalty, err) &&
+              opt_float(b, "repetition_penalty", 0, 100, &p->repeat_penalty, err) &&
+              opt_int(b, "seed", INT64_MIN, INT64_MAX, &seed, err);
+    if (!ok) return false;
+    if (p->top_p <= 0) return api_fail(err, 400, "top_p", "'top_p' must be in (0, 1]");
+    if (p->repeat_penalty <= 0)
+        return api_fail(err, 400, "repetition_penalty", "'repetition_penalty' must be positive");
+    p->top_k = (int32_t)(top_k < 0 ? 0 : top_k);
+    p->seed = has_seed ? (uint64_t)seed : random_u64();
+    j->vary_seed = p->temperature > 0;
+    return true;
+}
+
+static bool parse_stop(const cJSON *b, srv_job *j, api_error *err) {
+    const cJSON *st = field(b, "stop");
+    if (!st) return true;
+    if (cJSON_IsString(st)) {
+        j->stop[0] = strdup(st->valuestring);
+        j->n_stop = 1;
+        return j->stop[0] ? true : api_fail(err, 500, NULL, "out of memory");
+    }
+    if (!cJSON_IsArray(st)) return api_fail(err, 400, "stop", "'stop' must be a string or an array of strings");
+    for (const cJSON *v = st->child; v; v = v->next) {
+        if (!cJSON_IsString(v)) return api_fail(err, 400, "stop", "'stop' must contain only strings");
+        if (j->n_stop == SRV_MAX_STOP)
+            return api_fail(err, 400, "stop", "at most %d stop strings are supported", SRV_MAX_STOP);
+        if (!(j->stop[j->n_stop] = strdup(v->valuestring))) return api_fail(err, 500, NULL, "out of memory");
+        j->n_stop++;
+    }
+    return true;
+}
+
+/* logprobs: completions take an int (alternatives per token), chat a bool plus
+ * top_logprobs. */
+static bool parse_logprobs(const cJSON *b, bool chat, api_req *r, api_error *err) {
+    int64_t k = 0;
+    if (!chat) {
+        if (!opt_int(b, "logprobs", 0, SRV_MAX_TOP, &k, err)) return false;
+        r->logprobs = field(b, "logprobs") != NULL;
+    } else {
+        if (!opt_bool(b, "logprobs", &r->logprobs, err) ||
+            !opt_int(b, "top_logprobs", 0, SRV_MAX_TOP, &k, err))
+            return false;
+        if (k > 0 && !r->logprobs)
+            return api_fail(err, 400, "top_logprobs", "'top_logprobs' requires 'logprobs' to be true");
+    }
+    r->job->top_logprobs = (int)k;
+    return opt_bool(b, "return_tokens_as_token_ids", &r->tokens_as_ids, err);
+}
+
+static bool parse_unsupported(const cJSON *b, api_error *err) {
+    bool echo = false;
+    int64_t best_of = 1;
+    if (!opt_bool(b, "echo", &echo, err) || !opt_int(b, "best_of", 1, SRV_MAX_N, &best_of, err)) return false;
+    if (echo) return api_fail(err, 400, "echo", "'echo' is not supported");
+    if (best_of > 1) return api_fail(err, 400, "best_of", "'best_of' is not supported");
+    const cJSON *lb = field(b, "logit_bias");
+    if (lb && (!cJSON_IsObject(lb) || lb->child))
+        return api_fail(err, 400, "logit_bias", "'logit_bias' is not supported");
+    const cJSON *tools = field(b, "tools");
+    if (tools && (!cJSON_IsArray(tools) || tools->child))
+        return api_fail(err, 400, "tools", "'tools' is not supported");
+    return true;
+}
+
+static bool parse_stream(const cJSON *b, api_req *r, api_error *err) {
+    if (!opt_bool(b, "stream", &r->stream, err)) return false;
+    const cJSON *so = field(b, "stream_options");
+    if (!so) return true;
+    if (!cJSON_IsObject(so)) return api_fail(err, 400, "stream_options", "'stream_options' must be an object");
+    return opt_bool(so, "include_usage", &r->include_usage, err);
+}
+
+static bool model_matches(const srv *s, const char *name) {
+    if (strcmp(name, s->cfg.model_id) == 0) return true;
+    const char *base = strrchr(s->cfg.model_id, '/');
+    return base && strcmp(name, base + 1) == 0;
+}
+
+/* max_tokens: checked against the context; when absent, completions default
+ * to 16 (OpenAI's default) and chat to whatever room the context and the pool
+ * leave, so that a request never needs more blocks than the pool has. */
+static bool parse_max_tokens(srv *s, const cJSON *b, bool chat, srv_job *j, api_error *err) {
+    const char *key = chat && field(b, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+    const char *pkey = chat ? "messages" : "prompt";
+    const cJSON *v = field(b, key);
+    if (v && cJSON_IsNumber(v) && v->valuedouble < 1)
+        return api_fail(err, 400, key, "'%s' must be at least 1 (got %g)", key, v->valuedouble);
+    int64_t max_tokens = -1;
+    if (!opt_int(b, key, 1, INT32_MAX, &max_tokens, err)) return false;
+    if (j->n_prompt == 0) return api_fail(err, 400, pkey, "the prompt is empty");
+    int64_t room = s->n_ctx < s->n_blocks * s->block_size ? s->n_ctx : s->n_blocks * s->block_size;
+    if (j->n_prompt >= s->n_ctx || (max_tokens > 0 && j->n_prompt + max_tokens > s->n_ctx)) {
+        api_fail(err, 400, max_tokens > 0 && j->n_prompt < s->n_ctx ? key : pkey,
+                 "This model's maximum context length is %lld tokens. However, you requested %lld tokens "
+                 "(%lld in the prompt, %lld for the completion). Please reduce the prompt or the completion.",
+                 (long long)s->n_ctx, (long long)(j->n_prompt + (max_tokens > 0 ? max_tokens : 0)),
+                 (long long)j->n_prompt, (long long)(max_tokens > 0 ? max_tokens : 0));
+        err->code = "context_length_exceeded";
+        return false;
+    }
+    if (max_tokens < 0) {
+        max_tokens = room - j->n_prompt;
+        if (!chat && max_tokens > 16) max_tokens = 16;
+        if (max_tokens < 1) max_tokens = 1; /* the engine explains why it cannot run */
+    }
+    j->max_tokens = max_tokens;
+    return true;
+}
+
+static void make_id(api_req *r) {
+    snprintf(r->id, sizeof r->id, "%s-%016llx%08llx", r->chat ? "chatcmpl" : "cmpl",
+             (unsigned long long)random_u64(), (unsigned long long)(random_u64() & 0xffffffffu));
+    r->created = (long)time(NULL);
+}
+
+static bool parse_body(srv *s, const cJSON *b, bool chat, api_req *r, api_error *err) {
+    srv_job *j = r->job;
+    const char *model = NULL, *salt = NULL;
+    int64_t n = 1;
+    if (!opt_string(b, "model", &model, err)) return false;
+    if (model && !model_matches(s, model)) {
+        api_fail(err, 404, "model", "The model `%s` does not exist.", model);
+        err->code = "model_not_found";
+        return false;
+    }
+    bool ok = parse_unsupported(b, err) && parse_sampling(b, j, err) && parse_stop(b, j, err) &&
+              parse_stream(b, r, err) && parse_logprobs(b, chat, r, err) &&
+              opt_int(b, "n", 1, SRV_MAX_N, &n, err) && opt_bool(b, "ignore_eos", &j->ignore_eos, err) &&
+              opt_string(b, "cache_salt", &salt, err);
+    if (!ok) return false;
+    if (salt && !salt[0]) return api_fail(err, 400, "cache_salt", "'cache_salt' must be a non-empty string");
+    if (salt && !(j->cache_salt = strdup(salt))) return api_fail(err, 500, NULL, "out of memory");
+    j->n = (int)n;
+    ok = chat ? parse_chat_prompt(s, b, j, err) : parse_prompt(s, b, j, err);
+    return ok && parse_max_tokens(s, b, chat, j, err);
+}
+
+bool openai_parse(srv *s, const cJSON *body, bool chat, api_req *r, api_error *err) {
+    memset(r, 0, sizeof *r);
+    r->chat = chat;
+    if (!cJSON_IsObject(body)) return api_fail(err, 400, NULL, "the request body must be a JSON object");
+    r->job = job_new(s);
+    if (!r->job) return api_fail(err, 500, NULL, "out of memory");
+    make_id(r);
+    if (parse_body(s, body, chat, r, err)) return true;
+    job_release(r->job);
+    r->job = NULL;
+    return false;
+}
+
+void api_req_free(api_req *r) {
+    job_release(r->job);
+    r->job = NULL;
+}
+
+/* ---------------------------------------------------------- responses -- */
+
+static const char *finish_name(engine_finish f) {
+    switch (f) {
+    case ENGINE_FINISH_STOP: return "stop";
+    case ENGINE_FINISH_LENGTH: return "length";
+    case ENGINE_FINISH_CANCELLED: return "abort";
+    default: return NULL;
+    }
+}
+
+static cJSON *token_text(srv *s, const api_req *r, int32_t id) {
+    if (r->tokens_as_ids) {
+        char buf[32];
+        snprintf(buf, sizeof buf, "token_id:%d", id);
+        return cJSON_CreateString(buf);
+    }
+    char buf[256];
+    size_t n = tok_token_bytes(s->vocab, id, true, buf, sizeof buf);
+    return json_text(buf, n < sizeof buf ? n : sizeof buf);
+}
+
+static cJSON *token_bytes(srv *s, int32_t id) {
+    char buf[256];
+    size_t n = tok_token_bytes(s->vocab, id, true, buf, sizeof buf);
+    if (n > sizeof buf) n = sizeof buf;
+    cJSON *a = cJSON_CreateArray();
+    for (size_t i = 0; i < n; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber((unsigned char)buf[i]));
+    return a;
+}
+
+/* Chat: {"token","logprob","bytes","top_logprobs":[{"token","logprob","bytes"}]}. */
+static cJSON *chat_logprob_entry(srv *s, const api_req *r, const srv_event *ev) {
+    cJSON *e = cJSON_CreateObject();
+    cJSON_AddItemToObject(e, "token", token_text(s, r, ev->token));
+    cJSON_AddNumberToObject(e, "logprob", ev->logprob);
+    cJSON_AddItemToObject(e, "bytes", token_bytes(s, ev->token));
+    cJSON *top = cJSON_AddArrayToObject(e, "top_logprobs");
+    for (int k = 0; k < ev->n_top; k++) {
+        cJSON *t = cJSON_CreateObject();
+        cJSON_AddItemToObject(t, "token", token_text(s, r, ev->top_ids[k]));
+        cJSON_AddNumberToObject(t, "logprob", ev->top_lps[k]);
+        cJSON_AddItemToObject(t, "bytes", token_bytes(s, ev->top_ids[k]));
+        cJSON_AddItemToArray(top, t);
+    }
+    return e;
+}
+
+/* Completions: parallel arrays tokens / token_logprobs / top_logprobs / text_offset. */
+static cJSON *completion_logprobs_new(void) {
+    cJSON *lp = cJSON_CreateObject();
+    cJSON_AddArrayToObject(lp, "text_offset");
+    cJSON_AddArrayToObject(lp, "token_logprobs");
+    cJSON_AddArrayToObject(lp, "tokens");
+    cJSON_AddArrayToObject(lp, "top_logprobs");
+    return lp;
+}
+
+static void completion_logprobs_add(srv *s, const api_req *r, cJSON *lp, const srv_event *ev, size_t off) {
+    cJSON_AddItemToArray(cJSON_GetObjectItem(lp, "text_offset"), cJSON_CreateNumber((double)off));
+    cJSON_AddItemToArray(cJSON_GetObjectItem(lp, "token_logprobs"), cJSON_CreateNumber(ev->logprob));
+    cJSON_AddItemToArray(cJSON_GetObjectItem(lp, "tokens"), token_text(s, r, ev->token));
+    cJSON *top = cJSON_CreateObject();
+    for (int k = 0; k < ev->n_top; k++) {
+        cJSON *t = token_text(s, r, ev->top_ids[k]);
+        const char *key = cJSON_GetStringValue(t);
+        if (key && !cJSON_GetObjectItemCaseSensitive(top, key))
+            cJSON_AddNumberToObject(top, key, ev->top_lps[k]);
+        cJSON_Delete(t);
+    }
+    cJSON_AddItemToArray(cJSON_GetObjectItem(lp, "top_logprobs"), top);
+}
+
+static cJSON *usage_json(int64_t prompt, int64_t completion, int64_t cached, int64_t lb, int64_t alloc) {
+    cJSON *u = cJSON_CreateObject();
+    cJSON_AddNumberToObject(u, "prompt_tokens", (double)prompt);
+    cJSON_AddNumberToObject(u, "completion_tokens", (double)completion);
+    cJSON_AddNumberToObject(u, "total_tokens", (double)(prompt + completion));
+    cJSON_AddObjectToObject(u, "prompt_tokens_details");
+    cJSON_AddNumberToObject(cJSON_GetObjectItem(u, "prompt_tokens_details"), "cached_tokens", (double)cached);
+    cJSON_AddNumberToObject(u, "kv_lower_bound_bytes", (double)lb);
+    cJSON_AddNumberToObject(u, "kv_allocated_bytes", (double)alloc);
+    return u;
+}
+
+static void add_stats(stream_state *st, const srv_event *ev) {
+    st->completion_tokens += ev->stats.n_generated;
+    st->kv_lb += (int64_t)ev->stats.kv.lower_bound_bytes;
+    st->kv_alloc += (int64_t)ev->stats.kv.allocated_bytes;
+    if (ev->index == 0) st->cached = ev->stats.n_cached_prompt;
+    st->n_finished++;
+}
+
+static cJSON *envelope(srv *s, const api_req *r, const char *object) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "id", r->id);
+    cJSON_AddStringToObject(o, "object", object);
+    cJSON_AddNumberToObject(o, "created", (double)r->created);
+    cJSON_AddStringToObject(o, "model", s->cfg.model_id);
+    return o;
+}
+
+typedef struct choice_acc {
+    sbuf text;
+    cJSON *logprobs;
+    engine_finish finish;
+} choice_acc;
+
+static cJSON *final_choice(const api_req *r, int i, choice_acc *c) {
+    cJSON *ch = cJSON_CreateObject();
+    cJSON_AddNumberToObject(ch, "index", i);
+    cJSON *text = json_text(c->text.p ? c->text.p : "", c->text.len);
+    if (r->chat) {
+        cJSON *msg = cJSON_AddObjectToObject(ch, "message");
+        cJSON_AddStringToObject(msg, "role", "assistant");
+        cJSON_AddItemToObject(msg, "content", text);
+    } else {
+        cJSON_AddItemToObject(ch, "text", text);
+    }
+    if (c->logprobs) cJSON_AddItemToObject(ch, "logprobs", c->logprobs);
+    else cJSON_AddNullToObject(ch, "logprobs");
+    const char *fin = finish_name(c->finish);
+    if (fin) cJSON_AddStringToObject(ch, "finish_reason", fin);
+    else cJSON_AddNullToObject(ch, "finish_reason");
+    c->logprobs = NULL;
+    return ch;
+}
+
+static void accumulate(srv *s, const api_req *r, choice_acc *acc, stream_state *st, const srv_event *ev) {
+    choice_acc *c = &acc[ev->index];
+    if (r->logprobs && ev->token >= 0) {
+        if (!c->logprobs) {
+            c->logprobs = r->chat ? cJSON_CreateObject() : completion_logprobs_new();
+            if (r->chat) cJSON_AddArrayToObject(c->logprobs, "content");
+        }
+        if (r->chat)
+            cJSON_AddItemToArray(cJSON_GetObjectItem(c->logprobs, "content"), chat_logprob_entry(s, r, ev));
+        else
+            completion_logprobs_add(s, r, c->logprobs, ev, c->text.len);
+    }
+    sb_putn(&c->text, ev->text, ev->text_len);
+    if (ev->finish != ENGINE_FINISH_NONE) {
+        c->finish = ev->finish;
+        add_stats(st, ev);
+    }
+}
+
+char *openai_response(srv *s, const api_req *r, srv_event *events) {
+    choice_acc acc[SRV_MAX_N];
+    memset(acc, 0, sizeof acc);
+    stream_state st = {0};
+    for (const srv_event *ev = events; ev; ev = ev->next) accumulate(s, r, acc, &st, ev);
+    cJSON *o = envelope(s, r, r->chat ? "chat.completion" : "text_completion");
+    cJSON *choices = cJSON_AddArrayToObject(o, "choices");
+    for (int i = 0; i < r->job->n; i++) {
+        cJSON_AddItemToArray(choices, final_choice(r, i, &acc[i]));
+        sb_free(&acc[i].text);
+    }
+    cJSON_AddItemToObject(o, "usage", usage_json(r->job->n_prompt, st.completion_tokens, st.cached, st.kv_lb,
+                                                 st.kv_alloc));
+    char *out = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return out;
+}
+
+/* ------------------------------------------------------------ streams -- */
+
+static void put_sse(sbuf *out, cJSON *o) {
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    if (!s) {
+        out->oom = true;
+        return;
+    }
+    sb_put(out, "data: ");
+    sb_put(out, s);
+    sb_put(out, "\n\n");
+    free(s);
+}
+
+static cJSON *chunk_choice(cJSON *chunk, int index) {
+    cJSON *choices = cJSON_AddArrayToObject(chunk, "choices");
+    cJSON *ch = cJSON_CreateObject();
+    cJSON_AddNumberToObject(ch, "index", index);
+    cJSON_AddItemToArray(choices, ch);
+    return ch;
+}
+
+static void put_finish(cJSON *ch, engine_finish f) {
+    const char *fin = finish_name(f);
+    if (fin) cJSON_AddStringToObject(ch, "finish_reason", fin);
+    else cJSON_AddNullToObject(ch, "finish_reason");
+}
+
+static void chat_chunk(srv *s, const api_req *r, stream_state *st, const srv_event *ev, sbuf *out) {
+    if (!st->started[ev->index]) {
+        st->started[ev->index] = true;
+        cJSON *c = envelope(s, r, "chat.completion.chunk");
+        cJSON *ch = chunk_choice(c, ev->index);
+        cJSON *d = cJSON_AddObjectToObject(ch, "delta");
+        cJSON_AddStringToObject(d, "role", "assistant");
+        cJSON_AddStringToObject(d, "content", "");
+        cJSON_AddNullToObject(ch, "logprobs");
+        cJSON_AddNullToObject(ch, "finish_reason");
+        put_sse(out, c);
+    }
+    cJSON *c = envelope(s, r, "chat.completion.chunk");
+    cJSON *ch = chunk_choice(c, ev->index);
+    cJSON *d = cJSON_AddObjectToObject(ch, "delta");
+    if (ev->text_len || ev->finish == ENGINE_FINISH_NONE)
+        cJSON_AddItemToObject(d, "content", json_text(ev->text, ev->text_len));
+    if (r->logprobs && ev->token >= 0) {
+        cJSON *lp = cJSON_AddObjectToObject(ch, "logprobs");
+        cJSON_AddItemToArray(cJSON_AddArrayToObject(lp, "content"), chat_logprob_entry(s, r, ev));
+    } else {
+        cJSON_AddNullToObject(ch, "logprobs");
+    }
+    put_finish(ch, ev->finish);
+    put_sse(out, c);
+}
+
+static void completion_chunk(srv *s, const api_req *r, stream_state *st, const srv_event *ev, sbuf *out) {
+    cJSON *c = envelope(s, r, "text_completion");
+    cJSON *ch = chunk_choice(c, ev->index);
+    cJSON_AddItemToObject(ch, "text", json_text(ev->text, ev->text_len));
+    if (r->logprobs && ev->token >= 0) {
+        cJSON *lp = completion_logprobs_new();
+        completion_logprobs_add(s, r, lp, ev, st->text_off[ev->index]);
+        cJSON_AddItemToObject(ch, "logprobs", lp);
+    } else {
+        cJSON_AddNullToObject(ch, "logprobs");
+    }
+    put_finish(ch, ev->finish);
+    put_sse(out, c);
+    st->text_off[ev->index] += ev->text_len;
+}
+
+void openai_stream_end(srv *s, const api_req *r, stream_state *st, sbuf *out) {
+    if (st->failed) {
+        api_error e;
+        api_fail(&e, 500, NULL, "the engine failed while generating this response");
+        char *js = api_error_json(&e);
+        sb_printf(out, "data: %s\n\n", js ? js : "{}");
+        free(js);
+    } else if (r->include_usage) {
+        cJSON *c = envelope(s, r, r->chat ? "chat.completion.chunk" : "text_completion");
+        cJSON_AddArrayToObject(c, "choices");
+        cJSON_AddItemToObject(c, "usage", usage_json(r->job->n_prompt, st->completion_tokens, st->cached,
+                                                     st->kv_lb, st->kv_alloc));
+        put_sse(out, c);
+    }
+    sb_put(out, "data: [DONE]\n\n");
+}
+
+void openai_stream_events(srv *s, const api_req *r, stream_state *st, srv_event *events, sbuf *out) {
+    for (const srv_event *ev = events; ev; ev = ev->next) {
+        if (r->chat) chat_chunk(s, r, st, ev, out);
+        else completion_chunk(s, r, st, ev, out);
+        if (ev->finish == ENGINE_FINISH_NONE) continue;
+        add_stats(st, ev);
+        if (st->n_finished == r->job->n) openai_stream_end(s, r, st, out);
+    }
+}
+
+char *openai_models(srv *s) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "object", "list");
+    cJSON *data = cJSON_AddArrayToObject(o, "data");
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "id", s->cfg.model_id);
+    cJSON_AddStringToObject(m, "object", "model");
+    cJSON_AddNumberToObject(m, "created", (double)time(NULL));
+    cJSON_AddStringToObject(m, "owned_by", "kvllm");
+    cJSON_AddNumberToObject(m, "max_model_len", (double)s->n_ctx);
+    cJSON_AddItemToArray(data, m);
+    char *out = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return out;
+}

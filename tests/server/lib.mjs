@@ -1,0 +1,131 @@
+// Helpers for the server tests: start/stop `kvllm serve`, raw HTTP, /metrics
+// parsing, and a tiny sequential test runner (node:test's output differs
+// between Node 18 and 20; this keeps the log the same everywhere).
+import { spawn } from 'node:child_process';
+import http from 'node:http';
+import { File } from 'node:buffer';
+
+if (typeof globalThis.File === 'undefined') globalThis.File = File; // Node 18
+
+export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+// Starts the server on a free port (--port 0; the port is read from the log).
+export async function startServer(bin, args, { cwd, name = 'server' } = {}) {
+  const proc = spawn(bin, ['serve', '--port', '0', ...args], { cwd, stdio: ['ignore', 'ignore', 'pipe'] });
+  let log = '';
+  const port = await new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`${name}: no 'listening' line after 60 s:\n${log}`)), 60000);
+    proc.stderr.on('data', (d) => {
+      log += d.toString();
+      const m = log.match(/listening on http:\/\/[^:]+:(\d+)/);
+      if (m) {
+        clearTimeout(timer);
+        resolve(Number(m[1]));
+      }
+    });
+    proc.on('exit', (code) => {
+      clearTimeout(timer);
+      reject(new Error(`${name} exited with ${code}:\n${log}`));
+    });
+  });
+  const url = `http://127.0.0.1:${port}`;
+  for (let i = 0; i < 100; i++) {
+    try {
+      if ((await fetch(`${url}/health`)).status === 200) break;
+    } catch {}
+    await sleep(100);
+  }
+  const server = { url, port, proc, log: () => log };
+  server.stop = async () => {
+    if (proc.exitCode !== null) return proc.exitCode;
+    const done = new Promise((r) => proc.on('exit', (code, sig) => r(code ?? sig)));
+    proc.kill('SIGTERM');
+    const t = setTimeout(() => proc.kill('SIGKILL'), 10000);
+    const code = await done;
+    clearTimeout(t);
+    return code;
+  };
+  return server;
+}
+
+// A request with full control over the body bytes (Buffer or string).
+export function rawRequest(url, { method = 'POST', path = '/v1/completions', headers = {}, body } = {}) {
+  return new Promise((resolve, reject) => {
+    const u = new URL(path, url);
+    const req = http.request(
+      { host: u.hostname, port: u.port, path: u.pathname, method, headers: { 'Content-Type': 'application/json', ...headers } },
+      (res) => {
+        const chunks = [];
+        res.on('data', (c) => chunks.push(c));
+        res.on('end', () => {
+          const text = Buffer.concat(chunks).toString('utf8');
+          let json = null;
+          try { json = JSON.parse(text); } catch {}
+          resolve({ status: res.statusCode, headers: res.headers, text, json });
+        });
+      },
+    );
+    req.on('error', reject);
+    if (body !== undefined) req.write(body);
+    req.end();
+  });
+}
+
+// Prometheus text -> Map of "name{labels}" and bare "name" (summed over labels) -> value.
+export async function metrics(url) {
+  const text = await (await fetch(`${url}/metrics`)).text();
+  const m = new Map();
+  for (const line of text.split('\n')) {
+    if (!line || line.startsWith('#')) continue;
+    const sp = line.lastIndexOf(' ');
+    const series = line.slice(0, sp), value = Number(line.slice(sp + 1));
+    m.set(series, value);
+    const bare = series.replace(/\{.*\}$/, '');
+    if (!series.includes('le="')) m.set(bare, (m.get(bare) ?? 0) + value);
+  }
+  m.text = text;
+  return m;
+}
+
+// Polls until pred(metrics) holds; returns the last metrics.
+export async function waitMetrics(url, pred, timeoutMs = 10000) {
+  const end = Date.now() + timeoutMs;
+  let m;
+  do {
+    m = await metrics(url);
+    if (pred(m)) return m;
+    await sleep(100);
+  } while (Date.now() < end);
+  return m;
+}
+
+export function assert(cond, msg) {
+  if (!cond) throw new Error(`assertion failed: ${msg}`);
+}
+
+export function assertEq(a, b, msg) {
+  const ja = JSON.stringify(a), jb = JSON.stringify(b);
+  if (ja !== jb) throw new Error(`${msg}: ${ja.slice(0, 300)} != ${jb.slice(0, 300)}`);
+}
+
+// Runs the tests in order, prints one line each, returns the failure count.
+export async function runTests(tests) {
+  let failed = 0;
+  for (const [name, fn] of tests) {
+    const t0 = Date.now();
+    try {
+      await fn();
+      console.log(`ok    ${name} (${Date.now() - t0} ms)`);
+    } catch (e) {
+      failed++;
+      console.log(`FAIL  ${name}: ${e.stack || e}`);
+    }
+  }
+  console.log(failed ? `${failed} of ${tests.length} failed` : `all ${tests.length} passed`);
+  return failed;
+}
+
+// Token ids of a completion, from logprobs with return_tokens_as_token_ids.
+export function completionIds(choice) {
+  return choice.logprobs.tokens.map((t) => Number(t.slice('token_id:'.length)));
+}

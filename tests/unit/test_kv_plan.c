@@ -1,0 +1,496 @@
+/* KV capacity planner: every figure of docs/kv-figures.md in exact bytes (and
+ * the seeds' rounded units), block rounding, metadata, budgets, the savings,
+ * GGUF and config.json shapes, unit parsing, and agreement with the engine's
+ * real block pool (kv_plan_measure). Run from the source root (CTest does). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kv/kv_plan.h"
+
+static int failures;
+#define CHECK(c)                                                                  \
+    do {                                                                          \
+        if (!(c)) {                                                               \
+            fprintf(stderr, "%s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #c); \
+            failures++;                                                           \
+        }                                                                         \
+    } while (0)
+#define CHECK_U64(a, b)                                                                    \
+    do {                                                                                   \
+        unsigned long long a_ = (a), b_ = (b);                                             \
+        if (a_ != b_) {                                                                    \
+            fprintf(stderr, "%s:%d: %s = %llu, want %llu\n", __FILE__, __LINE__, #a, a_, b_); \
+            failures++;                                                                    \
+        }                                                                                  \
+    } while (0)
+#define CHECK_STR(a, b)                                                                  \
+    do {                                                                                 \
+        const char *a_ = (a), *b_ = (b);                                                 \
+        if (strcmp(a_, b_) != 0) {                                                       \
+            fprintf(stderr, "%s:%d: %s = \"%s\", want \"%s\"\n", __FILE__, __LINE__, #a, a_, b_); \
+            failures++;                                                                  \
+        }                                                                                \
+    } while (0)
+
+static kv_plan_model gqa(int64_t L, int64_t n_head, int64_t n_kv, int64_t d) {
+    kv_plan_model m;
+    kv_plan_model_init(&m);
+    m.n_layers = L;
+    m.n_head = n_head;
+    m.n_kv_heads = n_kv;
+    m.head_dim_k = m.head_dim_v = d;
+    return m;
+}
+
+static kv_plan_request req(int64_t T, int64_t B, int dtype) {
+    kv_plan_request r = {.context = T, .concurrency = B, .dtype = dtype, .block_size = 16};
+    return r;
+}
+
+static kv_plan plan(const kv_plan_model *m, const kv_plan_request *r) {
+    kv_plan p;
+    kvl_error err = {{0}};
+    memset(&p, 0, sizeof p);
+    if (!kv_plan_compute(m, r, &p, &err)) {
+        fprintf(stderr, "plan: %s\n", err.msg);
+        failures++;
+    }
+    return p;
+}
+
+static const char *bin(uint64_t v) {
+    static char b[4][32];
+    static int i;
+    i = (i + 1) % 4;
+    return kv_plan_fmt_binary(v, b[i], sizeof b[i]);
+}
+static const char *dec(uint64_t v) {
+    static char b[4][32];
+    static int i;
+    i = (i + 1) % 4;
+    return kv_plan_fmt_decimal(v, b[i], sizeof b[i]);
+}
+
+/* ------------------------------------------------ kv-figures.md rows -- */
+
+static void test_qwen3_32b(void) {
+    kv_plan_model m = gqa(64, 64, 8, 128);
+    kv_plan_request r = req(32768, 1, KV_PLAN_F16);
+    kv_plan p = plan(&m, &r);
+    CHECK_U64(p.bytes_per_token, 262144);
+    CHECK_STR(bin(p.bytes_per_token), "256 KiB");
+    CHECK_U64(p.lower_bound_bytes, 8589934592ull);
+    CHECK_STR(bin(p.lower_bound_bytes), "8 GiB");
+    r.concurrency = 20; /* "약 160 GB" */
+    p = plan(&m, &r);
+    CHECK_U64(p.lower_bound_bytes, 171798691840ull);
+    CHECK_STR(bin(p.lower_bound_bytes), "160 GiB");
+    /* T is a multiple of the block size: nothing is lost to rounding. */
+    CHECK_U64(p.allocated_bytes, p.lower_bound_bytes);
+    CHECK_U64(p.blocks_per_seq, 2048);
+    CHECK_U64(p.block_bytes, 64ull * 16 * 4096);
+    /* MHA, 64 KV heads: 2 MiB/token, 64 GiB for one sequence, 1.25 TiB for 20. */
+    kv_plan_model mha = gqa(64, 64, 64, 128);
+    kv_plan_request r1 = req(32768, 1, KV_PLAN_F16);
+    kv_plan q = plan(&mha, &r1);
+    CHECK_U64(q.bytes_per_token, 2097152);
+    CHECK_STR(bin(q.bytes_per_token), "2 MiB");
+    CHECK_U64(q.lower_bound_bytes, 68719476736ull);
+    CHECK_STR(bin(q.lower_bound_bytes), "64 GiB");
+    q = plan(&mha, &r);
+    CHECK_U64(q.lower_bound_bytes, 1374389534720ull);
+    CHECK_STR(bin(q.lower_bound_bytes), "1.25 TiB");
+    /* FP8 KV: "160 GB -> 80 GB". */
+    kv_plan_request r8 = req(32768, 20, KV_PLAN_FP8);
+    kv_plan f = plan(&m, &r8);
+    CHECK_U64(f.bytes_per_token, 131072);
+    CHECK_STR(bin(f.bytes_per_token), "128 KiB");
+    CHECK_U64(f.lower_bound_bytes, 85899345920ull);
+    CHECK_STR(bin(f.lower_bound_bytes), "80 GiB");
+    /* fp8's allocation adds one f32 scale per K and V per layer per block. */
+    CHECK_U64(f.block_bytes, 64ull * (16 * 2048 + 8));
+}
+
+static void test_llama3_8b(void) {
+    kv_plan_model m = gqa(32, 32, 8, 128);
+    kv_plan_request r = req(8192, 1, KV_PLAN_F16);
+    kv_plan p = plan(&m, &r);
+    CHECK_U64(p.bytes_per_token, 131072);
+    CHECK_U64(p.lower_bound_bytes, 1073741824ull);
+    CHECK_STR(dec(p.lower_bound_bytes), "1.07 GB"); /* "≈ 1.07 GB" */
+    CHECK_STR(bin(p.lower_bound_bytes), "1 GiB");
+    r.concurrency = 32;
+    p = plan(&m, &r);
+    CHECK_U64(p.lower_bound_bytes, 34359738368ull);
+    CHECK_STR(dec(p.lower_bound_bytes), "34.36 GB"); /* "34 GB" */
+    CHECK_STR(bin(p.bytes_per_token), "128 KiB");
+}
+
+static void test_llama2_7b(void) {
+    kv_plan_model m = gqa(32, 32, 32, 128);
+    kv_plan_request r = req(4096, 1, KV_PLAN_F16);
+    kv_plan p = plan(&m, &r);
+    CHECK_U64(p.bytes_per_token, 524288);
+    CHECK_STR(bin(p.bytes_per_token), "512 KiB");
+    CHECK_U64(p.lower_bound_bytes, 2147483648ull);
+    CHECK_STR(bin(p.lower_bound_bytes), "2 GiB");
+    r.context = 8192;
+    p = plan(&m, &r);
+    CHECK_U64(p.lower_bound_bytes, 4294967296ull);
+    CHECK_STR(bin(p.lower_bound_bytes), "4 GiB");
+}
+
+static kv_plan_model deepseek_v3(void) {
+    kv_plan_model m;
+    kv_plan_model_init(&m);
+    m.n_layers = 61;
+    m.n_head = 128;
+    m.n_kv_heads = 128;
+    m.head_dim_k = m.head_dim_v = 56;
+    m.kv_lora_rank = 512;
+    m.rope_dim = 64;
+    m.mha_head_dim_k = 128 + 64;
+    m.mha_head_dim_v = 128;
+    return m;
+}
+
+static void test_deepseek_v3_mla(void) {
+    kv_plan_model m = deepseek_v3();
+    kv_plan_request r = req(1, 1, KV_PLAN_BF16);
+    kv_plan p = plan(&m, &r);
+    CHECK_U64(p.bytes_per_token, 70272); /* 576 x 61 x 2, "토큰당 약 70KB" */
+    CHECK_STR(dec(p.bytes_per_token), "70.27 KB");
+    CHECK_U64(p.v_row_bytes, 0);
+    kv_plan_saving s[KV_PLAN_MAX_SAVINGS];
+    int n = kv_plan_savings(&m, &r, s, KV_PLAN_MAX_SAVINGS);
+    CHECK(n >= 1 && strcmp(s[0].what, "MLA") == 0);
+    /* The MHA it replaces: 61 x 128 heads x (192 K + 128 V) x 2. */
+    if (n >= 1) CHECK_U64(s[0].base_bytes_per_token, 61ull * 128 * 320 * 2);
+}
+
+static void test_gqa_range(void) {
+    kv_plan_request r = req(1, 1, KV_PLAN_F16);
+    kv_plan_model m48 = gqa(48, 64, 8, 128), m70 = gqa(80, 64, 8, 128);
+    kv_plan a = plan(&m48, &r), b = plan(&m70, &r);
+    CHECK_U64(a.bytes_per_token, 196608);
+    CHECK_STR(bin(a.bytes_per_token), "192 KiB");
+    CHECK_U64(b.bytes_per_token, 327680);
+    CHECK_STR(bin(b.bytes_per_token), "320 KiB");
+    CHECK_STR(dec(b.bytes_per_token), "327.68 KB"); /* the seed's "328 KB" */
+}
+
+/* ------------------------------------------------ rounding and budget -- */
+
+static void test_block_rounding(void) {
+    kv_plan_model m = gqa(5, 8, 4, 8); /* stories260K */
+    kv_plan_request r = req(200, 3, KV_PLAN_F16);
+    kv_plan p = plan(&m, &r);
+    CHECK_U64(p.bytes_per_token, 640);
+    CHECK_U64(p.blocks_per_seq, 13); /* ceil(200/16) */
+    CHECK_U64(p.block_bytes, 16 * 640);
+    CHECK_U64(p.seq_allocated_bytes, 13 * 16 * 640);
+    CHECK_U64(p.allocated_bytes, 3 * 13 * 16 * 640);
+    CHECK_U64(p.lower_bound_bytes, 3 * 200 * 640);
+    CHECK_U64(p.seq_metadata_bytes, 13 * KV_PLAN_BLOCK_ENTRY_BYTES + KV_PLAN_SEQ_HEADER_BYTES);
+    CHECK_U64(p.metadata_bytes, 3 * p.seq_metadata_bytes);
+    r.block_size = 1;
+    p = plan(&m, &r);
+    CHECK_U64(p.allocated_bytes, p.lower_bound_bytes);
+}
+
+static void test_budget(void) {
+    /* Llama-3-8B, 8K context, 16 GB of weights, 80 GiB: (80 GiB - 16 GB) / (1 GiB + 2,112 B). */
+    kv_plan_model m = gqa(32, 32, 8, 128);
+    kv_plan_request r = req(8192, 1, KV_PLAN_F16);
+    r.weights_bytes = 16000000000ull;
+    r.budget_bytes = 80ull << 30;
+    kv_plan p = plan(&m, &r);
+    CHECK_U64(p.seq_metadata_bytes, 512 * 4 + 64);
+    CHECK_U64(p.max_concurrency, 65);
+    CHECK(p.fits);
+    r.concurrency = 65;
+    p = plan(&m, &r);
+    CHECK(p.fits && p.total_bytes <= r.budget_bytes);
+    r.concurrency = 66;
+    p = plan(&m, &r);
+    CHECK(!p.fits && p.total_bytes > r.budget_bytes);
+    CHECK_U64(p.max_concurrency, 65);
+    /* The seed's batch of 32 (34 GB of KV + 16 GB) fits; weights over budget leave 0. */
+    r.concurrency = 32;
+    CHECK(plan(&m, &r).fits);
+    r.budget_bytes = 15000000000ull;
+    p = plan(&m, &r);
+    CHECK(!p.fits && p.max_concurrency == 0);
+}
+
+/* ---------------------------------------------------- SWA, quant, MLA -- */
+
+static void test_sliding_window(void) {
+    kv_plan_model m = gqa(32, 32, 8, 128); /* Mistral-7B v0.1, W = 4096 in every layer */
+    m.sliding_window = 4096;
+    m.n_swa_layers = 32;
+    kv_plan_request r = req(32768, 1, KV_PLAN_F16);
+    kv_plan p = plan(&m, &r);
+    CHECK_U64(p.bytes_per_token, 131072);
+    CHECK_U64(p.lower_bound_bytes, 4096ull * 131072); /* 512 MiB however long it runs */
+    CHECK_U64(p.swa_blocks_per_seq, 257);             /* ceil(4095/16) + 1 */
+    CHECK_U64(p.block_bytes, 0);
+    CHECK_U64(p.allocated_bytes, 257ull * 16 * 131072);
+    CHECK_U64(p.seq_metadata_bytes, 257 * 4 + 64);
+    r.context = 65536;
+    CHECK_U64(plan(&m, &r).lower_bound_bytes, 4096ull * 131072);
+    r.context = 1000; /* shorter than the window: nothing capped */
+    p = plan(&m, &r);
+    CHECK_U64(p.lower_bound_bytes, 1000ull * 131072);
+    CHECK_U64(p.swa_blocks_per_seq, 63);
+    /* Half the layers slide (gemma-style): full layers keep T, sliding ones W. */
+    m.n_swa_layers = 16;
+    r.context = 32768;
+    p = plan(&m, &r);
+    CHECK_U64(p.lower_bound_bytes, 16ull * 4096 * 32768 + 16ull * 4096 * 4096);
+    CHECK_U64(p.seq_metadata_bytes, (2048 + 257) * 4 + 64);
+    kv_plan_saving s[KV_PLAN_MAX_SAVINGS];
+    int n = kv_plan_savings(&m, &r, s, KV_PLAN_MAX_SAVINGS);
+    bool found = false;
+    for (int i = 0; i < n; i++) {
+        if (strcmp(s[i].what, "SWA") != 0) continue;
+        found = true;
+        CHECK_U64(s[i].base_lower_bound_bytes, 131072ull * 32768);
+        CHECK_U64(s[i].lower_bound_bytes, p.lower_bound_bytes);
+    }
+    CHECK(found);
+}
+
+static void test_quant(void) {
+    CHECK_U64(kv_plan_row_bytes(KV_PLAN_Q8_0, 1024), 32 * 34);
+    CHECK_U64(kv_plan_row_bytes(KV_PLAN_Q8_0, 33), 2 * 34); /* partial block rounds up */
+    CHECK_U64(kv_plan_row_bytes(KV_PLAN_FP8, 1024), 1024);
+    CHECK_U64(kv_plan_row_bytes(KV_PLAN_F32, 10), 40);
+    CHECK_U64(kv_plan_row_bytes(KV_PLAN_BF16, 10), 20);
+    kv_plan_model m = gqa(64, 64, 8, 128);
+    kv_plan_request r = req(32768, 20, KV_PLAN_F16);
+    kv_plan_saving s[KV_PLAN_MAX_SAVINGS];
+    int n = kv_plan_savings(&m, &r, s, KV_PLAN_MAX_SAVINGS);
+    CHECK(n == 3); /* GQA, fp8, q8_0 */
+    CHECK(n == 3 && strcmp(s[0].what, "GQA") == 0 && strcmp(s[1].what, "fp8") == 0 &&
+          strcmp(s[2].what, "q8_0") == 0);
+    if (n == 3) {
+        CHECK_U64(s[0].base_lower_bound_bytes, 1374389534720ull);
+        CHECK_U64(s[1].base_lower_bound_bytes, 171798691840ull);
+        CHECK_U64(s[1].lower_bound_bytes, 85899345920ull);
+        CHECK_U64(s[2].bytes_per_token, 64ull * 2 * 1088);
+        CHECK(!s[1].in_plan && !s[2].in_plan && s[0].in_plan);
+    }
+    kv_plan_model mqa = gqa(32, 32, 1, 128);
+    n = kv_plan_savings(&mqa, &r, s, KV_PLAN_MAX_SAVINGS);
+    CHECK(n >= 1 && strcmp(s[0].what, "MQA") == 0);
+    if (n >= 1) CHECK_U64(s[0].base_bytes_per_token / s[0].bytes_per_token, 32);
+    CHECK(kv_plan_savings(&mqa, &r, s, 1) == 1);
+}
+
+/* ------------------------------------------------------- bad inputs -- */
+
+static void test_invalid(void) {
+    kv_plan_model m = gqa(32, 32, 8, 128);
+    kv_plan_request r = req(0, 1, KV_PLAN_F16);
+    kv_plan p;
+    kvl_error err = {{0}};
+    CHECK(!kv_plan_compute(&m, &r, &p, &err) && strstr(err.msg, "context"));
+    r = req(8192, -1, KV_PLAN_F16);
+    CHECK(!kv_plan_compute(&m, &r, &p, &err) && strstr(err.msg, "concurrency"));
+    r = req(8192, 1, KV_PLAN_F16);
+    r.block_size = 0;
+    CHECK(!kv_plan_compute(&m, &r, &p, &err));
+    r = req((int64_t)1 << 40, (int64_t)1 << 31, KV_PLAN_F32); /* bytes overflow 64 bits */
+    kv_plan_model big = gqa(100000, 65536, 65536, 65536);
+    CHECK(!kv_plan_compute(&big, &r, &p, &err) && strstr(err.msg, "64-bit"));
+    kv_plan_model bad = gqa(0, 8, 8, 64);
+    r = req(10, 1, KV_PLAN_F16);
+    CHECK(!kv_plan_compute(&bad, &r, &p, &err) && strstr(err.msg, "layers"));
+    bad = gqa(4, 8, 0, 64);
+    CHECK(!kv_plan_compute(&bad, &r, &p, &err));
+    bad = gqa(4, 8, 8, 64);
+    bad.n_swa_layers = 2; /* sliding layers without a window */
+    CHECK(!kv_plan_compute(&bad, &r, &p, &err));
+}
+
+/* ------------------------------------------------------ file formats -- */
+
+static bool load_config(const char *path, kv_plan_model *m) {
+    kvl_error err = {{0}};
+    char *text = kvl_read_file(path, NULL, &err);
+    bool ok = text && kv_plan_model_from_hf_config(text, m, &err);
+    if (!ok) fprintf(stderr, "%s: %s\n", path, err.msg);
+    free(text);
+    return ok;
+}
+
+static void test_hf_configs(void) {
+    kv_plan_model m;
+    CHECK(load_config("tests/kv_plan/qwen3-32b.json", &m));
+    CHECK(m.n_layers == 64 && m.n_head == 64 && m.n_kv_heads == 8 && m.head_dim_k == 128);
+    CHECK(m.n_swa_layers == 0 && m.kv_dtype == KV_PLAN_BF16 && m.param_bytes == 2);
+    CHECK(load_config("tests/kv_plan/llama-3-8b.json", &m));
+    CHECK(m.n_layers == 32 && m.n_kv_heads == 8 && m.head_dim_k == 128 && m.head_dim_v == 128);
+    CHECK(load_config("tests/kv_plan/llama-2-7b.json", &m));
+    CHECK(m.n_kv_heads == 32 && m.kv_dtype == KV_PLAN_F16);
+    CHECK(load_config("tests/kv_plan/llama-3-70b.json", &m));
+    CHECK(m.n_layers == 80 && m.n_kv_heads == 8 && m.head_dim_k == 128);
+    CHECK(load_config("tests/kv_plan/deepseek-v3.json", &m));
+    CHECK(m.n_layers == 61 && m.kv_lora_rank == 512 && m.rope_dim == 64);
+    CHECK(m.mha_head_dim_k == 192 && m.mha_head_dim_v == 128 && m.n_head == 128);
+    kv_plan_request r = req(1, 1, KV_PLAN_BF16);
+    CHECK_U64(plan(&m, &r).bytes_per_token, 70272);
+    CHECK(load_config("tests/kv_plan/mistral-7b-v0.1.json", &m));
+    CHECK(m.sliding_window == 4096 && m.n_swa_layers == 32);
+    CHECK(load_config("tests/kv_plan/synthetic-layer-types.json", &m));
+    CHECK(m.sliding_window == 512 && m.n_swa_layers == 5 && m.n_layers == 6);
+    kvl_error err = {{0}};
+    CHECK(!kv_plan_model_from_hf_config("{\"num_hidden_layers\": 2}", &m, &err));
+    CHECK(strstr(err.msg, "num_attention_heads") != NULL);
+    CHECK(!kv_plan_model_from_hf_config("{\"num_hidden_layers\": -2, \"num_attention_heads\": 4,"
+                                        "\"hidden_size\": 64}", &m, &err));
+    CHECK(!kv_plan_model_from_hf_config("[1,2]", &m, &err));
+    CHECK(!kv_plan_model_from_hf_config("{\"num_hidden_layers\": 2, \"num_attention_heads\": 3, "
+                                        "\"hidden_size\": 64}", &m, &err)); /* 64 % 3 */
+    CHECK(kv_plan_model_from_hf_config("{\"text_config\": {\"num_hidden_layers\": 12, "
+                                       "\"num_attention_heads\": 8, \"num_key_value_heads\": 4, "
+                                       "\"head_dim\": 256, \"sliding_window\": 1024, "
+                                       "\"model_type\": \"gemma3_text\"}}", &m, &err));
+    CHECK(m.n_layers == 12 && m.n_swa_layers == 10); /* gemma3's default: 5 local, 1 global */
+}
+
+static bool load_gguf(const char *path, kv_plan_model *m) {
+    kvl_error err = {{0}};
+    gguf_file *f = gguf_open(path, &err);
+    bool ok = f && kv_plan_model_from_gguf(f, m, &err);
+    if (!ok) fprintf(stderr, "%s: %s\n", path, err.msg);
+    gguf_close(f);
+    return ok;
+}
+
+static void test_gguf(void) {
+    kv_plan_model m;
+    CHECK(load_gguf("models/stories260K.gguf", &m));
+    CHECK(m.n_layers == 5 && m.n_head == 8 && m.n_kv_heads == 4 && m.head_dim_k == 8);
+    CHECK(m.weights_bytes > 0 && strcmp(m.arch, "llama") == 0);
+    CHECK(load_gguf("tests/data/golden/models/gemma3-swa-f32.gguf", &m));
+    CHECK(m.sliding_window == 16 && m.n_swa_layers == 2 && m.n_layers == 4); /* pattern 2 */
+    CHECK(load_gguf("tests/data/golden/models/deepseek2-mla-f32.gguf", &m));
+    CHECK(m.kv_lora_rank == 32 && m.rope_dim == 16 && m.mha_head_dim_k == 48 &&
+          m.mha_head_dim_v == 32);
+    kv_plan_request r = req(10, 1, KV_PLAN_F32);
+    CHECK_U64(plan(&m, &r).bytes_per_token, 2 * 48 * 4);
+}
+
+/* ---------------------------------------------- against the real pool -- */
+
+static void check_measured(const kv_plan_model *m, const kv_plan_request *r) {
+    kv_pool_config cfg;
+    kv_plan_measured meas;
+    kvl_error err = {{0}};
+    kv_plan p = plan(m, r);
+    CHECK(kv_plan_pool_config(m, r, &cfg, &err));
+    if (!kv_plan_measure(&cfg, r->context, r->concurrency, 1 << 28, &meas, &err)) {
+        fprintf(stderr, "measure: %s\n", err.msg);
+        failures++;
+        return;
+    }
+    CHECK_U64(meas.block_bytes, p.block_bytes);
+    CHECK_U64(meas.blocks, p.blocks_per_seq * r->concurrency);
+    CHECK_U64(meas.lower_bound_bytes, p.lower_bound_bytes);
+    CHECK_U64(meas.allocated_bytes, p.allocated_bytes);
+}
+
+static void test_measure(void) {
+    kv_plan_model m = gqa(5, 8, 4, 8);
+    int dtypes[] = {KV_PLAN_F32, KV_PLAN_F16, KV_PLAN_BF16};
+    int64_t ctx[] = {1, 15, 16, 17, 200, 2048};
+    for (int d = 0; d < 3; d++) {
+        for (int t = 0; t < 6; t++) {
+            kv_plan_request r = req(ctx[t], 3, dtypes[d]);
+            check_measured(&m, &r);
+            r.block_size = 7;
+            check_measured(&m, &r);
+        }
+    }
+    kv_plan_model mla = deepseek_v3();
+    mla.n_layers = 2;
+    kv_plan_request r = req(100, 2, KV_PLAN_F16);
+    check_measured(&mla, &r);
+    kv_plan_model uneven = gqa(2, 8, 2, 32);
+    uneven.head_dim_v = 16;
+    check_measured(&uneven, &r);
+    kv_pool_config cfg;
+    kvl_error err = {{0}};
+    r.dtype = KV_PLAN_Q8_0;
+    CHECK(!kv_plan_pool_config(&m, &r, &cfg, &err)); /* the pool does not store q8_0 yet */
+    kv_plan_measured meas;
+    r.dtype = KV_PLAN_F16;
+    CHECK(kv_plan_pool_config(&m, &r, &cfg, &err));
+    CHECK(!kv_plan_measure(&cfg, 1 << 20, 1000, 1 << 20, &meas, &err)); /* over the limit */
+}
+
+/* ------------------------------------------------------ units, format -- */
+
+static void test_parse(void) {
+    uint64_t v;
+    int64_t c;
+    CHECK(kv_plan_parse_size("80GiB", &v) && v == 85899345920ull);
+    CHECK(kv_plan_parse_size("16GB", &v) && v == 16000000000ull);
+    CHECK(kv_plan_parse_size("1.5 TiB", &v) && v == 1649267441664ull);
+    CHECK(kv_plan_parse_size("1073741824", &v) && v == 1073741824ull);
+    CHECK(kv_plan_parse_size("1.07gb", &v) && v == 1070000000ull);
+    CHECK(!kv_plan_parse_size("0.1KiB", &v)); /* 102.4 bytes */
+    CHECK(!kv_plan_parse_size("-5GB", &v));
+    CHECK(!kv_plan_parse_size("5 GX", &v));
+    CHECK(!kv_plan_parse_size("", &v));
+    CHECK(!kv_plan_parse_size("99999999999PiB", &v));
+    CHECK(kv_plan_parse_count("32K", false, &c) && c == 32768);
+    CHECK(kv_plan_parse_count("8192", false, &c) && c == 8192);
+    CHECK(kv_plan_parse_count("8.03B", true, &c) && c == 8030000000ll);
+    CHECK(kv_plan_parse_count("70e9", true, &c) && c == 70000000000ll);
+    CHECK(!kv_plan_parse_count("-1", false, &c));
+    CHECK(!kv_plan_parse_count("1.5", false, &c));
+    CHECK(!kv_plan_parse_count("12abc", false, &c));
+    int dt;
+    CHECK(kv_plan_dtype_parse("q8_0", &dt) && dt == KV_PLAN_Q8_0);
+    CHECK(kv_plan_dtype_parse("FP8", &dt) && dt == KV_PLAN_FP8);
+    CHECK(!kv_plan_dtype_parse("q4_0", &dt));
+}
+
+static void test_format(void) {
+    char buf[96];
+    CHECK_STR(kv_plan_fmt_bytes(171798691840ull, buf, sizeof buf), "171,798,691,840 B (160 GiB, 171.8 GB)");
+    CHECK_STR(kv_plan_fmt_bytes(640, buf, sizeof buf), "640 B");
+    CHECK_STR(kv_plan_fmt_bytes(1024, buf, sizeof buf), "1,024 B (1 KiB, 1.02 KB)");
+    CHECK_STR(bin(1374389534720ull), "1.25 TiB");
+    CHECK_STR(dec(1374389534720ull), "1.37 TB");
+    CHECK_STR(bin(70272), "68.62 KiB");
+    CHECK_STR(bin(0), "0 B");
+}
+
+int main(void) {
+    test_qwen3_32b();
+    test_llama3_8b();
+    test_llama2_7b();
+    test_deepseek_v3_mla();
+    test_gqa_range();
+    test_block_rounding();
+    test_budget();
+    test_sliding_window();
+    test_quant();
+    test_invalid();
+    test_hf_configs();
+    test_gguf();
+    test_measure();
+    test_parse();
+    test_format();
+    if (failures) {
+        fprintf(stderr, "test_kv_plan: %d failure(s)\n", failures);
+        return 1;
+    }
+    printf("test_kv_plan: ok\n");
+    return 0;
+}
