@@ -28,7 +28,8 @@ typedef struct cli_opts {
     int top_logprobs;
     bool json, no_bos, parse_special, ignore_eos, no_kv_cache, verbose;
     int block_size;
-    int kv_dtype;
+    int kv_dtype;   /* K (and V unless kv_dtype_v >= 0) */
+    int kv_dtype_v;
     int64_t kv_blocks;
     int64_t batch_tokens;
     int64_t ubatch;

@@ -36,14 +36,10 @@ static bool parse_f32(const char *flag, const char *v, float *out) {
     return true;
 }
 
-static bool parse_kv_type(const char *v, int *out) {
-    if (strcmp(v, "f32") == 0) *out = GGUF_DT_F32;
-    else if (strcmp(v, "f16") == 0) *out = GGUF_DT_F16;
-    else {
-        fprintf(stderr, "kvllm: --kv-type: '%s' is not supported (f32, f16)\n", v);
-        return false;
-    }
-    return true;
+static bool parse_kv_type(const char *flag, const char *v, int *out) {
+    if (kv_dtype_parse(v, out)) return true;
+    fprintf(stderr, "kvllm: %s: '%s' is not a KV cache type (f32, f16, bf16, q8_0, fp8)\n", flag, v);
+    return false;
 }
 
 static void opts_default(cli_opts *o) {
@@ -53,6 +49,7 @@ static void opts_default(cli_opts *o) {
     sampler_params_default(&o->sampling);
     o->block_size = 16;
     o->kv_dtype = GGUF_DT_F16;
+    o->kv_dtype_v = -1;
     o->batch_tokens = 2048;
     o->ubatch = 512;
     o->parse_special = false;
@@ -109,7 +106,11 @@ static bool apply_flag(cli_opts *o, const char *f, const char *v, bool *unknown)
             return false;
         }
         o->block_size = (int)i;
-    } else if (IS("--kv-type")) return parse_kv_type(v, &o->kv_dtype);
+    } else if (IS("--kv-type")) {
+        o->kv_dtype_v = -1;
+        return parse_kv_type(f, v, &o->kv_dtype);
+    } else if (IS("--kv-type-k")) return parse_kv_type(f, v, &o->kv_dtype);
+    else if (IS("--kv-type-v")) return parse_kv_type(f, v, &o->kv_dtype_v);
     else if (IS("--kv-blocks")) return parse_i64(f, v, &o->kv_blocks);
     else if (IS("-b") || IS("--batch-size")) return parse_i64(f, v, &o->batch_tokens);
     else if (IS("-ub") || IS("--ubatch-size")) return parse_i64(f, v, &o->ubatch);

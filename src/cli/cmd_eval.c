@@ -78,7 +78,7 @@ static int cmd_score_opts(const cli_opts *o) {
     kvl_error err = {{0}};
     if (!st.top_ids || !st.top_lp) {
         fprintf(stderr, "kvllm: out of memory\n");
-    } else if (!engine_eval(cm.m, o->kv_dtype, o->block_size, ids, n, score_position, &st, &err)) {
+    } else if (!engine_eval(cm.m, o->kv_dtype, o->kv_dtype_v, o->block_size, ids, n, score_position, &st, &err)) {
         fprintf(stderr, "kvllm: %s\n", err.msg);
     } else {
         rc = 0;
@@ -101,20 +101,63 @@ typedef struct ppl_state {
     int32_t n_vocab;
     double nll;
     int64_t count;
+    /* --kl-base: the base run stores its log-probabilities, the test run compares */
+    float *base_lp;   /* [c - first][n_vocab] or NULL */
+    bool comparing;
+    double kl;
+    int64_t top1_agree;
 } ppl_state;
+
+static int32_t argmax_f(const float *x, int32_t n) {
+    int32_t best = 0;
+    for (int32_t i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
+/* KL(base || test) over the full vocabulary, and whether both pick the same top token. */
+static void compare_to_base(ppl_state *st, const float *base, const float *logits, double lse) {
+    double kl = 0;
+    for (int32_t i = 0; i < st->n_vocab; i++) {
+        double lb = base[i], lt = logits[i] - lse;
+        kl += exp(lb) * (lb - lt);
+    }
+    st->kl += kl;
+    st->top1_agree += argmax_f(base, st->n_vocab) == argmax_f(logits, st->n_vocab);
+}
 
 static void ppl_position(int64_t pos, const float *logits, void *user) {
     ppl_state *st = user;
     if (pos < st->first || pos + 1 >= st->c) return;
-    st->nll -= logits[st->chunk[pos + 1]] - logits_logsumexp(logits, st->n_vocab);
+    double lse = logits_logsumexp(logits, st->n_vocab);
+    if (st->base_lp) {
+        float *base = st->base_lp + (pos - st->first) * st->n_vocab;
+        if (!st->comparing) {
+            for (int32_t i = 0; i < st->n_vocab; i++) base[i] = (float)(logits[i] - lse);
+            return; /* the base run only records */
+        }
+        compare_to_base(st, base, logits, lse);
+    }
+    st->nll -= logits[st->chunk[pos + 1]] - lse;
     st->count++;
 }
-
 static int cmd_perplexity_opts(const cli_opts *o);
+
+static int kl_base_dtype = -1;
+
+static int perplexity_flag(const char *flag, const char *value, void *ctx) {
+    (void)ctx;
+    if (strcmp(flag, "--kl-base") != 0) return 0;
+    if (!value || !kv_dtype_parse(value, &kl_base_dtype)) {
+        fprintf(stderr, "kvllm: --kl-base: expected a KV type (f32, f16, bf16, q8_0, fp8)\n");
+        return -1;
+    }
+    return 2;
+}
 
 int cmd_perplexity(int argc, char **argv) {
     cli_opts o;
-    if (!cli_parse(argc, argv, &o)) return 2;
+    if (!cli_parse_ex(argc, argv, &o, perplexity_flag, NULL)) return 2;
     return cmd_perplexity_opts(&o);
 }
 
@@ -135,24 +178,36 @@ static int cmd_perplexity_opts(const cli_opts *o) {
     }
     int64_t n_chunks = n / c;
     chunk = malloc(c * sizeof *chunk);
-    double total_nll = 0;
-    int64_t total_count = 0;
+    double total_nll = 0, total_kl = 0;
+    int64_t total_count = 0, total_agree = 0;
+    int32_t V = (int32_t)model_hp(cm.m)->n_vocab;
+    float *base_lp = kl_base_dtype >= 0 ? malloc((size_t)(c - c / 2) * V * sizeof(float)) : NULL;
+    if (kl_base_dtype >= 0 && !base_lp) {
+        fprintf(stderr, "kvllm: out of memory\n");
+        goto out;
+    }
     for (int64_t k = 0; chunk && k < n_chunks; k++) {
         memcpy(chunk, ids + k * c, c * sizeof *chunk);
         if (add_bos) chunk[0] = tok_bos(cm.vocab);
-        ppl_state st = {.chunk = chunk, .c = c, .first = c / 2,
-                        .n_vocab = (int32_t)model_hp(cm.m)->n_vocab};
+        ppl_state st = {.chunk = chunk, .c = c, .first = c / 2, .n_vocab = V, .base_lp = base_lp};
         kvl_error err = {{0}};
-        if (!engine_eval(cm.m, o->kv_dtype, o->block_size, chunk, c, ppl_position, &st, &err)) {
+        bool ok = !base_lp || engine_eval(cm.m, kl_base_dtype, -1, o->block_size, chunk, c, ppl_position, &st, &err);
+        st.comparing = true;
+        ok = ok && engine_eval(cm.m, o->kv_dtype, o->kv_dtype_v, o->block_size, chunk, c, ppl_position, &st, &err);
+        if (!ok) {
             fprintf(stderr, "kvllm: %s\n", err.msg);
+            free(base_lp);
             goto out;
         }
         total_nll += st.nll;
         total_count += st.count;
+        total_kl += st.kl;
+        total_agree += st.top1_agree;
         cJSON_AddItemToArray(chunks_json, cJSON_CreateNumber(st.nll / st.count));
         if (!o->json)
             fprintf(stderr, "[%lld]%.4f ", (long long)k + 1, exp(total_nll / total_count));
     }
+    free(base_lp);
     double ppl = exp(total_nll / total_count);
     if (o->json) {
         cJSON *j = cJSON_CreateObject();
@@ -163,10 +218,20 @@ static int cmd_perplexity_opts(const cli_opts *o) {
         cJSON_AddNumberToObject(j, "n_tokens", (double)n);
         cJSON_AddItemToObject(j, "per_chunk_mean_nll", chunks_json);
         chunks_json = NULL;
+        cJSON_AddStringToObject(j, "kv_type", kv_dtype_name(o->kv_dtype));
+        if (kl_base_dtype >= 0) {
+            cJSON_AddStringToObject(j, "kl_base", kv_dtype_name(kl_base_dtype));
+            cJSON_AddNumberToObject(j, "mean_kl", total_kl / total_count);
+            cJSON_AddNumberToObject(j, "top1_agreement", (double)total_agree / total_count);
+        }
         cli_print_json(j);
     } else {
-        printf("\nFinal estimate: PPL = %.4f (%lld chunks of %lld tokens)\n", ppl, (long long)n_chunks,
-               (long long)c);
+        printf("\nFinal estimate: PPL = %.4f (%lld chunks of %lld tokens, KV %s)\n", ppl,
+               (long long)n_chunks, (long long)c, kv_dtype_name(o->kv_dtype));
+        if (kl_base_dtype >= 0)
+            printf("against KV %s: mean KL divergence %.6g nats, top-1 agreement %.2f%%\n",
+                   kv_dtype_name(kl_base_dtype), total_kl / total_count,
+                   100.0 * total_agree / total_count);
     }
     rc = 0;
 out:

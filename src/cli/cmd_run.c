@@ -64,7 +64,7 @@ static void report(const run_state *st, const engine *e, const cli_opts *o) {
     double prefill_tps = ttft > 0 ? s->n_prompt / ttft : 0;
     double decode_tps = decode_s > 0 ? n_dec / decode_s : 0;
     double tpot_ms = n_dec ? decode_s * 1e3 / n_dec : 0;
-    const char *kvt = gguf_dtype_name(kc->dtype);
+    const char *kvt = kv_dtype_name(kc->dtype);
     if (o->json) {
         cJSON *j = cJSON_CreateObject(), *js = cJSON_CreateObject();
         cJSON_AddBoolToObject(j, "done", 1);
@@ -83,6 +83,15 @@ static void report(const run_state *st, const engine *e, const cli_opts *o) {
         cJSON_AddStringToObject(js, "kv_type", kvt);
         cJSON_AddBoolToObject(js, "kv_cache", !o->no_kv_cache);
         cJSON_AddStringToObject(js, "engine_version", KVLLM_VERSION);
+        cJSON *groups = cJSON_AddArrayToObject(js, "kv_groups");
+        for (int g = 0; g < s->n_kv_groups; g++) {
+            cJSON *jg = cJSON_CreateObject();
+            cJSON_AddNumberToObject(jg, "window", s->kv_group_window[g]);
+            cJSON_AddNumberToObject(jg, "blocks", (double)s->kv_group[g].blocks);
+            cJSON_AddNumberToObject(jg, "lower_bound_bytes", (double)s->kv_group[g].lower_bound_bytes);
+            cJSON_AddNumberToObject(jg, "allocated_bytes", (double)s->kv_group[g].allocated_bytes);
+            cJSON_AddItemToArray(groups, jg);
+        }
         cJSON_AddItemToObject(j, "stats", js);
         cli_print_json(j);
         return;
@@ -93,14 +102,14 @@ static void report(const run_state *st, const engine *e, const cli_opts *o) {
             "generated tokens   %lld (finish: %s)\n"
             "TTFT               %.2f ms   (prefill %.1f tokens/s)\n"
             "decode             %.1f tokens/s   (TPOT %.3f ms)%s\n"
-            "KV lower bound     %zu bytes (calculated: 2 x L %d x n_kv %d x d_head %d x T %lld x %zu B)\n"
-            "KV allocated       %zu bytes (measured: %lld blocks x %zu B, block size %d, %s)\n",
+            "KV lower bound     %zu bytes (calculated: 2 x L x n_kv x d_head x bytes per token, T %lld%s)\n"
+            "KV allocated       %zu bytes (measured: %lld blocks, block size %d, %s)\n",
             KVLLM_VERSION, o->model_path ? o->model_path : "models/stories260K.gguf",
             (long long)s->n_prompt, (long long)s->n_generated, finish_name(st->finish), ttft * 1e3,
             prefill_tps, decode_tps, tpot_ms, o->no_kv_cache ? "   [no KV cache: recomputing]" : "",
-            s->kv.lower_bound_bytes, kc->n_layers, kc->n_kv_heads, kc->head_dim_k,
-            (long long)s->kv.tokens, kv_dtype_bytes(kc->dtype), s->kv.allocated_bytes,
-            (long long)s->kv.blocks, kv_pool_block_bytes(engine_kv((engine *)e)), kc->block_size, kvt);
+            s->kv.lower_bound_bytes, (long long)s->kv.tokens,
+            s->n_kv_groups > 1 ? ", sliding layers capped at their window" : "", s->kv.allocated_bytes,
+            (long long)s->kv.blocks, kc->block_size, kvt);
 }
 
 static int cmd_run_opts(const cli_opts *o);
@@ -134,6 +143,7 @@ static int cmd_run_opts(const cli_opts *o) {
     ec.n_ctx = o->n_ctx > 0 ? o->n_ctx : (hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
     ec.block_size = o->block_size;
     ec.kv_dtype = o->kv_dtype;
+    ec.kv_dtype_v = o->kv_dtype_v;
     ec.n_blocks = o->kv_blocks;
     ec.max_seqs = 1;
     ec.max_batch_tokens = o->batch_tokens;

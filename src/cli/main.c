@@ -37,7 +37,8 @@ void cli_usage(FILE *out) {
             "  --repeat-penalty R --repeat-last-n N --presence-penalty P --frequency-penalty P\n"
             "  --stop STRING (repeatable)  --ignore-eos  --no-bos  --parse-special\n"
             "  --json  --top-logprobs K\n"
-            "  --block-size N (default 16)  --kv-type f32|f16  --kv-blocks N  --no-kv-cache\n"
+            "  --block-size N (default 16)  --kv-blocks N  --no-kv-cache\n"
+            "  --kv-type f32|f16|bf16|q8_0|fp8 (default f16)  --kv-type-k T  --kv-type-v T\n"
             "  -b N               max tokens per scheduler step (default 2048)\n"
             "  -v                 verbose log\n");
 }

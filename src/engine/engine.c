@@ -59,6 +59,7 @@ void engine_config_default(engine_config *c) {
     c->n_ctx = 0;
     c->block_size = 16;
     c->kv_dtype = GGUF_DT_F16;
+    c->kv_dtype_v = -1;
     c->n_blocks = 0;
     c->max_batch_tokens = 2048;
     c->max_seqs = 64;
@@ -111,6 +112,8 @@ engine *engine_create(model *m, const tok_vocab *vocab, const engine_config *c, 
         model_kv_group_shape(m, g, &kc, &e->window[g]);
         kc.block_size = e->cfg.block_size;
         kc.dtype = e->cfg.kv_dtype;
+        kc.split_v = e->cfg.kv_dtype_v >= 0;
+        kc.dtype_v = e->cfg.kv_dtype_v;
         kc.n_blocks = e->cfg.n_blocks;
         e->kv[g] = kv_pool_create(&kc, err);
         if (!e->kv[g]) goto fail;
@@ -314,12 +317,14 @@ static void consume_text(seq *s, size_t n) {
 
 /* KV held by a sequence over all groups; a sliding group's lower bound counts
  * only the window it must keep. */
-static kv_usage seq_usage(const engine *e, const seq *s) {
+static kv_usage seq_usage(const engine *e, seq *s) {
     kv_usage u = {.tokens = s->n_computed};
+    s->stats.n_kv_groups = e->n_groups;
     for (int g = 0; g < e->n_groups; g++) {
         int64_t t = e->window[g] > 0 && s->n_computed > e->window[g] ? e->window[g] : s->n_computed;
-        kv_usage ug = kv_seq_usage(e->kv[g], &s->kv[g], t);
-        kv_usage_add(&u, &ug);
+        s->stats.kv_group[g] = kv_seq_usage(e->kv[g], &s->kv[g], t);
+        s->stats.kv_group_window[g] = e->window[g];
+        kv_usage_add(&u, &s->stats.kv_group[g]);
     }
     return u;
 }
@@ -604,13 +609,14 @@ bool engine_step(engine *e, kvl_error *err) {
 
 /* ----------------------------------------------------------------- eval -- */
 
-bool engine_eval(model *m, int kv_dtype, int block_size, const int32_t *ids, int64_t n,
+bool engine_eval(model *m, int kv_dtype, int kv_dtype_v, int block_size, const int32_t *ids, int64_t n,
                  engine_logits_fn on_logits, void *user, kvl_error *err) {
     engine_config c;
     engine_config_default(&c);
     c.n_ctx = n;
     c.block_size = block_size;
     c.kv_dtype = kv_dtype;
+    c.kv_dtype_v = kv_dtype_v;
     c.max_seqs = 1;
     c.prefix_cache = false;
     engine *e = engine_create(m, NULL, &c, err);

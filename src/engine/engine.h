@@ -29,6 +29,9 @@ typedef struct engine_req_stats {
     double t_submit, t_first_token, t_end; /* kvl_time_s() */
     double t_prefill_s;                    /* time in steps until the first token */
     kv_usage kv;                           /* at the end, before the blocks were freed */
+    int n_kv_groups;                       /* per KV group (full / sliding-window layers): */
+    kv_usage kv_group[MODEL_MAX_KV_GROUPS];
+    int32_t kv_group_window[MODEL_MAX_KV_GROUPS];
 } engine_req_stats;
 
 typedef struct engine_event {
@@ -63,7 +66,8 @@ typedef struct engine_request {
 typedef struct engine_config {
     int64_t n_ctx;            /* longest sequence (prompt + output) */
     int block_size;           /* tokens per KV block */
-    int kv_dtype;             /* GGUF_DT_F32 / GGUF_DT_F16 */
+    int kv_dtype;             /* KV storage type (kv_dtype_parse): K, and V unless kv_dtype_v >= 0 */
+    int kv_dtype_v;           /* V storage type, or -1 for the same as K */
     int64_t n_blocks;         /* pool size; 0: n_ctx * max_seqs worth... see engine.c */
     int64_t max_batch_tokens; /* token budget per step */
     int max_seqs;             /* running sequences at most */
@@ -111,7 +115,7 @@ engine_metrics engine_get_metrics(const engine *e);
  * one fresh sequence and calls on_logits(pos, logits, user) for every position,
  * in order. Used by `score` and `perplexity`. */
 typedef void (*engine_logits_fn)(int64_t pos, const float *logits, void *user);
-bool engine_eval(model *m, int kv_dtype, int block_size, const int32_t *ids, int64_t n,
+bool engine_eval(model *m, int kv_dtype, int kv_dtype_v, int block_size, const int32_t *ids, int64_t n,
                  engine_logits_fn on_logits, void *user, kvl_error *err);
 
 #endif

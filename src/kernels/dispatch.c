@@ -29,6 +29,11 @@ static const kern_traits ref_table[GGUF_DT_COUNT] = {
 };
 
 static kern_traits active[GGUF_DT_COUNT];
+static kern_vec_dot_rows_fn active_rows[GGUF_DT_COUNT];
+static const kern_prep_ops *active_prep[GGUF_DT_COUNT];
+
+static const kern_prep_ops prep512_q8_0 = {kavx512_prepare_q8_0, kavx512_prows_q8_0};
+static const kern_prep_ops prep512_q4_0 = {kavx512_prepare_q4_0, kavx512_prows_q4_0};
 static const char *active_isa = "scalar";
 static pthread_once_t auto_once = PTHREAD_ONCE_INIT;
 
@@ -79,6 +84,10 @@ static void install_avx512(void) {
     active[GGUF_DT_Q4_0].vec_dot = kavx512_vec_dot_q4_0;
     active[GGUF_DT_Q4_K].vec_dot = kavx512_vec_dot_q4_K;
     active[GGUF_DT_Q6_K].vec_dot = kavx512_vec_dot_q6_K;
+    active_prep[GGUF_DT_Q8_0] = &prep512_q8_0;
+    active_prep[GGUF_DT_Q4_0] = &prep512_q4_0;
+    active_rows[GGUF_DT_Q4_K] = kavx512_rows_q4_K;
+    active_rows[GGUF_DT_Q6_K] = kavx512_rows_q6_K;
 }
 
 static void select_level(enum isa_level want) {
@@ -89,6 +98,8 @@ static void select_level(enum isa_level want) {
         want = have;
     }
     memcpy(active, ref_table, sizeof active);
+    memset(active_rows, 0, sizeof active_rows);
+    memset(active_prep, 0, sizeof active_prep);
     if (want >= ISA_AVX2) install_avx2();
     if (want >= ISA_AVX512) install_avx512();
     active_isa = isa_names[want];
@@ -120,6 +131,18 @@ const kern_traits *kern_traits_of(int dtype) {
     if (dtype < 0 || dtype >= GGUF_DT_COUNT) return NULL;
     pthread_once(&auto_once, auto_init);
     return active[dtype].name ? &active[dtype] : NULL;
+}
+
+kern_vec_dot_rows_fn kern_rows_of(int dtype) {
+    if (dtype < 0 || dtype >= GGUF_DT_COUNT) return NULL;
+    pthread_once(&auto_once, auto_init);
+    return active_rows[dtype];
+}
+
+const kern_prep_ops *kern_prep_of(int dtype) {
+    if (dtype < 0 || dtype >= GGUF_DT_COUNT) return NULL;
+    pthread_once(&auto_once, auto_init);
+    return active_prep[dtype];
 }
 
 const kern_traits *kern_traits_ref(int dtype) {

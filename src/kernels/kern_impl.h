@@ -102,6 +102,31 @@ void kavx2_vec_dot_q4_0(int64_t n, float *s, const void *x, const void *y);
 void kavx2_vec_dot_q4_K(int64_t n, float *s, const void *x, const void *y);
 void kavx2_vec_dot_q6_K(int64_t n, float *s, const void *x, const void *y);
 
+/* One weight row against up to KERN_ROWS_MAX activation rows:
+ * s[r * ss] = dot(x, y + r * ys) for r < nr, each bit-identical to vec_dot.
+ * matmul uses it for m > 1 so the weights are decoded once per group of rows. */
+#define KERN_ROWS_MAX 4
+typedef void (*kern_vec_dot_rows_fn)(int64_t n, float *s, size_t ss, const void *x, const void *y,
+                                     size_t ys, int nr);
+/* The active rows kernel of a weight type, or NULL (then matmul loops vec_dot). */
+kern_vec_dot_rows_fn kern_rows_of(int dtype);
+
+/* Prepared activations: a matmul-internal layout of the quantized activations
+ * that a kernel reads faster than GGUF blocks (quantization and results are
+ * identical to from_float + vec_dot). `rows` works on prepared rows. */
+typedef struct kern_prep_ops {
+    void (*prepare)(const float *x, void *dst, int64_t k);
+    kern_vec_dot_rows_fn rows;
+} kern_prep_ops;
+/* The active prepared path of a weight type, or NULL. */
+const kern_prep_ops *kern_prep_of(int dtype);
+
+/* Bytes of one prepared Q8_0-family row ("q8p": int8 values, float scales,
+ * 8 int32 offsets per block), rounded to 64 so rows stay cache-line aligned. */
+static inline size_t kern_q8p_row_bytes(int64_t k) {
+    return ((size_t)(k / QK8_0) * (QK8_0 + 4 + 32) + 63) & ~(size_t)63;
+}
+
 /* ---- AVX-512 F/BW/VL + VNNI (quant_avx512.c) ---- */
 void kavx512_vec_dot_f32(int64_t n, float *s, const void *x, const void *y);
 void kavx512_vec_dot_f16(int64_t n, float *s, const void *x, const void *y);
@@ -110,5 +135,11 @@ void kavx512_vec_dot_q8_0(int64_t n, float *s, const void *x, const void *y);
 void kavx512_vec_dot_q4_0(int64_t n, float *s, const void *x, const void *y);
 void kavx512_vec_dot_q4_K(int64_t n, float *s, const void *x, const void *y);
 void kavx512_vec_dot_q6_K(int64_t n, float *s, const void *x, const void *y);
+void kavx512_prepare_q8_0(const float *x, void *dst, int64_t k);
+void kavx512_prepare_q4_0(const float *x, void *dst, int64_t k);
+void kavx512_prows_q8_0(int64_t n, float *s, size_t ss, const void *x, const void *y, size_t ys, int nr);
+void kavx512_prows_q4_0(int64_t n, float *s, size_t ss, const void *x, const void *y, size_t ys, int nr);
+void kavx512_rows_q4_K(int64_t n, float *s, size_t ss, const void *x, const void *y, size_t ys, int nr);
+void kavx512_rows_q6_K(int64_t n, float *s, size_t ss, const void *x, const void *y, size_t ys, int nr);
 
 #endif

@@ -130,41 +130,61 @@ T_512_INLINE __m128 q8_0_quad_d(const blk_q8_0 *p) {
     return _mm_cvtph_ps(_mm512_castsi512_si128(_mm512_permutex2var_epi16(a, idx, b)));
 }
 
-/* int32 lane sums of 4 products x*y for two Q8_0 blocks (signed x signed:
- * |x| times y with x's sign; |-128| reads as unsigned 128). */
-T_512_INLINE __m512i q8_0_pair(const blk_q8_0 *x0, const blk_q8_0 *x1, const blk_q8_0 *y0,
-                               const blk_q8_0 *y1) {
-    const __m512i xv = load_pair256(x0->qs, x1->qs), yv = load_pair256(y0->qs, y1->qs);
-    const __m512i sy = _mm512_mask_sub_epi8(yv, _mm512_movepi8_mask(xv), _mm512_setzero_si512(), yv);
-    return _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(xv), sy);
-}
+/* Activation row r of a rows call. */
+#define YROW(type, y, ys, r) ((const type *)((const char *)(y) + (size_t)(r) * (ys)))
+
+/* Every *_rows function below computes s[r*ss] = dot(x, row r of y) for
+ * r < nr: the weights are decoded once and each row then does exactly the
+ * operations of a single-row call, so results match vec_dot bit for bit. The
+ * vec_dot entry points are the nr = 1 case. nr is a constant after inlining,
+ * so the per-row loops unroll and their accumulators stay in registers. */
+#define ROWS_SWITCH(fn, n, s, ss, x, y, ys, nr)          \
+    switch (nr) {                                         \
+    case 1: fn(n, s, ss, x, y, ys, 1); break;             \
+    case 2: fn(n, s, ss, x, y, ys, 2); break;             \
+    case 3: fn(n, s, ss, x, y, ys, 3); break;             \
+    default: fn(n, s, ss, x, y, ys, KERN_ROWS_MAX); break; \
+    }
+
+/* Fully unrolls a loop over the rows (nr <= KERN_ROWS_MAX is a constant there)
+ * so the per-row accumulators live in registers. */
+#define ROWS_LOOP _Pragma("GCC unroll 4")
 
 /* Blocks b (low half) and b+1 (high half, absent when !two) into acc. */
 T_512_INLINE __m512 q8_0_step(__m512 acc, const blk_q8_0 *x, const blk_q8_0 *y, bool two) {
-    if (two) {
-        const __m512 d = pair_scale(f16_load(x[0].d) * f16_load(y[0].d),
-                                    f16_load(x[1].d) * f16_load(y[1].d));
-        return _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(q8_0_pair(&x[0], &x[1], &y[0], &y[1])), acc);
-    }
-    const __m512 d = _mm512_set1_ps(f16_load(x[0].d) * f16_load(y[0].d));
-    return _mm512_mask3_fmadd_ps(d, _mm512_cvtepi32_ps(q8_0_pair(&x[0], &x[0], &y[0], &y[0])),
-                                 acc, 0x00FF);
+    const blk_q8_0 *x1 = two ? &x[1] : &x[0], *y1 = two ? &y[1] : &y[0];
+    const __m512i xv = load_pair256(x[0].qs, x1->qs), yv = load_pair256(y[0].qs, y1->qs);
+    /* |x| times y with x's sign; |-128| reads as unsigned 128 */
+    const __m512i sy = _mm512_mask_sub_epi8(yv, _mm512_movepi8_mask(xv), _mm512_setzero_si512(), yv);
+    const __m512 f = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(xv), sy));
+    const float d0 = f16_load(x[0].d) * f16_load(y[0].d);
+    if (!two) return _mm512_mask3_fmadd_ps(_mm512_set1_ps(d0), f, acc, 0x00FF);
+    return _mm512_fmadd_ps(pair_scale(d0, f16_load(x1->d) * f16_load(y1->d)), f, acc);
 }
 
-/* Four blocks b..b+3 into acc0 (b, b+1) and acc1 (b+2, b+3). */
-T_512_INLINE void q8_0_quad(__m512 *acc0, __m512 *acc1, const blk_q8_0 *x, const blk_q8_0 *y) {
-    __m512 d01, d23;
-    quad_scales(_mm_mul_ps(q8_0_quad_d(x), q8_0_quad_d(y)), &d01, &d23);
-    *acc0 = _mm512_fmadd_ps(d01, _mm512_cvtepi32_ps(q8_0_pair(&x[0], &x[1], &y[0], &y[1])), *acc0);
-    *acc1 = _mm512_fmadd_ps(d23, _mm512_cvtepi32_ps(q8_0_pair(&x[2], &x[3], &y[2], &y[3])), *acc1);
+/* int32 lane sums of x*y for a Q8_0 block pair given |x| and x's sign mask. */
+T_512_INLINE __m512 q8_0_pair_dot(__m512i ax, __mmask64 neg, const blk_q8_0 *y) {
+    const __m512i yv = load_pair256(y[0].qs, y[1].qs);
+    const __m512i sy = _mm512_mask_sub_epi8(yv, neg, _mm512_setzero_si512(), yv);
+    return _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), ax, sy));
 }
 
+/* Canonical Q order: block b into acc0 (b%4 = 0,1) or acc1 (2,3), see top. */
 T_512 void kavx512_vec_dot_q8_0(int64_t n, float *s, const void *vx, const void *vy) {
     const blk_q8_0 *x = vx, *y = vy;
     const int64_t nb = n / QK8_0;
-    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0;
     int64_t b = 0;
-    for (; b + 4 <= nb; b += 4) q8_0_quad(&acc0, &acc1, x + b, y + b);
+    for (; b + 4 <= nb; b += 4) {
+        const __m512i x01 = load_pair256(x[b].qs, x[b + 1].qs);
+        const __m512i x23 = load_pair256(x[b + 2].qs, x[b + 3].qs);
+        __m512 d01, d23;
+        quad_scales(_mm_mul_ps(q8_0_quad_d(x + b), q8_0_quad_d(y + b)), &d01, &d23);
+        acc0 = _mm512_fmadd_ps(
+            d01, q8_0_pair_dot(_mm512_abs_epi8(x01), _mm512_movepi8_mask(x01), y + b), acc0);
+        acc1 = _mm512_fmadd_ps(
+            d23, q8_0_pair_dot(_mm512_abs_epi8(x23), _mm512_movepi8_mask(x23), y + b + 2), acc1);
+    }
     if (b < nb) acc0 = q8_0_step(acc0, x + b, y + b, nb - b >= 2);
     if (b + 2 < nb) acc1 = q8_0_step(acc1, x + b + 2, y + b + 2, false);
     *s = h16_ps(_mm512_add_ps(acc0, acc1));
@@ -181,22 +201,8 @@ T_512_INLINE __m512i q4_0_pair_nibbles(const blk_q4_0 *x0, const blk_q4_0 *x1) {
     return _mm512_and_si512(sh, _mm512_set1_epi8(0x0F));
 }
 
-T_512_INLINE __m512 q4_0_step(__m512 acc, const blk_q4_0 *x, const blk_q8_0 *y, bool two) {
-    const blk_q4_0 *x1 = two ? &x[1] : &x[0];
-    const blk_q8_0 *y1 = two ? &y[1] : &y[0];
-    const __m512i u = q4_0_pair_nibbles(&x[0], x1);
-    const __m512i yv = load_pair256(y[0].qs, y1->qs);
-    /* (u - 8) * y as u*y - 8*y, both exact in int32 */
-    const __m512i uy = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, yv);
-    const __m512i ey = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(8), yv);
-    const __m512 f = _mm512_cvtepi32_ps(_mm512_sub_epi32(uy, ey));
-    const float d0 = f16_load(x[0].d) * f16_load(y[0].d);
-    if (!two) return _mm512_mask3_fmadd_ps(_mm512_set1_ps(d0), f, acc, 0x00FF);
-    return _mm512_fmadd_ps(pair_scale(d0, f16_load(x1->d) * f16_load(y1->d)), f, acc);
-}
-
-/* Nibbles of blocks p[0], p[1] from a load that starts at p[0] (qs at words
- * 1..8 and 10..17), arranged as q4_0_pair_nibbles does. */
+/* The same arrangement from a 64-byte load that starts at a block (its qs at
+ * words 1..8, the next block's at words 10..17). */
 T_512_INLINE __m512i q4_0_nibbles_from(__m512i v) {
     const __m512i idx = _mm512_setr_epi32(0x00020001, 0x00040003, 0x00060005, 0x00080007,
                                           0x00020001, 0x00040003, 0x00060005, 0x00080007,
@@ -208,39 +214,194 @@ T_512_INLINE __m512i q4_0_nibbles_from(__m512i v) {
                             _mm512_set1_epi8(0x0F));
 }
 
-/* int32 lane sums of (u - 8) * y for a block pair, as u*y - 8*y. */
-T_512_INLINE __m512 q4_0_pair_dot(__m512i u, const blk_q8_0 *y) {
-    const __m512i yv = load_pair256(y[0].qs, y[1].qs);
+/* int32 lane sums of (u - 8) * y for a block pair, as u*y - 8*y, as floats. */
+T_512_INLINE __m512 q4_0_pair_dot(__m512i u, const blk_q8_0 *y0, const blk_q8_0 *y1) {
+    const __m512i yv = load_pair256(y0->qs, y1->qs);
     const __m512i uy = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, yv);
     const __m512i ey = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(8), yv);
     return _mm512_cvtepi32_ps(_mm512_sub_epi32(uy, ey));
 }
 
-/* Four blocks b..b+3 (72 bytes: one full 64-byte load from x[0], one 36-byte
- * masked load from x[2]) into acc0 (b, b+1) and acc1 (b+2, b+3). */
-T_512_INLINE void q4_0_quad(__m512 *acc0, __m512 *acc1, const blk_q4_0 *x, const blk_q8_0 *y) {
-    const __m512i a = _mm512_loadu_si512(x);
-    const __m512i b = _mm512_maskz_loadu_epi8(0xFFFFFFFFFULL, x + 2);
-    /* x scales at words 0, 9, 18, 27 of a */
-    const __m512i didx = _mm512_setr_epi32(0x00090000, 0x001B0012, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-                                           0, 0, 0);
-    const __m128 dx = _mm_cvtph_ps(_mm512_castsi512_si128(_mm512_permutexvar_epi16(didx, a)));
-    __m512 d01, d23;
-    quad_scales(_mm_mul_ps(dx, q8_0_quad_d(y)), &d01, &d23);
-    *acc0 = _mm512_fmadd_ps(d01, q4_0_pair_dot(q4_0_nibbles_from(a), y), *acc0);
-    *acc1 = _mm512_fmadd_ps(d23, q4_0_pair_dot(q4_0_nibbles_from(b), y + 2), *acc1);
+T_512_INLINE __m512 q4_0_step(__m512 acc, const blk_q4_0 *x, const blk_q8_0 *y, bool two) {
+    const blk_q4_0 *x1 = two ? &x[1] : &x[0];
+    const blk_q8_0 *y1 = two ? &y[1] : &y[0];
+    const __m512 f = q4_0_pair_dot(q4_0_pair_nibbles(&x[0], x1), &y[0], y1);
+    const float d0 = f16_load(x[0].d) * f16_load(y[0].d);
+    if (!two) return _mm512_mask3_fmadd_ps(_mm512_set1_ps(d0), f, acc, 0x00FF);
+    return _mm512_fmadd_ps(pair_scale(d0, f16_load(x1->d) * f16_load(y1->d)), f, acc);
 }
+
+/* The fp16 scales of Q4_0 blocks b..b+3 (words 0, 9, 18, 27 of a load at x[b]). */
+T_512_INLINE __m128 q4_0_quad_d(__m512i va) {
+    const __m512i idx = _mm512_setr_epi32(0x00090000, 0x001B0012, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                          0, 0, 0);
+    return _mm_cvtph_ps(_mm512_castsi512_si128(_mm512_permutexvar_epi16(idx, va)));
+}
+
+/* Four Q4_0 blocks are 72 bytes: one full 64-byte load from x[b] holds the four
+ * scales and the first two blocks, a 36-byte masked load from x[b+2] the rest. */
+#define Q4_0_TAIL_MASK 0xFFFFFFFFFULL
 
 T_512 void kavx512_vec_dot_q4_0(int64_t n, float *s, const void *vx, const void *vy) {
     const blk_q4_0 *x = vx;
     const blk_q8_0 *y = vy;
     const int64_t nb = n / QK4_0;
-    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0;
     int64_t b = 0;
-    for (; b + 4 <= nb; b += 4) q4_0_quad(&acc0, &acc1, x + b, y + b);
+    for (; b + 4 <= nb; b += 4) {
+        const __m512i va = _mm512_loadu_si512(x + b);
+        const __m512i vb = _mm512_maskz_loadu_epi8(Q4_0_TAIL_MASK, x + b + 2);
+        __m512 d01, d23;
+        quad_scales(_mm_mul_ps(q4_0_quad_d(va), q8_0_quad_d(y + b)), &d01, &d23);
+        acc0 = _mm512_fmadd_ps(d01, q4_0_pair_dot(q4_0_nibbles_from(va), &y[b], &y[b + 1]), acc0);
+        acc1 = _mm512_fmadd_ps(d23, q4_0_pair_dot(q4_0_nibbles_from(vb), &y[b + 2], &y[b + 3]),
+                               acc1);
+    }
     if (b < nb) acc0 = q4_0_step(acc0, x + b, y + b, nb - b >= 2);
     if (b + 2 < nb) acc1 = q4_0_step(acc1, x + b + 2, y + b + 2, false);
     *s = h16_ps(_mm512_add_ps(acc0, acc1));
+}
+
+/* ============ Q family on prepared activations (matmul only) ============
+ * kern_q8p_row_bytes describes the layout: the Q8_0 quantization of the row
+ * split into its int8 values, its scales as floats, and per block the 8 int32
+ * lanes off = -c * (sum of 4 values), c = 8 for Q4_0 weights (nibbles are
+ * stored +8) and 128 for Q8_0 weights (read as x ^ 0x80 = x + 128). The lane
+ * sums then come from one dpbusd started at `off`: the same exact integers as
+ * above, and the same float steps, so the results equal vec_dot's. */
+
+/* Pointers into a prepared row of nb blocks (byte offsets: loads are unaligned). */
+typedef struct {
+    const int8_t *qs;
+    const char *d, *off;
+} q8p_row;
+
+T_512_INLINE q8p_row q8p_at(const void *row, int64_t nb) {
+    const char *p = row;
+    return (q8p_row){(const int8_t *)p, p + QK8_0 * nb, p + (QK8_0 + 4) * nb};
+}
+
+static void q8p_prepare(const float *x, void *dst, int64_t k, int c) {
+    const int64_t nb = k / QK8_0;
+    char *p = dst;
+    for (int64_t b = 0; b < nb; b++) {
+        blk_q8_0 t;
+        kavx2_from_float_q8_0(x + b * QK8_0, &t, QK8_0); /* same bytes as every Q8_0 quantizer */
+        memcpy(p + b * QK8_0, t.qs, QK8_0);
+        const float d = f16_load(t.d);
+        memcpy(p + QK8_0 * nb + 4 * b, &d, 4);
+        int32_t off[8];
+        for (int l = 0; l < 8; l++)
+            off[l] = -c * (t.qs[4 * l] + t.qs[4 * l + 1] + t.qs[4 * l + 2] + t.qs[4 * l + 3]);
+        memcpy(p + (QK8_0 + 4) * nb + 32 * b, off, sizeof off);
+    }
+}
+
+T_512 void kavx512_prepare_q4_0(const float *x, void *dst, int64_t k) { q8p_prepare(x, dst, k, 8); }
+T_512 void kavx512_prepare_q8_0(const float *x, void *dst, int64_t k) { q8p_prepare(x, dst, k, 128); }
+
+/* acc += d * lanes for blocks b, b+1 (or b alone: low half only, nothing read
+ * past block b) of a prepared row; u holds the matching unsigned weights. */
+T_512_INLINE __m512 q8p_step(__m512 acc, __m512i u, float dx0, float dx1, q8p_row y, int64_t b,
+                             bool two) {
+    const __mmask16 k16 = two ? 0xFFFF : 0x00FF;
+    const __m512i yv = _mm512_maskz_loadu_epi32(k16, y.qs + QK8_0 * b);
+    const __m512i off = _mm512_maskz_loadu_epi32(k16, y.off + 32 * b);
+    const __m512 f = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(off, u, yv));
+    float dy[2];
+    memcpy(dy, y.d + 4 * b, two ? 8 : 4);
+    if (!two) return _mm512_mask3_fmadd_ps(_mm512_set1_ps(dx0 * dy[0]), f, acc, 0x00FF);
+    return _mm512_fmadd_ps(pair_scale(dx0 * dy[0], dx1 * dy[1]), f, acc);
+}
+
+/* Blocks b..b+3 of all rows: acc0 (b, b+1) and acc1 (b+2, b+3). */
+T_512_INLINE void q8p_quad(__m512 *acc0, __m512 *acc1, __m128 dx, __m512i u01, __m512i u23,
+                           const q8p_row *y, int64_t b, int nr) {
+    ROWS_LOOP
+    for (int r = 0; r < nr; r++) {
+        __m512 d01, d23;
+        quad_scales(_mm_mul_ps(dx, _mm_loadu_ps((const float *)(y[r].d + 4 * b))), &d01, &d23);
+        const __m512i i01 = _mm512_dpbusd_epi32(_mm512_loadu_si512(y[r].off + 32 * b), u01,
+                                                _mm512_loadu_si512(y[r].qs + QK8_0 * b));
+        const __m512i i23 = _mm512_dpbusd_epi32(_mm512_loadu_si512(y[r].off + 32 * b + 64), u23,
+                                                _mm512_loadu_si512(y[r].qs + QK8_0 * b + 64));
+        acc0[r] = _mm512_fmadd_ps(d01, _mm512_cvtepi32_ps(i01), acc0[r]);
+        acc1[r] = _mm512_fmadd_ps(d23, _mm512_cvtepi32_ps(i23), acc1[r]);
+    }
+}
+
+/* Q4_0 weights: nibbles as stored (0..15). */
+T_512_INLINE void q4_0_prows(int64_t n, float *s, size_t ss, const void *vx, const void *y,
+                             size_t ys, int nr) {
+    const blk_q4_0 *x = vx;
+    const int64_t nb = n / QK4_0;
+    q8p_row yr[KERN_ROWS_MAX];
+    __m512 acc0[KERN_ROWS_MAX], acc1[KERN_ROWS_MAX];
+    ROWS_LOOP
+    for (int r = 0; r < nr; r++) {
+        yr[r] = q8p_at((const char *)y + r * ys, nb);
+        acc0[r] = acc1[r] = _mm512_setzero_ps();
+    }
+    int64_t b = 0;
+    for (; b + 4 <= nb; b += 4) {
+        const __m512i va = _mm512_loadu_si512(x + b);
+        const __m512i vb = _mm512_maskz_loadu_epi8(Q4_0_TAIL_MASK, x + b + 2);
+        q8p_quad(acc0, acc1, q4_0_quad_d(va), q4_0_nibbles_from(va), q4_0_nibbles_from(vb), yr, b,
+                 nr);
+    }
+    const int64_t left = nb - b; /* 0..3: pair or single into acc0, single into acc1 */
+    const __m512i u01 = left ? q4_0_pair_nibbles(&x[b], &x[left >= 2 ? b + 1 : b]) : _mm512_setzero_si512();
+    const __m512i u2 = left == 3 ? q4_0_pair_nibbles(&x[b + 2], &x[b + 2]) : _mm512_setzero_si512();
+    ROWS_LOOP
+    for (int r = 0; r < nr; r++) {
+        if (left)
+            acc0[r] = q8p_step(acc0[r], u01, f16_load(x[b].d), f16_load(x[left >= 2 ? b + 1 : b].d),
+                               yr[r], b, left >= 2);
+        if (left == 3) acc1[r] = q8p_step(acc1[r], u2, f16_load(x[b + 2].d), 0, yr[r], b + 2, false);
+        s[r * ss] = h16_ps(_mm512_add_ps(acc0[r], acc1[r]));
+    }
+}
+
+/* Q8_0 weights: x ^ 0x80 = x + 128 as unsigned bytes. */
+T_512_INLINE __m512i q8_0_biased_pair(const blk_q8_0 *x0, const blk_q8_0 *x1) {
+    return _mm512_xor_si512(load_pair256(x0->qs, x1->qs), _mm512_set1_epi8((char)0x80));
+}
+
+T_512_INLINE void q8_0_prows(int64_t n, float *s, size_t ss, const void *vx, const void *y,
+                             size_t ys, int nr) {
+    const blk_q8_0 *x = vx;
+    const int64_t nb = n / QK8_0;
+    q8p_row yr[KERN_ROWS_MAX];
+    __m512 acc0[KERN_ROWS_MAX], acc1[KERN_ROWS_MAX];
+    ROWS_LOOP
+    for (int r = 0; r < nr; r++) {
+        yr[r] = q8p_at((const char *)y + r * ys, nb);
+        acc0[r] = acc1[r] = _mm512_setzero_ps();
+    }
+    int64_t b = 0;
+    for (; b + 4 <= nb; b += 4)
+        q8p_quad(acc0, acc1, q8_0_quad_d(x + b), q8_0_biased_pair(&x[b], &x[b + 1]),
+                 q8_0_biased_pair(&x[b + 2], &x[b + 3]), yr, b, nr);
+    const int64_t left = nb - b;
+    const int64_t b1 = left >= 2 ? b + 1 : b;
+    const __m512i u01 = left ? q8_0_biased_pair(&x[b], &x[b1]) : _mm512_setzero_si512();
+    const __m512i u2 = left == 3 ? q8_0_biased_pair(&x[b + 2], &x[b + 2]) : _mm512_setzero_si512();
+    ROWS_LOOP
+    for (int r = 0; r < nr; r++) {
+        if (left)
+            acc0[r] = q8p_step(acc0[r], u01, f16_load(x[b].d), f16_load(x[b1].d), yr[r], b, left >= 2);
+        if (left == 3) acc1[r] = q8p_step(acc1[r], u2, f16_load(x[b + 2].d), 0, yr[r], b + 2, false);
+        s[r * ss] = h16_ps(_mm512_add_ps(acc0[r], acc1[r]));
+    }
+}
+
+T_512 void kavx512_prows_q4_0(int64_t n, float *s, size_t ss, const void *x, const void *y,
+                              size_t ys, int nr) {
+    ROWS_SWITCH(q4_0_prows, n, s, ss, x, y, ys, nr)
+}
+T_512 void kavx512_prows_q8_0(int64_t n, float *s, size_t ss, const void *x, const void *y,
+                              size_t ys, int nr) {
+    ROWS_SWITCH(q8_0_prows, n, s, ss, x, y, ys, nr)
 }
 
 /* ======================= K family ======================= */
@@ -265,16 +426,6 @@ T_512_INLINE __m512i q4k_scale_sel(int c) {
     return _mm512_setr_epi64(lo, lo, lo, lo, hi, hi, hi, hi);
 }
 
-/* acc += sc_2c * dot(low nibbles, y) + sc_2c+1 * dot(high nibbles, y) for the
- * 64 values of chunk c; sc8 holds the 8 int16 scales in every 128-bit lane. */
-T_512_INLINE __m512i q4k_chunk(__m512i acc, const uint8_t *qs, const int8_t *yq, __m512i sc8, int c) {
-    const __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(qs + 32 * c)));
-    const __m512i u = _mm512_and_si512(_mm512_srlv_epi64(q, _mm512_setr_epi64(0, 0, 0, 0, 4, 4, 4, 4)),
-                                       _mm512_set1_epi8(0x0F));
-    const __m512i p = _mm512_maddubs_epi16(u, _mm512_loadu_si512(yq + 64 * c));
-    return _mm512_dpwssd_epi32(acc, p, _mm512_shuffle_epi8(sc8, q4k_scale_sel(c)));
-}
-
 /* Two 8-lane int32 vectors reduced together: returns {sum a, sum b}. */
 T_512_INLINE void hsum2_i32(__m256i a, __m256i b, int32_t *sa, int32_t *sb) {
     const __m256i h = _mm256_hadd_epi32(a, b); /* a01 a23 b01 b23 | a45 a67 b45 b67 */
@@ -284,37 +435,70 @@ T_512_INLINE void hsum2_i32(__m256i a, __m256i b, int32_t *sa, int32_t *sb) {
     *sb = _mm_extract_epi32(s, 1);
 }
 
-/* sumi = sum_j sc_j * dot(q4, q8) over sub-blocks of 32, summ = sum_j m_j * bsums. */
-T_512_INLINE void q4k_block(const blk_q4_K *x, const blk_q8_K *y, int32_t *sumi, int32_t *summ) {
+/* A decoded Q4_K super-block: chunk c (64 values) as bytes, low nibbles
+ * (sub-block 2c) then high (2c+1); the matching int16 scale vectors; the mins
+ * duplicated to pair with bsums. */
+typedef struct {
+    __m512i u[4], sc[4];
+    __m256i mdup;
+} q4k_dec;
+
+T_512_INLINE void q4k_decode(const blk_q4_K *x, q4k_dec *d) {
     const __m256i sm16 = _mm256_cvtepu8_epi16(q4k_scales_mins(x->scales)); /* sc0..7, m0..7 */
-    /* mins pairwise: m_j against bsums 2j and 2j+1 */
-    const __m256i mdup = _mm256_permutexvar_epi16(
+    d->mdup = _mm256_permutexvar_epi16(
         _mm256_setr_epi16(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15), sm16);
-    const __m256i mins = _mm256_madd_epi16(mdup, _mm256_loadu_si256((const __m256i *)y->bsums));
     const __m512i sc8 = _mm512_broadcast_i32x4(_mm256_castsi256_si128(sm16));
-    /* two chains so the dpwssd latencies overlap */
-    __m512i a0 = q4k_chunk(_mm512_setzero_si512(), x->qs, y->qs, sc8, 0);
-    __m512i a1 = q4k_chunk(_mm512_setzero_si512(), x->qs, y->qs, sc8, 1);
-    a0 = q4k_chunk(a0, x->qs, y->qs, sc8, 2);
-    a1 = q4k_chunk(a1, x->qs, y->qs, sc8, 3);
+    const __m512i shift = _mm512_setr_epi64(0, 0, 0, 0, 4, 4, 4, 4);
+    _Pragma("GCC unroll 4") /* keeps d in registers */
+    for (int c = 0; c < 4; c++) {
+        const __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x->qs + 32 * c)));
+        d->u[c] = _mm512_and_si512(_mm512_srlv_epi64(q, shift), _mm512_set1_epi8(0x0F));
+        d->sc[c] = _mm512_shuffle_epi8(sc8, q4k_scale_sel(c));
+    }
+}
+
+/* sumi = sum_j sc_j * dot(q4, q8) over sub-blocks of 32, summ = sum_j m_j * bsums. */
+T_512_INLINE void q4k_dot(const q4k_dec *d, const blk_q8_K *y, int32_t *sumi, int32_t *summ) {
+    const __m256i mins = _mm256_madd_epi16(d->mdup, _mm256_loadu_si256((const __m256i *)y->bsums));
+    __m512i a0 = _mm512_setzero_si512(), a1 = a0; /* two chains so latencies overlap */
+    a0 = _mm512_dpwssd_epi32(a0, _mm512_maddubs_epi16(d->u[0], _mm512_loadu_si512(y->qs)), d->sc[0]);
+    a1 = _mm512_dpwssd_epi32(a1, _mm512_maddubs_epi16(d->u[1], _mm512_loadu_si512(y->qs + 64)), d->sc[1]);
+    a0 = _mm512_dpwssd_epi32(a0, _mm512_maddubs_epi16(d->u[2], _mm512_loadu_si512(y->qs + 128)), d->sc[2]);
+    a1 = _mm512_dpwssd_epi32(a1, _mm512_maddubs_epi16(d->u[3], _mm512_loadu_si512(y->qs + 192)), d->sc[3]);
     const __m512i a = _mm512_add_epi32(a0, a1);
     hsum2_i32(_mm256_add_epi32(_mm512_castsi512_si256(a), _mm512_extracti64x4_epi64(a, 1)), mins,
               sumi, summ);
 }
 
-T_512 void kavx512_vec_dot_q4_K(int64_t n, float *s, const void *vx, const void *vy) {
+/* K family: s = fma(d*yd, sumi, s); s = fma(-(dmin*yd), summ, s) per super-block. */
+T_512_INLINE void q4_K_rows(int64_t n, float *s, size_t ss, const void *vx, const void *y,
+                            size_t ys, int nr) {
     const blk_q4_K *x = vx;
-    const blk_q8_K *y = vy;
-    float sumf = 0;
+    float sumf[KERN_ROWS_MAX] = {0};
     for (int64_t b = 0; b < n / QK_K; b++) {
-        int32_t sumi, summ;
-        q4k_block(&x[b], &y[b], &sumi, &summ);
-        const float dall = f16_load(x[b].d) * y[b].d;
-        const float dmin = f16_load(x[b].dmin) * y[b].d;
-        sumf = fmaf(dall, (float)sumi, sumf);
-        sumf = fmaf(-dmin, (float)summ, sumf);
+        q4k_dec dec;
+        q4k_decode(&x[b], &dec);
+        const float xd = f16_load(x[b].d), xdmin = f16_load(x[b].dmin);
+        ROWS_LOOP
+        for (int r = 0; r < nr; r++) {
+            const blk_q8_K *yr = YROW(blk_q8_K, y, ys, r) + b;
+            int32_t sumi, summ;
+            q4k_dot(&dec, yr, &sumi, &summ);
+            const float dall = xd * yr->d, dmin = xdmin * yr->d;
+            sumf[r] = fmaf(dall, (float)sumi, sumf[r]);
+            sumf[r] = fmaf(-dmin, (float)summ, sumf[r]);
+        }
     }
-    *s = sumf;
+    ROWS_LOOP
+    for (int r = 0; r < nr; r++) s[r * ss] = sumf[r];
+}
+
+T_512 void kavx512_vec_dot_q4_K(int64_t n, float *s, const void *x, const void *y) {
+    q4_K_rows(n, s, 0, x, y, 0, 1);
+}
+T_512 void kavx512_rows_q4_K(int64_t n, float *s, size_t ss, const void *x, const void *y,
+                             size_t ys, int nr) {
+    ROWS_SWITCH(q4_K_rows, n, s, ss, x, y, ys, nr)
 }
 
 /* Index vector selecting int16 scales 4c..4c+3, each for 8 consecutive lanes. */
@@ -325,40 +509,69 @@ T_512_INLINE __m512i q6k_scale_idx(int c) {
     return _mm512_add_epi16(quarter, _mm512_set1_epi16((short)(4 * c)));
 }
 
-/* sum_g sc_g * sum_16 (q6 - 32) * q8, with the -32 folded in through bsums. */
-T_512_INLINE int32_t q6k_block(const blk_q6_K *x, const blk_q8_K *y) {
-    const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x->scales));
-    const __m256i bs = _mm256_loadu_si256((const __m256i *)y->bsums);
-    __m512i acc = _mm512_castsi256_si512(
-        _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(_mm256_madd_epi16(sc16, bs), 5)));
-    acc = _mm512_inserti64x4(acc, _mm256_setzero_si256(), 1);
-    const __m512i sc = _mm512_castsi256_si512(sc16);
+/* A decoded Q6_K super-block: chunk c (64 values) as unsigned bytes q6 + 32,
+ * the matching int16 scale vectors, and the 16 scales for the bsums term. */
+typedef struct {
+    __m512i u[4], sc[4];
+    __m256i sc16;
+} q6k_dec;
+
+T_512_INLINE void q6k_decode(const blk_q6_K *x, q6k_dec *d) {
+    d->sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x->scales));
+    const __m512i sc = _mm512_castsi256_si512(d->sc16);
     const __m512i m4 = _mm512_set1_epi8(0x0F), m2 = _mm512_set1_epi8(0x30);
     const __m512i hshift = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
+    _Pragma("GCC unroll 2") /* keeps d in registers */
     for (int h = 0; h < 2; h++) {
         const __m512i l = _mm512_loadu_si512(x->ql + 64 * h);
-        /* [qh | qh >> 2]: the 2-bit fields of quarters 0,1 at bits 0-1, of 2,3 at bits 4-5 */
+        /* [qh | qh >> 2]: the 2-bit fields of quarters 0,1 at bits 0-1, of 2,3 at bits 4-5;
+         * 16-bit shifts leak bits across bytes, the masks drop them */
         const __m512i hh = _mm512_srlv_epi16(
             _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x->qh + 32 * h))), hshift);
-        const __m512i u01 = _mm512_or_si512(_mm512_and_si512(l, m4),
-                                            _mm512_and_si512(_mm512_slli_epi16(hh, 4), m2));
-        const __m512i u23 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4),
-                                            _mm512_and_si512(hh, m2));
-        const __m512i y01 = _mm512_loadu_si512(y->qs + 128 * h);
-        const __m512i y23 = _mm512_loadu_si512(y->qs + 128 * h + 64);
-        acc = _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(u01, y01),
-                                  _mm512_permutexvar_epi16(q6k_scale_idx(2 * h), sc));
-        acc = _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(u23, y23),
-                                  _mm512_permutexvar_epi16(q6k_scale_idx(2 * h + 1), sc));
+        d->u[2 * h] = _mm512_or_si512(_mm512_and_si512(l, m4),
+                                      _mm512_and_si512(_mm512_slli_epi16(hh, 4), m2));
+        d->u[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4),
+                                          _mm512_and_si512(hh, m2));
+        d->sc[2 * h] = _mm512_permutexvar_epi16(q6k_scale_idx(2 * h), sc);
+        d->sc[2 * h + 1] = _mm512_permutexvar_epi16(q6k_scale_idx(2 * h + 1), sc);
     }
+}
+
+/* sum_g sc_g * sum_16 (q6 - 32) * q8, with the -32 folded in through bsums. */
+T_512_INLINE int32_t q6k_dot(const q6k_dec *d, const blk_q8_K *y) {
+    const __m256i bs = _mm256_loadu_si256((const __m256i *)y->bsums);
+    const __m256i off = _mm256_sub_epi32(_mm256_setzero_si256(),
+                                         _mm256_slli_epi32(_mm256_madd_epi16(d->sc16, bs), 5));
+    __m512i acc = _mm512_inserti64x4(_mm512_setzero_si512(), off, 0);
+    _Pragma("GCC unroll 4")
+    for (int c = 0; c < 4; c++)
+        acc = _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(d->u[c], _mm512_loadu_si512(y->qs + 64 * c)),
+                                  d->sc[c]);
     return hsum_i32_512(acc);
 }
 
-T_512 void kavx512_vec_dot_q6_K(int64_t n, float *s, const void *vx, const void *vy) {
+T_512_INLINE void q6_K_rows(int64_t n, float *s, size_t ss, const void *vx, const void *y,
+                            size_t ys, int nr) {
     const blk_q6_K *x = vx;
-    const blk_q8_K *y = vy;
-    float sumf = 0;
-    for (int64_t b = 0; b < n / QK_K; b++)
-        sumf = fmaf(f16_load(x[b].d) * y[b].d, (float)q6k_block(&x[b], &y[b]), sumf);
-    *s = sumf;
+    float sumf[KERN_ROWS_MAX] = {0};
+    for (int64_t b = 0; b < n / QK_K; b++) {
+        q6k_dec dec;
+        q6k_decode(&x[b], &dec);
+        const float xd = f16_load(x[b].d);
+        ROWS_LOOP
+        for (int r = 0; r < nr; r++) {
+            const blk_q8_K *yr = YROW(blk_q8_K, y, ys, r) + b;
+            sumf[r] = fmaf(xd * yr->d, (float)q6k_dot(&dec, yr), sumf[r]);
+        }
+    }
+    ROWS_LOOP
+    for (int r = 0; r < nr; r++) s[r * ss] = sumf[r];
+}
+
+T_512 void kavx512_vec_dot_q6_K(int64_t n, float *s, const void *x, const void *y) {
+    q6_K_rows(n, s, 0, x, y, 0, 1);
+}
+T_512 void kavx512_rows_q6_K(int64_t n, float *s, size_t ss, const void *x, const void *y,
+                             size_t ys, int nr) {
+    ROWS_SWITCH(q6_K_rows, n, s, ss, x, y, ys, nr)
 }

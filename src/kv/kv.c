@@ -26,15 +26,6 @@ struct kv_pool {
     uint64_t map_mask;
 };
 
-size_t kv_dtype_bytes(int dtype) {
-    switch (dtype) {
-    case GGUF_DT_F32: return 4;
-    case GGUF_DT_F16: return 2;
-    case GGUF_DT_BF16: return 2;
-    default: return 0;
-    }
-}
-
 static bool alloc_prefix_state(kv_pool *p) {
     size_t n = (size_t)p->cfg.n_blocks;
     size_t cap = 16;
@@ -68,9 +59,17 @@ static void free_arrays(kv_pool *p) {
 }
 
 kv_pool *kv_pool_create(const kv_pool_config *cfg, kvl_error *err) {
-    size_t es = kv_dtype_bytes(cfg->dtype);
-    if (!es) {
-        kvl_fail(err, "kv: unsupported KV dtype %s", gguf_dtype_name(cfg->dtype));
+    int dt_v = cfg->split_v ? cfg->dtype_v : cfg->dtype;
+    if (!kv_row_bytes(cfg->dtype, 32) || !kv_row_bytes(dt_v, 32)) {
+        kvl_fail(err, "kv: %s is not a KV cache type (f32, f16, bf16, q8_0, fp8)",
+                 kv_dtype_name(kv_row_bytes(cfg->dtype, 32) ? dt_v : cfg->dtype));
+        return NULL;
+    }
+    int64_t kn = (int64_t)cfg->n_kv_heads * cfg->head_dim_k, vn = (int64_t)cfg->n_kv_heads * cfg->head_dim_v;
+    size_t k_row = kv_row_bytes(cfg->dtype, kn), v_row = vn ? kv_row_bytes(dt_v, vn) : 0;
+    if (!k_row || (vn && !v_row)) {
+        kvl_fail(err, "kv: a %s row of %lld values cannot be stored as %s (q8_0 needs a multiple of 32)",
+                 k_row ? "V" : "K", (long long)(k_row ? vn : kn), kv_dtype_name(k_row ? dt_v : cfg->dtype));
         return NULL;
     }
     if (cfg->n_layers <= 0 || cfg->n_kv_heads <= 0 || cfg->head_dim_k <= 0 || cfg->head_dim_v < 0 ||
@@ -83,8 +82,8 @@ kv_pool *kv_pool_create(const kv_pool_config *cfg, kvl_error *err) {
     kv_pool *p = calloc(1, sizeof *p);
     if (!p) goto fail_oom;
     p->cfg = *cfg;
-    p->k_row = (size_t)cfg->n_kv_heads * cfg->head_dim_k * es;
-    p->v_row = (size_t)cfg->n_kv_heads * cfg->head_dim_v * es;
+    p->k_row = k_row;
+    p->v_row = v_row;
     p->layer_bytes = (p->k_row + p->v_row) * cfg->block_size;
     p->block_bytes = p->layer_bytes * cfg->n_layers;
     size_t total;
@@ -117,6 +116,7 @@ void kv_pool_destroy(kv_pool *p) {
 }
 
 const kv_pool_config *kv_pool_cfg(const kv_pool *p) { return &p->cfg; }
+int kv_pool_dtype_v(const kv_pool *p) { return p->cfg.split_v ? p->cfg.dtype_v : p->cfg.dtype; }
 size_t kv_pool_block_bytes(const kv_pool *p) { return p->block_bytes; }
 size_t kv_pool_k_row_bytes(const kv_pool *p) { return p->k_row; }
 size_t kv_pool_v_row_bytes(const kv_pool *p) { return p->v_row; }

@@ -12,13 +12,27 @@
 #include "../base/base.h"
 #include "../gguf/gguf.h"
 
+/* KV storage types: ggml's F32, F16, BF16, Q8_0 (blocks of 32 int8 with an f16
+ * scale, along each token's K or V row), plus FP8 E4M3, one byte per value with
+ * a static scale of 1 (vLLM's default fp8 cache: values saturate at +-448). */
+#define KV_DT_FP8_E4M3 64
+
+bool kv_dtype_parse(const char *name, int *dtype); /* "f32" "f16" "bf16" "q8_0" "fp8" */
+const char *kv_dtype_name(int dtype);
+/* Bytes of a row of n values; 0 if the type is not a KV type or n does not fit its blocks. */
+size_t kv_row_bytes(int dtype, int64_t n);
+void kv_row_store(int dtype, const float *src, void *dst, int64_t n);
+void kv_row_load(int dtype, const void *src, float *dst, int64_t n);
+
 typedef struct kv_pool_config {
     int n_layers;
     int n_kv_heads;
     int head_dim_k;   /* per-head K width (for MLA: the latent + rope width) */
     int head_dim_v;   /* per-head V width (0: V is not stored separately) */
     int block_size;   /* tokens per block */
-    int dtype;        /* gguf_dtype of stored K/V: F32 or F16 */
+    int dtype;        /* storage type of K (and of V unless split_v) */
+    bool split_v;     /* V stored as dtype_v instead of dtype */
+    int dtype_v;
     int64_t n_blocks; /* blocks in the pool */
 } kv_pool_config;
 
@@ -115,7 +129,9 @@ kv_usage kv_seq_usage(const kv_pool *p, const kv_seq *s, int64_t n_tokens);
 /* Adds b into a (sums over KV groups). */
 void kv_usage_add(kv_usage *a, const kv_usage *b);
 
-/* Bytes per element of a KV dtype (F32 4, F16 2, BF16 2); 0 if unsupported. */
+/* Bytes per element of a plain KV dtype (F32 4, F16 2, BF16 2, FP8 1); 0 for block types. */
 size_t kv_dtype_bytes(int dtype);
+/* The V storage type of a pool. */
+int kv_pool_dtype_v(const kv_pool *p);
 
 #endif

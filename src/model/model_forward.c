@@ -58,18 +58,11 @@ static void kv_store(kv_pool *kv, const kv_seq *s, int slot, int32_t pos, const 
     const kv_pool_config *c = kv_pool_cfg(kv);
     int32_t blk = s->blocks[pos / c->block_size];
     int row = pos % c->block_size;
-    size_t kb = kv_pool_k_row_bytes(kv), vb = kv_pool_v_row_bytes(kv);
     int64_t kn = (int64_t)c->n_kv_heads * c->head_dim_k, vn = (int64_t)c->n_kv_heads * c->head_dim_v;
-    uint8_t *kr = (uint8_t *)kv_block_k(kv, blk, slot) + row * kb;
-    uint8_t *vr = (uint8_t *)kv_block_v(kv, blk, slot) + row * vb;
-    if (c->dtype == GGUF_DT_F32) {
-        memcpy(kr, k, kn * sizeof(float));
-        if (vn) memcpy(vr, v, vn * sizeof(float));
-    } else {
-        const kern_traits *tr = kern_traits_of(c->dtype);
-        tr->from_float(k, kr, kn);
-        if (vn) tr->from_float(v, vr, vn);
-    }
+    kv_row_store(c->dtype, k, (uint8_t *)kv_block_k(kv, blk, slot) + row * kv_pool_k_row_bytes(kv), kn);
+    if (vn)
+        kv_row_store(kv_pool_dtype_v(kv), v,
+                     (uint8_t *)kv_block_v(kv, blk, slot) + row * kv_pool_v_row_bytes(kv), vn);
 }
 
 /* Attention for every (token, head) of the ubatch, q rows of q_stride floats,
@@ -85,7 +78,8 @@ static void attention(const fwd_ctx *c, const layer_weights *L, const attn_args 
         op_attend_head(a, seq_table(c, t, L->kv_group), c->b->pos[c->t0 + t], (int)(h / group),
                        q + t * q_stride + h * a->dk, out + t * out_stride + h * a->dv,
                        m->scores + (size_t)tid * m->mp.max_ctx,
-                       m->qconv + (size_t)tid * (m->hp.head_dim_k + 64));
+                       m->qconv + (size_t)tid * (m->hp.head_dim_k + 64),
+                       m->rowbuf + (size_t)tid * m->rowbuf_len);
     }
 }
 

@@ -58,6 +58,8 @@ struct model {
     float *mla_a, *mla_b;       /* MLA per-head gather buffers */
     float *scores;              /* [n_threads_max][max_ctx] */
     float *qconv;               /* [n_threads_max][dk + 64] scratch for q conversion */
+    float *rowbuf;              /* [n_threads_max][rowbuf_len] widened KV rows */
+    int64_t rowbuf_len;
     void *work;                 /* matmul activation quantization */
     float *logit_rows;          /* [max_ubatch][E] normed rows to project */
 };
@@ -84,7 +86,8 @@ typedef struct attn_args {
     float softcap;     /* 0: off; else scores = softcap * tanh(scores / softcap) */
     int32_t window;    /* 0: full causal; else positions (pos - window, pos] */
 } attn_args;
+/* scores: pos+1 floats; qtmp: dk+64 floats; rowbuf: one K or V row (all heads) in f32. */
 void op_attend_head(const attn_args *a, const kv_seq *s, int32_t pos, int kvh, const float *q,
-                    float *out, float *scores, void *qtmp);
+                    float *out, float *scores, void *qtmp, float *rowbuf);
 
 #endif

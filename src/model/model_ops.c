@@ -81,23 +81,38 @@ static const uint8_t *kv_row(const kv_pool *kv, const kv_seq *s, int slot, int32
     return base + (j % c->block_size) * (v ? kv_pool_v_row_bytes(kv) : kv_pool_k_row_bytes(kv));
 }
 
-void op_attend_head(const attn_args *a, const kv_seq *s, int32_t pos, int kvh, const float *q,
-                    float *out, float *scores, void *qtmp) {
+/* Pointer to head kvh's K (or V) values of position j, converted to f32 into
+ * rowbuf unless the type allows reading a head's slice in place (f32, f16). */
+static const void *kv_head(const attn_args *a, const kv_seq *s, int32_t j, int kvh, bool v,
+                           float *rowbuf) {
     const kv_pool_config *c = kv_pool_cfg(a->kv);
-    const kern_traits *tr = kern_traits_of(c->dtype);
-    size_t es = kv_dtype_bytes(c->dtype);
-    /* Like ggml's mul_mat, q is converted to the cache's dot type (f16 cache: f16 q). */
+    bool from_k = !v || a->v_in_k;
+    int dtype = from_k ? c->dtype : kv_pool_dtype_v(a->kv);
+    int64_t width = from_k ? a->dk : a->dv;
+    const uint8_t *row = kv_row(a->kv, s, a->slot, j, !from_k);
+    if (dtype == GGUF_DT_F32 || dtype == GGUF_DT_F16)
+        return row + (size_t)kvh * width * kv_dtype_bytes(dtype);
+    kv_row_load(dtype, row, rowbuf, (int64_t)c->n_kv_heads * width);
+    return rowbuf + kvh * width;
+}
+
+void op_attend_head(const attn_args *a, const kv_seq *s, int32_t pos, int kvh, const float *q,
+                    float *out, float *scores, void *qtmp, float *rowbuf) {
+    const kv_pool_config *c = kv_pool_cfg(a->kv);
+    /* Like ggml's mul_mat, q is converted to the cache's dot type (f16 cache: f16 q);
+     * other cache types are widened to f32 row by row. */
+    int kdt = c->dtype == GGUF_DT_F16 ? GGUF_DT_F16 : GGUF_DT_F32;
+    const kern_traits *tr = kern_traits_of(kdt);
     const void *qd = q;
-    if (c->dtype != GGUF_DT_F32) {
+    if (kdt == GGUF_DT_F16) {
         tr->from_float(q, qtmp, a->dk);
         qd = qtmp;
     }
     int32_t first = a->window > 0 && pos - a->window + 1 > 0 ? pos - a->window + 1 : 0;
     float maxv = -INFINITY;
     for (int32_t j = first; j <= pos; j++) {
-        const uint8_t *kr = kv_row(a->kv, s, a->slot, j, false) + (size_t)kvh * a->dk * es;
         float d;
-        tr->vec_dot(a->dk, &d, kr, qd);
+        tr->vec_dot(a->dk, &d, kv_head(a, s, j, kvh, false, rowbuf), qd);
         d *= a->scale;
         if (a->softcap > 0) d = a->softcap * tanhf(d / a->softcap);
         scores[j] = d;
@@ -110,17 +125,17 @@ void op_attend_head(const attn_args *a, const kv_seq *s, int32_t pos, int kvh, c
         sum += e;
     }
     float inv = (float)(1.0 / sum);
+    bool v_f16 = (a->v_in_k ? c->dtype : kv_pool_dtype_v(a->kv)) == GGUF_DT_F16;
     memset(out, 0, a->dv * sizeof *out);
     for (int32_t j = first; j <= pos; j++) {
-        const uint8_t *vr = a->v_in_k ? kv_row(a->kv, s, a->slot, j, false) + (size_t)kvh * a->dk * es
-                                      : kv_row(a->kv, s, a->slot, j, true) + (size_t)kvh * a->dv * es;
+        const void *vr = kv_head(a, s, j, kvh, true, rowbuf);
         float p = scores[j] * inv;
-        if (c->dtype == GGUF_DT_F32) {
-            const float *vf = (const float *)vr;
-            for (int64_t d = 0; d < a->dv; d++) out[d] += p * vf[d];
-        } else {
-            const kvl_f16 *vh = (const kvl_f16 *)vr;
+        if (v_f16) {
+            const kvl_f16 *vh = vr;
             for (int64_t d = 0; d < a->dv; d++) out[d] += p * kvl_f16_to_f32(vh[d]);
+        } else {
+            const float *vf = vr;
+            for (int64_t d = 0; d < a->dv; d++) out[d] += p * vf[d];
         }
     }
 }

@@ -1,0 +1,99 @@
+/* KV storage types: row sizes and conversions. ggml types go through the
+ * kernels' tables; FP8 E4M3 (OCP format: 1 sign, 4 exponent bits with bias 7,
+ * 3 mantissa bits, no infinities, max 448) is converted here. */
+#include <math.h>
+#include <string.h>
+
+#include "../kernels/kernels.h"
+#include "kv.h"
+
+static const struct {
+    const char *name;
+    int dtype;
+} KV_TYPES[] = {
+    {"f32", GGUF_DT_F32}, {"f16", GGUF_DT_F16}, {"bf16", GGUF_DT_BF16},
+    {"q8_0", GGUF_DT_Q8_0}, {"fp8", KV_DT_FP8_E4M3},
+};
+
+bool kv_dtype_parse(const char *name, int *dtype) {
+    for (size_t i = 0; i < sizeof KV_TYPES / sizeof KV_TYPES[0]; i++)
+        if (strcmp(name, KV_TYPES[i].name) == 0 || (strcmp(name, "fp8_e4m3") == 0 && i == 4)) {
+            *dtype = KV_TYPES[i].dtype;
+            return true;
+        }
+    return false;
+}
+
+const char *kv_dtype_name(int dtype) {
+    for (size_t i = 0; i < sizeof KV_TYPES / sizeof KV_TYPES[0]; i++)
+        if (KV_TYPES[i].dtype == dtype) return KV_TYPES[i].name;
+    return "unknown";
+}
+
+size_t kv_dtype_bytes(int dtype) {
+    switch (dtype) {
+    case GGUF_DT_F32: return 4;
+    case GGUF_DT_F16: return 2;
+    case GGUF_DT_BF16: return 2;
+    case KV_DT_FP8_E4M3: return 1;
+    default: return 0;
+    }
+}
+
+size_t kv_row_bytes(int dtype, int64_t n) {
+    if (n < 0) return 0;
+    if (kv_dtype_bytes(dtype)) return kv_dtype_bytes(dtype) * (size_t)n;
+    if (dtype == GGUF_DT_Q8_0 && n % QK8_0 == 0) return kern_row_bytes(dtype, n);
+    return 0;
+}
+
+/* float -> E4M3, round to nearest even, saturating at +-448 (NaN -> 0x7f). */
+static uint8_t fp8_encode(float f) {
+    if (isnan(f)) return 0x7f;
+    uint8_t sign = signbit(f) ? 0x80 : 0;
+    float a = fabsf(f);
+    if (a >= 448.0f) return sign | 0x7e;
+    if (a < 0.0009765625f) { /* below half the smallest subnormal (2^-9): zero */
+        return sign;
+    }
+    int e;
+    frexpf(a, &e); /* a = m * 2^e, m in [0.5, 1) */
+    int exp = e - 1 + 7; /* biased exponent of a in [1, 2) form */
+    float step = exp <= 0 ? ldexpf(1.0f, -9) : ldexpf(1.0f, e - 1 - 3); /* spacing of representable values */
+    float q = nearbyintf(a / step) * step;
+    if (q >= 448.0f) return sign | 0x7e;
+    frexpf(q, &e);
+    exp = e - 1 + 7;
+    if (exp <= 0) return sign | (uint8_t)(q / ldexpf(1.0f, -9)); /* subnormal: mantissa counts 2^-9 */
+    uint8_t mant = (uint8_t)(q / ldexpf(1.0f, e - 1 - 3)) - 8;
+    return sign | (uint8_t)(exp << 3) | mant;
+}
+
+static float fp8_decode(uint8_t b) {
+    int exp = (b >> 3) & 15, mant = b & 7;
+    float v = exp == 0 ? ldexpf((float)mant, -9) : ldexpf((float)(8 + mant), exp - 7 - 3);
+    if ((b & 0x7f) == 0x7f) v = NAN;
+    return b & 0x80 ? -v : v;
+}
+
+void kv_row_store(int dtype, const float *src, void *dst, int64_t n) {
+    if (dtype == GGUF_DT_F32) {
+        memcpy(dst, src, (size_t)n * sizeof(float));
+    } else if (dtype == KV_DT_FP8_E4M3) {
+        uint8_t *d = dst;
+        for (int64_t i = 0; i < n; i++) d[i] = fp8_encode(src[i]);
+    } else {
+        kern_traits_of(dtype)->from_float(src, dst, n);
+    }
+}
+
+void kv_row_load(int dtype, const void *src, float *dst, int64_t n) {
+    if (dtype == GGUF_DT_F32) {
+        memcpy(dst, src, (size_t)n * sizeof(float));
+    } else if (dtype == KV_DT_FP8_E4M3) {
+        const uint8_t *s = src;
+        for (int64_t i = 0; i < n; i++) dst[i] = fp8_decode(s[i]);
+    } else {
+        kern_traits_of(dtype)->to_float(src, dst, n);
+    }
+}
