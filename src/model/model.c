@@ -326,14 +326,10 @@ static bool alloc_scratch(model *m, kvl_error *err) {
     m->att = kvl_calloc(U * od, sizeof(float));
     m->ff_gate = kvl_calloc(U * hp->n_ff, sizeof(float));
     m->ff_up = kvl_calloc(U * hp->n_ff, sizeof(float));
-    m->scores = kvl_calloc((size_t)m->n_threads_max * m->mp.max_ctx, sizeof(float));
-    m->qconv = kvl_calloc((size_t)m->n_threads_max * (hp->head_dim_k + 64), sizeof(float));
-    m->rowbuf_len = kd > vd ? kd : vd;
-    m->rowbuf = kvl_calloc((size_t)m->n_threads_max * m->rowbuf_len, sizeof(float));
     m->work = kvl_alloc(max_work_bytes(m, U));
     m->logit_rows = kvl_calloc(U * E, sizeof(float));
     if (!m->x || !m->xb || !m->xb2 || !m->q || !m->k || !m->v || !m->att || !m->ff_gate ||
-        !m->ff_up || !m->scores || !m->qconv || !m->rowbuf || !m->work || !m->logit_rows)
+        !m->ff_up || !m->work || !m->logit_rows)
         return kvl_fail(err, "model: cannot allocate scratch for %lld tokens", (long long)U);
     return true;
 }
@@ -362,7 +358,7 @@ void model_destroy(model *m) {
     if (!m) return;
     free(m->layers);
     float *bufs[] = {m->x, m->xb, m->xb2, m->q, m->k, m->v, m->att, m->ff_gate, m->ff_up,
-                     m->scores, m->qconv, m->rowbuf, m->logit_rows, m->mla_a, m->mla_b};
+                     m->attn_scratch, m->logit_rows, m->mla_a, m->mla_b};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) kvl_free(bufs[i]);
     kvl_free(m->work);
     gguf_close(m->gguf);

@@ -65,21 +65,40 @@ static void kv_store(kv_pool *kv, const kv_seq *s, int slot, int32_t pos, const 
                      (uint8_t *)kv_block_v(kv, blk, slot) + row * kv_pool_v_row_bytes(kv), vn);
 }
 
-/* Attention for every (token, head) of the ubatch, q rows of q_stride floats,
- * outputs of out_stride floats per token. */
+/* Grows the per-thread attention scratch to what the pools need; this happens
+ * on the first forward with a given pool layout, not per token. */
+static bool ensure_attn_scratch(model *m, kv_pool *const *pools, kvl_error *err) {
+    const model_hparams *hp = &m->hp;
+    size_t need = 0;
+    for (int g = 0; g < m->n_groups; g++) {
+        size_t n = op_attend_scratch_floats(kv_pool_cfg(pools[g]), (int)(hp->n_head / hp->n_head_kv),
+                                            hp->head_dim_k, hp->head_dim_v, m->mp.max_ctx);
+        need = n > need ? n : need;
+    }
+    if (need <= m->attn_scratch_len) return true;
+    kvl_free(m->attn_scratch);
+    m->attn_scratch = kvl_calloc((size_t)m->n_threads_max * need, sizeof(float));
+    m->attn_scratch_len = m->attn_scratch ? need : 0;
+    return m->attn_scratch ? true : kvl_fail(err, "model: out of memory for attention scratch");
+}
+
+/* Attention for every (token, KV head) of the ubatch: q rows of q_stride floats
+ * per token (heads a->dk apart), outputs of out_stride floats (heads a->dv apart). */
 static void attention(const fwd_ctx *c, const layer_weights *L, const attn_args *a, const float *q,
                       int64_t q_stride, float *out, int64_t out_stride) {
     model *m = c->m;
-    int64_t H = m->hp.n_head, group = m->hp.n_head / m->hp.n_head_kv, total = c->n * H;
-#pragma omp parallel for schedule(dynamic, 4)
+    int64_t G = m->hp.n_head / m->hp.n_head_kv, n_kv = m->hp.n_head_kv, total = c->n * n_kv;
+    /* Waking the thread team costs microseconds: only worth it for real work. */
+    double macs = 0;
+    for (int64_t t = 0; t < c->n; t++) macs += (double)(c->b->pos[c->t0 + t] + 1);
+    macs *= (double)m->hp.n_head * (double)(a->dk + a->dv);
+#pragma omp parallel for schedule(dynamic, 1) if (macs >= 65536.0 && total > 1)
     for (int64_t w = 0; w < total; w++) {
-        int64_t t = w / H, h = w % H;
-        int tid = omp_get_thread_num();
-        op_attend_head(a, seq_table(c, t, L->kv_group), c->b->pos[c->t0 + t], (int)(h / group),
-                       q + t * q_stride + h * a->dk, out + t * out_stride + h * a->dv,
-                       m->scores + (size_t)tid * m->mp.max_ctx,
-                       m->qconv + (size_t)tid * (m->hp.head_dim_k + 64),
-                       m->rowbuf + (size_t)tid * m->rowbuf_len);
+        int64_t t = w / n_kv, g = w % n_kv;
+        float *scratch = m->attn_scratch + (size_t)omp_get_thread_num() * m->attn_scratch_len;
+        op_attend_group(a, seq_table(c, t, L->kv_group), c->b->pos[c->t0 + t], (int)g, (int)G,
+                        q + t * q_stride + g * G * a->dk, a->dk, out + t * out_stride + g * G * a->dv,
+                        a->dv, scratch);
     }
 }
 
@@ -236,7 +255,7 @@ static int64_t project_logits(fwd_ctx *c, float *logits) {
 
 bool model_forward(model *m, kv_pool *const *pools, const model_batch *b, float *logits,
                    kvl_error *err) {
-    if (!check_batch(m, pools, b, err)) return false;
+    if (!check_batch(m, pools, b, err) || !ensure_attn_scratch(m, pools, err)) return false;
     int64_t out_rows = 0;
     for (int64_t t0 = 0; t0 < b->n_tokens; t0 += m->mp.max_ubatch) {
         fwd_ctx c = {.m = m, .pools = pools, .b = b, .t0 = t0,

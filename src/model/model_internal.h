@@ -56,10 +56,8 @@ struct model {
     int n_threads_max;
     float *x, *xb, *xb2, *q, *k, *v, *att, *ff_gate, *ff_up;
     float *mla_a, *mla_b;       /* MLA per-head gather buffers */
-    float *scores;              /* [n_threads_max][max_ctx] */
-    float *qconv;               /* [n_threads_max][dk + 64] scratch for q conversion */
-    float *rowbuf;              /* [n_threads_max][rowbuf_len] widened KV rows */
-    int64_t rowbuf_len;
+    float *attn_scratch;        /* [n_threads_max][attn_scratch_len], sized for the pools in use */
+    size_t attn_scratch_len;
     void *work;                 /* matmul activation quantization */
     float *logit_rows;          /* [max_ubatch][E] normed rows to project */
 };
@@ -86,8 +84,13 @@ typedef struct attn_args {
     float softcap;     /* 0: off; else scores = softcap * tanh(scores / softcap) */
     int32_t window;    /* 0: full causal; else positions (pos - window, pos] */
 } attn_args;
-/* scores: pos+1 floats; qtmp: dk+64 floats; rowbuf: one K or V row (all heads) in f32. */
-void op_attend_head(const attn_args *a, const kv_seq *s, int32_t pos, int kvh, const float *q,
-                    float *out, float *scores, void *qtmp, float *rowbuf);
+/* Attention of the n_q query heads that share KV head kvh, for one token at pos:
+ * each block's K and V slice is widened once and used by all n_q heads. q rows
+ * are q_stride apart, outputs out_stride apart. scratch holds
+ * op_attend_scratch_floats(...) floats. */
+void op_attend_group(const attn_args *a, const kv_seq *s, int32_t pos, int kvh, int n_q,
+                     const float *q, int64_t q_stride, float *out, int64_t out_stride,
+                     float *scratch);
+size_t op_attend_scratch_floats(const kv_pool_config *c, int n_q, int64_t dk, int64_t dv, int64_t max_ctx);
 
 #endif

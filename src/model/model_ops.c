@@ -74,68 +74,98 @@ void op_gelu_mul(float *g, const float *u, int64_t n) {
     }
 }
 
-static const uint8_t *kv_row(const kv_pool *kv, const kv_seq *s, int slot, int32_t j, bool v) {
-    const kv_pool_config *c = kv_pool_cfg(kv);
-    int32_t blk = s->blocks[j / c->block_size];
-    const uint8_t *base = v ? kv_block_v_const(kv, blk, slot) : kv_block_k_const(kv, blk, slot);
-    return base + (j % c->block_size) * (v ? kv_pool_v_row_bytes(kv) : kv_pool_k_row_bytes(kv));
-}
-
-/* Pointer to head kvh's K (or V) values of position j, converted to f32 into
- * rowbuf unless the type allows reading a head's slice in place (f32, f16). */
-static const void *kv_head(const attn_args *a, const kv_seq *s, int32_t j, int kvh, bool v,
-                           float *rowbuf) {
+/* Widens rows [r0, r1) of block blk's K (or V) values of kv head kvh into dst
+ * (rows of `width` floats). rowbuf holds one full row for types that can only be
+ * decoded a whole row at a time (q8_0 blocks span heads). */
+static void load_block_head(const attn_args *a, int32_t blk, int r0, int r1, int kvh, bool v,
+                            float *dst, float *rowbuf) {
     const kv_pool_config *c = kv_pool_cfg(a->kv);
     bool from_k = !v || a->v_in_k;
     int dtype = from_k ? c->dtype : kv_pool_dtype_v(a->kv);
-    int64_t width = from_k ? a->dk : a->dv;
-    const uint8_t *row = kv_row(a->kv, s, a->slot, j, !from_k);
-    if (dtype == GGUF_DT_F32 || dtype == GGUF_DT_F16)
-        return row + (size_t)kvh * width * kv_dtype_bytes(dtype);
-    kv_row_load(dtype, row, rowbuf, (int64_t)c->n_kv_heads * width);
-    return rowbuf + kvh * width;
-}
-
-void op_attend_head(const attn_args *a, const kv_seq *s, int32_t pos, int kvh, const float *q,
-                    float *out, float *scores, void *qtmp, float *rowbuf) {
-    const kv_pool_config *c = kv_pool_cfg(a->kv);
-    /* Like ggml's mul_mat, q is converted to the cache's dot type (f16 cache: f16 q);
-     * other cache types are widened to f32 row by row. */
-    int kdt = c->dtype == GGUF_DT_F16 ? GGUF_DT_F16 : GGUF_DT_F32;
-    const kern_traits *tr = kern_traits_of(kdt);
-    const void *qd = q;
-    if (kdt == GGUF_DT_F16) {
-        tr->from_float(q, qtmp, a->dk);
-        qd = qtmp;
-    }
-    int32_t first = a->window > 0 && pos - a->window + 1 > 0 ? pos - a->window + 1 : 0;
-    float maxv = -INFINITY;
-    for (int32_t j = first; j <= pos; j++) {
-        float d;
-        tr->vec_dot(a->dk, &d, kv_head(a, s, j, kvh, false, rowbuf), qd);
-        d *= a->scale;
-        if (a->softcap > 0) d = a->softcap * tanhf(d / a->softcap);
-        scores[j] = d;
-        if (d > maxv) maxv = d;
-    }
-    double sum = 0;
-    for (int32_t j = first; j <= pos; j++) {
-        float e = expf(scores[j] - maxv);
-        scores[j] = e;
-        sum += e;
-    }
-    float inv = (float)(1.0 / sum);
-    bool v_f16 = (a->v_in_k ? c->dtype : kv_pool_dtype_v(a->kv)) == GGUF_DT_F16;
-    memset(out, 0, a->dv * sizeof *out);
-    for (int32_t j = first; j <= pos; j++) {
-        const void *vr = kv_head(a, s, j, kvh, true, rowbuf);
-        float p = scores[j] * inv;
-        if (v_f16) {
-            const kvl_f16 *vh = vr;
-            for (int64_t d = 0; d < a->dv; d++) out[d] += p * kvl_f16_to_f32(vh[d]);
+    int64_t stride = from_k ? a->dk : a->dv, width = v ? a->dv : a->dk;
+    size_t row_bytes = from_k ? kv_pool_k_row_bytes(a->kv) : kv_pool_v_row_bytes(a->kv);
+    const uint8_t *base = from_k ? kv_block_k_const(a->kv, blk, a->slot) : kv_block_v_const(a->kv, blk, a->slot);
+    size_t es = kv_dtype_bytes(dtype);
+    for (int r = r0; r < r1; r++) {
+        const uint8_t *row = base + (size_t)r * row_bytes;
+        float *d = dst + (size_t)(r - r0) * width;
+        if (es) { /* plain types: the head's slice converts on its own */
+            kv_row_load(dtype, row + (size_t)kvh * stride * es, d, width);
         } else {
-            const float *vf = vr;
-            for (int64_t d = 0; d < a->dv; d++) out[d] += p * vf[d];
+            kv_row_load(dtype, row, rowbuf, (int64_t)c->n_kv_heads * stride);
+            memcpy(d, rowbuf + kvh * stride, width * sizeof(float));
         }
     }
+}
+
+/* Dot product with 8 independent partial sums (a fixed order, and short
+ * dependency chains so the compiler can vectorise it). */
+static inline float dot8(const float *x, const float *y, int64_t n) {
+    float acc[8] = {0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int l = 0; l < 8; l++) acc[l] += x[i + l] * y[i + l];
+    for (; i < n; i++) acc[i & 7] += x[i] * y[i];
+    return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+}
+
+void op_attend_group(const attn_args *a, const kv_seq *s, int32_t pos, int kvh, int n_q,
+                     const float *q, int64_t q_stride, float *out, int64_t out_stride,
+                     float *scratch) {
+    const kv_pool_config *c = kv_pool_cfg(a->kv);
+    int bs = c->block_size;
+    int64_t dk = a->dk, dv = a->dv, n_ctx = pos + 1;
+    float *qr = scratch;                  /* [n_q][dk] queries as the cache's dot type sees them */
+    float *kbuf = qr + n_q * dk;          /* [bs][max(dk, dv)] one block's widened K or V */
+    float *rowbuf = kbuf + bs * (dk > dv ? dk : dv);
+    float *scores = rowbuf + c->n_kv_heads * (dk > dv ? dk : dv); /* [n_q][n_ctx] */
+    /* Like ggml's mul_mat against an f16 cache, q is rounded to f16 first. */
+    for (int h = 0; h < n_q; h++) {
+        const float *qh = q + h * q_stride;
+        for (int64_t i = 0; i < dk; i++)
+            qr[h * dk + i] = c->dtype == GGUF_DT_F16 ? kvl_f16_to_f32(kvl_f32_to_f16(qh[i])) : qh[i];
+    }
+    int32_t first = a->window > 0 && pos - a->window + 1 > 0 ? pos - a->window + 1 : 0;
+    for (int32_t j0 = first; j0 <= pos;) {
+        int r0 = j0 % bs, r1 = (pos - j0 + r0 + 1) < bs ? pos - j0 + r0 + 1 : bs;
+        load_block_head(a, s->blocks[j0 / bs], r0, r1, kvh, false, kbuf, rowbuf);
+        for (int h = 0; h < n_q; h++)
+            for (int r = r0; r < r1; r++) {
+                float d = dot8(qr + h * dk, kbuf + (r - r0) * dk, dk) * a->scale;
+                if (a->softcap > 0) d = a->softcap * tanhf(d / a->softcap);
+                scores[h * n_ctx + j0 + (r - r0)] = d;
+            }
+        j0 += r1 - r0;
+    }
+    for (int h = 0; h < n_q; h++) {
+        float *sc = scores + h * n_ctx, maxv = -INFINITY;
+        for (int32_t j = first; j <= pos; j++) maxv = sc[j] > maxv ? sc[j] : maxv;
+        double sum = 0;
+        for (int32_t j = first; j <= pos; j++) {
+            sc[j] = expf(sc[j] - maxv);
+            sum += sc[j];
+        }
+        float inv = (float)(1.0 / sum);
+        for (int32_t j = first; j <= pos; j++) sc[j] *= inv;
+        memset(out + h * out_stride, 0, dv * sizeof(float));
+    }
+    for (int32_t j0 = first; j0 <= pos;) {
+        int r0 = j0 % bs, r1 = (pos - j0 + r0 + 1) < bs ? pos - j0 + r0 + 1 : bs;
+        load_block_head(a, s->blocks[j0 / bs], r0, r1, kvh, true, kbuf, rowbuf);
+        for (int h = 0; h < n_q; h++) {
+            float *o = out + h * out_stride;
+            const float *sc = scores + h * n_ctx + j0 - r0;
+            for (int r = r0; r < r1; r++) {
+                const float *vr = kbuf + (r - r0) * dv;
+                float p = sc[r];
+                for (int64_t d = 0; d < dv; d++) o[d] += p * vr[d];
+            }
+        }
+        j0 += r1 - r0;
+    }
+}
+
+size_t op_attend_scratch_floats(const kv_pool_config *c, int n_q, int64_t dk, int64_t dv, int64_t max_ctx) {
+    int64_t w = dk > dv ? dk : dv;
+    return (size_t)(n_q * dk + c->block_size * w + c->n_kv_heads * w + n_q * max_ctx + 64);
 }
