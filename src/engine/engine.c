@@ -239,7 +239,7 @@ int64_t engine_submit(engine *e, const engine_request *r, kvl_error *err) {
     }
     for (int g = 0; g < MODEL_MAX_KV_GROUPS; g++) kv_seq_init(&s->kv[g]);
     tok_stream_init(&s->stream);
-    s->id = e->next_id++;
+    s->id = ++e->next_id; /* ids start at 1 so that 0 can mean "none" */
     s->state = SEQ_WAITING;
     s->hash_root = s->last_hash = kv_hash_root(r->cache_salt);
     s->stats.n_prompt = r->n_prompt;
@@ -520,6 +520,18 @@ static void drop_cancelled(engine *e) {
     }
 }
 
+/* Whether s should wait for its prefix leader to put the shared prompt blocks
+ * in the cache (leader queued or still prefilling them). */
+static bool leader_prefilling(const engine *e, const seq *s) {
+    if (!e->prefix_cache || s->req.prefix_leader <= 0 || s->n_computed > 0) return false;
+    int64_t want = (s->n_prompt - 1) / e->cfg.block_size; /* full blocks the follower can reuse */
+    for (int i = 0; i < e->n_running; i++) {
+        const seq *l = e->running[i];
+        if (l->id == s->req.prefix_leader) return l->n_hashed < want && l->n_computed < l->n_prompt;
+    }
+    return false; /* finished, or queued behind s (after a preemption): do not wait */
+}
+
 static void plan_step(engine *e, step_plan *p) {
     int64_t budget = e->cfg.max_batch_tokens;
     p->n_tokens = 0;
@@ -543,6 +555,7 @@ static void plan_step(engine *e, step_plan *p) {
     /* Admit waiting sequences while there is budget, room and memory. */
     while (e->waiting && budget > 0 && e->n_running < e->cfg.max_seqs) {
         seq *s = e->waiting;
+        if (leader_prefilling(e, s)) break; /* keeps FIFO order; the leader finishes first */
         prefix_attach(e, s);
         int64_t n = reserve_chunk(e, s, budget);
         if (n == 0) {

@@ -59,6 +59,11 @@ typedef struct engine_request {
     int top_logprobs;      /* alternatives per event, 0..20 */
     bool ignore_eos;
     const char *cache_salt; /* prefix-cache isolation key (copied); NULL: none */
+    /* For n > 1 completions of one prompt: the id of the request whose prompt
+     * this one shares (set 0 for none; ids start at 1). It is admitted only once
+     * the leader's full prompt blocks are in the prefix cache, so it reuses them
+     * instead of computing them again. */
+    int64_t prefix_leader;
     engine_event_fn on_event;
     void *user;
 } engine_request;

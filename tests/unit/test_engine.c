@@ -152,7 +152,65 @@ static void test_model(const char *path, int kv_dtype) {
     tok_vocab_destroy(v);
 }
 
+typedef struct shared_out {
+    collected c;
+    int64_t cached;
+} shared_out;
+
+static void on_event_shared(const engine_event *ev, void *user) {
+    shared_out *o = user;
+    on_event(ev, &o->c);
+    if (ev->finish) o->cached = ev->stats->n_cached_prompt;
+}
+
+/* n > 1: followers of a prefix leader reuse its prompt blocks and still produce
+ * exactly the leader's greedy ids. */
+static void test_prefix_leader(void) {
+    kvl_error err;
+    gguf_file *f = gguf_open("models/stories260K.gguf", &err);
+    tok_vocab *v = f ? tok_vocab_create(f, &err) : NULL;
+    model_params mp = {.max_ctx = 128, .max_ubatch = 64};
+    model *m = v ? model_load(f, &mp, &err) : NULL;
+    if (!m) {
+        fprintf(stderr, "prefix leader: %s\n", err.msg);
+        failures++;
+        return;
+    }
+    engine_config c;
+    engine_config_default(&c);
+    c.n_ctx = 128;
+    engine *e = engine_create(m, v, &c, &err);
+    int32_t prompt[40];
+    for (int i = 0; i < 40; i++) prompt[i] = 10 + (i * 37) % 400;
+    shared_out out[3];
+    memset(out, 0, sizeof out);
+    int64_t leader = 0;
+    for (int i = 0; i < 3; i++) {
+        engine_request r = {.prompt = prompt, .n_prompt = 40, .max_tokens = 20, .ignore_eos = true,
+                            .on_event = on_event_shared, .user = &out[i], .prefix_leader = leader};
+        sampler_params_default(&r.sampling);
+        r.sampling.temperature = 0;
+        int64_t id = engine_submit(e, &r, &err);
+        if (i == 0) leader = id;
+    }
+    while (engine_has_work(e)) engine_step(e, &err);
+    for (int i = 1; i < 3; i++) {
+        if (out[i].cached != 32 || out[i].c.n != out[0].c.n ||
+            memcmp(out[i].c.ids, out[0].c.ids, out[0].c.n * sizeof(int32_t)) != 0) {
+            fprintf(stderr, "prefix leader: follower %d cached %lld prompt tokens (want 32) or differs\n", i,
+                    (long long)out[i].cached);
+            failures++;
+        }
+    }
+    printf("prefix leader: followers reused %lld and %lld prompt tokens\n", (long long)out[1].cached,
+           (long long)out[2].cached);
+    engine_destroy(e);
+    model_destroy(m);
+    tok_vocab_destroy(v);
+}
+
 int main(void) {
+    test_prefix_leader();
     test_model("models/stories260K.gguf", GGUF_DT_F16);
     test_model("tests/data/golden/models/llama-gqa-bpe-q8_0.gguf", GGUF_DT_F32);
     test_model("tests/data/golden/models/qwen3-f32.gguf", GGUF_DT_F16);
