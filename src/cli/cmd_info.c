@@ -65,7 +65,12 @@ static int cmd_info_opts(const cli_opts *o) {
     const gguf_file *f = model_gguf(cm.m);
     int64_t counts[GGUF_DT_COUNT];
     count_types(f, counts);
-    size_t kv_tok_f16 = (size_t)(hp->n_layer * hp->n_head_kv * (hp->head_dim_k + hp->head_dim_v)) * 2;
+    size_t kv_tok_f16 = 0; /* what the pools store per token (MLA: latent + rope, no separate V) */
+    for (int g = 0; g < model_kv_n_groups(cm.m); g++) {
+        kv_pool_config kc;
+        model_kv_group_shape(cm.m, g, &kc, NULL);
+        kv_tok_f16 += (size_t)kc.n_layers * kc.n_kv_heads * (kc.head_dim_k + kc.head_dim_v) * 2;
+    }
     size_t kv_tok_f32 = kv_tok_f16 * 2;
     if (o->json) {
         cJSON *j = cJSON_CreateObject();
@@ -86,6 +91,10 @@ static int cmd_info_opts(const cli_opts *o) {
         cJSON_AddStringToObject(j, "rope_type", hp->rope_type == MODEL_ROPE_NEOX ? "neox" : "normal");
         cJSON_AddNumberToObject(j, "rms_eps", hp->rms_eps);
         cJSON_AddBoolToObject(j, "tied_output", hp->tied_output);
+        cJSON_AddNumberToObject(j, "sliding_window", (double)hp->n_swa);
+        cJSON_AddNumberToObject(j, "n_sliding_layers", (double)hp->n_swa_layers);
+        cJSON_AddStringToObject(j, "attention", hp->kv_lora_rank ? "mla" : hp->n_head_kv == 1 ? "mqa"
+                                                : hp->n_head_kv < hp->n_head ? "gqa" : "mha");
         cJSON_AddNumberToObject(j, "n_params", (double)hp->n_params);
         cJSON_AddNumberToObject(j, "weights_bytes", (double)hp->weights_bytes);
         cJSON_AddStringToObject(j, "tokenizer", tok_model_name(cm.vocab));
@@ -110,6 +119,12 @@ static int cmd_info_opts(const cli_opts *o) {
         printf("rope          %s, base %g, dims %lld%s\n", hp->rope_type == MODEL_ROPE_NEOX ? "neox" : "normal",
                hp->rope_base, (long long)hp->n_rot, hp->has_rope_freqs ? ", frequency factors" : "");
         printf("output        %s\n", hp->tied_output ? "tied to token_embd" : "separate");
+        if (hp->n_swa_layers)
+            printf("sliding window %lld tokens on %lld of %lld layers\n", (long long)hp->n_swa,
+                   (long long)hp->n_swa_layers, (long long)hp->n_layer);
+        if (hp->kv_lora_rank)
+            printf("MLA           kv_lora_rank %lld + rope %lld cached per token per layer\n",
+                   (long long)hp->kv_lora_rank, (long long)hp->n_rot);
         printf("tensor types ");
         for (int t = 0; t < GGUF_DT_COUNT; t++)
             if (counts[t]) printf(" %s x%lld", gguf_dtype_name(t), (long long)counts[t]);

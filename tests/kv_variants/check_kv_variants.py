@@ -5,8 +5,10 @@ allocation by the stated ratio and stays within a stated quality bound.
 Usage: check_kv_variants.py KVLLM_BIN REPO_ROOT
 """
 import json
+import os
 import subprocess
 import sys
+import tempfile
 
 kv, root = sys.argv[1], sys.argv[2]
 gemma = f"{root}/tests/data/golden/models/gemma3-swa-f32.gguf"
@@ -43,6 +45,28 @@ check(swa_l["blocks"] == swa_s["blocks"] <= cap,
       f"sliding group blocks flat: {swa_s['blocks']} after 40 tokens, {swa_l['blocks']} after {10 * W} (cap {cap})")
 check(full_l["blocks"] > full_s["blocks"],
       f"full-attention group grows: {full_s['blocks']} -> {full_l['blocks']} blocks")
+
+# 1b. Mistral-style sliding window on llama (attention.sliding_window on every layer):
+#     the golden llama model with the key added. Positions inside the window see the
+#     same context as without it, so their log-probabilities must be identical; later
+#     ones must differ; the KV stays at the window however long the generation.
+here = os.path.dirname(os.path.abspath(__file__))
+llama = f"{root}/tests/data/golden/models/llama-gqa-bpe-f32.gguf"
+swa_model = os.path.join(tempfile.mkdtemp(), "llama-swa8.gguf")
+subprocess.run([sys.executable, f"{here}/gguf_add_key.py", llama, swa_model, "llama.attention.sliding_window", "8"], check=True)
+ids = ",".join(str(10 + 7 * i) for i in range(24))
+def score(model):
+    p = subprocess.run([kv, "score", "-m", model, "--ids", ids, "--top-logprobs", "5", "--json", "--kv-type", "f32"],
+                       capture_output=True, text=True, check=True)
+    return [json.loads(l) for l in p.stdout.split("\n") if l.strip()]
+a, b = score(llama), score(swa_model)
+inside = max(abs(x["next_logprob"] - y["next_logprob"]) for x, y in zip(a[:8], b[:8]))
+outside = max(abs(x["next_logprob"] - y["next_logprob"]) for x, y in zip(a[8:23], b[8:23]))
+check(inside < 1e-6 and outside > 1e-3,
+      f"llama + sliding_window 8: positions < 8 equal (max diff {inside:.2g}), later differ (max {outside:.3g})")
+g1 = run_stats(["-m", swa_model, "--prompt-ids", "1,2,3", "-n", "16"])["kv_groups"][0]
+g2 = run_stats(["-m", swa_model, "--prompt-ids", "1,2,3", "-n", "80"])["kv_groups"][0]
+check(g1["window"] == 8 and g1["blocks"] == g2["blocks"], f"llama sliding window KV flat: {g1['blocks']} -> {g2['blocks']} blocks")
 
 # 2. Quantized KV on stories260K: allocation against f16 (same block count).
 alloc = {t: run_stats(["-m", stories, "-n", "100", "--kv-type", t]) for t in ["f16", "bf16", "q8_0", "fp8"]}
