@@ -2,7 +2,11 @@
 #   make run   installs what is missing, builds, generates text from the bundled model
 #   make test  installs what is missing, builds, runs the whole suite
 APT_PACKAGES := build-essential cmake pkg-config clang libomp-dev libclang-rt-14-dev \
-                libpcre2-dev libcjson-dev libxxhash-dev libmicrohttpd-dev python3 nodejs npm
+                libpcre2-dev libcjson-dev libxxhash-dev libmicrohttpd-dev python3
+# Node.js runs the OpenAI-client tests; a machine may already have its own Node
+# (Debian's npm package conflicts with NodeSource's nodejs), so only install it
+# from apt when the commands are missing.
+NODE_PACKAGES := nodejs npm
 BUILD := build
 JOBS := $(shell nproc 2>/dev/null || echo 2)
 
@@ -12,6 +16,7 @@ deps:
 	@missing=""; for p in $(APT_PACKAGES); do \
 	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
 	done; \
+	if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then missing="$$missing $(NODE_PACKAGES)"; fi; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \
 	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
