@@ -11,7 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define REF(ty, be, bb, vdt, sfx)                                                    \
+/* clang-format off */
+/* The scalar reference entry of a type: name, block geometry, vec_dot_type, functions. */
+#define REF(ty, be, bb, vdt, sfx)                                                              \
     [GGUF_DT_##ty] = {#ty, be, bb, GGUF_DT_##vdt, kref_to_float_##sfx, kref_from_float_##sfx, \
                       kref_vec_dot_##sfx}
 
@@ -27,6 +29,7 @@ static const kern_traits ref_table[GGUF_DT_COUNT] = {
     [GGUF_DT_Q8_K] = {"Q8_K", QK_K, sizeof(blk_q8_K), GGUF_DT_Q8_K, kref_to_float_q8_K,
                       kref_from_float_q8_K, NULL},
 };
+/* clang-format on */
 
 static kern_traits active[GGUF_DT_COUNT];
 static kern_vec_dot_rows_fn active_rows[GGUF_DT_COUNT];
@@ -93,8 +96,8 @@ static void install_avx512(void) {
 static void select_level(enum isa_level want) {
     const enum isa_level have = cpu_level();
     if (want > have) {
-        kvl_log(KVL_LOG_WARN, "kernels: %s not supported by this CPU, using %s",
-                isa_names[want], isa_names[have]);
+        kvl_log(KVL_LOG_WARN, "kernels: %s not supported by this CPU, using %s", isa_names[want],
+                isa_names[have]);
         want = have;
     }
     memcpy(active, ref_table, sizeof active);

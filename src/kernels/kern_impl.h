@@ -137,9 +137,13 @@ void kavx512_vec_dot_q4_K(int64_t n, float *s, const void *x, const void *y);
 void kavx512_vec_dot_q6_K(int64_t n, float *s, const void *x, const void *y);
 void kavx512_prepare_q8_0(const float *x, void *dst, int64_t k);
 void kavx512_prepare_q4_0(const float *x, void *dst, int64_t k);
-void kavx512_prows_q8_0(int64_t n, float *s, size_t ss, const void *x, const void *y, size_t ys, int nr);
-void kavx512_prows_q4_0(int64_t n, float *s, size_t ss, const void *x, const void *y, size_t ys, int nr);
-void kavx512_rows_q4_K(int64_t n, float *s, size_t ss, const void *x, const void *y, size_t ys, int nr);
-void kavx512_rows_q6_K(int64_t n, float *s, size_t ss, const void *x, const void *y, size_t ys, int nr);
+void kavx512_prows_q8_0(int64_t n, float *s, size_t ss, const void *x, const void *y, size_t ys,
+                        int nr);
+void kavx512_prows_q4_0(int64_t n, float *s, size_t ss, const void *x, const void *y, size_t ys,
+                        int nr);
+void kavx512_rows_q4_K(int64_t n, float *s, size_t ss, const void *x, const void *y, size_t ys,
+                       int nr);
+void kavx512_rows_q6_K(int64_t n, float *s, size_t ss, const void *x, const void *y, size_t ys,
+                       int nr);
 
 #endif

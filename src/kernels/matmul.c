@@ -19,7 +19,7 @@
 typedef struct {
     kern_from_float_fn quantize; /* NULL: X is used in place (F32) */
     size_t xrow, wrow;
-    kern_vec_dot_fn dot;         /* used when rows is NULL */
+    kern_vec_dot_fn dot; /* used when rows is NULL */
     kern_vec_dot_rows_fn rows;
 } mm_plan;
 
@@ -79,9 +79,10 @@ static void mm_chunk(const mm_plan *p, const char *w, int64_t j0, int64_t j1, in
 void kern_matmul(const void *W, int wtype, int64_t n_out, int64_t k, const float *X, int64_t m,
                  float *Y, void *work) {
     mm_plan p;
-    if (!mm_make_plan(wtype, k, m, &p)) {
-        kvl_log(KVL_LOG_ERROR, "kern_matmul: no kernel for weight type %d with k = %lld", wtype,
-                (long long)k);
+    const bool ok = mm_make_plan(wtype, k, m, &p);
+    if (!ok || (p.quantize && !work && m > 0)) {
+        kvl_log(KVL_LOG_ERROR, "kern_matmul: %s (weight type %d, k = %lld)",
+                ok ? "no work buffer" : "no kernel", wtype, (long long)k);
         for (int64_t i = 0; i < n_out * m; i++) Y[i] = NAN;
         return;
     }

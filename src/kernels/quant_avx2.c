@@ -109,7 +109,8 @@ T_AVX2_INLINE void q8k_bsums(const int8_t *qs, int16_t *bsums) {
 T_AVX2_INLINE float q8k_signed_max(const float *x, float *amax_out) {
     const __m256 sign = _mm256_set1_ps(-0.0f);
     __m256 m = _mm256_setzero_ps();
-    for (int j = 0; j < QK_K; j += 8) m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + j)));
+    for (int j = 0; j < QK_K; j += 8)
+        m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + j)));
     const float amax = hmax_ps(m);
     *amax_out = amax;
     for (int j = 0; j < QK_K; j++)
@@ -155,12 +156,14 @@ T_AVX2_INLINE __m256 fp_load8(enum fp_kind kind, const void *p, int64_t i) {
     case FP_F16: return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const kvl_f16 *)p + i)));
     default:
         return _mm256_castsi256_ps(_mm256_slli_epi32(
-            _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)((const kvl_bf16 *)p + i))), 16));
+            _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)((const kvl_bf16 *)p + i))),
+            16));
     }
 }
 
 /* acc += x * y for the 64 elements at x, y (element offset i). */
-#define FP_STEP8(g) a##g = _mm256_fmadd_ps(fp_load8(kind, x, i + 8 * g), fp_load8(kind, y, i + 8 * g), a##g)
+#define FP_STEP8(g)                                                                                \
+    a##g = _mm256_fmadd_ps(fp_load8(kind, x, i + 8 * g), fp_load8(kind, y, i + 8 * g), a##g)
 
 /* 64 lanes as 8 named vectors (so they stay in registers); a short tail goes
  * through a zero-padded copy. */
@@ -178,8 +181,10 @@ T_AVX2_INLINE float fp_dot(enum fp_kind kind, int64_t n, const void *x0, const v
             memcpy(ty, (const char *)y0 + i0 * esz, (size_t)(n - i0) * esz);
             x = tx, y = ty, i = 0;
         }
+        /* clang-format off */
         FP_STEP8(0); FP_STEP8(1); FP_STEP8(2); FP_STEP8(3);
         FP_STEP8(4); FP_STEP8(5); FP_STEP8(6); FP_STEP8(7);
+        /* clang-format on */
     }
     const __m256 lo = _mm256_add_ps(_mm256_add_ps(a0, a4), _mm256_add_ps(a2, a6));
     const __m256 hi = _mm256_add_ps(_mm256_add_ps(a1, a5), _mm256_add_ps(a3, a7));
@@ -299,10 +304,10 @@ T_AVX2_INLINE int32_t q4k_sumi(const blk_q4_K *x, const blk_q8_K *y, const uint8
         const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
         const __m256i y0 = _mm256_loadu_si256((const __m256i *)(y->qs + 64 * j));
         const __m256i y1 = _mm256_loadu_si256((const __m256i *)(y->qs + 64 * j + 32));
-        const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, y0),
-                                             _mm256_set1_epi16(sc[2 * j]));
-        const __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, y1),
-                                             _mm256_set1_epi16(sc[2 * j + 1]));
+        const __m256i p0 =
+            _mm256_madd_epi16(_mm256_maddubs_epi16(lo, y0), _mm256_set1_epi16(sc[2 * j]));
+        const __m256i p1 =
+            _mm256_madd_epi16(_mm256_maddubs_epi16(hi, y1), _mm256_set1_epi16(sc[2 * j + 1]));
         sum = _mm256_add_epi32(sum, _mm256_add_epi32(p0, p1));
     }
     return hsum_i32(sum);
@@ -343,20 +348,23 @@ T_AVX2_INLINE void q6k_quarters(const uint8_t *ql, const uint8_t *qh, __m256i *u
 T_AVX2_INLINE int32_t q6k_sumi(const blk_q6_K *x, const blk_q8_K *y) {
     const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x->scales));
     const __m256i bs = _mm256_loadu_si256((const __m256i *)y->bsums);
-    __m256i sum = _mm256_sub_epi32(_mm256_setzero_si256(),
-                                   _mm256_slli_epi32(_mm256_madd_epi16(sc16, bs), 5));
+    __m256i sum =
+        _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(_mm256_madd_epi16(sc16, bs), 5));
     for (int h = 0; h < 2; h++) {
         __m256i u[4];
         q6k_quarters(x->ql + 64 * h, x->qh + 32 * h, u);
         /* both 128-bit lanes hold the 8 int16 scales of this half */
-        const __m256i sh = h ? _mm256_permute4x64_epi64(sc16, 0xEE) : _mm256_permute4x64_epi64(sc16, 0x44);
+        const __m256i sh =
+            h ? _mm256_permute4x64_epi64(sc16, 0xEE) : _mm256_permute4x64_epi64(sc16, 0x44);
         for (int k = 0; k < 4; k++) {
             /* int16 scale 2k in the low lane, 2k+1 in the high lane */
             const char lo = (char)(4 * k), hi = (char)(4 * k + 2);
+            /* clang-format off */
             const __m256i sel = _mm256_setr_epi8(lo, lo + 1, lo, lo + 1, lo, lo + 1, lo, lo + 1,
                                                  lo, lo + 1, lo, lo + 1, lo, lo + 1, lo, lo + 1,
                                                  hi, hi + 1, hi, hi + 1, hi, hi + 1, hi, hi + 1,
                                                  hi, hi + 1, hi, hi + 1, hi, hi + 1, hi, hi + 1);
+            /* clang-format on */
             const __m256i yv = _mm256_loadu_si256((const __m256i *)(y->qs + 128 * h + 32 * k));
             const __m256i p = _mm256_maddubs_epi16(u[k], yv);
             sum = _mm256_add_epi32(sum, _mm256_madd_epi16(p, _mm256_shuffle_epi8(sh, sel)));

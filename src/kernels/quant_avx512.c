@@ -14,6 +14,11 @@
 #define T_512 __attribute__((target(T_512_FLAGS)))
 #define T_512_INLINE static inline __attribute__((always_inline, target(T_512_FLAGS)))
 
+/* Complete unrolling of a short loop, so arrays of vectors indexed by its
+ * counter stay in registers instead of going through the stack. */
+#define KERN_PRAGMA(x) _Pragma(#x)
+#define UNROLL(n) KERN_PRAGMA(GCC unroll n)
+
 T_512_INLINE float f16_load(kvl_f16 h) { return _cvtsh_ss(h); }
 
 /* kern_h8 on 8 lanes. */
@@ -117,8 +122,10 @@ T_512_INLINE __m512i load_pair256(const void *p0, const void *p1) {
  * [d2 x8 | d3 x8]. */
 T_512_INLINE void quad_scales(__m128 d, __m512 *d01, __m512 *d23) {
     const __m512 w = _mm512_castps128_ps512(d);
-    *d01 = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1), w);
-    *d23 = _mm512_permutexvar_ps(_mm512_setr_epi32(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3), w);
+    *d01 =
+        _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1), w);
+    *d23 =
+        _mm512_permutexvar_ps(_mm512_setr_epi32(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3), w);
 }
 
 /* The fp16 scales of 4 consecutive Q8_0 blocks (34 bytes apart: words 0 and 17
@@ -130,33 +137,15 @@ T_512_INLINE __m128 q8_0_quad_d(const blk_q8_0 *p) {
     return _mm_cvtph_ps(_mm512_castsi512_si128(_mm512_permutex2var_epi16(a, idx, b)));
 }
 
-/* Activation row r of a rows call. */
-#define YROW(type, y, ys, r) ((const type *)((const char *)(y) + (size_t)(r) * (ys)))
-
-/* Every *_rows function below computes s[r*ss] = dot(x, row r of y) for
- * r < nr: the weights are decoded once and each row then does exactly the
- * operations of a single-row call, so results match vec_dot bit for bit. The
- * vec_dot entry points are the nr = 1 case. nr is a constant after inlining,
- * so the per-row loops unroll and their accumulators stay in registers. */
-#define ROWS_SWITCH(fn, n, s, ss, x, y, ys, nr)          \
-    switch (nr) {                                         \
-    case 1: fn(n, s, ss, x, y, ys, 1); break;             \
-    case 2: fn(n, s, ss, x, y, ys, 2); break;             \
-    case 3: fn(n, s, ss, x, y, ys, 3); break;             \
-    default: fn(n, s, ss, x, y, ys, KERN_ROWS_MAX); break; \
-    }
-
-/* Fully unrolls a loop over the rows (nr <= KERN_ROWS_MAX is a constant there)
- * so the per-row accumulators live in registers. */
-#define ROWS_LOOP _Pragma("GCC unroll 4")
-
 /* Blocks b (low half) and b+1 (high half, absent when !two) into acc. */
 T_512_INLINE __m512 q8_0_step(__m512 acc, const blk_q8_0 *x, const blk_q8_0 *y, bool two) {
     const blk_q8_0 *x1 = two ? &x[1] : &x[0], *y1 = two ? &y[1] : &y[0];
     const __m512i xv = load_pair256(x[0].qs, x1->qs), yv = load_pair256(y[0].qs, y1->qs);
     /* |x| times y with x's sign; |-128| reads as unsigned 128 */
-    const __m512i sy = _mm512_mask_sub_epi8(yv, _mm512_movepi8_mask(xv), _mm512_setzero_si512(), yv);
-    const __m512 f = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(xv), sy));
+    const __m512i sy =
+        _mm512_mask_sub_epi8(yv, _mm512_movepi8_mask(xv), _mm512_setzero_si512(), yv);
+    const __m512 f =
+        _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(xv), sy));
     const float d0 = f16_load(x[0].d) * f16_load(y[0].d);
     if (!two) return _mm512_mask3_fmadd_ps(_mm512_set1_ps(d0), f, acc, 0x00FF);
     return _mm512_fmadd_ps(pair_scale(d0, f16_load(x1->d) * f16_load(y1->d)), f, acc);
@@ -204,10 +193,10 @@ T_512_INLINE __m512i q4_0_pair_nibbles(const blk_q4_0 *x0, const blk_q4_0 *x1) {
 /* The same arrangement from a 64-byte load that starts at a block (its qs at
  * words 1..8, the next block's at words 10..17). */
 T_512_INLINE __m512i q4_0_nibbles_from(__m512i v) {
-    const __m512i idx = _mm512_setr_epi32(0x00020001, 0x00040003, 0x00060005, 0x00080007,
-                                          0x00020001, 0x00040003, 0x00060005, 0x00080007,
-                                          0x000B000A, 0x000D000C, 0x000F000E, 0x00110010,
-                                          0x000B000A, 0x000D000C, 0x000F000E, 0x00110010);
+    const __m512i idx =
+        _mm512_setr_epi32(0x00020001, 0x00040003, 0x00060005, 0x00080007, 0x00020001, 0x00040003,
+                          0x00060005, 0x00080007, 0x000B000A, 0x000D000C, 0x000F000E, 0x00110010,
+                          0x000B000A, 0x000D000C, 0x000F000E, 0x00110010);
     const __m512i sh = _mm512_setr_epi64(0, 0, 0x0004000400040004LL, 0x0004000400040004LL, 0, 0,
                                          0x0004000400040004LL, 0x0004000400040004LL);
     return _mm512_and_si512(_mm512_srlv_epi16(_mm512_permutexvar_epi16(idx, v), sh),
@@ -233,8 +222,8 @@ T_512_INLINE __m512 q4_0_step(__m512 acc, const blk_q4_0 *x, const blk_q8_0 *y, 
 
 /* The fp16 scales of Q4_0 blocks b..b+3 (words 0, 9, 18, 27 of a load at x[b]). */
 T_512_INLINE __m128 q4_0_quad_d(__m512i va) {
-    const __m512i idx = _mm512_setr_epi32(0x00090000, 0x001B0012, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-                                          0, 0, 0);
+    const __m512i idx =
+        _mm512_setr_epi32(0x00090000, 0x001B0012, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
     return _mm_cvtph_ps(_mm512_castsi512_si128(_mm512_permutexvar_epi16(idx, va)));
 }
 
@@ -254,13 +243,37 @@ T_512 void kavx512_vec_dot_q4_0(int64_t n, float *s, const void *vx, const void 
         __m512 d01, d23;
         quad_scales(_mm_mul_ps(q4_0_quad_d(va), q8_0_quad_d(y + b)), &d01, &d23);
         acc0 = _mm512_fmadd_ps(d01, q4_0_pair_dot(q4_0_nibbles_from(va), &y[b], &y[b + 1]), acc0);
-        acc1 = _mm512_fmadd_ps(d23, q4_0_pair_dot(q4_0_nibbles_from(vb), &y[b + 2], &y[b + 3]),
-                               acc1);
+        acc1 =
+            _mm512_fmadd_ps(d23, q4_0_pair_dot(q4_0_nibbles_from(vb), &y[b + 2], &y[b + 3]), acc1);
     }
     if (b < nb) acc0 = q4_0_step(acc0, x + b, y + b, nb - b >= 2);
     if (b + 2 < nb) acc1 = q4_0_step(acc1, x + b + 2, y + b + 2, false);
     *s = h16_ps(_mm512_add_ps(acc0, acc1));
 }
+
+/* ======================= rows kernels ======================= */
+
+/* Activation row r of a rows call. */
+#define YROW(type, y, ys, r) ((const type *)((const char *)(y) + (size_t)(r) * (ys)))
+
+/* Every *rows function below computes s[r*ss] = dot(x, row r of y) for
+ * 0 <= r < nr <= KERN_ROWS_MAX: the weights are decoded once and each row then
+ * does exactly the operations of a single-row call, so results match vec_dot
+ * bit for bit (the K-quant vec_dots are the nr = 1 case). nr is a constant
+ * after inlining, so the per-row loops unroll into registers. */
+#define ROWS_SWITCH(fn, n, s, ss, x, y, ys, nr)                                                    \
+    do {                                                                                           \
+        switch (nr) {                                                                              \
+        case 1: fn(n, s, ss, x, y, ys, 1); break;                                                  \
+        case 2: fn(n, s, ss, x, y, ys, 2); break;                                                  \
+        case 3: fn(n, s, ss, x, y, ys, 3); break;                                                  \
+        default: fn(n, s, ss, x, y, ys, KERN_ROWS_MAX); break;                                     \
+        }                                                                                          \
+    } while (0)
+
+/* Fully unrolls a loop over the rows (nr <= KERN_ROWS_MAX is a constant there)
+ * so the per-row accumulators live in registers. */
+#define ROWS_LOOP UNROLL(4)
 
 /* ============ Q family on prepared activations (matmul only) ============
  * kern_q8p_row_bytes describes the layout: the Q8_0 quantization of the row
@@ -281,7 +294,7 @@ T_512_INLINE q8p_row q8p_at(const void *row, int64_t nb) {
     return (q8p_row){(const int8_t *)p, p + QK8_0 * nb, p + (QK8_0 + 4) * nb};
 }
 
-static void q8p_prepare(const float *x, void *dst, int64_t k, int c) {
+T_512_INLINE void q8p_prepare(const float *x, void *dst, int64_t k, int c) {
     const int64_t nb = k / QK8_0;
     char *p = dst;
     for (int64_t b = 0; b < nb; b++) {
@@ -298,7 +311,9 @@ static void q8p_prepare(const float *x, void *dst, int64_t k, int c) {
 }
 
 T_512 void kavx512_prepare_q4_0(const float *x, void *dst, int64_t k) { q8p_prepare(x, dst, k, 8); }
-T_512 void kavx512_prepare_q8_0(const float *x, void *dst, int64_t k) { q8p_prepare(x, dst, k, 128); }
+T_512 void kavx512_prepare_q8_0(const float *x, void *dst, int64_t k) {
+    q8p_prepare(x, dst, k, 128);
+}
 
 /* acc += d * lanes for blocks b, b+1 (or b alone: low half only, nothing read
  * past block b) of a prepared row; u holds the matching unsigned weights. */
@@ -350,14 +365,16 @@ T_512_INLINE void q4_0_prows(int64_t n, float *s, size_t ss, const void *vx, con
                  nr);
     }
     const int64_t left = nb - b; /* 0..3: pair or single into acc0, single into acc1 */
-    const __m512i u01 = left ? q4_0_pair_nibbles(&x[b], &x[left >= 2 ? b + 1 : b]) : _mm512_setzero_si512();
+    const int64_t b1 = left >= 2 ? b + 1 : b;
+    const __m512i u01 = left ? q4_0_pair_nibbles(&x[b], &x[b1]) : _mm512_setzero_si512();
     const __m512i u2 = left == 3 ? q4_0_pair_nibbles(&x[b + 2], &x[b + 2]) : _mm512_setzero_si512();
     ROWS_LOOP
     for (int r = 0; r < nr; r++) {
         if (left)
-            acc0[r] = q8p_step(acc0[r], u01, f16_load(x[b].d), f16_load(x[left >= 2 ? b + 1 : b].d),
-                               yr[r], b, left >= 2);
-        if (left == 3) acc1[r] = q8p_step(acc1[r], u2, f16_load(x[b + 2].d), 0, yr[r], b + 2, false);
+            acc0[r] =
+                q8p_step(acc0[r], u01, f16_load(x[b].d), f16_load(x[b1].d), yr[r], b, left >= 2);
+        if (left == 3)
+            acc1[r] = q8p_step(acc1[r], u2, f16_load(x[b + 2].d), 0, yr[r], b + 2, false);
         s[r * ss] = h16_ps(_mm512_add_ps(acc0[r], acc1[r]));
     }
 }
@@ -389,19 +406,21 @@ T_512_INLINE void q8_0_prows(int64_t n, float *s, size_t ss, const void *vx, con
     ROWS_LOOP
     for (int r = 0; r < nr; r++) {
         if (left)
-            acc0[r] = q8p_step(acc0[r], u01, f16_load(x[b].d), f16_load(x[b1].d), yr[r], b, left >= 2);
-        if (left == 3) acc1[r] = q8p_step(acc1[r], u2, f16_load(x[b + 2].d), 0, yr[r], b + 2, false);
+            acc0[r] =
+                q8p_step(acc0[r], u01, f16_load(x[b].d), f16_load(x[b1].d), yr[r], b, left >= 2);
+        if (left == 3)
+            acc1[r] = q8p_step(acc1[r], u2, f16_load(x[b + 2].d), 0, yr[r], b + 2, false);
         s[r * ss] = h16_ps(_mm512_add_ps(acc0[r], acc1[r]));
     }
 }
 
 T_512 void kavx512_prows_q4_0(int64_t n, float *s, size_t ss, const void *x, const void *y,
                               size_t ys, int nr) {
-    ROWS_SWITCH(q4_0_prows, n, s, ss, x, y, ys, nr)
+    ROWS_SWITCH(q4_0_prows, n, s, ss, x, y, ys, nr);
 }
 T_512 void kavx512_prows_q8_0(int64_t n, float *s, size_t ss, const void *x, const void *y,
                               size_t ys, int nr) {
-    ROWS_SWITCH(q8_0_prows, n, s, ss, x, y, ys, nr)
+    ROWS_SWITCH(q8_0_prows, n, s, ss, x, y, ys, nr);
 }
 
 /* ======================= K family ======================= */
@@ -449,9 +468,10 @@ T_512_INLINE void q4k_decode(const blk_q4_K *x, q4k_dec *d) {
         _mm256_setr_epi16(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15), sm16);
     const __m512i sc8 = _mm512_broadcast_i32x4(_mm256_castsi256_si128(sm16));
     const __m512i shift = _mm512_setr_epi64(0, 0, 0, 0, 4, 4, 4, 4);
-    _Pragma("GCC unroll 4") /* keeps d in registers */
+    UNROLL(4)
     for (int c = 0; c < 4; c++) {
-        const __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x->qs + 32 * c)));
+        const __m512i q =
+            _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x->qs + 32 * c)));
         d->u[c] = _mm512_and_si512(_mm512_srlv_epi64(q, shift), _mm512_set1_epi8(0x0F));
         d->sc[c] = _mm512_shuffle_epi8(sc8, q4k_scale_sel(c));
     }
@@ -461,10 +481,14 @@ T_512_INLINE void q4k_decode(const blk_q4_K *x, q4k_dec *d) {
 T_512_INLINE void q4k_dot(const q4k_dec *d, const blk_q8_K *y, int32_t *sumi, int32_t *summ) {
     const __m256i mins = _mm256_madd_epi16(d->mdup, _mm256_loadu_si256((const __m256i *)y->bsums));
     __m512i a0 = _mm512_setzero_si512(), a1 = a0; /* two chains so latencies overlap */
-    a0 = _mm512_dpwssd_epi32(a0, _mm512_maddubs_epi16(d->u[0], _mm512_loadu_si512(y->qs)), d->sc[0]);
-    a1 = _mm512_dpwssd_epi32(a1, _mm512_maddubs_epi16(d->u[1], _mm512_loadu_si512(y->qs + 64)), d->sc[1]);
-    a0 = _mm512_dpwssd_epi32(a0, _mm512_maddubs_epi16(d->u[2], _mm512_loadu_si512(y->qs + 128)), d->sc[2]);
-    a1 = _mm512_dpwssd_epi32(a1, _mm512_maddubs_epi16(d->u[3], _mm512_loadu_si512(y->qs + 192)), d->sc[3]);
+    UNROLL(4)
+    for (int c = 0; c < 4; c++) {
+        const __m512i p = _mm512_maddubs_epi16(d->u[c], _mm512_loadu_si512(y->qs + 64 * c));
+        if (c % 2)
+            a1 = _mm512_dpwssd_epi32(a1, p, d->sc[c]);
+        else
+            a0 = _mm512_dpwssd_epi32(a0, p, d->sc[c]);
+    }
     const __m512i a = _mm512_add_epi32(a0, a1);
     hsum2_i32(_mm256_add_epi32(_mm512_castsi512_si256(a), _mm512_extracti64x4_epi64(a, 1)), mins,
               sumi, summ);
@@ -498,14 +522,14 @@ T_512 void kavx512_vec_dot_q4_K(int64_t n, float *s, const void *x, const void *
 }
 T_512 void kavx512_rows_q4_K(int64_t n, float *s, size_t ss, const void *x, const void *y,
                              size_t ys, int nr) {
-    ROWS_SWITCH(q4_K_rows, n, s, ss, x, y, ys, nr)
+    ROWS_SWITCH(q4_K_rows, n, s, ss, x, y, ys, nr);
 }
 
 /* Index vector selecting int16 scales 4c..4c+3, each for 8 consecutive lanes. */
 T_512_INLINE __m512i q6k_scale_idx(int c) {
-    const __m512i quarter = _mm512_setr_epi64(0, 0, 0x0001000100010001LL, 0x0001000100010001LL,
-                                              0x0002000200020002LL, 0x0002000200020002LL,
-                                              0x0003000300030003LL, 0x0003000300030003LL);
+    const __m512i quarter =
+        _mm512_setr_epi64(0, 0, 0x0001000100010001LL, 0x0001000100010001LL, 0x0002000200020002LL,
+                          0x0002000200020002LL, 0x0003000300030003LL, 0x0003000300030003LL);
     return _mm512_add_epi16(quarter, _mm512_set1_epi16((short)(4 * c)));
 }
 
@@ -521,7 +545,7 @@ T_512_INLINE void q6k_decode(const blk_q6_K *x, q6k_dec *d) {
     const __m512i sc = _mm512_castsi256_si512(d->sc16);
     const __m512i m4 = _mm512_set1_epi8(0x0F), m2 = _mm512_set1_epi8(0x30);
     const __m512i hshift = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
-    _Pragma("GCC unroll 2") /* keeps d in registers */
+    UNROLL(2)
     for (int h = 0; h < 2; h++) {
         const __m512i l = _mm512_loadu_si512(x->ql + 64 * h);
         /* [qh | qh >> 2]: the 2-bit fields of quarters 0,1 at bits 0-1, of 2,3 at bits 4-5;
@@ -543,10 +567,11 @@ T_512_INLINE int32_t q6k_dot(const q6k_dec *d, const blk_q8_K *y) {
     const __m256i off = _mm256_sub_epi32(_mm256_setzero_si256(),
                                          _mm256_slli_epi32(_mm256_madd_epi16(d->sc16, bs), 5));
     __m512i acc = _mm512_inserti64x4(_mm512_setzero_si512(), off, 0);
-    _Pragma("GCC unroll 4")
-    for (int c = 0; c < 4; c++)
-        acc = _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(d->u[c], _mm512_loadu_si512(y->qs + 64 * c)),
-                                  d->sc[c]);
+    UNROLL(4)
+    for (int c = 0; c < 4; c++) {
+        const __m512i p = _mm512_maddubs_epi16(d->u[c], _mm512_loadu_si512(y->qs + 64 * c));
+        acc = _mm512_dpwssd_epi32(acc, p, d->sc[c]);
+    }
     return hsum_i32_512(acc);
 }
 
@@ -573,5 +598,5 @@ T_512 void kavx512_vec_dot_q6_K(int64_t n, float *s, const void *x, const void *
 }
 T_512 void kavx512_rows_q6_K(int64_t n, float *s, size_t ss, const void *x, const void *y,
                              size_t ys, int nr) {
-    ROWS_SWITCH(q6_K_rows, n, s, ss, x, y, ys, nr)
+    ROWS_SWITCH(q6_K_rows, n, s, ss, x, y, ys, nr);
 }

@@ -243,8 +243,8 @@ static void quantize_q4_K_block(const float *x, blk_q4_K *y) {
         for (int l = 0; l < 32; l++) sum_x2 += x[32 * j + l] * x[32 * j + l];
         const float av_x = sqrtf(sum_x2 / 32);
         for (int l = 0; l < 32; l++) weights[l] = av_x + fabsf(x[32 * j + l]);
-        scales[j] = make_qkx2_quants(32, 15, x + 32 * j, weights, L + 32 * j, &mins[j], Laux,
-                                     -1.f, 0.1f, 20);
+        scales[j] = make_qkx2_quants(32, 15, x + 32 * j, weights, L + 32 * j, &mins[j], Laux, -1.f,
+                                     0.1f, 20);
         if (scales[j] > max_scale) max_scale = scales[j];
         if (mins[j] > max_min) max_min = mins[j];
     }
@@ -445,8 +445,7 @@ void kref_vec_dot_bf16(int64_t n, float *s, const void *x, const void *y) {
 }
 
 /* Q family: adds block b (32 int8 x values, already offset) into the lanes. */
-static void q_block_accumulate(float *acc, int64_t b, float d, const int8_t *xq,
-                               const int8_t *yq) {
+static void q_block_accumulate(float *acc, int64_t b, float d, const int8_t *xq, const int8_t *yq) {
     float *a = acc + 8 * (b % 4);
     for (int l = 0; l < 8; l++) {
         int32_t isum = 0;

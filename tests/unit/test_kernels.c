@@ -12,14 +12,14 @@
 #include <string.h>
 
 static int failures;
-#define CHECK(cond, ...)                                                 \
-    do {                                                                 \
-        if (!(cond)) {                                                   \
-            failures++;                                                  \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);         \
-            fprintf(stderr, __VA_ARGS__);                                \
-            fputc('\n', stderr);                                         \
-        }                                                                \
+#define CHECK(cond, ...)                                                                           \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            failures++;                                                                            \
+            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                   \
+            fprintf(stderr, __VA_ARGS__);                                                          \
+            fputc('\n', stderr);                                                                   \
+        }                                                                                          \
     } while (0)
 
 /* ---------- helpers ---------- */
@@ -54,14 +54,20 @@ static const int weight_types[] = {GGUF_DT_F32,  GGUF_DT_F16,  GGUF_DT_BF16, GGU
 #define N_WEIGHT_TYPES ((int)(sizeof weight_types / sizeof weight_types[0]))
 
 static const char *isa_list[] = {"scalar", "avx2", "avx512"};
+static bool isa_ok[3] = {true}; /* which of isa_list this CPU runs (probed once in main) */
 
-/* Selects an ISA; false (and back to auto) if this CPU lacks it. */
-static bool use_isa(const char *isa) {
-    kern_init(isa);
-    if (strcmp(kern_isa_name(), isa) != 0) {
-        kern_init("auto");
-        return false;
-    }
+/* kern_init falls back (with a warning) when the CPU lacks the ISA asked for. */
+static bool probe_isa(int a) {
+    kern_init(isa_list[a]);
+    const bool ok = strcmp(kern_isa_name(), isa_list[a]) == 0;
+    kern_init("auto");
+    return ok;
+}
+
+/* Selects isa_list[a]; false if this CPU lacks it. */
+static bool use_isa(int a) {
+    if (!isa_ok[a]) return false;
+    kern_init(isa_list[a]);
     return true;
 }
 
@@ -96,9 +102,9 @@ static void test_tables(void) {
         size_t bb;
         int vdt;
     } want[] = {
-        {GGUF_DT_F32, 1, 4, GGUF_DT_F32},          {GGUF_DT_F16, 1, 2, GGUF_DT_F16},
-        {GGUF_DT_BF16, 1, 2, GGUF_DT_BF16},        {GGUF_DT_Q8_0, 32, 34, GGUF_DT_Q8_0},
-        {GGUF_DT_Q4_0, 32, 18, GGUF_DT_Q8_0},      {GGUF_DT_Q4_K, 256, 144, GGUF_DT_Q8_K},
+        {GGUF_DT_F32, 1, 4, GGUF_DT_F32},       {GGUF_DT_F16, 1, 2, GGUF_DT_F16},
+        {GGUF_DT_BF16, 1, 2, GGUF_DT_BF16},     {GGUF_DT_Q8_0, 32, 34, GGUF_DT_Q8_0},
+        {GGUF_DT_Q4_0, 32, 18, GGUF_DT_Q8_0},   {GGUF_DT_Q4_K, 256, 144, GGUF_DT_Q8_K},
         {GGUF_DT_Q6_K, 256, 210, GGUF_DT_Q8_K},
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
@@ -143,7 +149,7 @@ static void check_isa_conversions(int t, const float *x, const void *q, const fl
     void *q2 = kvl_calloc(1, rb + 64);
     float *y2 = kvl_alloc(n * sizeof(float));
     for (int a = 1; a < 3; a++) {
-        if (!use_isa(isa_list[a])) continue;
+        if (!use_isa(a)) continue;
         kern_traits_of(t)->from_float(x, q2, n);
         kern_traits_of(t)->to_float(q, y2, n);
         CHECK(memcmp(q, q2, rb) == 0, "%s from_float %s differs from reference",
@@ -253,6 +259,7 @@ static const struct {
     int t, isa;
     kern_vec_dot_fn dot;
 } variants[] = {
+    /* clang-format off */
     {GGUF_DT_F32, 1, kavx2_vec_dot_f32},     {GGUF_DT_F16, 1, kavx2_vec_dot_f16},
     {GGUF_DT_BF16, 1, kavx2_vec_dot_bf16},   {GGUF_DT_Q8_0, 1, kavx2_vec_dot_q8_0},
     {GGUF_DT_Q4_0, 1, kavx2_vec_dot_q4_0},   {GGUF_DT_Q4_K, 1, kavx2_vec_dot_q4_K},
@@ -260,8 +267,8 @@ static const struct {
     {GGUF_DT_F16, 2, kavx512_vec_dot_f16},   {GGUF_DT_BF16, 2, kavx512_vec_dot_bf16},
     {GGUF_DT_Q8_0, 2, kavx512_vec_dot_q8_0}, {GGUF_DT_Q4_0, 2, kavx512_vec_dot_q4_0},
     {GGUF_DT_Q4_K, 2, kavx512_vec_dot_q4_K}, {GGUF_DT_Q6_K, 2, kavx512_vec_dot_q6_K},
+    /* clang-format on */
 };
-static bool isa_ok[3]; /* indexed like isa_list: which variants this CPU can run */
 
 static void check_dot_case(int t, int64_t n, bool raw_codes) {
     const kern_traits *r = kern_traits_ref(t);
@@ -278,8 +285,8 @@ static void check_dot_case(int t, int64_t n, bool raw_codes) {
     /* the integer math is exact: only float rounding separates it from exact math */
     double abs_sum;
     const double exact = dot_double(dx, dy, n, &abs_sum);
-    CHECK(fabs(s_ref - exact) <= 2e-6 * abs_sum + 1e-30, "%s n=%lld: ref %.9g exact %.9g",
-          r->name, (long long)n, s_ref, exact);
+    CHECK(fabs(s_ref - exact) <= 2e-6 * abs_sum + 1e-30, "%s n=%lld: ref %.9g exact %.9g", r->name,
+          (long long)n, s_ref, exact);
     if (!raw_codes) { /* and the quantized dot is close to the float dot */
         double abs_xy;
         const double want = dot_double(x, y, n, &abs_xy);
@@ -323,8 +330,10 @@ static void test_rows_kernels(void) {
             for (int i = 0; i < KERN_ROWS_MAX; i++) {
                 fill_data(yf, n, 1.0f + i);
                 qt->from_float(yf, qstd + i * qrow, n);
-                if (rk[v].prepare) rk[v].prepare(yf, qy + i * ys, n);
-                else memcpy(qy + i * ys, qstd + i * qrow, qrow);
+                if (rk[v].prepare)
+                    rk[v].prepare(yf, qy + i * ys, n);
+                else
+                    memcpy(qy + i * ys, qstd + i * qrow, qrow);
             }
             for (int nr = 1; nr <= KERN_ROWS_MAX; nr++) {
                 float s[2 * KERN_ROWS_MAX] = {0}, want;
@@ -361,8 +370,8 @@ static void test_vec_dot(void) {
 /* ---------- matmul ---------- */
 
 /* Y rows via direct vec_dot calls on the active table (the definition). */
-static void matmul_direct(const void *W, int t, int64_t n_out, int64_t k, const float *X,
-                          int64_t m, float *Y) {
+static void matmul_direct(const void *W, int t, int64_t n_out, int64_t k, const float *X, int64_t m,
+                          float *Y) {
     const kern_traits *tr = kern_traits_of(t), *qt = kern_traits_of(tr->vec_dot_type);
     const size_t xrow = kern_row_bytes(tr->vec_dot_type, k), wrow = kern_row_bytes(t, k);
     char *xq = kvl_alloc(xrow + 64);
@@ -430,7 +439,7 @@ static void test_matmul_type(int t) {
     CHECK(memcmp(Yd, Y, M * n_out * sizeof(float)) == 0, "%s: 2 threads differ", name);
     /* ISA invariance */
     for (int a = 0; a < 3; a++) {
-        if (!use_isa(isa_list[a])) continue;
+        if (!use_isa(a)) continue;
         run_matmul(W, t, n_out, k, X, M, Ys);
         CHECK(memcmp(Ys, Y, M * n_out * sizeof(float)) == 0, "%s: matmul on %s differs", name,
               isa_list[a]);
@@ -481,8 +490,10 @@ static uint64_t rd_u(rd *r, int bytes) {
 }
 
 static void rd_skip(rd *r, uint64_t n) {
-    if ((uint64_t)(r->end - r->p) < n) r->ok = false;
-    else r->p += n;
+    if ((uint64_t)(r->end - r->p) < n)
+        r->ok = false;
+    else
+        r->p += n;
 }
 
 static int vt_size(uint32_t vt) {
@@ -491,13 +502,16 @@ static int vt_size(uint32_t vt) {
 }
 
 static void rd_skip_value(rd *r, uint32_t vt) {
-    if (vt == 8) rd_skip(r, rd_u(r, 8));
+    if (vt == 8)
+        rd_skip(r, rd_u(r, 8));
     else if (vt == 9) {
         const uint32_t et = (uint32_t)rd_u(r, 4);
         const uint64_t cnt = rd_u(r, 8);
         for (uint64_t i = 0; i < cnt && r->ok; i++) rd_skip_value(r, et);
-    } else if (vt_size(vt) > 0) rd_skip(r, (uint64_t)vt_size(vt));
-    else r->ok = false;
+    } else if (vt_size(vt) > 0)
+        rd_skip(r, (uint64_t)vt_size(vt));
+    else
+        r->ok = false;
 }
 
 typedef struct {
@@ -520,11 +534,14 @@ static bool mini_open(mini_gguf *g, const char *path) {
     uint64_t align = 32;
     for (uint64_t i = 0; i < n_kv && r.ok; i++) {
         const uint64_t kl = rd_u(&r, 8);
-        const bool is_align = kl == 17 && r.end - r.p >= 17 && !memcmp(r.p, "general.alignment", 17);
+        const bool is_align =
+            kl == 17 && r.end - r.p >= 17 && !memcmp(r.p, "general.alignment", 17);
         rd_skip(&r, kl);
         const uint32_t vt = (uint32_t)rd_u(&r, 4);
-        if (is_align && vt == 4) align = rd_u(&r, 4);
-        else rd_skip_value(&r, vt);
+        if (is_align && vt == 4)
+            align = rd_u(&r, 4);
+        else
+            rd_skip_value(&r, vt);
     }
     g->ti = r.p;
     for (uint64_t i = 0; i < g->n_tensors && r.ok; i++) {
@@ -543,8 +560,8 @@ static const uint8_t *mini_find(const mini_gguf *g, const char *name, int *dtype
     rd r = {g->ti, g->buf + g->len, true};
     for (uint64_t i = 0; i < g->n_tensors && r.ok; i++) {
         const uint64_t nl = rd_u(&r, 8);
-        const bool match = r.ok && nl == strlen(name) && (uint64_t)(r.end - r.p) >= nl &&
-                           !memcmp(r.p, name, nl);
+        const bool match =
+            r.ok && nl == strlen(name) && (uint64_t)(r.end - r.p) >= nl && !memcmp(r.p, name, nl);
         rd_skip(&r, nl);
         const uint32_t nd = (uint32_t)rd_u(&r, 4);
         int64_t ne[4] = {1, 1, 1, 1};
@@ -622,7 +639,7 @@ int main(void) {
     printf("kernels: %s, %d threads; compared against the reference:", kern_isa_name(),
            omp_get_max_threads());
     for (int a = 1; a < 3; a++)
-        if ((isa_ok[a] = use_isa(isa_list[a]))) printf(" %s", isa_list[a]);
+        if ((isa_ok[a] = probe_isa(a))) printf(" %s", isa_list[a]);
     printf("\n");
     kern_init("auto");
     test_tables();
