@@ -37,6 +37,7 @@ static const kern_prep_ops *active_prep[GGUF_DT_COUNT];
 
 static const kern_prep_ops prep512_q8_0 = {kavx512_prepare_q8_0, kavx512_prows_q8_0};
 static const kern_prep_ops prep512_q4_0 = {kavx512_prepare_q4_0, kavx512_prows_q4_0};
+
 static const char *active_isa = "scalar";
 static pthread_once_t auto_once = PTHREAD_ONCE_INIT;
 

@@ -1,0 +1,122 @@
+/* Kernel throughput: matvec (decode) bandwidth and batched matmul rate.
+ *
+ * Build (not part of the CMake build), from the repo root:
+ *   gcc -std=gnu11 -O2 -fopenmp -Isrc src/base/base.c src/kernels/[a-z]*.c \
+ *       bench/bench_kernels.c -o build/bench_kernels -lm
+ * Run:   OMP_NUM_THREADS=2 ./build/bench_kernels [isa] [k] [n_out]
+ *
+ * Weights cycle through enough copies to exceed the L3 cache, so the decode
+ * figures are DRAM bandwidth, comparable to the machine's stream bandwidth
+ * that the first line measures. */
+#include "kernels/kernels.h"
+
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define WORKING_SET (160u << 20) /* bytes of weights cycled through */
+
+static uint64_t rng = 88172645463325252ull;
+static uint64_t next_u64(void) {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng;
+}
+
+/* Random codes with sane fp16 scales: speed does not depend on the values. */
+static void fill_weights(int t, uint8_t *p, int64_t rows, int64_t k) {
+    const kern_traits *tr = kern_traits_of(t);
+    const size_t bytes = kern_row_bytes(t, k) * rows;
+    for (size_t i = 0; i < bytes; i += 8) {
+        uint64_t v = next_u64();
+        memcpy(p + i, &v, bytes - i < 8 ? bytes - i : 8);
+    }
+    const kvl_f16 d = kvl_f32_to_f16(0.01f);
+    const int64_t nb = (int64_t)(bytes / tr->block_bytes);
+    for (int64_t b = 0; b < nb && tr->block_elems > 1; b++) {
+        uint8_t *blk = p + b * tr->block_bytes;
+        const size_t at = t == GGUF_DT_Q6_K ? 208 : 0;
+        memcpy(blk + at, &d, 2);
+        if (t == GGUF_DT_Q4_K) memcpy(blk + 2, &d, 2);
+    }
+    if (tr->block_elems == 1) { /* floats: small finite values */
+        float f[256];
+        for (int i = 0; i < 256; i++) f[i] = (float)((int)(next_u64() % 2001) - 1000) * 1e-4f;
+        for (int64_t e = 0; e < rows * k; e += 256)
+            tr->from_float(f, p + kern_row_bytes(t, e), rows * k - e < 256 ? rows * k - e : 256);
+    }
+}
+
+static double stream_read_gbs(void) {
+    const size_t n = WORKING_SET / sizeof(uint64_t);
+    uint64_t *a = kvl_alloc(n * sizeof *a);
+    for (size_t i = 0; i < n; i++) a[i] = i;
+    double best = 0;
+    for (int rep = 0; rep < 10; rep++) {
+        uint64_t s = 0;
+        const double t0 = kvl_time_s();
+#pragma omp parallel for reduction(+ : s) schedule(static)
+        for (size_t i = 0; i < n; i++) s += a[i];
+        const double dt = kvl_time_s() - t0;
+        if (s == 42) printf(" ");
+        if (n * 8 / dt / 1e9 > best) best = n * 8 / dt / 1e9;
+    }
+    kvl_free(a);
+    return best;
+}
+
+static void bench_type(int t, int64_t k, int64_t n_out) {
+    const size_t wbytes = kern_row_bytes(t, k) * n_out;
+    int copies = (int)(WORKING_SET / wbytes) + 1;
+    if (copies < 2) copies = 2;
+    uint8_t **W = calloc((size_t)copies, sizeof *W);
+    for (int c = 0; c < copies; c++) {
+        W[c] = kvl_alloc(wbytes);
+        fill_weights(t, W[c], n_out, k);
+    }
+    const int64_t mmax = 64;
+    float *X = kvl_alloc(mmax * k * sizeof(float)), *Y = kvl_alloc(mmax * n_out * sizeof(float));
+    for (int64_t i = 0; i < mmax * k; i++) X[i] = (float)((int)(next_u64() % 2001) - 1000) * 1e-3f;
+    void *work = kvl_alloc(kern_matmul_work_bytes(t, mmax, k) + 64);
+
+    /* decode: m = 1, cycling through the copies; best of a few sweeps */
+    double best = 1e30;
+    for (int sweep = 0; sweep < 12; sweep++) {
+        const double t0 = kvl_time_s();
+        for (int c = 0; c < copies; c++) kern_matmul(W[c], t, n_out, k, X, 1, Y, work);
+        const double dt = (kvl_time_s() - t0) / copies;
+        if (dt < best) best = dt;
+    }
+    printf("%-5s m=1  %7.1f us  %6.2f GB/s", kern_traits_of(t)->name, best * 1e6,
+           wbytes / best / 1e9);
+    /* batched: m = 16 and 64 from cache-resident weights (compute rate) */
+    static const int64_t ms[] = {16, 64};
+    for (int mi = 0; mi < 2; mi++) {
+        double b2 = 1e30;
+        for (int rep = 0; rep < 5; rep++) {
+            const double t0 = kvl_time_s();
+            kern_matmul(W[0], t, n_out, k, X, ms[mi], Y, work);
+            const double dt = kvl_time_s() - t0;
+            if (dt < b2) b2 = dt;
+        }
+        printf("   m=%-3lld %7.1f GMAC/s", (long long)ms[mi],
+               (double)n_out * k * ms[mi] / b2 / 1e9);
+    }
+    printf("\n");
+    for (int c = 0; c < copies; c++) kvl_free(W[c]);
+    free(W);
+    kvl_free(X), kvl_free(Y), kvl_free(work);
+}
+
+int main(int argc, char **argv) {
+    kern_init(argc > 1 ? argv[1] : NULL);
+    const int64_t k = argc > 2 ? atoll(argv[2]) : 4096, n_out = argc > 3 ? atoll(argv[3]) : 4096;
+    printf("isa %s, %d threads, W %lldx%lld; stream read %.1f GB/s\n", kern_isa_name(),
+           omp_get_max_threads(), (long long)n_out, (long long)k, stream_read_gbs());
+    static const int types[] = {GGUF_DT_Q4_0, GGUF_DT_Q4_K, GGUF_DT_Q6_K, GGUF_DT_Q8_0,
+                                GGUF_DT_F16,  GGUF_DT_BF16, GGUF_DT_F32};
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) bench_type(types[i], k, n_out);
+    return 0;
+}
