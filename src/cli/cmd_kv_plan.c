@@ -1,7 +1,9 @@
 /* kvllm kv-plan: the KV capacity planner's front end. Reads the shape (GGUF,
  * config.json or flags), asks src/kv/kv_plan for the plan, prints it; with
- * --verify, has the engine's real block pool allocate the same sequences and
- * exits 1 unless the planned allocation is exactly what was allocated. */
+ * --verify, replays B sequences of T tokens through the engine's real block
+ * pools (one per KV group, laid out by the engine's own model loader when it can
+ * load the file) and exits 1 unless the planned figures are exactly what was
+ * allocated: block bytes, peak blocks, blocks held at T, lower bound. */
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,11 +17,14 @@
 
 #define UNSET (-1)
 
+_Static_assert(MODEL_MAX_KV_GROUPS <= KV_PLAN_MAX_GROUPS, "kv-plan --verify holds every engine KV group");
+
 typedef struct plan_args {
     const char *config_path;
     int64_t context, concurrency, params;
     int64_t layers, heads, kv_heads, head_dim, head_dim_v, window, swa_layers, lora, rope;
-    int dtype; /* UNSET: the model's, else f16 */
+    int dtype;   /* K (and V): UNSET: the model's, else f16 */
+    int dtype_v; /* UNSET: as K */
     uint64_t budget, weights;
     bool has_budget, has_weights, verify;
 } plan_args;
@@ -72,6 +77,7 @@ static int extra_flag(const char *f, const char *v, void *ctx) {
     plan_args *a = ctx;
     if (strcmp(f, "--verify") == 0) return a->verify = true, 1;
     bool ours = strcmp(f, "--config") == 0 || strcmp(f, "--kv-type") == 0 ||
+                strcmp(f, "--kv-type-k") == 0 || strcmp(f, "--kv-type-v") == 0 ||
                 strcmp(f, "--budget") == 0 || strcmp(f, "--weights-bytes") == 0;
     for (size_t i = 0; !ours && i < sizeof COUNT_FLAGS / sizeof COUNT_FLAGS[0]; i++)
         ours = strcmp(f, COUNT_FLAGS[i].name) == 0;
@@ -82,7 +88,11 @@ static int extra_flag(const char *f, const char *v, void *ctx) {
     if (strcmp(f, "--config") == 0) return a->config_path = v, 2;
     if (strcmp(f, "--budget") == 0) return size_arg(f, v, &a->budget, &a->has_budget);
     if (strcmp(f, "--weights-bytes") == 0) return size_arg(f, v, &a->weights, &a->has_weights);
-    if (!kv_plan_dtype_parse(v, &a->dtype)) return bad(f, v, "is not one of f32, f16, bf16, fp8, q8_0");
+    bool k = strcmp(f, "--kv-type") == 0 || strcmp(f, "--kv-type-k") == 0;
+    int dt;
+    if (!kv_plan_dtype_parse(v, &dt)) return bad(f, v, "is not one of f32, f16, bf16, q8_0, fp8");
+    if (strcmp(f, "--kv-type") == 0) a->dtype_v = UNSET; /* both, as for kvllm run */
+    *(k ? &a->dtype : &a->dtype_v) = dt;
     return 2;
 }
 
@@ -90,8 +100,9 @@ static void usage(void) {
     fprintf(stderr,
             "usage: kvllm kv-plan (-m MODEL.gguf | --config config.json | --layers L --kv-heads H "
             "--head-dim D) --context T\n"
-            "         [--concurrency B] [--kv-type f32|f16|bf16|fp8|q8_0] [--block-size 16]\n"
-            "         [--budget 80GiB] [--weights-bytes N | --params N] [--json] [--verify]\n"
+            "         [--concurrency B] [--kv-type f32|f16|bf16|q8_0|fp8] [--kv-type-k T --kv-type-v T]\n"
+            "         [--block-size 16]"
+            " [--budget 80GiB] [--weights-bytes N | --params N] [--json] [--verify]\n"
             "  shape flags (alone or overriding the file): --layers --heads --kv-heads --head-dim\n"
             "  --head-dim-v --sliding-window W --swa-layers N --kv-lora-rank R --rope-dim R\n");
 }
@@ -180,53 +191,95 @@ typedef struct verify_result {
     char note[600];
     kv_plan planned;
     kv_plan_measured measured;
+    /* Per measured group, what the planner says for it (matched by window). */
+    uint64_t planned_block_bytes[KV_PLAN_MAX_GROUPS];
+    int64_t planned_peak_blocks[KV_PLAN_MAX_GROUPS], planned_end_blocks[KV_PLAN_MAX_GROUPS];
+    uint64_t planned_end_bytes; /* seq_held_bytes x B */
 } verify_result;
 
-/* The pool shape as the engine itself reads the model, when it can load it;
- * otherwise the planner's (the allocator is still the real one). */
-static bool verify_shape(const cli_opts *o, const kv_plan_model *m, const kv_plan_request *r,
-                         kv_pool_config *cfg, verify_result *v) {
+static void note_add(verify_result *v, const char *what) {
+    size_t n = strlen(v->note);
+    snprintf(v->note + n, sizeof v->note - n, "%s%s", n ? "; " : "", what);
+}
+
+/* The KV groups as the engine itself builds them for this model (its loader's
+ * layer split and pool layouts), when it can load it; otherwise the planner's
+ * (the allocator and the replay are still the real ones). */
+static int verify_groups(const cli_opts *o, const kv_plan_model *m, const kv_plan_request *r,
+                         kv_plan_group *groups, verify_result *v) {
     kvl_error err = {{0}};
-    if (!kv_plan_pool_config(m, r, cfg, &err)) {
+    int n = kv_plan_pool_groups(m, r, groups, &err);
+    if (n == 0) {
         fprintf(stderr, "kvllm kv-plan: --verify: %s\n", err.msg);
-        return false;
+        return 0;
     }
-    if (!o->model_path) return true;
+    if (!o->model_path) return n;
     gguf_file *f = gguf_open(o->model_path, &err);
     model_params mp = {.max_ctx = 1, .max_ubatch = 1}; /* shape only: minimal scratch */
     model *mod = f ? model_load(f, &mp, &err) : NULL;
     if (mod) {
-        model_kv_shape(mod, cfg);
+        kv_plan_group planner = groups[0]; /* K/V types and block size are the request's */
+        n = model_kv_n_groups(mod);
+        for (int g = 0; g < n; g++) {
+            int32_t window = 0;
+            kv_pool_config c = planner.cfg;
+            model_kv_group_shape(mod, g, &c, &window);
+            groups[g].cfg = c;
+            groups[g].window = window;
+        }
         v->engine_shape = true;
     } else {
-        snprintf(v->note, sizeof v->note, "the engine cannot load this model (%s); pool shape "
-                 "from the planner", err.msg);
+        char why[600];
+        snprintf(why, sizeof why, "the engine cannot load this model (%s); KV groups from the planner",
+                 err.msg);
+        note_add(v, why);
     }
     model_destroy(mod);
-    return true;
+    return n;
+}
+
+/* The planner's figures for each measured group, matched by window; false when
+ * the engine has a group the planner does not (or not the same window). */
+static bool match_groups(const kv_plan_model *m, const kv_plan_request *r, verify_result *v) {
+    const kv_plan *p = &v->planned;
+    int64_t B = r->concurrency;
+    bool ok = true, seen_full = false, seen_swa = false;
+    for (int g = 0; g < v->measured.n_groups; g++) {
+        const kv_plan_measured_group *mg = &v->measured.group[g];
+        bool swa = mg->window > 0;
+        v->planned_block_bytes[g] = swa ? p->swa_block_bytes : p->block_bytes;
+        v->planned_peak_blocks[g] = (swa ? p->swa_blocks_per_seq : p->blocks_per_seq) * B;
+        v->planned_end_blocks[g] = (swa ? p->swa_blocks_held : p->blocks_per_seq) * B;
+        if (swa && (m->n_swa_layers == 0 || mg->window != m->sliding_window)) ok = false;
+        if (!swa && m->n_swa_layers == m->n_layers) ok = false;
+        *(swa ? &seen_swa : &seen_full) = true;
+    }
+    if (seen_full != (m->n_layers > m->n_swa_layers) || seen_swa != (m->n_swa_layers > 0)) ok = false;
+    if (!ok) note_add(v, "the engine splits the layers into other KV groups than the planner");
+    return ok;
 }
 
 static bool run_verify(const cli_opts *o, const kv_plan_model *m, const kv_plan_request *r,
                        verify_result *v) {
-    kv_pool_config cfg;
+    kv_plan_group groups[KV_PLAN_MAX_GROUPS];
     kvl_error err = {{0}};
-    kv_plan_model as_engine = *m;
-    as_engine.n_swa_layers = 0; /* the engine's pool pages all layers together: no window cap yet */
-    if (!verify_shape(o, m, r, &cfg, v) || !kv_plan_compute(&as_engine, r, &v->planned, &err) ||
-        !kv_plan_measure(&cfg, r->context, r->concurrency, VERIFY_MAX_POOL_BYTES, &v->measured, &err)) {
+    int n = verify_groups(o, m, r, groups, v);
+    if (n == 0 || !kv_plan_compute(m, r, &v->planned, &err) ||
+        !kv_plan_measure(groups, n, r->context, r->concurrency, VERIFY_MAX_POOL_BYTES, &v->measured, &err)) {
         if (err.msg[0]) fprintf(stderr, "kvllm kv-plan: --verify: %s\n", err.msg);
         return false;
     }
-    if (m->n_swa_layers > 0) {
-        size_t n = strlen(v->note);
-        snprintf(v->note + n, sizeof v->note - n, "%scompared without the sliding-window cap, "
-                 "which the engine's pool does not apply yet", n ? "; " : "");
-    }
     v->done = true;
-    v->agree = v->planned.allocated_bytes == v->measured.allocated_bytes &&
+    v->planned_end_bytes = v->planned.seq_held_bytes * (uint64_t)r->concurrency;
+    bool agree = match_groups(m, r, v);
+    for (int g = 0; g < v->measured.n_groups; g++) {
+        const kv_plan_measured_group *mg = &v->measured.group[g];
+        agree = agree && v->planned_block_bytes[g] == mg->block_bytes &&
+                v->planned_peak_blocks[g] == mg->peak_blocks && v->planned_end_blocks[g] == mg->blocks;
+    }
+    v->agree = agree && v->planned.allocated_bytes == v->measured.peak_allocated_bytes &&
                v->planned.lower_bound_bytes == v->measured.lower_bound_bytes &&
-               v->planned.block_bytes == v->measured.block_bytes &&
-               v->planned.blocks_per_seq * r->concurrency == v->measured.blocks;
+               v->planned_end_bytes == v->measured.allocated_bytes;
     return true;
 }
 
@@ -254,6 +307,9 @@ static void json_model(cJSON *j, const kv_plan_model *m) {
 
 static void json_plan(cJSON *j, const kv_plan *p, const kv_plan_request *r) {
     cJSON_AddStringToObject(j, "kv_type", kv_plan_dtype_name(r->dtype));
+    cJSON_AddStringToObject(j, "kv_type_v", kv_plan_dtype_name(r->split_v ? r->dtype_v : r->dtype));
+    add_u64(j, "k_row_bytes", p->k_row_bytes);
+    add_u64(j, "v_row_bytes", p->v_row_bytes);
     add_u64(j, "block_size", (uint64_t)r->block_size);
     add_u64(j, "context", (uint64_t)r->context);
     add_u64(j, "concurrency", (uint64_t)r->concurrency);
@@ -266,6 +322,8 @@ static void json_plan(cJSON *j, const kv_plan *p, const kv_plan_request *r) {
     add_u64(j, "swa_blocks_per_seq", (uint64_t)p->swa_blocks_per_seq);
     add_u64(j, "seq_allocated_bytes", p->seq_allocated_bytes);
     add_u64(j, "allocated_bytes", p->allocated_bytes);
+    add_u64(j, "swa_blocks_held", (uint64_t)p->swa_blocks_held);
+    add_u64(j, "seq_held_bytes", p->seq_held_bytes);
     add_u64(j, "seq_metadata_bytes", p->seq_metadata_bytes);
     add_u64(j, "metadata_bytes", p->metadata_bytes);
     add_u64(j, "weights_bytes", p->weights_bytes);
@@ -295,18 +353,39 @@ static cJSON *json_savings(const kv_plan_saving *s, int n) {
 }
 
 static cJSON *json_verify(const verify_result *v) {
+    const kv_plan_measured *ms = &v->measured;
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "pool_shape_from", v->engine_shape ? "engine" : "planner");
+    cJSON_AddStringToObject(j, "replay", "decode, one token per sequence per step");
     if (v->note[0]) cJSON_AddStringToObject(j, "note", v->note);
-    add_u64(j, "planned_block_bytes", v->planned.block_bytes);
-    add_u64(j, "measured_block_bytes", v->measured.block_bytes);
-    add_u64(j, "planned_blocks", (uint64_t)(v->planned.allocated_bytes / v->planned.block_bytes));
-    add_u64(j, "measured_blocks", (uint64_t)v->measured.blocks);
+    cJSON *groups = cJSON_AddArrayToObject(j, "groups");
+    int64_t planned_blocks = 0;
+    for (int g = 0; g < ms->n_groups; g++) {
+        const kv_plan_measured_group *mg = &ms->group[g];
+        cJSON *e = cJSON_CreateObject();
+        add_u64(e, "window", (uint64_t)mg->window);
+        add_u64(e, "n_layers", (uint64_t)mg->n_layers);
+        add_u64(e, "planned_block_bytes", v->planned_block_bytes[g]);
+        add_u64(e, "measured_block_bytes", mg->block_bytes);
+        add_u64(e, "planned_peak_blocks", (uint64_t)v->planned_peak_blocks[g]);
+        add_u64(e, "measured_peak_blocks", (uint64_t)mg->peak_blocks);
+        add_u64(e, "planned_end_blocks", (uint64_t)v->planned_end_blocks[g]);
+        add_u64(e, "measured_end_blocks", (uint64_t)mg->blocks);
+        add_u64(e, "measured_lower_bound_bytes", mg->lower_bound_bytes);
+        add_u64(e, "measured_peak_allocated_bytes", mg->peak_allocated_bytes);
+        add_u64(e, "measured_end_allocated_bytes", mg->allocated_bytes);
+        cJSON_AddItemToArray(groups, e);
+        planned_blocks += v->planned_peak_blocks[g];
+    }
+    add_u64(j, "planned_blocks", (uint64_t)planned_blocks);
+    add_u64(j, "measured_blocks", (uint64_t)ms->peak_blocks);
     add_u64(j, "planned_lower_bound_bytes", v->planned.lower_bound_bytes);
-    add_u64(j, "measured_lower_bound_bytes", v->measured.lower_bound_bytes);
+    add_u64(j, "measured_lower_bound_bytes", ms->lower_bound_bytes);
     add_u64(j, "planned_allocated_bytes", v->planned.allocated_bytes);
-    add_u64(j, "measured_allocated_bytes", v->measured.allocated_bytes);
-    add_u64(j, "measured_table_bytes", v->measured.table_bytes);
+    add_u64(j, "measured_allocated_bytes", ms->peak_allocated_bytes);
+    add_u64(j, "planned_end_bytes", v->planned_end_bytes);
+    add_u64(j, "measured_end_bytes", ms->allocated_bytes);
+    add_u64(j, "measured_table_bytes", ms->table_bytes);
     cJSON_AddBoolToObject(j, "agree", v->agree);
     return j;
 }
@@ -358,23 +437,34 @@ static void print_shape(const report *rp) {
     if (m->n_swa_layers)
         printf("               sliding window %lld tokens in %lld of %lld layers\n",
                (long long)m->sliding_window, (long long)m->n_swa_layers, (long long)m->n_layers);
-    printf("KV type        %s, block size %lld tokens\n", kv_plan_dtype_name(rp->r->dtype),
-           (long long)rp->r->block_size);
+    if (rp->r->split_v)
+        printf("KV type        K %s, V %s, block size %lld tokens\n", kv_plan_dtype_name(rp->r->dtype),
+               kv_plan_dtype_name(rp->r->dtype_v), (long long)rp->r->block_size);
+    else
+        printf("KV type        %s, block size %lld tokens\n", kv_plan_dtype_name(rp->r->dtype),
+               (long long)rp->r->block_size);
     printf("request        context %s tokens x %lld sequence%s\n\n", GR(rp->r->context),
            (long long)rp->r->concurrency, rp->r->concurrency == 1 ? "" : "s");
 }
 
 /* How bytes_per_token was formed, in the seeds' notation where it applies. */
 static void print_formula(const kv_plan_model *m, const kv_plan_request *r, const kv_plan *p) {
-    uint64_t vb = kv_plan_row_bytes(r->dtype, 1);
-    if (kv_plan_is_mla(m))
+    uint64_t vb = kv_plan_row_bytes(r->dtype, 1); /* 0 for q8_0 (block type) */
+    if (kv_plan_is_mla(m) && vb)
         printf("               = %lld layers x (%lld latent + %lld rope) x %llu B\n",
                (long long)m->n_layers, (long long)m->kv_lora_rank, (long long)m->rope_dim,
                (unsigned long long)vb);
-    else if (r->dtype == KV_PLAN_Q8_0)
-        printf("               = %lld layers x (K %llu B + V %llu B), q8_0: 34 B per 32 values\n",
+    else if (kv_plan_is_mla(m))
+        printf("               = %lld layers x (%lld latent + %lld rope) as %s: %llu B\n",
+               (long long)m->n_layers, (long long)m->kv_lora_rank, (long long)m->rope_dim,
+               kv_plan_dtype_name(r->dtype), (unsigned long long)p->k_row_bytes);
+    else if (r->split_v || !vb)
+        printf("               = %lld layers x (K %llu B as %s + V %llu B as %s)%s\n",
                (long long)m->n_layers, (unsigned long long)p->k_row_bytes,
-               (unsigned long long)p->v_row_bytes);
+               kv_plan_dtype_name(r->dtype), (unsigned long long)p->v_row_bytes,
+               kv_plan_dtype_name(r->split_v ? r->dtype_v : r->dtype),
+               r->dtype == KV_PLAN_Q8_0 || (r->split_v && r->dtype_v == KV_PLAN_Q8_0)
+                   ? ", q8_0: 34 B per 32 values" : "");
     else if (m->head_dim_k == m->head_dim_v)
         printf("               = 2 x %lld layers x %lld KV heads x %lld x %llu B\n",
                (long long)m->n_layers, (long long)m->n_kv_heads, (long long)m->head_dim_k,
@@ -408,9 +498,13 @@ static void print_kv(const report *rp) {
     printf("               allocated - lower bound: %s (unfilled block tails%s)\n",
            FB(p->allocated_bytes - p->lower_bound_bytes),
            rp->m->n_swa_layers ? ", window not block-aligned" : "");
-    if (rp->m->n_swa_layers)
-        printf("               (sliding layers paged apart; kvllm's pool pages all layers together "
-               "today: see SWA below)\n");
+    if (rp->m->n_swa_layers) {
+        printf("               (sliding layers are a KV group of their own, as in kvllm's engine: the "
+               "peak while decoding;\n"
+               "                with all %s tokens written it holds %s sliding-layer block%s: %s per "
+               "sequence)\n", GR(r->context), GR(p->swa_blocks_held), p->swa_blocks_held == 1 ? "" : "s",
+               FB(p->seq_held_bytes));
+    }
     printf("metadata       block table %lld B per entry + %d B header = %s per sequence; x %lld = %s\n",
            (long long)KV_PLAN_BLOCK_ENTRY_BYTES, KV_PLAN_SEQ_HEADER_BYTES,
            FB(p->seq_metadata_bytes), B, FB(p->metadata_bytes));
@@ -440,19 +534,32 @@ static void print_saving(const kv_plan_saving *s) {
 }
 
 static void print_verify(const verify_result *v) {
-    printf("\nverify (engine's block pool, measured; pool shape from the %s)\n",
+    const kv_plan_measured *ms = &v->measured;
+    printf("\nverify (engine's block pools, measured over a decode replay; KV groups from the %s)\n",
            v->engine_shape ? "engine's model loader" : "planner");
     if (v->note[0]) printf("  note: %s\n", v->note);
-    printf("  block bytes   planned %llu, measured %llu\n", (unsigned long long)v->planned.block_bytes,
-           (unsigned long long)v->measured.block_bytes);
+    for (int g = 0; g < ms->n_groups; g++) {
+        const kv_plan_measured_group *mg = &ms->group[g];
+        if (mg->window) printf("  group %d: %d sliding layers, window %lld\n", g, mg->n_layers,
+                               (long long)mg->window);
+        else printf("  group %d: %d full-attention layers\n", g, mg->n_layers);
+        printf("    block bytes   planned %llu, measured %llu\n",
+               (unsigned long long)v->planned_block_bytes[g], (unsigned long long)mg->block_bytes);
+        printf("    peak blocks   planned %lld, measured %lld\n", (long long)v->planned_peak_blocks[g],
+               (long long)mg->peak_blocks);
+        printf("    blocks at T   planned %lld, measured %lld\n", (long long)v->planned_end_blocks[g],
+               (long long)mg->blocks);
+    }
     printf("  lower bound   planned %llu, measured %llu\n",
-           (unsigned long long)v->planned.lower_bound_bytes,
-           (unsigned long long)v->measured.lower_bound_bytes);
-    printf("  allocated     planned %llu, measured %llu (%lld blocks)\n",
+           (unsigned long long)v->planned.lower_bound_bytes, (unsigned long long)ms->lower_bound_bytes);
+    printf("  allocated     planned %llu, measured %llu (peak, %lld blocks)\n",
            (unsigned long long)v->planned.allocated_bytes,
-           (unsigned long long)v->measured.allocated_bytes, (long long)v->measured.blocks);
+           (unsigned long long)ms->peak_allocated_bytes, (long long)ms->peak_blocks);
+    printf("  held at T     planned %llu, measured %llu (%lld blocks)\n",
+           (unsigned long long)v->planned_end_bytes, (unsigned long long)ms->allocated_bytes,
+           (long long)ms->blocks);
     printf("  block tables  measured %llu B as allocated (grown by doubling)\n",
-           (unsigned long long)v->measured.table_bytes);
+           (unsigned long long)ms->table_bytes);
     printf("  %s\n", v->agree ? "AGREE: the planner's allocation is exactly the engine's"
                               : "DISAGREE: the planner's allocation differs from the engine's");
 }
@@ -475,7 +582,7 @@ static bool parse_args(int argc, char **argv, cli_opts *o, plan_args *a) {
                        &a->kv_heads, &a->head_dim, &a->head_dim_v, &a->window, &a->swa_layers,
                        &a->lora, &a->rope};
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) *ints[i] = UNSET;
-    a->dtype = UNSET;
+    a->dtype = a->dtype_v = UNSET;
     if (!cli_parse_ex(argc, argv, o, extra_flag, a)) {
         usage();
         return false;
@@ -505,6 +612,8 @@ int cmd_kv_plan(int argc, char **argv) {
     kv_plan_request r = {.context = a.context, .concurrency = a.concurrency,
                          .dtype = a.dtype != UNSET ? a.dtype : m.kv_dtype >= 0 ? m.kv_dtype : KV_PLAN_F16,
                          .block_size = o.block_size, .budget_bytes = a.has_budget ? a.budget : 0};
+    r.split_v = a.dtype_v != UNSET && a.dtype_v != r.dtype;
+    r.dtype_v = r.split_v ? a.dtype_v : 0;
     r.weights_bytes = weights_bytes(&a, &m, &rp.weights_source);
     kv_plan p;
     kv_plan_saving sav[KV_PLAN_MAX_SAVINGS];

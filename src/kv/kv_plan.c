@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <ctype.h>
 #include <string.h>
 #include <strings.h>
 
@@ -19,11 +20,24 @@
 
 /* ------------------------------------------------------------- dtypes -- */
 
-static const char *const DTYPE_NAMES[KV_PLAN_DTYPE_COUNT] = {"f32", "f16", "bf16", "fp8", "q8_0"};
+/* The planner's enum in the pool's ids: names and sizes are the pool's. */
+static const int POOL_DTYPE[KV_PLAN_DTYPE_COUNT] = {
+    [KV_PLAN_F32] = GGUF_DT_F32, [KV_PLAN_F16] = GGUF_DT_F16, [KV_PLAN_BF16] = GGUF_DT_BF16,
+    [KV_PLAN_FP8] = KV_DT_FP8_E4M3, [KV_PLAN_Q8_0] = GGUF_DT_Q8_0};
+
+int kv_plan_pool_dtype(int dtype) {
+    return dtype >= 0 && dtype < KV_PLAN_DTYPE_COUNT ? POOL_DTYPE[dtype] : -1;
+}
 
 bool kv_plan_dtype_parse(const char *s, int *out) {
+    char low[16];
+    size_t n = strlen(s);
+    if (n >= sizeof low) return false;
+    for (size_t i = 0; i <= n; i++) low[i] = (char)tolower((unsigned char)s[i]);
+    int pool;
+    if (!kv_dtype_parse(low, &pool)) return false;
     for (int i = 0; i < KV_PLAN_DTYPE_COUNT; i++) {
-        if (strcasecmp(s, DTYPE_NAMES[i]) == 0) {
+        if (POOL_DTYPE[i] == pool) {
             *out = i;
             return true;
         }
@@ -32,19 +46,12 @@ bool kv_plan_dtype_parse(const char *s, int *out) {
 }
 
 const char *kv_plan_dtype_name(int dtype) {
-    return dtype >= 0 && dtype < KV_PLAN_DTYPE_COUNT ? DTYPE_NAMES[dtype] : "unknown";
+    return dtype >= 0 && dtype < KV_PLAN_DTYPE_COUNT ? kv_dtype_name(POOL_DTYPE[dtype]) : "unknown";
 }
 
 uint64_t kv_plan_row_bytes(int dtype, int64_t n_values) {
-    uint64_t n = n_values > 0 ? (uint64_t)n_values : 0;
-    switch (dtype) {
-    case KV_PLAN_F32: return 4 * n;
-    case KV_PLAN_F16:
-    case KV_PLAN_BF16: return 2 * n;
-    case KV_PLAN_FP8: return n;
-    case KV_PLAN_Q8_0: return (n + 31) / 32 * 34; /* a partial block still takes a whole one */
-    default: return 0;
-    }
+    if (dtype < 0 || dtype >= KV_PLAN_DTYPE_COUNT || n_values <= 0) return 0;
+    return kv_row_bytes(POOL_DTYPE[dtype], n_values);
 }
 
 /* -------------------------------------------------------------- model -- */
@@ -92,8 +99,9 @@ static bool request_check(const kv_plan_request *r, kvl_error *err) {
     if (!in_range(r->block_size, 1, MAX_BLOCK_SIZE))
         return kvl_fail(err, "block size must be 1..%d (got %lld)", MAX_BLOCK_SIZE,
                         (long long)r->block_size);
-    if (!in_range(r->dtype, 0, KV_PLAN_DTYPE_COUNT - 1))
-        return kvl_fail(err, "unknown KV dtype %d", r->dtype);
+    if (!in_range(r->dtype, 0, KV_PLAN_DTYPE_COUNT - 1) ||
+        (r->split_v && !in_range(r->dtype_v, 0, KV_PLAN_DTYPE_COUNT - 1)))
+        return kvl_fail(err, "unknown KV dtype (K %d, V %d)", r->dtype, r->split_v ? r->dtype_v : r->dtype);
     return true;
 }
 
@@ -114,26 +122,40 @@ static uint64_t add(uint64_t a, uint64_t b, bool *ovf) {
 
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-/* One token's K and V row in one layer. MLA stores the latent + RoPE key as the
- * "K" row and no V row: V (and the no-RoPE part of K) is recomputed from it. */
-static void layer_rows(const kv_plan_model *m, int dtype, uint64_t *k, uint64_t *v) {
+static int v_dtype(const kv_plan_request *r) { return r->split_v ? r->dtype_v : r->dtype; }
+
+/* Values in one token's K and V row of one layer. MLA stores the latent + RoPE
+ * key as the "K" row and no V row: V (and the no-RoPE part of K) is recomputed
+ * from it. */
+static void layer_values(const kv_plan_model *m, int64_t *k, int64_t *v) {
     if (kv_plan_is_mla(m)) {
-        *k = kv_plan_row_bytes(dtype, m->kv_lora_rank + m->rope_dim);
+        *k = m->kv_lora_rank + m->rope_dim;
         *v = 0;
     } else {
-        *k = kv_plan_row_bytes(dtype, m->n_kv_heads * m->head_dim_k);
-        *v = kv_plan_row_bytes(dtype, m->n_kv_heads * m->head_dim_v);
+        *k = m->n_kv_heads * m->head_dim_k;
+        *v = m->n_kv_heads * m->head_dim_v;
     }
 }
 
-/* One layer's share of a block: block_size rows of K and V, plus fp8's scales. */
-static uint64_t layer_block_bytes(int dtype, int64_t bs, uint64_t k, uint64_t v) {
-    uint64_t b = (uint64_t)bs * (k + v);
-    if (dtype == KV_PLAN_FP8) b += KV_PLAN_FP8_SCALE_BYTES * ((k > 0) + (v > 0));
-    return b;
+/* Row bytes as the pool stores them; false (err set) for a row it refuses. */
+static bool layer_rows(const kv_plan_model *m, const kv_plan_request *r, uint64_t *k, uint64_t *v,
+                       kvl_error *err) {
+    int64_t kn, vn;
+    layer_values(m, &kn, &vn);
+    *k = kv_plan_row_bytes(r->dtype, kn);
+    *v = vn > 0 ? kv_plan_row_bytes(v_dtype(r), vn) : 0;
+    if (*k && (vn == 0 || *v)) return true;
+    bool bad_k = *k == 0;
+    return kvl_fail(err, "a %s row of %lld values (all KV heads of a layer) cannot be stored as %s: "
+                    "q8_0 needs a multiple of 32 values", bad_k ? "K" : "V",
+                    (long long)(bad_k ? kn : vn), kv_plan_dtype_name(bad_k ? r->dtype : v_dtype(r)));
 }
 
-/* Blocks a sliding layer group needs: the last W positions touch at most
+/* One layer's share of a block: block_size rows of K and V (no scale bytes:
+ * q8_0's scales are inside its rows, fp8's scale is a static 1). */
+static uint64_t layer_block_bytes(int64_t bs, uint64_t k, uint64_t v) { return (uint64_t)bs * (k + v); }
+
+/* Peak blocks of a sliding layer group: the last W positions touch at most
  * ceil((W-1)/bs) + 1 blocks when the window is not block-aligned, and never
  * more than the whole sequence. */
 static int64_t swa_blocks(int64_t window, int64_t bs, int64_t full_blocks) {
@@ -141,10 +163,21 @@ static int64_t swa_blocks(int64_t window, int64_t bs, int64_t full_blocks) {
     return b < full_blocks ? b : full_blocks;
 }
 
+int64_t kv_plan_swa_blocks_held(int64_t window, int64_t bs, int64_t tokens, int64_t last_chunk) {
+    if (tokens <= 0 || bs <= 0) return 0;
+    if (last_chunk < 1) last_chunk = 1;
+    if (last_chunk > tokens) last_chunk = tokens;
+    /* engine.c reserve_chunk: kv_seq_drop_before(n_computed - W + 1), n_computed
+     * being the tokens before the step; that frees blocks [0, first / bs). */
+    int64_t first = window > 0 ? tokens - last_chunk - window + 1 : 0;
+    int64_t dropped = first > 0 ? first / bs : 0;
+    return ceil_div(tokens, bs) - dropped;
+}
+
 static void plan_sequence(const kv_plan_model *m, const kv_plan_request *r, kv_plan *p, bool *ovf) {
     int64_t L = m->n_layers, S = m->n_swa_layers, T = r->context, bs = r->block_size;
     uint64_t layer_tok = p->k_row_bytes + p->v_row_bytes;
-    uint64_t lbb = layer_block_bytes(r->dtype, bs, p->k_row_bytes, p->v_row_bytes);
+    uint64_t lbb = layer_block_bytes(bs, p->k_row_bytes, p->v_row_bytes);
     int64_t t_swa = S > 0 && m->sliding_window < T ? m->sliding_window : T;
 
     p->bytes_per_token = mul(layer_tok, (uint64_t)L, ovf);
@@ -154,10 +187,15 @@ static void plan_sequence(const kv_plan_model *m, const kv_plan_request *r, kv_p
     p->swa_block_bytes = mul(lbb, (uint64_t)S, ovf);
     p->blocks_per_seq = ceil_div(T, bs);
     p->swa_blocks_per_seq = S > 0 ? swa_blocks(m->sliding_window, bs, p->blocks_per_seq) : 0;
-    p->seq_allocated_bytes = add(mul(p->block_bytes, (uint64_t)p->blocks_per_seq, ovf),
-                                 mul(p->swa_block_bytes, (uint64_t)p->swa_blocks_per_seq, ovf), ovf);
-    int64_t entries = (L - S > 0 ? p->blocks_per_seq : 0) + p->swa_blocks_per_seq;
-    p->seq_metadata_bytes = (uint64_t)entries * KV_PLAN_BLOCK_ENTRY_BYTES + KV_PLAN_SEQ_HEADER_BYTES;
+    p->swa_blocks_held = S > 0 ? kv_plan_swa_blocks_held(m->sliding_window, bs, T, 1) : 0;
+    uint64_t full = mul(p->block_bytes, (uint64_t)p->blocks_per_seq, ovf);
+    p->seq_allocated_bytes = add(full, mul(p->swa_block_bytes, (uint64_t)p->swa_blocks_per_seq, ovf), ovf);
+    p->seq_held_bytes = add(full, mul(p->swa_block_bytes, (uint64_t)p->swa_blocks_held, ovf), ovf);
+    /* Each group's block table covers every position (a sliding group's dropped
+     * blocks stay as -1 entries: positions keep their indices). */
+    int64_t groups = (L - S > 0) + (S > 0);
+    p->seq_metadata_bytes = add(mul((uint64_t)(groups * p->blocks_per_seq), KV_PLAN_BLOCK_ENTRY_BYTES, ovf),
+                                KV_PLAN_SEQ_HEADER_BYTES, ovf);
 }
 
 static void plan_budget(const kv_plan_request *r, kv_plan *p) {
@@ -175,7 +213,7 @@ bool kv_plan_compute(const kv_plan_model *m, const kv_plan_request *r, kv_plan *
     kv_plan p;
     memset(&p, 0, sizeof p);
     bool ovf = false;
-    layer_rows(m, r->dtype, &p.k_row_bytes, &p.v_row_bytes);
+    if (!layer_rows(m, r, &p.k_row_bytes, &p.v_row_bytes, err)) return false;
     plan_sequence(m, r, &p, &ovf);
     uint64_t B = (uint64_t)r->concurrency;
     p.lower_bound_bytes = mul(p.seq_lower_bound_bytes, B, &ovf);
@@ -247,9 +285,10 @@ static bool saving_quant(const kv_plan_model *m, const kv_plan_request *r, int d
     kv_plan_request q = *r, base = *r;
     q.dtype = dtype;
     base.dtype = KV_PLAN_F16;
+    q.split_v = base.split_v = false;
     snprintf(s->what, sizeof s->what, "%s", kv_plan_dtype_name(dtype));
     snprintf(s->baseline, sizeof s->baseline, "f16");
-    s->in_plan = r->dtype == dtype;
+    s->in_plan = r->dtype == dtype && v_dtype(r) == dtype;
     return compare(m, &q, m, &base, s);
 }
 
@@ -270,64 +309,189 @@ int kv_plan_savings(const kv_plan_model *m, const kv_plan_request *r, kv_plan_sa
 
 /* ------------------------------------------------------ engine's pool -- */
 
-bool kv_plan_pool_config(const kv_plan_model *m, const kv_plan_request *r, kv_pool_config *cfg,
-                         kvl_error *err) {
-    static const int POOL_DTYPE[] = {[KV_PLAN_F32] = GGUF_DT_F32, [KV_PLAN_F16] = GGUF_DT_F16,
-                                     [KV_PLAN_BF16] = GGUF_DT_BF16};
-    if (!kv_plan_model_check(m, err) || !request_check(r, err)) return false;
-    if (r->dtype != KV_PLAN_F32 && r->dtype != KV_PLAN_F16 && r->dtype != KV_PLAN_BF16)
-        return kvl_fail(err, "the engine's KV pool stores f32, f16 and bf16; not %s",
-                        kv_plan_dtype_name(r->dtype));
-    memset(cfg, 0, sizeof *cfg);
-    cfg->n_layers = (int)m->n_layers;
-    cfg->n_kv_heads = kv_plan_is_mla(m) ? 1 : (int)m->n_kv_heads;
-    cfg->head_dim_k = (int)(kv_plan_is_mla(m) ? m->kv_lora_rank + m->rope_dim : m->head_dim_k);
-    cfg->head_dim_v = kv_plan_is_mla(m) ? 0 : (int)m->head_dim_v;
-    cfg->block_size = (int)r->block_size;
-    cfg->dtype = POOL_DTYPE[r->dtype];
-    return true;
+int kv_plan_pool_groups(const kv_plan_model *m, const kv_plan_request *r, kv_plan_group *out,
+                        kvl_error *err) {
+    uint64_t k, v;
+    if (!kv_plan_model_check(m, err) || !request_check(r, err) || !layer_rows(m, r, &k, &v, err))
+        return 0;
+    kv_pool_config c;
+    memset(&c, 0, sizeof c);
+    c.n_kv_heads = kv_plan_is_mla(m) ? 1 : (int)m->n_kv_heads;
+    c.head_dim_k = (int)(kv_plan_is_mla(m) ? m->kv_lora_rank + m->rope_dim : m->head_dim_k);
+    c.head_dim_v = kv_plan_is_mla(m) ? 0 : (int)m->head_dim_v;
+    c.block_size = (int)r->block_size;
+    c.dtype = kv_plan_pool_dtype(r->dtype);
+    c.split_v = r->split_v;
+    c.dtype_v = r->split_v ? kv_plan_pool_dtype(r->dtype_v) : 0;
+    int n = 0;
+    int64_t full = m->n_layers - m->n_swa_layers;
+    if (full > 0) {
+        out[n].cfg = c;
+        out[n].cfg.n_layers = (int)full;
+        out[n++].window = 0;
+    }
+    if (m->n_swa_layers > 0) {
+        out[n].cfg = c;
+        out[n].cfg.n_layers = (int)m->n_swa_layers;
+        out[n++].window = m->sliding_window;
+    }
+    return n;
 }
 
-/* Reserves every sequence and sums kv_seq_usage; the caller frees the tables. */
-static bool measure_seqs(kv_pool *pool, kv_seq *seqs, int64_t T, int64_t B, kv_plan_measured *out,
-                         kvl_error *err) {
-    for (int64_t i = 0; i < B; i++) {
-        if (!kv_seq_reserve(pool, &seqs[i], T))
-            return kvl_fail(err, "kv-plan: the engine could not reserve sequence %lld of %lld tokens",
-                            (long long)i, (long long)T);
-        kv_usage u = kv_seq_usage(pool, &seqs[i], T);
-        out->blocks += u.blocks;
-        out->lower_bound_bytes += u.lower_bound_bytes;
-        out->allocated_bytes += u.allocated_bytes;
-        out->table_bytes += (uint64_t)seqs[i].cap * sizeof *seqs[i].blocks;
+/* The pool bytes of one block of this layout, computed as kv_pool_create does
+ * (0 when it will refuse the rows: it then says why). */
+static uint64_t layout_block_bytes(const kv_pool_config *c) {
+    int dt_v = c->split_v ? c->dtype_v : c->dtype;
+    int64_t kn = (int64_t)c->n_kv_heads * c->head_dim_k, vn = (int64_t)c->n_kv_heads * c->head_dim_v;
+    uint64_t k = kv_row_bytes(c->dtype, kn), v = vn > 0 ? kv_row_bytes(dt_v, vn) : 0;
+    if (!k || (vn > 0 && !v) || c->n_layers <= 0 || c->block_size <= 0) return 0;
+    return (uint64_t)c->n_layers * (uint64_t)c->block_size * (k + v);
+}
+
+/* The next decode step after p at which a group's table can change: a new block
+ * is needed (q % bs == 0), or a block leaves the window (the engine drops
+ * before q - W + 1, which frees a new block when that is a positive multiple of
+ * bs); at the latest the last step, T - 1. */
+static int64_t next_event(const kv_plan_group *groups, int n_groups, int64_t p, int64_t T) {
+    int64_t q = T - 1;
+    for (int g = 0; g < n_groups; g++) {
+        int64_t bs = groups[g].cfg.block_size, W = groups[g].window;
+        int64_t r = (p / bs + 1) * bs;
+        if (r < q) q = r;
+        if (W > 0) {
+            int64_t f = p - W + 1, k = f < bs ? 1 : f / bs + 1;
+            int64_t d = k * bs + W - 1;
+            if (d < q) q = d;
+        }
+    }
+    return q;
+}
+
+typedef struct measure_run {
+    const kv_plan_group *groups;
+    int n_groups;
+    int64_t T, B;
+    kv_pool *pool[KV_PLAN_MAX_GROUPS];
+    kv_seq *seqs; /* [g * B + i] */
+} measure_run;
+
+/* One decode step at position p for every sequence, as engine.c's
+ * reserve_chunk does it; then the groups' peaks. */
+static bool measure_step(measure_run *mr, int64_t p, kv_plan_measured *out, kvl_error *err) {
+    for (int64_t i = 0; i < mr->B; i++) {
+        for (int g = 0; g < mr->n_groups; g++) {
+            kv_seq *s = &mr->seqs[g * mr->B + i];
+            int64_t W = mr->groups[g].window;
+            if (W > 0) kv_seq_drop_before(mr->pool[g], s, p - W + 1);
+            if (!kv_seq_reserve(mr->pool[g], s, p + 1))
+                return kvl_fail(err, "kv-plan: the engine's pool (group %d, window %lld, %lld blocks) "
+                                "ran out at token %lld of sequence %lld", g, (long long)W,
+                                (long long)kv_pool_cfg(mr->pool[g])->n_blocks, (long long)p + 1,
+                                (long long)i);
+        }
+    }
+    for (int g = 0; g < mr->n_groups; g++) {
+        int64_t held = 0;
+        for (int64_t i = 0; i < mr->B; i++) held += kv_seq_n_held(&mr->seqs[g * mr->B + i]);
+        if (held > out->group[g].peak_blocks) out->group[g].peak_blocks = held;
     }
     return true;
 }
 
-bool kv_plan_measure(const kv_pool_config *cfg, int64_t context, int64_t concurrency,
-                     uint64_t max_pool_bytes, kv_plan_measured *out, kvl_error *err) {
-    memset(out, 0, sizeof *out);
-    if (context < 1 || concurrency < 1 || cfg->block_size < 1)
-        return kvl_fail(err, "kv-plan: measure needs positive context, concurrency and block size");
+/* After the T-th token: kv_seq_usage per sequence, with the engine's token
+ * count for a sliding group (its lower bound keeps only the window). */
+static void measure_end(measure_run *mr, kv_plan_measured *out) {
+    for (int g = 0; g < mr->n_groups; g++) {
+        kv_plan_measured_group *mg = &out->group[g];
+        int64_t W = mr->groups[g].window, t = W > 0 && mr->T > W ? W : mr->T;
+        mg->window = W;
+        mg->n_layers = mr->groups[g].cfg.n_layers;
+        mg->block_bytes = kv_pool_block_bytes(mr->pool[g]);
+        mg->peak_allocated_bytes = (uint64_t)mg->peak_blocks * mg->block_bytes;
+        for (int64_t i = 0; i < mr->B; i++) {
+            const kv_seq *s = &mr->seqs[g * mr->B + i];
+            kv_usage u = kv_seq_usage(mr->pool[g], s, t);
+            mg->blocks += u.blocks;
+            mg->allocated_bytes += u.allocated_bytes;
+            mg->lower_bound_bytes += u.lower_bound_bytes;
+            out->table_bytes += (uint64_t)s->cap * sizeof *s->blocks;
+        }
+        out->peak_blocks += mg->peak_blocks;
+        out->blocks += mg->blocks;
+        out->peak_allocated_bytes += mg->peak_allocated_bytes;
+        out->allocated_bytes += mg->allocated_bytes;
+        out->lower_bound_bytes += mg->lower_bound_bytes;
+    }
+    out->n_groups = mr->n_groups;
+}
+
+/* Pool sizes (blocks) and the limits: pool bytes, block-table entries, and the
+ * work of kv_seq_drop_before (it scans the table from the start). */
+static bool measure_sizes(const kv_plan_group *groups, int n_groups, int64_t T, int64_t B,
+                          uint64_t max_pool_bytes, int64_t *n_blocks, kvl_error *err) {
     bool ovf = false;
-    uint64_t n_blocks = mul((uint64_t)ceil_div(context, cfg->block_size), (uint64_t)concurrency, &ovf);
-    kv_pool_config c = *cfg;
-    c.n_blocks = n_blocks > INT32_MAX ? INT32_MAX : (int64_t)n_blocks;
-    size_t es = kv_dtype_bytes(c.dtype);
-    uint64_t block = (uint64_t)c.n_layers * c.block_size * c.n_kv_heads * (c.head_dim_k + c.head_dim_v) * es;
-    uint64_t pool_bytes = mul(block, n_blocks, &ovf);
-    if (ovf || n_blocks > INT32_MAX || pool_bytes > max_pool_bytes)
-        return kvl_fail(err, "kv-plan: --verify would need a %llu-block pool of %llu bytes (limit %llu); "
-                        "use a smaller context or concurrency", (unsigned long long)n_blocks,
-                        (unsigned long long)pool_bytes, (unsigned long long)max_pool_bytes);
-    kv_pool *pool = kv_pool_create(&c, err);
-    kv_seq *seqs = pool ? calloc((size_t)concurrency, sizeof *seqs) : NULL;
-    bool ok = seqs && measure_seqs(pool, seqs, context, concurrency, out, err);
-    if (pool && !seqs) kvl_fail(err, "kv-plan: out of memory");
-    for (int64_t i = 0; seqs && i < concurrency; i++) kv_seq_free(pool, &seqs[i]);
-    free(seqs);
-    if (pool) out->block_bytes = kv_pool_block_bytes(pool);
-    kv_pool_destroy(pool);
+    uint64_t pool_bytes = 0, entries = 0, work = 0;
+    for (int g = 0; g < n_groups; g++) {
+        int64_t bs = groups[g].cfg.block_size, W = groups[g].window;
+        if (bs < 1) return kvl_fail(err, "kv-plan: measure needs a positive block size");
+        int64_t per_seq = ceil_div(T, bs);
+        entries = add(entries, mul((uint64_t)per_seq, (uint64_t)B, &ovf), &ovf);
+        if (W > 0) {
+            int64_t cap = ceil_div(W, bs) + 1;
+            if (cap < per_seq) {
+                work = add(work, mul(mul((uint64_t)per_seq, (uint64_t)per_seq, &ovf), (uint64_t)B, &ovf),
+                           &ovf);
+                per_seq = cap;
+            }
+        }
+        uint64_t nb = mul((uint64_t)per_seq, (uint64_t)B, &ovf);
+        n_blocks[g] = nb > INT32_MAX ? INT32_MAX : (int64_t)nb;
+        if (nb > INT32_MAX) ovf = true;
+        pool_bytes = add(pool_bytes, mul(layout_block_bytes(&groups[g].cfg), nb, &ovf), &ovf);
+    }
+    if (ovf || pool_bytes > max_pool_bytes)
+        return kvl_fail(err, "kv-plan: --verify would need pools of %llu bytes (limit %llu); "
+                        "use a smaller context or concurrency",
+                        ovf ? (unsigned long long)UINT64_MAX : (unsigned long long)pool_bytes,
+                        (unsigned long long)max_pool_bytes);
+    if (entries > ((uint64_t)1 << 26) || work > ((uint64_t)1 << 31))
+        return kvl_fail(err, "kv-plan: --verify would replay %llu block-table entries; "
+                        "use a smaller context or concurrency", (unsigned long long)entries);
+    return true;
+}
+
+bool kv_plan_measure(const kv_plan_group *groups, int n_groups, int64_t context,
+                     int64_t concurrency, uint64_t max_pool_bytes, kv_plan_measured *out,
+                     kvl_error *err) {
+    memset(out, 0, sizeof *out);
+    if (context < 1 || concurrency < 1 || n_groups < 1 || n_groups > KV_PLAN_MAX_GROUPS)
+        return kvl_fail(err, "kv-plan: measure needs positive context and concurrency, 1..%d groups",
+                        KV_PLAN_MAX_GROUPS);
+    int64_t n_blocks[KV_PLAN_MAX_GROUPS];
+    if (!measure_sizes(groups, n_groups, context, concurrency, max_pool_bytes, n_blocks, err))
+        return false;
+    measure_run mr = {.groups = groups, .n_groups = n_groups, .T = context, .B = concurrency};
+    bool ok = true;
+    for (int g = 0; ok && g < n_groups; g++) {
+        kv_pool_config c = groups[g].cfg;
+        c.n_blocks = n_blocks[g];
+        mr.pool[g] = kv_pool_create(&c, err);
+        ok = mr.pool[g] != NULL;
+    }
+    if (ok) {
+        mr.seqs = calloc((size_t)(n_groups * concurrency), sizeof *mr.seqs);
+        if (!mr.seqs) ok = kvl_fail(err, "kv-plan: out of memory");
+    }
+    for (int64_t p = 0; ok; p = next_event(groups, n_groups, p, context)) {
+        ok = measure_step(&mr, p, out, err);
+        if (p == context - 1) break;
+    }
+    if (ok) measure_end(&mr, out);
+    for (int g = 0; g < n_groups; g++) {
+        for (int64_t i = 0; mr.seqs && i < concurrency; i++) kv_seq_free(mr.pool[g], &mr.seqs[g * concurrency + i]);
+        kv_pool_destroy(mr.pool[g]);
+    }
+    free(mr.seqs);
     return ok;
 }
 

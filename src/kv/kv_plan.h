@@ -6,9 +6,12 @@
  * baselines. The shape comes from a GGUF's metadata or a Hugging Face
  * config.json (parsed from memory; the caller reads files).
  *
- * Everything is in exact bytes (uint64_t, overflow-checked). kv_plan_measure is
- * the one function that touches the engine: it allocates through the real block
- * pool (kv.h) so that the planner's allocation can be checked against it. */
+ * The figures are kvllm's: its pool's KV types and row sizes (kv.h), its KV
+ * groups (full-attention and sliding-window layers paged apart, sliding blocks
+ * dropped as they leave the window), its block tables. Everything is in exact
+ * bytes (uint64_t, overflow-checked). kv_plan_measure is the one function that
+ * touches the engine: it replays sequences through the real block pools (kv.h)
+ * so that the planner's allocation can be checked against them. */
 #ifndef KVLLM_KV_PLAN_H
 #define KVLLM_KV_PLAN_H
 
@@ -16,21 +19,25 @@
 #include "../gguf/gguf.h"
 #include "kv.h"
 
-/* KV element types the planner knows. The engine's pool stores F32/F16/BF16 today. */
+/* KV element types the planner knows: exactly the engine pool's (kv.h). Sizes
+ * come from kv_row_bytes, so the planner and the pool cannot disagree:
+ *   f32 4 B, f16 / bf16 2 B per value;
+ *   q8_0: ggml Q8_0 blocks of 32 values along a token's whole K row or V row (all
+ *         KV heads of a layer together), 34 B per 32 values; a row whose value
+ *         count is not a multiple of 32 is refused (the pool refuses it too);
+ *   fp8:  E4M3, exactly 1 B per value with a static scale of 1 (vLLM's default
+ *         fp8 cache). There are no per-block scale bytes: the planner used to
+ *         count one f32 scale per K/V tensor per layer per block
+ *         (KV_PLAN_FP8_SCALE_BYTES 4); that constant is gone because the
+ *         engine's pool stores none. */
 typedef enum kv_plan_dtype {
     KV_PLAN_F32 = 0,
     KV_PLAN_F16,
     KV_PLAN_BF16,
-    KV_PLAN_FP8,  /* E4M3/E5M2: 1 byte per value + KV_PLAN_FP8_SCALE_BYTES per block (below) */
-    KV_PLAN_Q8_0, /* ggml q8_0: 32 int8 values + one f16 scale = 34 bytes per 32 values */
+    KV_PLAN_FP8,  /* the pool's KV_DT_FP8_E4M3 */
+    KV_PLAN_Q8_0, /* the pool's GGUF_DT_Q8_0 */
     KV_PLAN_DTYPE_COUNT
 } kv_plan_dtype;
-
-/* fp8's scale: one f32 per K tensor and per V tensor of each layer in each block,
- * so that a block can be requantized on its own (a per-tensor scale would need
- * the whole cache rescanned). It lives beside the block's data: only the
- * allocation counts it; the lower bound is the formula's 1 byte per value. */
-#define KV_PLAN_FP8_SCALE_BYTES 4
 
 /* Per-sequence metadata: the block table holds one int32 block id per block, and
  * each sequence has a fixed header. The header is defined as one 64-byte cache
@@ -55,7 +62,7 @@ typedef struct kv_plan_model {
     int64_t mha_head_dim_k, mha_head_dim_v;
     /* Sliding window: n_swa_layers layers keep only the last sliding_window tokens. */
     int64_t sliding_window; /* 0: none */
-    int64_t n_swa_layers;
+    int64_t n_swa_layers;   /* kvllm pages these apart (a second KV group; see kv_plan) */
     /* Where the file says so: the weights' bytes (GGUF tensor data), the bytes
      * per parameter (config.json torch_dtype) and the natural KV dtype. */
     uint64_t weights_bytes; /* 0: unknown */
@@ -66,7 +73,9 @@ typedef struct kv_plan_model {
 typedef struct kv_plan_request {
     int64_t context;        /* T: tokens per sequence */
     int64_t concurrency;    /* B: sequences */
-    int dtype;              /* kv_plan_dtype */
+    int dtype;              /* kv_plan_dtype of K (and of V unless split_v) */
+    bool split_v;           /* V stored as dtype_v (--kv-type-v) */
+    int dtype_v;
     int64_t block_size;     /* tokens per block */
     uint64_t weights_bytes; /* 0: unknown / not counted */
     uint64_t budget_bytes;  /* 0: no budget */
@@ -77,15 +86,27 @@ typedef struct kv_plan {
     uint64_t bytes_per_token;          /* all layers, K + V (the formula, no window) */
     uint64_t seq_lower_bound_bytes;    /* one sequence of T tokens, windows applied */
     uint64_t lower_bound_bytes;        /* x B */
-    /* Allocation: full-attention layers and sliding layers are paged separately
-     * (a block holds block_size tokens of every layer of its group; with no
-     * sliding layers this is the engine's block: L x block_size x (K + V row)). */
+    /* Allocation, as kvllm's engine pages it: full-attention layers and sliding
+     * layers are separate KV groups, each with its own pool (a block holds
+     * block_size tokens of every layer of its group). A sliding group drops a
+     * sequence's blocks once they leave the window (kv_seq_drop_before before
+     * each step), so while decoding one token per step it holds at most
+     * ceil((W-1)/bs) + 1 blocks: the allocation (what each pool must have room
+     * for) counts that peak. A prefill chunk of c tokens past the window holds
+     * its c tokens' blocks as well for that step. */
     uint64_t block_bytes;              /* full-attention group's block (0: no such layers) */
     uint64_t swa_block_bytes;          /* sliding group's block (0: none) */
     int64_t blocks_per_seq;            /* ceil(T / block_size) */
-    int64_t swa_blocks_per_seq;        /* min(ceil(T/bs), ceil((W-1)/bs) + 1) */
-    uint64_t seq_allocated_bytes;
+    int64_t swa_blocks_per_seq;        /* peak: min(ceil(T/bs), ceil((W-1)/bs) + 1) */
+    uint64_t seq_allocated_bytes;      /* peak per sequence (full group's + sliding group's) */
     uint64_t allocated_bytes;          /* x B */
+    /* What a sequence holds right after its T-th token's KV is written in a
+     * one-token step (the engine's kv_allocated_bytes at the end of a run whose
+     * kv_tokens is T): the sliding group keeps only the blocks of positions
+     * [T-W, T), which can be one block fewer than the peak when the window is
+     * block-aligned. Equal to the peak without sliding layers. */
+    int64_t swa_blocks_held;
+    uint64_t seq_held_bytes;
     uint64_t seq_metadata_bytes;       /* table entries x 4 + header */
     uint64_t metadata_bytes;           /* x B */
     uint64_t weights_bytes;
@@ -106,11 +127,22 @@ typedef struct kv_plan_saving {
 } kv_plan_saving;
 #define KV_PLAN_MAX_SAVINGS 6
 
-/* "f16" <-> KV_PLAN_F16 ... Parse returns false for unknown names. */
+/* "f16" <-> KV_PLAN_F16 ... (the pool's names, kv_dtype_parse; case-insensitive).
+ * Parse returns false for unknown names. */
 bool kv_plan_dtype_parse(const char *s, int *out);
 const char *kv_plan_dtype_name(int dtype);
-/* Bytes of n values stored as dtype (q8_0 rounds up to whole 32-value blocks). */
+/* The pool's dtype id (GGUF_DT_F16, KV_DT_FP8_E4M3...) of a kv_plan_dtype; -1 if none. */
+int kv_plan_pool_dtype(int dtype);
+/* Bytes of a row of n values stored as dtype: kv_row_bytes. 0 when the pool
+ * refuses the row (q8_0 and n not a multiple of 32). */
 uint64_t kv_plan_row_bytes(int dtype, int64_t n_values);
+/* Blocks a sliding-window group holds for one sequence once positions
+ * [0, tokens) are written, the last step having computed last_chunk tokens:
+ * the engine drops the blocks holding only positions < tokens - last_chunk - W + 1
+ * before that step. With last_chunk 1 (decoding) this is the blocks of the last
+ * W positions; the peak over a decode is min(ceil(T/bs), ceil((W-1)/bs) + 1). */
+int64_t kv_plan_swa_blocks_held(int64_t window, int64_t block_size, int64_t tokens,
+                                int64_t last_chunk);
 
 /* Fills m from a GGUF's metadata (arch-prefixed keys) and its tensor bytes. */
 bool kv_plan_model_from_gguf(const gguf_file *f, kv_plan_model *m, kvl_error *err);
@@ -129,24 +161,59 @@ bool kv_plan_compute(const kv_plan_model *m, const kv_plan_request *r, kv_plan *
 int kv_plan_savings(const kv_plan_model *m, const kv_plan_request *r, kv_plan_saving *out,
                     int cap);
 
-/* The engine pool's shape for this model (layers, heads, widths, dtype) with no
- * sliding-window cap: the pool pages every layer together. False for KV dtypes
- * the pool does not store. n_blocks is left 0. */
-bool kv_plan_pool_config(const kv_plan_model *m, const kv_plan_request *r, kv_pool_config *cfg,
-                         kvl_error *err);
+/* ---- agreement with the engine ----
+ * A KV group as the engine builds it: a pool layout (layers, heads, widths,
+ * block size, K/V types; n_blocks left 0) and its attention window (0: full). */
+#define KV_PLAN_MAX_GROUPS 2
+typedef struct kv_plan_group {
+    kv_pool_config cfg;
+    int64_t window;
+} kv_plan_group;
 
-/* What the engine allocated for B sequences of T tokens, measured. */
-typedef struct kv_plan_measured {
+/* The planner's own KV groups for (m, r): the full-attention layers (if any),
+ * then the sliding layers (if any), as kvllm pages them. Returns how many (1 or
+ * 2), or 0 with err set on an invalid shape/request or a row the KV type
+ * cannot store. (The engine orders its groups by first layer; match by window.) */
+int kv_plan_pool_groups(const kv_plan_model *m, const kv_plan_request *r, kv_plan_group *out,
+                        kvl_error *err);
+
+/* What the engine's pools held, measured, summed over the sequences. */
+typedef struct kv_plan_measured_group {
+    int64_t window;
+    int n_layers;
     uint64_t block_bytes;
-    int64_t blocks;               /* all sequences */
-    uint64_t lower_bound_bytes;   /* kv_seq_usage, summed */
-    uint64_t allocated_bytes;     /* kv_seq_usage, summed */
-    uint64_t table_bytes;         /* block tables as allocated (capacity x 4) */
+    int64_t peak_blocks;           /* the most held at once (all sequences) */
+    uint64_t peak_allocated_bytes; /* peak_blocks x block_bytes */
+    int64_t blocks;                /* held after the T-th token (kv_seq_usage) */
+    uint64_t allocated_bytes;
+    uint64_t lower_bound_bytes;    /* kv_seq_usage of min(T, W) tokens, as the engine counts */
+} kv_plan_measured_group;
+
+typedef struct kv_plan_measured {
+    int n_groups;
+    kv_plan_measured_group group[KV_PLAN_MAX_GROUPS];
+    /* Sums over the groups. Each group has a pool of its own, so the pools
+     * together need the sum of the groups' peaks. */
+    uint64_t peak_allocated_bytes;
+    uint64_t allocated_bytes;      /* held after the T-th token */
+    uint64_t lower_bound_bytes;
+    int64_t peak_blocks, blocks;
+    uint64_t table_bytes;          /* block tables as allocated (capacity x 4) */
 } kv_plan_measured;
-/* Creates a pool of exactly B x ceil(T/bs) blocks of shape cfg (at most
- * max_pool_bytes), reserves B sequences of T tokens, reads kv_seq_usage, frees all. */
-bool kv_plan_measure(const kv_pool_config *cfg, int64_t context, int64_t concurrency,
-                     uint64_t max_pool_bytes, kv_plan_measured *out, kvl_error *err);
+
+/* Runs B sequences of T tokens through real pools of these groups the way the
+ * engine's scheduler does while decoding: one token per sequence per step, a
+ * sliding group first dropping the blocks that left the window
+ * (kv_seq_drop_before), then kv_seq_reserve. (Steps at which no block can
+ * change are skipped: their calls would be no-ops.) Records each group's peak
+ * and its kv_seq_usage after the T-th token, then frees everything. Each pool
+ * is sized B x ceil(T/bs) blocks, a sliding one B x min(ceil(T/bs),
+ * ceil(W/bs) + 1); all together at most max_pool_bytes. False (err set) when
+ * that is exceeded, when the run would take too long, or when a reservation
+ * fails (the pool was too small: the engine needs more than that bound). */
+bool kv_plan_measure(const kv_plan_group *groups, int n_groups, int64_t context,
+                     int64_t concurrency, uint64_t max_pool_bytes, kv_plan_measured *out,
+                     kvl_error *err);
 
 /* Sizes as people write them: "80GiB", "16GB", "1.5 TiB", "123456" (bytes).
  * KB/MB/GB/TB are decimal, KiB/MiB/GiB/TiB binary (case-insensitive). The result

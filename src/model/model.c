@@ -224,13 +224,12 @@ static bool bind_layer(model *m, int il, kvl_error *err) {
 #undef BIND
 
 /* Which layers slide (and with which rope base), and which KV group each uses.
- * llama.cpp's rule: with pattern P, layer il slides iff il % P < P - 1. */
+ * llama.cpp's rule: with pattern P, layer il slides iff P == 0 or il % P < P - 1. */
 static bool assign_layer_geometry(model *m, kvl_error *err) {
     model_hparams *hp = &m->hp;
     const gguf_file *f = m->gguf;
     int64_t pattern = m->arch->swa_pattern;
     if (!hp_int(f, hp->arch, "attention.sliding_window_pattern", &pattern, false, err)) return false;
-    if (hp->n_swa > 0 && m->arch->swa_pattern == 0) pattern = 1; /* Mistral: every layer slides */
     float base_swa = hp->rope_base;
     if (!hp_float(f, hp->arch, "rope.freq_base_swa", &base_swa) && m->arch->swa_rope_scale_one)
         base_swa = 10000.0f; /* gemma3's local layers: fixed base when the key is absent */
@@ -238,7 +237,8 @@ static bool assign_layer_geometry(model *m, kvl_error *err) {
     hp->n_swa_layers = 0;
     for (int il = 0; il < hp->n_layer; il++) {
         layer_weights *L = &m->layers[il];
-        L->swa = hp->n_swa > 0 && pattern > 0 && (pattern == 1 || il % pattern < pattern - 1);
+        /* pattern 0 (Mistral, or a file that says 0): every layer slides */
+        L->swa = hp->n_swa > 0 && (pattern == 0 || il % pattern < pattern - 1);
         L->rope_base = L->swa ? base_swa : hp->rope_base;
         L->rope_freq_scale = L->swa && m->arch->swa_rope_scale_one ? 1.0f : hp->rope_freq_scale;
         int32_t window = L->swa ? (int32_t)hp->n_swa : 0;

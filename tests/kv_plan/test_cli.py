@@ -3,7 +3,9 @@
 
 GROUP is one of:
   figures  every row of docs/kv-figures.md, exact bytes, from the config.json fixtures
-  verify   --verify: the planner's allocation equals the engine pool's, measured
+  verify   --verify: the planner's allocation equals the engine pools', measured, for every
+           shipped architecture and KV type (split K/V types too), sliding windows included
+  e2e      the planner's figures for T equal `kvllm run --json`'s measured KV after a real generation
   budget   --budget / max_concurrency
   errors   bad inputs exit nonzero with a clear message
 """
@@ -102,25 +104,139 @@ def figures():
                            "--kv-type", "f32"], bytes_per_token=2 * 48 * 4)
 
 
+GOLDEN = "tests/data/golden/models/"
+# Every architecture that ships a GGUF: llama (stories260K, llama-gqa), qwen3,
+# gemma3 (sliding window 16 in 2 of 4 layers) and deepseek2 (MLA, 48-value rows).
+ENGINE_MODELS = ["models/stories260K.gguf", GOLDEN + "llama-gqa-bpe-q8_0.gguf", GOLDEN + "qwen3-f32.gguf",
+                 GOLDEN + "gemma3-swa-f32.gguf", GOLDEN + "deepseek2-mla-f32.gguf"]
+KV_TYPES = [["--kv-type", t] for t in ("f32", "f16", "bf16", "q8_0", "fp8")] + [
+    ["--kv-type-k", "q8_0", "--kv-type-v", "fp8"], ["--kv-type-k", "fp8", "--kv-type-v", "bf16"],
+    ["--kv-type", "f32", "--kv-type-v", "q8_0"]]
+
+
+def q8_refused(mpath, kv):
+    """deepseek2's MLA K row (32 latent + 16 rope = 48 values) is not whole q8_0 blocks."""
+    return "deepseek2" in mpath and kv[kv.index("--kv-type-k" if "--kv-type-k" in kv else "--kv-type") + 1] == "q8_0"
+
+
+def check_verify(label, args, source="engine"):
+    j = plan(*args, "--verify")
+    v = j.get("verify", {})
+    expect(f"{label} source", v.get("pool_shape_from"), source)
+    expect(f"{label} agree", v.get("agree"), True)
+    expect(f"{label} allocated", v.get("measured_allocated_bytes"), j.get("allocated_bytes"))
+    expect(f"{label} lower bound", v.get("measured_lower_bound_bytes"), j.get("lower_bound_bytes"))
+    expect(f"{label} held at T", v.get("measured_end_bytes"),
+           j.get("seq_held_bytes", -1) * j.get("concurrency", 0))
+    groups = v.get("groups", [])
+    expect(f"{label} groups", len(groups), (j.get("n_swa_layers", 0) > 0) + (j.get("n_layers") != j.get("n_swa_layers")))
+    for g in groups:
+        swa = g["window"] > 0
+        expect(f"{label} window {g['window']} block bytes", g["measured_block_bytes"],
+               j.get("swa_block_bytes" if swa else "block_bytes"))
+        expect(f"{label} window {g['window']} peak blocks", g["measured_peak_blocks"],
+               j.get("swa_blocks_per_seq" if swa else "blocks_per_seq", -1) * j.get("concurrency", 0))
+        expect(f"{label} window {g['window']} blocks at T", g["measured_end_blocks"],
+               j.get("swa_blocks_held" if swa else "blocks_per_seq", -1) * j.get("concurrency", 0))
+    return j
+
+
 def verify():
-    models = ["models/stories260K.gguf", "tests/data/golden/models/llama-gqa-bpe-q8_0.gguf"]
     cases = [["--context", "256", "--concurrency", "4"],
-             ["--context", "1000", "--concurrency", "3", "--kv-type", "f32"],
-             ["--context", "77", "--concurrency", "5", "--block-size", "7", "--kv-type", "bf16"]]
-    for mpath in models:
-        for c in cases:
-            args = ["-m", mpath, *c, "--verify"]
-            j = plan(*args)
-            v = j.get("verify", {})
-            expect(f"verify {args} source", v.get("pool_shape_from"), "engine")
-            expect(f"verify {args} agree", v.get("agree"), True)
-            expect(f"verify {args} allocated", v.get("measured_allocated_bytes"), j.get("allocated_bytes"))
-            expect(f"verify {args} lower bound", v.get("measured_lower_bound_bytes"),
-                   j.get("lower_bound_bytes"))
+             ["--context", "1000", "--concurrency", "3"],
+             ["--context", "77", "--concurrency", "5", "--block-size", "7"]]
+    for mpath in ENGINE_MODELS:
+        for kv in KV_TYPES:
+            for c in cases:
+                args = ["-m", mpath, *c, *kv]
+                if q8_refused(mpath, kv):
+                    rc, out, err = run(*args, "--verify")
+                    expect(f"{args} refused exit", rc, 2)
+                    expect(f"{args} refused message", "multiple of 32" in err, True)
+                    continue
+                check_verify(f"verify {args}", args)
         text_has(f"verify text {mpath}", ["-m", mpath, "--context", "100", "--verify"], "AGREE", "measured")
-    rc, out, err = run("-m", models[0], "--context", "100", "--kv-type", "q8_0", "--verify")
-    expect("verify q8_0 exit", rc != 0, True)
-    expect("verify q8_0 message", "pool stores" in err, True)
+    # gemma3's sliding group (W = 16) around the window and block edges, T = 10 W included.
+    g3 = ["-m", GOLDEN + "gemma3-swa-f32.gguf"]
+    for t in (1, 15, 16, 17, 31, 32, 33, 159, 160, 161, 1000):
+        for bs in ("16", "7", "32", "5", "15", "1"):
+            j = check_verify(f"gemma3 T={t} bs={bs}", g3 + ["--context", str(t), "--block-size", bs,
+                                                         "--concurrency", "2", "--kv-type", "q8_0"])
+    j = check_verify("gemma3 T=160", g3 + ["--context", "160"])
+    expect("gemma3 T=160 peak sliding blocks", j.get("swa_blocks_per_seq"), 2)
+    expect("gemma3 T=160 sliding blocks held", j.get("swa_blocks_held"), 1)
+    # Shapes the engine cannot load: the planner's groups, the real pools.
+    check_verify("layer_types config", ["--config", cfg("synthetic-layer-types.json"), "--context", "2000",
+                                        "--concurrency", "2", "--kv-type", "fp8"], source="planner")
+    check_verify("by hand, all sliding", ["--layers", "3", "--kv-heads", "2", "--head-dim", "64",
+                                          "--sliding-window", "100", "--context", "777", "--kv-type-k", "q8_0",
+                                          "--kv-type-v", "f16"], source="planner")
+    check_verify("by hand, MLA", ["--layers", "2", "--kv-lora-rank", "512", "--rope-dim", "64",
+                                  "--context", "300", "--kv-type", "q8_0"], source="planner")
+    rc, out, err = run("-m", ENGINE_MODELS[0], "--context", "1000000", "--concurrency", "100000", "--verify")
+    expect("verify too big exit", rc != 0, True)
+    expect("verify too big message", "smaller context" in err, True)
+
+
+def engine_run(mpath, n_prompt, n_gen, kv):
+    """`kvllm run --json`: the final stats line."""
+    ids = ",".join(str(2 + i % 50) for i in range(n_prompt))
+    p = subprocess.run([BIN, "run", "-m", mpath, "--prompt-ids", ids, "-n", str(n_gen), "--ignore-eos",
+                        "--temp", "0", "--json", *kv], cwd=ROOT, capture_output=True, text=True,
+                       timeout=120, stdin=subprocess.DEVNULL)
+    if p.returncode != 0:
+        failures.append(f"run {mpath} {kv}: exit {p.returncode}: {p.stderr.strip()}")
+        return {}
+    return json.loads(p.stdout.strip().splitlines()[-1]).get("stats", {})
+
+
+def e2e():
+    """The planner's per-sequence figures for T = kv_tokens against what the
+    engine measured at the end of a real generation (prompt + n tokens: the
+    last generated token's KV is not computed, so T = prompt + n - 1)."""
+    stories = "models/stories260K.gguf"
+    g3, ds2 = GOLDEN + "gemma3-swa-f32.gguf", GOLDEN + "deepseek2-mla-f32.gguf"
+    runs = [(stories, 20, 30, ["--kv-type", "f16"]), (stories, 20, 30, ["--kv-type", "q8_0"]),
+            (stories, 20, 30, ["--kv-type", "fp8"]), (stories, 7, 9, ["--kv-type", "f32"]),
+            (stories, 33, 3, ["--kv-type-k", "q8_0", "--kv-type-v", "fp8"]),
+            (GOLDEN + "llama-gqa-bpe-q8_0.gguf", 12, 20, ["--kv-type", "bf16"]),
+            (GOLDEN + "qwen3-f32.gguf", 12, 20, ["--kv-type", "q8_0"]),
+            (g3, 10, 151, ["--kv-type", "f32"]),   # T = 160 = 10 W: the window is block-aligned
+            (g3, 10, 152, ["--kv-type", "f32"]),   # T = 161: the window straddles two blocks
+            (g3, 10, 151, ["--kv-type", "q8_0"]), (g3, 10, 145, ["--kv-type", "fp8"]),
+            (g3, 5, 6, ["--kv-type", "f16"]),      # T = 10 < W
+            (g3, 40, 2, ["--kv-type", "bf16"]),    # prompt past the window, then one decode step
+            (g3, 10, 40, ["--kv-type", "f16", "--block-size", "7"]),
+            (ds2, 10, 40, ["--kv-type", "f32"]), (ds2, 10, 40, ["--kv-type", "f16"]),
+            (ds2, 10, 40, ["--kv-type", "fp8"]), (ds2, 20, 5, ["--kv-type", "bf16"])]
+    for mpath, n_prompt, n_gen, kv in runs:
+        label = f"e2e {os.path.basename(mpath)} {n_prompt}+{n_gen} {' '.join(kv)}"
+        s = engine_run(mpath, n_prompt, n_gen, kv)
+        if not s:
+            continue
+        T = s["kv_tokens"]
+        expect(f"{label} kv_tokens", T, n_prompt + n_gen - 1)
+        bs = ["--block-size", kv[kv.index("--block-size") + 1]] if "--block-size" in kv else []
+        types = [a for a in kv if a not in bs]
+        j = check_verify(label + " verify", ["-m", mpath, "--context", str(T), *types, *bs])
+        expect(f"{label} held bytes", j.get("seq_held_bytes"), s["kv_allocated_bytes"])
+        expect(f"{label} lower bound", j.get("seq_lower_bound_bytes"), s["kv_lower_bound_bytes"])
+        expect(f"{label} kv_type", j.get("kv_type"), s["kv_type"])
+        for g in s.get("kv_groups", []):
+            swa = g["window"] > 0
+            blocks = j.get("swa_blocks_held" if swa else "blocks_per_seq")
+            expect(f"{label} window {g['window']} blocks", g["blocks"], blocks)
+            expect(f"{label} window {g['window']} bytes", g["allocated_bytes"],
+                   blocks * j.get("swa_block_bytes" if swa else "block_bytes", 0))
+        if j.get("n_swa_layers", 0) == 0:  # no window: the allocation itself is what the engine holds
+            expect(f"{label} allocated", j.get("seq_allocated_bytes"), s["kv_allocated_bytes"])
+        else:  # sliding: the allocation is the decode peak; what is held at T is at most one block less
+            extra = j.get("seq_allocated_bytes", 0) - s["kv_allocated_bytes"]
+            expect(f"{label} peak - held", extra in (0, j.get("swa_block_bytes")), True)
+            if T == 160:  # T = 10 W, W and T block-aligned: [T - W, T) is exactly one block
+                expect(f"{label} T = 10 W: held one block below the peak", extra, j.get("swa_block_bytes"))
+            if T in (10, 161):
+                expect(f"{label} allocated", j.get("seq_allocated_bytes"), s["kv_allocated_bytes"])
 
 
 def budget():
@@ -159,6 +275,11 @@ def errors():
     bad("bad JSON", ["--config", cfg("bad-syntax.json"), "--context", "1"], "not a JSON object")
     bad("bad field", ["--config", cfg("bad-type.json"), "--context", "1"], "num_attention_heads")
     bad("unknown kv type", c + ["--context", "1", "--kv-type", "q4_0"], "--kv-type")
+    bad("unknown V kv type", c + ["--context", "1", "--kv-type-v", "q4_0"], "--kv-type-v")
+    bad("q8_0 row not whole blocks", ["-m", "tests/data/golden/models/deepseek2-mla-f32.gguf", "--context", "1",
+                                      "--kv-type", "q8_0"], "multiple of 32")
+    bad("q8_0 V row not whole blocks", ["--layers", "2", "--kv-heads", "1", "--head-dim", "48", "--context", "1",
+                                        "--kv-type-v", "q8_0"], "V row of 48 values")
     bad("bad budget", c + ["--context", "1", "--budget", "lots"], "--budget")
     bad("fractional bytes", c + ["--context", "1", "--budget", "0.1KiB"], "--budget")
     bad("no model", ["--context", "1"], "no model")
@@ -169,7 +290,7 @@ def errors():
     bad("overflow", c + ["--context", "1000000000000", "--concurrency", "2000000000"], "64-bit")
 
 
-GROUPS = {"figures": figures, "verify": verify, "budget": budget, "errors": errors}
+GROUPS = {"figures": figures, "verify": verify, "e2e": e2e, "budget": budget, "errors": errors}
 GROUPS[GROUP]()
 for f in failures:
     print("FAIL:", f)

@@ -1,7 +1,8 @@
 /* KV capacity planner: every figure of docs/kv-figures.md in exact bytes (and
  * the seeds' rounded units), block rounding, metadata, budgets, the savings,
  * GGUF and config.json shapes, unit parsing, and agreement with the engine's
- * real block pool (kv_plan_measure). Run from the source root (CTest does). */
+ * real block pools (kv_plan_measure: every KV type, split K/V types, sliding
+ * windows). Run from the source root (CTest does). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -108,8 +109,9 @@ static void test_qwen3_32b(void) {
     CHECK_STR(bin(f.bytes_per_token), "128 KiB");
     CHECK_U64(f.lower_bound_bytes, 85899345920ull);
     CHECK_STR(bin(f.lower_bound_bytes), "80 GiB");
-    /* fp8's allocation adds one f32 scale per K and V per layer per block. */
-    CHECK_U64(f.block_bytes, 64ull * (16 * 2048 + 8));
+    /* fp8 is the pool's E4M3 with a static scale: 1 B per value, no scale bytes. */
+    CHECK_U64(f.block_bytes, 64ull * 16 * 2048);
+    CHECK_U64(f.allocated_bytes, f.lower_bound_bytes);
 }
 
 static void test_llama3_8b(void) {
@@ -237,19 +239,26 @@ static void test_sliding_window(void) {
     CHECK_U64(p.swa_blocks_per_seq, 257);             /* ceil(4095/16) + 1 */
     CHECK_U64(p.block_bytes, 0);
     CHECK_U64(p.allocated_bytes, 257ull * 16 * 131072);
-    CHECK_U64(p.seq_metadata_bytes, 257 * 4 + 64);
+    /* T and W block-aligned: after the T-th token only [T-W, T) is held, 256 blocks. */
+    CHECK_U64(p.swa_blocks_held, 256);
+    CHECK_U64(p.seq_held_bytes, 256ull * 16 * 131072);
+    /* The table keeps an entry (-1 once dropped) for every position's block. */
+    CHECK_U64(p.seq_metadata_bytes, 2048 * 4 + 64);
+    r.context = 32769;
+    CHECK_U64(plan(&m, &r).swa_blocks_held, 257);
     r.context = 65536;
     CHECK_U64(plan(&m, &r).lower_bound_bytes, 4096ull * 131072);
     r.context = 1000; /* shorter than the window: nothing capped */
     p = plan(&m, &r);
     CHECK_U64(p.lower_bound_bytes, 1000ull * 131072);
     CHECK_U64(p.swa_blocks_per_seq, 63);
+    CHECK_U64(p.swa_blocks_held, 63);
     /* Half the layers slide (gemma-style): full layers keep T, sliding ones W. */
     m.n_swa_layers = 16;
     r.context = 32768;
     p = plan(&m, &r);
     CHECK_U64(p.lower_bound_bytes, 16ull * 4096 * 32768 + 16ull * 4096 * 4096);
-    CHECK_U64(p.seq_metadata_bytes, (2048 + 257) * 4 + 64);
+    CHECK_U64(p.seq_metadata_bytes, 2 * 2048 * 4 + 64); /* two KV groups, two tables */
     kv_plan_saving s[KV_PLAN_MAX_SAVINGS];
     int n = kv_plan_savings(&m, &r, s, KV_PLAN_MAX_SAVINGS);
     bool found = false;
@@ -264,10 +273,42 @@ static void test_sliding_window(void) {
 
 static void test_quant(void) {
     CHECK_U64(kv_plan_row_bytes(KV_PLAN_Q8_0, 1024), 32 * 34);
-    CHECK_U64(kv_plan_row_bytes(KV_PLAN_Q8_0, 33), 2 * 34); /* partial block rounds up */
+    CHECK_U64(kv_plan_row_bytes(KV_PLAN_Q8_0, 33), 0); /* the pool refuses a partial block */
+    CHECK_U64(kv_plan_row_bytes(KV_PLAN_Q8_0, 48), 0);
     CHECK_U64(kv_plan_row_bytes(KV_PLAN_FP8, 1024), 1024);
     CHECK_U64(kv_plan_row_bytes(KV_PLAN_F32, 10), 40);
     CHECK_U64(kv_plan_row_bytes(KV_PLAN_BF16, 10), 20);
+    /* Every type's sizes are the pool's. */
+    for (int d = 0; d < KV_PLAN_DTYPE_COUNT; d++) {
+        CHECK(kv_plan_pool_dtype(d) >= 0);
+        CHECK_STR(kv_plan_dtype_name(d), kv_dtype_name(kv_plan_pool_dtype(d)));
+        for (int64_t n = 1; n <= 4096; n *= 2)
+            CHECK_U64(kv_plan_row_bytes(d, n), kv_row_bytes(kv_plan_pool_dtype(d), n));
+    }
+    /* q8_0 with a row that is not whole 32-value blocks: refused, as by the pool. */
+    {
+        kv_plan_model odd = gqa(2, 4, 1, 48);
+        kv_plan_request rq = req(10, 1, KV_PLAN_Q8_0);
+        kv_plan pq;
+        kvl_error e = {{0}};
+        CHECK(!kv_plan_compute(&odd, &rq, &pq, &e) && strstr(e.msg, "multiple of 32"));
+        rq.dtype = KV_PLAN_F16; /* K f16, V q8_0: V's row is refused */
+        rq.split_v = true;
+        rq.dtype_v = KV_PLAN_Q8_0;
+        CHECK(!kv_plan_compute(&odd, &rq, &pq, &e) && strstr(e.msg, "V row"));
+    }
+    /* Split K/V types: K q8_0, V fp8 (Llama-3-8B rows: 1024 values). */
+    {
+        kv_plan_model l8 = gqa(32, 32, 8, 128);
+        kv_plan_request rs = req(8192, 1, KV_PLAN_Q8_0);
+        rs.split_v = true;
+        rs.dtype_v = KV_PLAN_FP8;
+        kv_plan ps = plan(&l8, &rs);
+        CHECK_U64(ps.k_row_bytes, 32 * 34);
+        CHECK_U64(ps.v_row_bytes, 1024);
+        CHECK_U64(ps.bytes_per_token, 32ull * (1088 + 1024));
+        CHECK_U64(ps.block_bytes, 32ull * 16 * (1088 + 1024));
+    }
     kv_plan_model m = gqa(64, 64, 8, 128);
     kv_plan_request r = req(32768, 20, KV_PLAN_F16);
     kv_plan_saving s[KV_PLAN_MAX_SAVINGS];
@@ -386,32 +427,46 @@ static void test_gguf(void) {
 
 /* ---------------------------------------------- against the real pool -- */
 
+/* The plan against a replay through the engine's pools of the planner's groups:
+ * block bytes, peak and end blocks per group, lower bound, allocation. */
 static void check_measured(const kv_plan_model *m, const kv_plan_request *r) {
-    kv_pool_config cfg;
+    kv_plan_group groups[KV_PLAN_MAX_GROUPS];
     kv_plan_measured meas;
     kvl_error err = {{0}};
     kv_plan p = plan(m, r);
-    CHECK(kv_plan_pool_config(m, r, &cfg, &err));
-    if (!kv_plan_measure(&cfg, r->context, r->concurrency, 1 << 28, &meas, &err)) {
-        fprintf(stderr, "measure: %s\n", err.msg);
+    int n = kv_plan_pool_groups(m, r, groups, &err);
+    CHECK(n == (m->n_layers > m->n_swa_layers) + (m->n_swa_layers > 0));
+    if (n == 0 || !kv_plan_measure(groups, n, r->context, r->concurrency, 1 << 28, &meas, &err)) {
+        fprintf(stderr, "measure (T %lld, bs %lld, W %lld): %s\n", (long long)r->context,
+                (long long)r->block_size, (long long)m->sliding_window, err.msg);
         failures++;
         return;
     }
-    CHECK_U64(meas.block_bytes, p.block_bytes);
-    CHECK_U64(meas.blocks, p.blocks_per_seq * r->concurrency);
+    int64_t B = r->concurrency;
+    CHECK(meas.n_groups == n);
+    for (int g = 0; g < meas.n_groups; g++) {
+        const kv_plan_measured_group *mg = &meas.group[g];
+        bool swa = mg->window > 0;
+        CHECK_U64(mg->block_bytes, swa ? p.swa_block_bytes : p.block_bytes);
+        CHECK_U64(mg->peak_blocks, (swa ? p.swa_blocks_per_seq : p.blocks_per_seq) * B);
+        CHECK_U64(mg->blocks, (swa ? p.swa_blocks_held : p.blocks_per_seq) * B);
+    }
     CHECK_U64(meas.lower_bound_bytes, p.lower_bound_bytes);
-    CHECK_U64(meas.allocated_bytes, p.allocated_bytes);
+    CHECK_U64(meas.peak_allocated_bytes, p.allocated_bytes);
+    CHECK_U64(meas.allocated_bytes, p.seq_held_bytes * (uint64_t)B);
 }
 
 static void test_measure(void) {
-    kv_plan_model m = gqa(5, 8, 4, 8);
-    int dtypes[] = {KV_PLAN_F32, KV_PLAN_F16, KV_PLAN_BF16};
+    kv_plan_model m = gqa(5, 8, 4, 8); /* stories260K: 32-value rows */
     int64_t ctx[] = {1, 15, 16, 17, 200, 2048};
-    for (int d = 0; d < 3; d++) {
+    for (int d = 0; d < KV_PLAN_DTYPE_COUNT; d++) {
         for (int t = 0; t < 6; t++) {
-            kv_plan_request r = req(ctx[t], 3, dtypes[d]);
+            kv_plan_request r = req(ctx[t], 3, d);
             check_measured(&m, &r);
             r.block_size = 7;
+            check_measured(&m, &r);
+            r.split_v = true; /* V as the next type: every K/V pairing */
+            r.dtype_v = (d + 1) % KV_PLAN_DTYPE_COUNT;
             check_measured(&m, &r);
         }
     }
@@ -419,17 +474,73 @@ static void test_measure(void) {
     mla.n_layers = 2;
     kv_plan_request r = req(100, 2, KV_PLAN_F16);
     check_measured(&mla, &r);
+    r.dtype = KV_PLAN_Q8_0; /* 576-value latent rows: 18 blocks */
+    check_measured(&mla, &r);
+    r.dtype = KV_PLAN_F16;
     kv_plan_model uneven = gqa(2, 8, 2, 32);
     uneven.head_dim_v = 16;
     check_measured(&uneven, &r);
-    kv_pool_config cfg;
+    /* Sliding windows: gemma-style half the layers, Mistral-style all of them;
+     * windows aligned and not, shorter and longer than T, block sizes 16 and 7. */
+    int64_t windows[] = {1, 16, 17, 40};
+    int64_t ctx2[] = {1, 15, 16, 17, 33, 160, 161, 1000};
+    for (int w = 0; w < 4; w++) {
+        for (int t = 0; t < 8; t++) {
+            for (int all = 0; all < 2; all++) {
+                kv_plan_model s = gqa(4, 4, 2, 32);
+                s.sliding_window = windows[w];
+                s.n_swa_layers = all ? 4 : 2;
+                kv_plan_request rs = req(ctx2[t], 2, t % 2 ? KV_PLAN_Q8_0 : KV_PLAN_FP8);
+                check_measured(&s, &rs);
+                rs.block_size = 7;
+                check_measured(&s, &rs);
+            }
+        }
+    }
+    kv_plan_group groups[KV_PLAN_MAX_GROUPS];
     kvl_error err = {{0}};
-    r.dtype = KV_PLAN_Q8_0;
-    CHECK(!kv_plan_pool_config(&m, &r, &cfg, &err)); /* the pool does not store q8_0 yet */
     kv_plan_measured meas;
-    r.dtype = KV_PLAN_F16;
-    CHECK(kv_plan_pool_config(&m, &r, &cfg, &err));
-    CHECK(!kv_plan_measure(&cfg, 1 << 20, 1000, 1 << 20, &meas, &err)); /* over the limit */
+    r = req(100, 1, KV_PLAN_F16);
+    int n = kv_plan_pool_groups(&m, &r, groups, &err);
+    CHECK(n == 1);
+    CHECK(!kv_plan_measure(groups, n, 1 << 20, 1000, 1 << 20, &meas, &err)); /* over the limit */
+    kv_plan_model odd = gqa(2, 4, 1, 48);
+    r.dtype = KV_PLAN_Q8_0;
+    CHECK(kv_plan_pool_groups(&odd, &r, groups, &err) == 0 && strstr(err.msg, "multiple of 32"));
+}
+
+/* The last step's chunk: a prefill of c tokens holds the blocks of
+ * [T - c - W + 1, T); checked against the real pool doing what engine.c does. */
+static void test_swa_held_chunk(void) {
+    kv_plan_model s = gqa(2, 4, 2, 32);
+    s.sliding_window = 16;
+    s.n_swa_layers = 2;
+    kv_plan_request r = req(1, 1, KV_PLAN_F16);
+    kv_plan_group groups[KV_PLAN_MAX_GROUPS];
+    kvl_error err = {{0}};
+    CHECK(kv_plan_pool_groups(&s, &r, groups, &err) == 1);
+    groups[0].cfg.n_blocks = 64;
+    kv_pool *pool = kv_pool_create(&groups[0].cfg, &err);
+    CHECK(pool != NULL);
+    for (int64_t T = 1; pool && T <= 200; T += 3) {
+        for (int64_t c = 1; c <= T; c += 5) {
+            kv_seq q;
+            kv_seq_init(&q);
+            /* T - c tokens decoded one per step, then one chunk of c. */
+            for (int64_t p = 0; p < T - c; p++) {
+                kv_seq_drop_before(pool, &q, p - 16 + 1);
+                CHECK(kv_seq_reserve(pool, &q, p + 1));
+            }
+            kv_seq_drop_before(pool, &q, T - c - 16 + 1);
+            CHECK(kv_seq_reserve(pool, &q, T));
+            CHECK_U64(kv_seq_n_held(&q), kv_plan_swa_blocks_held(16, 16, T, c));
+            kv_seq_free(pool, &q);
+        }
+    }
+    kv_pool_destroy(pool);
+    CHECK_U64(kv_plan_swa_blocks_held(16, 16, 160, 1), 1);  /* T = 10 W: window block-aligned */
+    CHECK_U64(kv_plan_swa_blocks_held(16, 16, 161, 1), 2);
+    CHECK_U64(kv_plan_swa_blocks_held(16, 16, 40, 40), 3);  /* a 40-token prefill holds it all */
 }
 
 /* ------------------------------------------------------ units, format -- */
@@ -457,6 +568,10 @@ static void test_parse(void) {
     int dt;
     CHECK(kv_plan_dtype_parse("q8_0", &dt) && dt == KV_PLAN_Q8_0);
     CHECK(kv_plan_dtype_parse("FP8", &dt) && dt == KV_PLAN_FP8);
+    CHECK(kv_plan_dtype_parse("fp8_e4m3", &dt) && dt == KV_PLAN_FP8);
+    CHECK(kv_plan_dtype_parse("bf16", &dt) && dt == KV_PLAN_BF16);
+    CHECK_STR(kv_plan_dtype_name(KV_PLAN_Q8_0), "q8_0");
+    CHECK_STR(kv_plan_dtype_name(KV_PLAN_FP8), "fp8");
     CHECK(!kv_plan_dtype_parse("q4_0", &dt));
 }
 
@@ -485,6 +600,7 @@ int main(void) {
     test_hf_configs();
     test_gguf();
     test_measure();
+    test_swa_held_chunk();
     test_parse();
     test_format();
     if (failures) {
