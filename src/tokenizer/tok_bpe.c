@@ -4,6 +4,7 @@
  * ties). Pieces are tracked by interned string id so that a pair's rank is one
  * integer-keyed lookup. */
 #include "tok_internal.h"
+#include "tok_heap.h"
 #include "tok_unicode.h"
 
 typedef struct bpe_sym {
@@ -12,53 +13,6 @@ typedef struct bpe_sym {
     int32_t sid;   /* interned id of the text, -1 if not interned (cannot merge) */
 } bpe_sym;
 
-typedef struct bpe_bigram {
-    int32_t rank, left, right;
-    size_t size;
-} bpe_bigram;
-
-typedef struct bpe_heap {
-    bpe_bigram *v;
-    size_t n, cap;
-} bpe_heap;
-
-/* Priority: lowest rank first, then the leftmost pair. */
-static bool before(const bpe_bigram *a, const bpe_bigram *b) {
-    return a->rank < b->rank || (a->rank == b->rank && a->left < b->left);
-}
-
-static bool heap_push(bpe_heap *h, bpe_bigram b) {
-    if (h->n == h->cap) {
-        size_t cap = h->cap ? h->cap * 2 : 64;
-        bpe_bigram *v = realloc(h->v, cap * sizeof *v);
-        if (!v) return false;
-        h->v = v;
-        h->cap = cap;
-    }
-    size_t i = h->n++;
-    while (i > 0 && before(&b, &h->v[(i - 1) / 2])) {
-        h->v[i] = h->v[(i - 1) / 2];
-        i = (i - 1) / 2;
-    }
-    h->v[i] = b;
-    return true;
-}
-
-static bpe_bigram heap_pop(bpe_heap *h) {
-    bpe_bigram top = h->v[0], last = h->v[--h->n];
-    size_t i = 0;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= h->n) break;
-        if (c + 1 < h->n && before(&h->v[c + 1], &h->v[c])) c++;
-        if (!before(&h->v[c], &last)) break;
-        h->v[i] = h->v[c];
-        i = c;
-    }
-    if (h->n) h->v[i] = last;
-    return top;
-}
-
 /* Scratch reused across the words of one call. */
 typedef struct bpe_ctx {
     const tok_vocab *v;
@@ -66,7 +20,7 @@ typedef struct bpe_ctx {
     size_t word_cap;
     bpe_sym *sym;
     size_t sym_cap;
-    bpe_heap heap;
+    tok_heap heap;
     bool ok;
 } bpe_ctx;
 
@@ -91,13 +45,13 @@ static void add_bigram(bpe_ctx *c, int32_t left, int32_t right) {
     if (l->sid < 0 || r->sid < 0) return;
     int32_t rank = tok_pairmap_get(&c->v->merges, l->sid, r->sid);
     if (rank < 0) return;
-    bpe_bigram b = {rank, left, right, l->n + r->n};
-    c->ok &= heap_push(&c->heap, b);
+    tok_bigram b = {-(float)rank, left, right, l->n + r->n}; /* lowest rank first */
+    c->ok &= tok_heap_push(&c->heap, b);
 }
 
 static void merge_all(bpe_ctx *c) {
     while (c->heap.n > 0 && c->ok) {
-        bpe_bigram b = heap_pop(&c->heap);
+        tok_bigram b = tok_heap_pop(&c->heap);
         bpe_sym *l = &c->sym[b.left], *r = &c->sym[b.right];
         if (l->n == 0 || r->n == 0 || l->n + r->n != b.size) continue; /* stale */
         l->n += r->n;

@@ -4,6 +4,7 @@
  * on ties); whatever is not a token at the end falls back to byte tokens. The
  * caller has already escaped spaces to U+2581 and added the leading space. */
 #include "tok_internal.h"
+#include "tok_heap.h"
 #include "tok_unicode.h"
 
 typedef struct spm_sym {
@@ -11,59 +12,11 @@ typedef struct spm_sym {
     size_t off, n;      /* bytes of text; n == 0 once merged into the left neighbour */
 } spm_sym;
 
-typedef struct spm_bigram {
-    float score;
-    int32_t left, right;
-    size_t size; /* byte length when queued: a changed length means a stale entry */
-} spm_bigram;
-
-typedef struct spm_heap {
-    spm_bigram *v;
-    size_t n, cap;
-} spm_heap;
-
-/* Priority: higher score first, then the leftmost pair. */
-static bool before(const spm_bigram *a, const spm_bigram *b) {
-    return a->score > b->score || (a->score == b->score && a->left < b->left);
-}
-
-static bool heap_push(spm_heap *h, spm_bigram b) {
-    if (h->n == h->cap) {
-        size_t cap = h->cap ? h->cap * 2 : 64;
-        spm_bigram *v = realloc(h->v, cap * sizeof *v);
-        if (!v) return false;
-        h->v = v;
-        h->cap = cap;
-    }
-    size_t i = h->n++;
-    while (i > 0 && before(&b, &h->v[(i - 1) / 2])) {
-        h->v[i] = h->v[(i - 1) / 2];
-        i = (i - 1) / 2;
-    }
-    h->v[i] = b;
-    return true;
-}
-
-static spm_bigram heap_pop(spm_heap *h) {
-    spm_bigram top = h->v[0], last = h->v[--h->n];
-    size_t i = 0;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= h->n) break;
-        if (c + 1 < h->n && before(&h->v[c + 1], &h->v[c])) c++;
-        if (!before(&h->v[c], &last)) break;
-        h->v[i] = h->v[c];
-        i = c;
-    }
-    if (h->n) h->v[i] = last;
-    return top;
-}
-
 typedef struct spm_ctx {
     const tok_vocab *v;
     const char *text;
     spm_sym *sym;
-    spm_heap heap;
+    tok_heap heap;
     bool ok;
 } spm_ctx;
 
@@ -73,13 +26,13 @@ static void try_add(spm_ctx *c, int32_t left, int32_t right) {
     const spm_sym *l = &c->sym[left], *r = &c->sym[right];
     int32_t id = tok_text_to_token(c->v, c->text + l->off, l->n + r->n);
     if (id < 0) return;
-    spm_bigram b = {c->v->scores[id], left, right, l->n + r->n};
-    c->ok &= heap_push(&c->heap, b);
+    tok_bigram b = {c->v->scores[id], left, right, l->n + r->n};
+    c->ok &= tok_heap_push(&c->heap, b);
 }
 
 static void merge_all(spm_ctx *c) {
     while (c->heap.n > 0 && c->ok) {
-        spm_bigram b = heap_pop(&c->heap);
+        tok_bigram b = tok_heap_pop(&c->heap);
         spm_sym *l = &c->sym[b.left], *r = &c->sym[b.right];
         if (l->n == 0 || r->n == 0 || l->n + r->n != b.size) continue;
         l->n += r->n;
