@@ -13,7 +13,7 @@ typedef struct serve_opts {
     server_config sc;
     const char *kv_memory;
     int64_t max_seqs, max_batch_tokens;
-    bool help;
+    bool no_prefix_cache, help;
 } serve_opts;
 
 static void serve_usage(FILE *out) {
@@ -27,7 +27,8 @@ static void serve_usage(FILE *out) {
             "                           (default: detected from tokenizer.chat_template; chatml if none)\n"
             "  -c N                     context size (default: the model's, at most 4096)\n"
             "  --block-size N           tokens per KV block (default 16)\n"
-            "  --kv-type f16|f32        KV element type (default f16)\n"
+            "  --kv-type TYPE           KV element type: f32 f16 bf16 q8_0 fp8 (default f16;\n"
+            "                           --kv-type-k / --kv-type-v set K and V apart)\n"
             "  --kv-blocks N            KV pool size in blocks\n"
             "  --kv-memory SIZE         KV pool size in bytes (e.g. 2GiB, 512MiB, 100000000)\n"
             "  --max-batch-tokens N     tokens per engine step (default 2048; also -b)\n"
@@ -74,7 +75,7 @@ static bool parse_int(const char *flag, const char *v, int64_t lo, int64_t hi, i
 }
 
 static int serve_switch(const char *f, serve_opts *so) {
-    if (strcmp(f, "--no-prefix-cache") == 0) so->sc.no_prefix_cache = true;
+    if (strcmp(f, "--no-prefix-cache") == 0) so->no_prefix_cache = true;
     else if (strcmp(f, "-h") == 0 || strcmp(f, "--help") == 0) so->help = true;
     else return 0;
     return 1;
@@ -126,18 +127,26 @@ static int serve_flag(const char *f, const char *v, void *ctx) {
     return 2;
 }
 
-/* Bytes of one KV block for this model and settings (a one-block probe pool). */
+/* Bytes of one block index over all KV groups (each group has its own pool of
+ * n_blocks blocks), measured with one-block probe pools. */
 static size_t block_bytes(model *m, const engine_config *ec) {
-    kv_pool_config kc;
-    model_kv_shape(m, &kc);
-    kc.block_size = ec->block_size;
-    kc.dtype = ec->kv_dtype;
-    kc.n_blocks = 1;
-    kvl_error err = {{0}};
-    kv_pool *p = kv_pool_create(&kc, &err);
-    size_t b = p ? kv_pool_block_bytes(p) : 0;
-    kv_pool_destroy(p);
-    return b;
+    size_t total = 0;
+    for (int g = 0; g < model_kv_n_groups(m); g++) {
+        kv_pool_config kc;
+        int32_t window;
+        model_kv_group_shape(m, g, &kc, &window);
+        kc.block_size = ec->block_size;
+        kc.dtype = ec->kv_dtype;
+        kc.split_v = ec->kv_dtype_v >= 0;
+        kc.dtype_v = ec->kv_dtype_v;
+        kc.n_blocks = 1;
+        kvl_error err = {{0}};
+        kv_pool *p = kv_pool_create(&kc, &err);
+        if (!p) return 0;
+        total += kv_pool_block_bytes(p);
+        kv_pool_destroy(p);
+    }
+    return total;
 }
 
 static bool engine_settings(const cli_opts *o, const serve_opts *so, model *m, engine_config *ec) {
@@ -146,7 +155,9 @@ static bool engine_settings(const cli_opts *o, const serve_opts *so, model *m, e
     ec->n_ctx = o->n_ctx > 0 ? o->n_ctx : (hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
     ec->block_size = o->block_size;
     ec->kv_dtype = o->kv_dtype;
+    ec->kv_dtype_v = o->kv_dtype_v;
     ec->n_blocks = o->kv_blocks;
+    ec->prefix_cache = !so->no_prefix_cache;
     ec->max_batch_tokens = so->max_batch_tokens > 0 ? so->max_batch_tokens : o->batch_tokens;
     ec->max_seqs = (int)so->max_seqs;
     ec->no_kv_cache = o->no_kv_cache;
@@ -166,20 +177,22 @@ static bool engine_settings(const cli_opts *o, const serve_opts *so, model *m, e
     return true;
 }
 
-static void log_pool(engine *e, const serve_opts *so) {
+static void log_pool(engine *e) {
     const engine_config *ec = engine_cfg(e);
-    kv_pool *kv = engine_kv(e);
-    size_t bb = kv_pool_block_bytes(kv);
+    size_t bb = 0;
+    for (int g = 0; g < engine_kv_n_groups(e); g++) bb += kv_pool_block_bytes(engine_kv_group(e, g));
     int64_t tokens = ec->n_blocks * ec->block_size;
     int64_t per_seq = (ec->n_ctx + ec->block_size - 1) / ec->block_size;
     fprintf(stderr,
             "kvllm serve: KV pool %lld blocks x %d tokens = %lld tokens, %zu bytes per block "
-            "(%.1f MiB, %s); %lld full-context (%lld-token) sequences fit; max %d running, "
-            "%lld tokens per step%s\n",
+            "(%.1f MiB, K %s, V %s%s); %lld full-context (%lld-token) sequences fit; max %d running, "
+            "%lld tokens per step; prefix cache %s\n",
             (long long)ec->n_blocks, ec->block_size, (long long)tokens, bb,
-            (double)bb * (double)ec->n_blocks / (1024.0 * 1024.0), gguf_dtype_name(ec->kv_dtype),
-            (long long)(ec->n_blocks / per_seq), (long long)ec->n_ctx, ec->max_seqs,
-            (long long)ec->max_batch_tokens, so->sc.no_prefix_cache ? ", prefix cache off" : "");
+            (double)bb * (double)ec->n_blocks / (1024.0 * 1024.0), kv_dtype_name(ec->kv_dtype),
+            kv_dtype_name(ec->kv_dtype_v >= 0 ? ec->kv_dtype_v : ec->kv_dtype),
+            engine_kv_n_groups(e) > 1 ? ", all KV groups" : "", (long long)(ec->n_blocks / per_seq),
+            (long long)ec->n_ctx, ec->max_seqs, (long long)ec->max_batch_tokens,
+            engine_prefix_cache_enabled(e) ? "on" : "off");
 }
 
 /* The model's Jinja chat template, NUL-terminated (caller frees), or NULL. */
@@ -226,9 +239,7 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "kvllm: %s\n", err.msg);
         goto out;
     }
-    log_pool(e, &so);
-    if (so.sc.no_prefix_cache)
-        kvl_log(KVL_LOG_WARN, "--no-prefix-cache: recorded (the engine has no prefix cache switch yet)");
+    log_pool(e);
     default_model_id(o.model_path ? o.model_path : "models/stories260K.gguf", id, sizeof id);
     if (!so.sc.model_id) so.sc.model_id = id;
     so.sc.chat_template_src = tmpl = chat_template_src(&cm);

@@ -75,7 +75,12 @@ static bool ensure_attn_scratch(model *m, kv_pool *const *pools, kvl_error *err)
                                             hp->head_dim_k, hp->head_dim_v, m->mp.max_ctx);
         need = n > need ? n : need;
     }
-    if (need <= m->attn_scratch_len) return true;
+    /* Team sizes are per calling thread in OpenMP: the thread running the forward
+     * pass (e.g. a server's engine thread) may differ from the one that loaded it. */
+    int nt = omp_get_max_threads();
+    if (need <= m->attn_scratch_len && nt <= m->n_threads_max) return true;
+    if (nt > m->n_threads_max) m->n_threads_max = nt;
+    if (need < m->attn_scratch_len) need = m->attn_scratch_len;
     kvl_free(m->attn_scratch);
     m->attn_scratch = kvl_calloc((size_t)m->n_threads_max * need, sizeof(float));
     m->attn_scratch_len = m->attn_scratch ? need : 0;

@@ -21,7 +21,6 @@ typedef struct server_config {
     const char *chat_template_src; /* the GGUF's tokenizer.chat_template, or NULL */
     size_t max_body_bytes;     /* larger request bodies get 413 (default 8 MiB) */
     int max_queue;             /* waiting requests beyond max_seqs before 503 */
-    bool no_prefix_cache;      /* recorded; passed to the engine once it has the option */
 } server_config;
 
 void server_config_default(server_config *c);

@@ -2,6 +2,7 @@
  * it drains the submission queue (engine_submit) and the cancellations
  * (engine_cancel); it sleeps on q_cv when there is nothing to do. */
 #define _GNU_SOURCE
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,6 +30,17 @@ bool srv_enqueue(srv *s, srv_job *j, api_error *err) {
         err->code = "server_overloaded";
     }
     return ok;
+}
+
+/* Frees the job's place in the queue limit. Done before the HTTP thread can
+ * see the job's end, so a client sending its next request right after the
+ * answer is never refused for room its previous request still seemed to hold. */
+static void release_inflight(srv *s, srv_job *j) {
+    if (j->released) return;
+    j->released = true;
+    pthread_mutex_lock(&s->q_mu);
+    s->n_inflight -= j->n;
+    pthread_mutex_unlock(&s->q_mu);
 }
 
 /* ---------------------------------------------------------- callbacks -- */
@@ -63,7 +75,7 @@ static void on_engine_event(const engine_event *ev, void *user) {
     observe_token(j->s, c, ev, kvl_time_s());
     if (ev->finish != ENGINE_FINISH_NONE) {
         c->done = true;
-        j->n_live--;
+        if (--j->n_live == 0) release_inflight(j->s, j);
     }
     srv_event *e = malloc(sizeof *e + ev->text_len + 1);
     if (!e) {
@@ -96,6 +108,7 @@ static void on_engine_event(const engine_event *ev, void *user) {
 /* ---------------------------------------------------------- admission -- */
 
 static void reject(srv_job *j, const api_error *err) {
+    if (j->n_live == 0) release_inflight(j->s, j);
     pthread_mutex_lock(&j->mu);
     j->state = JOB_REJECTED;
     j->reject = *err;
@@ -168,7 +181,6 @@ static void cancel_marked(srv *s, bool all) {
 
 /* Drops the engine thread's reference to jobs that will get no more events. */
 static void reap(srv *s) {
-    int64_t freed = 0;
     for (srv_job **pp = &s->active; *pp;) {
         srv_job *j = *pp;
         if (j->n_live > 0) {
@@ -176,13 +188,8 @@ static void reap(srv *s) {
             continue;
         }
         *pp = j->next;
-        freed += j->n;
+        release_inflight(s, j);
         job_release(j);
-    }
-    if (freed) {
-        pthread_mutex_lock(&s->q_mu);
-        s->n_inflight -= freed;
-        pthread_mutex_unlock(&s->q_mu);
     }
 }
 
@@ -209,6 +216,10 @@ static void step(srv *s) {
 
 static void *engine_main(void *arg) {
     srv *s = arg;
+    /* OpenMP settings are per thread: -t was applied to the main thread, and
+     * the model sized its per-thread scratch from it at load time, so this
+     * thread must run the same team size. */
+    omp_set_num_threads(s->omp_threads);
     for (;;) {
         pthread_mutex_lock(&s->q_mu);
         while (!s->stopping && !s->q_head && !s->cancel_pending && !engine_has_work(s->e))

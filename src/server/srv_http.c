@@ -4,6 +4,7 @@
  * the engine thread works, checking every 100 ms whether the client left. */
 #define _GNU_SOURCE
 #include <microhttpd.h>
+#include <omp.h>
 #include <netdb.h>
 #include <signal.h>
 #include <stdio.h>
@@ -11,6 +12,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include "srv_internal.h"
 
@@ -136,6 +138,9 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
     (void)pos;
     while (sc->off == sc->out.len) {
         if (sc->done) return MHD_CONTENT_READER_END_OF_STREAM;
+        /* A write into a closed connection can still succeed once; asking the
+         * socket catches the hang-up before the next token instead. */
+        if (peer_closed(sc->fd)) return MHD_CONTENT_READER_END_WITH_ERROR;
         sc->out.len = 0;
         sc->off = 0;
         if (!job_wait(sc->r.job, sc->fd, has_output)) return MHD_CONTENT_READER_END_WITH_ERROR;
@@ -157,6 +162,7 @@ static void stream_free(void *cls) {
         kvl_log(KVL_LOG_INFO, "client left mid-stream: cancelling %s", sc->r.id);
         job_cancel(sc->r.job);
     }
+    atomic_fetch_sub(&sc->s->n_busy, 1);
     api_req_free(&sc->r);
     sb_free(&sc->out);
     free(sc);
@@ -169,6 +175,7 @@ static enum MHD_Result start_stream(srv *s, struct MHD_Connection *c, api_req *r
         api_req_free(r);
         return fail(c, 500, NULL, "out of memory");
     }
+    atomic_fetch_add(&s->n_busy, 1); /* until stream_free */
     sc->s = s;
     sc->r = *r;
     sc->fd = fd;
@@ -203,43 +210,55 @@ static enum MHD_Result finish_blocking(srv *s, struct MHD_Connection *c, api_req
     return send_json(c, MHD_HTTP_OK, body);
 }
 
-static enum MHD_Result handle_generate(srv *s, struct MHD_Connection *c, conn_ctx *cc, bool chat) {
+/* Body -> api_req: UTF-8 check, JSON parse, OpenAI fields. */
+static bool parse_request(srv *s, const conn_ctx *cc, bool chat, api_req *r, api_error *err) {
     const char *p = cc->body.p ? cc->body.p : "";
     if (!utf8_valid(p, cc->body.len))
-        return fail(c, 400, NULL, "the request body is not valid UTF-8 (or contains NUL bytes)");
+        return api_fail(err, 400, NULL, "the request body is not valid UTF-8 (or contains NUL bytes)");
     const char *end = NULL;
     cJSON *body = cJSON_ParseWithLengthOpts(p, cc->body.len, &end, false);
-    if (!body) {
-        char msg[128];
-        snprintf(msg, sizeof msg, "the request body is not valid JSON (error at byte %zu)",
-                 end && end >= p ? (size_t)(end - p) : (size_t)0);
-        return fail(c, 400, NULL, msg);
+    if (!body)
+        return api_fail(err, 400, NULL, "the request body is not valid JSON (error at byte %zu)",
+                        end && end >= p ? (size_t)(end - p) : (size_t)0);
+    bool ok = openai_parse(s, body, chat, r, err);
+    cJSON_Delete(body);
+    return ok;
+}
+
+/* Queues the job and waits until the engine thread admitted or rejected it,
+ * so that a rejection is still a plain JSON error, not an SSE stream. */
+static bool submit(srv *s, api_req *r, int fd, api_error *err, bool *client_left) {
+    *client_left = false;
+    if (!srv_enqueue(s, r->job, err)) return false;
+    if (!job_wait(r->job, fd, admitted)) {
+        job_cancel(r->job);
+        *client_left = true;
+        return false;
     }
+    pthread_mutex_lock(&r->job->mu);
+    bool rejected = r->job->state == JOB_REJECTED;
+    *err = r->job->reject;
+    pthread_mutex_unlock(&r->job->mu);
+    return !rejected;
+}
+
+static enum MHD_Result handle_generate(srv *s, struct MHD_Connection *c, conn_ctx *cc, bool chat) {
     api_req r;
     api_error err;
-    bool ok = openai_parse(s, body, chat, &r, &err);
-    cJSON_Delete(body);
-    if (!ok) return send_error(c, &err);
+    if (!parse_request(s, cc, chat, &r, &err)) return send_error(c, &err);
     r.job->t_arrival = cc->t_arrival;
-    if (!srv_enqueue(s, r.job, &err)) {
-        api_req_free(&r);
-        return send_error(c, &err);
-    }
     int fd = conn_fd(c);
-    if (!job_wait(r.job, fd, admitted)) {
-        job_cancel(r.job);
+    bool client_left;
+    atomic_fetch_add(&s->n_busy, 1);
+    enum MHD_Result ret;
+    if (!submit(s, &r, fd, &err, &client_left)) {
         api_req_free(&r);
-        return MHD_NO;
+        ret = client_left ? MHD_NO : send_error(c, &err);
+    } else {
+        ret = r.stream ? start_stream(s, c, &r, fd) : finish_blocking(s, c, &r, fd);
     }
-    pthread_mutex_lock(&r.job->mu);
-    bool rejected = r.job->state == JOB_REJECTED;
-    err = r.job->reject;
-    pthread_mutex_unlock(&r.job->mu);
-    if (rejected) {
-        api_req_free(&r);
-        return send_error(c, &err);
-    }
-    return r.stream ? start_stream(s, c, &r, fd) : finish_blocking(s, c, &r, fd);
+    atomic_fetch_sub(&s->n_busy, 1);
+    return ret;
 }
 
 /* ------------------------------------------------------------ routing -- */
@@ -398,6 +417,8 @@ static srv *srv_new(engine *e, const tok_vocab *vocab, const server_config *cfg)
     s->n_blocks = ec->n_blocks;
     s->block_size = ec->block_size;
     s->max_seqs = ec->max_seqs;
+    s->omp_threads = omp_get_max_threads();
+    atomic_init(&s->n_busy, 0);
     pthread_mutex_init(&s->tok_mu, NULL);
     pthread_mutex_init(&s->q_mu, NULL);
     pthread_cond_init(&s->q_cv, NULL);
@@ -443,6 +464,9 @@ int server_run(engine *e, const tok_vocab *vocab, const server_config *cfg) {
     sigwait(&sigs, &sig);
     fprintf(stderr, "kvllm serve: signal %d, shutting down\n", sig);
     engine_thread_stop(s); /* running requests end as "abort"; new ones get 503 */
+    /* Let connection threads send those last chunks before MHD closes every
+     * connection (at most 5 s, for clients that stopped reading). */
+    for (int i = 0; i < 500 && atomic_load(&s->n_busy) > 0; i++) usleep(10 * 1000);
     MHD_stop_daemon(d);
     srv_free(s);
     return 0;

@@ -100,6 +100,7 @@ struct srv_job {
     srv_choice choices[SRV_MAX_N];
     int n_live;          /* submitted, final event not yet seen */
     bool cancel_sent;
+    bool released;       /* no longer counted in srv.n_inflight */
     srv_job *next;       /* in the submission queue, then the active list */
     /* Shared: under mu. */
     pthread_mutex_t mu;
@@ -162,6 +163,7 @@ struct srv {
     /* Engine facts read by HTTP threads (immutable while serving). */
     int64_t n_ctx, n_blocks, block_size;
     int max_seqs;
+    int omp_threads;           /* the main thread's OpenMP team size (-t) */
     chat_family chat;          /* CHAT_TMPL_UNKNOWN: chat requests get 400 */
     char chat_error[256];
     const char *bos_text, *eos_text;
@@ -173,6 +175,8 @@ struct srv {
     int64_t n_inflight;        /* engine requests queued or active */
     bool cancel_pending;
     bool stopping;
+    /* Generation responses not yet fully sent (shutdown waits for them). */
+    atomic_int n_busy;
     /* Engine thread only. */
     srv_job *active;
     pthread_t engine_thread;

@@ -230,6 +230,17 @@ static uint64_t random_u64(void) {
     return x ^ (x >> 33);
 }
 
+/* Any integer from -2^63 to 2^64 - 1 (clients send 64-bit seeds), as uint64. */
+static bool opt_seed(const cJSON *o, uint64_t *out, api_error *err) {
+    const cJSON *v = field(o, "seed");
+    if (!v) return true;
+    double d = cJSON_IsNumber(v) ? v->valuedouble : 0.5;
+    if (d != floor(d) || d < -9223372036854775808.0 || d >= 18446744073709551616.0)
+        return api_fail(err, 400, "seed", "'seed' must be an integer");
+    *out = d < 0 ? (uint64_t)(int64_t)d : (uint64_t)d;
+    return true;
+}
+
 /* OpenAI defaults (temperature 1, nothing else), not llama.cpp's. */
 static bool parse_sampling(const cJSON *b, srv_job *j, api_error *err) {
     sampler_params *p = &j->sampling;
@@ -240,8 +251,8 @@ static bool parse_sampling(const cJSON *b, srv_job *j, api_error *err) {
     p->min_p = 0.0f;
     p->repeat_penalty = 1.0f;
     p->penalty_last_n = -1;
-    int64_t top_k = 0, seed = 0;
-    bool has_seed = field(b, "seed") != NULL;
+    int64_t top_k = 0;
+    p->seed = random_u64();
     bool ok = opt_float(b, "temperature", 0, 100, &p->temperature, err) &&
               opt_float(b, "top_p", 0, 1, &p->top_p, err) &&
               opt_int(b, "top_k", -1, 1 << 30, &top_k, err) &&
@@ -249,13 +260,12 @@ static bool parse_sampling(const cJSON *b, srv_job *j, api_error *err) {
               opt_float(b, "presence_penalty", -2, 2, &p->presence_penalty, err) &&
               opt_float(b, "frequency_penalty", -2, 2, &p->frequency_penalty, err) &&
               opt_float(b, "repetition_penalty", 0, 100, &p->repeat_penalty, err) &&
-              opt_int(b, "seed", INT64_MIN, INT64_MAX, &seed, err);
+              opt_seed(b, &p->seed, err);
     if (!ok) return false;
     if (p->top_p <= 0) return api_fail(err, 400, "top_p", "'top_p' must be in (0, 1]");
     if (p->repeat_penalty <= 0)
         return api_fail(err, 400, "repetition_penalty", "'repetition_penalty' must be positive");
     p->top_k = (int32_t)(top_k < 0 ? 0 : top_k);
-    p->seed = has_seed ? (uint64_t)seed : random_u64();
     j->vary_seed = p->temperature > 0;
     return true;
 }
@@ -320,12 +330,6 @@ static bool parse_stream(const cJSON *b, api_req *r, api_error *err) {
     return opt_bool(so, "include_usage", &r->include_usage, err);
 }
 
-static bool model_matches(const srv *s, const char *name) {
-    if (strcmp(name, s->cfg.model_id) == 0) return true;
-    const char *base = strrchr(s->cfg.model_id, '/');
-    return base && strcmp(name, base + 1) == 0;
-}
-
 /* max_tokens: checked against the context; when absent, completions default
  * to 16 (OpenAI's default) and chat to whatever room the context and the pool
  * leave, so that a request never needs more blocks than the pool has. */
@@ -368,7 +372,7 @@ static bool parse_body(srv *s, const cJSON *b, bool chat, api_req *r, api_error 
     const char *model = NULL, *salt = NULL;
     int64_t n = 1;
     if (!opt_string(b, "model", &model, err)) return false;
-    if (model && !model_matches(s, model)) {
+    if (model && strcmp(model, s->cfg.model_id) != 0) {
         api_fail(err, 404, "model", "The model `%s` does not exist.", model);
         err->code = "model_not_found";
         return false;

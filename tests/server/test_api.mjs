@@ -4,6 +4,7 @@
 // usage: node test_api.mjs BUILD/kvllm REPO_ROOT
 import OpenAI from 'openai';
 import http from 'node:http';
+import { execFile } from 'node:child_process';
 import {
   startServer, rawRequest, metrics, waitMetrics, assert, assertEq, runTests, sleep,
 } from './lib.mjs';
@@ -213,6 +214,30 @@ const tests = [
     assert(m.get('kvllm:kv_blocks_used') + m.get('kvllm:kv_blocks_free') + m.get('kvllm:kv_blocks_cached') > 0, 'block gauges');
   }],
 
+  ['prefix cache: repeated prompt reports cached tokens, cache_salt isolates', async () => {
+    // a fresh start, so that no earlier test's blocks match
+    const prompt = `Zq${Date.now() % 100000} Once upon a time, there was a little girl named Lily. She loved to play outside in the sun `
+      + 'with her friends. One day, she saw a big red ball in the park and ran to get it.';
+    const ask = (extra = {}) => client.completions.create({ model, prompt, max_tokens: 8, temperature: 0, ...extra });
+    const m0 = await metrics(server.url);
+    const first = await ask();
+    const second = await ask();
+    const cached = second.usage.prompt_tokens_details.cached_tokens;
+    assertEq(first.usage.prompt_tokens_details.cached_tokens, 0, 'first time: nothing cached');
+    assert(cached > 0 && cached % 16 === 0 && cached < second.usage.prompt_tokens, `cached_tokens ${cached}`);
+    assertEq(second.choices[0].text, first.choices[0].text, 'same output from cached blocks');
+    const m1 = await metrics(server.url);
+    assert(m1.get('kvllm:prefix_cache_hits_total') - m0.get('kvllm:prefix_cache_hits_total') >= cached, 'hits counted');
+    assert(m1.get('kvllm:prefix_cache_queries_total') - m0.get('kvllm:prefix_cache_queries_total')
+      >= 2 * second.usage.prompt_tokens - 2, 'queries counted');
+    assert(m1.get('kvllm:kv_blocks_cached') > 0, 'blocks kept for the cache');
+    const salted = await ask({ cache_salt: 'tenant-a' });
+    assertEq(salted.usage.prompt_tokens_details.cached_tokens, 0, 'another salt does not see the blocks');
+    const salted2 = await ask({ cache_salt: 'tenant-a' });
+    assert(salted2.usage.prompt_tokens_details.cached_tokens > 0, 'the same salt does');
+    assertEq(salted2.choices[0].text, first.choices[0].text, 'same output');
+  }],
+
   ['100 clients disconnecting mid-stream return every block', async () => {
     const before = await waitMetrics(server.url, (m) => m.get('kvllm:num_requests_running') === 0);
     const used0 = before.get('kvllm:kv_blocks_used'), aborted0 = aborted(before);
@@ -238,15 +263,26 @@ const tests = [
       m.get('kvllm:num_requests_running') === 0 && m.get('kvllm:num_requests_waiting') === 0, 15000);
     assertEq(after.get('kvllm:kv_blocks_used'), used0, 'kv_blocks_used back to where it started');
     assertEq(after.get('kvllm:num_requests_running'), 0, 'nothing running');
-    assert(aborted(after) - aborted0 >= 90, `requests cancelled (${aborted(after) - aborted0})`);
+    assert(aborted(after) - aborted0 >= 80, `requests cancelled (${aborted(after) - aborted0})`);
     await stillServing();
+  }],
+
+  ['kvllm loadgen: streaming load, JSON report', async () => {
+    const out = await new Promise((resolve, reject) => execFile(bin, ['loadgen', '--url', server.url, '--api-key', KEY,
+      '--concurrency', '4', '--requests', '12', '--prompt-tokens', '24', '--shared-prefix', '8', '--max-tokens', '10',
+      '--json'], { cwd: root }, (err, stdout, stderr) => (err ? reject(new Error(`${err}: ${stderr}`)) : resolve(stdout))));
+    const r = JSON.parse(out);
+    assertEq([r.completed, r.failed, r.total_output_tokens], [12, 0, 120], 'requests and tokens');
+    for (const k of ['output_throughput', 'median_ttft_ms', 'p99_ttft_ms', 'median_tpot_ms', 'p95_itl_ms', 'p99_e2el_ms'])
+      assert(r[k] > 0, `${k} = ${r[k]}`);
   }],
 ];
 
 let failed = await runTests(tests);
 
 // A full queue: one running sequence, no waiting room -> 503 with Retry-After.
-const small = await startServer(bin, ['-m', MODEL, '-c', '512', '--max-seqs', '1', '--max-queue', '0'], { cwd: root, name: 'queue' });
+const small = await startServer(bin, ['-m', MODEL, '-c', '512', '--max-seqs', '1', '--max-queue', '0', '--no-prefix-cache'],
+  { cwd: root, name: 'queue' });
 failed += await runTests([['full queue -> 503 with Retry-After', async () => {
   const ac = new AbortController();
   const first = await fetch(`${small.url}/v1/completions`, { method: 'POST', signal: ac.signal,
@@ -262,6 +298,13 @@ failed += await runTests([['full queue -> 503 with Retry-After', async () => {
   assertEq(aborted(m), 1, 'the abandoned stream was cancelled');
   const third = await rawRequest(small.url, { body: JSON.stringify({ prompt: 'Once', max_tokens: 4 }) });
   assertEq(third.status, 200, 'room again after the first one left');
+}], ['--no-prefix-cache: nothing is ever cached', async () => {
+  const body = JSON.stringify({ prompt: 'Once upon a time, there was a little girl named Lily who liked to play.', max_tokens: 2 });
+  for (let i = 0; i < 2; i++) {
+    const r = await rawRequest(small.url, { body });
+    assertEq(r.json.usage.prompt_tokens_details.cached_tokens, 0, 'cached_tokens');
+  }
+  assertEq((await metrics(small.url)).get('kvllm:prefix_cache_hits_total'), 0, 'no hits');
 }]]);
 
 const codes = [await server.stop(), await small.stop()];

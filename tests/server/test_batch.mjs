@@ -25,7 +25,8 @@ async function generate(client, prompt) {
   return ids;
 }
 
-const big = await startServer(bin, ['-m', MODEL, '-c', '512'], { cwd: root, name: 'batch' });
+// No prefix cache here: the concurrent run must compute every prompt again, batched.
+const big = await startServer(bin, ['-m', MODEL, '-c', '512', '--no-prefix-cache'], { cwd: root, name: 'batch' });
 const alone = [];
 let failed = await runTests([
   ['32 concurrent greedy requests = each alone', async () => {
