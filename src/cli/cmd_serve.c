@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "server/server.h"
@@ -216,7 +217,24 @@ static void default_model_id(const char *path, char *buf, size_t cap) {
     if (n > 5 && strcmp(buf + n - 5, ".gguf") == 0) buf[n - 5] = 0;
 }
 
+/* Idle OpenMP workers spin by default; on a small shared machine they starve the
+ * HTTP and client threads (measured: 98 vs 1385 tokens/s at one stream). libgomp
+ * reads OMP_WAIT_POLICY only at start-up, so the server re-executes itself with
+ * passive waiting unless the user chose a policy. */
+static void reexec_with_passive_wait(int argc, char **argv) {
+    if (getenv("OMP_WAIT_POLICY")) return;
+    char **args = calloc((size_t)argc + 3, sizeof *args);
+    if (!args) return;
+    args[0] = "kvllm";
+    args[1] = "serve";
+    for (int i = 0; i < argc; i++) args[i + 2] = argv[i];
+    setenv("OMP_WAIT_POLICY", "passive", 1);
+    execv("/proc/self/exe", args);
+    free(args); /* exec failed: carry on with the default policy */
+}
+
 int cmd_serve(int argc, char **argv) {
+    reexec_with_passive_wait(argc, argv);
     serve_opts so = {.max_seqs = 64};
     server_config_default(&so.sc);
     so.sc.model_id = NULL;

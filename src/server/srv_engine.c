@@ -146,6 +146,7 @@ static void admit(srv *s, srv_job *j) {
         }
         j->choices[i].engine_id = id;
         j->n_live++;
+        r.prefix_leader = j->choices[0].engine_id; /* choices 1..n-1 reuse choice 0's prompt blocks */
     }
     set_state(j, JOB_RUNNING);
 }
