@@ -3,7 +3,7 @@
  * Build (not part of the CMake build), from the repo root:
  *   gcc -std=gnu11 -O2 -fopenmp -Isrc src/base/base.c src/kernels/[a-z]*.c \
  *       bench/bench_kernels.c -o build/bench_kernels -lm
- * Run:   OMP_NUM_THREADS=2 ./build/bench_kernels [isa] [k] [n_out]
+ * Run:   OMP_NUM_THREADS=2 ./build/bench_kernels [isa] [k] [n_out] [types, e.g. Q8_0,Q4_K]
  *
  * Weights cycle through enough copies to exceed the L3 cache, so the decode
  * figures are DRAM bandwidth, comparable to the machine's stream bandwidth
@@ -76,7 +76,7 @@ static void bench_type(int t, int64_t k, int64_t n_out) {
         W[c] = kvl_alloc(wbytes);
         fill_weights(t, W[c], n_out, k);
     }
-    const int64_t mmax = 64;
+    const int64_t mmax = 512;
     float *X = kvl_alloc(mmax * k * sizeof(float)), *Y = kvl_alloc(mmax * n_out * sizeof(float));
     for (int64_t i = 0; i < mmax * k; i++) X[i] = (float)((int)(next_u64() % 2001) - 1000) * 1e-3f;
     void *work = kvl_alloc(kern_matmul_work_bytes(t, mmax, k) + 64);
@@ -89,19 +89,19 @@ static void bench_type(int t, int64_t k, int64_t n_out) {
         const double dt = (kvl_time_s() - t0) / copies;
         if (dt < best) best = dt;
     }
-    printf("%-5s m=1  %7.1f us  %6.2f GB/s", kern_traits_of(t)->name, best * 1e6,
+    printf("%-5s m=1 %7.1f us %6.2f GB/s", kern_traits_of(t)->name, best * 1e6,
            wbytes / best / 1e9);
-    /* batched: m = 16 and 64 from cache-resident weights (compute rate) */
-    static const int64_t ms[] = {16, 64};
-    for (int mi = 0; mi < 2; mi++) {
+    /* batched: m = 4, 16, 64 and 512 (prefill) from cache-resident weights (compute rate) */
+    static const int64_t ms[] = {4, 16, 64, 512};
+    for (int mi = 0; mi < 4; mi++) {
         double b2 = 1e30;
-        for (int rep = 0; rep < 5; rep++) {
+        for (int rep = 0; rep < (ms[mi] >= 512 ? 3 : 5); rep++) {
             const double t0 = kvl_time_s();
             kern_matmul(W[0], t, n_out, k, X, ms[mi], Y, work);
             const double dt = kvl_time_s() - t0;
             if (dt < b2) b2 = dt;
         }
-        printf("   m=%-3lld %7.1f GMAC/s", (long long)ms[mi],
+        printf("  m=%-3lld %6.1f GMAC/s", (long long)ms[mi],
                (double)n_out * k * ms[mi] / b2 / 1e9);
     }
     printf("\n");
@@ -117,6 +117,7 @@ int main(int argc, char **argv) {
            omp_get_max_threads(), (long long)n_out, (long long)k, stream_read_gbs());
     static const int types[] = {GGUF_DT_Q4_0, GGUF_DT_Q4_K, GGUF_DT_Q6_K, GGUF_DT_Q8_0,
                                 GGUF_DT_F16,  GGUF_DT_BF16, GGUF_DT_F32};
-    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) bench_type(types[i], k, n_out);
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
+        if (argc <= 4 || strstr(argv[4], kern_traits_of(types[i])->name)) bench_type(types[i], k, n_out);
     return 0;
 }

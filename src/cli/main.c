@@ -19,6 +19,8 @@ static const command COMMANDS[] = {
     {"serve", cmd_serve, "OpenAI-compatible HTTP server with continuous batching"},
     {"loadgen", cmd_loadgen, "load generator for a running server (throughput, TTFT/TPOT/ITL)"},
     {"kv-plan", cmd_kv_plan, "KV cache capacity planner (calculated vs allocated)"},
+    {"synth", cmd_synth, "write a random-weight GGUF of a real model's shape (for benchmarks)"},
+    {"bench", cmd_bench, "prefill/decode tokens/s, batched decode, context sweep, memory bandwidth"},
 };
 
 void cli_usage(FILE *out) {

@@ -34,10 +34,14 @@ static const kern_traits ref_table[GGUF_DT_COUNT] = {
 static kern_traits active[GGUF_DT_COUNT];
 static kern_vec_dot_rows_fn active_rows[GGUF_DT_COUNT];
 static const kern_prep_ops *active_prep[GGUF_DT_COUNT];
+static const kern_gemm_ops *active_gemm[GGUF_DT_COUNT];
 
-static const kern_prep_ops prep512_q8_0 = {kavx512_prepare_q8_0, kavx512_prows_q8_0};
-static const kern_prep_ops prep512_q4_0 = {kavx512_prepare_q4_0, kavx512_prows_q4_0};
+static const kern_prep_ops prep512_q8_0 = {kavx512_prepare_q8_0, kavx512_prows_q8_0,
+                                           kavx512_prows4_q8_0};
+static const kern_prep_ops prep512_q4_0 = {kavx512_prepare_q4_0, kavx512_prows_q4_0,
+                                           kavx512_prows4_q4_0};
 
+static const kern_attn_ops *active_attn = &kref_attn;
 static const char *active_isa = "scalar";
 static pthread_once_t auto_once = PTHREAD_ONCE_INIT;
 
@@ -73,6 +77,7 @@ static void install_avx2(void) {
     active[GGUF_DT_Q4_0].vec_dot = kavx2_vec_dot_q4_0;
     active[GGUF_DT_Q4_K].vec_dot = kavx2_vec_dot_q4_K;
     active[GGUF_DT_Q6_K].vec_dot = kavx2_vec_dot_q6_K;
+    active_attn = &kavx2_attn;
 }
 
 static void install_avx512(void) {
@@ -92,6 +97,14 @@ static void install_avx512(void) {
     active_prep[GGUF_DT_Q4_0] = &prep512_q4_0;
     active_rows[GGUF_DT_Q4_K] = kavx512_rows_q4_K;
     active_rows[GGUF_DT_Q6_K] = kavx512_rows_q6_K;
+    active_gemm[GGUF_DT_Q8_0] = &kavx512_gemm_q8_0;
+    active_gemm[GGUF_DT_Q4_0] = &kavx512_gemm_q4_0;
+    active_gemm[GGUF_DT_Q4_K] = &kavx512_gemm_q4_K;
+    active_gemm[GGUF_DT_Q6_K] = &kavx512_gemm_q6_K;
+    active_attn = &kavx512_attn;
+    active_gemm[GGUF_DT_F32] = &kavx512_gemm_f32;
+    active_gemm[GGUF_DT_F16] = &kavx512_gemm_f16;
+    active_gemm[GGUF_DT_BF16] = &kavx512_gemm_bf16;
 }
 
 static void select_level(enum isa_level want) {
@@ -104,6 +117,8 @@ static void select_level(enum isa_level want) {
     memcpy(active, ref_table, sizeof active);
     memset(active_rows, 0, sizeof active_rows);
     memset(active_prep, 0, sizeof active_prep);
+    memset(active_gemm, 0, sizeof active_gemm);
+    active_attn = &kref_attn;
     if (want >= ISA_AVX2) install_avx2();
     if (want >= ISA_AVX512) install_avx512();
     active_isa = isa_names[want];
@@ -147,6 +162,17 @@ const kern_prep_ops *kern_prep_of(int dtype) {
     if (dtype < 0 || dtype >= GGUF_DT_COUNT) return NULL;
     pthread_once(&auto_once, auto_init);
     return active_prep[dtype];
+}
+
+const kern_gemm_ops *kern_gemm_of(int dtype) {
+    if (dtype < 0 || dtype >= GGUF_DT_COUNT) return NULL;
+    pthread_once(&auto_once, auto_init);
+    return active_gemm[dtype];
+}
+
+const kern_attn_ops *kern_attn_active(void) {
+    pthread_once(&auto_once, auto_init);
+    return active_attn;
 }
 
 const kern_traits *kern_traits_ref(int dtype) {

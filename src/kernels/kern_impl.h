@@ -6,13 +6,14 @@
  * results are bit-identical across ISAs, batch sizes and thread counts. Integer
  * partial sums are exact, so only the float steps need a fixed order:
  *
- *  - FP family (F32, F16, BF16; elements widened to float exactly):
- *    64 float lanes, acc[e % 64] = fma(x[e], y[e], acc[e % 64]), starting at +0,
- *    then kern_reduce64 (below).
- *  - Q family (Q8_0, Q4_0 against Q8_0): 32 float lanes. Block b contributes
- *    its 8 exact int32 sums of 4 consecutive products q_x*q_y, lane l covering
- *    elements 4l..4l+3: acc[8*(b%4) + l] = fma(d_b, (float)isum, acc[...]) with
- *    d_b = fp16(x.d) * fp16(y.d) (exact in float). Then kern_reduce32.
+ *  - FP family (F32, F16, BF16; elements widened to float exactly): 16 float
+ *    lanes, acc[e % 16] = fma(x[e], y[e], acc[e % 16]), starting at +0, then
+ *    kern_reduce16 (below; the dot16 of attention).
+ *  - Q family (Q8_0, Q4_0 against Q8_0): one float accumulator s = +0; block
+ *    b contributes the exact int32 sum of its 32 products q_x*q_y (|sum| < 2^24,
+ *    so exact in float too): s = fma(d_b, (float)isum_b, s), blocks in order,
+ *    with d_b = fp16(x.d) * fp16(y.d) (exact in float). A GEMM can hold 16
+ *    outputs in the lanes of one register (gemm_avx512.c).
  *  - K family (Q4_K, Q6_K against Q8_K): one float accumulator; each super-block
  *    contributes exact int32 totals through fmaf (see quant_ref.c).
  *
@@ -24,32 +25,58 @@
 #include "kernels.h"
 
 #include <math.h>
+#include <string.h>
 
-#define KERN_FP_LANES 64
-#define KERN_Q_LANES 32
+#define KERN_FP_LANES 16
 
-/* ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)): what an 8-lane horizontal add does. */
-static inline float kern_h8(const float *a) {
-    return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
+/* Attention (attn.c): dot16 runs 16 lanes, acc[d % 16] = fma(q[d], k[d], acc),
+ * from +0, then kern_reduce16; sum16 likewise with plain adds (lane j % 16). */
+static inline float kern_reduce16(const float *a) {
+    float s1[8], s2[4];
+    for (int i = 0; i < 8; i++) s1[i] = a[i] + a[i + 8];
+    for (int i = 0; i < 4; i++) s2[i] = s1[i] + s1[i + 4];
+    return (s2[0] + s2[2]) + (s2[1] + s2[3]);
 }
 
-/* 64 lanes = 8 groups G0..G7 of 8: u = ((G0+G4)+(G2+G6)) + ((G1+G5)+(G3+G7)). */
-static inline float kern_reduce64(const float *acc) {
-    float u[8];
-    for (int j = 0; j < 8; j++) {
-        float lo = (acc[j] + acc[32 + j]) + (acc[16 + j] + acc[48 + j]);
-        float hi = (acc[8 + j] + acc[40 + j]) + (acc[24 + j] + acc[56 + j]);
-        u[j] = lo + hi;
-    }
-    return kern_h8(u);
+/* The canonical exp of attention, for x <= 0 (larger x read as 0, smaller than
+ * -87 as -87, NaN as -87): Cephes' expf, every step an IEEE operation (fmaf
+ * explicitly), so a SIMD copy of it is bit-identical. kern_expf(0) = 1. */
+#define KERN_EXP_C1 0.693359375f
+#define KERN_EXP_C2 (-2.12194440e-4f)
+#define KERN_EXP_MAGIC 12582912.0f /* 1.5 * 2^23: adding it rounds to an integer */
+static inline float kern_expf(float x) {
+    x = x > -87.0f ? x : -87.0f;
+    x = x < 0.0f ? x : 0.0f;
+    const float t = fmaf(x, 1.44269504088896341f, KERN_EXP_MAGIC);
+    const float n = t - KERN_EXP_MAGIC;
+    float r = fmaf(n, -KERN_EXP_C1, x);
+    r = fmaf(n, -KERN_EXP_C2, r);
+    float p = 1.9875691500e-4f;
+    p = fmaf(p, r, 1.3981999507e-3f);
+    p = fmaf(p, r, 8.3334519073e-3f);
+    p = fmaf(p, r, 4.1665795894e-2f);
+    p = fmaf(p, r, 1.6666665459e-1f);
+    p = fmaf(p, r, 5.0000001201e-1f);
+    const float y = fmaf(p, r * r, r) + 1.0f;
+    int32_t tb;
+    memcpy(&tb, &t, sizeof tb);
+    const int32_t eb = (tb - 0x4B400000 + 127) << 23; /* 2^n, n >= -126 */
+    float e;
+    memcpy(&e, &eb, sizeof e);
+    return y * e;
 }
 
-/* 32 lanes = 4 groups A0..A3 of 8: u = (A0+A2) + (A1+A3). */
-static inline float kern_reduce32(const float *acc) {
-    float u[8];
-    for (int j = 0; j < 8; j++) u[j] = (acc[j] + acc[16 + j]) + (acc[8 + j] + acc[24 + j]);
-    return kern_h8(u);
-}
+typedef struct kern_attn_ops {
+    void (*scores)(int64_t n, int64_t dk, int n_q, const float *q, size_t qs, const float *k,
+                   size_t ks, float scale, float *s, size_t ss);
+    float (*softmax)(int64_t n, float *s, float *l);
+    void (*pv)(int64_t n, int64_t dv, int n_q, const float *p, size_t ps, const float *v, size_t vs,
+               float *o, size_t os);
+    void (*merge)(int nc, int n_q, int64_t dv, const float *part, float *out, size_t os);
+} kern_attn_ops;
+extern const kern_attn_ops kref_attn, kavx2_attn, kavx512_attn;
+/* The active attention kernels. */
+const kern_attn_ops *kern_attn_active(void);
 
 /* 6-bit scale and min j (0..7) of a Q4_K super-block, as ggml packs them. */
 static inline void kern_q4k_scale_min(int j, const uint8_t *q, uint8_t *sc, uint8_t *mn) {
@@ -114,18 +141,62 @@ kern_vec_dot_rows_fn kern_rows_of(int dtype);
 /* Prepared activations: a matmul-internal layout of the quantized activations
  * that a kernel reads faster than GGUF blocks (quantization and results are
  * identical to from_float + vec_dot). `rows` works on prepared rows. */
+/* rows4: four weight rows at once, xr bytes apart, s[r * sr + i * ss] for
+ * weight row r and activation row i. */
+typedef void (*kern_rows4_fn)(int64_t n, float *s, size_t sr, size_t ss, const void *x, size_t xr,
+                              const void *y, size_t ys, int nr);
 typedef struct kern_prep_ops {
     void (*prepare)(const float *x, void *dst, int64_t k);
     kern_vec_dot_rows_fn rows;
+    kern_rows4_fn rows4;
 } kern_prep_ops;
 /* The active prepared path of a weight type, or NULL. */
 const kern_prep_ops *kern_prep_of(int dtype);
 
-/* Bytes of one prepared Q8_0-family row ("q8p": int8 values, float scales,
- * 8 int32 offsets per block), rounded to 64 so rows stay cache-line aligned. */
+/* A prepared Q8_0-family row ("q8p"): the int8 values of its nb blocks, then
+ * their scales as floats, then per block c = -bias * (sum of its values), bias
+ * 128 for Q8_0 weights and 8 for Q4_0 weights (quant_avx512.c). Rows are
+ * rounded to 64 bytes so they stay cache-line aligned. */
 static inline size_t kern_q8p_row_bytes(int64_t k) {
-    return ((size_t)(k / QK8_0) * (QK8_0 + 4 + 32) + 63) & ~(size_t)63;
+    return ((size_t)(k / QK8_0) * (QK8_0 + 4 + 4) + 63) & ~(size_t)63;
 }
+typedef struct {
+    const int8_t *qs;
+    float *d;
+    int32_t *c;
+} kern_q8p_row;
+static inline kern_q8p_row kern_q8p_at(const void *row, int64_t nb) {
+    char *p = (char *)row;
+    return (kern_q8p_row){(const int8_t *)p, (float *)(p + QK8_0 * nb),
+                          (int32_t *)(p + (QK8_0 + 4) * nb)};
+}
+
+/* GEMM, for m >= min_m activation rows. Activations are prepared in tiles of
+ * `tile_rows` rows (a row's slot in its tile). Quantized weights are packed
+ * per thread, KERN_PANEL_ROWS rows at a time, into panels whose layout puts 16
+ * rows in the lanes of a vector, so each output element keeps the canonical
+ * order of its vec_dot while the kernel broadcasts activations; float weights
+ * (panel_bytes NULL) are read in place. Results are bit-identical to vec_dot
+ * (tests/unit/test_kernels.c). */
+#define KERN_PANEL_ROWS 16
+typedef struct kern_gemm_ops {
+    int tile_rows, min_m;
+    size_t (*tile_bytes)(int64_t k);
+    /* x into slot `slot` of a tile that holds `rows` rows */
+    void (*prepare)(const float *x, void *tile, int slot, int rows, int64_t k);
+    size_t (*panel_bytes)(int64_t k); /* NULL: no packing */
+    /* rows (<= KERN_PANEL_ROWS) rows of W, wrow bytes apart; missing rows read as 0 */
+    void (*pack)(const void *w, size_t wrow, int rows, int64_t k, void *panel);
+    /* Y[i * ldy + r] for the m activation rows (in ceil(m / tile_rows) tiles)
+     * and weight rows r < n_rows: consecutive panels wstride bytes apart, or
+     * (no packing) the rows themselves, wstride bytes apart */
+    void (*kernel)(int64_t k, const void *w, size_t wstride, int n_rows, const void *tiles, int64_t m,
+                   float *y, size_t ldy);
+} kern_gemm_ops;
+/* The active packed GEMM of a weight type, or NULL. */
+const kern_gemm_ops *kern_gemm_of(int dtype);
+/* Bytes of work buffer a GEMM of m rows may need (any ISA). */
+size_t kern_gemm_work_bytes(int wtype, int64_t m, int64_t k);
 
 /* ---- AVX-512 F/BW/VL + VNNI (quant_avx512.c) ---- */
 void kavx512_vec_dot_f32(int64_t n, float *s, const void *x, const void *y);
@@ -141,9 +212,17 @@ void kavx512_prows_q8_0(int64_t n, float *s, size_t ss, const void *x, const voi
                         int nr);
 void kavx512_prows_q4_0(int64_t n, float *s, size_t ss, const void *x, const void *y, size_t ys,
                         int nr);
+void kavx512_prows4_q8_0(int64_t n, float *s, size_t sr, size_t ss, const void *x, size_t xr,
+                         const void *y, size_t ys, int nr);
+void kavx512_prows4_q4_0(int64_t n, float *s, size_t sr, size_t ss, const void *x, size_t xr,
+                         const void *y, size_t ys, int nr);
 void kavx512_rows_q4_K(int64_t n, float *s, size_t ss, const void *x, const void *y, size_t ys,
                        int nr);
 void kavx512_rows_q6_K(int64_t n, float *s, size_t ss, const void *x, const void *y, size_t ys,
                        int nr);
+
+/* ---- AVX-512 packed GEMM (gemm_avx512.c) ---- */
+extern const kern_gemm_ops kavx512_gemm_q8_0, kavx512_gemm_q4_0, kavx512_gemm_q4_K, kavx512_gemm_q6_K;
+extern const kern_gemm_ops kavx512_gemm_f32, kavx512_gemm_f16, kavx512_gemm_bf16;
 
 #endif

@@ -87,6 +87,22 @@ size_t kern_matmul_work_bytes(int wtype, int64_t m, int64_t k);
 void kern_matmul(const void *W, int wtype, int64_t n_out, int64_t k, const float *X, int64_t m,
                  float *Y, void *work);
 
+/* Attention, over one chunk of positions of one KV head (model_ops.c). All
+ * rows are floats; q_h = q + h*qs, k_j = k + j*ks, v_j = v + j*vs. Canonical
+ * orders (kern_impl.h), bit-identical across ISAs:
+ *  kern_attn_scores  s[h*ss + j] = scale * dot16(q_h, k_j)        h < n_q, j < n
+ *  kern_attn_softmax one row: m = max s; s[j] = kern_expf(s[j] - m); *l = sum16(s);
+ *                    returns m
+ *  kern_attn_pv      o[h*os + d] += p[h*ps + j] * v_j[d], one fma per term, j in order
+ *  kern_attn_merge   nc chunk partials, each [m: n_q][l: n_q][o: n_q][dv] floats:
+ *                    out[h*os + d] = (sum_c w_c o_c[d]) / (sum_c w_c l_c), w_c = expf(m_c - max m) */
+void kern_attn_scores(int64_t n, int64_t dk, int n_q, const float *q, size_t qs, const float *k,
+                      size_t ks, float scale, float *s, size_t ss);
+float kern_attn_softmax(int64_t n, float *s, float *l);
+void kern_attn_pv(int64_t n, int64_t dv, int n_q, const float *p, size_t ps, const float *v, size_t vs,
+                  float *o, size_t os);
+void kern_attn_merge(int nc, int n_q, int64_t dv, const float *part, float *out, size_t os);
+
 /* Dequantize row `row` of a [rows][n] tensor of dtype into dst[n]. */
 void kern_get_row(const void *data, int dtype, int64_t n, int64_t row, float *dst);
 

@@ -1,16 +1,29 @@
 /* kernels: matrix multiply against a quantized weight matrix, and row lookup.
  *
- * Every output element y[i][j] is computed by one kernel call on (W row j,
- * quantized X row i) with the fixed reduction order of kern_impl.h, so results
- * do not depend on m, the thread count, the chunking or the path taken (plain
- * vec_dot, a rows kernel, or prepared activations): all are bit-identical. */
+ * Every output element y[i][j] is computed with the canonical reduction order
+ * of kern_impl.h for (W row j, quantized X row i), so results do not depend on
+ * m, the thread count, the chunking or the path taken (plain vec_dot, a rows
+ * kernel on prepared activations, or the packed GEMM): all are bit-identical.
+ *
+ * Paths: m >= KERN_GEMM_MIN_M with a packed GEMM for the type (prefill, batched
+ * decode): X is prepared once in tiles, each thread packs chunks of weight rows
+ * into panels in a buffer of its own and runs all m rows past them. Otherwise
+ * (decode) W rows stream from memory once through a rows kernel or vec_dot. */
 #include "kern_impl.h"
 
 #include <omp.h>
+#include <stdlib.h>
+#include <string.h>
 
 /* W rows are processed in chunks of about this many bytes: a chunk stays in L2
  * while all m activation rows stream past it, so W is read from memory once. */
 #define MATMUL_CHUNK_BYTES (48 * 1024)
+/* With a four-row kernel (decode), chunks of about this many bytes: each of
+ * its four streams then runs through a quarter of the chunk. */
+#define MATMUL_CHUNK4_BYTES (256 * 1024)
+/* Packed panels per GEMM chunk: about this many bytes, so the chunk stays in
+ * L2 while the activation tiles stream past it. */
+#define GEMM_CHUNK_BYTES (256 * 1024)
 /* Below this many multiply-adds a matmul runs on the calling thread: waking
  * the team would cost more than it saves. */
 #define MATMUL_PARALLEL_MIN_MACS (1 << 17)
@@ -21,6 +34,8 @@ typedef struct {
     size_t xrow, wrow;
     kern_vec_dot_fn dot; /* used when rows is NULL */
     kern_vec_dot_rows_fn rows;
+    kern_rows4_fn rows4; /* four weight rows at once, when set */
+    const kern_gemm_ops *gemm; /* the packed path, when set */
 } mm_plan;
 
 static bool mm_make_plan(int wtype, int64_t k, int64_t m, mm_plan *p) {
@@ -28,12 +43,15 @@ static bool mm_make_plan(int wtype, int64_t k, int64_t m, mm_plan *p) {
     if (!t || !t->vec_dot || k <= 0 || k % t->block_elems) return false;
     const kern_prep_ops *prep = kern_prep_of(wtype);
     const kern_vec_dot_rows_fn rows = kern_rows_of(wtype);
+    const kern_gemm_ops *gemm = kern_gemm_of(wtype);
     *p = (mm_plan){kern_traits_of(t->vec_dot_type)->from_float, kern_row_bytes(t->vec_dot_type, k),
-                   kern_row_bytes(wtype, k), t->vec_dot, rows && m > 1 ? rows : NULL};
+                   kern_row_bytes(wtype, k), t->vec_dot, rows && m > 1 ? rows : NULL, NULL,
+                   gemm && m >= gemm->min_m ? gemm : NULL};
     if (prep) {
         p->quantize = prep->prepare;
         p->xrow = kern_q8p_row_bytes(k);
         p->rows = prep->rows;
+        p->rows4 = prep->rows4;
     } else if (t->vec_dot_type == GGUF_DT_F32) {
         p->quantize = NULL;
         p->xrow = (size_t)k * sizeof(float);
@@ -41,18 +59,40 @@ static bool mm_make_plan(int wtype, int64_t k, int64_t m, mm_plan *p) {
     return true;
 }
 
+/* Generous for every ISA and type: tiles of at most 16 rows, per row at most
+ * 40 bytes per 32 elements (Q), a Q8_K row plus 32 bytes per 256 (K) or 4 bytes
+ * per element rounded up to 16 elements (FP). */
+size_t kern_gemm_work_bytes(int wtype, int64_t m, int64_t k) {
+    const size_t rows = (size_t)m + 15; /* ceil(m / T) * T for any tile of T <= 16 rows */
+    switch (wtype) {
+    case GGUF_DT_Q8_0:
+    case GGUF_DT_Q4_0: return rows * (size_t)(k / QK8_0) * (QK8_0 + 8);
+    case GGUF_DT_Q4_K:
+    case GGUF_DT_Q6_K: return rows * (size_t)(k / QK_K) * (sizeof(blk_q8_K) + 32);
+    default: return rows * (size_t)((k + 15) / 16 * 16) * sizeof(float);
+    }
+}
+
 /* Independent of the ISA chosen, so a buffer sized before kern_init still fits. */
 size_t kern_matmul_work_bytes(int wtype, int64_t m, int64_t k) {
     const kern_traits *t = kern_traits_ref(wtype);
     if (!t || !t->vec_dot || m <= 0 || k <= 0) return 0;
-    if (t->vec_dot_type == GGUF_DT_F32) return 0; /* X is used in place */
     size_t row = kern_row_bytes(t->vec_dot_type, k);
+    if (t->vec_dot_type == GGUF_DT_F32) row = 0; /* X is used in place */
     if (t->vec_dot_type == GGUF_DT_Q8_0 && kern_q8p_row_bytes(k) > row) row = kern_q8p_row_bytes(k);
-    return (size_t)m * row;
+    size_t bytes = (size_t)m * row;
+    if (kern_gemm_work_bytes(wtype, m, k) > bytes)
+        bytes = kern_gemm_work_bytes(wtype, m, k);
+    return bytes;
 }
 
-static int64_t chunk_rows(size_t wrow_bytes, int64_t n_out) {
-    int64_t rows = wrow_bytes ? (int64_t)(MATMUL_CHUNK_BYTES / wrow_bytes) : n_out;
+static int64_t chunk_rows(const mm_plan *p, int64_t n_out, int nth) {
+    if (p->rows4) { /* as large as the target, but at least two chunks per thread */
+        int64_t rows = (int64_t)(MATMUL_CHUNK4_BYTES / p->wrow), per = (n_out + 2 * nth - 1) / (2 * nth);
+        if (rows > per) rows = per;
+        return rows < 4 ? 4 : rows;
+    }
+    int64_t rows = p->wrow ? (int64_t)(MATMUL_CHUNK_BYTES / p->wrow) : n_out;
     if (rows < 1) rows = 1;
     if (rows > 64) rows = 64;
     return rows;
@@ -70,9 +110,86 @@ static void mm_chunk(const mm_plan *p, const char *w, int64_t j0, int64_t j1, in
     }
     for (int64_t i = 0; i < m; i += KERN_ROWS_MAX) {
         const int nr = m - i < KERN_ROWS_MAX ? (int)(m - i) : KERN_ROWS_MAX;
-        for (int64_t j = j0; j < j1; j++)
+        int64_t j = j0;
+        if (p->rows4) {
+            /* the four rows of a call a quarter of the chunk apart: each streams
+             * on through consecutive rows (short interleaved streams of
+             * adjacent rows defeat the prefetchers) */
+            const int64_t q = (j1 - j0) / 4;
+            for (int64_t r = 0; r < q; r++)
+                p->rows4(k, &Y[i * n_out + j0 + r], (size_t)q, (size_t)n_out, w + (size_t)(j0 + r) * p->wrow,
+                         (size_t)q * p->wrow, xq + (size_t)i * p->xrow, p->xrow, nr);
+            j = j0 + 4 * q;
+        }
+        for (; j < j1; j++)
             p->rows(k, &Y[i * n_out + j], (size_t)n_out, w + (size_t)j * p->wrow,
                     xq + (size_t)i * p->xrow, p->xrow, nr);
+    }
+}
+
+/* The calling thread's panel buffer, grown on demand (threads of the OpenMP
+ * pool live as long as the process). */
+static _Thread_local void *tl_panels;
+static _Thread_local size_t tl_panels_cap;
+
+static void *panel_buffer(size_t bytes) {
+    if (bytes > tl_panels_cap) {
+        free(tl_panels);
+        tl_panels = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+        tl_panels_cap = tl_panels ? bytes : 0;
+    }
+    return tl_panels;
+}
+
+static void mm_gemm(const kern_gemm_ops *g, const char *W, size_t wrow, int64_t n_out, int64_t k,
+                    const float *X, int64_t m, float *Y, void *work, bool par) {
+    const int T = g->tile_rows;
+    const int64_t ntiles = (m + T - 1) / T;
+    const size_t tb = g->tile_bytes(k);
+    /* bytes of KERN_PANEL_ROWS weight rows as the kernel reads them */
+    const size_t pb = g->panel_bytes ? g->panel_bytes(k) : KERN_PANEL_ROWS * wrow;
+    /* panels per chunk: about GEMM_CHUNK_BYTES, and a chunk count that is a
+     * multiple of the team size so that static shares come out even */
+    const int64_t npanels = (n_out + KERN_PANEL_ROWS - 1) / KERN_PANEL_ROWS;
+    int64_t per = (int64_t)(GEMM_CHUNK_BYTES / pb);
+    if (per < 1) per = 1;
+    const int nth = par ? omp_get_max_threads() : 1;
+    int64_t nchunks = (npanels + per - 1) / per;
+    nchunks = (nchunks + nth - 1) / nth * nth;
+    if (nchunks > npanels) nchunks = npanels;
+    /* padded rows of the last tile read as zeros */
+    memset((char *)work + (ntiles - 1) * tb, 0, tb);
+
+#pragma omp parallel if (par)
+    {
+#pragma omp for schedule(static)
+        for (int64_t i = 0; i < m; i++) {
+            const int64_t t0 = i / T * T;
+            g->prepare(X + i * k, (char *)work + (i / T) * tb, (int)(i - t0), m - t0 < T ? (int)(m - t0) : T, k);
+        }
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t c = 0; c < nchunks; c++) {
+            const int64_t p0 = npanels * c / nchunks, p1 = npanels * (c + 1) / nchunks;
+            const int64_t j0 = p0 * KERN_PANEL_ROWS;
+            const int64_t j1 = p1 * KERN_PANEL_ROWS < n_out ? p1 * KERN_PANEL_ROWS : n_out;
+            if (!g->panel_bytes) {
+                g->kernel(k, W + (size_t)j0 * wrow, wrow, (int)(j1 - j0), work, m, Y + j0, (size_t)n_out);
+                continue;
+            }
+            char *panels = panel_buffer((size_t)(p1 - p0) * pb);
+            if (!panels) {
+                kvl_log(KVL_LOG_ERROR, "kern_matmul: out of memory for packed weights");
+                for (int64_t i = 0; i < m; i++)
+                    for (int64_t j = j0; j < j1; j++) Y[i * n_out + j] = NAN;
+                continue;
+            }
+            for (int64_t p = p0; p < p1; p++) {
+                const int64_t r0 = p * KERN_PANEL_ROWS;
+                const int rows = n_out - r0 < KERN_PANEL_ROWS ? (int)(n_out - r0) : KERN_PANEL_ROWS;
+                g->pack(W + (size_t)r0 * wrow, wrow, rows, k, panels + (p - p0) * pb);
+            }
+            g->kernel(k, panels, pb, (int)(j1 - j0), work, m, Y + j0, (size_t)n_out);
+        }
     }
 }
 
@@ -80,16 +197,20 @@ void kern_matmul(const void *W, int wtype, int64_t n_out, int64_t k, const float
                  float *Y, void *work) {
     mm_plan p;
     const bool ok = mm_make_plan(wtype, k, m, &p);
-    if (!ok || (p.quantize && !work && m > 0)) {
+    if (!ok || ((p.quantize || p.gemm) && !work && m > 0)) {
         kvl_log(KVL_LOG_ERROR, "kern_matmul: %s (weight type %d, k = %lld)",
                 ok ? "no work buffer" : "no kernel", wtype, (long long)k);
         for (int64_t i = 0; i < n_out * m; i++) Y[i] = NAN;
         return;
     }
-    const char *xq = p.quantize ? (const char *)work : (const char *)X;
-    const int64_t crows = chunk_rows(p.wrow, n_out);
-    const int64_t nchunks = (n_out + crows - 1) / crows;
     const bool par = (double)n_out * (double)k * (double)m >= MATMUL_PARALLEL_MIN_MACS;
+    if (p.gemm) {
+        mm_gemm(p.gemm, W, p.wrow, n_out, k, X, m, Y, work, par);
+        return;
+    }
+    const char *xq = p.quantize ? (const char *)work : (const char *)X;
+    const int64_t crows = chunk_rows(&p, n_out, par ? omp_get_max_threads() : 1);
+    const int64_t nchunks = (n_out + crows - 1) / crows;
 
 #pragma omp parallel if (par)
     {

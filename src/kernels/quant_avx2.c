@@ -161,36 +161,25 @@ T_AVX2_INLINE __m256 fp_load8(enum fp_kind kind, const void *p, int64_t i) {
     }
 }
 
-/* acc += x * y for the 64 elements at x, y (element offset i). */
-#define FP_STEP8(g)                                                                                \
-    a##g = _mm256_fmadd_ps(fp_load8(kind, x, i + 8 * g), fp_load8(kind, y, i + 8 * g), a##g)
-
-/* 64 lanes as 8 named vectors (so they stay in registers); a short tail goes
- * through a zero-padded copy. */
+/* 16 lanes as 2 vectors; a short tail goes through a zero-padded copy. The
+ * final a0 + a1 and h8_ps are kern_reduce16's tree. */
 T_AVX2_INLINE float fp_dot(enum fp_kind kind, int64_t n, const void *x0, const void *y0) {
     const size_t esz = kind == FP_F32 ? 4 : 2;
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
-    _Alignas(32) unsigned char tx[KERN_FP_LANES * 4], ty[KERN_FP_LANES * 4];
-    const void *x = x0, *y = y0;
-    for (int64_t i0 = 0; i0 < n; i0 += KERN_FP_LANES) {
-        int64_t i = i0;
-        if (n - i0 < KERN_FP_LANES) {
-            memset(tx, 0, sizeof tx);
-            memset(ty, 0, sizeof ty);
-            memcpy(tx, (const char *)x0 + i0 * esz, (size_t)(n - i0) * esz);
-            memcpy(ty, (const char *)y0 + i0 * esz, (size_t)(n - i0) * esz);
-            x = tx, y = ty, i = 0;
-        }
-        /* clang-format off */
-        FP_STEP8(0); FP_STEP8(1); FP_STEP8(2); FP_STEP8(3);
-        FP_STEP8(4); FP_STEP8(5); FP_STEP8(6); FP_STEP8(7);
-        /* clang-format on */
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0;
+    int64_t i = 0;
+    for (; i + KERN_FP_LANES <= n; i += KERN_FP_LANES) {
+        a0 = _mm256_fmadd_ps(fp_load8(kind, x0, i), fp_load8(kind, y0, i), a0);
+        a1 = _mm256_fmadd_ps(fp_load8(kind, x0, i + 8), fp_load8(kind, y0, i + 8), a1);
     }
-    const __m256 lo = _mm256_add_ps(_mm256_add_ps(a0, a4), _mm256_add_ps(a2, a6));
-    const __m256 hi = _mm256_add_ps(_mm256_add_ps(a1, a5), _mm256_add_ps(a3, a7));
-    return h8_ps(_mm256_add_ps(lo, hi));
+    if (i < n) {
+        _Alignas(32) unsigned char tx[KERN_FP_LANES * 4] = {0}, ty[KERN_FP_LANES * 4] = {0};
+        memcpy(tx, (const char *)x0 + i * esz, (size_t)(n - i) * esz);
+        memcpy(ty, (const char *)y0 + i * esz, (size_t)(n - i) * esz);
+        a0 = _mm256_fmadd_ps(fp_load8(kind, tx, 0), fp_load8(kind, ty, 0), a0);
+        a1 = _mm256_fmadd_ps(fp_load8(kind, tx, 8), fp_load8(kind, ty, 8), a1);
+    }
+    return h8_ps(_mm256_add_ps(a0, a1));
 }
-#undef FP_STEP8
 
 T_AVX2 void kavx2_vec_dot_f32(int64_t n, float *s, const void *x, const void *y) {
     *s = fp_dot(FP_F32, n, x, y);
@@ -210,9 +199,21 @@ T_AVX2_INLINE __m256i dot_u8s8(__m256i u, __m256i y) {
     return _mm256_madd_epi16(_mm256_maddubs_epi16(u, y), _mm256_set1_epi16(1));
 }
 
-/* 4 accumulators, block b into acc[b % 4], then kern_reduce32. */
-T_AVX2_INLINE float q_reduce(const __m256 *acc) {
-    return h8_ps(_mm256_add_ps(_mm256_add_ps(acc[0], acc[2]), _mm256_add_ps(acc[1], acc[3])));
+/* The exact int32 sums of 4 blocks' 8-lane vectors, as [s0, s1, s2, s3]. */
+T_AVX2_INLINE __m128i hsum4_i32(__m256i v0, __m256i v1, __m256i v2, __m256i v3) {
+    const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(v0, v1), _mm256_hadd_epi32(v2, v3));
+    return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+}
+
+/* The canonical Q step for 4 blocks in order: s = fma(d_b, sum_b, s). */
+T_AVX2_INLINE float q_fma4(float s, __m128 d, __m128i isum) {
+    _Alignas(16) float dv[4], fv[4];
+    _mm_store_ps(dv, d);
+    _mm_store_ps(fv, _mm_cvtepi32_ps(isum));
+    s = fmaf(dv[0], fv[0], s);
+    s = fmaf(dv[1], fv[1], s);
+    s = fmaf(dv[2], fv[2], s);
+    return fmaf(dv[3], fv[3], s);
 }
 
 T_AVX2_INLINE __m256i q8_0_lanes(const blk_q8_0 *x, const blk_q8_0 *y) {
@@ -222,28 +223,27 @@ T_AVX2_INLINE __m256i q8_0_lanes(const blk_q8_0 *x, const blk_q8_0 *y) {
     return dot_u8s8(_mm256_sign_epi8(xv, xv), _mm256_sign_epi8(yv, xv));
 }
 
-T_AVX2_INLINE __m256 q8_0_step(__m256 acc, const blk_q8_0 *x, const blk_q8_0 *y) {
-    const __m256 d = _mm256_set1_ps(f16_load(x->d) * f16_load(y->d));
-    return _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(q8_0_lanes(x, y)), acc);
+T_AVX2_INLINE __m128 q_d4(kvl_f16 x0, kvl_f16 x1, kvl_f16 x2, kvl_f16 x3, const blk_q8_0 *y) {
+    const __m128 dx = _mm_cvtph_ps(_mm_setr_epi16((short)x0, (short)x1, (short)x2, (short)x3, 0, 0, 0, 0));
+    const __m128 dy = _mm_cvtph_ps(
+        _mm_setr_epi16((short)y[0].d, (short)y[1].d, (short)y[2].d, (short)y[3].d, 0, 0, 0, 0));
+    return _mm_mul_ps(dx, dy);
 }
 
-/* Block b goes to accumulator b % 4; four named accumulators stay in registers. */
+/* One float accumulator, block sums exact (kern_impl.h). */
 T_AVX2 void kavx2_vec_dot_q8_0(int64_t n, float *s, const void *vx, const void *vy) {
     const blk_q8_0 *x = vx, *y = vy;
     const int64_t nb = n / QK8_0;
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    float sumf = 0;
     int64_t b = 0;
     for (; b + 4 <= nb; b += 4) {
-        a0 = q8_0_step(a0, x + b, y + b);
-        a1 = q8_0_step(a1, x + b + 1, y + b + 1);
-        a2 = q8_0_step(a2, x + b + 2, y + b + 2);
-        a3 = q8_0_step(a3, x + b + 3, y + b + 3);
+        const __m128i isum = hsum4_i32(q8_0_lanes(x + b, y + b), q8_0_lanes(x + b + 1, y + b + 1),
+                                       q8_0_lanes(x + b + 2, y + b + 2), q8_0_lanes(x + b + 3, y + b + 3));
+        sumf = q_fma4(sumf, q_d4(x[b].d, x[b + 1].d, x[b + 2].d, x[b + 3].d, y + b), isum);
     }
-    if (b < nb) a0 = q8_0_step(a0, x + b, y + b);
-    if (b + 1 < nb) a1 = q8_0_step(a1, x + b + 1, y + b + 1);
-    if (b + 2 < nb) a2 = q8_0_step(a2, x + b + 2, y + b + 2);
-    const __m256 acc[4] = {a0, a1, a2, a3};
-    *s = q_reduce(acc);
+    for (; b < nb; b++)
+        sumf = fmaf(f16_load(x[b].d) * f16_load(y[b].d), (float)hsum_i32(q8_0_lanes(x + b, y + b)), sumf);
+    *s = sumf;
 }
 
 T_AVX2_INLINE __m256i q4_0_lanes(const blk_q4_0 *x, const blk_q8_0 *y) {
@@ -257,28 +257,20 @@ T_AVX2_INLINE __m256i q4_0_lanes(const blk_q4_0 *x, const blk_q8_0 *y) {
     return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
 }
 
-T_AVX2_INLINE __m256 q4_0_step(__m256 acc, const blk_q4_0 *x, const blk_q8_0 *y) {
-    const __m256 d = _mm256_set1_ps(f16_load(x->d) * f16_load(y->d));
-    return _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(q4_0_lanes(x, y)), acc);
-}
-
 T_AVX2 void kavx2_vec_dot_q4_0(int64_t n, float *s, const void *vx, const void *vy) {
     const blk_q4_0 *x = vx;
     const blk_q8_0 *y = vy;
     const int64_t nb = n / QK4_0;
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    float sumf = 0;
     int64_t b = 0;
     for (; b + 4 <= nb; b += 4) {
-        a0 = q4_0_step(a0, x + b, y + b);
-        a1 = q4_0_step(a1, x + b + 1, y + b + 1);
-        a2 = q4_0_step(a2, x + b + 2, y + b + 2);
-        a3 = q4_0_step(a3, x + b + 3, y + b + 3);
+        const __m128i isum = hsum4_i32(q4_0_lanes(x + b, y + b), q4_0_lanes(x + b + 1, y + b + 1),
+                                       q4_0_lanes(x + b + 2, y + b + 2), q4_0_lanes(x + b + 3, y + b + 3));
+        sumf = q_fma4(sumf, q_d4(x[b].d, x[b + 1].d, x[b + 2].d, x[b + 3].d, y + b), isum);
     }
-    if (b < nb) a0 = q4_0_step(a0, x + b, y + b);
-    if (b + 1 < nb) a1 = q4_0_step(a1, x + b + 1, y + b + 1);
-    if (b + 2 < nb) a2 = q4_0_step(a2, x + b + 2, y + b + 2);
-    const __m256 acc[4] = {a0, a1, a2, a3};
-    *s = q_reduce(acc);
+    for (; b < nb; b++)
+        sumf = fmaf(f16_load(x[b].d) * f16_load(y[b].d), (float)hsum_i32(q4_0_lanes(x + b, y + b)), sumf);
+    *s = sumf;
 }
 
 /* ======================= K family dot products ======================= */

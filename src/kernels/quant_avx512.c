@@ -67,33 +67,17 @@ T_512_INLINE __mmask16 tail_mask(int64_t left) {
     return left >= 16 ? (__mmask16)0xFFFF : left <= 0 ? 0 : (__mmask16)((1u << left) - 1);
 }
 
-/* acc += x*y on the lanes of group g (16 elements from i + 16g) that are below n;
- * other lanes keep their value, as in the reference. */
-T_512_INLINE __m512 fp_tail(enum fp_kind kind, const void *x, const void *y, int64_t i, int64_t n,
-                            int g, __m512 acc) {
-    const __mmask16 k = tail_mask(n - i - 16 * g);
-    return _mm512_mask3_fmadd_ps(fp_load16(kind, x, i + 16 * g, k),
-                                 fp_load16(kind, y, i + 16 * g, k), acc, k);
-}
-
-/* 64 lanes as 4 named zmm accumulators (kept in registers). */
+/* 16 lanes in one vector (kern_impl.h); lanes past n keep their value. */
 T_512_INLINE float fp_dot(enum fp_kind kind, int64_t n, const void *x, const void *y) {
-    const __mmask16 all = 0xFFFF;
-    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    __m512 acc = _mm512_setzero_ps();
     int64_t i = 0;
-    for (; i + KERN_FP_LANES <= n; i += KERN_FP_LANES) {
-        a0 = _mm512_fmadd_ps(fp_load16(kind, x, i, all), fp_load16(kind, y, i, all), a0);
-        a1 = _mm512_fmadd_ps(fp_load16(kind, x, i + 16, all), fp_load16(kind, y, i + 16, all), a1);
-        a2 = _mm512_fmadd_ps(fp_load16(kind, x, i + 32, all), fp_load16(kind, y, i + 32, all), a2);
-        a3 = _mm512_fmadd_ps(fp_load16(kind, x, i + 48, all), fp_load16(kind, y, i + 48, all), a3);
-    }
+    for (; i + KERN_FP_LANES <= n; i += KERN_FP_LANES)
+        acc = _mm512_fmadd_ps(fp_load16(kind, x, i, 0xFFFF), fp_load16(kind, y, i, 0xFFFF), acc);
     if (i < n) {
-        a0 = fp_tail(kind, x, y, i, n, 0, a0);
-        a1 = fp_tail(kind, x, y, i, n, 1, a1);
-        a2 = fp_tail(kind, x, y, i, n, 2, a2);
-        a3 = fp_tail(kind, x, y, i, n, 3, a3);
+        const __mmask16 k = tail_mask(n - i);
+        acc = _mm512_mask3_fmadd_ps(fp_load16(kind, x, i, k), fp_load16(kind, y, i, k), acc, k);
     }
-    return h16_ps(_mm512_add_ps(_mm512_add_ps(a0, a2), _mm512_add_ps(a1, a3)));
+    return h16_ps(acc);
 }
 
 T_512 void kavx512_vec_dot_f32(int64_t n, float *s, const void *x, const void *y) {
@@ -108,24 +92,35 @@ T_512 void kavx512_vec_dot_bf16(int64_t n, float *s, const void *x, const void *
 
 /* ======================= Q family ======================= */
 
-/* Scale vector for a block pair: d0 in lanes 0..7, d1 in lanes 8..15. */
-T_512_INLINE __m512 pair_scale(float d0, float d1) {
-    return _mm512_mask_broadcastss_ps(_mm512_set1_ps(d0), 0xFF00, _mm_set_ss(d1));
-}
-
+/* Two 32-byte blocks' values in one vector. */
 T_512_INLINE __m512i load_pair256(const void *p0, const void *p1) {
     return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)p0)),
                               _mm256_loadu_si256((const __m256i *)p1), 1);
 }
 
-/* Expands 4 block scales d[0..3] into the pair vectors [d0 x8 | d1 x8] and
- * [d2 x8 | d3 x8]. */
-T_512_INLINE void quad_scales(__m128 d, __m512 *d01, __m512 *d23) {
-    const __m512 w = _mm512_castps128_ps512(d);
-    *d01 =
-        _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1), w);
-    *d23 =
-        _mm512_permutexvar_ps(_mm512_setr_epi32(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3), w);
+/* The exact sums of 4 blocks from two dpbusd results a = [b0: 8 lanes | b1: 8
+ * lanes] and c = [b2 | b3], as [s0, s1, s2, s3]. */
+T_512_INLINE __m128i red4_i32(__m512i a, __m512i c) {
+    const __m512i lo = _mm512_permutex2var_epi32(
+        a, _mm512_setr_epi32(0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27), c);
+    const __m512i hi = _mm512_permutex2var_epi32(
+        a, _mm512_setr_epi32(4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31), c);
+    __m512i s = _mm512_add_epi32(lo, hi); /* 128-bit lane L: block L's 4 partial sums */
+    s = _mm512_add_epi32(s, _mm512_shuffle_epi32(s, _MM_PERM_BADC));
+    s = _mm512_add_epi32(s, _mm512_shuffle_epi32(s, _MM_PERM_CDAB));
+    return _mm512_castsi512_si128(_mm512_permutexvar_epi32(
+        _mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), s));
+}
+
+/* The canonical Q step for 4 blocks in order: s = fma(d_b, sum_b, s). */
+T_512_INLINE float q_fma4(float s, __m128 d, __m128i isum) {
+    _Alignas(16) float dv[4], fv[4];
+    _mm_store_ps(dv, d);
+    _mm_store_ps(fv, _mm_cvtepi32_ps(isum));
+    s = fmaf(dv[0], fv[0], s);
+    s = fmaf(dv[1], fv[1], s);
+    s = fmaf(dv[2], fv[2], s);
+    return fmaf(dv[3], fv[3], s);
 }
 
 /* The fp16 scales of 4 consecutive Q8_0 blocks (34 bytes apart: words 0 and 17
@@ -137,46 +132,36 @@ T_512_INLINE __m128 q8_0_quad_d(const blk_q8_0 *p) {
     return _mm_cvtph_ps(_mm512_castsi512_si128(_mm512_permutex2var_epi16(a, idx, b)));
 }
 
-/* Blocks b (low half) and b+1 (high half, absent when !two) into acc. */
-T_512_INLINE __m512 q8_0_step(__m512 acc, const blk_q8_0 *x, const blk_q8_0 *y, bool two) {
-    const blk_q8_0 *x1 = two ? &x[1] : &x[0], *y1 = two ? &y[1] : &y[0];
-    const __m512i xv = load_pair256(x[0].qs, x1->qs), yv = load_pair256(y[0].qs, y1->qs);
+/* int32 lane sums of x*y for a Q8_0 block pair (signed x times signed y). */
+T_512_INLINE __m512i q8_0_pair_isum(__m512i xv, __m512i yv) {
     /* |x| times y with x's sign; |-128| reads as unsigned 128 */
-    const __m512i sy =
-        _mm512_mask_sub_epi8(yv, _mm512_movepi8_mask(xv), _mm512_setzero_si512(), yv);
-    const __m512 f =
-        _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(xv), sy));
-    const float d0 = f16_load(x[0].d) * f16_load(y[0].d);
-    if (!two) return _mm512_mask3_fmadd_ps(_mm512_set1_ps(d0), f, acc, 0x00FF);
-    return _mm512_fmadd_ps(pair_scale(d0, f16_load(x1->d) * f16_load(y1->d)), f, acc);
+    const __m512i sy = _mm512_mask_sub_epi8(yv, _mm512_movepi8_mask(xv), _mm512_setzero_si512(), yv);
+    return _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(xv), sy);
 }
 
-/* int32 lane sums of x*y for a Q8_0 block pair given |x| and x's sign mask. */
-T_512_INLINE __m512 q8_0_pair_dot(__m512i ax, __mmask64 neg, const blk_q8_0 *y) {
-    const __m512i yv = load_pair256(y[0].qs, y[1].qs);
-    const __m512i sy = _mm512_mask_sub_epi8(yv, neg, _mm512_setzero_si512(), yv);
-    return _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), ax, sy));
+T_512_INLINE int32_t q8_0_block_isum(const blk_q8_0 *x, const blk_q8_0 *y) {
+    const __m256i xv = _mm256_loadu_si256((const __m256i *)x->qs);
+    const __m256i yv = _mm256_loadu_si256((const __m256i *)y->qs);
+    const __m256i sy = _mm256_mask_sub_epi8(yv, _mm256_movepi8_mask(xv), _mm256_setzero_si256(), yv);
+    return hsum_i32_256(_mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(xv), sy));
 }
 
-/* Canonical Q order: block b into acc0 (b%4 = 0,1) or acc1 (2,3), see top. */
+/* Canonical Q order: one float accumulator, exact block sums (kern_impl.h). */
 T_512 void kavx512_vec_dot_q8_0(int64_t n, float *s, const void *vx, const void *vy) {
     const blk_q8_0 *x = vx, *y = vy;
     const int64_t nb = n / QK8_0;
-    __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0;
+    float sumf = 0;
     int64_t b = 0;
     for (; b + 4 <= nb; b += 4) {
-        const __m512i x01 = load_pair256(x[b].qs, x[b + 1].qs);
-        const __m512i x23 = load_pair256(x[b + 2].qs, x[b + 3].qs);
-        __m512 d01, d23;
-        quad_scales(_mm_mul_ps(q8_0_quad_d(x + b), q8_0_quad_d(y + b)), &d01, &d23);
-        acc0 = _mm512_fmadd_ps(
-            d01, q8_0_pair_dot(_mm512_abs_epi8(x01), _mm512_movepi8_mask(x01), y + b), acc0);
-        acc1 = _mm512_fmadd_ps(
-            d23, q8_0_pair_dot(_mm512_abs_epi8(x23), _mm512_movepi8_mask(x23), y + b + 2), acc1);
+        const __m512i a = q8_0_pair_isum(load_pair256(x[b].qs, x[b + 1].qs),
+                                         load_pair256(y[b].qs, y[b + 1].qs));
+        const __m512i c = q8_0_pair_isum(load_pair256(x[b + 2].qs, x[b + 3].qs),
+                                         load_pair256(y[b + 2].qs, y[b + 3].qs));
+        sumf = q_fma4(sumf, _mm_mul_ps(q8_0_quad_d(x + b), q8_0_quad_d(y + b)), red4_i32(a, c));
     }
-    if (b < nb) acc0 = q8_0_step(acc0, x + b, y + b, nb - b >= 2);
-    if (b + 2 < nb) acc1 = q8_0_step(acc1, x + b + 2, y + b + 2, false);
-    *s = h16_ps(_mm512_add_ps(acc0, acc1));
+    for (; b < nb; b++)
+        sumf = fmaf(f16_load(x[b].d) * f16_load(y[b].d), (float)q8_0_block_isum(x + b, y + b), sumf);
+    *s = sumf;
 }
 
 /* Nibbles of two Q4_0 blocks as bytes 0..15, in the order of their Q8_0 partners:
@@ -203,21 +188,11 @@ T_512_INLINE __m512i q4_0_nibbles_from(__m512i v) {
                             _mm512_set1_epi8(0x0F));
 }
 
-/* int32 lane sums of (u - 8) * y for a block pair, as u*y - 8*y, as floats. */
-T_512_INLINE __m512 q4_0_pair_dot(__m512i u, const blk_q8_0 *y0, const blk_q8_0 *y1) {
-    const __m512i yv = load_pair256(y0->qs, y1->qs);
+/* int32 lane sums of (u - 8) * y for a block pair, as u*y - 8*y. */
+T_512_INLINE __m512i q4_0_pair_isum(__m512i u, __m512i yv) {
     const __m512i uy = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, yv);
     const __m512i ey = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(8), yv);
-    return _mm512_cvtepi32_ps(_mm512_sub_epi32(uy, ey));
-}
-
-T_512_INLINE __m512 q4_0_step(__m512 acc, const blk_q4_0 *x, const blk_q8_0 *y, bool two) {
-    const blk_q4_0 *x1 = two ? &x[1] : &x[0];
-    const blk_q8_0 *y1 = two ? &y[1] : &y[0];
-    const __m512 f = q4_0_pair_dot(q4_0_pair_nibbles(&x[0], x1), &y[0], y1);
-    const float d0 = f16_load(x[0].d) * f16_load(y[0].d);
-    if (!two) return _mm512_mask3_fmadd_ps(_mm512_set1_ps(d0), f, acc, 0x00FF);
-    return _mm512_fmadd_ps(pair_scale(d0, f16_load(x1->d) * f16_load(y1->d)), f, acc);
+    return _mm512_sub_epi32(uy, ey);
 }
 
 /* The fp16 scales of Q4_0 blocks b..b+3 (words 0, 9, 18, 27 of a load at x[b]). */
@@ -231,24 +206,30 @@ T_512_INLINE __m128 q4_0_quad_d(__m512i va) {
  * scales and the first two blocks, a 36-byte masked load from x[b+2] the rest. */
 #define Q4_0_TAIL_MASK 0xFFFFFFFFFULL
 
+T_512_INLINE int32_t q4_0_block_isum(const blk_q4_0 *x, const blk_q8_0 *y) {
+    const __m512i u = q4_0_pair_nibbles(x, x);
+    const __m512i yv = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)y->qs));
+    const __m512i s = q4_0_pair_isum(u, yv);
+    return hsum_i32_256(_mm512_castsi512_si256(s));
+}
+
 T_512 void kavx512_vec_dot_q4_0(int64_t n, float *s, const void *vx, const void *vy) {
     const blk_q4_0 *x = vx;
     const blk_q8_0 *y = vy;
     const int64_t nb = n / QK4_0;
-    __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0;
+    float sumf = 0;
     int64_t b = 0;
     for (; b + 4 <= nb; b += 4) {
         const __m512i va = _mm512_loadu_si512(x + b);
         const __m512i vb = _mm512_maskz_loadu_epi8(Q4_0_TAIL_MASK, x + b + 2);
-        __m512 d01, d23;
-        quad_scales(_mm_mul_ps(q4_0_quad_d(va), q8_0_quad_d(y + b)), &d01, &d23);
-        acc0 = _mm512_fmadd_ps(d01, q4_0_pair_dot(q4_0_nibbles_from(va), &y[b], &y[b + 1]), acc0);
-        acc1 =
-            _mm512_fmadd_ps(d23, q4_0_pair_dot(q4_0_nibbles_from(vb), &y[b + 2], &y[b + 3]), acc1);
+        const __m512i a = q4_0_pair_isum(q4_0_nibbles_from(va), load_pair256(y[b].qs, y[b + 1].qs));
+        const __m512i c =
+            q4_0_pair_isum(q4_0_nibbles_from(vb), load_pair256(y[b + 2].qs, y[b + 3].qs));
+        sumf = q_fma4(sumf, _mm_mul_ps(q4_0_quad_d(va), q8_0_quad_d(y + b)), red4_i32(a, c));
     }
-    if (b < nb) acc0 = q4_0_step(acc0, x + b, y + b, nb - b >= 2);
-    if (b + 2 < nb) acc1 = q4_0_step(acc1, x + b + 2, y + b + 2, false);
-    *s = h16_ps(_mm512_add_ps(acc0, acc1));
+    for (; b < nb; b++)
+        sumf = fmaf(f16_load(x[b].d) * f16_load(y[b].d), (float)q4_0_block_isum(x + b, y + b), sumf);
+    *s = sumf;
 }
 
 /* ======================= rows kernels ======================= */
@@ -277,36 +258,24 @@ T_512 void kavx512_vec_dot_q4_0(int64_t n, float *s, const void *vx, const void 
 
 /* ============ Q family on prepared activations (matmul only) ============
  * kern_q8p_row_bytes describes the layout: the Q8_0 quantization of the row
- * split into its int8 values, its scales as floats, and per block the 8 int32
- * lanes off = -c * (sum of 4 values), c = 8 for Q4_0 weights (nibbles are
- * stored +8) and 128 for Q8_0 weights (read as x ^ 0x80 = x + 128). The lane
- * sums then come from one dpbusd started at `off`: the same exact integers as
- * above, and the same float steps, so the results equal vec_dot's. */
+ * split into its int8 values, its scales as floats, and per block the int32
+ * c = -bias * (sum of its 32 values), bias = 8 for Q4_0 weights (nibbles are
+ * stored +8) and 128 for Q8_0 weights (read as x ^ 0x80 = x + 128). A block's
+ * exact sum is then c plus the dpbusd sums of the unsigned weights: the same
+ * integers as vec_dot, and the same float steps. gemm_avx512.c reads the same
+ * layout. */
 
-/* Pointers into a prepared row of nb blocks (byte offsets: loads are unaligned). */
-typedef struct {
-    const int8_t *qs;
-    const char *d, *off;
-} q8p_row;
-
-T_512_INLINE q8p_row q8p_at(const void *row, int64_t nb) {
-    const char *p = row;
-    return (q8p_row){(const int8_t *)p, p + QK8_0 * nb, p + (QK8_0 + 4) * nb};
-}
-
-T_512_INLINE void q8p_prepare(const float *x, void *dst, int64_t k, int c) {
+T_512_INLINE void q8p_prepare(const float *x, void *dst, int64_t k, int bias) {
     const int64_t nb = k / QK8_0;
-    char *p = dst;
+    kern_q8p_row r = kern_q8p_at(dst, nb);
     for (int64_t b = 0; b < nb; b++) {
         blk_q8_0 t;
         kavx2_from_float_q8_0(x + b * QK8_0, &t, QK8_0); /* same bytes as every Q8_0 quantizer */
-        memcpy(p + b * QK8_0, t.qs, QK8_0);
-        const float d = f16_load(t.d);
-        memcpy(p + QK8_0 * nb + 4 * b, &d, 4);
-        int32_t off[8];
-        for (int l = 0; l < 8; l++)
-            off[l] = -c * (t.qs[4 * l] + t.qs[4 * l + 1] + t.qs[4 * l + 2] + t.qs[4 * l + 3]);
-        memcpy(p + (QK8_0 + 4) * nb + 32 * b, off, sizeof off);
+        memcpy((int8_t *)r.qs + QK8_0 * b, t.qs, QK8_0);
+        r.d[b] = f16_load(t.d);
+        int32_t sum = 0;
+        for (int j = 0; j < QK8_0; j++) sum += t.qs[j];
+        r.c[b] = -bias * sum;
     }
 }
 
@@ -315,34 +284,23 @@ T_512 void kavx512_prepare_q8_0(const float *x, void *dst, int64_t k) {
     q8p_prepare(x, dst, k, 128);
 }
 
-/* acc += d * lanes for blocks b, b+1 (or b alone: low half only, nothing read
- * past block b) of a prepared row; u holds the matching unsigned weights. */
-T_512_INLINE __m512 q8p_step(__m512 acc, __m512i u, float dx0, float dx1, q8p_row y, int64_t b,
-                             bool two) {
-    const __mmask16 k16 = two ? 0xFFFF : 0x00FF;
-    const __m512i yv = _mm512_maskz_loadu_epi32(k16, y.qs + QK8_0 * b);
-    const __m512i off = _mm512_maskz_loadu_epi32(k16, y.off + 32 * b);
-    const __m512 f = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(off, u, yv));
-    float dy[2];
-    memcpy(dy, y.d + 4 * b, two ? 8 : 4);
-    if (!two) return _mm512_mask3_fmadd_ps(_mm512_set1_ps(dx0 * dy[0]), f, acc, 0x00FF);
-    return _mm512_fmadd_ps(pair_scale(dx0 * dy[0], dx1 * dy[1]), f, acc);
+/* Block sums of 4 blocks (u01, u23: the unsigned weights of blocks b..b+3)
+ * against prepared row y, folded into s. */
+T_512_INLINE float q8p_quad(float s, __m128 dx, __m512i u01, __m512i u23, kern_q8p_row y,
+                            int64_t b) {
+    const __m512i a = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u01,
+                                          _mm512_loadu_si512(y.qs + QK8_0 * b));
+    const __m512i c = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u23,
+                                          _mm512_loadu_si512(y.qs + QK8_0 * b + 64));
+    const __m128i isum = _mm_add_epi32(red4_i32(a, c), _mm_loadu_si128((const __m128i *)(y.c + b)));
+    return q_fma4(s, _mm_mul_ps(dx, _mm_loadu_ps(y.d + b)), isum);
 }
 
-/* Blocks b..b+3 of all rows: acc0 (b, b+1) and acc1 (b+2, b+3). */
-T_512_INLINE void q8p_quad(__m512 *acc0, __m512 *acc1, __m128 dx, __m512i u01, __m512i u23,
-                           const q8p_row *y, int64_t b, int nr) {
-    ROWS_LOOP
-    for (int r = 0; r < nr; r++) {
-        __m512 d01, d23;
-        quad_scales(_mm_mul_ps(dx, _mm_loadu_ps((const float *)(y[r].d + 4 * b))), &d01, &d23);
-        const __m512i i01 = _mm512_dpbusd_epi32(_mm512_loadu_si512(y[r].off + 32 * b), u01,
-                                                _mm512_loadu_si512(y[r].qs + QK8_0 * b));
-        const __m512i i23 = _mm512_dpbusd_epi32(_mm512_loadu_si512(y[r].off + 32 * b + 64), u23,
-                                                _mm512_loadu_si512(y[r].qs + QK8_0 * b + 64));
-        acc0[r] = _mm512_fmadd_ps(d01, _mm512_cvtepi32_ps(i01), acc0[r]);
-        acc1[r] = _mm512_fmadd_ps(d23, _mm512_cvtepi32_ps(i23), acc1[r]);
-    }
+/* One block (unsigned weights in the low 32 bytes of u). */
+T_512_INLINE float q8p_one(float s, float dx, __m512i u, kern_q8p_row y, int64_t b) {
+    const __m256i p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm512_castsi512_si256(u),
+                                          _mm256_loadu_si256((const __m256i *)(y.qs + QK8_0 * b)));
+    return fmaf(dx * y.d[b], (float)(hsum_i32_256(p) + y.c[b]), s);
 }
 
 /* Q4_0 weights: nibbles as stored (0..15). */
@@ -350,33 +308,29 @@ T_512_INLINE void q4_0_prows(int64_t n, float *s, size_t ss, const void *vx, con
                              size_t ys, int nr) {
     const blk_q4_0 *x = vx;
     const int64_t nb = n / QK4_0;
-    q8p_row yr[KERN_ROWS_MAX];
-    __m512 acc0[KERN_ROWS_MAX], acc1[KERN_ROWS_MAX];
+    kern_q8p_row yr[KERN_ROWS_MAX];
+    float acc[KERN_ROWS_MAX];
     ROWS_LOOP
     for (int r = 0; r < nr; r++) {
-        yr[r] = q8p_at((const char *)y + r * ys, nb);
-        acc0[r] = acc1[r] = _mm512_setzero_ps();
+        yr[r] = kern_q8p_at((const char *)y + r * ys, nb);
+        acc[r] = 0;
     }
     int64_t b = 0;
     for (; b + 4 <= nb; b += 4) {
         const __m512i va = _mm512_loadu_si512(x + b);
         const __m512i vb = _mm512_maskz_loadu_epi8(Q4_0_TAIL_MASK, x + b + 2);
-        q8p_quad(acc0, acc1, q4_0_quad_d(va), q4_0_nibbles_from(va), q4_0_nibbles_from(vb), yr, b,
-                 nr);
+        const __m512i u01 = q4_0_nibbles_from(va), u23 = q4_0_nibbles_from(vb);
+        const __m128 dx = q4_0_quad_d(va);
+        ROWS_LOOP
+        for (int r = 0; r < nr; r++) acc[r] = q8p_quad(acc[r], dx, u01, u23, yr[r], b);
     }
-    const int64_t left = nb - b; /* 0..3: pair or single into acc0, single into acc1 */
-    const int64_t b1 = left >= 2 ? b + 1 : b;
-    const __m512i u01 = left ? q4_0_pair_nibbles(&x[b], &x[b1]) : _mm512_setzero_si512();
-    const __m512i u2 = left == 3 ? q4_0_pair_nibbles(&x[b + 2], &x[b + 2]) : _mm512_setzero_si512();
+    for (; b < nb; b++) {
+        const __m512i u = q4_0_pair_nibbles(&x[b], &x[b]);
+        ROWS_LOOP
+        for (int r = 0; r < nr; r++) acc[r] = q8p_one(acc[r], f16_load(x[b].d), u, yr[r], b);
+    }
     ROWS_LOOP
-    for (int r = 0; r < nr; r++) {
-        if (left)
-            acc0[r] =
-                q8p_step(acc0[r], u01, f16_load(x[b].d), f16_load(x[b1].d), yr[r], b, left >= 2);
-        if (left == 3)
-            acc1[r] = q8p_step(acc1[r], u2, f16_load(x[b + 2].d), 0, yr[r], b + 2, false);
-        s[r * ss] = h16_ps(_mm512_add_ps(acc0[r], acc1[r]));
-    }
+    for (int r = 0; r < nr; r++) s[r * ss] = acc[r];
 }
 
 /* Q8_0 weights: x ^ 0x80 = x + 128 as unsigned bytes. */
@@ -388,30 +342,150 @@ T_512_INLINE void q8_0_prows(int64_t n, float *s, size_t ss, const void *vx, con
                              size_t ys, int nr) {
     const blk_q8_0 *x = vx;
     const int64_t nb = n / QK8_0;
-    q8p_row yr[KERN_ROWS_MAX];
-    __m512 acc0[KERN_ROWS_MAX], acc1[KERN_ROWS_MAX];
+    kern_q8p_row yr[KERN_ROWS_MAX];
+    float acc[KERN_ROWS_MAX];
     ROWS_LOOP
     for (int r = 0; r < nr; r++) {
-        yr[r] = q8p_at((const char *)y + r * ys, nb);
-        acc0[r] = acc1[r] = _mm512_setzero_ps();
+        yr[r] = kern_q8p_at((const char *)y + r * ys, nb);
+        acc[r] = 0;
     }
     int64_t b = 0;
-    for (; b + 4 <= nb; b += 4)
-        q8p_quad(acc0, acc1, q8_0_quad_d(x + b), q8_0_biased_pair(&x[b], &x[b + 1]),
-                 q8_0_biased_pair(&x[b + 2], &x[b + 3]), yr, b, nr);
-    const int64_t left = nb - b;
-    const int64_t b1 = left >= 2 ? b + 1 : b;
-    const __m512i u01 = left ? q8_0_biased_pair(&x[b], &x[b1]) : _mm512_setzero_si512();
-    const __m512i u2 = left == 3 ? q8_0_biased_pair(&x[b + 2], &x[b + 2]) : _mm512_setzero_si512();
-    ROWS_LOOP
-    for (int r = 0; r < nr; r++) {
-        if (left)
-            acc0[r] =
-                q8p_step(acc0[r], u01, f16_load(x[b].d), f16_load(x[b1].d), yr[r], b, left >= 2);
-        if (left == 3)
-            acc1[r] = q8p_step(acc1[r], u2, f16_load(x[b + 2].d), 0, yr[r], b + 2, false);
-        s[r * ss] = h16_ps(_mm512_add_ps(acc0[r], acc1[r]));
+    for (; b + 4 <= nb; b += 4) {
+        const __m512i u01 = q8_0_biased_pair(&x[b], &x[b + 1]);
+        const __m512i u23 = q8_0_biased_pair(&x[b + 2], &x[b + 3]);
+        const __m128 dx = q8_0_quad_d(x + b);
+        ROWS_LOOP
+        for (int r = 0; r < nr; r++) acc[r] = q8p_quad(acc[r], dx, u01, u23, yr[r], b);
     }
+    for (; b < nb; b++) {
+        const __m512i u = q8_0_biased_pair(&x[b], &x[b]);
+        ROWS_LOOP
+        for (int r = 0; r < nr; r++) acc[r] = q8p_one(acc[r], f16_load(x[b].d), u, yr[r], b);
+    }
+    ROWS_LOOP
+    for (int r = 0; r < nr; r++) s[r * ss] = acc[r];
+}
+
+/* Four weight rows at once (xr bytes apart, outputs sr apart) against nr
+ * prepared rows: four independent fma chains per activation row, so the
+ * serial block order of each output does not bound the speed, and one
+ * transposed reduction gives the 16 block sums of 4 rows x 4 blocks. */
+
+/* a, c: the dpbusd lanes of blocks 0,1 and 2,3 of one row -> quarter b holds
+ * block b's 4 partial sums. */
+T_512_INLINE __m512i fold_quarters(__m512i a, __m512i c) {
+    return _mm512_add_epi32(_mm512_shuffle_i32x4(a, c, 0x88), _mm512_shuffle_i32x4(a, c, 0xDD));
+}
+
+/* s[r] from fold_quarters for rows 0..3 -> quarter b = [row 0..3 sums of block b]. */
+T_512_INLINE __m512i sums_4x4(const __m512i *s) {
+    const __m512i t01 = _mm512_add_epi32(_mm512_unpacklo_epi64(s[0], s[1]), _mm512_unpackhi_epi64(s[0], s[1]));
+    const __m512i t23 = _mm512_add_epi32(_mm512_unpacklo_epi64(s[2], s[3]), _mm512_unpackhi_epi64(s[2], s[3]));
+    const __m512 u = _mm512_shuffle_ps(_mm512_castsi512_ps(t01), _mm512_castsi512_ps(t23), 0x88);
+    const __m512 v = _mm512_shuffle_ps(_mm512_castsi512_ps(t01), _mm512_castsi512_ps(t23), 0xDD);
+    return _mm512_add_epi32(_mm512_castps_si512(u), _mm512_castps_si512(v));
+}
+
+T_512_INLINE void q_prows4(bool q4, int64_t n, float *s, size_t sr, size_t ss, const void *vx,
+                           size_t xr, const void *y, size_t ys, int nr) {
+    const int64_t nb = n / QK8_0;
+    const __m512i bcast_q = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    const __m512i to_br = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    kern_q8p_row yr[KERN_ROWS_MAX];
+    __m128 acc[KERN_ROWS_MAX]; /* lane r: weight row r */
+    ROWS_LOOP
+    for (int a = 0; a < nr; a++) {
+        yr[a] = kern_q8p_at((const char *)y + a * ys, nb);
+        acc[a] = _mm_setzero_ps();
+    }
+    int64_t b = 0;
+    for (; b + 4 <= nb; b += 4) {
+        __m512i u01[4], u23[4];
+        __m128 dx[4];
+        UNROLL(4)
+        for (int r = 0; r < 4; r++) {
+            const char *xrow = (const char *)vx + r * xr;
+            if (q4) {
+                const blk_q4_0 *x = (const blk_q4_0 *)xrow;
+                const __m512i va = _mm512_loadu_si512(x + b);
+                const __m512i vb = _mm512_maskz_loadu_epi8(Q4_0_TAIL_MASK, x + b + 2);
+                u01[r] = q4_0_nibbles_from(va), u23[r] = q4_0_nibbles_from(vb), dx[r] = q4_0_quad_d(va);
+            } else {
+                const blk_q8_0 *x = (const blk_q8_0 *)xrow;
+                u01[r] = q8_0_biased_pair(&x[b], &x[b + 1]), u23[r] = q8_0_biased_pair(&x[b + 2], &x[b + 3]);
+                dx[r] = q8_0_quad_d(x + b);
+            }
+        }
+        /* dx as [block][row] */
+        const __m512 dxv = _mm512_permutexvar_ps(
+            to_br, _mm512_insertf32x4(_mm512_insertf32x4(_mm512_insertf32x4(_mm512_castps128_ps512(dx[0]), dx[1], 1),
+                                                         dx[2], 2),
+                                      dx[3], 3));
+        ROWS_LOOP
+        for (int a = 0; a < nr; a++) {
+            const __m512i y01 = _mm512_loadu_si512(yr[a].qs + QK8_0 * b);
+            const __m512i y23 = _mm512_loadu_si512(yr[a].qs + QK8_0 * b + 64);
+            __m512i f[4];
+            UNROLL(4)
+            for (int r = 0; r < 4; r++)
+                f[r] = fold_quarters(_mm512_dpbusd_epi32(_mm512_setzero_si512(), u01[r], y01),
+                                     _mm512_dpbusd_epi32(_mm512_setzero_si512(), u23[r], y23));
+            const __m512i c = _mm512_permutexvar_epi32(
+                bcast_q, _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(yr[a].c + b))));
+            const __m512 isum = _mm512_cvtepi32_ps(_mm512_add_epi32(sums_4x4(f), c));
+            const __m512 dd = _mm512_mul_ps(
+                dxv, _mm512_permutexvar_ps(bcast_q, _mm512_castps128_ps512(_mm_loadu_ps(yr[a].d + b))));
+            /* blocks in order: acc = fma(d_b, sum_b, acc), four rows per step */
+            __m128 t = acc[a];
+            t = _mm_fmadd_ps(_mm512_castps512_ps128(dd), _mm512_castps512_ps128(isum), t);
+            t = _mm_fmadd_ps(_mm512_extractf32x4_ps(dd, 1), _mm512_extractf32x4_ps(isum, 1), t);
+            t = _mm_fmadd_ps(_mm512_extractf32x4_ps(dd, 2), _mm512_extractf32x4_ps(isum, 2), t);
+            acc[a] = _mm_fmadd_ps(_mm512_extractf32x4_ps(dd, 3), _mm512_extractf32x4_ps(isum, 3), t);
+        }
+    }
+    ROWS_LOOP
+    for (int a = 0; a < nr; a++) {
+        _Alignas(16) float v[4];
+        _mm_store_ps(v, acc[a]);
+        UNROLL(4)
+        for (int r = 0; r < 4; r++) s[r * sr + a * ss] = v[r];
+    }
+    for (; b < nb; b++) {
+        UNROLL(4)
+        for (int r = 0; r < 4; r++) {
+            const char *xrow = (const char *)vx + r * xr;
+            __m512i u;
+            float dx;
+            if (q4) {
+                const blk_q4_0 *x = (const blk_q4_0 *)xrow;
+                u = q4_0_pair_nibbles(&x[b], &x[b]), dx = f16_load(x[b].d);
+            } else {
+                const blk_q8_0 *x = (const blk_q8_0 *)xrow;
+                u = q8_0_biased_pair(&x[b], &x[b]), dx = f16_load(x[b].d);
+            }
+            ROWS_LOOP
+            for (int a = 0; a < nr; a++) s[r * sr + a * ss] = q8p_one(s[r * sr + a * ss], dx, u, yr[a], b);
+        }
+    }
+}
+
+#define ROWS4_SWITCH(q4, n, s, sr, ss, x, xr, y, ys, nr)                                           \
+    do {                                                                                           \
+        switch (nr) {                                                                              \
+        case 1: q_prows4(q4, n, s, sr, ss, x, xr, y, ys, 1); break;                                \
+        case 2: q_prows4(q4, n, s, sr, ss, x, xr, y, ys, 2); break;                                \
+        case 3: q_prows4(q4, n, s, sr, ss, x, xr, y, ys, 3); break;                                \
+        default: q_prows4(q4, n, s, sr, ss, x, xr, y, ys, KERN_ROWS_MAX); break;                   \
+        }                                                                                          \
+    } while (0)
+
+T_512 void kavx512_prows4_q4_0(int64_t n, float *s, size_t sr, size_t ss, const void *x, size_t xr,
+                               const void *y, size_t ys, int nr) {
+    ROWS4_SWITCH(true, n, s, sr, ss, x, xr, y, ys, nr);
+}
+T_512 void kavx512_prows4_q8_0(int64_t n, float *s, size_t sr, size_t ss, const void *x, size_t xr,
+                               const void *y, size_t ys, int nr) {
+    ROWS4_SWITCH(false, n, s, sr, ss, x, xr, y, ys, nr);
 }
 
 T_512 void kavx512_prows_q4_0(int64_t n, float *s, size_t ss, const void *x, const void *y,

@@ -409,7 +409,7 @@ void kref_from_float_q8_K(const float *src, void *dst, int64_t n) {
 
 /* ======================= dot products ======================= */
 
-/* FP family: 64 lanes of fmaf, then kern_reduce64. `widen` converts 64 elements. */
+/* FP family: 16 lanes of fmaf, then kern_reduce16. `widen` converts 16 elements. */
 typedef void (*widen_fn)(const void *src, int64_t i0, int64_t cnt, float *dst);
 
 static void widen_f32(const void *src, int64_t i0, int64_t cnt, float *dst) {
@@ -431,7 +431,7 @@ static float dot_fp(int64_t n, widen_fn widen, const void *x, const void *y) {
         widen(y, i0, cnt, ya);
         for (int64_t l = 0; l < cnt; l++) acc[l] = fmaf(xa[l], ya[l], acc[l]);
     }
-    return kern_reduce64(acc);
+    return kern_reduce16(acc);
 }
 
 void kref_vec_dot_f32(int64_t n, float *s, const void *x, const void *y) {
@@ -444,37 +444,35 @@ void kref_vec_dot_bf16(int64_t n, float *s, const void *x, const void *y) {
     *s = dot_fp(n, widen_bf16, x, y);
 }
 
-/* Q family: adds block b (32 int8 x values, already offset) into the lanes. */
-static void q_block_accumulate(float *acc, int64_t b, float d, const int8_t *xq, const int8_t *yq) {
-    float *a = acc + 8 * (b % 4);
-    for (int l = 0; l < 8; l++) {
-        int32_t isum = 0;
-        for (int k = 0; k < 4; k++) isum += xq[4 * l + k] * yq[4 * l + k];
-        a[l] = fmaf(d, (float)isum, a[l]);
-    }
+/* Q family: the exact int32 sum of block b's 32 products enters one float
+ * accumulator through s = fma(d_x * d_y, sum, s), blocks in order. */
+static inline int32_t q_block_isum(const int8_t *xq, const int8_t *yq) {
+    int32_t isum = 0;
+    for (int j = 0; j < QK8_0; j++) isum += xq[j] * yq[j];
+    return isum;
 }
 
 void kref_vec_dot_q8_0(int64_t n, float *s, const void *vx, const void *vy) {
     const blk_q8_0 *x = vx, *y = vy;
-    float acc[KERN_Q_LANES] = {0};
+    float sumf = 0;
     for (int64_t b = 0; b < n / QK8_0; b++)
-        q_block_accumulate(acc, b, f16f(x[b].d) * f16f(y[b].d), x[b].qs, y[b].qs);
-    *s = kern_reduce32(acc);
+        sumf = fmaf(f16f(x[b].d) * f16f(y[b].d), (float)q_block_isum(x[b].qs, y[b].qs), sumf);
+    *s = sumf;
 }
 
 void kref_vec_dot_q4_0(int64_t n, float *s, const void *vx, const void *vy) {
     const blk_q4_0 *x = vx;
     const blk_q8_0 *y = vy;
-    float acc[KERN_Q_LANES] = {0};
+    float sumf = 0;
     for (int64_t b = 0; b < n / QK4_0; b++) {
         int8_t xq[QK4_0];
         for (int j = 0; j < QK4_0 / 2; j++) {
             xq[j] = (int8_t)((x[b].qs[j] & 0x0F) - 8);
             xq[j + QK4_0 / 2] = (int8_t)((x[b].qs[j] >> 4) - 8);
         }
-        q_block_accumulate(acc, b, f16f(x[b].d) * f16f(y[b].d), xq, y[b].qs);
+        sumf = fmaf(f16f(x[b].d) * f16f(y[b].d), (float)q_block_isum(xq, y[b].qs), sumf);
     }
-    *s = kern_reduce32(acc);
+    *s = sumf;
 }
 
 /* K family, Q4_K: per super-block exact ints sumi = sum_j sc_j * dot_j and

@@ -74,51 +74,60 @@ void op_gelu_mul(float *g, const float *u, int64_t n) {
     }
 }
 
-/* Widens rows [r0, r1) of block blk's K (or V) values of kv head kvh into dst
- * (rows of `width` floats). rowbuf holds one full row for types that can only be
+/* Attention of one token over its paged KV, for the n_q query heads of one KV
+ * head. Positions are processed in chunks of ATTN_CHUNK fixed by absolute
+ * position (so the split does not depend on the batch or the thread count):
+ * per chunk, scores q.k, their max m, e = exp(s - m), l = sum e, o = sum e v
+ * (kernels of src/kernels); then the chunks merge in order. Every float step
+ * is fixed by the kernels' canonical orders, so a token's result depends only
+ * on its own sequence. */
+#define ATTN_CHUNK 256
+
+/* K (or V) rows [r0, r1) of block blk for kv head kvh, as floats: in place for
+ * an F32 cache (*stride = the row pitch), else widened into dst (rows of
+ * `width` floats). rowbuf holds one full row for types that can only be
  * decoded a whole row at a time (q8_0 blocks span heads). */
-static void load_block_head(const attn_args *a, int32_t blk, int r0, int r1, int kvh, bool v,
-                            float *dst, float *rowbuf) {
+static const float *load_block_head(const attn_args *a, int32_t blk, int r0, int r1, int kvh, bool v,
+                                    float *dst, float *rowbuf, size_t *stride) {
     const kv_pool_config *c = kv_pool_cfg(a->kv);
     bool from_k = !v || a->v_in_k;
     int dtype = from_k ? c->dtype : kv_pool_dtype_v(a->kv);
-    int64_t stride = from_k ? a->dk : a->dv, width = v ? a->dv : a->dk;
+    int64_t hstride = from_k ? a->dk : a->dv, width = v ? a->dv : a->dk;
     size_t row_bytes = from_k ? kv_pool_k_row_bytes(a->kv) : kv_pool_v_row_bytes(a->kv);
     const uint8_t *base = from_k ? kv_block_k_const(a->kv, blk, a->slot) : kv_block_v_const(a->kv, blk, a->slot);
     size_t es = kv_dtype_bytes(dtype);
+    if (dtype == GGUF_DT_F32 && row_bytes % sizeof(float) == 0) {
+        *stride = row_bytes / sizeof(float);
+        return (const float *)(base + (size_t)r0 * row_bytes) + kvh * hstride;
+    }
+    *stride = (size_t)width;
     for (int r = r0; r < r1; r++) {
         const uint8_t *row = base + (size_t)r * row_bytes;
         float *d = dst + (size_t)(r - r0) * width;
         if (es) { /* plain types: the head's slice converts on its own */
-            kv_row_load(dtype, row + (size_t)kvh * stride * es, d, width);
+            kv_row_load(dtype, row + (size_t)kvh * hstride * es, d, width);
         } else {
-            kv_row_load(dtype, row, rowbuf, (int64_t)c->n_kv_heads * stride);
-            memcpy(d, rowbuf + kvh * stride, width * sizeof(float));
+            kv_row_load(dtype, row, rowbuf, (int64_t)c->n_kv_heads * hstride);
+            memcpy(d, rowbuf + kvh * hstride, width * sizeof(float));
         }
     }
+    return dst;
 }
 
-/* Dot product with 8 independent partial sums (a fixed order, and short
- * dependency chains so the compiler can vectorise it). */
-static inline float dot8(const float *x, const float *y, int64_t n) {
-    float acc[8] = {0};
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int l = 0; l < 8; l++) acc[l] += x[i + l] * y[i + l];
-    for (; i < n; i++) acc[i & 7] += x[i] * y[i];
-    return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
-}
+static int64_t attn_max_chunks(int64_t max_ctx) { return max_ctx / ATTN_CHUNK + 2; }
 
 void op_attend_group(const attn_args *a, const kv_seq *s, int32_t pos, int kvh, int n_q,
                      const float *q, int64_t q_stride, float *out, int64_t out_stride,
                      float *scratch) {
     const kv_pool_config *c = kv_pool_cfg(a->kv);
     int bs = c->block_size;
-    int64_t dk = a->dk, dv = a->dv, n_ctx = pos + 1;
+    int64_t dk = a->dk, dv = a->dv, w = dk > dv ? dk : dv;
     float *qr = scratch;                  /* [n_q][dk] queries as the cache's dot type sees them */
-    float *kbuf = qr + n_q * dk;          /* [bs][max(dk, dv)] one block's widened K or V */
-    float *rowbuf = kbuf + bs * (dk > dv ? dk : dv);
-    float *scores = rowbuf + c->n_kv_heads * (dk > dv ? dk : dv); /* [n_q][n_ctx] */
+    float *kbuf = qr + n_q * dk;          /* [bs][w] one block's widened K or V */
+    float *rowbuf = kbuf + bs * w;        /* one full cache row */
+    float *sc = rowbuf + c->n_kv_heads * w; /* [n_q][ATTN_CHUNK] scores, then exp */
+    float *part = sc + n_q * ATTN_CHUNK;  /* per chunk: m[n_q], l[n_q], o[n_q][dv] */
+    const size_t cs = (size_t)n_q * (size_t)(dv + 2);
     /* Like ggml's mul_mat against an f16 cache, q is rounded to f16 first. */
     for (int h = 0; h < n_q; h++) {
         const float *qh = q + h * q_stride;
@@ -126,46 +135,39 @@ void op_attend_group(const attn_args *a, const kv_seq *s, int32_t pos, int kvh, 
             qr[h * dk + i] = c->dtype == GGUF_DT_F16 ? kvl_f16_to_f32(kvl_f32_to_f16(qh[i])) : qh[i];
     }
     int32_t first = a->window > 0 && pos - a->window + 1 > 0 ? pos - a->window + 1 : 0;
-    for (int32_t j0 = first; j0 <= pos;) {
-        int r0 = j0 % bs, r1 = (pos - j0 + r0 + 1) < bs ? pos - j0 + r0 + 1 : bs;
-        load_block_head(a, s->blocks[j0 / bs], r0, r1, kvh, false, kbuf, rowbuf);
-        for (int h = 0; h < n_q; h++)
-            for (int r = r0; r < r1; r++) {
-                float d = dot8(qr + h * dk, kbuf + (r - r0) * dk, dk) * a->scale;
-                if (a->softcap > 0) d = a->softcap * tanhf(d / a->softcap);
-                scores[h * n_ctx + j0 + (r - r0)] = d;
-            }
-        j0 += r1 - r0;
-    }
-    for (int h = 0; h < n_q; h++) {
-        float *sc = scores + h * n_ctx, maxv = -INFINITY;
-        for (int32_t j = first; j <= pos; j++) maxv = sc[j] > maxv ? sc[j] : maxv;
-        double sum = 0;
-        for (int32_t j = first; j <= pos; j++) {
-            sc[j] = expf(sc[j] - maxv);
-            sum += sc[j];
+    int32_t c0 = first / ATTN_CHUNK, c1 = pos / ATTN_CHUNK;
+    for (int32_t ci = c0; ci <= c1; ci++) {
+        int32_t lo = ci * ATTN_CHUNK > first ? ci * ATTN_CHUNK : first;
+        int32_t hi = (ci + 1) * ATTN_CHUNK - 1 < pos ? (ci + 1) * ATTN_CHUNK - 1 : pos;
+        float *P = part + (size_t)(ci - c0) * cs;
+        for (int32_t j0 = lo; j0 <= hi;) { /* scores, block by block */
+            int r0 = j0 % bs, r1 = (hi - j0 + r0 + 1) < bs ? hi - j0 + r0 + 1 : bs;
+            size_t ks;
+            const float *k = load_block_head(a, s->blocks[j0 / bs], r0, r1, kvh, false, kbuf, rowbuf, &ks);
+            kern_attn_scores(r1 - r0, dk, n_q, qr, (size_t)dk, k, ks, a->scale, sc + (j0 - lo), ATTN_CHUNK);
+            j0 += r1 - r0;
         }
-        float inv = (float)(1.0 / sum);
-        for (int32_t j = first; j <= pos; j++) sc[j] *= inv;
-        memset(out + h * out_stride, 0, dv * sizeof(float));
-    }
-    for (int32_t j0 = first; j0 <= pos;) {
-        int r0 = j0 % bs, r1 = (pos - j0 + r0 + 1) < bs ? pos - j0 + r0 + 1 : bs;
-        load_block_head(a, s->blocks[j0 / bs], r0, r1, kvh, true, kbuf, rowbuf);
-        for (int h = 0; h < n_q; h++) {
-            float *o = out + h * out_stride;
-            const float *sc = scores + h * n_ctx + j0 - r0;
-            for (int r = r0; r < r1; r++) {
-                const float *vr = kbuf + (r - r0) * dv;
-                float p = sc[r];
-                for (int64_t d = 0; d < dv; d++) o[d] += p * vr[d];
-            }
+        int64_t n = hi - lo + 1;
+        if (a->softcap > 0)
+            for (int h = 0; h < n_q; h++)
+                for (int64_t j = 0; j < n; j++)
+                    sc[h * ATTN_CHUNK + j] = a->softcap * tanhf(sc[h * ATTN_CHUNK + j] / a->softcap);
+        for (int h = 0; h < n_q; h++) P[h] = kern_attn_softmax(n, sc + h * ATTN_CHUNK, &P[n_q + h]);
+        float *o = P + 2 * n_q;
+        memset(o, 0, (size_t)n_q * dv * sizeof(float));
+        for (int32_t j0 = lo; j0 <= hi;) { /* e . V, block by block */
+            int r0 = j0 % bs, r1 = (hi - j0 + r0 + 1) < bs ? hi - j0 + r0 + 1 : bs;
+            size_t vs;
+            const float *v = load_block_head(a, s->blocks[j0 / bs], r0, r1, kvh, true, kbuf, rowbuf, &vs);
+            kern_attn_pv(r1 - r0, dv, n_q, sc + (j0 - lo), ATTN_CHUNK, v, vs, o, (size_t)dv);
+            j0 += r1 - r0;
         }
-        j0 += r1 - r0;
     }
+    kern_attn_merge(c1 - c0 + 1, n_q, dv, part, out, (size_t)out_stride);
 }
 
 size_t op_attend_scratch_floats(const kv_pool_config *c, int n_q, int64_t dk, int64_t dv, int64_t max_ctx) {
     int64_t w = dk > dv ? dk : dv;
-    return (size_t)(n_q * dk + c->block_size * w + c->n_kv_heads * w + n_q * max_ctx + 64);
+    return (size_t)(n_q * dk + c->block_size * w + c->n_kv_heads * w + n_q * ATTN_CHUNK +
+                    attn_max_chunks(max_ctx) * n_q * (dv + 2) + 64);
 }

@@ -122,7 +122,8 @@ static void test_tables(void) {
     CHECK(kern_row_bytes(GGUF_DT_Q4_K, 4096) == 16 * 144, "row bytes q4_K");
     CHECK(kern_row_bytes(GGUF_DT_F16, 10) == 20, "row bytes f16");
     CHECK(kern_matmul_work_bytes(GGUF_DT_Q4_0, 3, 64) >= 3 * 2 * 34, "work bytes q4_0");
-    CHECK(kern_matmul_work_bytes(GGUF_DT_F32, 3, 64) == 0, "f32 uses X in place");
+    CHECK(kern_matmul_work_bytes(GGUF_DT_F32, 3, 64) >= kern_gemm_work_bytes(GGUF_DT_F32, 3, 64),
+          "work bytes f32 (the GEMM's activation tiles)");
 }
 
 /* ---------- quantization round trip ---------- */
@@ -452,6 +453,148 @@ static void test_matmul(void) {
     for (int ti = 0; ti < N_WEIGHT_TYPES; ti++) test_matmul_type(weight_types[ti]);
 }
 
+/* Every GEMM path (packed quantized, in-place float) against vec_dot over
+ * shapes that hit partial panels, partial tiles, odd k and single rows. */
+static void test_matmul_shapes(void) {
+    static const int64_t ms[] = {1, 2, 4, 5, 6, 7, 8, 9, 13, 16, 25};
+    static const int64_t ns[] = {1, 4, 15, 16, 17, 33};
+    for (int ti = 0; ti < N_WEIGHT_TYPES; ti++) {
+        const int t = weight_types[ti];
+        const int be = kern_traits_ref(t)->block_elems;
+        const int64_t ks[] = {be == 1 ? 7 : be, be == 1 ? 40 : 3 * be, be == 1 ? 256 : 8 * be};
+        for (int ki = 0; ki < 3; ki++) {
+            const int64_t k = ks[ki], nmax = 33, mmax = 25;
+            float *wf = kvl_alloc(nmax * k * sizeof(float)), *X = kvl_alloc(mmax * k * sizeof(float));
+            fill_data(wf, nmax * k, 0.05f);
+            fill_data(X, mmax * k, 1.0f);
+            const size_t wrow = kern_row_bytes(t, k);
+            char *W = kvl_alloc(nmax * wrow);
+            for (int64_t j = 0; j < nmax; j++) kern_traits_ref(t)->from_float(wf + j * k, W + j * wrow, k);
+            float *Y = kvl_alloc(mmax * nmax * sizeof(float)), *Yd = kvl_alloc(mmax * nmax * sizeof(float));
+            for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++)
+                for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
+                    const int64_t m = ms[mi], n = ns[ni];
+                    run_matmul(W, t, n, k, X, m, Y);
+                    matmul_direct(W, t, n, k, X, m, Yd);
+                    CHECK(memcmp(Y, Yd, m * n * sizeof(float)) == 0, "%s k=%lld n=%lld m=%lld: matmul != vec_dot",
+                          kern_traits_ref(t)->name, (long long)k, (long long)n, (long long)m);
+                }
+            kvl_free(wf), kvl_free(X), kvl_free(W), kvl_free(Y), kvl_free(Yd);
+        }
+    }
+}
+
+/* ---------- attention ---------- */
+
+static void test_attn_exp(void) {
+    double worst = 0;
+    for (int i = 0; i <= 200000; i++) {
+        const float x = -87.0f * (float)i / 200000.0f;
+        const double want = exp((double)x), got = kern_expf(x);
+        worst = fmax(worst, fabs(got - want) / want);
+    }
+    CHECK(worst < 4e-7, "kern_expf relative error %g", worst);
+    CHECK(kern_expf(0.0f) == 1.0f && kern_expf(-0.0f) == 1.0f, "kern_expf(0) is 1");
+    CHECK(kern_expf(5.0f) == 1.0f && kern_expf(-1000.0f) == kern_expf(-87.0f), "kern_expf clamps");
+}
+
+static bool same_floats(const float *a, const float *b, int64_t n) { return memcmp(a, b, n * sizeof(float)) == 0; }
+
+/* Each attention kernel on every ISA against the reference, bit for bit, and
+ * the reference against double-precision math. */
+static void test_attn(void) {
+    static const int64_t dks[] = {1, 15, 16, 33, 64, 128, 576};
+    static const int64_t npos[] = {1, 5, 16, 17, 40, 256};
+    static const int nqs[] = {1, 3, 4, 7};
+    const kern_attn_ops *simd[] = {isa_ok[1] ? &kavx2_attn : NULL, isa_ok[2] ? &kavx512_attn : NULL};
+    for (size_t di = 0; di < sizeof dks / sizeof dks[0]; di++)
+        for (size_t pi = 0; pi < sizeof npos / sizeof npos[0]; pi++)
+            for (size_t qi = 0; qi < sizeof nqs / sizeof nqs[0]; qi++) {
+                const int64_t d = dks[di], n = npos[pi];
+                const int nq = nqs[qi];
+                const size_t qs = (size_t)d + 3, ks = (size_t)d + 5, ss = (size_t)n + 2;
+                float *q = kvl_alloc(nq * qs * sizeof(float)), *k = kvl_alloc(n * ks * sizeof(float));
+                float *s0 = kvl_alloc(nq * ss * sizeof(float)), *s1 = kvl_alloc(nq * ss * sizeof(float));
+                float *o0 = kvl_alloc(nq * qs * sizeof(float)), *o1 = kvl_alloc(nq * qs * sizeof(float));
+                fill_data(q, nq * qs, 1.0f);
+                fill_data(k, n * ks, 1.0f);
+                fill_data(o0, nq * qs, 1.0f);
+                memcpy(o1, o0, nq * qs * sizeof(float));
+                kref_attn.scores(n, d, nq, q, qs, k, ks, 0.125f, s0, ss);
+                double err = 0;
+                for (int h = 0; h < nq; h++)
+                    for (int64_t j = 0; j < n; j++) {
+                        double abs_sum;
+                        const double want = 0.125 * dot_double(q + h * qs, k + j * ks, d, &abs_sum);
+                        err = fmax(err, fabs(s0[h * ss + j] - want) / (0.125 * abs_sum + 1e-30));
+                    }
+                CHECK(err < 1e-5, "attn scores d=%lld n=%lld: relative error %g", (long long)d, (long long)n, err);
+                /* softmax of the scores row by row, pv with them as weights, v = k */
+                float m0[8], l0[8], m1[8], l1[8];
+                for (int h = 0; h < nq; h++) m0[h] = kref_attn.softmax(n, s0 + h * ss, &l0[h]);
+                kref_attn.pv(n, d, nq, s0, ss, k, ks, o0, qs);
+                for (size_t v = 0; v < sizeof simd / sizeof simd[0]; v++) {
+                    if (!simd[v]) continue;
+                    simd[v]->scores(n, d, nq, q, qs, k, ks, 0.125f, s1, ss);
+                    for (int h = 0; h < nq; h++) {
+                        kref_attn.scores(n, d, 1, q + h * qs, qs, k, ks, 0.125f, s0 + h * ss, ss);
+                        CHECK(same_floats(s0 + h * ss, s1 + h * ss, n), "attn scores d=%lld n=%lld nq=%d differ",
+                              (long long)d, (long long)n, nq);
+                        m0[h] = kref_attn.softmax(n, s0 + h * ss, &l0[h]);
+                        m1[h] = simd[v]->softmax(n, s1 + h * ss, &l1[h]);
+                        CHECK(same_bits(m0[h], m1[h]) && same_bits(l0[h], l1[h]) &&
+                                  same_floats(s0 + h * ss, s1 + h * ss, n),
+                              "attn softmax n=%lld differs", (long long)n);
+                    }
+                    simd[v]->pv(n, d, nq, s1, ss, k, ks, o1, qs);
+                    for (int h = 0; h < nq; h++)
+                        CHECK(same_floats(o0 + h * qs, o1 + h * qs, d), "attn pv d=%lld n=%lld nq=%d differs",
+                              (long long)d, (long long)n, nq);
+                }
+                kvl_free(q), kvl_free(k), kvl_free(s0), kvl_free(s1), kvl_free(o0), kvl_free(o1);
+            }
+    /* merge: nc chunk partials against the same result in double */
+    static const int64_t dvs[] = {1, 16, 20, 64, 512};
+    for (size_t di = 0; di < sizeof dvs / sizeof dvs[0]; di++)
+        for (int nc = 1; nc <= 5; nc++) {
+            const int64_t dv = dvs[di];
+            const int nq = 3;
+            const size_t cs = (size_t)nq * (dv + 2);
+            float *part = kvl_alloc(nc * cs * sizeof(float));
+            float *out0 = kvl_alloc(nq * dv * sizeof(float)), *out1 = kvl_alloc(nq * dv * sizeof(float));
+            for (int c = 0; c < nc; c++)
+                for (int h = 0; h < nq; h++) {
+                    part[c * cs + h] = 3.0f * rng_gauss();
+                    part[c * cs + nq + h] = 1.0f + 10.0f * (float)rng_unit();
+                    for (int64_t i = 0; i < dv; i++) part[c * cs + 2 * nq + h * dv + i] = rng_gauss();
+                }
+            kref_attn.merge(nc, nq, dv, part, out0, dv);
+            double err = 0;
+            for (int h = 0; h < nq; h++) {
+                double M = -1e30;
+                for (int c = 0; c < nc; c++) M = fmax(M, part[c * cs + h]);
+                for (int64_t i = 0; i < dv; i++) {
+                    double num = 0, den = 0, mag = 0;
+                    for (int c = 0; c < nc; c++) {
+                        const double w = exp(part[c * cs + h] - M);
+                        num += w * part[c * cs + 2 * nq + h * dv + i];
+                        mag += w * fabs(part[c * cs + 2 * nq + h * dv + i]);
+                        den += w * part[c * cs + nq + h];
+                    }
+                    err = fmax(err, fabs(out0[h * dv + i] - num / den) / (mag / den + 1e-30));
+                }
+            }
+            CHECK(err < 2e-6, "attn merge nc=%d dv=%lld: relative error %g", nc, (long long)dv, err);
+            for (int isa = 1; isa <= 2; isa++) {
+                if (!isa_ok[isa]) continue;
+                (isa == 1 ? &kavx2_attn : &kavx512_attn)->merge(nc, nq, dv, part, out1, dv);
+                CHECK(same_floats(out0, out1, nq * dv), "attn merge nc=%d dv=%lld on %s differs", nc,
+                      (long long)dv, isa_list[isa]);
+            }
+            kvl_free(part), kvl_free(out0), kvl_free(out1);
+        }
+}
+
 static void test_get_row(void) {
     const int64_t n = 512, rows = 5;
     float *x = kvl_alloc(rows * n * sizeof(float)), *y = kvl_alloc(n * sizeof(float));
@@ -648,6 +791,9 @@ int main(void) {
     test_vec_dot();
     test_rows_kernels();
     test_matmul();
+    test_matmul_shapes();
+    test_attn_exp();
+    test_attn();
     test_get_row();
     test_golden();
     if (failures) {

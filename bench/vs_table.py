@@ -1,0 +1,62 @@
+#!/usr/bin/env python3
+"""The table of bench/run_vs_llamacpp.sh, from the raw results it leaves in OUT:
+mean ± sd over the alternating repetitions, the ratio kvllm / llama.cpp, and each
+engine's share of the decode roofline (weights read per step x steps/s / bandwidth).
+usage: vs_table.py OUT "f16 q8_0 ..." SHAPE LLAMA_CPP_COMMIT THREADS"""
+import json
+import os
+import statistics
+import sys
+
+out, types, shape, commit, threads = sys.argv[1], sys.argv[2].split(), sys.argv[3], sys.argv[4], sys.argv[5]
+bw = json.load(open(f"{out}/membw.json"))["membw_gb_per_s"]
+
+
+def jl(path):
+    return [json.loads(l) for l in open(path) if l.startswith("{")] if os.path.exists(path) else []
+
+
+def ms(xs):
+    return (statistics.mean(xs), statistics.stdev(xs) if len(xs) > 1 else 0.0) if xs else (0.0, 0.0)
+
+
+def pct(w, tps, b=1):
+    """Weights read per second (one pass over them per step of b tokens) / bandwidth."""
+    return f"{100 * w * tps / b / 1e9 / bw:.0f}%" if w and tps else ""
+
+
+def row(model, test, l, k, w=0, b=1):
+    ratio = f"{k[0] / l[0]:.2f}" if l[0] else ""
+    print(f"| {model} | {test} | {l[0]:.2f} ± {l[1]:.2f} | {k[0]:.2f} ± {k[1]:.2f} | {ratio} | "
+          f"{pct(w, l[0], b)} | {pct(w, k[0], b)} |")
+
+
+def kbatch(runs, b):
+    return [e["decode_tokens_per_s"] for r in runs for e in r["batches"] if e["batch"] == b]
+
+
+print(f"Read bandwidth {bw:.1f} GB/s ({threads} threads, `kvllm bench --membw`); llama.cpp {commit}; "
+      f"{shape} shape, synthetic weights; mean ± sd over alternating repetitions\n")
+print("| model | test | llama.cpp t/s | kvllm t/s | kvllm / llama.cpp | roofline llama.cpp | roofline kvllm |")
+print("|---|---|---:|---:|---:|---:|---:|")
+for t in types:
+    ls, ks = jl(f"{out}/llama-{t}-single.jsonl"), jl(f"{out}/kvllm-{t}-single.jsonl")
+    if not ls or not ks:
+        continue
+    name = f"{shape} {ks[0]['type']} ({ks[0]['model_size_bytes'] / 1e9:.2f} GB)"
+    w = ks[0]["weights_bytes_per_token"]
+    row(name, f"prefill {ls[0]['pp']}", ms([x["speed_pp"] for x in ls]), ms([x["prefill_tokens_per_s"] for x in ks]))
+    row(name, f"decode {ls[0]['tg']} after {ls[0]['pp']}", ms([x["speed_tg"] for x in ls]),
+        ms([x["decode_tokens_per_s"] for x in ks]), w)
+    lb, kb = jl(f"{out}/llama-{t}-batch.jsonl"), jl(f"{out}/kvllm-{t}-batch.jsonl")
+    for b in sorted({x["pl"] for x in lb}):
+        row(name, f"decode x{b} sequences, aggregate (prompt {lb[0]['pp']})",
+            ms([x["speed_tg"] for x in lb if x["pl"] == b]), ms(kbatch(kb, b)), w, b)
+
+ls, ks = jl(f"{out}/llama-stories.jsonl"), jl(f"{out}/kvllm-stories.jsonl")
+if ls and ks:
+    row("stories260K F32", "prefill 128", ms([x["avg_ts"] for x in ls if x["n_prompt"] > 0]),
+        ms([x["prefill_tokens_per_s"] for x in ks]))
+    row("stories260K F32", "decode 64", ms([x["avg_ts"] for x in ls if x["n_gen"] > 0]),
+        ms([x["decode_tokens_per_s"] for x in ks]), ks[0]["weights_bytes_per_token"])
+print(f"\nraw results: {out}")

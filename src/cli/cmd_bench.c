@@ -1,0 +1,802 @@
+/* kvllm bench: prefill and decode speed through the real engine (scheduler,
+ * paged KV, sampling), measured the way llama-bench / llama-batched-bench
+ * measure them, so the figures can be put side by side:
+ *   prefill  one request of -p tokens; time from submit to its first token
+ *   decode   -n tokens after a short prompt (--decode-prompt); time per token
+ *            after the first. With --decode-prompt equal to -p, the prefill's
+ *            request itself continues to -n tokens, as in llama-batched-bench
+ *   --batch  B sequences decoding together; aggregate tokens/s once all of
+ *            them have their first token (distinct random prompts, so the
+ *            prefix cache never shares anything)
+ *   --context-sweep  decode cost per token at several context lengths, with
+ *            the KV cache and without it (recompute), as CSV and SVG
+ *   --membw  memory read bandwidth, the roofline for decode
+ * Every figure is the mean +- sd over -r repetitions, after one warm-up that
+ * pages the weights in. Decode is reported with the bytes of weights read per
+ * decoding step (all weight matrices once per step) and the implied GB/s. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <math.h>
+#include <omp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "kernels/kernels.h"
+
+#define MAX_LIST 16
+
+typedef struct bench_args {
+    int64_t n_prefill, n_decode; /* -p, -n (0: skip that test) */
+    int reps;                    /* -r */
+    int64_t decode_prompt;       /* prompt length before decode and batched decode */
+    int64_t batch[MAX_LIST];     /* --batch, always starting with 1 */
+    int n_batch;
+    int64_t sweep[MAX_LIST];     /* --context-sweep */
+    int n_sweep;
+    int64_t sweep_tokens;        /* tokens decoded at each sweep point with the cache */
+    double nocache_budget_s;     /* time allowed to the whole no-cache sweep */
+    const char *out;             /* --out PREFIX for the sweep's .csv and .svg */
+    bool membw;
+    int64_t membw_mb;
+    bool progress;
+} bench_args;
+
+/* ------------------------------------------------------------ flags -- */
+
+static bool parse_int(const char *flag, const char *v, int64_t lo, int64_t *out) {
+    char *end;
+    errno = 0;
+    long long x = v ? strtoll(v, &end, 10) : 0;
+    if (!v || errno || end == v || *end || x < lo) {
+        fprintf(stderr, "kvllm bench: %s: expected an integer >= %lld\n", flag, (long long)lo);
+        return false;
+    }
+    *out = x;
+    return true;
+}
+
+/* "1,4,16" -> values (each >= 1). */
+static bool parse_list(const char *flag, const char *v, int64_t *out, int *n) {
+    *n = 0;
+    for (const char *p = v; p && *p;) {
+        char *end;
+        long long x = strtoll(p, &end, 10);
+        if (end == p || x < 1 || *n == MAX_LIST || (*end && *end != ',')) {
+            fprintf(stderr, "kvllm bench: %s: expected up to %d positive integers like 1,4,16\n", flag,
+                    MAX_LIST);
+            return false;
+        }
+        out[(*n)++] = x;
+        p = *end ? end + 1 : end;
+    }
+    if (*n == 0) fprintf(stderr, "kvllm bench: %s: expected a list like 1,4,16\n", flag);
+    return *n > 0;
+}
+
+/* Batch 1 always runs first: it is the single-sequence decode figure. */
+static void batch_with_one(bench_args *a) {
+    int at = 0;
+    while (at < a->n_batch && a->batch[at] != 1) at++;
+    if (at == a->n_batch && a->n_batch == MAX_LIST) at--; /* full: the last one gives way */
+    else if (at == a->n_batch) a->n_batch++;
+    memmove(a->batch + 1, a->batch, (size_t)at * sizeof a->batch[0]);
+    a->batch[0] = 1;
+}
+
+static int bench_switch(bench_args *a, const char *f) {
+    if (strcmp(f, "--membw") == 0) a->membw = true;
+    else if (strcmp(f, "--no-progress") == 0) a->progress = false;
+    else return 0;
+    return 1;
+}
+
+static int bench_flag(const char *f, const char *v, void *ctx) {
+    bench_args *a = ctx;
+    int64_t x = 0;
+    int sw = bench_switch(a, f);
+    if (sw) return sw;
+#define IS(name) (strcmp(f, name) == 0)
+    if (IS("-p") || IS("--n-prompt")) return parse_int(f, v, 0, &a->n_prefill) ? 2 : -1;
+    if (IS("-n") || IS("--n-gen")) return parse_int(f, v, 0, &a->n_decode) ? 2 : -1;
+    if (IS("--decode-prompt")) return parse_int(f, v, 1, &a->decode_prompt) ? 2 : -1;
+    if (IS("--sweep-tokens")) return parse_int(f, v, 2, &a->sweep_tokens) ? 2 : -1;
+    if (IS("--membw-mb")) return parse_int(f, v, 1, &a->membw_mb) ? 2 : -1;
+    if (IS("--batch")) return parse_list(f, v, a->batch, &a->n_batch) ? 2 : -1;
+    if (IS("--context-sweep")) return parse_list(f, v, a->sweep, &a->n_sweep) ? 2 : -1;
+    if (IS("--out")) {
+        a->out = v;
+        return v ? 2 : -1;
+    }
+    if (IS("-r") || IS("--repetitions")) {
+        if (!parse_int(f, v, 1, &x)) return -1;
+        a->reps = x > 1000 ? 1000 : (int)x;
+        return 2;
+    }
+    if (IS("--no-cache-budget")) {
+        if (!parse_int(f, v, 0, &x)) return -1;
+        a->nocache_budget_s = (double)x;
+        return 2;
+    }
+#undef IS
+    return 0;
+}
+
+static void bench_usage(void) {
+    fprintf(stderr,
+            "usage: kvllm bench -m MODEL [-p 512] [-n 128] [-r 3] [-t N] [--batch 1,4,16]\n"
+            "                   [--decode-prompt 16] [--kv-type f16|...] [--json]\n"
+            "                   [--context-sweep 128,512,2048 [--sweep-tokens 16] [--no-cache-budget 120]\n"
+            "                    [--out PREFIX]] [--membw [--membw-mb 1024]] [--no-progress]\n"
+            "       kvllm bench --membw        (memory read bandwidth only)\n");
+}
+
+/* ---------------------------------------------------------- progress -- */
+
+/* On a terminal: one line on stderr, redrawn at most 10 times a second.
+ * Otherwise (a log file): one line as each run starts. */
+typedef struct progress {
+    bool on, tty;
+    int run, n_runs;
+    double t0, last;
+    char label[96];
+} progress;
+
+static void prog_draw(progress *p, int64_t done, int64_t total) {
+    double now = kvl_time_s();
+    if (!p->on || !p->tty || now - p->last < 0.1) return;
+    p->last = now;
+    int width = 24, filled = p->n_runs ? width * p->run / p->n_runs : 0;
+    char cells[32];
+    for (int i = 0; i < width; i++) cells[i] = i < filled ? '#' : '.';
+    cells[width] = 0;
+    fprintf(stderr, "\r\033[K[%s] %d/%d %s  %lld/%lld tok  %.0f s", cells, p->run, p->n_runs, p->label,
+            (long long)done, (long long)total, now - p->t0);
+}
+
+static void prog_next(progress *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void prog_next(progress *p, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(p->label, sizeof p->label, fmt, ap);
+    va_end(ap);
+    p->run++;
+    p->last = 0;
+    if (p->on && !p->tty)
+        fprintf(stderr, "kvllm bench: [%d/%d] %s (%.0f s)\n", p->run, p->n_runs, p->label,
+                kvl_time_s() - p->t0);
+    prog_draw(p, 0, 0);
+}
+
+static void prog_end(progress *p) {
+    if (p->on && p->tty) fprintf(stderr, "\r\033[K");
+}
+
+/* ------------------------------------------------------------- stats -- */
+
+typedef struct samples {
+    double v[1000];
+    int n;
+} samples;
+
+static double samples_mean(const samples *s) {
+    double sum = 0;
+    for (int i = 0; i < s->n; i++) sum += s->v[i];
+    return s->n ? sum / s->n : 0;
+}
+
+static double samples_sd(const samples *s) {
+    if (s->n < 2) return 0;
+    double m = samples_mean(s), ss = 0;
+    for (int i = 0; i < s->n; i++) ss += (s->v[i] - m) * (s->v[i] - m);
+    return sqrt(ss / (s->n - 1));
+}
+
+/* ------------------------------------------------------------ the bench -- */
+
+typedef struct bench {
+    const bench_args *a;
+    const cli_opts *o;
+    cli_model cm;
+    progress prog;
+    uint64_t rng;
+    size_t weights_per_step; /* bytes of weights one forward pass reads */
+} bench;
+
+typedef struct batch_result {
+    int64_t batch;
+    samples tps; /* aggregate decode tokens/s */
+} batch_result;
+
+typedef struct sweep_point {
+    int64_t ctx;
+    double cache_ms, nocache_ms; /* per token; nocache_ms < 0: skipped */
+    double nocache_est_s;
+} sweep_point;
+
+typedef struct results {
+    samples prefill_tps;
+    batch_result batch[MAX_LIST];
+    sweep_point sweep[MAX_LIST];
+    double membw_gbps;
+} results;
+
+/* Weights a decoding step reads: every tensor once, except an untied token
+ * embedding, of which only the looked-up rows are read. */
+static size_t weights_per_step(const model *m) {
+    const gguf_file *f = model_gguf(m);
+    size_t total = gguf_tensor_data_bytes(f);
+    const gguf_tensor *te = gguf_find_tensor(f, "token_embd.weight");
+    if (te && !model_hp(m)->tied_output) total -= te->nbytes - te->nbytes / (size_t)te->ne[1];
+    return total;
+}
+
+/* --------------------------------------------------------- one run -- */
+
+typedef struct run_state {
+    int n_seqs, n_first, n_done;
+    int64_t base_id, n_tokens;
+    bool first[256];
+    double prefill_s; /* longest submit-to-first-token */
+} run_state;
+
+static void on_event(const engine_event *ev, void *user) {
+    run_state *st = user;
+    int64_t k = ev->request_id - st->base_id;
+    if (ev->token >= 0) {
+        st->n_tokens++;
+        if (k >= 0 && k < st->n_seqs && !st->first[k]) {
+            st->first[k] = true;
+            st->n_first++;
+        }
+    }
+    if (ev->finish == ENGINE_FINISH_NONE) return;
+    st->n_done++;
+    if (ev->stats->t_prefill_s > st->prefill_s) st->prefill_s = ev->stats->t_prefill_s;
+}
+
+typedef struct run_result {
+    double prefill_s;     /* time to the first token (longest over the sequences) */
+    int64_t dec_tokens;   /* tokens generated after every sequence had its first */
+    double dec_s;
+} run_result;
+
+static bool submit_all(bench *b, engine *e, run_state *st, int64_t n_prompt, int64_t max_tokens) {
+    int32_t *ids = malloc((size_t)n_prompt * sizeof *ids);
+    if (!ids) return false;
+    int64_t n_vocab = model_hp(b->cm.m)->n_vocab;
+    engine_request r = {.prompt = ids, .n_prompt = n_prompt, .max_tokens = max_tokens,
+                        .ignore_eos = true, .on_event = on_event, .user = st};
+    sampler_params_default(&r.sampling);
+    r.sampling.temperature = 0; /* greedy: the cheapest sampler, as llama-bench does not sample */
+    kvl_error err = {{0}};
+    bool ok = true;
+    for (int s = 0; ok && s < st->n_seqs; s++) {
+        for (int64_t i = 0; i < n_prompt; i++) { /* fresh random ids: nothing shared */
+            b->rng ^= b->rng << 13, b->rng ^= b->rng >> 7, b->rng ^= b->rng << 17;
+            ids[i] = (int32_t)(b->rng % (uint64_t)n_vocab);
+        }
+        int64_t id = engine_submit(e, &r, &err);
+        if (s == 0) st->base_id = id;
+        ok = id >= 0 || (fprintf(stderr, "kvllm bench: %s\n", err.msg), false);
+    }
+    free(ids);
+    return ok;
+}
+
+/* Runs n_seqs requests of n_prompt random tokens and max_tokens outputs to the end. */
+static bool run_requests(bench *b, engine *e, int n_seqs, int64_t n_prompt, int64_t max_tokens,
+                         run_result *r) {
+    run_state st = {.n_seqs = n_seqs};
+    if (n_seqs > (int)sizeof st.first || !submit_all(b, e, &st, n_prompt, max_tokens)) return false;
+    double t_all = 0;
+    int64_t tok_at = 0, total = (int64_t)n_seqs * max_tokens;
+    kvl_error err = {{0}};
+    while (st.n_done < n_seqs) {
+        if (!engine_step(e, &err)) {
+            fprintf(stderr, "kvllm bench: %s\n", err.msg);
+            return false;
+        }
+        if (t_all == 0 && st.n_first == n_seqs) {
+            t_all = kvl_time_s();
+            tok_at = st.n_tokens;
+        }
+        prog_draw(&b->prog, st.n_tokens, total);
+    }
+    r->prefill_s = st.prefill_s;
+    r->dec_tokens = st.n_tokens - tok_at;
+    r->dec_s = kvl_time_s() - t_all;
+    return true;
+}
+
+static engine *make_engine(bench *b, int max_seqs, int64_t n_prompt, int64_t max_tokens, bool no_cache) {
+    const cli_opts *o = b->o;
+    engine_config ec;
+    engine_config_default(&ec);
+    ec.n_ctx = n_prompt + max_tokens + 1;
+    ec.block_size = o->block_size;
+    ec.kv_dtype = o->kv_dtype;
+    ec.kv_dtype_v = o->kv_dtype_v;
+    ec.max_seqs = max_seqs;
+    /* All prompts in one step, so every sequence starts decoding together;
+     * without the cache, a whole sequence in one step, since a recompute cut
+     * into chunks would be started over at every step. */
+    int64_t all = no_cache ? n_prompt + max_tokens : (int64_t)max_seqs * n_prompt;
+    ec.max_batch_tokens = all > o->batch_tokens ? all : o->batch_tokens;
+    ec.no_kv_cache = no_cache;
+    kvl_error err = {{0}};
+    engine *e = engine_create(b->cm.m, b->cm.vocab, &ec, &err);
+    if (!e) fprintf(stderr, "kvllm bench: %s\n", err.msg);
+    return e;
+}
+
+/* One engine, one request per repetition (or a batch of them). */
+static bool run_once(bench *b, int n_seqs, int64_t n_prompt, int64_t max_tokens, bool no_cache,
+                     run_result *r) {
+    engine *e = make_engine(b, n_seqs, n_prompt, max_tokens, no_cache);
+    bool ok = e && run_requests(b, e, n_seqs, n_prompt, max_tokens, r);
+    engine_destroy(e);
+    return ok;
+}
+
+/* ------------------------------------------------------------ phases -- */
+
+/* When the decode prompt is the prefill length, one request gives both
+ * figures (as in llama-batched-bench): its TTFT and its tokens after the first. */
+static bool fused_single(const bench_args *a) {
+    return a->n_prefill > 0 && a->decode_prompt == a->n_prefill && a->n_decode > 1;
+}
+
+static bool phase_prefill(bench *b, results *res) {
+    const bench_args *a = b->a;
+    int64_t n_out = fused_single(a) ? a->n_decode : 1;
+    engine *e = make_engine(b, 1, a->n_prefill, n_out, false);
+    bool ok = e != NULL;
+    for (int rep = 0; ok && rep < a->reps; rep++) {
+        prog_next(&b->prog, "prefill %lld, rep %d/%d", (long long)a->n_prefill, rep + 1, a->reps);
+        run_result r;
+        ok = run_requests(b, e, 1, a->n_prefill, n_out, &r);
+        if (ok) res->prefill_tps.v[res->prefill_tps.n++] = a->n_prefill / r.prefill_s;
+        samples *dec = &res->batch[0].tps; /* batch 1 */
+        if (ok && n_out > 1 && r.dec_s > 0) dec->v[dec->n++] = r.dec_tokens / r.dec_s;
+    }
+    engine_destroy(e);
+    return ok;
+}
+
+static bool phase_decode(bench *b, results *res) {
+    const bench_args *a = b->a;
+    bool ok = true;
+    for (int i = 0; ok && i < a->n_batch; i++) {
+        int B = (int)a->batch[i];
+        batch_result *br = &res->batch[i];
+        br->batch = B;
+        if (B == 1 && fused_single(a)) continue; /* measured with the prefill */
+        engine *e = make_engine(b, B, a->decode_prompt, a->n_decode, false);
+        ok = e != NULL;
+        for (int rep = 0; ok && rep < a->reps; rep++) {
+            prog_next(&b->prog, "decode %lld x%d, rep %d/%d", (long long)a->n_decode, B, rep + 1, a->reps);
+            run_result r;
+            ok = run_requests(b, e, B, a->decode_prompt, a->n_decode, &r);
+            if (ok && r.dec_s > 0) br->tps.v[br->tps.n++] = r.dec_tokens / r.dec_s;
+        }
+        engine_destroy(e);
+    }
+    return ok;
+}
+
+/* With the cache: --sweep-tokens decoded after a prompt of N. Without it,
+ * every token recomputes the whole prefix, so two tokens after the first are
+ * enough; points whose estimate (from the cached run's prefill time) would
+ * overrun the budget are skipped and reported as such. */
+static bool phase_sweep(bench *b, results *res) {
+    const bench_args *a = b->a;
+    double spent = 0;
+    for (int i = 0; i < a->n_sweep; i++) {
+        sweep_point *sp = &res->sweep[i];
+        sp->ctx = a->sweep[i];
+        run_result r;
+        prog_next(&b->prog, "context %lld, KV cache", (long long)sp->ctx);
+        if (!run_once(b, 1, sp->ctx, a->sweep_tokens, false, &r)) return false;
+        sp->cache_ms = r.dec_s * 1e3 / (double)r.dec_tokens;
+        sp->nocache_est_s = 3 * r.prefill_s;
+        sp->nocache_ms = -1;
+        prog_next(&b->prog, "context %lld, no KV cache", (long long)sp->ctx);
+        if (spent + sp->nocache_est_s > a->nocache_budget_s) continue;
+        double t0 = kvl_time_s();
+        if (!run_once(b, 1, sp->ctx, 3, true, &r)) return false;
+        spent += kvl_time_s() - t0;
+        sp->nocache_ms = r.dec_s * 1e3 / (double)r.dec_tokens;
+    }
+    return true;
+}
+
+/* Pages the weights in and starts the thread team before anything is timed. */
+static bool phase_warmup(bench *b) {
+    prog_next(&b->prog, "warm-up");
+    run_result r;
+    return run_once(b, 1, 8, 4, false, &r);
+}
+
+/* ------------------------------------------------------ memory bandwidth -- */
+
+typedef uint64_t v2u64 __attribute__((vector_size(16)));
+
+/* Sums a buffer with four independent vector accumulators per thread: one
+ * read stream per thread, nothing written, so the limit is read bandwidth. */
+static uint64_t sum_range(const v2u64 *p, size_t n) {
+    v2u64 s0 = {0, 0}, s1 = s0, s2 = s0, s3 = s0;
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        s0 += p[i];
+        s1 += p[i + 1];
+        s2 += p[i + 2];
+        s3 += p[i + 3];
+    }
+    for (; i < n; i++) s0 += p[i];
+    v2u64 s = s0 + s1 + s2 + s3;
+    return s[0] + s[1];
+}
+
+/* Best of 5 passes over a buffer of `mb` MiB (far beyond the caches). */
+static double membw_gbps(int64_t mb) {
+    size_t bytes = (size_t)mb << 20, n = bytes / sizeof(v2u64);
+    v2u64 *buf = kvl_alloc(bytes);
+    if (!buf) return 0;
+    int nt = omp_get_max_threads();
+#pragma omp parallel for schedule(static)
+    for (int t = 0; t < nt; t++) /* first touch by the thread that will read it */
+        memset((char *)buf + bytes / nt * t, 1, t == nt - 1 ? bytes - bytes / nt * t : bytes / nt);
+    double best = 0;
+    volatile uint64_t sink = 0;
+    for (int rep = 0; rep < 5; rep++) {
+        double t0 = kvl_time_s();
+        uint64_t total = 0;
+#pragma omp parallel reduction(+ : total)
+        {
+            int t = omp_get_thread_num(), k = omp_get_num_threads();
+            size_t lo = n / k * t, hi = t == k - 1 ? n : n / k * (t + 1);
+            total += sum_range(buf + lo, hi - lo);
+        }
+        double dt = kvl_time_s() - t0;
+        sink += total;
+        if (bytes / dt / 1e9 > best) best = bytes / dt / 1e9;
+    }
+    (void)sink;
+    kvl_free(buf);
+    return best;
+}
+
+/* ------------------------------------------------------------ output -- */
+
+/* The weight mix by name: general.file_type as llama.cpp numbers it, else
+ * the type holding most of the bytes. */
+static const char *model_type_name(const gguf_file *f) {
+    static const struct {
+        int id;
+        const char *name;
+    } FT[] = {{0, "F32"},     {1, "F16"},     {2, "Q4_0"},   {3, "Q4_1"},    {7, "Q8_0"},
+              {10, "Q2_K"},   {11, "Q3_K_S"}, {12, "Q3_K_M"}, {14, "Q4_K_S"}, {15, "Q4_K_M"},
+              {16, "Q5_K_S"}, {17, "Q5_K_M"}, {18, "Q6_K"},  {32, "BF16"}};
+    int64_t ft;
+    if (gguf_get_i64(f, "general.file_type", &ft))
+        for (size_t i = 0; i < sizeof FT / sizeof FT[0]; i++)
+            if (FT[i].id == ft) return FT[i].name;
+    size_t by_type[GGUF_DT_COUNT] = {0};
+    int best = 0;
+    for (int64_t i = 0; i < gguf_n_tensors(f); i++) {
+        const gguf_tensor *t = gguf_tensor_at(f, i);
+        if (t->dtype >= 0 && t->dtype < GGUF_DT_COUNT) by_type[t->dtype] += t->nbytes;
+    }
+    for (int t = 0; t < GGUF_DT_COUNT; t++)
+        if (by_type[t] > by_type[best]) best = t;
+    return gguf_dtype_name(best);
+}
+
+static double batch_gbps(const bench *b, const batch_result *br) {
+    return (double)b->weights_per_step * samples_mean(&br->tps) / (double)br->batch / 1e9;
+}
+
+static void json_batches(cJSON *j, const bench *b, const results *res) {
+    cJSON *arr = cJSON_AddArrayToObject(j, "batches");
+    for (int i = 0; i < b->a->n_batch && b->a->n_decode > 1; i++) {
+        const batch_result *br = &res->batch[i];
+        cJSON *e = cJSON_CreateObject();
+        double gbps = batch_gbps(b, br);
+        cJSON_AddNumberToObject(e, "batch", (double)br->batch);
+        cJSON_AddNumberToObject(e, "decode_tokens_per_s", samples_mean(&br->tps));
+        cJSON_AddNumberToObject(e, "decode_tokens_per_s_sd", samples_sd(&br->tps));
+        cJSON_AddNumberToObject(e, "per_sequence_tokens_per_s", samples_mean(&br->tps) / br->batch);
+        cJSON_AddNumberToObject(e, "weights_bytes_per_token", (double)b->weights_per_step / br->batch);
+        cJSON_AddNumberToObject(e, "weights_gb_per_s", gbps);
+        if (res->membw_gbps > 0) cJSON_AddNumberToObject(e, "roofline_pct", 100 * gbps / res->membw_gbps);
+        cJSON_AddItemToArray(arr, e);
+    }
+}
+
+static void json_sweep(cJSON *j, const bench *b, const results *res) {
+    if (b->a->n_sweep == 0) return;
+    cJSON *arr = cJSON_AddArrayToObject(j, "context_sweep");
+    for (int i = 0; i < b->a->n_sweep; i++) {
+        const sweep_point *sp = &res->sweep[i];
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddNumberToObject(e, "context", (double)sp->ctx);
+        cJSON_AddNumberToObject(e, "kv_cache_ms_per_token", sp->cache_ms);
+        if (sp->nocache_ms >= 0) cJSON_AddNumberToObject(e, "no_kv_cache_ms_per_token", sp->nocache_ms);
+        else cJSON_AddNullToObject(e, "no_kv_cache_ms_per_token");
+        cJSON_AddBoolToObject(e, "no_kv_cache_skipped", sp->nocache_ms < 0);
+        cJSON_AddItemToArray(arr, e);
+    }
+}
+
+static void json_model(cJSON *j, const bench *b) {
+    const model_hparams *hp = model_hp(b->cm.m);
+    const gguf_file *f = model_gguf(b->cm.m);
+    cJSON_AddStringToObject(j, "model", gguf_path(f));
+    cJSON_AddStringToObject(j, "arch", hp->arch);
+    cJSON_AddStringToObject(j, "type", model_type_name(f));
+    cJSON_AddNumberToObject(j, "model_size_bytes", (double)gguf_tensor_data_bytes(f));
+    cJSON_AddNumberToObject(j, "n_params", (double)hp->n_params);
+    cJSON_AddNumberToObject(j, "weights_bytes_per_token", (double)b->weights_per_step);
+    cJSON_AddStringToObject(j, "kv_type", kv_dtype_name(b->o->kv_dtype));
+}
+
+static void print_json(const bench *b, const results *res) {
+    const bench_args *a = b->a;
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "engine", "kvllm " KVLLM_VERSION);
+    if (b->cm.m) json_model(j, b);
+    cJSON_AddNumberToObject(j, "threads", omp_get_max_threads());
+    cJSON_AddStringToObject(j, "isa", kern_isa_name());
+    cJSON_AddNumberToObject(j, "reps", a->reps);
+    if (res->membw_gbps > 0) cJSON_AddNumberToObject(j, "membw_gb_per_s", res->membw_gbps);
+    if (!b->cm.m) {
+        cli_print_json(j);
+        return;
+    }
+    cJSON_AddNumberToObject(j, "n_prefill", (double)a->n_prefill);
+    cJSON_AddNumberToObject(j, "n_decode", (double)a->n_decode);
+    cJSON_AddNumberToObject(j, "decode_prompt", (double)a->decode_prompt);
+    cJSON_AddNumberToObject(j, "prefill_tokens_per_s", samples_mean(&res->prefill_tps));
+    cJSON_AddNumberToObject(j, "prefill_tokens_per_s_sd", samples_sd(&res->prefill_tps));
+    const batch_result *b1 = &res->batch[0]; /* batch 1 comes first */
+    cJSON_AddNumberToObject(j, "decode_tokens_per_s", samples_mean(&b1->tps));
+    cJSON_AddNumberToObject(j, "decode_tokens_per_s_sd", samples_sd(&b1->tps));
+    cJSON_AddNumberToObject(j, "weights_gb_per_s", batch_gbps(b, b1));
+    if (res->membw_gbps > 0)
+        cJSON_AddNumberToObject(j, "roofline_pct", 100 * batch_gbps(b, b1) / res->membw_gbps);
+    json_batches(j, b, res);
+    json_sweep(j, b, res);
+    cli_print_json(j);
+}
+
+static void print_row(const char *test, const samples *s, double gbps, double membw) {
+    printf("| %-22s | %10.2f | %8.2f |", test, samples_mean(s), samples_sd(s));
+    if (gbps > 0) printf(" %12.2f |", gbps);
+    else printf(" %12s |", "");
+    if (gbps > 0 && membw > 0) printf(" %7.0f%% |\n", 100 * gbps / membw);
+    else printf(" %8s |\n", "");
+}
+
+static void print_text(const bench *b, const results *res) {
+    const bench_args *a = b->a;
+    if (!b->cm.m) {
+        printf("memory read bandwidth: %.2f GB/s (%d threads, %lld MiB)\n", res->membw_gbps,
+               omp_get_max_threads(), (long long)a->membw_mb);
+        return;
+    }
+    const model_hparams *hp = model_hp(b->cm.m);
+    const gguf_file *f = model_gguf(b->cm.m);
+    printf("kvllm bench: %s\n  %s %s, %.3f GB, %.3f B params, %d threads, %s kernels, KV %s, %d reps\n"
+           "  weights read per decoding step: %.3f GB\n",
+           gguf_path(f), hp->arch, model_type_name(f), gguf_tensor_data_bytes(f) / 1e9, hp->n_params / 1e9,
+           omp_get_max_threads(), kern_isa_name(), kv_dtype_name(b->o->kv_dtype), a->reps,
+           b->weights_per_step / 1e9);
+    if (res->membw_gbps > 0) printf("  memory read bandwidth: %.2f GB/s\n", res->membw_gbps);
+    printf("\n| %-22s | %10s | %8s | %12s | %8s |\n", "test", "t/s", "sd", "weights GB/s", "roofline");
+    printf("|------------------------|-----------:|---------:|-------------:|---------:|\n");
+    char name[64];
+    if (a->n_prefill > 0) {
+        snprintf(name, sizeof name, "pp%lld", (long long)a->n_prefill);
+        print_row(name, &res->prefill_tps, 0, 0);
+    }
+    for (int i = 0; i < a->n_batch && a->n_decode > 1; i++) {
+        const batch_result *br = &res->batch[i];
+        if (br->batch > 1)
+            snprintf(name, sizeof name, "tg%lld x%lld (aggregate)", (long long)a->n_decode,
+                     (long long)br->batch);
+        else
+            snprintf(name, sizeof name, "tg%lld", (long long)a->n_decode);
+        print_row(name, &br->tps, batch_gbps(b, br), res->membw_gbps);
+    }
+    for (int i = 0; i < a->n_sweep; i++) {
+        const sweep_point *sp = &res->sweep[i];
+        printf("%s  context %6lld: %9.2f ms/token with KV cache, ", i ? "" : "\ncontext sweep:\n",
+               (long long)sp->ctx, sp->cache_ms);
+        if (sp->nocache_ms >= 0) printf("%9.2f ms/token recomputing\n", sp->nocache_ms);
+        else printf("recompute skipped (estimated %.0f s, over the --no-cache-budget)\n", sp->nocache_est_s);
+    }
+}
+
+/* ------------------------------------------------------- sweep files -- */
+
+static bool write_csv(const char *path, const results *res, int n) {
+    FILE *fp = fopen(path, "w");
+    if (!fp) return false;
+    fprintf(fp, "context,kv_cache_ms_per_token,no_kv_cache_ms_per_token\n");
+    for (int i = 0; i < n; i++) {
+        const sweep_point *sp = &res->sweep[i];
+        fprintf(fp, "%lld,%.4f,", (long long)sp->ctx, sp->cache_ms);
+        if (sp->nocache_ms >= 0) fprintf(fp, "%.4f", sp->nocache_ms);
+        fputc('\n', fp);
+    }
+    return fclose(fp) == 0;
+}
+
+/* A log-log plot: a flat line is O(1) per token, slope 1 is O(N) per token
+ * (O(N^2) for a whole sequence). */
+typedef struct plot {
+    double x0, x1, y0, y1; /* data range (log10) */
+    int w, h, l, r, t, bm; /* size and margins */
+} plot;
+
+static double px(const plot *p, double x) { return p->l + (log10(x) - p->x0) / (p->x1 - p->x0) * (p->w - p->l - p->r); }
+static double py(const plot *p, double y) { return p->h - p->bm - (log10(y) - p->y0) / (p->y1 - p->y0) * (p->h - p->t - p->bm); }
+
+static void svg_series(FILE *fp, const plot *p, const results *res, int n, bool cache, const char *color) {
+    fprintf(fp, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" points=\"", color);
+    for (int i = 0; i < n; i++) {
+        double v = cache ? res->sweep[i].cache_ms : res->sweep[i].nocache_ms;
+        if (v > 0) fprintf(fp, "%.1f,%.1f ", px(p, (double)res->sweep[i].ctx), py(p, v));
+    }
+    fprintf(fp, "\"/>\n");
+    for (int i = 0; i < n; i++) {
+        double v = cache ? res->sweep[i].cache_ms : res->sweep[i].nocache_ms;
+        if (v > 0)
+            fprintf(fp, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3.5\" fill=\"%s\"><title>%lld: %.2f ms</title></circle>\n",
+                    px(p, (double)res->sweep[i].ctx), py(p, v), color, (long long)res->sweep[i].ctx, v);
+    }
+}
+
+static void svg_axes(FILE *fp, const plot *p, const results *res, int n) {
+    fprintf(fp, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"none\" stroke=\"#444\"/>\n", p->l,
+            p->t, p->w - p->l - p->r, p->h - p->t - p->bm);
+    for (int i = 0; i < n; i++) {
+        double x = px(p, (double)res->sweep[i].ctx);
+        fprintf(fp, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#ddd\"/>\n", x, p->t, x, p->h - p->bm);
+        fprintf(fp, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%lld</text>\n", x, p->h - p->bm + 16,
+                (long long)res->sweep[i].ctx);
+    }
+    for (int e = (int)floor(p->y0); e <= (int)ceil(p->y1); e++) {
+        for (int m = 1; m <= 5; m += m == 1 ? 1 : 3) { /* 1, 2, 5 per decade */
+            double v = m * pow(10, e), y = py(p, v);
+            if (log10(v) < p->y0 || log10(v) > p->y1) continue;
+            fprintf(fp, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", p->l, y, p->w - p->r, y);
+            fprintf(fp, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%g</text>\n", p->l - 6, y + 4, v);
+        }
+    }
+}
+
+static bool write_svg(const char *path, const char *model_name, const results *res, int n) {
+    plot p = {.w = 720, .h = 440, .l = 70, .r = 20, .t = 50, .bm = 60};
+    double lo = 1e300, hi = 0;
+    for (int i = 0; i < n; i++) {
+        double v[2] = {res->sweep[i].cache_ms, res->sweep[i].nocache_ms};
+        for (int k = 0; k < 2; k++)
+            if (v[k] > 0) lo = fmin(lo, v[k]), hi = fmax(hi, v[k]);
+    }
+    if (hi <= 0) return false;
+    p.x0 = log10((double)res->sweep[0].ctx) - 0.1;
+    p.x1 = log10((double)res->sweep[n - 1].ctx) + 0.1;
+    p.y0 = log10(lo) - 0.15;
+    p.y1 = log10(hi) + 0.15;
+    if (p.x1 - p.x0 < 0.3) p.x1 = p.x0 + 0.3;
+    FILE *fp = fopen(path, "w");
+    if (!fp) return false;
+    fprintf(fp, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" font-family=\"sans-serif\" "
+                "font-size=\"12\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n", p.w, p.h);
+    fprintf(fp, "<text x=\"%d\" y=\"22\" font-size=\"15\">Decode cost per token vs context: %s</text>\n", p.l,
+            model_name);
+    svg_axes(fp, &p, res, n);
+    svg_series(fp, &p, res, n, true, "#1f77b4");
+    svg_series(fp, &p, res, n, false, "#d62728");
+    fprintf(fp, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">context length (tokens, log scale)</text>\n",
+            (p.w + p.l) / 2, p.h - 22);
+    fprintf(fp, "<text transform=\"translate(16,%d) rotate(-90)\" text-anchor=\"middle\">ms per token (log)</text>\n",
+            (p.h + p.t) / 2);
+    fprintf(fp, "<text x=\"%d\" y=\"40\" fill=\"#1f77b4\">&#9679; KV cache (attention O(N) per token)</text>\n",
+            p.l + 8);
+    fprintf(fp, "<text x=\"%d\" y=\"40\" fill=\"#d62728\">&#9679; no KV cache: recompute (O(N) to O(N&#178;) per token)"
+                "</text>\n", p.l + 300);
+    fprintf(fp, "</svg>\n");
+    return fclose(fp) == 0;
+}
+
+static bool write_sweep_files(const bench *b, const results *res) {
+    const char *prefix = b->a->out ? b->a->out : "kvllm-context-sweep";
+    char csv[4096], svg[4096];
+    snprintf(csv, sizeof csv, "%s.csv", prefix);
+    snprintf(svg, sizeof svg, "%s.svg", prefix);
+    const char *name = gguf_path(model_gguf(b->cm.m));
+    const char *slash = strrchr(name, '/');
+    bool ok = write_csv(csv, res, b->a->n_sweep) && write_svg(svg, slash ? slash + 1 : name, res, b->a->n_sweep);
+    if (!ok) fprintf(stderr, "kvllm bench: cannot write %s / %s\n", csv, svg);
+    else fprintf(stderr, "kvllm bench: context sweep written to %s and %s\n", csv, svg);
+    return ok;
+}
+
+/* ------------------------------------------------------------- main -- */
+
+static int count_runs(const bench_args *a) {
+    int n = 1 + (a->n_prefill > 0 ? a->reps : 0) + 2 * a->n_sweep;
+    if (a->n_decode > 1) n += a->reps * (a->n_batch - fused_single(a));
+    return n;
+}
+
+static int64_t longest_context(const bench_args *a) {
+    int64_t ctx = a->n_prefill + 2;
+    if (a->decode_prompt + a->n_decode + 1 > ctx) ctx = a->decode_prompt + a->n_decode + 1;
+    for (int i = 0; i < a->n_sweep; i++)
+        if (a->sweep[i] + a->sweep_tokens + 1 > ctx) ctx = a->sweep[i] + a->sweep_tokens + 1;
+    return ctx < 16 ? 16 : ctx;
+}
+
+static bool run_phases(bench *b, results *res) {
+    const bench_args *a = b->a;
+    return phase_warmup(b) && (a->n_prefill <= 0 || phase_prefill(b, res)) &&
+           (a->n_decode <= 1 || phase_decode(b, res)) && phase_sweep(b, res);
+}
+
+static bool parse_args(int argc, char **argv, cli_opts *o, bench_args *a) {
+    *a = (bench_args){.n_prefill = 512, .n_decode = 128, .reps = 3, .decode_prompt = 16, .batch = {1},
+                      .n_batch = 1, .sweep_tokens = 16, .nocache_budget_s = 120, .membw_mb = 1024,
+                      .progress = true};
+    if (!cli_parse_ex(argc, argv, o, bench_flag, a)) {
+        bench_usage();
+        return false;
+    }
+    batch_with_one(a);
+    for (int i = 0; i < a->n_batch; i++)
+        if (a->batch[i] > 256) {
+            fprintf(stderr, "kvllm bench: --batch: at most 256 sequences\n");
+            return false;
+        }
+    for (int i = 1; i < a->n_sweep; i++)
+        if (a->sweep[i] <= a->sweep[i - 1]) {
+            fprintf(stderr, "kvllm bench: --context-sweep: lengths must increase\n");
+            return false;
+        }
+    return true;
+}
+
+int cmd_bench(int argc, char **argv) {
+    cli_opts o;
+    bench_args a;
+    if (!parse_args(argc, argv, &o, &a)) return 2;
+    bench b = {.a = &a, .o = &o, .rng = 0x9E3779B97F4A7C15ull};
+    results *res = calloc(1, sizeof *res);
+    if (!res) return 1;
+    int rc = 1;
+    bool model_wanted = o.model_path || !a.membw;
+    o.n_ctx = longest_context(&a);
+    if (model_wanted && !cli_load(&o, true, &b.cm)) goto out;
+    if (a.membw) res->membw_gbps = membw_gbps(a.membw_mb);
+    if (b.cm.m) {
+        b.weights_per_step = weights_per_step(b.cm.m);
+        b.prog = (progress){.on = a.progress, .tty = isatty(STDERR_FILENO), .n_runs = count_runs(&a),
+                            .t0 = kvl_time_s()};
+        bool ok = run_phases(&b, res);
+        prog_end(&b.prog);
+        if (!ok || (a.n_sweep > 0 && !write_sweep_files(&b, res))) goto out;
+    }
+    if (o.json) print_json(&b, res);
+    else print_text(&b, res);
+    rc = 0;
+out:
+    cli_unload(&b.cm);
+    free(res);
+    return rc;
+}

@@ -1,0 +1,542 @@
+/* synth: random-weight GGUF files of real model shapes. See synth.h.
+ *
+ * The GGUF is serialized here rather than through gguf_writer because that
+ * writer copies every tensor from memory at write time, and an 8B F16 model
+ * does not fit in this machine's memory. The layout is the one gguf_writer
+ * and llama.cpp use (v3, alignment 32, each tensor padded to 32), and the
+ * finished file is re-opened with the strict reader as a check. */
+#define _GNU_SOURCE
+#include "synth.h"
+
+#include <errno.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "../gguf/gguf.h"
+#include "../kernels/kernels.h"
+
+enum { ALIGN = 32, CHUNK_FLOATS = 8 << 20 /* floats generated per slice: 32 MB */ };
+
+/* ------------------------------------------------------------- shapes -- */
+
+/* Hyperparameters from the models' config.json. context_length is written
+ * as 8192 for all: kvllm sizes scratch from it, and no benchmark goes further. */
+static const synth_shape SHAPES[] = {
+    /* name            arch     E     L   H   Hkv hd   FF     vocab   ctx   rope   eps   tied bias */
+    {"tiny", "llama", 256, 2, 4, 2, 64, 768, 1024, 2048, 10000.f, 1e-5f, true, false},
+    {"tiny-qwen2", "qwen2", 256, 2, 4, 1, 64, 768, 1024, 2048, 1e6f, 1e-6f, true, true},
+    {"llama-3.2-1b", "llama", 2048, 16, 32, 8, 64, 8192, 128256, 8192, 500000.f, 1e-5f, true, false},
+    {"llama-3.2-3b", "llama", 3072, 28, 24, 8, 128, 8192, 128256, 8192, 500000.f, 1e-5f, true, false},
+    {"llama-3-8b", "llama", 4096, 32, 32, 8, 128, 14336, 128256, 8192, 500000.f, 1e-5f, false, false},
+    {"qwen2.5-0.5b", "qwen2", 896, 24, 14, 2, 64, 4864, 151936, 8192, 1e6f, 1e-6f, true, true},
+    {"qwen2.5-1.5b", "qwen2", 1536, 28, 12, 2, 128, 8960, 151936, 8192, 1e6f, 1e-6f, true, true},
+};
+#define N_SHAPES ((int)(sizeof SHAPES / sizeof SHAPES[0]))
+
+const synth_shape *synth_shape_at(int i) { return i >= 0 && i < N_SHAPES ? &SHAPES[i] : NULL; }
+
+const synth_shape *synth_shape_find(const char *name) {
+    for (int i = 0; i < N_SHAPES; i++)
+        if (strcasecmp(SHAPES[i].name, name) == 0) return &SHAPES[i];
+    return NULL;
+}
+
+static const struct {
+    const char *name;
+    synth_ftype t;
+} FTYPES[] = {{"F16", SYNTH_F16}, {"Q8_0", SYNTH_Q8_0}, {"Q4_0", SYNTH_Q4_0}, {"Q4_K_M", SYNTH_Q4_K_M}};
+
+bool synth_ftype_parse(const char *name, synth_ftype *out) {
+    for (size_t i = 0; i < sizeof FTYPES / sizeof FTYPES[0]; i++)
+        if (strcasecmp(FTYPES[i].name, name) == 0) {
+            *out = FTYPES[i].t;
+            return true;
+        }
+    return false;
+}
+
+const char *synth_ftype_name(synth_ftype t) {
+    for (size_t i = 0; i < sizeof FTYPES / sizeof FTYPES[0]; i++)
+        if (FTYPES[i].t == t) return FTYPES[i].name;
+    return "unknown";
+}
+
+/* ------------------------------------------------------- tensor types -- */
+
+/* llama.cpp's use_more_bits: the first and last eighth of the layers and
+ * every third one between keep more bits in Q4_K_M. */
+static bool use_more_bits(int il, int n) { return il < n / 8 || il >= 7 * n / 8 || (il - n / 8) % 3 == 2; }
+
+/* The type llama-quantize falls back to when a row does not fit the type's
+ * block: Q6_K -> Q8_0 as there; Q4_K -> Q4_0 (llama.cpp uses Q5_0, which
+ * kvllm has no kernels for). */
+static int fit_row(int dtype, int64_t ne0) {
+    int be = 1;
+    gguf_dtype_geometry(dtype, &be, NULL);
+    if (ne0 % be == 0) return dtype;
+    return dtype == GGUF_DT_Q6_K ? GGUF_DT_Q8_0 : GGUF_DT_Q4_0;
+}
+
+static int64_t role_ne0(const synth_shape *s, const char *role) {
+    if (strcmp(role, "attn_output.weight") == 0) return s->n_head * s->head_dim;
+    if (strcmp(role, "ffn_down.weight") == 0) return s->n_ff;
+    return s->n_embd;
+}
+
+int synth_tensor_dtype(const synth_shape *s, synth_ftype t, const char *role, int il) {
+    if (t == SYNTH_F16) return GGUF_DT_F16;
+    if (t == SYNTH_Q8_0) return GGUF_DT_Q8_0;
+    bool is_output = strcmp(role, "output.weight") == 0 ||
+                     (s->tied_output && strcmp(role, "token_embd.weight") == 0);
+    int base = t == SYNTH_Q4_0 ? GGUF_DT_Q4_0 : GGUF_DT_Q4_K;
+    int dt = base;
+    if (is_output) {
+        dt = GGUF_DT_Q6_K;
+    } else if (t == SYNTH_Q4_K_M && il >= 0 &&
+               (strcmp(role, "attn_v.weight") == 0 || strcmp(role, "ffn_down.weight") == 0)) {
+        dt = use_more_bits(il, (int)s->n_layer) ? GGUF_DT_Q6_K : GGUF_DT_Q4_K;
+    }
+    return fit_row(dt, role_ne0(s, role));
+}
+
+/* ---------------------------------------------------------- the plan -- */
+
+typedef enum { FILL_RANDOM, FILL_ONES } fill_kind;
+
+typedef struct tplan {
+    char name[64];
+    int dtype, n_dims;
+    int64_t ne[2];
+    fill_kind fill;
+    uint64_t offset, nbytes; /* within the data section */
+} tplan;
+
+typedef struct plan {
+    tplan *t;
+    int n, cap;
+    uint64_t data_bytes; /* padded */
+} plan;
+
+static uint64_t pad_to(uint64_t x) { return (x + ALIGN - 1) / ALIGN * ALIGN; }
+
+static bool plan_add(plan *p, const char *name, int dtype, int64_t ne0, int64_t ne1, fill_kind fill) {
+    if (p->n == p->cap) {
+        int cap = p->cap ? p->cap * 2 : 64;
+        tplan *t = realloc(p->t, (size_t)cap * sizeof *t);
+        if (!t) return false;
+        p->t = t;
+        p->cap = cap;
+    }
+    tplan *t = &p->t[p->n++];
+    memset(t, 0, sizeof *t);
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->dtype = dtype;
+    t->n_dims = ne1 > 0 ? 2 : 1;
+    t->ne[0] = ne0;
+    t->ne[1] = ne1 > 0 ? ne1 : 1;
+    t->fill = fill;
+    t->nbytes = kern_row_bytes(dtype, ne0) * (uint64_t)t->ne[1];
+    t->offset = p->data_bytes;
+    p->data_bytes += pad_to(t->nbytes);
+    return true;
+}
+
+static bool plan_matrix(plan *p, const synth_shape *s, synth_ftype ft, int il, const char *role,
+                        int64_t ne1) {
+    char name[64];
+    if (il >= 0) snprintf(name, sizeof name, "blk.%d.%s", il, role);
+    else snprintf(name, sizeof name, "%s", role);
+    return plan_add(p, name, synth_tensor_dtype(s, ft, role, il), role_ne0(s, role), ne1, FILL_RANDOM);
+}
+
+static bool plan_vector(plan *p, int il, const char *role, int64_t n, fill_kind fill) {
+    char name[64];
+    snprintf(name, sizeof name, "blk.%d.%s", il, role);
+    return plan_add(p, name, GGUF_DT_F32, n, 0, fill);
+}
+
+/* One layer, in the order llama.cpp's converter writes them. */
+static bool plan_layer(plan *p, const synth_shape *s, synth_ftype ft, int il) {
+    int64_t qd = s->n_head * s->head_dim, kvd = s->n_head_kv * s->head_dim;
+    bool ok = plan_vector(p, il, "attn_norm.weight", s->n_embd, FILL_ONES) &&
+              plan_matrix(p, s, ft, il, "attn_q.weight", qd) &&
+              plan_matrix(p, s, ft, il, "attn_k.weight", kvd) &&
+              plan_matrix(p, s, ft, il, "attn_v.weight", kvd);
+    if (ok && s->qkv_bias)
+        ok = plan_vector(p, il, "attn_q.bias", qd, FILL_RANDOM) &&
+             plan_vector(p, il, "attn_k.bias", kvd, FILL_RANDOM) &&
+             plan_vector(p, il, "attn_v.bias", kvd, FILL_RANDOM);
+    return ok && plan_matrix(p, s, ft, il, "attn_output.weight", s->n_embd) &&
+           plan_vector(p, il, "ffn_norm.weight", s->n_embd, FILL_ONES) &&
+           plan_matrix(p, s, ft, il, "ffn_gate.weight", s->n_ff) &&
+           plan_matrix(p, s, ft, il, "ffn_up.weight", s->n_ff) &&
+           plan_matrix(p, s, ft, il, "ffn_down.weight", s->n_embd);
+}
+
+static bool plan_build(plan *p, const synth_shape *s, synth_ftype ft) {
+    memset(p, 0, sizeof *p);
+    bool ok = plan_matrix(p, s, ft, -1, "token_embd.weight", s->n_vocab);
+    for (int il = 0; ok && il < s->n_layer; il++) ok = plan_layer(p, s, ft, il);
+    ok = ok && plan_add(p, "output_norm.weight", GGUF_DT_F32, s->n_embd, 0, FILL_ONES);
+    if (ok && !s->tied_output) ok = plan_matrix(p, s, ft, -1, "output.weight", s->n_vocab);
+    return ok;
+}
+
+/* ------------------------------------------------------------- bytes -- */
+
+/* Growable byte buffer; out of memory is sticky and checked once at the end. */
+typedef struct bytes {
+    uint8_t *p;
+    size_t len, cap;
+    bool oom;
+} bytes;
+
+static void put(bytes *b, const void *d, size_t n) {
+    if (b->oom || n == 0) return;
+    if (n > b->cap - b->len) {
+        size_t cap = b->cap ? b->cap : 4096;
+        while (cap - b->len < n) cap *= 2;
+        uint8_t *q = realloc(b->p, cap);
+        if (!q) {
+            b->oom = true;
+            return;
+        }
+        b->p = q;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, d, n);
+    b->len += n;
+}
+
+static void put_u32(bytes *b, uint32_t v) { put(b, &v, 4); }
+static void put_u64(bytes *b, uint64_t v) { put(b, &v, 8); }
+static void put_str(bytes *b, const char *s) {
+    put_u64(b, strlen(s));
+    put(b, s, strlen(s));
+}
+
+/* Metadata: the serialized key/value pairs and their count. */
+typedef struct meta {
+    bytes b;
+    uint64_t n;
+} meta;
+
+static void kv_key(meta *m, const char *key, gguf_vtype t) {
+    put_str(&m->b, key);
+    put_u32(&m->b, (uint32_t)t);
+    m->n++;
+}
+static void kv_u32(meta *m, const char *key, uint32_t v) {
+    kv_key(m, key, GGUF_VT_UINT32);
+    put_u32(&m->b, v);
+}
+static void kv_u64(meta *m, const char *key, uint64_t v) {
+    kv_key(m, key, GGUF_VT_UINT64);
+    put_u64(&m->b, v);
+}
+static void kv_f32(meta *m, const char *key, float v) {
+    kv_key(m, key, GGUF_VT_FLOAT32);
+    put(&m->b, &v, 4);
+}
+static void kv_bool(meta *m, const char *key, bool v) {
+    uint8_t u = v;
+    kv_key(m, key, GGUF_VT_BOOL);
+    put(&m->b, &u, 1);
+}
+static void kv_str(meta *m, const char *key, const char *v) {
+    kv_key(m, key, GGUF_VT_STRING);
+    put_str(&m->b, v);
+}
+static void kv_arr_head(meta *m, const char *key, gguf_vtype elem, uint64_t n) {
+    kv_key(m, key, GGUF_VT_ARRAY);
+    put_u32(&m->b, (uint32_t)elem);
+    put_u64(&m->b, n);
+}
+
+/* "llama.block_count" style keys. */
+static void kv_arch_u32(meta *m, const char *arch, const char *suffix, int64_t v) {
+    char key[96];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    kv_u32(m, key, (uint32_t)v);
+}
+static void kv_arch_f32(meta *m, const char *arch, const char *suffix, float v) {
+    char key[96];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    kv_f32(m, key, v);
+}
+
+/* --------------------------------------------------------- vocabulary -- */
+
+/* GPT-2's byte-level alphabet: printable Latin-1 bytes stand for themselves,
+ * the others are moved to U+0100 and up, in byte order. */
+static uint32_t byte_cp(int b) {
+    bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+    if (printable) return (uint32_t)b;
+    int n = 0;
+    for (int c = 0; c < b; c++)
+        if (!((c >= '!' && c <= '~') || (c >= 0xA1 && c <= 0xAC) || (c >= 0xAE && c <= 0xFF))) n++;
+    return 256u + (uint32_t)n;
+}
+
+/* Byte-level form of plain text (every codepoint here is below U+0800). */
+static void byte_level(const char *text, char *out) {
+    for (const unsigned char *p = (const unsigned char *)text; *p; p++) {
+        uint32_t cp = byte_cp(*p);
+        if (cp < 0x80) {
+            *out++ = (char)cp;
+        } else {
+            *out++ = (char)(0xC0 | (cp >> 6));
+            *out++ = (char)(0x80 | (cp & 0x3F));
+        }
+    }
+    *out = 0;
+}
+
+/* A few English merges so that the BPE path is exercised; each half is a
+ * byte or an earlier merge's result. */
+static const char *const MERGES[][2] = {
+    {" ", "t"}, {"h", "e"}, {"i", "n"}, {"r", "e"}, {"o", "n"}, {" t", "he"}, {"e", "r"},
+    {" ", "a"}, {" ", "s"}, {"a", "t"}, {"e", "n"}, {" ", "w"}, {"o", "r"},   {"i", "t"},
+    {"e", "s"}, {" ", "o"}, {"n", "d"}, {"i", "s"}, {"e", "d"}, {" ", "c"},   {" a", "nd"},
+    {"n", "g"}, {"i", "ng"}, {" ", "b"}, {"o", "u"}, {" ", "f"}, {" o", "f"}, {"a", "r"},
+};
+#define N_MERGES ((int)(sizeof MERGES / sizeof MERGES[0]))
+#define BOS_TEXT "<|begin_of_text|>"
+#define EOS_TEXT "<|end_of_text|>"
+
+/* tokenizer.ggml.*: 256 byte tokens, the merges' results, "<tN>" fillers up
+ * to the shape's vocabulary size, then BOS and EOS (control tokens). */
+static void add_vocab(meta *m, int64_t n_vocab) {
+    int64_t n_fill = n_vocab - 256 - N_MERGES - 2;
+    char buf[64], a[32], b[32];
+    kv_str(m, "tokenizer.ggml.model", "gpt2");
+    kv_str(m, "tokenizer.ggml.pre", "gpt-2");
+    kv_arr_head(m, "tokenizer.ggml.tokens", GGUF_VT_STRING, (uint64_t)n_vocab);
+    for (int c = 0; c < 256; c++) {
+        char t[2] = {(char)c, 0};
+        byte_level(c ? t : "", buf);
+        if (!c) { /* NUL cannot go through a C string: its codepoint is U+0100 */
+            buf[0] = (char)0xC4;
+            buf[1] = (char)0x80;
+            buf[2] = 0;
+        }
+        put_str(&m->b, buf);
+    }
+    for (int i = 0; i < N_MERGES; i++) {
+        snprintf(a, sizeof a, "%s%s", MERGES[i][0], MERGES[i][1]);
+        byte_level(a, buf);
+        put_str(&m->b, buf);
+    }
+    for (int64_t i = 0; i < n_fill; i++) {
+        snprintf(buf, sizeof buf, "<t%lld>", (long long)(256 + N_MERGES + i));
+        put_str(&m->b, buf);
+    }
+    put_str(&m->b, BOS_TEXT);
+    put_str(&m->b, EOS_TEXT);
+    kv_arr_head(m, "tokenizer.ggml.token_type", GGUF_VT_INT32, (uint64_t)n_vocab);
+    for (int64_t i = 0; i < n_vocab; i++) put_u32(&m->b, i >= n_vocab - 2 ? 3u : 1u); /* control : normal */
+    kv_arr_head(m, "tokenizer.ggml.merges", GGUF_VT_STRING, N_MERGES);
+    for (int i = 0; i < N_MERGES; i++) {
+        byte_level(MERGES[i][0], a);
+        byte_level(MERGES[i][1], b);
+        snprintf(buf, sizeof buf, "%s %s", a, b);
+        put_str(&m->b, buf);
+    }
+    kv_u32(m, "tokenizer.ggml.bos_token_id", (uint32_t)(n_vocab - 2));
+    kv_u32(m, "tokenizer.ggml.eos_token_id", (uint32_t)(n_vocab - 1));
+    kv_bool(m, "tokenizer.ggml.add_bos_token", true);
+    kv_bool(m, "tokenizer.ggml.add_eos_token", false);
+}
+
+static void add_meta(meta *m, const synth_shape *s, synth_ftype ft, uint64_t seed) {
+    const char *a = s->arch;
+    char name[96];
+    snprintf(name, sizeof name, "synth %s %s", s->name, synth_ftype_name(ft));
+    kv_str(m, "general.architecture", a);
+    kv_str(m, "general.name", name);
+    kv_str(m, "general.description", "random weights of a real model's shape, written by kvllm synth");
+    kv_u32(m, "general.file_type", (uint32_t)ft);
+    kv_u32(m, "general.quantization_version", 2);
+    kv_u64(m, "synth.seed", seed);
+    kv_arch_u32(m, a, "vocab_size", s->n_vocab);
+    kv_arch_u32(m, a, "context_length", s->n_ctx);
+    kv_arch_u32(m, a, "embedding_length", s->n_embd);
+    kv_arch_u32(m, a, "block_count", s->n_layer);
+    kv_arch_u32(m, a, "feed_forward_length", s->n_ff);
+    kv_arch_u32(m, a, "attention.head_count", s->n_head);
+    kv_arch_u32(m, a, "attention.head_count_kv", s->n_head_kv);
+    kv_arch_u32(m, a, "attention.key_length", s->head_dim);
+    kv_arch_u32(m, a, "attention.value_length", s->head_dim);
+    kv_arch_u32(m, a, "rope.dimension_count", s->head_dim);
+    kv_arch_f32(m, a, "rope.freq_base", s->rope_base);
+    kv_arch_f32(m, a, "attention.layer_norm_rms_epsilon", s->rms_eps);
+    add_vocab(m, s->n_vocab);
+}
+
+/* Everything before the data section, padded to the alignment. */
+static void build_header(bytes *h, const meta *m, const plan *p) {
+    put(h, "GGUF", 4);
+    put_u32(h, 3);
+    put_u64(h, (uint64_t)p->n);
+    put_u64(h, m->n);
+    put(h, m->b.p, m->b.len);
+    h->oom |= m->b.oom;
+    for (int i = 0; i < p->n; i++) {
+        const tplan *t = &p->t[i];
+        put_str(h, t->name);
+        put_u32(h, (uint32_t)t->n_dims);
+        for (int d = 0; d < t->n_dims; d++) put_u64(h, (uint64_t)t->ne[d]);
+        put_u32(h, (uint32_t)t->dtype);
+        put_u64(h, t->offset);
+    }
+    static const uint8_t zeros[ALIGN];
+    put(h, zeros, (ALIGN - h->len % ALIGN) % ALIGN);
+}
+
+/* -------------------------------------------------------------- values -- */
+
+static uint64_t splitmix(uint64_t *x) {
+    uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* Row r of tensor ti: N(0, 0.02) approximated by the sum of four uniform
+ * 16-bit draws (Irwin-Hall), cheap and smooth enough for timing purposes.
+ * Seeded per row so the file does not depend on the thread count. */
+static void fill_row(float *dst, int64_t n, fill_kind fill, uint64_t seed, int ti, int64_t r) {
+    if (fill == FILL_ONES) {
+        for (int64_t i = 0; i < n; i++) dst[i] = 1.0f;
+        return;
+    }
+    uint64_t st = seed * 0x100000001B3ull ^ ((uint64_t)ti << 40) ^ (uint64_t)r;
+    splitmix(&st);
+    const float mean = 2.0f * 65535.0f, scale = 0.02f / (65536.0f * 0.57735027f);
+    for (int64_t i = 0; i < n; i++) {
+        uint64_t z = splitmix(&st);
+        float sum = (float)(z & 0xFFFF) + (float)((z >> 16) & 0xFFFF) + (float)((z >> 32) & 0xFFFF) +
+                    (float)(z >> 48);
+        dst[i] = (sum - mean) * scale;
+    }
+}
+
+typedef struct writer {
+    FILE *fp;
+    float *f;     /* CHUNK_FLOATS */
+    uint8_t *q;   /* the same rows quantized */
+    uint64_t done, total;
+    synth_progress_fn progress;
+    void *user;
+} writer;
+
+/* Generates, quantizes and writes one tensor, a slice of rows at a time. */
+static bool write_tensor(writer *w, const tplan *t, int ti, uint64_t seed) {
+    const kern_traits *tr = kern_traits_of(t->dtype);
+    size_t rb = kern_row_bytes(t->dtype, t->ne[0]);
+    int64_t rows = CHUNK_FLOATS / t->ne[0] > 0 ? CHUNK_FLOATS / t->ne[0] : 1;
+    for (int64_t r0 = 0; r0 < t->ne[1]; r0 += rows) {
+        int64_t nr = t->ne[1] - r0 < rows ? t->ne[1] - r0 : rows;
+#pragma omp parallel for schedule(static)
+        for (int64_t r = 0; r < nr; r++) {
+            float *row = w->f + r * t->ne[0];
+            fill_row(row, t->ne[0], t->fill, seed, ti, r0 + r);
+            tr->from_float(row, w->q + r * rb, t->ne[0]);
+        }
+        if (fwrite(w->q, rb, (size_t)nr, w->fp) != (size_t)nr) return false;
+        w->done += rb * (uint64_t)nr;
+        if (w->progress) w->progress(w->done, w->total, w->user);
+    }
+    static const uint8_t zeros[ALIGN];
+    size_t pad = (size_t)(pad_to(t->nbytes) - t->nbytes);
+    return fwrite(zeros, 1, pad, w->fp) == pad;
+}
+
+static bool write_data(writer *w, const plan *p, uint64_t seed) {
+    int64_t max_ne0 = 0;
+    for (int i = 0; i < p->n; i++)
+        if (p->t[i].ne[0] > max_ne0) max_ne0 = p->t[i].ne[0];
+    /* A slice is at most max(CHUNK_FLOATS, one row) floats; quantized it is
+     * no larger than as F32. */
+    size_t nf = (size_t)(CHUNK_FLOATS > max_ne0 ? CHUNK_FLOATS : max_ne0);
+    w->f = kvl_alloc(nf * sizeof(float));
+    w->q = kvl_alloc(nf * sizeof(float));
+    bool ok = w->f && w->q;
+    for (int i = 0; ok && i < p->n; i++) ok = write_tensor(w, &p->t[i], i, seed);
+    kvl_free(w->f);
+    kvl_free(w->q);
+    return ok;
+}
+
+/* -------------------------------------------------------------- write -- */
+
+uint64_t synth_file_bytes(const synth_shape *s, synth_ftype t) {
+    plan p;
+    meta m = {.n = 0};
+    bytes h = {0};
+    uint64_t total = 0;
+    if (plan_build(&p, s, t)) {
+        add_meta(&m, s, t, 0);
+        build_header(&h, &m, &p);
+        total = h.len + p.data_bytes;
+    }
+    free(p.t);
+    free(m.b.p);
+    free(h.p);
+    return total;
+}
+
+/* Re-opens the file with the strict reader: the layout must match the plan. */
+static bool verify(const char *path, const plan *p, uint64_t size, kvl_error *err) {
+    gguf_file *f = gguf_open(path, err);
+    if (!f) return false;
+    bool ok = gguf_n_tensors(f) == p->n && gguf_file_size(f) == size;
+    gguf_close(f);
+    return ok || kvl_fail(err, "%s: written file does not read back as planned", path);
+}
+
+static bool write_file(const char *path, const bytes *h, const plan *p, uint64_t seed, writer *w,
+                       kvl_error *err) {
+    w->fp = fopen(path, "wb");
+    if (!w->fp) return kvl_fail(err, "%s: cannot create: %s", path, strerror(errno));
+    setvbuf(w->fp, NULL, _IOFBF, 1 << 22);
+    bool ok = fwrite(h->p, 1, h->len, w->fp) == h->len && write_data(w, p, seed);
+    int e = errno;
+    if (fclose(w->fp) != 0 && ok) {
+        ok = false;
+        e = errno;
+    }
+    if (!ok) {
+        remove(path); /* never leave a truncated model behind */
+        return kvl_fail(err, "%s: write failed: %s", path, e ? strerror(e) : "out of memory");
+    }
+    return true;
+}
+
+bool synth_write(const synth_shape *s, synth_ftype t, uint64_t seed, const char *path,
+                 synth_progress_fn progress, void *user, kvl_error *err) {
+    kern_init(NULL);
+    if (s->n_vocab < 256 + N_MERGES + 2)
+        return kvl_fail(err, "synth: shape '%s' has too small a vocabulary", s->name);
+    plan p;
+    meta m = {.n = 0};
+    bytes h = {0};
+    bool ok = plan_build(&p, s, t);
+    if (ok) {
+        add_meta(&m, s, t, seed);
+        build_header(&h, &m, &p);
+        ok = !h.oom;
+    }
+    if (!ok) {
+        kvl_fail(err, "synth: out of memory");
+    } else {
+        writer w = {.total = p.data_bytes, .progress = progress, .user = user};
+        ok = write_file(path, &h, &p, seed, &w, err) && verify(path, &p, h.len + p.data_bytes, err);
+    }
+    free(p.t);
+    free(m.b.p);
+    free(h.p);
+    return ok;
+}

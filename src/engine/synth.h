@@ -1,0 +1,60 @@
+/* synth: random-weight GGUF files with the exact shapes of real models, for
+ * benchmarks. A synthetic file has real hyperparameters, real tensor names,
+ * shapes and quantization types (chosen the way llama-quantize chooses them),
+ * and a small byte-level BPE vocabulary of the real size, so that kvllm and
+ * llama.cpp both load it and do exactly the work the real model would cost.
+ * The outputs are meaningless; only the speed is.
+ *
+ * Tensor data is generated, quantized and written a slice at a time, so an
+ * 8B model needs well under 1 GB of memory to write. Values are deterministic
+ * for a given (shape, type, seed) whatever the thread count. */
+#ifndef KVLLM_SYNTH_H
+#define KVLLM_SYNTH_H
+
+#include <stdio.h>
+
+#include "../base/base.h"
+
+typedef struct synth_shape {
+    const char *name; /* "llama-3.2-1b" */
+    const char *arch; /* GGUF general.architecture: "llama" or "qwen2" */
+    int64_t n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_vocab;
+    int64_t n_ctx;    /* context_length written (may be below the real model's) */
+    float rope_base, rms_eps;
+    bool tied_output; /* no output.weight: token_embd doubles as the output matrix */
+    bool qkv_bias;    /* attn_{q,k,v}.bias (Qwen2) */
+} synth_shape;
+
+/* Weight mixes, named and numbered as llama.cpp's general.file_type. */
+typedef enum synth_ftype {
+    SYNTH_F16 = 1,
+    SYNTH_Q4_0 = 2,
+    SYNTH_Q8_0 = 7,
+    SYNTH_Q4_K_M = 15,
+} synth_ftype;
+
+/* NULL if unknown. */
+const synth_shape *synth_shape_find(const char *name);
+/* The i-th built-in shape, NULL past the end. */
+const synth_shape *synth_shape_at(int i);
+/* "f16" | "q8_0" | "q4_0" | "q4_k_m" (case-insensitive). */
+bool synth_ftype_parse(const char *name, synth_ftype *out);
+const char *synth_ftype_name(synth_ftype t); /* "Q4_K_M" */
+
+/* Storage type of a 2-D weight, as llama-quantize picks it for this mix:
+ * `role` is the tensor name without "blk.N." ("attn_v.weight", "token_embd.weight"),
+ * il its layer (-1 for non-layer tensors). */
+int synth_tensor_dtype(const synth_shape *s, synth_ftype t, const char *role, int il);
+
+/* Exact size of the file synth_write would produce. */
+uint64_t synth_file_bytes(const synth_shape *s, synth_ftype t);
+
+/* Progress: bytes of tensor data written so far out of total. */
+typedef void (*synth_progress_fn)(uint64_t done, uint64_t total, void *user);
+
+/* Writes the file (removed again on failure) and re-opens it with the GGUF
+ * reader as a check. Weights ~ N(0, 0.02) (approximately), norms 1. */
+bool synth_write(const synth_shape *s, synth_ftype t, uint64_t seed, const char *path,
+                 synth_progress_fn progress, void *user, kvl_error *err);
+
+#endif

@@ -1,0 +1,67 @@
+/* kernels: attention over a chunk of KV positions, scalar reference and the
+ * public entry points. The orders are in kernels.h / kern_impl.h; SIMD copies
+ * (attn_avx512.c) reproduce them bit for bit. */
+#include "kern_impl.h"
+
+static void ref_scores(int64_t n, int64_t dk, int n_q, const float *q, size_t qs, const float *k,
+                       size_t ks, float scale, float *s, size_t ss) {
+    for (int h = 0; h < n_q; h++)
+        for (int64_t j = 0; j < n; j++) {
+            const float *qh = q + h * qs, *kj = k + j * ks;
+            float acc[16] = {0};
+            for (int64_t d = 0; d < dk; d++) acc[d % 16] = fmaf(qh[d], kj[d], acc[d % 16]);
+            s[h * ss + j] = kern_reduce16(acc) * scale;
+        }
+}
+
+static float ref_softmax(int64_t n, float *s, float *l) {
+    float m = s[0];
+    for (int64_t j = 1; j < n; j++) m = s[j] > m ? s[j] : m;
+    float acc[16] = {0};
+    for (int64_t j = 0; j < n; j++) {
+        s[j] = kern_expf(s[j] - m);
+        acc[j % 16] += s[j];
+    }
+    *l = kern_reduce16(acc);
+    return m;
+}
+
+static void ref_pv(int64_t n, int64_t dv, int n_q, const float *p, size_t ps, const float *v, size_t vs,
+                   float *o, size_t os) {
+    for (int64_t j = 0; j < n; j++)
+        for (int h = 0; h < n_q; h++)
+            for (int64_t d = 0; d < dv; d++) o[h * os + d] = fmaf(p[h * ps + j], v[j * vs + d], o[h * os + d]);
+}
+
+static void ref_merge(int nc, int n_q, int64_t dv, const float *part, float *out, size_t os) {
+    const size_t cs = (size_t)n_q * (size_t)(dv + 2);
+    for (int h = 0; h < n_q; h++) {
+        float M = part[h];
+        for (int c = 1; c < nc; c++) M = part[c * cs + h] > M ? part[c * cs + h] : M;
+        float L = 0, *o = out + h * os;
+        for (int64_t d = 0; d < dv; d++) o[d] = 0;
+        for (int c = 0; c < nc; c++) {
+            const float *P = part + c * cs;
+            const float w = kern_expf(P[h] - M);
+            L = fmaf(P[n_q + h], w, L);
+            for (int64_t d = 0; d < dv; d++) o[d] = fmaf(P[2 * n_q + h * dv + d], w, o[d]);
+        }
+        const float inv = 1.0f / L;
+        for (int64_t d = 0; d < dv; d++) o[d] *= inv;
+    }
+}
+
+const kern_attn_ops kref_attn = {ref_scores, ref_softmax, ref_pv, ref_merge};
+
+void kern_attn_scores(int64_t n, int64_t dk, int n_q, const float *q, size_t qs, const float *k,
+                      size_t ks, float scale, float *s, size_t ss) {
+    if (n > 0) kern_attn_active()->scores(n, dk, n_q, q, qs, k, ks, scale, s, ss);
+}
+float kern_attn_softmax(int64_t n, float *s, float *l) { return kern_attn_active()->softmax(n, s, l); }
+void kern_attn_pv(int64_t n, int64_t dv, int n_q, const float *p, size_t ps, const float *v, size_t vs,
+                  float *o, size_t os) {
+    if (n > 0) kern_attn_active()->pv(n, dv, n_q, p, ps, v, vs, o, os);
+}
+void kern_attn_merge(int nc, int n_q, int64_t dv, const float *part, float *out, size_t os) {
+    kern_attn_active()->merge(nc, n_q, dv, part, out, os);
+}

@@ -1,0 +1,147 @@
+/* kernels: attention kernels for AVX2 + FMA, bit-identical to attn.c.
+ *
+ * The 16 lanes of dot16 / sum16 are two 8-lane vectors (lanes 0..7, 8..15);
+ * their sum then h8 is kern_reduce16's tree. */
+#include "kern_impl.h"
+
+#include <immintrin.h>
+
+#define T_AVX2 __attribute__((target("avx2,fma")))
+#define T_AVX2_INLINE static inline __attribute__((always_inline, target("avx2,fma")))
+
+/* Lanes i < n of 8 set (n may be <= 0 or >= 8). */
+T_AVX2_INLINE __m256i lanes(int64_t n) {
+    const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const int c = n < 0 ? 0 : n > 8 ? 8 : (int)n;
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(c), idx);
+}
+
+/* kern_reduce16 of lanes 0..7 (a) and 8..15 (b). */
+T_AVX2_INLINE float h16(__m256 a, __m256 b) {
+    const __m256 v = _mm256_add_ps(a, b);
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+
+T_AVX2 static void scores(int64_t n, int64_t dk, int n_q, const float *q, size_t qs, const float *k,
+                          size_t ks, float scale, float *s, size_t ss) {
+    for (int h = 0; h < n_q; h++) {
+        const float *qh = q + h * qs;
+        for (int64_t j = 0; j < n; j++) {
+            const float *kj = k + j * ks;
+            __m256 a = _mm256_setzero_ps(), b = a;
+            int64_t d = 0;
+            for (; d + 16 <= dk; d += 16) {
+                a = _mm256_fmadd_ps(_mm256_loadu_ps(qh + d), _mm256_loadu_ps(kj + d), a);
+                b = _mm256_fmadd_ps(_mm256_loadu_ps(qh + d + 8), _mm256_loadu_ps(kj + d + 8), b);
+            }
+            if (d < dk) { /* masked lanes: 0 * 0 leaves them as they are */
+                const __m256i m0 = lanes(dk - d), m1 = lanes(dk - d - 8);
+                a = _mm256_fmadd_ps(_mm256_maskload_ps(qh + d, m0), _mm256_maskload_ps(kj + d, m0), a);
+                b = _mm256_fmadd_ps(_mm256_maskload_ps(qh + d + 8, m1), _mm256_maskload_ps(kj + d + 8, m1), b);
+            }
+            s[h * ss + j] = h16(a, b) * scale;
+        }
+    }
+}
+
+/* Same steps as kern_expf on 8 lanes. */
+T_AVX2_INLINE __m256 exp8(__m256 x) {
+    x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
+    x = _mm256_min_ps(x, _mm256_setzero_ps());
+    const __m256 magic = _mm256_set1_ps(KERN_EXP_MAGIC);
+    const __m256 t = _mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), magic);
+    const __m256 n = _mm256_sub_ps(t, magic);
+    __m256 r = _mm256_fmadd_ps(n, _mm256_set1_ps(-KERN_EXP_C1), x);
+    r = _mm256_fmadd_ps(n, _mm256_set1_ps(-KERN_EXP_C2), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    const __m256 y = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0f));
+    const __m256i eb = _mm256_slli_epi32(
+        _mm256_add_epi32(_mm256_sub_epi32(_mm256_castps_si256(t), _mm256_set1_epi32(0x4B400000)),
+                         _mm256_set1_epi32(127)),
+        23);
+    return _mm256_mul_ps(y, _mm256_castsi256_ps(eb));
+}
+
+T_AVX2 static float softmax(int64_t n, float *s, float *l) {
+    /* the max is exact in any order (see attn_avx512.c) */
+    float mx = s[0];
+    for (int64_t j = 1; j < n; j++) mx = s[j] > mx ? s[j] : mx;
+    const __m256 vm = _mm256_set1_ps(mx);
+    __m256 a = _mm256_setzero_ps(), b = a;
+    for (int64_t j = 0; j < n; j += 16) {
+        const __m256i m0 = lanes(n - j), m1 = lanes(n - j - 8);
+        const __m256 e0 = exp8(_mm256_sub_ps(_mm256_maskload_ps(s + j, m0), vm));
+        const __m256 e1 = exp8(_mm256_sub_ps(_mm256_maskload_ps(s + j + 8, m1), vm));
+        _mm256_maskstore_ps(s + j, m0, e0);
+        _mm256_maskstore_ps(s + j + 8, m1, e1);
+        a = _mm256_add_ps(a, _mm256_and_ps(e0, _mm256_castsi256_ps(m0)));
+        b = _mm256_add_ps(b, _mm256_and_ps(e1, _mm256_castsi256_ps(m1)));
+    }
+    *l = h16(a, b);
+    return mx;
+}
+
+T_AVX2 static void pv(int64_t n, int64_t dv, int n_q, const float *p, size_t ps, const float *v, size_t vs,
+                      float *o, size_t os) {
+    for (int h = 0; h < n_q; h++) {
+        float *oh = o + h * os;
+        int64_t d = 0;
+        for (; d + 32 <= dv; d += 32) {
+            __m256 a0 = _mm256_loadu_ps(oh + d), a1 = _mm256_loadu_ps(oh + d + 8);
+            __m256 a2 = _mm256_loadu_ps(oh + d + 16), a3 = _mm256_loadu_ps(oh + d + 24);
+            for (int64_t j = 0; j < n; j++) {
+                const __m256 pj = _mm256_set1_ps(p[h * ps + j]);
+                const float *vj = v + j * vs + d;
+                a0 = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vj), a0);
+                a1 = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vj + 8), a1);
+                a2 = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vj + 16), a2);
+                a3 = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vj + 24), a3);
+            }
+            _mm256_storeu_ps(oh + d, a0), _mm256_storeu_ps(oh + d + 8, a1);
+            _mm256_storeu_ps(oh + d + 16, a2), _mm256_storeu_ps(oh + d + 24, a3);
+        }
+        for (; d < dv; d += 8) {
+            const __m256i m = lanes(dv - d);
+            __m256 a = _mm256_maskload_ps(oh + d, m);
+            for (int64_t j = 0; j < n; j++)
+                a = _mm256_fmadd_ps(_mm256_set1_ps(p[h * ps + j]), _mm256_maskload_ps(v + j * vs + d, m), a);
+            _mm256_maskstore_ps(oh + d, m, a);
+        }
+    }
+}
+
+T_AVX2 static void merge(int nc, int n_q, int64_t dv, const float *part, float *out, size_t os) {
+    const size_t cs = (size_t)n_q * (size_t)(dv + 2);
+    for (int h = 0; h < n_q; h++) {
+        float M = part[h];
+        for (int c = 1; c < nc; c++) M = part[c * cs + h] > M ? part[c * cs + h] : M;
+        float L = 0, *o = out + h * os;
+        for (int64_t d = 0; d < dv; d++) o[d] = 0;
+        for (int c = 0; c < nc; c++) {
+            const float *P = part + c * cs;
+            const float w = kern_expf(P[h] - M);
+            L = fmaf(P[n_q + h], w, L);
+            const __m256 vw = _mm256_set1_ps(w);
+            const float *oc = P + 2 * n_q + h * dv;
+            for (int64_t d = 0; d < dv; d += 8) {
+                const __m256i m = lanes(dv - d);
+                _mm256_maskstore_ps(o + d, m, _mm256_fmadd_ps(_mm256_maskload_ps(oc + d, m), vw,
+                                                              _mm256_maskload_ps(o + d, m)));
+            }
+        }
+        const __m256 inv = _mm256_set1_ps(1.0f / L);
+        for (int64_t d = 0; d < dv; d += 8) {
+            const __m256i m = lanes(dv - d);
+            _mm256_maskstore_ps(o + d, m, _mm256_mul_ps(_mm256_maskload_ps(o + d, m), inv));
+        }
+    }
+}
+
+const kern_attn_ops kavx2_attn = {scores, softmax, pv, merge};

@@ -1,0 +1,212 @@
+/* kernels: attention kernels for AVX-512, bit-identical to attn.c.
+ *
+ * Scores: 16 positions at a time; each position's 16 lane sums (lane d % 16 of
+ * its dot product) are reduced together by a transpose-and-add whose tree per
+ * position is kern_reduce16's. P.V: up to 4 heads x 64 values of the output
+ * stay in registers while the positions stream past. */
+#include "kern_impl.h"
+
+#include <immintrin.h>
+
+#define T_512_FLAGS "avx512f,avx512bw,avx512vl,avx2,fma"
+#define T_512 __attribute__((target(T_512_FLAGS)))
+#define T_512_INLINE static inline __attribute__((always_inline, target(T_512_FLAGS)))
+#define KERN_PRAGMA(x) _Pragma(#x)
+#define UNROLL(n) KERN_PRAGMA(GCC unroll n)
+
+T_512_INLINE __mmask16 tmask(int64_t left) {
+    return left >= 16 ? (__mmask16)0xFFFF : left <= 0 ? 0 : (__mmask16)((1u << left) - 1);
+}
+
+/* kern_reduce16 of one vector. */
+T_512_INLINE float h16(__m512 v) {
+    __m256 a = _mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+    __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    b = _mm_add_ps(b, _mm_movehl_ps(b, b));
+    return _mm_cvtss_f32(_mm_add_ss(b, _mm_movehdup_ps(b)));
+}
+
+/* Lane d % 16 of dot(q, k) over dk values. */
+T_512_INLINE __m512 dot_lanes(const float *q, const float *k, int64_t dk) {
+    __m512 acc = _mm512_setzero_ps();
+    int64_t d = 0;
+    for (; d + 16 <= dk; d += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(q + d), _mm512_loadu_ps(k + d), acc);
+    if (d < dk) {
+        const __mmask16 m = tmask(dk - d);
+        acc = _mm512_mask3_fmadd_ps(_mm512_maskz_loadu_ps(m, q + d), _mm512_maskz_loadu_ps(m, k + d), acc, m);
+    }
+    return acc;
+}
+
+/* Level 1 and 2 of the transposed reduction: a, b -> [a lanes i + i+8 | b ...]. */
+T_512_INLINE __m512 fold8(__m512 a, __m512 b) {
+    return _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE));
+}
+T_512_INLINE __m512 fold4(__m512 a, __m512 b) {
+    return _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x88), _mm512_shuffle_f32x4(a, b, 0xDD));
+}
+
+/* v[j] holds position j's 16 lanes; returns the 16 sums, position j in lane j. */
+T_512_INLINE __m512 reduce16x16(const __m512 *v) {
+    __m512 a[8], b[4], c[2];
+    UNROLL(8)
+    for (int i = 0; i < 8; i++) a[i] = fold8(v[2 * i], v[2 * i + 1]); /* s1: lanes i + i+8 */
+    UNROLL(4)
+    for (int i = 0; i < 4; i++) b[i] = fold4(a[2 * i], a[2 * i + 1]); /* quarter p: s2 of position 4i+p */
+    UNROLL(2)
+    for (int i = 0; i < 2; i++) /* s3: quarter q holds positions 8i+q, 8i+q+4 */
+        c[i] = _mm512_add_ps(
+            _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(b[2 * i]), _mm512_castps_pd(b[2 * i + 1]))),
+            _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(b[2 * i]), _mm512_castps_pd(b[2 * i + 1]))));
+    /* quarter q: positions q, q+4, q+8, q+12 */
+    const __m512 r = _mm512_add_ps(_mm512_shuffle_ps(c[0], c[1], 0x88), _mm512_shuffle_ps(c[0], c[1], 0xDD));
+    /* position j = q + 4r sits in lane 4q + r */
+    return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), r);
+}
+
+T_512 static void scores(int64_t n, int64_t dk, int n_q, const float *q, size_t qs, const float *k,
+                         size_t ks, float scale, float *s, size_t ss) {
+    const __m512 vs = _mm512_set1_ps(scale);
+    for (int h = 0; h < n_q; h++) {
+        const float *qh = q + h * qs;
+        for (int64_t j0 = 0; j0 < n; j0 += 16) {
+            const int64_t nj = n - j0 < 16 ? n - j0 : 16;
+            __m512 v[16];
+            UNROLL(16)
+            for (int j = 0; j < 16; j++)
+                v[j] = j < nj ? dot_lanes(qh, k + (j0 + j) * ks, dk) : _mm512_setzero_ps();
+            _mm512_mask_storeu_ps(s + h * ss + j0, tmask(nj), _mm512_mul_ps(reduce16x16(v), vs));
+        }
+    }
+}
+
+/* Same steps as kern_expf on 16 lanes. */
+T_512_INLINE __m512 exp16(__m512 x) {
+    x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
+    x = _mm512_min_ps(x, _mm512_setzero_ps());
+    const __m512 magic = _mm512_set1_ps(KERN_EXP_MAGIC);
+    const __m512 t = _mm512_fmadd_ps(x, _mm512_set1_ps(1.44269504088896341f), magic);
+    const __m512 n = _mm512_sub_ps(t, magic);
+    __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-KERN_EXP_C1), x);
+    r = _mm512_fmadd_ps(n, _mm512_set1_ps(-KERN_EXP_C2), r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    const __m512 y = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
+    const __m512i eb = _mm512_slli_epi32(
+        _mm512_add_epi32(_mm512_sub_epi32(_mm512_castps_si512(t), _mm512_set1_epi32(0x4B400000)),
+                         _mm512_set1_epi32(127)),
+        23);
+    return _mm512_mul_ps(y, _mm512_castsi512_ps(eb));
+}
+
+T_512 static float softmax(int64_t n, float *s, float *l) {
+    /* the max is exact in any order; only the sign of a zero maximum can differ
+     * from the reference, and s - m then differs only in the sign of zeros,
+     * which kern_expf maps to the same 1 */
+    __m512 mv = _mm512_set1_ps(s[0]);
+    for (int64_t j = 0; j < n; j += 16) {
+        const __mmask16 m = tmask(n - j);
+        mv = _mm512_mask_max_ps(mv, m, _mm512_maskz_loadu_ps(m, s + j), mv);
+    }
+    __m256 m8 = _mm256_max_ps(_mm512_castps512_ps256(mv),
+                              _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(mv), 1)));
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m8), _mm256_extractf128_ps(m8, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    const float mx = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
+    const __m512 vm = _mm512_set1_ps(mx);
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t j = 0; j < n; j += 16) {
+        const __mmask16 m = tmask(n - j);
+        const __m512 e = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, s + j), vm));
+        _mm512_mask_storeu_ps(s + j, m, e);
+        acc = _mm512_mask_add_ps(acc, m, acc, e);
+    }
+    *l = h16(acc);
+    return mx;
+}
+
+/* NH heads x NC vectors (16 values each) of the output from d0, all positions. */
+T_512_INLINE void pv_tile(int64_t n, int NH, int NC, __mmask16 last, const float *p, size_t ps,
+                          const float *v, size_t vs, float *o, size_t os) {
+    __m512 acc[4][4];
+    UNROLL(4)
+    for (int h = 0; h < NH; h++)
+        UNROLL(4)
+        for (int c = 0; c < NC; c++)
+            acc[h][c] = _mm512_maskz_loadu_ps(c == NC - 1 ? last : 0xFFFF, o + h * os + 16 * c);
+    for (int64_t j = 0; j < n; j++) {
+        __m512 vv[4];
+        UNROLL(4)
+        for (int c = 0; c < NC; c++) vv[c] = _mm512_maskz_loadu_ps(c == NC - 1 ? last : 0xFFFF, v + j * vs + 16 * c);
+        UNROLL(4)
+        for (int h = 0; h < NH; h++) {
+            const __m512 pj = _mm512_set1_ps(p[h * ps + j]);
+            UNROLL(4)
+            for (int c = 0; c < NC; c++) acc[h][c] = _mm512_fmadd_ps(pj, vv[c], acc[h][c]);
+        }
+    }
+    UNROLL(4)
+    for (int h = 0; h < NH; h++)
+        UNROLL(4)
+        for (int c = 0; c < NC; c++)
+            _mm512_mask_storeu_ps(o + h * os + 16 * c, c == NC - 1 ? last : 0xFFFF, acc[h][c]);
+}
+
+T_512_INLINE void pv_tile_nh(int64_t n, int nh, int nc, __mmask16 last, const float *p, size_t ps,
+                             const float *v, size_t vs, float *o, size_t os) {
+    /* NH and NC become constants so the accumulators stay in registers */
+#define PV_CALL(NH, NC)                                                                            \
+    case NC: pv_tile(n, NH, NC, last, p, ps, v, vs, o, os); break;
+#define PV_HEADS(NH)                                                                               \
+    case NH:                                                                                       \
+        switch (nc) { PV_CALL(NH, 1) PV_CALL(NH, 2) PV_CALL(NH, 3) default: PV_CALL(NH, 4) }       \
+        break;
+    switch (nh) { PV_HEADS(1) PV_HEADS(2) PV_HEADS(3) default: PV_HEADS(4) }
+#undef PV_HEADS
+#undef PV_CALL
+}
+
+T_512 static void pv(int64_t n, int64_t dv, int n_q, const float *p, size_t ps, const float *v, size_t vs,
+                     float *o, size_t os) {
+    for (int h0 = 0; h0 < n_q; h0 += 4) {
+        const int nh = n_q - h0 < 4 ? n_q - h0 : 4;
+        for (int64_t d0 = 0; d0 < dv; d0 += 64) {
+            const int64_t w = dv - d0 < 64 ? dv - d0 : 64;
+            const int nc = (int)((w + 15) / 16);
+            pv_tile_nh(n, nh, nc, tmask(w - 16 * (nc - 1)), p + h0 * ps, ps, v + d0, vs, o + h0 * os + d0, os);
+        }
+    }
+}
+
+T_512 static void merge(int nc, int n_q, int64_t dv, const float *part, float *out, size_t os) {
+    const size_t cs = (size_t)n_q * (size_t)(dv + 2);
+    for (int h = 0; h < n_q; h++) {
+        float M = part[h];
+        for (int c = 1; c < nc; c++) M = part[c * cs + h] > M ? part[c * cs + h] : M;
+        float L = 0, *o = out + h * os;
+        for (int64_t d = 0; d < dv; d += 16) _mm512_mask_storeu_ps(o + d, tmask(dv - d), _mm512_setzero_ps());
+        for (int c = 0; c < nc; c++) {
+            const float *P = part + c * cs;
+            const float w = kern_expf(P[h] - M);
+            L = fmaf(P[n_q + h], w, L);
+            const __m512 vw = _mm512_set1_ps(w);
+            const float *oc = P + 2 * n_q + h * dv;
+            for (int64_t d = 0; d < dv; d += 16) {
+                const __mmask16 m = tmask(dv - d);
+                _mm512_mask_storeu_ps(o + d, m, _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, oc + d), vw,
+                                                                _mm512_maskz_loadu_ps(m, o + d)));
+            }
+        }
+        const __m512 inv = _mm512_set1_ps(1.0f / L);
+        for (int64_t d = 0; d < dv; d += 16) {
+            const __mmask16 m = tmask(dv - d);
+            _mm512_mask_storeu_ps(o + d, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, o + d), inv));
+        }
+    }
+}
+
+const kern_attn_ops kavx512_attn = {scores, softmax, pv, merge};

@@ -1,0 +1,647 @@
+/* kernels: packed GEMM for AVX-512 VNNI (prefill and batched decode).
+ *
+ * kern_matmul takes this path for m >= KERN_GEMM_MIN_M activation rows. Each
+ * thread packs KERN_PANEL_ROWS (16) weight rows at a time into a panel where
+ * the 16 rows sit in the 16 int32 lanes of a vector: group g of a block holds
+ * bytes 4g..4g+3 of every row. One vpdpbusd against 4 broadcast activation
+ * bytes then advances 16 outputs at once, and a block's exact integer sum per
+ * output is complete after 8 of them, with no horizontal reduction; the float
+ * steps are those of the canonical orders (kern_impl.h), lane by lane, so every
+ * output is bit-identical to vec_dot.
+ *
+ * Activations are prepared once per matmul in tiles of a few rows whose data
+ * for one block sits together, so a tile walks with one pointer and constant
+ * offsets. The microkernel keeps 2 panels x QT rows of accumulators in
+ * registers. */
+#include "kern_impl.h"
+
+#include <immintrin.h>
+#include <stddef.h>
+#include <string.h>
+
+#define T_512_FLAGS "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c"
+#define T_512 __attribute__((target(T_512_FLAGS)))
+#define T_512_INLINE static inline __attribute__((always_inline, target(T_512_FLAGS)))
+#define KERN_PRAGMA(x) _Pragma(#x)
+#define UNROLL(n) KERN_PRAGMA(GCC unroll n)
+
+T_512_INLINE float f16_load(kvl_f16 h) { return _cvtsh_ss(h); }
+
+T_512_INLINE __mmask16 row_mask(int rows) {
+    return rows >= 16 ? (__mmask16)0xFFFF : rows <= 0 ? 0 : (__mmask16)((1u << rows) - 1);
+}
+
+/* Byte offsets of the 16 rows of a panel in W (wrow * r < 2^31 for any real k). */
+T_512_INLINE __m512i row_offsets(size_t wrow) {
+    return _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                              _mm512_set1_epi32((int)wrow));
+}
+
+/* The fp16 at each lane's address (4 bytes read, the fp16 in the low half) as floats. */
+T_512_INLINE __m512 gather_f16(__m512i off, __mmask16 valid, const void *base) {
+    const __m512i v = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), valid, off, base, 1);
+    return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(v));
+}
+
+/* ======================= Q family (Q8_0, Q4_0) =======================
+ * Panel, per block: u[8][16] dwords (group g, row r: unsigned weight bytes
+ * 4g..4g+3, Q8_0 as x ^ 0x80, Q4_0 as nibbles 0..15), then 16 float scales.
+ * Activation tile (QT rows), per block: qs[QT][32], d[QT] floats, c[QT] int32
+ * with c = -bias * sum(qs) as in the prepared rows of quant_avx512.c. */
+#define QT 6
+#define QP_BLK (8 * 64 + 64)
+#define QT_BLK (QT * (QK8_0 + 4 + 4))
+
+static size_t q_tile_bytes(int64_t k) { return (size_t)(k / QK8_0) * QT_BLK; }
+static size_t q_panel_bytes(int64_t k) { return (size_t)(k / QK8_0) * QP_BLK; }
+
+T_512_INLINE void q_prepare(const float *x, void *tile, int slot, int64_t k, int bias) {
+    char *t = tile;
+    for (int64_t b = 0; b < k / QK8_0; b++, t += QT_BLK) {
+        blk_q8_0 q;
+        kavx2_from_float_q8_0(x + b * QK8_0, &q, QK8_0); /* same bytes as every Q8_0 quantizer */
+        int32_t sum = 0;
+        for (int j = 0; j < QK8_0; j++) sum += q.qs[j];
+        const float d = f16_load(q.d);
+        const int32_t c = -bias * sum;
+        memcpy(t + QK8_0 * slot, q.qs, QK8_0);
+        memcpy(t + QT * QK8_0 + 4 * slot, &d, 4);
+        memcpy(t + QT * (QK8_0 + 4) + 4 * slot, &c, 4);
+    }
+}
+
+T_512 static void q8_0_prepare(const float *x, void *tile, int slot, int rows, int64_t k) {
+    q_prepare(x, tile, slot, k, 128);
+}
+T_512 static void q4_0_prepare(const float *x, void *tile, int slot, int rows, int64_t k) {
+    q_prepare(x, tile, slot, k, 8);
+}
+
+/* In-register transpose of 8 vectors of [row p: 8 dwords | row p+8: 8 dwords]
+ * into o[g] = dword g of rows 0..15 (an 8x8 transpose in each 256-bit half). */
+T_512_INLINE void transpose_8x16(__m512i *z) {
+    __m512i t[8], u[8];
+    UNROLL(4)
+    for (int i = 0; i < 4; i++) {
+        t[2 * i] = _mm512_unpacklo_epi32(z[2 * i], z[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_epi32(z[2 * i], z[2 * i + 1]);
+    }
+    /* t[2i] lane L: p=2i,2i+1 of dwords 4L', 4L'+1; t[2i+1]: dwords +2, +3 */
+    UNROLL(2)
+    for (int i = 0; i < 2; i++)
+        UNROLL(2)
+        for (int h = 0; h < 2; h++) {
+            u[4 * i + 2 * h] = _mm512_unpacklo_epi64(t[4 * i + h], t[4 * i + 2 + h]);
+            u[4 * i + 2 * h + 1] = _mm512_unpackhi_epi64(t[4 * i + h], t[4 * i + 2 + h]);
+        }
+    /* u[4i + j], 128-bit lane L: rows 4i..4i+3 of dword (4 * (L % 2) + j) for the
+     * half L / 2; combine rows 0-3 (i = 0) and 4-7 (i = 1) per half */
+    const __m512i lo = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13);
+    const __m512i hi = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
+    UNROLL(4)
+    for (int j = 0; j < 4; j++) {
+        z[j] = _mm512_permutex2var_epi64(u[j], lo, u[4 + j]);
+        z[4 + j] = _mm512_permutex2var_epi64(u[j], hi, u[4 + j]);
+    }
+}
+
+/* Bytes at..at+31 of 16 full rows' blocks (base + r * wrow), as v[g] = dword g
+ * of rows 0..15. */
+T_512_INLINE void load_t32(const char *base, size_t wrow, int at, __m512i *v) {
+    UNROLL(8)
+    for (int p = 0; p < 8; p++)
+        v[p] = _mm512_inserti64x4(
+            _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(base + p * wrow + at))),
+            _mm256_loadu_si256((const __m256i *)(base + (p + 8) * wrow + at)), 1);
+    transpose_8x16(v);
+}
+
+T_512 static void q8_0_pack(const void *w, size_t wrow, int rows, int64_t k, void *panel) {
+    const __mmask16 valid = row_mask(rows);
+    const __m512i off = row_offsets(wrow);
+    const __m512i bias = _mm512_set1_epi8((char)0x80);
+    const char *wc = w;
+    char *out = panel;
+    for (int64_t b = 0; b < k / QK8_0; b++, out += QP_BLK) {
+        const char *base = wc + b * sizeof(blk_q8_0);
+        if (rows == 16) {
+            __m512i z[8];
+            load_t32(base, wrow, 2, z);
+            UNROLL(8)
+            for (int g = 0; g < 8; g++) _mm512_storeu_si512(out + 64 * g, _mm512_xor_si512(z[g], bias));
+        } else {
+            UNROLL(8)
+            for (int g = 0; g < 8; g++) {
+                const __m512i v =
+                    _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), valid, off, base + 2 + 4 * g, 1);
+                _mm512_storeu_si512(out + 64 * g, _mm512_maskz_xor_epi32(valid, v, bias));
+            }
+        }
+        _mm512_storeu_ps(out + 512, gather_f16(off, valid, base));
+    }
+}
+
+T_512 static void q4_0_pack(const void *w, size_t wrow, int rows, int64_t k, void *panel) {
+    const __mmask16 valid = row_mask(rows);
+    const __m512i off = row_offsets(wrow);
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    const char *wc = w;
+    char *out = panel;
+    for (int64_t b = 0; b < k / QK4_0; b++, out += QP_BLK) {
+        const char *base = wc + b * sizeof(blk_q4_0);
+        __m512i v[4]; /* v[g]: bytes 4g..4g+3 of every row */
+        if (rows == 16) {
+            __m512i z[4]; /* z[q], 128-bit lane L: row q + 4L */
+            UNROLL(4)
+            for (int q = 0; q < 4; q++) {
+                __m512i t = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(base + q * wrow + 2)));
+                t = _mm512_inserti32x4(t, _mm_loadu_si128((const __m128i *)(base + (q + 4) * wrow + 2)), 1);
+                t = _mm512_inserti32x4(t, _mm_loadu_si128((const __m128i *)(base + (q + 8) * wrow + 2)), 2);
+                z[q] = _mm512_inserti32x4(t, _mm_loadu_si128((const __m128i *)(base + (q + 12) * wrow + 2)), 3);
+            }
+            /* 4x4 dword transpose in each 128-bit lane */
+            const __m512i t0 = _mm512_unpacklo_epi32(z[0], z[1]), t1 = _mm512_unpackhi_epi32(z[0], z[1]);
+            const __m512i t2 = _mm512_unpacklo_epi32(z[2], z[3]), t3 = _mm512_unpackhi_epi32(z[2], z[3]);
+            v[0] = _mm512_unpacklo_epi64(t0, t2), v[1] = _mm512_unpackhi_epi64(t0, t2);
+            v[2] = _mm512_unpacklo_epi64(t1, t3), v[3] = _mm512_unpackhi_epi64(t1, t3);
+        } else {
+            UNROLL(4)
+            for (int g = 0; g < 4; g++)
+                v[g] = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), valid, off, base + 2 + 4 * g, 1);
+        }
+        UNROLL(4)
+        for (int g = 0; g < 4; g++) {
+            /* bytes 4g..4g+3: low nibbles are elements 4g.., high ones 16+4g.. */
+            _mm512_storeu_si512(out + 64 * g, _mm512_and_si512(v[g], m4));
+            _mm512_storeu_si512(out + 64 * (g + 4), _mm512_and_si512(_mm512_srli_epi32(v[g], 4), m4));
+        }
+        _mm512_storeu_ps(out + 512, gather_f16(off, valid, base));
+    }
+}
+
+/* 16 (or 32 with two) weight rows x QT activation rows over all nb blocks. */
+T_512_INLINE void q_micro(int64_t nb, const char *p0, const char *p1, bool two, const char *t,
+                          float *y, size_t ldy, int na, __mmask16 m0, __mmask16 m1) {
+    __m512 f0[QT], f1[QT];
+    UNROLL(6)
+    for (int a = 0; a < QT; a++) f0[a] = f1[a] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++, p0 += QP_BLK, p1 += QP_BLK, t += QT_BLK) {
+        const int32_t *c = (const int32_t *)(t + QT * (QK8_0 + 4));
+        __m512i i0[QT], i1[QT];
+        UNROLL(6)
+        for (int a = 0; a < QT; a++) i0[a] = i1[a] = _mm512_set1_epi32(c[a]);
+        UNROLL(8)
+        for (int g = 0; g < 8; g++) {
+            const __m512i u0 = _mm512_loadu_si512(p0 + 64 * g);
+            const __m512i u1 = two ? _mm512_loadu_si512(p1 + 64 * g) : u0;
+            UNROLL(6)
+            for (int a = 0; a < QT; a++) {
+                const __m512i x = _mm512_set1_epi32(*(const int32_t *)(t + QK8_0 * a + 4 * g));
+                i0[a] = _mm512_dpbusd_epi32(i0[a], u0, x);
+                if (two) i1[a] = _mm512_dpbusd_epi32(i1[a], u1, x);
+            }
+        }
+        const float *dy = (const float *)(t + QT * QK8_0);
+        const __m512 d0 = _mm512_loadu_ps(p0 + 512);
+        const __m512 d1 = two ? _mm512_loadu_ps(p1 + 512) : d0;
+        UNROLL(6)
+        for (int a = 0; a < QT; a++) {
+            const __m512 dd = _mm512_set1_ps(dy[a]);
+            f0[a] = _mm512_fmadd_ps(_mm512_mul_ps(d0, dd), _mm512_cvtepi32_ps(i0[a]), f0[a]);
+            if (two) f1[a] = _mm512_fmadd_ps(_mm512_mul_ps(d1, dd), _mm512_cvtepi32_ps(i1[a]), f1[a]);
+        }
+    }
+    UNROLL(6)
+    for (int a = 0; a < QT; a++) {
+        if (a >= na) break;
+        _mm512_mask_storeu_ps(y + a * ldy, m0, f0[a]);
+        if (two) _mm512_mask_storeu_ps(y + a * ldy + 16, m1, f1[a]);
+    }
+}
+
+T_512 static void q_kernel(int64_t k, const void *panels, size_t pb, int n_rows, const void *tiles,
+                           int64_t m, float *y, size_t ldy) {
+    const int64_t nb = k / QK8_0;
+    const int np = (n_rows + 15) / 16;
+    const size_t tb = q_tile_bytes(k);
+    for (int64_t t = 0; t * QT < m; t++) {
+        const int na = m - t * QT < QT ? (int)(m - t * QT) : QT;
+        const char *tile = (const char *)tiles + t * tb;
+        float *yt = y + t * QT * ldy;
+        int p = 0;
+        for (; p + 2 <= np; p += 2)
+            q_micro(nb, (const char *)panels + p * pb, (const char *)panels + (p + 1) * pb, true, tile,
+                    yt + 16 * p, ldy, na, row_mask(n_rows - 16 * p), row_mask(n_rows - 16 * (p + 1)));
+        if (p < np)
+            q_micro(nb, (const char *)panels + p * pb, NULL, false, tile, yt + 16 * p, ldy, na,
+                    row_mask(n_rows - 16 * p), 0);
+    }
+}
+
+/* Below this many activation rows, packing costs more than it saves. */
+#define PACKED_MIN_M 4
+
+const kern_gemm_ops kavx512_gemm_q8_0 = {QT, PACKED_MIN_M, q_tile_bytes, q8_0_prepare, q_panel_bytes, q8_0_pack,
+                                         q_kernel};
+const kern_gemm_ops kavx512_gemm_q4_0 = {QT, PACKED_MIN_M, q_tile_bytes, q4_0_prepare, q_panel_bytes, q4_0_pack,
+                                         q_kernel};
+
+/* ======================= K family (Q4_K, Q6_K) =======================
+ * Activation tile (KT rows), per super-block: KT units of a blk_q8_K followed
+ * by S[8] int16, S[j] = bsums[2j] + bsums[2j+1] (the sums of Q4_K's 32-value
+ * sub-blocks). Panels, per super-block: u[64][16] dwords (the weights as
+ * unsigned bytes in element order, Q6_K as q + 32), the per-sub-block int32
+ * scales, int16 pairs for the bias terms, then the float scales. The integer
+ * sums are exact, so per output the float steps are those of vec_dot. */
+#define KT 8
+#define KT_UNIT (sizeof(blk_q8_K) + 16)
+/* byte offsets inside a unit */
+#define KQ_D offsetof(blk_q8_K, d)
+#define KQ_QS offsetof(blk_q8_K, qs)
+#define KQ_BSUMS offsetof(blk_q8_K, bsums)
+#define KQ_S sizeof(blk_q8_K)
+#define Q4K_PB (4096 + 8 * 64 + 4 * 64 + 2 * 64)
+#define Q6K_PB (4096 + 16 * 64 + 8 * 64 + 64)
+
+static size_t k_tile_bytes(int64_t k) { return (size_t)(k / QK_K) * KT * KT_UNIT; }
+static size_t q4k_panel_bytes(int64_t k) { return (size_t)(k / QK_K) * Q4K_PB; }
+static size_t q6k_panel_bytes(int64_t k) { return (size_t)(k / QK_K) * Q6K_PB; }
+
+T_512 static void k_prepare(const float *x, void *tile, int slot, int rows, int64_t k) {
+    for (int64_t sb = 0; sb < k / QK_K; sb++) {
+        char *u = (char *)tile + (sb * KT + slot) * KT_UNIT;
+        blk_q8_K q;
+        kavx2_from_float_q8_K(x + sb * QK_K, &q, QK_K); /* same bytes as every Q8_K quantizer */
+        int16_t S[8];
+        for (int j = 0; j < 8; j++) S[j] = (int16_t)(q.bsums[2 * j] + q.bsums[2 * j + 1]);
+        memcpy(u, &q, sizeof q);
+        memcpy(u + sizeof q, S, sizeof S);
+    }
+}
+
+/* Gathered dword at byte offset `at` of each row's block. */
+#define GATHER(at) _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), valid, off, base + (at), 1)
+
+T_512 static void q4k_pack(const void *w, size_t wrow, int rows, int64_t k, void *panel) {
+    const __mmask16 valid = row_mask(rows);
+    const __m512i off = row_offsets(wrow);
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m6 = _mm512_set1_epi32(63);
+    char *out = panel;
+    for (int64_t sb = 0; sb < k / QK_K; sb++, out += Q4K_PB) {
+        const char *base = (const char *)w + sb * sizeof(blk_q4_K);
+        for (int c = 0; c < 4; c++) {
+            __m512i v[8];
+            if (rows == 16) {
+                load_t32(base, wrow, 16 + 32 * c, v);
+            } else {
+                UNROLL(8)
+                for (int gg = 0; gg < 8; gg++) v[gg] = GATHER(16 + 32 * c + 4 * gg);
+            }
+            UNROLL(8)
+            for (int gg = 0; gg < 8; gg++) {
+                _mm512_storeu_si512(out + 64 * (16 * c + gg), _mm512_and_si512(v[gg], m4));
+                _mm512_storeu_si512(out + 64 * (16 * c + 8 + gg),
+                                    _mm512_and_si512(_mm512_srli_epi32(v[gg], 4), m4));
+            }
+        }
+        /* kern_q4k_scale_min on 16 rows at once */
+        const __m512i w0 = GATHER(4), w1 = GATHER(8), w2 = GATHER(12);
+        __m512i sc[8], mn[8];
+        UNROLL(4)
+        for (int j = 0; j < 4; j++) {
+            sc[j] = _mm512_and_si512(_mm512_srli_epi32(w0, 8 * j), m6);
+            mn[j] = _mm512_and_si512(_mm512_srli_epi32(w1, 8 * j), m6);
+            const __m512i lo4 = _mm512_and_si512(_mm512_srli_epi32(w2, 8 * j), _mm512_set1_epi32(15));
+            const __m512i hi4 = _mm512_and_si512(_mm512_srli_epi32(w2, 8 * j + 4), _mm512_set1_epi32(15));
+            const __m512i s2 = _mm512_and_si512(_mm512_srli_epi32(w0, 8 * j + 6), _mm512_set1_epi32(3));
+            const __m512i m2 = _mm512_and_si512(_mm512_srli_epi32(w1, 8 * j + 6), _mm512_set1_epi32(3));
+            sc[j + 4] = _mm512_or_si512(lo4, _mm512_slli_epi32(s2, 4));
+            mn[j + 4] = _mm512_or_si512(hi4, _mm512_slli_epi32(m2, 4));
+        }
+        UNROLL(8)
+        for (int j = 0; j < 8; j++) _mm512_storeu_si512(out + 4096 + 64 * j, sc[j]);
+        UNROLL(4)
+        for (int t = 0; t < 4; t++)
+            _mm512_storeu_si512(out + 4608 + 64 * t,
+                                _mm512_or_si512(mn[2 * t], _mm512_slli_epi32(mn[2 * t + 1], 16)));
+        const __m512i dd = GATHER(0);
+        _mm512_storeu_ps(out + 4864, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dd)));
+        _mm512_storeu_ps(out + 4928, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dd, 16))));
+    }
+}
+
+T_512 static void q6k_pack(const void *w, size_t wrow, int rows, int64_t k, void *panel) {
+    const __mmask16 valid = row_mask(rows);
+    const __m512i off = row_offsets(wrow);
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m2 = _mm512_set1_epi8(0x03);
+    char *out = panel;
+    for (int64_t sb = 0; sb < k / QK_K; sb++, out += Q6K_PB) {
+        const char *base = (const char *)w + sb * sizeof(blk_q6_K);
+        for (int h = 0; h < 2; h++) {
+            __m512i L0[8], L1[8], HB[8];
+            if (rows == 16) {
+                load_t32(base, wrow, 64 * h, L0);
+                load_t32(base, wrow, 64 * h + 32, L1);
+                load_t32(base, wrow, 128 + 32 * h, HB);
+            } else {
+                UNROLL(8)
+                for (int i4 = 0; i4 < 8; i4++) {
+                    L0[i4] = GATHER(64 * h + 4 * i4), L1[i4] = GATHER(64 * h + 32 + 4 * i4);
+                    HB[i4] = GATHER(128 + 32 * h + 4 * i4);
+                }
+            }
+            UNROLL(8)
+            for (int i4 = 0; i4 < 8; i4++) {
+                const __m512i l0 = L0[i4], l1 = L1[i4], hb = HB[i4];
+                /* element 128h + 32q + 4i4.. is group 32h + 8q + i4 */
+                const __m512i q[4] = {
+                    _mm512_or_si512(_mm512_and_si512(l0, m4),
+                                    _mm512_slli_epi32(_mm512_and_si512(hb, m2), 4)),
+                    _mm512_or_si512(_mm512_and_si512(l1, m4),
+                                    _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(hb, 2), m2), 4)),
+                    _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(l0, 4), m4),
+                                    _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(hb, 4), m2), 4)),
+                    _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(l1, 4), m4),
+                                    _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(hb, 6), m2), 4))};
+                UNROLL(4)
+                for (int qq = 0; qq < 4; qq++)
+                    _mm512_storeu_si512(out + 64 * (32 * h + 8 * qq + i4), q[qq]);
+            }
+        }
+        __m512i sc[16];
+        UNROLL(4)
+        for (int i = 0; i < 4; i++) {
+            const __m512i v = GATHER(192 + 4 * i);
+            UNROLL(4)
+            for (int b = 0; b < 4; b++) /* sign-extended byte b */
+                sc[4 * i + b] = _mm512_srai_epi32(_mm512_slli_epi32(v, 24 - 8 * b), 24);
+        }
+        UNROLL(16)
+        for (int g = 0; g < 16; g++) _mm512_storeu_si512(out + 4096 + 64 * g, sc[g]);
+        UNROLL(8)
+        for (int t = 0; t < 8; t++) { /* (-32 sc_2t, -32 sc_2t+1) as int16 */
+            const __m512i lo = _mm512_and_si512(_mm512_mullo_epi32(sc[2 * t], _mm512_set1_epi32(-32)),
+                                                _mm512_set1_epi32(0xFFFF));
+            const __m512i hi = _mm512_slli_epi32(_mm512_mullo_epi32(sc[2 * t + 1], _mm512_set1_epi32(-32)), 16);
+            _mm512_storeu_si512(out + 5120 + 64 * t, _mm512_or_si512(lo, hi));
+        }
+        /* d is the last 2 bytes of the 210-byte block: read the dword ending there */
+        _mm512_storeu_ps(out + 5632,
+                         _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(GATHER(206), 16))));
+    }
+}
+#undef GATHER
+
+/* Broadcast dword at byte offset `at` of activation unit a of the current super-block. */
+#define ABC(a, at) _mm512_set1_epi32(*(const int32_t *)(A + (a) * KT_UNIT + (at)))
+
+T_512_INLINE void q4k_micro(int64_t nsb, const char *P, const char *A, float *y, size_t ldy, int na,
+                            __mmask16 mask) {
+    __m512 f[KT];
+    UNROLL(8)
+    for (int a = 0; a < KT; a++) f[a] = _mm512_setzero_ps();
+    for (int64_t sb = 0; sb < nsb; sb++, P += Q4K_PB, A += KT * KT_UNIT) {
+        __m512i sumi[KT], acc[KT];
+        UNROLL(8)
+        for (int a = 0; a < KT; a++) sumi[a] = _mm512_setzero_si512();
+        for (int j = 0; j < 8; j++) {
+            UNROLL(8)
+            for (int a = 0; a < KT; a++) acc[a] = _mm512_setzero_si512();
+            UNROLL(8)
+            for (int gg = 0; gg < 8; gg++) {
+                const __m512i u = _mm512_loadu_si512(P + 64 * (8 * j + gg));
+                UNROLL(8)
+                for (int a = 0; a < KT; a++) acc[a] = _mm512_dpbusd_epi32(acc[a], u, ABC(a, KQ_QS + 32 * j + 4 * gg));
+            }
+            const __m512i sc = _mm512_loadu_si512(P + 4096 + 64 * j);
+            UNROLL(8)
+            for (int a = 0; a < KT; a++) sumi[a] = _mm512_add_epi32(sumi[a], _mm512_mullo_epi32(acc[a], sc));
+        }
+        UNROLL(8)
+        for (int a = 0; a < KT; a++) acc[a] = _mm512_setzero_si512();
+        UNROLL(4)
+        for (int t = 0; t < 4; t++) {
+            const __m512i mp = _mm512_loadu_si512(P + 4608 + 64 * t);
+            UNROLL(8)
+            for (int a = 0; a < KT; a++) acc[a] = _mm512_dpwssd_epi32(acc[a], mp, ABC(a, KQ_S + 4 * t));
+        }
+        const __m512 d = _mm512_loadu_ps(P + 4864), dmin = _mm512_loadu_ps(P + 4928);
+        UNROLL(8)
+        for (int a = 0; a < KT; a++) {
+            const __m512 yd = _mm512_set1_ps(*(const float *)(A + a * KT_UNIT + KQ_D));
+            f[a] = _mm512_fmadd_ps(_mm512_mul_ps(d, yd), _mm512_cvtepi32_ps(sumi[a]), f[a]);
+            f[a] = _mm512_fnmadd_ps(_mm512_mul_ps(dmin, yd), _mm512_cvtepi32_ps(acc[a]), f[a]);
+        }
+    }
+    UNROLL(8)
+    for (int a = 0; a < KT; a++)
+        if (a < na) _mm512_mask_storeu_ps(y + a * ldy, mask, f[a]);
+}
+
+T_512_INLINE void q6k_micro(int64_t nsb, const char *P, const char *A, float *y, size_t ldy, int na,
+                            __mmask16 mask) {
+    __m512 f[KT];
+    UNROLL(8)
+    for (int a = 0; a < KT; a++) f[a] = _mm512_setzero_ps();
+    for (int64_t sb = 0; sb < nsb; sb++, P += Q6K_PB, A += KT * KT_UNIT) {
+        __m512i sumi[KT], acc[KT];
+        UNROLL(8)
+        for (int a = 0; a < KT; a++) sumi[a] = _mm512_setzero_si512();
+        UNROLL(8)
+        for (int t = 0; t < 8; t++) { /* -32 * sum_g sc_g * bsum_g */
+            const __m512i sp = _mm512_loadu_si512(P + 5120 + 64 * t);
+            UNROLL(8)
+            for (int a = 0; a < KT; a++)
+                sumi[a] = _mm512_dpwssd_epi32(sumi[a], sp, ABC(a, KQ_BSUMS + 4 * t));
+        }
+        for (int g = 0; g < 16; g++) {
+            UNROLL(8)
+            for (int a = 0; a < KT; a++) acc[a] = _mm512_setzero_si512();
+            UNROLL(4)
+            for (int q = 0; q < 4; q++) {
+                const __m512i u = _mm512_loadu_si512(P + 64 * (4 * g + q));
+                UNROLL(8)
+                for (int a = 0; a < KT; a++) acc[a] = _mm512_dpbusd_epi32(acc[a], u, ABC(a, KQ_QS + 16 * g + 4 * q));
+            }
+            const __m512i sc = _mm512_loadu_si512(P + 4096 + 64 * g);
+            UNROLL(8)
+            for (int a = 0; a < KT; a++) sumi[a] = _mm512_add_epi32(sumi[a], _mm512_mullo_epi32(acc[a], sc));
+        }
+        const __m512 d = _mm512_loadu_ps(P + 5632);
+        UNROLL(8)
+        for (int a = 0; a < KT; a++) {
+            const __m512 yd = _mm512_set1_ps(*(const float *)(A + a * KT_UNIT + KQ_D));
+            f[a] = _mm512_fmadd_ps(_mm512_mul_ps(d, yd), _mm512_cvtepi32_ps(sumi[a]), f[a]);
+        }
+    }
+    UNROLL(8)
+    for (int a = 0; a < KT; a++)
+        if (a < na) _mm512_mask_storeu_ps(y + a * ldy, mask, f[a]);
+}
+#undef ABC
+
+#define K_KERNEL(name, micro)                                                                      \
+    T_512 static void name(int64_t k, const void *panels, size_t pb, int n_rows, const void *tiles, \
+                           int64_t m, float *y, size_t ldy) {                                      \
+        const int64_t nsb = k / QK_K;                                                              \
+        const int np = (n_rows + 15) / 16;                                                         \
+        const size_t tb = k_tile_bytes(k);                                                         \
+        for (int64_t t = 0; t * KT < m; t++) {                                                     \
+            const int na = m - t * KT < KT ? (int)(m - t * KT) : KT;                               \
+            for (int p = 0; p < np; p++)                                                           \
+                micro(nsb, (const char *)panels + p * pb, (const char *)tiles + t * tb,            \
+                      y + t * KT * ldy + 16 * p, ldy, na, row_mask(n_rows - 16 * p));              \
+        }                                                                                          \
+    }
+K_KERNEL(q4k_kernel, q4k_micro)
+K_KERNEL(q6k_kernel, q6k_micro)
+
+const kern_gemm_ops kavx512_gemm_q4_K = {KT, PACKED_MIN_M, k_tile_bytes, k_prepare, q4k_panel_bytes, q4k_pack,
+                                         q4k_kernel};
+const kern_gemm_ops kavx512_gemm_q6_K = {KT, PACKED_MIN_M, k_tile_bytes, k_prepare, q6k_panel_bytes, q6k_pack,
+                                         q6k_kernel};
+
+/* ======================= FP family (F32, F16, BF16) =======================
+ * Weights are read in place, FW rows at a time; activation tile of na <= FT
+ * rows, per 16 elements: na x 16 floats, already rounded to the weight type's
+ * vec_dot type and widened (zero past k). Each output keeps one 16-lane accumulator,
+ * lane e % 16, and ends in kern_reduce16: vec_dot's order. */
+#define FT 6
+#define FW 4
+
+static size_t f_tile_bytes(int64_t k) { return (size_t)((k + 15) / 16) * FT * 64; }
+
+enum fkind { FK_F32, FK_F16, FK_BF16 };
+
+/* The activations as vec_dot sees them: rounded to the weight type's vec_dot
+ * type (F16 and BF16 through the reference conversions' bytes) and widened. */
+T_512_INLINE void f_prepare(enum fkind kind, const float *x, void *tile, int slot, int rows, int64_t k) {
+    float *t = (float *)tile + 16 * slot;
+    for (int64_t i = 0; i < k; i += 16, t += rows * 16) {
+        const __mmask16 m = row_mask((int)(k - i < 16 ? k - i : 16));
+        __m512 v = _mm512_maskz_loadu_ps(m, x + i);
+        if (kind == FK_F16) {
+            v = _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        } else if (kind == FK_BF16) {
+            float r[16] = {0};
+            for (int l = 0; l < 16 && i + l < k; l++) r[l] = kvl_bf16_to_f32(kvl_f32_to_bf16(x[i + l]));
+            v = _mm512_loadu_ps(r);
+        }
+        _mm512_storeu_ps(t, v);
+    }
+}
+T_512 static void f32_prepare(const float *x, void *t, int slot, int rows, int64_t k) {
+    f_prepare(FK_F32, x, t, slot, rows, k);
+}
+T_512 static void f16_prepare(const float *x, void *t, int slot, int rows, int64_t k) {
+    f_prepare(FK_F16, x, t, slot, rows, k);
+}
+T_512 static void bf16_prepare(const float *x, void *t, int slot, int rows, int64_t k) {
+    f_prepare(FK_BF16, x, t, slot, rows, k);
+}
+
+/* 16 weights from element i of a row, widened (lanes outside m read 0). */
+T_512_INLINE __m512 f_load(enum fkind kind, const char *row, int64_t i, __mmask16 m) {
+    switch (kind) {
+    case FK_F32: return _mm512_maskz_loadu_ps(m, (const float *)row + i);
+    case FK_F16: return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (const kvl_f16 *)row + i));
+    default:
+        return _mm512_castsi512_ps(_mm512_slli_epi32(
+            _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, (const kvl_bf16 *)row + i)), 16));
+    }
+}
+
+/* kern_reduce16 of one vector. */
+T_512_INLINE float f_h16(__m512 v) {
+    const __m256 a = _mm256_add_ps(_mm512_castps512_ps256(v),
+                                   _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+    __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    b = _mm_add_ps(b, _mm_movehl_ps(b, b));
+    return _mm_cvtss_f32(_mm_add_ss(b, _mm_movehdup_ps(b)));
+}
+
+/* NW (<= FW) weight rows x NA (<= FT) activation rows of one tile, all of k. */
+T_512_INLINE void f_micro(enum fkind kind, int NW, int NA, int64_t k, const char *w, size_t wrow,
+                          const float *t, float *y, size_t ldy, size_t ystep) {
+    __m512 acc[FW][FT];
+    UNROLL(4)
+    for (int r = 0; r < NW; r++)
+        UNROLL(6)
+        for (int a = 0; a < NA; a++) acc[r][a] = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= k; i += 16, t += NA * 16) {
+        UNROLL(4)
+        for (int r = 0; r < NW; r++) {
+            const __m512 wv = f_load(kind, w + r * wrow, i, 0xFFFF);
+            UNROLL(6)
+            for (int a = 0; a < NA; a++) acc[r][a] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(t + 16 * a), acc[r][a]);
+        }
+    }
+    if (i < k) { /* lanes past k: 0 * 0 leaves the accumulator as it is */
+        const __mmask16 m = row_mask((int)(k - i));
+        UNROLL(4)
+        for (int r = 0; r < NW; r++) {
+            const __m512 wv = f_load(kind, w + r * wrow, i, m);
+            UNROLL(6)
+            for (int a = 0; a < NA; a++) acc[r][a] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(t + 16 * a), acc[r][a]);
+        }
+    }
+    UNROLL(6)
+    for (int a = 0; a < NA; a++)
+        UNROLL(4)
+        for (int r = 0; r < NW; r++) y[a * ldy + r * ystep] = f_h16(acc[r][a]);
+}
+
+/* NA, NW as constants, so the accumulators stay in registers. */
+T_512_INLINE void f_micro_na(enum fkind kind, int NW, int na, int64_t k, const char *w, size_t wrow,
+                             const float *t, float *y, size_t ldy, size_t ystep) {
+    switch (na) {
+    case 1: f_micro(kind, NW, 1, k, w, wrow, t, y, ldy, ystep); break;
+    case 2: f_micro(kind, NW, 2, k, w, wrow, t, y, ldy, ystep); break;
+    case 3: f_micro(kind, NW, 3, k, w, wrow, t, y, ldy, ystep); break;
+    case 4: f_micro(kind, NW, 4, k, w, wrow, t, y, ldy, ystep); break;
+    case 5: f_micro(kind, NW, 5, k, w, wrow, t, y, ldy, ystep); break;
+    default: f_micro(kind, NW, FT, k, w, wrow, t, y, ldy, ystep); break;
+    }
+}
+
+T_512_INLINE void f_kernel(enum fkind kind, int64_t k, const void *w, size_t wrow, int n_rows,
+                           const void *tiles, int64_t m, float *y, size_t ldy) {
+    const size_t tb = f_tile_bytes(k);
+    for (int64_t t = 0; t * FT < m; t++) {
+        const int na = m - t * FT < FT ? (int)(m - t * FT) : FT;
+        const float *tile = (const float *)((const char *)tiles + t * tb);
+        float *yt = y + t * FT * ldy;
+        const char *wc = w;
+        int r = 0;
+        if (m <= 2) {
+            /* decode: the FW rows of a micro-tile a quarter of the chunk apart, so
+             * each streams on through consecutive rows (short interleaved
+             * streams of adjacent rows defeat the prefetchers) */
+            const int q = n_rows / FW;
+            for (; r < q; r++)
+                f_micro_na(kind, FW, na, k, wc + r * wrow, q * wrow, tile, yt + r, ldy, (size_t)q);
+            r = q * FW;
+        }
+        for (; r + FW <= n_rows; r += FW)
+            f_micro_na(kind, FW, na, k, wc + r * wrow, wrow, tile, yt + r, ldy, 1);
+        for (; r < n_rows; r++)
+            f_micro_na(kind, 1, na, k, wc + r * wrow, wrow, tile, yt + r, ldy, 1);
+    }
+}
+T_512 static void f32_kernel(int64_t k, const void *w, size_t wrow, int n_rows, const void *tiles,
+                             int64_t m, float *y, size_t ldy) {
+    f_kernel(FK_F32, k, w, wrow, n_rows, tiles, m, y, ldy);
+}
+T_512 static void f16_kernel(int64_t k, const void *w, size_t wrow, int n_rows, const void *tiles,
+                             int64_t m, float *y, size_t ldy) {
+    f_kernel(FK_F16, k, w, wrow, n_rows, tiles, m, y, ldy);
+}
+T_512 static void bf16_kernel(int64_t k, const void *w, size_t wrow, int n_rows, const void *tiles,
+                              int64_t m, float *y, size_t ldy) {
+    f_kernel(FK_BF16, k, w, wrow, n_rows, tiles, m, y, ldy);
+}
+
+const kern_gemm_ops kavx512_gemm_f32 = {FT, 1, f_tile_bytes, f32_prepare, NULL, NULL, f32_kernel};
+const kern_gemm_ops kavx512_gemm_f16 = {FT, 1, f_tile_bytes, f16_prepare, NULL, NULL, f16_kernel};
+const kern_gemm_ops kavx512_gemm_bf16 = {FT, 1, f_tile_bytes, bf16_prepare, NULL, NULL, bf16_kernel};

@@ -1,0 +1,104 @@
+#!/usr/bin/env python3
+"""kvllm synth + kvllm bench, end to end on tiny shapes. Checks that the files
+load and generate, that synth is deterministic, that the bench's JSON has the
+documented fields with positive values, and that the sweep files are written.
+Never asserts a time: the machine is shared and noisy."""
+import json
+import os
+import subprocess
+import sys
+
+kv, out = sys.argv[1:3]
+os.makedirs(out, exist_ok=True)
+failures = []
+
+
+def run(args, want_rc=0):
+    p = subprocess.run([kv] + args, capture_output=True, text=True, timeout=240)
+    if p.returncode != want_rc:
+        failures.append(f"{' '.join(args)}: exit {p.returncode}, wanted {want_rc}\n{p.stderr[-2000:]}")
+    return p
+
+
+def check(cond, what):
+    print(("ok   " if cond else "FAIL ") + what)
+    if not cond:
+        failures.append(what)
+
+
+def synth(shape, typ, seed="1", threads="2"):
+    path = os.path.join(out, f"{shape}-{typ}-{seed}-t{threads}.gguf")
+    run(["synth", "--shape", shape, "--type", typ, "-o", path, "--seed", seed, "-t", threads])
+    return path
+
+
+# Every weight mix of the llama shape, and the qwen2 one (biases, NeoX rope).
+for shape in ("tiny", "tiny-qwen2"):
+    for typ in ("f16", "q8_0", "q4_0", "q4_k_m"):
+        path = synth(shape, typ)
+        info = run(["info", "-m", path]).stdout
+        arch = "qwen2" if "qwen2" in shape else "llama"
+        check(f"architecture  {arch}" in info and "vocab         1024 (gpt2" in info,
+              f"info {shape} {typ}: architecture and vocabulary")
+        gen = run(["run", "-m", path, "-p", "the cat", "-n", "4", "--temp", "0", "--ignore-eos", "--json"])
+        ids = [l for l in gen.stdout.splitlines() if '"id"' in l]
+        check(len(ids) == 4, f"run {shape} {typ}: 4 tokens generated")
+
+# Q4_K_M keeps more bits where llama-quantize does.
+info = run(["info", "-m", os.path.join(out, "tiny-q4_k_m-1-t2.gguf")]).stdout
+check("Q4_K x12 Q6_K x3" in info, "q4_k_m mix: token_embd + layer-1 attn_v/ffn_down in Q6_K")
+
+# Deterministic for a seed (whatever the thread count), different for another.
+a, b, c = synth("tiny", "q4_0", "7"), synth("tiny", "q4_0", "7", "1"), synth("tiny", "q4_0", "8")
+a = open(a, "rb").read()
+check(a == open(b, "rb").read(), "synth: same seed, same bytes with 1 and 2 threads")
+check(a != open(c, "rb").read(), "synth: another seed, other bytes")
+
+run(["synth", "--shape", "no-such-shape", "--type", "f16", "-o", os.path.join(out, "x.gguf")], want_rc=2)
+run(["synth", "--shape", "tiny", "--type", "q3_k", "-o", os.path.join(out, "x.gguf")], want_rc=2)
+check(not os.path.exists(os.path.join(out, "x.gguf")), "synth: bad arguments write nothing")
+
+# The bench itself, tiny sizes, JSON.
+model = os.path.join(out, "tiny-q4_k_m-1-t2.gguf")
+prefix = os.path.join(out, "sweep")
+for f in (prefix + ".csv", prefix + ".svg"):
+    if os.path.exists(f):
+        os.remove(f)
+p = run(["bench", "-m", model, "-p", "32", "-n", "8", "-r", "2", "-t", "2", "--batch", "4,2",
+         "--context-sweep", "16,48", "--sweep-tokens", "4", "--out", prefix, "--membw", "--membw-mb", "32",
+         "--json", "--no-progress"])
+j = json.loads(p.stdout or "{}")
+for key in ("prefill_tokens_per_s", "decode_tokens_per_s", "prefill_tokens_per_s_sd", "decode_tokens_per_s_sd",
+            "model_size_bytes", "weights_bytes_per_token", "weights_gb_per_s", "membw_gb_per_s", "roofline_pct"):
+    check(isinstance(j.get(key), (int, float)) and j[key] >= 0, f"bench json: {key}")
+check(j.get("prefill_tokens_per_s", 0) > 0 and j.get("decode_tokens_per_s", 0) > 0, "bench json: rates > 0")
+check(j.get("type") == "Q4_K_M" and j.get("threads") == 2 and j.get("reps") == 2, "bench json: type, threads, reps")
+check([x.get("batch") for x in j.get("batches", [])] == [1, 4, 2], "bench json: batch 1 first, then 4 and 2")
+check(all(x.get("decode_tokens_per_s", 0) > 0 for x in j.get("batches", [])), "bench json: batch rates > 0")
+sweep = j.get("context_sweep", [])
+check([x.get("context") for x in sweep] == [16, 48] and all(x["kv_cache_ms_per_token"] > 0 for x in sweep),
+      "bench json: context sweep with the cache")
+check(all(x["no_kv_cache_skipped"] or x["no_kv_cache_ms_per_token"] > 0 for x in sweep),
+      "bench json: context sweep without the cache")
+csv = open(prefix + ".csv").read().splitlines() if os.path.exists(prefix + ".csv") else []
+check(len(csv) == 3 and csv[0].startswith("context,"), "sweep csv: header and two rows")
+svg = open(prefix + ".svg").read() if os.path.exists(prefix + ".svg") else ""
+check(svg.startswith("<svg") and svg.rstrip().endswith("</svg>") and "<polyline" in svg, "sweep svg written")
+
+# A zero budget skips the recompute sweep and says so.
+p = run(["bench", "-m", model, "-p", "0", "-n", "0", "-r", "1", "--context-sweep", "16", "--sweep-tokens", "3",
+         "--no-cache-budget", "0", "--out", prefix, "--json"])
+j = json.loads(p.stdout or "{}")
+check(j.get("context_sweep", [{}])[0].get("no_kv_cache_skipped") is True, "sweep: over budget -> skipped")
+
+# Text table, and the bandwidth-only mode.
+p = run(["bench", "-m", model, "-p", "16", "-n", "4", "-r", "1"])
+check("| pp16" in p.stdout and "| tg4 " in p.stdout, "bench text table")
+p = run(["bench", "--membw", "--membw-mb", "32", "--json"])
+check(json.loads(p.stdout or "{}").get("membw_gb_per_s", 0) > 0, "bench --membw alone")
+run(["bench", "-m", model, "--batch", "0"], want_rc=2)
+
+print(f"{len(failures)} failed" if failures else "all passed")
+for f in failures:
+    print("FAIL:", f)
+sys.exit(1 if failures else 0)
