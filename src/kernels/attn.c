@@ -3,13 +3,20 @@
  * (attn_avx512.c) reproduce them bit for bit. */
 #include "kern_impl.h"
 
-static void ref_scores(int64_t n, int64_t dk, int n_q, const float *q, size_t qs, const float *k,
-                       size_t ks, float scale, float *s, size_t ss) {
+/* Element d of a cache row of type t (F32, F16 or BF16), widened exactly. */
+static inline float kv_elem(const void *row, int t, int64_t d) {
+    if (t == GGUF_DT_F16) return kvl_f16_to_f32(((const kvl_f16 *)row)[d]);
+    if (t == GGUF_DT_BF16) return kvl_bf16_to_f32(((const kvl_bf16 *)row)[d]);
+    return ((const float *)row)[d];
+}
+
+static void ref_scores(int64_t n, int64_t dk, int n_q, const float *q, size_t qs, const void *const *k,
+                       int kt, float scale, float *s, size_t ss) {
     for (int h = 0; h < n_q; h++)
         for (int64_t j = 0; j < n; j++) {
-            const float *qh = q + h * qs, *kj = k + j * ks;
+            const float *qh = q + h * qs;
             float acc[16] = {0};
-            for (int64_t d = 0; d < dk; d++) acc[d % 16] = fmaf(qh[d], kj[d], acc[d % 16]);
+            for (int64_t d = 0; d < dk; d++) acc[d % 16] = fmaf(qh[d], kv_elem(k[j], kt, d), acc[d % 16]);
             s[h * ss + j] = kern_reduce16(acc) * scale;
         }
 }
@@ -26,11 +33,12 @@ static float ref_softmax(int64_t n, float *s, float *l) {
     return m;
 }
 
-static void ref_pv(int64_t n, int64_t dv, int n_q, const float *p, size_t ps, const float *v, size_t vs,
+static void ref_pv(int64_t n, int64_t dv, int n_q, const float *p, size_t ps, const void *const *v, int vt,
                    float *o, size_t os) {
     for (int64_t j = 0; j < n; j++)
         for (int h = 0; h < n_q; h++)
-            for (int64_t d = 0; d < dv; d++) o[h * os + d] = fmaf(p[h * ps + j], v[j * vs + d], o[h * os + d]);
+            for (int64_t d = 0; d < dv; d++)
+                o[h * os + d] = fmaf(p[h * ps + j], kv_elem(v[j], vt, d), o[h * os + d]);
 }
 
 static void ref_merge(int nc, int n_q, int64_t dv, const float *part, float *out, size_t os) {
@@ -53,14 +61,14 @@ static void ref_merge(int nc, int n_q, int64_t dv, const float *part, float *out
 
 const kern_attn_ops kref_attn = {ref_scores, ref_softmax, ref_pv, ref_merge};
 
-void kern_attn_scores(int64_t n, int64_t dk, int n_q, const float *q, size_t qs, const float *k,
-                      size_t ks, float scale, float *s, size_t ss) {
-    if (n > 0) kern_attn_active()->scores(n, dk, n_q, q, qs, k, ks, scale, s, ss);
+void kern_attn_scores(int64_t n, int64_t dk, int n_q, const float *q, size_t qs, const void *const *k,
+                      int kvtype, float scale, float *s, size_t ss) {
+    if (n > 0) kern_attn_active()->scores(n, dk, n_q, q, qs, k, kvtype, scale, s, ss);
 }
 float kern_attn_softmax(int64_t n, float *s, float *l) { return kern_attn_active()->softmax(n, s, l); }
-void kern_attn_pv(int64_t n, int64_t dv, int n_q, const float *p, size_t ps, const float *v, size_t vs,
-                  float *o, size_t os) {
-    if (n > 0) kern_attn_active()->pv(n, dv, n_q, p, ps, v, vs, o, os);
+void kern_attn_pv(int64_t n, int64_t dv, int n_q, const float *p, size_t ps, const void *const *v,
+                  int kvtype, float *o, size_t os) {
+    if (n > 0) kern_attn_active()->pv(n, dv, n_q, p, ps, v, kvtype, o, os);
 }
 void kern_attn_merge(int nc, int n_q, int64_t dv, const float *part, float *out, size_t os) {
     kern_attn_active()->merge(nc, n_q, dv, part, out, os);

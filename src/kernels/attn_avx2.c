@@ -6,14 +6,33 @@
 
 #include <immintrin.h>
 
-#define T_AVX2 __attribute__((target("avx2,fma")))
-#define T_AVX2_INLINE static inline __attribute__((always_inline, target("avx2,fma")))
+#define T_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define T_AVX2_INLINE static inline __attribute__((always_inline, target("avx2,fma,f16c")))
 
 /* Lanes i < n of 8 set (n may be <= 0 or >= 8). */
 T_AVX2_INLINE __m256i lanes(int64_t n) {
     const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     const int c = n < 0 ? 0 : n > 8 ? 8 : (int)n;
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(c), idx);
+}
+
+/* 8 elements from d of a cache row of type t, widened (lanes outside m: 0). */
+T_AVX2_INLINE __m256 kv_load8(int t, const void *row, int64_t d, __m256i m, bool full) {
+    if (t == GGUF_DT_F32)
+        return full ? _mm256_loadu_ps((const float *)row + d) : _mm256_maskload_ps((const float *)row + d, m);
+    __m128i h;
+    if (full) {
+        h = _mm_loadu_si128((const __m128i *)((const uint16_t *)row + d));
+    } else {
+        uint16_t tmp[8] = {0};
+        int32_t mm[8];
+        _mm256_storeu_si256((__m256i *)mm, m);
+        for (int i = 0; i < 8; i++)
+            if (mm[i]) tmp[i] = ((const uint16_t *)row)[d + i];
+        h = _mm_loadu_si128((const __m128i *)tmp);
+    }
+    if (t == GGUF_DT_F16) return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
 
 /* kern_reduce16 of lanes 0..7 (a) and 8..15 (b). */
@@ -24,26 +43,34 @@ T_AVX2_INLINE float h16(__m256 a, __m256 b) {
     return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
 }
 
-T_AVX2 static void scores(int64_t n, int64_t dk, int n_q, const float *q, size_t qs, const float *k,
-                          size_t ks, float scale, float *s, size_t ss) {
+T_AVX2_INLINE void scores_t(int t, int64_t n, int64_t dk, int n_q, const float *q, size_t qs,
+                             const void *const *k, float scale, float *s, size_t ss) {
+    const __m256i all = _mm256_set1_epi32(-1);
     for (int h = 0; h < n_q; h++) {
         const float *qh = q + h * qs;
         for (int64_t j = 0; j < n; j++) {
-            const float *kj = k + j * ks;
+            const void *kj = k[j];
             __m256 a = _mm256_setzero_ps(), b = a;
             int64_t d = 0;
             for (; d + 16 <= dk; d += 16) {
-                a = _mm256_fmadd_ps(_mm256_loadu_ps(qh + d), _mm256_loadu_ps(kj + d), a);
-                b = _mm256_fmadd_ps(_mm256_loadu_ps(qh + d + 8), _mm256_loadu_ps(kj + d + 8), b);
+                a = _mm256_fmadd_ps(_mm256_loadu_ps(qh + d), kv_load8(t, kj, d, all, true), a);
+                b = _mm256_fmadd_ps(_mm256_loadu_ps(qh + d + 8), kv_load8(t, kj, d + 8, all, true), b);
             }
             if (d < dk) { /* masked lanes: 0 * 0 leaves them as they are */
                 const __m256i m0 = lanes(dk - d), m1 = lanes(dk - d - 8);
-                a = _mm256_fmadd_ps(_mm256_maskload_ps(qh + d, m0), _mm256_maskload_ps(kj + d, m0), a);
-                b = _mm256_fmadd_ps(_mm256_maskload_ps(qh + d + 8, m1), _mm256_maskload_ps(kj + d + 8, m1), b);
+                a = _mm256_fmadd_ps(_mm256_maskload_ps(qh + d, m0), kv_load8(t, kj, d, m0, false), a);
+                b = _mm256_fmadd_ps(_mm256_maskload_ps(qh + d + 8, m1), kv_load8(t, kj, d + 8, m1, false), b);
             }
             s[h * ss + j] = h16(a, b) * scale;
         }
     }
+}
+
+T_AVX2 static void scores(int64_t n, int64_t dk, int n_q, const float *q, size_t qs, const void *const *k,
+                          int kt, float scale, float *s, size_t ss) {
+    if (kt == GGUF_DT_F16) scores_t(GGUF_DT_F16, n, dk, n_q, q, qs, k, scale, s, ss);
+    else if (kt == GGUF_DT_BF16) scores_t(GGUF_DT_BF16, n, dk, n_q, q, qs, k, scale, s, ss);
+    else scores_t(GGUF_DT_F32, n, dk, n_q, q, qs, k, scale, s, ss);
 }
 
 /* Same steps as kern_expf on 8 lanes. */
@@ -88,8 +115,9 @@ T_AVX2 static float softmax(int64_t n, float *s, float *l) {
     return mx;
 }
 
-T_AVX2 static void pv(int64_t n, int64_t dv, int n_q, const float *p, size_t ps, const float *v, size_t vs,
-                      float *o, size_t os) {
+T_AVX2_INLINE void pv_t(int t, int64_t n, int64_t dv, int n_q, const float *p, size_t ps, const void *const *v,
+                         float *o, size_t os) {
+    const __m256i all = _mm256_set1_epi32(-1);
     for (int h = 0; h < n_q; h++) {
         float *oh = o + h * os;
         int64_t d = 0;
@@ -98,11 +126,10 @@ T_AVX2 static void pv(int64_t n, int64_t dv, int n_q, const float *p, size_t ps,
             __m256 a2 = _mm256_loadu_ps(oh + d + 16), a3 = _mm256_loadu_ps(oh + d + 24);
             for (int64_t j = 0; j < n; j++) {
                 const __m256 pj = _mm256_set1_ps(p[h * ps + j]);
-                const float *vj = v + j * vs + d;
-                a0 = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vj), a0);
-                a1 = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vj + 8), a1);
-                a2 = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vj + 16), a2);
-                a3 = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vj + 24), a3);
+                a0 = _mm256_fmadd_ps(pj, kv_load8(t, v[j], d, all, true), a0);
+                a1 = _mm256_fmadd_ps(pj, kv_load8(t, v[j], d + 8, all, true), a1);
+                a2 = _mm256_fmadd_ps(pj, kv_load8(t, v[j], d + 16, all, true), a2);
+                a3 = _mm256_fmadd_ps(pj, kv_load8(t, v[j], d + 24, all, true), a3);
             }
             _mm256_storeu_ps(oh + d, a0), _mm256_storeu_ps(oh + d + 8, a1);
             _mm256_storeu_ps(oh + d + 16, a2), _mm256_storeu_ps(oh + d + 24, a3);
@@ -111,10 +138,17 @@ T_AVX2 static void pv(int64_t n, int64_t dv, int n_q, const float *p, size_t ps,
             const __m256i m = lanes(dv - d);
             __m256 a = _mm256_maskload_ps(oh + d, m);
             for (int64_t j = 0; j < n; j++)
-                a = _mm256_fmadd_ps(_mm256_set1_ps(p[h * ps + j]), _mm256_maskload_ps(v + j * vs + d, m), a);
+                a = _mm256_fmadd_ps(_mm256_set1_ps(p[h * ps + j]), kv_load8(t, v[j], d, m, dv - d >= 8), a);
             _mm256_maskstore_ps(oh + d, m, a);
         }
     }
+}
+
+T_AVX2 static void pv(int64_t n, int64_t dv, int n_q, const float *p, size_t ps, const void *const *v, int vt,
+                      float *o, size_t os) {
+    if (vt == GGUF_DT_F16) pv_t(GGUF_DT_F16, n, dv, n_q, p, ps, v, o, os);
+    else if (vt == GGUF_DT_BF16) pv_t(GGUF_DT_BF16, n, dv, n_q, p, ps, v, o, os);
+    else pv_t(GGUF_DT_F32, n, dv, n_q, p, ps, v, o, os);
 }
 
 T_AVX2 static void merge(int nc, int n_q, int64_t dv, const float *part, float *out, size_t os) {

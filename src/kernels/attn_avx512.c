@@ -8,7 +8,7 @@
 
 #include <immintrin.h>
 
-#define T_512_FLAGS "avx512f,avx512bw,avx512vl,avx2,fma"
+#define T_512_FLAGS "avx512f,avx512bw,avx512vl,avx2,fma,f16c"
 #define T_512 __attribute__((target(T_512_FLAGS)))
 #define T_512_INLINE static inline __attribute__((always_inline, target(T_512_FLAGS)))
 #define KERN_PRAGMA(x) _Pragma(#x)
@@ -26,14 +26,23 @@ T_512_INLINE float h16(__m512 v) {
     return _mm_cvtss_f32(_mm_add_ss(b, _mm_movehdup_ps(b)));
 }
 
+/* 16 elements from d of a cache row of type t, widened (lanes outside m: 0). */
+T_512_INLINE __m512 kv_load(int t, const void *row, int64_t d, __mmask16 m) {
+    if (t == GGUF_DT_F16) return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (const kvl_f16 *)row + d));
+    if (t == GGUF_DT_BF16)
+        return _mm512_castsi512_ps(
+            _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, (const kvl_bf16 *)row + d)), 16));
+    return _mm512_maskz_loadu_ps(m, (const float *)row + d);
+}
+
 /* Lane d % 16 of dot(q, k) over dk values. */
-T_512_INLINE __m512 dot_lanes(const float *q, const float *k, int64_t dk) {
+T_512_INLINE __m512 dot_lanes(int t, const float *q, const void *k, int64_t dk) {
     __m512 acc = _mm512_setzero_ps();
     int64_t d = 0;
-    for (; d + 16 <= dk; d += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(q + d), _mm512_loadu_ps(k + d), acc);
+    for (; d + 16 <= dk; d += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(q + d), kv_load(t, k, d, 0xFFFF), acc);
     if (d < dk) {
         const __mmask16 m = tmask(dk - d);
-        acc = _mm512_mask3_fmadd_ps(_mm512_maskz_loadu_ps(m, q + d), _mm512_maskz_loadu_ps(m, k + d), acc, m);
+        acc = _mm512_mask3_fmadd_ps(_mm512_maskz_loadu_ps(m, q + d), kv_load(t, k, d, m), acc, m);
     }
     return acc;
 }
@@ -64,20 +73,37 @@ T_512_INLINE __m512 reduce16x16(const __m512 *v) {
     return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), r);
 }
 
-T_512 static void scores(int64_t n, int64_t dk, int n_q, const float *q, size_t qs, const float *k,
-                         size_t ks, float scale, float *s, size_t ss) {
+/* Rows are head slices scattered over the paged cache: the hardware
+ * prefetchers lose them at every block boundary, so fetch the next rows ahead. */
+#define ATTN_PF 16
+T_512_INLINE void prefetch_row(const void *row, int64_t bytes) {
+    for (int64_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)row + o, _MM_HINT_T0);
+}
+
+T_512_INLINE void scores_t(int t, int64_t n, int64_t dk, int n_q, const float *q, size_t qs,
+                            const void *const *k, float scale, float *s, size_t ss) {
     const __m512 vs = _mm512_set1_ps(scale);
+    const int64_t bytes = dk * (t == GGUF_DT_F32 ? 4 : 2);
     for (int h = 0; h < n_q; h++) {
         const float *qh = q + h * qs;
         for (int64_t j0 = 0; j0 < n; j0 += 16) {
             const int64_t nj = n - j0 < 16 ? n - j0 : 16;
+            if (h == 0)
+                for (int64_t j = j0 + ATTN_PF; j < j0 + ATTN_PF + 16 && j < n; j++) prefetch_row(k[j], bytes);
             __m512 v[16];
             UNROLL(16)
             for (int j = 0; j < 16; j++)
-                v[j] = j < nj ? dot_lanes(qh, k + (j0 + j) * ks, dk) : _mm512_setzero_ps();
+                v[j] = j < nj ? dot_lanes(t, qh, k[j0 + j], dk) : _mm512_setzero_ps();
             _mm512_mask_storeu_ps(s + h * ss + j0, tmask(nj), _mm512_mul_ps(reduce16x16(v), vs));
         }
     }
+}
+
+T_512 static void scores(int64_t n, int64_t dk, int n_q, const float *q, size_t qs, const void *const *k,
+                         int kt, float scale, float *s, size_t ss) {
+    if (kt == GGUF_DT_F16) scores_t(GGUF_DT_F16, n, dk, n_q, q, qs, k, scale, s, ss);
+    else if (kt == GGUF_DT_BF16) scores_t(GGUF_DT_BF16, n, dk, n_q, q, qs, k, scale, s, ss);
+    else scores_t(GGUF_DT_F32, n, dk, n_q, q, qs, k, scale, s, ss);
 }
 
 /* Same steps as kern_expf on 16 lanes. */
@@ -130,8 +156,8 @@ T_512 static float softmax(int64_t n, float *s, float *l) {
 }
 
 /* NH heads x NC vectors (16 values each) of the output from d0, all positions. */
-T_512_INLINE void pv_tile(int64_t n, int NH, int NC, __mmask16 last, const float *p, size_t ps,
-                          const float *v, size_t vs, float *o, size_t os) {
+T_512_INLINE void pv_tile(int t, int64_t n, int NH, int NC, __mmask16 last, const float *p, size_t ps,
+                          const void *const *v, int64_t d0, float *o, size_t os, int64_t pf) {
     __m512 acc[4][4];
     UNROLL(4)
     for (int h = 0; h < NH; h++)
@@ -139,9 +165,10 @@ T_512_INLINE void pv_tile(int64_t n, int NH, int NC, __mmask16 last, const float
         for (int c = 0; c < NC; c++)
             acc[h][c] = _mm512_maskz_loadu_ps(c == NC - 1 ? last : 0xFFFF, o + h * os + 16 * c);
     for (int64_t j = 0; j < n; j++) {
+        if (pf && j + ATTN_PF < n) prefetch_row(v[j + ATTN_PF], pf);
         __m512 vv[4];
         UNROLL(4)
-        for (int c = 0; c < NC; c++) vv[c] = _mm512_maskz_loadu_ps(c == NC - 1 ? last : 0xFFFF, v + j * vs + 16 * c);
+        for (int c = 0; c < NC; c++) vv[c] = kv_load(t, v[j], d0 + 16 * c, c == NC - 1 ? last : 0xFFFF);
         UNROLL(4)
         for (int h = 0; h < NH; h++) {
             const __m512 pj = _mm512_set1_ps(p[h * ps + j]);
@@ -156,11 +183,11 @@ T_512_INLINE void pv_tile(int64_t n, int NH, int NC, __mmask16 last, const float
             _mm512_mask_storeu_ps(o + h * os + 16 * c, c == NC - 1 ? last : 0xFFFF, acc[h][c]);
 }
 
-T_512_INLINE void pv_tile_nh(int64_t n, int nh, int nc, __mmask16 last, const float *p, size_t ps,
-                             const float *v, size_t vs, float *o, size_t os) {
+T_512_INLINE void pv_tile_nh(int t, int64_t n, int nh, int nc, __mmask16 last, const float *p, size_t ps,
+                             const void *const *v, int64_t d0, float *o, size_t os, int64_t pf) {
     /* NH and NC become constants so the accumulators stay in registers */
 #define PV_CALL(NH, NC)                                                                            \
-    case NC: pv_tile(n, NH, NC, last, p, ps, v, vs, o, os); break;
+    case NC: pv_tile(t, n, NH, NC, last, p, ps, v, d0, o, os, pf); break;
 #define PV_HEADS(NH)                                                                               \
     case NH:                                                                                       \
         switch (nc) { PV_CALL(NH, 1) PV_CALL(NH, 2) PV_CALL(NH, 3) default: PV_CALL(NH, 4) }       \
@@ -170,16 +197,25 @@ T_512_INLINE void pv_tile_nh(int64_t n, int nh, int nc, __mmask16 last, const fl
 #undef PV_CALL
 }
 
-T_512 static void pv(int64_t n, int64_t dv, int n_q, const float *p, size_t ps, const float *v, size_t vs,
-                     float *o, size_t os) {
+T_512_INLINE void pv_t(int t, int64_t n, int64_t dv, int n_q, const float *p, size_t ps, const void *const *v,
+                        float *o, size_t os) {
     for (int h0 = 0; h0 < n_q; h0 += 4) {
         const int nh = n_q - h0 < 4 ? n_q - h0 : 4;
         for (int64_t d0 = 0; d0 < dv; d0 += 64) {
             const int64_t w = dv - d0 < 64 ? dv - d0 : 64;
             const int nc = (int)((w + 15) / 16);
-            pv_tile_nh(n, nh, nc, tmask(w - 16 * (nc - 1)), p + h0 * ps, ps, v + d0, vs, o + h0 * os + d0, os);
+            /* the first pass over the rows prefetches them (bytes of a row, else 0) */
+            const int64_t pf = h0 == 0 && d0 == 0 ? dv * (t == GGUF_DT_F32 ? 4 : 2) : 0;
+            pv_tile_nh(t, n, nh, nc, tmask(w - 16 * (nc - 1)), p + h0 * ps, ps, v, d0, o + h0 * os + d0, os, pf);
         }
     }
+}
+
+T_512 static void pv(int64_t n, int64_t dv, int n_q, const float *p, size_t ps, const void *const *v, int vt,
+                     float *o, size_t os) {
+    if (vt == GGUF_DT_F16) pv_t(GGUF_DT_F16, n, dv, n_q, p, ps, v, o, os);
+    else if (vt == GGUF_DT_BF16) pv_t(GGUF_DT_BF16, n, dv, n_q, p, ps, v, o, os);
+    else pv_t(GGUF_DT_F32, n, dv, n_q, p, ps, v, o, os);
 }
 
 T_512 static void merge(int nc, int n_q, int64_t dv, const float *part, float *out, size_t os) {

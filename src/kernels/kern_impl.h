@@ -8,7 +8,8 @@
  *
  *  - FP family (F32, F16, BF16; elements widened to float exactly): 16 float
  *    lanes, acc[e % 16] = fma(x[e], y[e], acc[e % 16]), starting at +0, then
- *    kern_reduce16 (below; the dot16 of attention).
+ *    kern_reduce16 (below; the dot16 of attention). One accumulator register
+ *    per output, so a GEMM can tile outputs in registers (gemm_avx512.c).
  *  - Q family (Q8_0, Q4_0 against Q8_0): one float accumulator s = +0; block
  *    b contributes the exact int32 sum of its 32 products q_x*q_y (|sum| < 2^24,
  *    so exact in float too): s = fma(d_b, (float)isum_b, s), blocks in order,
@@ -16,6 +17,9 @@
  *    outputs in the lanes of one register (gemm_avx512.c).
  *  - K family (Q4_K, Q6_K against Q8_K): one float accumulator; each super-block
  *    contributes exact int32 totals through fmaf (see quant_ref.c).
+ *
+ * Attention (attn.c) has its own canonical steps, described with kern_attn_*
+ * in kernels.h.
  *
  * fmaf is used explicitly (never a*b+c), so -ffp-contract cannot change results.
  */
@@ -29,8 +33,10 @@
 
 #define KERN_FP_LANES 16
 
-/* Attention (attn.c): dot16 runs 16 lanes, acc[d % 16] = fma(q[d], k[d], acc),
- * from +0, then kern_reduce16; sum16 likewise with plain adds (lane j % 16). */
+/* The 16-lane tree: ((a_i + a_i+8), then + 4, + 2, + 1 apart), what a
+ * 512-bit (or two 256-bit) horizontal add does. dot16 (FP family, attention
+ * scores) runs 16 lanes, acc[d % 16] = fma(q[d], k[d], acc), from +0, then this
+ * tree; sum16 likewise with plain adds (lane j % 16). */
 static inline float kern_reduce16(const float *a) {
     float s1[8], s2[4];
     for (int i = 0; i < 8; i++) s1[i] = a[i] + a[i + 8];
@@ -67,11 +73,11 @@ static inline float kern_expf(float x) {
 }
 
 typedef struct kern_attn_ops {
-    void (*scores)(int64_t n, int64_t dk, int n_q, const float *q, size_t qs, const float *k,
-                   size_t ks, float scale, float *s, size_t ss);
+    void (*scores)(int64_t n, int64_t dk, int n_q, const float *q, size_t qs, const void *const *k,
+                   int kvtype, float scale, float *s, size_t ss);
     float (*softmax)(int64_t n, float *s, float *l);
-    void (*pv)(int64_t n, int64_t dv, int n_q, const float *p, size_t ps, const float *v, size_t vs,
-               float *o, size_t os);
+    void (*pv)(int64_t n, int64_t dv, int n_q, const float *p, size_t ps, const void *const *v,
+               int kvtype, float *o, size_t os);
     void (*merge)(int nc, int n_q, int64_t dv, const float *part, float *out, size_t os);
 } kern_attn_ops;
 extern const kern_attn_ops kref_attn, kavx2_attn, kavx512_attn;

@@ -8,10 +8,11 @@
  * quantized to the type's `vec_dot_type` (Q8_0 or Q8_K), so integer dot
  * products reproduce llama.cpp's numbers closely.
  *
- * Batch invariance: a matmul output element y[i][j] is always computed by one
- * call of vec_dot on row j of W and row i of the (quantized) activations, with a
- * reduction order that does not depend on the batch size, the thread count or
- * which thread runs it. */
+ * Batch invariance: a matmul output element y[i][j] always goes through the
+ * same float operations as vec_dot on row j of W and row i of the (quantized)
+ * activations, in the canonical order of its type (kern_impl.h), whichever
+ * path computes it (vec_dot, a rows kernel, the packed GEMM), so it does not
+ * depend on the batch size, the thread count or which thread runs it. */
 #ifndef KVLLM_KERNELS_H
 #define KVLLM_KERNELS_H
 
@@ -81,26 +82,28 @@ size_t kern_row_bytes(int dtype, int64_t n);
 
 /* Y[m][n_out] = X[m][k] . W[n_out][k]^T, W rows of dtype wtype.
  * X is quantized once to W's vec_dot_type into `work` (size from
- * kern_matmul_work_bytes) and the output rows are split across the OpenMP team.
- * Call from outside a parallel region. */
+ * kern_matmul_work_bytes; its layout depends on the path) and the output rows
+ * are split across the OpenMP team. Call from outside a parallel region. */
 size_t kern_matmul_work_bytes(int wtype, int64_t m, int64_t k);
 void kern_matmul(const void *W, int wtype, int64_t n_out, int64_t k, const float *X, int64_t m,
                  float *Y, void *work);
 
-/* Attention, over one chunk of positions of one KV head (model_ops.c). All
- * rows are floats; q_h = q + h*qs, k_j = k + j*ks, v_j = v + j*vs. Canonical
- * orders (kern_impl.h), bit-identical across ISAs:
- *  kern_attn_scores  s[h*ss + j] = scale * dot16(q_h, k_j)        h < n_q, j < n
+/* Attention, over one chunk of positions of one KV head (model_ops.c). q rows
+ * are floats, q_h = q + h*qs; K and V come as one row pointer per position
+ * (k[j], v[j]: the head's slice in the paged cache, elements of kvtype F32,
+ * F16 or BF16, widened exactly). Canonical orders (kern_impl.h), bit-identical
+ * across ISAs:
+ *  kern_attn_scores  s[h*ss + j] = scale * dot16(q_h, k[j])        h < n_q, j < n
  *  kern_attn_softmax one row: m = max s; s[j] = kern_expf(s[j] - m); *l = sum16(s);
  *                    returns m
- *  kern_attn_pv      o[h*os + d] += p[h*ps + j] * v_j[d], one fma per term, j in order
+ *  kern_attn_pv      o[h*os + d] += p[h*ps + j] * v[j][d], one fma per term, j in order
  *  kern_attn_merge   nc chunk partials, each [m: n_q][l: n_q][o: n_q][dv] floats:
  *                    out[h*os + d] = (sum_c w_c o_c[d]) / (sum_c w_c l_c), w_c = expf(m_c - max m) */
-void kern_attn_scores(int64_t n, int64_t dk, int n_q, const float *q, size_t qs, const float *k,
-                      size_t ks, float scale, float *s, size_t ss);
+void kern_attn_scores(int64_t n, int64_t dk, int n_q, const float *q, size_t qs, const void *const *k,
+                      int kvtype, float scale, float *s, size_t ss);
 float kern_attn_softmax(int64_t n, float *s, float *l);
-void kern_attn_pv(int64_t n, int64_t dv, int n_q, const float *p, size_t ps, const float *v, size_t vs,
-                  float *o, size_t os);
+void kern_attn_pv(int64_t n, int64_t dv, int n_q, const float *p, size_t ps, const void *const *v,
+                  int kvtype, float *o, size_t os);
 void kern_attn_merge(int nc, int n_q, int64_t dv, const float *part, float *out, size_t os);
 
 /* Dequantize row `row` of a [rows][n] tensor of dtype into dst[n]. */

@@ -88,7 +88,11 @@ static bool ensure_attn_scratch(model *m, kv_pool *const *pools, kvl_error *err)
 }
 
 /* Attention for every (token, KV head) of the ubatch: q rows of q_stride floats
- * per token (heads a->dk apart), outputs of out_stride floats (heads a->dv apart). */
+ * per token (heads a->dk apart), outputs of out_stride floats (heads a->dv apart).
+ * The pairs run in parallel; when there are fewer pairs than threads (decode
+ * of one sequence with few KV heads) they run one after the other and each
+ * spreads its fixed chunks of positions over the threads instead. Either way
+ * the arithmetic is the same (op_attend_group). */
 static void attention(const fwd_ctx *c, const layer_weights *L, const attn_args *a, const float *q,
                       int64_t q_stride, float *out, int64_t out_stride) {
     model *m = c->m;
@@ -97,7 +101,17 @@ static void attention(const fwd_ctx *c, const layer_weights *L, const attn_args 
     double macs = 0;
     for (int64_t t = 0; t < c->n; t++) macs += (double)(c->b->pos[c->t0 + t] + 1);
     macs *= (double)m->hp.n_head * (double)(a->dk + a->dv);
-#pragma omp parallel for schedule(dynamic, 1) if (macs >= 65536.0 && total > 1)
+    bool par = macs >= 65536.0;
+    if (par && total < omp_get_max_threads()) {
+        for (int64_t w = 0; w < total; w++) {
+            int64_t t = w / n_kv, g = w % n_kv;
+            op_attend_group(a, seq_table(c, t, L->kv_group), c->b->pos[c->t0 + t], (int)g, (int)G,
+                            q + t * q_stride + g * G * a->dk, a->dk, out + t * out_stride + g * G * a->dv,
+                            a->dv, m->attn_scratch);
+        }
+        return;
+    }
+#pragma omp parallel for schedule(dynamic, 1) if (par && total > 1)
     for (int64_t w = 0; w < total; w++) {
         int64_t t = w / n_kv, g = w % n_kv;
         float *scratch = m->attn_scratch + (size_t)omp_get_thread_num() * m->attn_scratch_len;

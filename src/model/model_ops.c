@@ -3,6 +3,7 @@
  * sums squares in double, RoPE angles are built by repeated multiplication,
  * softmax sums in double, and q is converted to the KV cache's type before q.k. */
 #include <math.h>
+#include <omp.h>
 #include <string.h>
 
 #include "model_internal.h"
@@ -83,91 +84,134 @@ void op_gelu_mul(float *g, const float *u, int64_t n) {
  * on its own sequence. */
 #define ATTN_CHUNK 256
 
-/* K (or V) rows [r0, r1) of block blk for kv head kvh, as floats: in place for
- * an F32 cache (*stride = the row pitch), else widened into dst (rows of
- * `width` floats). rowbuf holds one full row for types that can only be
- * decoded a whole row at a time (q8_0 blocks span heads). */
-static const float *load_block_head(const attn_args *a, int32_t blk, int r0, int r1, int kvh, bool v,
-                                    float *dst, float *rowbuf, size_t *stride) {
+/* Types the attention kernels read in place; others (q8_0, fp8) are widened
+ * to floats ATTN_RUN positions at a time. */
+#define ATTN_RUN 64
+
+static bool attn_direct_type(int dtype) {
+    return dtype == GGUF_DT_F32 || dtype == GGUF_DT_F16 || dtype == GGUF_DT_BF16;
+}
+
+/* Row pointers to the K (or V) slices of kv head kvh for positions [j0, j1)
+ * through the block table: into the cache itself for the types the kernels
+ * read (*type is then the cache's type), else widened into dst (rows of
+ * `width` floats, at most ATTN_RUN of them; *type F32). rowbuf holds one full
+ * row for types that can only be decoded a whole row at a time (q8_0 blocks
+ * span heads). Returns how many positions it covered. */
+static int32_t load_run(const attn_args *a, const kv_seq *s, int32_t j0, int32_t j1, int kvh, bool v,
+                        float *dst, float *rowbuf, const void **rows, int *type) {
     const kv_pool_config *c = kv_pool_cfg(a->kv);
+    int bs = c->block_size;
     bool from_k = !v || a->v_in_k;
     int dtype = from_k ? c->dtype : kv_pool_dtype_v(a->kv);
     int64_t hstride = from_k ? a->dk : a->dv, width = v ? a->dv : a->dk;
     size_t row_bytes = from_k ? kv_pool_k_row_bytes(a->kv) : kv_pool_v_row_bytes(a->kv);
-    const uint8_t *base = from_k ? kv_block_k_const(a->kv, blk, a->slot) : kv_block_v_const(a->kv, blk, a->slot);
     size_t es = kv_dtype_bytes(dtype);
-    if (dtype == GGUF_DT_F32 && row_bytes % sizeof(float) == 0) {
-        *stride = row_bytes / sizeof(float);
-        return (const float *)(base + (size_t)r0 * row_bytes) + kvh * hstride;
-    }
-    *stride = (size_t)width;
-    for (int r = r0; r < r1; r++) {
-        const uint8_t *row = base + (size_t)r * row_bytes;
-        float *d = dst + (size_t)(r - r0) * width;
-        if (es) { /* plain types: the head's slice converts on its own */
-            kv_row_load(dtype, row + (size_t)kvh * hstride * es, d, width);
-        } else {
-            kv_row_load(dtype, row, rowbuf, (int64_t)c->n_kv_heads * hstride);
-            memcpy(d, rowbuf + kvh * hstride, width * sizeof(float));
+    bool direct = attn_direct_type(dtype);
+    if (!direct && j1 - j0 > ATTN_RUN) j1 = j0 + ATTN_RUN;
+    for (int32_t j = j0; j < j1;) {
+        int32_t blk = s->blocks[j / bs];
+        const uint8_t *base = from_k ? kv_block_k_const(a->kv, blk, a->slot) : kv_block_v_const(a->kv, blk, a->slot);
+        int32_t end = (j / bs + 1) * bs < j1 ? (j / bs + 1) * bs : j1;
+        for (; j < end; j++) {
+            const uint8_t *row = base + (size_t)(j % bs) * row_bytes;
+            if (direct) {
+                rows[j - j0] = row + (size_t)kvh * hstride * es;
+                continue;
+            }
+            float *d = dst + (size_t)(j - j0) * width;
+            if (es) { /* plain types: the head's slice converts on its own */
+                kv_row_load(dtype, row + (size_t)kvh * hstride * es, d, width);
+            } else {
+                kv_row_load(dtype, row, rowbuf, (int64_t)c->n_kv_heads * hstride);
+                memcpy(d, rowbuf + kvh * hstride, width * sizeof(float));
+            }
+            rows[j - j0] = d;
         }
     }
-    return dst;
+    *type = direct ? dtype : GGUF_DT_F32;
+    return j1 - j0;
 }
 
 static int64_t attn_max_chunks(int64_t max_ctx) { return max_ctx / ATTN_CHUNK + 2; }
+
+/* Called outside a parallel region, one token's chunks may run on up to this
+ * many threads (attention() does that when there are fewer (token, KV head)
+ * pairs than threads, e.g. single-sequence decode with one KV head). */
+#define ATTN_SPLIT_MAX 4
+
+/* Floats of one thread's working area: a run of widened K or V, one full
+ * cache row, a chunk of scores. */
+static size_t attn_work_floats(const kv_pool_config *c, int n_q, int64_t w) {
+    return (size_t)(ATTN_RUN * w + c->n_kv_heads * w + n_q * ATTN_CHUNK + 16);
+}
+
+/* Chunk partial P = (m[n_q], l[n_q], o[n_q][dv]) of positions [lo, hi]. */
+static void attend_chunk(const attn_args *a, const kv_seq *s, int32_t lo, int32_t hi, int kvh, int n_q,
+                         const float *qr, float *P, float *work) {
+    const kv_pool_config *c = kv_pool_cfg(a->kv);
+    int64_t dk = a->dk, dv = a->dv, w = dk > dv ? dk : dv;
+    float *kbuf = work;                   /* [ATTN_RUN][w] widened K or V of a run */
+    float *rowbuf = kbuf + ATTN_RUN * w;  /* one full cache row */
+    float *sc = rowbuf + c->n_kv_heads * w; /* [n_q][ATTN_CHUNK] scores, then exp */
+    const void *rows[ATTN_CHUNK];
+    for (int32_t j0 = lo; j0 <= hi;) { /* scores, a run at a time */
+        int type;
+        int32_t got = load_run(a, s, j0, hi + 1, kvh, false, kbuf, rowbuf, rows, &type);
+        kern_attn_scores(got, dk, n_q, qr, (size_t)dk, rows, type, a->scale, sc + (j0 - lo), ATTN_CHUNK);
+        j0 += got;
+    }
+    int64_t n = hi - lo + 1;
+    if (a->softcap > 0)
+        for (int h = 0; h < n_q; h++)
+            for (int64_t j = 0; j < n; j++)
+                sc[h * ATTN_CHUNK + j] = a->softcap * tanhf(sc[h * ATTN_CHUNK + j] / a->softcap);
+    for (int h = 0; h < n_q; h++) P[h] = kern_attn_softmax(n, sc + h * ATTN_CHUNK, &P[n_q + h]);
+    float *o = P + 2 * n_q;
+    memset(o, 0, (size_t)n_q * dv * sizeof(float));
+    for (int32_t j0 = lo; j0 <= hi;) { /* e . V, a run at a time */
+        int type;
+        int32_t got = load_run(a, s, j0, hi + 1, kvh, true, kbuf, rowbuf, rows, &type);
+        kern_attn_pv(got, dv, n_q, sc + (j0 - lo), ATTN_CHUNK, rows, type, o, (size_t)dv);
+        j0 += got;
+    }
+}
 
 void op_attend_group(const attn_args *a, const kv_seq *s, int32_t pos, int kvh, int n_q,
                      const float *q, int64_t q_stride, float *out, int64_t out_stride,
                      float *scratch) {
     const kv_pool_config *c = kv_pool_cfg(a->kv);
-    int bs = c->block_size;
     int64_t dk = a->dk, dv = a->dv, w = dk > dv ? dk : dv;
-    float *qr = scratch;                  /* [n_q][dk] queries as the cache's dot type sees them */
-    float *kbuf = qr + n_q * dk;          /* [bs][w] one block's widened K or V */
-    float *rowbuf = kbuf + bs * w;        /* one full cache row */
-    float *sc = rowbuf + c->n_kv_heads * w; /* [n_q][ATTN_CHUNK] scores, then exp */
-    float *part = sc + n_q * ATTN_CHUNK;  /* per chunk: m[n_q], l[n_q], o[n_q][dv] */
     const size_t cs = (size_t)n_q * (size_t)(dv + 2);
+    int32_t first = a->window > 0 && pos - a->window + 1 > 0 ? pos - a->window + 1 : 0;
+    int32_t c0 = first / ATTN_CHUNK, c1 = pos / ATTN_CHUNK;
+    float *qr = scratch;                  /* [n_q][dk] queries as the cache's dot type sees them */
+    float *part = qr + n_q * dk;          /* per chunk: m[n_q], l[n_q], o[n_q][dv] */
+    float *work = part + (size_t)(c1 - c0 + 1) * cs; /* up to ATTN_SPLIT_MAX working areas */
+    const size_t wf = attn_work_floats(c, n_q, w);
     /* Like ggml's mul_mat against an f16 cache, q is rounded to f16 first. */
     for (int h = 0; h < n_q; h++) {
         const float *qh = q + h * q_stride;
         for (int64_t i = 0; i < dk; i++)
             qr[h * dk + i] = c->dtype == GGUF_DT_F16 ? kvl_f16_to_f32(kvl_f32_to_f16(qh[i])) : qh[i];
     }
-    int32_t first = a->window > 0 && pos - a->window + 1 > 0 ? pos - a->window + 1 : 0;
-    int32_t c0 = first / ATTN_CHUNK, c1 = pos / ATTN_CHUNK;
+    /* Chunks are fixed by position and merge in order, so how they are
+     * scheduled does not change the result. */
+    int nth = omp_in_parallel() ? 1 : omp_get_max_threads();
+    nth = nth < ATTN_SPLIT_MAX ? nth : ATTN_SPLIT_MAX;
+    nth = nth < c1 - c0 + 1 ? nth : c1 - c0 + 1;
+#pragma omp parallel for num_threads(nth) schedule(dynamic, 1) if (nth > 1)
     for (int32_t ci = c0; ci <= c1; ci++) {
         int32_t lo = ci * ATTN_CHUNK > first ? ci * ATTN_CHUNK : first;
         int32_t hi = (ci + 1) * ATTN_CHUNK - 1 < pos ? (ci + 1) * ATTN_CHUNK - 1 : pos;
-        float *P = part + (size_t)(ci - c0) * cs;
-        for (int32_t j0 = lo; j0 <= hi;) { /* scores, block by block */
-            int r0 = j0 % bs, r1 = (hi - j0 + r0 + 1) < bs ? hi - j0 + r0 + 1 : bs;
-            size_t ks;
-            const float *k = load_block_head(a, s->blocks[j0 / bs], r0, r1, kvh, false, kbuf, rowbuf, &ks);
-            kern_attn_scores(r1 - r0, dk, n_q, qr, (size_t)dk, k, ks, a->scale, sc + (j0 - lo), ATTN_CHUNK);
-            j0 += r1 - r0;
-        }
-        int64_t n = hi - lo + 1;
-        if (a->softcap > 0)
-            for (int h = 0; h < n_q; h++)
-                for (int64_t j = 0; j < n; j++)
-                    sc[h * ATTN_CHUNK + j] = a->softcap * tanhf(sc[h * ATTN_CHUNK + j] / a->softcap);
-        for (int h = 0; h < n_q; h++) P[h] = kern_attn_softmax(n, sc + h * ATTN_CHUNK, &P[n_q + h]);
-        float *o = P + 2 * n_q;
-        memset(o, 0, (size_t)n_q * dv * sizeof(float));
-        for (int32_t j0 = lo; j0 <= hi;) { /* e . V, block by block */
-            int r0 = j0 % bs, r1 = (hi - j0 + r0 + 1) < bs ? hi - j0 + r0 + 1 : bs;
-            size_t vs;
-            const float *v = load_block_head(a, s->blocks[j0 / bs], r0, r1, kvh, true, kbuf, rowbuf, &vs);
-            kern_attn_pv(r1 - r0, dv, n_q, sc + (j0 - lo), ATTN_CHUNK, v, vs, o, (size_t)dv);
-            j0 += r1 - r0;
-        }
+        attend_chunk(a, s, lo, hi, kvh, n_q, qr, part + (size_t)(ci - c0) * cs,
+                     work + (size_t)omp_get_thread_num() * wf);
     }
     kern_attn_merge(c1 - c0 + 1, n_q, dv, part, out, (size_t)out_stride);
 }
 
 size_t op_attend_scratch_floats(const kv_pool_config *c, int n_q, int64_t dk, int64_t dv, int64_t max_ctx) {
     int64_t w = dk > dv ? dk : dv;
-    return (size_t)(n_q * dk + c->block_size * w + c->n_kv_heads * w + n_q * ATTN_CHUNK +
-                    attn_max_chunks(max_ctx) * n_q * (dv + 2) + 64);
+    return (size_t)(n_q * dk + attn_max_chunks(max_ctx) * n_q * (dv + 2)) +
+           ATTN_SPLIT_MAX * attn_work_floats(c, n_q, w) + 64;
 }

@@ -519,8 +519,11 @@ static void test_attn(void) {
                 fill_data(q, nq * qs, 1.0f);
                 fill_data(k, n * ks, 1.0f);
                 fill_data(o0, nq * qs, 1.0f);
-                memcpy(o1, o0, nq * qs * sizeof(float));
-                kref_attn.scores(n, d, nq, q, qs, k, ks, 0.125f, s0, ss);
+                float *oinit = kvl_alloc(nq * qs * sizeof(float));
+                memcpy(oinit, o0, nq * qs * sizeof(float));
+                const void **kr = kvl_alloc(n * sizeof *kr);
+                for (int64_t j = 0; j < n; j++) kr[j] = k + j * ks;
+                kref_attn.scores(n, d, nq, q, qs, kr, GGUF_DT_F32, 0.125f, s0, ss);
                 double err = 0;
                 for (int h = 0; h < nq; h++)
                     for (int64_t j = 0; j < n; j++) {
@@ -532,12 +535,12 @@ static void test_attn(void) {
                 /* softmax of the scores row by row, pv with them as weights, v = k */
                 float m0[8], l0[8], m1[8], l1[8];
                 for (int h = 0; h < nq; h++) m0[h] = kref_attn.softmax(n, s0 + h * ss, &l0[h]);
-                kref_attn.pv(n, d, nq, s0, ss, k, ks, o0, qs);
+                kref_attn.pv(n, d, nq, s0, ss, kr, GGUF_DT_F32, o0, qs);
                 for (size_t v = 0; v < sizeof simd / sizeof simd[0]; v++) {
                     if (!simd[v]) continue;
-                    simd[v]->scores(n, d, nq, q, qs, k, ks, 0.125f, s1, ss);
+                    simd[v]->scores(n, d, nq, q, qs, kr, GGUF_DT_F32, 0.125f, s1, ss);
                     for (int h = 0; h < nq; h++) {
-                        kref_attn.scores(n, d, 1, q + h * qs, qs, k, ks, 0.125f, s0 + h * ss, ss);
+                        kref_attn.scores(n, d, 1, q + h * qs, qs, kr, GGUF_DT_F32, 0.125f, s0 + h * ss, ss);
                         CHECK(same_floats(s0 + h * ss, s1 + h * ss, n), "attn scores d=%lld n=%lld nq=%d differ",
                               (long long)d, (long long)n, nq);
                         m0[h] = kref_attn.softmax(n, s0 + h * ss, &l0[h]);
@@ -546,12 +549,37 @@ static void test_attn(void) {
                                   same_floats(s0 + h * ss, s1 + h * ss, n),
                               "attn softmax n=%lld differs", (long long)n);
                     }
-                    simd[v]->pv(n, d, nq, s1, ss, k, ks, o1, qs);
+                    memcpy(o1, oinit, nq * qs * sizeof(float));
+                    simd[v]->pv(n, d, nq, s1, ss, kr, GGUF_DT_F32, o1, qs);
                     for (int h = 0; h < nq; h++)
                         CHECK(same_floats(o0 + h * qs, o1 + h * qs, d), "attn pv d=%lld n=%lld nq=%d differs",
                               (long long)d, (long long)n, nq);
                 }
-                kvl_free(q), kvl_free(k), kvl_free(s0), kvl_free(s1), kvl_free(o0), kvl_free(o1);
+                /* F16 and BF16 rows, read in place */
+                for (int ti = 0; ti < 2; ti++) {
+                    const int kt = ti ? GGUF_DT_BF16 : GGUF_DT_F16;
+                    uint16_t *kh = kvl_alloc(n * ks * sizeof(uint16_t));
+                    const void **khr = kvl_alloc(n * sizeof *khr);
+                    for (int64_t i = 0; i < (int64_t)(n * ks); i++)
+                        kh[i] = ti ? kvl_f32_to_bf16(k[i]) : kvl_f32_to_f16(k[i]);
+                    for (int64_t j = 0; j < n; j++) khr[j] = kh + j * ks;
+                    kref_attn.scores(n, d, nq, q, qs, khr, kt, 0.125f, s0, ss);
+                    memcpy(o0, oinit, nq * qs * sizeof(float));
+                    kref_attn.pv(n, d, nq, s0, ss, khr, kt, o0, qs);
+                    for (size_t v = 0; v < sizeof simd / sizeof simd[0]; v++) {
+                        if (!simd[v]) continue;
+                        simd[v]->scores(n, d, nq, q, qs, khr, kt, 0.125f, s1, ss);
+                        memcpy(o1, oinit, nq * qs * sizeof(float));
+                        simd[v]->pv(n, d, nq, s0, ss, khr, kt, o1, qs);
+                        for (int h = 0; h < nq; h++)
+                            CHECK(same_floats(s0 + h * ss, s1 + h * ss, n) && same_floats(o0 + h * qs, o1 + h * qs, d),
+                                  "attn %s rows d=%lld n=%lld nq=%d differ", ti ? "bf16" : "f16", (long long)d,
+                                  (long long)n, nq);
+                    }
+                    kvl_free(kh), kvl_free(khr);
+                }
+                kvl_free(q), kvl_free(k), kvl_free(s0), kvl_free(s1), kvl_free(o0), kvl_free(o1), kvl_free(oinit);
+                kvl_free(kr);
             }
     /* merge: nc chunk partials against the same result in double */
     static const int64_t dvs[] = {1, 16, 20, 64, 512};
