@@ -18,17 +18,7 @@
 #include "tokenizer/tok_extra.h"
 #include "tokenizer/tokenizer.h"
 
-static int failures;
-
-#define CHECK(cond, ...)                                                        \
-    do {                                                                        \
-        if (!(cond)) {                                                          \
-            failures++;                                                         \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);     \
-            fprintf(stderr, __VA_ARGS__);                                       \
-            fputc('\n', stderr);                                                \
-        }                                                                       \
-    } while (0)
+#include "test_check.h"
 
 #define TOKDIR "tests/data/tokenizer"
 #define GOLDDIR "tests/data/golden"
