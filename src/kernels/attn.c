@@ -59,7 +59,14 @@ static void ref_merge(int nc, int n_q, int64_t dv, const float *part, float *out
     }
 }
 
-const kern_attn_ops kref_attn = {ref_scores, ref_softmax, ref_pv, ref_merge};
+static void ref_silu_mul(float *g, const float *u, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        const float x = g[i], e = kern_expf(-fabsf(x)), r = 1.0f / (1.0f + e);
+        g[i] = (x * (x >= 0.0f ? r : e * r)) * u[i];
+    }
+}
+
+const kern_attn_ops kref_attn = {ref_scores, ref_softmax, ref_pv, ref_merge, ref_silu_mul};
 
 void kern_attn_scores(int64_t n, int64_t dk, int n_q, const float *q, size_t qs, const void *const *k,
                       int kvtype, float scale, float *s, size_t ss) {
@@ -73,3 +80,4 @@ void kern_attn_pv(int64_t n, int64_t dv, int n_q, const float *p, size_t ps, con
 void kern_attn_merge(int nc, int n_q, int64_t dv, const float *part, float *out, size_t os) {
     kern_attn_active()->merge(nc, n_q, dv, part, out, os);
 }
+void kern_silu_mul(float *g, const float *u, int64_t n) { kern_attn_active()->silu_mul(g, u, n); }

@@ -178,4 +178,18 @@ T_AVX2 static void merge(int nc, int n_q, int64_t dv, const float *part, float *
     }
 }
 
-const kern_attn_ops kavx2_attn = {scores, softmax, pv, merge};
+T_AVX2 static void silu_mul(float *g, const float *u, int64_t n) {
+    const __m256 one = _mm256_set1_ps(1.0f), sign = _mm256_set1_ps(-0.0f);
+    for (int64_t i = 0; i < n; i += 8) {
+        const __m256i m = lanes(n - i);
+        const __m256 x = _mm256_maskload_ps(g + i, m);
+        /* -|x| */
+        const __m256 e = exp8(_mm256_or_ps(x, sign));
+        const __m256 r = _mm256_div_ps(one, _mm256_add_ps(one, e));
+        const __m256 pos = _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_GE_OQ);
+        const __m256 sig = _mm256_blendv_ps(_mm256_mul_ps(e, r), r, pos);
+        _mm256_maskstore_ps(g + i, m, _mm256_mul_ps(_mm256_mul_ps(x, sig), _mm256_maskload_ps(u + i, m)));
+    }
+}
+
+const kern_attn_ops kavx2_attn = {scores, softmax, pv, merge, silu_mul};

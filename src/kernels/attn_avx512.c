@@ -245,4 +245,17 @@ T_512 static void merge(int nc, int n_q, int64_t dv, const float *part, float *o
     }
 }
 
-const kern_attn_ops kavx512_attn = {scores, softmax, pv, merge};
+T_512 static void silu_mul(float *g, const float *u, int64_t n) {
+    const __m512 one = _mm512_set1_ps(1.0f);
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 m = tmask(n - i);
+        const __m512 x = _mm512_maskz_loadu_ps(m, g + i);
+        const __m512 e = exp16(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_abs_ps(x)));
+        const __m512 r = _mm512_div_ps(one, _mm512_add_ps(one, e));
+        const __mmask16 pos = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_GE_OQ);
+        const __m512 sig = _mm512_mask_blend_ps(pos, _mm512_mul_ps(e, r), r);
+        _mm512_mask_storeu_ps(g + i, m, _mm512_mul_ps(_mm512_mul_ps(x, sig), _mm512_maskz_loadu_ps(m, u + i)));
+    }
+}
+
+const kern_attn_ops kavx512_attn = {scores, softmax, pv, merge, silu_mul};

@@ -79,6 +79,7 @@ typedef struct kern_attn_ops {
     void (*pv)(int64_t n, int64_t dv, int n_q, const float *p, size_t ps, const void *const *v,
                int kvtype, float *o, size_t os);
     void (*merge)(int nc, int n_q, int64_t dv, const float *part, float *out, size_t os);
+    void (*silu_mul)(float *g, const float *u, int64_t n); /* kern_silu_mul */
 } kern_attn_ops;
 extern const kern_attn_ops kref_attn, kavx2_attn, kavx512_attn;
 /* The active attention kernels. */

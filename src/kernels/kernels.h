@@ -106,6 +106,11 @@ void kern_attn_pv(int64_t n, int64_t dv, int n_q, const float *p, size_t ps, con
                   int kvtype, float *o, size_t os);
 void kern_attn_merge(int nc, int n_q, int64_t dv, const float *part, float *out, size_t os);
 
+/* g[i] = silu(g[i]) * u[i], silu(x) = x * sigmoid(x), with e = kern_expf(-|x|):
+ * sigmoid = x >= 0 ? 1 / (1 + e) : e * (1 / (1 + e)); then (x * sigmoid) * u.
+ * Bit-identical across ISAs. */
+void kern_silu_mul(float *g, const float *u, int64_t n);
+
 /* Dequantize row `row` of a [rows][n] tensor of dtype into dst[n]. */
 void kern_get_row(const void *data, int dtype, int64_t n, int64_t row, float *dst);
 

@@ -212,9 +212,14 @@ void kern_matmul(const void *W, int wtype, int64_t n_out, int64_t k, const float
     const int64_t crows = chunk_rows(&p, n_out, par ? omp_get_max_threads() : 1);
     const int64_t nchunks = (n_out + crows - 1) / crows;
 
+    /* A few rows (decode) are quantized here, saving the team a barrier. */
+    const bool serial_quantize = m <= KERN_ROWS_MAX;
+    if (p.quantize && serial_quantize)
+        for (int64_t i = 0; i < m; i++) p.quantize(X + i * k, (char *)work + i * p.xrow, k);
+
 #pragma omp parallel if (par)
     {
-        if (p.quantize) {
+        if (p.quantize && !serial_quantize) {
 #pragma omp for schedule(static)
             for (int64_t i = 0; i < m; i++) p.quantize(X + i * k, (char *)work + i * p.xrow, k);
         }

@@ -189,11 +189,20 @@ void op_attend_group(const attn_args *a, const kv_seq *s, int32_t pos, int kvh, 
     float *part = qr + n_q * dk;          /* per chunk: m[n_q], l[n_q], o[n_q][dv] */
     float *work = part + (size_t)(c1 - c0 + 1) * cs; /* up to ATTN_SPLIT_MAX working areas */
     const size_t wf = attn_work_floats(c, n_q, w);
-    /* Like ggml's mul_mat against an f16 cache, q is rounded to f16 first. */
+    /* Like ggml's mul_mat against an f16 cache, q is rounded to f16 first
+     * (the kernels' conversions: the same values as kvl_f32_to_f16). */
     for (int h = 0; h < n_q; h++) {
         const float *qh = q + h * q_stride;
-        for (int64_t i = 0; i < dk; i++)
-            qr[h * dk + i] = c->dtype == GGUF_DT_F16 ? kvl_f16_to_f32(kvl_f32_to_f16(qh[i])) : qh[i];
+        if (c->dtype == GGUF_DT_F16) {
+            kvl_f16 t[256];
+            for (int64_t i0 = 0; i0 < dk; i0 += 256) {
+                int64_t nn = dk - i0 < 256 ? dk - i0 : 256;
+                kv_row_store(GGUF_DT_F16, qh + i0, t, nn);
+                kv_row_load(GGUF_DT_F16, t, qr + h * dk + i0, nn);
+            }
+        } else {
+            memcpy(qr + h * dk, qh, (size_t)dk * sizeof(float));
+        }
     }
     /* Chunks are fixed by position and merge in order, so how they are
      * scheduled does not change the result. */
