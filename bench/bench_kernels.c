@@ -3,7 +3,12 @@
  * Build (not part of the CMake build), from the repo root:
  *   gcc -std=gnu11 -O2 -fopenmp -Isrc src/base/base.c src/kernels/[a-z]*.c \
  *       bench/bench_kernels.c -o build/bench_kernels -lm
- * Run:   OMP_NUM_THREADS=2 ./build/bench_kernels [isa] [k] [n_out] [types, e.g. Q8_0,Q4_K]
+ * Run:   OMP_NUM_THREADS=2 ./build/bench_kernels [isa] [k] [n_out] [types, e.g. Q8_0,Q4_K,attn]
+ *
+ * Per type: m = 1 (decode, weights streamed from memory), then m = 4, 16, 64
+ * and 512 (batched decode, prefill) from cache-resident weights. "attn" runs
+ * the attention kernels (q.k, softmax, p.v) over one 256-position chunk of f16
+ * cache rows, single thread.
  *
  * Weights cycle through enough copies to exceed the L3 cache, so the decode
  * figures are DRAM bandwidth, comparable to the machine's stream bandwidth
@@ -110,6 +115,31 @@ static void bench_type(int t, int64_t k, int64_t n_out) {
     kvl_free(X), kvl_free(Y), kvl_free(work);
 }
 
+/* q.k + softmax + p.v of n_q heads over one chunk of n f16 rows of width d. */
+static void bench_attn(int64_t d, int n_q) {
+    const int64_t n = 256;
+    kvl_f16 *kv = kvl_alloc(n * d * sizeof(kvl_f16));
+    const void **rows = kvl_alloc(n * sizeof *rows);
+    float *q = kvl_alloc(n_q * d * sizeof(float)), *s = kvl_alloc(n_q * n * sizeof(float));
+    float *o = kvl_alloc(n_q * d * sizeof(float)), l;
+    for (int64_t i = 0; i < n * d; i++) kv[i] = kvl_f32_to_f16((float)((int)(next_u64() % 2001) - 1000) * 1e-3f);
+    for (int64_t i = 0; i < n_q * d; i++) q[i] = (float)((int)(next_u64() % 2001) - 1000) * 1e-3f;
+    for (int64_t j = 0; j < n; j++) rows[j] = kv + j * d;
+    double best = 1e30;
+    for (int rep = 0; rep < 200; rep++) {
+        const double t0 = kvl_time_s();
+        kern_attn_scores(n, d, n_q, q, (size_t)d, rows, GGUF_DT_F16, 0.125f, s, (size_t)n);
+        for (int h = 0; h < n_q; h++) kern_attn_softmax(n, s + h * n, &l);
+        memset(o, 0, n_q * d * sizeof(float));
+        kern_attn_pv(n, d, n_q, s, (size_t)n, rows, GGUF_DT_F16, o, (size_t)d);
+        const double dt = kvl_time_s() - t0;
+        if (dt < best) best = dt;
+    }
+    printf("attn  d=%-4lld n_q=%d  %7.2f us per chunk of %lld  %6.1f GMAC/s\n", (long long)d, n_q, best * 1e6,
+           (long long)n, 2.0 * n_q * n * d / best / 1e9);
+    kvl_free(kv), kvl_free(rows), kvl_free(q), kvl_free(s), kvl_free(o);
+}
+
 int main(int argc, char **argv) {
     kern_init(argc > 1 ? argv[1] : NULL);
     const int64_t k = argc > 2 ? atoll(argv[2]) : 4096, n_out = argc > 3 ? atoll(argv[3]) : 4096;
@@ -119,5 +149,10 @@ int main(int argc, char **argv) {
                                 GGUF_DT_F16,  GGUF_DT_BF16, GGUF_DT_F32};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
         if (argc <= 4 || strstr(argv[4], kern_traits_of(types[i])->name)) bench_type(types[i], k, n_out);
+    if (argc <= 4 || strstr(argv[4], "attn")) {
+        bench_attn(64, 4);
+        bench_attn(128, 4);
+        bench_attn(576, 16);
+    }
     return 0;
 }

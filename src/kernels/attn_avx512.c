@@ -80,11 +80,55 @@ T_512_INLINE void prefetch_row(const void *row, int64_t bytes) {
     for (int64_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)row + o, _MM_HINT_T0);
 }
 
+/* Heads h0..h0+3 x positions j0..j0+3: each K row is loaded (and widened)
+ * once for the 4 heads, and the 16 lane vectors reduce together; lane 4h + j of
+ * the result is head h0+h at position j0+j. Per score the steps are those of
+ * dot_lanes and kern_reduce16, as below. */
+T_512_INLINE void scores_4x4(int t, int64_t nj, int64_t dk, const float *q, size_t qs, const void *const *k,
+                             __m512 vs, float *s, size_t ss) {
+    __m512 v[16];
+    UNROLL(4)
+    for (int j = 0; j < 4; j++) {
+        UNROLL(4)
+        for (int h = 0; h < 4; h++) v[4 * h + j] = _mm512_setzero_ps();
+        if (j >= nj) continue;
+        const void *kj = k[j];
+        int64_t d = 0;
+        for (; d + 16 <= dk; d += 16) {
+            const __m512 kv = kv_load(t, kj, d, 0xFFFF);
+            UNROLL(4)
+            for (int h = 0; h < 4; h++)
+                v[4 * h + j] = _mm512_fmadd_ps(_mm512_loadu_ps(q + h * qs + d), kv, v[4 * h + j]);
+        }
+        if (d < dk) {
+            const __mmask16 m = tmask(dk - d);
+            const __m512 kv = kv_load(t, kj, d, m);
+            UNROLL(4)
+            for (int h = 0; h < 4; h++)
+                v[4 * h + j] = _mm512_mask3_fmadd_ps(_mm512_maskz_loadu_ps(m, q + h * qs + d), kv, v[4 * h + j], m);
+        }
+    }
+    /* reduce16x16 puts vector i in lane i: head h's 4 positions in quarter h */
+    const __m512 r = _mm512_mul_ps(reduce16x16(v), vs);
+    const __mmask16 m = tmask(nj);
+    _mm_mask_storeu_ps(s, (__mmask8)m, _mm512_castps512_ps128(r));
+    _mm_mask_storeu_ps(s + ss, (__mmask8)m, _mm512_extractf32x4_ps(r, 1));
+    _mm_mask_storeu_ps(s + 2 * ss, (__mmask8)m, _mm512_extractf32x4_ps(r, 2));
+    _mm_mask_storeu_ps(s + 3 * ss, (__mmask8)m, _mm512_extractf32x4_ps(r, 3));
+}
+
 T_512_INLINE void scores_t(int t, int64_t n, int64_t dk, int n_q, const float *q, size_t qs,
                             const void *const *k, float scale, float *s, size_t ss) {
     const __m512 vs = _mm512_set1_ps(scale);
     const int64_t bytes = dk * (t == GGUF_DT_F32 ? 4 : 2);
-    for (int h = 0; h < n_q; h++) {
+    int h0 = 0;
+    for (; h0 + 4 <= n_q; h0 += 4)
+        for (int64_t j0 = 0; j0 < n; j0 += 4) {
+            if (h0 == 0 && j0 % 16 == 0)
+                for (int64_t j = j0 + ATTN_PF; j < j0 + ATTN_PF + 16 && j < n; j++) prefetch_row(k[j], bytes);
+            scores_4x4(t, n - j0 < 4 ? n - j0 : 4, dk, q + h0 * qs, qs, k + j0, vs, s + h0 * ss + j0, ss);
+        }
+    for (int h = h0; h < n_q; h++) {
         const float *qh = q + h * qs;
         for (int64_t j0 = 0; j0 < n; j0 += 16) {
             const int64_t nj = n - j0 < 16 ? n - j0 : 16;

@@ -500,6 +500,34 @@ static void test_attn_exp(void) {
 
 static bool same_floats(const float *a, const float *b, int64_t n) { return memcmp(a, b, n * sizeof(float)) == 0; }
 
+/* kern_silu_mul against double math, and every ISA against the reference. */
+static void test_silu(void) {
+    const int64_t n = 1037;
+    float *g = kvl_alloc(n * sizeof(float)), *u = kvl_alloc(n * sizeof(float));
+    float *r0 = kvl_alloc(n * sizeof(float)), *r1 = kvl_alloc(n * sizeof(float));
+    fill_data(g, n, 4.0f);
+    fill_data(u, n, 1.0f);
+    g[0] = 0.0f, g[1] = -0.0f, g[2] = 90.0f, g[3] = -90.0f, g[4] = 1e-30f;
+    memcpy(r0, g, n * sizeof(float));
+    kref_attn.silu_mul(r0, u, n);
+    double err = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const double x = g[i], want = x / (1.0 + exp(-x)) * u[i];
+        err = fmax(err, fabs(r0[i] - want) / (fabs(x * u[i]) + 1e-30));
+    }
+    CHECK(err < 1e-6, "silu_mul: relative error %g", err);
+    for (int isa = 1; isa <= 2; isa++) {
+        if (!isa_ok[isa]) continue;
+        for (int64_t len = n; len > n - 20; len--) { /* every tail length */
+            memcpy(r1, g, n * sizeof(float));
+            (isa == 1 ? &kavx2_attn : &kavx512_attn)->silu_mul(r1, u, len);
+            CHECK(same_floats(r0, r1, len) && same_floats(g + len, r1 + len, n - len),
+                  "silu_mul on %s (n=%lld) differs", isa_list[isa], (long long)len);
+        }
+    }
+    kvl_free(g), kvl_free(u), kvl_free(r0), kvl_free(r1);
+}
+
 /* Each attention kernel on every ISA against the reference, bit for bit, and
  * the reference against double-precision math. */
 static void test_attn(void) {
@@ -822,6 +850,7 @@ int main(void) {
     test_matmul_shapes();
     test_attn_exp();
     test_attn();
+    test_silu();
     test_get_row();
     test_golden();
     if (failures) {
