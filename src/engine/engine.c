@@ -17,6 +17,7 @@ typedef struct seq {
     int64_t n_tokens, cap_tokens;
     int64_t n_prompt;
     int64_t n_computed;      /* tokens whose K/V are in the blocks */
+    int64_t recompute_for;   /* --no-kv-cache: n_tokens the current recompute serves */
     kv_seq kv[MODEL_MAX_KV_GROUPS]; /* one block table per KV group */
     uint64_t hash_root;      /* chain root (depends on the cache salt) */
     uint64_t last_hash;      /* hash of block n_hashed-1 (hash_root if none) */
@@ -539,8 +540,13 @@ static void plan_step(engine *e, step_plan *p) {
     /* Running sequences, oldest first: decodes (and unfinished prefills). */
     for (int i = 0; i < e->n_running && budget > 0;) {
         seq *s = e->running[i];
-        if (e->cfg.no_kv_cache && s->n_computed == s->n_tokens - 1 && s->n_computed > 0)
-            seq_forget_kv(e, s); /* forget everything: recompute the prefix */
+        /* No cache: once per new token, forget everything and recompute the prefix
+         * (a chunked recompute that happens to stop at n_tokens-1 must go on). */
+        if (e->cfg.no_kv_cache && s->n_computed == s->n_tokens - 1 && s->n_computed > 0 &&
+            s->recompute_for != s->n_tokens) {
+            seq_forget_kv(e, s);
+            s->recompute_for = s->n_tokens;
+        }
         int64_t n = reserve_chunk(e, s, budget);
         if (n == 0) {
             /* Out of blocks: the newest running sequence yields (possibly s itself,

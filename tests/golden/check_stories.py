@@ -9,7 +9,7 @@ kv, model, ref = sys.argv[1:4]
 lines = [l for l in open(ref, encoding="utf-8").read().splitlines() if l and not l.startswith("#")]
 want = [int(x) for x in lines[0].split()]
 failed = False
-for extra in ([], ["--kv-type", "f32"], ["--block-size", "7"], ["--no-kv-cache", "-n", "64"]):
+for extra in ([], ["--kv-type", "f32"], ["--block-size", "7"], ["--no-kv-cache", "-n", "64"], ["--no-kv-cache", "-n", "48", "-b", "16"]):
     n = str(len(want))
     cmd = [kv, "run", "-m", model, "-n", n, "--temp", "0", "--ignore-eos", "--json"] + extra
     p = subprocess.run(cmd, capture_output=True, text=True)
