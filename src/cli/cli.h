@@ -26,7 +26,7 @@ typedef struct cli_opts {
     const char *stop[CLI_MAX_STOP];
     int n_stop;
     int top_logprobs;
-    bool json, no_bos, parse_special, ignore_eos, no_kv_cache, verbose;
+    bool json, no_bos, parse_special, ignore_eos, no_kv_cache, no_repack, verbose;
     int block_size;
     int kv_dtype;   /* K (and V unless kv_dtype_v >= 0) */
     int kv_dtype_v;

@@ -129,6 +129,7 @@ static bool apply_switch(cli_opts *o, const char *f) {
     else if (IS("--parse-special")) o->parse_special = true;
     else if (IS("--ignore-eos")) o->ignore_eos = true;
     else if (IS("--no-kv-cache")) o->no_kv_cache = true;
+    else if (IS("--no-repack") || IS("-nr")) o->no_repack = true;
     else if (IS("-v") || IS("--verbose")) o->verbose = true;
     else return false;
 #undef IS
@@ -209,7 +210,7 @@ bool cli_load(const cli_opts *o, bool want_weights, cli_model *cm) {
         return true;
     }
     int64_t ctx = o->n_ctx;
-    model_params mp = {.max_ctx = ctx > 0 ? ctx : 0, .max_ubatch = o->ubatch};
+    model_params mp = {.max_ctx = ctx > 0 ? ctx : 0, .max_ubatch = o->ubatch, .no_repack = o->no_repack};
     cm->m = model_load(f, &mp, &err); /* takes f, even on failure */
     if (!cm->m) {
         fprintf(stderr, "kvllm: %s\n", err.msg);

@@ -215,7 +215,7 @@ static int verify_groups(const cli_opts *o, const kv_plan_model *m, const kv_pla
     }
     if (!o->model_path) return n;
     gguf_file *f = gguf_open(o->model_path, &err);
-    model_params mp = {.max_ctx = 1, .max_ubatch = 1}; /* shape only: minimal scratch */
+    model_params mp = {.max_ctx = 1, .max_ubatch = 1, .no_repack = true}; /* shape only: minimal scratch */
     model *mod = f ? model_load(f, &mp, &err) : NULL;
     if (mod) {
         kv_plan_group planner = groups[0]; /* K/V types and block size are the request's */

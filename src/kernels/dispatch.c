@@ -35,6 +35,7 @@ static kern_traits active[GGUF_DT_COUNT];
 static kern_vec_dot_rows_fn active_rows[GGUF_DT_COUNT];
 static const kern_prep_ops *active_prep[GGUF_DT_COUNT];
 static const kern_gemm_ops *active_gemm[GGUF_DT_COUNT];
+static const kern_repack_ops *active_repack[GGUF_DT_COUNT];
 
 static const kern_prep_ops prep512_q8_0 = {kavx512_prepare_q8_0, kavx512_prows_q8_0,
                                            kavx512_prows4_q8_0};
@@ -101,6 +102,8 @@ static void install_avx512(void) {
     active_gemm[GGUF_DT_Q4_0] = &kavx512_gemm_q4_0;
     active_gemm[GGUF_DT_Q4_K] = &kavx512_gemm_q4_K;
     active_gemm[GGUF_DT_Q6_K] = &kavx512_gemm_q6_K;
+    active_repack[GGUF_DT_Q8_0] = &kavx512_repack_q8_0;
+    active_repack[GGUF_DT_Q4_0] = &kavx512_repack_q4_0;
     active_attn = &kavx512_attn;
     active_gemm[GGUF_DT_F32] = &kavx512_gemm_f32;
     active_gemm[GGUF_DT_F16] = &kavx512_gemm_f16;
@@ -118,6 +121,7 @@ static void select_level(enum isa_level want) {
     memset(active_rows, 0, sizeof active_rows);
     memset(active_prep, 0, sizeof active_prep);
     memset(active_gemm, 0, sizeof active_gemm);
+    memset(active_repack, 0, sizeof active_repack);
     active_attn = &kref_attn;
     if (want >= ISA_AVX2) install_avx2();
     if (want >= ISA_AVX512) install_avx512();
@@ -168,6 +172,12 @@ const kern_gemm_ops *kern_gemm_of(int dtype) {
     if (dtype < 0 || dtype >= GGUF_DT_COUNT) return NULL;
     pthread_once(&auto_once, auto_init);
     return active_gemm[dtype];
+}
+
+const kern_repack_ops *kern_repack_of(int dtype) {
+    if (dtype < 0 || dtype >= GGUF_DT_COUNT) return NULL;
+    pthread_once(&auto_once, auto_init);
+    return active_repack[dtype];
 }
 
 const kern_attn_ops *kern_attn_active(void) {

@@ -13,23 +13,10 @@
  * for one block sits together, so a tile walks with one pointer and constant
  * offsets. The microkernel keeps 2 panels x QT rows of accumulators in
  * registers. */
-#include "kern_impl.h"
+#include "gemm_avx512.h"
 
-#include <immintrin.h>
 #include <stddef.h>
 #include <string.h>
-
-#define T_512_FLAGS "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c"
-#define T_512 __attribute__((target(T_512_FLAGS)))
-#define T_512_INLINE static inline __attribute__((always_inline, target(T_512_FLAGS)))
-#define KERN_PRAGMA(x) _Pragma(#x)
-#define UNROLL(n) KERN_PRAGMA(GCC unroll n)
-
-T_512_INLINE float f16_load(kvl_f16 h) { return _cvtsh_ss(h); }
-
-T_512_INLINE __mmask16 row_mask(int rows) {
-    return rows >= 16 ? (__mmask16)0xFFFF : rows <= 0 ? 0 : (__mmask16)((1u << rows) - 1);
-}
 
 /* Byte offsets of the 16 rows of a panel in W (wrow * r < 2^31 for any real k). */
 T_512_INLINE __m512i row_offsets(size_t wrow) {
@@ -48,11 +35,10 @@ T_512_INLINE __m512 gather_f16(__m512i off, __mmask16 valid, const void *base) {
  * 4g..4g+3, Q8_0 as x ^ 0x80, Q4_0 as nibbles 0..15), then 16 float scales.
  * Activation tile (QT rows), per block: qs[QT][32], d[QT] floats, c[QT] int32
  * with c = -bias * sum(qs) as in the prepared rows of quant_avx512.c. */
-#define QT 6
 #define QP_BLK (8 * 64 + 64)
-#define QT_BLK (QT * (QK8_0 + 4 + 4))
 
-static size_t q_tile_bytes(int64_t k) { return (size_t)(k / QK8_0) * QT_BLK; }
+size_t kavx512_q_tile_bytes(int64_t k) { return (size_t)(k / QK8_0) * QT_BLK; }
+#define q_tile_bytes kavx512_q_tile_bytes
 static size_t q_panel_bytes(int64_t k) { return (size_t)(k / QK8_0) * QP_BLK; }
 
 T_512_INLINE void q_prepare(const float *x, void *tile, int slot, int64_t k, int bias) {
@@ -253,17 +239,11 @@ const kern_gemm_ops kavx512_gemm_q4_0 = {QT, PACKED_MIN_M, q_tile_bytes, q4_0_pr
  * unsigned bytes in element order, Q6_K as q + 32), the per-sub-block int32
  * scales, int16 pairs for the bias terms, then the float scales. The integer
  * sums are exact, so per output the float steps are those of vec_dot. */
-#define KT 8
-#define KT_UNIT (sizeof(blk_q8_K) + 16)
-/* byte offsets inside a unit */
-#define KQ_D offsetof(blk_q8_K, d)
-#define KQ_QS offsetof(blk_q8_K, qs)
-#define KQ_BSUMS offsetof(blk_q8_K, bsums)
-#define KQ_S sizeof(blk_q8_K)
 #define Q4K_PB (4096 + 8 * 64 + 4 * 64 + 2 * 64)
 #define Q6K_PB (4096 + 16 * 64 + 8 * 64 + 64)
 
-static size_t k_tile_bytes(int64_t k) { return (size_t)(k / QK_K) * KT * KT_UNIT; }
+size_t kavx512_k_tile_bytes(int64_t k) { return (size_t)(k / QK_K) * KT * KT_UNIT; }
+#define k_tile_bytes kavx512_k_tile_bytes
 static size_t q4k_panel_bytes(int64_t k) { return (size_t)(k / QK_K) * Q4K_PB; }
 static size_t q6k_panel_bytes(int64_t k) { return (size_t)(k / QK_K) * Q6K_PB; }
 

@@ -202,6 +202,24 @@ typedef struct kern_gemm_ops {
 } kern_gemm_ops;
 /* The active packed GEMM of a weight type, or NULL. */
 const kern_gemm_ops *kern_gemm_of(int dtype);
+
+/* Repacked weights: a whole matrix packed once, at load, into consecutive
+ * KERN_PANEL_ROWS-row panels of a compact layout (about the size of the GGUF
+ * rows: quantized values stay packed, the kernel widens them), read in place
+ * by one kernel for every m, decode and prefill alike. Activations come in the
+ * tiles of the type's kern_gemm_ops (tile_rows, tile_bytes, prepare). Results
+ * are bit-identical to vec_dot. */
+typedef struct kern_repack_ops {
+    size_t (*panel_bytes)(int64_t k); /* one panel, a multiple of 64 */
+    /* rows (<= KERN_PANEL_ROWS) rows of W, wrow bytes apart; missing rows read as 0 */
+    void (*pack)(const void *w, size_t wrow, int rows, int64_t k, void *panel);
+    /* Y[i * ldy + r] for the m activation rows (in ceil(m / tile_rows) tiles)
+     * and rows r < n_rows of consecutive panels pb bytes apart */
+    void (*kernel)(int64_t k, const void *panels, size_t pb, int n_rows, const void *tiles, int64_t m,
+                   float *y, size_t ldy);
+} kern_repack_ops;
+/* The active repacked layout of a weight type, or NULL. */
+const kern_repack_ops *kern_repack_of(int dtype);
 /* Bytes of work buffer a GEMM of m rows may need (any ISA). */
 size_t kern_gemm_work_bytes(int wtype, int64_t m, int64_t k);
 
@@ -231,5 +249,9 @@ void kavx512_rows_q6_K(int64_t n, float *s, size_t ss, const void *x, const void
 /* ---- AVX-512 packed GEMM (gemm_avx512.c) ---- */
 extern const kern_gemm_ops kavx512_gemm_q8_0, kavx512_gemm_q4_0, kavx512_gemm_q4_K, kavx512_gemm_q6_K;
 extern const kern_gemm_ops kavx512_gemm_f32, kavx512_gemm_f16, kavx512_gemm_bf16;
+
+/* ---- AVX-512 repacked weights (repack_avx512.c, repack_k_avx512.c) ---- */
+extern const kern_repack_ops kavx512_repack_q8_0, kavx512_repack_q4_0;
+extern const kern_repack_ops kavx512_repack_q4_K, kavx512_repack_q6_K;
 
 #endif

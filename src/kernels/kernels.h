@@ -88,6 +88,18 @@ size_t kern_matmul_work_bytes(int wtype, int64_t m, int64_t k);
 void kern_matmul(const void *W, int wtype, int64_t n_out, int64_t k, const float *X, int64_t m,
                  float *Y, void *work);
 
+/* Repacked weights (the active ISA's compact panel layout, written once at
+ * load): kern_repack_bytes is 0 when wtype has no such layout on this ISA or
+ * the shape does not fit it; kern_repack fills dst (64-byte aligned, that many
+ * bytes) from GGUF rows, splitting the work over the OpenMP team; then
+ * kern_matmul_repacked computes exactly what kern_matmul computes on W, with
+ * the same work buffer. The layout belongs to the ISA chosen at kern_init:
+ * repack again after changing it. */
+size_t kern_repack_bytes(int wtype, int64_t n_out, int64_t k);
+void kern_repack(const void *W, int wtype, int64_t n_out, int64_t k, void *dst);
+void kern_matmul_repacked(const void *P, int wtype, int64_t n_out, int64_t k, const float *X, int64_t m,
+                          float *Y, void *work);
+
 /* Attention, over one chunk of positions of one KV head (model_ops.c). q rows
  * are floats, q_h = q + h*qs; K and V come as one row pointer per position
  * (k[j], v[j]: the head's slice in the paged cache, elements of kvtype F32,

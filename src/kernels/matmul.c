@@ -240,3 +240,83 @@ void kern_get_row(const void *data, int dtype, int64_t n, int64_t row, float *ds
     }
     t->to_float((const char *)data + (size_t)row * kern_row_bytes(dtype, n), dst, n);
 }
+
+/* ---------------------------------------------------------- repacked -- */
+
+size_t kern_repack_bytes(int wtype, int64_t n_out, int64_t k) {
+    const kern_repack_ops *r = kern_repack_of(wtype);
+    const kern_gemm_ops *g = kern_gemm_of(wtype);
+    const kern_traits *t = kern_traits_of(wtype);
+    if (!r || !g || !t || n_out <= 0 || k <= 0 || k % t->block_elems) return 0;
+    return (size_t)((n_out + KERN_PANEL_ROWS - 1) / KERN_PANEL_ROWS) * r->panel_bytes(k);
+}
+
+void kern_repack(const void *W, int wtype, int64_t n_out, int64_t k, void *dst) {
+    const kern_repack_ops *r = kern_repack_of(wtype);
+    if (!kern_repack_bytes(wtype, n_out, k)) return;
+    const size_t wrow = kern_row_bytes(wtype, k), pb = r->panel_bytes(k);
+    const int64_t np = (n_out + KERN_PANEL_ROWS - 1) / KERN_PANEL_ROWS;
+#pragma omp parallel for schedule(dynamic, 8)
+    for (int64_t p = 0; p < np; p++) {
+        const int64_t r0 = p * KERN_PANEL_ROWS;
+        const int rows = n_out - r0 < KERN_PANEL_ROWS ? (int)(n_out - r0) : KERN_PANEL_ROWS;
+        r->pack((const char *)W + (size_t)r0 * wrow, wrow, rows, k, (char *)dst + (size_t)p * pb);
+    }
+}
+
+void kern_matmul_repacked(const void *P, int wtype, int64_t n_out, int64_t k, const float *X, int64_t m,
+                          float *Y, void *work) {
+    const kern_repack_ops *r = kern_repack_of(wtype);
+    const kern_gemm_ops *g = kern_gemm_of(wtype);
+    if (!kern_repack_bytes(wtype, n_out, k) || !work) {
+        kvl_log(KVL_LOG_ERROR, "kern_matmul_repacked: %s (weight type %d, k = %lld)",
+                work ? "no repacked layout" : "no work buffer", wtype, (long long)k);
+        for (int64_t i = 0; i < n_out * m; i++) Y[i] = NAN;
+        return;
+    }
+    if (m <= 0) return;
+    const int T = g->tile_rows;
+    const int64_t ntiles = (m + T - 1) / T;
+    const size_t tb = g->tile_bytes(k), pb = r->panel_bytes(k);
+    const int64_t npanels = (n_out + KERN_PANEL_ROWS - 1) / KERN_PANEL_ROWS;
+    const bool par = (double)n_out * (double)k * (double)m >= MATMUL_PARALLEL_MIN_MACS;
+    const int nth = par ? omp_get_max_threads() : 1;
+    /* Chunks of panels: for one tile (decode) one contiguous run per thread
+     * streams the weights; for several, chunks of about GEMM_CHUNK_BYTES stay
+     * in L2 while the tiles stream past. A multiple of the team size, so
+     * shares come out even. */
+    int64_t nchunks;
+    if (ntiles == 1) {
+        nchunks = nth;
+    } else {
+        int64_t per = (int64_t)(GEMM_CHUNK_BYTES / pb);
+        if (per < 1) per = 1;
+        nchunks = (npanels + per - 1) / per;
+        nchunks = (nchunks + nth - 1) / nth * nth;
+    }
+    if (nchunks > npanels) nchunks = npanels;
+    /* padded rows of the last tile read as zeros */
+    memset((char *)work + (ntiles - 1) * tb, 0, tb);
+    /* one tile is prepared here, saving the team a barrier */
+    const bool serial_prepare = ntiles == 1;
+    if (serial_prepare)
+        for (int64_t i = 0; i < m; i++) g->prepare(X + i * k, work, (int)i, (int)m, k);
+
+#pragma omp parallel if (par)
+    {
+        if (!serial_prepare) {
+#pragma omp for schedule(static)
+            for (int64_t i = 0; i < m; i++) {
+                const int64_t t0 = i / T * T;
+                g->prepare(X + i * k, (char *)work + (i / T) * tb, (int)(i - t0), m - t0 < T ? (int)(m - t0) : T, k);
+            }
+        }
+#pragma omp for schedule(static)
+        for (int64_t c = 0; c < nchunks; c++) {
+            const int64_t p0 = npanels * c / nchunks, p1 = npanels * (c + 1) / nchunks;
+            const int64_t j0 = p0 * KERN_PANEL_ROWS;
+            const int64_t j1 = p1 * KERN_PANEL_ROWS < n_out ? p1 * KERN_PANEL_ROWS : n_out;
+            r->kernel(k, (const char *)P + (size_t)p0 * pb, pb, (int)(j1 - j0), work, m, Y + j0, (size_t)n_out);
+        }
+    }
+}

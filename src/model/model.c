@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "model_internal.h"
 
@@ -301,6 +303,56 @@ static size_t max_work_bytes(const model *m, int64_t rows) {
     return best;
 }
 
+/* The tensors that go through op_matmul (not the per-head MLA ones, which
+ * op_matmul_head slices by rows). */
+static int matmul_tensors(model *m, mtensor **out) {
+    int n = 0;
+    out[n++] = &m->output;
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        layer_weights *L = &m->layers[il];
+        mtensor *ts[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->ffn_gate, &L->ffn_up, &L->ffn_down,
+                         &L->wq_a, &L->wq_b, &L->wkv_a_mqa};
+        for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
+            if (ts[i]->data) out[n++] = ts[i];
+    }
+    return n;
+}
+
+/* Repacks the matmul weights into the kernels' compact panel layout (same
+ * size, read once per token by decode and prefill alike; kernels.h). The GGUF
+ * pages of a repacked tensor are then dropped from memory: the mapping is
+ * read-only, so the kernel would just read them again from the file if ever
+ * touched. Tied embeddings keep theirs: row lookups still read them. */
+static bool repack_weights(model *m, kvl_error *err) {
+    mtensor **ts = malloc(sizeof *ts * (size_t)(1 + 10 * m->hp.n_layer));
+    if (!ts) return kvl_fail(err, "model: out of memory");
+    const int n = matmul_tensors(m, ts);
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    size_t total = 0;
+    for (int i = 0; i < n; i++) {
+        mtensor *t = ts[i];
+        if (t->ne2 > 1) continue;
+        const size_t bytes = kern_repack_bytes(t->dtype, t->ne1, t->ne0);
+        if (!bytes) continue;
+        t->packed = kvl_alloc(bytes);
+        if (!t->packed) {
+            free(ts);
+            return kvl_fail(err, "model: out of memory repacking weights (%zu bytes; --no-repack avoids it)", bytes);
+        }
+        kern_repack(t->data, t->dtype, t->ne1, t->ne0, t->packed);
+        total += bytes;
+        if (t->data == m->tok_embd.data) continue;
+        const uintptr_t a = (uintptr_t)t->data, e = a + kern_row_bytes(t->dtype, t->ne0) * (size_t)t->ne1;
+        const uintptr_t a0 = (a + page - 1) & ~(uintptr_t)(page - 1), e0 = e & ~(uintptr_t)(page - 1);
+        if (e0 > a0) madvise((void *)a0, e0 - a0, MADV_DONTNEED);
+    }
+    free(ts);
+    m->hp.repacked_bytes = (int64_t)total;
+    if (total)
+        kvl_log(KVL_LOG_INFO, "model: %.1f MiB of weights repacked for %s", total / 1048576.0, kern_isa_name());
+    return true;
+}
+
 static bool alloc_scratch(model *m, kvl_error *err) {
     const model_hparams *hp = &m->hp;
     int64_t U = m->mp.max_ubatch, E = hp->n_embd;
@@ -348,6 +400,7 @@ model *model_load(gguf_file *f, const model_params *mp, kvl_error *err) {
     if (!read_hparams(m, err)) goto fail;
     if (m->mp.max_ctx <= 0) m->mp.max_ctx = m->hp.n_ctx_train;
     if (!bind_weights(m, err) || !alloc_scratch(m, err)) goto fail;
+    if (!m->mp.no_repack && !repack_weights(m, err)) goto fail;
     return m;
 fail:
     model_destroy(m);
@@ -356,6 +409,13 @@ fail:
 
 void model_destroy(model *m) {
     if (!m) return;
+    kvl_free(m->output.packed);
+    for (int il = 0; m->layers && il < m->hp.n_layer; il++) {
+        layer_weights *L = &m->layers[il];
+        void *ps[] = {L->wq.packed, L->wk.packed, L->wv.packed, L->wo.packed, L->ffn_gate.packed,
+                      L->ffn_up.packed, L->ffn_down.packed, L->wq_a.packed, L->wq_b.packed, L->wkv_a_mqa.packed};
+        for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) kvl_free(ps[i]);
+    }
     free(m->layers);
     float *bufs[] = {m->x, m->xb, m->xb2, m->q, m->k, m->v, m->att, m->ff_gate, m->ff_up,
                      m->attn_scratch, m->logit_rows, m->mla_a, m->mla_b};

@@ -31,6 +31,7 @@ typedef struct model_hparams {
     int64_t kv_lora_rank, q_lora_rank, n_rot_mla_nope, v_head_dim_mla; /* MLA */
     int64_t n_params;
     size_t weights_bytes;
+    int64_t repacked_bytes; /* matmul weights held in the kernels' layout instead (0: none) */
 } model_hparams;
 
 typedef struct model model; /* opaque */
@@ -38,6 +39,7 @@ typedef struct model model; /* opaque */
 typedef struct model_params {
     int64_t max_ctx;      /* longest sequence the scratch must support */
     int64_t max_ubatch;   /* tokens processed per internal pass (scratch size) */
+    bool no_repack;       /* keep matmul weights in their GGUF layout */
 } model_params;
 
 /* Loads a GGUF model. The gguf_file is owned by the model afterwards. */

@@ -9,6 +9,7 @@
 
 typedef struct mtensor {
     const void *data;
+    void *packed; /* owned: the kernels' repacked layout of data, or NULL */
     int dtype;
     int64_t ne0, ne1, ne2; /* ne0: row length (input dim), ne1: rows (output dim), ne2: heads */
 } mtensor;

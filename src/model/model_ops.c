@@ -20,7 +20,10 @@ void op_rms_norm(float *out, const float *x, const float *w, int64_t rows, int64
 }
 
 void op_matmul(model *m, const mtensor *w, const float *x, int64_t rows, float *y) {
-    kern_matmul(w->data, w->dtype, w->ne1, w->ne0, x, rows, y, m->work);
+    if (w->packed)
+        kern_matmul_repacked(w->packed, w->dtype, w->ne1, w->ne0, x, rows, y, m->work);
+    else
+        kern_matmul(w->data, w->dtype, w->ne1, w->ne0, x, rows, y, m->work);
 }
 
 void op_matmul_head(model *m, const mtensor *w, int64_t head, const float *x, int64_t rows, float *y) {

@@ -484,6 +484,55 @@ static void test_matmul_shapes(void) {
     }
 }
 
+/* Repacked weights (where the active ISA has a layout for the type): the
+ * repacked matmul against vec_dot, bit for bit, over shapes with partial
+ * panels and tiles, m = 1 (decode) to several tiles, and 1 or 2 threads. */
+static void repack_case(int t, int64_t n, int64_t k, const int64_t *ms, size_t nm) {
+    const int64_t mmax = ms[nm - 1];
+    float *wf = kvl_alloc(n * k * sizeof(float)), *X = kvl_alloc(mmax * k * sizeof(float));
+    fill_data(wf, n * k, 0.05f);
+    fill_data(X, mmax * k, 1.0f);
+    const size_t wrow = kern_row_bytes(t, k), pbytes = kern_repack_bytes(t, n, k);
+    char *W = kvl_alloc(n * wrow);
+    for (int64_t j = 0; j < n; j++) kern_traits_ref(t)->from_float(wf + j * k, W + j * wrow, k);
+    void *P = kvl_alloc(pbytes);
+    kern_repack(W, t, n, k, P);
+    float *Y = kvl_alloc(mmax * n * sizeof(float)), *Yd = kvl_alloc(mmax * n * sizeof(float));
+    void *work = kvl_alloc(kern_matmul_work_bytes(t, mmax, k));
+    const int nthreads = omp_get_max_threads();
+    for (size_t mi = 0; mi < nm; mi++) {
+        const int64_t m = ms[mi];
+        matmul_direct(W, t, n, k, X, m, Yd);
+        for (int th = 1; th <= 2; th++) {
+            omp_set_num_threads(th);
+            for (int64_t i = 0; i < m * n; i++) Y[i] = -1.0f;
+            kern_matmul_repacked(P, t, n, k, X, m, Y, work);
+            CHECK(memcmp(Y, Yd, m * n * sizeof(float)) == 0,
+                  "%s repacked k=%lld n=%lld m=%lld threads=%d: != vec_dot", kern_traits_ref(t)->name,
+                  (long long)k, (long long)n, (long long)m, th);
+        }
+    }
+    omp_set_num_threads(nthreads);
+    kvl_free(wf), kvl_free(X), kvl_free(W), kvl_free(P), kvl_free(Y), kvl_free(Yd), kvl_free(work);
+}
+
+static void test_repack(void) {
+    int tested = 0;
+    for (int ti = 0; ti < N_WEIGHT_TYPES; ti++) {
+        const int t = weight_types[ti];
+        const int be = kern_traits_ref(t)->block_elems;
+        if (!kern_repack_bytes(t, 16, be)) continue;
+        tested++;
+        static const int64_t ms[] = {1, 2, 3, 5, 6, 7, 8, 9, 13, 16, 25};
+        static const int64_t ns[] = {1, 15, 16, 17, 33};
+        for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
+            for (int kb = 1; kb <= 8; kb *= 2) repack_case(t, ns[ni], kb * be, ms, sizeof ms / sizeof ms[0]);
+        static const int64_t big_ms[] = {1, 4, 17, 64};
+        repack_case(t, 301, 2048, big_ms, 4);
+    }
+    printf("repacked layouts tested: %d type(s) on %s\n", tested, kern_isa_name());
+}
+
 /* ---------- attention ---------- */
 
 static void test_attn_exp(void) {
@@ -848,6 +897,7 @@ int main(void) {
     test_rows_kernels();
     test_matmul();
     test_matmul_shapes();
+    test_repack();
     test_attn_exp();
     test_attn();
     test_silu();

@@ -1,0 +1,181 @@
+/* kernels: repacked Q8_0 / Q4_0 weights for AVX-512 VNNI (kern_repack_ops).
+ *
+ * A panel holds 16 weight rows in the 16 dword lanes of a vector, the same
+ * idea as the per-call panels of gemm_avx512.c, but compact, so that it can
+ * replace the GGUF rows for good and decode reads no more bytes than before:
+ *
+ *   Q4_0, per block b: 4 vectors, lane r = GGUF bytes qs[4g..4g+3] of row r
+ *         (low nibbles: elements 4g..4g+3, high: 16+4g..), widened in the
+ *         kernel; Q8_0: 8 vectors, lane r = qs[4g..4g+3] ^ 0x80 (unsigned).
+ *   then, after all blocks, the fp16 scales: 16 per block (32 bytes).
+ *
+ * Q4_0 takes 288 bytes per block and 16 rows, as in the file; Q8_0 544.
+ *
+ * One vpdpbusd against 4 broadcast activation bytes advances 16 outputs; a
+ * block's exact integer sum per output needs no horizontal reduction, and the
+ * float steps are the canonical ones (kern_impl.h: s = fma(dx * dy, isum, s),
+ * blocks in order), lane by lane, so every output is bit-identical to vec_dot.
+ * The micro kernel is instantiated for each count of active activation rows,
+ * so decode (one row) does one row's work. */
+#include "gemm_avx512.h"
+
+#include <string.h>
+
+/* bytes of one block of one panel: quantized values, then (elsewhere) scales */
+#define RQ4_VALS 256
+#define RQ8_VALS 512
+#define RQ_SCALES 32
+
+static size_t rq_panel_bytes(int64_t k, size_t vals) {
+    return ((size_t)(k / QK8_0) * (vals + RQ_SCALES) + 63) & ~(size_t)63;
+}
+static size_t rq4_panel_bytes(int64_t k) { return rq_panel_bytes(k, RQ4_VALS); }
+static size_t rq8_panel_bytes(int64_t k) { return rq_panel_bytes(k, RQ8_VALS); }
+
+/* Dword at byte offset `at` of each of `rows` rows (wrow apart), zero past them. */
+T_512_INLINE __m512i gather_rows(const char *base, size_t wrow, int rows, size_t at) {
+    _Alignas(64) int32_t v[16] = {0};
+    for (int r = 0; r < rows; r++) memcpy(&v[r], base + (size_t)r * wrow + at, 4);
+    return _mm512_load_si512(v);
+}
+
+/* The fp16 scales of block b of each row, as 16 fp16 (zero past the rows). */
+T_512_INLINE __m256i gather_scales(const char *base, size_t wrow, int rows) {
+    _Alignas(32) uint16_t v[16] = {0};
+    for (int r = 0; r < rows; r++) memcpy(&v[r], base + (size_t)r * wrow, 2);
+    return _mm256_load_si256((const __m256i *)v);
+}
+
+T_512_INLINE void rq_pack(bool q4, const void *w, size_t wrow, int rows, int64_t k, void *panel) {
+    const int64_t nb = k / QK8_0;
+    const size_t bb = q4 ? sizeof(blk_q4_0) : sizeof(blk_q8_0), vals = q4 ? RQ4_VALS : RQ8_VALS;
+    const int ng = q4 ? 4 : 8;
+    char *out = panel, *scales = (char *)panel + nb * vals;
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    for (int64_t b = 0; b < nb; b++) {
+        const char *base = (const char *)w + b * bb;
+        for (int g = 0; g < ng; g++) {
+            __m512i v = gather_rows(base, wrow, rows, 2 + 4 * (size_t)g);
+            if (!q4) v = _mm512_maskz_xor_epi32(row_mask(rows), v, flip);
+            _mm512_storeu_si512(out + b * vals + 64 * g, v);
+        }
+        _mm256_storeu_si256((__m256i *)(scales + b * RQ_SCALES), gather_scales(base, wrow, rows));
+    }
+    /* the rounding tail, so the panel is fully written */
+    const size_t used = (size_t)nb * (vals + RQ_SCALES);
+    memset((char *)panel + used, 0, rq_panel_bytes(k, vals) - used);
+}
+
+T_512 static void rq4_pack(const void *w, size_t wrow, int rows, int64_t k, void *panel) {
+    rq_pack(true, w, wrow, rows, k, panel);
+}
+T_512 static void rq8_pack(const void *w, size_t wrow, int rows, int64_t k, void *panel) {
+    rq_pack(false, w, wrow, rows, k, panel);
+}
+
+/* 16 (or 32 with two) weight rows x NA activation rows of one tile, all blocks. */
+T_512_INLINE void rq_micro(bool q4, int NA, int64_t nb, const char *p0, const char *p1, bool two,
+                           const char *t, float *y, size_t ldy, __mmask16 m0, __mmask16 m1) {
+    const size_t vals = q4 ? RQ4_VALS : RQ8_VALS;
+    const char *s0 = p0 + nb * vals, *s1 = two ? p1 + nb * vals : s0;
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    __m512 f0[QT], f1[QT];
+    UNROLL(6)
+    for (int a = 0; a < NA; a++) f0[a] = f1[a] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++, p0 += vals, p1 += vals, t += QT_BLK) {
+        const int32_t *c = (const int32_t *)(t + QT * (QK8_0 + 4));
+        __m512i i0[QT], i1[QT];
+        UNROLL(6)
+        for (int a = 0; a < NA; a++) i0[a] = i1[a] = _mm512_set1_epi32(c[a]);
+        if (q4) {
+            UNROLL(4)
+            for (int g = 0; g < 4; g++) {
+                const __m512i v0 = _mm512_loadu_si512(p0 + 64 * g);
+                const __m512i v1 = two ? _mm512_loadu_si512(p1 + 64 * g) : v0;
+                const __m512i lo0 = _mm512_and_si512(v0, m4), hi0 = _mm512_and_si512(_mm512_srli_epi32(v0, 4), m4);
+                const __m512i lo1 = _mm512_and_si512(v1, m4), hi1 = _mm512_and_si512(_mm512_srli_epi32(v1, 4), m4);
+                UNROLL(6)
+                for (int a = 0; a < NA; a++) {
+                    const __m512i xl = _mm512_set1_epi32(*(const int32_t *)(t + QK8_0 * a + 4 * g));
+                    const __m512i xh = _mm512_set1_epi32(*(const int32_t *)(t + QK8_0 * a + 16 + 4 * g));
+                    i0[a] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(i0[a], lo0, xl), hi0, xh);
+                    if (two) i1[a] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(i1[a], lo1, xl), hi1, xh);
+                }
+            }
+        } else {
+            UNROLL(8)
+            for (int g = 0; g < 8; g++) {
+                const __m512i u0 = _mm512_loadu_si512(p0 + 64 * g);
+                const __m512i u1 = two ? _mm512_loadu_si512(p1 + 64 * g) : u0;
+                UNROLL(6)
+                for (int a = 0; a < NA; a++) {
+                    const __m512i x = _mm512_set1_epi32(*(const int32_t *)(t + QK8_0 * a + 4 * g));
+                    i0[a] = _mm512_dpbusd_epi32(i0[a], u0, x);
+                    if (two) i1[a] = _mm512_dpbusd_epi32(i1[a], u1, x);
+                }
+            }
+        }
+        const float *dy = (const float *)(t + QT * QK8_0);
+        const __m512 d0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(s0 + b * RQ_SCALES)));
+        const __m512 d1 = two ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(s1 + b * RQ_SCALES))) : d0;
+        UNROLL(6)
+        for (int a = 0; a < NA; a++) {
+            const __m512 dd = _mm512_set1_ps(dy[a]);
+            f0[a] = _mm512_fmadd_ps(_mm512_mul_ps(d0, dd), _mm512_cvtepi32_ps(i0[a]), f0[a]);
+            if (two) f1[a] = _mm512_fmadd_ps(_mm512_mul_ps(d1, dd), _mm512_cvtepi32_ps(i1[a]), f1[a]);
+        }
+    }
+    UNROLL(6)
+    for (int a = 0; a < NA; a++) {
+        _mm512_mask_storeu_ps(y + a * ldy, m0, f0[a]);
+        if (two) _mm512_mask_storeu_ps(y + a * ldy + 16, m1, f1[a]);
+    }
+}
+
+/* One instantiation per (active rows, one or two panels). */
+#define RQ_CASE(q4, na, two)                                                                       \
+    case na:                                                                                       \
+        rq_micro(q4, na, nb, p0, p1, two, tile, y, ldy, m0, m1);                                   \
+        break;
+#define RQ_SWITCH(q4, two)                                                                         \
+    switch (na) {                                                                                  \
+        RQ_CASE(q4, 1, two)                                                                        \
+        RQ_CASE(q4, 2, two)                                                                        \
+        RQ_CASE(q4, 3, two)                                                                        \
+        RQ_CASE(q4, 4, two)                                                                        \
+        RQ_CASE(q4, 5, two)                                                                        \
+    default: rq_micro(q4, QT, nb, p0, p1, two, tile, y, ldy, m0, m1); break;                      \
+    }
+
+T_512_INLINE void rq_kernel(bool q4, int64_t k, const void *panels, size_t pb, int n_rows, const void *tiles,
+                            int64_t m, float *yall, size_t ldy) {
+    const int64_t nb = k / QK8_0;
+    const int np = (n_rows + 15) / 16;
+    const size_t tb = kavx512_q_tile_bytes(k);
+    for (int64_t ti = 0; ti * QT < m; ti++) {
+        const int na = m - ti * QT < QT ? (int)(m - ti * QT) : QT;
+        const char *tile = (const char *)tiles + ti * tb;
+        for (int p = 0; p < np; p += 2) {
+            const char *p0 = (const char *)panels + p * pb, *p1 = p0 + pb;
+            float *y = yall + ti * QT * ldy + 16 * p;
+            const __mmask16 m0 = row_mask(n_rows - 16 * p), m1 = row_mask(n_rows - 16 * (p + 1));
+            if (p + 1 < np) {
+                RQ_SWITCH(q4, true)
+            } else {
+                RQ_SWITCH(q4, false)
+            }
+        }
+    }
+}
+
+T_512 static void rq4_kernel(int64_t k, const void *panels, size_t pb, int n_rows, const void *tiles,
+                             int64_t m, float *y, size_t ldy) {
+    rq_kernel(true, k, panels, pb, n_rows, tiles, m, y, ldy);
+}
+T_512 static void rq8_kernel(int64_t k, const void *panels, size_t pb, int n_rows, const void *tiles,
+                             int64_t m, float *y, size_t ldy) {
+    rq_kernel(false, k, panels, pb, n_rows, tiles, m, y, ldy);
+}
+
+const kern_repack_ops kavx512_repack_q4_0 = {rq4_panel_bytes, rq4_pack, rq4_kernel};
+const kern_repack_ops kavx512_repack_q8_0 = {rq8_panel_bytes, rq8_pack, rq8_kernel};
