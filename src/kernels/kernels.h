@@ -99,6 +99,19 @@ size_t kern_repack_bytes(int wtype, int64_t n_out, int64_t k);
 void kern_repack(const void *W, int wtype, int64_t n_out, int64_t k, void *dst);
 void kern_matmul_repacked(const void *P, int wtype, int64_t n_out, int64_t k, const float *X, int64_t m,
                           float *Y, void *work);
+/* Several repacked matrices applied to the same X (Q, K, V; gate and up): X
+ * is prepared once and all products run in one parallel region. Their types
+ * must share an activation layout (kern_repacked_share_input). */
+#define KERN_REPACKED_MAX 4
+typedef struct kern_repacked_mat {
+    const void *P;
+    int wtype;
+    int64_t n_out;
+    float *Y; /* [m][n_out] */
+} kern_repacked_mat;
+void kern_matmul_repacked_multi(int nw, const kern_repacked_mat *mats, int64_t k, const float *X, int64_t m,
+                                void *work);
+bool kern_repacked_share_input(int wtype_a, int wtype_b);
 
 /* Attention, over one chunk of positions of one KV head (model_ops.c). q rows
  * are floats, q_h = q + h*qs; K and V come as one row pointer per position

@@ -264,37 +264,38 @@ void kern_repack(const void *W, int wtype, int64_t n_out, int64_t k, void *dst) 
     }
 }
 
-void kern_matmul_repacked(const void *P, int wtype, int64_t n_out, int64_t k, const float *X, int64_t m,
-                          float *Y, void *work) {
-    const kern_repack_ops *r = kern_repack_of(wtype);
-    const kern_gemm_ops *g = kern_gemm_of(wtype);
-    if (!kern_repack_bytes(wtype, n_out, k) || !work) {
-        kvl_log(KVL_LOG_ERROR, "kern_matmul_repacked: %s (weight type %d, k = %lld)",
-                work ? "no repacked layout" : "no work buffer", wtype, (long long)k);
-        for (int64_t i = 0; i < n_out * m; i++) Y[i] = NAN;
-        return;
-    }
-    if (m <= 0) return;
+/* Products over one prepared activation set, in one parallel region: a
+ * run of panels of one matrix per chunk. */
+static void repacked_run(int nw, const kern_repacked_mat *mats, int64_t k, const float *X, int64_t m,
+                         void *work) {
+    const kern_gemm_ops *g = kern_gemm_of(mats[0].wtype);
     const int T = g->tile_rows;
     const int64_t ntiles = (m + T - 1) / T;
-    const size_t tb = g->tile_bytes(k), pb = r->panel_bytes(k);
-    const int64_t npanels = (n_out + KERN_PANEL_ROWS - 1) / KERN_PANEL_ROWS;
-    const bool par = (double)n_out * (double)k * (double)m >= MATMUL_PARALLEL_MIN_MACS;
+    const size_t tb = g->tile_bytes(k);
+    double macs = 0;
+    for (int w = 0; w < nw; w++) macs += (double)mats[w].n_out * (double)k * (double)m;
+    const bool par = macs >= MATMUL_PARALLEL_MIN_MACS;
     const int nth = par ? omp_get_max_threads() : 1;
-    /* Chunks of panels: for one tile (decode) one contiguous run per thread
-     * streams the weights; for several, chunks of about GEMM_CHUNK_BYTES stay
-     * in L2 while the tiles stream past. A multiple of the team size, so
-     * shares come out even. */
-    int64_t nchunks;
-    if (ntiles == 1) {
-        nchunks = nth;
-    } else {
-        int64_t per = (int64_t)(GEMM_CHUNK_BYTES / pb);
-        if (per < 1) per = 1;
-        nchunks = (npanels + per - 1) / per;
-        nchunks = (nchunks + nth - 1) / nth * nth;
+    /* Chunks of panels: for one tile (decode) a few contiguous runs per thread
+     * stream the weights, taken dynamically so a thread slowed down by the
+     * rest of the machine does not hold the others at the barrier; for several
+     * tiles, chunks of about GEMM_CHUNK_BYTES stay in L2 while the tiles
+     * stream past. */
+    int64_t first[KERN_REPACKED_MAX + 1];
+    first[0] = 0;
+    for (int w = 0; w < nw; w++) {
+        const int64_t np = (mats[w].n_out + KERN_PANEL_ROWS - 1) / KERN_PANEL_ROWS;
+        int64_t nc;
+        if (ntiles == 1) {
+            nc = 4 * nth;
+        } else {
+            int64_t per = (int64_t)(GEMM_CHUNK_BYTES / kern_repack_of(mats[w].wtype)->panel_bytes(k));
+            if (per < 1) per = 1;
+            nc = (np + per - 1) / per;
+            nc = (nc + nth - 1) / nth * nth;
+        }
+        first[w + 1] = first[w] + (nc < np ? nc : np);
     }
-    if (nchunks > npanels) nchunks = npanels;
     /* padded rows of the last tile read as zeros */
     memset((char *)work + (ntiles - 1) * tb, 0, tb);
     /* one tile is prepared here, saving the team a barrier */
@@ -311,12 +312,52 @@ void kern_matmul_repacked(const void *P, int wtype, int64_t n_out, int64_t k, co
                 g->prepare(X + i * k, (char *)work + (i / T) * tb, (int)(i - t0), m - t0 < T ? (int)(m - t0) : T, k);
             }
         }
-#pragma omp for schedule(static)
-        for (int64_t c = 0; c < nchunks; c++) {
-            const int64_t p0 = npanels * c / nchunks, p1 = npanels * (c + 1) / nchunks;
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t c = 0; c < first[nw]; c++) {
+            int w = 0;
+            while (c >= first[w + 1]) w++;
+            const kern_repacked_mat *mt = &mats[w];
+            const kern_repack_ops *r = kern_repack_of(mt->wtype);
+            const size_t pb = r->panel_bytes(k);
+            const int64_t np = (mt->n_out + KERN_PANEL_ROWS - 1) / KERN_PANEL_ROWS, nc = first[w + 1] - first[w];
+            const int64_t p0 = np * (c - first[w]) / nc, p1 = np * (c - first[w] + 1) / nc;
             const int64_t j0 = p0 * KERN_PANEL_ROWS;
-            const int64_t j1 = p1 * KERN_PANEL_ROWS < n_out ? p1 * KERN_PANEL_ROWS : n_out;
-            r->kernel(k, (const char *)P + (size_t)p0 * pb, pb, (int)(j1 - j0), work, m, Y + j0, (size_t)n_out);
+            const int64_t j1 = p1 * KERN_PANEL_ROWS < mt->n_out ? p1 * KERN_PANEL_ROWS : mt->n_out;
+            r->kernel(k, (const char *)mt->P + (size_t)p0 * pb, pb, (int)(j1 - j0), work, m, mt->Y + j0,
+                      (size_t)mt->n_out);
         }
     }
+}
+
+static void repacked_fail(int nw, const kern_repacked_mat *mats, int64_t m, const char *why) {
+    kvl_log(KVL_LOG_ERROR, "kern_matmul_repacked: %s", why);
+    for (int w = 0; w < nw; w++)
+        for (int64_t i = 0; i < mats[w].n_out * m; i++) mats[w].Y[i] = NAN;
+}
+
+void kern_matmul_repacked_multi(int nw, const kern_repacked_mat *mats, int64_t k, const float *X, int64_t m,
+                                void *work) {
+    if (nw <= 0 || m <= 0) return;
+    if (nw > KERN_REPACKED_MAX || !work) {
+        repacked_fail(nw, mats, m, work ? "too many matrices" : "no work buffer");
+        return;
+    }
+    for (int w = 0; w < nw; w++)
+        if (!kern_repack_bytes(mats[w].wtype, mats[w].n_out, k) ||
+            kern_gemm_of(mats[w].wtype)->prepare != kern_gemm_of(mats[0].wtype)->prepare) {
+            repacked_fail(nw, mats, m, "no repacked layout, or activations prepared differently");
+            return;
+        }
+    repacked_run(nw, mats, k, X, m, work);
+}
+
+bool kern_repacked_share_input(int wtype_a, int wtype_b) {
+    const kern_gemm_ops *a = kern_gemm_of(wtype_a), *b = kern_gemm_of(wtype_b);
+    return a && b && kern_repack_of(wtype_a) && kern_repack_of(wtype_b) && a->prepare == b->prepare;
+}
+
+void kern_matmul_repacked(const void *P, int wtype, int64_t n_out, int64_t k, const float *X, int64_t m,
+                          float *Y, void *work) {
+    const kern_repacked_mat mat = {P, wtype, n_out, Y};
+    kern_matmul_repacked_multi(1, &mat, k, X, m, work);
 }

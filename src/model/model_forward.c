@@ -135,9 +135,9 @@ static void attn_mha(fwd_ctx *c, int il) {
     const layer_weights *L = &m->layers[il];
     int64_t n = c->n, dk = hp->head_dim_k, dv = hp->head_dim_v;
     int64_t qd = hp->n_head * dk, kd = hp->n_head_kv * dk, vd = hp->n_head_kv * dv;
-    op_matmul(m, &L->wq, m->xb, n, m->q);
-    op_matmul(m, &L->wk, m->xb, n, m->k);
-    op_matmul(m, &L->wv, m->xb, n, m->v);
+    const mtensor *qkv[] = {&L->wq, &L->wk, &L->wv};
+    float *const qkv_out[] = {m->q, m->k, m->v};
+    op_matmul_many(m, 3, qkv, m->xb, n, qkv_out);
     op_add_bias(m->q, &L->bq, n, qd);
     op_add_bias(m->k, &L->bk, n, kd);
     op_add_bias(m->v, &L->bv, n, vd);
@@ -216,8 +216,9 @@ static void attn_mla(fwd_ctx *c, int il) {
 static void ffn(fwd_ctx *c, const layer_weights *L) {
     model *m = c->m;
     int64_t n = c->n, F = m->hp.n_ff;
-    op_matmul(m, &L->ffn_gate, m->xb, n, m->ff_gate);
-    op_matmul(m, &L->ffn_up, m->xb, n, m->ff_up);
+    const mtensor *gate_up[] = {&L->ffn_gate, &L->ffn_up};
+    float *const gate_up_out[] = {m->ff_gate, m->ff_up};
+    op_matmul_many(m, 2, gate_up, m->xb, n, gate_up_out);
     if (m->arch->ffn_act == ARCH_ACT_GELU) op_gelu_mul(m->ff_gate, m->ff_up, n * F);
     else op_silu_mul(m->ff_gate, m->ff_up, n * F);
     op_matmul(m, &L->ffn_down, m->ff_gate, n, m->xb);

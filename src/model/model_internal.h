@@ -66,6 +66,7 @@ struct model {
 /* ---- ops (model_ops.c) ---- */
 void op_rms_norm(float *out, const float *x, const float *w, int64_t rows, int64_t n, float eps);
 void op_matmul(model *m, const mtensor *w, const float *x, int64_t rows, float *y);
+void op_matmul_many(model *m, int nw, const mtensor *const *ws, const float *x, int64_t rows, float *const *ys);
 /* One head slice of a 3-D weight {ne0, ne1, H}: rows ne1 of ne0. */
 void op_matmul_head(model *m, const mtensor *w, int64_t head, const float *x, int64_t rows, float *y);
 void op_add_bias(float *y, const mtensor *b, int64_t rows, int64_t n);

@@ -26,6 +26,21 @@ void op_matmul(model *m, const mtensor *w, const float *x, int64_t rows, float *
         kern_matmul(w->data, w->dtype, w->ne1, w->ne0, x, rows, y, m->work);
 }
 
+/* Matrices applied to the same x: one prepared x and one parallel region when
+ * all are repacked with a shared activation layout, else one by one. */
+void op_matmul_many(model *m, int nw, const mtensor *const *ws, const float *x, int64_t rows, float *const *ys) {
+    bool fused = nw <= KERN_REPACKED_MAX;
+    for (int i = 0; i < nw && fused; i++)
+        fused = ws[i]->packed && ws[i]->ne0 == ws[0]->ne0 && kern_repacked_share_input(ws[i]->dtype, ws[0]->dtype);
+    if (!fused) {
+        for (int i = 0; i < nw; i++) op_matmul(m, ws[i], x, rows, ys[i]);
+        return;
+    }
+    kern_repacked_mat mats[KERN_REPACKED_MAX];
+    for (int i = 0; i < nw; i++) mats[i] = (kern_repacked_mat){ws[i]->packed, ws[i]->dtype, ws[i]->ne1, ys[i]};
+    kern_matmul_repacked_multi(nw, mats, ws[0]->ne0, x, rows, m->work);
+}
+
 void op_matmul_head(model *m, const mtensor *w, int64_t head, const float *x, int64_t rows, float *y) {
     const uint8_t *base = (const uint8_t *)w->data + (size_t)head * w->ne1 * kern_row_bytes(w->dtype, w->ne0);
     kern_matmul(base, w->dtype, w->ne1, w->ne0, x, rows, y, m->work);

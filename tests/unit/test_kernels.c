@@ -530,6 +530,46 @@ static void test_repack(void) {
         static const int64_t big_ms[] = {1, 4, 17, 64};
         repack_case(t, 301, 2048, big_ms, 4);
     }
+    /* several matrices over one prepared input (Q/K/V, gate/up), mixed types
+     * where they share an activation layout */
+    for (int ta = 0; ta < N_WEIGHT_TYPES; ta++)
+        for (int tb = 0; tb < N_WEIGHT_TYPES; tb++) {
+            const int t0 = weight_types[ta], t1 = weight_types[tb];
+            if (!kern_repacked_share_input(t0, t1)) continue;
+            const int64_t k = 512, ns[3] = {301, 17, 64}, mlist[] = {1, 7};
+            const int types[3] = {t0, t1, t0};
+            float *X = kvl_alloc(7 * k * sizeof(float));
+            fill_data(X, 7 * k, 1.0f);
+            char *W[3];
+            void *P[3];
+            float *Y[3], *Yd[3];
+            for (int i = 0; i < 3; i++) {
+                const size_t wrow = kern_row_bytes(types[i], k);
+                float *wf = kvl_alloc(ns[i] * k * sizeof(float));
+                fill_data(wf, ns[i] * k, 0.05f);
+                W[i] = kvl_alloc(ns[i] * wrow);
+                for (int64_t j = 0; j < ns[i]; j++) kern_traits_ref(types[i])->from_float(wf + j * k, W[i] + j * wrow, k);
+                kvl_free(wf);
+                P[i] = kvl_alloc(kern_repack_bytes(types[i], ns[i], k));
+                kern_repack(W[i], types[i], ns[i], k, P[i]);
+                Y[i] = kvl_alloc(7 * ns[i] * sizeof(float));
+                Yd[i] = kvl_alloc(7 * ns[i] * sizeof(float));
+            }
+            void *work = kvl_alloc(kern_matmul_work_bytes(t0, 7, k) + kern_matmul_work_bytes(t1, 7, k));
+            for (int mi = 0; mi < 2; mi++) {
+                const int64_t m = mlist[mi];
+                kern_repacked_mat mats[3];
+                for (int i = 0; i < 3; i++) mats[i] = (kern_repacked_mat){P[i], types[i], ns[i], Y[i]};
+                kern_matmul_repacked_multi(3, mats, k, X, m, work);
+                for (int i = 0; i < 3; i++) {
+                    matmul_direct(W[i], types[i], ns[i], k, X, m, Yd[i]);
+                    CHECK(memcmp(Y[i], Yd[i], m * ns[i] * sizeof(float)) == 0, "%s+%s multi m=%lld: matrix %d != vec_dot",
+                          kern_traits_ref(t0)->name, kern_traits_ref(t1)->name, (long long)m, i);
+                }
+            }
+            for (int i = 0; i < 3; i++) kvl_free(W[i]), kvl_free(P[i]), kvl_free(Y[i]), kvl_free(Yd[i]);
+            kvl_free(X), kvl_free(work);
+        }
     printf("repacked layouts tested: %d type(s) on %s\n", tested, kern_isa_name());
 }
 
