@@ -5,8 +5,9 @@
  *       bench/bench_kernels.c -o build/bench_kernels -lm
  * Run:   OMP_NUM_THREADS=2 ./build/bench_kernels [isa] [k] [n_out] [types, e.g. Q8_0,Q4_K,attn]
  *
- * Per type: m = 1 (decode, weights streamed from memory), then m = 4, 16, 64
- * and 512 (batched decode, prefill) from cache-resident weights. "attn" runs
+ * Per type, in the GGUF layout and (where the ISA has one) repacked: m = 1
+ * (decode, weights streamed from memory), then m = 4, 16, 64 and 512 (batched
+ * decode, prefill) from cache-resident weights. "attn" runs
  * the attention kernels (q.k, softmax, p.v) over one 256-position chunk of f16
  * cache rows, single thread.
  *
@@ -72,15 +73,28 @@ static double stream_read_gbs(void) {
     return best;
 }
 
-static void bench_type(int t, int64_t k, int64_t n_out) {
+/* GGUF rows (kern_matmul) or the repacked layout of the same weights. */
+static void matmul_any(bool repacked, const void *W, int t, int64_t n_out, int64_t k, const float *X,
+                       int64_t m, float *Y, void *work) {
+    if (repacked) kern_matmul_repacked(W, t, n_out, k, X, m, Y, work);
+    else kern_matmul(W, t, n_out, k, X, m, Y, work);
+}
+
+static void bench_layout(int t, int64_t k, int64_t n_out, bool repacked) {
     const size_t wbytes = kern_row_bytes(t, k) * n_out;
-    int copies = (int)(WORKING_SET / wbytes) + 1;
+    const size_t pbytes = repacked ? kern_repack_bytes(t, n_out, k) : wbytes;
+    if (!pbytes) return;
+    const size_t ws = getenv("BENCH_WS_KB") ? (size_t)atoll(getenv("BENCH_WS_KB")) << 10 : WORKING_SET;
+    int copies = (int)(ws / pbytes) + 1;
     if (copies < 2) copies = 2;
     uint8_t **W = calloc((size_t)copies, sizeof *W);
+    uint8_t *src = repacked ? kvl_alloc(wbytes) : NULL;
     for (int c = 0; c < copies; c++) {
-        W[c] = kvl_alloc(wbytes);
-        fill_weights(t, W[c], n_out, k);
+        W[c] = kvl_alloc(pbytes);
+        fill_weights(t, repacked ? src : W[c], n_out, k);
+        if (repacked) kern_repack(src, t, n_out, k, W[c]);
     }
+    kvl_free(src);
     const int64_t mmax = 512;
     float *X = kvl_alloc(mmax * k * sizeof(float)), *Y = kvl_alloc(mmax * n_out * sizeof(float));
     for (int64_t i = 0; i < mmax * k; i++) X[i] = (float)((int)(next_u64() % 2001) - 1000) * 1e-3f;
@@ -88,21 +102,22 @@ static void bench_type(int t, int64_t k, int64_t n_out) {
 
     /* decode: m = 1, cycling through the copies; best of a few sweeps */
     double best = 1e30;
-    for (int sweep = 0; sweep < 12; sweep++) {
+    const int sweeps = getenv("BENCH_SWEEPS") ? atoi(getenv("BENCH_SWEEPS")) : 12;
+    for (int sweep = 0; sweep < sweeps; sweep++) {
         const double t0 = kvl_time_s();
-        for (int c = 0; c < copies; c++) kern_matmul(W[c], t, n_out, k, X, 1, Y, work);
+        for (int c = 0; c < copies; c++) matmul_any(repacked, W[c], t, n_out, k, X, 1, Y, work);
         const double dt = (kvl_time_s() - t0) / copies;
         if (dt < best) best = dt;
     }
-    printf("%-5s m=1 %7.1f us %6.2f GB/s", kern_traits_of(t)->name, best * 1e6,
-           wbytes / best / 1e9);
+    printf("%-5s %s m=1 %7.1f us %6.2f GB/s", kern_traits_of(t)->name, repacked ? "repacked" : "gguf    ",
+           best * 1e6, pbytes / best / 1e9);
     /* batched: m = 4, 16, 64 and 512 (prefill) from cache-resident weights (compute rate) */
     static const int64_t ms[] = {4, 16, 64, 512};
     for (int mi = 0; mi < 4; mi++) {
         double b2 = 1e30;
         for (int rep = 0; rep < (ms[mi] >= 512 ? 3 : 5); rep++) {
             const double t0 = kvl_time_s();
-            kern_matmul(W[0], t, n_out, k, X, ms[mi], Y, work);
+            matmul_any(repacked, W[0], t, n_out, k, X, ms[mi], Y, work);
             const double dt = kvl_time_s() - t0;
             if (dt < b2) b2 = dt;
         }
@@ -113,6 +128,11 @@ static void bench_type(int t, int64_t k, int64_t n_out) {
     for (int c = 0; c < copies; c++) kvl_free(W[c]);
     free(W);
     kvl_free(X), kvl_free(Y), kvl_free(work);
+}
+
+static void bench_type(int t, int64_t k, int64_t n_out) {
+    bench_layout(t, k, n_out, false);
+    bench_layout(t, k, n_out, true);
 }
 
 /* q.k + softmax + p.v of n_q heads over one chunk of n f16 rows of width d. */

@@ -6,8 +6,9 @@
  *
  *   Q4_0, per block b: 4 vectors, lane r = GGUF bytes qs[4g..4g+3] of row r
  *         (low nibbles: elements 4g..4g+3, high: 16+4g..), widened in the
- *         kernel; Q8_0: 8 vectors, lane r = qs[4g..4g+3] ^ 0x80 (unsigned).
- *   then, after all blocks, the fp16 scales: 16 per block (32 bytes).
+ *         kernel; Q8_0: 8 vectors, lane r = qs[4g..4g+3] ^ 0x80 (unsigned);
+ *   blocks in pairs: values of b, values of b + 1, then the 16 fp16 scales of
+ *   each (64 bytes), so a panel is one stream of whole cache lines.
  *
  * Q4_0 takes 288 bytes per block and 16 rows, as in the file; Q8_0 544.
  *
@@ -27,7 +28,14 @@
 #define RQ_SCALES 32
 
 static size_t rq_panel_bytes(int64_t k, size_t vals) {
-    return ((size_t)(k / QK8_0) * (vals + RQ_SCALES) + 63) & ~(size_t)63;
+    return (size_t)((k / QK8_0 + 1) / 2) * 2 * (vals + RQ_SCALES);
+}
+/* Byte offsets of block b's values and scales in a panel. */
+static inline size_t rq_vals_at(int64_t b, size_t vals) {
+    return (size_t)(b / 2) * 2 * (vals + RQ_SCALES) + (size_t)(b % 2) * vals;
+}
+static inline size_t rq_scales_at(int64_t b, size_t vals) {
+    return (size_t)(b / 2) * 2 * (vals + RQ_SCALES) + 2 * vals + (size_t)(b % 2) * RQ_SCALES;
 }
 static size_t rq4_panel_bytes(int64_t k) { return rq_panel_bytes(k, RQ4_VALS); }
 static size_t rq8_panel_bytes(int64_t k) { return rq_panel_bytes(k, RQ8_VALS); }
@@ -50,20 +58,19 @@ T_512_INLINE void rq_pack(bool q4, const void *w, size_t wrow, int rows, int64_t
     const int64_t nb = k / QK8_0;
     const size_t bb = q4 ? sizeof(blk_q4_0) : sizeof(blk_q8_0), vals = q4 ? RQ4_VALS : RQ8_VALS;
     const int ng = q4 ? 4 : 8;
-    char *out = panel, *scales = (char *)panel + nb * vals;
+    char *out = panel;
+    /* an odd block count leaves the last pair half used: zeros, never read */
+    memset((char *)panel + rq_panel_bytes(k, vals) - 2 * (vals + RQ_SCALES), 0, 2 * (vals + RQ_SCALES));
     const __m512i flip = _mm512_set1_epi8((char)0x80);
     for (int64_t b = 0; b < nb; b++) {
         const char *base = (const char *)w + b * bb;
         for (int g = 0; g < ng; g++) {
             __m512i v = gather_rows(base, wrow, rows, 2 + 4 * (size_t)g);
             if (!q4) v = _mm512_maskz_xor_epi32(row_mask(rows), v, flip);
-            _mm512_storeu_si512(out + b * vals + 64 * g, v);
+            _mm512_storeu_si512(out + rq_vals_at(b, vals) + 64 * g, v);
         }
-        _mm256_storeu_si256((__m256i *)(scales + b * RQ_SCALES), gather_scales(base, wrow, rows));
+        _mm256_storeu_si256((__m256i *)(out + rq_scales_at(b, vals)), gather_scales(base, wrow, rows));
     }
-    /* the rounding tail, so the panel is fully written */
-    const size_t used = (size_t)nb * (vals + RQ_SCALES);
-    memset((char *)panel + used, 0, rq_panel_bytes(k, vals) - used);
 }
 
 T_512 static void rq4_pack(const void *w, size_t wrow, int rows, int64_t k, void *panel) {
@@ -75,21 +82,30 @@ T_512 static void rq8_pack(const void *w, size_t wrow, int rows, int64_t k, void
 
 /* 16 (or 32 with two) weight rows x NA activation rows of one tile, all blocks. */
 T_512_INLINE void rq_micro(bool q4, int NA, int64_t nb, const char *p0, const char *p1, bool two,
-                           const char *t, float *y, size_t ldy, __mmask16 m0, __mmask16 m1) {
+                           const char *t, float *y, float *y1, size_t ldy, __mmask16 m0, __mmask16 m1) {
     const size_t vals = q4 ? RQ4_VALS : RQ8_VALS;
-    const char *s0 = p0 + nb * vals, *s1 = two ? p1 + nb * vals : s0;
+    const char *const q0 = p0, *const q1 = p1;
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     __m512 f0[QT], f1[QT];
     UNROLL(6)
     for (int a = 0; a < NA; a++) f0[a] = f1[a] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < nb; b++, p0 += vals, p1 += vals, t += QT_BLK) {
+    for (int64_t b = 0; b < nb; b++, t += QT_BLK) {
+        p0 = q0 + rq_vals_at(b, vals), p1 = q1 + rq_vals_at(b, vals);
         const int32_t *c = (const int32_t *)(t + QT * (QK8_0 + 4));
-        __m512i i0[QT], i1[QT];
+        /* With few activation rows the dpbusd chains are short of work to
+         * overlap: split each block's sum over two accumulators (integers,
+         * so the result is the same). */
+        const int SPLIT = NA <= 2 ? 2 : 1;
+        __m512i i0[2][QT], i1[2][QT];
         UNROLL(6)
-        for (int a = 0; a < NA; a++) i0[a] = i1[a] = _mm512_set1_epi32(c[a]);
+        for (int a = 0; a < NA; a++) {
+            i0[0][a] = i1[0][a] = _mm512_set1_epi32(c[a]);
+            if (SPLIT > 1) i0[SPLIT - 1][a] = i1[SPLIT - 1][a] = _mm512_setzero_si512();
+        }
         if (q4) {
             UNROLL(4)
             for (int g = 0; g < 4; g++) {
+                const int h = g % SPLIT;
                 const __m512i v0 = _mm512_loadu_si512(p0 + 64 * g);
                 const __m512i v1 = two ? _mm512_loadu_si512(p1 + 64 * g) : v0;
                 const __m512i lo0 = _mm512_and_si512(v0, m4), hi0 = _mm512_and_si512(_mm512_srli_epi32(v0, 4), m4);
@@ -98,44 +114,53 @@ T_512_INLINE void rq_micro(bool q4, int NA, int64_t nb, const char *p0, const ch
                 for (int a = 0; a < NA; a++) {
                     const __m512i xl = _mm512_set1_epi32(*(const int32_t *)(t + QK8_0 * a + 4 * g));
                     const __m512i xh = _mm512_set1_epi32(*(const int32_t *)(t + QK8_0 * a + 16 + 4 * g));
-                    i0[a] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(i0[a], lo0, xl), hi0, xh);
-                    if (two) i1[a] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(i1[a], lo1, xl), hi1, xh);
+                    i0[h][a] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(i0[h][a], lo0, xl), hi0, xh);
+                    if (two) i1[h][a] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(i1[h][a], lo1, xl), hi1, xh);
                 }
             }
         } else {
             UNROLL(8)
             for (int g = 0; g < 8; g++) {
+                const int h = g % SPLIT;
                 const __m512i u0 = _mm512_loadu_si512(p0 + 64 * g);
                 const __m512i u1 = two ? _mm512_loadu_si512(p1 + 64 * g) : u0;
                 UNROLL(6)
                 for (int a = 0; a < NA; a++) {
                     const __m512i x = _mm512_set1_epi32(*(const int32_t *)(t + QK8_0 * a + 4 * g));
-                    i0[a] = _mm512_dpbusd_epi32(i0[a], u0, x);
-                    if (two) i1[a] = _mm512_dpbusd_epi32(i1[a], u1, x);
+                    i0[h][a] = _mm512_dpbusd_epi32(i0[h][a], u0, x);
+                    if (two) i1[h][a] = _mm512_dpbusd_epi32(i1[h][a], u1, x);
                 }
             }
         }
+        if (SPLIT > 1) {
+            UNROLL(6)
+            for (int a = 0; a < NA; a++) {
+                i0[0][a] = _mm512_add_epi32(i0[0][a], i0[SPLIT - 1][a]);
+                if (two) i1[0][a] = _mm512_add_epi32(i1[0][a], i1[SPLIT - 1][a]);
+            }
+        }
         const float *dy = (const float *)(t + QT * QK8_0);
-        const __m512 d0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(s0 + b * RQ_SCALES)));
-        const __m512 d1 = two ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(s1 + b * RQ_SCALES))) : d0;
+        const __m512 d0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(q0 + rq_scales_at(b, vals))));
+        const __m512 d1 =
+            two ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(q1 + rq_scales_at(b, vals)))) : d0;
         UNROLL(6)
         for (int a = 0; a < NA; a++) {
             const __m512 dd = _mm512_set1_ps(dy[a]);
-            f0[a] = _mm512_fmadd_ps(_mm512_mul_ps(d0, dd), _mm512_cvtepi32_ps(i0[a]), f0[a]);
-            if (two) f1[a] = _mm512_fmadd_ps(_mm512_mul_ps(d1, dd), _mm512_cvtepi32_ps(i1[a]), f1[a]);
+            f0[a] = _mm512_fmadd_ps(_mm512_mul_ps(d0, dd), _mm512_cvtepi32_ps(i0[0][a]), f0[a]);
+            if (two) f1[a] = _mm512_fmadd_ps(_mm512_mul_ps(d1, dd), _mm512_cvtepi32_ps(i1[0][a]), f1[a]);
         }
     }
     UNROLL(6)
     for (int a = 0; a < NA; a++) {
         _mm512_mask_storeu_ps(y + a * ldy, m0, f0[a]);
-        if (two) _mm512_mask_storeu_ps(y + a * ldy + 16, m1, f1[a]);
+        if (two) _mm512_mask_storeu_ps(y1 + a * ldy, m1, f1[a]);
     }
 }
 
 /* One instantiation per (active rows, one or two panels). */
 #define RQ_CASE(q4, na, two)                                                                       \
     case na:                                                                                       \
-        rq_micro(q4, na, nb, p0, p1, two, tile, y, ldy, m0, m1);                                   \
+        rq_micro(q4, na, nb, p0, p1, two, tile, y, y1, ldy, m0, m1);                               \
         break;
 #define RQ_SWITCH(q4, two)                                                                         \
     switch (na) {                                                                                  \
@@ -144,7 +169,7 @@ T_512_INLINE void rq_micro(bool q4, int NA, int64_t nb, const char *p0, const ch
         RQ_CASE(q4, 3, two)                                                                        \
         RQ_CASE(q4, 4, two)                                                                        \
         RQ_CASE(q4, 5, two)                                                                        \
-    default: rq_micro(q4, QT, nb, p0, p1, two, tile, y, ldy, m0, m1); break;                      \
+    default: rq_micro(q4, QT, nb, p0, p1, two, tile, y, y1, ldy, m0, m1); break;                  \
     }
 
 T_512_INLINE void rq_kernel(bool q4, int64_t k, const void *panels, size_t pb, int n_rows, const void *tiles,
@@ -155,11 +180,18 @@ T_512_INLINE void rq_kernel(bool q4, int64_t k, const void *panels, size_t pb, i
     for (int64_t ti = 0; ti * QT < m; ti++) {
         const int na = m - ti * QT < QT ? (int)(m - ti * QT) : QT;
         const char *tile = (const char *)tiles + ti * tb;
-        for (int p = 0; p < np; p += 2) {
-            const char *p0 = (const char *)panels + p * pb, *p1 = p0 + pb;
-            float *y = yall + ti * QT * ldy + 16 * p;
-            const __mmask16 m0 = row_mask(n_rows - 16 * p), m1 = row_mask(n_rows - 16 * (p + 1));
-            if (p + 1 < np) {
+        /* Two panels per pass. With many rows they are neighbours and share
+         * each activation broadcast; for decode (one or two rows) they come
+         * from the two halves of the run, so each thread reads two long
+         * streams at once (more requests in flight than one stream gets). */
+        const int64_t half = na <= 2 ? (np + 1) / 2 : 0;
+        for (int64_t p = 0; p < np; p += half ? 1 : 2) {
+            if (half && p == half) break;
+            const int64_t pq = half ? p + half : p + 1;
+            const char *p0 = (const char *)panels + p * pb, *p1 = (const char *)panels + pq * pb;
+            float *y = yall + ti * QT * ldy + 16 * p, *y1 = yall + ti * QT * ldy + 16 * pq;
+            const __mmask16 m0 = row_mask(n_rows - 16 * (int)p), m1 = row_mask(n_rows - 16 * (int)pq);
+            if (pq < np) {
                 RQ_SWITCH(q4, true)
             } else {
                 RQ_SWITCH(q4, false)
