@@ -141,6 +141,39 @@ static void *panel_buffer(size_t bytes) {
     return tl_panels;
 }
 
+/* Row i of X into its slot of its tile. */
+static void gemm_prepare_row(const kern_gemm_ops *g, const float *X, int64_t k, int64_t m, int64_t i, void *work,
+                             size_t tb) {
+    const int T = g->tile_rows;
+    const int64_t t0 = i / T * T;
+    g->prepare(X + i * k, (char *)work + (i / T) * tb, (int)(i - t0), m - t0 < T ? (int)(m - t0) : T, k);
+}
+
+/* Chunk c of nchunks: its panels packed into this thread's buffer, then all m rows past them. */
+static void gemm_chunk(const kern_gemm_ops *g, const char *W, size_t wrow, int64_t n_out, int64_t k, int64_t m,
+                       float *Y, const void *work, size_t pb, int64_t npanels, int64_t nchunks, int64_t c) {
+    const int64_t p0 = npanels * c / nchunks, p1 = npanels * (c + 1) / nchunks;
+    const int64_t j0 = p0 * KERN_PANEL_ROWS;
+    const int64_t j1 = p1 * KERN_PANEL_ROWS < n_out ? p1 * KERN_PANEL_ROWS : n_out;
+    if (!g->panel_bytes) {
+        g->kernel(k, W + (size_t)j0 * wrow, wrow, (int)(j1 - j0), work, m, Y + j0, (size_t)n_out);
+        return;
+    }
+    char *panels = panel_buffer((size_t)(p1 - p0) * pb);
+    if (!panels) {
+        kvl_log(KVL_LOG_ERROR, "kern_matmul: out of memory for packed weights");
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = j0; j < j1; j++) Y[i * n_out + j] = NAN;
+        return;
+    }
+    for (int64_t p = p0; p < p1; p++) {
+        const int64_t r0 = p * KERN_PANEL_ROWS;
+        const int rows = n_out - r0 < KERN_PANEL_ROWS ? (int)(n_out - r0) : KERN_PANEL_ROWS;
+        g->pack(W + (size_t)r0 * wrow, wrow, rows, k, panels + (p - p0) * pb);
+    }
+    g->kernel(k, panels, pb, (int)(j1 - j0), work, m, Y + j0, (size_t)n_out);
+}
+
 static void mm_gemm(const kern_gemm_ops *g, const char *W, size_t wrow, int64_t n_out, int64_t k,
                     const float *X, int64_t m, float *Y, void *work, bool par) {
     const int T = g->tile_rows;
@@ -160,36 +193,17 @@ static void mm_gemm(const kern_gemm_ops *g, const char *W, size_t wrow, int64_t 
     /* padded rows of the last tile read as zeros */
     memset((char *)work + (ntiles - 1) * tb, 0, tb);
 
-#pragma omp parallel if (par)
+    if (!par) { /* no OpenMP region: even a one-thread one costs a system call */
+        for (int64_t i = 0; i < m; i++) gemm_prepare_row(g, X, k, m, i, work, tb);
+        for (int64_t c = 0; c < nchunks; c++) gemm_chunk(g, W, wrow, n_out, k, m, Y, work, pb, npanels, nchunks, c);
+        return;
+    }
+#pragma omp parallel
     {
 #pragma omp for schedule(static)
-        for (int64_t i = 0; i < m; i++) {
-            const int64_t t0 = i / T * T;
-            g->prepare(X + i * k, (char *)work + (i / T) * tb, (int)(i - t0), m - t0 < T ? (int)(m - t0) : T, k);
-        }
+        for (int64_t i = 0; i < m; i++) gemm_prepare_row(g, X, k, m, i, work, tb);
 #pragma omp for schedule(dynamic, 1)
-        for (int64_t c = 0; c < nchunks; c++) {
-            const int64_t p0 = npanels * c / nchunks, p1 = npanels * (c + 1) / nchunks;
-            const int64_t j0 = p0 * KERN_PANEL_ROWS;
-            const int64_t j1 = p1 * KERN_PANEL_ROWS < n_out ? p1 * KERN_PANEL_ROWS : n_out;
-            if (!g->panel_bytes) {
-                g->kernel(k, W + (size_t)j0 * wrow, wrow, (int)(j1 - j0), work, m, Y + j0, (size_t)n_out);
-                continue;
-            }
-            char *panels = panel_buffer((size_t)(p1 - p0) * pb);
-            if (!panels) {
-                kvl_log(KVL_LOG_ERROR, "kern_matmul: out of memory for packed weights");
-                for (int64_t i = 0; i < m; i++)
-                    for (int64_t j = j0; j < j1; j++) Y[i * n_out + j] = NAN;
-                continue;
-            }
-            for (int64_t p = p0; p < p1; p++) {
-                const int64_t r0 = p * KERN_PANEL_ROWS;
-                const int rows = n_out - r0 < KERN_PANEL_ROWS ? (int)(n_out - r0) : KERN_PANEL_ROWS;
-                g->pack(W + (size_t)r0 * wrow, wrow, rows, k, panels + (p - p0) * pb);
-            }
-            g->kernel(k, panels, pb, (int)(j1 - j0), work, m, Y + j0, (size_t)n_out);
-        }
+        for (int64_t c = 0; c < nchunks; c++) gemm_chunk(g, W, wrow, n_out, k, m, Y, work, pb, npanels, nchunks, c);
     }
 }
 
@@ -213,11 +227,18 @@ void kern_matmul(const void *W, int wtype, int64_t n_out, int64_t k, const float
     const int64_t nchunks = (n_out + crows - 1) / crows;
 
     /* A few rows (decode) are quantized here, saving the team a barrier. */
-    const bool serial_quantize = m <= KERN_ROWS_MAX;
+    const bool serial_quantize = m <= KERN_ROWS_MAX || !par;
     if (p.quantize && serial_quantize)
         for (int64_t i = 0; i < m; i++) p.quantize(X + i * k, (char *)work + i * p.xrow, k);
+    if (!par) { /* no OpenMP region: even a one-thread one costs a system call */
+        for (int64_t c = 0; c < nchunks; c++) {
+            const int64_t j0 = c * crows, j1 = j0 + crows < n_out ? j0 + crows : n_out;
+            mm_chunk(&p, W, j0, j1, k, xq, m, Y, n_out);
+        }
+        return;
+    }
 
-#pragma omp parallel if (par)
+#pragma omp parallel
     {
         if (p.quantize && !serial_quantize) {
 #pragma omp for schedule(static)
@@ -264,6 +285,21 @@ void kern_repack(const void *W, int wtype, int64_t n_out, int64_t k, void *dst) 
     }
 }
 
+/* Chunk c: a run of panels of one of the matrices (first[w] is matrix w's first chunk). */
+static void repacked_chunk(int nw, const kern_repacked_mat *mats, const int64_t *first, int64_t k, int64_t m,
+                           const void *work, int64_t c) {
+    int w = 0;
+    while (w + 1 < nw && c >= first[w + 1]) w++;
+    const kern_repacked_mat *mt = &mats[w];
+    const kern_repack_ops *r = kern_repack_of(mt->wtype);
+    const size_t pb = r->panel_bytes(k);
+    const int64_t np = (mt->n_out + KERN_PANEL_ROWS - 1) / KERN_PANEL_ROWS, nc = first[w + 1] - first[w];
+    const int64_t p0 = np * (c - first[w]) / nc, p1 = np * (c - first[w] + 1) / nc;
+    const int64_t j0 = p0 * KERN_PANEL_ROWS;
+    const int64_t j1 = p1 * KERN_PANEL_ROWS < mt->n_out ? p1 * KERN_PANEL_ROWS : mt->n_out;
+    r->kernel(k, (const char *)mt->P + (size_t)p0 * pb, pb, (int)(j1 - j0), work, m, mt->Y + j0, (size_t)mt->n_out);
+}
+
 /* Products over one prepared activation set, in one parallel region: a
  * run of panels of one matrix per chunk. */
 static void repacked_run(int nw, const kern_repacked_mat *mats, int64_t k, const float *X, int64_t m,
@@ -303,29 +339,19 @@ static void repacked_run(int nw, const kern_repacked_mat *mats, int64_t k, const
     if (serial_prepare)
         for (int64_t i = 0; i < m; i++) g->prepare(X + i * k, work, (int)i, (int)m, k);
 
-#pragma omp parallel if (par)
+    if (!par) { /* no OpenMP region: even a one-thread one costs a system call */
+        for (int64_t i = 0; i < m && !serial_prepare; i++) gemm_prepare_row(g, X, k, m, i, work, tb);
+        for (int64_t c = 0; c < first[nw]; c++) repacked_chunk(nw, mats, first, k, m, work, c);
+        return;
+    }
+#pragma omp parallel
     {
         if (!serial_prepare) {
 #pragma omp for schedule(static)
-            for (int64_t i = 0; i < m; i++) {
-                const int64_t t0 = i / T * T;
-                g->prepare(X + i * k, (char *)work + (i / T) * tb, (int)(i - t0), m - t0 < T ? (int)(m - t0) : T, k);
-            }
+            for (int64_t i = 0; i < m; i++) gemm_prepare_row(g, X, k, m, i, work, tb);
         }
 #pragma omp for schedule(dynamic, 1)
-        for (int64_t c = 0; c < first[nw]; c++) {
-            int w = 0;
-            while (c >= first[w + 1]) w++;
-            const kern_repacked_mat *mt = &mats[w];
-            const kern_repack_ops *r = kern_repack_of(mt->wtype);
-            const size_t pb = r->panel_bytes(k);
-            const int64_t np = (mt->n_out + KERN_PANEL_ROWS - 1) / KERN_PANEL_ROWS, nc = first[w + 1] - first[w];
-            const int64_t p0 = np * (c - first[w]) / nc, p1 = np * (c - first[w] + 1) / nc;
-            const int64_t j0 = p0 * KERN_PANEL_ROWS;
-            const int64_t j1 = p1 * KERN_PANEL_ROWS < mt->n_out ? p1 * KERN_PANEL_ROWS : mt->n_out;
-            r->kernel(k, (const char *)mt->P + (size_t)p0 * pb, pb, (int)(j1 - j0), work, m, mt->Y + j0,
-                      (size_t)mt->n_out);
-        }
+        for (int64_t c = 0; c < first[nw]; c++) repacked_chunk(nw, mats, first, k, m, work, c);
     }
 }
 

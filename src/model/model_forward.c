@@ -107,17 +107,26 @@ static void attention(const fwd_ctx *c, const layer_weights *L, const attn_args 
             int64_t t = w / n_kv, g = w % n_kv;
             op_attend_group(a, seq_table(c, t, L->kv_group), c->b->pos[c->t0 + t], (int)g, (int)G,
                             q + t * q_stride + g * G * a->dk, a->dk, out + t * out_stride + g * G * a->dv,
-                            a->dv, m->attn_scratch);
+                            a->dv, m->attn_scratch, omp_get_max_threads());
         }
         return;
     }
-#pragma omp parallel for schedule(dynamic, 1) if (par && total > 1)
+    if (!par || total <= 1) { /* no OpenMP region: even a one-thread one costs a system call */
+        for (int64_t w = 0; w < total; w++) {
+            int64_t t = w / n_kv, g = w % n_kv;
+            op_attend_group(a, seq_table(c, t, L->kv_group), c->b->pos[c->t0 + t], (int)g, (int)G,
+                            q + t * q_stride + g * G * a->dk, a->dk, out + t * out_stride + g * G * a->dv,
+                            a->dv, m->attn_scratch, 1);
+        }
+        return;
+    }
+#pragma omp parallel for schedule(dynamic, 1)
     for (int64_t w = 0; w < total; w++) {
         int64_t t = w / n_kv, g = w % n_kv;
         float *scratch = m->attn_scratch + (size_t)omp_get_thread_num() * m->attn_scratch_len;
         op_attend_group(a, seq_table(c, t, L->kv_group), c->b->pos[c->t0 + t], (int)g, (int)G,
                         q + t * q_stride + g * G * a->dk, a->dk, out + t * out_stride + g * G * a->dv,
-                        a->dv, scratch);
+                        a->dv, scratch, 1);
     }
 }
 

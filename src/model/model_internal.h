@@ -90,9 +90,10 @@ typedef struct attn_args {
  * each block's K and V slice is widened once and used by all n_q heads. q rows
  * are q_stride apart, outputs out_stride apart. scratch holds
  * op_attend_scratch_floats(...) floats. */
+/* max_threads: how many threads its chunks may spread over (1: this thread). */
 void op_attend_group(const attn_args *a, const kv_seq *s, int32_t pos, int kvh, int n_q,
                      const float *q, int64_t q_stride, float *out, int64_t out_stride,
-                     float *scratch);
+                     float *scratch, int max_threads);
 size_t op_attend_scratch_floats(const kv_pool_config *c, int n_q, int64_t dk, int64_t dv, int64_t max_ctx);
 
 #endif

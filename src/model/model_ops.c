@@ -197,7 +197,7 @@ static void attend_chunk(const attn_args *a, const kv_seq *s, int32_t lo, int32_
 
 void op_attend_group(const attn_args *a, const kv_seq *s, int32_t pos, int kvh, int n_q,
                      const float *q, int64_t q_stride, float *out, int64_t out_stride,
-                     float *scratch) {
+                     float *scratch, int max_threads) {
     const kv_pool_config *c = kv_pool_cfg(a->kv);
     int64_t dk = a->dk, dv = a->dv, w = dk > dv ? dk : dv;
     const size_t cs = (size_t)n_q * (size_t)(dv + 2);
@@ -224,16 +224,22 @@ void op_attend_group(const attn_args *a, const kv_seq *s, int32_t pos, int kvh, 
     }
     /* Chunks are fixed by position and merge in order, so how they are
      * scheduled does not change the result. */
-    int nth = omp_in_parallel() ? 1 : omp_get_max_threads();
+    int nth = max_threads;
     nth = nth < ATTN_SPLIT_MAX ? nth : ATTN_SPLIT_MAX;
     nth = nth < c1 - c0 + 1 ? nth : c1 - c0 + 1;
-#pragma omp parallel for num_threads(nth) schedule(dynamic, 1) if (nth > 1)
-    for (int32_t ci = c0; ci <= c1; ci++) {
-        int32_t lo = ci * ATTN_CHUNK > first ? ci * ATTN_CHUNK : first;
-        int32_t hi = (ci + 1) * ATTN_CHUNK - 1 < pos ? (ci + 1) * ATTN_CHUNK - 1 : pos;
-        attend_chunk(a, s, lo, hi, kvh, n_q, qr, part + (size_t)(ci - c0) * cs,
-                     work + (size_t)omp_get_thread_num() * wf);
+    /* A one-thread OpenMP region still ends in a barrier that costs a futex
+     * system call in libgomp: run serially outside OpenMP when alone. */
+#define ATTEND_CHUNK(ci, th)                                                                       \
+    attend_chunk(a, s, (ci) * ATTN_CHUNK > first ? (ci) * ATTN_CHUNK : first,                     \
+                 (ci + 1) * ATTN_CHUNK - 1 < pos ? (ci + 1) * ATTN_CHUNK - 1 : pos, kvh, n_q, qr,  \
+                 part + (size_t)((ci) - c0) * cs, work + (size_t)(th) * wf)
+    if (nth <= 1) {
+        for (int32_t ci = c0; ci <= c1; ci++) ATTEND_CHUNK(ci, 0);
+    } else {
+#pragma omp parallel for num_threads(nth) schedule(dynamic, 1)
+        for (int32_t ci = c0; ci <= c1; ci++) ATTEND_CHUNK(ci, omp_get_thread_num());
     }
+#undef ATTEND_CHUNK
     kern_attn_merge(c1 - c0 + 1, n_q, dv, part, out, (size_t)out_stride);
 }
 
