@@ -104,6 +104,8 @@ static void install_avx512(void) {
     active_gemm[GGUF_DT_Q6_K] = &kavx512_gemm_q6_K;
     active_repack[GGUF_DT_Q8_0] = &kavx512_repack_q8_0;
     active_repack[GGUF_DT_Q4_0] = &kavx512_repack_q4_0;
+    active_repack[GGUF_DT_Q4_K] = &kavx512_repack_q4_K;
+    active_repack[GGUF_DT_Q6_K] = &kavx512_repack_q6_K;
     active_attn = &kavx512_attn;
     active_gemm[GGUF_DT_F32] = &kavx512_gemm_f32;
     active_gemm[GGUF_DT_F16] = &kavx512_gemm_f16;
