@@ -82,7 +82,8 @@ T_512 static void rq8_pack(const void *w, size_t wrow, int rows, int64_t k, void
 
 /* 16 (or 32 with two) weight rows x NA activation rows of one tile, all blocks. */
 T_512_INLINE void rq_micro(bool q4, int NA, int64_t nb, const char *p0, const char *p1, bool two,
-                           const char *t, float *y, float *y1, size_t ldy, __mmask16 m0, __mmask16 m1) {
+                           const char *t, float *y, float *y1, size_t ldy, __mmask16 m0, __mmask16 m1,
+                           const char *pf) {
     const size_t vals = q4 ? RQ4_VALS : RQ8_VALS;
     const char *const q0 = p0, *const q1 = p1;
     const __m512i m4 = _mm512_set1_epi8(0x0F);
@@ -91,6 +92,9 @@ T_512_INLINE void rq_micro(bool q4, int NA, int64_t nb, const char *p0, const ch
     for (int a = 0; a < NA; a++) f0[a] = f1[a] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++, t += QT_BLK) {
         p0 = q0 + rq_vals_at(b, vals), p1 = q1 + rq_vals_at(b, vals);
+        if (pf) /* the next two panels, as much of them as this block takes of these two */
+            for (size_t l = 0; l < 2 * (vals + RQ_SCALES); l += 64)
+                _mm_prefetch(pf + (size_t)b * 2 * (vals + RQ_SCALES) + l, _MM_HINT_T0);
         const int32_t *c = (const int32_t *)(t + QT * (QK8_0 + 4));
         /* With few activation rows the dpbusd chains are short of work to
          * overlap: split each block's sum over two accumulators (integers,
@@ -160,7 +164,7 @@ T_512_INLINE void rq_micro(bool q4, int NA, int64_t nb, const char *p0, const ch
 /* One instantiation per (active rows, one or two panels). */
 #define RQ_CASE(q4, na, two)                                                                       \
     case na:                                                                                       \
-        rq_micro(q4, na, nb, p0, p1, two, tile, y, y1, ldy, m0, m1);                               \
+        rq_micro(q4, na, nb, p0, p1, two, tile, y, y1, ldy, m0, m1, pf);                           \
         break;
 #define RQ_SWITCH(q4, two)                                                                         \
     switch (na) {                                                                                  \
@@ -169,34 +173,55 @@ T_512_INLINE void rq_micro(bool q4, int NA, int64_t nb, const char *p0, const ch
         RQ_CASE(q4, 3, two)                                                                        \
         RQ_CASE(q4, 4, two)                                                                        \
         RQ_CASE(q4, 5, two)                                                                        \
-    default: rq_micro(q4, QT, nb, p0, p1, two, tile, y, y1, ldy, m0, m1); break;                  \
+    default: rq_micro(q4, QT, nb, p0, p1, two, tile, y, y1, ldy, m0, m1, pf); break;              \
     }
+
+/* Panels p and pq (pq >= np: p alone) against tile ti. */
+T_512_INLINE void rq_pass(bool q4, int64_t nb, const void *panels, size_t pb, int np, int n_rows, const void *tiles,
+                          size_t tb, int64_t m, int64_t ti, int64_t p, int64_t pq, float *yall, size_t ldy) {
+    const int na = m - ti * QT < QT ? (int)(m - ti * QT) : QT;
+    const char *tile = (const char *)tiles + ti * tb;
+    const char *p0 = (const char *)panels + p * pb, *p1 = (const char *)panels + pq * pb;
+    float *y = yall + ti * QT * ldy + 16 * p, *y1 = yall + ti * QT * ldy + 16 * pq;
+    const __mmask16 m0 = row_mask(n_rows - 16 * (int)p), m1 = row_mask(n_rows - 16 * (int)pq);
+    /* Several rows make the first pass over two panels compute-bound: it
+     * fetches the next two itself, so memory works while the arithmetic does
+     * (the hardware prefetchers run only a little ahead of the demand;
+     * bench_kernels with BENCH_STREAM=1: m = 16 about +10%; the same for
+     * the K-family kernels made them slower). */
+    const char *pf = m > 2 && ti == 0 && pq == p + 1 && p + 3 < np ? p0 + 2 * pb : NULL;
+    if (pq < np) {
+        RQ_SWITCH(q4, true)
+    } else {
+        RQ_SWITCH(q4, false)
+    }
+}
+
+/* Up to this many tiles (batched decode), each pair of panels meets every
+ * tile while it is in L1/L2, and the stream of weights from memory runs on
+ * behind the arithmetic; with more (prefill), a tile meets every panel of the
+ * run, which kern_matmul_repacked sizes to stay in L2. */
+#define RQ_PANEL_OUTER_TILES 4
 
 T_512_INLINE void rq_kernel(bool q4, int64_t k, const void *panels, size_t pb, int n_rows, const void *tiles,
                             int64_t m, float *yall, size_t ldy) {
     const int64_t nb = k / QK8_0;
     const int np = (n_rows + 15) / 16;
     const size_t tb = kavx512_q_tile_bytes(k);
-    for (int64_t ti = 0; ti * QT < m; ti++) {
-        const int na = m - ti * QT < QT ? (int)(m - ti * QT) : QT;
-        const char *tile = (const char *)tiles + ti * tb;
-        /* Two panels per pass. With many rows they are neighbours and share
-         * each activation broadcast; for decode (one or two rows) they come
-         * from the two halves of the run, so each thread reads two long
-         * streams at once (more requests in flight than one stream gets). */
-        const int64_t half = na <= 2 ? (np + 1) / 2 : 0;
-        for (int64_t p = 0; p < np; p += half ? 1 : 2) {
-            if (half && p == half) break;
-            const int64_t pq = half ? p + half : p + 1;
-            const char *p0 = (const char *)panels + p * pb, *p1 = (const char *)panels + pq * pb;
-            float *y = yall + ti * QT * ldy + 16 * p, *y1 = yall + ti * QT * ldy + 16 * pq;
-            const __mmask16 m0 = row_mask(n_rows - 16 * (int)p), m1 = row_mask(n_rows - 16 * (int)pq);
-            if (pq < np) {
-                RQ_SWITCH(q4, true)
-            } else {
-                RQ_SWITCH(q4, false)
-            }
-        }
+    const int64_t ntiles = (m + QT - 1) / QT;
+    /* Two panels per pass. With many rows they are neighbours and share each
+     * activation broadcast; for decode (one or two rows) they come from the
+     * two halves of the run, so each thread reads two long streams at once
+     * (more requests in flight than one stream gets). */
+    if (m <= 2) {
+        const int64_t half = (np + 1) / 2;
+        for (int64_t p = 0; p < half; p++) rq_pass(q4, nb, panels, pb, np, n_rows, tiles, tb, m, 0, p, p + half, yall, ldy);
+    } else if (ntiles <= RQ_PANEL_OUTER_TILES) {
+        for (int64_t p = 0; p < np; p += 2)
+            for (int64_t ti = 0; ti < ntiles; ti++) rq_pass(q4, nb, panels, pb, np, n_rows, tiles, tb, m, ti, p, p + 1, yall, ldy);
+    } else {
+        for (int64_t ti = 0; ti < ntiles; ti++)
+            for (int64_t p = 0; p < np; p += 2) rq_pass(q4, nb, panels, pb, np, n_rows, tiles, tb, m, ti, p, p + 1, yall, ldy);
     }
 }
 

@@ -284,10 +284,17 @@ T_512_INLINE void r6k_micro(int NA, int64_t nsb, const char *P, const char *A, f
         const int64_t nsb = k / QK_K;                                                                \
         const int np = (n_rows + 15) / 16;                                                           \
         const size_t tb = kavx512_k_tile_bytes(k);                                                   \
-        for (int64_t ti = 0; ti * KT < m; ti++) {                                                    \
-            const int na = m - ti * KT < KT ? (int)(m - ti * KT) : KT;                               \
-            const char *tile = (const char *)tiles + ti * tb;                                        \
-            for (int p = 0; p < np; p++) {                                                           \
+        const int64_t ntiles = (m + KT - 1) / KT;                                                    \
+        /* few tiles (batched decode): each panel meets every tile while in                       \
+         * L1/L2, the weights streaming on behind; many (prefill): a tile meets                    \
+         * every panel of the run, which stays in L2 */                                           \
+        const bool panel_outer = ntiles <= 4;                                                        \
+        for (int64_t outer = 0; outer < (panel_outer ? np : ntiles); outer++)                        \
+            for (int64_t inner = 0; inner < (panel_outer ? ntiles : np); inner++) {                  \
+                const int64_t ti = panel_outer ? inner : outer, p = panel_outer ? outer : inner;     \
+                const int na = m - ti * KT < KT ? (int)(m - ti * KT) : KT;                           \
+                const char *tile = (const char *)tiles + ti * tb;                                    \
+                {                                                                                    \
                 const char *P = (const char *)panels + p * pb;                                       \
                 float *yt = y + ti * KT * ldy + 16 * p;                                              \
                 const __mmask16 mask = row_mask(n_rows - 16 * p);                                    \
