@@ -8,7 +8,17 @@
 
 #include "model_internal.h"
 
+/* Elementwise work below this many elements stays on the calling thread:
+ * waking the team costs more (rows and elements are independent, so the split
+ * does not change any result). */
+#define OPS_PARALLEL_MIN (1 << 16)
+
 void op_rms_norm(float *out, const float *x, const float *w, int64_t rows, int64_t n, float eps) {
+    if (rows > 1 && rows * n >= OPS_PARALLEL_MIN && omp_get_max_threads() > 1) {
+#pragma omp parallel for schedule(static)
+        for (int64_t r = 0; r < rows; r++) op_rms_norm(out + r * n, x + r * n, w, 1, n, eps);
+        return;
+    }
     for (int64_t r = 0; r < rows; r++) {
         const float *xr = x + r * n;
         float *o = out + r * n;
@@ -80,8 +90,16 @@ void op_rope(const model *m, const layer_weights *L, float *vec, int n_heads, in
     }
 }
 
+/* SiLU(g) * u through the kernels' SIMD version (kern_silu_mul: its own exp,
+ * the same result on every ISA), in slices over the team for prefill sizes. */
 void op_silu_mul(float *g, const float *u, int64_t n) {
-    for (int64_t i = 0; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+    const int64_t slice = 1 << 14;
+    if (n >= OPS_PARALLEL_MIN && omp_get_max_threads() > 1) {
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < n; i += slice) kern_silu_mul(g + i, u + i, n - i < slice ? n - i : slice);
+        return;
+    }
+    kern_silu_mul(g, u, n);
 }
 
 /* GELU, tanh approximation (what ggml_gelu computes). */
