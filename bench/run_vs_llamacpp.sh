@@ -12,9 +12,12 @@
 # weights read per step x steps per second / memory read bandwidth, the
 # bandwidth measured in the same run by `kvllm bench --membw`.
 #
-# llama.cpp side: llama-batched-bench with weight repacking off (-nr; its AMX
-# repack path crashes on this machine kind), repeated $REPS times (it has no
+# llama.cpp side: llama-batched-bench, repeated $REPS times (it has no
 # repetitions of its own); llama-bench for stories260K (F32, nothing to repack).
+# Both engines repack weights at load by default (llama.cpp's CPU "extra"
+# buffers, kvllm's panels); LLAMA_REPACK=0 passes -nr to llama.cpp (its AMX
+# repack path crashes on Intel machines with AMX; the peer figures used -nr),
+# KVLLM_REPACK=0 passes --no-repack to kvllm.
 #
 # Usage: bench/run_vs_llamacpp.sh            (env: see the defaults below)
 set -euo pipefail
@@ -35,6 +38,10 @@ BATCHES=${BATCHES:-16}
 BATCH_PROMPT=${BATCH_PROMPT:-128}
 BATCH_REPS=${BATCH_REPS:-1}
 STORIES=${STORIES:-$ROOT/models/stories260K.gguf}
+LLAMA_REPACK=${LLAMA_REPACK:-1}
+KVLLM_REPACK=${KVLLM_REPACK:-1}
+LLAMA_NR=; [ "$LLAMA_REPACK" = 0 ] && LLAMA_NR=-nr
+KVLLM_NR=; [ "$KVLLM_REPACK" = 0 ] && KVLLM_NR=--no-repack
 
 LBB=$LLAMA_CPP_DIR/bin/llama-batched-bench
 LB=$LLAMA_CPP_DIR/bin/llama-bench
@@ -65,7 +72,7 @@ synth_file() { # shape type -> path (written once, reused by later runs)
 lbb() { # model npp ntg npl ctx
     for _ in 1 2 3; do
         "$LBB" -m "$1" -c $((($5 + 511) / 256 * 256)) -b 2048 -ub 512 -npp "$2" -ntg "$3" -npl "$4" \
-            -t "$THREADS" -nr --output-format jsonl > "$OUT/llama.log.tmp" 2>&1 || true
+            -t "$THREADS" $LLAMA_NR --output-format jsonl > "$OUT/llama.log.tmp" 2>&1 || true
         if grep -q '^{' "$OUT/llama.log.tmp"; then
             grep '^{' "$OUT/llama.log.tmp"
             return 0
@@ -85,7 +92,7 @@ for t in $TYPES; do
         lbb "$f" "$NPP" "$NTG" 1 $((NPP + NTG + 16)) >> "$OUT/llama-$t-single.jsonl"
         # -n NTG+1: the first token comes from the prefill, then NTG decoding steps as above.
         "$KVLLM" bench -m "$f" -p "$NPP" -n $((NTG + 1)) --decode-prompt "$NPP" -r 1 -t "$THREADS" \
-            --json --no-progress >> "$OUT/kvllm-$t-single.jsonl"
+            $KVLLM_NR --json --no-progress >> "$OUT/kvllm-$t-single.jsonl"
     done
     log "$t: batched decode ($BATCHES sequences, prompt $BATCH_PROMPT) x $BATCH_REPS"
     : > "$OUT/llama-$t-batch.jsonl"
@@ -95,7 +102,7 @@ for t in $TYPES; do
         lbb "$f" "$BATCH_PROMPT" "$NTG" "$BATCHES" $((maxb * (BATCH_PROMPT + NTG) + 16)) \
             >> "$OUT/llama-$t-batch.jsonl"
         "$KVLLM" bench -m "$f" -p 0 -n $((NTG + 1)) --decode-prompt "$BATCH_PROMPT" --batch "$BATCHES" \
-            -r 1 -t "$THREADS" --json --no-progress >> "$OUT/kvllm-$t-batch.jsonl"
+            -r 1 -t "$THREADS" $KVLLM_NR --json --no-progress >> "$OUT/kvllm-$t-batch.jsonl"
     done
 done
 
@@ -112,4 +119,6 @@ if [ -s "$STORIES" ]; then
 fi
 rm -f "$OUT/llama.log.tmp"
 
-python3 "$ROOT/bench/vs_table.py" "$OUT" "$TYPES" "$SHAPE" "$LLAMA_CPP_COMMIT" "$THREADS" | tee "$OUT/table.md"
+python3 "$ROOT/bench/vs_table.py" "$OUT" "$TYPES" "$SHAPE" "$LLAMA_CPP_COMMIT" "$THREADS" \
+    "llama.cpp repack $([ "$LLAMA_REPACK" = 0 ] && echo off || echo on), kvllm repack $([ "$KVLLM_REPACK" = 0 ] && echo off || echo on)" \
+    | tee "$OUT/table.md"

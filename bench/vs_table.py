@@ -2,13 +2,14 @@
 """The table of bench/run_vs_llamacpp.sh, from the raw results it leaves in OUT:
 mean ± sd over the alternating repetitions, the ratio kvllm / llama.cpp, and each
 engine's share of the decode roofline (weights read per step x steps/s / bandwidth).
-usage: vs_table.py OUT "f16 q8_0 ..." SHAPE LLAMA_CPP_COMMIT THREADS"""
+usage: vs_table.py OUT "f16 q8_0 ..." SHAPE LLAMA_CPP_COMMIT THREADS [SETTINGS]"""
 import json
 import os
 import statistics
 import sys
 
 out, types, shape, commit, threads = sys.argv[1], sys.argv[2].split(), sys.argv[3], sys.argv[4], sys.argv[5]
+settings = sys.argv[6] if len(sys.argv) > 6 else ""
 bw = json.load(open(f"{out}/membw.json"))["membw_gb_per_s"]
 
 
@@ -36,7 +37,8 @@ def kbatch(runs, b):
 
 
 print(f"Read bandwidth {bw:.1f} GB/s ({threads} threads, `kvllm bench --membw`); llama.cpp {commit}; "
-      f"{shape} shape, synthetic weights; mean ± sd over alternating repetitions\n")
+      f"{shape} shape, synthetic weights; {settings + '; ' if settings else ''}"
+      f"mean ± sd over alternating repetitions\n")
 print("| model | test | llama.cpp t/s | kvllm t/s | kvllm / llama.cpp | roofline llama.cpp | roofline kvllm |")
 print("|---|---|---:|---:|---:|---:|---:|")
 for t in types:

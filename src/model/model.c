@@ -318,11 +318,23 @@ static int matmul_tensors(model *m, mtensor **out) {
     return n;
 }
 
+/* Large read-mostly buffers: 2 MiB aligned and on transparent huge pages
+ * where the system allows, so filling them faults 512x fewer times and reading
+ * them misses the TLB less. Freed with kvl_free. */
+static void *alloc_huge(size_t bytes) {
+    const size_t huge = (size_t)2 << 20;
+    void *p = NULL;
+    if (bytes < huge) return kvl_alloc(bytes);
+    if (posix_memalign(&p, huge, (bytes + huge - 1) & ~(huge - 1)) != 0) return NULL;
+    madvise(p, (bytes + huge - 1) & ~(huge - 1), MADV_HUGEPAGE); /* advisory: ignore failure */
+    return p;
+}
+
 /* Repacks the matmul weights into the kernels' compact panel layout (same
  * size, read once per token by decode and prefill alike; kernels.h). The GGUF
  * pages of a repacked tensor are then dropped from memory: the mapping is
- * read-only, so the kernel would just read them again from the file if ever
- * touched. Tied embeddings keep theirs: row lookups still read them. */
+ * read-only, so the kernel reads them again from the file (page cache) if
+ * they are touched later: tied embeddings' row lookups do, a row at a time. */
 static bool repack_weights(model *m, kvl_error *err) {
     mtensor **ts = malloc(sizeof *ts * (size_t)(1 + 10 * m->hp.n_layer));
     if (!ts) return kvl_fail(err, "model: out of memory");
@@ -334,14 +346,13 @@ static bool repack_weights(model *m, kvl_error *err) {
         if (t->ne2 > 1) continue;
         const size_t bytes = kern_repack_bytes(t->dtype, t->ne1, t->ne0);
         if (!bytes) continue;
-        t->packed = kvl_alloc(bytes);
+        t->packed = alloc_huge(bytes);
         if (!t->packed) {
             free(ts);
             return kvl_fail(err, "model: out of memory repacking weights (%zu bytes; --no-repack avoids it)", bytes);
         }
         kern_repack(t->data, t->dtype, t->ne1, t->ne0, t->packed);
         total += bytes;
-        if (t->data == m->tok_embd.data) continue;
         const uintptr_t a = (uintptr_t)t->data, e = a + kern_row_bytes(t->dtype, t->ne0) * (size_t)t->ne1;
         const uintptr_t a0 = (a + page - 1) & ~(uintptr_t)(page - 1), e0 = e & ~(uintptr_t)(page - 1);
         if (e0 > a0) madvise((void *)a0, e0 - a0, MADV_DONTNEED);
