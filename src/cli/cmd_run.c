@@ -157,7 +157,7 @@ static int cmd_run_opts(const cli_opts *o) {
     run_state st = {.o = o, .vocab = cm.vocab};
     engine_request r = {.prompt = ids, .n_prompt = n_ids, .max_tokens = o->n_predict,
                         .sampling = o->sampling, .stop = o->stop, .n_stop = o->n_stop,
-                        .top_logprobs = o->top_logprobs, .ignore_eos = o->ignore_eos,
+                        .top_logprobs = o->top_logprobs, .logprobs = o->json, .ignore_eos = o->ignore_eos,
                         .on_event = on_event, .user = &st};
     if (engine_submit(e, &r, &err) < 0) {
         fprintf(stderr, "kvllm: %s\n", err.msg);

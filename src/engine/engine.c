@@ -1,6 +1,7 @@
 /* engine: scheduler, sequences and streaming. See engine.h. */
 #include "engine.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -585,11 +586,13 @@ static void sample_outputs(engine *e, const step_plan *p) {
         if (!e->b_want[t]) continue;
         seq *s = e->b_owner[e->b_seq[t]];
         const float *lg = e->logits + row++ * V;
-        double lse = logits_logsumexp(lg, (int32_t)V);
+        /* exp over the whole vocabulary (128K for Llama 3) only when asked */
+        const bool want_lp = s->req.logprobs || s->req.top_logprobs > 0;
+        double lse = want_lp ? logits_logsumexp(lg, (int32_t)V) : NAN;
         int n_top = logits_top_k(lg, (int32_t)V, s->req.top_logprobs, ids, lps);
         memcpy(e->logits_tmp, lg, V * sizeof(float));
         int32_t tok = sampler_sample(s->smp, e->logits_tmp);
-        on_token(e, s, tok, (float)(lg[tok] - lse), n_top, ids, lps);
+        on_token(e, s, tok, want_lp ? (float)(lg[tok] - lse) : NAN, n_top, ids, lps);
     }
 }
 

@@ -39,7 +39,8 @@ typedef struct engine_event {
     int32_t token;            /* generated id, or -1 for a text-only/final event */
     const char *text;         /* UTF-8 text released by this event (not NUL-terminated) */
     size_t text_len;
-    float logprob;            /* of token under the model's distribution */
+    float logprob;            /* of token under the model's distribution (NaN unless the
+                                 request set logprobs or top_logprobs) */
     int n_top;
     const int32_t *top_ids;   /* n_top alternatives, by descending logit */
     const float *top_logprobs;
@@ -57,6 +58,7 @@ typedef struct engine_request {
     const char *const *stop; /* stop strings (copied) */
     int n_stop;
     int top_logprobs;      /* alternatives per event, 0..20 */
+    bool logprobs;         /* report each token's logprob (a pass over the vocabulary) */
     bool ignore_eos;
     const char *cache_salt; /* prefix-cache isolation key (copied); NULL: none */
     /* For n > 1 completions of one prompt: the id of the request whose prompt

@@ -332,8 +332,8 @@ static void repacked_run(int nw, const kern_repacked_mat *mats, int64_t k, const
         }
         first[w + 1] = first[w] + (nc < np ? nc : np);
     }
-    /* padded rows of the last tile read as zeros */
-    memset((char *)work + (ntiles - 1) * tb, 0, tb);
+    /* (no zeroing of the last tile's unused rows: the repacked kernels are
+     * instantiated per count of rows and never read them) */
     /* one tile is prepared here, saving the team a barrier */
     const bool serial_prepare = ntiles == 1;
     if (serial_prepare)

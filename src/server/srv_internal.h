@@ -92,6 +92,7 @@ struct srv_job {
     char *stop[SRV_MAX_STOP];
     int n_stop;
     int top_logprobs;
+    bool logprobs;
     bool ignore_eos;
     char *cache_salt;
     int n;

@@ -304,6 +304,7 @@ static bool parse_logprobs(const cJSON *b, bool chat, api_req *r, api_error *err
             return api_fail(err, 400, "top_logprobs", "'top_logprobs' requires 'logprobs' to be true");
     }
     r->job->top_logprobs = (int)k;
+    r->job->logprobs = r->logprobs;
     return opt_bool(b, "return_tokens_as_token_ids", &r->tokens_as_ids, err);
 }
 
