@@ -42,6 +42,8 @@ void cli_usage(FILE *out) {
             "  --block-size N (default 16)  --kv-blocks N  --no-kv-cache\n"
             "  --kv-type f32|f16|bf16|q8_0|fp8 (default f16)  --kv-type-k T  --kv-type-v T\n"
             "  -b N               max tokens per scheduler step (default 2048)\n"
+            "  --no-repack, -nr   keep matmul weights in their GGUF layout (default: repacked\n"
+            "                     at load into the CPU kernels' panels, about the same size)\n"
             "  -v                 verbose log\n");
 }
 
