@@ -1,4 +1,4 @@
-/* kernels, private to the AVX-512 GEMM files: target attributes, and the
+/* kernels, private to the AVX-512 files: target attributes, and the
  * activation tile layouts that gemm_avx512.c prepares (kern_gemm_ops.prepare)
  * and both its per-call packed kernels and the repacked ones
  * (repack_avx512.c, repack_k_avx512.c) read. */
@@ -13,6 +13,8 @@
 #define T_512_FLAGS "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c"
 #define T_512 __attribute__((target(T_512_FLAGS)))
 #define T_512_INLINE static inline __attribute__((always_inline, target(T_512_FLAGS)))
+/* Complete unrolling of a short loop, so arrays of vectors indexed by its
+ * counter stay in registers instead of going through the stack. */
 #define KERN_PRAGMA(x) _Pragma(#x)
 #define UNROLL(n) KERN_PRAGMA(GCC unroll n)
 

@@ -5,21 +5,9 @@
  * Q family: one zmm holds two blocks, so accumulator zmm0 = lanes of blocks
  * b%4 = 0,1 and zmm1 = b%4 = 2,3; their sum is already the (A0+A2 | A1+A3)
  * step of kern_reduce32. */
-#include "kern_impl.h"
+#include "gemm_avx512.h" /* target attributes, UNROLL, f16_load */
 
-#include <immintrin.h>
 #include <string.h>
-
-#define T_512_FLAGS "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c"
-#define T_512 __attribute__((target(T_512_FLAGS)))
-#define T_512_INLINE static inline __attribute__((always_inline, target(T_512_FLAGS)))
-
-/* Complete unrolling of a short loop, so arrays of vectors indexed by its
- * counter stay in registers instead of going through the stack. */
-#define KERN_PRAGMA(x) _Pragma(#x)
-#define UNROLL(n) KERN_PRAGMA(GCC unroll n)
-
-T_512_INLINE float f16_load(kvl_f16 h) { return _cvtsh_ss(h); }
 
 /* kern_h8 on 8 lanes. */
 T_512_INLINE float h8_ps(__m256 v) {
