@@ -13,13 +13,20 @@
  *
  * Weights cycle through enough copies to exceed the L3 cache, so the decode
  * figures are DRAM bandwidth, comparable to the machine's stream bandwidth
- * that the first line measures. */
+ * that the first line measures.
+ *
+ * Environment: BENCH_STREAM=1 batched products (m < 512) also stream their
+ * weights from memory; BENCH_LAYOUT=gguf or repacked measures that layout
+ * only; BENCH_M=4,8,16 replaces the batched sizes; BENCH_HUGE=1 puts the
+ * weights on transparent huge pages, as the engine does; BENCH_SWEEPS and
+ * BENCH_WS_KB, the decode sweeps and the bytes of weights cycled through. */
 #include "kernels/kernels.h"
 
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #define WORKING_SET (160u << 20) /* bytes of weights cycled through */
 
@@ -73,6 +80,17 @@ static double stream_read_gbs(void) {
     return best;
 }
 
+/* Weights as the engine allocates repacked ones (model.c alloc_huge) with
+ * BENCH_HUGE=1: 2 MiB aligned, on transparent huge pages where allowed. */
+static void *alloc_weights(size_t bytes) {
+    const size_t huge = (size_t)2 << 20;
+    void *p = NULL;
+    if (!getenv("BENCH_HUGE") || atoi(getenv("BENCH_HUGE")) == 0 || bytes < huge) return kvl_alloc(bytes);
+    if (posix_memalign(&p, huge, (bytes + huge - 1) & ~(huge - 1)) != 0) return NULL;
+    madvise(p, (bytes + huge - 1) & ~(huge - 1), MADV_HUGEPAGE);
+    return p;
+}
+
 /* GGUF rows (kern_matmul) or the repacked layout of the same weights. */
 static void matmul_any(bool repacked, const void *W, int t, int64_t n_out, int64_t k, const float *X,
                        int64_t m, float *Y, void *work) {
@@ -90,7 +108,7 @@ static void bench_layout(int t, int64_t k, int64_t n_out, bool repacked) {
     uint8_t **W = calloc((size_t)copies, sizeof *W);
     uint8_t *src = repacked ? kvl_alloc(wbytes) : NULL;
     for (int c = 0; c < copies; c++) {
-        W[c] = kvl_alloc(pbytes);
+        W[c] = alloc_weights(pbytes);
         fill_weights(t, repacked ? src : W[c], n_out, k);
         if (repacked) kern_repack(src, t, n_out, k, W[c]);
     }
@@ -112,8 +130,19 @@ static void bench_layout(int t, int64_t k, int64_t n_out, bool repacked) {
     printf("%-5s %s m=1 %7.1f us %6.2f GB/s", kern_traits_of(t)->name, repacked ? "repacked" : "gguf    ",
            best * 1e6, pbytes / best / 1e9);
     /* batched: m = 4, 16, 64 and 512 (prefill) from cache-resident weights (compute rate) */
-    static const int64_t ms[] = {4, 16, 64, 512};
-    for (int mi = 0; mi < 4; mi++) {
+    int64_t ms[16] = {4, 16, 64, 512};
+    int nm = 4;
+    if (getenv("BENCH_M")) {
+        nm = 0;
+        for (const char *s = getenv("BENCH_M"); *s && nm < 16;) {
+            const int64_t v = atoll(s);
+            if (v >= 1 && v <= mmax) ms[nm++] = v;
+            s = strchr(s, ',');
+            if (!s) break;
+            s++;
+        }
+    }
+    for (int mi = 0; mi < nm; mi++) {
         double b2 = 1e30;
         /* BENCH_STREAM=1: batched products also cycle through the copies, so
          * their weights come from memory as in a real batched decode step */
@@ -134,8 +163,9 @@ static void bench_layout(int t, int64_t k, int64_t n_out, bool repacked) {
 }
 
 static void bench_type(int t, int64_t k, int64_t n_out) {
-    bench_layout(t, k, n_out, false);
-    bench_layout(t, k, n_out, true);
+    const char *only = getenv("BENCH_LAYOUT");
+    if (!only || !strcmp(only, "gguf")) bench_layout(t, k, n_out, false);
+    if (!only || !strcmp(only, "repacked")) bench_layout(t, k, n_out, true);
 }
 
 /* q.k + softmax + p.v of n_q heads over one chunk of n f16 rows of width d. */

@@ -4,25 +4,27 @@
  * of a vector, so one vpdpbusd against 4 broadcast activation bytes advances
  * 16 outputs, and the quantized values stay packed (the kernel widens them),
  * so decode reads about as many bytes as from the GGUF rows. A panel is one
- * run of super-blocks, each a whole number of cache lines:
+ * run of super-blocks, each a whole number of cache lines, its scales first,
+ * so that the kernels read every super-block front to back (with the scales
+ * at the end, read first, batched products streamed markedly slower):
  *
  *   Q4_K, 2368 bytes (37 lines; the GGUF rows take 2304):
- *     0     32 vectors: vector v, lane r = GGUF bytes qs[4v..4v+3] of row r
+ *     0     scales, u8 [8 sub-blocks][16 rows]
+ *     128   mins, u8 [4 pairs t][16 rows][2]: widened to int16, lane r is
+ *           the pair (min 2t, min 2t+1) for vpdpwssd against the tile's S[]
+ *     256   d, fp16 [16]; 288 dmin, fp16 [16]
+ *     320   32 vectors: vector v, lane r = GGUF bytes qs[4v..4v+3] of row r
  *           unchanged, v = 8c + g: low nibbles are elements 64c + 4g.. of
  *           sub-block 2c, high nibbles elements 64c + 32 + 4g.. of 2c + 1
- *     2048  scales, u8 [8 sub-blocks][16 rows]
- *     2176  mins, u8 [4 pairs t][16 rows][2]: widened to int16, lane r is
- *           the pair (min 2t, min 2t+1) for vpdpwssd against the tile's S[]
- *     2304  d, fp16 [16]; 2336 dmin, fp16 [16]
  *
  *   Q6_K, 3392 bytes (53 lines; the GGUF rows take 3360):
- *     0     16 sub-blocks j of 16 elements, 3 vectors each (3j, 3j+1, 3j+2):
+ *     0     scales, int8 [16 sub-blocks][16 rows]
+ *     256   d, fp16 [16]; 288..319 zero
+ *     320   16 sub-blocks j of 16 elements, 3 vectors each (3j, 3j+1, 3j+2):
  *           byte i of lane r of vector 3j+q (q < 3) holds the unsigned 6-bit
  *           value (q6 + 32) of element 16j + 4q + i of row r in bits 0-5,
  *           and bits 2q, 2q+1 of the value of element 16j + 12 + i in bits
  *           6-7; the fourth group comes back with shifts and two vpternlogd
- *     3072  scales, int8 [16 sub-blocks][16 rows]
- *     3328  d, fp16 [16]; 3360..3391 zero
  *
  * Integer sums per output are exact (bounds below), and the float steps are
  * those of kref_vec_dot_q4_K / _q6_K, lane by lane, super-blocks in order, so
@@ -34,15 +36,22 @@
 
 #include <string.h>
 
-#define R4_SC 2048
-#define R4_MN 2176
-#define R4_D 2304
-#define R4_DMIN 2336
+#define R4_SC 0
+#define R4_MN 128
+#define R4_D 256
+#define R4_DMIN 288
+#define R4_QS 320
 #define R4_SB 2368
 
-#define R6_SC 3072
-#define R6_D 3328
+#define R6_SC 0
+#define R6_D 256
+#define R6_QS 320
 #define R6_SB 3392
+
+/* Batched products prefetch the super-block this far ahead (about 7 KiB) into
+ * L2 as they go (see R_KERNEL). */
+#define R4_PF_DIST 3
+#define R6_PF_DIST 2
 
 static size_t r4k_panel_bytes(int64_t k) { return (size_t)(k / QK_K) * R4_SB; }
 static size_t r6k_panel_bytes(int64_t k) { return (size_t)(k / QK_K) * R6_SB; }
@@ -56,7 +65,7 @@ T_512 static void r4k_pack(const void *w, size_t wrow, int rows, int64_t k, void
         char *o = (char *)panel + sb * R4_SB;
         for (int r = 0; r < rows; r++) {
             const blk_q4_K *x = (const blk_q4_K *)((const char *)w + (size_t)r * wrow) + sb;
-            for (int v = 0; v < 32; v++) memcpy(o + 64 * v + 4 * r, x->qs + 4 * v, 4);
+            for (int v = 0; v < 32; v++) memcpy(o + R4_QS + 64 * v + 4 * r, x->qs + 4 * v, 4);
             for (int j = 0; j < 8; j++) {
                 uint8_t sc, mn;
                 kern_q4k_scale_min(j, x->scales, &sc, &mn);
@@ -99,7 +108,7 @@ T_512 static void r6k_pack(const void *w, size_t wrow, int rows, int64_t k, void
                     uint32_t v;
                     memcpy(&v, q + 16 * j + 4 * qq, 4);
                     v |= (d4 >> 2 * qq & 0x03030303u) << 6;
-                    memcpy(o + 64 * (3 * j + qq) + 4 * r, &v, 4);
+                    memcpy(o + R6_QS + 64 * (3 * j + qq) + 4 * r, &v, 4);
                 }
                 o[R6_SC + 16 * j + r] = (char)x->scales[j];
             }
@@ -124,6 +133,11 @@ T_512_INLINE __m512 bcf(const char *p) {
 T_512_INLINE __m256i ld256(const char *p) { return _mm256_loadu_si256((const __m256i *)p); }
 T_512_INLINE __m128i ld128(const char *p) { return _mm_loadu_si128((const __m128i *)p); }
 
+/* Lines l0 .. l1 - 1 of the super-block `dist` ahead of P (sb bytes each), into L2. */
+T_512_INLINE void pf_lines(const char *P, size_t sb, int dist, int l0, int l1) {
+    for (int l = l0; l < l1 && 64 * (size_t)l < sb; l++) _mm_prefetch(P + dist * sb + 64 * (size_t)l, _MM_HINT_T1);
+}
+
 /* Unit a of the current super-block of the tile. */
 #define UNIT(a) (A + (size_t)(a) * KT_UNIT)
 
@@ -138,7 +152,7 @@ T_512_INLINE void r4k_subs(int NA, int h0, int h1, int c, const char *P, const c
         for (int a = 0; a < NA; a++) acc[h][a] = _mm512_setzero_si512();
     UNROLL(8)
     for (int g = 0; g < 8; g++) {
-        const __m512i v = _mm512_loadu_si512(P + 64 * (8 * c + g));
+        const __m512i v = _mm512_loadu_si512(P + R4_QS + 64 * (8 * c + g));
         const __m512i u[2] = {_mm512_and_si512(v, m4), _mm512_andnot_si512(m4, v)};
         UNROLL(8)
         for (int a = 0; a < NA; a++)
@@ -155,7 +169,8 @@ T_512_INLINE void r4k_subs(int NA, int h0, int h1, int c, const char *P, const c
     }
 }
 
-/* Q4_K: one panel x NA activation rows, all nsb super-blocks. Per sub-block
+/* Q4_K: one panel x NA activation rows, all nsb super-blocks (pf: prefetch
+ * ahead, R_KERNEL). Per sub-block
  * and row, acc = the dot of its 32 nibbles with the activations; the high
  * nibbles count 16 times (one op fewer to widen), so the low sub-blocks'
  * scales are taken 16 times too and s16 = 16 * sumi, divided exactly at the
@@ -163,8 +178,8 @@ T_512_INLINE void r4k_subs(int NA, int h0, int h1, int c, const char *P, const c
  * vector is loaded once for both its sub-blocks (two accumulators per row,
  * also two dpbusd chains for overlap), else once per sub-block (for many rows,
  * so the accumulators fit in registers). */
-T_512_INLINE void r4k_micro(int NA, bool fused, int64_t nsb, const char *P, const char *A, float *y, size_t ldy,
-                            __mmask16 mask) {
+T_512_INLINE void r4k_micro(int NA, bool fused, bool pf, int64_t nsb, const char *P, const char *A, float *y,
+                            size_t ldy, __mmask16 mask) {
     __m512 f[KT];
     UNROLL(8)
     for (int a = 0; a < NA; a++) f[a] = _mm512_setzero_ps();
@@ -173,6 +188,7 @@ T_512_INLINE void r4k_micro(int NA, bool fused, int64_t nsb, const char *P, cons
         UNROLL(8)
         for (int a = 0; a < NA; a++) s16[a] = _mm512_setzero_si512();
         for (int c = 0; c < 4; c++) {
+            if (pf) pf_lines(P, R4_SB, R4_PF_DIST, 10 * c, 10 * c + 10);
             if (fused) {
                 r4k_subs(NA, 0, 2, c, P, A, s16);
             } else {
@@ -203,63 +219,61 @@ T_512_INLINE void r4k_micro(int NA, bool fused, int64_t nsb, const char *P, cons
     for (int a = 0; a < NA; a++) _mm512_mask_storeu_ps(y + a * ldy, mask, f[a]);
 }
 
+/* -32 bsums[j] of rows 0..NA-1 of the tile super-block at A, into nb[a][j]. */
+T_512_INLINE void r6k_neg_bsums(int NA, const char *A, int32_t (*nb)[16]) {
+    UNROLL(8)
+    for (int a = 0; a < NA; a++) {
+        const __m512i b = _mm512_cvtepi16_epi32(ld256(UNIT(a) + KQ_BSUMS));
+        _mm512_store_si512(nb[a], _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(b, 5)));
+    }
+}
+
 /* Q6_K: one panel x NA activation rows. Per sub-block j (16 elements, one
  * int8 scale) and row, acc = the dot of its unsigned values q6 + 32 with the
- * activations, sumi = sum_j sc_j * (acc_j - 32 bsum_j) (|sumi| <= 2^27). The
- * -32 bsum_j terms: for few rows, acc_j starts at -32 bsum_j (one vpdpwssd of
- * the bsums dword against (-32, 0) or (0, -32)); for many, one vpdpwssd per
- * pair of sub-blocks, (-32 sc_2t, -32 sc_2t+1) against (bsum_2t, bsum_2t+1),
- * the pairs shared by all rows. */
-T_512_INLINE void r6k_micro(int NA, int64_t nsb, const char *P, const char *A, float *y, size_t ldy,
+ * activations, sumi = sum_j sc_j * (acc_j - 32 bsum_j) (|sumi| <= 2^27). Each
+ * acc_j starts at -32 bsum_j, one broadcast load from a small table that the
+ * previous super-block wrote (no multiply: the dpbusd port is the bottleneck,
+ * and vpmulld, vpdpwssd and the FMAs take it too). pf: prefetch ahead. */
+T_512_INLINE void r6k_micro(int NA, bool pf, int64_t nsb, const char *P, const char *A, float *y, size_t ldy,
                             __mmask16 mask) {
-    const bool pairs = NA > 2;
     const __m512i m3f = _mm512_set1_epi8(0x3F), m03 = _mm512_set1_epi8(0x03), m0f = _mm512_set1_epi8(0x0F);
-    /* int16 pairs (-32, 0) and (0, -32): bsum 2i or 2i+1 of a dword, times -32 */
-    const __m512i neg32[2] = {_mm512_set1_epi32(0x0000FFE0), _mm512_set1_epi32((int)0xFFE00000u)};
-    /* int16 k of the sign-extended scales of 2t, 2t+1 (rows 0..15 of each) to
-     * the pair lanes: 2r <- r, 2r+1 <- 16 + r */
-    const __m512i ilv = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22,
-                                         6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
     __m512 f[KT];
     UNROLL(8)
     for (int a = 0; a < NA; a++) f[a] = _mm512_setzero_ps();
+    /* -32 bsum_j of each row, as int32 in memory: each sub-block's
+     * accumulator starts there with one broadcast load. Written a
+     * super-block ahead, so that the loads never wait for the stores. */
+    _Alignas(64) int32_t nbuf[2][KT][16];
+    r6k_neg_bsums(NA, A, nbuf[0]);
     for (int64_t sb = 0; sb < nsb; sb++, P += R6_SB, A += KT * KT_UNIT) {
+        if (sb + 1 < nsb) r6k_neg_bsums(NA, A + KT * KT_UNIT, nbuf[(sb + 1) & 1]);
+        __asm__ volatile("" ::: "memory"); /* read back as broadcasts, not taken apart in registers */
+        int32_t(*nb)[16] = nbuf[sb & 1];
         __m512i sumi[KT];
         UNROLL(8)
         for (int a = 0; a < NA; a++) sumi[a] = _mm512_setzero_si512();
-        for (int t = 0; t < 8; t++) {
-            if (pairs) {
-                const __m512i sp = _mm512_mullo_epi16(
-                    _mm512_permutexvar_epi16(ilv, _mm512_cvtepi8_epi16(ld256(P + R6_SC + 32 * t))),
-                    _mm512_set1_epi16(-32));
-                UNROLL(8)
-                for (int a = 0; a < NA; a++) sumi[a] = _mm512_dpwssd_epi32(sumi[a], sp, bc32(UNIT(a) + KQ_BSUMS + 4 * t));
-            }
-            UNROLL(2)
-            for (int j = 2 * t; j < 2 * t + 2; j++) {
-                /* q[g]: the values of elements 16j + 4g .. 16j + 4g + 3 */
-                const char *v = P + 64 * 3 * j;
-                const __m512i v0 = _mm512_loadu_si512(v), v1 = _mm512_loadu_si512(v + 64),
-                              v2 = _mm512_loadu_si512(v + 128);
-                /* bits 6-7 of v0, v1, v2 to bits 0-1, 2-3, 4-5 of q[3]: the
-                 * dword shifts drag in bits of the next byte, which the
-                 * selects (0xE4: c ? a : b) and the last and drop */
-                const __m512i lo =
-                    _mm512_ternarylogic_epi32(_mm512_srli_epi32(v0, 6), _mm512_srli_epi32(v1, 4), m03, 0xE4);
-                const __m512i q[4] = {
-                    _mm512_and_si512(v0, m3f), _mm512_and_si512(v1, m3f), _mm512_and_si512(v2, m3f),
-                    _mm512_and_si512(_mm512_ternarylogic_epi32(lo, _mm512_srli_epi32(v2, 2), m0f, 0xE4), m3f)};
-                const __m512i sc = _mm512_cvtepi8_epi32(ld128(P + R6_SC + 16 * j));
-                UNROLL(8)
-                for (int a = 0; a < NA; a++) {
-                    __m512i acc = pairs ? _mm512_setzero_si512()
-                                        : _mm512_dpwssd_epi32(_mm512_setzero_si512(), neg32[j % 2],
-                                                              bc32(UNIT(a) + KQ_BSUMS + 4 * t));
-                    UNROLL(4)
-                    for (int g = 0; g < 4; g++)
-                        acc = _mm512_dpbusd_epi32(acc, q[g], bc32(UNIT(a) + KQ_QS + 16 * j + 4 * g));
-                    sumi[a] = _mm512_add_epi32(sumi[a], _mm512_mullo_epi32(acc, sc));
-                }
+        for (int j = 0; j < 16; j++) {
+            if (pf) pf_lines(P, R6_SB, R6_PF_DIST, 4 * j, 4 * j + 4);
+            /* q[g]: the values of elements 16j + 4g .. 16j + 4g + 3 */
+            const char *v = P + R6_QS + 64 * 3 * j;
+            const __m512i v0 = _mm512_loadu_si512(v), v1 = _mm512_loadu_si512(v + 64),
+                          v2 = _mm512_loadu_si512(v + 128);
+            /* bits 6-7 of v0, v1, v2 to bits 0-1, 2-3, 4-5 of q[3]: the
+             * dword shifts drag in bits of the next byte, which the
+             * selects (0xE4: c ? a : b) and the last and drop */
+            const __m512i lo =
+                _mm512_ternarylogic_epi32(_mm512_srli_epi32(v0, 6), _mm512_srli_epi32(v1, 4), m03, 0xE4);
+            const __m512i q[4] = {
+                _mm512_and_si512(v0, m3f), _mm512_and_si512(v1, m3f), _mm512_and_si512(v2, m3f),
+                _mm512_and_si512(_mm512_ternarylogic_epi32(lo, _mm512_srli_epi32(v2, 2), m0f, 0xE4), m3f)};
+            const __m512i sc = _mm512_cvtepi8_epi32(ld128(P + R6_SC + 16 * j));
+            UNROLL(8)
+            for (int a = 0; a < NA; a++) {
+                __m512i acc = _mm512_set1_epi32(nb[a][j]);
+                UNROLL(4)
+                for (int g = 0; g < 4; g++)
+                    acc = _mm512_dpbusd_epi32(acc, q[g], bc32(UNIT(a) + KQ_QS + 16 * j + 4 * g));
+                sumi[a] = _mm512_add_epi32(sumi[a], _mm512_mullo_epi32(acc, sc));
             }
         }
         /* the float step of kref_vec_dot_q6_K */
@@ -273,51 +287,67 @@ T_512_INLINE void r6k_micro(int NA, int64_t nsb, const char *P, const char *A, f
 }
 #undef UNIT
 
+/* One panel against the active rows of one tile: one instantiation per
+ * count of rows. */
+#define R_PASS(name, CALL)                                                                           \
+    T_512_INLINE void name(int na, bool pf, int64_t nsb, const char *P, const char *tile, float *yt,    \
+                           size_t ldy, __mmask16 mask) {                                             \
+        switch (na) {                                                                                \
+        case 1: CALL(1); break;                                                                      \
+        case 2: CALL(2); break;                                                                      \
+        case 3: CALL(3); break;                                                                      \
+        case 4: CALL(4); break;                                                                      \
+        case 5: CALL(5); break;                                                                      \
+        case 6: CALL(6); break;                                                                      \
+        case 7: CALL(7); break;                                                                      \
+        default: CALL(KT); break;                                                                    \
+        }                                                                                            \
+    }
+/* Q4_K: fused for up to 4 rows (2 accumulators per row), else per sub-block */
+#define R4_CALL(na) r4k_micro(na, na <= 4, pf, nsb, P, tile, yt, ldy, mask)
+#define R6_CALL(na) r6k_micro(na, pf, nsb, P, tile, yt, ldy, mask)
+R_PASS(r4k_pass, R4_CALL)
+R_PASS(r6k_pass, R6_CALL)
+#undef R4_CALL
+#undef R6_CALL
+#undef R_PASS
+
 /* The panels one at a time: decode then reads one sequential stream (two
  * neighbouring panels at once, two streams a panel apart, read markedly
  * slower from DRAM: 11-13 against 21-22 GB/s on one Zen 4 thread), and for
- * few rows the independent sub-blocks give the overlap. One instantiation per
- * count of active rows. */
-#define R_KERNEL(name, CALL)                                                                         \
+ * few rows the independent sub-blocks give the overlap.
+ *
+ * With several rows the pass that first meets a panel is compute-bound, and
+ * on its own the core fetched the weights only as the arithmetic reached
+ * them: memory and arithmetic took turns (bench_kernels BENCH_STREAM=1, one
+ * thread: m = 8 at 60% of its rate from L2). So that pass prefetches the
+ * stream about 7 KiB ahead into L2, a few lines per step, running on into the
+ * next panel (m = 4..16 +10-80%; into L1, or one super-block ahead, gained
+ * less or lost; decode, memory-bound, lost and does not). The panels of a
+ * chunk are contiguous, and so are the chunks of a matrix; a prefetch past
+ * the end never faults. */
+#define R_KERNEL(name, PASS)                                                                         \
     T_512 static void name(int64_t k, const void *panels, size_t pb, int n_rows, const void *tiles,   \
                            int64_t m, float *y, size_t ldy) {                                        \
         const int64_t nsb = k / QK_K;                                                                \
         const int np = (n_rows + 15) / 16;                                                           \
         const size_t tb = kavx512_k_tile_bytes(k);                                                   \
         const int64_t ntiles = (m + KT - 1) / KT;                                                    \
-        /* few tiles (batched decode): each panel meets every tile while in                       \
-         * L1/L2, the weights streaming on behind; many (prefill): a tile meets                    \
-         * every panel of the run, which stays in L2 */                                           \
+        /* few tiles (batched decode): each panel meets every tile while in                        \
+         * L1/L2; many (prefill): a tile meets every panel of the run, which                        \
+         * stays in L2 */                                                                           \
         const bool panel_outer = ntiles <= 4;                                                        \
         for (int64_t outer = 0; outer < (panel_outer ? np : ntiles); outer++)                        \
             for (int64_t inner = 0; inner < (panel_outer ? ntiles : np); inner++) {                  \
                 const int64_t ti = panel_outer ? inner : outer, p = panel_outer ? outer : inner;     \
                 const int na = m - ti * KT < KT ? (int)(m - ti * KT) : KT;                           \
-                const char *tile = (const char *)tiles + ti * tb;                                    \
-                {                                                                                    \
-                const char *P = (const char *)panels + p * pb;                                       \
-                float *yt = y + ti * KT * ldy + 16 * p;                                              \
-                const __mmask16 mask = row_mask(n_rows - 16 * p);                                    \
-                switch (na) {                                                                        \
-                case 1: CALL(1); break;                                                              \
-                case 2: CALL(2); break;                                                              \
-                case 3: CALL(3); break;                                                              \
-                case 4: CALL(4); break;                                                              \
-                case 5: CALL(5); break;                                                              \
-                case 6: CALL(6); break;                                                              \
-                case 7: CALL(7); break;                                                              \
-                default: CALL(KT); break;                                                            \
-                }                                                                                    \
+                PASS(na, m > 1 && ti == 0, nsb, (const char *)panels + p * pb,                       \
+                     (const char *)tiles + ti * tb, y + ti * KT * ldy + 16 * p, ldy,                 \
+                     row_mask(n_rows - 16 * (int)p));                                                \
             }                                                                                        \
-        }                                                                                            \
     }
-/* Q4_K: fused for up to 4 rows (2 accumulators per row), else per sub-block */
-#define R4_CALL(na) r4k_micro(na, na <= 4, nsb, P, tile, yt, ldy, mask)
-#define R6_CALL(na) r6k_micro(na, nsb, P, tile, yt, ldy, mask)
-R_KERNEL(r4k_kernel, R4_CALL)
-R_KERNEL(r6k_kernel, R6_CALL)
-#undef R4_CALL
-#undef R6_CALL
+R_KERNEL(r4k_kernel, r4k_pass)
+R_KERNEL(r6k_kernel, r6k_pass)
 #undef R_KERNEL
 
 const kern_repack_ops kavx512_repack_q4_K = {r4k_panel_bytes, r4k_pack, r4k_kernel};
