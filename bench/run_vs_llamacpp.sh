@@ -118,6 +118,10 @@ if [ -s "$STORIES" ]; then
     done
 fi
 rm -f "$OUT/llama.log.tmp"
+# Bandwidth again at the end: on a shared host it swings (31-53 GB/s seen at 2
+# threads); the table uses the better of the two.
+log "memory bandwidth (again)"
+"$KVLLM" bench --membw -t "$THREADS" --json > "$OUT/membw-end.json"
 
 python3 "$ROOT/bench/vs_table.py" "$OUT" "$TYPES" "$SHAPE" "$LLAMA_CPP_COMMIT" "$THREADS" \
     "llama.cpp repack $([ "$LLAMA_REPACK" = 0 ] && echo off || echo on), kvllm repack $([ "$KVLLM_REPACK" = 0 ] && echo off || echo on)" \

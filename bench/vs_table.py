@@ -10,7 +10,8 @@ import sys
 
 out, types, shape, commit, threads = sys.argv[1], sys.argv[2].split(), sys.argv[3], sys.argv[4], sys.argv[5]
 settings = sys.argv[6] if len(sys.argv) > 6 else ""
-bw = json.load(open(f"{out}/membw.json"))["membw_gb_per_s"]
+bw = max(json.load(open(p))["membw_gb_per_s"] for p in (f"{out}/membw.json", f"{out}/membw-end.json")
+         if os.path.exists(p))
 
 
 def jl(path):
@@ -36,7 +37,8 @@ def kbatch(runs, b):
     return [e["decode_tokens_per_s"] for r in runs for e in r["batches"] if e["batch"] == b]
 
 
-print(f"Read bandwidth {bw:.1f} GB/s ({threads} threads, `kvllm bench --membw`); llama.cpp {commit}; "
+print(f"Read bandwidth {bw:.1f} GB/s ({threads} threads, `kvllm bench --membw`, the better of start and end); "
+      f"llama.cpp {commit}; "
       f"{shape} shape, synthetic weights; {settings + '; ' if settings else ''}"
       f"mean ± sd over alternating repetitions\n")
 print("| model | test | llama.cpp t/s | kvllm t/s | kvllm / llama.cpp | roofline llama.cpp | roofline kvllm |")
