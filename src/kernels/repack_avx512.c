@@ -97,7 +97,7 @@ T_512_INLINE void rq_micro(bool q4, int NA, int64_t nb, const char *p0, const ch
         p0 = q0 + rq_vals_at(b, vals), p1 = q1 + rq_vals_at(b, vals);
         if (pf) /* the next two panels, as much of them as this block takes of these two */
             for (size_t l = 0; l < 2 * (vals + RQ_SCALES); l += 64)
-                _mm_prefetch(pf + (size_t)b * 2 * (vals + RQ_SCALES) + l, _MM_HINT_T0);
+                _mm_prefetch(pf + (size_t)b * 2 * (vals + RQ_SCALES) + l, _MM_HINT_T1);
         const int32_t *c = (const int32_t *)(t + QT * (QK8_0 + 4));
         /* With few activation rows the dpbusd chains are short of work to
          * overlap: split each block's sum over two accumulators (integers,
@@ -190,7 +190,8 @@ T_512_INLINE void rq_pass(bool q4, int64_t nb, const void *panels, size_t pb, in
     /* Several rows make the first pass over two panels compute-bound: it
      * fetches the next two itself, so memory works while the arithmetic does
      * (the hardware prefetchers run only a little ahead of the demand;
-     * bench_kernels with BENCH_STREAM=1: m = 16 about +10%; the same for
+     * into L2 (into L1 it was ~30% slower at m = 4); bench_kernels with
+     * BENCH_STREAM=1: m = 16 about +10%; the same for
      * the K-family kernels made them slower). */
     const char *pf = m > 2 && ti == 0 && pq == p + 1 && p + 3 < np ? p0 + 2 * pb : NULL;
     if (pq < np) {
