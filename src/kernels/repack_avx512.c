@@ -188,11 +188,10 @@ T_512_INLINE void rq_pass(bool q4, int64_t nb, const void *panels, size_t pb, in
     float *y = yall + ti * QT * ldy + 16 * p, *y1 = yall + ti * QT * ldy + 16 * pq;
     const __mmask16 m0 = row_mask(n_rows - 16 * (int)p), m1 = row_mask(n_rows - 16 * (int)pq);
     /* Several rows make the first pass over two panels compute-bound: it
-     * fetches the next two itself, so memory works while the arithmetic does
-     * (the hardware prefetchers run only a little ahead of the demand;
-     * into L2 (into L1 it was ~30% slower at m = 4); bench_kernels with
-     * BENCH_STREAM=1: m = 16 about +10%; the same for
-     * the K-family kernels made them slower). */
+     * fetches the next two itself, into L2, so memory works while the
+     * arithmetic does (the hardware prefetchers run only a little ahead of
+     * the demand). bench_kernels BENCH_STREAM=1: m = 4 about +40%, m = 16
+     * +10%; into L1 instead, m = 4 gained nothing. */
     const char *pf = m > 2 && ti == 0 && pq == p + 1 && p + 3 < np ? p0 + 2 * pb : NULL;
     if (pq < np) {
         RQ_SWITCH(q4, true)
