@@ -371,6 +371,17 @@ static void test_vec_dot(void) {
 /* ---------- matmul ---------- */
 
 /* Y rows via direct vec_dot calls on the active table (the definition). */
+/* An n x k weight matrix of type t: *wf gets the floats (Gaussian, scale
+ * 0.05), the return value their rows quantized by the reference. */
+static char *random_weights(int t, int64_t n, int64_t k, float **wf) {
+    *wf = kvl_alloc(n * k * sizeof(float));
+    fill_data(*wf, n * k, 0.05f);
+    const size_t wrow = kern_row_bytes(t, k);
+    char *W = kvl_alloc(n * wrow);
+    for (int64_t j = 0; j < n; j++) kern_traits_ref(t)->from_float(*wf + j * k, W + j * wrow, k);
+    return W;
+}
+
 static void matmul_direct(const void *W, int t, int64_t n_out, int64_t k, const float *X, int64_t m,
                           float *Y) {
     const kern_traits *tr = kern_traits_of(t), *qt = kern_traits_of(tr->vec_dot_type);
@@ -393,12 +404,9 @@ static void run_matmul(const void *W, int t, int64_t n_out, int64_t k, const flo
 
 static void test_matmul_type(int t) {
     const int64_t n_out = 301, k = 512, M = 17;
-    float *wf = kvl_alloc(n_out * k * sizeof(float)), *X = kvl_alloc(M * k * sizeof(float));
-    fill_data(wf, n_out * k, 0.05f);
+    float *wf, *X = kvl_alloc(M * k * sizeof(float));
+    char *W = random_weights(t, n_out, k, &wf);
     fill_data(X, M * k, 1.0f);
-    const size_t wrow = kern_row_bytes(t, k);
-    char *W = kvl_alloc(n_out * wrow);
-    for (int64_t j = 0; j < n_out; j++) kern_traits_ref(t)->from_float(wf + j * k, W + j * wrow, k);
     float *Y = kvl_alloc(M * n_out * sizeof(float)), *Yd = kvl_alloc(M * n_out * sizeof(float));
     float *Y1 = kvl_alloc(n_out * sizeof(float)), *Ys = kvl_alloc(M * n_out * sizeof(float));
     const char *name = kern_traits_ref(t)->name;
@@ -464,12 +472,9 @@ static void test_matmul_shapes(void) {
         const int64_t ks[] = {be == 1 ? 7 : be, be == 1 ? 40 : 3 * be, be == 1 ? 256 : 8 * be};
         for (int ki = 0; ki < 3; ki++) {
             const int64_t k = ks[ki], nmax = 33, mmax = 25;
-            float *wf = kvl_alloc(nmax * k * sizeof(float)), *X = kvl_alloc(mmax * k * sizeof(float));
-            fill_data(wf, nmax * k, 0.05f);
+            float *wf, *X = kvl_alloc(mmax * k * sizeof(float));
+            char *W = random_weights(t, nmax, k, &wf);
             fill_data(X, mmax * k, 1.0f);
-            const size_t wrow = kern_row_bytes(t, k);
-            char *W = kvl_alloc(nmax * wrow);
-            for (int64_t j = 0; j < nmax; j++) kern_traits_ref(t)->from_float(wf + j * k, W + j * wrow, k);
             float *Y = kvl_alloc(mmax * nmax * sizeof(float)), *Yd = kvl_alloc(mmax * nmax * sizeof(float));
             for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++)
                 for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
@@ -489,12 +494,10 @@ static void test_matmul_shapes(void) {
  * panels and tiles, m = 1 (decode) to several tiles, and 1 or 2 threads. */
 static void repack_case(int t, int64_t n, int64_t k, const int64_t *ms, size_t nm) {
     const int64_t mmax = ms[nm - 1];
-    float *wf = kvl_alloc(n * k * sizeof(float)), *X = kvl_alloc(mmax * k * sizeof(float));
-    fill_data(wf, n * k, 0.05f);
+    float *wf, *X = kvl_alloc(mmax * k * sizeof(float));
+    char *W = random_weights(t, n, k, &wf);
     fill_data(X, mmax * k, 1.0f);
-    const size_t wrow = kern_row_bytes(t, k), pbytes = kern_repack_bytes(t, n, k);
-    char *W = kvl_alloc(n * wrow);
-    for (int64_t j = 0; j < n; j++) kern_traits_ref(t)->from_float(wf + j * k, W + j * wrow, k);
+    const size_t pbytes = kern_repack_bytes(t, n, k);
     void *P = kvl_alloc(pbytes);
     kern_repack(W, t, n, k, P);
     float *Y = kvl_alloc(mmax * n * sizeof(float)), *Yd = kvl_alloc(mmax * n * sizeof(float));
@@ -544,11 +547,8 @@ static void test_repack(void) {
             void *P[3];
             float *Y[3], *Yd[3];
             for (int i = 0; i < 3; i++) {
-                const size_t wrow = kern_row_bytes(types[i], k);
-                float *wf = kvl_alloc(ns[i] * k * sizeof(float));
-                fill_data(wf, ns[i] * k, 0.05f);
-                W[i] = kvl_alloc(ns[i] * wrow);
-                for (int64_t j = 0; j < ns[i]; j++) kern_traits_ref(types[i])->from_float(wf + j * k, W[i] + j * wrow, k);
+                float *wf;
+                W[i] = random_weights(types[i], ns[i], k, &wf);
                 kvl_free(wf);
                 P[i] = kvl_alloc(kern_repack_bytes(types[i], ns[i], k));
                 kern_repack(W[i], types[i], ns[i], k, P[i]);
