@@ -191,8 +191,9 @@ T_512_INLINE void rq_pass(bool q4, int64_t nb, const void *panels, size_t pb, in
      * fetches the next two itself, into L2, so memory works while the
      * arithmetic does (the hardware prefetchers run only a little ahead of
      * the demand). bench_kernels BENCH_STREAM=1: m = 4 about +40%, m = 16
-     * +10%; into L1 instead, m = 4 gained nothing. */
-    const char *pf = m > 2 && ti == 0 && pq == p + 1 && p + 3 < np ? p0 + 2 * pb : NULL;
+     * +10%; into L1 instead, m = 4 gained nothing. Q8_0 decode (m = 1) does
+     * the same: +10-20% over two streams without prefetch (Q4_0: -5%). */
+    const char *pf = (m > 2 || !q4) && ti == 0 && pq == p + 1 && p + 3 < np ? p0 + 2 * pb : NULL;
     if (pq < np) {
         RQ_SWITCH(q4, true)
     } else {
@@ -213,10 +214,11 @@ T_512_INLINE void rq_kernel(bool q4, int64_t k, const void *panels, size_t pb, i
     const size_t tb = kavx512_q_tile_bytes(k);
     const int64_t ntiles = (m + QT - 1) / QT;
     /* Two panels per pass. With many rows they are neighbours and share each
-     * activation broadcast; for decode (one or two rows) they come from the
-     * two halves of the run, so each thread reads two long streams at once
-     * (more requests in flight than one stream gets). */
-    if (m <= 2) {
+     * activation broadcast; for Q4_0 decode (one or two rows) they come from
+     * the two halves of the run, so each thread reads two long streams at
+     * once (more requests in flight than one stream gets); Q8_0 decode does
+     * better as one stream with the prefetch below. */
+    if (m <= 2 && q4) {
         const int64_t half = (np + 1) / 2;
         for (int64_t p = 0; p < half; p++) rq_pass(q4, nb, panels, pb, np, n_rows, tiles, tb, m, 0, p, p + half, yall, ldy);
     } else if (ntiles <= RQ_PANEL_OUTER_TILES) {
