@@ -335,12 +335,11 @@ static void repacked_run(int nw, const kern_repacked_mat *mats, int64_t k, const
     /* (no zeroing of the last tile's unused rows: the repacked kernels are
      * instantiated per count of rows and never read them) */
     /* one tile is prepared here, saving the team a barrier */
-    const bool serial_prepare = ntiles == 1;
+    const bool serial_prepare = ntiles == 1 || !par;
     if (serial_prepare)
-        for (int64_t i = 0; i < m; i++) g->prepare(X + i * k, work, (int)i, (int)m, k);
+        for (int64_t i = 0; i < m; i++) gemm_prepare_row(g, X, k, m, i, work, tb);
 
     if (!par) { /* no OpenMP region: even a one-thread one costs a system call */
-        for (int64_t i = 0; i < m && !serial_prepare; i++) gemm_prepare_row(g, X, k, m, i, work, tb);
         for (int64_t c = 0; c < first[nw]; c++) repacked_chunk(nw, mats, first, k, m, work, c);
         return;
     }

@@ -4,6 +4,7 @@
  * the forward pass can trust them. */
 #include <math.h>
 #include <omp.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -303,19 +304,18 @@ static size_t max_work_bytes(const model *m, int64_t rows) {
     return best;
 }
 
-/* The tensors that go through op_matmul (not the per-head MLA ones, which
- * op_matmul_head slices by rows). */
-static int matmul_tensors(model *m, mtensor **out) {
-    int n = 0;
-    out[n++] = &m->output;
-    for (int il = 0; il < m->hp.n_layer; il++) {
-        layer_weights *L = &m->layers[il];
-        mtensor *ts[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->ffn_gate, &L->ffn_up, &L->ffn_down,
-                         &L->wq_a, &L->wq_b, &L->wkv_a_mqa};
-        for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
-            if (ts[i]->data) out[n++] = ts[i];
-    }
-    return n;
+/* The layer tensors that go through op_matmul (not the per-head MLA ones,
+ * which op_matmul_head slices by rows); with m->output, what is repacked. */
+static const size_t LAYER_MATMULS[] = {
+    offsetof(layer_weights, wq),       offsetof(layer_weights, wk),       offsetof(layer_weights, wv),
+    offsetof(layer_weights, wo),       offsetof(layer_weights, ffn_gate), offsetof(layer_weights, ffn_up),
+    offsetof(layer_weights, ffn_down), offsetof(layer_weights, wq_a),     offsetof(layer_weights, wq_b),
+    offsetof(layer_weights, wkv_a_mqa)};
+#define N_LAYER_MATMULS (sizeof LAYER_MATMULS / sizeof LAYER_MATMULS[0])
+
+/* Matmul tensor i of layer il, i < N_LAYER_MATMULS. */
+static mtensor *layer_matmul(model *m, int il, size_t i) {
+    return (mtensor *)((char *)&m->layers[il] + LAYER_MATMULS[i]);
 }
 
 /* Large read-mostly buffers: 2 MiB aligned and on transparent huge pages
@@ -336,19 +336,15 @@ static void *alloc_huge(size_t bytes) {
  * read-only, so the kernel reads them again from the file (page cache) if
  * they are touched later: tied embeddings' row lookups do, a row at a time. */
 static bool repack_weights(model *m, kvl_error *err) {
-    mtensor **ts = malloc(sizeof *ts * (size_t)(1 + 10 * m->hp.n_layer));
-    if (!ts) return kvl_fail(err, "model: out of memory");
-    const int n = matmul_tensors(m, ts);
     const size_t page = (size_t)sysconf(_SC_PAGESIZE);
     size_t total = 0;
-    for (int i = 0; i < n; i++) {
-        mtensor *t = ts[i];
-        if (t->ne2 > 1) continue;
+    for (int64_t i = -1; i < m->hp.n_layer * (int64_t)N_LAYER_MATMULS; i++) {
+        mtensor *t = i < 0 ? &m->output : layer_matmul(m, (int)(i / N_LAYER_MATMULS), (size_t)(i % N_LAYER_MATMULS));
+        if (!t->data || t->ne2 > 1) continue;
         const size_t bytes = kern_repack_bytes(t->dtype, t->ne1, t->ne0);
         if (!bytes) continue;
         t->packed = alloc_huge(bytes);
         if (!t->packed) {
-            free(ts);
             return kvl_fail(err, "model: out of memory repacking weights (%zu bytes; --no-repack avoids it)", bytes);
         }
         kern_repack(t->data, t->dtype, t->ne1, t->ne0, t->packed);
@@ -357,7 +353,6 @@ static bool repack_weights(model *m, kvl_error *err) {
         const uintptr_t a0 = (a + page - 1) & ~(uintptr_t)(page - 1), e0 = e & ~(uintptr_t)(page - 1);
         if (e0 > a0) madvise((void *)a0, e0 - a0, MADV_DONTNEED);
     }
-    free(ts);
     m->hp.repacked_bytes = (int64_t)total;
     if (total)
         kvl_log(KVL_LOG_INFO, "model: %.1f MiB of weights repacked for %s", total / 1048576.0, kern_isa_name());
@@ -421,12 +416,8 @@ fail:
 void model_destroy(model *m) {
     if (!m) return;
     kvl_free(m->output.packed);
-    for (int il = 0; m->layers && il < m->hp.n_layer; il++) {
-        layer_weights *L = &m->layers[il];
-        void *ps[] = {L->wq.packed, L->wk.packed, L->wv.packed, L->wo.packed, L->ffn_gate.packed,
-                      L->ffn_up.packed, L->ffn_down.packed, L->wq_a.packed, L->wq_b.packed, L->wkv_a_mqa.packed};
-        for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) kvl_free(ps[i]);
-    }
+    for (int il = 0; m->layers && il < m->hp.n_layer; il++)
+        for (size_t i = 0; i < N_LAYER_MATMULS; i++) kvl_free(layer_matmul(m, il, i)->packed);
     free(m->layers);
     float *bufs[] = {m->x, m->xb, m->xb2, m->q, m->k, m->v, m->att, m->ff_gate, m->ff_up,
                      m->attn_scratch, m->logit_rows, m->mla_a, m->mla_b};
