@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 int kvl_log_level = KVL_LOG_WARN;
@@ -45,6 +46,17 @@ void *kvl_calloc(size_t n, size_t size) {
     if (!kvl_mul_ok(n, size, &total)) return NULL;
     void *p = kvl_alloc(total);
     if (p) memset(p, 0, total ? total : 64);
+    return p;
+}
+
+void *kvl_alloc_huge(size_t size) {
+    const size_t huge = (size_t)2 << 20;
+    void *p = NULL;
+    if (size < huge) return kvl_alloc(size);
+    if (size > SIZE_MAX - huge) return NULL;
+    const size_t rounded = (size + huge - 1) & ~(huge - 1);
+    if (posix_memalign(&p, huge, rounded) != 0) return NULL;
+    madvise(p, rounded, MADV_HUGEPAGE); /* advisory: ignore failure */
     return p;
 }
 

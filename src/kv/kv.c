@@ -8,6 +8,7 @@
 struct kv_pool {
     kv_pool_config cfg;
     size_t k_row, v_row;      /* bytes per token per layer */
+    kv_block_layout k_layout, v_layout;
     size_t layer_bytes;       /* K and V of one layer within a block */
     size_t block_bytes;
     uint8_t *data;            /* n_blocks * block_bytes */
@@ -58,6 +59,15 @@ static void free_arrays(kv_pool *p) {
     free(p->map);
 }
 
+/* Head-major whenever each head's slice stores on its own (kv.h). */
+static kv_block_layout block_layout(int dtype, int n_heads, int head_dim, int block_size) {
+    const size_t head = kv_row_bytes(dtype, head_dim), row = kv_row_bytes(dtype, (int64_t)n_heads * head_dim);
+    if (head && head * (size_t)n_heads == row)
+        return (kv_block_layout){.split = true, .head_bytes = head, .head_stride = head * (size_t)block_size,
+                                 .row_stride = head};
+    return (kv_block_layout){.split = false, .row_stride = row};
+}
+
 kv_pool *kv_pool_create(const kv_pool_config *cfg, kvl_error *err) {
     int dt_v = cfg->split_v ? cfg->dtype_v : cfg->dtype;
     if (!kv_row_bytes(cfg->dtype, 32) || !kv_row_bytes(dt_v, 32)) {
@@ -84,11 +94,13 @@ kv_pool *kv_pool_create(const kv_pool_config *cfg, kvl_error *err) {
     p->cfg = *cfg;
     p->k_row = k_row;
     p->v_row = v_row;
+    p->k_layout = block_layout(cfg->dtype, cfg->n_kv_heads, cfg->head_dim_k, cfg->block_size);
+    p->v_layout = vn ? block_layout(dt_v, cfg->n_kv_heads, cfg->head_dim_v, cfg->block_size) : (kv_block_layout){0};
     p->layer_bytes = (p->k_row + p->v_row) * cfg->block_size;
     p->block_bytes = p->layer_bytes * cfg->n_layers;
     size_t total;
     if (!kvl_mul_ok(p->block_bytes, (size_t)cfg->n_blocks, &total)) goto fail_free_pool;
-    p->data = kvl_alloc(total);
+    p->data = kvl_alloc_huge(total);
     p->refcount = calloc((size_t)cfg->n_blocks, sizeof *p->refcount);
     p->free_stack = malloc((size_t)cfg->n_blocks * sizeof *p->free_stack);
     if (!p->data || !p->refcount || !p->free_stack || !alloc_prefix_state(p)) goto fail_free_arrays;
@@ -263,6 +275,29 @@ void *kv_block_k(kv_pool *p, int32_t block, int layer) {
 void *kv_block_v(kv_pool *p, int32_t block, int layer) {
     return (uint8_t *)kv_block_k(p, block, layer) + p->k_row * p->cfg.block_size;
 }
+const kv_block_layout *kv_pool_k_layout(const kv_pool *p) { return &p->k_layout; }
+const kv_block_layout *kv_pool_v_layout(const kv_pool *p) { return &p->v_layout; }
+
+/* One token's n_heads x head_dim values into row `row` of a block's K or V area. */
+static void store_token_part(const kv_block_layout *L, int dtype, uint8_t *area, int row, const float *x,
+                             int n_heads, int head_dim) {
+    if (!L->split) {
+        kv_row_store(dtype, x, area + (size_t)row * L->row_stride, (int64_t)n_heads * head_dim);
+        return;
+    }
+    for (int h = 0; h < n_heads; h++)
+        kv_row_store(dtype, x + (size_t)h * head_dim, area + (size_t)h * L->head_stride + (size_t)row * L->row_stride,
+                     head_dim);
+}
+
+void kv_store_token(kv_pool *p, int32_t block, int layer, int row, const float *k, const float *v) {
+    const kv_pool_config *c = &p->cfg;
+    store_token_part(&p->k_layout, c->dtype, kv_block_k(p, block, layer), row, k, c->n_kv_heads, c->head_dim_k);
+    if (p->v_row)
+        store_token_part(&p->v_layout, kv_pool_dtype_v(p), kv_block_v(p, block, layer), row, v, c->n_kv_heads,
+                         c->head_dim_v);
+}
+
 const void *kv_block_k_const(const kv_pool *p, int32_t block, int layer) {
     return kv_block_k((kv_pool *)p, block, layer);
 }

@@ -84,11 +84,33 @@ void kv_prefix_register(kv_pool *p, int32_t block, uint64_t hash, uint64_t paren
 /* Forgets every cached hash (blocks stay allocated to their users). */
 void kv_prefix_clear(kv_pool *p);
 
-/* K/V storage of `block` for `layer`: block_size rows of k_row_bytes (v_row_bytes). */
+/* K/V storage of `block` for `layer`: block_size tokens of k_row_bytes
+ * (v_row_bytes), arranged as kv_block_layout says. */
 void *kv_block_k(kv_pool *p, int32_t block, int layer);
 void *kv_block_v(kv_pool *p, int32_t block, int layer);
 const void *kv_block_k_const(const kv_pool *p, int32_t block, int layer);
 const void *kv_block_v_const(const kv_pool *p, int32_t block, int layer);
+
+/* How one layer's K (or V) values sit in a block's area. split: every KV
+ * head's slice stores on its own (always for f32/f16/bf16/fp8; for q8_0 when
+ * the head width is a multiple of 32), and the area is head-major: head h of
+ * the token in row r starts at h * head_stride + r * row_stride (row_stride =
+ * head_bytes, head_stride = block_size * head_bytes), so attention over one
+ * head reads block_size consecutive slices instead of one slice out of every
+ * row of all heads (bench_kernels astream: about 1.5x the read rate). Else a
+ * row per token holds every head (row_stride = the row's bytes) and is
+ * converted whole. Either way a token takes k_row_bytes (v_row_bytes). */
+typedef struct kv_block_layout {
+    bool split;
+    size_t head_bytes;  /* one head's slice (split only) */
+    size_t head_stride; /* from one head to the next (split only) */
+    size_t row_stride;  /* from one token to the next */
+} kv_block_layout;
+const kv_block_layout *kv_pool_k_layout(const kv_pool *p);
+const kv_block_layout *kv_pool_v_layout(const kv_pool *p); /* zeros when V is not stored */
+/* Stores one token's K (n_kv_heads x head_dim_k floats) and V (unless the pool
+ * keeps none) in row `row` (position % block_size) of `block`, `layer`. */
+void kv_store_token(kv_pool *p, int32_t block, int layer, int row, const float *k, const float *v);
 
 /* A sequence's block table: blocks[i] holds positions [i*bs, (i+1)*bs). */
 typedef struct kv_seq {

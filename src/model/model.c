@@ -318,18 +318,6 @@ static mtensor *layer_matmul(model *m, int il, size_t i) {
     return (mtensor *)((char *)&m->layers[il] + LAYER_MATMULS[i]);
 }
 
-/* Large read-mostly buffers: 2 MiB aligned and on transparent huge pages
- * where the system allows, so filling them faults 512x fewer times and reading
- * them misses the TLB less. Freed with kvl_free. */
-static void *alloc_huge(size_t bytes) {
-    const size_t huge = (size_t)2 << 20;
-    void *p = NULL;
-    if (bytes < huge) return kvl_alloc(bytes);
-    if (posix_memalign(&p, huge, (bytes + huge - 1) & ~(huge - 1)) != 0) return NULL;
-    madvise(p, (bytes + huge - 1) & ~(huge - 1), MADV_HUGEPAGE); /* advisory: ignore failure */
-    return p;
-}
-
 /* Repacks the matmul weights into the kernels' compact panel layout (same
  * size, read once per token by decode and prefill alike; kernels.h). The GGUF
  * pages of a repacked tensor are then dropped from memory: the mapping is
@@ -343,7 +331,7 @@ static bool repack_weights(model *m, kvl_error *err) {
         if (!t->data || t->ne2 > 1) continue;
         const size_t bytes = kern_repack_bytes(t->dtype, t->ne1, t->ne0);
         if (!bytes) continue;
-        t->packed = alloc_huge(bytes);
+        t->packed = kvl_alloc_huge(bytes);
         if (!t->packed) {
             return kvl_fail(err, "model: out of memory repacking weights (%zu bytes; --no-repack avoids it)", bytes);
         }

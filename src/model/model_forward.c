@@ -52,17 +52,10 @@ static bool check_batch(const model *m, kv_pool *const *pools, const model_batch
     return true;
 }
 
-/* Writes one token's K (and V, unless the pool keeps none) rows into its block. */
-static void kv_store(kv_pool *kv, const kv_seq *s, int slot, int32_t pos, const float *k,
-                     const float *v) {
-    const kv_pool_config *c = kv_pool_cfg(kv);
-    int32_t blk = s->blocks[pos / c->block_size];
-    int row = pos % c->block_size;
-    int64_t kn = (int64_t)c->n_kv_heads * c->head_dim_k, vn = (int64_t)c->n_kv_heads * c->head_dim_v;
-    kv_row_store(c->dtype, k, (uint8_t *)kv_block_k(kv, blk, slot) + row * kv_pool_k_row_bytes(kv), kn);
-    if (vn)
-        kv_row_store(kv_pool_dtype_v(kv), v,
-                     (uint8_t *)kv_block_v(kv, blk, slot) + row * kv_pool_v_row_bytes(kv), vn);
+/* Writes one token's K (and V, unless the pool keeps none) into its block. */
+static void kv_store(kv_pool *kv, const kv_seq *s, int slot, int32_t pos, const float *k, const float *v) {
+    const int bs = kv_pool_cfg(kv)->block_size;
+    kv_store_token(kv, s->blocks[pos / bs], slot, pos % bs, k, v);
 }
 
 /* Grows the per-thread attention scratch to what the pools need; this happens

@@ -131,9 +131,10 @@ static bool attn_direct_type(int dtype) {
 /* Row pointers to the K (or V) slices of kv head kvh for positions [j0, j1)
  * through the block table: into the cache itself for the types the kernels
  * read (*type is then the cache's type), else widened into dst (rows of
- * `width` floats, at most ATTN_RUN of them; *type F32). rowbuf holds one full
- * row for types that can only be decoded a whole row at a time (q8_0 blocks
- * span heads). Returns how many positions it covered. */
+ * `width` floats, at most ATTN_RUN of them; *type F32). rowbuf holds one
+ * head's slice, or one full row where the heads do not store apart (q8_0
+ * blocks spanning heads: kv_block_layout). Returns how many positions it
+ * covered. */
 static int32_t load_run(const attn_args *a, const kv_seq *s, int32_t j0, int32_t j1, int kvh, bool v,
                         float *dst, float *rowbuf, const void **rows, int *type) {
     const kv_pool_config *c = kv_pool_cfg(a->kv);
@@ -141,23 +142,28 @@ static int32_t load_run(const attn_args *a, const kv_seq *s, int32_t j0, int32_t
     bool from_k = !v || a->v_in_k;
     int dtype = from_k ? c->dtype : kv_pool_dtype_v(a->kv);
     int64_t hstride = from_k ? a->dk : a->dv, width = v ? a->dv : a->dk;
-    size_t row_bytes = from_k ? kv_pool_k_row_bytes(a->kv) : kv_pool_v_row_bytes(a->kv);
-    size_t es = kv_dtype_bytes(dtype);
-    bool direct = attn_direct_type(dtype);
+    const kv_block_layout *L = from_k ? kv_pool_k_layout(a->kv) : kv_pool_v_layout(a->kv);
+    bool direct = attn_direct_type(dtype); /* (these always store heads apart) */
+    bool width_whole = kv_row_bytes(dtype, width) != 0; /* the first `width` values convert on their own */
+    size_t head_at = L->split ? (size_t)kvh * L->head_stride : 0;
     if (!direct && j1 - j0 > ATTN_RUN) j1 = j0 + ATTN_RUN;
     for (int32_t j = j0; j < j1;) {
         int32_t blk = s->blocks[j / bs];
         const uint8_t *base = from_k ? kv_block_k_const(a->kv, blk, a->slot) : kv_block_v_const(a->kv, blk, a->slot);
+        base += head_at;
         int32_t end = (j / bs + 1) * bs < j1 ? (j / bs + 1) * bs : j1;
         for (; j < end; j++) {
-            const uint8_t *row = base + (size_t)(j % bs) * row_bytes;
+            const uint8_t *row = base + (size_t)(j % bs) * L->row_stride;
             if (direct) {
-                rows[j - j0] = row + (size_t)kvh * hstride * es;
+                rows[j - j0] = row;
                 continue;
             }
             float *d = dst + (size_t)(j - j0) * width;
-            if (es) { /* plain types: the head's slice converts on its own */
-                kv_row_load(dtype, row + (size_t)kvh * hstride * es, d, width);
+            if (L->split && width_whole) {
+                kv_row_load(dtype, row, d, width);
+            } else if (L->split) {
+                kv_row_load(dtype, row, rowbuf, hstride);
+                memcpy(d, rowbuf, width * sizeof(float));
             } else {
                 kv_row_load(dtype, row, rowbuf, (int64_t)c->n_kv_heads * hstride);
                 memcpy(d, rowbuf + kvh * hstride, width * sizeof(float));

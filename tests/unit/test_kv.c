@@ -111,7 +111,79 @@ static void test_random(void) {
     kv_pool_destroy(p);
 }
 
+/* kv_store_token puts each head where kv_block_layout says: head-major when the
+ * heads store apart (every plain type; q8_0 with heads of 64), a row per token
+ * otherwise (q8_0 with heads of 48: blocks of 32 span heads); reading a head
+ * back from there gives what storing that head alone gives. */
+static void test_layout(void) {
+    static const struct {
+        int dtype, head_dim;
+        bool split;
+    } cases[] = {{GGUF_DT_F16, 8, true}, {GGUF_DT_F32, 8, true}, {GGUF_DT_BF16, 8, true},
+                 {KV_DT_FP8_E4M3, 8, true}, {GGUF_DT_Q8_0, 64, true}, {GGUF_DT_Q8_0, 48, false}};
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const int H = 2, D = cases[ci].head_dim, BS = 4, dt = cases[ci].dtype;
+        kv_pool_config c = {.n_layers = 2, .n_kv_heads = H, .head_dim_k = D, .head_dim_v = D,
+                            .block_size = BS, .dtype = dt, .n_blocks = 3};
+        kvl_error err;
+        kv_pool *p = kv_pool_create(&c, &err);
+        CHECK(p != NULL);
+        if (!p) continue;
+        const kv_block_layout *L = kv_pool_k_layout(p);
+        CHECK(L->split == cases[ci].split);
+        CHECK(kv_pool_v_layout(p)->split == cases[ci].split);
+        if (L->split) {
+            CHECK(L->head_bytes == kv_row_bytes(dt, D) && L->row_stride == L->head_bytes);
+            CHECK(L->head_stride == (size_t)BS * L->head_bytes);
+        } else {
+            CHECK(L->row_stride == kv_pool_k_row_bytes(p));
+        }
+        for (int b = 0; b < 3; b++)
+            for (int l = 0; l < 2; l++) {
+                memset(kv_block_k(p, b, l), 0xA5, kv_pool_k_row_bytes(p) * BS);
+                memset(kv_block_v(p, b, l), 0xA5, kv_pool_v_row_bytes(p) * BS);
+            }
+        float k[2 * 64], v[2 * 64], want[2 * 64], got[2 * 64];
+        uint8_t tmp[2 * 64 * 4];
+        for (int row = 0; row < BS; row++) {
+            for (int i = 0; i < H * D; i++) k[i] = 0.01f * (float)((i * 7 + row * 13) % 97) - 0.4f, v[i] = -k[i];
+            kv_store_token(p, 1, 1, row, k, v);
+        }
+        for (int row = 0; row < BS; row++) {
+            for (int i = 0; i < H * D; i++) k[i] = 0.01f * (float)((i * 7 + row * 13) % 97) - 0.4f, v[i] = -k[i];
+            for (int kvv = 0; kvv < 2; kvv++) {
+                const uint8_t *area = kvv ? kv_block_v_const(p, 1, 1) : kv_block_k_const(p, 1, 1);
+                const float *src = kvv ? v : k;
+                if (L->split) {
+                    for (int h = 0; h < H; h++) {
+                        kv_row_store(dt, src + h * D, tmp, D); /* the head stored alone */
+                        kv_row_load(dt, tmp, want, D);
+                        kv_row_load(dt, area + h * L->head_stride + row * L->row_stride, got, D);
+                        CHECK(memcmp(want, got, (size_t)D * sizeof(float)) == 0);
+                    }
+                } else {
+                    kv_row_store(dt, src, tmp, H * D);
+                    kv_row_load(dt, tmp, want, H * D);
+                    kv_row_load(dt, area + row * L->row_stride, got, H * D);
+                    CHECK(memcmp(want, got, (size_t)(H * D) * sizeof(float)) == 0);
+                }
+            }
+        }
+        /* nothing outside block 1, layer 1 changed */
+        const size_t kb = kv_pool_k_row_bytes(p) * BS, vb = kv_pool_v_row_bytes(p) * BS;
+        for (int b = 0; b < 3; b++)
+            for (int l = 0; l < 2; l++) {
+                if (b == 1 && l == 1) continue;
+                const uint8_t *ka = kv_block_k_const(p, b, l), *va = kv_block_v_const(p, b, l);
+                for (size_t i = 0; i < kb; i++) CHECK(ka[i] == 0xA5);
+                for (size_t i = 0; i < vb; i++) CHECK(va[i] == 0xA5);
+            }
+        kv_pool_destroy(p);
+    }
+}
+
 int main(void) {
+    test_layout();
     test_sizes();
     test_exhaustion();
     test_sharing();
