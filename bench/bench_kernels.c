@@ -9,7 +9,11 @@
  * (decode, weights streamed from memory), then m = 4, 16, 64 and 512 (batched
  * decode, prefill) from cache-resident weights. "attn" runs
  * the attention kernels (q.k, softmax, p.v) over one 256-position chunk of f16
- * cache rows, single thread.
+ * cache rows, single thread; "astream" runs decode attention over a 16-layer
+ * cache of 8192 positions in memory (Llama-3.2-1B's 8 KV heads of 64), in the
+ * pool's layout: BENCH_ATTN_HEAD_MAJOR=0 rows of every head (the layout before
+ * kv_block_layout), =1 head-major blocks; BENCH_ATTN_BS the block size (8192:
+ * contiguous); BENCH_ATTN_CHUNK_MAJOR=1 threads split positions, not heads.
  *
  * Weights cycle through enough copies to exceed the L3 cache, so the decode
  * figures are DRAM bandwidth, comparable to the machine's stream bandwidth
@@ -193,6 +197,55 @@ static void bench_attn(int64_t d, int n_q) {
     kvl_free(kv), kvl_free(rows), kvl_free(q), kvl_free(s), kvl_free(o);
 }
 
+/* Decode attention over a cache in memory: `layers` layers of ctx positions x
+ * n_kv heads x d (f16 K and V), each KV head's n_q query heads over all
+ * positions in chunks of 256, the heads split over the threads. The layout is
+ * the pool's (a row per position with every head, blocks of bs rows), or with
+ * BENCH_ATTN_HEAD_MAJOR=1 head-major inside each block (one head's bs rows
+ * contiguous). Reports GB/s of K and V read. */
+static void bench_attn_stream(int64_t d, int n_q, int n_kv, int64_t ctx, int layers, int bs, bool head_major,
+                              bool chunk_major) {
+    const size_t per = (size_t)ctx * n_kv * d;
+    kvl_f16 *K = alloc_weights(per * layers * sizeof(kvl_f16)), *V = alloc_weights(per * layers * sizeof(kvl_f16));
+    for (size_t i = 0; i < per * layers; i++)
+        K[i] = V[i] = kvl_f32_to_f16((float)((int)(next_u64() % 2001) - 1000) * 1e-3f);
+    const int nt = omp_get_max_threads();
+    double best = 1e30;
+    for (int rep = 0; rep < 3; rep++) {
+        const double t0 = kvl_time_s();
+        for (int L = 0; L < layers; L++) {
+            /* chunk_major: a thread takes a chunk of positions for every head
+             * (reads whole rows), else a head over every chunk */
+#pragma omp parallel for schedule(dynamic, 1)
+            for (int64_t w = 0; w < n_kv * (ctx / 256); w++) {
+                const int g = chunk_major ? (int)(w % n_kv) : (int)(w / (ctx / 256));
+                const int64_t j0 = 256 * (chunk_major ? w / n_kv : w % (ctx / 256));
+                static _Thread_local const void *kr[256], *vr[256];
+                static _Thread_local float q[16 * 576], s[16 * 256], o[16 * 576];
+                float l;
+                for (int64_t i = 0; i < n_q * d; i++) q[i] = 0.01f * (float)(i % 7);
+                for (int64_t j = j0; j < j0 + 256; j++) {
+                    const size_t at = head_major ? ((size_t)(j / bs) * n_kv * bs + (size_t)g * bs + (size_t)(j % bs)) * d
+                                                 : ((size_t)j * n_kv + g) * d;
+                    kr[j - j0] = K + (size_t)L * per + at;
+                    vr[j - j0] = V + (size_t)L * per + at;
+                }
+                kern_attn_scores(256, d, n_q, q, (size_t)d, kr, GGUF_DT_F16, 0.125f, s, 256);
+                for (int h = 0; h < n_q; h++) kern_attn_softmax(256, s + h * 256, &l);
+                memset(o, 0, n_q * d * sizeof(float));
+                kern_attn_pv(256, d, n_q, s, 256, vr, GGUF_DT_F16, o, (size_t)d);
+            }
+        }
+        const double dt = kvl_time_s() - t0;
+        if (dt < best) best = dt;
+    }
+    printf("attn stream d=%lld n_q=%d n_kv=%d ctx=%lld x%d layers, block %d, %s, %s, %d threads: %.2f ms  %.1f GB/s  %.1f GMAC/s\n",
+           (long long)d, n_q, n_kv, (long long)ctx, layers, bs, head_major ? "head-major blocks" : "position rows",
+           chunk_major ? "chunk-major" : "head-major order", nt,
+           best * 1e3, 2.0 * per * layers * 2 / best / 1e9, 2.0 * n_q * n_kv * ctx * d * layers / best / 1e9);
+    (void)K, (void)V; /* (alloc_weights: left to the exit) */
+}
+
 int main(int argc, char **argv) {
     kern_init(argc > 1 ? argv[1] : NULL);
     const int64_t k = argc > 2 ? atoll(argv[2]) : 4096, n_out = argc > 3 ? atoll(argv[3]) : 4096;
@@ -206,6 +259,12 @@ int main(int argc, char **argv) {
         bench_attn(64, 4);
         bench_attn(128, 4);
         bench_attn(576, 16);
+    }
+    if (argc > 4 && strstr(argv[4], "astream")) {
+        const char *hm = getenv("BENCH_ATTN_HEAD_MAJOR");
+        const char *cm = getenv("BENCH_ATTN_CHUNK_MAJOR");
+        const char *bs = getenv("BENCH_ATTN_BS");
+        bench_attn_stream(64, 4, 8, 8192, 16, bs ? atoi(bs) : 16, hm && atoi(hm), cm && atoi(cm));
     }
     return 0;
 }
