@@ -92,5 +92,16 @@ for t, dppl, dkl in [("f16", 0.0001, 1e-6), ("bf16", 0.005, 0.01), ("q8_0", 0.03
     check(rel <= dppl and r["mean_kl"] < dkl and r["top1_agreement"] >= 0.9,
           f"{t}: PPL {r['final_ppl']:.4f} ({rel:+.2%} vs f16), KL {r['mean_kl']:.3g}, top-1 {r['top1_agreement']:.2%}")
 
+# 4. The same for q8_0 on heads of 32 (llama-gqa-bpe): each head's slice is
+#    whole q8_0 blocks, so the cache is head-major and attention converts only
+#    its head (kv_block_layout); stories260K's heads of 8 take the whole-row path above.
+p = subprocess.run([kv, "perplexity", "-m", llama, "-f", story_text, "-c", "128", "--kv-type", "q8_0",
+                    "--kl-base", "f16", "--json"], capture_output=True, text=True)
+if p.returncode != 0:
+    raise SystemExit(f"FAIL perplexity q8_0 (heads of 32): {p.stderr}")
+r = json.loads(p.stdout.strip().split("\n")[-1])
+check(r["mean_kl"] < 0.01 and r["top1_agreement"] >= 0.9,
+      f"q8_0, heads of 32: KL {r['mean_kl']:.3g} vs f16, top-1 {r['top1_agreement']:.2%}")
+
 print("PASS" if not failures else f"{len(failures)} failure(s)")
 sys.exit(1 if failures else 0)
