@@ -6,14 +6,8 @@
 
 #include "kv/kv.h"
 
-static int failures;
-#define CHECK(c)                                                     \
-    do {                                                             \
-        if (!(c)) {                                                  \
-            fprintf(stderr, "%s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #c); \
-            failures++;                                              \
-        }                                                            \
-    } while (0)
+#include "check.h"
+
 
 static kv_pool *make_pool(int64_t n_blocks, int dtype) {
     kv_pool_config c = {.n_layers = 3, .n_kv_heads = 2, .head_dim_k = 8, .head_dim_v = 8,

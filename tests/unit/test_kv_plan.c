@@ -9,14 +9,8 @@
 
 #include "kv/kv_plan.h"
 
-static int failures;
-#define CHECK(c)                                                                  \
-    do {                                                                          \
-        if (!(c)) {                                                               \
-            fprintf(stderr, "%s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #c); \
-            failures++;                                                           \
-        }                                                                         \
-    } while (0)
+#include "check.h"
+
 #define CHECK_U64(a, b)                                                                    \
     do {                                                                                   \
         unsigned long long a_ = (a), b_ = (b);                                             \

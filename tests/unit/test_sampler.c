@@ -10,14 +10,8 @@
 
 #include "engine/sampler.h"
 
-static int failures;
-#define CHECK(c)                                                                  \
-    do {                                                                          \
-        if (!(c)) {                                                               \
-            fprintf(stderr, "%s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #c); \
-            failures++;                                                           \
-        }                                                                         \
-    } while (0)
+#include "check.h"
+
 
 /* ------------------------------------------------------------ reference -- */
 
