@@ -15,6 +15,7 @@ static void loadgen_usage(FILE *out) {
             "  --prompt-tokens P   prompt length in words, about one token each (default 128)\n"
             "  --shared-prefix S   the first S words are the same in every prompt (default 0)\n"
             "  --max-tokens M      tokens to generate per request, EOS ignored (default 128)\n"
+            "  --temperature T     sampling temperature of every request (default 0: greedy)\n"
             "  --api-key KEY       sent as 'Authorization: Bearer KEY'\n"
             "  --model NAME        model id (default: the first one /v1/models lists)\n"
             "  --seed N            prompt word seed (default 0)\n"
@@ -48,7 +49,16 @@ static bool apply(loadgen_opts *o, const char *f, const char *v) {
     else if (IS("--prompt-tokens")) return int_arg(f, v, 1, 1000000, &o->prompt_tokens);
     else if (IS("--shared-prefix")) return int_arg(f, v, 0, 1000000, &o->shared_prefix);
     else if (IS("--max-tokens")) return int_arg(f, v, 1, 1000000, &o->max_tokens);
-    else if (IS("--seed")) {
+    else if (IS("--temperature")) {
+        char *end;
+        errno = 0;
+        const double t = strtod(v, &end);
+        if (errno || end == v || *end || !(t >= 0 && t <= 100)) {
+            fprintf(stderr, "kvllm loadgen: --temperature: expected a number in 0..100\n");
+            return false;
+        }
+        o->temperature = t;
+    } else if (IS("--seed")) {
         if (!int_arg(f, v, 0, INT64_MAX, &x)) return false;
         o->seed = (uint64_t)x;
     } else {

@@ -332,7 +332,7 @@ static char *make_body(const loadgen_opts *o, const char *model, int64_t i) {
     if (model) cJSON_AddStringToObject(b, "model", model);
     cJSON_AddStringToObject(b, "prompt", prompt);
     cJSON_AddNumberToObject(b, "max_tokens", (double)o->max_tokens);
-    cJSON_AddNumberToObject(b, "temperature", 0);
+    cJSON_AddNumberToObject(b, "temperature", o->temperature);
     cJSON_AddBoolToObject(b, "ignore_eos", 1);
     cJSON_AddBoolToObject(b, "stream", 1);
     cJSON_AddBoolToObject(cJSON_AddObjectToObject(b, "stream_options"), "include_usage", 1);

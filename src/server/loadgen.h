@@ -17,6 +17,7 @@ typedef struct loadgen_opts {
     int64_t prompt_tokens; /* words per prompt (about one token each) */
     int64_t shared_prefix; /* of which this many are the same in every prompt */
     int64_t max_tokens;
+    double temperature; /* sent with every request (0: greedy) */
     uint64_t seed;
     bool json;
 } loadgen_opts;
