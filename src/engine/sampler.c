@@ -221,6 +221,7 @@ int32_t sampler_sample(sampler *s, float *logits) {
         n = select_top_k(logits, V, p->top_k, c);
         maxl = c[0].logit;
         for (int32_t i = 0; i < n; i++) sum += exp(c[i].logit - maxl);
+        if (top_p) n = top_p_cut(c, n, maxl, sum, p->top_p);
     } else if (!top_p && !min_p) {
         /* temperature alone: weights exp((l - max) / T) of every token, drawn
          * in vocabulary order (masked tokens, -inf, never) */
@@ -239,17 +240,23 @@ int32_t sampler_sample(sampler *s, float *logits) {
         return last >= 0 ? last : argmax(logits, V);
     } else {
         memcpy(s->w, logits, (size_t)V * sizeof *s->w);
-        float total;
+        float total; /* (the kernel's float sum; top-p divides by the double one below) */
         const float mx = kern_attn_softmax(V, s->w, &total);
         if (!(mx > -INFINITY)) return argmax(logits, V);
         maxl = mx;
         for (int32_t i = 0; i < V; i++) sum += s->w[i]; /* top-p divides by every token's */
         const double floor = min_p ? maxl + log(p->min_p) : -INFINITY;
-        const double pf = top_p ? top_p_floor(logits, s->w, V, mx, total, p->top_p * (1.0 + 1e-5)) : -INFINITY;
+        const double pf = top_p ? top_p_floor(logits, s->w, V, mx, sum, p->top_p * (1.0 + 1e-5)) : -INFINITY;
         n = gather_sorted(logits, V, pf > floor ? pf : floor, c);
-        if (pf > floor && top_p_cut(c, n, maxl, sum, p->top_p) == n) n = gather_sorted(logits, V, floor, c);
+        if (top_p) {
+            int32_t cut = top_p_cut(c, n, maxl, sum, p->top_p);
+            if (cut == n && pf > floor) { /* short inside the floor by rounding: take the rest */
+                n = gather_sorted(logits, V, floor, c);
+                cut = top_p_cut(c, n, maxl, sum, p->top_p);
+            }
+            n = cut;
+        }
     }
-    if (top_p) n = top_p_cut(c, n, maxl, sum, p->top_p);
     if (min_p) {
         /* keep tokens whose probability is at least min_p times the top one's */
         double floor_l = maxl + log(p->min_p);
