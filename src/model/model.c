@@ -374,7 +374,8 @@ static bool alloc_scratch(model *m, kvl_error *err) {
     m->ff_up = kvl_calloc(U * hp->n_ff, sizeof(float));
     m->work = kvl_alloc(max_work_bytes(m, U));
     m->logit_rows = kvl_calloc(U * E, sizeof(float));
-    if (!m->x || !m->xb || !m->xb2 || !m->q || !m->k || !m->v || !m->att || !m->ff_gate ||
+    m->attn_runs = kvl_calloc(2 * U, sizeof(int32_t));
+    if (!m->attn_runs || !m->x || !m->xb || !m->xb2 || !m->q || !m->k || !m->v || !m->att || !m->ff_gate ||
         !m->ff_up || !m->work || !m->logit_rows)
         return kvl_fail(err, "model: cannot allocate scratch for %lld tokens", (long long)U);
     return true;
@@ -411,6 +412,7 @@ void model_destroy(model *m) {
                      m->attn_scratch, m->logit_rows, m->mla_a, m->mla_b};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) kvl_free(bufs[i]);
     kvl_free(m->work);
+    kvl_free(m->attn_runs);
     gguf_close(m->gguf);
     free(m);
 }

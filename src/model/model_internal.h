@@ -59,6 +59,7 @@ struct model {
     float *mla_a, *mla_b;       /* MLA per-head gather buffers */
     float *attn_scratch;        /* [n_threads_max][attn_scratch_len], sized for the pools in use */
     size_t attn_scratch_len;
+    int32_t *attn_runs;         /* [max_ubatch][2]: first token, count of each run (attention) */
     void *work;                 /* matmul activation quantization */
     float *logit_rows;          /* [max_ubatch][E] normed rows to project */
 };
@@ -94,6 +95,18 @@ typedef struct attn_args {
 void op_attend_group(const attn_args *a, const kv_seq *s, int32_t pos, int kvh, int n_q,
                      const float *q, int64_t q_stride, float *out, int64_t out_stride,
                      float *scratch, int max_threads);
+/* Positions are attended in chunks of this many, fixed by absolute position. */
+#define OP_ATTN_CHUNK 256
+/* The same for ntok consecutive tokens of one sequence at positions pos0,
+ * pos0 + 1, ..., all within one chunk, full causal attention (no window):
+ * every result is bit-identical to op_attend_group's for each token alone,
+ * but each K and V row is read once for all of them (prefill). Token t's q
+ * rows start at q + t * q_tok_stride (heads dk apart), its outputs at
+ * out + t * out_tok_stride (heads dv apart). ntok at most
+ * op_attend_run_max_tokens(n_q, dv, max_ctx); one thread. */
+void op_attend_run(const attn_args *a, const kv_seq *s, int32_t pos0, int ntok, int kvh, int n_q,
+                   const float *q, int64_t q_tok_stride, float *out, int64_t out_tok_stride, float *scratch);
+int op_attend_run_max_tokens(int n_q, int64_t dv, int64_t max_ctx);
 size_t op_attend_scratch_floats(const kv_pool_config *c, int n_q, int64_t dk, int64_t dv, int64_t max_ctx);
 
 #endif

@@ -118,7 +118,7 @@ void op_gelu_mul(float *g, const float *u, int64_t n) {
  * (kernels of src/kernels); then the chunks merge in order. Every float step
  * is fixed by the kernels' canonical orders, so a token's result depends only
  * on its own sequence. */
-#define ATTN_CHUNK 256
+#define ATTN_CHUNK OP_ATTN_CHUNK
 
 /* Types the attention kernels read in place; others (q8_0, fp8) are widened
  * to floats ATTN_RUN positions at a time. */
@@ -219,6 +219,21 @@ static void attend_chunk(const attn_args *a, const kv_seq *s, int32_t lo, int32_
     }
 }
 
+/* Like ggml's mul_mat against an f16 cache, q is rounded to f16 first (the
+ * kernels' conversions: the same values as kvl_f32_to_f16). */
+static void query_row(const kv_pool_config *c, const float *qh, float *dst, int64_t dk) {
+    if (c->dtype != GGUF_DT_F16) {
+        memcpy(dst, qh, (size_t)dk * sizeof(float));
+        return;
+    }
+    kvl_f16 t[256];
+    for (int64_t i0 = 0; i0 < dk; i0 += 256) {
+        int64_t nn = dk - i0 < 256 ? dk - i0 : 256;
+        kv_row_store(GGUF_DT_F16, qh + i0, t, nn);
+        kv_row_load(GGUF_DT_F16, t, dst + i0, nn);
+    }
+}
+
 void op_attend_group(const attn_args *a, const kv_seq *s, int32_t pos, int kvh, int n_q,
                      const float *q, int64_t q_stride, float *out, int64_t out_stride,
                      float *scratch, int max_threads) {
@@ -231,21 +246,7 @@ void op_attend_group(const attn_args *a, const kv_seq *s, int32_t pos, int kvh, 
     float *part = qr + n_q * dk;          /* per chunk: m[n_q], l[n_q], o[n_q][dv] */
     float *work = part + (size_t)(c1 - c0 + 1) * cs; /* up to ATTN_SPLIT_MAX working areas */
     const size_t wf = attn_work_floats(c, n_q, w);
-    /* Like ggml's mul_mat against an f16 cache, q is rounded to f16 first
-     * (the kernels' conversions: the same values as kvl_f32_to_f16). */
-    for (int h = 0; h < n_q; h++) {
-        const float *qh = q + h * q_stride;
-        if (c->dtype == GGUF_DT_F16) {
-            kvl_f16 t[256];
-            for (int64_t i0 = 0; i0 < dk; i0 += 256) {
-                int64_t nn = dk - i0 < 256 ? dk - i0 : 256;
-                kv_row_store(GGUF_DT_F16, qh + i0, t, nn);
-                kv_row_load(GGUF_DT_F16, t, qr + h * dk + i0, nn);
-            }
-        } else {
-            memcpy(qr + h * dk, qh, (size_t)dk * sizeof(float));
-        }
-    }
+    for (int h = 0; h < n_q; h++) query_row(c, q + h * q_stride, qr + h * dk, dk);
     /* Chunks are fixed by position and merge in order, so how they are
      * scheduled does not change the result. */
     int nth = max_threads;
@@ -267,8 +268,92 @@ void op_attend_group(const attn_args *a, const kv_seq *s, int32_t pos, int kvh, 
     kern_attn_merge(c1 - c0 + 1, n_q, dv, part, out, (size_t)out_stride);
 }
 
+/* The chunk holding the run's own positions, [lo, pos0 + ntok - 1]: token t
+ * sees only [lo, pos0 + t], so its scores, softmax and e.V cover its own n_t
+ * positions, exactly as attend_chunk would for it alone; the K and V rows are
+ * fetched once per run of positions for all tokens. */
+static void attend_diagonal(const attn_args *a, const kv_seq *s, int32_t lo, int32_t pos0, int ntok, int kvh,
+                            int n_q, const float *qr, float *P, float *work) {
+    const kv_pool_config *c = kv_pool_cfg(a->kv);
+    const int64_t dk = a->dk, dv = a->dv, w = dk > dv ? dk : dv;
+    const int NQ = ntok * n_q;
+    const int32_t hi = pos0 + ntok - 1;
+    float *kbuf = work, *rowbuf = kbuf + ATTN_RUN * w, *sc = rowbuf + c->n_kv_heads * w;
+    const void *rows[ATTN_CHUNK];
+    for (int32_t j0 = lo; j0 <= hi;) {
+        int type;
+        const int32_t got = load_run(a, s, j0, hi + 1, kvh, false, kbuf, rowbuf, rows, &type);
+        for (int t = 0; t < ntok; t++) {
+            const int32_t n_t = pos0 + t + 1 - j0; /* positions of this run token t sees */
+            if (n_t > 0)
+                kern_attn_scores(n_t < got ? n_t : got, dk, n_q, qr + (size_t)t * n_q * dk, (size_t)dk, rows, type,
+                                 a->scale, sc + (size_t)t * n_q * ATTN_CHUNK + (j0 - lo), ATTN_CHUNK);
+        }
+        j0 += got;
+    }
+    for (int t = 0; t < ntok; t++) {
+        const int64_t n = pos0 + t - lo + 1;
+        for (int h = t * n_q; h < (t + 1) * n_q; h++) {
+            float *row = sc + (size_t)h * ATTN_CHUNK;
+            if (a->softcap > 0)
+                for (int64_t j = 0; j < n; j++) row[j] = a->softcap * tanhf(row[j] / a->softcap);
+            P[h] = kern_attn_softmax(n, row, &P[NQ + h]);
+        }
+    }
+    float *o = P + 2 * NQ;
+    memset(o, 0, (size_t)NQ * dv * sizeof(float));
+    for (int32_t j0 = lo; j0 <= hi;) {
+        int type;
+        const int32_t got = load_run(a, s, j0, hi + 1, kvh, true, kbuf, rowbuf, rows, &type);
+        for (int t = 0; t < ntok; t++) {
+            const int32_t n_t = pos0 + t + 1 - j0;
+            if (n_t > 0)
+                kern_attn_pv(n_t < got ? n_t : got, dv, n_q, sc + (size_t)t * n_q * ATTN_CHUNK + (j0 - lo), ATTN_CHUNK,
+                             rows, type, o + (size_t)t * n_q * dv, (size_t)dv);
+        }
+        j0 += got;
+    }
+}
+
+/* Partials of a run: per chunk [m: NQ][l: NQ][o: NQ][dv], then the merged
+ * outputs [NQ][dv]. A run keeps them within this many bytes. */
+#define ATTN_RUN_PART_BYTES (4u << 20)
+#define ATTN_RUN_MAX_TOKENS 32
+
+int op_attend_run_max_tokens(int n_q, int64_t dv, int64_t max_ctx) {
+    const size_t per_token = (size_t)attn_max_chunks(max_ctx) * n_q * (dv + 2) * sizeof(float);
+    const size_t t = ATTN_RUN_PART_BYTES / (per_token ? per_token : 1);
+    return t < 1 ? 1 : t > ATTN_RUN_MAX_TOKENS ? ATTN_RUN_MAX_TOKENS : (int)t;
+}
+
+void op_attend_run(const attn_args *a, const kv_seq *s, int32_t pos0, int ntok, int kvh, int n_q,
+                   const float *q, int64_t q_tok_stride, float *out, int64_t out_tok_stride, float *scratch) {
+    const kv_pool_config *c = kv_pool_cfg(a->kv);
+    const int64_t dk = a->dk, dv = a->dv;
+    const int NQ = ntok * n_q;
+    const size_t cs = (size_t)NQ * (size_t)(dv + 2);
+    const int32_t c1 = pos0 / ATTN_CHUNK; /* every token's last chunk; the first is 0 */
+    float *qr = scratch;                    /* [NQ][dk]: token t's heads from row t * n_q */
+    float *part = qr + (size_t)NQ * dk;     /* per chunk */
+    float *merged = part + (size_t)(c1 + 1) * cs;
+    float *work = merged + (size_t)NQ * dv;
+    for (int t = 0; t < ntok; t++)
+        for (int h = 0; h < n_q; h++) query_row(c, q + t * q_tok_stride + h * dk, qr + ((size_t)t * n_q + h) * dk, dk);
+    /* every token sees the whole of the earlier chunks: all NQ rows at once */
+    for (int32_t ci = 0; ci < c1; ci++)
+        attend_chunk(a, s, ci * ATTN_CHUNK, ci * ATTN_CHUNK + ATTN_CHUNK - 1, kvh, NQ, qr, part + (size_t)ci * cs, work);
+    attend_diagonal(a, s, c1 * ATTN_CHUNK, pos0, ntok, kvh, n_q, qr, part + (size_t)c1 * cs, work);
+    kern_attn_merge(c1 + 1, NQ, dv, part, merged, (size_t)dv);
+    for (int t = 0; t < ntok; t++)
+        memcpy(out + t * out_tok_stride, merged + (size_t)t * n_q * dv, (size_t)n_q * dv * sizeof(float));
+}
+
 size_t op_attend_scratch_floats(const kv_pool_config *c, int n_q, int64_t dk, int64_t dv, int64_t max_ctx) {
     int64_t w = dk > dv ? dk : dv;
-    return (size_t)(n_q * dk + attn_max_chunks(max_ctx) * n_q * (dv + 2)) +
-           ATTN_SPLIT_MAX * attn_work_floats(c, n_q, w) + 64;
+    const size_t one = (size_t)(n_q * dk + attn_max_chunks(max_ctx) * n_q * (dv + 2)) +
+                       ATTN_SPLIT_MAX * attn_work_floats(c, n_q, w) + 64;
+    const int T = op_attend_run_max_tokens(n_q, dv, max_ctx), NQ = T * n_q;
+    const size_t run = (size_t)NQ * dk + (size_t)attn_max_chunks(max_ctx) * NQ * (dv + 2) + (size_t)NQ * dv +
+                       attn_work_floats(c, NQ, w) + 64;
+    return run > one ? run : one;
 }

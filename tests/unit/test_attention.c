@@ -1,0 +1,164 @@
+/* Attention does not depend on how a sequence's tokens are batched: the
+ * logits of a 600-token prompt (three attention chunks of 256, two ubatches)
+ * are bit-identical whether the prompt runs in one batch (runs of tokens share
+ * each K/V row: op_attend_run), one token per forward (op_attend_group, the
+ * decode path), in slices of 100 that cut runs at odd places, or batched with
+ * a second sequence. For GQA with f16 and q8_0 KV (q8_0 rows are widened in
+ * runs of 64 positions), MLA, sliding-window and Qwen3 models. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/model.h"
+
+#define N_TOK 600
+#define N_CTX 1024
+#define BLOCK 16
+#define N_WANT 12
+
+static int failures;
+/* The condition, and what it means when it fails. */
+#define EXPECT(c, ...)                                        \
+    do {                                                      \
+        if (!(c)) {                                           \
+            fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);   \
+            fprintf(stderr, __VA_ARGS__);                     \
+            fputc('\n', stderr);                              \
+            failures++;                                       \
+        }                                                     \
+    } while (0)
+
+typedef struct setup {
+    model *m;
+    int n_groups, kv_dtype;
+    int64_t vocab;
+    int32_t tokens[N_TOK], pos[N_TOK];
+    uint8_t want[N_TOK];
+} setup;
+
+/* Runs tokens [0, N_TOK) of the prompt in forwards of `slice` tokens; with
+ * `twin`, every forward also carries the same tokens of a second sequence
+ * first (its logits are not kept). Logits of the wanted tokens go to out in
+ * order. */
+static bool run(setup *su, int slice, bool twin, float *out) {
+    kvl_error err;
+    kv_pool *pools[MODEL_MAX_KV_GROUPS] = {0};
+    kv_seq seqs[2][MODEL_MAX_KV_GROUPS];
+    bool ok = false;
+    for (int s = 0; s < 2; s++)
+        for (int g = 0; g < MODEL_MAX_KV_GROUPS; g++) kv_seq_init(&seqs[s][g]);
+    for (int g = 0; g < su->n_groups; g++) {
+        kv_pool_config kc;
+        int32_t window;
+        model_kv_group_shape(su->m, g, &kc, &window);
+        kc.block_size = BLOCK;
+        kc.dtype = su->kv_dtype;
+        kc.split_v = false;
+        kc.n_blocks = 2 * (N_CTX / BLOCK);
+        pools[g] = kv_pool_create(&kc, &err);
+        if (!pools[g]) {
+            fprintf(stderr, "kv_pool_create: %s\n", err.msg);
+            goto done;
+        }
+        for (int s = 0; s < 2; s++)
+            if (!kv_seq_reserve(pools[g], &seqs[s][g], N_TOK)) goto done;
+    }
+    const kv_seq *tables[2 * MODEL_MAX_KV_GROUPS];
+    for (int s = 0; s < 2; s++)
+        for (int g = 0; g < su->n_groups; g++) tables[s * su->n_groups + g] = &seqs[s][g];
+    int32_t tok[2 * N_TOK], pos[2 * N_TOK], seq[2 * N_TOK];
+    uint8_t want[2 * N_TOK];
+    int64_t n_out = 0;
+    for (int t0 = 0; t0 < N_TOK; t0 += slice) {
+        const int n = N_TOK - t0 < slice ? N_TOK - t0 : slice;
+        int k = 0;
+        for (int copy = twin ? 0 : 1; copy < 2; copy++)
+            for (int i = 0; i < n; i++, k++) {
+                tok[k] = su->tokens[t0 + i];
+                pos[k] = su->pos[t0 + i];
+                seq[k] = copy == 0 ? 1 : 0;
+                want[k] = copy == 1 && su->want[t0 + i];
+            }
+        model_batch b = {k, tok, pos, seq, want, 2, tables};
+        if (!model_forward(su->m, pools, &b, out + n_out * su->vocab, &err)) {
+            fprintf(stderr, "model_forward: %s\n", err.msg);
+            goto done;
+        }
+        for (int i = 0; i < k; i++) n_out += want[i];
+    }
+    ok = n_out == N_WANT;
+done:
+    for (int g = 0; g < su->n_groups; g++)
+        if (pools[g]) {
+            for (int s = 0; s < 2; s++) kv_seq_free(pools[g], &seqs[s][g]);
+            kv_pool_destroy(pools[g]);
+        }
+    return ok;
+}
+
+static void test_model(const char *path, int kv_dtype) {
+    kvl_error err;
+    gguf_file *f = gguf_open(path, &err);
+    if (!f) {
+        fprintf(stderr, "%s\n", err.msg);
+        failures++;
+        return;
+    }
+    model_params mp = {.max_ctx = N_CTX, .max_ubatch = 512};
+    setup *su = calloc(1, sizeof *su);
+    su->m = model_load(f, &mp, &err);
+    if (!su->m) {
+        fprintf(stderr, "%s: %s\n", path, err.msg);
+        failures++;
+        free(su);
+        return;
+    }
+    su->n_groups = model_kv_n_groups(su->m);
+    su->kv_dtype = kv_dtype;
+    su->vocab = model_hp(su->m)->n_vocab;
+    srand(11);
+    for (int i = 0; i < N_TOK; i++) {
+        su->tokens[i] = 1 + rand() % (int)(su->vocab - 1);
+        su->pos[i] = i;
+    }
+    /* at chunk edges (255, 256, 511, 512: also the ubatch edge) and inside */
+    const int wanted[N_WANT] = {0, 17, 100, 199, 255, 256, 300, 411, 511, 512, 555, 599};
+    for (int i = 0; i < N_WANT; i++) su->want[wanted[i]] = 1;
+    const size_t bytes = (size_t)N_WANT * su->vocab * sizeof(float);
+    float *ref = malloc(bytes), *got = malloc(bytes);
+    EXPECT(ref && got && run(su, N_TOK, false, ref), "%s: one batch", path);
+    const struct {
+        const char *name;
+        int slice;
+        bool twin;
+    } ways[] = {{"one token per forward", 1, false}, {"slices of 100", 100, false}, {"with a second sequence", 300, true}};
+    for (size_t w = 0; w < sizeof ways / sizeof ways[0] && ref && got; w++) {
+        memset(got, 0, bytes);
+        const bool ok = run(su, ways[w].slice, ways[w].twin, got);
+        EXPECT(ok, "%s: %s ran", path, ways[w].name);
+        EXPECT(!ok || memcmp(ref, got, bytes) == 0, "%s (kv %s): %s: logits differ from one batch", path,
+              gguf_dtype_name(kv_dtype), ways[w].name);
+    }
+    printf("%s (kv %s): checked\n", path, gguf_dtype_name(kv_dtype));
+    free(ref);
+    free(got);
+    model_destroy(su->m);
+    free(su);
+}
+
+int main(void) {
+    const char *dir = "tests/data/golden/models/";
+    char path[512];
+    const struct {
+        const char *file;
+        int kv;
+    } cases[] = {{"llama-gqa-bpe-f16.gguf", GGUF_DT_F16}, {"llama-gqa-bpe-q4_0.gguf", GGUF_DT_Q8_0},
+                 {"deepseek2-mla-f32.gguf", GGUF_DT_F16}, {"gemma3-swa-f32.gguf", GGUF_DT_F16},
+                 {"qwen3-f32.gguf", GGUF_DT_BF16}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        snprintf(path, sizeof path, "%s%s", dir, cases[i].file);
+        test_model(path, cases[i].kv);
+    }
+    if (failures) fprintf(stderr, "%d failure(s)\n", failures);
+    return failures ? 1 : 0;
+}
