@@ -27,6 +27,10 @@
 /* Below this many multiply-adds a matmul runs on the calling thread: waking
  * the team would cost more than it saves. */
 #define MATMUL_PARALLEL_MIN_MACS (1 << 17)
+/* Decode's guided chunks are at least this many bytes of panels (64 KiB and
+ * 160 KiB measured alike; 160 a little ahead). */
+#define DECODE_MIN_CHUNK_BYTES (160 * 1024)
+#define DECODE_MAX_SPANS 256
 
 /* How one matmul runs: how X is quantized, its row size, and the kernel. */
 typedef struct {
@@ -285,19 +289,53 @@ void kern_repack(const void *W, int wtype, int64_t n_out, int64_t k, void *dst) 
     }
 }
 
-/* Chunk c: a run of panels of one of the matrices (first[w] is matrix w's first chunk). */
-static void repacked_chunk(int nw, const kern_repacked_mat *mats, const int64_t *first, int64_t k, int64_t m,
-                           const void *work, int64_t c) {
-    int w = 0;
-    while (w + 1 < nw && c >= first[w + 1]) w++;
-    const kern_repacked_mat *mt = &mats[w];
+/* One chunk of a product: panels [p0, p1) of matrix mat. */
+typedef struct {
+    int32_t mat, p0, p1;
+} repacked_span;
+
+static void repacked_chunk(const kern_repacked_mat *mats, const repacked_span *sp, int64_t k, int64_t m,
+                           const void *work) {
+    const kern_repacked_mat *mt = &mats[sp->mat];
     const kern_repack_ops *r = kern_repack_of(mt->wtype);
     const size_t pb = r->panel_bytes(k);
-    const int64_t np = (mt->n_out + KERN_PANEL_ROWS - 1) / KERN_PANEL_ROWS, nc = first[w + 1] - first[w];
-    const int64_t p0 = np * (c - first[w]) / nc, p1 = np * (c - first[w] + 1) / nc;
+    const int64_t p0 = sp->p0, p1 = sp->p1;
     const int64_t j0 = p0 * KERN_PANEL_ROWS;
     const int64_t j1 = p1 * KERN_PANEL_ROWS < mt->n_out ? p1 * KERN_PANEL_ROWS : mt->n_out;
     r->kernel(k, (const char *)mt->P + (size_t)p0 * pb, pb, (int)(j1 - j0), work, m, mt->Y + j0, (size_t)mt->n_out);
+}
+
+/* Chunk c of matrices split evenly, first[w] being matrix w's first chunk. */
+static repacked_span linear_span(int nw, const kern_repacked_mat *mats, const int64_t *first, int64_t c) {
+    int w = 0;
+    while (w + 1 < nw && c >= first[w + 1]) w++;
+    const int64_t np = (mats[w].n_out + KERN_PANEL_ROWS - 1) / KERN_PANEL_ROWS, nc = first[w + 1] - first[w];
+    return (repacked_span){w, (int32_t)(np * (c - first[w]) / nc), (int32_t)(np * (c - first[w] + 1) / nc)};
+}
+
+/* Decode's chunks, guided: each a 1/(2 nth) share of what is left of its
+ * matrix, at least DECODE_MIN_CHUNK_BYTES, so that the first ones stream long
+ * and the last are short and the threads reach the barrier together (with
+ * 4 even chunks per thread the one that took the last waited on average
+ * half a chunk: 1B decode, in-process A/B, 2 threads: Q4_0, Q8_0, Q4_K_M
+ * 1-4% faster, F16 14%). Returns how many, or 0 when they would not fit in
+ * DECODE_MAX_SPANS (then the even split). */
+static int64_t guided_spans(int nw, const kern_repacked_mat *mats, int64_t k, int nth, repacked_span *out) {
+    int64_t n = 0;
+    for (int w = 0; w < nw; w++) {
+        const int64_t np = (mats[w].n_out + KERN_PANEL_ROWS - 1) / KERN_PANEL_ROWS;
+        int64_t minp = (int64_t)(DECODE_MIN_CHUNK_BYTES / kern_repack_of(mats[w].wtype)->panel_bytes(k));
+        if (minp < 1) minp = 1;
+        for (int64_t p = 0; p < np;) {
+            int64_t len = (np - p + 2 * nth - 1) / (2 * nth);
+            if (len < minp) len = minp;
+            if (len > np - p) len = np - p;
+            if (n == DECODE_MAX_SPANS) return 0;
+            out[n++] = (repacked_span){w, (int32_t)p, (int32_t)(p + len)};
+            p += len;
+        }
+    }
+    return n;
 }
 
 /* Products over one prepared activation set, in one parallel region: a
@@ -312,8 +350,8 @@ static void repacked_run(int nw, const kern_repacked_mat *mats, int64_t k, const
     for (int w = 0; w < nw; w++) macs += (double)mats[w].n_out * (double)k * (double)m;
     const bool par = macs >= MATMUL_PARALLEL_MIN_MACS;
     const int nth = par ? omp_get_max_threads() : 1;
-    /* Chunks of panels: for one tile (decode) a few contiguous runs per thread
-     * stream the weights, taken dynamically so a thread slowed down by the
+    /* Chunks of panels: for one tile (decode) contiguous runs that stream the
+     * weights (guided_spans), taken dynamically so a thread slowed down by the
      * rest of the machine does not hold the others at the barrier; for several
      * tiles, chunks of about GEMM_CHUNK_BYTES stay in L2 while the tiles
      * stream past. */
@@ -332,6 +370,14 @@ static void repacked_run(int nw, const kern_repacked_mat *mats, int64_t k, const
         }
         first[w + 1] = first[w] + (nc < np ? nc : np);
     }
+    repacked_span guided[DECODE_MAX_SPANS];
+    const int64_t n_guided = ntiles == 1 && par ? guided_spans(nw, mats, k, nth, guided) : 0;
+    const int64_t n_chunks = n_guided ? n_guided : first[nw];
+#define RUN_CHUNK(c)                                                                               \
+    do {                                                                                           \
+        const repacked_span sp_ = n_guided ? guided[c] : linear_span(nw, mats, first, c);          \
+        repacked_chunk(mats, &sp_, k, m, work);                                                    \
+    } while (0)
     /* (no zeroing of the last tile's unused rows: the repacked kernels are
      * instantiated per count of rows and never read them) */
     /* one tile is prepared here, saving the team a barrier */
@@ -340,7 +386,7 @@ static void repacked_run(int nw, const kern_repacked_mat *mats, int64_t k, const
         for (int64_t i = 0; i < m; i++) gemm_prepare_row(g, X, k, m, i, work, tb);
 
     if (!par) { /* no OpenMP region: even a one-thread one costs a system call */
-        for (int64_t c = 0; c < first[nw]; c++) repacked_chunk(nw, mats, first, k, m, work, c);
+        for (int64_t c = 0; c < n_chunks; c++) RUN_CHUNK(c);
         return;
     }
 #pragma omp parallel
@@ -350,8 +396,9 @@ static void repacked_run(int nw, const kern_repacked_mat *mats, int64_t k, const
             for (int64_t i = 0; i < m; i++) gemm_prepare_row(g, X, k, m, i, work, tb);
         }
 #pragma omp for schedule(dynamic, 1)
-        for (int64_t c = 0; c < first[nw]; c++) repacked_chunk(nw, mats, first, k, m, work, c);
+        for (int64_t c = 0; c < n_chunks; c++) RUN_CHUNK(c);
     }
+#undef RUN_CHUNK
 }
 
 static void repacked_fail(int nw, const kern_repacked_mat *mats, int64_t m, const char *why) {
