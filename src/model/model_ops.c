@@ -317,7 +317,7 @@ static void attend_diagonal(const attn_args *a, const kv_seq *s, int32_t lo, int
 
 /* Partials of a run: per chunk [m: NQ][l: NQ][o: NQ][dv], then the merged
  * outputs [NQ][dv]. A run keeps them within this many bytes. */
-#define ATTN_RUN_PART_BYTES (4u << 20)
+#define ATTN_RUN_PART_BYTES (2u << 20)
 #define ATTN_RUN_MAX_TOKENS 32
 
 int op_attend_run_max_tokens(int n_q, int64_t dv, int64_t max_ctx) {
