@@ -106,9 +106,10 @@ static void test_model(const char *path, int kv_dtype) {
     }
     model_params mp = {.max_ctx = N_CTX, .max_ubatch = 512};
     setup *su = calloc(1, sizeof *su);
-    su->m = model_load(f, &mp, &err);
-    if (!su->m) {
-        fprintf(stderr, "%s: %s\n", path, err.msg);
+    if (su) su->m = model_load(f, &mp, &err);
+    else gguf_close(f);
+    if (!su || !su->m) {
+        fprintf(stderr, "%s: %s\n", path, su ? err.msg : "out of memory");
         failures++;
         free(su);
         return;
