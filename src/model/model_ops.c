@@ -188,6 +188,14 @@ static size_t attn_work_floats(const kv_pool_config *c, int n_q, int64_t w) {
     return (size_t)(ATTN_RUN * w + c->n_kv_heads * w + n_q * ATTN_CHUNK + 16);
 }
 
+/* One head's n scores: capped (Gemma 2: softcap * tanh(s / softcap)), then
+ * e = exp(s - m) in place; returns m, *l = sum e. */
+static float capped_softmax(const attn_args *a, int64_t n, float *row, float *l) {
+    if (a->softcap > 0)
+        for (int64_t j = 0; j < n; j++) row[j] = a->softcap * tanhf(row[j] / a->softcap);
+    return kern_attn_softmax(n, row, l);
+}
+
 /* Chunk partial P = (m[n_q], l[n_q], o[n_q][dv]) of positions [lo, hi]. */
 static void attend_chunk(const attn_args *a, const kv_seq *s, int32_t lo, int32_t hi, int kvh, int n_q,
                          const float *qr, float *P, float *work) {
@@ -203,12 +211,7 @@ static void attend_chunk(const attn_args *a, const kv_seq *s, int32_t lo, int32_
         kern_attn_scores(got, dk, n_q, qr, (size_t)dk, rows, type, a->scale, sc + (j0 - lo), ATTN_CHUNK);
         j0 += got;
     }
-    int64_t n = hi - lo + 1;
-    if (a->softcap > 0)
-        for (int h = 0; h < n_q; h++)
-            for (int64_t j = 0; j < n; j++)
-                sc[h * ATTN_CHUNK + j] = a->softcap * tanhf(sc[h * ATTN_CHUNK + j] / a->softcap);
-    for (int h = 0; h < n_q; h++) P[h] = kern_attn_softmax(n, sc + h * ATTN_CHUNK, &P[n_q + h]);
+    for (int h = 0; h < n_q; h++) P[h] = capped_softmax(a, hi - lo + 1, sc + h * ATTN_CHUNK, &P[n_q + h]);
     float *o = P + 2 * n_q;
     memset(o, 0, (size_t)n_q * dv * sizeof(float));
     for (int32_t j0 = lo; j0 <= hi;) { /* e . V, a run at a time */
@@ -293,12 +296,7 @@ static void attend_diagonal(const attn_args *a, const kv_seq *s, int32_t lo, int
     }
     for (int t = 0; t < ntok; t++) {
         const int64_t n = pos0 + t - lo + 1;
-        for (int h = t * n_q; h < (t + 1) * n_q; h++) {
-            float *row = sc + (size_t)h * ATTN_CHUNK;
-            if (a->softcap > 0)
-                for (int64_t j = 0; j < n; j++) row[j] = a->softcap * tanhf(row[j] / a->softcap);
-            P[h] = kern_attn_softmax(n, row, &P[NQ + h]);
-        }
+        for (int h = t * n_q; h < (t + 1) * n_q; h++) P[h] = capped_softmax(a, n, sc + (size_t)h * ATTN_CHUNK, &P[NQ + h]);
     }
     float *o = P + 2 * NQ;
     memset(o, 0, (size_t)NQ * dv * sizeof(float));
