@@ -267,13 +267,49 @@ size_t kavx512_k_tile_bytes(int64_t k) { return (size_t)(k / QK_K) * KT * KT_UNI
 static size_t q4k_panel_bytes(int64_t k) { return (size_t)(k / QK_K) * Q4K_PB; }
 static size_t q6k_panel_bytes(int64_t k) { return (size_t)(k / QK_K) * Q6K_PB; }
 
+/* Row x into slot `slot` of the tile, super-block by super-block: the bytes
+ * of every Q8_K quantizer (kref_from_float_q8_K: the first value of largest
+ * magnitude maps to -127, q = min(127, rint(-127 / max * x)), bsums per 16)
+ * and S[j] = bsums[2j] + bsums[2j + 1], in one pass over registers. */
 T_512 static void k_prepare(const float *x, void *tile, int slot, int rows, int64_t k) {
-    for (int64_t sb = 0; sb < k / QK_K; sb++) {
+    (void)rows;
+    for (int64_t sb = 0; sb < k / QK_K; sb++, x += QK_K) {
         char *u = (char *)tile + (sb * KT + slot) * KT_UNIT;
+        __m512 v[QK_K / 16];
+        __m512 am = _mm512_setzero_ps();
+        UNROLL(16)
+        for (int i = 0; i < QK_K / 16; i++) {
+            v[i] = _mm512_loadu_ps(x + 16 * i);
+            am = _mm512_max_ps(am, _mm512_abs_ps(v[i]));
+        }
+        const float amax = _mm512_reduce_max_ps(am);
         blk_q8_K q;
-        kavx2_from_float_q8_K(x + sb * QK_K, &q, QK_K); /* same bytes as every Q8_K quantizer */
         int16_t S[8];
-        for (int j = 0; j < 8; j++) S[j] = (int16_t)(q.bsums[2 * j] + q.bsums[2 * j + 1]);
+        if (!(amax > 0)) { /* all zero (or NaN: no value is larger than 0, as in the reference) */
+            memset(&q, 0, sizeof q);
+            memset(S, 0, sizeof S);
+        } else {
+            float max = 0;
+            for (int i = 0; i < QK_K / 16; i++) {
+                const __mmask16 hit = _mm512_cmp_ps_mask(_mm512_abs_ps(v[i]), _mm512_set1_ps(amax), _CMP_EQ_OQ);
+                if (hit) {
+                    max = x[16 * i + __builtin_ctz(hit)];
+                    break;
+                }
+            }
+            const float iscale = -127.f / max;
+            const __m512 vs = _mm512_set1_ps(iscale);
+            const __m512i hi = _mm512_set1_epi32(127);
+            UNROLL(16)
+            for (int i = 0; i < QK_K / 16; i++) {
+                /* cvtps rounds to nearest even under the default MXCSR, as nearest_int */
+                const __m512i qi = _mm512_min_epi32(hi, _mm512_cvtps_epi32(_mm512_mul_ps(v[i], vs)));
+                _mm_storeu_si128((__m128i *)(q.qs + 16 * i), _mm512_cvtsepi32_epi8(qi));
+                q.bsums[i] = (int16_t)_mm512_reduce_add_epi32(qi);
+            }
+            q.d = 1 / iscale;
+            for (int j = 0; j < 8; j++) S[j] = (int16_t)(q.bsums[2 * j] + q.bsums[2 * j + 1]);
+        }
         memcpy(u, &q, sizeof q);
         memcpy(u + sizeof q, S, sizeof S);
     }

@@ -497,11 +497,12 @@ static void repack_case(int t, int64_t n, int64_t k, const int64_t *ms, size_t n
     float *wf, *X = kvl_alloc(mmax * k * sizeof(float));
     char *W = random_weights(t, n, k, &wf);
     fill_data(X, mmax * k, 1.0f);
-    /* row 0: values whose quantization ties (x / d = n + 0.5, roundf's half
-     * away from zero); row 1 starts with an all-zero block (d = 0) */
+    /* row 0: values whose quantization ties (x / d = n + 0.5: roundf's half
+     * away from zero for Q8_0, rint's half to even for Q8_K); row 1 starts
+     * with an all-zero block and super-block (d = 0) */
     for (int64_t j = 0; j < k; j++) X[j] = (float)(j % 32 - 16) * 0.5f;
     if (mmax > 1)
-        for (int64_t j = 0; j < 32 && j < k; j++) X[k + j] = 0.0f;
+        for (int64_t j = 0; j < 256 && j < k; j++) X[k + j] = 0.0f;
     const size_t pbytes = kern_repack_bytes(t, n, k);
     void *P = kvl_alloc(pbytes);
     kern_repack(W, t, n, k, P);
