@@ -1,6 +1,6 @@
 /* model ops: the elementwise and attention pieces of the forward pass.
  * Numerics follow ggml where it matters for agreement with llama.cpp: RMSNorm
- * sums squares in double, RoPE angles are built by repeated multiplication,
+ * squares in float and sums the squares in double, RoPE angles are built by repeated multiplication,
  * softmax sums in double, and q is converted to the KV cache's type before q.k. */
 #include <math.h>
 #include <omp.h>
@@ -23,10 +23,10 @@ static void rms_rows(float *out, const float *x, const float *w, int64_t rows, i
         double ss[RMS_ROWS] = {0};
         if (nr == RMS_ROWS) {
             for (int64_t i = 0; i < n; i++)
-                for (int r = 0; r < RMS_ROWS; r++) ss[r] += (double)x[(r0 + r) * n + i] * x[(r0 + r) * n + i];
+                for (int r = 0; r < RMS_ROWS; r++) ss[r] += (double)(x[(r0 + r) * n + i] * x[(r0 + r) * n + i]);
         } else {
             for (int r = 0; r < nr; r++)
-                for (int64_t i = 0; i < n; i++) ss[r] += (double)x[(r0 + r) * n + i] * x[(r0 + r) * n + i];
+                for (int64_t i = 0; i < n; i++) ss[r] += (double)(x[(r0 + r) * n + i] * x[(r0 + r) * n + i]);
         }
         for (int r = 0; r < nr; r++) {
             const float *xr = x + (r0 + r) * n;
