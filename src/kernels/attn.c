@@ -3,8 +3,13 @@
  * (attn_avx512.c) reproduce them bit for bit. */
 #include "kern_impl.h"
 
-/* Element d of a cache row of type t (F32, F16 or BF16), widened exactly. */
+/* Element d of a cache row of type t (F32, F16, BF16 or Q8_0), widened
+ * exactly: Q8_0 as its to_float does, q * d in float. */
 static inline float kv_elem(const void *row, int t, int64_t d) {
+    if (t == GGUF_DT_Q8_0) {
+        const blk_q8_0 *b = (const blk_q8_0 *)row + d / QK8_0;
+        return b->qs[d % QK8_0] * kvl_f16_to_f32(b->d);
+    }
     if (t == GGUF_DT_F16) return kvl_f16_to_f32(((const kvl_f16 *)row)[d]);
     if (t == GGUF_DT_BF16) return kvl_bf16_to_f32(((const kvl_bf16 *)row)[d]);
     return ((const float *)row)[d];

@@ -4,6 +4,8 @@
  * their sum then h8 is kern_reduce16's tree. */
 #include "kern_impl.h"
 
+#include <string.h>
+
 #include <immintrin.h>
 
 #define T_AVX2 __attribute__((target("avx2,fma,f16c")))
@@ -18,6 +20,14 @@ T_AVX2_INLINE __m256i lanes(int64_t n) {
 
 /* 8 elements from d of a cache row of type t, widened (lanes outside m: 0). */
 T_AVX2_INLINE __m256 kv_load8(int t, const void *row, int64_t d, __m256i m, bool full) {
+    if (t == GGUF_DT_Q8_0) { /* 8 values of one block (d is a multiple of 8): q * d as to_float */
+        const blk_q8_0 *b = (const blk_q8_0 *)row + d / QK8_0;
+        int64_t qv;
+        memcpy(&qv, b->qs + d % QK8_0, 8);
+        const __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_cvtsi64_si128(qv))),
+                                       _mm256_set1_ps(_cvtsh_ss(b->d)));
+        return full ? v : _mm256_and_ps(v, _mm256_castsi256_ps(m));
+    }
     if (t == GGUF_DT_F32)
         return full ? _mm256_loadu_ps((const float *)row + d) : _mm256_maskload_ps((const float *)row + d, m);
     __m128i h;
@@ -69,6 +79,7 @@ T_AVX2_INLINE void scores_t(int t, int64_t n, int64_t dk, int n_q, const float *
 T_AVX2 static void scores(int64_t n, int64_t dk, int n_q, const float *q, size_t qs, const void *const *k,
                           int kt, float scale, float *s, size_t ss) {
     if (kt == GGUF_DT_F16) scores_t(GGUF_DT_F16, n, dk, n_q, q, qs, k, scale, s, ss);
+    else if (kt == GGUF_DT_Q8_0) scores_t(GGUF_DT_Q8_0, n, dk, n_q, q, qs, k, scale, s, ss);
     else if (kt == GGUF_DT_BF16) scores_t(GGUF_DT_BF16, n, dk, n_q, q, qs, k, scale, s, ss);
     else scores_t(GGUF_DT_F32, n, dk, n_q, q, qs, k, scale, s, ss);
 }
@@ -147,6 +158,7 @@ T_AVX2_INLINE void pv_t(int t, int64_t n, int64_t dv, int n_q, const float *p, s
 T_AVX2 static void pv(int64_t n, int64_t dv, int n_q, const float *p, size_t ps, const void *const *v, int vt,
                       float *o, size_t os) {
     if (vt == GGUF_DT_F16) pv_t(GGUF_DT_F16, n, dv, n_q, p, ps, v, o, os);
+    else if (vt == GGUF_DT_Q8_0) pv_t(GGUF_DT_Q8_0, n, dv, n_q, p, ps, v, o, os);
     else if (vt == GGUF_DT_BF16) pv_t(GGUF_DT_BF16, n, dv, n_q, p, ps, v, o, os);
     else pv_t(GGUF_DT_F32, n, dv, n_q, p, ps, v, o, os);
 }

@@ -28,6 +28,11 @@ T_512_INLINE float h16(__m512 v) {
 
 /* 16 elements from d of a cache row of type t, widened (lanes outside m: 0). */
 T_512_INLINE __m512 kv_load(int t, const void *row, int64_t d, __mmask16 m) {
+    if (t == GGUF_DT_Q8_0) { /* 16 values of one block (d is a multiple of 16): q * d as to_float */
+        const blk_q8_0 *b = (const blk_q8_0 *)row + d / QK8_0;
+        const __m512 v = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, b->qs + d % QK8_0)));
+        return _mm512_maskz_mul_ps(m, v, _mm512_set1_ps(_cvtsh_ss(b->d)));
+    }
     if (t == GGUF_DT_F16) return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (const kvl_f16 *)row + d));
     if (t == GGUF_DT_BF16)
         return _mm512_castsi512_ps(
@@ -71,6 +76,11 @@ T_512_INLINE __m512 reduce16x16(const __m512 *v) {
     const __m512 r = _mm512_add_ps(_mm512_shuffle_ps(c[0], c[1], 0x88), _mm512_shuffle_ps(c[0], c[1], 0xDD));
     /* position j = q + 4r sits in lane 4q + r */
     return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), r);
+}
+
+/* Bytes of a cache row of n values of type t. */
+static inline int64_t row_bytes(int t, int64_t n) {
+    return t == GGUF_DT_F32 ? 4 * n : t == GGUF_DT_Q8_0 ? n / QK8_0 * (int64_t)sizeof(blk_q8_0) : 2 * n;
 }
 
 /* Rows are head slices scattered over the paged cache: the hardware
@@ -125,7 +135,7 @@ T_512_INLINE void scores_4x4(int t, int64_t nj, int64_t dk, const float *q, size
 T_512_INLINE void scores_t(int t, int64_t n, int64_t dk, int n_q, const float *q, size_t qs,
                             const void *const *k, float scale, float *s, size_t ss) {
     const __m512 vs = _mm512_set1_ps(scale);
-    const int64_t bytes = dk * (t == GGUF_DT_F32 ? 4 : 2);
+    const int64_t bytes = row_bytes(t, dk);
     int h0 = 0;
     for (; h0 + 4 <= n_q; h0 += 4)
         for (int64_t j0 = 0; j0 < n; j0 += 4) {
@@ -151,6 +161,7 @@ T_512_INLINE void scores_t(int t, int64_t n, int64_t dk, int n_q, const float *q
 T_512 static void scores(int64_t n, int64_t dk, int n_q, const float *q, size_t qs, const void *const *k,
                          int kt, float scale, float *s, size_t ss) {
     if (kt == GGUF_DT_F16) scores_t(GGUF_DT_F16, n, dk, n_q, q, qs, k, scale, s, ss);
+    else if (kt == GGUF_DT_Q8_0) scores_t(GGUF_DT_Q8_0, n, dk, n_q, q, qs, k, scale, s, ss);
     else if (kt == GGUF_DT_BF16) scores_t(GGUF_DT_BF16, n, dk, n_q, q, qs, k, scale, s, ss);
     else scores_t(GGUF_DT_F32, n, dk, n_q, q, qs, k, scale, s, ss);
 }
@@ -254,7 +265,7 @@ T_512_INLINE void pv_t(int t, int64_t n, int64_t dv, int n_q, const float *p, si
             const int64_t w = dv - d0 < 64 ? dv - d0 : 64;
             const int nc = (int)((w + 15) / 16);
             /* the first pass over the rows prefetches them (bytes of a row, else 0) */
-            const int64_t pf = h0 == 0 && d0 == 0 ? dv * (t == GGUF_DT_F32 ? 4 : 2) : 0;
+            const int64_t pf = h0 == 0 && d0 == 0 ? row_bytes(t, dv) : 0;
             pv_tile_nh(t, n, nh, nc, tmask(w - 16 * (nc - 1)), p + h0 * ps, ps, v, d0, o + h0 * os + d0, os, pf);
         }
     }
@@ -263,6 +274,7 @@ T_512_INLINE void pv_t(int t, int64_t n, int64_t dv, int n_q, const float *p, si
 T_512 static void pv(int64_t n, int64_t dv, int n_q, const float *p, size_t ps, const void *const *v, int vt,
                      float *o, size_t os) {
     if (vt == GGUF_DT_F16) pv_t(GGUF_DT_F16, n, dv, n_q, p, ps, v, o, os);
+    else if (vt == GGUF_DT_Q8_0) pv_t(GGUF_DT_Q8_0, n, dv, n_q, p, ps, v, o, os);
     else if (vt == GGUF_DT_BF16) pv_t(GGUF_DT_BF16, n, dv, n_q, p, ps, v, o, os);
     else pv_t(GGUF_DT_F32, n, dv, n_q, p, ps, v, o, os);
 }

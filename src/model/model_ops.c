@@ -141,7 +141,8 @@ void op_gelu_mul(float *g, const float *u, int64_t n) {
  * on its own sequence. */
 #define ATTN_CHUNK OP_ATTN_CHUNK
 
-/* Types the attention kernels read in place; others (q8_0, fp8) are widened
+/* Types the attention kernels read in place (and q8_0 where each head is
+ * whole blocks, load_run); others (fp8, q8_0 rows spanning heads) are widened
  * to floats ATTN_RUN positions at a time. */
 #define ATTN_RUN 64
 
@@ -164,8 +165,9 @@ static int32_t load_run(const attn_args *a, const kv_seq *s, int32_t j0, int32_t
     int dtype = from_k ? c->dtype : kv_pool_dtype_v(a->kv);
     int64_t hstride = from_k ? a->dk : a->dv, width = v ? a->dv : a->dk;
     const kv_block_layout *L = from_k ? kv_pool_k_layout(a->kv) : kv_pool_v_layout(a->kv);
-    bool direct = attn_direct_type(dtype); /* (these always store heads apart) */
     bool width_whole = kv_row_bytes(dtype, width) != 0; /* the first `width` values convert on their own */
+    /* F32/F16/BF16 always store heads apart; Q8_0 where a head is whole blocks */
+    bool direct = attn_direct_type(dtype) || (dtype == GGUF_DT_Q8_0 && L->split && width_whole);
     size_t head_at = L->split ? (size_t)kvh * L->head_stride : 0;
     if (!direct && j1 - j0 > ATTN_RUN) j1 = j0 + ATTN_RUN;
     for (int32_t j = j0; j < j1;) {

@@ -701,6 +701,40 @@ static void test_attn(void) {
                     }
                     kvl_free(kh), kvl_free(khr);
                 }
+                /* Q8_0 rows, read in place: the same as the rows widened by
+                 * to_float (what attention did before reading them in place) */
+                if (d % QK8_0 == 0) {
+                    const size_t rb = (size_t)d / QK8_0 * sizeof(blk_q8_0);
+                    char *kq = kvl_alloc(n * rb);
+                    float *kw = kvl_alloc(n * d * sizeof(float)), *s2 = kvl_alloc(nq * ss * sizeof(float));
+                    const void **kqr = kvl_alloc(n * sizeof *kqr), **kwr = kvl_alloc(n * sizeof *kwr);
+                    for (int64_t j = 0; j < n; j++) {
+                        kref_from_float_q8_0(k + j * ks, kq + j * rb, d);
+                        kref_to_float_q8_0(kq + j * rb, kw + j * d, d);
+                        kqr[j] = kq + j * rb, kwr[j] = kw + j * d;
+                    }
+                    kref_attn.scores(n, d, nq, q, qs, kqr, GGUF_DT_Q8_0, 0.125f, s0, ss);
+                    kref_attn.scores(n, d, nq, q, qs, kwr, GGUF_DT_F32, 0.125f, s2, ss);
+                    memcpy(o0, oinit, nq * qs * sizeof(float));
+                    kref_attn.pv(n, d, nq, s0, ss, kqr, GGUF_DT_Q8_0, o0, qs);
+                    memcpy(o1, oinit, nq * qs * sizeof(float));
+                    kref_attn.pv(n, d, nq, s0, ss, kwr, GGUF_DT_F32, o1, qs);
+                    for (int h = 0; h < nq; h++)
+                        CHECK(same_floats(s0 + h * ss, s2 + h * ss, n) && same_floats(o0 + h * qs, o1 + h * qs, d),
+                              "attn q8_0 rows d=%lld n=%lld nq=%d differ from widened rows", (long long)d,
+                              (long long)n, nq);
+                    for (size_t v = 0; v < sizeof simd / sizeof simd[0]; v++) {
+                        if (!simd[v]) continue;
+                        simd[v]->scores(n, d, nq, q, qs, kqr, GGUF_DT_Q8_0, 0.125f, s1, ss);
+                        memcpy(o1, oinit, nq * qs * sizeof(float));
+                        simd[v]->pv(n, d, nq, s0, ss, kqr, GGUF_DT_Q8_0, o1, qs);
+                        for (int h = 0; h < nq; h++)
+                            CHECK(same_floats(s0 + h * ss, s1 + h * ss, n) && same_floats(o0 + h * qs, o1 + h * qs, d),
+                                  "attn q8_0 rows d=%lld n=%lld nq=%d: %s differs", (long long)d, (long long)n, nq,
+                                  v ? "avx512" : "avx2");
+                    }
+                    kvl_free(kq), kvl_free(kw), kvl_free(s2), kvl_free(kqr), kvl_free(kwr);
+                }
                 kvl_free(q), kvl_free(k), kvl_free(s0), kvl_free(s1), kvl_free(o0), kvl_free(o1), kvl_free(oinit);
                 kvl_free(kr);
             }
