@@ -625,6 +625,20 @@ static void test_silu(void) {
 
 /* Each attention kernel on every ISA against the reference, bit for bit, and
  * the reference against double-precision math. */
+/* A SIMD set's scores and e.V over cache rows of type kt read in place,
+ * against the reference's s0 and o0 (o starting from oinit), bit for bit. */
+static void check_rows_in_place(const kern_attn_ops *simd, int64_t n, int64_t d, int nq, const float *q, size_t qs,
+                                const void **rows, int kt, const float *s0, size_t ss, const float *o0,
+                                const float *oinit, float *s1, float *o1) {
+    simd->scores(n, d, nq, q, qs, rows, kt, 0.125f, s1, ss);
+    memcpy(o1, oinit, nq * qs * sizeof(float));
+    simd->pv(n, d, nq, s0, ss, rows, kt, o1, qs);
+    for (int h = 0; h < nq; h++)
+        CHECK(same_floats(s0 + h * ss, s1 + h * ss, n) && same_floats(o0 + h * qs, o1 + h * qs, d),
+              "attn %s rows d=%lld n=%lld nq=%d: %s differs from the reference", gguf_dtype_name(kt), (long long)d,
+              (long long)n, nq, simd == &kavx2_attn ? "avx2" : "avx512");
+}
+
 static void test_attn(void) {
     static const int64_t dks[] = {1, 15, 16, 33, 64, 128, 576};
     static const int64_t npos[] = {1, 5, 16, 17, 40, 256};
@@ -689,16 +703,9 @@ static void test_attn(void) {
                     kref_attn.scores(n, d, nq, q, qs, khr, kt, 0.125f, s0, ss);
                     memcpy(o0, oinit, nq * qs * sizeof(float));
                     kref_attn.pv(n, d, nq, s0, ss, khr, kt, o0, qs);
-                    for (size_t v = 0; v < sizeof simd / sizeof simd[0]; v++) {
-                        if (!simd[v]) continue;
-                        simd[v]->scores(n, d, nq, q, qs, khr, kt, 0.125f, s1, ss);
-                        memcpy(o1, oinit, nq * qs * sizeof(float));
-                        simd[v]->pv(n, d, nq, s0, ss, khr, kt, o1, qs);
-                        for (int h = 0; h < nq; h++)
-                            CHECK(same_floats(s0 + h * ss, s1 + h * ss, n) && same_floats(o0 + h * qs, o1 + h * qs, d),
-                                  "attn %s rows d=%lld n=%lld nq=%d differ", ti ? "bf16" : "f16", (long long)d,
-                                  (long long)n, nq);
-                    }
+                    for (size_t v = 0; v < sizeof simd / sizeof simd[0]; v++)
+                        if (simd[v])
+                            check_rows_in_place(simd[v], n, d, nq, q, qs, khr, kt, s0, ss, o0, oinit, s1, o1);
                     kvl_free(kh), kvl_free(khr);
                 }
                 /* Q8_0 rows, read in place: the same as the rows widened by
@@ -723,16 +730,10 @@ static void test_attn(void) {
                         CHECK(same_floats(s0 + h * ss, s2 + h * ss, n) && same_floats(o0 + h * qs, o1 + h * qs, d),
                               "attn q8_0 rows d=%lld n=%lld nq=%d differ from widened rows", (long long)d,
                               (long long)n, nq);
-                    for (size_t v = 0; v < sizeof simd / sizeof simd[0]; v++) {
-                        if (!simd[v]) continue;
-                        simd[v]->scores(n, d, nq, q, qs, kqr, GGUF_DT_Q8_0, 0.125f, s1, ss);
-                        memcpy(o1, oinit, nq * qs * sizeof(float));
-                        simd[v]->pv(n, d, nq, s0, ss, kqr, GGUF_DT_Q8_0, o1, qs);
-                        for (int h = 0; h < nq; h++)
-                            CHECK(same_floats(s0 + h * ss, s1 + h * ss, n) && same_floats(o0 + h * qs, o1 + h * qs, d),
-                                  "attn q8_0 rows d=%lld n=%lld nq=%d: %s differs", (long long)d, (long long)n, nq,
-                                  v ? "avx512" : "avx2");
-                    }
+                    for (size_t v = 0; v < sizeof simd / sizeof simd[0]; v++)
+                        if (simd[v])
+                            check_rows_in_place(simd[v], n, d, nq, q, qs, kqr, GGUF_DT_Q8_0, s0, ss, o0, oinit, s1,
+                                                o1);
                     kvl_free(kq), kvl_free(kw), kvl_free(s2), kvl_free(kqr), kvl_free(kwr);
                 }
                 kvl_free(q), kvl_free(k), kvl_free(s0), kvl_free(s1), kvl_free(o0), kvl_free(o1), kvl_free(oinit);
