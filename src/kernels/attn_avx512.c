@@ -78,11 +78,6 @@ T_512_INLINE __m512 reduce16x16(const __m512 *v) {
     return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), r);
 }
 
-/* Bytes of a cache row of n values of type t. */
-static inline int64_t row_bytes(int t, int64_t n) {
-    return t == GGUF_DT_F32 ? 4 * n : t == GGUF_DT_Q8_0 ? n / QK8_0 * (int64_t)sizeof(blk_q8_0) : 2 * n;
-}
-
 /* Rows are head slices scattered over the paged cache: the hardware
  * prefetchers lose them at every block boundary, so fetch the rows ATTN_PF
  * ahead, into L2: with 16 rows into L1 the fetches came too late, and more
@@ -135,7 +130,7 @@ T_512_INLINE void scores_4x4(int t, int64_t nj, int64_t dk, const float *q, size
 T_512_INLINE void scores_t(int t, int64_t n, int64_t dk, int n_q, const float *q, size_t qs,
                             const void *const *k, float scale, float *s, size_t ss) {
     const __m512 vs = _mm512_set1_ps(scale);
-    const int64_t bytes = row_bytes(t, dk);
+    const int64_t bytes = (int64_t)kern_row_bytes(t, dk);
     int h0 = 0;
     for (; h0 + 4 <= n_q; h0 += 4)
         for (int64_t j0 = 0; j0 < n; j0 += 4) {
@@ -265,7 +260,7 @@ T_512_INLINE void pv_t(int t, int64_t n, int64_t dv, int n_q, const float *p, si
             const int64_t w = dv - d0 < 64 ? dv - d0 : 64;
             const int nc = (int)((w + 15) / 16);
             /* the first pass over the rows prefetches them (bytes of a row, else 0) */
-            const int64_t pf = h0 == 0 && d0 == 0 ? row_bytes(t, dv) : 0;
+            const int64_t pf = h0 == 0 && d0 == 0 ? (int64_t)kern_row_bytes(t, dv) : 0;
             pv_tile_nh(t, n, nh, nc, tmask(w - 16 * (nc - 1)), p + h0 * ps, ps, v, d0, o + h0 * os + d0, os, pf);
         }
     }

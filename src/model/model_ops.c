@@ -1,7 +1,8 @@
 /* model ops: the elementwise and attention pieces of the forward pass.
  * Numerics follow ggml where it matters for agreement with llama.cpp: RMSNorm
- * squares in float and sums the squares in double, RoPE angles are built by repeated multiplication,
- * softmax sums in double, and q is converted to the KV cache's type before q.k. */
+ * squares in float and sums the squares in double, RoPE angles are built by
+ * repeated multiplication, softmax sums in double, and q is converted to the
+ * KV cache's type before q.k. */
 #include <math.h>
 #include <omp.h>
 #include <string.h>
@@ -21,7 +22,7 @@ static void rms_rows(float *out, const float *x, const float *w, int64_t rows, i
     for (int64_t r0 = 0; r0 < rows; r0 += RMS_ROWS) {
         const int nr = rows - r0 < RMS_ROWS ? (int)(rows - r0) : RMS_ROWS;
         double ss[RMS_ROWS] = {0};
-        if (nr == RMS_ROWS) {
+        if (nr == RMS_ROWS) { /* a constant count, so the 8 sums can stay in registers */
             for (int64_t i = 0; i < n; i++)
                 for (int r = 0; r < RMS_ROWS; r++) ss[r] += (double)(x[(r0 + r) * n + i] * x[(r0 + r) * n + i]);
         } else {
