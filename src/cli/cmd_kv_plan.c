@@ -10,7 +10,9 @@
 #include <string.h>
 
 #include "cli.h"
+#include "base/units.h"
 #include "kv/kv_plan.h"
+#include "model/hparams.h"
 
 /* --verify allocates real memory: keep it to what a small model needs. */
 #define VERIFY_MAX_POOL_BYTES ((uint64_t)4 << 30)
@@ -57,7 +59,7 @@ static int bad(const char *flag, const char *v, const char *why) {
 
 static int count_arg(const count_flag *c, const char *v, plan_args *a) {
     int64_t x;
-    if (!kv_plan_parse_count(v, c->thousand, &x))
+    if (!kvl_parse_count(v, c->thousand, &x))
         return bad(c->name, v, c->thousand ? "is not a whole count (e.g. 8030000000, 8.03B)"
                                            : "is not a whole non-negative number (e.g. 8192, 32K)");
     if (x < c->min) return bad(c->name, v, c->min > 0 ? "must be at least 1" : "must be >= 0");
@@ -66,7 +68,7 @@ static int count_arg(const count_flag *c, const char *v, plan_args *a) {
 }
 
 static int size_arg(const char *flag, const char *v, uint64_t *out, bool *set) {
-    if (!kv_plan_parse_size(v, out))
+    if (!kvl_parse_size(v, out))
         return bad(flag, v, "is not a size in whole bytes (e.g. 80GiB, 16GB, 1073741824)");
     *set = true;
     return 2;
@@ -109,10 +111,14 @@ static void usage(void) {
 
 /* ------------------------------------------------------------- inputs -- */
 
+/* The shape from the model layer's one reader (the engine's own), turned
+ * into the planner's description. */
 static bool load_gguf(const char *path, kv_plan_model *m) {
-    kvl_error err = {{0}};
+    kvl_error err = {{0}}, why = {{0}};
+    model_hparams hp;
     gguf_file *f = gguf_open(path, &err);
-    bool ok = f && kv_plan_model_from_gguf(f, m, &err);
+    bool ok = f && model_hparams_from_gguf(f, &hp, &err);
+    if (ok && !model_hparams_plan_model(&hp, m, &why)) ok = kvl_fail(&err, "%s: %s", path, why.msg);
     gguf_close(f);
     if (!ok) fprintf(stderr, "kvllm kv-plan: %s\n", err.msg);
     return ok;
@@ -120,8 +126,9 @@ static bool load_gguf(const char *path, kv_plan_model *m) {
 
 static bool load_config(const char *path, kv_plan_model *m) {
     kvl_error err = {{0}};
+    model_hparams hp;
     char *text = kvl_read_file(path, NULL, &err);
-    bool ok = text && kv_plan_model_from_hf_config(text, m, &err);
+    bool ok = text && model_hparams_from_hf_config(text, &hp, &err) && model_hparams_plan_model(&hp, m, &err);
     free(text);
     if (!ok) fprintf(stderr, "kvllm kv-plan: %s%s%s\n", text ? path : "", text ? ": " : "", err.msg);
     return ok;
@@ -413,12 +420,12 @@ static void print_json(const report *rp) {
 
 /* --------------------------------------------------------------- text -- */
 
-#define FB(x) kv_plan_fmt_bytes((x), (char[96]){0}, 96)
-#define BIN(x) kv_plan_fmt_binary((x), (char[32]){0}, 32)
+#define FB(x) kvl_fmt_bytes((x), (char[96]){0}, 96)
+#define BIN(x) kvl_fmt_binary((x), (char[32]){0}, 32)
 
-/* "2,048": kv_plan_fmt_bytes groups the digits; keep only the number. */
+/* "2,048": kvl_fmt_bytes groups the digits; keep only the number. */
 static const char *grouped(int64_t v, char *buf, size_t cap) {
-    kv_plan_fmt_bytes((uint64_t)v, buf, cap);
+    kvl_fmt_bytes((uint64_t)v, buf, cap);
     char *sp = strchr(buf, ' ');
     if (sp) *sp = 0;
     return buf;

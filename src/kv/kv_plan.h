@@ -3,8 +3,9 @@
  * dtype_bytes, generalised to MLA, sliding windows and quantized KV), the paged
  * allocation with block rounding and per-sequence metadata, weights + KV against
  * a budget, and what GQA / MLA / SWA / KV quantization save against their
- * baselines. The shape comes from a GGUF's metadata or a Hugging Face
- * config.json (parsed from memory; the caller reads files).
+ * baselines. The shape is a plain description (kv_plan_model) that the
+ * model layer's one hyperparameter reader fills from a GGUF or a Hugging Face
+ * config.json (model/hparams.h), or that flags give by hand.
  *
  * The figures are kvllm's: its pool's KV types and row sizes (kv.h), its KV
  * groups (full-attention and sliding-window layers paged apart, sliding blocks
@@ -144,10 +145,6 @@ uint64_t kv_plan_row_bytes(int dtype, int64_t n_values);
 int64_t kv_plan_swa_blocks_held(int64_t window, int64_t block_size, int64_t tokens,
                                 int64_t last_chunk);
 
-/* Fills m from a GGUF's metadata (arch-prefixed keys) and its tensor bytes. */
-bool kv_plan_model_from_gguf(const gguf_file *f, kv_plan_model *m, kvl_error *err);
-/* Fills m from the text of a Hugging Face config.json (NUL-terminated). */
-bool kv_plan_model_from_hf_config(const char *json, kv_plan_model *m, kvl_error *err);
 /* An empty model (all zero, kv_dtype -1), for shapes given by hand. */
 void kv_plan_model_init(kv_plan_model *m);
 /* Checks that the shape is complete and within sane bounds. */
@@ -214,19 +211,5 @@ typedef struct kv_plan_measured {
 bool kv_plan_measure(const kv_plan_group *groups, int n_groups, int64_t context,
                      int64_t concurrency, uint64_t max_pool_bytes, kv_plan_measured *out,
                      kvl_error *err);
-
-/* Sizes as people write them: "80GiB", "16GB", "1.5 TiB", "123456" (bytes).
- * KB/MB/GB/TB are decimal, KiB/MiB/GiB/TiB binary (case-insensitive). The result
- * must be a whole number of bytes. */
-bool kv_plan_parse_size(const char *s, uint64_t *out);
-/* Counts: "8192", "32K" (x1024, for token counts), "8B"/"7.24B", "70e9" (x1000
- * suffixes K/M/B/T when thousand is true, for parameter counts). Whole, >= 0. */
-bool kv_plan_parse_count(const char *s, bool thousand, int64_t *out);
-/* "171,798,691,840 B (160 GiB, 171.8 GB)": exact bytes, then the binary and the
- * decimal unit, each rounded to 2 decimals with trailing zeros dropped. */
-const char *kv_plan_fmt_bytes(uint64_t bytes, char *buf, size_t cap);
-/* The parts alone: "160 GiB" and "171.8 GB" ("640 B" below 1 KiB / 1 KB). */
-const char *kv_plan_fmt_binary(uint64_t bytes, char *buf, size_t cap);
-const char *kv_plan_fmt_decimal(uint64_t bytes, char *buf, size_t cap);
 
 #endif

@@ -15,84 +15,49 @@
 
 /* ---------------------------------------------------------------- loading -- */
 
-static bool hp_int(const gguf_file *f, const char *arch, const char *suffix, int64_t *out,
-                   bool required, kvl_error *err) {
-    char key[128];
-    snprintf(key, sizeof key, "%s.%s", arch, suffix);
-    if (gguf_get_i64(f, key, out)) return true;
-    if (gguf_find_key(f, key) >= 0)
-        return kvl_fail(err, "%s: key '%s': expected an integer", gguf_path(f), key);
-    if (required) return kvl_fail(err, "%s: key '%s' missing", gguf_path(f), key);
-    return true;
-}
-
-static bool hp_float(const gguf_file *f, const char *arch, const char *suffix, float *out) {
-    char key[128];
-    snprintf(key, sizeof key, "%s.%s", arch, suffix);
-    return gguf_get_f32(f, key, out);
-}
-
-/* DeepSeek's MLA as llama.cpp stores it: one "KV head" holding the compressed
- * latent (kv_lora) followed by the shared rope part; V is the latent itself. */
-static bool read_mla_hparams(model *m, kvl_error *err) {
+/* The shape as the one reader (hparams.c) gives it, checked for what kvllm
+ * runs: a supported architecture, plausible sizes, MLA in llama.cpp's
+ * absorbed form, dense layers, a rope scaling it implements. */
+static bool check_mla_hparams(const model *m, kvl_error *err) {
     const gguf_file *f = m->gguf;
-    model_hparams *hp = &m->hp;
+    const model_hparams *hp = &m->hp;
     const char *a = hp->arch;
-    int64_t k_mla = 0, v_mla = 0, n_dense = hp->n_layer;
-    if (!hp_int(f, a, "attention.kv_lora_rank", &hp->kv_lora_rank, true, err) ||
-        !hp_int(f, a, "attention.q_lora_rank", &hp->q_lora_rank, false, err) ||
-        !hp_int(f, a, "attention.key_length_mla", &k_mla, true, err) ||
-        !hp_int(f, a, "attention.value_length_mla", &v_mla, true, err) ||
-        !hp_int(f, a, "leading_dense_block_count", &n_dense, false, err))
-        return false;
-    if (n_dense < hp->n_layer)
+    if (!hp->mla)
+        return kvl_fail(err, "%s: key '%s.attention.key_length_mla' missing: the file is in the form "
+                        "written before llama.cpp's MLA rework (attention uncompressed, %lld KV heads of "
+                        "K %lld + V %lld), which kvllm does not run; convert the model again",
+                        gguf_path(f), a, (long long)hp->n_head_kv, (long long)hp->head_dim_k,
+                        (long long)hp->head_dim_v);
+    if (hp->n_layer_dense_lead < hp->n_layer)
         return kvl_fail(err, "%s: key '%s.leading_dense_block_count' = %lld: mixture-of-experts layers "
                         "are not supported yet (only the first %lld of %lld layers are dense)",
-                        gguf_path(f), a, (long long)n_dense, (long long)n_dense, (long long)hp->n_layer);
+                        gguf_path(f), a, (long long)hp->n_layer_dense_lead, (long long)hp->n_layer_dense_lead,
+                        (long long)hp->n_layer);
+    int64_t k_mla = hp->n_rot_mla_nope + hp->n_rot, v_mla = hp->v_head_dim_mla;
     if (hp->n_head_kv != 1 || hp->head_dim_k != hp->kv_lora_rank + hp->n_rot ||
         hp->head_dim_v != hp->kv_lora_rank || k_mla <= hp->n_rot || v_mla <= 0 || v_mla > 4096)
         return kvl_fail(err, "%s: MLA shape not in llama.cpp's absorbed form (kv heads %lld, key %lld, "
                         "value %lld, kv_lora %lld, rope %lld, key_mla %lld)", gguf_path(f),
                         (long long)hp->n_head_kv, (long long)hp->head_dim_k, (long long)hp->head_dim_v,
                         (long long)hp->kv_lora_rank, (long long)hp->n_rot, (long long)k_mla);
-    hp->n_rot_mla_nope = k_mla - hp->n_rot;
-    hp->v_head_dim_mla = v_mla;
     return true;
 }
 
 static bool read_hparams(model *m, kvl_error *err) {
     const gguf_file *f = m->gguf;
     model_hparams *hp = &m->hp;
-    if (!gguf_get_str_buf(f, "general.architecture", hp->arch, sizeof hp->arch))
-        return kvl_fail(err, "%s: key 'general.architecture' missing", gguf_path(f));
+    if (!model_hparams_from_gguf(f, hp, err)) return false;
     m->arch = arch_find(hp->arch);
     if (!m->arch)
         return kvl_fail(err, "%s: architecture '%s' is not supported (supported: %s)", gguf_path(f),
                         hp->arch, arch_supported_list());
     const char *a = hp->arch;
-    hp->n_head_kv = 0;
-    hp->head_dim_k = hp->head_dim_v = 0;
-    hp->n_rot = 0;
-    hp->n_ctx_train = 2048;
-    if (!hp_int(f, a, "embedding_length", &hp->n_embd, true, err) ||
-        !hp_int(f, a, "block_count", &hp->n_layer, true, err) ||
-        !hp_int(f, a, "feed_forward_length", &hp->n_ff, true, err) ||
-        !hp_int(f, a, "attention.head_count", &hp->n_head, true, err) ||
-        !hp_int(f, a, "attention.head_count_kv", &hp->n_head_kv, false, err) ||
-        !hp_int(f, a, "attention.key_length", &hp->head_dim_k, false, err) ||
-        !hp_int(f, a, "attention.value_length", &hp->head_dim_v, false, err) ||
-        !hp_int(f, a, "rope.dimension_count", &hp->n_rot, false, err) ||
-        !hp_int(f, a, "context_length", &hp->n_ctx_train, false, err))
-        return false;
-    if (hp->n_embd <= 0 || hp->n_embd > (1 << 20) || hp->n_layer <= 0 || hp->n_layer > 4096 ||
-        hp->n_head <= 0 || hp->n_head > 4096 || hp->n_ff <= 0 || hp->n_ff > (1 << 22))
+    if (hp->n_embd == 0) return kvl_fail(err, "%s: key '%s.embedding_length' missing", gguf_path(f), a);
+    if (hp->n_ff == 0) return kvl_fail(err, "%s: key '%s.feed_forward_length' missing", gguf_path(f), a);
+    if (hp->n_embd > (1 << 20) || hp->n_layer > 4096 || hp->n_head > 4096 || hp->n_ff > (1 << 22))
         return kvl_fail(err, "%s: implausible hyperparameters (embd %lld, layers %lld, heads %lld, ff %lld)",
                         gguf_path(f), (long long)hp->n_embd, (long long)hp->n_layer,
                         (long long)hp->n_head, (long long)hp->n_ff);
-    if (hp->n_head_kv == 0) hp->n_head_kv = hp->n_head;
-    if (hp->head_dim_k == 0) hp->head_dim_k = hp->n_embd / hp->n_head;
-    if (hp->head_dim_v == 0) hp->head_dim_v = hp->n_embd / hp->n_head;
-    if (hp->n_rot == 0) hp->n_rot = hp->head_dim_k;
     if (hp->n_head_kv <= 0 || hp->n_head % hp->n_head_kv != 0)
         return kvl_fail(err, "%s: head_count %lld is not a multiple of head_count_kv %lld",
                         gguf_path(f), (long long)hp->n_head, (long long)hp->n_head_kv);
@@ -100,27 +65,10 @@ static bool read_hparams(model *m, kvl_error *err) {
         hp->head_dim_v > 1024 || hp->n_rot > hp->head_dim_k || hp->n_rot % 2)
         return kvl_fail(err, "%s: bad head dims (k %lld, v %lld, rope %lld)", gguf_path(f),
                         (long long)hp->head_dim_k, (long long)hp->head_dim_v, (long long)hp->n_rot);
-    hp->rope_base = 10000.0f;
-    hp->rope_freq_scale = 1.0f;
-    hp->rms_eps = 1e-5f;
-    hp_float(f, a, "rope.freq_base", &hp->rope_base);
-    hp_float(f, a, "attention.layer_norm_rms_epsilon", &hp->rms_eps);
-    char key[128], stype[32] = "";
-    snprintf(key, sizeof key, "%s.rope.scaling.type", a);
-    gguf_get_str_buf(f, key, stype, sizeof stype);
-    float factor = 0;
-    if (strcmp(stype, "linear") == 0 && hp_float(f, a, "rope.scaling.factor", &factor) && factor > 0)
-        hp->rope_freq_scale = 1.0f / factor;
-    else if (stype[0] && strcmp(stype, "none") != 0 && strcmp(stype, "linear") != 0)
-        return kvl_fail(err, "%s: key '%s': rope scaling '%s' is not supported", gguf_path(f), key,
-                        stype);
-    hp->rope_type = m->arch->rope_type;
-    hp_float(f, a, "attn_logit_softcapping", &hp->attn_softcap);
-    hp_float(f, a, "final_logit_softcapping", &hp->final_softcap);
-    if (!hp_int(f, a, "attention.sliding_window", &hp->n_swa, false, err)) return false;
-    if (hp->n_swa < 0 || hp->n_swa > (1 << 24))
-        return kvl_fail(err, "%s: sliding window %lld out of range", gguf_path(f), (long long)hp->n_swa);
-    return m->arch->attn == ARCH_ATTN_MLA ? read_mla_hparams(m, err) : true;
+    if (hp->rope_scaling[0] && strcmp(hp->rope_scaling, "none") != 0 && strcmp(hp->rope_scaling, "linear") != 0)
+        return kvl_fail(err, "%s: key '%s.rope.scaling.type': rope scaling '%s' is not supported",
+                        gguf_path(f), a, hp->rope_scaling);
+    return m->arch->attn == ARCH_ATTN_MLA ? check_mla_hparams(m, err) : true;
 }
 
 /* Looks up a weight and checks its shape and type. ne1 = 0 means a 1-D tensor;
@@ -226,33 +174,26 @@ static bool bind_layer(model *m, int il, kvl_error *err) {
 }
 #undef BIND
 
-/* Which layers slide (and with which rope base), and which KV group each uses.
- * llama.cpp's rule: with pattern P, layer il slides iff P == 0 or il % P < P - 1. */
-static bool assign_layer_geometry(model *m, kvl_error *err) {
+/* Each layer's rope and KV group, from the reader's per-layer sliding flags. */
+static void assign_layer_geometry(model *m) {
     model_hparams *hp = &m->hp;
-    const gguf_file *f = m->gguf;
-    int64_t pattern = m->arch->swa_pattern;
-    if (!hp_int(f, hp->arch, "attention.sliding_window_pattern", &pattern, false, err)) return false;
-    float base_swa = hp->rope_base;
-    if (!hp_float(f, hp->arch, "rope.freq_base_swa", &base_swa) && m->arch->swa_rope_scale_one)
+    float base_swa = hp->rope_base_swa > 0 ? hp->rope_base_swa : hp->rope_base;
+    if (hp->rope_base_swa <= 0 && m->arch->swa_rope_scale_one)
         base_swa = 10000.0f; /* gemma3's local layers: fixed base when the key is absent */
     m->n_groups = 0;
-    hp->n_swa_layers = 0;
     for (int il = 0; il < hp->n_layer; il++) {
         layer_weights *L = &m->layers[il];
-        /* pattern 0 (Mistral, or a file that says 0): every layer slides */
-        L->swa = hp->n_swa > 0 && (pattern == 0 || il % pattern < pattern - 1);
+        int64_t k, v, window;
+        model_hparams_layer_kv(hp, il, &k, &v, &window);
+        L->swa = window > 0;
         L->rope_base = L->swa ? base_swa : hp->rope_base;
         L->rope_freq_scale = L->swa && m->arch->swa_rope_scale_one ? 1.0f : hp->rope_freq_scale;
-        int32_t window = L->swa ? (int32_t)hp->n_swa : 0;
         int g = 0;
         while (g < m->n_groups && m->groups[g].window != window) g++;
-        if (g == m->n_groups) m->groups[m->n_groups++] = (kv_group_desc){.window = window};
+        if (g == m->n_groups) m->groups[m->n_groups++] = (kv_group_desc){.window = (int32_t)window};
         L->kv_group = g;
         L->kv_slot = m->groups[g].n_layers++;
-        hp->n_swa_layers += L->swa;
     }
-    return true;
 }
 
 static bool bind_weights(model *m, kvl_error *err) {
@@ -278,7 +219,7 @@ static bool bind_weights(model *m, kvl_error *err) {
     if (!m->layers) return kvl_fail(err, "model: out of memory");
     for (int il = 0; il < hp->n_layer; il++)
         if (!bind_layer(m, il, err)) return false;
-    if (!assign_layer_geometry(m, err)) return false;
+    assign_layer_geometry(m);
     hp->n_params = 0;
     for (int64_t i = 0; i < gguf_n_tensors(m->gguf); i++) {
         const gguf_tensor *t = gguf_tensor_at(m->gguf, i);

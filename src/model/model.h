@@ -8,31 +8,12 @@
 #include "../base/base.h"
 #include "../gguf/gguf.h"
 #include "../kv/kv.h"
+#include "hparams.h"
 
-enum { MODEL_ROPE_NORM = 0, MODEL_ROPE_NEOX = 2 };
 /* Layers that attend differently keep their KV in different pools: full-attention
  * layers in one, sliding-window layers (which free blocks that leave the window)
  * in another. */
 #define MODEL_MAX_KV_GROUPS 2
-
-typedef struct model_hparams {
-    char arch[32];
-    int64_t n_vocab, n_embd, n_layer, n_head, n_head_kv, n_ff, n_ctx_train;
-    int64_t head_dim_k, head_dim_v; /* key_length / value_length (default n_embd / n_head) */
-    int64_t n_rot;                  /* rope.dimension_count */
-    int rope_type;                  /* MODEL_ROPE_* */
-    float rope_base, rope_freq_scale;
-    float rms_eps;
-    bool tied_output;
-    bool has_rope_freqs; /* Llama 3.1 rope_freqs.weight frequency factors */
-    int64_t n_swa;       /* sliding window (tokens), 0 if none */
-    int64_t n_swa_layers;
-    float attn_softcap, final_softcap; /* gemma2 logit soft-capping (0: off) */
-    int64_t kv_lora_rank, q_lora_rank, n_rot_mla_nope, v_head_dim_mla; /* MLA */
-    int64_t n_params;
-    size_t weights_bytes;
-    int64_t repacked_bytes; /* matmul weights held in the kernels' layout instead (0: none) */
-} model_hparams;
 
 typedef struct model model; /* opaque */
 

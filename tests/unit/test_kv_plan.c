@@ -1,13 +1,16 @@
 /* KV capacity planner: every figure of docs/kv-figures.md in exact bytes (and
  * the seeds' rounded units), block rounding, metadata, budgets, the savings,
- * GGUF and config.json shapes, unit parsing, and agreement with the engine's
+ * GGUF and config.json shapes (through the model layer's reader), unit
+ * parsing (base/units.h), and agreement with the engine's
  * real block pools (kv_plan_measure: every KV type, split K/V types, sliding
  * windows). Run from the source root (CTest does). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/units.h"
 #include "kv/kv_plan.h"
+#include "model/hparams.h"
 
 #include "check.h"
 
@@ -58,13 +61,13 @@ static const char *bin(uint64_t v) {
     static char b[4][32];
     static int i;
     i = (i + 1) % 4;
-    return kv_plan_fmt_binary(v, b[i], sizeof b[i]);
+    return kvl_fmt_binary(v, b[i], sizeof b[i]);
 }
 static const char *dec(uint64_t v) {
     static char b[4][32];
     static int i;
     i = (i + 1) % 4;
-    return kv_plan_fmt_decimal(v, b[i], sizeof b[i]);
+    return kvl_fmt_decimal(v, b[i], sizeof b[i]);
 }
 
 /* ------------------------------------------------ kv-figures.md rows -- */
@@ -352,10 +355,16 @@ static void test_invalid(void) {
 
 /* ------------------------------------------------------ file formats -- */
 
+/* config.json text through the model layer's reader into the planner's description. */
+static bool from_hf(const char *json, kv_plan_model *m, kvl_error *err) {
+    model_hparams hp;
+    return model_hparams_from_hf_config(json, &hp, err) && model_hparams_plan_model(&hp, m, err);
+}
+
 static bool load_config(const char *path, kv_plan_model *m) {
     kvl_error err = {{0}};
     char *text = kvl_read_file(path, NULL, &err);
-    bool ok = text && kv_plan_model_from_hf_config(text, m, &err);
+    bool ok = text && from_hf(text, m, &err);
     if (!ok) fprintf(stderr, "%s: %s\n", path, err.msg);
     free(text);
     return ok;
@@ -382,14 +391,14 @@ static void test_hf_configs(void) {
     CHECK(load_config("tests/kv_plan/synthetic-layer-types.json", &m));
     CHECK(m.sliding_window == 512 && m.n_swa_layers == 5 && m.n_layers == 6);
     kvl_error err = {{0}};
-    CHECK(!kv_plan_model_from_hf_config("{\"num_hidden_layers\": 2}", &m, &err));
+    CHECK(!from_hf("{\"num_hidden_layers\": 2}", &m, &err));
     CHECK(strstr(err.msg, "num_attention_heads") != NULL);
-    CHECK(!kv_plan_model_from_hf_config("{\"num_hidden_layers\": -2, \"num_attention_heads\": 4,"
+    CHECK(!from_hf("{\"num_hidden_layers\": -2, \"num_attention_heads\": 4,"
                                         "\"hidden_size\": 64}", &m, &err));
-    CHECK(!kv_plan_model_from_hf_config("[1,2]", &m, &err));
-    CHECK(!kv_plan_model_from_hf_config("{\"num_hidden_layers\": 2, \"num_attention_heads\": 3, "
+    CHECK(!from_hf("[1,2]", &m, &err));
+    CHECK(!from_hf("{\"num_hidden_layers\": 2, \"num_attention_heads\": 3, "
                                         "\"hidden_size\": 64}", &m, &err)); /* 64 % 3 */
-    CHECK(kv_plan_model_from_hf_config("{\"text_config\": {\"num_hidden_layers\": 12, "
+    CHECK(from_hf("{\"text_config\": {\"num_hidden_layers\": 12, "
                                        "\"num_attention_heads\": 8, \"num_key_value_heads\": 4, "
                                        "\"head_dim\": 256, \"sliding_window\": 1024, "
                                        "\"model_type\": \"gemma3_text\"}}", &m, &err));
@@ -399,7 +408,8 @@ static void test_hf_configs(void) {
 static bool load_gguf(const char *path, kv_plan_model *m) {
     kvl_error err = {{0}};
     gguf_file *f = gguf_open(path, &err);
-    bool ok = f && kv_plan_model_from_gguf(f, m, &err);
+    model_hparams hp;
+    bool ok = f && model_hparams_from_gguf(f, &hp, &err) && model_hparams_plan_model(&hp, m, &err);
     if (!ok) fprintf(stderr, "%s: %s\n", path, err.msg);
     gguf_close(f);
     return ok;
@@ -542,23 +552,23 @@ static void test_swa_held_chunk(void) {
 static void test_parse(void) {
     uint64_t v;
     int64_t c;
-    CHECK(kv_plan_parse_size("80GiB", &v) && v == 85899345920ull);
-    CHECK(kv_plan_parse_size("16GB", &v) && v == 16000000000ull);
-    CHECK(kv_plan_parse_size("1.5 TiB", &v) && v == 1649267441664ull);
-    CHECK(kv_plan_parse_size("1073741824", &v) && v == 1073741824ull);
-    CHECK(kv_plan_parse_size("1.07gb", &v) && v == 1070000000ull);
-    CHECK(!kv_plan_parse_size("0.1KiB", &v)); /* 102.4 bytes */
-    CHECK(!kv_plan_parse_size("-5GB", &v));
-    CHECK(!kv_plan_parse_size("5 GX", &v));
-    CHECK(!kv_plan_parse_size("", &v));
-    CHECK(!kv_plan_parse_size("99999999999PiB", &v));
-    CHECK(kv_plan_parse_count("32K", false, &c) && c == 32768);
-    CHECK(kv_plan_parse_count("8192", false, &c) && c == 8192);
-    CHECK(kv_plan_parse_count("8.03B", true, &c) && c == 8030000000ll);
-    CHECK(kv_plan_parse_count("70e9", true, &c) && c == 70000000000ll);
-    CHECK(!kv_plan_parse_count("-1", false, &c));
-    CHECK(!kv_plan_parse_count("1.5", false, &c));
-    CHECK(!kv_plan_parse_count("12abc", false, &c));
+    CHECK(kvl_parse_size("80GiB", &v) && v == 85899345920ull);
+    CHECK(kvl_parse_size("16GB", &v) && v == 16000000000ull);
+    CHECK(kvl_parse_size("1.5 TiB", &v) && v == 1649267441664ull);
+    CHECK(kvl_parse_size("1073741824", &v) && v == 1073741824ull);
+    CHECK(kvl_parse_size("1.07gb", &v) && v == 1070000000ull);
+    CHECK(!kvl_parse_size("0.1KiB", &v)); /* 102.4 bytes */
+    CHECK(!kvl_parse_size("-5GB", &v));
+    CHECK(!kvl_parse_size("5 GX", &v));
+    CHECK(!kvl_parse_size("", &v));
+    CHECK(!kvl_parse_size("99999999999PiB", &v));
+    CHECK(kvl_parse_count("32K", false, &c) && c == 32768);
+    CHECK(kvl_parse_count("8192", false, &c) && c == 8192);
+    CHECK(kvl_parse_count("8.03B", true, &c) && c == 8030000000ll);
+    CHECK(kvl_parse_count("70e9", true, &c) && c == 70000000000ll);
+    CHECK(!kvl_parse_count("-1", false, &c));
+    CHECK(!kvl_parse_count("1.5", false, &c));
+    CHECK(!kvl_parse_count("12abc", false, &c));
     int dt;
     CHECK(kv_plan_dtype_parse("q8_0", &dt) && dt == KV_PLAN_Q8_0);
     CHECK(kv_plan_dtype_parse("FP8", &dt) && dt == KV_PLAN_FP8);
@@ -571,9 +581,9 @@ static void test_parse(void) {
 
 static void test_format(void) {
     char buf[96];
-    CHECK_STR(kv_plan_fmt_bytes(171798691840ull, buf, sizeof buf), "171,798,691,840 B (160 GiB, 171.8 GB)");
-    CHECK_STR(kv_plan_fmt_bytes(640, buf, sizeof buf), "640 B");
-    CHECK_STR(kv_plan_fmt_bytes(1024, buf, sizeof buf), "1,024 B (1 KiB, 1.02 KB)");
+    CHECK_STR(kvl_fmt_bytes(171798691840ull, buf, sizeof buf), "171,798,691,840 B (160 GiB, 171.8 GB)");
+    CHECK_STR(kvl_fmt_bytes(640, buf, sizeof buf), "640 B");
+    CHECK_STR(kvl_fmt_bytes(1024, buf, sizeof buf), "1,024 B (1 KiB, 1.02 KB)");
     CHECK_STR(bin(1374389534720ull), "1.25 TiB");
     CHECK_STR(dec(1374389534720ull), "1.37 TB");
     CHECK_STR(bin(70272), "68.62 KiB");

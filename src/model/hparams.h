@@ -1,0 +1,87 @@
+/* hparams: a model's hyperparameters, read from a GGUF's metadata or from a
+ * Hugging Face config.json into one struct. This is the only reader of model
+ * shape: the model loader (model.c) builds its layers and KV groups from it, and
+ * the KV planner's front end (kvllm kv-plan) turns it into the planner's plain
+ * description (model_hparams_plan_model), so the two cannot disagree.
+ *
+ * The readers take what a file says and fill in llama.cpp's defaults; they
+ * refuse only what is malformed (a key of the wrong type, an array of the wrong
+ * length, a count out of range). Whether kvllm can run the shape (a supported
+ * architecture, plausible sizes, its tensors) is the loader's question.
+ *
+ * Conventions, as in llama.cpp's GGUF files:
+ *   - head_dim_k / head_dim_v are the widths of one cached K / V head. For MLA
+ *     (DeepSeek) the cache holds one "head" (n_head_kv 1) of the compressed
+ *     latent + the shared RoPE key: head_dim_k = kv_lora_rank + n_rot,
+ *     head_dim_v = kv_lora_rank; the per-head widths of the attention it stands
+ *     for are n_rot_mla_nope + n_rot (K) and v_head_dim_mla (V).
+ *   - MLA is on when the file carries key_length_mla and value_length_mla
+ *     (llama.cpp's is_mla). A DeepSeek-V2 file converted before llama.cpp's MLA
+ *     rework lacks them: llama.cpp then runs it as plain multi-head attention
+ *     with n_head_kv heads of key_length / value_length, and caches that.
+ *   - Which layers slide is one flag per layer (swa_layers). A scalar
+ *     attention.sliding_window_pattern n gives llama.cpp's set_swa_pattern(n)
+ *     (layer il slides iff n == 0 or il % n < n - 1); an array gives the flags
+ *     themselves, one per layer (llama.cpp's get_key_or_arr: the array must have
+ *     exactly block_count entries). Without a window no layer slides.
+ * Per-layer facts live in per-layer arrays of MODEL_MAX_LAYERS; a file claiming
+ * more layers is refused. Mixture-of-experts counts and rope-scaling parameters
+ * belong in this struct too, read in the same place. */
+#ifndef KVLLM_HPARAMS_H
+#define KVLLM_HPARAMS_H
+
+#include "../base/base.h"
+#include "../gguf/gguf.h"
+#include "../kv/kv_plan.h"
+
+#define MODEL_MAX_LAYERS 4096
+
+enum { MODEL_ROPE_NORM = 0, MODEL_ROPE_NEOX = 2 };
+
+typedef struct model_hparams {
+    char arch[32];                  /* general.architecture, or config.json's model_type */
+    int64_t n_vocab;                /* rows of token_embd (the loader's; 0 from a reader) */
+    int64_t n_embd, n_layer, n_head, n_head_kv, n_ff, n_ctx_train;
+    int64_t head_dim_k, head_dim_v; /* key_length / value_length (default n_embd / n_head) */
+    int64_t n_rot;                  /* rope.dimension_count (default head_dim_k) */
+    int rope_type;                  /* MODEL_ROPE_*: the architecture's (arch.c); 0 if unknown */
+    float rope_base, rope_freq_scale;
+    float rope_base_swa;            /* rope.freq_base_swa; 0: absent */
+    char rope_scaling[16];          /* rope.scaling.type ("" absent); freq_scale holds linear's */
+    float rms_eps;
+    float attn_softcap, final_softcap; /* gemma2 logit soft-capping (0: off) */
+    /* Sliding window */
+    int64_t n_swa;                  /* window in tokens; 0: none */
+    int64_t n_swa_layers;           /* layers with swa_layers[il] set */
+    uint8_t swa_layers[MODEL_MAX_LAYERS];
+    /* MLA (see above) */
+    bool mla;
+    int64_t kv_lora_rank, q_lora_rank, n_rot_mla_nope, v_head_dim_mla;
+    /* Mixture of experts */
+    int64_t n_layer_dense_lead;     /* leading_dense_block_count (default n_layer: all dense) */
+    /* Whole-file facts */
+    int64_t n_params;               /* the loader's */
+    size_t weights_bytes;           /* GGUF tensor data (0 from config.json) */
+    int64_t repacked_bytes;         /* the loader's: weights held in the kernels' layout */
+    int param_dtype;                /* config.json torch_dtype as GGUF_DT_F32/F16/BF16; -1 unknown */
+    bool tied_output, has_rope_freqs; /* the loader's (from tensors) */
+} model_hparams;
+
+/* Reads a GGUF's metadata. False (err names the file and key) on a malformed
+ * or missing required key (general.architecture, block_count, head_count). */
+bool model_hparams_from_gguf(const gguf_file *f, model_hparams *hp, kvl_error *err);
+/* Reads the text of a Hugging Face config.json (NUL-terminated); messages
+ * start with "config.json: ". Multimodal configs: the text_config's fields. */
+bool model_hparams_from_hf_config(const char *json, model_hparams *hp, kvl_error *err);
+
+/* The KV planner's description of this shape (kv_plan.h): layers, heads,
+ * widths, MLA latent, window and the number of sliding layers, weight bytes and
+ * the config's dtype. Checked with kv_plan_model_check. */
+bool model_hparams_plan_model(const model_hparams *hp, kv_plan_model *out, kvl_error *err);
+
+/* The KV layout the model gives layer il's cache: K and V values per token
+ * (all heads), and its attention window (0: full). */
+void model_hparams_layer_kv(const model_hparams *hp, int64_t il, int64_t *k_values, int64_t *v_values,
+                            int64_t *window);
+
+#endif

@@ -1,0 +1,345 @@
+/* The one hyperparameter reader (model/hparams.h) and its two users agree:
+ *  - for every vendored GGUF, the KV planner's bytes per token (through
+ *    model_hparams_plan_model) equal the bytes per token of the pools the
+ *    loaded model asks for, for every KV type, and the planner's KV groups are
+ *    the model's (window, layers);
+ *  - for the config.json fixtures, the planner's figure equals the per-layer
+ *    layout the model derives from the same struct;
+ *  - the two shapes the planner and the model used to read differently, as
+ *    llama.cpp reads them: an array-valued sliding_window_pattern (one flag per
+ *    layer: the model loads it, its KV groups follow the flags, the flags of
+ *    pattern 2 give bit-identical logits to the scalar 2; a wrong length is
+ *    refused by both), and a DeepSeek-V2 file without key_length_mla /
+ *    value_length_mla (plain multi-head attention with its KV heads: planned as
+ *    that cache; the model refuses it naming the key).
+ * The modified files are the golden ones rewritten with other metadata. Run
+ * from the source root (CTest does). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kv/kv_plan.h"
+#include "model/model.h"
+
+#include "check.h"
+
+#define GOLDEN "tests/data/golden/models/"
+
+static const char *const GGUFS[] = {"models/stories260K.gguf", GOLDEN "llama-gqa-bpe-f32.gguf",
+                                    GOLDEN "llama-gqa-bpe-q8_0.gguf", GOLDEN "qwen3-f32.gguf",
+                                    GOLDEN "gemma3-swa-f32.gguf", GOLDEN "deepseek2-mla-f32.gguf"};
+static const char *const CONFIGS[] = {"deepseek-v3.json", "llama-2-7b.json", "llama-3-70b.json",
+                                      "llama-3-8b.json", "mistral-7b-v0.1.json", "qwen3-32b.json",
+                                      "synthetic-layer-types.json"};
+
+static model *load(const char *path, kvl_error *err) {
+    gguf_file *f = gguf_open(path, err);
+    model_params mp = {.max_ctx = 64, .max_ubatch = 64, .no_repack = true};
+    return f ? model_load(f, &mp, err) : NULL;
+}
+
+static bool plan_of(const model_hparams *hp, int dtype, kv_plan_model *pm, kv_plan *p) {
+    kvl_error err = {{0}};
+    kv_plan_request r = {.context = 100, .concurrency = 1, .dtype = dtype, .block_size = 16};
+    return model_hparams_plan_model(hp, pm, &err) && kv_plan_compute(pm, &r, p, &err);
+}
+
+/* ------------------------------------------------ planner == model -- */
+
+/* Bytes per token of the model's pools with K/V stored as pool dtype dt; 0
+ * when a pool refuses the rows. */
+static uint64_t model_pool_bytes_per_token(const model *m, int dt) {
+    uint64_t sum = 0;
+    for (int g = 0; g < model_kv_n_groups(m); g++) {
+        kv_pool_config c = {0};
+        model_kv_group_shape(m, g, &c, NULL);
+        c.block_size = 16;
+        c.dtype = dt;
+        c.n_blocks = 1;
+        kvl_error err;
+        kv_pool *p = kv_pool_create(&c, &err);
+        if (!p) return 0;
+        sum += kv_pool_bytes_per_token(p);
+        kv_pool_destroy(p);
+    }
+    return sum;
+}
+
+static void test_gguf_agree(const char *path) {
+    kvl_error err = {{0}};
+    model *m = load(path, &err);
+    if (!m) {
+        fprintf(stderr, "%s: %s\n", path, err.msg);
+        failures++;
+        return;
+    }
+    const model_hparams *hp = model_hp(m);
+    for (int d = 0; d < KV_PLAN_DTYPE_COUNT; d++) {
+        kv_plan_model pm;
+        kv_plan p;
+        bool planned = plan_of(hp, d, &pm, &p);
+        uint64_t pool = model_pool_bytes_per_token(m, kv_plan_pool_dtype(d));
+        /* Both give the same bytes, or both refuse the row (q8_0 of 48 values). */
+        if (planned ? p.bytes_per_token != pool : pool != 0) {
+            fprintf(stderr, "%s (%s): planner %llu B/token, model pools %llu\n", path, kv_plan_dtype_name(d),
+                    planned ? (unsigned long long)p.bytes_per_token : 0ull, (unsigned long long)pool);
+            failures++;
+        }
+        if (!planned) continue;
+        kv_plan_request r = {.context = 100, .concurrency = 1, .dtype = d, .block_size = 16};
+        kv_plan_group groups[KV_PLAN_MAX_GROUPS];
+        int n = kv_plan_pool_groups(&pm, &r, groups, &err);
+        CHECK(n == model_kv_n_groups(m));
+        for (int g = 0; g < model_kv_n_groups(m); g++) {
+            kv_pool_config c = {0};
+            int32_t window = -1;
+            model_kv_group_shape(m, g, &c, &window);
+            bool found = false;
+            for (int k = 0; k < n; k++)
+                found = found || (groups[k].window == window && groups[k].cfg.n_layers == c.n_layers &&
+                                  groups[k].cfg.head_dim_k == c.head_dim_k &&
+                                  groups[k].cfg.head_dim_v == c.head_dim_v &&
+                                  groups[k].cfg.n_kv_heads == c.n_kv_heads);
+            if (!found) fprintf(stderr, "%s: model KV group %d (window %d) is not the planner's\n", path, g, window);
+            CHECK(found);
+        }
+    }
+    model_destroy(m);
+}
+
+static void test_config_agree(const char *name) {
+    char path[256];
+    snprintf(path, sizeof path, "tests/kv_plan/%s", name);
+    kvl_error err = {{0}};
+    char *text = kvl_read_file(path, NULL, &err);
+    model_hparams *hp = malloc(sizeof *hp);
+    kv_plan_model pm;
+    kv_plan p;
+    bool ok = text && hp && model_hparams_from_hf_config(text, hp, &err) && plan_of(hp, KV_PLAN_F16, &pm, &p);
+    if (!ok) fprintf(stderr, "%s: %s\n", path, err.msg);
+    CHECK(ok);
+    if (ok) {
+        uint64_t sum = 0;
+        int64_t sliding = 0;
+        for (int64_t il = 0; il < hp->n_layer; il++) {
+            int64_t k, v, w;
+            model_hparams_layer_kv(hp, il, &k, &v, &w);
+            sum += kv_row_bytes(GGUF_DT_F16, k) + (v ? kv_row_bytes(GGUF_DT_F16, v) : 0);
+            sliding += w > 0;
+            CHECK(w == 0 || w == pm.sliding_window);
+        }
+        if (sum != p.bytes_per_token)
+            fprintf(stderr, "%s: planner %llu B/token, model layout %llu\n", path,
+                    (unsigned long long)p.bytes_per_token, (unsigned long long)sum);
+        CHECK(sum == p.bytes_per_token);
+        CHECK(sliding == pm.n_swa_layers);
+    }
+    free(hp);
+    free(text);
+}
+
+/* ------------------------------------------- rewritten golden files -- */
+
+typedef struct edit {
+    const char *drop[4];         /* keys left out */
+    const char *arr_key;         /* a bool array added (NULL: none) */
+    const uint8_t *arr;
+    uint64_t arr_n;
+    const char *u32_key[2];      /* uint32 keys set */
+    uint32_t u32[2];
+} edit;
+
+static bool dropped(const edit *e, const char *key) {
+    for (int i = 0; i < 4 && e->drop[i]; i++)
+        if (strcmp(e->drop[i], key) == 0) return true;
+    return false;
+}
+
+/* Copies one scalar or numeric-array key of f into w (string arrays, the
+ * tokenizer's, are not needed by the loader and are left out). */
+static bool copy_key(const gguf_file *f, int64_t i, gguf_writer *w) {
+    const char *key = gguf_key_name(f, i);
+    gguf_vtype t = gguf_kv_type(f, i);
+    if (t == GGUF_VT_ARRAY) {
+        gguf_vtype et;
+        uint64_t n;
+        const void *data;
+        if (!gguf_get_arr(f, key, &et, &n, &data)) return false;
+        return et == GGUF_VT_STRING || gguf_writer_set_arr(w, key, et, data, n);
+    }
+    if (t == GGUF_VT_STRING) {
+        char buf[256];
+        return gguf_get_str_buf(f, key, buf, sizeof buf) && gguf_writer_set_str(w, key, buf);
+    }
+    if (t == GGUF_VT_FLOAT32) {
+        float v;
+        return gguf_get_f32(f, key, &v) && gguf_writer_set_f32(w, key, v);
+    }
+    if (t == GGUF_VT_UINT32) {
+        uint32_t v;
+        return gguf_get_u32(f, key, &v) && gguf_writer_set_u32(w, key, v);
+    }
+    return true; /* other scalar types: only the test oracle's keys use them */
+}
+
+/* src rewritten with e applied, at a new temporary path (returned in out). */
+static bool rewrite(const char *src, const edit *e, char *out, size_t cap) {
+    kvl_error err = {{0}};
+    gguf_file *f = gguf_open(src, &err);
+    gguf_writer *w = gguf_writer_create();
+    bool ok = f && w;
+    for (int64_t i = 0; ok && i < gguf_n_kv(f); i++)
+        if (!dropped(e, gguf_key_name(f, i))) ok = copy_key(f, i, w);
+    for (int k = 0; ok && k < 2 && e->u32_key[k]; k++) ok = gguf_writer_set_u32(w, e->u32_key[k], e->u32[k]);
+    if (ok && e->arr_key) ok = gguf_writer_set_arr(w, e->arr_key, GGUF_VT_BOOL, e->arr, e->arr_n);
+    for (int64_t i = 0; ok && i < gguf_n_tensors(f); i++) {
+        const gguf_tensor *t = gguf_tensor_at(f, i);
+        ok = gguf_writer_add_tensor(w, t->name, t->dtype, t->n_dims, t->ne, t->data);
+    }
+    snprintf(out, cap, "/tmp/kvllm_test_hparams_%d.gguf", (int)getpid());
+    ok = ok && gguf_writer_write(w, out, &err);
+    if (!ok) fprintf(stderr, "rewrite %s: %s\n", src, err.msg[0] ? err.msg : "a key did not copy");
+    gguf_writer_destroy(w);
+    gguf_close(f);
+    return ok;
+}
+
+/* Logits of n tokens of one sequence in one forward, every token wanted. */
+static bool forward_all(model *m, int n, float *out) {
+    kvl_error err;
+    kv_pool *pools[MODEL_MAX_KV_GROUPS] = {0};
+    kv_seq seqs[MODEL_MAX_KV_GROUPS];
+    const kv_seq *tables[MODEL_MAX_KV_GROUPS];
+    int32_t tok[64], pos[64], seq[64];
+    uint8_t want[64];
+    bool ok = n <= 64;
+    int ng = model_kv_n_groups(m);
+    for (int g = 0; g < ng; g++) {
+        kv_pool_config c;
+        model_kv_group_shape(m, g, &c, NULL);
+        c.block_size = 16;
+        c.dtype = GGUF_DT_F32;
+        c.split_v = false;
+        c.n_blocks = 8;
+        kv_seq_init(&seqs[g]);
+        tables[g] = &seqs[g];
+        pools[g] = kv_pool_create(&c, &err);
+        ok = ok && pools[g] && kv_seq_reserve(pools[g], &seqs[g], n);
+    }
+    for (int i = 0; i < n; i++) tok[i] = 3 + 37 * i % 4000, pos[i] = i, seq[i] = 0, want[i] = 1;
+    model_batch b = {n, tok, pos, seq, want, 1, tables};
+    ok = ok && model_forward(m, pools, &b, out, &err);
+    for (int g = 0; g < ng; g++) {
+        if (pools[g]) kv_seq_free(pools[g], &seqs[g]);
+        kv_pool_destroy(pools[g]);
+    }
+    return ok;
+}
+
+#define GEMMA3 GOLDEN "gemma3-swa-f32.gguf"
+#define SWA_KEY "gemma3.attention.sliding_window_pattern"
+
+static void test_swa_array(void) {
+    char path[128];
+    kvl_error err = {{0}};
+    /* The flags of pattern 2 (layers 0 and 2 slide): the same model, bit for bit. */
+    static const uint8_t same[4] = {1, 0, 1, 0};
+    edit e = {.drop = {SWA_KEY}, .arr_key = SWA_KEY, .arr = same, .arr_n = 4};
+    CHECK(rewrite(GEMMA3, &e, path, sizeof path));
+    model *a = load(GEMMA3, &err), *b = load(path, &err);
+    if (!b) fprintf(stderr, "array sliding_window_pattern: %s\n", err.msg);
+    CHECK(a && b);
+    if (a && b) {
+        CHECK(model_kv_n_groups(b) == 2 && model_hp(b)->n_swa_layers == 2);
+        for (int il = 0; il < 4; il++) CHECK(model_hp(b)->swa_layers[il] == model_hp(a)->swa_layers[il]);
+        const int n = 40; /* past the window of 16 */
+        size_t bytes = (size_t)n * model_hp(a)->n_vocab * sizeof(float);
+        float *la = malloc(bytes), *lb = malloc(bytes);
+        CHECK(la && lb && forward_all(a, n, la) && forward_all(b, n, lb) && memcmp(la, lb, bytes) == 0);
+        free(la);
+        free(lb);
+        test_gguf_agree(path);
+    }
+    model_destroy(a);
+    model_destroy(b);
+    /* Flags no pattern gives: layers 1 and 2 slide. */
+    static const uint8_t odd[4] = {0, 1, 1, 0};
+    e.arr = odd;
+    CHECK(rewrite(GEMMA3, &e, path, sizeof path));
+    b = load(path, &err);
+    CHECK(b != NULL);
+    if (b) {
+        const model_hparams *hp = model_hp(b);
+        for (int il = 0; il < 4; il++) CHECK(hp->swa_layers[il] == odd[il]);
+        kv_pool_config c;
+        int32_t w0, w1;
+        model_kv_group_shape(b, 0, &c, &w0); /* groups in order of first layer: full, then sliding */
+        model_kv_group_shape(b, 1, &c, &w1);
+        CHECK(model_kv_n_groups(b) == 2 && w0 == 0 && w1 == 16 && c.n_layers == 2);
+        test_gguf_agree(path);
+    }
+    model_destroy(b);
+    /* A wrong length: both users get the reader's refusal. */
+    e.arr_n = 3;
+    CHECK(rewrite(GEMMA3, &e, path, sizeof path));
+    b = load(path, &err);
+    CHECK(!b && strstr(err.msg, "expected one per layer (4)"));
+    model_destroy(b);
+    gguf_file *f = gguf_open(path, &err);
+    model_hparams *hp = malloc(sizeof *hp);
+    CHECK(f && hp && !model_hparams_from_gguf(f, hp, &err) && strstr(err.msg, SWA_KEY));
+    free(hp);
+    gguf_close(f);
+    unlink(path);
+}
+
+/* deepseek2 as converted before llama.cpp's MLA rework: no _mla keys, one KV
+ * head per query head of key_length (nope + rope) and value_length (v). */
+static void test_deepseek_without_mla_keys(void) {
+    char path[128];
+    kvl_error err = {{0}};
+    edit e = {.drop = {"deepseek2.attention.key_length_mla", "deepseek2.attention.value_length_mla",
+                       "deepseek2.attention.head_count_kv"},
+              .u32_key = {"deepseek2.attention.head_count_kv"}, .u32 = {4}};
+    CHECK(rewrite(GOLDEN "deepseek2-mla-f32.gguf", &e, path, sizeof path));
+    gguf_file *f = gguf_open(path, &err);
+    model_hparams *hp = malloc(sizeof *hp);
+    kv_plan_model pm;
+    kv_plan p;
+    CHECK(f && hp && model_hparams_from_gguf(f, hp, &err));
+    if (f && hp) {
+        CHECK(!hp->mla && hp->n_head_kv == 4 && hp->head_dim_k == 48 && hp->head_dim_v == 32);
+        int64_t k, v, w;
+        model_hparams_layer_kv(hp, 0, &k, &v, &w);
+        CHECK(k == 4 * 48 && v == 4 * 32 && w == 0);
+        /* llama.cpp's cache for it: 2 layers x 4 heads x (48 + 32) x 4 B */
+        CHECK(plan_of(hp, KV_PLAN_F32, &pm, &p) && pm.kv_lora_rank == 0 && p.bytes_per_token == 2 * 4 * 80 * 4);
+    }
+    free(hp);
+    gguf_close(f);
+    model *m = load(path, &err);
+    CHECK(!m && strstr(err.msg, "key_length_mla") && strstr(err.msg, "4 KV heads of K 48 + V 32"));
+    model_destroy(m);
+    unlink(path);
+    /* The file as shipped: MLA, the latent + RoPE key (48 values) per layer. */
+    f = gguf_open(GOLDEN "deepseek2-mla-f32.gguf", &err);
+    hp = malloc(sizeof *hp);
+    CHECK(f && hp && model_hparams_from_gguf(f, hp, &err) && hp->mla && plan_of(hp, KV_PLAN_F32, &pm, &p) &&
+          p.bytes_per_token == 2 * 48 * 4);
+    free(hp);
+    gguf_close(f);
+}
+
+int main(void) {
+    for (size_t i = 0; i < sizeof GGUFS / sizeof GGUFS[0]; i++) test_gguf_agree(GGUFS[i]);
+    for (size_t i = 0; i < sizeof CONFIGS / sizeof CONFIGS[0]; i++) test_config_agree(CONFIGS[i]);
+    test_swa_array();
+    test_deepseek_without_mla_keys();
+    if (failures) {
+        fprintf(stderr, "test_hparams: %d failure(s)\n", failures);
+        return 1;
+    }
+    printf("test_hparams: ok\n");
+    return 0;
+}
