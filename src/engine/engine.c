@@ -323,8 +323,7 @@ static kv_usage seq_usage(const engine *e, seq *s) {
     kv_usage u = {.tokens = s->n_computed};
     s->stats.n_kv_groups = e->n_groups;
     for (int g = 0; g < e->n_groups; g++) {
-        int64_t t = e->window[g] > 0 && s->n_computed > e->window[g] ? e->window[g] : s->n_computed;
-        s->stats.kv_group[g] = kv_seq_usage(e->kv[g], &s->kv[g], t);
+        s->stats.kv_group[g] = kv_seq_usage(e->kv[g], &s->kv[g], kv_window_kept(s->n_computed, e->window[g]));
         s->stats.kv_group_window[g] = e->window[g];
         kv_usage_add(&u, &s->stats.kv_group[g]);
     }
@@ -489,7 +488,7 @@ static int64_t reserve_chunk(engine *e, seq *s, int64_t budget) {
     int64_t before[MODEL_MAX_KV_GROUPS];
     for (int g = 0; g < e->n_groups; g++) {
         /* A sliding group keeps only what the next token's window can see. */
-        if (e->window[g] > 0) kv_seq_drop_before(e->kv[g], &s->kv[g], s->n_computed - e->window[g] + 1);
+        kv_seq_drop_outside_window(e->kv[g], &s->kv[g], s->n_computed, e->window[g]);
         before[g] = s->kv[g].n_blocks;
         if (!kv_seq_reserve(e->kv[g], &s->kv[g], s->n_computed + n)) {
             for (int k = 0; k < g; k++) kv_seq_truncate(e->kv[k], &s->kv[k], before[k]); /* all or nothing */

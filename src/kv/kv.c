@@ -359,6 +359,17 @@ int64_t kv_seq_drop_before(kv_pool *p, kv_seq *s, int64_t first_pos) {
     return freed;
 }
 
+int64_t kv_seq_drop_outside_window(kv_pool *p, kv_seq *s, int64_t next_pos, int64_t window) {
+    return window > 0 ? kv_seq_drop_before(p, s, kv_window_first(next_pos, window)) : 0;
+}
+
+int64_t kv_seq_window_missing(const kv_pool *p, const kv_seq *s, int64_t pos, int64_t window) {
+    const int64_t bs = p->cfg.block_size, first = kv_window_first(pos, window);
+    for (int64_t b = first / bs; b <= pos / bs; b++)
+        if (b >= s->n_blocks || s->blocks[b] < 0) return b * bs > first ? b * bs : first;
+    return -1;
+}
+
 int64_t kv_seq_n_held(const kv_seq *s) {
     int64_t n = 0;
     for (int64_t i = 0; i < s->n_blocks; i++) n += s->blocks[i] >= 0;

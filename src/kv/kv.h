@@ -133,6 +133,25 @@ void kv_seq_truncate(kv_pool *p, kv_seq *s, int64_t n_blocks);
 /* Sliding window: unrefs the blocks holding only positions < first_pos and marks
  * their table entries -1 (positions keep their indices). Returns blocks freed. */
 int64_t kv_seq_drop_before(kv_pool *p, kv_seq *s, int64_t first_pos);
+/* ---- sliding window: the one rule ----
+ * A token at position pos attends to positions [kv_window_first(pos, w), pos]
+ * (llama.cpp's standard SWA: position p is masked iff pos - p >= w); window 0
+ * is full causal attention. The attention reads by it, the engine drops blocks
+ * by it, the model checks a batch against it and the planner counts by it. */
+static inline int64_t kv_window_first(int64_t pos, int64_t window) {
+    return window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
+}
+/* Positions the last of n_tokens written tokens attends to: min(n_tokens, w). */
+static inline int64_t kv_window_kept(int64_t n_tokens, int64_t window) {
+    return n_tokens > 0 ? n_tokens - kv_window_first(n_tokens - 1, window) : 0;
+}
+/* Drops the blocks no token at next_pos or later can attend to: those holding
+ * only positions before kv_window_first(next_pos, window) (kv_seq_drop_before).
+ * Nothing with window 0. Returns blocks freed. */
+int64_t kv_seq_drop_outside_window(kv_pool *p, kv_seq *s, int64_t next_pos, int64_t window);
+/* The first position the token at pos attends to whose block the table does
+ * not hold (beyond it, or dropped), or -1 when it holds them all. */
+int64_t kv_seq_window_missing(const kv_pool *p, const kv_seq *s, int64_t pos, int64_t window);
 /* Blocks actually held (entries that are not -1). */
 int64_t kv_seq_n_held(const kv_seq *s);
 /* Unrefs every block and empties the table (keeps its memory for reuse). */

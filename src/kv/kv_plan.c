@@ -164,10 +164,9 @@ int64_t kv_plan_swa_blocks_held(int64_t window, int64_t bs, int64_t tokens, int6
     if (tokens <= 0 || bs <= 0) return 0;
     if (last_chunk < 1) last_chunk = 1;
     if (last_chunk > tokens) last_chunk = tokens;
-    /* engine.c reserve_chunk: kv_seq_drop_before(n_computed - W + 1), n_computed
-     * being the tokens before the step; that frees blocks [0, first / bs). */
-    int64_t first = window > 0 ? tokens - last_chunk - window + 1 : 0;
-    int64_t dropped = first > 0 ? first / bs : 0;
+    /* engine.c reserve_chunk: kv_seq_drop_outside_window(n_computed, W),
+     * n_computed being the tokens before the step; that frees blocks [0, first / bs). */
+    int64_t dropped = kv_window_first(tokens - last_chunk, window) / bs;
     return ceil_div(tokens, bs) - dropped;
 }
 
@@ -175,7 +174,7 @@ static void plan_sequence(const kv_plan_model *m, const kv_plan_request *r, kv_p
     int64_t L = m->n_layers, S = m->n_swa_layers, T = r->context, bs = r->block_size;
     uint64_t layer_tok = p->k_row_bytes + p->v_row_bytes;
     uint64_t lbb = layer_block_bytes(bs, p->k_row_bytes, p->v_row_bytes);
-    int64_t t_swa = S > 0 && m->sliding_window < T ? m->sliding_window : T;
+    int64_t t_swa = S > 0 ? kv_window_kept(T, m->sliding_window) : T;
 
     p->bytes_per_token = mul(layer_tok, (uint64_t)L, ovf);
     p->seq_lower_bound_bytes = add(mul(mul(layer_tok, (uint64_t)(L - S), ovf), (uint64_t)T, ovf),
@@ -347,8 +346,8 @@ static uint64_t layout_block_bytes(const kv_pool_config *c) {
 
 /* The next decode step after p at which a group's table can change: a new block
  * is needed (q % bs == 0), or a block leaves the window (the engine drops
- * before q - W + 1, which frees a new block when that is a positive multiple of
- * bs); at the latest the last step, T - 1. */
+ * before kv_window_first(q, W), which frees a new block when that is a
+ * positive multiple of bs); at the latest the last step, T - 1. */
 static int64_t next_event(const kv_plan_group *groups, int n_groups, int64_t p, int64_t T) {
     int64_t q = T - 1;
     for (int g = 0; g < n_groups; g++) {
@@ -356,8 +355,8 @@ static int64_t next_event(const kv_plan_group *groups, int n_groups, int64_t p, 
         int64_t r = (p / bs + 1) * bs;
         if (r < q) q = r;
         if (W > 0) {
-            int64_t f = p - W + 1, k = f < bs ? 1 : f / bs + 1;
-            int64_t d = k * bs + W - 1;
+            /* the first step whose window starts in the next block, k */
+            int64_t k = kv_window_first(p, W) / bs + 1, d = k * bs + W - 1;
             if (d < q) q = d;
         }
     }
@@ -379,7 +378,7 @@ static bool measure_step(measure_run *mr, int64_t p, kv_plan_measured *out, kvl_
         for (int g = 0; g < mr->n_groups; g++) {
             kv_seq *s = &mr->seqs[g * mr->B + i];
             int64_t W = mr->groups[g].window;
-            if (W > 0) kv_seq_drop_before(mr->pool[g], s, p - W + 1);
+            kv_seq_drop_outside_window(mr->pool[g], s, p, W);
             if (!kv_seq_reserve(mr->pool[g], s, p + 1))
                 return kvl_fail(err, "kv-plan: the engine's pool (group %d, window %lld, %lld blocks) "
                                 "ran out at token %lld of sequence %lld", g, (long long)W,
@@ -400,7 +399,7 @@ static bool measure_step(measure_run *mr, int64_t p, kv_plan_measured *out, kvl_
 static void measure_end(measure_run *mr, kv_plan_measured *out) {
     for (int g = 0; g < mr->n_groups; g++) {
         kv_plan_measured_group *mg = &out->group[g];
-        int64_t W = mr->groups[g].window, t = W > 0 && mr->T > W ? W : mr->T;
+        int64_t W = mr->groups[g].window, t = kv_window_kept(mr->T, W);
         mg->window = W;
         mg->n_layers = mr->groups[g].cfg.n_layers;
         mg->block_bytes = kv_pool_block_bytes(mr->pool[g]);

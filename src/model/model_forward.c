@@ -42,11 +42,16 @@ static bool check_batch(const model *m, kv_pool *const *pools, const model_batch
         if (p < 0 || p >= m->mp.max_ctx)
             return kvl_fail(err, "batch token %lld: position %d outside the context of %lld",
                             (long long)i, p, (long long)m->mp.max_ctx);
+        /* Every block the attention will read for this token (kv.h's window
+         * rule, the one load_run follows) must be in the table. */
         for (int g = 0; g < m->n_groups; g++) {
             const kv_seq *s = b->seqs[(size_t)b->seq[i] * m->n_groups + g];
-            int64_t bi = p / kv_pool_cfg(pools[g])->block_size;
-            if (bi >= s->n_blocks || s->blocks[bi] < 0)
-                return kvl_fail(err, "batch token %lld: position %d has no KV block", (long long)i, p);
+            int32_t w = m->groups[g].window;
+            int64_t miss = kv_seq_window_missing(pools[g], s, p, w);
+            if (miss >= 0)
+                return kvl_fail(err, "batch token %lld: position %d attends to positions %lld..%d (KV group %d, "
+                                "window %d), but the block of position %lld is not in its block table",
+                                (long long)i, p, (long long)kv_window_first(p, w), p, g, w, (long long)miss);
         }
     }
     return true;
