@@ -19,10 +19,7 @@ typedef struct seq {
     int64_t n_prompt;
     int64_t n_computed;      /* tokens whose K/V are in the blocks */
     int64_t recompute_for;   /* --no-kv-cache: n_tokens the current recompute serves */
-    kv_seq kv[MODEL_MAX_KV_GROUPS]; /* one block table per KV group */
-    uint64_t hash_root;      /* chain root (depends on the cache salt) */
-    uint64_t last_hash;      /* hash of block n_hashed-1 (hash_root if none) */
-    int64_t n_hashed;        /* leading blocks registered in / found by the prefix cache */
+    kv_seq kv[MODEL_MAX_KV_GROUPS]; /* one block table per KV group (group 0: prefix chain) */
     sampler *smp;
     tok_stream stream;
     char *text;              /* generated text not yet released (held for stop strings) */
@@ -239,11 +236,13 @@ int64_t engine_submit(engine *e, const engine_request *r, kvl_error *err) {
         kvl_fail(err, "engine: out of memory");
         return -1;
     }
-    for (int g = 0; g < MODEL_MAX_KV_GROUPS; g++) kv_seq_init(&s->kv[g]);
+    for (int g = 0; g < MODEL_MAX_KV_GROUPS; g++) {
+        kv_seq_init(&s->kv[g]);
+        kv_seq_set_cache_salt(&s->kv[g], r->cache_salt);
+    }
     tok_stream_init(&s->stream);
     s->id = ++e->next_id; /* ids start at 1 so that 0 can mean "none" */
     s->state = SEQ_WAITING;
-    s->hash_root = s->last_hash = kv_hash_root(r->cache_salt);
     s->stats.n_prompt = r->n_prompt;
     s->stats.t_submit = kvl_time_s();
     seq **tail = &e->waiting;
@@ -405,45 +404,16 @@ static void running_remove(engine *e, int idx) {
 static void seq_forget_kv(engine *e, seq *s) {
     for (int g = 0; g < e->n_groups; g++) kv_seq_release(e->kv[g], &s->kv[g]);
     s->n_computed = 0;
-    s->n_hashed = 0;
-    s->last_hash = s->hash_root;
 }
 
 /* Attaches the longest cached prefix of full blocks to a sequence about to be
  * admitted. The last token is never taken from the cache: its logits are needed. */
 static void prefix_attach(engine *e, seq *s) {
     if (!e->prefix_cache || s->n_computed > 0) return;
-    int bs = e->cfg.block_size;
-    int64_t max_blocks = (s->n_tokens - 1) / bs;
-    while (s->n_hashed < max_blocks) {
-        const int32_t *toks = s->tokens + s->n_hashed * bs;
-        uint64_t h = kv_block_hash(s->last_hash, toks, bs);
-        int32_t b = kv_prefix_lookup(e->kv[0], h, s->last_hash, toks);
-        if (b < 0) break;
-        if (!kv_seq_append(&s->kv[0], b)) {
-            kv_block_unref(e->kv[0], b);
-            break;
-        }
-        s->last_hash = h;
-        s->n_hashed++;
-    }
-    s->n_computed = s->n_hashed * bs;
+    s->n_computed = kv_prefix_match(e->kv[0], &s->kv[0], s->tokens, s->n_tokens - 1);
     e->metrics.prefix_cache_queries += s->n_tokens;
     e->metrics.prefix_cache_hits += s->n_computed;
     if (s->stats.n_generated == 0) s->stats.n_cached_prompt = s->n_computed;
-}
-
-/* Registers the sequence's blocks that became full this step. */
-static void prefix_register(engine *e, seq *s) {
-    if (!e->prefix_cache) return;
-    int bs = e->cfg.block_size;
-    while ((s->n_hashed + 1) * bs <= s->n_computed) {
-        const int32_t *toks = s->tokens + s->n_hashed * bs;
-        uint64_t h = kv_block_hash(s->last_hash, toks, bs);
-        kv_prefix_register(e->kv[0], s->kv[0].blocks[s->n_hashed], h, s->last_hash, toks);
-        s->last_hash = h;
-        s->n_hashed++;
-    }
 }
 
 /* Preempts the newest running sequence by recompute: its blocks are freed and it
@@ -528,7 +498,7 @@ static bool leader_prefilling(const engine *e, const seq *s) {
     int64_t want = (s->n_prompt - 1) / e->cfg.block_size; /* full blocks the follower can reuse */
     for (int i = 0; i < e->n_running; i++) {
         const seq *l = e->running[i];
-        if (l->id == s->req.prefix_leader) return l->n_hashed < want && l->n_computed < l->n_prompt;
+        if (l->id == s->req.prefix_leader) return l->kv[0].n_hashed < want && l->n_computed < l->n_prompt;
     }
     return false; /* finished, or queued behind s (after a preemption): do not wait */
 }
@@ -613,7 +583,7 @@ bool engine_step(engine *e, kvl_error *err) {
         seq *s = e->b_owner[si];
         for (int64_t t = 0; t < p.n_tokens; t++)
             if (e->b_seq[t] == si) s->n_computed++;
-        prefix_register(e, s);
+        if (e->prefix_cache) kv_prefix_commit(e->kv[0], &s->kv[0], s->tokens, s->n_computed);
     }
     sample_outputs(e, &p);
     for (int i = 0; i < e->n_running;) {

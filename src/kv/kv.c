@@ -1,4 +1,4 @@
-/* kv: block pool and block tables. See kv.h. */
+/* kv: block pool, block tables and the prefix cache. See kv.h. */
 #include "kv.h"
 
 #include <stdlib.h>
@@ -25,6 +25,7 @@ struct kv_pool {
     int64_t n_cached;
     int32_t *map;             /* -1 empty */
     uint64_t map_mask;
+    kv_block_hash_fn block_hash;
 };
 
 static bool alloc_prefix_state(kv_pool *p) {
@@ -43,6 +44,7 @@ static bool alloc_prefix_state(kv_pool *p) {
     memset(p->map, 0xff, cap * sizeof *p->map);
     p->map_mask = cap - 1;
     p->lru_head = p->lru_tail = -1;
+    p->block_hash = kv_block_hash;
     return true;
 }
 
@@ -227,34 +229,62 @@ uint64_t kv_block_hash(uint64_t parent, const int32_t *tokens, int n_tokens) {
     return XXH3_64bits_withSeed(tokens, (size_t)n_tokens * sizeof *tokens, parent);
 }
 
-uint64_t kv_hash_root(const char *salt) {
+void kv_pool_set_block_hash(kv_pool *p, kv_block_hash_fn fn) { p->block_hash = fn ? fn : kv_block_hash; }
+
+static uint64_t chain_root(const char *salt) {
     static const char tag[] = "kvllm-prefix-v1";
     uint64_t root = XXH3_64bits(tag, sizeof tag - 1);
     if (salt && *salt) root = XXH3_64bits_withSeed(salt, strlen(salt), root);
     return root;
 }
 
-int32_t kv_prefix_lookup(kv_pool *p, uint64_t hash, uint64_t parent, const int32_t *tokens) {
+/* The cached block with this hash, parent and tokens, or -1. A block found by
+ * its hash alone is not enough: the parent and tokens it was computed from must
+ * be these too (a collision is a miss). */
+static int32_t prefix_find(const kv_pool *p, uint64_t hash, uint64_t parent, const int32_t *tokens) {
     int64_t slot = map_find_slot(p, hash);
     if (slot < 0) return -1;
     int32_t b = p->map[slot];
     size_t bs = (size_t)p->cfg.block_size;
-    if (p->parent[b] != parent || memcmp(p->tokens + b * bs, tokens, bs * sizeof *tokens) != 0)
-        return -1; /* hash collision: treat as a miss */
-    if (p->refcount[b] == 0) lru_remove(p, b);
-    p->refcount[b]++;
+    if (p->parent[b] != parent || memcmp(p->tokens + b * bs, tokens, bs * sizeof *tokens) != 0) return -1;
     return b;
 }
 
-void kv_prefix_register(kv_pool *p, int32_t block, uint64_t hash, uint64_t parent,
-                        const int32_t *tokens) {
-    if (p->hashed[block] || map_find_slot(p, hash) >= 0) return;
-    size_t bs = (size_t)p->cfg.block_size;
-    p->hash[block] = hash;
-    p->parent[block] = parent;
-    memcpy(p->tokens + block * bs, tokens, bs * sizeof *tokens);
-    p->hashed[block] = 1;
-    map_insert(p, block);
+int64_t kv_prefix_match(kv_pool *p, kv_seq *s, const int32_t *tokens, int64_t n_tokens) {
+    const int bs = p->cfg.block_size;
+    if (s->n_blocks != s->n_hashed) return s->n_hashed * bs;
+    while (s->n_hashed < n_tokens / bs) {
+        const int32_t *toks = tokens + s->n_hashed * bs;
+        uint64_t h = p->block_hash(s->chain_hash, toks, bs);
+        int32_t b = prefix_find(p, h, s->chain_hash, toks);
+        if (b < 0 || !kv_seq_append(s, b)) break;
+        if (p->refcount[b] == 0) lru_remove(p, b); /* revived */
+        p->refcount[b]++;
+        s->chain_hash = h;
+        s->n_hashed++;
+    }
+    return s->n_hashed * bs;
+}
+
+void kv_prefix_commit(kv_pool *p, kv_seq *s, const int32_t *tokens, int64_t n_computed) {
+    const int bs = p->cfg.block_size;
+    while ((s->n_hashed + 1) * bs <= n_computed && s->n_hashed < s->n_blocks) {
+        int32_t b = s->blocks[s->n_hashed];
+        if (b < 0) return;
+        const int32_t *toks = tokens + s->n_hashed * bs;
+        uint64_t h = p->block_hash(s->chain_hash, toks, bs);
+        /* A block already cached stays as it is; so does this one if another
+         * block holds its hash (the same prefix computed twice, or a collision). */
+        if (!p->hashed[b] && map_find_slot(p, h) < 0) {
+            p->hash[b] = h;
+            p->parent[b] = s->chain_hash;
+            memcpy(p->tokens + (size_t)b * bs, toks, (size_t)bs * sizeof *toks);
+            p->hashed[b] = 1;
+            map_insert(p, b);
+        }
+        s->chain_hash = h;
+        s->n_hashed++;
+    }
 }
 
 void kv_prefix_clear(kv_pool *p) {
@@ -265,6 +295,81 @@ void kv_prefix_clear(kv_pool *p) {
         p->free_stack[p->n_free++] = b;
     }
     for (int64_t b = 0; b < p->cfg.n_blocks; b++) unhash(p, (int32_t)b);
+}
+
+bool kv_pool_check(const kv_pool *p, kvl_error *err) {
+    const int64_t n = p->cfg.n_blocks;
+    uint8_t *seen = calloc((size_t)n, 1); /* 1: on the free stack, 2: in the LRU list */
+    if (!seen) return kvl_fail(err, "kv check: out of memory");
+    bool ok = false;
+    if (p->n_free < 0 || p->n_free > n || p->n_cached < 0 || p->n_free + p->n_cached > n) {
+        kvl_fail(err, "kv check: %lld free + %lld cached of %lld blocks", (long long)p->n_free,
+                 (long long)p->n_cached, (long long)n);
+        goto done;
+    }
+    for (int64_t i = 0; i < p->n_free; i++) {
+        int32_t b = p->free_stack[i];
+        if (b < 0 || b >= n || seen[b] || p->refcount[b] != 0 || p->hashed[b]) {
+            kvl_fail(err, "kv check: free stack entry %lld (block %d) is out of range, twice there, "
+                     "referenced or hashed", (long long)i, b);
+            goto done;
+        }
+        seen[b] = 1;
+    }
+    int64_t n_lru = 0;
+    for (int32_t b = p->lru_head, prev = -1; b >= 0; prev = b, b = p->lru_next[b]) {
+        if (b >= n || seen[b] || p->lru_prev[b] != prev || p->refcount[b] != 0 || !p->hashed[b] ||
+            ++n_lru > p->n_cached) {
+            kvl_fail(err, "kv check: LRU entry %lld (block %d) is out of range, listed twice, badly linked, "
+                     "referenced, unhashed or beyond the %lld cached", (long long)n_lru, b, (long long)p->n_cached);
+            goto done;
+        }
+        seen[b] = 2;
+        if (p->lru_next[b] < 0 && p->lru_tail != b) {
+            kvl_fail(err, "kv check: the LRU list ends at block %d, not at its tail %d", b, p->lru_tail);
+            goto done;
+        }
+    }
+    if (n_lru != p->n_cached || (n_lru == 0 && p->lru_tail != -1)) {
+        kvl_fail(err, "kv check: %lld blocks in the LRU list, %lld counted cached", (long long)n_lru,
+                 (long long)p->n_cached);
+        goto done;
+    }
+    int64_t n_hashed = 0;
+    for (int64_t b = 0; b < n; b++) {
+        if (p->refcount[b] < 0 || (p->refcount[b] == 0) != (seen[b] != 0)) {
+            kvl_fail(err, "kv check: block %lld has refcount %d but is%s free or cached", (long long)b,
+                     p->refcount[b], seen[b] ? "" : " neither");
+            goto done;
+        }
+        if (!p->hashed[b]) continue;
+        n_hashed++;
+        int64_t slot = map_find_slot(p, p->hash[b]);
+        if (slot < 0 || p->map[slot] != b) {
+            kvl_fail(err, "kv check: hashed block %lld is not what its hash finds", (long long)b);
+            goto done;
+        }
+    }
+    int64_t n_map = 0;
+    for (uint64_t i = 0; i <= p->map_mask; i++) {
+        int32_t b = p->map[i];
+        if (b < 0) continue;
+        n_map++;
+        if (b >= n || !p->hashed[b]) {
+            kvl_fail(err, "kv check: hash index slot %llu holds block %d, which is not hashed",
+                     (unsigned long long)i, b);
+            goto done;
+        }
+    }
+    if (n_map != n_hashed) {
+        kvl_fail(err, "kv check: hash index holds %lld blocks, %lld are hashed", (long long)n_map,
+                 (long long)n_hashed);
+        goto done;
+    }
+    ok = true;
+done:
+    free(seen);
+    return ok;
 }
 
 int32_t kv_block_refcount(const kv_pool *p, int32_t block) { return p->refcount[block]; }
@@ -305,7 +410,15 @@ const void *kv_block_v_const(const kv_pool *p, int32_t block, int layer) {
     return kv_block_v((kv_pool *)p, block, layer);
 }
 
-void kv_seq_init(kv_seq *s) { memset(s, 0, sizeof *s); }
+void kv_seq_init(kv_seq *s) {
+    memset(s, 0, sizeof *s);
+    s->chain_root = s->chain_hash = chain_root(NULL);
+}
+
+void kv_seq_set_cache_salt(kv_seq *s, const char *salt) {
+    s->chain_root = s->chain_hash = chain_root(salt);
+    s->n_hashed = 0;
+}
 
 int64_t kv_seq_blocks_needed(const kv_pool *p, const kv_seq *s, int64_t n_tokens) {
     int64_t want = (n_tokens + p->cfg.block_size - 1) / p->cfg.block_size;
@@ -346,6 +459,10 @@ void kv_seq_truncate(kv_pool *p, kv_seq *s, int64_t n_blocks) {
     for (int64_t i = s->n_blocks - 1; i >= n_blocks; i--)
         if (s->blocks[i] >= 0) kv_block_unref(p, s->blocks[i]);
     if (n_blocks < s->n_blocks) s->n_blocks = n_blocks < 0 ? 0 : n_blocks;
+    if (s->n_hashed > s->n_blocks) { /* the hash of the new last block is not kept: walk again */
+        s->n_hashed = 0;
+        s->chain_hash = s->chain_root;
+    }
 }
 
 int64_t kv_seq_drop_before(kv_pool *p, kv_seq *s, int64_t first_pos) {
@@ -381,7 +498,8 @@ void kv_seq_release(kv_pool *p, kv_seq *s) { kv_seq_truncate(p, s, 0); }
 void kv_seq_free(kv_pool *p, kv_seq *s) {
     kv_seq_release(p, s);
     free(s->blocks);
-    kv_seq_init(s);
+    s->blocks = NULL;
+    s->cap = 0;
 }
 
 kv_usage kv_seq_usage(const kv_pool *p, const kv_seq *s, int64_t n_tokens) {

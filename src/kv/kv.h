@@ -67,22 +67,28 @@ void kv_block_unref(kv_pool *p, int32_t block);
 int32_t kv_block_refcount(const kv_pool *p, int32_t block);
 
 /* ---- prefix cache ----
- * A full block is identified by a chained hash of (parent block's hash, extra
- * key such as a cache salt, its block_size token ids). Registered blocks keep
- * their hash after their last user releases them and can be found again until
- * they are evicted. Lookups re-check the stored tokens and parent hash. */
+ * The block manager of nano-vllm: only full blocks are cached, each identified
+ * by a chained hash of (its parent block's hash, its block_size token ids); the
+ * chain starts at a root that depends on the cache salt, so the hash of block i
+ * covers the whole prefix up to it. A block committed to the cache keeps its
+ * hash after its last user releases it: it joins an LRU list of cached blocks
+ * (counted free) and can be found again until an allocation evicts it, least
+ * recently released first. Every hash hit re-checks the stored parent hash and
+ * tokens, so a hash collision is a miss, never a wrong block. A sequence's
+ * chain state (root, last hash, blocks hashed) lives in its kv_seq. */
+typedef uint64_t (*kv_block_hash_fn)(uint64_t parent, const int32_t *tokens, int n_tokens);
+/* The chained block hash (XXH3 seeded with the parent's hash). */
 uint64_t kv_block_hash(uint64_t parent, const int32_t *tokens, int n_tokens);
-/* The hash chain's root for a given salt (NULL or "" = no salt). */
-uint64_t kv_hash_root(const char *salt);
-/* Finds a cached block with this hash, parent and tokens and takes a reference
- * to it (reviving it from the evictable list if unused). -1 if absent. */
-int32_t kv_prefix_lookup(kv_pool *p, uint64_t hash, uint64_t parent, const int32_t *tokens);
-/* Registers a block whose block_size tokens are computed under this hash. No-op
- * if an identical block is already registered. */
-void kv_prefix_register(kv_pool *p, int32_t block, uint64_t hash, uint64_t parent,
-                        const int32_t *tokens);
+/* Replaces the pool's block hash (NULL: kv_block_hash). For tests, which force
+ * collisions with a weak one; call it before anything is committed. */
+void kv_pool_set_block_hash(kv_pool *p, kv_block_hash_fn fn);
 /* Forgets every cached hash (blocks stay allocated to their users). */
 void kv_prefix_clear(kv_pool *p);
+/* Checks the pool's bookkeeping: every block is free, cached (refcount 0, in
+ * the LRU list) or used, exactly once; the counts agree; the hash index holds
+ * exactly the cached and committed blocks, each findable by its hash. False
+ * with err saying which invariant broke. O(n_blocks); for tests. */
+bool kv_pool_check(const kv_pool *p, kvl_error *err);
 
 /* K/V storage of `block` for `layer`: block_size tokens of k_row_bytes
  * (v_row_bytes), arranged as kv_block_layout says. */
@@ -112,23 +118,44 @@ const kv_block_layout *kv_pool_v_layout(const kv_pool *p); /* zeros when V is no
  * keeps none) in row `row` (position % block_size) of `block`, `layer`. */
 void kv_store_token(kv_pool *p, int32_t block, int layer, int row, const float *k, const float *v);
 
-/* A sequence's block table: blocks[i] holds positions [i*bs, (i+1)*bs). */
+/* A sequence's block table: blocks[i] holds positions [i*bs, (i+1)*bs), and
+ * its place in the prefix cache's hash chain. */
 typedef struct kv_seq {
     int32_t *blocks;
     int64_t n_blocks;
     int64_t cap;
+    uint64_t chain_root; /* the chain's root: a hash of the cache salt */
+    uint64_t chain_hash; /* hash of block n_hashed-1 (chain_root if none) */
+    int64_t n_hashed;    /* leading blocks found in or committed to the prefix cache */
 } kv_seq;
 
+/* An empty table, its chain rooted at no salt. */
 void kv_seq_init(kv_seq *s);
+/* Roots the sequence's chain at this salt (NULL or "": none): sequences with
+ * different salts never share cached blocks. Forgets the chain's progress. */
+void kv_seq_set_cache_salt(kv_seq *s, const char *salt);
+/* Attaches the longest chain of cached blocks that holds full blocks of
+ * tokens[0..n_tokens), taking a reference to each (reviving it from the LRU
+ * list if unused), and returns the tokens the sequence's chain now covers (a
+ * multiple of block_size). Only extends a table that holds nothing but its
+ * chain (an empty one, typically); otherwise, and on out of memory, attaches
+ * nothing more. */
+int64_t kv_prefix_match(kv_pool *p, kv_seq *s, const int32_t *tokens, int64_t n_tokens);
+/* Commits to the cache the sequence's blocks that are full now that the K/V of
+ * tokens[0..n_computed) are in them, extending its chain. A block whose hash is
+ * already cached (another sequence computed the same prefix) stays uncached.
+ * Stops at a block the table dropped (-1). */
+void kv_prefix_commit(kv_pool *p, kv_seq *s, const int32_t *tokens, int64_t n_computed);
 /* Makes the table cover n_tokens positions, allocating blocks as needed.
  * All-or-nothing: on false (pool exhausted or out of memory) nothing changed. */
 bool kv_seq_reserve(kv_pool *p, kv_seq *s, int64_t n_tokens);
 /* Blocks kv_seq_reserve would need to allocate to cover n_tokens. */
 int64_t kv_seq_blocks_needed(const kv_pool *p, const kv_seq *s, int64_t n_tokens);
-/* Appends a block the caller holds a reference to (e.g. from kv_prefix_lookup);
+/* Appends a block the caller holds a reference to;
  * the table takes over that reference. False on out of memory (nothing changed). */
 bool kv_seq_append(kv_seq *s, int32_t block);
-/* Drops the blocks from index n_blocks on (undoing a reserve). */
+/* Drops the blocks from index n_blocks on (undoing a reserve); a chain that
+ * reached past them restarts at the root (the next commit walks it again). */
 void kv_seq_truncate(kv_pool *p, kv_seq *s, int64_t n_blocks);
 /* Sliding window: unrefs the blocks holding only positions < first_pos and marks
  * their table entries -1 (positions keep their indices). Returns blocks freed. */
@@ -154,7 +181,7 @@ int64_t kv_seq_drop_outside_window(kv_pool *p, kv_seq *s, int64_t next_pos, int6
 int64_t kv_seq_window_missing(const kv_pool *p, const kv_seq *s, int64_t pos, int64_t window);
 /* Blocks actually held (entries that are not -1). */
 int64_t kv_seq_n_held(const kv_seq *s);
-/* Unrefs every block and empties the table (keeps its memory for reuse). */
+/* Unrefs every block and empties the table (keeps its memory and salt). */
 void kv_seq_release(kv_pool *p, kv_seq *s);
 void kv_seq_free(kv_pool *p, kv_seq *s); /* release + free the table itself */
 

@@ -53,9 +53,10 @@ static uint8_t fp8_encode(float f) {
     uint8_t sign = signbit(f) ? 0x80 : 0;
     float a = fabsf(f);
     if (a >= 448.0f) return sign | 0x7e;
-    if (a < 0.0009765625f) { /* below half the smallest subnormal (2^-9): zero */
-        return sign;
-    }
+    /* Up to half the smallest subnormal (2^-9): zero. 2^-10 itself is a tie
+     * between 0 and 2^-9 that goes to the even code, 0 (past this point it would
+     * round to q = 0, which the normal path below cannot encode). */
+    if (a <= 0.0009765625f) return sign;
     int e;
     frexpf(a, &e); /* a = m * 2^e, m in [0.5, 1) */
     int exp = e - 1 + 7; /* biased exponent of a in [1, 2) form */

@@ -85,94 +85,130 @@ static bool ensure_attn_scratch(model *m, kv_pool *const *pools, kvl_error *err)
     return m->attn_scratch ? true : kvl_fail(err, "model: out of memory for attention scratch");
 }
 
-/* Prefill: the ubatch's tokens in runs of consecutive positions of one
- * sequence within one attention chunk (op_attend_run), so that the block
- * table is walked and each K and V row read once per run and KV head rather
- * than once per token (the walk alone, load_run, was 7.5% of a 4096-token
- * prefill of a 1B model). The results are the same bits. Declines (false)
- * when no run has two tokens, or when there are too few runs to share among
- * the threads. */
-static bool attention_runs(const fwd_ctx *c, const layer_weights *L, const attn_args *a, const float *q,
-                           int64_t q_stride, float *out, int64_t out_stride, bool par) {
-    model *m = c->m;
-    const int64_t G = m->hp.n_head / m->hp.n_head_kv, n_kv = m->hp.n_head_kv;
-    const int T = op_attend_run_max_tokens((int)G, a->dv, m->mp.max_ctx);
+/* Where attention reads the ubatch's queries and writes its outputs: token t's
+ * q rows start at q + t * q_stride (heads a->dk apart), its outputs at
+ * out + t * out_stride (heads a->dv apart). */
+typedef struct attn_io {
+    const float *q;
+    int64_t q_stride;
+    float *out;
+    int64_t out_stride;
+} attn_io;
+
+/* The calling thread's share of the attention scratch (inside a parallel region). */
+static float *thread_scratch(const model *m) {
+    return m->attn_scratch + (size_t)omp_get_thread_num() * m->attn_scratch_len;
+}
+
+/* Attention of (token, KV head) pair w of the ubatch (token w / n_kv, KV head
+ * w % n_kv), its chunks spread over up to max_threads threads. */
+static void attend_pair(const fwd_ctx *c, const layer_weights *L, const attn_args *a, const attn_io *io,
+                        int64_t w, float *scratch, int max_threads) {
+    const model *m = c->m;
+    const int64_t G = m->hp.n_head / m->hp.n_head_kv, n_kv = m->hp.n_head_kv, t = w / n_kv, g = w % n_kv;
+    op_attend_group(a, seq_table(c, t, L->kv_group), c->b->pos[c->t0 + t], (int)g, (int)G,
+                    io->q + t * io->q_stride + g * G * a->dk, a->dk, io->out + t * io->out_stride + g * G * a->dv,
+                    a->dv, scratch, max_threads);
+}
+
+/* Runs of tokens of one sequence at consecutive positions within one attention chunk. */
+typedef struct attn_runs {
+    const int32_t *runs; /* [n][2]: first token, count */
+    int64_t n, longest;
+} attn_runs;
+
+static attn_runs find_runs(const fwd_ctx *c, int max_tokens) {
     const int32_t *pos = c->b->pos + c->t0, *seq = c->b->seq + c->t0;
-    int32_t *runs = m->attn_runs;
-    int64_t nruns = 0, longest = 0;
+    int32_t *runs = c->m->attn_runs;
+    attn_runs r = {.runs = runs};
     for (int64_t t = 0; t < c->n;) {
         int64_t e = t + 1;
-        while (e < c->n && e - t < T && seq[e] == seq[t] && pos[e] == pos[e - 1] + 1 &&
+        while (e < c->n && e - t < max_tokens && seq[e] == seq[t] && pos[e] == pos[e - 1] + 1 &&
                pos[e] / OP_ATTN_CHUNK == pos[t] / OP_ATTN_CHUNK)
             e++;
-        runs[2 * nruns] = (int32_t)t;
-        runs[2 * nruns + 1] = (int32_t)(e - t);
-        longest = e - t > longest ? e - t : longest;
-        nruns++;
+        runs[2 * r.n] = (int32_t)t;
+        runs[2 * r.n + 1] = (int32_t)(e - t);
+        r.longest = e - t > r.longest ? e - t : r.longest;
+        r.n++;
         t = e;
     }
-    const int64_t total = nruns * n_kv;
-    if (longest < 2 || (par && total < omp_get_max_threads())) return false;
-#define ATTEND_RUN(w, scratch)                                                                             \
-    do {                                                                                                   \
-        const int64_t r_ = (w) / n_kv, g_ = (w) % n_kv, t_ = runs[2 * r_];                                 \
-        op_attend_run(a, seq_table(c, t_, L->kv_group), pos[t_], runs[2 * r_ + 1], (int)g_, (int)G,        \
-                      q + t_ * q_stride + g_ * G * a->dk, q_stride, out + t_ * out_stride + g_ * G * a->dv, \
-                      out_stride, scratch);                                                                \
-    } while (0)
+    return r;
+}
+
+/* Attention of (run, KV head) item w: run w / n_kv, KV head w % n_kv. */
+static void attend_run_item(const fwd_ctx *c, const layer_weights *L, const attn_args *a, const attn_io *io,
+                            const attn_runs *r, int64_t w, float *scratch) {
+    const model *m = c->m;
+    const int64_t G = m->hp.n_head / m->hp.n_head_kv, n_kv = m->hp.n_head_kv;
+    const int64_t ri = w / n_kv, g = w % n_kv, t = r->runs[2 * ri];
+    op_attend_run(a, seq_table(c, t, L->kv_group), c->b->pos[c->t0 + t], r->runs[2 * ri + 1], (int)g, (int)G,
+                  io->q + t * io->q_stride + g * G * a->dk, io->q_stride, io->out + t * io->out_stride + g * G * a->dv,
+                  io->out_stride, scratch);
+}
+
+/* Strategy for prefill: the ubatch's tokens in runs of consecutive positions
+ * of one sequence within one attention chunk (op_attend_run), so that the
+ * block table is walked and each K and V row read once per run and KV head
+ * rather than once per token (the walk alone, load_run, was 7.5% of a
+ * 4096-token prefill of a 1B model). The results are the same bits. Declines
+ * (false) when no run has two tokens, or when there are too few runs to share
+ * among the threads. */
+static bool attention_runs(const fwd_ctx *c, const layer_weights *L, const attn_args *a, const attn_io *io,
+                           bool par) {
+    model *m = c->m;
+    const int64_t G = m->hp.n_head / m->hp.n_head_kv, n_kv = m->hp.n_head_kv;
+    const attn_runs r = find_runs(c, op_attend_run_max_tokens((int)G, a->dv, m->mp.max_ctx));
+    const int64_t total = r.n * n_kv;
+    if (r.longest < 2 || (par && total < omp_get_max_threads())) return false;
     if (!par) { /* no OpenMP region: even a one-thread one costs a system call */
-        for (int64_t w = 0; w < total; w++) ATTEND_RUN(w, m->attn_scratch);
+        for (int64_t w = 0; w < total; w++) attend_run_item(c, L, a, io, &r, w, m->attn_scratch);
         return true;
     }
 #pragma omp parallel for schedule(dynamic, 1)
-    for (int64_t w = 0; w < total; w++)
-        ATTEND_RUN(w, m->attn_scratch + (size_t)omp_get_thread_num() * m->attn_scratch_len);
-#undef ATTEND_RUN
+    for (int64_t w = 0; w < total; w++) attend_run_item(c, L, a, io, &r, w, thread_scratch(m));
     return true;
 }
 
-/* Attention for every (token, KV head) of the ubatch: q rows of q_stride floats
- * per token (heads a->dk apart), outputs of out_stride floats (heads a->dv apart).
- * The pairs run in parallel; when there are fewer pairs than threads (decode
- * of one sequence with few KV heads) they run one after the other and each
- * spreads its fixed chunks of positions over the threads instead. Either way
- * the arithmetic is the same (op_attend_group). */
+/* Strategy for fewer pairs than threads (decode of one sequence with few KV
+ * heads): the pairs one after the other, each spreading its fixed chunks of
+ * positions over the threads. */
+static void attention_split_pairs(const fwd_ctx *c, const layer_weights *L, const attn_args *a, const attn_io *io,
+                                  int64_t total) {
+    for (int64_t w = 0; w < total; w++) attend_pair(c, L, a, io, w, c->m->attn_scratch, omp_get_max_threads());
+}
+
+/* Strategy for little work: every pair on this thread, no OpenMP region (even
+ * a one-thread one costs a system call). */
+static void attention_serial(const fwd_ctx *c, const layer_weights *L, const attn_args *a, const attn_io *io,
+                             int64_t total) {
+    for (int64_t w = 0; w < total; w++) attend_pair(c, L, a, io, w, c->m->attn_scratch, 1);
+}
+
+/* Strategy for many pairs: the pairs in parallel, each on one thread. */
+static void attention_parallel_pairs(const fwd_ctx *c, const layer_weights *L, const attn_args *a,
+                                     const attn_io *io, int64_t total) {
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t w = 0; w < total; w++) attend_pair(c, L, a, io, w, thread_scratch(c->m), 1);
+}
+
+/* Attention for every (token, KV head) pair of the ubatch, by the strategy that
+ * suits the work; each computes every pair with the same arithmetic
+ * (op_attend_group's fixed chunks, or op_attend_run's bit-identical runs), so
+ * the choice changes no result. */
 static void attention(const fwd_ctx *c, const layer_weights *L, const attn_args *a, const float *q,
                       int64_t q_stride, float *out, int64_t out_stride) {
-    model *m = c->m;
-    int64_t G = m->hp.n_head / m->hp.n_head_kv, n_kv = m->hp.n_head_kv, total = c->n * n_kv;
+    const model *m = c->m;
+    const attn_io io = {.q = q, .q_stride = q_stride, .out = out, .out_stride = out_stride};
+    const int64_t total = c->n * m->hp.n_head_kv;
     /* Waking the thread team costs microseconds: only worth it for real work. */
     double macs = 0;
     for (int64_t t = 0; t < c->n; t++) macs += (double)(c->b->pos[c->t0 + t] + 1);
     macs *= (double)m->hp.n_head * (double)(a->dk + a->dv);
-    bool par = macs >= 65536.0;
-    if (a->window == 0 && attention_runs(c, L, a, q, q_stride, out, out_stride, par)) return;
-    if (par && total < omp_get_max_threads()) {
-        for (int64_t w = 0; w < total; w++) {
-            int64_t t = w / n_kv, g = w % n_kv;
-            op_attend_group(a, seq_table(c, t, L->kv_group), c->b->pos[c->t0 + t], (int)g, (int)G,
-                            q + t * q_stride + g * G * a->dk, a->dk, out + t * out_stride + g * G * a->dv,
-                            a->dv, m->attn_scratch, omp_get_max_threads());
-        }
-        return;
-    }
-    if (!par || total <= 1) { /* no OpenMP region: even a one-thread one costs a system call */
-        for (int64_t w = 0; w < total; w++) {
-            int64_t t = w / n_kv, g = w % n_kv;
-            op_attend_group(a, seq_table(c, t, L->kv_group), c->b->pos[c->t0 + t], (int)g, (int)G,
-                            q + t * q_stride + g * G * a->dk, a->dk, out + t * out_stride + g * G * a->dv,
-                            a->dv, m->attn_scratch, 1);
-        }
-        return;
-    }
-#pragma omp parallel for schedule(dynamic, 1)
-    for (int64_t w = 0; w < total; w++) {
-        int64_t t = w / n_kv, g = w % n_kv;
-        float *scratch = m->attn_scratch + (size_t)omp_get_thread_num() * m->attn_scratch_len;
-        op_attend_group(a, seq_table(c, t, L->kv_group), c->b->pos[c->t0 + t], (int)g, (int)G,
-                        q + t * q_stride + g * G * a->dk, a->dk, out + t * out_stride + g * G * a->dv,
-                        a->dv, scratch, 1);
-    }
+    const bool par = macs >= 65536.0;
+    if (a->window == 0 && attention_runs(c, L, a, &io, par)) return;
+    if (par && total < omp_get_max_threads()) attention_split_pairs(c, L, a, &io, total);
+    else if (!par || total <= 1) attention_serial(c, L, a, &io, total);
+    else attention_parallel_pairs(c, L, a, &io, total);
 }
 
 static float attn_scale(const model *m) {

@@ -261,6 +261,28 @@ static void query_row(const kv_pool_config *c, const float *qh, float *dst, int6
     }
 }
 
+/* op_attend_group's positions [first, pos] of one token, in chunks c0..c1,
+ * and where each chunk's partial and working area go. */
+typedef struct group_chunks {
+    const attn_args *a;
+    const kv_seq *s;
+    int32_t first, pos, c0, c1;
+    int kvh, n_q;
+    const float *qr; /* [n_q][dk] */
+    float *part;     /* per chunk: m[n_q], l[n_q], o[n_q][dv] (cs floats) */
+    size_t cs;
+    float *work;     /* one working area of wf floats per thread */
+    size_t wf;
+} group_chunks;
+
+/* Chunk ci's partial, in the working area of thread th. */
+static void attend_group_chunk(const group_chunks *g, int32_t ci, int th) {
+    const int32_t lo = ci * ATTN_CHUNK > g->first ? ci * ATTN_CHUNK : g->first;
+    const int32_t hi = (ci + 1) * ATTN_CHUNK - 1 < g->pos ? (ci + 1) * ATTN_CHUNK - 1 : g->pos;
+    attend_chunk(g->a, g->s, lo, hi, g->kvh, g->n_q, g->qr, g->part + (size_t)(ci - g->c0) * g->cs,
+                 g->work + (size_t)th * g->wf);
+}
+
 void op_attend_group(const attn_args *a, const kv_seq *s, int32_t pos, int kvh, int n_q,
                      const float *q, int64_t q_stride, float *out, int64_t out_stride,
                      float *scratch, int max_threads) {
@@ -272,7 +294,9 @@ void op_attend_group(const attn_args *a, const kv_seq *s, int32_t pos, int kvh, 
     float *qr = scratch;                  /* [n_q][dk] queries as the cache's dot type sees them */
     float *part = qr + n_q * dk;          /* per chunk: m[n_q], l[n_q], o[n_q][dv] */
     float *work = part + (size_t)(c1 - c0 + 1) * cs; /* up to ATTN_SPLIT_MAX working areas */
-    const size_t wf = attn_work_floats(c, n_q, w);
+    const group_chunks g = {.a = a, .s = s, .first = first, .pos = pos, .c0 = c0, .c1 = c1, .kvh = kvh,
+                            .n_q = n_q, .qr = qr, .part = part, .cs = cs, .work = work,
+                            .wf = attn_work_floats(c, n_q, w)};
     for (int h = 0; h < n_q; h++) query_row(c, q + h * q_stride, qr + h * dk, dk);
     /* Chunks are fixed by position and merge in order, so how they are
      * scheduled does not change the result. */
@@ -281,17 +305,12 @@ void op_attend_group(const attn_args *a, const kv_seq *s, int32_t pos, int kvh, 
     nth = nth < c1 - c0 + 1 ? nth : c1 - c0 + 1;
     /* A one-thread OpenMP region still ends in a barrier that costs a futex
      * system call in libgomp: run serially outside OpenMP when alone. */
-#define ATTEND_CHUNK(ci, th)                                                                       \
-    attend_chunk(a, s, (ci) * ATTN_CHUNK > first ? (ci) * ATTN_CHUNK : first,                     \
-                 (ci + 1) * ATTN_CHUNK - 1 < pos ? (ci + 1) * ATTN_CHUNK - 1 : pos, kvh, n_q, qr,  \
-                 part + (size_t)((ci) - c0) * cs, work + (size_t)(th) * wf)
     if (nth <= 1) {
-        for (int32_t ci = c0; ci <= c1; ci++) ATTEND_CHUNK(ci, 0);
+        for (int32_t ci = c0; ci <= c1; ci++) attend_group_chunk(&g, ci, 0);
     } else {
 #pragma omp parallel for num_threads(nth) schedule(dynamic, 1)
-        for (int32_t ci = c0; ci <= c1; ci++) ATTEND_CHUNK(ci, omp_get_thread_num());
+        for (int32_t ci = c0; ci <= c1; ci++) attend_group_chunk(&g, ci, omp_get_thread_num());
     }
-#undef ATTEND_CHUNK
     kern_attn_merge(c1 - c0 + 1, n_q, dv, part, out, (size_t)out_stride);
 }
 
