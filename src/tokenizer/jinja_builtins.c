@@ -629,8 +629,8 @@ static int64_t py_len(jx *x, jv *v) {
 }
 
 static jv *select_impl(jx *x, jv *v, jargs *a, bool attr, bool keep) {
-    size_t n;
-    jv **it = jx_iter(x, v, &n);
+    size_t n = 0;
+    jv **it = jv_truthy(v) ? jx_iter(x, v, &n) : NULL; /* jinja2: "if value:" first */
     jv *r = jv_list(x, JL_GEN);
     int first = attr ? 1 : 0;
     jv *at = attr ? jarg(a, 0, NULL) : NULL;
@@ -801,8 +801,8 @@ jv *jb_filter(jx *x, const char *name, jv *v, jargs *a) {
     if (!strcmp(name, "select")) return select_impl(x, v, a, false, true);
     if (!strcmp(name, "reject")) return select_impl(x, v, a, false, false);
     if (!strcmp(name, "map")) {
-        size_t n;
-        jv **it = jx_iter(x, v, &n);
+        size_t n = 0;
+        jv **it = jv_truthy(v) ? jx_iter(x, v, &n) : NULL; /* jinja2: "if value:" first */
         jv *r = jv_list(x, JL_GEN);
         jv *attr = jarg(a, -1, "attribute");
         if (attr) {

@@ -472,9 +472,9 @@ static jv *eval(jx *x, jscope *sc, const jnode *n) {
         jv *d = jv_dict(x, JD_DICT);
         for (int i = 0; i < n->n1; i++) {
             jv *k = eval(x, sc, n->v1[i]);
-            if (k->type != JV_STR && k->type != JV_INT && k->type != JV_NONE && k->type != JV_BOOL)
+            if (k->type != JV_STR && k->type != JV_INT && k->type != JV_NONE && k->type != JV_BOOL &&
+                k->type != JV_FLOAT && !(k->type == JV_LIST && k->sub == JL_TUPLE))
                 jx_fail(x, JINJA_ERR_RUNTIME, "TypeError: unhashable type: '%s'", jv_type_name(k));
-            if (k->type != JV_STR) k = jv_stringify(x, k); /* keys are kept as strings */
             jv_dict_set(x, d, k, eval(x, sc, n->v2[i]));
         }
         return d;

@@ -335,8 +335,9 @@ bool jv_equal(const jv *a, const jv *b) {
         if (a->sub != JD_DICT || b->sub != JD_DICT) return a == b;
         if (a->u.dict.n != b->u.dict.n) return false;
         for (size_t i = 0; i < a->u.dict.n; i++) {
-            jv *k = a->u.dict.kv[i].key;
-            jv *o = jv_dict_get((jv *)b, k->u.str.s, k->u.str.n);
+            const jv *o = NULL;
+            for (size_t j = 0; j < b->u.dict.n && !o; j++)
+                if (jv_equal(a->u.dict.kv[i].key, b->u.dict.kv[j].key)) o = b->u.dict.kv[j].val;
             if (!o || !jv_equal(a->u.dict.kv[i].val, o)) return false;
         }
         return true;
@@ -558,6 +559,15 @@ static void json_nl(jbuf *b, const char *indent, int level) {
     for (int i = 0; i < level; i++) jb_puts(b, indent);
 }
 
+/* json.dumps' key: str as is, int/float as str(), True/False/None as JSON */
+static jv *json_key(jx *x, jv *k) {
+    if (k->type == JV_STR) return k;
+    if (k->type == JV_BOOL) return jv_cstr(x, k->u.b ? "true" : "false");
+    if (k->type == JV_NONE) return jv_cstr(x, "null");
+    if (k->type == JV_INT || k->type == JV_FLOAT) return jv_stringify(x, k);
+    jx_fail(x, JINJA_ERR_RUNTIME, "TypeError: keys must be str, int, float, bool or None, not %s", jv_type_name(k));
+}
+
 static int kv_cmp(const void *p, const void *q) {
     const jkv *a = p, *b = q;
     size_t n = a->key->u.str.n < b->key->u.str.n ? a->key->u.str.n : b->key->u.str.n;
@@ -603,13 +613,12 @@ static void tojson_rec(jx *x, jbuf *b, const jv *v, bool ea, const char *indent,
             jb_puts(b, "{}");
             return;
         }
-        const jkv *kv = v->u.dict.kv;
-        if (sort) {
-            jkv *s = ja_alloc(&x->arena, v->u.dict.n * sizeof *s);
-            memcpy(s, kv, v->u.dict.n * sizeof *s);
-            qsort(s, v->u.dict.n, sizeof *s, kv_cmp);
-            kv = s;
+        jkv *kv = ja_alloc(&x->arena, v->u.dict.n * sizeof *kv);
+        for (size_t i = 0; i < v->u.dict.n; i++) {
+            kv[i].key = json_key(x, v->u.dict.kv[i].key);
+            kv[i].val = v->u.dict.kv[i].val;
         }
+        if (sort) qsort(kv, v->u.dict.n, sizeof *kv, kv_cmp);
         jb_putc(b, '{');
         for (size_t i = 0; i < v->u.dict.n; i++) {
             if (i) jb_puts(b, isep);
