@@ -56,7 +56,7 @@ static cJSON *read_json(const char *path, const char *what) {
     char *s = read_arg_file(path, &n);
     if (!s) return NULL;
     const char *end = NULL;
-    cJSON *j = cJSON_ParseWithLengthOpts(s, n, &end, false);
+    cJSON *j = jinja_json_parse(s, n, &end);
     if (!j) fprintf(stderr, "kvllm: chat-template: %s %s: invalid JSON near byte %zu\n", what, path,
                     end ? (size_t)(end - s) : 0);
     free(s);
@@ -144,7 +144,7 @@ int cmd_chat_template(int argc, char **argv) {
     }
     if (tools && !(tl = read_json(tools, "--tools"))) goto done;
     if (kwargs) {
-        kw = cJSON_Parse(kwargs);
+        kw = jinja_json_parse(kwargs, strlen(kwargs), NULL);
         if (!kw || !cJSON_IsObject(kw)) {
             fprintf(stderr, "kvllm: chat-template: --kwargs is not a JSON object\n");
             goto done;

@@ -54,4 +54,13 @@ jinja_status jinja_template_render(const jinja_template *t, const cJSON *vars, c
 
 const char *jinja_status_name(jinja_status s);
 
+/* cJSON keeps no difference between 1 and 1.0, which Python prints apart.
+ * jinja_json_parse parses n bytes of JSON with cJSON and marks the numbers
+ * written with a fraction or an exponent with this bit of their type (which
+ * cJSON's own checks mask off), so they render as floats ('1.0'); unmarked
+ * integral numbers render as ints. Returns NULL when the text is not JSON
+ * (*err_at, if given: where parsing stopped). */
+#define JINJA_CJSON_FLOAT (1 << 14)
+cJSON *jinja_json_parse(const char *s, size_t n, const char **err_at);
+
 #endif

@@ -68,23 +68,77 @@ static jv *str_strip(jx *x, jv *s, jv *chars, bool left, bool right) {
     return r;
 }
 
-static jv *str_case(jx *x, jv *s, int mode) { /* 0 lower, 1 upper, 2 title, 3 capitalize */
-    char *o = ja_strndup(&x->arena, s->u.str.s, s->u.str.n);
-    bool prev_cased = false;
-    for (size_t i = 0; i < s->u.str.n; i++) {
-        unsigned char c = (unsigned char)o[i];
-        bool alpha = isalpha(c) != 0;
+/* Simple case mappings of the scripts text usually carries (Latin-1,
+ * Latin Extended-A, Greek, Cyrillic); other code points have no case. */
+static uint32_t cp_upper(uint32_t c) {
+    if (c < 0x80) return (c >= 'a' && c <= 'z') ? c - 32 : c;
+    if (c == 0xB5) return 0x39C;
+    if (c >= 0xE0 && c <= 0xFE && c != 0xF7) return c - 32;
+    if (c == 0xFF) return 0x178;
+    if (c == 0x131) return 'I';
+    if ((c >= 0x100 && c <= 0x137) || (c >= 0x14A && c <= 0x177)) return c & ~1u;
+    if ((c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17E)) return (c & 1) ? c : c - 1;
+    if (c == 0x17F) return 'S';
+    if (c >= 0x3B1 && c <= 0x3C9 && c != 0x3C2) return c - 32;
+    if (c == 0x3C2) return 0x3A3;
+    if (c >= 0x3AC && c <= 0x3AF) return c == 0x3AC ? 0x386 : c - 37;
+    if (c >= 0x430 && c <= 0x44F) return c - 32;
+    if (c >= 0x450 && c <= 0x45F) return c - 80;
+    return c;
+}
+static uint32_t cp_lower(uint32_t c) {
+    if (c < 0x80) return (c >= 'A' && c <= 'Z') ? c + 32 : c;
+    if (c >= 0xC0 && c <= 0xDE && c != 0xD7) return c + 32;
+    if (c == 0x178) return 0xFF;
+    if ((c >= 0x100 && c <= 0x137) || (c >= 0x14A && c <= 0x177)) return c | 1u;
+    if ((c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17E)) return (c & 1) ? c + 1 : c;
+    if (c >= 0x391 && c <= 0x3A9 && c != 0x3A2) return c + 32;
+    if (c == 0x386) return 0x3AC;
+    if (c >= 0x388 && c <= 0x38A) return c + 37;
+    if (c >= 0x410 && c <= 0x42F) return c + 32;
+    if (c >= 0x400 && c <= 0x40F) return c + 80;
+    return c;
+}
+static bool cp_cased(uint32_t c) { return cp_upper(c) != c || cp_lower(c) != c || c == 0xDF; }
+
+static void put_upper(jbuf *b, uint32_t c) {
+    if (c == 0xDF) jb_puts(b, "SS"); /* Python: 'ß'.upper() == 'SS' */
+    else ju_encode(b, cp_upper(c));
+}
+
+/* mode 0 lower, 1 upper, 2 str.title(), 3 str.capitalize(), 4 jinja2's title
+ * filter (each word split at whitespace, '-', '(', '{', '[', '<' capitalized) */
+static jv *str_case(jx *x, jv *s, int mode) {
+    jbuf b = {.arena = &x->arena};
+    const char *p = s->u.str.s;
+    size_t n = s->u.str.n, i = 0;
+    bool prev_cased = false, first = true, word_start = true;
+    while (i < n) {
+        uint32_t c = ju_decode(p, n, &i);
         switch (mode) {
-        case 0: o[i] = (char)tolower(c); break;
-        case 1: o[i] = (char)toupper(c); break;
+        case 0: ju_encode(&b, cp_lower(c)); break;
+        case 1: put_upper(&b, c); break;
         case 2:
-            if (alpha) o[i] = (char)(prev_cased ? tolower(c) : toupper(c));
-            prev_cased = alpha || (c >= 0x80 && prev_cased);
+            if (prev_cased) ju_encode(&b, cp_lower(c));
+            else put_upper(&b, c);
+            prev_cased = cp_cased(c);
             break;
-        case 3: o[i] = (char)(i == 0 ? toupper(c) : tolower(c)); break;
+        case 3:
+            if (first) put_upper(&b, c);
+            else ju_encode(&b, cp_lower(c));
+            break;
+        case 4: {
+            bool sep = ju_isspace(c) || c == '-' || c == '(' || c == '{' || c == '[' || c == '<';
+            if (sep) ju_encode(&b, c);
+            else if (word_start) put_upper(&b, c);
+            else ju_encode(&b, cp_lower(c));
+            word_start = sep;
+            break;
         }
+        }
+        first = false;
     }
-    return S(x, o, s->u.str.n);
+    return SB(x, &b);
 }
 
 static const char *memfind(const char *h, size_t hn, const char *n, size_t nn) {
@@ -319,10 +373,14 @@ static jv *m_str(jx *x, jv *self, jargs *a) {
     if (!strcmp(m, "title")) return str_case(x, s, 2);
     if (!strcmp(m, "capitalize")) return str_case(x, s, 3);
     if (!strcmp(m, "swapcase")) {
-        char *o = ja_strndup(&x->arena, s->u.str.s, s->u.str.n);
-        for (size_t i = 0; i < s->u.str.n; i++)
-            o[i] = (char)(isupper((unsigned char)o[i]) ? tolower((unsigned char)o[i]) : toupper((unsigned char)o[i]));
-        return S(x, o, s->u.str.n);
+        jbuf b = {.arena = &x->arena};
+        size_t i = 0;
+        while (i < s->u.str.n) {
+            uint32_t c = ju_decode(s->u.str.s, s->u.str.n, &i);
+            if (cp_upper(c) != c) put_upper(&b, c);
+            else ju_encode(&b, cp_lower(c));
+        }
+        return SB(x, &b);
     }
     if (!strcmp(m, "find") || !strcmp(m, "rfind") || !strcmp(m, "index") || !strcmp(m, "count")) {
         if (!a0) jx_fail(x, JINJA_ERR_RUNTIME, "TypeError: %s() takes at least 1 argument (0 given)", m);
@@ -739,7 +797,7 @@ jv *jb_filter(jx *x, const char *name, jv *v, jargs *a) {
     }
     if (!strcmp(name, "upper")) return str_case(x, jv_stringify(x, v), 1);
     if (!strcmp(name, "lower")) return str_case(x, jv_stringify(x, v), 0);
-    if (!strcmp(name, "title")) return str_case(x, jv_stringify(x, v), 2);
+    if (!strcmp(name, "title")) return str_case(x, jv_stringify(x, v), 4);
     if (!strcmp(name, "capitalize")) return str_case(x, jv_stringify(x, v), 3);
     if (!strcmp(name, "dictsort")) {
         bool cs = opt_bool(a, 0, "case_sensitive", false);
@@ -903,7 +961,7 @@ jv *jb_filter(jx *x, const char *name, jv *v, jargs *a) {
         const char *ms = m && m->type == JV_STR ? m->u.str.s : "common";
         if (!strncmp(ms, "ceil", 4)) r = ceil(f * p) / p;
         else if (!strncmp(ms, "floor", 5)) r = floor(f * p) / p;
-        else r = round(f * p) / p;
+        else r = nearbyint(f * p) / p; /* Python's round: half to even */
         return jv_float(x, r);
     }
     if (!strcmp(name, "abs")) {
@@ -936,11 +994,19 @@ jv *jb_filter(jx *x, const char *name, jv *v, jargs *a) {
         for (int64_t i = 0; i < pad - left; i++) jb_putc(&b, ' ');
         return SB(x, &b);
     }
-    if (!strcmp(name, "wordcount")) {
-        jargs none = {0};
-        jv *w = str_split(x, jv_stringify(x, v), NULL, -1, false);
-        (void)none;
-        return jv_int(x, (int64_t)w->u.list.n);
+    if (!strcmp(name, "wordcount")) { /* len(re.findall(r"\w+", s)) */
+        jv *str = jv_stringify(x, v);
+        int64_t k = 0;
+        bool in_word = false;
+        size_t i = 0;
+        while (i < str->u.str.n) {
+            uint32_t c = ju_decode(str->u.str.s, str->u.str.n, &i);
+            bool w = c == '_' || (c < 0x80 ? isalnum((int)c) != 0 : (cp_cased(c) || (c >= 0x3040 && c <= 0x9FFF) ||
+                                                                       (c >= 0xAC00 && c <= 0xD7AF)));
+            if (w && !in_word) k++;
+            in_word = w;
+        }
+        return jv_int(x, k);
     }
     if (!strcmp(name, "batch") || !strcmp(name, "slice")) {
         int64_t k = int_arg(x, a0, 1);

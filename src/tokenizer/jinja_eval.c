@@ -363,21 +363,37 @@ static bool contains(jx *x, jv *hay, jv *needle) {
 static jv *eval(jx *x, jscope *sc, const jnode *n);
 static int exec_body(jx *x, jscope *sc, jnode *const *body, int nbody);
 
-static void eval_args(jx *x, jscope *sc, const jnode *n, jargs *a, int extra_front) {
-    /* extra_front: slots left free before the positional arguments */
-    int npos = 0, nkw = 0;
-    for (int i = 0; i < n->n1; i++) *(n->names[i] ? &nkw : &npos) += 1;
-    a->pos = ja_alloc(&x->arena, (size_t)(npos + extra_front + 1) * sizeof(jv *));
-    a->kwname = ja_alloc(&x->arena, (size_t)(nkw + 1) * sizeof(char *));
-    a->kwval = ja_alloc(&x->arena, (size_t)(nkw + 1) * sizeof(jv *));
-    a->npos = extra_front;
-    a->nkw = 0;
+/* Positional and keyword arguments of a call node; *xs and **kw expand. */
+static void eval_args(jx *x, jscope *sc, const jnode *n, jargs *a) {
+    jv *pos = jv_list(x, JL_LIST), *kwn = jv_list(x, JL_LIST), *kwv = jv_list(x, JL_LIST);
     for (int i = 0; i < n->n1; i++) {
         jv *v = eval(x, sc, n->v1[i]);
-        if (n->names[i]) {
-            a->kwname[a->nkw] = n->names[i];
-            a->kwval[a->nkw++] = v;
-        } else a->pos[a->npos++] = v;
+        const char *name = n->names[i];
+        if (!name) jv_list_push(x, pos, v);
+        else if (!strcmp(name, "*")) {
+            size_t k;
+            jv **it = jx_iter(x, v, &k);
+            for (size_t j = 0; j < k; j++) jv_list_push(x, pos, it[j]);
+        } else if (!strcmp(name, "**")) {
+            if (v->type != JV_DICT || v->sub != JD_DICT)
+                jx_fail(x, JINJA_ERR_RUNTIME, "TypeError: argument after ** must be a mapping, not %s", jv_type_name(v));
+            for (size_t j = 0; j < v->u.dict.n; j++) {
+                jv_list_push(x, kwn, jv_stringify(x, v->u.dict.kv[j].key));
+                jv_list_push(x, kwv, v->u.dict.kv[j].val);
+            }
+        } else {
+            jv_list_push(x, kwn, jv_cstr(x, name));
+            jv_list_push(x, kwv, v);
+        }
+    }
+    a->pos = pos->u.list.items;
+    a->npos = (int)pos->u.list.n;
+    a->nkw = (int)kwn->u.list.n;
+    a->kwname = ja_alloc(&x->arena, (size_t)(a->nkw + 1) * sizeof(char *));
+    a->kwval = kwv->u.list.items;
+    for (int i = 0; i < a->nkw; i++) {
+        jv *k = kwn->u.list.items[i];
+        a->kwname[i] = ja_strndup(&x->arena, k->u.str.s, k->u.str.n);
     }
 }
 
@@ -439,7 +455,7 @@ jv *jx_call(jx *x, jv *callee, jargs *a) {
 static jv *eval_filter(jx *x, jscope *sc, const jnode *n) {
     jv *v = eval(x, sc, n->a);
     jargs a;
-    eval_args(x, sc, n, &a, 0);
+    eval_args(x, sc, n, &a);
     return jb_filter(x, n->name, v, &a);
 }
 
@@ -448,7 +464,7 @@ static jv *eval_filter(jx *x, jscope *sc, const jnode *n) {
 static jv *eval_chain(jx *x, jscope *sc, const jnode *n, jv *input) {
     jv *v = n->a ? eval_chain(x, sc, n->a, input) : input;
     jargs a;
-    eval_args(x, sc, n, &a, 0);
+    eval_args(x, sc, n, &a);
     return jb_filter(x, n->name, v, &a);
 }
 
@@ -492,14 +508,14 @@ static jv *eval(jx *x, jscope *sc, const jnode *n) {
     case N_CALL: {
         jv *f = eval(x, sc, n->a);
         jargs a;
-        eval_args(x, sc, n, &a, 0);
+        eval_args(x, sc, n, &a);
         return jx_call(x, f, &a);
     }
     case N_FILTER: return eval_filter(x, sc, n);
     case N_TEST: {
         jv *v = eval(x, sc, n->a);
         jargs a;
-        eval_args(x, sc, n, &a, 0);
+        eval_args(x, sc, n, &a);
         bool r = jb_test(x, n->name, v, &a);
         return jv_bool(n->op ? !r : r);
     }
@@ -641,7 +657,7 @@ static int exec_stmt(jx *x, jscope *sc, const jnode *n) {
         caller->u.mac.closure = sc;
         jv *f = eval(x, sc, n->a->a);
         jargs a;
-        eval_args(x, sc, n->a, &a, 0);
+        eval_args(x, sc, n->a, &a);
         jargs b = a;
         b.kwname = ja_alloc(&x->arena, (size_t)(a.nkw + 1) * sizeof(char *));
         b.kwval = ja_alloc(&x->arena, (size_t)(a.nkw + 1) * sizeof(jv *));

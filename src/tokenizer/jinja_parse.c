@@ -13,6 +13,7 @@ typedef struct parser {
     jtok *t;
     size_t n, i;
     jmp_buf jmp;
+    int loops; /* for loops open around the statement being parsed (break/continue) */
     char *err;
     size_t err_cap;
 } parser;
@@ -130,7 +131,9 @@ static void parse_call_args(parser *P, jnode *x) {
             if (is_op(cur(P), ")")) break;
         }
         const char *kw = NULL;
-        if (cur(P)->type == JT_NAME && is_op(peek(P, 1), "=")) {
+        if (accept_op(P, "*")) kw = "*";
+        else if (accept_op(P, "**")) kw = "**";
+        else if (cur(P)->type == JT_NAME && is_op(peek(P, 1), "=")) {
             kw = cur(P)->s;
             P->i += 2;
         }
@@ -552,7 +555,9 @@ static jnode *parse_stmt(parser *P) {
         if (accept_name(P, "if")) x->b = parse_expr(P, true);
         if (accept_name(P, "recursive")) x->op = 1;
         expect_block_end(P);
+        P->loops++;
         jnode *body = parse_body(P, END_FOR);
+        P->loops--;
         x->v1 = body->v1;
         x->n1 = body->n1;
         if (!strcmp(expect_name(P), "else")) {
@@ -589,7 +594,10 @@ static jnode *parse_stmt(parser *P) {
         x->name = expect_name(P);
         parse_macro_params(P, x);
         expect_block_end(P);
+        int loops = P->loops;
+        P->loops = 0;
         jnode *b = parse_block_named(P, "endmacro");
+        P->loops = loops;
         x->v1 = b->v1;
         x->n1 = b->n1;
         return x;
@@ -621,6 +629,7 @@ static jnode *parse_stmt(parser *P) {
         return parse_block_named(P, "endgeneration");
     }
     if (!strcmp(kw, "break") || !strcmp(kw, "continue")) {
+        if (!P->loops) p_fail(P, "'%s' outside of a loop", kw);
         jnode *x = nn(P, kw[0] == 'b' ? S_BREAK : S_CONTINUE);
         expect_block_end(P);
         return x;

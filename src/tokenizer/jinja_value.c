@@ -260,7 +260,8 @@ jv *jv_from_json(jx *x, const cJSON *j) {
         double d = j->valuedouble;
         /* cJSON keeps no int/float distinction: integral values within the
          * exact range are Python ints, as json.loads gives for "3". */
-        if (d == floor(d) && fabs(d) < 9007199254740992.0) return jv_int(x, (int64_t)d);
+        if (!(j->type & JINJA_CJSON_FLOAT) && d == floor(d) && fabs(d) < 9007199254740992.0)
+            return jv_int(x, (int64_t)d);
         return jv_float(x, d);
     }
     if (cJSON_IsString(j)) return jv_cstr(x, ja_strndup(&x->arena, j->valuestring, strlen(j->valuestring)));
@@ -639,4 +640,54 @@ static void tojson_rec(jx *x, jbuf *b, const jv *v, bool ea, const char *indent,
 void jv_tojson(jx *x, jbuf *b, const jv *v, bool ensure_ascii, const char *indent, const char *item_sep,
                const char *key_sep, bool sort_keys) {
     tojson_rec(x, b, v, ensure_ascii, indent, item_sep, key_sep, sort_keys, 0);
+}
+
+/* ---------------- JSON with float marks ---------------- */
+/* Walks the number tokens of the text (outside strings) and the number nodes
+ * of the tree in the same document order, marking the floats. */
+typedef struct num_walk {
+    const char *s;
+    size_t n, i;
+} num_walk;
+
+static bool next_number(num_walk *w, bool *is_float) {
+    while (w->i < w->n) {
+        char c = w->s[w->i];
+        if (c == '"') {
+            w->i++;
+            while (w->i < w->n && w->s[w->i] != '"') w->i += w->s[w->i] == '\\' ? 2 : 1;
+            w->i++;
+        } else if (c == '-' || (c >= '0' && c <= '9')) {
+            bool f = false;
+            while (w->i < w->n && strchr("+-0123456789.eE", w->s[w->i])) {
+                if (strchr(".eE", w->s[w->i])) f = true;
+                w->i++;
+            }
+            *is_float = f;
+            return true;
+        } else w->i++;
+    }
+    return false;
+}
+
+static void mark_floats(cJSON *j, num_walk *w) {
+    for (; j; j = j->next) {
+        if (cJSON_IsNumber(j)) {
+            bool f = false;
+            if (next_number(w, &f) && f) j->type |= JINJA_CJSON_FLOAT;
+        }
+        if (j->child) mark_floats(j->child, w);
+    }
+}
+
+cJSON *jinja_json_parse(const char *s, size_t n, const char **err_at) {
+    const char *end = NULL;
+    cJSON *j = cJSON_ParseWithLengthOpts(s, n, &end, false);
+    if (!j) {
+        if (err_at) *err_at = end;
+        return NULL;
+    }
+    num_walk w = {.s = s, .n = n};
+    mark_floats(j, &w);
+    return j;
 }
