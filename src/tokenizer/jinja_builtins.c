@@ -547,6 +547,7 @@ bool jb_test_exists(const char *name) { return in_list(TESTS, name); }
 static bool filter_exists(const char *name);
 
 bool jb_test(jx *x, const char *name, jv *v, jargs *a) {
+    if (!jb_test_exists(name)) jx_fail(x, JINJA_ERR_RUNTIME, "TemplateRuntimeError: No test named '%s' found.", name);
     jv *a0 = jarg(a, 0, NULL);
     int t = v->type;
     if (!strcmp(name, "defined")) return t != JV_UNDEF;
@@ -1088,7 +1089,8 @@ static jv *g_range(jx *x, jv *self, jargs *a) {
     jv *r = jv_list(x, JL_LIST);
     int64_t count = 0;
     for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
-        if (++count > 100000) jx_fail(x, JINJA_ERR_RUNTIME, "OverflowError: range too big");
+        if (++count > 10000000) jx_fail(x, JINJA_ERR_RUNTIME, "OverflowError: range() of more than 10000000 items");
+        if ((count & 1023) == 0) jx_step(x);
         jv_list_push(x, r, jv_int(x, i));
     }
     return r;

@@ -24,6 +24,13 @@ _Noreturn void jx_fail(jx *x, jinja_status st, const char *fmt, ...) {
     longjmp(x->jmp, 1);
 }
 
+void jx_step(jx *x) {
+    if (++x->steps > JX_MAX_STEPS)
+        jx_fail(x, JINJA_ERR_RUNTIME, "RuntimeError: the template ran more than %llu loop steps", JX_MAX_STEPS);
+    if (x->out && x->out->n > JX_MAX_OUTPUT)
+        jx_fail(x, JINJA_ERR_RUNTIME, "RuntimeError: the template wrote more than %zu MiB", JX_MAX_OUTPUT >> 20);
+}
+
 _Noreturn void jx_undef_fail(jx *x, const jv *u) {
     if (u->sub == JU_SECURITY) jx_fail(x, JINJA_ERR_RUNTIME, "SecurityError: %s", u->u.undef.what);
     jx_fail(x, JINJA_ERR_RUNTIME, "UndefinedError: %s", u->u.undef.what);
@@ -73,15 +80,34 @@ static const char *obj_desc(jx *x, const jv *obj) {
     return b.p;
 }
 
+static jv *loop_cycle(jx *x, jv *self, jargs *a) {
+    if (a->npos == 0) jx_fail(x, JINJA_ERR_RUNTIME, "TypeError: no items for cycling given");
+    return a->pos[self->u.loop.i % (size_t)a->npos];
+}
+
+static jv *loop_attr(jx *x, jv *l, const char *name) {
+    size_t i = l->u.loop.i, n = l->u.loop.n;
+    if (!strcmp(name, "index")) return jv_int(x, (int64_t)i + 1);
+    if (!strcmp(name, "index0")) return jv_int(x, (int64_t)i);
+    if (!strcmp(name, "revindex")) return jv_int(x, (int64_t)(n - i));
+    if (!strcmp(name, "revindex0")) return jv_int(x, (int64_t)(n - i - 1));
+    if (!strcmp(name, "first")) return jv_bool(i == 0);
+    if (!strcmp(name, "last")) return jv_bool(i + 1 == n);
+    if (!strcmp(name, "length")) return jv_int(x, (int64_t)n);
+    if (!strcmp(name, "depth")) return jv_int(x, 1);
+    if (!strcmp(name, "depth0")) return jv_int(x, 0);
+    if (!strcmp(name, "previtem")) return i > 0 ? l->u.loop.items[i - 1] : jv_undef(x, "there is no previous item");
+    if (!strcmp(name, "nextitem")) return i + 1 < n ? l->u.loop.items[i + 1] : jv_undef(x, "there is no next item");
+    if (!strcmp(name, "cycle")) return jv_func(x, loop_cycle, l, "cycle");
+    return jv_undef(x, "'LoopContext object' has no attribute '%s'", name);
+}
+
 jv *jx_getattr(jx *x, jv *obj, const char *name) {
     if (obj->type == JV_UNDEF) jx_undef_fail(x, obj);
+    if (obj->type == JV_LOOP) return loop_attr(x, obj, name);
     if (obj->type == JV_DICT && obj->sub != JD_DICT) {
         jv *v = jv_dict_get(obj, name, strlen(name));
         if (v) return v;
-        if (obj->sub == JD_LOOP) {
-            jv *m = jb_method(x, obj, name);
-            if (m) return m;
-        }
         return jv_undef(x, "'%s' has no attribute '%s'", obj_desc(x, obj), name);
     }
     jv *m = jb_method(x, obj, name);
@@ -104,6 +130,8 @@ static bool index_of(jx *x, jv *key, size_t n, size_t *out) {
 
 jv *jx_getitem(jx *x, jv *obj, jv *key) {
     if (obj->type == JV_UNDEF) jx_undef_fail(x, obj);
+    if (obj->type == JV_LOOP && key->type == JV_STR)
+        return loop_attr(x, obj, ja_strndup(&x->arena, key->u.str.s, key->u.str.n));
     size_t k;
     if (obj->type == JV_DICT && key->type == JV_STR) {
         jv *v = jv_dict_get(obj, key->u.str.s, key->u.str.n);
@@ -238,12 +266,42 @@ static jv *markup_escape(jx *x, jv *s) {
     return jv_str_nocopy(x, b.p ? b.p : "", b.n);
 }
 
+/* A string made by concatenation sits after this header in a buffer with
+ * room to spare; a + b extends a's buffer in place when a ends where the
+ * buffer's text ends (no other string was made from it), so building a prompt
+ * with ns.text = ns.text + piece in a loop costs linear memory, as in Python. */
+typedef struct jstr_hdr {
+    size_t cap, used;
+} jstr_hdr;
+
+static jv *str_concat(jx *x, const jv *a, const char *b, size_t bn) {
+    size_t an = a->u.str.n;
+    if (a->grow) {
+        jstr_hdr *h = (jstr_hdr *)(void *)a->u.str.s - 1;
+        if (h->used == an && h->cap - an >= bn) {
+            memcpy((char *)a->u.str.s + an, b, bn);
+            h->used += bn;
+            jv *r = jv_str_nocopy(x, a->u.str.s, an + bn);
+            r->grow = 1;
+            return r;
+        }
+    }
+    size_t cap = 2 * (an + bn) + 32;
+    jstr_hdr *h = ja_alloc(&x->arena, sizeof *h + cap);
+    char *p = (char *)(h + 1);
+    memcpy(p, a->u.str.s, an);
+    memcpy(p + an, b, bn);
+    h->cap = cap;
+    h->used = an + bn;
+    jv *r = jv_str_nocopy(x, p, an + bn);
+    r->grow = 1;
+    return r;
+}
+
 jv *jx_binop(jx *x, int op, jv *a, jv *b) {
     if (op == OP_CONCAT) {
-        jbuf buf = {.arena = &x->arena};
-        jv_to_str(x, &buf, a);
-        jv_to_str(x, &buf, b);
-        return jv_str_nocopy(x, buf.p ? buf.p : "", buf.n);
+        jv *sa = jv_stringify(x, a), *sb = jv_stringify(x, b);
+        return str_concat(x, sa, sb->u.str.s, sb->u.str.n);
     }
     if (a->type == JV_UNDEF) jx_undef_fail(x, a);
     if (b->type == JV_UNDEF) jx_undef_fail(x, b);
@@ -271,13 +329,16 @@ jv *jx_binop(jx *x, int op, jv *a, jv *b) {
         } else {
             int64_t p = num_i(a), q = num_i(b);
             switch (op) {
-            case OP_ADD: return jv_int(x, p + q);
-            case OP_SUB: return jv_int(x, p - q);
-            case OP_MUL: return jv_int(x, p * q);
+            case OP_ADD: return jv_int(x, (int64_t)((uint64_t)p + (uint64_t)q));
+            case OP_SUB: return jv_int(x, (int64_t)((uint64_t)p - (uint64_t)q));
+            case OP_MUL: return jv_int(x, (int64_t)((uint64_t)p * (uint64_t)q));
             case OP_POW: {
                 if (q < 0) return jv_float(x, pow((double)p, (double)q));
-                int64_t r = 1;
-                for (int64_t i = 0; i < q; i++) r *= p;
+                int64_t r = 1, base = p;
+                for (int64_t e = q; e > 0; e >>= 1) { /* wraps where Python would grow a big int */
+                    if (e & 1) r = (int64_t)((uint64_t)r * (uint64_t)base);
+                    base = (int64_t)((uint64_t)base * (uint64_t)base);
+                }
                 return jv_int(x, r);
             }
             case OP_FLOORDIV:
@@ -298,10 +359,7 @@ jv *jx_binop(jx *x, int op, jv *a, jv *b) {
             if (a->markup) b = markup_escape(x, b);
             else a = markup_escape(x, a);
         }
-        jbuf buf = {.arena = &x->arena};
-        jb_put(&buf, a->u.str.s, a->u.str.n);
-        jb_put(&buf, b->u.str.s, b->u.str.n);
-        jv *r = jv_str_nocopy(x, buf.p ? buf.p : "", buf.n);
+        jv *r = str_concat(x, a, b->u.str.s, b->u.str.n);
         r->markup = a->markup || b->markup;
         return r;
     }
@@ -314,6 +372,9 @@ jv *jx_binop(jx *x, int op, jv *a, jv *b) {
     }
     if (op == OP_MUL && ((a->type == JV_STR || a->type == JV_LIST) && (b->type == JV_INT || b->type == JV_BOOL))) {
         int64_t k = num_i(b);
+        size_t unit = a->type == JV_STR ? a->u.str.n : a->u.list.n * sizeof(jv *);
+        if (k > 0 && unit && (uint64_t)k > JX_MAX_OUTPUT / unit)
+            jx_fail(x, JINJA_ERR_RUNTIME, "MemoryError: repetition of %zu bytes %lld times", unit, (long long)k);
         if (a->type == JV_STR) {
             jbuf buf = {.arena = &x->arena};
             for (int64_t i = 0; i < k; i++) jb_put(&buf, a->u.str.s, a->u.str.n);
@@ -408,6 +469,7 @@ static jv *capture(jx *x, jscope *sc, jnode *const *body, int nbody) {
 
 static jv *call_macro(jx *x, jv *m, jargs *a) {
     const jnode *def = m->u.mac.def;
+    jx_step(x);
     if (++x->depth > JX_MAX_DEPTH) jx_fail(x, JINJA_ERR_RUNTIME, "RecursionError: maximum recursion depth exceeded");
     jscope *sc = scope_new(x, m->u.mac.closure);
     int np = def->nnames;
@@ -574,12 +636,6 @@ static void assign_targets(jx *x, jscope *sc, const jnode *n, jv *v) {
     for (int i = 0; i < n->nnames; i++) scope_set(x, sc, n->names[i], items[i]);
 }
 
-static jv *loop_cycle(jx *x, jv *self, jargs *a) {
-    if (a->npos == 0) jx_fail(x, JINJA_ERR_RUNTIME, "TypeError: no items for cycling given");
-    jv *i0 = jv_dict_get(self, "index0", 6);
-    return a->pos[i0->u.i % a->npos];
-}
-
 static int exec_for(jx *x, jscope *sc, const jnode *n) {
     jv *seq = eval(x, sc, n->a);
     size_t cnt;
@@ -589,28 +645,20 @@ static int exec_for(jx *x, jscope *sc, const jnode *n) {
         jv **kept = ja_alloc(&x->arena, (cnt + 1) * sizeof *kept);
         size_t k = 0;
         for (size_t i = 0; i < cnt; i++) {
+            jx_step(x);
             assign_targets(x, ls, n, items[i]);
             if (jv_truthy(eval(x, ls, n->b))) kept[k++] = items[i];
         }
         items = kept;
         cnt = k;
     }
+    jv *loop = ja_alloc(&x->arena, sizeof *loop);
+    loop->type = JV_LOOP;
+    loop->u.loop.items = items;
+    loop->u.loop.n = cnt;
     for (size_t i = 0; i < cnt; i++) {
-        jv *loop = jv_dict(x, JD_LOOP);
-#define LSET(k, v) jv_dict_set(x, loop, jv_cstr(x, k), v)
-        LSET("index0", jv_int(x, (int64_t)i));
-        LSET("index", jv_int(x, (int64_t)i + 1));
-        LSET("revindex", jv_int(x, (int64_t)(cnt - i)));
-        LSET("revindex0", jv_int(x, (int64_t)(cnt - i - 1)));
-        LSET("first", jv_bool(i == 0));
-        LSET("last", jv_bool(i + 1 == cnt));
-        LSET("length", jv_int(x, (int64_t)cnt));
-        LSET("depth", jv_int(x, 1));
-        LSET("depth0", jv_int(x, 0));
-        LSET("previtem", i > 0 ? items[i - 1] : jv_undef(x, "there is no previous item"));
-        LSET("nextitem", i + 1 < cnt ? items[i + 1] : jv_undef(x, "there is no next item"));
-        LSET("cycle", jv_func(x, loop_cycle, loop, "cycle"));
-#undef LSET
+        jx_step(x);
+        loop->u.loop.i = i;
         scope_set(x, ls, "loop", loop);
         assign_targets(x, ls, n, items[i]);
         int r = exec_body(x, ls, n->v1, n->n1);
@@ -739,10 +787,11 @@ const char *jinja_status_name(jinja_status s) {
 static jinja_status render(jx *x, const jinja_template *t, const cJSON *vars, char **out, size_t *out_len) {
     jmp_buf oom;
     if (setjmp(oom)) {
-        snprintf(x->err, x->err_cap, "out of memory");
+        snprintf(x->err, x->err_cap, "out of memory (the render may use at most %zu MiB)", JX_MAX_MEMORY >> 20);
         return JINJA_ERR_NOMEM;
     }
     x->arena.oom = &oom;
+    x->arena.limit = JX_MAX_MEMORY;
     if (setjmp(x->jmp)) return x->status;
     x->globals = scope_new(x, NULL);
     if (vars && cJSON_IsObject(vars))

@@ -21,7 +21,8 @@
 typedef struct ja_chunk ja_chunk;
 typedef struct jarena {
     ja_chunk *head;
-    jmp_buf *oom; /* longjmp target when malloc fails (NULL: abort-free NULL return) */
+    jmp_buf *oom; /* longjmp target when malloc fails or limit is passed (NULL: return NULL) */
+    size_t bytes, limit; /* allocated so far; the most allowed (0: no limit) */
 } jarena;
 void *ja_alloc(jarena *a, size_t n); /* zeroed, 16-aligned */
 char *ja_strndup(jarena *a, const char *s, size_t n);
@@ -47,13 +48,14 @@ typedef enum jv_type {
     JV_FLOAT,
     JV_STR,
     JV_LIST,  /* sub: JL_LIST, JL_TUPLE, JL_GEN (a generator: map/select results) */
-    JV_DICT,  /* sub: JD_DICT, JD_NS (namespace()), JD_LOOP (the loop variable) */
+    JV_DICT,  /* sub: JD_DICT, JD_NS (namespace()) */
+    JV_LOOP,  /* a for loop's "loop": its attributes are computed when read */
     JV_MACRO, /* a macro or a call block's caller */
     JV_FUNC,  /* a builtin function or a bound method */
 } jv_type;
 
 enum { JL_LIST = 0, JL_TUPLE = 1, JL_GEN = 2 };
-enum { JD_DICT = 0, JD_NS = 1, JD_LOOP = 2 };
+enum { JD_DICT = 0, JD_NS = 1 };
 enum { JU_PLAIN = 0, JU_SECURITY = 1 }; /* undefined: plain, or an unsafe attribute */
 
 typedef struct jv jv;
@@ -80,6 +82,7 @@ struct jv {
     uint8_t type;
     uint8_t sub;
     uint8_t markup; /* strings: a Markup (|safe): '+' escapes the other operand */
+    uint8_t grow;   /* strings: s follows a jstr_hdr (made by concatenation, may extend in place) */
     union {
         bool b;
         int64_t i;
@@ -96,6 +99,10 @@ struct jv {
             jkv *kv;
             size_t n, cap;
         } dict;
+        struct {
+            jv **items; /* the (filtered) items iterated */
+            size_t n, i; /* their count, the current index */
+        } loop;
         struct {
             const jnode *def; /* S_MACRO or the S_CALLBLOCK (caller) */
             jscope *closure;
@@ -253,8 +260,15 @@ struct jx {
     jbuf *out;      /* current output (captures swap it) */
     jscope *globals;
     jinja_date now;
-    int depth; /* macro / recursion depth guard */
+    int depth;      /* macro call depth */
+    uint64_t steps; /* loop iterations and calls so far (JX_MAX_STEPS) */
 };
+
+/* Bounds on one render, so a hostile template fails instead of running away. */
+#define JX_MAX_STEPS 20000000ull
+#define JX_MAX_OUTPUT ((size_t)256 << 20)
+#define JX_MAX_MEMORY ((size_t)1 << 30)
+void jx_step(jx *x);
 
 _Noreturn void jx_fail(jx *x, jinja_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Fails with the undefined value's message (UndefinedError / SecurityError). */

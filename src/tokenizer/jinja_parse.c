@@ -14,6 +14,7 @@ typedef struct parser {
     size_t n, i;
     jmp_buf jmp;
     int loops; /* for loops open around the statement being parsed (break/continue) */
+    int depth; /* expression / block nesting, bounded so hostile input cannot exhaust the stack */
     char *err;
     size_t err_cap;
 } parser;
@@ -350,7 +351,10 @@ static jnode *parse_filter_expr(parser *P, jnode *x) {
     }
 }
 
+#define JP_MAX_DEPTH 200
+
 static jnode *parse_unary(parser *P, bool with_filter) {
+    if (++P->depth > JP_MAX_DEPTH) p_fail(P, "expression nested too deeply");
     jnode *x;
     if (accept_op(P, "-")) {
         x = nn(P, N_UNARY);
@@ -363,6 +367,7 @@ static jnode *parse_unary(parser *P, bool with_filter) {
     } else x = parse_primary(P);
     x = parse_postfix(P, x);
     if (with_filter) x = parse_filter_expr(P, x);
+    P->depth--;
     return x;
 }
 
@@ -639,6 +644,7 @@ static jnode *parse_stmt(parser *P) {
 }
 
 static jnode *parse_body(parser *P, const char *const *ends) {
+    if (++P->depth > JP_MAX_DEPTH) p_fail(P, "blocks nested too deeply");
     nvec body = {0};
     for (;;) {
         jtok *t = cur(P);
@@ -679,6 +685,7 @@ static jnode *parse_body(parser *P, const char *const *ends) {
         } else p_fail(P, "unexpected %s", tok_desc(t));
     }
 done:;
+    P->depth--;
     jnode *b = nn(P, S_BODY);
     b->v1 = body.v;
     b->n1 = body.n;

@@ -20,11 +20,12 @@ void *ja_alloc(jarena *a, size_t n) {
     ja_chunk *c = a->head;
     if (!c || c->cap - c->used < n) {
         size_t cap = n > 65536 ? n : 65536;
-        c = malloc(sizeof(ja_chunk) + cap);
+        c = a->limit && a->bytes + cap > a->limit ? NULL : malloc(sizeof(ja_chunk) + cap);
         if (!c) {
             if (a->oom) longjmp(*a->oom, 1);
             return NULL;
         }
+        a->bytes += cap;
         c->cap = cap;
         c->used = 0;
         c->next = a->head;
@@ -289,7 +290,8 @@ const char *jv_type_name(const jv *v) {
     case JV_FLOAT: return "float";
     case JV_STR: return v->markup ? "Markup" : "str";
     case JV_LIST: return v->sub == JL_TUPLE ? "tuple" : v->sub == JL_GEN ? "generator" : "list";
-    case JV_DICT: return v->sub == JD_NS ? "Namespace" : v->sub == JD_LOOP ? "LoopContext" : "dict";
+    case JV_DICT: return v->sub == JD_NS ? "Namespace" : "dict";
+    case JV_LOOP: return "LoopContext";
     case JV_MACRO: return "Macro";
     case JV_FUNC: return "builtin_function_or_method";
     }
@@ -498,10 +500,6 @@ static void to_str(jx *x, jbuf *b, const jv *v, bool repr) {
         break;
     case JV_DICT:
         if (v->sub == JD_NS) jb_puts(b, "<Namespace ");
-        if (v->sub == JD_LOOP) {
-            jb_puts(b, "<LoopContext>");
-            break;
-        }
         jb_putc(b, '{');
         for (size_t i = 0; i < v->u.dict.n; i++) {
             if (i) jb_puts(b, ", ");
@@ -512,6 +510,7 @@ static void to_str(jx *x, jbuf *b, const jv *v, bool repr) {
         jb_putc(b, '}');
         if (v->sub == JD_NS) jb_putc(b, '>');
         break;
+    case JV_LOOP: jb_printf(b, "<LoopContext %zu/%zu>", v->u.loop.i + 1, v->u.loop.n); break;
     case JV_MACRO: jb_printf(b, "<Macro '%s'>", v->u.mac.def->name ? v->u.mac.def->name : "caller"); break;
     case JV_FUNC: jb_printf(b, "<built-in method %s>", v->u.fn.name); break;
     }
