@@ -77,5 +77,6 @@ int cmd_loadgen(int argc, char **argv); /* src/cli/cmd_loadgen.c */
 int cmd_kv_plan(int argc, char **argv); /* src/cli/cmd_kv_plan.c */
 int cmd_synth(int argc, char **argv);   /* src/cli/cmd_synth.c */
 int cmd_bench(int argc, char **argv);   /* src/cli/cmd_bench.c */
+int cmd_chat_template(int argc, char **argv); /* src/cli/cmd_chat_template.c */
 
 #endif

@@ -15,6 +15,7 @@ static const command COMMANDS[] = {
     {"score", cmd_score, "teacher-forced log-probabilities of a token sequence"},
     {"perplexity", cmd_perplexity, "perplexity of a text file, as llama-perplexity computes it"},
     {"tokenize", cmd_tokenize, "text to token ids and pieces"},
+    {"chat-template", cmd_chat_template, "render a conversation with a Jinja chat template"},
     {"info", cmd_info, "architecture, hyperparameters, tensor types, KV bytes per token"},
     {"serve", cmd_serve, "OpenAI-compatible HTTP server with continuous batching"},
     {"loadgen", cmd_loadgen, "load generator for a running server (throughput, TTFT/TPOT/ITL)"},
@@ -27,7 +28,7 @@ void cli_usage(FILE *out) {
     fprintf(out, "kvllm %s - an LLM inference engine built around the KV cache\n\n"
                  "usage: kvllm COMMAND [options]\n\ncommands:\n", KVLLM_VERSION);
     for (size_t i = 0; i < sizeof COMMANDS / sizeof COMMANDS[0]; i++)
-        fprintf(out, "  %-11s %s\n", COMMANDS[i].name, COMMANDS[i].help);
+        fprintf(out, "  %-13s %s\n", COMMANDS[i].name, COMMANDS[i].help);
     fprintf(out,
             "\ncommon options:\n"
             "  -m FILE            GGUF model (default: models/stories260K.gguf)\n"
