@@ -27,6 +27,7 @@
 #define KVLLM_KERN_IMPL_H
 
 #include "kernels.h"
+#include "quant32.h" /* Q4_1, Q5_0, Q5_1, IQ4_NL, Q8_1 */
 
 #include <math.h>
 #include <string.h>
