@@ -20,7 +20,7 @@
 #ifndef KVLLM_QUANT32_H
 #define KVLLM_QUANT32_H
 
-#include "kernels.h"
+#include "kern_impl.h" /* which includes this file at its end */
 
 #define QK4_1 32
 #define QK5_0 32
@@ -73,5 +73,7 @@ void kavx512_vec_dot_q4_1(int64_t n, float *s, const void *x, const void *y);
 void kavx512_vec_dot_q5_0(int64_t n, float *s, const void *x, const void *y);
 void kavx512_vec_dot_q5_1(int64_t n, float *s, const void *x, const void *y);
 void kavx512_vec_dot_iq4_nl(int64_t n, float *s, const void *x, const void *y);
+/* packed GEMM (gemm32_avx512.c): Q8_0 panels, tiles and kernel */
+extern const kern_gemm_ops kavx512_gemm_q5_0, kavx512_gemm_iq4_nl;
 
 #endif

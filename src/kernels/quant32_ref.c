@@ -7,7 +7,6 @@
  * search over 15 scales, ntry = 7, that llama-quantize runs; the _ref variant
  * skips it). The dot products follow the canonical orders in quant32.h. */
 #include "kern_impl.h"
-#include "quant32.h"
 
 #include <float.h>
 #include <string.h>
