@@ -51,7 +51,7 @@ static const dtype_info DTYPES[GGUF_DT_COUNT] = {
     /* ggml types we recognise by name only, so the error can say what it is. */
     [16] = {"IQ2_XXS", 0, 0},            [17] = {"IQ2_XS", 0, 0},
     [18] = {"IQ3_XXS", 0, 0},            [19] = {"IQ1_S", 0, 0},
-    [20] = {"IQ4_NL", 0, 0},             [21] = {"IQ3_S", 0, 0},
+    [GGUF_DT_IQ4_NL] = {"IQ4_NL", 32, 18}, [21] = {"IQ3_S", 0, 0},
     [22] = {"IQ2_S", 0, 0},              [23] = {"IQ4_XS", 0, 0},
     [29] = {"IQ1_M", 0, 0},              [34] = {"TQ1_0", 0, 0},
     [35] = {"TQ2_0", 0, 0},              [39] = {"MXFP4", 0, 0},

@@ -25,6 +25,13 @@ static const kern_traits ref_table[GGUF_DT_COUNT] = {
     REF(Q4_0, QK4_0, sizeof(blk_q4_0), Q8_0, q4_0),
     REF(Q4_K, QK_K, sizeof(blk_q4_K), Q8_K, q4_K),
     REF(Q6_K, QK_K, sizeof(blk_q6_K), Q8_K, q6_K),
+    REF(Q4_1, QK4_1, sizeof(blk_q4_1), Q8_1, q4_1),
+    REF(Q5_0, QK5_0, sizeof(blk_q5_0), Q8_0, q5_0),
+    REF(Q5_1, QK5_1, sizeof(blk_q5_1), Q8_1, q5_1),
+    REF(IQ4_NL, QK4_NL, sizeof(blk_iq4_nl), Q8_0, iq4_nl),
+    /* activation-only: the vec_dot_type of Q4_1 and Q5_1 */
+    [GGUF_DT_Q8_1] = {"Q8_1", QK8_1, sizeof(blk_q8_1), GGUF_DT_Q8_1, kref_to_float_q8_1,
+                      kref_from_float_q8_1, NULL},
     /* activation-only type: no kernel multiplies Q8_K weights */
     [GGUF_DT_Q8_K] = {"Q8_K", QK_K, sizeof(blk_q8_K), GGUF_DT_Q8_K, kref_to_float_q8_K,
                       kref_from_float_q8_K, NULL},
@@ -78,6 +85,11 @@ static void install_avx2(void) {
     active[GGUF_DT_Q4_0].vec_dot = kavx2_vec_dot_q4_0;
     active[GGUF_DT_Q4_K].vec_dot = kavx2_vec_dot_q4_K;
     active[GGUF_DT_Q6_K].vec_dot = kavx2_vec_dot_q6_K;
+    active[GGUF_DT_Q8_1].from_float = kavx2_from_float_q8_1;
+    active[GGUF_DT_Q4_1].vec_dot = kavx2_vec_dot_q4_1;
+    active[GGUF_DT_Q5_0].vec_dot = kavx2_vec_dot_q5_0;
+    active[GGUF_DT_Q5_1].vec_dot = kavx2_vec_dot_q5_1;
+    active[GGUF_DT_IQ4_NL].vec_dot = kavx2_vec_dot_iq4_nl;
     active_attn = &kavx2_attn;
 }
 
@@ -94,6 +106,10 @@ static void install_avx512(void) {
     active[GGUF_DT_Q4_0].vec_dot = kavx512_vec_dot_q4_0;
     active[GGUF_DT_Q4_K].vec_dot = kavx512_vec_dot_q4_K;
     active[GGUF_DT_Q6_K].vec_dot = kavx512_vec_dot_q6_K;
+    active[GGUF_DT_Q4_1].vec_dot = kavx512_vec_dot_q4_1;
+    active[GGUF_DT_Q5_0].vec_dot = kavx512_vec_dot_q5_0;
+    active[GGUF_DT_Q5_1].vec_dot = kavx512_vec_dot_q5_1;
+    active[GGUF_DT_IQ4_NL].vec_dot = kavx512_vec_dot_iq4_nl;
     active_prep[GGUF_DT_Q8_0] = &prep512_q8_0;
     active_prep[GGUF_DT_Q4_0] = &prep512_q4_0;
     active_rows[GGUF_DT_Q4_K] = kavx512_rows_q4_K;
@@ -102,6 +118,8 @@ static void install_avx512(void) {
     active_gemm[GGUF_DT_Q4_0] = &kavx512_gemm_q4_0;
     active_gemm[GGUF_DT_Q4_K] = &kavx512_gemm_q4_K;
     active_gemm[GGUF_DT_Q6_K] = &kavx512_gemm_q6_K;
+    active_gemm[GGUF_DT_Q5_0] = &kavx512_gemm_q5_0;
+    active_gemm[GGUF_DT_IQ4_NL] = &kavx512_gemm_iq4_nl;
     active_repack[GGUF_DT_Q8_0] = &kavx512_repack_q8_0;
     active_repack[GGUF_DT_Q4_0] = &kavx512_repack_q4_0;
     active_repack[GGUF_DT_Q4_K] = &kavx512_repack_q4_K;

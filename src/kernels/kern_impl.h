@@ -254,4 +254,7 @@ extern const kern_gemm_ops kavx512_gemm_f32, kavx512_gemm_f16, kavx512_gemm_bf16
 extern const kern_repack_ops kavx512_repack_q8_0, kavx512_repack_q4_0;
 extern const kern_repack_ops kavx512_repack_q4_K, kavx512_repack_q6_K;
 
+/* Q4_1, Q5_0, Q5_1, IQ4_NL and Q8_1 (their blocks and implementations) */
+#include "quant32.h"
+
 #endif

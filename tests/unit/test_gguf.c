@@ -256,6 +256,7 @@ static void test_dtypes(void) {
         {10, "Q2_K", 256, 84},  {11, "Q3_K", 256, 110}, {12, "Q4_K", 256, 144}, {13, "Q5_K", 256, 176},
         {14, "Q6_K", 256, 210}, {15, "Q8_K", 256, 292}, {24, "I8", 1, 1},       {25, "I16", 1, 2},
         {26, "I32", 1, 4},      {27, "I64", 1, 8},      {28, "F64", 1, 8},      {30, "BF16", 1, 2},
+        {20, "IQ4_NL", 32, 18},
     };
     for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
         int be = 0;
@@ -606,7 +607,7 @@ static void test_malformed_memory(void) {
     VARIANT(dims0, 0, "invalid number of dimensions 0");
     VARIANT(dims0, 5, "invalid number of dimensions 5");
     VARIANT(dtype1, 99, "unknown tensor type 99");
-    VARIANT(dtype1, 20, "unsupported tensor type 20 (IQ4_NL)");
+    VARIANT(dtype1, 21, "unsupported tensor type 21 (IQ3_S)");
     VARIANT(ne0_1, 48, "not a multiple of the Q8_0 block size 32");
     VARIANT(ne0_1, 1ull << 63, "invalid size");
     VARIANT(ne0_1, 1ull << 62, "overflows");

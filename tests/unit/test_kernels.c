@@ -50,7 +50,8 @@ static void fill_data(float *x, int64_t n, float scale) {
 }
 
 static const int weight_types[] = {GGUF_DT_F32,  GGUF_DT_F16,  GGUF_DT_BF16, GGUF_DT_Q8_0,
-                                   GGUF_DT_Q4_0, GGUF_DT_Q4_K, GGUF_DT_Q6_K};
+                                   GGUF_DT_Q4_0, GGUF_DT_Q4_K, GGUF_DT_Q6_K, GGUF_DT_Q4_1,
+                                   GGUF_DT_Q5_0, GGUF_DT_Q5_1, GGUF_DT_IQ4_NL};
 #define N_WEIGHT_TYPES ((int)(sizeof weight_types / sizeof weight_types[0]))
 
 static const char *isa_list[] = {"scalar", "avx2", "avx512"};
@@ -105,7 +106,9 @@ static void test_tables(void) {
         {GGUF_DT_F32, 1, 4, GGUF_DT_F32},       {GGUF_DT_F16, 1, 2, GGUF_DT_F16},
         {GGUF_DT_BF16, 1, 2, GGUF_DT_BF16},     {GGUF_DT_Q8_0, 32, 34, GGUF_DT_Q8_0},
         {GGUF_DT_Q4_0, 32, 18, GGUF_DT_Q8_0},   {GGUF_DT_Q4_K, 256, 144, GGUF_DT_Q8_K},
-        {GGUF_DT_Q6_K, 256, 210, GGUF_DT_Q8_K},
+        {GGUF_DT_Q6_K, 256, 210, GGUF_DT_Q8_K}, {GGUF_DT_Q4_1, 32, 20, GGUF_DT_Q8_1},
+        {GGUF_DT_Q5_0, 32, 22, GGUF_DT_Q8_0},   {GGUF_DT_Q5_1, 32, 24, GGUF_DT_Q8_1},
+        {GGUF_DT_IQ4_NL, 32, 18, GGUF_DT_Q8_0},
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         const kern_traits *t = kern_traits_of(want[i].t), *r = kern_traits_ref(want[i].t);
@@ -117,6 +120,9 @@ static void test_tables(void) {
     }
     const kern_traits *q8k = kern_traits_of(GGUF_DT_Q8_K);
     CHECK(q8k && q8k->from_float && q8k->to_float && !q8k->vec_dot, "Q8_K is activation-only");
+    const kern_traits *q81 = kern_traits_of(GGUF_DT_Q8_1);
+    CHECK(q81 && q81->block_bytes == 36 && q81->from_float && q81->to_float && !q81->vec_dot,
+          "Q8_1 is activation-only");
     CHECK(!kern_traits_of(GGUF_DT_Q5_K) && !kern_traits_of(-1) && !kern_traits_of(GGUF_DT_COUNT),
           "unsupported types have no traits");
     CHECK(kern_row_bytes(GGUF_DT_Q4_K, 4096) == 16 * 144, "row bytes q4_K");
@@ -127,6 +133,13 @@ static void test_tables(void) {
 }
 
 /* ---------- quantization round trip ---------- */
+
+/* (the 32-element types likewise: Q4_1 7.8e-2, IQ4_NL 7.7e-2, Q5_0 4.2e-2,
+ * Q5_1 3.8e-2) */
+#define BOUND_Q4_1 9.5e-2
+#define BOUND_IQ4_NL 9.3e-2
+#define BOUND_Q5_0 5.1e-2
+#define BOUND_Q5_1 4.6e-2
 
 /* Normalized RMS error of a round trip on unit Gaussian data (measured values
  * with about 20% headroom: F16 2.0e-4, BF16 1.7e-3, Q8_0 5.3e-3, Q8_K 6.8e-3,
@@ -140,6 +153,11 @@ static double roundtrip_bound(int t) {
     case GGUF_DT_Q8_K: return 8.5e-3;
     case GGUF_DT_Q6_K: return 2.2e-2;
     case GGUF_DT_Q4_K: return 8.5e-2;
+    case GGUF_DT_Q8_1: return 6.5e-3;
+    case GGUF_DT_Q5_0: return BOUND_Q5_0;
+    case GGUF_DT_Q5_1: return BOUND_Q5_1;
+    case GGUF_DT_Q4_1: return BOUND_Q4_1;
+    case GGUF_DT_IQ4_NL: return BOUND_IQ4_NL;
     default: return 1.0e-1; /* Q4_0 */
     }
 }
@@ -168,8 +186,9 @@ static void test_roundtrip(void) {
     float *x = kvl_alloc(n * sizeof(float)), *xe = kvl_alloc(n * sizeof(float));
     for (int64_t i = 0; i < n; i++) x[i] = 0.7f * rng_gauss();
     fill_data(xe, n, 0.7f);
-    const int types[] = {GGUF_DT_F32,  GGUF_DT_F16,  GGUF_DT_BF16, GGUF_DT_Q8_0,
-                         GGUF_DT_Q4_0, GGUF_DT_Q4_K, GGUF_DT_Q6_K, GGUF_DT_Q8_K};
+    const int types[] = {GGUF_DT_F32,  GGUF_DT_F16,  GGUF_DT_BF16, GGUF_DT_Q8_0,  GGUF_DT_Q4_0,
+                         GGUF_DT_Q4_K, GGUF_DT_Q6_K, GGUF_DT_Q8_K, GGUF_DT_Q4_1,  GGUF_DT_Q5_0,
+                         GGUF_DT_Q5_1, GGUF_DT_Q8_1, GGUF_DT_IQ4_NL};
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         const int t = types[ti];
         const char *name = kern_traits_ref(t)->name;
@@ -240,7 +259,13 @@ static void randomize_codes(int t, void *q, int64_t n) {
     for (int64_t b = 0; b < n / tr->block_elems; b++) {
         uint8_t *blk = p + b * tr->block_bytes;
         const kvl_f16 d = kvl_f32_to_f16(0.01f * (float)(1 + rng_u64() % 100));
-        if (t == GGUF_DT_Q8_0 || t == GGUF_DT_Q4_0) memcpy(blk, &d, 2);
+        if (t == GGUF_DT_Q8_0 || t == GGUF_DT_Q4_0 || t == GGUF_DT_Q5_0 || t == GGUF_DT_IQ4_NL)
+            memcpy(blk, &d, 2);
+        if (t == GGUF_DT_Q4_1 || t == GGUF_DT_Q5_1) { /* d, then a min of either sign */
+            const kvl_f16 m = kvl_f32_to_f16(0.02f * ((float)(rng_u64() % 101) - 50.0f));
+            memcpy(blk, &d, 2);
+            memcpy(blk + 2, &m, 2);
+        }
         if (t == GGUF_DT_Q4_K) {
             memcpy(blk, &d, 2);
             memcpy(blk + 2, &d, 2);
@@ -268,8 +293,30 @@ static const struct {
     {GGUF_DT_F16, 2, kavx512_vec_dot_f16},   {GGUF_DT_BF16, 2, kavx512_vec_dot_bf16},
     {GGUF_DT_Q8_0, 2, kavx512_vec_dot_q8_0}, {GGUF_DT_Q4_0, 2, kavx512_vec_dot_q4_0},
     {GGUF_DT_Q4_K, 2, kavx512_vec_dot_q4_K}, {GGUF_DT_Q6_K, 2, kavx512_vec_dot_q6_K},
+    {GGUF_DT_Q4_1, 1, kavx2_vec_dot_q4_1},   {GGUF_DT_Q5_0, 1, kavx2_vec_dot_q5_0},
+    {GGUF_DT_Q5_1, 1, kavx2_vec_dot_q5_1},   {GGUF_DT_IQ4_NL, 1, kavx2_vec_dot_iq4_nl},
+    {GGUF_DT_Q4_1, 2, kavx512_vec_dot_q4_1}, {GGUF_DT_Q5_0, 2, kavx512_vec_dot_q5_0},
+    {GGUF_DT_Q5_1, 2, kavx512_vec_dot_q5_1}, {GGUF_DT_IQ4_NL, 2, kavx512_vec_dot_iq4_nl},
     /* clang-format on */
 };
+
+/* Q4_1 / Q5_1 against Q8_1 use the block's stored s = fp16(d * sum q), not
+ * the sum of the dequantized values: what that changes in sum_b m_b * s_b
+ * (and the magnitude of those terms, added to *abs_sum). */
+static double q8_1_min_terms(const kern_traits *r, const void *qx, const void *qy, int64_t n, double *abs_sum) {
+    double diff = 0;
+    for (int64_t b = 0; b < n / QK8_1; b++) {
+        const blk_q8_1 *yb = (const blk_q8_1 *)qy + b;
+        kvl_f16 mh;
+        memcpy(&mh, (const char *)qx + b * r->block_bytes + 2, 2); /* m follows d */
+        const double m = kvl_f16_to_f32(mh), dy = kvl_f16_to_f32(yb->d);
+        double sum = 0;
+        for (int j = 0; j < QK8_1; j++) sum += yb->qs[j];
+        diff += m * ((double)kvl_f16_to_f32(yb->s) - dy * sum);
+        *abs_sum += fabs(m * kvl_f16_to_f32(yb->s));
+    }
+    return diff;
+}
 
 static void check_dot_case(int t, int64_t n, bool raw_codes) {
     const kern_traits *r = kern_traits_ref(t);
@@ -285,7 +332,8 @@ static void check_dot_case(int t, int64_t n, bool raw_codes) {
     r->vec_dot(n, &s_ref, qx, qy);
     /* the integer math is exact: only float rounding separates it from exact math */
     double abs_sum;
-    const double exact = dot_double(dx, dy, n, &abs_sum);
+    double exact = dot_double(dx, dy, n, &abs_sum);
+    if (vdt == GGUF_DT_Q8_1) exact += q8_1_min_terms(r, qx, qy, n, &abs_sum);
     CHECK(fabs(s_ref - exact) <= 2e-6 * abs_sum + 1e-30, "%s n=%lld: ref %.9g exact %.9g", r->name,
           (long long)n, s_ref, exact);
     if (!raw_codes) { /* and the quantized dot is close to the float dot */
@@ -955,8 +1003,8 @@ static void test_golden(void) {
         kvl_free(f32.buf);
         return;
     }
-    static const char *models[] = {"f16", "q8_0", "q4_0", "q4_k_m", "q6_k"};
-    for (int i = 0; i < 5; i++) {
+    static const char *models[] = {"f16", "q8_0", "q4_0", "q4_k_m", "q6_k", "q4_1", "q5_0", "q5_1", "iq4_nl"};
+    for (int i = 0; i < (int)(sizeof models / sizeof models[0]); i++) {
         snprintf(path, sizeof path, "%sllama-gqa-bpe-%s.gguf", dir, models[i]);
         check_golden_model(&f32, path);
     }

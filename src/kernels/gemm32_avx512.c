@@ -1,0 +1,90 @@
+/* kernels: packed GEMM for Q5_0 and IQ4_NL weights (AVX-512 VNNI), by way of
+ * the Q8_0 one of gemm_avx512.c.
+ *
+ * Both types multiply Q8_0 activations in the Q family's canonical order
+ * (quant32.h), exactly as Q8_0 weights do. So their panels are Q8_0 panels:
+ * per block, 8 groups of 16 dwords (group g, lane r: the values 4g..4g+3 of
+ * row r as unsigned bytes v + 128), then the 16 rows' scales as floats; and
+ * the Q8_0 activation tiles, their preparation and the Q8_0 kernel (which
+ * adds c = -128 * sum(q) to each block's vpdpbusd sums) do the rest. Only
+ * the packing differs: the 5-bit or non-linear values are widened to bytes
+ * once per panel. Every output is bit-identical to vec_dot. */
+#include "gemm_avx512.h"
+
+/* The Q8_0 panel's block: 8 x 64 bytes of values, then 16 floats. */
+#define P8_VALS 512
+#define P8_BLK (P8_VALS + 64)
+
+/* The 32 nibbles of a block's 16 bytes in element order. */
+T_512_INLINE __m256i nibbles32(const uint8_t *qs) {
+    const __m128i q = _mm_loadu_si128((const __m128i *)qs);
+    const __m128i m = _mm_set1_epi8(0x0F);
+    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m), _mm_and_si128(q, m));
+}
+
+/* Q5_0 block values v (-16..15) as v + 128. */
+T_512_INLINE __m256i q5_0_bytes(const void *blk) {
+    const blk_q5_0 *x = blk;
+    uint32_t h;
+    memcpy(&h, x->qh, 4);
+    const __m256i u = _mm256_or_si256(nibbles32(x->qs), _mm256_maskz_mov_epi8((__mmask32)h, _mm256_set1_epi8(0x10)));
+    return _mm256_add_epi8(u, _mm256_set1_epi8(112)); /* v + 16 -> v + 128 */
+}
+
+/* IQ4_NL block values (the levels) as level + 128. */
+T_512_INLINE __m256i iq4_nl_bytes(const void *blk) {
+    const blk_iq4_nl *x = blk;
+    const __m256i table = _mm256_broadcastsi128_si256(
+        _mm_xor_si128(_mm_loadu_si128((const __m128i *)kern_iq4nl_values), _mm_set1_epi8((char)0x80)));
+    return _mm256_shuffle_epi8(table, nibbles32(x->qs));
+}
+
+/* rows (<= 16) rows of W into Q8_0 panels; rows past `rows` read as 0. The
+ * block's fp16 scale is its first two bytes in both types. */
+T_512_INLINE void pack32(const void *w, size_t wrow, int rows, int64_t k, void *panel, size_t bb,
+                         __m256i (*bytes)(const void *)) {
+    _Alignas(64) uint8_t tmp[KERN_PANEL_ROWS][32];
+    _Alignas(64) float sc[KERN_PANEL_ROWS];
+    const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                           _mm512_set1_epi32(32));
+    memset(tmp, 0, sizeof tmp);
+    memset(sc, 0, sizeof sc);
+    char *out = panel;
+    for (int64_t b = 0; b < k / QK8_0; b++, out += P8_BLK) {
+        for (int r = 0; r < rows; r++) {
+            const char *blk = (const char *)w + r * wrow + b * bb;
+            _mm256_store_si256((__m256i *)tmp[r], bytes(blk));
+            kvl_f16 d;
+            memcpy(&d, blk, 2);
+            sc[r] = f16_load(d);
+        }
+        UNROLL(8)
+        for (int g = 0; g < 8; g++)
+            _mm512_storeu_si512(out + 64 * g, _mm512_i32gather_epi32(idx, (const void *)(&tmp[0][4 * g]), 1));
+        _mm512_storeu_ps(out + P8_VALS, _mm512_load_ps(sc));
+    }
+}
+
+T_512 static void q5_0_pack(const void *w, size_t wrow, int rows, int64_t k, void *panel) {
+    pack32(w, wrow, rows, k, panel, sizeof(blk_q5_0), q5_0_bytes);
+}
+T_512 static void iq4_nl_pack(const void *w, size_t wrow, int rows, int64_t k, void *panel) {
+    pack32(w, wrow, rows, k, panel, sizeof(blk_iq4_nl), iq4_nl_bytes);
+}
+
+/* The Q8_0 GEMM's pieces. */
+static size_t panel_bytes(int64_t k) { return (size_t)(k / QK8_0) * P8_BLK; }
+static void prepare(const float *x, void *tile, int slot, int rows, int64_t k) {
+    kavx512_gemm_q8_0.prepare(x, tile, slot, rows, k);
+}
+static void kernel(int64_t k, const void *w, size_t wstride, int n_rows, const void *tiles, int64_t m, float *y,
+                   size_t ldy) {
+    kavx512_gemm_q8_0.kernel(k, w, wstride, n_rows, tiles, m, y, ldy);
+}
+
+/* Below this many activation rows vec_dot is cheaper than packing (as Q8_0's). */
+#define GEMM32_MIN_M 4
+
+const kern_gemm_ops kavx512_gemm_q5_0 = {QT, GEMM32_MIN_M, kavx512_q_tile_bytes, prepare, panel_bytes, q5_0_pack, kernel};
+const kern_gemm_ops kavx512_gemm_iq4_nl = {QT, GEMM32_MIN_M, kavx512_q_tile_bytes, prepare, panel_bytes, iq4_nl_pack,
+                                           kernel};

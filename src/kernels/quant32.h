@@ -1,0 +1,79 @@
+/* kernels, private: the 32-element block types beside Q8_0 / Q4_0 (ggml's
+ * Q4_1, Q5_0, Q5_1, IQ4_NL, and the Q8_1 activations of Q4_1 / Q5_1), their
+ * layouts and the implementations behind their kern_traits entries
+ * (quant32_ref.c, quant32_avx2.c, quant32_avx512.c).
+ *
+ * Canonical orders (kern_impl.h gives the rule: every ISA performs the same
+ * float operations in the same order):
+ *  - Q5_0, IQ4_NL against Q8_0: the Q family of kern_impl.h. Block b adds the
+ *    exact int32 sum of its 32 products: s = fma(d_x * d_y, isum_b, s), blocks
+ *    in order (Q5_0 values -16..15, IQ4_NL values kvalues_iq4nl[q]; |isum| <
+ *    2^24, so it is exact in float too).
+ *  - Q4_1, Q5_1 against Q8_1 (values q >= 0, x = d q + m; y.s = fp16(d_y sum
+ *    q_y)): block b contributes v_b = fma(d_x * d_y, isum_b, m_x * s_y), and
+ *    s = s + v_b, blocks in order. The v_b of several blocks are independent,
+ *    so SIMD code computes them lane-wise and adds them in order.
+ *
+ * Q8_1 is quantized as llama.cpp's CPU backend does on x86 (the AVX2
+ * quantize_row_q8_1): d = amax / 127, q = rint(x * (127 / amax)) (half to
+ * even), s = fp16(d * sum q). */
+#ifndef KVLLM_QUANT32_H
+#define KVLLM_QUANT32_H
+
+#include "kern_impl.h" /* which includes this file at its end */
+
+#define QK4_1 32
+#define QK5_0 32
+#define QK5_1 32
+#define QK8_1 32
+#define QK4_NL 32
+
+typedef struct { kvl_f16 d, m; uint8_t qs[QK4_1 / 2]; } blk_q4_1;
+typedef struct { kvl_f16 d; uint8_t qh[4]; uint8_t qs[QK5_0 / 2]; } blk_q5_0;
+typedef struct { kvl_f16 d, m; uint8_t qh[4]; uint8_t qs[QK5_1 / 2]; } blk_q5_1;
+typedef struct { kvl_f16 d, s; int8_t qs[QK8_1]; } blk_q8_1;
+typedef struct { kvl_f16 d; uint8_t qs[QK4_NL / 2]; } blk_iq4_nl;
+
+_Static_assert(sizeof(blk_q4_1) == 20, "q4_1 block");
+_Static_assert(sizeof(blk_q5_0) == 22, "q5_0 block");
+_Static_assert(sizeof(blk_q5_1) == 24, "q5_1 block");
+_Static_assert(sizeof(blk_q8_1) == 36, "q8_1 block");
+_Static_assert(sizeof(blk_iq4_nl) == 18, "iq4_nl block");
+
+/* ggml's kvalues_iq4nl: the 16 non-linear levels of IQ4_NL. */
+extern const int8_t kern_iq4nl_values[16];
+
+/* ---- scalar reference (quant32_ref.c) ---- */
+void kref_to_float_q4_1(const void *src, float *dst, int64_t n);
+void kref_to_float_q5_0(const void *src, float *dst, int64_t n);
+void kref_to_float_q5_1(const void *src, float *dst, int64_t n);
+void kref_to_float_q8_1(const void *src, float *dst, int64_t n);
+void kref_to_float_iq4_nl(const void *src, float *dst, int64_t n);
+
+void kref_from_float_q4_1(const float *src, void *dst, int64_t n);
+void kref_from_float_q5_0(const float *src, void *dst, int64_t n);
+void kref_from_float_q5_1(const float *src, void *dst, int64_t n);
+void kref_from_float_q8_1(const float *src, void *dst, int64_t n);
+void kref_from_float_iq4_nl(const float *src, void *dst, int64_t n);
+
+void kref_vec_dot_q4_1(int64_t n, float *s, const void *x, const void *y);
+void kref_vec_dot_q5_0(int64_t n, float *s, const void *x, const void *y);
+void kref_vec_dot_q5_1(int64_t n, float *s, const void *x, const void *y);
+void kref_vec_dot_iq4_nl(int64_t n, float *s, const void *x, const void *y);
+
+/* ---- AVX2 + FMA + F16C (quant32_avx2.c) ---- */
+void kavx2_from_float_q8_1(const float *src, void *dst, int64_t n);
+void kavx2_vec_dot_q4_1(int64_t n, float *s, const void *x, const void *y);
+void kavx2_vec_dot_q5_0(int64_t n, float *s, const void *x, const void *y);
+void kavx2_vec_dot_q5_1(int64_t n, float *s, const void *x, const void *y);
+void kavx2_vec_dot_iq4_nl(int64_t n, float *s, const void *x, const void *y);
+
+/* ---- AVX-512 VNNI (quant32_avx512.c) ---- */
+void kavx512_vec_dot_q4_1(int64_t n, float *s, const void *x, const void *y);
+void kavx512_vec_dot_q5_0(int64_t n, float *s, const void *x, const void *y);
+void kavx512_vec_dot_q5_1(int64_t n, float *s, const void *x, const void *y);
+void kavx512_vec_dot_iq4_nl(int64_t n, float *s, const void *x, const void *y);
+/* packed GEMM (gemm32_avx512.c): Q8_0 panels, tiles and kernel */
+extern const kern_gemm_ops kavx512_gemm_q5_0, kavx512_gemm_iq4_nl;
+
+#endif

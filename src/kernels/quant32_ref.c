@@ -1,0 +1,340 @@
+/* kernels: scalar reference of the 32-element block types Q4_1, Q5_0, Q5_1,
+ * IQ4_NL and the Q8_1 activations (quant32.h).
+ *
+ * Dequantization and the weight quantizers follow ggml operation by operation,
+ * so the bytes are those llama-quantize writes without an importance matrix:
+ * quantize_row_{q4_1,q5_0,q5_1}_ref, and for IQ4_NL quantize_iq4_nl (the
+ * search over 15 scales, ntry = 7, that llama-quantize runs; the _ref variant
+ * skips it). The dot products follow the canonical orders in quant32.h. */
+#include "kern_impl.h"
+
+#include <float.h>
+#include <string.h>
+
+const int8_t kern_iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                      1,    13,   25,   38,  53,  69,  89,  113};
+
+static inline float f16f(kvl_f16 h) { return kvl_f16_to_f32(h); }
+
+/* ggml's nearest_int: round half to even via the 1.5*2^23 trick (|f| < 2^22). */
+static inline int nearest_int(float f) {
+    float v = f + 12582912.f;
+    int32_t i;
+    memcpy(&i, &v, sizeof i);
+    return (i & 0x007fffff) - 0x00400000;
+}
+
+#define QMIN(a, b) ((a) < (b) ? (a) : (b))
+#define IQ4NL_GROUP_MAX_EPS 1e-15f
+
+/* Bit j (0..31) of a block's qh as bit 4 of value j. */
+static inline int q5_high(const uint8_t qh[4], int j) { return ((qh[j / 8] >> (j % 8)) & 1) << 4; }
+
+/* ======================= dequantization ======================= */
+
+void kref_to_float_q4_1(const void *src, float *dst, int64_t n) {
+    const blk_q4_1 *x = src;
+    for (int64_t b = 0; b < n / QK4_1; b++) {
+        const float d = f16f(x[b].d), m = f16f(x[b].m);
+        float *y = dst + b * QK4_1;
+        for (int j = 0; j < QK4_1 / 2; j++) {
+            y[j] = (float)(x[b].qs[j] & 0x0F) * d + m;
+            y[j + QK4_1 / 2] = (float)(x[b].qs[j] >> 4) * d + m;
+        }
+    }
+}
+
+void kref_to_float_q5_0(const void *src, float *dst, int64_t n) {
+    const blk_q5_0 *x = src;
+    for (int64_t b = 0; b < n / QK5_0; b++) {
+        const float d = f16f(x[b].d);
+        float *y = dst + b * QK5_0;
+        for (int j = 0; j < QK5_0 / 2; j++) {
+            y[j] = (float)(((x[b].qs[j] & 0x0F) | q5_high(x[b].qh, j)) - 16) * d;
+            y[j + QK5_0 / 2] = (float)(((x[b].qs[j] >> 4) | q5_high(x[b].qh, j + 16)) - 16) * d;
+        }
+    }
+}
+
+void kref_to_float_q5_1(const void *src, float *dst, int64_t n) {
+    const blk_q5_1 *x = src;
+    for (int64_t b = 0; b < n / QK5_1; b++) {
+        const float d = f16f(x[b].d), m = f16f(x[b].m);
+        float *y = dst + b * QK5_1;
+        for (int j = 0; j < QK5_1 / 2; j++) {
+            y[j] = (float)((x[b].qs[j] & 0x0F) | q5_high(x[b].qh, j)) * d + m;
+            y[j + QK5_1 / 2] = (float)((x[b].qs[j] >> 4) | q5_high(x[b].qh, j + 16)) * d + m;
+        }
+    }
+}
+
+void kref_to_float_q8_1(const void *src, float *dst, int64_t n) {
+    const blk_q8_1 *x = src;
+    for (int64_t b = 0; b < n / QK8_1; b++) {
+        const float d = f16f(x[b].d);
+        for (int j = 0; j < QK8_1; j++) dst[b * QK8_1 + j] = x[b].qs[j] * d;
+    }
+}
+
+void kref_to_float_iq4_nl(const void *src, float *dst, int64_t n) {
+    const blk_iq4_nl *x = src;
+    for (int64_t b = 0; b < n / QK4_NL; b++) {
+        const float d = f16f(x[b].d);
+        float *y = dst + b * QK4_NL;
+        for (int j = 0; j < QK4_NL / 2; j++) {
+            y[j] = d * kern_iq4nl_values[x[b].qs[j] & 0x0F];
+            y[j + QK4_NL / 2] = d * kern_iq4nl_values[x[b].qs[j] >> 4];
+        }
+    }
+}
+
+/* ======================= quantization ======================= */
+
+/* Packs 5-bit values L[0..31] into a block's qs and qh. */
+static void q5_pack(const uint8_t *L, uint8_t *qs, uint8_t *qh) {
+    uint32_t h = 0;
+    for (int j = 0; j < 16; j++) {
+        qs[j] = (uint8_t)((L[j] & 0x0F) | ((L[j + 16] & 0x0F) << 4));
+        h |= (uint32_t)((L[j] >> 4) & 1) << j;
+        h |= (uint32_t)((L[j + 16] >> 4) & 1) << (j + 16);
+    }
+    for (int i = 0; i < 4; i++) qh[i] = (uint8_t)(h >> (8 * i));
+}
+
+/* Smallest and largest of a block, from +-FLT_MAX as ggml starts. */
+static void block_min_max(const float *x, int n, float *mn, float *mx) {
+    float lo = FLT_MAX, hi = -FLT_MAX;
+    for (int j = 0; j < n; j++) {
+        if (x[j] < lo) lo = x[j];
+        if (x[j] > hi) hi = x[j];
+    }
+    *mn = lo, *mx = hi;
+}
+
+/* The first value of largest magnitude (ggml's amax / max scan). */
+static float block_signed_max(const float *x, int n) {
+    float amax = 0.0f, max = 0.0f;
+    for (int j = 0; j < n; j++)
+        if (amax < fabsf(x[j])) {
+            amax = fabsf(x[j]);
+            max = x[j];
+        }
+    return max;
+}
+
+/* ggml quantize_row_q4_1_ref: d = (max - min) / 15, m = min, q = (x - min) / d + 0.5 truncated. */
+void kref_from_float_q4_1(const float *src, void *dst, int64_t n) {
+    blk_q4_1 *y = dst;
+    for (int64_t b = 0; b < n / QK4_1; b++) {
+        const float *x = src + b * QK4_1;
+        float min, max;
+        block_min_max(x, QK4_1, &min, &max);
+        const float d = (max - min) / 15;
+        const float id = d ? 1.0f / d : 0.0f;
+        y[b].d = kvl_f32_to_f16(d);
+        y[b].m = kvl_f32_to_f16(min);
+        for (int j = 0; j < QK4_1 / 2; j++) {
+            const int q0 = QMIN(15, (int)((x[j] - min) * id + 0.5f));
+            const int q1 = QMIN(15, (int)((x[j + QK4_1 / 2] - min) * id + 0.5f));
+            y[b].qs[j] = (uint8_t)(q0 | (q1 << 4));
+        }
+    }
+}
+
+/* ggml quantize_row_q5_0_ref: d = (signed max-magnitude value) / -16. */
+void kref_from_float_q5_0(const float *src, void *dst, int64_t n) {
+    blk_q5_0 *y = dst;
+    for (int64_t b = 0; b < n / QK5_0; b++) {
+        const float *x = src + b * QK5_0;
+        const float d = block_signed_max(x, QK5_0) / -16;
+        const float id = d ? 1.0f / d : 0.0f;
+        y[b].d = kvl_f32_to_f16(d);
+        uint8_t L[QK5_0];
+        for (int j = 0; j < QK5_0; j++) L[j] = (uint8_t)QMIN(31, (int)(x[j] * id + 16.5f));
+        q5_pack(L, y[b].qs, y[b].qh);
+    }
+}
+
+/* ggml quantize_row_q5_1_ref: d = (max - min) / 31, m = min. */
+void kref_from_float_q5_1(const float *src, void *dst, int64_t n) {
+    blk_q5_1 *y = dst;
+    for (int64_t b = 0; b < n / QK5_1; b++) {
+        const float *x = src + b * QK5_1;
+        float min, max;
+        block_min_max(x, QK5_1, &min, &max);
+        const float d = (max - min) / 31;
+        const float id = d ? 1.0f / d : 0.0f;
+        y[b].d = kvl_f32_to_f16(d);
+        y[b].m = kvl_f32_to_f16(min);
+        uint8_t L[QK5_1];
+        for (int j = 0; j < QK5_1; j++) L[j] = (uint8_t)(int)((x[j] - min) * id + 0.5f);
+        q5_pack(L, y[b].qs, y[b].qh);
+    }
+}
+
+/* llama.cpp's x86 quantize_row_q8_1 (quant32.h). */
+void kref_from_float_q8_1(const float *src, void *dst, int64_t n) {
+    blk_q8_1 *y = dst;
+    for (int64_t b = 0; b < n / QK8_1; b++) {
+        const float *x = src + b * QK8_1;
+        float amax = 0.0f;
+        for (int j = 0; j < QK8_1; j++) amax = fabsf(x[j]) > amax ? fabsf(x[j]) : amax;
+        const float d = amax / 127.f;
+        const float id = amax != 0.0f ? 127.f / amax : 0.0f;
+        y[b].d = kvl_f32_to_f16(d);
+        int sum = 0;
+        for (int j = 0; j < QK8_1; j++) {
+            y[b].qs[j] = (int8_t)nearest_int(x[j] * id);
+            sum += y[b].qs[j];
+        }
+        y[b].s = kvl_f32_to_f16(d * (float)sum);
+    }
+}
+
+/* ggml best_index_int8: the index of the level nearest to x (ties to the upper). */
+static int iq4nl_best_index(float x) {
+    const int8_t *val = kern_iq4nl_values;
+    if (x <= val[0]) return 0;
+    if (x >= val[15]) return 15;
+    int ml = 0, mu = 15;
+    while (mu - ml > 1) {
+        const int mav = (ml + mu) / 2;
+        if (x < val[mav])
+            mu = mav;
+        else
+            ml = mav;
+    }
+    return x - val[mu - 1] < val[mu] - x ? mu - 1 : mu;
+}
+
+/* The weighted fit of levels to xb at inverse scale id: sum w q x and sum w q^2
+ * (w = x^2, the weights without an importance matrix), and the indices. */
+static void iq4nl_fit(const float *xb, float id, uint8_t *L, float *sumqx, float *sumq2) {
+    float sx = 0, s2 = 0;
+    for (int j = 0; j < QK4_NL; j++) {
+        const int l = iq4nl_best_index(id * xb[j]);
+        if (L) L[j] = (uint8_t)l;
+        const float q = kern_iq4nl_values[l];
+        const float w = xb[j] * xb[j];
+        sx += w * q * xb[j];
+        s2 += w * q * q;
+    }
+    *sumqx = sx, *sumq2 = s2;
+}
+
+/* ggml quantize_row_iq4_nl_impl for one 32-value block, no importance
+ * matrix, ntry = 7 (quantize_iq4_nl). */
+static void quantize_iq4_nl_block(const float *x, blk_iq4_nl *y) {
+    enum { NTRY = 7 };
+    const int8_t *values = kern_iq4nl_values;
+    uint8_t L[QK4_NL];
+    float amax = 0, max = 0;
+    for (int j = 0; j < QK4_NL; j++) {
+        const float ax = fabsf(x[j]);
+        if (ax > amax) {
+            amax = ax;
+            max = x[j];
+        }
+    }
+    float d = 0;
+    if (amax >= IQ4NL_GROUP_MAX_EPS) {
+        d = -max / values[0];
+        float sumqx, sumq2;
+        iq4nl_fit(x, 1 / d, L, &sumqx, &sumq2);
+        d = sumq2 > 0 ? sumqx / sumq2 : 0.f;
+        float best = d * sumqx;
+        for (int itry = -NTRY; itry <= NTRY; itry++) {
+            iq4nl_fit(x, (float)(itry + values[0]) / max, NULL, &sumqx, &sumq2);
+            if (sumq2 > 0 && sumqx * sumqx > best * sumq2) {
+                d = sumqx / sumq2;
+                best = d * sumqx;
+            }
+        }
+    }
+    y->d = kvl_f32_to_f16(d);
+    const float id = d ? 1 / d : 0;
+    for (int j = 0; j < QK4_NL; j++) L[j] = (uint8_t)iq4nl_best_index(id * x[j]);
+    for (int j = 0; j < QK4_NL / 2; j++) y->qs[j] = (uint8_t)(L[j] | (L[j + 16] << 4));
+}
+
+void kref_from_float_iq4_nl(const float *src, void *dst, int64_t n) {
+    blk_iq4_nl *y = dst;
+    for (int64_t b = 0; b < n / QK4_NL; b++) quantize_iq4_nl_block(src + b * QK4_NL, &y[b]);
+}
+
+/* ======================= dot products ======================= */
+
+/* The 32 values of a block as ints, in element order. */
+static void q4_1_values(const blk_q4_1 *x, int *v) {
+    for (int j = 0; j < 16; j++) {
+        v[j] = x->qs[j] & 0x0F;
+        v[j + 16] = x->qs[j] >> 4;
+    }
+}
+static void q5_values(const uint8_t *qs, const uint8_t *qh, int bias, int *v) {
+    for (int j = 0; j < 16; j++) {
+        v[j] = ((qs[j] & 0x0F) | q5_high(qh, j)) - bias;
+        v[j + 16] = ((qs[j] >> 4) | q5_high(qh, j + 16)) - bias;
+    }
+}
+
+static inline int32_t isum32(const int *v, const int8_t *yq) {
+    int32_t s = 0;
+    for (int j = 0; j < 32; j++) s += v[j] * yq[j];
+    return s;
+}
+
+void kref_vec_dot_q5_0(int64_t n, float *s, const void *vx, const void *vy) {
+    const blk_q5_0 *x = vx;
+    const blk_q8_0 *y = vy;
+    float sumf = 0;
+    for (int64_t b = 0; b < n / QK5_0; b++) {
+        int v[32];
+        q5_values(x[b].qs, x[b].qh, 16, v);
+        sumf = fmaf(f16f(x[b].d) * f16f(y[b].d), (float)isum32(v, y[b].qs), sumf);
+    }
+    *s = sumf;
+}
+
+void kref_vec_dot_iq4_nl(int64_t n, float *s, const void *vx, const void *vy) {
+    const blk_iq4_nl *x = vx;
+    const blk_q8_0 *y = vy;
+    float sumf = 0;
+    for (int64_t b = 0; b < n / QK4_NL; b++) {
+        int v[32];
+        for (int j = 0; j < 16; j++) {
+            v[j] = kern_iq4nl_values[x[b].qs[j] & 0x0F];
+            v[j + 16] = kern_iq4nl_values[x[b].qs[j] >> 4];
+        }
+        sumf = fmaf(f16f(x[b].d) * f16f(y[b].d), (float)isum32(v, y[b].qs), sumf);
+    }
+    *s = sumf;
+}
+
+void kref_vec_dot_q4_1(int64_t n, float *s, const void *vx, const void *vy) {
+    const blk_q4_1 *x = vx;
+    const blk_q8_1 *y = vy;
+    float sumf = 0;
+    for (int64_t b = 0; b < n / QK4_1; b++) {
+        int v[32];
+        q4_1_values(&x[b], v);
+        const float vb = fmaf(f16f(x[b].d) * f16f(y[b].d), (float)isum32(v, y[b].qs),
+                              f16f(x[b].m) * f16f(y[b].s));
+        sumf = sumf + vb;
+    }
+    *s = sumf;
+}
+
+void kref_vec_dot_q5_1(int64_t n, float *s, const void *vx, const void *vy) {
+    const blk_q5_1 *x = vx;
+    const blk_q8_1 *y = vy;
+    float sumf = 0;
+    for (int64_t b = 0; b < n / QK5_1; b++) {
+        int v[32];
+        q5_values(x[b].qs, x[b].qh, 0, v);
+        const float vb = fmaf(f16f(x[b].d) * f16f(y[b].d), (float)isum32(v, y[b].qs),
+                              f16f(x[b].m) * f16f(y[b].s));
+        sumf = sumf + vb;
+    }
+    *s = sumf;
+}
