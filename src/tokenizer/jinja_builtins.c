@@ -205,11 +205,8 @@ static jv *str_split(jx *x, jv *s, jv *sep, int64_t maxsplit, bool from_right) {
                 }
                 i = q;
                 if (i >= n) break;
-                if (maxsplit >= 0 && k >= maxsplit) {
-                    size_t e = n;
-                    /* the rest, right-stripped */
-                    jv *rest = str_strip(x, S(x, p + i, e - i), NULL, false, true);
-                    jv_list_push(x, r, rest);
+                if (maxsplit >= 0 && k >= maxsplit) { /* the rest as it is */
+                    jv_list_push(x, r, S(x, p + i, n - i));
                     return r;
                 }
                 size_t st = i;
@@ -656,7 +653,8 @@ static void msort(jx *x, jv **keys, size_t *idx, size_t *tmp, size_t n, bool rev
     msort(x, keys, idx + h, tmp, n - h, rev);
     size_t i = 0, j = h, k = 0;
     while (i < h && j < n) {
-        int c = jv_compare(x, keys[idx[j]], keys[idx[i]], "<");
+        /* jinja2's sort keys are one-item lists: equal items never reach '<' */
+        int c = jv_equal(keys[idx[j]], keys[idx[i]]) ? 0 : jv_compare(x, keys[idx[j]], keys[idx[i]], "<");
         if (rev ? c > 0 : c < 0) tmp[k++] = idx[j++];
         else tmp[k++] = idx[i++];
     }

@@ -128,8 +128,14 @@ static bool index_of(jx *x, jv *key, size_t n, size_t *out) {
     return true;
 }
 
+static void not_subscriptable(jx *x, jv *obj) {
+    if (obj->type == JV_LIST && obj->sub == JL_GEN)
+        jx_fail(x, JINJA_ERR_RUNTIME, "TypeError: 'generator' object is not subscriptable");
+}
+
 jv *jx_getitem(jx *x, jv *obj, jv *key) {
     if (obj->type == JV_UNDEF) jx_undef_fail(x, obj);
+    if (key->type != JV_STR) not_subscriptable(x, obj);
     if (obj->type == JV_LOOP && key->type == JV_STR)
         return loop_attr(x, obj, ja_strndup(&x->arena, key->u.str.s, key->u.str.n));
     size_t k;
@@ -176,6 +182,7 @@ static int64_t slice_bound(jv *v, int64_t n, int64_t step, bool start, jx *x) {
 
 static jv *do_slice(jx *x, jv *obj, jv *a, jv *b, jv *c) {
     if (obj->type == JV_UNDEF) jx_undef_fail(x, obj);
+    not_subscriptable(x, obj);
     int64_t step = 1;
     if (c && c->type != JV_NONE) {
         if (c->type != JV_INT) jx_fail(x, JINJA_ERR_RUNTIME, "TypeError: slice indices must be integers or None");
