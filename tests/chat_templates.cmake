@@ -6,3 +6,8 @@
 add_test(NAME chat_templates
   COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/chat_templates.py ${KVLLM_BIN} ${KVLLM_DATA}/chat-templates -v)
 set_tests_properties(chat_templates PROPERTIES TIMEOUT 600)
+# -m: the template from a GGUF's tokenizer.chat_template, BOS/EOS from its vocabulary.
+add_test(NAME chat_template_gguf
+  COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/chat_template_gguf.py ${KVLLM_BIN}
+          ${KVLLM_DATA}/tokenizer/ggml-vocab-llama3.gguf "<|begin_of_text|>" "<|end_of_text|>"
+          ${CMAKE_CURRENT_BINARY_DIR}/chat_template_gguf)
