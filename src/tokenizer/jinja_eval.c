@@ -721,8 +721,10 @@ static int exec_stmt(jx *x, jscope *sc, const jnode *n) {
         jargs b = a;
         b.kwname = ja_alloc(&x->arena, (size_t)(a.nkw + 1) * sizeof(char *));
         b.kwval = ja_alloc(&x->arena, (size_t)(a.nkw + 1) * sizeof(jv *));
-        memcpy(b.kwname, a.kwname, (size_t)a.nkw * sizeof(char *));
-        memcpy(b.kwval, a.kwval, (size_t)a.nkw * sizeof(jv *));
+        if (a.nkw) {
+            memcpy(b.kwname, a.kwname, (size_t)a.nkw * sizeof(char *));
+            memcpy(b.kwval, a.kwval, (size_t)a.nkw * sizeof(jv *));
+        }
         b.kwname[a.nkw] = "caller";
         b.kwval[a.nkw] = caller;
         b.nkw = a.nkw + 1;
