@@ -7,6 +7,7 @@ An expected error must be a non-zero exit; when the template itself refused
 
 usage: chat_templates.py KVLLM DATA_DIR [-v] [NAME_SUBSTRING ...]
 """
+import concurrent.futures
 import json
 import os
 import subprocess
@@ -33,18 +34,17 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:
             exp = json.load(open(os.path.join(data, name + ".expected.json"), encoding="utf-8"))
-            ok = 0
-            fails = []
-            for r in exp["results"]:
+            def check(k, r):
+                """One result: None when it matches, else why not."""
                 case = cases[r["case"]]
-                msg_path = os.path.join(tmp, "messages.json")
+                msg_path = os.path.join(tmp, "%s.%d.messages.json" % (name, k))
                 with open(msg_path, "w", encoding="utf-8") as f:
                     json.dump(case["messages"], f, ensure_ascii=False)
                 cmd = [kvllm, "chat-template", "--file", os.path.join(data, name + ".jinja"),
                        "--messages", msg_path, "--bos", exp["bos_token"], "--eos", exp["eos_token"],
                        "--now", exp["fixed_date"]]
                 if case.get("tools") is not None:
-                    tools_path = os.path.join(tmp, "tools.json")
+                    tools_path = os.path.join(tmp, "%s.%d.tools.json" % (name, k))
                     with open(tools_path, "w", encoding="utf-8") as f:
                         json.dump(case["tools"], f, ensure_ascii=False)
                     cmd += ["--tools", tools_path]
@@ -58,26 +58,28 @@ def main():
                 stderr = p.stderr.decode("utf-8", "replace")
                 label = "%s %s" % (r["case"], json.dumps(r.get("kwargs") or {}))
                 if p.returncode < 0 or p.returncode > 3:
-                    fails.append("%s: crashed (exit %d): %s" % (label, p.returncode, stderr.strip()))
-                elif "rendered" in r:
+                    return "%s: crashed (exit %d): %s" % (label, p.returncode, stderr.strip())
+                if "rendered" in r:
                     want = r["rendered"].encode("utf-8")
                     if p.returncode != 0:
-                        fails.append("%s: failed: %s" % (label, stderr.strip()))
-                    elif p.stdout != want:
+                        return "%s: failed: %s" % (label, stderr.strip())
+                    if p.stdout != want:
                         i = next((k for k in range(min(len(want), len(p.stdout))) if want[k] != p.stdout[k]),
                                  min(len(want), len(p.stdout)))
-                        fails.append("%s: differs at byte %d\n      want: %r\n      got:  %r" % (
-                            label, i, want[max(0, i - 60):i + 60], p.stdout[max(0, i - 60):i + 60]))
-                    else:
-                        ok += 1
-                else:
-                    if p.returncode == 0:
-                        fails.append("%s: rendered, but transformers fails: %s" % (label, r["error"]))
-                    elif r.get("error_source") == "raise_exception" and r["error"] not in stderr:
-                        fails.append("%s: refused with another message:\n      want: %r\n      got:  %r" % (
-                            label, r["error"], stderr.strip()))
-                    else:
-                        ok += 1
+                        return "%s: differs at byte %d\n      want: %r\n      got:  %r" % (
+                            label, i, want[max(0, i - 60):i + 60], p.stdout[max(0, i - 60):i + 60])
+                    return None
+                if p.returncode == 0:
+                    return "%s: rendered, but transformers fails: %s" % (label, r["error"])
+                if r.get("error_source") == "raise_exception" and r["error"] not in stderr:
+                    return "%s: refused with another message:\n      want: %r\n      got:  %r" % (
+                        label, r["error"], stderr.strip())
+                return None
+
+            with concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 2) as pool:
+                outcomes = list(pool.map(check, range(len(exp["results"])), exp["results"]))
+            fails = [o for o in outcomes if o]
+            ok = len(outcomes) - len(fails)
             n = len(exp["results"])
             total_ok += ok
             total += n

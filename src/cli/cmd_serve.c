@@ -24,8 +24,11 @@ static void serve_usage(FILE *out) {
             "  --port N                 port (default 8080; 0: any free port, printed at start)\n"
             "  --api-key KEY            require 'Authorization: Bearer KEY' on /v1/*\n"
             "  --served-model-name NAME model id for /v1/models (default: the file name)\n"
-            "  --chat-template NAME     chatml|llama3|llama2|mistral|gemma|deepseek3|deepseek2\n"
-            "                           (default: detected from tokenizer.chat_template; chatml if none)\n"
+            "  --chat-template-file F   Jinja chat template (default: the GGUF's tokenizer.chat_template,\n"
+            "                           rendered as transformers does)\n"
+            "  --chat-template NAME     built-in chatml|llama3|llama2|mistral|gemma|deepseek3|deepseek2\n"
+            "                           (default: the Jinja template; these are the fallback, detected from\n"
+            "                           a template that does not compile; chatml without one)\n"
             "  -c N                     context size (default: the model's, at most 4096)\n"
             "  --block-size N           tokens per KV block (default 16)\n"
             "  --kv-type TYPE           KV element type: f32 f16 bf16 q8_0 fp8 (default f16;\n"
@@ -90,7 +93,7 @@ static int serve_flag(const char *f, const char *v, void *ctx) {
     if (sw) return sw;
 #define IS(name) (strcmp(f, name) == 0)
     bool ours = IS("--host") || IS("--port") || IS("--api-key") || IS("--served-model-name") ||
-                IS("--chat-template") || IS("--kv-memory") || IS("--max-batch-tokens") ||
+                IS("--chat-template") || IS("--chat-template-file") || IS("--kv-memory") || IS("--max-batch-tokens") ||
                 IS("--max-seqs") || IS("--max-queue") || IS("--max-body");
     if (!ours) return 0;
     if (!v) {
@@ -101,6 +104,7 @@ static int serve_flag(const char *f, const char *v, void *ctx) {
     else if (IS("--api-key")) so->sc.api_key = v;
     else if (IS("--served-model-name")) so->sc.model_id = v;
     else if (IS("--kv-memory")) so->kv_memory = v;
+    else if (IS("--chat-template-file")) so->sc.chat_template_file = v;
     else if (IS("--chat-template")) {
         if (chat_family_from_name(v) == CHAT_TMPL_UNKNOWN) {
             fprintf(stderr, "kvllm: --chat-template: unknown family '%s'\n", v);
@@ -260,7 +264,16 @@ int cmd_serve(int argc, char **argv) {
     log_pool(e);
     default_model_id(o.model_path ? o.model_path : "models/stories260K.gguf", id, sizeof id);
     if (!so.sc.model_id) so.sc.model_id = id;
-    so.sc.chat_template_src = tmpl = chat_template_src(&cm);
+    if (so.sc.chat_template_file) {
+        size_t len;
+        kvl_error ferr = {{0}};
+        tmpl = kvl_read_file(so.sc.chat_template_file, &len, &ferr);
+        if (!tmpl) {
+            fprintf(stderr, "kvllm: --chat-template-file: %s\n", ferr.msg);
+            goto out;
+        }
+    } else tmpl = chat_template_src(&cm);
+    so.sc.chat_template_src = tmpl;
     rc = server_run(e, cm.vocab, &so.sc);
 out:
     free(tmpl);

@@ -19,6 +19,7 @@ typedef struct server_config {
     const char *model_id;      /* the name /v1/models lists and requests may use */
     const char *chat_template; /* family name overriding the GGUF template, or NULL */
     const char *chat_template_src; /* the GGUF's tokenizer.chat_template, or NULL */
+    const char *chat_template_file; /* --chat-template-file: overrides chat_template_src (name; text in src) */
     size_t max_body_bytes;     /* larger request bodies get 413 (default 8 MiB) */
     int max_queue;             /* waiting requests beyond max_seqs before 503 */
 } server_config;

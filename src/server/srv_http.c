@@ -356,6 +356,14 @@ static void setup_chat(srv *s) {
     if (s->cfg.chat_template) {
         s->chat = chat_family_from_name(s->cfg.chat_template);
     } else if (s->cfg.chat_template_src && s->cfg.chat_template_src[0]) {
+        /* the Jinja template itself; the built-in families only if it does not compile */
+        char origin[300];
+        snprintf(origin, sizeof origin, "%s%s", s->cfg.chat_template_file ? "file " : "model's tokenizer.chat_template",
+                 s->cfg.chat_template_file ? s->cfg.chat_template_file : "");
+        if (srv_jinja_setup(s, s->cfg.chat_template_src, origin)) {
+            s->chat = CHAT_TMPL_FALLBACK; /* unused while s->jinja is set */
+            return;
+        }
         s->chat = chat_template_detect(s->cfg.chat_template_src);
         if (s->chat == CHAT_TMPL_UNKNOWN) {
             snprintf(s->chat_error, sizeof s->chat_error,
@@ -428,6 +436,7 @@ static srv *srv_new(engine *e, const tok_vocab *vocab, const server_config *cfg)
 }
 
 static void srv_free(srv *s) {
+    srv_jinja_free(s);
     metrics_destroy(&s->metrics);
     pthread_cond_destroy(&s->q_cv);
     pthread_mutex_destroy(&s->q_mu);

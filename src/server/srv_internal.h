@@ -166,6 +166,7 @@ struct srv {
     int max_seqs;
     int omp_threads;           /* the main thread's OpenMP team size (-t) */
     chat_family chat;          /* CHAT_TMPL_UNKNOWN: chat requests get 400 */
+    struct jinja_template *jinja; /* the Jinja chat template; NULL: the family's built-in rendering */
     char chat_error[256];
     const char *bos_text, *eos_text;
     pthread_mutex_t tok_mu;    /* the tokenizer is not documented as thread-safe */
@@ -205,6 +206,14 @@ typedef struct api_req {
 
 /* Parses a request body (a cJSON object) into r and a new job (r->job). */
 bool openai_parse(srv *s, const cJSON *body, bool chat, api_req *r, api_error *err);
+
+/* srv_chat_jinja.c: the Jinja chat template. setup compiles src (origin names
+ * it in messages) and returns false, with a warning, if it does not compile;
+ * render returns the prompt of a chat request (malloc'd, *len bytes) or NULL
+ * with err set (400 when the template refuses or fails on the conversation). */
+bool srv_jinja_setup(srv *s, const char *src, const char *origin);
+void srv_jinja_free(srv *s);
+char *srv_jinja_render(srv *s, const cJSON *body, bool add_gen, size_t *len, api_error *err);
 void api_req_free(api_req *r);
 
 /* Non-streaming response from all of a finished job's events. */

@@ -197,6 +197,18 @@ static bool starts_with(const char *s, const char *prefix) {
 static bool parse_chat_prompt(srv *s, const cJSON *body, srv_job *j, api_error *err) {
     bool add_gen = true;
     if (!opt_bool(body, "add_generation_prompt", &add_gen, err)) return false;
+    if (s->jinja) {
+        const cJSON *arr = field(body, "messages");
+        if (!cJSON_IsArray(arr) || !arr->child)
+            return api_fail(err, 400, "messages", "'messages' must be a non-empty array");
+        size_t len = 0;
+        char *text = srv_jinja_render(s, body, add_gen, &len, err);
+        if (!text) return false;
+        bool add_bos = tok_add_bos(s->vocab) && tok_bos(s->vocab) >= 0 && !starts_with(text, s->bos_text);
+        bool ok = tokenize(s, text, len, add_bos, j, "messages", err);
+        free(text);
+        return ok;
+    }
     chat_msg *msgs = NULL;
     int n = 0;
     if (!parse_messages(body, &msgs, &n, err)) return false;

@@ -205,11 +205,8 @@ static jv *str_split(jx *x, jv *s, jv *sep, int64_t maxsplit, bool from_right) {
                 }
                 i = q;
                 if (i >= n) break;
-                if (maxsplit >= 0 && k >= maxsplit) {
-                    size_t e = n;
-                    /* the rest, right-stripped */
-                    jv *rest = str_strip(x, S(x, p + i, e - i), NULL, false, true);
-                    jv_list_push(x, r, rest);
+                if (maxsplit >= 0 && k >= maxsplit) { /* the rest as it is */
+                    jv_list_push(x, r, S(x, p + i, n - i));
                     return r;
                 }
                 size_t st = i;
@@ -502,6 +499,7 @@ static jv *m_dict(jx *x, jv *self, jargs *a) {
         return r;
     }
     jv *r = jv_list(x, JL_LIST);
+    r->view = !strcmp(m, "keys") ? JVIEW_KEYS : !strcmp(m, "values") ? JVIEW_VALUES : JVIEW_ITEMS;
     for (size_t i = 0; i < d->u.dict.n; i++) {
         if (!strcmp(m, "keys")) jv_list_push(x, r, d->u.dict.kv[i].key);
         else if (!strcmp(m, "values")) jv_list_push(x, r, d->u.dict.kv[i].val);
@@ -656,7 +654,8 @@ static void msort(jx *x, jv **keys, size_t *idx, size_t *tmp, size_t n, bool rev
     msort(x, keys, idx + h, tmp, n - h, rev);
     size_t i = 0, j = h, k = 0;
     while (i < h && j < n) {
-        int c = jv_compare(x, keys[idx[j]], keys[idx[i]], "<");
+        /* jinja2's sort keys are one-item lists: equal items never reach '<' */
+        int c = jv_equal(keys[idx[j]], keys[idx[i]]) ? 0 : jv_compare(x, keys[idx[j]], keys[idx[i]], "<");
         if (rev ? c > 0 : c < 0) tmp[k++] = idx[j++];
         else tmp[k++] = idx[i++];
     }
@@ -794,6 +793,7 @@ jv *jb_filter(jx *x, const char *name, jv *v, jargs *a) {
         jargs none = {0};
         jv *r = m_dict(x, bind(x, m_dict, v, "items")->u.fn.self, &none);
         r->sub = JL_GEN;
+        r->view = JVIEW_NONE;
         return r;
     }
     if (!strcmp(name, "upper")) return str_case(x, jv_stringify(x, v), 1);
@@ -1042,25 +1042,7 @@ jv *jb_filter(jx *x, const char *name, jv *v, jargs *a) {
         jv_repr(x, &b, v);
         return SB(x, &b);
     }
-    if (!strcmp(name, "format")) {
-        /* printf-style: %s and %d only */
-        jv *s = jv_stringify(x, v);
-        jbuf b = {.arena = &x->arena};
-        int k = 0;
-        for (size_t i = 0; i < s->u.str.n; i++) {
-            char c = s->u.str.s[i];
-            if (c == '%' && i + 1 < s->u.str.n) {
-                char f = s->u.str.s[++i];
-                if (f == '%') jb_putc(&b, '%');
-                else {
-                    jv *arg = jarg(a, k++, NULL);
-                    if (!arg) jx_fail(x, JINJA_ERR_RUNTIME, "TypeError: not enough arguments for format string");
-                    jv_to_str(x, &b, arg);
-                }
-            } else jb_putc(&b, c);
-        }
-        return SB(x, &b);
-    }
+    if (!strcmp(name, "format")) return jb_percent_format(x, jv_stringify(x, v), a->pos, a->npos);
     if (!strcmp(name, "truncate")) {
         jv *s = jv_stringify(x, v);
         int64_t len = int_arg(x, jarg(a, 0, "length"), 255);
@@ -1073,6 +1055,83 @@ jv *jb_filter(jx *x, const char *name, jv *v, jargs *a) {
     }
     if (!strcmp(name, "striptags")) return jv_stringify(x, v);
     jx_fail(x, JINJA_ERR_RUNTIME, "TemplateRuntimeError: No filter named '%s' found.", name);
+}
+
+/* Python's printf-style "fmt % args": %[flags][width][.prec](s|r|d|i|f|F|e|E|g|G|x|X|o|c|%) */
+jv *jb_percent_format(jx *x, jv *fmt, jv **args, int nargs) {
+    jbuf b = {.arena = &x->arena};
+    const char *p = fmt->u.str.s;
+    size_t n = fmt->u.str.n;
+    int k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (p[i] != '%') {
+            jb_putc(&b, p[i]);
+            continue;
+        }
+        char spec[32];
+        size_t sl = 0;
+        spec[sl++] = '%';
+        i++;
+        while (i < n && strchr("-+ #0", p[i]) && sl < 8) spec[sl++] = p[i++];
+        while (i < n && isdigit((unsigned char)p[i]) && sl < 16) spec[sl++] = p[i++];
+        if (i < n && p[i] == '.') {
+            spec[sl++] = p[i++];
+            while (i < n && isdigit((unsigned char)p[i]) && sl < 24) spec[sl++] = p[i++];
+        }
+        if (i >= n) jx_fail(x, JINJA_ERR_RUNTIME, "ValueError: incomplete format");
+        char conv = p[i];
+        if (conv == '%') {
+            jb_putc(&b, '%');
+            continue;
+        }
+        if (k >= nargs) jx_fail(x, JINJA_ERR_RUNTIME, "TypeError: not enough arguments for format string");
+        jv *v = args[k++];
+        char out[512];
+        if (conv == 's' || conv == 'r') {
+            jbuf t = {.arena = &x->arena};
+            if (conv == 's') jv_to_str(x, &t, v);
+            else jv_repr(x, &t, v);
+            spec[sl++] = 's';
+            spec[sl] = 0;
+            if (sl == 2) jb_put(&b, t.p ? t.p : "", t.n);
+            else {
+                snprintf(out, sizeof out, spec, t.p ? t.p : "");
+                jb_puts(&b, out);
+            }
+            continue;
+        }
+        bool num = v->type == JV_INT || v->type == JV_FLOAT || v->type == JV_BOOL;
+        if (!num)
+            jx_fail(x, JINJA_ERR_RUNTIME, "TypeError: %%%c format: a real number is required, not %s", conv,
+                    jv_type_name(v));
+        double f = v->type == JV_FLOAT ? v->u.f : v->type == JV_INT ? (double)v->u.i : v->u.b;
+        long long iv = v->type == JV_FLOAT ? (long long)v->u.f : v->type == JV_INT ? v->u.i : v->u.b;
+        if (strchr("di", conv)) {
+            spec[sl++] = 'l';
+            spec[sl++] = 'l';
+            spec[sl++] = 'd';
+            spec[sl] = 0;
+            snprintf(out, sizeof out, spec, iv);
+        } else if (strchr("xXo", conv)) {
+            spec[sl++] = 'l';
+            spec[sl++] = 'l';
+            spec[sl++] = conv;
+            spec[sl] = 0;
+            snprintf(out, sizeof out, spec, iv);
+        } else if (strchr("fFeEgG", conv)) {
+            spec[sl++] = conv;
+            spec[sl] = 0;
+            snprintf(out, sizeof out, spec, f);
+        } else if (conv == 'c') {
+            jbuf t = {.arena = &x->arena};
+            ju_encode(&t, (uint32_t)iv);
+            jb_put(&b, t.p, t.n);
+            continue;
+        } else jx_fail(x, JINJA_ERR_RUNTIME, "ValueError: unsupported format character '%c'", conv);
+        jb_puts(&b, out);
+    }
+    if (k < nargs) jx_fail(x, JINJA_ERR_RUNTIME, "TypeError: not all arguments converted during string formatting");
+    return SB(x, &b);
 }
 
 /* ---------------- globals ---------------- */

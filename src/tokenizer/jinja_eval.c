@@ -128,8 +128,14 @@ static bool index_of(jx *x, jv *key, size_t n, size_t *out) {
     return true;
 }
 
+static void not_subscriptable(jx *x, jv *obj) {
+    if (obj->type == JV_LIST && (obj->sub == JL_GEN || obj->view))
+        jx_fail(x, JINJA_ERR_RUNTIME, "TypeError: '%s' object is not subscriptable", jv_type_name(obj));
+}
+
 jv *jx_getitem(jx *x, jv *obj, jv *key) {
     if (obj->type == JV_UNDEF) jx_undef_fail(x, obj);
+    if (key->type != JV_STR) not_subscriptable(x, obj);
     if (obj->type == JV_LOOP && key->type == JV_STR)
         return loop_attr(x, obj, ja_strndup(&x->arena, key->u.str.s, key->u.str.n));
     size_t k;
@@ -176,6 +182,7 @@ static int64_t slice_bound(jv *v, int64_t n, int64_t step, bool start, jx *x) {
 
 static jv *do_slice(jx *x, jv *obj, jv *a, jv *b, jv *c) {
     if (obj->type == JV_UNDEF) jx_undef_fail(x, obj);
+    not_subscriptable(x, obj);
     int64_t step = 1;
     if (c && c->type != JV_NONE) {
         if (c->type != JV_INT) jx_fail(x, JINJA_ERR_RUNTIME, "TypeError: slice indices must be integers or None");
@@ -354,6 +361,10 @@ jv *jx_binop(jx *x, int op, jv *a, jv *b) {
             }
         }
     }
+    if (op == OP_MOD && a->type == JV_STR) { /* "%s" % x, "%s %s" % (x, y) */
+        if (b->type == JV_LIST && b->sub == JL_TUPLE) return jb_percent_format(x, a, b->u.list.items, (int)b->u.list.n);
+        return jb_percent_format(x, a, &b, 1);
+    }
     if (op == OP_ADD && a->type == JV_STR && b->type == JV_STR) {
         if (a->markup != b->markup) { /* Markup + str escapes the str (markupsafe) */
             if (a->markup) b = markup_escape(x, b);
@@ -363,7 +374,7 @@ jv *jx_binop(jx *x, int op, jv *a, jv *b) {
         r->markup = a->markup || b->markup;
         return r;
     }
-    if (op == OP_ADD && a->type == JV_LIST && b->type == JV_LIST && a->sub != JL_GEN && b->sub != JL_GEN &&
+    if (op == OP_ADD && a->type == JV_LIST && b->type == JV_LIST && a->sub != JL_GEN && b->sub != JL_GEN && !a->view && !b->view &&
         (a->sub == JL_TUPLE) == (b->sub == JL_TUPLE)) {
         jv *r = jv_list(x, a->sub);
         for (size_t i = 0; i < a->u.list.n; i++) jv_list_push(x, r, a->u.list.items[i]);
@@ -658,6 +669,7 @@ static int exec_for(jx *x, jscope *sc, const jnode *n) {
     loop->u.loop.n = cnt;
     for (size_t i = 0; i < cnt; i++) {
         jx_step(x);
+        ls->n = 0; /* each iteration starts from the enclosing values, as in jinja2 */
         loop->u.loop.i = i;
         scope_set(x, ls, "loop", loop);
         assign_targets(x, ls, n, items[i]);
@@ -709,8 +721,10 @@ static int exec_stmt(jx *x, jscope *sc, const jnode *n) {
         jargs b = a;
         b.kwname = ja_alloc(&x->arena, (size_t)(a.nkw + 1) * sizeof(char *));
         b.kwval = ja_alloc(&x->arena, (size_t)(a.nkw + 1) * sizeof(jv *));
-        memcpy(b.kwname, a.kwname, (size_t)a.nkw * sizeof(char *));
-        memcpy(b.kwval, a.kwval, (size_t)a.nkw * sizeof(jv *));
+        if (a.nkw) {
+            memcpy(b.kwname, a.kwname, (size_t)a.nkw * sizeof(char *));
+            memcpy(b.kwval, a.kwval, (size_t)a.nkw * sizeof(jv *));
+        }
         b.kwname[a.nkw] = "caller";
         b.kwval[a.nkw] = caller;
         b.nkw = a.nkw + 1;

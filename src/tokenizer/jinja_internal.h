@@ -56,6 +56,7 @@ typedef enum jv_type {
 
 enum { JL_LIST = 0, JL_TUPLE = 1, JL_GEN = 2 };
 enum { JD_DICT = 0, JD_NS = 1 };
+enum { JVIEW_NONE = 0, JVIEW_ITEMS, JVIEW_KEYS, JVIEW_VALUES };
 enum { JU_PLAIN = 0, JU_SECURITY = 1 }; /* undefined: plain, or an unsafe attribute */
 
 typedef struct jv jv;
@@ -83,6 +84,7 @@ struct jv {
     uint8_t sub;
     uint8_t markup; /* strings: a Markup (|safe): '+' escapes the other operand */
     uint8_t grow;   /* strings: s follows a jstr_hdr (made by concatenation, may extend in place) */
+    uint8_t view;   /* lists: a dict view, JVIEW_ITEMS/KEYS/VALUES (prints as dict_items([...])) */
     union {
         bool b;
         int64_t i;
@@ -262,12 +264,14 @@ struct jx {
     jinja_date now;
     int depth;      /* macro call depth */
     uint64_t steps; /* loop iterations and calls so far (JX_MAX_STEPS) */
+    jv *small_ints; /* 0..JX_SMALL_INTS-1, made on first use (range() lists share them) */
 };
 
 /* Bounds on one render, so a hostile template fails instead of running away. */
 #define JX_MAX_STEPS 20000000ull
 #define JX_MAX_OUTPUT ((size_t)256 << 20)
 #define JX_MAX_MEMORY ((size_t)1 << 30)
+#define JX_SMALL_INTS 1024
 void jx_step(jx *x);
 
 _Noreturn void jx_fail(jx *x, jinja_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -289,5 +293,6 @@ bool jb_test_exists(const char *name);
 jv *jb_method(jx *x, jv *obj, const char *name); /* a bound method, or NULL */
 jv *jb_global(jx *x, const char *name);          /* a global function, or NULL */
 jv *jarg(jargs *a, int pos, const char *kw);      /* positional pos or keyword kw; NULL if absent */
+jv *jb_percent_format(jx *x, jv *fmt, jv **args, int nargs); /* Python's fmt % args */
 
 #endif

@@ -181,12 +181,14 @@ static bool lex_tag(lexer *L, bool block) {
             size_t k = 0;
             bool is_float = false;
             while (k < left && (isdigit((unsigned char)p[k]) || p[k] == '_')) k++;
-            if (k + 1 < left && p[k] == '.' && isdigit((unsigned char)p[k + 1])) {
+            /* jinja2: no float right after a '.' (x.0.1 is two subscripts) */
+            bool after_dot = L->i > 0 && L->s[L->i - 1] == '.';
+            if (!after_dot && k + 1 < left && p[k] == '.' && isdigit((unsigned char)p[k + 1])) {
                 is_float = true;
                 k++;
                 while (k < left && (isdigit((unsigned char)p[k]) || p[k] == '_')) k++;
             }
-            if (k < left && (p[k] == 'e' || p[k] == 'E')) {
+            if (!after_dot && k < left && (p[k] == 'e' || p[k] == 'E')) {
                 size_t m = k + 1;
                 if (m < left && (p[m] == '+' || p[m] == '-')) m++;
                 if (m < left && isdigit((unsigned char)p[m])) {

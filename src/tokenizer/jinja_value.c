@@ -185,6 +185,16 @@ jv *jv_undef(jx *x, const char *fmt, ...) {
 jv *jv_none(void) { return &JV_NONE_V; }
 jv *jv_bool(bool b) { return b ? &JV_TRUE_V : &JV_FALSE_V; }
 jv *jv_int(jx *x, int64_t i) {
+    if (i >= 0 && i < JX_SMALL_INTS) {
+        if (!x->small_ints) {
+            x->small_ints = ja_alloc(&x->arena, JX_SMALL_INTS * sizeof(jv));
+            for (int k = 0; k < JX_SMALL_INTS; k++) {
+                x->small_ints[k].type = JV_INT;
+                x->small_ints[k].u.i = k;
+            }
+        }
+        return &x->small_ints[i];
+    }
     jv *v = jv_new(x, JV_INT);
     v->u.i = i;
     return v;
@@ -289,7 +299,9 @@ const char *jv_type_name(const jv *v) {
     case JV_INT: return "int";
     case JV_FLOAT: return "float";
     case JV_STR: return v->markup ? "Markup" : "str";
-    case JV_LIST: return v->sub == JL_TUPLE ? "tuple" : v->sub == JL_GEN ? "generator" : "list";
+    case JV_LIST:
+        if (v->view) return v->view == JVIEW_ITEMS ? "dict_items" : v->view == JVIEW_KEYS ? "dict_keys" : "dict_values";
+        return v->sub == JL_TUPLE ? "tuple" : v->sub == JL_GEN ? "generator" : "list";
     case JV_DICT: return v->sub == JD_NS ? "Namespace" : "dict";
     case JV_LOOP: return "LoopContext";
     case JV_MACRO: return "Macro";
@@ -490,6 +502,7 @@ static void to_str(jx *x, jbuf *b, const jv *v, bool repr) {
             jb_printf(b, "<generator object at %p>", (const void *)v);
             break;
         }
+        if (v->view) jb_printf(b, "%s(", jv_type_name(v));
         jb_putc(b, v->sub == JL_TUPLE ? '(' : '[');
         for (size_t i = 0; i < v->u.list.n; i++) {
             if (i) jb_puts(b, ", ");
@@ -497,6 +510,7 @@ static void to_str(jx *x, jbuf *b, const jv *v, bool repr) {
         }
         if (v->sub == JL_TUPLE && v->u.list.n == 1) jb_putc(b, ',');
         jb_putc(b, v->sub == JL_TUPLE ? ')' : ']');
+        if (v->view) jb_putc(b, ')');
         break;
     case JV_DICT:
         if (v->sub == JD_NS) jb_puts(b, "<Namespace ");
@@ -593,7 +607,7 @@ static void tojson_rec(jx *x, jbuf *b, const jv *v, bool ea, const char *indent,
         return;
     case JV_STR: json_str(b, v->u.str.s, v->u.str.n, ea); return;
     case JV_LIST:
-        if (v->sub == JL_GEN) break;
+        if (v->sub == JL_GEN || v->view) break;
         if (v->u.list.n == 0) {
             jb_puts(b, "[]");
             return;

@@ -121,6 +121,7 @@ static void test_statements(void) {
     EXPECT("{% set y = 0 %}{% for x in l %}{% set y = x %}{% endfor %}{{ y }}", "0");
     EXPECT("{% set ns = namespace(a=0) %}{% for x in l %}{% set ns.a = ns.a + x %}{% endfor %}{{ ns.a }}", "6");
     EXPECT("{% if t %}{% set y = 1 %}{% endif %}{{ y }}", "1");
+    EXPECT("{% set x = 0 %}{% for i in [1, 2] %}{{ x }}{% set x = i %}{{ x }}{% endfor %}{{ x }}", "01020");
     EXPECT("{% set a, b = [1, 2] %}{{ b }}{{ a }}|{% set blk %} x {{ 1 }} {% endset %}[{{ blk }}]|"
            "{% set tb | trim %} y {% endset %}[{{ tb }}]", "21|[ x 1 ]|[y]");
     EXPECT("{% macro m(a, b=2, c='z') %}[{{ a }}{{ b }}{{ c }}{{ varargs }}{{ kwargs }}]{% endmacro %}"
@@ -147,6 +148,9 @@ static void test_filters(void) {
            "|{{ s.endswith(('x', 'ld')) }}|{{ s.replace('o', '0', 1) }}|{{ 'xxaxx'.strip('x') }}|{{ 'it\\'s'.title() }}",
            "['Hello', 'World']|['a', 'b', '', 'c']|['a,b', 'c']|True|True|Hell0 World|a|It'S");
     EXPECT("{{ strftime_now('%Y-%m-%d %d %B %Y') }}", "2024-07-26 26 July 2024");
+    EXPECT("{{ '%.2f|%5s|%-3d|%r' | format(3.14159, 'ab', 7, 'q') }}|{{ '%s and %s' % (1, 'x') }}|{{ '%d%%' % 5 }}",
+           "3.14|   ab|7  |'q'|1 and x|5%");
+    EXPECT("{{ d.items() }}|{{ d.keys() }}|{{ d.values() | list }}", "dict_items([('b', 2), ('a', 1)])|dict_keys(['b', 'a'])|[2, 1]");
 }
 
 static void test_tests(void) {

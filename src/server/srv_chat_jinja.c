@@ -1,0 +1,129 @@
+/* srv_chat_jinja: /v1/chat/completions prompts rendered by the model's Jinja
+ * chat template (the GGUF's tokenizer.chat_template, or --chat-template-file),
+ * as transformers' apply_chat_template renders them.
+ *
+ * The renderer is exact; what OpenAI clients send is normalised first, as vLLM
+ * and llama-server do: a content array of text parts becomes one string (the
+ * parts joined with "\n"), and a tool call's "arguments" JSON string becomes
+ * the object it encodes (templates index and tojson it). Template variables:
+ * messages, tools (None), documents (None), add_generation_prompt, bos_token,
+ * eos_token, and the request's chat_template_kwargs (e.g. enable_thinking). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "srv_internal.h"
+#include "tokenizer/jinja.h"
+
+bool srv_jinja_setup(srv *s, const char *src, const char *origin) {
+    char err[512];
+    s->jinja = jinja_template_create(src, strlen(src), err, sizeof err);
+    if (!s->jinja) {
+        kvl_log(KVL_LOG_WARN, "the %s does not compile (%s)", origin, err);
+        return false;
+    }
+    fprintf(stderr, "kvllm serve: chat template: Jinja, from the %s\n", origin);
+    return true;
+}
+
+void srv_jinja_free(srv *s) {
+    jinja_template_destroy(s->jinja);
+    s->jinja = NULL;
+}
+
+/* content: text parts -> one string; anything else as sent. */
+static bool normalise_content(cJSON *msg, int i, api_error *err) {
+    cJSON *c = cJSON_GetObjectItemCaseSensitive(msg, "content");
+    if (!cJSON_IsArray(c)) return true;
+    size_t len = 0;
+    for (cJSON *p = c->child; p; p = p->next) {
+        cJSON *type = cJSON_GetObjectItemCaseSensitive(p, "type");
+        cJSON *text = cJSON_GetObjectItemCaseSensitive(p, "text");
+        if (!cJSON_IsString(type) || strcmp(type->valuestring, "text") != 0 || !cJSON_IsString(text))
+            return api_fail(err, 400, "messages", "messages[%d]: only text content parts are supported", i);
+        len += strlen(text->valuestring) + 1;
+    }
+    char *joined = malloc(len + 1), *o = joined;
+    if (!joined) return api_fail(err, 500, NULL, "out of memory");
+    for (cJSON *p = c->child; p; p = p->next) {
+        const char *t = cJSON_GetObjectItemCaseSensitive(p, "text")->valuestring;
+        if (p != c->child) *o++ = '\n';
+        size_t n = strlen(t);
+        memcpy(o, t, n);
+        o += n;
+    }
+    *o = 0;
+    bool ok = cJSON_ReplaceItemInObjectCaseSensitive(msg, "content", cJSON_CreateString(joined));
+    free(joined);
+    return ok || api_fail(err, 500, NULL, "out of memory");
+}
+
+/* tool_calls[].function.arguments: a JSON string -> the object it encodes. */
+static void normalise_tool_calls(cJSON *msg) {
+    cJSON *calls = cJSON_GetObjectItemCaseSensitive(msg, "tool_calls");
+    if (!cJSON_IsArray(calls)) return;
+    for (cJSON *call = calls->child; call; call = call->next) {
+        cJSON *fn = cJSON_GetObjectItemCaseSensitive(call, "function");
+        cJSON *args = cJSON_GetObjectItemCaseSensitive(fn, "arguments");
+        if (!cJSON_IsString(args)) continue;
+        cJSON *obj = jinja_json_parse(args->valuestring, strlen(args->valuestring), NULL);
+        if (cJSON_IsObject(obj)) cJSON_ReplaceItemInObjectCaseSensitive(fn, "arguments", obj);
+        else cJSON_Delete(obj);
+    }
+}
+
+char *srv_jinja_render(srv *s, const cJSON *body, bool add_gen, size_t *len, api_error *err) {
+    const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(body, "messages");
+    const cJSON *kw = cJSON_GetObjectItemCaseSensitive(body, "chat_template_kwargs");
+    if (kw && !cJSON_IsObject(kw) && !cJSON_IsNull(kw)) {
+        api_fail(err, 400, "chat_template_kwargs", "'chat_template_kwargs' must be an object");
+        return NULL;
+    }
+    cJSON *vars = cJSON_CreateObject();
+    cJSON *m = cJSON_Duplicate(msgs, true);
+    if (!vars || !m) {
+        cJSON_Delete(vars);
+        cJSON_Delete(m);
+        api_fail(err, 500, NULL, "out of memory");
+        return NULL;
+    }
+    int i = 0;
+    for (cJSON *msg = m->child; msg; msg = msg->next, i++) {
+        if (!cJSON_IsObject(msg) || !cJSON_IsString(cJSON_GetObjectItemCaseSensitive(msg, "role"))) {
+            api_fail(err, 400, "messages", "messages[%d] must be an object with a string 'role'", i);
+            goto fail;
+        }
+        if (!normalise_content(msg, i, err)) goto fail;
+        normalise_tool_calls(msg);
+    }
+    cJSON_AddItemToObject(vars, "messages", m);
+    m = NULL;
+    cJSON_AddItemToObject(vars, "tools", cJSON_CreateNull());
+    cJSON_AddItemToObject(vars, "documents", cJSON_CreateNull());
+    cJSON_AddBoolToObject(vars, "add_generation_prompt", add_gen);
+    cJSON_AddStringToObject(vars, "bos_token", s->bos_text);
+    cJSON_AddStringToObject(vars, "eos_token", s->eos_text);
+    if (cJSON_IsObject(kw))
+        for (const cJSON *c = kw->child; c; c = c->next) {
+            if (!strcmp(c->string, "messages")) continue; /* the conversation is the request's */
+            cJSON_DeleteItemFromObjectCaseSensitive(vars, c->string);
+            cJSON_AddItemToObject(vars, c->string, cJSON_Duplicate(c, true));
+        }
+    char *out = NULL, msg_err[512];
+    jinja_status st = jinja_template_render(s->jinja, vars, NULL, &out, len, msg_err, sizeof msg_err);
+    cJSON_Delete(vars);
+    if (st == JINJA_ERR_RAISED) {
+        api_fail(err, 400, "messages", "the chat template refused the conversation: %s", msg_err);
+        return NULL;
+    }
+    if (st != JINJA_OK) {
+        api_fail(err, st == JINJA_ERR_NOMEM ? 500 : 400, "messages", "the chat template failed on this conversation: %s",
+                 msg_err);
+        return NULL;
+    }
+    return out;
+fail:
+    cJSON_Delete(m);
+    cJSON_Delete(vars);
+    return NULL;
+}

@@ -1,0 +1,85 @@
+// kvllm serve with a Jinja chat template (--chat-template-file; a GGUF's
+// tokenizer.chat_template takes the same path): the chat prompt is exactly
+// transformers' rendering (same tokens as /v1/completions given the oracle's
+// text, and the prefix cache reuses all but the last token), OpenAI content
+// part arrays and tool-call argument strings are normalised first,
+// chat_template_kwargs reach the template, and a conversation the template
+// refuses or fails on is a 400 naming why.
+// usage: node test_chat_template.mjs BUILD/kvllm REPO_ROOT
+import fs from 'node:fs';
+import OpenAI from 'openai';
+import { startServer, rawRequest, assert, assertEq, runTests } from './lib.mjs';
+
+const [bin, root] = process.argv.slice(2);
+const DIR = `${root}/tests/data/chat-templates`;
+const NAME = 'Qwen-Qwen3-0.6B';
+const oracle = JSON.parse(fs.readFileSync(`${DIR}/${NAME}.expected.json`, 'utf8'));
+const cases = Object.fromEntries(JSON.parse(fs.readFileSync(`${DIR}/cases.json`, 'utf8')).cases.map((c) => [c.id, c]));
+const rendered = (id, kwargs = {}) =>
+  oracle.results.find((r) => r.case === id && JSON.stringify(r.kwargs) === JSON.stringify(kwargs)).rendered;
+
+const server = await startServer(bin, ['-m', 'models/stories260K.gguf', '-c', '1024',
+  '--chat-template-file', `${DIR}/${NAME}.jinja`], { cwd: root, name: 'chat-template' });
+const client = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: 'none', maxRetries: 0, timeout: 60000 });
+const post = (path, body) => rawRequest(server.url, { path, body: JSON.stringify(body) });
+
+// The chat request's prompt equals the completion of the oracle's text: same
+// count, and sent second it is served from the cache but for the last token.
+async function samePrompt(id, kwargs, body) {
+  const completion = await post('/v1/completions', { prompt: rendered(id, kwargs), max_tokens: 1 });
+  assertEq(completion.status, 200, `${id}: completion`);
+  const chat = await post('/v1/chat/completions', { messages: cases[id].messages, max_tokens: 1, ...body });
+  assertEq(chat.status, 200, `${id}: chat ${chat.text.slice(0, 200)}`);
+  const want = completion.json.usage.prompt_tokens;
+  assertEq(chat.json.usage.prompt_tokens, want, `${id}: prompt tokens`);
+  assert(chat.json.usage.prompt_tokens_details.cached_tokens >= want - 16, `${id}: chat prompt served from the cache`);
+}
+
+const failed = await runTests([
+  ['the log names the template', async () => {
+    assert(server.log().includes('chat template: Jinja, from the file'), server.log());
+  }],
+  ['chat prompt = transformers rendering (system + multi-turn)', async () => {
+    await samePrompt('c03_multi_turn', {}, {});
+  }],
+  ['chat_template_kwargs: enable_thinking false', async () => {
+    await samePrompt('c01_single_user', { enable_thinking: false }, { chat_template_kwargs: { enable_thinking: false } });
+  }],
+  ['content part arrays become strings', async () => {
+    const msgs = cases.c08_content_parts.messages;
+    const joined = msgs.map((m) => (Array.isArray(m.content) ? { ...m, content: m.content.map((p) => p.text).join('\n') } : m));
+    const a = await post('/v1/chat/completions', { messages: msgs, max_tokens: 1 });
+    const b = await post('/v1/chat/completions', { messages: joined, max_tokens: 1 });
+    assertEq(a.status, 200, `parts: ${a.text.slice(0, 200)}`);
+    assertEq(a.json.usage.prompt_tokens, b.json.usage.prompt_tokens, 'same prompt as the joined string');
+  }],
+  ['tool-call arguments strings become objects', async () => {
+    const conv = (args) => [{ role: 'user', content: 'Weather?' },
+      { role: 'assistant', content: '', tool_calls: [{ id: 'c1', type: 'function', function: { name: 'w', arguments: args } }] },
+      { role: 'tool', tool_call_id: 'c1', content: 'Sunny and warm all day, with a light breeze from the river in the evening.' }];
+    const a = await post('/v1/chat/completions', { messages: conv({ city: 'Paris' }), max_tokens: 1 });
+    const b = await post('/v1/chat/completions', { messages: conv('{"city":"Paris"}'), max_tokens: 1 }); // compact: only tojson adds the spaces
+    assertEq(a.status, 200, a.text.slice(0, 200));
+    assertEq(b.status, 200, b.text.slice(0, 200));
+    const n = a.json.usage.prompt_tokens;
+    assertEq(b.json.usage.prompt_tokens, n, 'string arguments render as the object');
+    // the same text: the second is served from the cache up to its last block
+    assert(b.json.usage.prompt_tokens_details.cached_tokens >= n - 16,
+      `cached ${b.json.usage.prompt_tokens_details.cached_tokens} of ${n}: the prompts differ`);
+  }],
+  ['the OpenAI client gets a chat completion', async () => {
+    const r = await client.chat.completions.create({ model: 'stories260K', messages: [{ role: 'user', content: 'Hi' }], max_tokens: 3 });
+    assertEq(r.object, 'chat.completion', 'object');
+  }],
+  ['a conversation the template fails on is a 400 naming why', async () => {
+    const r = await post('/v1/chat/completions', { messages: cases.c07c_tool_roundtrip_no_content_key.messages, max_tokens: 1 });
+    assertEq(r.status, 400, r.text);
+    assert(r.json.error.message.includes("has no attribute 'content'"), r.json.error.message);
+    const k = await post('/v1/chat/completions', { messages: [{ role: 'user', content: 'x' }], chat_template_kwargs: 3 });
+    assertEq(k.status, 400, 'chat_template_kwargs not an object');
+  }],
+]);
+
+const code = await server.stop();
+if (code !== 0) console.log(`server exit code ${code}; log:\n${server.log()}`);
+process.exit(failed || code !== 0 ? 1 : 0);
