@@ -123,7 +123,7 @@ T_512_INLINE void load_t32(const char *base, size_t wrow, int at, __m512i *v) {
 }
 
 T_512 static void q8_0_pack(const void *w, size_t wrow, int rows, int64_t k, void *panel) {
-    const __mmask16 valid = row_mask(rows);
+    const __mmask16 valid = kern_mask16(rows);
     const __m512i off = row_offsets(wrow);
     const __m512i bias = _mm512_set1_epi8((char)0x80);
     const char *wc = w;
@@ -148,7 +148,7 @@ T_512 static void q8_0_pack(const void *w, size_t wrow, int rows, int64_t k, voi
 }
 
 T_512 static void q4_0_pack(const void *w, size_t wrow, int rows, int64_t k, void *panel) {
-    const __mmask16 valid = row_mask(rows);
+    const __mmask16 valid = kern_mask16(rows);
     const __m512i off = row_offsets(wrow);
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     const char *wc = w;
@@ -237,10 +237,10 @@ T_512 static void q_kernel(int64_t k, const void *panels, size_t pb, int n_rows,
         int p = 0;
         for (; p + 2 <= np; p += 2)
             q_micro(nb, (const char *)panels + p * pb, (const char *)panels + (p + 1) * pb, true, tile,
-                    yt + 16 * p, ldy, na, row_mask(n_rows - 16 * p), row_mask(n_rows - 16 * (p + 1)));
+                    yt + 16 * p, ldy, na, kern_mask16(n_rows - 16 * p), kern_mask16(n_rows - 16 * (p + 1)));
         if (p < np)
             q_micro(nb, (const char *)panels + p * pb, NULL, false, tile, yt + 16 * p, ldy, na,
-                    row_mask(n_rows - 16 * p), 0);
+                    kern_mask16(n_rows - 16 * p), 0);
     }
 }
 
@@ -319,7 +319,7 @@ T_512 static void k_prepare(const float *x, void *tile, int slot, int rows, int6
 #define GATHER(at) _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), valid, off, base + (at), 1)
 
 T_512 static void q4k_pack(const void *w, size_t wrow, int rows, int64_t k, void *panel) {
-    const __mmask16 valid = row_mask(rows);
+    const __mmask16 valid = kern_mask16(rows);
     const __m512i off = row_offsets(wrow);
     const __m512i m4 = _mm512_set1_epi8(0x0F), m6 = _mm512_set1_epi32(63);
     char *out = panel;
@@ -367,7 +367,7 @@ T_512 static void q4k_pack(const void *w, size_t wrow, int rows, int64_t k, void
 }
 
 T_512 static void q6k_pack(const void *w, size_t wrow, int rows, int64_t k, void *panel) {
-    const __mmask16 valid = row_mask(rows);
+    const __mmask16 valid = kern_mask16(rows);
     const __m512i off = row_offsets(wrow);
     const __m512i m4 = _mm512_set1_epi8(0x0F), m2 = _mm512_set1_epi8(0x03);
     char *out = panel;
@@ -526,7 +526,7 @@ T_512_INLINE void q6k_micro(int64_t nsb, const char *P, const char *A, float *y,
             const int na = m - t * KT < KT ? (int)(m - t * KT) : KT;                               \
             for (int p = 0; p < np; p++)                                                           \
                 micro(nsb, (const char *)panels + p * pb, (const char *)tiles + t * tb,            \
-                      y + t * KT * ldy + 16 * p, ldy, na, row_mask(n_rows - 16 * p));              \
+                      y + t * KT * ldy + 16 * p, ldy, na, kern_mask16(n_rows - 16 * p));              \
         }                                                                                          \
     }
 K_KERNEL(q4k_kernel, q4k_micro)
@@ -554,7 +554,7 @@ enum fkind { FK_F32, FK_F16, FK_BF16 };
 T_512_INLINE void f_prepare(enum fkind kind, const float *x, void *tile, int slot, int rows, int64_t k) {
     float *t = (float *)tile + 16 * slot;
     for (int64_t i = 0; i < k; i += 16, t += rows * 16) {
-        const __mmask16 m = row_mask((int)(k - i < 16 ? k - i : 16));
+        const __mmask16 m = kern_mask16((int)(k - i < 16 ? k - i : 16));
         __m512 v = _mm512_maskz_loadu_ps(m, x + i);
         if (kind == FK_F16) {
             v = _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
@@ -587,15 +587,6 @@ T_512_INLINE __m512 f_load(enum fkind kind, const char *row, int64_t i, __mmask1
     }
 }
 
-/* kern_reduce16 of one vector. */
-T_512_INLINE float f_h16(__m512 v) {
-    const __m256 a = _mm256_add_ps(_mm512_castps512_ps256(v),
-                                   _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
-    __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-    b = _mm_add_ps(b, _mm_movehl_ps(b, b));
-    return _mm_cvtss_f32(_mm_add_ss(b, _mm_movehdup_ps(b)));
-}
-
 /* NW (<= FW) weight rows x NA (<= FT) activation rows of one tile, all of k. */
 T_512_INLINE void f_micro(enum fkind kind, int NW, int NA, int64_t k, const char *w, size_t wrow,
                           const float *t, float *y, size_t ldy, size_t ystep) {
@@ -614,7 +605,7 @@ T_512_INLINE void f_micro(enum fkind kind, int NW, int NA, int64_t k, const char
         }
     }
     if (i < k) { /* lanes past k: 0 * 0 leaves the accumulator as it is */
-        const __mmask16 m = row_mask((int)(k - i));
+        const __mmask16 m = kern_mask16((int)(k - i));
         UNROLL(4)
         for (int r = 0; r < NW; r++) {
             const __m512 wv = f_load(kind, w + r * wrow, i, m);
@@ -625,7 +616,7 @@ T_512_INLINE void f_micro(enum fkind kind, int NW, int NA, int64_t k, const char
     UNROLL(6)
     for (int a = 0; a < NA; a++)
         UNROLL(4)
-        for (int r = 0; r < NW; r++) y[a * ldy + r * ystep] = f_h16(acc[r][a]);
+        for (int r = 0; r < NW; r++) y[a * ldy + r * ystep] = kern_hsum16_ps(acc[r][a]);
 }
 
 /* NA, NW as constants, so the accumulators stay in registers. */

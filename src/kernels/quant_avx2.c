@@ -3,30 +3,9 @@
  * Compiled with generic x86-64 flags; each function enables the ISA it needs
  * through a target attribute and is only called after kern_init checked CPUID.
  * Results are bit-identical to quant_ref.c (kern_impl.h gives the orders). */
-#include "kern_impl.h"
+#include "simd.h"
 
-#include <immintrin.h>
 #include <string.h>
-
-#define T_AVX2 __attribute__((target("avx2,fma,f16c")))
-#define T_AVX2_INLINE static inline __attribute__((always_inline, target("avx2,fma,f16c")))
-
-T_AVX2_INLINE float f16_load(kvl_f16 h) { return _cvtsh_ss(h); }
-
-T_AVX2_INLINE int32_t hsum_i32(__m256i v) {
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
-    return _mm_cvtsi128_si32(s);
-}
-
-/* kern_h8 on a vector: lane i + lane i+4, then i + i+2, then 0 + 1. */
-T_AVX2_INLINE float h8_ps(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
 
 /* ======================= conversions ======================= */
 
@@ -162,7 +141,7 @@ T_AVX2_INLINE __m256 fp_load8(enum fp_kind kind, const void *p, int64_t i) {
 }
 
 /* 16 lanes as 2 vectors; a short tail goes through a zero-padded copy. The
- * final a0 + a1 and h8_ps are kern_reduce16's tree. */
+ * final a0 + a1 and kern_hsum8_ps are kern_reduce16's tree. */
 T_AVX2_INLINE float fp_dot(enum fp_kind kind, int64_t n, const void *x0, const void *y0) {
     const size_t esz = kind == FP_F32 ? 4 : 2;
     __m256 a0 = _mm256_setzero_ps(), a1 = a0;
@@ -178,7 +157,7 @@ T_AVX2_INLINE float fp_dot(enum fp_kind kind, int64_t n, const void *x0, const v
         a0 = _mm256_fmadd_ps(fp_load8(kind, tx, 0), fp_load8(kind, ty, 0), a0);
         a1 = _mm256_fmadd_ps(fp_load8(kind, tx, 8), fp_load8(kind, ty, 8), a1);
     }
-    return h8_ps(_mm256_add_ps(a0, a1));
+    return kern_hsum8_ps(_mm256_add_ps(a0, a1));
 }
 
 T_AVX2 void kavx2_vec_dot_f32(int64_t n, float *s, const void *x, const void *y) {
@@ -242,7 +221,7 @@ T_AVX2 void kavx2_vec_dot_q8_0(int64_t n, float *s, const void *vx, const void *
         sumf = q_fma4(sumf, q_d4(x[b].d, x[b + 1].d, x[b + 2].d, x[b + 3].d, y + b), isum);
     }
     for (; b < nb; b++)
-        sumf = fmaf(f16_load(x[b].d) * f16_load(y[b].d), (float)hsum_i32(q8_0_lanes(x + b, y + b)), sumf);
+        sumf = fmaf(f16_load(x[b].d) * f16_load(y[b].d), (float)kern_hsum8_i32(q8_0_lanes(x + b, y + b)), sumf);
     *s = sumf;
 }
 
@@ -269,7 +248,7 @@ T_AVX2 void kavx2_vec_dot_q4_0(int64_t n, float *s, const void *vx, const void *
         sumf = q_fma4(sumf, q_d4(x[b].d, x[b + 1].d, x[b + 2].d, x[b + 3].d, y + b), isum);
     }
     for (; b < nb; b++)
-        sumf = fmaf(f16_load(x[b].d) * f16_load(y[b].d), (float)hsum_i32(q4_0_lanes(x + b, y + b)), sumf);
+        sumf = fmaf(f16_load(x[b].d) * f16_load(y[b].d), (float)kern_hsum8_i32(q4_0_lanes(x + b, y + b)), sumf);
     *s = sumf;
 }
 
@@ -284,7 +263,7 @@ T_AVX2_INLINE void q4k_unpack(const uint8_t *s, uint8_t *sc, uint8_t *mn) {
 T_AVX2_INLINE int32_t q4k_summ(const uint8_t *mn, const int16_t *bsums) {
     __m128i m = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)mn));
     const __m256i m2 = _mm256_set_m128i(_mm_unpackhi_epi16(m, m), _mm_unpacklo_epi16(m, m));
-    return hsum_i32(_mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)bsums), m2));
+    return kern_hsum8_i32(_mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)bsums), m2));
 }
 
 T_AVX2_INLINE int32_t q4k_sumi(const blk_q4_K *x, const blk_q8_K *y, const uint8_t *sc) {
@@ -302,7 +281,7 @@ T_AVX2_INLINE int32_t q4k_sumi(const blk_q4_K *x, const blk_q8_K *y, const uint8
             _mm256_madd_epi16(_mm256_maddubs_epi16(hi, y1), _mm256_set1_epi16(sc[2 * j + 1]));
         sum = _mm256_add_epi32(sum, _mm256_add_epi32(p0, p1));
     }
-    return hsum_i32(sum);
+    return kern_hsum8_i32(sum);
 }
 
 T_AVX2 void kavx2_vec_dot_q4_K(int64_t n, float *s, const void *vx, const void *vy) {
@@ -362,7 +341,7 @@ T_AVX2_INLINE int32_t q6k_sumi(const blk_q6_K *x, const blk_q8_K *y) {
             sum = _mm256_add_epi32(sum, _mm256_madd_epi16(p, _mm256_shuffle_epi8(sh, sel)));
         }
     }
-    return hsum_i32(sum);
+    return kern_hsum8_i32(sum);
 }
 
 T_AVX2 void kavx2_vec_dot_q6_K(int64_t n, float *s, const void *vx, const void *vy) {

@@ -5,35 +5,9 @@
  * Q family: one zmm holds two blocks, so accumulator zmm0 = lanes of blocks
  * b%4 = 0,1 and zmm1 = b%4 = 2,3; their sum is already the (A0+A2 | A1+A3)
  * step of kern_reduce32. */
-#include "gemm_avx512.h" /* target attributes, UNROLL, f16_load */
+#include "gemm_avx512.h" /* and through it simd.h */
 
 #include <string.h>
-
-/* kern_h8 on 8 lanes. */
-T_512_INLINE float h8_ps(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-/* 16 lanes: lane i + lane i+8, then kern_h8. */
-T_512_INLINE float h16_ps(__m512 v) {
-    return h8_ps(_mm256_add_ps(_mm512_castps512_ps256(v),
-                               _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))));
-}
-
-T_512_INLINE int32_t hsum_i32_256(__m256i v) {
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
-    return _mm_cvtsi128_si32(s);
-}
-
-T_512_INLINE int32_t hsum_i32_512(__m512i v) {
-    return hsum_i32_256(
-        _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1)));
-}
 
 /* ======================= FP family ======================= */
 
@@ -65,7 +39,7 @@ T_512_INLINE float fp_dot(enum fp_kind kind, int64_t n, const void *x, const voi
         const __mmask16 k = tail_mask(n - i);
         acc = _mm512_mask3_fmadd_ps(fp_load16(kind, x, i, k), fp_load16(kind, y, i, k), acc, k);
     }
-    return h16_ps(acc);
+    return kern_hsum16_ps(acc);
 }
 
 T_512 void kavx512_vec_dot_f32(int64_t n, float *s, const void *x, const void *y) {
@@ -131,7 +105,7 @@ T_512_INLINE int32_t q8_0_block_isum(const blk_q8_0 *x, const blk_q8_0 *y) {
     const __m256i xv = _mm256_loadu_si256((const __m256i *)x->qs);
     const __m256i yv = _mm256_loadu_si256((const __m256i *)y->qs);
     const __m256i sy = _mm256_mask_sub_epi8(yv, _mm256_movepi8_mask(xv), _mm256_setzero_si256(), yv);
-    return hsum_i32_256(_mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(xv), sy));
+    return kern_hsum8_i32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(xv), sy));
 }
 
 /* Canonical Q order: one float accumulator, exact block sums (kern_impl.h). */
@@ -198,7 +172,7 @@ T_512_INLINE int32_t q4_0_block_isum(const blk_q4_0 *x, const blk_q8_0 *y) {
     const __m512i u = q4_0_pair_nibbles(x, x);
     const __m512i yv = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)y->qs));
     const __m512i s = q4_0_pair_isum(u, yv);
-    return hsum_i32_256(_mm512_castsi512_si256(s));
+    return kern_hsum8_i32(_mm512_castsi512_si256(s));
 }
 
 T_512 void kavx512_vec_dot_q4_0(int64_t n, float *s, const void *vx, const void *vy) {
@@ -288,7 +262,7 @@ T_512_INLINE float q8p_quad(float s, __m128 dx, __m512i u01, __m512i u23, kern_q
 T_512_INLINE float q8p_one(float s, float dx, __m512i u, kern_q8p_row y, int64_t b) {
     const __m256i p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm512_castsi512_si256(u),
                                           _mm256_loadu_si256((const __m256i *)(y.qs + QK8_0 * b)));
-    return fmaf(dx * y.d[b], (float)(hsum_i32_256(p) + y.c[b]), s);
+    return fmaf(dx * y.d[b], (float)(kern_hsum8_i32(p) + y.c[b]), s);
 }
 
 /* Q4_0 weights: nibbles as stored (0..15). */
@@ -634,7 +608,7 @@ T_512_INLINE int32_t q6k_dot(const q6k_dec *d, const blk_q8_K *y) {
         const __m512i p = _mm512_maddubs_epi16(d->u[c], _mm512_loadu_si512(y->qs + 64 * c));
         acc = _mm512_dpwssd_epi32(acc, p, d->sc[c]);
     }
-    return hsum_i32_512(acc);
+    return kern_hsum16_i32(acc);
 }
 
 T_512_INLINE void q6_K_rows(int64_t n, float *s, size_t ss, const void *vx, const void *y,
