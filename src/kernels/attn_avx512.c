@@ -13,11 +13,7 @@ T_512_INLINE __m512 kv_load(int t, const void *row, int64_t d, __mmask16 m) {
         const __m512 v = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, b->qs + d % QK8_0)));
         return _mm512_maskz_mul_ps(m, v, _mm512_set1_ps(f16_load(b->d)));
     }
-    if (t == GGUF_DT_F16) return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (const kvl_f16 *)row + d));
-    if (t == GGUF_DT_BF16)
-        return _mm512_castsi512_ps(
-            _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, (const kvl_bf16 *)row + d)), 16));
-    return _mm512_maskz_loadu_ps(m, (const float *)row + d);
+    return kern_load16_ps(t, row, d, m);
 }
 
 /* Lane d % 16 of dot(q, k) over dk values. */

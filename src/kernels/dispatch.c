@@ -162,35 +162,20 @@ const char *kern_isa_name(void) {
     return active_isa;
 }
 
+/* True for a type number the tables have, after the default selection ran. */
+static bool selected(int dtype) {
+    if (dtype < 0 || dtype >= GGUF_DT_COUNT) return false;
+    pthread_once(&auto_once, auto_init);
+    return true;
+}
+
 const kern_traits *kern_traits_of(int dtype) {
-    if (dtype < 0 || dtype >= GGUF_DT_COUNT) return NULL;
-    pthread_once(&auto_once, auto_init);
-    return active[dtype].to_float ? &active[dtype] : NULL;
+    return selected(dtype) && active[dtype].to_float ? &active[dtype] : NULL;
 }
-
-kern_vec_dot_rows_fn kern_rows_of(int dtype) {
-    if (dtype < 0 || dtype >= GGUF_DT_COUNT) return NULL;
-    pthread_once(&auto_once, auto_init);
-    return active_rows[dtype];
-}
-
-const kern_prep_ops *kern_prep_of(int dtype) {
-    if (dtype < 0 || dtype >= GGUF_DT_COUNT) return NULL;
-    pthread_once(&auto_once, auto_init);
-    return active_prep[dtype];
-}
-
-const kern_gemm_ops *kern_gemm_of(int dtype) {
-    if (dtype < 0 || dtype >= GGUF_DT_COUNT) return NULL;
-    pthread_once(&auto_once, auto_init);
-    return active_gemm[dtype];
-}
-
-const kern_repack_ops *kern_repack_of(int dtype) {
-    if (dtype < 0 || dtype >= GGUF_DT_COUNT) return NULL;
-    pthread_once(&auto_once, auto_init);
-    return active_repack[dtype];
-}
+kern_vec_dot_rows_fn kern_rows_of(int dtype) { return selected(dtype) ? active_rows[dtype] : NULL; }
+const kern_prep_ops *kern_prep_of(int dtype) { return selected(dtype) ? active_prep[dtype] : NULL; }
+const kern_gemm_ops *kern_gemm_of(int dtype) { return selected(dtype) ? active_gemm[dtype] : NULL; }
+const kern_repack_ops *kern_repack_of(int dtype) { return selected(dtype) ? active_repack[dtype] : NULL; }
 
 const kern_attn_ops *kern_attn_active(void) {
     pthread_once(&auto_once, auto_init);

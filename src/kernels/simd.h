@@ -52,6 +52,29 @@ T_AVX2_INLINE int32_t kern_hsum8_i32(__m256i v) {
     return _mm_cvtsi128_si32(s);
 }
 
+/* 8 elements of a row of F32, F16 or BF16 (t, a gguf_dtype) from element i,
+ * widened to float exactly. */
+T_AVX2_INLINE __m256 kern_load8_ps(int t, const void *p, int64_t i) {
+    switch (t) {
+    case GGUF_DT_F32: return _mm256_loadu_ps((const float *)p + i);
+    case GGUF_DT_F16: return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const kvl_f16 *)p + i)));
+    default:
+        return _mm256_castsi256_ps(_mm256_slli_epi32(
+            _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)((const kvl_bf16 *)p + i))), 16));
+    }
+}
+
+/* The canonical Q step for 4 blocks in order: s = fma(d_b, sum_b, s). */
+T_AVX2_INLINE float kern_q_fma4(float s, __m128 d, __m128i isum) {
+    _Alignas(16) float dv[4], fv[4];
+    _mm_store_ps(dv, d);
+    _mm_store_ps(fv, _mm_cvtepi32_ps(isum));
+    s = fmaf(dv[0], fv[0], s);
+    s = fmaf(dv[1], fv[1], s);
+    s = fmaf(dv[2], fv[2], s);
+    return fmaf(dv[3], fv[3], s);
+}
+
 /* kern_expf on 8 lanes, the same steps (max/min return -87 and 0 for NaN,
  * as the scalar comparisons do). */
 T_AVX2_INLINE __m256 kern_exp8_ps(__m256 x) {
@@ -81,6 +104,18 @@ T_AVX2_INLINE __m256 kern_exp8_ps(__m256 x) {
 /* The first n of 16 lanes (n may be <= 0 or >= 16). */
 T_512_INLINE __mmask16 kern_mask16(int64_t n) {
     return n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? 0 : (__mmask16)((1u << n) - 1);
+}
+
+/* 16 elements of a row of F32, F16 or BF16 (t) from element i, widened to
+ * float exactly; lanes outside m read as 0 and touch no memory. */
+T_512_INLINE __m512 kern_load16_ps(int t, const void *p, int64_t i, __mmask16 m) {
+    switch (t) {
+    case GGUF_DT_F32: return _mm512_maskz_loadu_ps(m, (const float *)p + i);
+    case GGUF_DT_F16: return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (const kvl_f16 *)p + i));
+    default:
+        return _mm512_castsi512_ps(
+            _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, (const kvl_bf16 *)p + i)), 16));
+    }
 }
 
 /* kern_reduce16 of one vector: lane i + lane i+8, then kern_hsum8_ps. */
