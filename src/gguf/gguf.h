@@ -84,9 +84,9 @@ const gguf_dtype_traits *gguf_dtype_traits_of(int dtype);
  * and for kvllm's own types. */
 bool gguf_dtype_geometry(int dtype, int *block_elems, size_t *block_bytes);
 const char *gguf_dtype_name(int dtype); /* "Q4_K", or "unknown" */
-/* Bytes of a row of n elements: (n / block_elems) * block_bytes; 0 when the
- * type has no geometry (any type of the table, kvllm's own too), n < 0 or n
- * is not a whole number of blocks. */
+/* Bytes of a row of n elements, (n / block_elems) * block_bytes, for any type
+ * of the table (kvllm's own included); 0 when the type has no geometry, n < 0
+ * or n is not a whole number of blocks. */
 size_t gguf_row_bytes(int dtype, int64_t n);
 /* Metadata type name ("u32", "string", ...; "unknown") and packed size of a
  * scalar of that type (0 for string, array and unknown types). */

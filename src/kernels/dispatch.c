@@ -10,9 +10,9 @@
  * in gguf's type table (src/gguf/gguf_types.c). Adding kernels for a type:
  *  1. its entry in gguf_types.c has its geometry and vec_dot_type;
  *  2. kernels.h: its block struct, with a _Static_assert on its size;
- *  3. quant_ref.c: kref_to_float_<t>, kref_from_float_<t> (NULL if it cannot
- *     be quantized to), kref_vec_dot_<t>, declared in kern_impl.h, and one
- *     REF(<T>, <t>) line in ref_table below;
+ *  3. quant_ref.c: kref_to_float_<t>, kref_from_float_<t>, kref_vec_dot_<t>,
+ *     declared in kern_impl.h, and one REF(<T>, <t>) line in ref_table below
+ *     (an entry written out, like Q8_K's, where one of them is NULL);
  *  4. SIMD versions (optional, bit-identical to the reference): one line each
  *     in install_avx2 / install_avx512, and matmul's paths (kern_rows_of,
  *     kern_prep_of, kern_gemm_of, kern_repack_of) likewise;
