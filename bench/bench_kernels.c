@@ -1,7 +1,7 @@
 /* Kernel throughput: matvec (decode) bandwidth and batched matmul rate.
  *
  * Build (not part of the CMake build), from the repo root:
- *   gcc -std=gnu11 -O2 -fopenmp -Isrc src/base/base.c src/kernels/[a-z]*.c \
+ *   gcc -std=gnu11 -O2 -fopenmp -Isrc src/base/base.c src/gguf/gguf_types.c src/kernels/[a-z]*.c \
  *       bench/bench_kernels.c -o build/bench_kernels -lm
  * Run:   OMP_NUM_THREADS=2 ./build/bench_kernels [isa] [k] [n_out] [types, e.g. Q8_0,Q4_K,attn]
  *
@@ -44,7 +44,7 @@ static uint64_t next_u64(void) {
 
 /* Random codes with sane fp16 scales: speed does not depend on the values. */
 static void fill_weights(int t, uint8_t *p, int64_t rows, int64_t k) {
-    const kern_traits *tr = kern_traits_of(t);
+    const gguf_dtype_traits *tr = gguf_dtype_traits_of(t);
     const size_t bytes = kern_row_bytes(t, k) * rows;
     for (size_t i = 0; i < bytes; i += 8) {
         uint64_t v = next_u64();
@@ -62,7 +62,7 @@ static void fill_weights(int t, uint8_t *p, int64_t rows, int64_t k) {
         float f[256];
         for (int i = 0; i < 256; i++) f[i] = (float)((int)(next_u64() % 2001) - 1000) * 1e-4f;
         for (int64_t e = 0; e < rows * k; e += 256)
-            tr->from_float(f, p + kern_row_bytes(t, e), rows * k - e < 256 ? rows * k - e : 256);
+            kern_traits_of(t)->from_float(f, p + kern_row_bytes(t, e), rows * k - e < 256 ? rows * k - e : 256);
     }
 }
 
@@ -131,7 +131,7 @@ static void bench_layout(int t, int64_t k, int64_t n_out, bool repacked) {
         const double dt = (kvl_time_s() - t0) / copies;
         if (dt < best) best = dt;
     }
-    printf("%-5s %s m=1 %7.1f us %6.2f GB/s", kern_traits_of(t)->name, repacked ? "repacked" : "gguf    ",
+    printf("%-5s %s m=1 %7.1f us %6.2f GB/s", gguf_dtype_name(t), repacked ? "repacked" : "gguf    ",
            best * 1e6, pbytes / best / 1e9);
     /* batched: m = 4, 16, 64 and 512 (prefill) from cache-resident weights (compute rate) */
     int64_t ms[16] = {4, 16, 64, 512};
@@ -254,7 +254,7 @@ int main(int argc, char **argv) {
     static const int types[] = {GGUF_DT_Q4_0, GGUF_DT_Q4_K, GGUF_DT_Q6_K, GGUF_DT_Q8_0,
                                 GGUF_DT_F16,  GGUF_DT_BF16, GGUF_DT_F32};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
-        if (argc <= 4 || strstr(argv[4], kern_traits_of(types[i])->name)) bench_type(types[i], k, n_out);
+        if (argc <= 4 || strstr(argv[4], gguf_dtype_name(types[i]))) bench_type(types[i], k, n_out);
     if (argc <= 4 || strstr(argv[4], "attn")) {
         bench_attn(64, 4);
         bench_attn(128, 4);

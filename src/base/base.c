@@ -158,3 +158,52 @@ int kvl_cpu_count(void) {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     return n < 1 ? 1 : (int)n;
 }
+
+/* ---------------------------------------------------------------- buffer */
+
+/* Room for n more bytes and the NUL; false (and oom set) when there is none. */
+static bool buf_reserve(kvl_buf *b, size_t n) {
+    if (b->oom) return false;
+    size_t need;
+    if (!kvl_add_ok(b->len, n, &need) || !kvl_add_ok(need, 1, &need)) {
+        b->oom = true;
+        return false;
+    }
+    if (need <= b->cap) return true;
+    size_t cap = b->cap ? b->cap : 64;
+    while (cap < need) cap = cap > SIZE_MAX / 2 ? need : cap * 2;
+    char *p = realloc(b->p, cap);
+    if (!p) {
+        b->oom = true;
+        return false;
+    }
+    b->p = p;
+    b->cap = cap;
+    return true;
+}
+
+void kvl_buf_put(kvl_buf *b, const void *data, size_t n) {
+    if (!buf_reserve(b, n)) return;
+    if (n) memcpy(b->p + b->len, data, n);
+    b->len += n;
+    b->p[b->len] = 0;
+}
+
+void kvl_buf_puts(kvl_buf *b, const char *s) { kvl_buf_put(b, s, strlen(s)); }
+
+void kvl_buf_printf(kvl_buf *b, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    const int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0 || !buf_reserve(b, (size_t)n)) return;
+    va_start(ap, fmt);
+    vsnprintf(b->p + b->len, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    b->len += (size_t)n;
+}
+
+void kvl_buf_free(kvl_buf *b) {
+    free(b->p);
+    memset(b, 0, sizeof *b);
+}

@@ -31,44 +31,6 @@
 
 /* ---------------------------------------------------------------- types */
 
-typedef struct dtype_info {
-    const char *name;
-    int block_elems;    /* 0: known to ggml but not supported here */
-    size_t block_bytes;
-} dtype_info;
-
-static const dtype_info DTYPES[GGUF_DT_COUNT] = {
-    [GGUF_DT_F32] = {"F32", 1, 4},       [GGUF_DT_F16] = {"F16", 1, 2},
-    [GGUF_DT_Q4_0] = {"Q4_0", 32, 18},   [GGUF_DT_Q4_1] = {"Q4_1", 32, 20},
-    [GGUF_DT_Q5_0] = {"Q5_0", 32, 22},   [GGUF_DT_Q5_1] = {"Q5_1", 32, 24},
-    [GGUF_DT_Q8_0] = {"Q8_0", 32, 34},   [GGUF_DT_Q8_1] = {"Q8_1", 32, 36},
-    [GGUF_DT_Q2_K] = {"Q2_K", 256, 84},  [GGUF_DT_Q3_K] = {"Q3_K", 256, 110},
-    [GGUF_DT_Q4_K] = {"Q4_K", 256, 144}, [GGUF_DT_Q5_K] = {"Q5_K", 256, 176},
-    [GGUF_DT_Q6_K] = {"Q6_K", 256, 210}, [GGUF_DT_Q8_K] = {"Q8_K", 256, 292},
-    [GGUF_DT_I8] = {"I8", 1, 1},         [GGUF_DT_I16] = {"I16", 1, 2},
-    [GGUF_DT_I32] = {"I32", 1, 4},       [GGUF_DT_I64] = {"I64", 1, 8},
-    [GGUF_DT_F64] = {"F64", 1, 8},       [GGUF_DT_BF16] = {"BF16", 1, 2},
-    /* ggml types we recognise by name only, so the error can say what it is. */
-    [16] = {"IQ2_XXS", 0, 0},            [17] = {"IQ2_XS", 0, 0},
-    [18] = {"IQ3_XXS", 0, 0},            [19] = {"IQ1_S", 0, 0},
-    [GGUF_DT_IQ4_NL] = {"IQ4_NL", 32, 18}, [21] = {"IQ3_S", 0, 0},
-    [22] = {"IQ2_S", 0, 0},              [23] = {"IQ4_XS", 0, 0},
-    [29] = {"IQ1_M", 0, 0},              [34] = {"TQ1_0", 0, 0},
-    [35] = {"TQ2_0", 0, 0},              [39] = {"MXFP4", 0, 0},
-};
-
-bool gguf_dtype_geometry(int dtype, int *block_elems, size_t *block_bytes) {
-    if (dtype < 0 || dtype >= GGUF_DT_COUNT || DTYPES[dtype].block_elems == 0) return false;
-    if (block_elems) *block_elems = DTYPES[dtype].block_elems;
-    if (block_bytes) *block_bytes = DTYPES[dtype].block_bytes;
-    return true;
-}
-
-const char *gguf_dtype_name(int dtype) {
-    if (dtype < 0 || dtype >= GGUF_DT_COUNT || !DTYPES[dtype].name) return "unknown";
-    return DTYPES[dtype].name;
-}
-
 static const char *const VT_NAMES[GGUF_VT_COUNT] = {
     "u8", "i8", "u16", "i16", "u32", "i32", "f32", "bool", "string", "array", "u64", "i64", "f64",
 };
@@ -384,8 +346,9 @@ static bool parse_dtype(rd *r, gguf_tensor *t) {
     uint32_t dt;
     size_t at = r->pos;
     if (!rd_u32(r, &dt, "tensor type")) return false;
-    if (dt < GGUF_DT_COUNT && DTYPES[dt].name && !DTYPES[dt].block_elems)
-        return rfail_at(r, at, "unsupported tensor type %" PRIu32 " (%s)", dt, DTYPES[dt].name);
+    const gguf_dtype_traits *tt = dt < GGUF_DT_COUNT ? gguf_dtype_traits_of((int)dt) : NULL;
+    if (tt && !tt->block_elems)
+        return rfail_at(r, at, "unsupported tensor type %" PRIu32 " (%s)", dt, tt->name);
     if (!gguf_dtype_geometry((int)dt, NULL, NULL))
         return rfail_at(r, at, "unknown tensor type %" PRIu32, dt);
     t->dtype = (int)dt;

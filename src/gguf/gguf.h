@@ -28,8 +28,9 @@ typedef enum gguf_vtype {
     GGUF_VT_COUNT
 } gguf_vtype;
 
-/* Tensor element types, numbered as ggml numbers them. Only the ones the
- * kernels implement are accepted by the reader; others are rejected by name. */
+/* Tensor element types, numbered as ggml numbers them. Only the ones whose
+ * block geometry is known (gguf_types.c) are accepted by the reader; others
+ * are rejected by name. */
 typedef enum gguf_dtype {
     GGUF_DT_F32 = 0,
     GGUF_DT_F16 = 1,
@@ -52,13 +53,42 @@ typedef enum gguf_dtype {
     GGUF_DT_I64 = 27,
     GGUF_DT_F64 = 28,
     GGUF_DT_BF16 = 30,
-    GGUF_DT_COUNT = 40
+    GGUF_DT_COUNT = 40, /* ggml's types are numbered below this */
+    /* kvllm's own storage type, never found in (or written to) a file: FP8
+     * E4M3 for the KV cache (kv_dtype.c). */
+    GGUF_DT_FP8_E4M3 = 64,
+    GGUF_DT_TABLE_SIZE /* entries of the type table */
 } gguf_dtype;
 
-/* Block geometry of a dtype: elements per block and bytes per block.
- * Returns false for types this build does not know (name still given if known). */
+/* The facts about one element type, the one place they are written
+ * (gguf_types.c): the GGUF reader and writer, the kernels (which keep only
+ * function pointers indexed by the same number, src/kernels/dispatch.c) and
+ * the KV cache's storage types all read them here.
+ *
+ * Adding a type: give it its entry in gguf_types.c (a ggml type already has a
+ * name-only entry: fill in its geometry); the reader then accepts it. To
+ * compute with it, add its kernels as src/kernels/dispatch.c says; to store
+ * KV in it, give it a kv_name and kv_row_store/kv_row_load a path. */
+typedef struct gguf_dtype_traits {
+    const char *name;    /* ggml's name: "Q4_K" */
+    int block_elems;     /* elements per block; 0: known by name only, not supported */
+    size_t block_bytes;  /* bytes per block */
+    int vec_dot_type;    /* the type activations are quantized to for a dot product
+                          * with a row of this type; -1: no kernel multiplies it */
+    const char *kv_name; /* its name as a KV cache type ("q8_0"); NULL: not one */
+} gguf_dtype_traits;
+/* The entry of dtype, or NULL for a number with none (unknown to ggml). */
+const gguf_dtype_traits *gguf_dtype_traits_of(int dtype);
+
+/* Block geometry of a type a GGUF file may hold: elements per block and bytes
+ * per block. Returns false for types not supported (name still given if known)
+ * and for kvllm's own types. */
 bool gguf_dtype_geometry(int dtype, int *block_elems, size_t *block_bytes);
 const char *gguf_dtype_name(int dtype); /* "Q4_K", or "unknown" */
+/* Bytes of a row of n elements, (n / block_elems) * block_bytes, for any type
+ * of the table (kvllm's own included); 0 when the type has no geometry, n < 0
+ * or n is not a whole number of blocks. */
+size_t gguf_row_bytes(int dtype, int64_t n);
 /* Metadata type name ("u32", "string", ...; "unknown") and packed size of a
  * scalar of that type (0 for string, array and unknown types). */
 const char *gguf_vtype_name(gguf_vtype t);

@@ -1,15 +1,10 @@
 /* kernels: attention kernels for AVX2 + FMA, bit-identical to attn.c.
  *
  * The 16 lanes of dot16 / sum16 are two 8-lane vectors (lanes 0..7, 8..15);
- * their sum then h8 is kern_reduce16's tree. */
-#include "kern_impl.h"
+ * their sum then kern_hsum8_ps is kern_reduce16's tree. */
+#include "simd.h"
 
 #include <string.h>
-
-#include <immintrin.h>
-
-#define T_AVX2 __attribute__((target("avx2,fma,f16c")))
-#define T_AVX2_INLINE static inline __attribute__((always_inline, target("avx2,fma,f16c")))
 
 /* Lanes i < n of 8 set (n may be <= 0 or >= 8). */
 T_AVX2_INLINE __m256i lanes(int64_t n) {
@@ -25,7 +20,7 @@ T_AVX2_INLINE __m256 kv_load8(int t, const void *row, int64_t d, __m256i m, bool
         int64_t qv;
         memcpy(&qv, b->qs + d % QK8_0, 8);
         const __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_cvtsi64_si128(qv))),
-                                       _mm256_set1_ps(_cvtsh_ss(b->d)));
+                                       _mm256_set1_ps(f16_load(b->d)));
         return full ? v : _mm256_and_ps(v, _mm256_castsi256_ps(m));
     }
     if (t == GGUF_DT_F32)
@@ -43,14 +38,6 @@ T_AVX2_INLINE __m256 kv_load8(int t, const void *row, int64_t d, __m256i m, bool
     }
     if (t == GGUF_DT_F16) return _mm256_cvtph_ps(h);
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-}
-
-/* kern_reduce16 of lanes 0..7 (a) and 8..15 (b). */
-T_AVX2_INLINE float h16(__m256 a, __m256 b) {
-    const __m256 v = _mm256_add_ps(a, b);
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
 }
 
 T_AVX2_INLINE void scores_t(int t, int64_t n, int64_t dk, int n_q, const float *q, size_t qs,
@@ -71,7 +58,7 @@ T_AVX2_INLINE void scores_t(int t, int64_t n, int64_t dk, int n_q, const float *
                 a = _mm256_fmadd_ps(_mm256_maskload_ps(qh + d, m0), kv_load8(t, kj, d, m0, false), a);
                 b = _mm256_fmadd_ps(_mm256_maskload_ps(qh + d + 8, m1), kv_load8(t, kj, d + 8, m1, false), b);
             }
-            s[h * ss + j] = h16(a, b) * scale;
+            s[h * ss + j] = kern_hsum16_ps2(a, b) * scale;
         }
     }
 }
@@ -84,29 +71,6 @@ T_AVX2 static void scores(int64_t n, int64_t dk, int n_q, const float *q, size_t
     else scores_t(GGUF_DT_F32, n, dk, n_q, q, qs, k, scale, s, ss);
 }
 
-/* Same steps as kern_expf on 8 lanes. */
-T_AVX2_INLINE __m256 exp8(__m256 x) {
-    x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
-    x = _mm256_min_ps(x, _mm256_setzero_ps());
-    const __m256 magic = _mm256_set1_ps(KERN_EXP_MAGIC);
-    const __m256 t = _mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), magic);
-    const __m256 n = _mm256_sub_ps(t, magic);
-    __m256 r = _mm256_fmadd_ps(n, _mm256_set1_ps(-KERN_EXP_C1), x);
-    r = _mm256_fmadd_ps(n, _mm256_set1_ps(-KERN_EXP_C2), r);
-    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-    const __m256 y = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0f));
-    const __m256i eb = _mm256_slli_epi32(
-        _mm256_add_epi32(_mm256_sub_epi32(_mm256_castps_si256(t), _mm256_set1_epi32(0x4B400000)),
-                         _mm256_set1_epi32(127)),
-        23);
-    return _mm256_mul_ps(y, _mm256_castsi256_ps(eb));
-}
-
 T_AVX2 static float softmax(int64_t n, float *s, float *l) {
     /* the max is exact in any order (see attn_avx512.c) */
     float mx = s[0];
@@ -115,14 +79,14 @@ T_AVX2 static float softmax(int64_t n, float *s, float *l) {
     __m256 a = _mm256_setzero_ps(), b = a;
     for (int64_t j = 0; j < n; j += 16) {
         const __m256i m0 = lanes(n - j), m1 = lanes(n - j - 8);
-        const __m256 e0 = exp8(_mm256_sub_ps(_mm256_maskload_ps(s + j, m0), vm));
-        const __m256 e1 = exp8(_mm256_sub_ps(_mm256_maskload_ps(s + j + 8, m1), vm));
+        const __m256 e0 = kern_exp8_ps(_mm256_sub_ps(_mm256_maskload_ps(s + j, m0), vm));
+        const __m256 e1 = kern_exp8_ps(_mm256_sub_ps(_mm256_maskload_ps(s + j + 8, m1), vm));
         _mm256_maskstore_ps(s + j, m0, e0);
         _mm256_maskstore_ps(s + j + 8, m1, e1);
         a = _mm256_add_ps(a, _mm256_and_ps(e0, _mm256_castsi256_ps(m0)));
         b = _mm256_add_ps(b, _mm256_and_ps(e1, _mm256_castsi256_ps(m1)));
     }
-    *l = h16(a, b);
+    *l = kern_hsum16_ps2(a, b);
     return mx;
 }
 
@@ -196,7 +160,7 @@ T_AVX2 static void silu_mul(float *g, const float *u, int64_t n) {
         const __m256i m = lanes(n - i);
         const __m256 x = _mm256_maskload_ps(g + i, m);
         /* -|x| */
-        const __m256 e = exp8(_mm256_or_ps(x, sign));
+        const __m256 e = kern_exp8_ps(_mm256_or_ps(x, sign));
         const __m256 r = _mm256_div_ps(one, _mm256_add_ps(one, e));
         const __m256 pos = _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_GE_OQ);
         const __m256 sig = _mm256_blendv_ps(_mm256_mul_ps(e, r), r, pos);

@@ -4,40 +4,16 @@
  * its dot product) are reduced together by a transpose-and-add whose tree per
  * position is kern_reduce16's. P.V: up to 4 heads x 64 values of the output
  * stay in registers while the positions stream past. */
-#include "kern_impl.h"
-
-#include <immintrin.h>
-
-#define T_512_FLAGS "avx512f,avx512bw,avx512vl,avx2,fma,f16c"
-#define T_512 __attribute__((target(T_512_FLAGS)))
-#define T_512_INLINE static inline __attribute__((always_inline, target(T_512_FLAGS)))
-#define KERN_PRAGMA(x) _Pragma(#x)
-#define UNROLL(n) KERN_PRAGMA(GCC unroll n)
-
-T_512_INLINE __mmask16 tmask(int64_t left) {
-    return left >= 16 ? (__mmask16)0xFFFF : left <= 0 ? 0 : (__mmask16)((1u << left) - 1);
-}
-
-/* kern_reduce16 of one vector. */
-T_512_INLINE float h16(__m512 v) {
-    __m256 a = _mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
-    __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-    b = _mm_add_ps(b, _mm_movehl_ps(b, b));
-    return _mm_cvtss_f32(_mm_add_ss(b, _mm_movehdup_ps(b)));
-}
+#include "simd.h"
 
 /* 16 elements from d of a cache row of type t, widened (lanes outside m: 0). */
 T_512_INLINE __m512 kv_load(int t, const void *row, int64_t d, __mmask16 m) {
     if (t == GGUF_DT_Q8_0) { /* 16 values of one block (d is a multiple of 16): q * d as to_float */
         const blk_q8_0 *b = (const blk_q8_0 *)row + d / QK8_0;
         const __m512 v = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, b->qs + d % QK8_0)));
-        return _mm512_maskz_mul_ps(m, v, _mm512_set1_ps(_cvtsh_ss(b->d)));
+        return _mm512_maskz_mul_ps(m, v, _mm512_set1_ps(f16_load(b->d)));
     }
-    if (t == GGUF_DT_F16) return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (const kvl_f16 *)row + d));
-    if (t == GGUF_DT_BF16)
-        return _mm512_castsi512_ps(
-            _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, (const kvl_bf16 *)row + d)), 16));
-    return _mm512_maskz_loadu_ps(m, (const float *)row + d);
+    return kern_load16_ps(t, row, d, m);
 }
 
 /* Lane d % 16 of dot(q, k) over dk values. */
@@ -46,7 +22,7 @@ T_512_INLINE __m512 dot_lanes(int t, const float *q, const void *k, int64_t dk) 
     int64_t d = 0;
     for (; d + 16 <= dk; d += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(q + d), kv_load(t, k, d, 0xFFFF), acc);
     if (d < dk) {
-        const __mmask16 m = tmask(dk - d);
+        const __mmask16 m = kern_mask16(dk - d);
         acc = _mm512_mask3_fmadd_ps(_mm512_maskz_loadu_ps(m, q + d), kv_load(t, k, d, m), acc, m);
     }
     return acc;
@@ -111,7 +87,7 @@ T_512_INLINE void scores_4x4(int t, int64_t nj, int64_t dk, const float *q, size
                 v[4 * h + j] = _mm512_fmadd_ps(_mm512_loadu_ps(q + h * qs + d), kv, v[4 * h + j]);
         }
         if (d < dk) {
-            const __mmask16 m = tmask(dk - d);
+            const __mmask16 m = kern_mask16(dk - d);
             const __m512 kv = kv_load(t, kj, d, m);
             UNROLL(4)
             for (int h = 0; h < 4; h++)
@@ -120,7 +96,7 @@ T_512_INLINE void scores_4x4(int t, int64_t nj, int64_t dk, const float *q, size
     }
     /* reduce16x16 puts vector i in lane i: head h's 4 positions in quarter h */
     const __m512 r = _mm512_mul_ps(reduce16x16(v), vs);
-    const __mmask16 m = tmask(nj);
+    const __mmask16 m = kern_mask16(nj);
     _mm_mask_storeu_ps(s, (__mmask8)m, _mm512_castps512_ps128(r));
     _mm_mask_storeu_ps(s + ss, (__mmask8)m, _mm512_extractf32x4_ps(r, 1));
     _mm_mask_storeu_ps(s + 2 * ss, (__mmask8)m, _mm512_extractf32x4_ps(r, 2));
@@ -148,7 +124,7 @@ T_512_INLINE void scores_t(int t, int64_t n, int64_t dk, int n_q, const float *q
             UNROLL(16)
             for (int j = 0; j < 16; j++)
                 v[j] = j < nj ? dot_lanes(t, qh, k[j0 + j], dk) : _mm512_setzero_ps();
-            _mm512_mask_storeu_ps(s + h * ss + j0, tmask(nj), _mm512_mul_ps(reduce16x16(v), vs));
+            _mm512_mask_storeu_ps(s + h * ss + j0, kern_mask16(nj), _mm512_mul_ps(reduce16x16(v), vs));
         }
     }
 }
@@ -161,36 +137,13 @@ T_512 static void scores(int64_t n, int64_t dk, int n_q, const float *q, size_t 
     else scores_t(GGUF_DT_F32, n, dk, n_q, q, qs, k, scale, s, ss);
 }
 
-/* Same steps as kern_expf on 16 lanes. */
-T_512_INLINE __m512 exp16(__m512 x) {
-    x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
-    x = _mm512_min_ps(x, _mm512_setzero_ps());
-    const __m512 magic = _mm512_set1_ps(KERN_EXP_MAGIC);
-    const __m512 t = _mm512_fmadd_ps(x, _mm512_set1_ps(1.44269504088896341f), magic);
-    const __m512 n = _mm512_sub_ps(t, magic);
-    __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-KERN_EXP_C1), x);
-    r = _mm512_fmadd_ps(n, _mm512_set1_ps(-KERN_EXP_C2), r);
-    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-    const __m512 y = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
-    const __m512i eb = _mm512_slli_epi32(
-        _mm512_add_epi32(_mm512_sub_epi32(_mm512_castps_si512(t), _mm512_set1_epi32(0x4B400000)),
-                         _mm512_set1_epi32(127)),
-        23);
-    return _mm512_mul_ps(y, _mm512_castsi512_ps(eb));
-}
-
 T_512 static float softmax(int64_t n, float *s, float *l) {
     /* the max is exact in any order; only the sign of a zero maximum can differ
      * from the reference, and s - m then differs only in the sign of zeros,
      * which kern_expf maps to the same 1 */
     __m512 mv = _mm512_set1_ps(s[0]);
     for (int64_t j = 0; j < n; j += 16) {
-        const __mmask16 m = tmask(n - j);
+        const __mmask16 m = kern_mask16(n - j);
         mv = _mm512_mask_max_ps(mv, m, _mm512_maskz_loadu_ps(m, s + j), mv);
     }
     __m256 m8 = _mm256_max_ps(_mm512_castps512_ps256(mv),
@@ -201,12 +154,12 @@ T_512 static float softmax(int64_t n, float *s, float *l) {
     const __m512 vm = _mm512_set1_ps(mx);
     __m512 acc = _mm512_setzero_ps();
     for (int64_t j = 0; j < n; j += 16) {
-        const __mmask16 m = tmask(n - j);
-        const __m512 e = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, s + j), vm));
+        const __mmask16 m = kern_mask16(n - j);
+        const __m512 e = kern_exp16_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, s + j), vm));
         _mm512_mask_storeu_ps(s + j, m, e);
         acc = _mm512_mask_add_ps(acc, m, acc, e);
     }
-    *l = h16(acc);
+    *l = kern_hsum16_ps(acc);
     return mx;
 }
 
@@ -261,7 +214,7 @@ T_512_INLINE void pv_t(int t, int64_t n, int64_t dv, int n_q, const float *p, si
             const int nc = (int)((w + 15) / 16);
             /* the first pass over the rows prefetches them (bytes of a row, else 0) */
             const int64_t pf = h0 == 0 && d0 == 0 ? (int64_t)kern_row_bytes(t, dv) : 0;
-            pv_tile_nh(t, n, nh, nc, tmask(w - 16 * (nc - 1)), p + h0 * ps, ps, v, d0, o + h0 * os + d0, os, pf);
+            pv_tile_nh(t, n, nh, nc, kern_mask16(w - 16 * (nc - 1)), p + h0 * ps, ps, v, d0, o + h0 * os + d0, os, pf);
         }
     }
 }
@@ -280,7 +233,7 @@ T_512 static void merge(int nc, int n_q, int64_t dv, const float *part, float *o
         float M = part[h];
         for (int c = 1; c < nc; c++) M = part[c * cs + h] > M ? part[c * cs + h] : M;
         float L = 0, *o = out + h * os;
-        for (int64_t d = 0; d < dv; d += 16) _mm512_mask_storeu_ps(o + d, tmask(dv - d), _mm512_setzero_ps());
+        for (int64_t d = 0; d < dv; d += 16) _mm512_mask_storeu_ps(o + d, kern_mask16(dv - d), _mm512_setzero_ps());
         for (int c = 0; c < nc; c++) {
             const float *P = part + c * cs;
             const float w = kern_expf(P[h] - M);
@@ -288,14 +241,14 @@ T_512 static void merge(int nc, int n_q, int64_t dv, const float *part, float *o
             const __m512 vw = _mm512_set1_ps(w);
             const float *oc = P + 2 * n_q + h * dv;
             for (int64_t d = 0; d < dv; d += 16) {
-                const __mmask16 m = tmask(dv - d);
+                const __mmask16 m = kern_mask16(dv - d);
                 _mm512_mask_storeu_ps(o + d, m, _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, oc + d), vw,
                                                                 _mm512_maskz_loadu_ps(m, o + d)));
             }
         }
         const __m512 inv = _mm512_set1_ps(1.0f / L);
         for (int64_t d = 0; d < dv; d += 16) {
-            const __mmask16 m = tmask(dv - d);
+            const __mmask16 m = kern_mask16(dv - d);
             _mm512_mask_storeu_ps(o + d, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, o + d), inv));
         }
     }
@@ -304,9 +257,9 @@ T_512 static void merge(int nc, int n_q, int64_t dv, const float *part, float *o
 T_512 static void silu_mul(float *g, const float *u, int64_t n) {
     const __m512 one = _mm512_set1_ps(1.0f);
     for (int64_t i = 0; i < n; i += 16) {
-        const __mmask16 m = tmask(n - i);
+        const __mmask16 m = kern_mask16(n - i);
         const __m512 x = _mm512_maskz_loadu_ps(m, g + i);
-        const __m512 e = exp16(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_abs_ps(x)));
+        const __m512 e = kern_exp16_ps(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_abs_ps(x)));
         const __m512 r = _mm512_div_ps(one, _mm512_add_ps(one, e));
         const __mmask16 pos = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_GE_OQ);
         const __m512 sig = _mm512_mask_blend_ps(pos, _mm512_mul_ps(e, r), r);

@@ -3,7 +3,21 @@
  * The library is compiled for generic x86-64; SIMD functions carry their own
  * target attributes and are only installed in the active table when CPUID says
  * the CPU (and OS) supports them. All variants compute bit-identical results
- * (see kern_impl.h), so the choice only affects speed. */
+ * (see kern_impl.h), so the choice only affects speed.
+ *
+ * The tables hold functions only, indexed by gguf_dtype; what a type is (name,
+ * block geometry, the type its activations are quantized to) is written once,
+ * in gguf's type table (src/gguf/gguf_types.c). Adding kernels for a type:
+ *  1. its entry in gguf_types.c has its geometry and vec_dot_type;
+ *  2. kernels.h: its block struct, with a _Static_assert on its size;
+ *  3. quant_ref.c: kref_to_float_<t>, kref_from_float_<t>, kref_vec_dot_<t>,
+ *     declared in kern_impl.h, and one REF(<T>, <t>) line in ref_table below
+ *     (an entry written out, like Q8_K's, where one of them is NULL);
+ *  4. SIMD versions (optional, bit-identical to the reference): one line each
+ *     in install_avx2 / install_avx512, and matmul's paths (kern_rows_of,
+ *     kern_prep_of, kern_gemm_of, kern_repack_of) likewise;
+ *  5. tests/unit/test_kernels.c: the type in its lists (reference against
+ *     llama.cpp's bytes, SIMD against the reference). */
 #include "kern_impl.h"
 
 #include <cpuid.h>
@@ -11,32 +25,27 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* clang-format off */
-/* The scalar reference entry of a type: name, block geometry, vec_dot_type, functions. */
-#define REF(ty, be, bb, vdt, sfx)                                                              \
-    [GGUF_DT_##ty] = {#ty, be, bb, GGUF_DT_##vdt, kref_to_float_##sfx, kref_from_float_##sfx, \
-                      kref_vec_dot_##sfx}
+/* The scalar reference kernels of a type. */
+#define REF(ty, sfx) \
+    [GGUF_DT_##ty] = {kref_to_float_##sfx, kref_from_float_##sfx, kref_vec_dot_##sfx}
 
 static const kern_traits ref_table[GGUF_DT_COUNT] = {
-    REF(F32, 1, 4, F32, f32),
-    REF(F16, 1, 2, F16, f16),
-    REF(BF16, 1, 2, BF16, bf16),
-    REF(Q8_0, QK8_0, sizeof(blk_q8_0), Q8_0, q8_0),
-    REF(Q4_0, QK4_0, sizeof(blk_q4_0), Q8_0, q4_0),
-    REF(Q4_K, QK_K, sizeof(blk_q4_K), Q8_K, q4_K),
-    REF(Q6_K, QK_K, sizeof(blk_q6_K), Q8_K, q6_K),
-    REF(Q4_1, QK4_1, sizeof(blk_q4_1), Q8_1, q4_1),
-    REF(Q5_0, QK5_0, sizeof(blk_q5_0), Q8_0, q5_0),
-    REF(Q5_1, QK5_1, sizeof(blk_q5_1), Q8_1, q5_1),
-    REF(IQ4_NL, QK4_NL, sizeof(blk_iq4_nl), Q8_0, iq4_nl),
+    REF(F32, f32),
+    REF(F16, f16),
+    REF(BF16, bf16),
+    REF(Q8_0, q8_0),
+    REF(Q4_0, q4_0),
+    REF(Q4_K, q4_K),
+    REF(Q6_K, q6_K),
+    REF(Q4_1, q4_1),
+    REF(Q5_0, q5_0),
+    REF(Q5_1, q5_1),
+    REF(IQ4_NL, iq4_nl),
     /* activation-only: the vec_dot_type of Q4_1 and Q5_1 */
-    [GGUF_DT_Q8_1] = {"Q8_1", QK8_1, sizeof(blk_q8_1), GGUF_DT_Q8_1, kref_to_float_q8_1,
-                      kref_from_float_q8_1, NULL},
+    [GGUF_DT_Q8_1] = {kref_to_float_q8_1, kref_from_float_q8_1, NULL},
     /* activation-only type: no kernel multiplies Q8_K weights */
-    [GGUF_DT_Q8_K] = {"Q8_K", QK_K, sizeof(blk_q8_K), GGUF_DT_Q8_K, kref_to_float_q8_K,
-                      kref_from_float_q8_K, NULL},
+    [GGUF_DT_Q8_K] = {kref_to_float_q8_K, kref_from_float_q8_K, NULL},
 };
-/* clang-format on */
 
 static kern_traits active[GGUF_DT_COUNT];
 static kern_vec_dot_rows_fn active_rows[GGUF_DT_COUNT];
@@ -170,35 +179,20 @@ const char *kern_isa_name(void) {
     return active_isa;
 }
 
+/* True for a type number the tables have, after the default selection ran. */
+static bool selected(int dtype) {
+    if (dtype < 0 || dtype >= GGUF_DT_COUNT) return false;
+    pthread_once(&auto_once, auto_init);
+    return true;
+}
+
 const kern_traits *kern_traits_of(int dtype) {
-    if (dtype < 0 || dtype >= GGUF_DT_COUNT) return NULL;
-    pthread_once(&auto_once, auto_init);
-    return active[dtype].name ? &active[dtype] : NULL;
+    return selected(dtype) && active[dtype].to_float ? &active[dtype] : NULL;
 }
-
-kern_vec_dot_rows_fn kern_rows_of(int dtype) {
-    if (dtype < 0 || dtype >= GGUF_DT_COUNT) return NULL;
-    pthread_once(&auto_once, auto_init);
-    return active_rows[dtype];
-}
-
-const kern_prep_ops *kern_prep_of(int dtype) {
-    if (dtype < 0 || dtype >= GGUF_DT_COUNT) return NULL;
-    pthread_once(&auto_once, auto_init);
-    return active_prep[dtype];
-}
-
-const kern_gemm_ops *kern_gemm_of(int dtype) {
-    if (dtype < 0 || dtype >= GGUF_DT_COUNT) return NULL;
-    pthread_once(&auto_once, auto_init);
-    return active_gemm[dtype];
-}
-
-const kern_repack_ops *kern_repack_of(int dtype) {
-    if (dtype < 0 || dtype >= GGUF_DT_COUNT) return NULL;
-    pthread_once(&auto_once, auto_init);
-    return active_repack[dtype];
-}
+kern_vec_dot_rows_fn kern_rows_of(int dtype) { return selected(dtype) ? active_rows[dtype] : NULL; }
+const kern_prep_ops *kern_prep_of(int dtype) { return selected(dtype) ? active_prep[dtype] : NULL; }
+const kern_gemm_ops *kern_gemm_of(int dtype) { return selected(dtype) ? active_gemm[dtype] : NULL; }
+const kern_repack_ops *kern_repack_of(int dtype) { return selected(dtype) ? active_repack[dtype] : NULL; }
 
 const kern_attn_ops *kern_attn_active(void) {
     pthread_once(&auto_once, auto_init);
@@ -207,11 +201,11 @@ const kern_attn_ops *kern_attn_active(void) {
 
 const kern_traits *kern_traits_ref(int dtype) {
     if (dtype < 0 || dtype >= GGUF_DT_COUNT) return NULL;
-    return ref_table[dtype].name ? &ref_table[dtype] : NULL;
+    return ref_table[dtype].to_float ? &ref_table[dtype] : NULL;
 }
 
 size_t kern_row_bytes(int dtype, int64_t n) {
-    const kern_traits *t = kern_traits_ref(dtype);
-    if (!t || n < 0) return 0;
+    const gguf_dtype_traits *t = gguf_dtype_traits_of(dtype);
+    if (!kern_traits_ref(dtype) || n < 0) return 0;
     return (size_t)(n / t->block_elems) * t->block_bytes;
 }

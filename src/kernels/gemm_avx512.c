@@ -123,7 +123,7 @@ T_512_INLINE void load_t32(const char *base, size_t wrow, int at, __m512i *v) {
 }
 
 T_512 static void q8_0_pack(const void *w, size_t wrow, int rows, int64_t k, void *panel) {
-    const __mmask16 valid = row_mask(rows);
+    const __mmask16 valid = kern_mask16(rows);
     const __m512i off = row_offsets(wrow);
     const __m512i bias = _mm512_set1_epi8((char)0x80);
     const char *wc = w;
@@ -148,7 +148,7 @@ T_512 static void q8_0_pack(const void *w, size_t wrow, int rows, int64_t k, voi
 }
 
 T_512 static void q4_0_pack(const void *w, size_t wrow, int rows, int64_t k, void *panel) {
-    const __mmask16 valid = row_mask(rows);
+    const __mmask16 valid = kern_mask16(rows);
     const __m512i off = row_offsets(wrow);
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     const char *wc = w;
@@ -237,10 +237,10 @@ T_512 static void q_kernel(int64_t k, const void *panels, size_t pb, int n_rows,
         int p = 0;
         for (; p + 2 <= np; p += 2)
             q_micro(nb, (const char *)panels + p * pb, (const char *)panels + (p + 1) * pb, true, tile,
-                    yt + 16 * p, ldy, na, row_mask(n_rows - 16 * p), row_mask(n_rows - 16 * (p + 1)));
+                    yt + 16 * p, ldy, na, kern_mask16(n_rows - 16 * p), kern_mask16(n_rows - 16 * (p + 1)));
         if (p < np)
             q_micro(nb, (const char *)panels + p * pb, NULL, false, tile, yt + 16 * p, ldy, na,
-                    row_mask(n_rows - 16 * p), 0);
+                    kern_mask16(n_rows - 16 * p), 0);
     }
 }
 
@@ -319,7 +319,7 @@ T_512 static void k_prepare(const float *x, void *tile, int slot, int rows, int6
 #define GATHER(at) _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), valid, off, base + (at), 1)
 
 T_512 static void q4k_pack(const void *w, size_t wrow, int rows, int64_t k, void *panel) {
-    const __mmask16 valid = row_mask(rows);
+    const __mmask16 valid = kern_mask16(rows);
     const __m512i off = row_offsets(wrow);
     const __m512i m4 = _mm512_set1_epi8(0x0F), m6 = _mm512_set1_epi32(63);
     char *out = panel;
@@ -367,7 +367,7 @@ T_512 static void q4k_pack(const void *w, size_t wrow, int rows, int64_t k, void
 }
 
 T_512 static void q6k_pack(const void *w, size_t wrow, int rows, int64_t k, void *panel) {
-    const __mmask16 valid = row_mask(rows);
+    const __mmask16 valid = kern_mask16(rows);
     const __m512i off = row_offsets(wrow);
     const __m512i m4 = _mm512_set1_epi8(0x0F), m2 = _mm512_set1_epi8(0x03);
     char *out = panel;
@@ -526,7 +526,7 @@ T_512_INLINE void q6k_micro(int64_t nsb, const char *P, const char *A, float *y,
             const int na = m - t * KT < KT ? (int)(m - t * KT) : KT;                               \
             for (int p = 0; p < np; p++)                                                           \
                 micro(nsb, (const char *)panels + p * pb, (const char *)tiles + t * tb,            \
-                      y + t * KT * ldy + 16 * p, ldy, na, row_mask(n_rows - 16 * p));              \
+                      y + t * KT * ldy + 16 * p, ldy, na, kern_mask16(n_rows - 16 * p));              \
         }                                                                                          \
     }
 K_KERNEL(q4k_kernel, q4k_micro)
@@ -541,24 +541,23 @@ const kern_gemm_ops kavx512_gemm_q6_K = {KT, PACKED_MIN_M, k_tile_bytes, k_prepa
  * Weights are read in place, FW rows at a time; activation tile of na <= FT
  * rows, per 16 elements: na x 16 floats, already rounded to the weight type's
  * vec_dot type and widened (zero past k). Each output keeps one 16-lane accumulator,
- * lane e % 16, and ends in kern_reduce16: vec_dot's order. */
+ * lane e % 16, and ends in kern_reduce16: vec_dot's order. `kind` is the
+ * weights' gguf_dtype. */
 #define FT 6
 #define FW 4
 
 static size_t f_tile_bytes(int64_t k) { return (size_t)((k + 15) / 16) * FT * 64; }
 
-enum fkind { FK_F32, FK_F16, FK_BF16 };
-
 /* The activations as vec_dot sees them: rounded to the weight type's vec_dot
  * type (F16 and BF16 through the reference conversions' bytes) and widened. */
-T_512_INLINE void f_prepare(enum fkind kind, const float *x, void *tile, int slot, int rows, int64_t k) {
+T_512_INLINE void f_prepare(int kind, const float *x, void *tile, int slot, int rows, int64_t k) {
     float *t = (float *)tile + 16 * slot;
     for (int64_t i = 0; i < k; i += 16, t += rows * 16) {
-        const __mmask16 m = row_mask((int)(k - i < 16 ? k - i : 16));
+        const __mmask16 m = kern_mask16((int)(k - i < 16 ? k - i : 16));
         __m512 v = _mm512_maskz_loadu_ps(m, x + i);
-        if (kind == FK_F16) {
+        if (kind == GGUF_DT_F16) {
             v = _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-        } else if (kind == FK_BF16) {
+        } else if (kind == GGUF_DT_BF16) {
             float r[16] = {0};
             for (int l = 0; l < 16 && i + l < k; l++) r[l] = kvl_bf16_to_f32(kvl_f32_to_bf16(x[i + l]));
             v = _mm512_loadu_ps(r);
@@ -567,37 +566,17 @@ T_512_INLINE void f_prepare(enum fkind kind, const float *x, void *tile, int slo
     }
 }
 T_512 static void f32_prepare(const float *x, void *t, int slot, int rows, int64_t k) {
-    f_prepare(FK_F32, x, t, slot, rows, k);
+    f_prepare(GGUF_DT_F32, x, t, slot, rows, k);
 }
 T_512 static void f16_prepare(const float *x, void *t, int slot, int rows, int64_t k) {
-    f_prepare(FK_F16, x, t, slot, rows, k);
+    f_prepare(GGUF_DT_F16, x, t, slot, rows, k);
 }
 T_512 static void bf16_prepare(const float *x, void *t, int slot, int rows, int64_t k) {
-    f_prepare(FK_BF16, x, t, slot, rows, k);
-}
-
-/* 16 weights from element i of a row, widened (lanes outside m read 0). */
-T_512_INLINE __m512 f_load(enum fkind kind, const char *row, int64_t i, __mmask16 m) {
-    switch (kind) {
-    case FK_F32: return _mm512_maskz_loadu_ps(m, (const float *)row + i);
-    case FK_F16: return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (const kvl_f16 *)row + i));
-    default:
-        return _mm512_castsi512_ps(_mm512_slli_epi32(
-            _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, (const kvl_bf16 *)row + i)), 16));
-    }
-}
-
-/* kern_reduce16 of one vector. */
-T_512_INLINE float f_h16(__m512 v) {
-    const __m256 a = _mm256_add_ps(_mm512_castps512_ps256(v),
-                                   _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
-    __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-    b = _mm_add_ps(b, _mm_movehl_ps(b, b));
-    return _mm_cvtss_f32(_mm_add_ss(b, _mm_movehdup_ps(b)));
+    f_prepare(GGUF_DT_BF16, x, t, slot, rows, k);
 }
 
 /* NW (<= FW) weight rows x NA (<= FT) activation rows of one tile, all of k. */
-T_512_INLINE void f_micro(enum fkind kind, int NW, int NA, int64_t k, const char *w, size_t wrow,
+T_512_INLINE void f_micro(int kind, int NW, int NA, int64_t k, const char *w, size_t wrow,
                           const float *t, float *y, size_t ldy, size_t ystep) {
     __m512 acc[FW][FT];
     UNROLL(4)
@@ -608,16 +587,16 @@ T_512_INLINE void f_micro(enum fkind kind, int NW, int NA, int64_t k, const char
     for (; i + 16 <= k; i += 16, t += NA * 16) {
         UNROLL(4)
         for (int r = 0; r < NW; r++) {
-            const __m512 wv = f_load(kind, w + r * wrow, i, 0xFFFF);
+            const __m512 wv = kern_load16_ps(kind, w + r * wrow, i, 0xFFFF);
             UNROLL(6)
             for (int a = 0; a < NA; a++) acc[r][a] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(t + 16 * a), acc[r][a]);
         }
     }
     if (i < k) { /* lanes past k: 0 * 0 leaves the accumulator as it is */
-        const __mmask16 m = row_mask((int)(k - i));
+        const __mmask16 m = kern_mask16((int)(k - i));
         UNROLL(4)
         for (int r = 0; r < NW; r++) {
-            const __m512 wv = f_load(kind, w + r * wrow, i, m);
+            const __m512 wv = kern_load16_ps(kind, w + r * wrow, i, m);
             UNROLL(6)
             for (int a = 0; a < NA; a++) acc[r][a] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(t + 16 * a), acc[r][a]);
         }
@@ -625,11 +604,11 @@ T_512_INLINE void f_micro(enum fkind kind, int NW, int NA, int64_t k, const char
     UNROLL(6)
     for (int a = 0; a < NA; a++)
         UNROLL(4)
-        for (int r = 0; r < NW; r++) y[a * ldy + r * ystep] = f_h16(acc[r][a]);
+        for (int r = 0; r < NW; r++) y[a * ldy + r * ystep] = kern_hsum16_ps(acc[r][a]);
 }
 
 /* NA, NW as constants, so the accumulators stay in registers. */
-T_512_INLINE void f_micro_na(enum fkind kind, int NW, int na, int64_t k, const char *w, size_t wrow,
+T_512_INLINE void f_micro_na(int kind, int NW, int na, int64_t k, const char *w, size_t wrow,
                              const float *t, float *y, size_t ldy, size_t ystep) {
     switch (na) {
     case 1: f_micro(kind, NW, 1, k, w, wrow, t, y, ldy, ystep); break;
@@ -641,7 +620,7 @@ T_512_INLINE void f_micro_na(enum fkind kind, int NW, int na, int64_t k, const c
     }
 }
 
-T_512_INLINE void f_kernel(enum fkind kind, int64_t k, const void *w, size_t wrow, int n_rows,
+T_512_INLINE void f_kernel(int kind, int64_t k, const void *w, size_t wrow, int n_rows,
                            const void *tiles, int64_t m, float *y, size_t ldy) {
     const size_t tb = f_tile_bytes(k);
     for (int64_t t = 0; t * FT < m; t++) {
@@ -667,15 +646,15 @@ T_512_INLINE void f_kernel(enum fkind kind, int64_t k, const void *w, size_t wro
 }
 T_512 static void f32_kernel(int64_t k, const void *w, size_t wrow, int n_rows, const void *tiles,
                              int64_t m, float *y, size_t ldy) {
-    f_kernel(FK_F32, k, w, wrow, n_rows, tiles, m, y, ldy);
+    f_kernel(GGUF_DT_F32, k, w, wrow, n_rows, tiles, m, y, ldy);
 }
 T_512 static void f16_kernel(int64_t k, const void *w, size_t wrow, int n_rows, const void *tiles,
                              int64_t m, float *y, size_t ldy) {
-    f_kernel(FK_F16, k, w, wrow, n_rows, tiles, m, y, ldy);
+    f_kernel(GGUF_DT_F16, k, w, wrow, n_rows, tiles, m, y, ldy);
 }
 T_512 static void bf16_kernel(int64_t k, const void *w, size_t wrow, int n_rows, const void *tiles,
                               int64_t m, float *y, size_t ldy) {
-    f_kernel(FK_BF16, k, w, wrow, n_rows, tiles, m, y, ldy);
+    f_kernel(GGUF_DT_BF16, k, w, wrow, n_rows, tiles, m, y, ldy);
 }
 
 const kern_gemm_ops kavx512_gemm_f32 = {FT, 1, f_tile_bytes, f32_prepare, NULL, NULL, f32_kernel};

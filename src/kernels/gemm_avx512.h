@@ -1,29 +1,12 @@
-/* kernels, private to the AVX-512 files: target attributes, and the
- * activation tile layouts that gemm_avx512.c prepares (kern_gemm_ops.prepare)
+/* kernels, private to the AVX-512 files: the activation tile layouts that gemm_avx512.c prepares (kern_gemm_ops.prepare)
  * and both its per-call packed kernels and the repacked ones
  * (repack_avx512.c, repack_k_avx512.c) read. */
 #ifndef KVLLM_GEMM_AVX512_H
 #define KVLLM_GEMM_AVX512_H
 
-#include "kern_impl.h"
+#include "simd.h"
 
-#include <immintrin.h>
 #include <stddef.h>
-
-#define T_512_FLAGS "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c"
-#define T_512 __attribute__((target(T_512_FLAGS)))
-#define T_512_INLINE static inline __attribute__((always_inline, target(T_512_FLAGS)))
-/* Complete unrolling of a short loop, so arrays of vectors indexed by its
- * counter stay in registers instead of going through the stack. */
-#define KERN_PRAGMA(x) _Pragma(#x)
-#define UNROLL(n) KERN_PRAGMA(GCC unroll n)
-
-T_512_INLINE float f16_load(kvl_f16 h) { return _cvtsh_ss(h); }
-
-/* The first `rows` of 16 lanes. */
-T_512_INLINE __mmask16 row_mask(int rows) {
-    return rows >= 16 ? (__mmask16)0xFFFF : rows <= 0 ? 0 : (__mmask16)((1u << rows) - 1);
-}
 
 /* Q family (Q8_0, Q4_0 weights) activation tile of QT rows, per 32-element
  * block: qs[QT][32] int8, d[QT] float (the fp16 scale widened), c[QT] int32

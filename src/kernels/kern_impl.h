@@ -46,23 +46,33 @@ static inline float kern_reduce16(const float *a) {
 
 /* The canonical exp of attention, for x <= 0 (larger x read as 0, smaller than
  * -87 as -87, NaN as -87): Cephes' expf, every step an IEEE operation (fmaf
- * explicitly), so a SIMD copy of it is bit-identical. kern_expf(0) = 1. */
+ * explicitly), so a SIMD copy of it is bit-identical (kern_exp8_ps,
+ * kern_exp16_ps in simd.h). kern_expf(0) = 1. x = n ln2 + r with n rounded to
+ * an integer (ln2 = C1 + C2, C1 exact in few bits), then
+ * e^r = 1 + r + r^2 * P(r), P(r) = ((((P0 r + P1) r + P2) r + P3) r + P4) r + P5. */
+#define KERN_EXP_LOG2E 1.44269504088896341f
 #define KERN_EXP_C1 0.693359375f
 #define KERN_EXP_C2 (-2.12194440e-4f)
 #define KERN_EXP_MAGIC 12582912.0f /* 1.5 * 2^23: adding it rounds to an integer */
+#define KERN_EXP_P0 1.9875691500e-4f
+#define KERN_EXP_P1 1.3981999507e-3f
+#define KERN_EXP_P2 8.3334519073e-3f
+#define KERN_EXP_P3 4.1665795894e-2f
+#define KERN_EXP_P4 1.6666665459e-1f
+#define KERN_EXP_P5 5.0000001201e-1f
 static inline float kern_expf(float x) {
     x = x > -87.0f ? x : -87.0f;
     x = x < 0.0f ? x : 0.0f;
-    const float t = fmaf(x, 1.44269504088896341f, KERN_EXP_MAGIC);
+    const float t = fmaf(x, KERN_EXP_LOG2E, KERN_EXP_MAGIC);
     const float n = t - KERN_EXP_MAGIC;
     float r = fmaf(n, -KERN_EXP_C1, x);
     r = fmaf(n, -KERN_EXP_C2, r);
-    float p = 1.9875691500e-4f;
-    p = fmaf(p, r, 1.3981999507e-3f);
-    p = fmaf(p, r, 8.3334519073e-3f);
-    p = fmaf(p, r, 4.1665795894e-2f);
-    p = fmaf(p, r, 1.6666665459e-1f);
-    p = fmaf(p, r, 5.0000001201e-1f);
+    float p = KERN_EXP_P0;
+    p = fmaf(p, r, KERN_EXP_P1);
+    p = fmaf(p, r, KERN_EXP_P2);
+    p = fmaf(p, r, KERN_EXP_P3);
+    p = fmaf(p, r, KERN_EXP_P4);
+    p = fmaf(p, r, KERN_EXP_P5);
     const float y = fmaf(p, r * r, r) + 1.0f;
     int32_t tb;
     memcpy(&tb, &t, sizeof tb);

@@ -2,7 +2,7 @@
  * elementwise ops of a transformer.
  *
  * Every weight type has a scalar reference implementation; SIMD variants plug
- * in through the per-type table returned by kern_traits(), which kern_init()
+ * in through the per-type table returned by kern_traits_of(), which kern_init()
  * fills once at start-up from CPUID (AVX-512, AVX2, scalar). Like llama.cpp,
  * quantized weights are multiplied against activations that were first
  * quantized to the type's `vec_dot_type` (Q8_0 or Q8_K), so integer dot
@@ -51,21 +51,19 @@ _Static_assert(sizeof(blk_q4_K) == 144, "q4_K block");
 _Static_assert(sizeof(blk_q6_K) == 210, "q6_K block");
 _Static_assert(sizeof(blk_q8_K) == 292, "q8_K block");
 
-/* n is the number of elements; it must be a multiple of block_elems.
- * vec_dot: *s = dot(x, y) where x is a row of this type and y a row of
- * vec_dot_type (same n). */
+/* n is the number of elements; it must be a multiple of the type's
+ * block_elems (gguf_dtype_traits_of). vec_dot: *s = dot(x, y) where x is a row
+ * of this type and y a row of its vec_dot_type (same n). */
 typedef void (*kern_to_float_fn)(const void *src, float *dst, int64_t n);
 typedef void (*kern_from_float_fn)(const float *src, void *dst, int64_t n);
 typedef void (*kern_vec_dot_fn)(int64_t n, float *s, const void *x, const void *y);
 
+/* The kernels of one type, indexed by its gguf_dtype. The facts about the type
+ * (name, block geometry, vec_dot_type) are gguf's (gguf_dtype_traits_of). */
 typedef struct kern_traits {
-    const char *name;
-    int block_elems;
-    size_t block_bytes;
-    int vec_dot_type;            /* gguf_dtype the activations are converted to */
-    kern_to_float_fn to_float;   /* dequantize */
+    kern_to_float_fn to_float;     /* dequantize */
     kern_from_float_fn from_float; /* quantize (NULL if not supported) */
-    kern_vec_dot_fn vec_dot;     /* NULL if this type cannot be a matmul weight */
+    kern_vec_dot_fn vec_dot;       /* NULL if this type cannot be a matmul weight */
 } kern_traits;
 
 /* Chooses the best implementation for this CPU. Idempotent, thread-safe after

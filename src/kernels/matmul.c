@@ -44,11 +44,12 @@ typedef struct {
 
 static bool mm_make_plan(int wtype, int64_t k, int64_t m, mm_plan *p) {
     const kern_traits *t = kern_traits_of(wtype);
-    if (!t || !t->vec_dot || k <= 0 || k % t->block_elems) return false;
+    if (!t || !t->vec_dot || k <= 0 || k % gguf_dtype_traits_of(wtype)->block_elems) return false;
+    const int vdt = gguf_dtype_traits_of(wtype)->vec_dot_type;
     const kern_prep_ops *prep = kern_prep_of(wtype);
     const kern_vec_dot_rows_fn rows = kern_rows_of(wtype);
     const kern_gemm_ops *gemm = kern_gemm_of(wtype);
-    *p = (mm_plan){kern_traits_of(t->vec_dot_type)->from_float, kern_row_bytes(t->vec_dot_type, k),
+    *p = (mm_plan){kern_traits_of(vdt)->from_float, kern_row_bytes(vdt, k),
                    kern_row_bytes(wtype, k), t->vec_dot, rows && m > 1 ? rows : NULL, NULL,
                    gemm && m >= gemm->min_m ? gemm : NULL};
     if (prep) {
@@ -56,7 +57,7 @@ static bool mm_make_plan(int wtype, int64_t k, int64_t m, mm_plan *p) {
         p->xrow = kern_q8p_row_bytes(k);
         p->rows = prep->rows;
         p->rows4 = prep->rows4;
-    } else if (t->vec_dot_type == GGUF_DT_F32) {
+    } else if (vdt == GGUF_DT_F32) {
         p->quantize = NULL;
         p->xrow = (size_t)k * sizeof(float);
     }
@@ -81,9 +82,10 @@ size_t kern_gemm_work_bytes(int wtype, int64_t m, int64_t k) {
 size_t kern_matmul_work_bytes(int wtype, int64_t m, int64_t k) {
     const kern_traits *t = kern_traits_ref(wtype);
     if (!t || !t->vec_dot || m <= 0 || k <= 0) return 0;
-    size_t row = kern_row_bytes(t->vec_dot_type, k);
-    if (t->vec_dot_type == GGUF_DT_F32) row = 0; /* X is used in place */
-    if (t->vec_dot_type == GGUF_DT_Q8_0 && kern_q8p_row_bytes(k) > row) row = kern_q8p_row_bytes(k);
+    const int vdt = gguf_dtype_traits_of(wtype)->vec_dot_type;
+    size_t row = kern_row_bytes(vdt, k);
+    if (vdt == GGUF_DT_F32) row = 0; /* X is used in place */
+    if (vdt == GGUF_DT_Q8_0 && kern_q8p_row_bytes(k) > row) row = kern_q8p_row_bytes(k);
     size_t bytes = (size_t)m * row;
     if (kern_gemm_work_bytes(wtype, m, k) > bytes)
         bytes = kern_gemm_work_bytes(wtype, m, k);
@@ -272,7 +274,7 @@ size_t kern_repack_bytes(int wtype, int64_t n_out, int64_t k) {
     const kern_repack_ops *r = kern_repack_of(wtype);
     const kern_gemm_ops *g = kern_gemm_of(wtype);
     const kern_traits *t = kern_traits_of(wtype);
-    if (!r || !g || !t || n_out <= 0 || k <= 0 || k % t->block_elems) return 0;
+    if (!r || !g || !t || n_out <= 0 || k <= 0 || k % gguf_dtype_traits_of(wtype)->block_elems) return 0;
     return (size_t)((n_out + KERN_PANEL_ROWS - 1) / KERN_PANEL_ROWS) * r->panel_bytes(k);
 }
 

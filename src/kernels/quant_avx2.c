@@ -3,30 +3,9 @@
  * Compiled with generic x86-64 flags; each function enables the ISA it needs
  * through a target attribute and is only called after kern_init checked CPUID.
  * Results are bit-identical to quant_ref.c (kern_impl.h gives the orders). */
-#include "kern_impl.h"
+#include "simd.h"
 
-#include <immintrin.h>
 #include <string.h>
-
-#define T_AVX2 __attribute__((target("avx2,fma,f16c")))
-#define T_AVX2_INLINE static inline __attribute__((always_inline, target("avx2,fma,f16c")))
-
-T_AVX2_INLINE float f16_load(kvl_f16 h) { return _cvtsh_ss(h); }
-
-T_AVX2_INLINE int32_t hsum_i32(__m256i v) {
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
-    return _mm_cvtsi128_si32(s);
-}
-
-/* kern_h8 on a vector: lane i + lane i+4, then i + i+2, then 0 + 1. */
-T_AVX2_INLINE float h8_ps(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
 
 /* ======================= conversions ======================= */
 
@@ -147,48 +126,36 @@ T_AVX2 void kavx2_from_float_q8_K(const float *src, void *dst, int64_t n) {
 
 /* ======================= FP family dot products ======================= */
 
-enum fp_kind { FP_F32, FP_F16, FP_BF16 };
 
 /* 8 elements starting at element i, widened to float. */
-T_AVX2_INLINE __m256 fp_load8(enum fp_kind kind, const void *p, int64_t i) {
-    switch (kind) {
-    case FP_F32: return _mm256_loadu_ps((const float *)p + i);
-    case FP_F16: return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const kvl_f16 *)p + i)));
-    default:
-        return _mm256_castsi256_ps(_mm256_slli_epi32(
-            _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)((const kvl_bf16 *)p + i))),
-            16));
-    }
-}
-
 /* 16 lanes as 2 vectors; a short tail goes through a zero-padded copy. The
- * final a0 + a1 and h8_ps are kern_reduce16's tree. */
-T_AVX2_INLINE float fp_dot(enum fp_kind kind, int64_t n, const void *x0, const void *y0) {
-    const size_t esz = kind == FP_F32 ? 4 : 2;
+ * final a0 + a1 and kern_hsum8_ps are kern_reduce16's tree. */
+T_AVX2_INLINE float fp_dot(int kind, int64_t n, const void *x0, const void *y0) {
+    const size_t esz = kind == GGUF_DT_F32 ? 4 : 2;
     __m256 a0 = _mm256_setzero_ps(), a1 = a0;
     int64_t i = 0;
     for (; i + KERN_FP_LANES <= n; i += KERN_FP_LANES) {
-        a0 = _mm256_fmadd_ps(fp_load8(kind, x0, i), fp_load8(kind, y0, i), a0);
-        a1 = _mm256_fmadd_ps(fp_load8(kind, x0, i + 8), fp_load8(kind, y0, i + 8), a1);
+        a0 = _mm256_fmadd_ps(kern_load8_ps(kind, x0, i), kern_load8_ps(kind, y0, i), a0);
+        a1 = _mm256_fmadd_ps(kern_load8_ps(kind, x0, i + 8), kern_load8_ps(kind, y0, i + 8), a1);
     }
     if (i < n) {
         _Alignas(32) unsigned char tx[KERN_FP_LANES * 4] = {0}, ty[KERN_FP_LANES * 4] = {0};
         memcpy(tx, (const char *)x0 + i * esz, (size_t)(n - i) * esz);
         memcpy(ty, (const char *)y0 + i * esz, (size_t)(n - i) * esz);
-        a0 = _mm256_fmadd_ps(fp_load8(kind, tx, 0), fp_load8(kind, ty, 0), a0);
-        a1 = _mm256_fmadd_ps(fp_load8(kind, tx, 8), fp_load8(kind, ty, 8), a1);
+        a0 = _mm256_fmadd_ps(kern_load8_ps(kind, tx, 0), kern_load8_ps(kind, ty, 0), a0);
+        a1 = _mm256_fmadd_ps(kern_load8_ps(kind, tx, 8), kern_load8_ps(kind, ty, 8), a1);
     }
-    return h8_ps(_mm256_add_ps(a0, a1));
+    return kern_hsum8_ps(_mm256_add_ps(a0, a1));
 }
 
 T_AVX2 void kavx2_vec_dot_f32(int64_t n, float *s, const void *x, const void *y) {
-    *s = fp_dot(FP_F32, n, x, y);
+    *s = fp_dot(GGUF_DT_F32, n, x, y);
 }
 T_AVX2 void kavx2_vec_dot_f16(int64_t n, float *s, const void *x, const void *y) {
-    *s = fp_dot(FP_F16, n, x, y);
+    *s = fp_dot(GGUF_DT_F16, n, x, y);
 }
 T_AVX2 void kavx2_vec_dot_bf16(int64_t n, float *s, const void *x, const void *y) {
-    *s = fp_dot(FP_BF16, n, x, y);
+    *s = fp_dot(GGUF_DT_BF16, n, x, y);
 }
 
 /* ======================= Q family dot products ======================= */
@@ -205,17 +172,6 @@ T_AVX2_INLINE __m128i hsum4_i32(__m256i v0, __m256i v1, __m256i v2, __m256i v3) 
     return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
 }
 
-/* The canonical Q step for 4 blocks in order: s = fma(d_b, sum_b, s). */
-T_AVX2_INLINE float q_fma4(float s, __m128 d, __m128i isum) {
-    _Alignas(16) float dv[4], fv[4];
-    _mm_store_ps(dv, d);
-    _mm_store_ps(fv, _mm_cvtepi32_ps(isum));
-    s = fmaf(dv[0], fv[0], s);
-    s = fmaf(dv[1], fv[1], s);
-    s = fmaf(dv[2], fv[2], s);
-    return fmaf(dv[3], fv[3], s);
-}
-
 T_AVX2_INLINE __m256i q8_0_lanes(const blk_q8_0 *x, const blk_q8_0 *y) {
     const __m256i xv = _mm256_loadu_si256((const __m256i *)x->qs);
     const __m256i yv = _mm256_loadu_si256((const __m256i *)y->qs);
@@ -230,22 +186,6 @@ T_AVX2_INLINE __m128 q_d4(kvl_f16 x0, kvl_f16 x1, kvl_f16 x2, kvl_f16 x3, const 
     return _mm_mul_ps(dx, dy);
 }
 
-/* One float accumulator, block sums exact (kern_impl.h). */
-T_AVX2 void kavx2_vec_dot_q8_0(int64_t n, float *s, const void *vx, const void *vy) {
-    const blk_q8_0 *x = vx, *y = vy;
-    const int64_t nb = n / QK8_0;
-    float sumf = 0;
-    int64_t b = 0;
-    for (; b + 4 <= nb; b += 4) {
-        const __m128i isum = hsum4_i32(q8_0_lanes(x + b, y + b), q8_0_lanes(x + b + 1, y + b + 1),
-                                       q8_0_lanes(x + b + 2, y + b + 2), q8_0_lanes(x + b + 3, y + b + 3));
-        sumf = q_fma4(sumf, q_d4(x[b].d, x[b + 1].d, x[b + 2].d, x[b + 3].d, y + b), isum);
-    }
-    for (; b < nb; b++)
-        sumf = fmaf(f16_load(x[b].d) * f16_load(y[b].d), (float)hsum_i32(q8_0_lanes(x + b, y + b)), sumf);
-    *s = sumf;
-}
-
 T_AVX2_INLINE __m256i q4_0_lanes(const blk_q4_0 *x, const blk_q8_0 *y) {
     const __m128i q = _mm_loadu_si128((const __m128i *)x->qs);
     const __m128i m = _mm_set1_epi8(0x0F);
@@ -257,21 +197,34 @@ T_AVX2_INLINE __m256i q4_0_lanes(const blk_q4_0 *x, const blk_q8_0 *y) {
     return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
 }
 
-T_AVX2 void kavx2_vec_dot_q4_0(int64_t n, float *s, const void *vx, const void *vy) {
-    const blk_q4_0 *x = vx;
-    const blk_q8_0 *y = vy;
-    const int64_t nb = n / QK4_0;
+/* Block b of a Q8_0 (q4 false) or Q4_0 weight row against block b of y: the
+ * 8 lanes of its exact integer sum, and its fp16 scale. */
+T_AVX2_INLINE __m256i q_lanes(bool q4, const void *x, const blk_q8_0 *y, int64_t b) {
+    return q4 ? q4_0_lanes((const blk_q4_0 *)x + b, y + b) : q8_0_lanes((const blk_q8_0 *)x + b, y + b);
+}
+T_AVX2_INLINE kvl_f16 q_scale(bool q4, const void *x, int64_t b) {
+    return q4 ? ((const blk_q4_0 *)x)[b].d : ((const blk_q8_0 *)x)[b].d;
+}
+
+/* One float accumulator, block sums exact (kern_impl.h). */
+T_AVX2_INLINE float q_dot(bool q4, int64_t n, const void *x, const blk_q8_0 *y) {
+    const int64_t nb = n / QK8_0;
     float sumf = 0;
     int64_t b = 0;
     for (; b + 4 <= nb; b += 4) {
-        const __m128i isum = hsum4_i32(q4_0_lanes(x + b, y + b), q4_0_lanes(x + b + 1, y + b + 1),
-                                       q4_0_lanes(x + b + 2, y + b + 2), q4_0_lanes(x + b + 3, y + b + 3));
-        sumf = q_fma4(sumf, q_d4(x[b].d, x[b + 1].d, x[b + 2].d, x[b + 3].d, y + b), isum);
+        const __m128i isum = hsum4_i32(q_lanes(q4, x, y, b), q_lanes(q4, x, y, b + 1), q_lanes(q4, x, y, b + 2),
+                                       q_lanes(q4, x, y, b + 3));
+        sumf = kern_q_fma4(
+            sumf, q_d4(q_scale(q4, x, b), q_scale(q4, x, b + 1), q_scale(q4, x, b + 2), q_scale(q4, x, b + 3), y + b),
+            isum);
     }
     for (; b < nb; b++)
-        sumf = fmaf(f16_load(x[b].d) * f16_load(y[b].d), (float)hsum_i32(q4_0_lanes(x + b, y + b)), sumf);
-    *s = sumf;
+        sumf = fmaf(f16_load(q_scale(q4, x, b)) * f16_load(y[b].d), (float)kern_hsum8_i32(q_lanes(q4, x, y, b)), sumf);
+    return sumf;
 }
+
+T_AVX2 void kavx2_vec_dot_q8_0(int64_t n, float *s, const void *x, const void *y) { *s = q_dot(false, n, x, y); }
+T_AVX2 void kavx2_vec_dot_q4_0(int64_t n, float *s, const void *x, const void *y) { *s = q_dot(true, n, x, y); }
 
 /* ======================= K family dot products ======================= */
 
@@ -284,7 +237,7 @@ T_AVX2_INLINE void q4k_unpack(const uint8_t *s, uint8_t *sc, uint8_t *mn) {
 T_AVX2_INLINE int32_t q4k_summ(const uint8_t *mn, const int16_t *bsums) {
     __m128i m = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)mn));
     const __m256i m2 = _mm256_set_m128i(_mm_unpackhi_epi16(m, m), _mm_unpacklo_epi16(m, m));
-    return hsum_i32(_mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)bsums), m2));
+    return kern_hsum8_i32(_mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)bsums), m2));
 }
 
 T_AVX2_INLINE int32_t q4k_sumi(const blk_q4_K *x, const blk_q8_K *y, const uint8_t *sc) {
@@ -302,7 +255,7 @@ T_AVX2_INLINE int32_t q4k_sumi(const blk_q4_K *x, const blk_q8_K *y, const uint8
             _mm256_madd_epi16(_mm256_maddubs_epi16(hi, y1), _mm256_set1_epi16(sc[2 * j + 1]));
         sum = _mm256_add_epi32(sum, _mm256_add_epi32(p0, p1));
     }
-    return hsum_i32(sum);
+    return kern_hsum8_i32(sum);
 }
 
 T_AVX2 void kavx2_vec_dot_q4_K(int64_t n, float *s, const void *vx, const void *vy) {
@@ -362,7 +315,7 @@ T_AVX2_INLINE int32_t q6k_sumi(const blk_q6_K *x, const blk_q8_K *y) {
             sum = _mm256_add_epi32(sum, _mm256_madd_epi16(p, _mm256_shuffle_epi8(sh, sel)));
         }
     }
-    return hsum_i32(sum);
+    return kern_hsum8_i32(sum);
 }
 
 T_AVX2 void kavx2_vec_dot_q6_K(int64_t n, float *s, const void *vx, const void *vy) {

@@ -5,77 +5,34 @@
  * Q family: one zmm holds two blocks, so accumulator zmm0 = lanes of blocks
  * b%4 = 0,1 and zmm1 = b%4 = 2,3; their sum is already the (A0+A2 | A1+A3)
  * step of kern_reduce32. */
-#include "gemm_avx512.h" /* target attributes, UNROLL, f16_load */
+#include "gemm_avx512.h" /* and through it simd.h */
 
 #include <string.h>
 
-/* kern_h8 on 8 lanes. */
-T_512_INLINE float h8_ps(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-/* 16 lanes: lane i + lane i+8, then kern_h8. */
-T_512_INLINE float h16_ps(__m512 v) {
-    return h8_ps(_mm256_add_ps(_mm512_castps512_ps256(v),
-                               _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))));
-}
-
-T_512_INLINE int32_t hsum_i32_256(__m256i v) {
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
-    return _mm_cvtsi128_si32(s);
-}
-
-T_512_INLINE int32_t hsum_i32_512(__m512i v) {
-    return hsum_i32_256(
-        _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1)));
-}
-
 /* ======================= FP family ======================= */
 
-enum fp_kind { FP_F32, FP_F16, FP_BF16 };
-
-/* 16 elements from element i, widened to float; lanes outside `k` read as 0
- * and touch no memory. */
-T_512_INLINE __m512 fp_load16(enum fp_kind kind, const void *p, int64_t i, __mmask16 k) {
-    switch (kind) {
-    case FP_F32: return _mm512_maskz_loadu_ps(k, (const float *)p + i);
-    case FP_F16: return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, (const kvl_f16 *)p + i));
-    default:
-        return _mm512_castsi512_ps(_mm512_slli_epi32(
-            _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, (const kvl_bf16 *)p + i)), 16));
-    }
-}
-
-T_512_INLINE __mmask16 tail_mask(int64_t left) {
-    return left >= 16 ? (__mmask16)0xFFFF : left <= 0 ? 0 : (__mmask16)((1u << left) - 1);
-}
 
 /* 16 lanes in one vector (kern_impl.h); lanes past n keep their value. */
-T_512_INLINE float fp_dot(enum fp_kind kind, int64_t n, const void *x, const void *y) {
+T_512_INLINE float fp_dot(int kind, int64_t n, const void *x, const void *y) {
     __m512 acc = _mm512_setzero_ps();
     int64_t i = 0;
     for (; i + KERN_FP_LANES <= n; i += KERN_FP_LANES)
-        acc = _mm512_fmadd_ps(fp_load16(kind, x, i, 0xFFFF), fp_load16(kind, y, i, 0xFFFF), acc);
+        acc = _mm512_fmadd_ps(kern_load16_ps(kind, x, i, 0xFFFF), kern_load16_ps(kind, y, i, 0xFFFF), acc);
     if (i < n) {
-        const __mmask16 k = tail_mask(n - i);
-        acc = _mm512_mask3_fmadd_ps(fp_load16(kind, x, i, k), fp_load16(kind, y, i, k), acc, k);
+        const __mmask16 k = kern_mask16(n - i);
+        acc = _mm512_mask3_fmadd_ps(kern_load16_ps(kind, x, i, k), kern_load16_ps(kind, y, i, k), acc, k);
     }
-    return h16_ps(acc);
+    return kern_hsum16_ps(acc);
 }
 
 T_512 void kavx512_vec_dot_f32(int64_t n, float *s, const void *x, const void *y) {
-    *s = fp_dot(FP_F32, n, x, y);
+    *s = fp_dot(GGUF_DT_F32, n, x, y);
 }
 T_512 void kavx512_vec_dot_f16(int64_t n, float *s, const void *x, const void *y) {
-    *s = fp_dot(FP_F16, n, x, y);
+    *s = fp_dot(GGUF_DT_F16, n, x, y);
 }
 T_512 void kavx512_vec_dot_bf16(int64_t n, float *s, const void *x, const void *y) {
-    *s = fp_dot(FP_BF16, n, x, y);
+    *s = fp_dot(GGUF_DT_BF16, n, x, y);
 }
 
 /* ======================= Q family ======================= */
@@ -100,17 +57,6 @@ T_512_INLINE __m128i red4_i32(__m512i a, __m512i c) {
         _mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), s));
 }
 
-/* The canonical Q step for 4 blocks in order: s = fma(d_b, sum_b, s). */
-T_512_INLINE float q_fma4(float s, __m128 d, __m128i isum) {
-    _Alignas(16) float dv[4], fv[4];
-    _mm_store_ps(dv, d);
-    _mm_store_ps(fv, _mm_cvtepi32_ps(isum));
-    s = fmaf(dv[0], fv[0], s);
-    s = fmaf(dv[1], fv[1], s);
-    s = fmaf(dv[2], fv[2], s);
-    return fmaf(dv[3], fv[3], s);
-}
-
 /* The fp16 scales of 4 consecutive Q8_0 blocks (34 bytes apart: words 0 and 17
  * of two 64-byte loads), as floats. Loads stay inside the 4 blocks. */
 T_512_INLINE __m128 q8_0_quad_d(const blk_q8_0 *p) {
@@ -131,7 +77,7 @@ T_512_INLINE int32_t q8_0_block_isum(const blk_q8_0 *x, const blk_q8_0 *y) {
     const __m256i xv = _mm256_loadu_si256((const __m256i *)x->qs);
     const __m256i yv = _mm256_loadu_si256((const __m256i *)y->qs);
     const __m256i sy = _mm256_mask_sub_epi8(yv, _mm256_movepi8_mask(xv), _mm256_setzero_si256(), yv);
-    return hsum_i32_256(_mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(xv), sy));
+    return kern_hsum8_i32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(xv), sy));
 }
 
 /* Canonical Q order: one float accumulator, exact block sums (kern_impl.h). */
@@ -145,7 +91,7 @@ T_512 void kavx512_vec_dot_q8_0(int64_t n, float *s, const void *vx, const void 
                                          load_pair256(y[b].qs, y[b + 1].qs));
         const __m512i c = q8_0_pair_isum(load_pair256(x[b + 2].qs, x[b + 3].qs),
                                          load_pair256(y[b + 2].qs, y[b + 3].qs));
-        sumf = q_fma4(sumf, _mm_mul_ps(q8_0_quad_d(x + b), q8_0_quad_d(y + b)), red4_i32(a, c));
+        sumf = kern_q_fma4(sumf, _mm_mul_ps(q8_0_quad_d(x + b), q8_0_quad_d(y + b)), red4_i32(a, c));
     }
     for (; b < nb; b++)
         sumf = fmaf(f16_load(x[b].d) * f16_load(y[b].d), (float)q8_0_block_isum(x + b, y + b), sumf);
@@ -198,7 +144,7 @@ T_512_INLINE int32_t q4_0_block_isum(const blk_q4_0 *x, const blk_q8_0 *y) {
     const __m512i u = q4_0_pair_nibbles(x, x);
     const __m512i yv = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)y->qs));
     const __m512i s = q4_0_pair_isum(u, yv);
-    return hsum_i32_256(_mm512_castsi512_si256(s));
+    return kern_hsum8_i32(_mm512_castsi512_si256(s));
 }
 
 T_512 void kavx512_vec_dot_q4_0(int64_t n, float *s, const void *vx, const void *vy) {
@@ -213,7 +159,7 @@ T_512 void kavx512_vec_dot_q4_0(int64_t n, float *s, const void *vx, const void 
         const __m512i a = q4_0_pair_isum(q4_0_nibbles_from(va), load_pair256(y[b].qs, y[b + 1].qs));
         const __m512i c =
             q4_0_pair_isum(q4_0_nibbles_from(vb), load_pair256(y[b + 2].qs, y[b + 3].qs));
-        sumf = q_fma4(sumf, _mm_mul_ps(q4_0_quad_d(va), q8_0_quad_d(y + b)), red4_i32(a, c));
+        sumf = kern_q_fma4(sumf, _mm_mul_ps(q4_0_quad_d(va), q8_0_quad_d(y + b)), red4_i32(a, c));
     }
     for (; b < nb; b++)
         sumf = fmaf(f16_load(x[b].d) * f16_load(y[b].d), (float)q4_0_block_isum(x + b, y + b), sumf);
@@ -281,44 +227,14 @@ T_512_INLINE float q8p_quad(float s, __m128 dx, __m512i u01, __m512i u23, kern_q
     const __m512i c = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u23,
                                           _mm512_loadu_si512(y.qs + QK8_0 * b + 64));
     const __m128i isum = _mm_add_epi32(red4_i32(a, c), _mm_loadu_si128((const __m128i *)(y.c + b)));
-    return q_fma4(s, _mm_mul_ps(dx, _mm_loadu_ps(y.d + b)), isum);
+    return kern_q_fma4(s, _mm_mul_ps(dx, _mm_loadu_ps(y.d + b)), isum);
 }
 
 /* One block (unsigned weights in the low 32 bytes of u). */
 T_512_INLINE float q8p_one(float s, float dx, __m512i u, kern_q8p_row y, int64_t b) {
     const __m256i p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm512_castsi512_si256(u),
                                           _mm256_loadu_si256((const __m256i *)(y.qs + QK8_0 * b)));
-    return fmaf(dx * y.d[b], (float)(hsum_i32_256(p) + y.c[b]), s);
-}
-
-/* Q4_0 weights: nibbles as stored (0..15). */
-T_512_INLINE void q4_0_prows(int64_t n, float *s, size_t ss, const void *vx, const void *y,
-                             size_t ys, int nr) {
-    const blk_q4_0 *x = vx;
-    const int64_t nb = n / QK4_0;
-    kern_q8p_row yr[KERN_ROWS_MAX];
-    float acc[KERN_ROWS_MAX];
-    ROWS_LOOP
-    for (int r = 0; r < nr; r++) {
-        yr[r] = kern_q8p_at((const char *)y + r * ys, nb);
-        acc[r] = 0;
-    }
-    int64_t b = 0;
-    for (; b + 4 <= nb; b += 4) {
-        const __m512i va = _mm512_loadu_si512(x + b);
-        const __m512i vb = _mm512_maskz_loadu_epi8(Q4_0_TAIL_MASK, x + b + 2);
-        const __m512i u01 = q4_0_nibbles_from(va), u23 = q4_0_nibbles_from(vb);
-        const __m128 dx = q4_0_quad_d(va);
-        ROWS_LOOP
-        for (int r = 0; r < nr; r++) acc[r] = q8p_quad(acc[r], dx, u01, u23, yr[r], b);
-    }
-    for (; b < nb; b++) {
-        const __m512i u = q4_0_pair_nibbles(&x[b], &x[b]);
-        ROWS_LOOP
-        for (int r = 0; r < nr; r++) acc[r] = q8p_one(acc[r], f16_load(x[b].d), u, yr[r], b);
-    }
-    ROWS_LOOP
-    for (int r = 0; r < nr; r++) s[r * ss] = acc[r];
+    return fmaf(dx * y.d[b], (float)(kern_hsum8_i32(p) + y.c[b]), s);
 }
 
 /* Q8_0 weights: x ^ 0x80 = x + 128 as unsigned bytes. */
@@ -326,9 +242,35 @@ T_512_INLINE __m512i q8_0_biased_pair(const blk_q8_0 *x0, const blk_q8_0 *x1) {
     return _mm512_xor_si512(load_pair256(x0->qs, x1->qs), _mm512_set1_epi8((char)0x80));
 }
 
-T_512_INLINE void q8_0_prows(int64_t n, float *s, size_t ss, const void *vx, const void *y,
-                             size_t ys, int nr) {
-    const blk_q8_0 *x = vx;
+/* Blocks b..b+3 of a weight row (Q4_0 if q4, else Q8_0) as unsigned values:
+ * Q4_0 nibbles as stored (0..15), Q8_0 biased by 128; and their scales. */
+T_512_INLINE void q_quad_u(bool q4, const void *xrow, int64_t b, __m512i *u01, __m512i *u23, __m128 *dx) {
+    if (q4) {
+        const blk_q4_0 *x = xrow;
+        const __m512i va = _mm512_loadu_si512(x + b);
+        const __m512i vb = _mm512_maskz_loadu_epi8(Q4_0_TAIL_MASK, x + b + 2);
+        *u01 = q4_0_nibbles_from(va), *u23 = q4_0_nibbles_from(vb), *dx = q4_0_quad_d(va);
+    } else {
+        const blk_q8_0 *x = xrow;
+        *u01 = q8_0_biased_pair(&x[b], &x[b + 1]), *u23 = q8_0_biased_pair(&x[b + 2], &x[b + 3]);
+        *dx = q8_0_quad_d(x + b);
+    }
+}
+
+/* Block b alone (in the low 32 bytes of the result), as q_quad_u. */
+T_512_INLINE __m512i q_one_u(bool q4, const void *xrow, int64_t b, float *dx) {
+    if (q4) {
+        const blk_q4_0 *x = xrow;
+        *dx = f16_load(x[b].d);
+        return q4_0_pair_nibbles(&x[b], &x[b]);
+    }
+    const blk_q8_0 *x = xrow;
+    *dx = f16_load(x[b].d);
+    return q8_0_biased_pair(&x[b], &x[b]);
+}
+
+T_512_INLINE void q_prows(bool q4, int64_t n, float *s, size_t ss, const void *x, const void *y, size_t ys,
+                          int nr) {
     const int64_t nb = n / QK8_0;
     kern_q8p_row yr[KERN_ROWS_MAX];
     float acc[KERN_ROWS_MAX];
@@ -339,19 +281,26 @@ T_512_INLINE void q8_0_prows(int64_t n, float *s, size_t ss, const void *vx, con
     }
     int64_t b = 0;
     for (; b + 4 <= nb; b += 4) {
-        const __m512i u01 = q8_0_biased_pair(&x[b], &x[b + 1]);
-        const __m512i u23 = q8_0_biased_pair(&x[b + 2], &x[b + 3]);
-        const __m128 dx = q8_0_quad_d(x + b);
+        __m512i u01, u23;
+        __m128 dx;
+        q_quad_u(q4, x, b, &u01, &u23, &dx);
         ROWS_LOOP
         for (int r = 0; r < nr; r++) acc[r] = q8p_quad(acc[r], dx, u01, u23, yr[r], b);
     }
     for (; b < nb; b++) {
-        const __m512i u = q8_0_biased_pair(&x[b], &x[b]);
+        float dx;
+        const __m512i u = q_one_u(q4, x, b, &dx);
         ROWS_LOOP
-        for (int r = 0; r < nr; r++) acc[r] = q8p_one(acc[r], f16_load(x[b].d), u, yr[r], b);
+        for (int r = 0; r < nr; r++) acc[r] = q8p_one(acc[r], dx, u, yr[r], b);
     }
     ROWS_LOOP
     for (int r = 0; r < nr; r++) s[r * ss] = acc[r];
+}
+T_512_INLINE void q4_0_prows(int64_t n, float *s, size_t ss, const void *x, const void *y, size_t ys, int nr) {
+    q_prows(true, n, s, ss, x, y, ys, nr);
+}
+T_512_INLINE void q8_0_prows(int64_t n, float *s, size_t ss, const void *x, const void *y, size_t ys, int nr) {
+    q_prows(false, n, s, ss, x, y, ys, nr);
 }
 
 /* Four weight rows at once (xr bytes apart, outputs sr apart) against nr
@@ -391,19 +340,7 @@ T_512_INLINE void q_prows4(bool q4, int64_t n, float *s, size_t sr, size_t ss, c
         __m512i u01[4], u23[4];
         __m128 dx[4];
         UNROLL(4)
-        for (int r = 0; r < 4; r++) {
-            const char *xrow = (const char *)vx + r * xr;
-            if (q4) {
-                const blk_q4_0 *x = (const blk_q4_0 *)xrow;
-                const __m512i va = _mm512_loadu_si512(x + b);
-                const __m512i vb = _mm512_maskz_loadu_epi8(Q4_0_TAIL_MASK, x + b + 2);
-                u01[r] = q4_0_nibbles_from(va), u23[r] = q4_0_nibbles_from(vb), dx[r] = q4_0_quad_d(va);
-            } else {
-                const blk_q8_0 *x = (const blk_q8_0 *)xrow;
-                u01[r] = q8_0_biased_pair(&x[b], &x[b + 1]), u23[r] = q8_0_biased_pair(&x[b + 2], &x[b + 3]);
-                dx[r] = q8_0_quad_d(x + b);
-            }
-        }
+        for (int r = 0; r < 4; r++) q_quad_u(q4, (const char *)vx + r * xr, b, &u01[r], &u23[r], &dx[r]);
         /* dx as [block][row] */
         const __m512 dxv = _mm512_permutexvar_ps(
             to_br, _mm512_insertf32x4(_mm512_insertf32x4(_mm512_insertf32x4(_mm512_castps128_ps512(dx[0]), dx[1], 1),
@@ -441,16 +378,8 @@ T_512_INLINE void q_prows4(bool q4, int64_t n, float *s, size_t sr, size_t ss, c
     for (; b < nb; b++) {
         UNROLL(4)
         for (int r = 0; r < 4; r++) {
-            const char *xrow = (const char *)vx + r * xr;
-            __m512i u;
             float dx;
-            if (q4) {
-                const blk_q4_0 *x = (const blk_q4_0 *)xrow;
-                u = q4_0_pair_nibbles(&x[b], &x[b]), dx = f16_load(x[b].d);
-            } else {
-                const blk_q8_0 *x = (const blk_q8_0 *)xrow;
-                u = q8_0_biased_pair(&x[b], &x[b]), dx = f16_load(x[b].d);
-            }
+            const __m512i u = q_one_u(q4, (const char *)vx + r * xr, b, &dx);
             ROWS_LOOP
             for (int a = 0; a < nr; a++) s[r * sr + a * ss] = q8p_one(s[r * sr + a * ss], dx, u, yr[a], b);
         }
@@ -634,7 +563,7 @@ T_512_INLINE int32_t q6k_dot(const q6k_dec *d, const blk_q8_K *y) {
         const __m512i p = _mm512_maddubs_epi16(d->u[c], _mm512_loadu_si512(y->qs + 64 * c));
         acc = _mm512_dpwssd_epi32(acc, p, d->sc[c]);
     }
-    return hsum_i32_512(acc);
+    return kern_hsum16_i32(acc);
 }
 
 T_512_INLINE void q6_K_rows(int64_t n, float *s, size_t ss, const void *vx, const void *y,

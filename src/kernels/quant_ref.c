@@ -21,6 +21,20 @@ static inline int nearest_int(float f) {
 
 #define KMIN(a, b) ((a) < (b) ? (a) : (b))
 #define KMAX(a, b) ((a) > (b) ? (a) : (b))
+
+/* The value of largest magnitude, the first of equals (ggml's search in its
+ * q4_0, q6_K group and q8_K quantizers); 0 when all are 0 (NaNs are passed over). */
+static float signed_absmax(const float *x, int n) {
+    float max = 0, amax = 0;
+    for (int i = 0; i < n; i++) {
+        const float ax = fabsf(x[i]);
+        if (ax > amax) {
+            amax = ax;
+            max = x[i];
+        }
+    }
+    return max;
+}
 #define GROUP_MAX_EPS 1e-15f
 
 /* ======================= dequantization ======================= */
@@ -142,13 +156,7 @@ void kref_from_float_q4_0(const float *src, void *dst, int64_t n) {
     blk_q4_0 *y = dst;
     for (int64_t b = 0; b < n / QK4_0; b++) {
         const float *x = src + b * QK4_0;
-        float amax = 0.0f, max = 0.0f;
-        for (int j = 0; j < QK4_0; j++) {
-            if (amax < fabsf(x[j])) {
-                amax = fabsf(x[j]);
-                max = x[j];
-            }
-        }
+        const float max = signed_absmax(x, QK4_0);
         const float d = max / -8;
         const float id = d ? 1.0f / d : 0.0f;
         y[b].d = kvl_f32_to_f16(d);
@@ -284,15 +292,8 @@ void kref_from_float_q4_K(const float *src, void *dst, int64_t n) {
 /* ggml make_qx_quants with rmse_type 1 and no weights (w = x^2): symmetric
  * n-value group in [-nmax, nmax-1]; L receives l + nmax. Returns the scale. */
 static float make_qx_quants(int n, int nmax, const float *x, int8_t *L) {
-    float max = 0, amax = 0;
-    for (int i = 0; i < n; i++) {
-        const float ax = fabsf(x[i]);
-        if (ax > amax) {
-            amax = ax;
-            max = x[i];
-        }
-    }
-    if (amax < GROUP_MAX_EPS) {
+    const float max = signed_absmax(x, n);
+    if (fabsf(max) < GROUP_MAX_EPS) {
         memset(L, 0, (size_t)n);
         return 0.f;
     }
@@ -385,14 +386,8 @@ void kref_from_float_q8_K(const float *src, void *dst, int64_t n) {
     blk_q8_K *y = dst;
     for (int64_t b = 0; b < n / QK_K; b++) {
         const float *x = src + b * QK_K;
-        float max = 0, amax = 0;
-        for (int j = 0; j < QK_K; j++) {
-            if (fabsf(x[j]) > amax) {
-                amax = fabsf(x[j]);
-                max = x[j];
-            }
-        }
-        if (!amax) { /* ggml leaves bsums stale here; zero is their true value */
+        const float max = signed_absmax(x, QK_K);
+        if (!max) { /* ggml leaves bsums stale here; zero is their true value */
             memset(&y[b], 0, sizeof y[b]);
             continue;
         }

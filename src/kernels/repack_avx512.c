@@ -69,7 +69,7 @@ T_512_INLINE void rq_pack(bool q4, const void *w, size_t wrow, int rows, int64_t
         const char *base = (const char *)w + b * bb;
         for (int g = 0; g < ng; g++) {
             __m512i v = gather_rows(base, wrow, rows, 2 + 4 * (size_t)g);
-            if (!q4) v = _mm512_maskz_xor_epi32(row_mask(rows), v, flip);
+            if (!q4) v = _mm512_maskz_xor_epi32(kern_mask16(rows), v, flip);
             _mm512_storeu_si512(out + rq_vals_at(b, vals) + 64 * g, v);
         }
         _mm256_storeu_si256((__m256i *)(out + rq_scales_at(b, vals)), gather_scales(base, wrow, rows));
@@ -186,7 +186,7 @@ T_512_INLINE void rq_pass(bool q4, int64_t nb, const void *panels, size_t pb, in
     const char *tile = (const char *)tiles + ti * tb;
     const char *p0 = (const char *)panels + p * pb, *p1 = (const char *)panels + pq * pb;
     float *y = yall + ti * QT * ldy + 16 * p, *y1 = yall + ti * QT * ldy + 16 * pq;
-    const __mmask16 m0 = row_mask(n_rows - 16 * (int)p), m1 = row_mask(n_rows - 16 * (int)pq);
+    const __mmask16 m0 = kern_mask16(n_rows - 16 * (int)p), m1 = kern_mask16(n_rows - 16 * (int)pq);
     /* Several rows make the first pass over two panels compute-bound: it
      * fetches the next two itself, into L2, so memory works while the
      * arithmetic does (the hardware prefetchers run only a little ahead of

@@ -343,7 +343,7 @@ R_PASS(r6k_pass, R6_CALL)
                 const int na = m - ti * KT < KT ? (int)(m - ti * KT) : KT;                           \
                 PASS(na, m > 1 && ti == 0, nsb, (const char *)panels + p * pb,                       \
                      (const char *)tiles + ti * tb, y + ti * KT * ldy + 16 * p, ldy,                 \
-                     row_mask(n_rows - 16 * (int)p));                                                \
+                     kern_mask16(n_rows - 16 * (int)p));                                                \
             }                                                                                        \
     }
 R_KERNEL(r4k_kernel, r4k_pass)

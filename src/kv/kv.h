@@ -14,8 +14,9 @@
 
 /* KV storage types: ggml's F32, F16, BF16, Q8_0 (blocks of 32 int8 with an f16
  * scale, along each token's K or V row), plus FP8 E4M3, one byte per value with
- * a static scale of 1 (vLLM's default fp8 cache: values saturate at +-448). */
-#define KV_DT_FP8_E4M3 64
+ * a static scale of 1 (vLLM's default fp8 cache: values saturate at +-448).
+ * They are the entries of gguf's type table with a kv_name (gguf_types.c). */
+#define KV_DT_FP8_E4M3 GGUF_DT_FP8_E4M3
 
 bool kv_dtype_parse(const char *name, int *dtype); /* "f32" "f16" "bf16" "q8_0" "fp8" */
 const char *kv_dtype_name(int dtype);

@@ -1,5 +1,6 @@
-/* KV storage types: row sizes and conversions. ggml types go through the
- * kernels' tables; FP8 E4M3 (OCP format: 1 sign, 4 exponent bits with bias 7,
+/* KV storage types: row sizes and conversions. The types and their sizes are
+ * gguf's type table (gguf_types.c); ggml types convert through the kernels'
+ * tables; FP8 E4M3 (OCP format: 1 sign, 4 exponent bits with bias 7,
  * 3 mantissa bits, no infinities, max 448) is converted here. */
 #include <math.h>
 #include <string.h>
@@ -7,45 +8,30 @@
 #include "../kernels/kernels.h"
 #include "kv.h"
 
-static const struct {
-    const char *name;
-    int dtype;
-} KV_TYPES[] = {
-    {"f32", GGUF_DT_F32}, {"f16", GGUF_DT_F16}, {"bf16", GGUF_DT_BF16},
-    {"q8_0", GGUF_DT_Q8_0}, {"fp8", KV_DT_FP8_E4M3},
-};
+/* The table entry of a KV storage type, or NULL. */
+static const gguf_dtype_traits *kv_type(int dtype) {
+    const gguf_dtype_traits *t = gguf_dtype_traits_of(dtype);
+    return t && t->kv_name ? t : NULL;
+}
 
 bool kv_dtype_parse(const char *name, int *dtype) {
-    for (size_t i = 0; i < sizeof KV_TYPES / sizeof KV_TYPES[0]; i++)
-        if (strcmp(name, KV_TYPES[i].name) == 0 || (strcmp(name, "fp8_e4m3") == 0 && i == 4)) {
-            *dtype = KV_TYPES[i].dtype;
+    if (strcmp(name, "fp8_e4m3") == 0) name = "fp8";
+    for (int t = 0; t < GGUF_DT_TABLE_SIZE; t++)
+        if (kv_type(t) && strcmp(name, kv_type(t)->kv_name) == 0) {
+            *dtype = t;
             return true;
         }
     return false;
 }
 
-const char *kv_dtype_name(int dtype) {
-    for (size_t i = 0; i < sizeof KV_TYPES / sizeof KV_TYPES[0]; i++)
-        if (KV_TYPES[i].dtype == dtype) return KV_TYPES[i].name;
-    return "unknown";
-}
+const char *kv_dtype_name(int dtype) { return kv_type(dtype) ? kv_type(dtype)->kv_name : "unknown"; }
 
 size_t kv_dtype_bytes(int dtype) {
-    switch (dtype) {
-    case GGUF_DT_F32: return 4;
-    case GGUF_DT_F16: return 2;
-    case GGUF_DT_BF16: return 2;
-    case KV_DT_FP8_E4M3: return 1;
-    default: return 0;
-    }
+    const gguf_dtype_traits *t = kv_type(dtype);
+    return t && t->block_elems == 1 ? t->block_bytes : 0;
 }
 
-size_t kv_row_bytes(int dtype, int64_t n) {
-    if (n < 0) return 0;
-    if (kv_dtype_bytes(dtype)) return kv_dtype_bytes(dtype) * (size_t)n;
-    if (dtype == GGUF_DT_Q8_0 && n % QK8_0 == 0) return kern_row_bytes(dtype, n);
-    return 0;
-}
+size_t kv_row_bytes(int dtype, int64_t n) { return kv_type(dtype) ? gguf_row_bytes(dtype, n) : 0; }
 
 /* float -> E4M3, round to nearest even, saturating at +-448 (NaN -> 0x7f). */
 static uint8_t fp8_encode(float f) {

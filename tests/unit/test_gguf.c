@@ -268,6 +268,18 @@ static void test_dtypes(void) {
     CHECK(!gguf_dtype_geometry(4, NULL, NULL) && !gguf_dtype_geometry(-1, NULL, NULL) &&
               !gguf_dtype_geometry(GGUF_DT_COUNT, NULL, NULL) && strcmp(gguf_dtype_name(99), "unknown") == 0,
           "unknown dtypes");
+    /* kvllm's own KV type is in the table but is no file type */
+    const gguf_dtype_traits *fp8 = gguf_dtype_traits_of(GGUF_DT_FP8_E4M3);
+    CHECK(fp8 && fp8->block_elems == 1 && fp8->block_bytes == 1 && strcmp(fp8->kv_name, "fp8") == 0 &&
+              !gguf_dtype_geometry(GGUF_DT_FP8_E4M3, NULL, NULL),
+          "fp8");
+    CHECK(!gguf_dtype_traits_of(99) && !gguf_dtype_traits_of(-1) && !gguf_dtype_traits_of(GGUF_DT_TABLE_SIZE) &&
+              gguf_dtype_traits_of(16) && gguf_dtype_traits_of(16)->block_elems == 0,
+          "traits of unknown and name-only types");
+    CHECK(gguf_row_bytes(GGUF_DT_Q4_K, 512) == 288 && gguf_row_bytes(GGUF_DT_Q4_K, 100) == 0 &&
+              gguf_row_bytes(GGUF_DT_F16, 3) == 6 && gguf_row_bytes(GGUF_DT_FP8_E4M3, 5) == 5 &&
+              gguf_row_bytes(16, 256) == 0 && gguf_row_bytes(GGUF_DT_F32, -1) == 0,
+          "row bytes");
     CHECK(strcmp(gguf_vtype_name(GGUF_VT_UINT32), "u32") == 0 && gguf_vtype_size(GGUF_VT_FLOAT64) == 8 &&
               gguf_vtype_size(GGUF_VT_STRING) == 0 && strcmp(gguf_vtype_name(GGUF_VT_COUNT), "unknown") == 0,
           "vtypes");
@@ -338,7 +350,8 @@ static void test_writer_rejects(gguf_writer *w) {
     CHECK(!gguf_writer_add_tensor(w, "", GGUF_DT_F32, 1, ne, buf), "empty name");
     CHECK(!gguf_writer_add_tensor(w, "x", GGUF_DT_F32, 0, ne, buf) &&
               !gguf_writer_add_tensor(w, "x", GGUF_DT_F32, 5, ne, buf), "n_dims");
-    CHECK(!gguf_writer_add_tensor(w, "x", 16, 1, ne, buf) && !gguf_writer_add_tensor(w, "x", 99, 1, ne, buf), "dtype");
+    CHECK(!gguf_writer_add_tensor(w, "x", 16, 1, ne, buf) && !gguf_writer_add_tensor(w, "x", 99, 1, ne, buf) &&
+              !gguf_writer_add_tensor(w, "x", GGUF_DT_FP8_E4M3, 1, ne, buf), "dtype");
     CHECK(!gguf_writer_add_tensor(w, "x", GGUF_DT_Q8_0, 1, bad_row, buf), "row not block multiple");
     CHECK(!gguf_writer_add_tensor(w, "x", GGUF_DT_F32, 1, neg, buf), "negative ne");
     CHECK(!gguf_writer_add_tensor(w, "x", GGUF_DT_F32, 1, ne, NULL), "NULL data");
@@ -608,6 +621,7 @@ static void test_malformed_memory(void) {
     VARIANT(dims0, 5, "invalid number of dimensions 5");
     VARIANT(dtype1, 99, "unknown tensor type 99");
     VARIANT(dtype1, 21, "unsupported tensor type 21 (IQ3_S)");
+    VARIANT(dtype1, GGUF_DT_FP8_E4M3, "unknown tensor type 64");
     VARIANT(ne0_1, 48, "not a multiple of the Q8_0 block size 32");
     VARIANT(ne0_1, 1ull << 63, "invalid size");
     VARIANT(ne0_1, 1ull << 62, "overflows");

@@ -112,16 +112,37 @@ static void test_tables(void) {
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         const kern_traits *t = kern_traits_of(want[i].t), *r = kern_traits_ref(want[i].t);
-        CHECK(t && r, "type %d missing", want[i].t);
-        if (!t || !r) continue;
-        CHECK(t->block_elems == want[i].be && t->block_bytes == want[i].bb, "%s geometry", t->name);
-        CHECK(t->vec_dot_type == want[i].vdt, "%s vec_dot_type %d", t->name, t->vec_dot_type);
-        CHECK(t->to_float && t->from_float && t->vec_dot, "%s functions", t->name);
+        const gguf_dtype_traits *f = gguf_dtype_traits_of(want[i].t);
+        CHECK(t && r && f, "type %d missing", want[i].t);
+        if (!t || !r || !f) continue;
+        CHECK(f->block_elems == want[i].be && f->block_bytes == want[i].bb, "%s geometry", f->name);
+        CHECK(f->vec_dot_type == want[i].vdt, "%s vec_dot_type %d", f->name, f->vec_dot_type);
+        CHECK(t->to_float && t->from_float && t->vec_dot, "%s functions", f->name);
+    }
+    /* The block structs are the layouts the type table describes. */
+    static const struct {
+        int t;
+        size_t size;
+    } blocks[] = {{GGUF_DT_Q8_0, sizeof(blk_q8_0)}, {GGUF_DT_Q4_0, sizeof(blk_q4_0)},
+                  {GGUF_DT_Q4_K, sizeof(blk_q4_K)}, {GGUF_DT_Q6_K, sizeof(blk_q6_K)},
+                  {GGUF_DT_Q8_K, sizeof(blk_q8_K)}};
+    for (size_t i = 0; i < sizeof blocks / sizeof blocks[0]; i++)
+        CHECK(gguf_dtype_traits_of(blocks[i].t)->block_bytes == blocks[i].size, "%s block struct",
+              gguf_dtype_name(blocks[i].t));
+    /* Every type with kernels has geometry; a weight type's activations have kernels too. */
+    for (int t = 0; t < GGUF_DT_COUNT; t++) {
+        const kern_traits *r = kern_traits_ref(t);
+        if (!r) continue;
+        const gguf_dtype_traits *f = gguf_dtype_traits_of(t);
+        CHECK(f && f->block_elems > 0, "type %d has kernels but no geometry", t);
+        if (!r->vec_dot || !f) continue;
+        const kern_traits *a = kern_traits_ref(f->vec_dot_type);
+        CHECK(a && a->from_float, "%s: its vec_dot_type %d has no from_float", f->name, f->vec_dot_type);
     }
     const kern_traits *q8k = kern_traits_of(GGUF_DT_Q8_K);
     CHECK(q8k && q8k->from_float && q8k->to_float && !q8k->vec_dot, "Q8_K is activation-only");
     const kern_traits *q81 = kern_traits_of(GGUF_DT_Q8_1);
-    CHECK(q81 && q81->block_bytes == 36 && q81->from_float && q81->to_float && !q81->vec_dot,
+    CHECK(q81 && gguf_dtype_traits_of(GGUF_DT_Q8_1)->block_bytes == 36 && q81->from_float && q81->to_float && !q81->vec_dot,
           "Q8_1 is activation-only");
     CHECK(!kern_traits_of(GGUF_DT_Q5_K) && !kern_traits_of(-1) && !kern_traits_of(GGUF_DT_COUNT),
           "unsupported types have no traits");
@@ -172,9 +193,9 @@ static void check_isa_conversions(int t, const float *x, const void *q, const fl
         kern_traits_of(t)->from_float(x, q2, n);
         kern_traits_of(t)->to_float(q, y2, n);
         CHECK(memcmp(q, q2, rb) == 0, "%s from_float %s differs from reference",
-              kern_traits_ref(t)->name, isa_list[a]);
+              gguf_dtype_name(t), isa_list[a]);
         CHECK(memcmp(y, y2, n * sizeof(float)) == 0, "%s to_float %s differs",
-              kern_traits_ref(t)->name, isa_list[a]);
+              gguf_dtype_name(t), isa_list[a]);
     }
     kern_init("auto");
     kvl_free(q2);
@@ -191,7 +212,7 @@ static void test_roundtrip(void) {
                          GGUF_DT_Q5_1, GGUF_DT_Q8_1, GGUF_DT_IQ4_NL};
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         const int t = types[ti];
-        const char *name = kern_traits_ref(t)->name;
+        const char *name = gguf_dtype_name(t);
         void *q = quantize_ref(t, x, n);
         float *y = dequantize_ref(t, q, n);
         const double e = nrmse(x, y, n);
@@ -255,7 +276,7 @@ static void randomize_codes(int t, void *q, int64_t n) {
     const size_t rb = kern_row_bytes(t, n);
     uint8_t *p = q;
     for (size_t i = 0; i < rb; i++) p[i] = (uint8_t)rng_u64();
-    const kern_traits *tr = kern_traits_ref(t);
+    const gguf_dtype_traits *tr = gguf_dtype_traits_of(t);
     for (int64_t b = 0; b < n / tr->block_elems; b++) {
         uint8_t *blk = p + b * tr->block_bytes;
         const kvl_f16 d = kvl_f32_to_f16(0.01f * (float)(1 + rng_u64() % 100));
@@ -275,7 +296,7 @@ static void randomize_codes(int t, void *q, int64_t n) {
     if (t == GGUF_DT_F16 || t == GGUF_DT_BF16 || t == GGUF_DT_F32) {
         float *f = kvl_alloc(n * sizeof(float));
         fill_data(f, n, 1.0f);
-        tr->from_float(f, q, n);
+        kern_traits_ref(t)->from_float(f, q, n);
         kvl_free(f);
     }
 }
@@ -303,12 +324,12 @@ static const struct {
 /* Q4_1 / Q5_1 against Q8_1 use the block's stored s = fp16(d * sum q), not
  * the sum of the dequantized values: what that changes in sum_b m_b * s_b
  * (and the magnitude of those terms, added to *abs_sum). */
-static double q8_1_min_terms(const kern_traits *r, const void *qx, const void *qy, int64_t n, double *abs_sum) {
+static double q8_1_min_terms(size_t block_bytes, const void *qx, const void *qy, int64_t n, double *abs_sum) {
     double diff = 0;
     for (int64_t b = 0; b < n / QK8_1; b++) {
         const blk_q8_1 *yb = (const blk_q8_1 *)qy + b;
         kvl_f16 mh;
-        memcpy(&mh, (const char *)qx + b * r->block_bytes + 2, 2); /* m follows d */
+        memcpy(&mh, (const char *)qx + b * block_bytes + 2, 2); /* m follows d */
         const double m = kvl_f16_to_f32(mh), dy = kvl_f16_to_f32(yb->d);
         double sum = 0;
         for (int j = 0; j < QK8_1; j++) sum += yb->qs[j];
@@ -320,7 +341,7 @@ static double q8_1_min_terms(const kern_traits *r, const void *qx, const void *q
 
 static void check_dot_case(int t, int64_t n, bool raw_codes) {
     const kern_traits *r = kern_traits_ref(t);
-    const int vdt = r->vec_dot_type;
+    const int vdt = gguf_dtype_traits_of(t)->vec_dot_type;
     float *x = kvl_alloc(n * sizeof(float)), *y = kvl_alloc(n * sizeof(float));
     fill_data(x, n, 1.0f);
     for (int64_t i = 0; i < n; i++) y[i] = 0.5f * x[i] + rng_gauss();
@@ -333,21 +354,21 @@ static void check_dot_case(int t, int64_t n, bool raw_codes) {
     /* the integer math is exact: only float rounding separates it from exact math */
     double abs_sum;
     double exact = dot_double(dx, dy, n, &abs_sum);
-    if (vdt == GGUF_DT_Q8_1) exact += q8_1_min_terms(r, qx, qy, n, &abs_sum);
-    CHECK(fabs(s_ref - exact) <= 2e-6 * abs_sum + 1e-30, "%s n=%lld: ref %.9g exact %.9g", r->name,
+    if (vdt == GGUF_DT_Q8_1) exact += q8_1_min_terms(gguf_dtype_traits_of(t)->block_bytes, qx, qy, n, &abs_sum);
+    CHECK(fabs(s_ref - exact) <= 2e-6 * abs_sum + 1e-30, "%s n=%lld: ref %.9g exact %.9g", gguf_dtype_name(t),
           (long long)n, s_ref, exact);
     if (!raw_codes) { /* and the quantized dot is close to the float dot */
         double abs_xy;
         const double want = dot_double(x, y, n, &abs_xy);
         const double tol = (2.0 * (roundtrip_bound(t) + roundtrip_bound(vdt)) + 1e-5) * abs_xy;
-        CHECK(fabs(s_ref - want) <= tol + 1e-6, "%s n=%lld: quantized %.6g float %.6g", r->name,
+        CHECK(fabs(s_ref - want) <= tol + 1e-6, "%s n=%lld: quantized %.6g float %.6g", gguf_dtype_name(t),
               (long long)n, s_ref, want);
     }
     for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++) {
         if (variants[v].t != t || !isa_ok[variants[v].isa]) continue;
         float s;
         variants[v].dot(n, &s, qx, qy);
-        CHECK(same_bits(s, s_ref), "%s n=%lld %s: %.9g vs reference %.9g", r->name, (long long)n,
+        CHECK(same_bits(s, s_ref), "%s n=%lld %s: %.9g vs reference %.9g", gguf_dtype_name(t), (long long)n,
               isa_list[variants[v].isa], s, s_ref);
     }
     kvl_free(x), kvl_free(y), kvl_free(qx), kvl_free(qy), kvl_free(dx), kvl_free(dy);
@@ -366,10 +387,12 @@ static void test_rows_kernels(void) {
               {GGUF_DT_Q6_K, kavx512_rows_q6_K, NULL}};
     if (!isa_ok[2]) return;
     for (size_t v = 0; v < sizeof rk / sizeof rk[0]; v++) {
-        const kern_traits *r = kern_traits_ref(rk[v].t), *qt = kern_traits_ref(r->vec_dot_type);
+        const kern_traits *r = kern_traits_ref(rk[v].t);
+        const gguf_dtype_traits *f = gguf_dtype_traits_of(rk[v].t);
+        const kern_traits *qt = kern_traits_ref(f->vec_dot_type);
         for (int nbk = 1; nbk <= 11; nbk++) {
-            const int64_t n = (int64_t)nbk * r->block_elems;
-            const size_t qrow = kern_row_bytes(r->vec_dot_type, n);
+            const int64_t n = (int64_t)nbk * f->block_elems;
+            const size_t qrow = kern_row_bytes(f->vec_dot_type, n);
             /* an odd stride on purpose: kernels must not assume alignment */
             const size_t ys = (rk[v].prepare ? kern_q8p_row_bytes(n) : qrow) + 40;
             float *x = kvl_alloc(n * sizeof(float)), *yf = kvl_alloc(n * sizeof(float));
@@ -390,7 +413,7 @@ static void test_rows_kernels(void) {
                 for (int i = 0; i < nr; i++) {
                     r->vec_dot(n, &want, qx, qstd + i * qrow);
                     CHECK(same_bits(s[2 * i], want), "%s rows nr=%d row %d n=%lld: %g vs %g",
-                          r->name, nr, i, (long long)n, s[2 * i], want);
+                          f->name, nr, i, (long long)n, s[2 * i], want);
                 }
             }
             kvl_free(x), kvl_free(yf), kvl_free(qy), kvl_free(qstd), kvl_free(qx);
@@ -403,7 +426,7 @@ static void test_vec_dot(void) {
     static const int64_t blocks[] = {1, 2, 3, 4, 5, 6, 7, 9, 16, 128};
     for (int ti = 0; ti < N_WEIGHT_TYPES; ti++) {
         const int t = weight_types[ti];
-        const int be = kern_traits_ref(t)->block_elems;
+        const int be = gguf_dtype_traits_of(t)->block_elems;
         for (int si = 0; si < 10; si++) {
             const int64_t n = be == 1 ? fp_sizes[si] : blocks[si] * be;
             /* small cases are cheap: repeat them so rare rounding-order slips show up */
@@ -432,8 +455,10 @@ static char *random_weights(int t, int64_t n, int64_t k, float **wf) {
 
 static void matmul_direct(const void *W, int t, int64_t n_out, int64_t k, const float *X, int64_t m,
                           float *Y) {
-    const kern_traits *tr = kern_traits_of(t), *qt = kern_traits_of(tr->vec_dot_type);
-    const size_t xrow = kern_row_bytes(tr->vec_dot_type, k), wrow = kern_row_bytes(t, k);
+    const kern_traits *tr = kern_traits_of(t);
+    const int vdt = gguf_dtype_traits_of(t)->vec_dot_type;
+    const kern_traits *qt = kern_traits_of(vdt);
+    const size_t xrow = kern_row_bytes(vdt, k), wrow = kern_row_bytes(t, k);
     char *xq = kvl_alloc(xrow + 64);
     for (int64_t i = 0; i < m; i++) {
         qt->from_float(X + i * k, xq, k);
@@ -457,7 +482,7 @@ static void test_matmul_type(int t) {
     fill_data(X, M * k, 1.0f);
     float *Y = kvl_alloc(M * n_out * sizeof(float)), *Yd = kvl_alloc(M * n_out * sizeof(float));
     float *Y1 = kvl_alloc(n_out * sizeof(float)), *Ys = kvl_alloc(M * n_out * sizeof(float));
-    const char *name = kern_traits_ref(t)->name;
+    const char *name = gguf_dtype_name(t);
 
     static const int64_t ms[] = {1, 3, 17};
     for (int mi = 0; mi < 3; mi++) {
@@ -516,7 +541,7 @@ static void test_matmul_shapes(void) {
     static const int64_t ns[] = {1, 4, 15, 16, 17, 33};
     for (int ti = 0; ti < N_WEIGHT_TYPES; ti++) {
         const int t = weight_types[ti];
-        const int be = kern_traits_ref(t)->block_elems;
+        const int be = gguf_dtype_traits_of(t)->block_elems;
         const int64_t ks[] = {be == 1 ? 7 : be, be == 1 ? 40 : 3 * be, be == 1 ? 256 : 8 * be};
         for (int ki = 0; ki < 3; ki++) {
             const int64_t k = ks[ki], nmax = 33, mmax = 25;
@@ -530,7 +555,7 @@ static void test_matmul_shapes(void) {
                     run_matmul(W, t, n, k, X, m, Y);
                     matmul_direct(W, t, n, k, X, m, Yd);
                     CHECK(memcmp(Y, Yd, m * n * sizeof(float)) == 0, "%s k=%lld n=%lld m=%lld: matmul != vec_dot",
-                          kern_traits_ref(t)->name, (long long)k, (long long)n, (long long)m);
+                          gguf_dtype_name(t), (long long)k, (long long)n, (long long)m);
                 }
             kvl_free(wf), kvl_free(X), kvl_free(W), kvl_free(Y), kvl_free(Yd);
         }
@@ -565,7 +590,7 @@ static void repack_case(int t, int64_t n, int64_t k, const int64_t *ms, size_t n
             for (int64_t i = 0; i < m * n; i++) Y[i] = -1.0f;
             kern_matmul_repacked(P, t, n, k, X, m, Y, work);
             CHECK(memcmp(Y, Yd, m * n * sizeof(float)) == 0,
-                  "%s repacked k=%lld n=%lld m=%lld threads=%d: != vec_dot", kern_traits_ref(t)->name,
+                  "%s repacked k=%lld n=%lld m=%lld threads=%d: != vec_dot", gguf_dtype_name(t),
                   (long long)k, (long long)n, (long long)m, th);
         }
     }
@@ -577,7 +602,7 @@ static void test_repack(void) {
     int tested = 0;
     for (int ti = 0; ti < N_WEIGHT_TYPES; ti++) {
         const int t = weight_types[ti];
-        const int be = kern_traits_ref(t)->block_elems;
+        const int be = gguf_dtype_traits_of(t)->block_elems;
         if (!kern_repack_bytes(t, 16, be)) continue;
         tested++;
         static const int64_t ms[] = {1, 2, 3, 5, 6, 7, 8, 9, 13, 16, 25};
@@ -618,7 +643,7 @@ static void test_repack(void) {
                 for (int i = 0; i < 3; i++) {
                     matmul_direct(W[i], types[i], ns[i], k, X, m, Yd[i]);
                     CHECK(memcmp(Y[i], Yd[i], m * ns[i] * sizeof(float)) == 0, "%s+%s multi m=%lld: matrix %d != vec_dot",
-                          kern_traits_ref(t0)->name, kern_traits_ref(t1)->name, (long long)m, i);
+                          gguf_dtype_name(t0), gguf_dtype_name(t1), (long long)m, i);
                 }
             }
             for (int i = 0; i < 3; i++) kvl_free(W[i]), kvl_free(P[i]), kvl_free(Y[i]), kvl_free(Yd[i]);
@@ -840,7 +865,7 @@ static void test_get_row(void) {
         kern_traits_ref(t)->from_float(x, q, rows * n);
         kern_get_row(q, t, n, 3, y);
         float *want = dequantize_ref(t, q + 3 * rb, n);
-        CHECK(memcmp(y, want, n * sizeof(float)) == 0, "%s get_row", kern_traits_ref(t)->name);
+        CHECK(memcmp(y, want, n * sizeof(float)) == 0, "%s get_row", gguf_dtype_name(t));
         kvl_free(want), kvl_free(q);
     }
     kvl_free(x), kvl_free(y);
@@ -980,7 +1005,7 @@ static void check_golden_model(const mini_gguf *f32, const char *path) {
         size_t diff = 0;
         for (size_t b = 0; b < rb * rows; b++) diff += mine[b] != qd[b];
         CHECK(diff == 0, "%s %s (%s): %zu of %zu bytes differ from llama-quantize", path, name,
-              kern_traits_ref(qt)->name, diff, rb * rows);
+              gguf_dtype_name(qt), diff, rb * rows);
         /* and it decodes close to the source */
         float *deq = dequantize_ref(qt, qd, ne0 * rows);
         const double e = nrmse((const float *)fd, deq, ne0 * rows);

@@ -1,0 +1,69 @@
+/* gguf: the element type table, one entry per type (see gguf_dtype_traits in
+ * gguf.h). Geometry as ggml defines it (ggml-common.h); vec_dot_type is the
+ * activation type of the kernels that exist (src/kernels/dispatch.c); kv_name
+ * marks the KV cache's storage types (src/kv/kv_dtype.c). */
+#include "gguf.h"
+
+/* clang-format off */
+static const gguf_dtype_traits TYPES[GGUF_DT_TABLE_SIZE] = {
+    /*                 name      elems  bytes  vec_dot_type   kv_name */
+    [GGUF_DT_F32]  = {"F32",     1,     4,     GGUF_DT_F32,   "f32"},
+    [GGUF_DT_F16]  = {"F16",     1,     2,     GGUF_DT_F16,   "f16"},
+    [GGUF_DT_BF16] = {"BF16",    1,     2,     GGUF_DT_BF16,  "bf16"},
+    [GGUF_DT_Q4_0] = {"Q4_0",    32,    18,    GGUF_DT_Q8_0,  NULL},
+    [GGUF_DT_Q4_1] = {"Q4_1",    32,    20,    GGUF_DT_Q8_1,          NULL},
+    [GGUF_DT_Q5_0] = {"Q5_0",    32,    22,    GGUF_DT_Q8_0,          NULL},
+    [GGUF_DT_Q5_1] = {"Q5_1",    32,    24,    GGUF_DT_Q8_1,          NULL},
+    [GGUF_DT_Q8_0] = {"Q8_0",    32,    34,    GGUF_DT_Q8_0,  "q8_0"},
+    [GGUF_DT_Q8_1] = {"Q8_1",    32,    36,    -1,            NULL}, /* activations only */
+    [GGUF_DT_Q2_K] = {"Q2_K",    256,   84,    -1,            NULL},
+    [GGUF_DT_Q3_K] = {"Q3_K",    256,   110,   -1,            NULL},
+    [GGUF_DT_Q4_K] = {"Q4_K",    256,   144,   GGUF_DT_Q8_K,  NULL},
+    [GGUF_DT_Q5_K] = {"Q5_K",    256,   176,   -1,            NULL},
+    [GGUF_DT_Q6_K] = {"Q6_K",    256,   210,   GGUF_DT_Q8_K,  NULL},
+    [GGUF_DT_Q8_K] = {"Q8_K",    256,   292,   -1,            NULL}, /* activations only */
+    [GGUF_DT_IQ4_NL] = {"IQ4_NL", 32,  18,    GGUF_DT_Q8_0,  NULL},
+    [GGUF_DT_I8]   = {"I8",      1,     1,     -1,            NULL},
+    [GGUF_DT_I16]  = {"I16",     1,     2,     -1,            NULL},
+    [GGUF_DT_I32]  = {"I32",     1,     4,     -1,            NULL},
+    [GGUF_DT_I64]  = {"I64",     1,     8,     -1,            NULL},
+    [GGUF_DT_F64]  = {"F64",     1,     8,     -1,            NULL},
+    /* ggml types known by name only, so that an error can say what a file holds. */
+    [16] = {"IQ2_XXS", 0, 0, -1, NULL},
+    [17] = {"IQ2_XS",  0, 0, -1, NULL},
+    [18] = {"IQ3_XXS", 0, 0, -1, NULL},
+    [19] = {"IQ1_S",   0, 0, -1, NULL},
+    [21] = {"IQ3_S",   0, 0, -1, NULL},
+    [22] = {"IQ2_S",   0, 0, -1, NULL},
+    [23] = {"IQ4_XS",  0, 0, -1, NULL},
+    [29] = {"IQ1_M",   0, 0, -1, NULL},
+    [34] = {"TQ1_0",   0, 0, -1, NULL},
+    [35] = {"TQ2_0",   0, 0, -1, NULL},
+    [39] = {"MXFP4",   0, 0, -1, NULL},
+    /* kvllm's own, KV cache only (never in a file) */
+    [GGUF_DT_FP8_E4M3] = {"FP8_E4M3", 1, 1, -1, "fp8"},
+};
+/* clang-format on */
+
+const gguf_dtype_traits *gguf_dtype_traits_of(int dtype) {
+    if (dtype < 0 || dtype >= GGUF_DT_TABLE_SIZE || !TYPES[dtype].name) return NULL;
+    return &TYPES[dtype];
+}
+
+bool gguf_dtype_geometry(int dtype, int *block_elems, size_t *block_bytes) {
+    if (dtype < 0 || dtype >= GGUF_DT_COUNT || TYPES[dtype].block_elems == 0) return false;
+    if (block_elems) *block_elems = TYPES[dtype].block_elems;
+    if (block_bytes) *block_bytes = TYPES[dtype].block_bytes;
+    return true;
+}
+
+const char *gguf_dtype_name(int dtype) {
+    if (dtype < 0 || dtype >= GGUF_DT_COUNT || !TYPES[dtype].name) return "unknown";
+    return TYPES[dtype].name;
+}
+
+size_t gguf_row_bytes(int dtype, int64_t n) {
+    const gguf_dtype_traits *t = gguf_dtype_traits_of(dtype);
+    if (!t || !t->block_elems || n < 0 || n % t->block_elems) return 0;
+    return (size_t)(n / t->block_elems) * t->block_bytes;
+}

@@ -1,0 +1,155 @@
+/* kernels, private to the SIMD files: the target attributes, and the helpers
+ * every ISA's kernels share (fp16 load, horizontal sums, the canonical exp),
+ * each written once per ISA.
+ *
+ * The library is compiled for generic x86-64: a function that uses an ISA
+ * carries its target attribute (T_AVX2, T_512; the _INLINE forms for helpers)
+ * and is only called after kern_init checked CPUID for it (dispatch.c). The
+ * AVX-512 set contains the AVX2 one, so AVX2 helpers inline into AVX-512 code.
+ *
+ * Every helper performs the operations of its scalar contract (kern_impl.h)
+ * in the same order, so results stay bit-identical to the reference. */
+#ifndef KVLLM_KERN_SIMD_H
+#define KVLLM_KERN_SIMD_H
+
+#include "kern_impl.h"
+
+#include <immintrin.h>
+
+#define KERN_AVX2_FLAGS "avx2,fma,f16c"
+#define KERN_AVX512_FLAGS "avx512f,avx512bw,avx512vl,avx512vnni," KERN_AVX2_FLAGS
+#define T_AVX2 __attribute__((target(KERN_AVX2_FLAGS)))
+#define T_AVX2_INLINE static inline __attribute__((always_inline, target(KERN_AVX2_FLAGS)))
+#define T_512 __attribute__((target(KERN_AVX512_FLAGS)))
+#define T_512_INLINE static inline __attribute__((always_inline, target(KERN_AVX512_FLAGS)))
+
+/* Complete unrolling of a short loop, so arrays of vectors indexed by its
+ * counter stay in registers instead of going through the stack. */
+#define KERN_PRAGMA(x) _Pragma(#x)
+#define UNROLL(n) KERN_PRAGMA(GCC unroll n)
+
+/* ---- AVX2 + FMA + F16C ---- */
+
+T_AVX2_INLINE float f16_load(kvl_f16 h) { return _cvtsh_ss(h); }
+
+/* The last three levels of kern_reduce16's tree on 8 lanes: lane i + lane
+ * i+4, then i + i+2, then 0 + 1. */
+T_AVX2_INLINE float kern_hsum8_ps(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* kern_reduce16 of lanes 0..7 (a) and 8..15 (b). */
+T_AVX2_INLINE float kern_hsum16_ps2(__m256 a, __m256 b) { return kern_hsum8_ps(_mm256_add_ps(a, b)); }
+
+/* Sum of 8 int32 lanes (exact, any order). */
+T_AVX2_INLINE int32_t kern_hsum8_i32(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
+    return _mm_cvtsi128_si32(s);
+}
+
+/* 8 elements of a row of F32, F16 or BF16 (t, a gguf_dtype) from element i,
+ * widened to float exactly. */
+T_AVX2_INLINE __m256 kern_load8_ps(int t, const void *p, int64_t i) {
+    switch (t) {
+    case GGUF_DT_F32: return _mm256_loadu_ps((const float *)p + i);
+    case GGUF_DT_F16: return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const kvl_f16 *)p + i)));
+    default:
+        return _mm256_castsi256_ps(_mm256_slli_epi32(
+            _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)((const kvl_bf16 *)p + i))), 16));
+    }
+}
+
+/* The canonical Q step for 4 blocks in order: s = fma(d_b, sum_b, s). */
+T_AVX2_INLINE float kern_q_fma4(float s, __m128 d, __m128i isum) {
+    _Alignas(16) float dv[4], fv[4];
+    _mm_store_ps(dv, d);
+    _mm_store_ps(fv, _mm_cvtepi32_ps(isum));
+    s = fmaf(dv[0], fv[0], s);
+    s = fmaf(dv[1], fv[1], s);
+    s = fmaf(dv[2], fv[2], s);
+    return fmaf(dv[3], fv[3], s);
+}
+
+/* kern_expf on 8 lanes, the same steps (max/min return -87 and 0 for NaN,
+ * as the scalar comparisons do). */
+T_AVX2_INLINE __m256 kern_exp8_ps(__m256 x) {
+    x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
+    x = _mm256_min_ps(x, _mm256_setzero_ps());
+    const __m256 magic = _mm256_set1_ps(KERN_EXP_MAGIC);
+    const __m256 t = _mm256_fmadd_ps(x, _mm256_set1_ps(KERN_EXP_LOG2E), magic);
+    const __m256 n = _mm256_sub_ps(t, magic);
+    __m256 r = _mm256_fmadd_ps(n, _mm256_set1_ps(-KERN_EXP_C1), x);
+    r = _mm256_fmadd_ps(n, _mm256_set1_ps(-KERN_EXP_C2), r);
+    __m256 p = _mm256_set1_ps(KERN_EXP_P0);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(KERN_EXP_P1));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(KERN_EXP_P2));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(KERN_EXP_P3));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(KERN_EXP_P4));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(KERN_EXP_P5));
+    const __m256 y = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0f));
+    const __m256i eb = _mm256_slli_epi32(
+        _mm256_add_epi32(_mm256_sub_epi32(_mm256_castps_si256(t), _mm256_set1_epi32(0x4B400000)),
+                         _mm256_set1_epi32(127)),
+        23);
+    return _mm256_mul_ps(y, _mm256_castsi256_ps(eb));
+}
+
+/* ---- AVX-512 F/BW/VL + VNNI ---- */
+
+/* The first n of 16 lanes (n may be <= 0 or >= 16). */
+T_512_INLINE __mmask16 kern_mask16(int64_t n) {
+    return n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? 0 : (__mmask16)((1u << n) - 1);
+}
+
+/* 16 elements of a row of F32, F16 or BF16 (t) from element i, widened to
+ * float exactly; lanes outside m read as 0 and touch no memory. */
+T_512_INLINE __m512 kern_load16_ps(int t, const void *p, int64_t i, __mmask16 m) {
+    switch (t) {
+    case GGUF_DT_F32: return _mm512_maskz_loadu_ps(m, (const float *)p + i);
+    case GGUF_DT_F16: return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (const kvl_f16 *)p + i));
+    default:
+        return _mm512_castsi512_ps(
+            _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, (const kvl_bf16 *)p + i)), 16));
+    }
+}
+
+/* kern_reduce16 of one vector: lane i + lane i+8, then kern_hsum8_ps. */
+T_512_INLINE float kern_hsum16_ps(__m512 v) {
+    return kern_hsum8_ps(_mm256_add_ps(_mm512_castps512_ps256(v),
+                                       _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))));
+}
+
+/* Sum of 16 int32 lanes (exact). */
+T_512_INLINE int32_t kern_hsum16_i32(__m512i v) {
+    return kern_hsum8_i32(_mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1)));
+}
+
+/* kern_expf on 16 lanes, the same steps as kern_exp8_ps. */
+T_512_INLINE __m512 kern_exp16_ps(__m512 x) {
+    x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
+    x = _mm512_min_ps(x, _mm512_setzero_ps());
+    const __m512 magic = _mm512_set1_ps(KERN_EXP_MAGIC);
+    const __m512 t = _mm512_fmadd_ps(x, _mm512_set1_ps(KERN_EXP_LOG2E), magic);
+    const __m512 n = _mm512_sub_ps(t, magic);
+    __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-KERN_EXP_C1), x);
+    r = _mm512_fmadd_ps(n, _mm512_set1_ps(-KERN_EXP_C2), r);
+    __m512 p = _mm512_set1_ps(KERN_EXP_P0);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(KERN_EXP_P1));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(KERN_EXP_P2));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(KERN_EXP_P3));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(KERN_EXP_P4));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(KERN_EXP_P5));
+    const __m512 y = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
+    const __m512i eb = _mm512_slli_epi32(
+        _mm512_add_epi32(_mm512_sub_epi32(_mm512_castps_si512(t), _mm512_set1_epi32(0x4B400000)),
+                         _mm512_set1_epi32(127)),
+        23);
+    return _mm512_mul_ps(y, _mm512_castsi512_ps(eb));
+}
+
+#endif
