@@ -694,7 +694,9 @@ static void test_throughput(void) {
            "%zu B -> %lld tokens in %.3f s (%.1f MB/s)\n",
            t1 - t0, len, (long long)n1, t3 - t2, big_len, (long long)n2, t4 - t3,
            (double)big_len / 1e6 / (t4 - t3));
-    CHECK(n1 > 0 && t3 - t2 < 0.25, "test file took %.3f s", t3 - t2);
+    /* Speed is measured in bench/, not here: the time bounds below only catch a
+     * hang or a quadratic blow-up (minutes on 256 KiB), never a slow machine. */
+    CHECK(n1 > 0 && t3 - t2 < 30.0, "test file took %.3f s", t3 - t2);
     /* Long runs of one class stay linear (no regex blow-up): 256 KiB each. */
     const char fill[] = {' ', 'a', '7', '!', '\n'};
     for (size_t k = 0; k < sizeof fill; k++) {
@@ -702,7 +704,7 @@ static void test_throughput(void) {
         double t5 = kvl_time_s();
         int64_t nk = tok_encode(v, big, 1u << 18, false, false, NULL, 0, &err);
         double dt = kvl_time_s() - t5;
-        CHECK(nk > 0 && dt < 2.0, "run of '%c': %lld tokens in %.3f s", fill[k], (long long)nk, dt);
+        CHECK(nk > 0 && dt < 30.0, "run of '%c': %lld tokens in %.3f s", fill[k], (long long)nk, dt);
     }
     free(big);
     free(inp);
