@@ -25,6 +25,10 @@ static const kern_traits ref_table[GGUF_DT_COUNT] = {
     REF(Q4_0, QK4_0, sizeof(blk_q4_0), Q8_0, q4_0),
     REF(Q4_K, QK_K, sizeof(blk_q4_K), Q8_K, q4_K),
     REF(Q6_K, QK_K, sizeof(blk_q6_K), Q8_K, q6_K),
+    REF(Q2_K, QK_K, sizeof(blk_q2_K), Q8_K, q2_K),
+    REF(Q3_K, QK_K, sizeof(blk_q3_K), Q8_K, q3_K),
+    REF(Q5_K, QK_K, sizeof(blk_q5_K), Q8_K, q5_K),
+    REF(IQ4_XS, QK_K, sizeof(blk_iq4_xs), Q8_K, iq4_xs),
     /* activation-only type: no kernel multiplies Q8_K weights */
     [GGUF_DT_Q8_K] = {"Q8_K", QK_K, sizeof(blk_q8_K), GGUF_DT_Q8_K, kref_to_float_q8_K,
                       kref_from_float_q8_K, NULL},
@@ -78,6 +82,10 @@ static void install_avx2(void) {
     active[GGUF_DT_Q4_0].vec_dot = kavx2_vec_dot_q4_0;
     active[GGUF_DT_Q4_K].vec_dot = kavx2_vec_dot_q4_K;
     active[GGUF_DT_Q6_K].vec_dot = kavx2_vec_dot_q6_K;
+    active[GGUF_DT_Q2_K].vec_dot = kavx2_vec_dot_q2_K;
+    active[GGUF_DT_Q3_K].vec_dot = kavx2_vec_dot_q3_K;
+    active[GGUF_DT_Q5_K].vec_dot = kavx2_vec_dot_q5_K;
+    active[GGUF_DT_IQ4_XS].vec_dot = kavx2_vec_dot_iq4_xs;
     active_attn = &kavx2_attn;
 }
 

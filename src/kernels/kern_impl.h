@@ -123,6 +123,37 @@ void kref_vec_dot_q4_0(int64_t n, float *s, const void *x, const void *y);
 void kref_vec_dot_q4_K(int64_t n, float *s, const void *x, const void *y);
 void kref_vec_dot_q6_K(int64_t n, float *s, const void *x, const void *y);
 
+/* Q2_K, Q3_K, Q5_K, IQ4_XS (quant_kx_ref.c, quant_kx_avx2.c, quant_kx_avx512.c). */
+float kern_make_qkx2_quants(int n, int nmax, const float *x, const float *w, uint8_t *L,
+                            float *the_min, uint8_t *Laux, float rmin, float rdelta, int nstep,
+                            bool use_mad); /* quant_ref.c */
+extern const int8_t kern_iq4nl_values[16];
+/* 6-bit scale g (0..15) of a Q3_K super-block, as stored (0..63; subtract 32). */
+static inline int kern_q3k_scale(int g, const uint8_t *s) {
+    const int lo = g < 8 ? s[g] & 0xF : s[g - 8] >> 4;
+    return lo | (((s[8 + g % 4] >> (2 * (g / 4))) & 3) << 4);
+}
+void kref_to_float_q2_K(const void *src, float *dst, int64_t n);
+void kref_to_float_q3_K(const void *src, float *dst, int64_t n);
+void kref_to_float_q5_K(const void *src, float *dst, int64_t n);
+void kref_to_float_iq4_xs(const void *src, float *dst, int64_t n);
+void kref_from_float_q2_K(const float *src, void *dst, int64_t n);
+void kref_from_float_q3_K(const float *src, void *dst, int64_t n);
+void kref_from_float_q5_K(const float *src, void *dst, int64_t n);
+void kref_from_float_iq4_xs(const float *src, void *dst, int64_t n);
+void kref_vec_dot_q2_K(int64_t n, float *s, const void *x, const void *y);
+void kref_vec_dot_q3_K(int64_t n, float *s, const void *x, const void *y);
+void kref_vec_dot_q5_K(int64_t n, float *s, const void *x, const void *y);
+void kref_vec_dot_iq4_xs(int64_t n, float *s, const void *x, const void *y);
+void kavx2_vec_dot_q2_K(int64_t n, float *s, const void *x, const void *y);
+void kavx2_vec_dot_q3_K(int64_t n, float *s, const void *x, const void *y);
+void kavx2_vec_dot_q5_K(int64_t n, float *s, const void *x, const void *y);
+void kavx2_vec_dot_iq4_xs(int64_t n, float *s, const void *x, const void *y);
+void kavx512_vec_dot_q2_K(int64_t n, float *s, const void *x, const void *y);
+void kavx512_vec_dot_q3_K(int64_t n, float *s, const void *x, const void *y);
+void kavx512_vec_dot_q5_K(int64_t n, float *s, const void *x, const void *y);
+void kavx512_vec_dot_iq4_xs(int64_t n, float *s, const void *x, const void *y);
+
 /* ---- AVX2 + FMA + F16C (quant_avx2.c) ---- */
 void kavx2_to_float_f16(const void *src, float *dst, int64_t n);
 void kavx2_from_float_f16(const float *src, void *dst, int64_t n);

@@ -50,7 +50,8 @@ static void fill_data(float *x, int64_t n, float scale) {
 }
 
 static const int weight_types[] = {GGUF_DT_F32,  GGUF_DT_F16,  GGUF_DT_BF16, GGUF_DT_Q8_0,
-                                   GGUF_DT_Q4_0, GGUF_DT_Q4_K, GGUF_DT_Q6_K};
+                                   GGUF_DT_Q4_0, GGUF_DT_Q4_K, GGUF_DT_Q6_K, GGUF_DT_Q2_K,
+                                   GGUF_DT_Q3_K, GGUF_DT_Q5_K, GGUF_DT_IQ4_XS};
 #define N_WEIGHT_TYPES ((int)(sizeof weight_types / sizeof weight_types[0]))
 
 static const char *isa_list[] = {"scalar", "avx2", "avx512"};
@@ -105,7 +106,9 @@ static void test_tables(void) {
         {GGUF_DT_F32, 1, 4, GGUF_DT_F32},       {GGUF_DT_F16, 1, 2, GGUF_DT_F16},
         {GGUF_DT_BF16, 1, 2, GGUF_DT_BF16},     {GGUF_DT_Q8_0, 32, 34, GGUF_DT_Q8_0},
         {GGUF_DT_Q4_0, 32, 18, GGUF_DT_Q8_0},   {GGUF_DT_Q4_K, 256, 144, GGUF_DT_Q8_K},
-        {GGUF_DT_Q6_K, 256, 210, GGUF_DT_Q8_K},
+        {GGUF_DT_Q6_K, 256, 210, GGUF_DT_Q8_K}, {GGUF_DT_Q2_K, 256, 84, GGUF_DT_Q8_K},
+        {GGUF_DT_Q3_K, 256, 110, GGUF_DT_Q8_K}, {GGUF_DT_Q5_K, 256, 176, GGUF_DT_Q8_K},
+        {GGUF_DT_IQ4_XS, 256, 136, GGUF_DT_Q8_K},
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         const kern_traits *t = kern_traits_of(want[i].t), *r = kern_traits_ref(want[i].t);
@@ -117,7 +120,7 @@ static void test_tables(void) {
     }
     const kern_traits *q8k = kern_traits_of(GGUF_DT_Q8_K);
     CHECK(q8k && q8k->from_float && q8k->to_float && !q8k->vec_dot, "Q8_K is activation-only");
-    CHECK(!kern_traits_of(GGUF_DT_Q5_K) && !kern_traits_of(-1) && !kern_traits_of(GGUF_DT_COUNT),
+    CHECK(!kern_traits_of(GGUF_DT_Q8_1) && !kern_traits_of(-1) && !kern_traits_of(GGUF_DT_COUNT),
           "unsupported types have no traits");
     CHECK(kern_row_bytes(GGUF_DT_Q4_K, 4096) == 16 * 144, "row bytes q4_K");
     CHECK(kern_row_bytes(GGUF_DT_F16, 10) == 20, "row bytes f16");
@@ -130,7 +133,8 @@ static void test_tables(void) {
 
 /* Normalized RMS error of a round trip on unit Gaussian data (measured values
  * with about 20% headroom: F16 2.0e-4, BF16 1.7e-3, Q8_0 5.3e-3, Q8_K 6.8e-3,
- * Q6_K 1.8e-2, Q4_K 7.1e-2, Q4_0 8.4e-2). */
+ * Q6_K 1.8e-2, Q4_K 7.1e-2, Q4_0 8.4e-2, Q5_K 3.6e-2, IQ4_XS 7.7e-2, Q3_K 1.5e-1,
+ * Q2_K 3.0e-1). */
 static double roundtrip_bound(int t) {
     switch (t) {
     case GGUF_DT_F32: return 0.0;
@@ -140,6 +144,10 @@ static double roundtrip_bound(int t) {
     case GGUF_DT_Q8_K: return 8.5e-3;
     case GGUF_DT_Q6_K: return 2.2e-2;
     case GGUF_DT_Q4_K: return 8.5e-2;
+    case GGUF_DT_Q5_K: return 4.2e-2;
+    case GGUF_DT_Q3_K: return 1.9e-1;
+    case GGUF_DT_Q2_K: return 3.6e-1;
+    case GGUF_DT_IQ4_XS: return 9.5e-2;
     default: return 1.0e-1; /* Q4_0 */
     }
 }
@@ -169,7 +177,8 @@ static void test_roundtrip(void) {
     for (int64_t i = 0; i < n; i++) x[i] = 0.7f * rng_gauss();
     fill_data(xe, n, 0.7f);
     const int types[] = {GGUF_DT_F32,  GGUF_DT_F16,  GGUF_DT_BF16, GGUF_DT_Q8_0,
-                         GGUF_DT_Q4_0, GGUF_DT_Q4_K, GGUF_DT_Q6_K, GGUF_DT_Q8_K};
+                         GGUF_DT_Q4_0, GGUF_DT_Q4_K, GGUF_DT_Q6_K, GGUF_DT_Q8_K,
+                         GGUF_DT_Q2_K, GGUF_DT_Q3_K, GGUF_DT_Q5_K, GGUF_DT_IQ4_XS};
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         const int t = types[ti];
         const char *name = kern_traits_ref(t)->name;
@@ -246,6 +255,16 @@ static void randomize_codes(int t, void *q, int64_t n) {
             memcpy(blk + 2, &d, 2);
         }
         if (t == GGUF_DT_Q6_K) memcpy(blk + 208, &d, 2);
+        if (t == GGUF_DT_Q2_K) {
+            memcpy(blk + 80, &d, 2);
+            memcpy(blk + 82, &d, 2);
+        }
+        if (t == GGUF_DT_Q3_K) memcpy(blk + 108, &d, 2);
+        if (t == GGUF_DT_Q5_K) {
+            memcpy(blk, &d, 2);
+            memcpy(blk + 2, &d, 2);
+        }
+        if (t == GGUF_DT_IQ4_XS) memcpy(blk, &d, 2);
     }
     if (t == GGUF_DT_F16 || t == GGUF_DT_BF16 || t == GGUF_DT_F32) {
         float *f = kvl_alloc(n * sizeof(float));
@@ -268,6 +287,8 @@ static const struct {
     {GGUF_DT_F16, 2, kavx512_vec_dot_f16},   {GGUF_DT_BF16, 2, kavx512_vec_dot_bf16},
     {GGUF_DT_Q8_0, 2, kavx512_vec_dot_q8_0}, {GGUF_DT_Q4_0, 2, kavx512_vec_dot_q4_0},
     {GGUF_DT_Q4_K, 2, kavx512_vec_dot_q4_K}, {GGUF_DT_Q6_K, 2, kavx512_vec_dot_q6_K},
+    {GGUF_DT_Q2_K, 1, kavx2_vec_dot_q2_K},   {GGUF_DT_Q3_K, 1, kavx2_vec_dot_q3_K},
+    {GGUF_DT_Q5_K, 1, kavx2_vec_dot_q5_K},   {GGUF_DT_IQ4_XS, 1, kavx2_vec_dot_iq4_xs},
     /* clang-format on */
 };
 
@@ -955,8 +976,9 @@ static void test_golden(void) {
         kvl_free(f32.buf);
         return;
     }
-    static const char *models[] = {"f16", "q8_0", "q4_0", "q4_k_m", "q6_k"};
-    for (int i = 0; i < 5; i++) {
+    static const char *models[] = {"f16",    "q8_0",   "q4_0",   "q4_k_m", "q6_k",  "q2_k",
+                                   "q3_k_m", "q4_k_s", "q5_k_s", "q5_k_m", "iq4_xs"};
+    for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) {
         snprintf(path, sizeof path, "%sllama-gqa-bpe-%s.gguf", dir, models[i]);
         check_golden_model(&f32, path);
     }
