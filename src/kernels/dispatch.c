@@ -106,6 +106,14 @@ static void install_avx512(void) {
     active_prep[GGUF_DT_Q4_0] = &prep512_q4_0;
     active_rows[GGUF_DT_Q4_K] = kavx512_rows_q4_K;
     active_rows[GGUF_DT_Q6_K] = kavx512_rows_q6_K;
+    active[GGUF_DT_Q2_K].vec_dot = kavx512_vec_dot_q2_K;
+    active[GGUF_DT_Q3_K].vec_dot = kavx512_vec_dot_q3_K;
+    active[GGUF_DT_Q5_K].vec_dot = kavx512_vec_dot_q5_K;
+    active[GGUF_DT_IQ4_XS].vec_dot = kavx512_vec_dot_iq4_xs;
+    active_rows[GGUF_DT_Q2_K] = kavx512_rows_q2_K;
+    active_rows[GGUF_DT_Q3_K] = kavx512_rows_q3_K;
+    active_rows[GGUF_DT_Q5_K] = kavx512_rows_q5_K;
+    active_rows[GGUF_DT_IQ4_XS] = kavx512_rows_iq4_xs;
     active_gemm[GGUF_DT_Q8_0] = &kavx512_gemm_q8_0;
     active_gemm[GGUF_DT_Q4_0] = &kavx512_gemm_q4_0;
     active_gemm[GGUF_DT_Q4_K] = &kavx512_gemm_q4_K;

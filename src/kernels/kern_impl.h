@@ -153,6 +153,14 @@ void kavx512_vec_dot_q2_K(int64_t n, float *s, const void *x, const void *y);
 void kavx512_vec_dot_q3_K(int64_t n, float *s, const void *x, const void *y);
 void kavx512_vec_dot_q5_K(int64_t n, float *s, const void *x, const void *y);
 void kavx512_vec_dot_iq4_xs(int64_t n, float *s, const void *x, const void *y);
+void kavx512_rows_q2_K(int64_t n, float *s, size_t ss, const void *x, const void *y, size_t ys,
+                       int nr);
+void kavx512_rows_q3_K(int64_t n, float *s, size_t ss, const void *x, const void *y, size_t ys,
+                       int nr);
+void kavx512_rows_q5_K(int64_t n, float *s, size_t ss, const void *x, const void *y, size_t ys,
+                       int nr);
+void kavx512_rows_iq4_xs(int64_t n, float *s, size_t ss, const void *x, const void *y, size_t ys,
+                         int nr);
 
 /* ---- AVX2 + FMA + F16C (quant_avx2.c) ---- */
 void kavx2_to_float_f16(const void *src, float *dst, int64_t n);

@@ -289,6 +289,8 @@ static const struct {
     {GGUF_DT_Q4_K, 2, kavx512_vec_dot_q4_K}, {GGUF_DT_Q6_K, 2, kavx512_vec_dot_q6_K},
     {GGUF_DT_Q2_K, 1, kavx2_vec_dot_q2_K},   {GGUF_DT_Q3_K, 1, kavx2_vec_dot_q3_K},
     {GGUF_DT_Q5_K, 1, kavx2_vec_dot_q5_K},   {GGUF_DT_IQ4_XS, 1, kavx2_vec_dot_iq4_xs},
+    {GGUF_DT_Q2_K, 2, kavx512_vec_dot_q2_K}, {GGUF_DT_Q3_K, 2, kavx512_vec_dot_q3_K},
+    {GGUF_DT_Q5_K, 2, kavx512_vec_dot_q5_K}, {GGUF_DT_IQ4_XS, 2, kavx512_vec_dot_iq4_xs},
     /* clang-format on */
 };
 
@@ -336,7 +338,11 @@ static void test_rows_kernels(void) {
     } rk[] = {{GGUF_DT_Q8_0, kavx512_prows_q8_0, kavx512_prepare_q8_0},
               {GGUF_DT_Q4_0, kavx512_prows_q4_0, kavx512_prepare_q4_0},
               {GGUF_DT_Q4_K, kavx512_rows_q4_K, NULL},
-              {GGUF_DT_Q6_K, kavx512_rows_q6_K, NULL}};
+              {GGUF_DT_Q6_K, kavx512_rows_q6_K, NULL},
+              {GGUF_DT_Q2_K, kavx512_rows_q2_K, NULL},
+              {GGUF_DT_Q3_K, kavx512_rows_q3_K, NULL},
+              {GGUF_DT_Q5_K, kavx512_rows_q5_K, NULL},
+              {GGUF_DT_IQ4_XS, kavx512_rows_iq4_xs, NULL}};
     if (!isa_ok[2]) return;
     for (size_t v = 0; v < sizeof rk / sizeof rk[0]; v++) {
         const kern_traits *r = kern_traits_ref(rk[v].t), *qt = kern_traits_ref(r->vec_dot_type);
