@@ -114,6 +114,7 @@ static void install_avx512(void) {
     active_rows[GGUF_DT_Q3_K] = kavx512_rows_q3_K;
     active_rows[GGUF_DT_Q5_K] = kavx512_rows_q5_K;
     active_rows[GGUF_DT_IQ4_XS] = kavx512_rows_iq4_xs;
+    active_gemm[GGUF_DT_Q2_K] = &kavx512_gemm_q2_K;
     active_gemm[GGUF_DT_Q3_K] = &kavx512_gemm_q3_K;
     active_gemm[GGUF_DT_Q5_K] = &kavx512_gemm_q5_K;
     active_gemm[GGUF_DT_IQ4_XS] = &kavx512_gemm_iq4_xs;

@@ -289,7 +289,8 @@ void kavx512_rows_q6_K(int64_t n, float *s, size_t ss, const void *x, const void
 extern const kern_gemm_ops kavx512_gemm_q8_0, kavx512_gemm_q4_0, kavx512_gemm_q4_K, kavx512_gemm_q6_K;
 extern const kern_gemm_ops kavx512_gemm_f32, kavx512_gemm_f16, kavx512_gemm_bf16;
 /* (gemm_kx_avx512.c) */
-extern const kern_gemm_ops kavx512_gemm_q3_K, kavx512_gemm_q5_K, kavx512_gemm_iq4_xs;
+extern const kern_gemm_ops kavx512_gemm_q2_K, kavx512_gemm_q3_K, kavx512_gemm_q5_K,
+    kavx512_gemm_iq4_xs;
 
 /* ---- AVX-512 repacked weights (repack_avx512.c, repack_k_avx512.c) ---- */
 extern const kern_repack_ops kavx512_repack_q8_0, kavx512_repack_q4_0;
