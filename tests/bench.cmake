@@ -1,6 +1,6 @@
 # `kvllm synth` and `kvllm bench`, functional only (no timing is asserted):
-#   bench_synth_bench  synth tiny shapes (llama and qwen2, all four weight
-#                      mixes), load them with info/run, run the bench with tiny
+#   bench_synth_bench  synth tiny shapes (llama and qwen2, every weight
+#                      mix), load them with info/run, run the bench with tiny
 #                      sizes, --json, --batch, --context-sweep and --membw.
 find_package(Python3 REQUIRED COMPONENTS Interpreter)
 

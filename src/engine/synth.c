@@ -46,7 +46,10 @@ const synth_shape *synth_shape_find(const char *name) {
 static const struct {
     const char *name;
     synth_ftype t;
-} FTYPES[] = {{"F16", SYNTH_F16}, {"Q8_0", SYNTH_Q8_0}, {"Q4_0", SYNTH_Q4_0}, {"Q4_K_M", SYNTH_Q4_K_M}};
+} FTYPES[] = {{"F16", SYNTH_F16},       {"Q8_0", SYNTH_Q8_0},     {"Q4_0", SYNTH_Q4_0},
+              {"Q4_K_M", SYNTH_Q4_K_M}, {"Q4_K_S", SYNTH_Q4_K_S}, {"Q5_K_S", SYNTH_Q5_K_S},
+              {"Q5_K_M", SYNTH_Q5_K_M}, {"Q3_K_M", SYNTH_Q3_K_M}, {"Q2_K", SYNTH_Q2_K},
+              {"IQ4_XS", SYNTH_IQ4_XS}};
 
 bool synth_ftype_parse(const char *name, synth_ftype *out) {
     for (size_t i = 0; i < sizeof FTYPES / sizeof FTYPES[0]; i++)
@@ -70,13 +73,56 @@ const char *synth_ftype_name(synth_ftype t) {
 static bool use_more_bits(int il, int n) { return il < n / 8 || il >= 7 * n / 8 || (il - n / 8) % 3 == 2; }
 
 /* The type llama-quantize falls back to when a row does not fit the type's
- * block: Q6_K -> Q8_0 as there; Q4_K -> Q4_0 (llama.cpp uses Q5_0, which
- * kvllm has no kernels for). */
+ * block: Q6_K -> Q8_0, Q2_K / Q3_K -> Q4_0, Q4_K -> Q5_0, Q5_K -> Q5_1,
+ * IQ4_XS -> IQ4_NL, as there; Q4_0 stands in for a fallback type this build
+ * has no kernels for. */
 static int fit_row(int dtype, int64_t ne0) {
     int be = 1;
     gguf_dtype_geometry(dtype, &be, NULL);
     if (ne0 % be == 0) return dtype;
-    return dtype == GGUF_DT_Q6_K ? GGUF_DT_Q8_0 : GGUF_DT_Q4_0;
+    const int fb = dtype == GGUF_DT_Q6_K     ? GGUF_DT_Q8_0
+                   : dtype == GGUF_DT_Q4_K   ? GGUF_DT_Q5_0
+                   : dtype == GGUF_DT_Q5_K   ? GGUF_DT_Q5_1
+                   : dtype == GGUF_DT_IQ4_XS || dtype == GGUF_DT_Q2_K || dtype == GGUF_DT_Q3_K
+                       ? GGUF_DT_IQ4_NL /* as llama_tensor_get_type falls back */
+                       : GGUF_DT_Q4_0;
+    const kern_traits *tr = kern_traits_of(fb);
+    return tr && tr->vec_dot ? fb : GGUF_DT_Q4_0;
+}
+
+/* llama.cpp's llama_tensor_get_type for the K-quant and IQ4_XS mixes of a
+ * dense non-Falcon model: the base type, raised for attn_v, ffn_down and
+ * attn_output as each mix does (il: the layer). */
+static int kmix_dtype(const synth_shape *s, synth_ftype t, const char *role, int il, int base) {
+    const int n = (int)s->n_layer;
+    const bool gqa4 = s->n_head / s->n_head_kv >= 4;
+    if (strcmp(role, "attn_v.weight") == 0) {
+        switch (t) {
+        case SYNTH_Q2_K: return gqa4 ? GGUF_DT_Q4_K : GGUF_DT_Q3_K;
+        case SYNTH_Q3_K_M: return il < 2 ? GGUF_DT_Q5_K : GGUF_DT_Q4_K;
+        case SYNTH_IQ4_XS: return gqa4 ? GGUF_DT_Q5_K : base;
+        case SYNTH_Q4_K_M:
+        case SYNTH_Q5_K_M: return use_more_bits(il, n) ? GGUF_DT_Q6_K : base;
+        case SYNTH_Q4_K_S: return il < 4 ? GGUF_DT_Q5_K : base;
+        default: return base;
+        }
+    }
+    if (strcmp(role, "ffn_down.weight") == 0) {
+        switch (t) {
+        case SYNTH_Q2_K: return GGUF_DT_Q3_K;
+        case SYNTH_Q3_K_M: return il < n / 16 ? GGUF_DT_Q5_K : GGUF_DT_Q4_K;
+        case SYNTH_Q4_K_M:
+        case SYNTH_Q5_K_M: return use_more_bits(il, n) ? GGUF_DT_Q6_K : base;
+        case SYNTH_IQ4_XS:
+        case SYNTH_Q4_K_S: return il < n / 8 ? GGUF_DT_Q5_K : base;
+        default: return base;
+        }
+    }
+    if (strcmp(role, "attn_output.weight") == 0) {
+        if (t == SYNTH_Q2_K) return GGUF_DT_Q3_K;
+        if (t == SYNTH_Q3_K_M) return GGUF_DT_Q4_K;
+    }
+    return base;
 }
 
 static int64_t role_ne0(const synth_shape *s, const char *role) {
@@ -90,13 +136,17 @@ int synth_tensor_dtype(const synth_shape *s, synth_ftype t, const char *role, in
     if (t == SYNTH_Q8_0) return GGUF_DT_Q8_0;
     bool is_output = strcmp(role, "output.weight") == 0 ||
                      (s->tied_output && strcmp(role, "token_embd.weight") == 0);
-    int base = t == SYNTH_Q4_0 ? GGUF_DT_Q4_0 : GGUF_DT_Q4_K;
+    int base = t == SYNTH_Q4_0                       ? GGUF_DT_Q4_0
+               : t == SYNTH_Q2_K                     ? GGUF_DT_Q2_K
+               : t == SYNTH_Q3_K_M                   ? GGUF_DT_Q3_K
+               : t == SYNTH_Q5_K_S || t == SYNTH_Q5_K_M ? GGUF_DT_Q5_K
+               : t == SYNTH_IQ4_XS                   ? GGUF_DT_IQ4_XS
+                                                     : GGUF_DT_Q4_K;
     int dt = base;
     if (is_output) {
         dt = GGUF_DT_Q6_K;
-    } else if (t == SYNTH_Q4_K_M && il >= 0 &&
-               (strcmp(role, "attn_v.weight") == 0 || strcmp(role, "ffn_down.weight") == 0)) {
-        dt = use_more_bits(il, (int)s->n_layer) ? GGUF_DT_Q6_K : GGUF_DT_Q4_K;
+    } else if (t != SYNTH_Q4_0 && il >= 0) {
+        dt = kmix_dtype(s, t, role, il, base);
     }
     return fit_row(dt, role_ne0(s, role));
 }

@@ -31,13 +31,20 @@ typedef enum synth_ftype {
     SYNTH_Q4_0 = 2,
     SYNTH_Q8_0 = 7,
     SYNTH_Q4_K_M = 15,
+    SYNTH_Q2_K = 10,
+    SYNTH_Q3_K_M = 12,
+    SYNTH_Q4_K_S = 14,
+    SYNTH_Q5_K_S = 16,
+    SYNTH_Q5_K_M = 17,
+    SYNTH_IQ4_XS = 30,
 } synth_ftype;
 
 /* NULL if unknown. */
 const synth_shape *synth_shape_find(const char *name);
 /* The i-th built-in shape, NULL past the end. */
 const synth_shape *synth_shape_at(int i);
-/* "f16" | "q8_0" | "q4_0" | "q4_k_m" (case-insensitive). */
+/* "f16" | "q8_0" | "q4_0" | "q4_k_m" | "q4_k_s" | "q5_k_s" | "q5_k_m" | "q3_k_m" |
+ * "q2_k" | "iq4_xs" (case-insensitive). */
 bool synth_ftype_parse(const char *name, synth_ftype *out);
 const char *synth_ftype_name(synth_ftype t); /* "Q4_K_M" */
 

@@ -47,6 +47,7 @@ typedef enum gguf_dtype {
     GGUF_DT_Q6_K = 14,
     GGUF_DT_Q8_K = 15,
     GGUF_DT_IQ4_NL = 20,
+    GGUF_DT_IQ4_XS = 23,
     GGUF_DT_I8 = 24,
     GGUF_DT_I16 = 25,
     GGUF_DT_I32 = 26,

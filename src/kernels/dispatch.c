@@ -43,6 +43,10 @@ static const kern_traits ref_table[GGUF_DT_COUNT] = {
     REF(IQ4_NL, iq4_nl),
     /* activation-only: the vec_dot_type of Q4_1 and Q5_1 */
     [GGUF_DT_Q8_1] = {kref_to_float_q8_1, kref_from_float_q8_1, NULL},
+    REF(Q2_K, q2_K),
+    REF(Q3_K, q3_K),
+    REF(Q5_K, q5_K),
+    REF(IQ4_XS, iq4_xs),
     /* activation-only type: no kernel multiplies Q8_K weights */
     [GGUF_DT_Q8_K] = {kref_to_float_q8_K, kref_from_float_q8_K, NULL},
 };
@@ -99,6 +103,10 @@ static void install_avx2(void) {
     active[GGUF_DT_Q5_0].vec_dot = kavx2_vec_dot_q5_0;
     active[GGUF_DT_Q5_1].vec_dot = kavx2_vec_dot_q5_1;
     active[GGUF_DT_IQ4_NL].vec_dot = kavx2_vec_dot_iq4_nl;
+    active[GGUF_DT_Q2_K].vec_dot = kavx2_vec_dot_q2_K;
+    active[GGUF_DT_Q3_K].vec_dot = kavx2_vec_dot_q3_K;
+    active[GGUF_DT_Q5_K].vec_dot = kavx2_vec_dot_q5_K;
+    active[GGUF_DT_IQ4_XS].vec_dot = kavx2_vec_dot_iq4_xs;
     active_attn = &kavx2_attn;
 }
 
@@ -123,6 +131,18 @@ static void install_avx512(void) {
     active_prep[GGUF_DT_Q4_0] = &prep512_q4_0;
     active_rows[GGUF_DT_Q4_K] = kavx512_rows_q4_K;
     active_rows[GGUF_DT_Q6_K] = kavx512_rows_q6_K;
+    active[GGUF_DT_Q2_K].vec_dot = kavx512_vec_dot_q2_K;
+    active[GGUF_DT_Q3_K].vec_dot = kavx512_vec_dot_q3_K;
+    active[GGUF_DT_Q5_K].vec_dot = kavx512_vec_dot_q5_K;
+    active[GGUF_DT_IQ4_XS].vec_dot = kavx512_vec_dot_iq4_xs;
+    active_rows[GGUF_DT_Q2_K] = kavx512_rows_q2_K;
+    active_rows[GGUF_DT_Q3_K] = kavx512_rows_q3_K;
+    active_rows[GGUF_DT_Q5_K] = kavx512_rows_q5_K;
+    active_rows[GGUF_DT_IQ4_XS] = kavx512_rows_iq4_xs;
+    active_gemm[GGUF_DT_Q2_K] = &kavx512_gemm_q2_K;
+    active_gemm[GGUF_DT_Q3_K] = &kavx512_gemm_q3_K;
+    active_gemm[GGUF_DT_Q5_K] = &kavx512_gemm_q5_K;
+    active_gemm[GGUF_DT_IQ4_XS] = &kavx512_gemm_iq4_xs;
     active_gemm[GGUF_DT_Q8_0] = &kavx512_gemm_q8_0;
     active_gemm[GGUF_DT_Q4_0] = &kavx512_gemm_q4_0;
     active_gemm[GGUF_DT_Q4_K] = &kavx512_gemm_q4_K;

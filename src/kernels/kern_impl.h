@@ -133,6 +133,45 @@ void kref_vec_dot_q4_0(int64_t n, float *s, const void *x, const void *y);
 void kref_vec_dot_q4_K(int64_t n, float *s, const void *x, const void *y);
 void kref_vec_dot_q6_K(int64_t n, float *s, const void *x, const void *y);
 
+/* Q2_K, Q3_K, Q5_K, IQ4_XS (quant_kx_ref.c, quant_kx_avx2.c, quant_kx_avx512.c). */
+float kern_make_qkx2_quants(int n, int nmax, const float *x, const float *w, uint8_t *L,
+                            float *the_min, uint8_t *Laux, float rmin, float rdelta, int nstep,
+                            bool use_mad); /* quant_ref.c */
+extern const int8_t kern_iq4nl_values[16];
+/* 6-bit scale g (0..15) of a Q3_K super-block, as stored (0..63; subtract 32). */
+static inline int kern_q3k_scale(int g, const uint8_t *s) {
+    const int lo = g < 8 ? s[g] & 0xF : s[g - 8] >> 4;
+    return lo | (((s[8 + g % 4] >> (2 * (g / 4))) & 3) << 4);
+}
+void kref_to_float_q2_K(const void *src, float *dst, int64_t n);
+void kref_to_float_q3_K(const void *src, float *dst, int64_t n);
+void kref_to_float_q5_K(const void *src, float *dst, int64_t n);
+void kref_to_float_iq4_xs(const void *src, float *dst, int64_t n);
+void kref_from_float_q2_K(const float *src, void *dst, int64_t n);
+void kref_from_float_q3_K(const float *src, void *dst, int64_t n);
+void kref_from_float_q5_K(const float *src, void *dst, int64_t n);
+void kref_from_float_iq4_xs(const float *src, void *dst, int64_t n);
+void kref_vec_dot_q2_K(int64_t n, float *s, const void *x, const void *y);
+void kref_vec_dot_q3_K(int64_t n, float *s, const void *x, const void *y);
+void kref_vec_dot_q5_K(int64_t n, float *s, const void *x, const void *y);
+void kref_vec_dot_iq4_xs(int64_t n, float *s, const void *x, const void *y);
+void kavx2_vec_dot_q2_K(int64_t n, float *s, const void *x, const void *y);
+void kavx2_vec_dot_q3_K(int64_t n, float *s, const void *x, const void *y);
+void kavx2_vec_dot_q5_K(int64_t n, float *s, const void *x, const void *y);
+void kavx2_vec_dot_iq4_xs(int64_t n, float *s, const void *x, const void *y);
+void kavx512_vec_dot_q2_K(int64_t n, float *s, const void *x, const void *y);
+void kavx512_vec_dot_q3_K(int64_t n, float *s, const void *x, const void *y);
+void kavx512_vec_dot_q5_K(int64_t n, float *s, const void *x, const void *y);
+void kavx512_vec_dot_iq4_xs(int64_t n, float *s, const void *x, const void *y);
+void kavx512_rows_q2_K(int64_t n, float *s, size_t ss, const void *x, const void *y, size_t ys,
+                       int nr);
+void kavx512_rows_q3_K(int64_t n, float *s, size_t ss, const void *x, const void *y, size_t ys,
+                       int nr);
+void kavx512_rows_q5_K(int64_t n, float *s, size_t ss, const void *x, const void *y, size_t ys,
+                       int nr);
+void kavx512_rows_iq4_xs(int64_t n, float *s, size_t ss, const void *x, const void *y, size_t ys,
+                         int nr);
+
 /* ---- AVX2 + FMA + F16C (quant_avx2.c) ---- */
 void kavx2_to_float_f16(const void *src, float *dst, int64_t n);
 void kavx2_from_float_f16(const float *src, void *dst, int64_t n);
@@ -259,6 +298,9 @@ void kavx512_rows_q6_K(int64_t n, float *s, size_t ss, const void *x, const void
 /* ---- AVX-512 packed GEMM (gemm_avx512.c) ---- */
 extern const kern_gemm_ops kavx512_gemm_q8_0, kavx512_gemm_q4_0, kavx512_gemm_q4_K, kavx512_gemm_q6_K;
 extern const kern_gemm_ops kavx512_gemm_f32, kavx512_gemm_f16, kavx512_gemm_bf16;
+/* (gemm_kx_avx512.c) */
+extern const kern_gemm_ops kavx512_gemm_q2_K, kavx512_gemm_q3_K, kavx512_gemm_q5_K,
+    kavx512_gemm_iq4_xs;
 
 /* ---- AVX-512 repacked weights (repack_avx512.c, repack_k_avx512.c) ---- */
 extern const kern_repack_ops kavx512_repack_q8_0, kavx512_repack_q4_0;

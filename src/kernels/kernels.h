@@ -38,6 +38,34 @@ typedef struct {
     int8_t scales[QK_K / 16];
     kvl_f16 d;
 } blk_q6_K;
+/* Q2_K: 16 groups of 16, 2-bit values; scales[g] = scale (low 4 bits) | min << 4. */
+typedef struct {
+    uint8_t scales[QK_K / 16];
+    uint8_t qs[QK_K / 4];
+    kvl_f16 d, dmin;
+} blk_q2_K;
+/* Q3_K: 16 groups of 16, values -4..3 (2 low bits in qs, high bit in hmask),
+ * 6-bit signed scales packed in 12 bytes. */
+typedef struct {
+    uint8_t hmask[QK_K / 8];
+    uint8_t qs[QK_K / 4];
+    uint8_t scales[12];
+    kvl_f16 d;
+} blk_q3_K;
+/* Q5_K: Q4_K with a fifth bit per value in qh. */
+typedef struct {
+    kvl_f16 d, dmin;
+    uint8_t scales[K_SCALE_SIZE];
+    uint8_t qh[QK_K / 8];
+    uint8_t qs[QK_K / 2];
+} blk_q5_K;
+/* IQ4_XS: 8 groups of 32, 4-bit indices into a non-linear table, 6-bit scales. */
+typedef struct {
+    kvl_f16 d;
+    uint16_t scales_h;
+    uint8_t scales_l[QK_K / 64];
+    uint8_t qs[QK_K / 2];
+} blk_iq4_xs;
 /* Activation format for K-quants: float scale, int8 values, sums of 16. */
 typedef struct {
     float d;
@@ -50,6 +78,10 @@ _Static_assert(sizeof(blk_q4_0) == 18, "q4_0 block");
 _Static_assert(sizeof(blk_q4_K) == 144, "q4_K block");
 _Static_assert(sizeof(blk_q6_K) == 210, "q6_K block");
 _Static_assert(sizeof(blk_q8_K) == 292, "q8_K block");
+_Static_assert(sizeof(blk_q2_K) == 84, "q2_K block");
+_Static_assert(sizeof(blk_q3_K) == 110, "q3_K block");
+_Static_assert(sizeof(blk_q5_K) == 176, "q5_K block");
+_Static_assert(sizeof(blk_iq4_xs) == 136, "iq4_xs block");
 
 /* n is the number of elements; it must be a multiple of the type's
  * block_elems (gguf_dtype_traits_of). vec_dot: *s = dot(x, y) where x is a row

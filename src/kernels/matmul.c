@@ -72,8 +72,12 @@ size_t kern_gemm_work_bytes(int wtype, int64_t m, int64_t k) {
     switch (wtype) {
     case GGUF_DT_Q8_0:
     case GGUF_DT_Q4_0: return rows * (size_t)(k / QK8_0) * (QK8_0 + 8);
+    case GGUF_DT_Q2_K:
+    case GGUF_DT_Q3_K:
     case GGUF_DT_Q4_K:
-    case GGUF_DT_Q6_K: return rows * (size_t)(k / QK_K) * (sizeof(blk_q8_K) + 32);
+    case GGUF_DT_Q5_K:
+    case GGUF_DT_Q6_K:
+    case GGUF_DT_IQ4_XS: return rows * (size_t)(k / QK_K) * (sizeof(blk_q8_K) + 32);
     default: return rows * (size_t)((k + 15) / 16 * 16) * sizeof(float);
     }
 }

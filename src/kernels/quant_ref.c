@@ -168,10 +168,12 @@ void kref_from_float_q4_0(const float *src, void *dst, int64_t n) {
     }
 }
 
-/* ggml make_qkx2_quants: weighted min/scale search for an asymmetric n-value group.
+/* ggml make_qkx2_quants: weighted min/scale search for an asymmetric n-value group,
+ * error measured as w * diff^2, or w * |diff| with use_mad.
  * Returns the scale; *the_min receives -min (>= 0). */
-static float make_qkx2_quants(int n, int nmax, const float *x, const float *w, uint8_t *L,
-                              float *the_min, uint8_t *Laux, float rmin, float rdelta, int nstep) {
+float kern_make_qkx2_quants(int n, int nmax, const float *x, const float *w, uint8_t *L,
+                            float *the_min, uint8_t *Laux, float rmin, float rdelta, int nstep,
+                            bool use_mad) {
     float min = x[0], max = x[0], sum_w = w[0], sum_x = sum_w * x[0];
     for (int i = 1; i < n; i++) {
         if (x[i] < min) min = x[i];
@@ -192,7 +194,7 @@ static float make_qkx2_quants(int n, int nmax, const float *x, const float *w, u
         int l = nearest_int(iscale * (x[i] - min));
         L[i] = (uint8_t)KMAX(0, KMIN(nmax, l));
         float diff = scale * L[i] + min - x[i];
-        best_error += w[i] * (diff * diff);
+        best_error += w[i] * (use_mad ? fabsf(diff) : diff * diff);
     }
     for (int is = 0; is <= nstep; is++) {
         iscale = (rmin + rdelta * is + nmax) / (max - min);
@@ -216,7 +218,7 @@ static float make_qkx2_quants(int n, int nmax, const float *x, const float *w, u
             float cur_error = 0;
             for (int i = 0; i < n; i++) {
                 float diff = this_scale * Laux[i] + this_min - x[i];
-                cur_error += w[i] * (diff * diff);
+                cur_error += w[i] * (use_mad ? fabsf(diff) : diff * diff);
             }
             if (cur_error < best_error) {
                 memcpy(L, Laux, (size_t)n);
@@ -251,8 +253,8 @@ static void quantize_q4_K_block(const float *x, blk_q4_K *y) {
         for (int l = 0; l < 32; l++) sum_x2 += x[32 * j + l] * x[32 * j + l];
         const float av_x = sqrtf(sum_x2 / 32);
         for (int l = 0; l < 32; l++) weights[l] = av_x + fabsf(x[32 * j + l]);
-        scales[j] = make_qkx2_quants(32, 15, x + 32 * j, weights, L + 32 * j, &mins[j], Laux, -1.f,
-                                     0.1f, 20);
+        scales[j] = kern_make_qkx2_quants(32, 15, x + 32 * j, weights, L + 32 * j, &mins[j], Laux,
+                                          -1.f, 0.1f, 20, false);
         if (scales[j] > max_scale) max_scale = scales[j];
         if (mins[j] > max_min) max_min = mins[j];
     }

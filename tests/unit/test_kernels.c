@@ -51,7 +51,8 @@ static void fill_data(float *x, int64_t n, float scale) {
 
 static const int weight_types[] = {GGUF_DT_F32,  GGUF_DT_F16,  GGUF_DT_BF16, GGUF_DT_Q8_0,
                                    GGUF_DT_Q4_0, GGUF_DT_Q4_K, GGUF_DT_Q6_K, GGUF_DT_Q4_1,
-                                   GGUF_DT_Q5_0, GGUF_DT_Q5_1, GGUF_DT_IQ4_NL};
+                                   GGUF_DT_Q5_0, GGUF_DT_Q5_1, GGUF_DT_IQ4_NL, GGUF_DT_Q2_K,
+                                   GGUF_DT_Q3_K, GGUF_DT_Q5_K, GGUF_DT_IQ4_XS};
 #define N_WEIGHT_TYPES ((int)(sizeof weight_types / sizeof weight_types[0]))
 
 static const char *isa_list[] = {"scalar", "avx2", "avx512"};
@@ -109,6 +110,9 @@ static void test_tables(void) {
         {GGUF_DT_Q6_K, 256, 210, GGUF_DT_Q8_K}, {GGUF_DT_Q4_1, 32, 20, GGUF_DT_Q8_1},
         {GGUF_DT_Q5_0, 32, 22, GGUF_DT_Q8_0},   {GGUF_DT_Q5_1, 32, 24, GGUF_DT_Q8_1},
         {GGUF_DT_IQ4_NL, 32, 18, GGUF_DT_Q8_0},
+        {GGUF_DT_Q6_K, 256, 210, GGUF_DT_Q8_K}, {GGUF_DT_Q2_K, 256, 84, GGUF_DT_Q8_K},
+        {GGUF_DT_Q3_K, 256, 110, GGUF_DT_Q8_K}, {GGUF_DT_Q5_K, 256, 176, GGUF_DT_Q8_K},
+        {GGUF_DT_IQ4_XS, 256, 136, GGUF_DT_Q8_K},
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         const kern_traits *t = kern_traits_of(want[i].t), *r = kern_traits_ref(want[i].t);
@@ -144,7 +148,7 @@ static void test_tables(void) {
     const kern_traits *q81 = kern_traits_of(GGUF_DT_Q8_1);
     CHECK(q81 && gguf_dtype_traits_of(GGUF_DT_Q8_1)->block_bytes == 36 && q81->from_float && q81->to_float && !q81->vec_dot,
           "Q8_1 is activation-only");
-    CHECK(!kern_traits_of(GGUF_DT_Q5_K) && !kern_traits_of(-1) && !kern_traits_of(GGUF_DT_COUNT),
+    CHECK(!kern_traits_of(GGUF_DT_I8) && !kern_traits_of(-1) && !kern_traits_of(GGUF_DT_COUNT),
           "unsupported types have no traits");
     CHECK(kern_row_bytes(GGUF_DT_Q4_K, 4096) == 16 * 144, "row bytes q4_K");
     CHECK(kern_row_bytes(GGUF_DT_F16, 10) == 20, "row bytes f16");
@@ -164,7 +168,8 @@ static void test_tables(void) {
 
 /* Normalized RMS error of a round trip on unit Gaussian data (measured values
  * with about 20% headroom: F16 2.0e-4, BF16 1.7e-3, Q8_0 5.3e-3, Q8_K 6.8e-3,
- * Q6_K 1.8e-2, Q4_K 7.1e-2, Q4_0 8.4e-2). */
+ * Q6_K 1.8e-2, Q4_K 7.1e-2, Q4_0 8.4e-2, Q5_K 3.6e-2, IQ4_XS 7.7e-2, Q3_K 1.5e-1,
+ * Q2_K 3.0e-1). */
 static double roundtrip_bound(int t) {
     switch (t) {
     case GGUF_DT_F32: return 0.0;
@@ -179,6 +184,10 @@ static double roundtrip_bound(int t) {
     case GGUF_DT_Q5_1: return BOUND_Q5_1;
     case GGUF_DT_Q4_1: return BOUND_Q4_1;
     case GGUF_DT_IQ4_NL: return BOUND_IQ4_NL;
+    case GGUF_DT_Q5_K: return 4.2e-2;
+    case GGUF_DT_Q3_K: return 1.9e-1;
+    case GGUF_DT_Q2_K: return 3.6e-1;
+    case GGUF_DT_IQ4_XS: return 9.5e-2;
     default: return 1.0e-1; /* Q4_0 */
     }
 }
@@ -209,7 +218,8 @@ static void test_roundtrip(void) {
     fill_data(xe, n, 0.7f);
     const int types[] = {GGUF_DT_F32,  GGUF_DT_F16,  GGUF_DT_BF16, GGUF_DT_Q8_0,  GGUF_DT_Q4_0,
                          GGUF_DT_Q4_K, GGUF_DT_Q6_K, GGUF_DT_Q8_K, GGUF_DT_Q4_1,  GGUF_DT_Q5_0,
-                         GGUF_DT_Q5_1, GGUF_DT_Q8_1, GGUF_DT_IQ4_NL};
+                         GGUF_DT_Q5_1, GGUF_DT_Q8_1, GGUF_DT_IQ4_NL,
+                         GGUF_DT_Q2_K, GGUF_DT_Q3_K, GGUF_DT_Q5_K, GGUF_DT_IQ4_XS};
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         const int t = types[ti];
         const char *name = gguf_dtype_name(t);
@@ -292,6 +302,16 @@ static void randomize_codes(int t, void *q, int64_t n) {
             memcpy(blk + 2, &d, 2);
         }
         if (t == GGUF_DT_Q6_K) memcpy(blk + 208, &d, 2);
+        if (t == GGUF_DT_Q2_K) {
+            memcpy(blk + 80, &d, 2);
+            memcpy(blk + 82, &d, 2);
+        }
+        if (t == GGUF_DT_Q3_K) memcpy(blk + 108, &d, 2);
+        if (t == GGUF_DT_Q5_K) {
+            memcpy(blk, &d, 2);
+            memcpy(blk + 2, &d, 2);
+        }
+        if (t == GGUF_DT_IQ4_XS) memcpy(blk, &d, 2);
     }
     if (t == GGUF_DT_F16 || t == GGUF_DT_BF16 || t == GGUF_DT_F32) {
         float *f = kvl_alloc(n * sizeof(float));
@@ -318,6 +338,10 @@ static const struct {
     {GGUF_DT_Q5_1, 1, kavx2_vec_dot_q5_1},   {GGUF_DT_IQ4_NL, 1, kavx2_vec_dot_iq4_nl},
     {GGUF_DT_Q4_1, 2, kavx512_vec_dot_q4_1}, {GGUF_DT_Q5_0, 2, kavx512_vec_dot_q5_0},
     {GGUF_DT_Q5_1, 2, kavx512_vec_dot_q5_1}, {GGUF_DT_IQ4_NL, 2, kavx512_vec_dot_iq4_nl},
+    {GGUF_DT_Q2_K, 1, kavx2_vec_dot_q2_K},   {GGUF_DT_Q3_K, 1, kavx2_vec_dot_q3_K},
+    {GGUF_DT_Q5_K, 1, kavx2_vec_dot_q5_K},   {GGUF_DT_IQ4_XS, 1, kavx2_vec_dot_iq4_xs},
+    {GGUF_DT_Q2_K, 2, kavx512_vec_dot_q2_K}, {GGUF_DT_Q3_K, 2, kavx512_vec_dot_q3_K},
+    {GGUF_DT_Q5_K, 2, kavx512_vec_dot_q5_K}, {GGUF_DT_IQ4_XS, 2, kavx512_vec_dot_iq4_xs},
     /* clang-format on */
 };
 
@@ -384,7 +408,11 @@ static void test_rows_kernels(void) {
     } rk[] = {{GGUF_DT_Q8_0, kavx512_prows_q8_0, kavx512_prepare_q8_0},
               {GGUF_DT_Q4_0, kavx512_prows_q4_0, kavx512_prepare_q4_0},
               {GGUF_DT_Q4_K, kavx512_rows_q4_K, NULL},
-              {GGUF_DT_Q6_K, kavx512_rows_q6_K, NULL}};
+              {GGUF_DT_Q6_K, kavx512_rows_q6_K, NULL},
+              {GGUF_DT_Q2_K, kavx512_rows_q2_K, NULL},
+              {GGUF_DT_Q3_K, kavx512_rows_q3_K, NULL},
+              {GGUF_DT_Q5_K, kavx512_rows_q5_K, NULL},
+              {GGUF_DT_IQ4_XS, kavx512_rows_iq4_xs, NULL}};
     if (!isa_ok[2]) return;
     for (size_t v = 0; v < sizeof rk / sizeof rk[0]; v++) {
         const kern_traits *r = kern_traits_ref(rk[v].t);
@@ -1028,7 +1056,8 @@ static void test_golden(void) {
         kvl_free(f32.buf);
         return;
     }
-    static const char *models[] = {"f16", "q8_0", "q4_0", "q4_k_m", "q6_k", "q4_1", "q5_0", "q5_1", "iq4_nl"};
+    static const char *models[] = {"f16", "q8_0", "q4_0", "q4_k_m", "q6_k", "q4_1", "q5_0", "q5_1", "iq4_nl",
+                                    "q2_k", "q3_k_m", "q4_k_s", "q5_k_s", "q5_k_m", "iq4_xs"};
     for (int i = 0; i < (int)(sizeof models / sizeof models[0]); i++) {
         snprintf(path, sizeof path, "%sllama-gqa-bpe-%s.gguf", dir, models[i]);
         check_golden_model(&f32, path);

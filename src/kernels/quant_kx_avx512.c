@@ -1,0 +1,322 @@
+/* kernels: AVX-512 (F, BW, VL, VNNI) dot products for Q2_K, Q3_K, Q5_K and
+ * IQ4_XS against Q8_K, one weight row against 1..KERN_ROWS_MAX activation rows.
+ *
+ * A super-block is decoded once into four 64-value chunks of unsigned bytes
+ * and matching int16 scale vectors; each activation row then costs a maddubs
+ * and a dpwssd per chunk. Integer totals are exact (no int16 saturation for
+ * these value ranges), and the float steps are those of quant_kx_ref.c, so
+ * every row is bit-identical to the reference vec_dot. */
+#include "gemm_avx512.h" /* target attributes, UNROLL, f16_load */
+
+#include <string.h>
+
+#define KX_YROW(y, ys, r) ((const blk_q8_K *)((const char *)(y) + (size_t)(r) * (ys)))
+
+/* nr is a constant after inlining, so the per-row loops unroll. */
+#define KX_ROWS_SWITCH(fn, n, s, ss, x, y, ys, nr)                                                 \
+    do {                                                                                           \
+        switch (nr) {                                                                              \
+        case 1: fn(n, s, ss, x, y, ys, 1); break;                                                  \
+        case 2: fn(n, s, ss, x, y, ys, 2); break;                                                  \
+        case 3: fn(n, s, ss, x, y, ys, 3); break;                                                  \
+        default: fn(n, s, ss, x, y, ys, KERN_ROWS_MAX); break;                                     \
+        }                                                                                          \
+    } while (0)
+
+T_512_INLINE int32_t hsum8_i32(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
+    return _mm_cvtsi128_si32(s);
+}
+
+T_512_INLINE __m256i fold512(__m512i v) {
+    return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
+}
+
+/* int16 index vectors into a vector of 16 group scales: groups of 16 values
+ * (128-bit lane i of chunk c -> scale 4c + i), groups of 32 (the low 256 bits
+ * of chunk c -> scale 2c, the high ones -> 2c + 1). */
+T_512_INLINE __m512i idx_g16(int c) {
+    const long long q = 0x0001000100010001LL;
+    return _mm512_add_epi16(_mm512_setr_epi64(0, 0, q, q, 2 * q, 2 * q, 3 * q, 3 * q),
+                            _mm512_set1_epi16((short)(4 * c)));
+}
+T_512_INLINE __m512i idx_g32(int c) {
+    return _mm512_inserti64x4(_mm512_set1_epi16((short)(2 * c)),
+                              _mm256_set1_epi16((short)(2 * c + 1)), 1);
+}
+
+/* 32 bytes at p in both halves, shifted right (64-bit lanes) by a in the low
+ * half and b in the high one. */
+T_512_INLINE __m512i bcast_shift(const uint8_t *p, int a, int b) {
+    const __m512i v = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)p));
+    return _mm512_srlv_epi64(v, _mm512_setr_epi64(a, a, a, a, b, b, b, b));
+}
+
+/* A decoded super-block: chunk c (values 64c .. 64c+63) as unsigned bytes (for
+ * IQ4_XS their magnitudes, with the negative ones in neg[c]), the int16 scale
+ * of each pair, and 16 int16 factors for the bsums term. */
+typedef struct {
+    __m512i u[4], sc[4];
+    __mmask64 neg[4];
+    __m256i s16;
+} kx_dec;
+
+/* sum over chunks of sc * (u * q8) pairs, 16 int32 lanes; with neg, q8 is
+ * negated where the value is negative. */
+T_512_INLINE __m512i kx_chunks(const kx_dec *d, const int8_t *yq, bool neg) {
+    __m512i a0 = _mm512_setzero_si512(), a1 = a0; /* two chains so latencies overlap */
+    UNROLL(4)
+    for (int c = 0; c < 4; c++) {
+        __m512i yv = _mm512_loadu_si512(yq + 64 * c);
+        if (neg)
+            yv = _mm512_mask_sub_epi8(yv, d->neg[c], _mm512_setzero_si512(), yv);
+        const __m512i p = _mm512_maddubs_epi16(d->u[c], yv);
+        if (c % 2)
+            a1 = _mm512_dpwssd_epi32(a1, p, d->sc[c]);
+        else
+            a0 = _mm512_dpwssd_epi32(a0, p, d->sc[c]);
+    }
+    return _mm512_add_epi32(a0, a1);
+}
+
+/* Two 8-lane int32 vectors reduced together: {sum a, sum b}. */
+T_512_INLINE void hsum2_i32(__m256i a, __m256i b, int32_t *sa, int32_t *sb) {
+    const __m256i h = _mm256_hadd_epi32(a, b);
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+    s = _mm_hadd_epi32(s, s);
+    *sa = _mm_cvtsi128_si32(s);
+    *sb = _mm_extract_epi32(s, 1);
+}
+
+/* ======================= Q2_K ======================= */
+
+T_512_INLINE void q2k_decode(const blk_q2_K *x, kx_dec *d) {
+    const __m128i sc8 = _mm_loadu_si128((const __m128i *)x->scales);
+    const __m128i m4 = _mm_set1_epi8(0xF);
+    const __m512i sc = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(_mm_and_si128(sc8, m4)));
+    d->s16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc8, 4), m4));
+    UNROLL(4)
+    for (int c = 0; c < 4; c++) {
+        const int j0 = 2 * (c % 2);
+        d->u[c] = _mm512_and_si512(bcast_shift(x->qs + 32 * (c / 2), 2 * j0, 2 * j0 + 2),
+                                   _mm512_set1_epi8(3));
+        d->sc[c] = _mm512_permutexvar_epi16(idx_g16(c), sc);
+    }
+}
+
+T_512_INLINE void q2_K_rows(int64_t n, float *s, size_t ss, const void *vx, const void *y,
+                            size_t ys, int nr) {
+    const blk_q2_K *x = vx;
+    float sumf[KERN_ROWS_MAX] = {0};
+    for (int64_t b = 0; b < n / QK_K; b++) {
+        kx_dec dec;
+        q2k_decode(&x[b], &dec);
+        const float xd = f16_load(x[b].d), xdmin = f16_load(x[b].dmin);
+        UNROLL(4)
+        for (int r = 0; r < nr; r++) {
+            const blk_q8_K *yr = KX_YROW(y, ys, r) + b;
+            const __m256i mins =
+                _mm256_madd_epi16(dec.s16, _mm256_loadu_si256((const __m256i *)yr->bsums));
+            int32_t sumi, summ;
+            hsum2_i32(fold512(kx_chunks(&dec, yr->qs, false)), mins, &sumi, &summ);
+            const float dall = xd * yr->d, dmin = xdmin * yr->d;
+            sumf[r] = fmaf(dall, (float)sumi, sumf[r]);
+            sumf[r] = fmaf(-dmin, (float)summ, sumf[r]);
+        }
+    }
+    UNROLL(4)
+    for (int r = 0; r < nr; r++)
+        s[r * ss] = sumf[r];
+}
+
+T_512 void kavx512_vec_dot_q2_K(int64_t n, float *s, const void *x, const void *y) {
+    q2_K_rows(n, s, 0, x, y, 0, 1);
+}
+T_512 void kavx512_rows_q2_K(int64_t n, float *s, size_t ss, const void *x, const void *y,
+                             size_t ys, int nr) {
+    KX_ROWS_SWITCH(q2_K_rows, n, s, ss, x, y, ys, nr);
+}
+
+/* ======================= Q3_K ======================= */
+
+/* The 16 6-bit scales of a Q3_K block (0..63) in order, 4 bytes at a time. */
+T_512_INLINE __m128i q3k_scales(const uint8_t *s) {
+    uint32_t a0, a1, t;
+    memcpy(&a0, s, 4);
+    memcpy(&a1, s + 4, 4);
+    memcpy(&t, s + 8, 4);
+    const uint32_t lo = 0x0f0f0f0f, hi = 0x03030303;
+    return _mm_setr_epi32((int)((a0 & lo) | ((t & hi) << 4)),
+                          (int)((a1 & lo) | (((t >> 2) & hi) << 4)),
+                          (int)(((a0 >> 4) & lo) | (((t >> 4) & hi) << 4)),
+                          (int)(((a1 >> 4) & lo) | (((t >> 6) & hi) << 4)));
+}
+
+/* Values stored + 4 (0..7); the -4 comes back through bsums. */
+T_512_INLINE void q3k_decode(const blk_q3_K *x, kx_dec *d) {
+    d->s16 = _mm256_sub_epi16(_mm256_cvtepu8_epi16(q3k_scales(x->scales)), _mm256_set1_epi16(32));
+    const __m512i sc = _mm512_castsi256_si512(d->s16);
+    UNROLL(4)
+    for (int c = 0; c < 4; c++) {
+        const int h = c / 2, j0 = 2 * (c % 2);
+        const __m512i low =
+            _mm512_and_si512(bcast_shift(x->qs + 32 * h, 2 * j0, 2 * j0 + 2), _mm512_set1_epi8(3));
+        const __m512i hb = _mm512_and_si512(bcast_shift(x->hmask, 4 * h + j0, 4 * h + j0 + 1),
+                                            _mm512_set1_epi8(1));
+        d->u[c] = _mm512_or_si512(low, _mm512_slli_epi16(hb, 2));
+        d->sc[c] = _mm512_permutexvar_epi16(idx_g16(c), sc);
+    }
+}
+
+T_512_INLINE void q3_K_rows(int64_t n, float *s, size_t ss, const void *vx, const void *y,
+                            size_t ys, int nr) {
+    const blk_q3_K *x = vx;
+    float sumf[KERN_ROWS_MAX] = {0};
+    for (int64_t b = 0; b < n / QK_K; b++) {
+        kx_dec dec;
+        q3k_decode(&x[b], &dec);
+        const float xd = f16_load(x[b].d);
+        UNROLL(4)
+        for (int r = 0; r < nr; r++) {
+            const blk_q8_K *yr = KX_YROW(y, ys, r) + b;
+            const __m256i off =
+                _mm256_madd_epi16(dec.s16, _mm256_loadu_si256((const __m256i *)yr->bsums));
+            const __m256i acc = _mm256_sub_epi32(fold512(kx_chunks(&dec, yr->qs, false)),
+                                                 _mm256_slli_epi32(off, 2));
+            sumf[r] = fmaf(xd * yr->d, (float)hsum8_i32(acc), sumf[r]);
+        }
+    }
+    UNROLL(4)
+    for (int r = 0; r < nr; r++)
+        s[r * ss] = sumf[r];
+}
+
+T_512 void kavx512_vec_dot_q3_K(int64_t n, float *s, const void *x, const void *y) {
+    q3_K_rows(n, s, 0, x, y, 0, 1);
+}
+T_512 void kavx512_rows_q3_K(int64_t n, float *s, size_t ss, const void *x, const void *y,
+                             size_t ys, int nr) {
+    KX_ROWS_SWITCH(q3_K_rows, n, s, ss, x, y, ys, nr);
+}
+
+/* ======================= Q5_K ======================= */
+
+/* Q5_K (= Q4_K) scales in bytes 0..7 and mins in bytes 8..15. */
+T_512_INLINE __m128i q5k_scales_mins(const uint8_t *s) {
+    uint32_t w0, w1, w2;
+    memcpy(&w0, s, 4);
+    memcpy(&w1, s + 4, 4);
+    memcpy(&w2, s + 8, 4);
+    const uint32_t sc_lo = w0 & 0x3f3f3f3f, mn_lo = w1 & 0x3f3f3f3f;
+    const uint32_t sc_hi = (w2 & 0x0f0f0f0f) | (((w0 >> 6) & 0x03030303) << 4);
+    const uint32_t mn_hi = ((w2 >> 4) & 0x0f0f0f0f) | (((w1 >> 6) & 0x03030303) << 4);
+    return _mm_setr_epi32((int)sc_lo, (int)sc_hi, (int)mn_lo, (int)mn_hi);
+}
+
+T_512_INLINE void q5k_decode(const blk_q5_K *x, kx_dec *d) {
+    const __m256i sm16 = _mm256_cvtepu8_epi16(q5k_scales_mins(x->scales)); /* sc0..7, m0..7 */
+    /* the mins paired with bsums 2j, 2j+1 */
+    d->s16 = _mm256_permutexvar_epi16(
+        _mm256_setr_epi16(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15), sm16);
+    const __m512i sc = _mm512_castsi256_si512(sm16);
+    UNROLL(4)
+    for (int c = 0; c < 4; c++) {
+        const __m512i lo =
+            _mm512_and_si512(bcast_shift(x->qs + 32 * c, 0, 4), _mm512_set1_epi8(0xF));
+        const __m512i hb =
+            _mm512_and_si512(bcast_shift(x->qh, 2 * c, 2 * c + 1), _mm512_set1_epi8(1));
+        d->u[c] = _mm512_or_si512(lo, _mm512_slli_epi16(hb, 4));
+        d->sc[c] = _mm512_permutexvar_epi16(idx_g32(c), sc);
+    }
+}
+
+T_512_INLINE void q5_K_rows(int64_t n, float *s, size_t ss, const void *vx, const void *y,
+                            size_t ys, int nr) {
+    const blk_q5_K *x = vx;
+    float sumf[KERN_ROWS_MAX] = {0};
+    for (int64_t b = 0; b < n / QK_K; b++) {
+        kx_dec dec;
+        q5k_decode(&x[b], &dec);
+        const float xd = f16_load(x[b].d), xdmin = f16_load(x[b].dmin);
+        UNROLL(4)
+        for (int r = 0; r < nr; r++) {
+            const blk_q8_K *yr = KX_YROW(y, ys, r) + b;
+            const __m256i mins =
+                _mm256_madd_epi16(dec.s16, _mm256_loadu_si256((const __m256i *)yr->bsums));
+            int32_t sumi, summ;
+            hsum2_i32(fold512(kx_chunks(&dec, yr->qs, false)), mins, &sumi, &summ);
+            const float dall = xd * yr->d, dmin = xdmin * yr->d;
+            sumf[r] = fmaf(dall, (float)sumi, sumf[r]);
+            sumf[r] = fmaf(-dmin, (float)summ, sumf[r]);
+        }
+    }
+    UNROLL(4)
+    for (int r = 0; r < nr; r++)
+        s[r * ss] = sumf[r];
+}
+
+T_512 void kavx512_vec_dot_q5_K(int64_t n, float *s, const void *x, const void *y) {
+    q5_K_rows(n, s, 0, x, y, 0, 1);
+}
+T_512 void kavx512_rows_q5_K(int64_t n, float *s, size_t ss, const void *x, const void *y,
+                             size_t ys, int nr) {
+    KX_ROWS_SWITCH(q5_K_rows, n, s, ss, x, y, ys, nr);
+}
+
+/* ======================= IQ4_XS ======================= */
+
+/* Chunk c holds groups 2c, 2c+1: 128-bit lanes = low nibbles of qs[32c..+15],
+ * their high nibbles, then the same for qs[32c+16..+31]. Values are looked up
+ * in the table, kept as magnitudes (|value| <= 127) and sign masks. */
+T_512_INLINE void iq4xs_decode(const blk_iq4_xs *x, kx_dec *d) {
+    const __m512i table =
+        _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)kern_iq4nl_values));
+    int16_t ls[16] = {0};
+    for (int g = 0; g < 8; g++)
+        ls[g] = (int16_t)((((x->scales_l[g / 2] >> (4 * (g % 2))) & 0xF) |
+                           (((x->scales_h >> (2 * g)) & 3) << 4)) -
+                          32);
+    const __m512i sc = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)ls));
+    const __m512i spread = _mm512_setr_epi64(0, 1, 0, 1, 2, 3, 2, 3);
+    const __m512i shift = _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4);
+    UNROLL(4)
+    for (int c = 0; c < 4; c++) {
+        const __m512i q = _mm512_permutexvar_epi64(
+            spread, _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(x->qs + 32 * c))));
+        const __m512i idx = _mm512_and_si512(_mm512_srlv_epi64(q, shift), _mm512_set1_epi8(0xF));
+        const __m512i v = _mm512_shuffle_epi8(table, idx);
+        d->u[c] = _mm512_abs_epi8(v);
+        d->neg[c] = _mm512_movepi8_mask(v);
+        d->sc[c] = _mm512_permutexvar_epi16(idx_g32(c), sc);
+    }
+}
+
+T_512_INLINE void iq4_xs_rows(int64_t n, float *s, size_t ss, const void *vx, const void *y,
+                              size_t ys, int nr) {
+    const blk_iq4_xs *x = vx;
+    float sumf[KERN_ROWS_MAX] = {0};
+    for (int64_t b = 0; b < n / QK_K; b++) {
+        kx_dec dec;
+        iq4xs_decode(&x[b], &dec);
+        const float xd = f16_load(x[b].d);
+        UNROLL(4)
+        for (int r = 0; r < nr; r++) {
+            const blk_q8_K *yr = KX_YROW(y, ys, r) + b;
+            const int32_t sumi = hsum8_i32(fold512(kx_chunks(&dec, yr->qs, true)));
+            sumf[r] = fmaf(xd * yr->d, (float)sumi, sumf[r]);
+        }
+    }
+    UNROLL(4)
+    for (int r = 0; r < nr; r++)
+        s[r * ss] = sumf[r];
+}
+
+T_512 void kavx512_vec_dot_iq4_xs(int64_t n, float *s, const void *x, const void *y) {
+    iq4_xs_rows(n, s, 0, x, y, 0, 1);
+}
+T_512 void kavx512_rows_iq4_xs(int64_t n, float *s, size_t ss, const void *x, const void *y,
+                               size_t ys, int nr) {
+    KX_ROWS_SWITCH(iq4_xs_rows, n, s, ss, x, y, ys, nr);
+}
