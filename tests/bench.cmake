@@ -1,6 +1,7 @@
 # `kvllm synth` and `kvllm bench`, functional only (no timing is asserted):
-#   bench_synth_bench  synth tiny shapes (llama and qwen2, all four weight
-#                      mixes), load them with info/run, run the bench with tiny
+#   bench_synth_bench  synth tiny shapes (llama and qwen2, the f16, q8_0, q4_0
+#                      and q4_k_m mixes; llama also q4_1, q5_0, q5_1 and
+#                      iq4_nl), load them with info/run, run the bench with tiny
 #                      sizes, --json, --batch, --context-sweep and --membw.
 find_package(Python3 REQUIRED COMPONENTS Interpreter)
 
