@@ -72,18 +72,19 @@ const char *synth_ftype_name(synth_ftype t) {
 static bool use_more_bits(int il, int n) { return il < n / 8 || il >= 7 * n / 8 || (il - n / 8) % 3 == 2; }
 
 /* The type llama-quantize falls back to when a row does not fit the type's
- * block (llama_tensor_get_type): Q2_K, Q3_K -> IQ4_NL, Q4_K -> Q5_0,
- * Q5_K -> Q5_1, Q6_K -> Q8_0. */
+ * block (llama_tensor_get_type): Q2_K, Q3_K, IQ4_XS -> IQ4_NL, Q4_K -> Q5_0,
+ * Q5_K -> Q5_1, Q6_K -> Q8_0 (the only block types of 256 synth writes). */
 static int fit_row(int dtype, int64_t ne0) {
     int be = 1;
     gguf_dtype_geometry(dtype, &be, NULL);
     if (ne0 % be == 0) return dtype;
     switch (dtype) {
     case GGUF_DT_Q2_K:
-    case GGUF_DT_Q3_K: return GGUF_DT_IQ4_NL;
+    case GGUF_DT_Q3_K:
+    case 23 /* IQ4_XS */: return GGUF_DT_IQ4_NL;
     case GGUF_DT_Q4_K: return GGUF_DT_Q5_0;
     case GGUF_DT_Q5_K: return GGUF_DT_Q5_1;
-    default: return GGUF_DT_Q8_0;
+    default: return GGUF_DT_Q8_0; /* Q6_K */
     }
 }
 
