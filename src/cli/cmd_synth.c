@@ -62,7 +62,7 @@ static void list_shapes(FILE *out) {
 }
 
 static void usage(void) {
-    fprintf(stderr, "usage: kvllm synth --shape NAME --type f16|q8_0|q4_0|q4_k_m|q4_k_s|q5_k_s|q5_k_m|q3_k_m|q2_k|iq4_xs -o FILE.gguf [--seed N] "
+    fprintf(stderr, "usage: kvllm synth --shape NAME --type f16|q8_0|q4_0|q4_1|q5_0|q5_1|iq4_nl|q4_k_m|q4_k_s|q5_k_s|q5_k_m|q3_k_m|q2_k|iq4_xs -o FILE.gguf [--seed N] "
                     "[-t N]\n       kvllm synth --list\n\n");
     list_shapes(stderr);
 }
@@ -117,7 +117,7 @@ int cmd_synth(int argc, char **argv) {
         return 2;
     }
     if (!synth_ftype_parse(a.type, &ft)) {
-        fprintf(stderr, "kvllm synth: unknown type '%s' (f16, q8_0, q4_0, q4_k_m, q4_k_s, q5_k_s, q5_k_m, q3_k_m, q2_k, iq4_xs)\n", a.type);
+        fprintf(stderr, "kvllm synth: unknown type '%s' (f16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q4_k_m, q4_k_s, q5_k_s, q5_k_m, q3_k_m, q2_k, iq4_xs)\n", a.type);
         return 2;
     }
     uint64_t size = synth_file_bytes(s, ft);

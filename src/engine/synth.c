@@ -47,9 +47,10 @@ static const struct {
     const char *name;
     synth_ftype t;
 } FTYPES[] = {{"F16", SYNTH_F16},       {"Q8_0", SYNTH_Q8_0},     {"Q4_0", SYNTH_Q4_0},
-              {"Q4_K_M", SYNTH_Q4_K_M}, {"Q4_K_S", SYNTH_Q4_K_S}, {"Q5_K_S", SYNTH_Q5_K_S},
-              {"Q5_K_M", SYNTH_Q5_K_M}, {"Q3_K_M", SYNTH_Q3_K_M}, {"Q2_K", SYNTH_Q2_K},
-              {"IQ4_XS", SYNTH_IQ4_XS}};
+              {"Q4_1", SYNTH_Q4_1},     {"Q5_0", SYNTH_Q5_0},     {"Q5_1", SYNTH_Q5_1},
+              {"IQ4_NL", SYNTH_IQ4_NL}, {"Q4_K_M", SYNTH_Q4_K_M}, {"Q4_K_S", SYNTH_Q4_K_S},
+              {"Q5_K_S", SYNTH_Q5_K_S}, {"Q5_K_M", SYNTH_Q5_K_M}, {"Q3_K_M", SYNTH_Q3_K_M},
+              {"Q2_K", SYNTH_Q2_K},     {"IQ4_XS", SYNTH_IQ4_XS}};
 
 bool synth_ftype_parse(const char *name, synth_ftype *out) {
     for (size_t i = 0; i < sizeof FTYPES / sizeof FTYPES[0]; i++)
@@ -73,21 +74,20 @@ const char *synth_ftype_name(synth_ftype t) {
 static bool use_more_bits(int il, int n) { return il < n / 8 || il >= 7 * n / 8 || (il - n / 8) % 3 == 2; }
 
 /* The type llama-quantize falls back to when a row does not fit the type's
- * block: Q6_K -> Q8_0, Q2_K / Q3_K -> Q4_0, Q4_K -> Q5_0, Q5_K -> Q5_1,
- * IQ4_XS -> IQ4_NL, as there; Q4_0 stands in for a fallback type this build
- * has no kernels for. */
+ * block (llama_tensor_get_type): Q2_K, Q3_K, IQ4_XS -> IQ4_NL, Q4_K -> Q5_0,
+ * Q5_K -> Q5_1, Q6_K -> Q8_0 (the only block types of 256 synth writes). */
 static int fit_row(int dtype, int64_t ne0) {
     int be = 1;
     gguf_dtype_geometry(dtype, &be, NULL);
     if (ne0 % be == 0) return dtype;
-    const int fb = dtype == GGUF_DT_Q6_K     ? GGUF_DT_Q8_0
-                   : dtype == GGUF_DT_Q4_K   ? GGUF_DT_Q5_0
-                   : dtype == GGUF_DT_Q5_K   ? GGUF_DT_Q5_1
-                   : dtype == GGUF_DT_IQ4_XS || dtype == GGUF_DT_Q2_K || dtype == GGUF_DT_Q3_K
-                       ? GGUF_DT_IQ4_NL /* as llama_tensor_get_type falls back */
-                       : GGUF_DT_Q4_0;
-    const kern_traits *tr = kern_traits_of(fb);
-    return tr && tr->vec_dot ? fb : GGUF_DT_Q4_0;
+    switch (dtype) {
+    case GGUF_DT_Q2_K:
+    case GGUF_DT_Q3_K:
+    case GGUF_DT_IQ4_XS: return GGUF_DT_IQ4_NL;
+    case GGUF_DT_Q4_K: return GGUF_DT_Q5_0;
+    case GGUF_DT_Q5_K: return GGUF_DT_Q5_1;
+    default: return GGUF_DT_Q8_0; /* Q6_K */
+    }
 }
 
 /* llama.cpp's llama_tensor_get_type for the K-quant and IQ4_XS mixes of a
@@ -123,6 +123,19 @@ static int kmix_dtype(const synth_shape *s, synth_ftype t, const char *role, int
         if (t == SYNTH_Q3_K_M) return GGUF_DT_Q4_K;
     }
     return base;
+
+}
+
+/* The matrices' type of a mix without K-quants (the output keeps Q6_K). */
+static int legacy_base(synth_ftype t) {
+    switch (t) {
+    case SYNTH_Q4_0: return GGUF_DT_Q4_0;
+    case SYNTH_Q4_1: return GGUF_DT_Q4_1;
+    case SYNTH_Q5_0: return GGUF_DT_Q5_0;
+    case SYNTH_Q5_1: return GGUF_DT_Q5_1;
+    case SYNTH_IQ4_NL: return GGUF_DT_IQ4_NL;
+    default: return -1;
+    }
 }
 
 static int64_t role_ne0(const synth_shape *s, const char *role) {
@@ -136,17 +149,21 @@ int synth_tensor_dtype(const synth_shape *s, synth_ftype t, const char *role, in
     if (t == SYNTH_Q8_0) return GGUF_DT_Q8_0;
     bool is_output = strcmp(role, "output.weight") == 0 ||
                      (s->tied_output && strcmp(role, "token_embd.weight") == 0);
-    int base = t == SYNTH_Q4_0                       ? GGUF_DT_Q4_0
-               : t == SYNTH_Q2_K                     ? GGUF_DT_Q2_K
-               : t == SYNTH_Q3_K_M                   ? GGUF_DT_Q3_K
-               : t == SYNTH_Q5_K_S || t == SYNTH_Q5_K_M ? GGUF_DT_Q5_K
-               : t == SYNTH_IQ4_XS                   ? GGUF_DT_IQ4_XS
-                                                     : GGUF_DT_Q4_K;
+    const int legacy = legacy_base(t);
+    const int base = legacy >= 0                            ? legacy
+                     : t == SYNTH_Q2_K                      ? GGUF_DT_Q2_K
+                     : t == SYNTH_Q3_K_M                    ? GGUF_DT_Q3_K
+                     : t == SYNTH_Q5_K_S || t == SYNTH_Q5_K_M ? GGUF_DT_Q5_K
+                     : t == SYNTH_IQ4_XS                    ? GGUF_DT_IQ4_XS
+                                                            : GGUF_DT_Q4_K;
     int dt = base;
     if (is_output) {
         dt = GGUF_DT_Q6_K;
-    } else if (t != SYNTH_Q4_0 && il >= 0) {
+    } else if (legacy < 0 && il >= 0) {
         dt = kmix_dtype(s, t, role, il, base);
+    } else if (t == SYNTH_IQ4_NL && il >= 0 && strcmp(role, "attn_v.weight") == 0 &&
+               s->n_head >= 4 * s->n_head_kv) {
+        dt = GGUF_DT_Q5_K; /* llama.cpp: IQ4_NL with n_gqa >= 4 */
     }
     return fit_row(dt, role_ne0(s, role));
 }
@@ -574,6 +591,15 @@ bool synth_write(const synth_shape *s, synth_ftype t, uint64_t seed, const char 
     meta m = {.n = 0};
     bytes h = {0};
     bool ok = plan_build(&p, s, t);
+    for (int i = 0; ok && i < p.n; i++) {
+        const kern_traits *tr = kern_traits_of(p.t[i].dtype);
+        if (!tr || !tr->from_float) {
+            kvl_fail(err, "synth: %s of the %s mix is %s, which this build cannot quantize", p.t[i].name,
+                     synth_ftype_name(t), gguf_dtype_name(p.t[i].dtype));
+            free(p.t);
+            return false;
+        }
+    }
     if (ok) {
         add_meta(&m, s, t, seed);
         build_header(&h, &m, &p);

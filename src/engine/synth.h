@@ -29,7 +29,10 @@ typedef struct synth_shape {
 typedef enum synth_ftype {
     SYNTH_F16 = 1,
     SYNTH_Q4_0 = 2,
+    SYNTH_Q4_1 = 3,
     SYNTH_Q8_0 = 7,
+    SYNTH_Q5_0 = 8,
+    SYNTH_Q5_1 = 9,
     SYNTH_Q4_K_M = 15,
     SYNTH_Q2_K = 10,
     SYNTH_Q3_K_M = 12,
@@ -37,14 +40,15 @@ typedef enum synth_ftype {
     SYNTH_Q5_K_S = 16,
     SYNTH_Q5_K_M = 17,
     SYNTH_IQ4_XS = 30,
+    SYNTH_IQ4_NL = 25,
 } synth_ftype;
 
 /* NULL if unknown. */
 const synth_shape *synth_shape_find(const char *name);
 /* The i-th built-in shape, NULL past the end. */
 const synth_shape *synth_shape_at(int i);
-/* "f16" | "q8_0" | "q4_0" | "q4_k_m" | "q4_k_s" | "q5_k_s" | "q5_k_m" | "q3_k_m" |
- * "q2_k" | "iq4_xs" (case-insensitive). */
+/* "f16" | "q8_0" | "q4_0" | "q4_1" | "q5_0" | "q5_1" | "iq4_nl" | "q4_k_m" | "q4_k_s" |
+ * "q5_k_s" | "q5_k_m" | "q3_k_m" | "q2_k" | "iq4_xs" (case-insensitive). */
 bool synth_ftype_parse(const char *name, synth_ftype *out);
 const char *synth_ftype_name(synth_ftype t); /* "Q4_K_M" */
 

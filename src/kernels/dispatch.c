@@ -149,6 +149,12 @@ static void install_avx512(void) {
     active_gemm[GGUF_DT_Q6_K] = &kavx512_gemm_q6_K;
     active_gemm[GGUF_DT_Q5_0] = &kavx512_gemm_q5_0;
     active_gemm[GGUF_DT_IQ4_NL] = &kavx512_gemm_iq4_nl;
+    active_gemm[GGUF_DT_Q4_1] = &kavx512_gemm_q4_1;
+    active_gemm[GGUF_DT_Q5_1] = &kavx512_gemm_q5_1;
+    active_repack[GGUF_DT_Q5_0] = &kavx512_repack_q5_0;
+    active_repack[GGUF_DT_IQ4_NL] = &kavx512_repack_iq4_nl;
+    active_repack[GGUF_DT_Q4_1] = &kavx512_repack_q4_1;
+    active_repack[GGUF_DT_Q5_1] = &kavx512_repack_q5_1;
     active_repack[GGUF_DT_Q8_0] = &kavx512_repack_q8_0;
     active_repack[GGUF_DT_Q4_0] = &kavx512_repack_q4_0;
     active_repack[GGUF_DT_Q4_K] = &kavx512_repack_q4_K;

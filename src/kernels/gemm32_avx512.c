@@ -1,5 +1,6 @@
 /* kernels: packed GEMM for Q5_0 and IQ4_NL weights (AVX-512 VNNI), by way of
- * the Q8_0 one of gemm_avx512.c.
+ * the Q8_0 one of gemm_avx512.c; and for Q4_1 and Q5_1 (against Q8_1), the
+ * same panels with a min per row and a kernel of their own (below).
  *
  * Both types multiply Q8_0 activations in the Q family's canonical order
  * (quant32.h), exactly as Q8_0 weights do. So their panels are Q8_0 panels:
@@ -88,3 +89,136 @@ static void kernel(int64_t k, const void *w, size_t wstride, int n_rows, const v
 const kern_gemm_ops kavx512_gemm_q5_0 = {QT, GEMM32_MIN_M, kavx512_q_tile_bytes, prepare, panel_bytes, q5_0_pack, kernel};
 const kern_gemm_ops kavx512_gemm_iq4_nl = {QT, GEMM32_MIN_M, kavx512_q_tile_bytes, prepare, panel_bytes, iq4_nl_pack,
                                            kernel};
+
+/* ======================= Q4_1, Q5_1 against Q8_1 =======================
+ * Panel, per block: the values (0..15 or 0..31) as unsigned bytes in the
+ * dword-group layout above, then the 16 rows' d, then their m, as floats.
+ * Activation tile (QT rows), per block: qs[QT][32] int8, then d[QT] and
+ * s[QT], the Q8_1 block's fp16 d and s widened to float. A lane then runs the
+ * canonical steps of quant32.h: v = fma(d_x * d_y, isum, m_x * s_y), f = f + v. */
+#define P1_BLK (P8_VALS + 128)
+
+static size_t q1_panel_bytes(int64_t k) { return (size_t)(k / QK8_1) * P1_BLK; }
+
+T_512_INLINE __m256i q4_1_bytes(const void *blk) { return nibbles32(((const blk_q4_1 *)blk)->qs); }
+T_512_INLINE __m256i q5_1_bytes(const void *blk) {
+    const blk_q5_1 *x = blk;
+    uint32_t h;
+    memcpy(&h, x->qh, 4);
+    return _mm256_or_si256(nibbles32(x->qs), _mm256_maskz_mov_epi8((__mmask32)h, _mm256_set1_epi8(0x10)));
+}
+
+/* As pack32, with the block's m (its bytes 2..3) after d. */
+T_512_INLINE void pack1(const void *w, size_t wrow, int rows, int64_t k, void *panel, size_t bb,
+                        __m256i (*bytes)(const void *)) {
+    _Alignas(64) uint8_t tmp[KERN_PANEL_ROWS][32];
+    _Alignas(64) float sd[KERN_PANEL_ROWS], sm[KERN_PANEL_ROWS];
+    const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                           _mm512_set1_epi32(32));
+    memset(tmp, 0, sizeof tmp);
+    memset(sd, 0, sizeof sd);
+    memset(sm, 0, sizeof sm);
+    char *out = panel;
+    for (int64_t b = 0; b < k / QK8_1; b++, out += P1_BLK) {
+        for (int r = 0; r < rows; r++) {
+            const char *blk = (const char *)w + r * wrow + b * bb;
+            _mm256_store_si256((__m256i *)tmp[r], bytes(blk));
+            kvl_f16 h[2];
+            memcpy(h, blk, 4);
+            sd[r] = f16_load(h[0]);
+            sm[r] = f16_load(h[1]);
+        }
+        UNROLL(8)
+        for (int g = 0; g < 8; g++)
+            _mm512_storeu_si512(out + 64 * g, _mm512_i32gather_epi32(idx, (const void *)(&tmp[0][4 * g]), 1));
+        _mm512_storeu_ps(out + P8_VALS, _mm512_load_ps(sd));
+        _mm512_storeu_ps(out + P8_VALS + 64, _mm512_load_ps(sm));
+    }
+}
+
+T_512 static void q4_1_pack(const void *w, size_t wrow, int rows, int64_t k, void *panel) {
+    pack1(w, wrow, rows, k, panel, sizeof(blk_q4_1), q4_1_bytes);
+}
+T_512 static void q5_1_pack(const void *w, size_t wrow, int rows, int64_t k, void *panel) {
+    pack1(w, wrow, rows, k, panel, sizeof(blk_q5_1), q5_1_bytes);
+}
+
+/* Row x into slot `slot` of a tile: kavx2_from_float_q8_1's bytes, block by block. */
+T_512 static void q1_prepare(const float *x, void *tile, int slot, int rows, int64_t k) {
+    char *t = tile;
+    for (int64_t b = 0; b < k / QK8_1; b++, t += QT_BLK, x += QK8_1) {
+        blk_q8_1 q;
+        kavx2_from_float_q8_1(x, &q, QK8_1);
+        memcpy(t + QK8_1 * slot, q.qs, QK8_1);
+        const float d = f16_load(q.d), s = f16_load(q.s);
+        memcpy(t + QT * QK8_1 + 4 * slot, &d, 4);
+        memcpy(t + QT * (QK8_1 + 4) + 4 * slot, &s, 4);
+    }
+}
+
+/* 16 (or 32 with two) weight rows x QT activation rows over all nb blocks. */
+T_512_INLINE void q1_micro(int64_t nb, const char *p0, const char *p1, bool two, const char *t, float *y,
+                           size_t ldy, int na, __mmask16 m0, __mmask16 m1) {
+    __m512 f0[QT], f1[QT];
+    UNROLL(6)
+    for (int a = 0; a < QT; a++) f0[a] = f1[a] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++, p0 += P1_BLK, p1 += P1_BLK, t += QT_BLK) {
+        __m512i i0[QT], i1[QT];
+        UNROLL(6)
+        for (int a = 0; a < QT; a++) i0[a] = i1[a] = _mm512_setzero_si512();
+        UNROLL(8)
+        for (int g = 0; g < 8; g++) {
+            const __m512i u0 = _mm512_loadu_si512(p0 + 64 * g);
+            const __m512i u1 = two ? _mm512_loadu_si512(p1 + 64 * g) : u0;
+            UNROLL(6)
+            for (int a = 0; a < QT; a++) {
+                const __m512i x = _mm512_set1_epi32(*(const int32_t *)(t + QK8_1 * a + 4 * g));
+                i0[a] = _mm512_dpbusd_epi32(i0[a], u0, x);
+                if (two) i1[a] = _mm512_dpbusd_epi32(i1[a], u1, x);
+            }
+        }
+        const float *dy = (const float *)(t + QT * QK8_1), *sy = (const float *)(t + QT * (QK8_1 + 4));
+        const __m512 d0 = _mm512_loadu_ps(p0 + P8_VALS), n0 = _mm512_loadu_ps(p0 + P8_VALS + 64);
+        const __m512 d1 = two ? _mm512_loadu_ps(p1 + P8_VALS) : d0;
+        const __m512 n1 = two ? _mm512_loadu_ps(p1 + P8_VALS + 64) : n0;
+        UNROLL(6)
+        for (int a = 0; a < QT; a++) {
+            const __m512 dd = _mm512_set1_ps(dy[a]), ss = _mm512_set1_ps(sy[a]);
+            f0[a] = _mm512_add_ps(f0[a], _mm512_fmadd_ps(_mm512_mul_ps(d0, dd), _mm512_cvtepi32_ps(i0[a]),
+                                                         _mm512_mul_ps(n0, ss)));
+            if (two)
+                f1[a] = _mm512_add_ps(f1[a], _mm512_fmadd_ps(_mm512_mul_ps(d1, dd), _mm512_cvtepi32_ps(i1[a]),
+                                                             _mm512_mul_ps(n1, ss)));
+        }
+    }
+    UNROLL(6)
+    for (int a = 0; a < QT; a++) {
+        if (a >= na) break;
+        _mm512_mask_storeu_ps(y + a * ldy, m0, f0[a]);
+        if (two) _mm512_mask_storeu_ps(y + a * ldy + 16, m1, f1[a]);
+    }
+}
+
+T_512 static void q1_kernel(int64_t k, const void *panels, size_t pb, int n_rows, const void *tiles, int64_t m,
+                            float *y, size_t ldy) {
+    const int64_t nb = k / QK8_1;
+    const int np = (n_rows + 15) / 16;
+    const size_t tb = kavx512_q_tile_bytes(k);
+    for (int64_t t = 0; t * QT < m; t++) {
+        const int na = m - t * QT < QT ? (int)(m - t * QT) : QT;
+        const char *tile = (const char *)tiles + t * tb;
+        float *yt = y + t * QT * ldy;
+        int p = 0;
+        for (; p + 2 <= np; p += 2)
+            q1_micro(nb, (const char *)panels + p * pb, (const char *)panels + (p + 1) * pb, true, tile, yt + 16 * p,
+                     ldy, na, kern_mask16(n_rows - 16 * p), kern_mask16(n_rows - 16 * (p + 1)));
+        if (p < np)
+            q1_micro(nb, (const char *)panels + p * pb, NULL, false, tile, yt + 16 * p, ldy, na,
+                     kern_mask16(n_rows - 16 * p), 0);
+    }
+}
+
+const kern_gemm_ops kavx512_gemm_q4_1 = {QT, GEMM32_MIN_M, kavx512_q_tile_bytes, q1_prepare, q1_panel_bytes, q4_1_pack,
+                                         q1_kernel};
+const kern_gemm_ops kavx512_gemm_q5_1 = {QT, GEMM32_MIN_M, kavx512_q_tile_bytes, q1_prepare, q1_panel_bytes, q5_1_pack,
+                                         q1_kernel};

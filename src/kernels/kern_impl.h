@@ -17,6 +17,8 @@
  *    outputs in the lanes of one register (gemm_avx512.c).
  *  - K family (Q4_K, Q6_K against Q8_K): one float accumulator; each super-block
  *    contributes exact int32 totals through fmaf (see quant_ref.c).
+ *  - Q5_0 and IQ4_NL against Q8_0 follow the Q family; Q4_1 and Q5_1 against
+ *    Q8_1 add a min term per block (quant32.h).
  *
  * Attention (attn.c) has its own canonical steps, described with kern_attn_*
  * in kernels.h.

@@ -5,7 +5,7 @@
  * in through the per-type table returned by kern_traits_of(), which kern_init()
  * fills once at start-up from CPUID (AVX-512, AVX2, scalar). Like llama.cpp,
  * quantized weights are multiplied against activations that were first
- * quantized to the type's `vec_dot_type` (Q8_0 or Q8_K), so integer dot
+ * quantized to the type's `vec_dot_type` (Q8_0, Q8_1 or Q8_K), so integer dot
  * products reproduce llama.cpp's numbers closely.
  *
  * Batch invariance: a matmul output element y[i][j] always goes through the

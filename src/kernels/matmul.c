@@ -71,7 +71,11 @@ size_t kern_gemm_work_bytes(int wtype, int64_t m, int64_t k) {
     const size_t rows = (size_t)m + 15; /* ceil(m / T) * T for any tile of T <= 16 rows */
     switch (wtype) {
     case GGUF_DT_Q8_0:
-    case GGUF_DT_Q4_0: return rows * (size_t)(k / QK8_0) * (QK8_0 + 8);
+    case GGUF_DT_Q4_0:
+    case GGUF_DT_Q4_1:
+    case GGUF_DT_Q5_0:
+    case GGUF_DT_Q5_1:
+    case GGUF_DT_IQ4_NL: return rows * (size_t)(k / QK8_0) * (QK8_0 + 8); /* Q8_0 / Q8_1 tiles */
     case GGUF_DT_Q2_K:
     case GGUF_DT_Q3_K:
     case GGUF_DT_Q4_K:

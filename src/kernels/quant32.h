@@ -73,7 +73,10 @@ void kavx512_vec_dot_q4_1(int64_t n, float *s, const void *x, const void *y);
 void kavx512_vec_dot_q5_0(int64_t n, float *s, const void *x, const void *y);
 void kavx512_vec_dot_q5_1(int64_t n, float *s, const void *x, const void *y);
 void kavx512_vec_dot_iq4_nl(int64_t n, float *s, const void *x, const void *y);
-/* packed GEMM (gemm32_avx512.c): Q8_0 panels, tiles and kernel */
-extern const kern_gemm_ops kavx512_gemm_q5_0, kavx512_gemm_iq4_nl;
+/* packed GEMM (gemm32_avx512.c): Q5_0 and IQ4_NL through Q8_0's panels,
+ * tiles and kernel; Q4_1 and Q5_1 with Q8_1 tiles */
+extern const kern_gemm_ops kavx512_gemm_q5_0, kavx512_gemm_iq4_nl, kavx512_gemm_q4_1, kavx512_gemm_q5_1;
+/* repacked weights (repack32_avx512.c), on the tiles of the GEMMs above */
+extern const kern_repack_ops kavx512_repack_q5_0, kavx512_repack_iq4_nl, kavx512_repack_q4_1, kavx512_repack_q5_1;
 
 #endif

@@ -44,6 +44,14 @@ for shape in ("tiny", "tiny-qwen2"):
         ids = [l for l in gen.stdout.splitlines() if '"id"' in l]
         check(len(ids) == 4, f"run {shape} {typ}: 4 tokens generated")
 
+# The 32-element types: every matrix but the tied output (Q6_K).
+for typ in ("q4_1", "q5_0", "q5_1", "iq4_nl"):
+    path = synth("tiny", typ)
+    info = run(["info", "-m", path]).stdout
+    check(f" {typ.upper()} x14" in info and " Q6_K x1" in info, f"{typ} mix: matrices {typ.upper()}, token_embd Q6_K")
+    gen = run(["run", "-m", path, "-p", "the cat", "-n", "4", "--temp", "0", "--ignore-eos", "--json"])
+    check(len([l for l in gen.stdout.splitlines() if '"id"' in l]) == 4, f"run tiny {typ}: 4 tokens generated")
+
 # Q4_K_M keeps more bits where llama-quantize does.
 info = run(["info", "-m", os.path.join(out, "tiny-q4_k_m-1-t2.gguf")]).stdout
 check("Q4_K x12 Q6_K x3" in info, "q4_k_m mix: token_embd + layer-1 attn_v/ffn_down in Q6_K")
