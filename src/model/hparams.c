@@ -142,7 +142,17 @@ static bool gguf_mla(const gguf_file *f, model_hparams *hp, kvl_error *err) {
         !gguf_opt(f, a, "attention.value_length_mla", &v_mla, err))
         return false;
     hp->mla = k_mla > 0 && v_mla > 0;
-    if (!hp->mla) return true;
+    if (!hp->mla) {
+        /* A latent projection without the _mla keys: the uncompressed form,
+         * whose per-head widths are the cached ones. */
+        if (hp->kv_lora_rank > 0) {
+            hp->n_rot_mla_nope = hp->head_dim_k - hp->n_rot;
+            hp->v_head_dim_mla = hp->head_dim_v;
+        }
+        return true;
+    }
+    if (hp->kv_lora_rank <= 0)
+        return kvl_fail(err, "%s: key '%s.attention.key_length_mla' given without a kv_lora_rank", gguf_path(f), a);
     int64_t rope = 0;
     if (!gguf_req(f, a, "rope.dimension_count", &rope, err)) return false; /* the latent's RoPE part */
     hp->n_rot_mla_nope = k_mla - hp->n_rot;

@@ -18,7 +18,9 @@
  *   - MLA is on when the file carries key_length_mla and value_length_mla
  *     (llama.cpp's is_mla). A DeepSeek-V2 file converted before llama.cpp's MLA
  *     rework lacks them: llama.cpp then runs it as plain multi-head attention
- *     with n_head_kv heads of key_length / value_length, and caches that.
+ *     with n_head_kv heads of key_length / value_length, and caches that
+ *     (kv_lora_rank still set, mla false; n_rot_mla_nope = key_length - n_rot,
+ *     v_head_dim_mla = value_length: the per-head widths in both forms).
  *   - Which layers slide is one flag per layer (swa_layers). A scalar
  *     attention.sliding_window_pattern n gives llama.cpp's set_swa_pattern(n)
  *     (layer il slides iff n == 0 or il % n < n - 1); an array gives the flags

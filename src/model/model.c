@@ -17,23 +17,26 @@
 
 /* The shape as the one reader (hparams.c) gives it, checked for what kvllm
  * runs: a supported architecture, plausible sizes, MLA in llama.cpp's
- * absorbed form, dense layers, a rope scaling it implements. */
+ * absorbed form or the uncompressed form of older files, dense layers, a rope
+ * scaling it implements. */
 static bool check_mla_hparams(const model *m, kvl_error *err) {
     const gguf_file *f = m->gguf;
     const model_hparams *hp = &m->hp;
     const char *a = hp->arch;
-    if (!hp->mla)
-        return kvl_fail(err, "%s: key '%s.attention.key_length_mla' missing: the file is in the form "
-                        "written before llama.cpp's MLA rework (attention uncompressed, %lld KV heads of "
-                        "K %lld + V %lld), which kvllm does not run; convert the model again",
-                        gguf_path(f), a, (long long)hp->n_head_kv, (long long)hp->head_dim_k,
-                        (long long)hp->head_dim_v);
     if (hp->n_layer_dense_lead < hp->n_layer)
         return kvl_fail(err, "%s: key '%s.leading_dense_block_count' = %lld: mixture-of-experts layers "
                         "are not supported yet (only the first %lld of %lld layers are dense)",
                         gguf_path(f), a, (long long)hp->n_layer_dense_lead, (long long)hp->n_layer_dense_lead,
                         (long long)hp->n_layer);
     int64_t k_mla = hp->n_rot_mla_nope + hp->n_rot, v_mla = hp->v_head_dim_mla;
+    if (!hp->mla) { /* uncompressed: one KV head per query head of key_length + value_length */
+        if (hp->kv_lora_rank <= 0 || hp->n_head_kv != hp->n_head || hp->n_rot_mla_nope <= 0)
+            return kvl_fail(err, "%s: key '%s.attention.key_length_mla' missing, and the file is not in the "
+                            "uncompressed form either (kv_lora %lld, kv heads %lld of %lld, key %lld, rope %lld)",
+                            gguf_path(f), a, (long long)hp->kv_lora_rank, (long long)hp->n_head_kv,
+                            (long long)hp->n_head, (long long)hp->head_dim_k, (long long)hp->n_rot);
+        return true;
+    }
     if (hp->n_head_kv != 1 || hp->head_dim_k != hp->kv_lora_rank + hp->n_rot ||
         hp->head_dim_v != hp->kv_lora_rank || k_mla <= hp->n_rot || v_mla <= 0 || v_mla > 4096)
         return kvl_fail(err, "%s: MLA shape not in llama.cpp's absorbed form (kv heads %lld, key %lld, "
@@ -144,6 +147,10 @@ static bool bind_attn_mla(model *m, int il, layer_weights *L, kvl_error *err) {
     BIND(wkv_a_mqa, "attn_kv_a_mqa.weight", E, r + rope, true);
     BIND(kv_a_norm, "attn_kv_a_norm.weight", r, 0, true);
     BIND(wo, "attn_output.weight", H * vd, E, true);
+    if (!hp->mla) { /* uncompressed (older files): the joint up-projection, per head [nope | v] rows */
+        BIND(wkv_b, "attn_kv_b.weight", r, H * (nope + vd), true);
+        return true;
+    }
     snprintf(n, sizeof n, "blk.%d.attn_k_b.weight", il);
     if (!bind3(m, &L->wk_b, n, nope, r, H, true, err)) return false;
     snprintf(n, sizeof n, "blk.%d.attn_v_b.weight", il);
@@ -235,7 +242,7 @@ static size_t max_work_bytes(const model *m, int64_t rows) {
     for (int il = 0; il < hp->n_layer; il++) {
         const layer_weights *L = &m->layers[il];
         const mtensor *ts[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->ffn_gate, &L->ffn_up, &L->ffn_down,
-                               &L->wq_a, &L->wq_b, &L->wkv_a_mqa, &L->wk_b, &L->wv_b};
+                               &L->wq_a, &L->wq_b, &L->wkv_a_mqa, &L->wk_b, &L->wv_b, &L->wkv_b};
         for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) {
             if (!ts[i]->data) continue;
             size_t b = kern_matmul_work_bytes(ts[i]->dtype, rows, ts[i]->ne0);
@@ -251,7 +258,7 @@ static const size_t LAYER_MATMULS[] = {
     offsetof(layer_weights, wq),       offsetof(layer_weights, wk),       offsetof(layer_weights, wv),
     offsetof(layer_weights, wo),       offsetof(layer_weights, ffn_gate), offsetof(layer_weights, ffn_up),
     offsetof(layer_weights, ffn_down), offsetof(layer_weights, wq_a),     offsetof(layer_weights, wq_b),
-    offsetof(layer_weights, wkv_a_mqa)};
+    offsetof(layer_weights, wkv_a_mqa), offsetof(layer_weights, wkv_b)};
 #define N_LAYER_MATMULS (sizeof LAYER_MATMULS / sizeof LAYER_MATMULS[0])
 
 /* Matmul tensor i of layer il, i < N_LAYER_MATMULS. */
@@ -297,8 +304,9 @@ static bool alloc_scratch(model *m, kvl_error *err) {
     int64_t wide = E;
     if (hp->kv_lora_rank) { /* MLA: q before absorption, latent outputs, v_b outputs */
         int64_t qraw = hp->n_head * (hp->n_rot_mla_nope + hp->n_rot);
-        int64_t mix[] = {qraw, hp->q_lora_rank, hp->n_head * hp->v_head_dim_mla, kd};
-        for (size_t i = 0; i < 4; i++) wide = mix[i] > wide ? mix[i] : wide;
+        int64_t mix[] = {qraw, hp->q_lora_rank, hp->n_head * hp->v_head_dim_mla, kd,
+                         hp->kv_lora_rank + hp->n_rot, hp->n_head * (hp->n_rot_mla_nope + hp->v_head_dim_mla)};
+        for (size_t i = 0; i < sizeof mix / sizeof mix[0]; i++) wide = mix[i] > wide ? mix[i] : wide;
         m->mla_a = kvl_calloc(U * (hp->n_rot_mla_nope + hp->kv_lora_rank + hp->v_head_dim_mla), sizeof(float));
         m->mla_b = kvl_calloc(U * (hp->kv_lora_rank + hp->v_head_dim_mla), sizeof(float));
         if (!m->mla_a || !m->mla_b) return kvl_fail(err, "model: out of memory");
@@ -367,7 +375,7 @@ void model_kv_group_shape(const model *m, int group, kv_pool_config *cfg, int32_
     cfg->n_kv_heads = (int)m->hp.n_head_kv;
     cfg->head_dim_k = (int)m->hp.head_dim_k;
     /* MLA: V is the latent already stored at the start of each K row. */
-    cfg->head_dim_v = m->arch->attn == ARCH_ATTN_MLA ? 0 : (int)m->hp.head_dim_v;
+    cfg->head_dim_v = m->hp.mla ? 0 : (int)m->hp.head_dim_v;
     if (window) *window = m->groups[group].window;
 }
 

@@ -303,6 +303,50 @@ static void attn_mla(fwd_ctx *c, int il) {
     op_matmul(m, &L->wo, m->xb2, n, m->xb);
 }
 
+/* MLA as files converted before llama.cpp's MLA rework store it (llama.cpp's
+ * is_mla false): the latent is expanded by kv_b into per-head K (nope, then
+ * the shared rope key) and V, cached and attended as plain multi-head
+ * attention, one KV head per query head. */
+static void attn_mla_uncompressed(fwd_ctx *c, int il) {
+    model *m = c->m;
+    const model_hparams *hp = &m->hp;
+    const layer_weights *L = &m->layers[il];
+    int64_t n = c->n, H = hp->n_head, r = hp->kv_lora_rank, rope = hp->n_rot;
+    int64_t nope = hp->n_rot_mla_nope, qh = nope + rope, vd = hp->v_head_dim_mla, kvb = nope + vd;
+    if (L->wq_a.data) {
+        op_matmul(m, &L->wq_a, m->xb, n, m->xb2); /* [n][q_lora] */
+        op_rms_norm(m->xb2, m->xb2, L->q_a_norm.data, n, hp->q_lora_rank, hp->rms_eps);
+        op_matmul(m, &L->wq_b, m->xb2, n, m->q); /* [n][H][nope + rope] */
+    } else {
+        op_matmul(m, &L->wq, m->xb, n, m->q);
+    }
+    float *kvc = m->xb2, *lat = m->mla_a, *kv = m->xb; /* the normed input is done with after this */
+    op_matmul(m, &L->wkv_a_mqa, m->xb, n, kvc); /* [n][r + rope] */
+    for (int64_t t = 0; t < n; t++) {
+        int32_t pos = c->b->pos[c->t0 + t];
+        float *row = kvc + t * (r + rope);
+        op_rms_norm(row, row, L->kv_a_norm.data, 1, r, hp->rms_eps);
+        op_rope(m, L, row, 1, r + rope, r, pos);
+        op_rope(m, L, m->q + t * H * qh, (int)H, qh, nope, pos);
+    }
+    gather(lat, kvc, n, r + rope, 0, r);
+    op_matmul(m, &L->wkv_b, lat, n, kv); /* [n][H][nope + v] */
+    kv_pool *pool = c->pools[L->kv_group];
+    for (int64_t t = 0; t < n; t++) {
+        float *k = m->k + t * H * qh, *v = m->v + t * H * vd;
+        for (int64_t h = 0; h < H; h++) {
+            memcpy(k + h * qh, kv + (t * H + h) * kvb, nope * sizeof(float));
+            memcpy(k + h * qh + nope, kvc + t * (r + rope) + r, rope * sizeof(float));
+            memcpy(v + h * vd, kv + (t * H + h) * kvb + nope, vd * sizeof(float));
+        }
+        kv_store(pool, seq_table(c, t, L->kv_group), L->kv_slot, c->b->pos[c->t0 + t], k, v);
+    }
+    attn_args a = {.kv = pool, .slot = L->kv_slot, .dk = qh, .dv = vd, .scale = 1.0f / sqrtf((float)qh),
+                   .window = m->groups[L->kv_group].window};
+    attention(c, L, &a, m->q, H * qh, m->att, H * vd);
+    op_matmul(m, &L->wo, m->att, n, m->xb);
+}
+
 static void ffn(fwd_ctx *c, const layer_weights *L) {
     model *m = c->m;
     int64_t n = c->n, F = m->hp.n_ff;
@@ -324,7 +368,8 @@ static void layer_forward(fwd_ctx *c, int il) {
     model *m = c->m;
     const layer_weights *L = &m->layers[il];
     op_rms_norm(m->xb, m->x, L->attn_norm.data, c->n, m->hp.n_embd, m->hp.rms_eps);
-    if (m->arch->attn == ARCH_ATTN_MLA) attn_mla(c, il);
+    if (m->arch->attn == ARCH_ATTN_MLA && m->hp.mla) attn_mla(c, il);
+    else if (m->arch->attn == ARCH_ATTN_MLA) attn_mla_uncompressed(c, il);
     else attn_mha(c, il);
     add_residual(m, &L->post_attn_norm, c->n);
     op_rms_norm(m->xb, m->x, L->ffn_norm.data, c->n, m->hp.n_embd, m->hp.rms_eps);

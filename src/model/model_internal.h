@@ -29,6 +29,7 @@ typedef struct layer_weights {
     mtensor wkv_a_mqa, kv_a_norm;     /* [E -> kv_lora+rope], [kv_lora] */
     mtensor wk_b;                     /* {nope, kv_lora, H}: per head kv_lora rows of nope */
     mtensor wv_b;                     /* {kv_lora, v, H}: per head v rows of kv_lora */
+    mtensor wkv_b;                    /* uncompressed form instead of k_b/v_b: [kv_lora -> H*(nope+v)] */
     /* attention geometry of this layer */
     bool swa;                         /* sliding-window layer */
     float rope_base, rope_freq_scale;

@@ -10,10 +10,12 @@
  *    layer: the model loads it, its KV groups follow the flags, the flags of
  *    pattern 2 give bit-identical logits to the scalar 2; a wrong length is
  *    refused by both), and a DeepSeek-V2 file without key_length_mla /
- *    value_length_mla (plain multi-head attention with its KV heads: planned as
- *    that cache; the model refuses it naming the key).
+ *    value_length_mla (plain multi-head attention with its KV heads: planned
+ *    as that cache, and the model runs it so, computing what the absorbed form
+ *    of the same weights computes, up to rounding).
  * The modified files are the golden ones rewritten with other metadata. Run
  * from the source root (CTest does). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -148,7 +150,21 @@ typedef struct edit {
     uint64_t arr_n;
     const char *u32_key[2];      /* uint32 keys set */
     uint32_t u32[2];
+    const char *drop_tensor[2];  /* tensors left out: names ending so */
+    int n_add;                   /* f32 tensors added: name, [ne0, ne1], data */
+    char add_name[8][64];
+    int64_t add_ne[8][2];
+    const float *add_data[8];
 } edit;
+
+static bool tensor_dropped(const edit *e, const char *name) {
+    size_t n = strlen(name);
+    for (int i = 0; i < 2 && e->drop_tensor[i]; i++) {
+        size_t k = strlen(e->drop_tensor[i]);
+        if (n >= k && strcmp(name + n - k, e->drop_tensor[i]) == 0) return true;
+    }
+    return false;
+}
 
 static bool dropped(const edit *e, const char *key) {
     for (int i = 0; i < 4 && e->drop[i]; i++)
@@ -195,8 +211,10 @@ static bool rewrite(const char *src, const edit *e, char *out, size_t cap) {
     if (ok && e->arr_key) ok = gguf_writer_set_arr(w, e->arr_key, GGUF_VT_BOOL, e->arr, e->arr_n);
     for (int64_t i = 0; ok && i < gguf_n_tensors(f); i++) {
         const gguf_tensor *t = gguf_tensor_at(f, i);
-        ok = gguf_writer_add_tensor(w, t->name, t->dtype, t->n_dims, t->ne, t->data);
+        if (!tensor_dropped(e, t->name)) ok = gguf_writer_add_tensor(w, t->name, t->dtype, t->n_dims, t->ne, t->data);
     }
+    for (int i = 0; ok && i < e->n_add; i++)
+        ok = gguf_writer_add_tensor(w, e->add_name[i], GGUF_DT_F32, 2, e->add_ne[i], e->add_data[i]);
     snprintf(out, cap, "/tmp/kvllm_test_hparams_%d.gguf", (int)getpid());
     ok = ok && gguf_writer_write(w, out, &err);
     if (!ok) fprintf(stderr, "rewrite %s: %s\n", src, err.msg[0] ? err.msg : "a key did not copy");
@@ -295,14 +313,51 @@ static void test_swa_array(void) {
 }
 
 /* deepseek2 as converted before llama.cpp's MLA rework: no _mla keys, one KV
- * head per query head of key_length (nope + rope) and value_length (v). */
+ * head per query head of key_length (nope + rope) and value_length (v), and
+ * the up-projection as one attn_kv_b per layer instead of attn_k_b / attn_v_b.
+ * Made from the shipped (absorbed) golden model: kv_b's rows of head h are
+ * k_b[h] transposed (nope rows of kv_lora) then v_b[h] (v rows). */
+#define DS2 GOLDEN "deepseek2-mla-f32.gguf"
+
+static float *kv_b_of(const gguf_file *f, int il, int64_t H, int64_t r, int64_t nope, int64_t vd) {
+    char kn[64], vn[64];
+    snprintf(kn, sizeof kn, "blk.%d.attn_k_b.weight", il);
+    snprintf(vn, sizeof vn, "blk.%d.attn_v_b.weight", il);
+    const gguf_tensor *kb = gguf_find_tensor(f, kn), *vb = gguf_find_tensor(f, vn);
+    float *out = malloc((size_t)(H * (nope + vd) * r) * sizeof(float));
+    if (!kb || !vb || !out || kb->dtype != GGUF_DT_F32 || vb->dtype != GGUF_DT_F32) {
+        free(out);
+        return NULL;
+    }
+    const float *k = kb->data, *v = vb->data; /* k_b {nope, r, H}, v_b {r, vd, H} */
+    for (int64_t h = 0; h < H; h++)
+        for (int64_t i = 0; i < r; i++) {
+            for (int64_t j = 0; j < nope; j++) out[(h * (nope + vd) + j) * r + i] = k[(h * r + i) * nope + j];
+            for (int64_t j = 0; j < vd; j++) out[(h * (nope + vd) + nope + j) * r + i] = v[(h * vd + j) * r + i];
+        }
+    return out;
+}
+
 static void test_deepseek_without_mla_keys(void) {
     char path[128];
     kvl_error err = {{0}};
     edit e = {.drop = {"deepseek2.attention.key_length_mla", "deepseek2.attention.value_length_mla",
                        "deepseek2.attention.head_count_kv"},
-              .u32_key = {"deepseek2.attention.head_count_kv"}, .u32 = {4}};
-    CHECK(rewrite(GOLDEN "deepseek2-mla-f32.gguf", &e, path, sizeof path));
+              .u32_key = {"deepseek2.attention.head_count_kv"}, .u32 = {4},
+              .drop_tensor = {"attn_k_b.weight", "attn_v_b.weight"}, .n_add = 2};
+    gguf_file *src = gguf_open(DS2, &err);
+    float *kvb[2] = {NULL, NULL};
+    for (int il = 0; src && il < 2; il++) { /* H 4, kv_lora 32, nope 32, v 32 */
+        kvb[il] = kv_b_of(src, il, 4, 32, 32, 32);
+        snprintf(e.add_name[il], sizeof e.add_name[il], "blk.%d.attn_kv_b.weight", il);
+        e.add_ne[il][0] = 32;
+        e.add_ne[il][1] = 4 * (32 + 32);
+        e.add_data[il] = kvb[il];
+    }
+    CHECK(kvb[0] && kvb[1] && rewrite(DS2, &e, path, sizeof path));
+    free(kvb[0]);
+    free(kvb[1]);
+    gguf_close(src);
     gguf_file *f = gguf_open(path, &err);
     model_hparams *hp = malloc(sizeof *hp);
     kv_plan_model pm;
@@ -318,12 +373,42 @@ static void test_deepseek_without_mla_keys(void) {
     }
     free(hp);
     gguf_close(f);
-    model *m = load(path, &err);
-    CHECK(!m && strstr(err.msg, "key_length_mla") && strstr(err.msg, "4 KV heads of K 48 + V 32"));
-    model_destroy(m);
+    /* The model runs it (as llama.cpp does), with the planner's cache, and
+     * computes what the absorbed form computes, up to rounding. */
+    test_gguf_agree(path);
+    model *a = load(DS2, &err), *b = load(path, &err);
+    if (!b) fprintf(stderr, "uncompressed deepseek2: %s\n", err.msg);
+    CHECK(a && b);
+    if (a && b) {
+        const int n = 40;
+        const int64_t V = model_hp(a)->n_vocab;
+        float *la = malloc((size_t)n * V * sizeof(float)), *lb = malloc((size_t)n * V * sizeof(float));
+        bool ran = la && lb && forward_all(a, n, la) && forward_all(b, n, lb);
+        CHECK(ran);
+        double worst = 0, scale = 0;
+        int argmax_differs = 0;
+        for (int t = 0; ran && t < n; t++) {
+            int64_t ia = 0, ib = 0;
+            for (int64_t i = 0; i < V; i++) {
+                float x = la[t * V + i], y = lb[t * V + i];
+                worst = fabs(x - y) > worst ? fabs(x - y) : worst;
+                scale = fabs(x) > scale ? fabs(x) : scale;
+                ia = x > la[t * V + ia] ? i : ia;
+                ib = y > lb[t * V + ib] ? i : ib;
+            }
+            argmax_differs += ia != ib;
+        }
+        printf("deepseek2 uncompressed vs absorbed: max |logit diff| %.3g (largest |logit| %.3g), argmax differs at %d of %d\n",
+               worst, scale, argmax_differs, n);
+        CHECK(ran && worst <= 1e-4 * scale && argmax_differs == 0);
+        free(la);
+        free(lb);
+    }
+    model_destroy(a);
+    model_destroy(b);
     unlink(path);
     /* The file as shipped: MLA, the latent + RoPE key (48 values) per layer. */
-    f = gguf_open(GOLDEN "deepseek2-mla-f32.gguf", &err);
+    f = gguf_open(DS2, &err);
     hp = malloc(sizeof *hp);
     CHECK(f && hp && model_hparams_from_gguf(f, hp, &err) && hp->mla && plan_of(hp, KV_PLAN_F32, &pm, &p) &&
           p.bytes_per_token == 2 * 48 * 4);
