@@ -10,10 +10,10 @@
  * decode path), in slices of 100 that cut runs at odd places, or batched with
  * a second sequence. For GQA with f16 and q8_0 KV (q8_0 rows are widened in
  * runs of 64 positions), MLA, sliding-window and Qwen3 models. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <math.h>
 
 #include "model/model.h"
 
