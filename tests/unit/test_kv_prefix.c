@@ -189,7 +189,7 @@ static void test_lru(void) {
     /* the probe revived a0 and released it: LRU now b1 b0 c1 c0 a0 */
     CHECK(kv_seq_reserve(p, &d, 5 * BS)); /* evicts b1, b0 */
     CHECK(probe(p, NULL, b, 4) == 0 && probe(p, NULL, c, 4) == 4 && probe(p, NULL, a, 4) == 2);
-    /* LRU: c1 c0 a0 after the c probe... then the a probe: c1 c0 a0 again */
+    /* the c probe released c1 c0 after a0, the a probe a0 after them: LRU c1 c0 a0 */
     CHECK(kv_seq_reserve(p, &d, 7 * BS)); /* evicts c1, c0 */
     CHECK(probe(p, NULL, c, 4) == 0 && probe(p, NULL, a, 4) == 2);
     CHECK(kv_seq_reserve(p, &d, 8 * BS)); /* evicts a0, the last */
