@@ -91,8 +91,7 @@ static void test_hits(void) {
     const int32_t b[] = {1, 2, 3, 9, 5, 6};
     CHECK(probe(p, NULL, b, 6) == 2); /* the chain breaks at the first differing block */
 
-    kv_seq_init(&s);
-    CHECK(kv_prefix_match(p, &s, a, 6) == 6); /* revival: the same blocks, out of the LRU list */
+    CHECK(kv_prefix_match(p, &s, a, 6) == 6); /* revival (s is empty after its release): the same blocks, out of the LRU list */
     CHECK(s.n_blocks == 3 && memcmp(s.blocks, first, 3 * sizeof *first) == 0);
     CHECK(kv_pool_n_cached(p) == 0 && kv_pool_n_used(p) == 3);
     for (int i = 0; i < 3; i++) CHECK(kv_block_refcount(p, s.blocks[i]) == 1);
