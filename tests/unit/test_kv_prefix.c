@@ -91,8 +91,7 @@ static void test_hits(void) {
     const int32_t b[] = {1, 2, 3, 9, 5, 6};
     CHECK(probe(p, NULL, b, 6) == 2); /* the chain breaks at the first differing block */
 
-    kv_seq_init(&s);
-    CHECK(kv_prefix_match(p, &s, a, 6) == 6); /* revival: the same blocks, out of the LRU list */
+    CHECK(kv_prefix_match(p, &s, a, 6) == 6); /* revival (s is empty after its release): the same blocks, out of the LRU list */
     CHECK(s.n_blocks == 3 && memcmp(s.blocks, first, 3 * sizeof *first) == 0);
     CHECK(kv_pool_n_cached(p) == 0 && kv_pool_n_used(p) == 3);
     for (int i = 0; i < 3; i++) CHECK(kv_block_refcount(p, s.blocks[i]) == 1);
@@ -189,7 +188,7 @@ static void test_lru(void) {
     /* the probe revived a0 and released it: LRU now b1 b0 c1 c0 a0 */
     CHECK(kv_seq_reserve(p, &d, 5 * BS)); /* evicts b1, b0 */
     CHECK(probe(p, NULL, b, 4) == 0 && probe(p, NULL, c, 4) == 4 && probe(p, NULL, a, 4) == 2);
-    /* LRU: c1 c0 a0 after the c probe... then the a probe: c1 c0 a0 again */
+    /* the c probe released c1 c0 after a0, the a probe a0 after them: LRU c1 c0 a0 */
     CHECK(kv_seq_reserve(p, &d, 7 * BS)); /* evicts c1, c0 */
     CHECK(probe(p, NULL, c, 4) == 0 && probe(p, NULL, a, 4) == 2);
     CHECK(kv_seq_reserve(p, &d, 8 * BS)); /* evicts a0, the last */
