@@ -118,6 +118,11 @@ static int cmd_info_opts(const cli_opts *o) {
                (long long)hp->n_ff, (long long)hp->n_ctx_train);
         printf("rope          %s, base %g, dims %lld%s\n", hp->rope_type == MODEL_ROPE_NEOX ? "neox" : "normal",
                hp->rope_base, (long long)hp->n_rot, hp->has_rope_freqs ? ", frequency factors" : "");
+        if (hp->rope_scaling.yarn)
+            printf("rope scaling  yarn, factor %g, original context %lld, beta %g/%g\n", 1.0 / hp->rope_freq_scale,
+                   (long long)hp->rope_scaling.n_ctx_orig, hp->rope_scaling.beta_fast, hp->rope_scaling.beta_slow);
+        else if (hp->rope_freq_scale != 1.0f)
+            printf("rope scaling  linear, factor %g\n", 1.0 / hp->rope_freq_scale);
         printf("output        %s\n", hp->tied_output ? "tied to token_embd" : "separate");
         if (hp->n_swa_layers)
             printf("sliding window %lld tokens on %lld of %lld layers\n", (long long)hp->n_swa,

@@ -60,6 +60,71 @@ static bool read_mla_hparams(model *m, kvl_error *err) {
     return true;
 }
 
+/* ggml's magnitude correction for a context stretched by `scale`. */
+static float yarn_get_mscale(float scale, float mscale) {
+    return scale <= 1.0f ? 1.0f : 0.1f * mscale * logf(scale) + 1.0f;
+}
+
+/* Rope scaling (rope.scaling.*) as llama.cpp reads it and prepares ggml's rope:
+ * linear divides the frequencies by the factor; YaRN mixes divided and
+ * undivided frequencies along a ramp between the dimensions that turn
+ * beta_fast and beta_slow times over the original context (ext_factor), and
+ * scales cos and sin by attn_factor. deepseek2 folds its magnitude correction
+ * into the q.k scale instead (attn_mla). */
+static bool read_rope_scaling(model *m, kvl_error *err) {
+    const gguf_file *f = m->gguf;
+    model_hparams *hp = &m->hp;
+    const char *a = hp->arch;
+    char key[128], stype[32] = "";
+    snprintf(key, sizeof key, "%s.rope.scaling.type", a);
+    gguf_get_str_buf(f, key, stype, sizeof stype);
+    const bool linear = strcmp(stype, "linear") == 0, yarn = strcmp(stype, "yarn") == 0;
+    if (stype[0] && strcmp(stype, "none") != 0 && !linear && !yarn)
+        return kvl_fail(err, "%s: key '%s': rope scaling '%s' is not supported (supported: none, linear, yarn)",
+                        gguf_path(f), key, stype);
+    float factor = 0;
+    if ((linear || yarn) && hp_float(f, a, "rope.scaling.factor", &factor)) {
+        if (!(factor > 0) || !isfinite(factor))
+            return kvl_fail(err, "%s: key '%s.rope.scaling.factor' = %g: must be positive", gguf_path(f), a, factor);
+        hp->rope_freq_scale = 1.0f / factor;
+    }
+    struct model_rope_scaling *rs = &hp->rope_scaling;
+    float ext = -1.0f, attn = 1.0f, attn_yarn = 1.0f;
+    rs->beta_fast = 32.0f;
+    rs->beta_slow = 1.0f;
+    rs->n_ctx_orig = hp->n_ctx_train;
+    rs->log_mul = 0.0f;
+    hp_float(f, a, "rope.scaling.attn_factor", &attn);
+    hp_float(f, a, "rope.scaling.yarn_ext_factor", &ext);
+    hp_float(f, a, "rope.scaling.yarn_attn_factor", &attn_yarn);
+    hp_float(f, a, "rope.scaling.yarn_beta_fast", &rs->beta_fast);
+    hp_float(f, a, "rope.scaling.yarn_beta_slow", &rs->beta_slow);
+    if (hp_float(f, a, "rope.scaling.yarn_log_multiplier", &rs->log_mul))
+        rs->log_mul /= 0.1f; /* the converter stores 0.1 * mscale_all_dim */
+    if (!hp_int(f, a, "rope.scaling.original_context_length", &rs->n_ctx_orig, false, err)) return false;
+    if (rs->n_ctx_orig <= 0 || rs->n_ctx_orig > (1 << 30) || !isfinite(attn) || !isfinite(ext) ||
+        !isfinite(rs->beta_fast) || !isfinite(rs->beta_slow) || !isfinite(rs->log_mul))
+        return kvl_fail(err, "%s: implausible rope scaling keys (original context %lld)", gguf_path(f),
+                        (long long)rs->n_ctx_orig);
+    rs->yarn = yarn;
+    rs->ext_factor = ext < 0.0f ? (yarn ? 1.0f : 0.0f) : ext;
+    rs->attn_factor = attn_yarn;
+    if (rs->ext_factor != 0.0f) {
+        const float fct = 1.0f / hp->rope_freq_scale;
+        if (rs->log_mul != 0.0f) {
+            float mscale = 1.0f;
+            if (strcmp(a, "deepseek2") == 0 && rs->log_mul != 1.0f) mscale = rs->log_mul;
+            rs->attn_factor = yarn_get_mscale(fct, mscale) / yarn_get_mscale(fct, rs->log_mul);
+        } else {
+            rs->attn_factor = yarn_get_mscale(fct, 1.0f);
+        }
+        /* ggml's rope multiplies by 1 + 0.1 ln(factor) again when ext_factor is set */
+        rs->attn_factor *= 1.0f / (1.0f + 0.1f * logf(fct));
+    }
+    rs->attn_factor *= attn;
+    return true;
+}
+
 static bool read_hparams(model *m, kvl_error *err) {
     const gguf_file *f = m->gguf;
     model_hparams *hp = &m->hp;
@@ -105,15 +170,7 @@ static bool read_hparams(model *m, kvl_error *err) {
     hp->rms_eps = 1e-5f;
     hp_float(f, a, "rope.freq_base", &hp->rope_base);
     hp_float(f, a, "attention.layer_norm_rms_epsilon", &hp->rms_eps);
-    char key[128], stype[32] = "";
-    snprintf(key, sizeof key, "%s.rope.scaling.type", a);
-    gguf_get_str_buf(f, key, stype, sizeof stype);
-    float factor = 0;
-    if (strcmp(stype, "linear") == 0 && hp_float(f, a, "rope.scaling.factor", &factor) && factor > 0)
-        hp->rope_freq_scale = 1.0f / factor;
-    else if (stype[0] && strcmp(stype, "none") != 0 && strcmp(stype, "linear") != 0)
-        return kvl_fail(err, "%s: key '%s': rope scaling '%s' is not supported", gguf_path(f), key,
-                        stype);
+    if (!read_rope_scaling(m, err)) return false;
     hp->rope_type = m->arch->rope_type;
     hp_float(f, a, "attn_logit_softcapping", &hp->attn_softcap);
     hp_float(f, a, "final_logit_softcapping", &hp->final_softcap);

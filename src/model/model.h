@@ -22,6 +22,15 @@ typedef struct model_hparams {
     int64_t n_rot;                  /* rope.dimension_count */
     int rope_type;                  /* MODEL_ROPE_* */
     float rope_base, rope_freq_scale;
+    /* rope scaling beyond linear (rope.scaling.*), as llama.cpp sets up ggml's rope */
+    struct model_rope_scaling {
+        bool yarn;            /* rope.scaling.type = yarn */
+        float ext_factor;     /* YaRN ramp mix (0: off, 1 for yarn files) */
+        float attn_factor;    /* ggml's attn_factor: multiplies rope's cos and sin */
+        float beta_fast, beta_slow;
+        int64_t n_ctx_orig;   /* rope.scaling.original_context_length */
+        float log_mul;        /* rope.scaling.yarn_log_multiplier / 0.1 (deepseek2) */
+    } rope_scaling;
     float rms_eps;
     bool tied_output;
     bool has_rope_freqs; /* Llama 3.1 rope_freqs.weight frequency factors */
