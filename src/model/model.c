@@ -38,17 +38,12 @@ static bool read_mla_hparams(model *m, kvl_error *err) {
     const gguf_file *f = m->gguf;
     model_hparams *hp = &m->hp;
     const char *a = hp->arch;
-    int64_t k_mla = 0, v_mla = 0, n_dense = hp->n_layer;
+    int64_t k_mla = 0, v_mla = 0;
     if (!hp_int(f, a, "attention.kv_lora_rank", &hp->kv_lora_rank, true, err) ||
         !hp_int(f, a, "attention.q_lora_rank", &hp->q_lora_rank, false, err) ||
         !hp_int(f, a, "attention.key_length_mla", &k_mla, true, err) ||
-        !hp_int(f, a, "attention.value_length_mla", &v_mla, true, err) ||
-        !hp_int(f, a, "leading_dense_block_count", &n_dense, false, err))
+        !hp_int(f, a, "attention.value_length_mla", &v_mla, true, err))
         return false;
-    if (n_dense < hp->n_layer)
-        return kvl_fail(err, "%s: key '%s.leading_dense_block_count' = %lld: mixture-of-experts layers "
-                        "are not supported yet (only the first %lld of %lld layers are dense)",
-                        gguf_path(f), a, (long long)n_dense, (long long)n_dense, (long long)hp->n_layer);
     if (hp->n_head_kv != 1 || hp->head_dim_k != hp->kv_lora_rank + hp->n_rot ||
         hp->head_dim_v != hp->kv_lora_rank || k_mla <= hp->n_rot || v_mla <= 0 || v_mla > 4096)
         return kvl_fail(err, "%s: MLA shape not in llama.cpp's absorbed form (kv heads %lld, key %lld, "
@@ -177,7 +172,8 @@ static bool read_hparams(model *m, kvl_error *err) {
     if (!hp_int(f, a, "attention.sliding_window", &hp->n_swa, false, err)) return false;
     if (hp->n_swa < 0 || hp->n_swa > (1 << 24))
         return kvl_fail(err, "%s: sliding window %lld out of range", gguf_path(f), (long long)hp->n_swa);
-    return m->arch->attn == ARCH_ATTN_MLA ? read_mla_hparams(m, err) : true;
+    if (m->arch->attn == ARCH_ATTN_MLA && !read_mla_hparams(m, err)) return false;
+    return moe_read_hparams(m, err);
 }
 
 /* Looks up a weight and checks its shape and type. ne1 = 0 means a 1-D tensor;
@@ -201,6 +197,11 @@ static bool bind3(model *m, mtensor *t, const char *name, int64_t ne0, int64_t n
     if (!gt->data) return kvl_fail(err, "%s: tensor '%s' has no data", gguf_path(m->gguf), name);
     *t = (mtensor){.data = gt->data, .dtype = gt->dtype, .ne0 = ne0, .ne1 = want1, .ne2 = ne2};
     return true;
+}
+
+bool model_bind(model *m, mtensor *t, const char *name, int64_t ne0, int64_t ne1, int64_t ne2, bool required,
+                kvl_error *err) {
+    return bind3(m, t, name, ne0, ne1, ne2, required, err);
 }
 
 static bool bind(model *m, mtensor *t, const char *name, int64_t ne0, int64_t ne1, bool required,
@@ -268,17 +269,22 @@ static bool bind_layer(model *m, int il, kvl_error *err) {
     if (!(m->arch->attn == ARCH_ATTN_MLA ? bind_attn_mla(m, il, L, err) : bind_attn_mha(m, il, L, err)))
         return false;
     BIND(ffn_norm, "ffn_norm.weight", E, 0, true);
-    BIND(ffn_gate, "ffn_gate.weight", E, hp->n_ff, true);
-    BIND(ffn_up, "ffn_up.weight", E, hp->n_ff, true);
-    BIND(ffn_down, "ffn_down.weight", hp->n_ff, E, true);
+    if (moe_layer(m, il)) {
+        if (!moe_bind_layer(m, il, err)) return false;
+    } else {
+        BIND(ffn_gate, "ffn_gate.weight", E, hp->n_ff, true);
+        BIND(ffn_up, "ffn_up.weight", E, hp->n_ff, true);
+        BIND(ffn_down, "ffn_down.weight", hp->n_ff, E, true);
+    }
     if (m->arch->post_norms) {
         BIND(post_attn_norm, "post_attention_norm.weight", E, 0, true);
         BIND(post_ffn_norm, "post_ffw_norm.weight", E, 0, true);
     }
     snprintf(n, sizeof n, "blk.%d.ffn_gate_inp.weight", il);
-    if (gguf_find_tensor(m->gguf, n))
-        return kvl_fail(err, "%s: tensor '%s': mixture-of-experts layers are not supported yet",
-                        gguf_path(m->gguf), n);
+    if (!moe_layer(m, il) && gguf_find_tensor(m->gguf, n))
+        return kvl_fail(err, "%s: tensor '%s': a router in a layer that key '%s.%s' makes dense",
+                        gguf_path(m->gguf), n, hp->arch,
+                        hp->moe.n_expert ? "leading_dense_block_count" : "expert_count");
     return true;
 }
 #undef BIND
@@ -342,12 +348,15 @@ static bool bind_weights(model *m, kvl_error *err) {
         hp->n_params += t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3];
     }
     hp->weights_bytes = gguf_tensor_data_bytes(m->gguf);
+    moe_count_bytes(m);
     return true;
 }
 
 static size_t max_work_bytes(const model *m, int64_t rows) {
     const model_hparams *hp = &m->hp;
     size_t best = kern_matmul_work_bytes(m->output.dtype, rows, hp->n_embd);
+    const size_t moe = moe_work_bytes(m, rows);
+    best = moe > best ? moe : best;
     for (int il = 0; il < hp->n_layer; il++) {
         const layer_weights *L = &m->layers[il];
         const mtensor *ts[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->ffn_gate, &L->ffn_up, &L->ffn_down,
@@ -398,6 +407,7 @@ static bool repack_weights(model *m, kvl_error *err) {
         const uintptr_t a0 = (a + page - 1) & ~(uintptr_t)(page - 1), e0 = e & ~(uintptr_t)(page - 1);
         if (e0 > a0) madvise((void *)a0, e0 - a0, MADV_DONTNEED);
     }
+    if (!moe_repack(m, &total, err)) return false;
     m->hp.repacked_bytes = (int64_t)total;
     if (total)
         kvl_log(KVL_LOG_INFO, "model: %.1f MiB of weights repacked for %s", total / 1048576.0, kern_isa_name());
@@ -435,7 +445,7 @@ static bool alloc_scratch(model *m, kvl_error *err) {
     if (!m->attn_runs || !m->x || !m->xb || !m->xb2 || !m->q || !m->k || !m->v || !m->att || !m->ff_gate ||
         !m->ff_up || !m->work || !m->logit_rows)
         return kvl_fail(err, "model: cannot allocate scratch for %lld tokens", (long long)U);
-    return true;
+    return moe_alloc_scratch(m, err);
 }
 
 model *model_load(gguf_file *f, const model_params *mp, kvl_error *err) {
@@ -464,6 +474,7 @@ void model_destroy(model *m) {
     kvl_free(m->output.packed);
     for (int il = 0; m->layers && il < m->hp.n_layer; il++)
         for (size_t i = 0; i < N_LAYER_MATMULS; i++) kvl_free(layer_matmul(m, il, i)->packed);
+    moe_free(m);
     free(m->layers);
     float *bufs[] = {m->x, m->xb, m->xb2, m->q, m->k, m->v, m->att, m->ff_gate, m->ff_up,
                      m->attn_scratch, m->logit_rows, m->mla_a, m->mla_b};

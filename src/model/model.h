@@ -15,6 +15,23 @@ enum { MODEL_ROPE_NORM = 0, MODEL_ROPE_NEOX = 2 };
  * in another. */
 #define MODEL_MAX_KV_GROUPS 2
 
+/* Mixture of experts (model_moe.c), llama.cpp's keys and build_moe_ffn. */
+enum { MODEL_MOE_SOFTMAX = 1, MODEL_MOE_SIGMOID = 2 }; /* expert_gating_func */
+typedef struct model_moe_hparams {
+    int64_t n_expert, n_expert_used;   /* expert_count (0: dense model), expert_used_count */
+    int64_t n_layer_dense_lead;        /* leading_dense_block_count: layers before the first MoE one */
+    int64_t n_ff_exp;                  /* one routed expert's width */
+    int64_t n_ff_shexp;                /* the shared expert's width (0: none) */
+    int gating;                        /* MODEL_MOE_* */
+    bool weights_norm;                 /* top-k weights divided by their sum */
+    float weights_scale;               /* 0 or 1: none */
+    int64_t n_group, n_group_used;     /* group-limited routing (DeepSeek V3; 0: off) */
+    bool shexp_gated;                  /* qwen2moe: shared expert scaled by sigmoid(gate_inp_shexp . x) */
+    int64_t n_layer_moe;
+    size_t expert_bytes;               /* all routed experts' weights */
+    size_t active_bytes;               /* weights read per token: all but the unselected experts */
+} model_moe_hparams;
+
 typedef struct model_hparams {
     char arch[32];
     int64_t n_vocab, n_embd, n_layer, n_head, n_head_kv, n_ff, n_ctx_train;
@@ -38,6 +55,7 @@ typedef struct model_hparams {
     int64_t n_swa_layers;
     float attn_softcap, final_softcap; /* gemma2 logit soft-capping (0: off) */
     int64_t kv_lora_rank, q_lora_rank, n_rot_mla_nope, v_head_dim_mla; /* MLA */
+    model_moe_hparams moe;
     int64_t n_params;
     size_t weights_bytes;
     int64_t repacked_bytes; /* matmul weights held in the kernels' layout instead (0: none) */

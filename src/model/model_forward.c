@@ -276,6 +276,10 @@ static void attn_mla(fwd_ctx *c, int il) {
 static void ffn(fwd_ctx *c, const layer_weights *L) {
     model *m = c->m;
     int64_t n = c->n, F = m->hp.n_ff;
+    if (L->ffn_gate_inp.data) {
+        moe_ffn(m, L, m->xb, n, m->xb);
+        return;
+    }
     const mtensor *gate_up[] = {&L->ffn_gate, &L->ffn_up};
     float *const gate_up_out[] = {m->ff_gate, m->ff_up};
     op_matmul_many(m, 2, gate_up, m->xb, n, gate_up_out);

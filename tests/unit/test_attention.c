@@ -4,7 +4,8 @@
  * each K/V row: op_attend_run), one token per forward (op_attend_group, the
  * decode path), in slices of 100 that cut runs at odd places, or batched with
  * a second sequence. For GQA with f16 and q8_0 KV (q8_0 rows are widened in
- * runs of 64 positions), MLA, sliding-window and Qwen3 models. */
+ * runs of 64 positions), MLA, sliding-window, Qwen3 and mixture-of-experts
+ * models (whose tokens are grouped by expert: a different grouping each way). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -155,7 +156,10 @@ int main(void) {
         int kv;
     } cases[] = {{"llama-gqa-bpe-f16.gguf", GGUF_DT_F16}, {"llama-gqa-bpe-q4_0.gguf", GGUF_DT_Q8_0},
                  {"deepseek2-mla-f32.gguf", GGUF_DT_F16}, {"gemma3-swa-f32.gguf", GGUF_DT_F16},
-                 {"qwen3-f32.gguf", GGUF_DT_BF16}};
+                 {"qwen3-f32.gguf", GGUF_DT_BF16},
+                 /* mixture of experts: the ubatch's tokens grouped by expert, a few or many per expert */
+                 {"qwen3moe-q8_0.gguf", GGUF_DT_F16}, {"deepseek2-moe-f32.gguf", GGUF_DT_F16},
+                 {"llama-moe-f32.gguf", GGUF_DT_F16}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         snprintf(path, sizeof path, "%s%s", dir, cases[i].file);
         test_model(path, cases[i].kv);
