@@ -97,6 +97,20 @@ static int cmd_info_opts(const cli_opts *o) {
                                                 : hp->n_head_kv < hp->n_head ? "gqa" : "mha");
         cJSON_AddNumberToObject(j, "n_params", (double)hp->n_params);
         cJSON_AddNumberToObject(j, "weights_bytes", (double)hp->weights_bytes);
+        if (hp->moe.n_expert) {
+            const model_moe_hparams *mo = &hp->moe;
+            cJSON *e = cJSON_AddObjectToObject(j, "experts");
+            cJSON_AddNumberToObject(e, "count", (double)mo->n_expert);
+            cJSON_AddNumberToObject(e, "used", (double)mo->n_expert_used);
+            cJSON_AddNumberToObject(e, "shared_ff", (double)mo->n_ff_shexp);
+            cJSON_AddNumberToObject(e, "expert_ff", (double)mo->n_ff_exp);
+            cJSON_AddNumberToObject(e, "moe_layers", (double)mo->n_layer_moe);
+            cJSON_AddStringToObject(e, "gating", mo->gating == MODEL_MOE_SIGMOID ? "sigmoid" : "softmax");
+            cJSON_AddNumberToObject(e, "groups", (double)mo->n_group);
+            cJSON_AddNumberToObject(e, "groups_used", (double)mo->n_group_used);
+            cJSON_AddNumberToObject(e, "expert_weights_bytes", (double)mo->expert_bytes);
+            cJSON_AddNumberToObject(e, "active_weights_bytes_per_token", (double)mo->active_bytes);
+        }
         cJSON_AddStringToObject(j, "tokenizer", tok_model_name(cm.vocab));
         cJSON_AddStringToObject(j, "tokenizer_pre", tok_pre_name(cm.vocab));
         cJSON *tt = cJSON_AddObjectToObject(j, "tensor_types");
@@ -130,6 +144,16 @@ static int cmd_info_opts(const cli_opts *o) {
         if (hp->kv_lora_rank)
             printf("MLA           kv_lora_rank %lld + rope %lld cached per token per layer\n",
                    (long long)hp->kv_lora_rank, (long long)hp->n_rot);
+        if (hp->moe.n_expert) {
+            const model_moe_hparams *mo = &hp->moe;
+            printf("experts       %lld, %lld used per token, %s gating%s, expert ff %lld, shared ff %lld, "
+                   "on %lld of %lld layers\n", (long long)mo->n_expert, (long long)mo->n_expert_used,
+                   mo->gating == MODEL_MOE_SIGMOID ? "sigmoid" : "softmax", mo->n_group ? " in groups" : "",
+                   (long long)mo->n_ff_exp, (long long)mo->n_ff_shexp, (long long)mo->n_layer_moe,
+                   (long long)hp->n_layer);
+            printf("weights read  %zu bytes per token (routed experts %zu bytes in all, %lld of %lld read)\n",
+                   mo->active_bytes, mo->expert_bytes, (long long)mo->n_expert_used, (long long)mo->n_expert);
+        }
         printf("tensor types ");
         for (int t = 0; t < GGUF_DT_COUNT; t++)
             if (counts[t]) printf(" %s x%lld", gguf_dtype_name(t), (long long)counts[t]);

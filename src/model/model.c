@@ -269,6 +269,11 @@ static bool bind_layer(model *m, int il, kvl_error *err) {
     if (!(m->arch->attn == ARCH_ATTN_MLA ? bind_attn_mla(m, il, L, err) : bind_attn_mha(m, il, L, err)))
         return false;
     BIND(ffn_norm, "ffn_norm.weight", E, 0, true);
+    snprintf(n, sizeof n, "blk.%d.ffn_gate_inp.weight", il);
+    if (!moe_layer(m, il) && gguf_find_tensor(m->gguf, n))
+        return kvl_fail(err, "%s: tensor '%s': a router in a layer that key '%s.%s' makes dense",
+                        gguf_path(m->gguf), n, hp->arch,
+                        hp->moe.n_expert ? "leading_dense_block_count" : "expert_count");
     if (moe_layer(m, il)) {
         if (!moe_bind_layer(m, il, err)) return false;
     } else {
@@ -280,11 +285,6 @@ static bool bind_layer(model *m, int il, kvl_error *err) {
         BIND(post_attn_norm, "post_attention_norm.weight", E, 0, true);
         BIND(post_ffn_norm, "post_ffw_norm.weight", E, 0, true);
     }
-    snprintf(n, sizeof n, "blk.%d.ffn_gate_inp.weight", il);
-    if (!moe_layer(m, il) && gguf_find_tensor(m->gguf, n))
-        return kvl_fail(err, "%s: tensor '%s': a router in a layer that key '%s.%s' makes dense",
-                        gguf_path(m->gguf), n, hp->arch,
-                        hp->moe.n_expert ? "leading_dense_block_count" : "expert_count");
     return true;
 }
 #undef BIND
