@@ -37,7 +37,7 @@ struct moe_scratch {
     int32_t *start;    /* [n_expert] first entry of each expert in order */
     int32_t *order;    /* [U*k] token * k + slot, grouped by expert */
     float *xg, *yg;    /* [U][E] an expert's gathered input rows, its outputs */
-    float *hg, *hu;    /* [U][max(ff_exp, ff_shexp)] */
+    float *hg, *hu;    /* [max(U, k)][max(ff_exp, ff_shexp)] */
     float *out;        /* [U*k][E] weighted expert outputs per (token, slot) */
     float *sh;         /* [U][E] shared expert output */
     float *shg;        /* [U] qwen2moe's shared expert gate */
@@ -294,8 +294,9 @@ bool moe_alloc_scratch(model *m, kvl_error *err) {
     s->order = kvl_calloc((size_t)(U * K), sizeof(int32_t));
     s->xg = kvl_calloc((size_t)(U * E), sizeof(float));
     s->yg = kvl_calloc((size_t)(U * E), sizeof(float));
-    s->hg = kvl_calloc((size_t)(U * ffw), sizeof(float));
-    s->hu = kvl_calloc((size_t)(U * ffw), sizeof(float));
+    const int64_t hrows = U > K ? U : K; /* decode holds all K experts' rows at once */
+    s->hg = kvl_calloc((size_t)(hrows * ffw), sizeof(float));
+    s->hu = kvl_calloc((size_t)(hrows * ffw), sizeof(float));
     s->out = kvl_calloc((size_t)(U * K * E), sizeof(float));
     s->sh = kvl_calloc((size_t)(U * E), sizeof(float));
     s->shg = kvl_calloc((size_t)U, sizeof(float));
@@ -418,7 +419,33 @@ void moe_ffn(model *m, const layer_weights *L, const float *x, int64_t n, float 
     }
     for (int64_t i = 0; i < n * K; i++) s->order[s->start[s->ids[i]]++] = (int32_t)i;
     for (int64_t e = 0; e < NE; e++) s->start[e] -= s->count[e];
-    for (int64_t e = 0; e < NE; e++) {
+    /* One token (decode): every selected expert takes the same x, so gate and up
+     * of two experts at a time share one prepared x and one parallel region. */
+    const bool pair = n == 1 && K > 1 && L->ffn_gate_exps.packed && L->ffn_up_exps.packed &&
+                      KERN_REPACKED_MAX >= 4 &&
+                      kern_repacked_share_input(L->ffn_gate_exps.dtype, L->ffn_up_exps.dtype);
+    if (pair) {
+        const int64_t F = mo->n_ff_exp;
+        for (int64_t i = 0; i < K; i += 2) {
+            const int nm = i + 1 < K ? 4 : 2;
+            mtensor sl[4];
+            const mtensor *ws[4];
+            float *ys[4];
+            for (int j = 0; j < nm; j++) {
+                sl[j] = expert_slice(j % 2 ? &L->ffn_up_exps : &L->ffn_gate_exps, s->ids[i + j / 2]);
+                ws[j] = &sl[j];
+                ys[j] = (j % 2 ? s->hu : s->hg) + (i + j / 2) * F;
+            }
+            op_matmul_many(m, nm, ws, x, 1, ys);
+        }
+        op_silu_mul(s->hg, s->hu, K * F);
+        for (int64_t i = 0; i < K; i++) {
+            const mtensor down = expert_slice(&L->ffn_down_exps, s->ids[i]);
+            op_matmul(m, &down, s->hg + i * F, 1, s->yg);
+            for (int64_t j = 0; j < E; j++) s->out[i * E + j] = s->yg[j] * s->w[i];
+        }
+    }
+    for (int64_t e = 0; e < NE && !pair; e++) {
         const int64_t c = s->count[e];
         if (c == 0) continue; /* not read at all */
         const int32_t *rows = s->order + s->start[e];
