@@ -6,7 +6,8 @@ Usage: model_refusals.py KVLLM_BIN GOLDEN_MODELS_DIR OUT_DIR
 Each case rewrites one of the golden models (tests/data/golden/models) with a
 metadata key set, removed or a tensor renamed, runs `kvllm info -m` on it and
 checks exit status 1 and the expected text in the message. The unmodified
-mixture-of-experts files must load and report their experts.
+mixture-of-experts files must load and report their experts, and a qwen2moe
+file made from qwen3moe-f32 must load and generate.
 Standard library only.
 """
 import os
@@ -144,6 +145,28 @@ CASES = [
 ]
 
 
+def qwen2moe_from_qwen3moe(models, path):
+    """No golden exists for qwen2moe: its shape (shared expert, sigmoid-gated by
+    ffn_gate_inp_shexp, no q/k norms) is made from qwen3moe-f32, the shared
+    expert's tensors reusing same-shaped attention data, to check that it loads,
+    reports its shared expert and generates."""
+    version, kvs, tensors, data = load(os.path.join(models, "qwen3moe-f32.gguf"))
+    for kv in kvs:
+        if kv[0].startswith("qwen3moe."):
+            kv[0] = "qwen2moe." + kv[0][len("qwen3moe."):]
+    set_kv(kvs, "general.architecture", T_STR, gstr("qwen2moe"))
+    set_kv(kvs, "qwen2moe.expert_shared_feed_forward_length", T_U32, struct.pack("<I", 256))
+    tensors[:] = [t for t in tensors if "attn_q_norm" not in t[0] and "attn_k_norm" not in t[0]]
+    by = {t[0]: t for t in tensors}
+    for il in range(2):
+        q, o = by[f"blk.{il}.attn_q.weight"], by[f"blk.{il}.attn_output.weight"]
+        tensors.append([f"blk.{il}.ffn_gate_shexp.weight", [256, 256], 0, q[3]])
+        tensors.append([f"blk.{il}.ffn_up_shexp.weight", [256, 256], 0, o[3]])
+        tensors.append([f"blk.{il}.ffn_down_shexp.weight", [256, 256], 0, q[3]])
+        tensors.append([f"blk.{il}.ffn_gate_inp_shexp.weight", [256], 0, by[f"blk.{il}.attn_norm.weight"][3]])
+    save(path, version, kvs, tensors, data)
+
+
 def main():
     kv_bin, models, out = sys.argv[1], sys.argv[2], sys.argv[3]
     os.makedirs(out, exist_ok=True)
@@ -169,6 +192,17 @@ def main():
             failures += 1
         else:
             print(f"ok   info {base}")
+    q2 = os.path.join(out, "qwen2moe.gguf")
+    qwen2moe_from_qwen3moe(models, q2)
+    p = subprocess.run([kv_bin, "info", "-m", q2], capture_output=True, text=True)
+    r = subprocess.run([kv_bin, "run", "-m", q2, "--prompt-ids", "1,2,3", "-n", "8", "--temp", "0", "--ignore-eos",
+                        "--json"], capture_output=True, text=True)
+    n_ids = r.stdout.count('"id"')
+    if p.returncode != 0 or "shared ff 256" not in p.stdout or r.returncode != 0 or n_ids != 8:
+        print(f"FAIL qwen2moe: info exit {p.returncode}, run exit {r.returncode}, {n_ids} ids\n{p.stderr}{r.stderr}")
+        failures += 1
+    else:
+        print("ok   qwen2moe (from qwen3moe): loads, shared expert reported, 8 ids generated")
     print("PASS" if not failures else f"{failures} failure(s)")
     return 1 if failures else 0
 
