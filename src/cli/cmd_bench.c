@@ -225,8 +225,11 @@ typedef struct results {
 } results;
 
 /* Weights a decoding step reads: every tensor once, except an untied token
- * embedding, of which only the looked-up rows are read. */
+ * embedding, of which only the looked-up rows are read. A mixture-of-experts
+ * model reads only the selected experts: one token's worth is counted (a
+ * batch's tokens may select more, so batched figures are lower bounds). */
 static size_t weights_per_step(const model *m) {
+    if (model_hp(m)->moe.n_expert) return model_hp(m)->moe.active_bytes;
     const gguf_file *f = model_gguf(m);
     size_t total = gguf_tensor_data_bytes(f);
     const gguf_tensor *te = gguf_find_tensor(f, "token_embd.weight");

@@ -97,6 +97,20 @@ static int cmd_info_opts(const cli_opts *o) {
                                                 : hp->n_head_kv < hp->n_head ? "gqa" : "mha");
         cJSON_AddNumberToObject(j, "n_params", (double)hp->n_params);
         cJSON_AddNumberToObject(j, "weights_bytes", (double)hp->weights_bytes);
+        if (hp->moe.n_expert) {
+            const model_moe_hparams *mo = &hp->moe;
+            cJSON *e = cJSON_AddObjectToObject(j, "experts");
+            cJSON_AddNumberToObject(e, "count", (double)mo->n_expert);
+            cJSON_AddNumberToObject(e, "used", (double)mo->n_expert_used);
+            cJSON_AddNumberToObject(e, "shared_ff", (double)mo->n_ff_shexp);
+            cJSON_AddNumberToObject(e, "expert_ff", (double)mo->n_ff_exp);
+            cJSON_AddNumberToObject(e, "moe_layers", (double)mo->n_layer_moe);
+            cJSON_AddStringToObject(e, "gating", mo->gating == MODEL_MOE_SIGMOID ? "sigmoid" : "softmax");
+            cJSON_AddNumberToObject(e, "groups", (double)mo->n_group);
+            cJSON_AddNumberToObject(e, "groups_used", (double)mo->n_group_used);
+            cJSON_AddNumberToObject(e, "expert_weights_bytes", (double)mo->expert_bytes);
+            cJSON_AddNumberToObject(e, "active_weights_bytes_per_token", (double)mo->active_bytes);
+        }
         cJSON_AddStringToObject(j, "tokenizer", tok_model_name(cm.vocab));
         cJSON_AddStringToObject(j, "tokenizer_pre", tok_pre_name(cm.vocab));
         cJSON *tt = cJSON_AddObjectToObject(j, "tensor_types");
@@ -118,6 +132,11 @@ static int cmd_info_opts(const cli_opts *o) {
                (long long)hp->n_ff, (long long)hp->n_ctx_train);
         printf("rope          %s, base %g, dims %lld%s\n", hp->rope_type == MODEL_ROPE_NEOX ? "neox" : "normal",
                hp->rope_base, (long long)hp->n_rot, hp->has_rope_freqs ? ", frequency factors" : "");
+        if (hp->rope_yarn.yarn)
+            printf("rope scaling  yarn, factor %g, original context %lld, beta %g/%g\n", 1.0 / hp->rope_freq_scale,
+                   (long long)hp->rope_yarn.n_ctx_orig, hp->rope_yarn.beta_fast, hp->rope_yarn.beta_slow);
+        else if (hp->rope_freq_scale != 1.0f)
+            printf("rope scaling  linear, factor %g\n", 1.0 / hp->rope_freq_scale);
         printf("output        %s\n", hp->tied_output ? "tied to token_embd" : "separate");
         if (hp->n_swa_layers)
             printf("sliding window %lld tokens on %lld of %lld layers\n", (long long)hp->n_swa,
@@ -125,6 +144,16 @@ static int cmd_info_opts(const cli_opts *o) {
         if (hp->kv_lora_rank)
             printf("MLA           kv_lora_rank %lld + rope %lld cached per token per layer\n",
                    (long long)hp->kv_lora_rank, (long long)hp->n_rot);
+        if (hp->moe.n_expert) {
+            const model_moe_hparams *mo = &hp->moe;
+            printf("experts       %lld, %lld used per token, %s gating%s, expert ff %lld, shared ff %lld, "
+                   "on %lld of %lld layers\n", (long long)mo->n_expert, (long long)mo->n_expert_used,
+                   mo->gating == MODEL_MOE_SIGMOID ? "sigmoid" : "softmax", mo->n_group ? " in groups" : "",
+                   (long long)mo->n_ff_exp, (long long)mo->n_ff_shexp, (long long)mo->n_layer_moe,
+                   (long long)hp->n_layer);
+            printf("weights read  %zu bytes per token (routed experts %zu bytes in all, %lld of %lld read)\n",
+                   mo->active_bytes, mo->expert_bytes, (long long)mo->n_expert_used, (long long)mo->n_expert);
+        }
         printf("tensor types ");
         for (int t = 0; t < GGUF_DT_COUNT; t++)
             if (counts[t]) printf(" %s x%lld", gguf_dtype_name(t), (long long)counts[t]);

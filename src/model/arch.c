@@ -6,16 +6,18 @@
 #include "model.h"
 
 static const arch_desc ARCHS[] = {
-    {.name = "llama", .rope_type = MODEL_ROPE_NORM, .qkv_bias_allowed = true},
+    {.name = "llama", .rope_type = MODEL_ROPE_NORM, .qkv_bias_allowed = true, .moe = ARCH_MOE_OPTIONAL},
     {.name = "mistral", .rope_type = MODEL_ROPE_NORM},
     {.name = "qwen2", .rope_type = MODEL_ROPE_NEOX, .qkv_bias_allowed = true},
     {.name = "qwen3", .rope_type = MODEL_ROPE_NEOX, .qk_norm = true},
+    {.name = "qwen2moe", .rope_type = MODEL_ROPE_NEOX, .qkv_bias_allowed = true, .moe = ARCH_MOE_REQUIRED},
+    {.name = "qwen3moe", .rope_type = MODEL_ROPE_NEOX, .qk_norm = true, .moe = ARCH_MOE_REQUIRED},
     {.name = "gemma2", .rope_type = MODEL_ROPE_NEOX, .ffn_act = ARCH_ACT_GELU, .embd_scale = true,
      .post_norms = true, .swa_pattern = 2, .n_layer_27b = 46},
     {.name = "gemma3", .rope_type = MODEL_ROPE_NEOX, .ffn_act = ARCH_ACT_GELU, .embd_scale = true,
      .post_norms = true, .qk_norm = true, .swa_pattern = 6, .n_layer_27b = 62,
      .swa_rope_scale_one = true},
-    {.name = "deepseek2", .rope_type = MODEL_ROPE_NORM, .attn = ARCH_ATTN_MLA},
+    {.name = "deepseek2", .rope_type = MODEL_ROPE_NORM, .attn = ARCH_ATTN_MLA, .moe = ARCH_MOE_OPTIONAL},
 };
 
 const arch_desc *arch_find(const char *name) {
@@ -24,4 +26,4 @@ const arch_desc *arch_find(const char *name) {
     return NULL;
 }
 
-const char *arch_supported_list(void) { return "llama, mistral, qwen2, qwen3, gemma2, gemma3, deepseek2"; }
+const char *arch_supported_list(void) { return "llama, mistral, qwen2, qwen3, qwen2moe, qwen3moe, gemma2, gemma3, deepseek2"; }

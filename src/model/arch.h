@@ -7,6 +7,8 @@
 
 typedef enum arch_act { ARCH_ACT_SILU = 0, ARCH_ACT_GELU } arch_act;
 typedef enum arch_attn { ARCH_ATTN_MHA = 0, ARCH_ATTN_MLA } arch_attn;
+/* Routed experts: refused, allowed when expert_count > 0, or required. */
+typedef enum arch_moe { ARCH_MOE_NONE = 0, ARCH_MOE_OPTIONAL, ARCH_MOE_REQUIRED } arch_moe;
 
 typedef struct arch_desc {
     const char *name;        /* general.architecture */
@@ -20,6 +22,7 @@ typedef struct arch_desc {
     int swa_pattern;         /* default sliding-window layer pattern (0: none; gemma2 2, gemma3 6) */
     int n_layer_27b;         /* layer count of the variant that scales q by 1/sqrt(E/H) (gemma) */
     bool swa_rope_scale_one; /* sliding layers ignore rope frequency scaling (gemma3) */
+    arch_moe moe;            /* mixture-of-experts FFN layers (model_moe.c) */
 } arch_desc;
 
 /* NULL if the architecture is not supported. */

@@ -40,6 +40,33 @@
 
 enum { MODEL_ROPE_NORM = 0, MODEL_ROPE_NEOX = 2 };
 
+/* Mixture of experts (model_moe.c), llama.cpp's keys and build_moe_ffn. */
+enum { MODEL_MOE_SOFTMAX = 1, MODEL_MOE_SIGMOID = 2 }; /* expert_gating_func */
+typedef struct model_moe_hparams {
+    int64_t n_expert, n_expert_used;   /* expert_count (0: dense model), expert_used_count */
+    int64_t n_layer_dense_lead;        /* leading_dense_block_count: layers before the first MoE one */
+    int64_t n_ff_exp;                  /* one routed expert's width */
+    int64_t n_ff_shexp;                /* the shared expert's width (0: none) */
+    int gating;                        /* MODEL_MOE_* */
+    bool weights_norm;                 /* top-k weights divided by their sum */
+    float weights_scale;               /* 0 or 1: none */
+    int64_t n_group, n_group_used;     /* group-limited routing (DeepSeek V3; 0: off) */
+    bool shexp_gated;                  /* qwen2moe: shared expert scaled by sigmoid(gate_inp_shexp . x) */
+    int64_t n_layer_moe;
+    size_t expert_bytes;               /* all routed experts' weights */
+    size_t active_bytes;               /* weights read per token: all but the unselected experts */
+} model_moe_hparams;
+
+/* Rope scaling beyond linear (rope.scaling.*), as llama.cpp sets up ggml's rope. */
+typedef struct model_rope_yarn {
+    bool yarn;            /* rope.scaling.type = yarn */
+    float ext_factor;     /* YaRN ramp mix (0: off, 1 for yarn files) */
+    float attn_factor;    /* ggml's attn_factor: multiplies rope's cos and sin */
+    float beta_fast, beta_slow;
+    int64_t n_ctx_orig;   /* rope.scaling.original_context_length */
+    float log_mul;        /* rope.scaling.yarn_log_multiplier / 0.1 (deepseek2) */
+} model_rope_yarn;
+
 typedef struct model_hparams {
     char arch[32];                  /* general.architecture, or config.json's model_type */
     int64_t n_vocab;                /* rows of token_embd (the loader's; 0 from a reader) */
@@ -61,6 +88,8 @@ typedef struct model_hparams {
     int64_t kv_lora_rank, q_lora_rank, n_rot_mla_nope, v_head_dim_mla;
     /* Mixture of experts */
     int64_t n_layer_dense_lead;     /* leading_dense_block_count (default n_layer: all dense) */
+    model_moe_hparams moe;          /* the loader's (model_moe.c: moe_read_hparams) */
+    model_rope_yarn rope_yarn;      /* the loader's (model.c: read_rope_scaling) */
     /* Whole-file facts */
     int64_t n_params;               /* the loader's */
     size_t weights_bytes;           /* GGUF tensor data (0 from config.json) */

@@ -23,11 +23,6 @@ static bool check_mla_hparams(const model *m, kvl_error *err) {
     const gguf_file *f = m->gguf;
     const model_hparams *hp = &m->hp;
     const char *a = hp->arch;
-    if (hp->n_layer_dense_lead < hp->n_layer)
-        return kvl_fail(err, "%s: key '%s.leading_dense_block_count' = %lld: mixture-of-experts layers "
-                        "are not supported yet (only the first %lld of %lld layers are dense)",
-                        gguf_path(f), a, (long long)hp->n_layer_dense_lead, (long long)hp->n_layer_dense_lead,
-                        (long long)hp->n_layer);
     int64_t k_mla = hp->n_rot_mla_nope + hp->n_rot, v_mla = hp->v_head_dim_mla;
     if (!hp->mla) { /* uncompressed: one KV head per query head of key_length + value_length */
         if (hp->kv_lora_rank <= 0 || hp->n_head_kv != hp->n_head || hp->n_rot_mla_nope <= 0)
@@ -43,6 +38,90 @@ static bool check_mla_hparams(const model *m, kvl_error *err) {
                         "value %lld, kv_lora %lld, rope %lld, key_mla %lld)", gguf_path(f),
                         (long long)hp->n_head_kv, (long long)hp->head_dim_k, (long long)hp->head_dim_v,
                         (long long)hp->kv_lora_rank, (long long)hp->n_rot, (long long)k_mla);
+    return true;
+}
+
+/* ggml's magnitude correction for a context stretched by `scale`. */
+/* Keys the common reader (hparams.c) leaves to the loader: rope scaling's
+ * YaRN parameters here, mixture of experts in model_moe.c. */
+static bool hp_int(const gguf_file *f, const char *arch, const char *suffix, int64_t *out,
+                   bool required, kvl_error *err) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    if (gguf_get_i64(f, key, out)) return true;
+    if (gguf_find_key(f, key) >= 0)
+        return kvl_fail(err, "%s: key '%s': expected an integer", gguf_path(f), key);
+    if (required) return kvl_fail(err, "%s: key '%s' missing", gguf_path(f), key);
+    return true;
+}
+
+static bool hp_float(const gguf_file *f, const char *arch, const char *suffix, float *out) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    return gguf_get_f32(f, key, out);
+}
+
+static float yarn_get_mscale(float scale, float mscale) {
+    return scale <= 1.0f ? 1.0f : 0.1f * mscale * logf(scale) + 1.0f;
+}
+
+/* Rope scaling (rope.scaling.*) as llama.cpp reads it and prepares ggml's rope:
+ * linear divides the frequencies by the factor; YaRN mixes divided and
+ * undivided frequencies along a ramp between the dimensions that turn
+ * beta_fast and beta_slow times over the original context (ext_factor), and
+ * scales cos and sin by attn_factor. deepseek2 folds its magnitude correction
+ * into the q.k scale instead (attn_mla). */
+static bool read_rope_scaling(model *m, kvl_error *err) {
+    const gguf_file *f = m->gguf;
+    model_hparams *hp = &m->hp;
+    const char *a = hp->arch;
+    char key[128], stype[32] = "";
+    snprintf(key, sizeof key, "%s.rope.scaling.type", a);
+    gguf_get_str_buf(f, key, stype, sizeof stype);
+    const bool linear = strcmp(stype, "linear") == 0, yarn = strcmp(stype, "yarn") == 0;
+    if (stype[0] && strcmp(stype, "none") != 0 && !linear && !yarn)
+        return kvl_fail(err, "%s: key '%s': rope scaling '%s' is not supported (supported: none, linear, yarn)",
+                        gguf_path(f), key, stype);
+    float factor = 0;
+    if ((linear || yarn) && hp_float(f, a, "rope.scaling.factor", &factor)) {
+        if (!(factor > 0) || !isfinite(factor))
+            return kvl_fail(err, "%s: key '%s.rope.scaling.factor' = %g: must be positive", gguf_path(f), a, factor);
+        hp->rope_freq_scale = 1.0f / factor;
+    }
+    model_rope_yarn *rs = &hp->rope_yarn;
+    float ext = -1.0f, attn = 1.0f, attn_yarn = 1.0f;
+    rs->beta_fast = 32.0f;
+    rs->beta_slow = 1.0f;
+    rs->n_ctx_orig = hp->n_ctx_train;
+    rs->log_mul = 0.0f;
+    hp_float(f, a, "rope.scaling.attn_factor", &attn);
+    hp_float(f, a, "rope.scaling.yarn_ext_factor", &ext);
+    hp_float(f, a, "rope.scaling.yarn_attn_factor", &attn_yarn);
+    hp_float(f, a, "rope.scaling.yarn_beta_fast", &rs->beta_fast);
+    hp_float(f, a, "rope.scaling.yarn_beta_slow", &rs->beta_slow);
+    if (hp_float(f, a, "rope.scaling.yarn_log_multiplier", &rs->log_mul))
+        rs->log_mul /= 0.1f; /* the converter stores 0.1 * mscale_all_dim */
+    if (!hp_int(f, a, "rope.scaling.original_context_length", &rs->n_ctx_orig, false, err)) return false;
+    if (rs->n_ctx_orig <= 0 || rs->n_ctx_orig > (1 << 30) || !isfinite(attn) || !isfinite(ext) ||
+        !isfinite(rs->beta_fast) || !isfinite(rs->beta_slow) || !isfinite(rs->log_mul))
+        return kvl_fail(err, "%s: implausible rope scaling keys (original context %lld)", gguf_path(f),
+                        (long long)rs->n_ctx_orig);
+    rs->yarn = yarn;
+    rs->ext_factor = ext < 0.0f ? (yarn ? 1.0f : 0.0f) : ext;
+    rs->attn_factor = attn_yarn;
+    if (rs->ext_factor != 0.0f) {
+        const float fct = 1.0f / hp->rope_freq_scale;
+        if (rs->log_mul != 0.0f) {
+            float mscale = 1.0f;
+            if (strcmp(a, "deepseek2") == 0 && rs->log_mul != 1.0f) mscale = rs->log_mul;
+            rs->attn_factor = yarn_get_mscale(fct, mscale) / yarn_get_mscale(fct, rs->log_mul);
+        } else {
+            rs->attn_factor = yarn_get_mscale(fct, 1.0f);
+        }
+        /* ggml's rope multiplies by 1 + 0.1 ln(factor) again when ext_factor is set */
+        rs->attn_factor *= 1.0f / (1.0f + 0.1f * logf(fct));
+    }
+    rs->attn_factor *= attn;
     return true;
 }
 
@@ -68,10 +147,9 @@ static bool read_hparams(model *m, kvl_error *err) {
         hp->head_dim_v > 1024 || hp->n_rot > hp->head_dim_k || hp->n_rot % 2)
         return kvl_fail(err, "%s: bad head dims (k %lld, v %lld, rope %lld)", gguf_path(f),
                         (long long)hp->head_dim_k, (long long)hp->head_dim_v, (long long)hp->n_rot);
-    if (hp->rope_scaling[0] && strcmp(hp->rope_scaling, "none") != 0 && strcmp(hp->rope_scaling, "linear") != 0)
-        return kvl_fail(err, "%s: key '%s.rope.scaling.type': rope scaling '%s' is not supported",
-                        gguf_path(f), a, hp->rope_scaling);
-    return m->arch->attn == ARCH_ATTN_MLA ? check_mla_hparams(m, err) : true;
+    if (!read_rope_scaling(m, err)) return false;
+    if (m->arch->attn == ARCH_ATTN_MLA && !check_mla_hparams(m, err)) return false;
+    return moe_read_hparams(m, err);
 }
 
 /* Looks up a weight and checks its shape and type. ne1 = 0 means a 1-D tensor;
@@ -95,6 +173,11 @@ static bool bind3(model *m, mtensor *t, const char *name, int64_t ne0, int64_t n
     if (!gt->data) return kvl_fail(err, "%s: tensor '%s' has no data", gguf_path(m->gguf), name);
     *t = (mtensor){.data = gt->data, .dtype = gt->dtype, .ne0 = ne0, .ne1 = want1, .ne2 = ne2};
     return true;
+}
+
+bool model_bind(model *m, mtensor *t, const char *name, int64_t ne0, int64_t ne1, int64_t ne2, bool required,
+                kvl_error *err) {
+    return bind3(m, t, name, ne0, ne1, ne2, required, err);
 }
 
 static bool bind(model *m, mtensor *t, const char *name, int64_t ne0, int64_t ne1, bool required,
@@ -166,17 +249,22 @@ static bool bind_layer(model *m, int il, kvl_error *err) {
     if (!(m->arch->attn == ARCH_ATTN_MLA ? bind_attn_mla(m, il, L, err) : bind_attn_mha(m, il, L, err)))
         return false;
     BIND(ffn_norm, "ffn_norm.weight", E, 0, true);
-    BIND(ffn_gate, "ffn_gate.weight", E, hp->n_ff, true);
-    BIND(ffn_up, "ffn_up.weight", E, hp->n_ff, true);
-    BIND(ffn_down, "ffn_down.weight", hp->n_ff, E, true);
+    snprintf(n, sizeof n, "blk.%d.ffn_gate_inp.weight", il);
+    if (!moe_layer(m, il) && gguf_find_tensor(m->gguf, n))
+        return kvl_fail(err, "%s: tensor '%s': a router in a layer that key '%s.%s' makes dense",
+                        gguf_path(m->gguf), n, hp->arch,
+                        hp->moe.n_expert ? "leading_dense_block_count" : "expert_count");
+    if (moe_layer(m, il)) {
+        if (!moe_bind_layer(m, il, err)) return false;
+    } else {
+        BIND(ffn_gate, "ffn_gate.weight", E, hp->n_ff, true);
+        BIND(ffn_up, "ffn_up.weight", E, hp->n_ff, true);
+        BIND(ffn_down, "ffn_down.weight", hp->n_ff, E, true);
+    }
     if (m->arch->post_norms) {
         BIND(post_attn_norm, "post_attention_norm.weight", E, 0, true);
         BIND(post_ffn_norm, "post_ffw_norm.weight", E, 0, true);
     }
-    snprintf(n, sizeof n, "blk.%d.ffn_gate_inp.weight", il);
-    if (gguf_find_tensor(m->gguf, n))
-        return kvl_fail(err, "%s: tensor '%s': mixture-of-experts layers are not supported yet",
-                        gguf_path(m->gguf), n);
     return true;
 }
 #undef BIND
@@ -233,12 +321,15 @@ static bool bind_weights(model *m, kvl_error *err) {
         hp->n_params += t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3];
     }
     hp->weights_bytes = gguf_tensor_data_bytes(m->gguf);
+    moe_count_bytes(m);
     return true;
 }
 
 static size_t max_work_bytes(const model *m, int64_t rows) {
     const model_hparams *hp = &m->hp;
     size_t best = kern_matmul_work_bytes(m->output.dtype, rows, hp->n_embd);
+    const size_t moe = moe_work_bytes(m, rows);
+    best = moe > best ? moe : best;
     for (int il = 0; il < hp->n_layer; il++) {
         const layer_weights *L = &m->layers[il];
         const mtensor *ts[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->ffn_gate, &L->ffn_up, &L->ffn_down,
@@ -289,6 +380,7 @@ static bool repack_weights(model *m, kvl_error *err) {
         const uintptr_t a0 = (a + page - 1) & ~(uintptr_t)(page - 1), e0 = e & ~(uintptr_t)(page - 1);
         if (e0 > a0) madvise((void *)a0, e0 - a0, MADV_DONTNEED);
     }
+    if (!moe_repack(m, &total, err)) return false;
     m->hp.repacked_bytes = (int64_t)total;
     if (total)
         kvl_log(KVL_LOG_INFO, "model: %.1f MiB of weights repacked for %s", total / 1048576.0, kern_isa_name());
@@ -327,7 +419,7 @@ static bool alloc_scratch(model *m, kvl_error *err) {
     if (!m->attn_runs || !m->x || !m->xb || !m->xb2 || !m->q || !m->k || !m->v || !m->att || !m->ff_gate ||
         !m->ff_up || !m->work || !m->logit_rows)
         return kvl_fail(err, "model: cannot allocate scratch for %lld tokens", (long long)U);
-    return true;
+    return moe_alloc_scratch(m, err);
 }
 
 model *model_load(gguf_file *f, const model_params *mp, kvl_error *err) {
@@ -356,6 +448,7 @@ void model_destroy(model *m) {
     kvl_free(m->output.packed);
     for (int il = 0; m->layers && il < m->hp.n_layer; il++)
         for (size_t i = 0; i < N_LAYER_MATMULS; i++) kvl_free(layer_matmul(m, il, i)->packed);
+    moe_free(m);
     free(m->layers);
     float *bufs[] = {m->x, m->xb, m->xb2, m->q, m->k, m->v, m->att, m->ff_gate, m->ff_up,
                      m->attn_scratch, m->logit_rows, m->mla_a, m->mla_b};

@@ -256,6 +256,17 @@ static void scatter(float *dst, const float *src, int64_t n, int64_t stride, int
     for (int64_t t = 0; t < n; t++) memcpy(dst + t * stride + offset, src + t * width, width * sizeof(float));
 }
 
+/* deepseek2's q.k scale: llama.cpp folds the YaRN magnitude correction
+ * (with rope.scaling.yarn_log_multiplier) into it, squared, after undoing the
+ * one its rope's attn_factor carries; 1/sqrt(nope + rope) without scaling. */
+static float mla_kq_scale(const model *m, int64_t qh) {
+    const model_hparams *hp = &m->hp;
+    const float inv = 1.0f / hp->rope_freq_scale;
+    const float attn_org = hp->rope_yarn.attn_factor * (1.0f + 0.1f * logf(inv));
+    const float mscale = attn_org * (1.0f + 0.1f * hp->rope_yarn.log_mul * logf(inv));
+    return 1.0f * mscale * mscale / sqrtf((float)qh);
+}
+
 /* MLA (DeepSeek-V2/V3), absorbed: q_nope is mapped into the latent space by
  * k_b, attention runs over the cached [latent, rope] rows of one shared head,
  * and v_b maps each head's latent result to its value space. */
@@ -293,7 +304,7 @@ static void attn_mla(fwd_ctx *c, int il) {
         scatter(m->q, qa, n, H * dk, h * dk + r, rope);
     }
     attn_args a = {.kv = kv, .slot = L->kv_slot, .dk = dk, .dv = r, .v_in_k = true,
-                   .scale = 1.0f / sqrtf((float)qh), .window = m->groups[L->kv_group].window};
+                   .scale = mla_kq_scale(m, qh), .window = m->groups[L->kv_group].window};
     attention(c, L, &a, m->q, H * dk, m->att, H * r);
     for (int64_t h = 0; h < H; h++) {
         gather(qa, m->att, n, H * r, h * r, r);
@@ -350,6 +361,10 @@ static void attn_mla_uncompressed(fwd_ctx *c, int il) {
 static void ffn(fwd_ctx *c, const layer_weights *L) {
     model *m = c->m;
     int64_t n = c->n, F = m->hp.n_ff;
+    if (L->ffn_gate_inp.data) {
+        moe_ffn(m, L, m->xb, n, m->xb);
+        return;
+    }
     const mtensor *gate_up[] = {&L->ffn_gate, &L->ffn_up};
     float *const gate_up_out[] = {m->ff_gate, m->ff_up};
     op_matmul_many(m, 2, gate_up, m->xb, n, gate_up_out);

@@ -30,6 +30,14 @@ typedef struct layer_weights {
     mtensor wk_b;                     /* {nope, kv_lora, H}: per head kv_lora rows of nope */
     mtensor wv_b;                     /* {kv_lora, v, H}: per head v rows of kv_lora */
     mtensor wkv_b;                    /* uncompressed form instead of k_b/v_b: [kv_lora -> H*(nope+v)] */
+    /* mixture of experts (model_moe.c); ffn_gate_inp.data NULL: a dense FFN */
+    mtensor ffn_gate_inp;             /* [E -> n_expert] router */
+    mtensor exp_probs_b;              /* [n_expert] selection bias (optional) */
+    mtensor ffn_gate_exps, ffn_up_exps; /* {E, ff_exp, n_expert} */
+    mtensor ffn_down_exps;            /* {ff_exp, E, n_expert} */
+    mtensor ffn_gate_shexp, ffn_up_shexp; /* [E -> ff_shexp] (optional) */
+    mtensor ffn_down_shexp;           /* [ff_shexp -> E] */
+    mtensor ffn_gate_inp_shexp;       /* [E -> 1] qwen2moe's shared expert gate */
     /* attention geometry of this layer */
     bool swa;                         /* sliding-window layer */
     float rope_base, rope_freq_scale;
@@ -63,7 +71,30 @@ struct model {
     int32_t *attn_runs;         /* [max_ubatch][2]: first token, count of each run (attention) */
     void *work;                 /* matmul activation quantization */
     float *logit_rows;          /* [max_ubatch][E] normed rows to project */
+    struct moe_scratch *moe;    /* model_moe.c; NULL for a dense model */
 };
+
+/* ---- loading helpers (model.c) ---- */
+/* Looks up a weight and checks its shape and type (ne1 0: a 1-D F32 vector). */
+bool model_bind(model *m, mtensor *t, const char *name, int64_t ne0, int64_t ne1, int64_t ne2, bool required,
+                kvl_error *err);
+
+/* ---- mixture of experts (model_moe.c) ---- */
+/* Reads the expert keys into hp.moe; refuses experts the architecture lacks. */
+bool moe_read_hparams(model *m, kvl_error *err);
+/* Whether layer il has a routed-expert FFN. */
+bool moe_layer(const model *m, int il);
+/* Binds layer il's router, experts and shared expert. */
+bool moe_bind_layer(model *m, int il, kvl_error *err);
+/* Totals of hp.moe (expert and active bytes), after every layer is bound. */
+void moe_count_bytes(model *m);
+/* Repacks the experts (each expert's slice in the kernels' layout); adds the bytes. */
+bool moe_repack(model *m, size_t *total, kvl_error *err);
+size_t moe_work_bytes(const model *m, int64_t rows);
+bool moe_alloc_scratch(model *m, kvl_error *err);
+void moe_free(model *m);
+/* The MoE FFN of layer il on n normed rows x [n][E]: result in y [n][E]. */
+void moe_ffn(model *m, const layer_weights *L, const float *x, int64_t n, float *y);
 
 /* ---- ops (model_ops.c) ---- */
 void op_rms_norm(float *out, const float *x, const float *w, int64_t rows, int64_t n, float eps);

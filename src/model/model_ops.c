@@ -85,19 +85,45 @@ void op_add_bias(float *y, const mtensor *b, int64_t rows, int64_t n) {
         for (int64_t i = 0; i < n; i++) y[r * n + i] += bias[i];
 }
 
+#ifndef M_PI
+#define M_PI 3.14159265358979323846
+#endif
+
+/* ggml's YaRN correction dimension: the pair index whose frequency turns
+ * n_turns times over the original context. */
+static float yarn_corr_dim(int64_t n_dims, int64_t n_ctx_orig, float n_turns, float base) {
+    return (float)n_dims * logf((float)n_ctx_orig / (n_turns * 2 * (float)M_PI)) / (2 * logf(base));
+}
+
 void op_rope(const model *m, const layer_weights *L, float *vec, int n_heads, int64_t stride,
              int64_t offset, int32_t pos) {
     const model_hparams *hp = &m->hp;
+    const model_rope_yarn *rs = &hp->rope_yarn;
     int64_t n_rot = hp->n_rot;
     float theta_scale = powf(L->rope_base, -2.0f / (float)n_rot);
     float cs[512], sn[512]; /* n_rot <= head_dim <= 1024: at most 512 pairs */
     float theta = (float)pos;
+    float corr0 = 0, corr1 = 0, mscale = rs->attn_factor;
+    const float fs = L->rope_freq_scale;
+    if (rs->ext_factor != 0.0f) { /* YaRN, as ggml's rope_yarn */
+        corr0 = floorf(yarn_corr_dim(n_rot, rs->n_ctx_orig, rs->beta_fast, L->rope_base));
+        corr1 = ceilf(yarn_corr_dim(n_rot, rs->n_ctx_orig, rs->beta_slow, L->rope_base));
+        corr0 = corr0 > 0 ? corr0 : 0;
+        corr1 = corr1 < (float)(n_rot - 1) ? corr1 : (float)(n_rot - 1);
+        mscale *= 1.0f + 0.1f * logf(1.0f / fs);
+    }
     for (int64_t i = 0; i < n_rot / 2; i++) {
         float t = theta;
         if (m->rope_freqs) t /= m->rope_freqs[i];
-        t *= L->rope_freq_scale;
-        cs[i] = cosf(t);
-        sn[i] = sinf(t);
+        const float extrap = t;
+        t *= fs;
+        if (rs->ext_factor != 0.0f) {
+            const float y = ((float)i - corr0) / fmaxf(0.001f, corr1 - corr0);
+            const float ramp = (1 - fminf(1, fmaxf(0, y))) * rs->ext_factor;
+            t = t * (1 - ramp) + extrap * ramp;
+        }
+        cs[i] = cosf(t) * mscale;
+        sn[i] = sinf(t) * mscale;
         theta *= theta_scale;
     }
     bool neox = hp->rope_type == MODEL_ROPE_NEOX;

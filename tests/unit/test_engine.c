@@ -216,6 +216,10 @@ int main(void) {
     test_model("tests/data/golden/models/qwen3-f32.gguf", GGUF_DT_F16);
     test_model("tests/data/golden/models/gemma3-swa-f32.gguf", GGUF_DT_F16);   /* sliding window */
     test_model("tests/data/golden/models/deepseek2-mla-f32.gguf", GGUF_DT_F32); /* MLA */
+    /* mixture of experts: tokens grouped by expert, q8_0 experts, sigmoid group routing + shared expert */
+    test_model("tests/data/golden/models/qwen3moe-q8_0.gguf", GGUF_DT_F16);
+    test_model("tests/data/golden/models/deepseek2-moe-f32.gguf", GGUF_DT_F16);
+    test_model("tests/data/golden/models/llama-moe-f32.gguf", GGUF_DT_F16);
     printf("test_engine: %s (%d failures)\n", failures ? "FAIL" : "ok", failures);
     return failures != 0;
 }

@@ -177,6 +177,15 @@ static void check_manifest_entry(const cJSON *m) {
     cJSON_ArrayForEach(it, cJSON_GetObjectItem(m, "hparams")) {
         double d = NAN, want = cJSON_GetNumberValue(it);
         snprintf(key, sizeof key, "%s.%s", arch, it->string);
+        if (cJSON_IsString(it)) { /* rope.scaling.type */
+            CHECK(str_eq(f, key, cJSON_GetStringValue(it)), "%s %s", path, key);
+            continue;
+        }
+        if (cJSON_IsBool(it)) { /* expert_weights_norm */
+            bool b = false;
+            CHECK(gguf_get_bool(f, key, &b) && b == cJSON_IsTrue(it), "%s %s", path, key);
+            continue;
+        }
         CHECK(gguf_get_f64(f, key, &d) && fabs(d - want) <= 1e-6 * fabs(want), "%s %s = %g", path, key, d);
     }
     if (gguf_n_tensors(f) > 0) {

@@ -1,0 +1,486 @@
+/* model: mixture-of-experts feed-forward layers, as llama.cpp's loader and
+ * build_moe_ffn define them (qwen3moe, qwen2moe, deepseek2, llama/Mixtral).
+ *
+ * Per token: router logits (ffn_gate_inp), probabilities by softmax or
+ * sigmoid, selection scores = probabilities + the optional bias exp_probs_b,
+ * group-limited routing (keep the expert_group_used_count groups whose two
+ * best scores sum highest), the top expert_used_count experts by score, their
+ * weights = the unbiased probabilities, optionally divided by their sum
+ * (expert_weights_norm) and scaled (expert_weights_scale). Each selected
+ * expert runs SiLU(gate . x) * (up . x) through down; the weighted results are
+ * added in the order of the selection, then the shared expert's output
+ * (qwen2moe: times sigmoid(gate_inp_shexp . x)).
+ *
+ * On a ragged batch the tokens are grouped by expert, so each selected
+ * expert's weights are read once per pass whatever the number of sequences,
+ * and experts no token selected are not read at all. A token's result does not
+ * depend on its batch mates: every matmul row is computed as it would be
+ * alone, and the per-token sum runs in selection order. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "model_internal.h"
+
+#define MOE_MAX_EXPERTS 1024
+
+struct moe_scratch {
+    float *probs;      /* [U][n_expert] router logits, then probabilities */
+    float *sel;        /* [n_expert] one token's selection scores */
+    float *gscore;     /* [n_group] */
+    int32_t *ids;      /* [U][k] selected experts, best first */
+    float *w;          /* [U][k] their weights */
+    int32_t *count;    /* [n_expert] tokens per expert */
+    int32_t *start;    /* [n_expert] first entry of each expert in order */
+    int32_t *order;    /* [U*k] token * k + slot, grouped by expert */
+    float *xg, *yg;    /* [U][E] an expert's gathered input rows, its outputs */
+    float *hg, *hu;    /* [max(U, k)][max(ff_exp, ff_shexp)] */
+    float *out;        /* [U*k][E] weighted expert outputs per (token, slot) */
+    float *sh;         /* [U][E] shared expert output */
+    float *shg;        /* [U] qwen2moe's shared expert gate */
+};
+
+static bool moe_int(const gguf_file *f, const char *arch, const char *suffix, int64_t *out, kvl_error *err) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    if (gguf_get_i64(f, key, out)) return true;
+    if (gguf_find_key(f, key) >= 0)
+        return kvl_fail(err, "%s: key '%s': expected an integer", gguf_path(f), key);
+    return true;
+}
+
+static bool moe_float(const gguf_file *f, const char *arch, const char *suffix, float *out) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    return gguf_get_f32(f, key, out);
+}
+
+static bool moe_bool(const gguf_file *f, const char *arch, const char *suffix, bool *out) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    return gguf_get_bool(f, key, out);
+}
+
+bool moe_read_hparams(model *m, kvl_error *err) {
+    const gguf_file *f = m->gguf;
+    model_hparams *hp = &m->hp;
+    model_moe_hparams *mo = &hp->moe;
+    const char *a = hp->arch, *path = gguf_path(f);
+    memset(mo, 0, sizeof *mo);
+    int64_t n_shared = 0, gating = 0;
+    if (!moe_int(f, a, "expert_count", &mo->n_expert, err) ||
+        !moe_int(f, a, "expert_used_count", &mo->n_expert_used, err) ||
+        !moe_int(f, a, "leading_dense_block_count", &mo->n_layer_dense_lead, err) ||
+        !moe_int(f, a, "expert_feed_forward_length", &mo->n_ff_exp, err) ||
+        !moe_int(f, a, "expert_shared_feed_forward_length", &mo->n_ff_shexp, err) ||
+        !moe_int(f, a, "expert_shared_count", &n_shared, err) ||
+        !moe_int(f, a, "expert_gating_func", &gating, err) ||
+        !moe_int(f, a, "expert_group_count", &mo->n_group, err) ||
+        !moe_int(f, a, "expert_group_used_count", &mo->n_group_used, err))
+        return false;
+    const bool ds2 = strcmp(a, "deepseek2") == 0, q2 = strcmp(a, "qwen2moe") == 0, q3 = strcmp(a, "qwen3moe") == 0;
+    if (mo->n_expert == 0) {
+        if (m->arch->moe == ARCH_MOE_REQUIRED)
+            return kvl_fail(err, "%s: key '%s.expert_count' missing or 0: '%s' is a mixture-of-experts architecture",
+                            path, a, a);
+        if (ds2 && mo->n_layer_dense_lead < hp->n_layer && gguf_find_key(f, "deepseek2.leading_dense_block_count") >= 0)
+            return kvl_fail(err, "%s: key 'deepseek2.leading_dense_block_count' = %lld < %lld layers, but key "
+                            "'deepseek2.expert_count' is missing or 0", path, (long long)mo->n_layer_dense_lead,
+                            (long long)hp->n_layer);
+        memset(mo, 0, sizeof *mo);
+        return true;
+    }
+    if (m->arch->moe == ARCH_MOE_NONE)
+        return kvl_fail(err, "%s: key '%s.expert_count' = %lld: mixture-of-experts layers are not supported for "
+                        "architecture '%s' (supported: qwen3moe, qwen2moe, deepseek2, llama)", path, a,
+                        (long long)mo->n_expert, a);
+    if (mo->n_expert < 1 || mo->n_expert > MOE_MAX_EXPERTS || mo->n_expert_used < 1 ||
+        mo->n_expert_used > mo->n_expert)
+        return kvl_fail(err, "%s: keys '%s.expert_count' = %lld, '%s.expert_used_count' = %lld: need 1 <= used <= "
+                        "count <= %d", path, a, (long long)mo->n_expert, a, (long long)mo->n_expert_used,
+                        MOE_MAX_EXPERTS);
+    if (!ds2) mo->n_layer_dense_lead = 0; /* only deepseek2's loader reads it */
+    if (mo->n_layer_dense_lead < 0 || mo->n_layer_dense_lead > hp->n_layer)
+        return kvl_fail(err, "%s: key '%s.leading_dense_block_count' = %lld out of range [0, %lld]", path, a,
+                        (long long)mo->n_layer_dense_lead, (long long)hp->n_layer);
+    /* expert widths and shared experts, per architecture as llama.cpp's loader */
+    if (strcmp(a, "llama") == 0) {
+        mo->n_ff_exp = hp->n_ff; /* Mixtral: every expert is feed_forward_length wide */
+        mo->n_ff_shexp = 0;
+    } else if (q2 || q3) {
+        if (mo->n_ff_exp == 0) mo->n_ff_exp = hp->n_ff / mo->n_expert_used;
+        if (q2 && mo->n_ff_shexp == 0) mo->n_ff_shexp = hp->n_ff;
+        if (q3) mo->n_ff_shexp = 0;
+        mo->shexp_gated = q2;
+    } else if (ds2) {
+        if (mo->n_ff_exp == 0)
+            return kvl_fail(err, "%s: key 'deepseek2.expert_feed_forward_length' missing", path);
+        if (n_shared < 0 || n_shared > 64)
+            return kvl_fail(err, "%s: key 'deepseek2.expert_shared_count' = %lld out of range", path,
+                            (long long)n_shared);
+        mo->n_ff_shexp = mo->n_ff_exp * n_shared;
+    }
+    if (mo->n_ff_exp <= 0 || mo->n_ff_exp > (1 << 20) || mo->n_ff_shexp < 0 || mo->n_ff_shexp > (1 << 22))
+        return kvl_fail(err, "%s: expert widths out of range (expert %lld, shared %lld)", path,
+                        (long long)mo->n_ff_exp, (long long)mo->n_ff_shexp);
+    /* gating and weights */
+    mo->gating = MODEL_MOE_SOFTMAX;
+    if (ds2 && gating != 0) {
+        if (gating != MODEL_MOE_SOFTMAX && gating != MODEL_MOE_SIGMOID)
+            return kvl_fail(err, "%s: key 'deepseek2.expert_gating_func' = %lld is not supported (1 softmax, 2 "
+                            "sigmoid)", path, (long long)gating);
+        mo->gating = (int)gating;
+    }
+    mo->weights_norm = !ds2 && !q2; /* qwen3moe and Mixtral renormalise the top k */
+    if (ds2) moe_bool(f, a, "expert_weights_norm", &mo->weights_norm);
+    mo->weights_scale = 0.0f;
+    if (ds2 || q2) moe_float(f, a, "expert_weights_scale", &mo->weights_scale);
+    if (!isfinite(mo->weights_scale))
+        return kvl_fail(err, "%s: key '%s.expert_weights_scale' is not finite", path, a);
+    if (mo->n_group > 1) {
+        if (mo->n_expert % mo->n_group != 0 || mo->n_group_used < 1 || mo->n_group_used > mo->n_group ||
+            mo->n_group_used * (mo->n_expert / mo->n_group) < mo->n_expert_used)
+            return kvl_fail(err, "%s: keys '%s.expert_group_count' = %lld, '%s.expert_group_used_count' = %lld do "
+                            "not fit %lld experts, %lld used", path, a, (long long)mo->n_group, a,
+                            (long long)mo->n_group_used, (long long)mo->n_expert, (long long)mo->n_expert_used);
+    } else {
+        mo->n_group = mo->n_group_used = 0;
+    }
+    mo->n_layer_moe = hp->n_layer - mo->n_layer_dense_lead;
+    return true;
+}
+
+bool moe_layer(const model *m, int il) {
+    return m->hp.moe.n_expert > 0 && il >= m->hp.moe.n_layer_dense_lead;
+}
+
+bool moe_bind_layer(model *m, int il, kvl_error *err) {
+    const model_hparams *hp = &m->hp;
+    const model_moe_hparams *mo = &hp->moe;
+    layer_weights *L = &m->layers[il];
+    const int64_t E = hp->n_embd, NE = mo->n_expert, F = mo->n_ff_exp;
+    char n[96];
+#define MB(field, suffix, ne0, ne1, ne2, req)                                       \
+    do {                                                                            \
+        snprintf(n, sizeof n, "blk.%d.%s", il, suffix);                             \
+        if (!model_bind(m, &L->field, n, ne0, ne1, ne2, req, err)) return false;    \
+    } while (0)
+    MB(ffn_gate_inp, "ffn_gate_inp.weight", E, NE, 1, true);
+    snprintf(n, sizeof n, "blk.%d.ffn_gate_exps.weight", il);
+    if (!gguf_find_tensor(m->gguf, n)) {
+        char alt[96];
+        snprintf(alt, sizeof alt, "blk.%d.ffn_gate_up_exps.weight", il);
+        if (gguf_find_tensor(m->gguf, alt))
+            return kvl_fail(err, "%s: tensor '%s': merged gate/up experts are not supported (expected '%s')",
+                            gguf_path(m->gguf), alt, n);
+        snprintf(alt, sizeof alt, "blk.%d.ffn_gate.0.weight", il);
+        if (gguf_find_tensor(m->gguf, alt))
+            return kvl_fail(err, "%s: tensor '%s' missing: this file stores each expert as its own tensor ('%s', "
+                            "the layout before experts were merged into 3-D tensors), which is not supported; "
+                            "convert the model again", gguf_path(m->gguf), n, alt);
+    }
+    MB(ffn_gate_exps, "ffn_gate_exps.weight", E, F, NE, true);
+    MB(ffn_up_exps, "ffn_up_exps.weight", E, F, NE, true);
+    MB(ffn_down_exps, "ffn_down_exps.weight", F, E, NE, true);
+    MB(exp_probs_b, "exp_probs_b.bias", NE, 0, 1, false);
+    if (mo->n_ff_shexp > 0) {
+        MB(ffn_gate_shexp, "ffn_gate_shexp.weight", E, mo->n_ff_shexp, 1, true);
+        MB(ffn_up_shexp, "ffn_up_shexp.weight", E, mo->n_ff_shexp, 1, true);
+        MB(ffn_down_shexp, "ffn_down_shexp.weight", mo->n_ff_shexp, E, 1, true);
+    }
+    if (mo->shexp_gated) MB(ffn_gate_inp_shexp, "ffn_gate_inp_shexp.weight", E, 0, 1, true);
+#undef MB
+    return true;
+}
+
+static size_t tensor_bytes(const mtensor *t) {
+    return t->data ? kern_row_bytes(t->dtype, t->ne0) * (size_t)t->ne1 * (size_t)t->ne2 : 0;
+}
+
+void moe_count_bytes(model *m) {
+    model_hparams *hp = &m->hp;
+    model_moe_hparams *mo = &hp->moe;
+    mo->expert_bytes = 0;
+    size_t unread = 0;
+    for (int il = 0; il < hp->n_layer; il++) {
+        const layer_weights *L = &m->layers[il];
+        const size_t b = tensor_bytes(&L->ffn_gate_exps) + tensor_bytes(&L->ffn_up_exps) +
+                         tensor_bytes(&L->ffn_down_exps);
+        mo->expert_bytes += b;
+        if (mo->n_expert) unread += b / (size_t)mo->n_expert * (size_t)(mo->n_expert - mo->n_expert_used);
+    }
+    /* an untied embedding is read one row per token, not whole */
+    if (!hp->tied_output) unread += tensor_bytes(&m->tok_embd) - kern_row_bytes(m->tok_embd.dtype, hp->n_embd);
+    mo->active_bytes = hp->weights_bytes > unread ? hp->weights_bytes - unread : 0;
+}
+
+/* The 3-D expert tensors and the shared expert of layer il (NULL-terminated). */
+static void moe_matmuls(layer_weights *L, mtensor *out[7]) {
+    out[0] = &L->ffn_gate_exps;
+    out[1] = &L->ffn_up_exps;
+    out[2] = &L->ffn_down_exps;
+    out[3] = &L->ffn_gate_shexp;
+    out[4] = &L->ffn_up_shexp;
+    out[5] = &L->ffn_down_shexp;
+    out[6] = NULL;
+}
+
+/* Bytes between two experts' slices in a repacked tensor (kern_repack wants 64-byte aligned dst). */
+static size_t packed_stride(const mtensor *t) {
+    return (kern_repack_bytes(t->dtype, t->ne1, t->ne0) + 63) & ~(size_t)63;
+}
+
+bool moe_repack(model *m, size_t *total, kvl_error *err) {
+    if (!m->hp.moe.n_expert) return true;
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        mtensor *ts[7];
+        moe_matmuls(&m->layers[il], ts);
+        for (int i = 0; ts[i]; i++) {
+            mtensor *t = ts[i];
+            if (!t->data || !kern_repack_bytes(t->dtype, t->ne1, t->ne0)) continue;
+            const size_t stride = packed_stride(t), slice = kern_row_bytes(t->dtype, t->ne0) * (size_t)t->ne1;
+            t->packed = kvl_alloc_huge(stride * (size_t)t->ne2);
+            if (!t->packed)
+                return kvl_fail(err, "model: out of memory repacking experts (%zu bytes; --no-repack avoids it)",
+                                stride * (size_t)t->ne2);
+            for (int64_t e = 0; e < t->ne2; e++)
+                kern_repack((const uint8_t *)t->data + (size_t)e * slice, t->dtype, t->ne1, t->ne0,
+                            (uint8_t *)t->packed + (size_t)e * stride);
+            *total += stride * (size_t)t->ne2;
+            /* the GGUF pages are read again from the page cache only if touched */
+            const uintptr_t a = (uintptr_t)t->data, end = a + slice * (size_t)t->ne2;
+            const uintptr_t a0 = (a + page - 1) & ~(uintptr_t)(page - 1), e0 = end & ~(uintptr_t)(page - 1);
+            if (e0 > a0) madvise((void *)a0, e0 - a0, MADV_DONTNEED);
+        }
+    }
+    return true;
+}
+
+size_t moe_work_bytes(const model *m, int64_t rows) {
+    size_t best = 0;
+    for (int il = 0; m->hp.moe.n_expert && il < m->hp.n_layer; il++) {
+        mtensor *ts[7];
+        moe_matmuls((layer_weights *)&m->layers[il], ts);
+        const mtensor *more[] = {&m->layers[il].ffn_gate_inp, &m->layers[il].ffn_gate_inp_shexp};
+        for (int i = 0; i < 8; i++) {
+            const mtensor *t = i < 6 ? ts[i] : more[i - 6];
+            if (!t->data) continue;
+            const size_t b = kern_matmul_work_bytes(t->dtype, rows, t->ne0);
+            best = b > best ? b : best;
+        }
+    }
+    return best;
+}
+
+bool moe_alloc_scratch(model *m, kvl_error *err) {
+    const model_moe_hparams *mo = &m->hp.moe;
+    if (!mo->n_expert) return true;
+    const int64_t U = m->mp.max_ubatch, E = m->hp.n_embd, K = mo->n_expert_used, NE = mo->n_expert;
+    const int64_t ffw = mo->n_ff_exp > mo->n_ff_shexp ? mo->n_ff_exp : mo->n_ff_shexp;
+    struct moe_scratch *s = calloc(1, sizeof *s);
+    m->moe = s;
+    if (!s) return kvl_fail(err, "model: out of memory");
+    s->probs = kvl_calloc((size_t)(U * NE), sizeof(float));
+    s->sel = kvl_calloc((size_t)NE, sizeof(float));
+    s->gscore = kvl_calloc((size_t)(mo->n_group + 1), sizeof(float));
+    s->ids = kvl_calloc((size_t)(U * K), sizeof(int32_t));
+    s->w = kvl_calloc((size_t)(U * K), sizeof(float));
+    s->count = kvl_calloc((size_t)NE, sizeof(int32_t));
+    s->start = kvl_calloc((size_t)NE, sizeof(int32_t));
+    s->order = kvl_calloc((size_t)(U * K), sizeof(int32_t));
+    s->xg = kvl_calloc((size_t)(U * E), sizeof(float));
+    s->yg = kvl_calloc((size_t)(U * E), sizeof(float));
+    const int64_t hrows = U > K ? U : K; /* decode holds all K experts' rows at once */
+    s->hg = kvl_calloc((size_t)(hrows * ffw), sizeof(float));
+    s->hu = kvl_calloc((size_t)(hrows * ffw), sizeof(float));
+    s->out = kvl_calloc((size_t)(U * K * E), sizeof(float));
+    s->sh = kvl_calloc((size_t)(U * E), sizeof(float));
+    s->shg = kvl_calloc((size_t)U, sizeof(float));
+    if (!s->probs || !s->sel || !s->gscore || !s->ids || !s->w || !s->count || !s->start || !s->order || !s->xg ||
+        !s->yg || !s->hg || !s->hu || !s->out || !s->sh || !s->shg)
+        return kvl_fail(err, "model: cannot allocate expert scratch for %lld tokens", (long long)U);
+    return true;
+}
+
+void moe_free(model *m) {
+    for (int il = 0; m->layers && il < m->hp.n_layer; il++) {
+        mtensor *ts[7];
+        moe_matmuls(&m->layers[il], ts);
+        for (int i = 0; ts[i]; i++) kvl_free(ts[i]->packed);
+    }
+    struct moe_scratch *s = m->moe;
+    if (!s) return;
+    void *bufs[] = {s->probs, s->sel, s->gscore, s->ids, s->w, s->count, s->start, s->order,
+                    s->xg, s->yg, s->hg, s->hu, s->out, s->sh, s->shg};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) kvl_free(bufs[i]);
+    free(s);
+    m->moe = NULL;
+}
+
+/* Index of the largest of v[0..n) not yet taken (ties: the lowest index). */
+static int64_t argmax_free(const float *v, int64_t n, const uint8_t *taken) {
+    int64_t best = -1;
+    for (int64_t j = 0; j < n; j++)
+        if (!taken[j] && (best < 0 || v[j] > v[best])) best = j;
+    return best;
+}
+
+/* One token's routing: p holds its router logits and becomes its probabilities;
+ * ids and w receive the selected experts (best first) and their weights. */
+static void route(const model_moe_hparams *mo, const layer_weights *L, struct moe_scratch *s, float *p,
+                  int32_t *ids, float *w) {
+    const int64_t NE = mo->n_expert, K = mo->n_expert_used;
+    if (mo->gating == MODEL_MOE_SIGMOID) {
+        for (int64_t j = 0; j < NE; j++) p[j] = 1.0f / (1.0f + expf(-p[j]));
+    } else { /* ggml's soft_max: exp(x - max), summed in double, times the float of 1/sum */
+        float mx = -INFINITY;
+        for (int64_t j = 0; j < NE; j++) mx = p[j] > mx ? p[j] : mx;
+        double sum = 0;
+        for (int64_t j = 0; j < NE; j++) {
+            p[j] = expf(p[j] - mx);
+            sum += (double)p[j];
+        }
+        const float inv = (float)(1.0 / sum);
+        for (int64_t j = 0; j < NE; j++) p[j] *= inv;
+    }
+    float *sel = s->sel;
+    const float *bias = L->exp_probs_b.data;
+    for (int64_t j = 0; j < NE; j++) sel[j] = bias ? p[j] + bias[j] : p[j];
+    uint8_t taken[MOE_MAX_EXPERTS];
+    if (mo->n_group > 1) { /* keep the groups whose two best scores sum highest */
+        const int64_t G = mo->n_group, per = NE / G;
+        for (int64_t g = 0; g < G; g++) {
+            const float *v = sel + g * per;
+            int64_t b0 = 0;
+            for (int64_t j = 1; j < per; j++) b0 = v[j] > v[b0] ? j : b0;
+            int64_t b1 = -1;
+            for (int64_t j = 0; j < per; j++)
+                if (j != b0 && (b1 < 0 || v[j] > v[b1])) b1 = j;
+            s->gscore[g] = b1 < 0 ? v[b0] : v[b0] + v[b1];
+        }
+        memset(taken, 0, (size_t)G);
+        for (int64_t i = 0; i < mo->n_group_used; i++) taken[argmax_free(s->gscore, G, taken)] = 1;
+        for (int64_t g = 0; g < G; g++)
+            if (!taken[g])
+                for (int64_t j = 0; j < per; j++) sel[g * per + j] = -INFINITY;
+    }
+    memset(taken, 0, (size_t)NE);
+    for (int64_t i = 0; i < K; i++) {
+        const int64_t e = argmax_free(sel, NE, taken);
+        taken[e] = 1;
+        ids[i] = (int32_t)e;
+        w[i] = p[e];
+    }
+    if (mo->weights_norm) { /* ggml: sum_rows (double), clamped to F16's smallest normal, divide */
+        double sum = 0;
+        for (int64_t i = 0; i < K; i++) sum += (double)w[i];
+        float fs = (float)sum;
+        fs = fs < 6.103515625e-5f ? 6.103515625e-5f : fs;
+        for (int64_t i = 0; i < K; i++) w[i] = w[i] / fs;
+    }
+    if (mo->weights_scale != 0.0f && mo->weights_scale != 1.0f)
+        for (int64_t i = 0; i < K; i++) w[i] *= mo->weights_scale;
+}
+
+/* Expert e's 2-D slice of a 3-D expert tensor, repacked or not. */
+static mtensor expert_slice(const mtensor *t, int64_t e) {
+    mtensor s = *t;
+    s.data = (const uint8_t *)t->data + (size_t)e * kern_row_bytes(t->dtype, t->ne0) * (size_t)t->ne1;
+    s.packed = t->packed ? (uint8_t *)t->packed + (size_t)e * packed_stride(t) : NULL;
+    s.ne2 = 1;
+    return s;
+}
+
+/* gate and up of the same input (one prepared x when both are repacked), SiLU(gate) * up into g. */
+static void gated(model *m, const mtensor *gate, const mtensor *up, const float *x, int64_t rows, float *g,
+                  float *u) {
+    const mtensor *ws[] = {gate, up};
+    float *const ys[] = {g, u};
+    op_matmul_many(m, 2, ws, x, rows, ys);
+    op_silu_mul(g, u, rows * gate->ne1);
+}
+
+void moe_ffn(model *m, const layer_weights *L, const float *x, int64_t n, float *y) {
+    const model_moe_hparams *mo = &m->hp.moe;
+    struct moe_scratch *s = m->moe;
+    const int64_t E = m->hp.n_embd, K = mo->n_expert_used, NE = mo->n_expert;
+    op_matmul(m, &L->ffn_gate_inp, x, n, s->probs);
+    for (int64_t t = 0; t < n; t++) route(mo, L, s, s->probs + t * NE, s->ids + t * K, s->w + t * K);
+    /* group the (token, slot) pairs by expert, in token order */
+    memset(s->count, 0, (size_t)NE * sizeof *s->count);
+    for (int64_t i = 0; i < n * K; i++) s->count[s->ids[i]]++;
+    for (int64_t e = 0, acc = 0; e < NE; e++) {
+        s->start[e] = (int32_t)acc;
+        acc += s->count[e];
+    }
+    for (int64_t i = 0; i < n * K; i++) s->order[s->start[s->ids[i]]++] = (int32_t)i;
+    for (int64_t e = 0; e < NE; e++) s->start[e] -= s->count[e];
+    /* One token (decode): every selected expert takes the same x, so gate and up
+     * of two experts at a time share one prepared x and one parallel region. */
+    const bool pair = n == 1 && K > 1 && L->ffn_gate_exps.packed && L->ffn_up_exps.packed &&
+                      KERN_REPACKED_MAX >= 4 &&
+                      kern_repacked_share_input(L->ffn_gate_exps.dtype, L->ffn_up_exps.dtype);
+    if (pair) {
+        const int64_t F = mo->n_ff_exp;
+        for (int64_t i = 0; i < K; i += 2) {
+            const int nm = i + 1 < K ? 4 : 2;
+            mtensor sl[4];
+            const mtensor *ws[4];
+            float *ys[4];
+            for (int j = 0; j < nm; j++) {
+                sl[j] = expert_slice(j % 2 ? &L->ffn_up_exps : &L->ffn_gate_exps, s->ids[i + j / 2]);
+                ws[j] = &sl[j];
+                ys[j] = (j % 2 ? s->hu : s->hg) + (i + j / 2) * F;
+            }
+            op_matmul_many(m, nm, ws, x, 1, ys);
+        }
+        op_silu_mul(s->hg, s->hu, K * F);
+        for (int64_t i = 0; i < K; i++) {
+            const mtensor down = expert_slice(&L->ffn_down_exps, s->ids[i]);
+            op_matmul(m, &down, s->hg + i * F, 1, s->yg);
+            for (int64_t j = 0; j < E; j++) s->out[i * E + j] = s->yg[j] * s->w[i];
+        }
+    }
+    for (int64_t e = 0; e < NE && !pair; e++) {
+        const int64_t c = s->count[e];
+        if (c == 0) continue; /* not read at all */
+        const int32_t *rows = s->order + s->start[e];
+        for (int64_t r = 0; r < c; r++) memcpy(s->xg + r * E, x + (rows[r] / K) * E, (size_t)E * sizeof(float));
+        const mtensor gate = expert_slice(&L->ffn_gate_exps, e), up = expert_slice(&L->ffn_up_exps, e),
+                      down = expert_slice(&L->ffn_down_exps, e);
+        gated(m, &gate, &up, s->xg, c, s->hg, s->hu);
+        op_matmul(m, &down, s->hg, c, s->yg);
+        for (int64_t r = 0; r < c; r++) {
+            const float wr = s->w[rows[r]];
+            const float *src = s->yg + r * E;
+            float *dst = s->out + (size_t)rows[r] * E;
+            for (int64_t i = 0; i < E; i++) dst[i] = src[i] * wr;
+        }
+    }
+    const bool shared = L->ffn_gate_shexp.data != NULL;
+    if (shared) {
+        gated(m, &L->ffn_gate_shexp, &L->ffn_up_shexp, x, n, s->hg, s->hu);
+        op_matmul(m, &L->ffn_down_shexp, s->hg, n, s->sh);
+        if (L->ffn_gate_inp_shexp.data) { /* qwen2moe: sigmoid as ggml writes it, silu(v) / v */
+            op_matmul(m, &L->ffn_gate_inp_shexp, x, n, s->shg);
+            for (int64_t t = 0; t < n; t++) {
+                const float v = s->shg[t], g = (v / (1.0f + expf(-v))) / v;
+                for (int64_t i = 0; i < E; i++) s->sh[t * E + i] *= g;
+            }
+        }
+    }
+    /* the experts' outputs added in selection order, then the shared expert (y may alias x) */
+    for (int64_t t = 0; t < n; t++) {
+        const float *o = s->out + (size_t)t * K * E;
+        float *yt = y + t * E;
+        for (int64_t i = 0; i < E; i++) {
+            float v = o[i];
+            for (int64_t k = 1; k < K; k++) v += o[k * E + i];
+            yt[i] = shared ? v + s->sh[t * E + i] : v;
+        }
+    }
+}

@@ -1,0 +1,211 @@
+#!/usr/bin/env python3
+"""Model files kvllm must refuse, with a message naming the key or tensor.
+
+Usage: model_refusals.py KVLLM_BIN GOLDEN_MODELS_DIR OUT_DIR
+
+Each case rewrites one of the golden models (tests/data/golden/models) with a
+metadata key set, removed or a tensor renamed, runs `kvllm info -m` on it and
+checks exit status 1 and the expected text in the message. The unmodified
+mixture-of-experts files must load and report their experts, and a qwen2moe
+file made from qwen3moe-f32 must load and generate.
+Standard library only.
+"""
+import os
+import struct
+import subprocess
+import sys
+
+T_U32, T_I32, T_STR, T_ARR = 4, 5, 8, 9
+SCALAR = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+
+
+class Reader:
+    def __init__(self, b):
+        self.b, self.o = b, 0
+
+    def take(self, n):
+        v = self.b[self.o:self.o + n]
+        self.o += n
+        return v
+
+    def u32(self):
+        return struct.unpack("<I", self.take(4))[0]
+
+    def u64(self):
+        return struct.unpack("<Q", self.take(8))[0]
+
+    def raw_str(self):
+        n = self.u64()
+        return struct.pack("<Q", n) + self.take(n)
+
+    def str(self):
+        return self.raw_str()[8:].decode()
+
+    def raw_value(self, t):
+        if t in SCALAR:
+            return self.take(SCALAR[t])
+        if t == T_STR:
+            return self.raw_str()
+        if t == T_ARR:
+            et, n = self.u32(), self.u64()
+            head = struct.pack("<IQ", et, n)
+            return head + b"".join(self.raw_value(et) for _ in range(n))
+        raise SystemExit(f"unknown GGUF value type {t}")
+
+
+def gstr(s):
+    b = s.encode()
+    return struct.pack("<Q", len(b)) + b
+
+
+def load(path):
+    r = Reader(open(path, "rb").read())
+    assert r.take(4) == b"GGUF"
+    version, n_t, n_kv = r.u32(), r.u64(), r.u64()
+    kvs = []
+    for _ in range(n_kv):
+        k = r.str()
+        t = r.u32()
+        kvs.append([k, t, r.raw_value(t)])
+    tensors = []
+    for _ in range(n_t):
+        name = r.str()
+        nd = r.u32()
+        dims = [r.u64() for _ in range(nd)]
+        tensors.append([name, dims, r.u32(), r.u64()])
+    align = 32
+    r.o += (align - r.o % align) % align
+    return version, kvs, tensors, r.b[r.o:]
+
+
+def save(path, version, kvs, tensors, data):
+    out = bytearray(b"GGUF" + struct.pack("<IQQ", version, len(tensors), len(kvs)))
+    for k, t, v in kvs:
+        out += gstr(k) + struct.pack("<I", t) + v
+    for name, dims, dt, off in tensors:
+        out += gstr(name) + struct.pack("<I", len(dims)) + b"".join(struct.pack("<Q", d) for d in dims)
+        out += struct.pack("<IQ", dt, off)
+    out += bytes((32 - len(out) % 32) % 32)
+    open(path, "wb").write(bytes(out) + data)
+
+
+def set_kv(kvs, key, t, raw):
+    for kv in kvs:
+        if kv[0] == key:
+            kv[1], kv[2] = t, raw
+            return
+    kvs.append([key, t, raw])
+
+
+def drop_kv(kvs, key):
+    kvs[:] = [kv for kv in kvs if kv[0] != key]
+
+
+def rename(tensors, old_suffix, new_suffix):
+    for t in tensors:
+        if t[0].endswith(old_suffix):
+            t[0] = t[0][: -len(old_suffix)] + new_suffix
+
+
+CASES = [
+    # (name, base model, edit, text the message must contain)
+    ("experts_on_dense_arch", "qwen3-f32",
+     lambda kv, ts: set_kv(kv, "qwen3.expert_count", T_U32, struct.pack("<I", 8)),
+     "key 'qwen3.expert_count' = 8: mixture-of-experts layers are not supported for architecture 'qwen3'"),
+    ("moe_arch_without_experts", "qwen3moe-f32",
+     lambda kv, ts: drop_kv(kv, "qwen3moe.expert_count"),
+     "key 'qwen3moe.expert_count' missing or 0"),
+    ("router_without_expert_count", "llama-moe-f32",
+     lambda kv, ts: drop_kv(kv, "llama.expert_count"),
+     "tensor 'blk.0.ffn_gate_inp.weight': a router in a layer that key 'llama.expert_count' makes dense"),
+    ("mixtral_one_tensor_per_expert", "llama-moe-f32",
+     lambda kv, ts: rename(ts, "ffn_gate_exps.weight", "ffn_gate.0.weight"),
+     "tensor 'blk.0.ffn_gate_exps.weight' missing: this file stores each expert as its own tensor"),
+    ("merged_gate_up_experts", "qwen3moe-f32",
+     lambda kv, ts: rename(ts, "ffn_gate_exps.weight", "ffn_gate_up_exps.weight"),
+     "tensor 'blk.0.ffn_gate_up_exps.weight': merged gate/up experts are not supported"),
+    ("missing_expert_tensor", "qwen3moe-f32",
+     lambda kv, ts: rename(ts, "blk.1.ffn_down_exps.weight", "blk.1.ffn_down_exps.other"),
+     "tensor 'blk.1.ffn_down_exps.weight' missing"),
+    ("unknown_gating", "deepseek2-moe-f32",
+     lambda kv, ts: set_kv(kv, "deepseek2.expert_gating_func", T_U32, struct.pack("<I", 3)),
+     "key 'deepseek2.expert_gating_func' = 3 is not supported"),
+    ("used_over_count", "qwen3moe-f32",
+     lambda kv, ts: set_kv(kv, "qwen3moe.expert_used_count", T_U32, struct.pack("<I", 9)),
+     "'qwen3moe.expert_used_count' = 9: need 1 <= used <= count"),
+    ("groups_do_not_fit", "deepseek2-moe-f32",
+     lambda kv, ts: set_kv(kv, "deepseek2.expert_group_count", T_U32, struct.pack("<I", 3)),
+     "'deepseek2.expert_group_count' = 3"),
+    ("deepseek2_moe_without_experts", "deepseek2-moe-f32",
+     lambda kv, ts: drop_kv(kv, "deepseek2.expert_count"),
+     "key 'deepseek2.leading_dense_block_count' = 1 < 2 layers, but key 'deepseek2.expert_count' is missing"),
+    ("rope_scaling_unknown", "deepseek2-yarn-f32",
+     lambda kv, ts: set_kv(kv, "deepseek2.rope.scaling.type", T_STR, gstr("longrope")),
+     "key 'deepseek2.rope.scaling.type': rope scaling 'longrope' is not supported"),
+]
+
+
+def qwen2moe_from_qwen3moe(models, path):
+    """No golden exists for qwen2moe: its shape (shared expert, sigmoid-gated by
+    ffn_gate_inp_shexp, no q/k norms) is made from qwen3moe-f32, the shared
+    expert's tensors reusing same-shaped attention data, to check that it loads,
+    reports its shared expert and generates."""
+    version, kvs, tensors, data = load(os.path.join(models, "qwen3moe-f32.gguf"))
+    for kv in kvs:
+        if kv[0].startswith("qwen3moe."):
+            kv[0] = "qwen2moe." + kv[0][len("qwen3moe."):]
+    set_kv(kvs, "general.architecture", T_STR, gstr("qwen2moe"))
+    set_kv(kvs, "qwen2moe.expert_shared_feed_forward_length", T_U32, struct.pack("<I", 256))
+    tensors[:] = [t for t in tensors if "attn_q_norm" not in t[0] and "attn_k_norm" not in t[0]]
+    by = {t[0]: t for t in tensors}
+    for il in range(2):
+        q, o = by[f"blk.{il}.attn_q.weight"], by[f"blk.{il}.attn_output.weight"]
+        tensors.append([f"blk.{il}.ffn_gate_shexp.weight", [256, 256], 0, q[3]])
+        tensors.append([f"blk.{il}.ffn_up_shexp.weight", [256, 256], 0, o[3]])
+        tensors.append([f"blk.{il}.ffn_down_shexp.weight", [256, 256], 0, q[3]])
+        tensors.append([f"blk.{il}.ffn_gate_inp_shexp.weight", [256], 0, by[f"blk.{il}.attn_norm.weight"][3]])
+    save(path, version, kvs, tensors, data)
+
+
+def main():
+    kv_bin, models, out = sys.argv[1], sys.argv[2], sys.argv[3]
+    os.makedirs(out, exist_ok=True)
+    failures = 0
+    for name, base, edit, want in CASES:
+        version, kvs, tensors, data = load(os.path.join(models, base + ".gguf"))
+        edit(kvs, tensors)
+        path = os.path.join(out, name + ".gguf")
+        save(path, version, kvs, tensors, data)
+        p = subprocess.run([kv_bin, "info", "-m", path], capture_output=True, text=True)
+        if p.returncode != 1 or want not in p.stderr:
+            print(f"FAIL {name}: exit {p.returncode}, stderr: {p.stderr.strip()!r}\n  want: {want!r}")
+            failures += 1
+        else:
+            print(f"ok   {name}: {p.stderr.strip()}")
+    for base, want in [("qwen3moe-q8_0", "experts       8, 2 used per token, softmax gating"),
+                       ("deepseek2-moe-f32", "experts       8, 2 used per token, sigmoid gating in groups"),
+                       ("llama-moe-f32", "weights read  3288064 bytes per token")]:
+        p = subprocess.run([kv_bin, "info", "-m", os.path.join(models, base + ".gguf")], capture_output=True,
+                           text=True)
+        if p.returncode != 0 or want not in p.stdout:
+            print(f"FAIL info {base}: exit {p.returncode}, want {want!r} in:\n{p.stdout}{p.stderr}")
+            failures += 1
+        else:
+            print(f"ok   info {base}")
+    q2 = os.path.join(out, "qwen2moe.gguf")
+    qwen2moe_from_qwen3moe(models, q2)
+    p = subprocess.run([kv_bin, "info", "-m", q2], capture_output=True, text=True)
+    r = subprocess.run([kv_bin, "run", "-m", q2, "--prompt-ids", "1,2,3", "-n", "8", "--temp", "0", "--ignore-eos",
+                        "--json"], capture_output=True, text=True)
+    n_ids = r.stdout.count('"id"')
+    if p.returncode != 0 or "shared ff 256" not in p.stdout or r.returncode != 0 or n_ids != 8:
+        print(f"FAIL qwen2moe: info exit {p.returncode}, run exit {r.returncode}, {n_ids} ids\n{p.stderr}{r.stderr}")
+        failures += 1
+    else:
+        print("ok   qwen2moe (from qwen3moe): loads, shared expert reported, 8 ids generated")
+    print("PASS" if not failures else f"{failures} failure(s)")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
