@@ -40,7 +40,7 @@ if(KVLLM_FUZZ)
     file(GLOB GGUF_FUZZ_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/gguf/*.c)
     add_executable(fuzz_gguf ${CMAKE_CURRENT_LIST_DIR}/fuzz/fuzz_gguf.c ${GGUF_FUZZ_SOURCES}
       ${PROJECT_SOURCE_DIR}/src/base/base.c)
-    target_include_directories(fuzz_gguf PRIVATE ${PROJECT_SOURCE_DIR}/src)
+    target_include_directories(fuzz_gguf PRIVATE ${PROJECT_SOURCE_DIR}/src/base ${PROJECT_SOURCE_DIR}/src/gguf)
     target_compile_options(fuzz_gguf PRIVATE -g -O1 -fsanitize=fuzzer,address,undefined)
     target_link_options(fuzz_gguf PRIVATE -fsanitize=fuzzer,address,undefined)
     target_link_libraries(fuzz_gguf PRIVATE m)

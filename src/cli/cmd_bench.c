@@ -25,7 +25,7 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "kernels/kernels.h"
+#include "kernels.h"
 
 #define MAX_LIST 16
 

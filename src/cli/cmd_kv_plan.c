@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "cli.h"
-#include "kv/kv_plan.h"
+#include "kv_plan.h"
 
 /* --verify allocates real memory: keep it to what a small model needs. */
 #define VERIFY_MAX_POOL_BYTES ((uint64_t)4 << 30)

@@ -1,7 +1,7 @@
 /* sampler: see sampler.h. */
 #include "sampler.h"
 
-#include "../kernels/kernels.h"
+#include "kernels.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -14,8 +14,8 @@
 #include <string.h>
 #include <strings.h>
 
-#include "../gguf/gguf.h"
-#include "../kernels/kernels.h"
+#include "gguf.h"
+#include "kernels.h"
 
 enum { ALIGN = 32, CHUNK_FLOATS = 8 << 20 /* floats generated per slice: 32 MB */ };
 

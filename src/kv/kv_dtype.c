@@ -4,7 +4,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "../kernels/kernels.h"
+#include "kernels.h"
 #include "kv.h"
 
 static const struct {

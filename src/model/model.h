@@ -5,9 +5,9 @@
 #ifndef KVLLM_MODEL_H
 #define KVLLM_MODEL_H
 
-#include "../base/base.h"
-#include "../gguf/gguf.h"
-#include "../kv/kv.h"
+#include "base.h"
+#include "gguf.h"
+#include "kv.h"
 
 enum { MODEL_ROPE_NORM = 0, MODEL_ROPE_NEOX = 2 };
 /* Layers that attend differently keep their KV in different pools: full-attention

@@ -13,7 +13,7 @@
 #include <cjson/cJSON.h>
 
 #include "server.h"
-#include "tokenizer/chat_template.h"
+#include "chat_template.h"
 
 #define SRV_MAX_N 16   /* choices per request */
 #define SRV_MAX_TOP 20 /* top logprobs per token (the engine's limit) */

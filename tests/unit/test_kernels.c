@@ -2,8 +2,8 @@
  * scalar reference (bit for bit), dot products against exact math, matmul
  * batch / thread / ISA invariance, and byte-exactness against files that
  * llama-quantize wrote (tests/data/golden/models). Run from the repo root. */
-#include "kernels/kern_impl.h" /* to call every SIMD variant directly */
-#include "kernels/kernels.h"
+#include "kern_impl.h" /* to call every SIMD variant directly */
+#include "kernels.h"
 
 #include <math.h>
 #include <omp.h>

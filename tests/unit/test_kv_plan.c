@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kv/kv_plan.h"
+#include "kv_plan.h"
 
 #include "check.h"
 

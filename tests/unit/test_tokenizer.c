@@ -14,9 +14,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "gguf/gguf.h"
-#include "tokenizer/tok_extra.h"
-#include "tokenizer/tokenizer.h"
+#include "gguf.h"
+#include "tok_extra.h"
+#include "tokenizer.h"
 
 #include "test_check.h"
 
