@@ -15,7 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "test_check.h"
+#include "check.h"
 
 /* ---------------------------------------------------------------- helpers */
 

@@ -18,7 +18,7 @@
 #include "tok_extra.h"
 #include "tokenizer.h"
 
-#include "test_check.h"
+#include "check.h"
 
 #define TOKDIR "tests/data/tokenizer"
 #define GOLDDIR "tests/data/golden"
