@@ -13,56 +13,32 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kvl_buf.h"
+
 enum { WRITER_ALIGN = 32, MAX_TENSOR_NAME = 63 /* llama.cpp: GGML_MAX_NAME - 1 */ };
 
-/* ---------------------------------------------------------------- byte buffer */
+/* ---------------------------------------------------------------- serializing */
 
-typedef struct bbuf {
-    uint8_t *p;
-    size_t len, cap;
-    bool oom; /* sticky: checked once at the end instead of after every put */
-} bbuf;
+/* GGUF values are little-endian, as is every machine kvllm runs on. */
+static void bb_u32(kvl_buf *b, uint32_t v) { kvl_buf_put(b, &v, 4); }
+static void bb_u64(kvl_buf *b, uint64_t v) { kvl_buf_put(b, &v, 8); }
 
-static void bb_put(bbuf *b, const void *d, size_t n) {
-    if (b->oom || n == 0) return;
-    if (n > b->cap - b->len) {
-        size_t need, cap = b->cap ? b->cap : 64;
-        if (!kvl_add_ok(b->len, n, &need)) {
-            b->oom = true;
-            return;
-        }
-        while (cap < need) cap = cap > SIZE_MAX / 2 ? need : cap * 2;
-        uint8_t *p = realloc(b->p, cap);
-        if (!p) {
-            b->oom = true;
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, d, n);
-    b->len += n;
-}
-
-static void bb_u32(bbuf *b, uint32_t v) { bb_put(b, &v, 4); }
-static void bb_u64(bbuf *b, uint64_t v) { bb_put(b, &v, 8); }
-
-static void bb_str(bbuf *b, const char *s) {
+static void bb_str(kvl_buf *b, const char *s) {
     size_t n = strlen(s);
     bb_u64(b, n);
-    bb_put(b, s, n);
+    kvl_buf_put(b, s, n);
 }
 
-static void bb_pad(bbuf *b, size_t align) {
+static void bb_pad(kvl_buf *b, size_t align) {
     static const uint8_t zeros[WRITER_ALIGN];
-    bb_put(b, zeros, (align - b->len % align) % align);
+    kvl_buf_put(b, zeros, (align - b->len % align) % align);
 }
 
 /* ---------------------------------------------------------------- writer */
 
 typedef struct wkv {
     char *key;
-    bbuf val; /* u32 type + payload */
+    kvl_buf val; /* u32 type + payload */
 } wkv;
 
 typedef struct wtensor {
@@ -111,7 +87,7 @@ static bool grow(void **p, size_t *cap, size_t n, size_t elem) {
 
 /* The reader derives the data layout from general.alignment; the writer
  * always pads to 32, so any other value would make the file inconsistent. */
-static bool alignment_ok(const char *key, const bbuf *val) {
+static bool alignment_ok(const char *key, const kvl_buf *val) {
     if (strcmp(key, "general.alignment") != 0) return true;
     uint32_t t, v;
     if (val->len != 8) return false;
@@ -121,7 +97,7 @@ static bool alignment_ok(const char *key, const bbuf *val) {
 }
 
 /* Stores key = val, taking ownership of val (freed on failure). */
-static bool set_kv(gguf_writer *w, const char *key, bbuf *val) {
+static bool set_kv(gguf_writer *w, const char *key, kvl_buf *val) {
     bool ok = w && key && key[0] && !val->oom && alignment_ok(key, val);
     int64_t idx = ok ? gguf_strindex_find(&w->kv_ix, key) : -1;
     if (ok && idx >= 0) { /* replace in place, keeping the key's position */
@@ -144,13 +120,13 @@ static bool set_kv(gguf_writer *w, const char *key, bbuf *val) {
 bool gguf_writer_set_val(gguf_writer *w, const char *key, gguf_vtype type, const void *v) {
     size_t n = gguf_vtype_size(type);
     if (n == 0 || !v) return false;
-    bbuf b = {0};
+    kvl_buf b = {0};
     bb_u32(&b, (uint32_t)type);
     if (type == GGUF_VT_BOOL) {
         uint8_t u = *(const bool *)v ? 1 : 0; /* C bool -> the on-disk 0/1 byte */
-        bb_put(&b, &u, 1);
+        kvl_buf_put(&b, &u, 1);
     } else {
-        bb_put(&b, v, n);
+        kvl_buf_put(&b, v, n);
     }
     return set_kv(w, key, &b);
 }
@@ -173,7 +149,7 @@ bool gguf_writer_set_bool(gguf_writer *w, const char *key, bool v) {
 
 bool gguf_writer_set_str(gguf_writer *w, const char *key, const char *v) {
     if (!v) return false;
-    bbuf b = {0};
+    kvl_buf b = {0};
     bb_u32(&b, GGUF_VT_STRING);
     bb_str(&b, v);
     return set_kv(w, key, &b);
@@ -187,11 +163,11 @@ bool gguf_writer_set_arr(gguf_writer *w, const char *key, gguf_vtype elem_type, 
     if (elem_type == GGUF_VT_BOOL) /* the reader rejects bool bytes other than 0/1 */
         for (uint64_t i = 0; i < n; i++)
             if (((const uint8_t *)data)[i] > 1) return false;
-    bbuf b = {0};
+    kvl_buf b = {0};
     bb_u32(&b, GGUF_VT_ARRAY);
     bb_u32(&b, (uint32_t)elem_type);
     bb_u64(&b, n);
-    bb_put(&b, data, total);
+    kvl_buf_put(&b, data, total);
     return set_kv(w, key, &b);
 }
 
@@ -199,7 +175,7 @@ bool gguf_writer_set_arr_str(gguf_writer *w, const char *key, const char *const 
     if (n && !strs) return false;
     for (uint64_t i = 0; i < n; i++)
         if (!strs[i]) return false;
-    bbuf b = {0};
+    kvl_buf b = {0};
     bb_u32(&b, GGUF_VT_ARRAY);
     bb_u32(&b, GGUF_VT_STRING);
     bb_u64(&b, n);
@@ -242,14 +218,14 @@ bool gguf_writer_add_tensor(gguf_writer *w, const char *name, int dtype, int n_d
 }
 
 /* Everything before the data section, padded to the alignment. */
-static void build_header(const gguf_writer *w, bbuf *h) {
-    bb_put(h, "GGUF", 4);
+static void build_header(const gguf_writer *w, kvl_buf *h) {
+    kvl_buf_put(h, "GGUF", 4);
     bb_u32(h, 3);
     bb_u64(h, w->n_t);
     bb_u64(h, w->n_kv);
     for (size_t i = 0; i < w->n_kv; i++) {
         bb_str(h, w->kvs[i].key);
-        bb_put(h, w->kvs[i].val.p, w->kvs[i].val.len);
+        kvl_buf_put(h, w->kvs[i].val.p, w->kvs[i].val.len);
     }
     for (size_t i = 0; i < w->n_t; i++) {
         const wtensor *t = &w->ts[i];
@@ -275,7 +251,7 @@ static bool write_data(const gguf_writer *w, FILE *fp) {
 
 bool gguf_writer_write(gguf_writer *w, const char *path, kvl_error *err) {
     if (!w || !path) return kvl_fail(err, "gguf writer: no writer or path");
-    bbuf h = {0};
+    kvl_buf h = {0};
     build_header(w, &h);
     if (h.oom) {
         free(h.p);

@@ -1,7 +1,7 @@
 /* Server library without a socket: OpenAI request parsing (openai_parse) into
  * jobs and error objects, the SSE framing of streamed events
  * (openai_stream_events / openai_stream_end), the non-streaming response, and
- * the helpers they rest on (sbuf, UTF-8 checks, error JSON). The vocabulary is
+ * the helpers they rest on (kvl_buf, UTF-8 checks, error JSON). The vocabulary is
  * the bundled stories260K model's; the server state is built here the way
  * srv_new builds it, minus the engine. */
 #include <math.h>
@@ -84,9 +84,10 @@ static int64_t encode(const char *text, bool add_bos, int32_t *ids, int64_t cap)
 static void test_completion_parse(void) {
     api_req r;
     api_error e;
-    CHECK(parse("{\"model\":\"tiny\",\"prompt\":\"Once upon a time\",\"max_tokens\":5,\"temperature\":0,"
-                "\"stop\":[\"a\",\"bc\"],\"n\":2,\"seed\":42,\"top_k\":-1,\"logprobs\":3}",
-                false, &r, &e));
+    CHECK(parse(
+        "{\"model\":\"tiny\",\"prompt\":\"Once upon a time\",\"max_tokens\":5,\"temperature\":0,"
+        "\"stop\":[\"a\",\"bc\"],\"n\":2,\"seed\":42,\"top_k\":-1,\"logprobs\":3}",
+        false, &r, &e));
     if (!r.job) return;
     srv_job *j = r.job;
     int32_t ids[64];
@@ -116,8 +117,9 @@ static void test_completion_parse(void) {
         CHECK(r.job->max_tokens == 254);
         api_req_free(&r);
     }
-    CHECK(parse("{\"prompt\":[\"Once\"],\"stream\":true,\"stream_options\":{\"include_usage\":true}}", false, &r,
-                &e));
+    CHECK(
+        parse("{\"prompt\":[\"Once\"],\"stream\":true,\"stream_options\":{\"include_usage\":true}}",
+              false, &r, &e));
     if (r.job) {
         CHECK(r.stream && r.include_usage);
         api_req_free(&r);
@@ -146,14 +148,16 @@ static void test_completion_refused(void) {
     refused("{\"prompt\":\"x\",\"best_of\":2}", false, 400, "best_of", NULL);
     refused("{\"prompt\":\"x\",\"logit_bias\":{\"1\":5}}", false, 400, "logit_bias", NULL);
     refused("{\"prompt\":\"x\",\"stop\":[1]}", false, 400, "stop", NULL);
-    refused("{\"prompt\":\"x\",\"stop\":[\"1\",\"2\",\"3\",\"4\",\"5\",\"6\",\"7\",\"8\",\"9\",\"10\",\"11\",\"12\","
+    refused("{\"prompt\":\"x\",\"stop\":[\"1\",\"2\",\"3\",\"4\",\"5\",\"6\",\"7\",\"8\",\"9\","
+            "\"10\",\"11\",\"12\","
             "\"13\",\"14\",\"15\",\"16\",\"17\"]}",
             false, 400, "stop", NULL);
     refused("{\"prompt\":\"x\",\"stream\":1}", false, 400, "stream", NULL);
     refused("{\"prompt\":\"x\",\"stream_options\":[]}", false, 400, "stream_options", NULL);
     refused("{\"prompt\":\"x\",\"max_tokens\":0}", false, 400, "max_tokens", NULL);
     refused("{\"prompt\":\"x\",\"cache_salt\":\"\"}", false, 400, "cache_salt", NULL);
-    refused("{\"prompt\":[1,2,3],\"max_tokens\":254}", false, 400, "max_tokens", "context_length_exceeded");
+    refused("{\"prompt\":[1,2,3],\"max_tokens\":254}", false, 400, "max_tokens",
+            "context_length_exceeded");
     /* A prompt that fills the context by itself names the prompt. */
     char *big = malloc(8192), *p = big;
     p += sprintf(p, "{\"prompt\":[");
@@ -167,18 +171,21 @@ static void test_chat_parse(void) {
     api_req r;
     api_error e;
     CHECK(parse("{\"messages\":[{\"role\":\"system\",\"content\":\"Be brief\"},"
-                "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"Hi\"},{\"type\":\"text\",\"text\":"
+                "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"Hi\"},{\"type\":"
+                "\"text\",\"text\":"
                 "\"there\"}]}],\"stream\":true,\"logprobs\":true,\"top_logprobs\":2}",
                 true, &r, &e));
     if (!r.job) return;
     const chat_msg msgs[] = {{"system", "Be brief"}, {"user", "Hi\nthere"}};
     char *text = NULL;
     kvl_error kerr = {{0}};
-    CHECK(chat_template_render(CHAT_TMPL_CHATML, S.bos_text, S.eos_text, msgs, 2, true, &text, &kerr) > 0);
+    CHECK(chat_template_render(CHAT_TMPL_CHATML, S.bos_text, S.eos_text, msgs, 2, true, &text,
+                               &kerr) > 0);
     int32_t ids[256];
     int64_t n = text ? encode(text, tok_add_bos(S.vocab), ids, 256) : -1;
     free(text);
-    CHECK(n > 0 && r.job->n_prompt == n && memcmp(r.job->prompt, ids, (size_t)n * sizeof *ids) == 0);
+    CHECK(n > 0 && r.job->n_prompt == n &&
+          memcmp(r.job->prompt, ids, (size_t)n * sizeof *ids) == 0);
     CHECK(r.chat && r.stream && !r.include_usage && r.logprobs && r.job->top_logprobs == 2);
     CHECK(strncmp(r.id, "chatcmpl-", 9) == 0);
     /* Chat's default max_tokens: what the context and the pool leave. */
@@ -187,12 +194,12 @@ static void test_chat_parse(void) {
 
     refused("{\"messages\":[]}", true, 400, "messages", NULL);
     refused("{\"messages\":[{\"content\":\"x\"}]}", true, 400, "messages", NULL);
-    refused("{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\"}]}]}", true, 400, "messages",
-            NULL);
+    refused("{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\"}]}]}", true,
+            400, "messages", NULL);
     refused("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"top_logprobs\":2}", true, 400,
             "top_logprobs", NULL);
-    refused("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_completion_tokens\":0}", true, 400,
-            "max_completion_tokens", NULL);
+    refused("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_completion_tokens\":0}",
+            true, 400, "max_completion_tokens", NULL);
     chat_family keep = S.chat;
     S.chat = CHAT_TMPL_UNKNOWN;
     snprintf(S.chat_error, sizeof S.chat_error, "no template");
@@ -202,7 +209,8 @@ static void test_chat_parse(void) {
 
 /* ---------------------------------------------------------- streaming -- */
 
-static srv_event *event(int index, int32_t token, const char *text, engine_finish fin, int64_t n_gen) {
+static srv_event *event(int index, int32_t token, const char *text, engine_finish fin,
+                        int64_t n_gen) {
     size_t len = strlen(text);
     srv_event *ev = calloc(1, sizeof *ev + len + 1);
     ev->index = index;
@@ -269,9 +277,10 @@ static void test_chat_stream(void) {
                 true, &r, &e));
     if (!r.job) return;
     stream_state st = {0};
-    sbuf out = {0};
+    kvl_buf out = {0};
     /* First step: a token for each choice. Nothing ends the stream yet. */
-    srv_event *a[] = {event(0, 5, "Hi", ENGINE_FINISH_NONE, 0), event(1, 6, " yo", ENGINE_FINISH_NONE, 0)};
+    srv_event *a[] = {event(0, 5, "Hi", ENGINE_FINISH_NONE, 0),
+                      event(1, 6, " yo", ENGINE_FINISH_NONE, 0)};
     openai_stream_events(&S, &r, &st, chain(a, 2), &out);
     events_free(a[0]);
     char *f[MAX_FRAMES];
@@ -283,7 +292,8 @@ static void test_chat_stream(void) {
         if (!c) continue;
         const cJSON *ch = choice0(c);
         CHECK(strcmp(str_at(c, "object", NULL), "chat.completion.chunk") == 0);
-        CHECK(strcmp(str_at(c, "id", NULL), r.id) == 0 && strcmp(str_at(c, "model", NULL), "tiny") == 0);
+        CHECK(strcmp(str_at(c, "id", NULL), r.id) == 0 &&
+              strcmp(str_at(c, "model", NULL), "tiny") == 0);
         CHECK(cJSON_GetObjectItem(ch, "index")->valueint == (i < 2 ? 0 : 1));
         CHECK(cJSON_IsNull(cJSON_GetObjectItem(ch, "finish_reason")));
         if (i % 2 == 0) {
@@ -296,11 +306,12 @@ static void test_chat_stream(void) {
         cJSON_Delete(c);
     }
     frames_free(f, n > 0 ? n : 0);
-    sb_free(&out);
+    kvl_buf_free(&out);
 
     /* Second step: invalid UTF-8 is replaced; choice 0 ends, then choice 1.
      * The usage chunk and [DONE] come once, after the last choice ends. */
-    srv_event *b[] = {event(0, 7, "\xff!", ENGINE_FINISH_NONE, 0), event(0, -1, "", ENGINE_FINISH_STOP, 3)};
+    srv_event *b[] = {event(0, 7, "\xff!", ENGINE_FINISH_NONE, 0),
+                      event(0, -1, "", ENGINE_FINISH_STOP, 3)};
     openai_stream_events(&S, &r, &st, chain(b, 2), &out);
     events_free(b[0]);
     CHECK(out.p && !strstr(out.p, "[DONE]") && !strstr(out.p, "usage"));
@@ -309,13 +320,14 @@ static void test_chat_stream(void) {
     if (n == 2) {
         cJSON *c0 = cJSON_Parse(f[0]), *c1 = cJSON_Parse(f[1]);
         CHECK(c0 && strcmp(str_at(choice0(c0), "delta", "content"), "\xEF\xBF\xBD!") == 0);
-        CHECK(c1 && cJSON_GetObjectItem(choice0(c1), "delta")->child == NULL); /* final: an empty delta */
+        CHECK(c1 &&
+              cJSON_GetObjectItem(choice0(c1), "delta")->child == NULL); /* final: an empty delta */
         CHECK(c1 && strcmp(str_at(choice0(c1), "finish_reason", NULL), "stop") == 0);
         cJSON_Delete(c0);
         cJSON_Delete(c1);
     }
     frames_free(f, n > 0 ? n : 0);
-    sb_free(&out);
+    kvl_buf_free(&out);
 
     srv_event *c[] = {event(1, -1, "", ENGINE_FINISH_LENGTH, 4)};
     openai_stream_events(&S, &r, &st, c[0], &out);
@@ -330,15 +342,15 @@ static void test_chat_stream(void) {
         CHECK(cJSON_GetObjectItem(u, "completion_tokens")->valuedouble == 7);
         CHECK(cJSON_GetObjectItem(u, "prompt_tokens")->valuedouble == (double)r.job->n_prompt);
         CHECK(cJSON_GetObjectItem(u, "total_tokens")->valuedouble == (double)r.job->n_prompt + 7);
-        CHECK(cJSON_GetObjectItem(cJSON_GetObjectItem(u, "prompt_tokens_details"), "cached_tokens")->valuedouble ==
-              16);
+        CHECK(cJSON_GetObjectItem(cJSON_GetObjectItem(u, "prompt_tokens_details"), "cached_tokens")
+                  ->valuedouble == 16);
         CHECK(cJSON_GetObjectItem(u, "kv_allocated_bytes")->valuedouble == 2000);
         CHECK(strcmp(f[2], "[DONE]") == 0);
         cJSON_Delete(fin);
         cJSON_Delete(usage);
     }
     frames_free(f, n > 0 ? n : 0);
-    sb_free(&out);
+    kvl_buf_free(&out);
     api_req_free(&r);
 }
 
@@ -348,8 +360,9 @@ static void test_completion_stream(void) {
     CHECK(parse("{\"prompt\":[1,2],\"stream\":true,\"logprobs\":2}", false, &r, &e));
     if (!r.job) return;
     stream_state st = {0};
-    sbuf out = {0};
-    srv_event *a[] = {event(0, 5, "ab", ENGINE_FINISH_NONE, 0), event(0, 6, "cde", ENGINE_FINISH_NONE, 0),
+    kvl_buf out = {0};
+    srv_event *a[] = {event(0, 5, "ab", ENGINE_FINISH_NONE, 0),
+                      event(0, 6, "cde", ENGINE_FINISH_NONE, 0),
                       event(0, -1, "", ENGINE_FINISH_CANCELLED, 2)};
     openai_stream_events(&S, &r, &st, chain(a, 3), &out);
     events_free(a[0]);
@@ -364,8 +377,10 @@ static void test_completion_stream(void) {
             CHECK(strcmp(str_at(ch, "text", NULL), i == 0 ? "ab" : i == 1 ? "cde" : "") == 0);
             if (i < 2) {
                 /* text_offset counts the bytes streamed before this token */
-                CHECK(cJSON_GetArrayItem(cJSON_GetObjectItem(lp, "text_offset"), 0)->valuedouble == (i ? 2 : 0));
-                CHECK(cJSON_GetArraySize(cJSON_GetArrayItem(cJSON_GetObjectItem(lp, "top_logprobs"), 0)) == 2);
+                CHECK(cJSON_GetArrayItem(cJSON_GetObjectItem(lp, "text_offset"), 0)->valuedouble ==
+                      (i ? 2 : 0));
+                CHECK(cJSON_GetArraySize(
+                          cJSON_GetArrayItem(cJSON_GetObjectItem(lp, "top_logprobs"), 0)) == 2);
                 CHECK(cJSON_IsNull(cJSON_GetObjectItem(ch, "finish_reason")));
             } else {
                 CHECK(cJSON_IsNull(lp));
@@ -376,7 +391,7 @@ static void test_completion_stream(void) {
         CHECK(strcmp(f[3], "[DONE]") == 0);
     }
     frames_free(f, n > 0 ? n : 0);
-    sb_free(&out);
+    kvl_buf_free(&out);
 
     /* The engine failed mid-stream: an error event, then [DONE]. */
     stream_state st2 = {0};
@@ -387,13 +402,14 @@ static void test_completion_stream(void) {
     CHECK(n == 2);
     if (n == 2) {
         cJSON *c = cJSON_Parse(f[0]);
-        CHECK(c && str_at(c, "error", "message") && strcmp(str_at(c, "error", "type"), "server_error") == 0);
+        CHECK(c && str_at(c, "error", "message") &&
+              strcmp(str_at(c, "error", "type"), "server_error") == 0);
         CHECK(c && !cJSON_GetObjectItem(c, "usage"));
         CHECK(strcmp(f[1], "[DONE]") == 0);
         cJSON_Delete(c);
     }
     frames_free(f, n > 0 ? n : 0);
-    sb_free(&out);
+    kvl_buf_free(&out);
     api_req_free(&r);
 }
 
@@ -402,9 +418,10 @@ static void test_response(void) {
     api_error e;
     CHECK(parse("{\"prompt\":[1,2],\"n\":2}", false, &r, &e));
     if (!r.job) return;
-    srv_event *a[] = {event(1, 5, "x", ENGINE_FINISH_NONE, 0), event(0, 6, "He", ENGINE_FINISH_NONE, 0),
-                      event(0, 7, "llo", ENGINE_FINISH_NONE, 0), event(0, -1, "", ENGINE_FINISH_STOP, 2),
-                      event(1, -1, "y", ENGINE_FINISH_LENGTH, 1)};
+    srv_event *a[] = {
+        event(1, 5, "x", ENGINE_FINISH_NONE, 0), event(0, 6, "He", ENGINE_FINISH_NONE, 0),
+        event(0, 7, "llo", ENGINE_FINISH_NONE, 0), event(0, -1, "", ENGINE_FINISH_STOP, 2),
+        event(1, -1, "y", ENGINE_FINISH_LENGTH, 1)};
     char *js = openai_response(&S, &r, chain(a, 5));
     events_free(a[0]);
     cJSON *o = js ? cJSON_Parse(js) : NULL;
@@ -416,7 +433,8 @@ static void test_response(void) {
         CHECK(strcmp(str_at(cJSON_GetArrayItem(ch, 1), "text", NULL), "xy") == 0);
         CHECK(strcmp(str_at(cJSON_GetArrayItem(ch, 0), "finish_reason", NULL), "stop") == 0);
         CHECK(strcmp(str_at(cJSON_GetArrayItem(ch, 1), "finish_reason", NULL), "length") == 0);
-        CHECK(cJSON_GetObjectItem(cJSON_GetObjectItem(o, "usage"), "completion_tokens")->valuedouble == 3);
+        CHECK(cJSON_GetObjectItem(cJSON_GetObjectItem(o, "usage"), "completion_tokens")
+                  ->valuedouble == 3);
         CHECK(strcmp(str_at(o, "object", NULL), "text_completion") == 0);
     }
     cJSON_Delete(o);
@@ -427,19 +445,19 @@ static void test_response(void) {
 /* ------------------------------------------------------------ helpers -- */
 
 static void test_helpers(void) {
-    sbuf b = {0};
-    for (int i = 0; i < 1000; i++) sb_printf(&b, "%d,", i);
+    kvl_buf b = {0};
+    for (int i = 0; i < 1000; i++) kvl_buf_printf(&b, "%d,", i);
     CHECK(b.p && !b.oom && b.len == strlen(b.p) && strncmp(b.p, "0,1,2,", 6) == 0);
     CHECK(b.len > 3 && strcmp(b.p + b.len - 4, "999,") == 0);
     char big[1200];
     memset(big, 'q', sizeof big - 1);
     big[sizeof big - 1] = 0;
     size_t before = b.len;
-    sb_printf(&b, "<%s>", big); /* longer than sb_printf's stack buffer */
+    kvl_buf_printf(&b, "<%s>", big); /* longer than sb_printf's stack buffer */
     CHECK(b.len == before + sizeof big + 1 && b.p[b.len - 1] == '>');
-    sb_putn(&b, "a\0b", 3);
+    kvl_buf_put(&b, "a\0b", 3);
     CHECK(b.p[b.len - 2] == 0 && b.p[b.len] == 0);
-    sb_free(&b);
+    kvl_buf_free(&b);
     CHECK(b.p == NULL && b.len == 0);
 
     CHECK(utf8_valid("h\xC3\xA9\xE2\x82\xAC\xF0\x9F\x98\x80", 10));
@@ -449,11 +467,13 @@ static void test_helpers(void) {
     CHECK(!utf8_valid("\xE2\x82", 2));         /* cut short */
     CHECK(!utf8_valid("a\0b", 3));
     cJSON *t = json_text("a\0b\xE2\x82", 5);
-    CHECK(t && strcmp(cJSON_GetStringValue(t), "a\xEF\xBF\xBD" "b\xEF\xBF\xBD\xEF\xBF\xBD") == 0);
+    CHECK(t && strcmp(cJSON_GetStringValue(t), "a\xEF\xBF\xBD"
+                                               "b\xEF\xBF\xBD\xEF\xBF\xBD") == 0);
     cJSON_Delete(t);
 
     CHECK(secret_equal("sk-abc", "sk-abc"));
-    CHECK(!secret_equal("sk-abc", "sk-abd") && !secret_equal("sk-abc", "sk-ab") && !secret_equal("", "x"));
+    CHECK(!secret_equal("sk-abc", "sk-abd") && !secret_equal("sk-abc", "sk-ab") &&
+          !secret_equal("", "x"));
 
     api_error e;
     CHECK(!api_fail(&e, 400, "max_tokens", "too %s", "many"));
