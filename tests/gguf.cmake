@@ -16,6 +16,7 @@ add_test(NAME gguf_bad_files_cli
   COMMAND ${Python3_EXECUTABLE} ${GGUF_DRIVER} --gen ${GGUF_GEN}
           --out ${CMAKE_CURRENT_BINARY_DIR}/gguf_bad_cli --bin ${KVLLM_BIN}
           --good ${PROJECT_SOURCE_DIR}/models/stories260K.gguf)
+set_tests_properties(gguf_bad_files_lib gguf_bad_files_cli PROPERTIES LABELS unit)
 
 # Builds its own sanitized tree next to this build directory, so it only pays
 # for the kvllm and test_gguf targets, not the whole suite.

@@ -16,15 +16,17 @@
 #include "check.h"
 
 static srv S;
+static gguf_file *model_file;
+static tok_vocab *vocab;
 
 static bool setup(const char *model) {
     kvl_error err = {{0}};
-    gguf_file *f = gguf_open(model, &err);
+    gguf_file *f = model_file = gguf_open(model, &err);
     if (!f) {
         fprintf(stderr, "cannot open %s: %s\n", model, err.msg);
         return false;
     }
-    tok_vocab *v = tok_vocab_create(f, &err);
+    tok_vocab *v = vocab = tok_vocab_create(f, &err);
     if (!v) {
         fprintf(stderr, "cannot read the vocabulary of %s: %s\n", model, err.msg);
         return false;
@@ -40,7 +42,7 @@ static bool setup(const char *model) {
     S.bos_text = tok_piece(v, tok_bos(v));
     S.eos_text = tok_piece(v, tok_eos(v));
     pthread_mutex_init(&S.tok_mu, NULL);
-    return true; /* f stays open: the vocabulary may point into it */
+    return true; /* the file stays open until main ends: the vocabulary may point into it */
 }
 
 /* Parses body (JSON text); returns whether openai_parse accepted it. */
@@ -496,6 +498,9 @@ int main(int argc, char **argv) {
     test_completion_stream();
     test_response();
     test_helpers();
+    pthread_mutex_destroy(&S.tok_mu);
+    tok_vocab_destroy(vocab);
+    gguf_close(model_file);
     if (failures) fprintf(stderr, "test_server: %d failure(s)\n", failures);
     else printf("test_server: all passed\n");
     return failures != 0;
