@@ -38,9 +38,9 @@ set_tests_properties(fuzz_gguf_smoke PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600 
 # It compiles the reader's sources itself so that they get coverage instrumentation.
 if(KVLLM_FUZZ)
   if(CMAKE_C_COMPILER_ID MATCHES "Clang")
-    file(GLOB GGUF_FUZZ_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/gguf/*.c)
-    add_executable(fuzz_gguf ${CMAKE_CURRENT_LIST_DIR}/fuzz/fuzz_gguf.c ${GGUF_FUZZ_SOURCES}
-      ${PROJECT_SOURCE_DIR}/src/base/base.c)
+    file(GLOB GGUF_FUZZ_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/base/*.c
+      ${PROJECT_SOURCE_DIR}/src/gguf/*.c)
+    add_executable(fuzz_gguf ${CMAKE_CURRENT_LIST_DIR}/fuzz/fuzz_gguf.c ${GGUF_FUZZ_SOURCES})
     target_include_directories(fuzz_gguf PRIVATE ${PROJECT_SOURCE_DIR}/src/base ${PROJECT_SOURCE_DIR}/src/gguf)
     target_compile_options(fuzz_gguf PRIVATE -g -O1 -fsanitize=fuzzer,address,undefined)
     target_link_options(fuzz_gguf PRIVATE -fsanitize=fuzzer,address,undefined)
