@@ -58,7 +58,8 @@ static int info_flag(const char *flag, const char *value, void *ctx) {
     return 1;
 }
 
-/* kvllm info --archs [--json]: the architecture table's names, one per line. */
+/* kvllm info --archs [--json]: the architecture table's names, one per line
+ * (what the golden tests compare with; `kvllm --help` is left as it was). */
 static int print_archs(const cli_opts *o) {
     if (o->json) {
         cJSON *j = cJSON_CreateObject();

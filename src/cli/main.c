@@ -15,7 +15,7 @@ static const command COMMANDS[] = {
     {"score", cmd_score, "teacher-forced log-probabilities of a token sequence"},
     {"perplexity", cmd_perplexity, "perplexity of a text file, as llama-perplexity computes it"},
     {"tokenize", cmd_tokenize, "text to token ids and pieces"},
-    {"info", cmd_info, "architecture, hyperparameters, tensor types, KV bytes per token (--archs: the supported ones)"},
+    {"info", cmd_info, "architecture, hyperparameters, tensor types, KV bytes per token"},
     {"serve", cmd_serve, "OpenAI-compatible HTTP server with continuous batching"},
     {"loadgen", cmd_loadgen, "load generator for a running server (throughput, TTFT/TPOT/ITL)"},
     {"kv-plan", cmd_kv_plan, "KV cache capacity planner (calculated vs allocated)"},
