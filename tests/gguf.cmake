@@ -16,6 +16,7 @@ add_test(NAME gguf_bad_files_cli
   COMMAND ${Python3_EXECUTABLE} ${GGUF_DRIVER} --gen ${GGUF_GEN}
           --out ${CMAKE_CURRENT_BINARY_DIR}/gguf_bad_cli --bin ${KVLLM_BIN}
           --good ${PROJECT_SOURCE_DIR}/models/stories260K.gguf)
+set_tests_properties(gguf_bad_files_lib gguf_bad_files_cli PROPERTIES LABELS unit)
 
 # Builds its own sanitized tree next to this build directory, so it only pays
 # for the kvllm and test_gguf targets, not the whole suite.
@@ -37,10 +38,10 @@ set_tests_properties(fuzz_gguf_smoke PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600 
 # It compiles the reader's sources itself so that they get coverage instrumentation.
 if(KVLLM_FUZZ)
   if(CMAKE_C_COMPILER_ID MATCHES "Clang")
-    file(GLOB GGUF_FUZZ_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/gguf/*.c)
-    add_executable(fuzz_gguf ${CMAKE_CURRENT_LIST_DIR}/fuzz/fuzz_gguf.c ${GGUF_FUZZ_SOURCES}
-      ${PROJECT_SOURCE_DIR}/src/base/base.c)
-    target_include_directories(fuzz_gguf PRIVATE ${PROJECT_SOURCE_DIR}/src)
+    file(GLOB GGUF_FUZZ_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/base/*.c
+      ${PROJECT_SOURCE_DIR}/src/gguf/*.c)
+    add_executable(fuzz_gguf ${CMAKE_CURRENT_LIST_DIR}/fuzz/fuzz_gguf.c ${GGUF_FUZZ_SOURCES})
+    target_include_directories(fuzz_gguf PRIVATE ${PROJECT_SOURCE_DIR}/src/base ${PROJECT_SOURCE_DIR}/src/gguf)
     target_compile_options(fuzz_gguf PRIVATE -g -O1 -fsanitize=fuzzer,address,undefined)
     target_link_options(fuzz_gguf PRIVATE -fsanitize=fuzzer,address,undefined)
     target_link_libraries(fuzz_gguf PRIVATE m)

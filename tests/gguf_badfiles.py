@@ -39,7 +39,7 @@ def run(cmd, timeout=120, cwd=None):
 def asan_build(src, build):
     jobs = os.environ.get("KVLLM_ASAN_JOBS", "2")
     steps = [
-        ["cmake", "-S", src, "-B", build, "-DKVLLM_SANITIZE=ON", "-DCMAKE_BUILD_TYPE=Debug"],
+        ["cmake", "-S", src, "-B", build, "-DKVLLM_SANITIZE=ON", "-DCMAKE_BUILD_TYPE=RelWithDebInfo"],
         ["cmake", "--build", build, "--target", "kvllm", "test_gguf", "-j", jobs],
     ]
     for cmd in steps:

@@ -5,7 +5,7 @@ foreach(d ${KVLLM_GOLDEN_DIRS})
     get_filename_component(name ${d} NAME)
     add_test(NAME golden_${name}
       COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/golden/check_golden.py ${KVLLM_BIN} ${KVLLM_DATA}/golden ${name})
-    set_tests_properties(golden_${name} PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600)
+    set_tests_properties(golden_${name} PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS golden)
   endif()
 endforeach()
 
@@ -13,3 +13,4 @@ endforeach()
 add_test(NAME stories260K_greedy256
   COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/golden/check_stories.py ${KVLLM_BIN}
           ${CMAKE_SOURCE_DIR}/models/stories260K.gguf ${KVLLM_DATA}/stories260K.greedy256.txt)
+set_tests_properties(stories260K_greedy256 PROPERTIES LABELS golden)

@@ -13,7 +13,9 @@ if(VALGRIND_EXE)
   add_executable(test_tokenizer_nojit ${CMAKE_CURRENT_LIST_DIR}/unit/test_tokenizer.c
     ${TOK_NOJIT_SOURCES})
   target_compile_definitions(test_tokenizer_nojit PRIVATE KVLLM_TOK_NO_JIT)
-  target_include_directories(test_tokenizer_nojit PRIVATE ${PROJECT_SOURCE_DIR}/src)
+  add_dependencies(test_tokenizer_nojit kvllm_check_includes)
+  target_include_directories(test_tokenizer_nojit PRIVATE ${PROJECT_SOURCE_DIR}/src/base
+    ${PROJECT_SOURCE_DIR}/src/gguf ${PROJECT_SOURCE_DIR}/src/tokenizer ${CMAKE_CURRENT_LIST_DIR}/unit)
   target_link_libraries(test_tokenizer_nojit PRIVATE PkgConfig::PCRE2 PkgConfig::CJSON
     PkgConfig::XXHASH m)
   add_test(NAME tokenizer_valgrind

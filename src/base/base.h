@@ -55,20 +55,6 @@ kvl_f16 kvl_f32_to_f16(float f);
 float kvl_bf16_to_f32(kvl_bf16 h);
 kvl_bf16 kvl_f32_to_bf16(float f);
 
-/* A growable byte buffer, NUL-terminated after every put (p[len] == 0, so it
- * holds text as well as bytes). Start from {0}; free with kvl_buf_free. A
- * failure to grow (out of memory, or a size past SIZE_MAX) sets the sticky
- * oom flag and makes every later put a no-op, so a builder checks oom once at
- * the end instead of after every put. */
-typedef struct kvl_buf {
-    char *p;
-    size_t len, cap;
-    bool oom;
-} kvl_buf;
-void kvl_buf_put(kvl_buf *b, const void *data, size_t n);
-void kvl_buf_puts(kvl_buf *b, const char *s);
-void kvl_buf_printf(kvl_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void kvl_buf_free(kvl_buf *b); /* frees and resets to {0} */
 
 /* Reads a whole file into a NUL-terminated buffer (caller frees with free()). */
 char *kvl_read_file(const char *path, size_t *len_out, kvl_error *err);

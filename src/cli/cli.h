@@ -5,11 +5,11 @@
 
 #include <cjson/cJSON.h>
 
-#include "base/base.h"
-#include "engine/engine.h"
-#include "gguf/gguf.h"
-#include "model/model.h"
-#include "tokenizer/tokenizer.h"
+#include "base.h"
+#include "engine.h"
+#include "gguf.h"
+#include "model.h"
+#include "tokenizer.h"
 
 #define CLI_MAX_STOP 16
 

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "cli.h"
-#include "tokenizer/jinja.h"
+#include "jinja.h"
 
 static void usage(FILE *out) {
     fprintf(out,

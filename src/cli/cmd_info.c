@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "arch.h"
 #include "cli.h"
 
 static int cmd_tokenize_opts(const cli_opts *o);
@@ -51,10 +52,31 @@ static void count_types(const gguf_file *f, int64_t counts[GGUF_DT_COUNT]) {
 
 static int cmd_info_opts(const cli_opts *o);
 
+static int info_flag(const char *flag, const char *value, void *ctx) {
+    if (strcmp(flag, "--archs") != 0) return 0;
+    *(bool *)ctx = true;
+    return 1;
+}
+
+/* kvllm info --archs [--json]: the architecture table's names, one per line
+ * (what the golden tests compare with; `kvllm --help` is left as it was). */
+static int print_archs(const cli_opts *o) {
+    if (o->json) {
+        cJSON *j = cJSON_CreateObject();
+        cJSON *a = cJSON_AddArrayToObject(j, "architectures");
+        for (int i = 0; i < arch_count(); i++) cJSON_AddItemToArray(a, cJSON_CreateString(arch_at(i)->name));
+        cli_print_json(j);
+    } else {
+        for (int i = 0; i < arch_count(); i++) printf("%s\n", arch_at(i)->name);
+    }
+    return 0;
+}
+
 int cmd_info(int argc, char **argv) {
     cli_opts o;
-    if (!cli_parse(argc, argv, &o)) return 2;
-    return cmd_info_opts(&o);
+    bool archs = false;
+    if (!cli_parse_ex(argc, argv, &o, info_flag, &archs)) return 2;
+    return archs ? print_archs(&o) : cmd_info_opts(&o);
 }
 
 static int cmd_info_opts(const cli_opts *o) {

@@ -10,9 +10,9 @@
 #include <string.h>
 
 #include "cli.h"
-#include "base/units.h"
-#include "kv/kv_plan.h"
-#include "model/hparams.h"
+#include "units.h"
+#include "kv_plan.h"
+#include "hparams.h"
 
 /* --verify allocates real memory: keep it to what a small model needs. */
 #define VERIFY_MAX_POOL_BYTES ((uint64_t)4 << 30)

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "cli.h"
-#include "server/loadgen.h"
+#include "loadgen.h"
 
 static void loadgen_usage(FILE *out) {
     fprintf(out,

@@ -7,8 +7,8 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "server/server.h"
-#include "tokenizer/chat_template.h"
+#include "server.h"
+#include "chat_template.h"
 
 typedef struct serve_opts {
     server_config sc;

@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "engine/synth.h"
+#include "synth.h"
 
 typedef struct synth_args {
     const char *shape, *type, *out;

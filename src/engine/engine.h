@@ -9,10 +9,10 @@
 #ifndef KVLLM_ENGINE_H
 #define KVLLM_ENGINE_H
 
-#include "../base/base.h"
-#include "../kv/kv.h"
-#include "../model/model.h"
-#include "../tokenizer/tokenizer.h"
+#include "base.h"
+#include "kv.h"
+#include "model.h"
+#include "tokenizer.h"
 #include "sampler.h"
 
 typedef enum engine_finish {

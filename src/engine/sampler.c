@@ -1,7 +1,7 @@
 /* sampler: see sampler.h. */
 #include "sampler.h"
 
-#include "../kernels/kernels.h"
+#include "kernels.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -84,6 +84,7 @@ static void apply_penalties(sampler *s, float *logits) {
     const sampler_params *p = &s->p;
     if (p->repeat_penalty == 1.0f && p->presence_penalty == 0.0f && p->frequency_penalty == 0.0f) return;
     int64_t n = p->penalty_last_n < 0 || p->penalty_last_n > s->n_history ? s->n_history : p->penalty_last_n;
+    if (n == 0) return; /* no history yet (s->history may still be NULL) */
     const int32_t *win = s->history + (s->n_history - n);
     for (int64_t i = 0; i < n; i++)
         if (win[i] >= 0 && win[i] < s->n_vocab) s->counts[win[i]]++;

@@ -4,7 +4,7 @@
 #ifndef KVLLM_SAMPLER_H
 #define KVLLM_SAMPLER_H
 
-#include "../base/base.h"
+#include "base.h"
 
 typedef struct sampler_params {
     float temperature;     /* <= 0: greedy */

@@ -14,8 +14,9 @@
 #include <string.h>
 #include <strings.h>
 
-#include "../gguf/gguf.h"
-#include "../kernels/kernels.h"
+#include "gguf.h"
+#include "kernels.h"
+#include "kvl_buf.h"
 
 enum { ALIGN = 32, CHUNK_FLOATS = 8 << 20 /* floats generated per slice: 32 MB */ };
 
@@ -253,40 +254,16 @@ static bool plan_build(plan *p, const synth_shape *s, synth_ftype ft) {
 
 /* ------------------------------------------------------------- bytes -- */
 
-/* Growable byte buffer; out of memory is sticky and checked once at the end. */
-typedef struct bytes {
-    uint8_t *p;
-    size_t len, cap;
-    bool oom;
-} bytes;
-
-static void put(bytes *b, const void *d, size_t n) {
-    if (b->oom || n == 0) return;
-    if (n > b->cap - b->len) {
-        size_t cap = b->cap ? b->cap : 4096;
-        while (cap - b->len < n) cap *= 2;
-        uint8_t *q = realloc(b->p, cap);
-        if (!q) {
-            b->oom = true;
-            return;
-        }
-        b->p = q;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, d, n);
-    b->len += n;
-}
-
-static void put_u32(bytes *b, uint32_t v) { put(b, &v, 4); }
-static void put_u64(bytes *b, uint64_t v) { put(b, &v, 8); }
-static void put_str(bytes *b, const char *s) {
+static void put_u32(kvl_buf *b, uint32_t v) { kvl_buf_put(b, &v, 4); }
+static void put_u64(kvl_buf *b, uint64_t v) { kvl_buf_put(b, &v, 8); }
+static void put_str(kvl_buf *b, const char *s) {
     put_u64(b, strlen(s));
-    put(b, s, strlen(s));
+    kvl_buf_put(b, s, strlen(s));
 }
 
 /* Metadata: the serialized key/value pairs and their count. */
 typedef struct meta {
-    bytes b;
+    kvl_buf b;
     uint64_t n;
 } meta;
 
@@ -305,12 +282,12 @@ static void kv_u64(meta *m, const char *key, uint64_t v) {
 }
 static void kv_f32(meta *m, const char *key, float v) {
     kv_key(m, key, GGUF_VT_FLOAT32);
-    put(&m->b, &v, 4);
+    kvl_buf_put(&m->b, &v, 4);
 }
 static void kv_bool(meta *m, const char *key, bool v) {
     uint8_t u = v;
     kv_key(m, key, GGUF_VT_BOOL);
-    put(&m->b, &u, 1);
+    kvl_buf_put(&m->b, &u, 1);
 }
 static void kv_str(meta *m, const char *key, const char *v) {
     kv_key(m, key, GGUF_VT_STRING);
@@ -443,12 +420,12 @@ static void add_meta(meta *m, const synth_shape *s, synth_ftype ft, uint64_t see
 }
 
 /* Everything before the data section, padded to the alignment. */
-static void build_header(bytes *h, const meta *m, const plan *p) {
-    put(h, "GGUF", 4);
+static void build_header(kvl_buf *h, const meta *m, const plan *p) {
+    kvl_buf_put(h, "GGUF", 4);
     put_u32(h, 3);
     put_u64(h, (uint64_t)p->n);
     put_u64(h, m->n);
-    put(h, m->b.p, m->b.len);
+    kvl_buf_put(h, m->b.p, m->b.len);
     h->oom |= m->b.oom;
     for (int i = 0; i < p->n; i++) {
         const tplan *t = &p->t[i];
@@ -459,7 +436,7 @@ static void build_header(bytes *h, const meta *m, const plan *p) {
         put_u64(h, t->offset);
     }
     static const uint8_t zeros[ALIGN];
-    put(h, zeros, (ALIGN - h->len % ALIGN) % ALIGN);
+    kvl_buf_put(h, zeros, (ALIGN - h->len % ALIGN) % ALIGN);
 }
 
 /* -------------------------------------------------------------- values -- */
@@ -542,7 +519,7 @@ static bool write_data(writer *w, const plan *p, uint64_t seed) {
 uint64_t synth_file_bytes(const synth_shape *s, synth_ftype t) {
     plan p;
     meta m = {.n = 0};
-    bytes h = {0};
+    kvl_buf h = {0};
     uint64_t total = 0;
     if (plan_build(&p, s, t)) {
         add_meta(&m, s, t, 0);
@@ -564,7 +541,7 @@ static bool verify(const char *path, const plan *p, uint64_t size, kvl_error *er
     return ok || kvl_fail(err, "%s: written file does not read back as planned", path);
 }
 
-static bool write_file(const char *path, const bytes *h, const plan *p, uint64_t seed, writer *w,
+static bool write_file(const char *path, const kvl_buf *h, const plan *p, uint64_t seed, writer *w,
                        kvl_error *err) {
     w->fp = fopen(path, "wb");
     if (!w->fp) return kvl_fail(err, "%s: cannot create: %s", path, strerror(errno));
@@ -589,7 +566,7 @@ bool synth_write(const synth_shape *s, synth_ftype t, uint64_t seed, const char 
         return kvl_fail(err, "synth: shape '%s' has too small a vocabulary", s->name);
     plan p;
     meta m = {.n = 0};
-    bytes h = {0};
+    kvl_buf h = {0};
     bool ok = plan_build(&p, s, t);
     for (int i = 0; ok && i < p.n; i++) {
         const kern_traits *tr = kern_traits_of(p.t[i].dtype);

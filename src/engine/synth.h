@@ -13,7 +13,7 @@
 
 #include <stdio.h>
 
-#include "../base/base.h"
+#include "base.h"
 
 typedef struct synth_shape {
     const char *name; /* "llama-3.2-1b" */

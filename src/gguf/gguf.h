@@ -8,7 +8,7 @@
 #ifndef KVLLM_GGUF_H
 #define KVLLM_GGUF_H
 
-#include "../base/base.h"
+#include "base.h"
 
 /* Metadata value types, numbered as in the GGUF spec. */
 typedef enum gguf_vtype {

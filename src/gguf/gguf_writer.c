@@ -13,9 +13,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kvl_buf.h"
+
 enum { WRITER_ALIGN = 32, MAX_TENSOR_NAME = 63 /* llama.cpp: GGML_MAX_NAME - 1 */ };
 
-/* ---------------------------------------------------------------- byte buffer */
+/* ---------------------------------------------------------------- serializing */
 
 /* The GGUF encodings (little-endian) onto a kvl_buf. */
 static void bb_u32(kvl_buf *b, uint32_t v) { kvl_buf_put(b, &v, 4); }

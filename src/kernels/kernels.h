@@ -16,8 +16,8 @@
 #ifndef KVLLM_KERNELS_H
 #define KVLLM_KERNELS_H
 
-#include "../base/base.h"
-#include "../gguf/gguf.h"
+#include "base.h"
+#include "gguf.h"
 
 /* Block layouts, byte-compatible with GGUF / ggml. */
 #define QK8_0 32

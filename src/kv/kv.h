@@ -9,8 +9,8 @@
 #ifndef KVLLM_KV_H
 #define KVLLM_KV_H
 
-#include "../base/base.h"
-#include "../gguf/gguf.h"
+#include "base.h"
+#include "gguf.h"
 
 /* KV storage types: ggml's F32, F16, BF16, Q8_0 (blocks of 32 int8 with an f16
  * scale, along each token's K or V row), plus FP8 E4M3, one byte per value with

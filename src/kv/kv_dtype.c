@@ -5,7 +5,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "../kernels/kernels.h"
+#include "kernels.h"
 #include "kv.h"
 
 /* The table entry of a KV storage type, or NULL. */

@@ -16,8 +16,8 @@
 #ifndef KVLLM_KV_PLAN_H
 #define KVLLM_KV_PLAN_H
 
-#include "../base/base.h"
-#include "../gguf/gguf.h"
+#include "base.h"
+#include "gguf.h"
 #include "kv.h"
 
 /* KV element types the planner knows: exactly the engine pool's (kv.h). Sizes

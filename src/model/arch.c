@@ -1,6 +1,7 @@
 /* The table of supported architectures. See arch.h. */
 #include "arch.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "model.h"
@@ -26,4 +27,14 @@ const arch_desc *arch_find(const char *name) {
     return NULL;
 }
 
-const char *arch_supported_list(void) { return "llama, mistral, qwen2, qwen3, qwen2moe, qwen3moe, gemma2, gemma3, deepseek2"; }
+int arch_count(void) { return (int)(sizeof ARCHS / sizeof ARCHS[0]); }
+
+const arch_desc *arch_at(int i) { return i >= 0 && i < arch_count() ? &ARCHS[i] : NULL; }
+
+const char *arch_supported_list(void) {
+    static char list[512]; /* built once from the table; model loading is single-threaded */
+    if (!list[0])
+        for (int i = 0; i < arch_count(); i++)
+            snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "", ARCHS[i].name);
+    return list;
+}

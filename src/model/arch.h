@@ -29,5 +29,8 @@ typedef struct arch_desc {
 const arch_desc *arch_find(const char *name);
 /* Comma-separated list of supported names, for error messages. */
 const char *arch_supported_list(void);
+/* The table itself: arch_at(0 .. arch_count() - 1), NULL outside. */
+int arch_count(void);
+const arch_desc *arch_at(int i);
 
 #endif

@@ -32,9 +32,9 @@
 #ifndef KVLLM_HPARAMS_H
 #define KVLLM_HPARAMS_H
 
-#include "../base/base.h"
-#include "../gguf/gguf.h"
-#include "../kv/kv_plan.h"
+#include "base.h"
+#include "gguf.h"
+#include "kv_plan.h"
 
 #define MODEL_MAX_LAYERS 4096
 

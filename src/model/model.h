@@ -5,9 +5,9 @@
 #ifndef KVLLM_MODEL_H
 #define KVLLM_MODEL_H
 
-#include "../base/base.h"
-#include "../gguf/gguf.h"
-#include "../kv/kv.h"
+#include "base.h"
+#include "gguf.h"
+#include "kv.h"
 #include "hparams.h"
 
 /* Layers that attend differently keep their KV in different pools: full-attention

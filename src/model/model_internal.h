@@ -3,7 +3,7 @@
 #ifndef KVLLM_MODEL_INTERNAL_H
 #define KVLLM_MODEL_INTERNAL_H
 
-#include "../kernels/kernels.h"
+#include "kernels.h"
 #include "arch.h"
 #include "model.h"
 

@@ -21,7 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "base/base.h"
+#include "base.h"
 
 /* ------------------------------------------------------------------ URL -- */
 

@@ -9,8 +9,8 @@
 #ifndef KVLLM_SERVER_H
 #define KVLLM_SERVER_H
 
-#include "engine/engine.h"
-#include "tokenizer/tokenizer.h"
+#include "engine.h"
+#include "tokenizer.h"
 
 typedef struct server_config {
     const char *host;          /* address to bind (default 127.0.0.1) */

@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "srv_internal.h"
-#include "tokenizer/jinja.h"
+#include "jinja.h"
 
 bool srv_jinja_setup(srv *s, const char *src, const char *origin) {
     char err[512];

@@ -33,7 +33,7 @@ static const struct {
 
 /* Per request state, from the first callback to MHD's completion notice. */
 typedef struct conn_ctx {
-    sbuf body;
+    kvl_buf body;
     bool too_large;
     double t_arrival;
 } conn_ctx;
@@ -108,7 +108,7 @@ typedef struct stream_ctx {
     srv *s;
     api_req r;
     stream_state st;
-    sbuf out;
+    kvl_buf out;
     size_t off;
     int fd;
     bool done;
@@ -164,7 +164,7 @@ static void stream_free(void *cls) {
     }
     atomic_fetch_sub(&sc->s->n_busy, 1);
     api_req_free(&sc->r);
-    sb_free(&sc->out);
+    kvl_buf_free(&sc->out);
     free(sc);
 }
 
@@ -289,13 +289,13 @@ static enum MHD_Result dispatch(srv *s, struct MHD_Connection *c, const char *ur
         snprintf(msg, sizeof msg, "the request body is larger than %zu bytes", s->cfg.max_body_bytes);
         return fail(c, 413, NULL, msg);
     }
-    sbuf m = {0};
+    kvl_buf m = {0};
     switch (ROUTES[i].r) {
     case R_HEALTH: return send_json(c, MHD_HTTP_OK, strdup("{\"status\":\"ok\"}"));
     case R_METRICS:
         metrics_render(&s->metrics, s->cfg.model_id, &m);
         if (m.oom) {
-            sb_free(&m);
+            kvl_buf_free(&m);
             return MHD_NO;
         }
         return send_text(c, MHD_HTTP_OK, "text/plain; version=0.0.4; charset=utf-8", m.p, NULL, NULL);
@@ -325,9 +325,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
          * a clean 413 rather than a reset connection. */
         if (!cc->too_large && cc->body.len + *upload_size > s->cfg.max_body_bytes) {
             cc->too_large = true;
-            sb_free(&cc->body);
+            kvl_buf_free(&cc->body);
         }
-        if (!cc->too_large) sb_putn(&cc->body, upload, *upload_size);
+        if (!cc->too_large) kvl_buf_put(&cc->body, upload, *upload_size);
         if (cc->body.oom) cc->too_large = true;
         *upload_size = 0;
         return MHD_YES;
@@ -342,7 +342,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     (void)toe;
     conn_ctx *cc = *con_cls;
     if (!cc) return;
-    sb_free(&cc->body);
+    kvl_buf_free(&cc->body);
     free(cc);
     *con_cls = NULL;
 }

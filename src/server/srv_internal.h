@@ -13,23 +13,14 @@
 #include <cjson/cJSON.h>
 
 #include "server.h"
-#include "tokenizer/chat_template.h"
+#include "chat_template.h"
+#include "kvl_buf.h"
 
 #define SRV_MAX_N 16   /* choices per request */
 #define SRV_MAX_TOP 20 /* top logprobs per token (the engine's limit) */
 #define SRV_MAX_STOP 16
 
-/* ------------------------------------------------------------ buffers -- */
-
-typedef struct sbuf {
-    char *p;
-    size_t len, cap;
-    bool oom;
-} sbuf;
-void sb_putn(sbuf *b, const char *s, size_t n);
-void sb_put(sbuf *b, const char *s);
-void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void sb_free(sbuf *b);
+/* ------------------------------------------------------------ helpers -- */
 
 /* true if p[0..n) is valid UTF-8 (no overlongs, surrogates or NUL bytes). */
 bool utf8_valid(const char *p, size_t n);
@@ -153,7 +144,7 @@ void metrics_init(srv_metrics *m);
 void metrics_destroy(srv_metrics *m);
 void histo_observe(histo *h, double v); /* caller holds m->mu */
 /* Prometheus text exposition (format 0.0.4). */
-void metrics_render(srv_metrics *m, const char *model_name, sbuf *out);
+void metrics_render(srv_metrics *m, const char *model_name, kvl_buf *out);
 
 /* ------------------------------------------------------------- server -- */
 
@@ -227,9 +218,9 @@ typedef struct stream_state {
     int64_t completion_tokens, kv_lb, kv_alloc, cached;
     bool failed;
 } stream_state;
-void openai_stream_events(srv *s, const api_req *r, stream_state *st, srv_event *events, sbuf *out);
+void openai_stream_events(srv *s, const api_req *r, stream_state *st, srv_event *events, kvl_buf *out);
 /* Ends a stream early: an error chunk if st->failed, the usage chunk, [DONE]. */
-void openai_stream_end(srv *s, const api_req *r, stream_state *st, sbuf *out);
+void openai_stream_end(srv *s, const api_req *r, stream_state *st, kvl_buf *out);
 
 /* GET /v1/models */
 char *openai_models(srv *s);

@@ -47,34 +47,34 @@ void histo_observe(histo *h, double v) {
     h->count++;
 }
 
-static void put_header(sbuf *o, const char *name, const char *type, const char *help) {
-    sb_printf(o, "# HELP kvllm:%s %s\n# TYPE kvllm:%s %s\n", name, help, name, type);
+static void put_header(kvl_buf *o, const char *name, const char *type, const char *help) {
+    kvl_buf_printf(o, "# HELP kvllm:%s %s\n# TYPE kvllm:%s %s\n", name, help, name, type);
 }
 
-static void put_gauge(sbuf *o, const char *label, const char *name, const char *help, double v) {
+static void put_gauge(kvl_buf *o, const char *label, const char *name, const char *help, double v) {
     put_header(o, name, "gauge", help);
-    sb_printf(o, "kvllm:%s{%s} %.17g\n", name, label, v);
+    kvl_buf_printf(o, "kvllm:%s{%s} %.17g\n", name, label, v);
 }
 
 /* Counters are exposed as NAME_total, as prometheus_client (and vLLM) do. */
-static void put_counter(sbuf *o, const char *label, const char *name, const char *help, double v) {
+static void put_counter(kvl_buf *o, const char *label, const char *name, const char *help, double v) {
     put_header(o, name, "counter", help);
-    sb_printf(o, "kvllm:%s_total{%s} %.17g\n", name, label, v);
+    kvl_buf_printf(o, "kvllm:%s_total{%s} %.17g\n", name, label, v);
 }
 
-static void put_histo(sbuf *o, const char *label, const histo *h) {
+static void put_histo(kvl_buf *o, const char *label, const histo *h) {
     put_header(o, h->name, "histogram", h->help);
     uint64_t cum = 0;
     for (int b = 0; b <= h->n_bounds; b++) {
         cum += h->counts[b];
         if (b < h->n_bounds)
-            sb_printf(o, "kvllm:%s_bucket{%s,le=\"%g\"} %llu\n", h->name, label, h->bounds[b],
+            kvl_buf_printf(o, "kvllm:%s_bucket{%s,le=\"%g\"} %llu\n", h->name, label, h->bounds[b],
                       (unsigned long long)cum);
         else
-            sb_printf(o, "kvllm:%s_bucket{%s,le=\"+Inf\"} %llu\n", h->name, label, (unsigned long long)cum);
+            kvl_buf_printf(o, "kvllm:%s_bucket{%s,le=\"+Inf\"} %llu\n", h->name, label, (unsigned long long)cum);
     }
-    sb_printf(o, "kvllm:%s_sum{%s} %.17g\n", h->name, label, h->sum);
-    sb_printf(o, "kvllm:%s_count{%s} %llu\n", h->name, label, (unsigned long long)h->count);
+    kvl_buf_printf(o, "kvllm:%s_sum{%s} %.17g\n", h->name, label, h->sum);
+    kvl_buf_printf(o, "kvllm:%s_count{%s} %llu\n", h->name, label, (unsigned long long)h->count);
 }
 
 /* Label values escape backslash, quote and newline. */
@@ -95,7 +95,7 @@ static void model_label(const char *name, char *out, size_t cap) {
     out[o] = 0;
 }
 
-void metrics_render(srv_metrics *m, const char *model_name, sbuf *o) {
+void metrics_render(srv_metrics *m, const char *model_name, kvl_buf *o) {
     char label[320];
     model_label(model_name, label, sizeof label);
     pthread_mutex_lock(&m->mu);
@@ -122,7 +122,7 @@ void metrics_render(srv_metrics *m, const char *model_name, sbuf *o) {
     put_header(o, "request_success", "counter", "Count of finished requests, by finish reason.");
     static const char *reasons[3] = {"stop", "length", "abort"};
     for (int i = 0; i < 3; i++)
-        sb_printf(o, "kvllm:request_success_total{%s,finished_reason=\"%s\"} %llu\n", label, reasons[i],
+        kvl_buf_printf(o, "kvllm:request_success_total{%s,finished_reason=\"%s\"} %llu\n", label, reasons[i],
                   (unsigned long long)m->success[i]);
     put_histo(o, label, &m->ttft);
     put_histo(o, label, &m->tpot);

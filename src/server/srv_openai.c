@@ -137,21 +137,21 @@ static char *message_text(const cJSON *c, int i, api_error *err) {
         api_fail(err, 400, "messages", "messages[%d].content must be a string or an array of parts", i);
         return NULL;
     }
-    sbuf b = {0};
-    sb_put(&b, "");
+    kvl_buf b = {0};
+    kvl_buf_puts(&b, "");
     for (const cJSON *part = c->child; part; part = part->next) {
         const cJSON *type = cJSON_GetObjectItemCaseSensitive(part, "type");
         const cJSON *text = cJSON_GetObjectItemCaseSensitive(part, "text");
         if (!cJSON_IsString(type) || strcmp(type->valuestring, "text") != 0 || !cJSON_IsString(text)) {
-            sb_free(&b);
+            kvl_buf_free(&b);
             api_fail(err, 400, "messages", "messages[%d]: only text content parts are supported", i);
             return NULL;
         }
-        if (part != c->child) sb_put(&b, "\n");
-        sb_put(&b, text->valuestring);
+        if (part != c->child) kvl_buf_puts(&b, "\n");
+        kvl_buf_puts(&b, text->valuestring);
     }
     if (b.oom) {
-        sb_free(&b);
+        kvl_buf_free(&b);
         api_fail(err, 500, NULL, "out of memory");
         return NULL;
     }
@@ -523,7 +523,7 @@ static cJSON *envelope(srv *s, const api_req *r, const char *object) {
 }
 
 typedef struct choice_acc {
-    sbuf text;
+    kvl_buf text;
     cJSON *logprobs;
     engine_finish finish;
 } choice_acc;
@@ -560,7 +560,7 @@ static void accumulate(srv *s, const api_req *r, choice_acc *acc, stream_state *
         else
             completion_logprobs_add(s, r, c->logprobs, ev, c->text.len);
     }
-    sb_putn(&c->text, ev->text, ev->text_len);
+    kvl_buf_put(&c->text, ev->text, ev->text_len);
     if (ev->finish != ENGINE_FINISH_NONE) {
         c->finish = ev->finish;
         add_stats(st, ev);
@@ -576,7 +576,7 @@ char *openai_response(srv *s, const api_req *r, srv_event *events) {
     cJSON *choices = cJSON_AddArrayToObject(o, "choices");
     for (int i = 0; i < r->job->n; i++) {
         cJSON_AddItemToArray(choices, final_choice(r, i, &acc[i]));
-        sb_free(&acc[i].text);
+        kvl_buf_free(&acc[i].text);
     }
     cJSON_AddItemToObject(o, "usage", usage_json(r->job->n_prompt, st.completion_tokens, st.cached, st.kv_lb,
                                                  st.kv_alloc));
@@ -587,16 +587,16 @@ char *openai_response(srv *s, const api_req *r, srv_event *events) {
 
 /* ------------------------------------------------------------ streams -- */
 
-static void put_sse(sbuf *out, cJSON *o) {
+static void put_sse(kvl_buf *out, cJSON *o) {
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     if (!s) {
         out->oom = true;
         return;
     }
-    sb_put(out, "data: ");
-    sb_put(out, s);
-    sb_put(out, "\n\n");
+    kvl_buf_puts(out, "data: ");
+    kvl_buf_puts(out, s);
+    kvl_buf_puts(out, "\n\n");
     free(s);
 }
 
@@ -614,7 +614,7 @@ static void put_finish(cJSON *ch, engine_finish f) {
     else cJSON_AddNullToObject(ch, "finish_reason");
 }
 
-static void chat_chunk(srv *s, const api_req *r, stream_state *st, const srv_event *ev, sbuf *out) {
+static void chat_chunk(srv *s, const api_req *r, stream_state *st, const srv_event *ev, kvl_buf *out) {
     if (!st->started[ev->index]) {
         st->started[ev->index] = true;
         cJSON *c = envelope(s, r, "chat.completion.chunk");
@@ -641,7 +641,7 @@ static void chat_chunk(srv *s, const api_req *r, stream_state *st, const srv_eve
     put_sse(out, c);
 }
 
-static void completion_chunk(srv *s, const api_req *r, stream_state *st, const srv_event *ev, sbuf *out) {
+static void completion_chunk(srv *s, const api_req *r, stream_state *st, const srv_event *ev, kvl_buf *out) {
     cJSON *c = envelope(s, r, "text_completion");
     cJSON *ch = chunk_choice(c, ev->index);
     cJSON_AddItemToObject(ch, "text", json_text(ev->text, ev->text_len));
@@ -657,12 +657,12 @@ static void completion_chunk(srv *s, const api_req *r, stream_state *st, const s
     st->text_off[ev->index] += ev->text_len;
 }
 
-void openai_stream_end(srv *s, const api_req *r, stream_state *st, sbuf *out) {
+void openai_stream_end(srv *s, const api_req *r, stream_state *st, kvl_buf *out) {
     if (st->failed) {
         api_error e;
         api_fail(&e, 500, NULL, "the engine failed while generating this response");
         char *js = api_error_json(&e);
-        sb_printf(out, "data: %s\n\n", js ? js : "{}");
+        kvl_buf_printf(out, "data: %s\n\n", js ? js : "{}");
         free(js);
     } else if (r->include_usage) {
         cJSON *c = envelope(s, r, r->chat ? "chat.completion.chunk" : "text_completion");
@@ -671,10 +671,10 @@ void openai_stream_end(srv *s, const api_req *r, stream_state *st, sbuf *out) {
                                                      st->kv_lb, st->kv_alloc));
         put_sse(out, c);
     }
-    sb_put(out, "data: [DONE]\n\n");
+    kvl_buf_puts(out, "data: [DONE]\n\n");
 }
 
-void openai_stream_events(srv *s, const api_req *r, stream_state *st, srv_event *events, sbuf *out) {
+void openai_stream_events(srv *s, const api_req *r, stream_state *st, srv_event *events, kvl_buf *out) {
     for (const srv_event *ev = events; ev; ev = ev->next) {
         if (r->chat) chat_chunk(s, r, st, ev, out);
         else completion_chunk(s, r, st, ev, out);

@@ -1,4 +1,4 @@
-/* Server helpers: growable strings, UTF-8 checks, OpenAI error objects. */
+/* Server helpers: UTF-8 checks, OpenAI error objects. */
 #define _GNU_SOURCE
 #include <stdarg.h>
 #include <stdio.h>
@@ -6,54 +6,6 @@
 #include <string.h>
 
 #include "srv_internal.h"
-
-void sb_putn(sbuf *b, const char *s, size_t n) {
-    if (b->oom) return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n + 1) cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) {
-            b->oom = true;
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-    if (n) memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = 0;
-}
-
-void sb_put(sbuf *b, const char *s) { sb_putn(b, s, strlen(s)); }
-
-void sb_printf(sbuf *b, const char *fmt, ...) {
-    char tmp[512];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if (n < 0) return;
-    if ((size_t)n < sizeof tmp) {
-        sb_putn(b, tmp, (size_t)n);
-        return;
-    }
-    char *big = malloc((size_t)n + 1);
-    if (!big) {
-        b->oom = true;
-        return;
-    }
-    va_start(ap, fmt);
-    vsnprintf(big, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    sb_putn(b, big, (size_t)n);
-    free(big);
-}
-
-void sb_free(sbuf *b) {
-    free(b->p);
-    memset(b, 0, sizeof *b);
-}
 
 /* Length of the valid UTF-8 sequence at p (at most n bytes), or 0. Rejects
  * overlong forms, surrogates, code points above U+10FFFF and NUL. */
@@ -84,20 +36,20 @@ bool utf8_valid(const char *p, size_t n) {
 }
 
 cJSON *json_text(const char *p, size_t n) {
-    sbuf b = {0};
+    kvl_buf b = {0};
     const unsigned char *u = (const unsigned char *)p;
     for (size_t i = 0; i < n;) {
         size_t l = utf8_seq(u + i, n - i);
         if (l) {
-            sb_putn(&b, p + i, l);
+            kvl_buf_put(&b, p + i, l);
             i += l;
         } else {
-            sb_put(&b, "\xEF\xBF\xBD");
+            kvl_buf_puts(&b, "\xEF\xBF\xBD");
             i++;
         }
     }
     cJSON *j = cJSON_CreateString(b.p && !b.oom ? b.p : "");
-    sb_free(&b);
+    kvl_buf_free(&b);
     return j;
 }
 

@@ -7,44 +7,20 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kvl_buf.h"
+
 /* ------------------------------------------------------------- builder -- */
-
-typedef struct sbuf {
-    char *p;
-    size_t len, cap;
-    bool oom;
-} sbuf;
-
-static void sb_putn(sbuf *b, const char *s, size_t n) {
-    if (b->oom) return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n + 1) cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) {
-            b->oom = true;
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = 0;
-}
-
-static void sb_put(sbuf *b, const char *s) { sb_putn(b, s, strlen(s)); }
 
 static bool is_space(char c) {
     return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
 }
 
 /* Jinja's `| trim` and Python's str.strip(): leading and trailing whitespace. */
-static void sb_put_trimmed(sbuf *b, const char *s) {
+static void put_trimmed(kvl_buf *b, const char *s) {
     size_t n = strlen(s);
     while (n && is_space(*s)) s++, n--;
     while (n && is_space(s[n - 1])) n--;
-    sb_putn(b, s, n);
+    kvl_buf_put(b, s, n);
 }
 
 /* ------------------------------------------------------------ families -- */
@@ -119,7 +95,7 @@ typedef struct render_ctx {
     int n;
     const char *bos, *eos;
     bool add_gen;
-    sbuf *out;
+    kvl_buf *out;
     kvl_error *err;
 } render_ctx;
 
@@ -152,27 +128,27 @@ static const char *role_name(const chat_msg *m) {
 /* {% for m %}'<|im_start|>' + role + '\n' + content + '<|im_end|>\n'{% endfor %} */
 static bool render_chatml(render_ctx *c) {
     for (int i = 0; i < c->n; i++) {
-        sb_put(c->out, "<|im_start|>");
-        sb_put(c->out, role_name(&c->msgs[i]));
-        sb_put(c->out, "\n");
-        sb_put(c->out, c->msgs[i].content);
-        sb_put(c->out, "<|im_end|>\n");
+        kvl_buf_puts(c->out, "<|im_start|>");
+        kvl_buf_puts(c->out, role_name(&c->msgs[i]));
+        kvl_buf_puts(c->out, "\n");
+        kvl_buf_puts(c->out, c->msgs[i].content);
+        kvl_buf_puts(c->out, "<|im_end|>\n");
     }
-    if (c->add_gen) sb_put(c->out, "<|im_start|>assistant\n");
+    if (c->add_gen) kvl_buf_puts(c->out, "<|im_start|>assistant\n");
     return true;
 }
 
 /* bos_token before the first message; content | trim. */
 static bool render_llama3(render_ctx *c) {
     for (int i = 0; i < c->n; i++) {
-        if (i == 0) sb_put(c->out, c->bos);
-        sb_put(c->out, "<|start_header_id|>");
-        sb_put(c->out, role_name(&c->msgs[i]));
-        sb_put(c->out, "<|end_header_id|>\n\n");
-        sb_put_trimmed(c->out, c->msgs[i].content);
-        sb_put(c->out, "<|eot_id|>");
+        if (i == 0) kvl_buf_puts(c->out, c->bos);
+        kvl_buf_puts(c->out, "<|start_header_id|>");
+        kvl_buf_puts(c->out, role_name(&c->msgs[i]));
+        kvl_buf_puts(c->out, "<|end_header_id|>\n\n");
+        put_trimmed(c->out, c->msgs[i].content);
+        kvl_buf_puts(c->out, "<|eot_id|>");
     }
-    if (c->add_gen) sb_put(c->out, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+    if (c->add_gen) kvl_buf_puts(c->out, "<|start_header_id|>assistant<|end_header_id|>\n\n");
     return true;
 }
 
@@ -184,20 +160,20 @@ static bool render_llama2(render_ctx *c) {
     if (!check_alternation(c, first)) return false;
     for (int i = first; i < c->n; i++) {
         const chat_msg *m = &c->msgs[i];
-        sbuf content = {0};
+        kvl_buf content = {0};
         if (i == first && first == 1) {
-            sb_put(&content, "<<SYS>>\n");
-            sb_put(&content, c->msgs[0].content);
-            sb_put(&content, "\n<</SYS>>\n\n");
+            kvl_buf_puts(&content, "<<SYS>>\n");
+            kvl_buf_puts(&content, c->msgs[0].content);
+            kvl_buf_puts(&content, "\n<</SYS>>\n\n");
         }
-        sb_put(&content, m->content);
+        kvl_buf_puts(&content, m->content);
         if (content.oom) c->out->oom = true;
         bool user = role_is(m, "user");
-        sb_put(c->out, user ? c->bos : " ");
-        if (user) sb_put(c->out, "[INST] ");
-        sb_put_trimmed(c->out, content.p ? content.p : "");
-        sb_put(c->out, user ? " [/INST]" : " ");
-        if (!user) sb_put(c->out, c->eos);
+        kvl_buf_puts(c->out, user ? c->bos : " ");
+        if (user) kvl_buf_puts(c->out, "[INST] ");
+        put_trimmed(c->out, content.p ? content.p : "");
+        kvl_buf_puts(c->out, user ? " [/INST]" : " ");
+        if (!user) kvl_buf_puts(c->out, c->eos);
         free(content.p);
     }
     return true;
@@ -210,20 +186,20 @@ static bool render_llama2(render_ctx *c) {
 static bool render_mistral(render_ctx *c) {
     int first = c->n > 0 && role_is(&c->msgs[0], "system") ? 1 : 0;
     if (!check_alternation(c, first)) return false;
-    sb_put(c->out, c->bos);
+    kvl_buf_puts(c->out, c->bos);
     for (int i = first; i < c->n; i++) {
         const chat_msg *m = &c->msgs[i];
         if (role_is(m, "user")) {
-            sb_put(c->out, "[INST] ");
+            kvl_buf_puts(c->out, "[INST] ");
             if (i == first && first == 1) {
-                sb_put(c->out, c->msgs[0].content);
-                sb_put(c->out, "\n\n");
+                kvl_buf_puts(c->out, c->msgs[0].content);
+                kvl_buf_puts(c->out, "\n\n");
             }
-            sb_put(c->out, m->content);
-            sb_put(c->out, " [/INST]");
+            kvl_buf_puts(c->out, m->content);
+            kvl_buf_puts(c->out, " [/INST]");
         } else {
-            sb_put(c->out, m->content);
-            sb_put(c->out, c->eos);
+            kvl_buf_puts(c->out, m->content);
+            kvl_buf_puts(c->out, c->eos);
         }
     }
     return true;
@@ -234,19 +210,19 @@ static bool render_mistral(render_ctx *c) {
 static bool render_gemma(render_ctx *c) {
     int first = c->n > 0 && role_is(&c->msgs[0], "system") ? 1 : 0;
     if (!check_alternation(c, first)) return false;
-    sb_put(c->out, c->bos);
+    kvl_buf_puts(c->out, c->bos);
     for (int i = first; i < c->n; i++) {
         const chat_msg *m = &c->msgs[i];
-        sb_put(c->out, "<start_of_turn>");
-        sb_put(c->out, role_is(m, "user") ? "user\n" : "model\n");
+        kvl_buf_puts(c->out, "<start_of_turn>");
+        kvl_buf_puts(c->out, role_is(m, "user") ? "user\n" : "model\n");
         if (i == first && first == 1) {
-            sb_put(c->out, c->msgs[0].content);
-            sb_put(c->out, "\n\n");
+            kvl_buf_puts(c->out, c->msgs[0].content);
+            kvl_buf_puts(c->out, "\n\n");
         }
-        sb_put_trimmed(c->out, m->content);
-        sb_put(c->out, "<end_of_turn>\n");
+        put_trimmed(c->out, m->content);
+        kvl_buf_puts(c->out, "<end_of_turn>\n");
     }
-    if (c->add_gen) sb_put(c->out, "<start_of_turn>model\n");
+    if (c->add_gen) kvl_buf_puts(c->out, "<start_of_turn>model\n");
     return true;
 }
 
@@ -263,23 +239,23 @@ static bool check_roles(const render_ctx *c) {
  * '<｜User｜>' + content and '<｜Assistant｜>' + content + '<｜end▁of▁sentence｜>'. */
 static bool render_deepseek3(render_ctx *c) {
     if (!check_roles(c)) return false;
-    sb_put(c->out, c->bos);
+    kvl_buf_puts(c->out, c->bos);
     bool first_sp = true;
     for (int i = 0; i < c->n; i++) {
         if (!role_is(&c->msgs[i], "system")) continue;
-        if (!first_sp) sb_put(c->out, "\n\n");
-        sb_put(c->out, c->msgs[i].content);
+        if (!first_sp) kvl_buf_puts(c->out, "\n\n");
+        kvl_buf_puts(c->out, c->msgs[i].content);
         first_sp = false;
     }
     for (int i = 0; i < c->n; i++) {
         const chat_msg *m = &c->msgs[i];
         if (role_is(m, "system")) continue;
         bool user = role_is(m, "user");
-        sb_put(c->out, user ? DS_USER : DS_ASSISTANT);
-        sb_put(c->out, m->content);
-        if (!user) sb_put(c->out, c->eos);
+        kvl_buf_puts(c->out, user ? DS_USER : DS_ASSISTANT);
+        kvl_buf_puts(c->out, m->content);
+        if (!user) kvl_buf_puts(c->out, c->eos);
     }
-    if (c->add_gen) sb_put(c->out, DS_ASSISTANT);
+    if (c->add_gen) kvl_buf_puts(c->out, DS_ASSISTANT);
     return true;
 }
 
@@ -287,23 +263,23 @@ static bool render_deepseek3(render_ctx *c) {
  * eos_token, system content + '\n\n', generation prompt 'Assistant:'. */
 static bool render_deepseek2(render_ctx *c) {
     if (!check_roles(c)) return false;
-    sb_put(c->out, c->bos);
+    kvl_buf_puts(c->out, c->bos);
     for (int i = 0; i < c->n; i++) {
         const chat_msg *m = &c->msgs[i];
         if (role_is(m, "user")) {
-            sb_put(c->out, "User: ");
-            sb_put(c->out, m->content);
-            sb_put(c->out, "\n\n");
+            kvl_buf_puts(c->out, "User: ");
+            kvl_buf_puts(c->out, m->content);
+            kvl_buf_puts(c->out, "\n\n");
         } else if (role_is(m, "assistant")) {
-            sb_put(c->out, "Assistant: ");
-            sb_put(c->out, m->content);
-            sb_put(c->out, c->eos);
+            kvl_buf_puts(c->out, "Assistant: ");
+            kvl_buf_puts(c->out, m->content);
+            kvl_buf_puts(c->out, c->eos);
         } else {
-            sb_put(c->out, m->content);
-            sb_put(c->out, "\n\n");
+            kvl_buf_puts(c->out, m->content);
+            kvl_buf_puts(c->out, "\n\n");
         }
     }
-    if (c->add_gen) sb_put(c->out, "Assistant:");
+    if (c->add_gen) kvl_buf_puts(c->out, "Assistant:");
     return true;
 }
 
@@ -332,12 +308,12 @@ int64_t chat_template_render(chat_family f, const char *bos, const char *eos, co
             kvl_fail(err, "chat template: message %d has no role or content", i);
             return -1;
         }
-    sbuf b = {0};
+    kvl_buf b = {0};
     render_ctx c = {.msgs = msgs, .n = n, .bos = bos ? bos : chat_family_bos(f),
                     .eos = eos ? eos : chat_family_eos(f), .add_gen = add_generation_prompt,
                     .out = &b, .err = err};
     bool ok = render_family(f, &c);
-    sb_put(&b, ""); /* an empty rendering is still a string */
+    kvl_buf_puts(&b, ""); /* an empty rendering is still a string */
     if (ok && b.oom) ok = kvl_fail(err, "chat template: out of memory");
     if (!ok) {
         free(b.p);

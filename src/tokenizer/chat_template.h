@@ -22,7 +22,7 @@
 #ifndef KVLLM_CHAT_TEMPLATE_H
 #define KVLLM_CHAT_TEMPLATE_H
 
-#include "../base/base.h"
+#include "base.h"
 
 typedef enum chat_family {
     CHAT_TMPL_UNKNOWN = 0,

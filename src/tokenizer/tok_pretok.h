@@ -9,7 +9,7 @@
 #ifndef KVLLM_TOK_PRETOK_H
 #define KVLLM_TOK_PRETOK_H
 
-#include "../base/base.h"
+#include "base.h"
 
 typedef struct tok_pretok tok_pretok;
 

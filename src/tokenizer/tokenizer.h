@@ -11,8 +11,8 @@
 #ifndef KVLLM_TOKENIZER_H
 #define KVLLM_TOKENIZER_H
 
-#include "../base/base.h"
-#include "../gguf/gguf.h"
+#include "base.h"
+#include "gguf.h"
 
 typedef struct tok_vocab tok_vocab; /* opaque */
 

@@ -2,7 +2,7 @@
  * with a one-line message; a loaded file must expose only consistent,
  * in-bounds data. Invariant violations trap so the fuzzer reports them.
  * Build: see tests/fuzz/run_fuzz.sh. */
-#include "gguf/gguf.h"
+#include "gguf.h"
 
 #include <string.h>
 

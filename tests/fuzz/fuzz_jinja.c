@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tokenizer/jinja.h"
+#include "jinja.h"
 
 static const char *VARS =
     "{\"messages\": [{\"role\": \"system\", \"content\": \"Be brief.\"},"

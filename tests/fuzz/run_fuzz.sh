@@ -25,8 +25,8 @@ fi
 
 echo "building fuzz_gguf"
 clang -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-    -Wall -Wextra -Wno-unused-parameter -I"$src/src" \
-    "$src/src/base/base.c" "$src"/src/gguf/*.c "$src/tests/fuzz/fuzz_gguf.c" -lm -o "$work/fuzz_gguf"
+    -Wall -Wextra -Wno-unused-parameter -I"$src/src/base" -I"$src/src/gguf" \
+    "$src"/src/base/*.c "$src"/src/gguf/*.c "$src/tests/fuzz/fuzz_gguf.c" -lm -o "$work/fuzz_gguf"
 
 # Seeds: the first 64 KiB of real files (headers, vocab arrays) plus the
 # hand-made corrupt and valid files. Fresh every run; findings go to corpus/.

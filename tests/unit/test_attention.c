@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/model.h"
+#include "model.h"
 
 #define N_TOK 600
 #define N_CTX 1024

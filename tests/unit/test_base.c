@@ -3,7 +3,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "base/base.h"
+#include "base.h"
+#include "kvl_buf.h"
 
 #include "check.h"
 

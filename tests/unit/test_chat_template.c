@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tokenizer/chat_template.h"
+#include "chat_template.h"
 
 #include "check.h"
 

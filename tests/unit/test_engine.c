@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/engine.h"
+#include "engine.h"
 
 #define N_REQ 6
 #define N_GEN 40

@@ -6,7 +6,7 @@
  *                                (written by tools/make_bad_gguf.py) and checks
  *                                it loads ("OK") or fails with the given text */
 #define _GNU_SOURCE
-#include "gguf/gguf.h"
+#include "gguf.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -15,7 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "test_check.h"
+#include "check.h"
 
 /* ---------------------------------------------------------------- helpers */
 

@@ -21,8 +21,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "kv/kv_plan.h"
-#include "model/model.h"
+#include "kv_plan.h"
+#include "model.h"
 
 #include "check.h"
 

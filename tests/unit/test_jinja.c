@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "tokenizer/jinja.h"
+#include "jinja.h"
 
 static const jinja_date DATE = {2024, 7, 26};
 static const char *VARS =

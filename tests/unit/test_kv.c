@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kv/kv.h"
+#include "kv.h"
 
 #include "check.h"
 

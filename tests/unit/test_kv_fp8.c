@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kv/kv.h"
+#include "kv.h"
 
 #include "check.h"
 

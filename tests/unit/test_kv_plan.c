@@ -8,9 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/units.h"
-#include "kv/kv_plan.h"
-#include "model/hparams.h"
+#include "units.h"
+#include "kv_plan.h"
+#include "hparams.h"
 
 #include "check.h"
 

@@ -14,11 +14,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "gguf/gguf.h"
-#include "tokenizer/tok_extra.h"
-#include "tokenizer/tokenizer.h"
+#include "gguf.h"
+#include "tok_extra.h"
+#include "tokenizer.h"
 
-#include "test_check.h"
+#include "check.h"
 
 #define TOKDIR "tests/data/tokenizer"
 #define GOLDDIR "tests/data/golden"
