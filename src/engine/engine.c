@@ -170,7 +170,6 @@ bool engine_has_work(const engine *e) { return e->waiting || e->n_running > 0; }
 engine_metrics engine_get_metrics(const engine *e) {
     engine_metrics m = e->metrics;
     m.n_running = e->n_running;
-    m.kv_blocks_total = e->cfg.n_blocks;
     m.kv_blocks_total = m.kv_blocks_free = m.kv_blocks_used = m.kv_blocks_cached = 0;
     for (int g = 0; g < e->n_groups; g++) {
         m.kv_blocks_total += kv_pool_cfg(e->kv[g])->n_blocks;

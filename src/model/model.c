@@ -41,7 +41,6 @@ static bool check_mla_hparams(const model *m, kvl_error *err) {
     return true;
 }
 
-/* ggml's magnitude correction for a context stretched by `scale`. */
 /* Keys the common reader (hparams.c) leaves to the loader: rope scaling's
  * YaRN parameters here, mixture of experts in model_moe.c. */
 static bool hp_int(const gguf_file *f, const char *arch, const char *suffix, int64_t *out,
@@ -61,6 +60,7 @@ static bool hp_float(const gguf_file *f, const char *arch, const char *suffix, f
     return gguf_get_f32(f, key, out);
 }
 
+/* ggml's magnitude correction for a context stretched by `scale`. */
 static float yarn_get_mscale(float scale, float mscale) {
     return scale <= 1.0f ? 1.0f : 0.1f * mscale * logf(scale) + 1.0f;
 }

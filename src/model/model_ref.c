@@ -104,6 +104,11 @@ bool model_forward_ref(model *m, kv_pool *const *pools, const kv_seq *const *seq
     const int64_t nope = hp->n_rot_mla_nope, qh = nope + hp->n_rot, r = hp->kv_lora_rank, vd = hp->v_head_dim_mla;
     if (token < 0 || token >= hp->n_vocab || pos < 0 || pos >= m->mp.max_ctx)
         return kvl_fail(err, "reference forward: token %d or position %d out of range", token, pos);
+    /* What it does not implement it refuses, rather than read weights that are not there. */
+    if (hp->moe.n_expert > 0 || hp->rope_yarn.ext_factor != 0.0f || (mla && !hp->mla))
+        return kvl_fail(err, "reference forward: %s is not implemented here (dense FFN, plain or linear rope, "
+                        "absorbed MLA only)", hp->moe.n_expert > 0 ? "mixture of experts"
+                        : hp->rope_yarn.ext_factor != 0.0f ? "YaRN rope scaling" : "uncompressed MLA");
     for (int g = 0; g < m->n_groups; g++) {
         const int64_t bi = pos / kv_pool_cfg(pools[g])->block_size;
         if (bi >= seqs[g]->n_blocks || seqs[g]->blocks[bi] < 0)
