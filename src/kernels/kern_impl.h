@@ -150,6 +150,24 @@ void kref_vec_dot_q4_0(int64_t n, float *s, const void *x, const void *y);
 void kref_vec_dot_q4_K(int64_t n, float *s, const void *x, const void *y);
 void kref_vec_dot_q6_K(int64_t n, float *s, const void *x, const void *y);
 
+/* The exact totals of a Q4_K or Q5_K super-block against Q8_K, its 256 values
+ * v unpacked in element order: returns sumi = sum_j sc_j * (sum_32 v q8) and
+ * sets *summ = sum_j m_j * (bsums[2j] + bsums[2j+1]). */
+static inline int32_t kern_q4k_isums(const uint8_t *scales, const uint8_t *v, const blk_q8_K *y,
+                                     int32_t *summ) {
+    int32_t sumi = 0, sm = 0;
+    for (int j = 0; j < QK_K / 32; j++) {
+        uint8_t sc, m;
+        kern_q4k_scale_min(j, scales, &sc, &m);
+        int32_t dot = 0;
+        for (int e = 32 * j; e < 32 * j + 32; e++) dot += v[e] * y->qs[e];
+        sumi += sc * dot;
+        sm += m * (y->bsums[2 * j] + y->bsums[2 * j + 1]);
+    }
+    *summ = sm;
+    return sumi;
+}
+
 /* The K-family step of a super-block with mins (Q2_K, Q4_K, Q5_K): d and dmin
  * are the block's fp16 scales, yd the Q8_K scale;
  * s = fma(d*yd, sumi, s), then s = fma(-(dmin*yd), summ, s). */
@@ -172,6 +190,9 @@ float kern_make_qkx2_quants(int n, int nmax, const float *x, const float *w, uin
 void kern_q4k_quantize_groups(const float *x, int nmax, float rmin, int nstep, uint8_t *scales,
                               kvl_f16 *d, kvl_f16 *dmin, uint8_t *L);
 extern const int8_t kern_iq4nl_values[16];
+/* ggml best_index_int8 over kern_iq4nl_values: the index of the level nearest
+ * to x, ties to the upper (quant32_ref.c; IQ4_NL and IQ4_XS quantizers). */
+int kern_iq4nl_best_index(float x);
 /* 6-bit scale g (0..15) of a Q3_K super-block, as stored (0..63; subtract 32). */
 static inline int kern_q3k_scale(int g, const uint8_t *s) {
     const int lo = g < 8 ? s[g] & 0xF : s[g - 8] >> 4;

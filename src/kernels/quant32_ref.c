@@ -178,8 +178,7 @@ void kref_from_float_q8_1(const float *src, void *dst, int64_t n) {
     }
 }
 
-/* ggml best_index_int8: the index of the level nearest to x (ties to the upper). */
-static int iq4nl_best_index(float x) {
+int kern_iq4nl_best_index(float x) {
     const int8_t *val = kern_iq4nl_values;
     if (x <= val[0]) return 0;
     if (x >= val[15]) return 15;
@@ -199,7 +198,7 @@ static int iq4nl_best_index(float x) {
 static void iq4nl_fit(const float *xb, float id, uint8_t *L, float *sumqx, float *sumq2) {
     float sx = 0, s2 = 0;
     for (int j = 0; j < QK4_NL; j++) {
-        const int l = iq4nl_best_index(id * xb[j]);
+        const int l = kern_iq4nl_best_index(id * xb[j]);
         if (L) L[j] = (uint8_t)l;
         const float q = kern_iq4nl_values[l];
         const float w = xb[j] * xb[j];
@@ -240,7 +239,7 @@ static void quantize_iq4_nl_block(const float *x, blk_iq4_nl *y) {
     }
     y->d = kvl_f32_to_f16(d);
     const float id = d ? 1 / d : 0;
-    for (int j = 0; j < QK4_NL; j++) L[j] = (uint8_t)iq4nl_best_index(id * x[j]);
+    for (int j = 0; j < QK4_NL; j++) L[j] = (uint8_t)kern_iq4nl_best_index(id * x[j]);
     for (int j = 0; j < QK4_NL / 2; j++) y->qs[j] = (uint8_t)(L[j] | (L[j + 16] << 4));
 }
 

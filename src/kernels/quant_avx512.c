@@ -161,16 +161,7 @@ T_512 void kavx512_vec_dot_q4_0(int64_t n, float *s, const void *vx, const void 
  * 0 <= r < nr <= KERN_ROWS_MAX: the weights are decoded once and each row then
  * does exactly the operations of a single-row call, so results match vec_dot
  * bit for bit (the K-quant vec_dots are the nr = 1 case). nr is a constant
- * after inlining, so the per-row loops unroll into registers. */
-#define ROWS_SWITCH(fn, n, s, ss, x, y, ys, nr)                                                    \
-    do {                                                                                           \
-        switch (nr) {                                                                              \
-        case 1: fn(n, s, ss, x, y, ys, 1); break;                                                  \
-        case 2: fn(n, s, ss, x, y, ys, 2); break;                                                  \
-        case 3: fn(n, s, ss, x, y, ys, 3); break;                                                  \
-        default: fn(n, s, ss, x, y, ys, KERN_ROWS_MAX); break;                                     \
-        }                                                                                          \
-    } while (0)
+ * after inlining (KERN_ROWS_SWITCH), so the per-row loops unroll into registers. */
 
 /* Fully unrolls a loop over the rows (nr <= KERN_ROWS_MAX is a constant there)
  * so the per-row accumulators live in registers. */
@@ -393,11 +384,11 @@ T_512 void kavx512_prows4_q8_0(int64_t n, float *s, size_t sr, size_t ss, const 
 
 T_512 void kavx512_prows_q4_0(int64_t n, float *s, size_t ss, const void *x, const void *y,
                               size_t ys, int nr) {
-    ROWS_SWITCH(q4_0_prows, n, s, ss, x, y, ys, nr);
+    KERN_ROWS_SWITCH(q4_0_prows, n, s, ss, x, y, ys, nr);
 }
 T_512 void kavx512_prows_q8_0(int64_t n, float *s, size_t ss, const void *x, const void *y,
                               size_t ys, int nr) {
-    ROWS_SWITCH(q8_0_prows, n, s, ss, x, y, ys, nr);
+    KERN_ROWS_SWITCH(q8_0_prows, n, s, ss, x, y, ys, nr);
 }
 
 /* ======================= K family ======================= */
@@ -477,7 +468,7 @@ T_512 void kavx512_vec_dot_q4_K(int64_t n, float *s, const void *x, const void *
 }
 T_512 void kavx512_rows_q4_K(int64_t n, float *s, size_t ss, const void *x, const void *y,
                              size_t ys, int nr) {
-    ROWS_SWITCH(q4_K_rows, n, s, ss, x, y, ys, nr);
+    KERN_ROWS_SWITCH(q4_K_rows, n, s, ss, x, y, ys, nr);
 }
 
 /* Index vector selecting int16 scales 4c..4c+3, each for 8 consecutive lanes. */
@@ -553,5 +544,5 @@ T_512 void kavx512_vec_dot_q6_K(int64_t n, float *s, const void *x, const void *
 }
 T_512 void kavx512_rows_q6_K(int64_t n, float *s, size_t ss, const void *x, const void *y,
                              size_t ys, int nr) {
-    ROWS_SWITCH(q6_K_rows, n, s, ss, x, y, ys, nr);
+    KERN_ROWS_SWITCH(q6_K_rows, n, s, ss, x, y, ys, nr);
 }

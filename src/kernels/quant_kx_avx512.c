@@ -12,17 +12,6 @@
 
 #define KX_YROW(y, ys, r) ((const blk_q8_K *)((const char *)(y) + (size_t)(r) * (ys)))
 
-/* nr is a constant after inlining, so the per-row loops unroll. */
-#define KX_ROWS_SWITCH(fn, n, s, ss, x, y, ys, nr)                                                 \
-    do {                                                                                           \
-        switch (nr) {                                                                              \
-        case 1: fn(n, s, ss, x, y, ys, 1); break;                                                  \
-        case 2: fn(n, s, ss, x, y, ys, 2); break;                                                  \
-        case 3: fn(n, s, ss, x, y, ys, 3); break;                                                  \
-        default: fn(n, s, ss, x, y, ys, KERN_ROWS_MAX); break;                                     \
-        }                                                                                          \
-    } while (0)
-
 T_512_INLINE __m256i fold512(__m512i v) {
     return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
 }
@@ -126,7 +115,7 @@ T_512 void kavx512_vec_dot_q2_K(int64_t n, float *s, const void *x, const void *
 }
 T_512 void kavx512_rows_q2_K(int64_t n, float *s, size_t ss, const void *x, const void *y,
                              size_t ys, int nr) {
-    KX_ROWS_SWITCH(q2_K_rows, n, s, ss, x, y, ys, nr);
+    KERN_ROWS_SWITCH(q2_K_rows, n, s, ss, x, y, ys, nr);
 }
 
 /* ======================= Q3_K ======================= */
@@ -188,7 +177,7 @@ T_512 void kavx512_vec_dot_q3_K(int64_t n, float *s, const void *x, const void *
 }
 T_512 void kavx512_rows_q3_K(int64_t n, float *s, size_t ss, const void *x, const void *y,
                              size_t ys, int nr) {
-    KX_ROWS_SWITCH(q3_K_rows, n, s, ss, x, y, ys, nr);
+    KERN_ROWS_SWITCH(q3_K_rows, n, s, ss, x, y, ys, nr);
 }
 
 /* ======================= Q5_K ======================= */
@@ -229,7 +218,7 @@ T_512 void kavx512_vec_dot_q5_K(int64_t n, float *s, const void *x, const void *
 }
 T_512 void kavx512_rows_q5_K(int64_t n, float *s, size_t ss, const void *x, const void *y,
                              size_t ys, int nr) {
-    KX_ROWS_SWITCH(q5_K_rows, n, s, ss, x, y, ys, nr);
+    KERN_ROWS_SWITCH(q5_K_rows, n, s, ss, x, y, ys, nr);
 }
 
 /* ======================= IQ4_XS ======================= */
@@ -285,5 +274,5 @@ T_512 void kavx512_vec_dot_iq4_xs(int64_t n, float *s, const void *x, const void
 }
 T_512 void kavx512_rows_iq4_xs(int64_t n, float *s, size_t ss, const void *x, const void *y,
                                size_t ys, int nr) {
-    KX_ROWS_SWITCH(iq4_xs_rows, n, s, ss, x, y, ys, nr);
+    KERN_ROWS_SWITCH(iq4_xs_rows, n, s, ss, x, y, ys, nr);
 }

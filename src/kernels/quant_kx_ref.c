@@ -303,26 +303,6 @@ void kref_from_float_q5_K(const float *src, void *dst, int64_t n) {
         quantize_q5_K_block(src + b * QK_K, &y[b]);
 }
 
-/* ggml best_index_int8: the index of the table value nearest x (ties upward).
- */
-static int best_index_int8(int n, const int8_t *val, float x) {
-    if (x <= val[0])
-        return 0;
-    if (x >= val[n - 1])
-        return n - 1;
-    int ml = 0, mu = n - 1;
-    while (mu - ml > 1) {
-        const int mav = (ml + mu) / 2;
-        if (x < val[mav])
-            mu = mav;
-        else
-            ml = mav;
-    }
-    return x - val[mu - 1] < val[mu] - x ? mu - 1 : mu;
-}
-
-/* ggml quantize_row_iq4_nl_impl for a 256-value super-block of 32-value groups,
- * no importance matrix (weights x^2), ntry 7. */
 static void quantize_iq4_xs_block(const float *x, blk_iq4_xs *y) {
     const int8_t *values = kern_iq4nl_values;
     const int ntry = 7;
@@ -353,7 +333,7 @@ static void quantize_iq4_xs_block(const float *x, blk_iq4_xs *y) {
         float sumqx = 0, sumq2 = 0;
         for (int j = 0; j < 32; j++) {
             const float al = id * xb[j];
-            const int l = best_index_int8(16, values, al);
+            const int l = kern_iq4nl_best_index(al);
             Lb[j] = (uint8_t)l;
             const float q = values[l], w = weight[j];
             sumqx += w * q * xb[j];
@@ -366,7 +346,7 @@ static void quantize_iq4_xs_block(const float *x, blk_iq4_xs *y) {
             sumqx = sumq2 = 0;
             for (int j = 0; j < 32; j++) {
                 const float al = id * xb[j];
-                const int l = best_index_int8(16, values, al);
+                const int l = kern_iq4nl_best_index(al);
                 const float q = values[l], w = weight[j];
                 sumqx += w * q * xb[j];
                 sumq2 += w * q * q;
@@ -393,7 +373,7 @@ static void quantize_iq4_xs_block(const float *x, blk_iq4_xs *y) {
         const float dl = d * l;
         const float idl = dl ? 1 / dl : 0.f;
         for (int j = 0; j < 32; j++)
-            L[32 * ib + j] = (uint8_t)best_index_int8(16, values, idl * x[32 * ib + j]);
+            L[32 * ib + j] = (uint8_t)kern_iq4nl_best_index(idl * x[32 * ib + j]);
         l += 32;
         if (ib % 2 == 0)
             y->scales_l[ib / 2] = (uint8_t)(l & 0xF);
@@ -461,16 +441,11 @@ void kref_vec_dot_q5_K(int64_t n, float *s, const void *vx, const void *vy) {
     const blk_q8_K *y = vy;
     float sumf = 0;
     for (int64_t b = 0; b < n / QK_K; b++) {
-        int32_t sumi = 0, summ = 0;
-        for (int g = 0; g < QK_K / 32; g++) {
-            uint8_t sc, m;
-            kern_q4k_scale_min(g, x[b].scales, &sc, &m);
-            int32_t dot = 0;
-            for (int e = 32 * g; e < 32 * g + 32; e++)
-                dot += q5_value(&x[b], e) * y[b].qs[e];
-            sumi += sc * dot;
-            summ += m * (y[b].bsums[2 * g] + y[b].bsums[2 * g + 1]);
-        }
+        uint8_t v[QK_K];
+        for (int e = 0; e < QK_K; e++)
+            v[e] = (uint8_t)q5_value(&x[b], e);
+        int32_t summ;
+        const int32_t sumi = kern_q4k_isums(x[b].scales, v, &y[b], &summ);
         sumf = kern_k_fma_min(sumf, x[b].d, x[b].dmin, y[b].d, sumi, summ);
     }
     *s = sumf;

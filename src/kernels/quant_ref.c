@@ -472,17 +472,14 @@ void kref_vec_dot_q4_K(int64_t n, float *s, const void *vx, const void *vy) {
     const blk_q8_K *y = vy;
     float sumf = 0;
     for (int64_t b = 0; b < n / QK_K; b++) {
-        int32_t sumi = 0, summ = 0;
-        for (int j = 0; j < QK_K / 32; j++) {
-            uint8_t sc, m;
-            kern_q4k_scale_min(j, x[b].scales, &sc, &m);
-            const uint8_t *q = x[b].qs + 32 * (j / 2);
-            const int8_t *yq = y[b].qs + 32 * j;
-            int32_t dot = 0;
-            for (int l = 0; l < 32; l++) dot += (j % 2 ? q[l] >> 4 : q[l] & 0xF) * yq[l];
-            sumi += sc * dot;
-            summ += m * (y[b].bsums[2 * j] + y[b].bsums[2 * j + 1]);
-        }
+        uint8_t v[QK_K]; /* sub-block 2c: low nibbles of qs[32c..], 2c + 1: high */
+        for (int c = 0; c < QK_K / 64; c++)
+            for (int l = 0; l < 32; l++) {
+                v[64 * c + l] = x[b].qs[32 * c + l] & 0xF;
+                v[64 * c + 32 + l] = x[b].qs[32 * c + l] >> 4;
+            }
+        int32_t summ;
+        const int32_t sumi = kern_q4k_isums(x[b].scales, v, &y[b], &summ);
         sumf = kern_k_fma_min(sumf, x[b].d, x[b].dmin, y[b].d, sumi, summ);
     }
     *s = sumf;

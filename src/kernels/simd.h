@@ -28,6 +28,19 @@
 #define KERN_PRAGMA(x) _Pragma(#x)
 #define UNROLL(n) KERN_PRAGMA(GCC unroll n)
 
+/* Calls fn(n, s, ss, x, y, ys, NR) with NR = nr as a constant (1, 2, 3 or
+ * KERN_ROWS_MAX), so that fn's per-row loops unroll into registers (the
+ * *rows kernels of quant_avx512.c and quant_kx_avx512.c). */
+#define KERN_ROWS_SWITCH(fn, n, s, ss, x, y, ys, nr)                                               \
+    do {                                                                                           \
+        switch (nr) {                                                                              \
+        case 1: fn(n, s, ss, x, y, ys, 1); break;                                                  \
+        case 2: fn(n, s, ss, x, y, ys, 2); break;                                                  \
+        case 3: fn(n, s, ss, x, y, ys, 3); break;                                                  \
+        default: fn(n, s, ss, x, y, ys, KERN_ROWS_MAX); break;                                     \
+        }                                                                                          \
+    } while (0)
+
 /* ---- AVX2 + FMA + F16C ---- */
 
 T_AVX2_INLINE float f16_load(kvl_f16 h) { return _cvtsh_ss(h); }
