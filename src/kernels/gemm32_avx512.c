@@ -16,28 +16,16 @@
 #define P8_VALS 512
 #define P8_BLK (P8_VALS + 64)
 
-/* The 32 nibbles of a block's 16 bytes in element order. */
-T_512_INLINE __m256i nibbles32(const uint8_t *qs) {
-    const __m128i q = _mm_loadu_si128((const __m128i *)qs);
-    const __m128i m = _mm_set1_epi8(0x0F);
-    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m), _mm_and_si128(q, m));
-}
-
 /* Q5_0 block values v (-16..15) as v + 128. */
 T_512_INLINE __m256i q5_0_bytes(const void *blk) {
     const blk_q5_0 *x = blk;
-    uint32_t h;
-    memcpy(&h, x->qh, 4);
-    const __m256i u = _mm256_or_si256(nibbles32(x->qs), _mm256_maskz_mov_epi8((__mmask32)h, _mm256_set1_epi8(0x10)));
+    const __m256i u = _mm256_or_si256(kern_nibbles32(x->qs), kern_q5_high_bits(x->qh));
     return _mm256_add_epi8(u, _mm256_set1_epi8(112)); /* v + 16 -> v + 128 */
 }
 
 /* IQ4_NL block values (the levels) as level + 128. */
 T_512_INLINE __m256i iq4_nl_bytes(const void *blk) {
-    const blk_iq4_nl *x = blk;
-    const __m256i table = _mm256_broadcastsi128_si256(
-        _mm_xor_si128(_mm_loadu_si128((const __m128i *)kern_iq4nl_values), _mm_set1_epi8((char)0x80)));
-    return _mm256_shuffle_epi8(table, nibbles32(x->qs));
+    return kern_iq4nl_u8(((const blk_iq4_nl *)blk)->qs);
 }
 
 /* rows (<= 16) rows of W into Q8_0 panels; rows past `rows` read as 0. The
@@ -100,12 +88,12 @@ const kern_gemm_ops kavx512_gemm_iq4_nl = {QT, GEMM32_MIN_M, kavx512_q_tile_byte
 
 static size_t q1_panel_bytes(int64_t k) { return (size_t)(k / QK8_1) * P1_BLK; }
 
-T_512_INLINE __m256i q4_1_bytes(const void *blk) { return nibbles32(((const blk_q4_1 *)blk)->qs); }
+T_512_INLINE __m256i q4_1_bytes(const void *blk) { return kern_nibbles32(((const blk_q4_1 *)blk)->qs); }
 T_512_INLINE __m256i q5_1_bytes(const void *blk) {
     const blk_q5_1 *x = blk;
     uint32_t h;
     memcpy(&h, x->qh, 4);
-    return _mm256_or_si256(nibbles32(x->qs), _mm256_maskz_mov_epi8((__mmask32)h, _mm256_set1_epi8(0x10)));
+    return _mm256_or_si256(kern_nibbles32(x->qs), _mm256_maskz_mov_epi8((__mmask32)h, _mm256_set1_epi8(0x10)));
 }
 
 /* As pack32, with the block's m (its bytes 2..3) after d. */

@@ -35,6 +35,21 @@
 
 #define KERN_FP_LANES 16
 
+/* The scalar quantizers' rounding (quant_ref.c, quant32_ref.c, quant_kx_ref.c):
+ * ggml's nearest_int, round half to even via the 1.5*2^23 trick (|f| < 2^22). */
+static inline int kern_nearest_int(float f) {
+    float v = f + 12582912.f;
+    int32_t i;
+    memcpy(&i, &v, sizeof i);
+    return (i & 0x007fffff) - 0x00400000;
+}
+
+#define KERN_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define KERN_MAX(a, b) ((a) > (b) ? (a) : (b))
+
+/* ggml's GROUP_MAX_EPS: a group whose largest magnitude is below it quantizes to 0. */
+#define KERN_GROUP_MAX_EPS 1e-15f
+
 /* The 16-lane tree: ((a_i + a_i+8), then + 4, + 2, + 1 apart), what a
  * 512-bit (or two 256-bit) horizontal add does. dot16 (FP family, attention
  * scores) runs 16 lanes, acc[d % 16] = fma(q[d], k[d], acc), from +0, then this
@@ -135,11 +150,49 @@ void kref_vec_dot_q4_0(int64_t n, float *s, const void *x, const void *y);
 void kref_vec_dot_q4_K(int64_t n, float *s, const void *x, const void *y);
 void kref_vec_dot_q6_K(int64_t n, float *s, const void *x, const void *y);
 
+/* The exact totals of a Q4_K or Q5_K super-block against Q8_K, its 256 values
+ * v unpacked in element order: returns sumi = sum_j sc_j * (sum_32 v q8) and
+ * sets *summ = sum_j m_j * (bsums[2j] + bsums[2j+1]). */
+static inline int32_t kern_q4k_isums(const uint8_t *scales, const uint8_t *v, const blk_q8_K *y,
+                                     int32_t *summ) {
+    int32_t sumi = 0, sm = 0;
+    for (int j = 0; j < QK_K / 32; j++) {
+        uint8_t sc, m;
+        kern_q4k_scale_min(j, scales, &sc, &m);
+        int32_t dot = 0;
+        for (int e = 32 * j; e < 32 * j + 32; e++) dot += v[e] * y->qs[e];
+        sumi += sc * dot;
+        sm += m * (y->bsums[2 * j] + y->bsums[2 * j + 1]);
+    }
+    *summ = sm;
+    return sumi;
+}
+
+/* The K-family step of a super-block with mins (Q2_K, Q4_K, Q5_K): d and dmin
+ * are the block's fp16 scales, yd the Q8_K scale;
+ * s = fma(d*yd, sumi, s), then s = fma(-(dmin*yd), summ, s). */
+static inline float kern_k_fma_min(float s, kvl_f16 d, kvl_f16 dmin, float yd, int32_t sumi,
+                                   int32_t summ) {
+    const float dall = kvl_f16_to_f32(d) * yd;
+    const float dm = kvl_f16_to_f32(dmin) * yd;
+    s = fmaf(dall, (float)sumi, s);
+    return fmaf(-dm, (float)summ, s);
+}
+
 /* Q2_K, Q3_K, Q5_K, IQ4_XS (quant_kx_ref.c, quant_kx_avx2.c, quant_kx_avx512.c). */
 float kern_make_qkx2_quants(int n, int nmax, const float *x, const float *w, uint8_t *L,
                             float *the_min, uint8_t *Laux, float rmin, float rdelta, int nstep,
                             bool use_mad); /* quant_ref.c */
+/* The scale step shared by ggml's Q4_K and Q5_K quantizers (quant_ref.c): per
+ * group of 32, make_qkx2_quants (weights av_x + |x|, rdelta 0.1), the 6-bit
+ * scales and mins packed into scales[12] as get_scale_min_k4 unpacks them, d
+ * and dmin stored, then L (values 0..nmax) requantized against the stored scales. */
+void kern_q4k_quantize_groups(const float *x, int nmax, float rmin, int nstep, uint8_t *scales,
+                              kvl_f16 *d, kvl_f16 *dmin, uint8_t *L);
 extern const int8_t kern_iq4nl_values[16];
+/* ggml best_index_int8 over kern_iq4nl_values: the index of the level nearest
+ * to x, ties to the upper (quant32_ref.c; IQ4_NL and IQ4_XS quantizers). */
+int kern_iq4nl_best_index(float x);
 /* 6-bit scale g (0..15) of a Q3_K super-block, as stored (0..63; subtract 32). */
 static inline int kern_q3k_scale(int g, const uint8_t *s) {
     const int lo = g < 8 ? s[g] & 0xF : s[g - 8] >> 4;

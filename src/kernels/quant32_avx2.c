@@ -5,38 +5,12 @@
  * kern_init after CPUID, bit-identical to quant32_ref.c. A block's 32 products
  * are summed exactly in int32 lanes; four blocks are reduced together and
  * their float steps then run in the canonical order of quant32.h. */
-#include "kern_impl.h"
-
-#include <immintrin.h>
-
-#define T_AVX2 __attribute__((target("avx2,fma,f16c")))
-#define T_AVX2_INLINE static inline __attribute__((always_inline, target("avx2,fma,f16c")))
-
-T_AVX2_INLINE float f16_load(kvl_f16 h) { return _cvtsh_ss(h); }
-
-T_AVX2_INLINE int32_t hsum_i32(__m256i v) {
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
-    return _mm_cvtsi128_si32(s);
-}
+#include "simd.h" /* target attributes, f16_load, the canonical float steps */
 
 /* The exact int32 sums of 4 blocks' 8-lane vectors, as [s0, s1, s2, s3]. */
 T_AVX2_INLINE __m128i hsum4_i32(__m256i v0, __m256i v1, __m256i v2, __m256i v3) {
     const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(v0, v1), _mm256_hadd_epi32(v2, v3));
     return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
-}
-
-/* 4 fp16 values (a, b, c, d) as floats. */
-T_AVX2_INLINE __m128 f16x4(kvl_f16 a, kvl_f16 b, kvl_f16 c, kvl_f16 d) {
-    return _mm_cvtph_ps(_mm_setr_epi16((short)a, (short)b, (short)c, (short)d, 0, 0, 0, 0));
-}
-
-/* The 32 nibbles of 16 bytes in element order: [low nibbles | high nibbles]. */
-T_AVX2_INLINE __m256i nibbles32(const uint8_t *qs) {
-    const __m128i q = _mm_loadu_si128((const __m128i *)qs);
-    const __m128i m = _mm_set1_epi8(0x0F);
-    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m), _mm_and_si128(q, m));
 }
 
 /* Bit j of the 32-bit qh as 0x10 in byte j (the fifth bit of value j). */
@@ -62,7 +36,7 @@ T_AVX2_INLINE __m256i yload(const int8_t *qs) { return _mm256_loadu_si256((const
 /* ---- per-block lane sums ---- */
 
 T_AVX2_INLINE __m256i q5_0_lanes(const blk_q5_0 *x, const blk_q8_0 *y) {
-    const __m256i u = _mm256_or_si256(nibbles32(x->qs), high_bits32(x->qh)); /* v + 16 */
+    const __m256i u = _mm256_or_si256(kern_nibbles32(x->qs), high_bits32(x->qh)); /* v + 16 */
     const __m256i yv = yload(y->qs);
     const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(u, yv),
                                        _mm256_maddubs_epi16(_mm256_set1_epi8(16), yv));
@@ -71,40 +45,19 @@ T_AVX2_INLINE __m256i q5_0_lanes(const blk_q5_0 *x, const blk_q8_0 *y) {
 
 T_AVX2_INLINE __m256i iq4_nl_lanes(const blk_iq4_nl *x, const blk_q8_0 *y) {
     const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)kern_iq4nl_values));
-    const __m256i v = _mm256_shuffle_epi8(table, nibbles32(x->qs)); /* signed, |v| <= 127 */
+    const __m256i v = _mm256_shuffle_epi8(table, kern_nibbles32(x->qs)); /* signed, |v| <= 127 */
     return dot_u8s8(_mm256_sign_epi8(v, v), _mm256_sign_epi8(yload(y->qs), v));
 }
 
 T_AVX2_INLINE __m256i q4_1_lanes(const blk_q4_1 *x, const blk_q8_1 *y) {
-    return dot_u8s8(nibbles32(x->qs), yload(y->qs));
+    return dot_u8s8(kern_nibbles32(x->qs), yload(y->qs));
 }
 
 T_AVX2_INLINE __m256i q5_1_lanes(const blk_q5_1 *x, const blk_q8_1 *y) {
-    return dot_u8s8(_mm256_or_si256(nibbles32(x->qs), high_bits32(x->qh)), yload(y->qs));
+    return dot_u8s8(_mm256_or_si256(kern_nibbles32(x->qs), high_bits32(x->qh)), yload(y->qs));
 }
 
 /* ---- the canonical float steps ---- */
-
-/* Q family, 4 blocks in order: s = fma(d_b, isum_b, s). */
-T_AVX2_INLINE float q_fma4(float s, __m128 d, __m128i isum) {
-    _Alignas(16) float dv[4], fv[4];
-    _mm_store_ps(dv, d);
-    _mm_store_ps(fv, _mm_cvtepi32_ps(isum));
-    s = fmaf(dv[0], fv[0], s);
-    s = fmaf(dv[1], fv[1], s);
-    s = fmaf(dv[2], fv[2], s);
-    return fmaf(dv[3], fv[3], s);
-}
-
-/* Q4_1 / Q5_1, 4 blocks: v_b = fma(d_b, isum_b, ms_b) lane-wise, then s += v_b in order. */
-T_AVX2_INLINE float q1_add4(float s, __m128 d, __m128i isum, __m128 ms) {
-    _Alignas(16) float v[4];
-    _mm_store_ps(v, _mm_fmadd_ps(d, _mm_cvtepi32_ps(isum), ms));
-    s = s + v[0];
-    s = s + v[1];
-    s = s + v[2];
-    return s + v[3];
-}
 
 /* The generic loops: LANES(x + b, y + b) gives block b's lanes. */
 #define Q_FAMILY_DOT(XT, LANES)                                                                    \
@@ -116,12 +69,12 @@ T_AVX2_INLINE float q1_add4(float s, __m128 d, __m128i isum, __m128 ms) {
     for (; b + 4 <= nb; b += 4) {                                                                  \
         const __m128i isum = hsum4_i32(LANES(x + b, y + b), LANES(x + b + 1, y + b + 1),           \
                                        LANES(x + b + 2, y + b + 2), LANES(x + b + 3, y + b + 3));  \
-        const __m128 d = _mm_mul_ps(f16x4(x[b].d, x[b + 1].d, x[b + 2].d, x[b + 3].d),             \
-                                    f16x4(y[b].d, y[b + 1].d, y[b + 2].d, y[b + 3].d));            \
-        sumf = q_fma4(sumf, d, isum);                                                              \
+        const __m128 d = _mm_mul_ps(kern_f16x4(x[b].d, x[b + 1].d, x[b + 2].d, x[b + 3].d),        \
+                                    kern_f16x4(y[b].d, y[b + 1].d, y[b + 2].d, y[b + 3].d));       \
+        sumf = kern_q_fma4(sumf, d, isum);                                                         \
     }                                                                                              \
     for (; b < nb; b++)                                                                            \
-        sumf = fmaf(f16_load(x[b].d) * f16_load(y[b].d), (float)hsum_i32(LANES(x + b, y + b)), sumf); \
+        sumf = fmaf(f16_load(x[b].d) * f16_load(y[b].d), (float)kern_hsum8_i32(LANES(x + b, y + b)), sumf); \
     *s = sumf
 
 #define Q1_FAMILY_DOT(XT, LANES)                                                                   \
@@ -133,14 +86,14 @@ T_AVX2_INLINE float q1_add4(float s, __m128 d, __m128i isum, __m128 ms) {
     for (; b + 4 <= nb; b += 4) {                                                                  \
         const __m128i isum = hsum4_i32(LANES(x + b, y + b), LANES(x + b + 1, y + b + 1),           \
                                        LANES(x + b + 2, y + b + 2), LANES(x + b + 3, y + b + 3));  \
-        const __m128 d = _mm_mul_ps(f16x4(x[b].d, x[b + 1].d, x[b + 2].d, x[b + 3].d),             \
-                                    f16x4(y[b].d, y[b + 1].d, y[b + 2].d, y[b + 3].d));            \
-        const __m128 ms = _mm_mul_ps(f16x4(x[b].m, x[b + 1].m, x[b + 2].m, x[b + 3].m),            \
-                                     f16x4(y[b].s, y[b + 1].s, y[b + 2].s, y[b + 3].s));           \
-        sumf = q1_add4(sumf, d, isum, ms);                                                         \
+        const __m128 d = _mm_mul_ps(kern_f16x4(x[b].d, x[b + 1].d, x[b + 2].d, x[b + 3].d),        \
+                                    kern_f16x4(y[b].d, y[b + 1].d, y[b + 2].d, y[b + 3].d));       \
+        const __m128 ms = _mm_mul_ps(kern_f16x4(x[b].m, x[b + 1].m, x[b + 2].m, x[b + 3].m),       \
+                                     kern_f16x4(y[b].s, y[b + 1].s, y[b + 2].s, y[b + 3].s));      \
+        sumf = kern_q1_add4(sumf, d, isum, ms);                                                    \
     }                                                                                              \
     for (; b < nb; b++) {                                                                          \
-        const float vb = fmaf(f16_load(x[b].d) * f16_load(y[b].d), (float)hsum_i32(LANES(x + b, y + b)), \
+        const float vb = fmaf(f16_load(x[b].d) * f16_load(y[b].d), (float)kern_hsum8_i32(LANES(x + b, y + b)), \
                               f16_load(x[b].m) * f16_load(y[b].s));                                \
         sumf = sumf + vb;                                                                          \
     }                                                                                              \
@@ -194,7 +147,7 @@ T_AVX2 void kavx2_from_float_q8_1(const float *src, void *dst, int64_t n) {
         for (int k = 0; k < 4; k++)
             q[k] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v[k], _mm256_set1_ps(id)),
                                                       _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-        const int32_t sum = hsum_i32(_mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3])));
+        const int32_t sum = kern_hsum8_i32(_mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3])));
         y[b].s = kvl_f32_to_f16(d * (float)sum);
         _mm256_storeu_si256((__m256i *)y[b].qs, pack_i32_to_i8(q[0], q[1], q[2], q[3]));
     }

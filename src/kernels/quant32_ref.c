@@ -14,19 +14,6 @@
 const int8_t kern_iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                       1,    13,   25,   38,  53,  69,  89,  113};
 
-static inline float f16f(kvl_f16 h) { return kvl_f16_to_f32(h); }
-
-/* ggml's nearest_int: round half to even via the 1.5*2^23 trick (|f| < 2^22). */
-static inline int nearest_int(float f) {
-    float v = f + 12582912.f;
-    int32_t i;
-    memcpy(&i, &v, sizeof i);
-    return (i & 0x007fffff) - 0x00400000;
-}
-
-#define QMIN(a, b) ((a) < (b) ? (a) : (b))
-#define IQ4NL_GROUP_MAX_EPS 1e-15f
-
 /* Bit j (0..31) of a block's qh as bit 4 of value j. */
 static inline int q5_high(const uint8_t qh[4], int j) { return ((qh[j / 8] >> (j % 8)) & 1) << 4; }
 
@@ -35,7 +22,7 @@ static inline int q5_high(const uint8_t qh[4], int j) { return ((qh[j / 8] >> (j
 void kref_to_float_q4_1(const void *src, float *dst, int64_t n) {
     const blk_q4_1 *x = src;
     for (int64_t b = 0; b < n / QK4_1; b++) {
-        const float d = f16f(x[b].d), m = f16f(x[b].m);
+        const float d = kvl_f16_to_f32(x[b].d), m = kvl_f16_to_f32(x[b].m);
         float *y = dst + b * QK4_1;
         for (int j = 0; j < QK4_1 / 2; j++) {
             y[j] = (float)(x[b].qs[j] & 0x0F) * d + m;
@@ -47,7 +34,7 @@ void kref_to_float_q4_1(const void *src, float *dst, int64_t n) {
 void kref_to_float_q5_0(const void *src, float *dst, int64_t n) {
     const blk_q5_0 *x = src;
     for (int64_t b = 0; b < n / QK5_0; b++) {
-        const float d = f16f(x[b].d);
+        const float d = kvl_f16_to_f32(x[b].d);
         float *y = dst + b * QK5_0;
         for (int j = 0; j < QK5_0 / 2; j++) {
             y[j] = (float)(((x[b].qs[j] & 0x0F) | q5_high(x[b].qh, j)) - 16) * d;
@@ -59,7 +46,7 @@ void kref_to_float_q5_0(const void *src, float *dst, int64_t n) {
 void kref_to_float_q5_1(const void *src, float *dst, int64_t n) {
     const blk_q5_1 *x = src;
     for (int64_t b = 0; b < n / QK5_1; b++) {
-        const float d = f16f(x[b].d), m = f16f(x[b].m);
+        const float d = kvl_f16_to_f32(x[b].d), m = kvl_f16_to_f32(x[b].m);
         float *y = dst + b * QK5_1;
         for (int j = 0; j < QK5_1 / 2; j++) {
             y[j] = (float)((x[b].qs[j] & 0x0F) | q5_high(x[b].qh, j)) * d + m;
@@ -71,7 +58,7 @@ void kref_to_float_q5_1(const void *src, float *dst, int64_t n) {
 void kref_to_float_q8_1(const void *src, float *dst, int64_t n) {
     const blk_q8_1 *x = src;
     for (int64_t b = 0; b < n / QK8_1; b++) {
-        const float d = f16f(x[b].d);
+        const float d = kvl_f16_to_f32(x[b].d);
         for (int j = 0; j < QK8_1; j++) dst[b * QK8_1 + j] = x[b].qs[j] * d;
     }
 }
@@ -79,7 +66,7 @@ void kref_to_float_q8_1(const void *src, float *dst, int64_t n) {
 void kref_to_float_iq4_nl(const void *src, float *dst, int64_t n) {
     const blk_iq4_nl *x = src;
     for (int64_t b = 0; b < n / QK4_NL; b++) {
-        const float d = f16f(x[b].d);
+        const float d = kvl_f16_to_f32(x[b].d);
         float *y = dst + b * QK4_NL;
         for (int j = 0; j < QK4_NL / 2; j++) {
             y[j] = d * kern_iq4nl_values[x[b].qs[j] & 0x0F];
@@ -134,8 +121,8 @@ void kref_from_float_q4_1(const float *src, void *dst, int64_t n) {
         y[b].d = kvl_f32_to_f16(d);
         y[b].m = kvl_f32_to_f16(min);
         for (int j = 0; j < QK4_1 / 2; j++) {
-            const int q0 = QMIN(15, (int)((x[j] - min) * id + 0.5f));
-            const int q1 = QMIN(15, (int)((x[j + QK4_1 / 2] - min) * id + 0.5f));
+            const int q0 = KERN_MIN(15, (int)((x[j] - min) * id + 0.5f));
+            const int q1 = KERN_MIN(15, (int)((x[j + QK4_1 / 2] - min) * id + 0.5f));
             y[b].qs[j] = (uint8_t)(q0 | (q1 << 4));
         }
     }
@@ -150,7 +137,7 @@ void kref_from_float_q5_0(const float *src, void *dst, int64_t n) {
         const float id = d ? 1.0f / d : 0.0f;
         y[b].d = kvl_f32_to_f16(d);
         uint8_t L[QK5_0];
-        for (int j = 0; j < QK5_0; j++) L[j] = (uint8_t)QMIN(31, (int)(x[j] * id + 16.5f));
+        for (int j = 0; j < QK5_0; j++) L[j] = (uint8_t)KERN_MIN(31, (int)(x[j] * id + 16.5f));
         q5_pack(L, y[b].qs, y[b].qh);
     }
 }
@@ -184,15 +171,14 @@ void kref_from_float_q8_1(const float *src, void *dst, int64_t n) {
         y[b].d = kvl_f32_to_f16(d);
         int sum = 0;
         for (int j = 0; j < QK8_1; j++) {
-            y[b].qs[j] = (int8_t)nearest_int(x[j] * id);
+            y[b].qs[j] = (int8_t)kern_nearest_int(x[j] * id);
             sum += y[b].qs[j];
         }
         y[b].s = kvl_f32_to_f16(d * (float)sum);
     }
 }
 
-/* ggml best_index_int8: the index of the level nearest to x (ties to the upper). */
-static int iq4nl_best_index(float x) {
+int kern_iq4nl_best_index(float x) {
     const int8_t *val = kern_iq4nl_values;
     if (x <= val[0]) return 0;
     if (x >= val[15]) return 15;
@@ -212,7 +198,7 @@ static int iq4nl_best_index(float x) {
 static void iq4nl_fit(const float *xb, float id, uint8_t *L, float *sumqx, float *sumq2) {
     float sx = 0, s2 = 0;
     for (int j = 0; j < QK4_NL; j++) {
-        const int l = iq4nl_best_index(id * xb[j]);
+        const int l = kern_iq4nl_best_index(id * xb[j]);
         if (L) L[j] = (uint8_t)l;
         const float q = kern_iq4nl_values[l];
         const float w = xb[j] * xb[j];
@@ -237,7 +223,7 @@ static void quantize_iq4_nl_block(const float *x, blk_iq4_nl *y) {
         }
     }
     float d = 0;
-    if (amax >= IQ4NL_GROUP_MAX_EPS) {
+    if (amax >= KERN_GROUP_MAX_EPS) {
         d = -max / values[0];
         float sumqx, sumq2;
         iq4nl_fit(x, 1 / d, L, &sumqx, &sumq2);
@@ -253,7 +239,7 @@ static void quantize_iq4_nl_block(const float *x, blk_iq4_nl *y) {
     }
     y->d = kvl_f32_to_f16(d);
     const float id = d ? 1 / d : 0;
-    for (int j = 0; j < QK4_NL; j++) L[j] = (uint8_t)iq4nl_best_index(id * x[j]);
+    for (int j = 0; j < QK4_NL; j++) L[j] = (uint8_t)kern_iq4nl_best_index(id * x[j]);
     for (int j = 0; j < QK4_NL / 2; j++) y->qs[j] = (uint8_t)(L[j] | (L[j + 16] << 4));
 }
 
@@ -291,7 +277,7 @@ void kref_vec_dot_q5_0(int64_t n, float *s, const void *vx, const void *vy) {
     for (int64_t b = 0; b < n / QK5_0; b++) {
         int v[32];
         q5_values(x[b].qs, x[b].qh, 16, v);
-        sumf = fmaf(f16f(x[b].d) * f16f(y[b].d), (float)isum32(v, y[b].qs), sumf);
+        sumf = fmaf(kvl_f16_to_f32(x[b].d) * kvl_f16_to_f32(y[b].d), (float)isum32(v, y[b].qs), sumf);
     }
     *s = sumf;
 }
@@ -306,7 +292,7 @@ void kref_vec_dot_iq4_nl(int64_t n, float *s, const void *vx, const void *vy) {
             v[j] = kern_iq4nl_values[x[b].qs[j] & 0x0F];
             v[j + 16] = kern_iq4nl_values[x[b].qs[j] >> 4];
         }
-        sumf = fmaf(f16f(x[b].d) * f16f(y[b].d), (float)isum32(v, y[b].qs), sumf);
+        sumf = fmaf(kvl_f16_to_f32(x[b].d) * kvl_f16_to_f32(y[b].d), (float)isum32(v, y[b].qs), sumf);
     }
     *s = sumf;
 }
@@ -318,8 +304,8 @@ void kref_vec_dot_q4_1(int64_t n, float *s, const void *vx, const void *vy) {
     for (int64_t b = 0; b < n / QK4_1; b++) {
         int v[32];
         q4_1_values(&x[b], v);
-        const float vb = fmaf(f16f(x[b].d) * f16f(y[b].d), (float)isum32(v, y[b].qs),
-                              f16f(x[b].m) * f16f(y[b].s));
+        const float vb = fmaf(kvl_f16_to_f32(x[b].d) * kvl_f16_to_f32(y[b].d), (float)isum32(v, y[b].qs),
+                              kvl_f16_to_f32(x[b].m) * kvl_f16_to_f32(y[b].s));
         sumf = sumf + vb;
     }
     *s = sumf;
@@ -332,8 +318,8 @@ void kref_vec_dot_q5_1(int64_t n, float *s, const void *vx, const void *vy) {
     for (int64_t b = 0; b < n / QK5_1; b++) {
         int v[32];
         q5_values(x[b].qs, x[b].qh, 0, v);
-        const float vb = fmaf(f16f(x[b].d) * f16f(y[b].d), (float)isum32(v, y[b].qs),
-                              f16f(x[b].m) * f16f(y[b].s));
+        const float vb = fmaf(kvl_f16_to_f32(x[b].d) * kvl_f16_to_f32(y[b].d), (float)isum32(v, y[b].qs),
+                              kvl_f16_to_f32(x[b].m) * kvl_f16_to_f32(y[b].s));
         sumf = sumf + vb;
     }
     *s = sumf;

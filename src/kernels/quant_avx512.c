@@ -43,20 +43,6 @@ T_512_INLINE __m512i load_pair256(const void *p0, const void *p1) {
                               _mm256_loadu_si256((const __m256i *)p1), 1);
 }
 
-/* The exact sums of 4 blocks from two dpbusd results a = [b0: 8 lanes | b1: 8
- * lanes] and c = [b2 | b3], as [s0, s1, s2, s3]. */
-T_512_INLINE __m128i red4_i32(__m512i a, __m512i c) {
-    const __m512i lo = _mm512_permutex2var_epi32(
-        a, _mm512_setr_epi32(0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27), c);
-    const __m512i hi = _mm512_permutex2var_epi32(
-        a, _mm512_setr_epi32(4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31), c);
-    __m512i s = _mm512_add_epi32(lo, hi); /* 128-bit lane L: block L's 4 partial sums */
-    s = _mm512_add_epi32(s, _mm512_shuffle_epi32(s, _MM_PERM_BADC));
-    s = _mm512_add_epi32(s, _mm512_shuffle_epi32(s, _MM_PERM_CDAB));
-    return _mm512_castsi512_si128(_mm512_permutexvar_epi32(
-        _mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), s));
-}
-
 /* The fp16 scales of 4 consecutive Q8_0 blocks (34 bytes apart: words 0 and 17
  * of two 64-byte loads), as floats. Loads stay inside the 4 blocks. */
 T_512_INLINE __m128 q8_0_quad_d(const blk_q8_0 *p) {
@@ -91,7 +77,7 @@ T_512 void kavx512_vec_dot_q8_0(int64_t n, float *s, const void *vx, const void 
                                          load_pair256(y[b].qs, y[b + 1].qs));
         const __m512i c = q8_0_pair_isum(load_pair256(x[b + 2].qs, x[b + 3].qs),
                                          load_pair256(y[b + 2].qs, y[b + 3].qs));
-        sumf = kern_q_fma4(sumf, _mm_mul_ps(q8_0_quad_d(x + b), q8_0_quad_d(y + b)), red4_i32(a, c));
+        sumf = kern_q_fma4(sumf, _mm_mul_ps(q8_0_quad_d(x + b), q8_0_quad_d(y + b)), kern_red4_i32(a, c));
     }
     for (; b < nb; b++)
         sumf = fmaf(f16_load(x[b].d) * f16_load(y[b].d), (float)q8_0_block_isum(x + b, y + b), sumf);
@@ -159,7 +145,7 @@ T_512 void kavx512_vec_dot_q4_0(int64_t n, float *s, const void *vx, const void 
         const __m512i a = q4_0_pair_isum(q4_0_nibbles_from(va), load_pair256(y[b].qs, y[b + 1].qs));
         const __m512i c =
             q4_0_pair_isum(q4_0_nibbles_from(vb), load_pair256(y[b + 2].qs, y[b + 3].qs));
-        sumf = kern_q_fma4(sumf, _mm_mul_ps(q4_0_quad_d(va), q8_0_quad_d(y + b)), red4_i32(a, c));
+        sumf = kern_q_fma4(sumf, _mm_mul_ps(q4_0_quad_d(va), q8_0_quad_d(y + b)), kern_red4_i32(a, c));
     }
     for (; b < nb; b++)
         sumf = fmaf(f16_load(x[b].d) * f16_load(y[b].d), (float)q4_0_block_isum(x + b, y + b), sumf);
@@ -175,16 +161,7 @@ T_512 void kavx512_vec_dot_q4_0(int64_t n, float *s, const void *vx, const void 
  * 0 <= r < nr <= KERN_ROWS_MAX: the weights are decoded once and each row then
  * does exactly the operations of a single-row call, so results match vec_dot
  * bit for bit (the K-quant vec_dots are the nr = 1 case). nr is a constant
- * after inlining, so the per-row loops unroll into registers. */
-#define ROWS_SWITCH(fn, n, s, ss, x, y, ys, nr)                                                    \
-    do {                                                                                           \
-        switch (nr) {                                                                              \
-        case 1: fn(n, s, ss, x, y, ys, 1); break;                                                  \
-        case 2: fn(n, s, ss, x, y, ys, 2); break;                                                  \
-        case 3: fn(n, s, ss, x, y, ys, 3); break;                                                  \
-        default: fn(n, s, ss, x, y, ys, KERN_ROWS_MAX); break;                                     \
-        }                                                                                          \
-    } while (0)
+ * after inlining (KERN_ROWS_SWITCH), so the per-row loops unroll into registers. */
 
 /* Fully unrolls a loop over the rows (nr <= KERN_ROWS_MAX is a constant there)
  * so the per-row accumulators live in registers. */
@@ -226,7 +203,7 @@ T_512_INLINE float q8p_quad(float s, __m128 dx, __m512i u01, __m512i u23, kern_q
                                           _mm512_loadu_si512(y.qs + QK8_0 * b));
     const __m512i c = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u23,
                                           _mm512_loadu_si512(y.qs + QK8_0 * b + 64));
-    const __m128i isum = _mm_add_epi32(red4_i32(a, c), _mm_loadu_si128((const __m128i *)(y.c + b)));
+    const __m128i isum = _mm_add_epi32(kern_red4_i32(a, c), _mm_loadu_si128((const __m128i *)(y.c + b)));
     return kern_q_fma4(s, _mm_mul_ps(dx, _mm_loadu_ps(y.d + b)), isum);
 }
 
@@ -407,42 +384,20 @@ T_512 void kavx512_prows4_q8_0(int64_t n, float *s, size_t sr, size_t ss, const 
 
 T_512 void kavx512_prows_q4_0(int64_t n, float *s, size_t ss, const void *x, const void *y,
                               size_t ys, int nr) {
-    ROWS_SWITCH(q4_0_prows, n, s, ss, x, y, ys, nr);
+    KERN_ROWS_SWITCH(q4_0_prows, n, s, ss, x, y, ys, nr);
 }
 T_512 void kavx512_prows_q8_0(int64_t n, float *s, size_t ss, const void *x, const void *y,
                               size_t ys, int nr) {
-    ROWS_SWITCH(q8_0_prows, n, s, ss, x, y, ys, nr);
+    KERN_ROWS_SWITCH(q8_0_prows, n, s, ss, x, y, ys, nr);
 }
 
 /* ======================= K family ======================= */
-
-/* Q4_K scales and mins as bytes: sc[0..7] in the low 8 bytes, mins in the high 8
- * (the 12-byte packing of kern_q4k_scale_min, done 4 bytes at a time). */
-T_512_INLINE __m128i q4k_scales_mins(const uint8_t *s) {
-    uint32_t w0, w1, w2;
-    memcpy(&w0, s, 4);
-    memcpy(&w1, s + 4, 4);
-    memcpy(&w2, s + 8, 4);
-    const uint32_t sc_lo = w0 & 0x3f3f3f3f, mn_lo = w1 & 0x3f3f3f3f;
-    const uint32_t sc_hi = (w2 & 0x0f0f0f0f) | (((w0 >> 6) & 0x03030303) << 4);
-    const uint32_t mn_hi = ((w2 >> 4) & 0x0f0f0f0f) | (((w1 >> 6) & 0x03030303) << 4);
-    return _mm_setr_epi32((int)sc_lo, (int)sc_hi, (int)mn_lo, (int)mn_hi);
-}
 
 /* pshufb control picking int16 scale 2c in 128-bit lanes 0,1 and 2c+1 in 2,3. */
 T_512_INLINE __m512i q4k_scale_sel(int c) {
     const long long lo = 0x0100010001000100LL + 0x0404040404040404LL * c;
     const long long hi = lo + 0x0202020202020202LL;
     return _mm512_setr_epi64(lo, lo, lo, lo, hi, hi, hi, hi);
-}
-
-/* Two 8-lane int32 vectors reduced together: returns {sum a, sum b}. */
-T_512_INLINE void hsum2_i32(__m256i a, __m256i b, int32_t *sa, int32_t *sb) {
-    const __m256i h = _mm256_hadd_epi32(a, b); /* a01 a23 b01 b23 | a45 a67 b45 b67 */
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
-    s = _mm_hadd_epi32(s, s);
-    *sa = _mm_cvtsi128_si32(s);
-    *sb = _mm_extract_epi32(s, 1);
 }
 
 /* A decoded Q4_K super-block: chunk c (64 values) as bytes, low nibbles
@@ -454,7 +409,7 @@ typedef struct {
 } q4k_dec;
 
 T_512_INLINE void q4k_decode(const blk_q4_K *x, q4k_dec *d) {
-    const __m256i sm16 = _mm256_cvtepu8_epi16(q4k_scales_mins(x->scales)); /* sc0..7, m0..7 */
+    const __m256i sm16 = _mm256_cvtepu8_epi16(kern_q4k_scales_mins(x->scales)); /* sc0..7, m0..7 */
     d->mdup = _mm256_permutexvar_epi16(
         _mm256_setr_epi16(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15), sm16);
     const __m512i sc8 = _mm512_broadcast_i32x4(_mm256_castsi256_si128(sm16));
@@ -481,7 +436,7 @@ T_512_INLINE void q4k_dot(const q4k_dec *d, const blk_q8_K *y, int32_t *sumi, in
             a0 = _mm512_dpwssd_epi32(a0, p, d->sc[c]);
     }
     const __m512i a = _mm512_add_epi32(a0, a1);
-    hsum2_i32(_mm256_add_epi32(_mm512_castsi512_si256(a), _mm512_extracti64x4_epi64(a, 1)), mins,
+    kern_hsum2_i32(_mm256_add_epi32(_mm512_castsi512_si256(a), _mm512_extracti64x4_epi64(a, 1)), mins,
               sumi, summ);
 }
 
@@ -513,7 +468,7 @@ T_512 void kavx512_vec_dot_q4_K(int64_t n, float *s, const void *x, const void *
 }
 T_512 void kavx512_rows_q4_K(int64_t n, float *s, size_t ss, const void *x, const void *y,
                              size_t ys, int nr) {
-    ROWS_SWITCH(q4_K_rows, n, s, ss, x, y, ys, nr);
+    KERN_ROWS_SWITCH(q4_K_rows, n, s, ss, x, y, ys, nr);
 }
 
 /* Index vector selecting int16 scales 4c..4c+3, each for 8 consecutive lanes. */
@@ -589,5 +544,5 @@ T_512 void kavx512_vec_dot_q6_K(int64_t n, float *s, const void *x, const void *
 }
 T_512 void kavx512_rows_q6_K(int64_t n, float *s, size_t ss, const void *x, const void *y,
                              size_t ys, int nr) {
-    ROWS_SWITCH(q6_K_rows, n, s, ss, x, y, ys, nr);
+    KERN_ROWS_SWITCH(q6_K_rows, n, s, ss, x, y, ys, nr);
 }

@@ -3,19 +3,7 @@
  * Each super-block's integer totals are exact (the int16 pair sums of
  * maddubs cannot saturate for these value ranges), so the float steps, one or
  * two fmaf per super-block, are those of quant_kx_ref.c: bit-identical. */
-#include "kern_impl.h"
-
-#include <immintrin.h>
-
-#define T_AVX2 __attribute__((target("avx2,fma,f16c")))
-#define T_AVX2_INLINE static inline __attribute__((always_inline, target("avx2,fma,f16c")))
-
-T_AVX2_INLINE int32_t hsum_i32(__m256i v) {
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
-    return _mm_cvtsi128_si32(s);
-}
+#include "simd.h" /* target attributes, horizontal sums */
 
 /* sc16 holds 16 int16 group scales (groups of 16 values). For the 32 values
  * 128h + 32j .. +31 (groups 8h + 2j and 8h + 2j + 1), a vector with the first
@@ -46,7 +34,7 @@ T_AVX2 void kavx2_vec_dot_q2_K(int64_t n, float *s, const void *vx, const void *
         const __m256i mn16 =
             _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc8, 4), _mm_set1_epi8(0xF)));
         const int32_t summ =
-            hsum_i32(_mm256_madd_epi16(mn16, _mm256_loadu_si256((const __m256i *)y[b].bsums)));
+            kern_hsum8_i32(_mm256_madd_epi16(mn16, _mm256_loadu_si256((const __m256i *)y[b].bsums)));
         __m256i acc = _mm256_setzero_si256();
         for (int h = 0; h < 2; h++) {
             const __m256i q = _mm256_loadu_si256((const __m256i *)(x[b].qs + 32 * h));
@@ -60,7 +48,7 @@ T_AVX2 void kavx2_vec_dot_q2_K(int64_t n, float *s, const void *vx, const void *
         }
         const float dall = _cvtsh_ss(x[b].d) * y[b].d;
         const float dmin = _cvtsh_ss(x[b].dmin) * y[b].d;
-        sumf = fmaf(dall, (float)hsum_i32(acc), sumf);
+        sumf = fmaf(dall, (float)kern_hsum8_i32(acc), sumf);
         sumf = fmaf(-dmin, (float)summ, sumf);
     }
     *s = sumf;
@@ -101,7 +89,7 @@ T_AVX2 void kavx2_vec_dot_q3_K(int64_t n, float *s, const void *vx, const void *
                     acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, yv), scale_pair16(sc16, h, j)));
             }
         }
-        sumf = fmaf(_cvtsh_ss(x[b].d) * y[b].d, (float)hsum_i32(acc), sumf);
+        sumf = fmaf(_cvtsh_ss(x[b].d) * y[b].d, (float)kern_hsum8_i32(acc), sumf);
     }
     *s = sumf;
 }
@@ -120,7 +108,7 @@ T_AVX2 void kavx2_vec_dot_q5_K(int64_t n, float *s, const void *vx, const void *
         const __m128i m = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)mn));
         const __m256i m2 = _mm256_set_m128i(_mm_unpackhi_epi16(m, m), _mm_unpacklo_epi16(m, m));
         const int32_t summ =
-            hsum_i32(_mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y[b].bsums), m2));
+            kern_hsum8_i32(_mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y[b].bsums), m2));
         const __m256i qh = _mm256_loadu_si256((const __m256i *)x[b].qh);
         __m256i acc = _mm256_setzero_si256();
         for (int c = 0; c < 4; c++) {
@@ -140,7 +128,7 @@ T_AVX2 void kavx2_vec_dot_q5_K(int64_t n, float *s, const void *vx, const void *
         }
         const float dall = _cvtsh_ss(x[b].d) * y[b].d;
         const float dmin = _cvtsh_ss(x[b].dmin) * y[b].d;
-        sumf = fmaf(dall, (float)hsum_i32(acc), sumf);
+        sumf = fmaf(dall, (float)kern_hsum8_i32(acc), sumf);
         sumf = fmaf(-dmin, (float)summ, sumf);
     }
     *s = sumf;
@@ -179,7 +167,7 @@ T_AVX2 void kavx2_vec_dot_iq4_xs(int64_t n, float *s, const void *vx, const void
                 _mm256_madd_epi16(mul_pairs_i8(v1, y1), _mm256_set1_epi16((short)ls1));
             acc = _mm256_add_epi32(acc, _mm256_add_epi32(p0, p1));
         }
-        sumf = fmaf(_cvtsh_ss(x[b].d) * y[b].d, (float)hsum_i32(acc), sumf);
+        sumf = fmaf(_cvtsh_ss(x[b].d) * y[b].d, (float)kern_hsum8_i32(acc), sumf);
     }
     *s = sumf;
 }

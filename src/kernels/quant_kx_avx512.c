@@ -12,24 +12,6 @@
 
 #define KX_YROW(y, ys, r) ((const blk_q8_K *)((const char *)(y) + (size_t)(r) * (ys)))
 
-/* nr is a constant after inlining, so the per-row loops unroll. */
-#define KX_ROWS_SWITCH(fn, n, s, ss, x, y, ys, nr)                                                 \
-    do {                                                                                           \
-        switch (nr) {                                                                              \
-        case 1: fn(n, s, ss, x, y, ys, 1); break;                                                  \
-        case 2: fn(n, s, ss, x, y, ys, 2); break;                                                  \
-        case 3: fn(n, s, ss, x, y, ys, 3); break;                                                  \
-        default: fn(n, s, ss, x, y, ys, KERN_ROWS_MAX); break;                                     \
-        }                                                                                          \
-    } while (0)
-
-T_512_INLINE int32_t hsum8_i32(__m256i v) {
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
-    return _mm_cvtsi128_si32(s);
-}
-
 T_512_INLINE __m256i fold512(__m512i v) {
     return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
 }
@@ -81,13 +63,21 @@ T_512_INLINE __m512i kx_chunks(const kx_dec *d, const int8_t *yq, bool neg) {
     return _mm512_add_epi32(a0, a1);
 }
 
-/* Two 8-lane int32 vectors reduced together: {sum a, sum b}. */
-T_512_INLINE void hsum2_i32(__m256i a, __m256i b, int32_t *sa, int32_t *sb) {
-    const __m256i h = _mm256_hadd_epi32(a, b);
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
-    s = _mm_hadd_epi32(s, s);
-    *sa = _mm_cvtsi128_si32(s);
-    *sb = _mm_extract_epi32(s, 1);
+/* Super-block b of the types with mins (Q2_K, Q5_K) against nr activation
+ * rows: sumf[r] = fma(d*yd, sumi, sumf[r]), then fma(-(dmin*yd), summ, .). */
+T_512_INLINE void kx_min_rows(const kx_dec *dec, float xd, float xdmin, const void *y, size_t ys,
+                              int64_t b, int nr, float *sumf) {
+    UNROLL(4)
+    for (int r = 0; r < nr; r++) {
+        const blk_q8_K *yr = KX_YROW(y, ys, r) + b;
+        const __m256i mins =
+            _mm256_madd_epi16(dec->s16, _mm256_loadu_si256((const __m256i *)yr->bsums));
+        int32_t sumi, summ;
+        kern_hsum2_i32(fold512(kx_chunks(dec, yr->qs, false)), mins, &sumi, &summ);
+        const float dall = xd * yr->d, dmin = xdmin * yr->d;
+        sumf[r] = fmaf(dall, (float)sumi, sumf[r]);
+        sumf[r] = fmaf(-dmin, (float)summ, sumf[r]);
+    }
 }
 
 /* ======================= Q2_K ======================= */
@@ -113,18 +103,7 @@ T_512_INLINE void q2_K_rows(int64_t n, float *s, size_t ss, const void *vx, cons
     for (int64_t b = 0; b < n / QK_K; b++) {
         kx_dec dec;
         q2k_decode(&x[b], &dec);
-        const float xd = f16_load(x[b].d), xdmin = f16_load(x[b].dmin);
-        UNROLL(4)
-        for (int r = 0; r < nr; r++) {
-            const blk_q8_K *yr = KX_YROW(y, ys, r) + b;
-            const __m256i mins =
-                _mm256_madd_epi16(dec.s16, _mm256_loadu_si256((const __m256i *)yr->bsums));
-            int32_t sumi, summ;
-            hsum2_i32(fold512(kx_chunks(&dec, yr->qs, false)), mins, &sumi, &summ);
-            const float dall = xd * yr->d, dmin = xdmin * yr->d;
-            sumf[r] = fmaf(dall, (float)sumi, sumf[r]);
-            sumf[r] = fmaf(-dmin, (float)summ, sumf[r]);
-        }
+        kx_min_rows(&dec, f16_load(x[b].d), f16_load(x[b].dmin), y, ys, b, nr, sumf);
     }
     UNROLL(4)
     for (int r = 0; r < nr; r++)
@@ -136,7 +115,7 @@ T_512 void kavx512_vec_dot_q2_K(int64_t n, float *s, const void *x, const void *
 }
 T_512 void kavx512_rows_q2_K(int64_t n, float *s, size_t ss, const void *x, const void *y,
                              size_t ys, int nr) {
-    KX_ROWS_SWITCH(q2_K_rows, n, s, ss, x, y, ys, nr);
+    KERN_ROWS_SWITCH(q2_K_rows, n, s, ss, x, y, ys, nr);
 }
 
 /* ======================= Q3_K ======================= */
@@ -185,7 +164,7 @@ T_512_INLINE void q3_K_rows(int64_t n, float *s, size_t ss, const void *vx, cons
                 _mm256_madd_epi16(dec.s16, _mm256_loadu_si256((const __m256i *)yr->bsums));
             const __m256i acc = _mm256_sub_epi32(fold512(kx_chunks(&dec, yr->qs, false)),
                                                  _mm256_slli_epi32(off, 2));
-            sumf[r] = fmaf(xd * yr->d, (float)hsum8_i32(acc), sumf[r]);
+            sumf[r] = fmaf(xd * yr->d, (float)kern_hsum8_i32(acc), sumf[r]);
         }
     }
     UNROLL(4)
@@ -198,25 +177,13 @@ T_512 void kavx512_vec_dot_q3_K(int64_t n, float *s, const void *x, const void *
 }
 T_512 void kavx512_rows_q3_K(int64_t n, float *s, size_t ss, const void *x, const void *y,
                              size_t ys, int nr) {
-    KX_ROWS_SWITCH(q3_K_rows, n, s, ss, x, y, ys, nr);
+    KERN_ROWS_SWITCH(q3_K_rows, n, s, ss, x, y, ys, nr);
 }
 
 /* ======================= Q5_K ======================= */
 
-/* Q5_K (= Q4_K) scales in bytes 0..7 and mins in bytes 8..15. */
-T_512_INLINE __m128i q5k_scales_mins(const uint8_t *s) {
-    uint32_t w0, w1, w2;
-    memcpy(&w0, s, 4);
-    memcpy(&w1, s + 4, 4);
-    memcpy(&w2, s + 8, 4);
-    const uint32_t sc_lo = w0 & 0x3f3f3f3f, mn_lo = w1 & 0x3f3f3f3f;
-    const uint32_t sc_hi = (w2 & 0x0f0f0f0f) | (((w0 >> 6) & 0x03030303) << 4);
-    const uint32_t mn_hi = ((w2 >> 4) & 0x0f0f0f0f) | (((w1 >> 6) & 0x03030303) << 4);
-    return _mm_setr_epi32((int)sc_lo, (int)sc_hi, (int)mn_lo, (int)mn_hi);
-}
-
 T_512_INLINE void q5k_decode(const blk_q5_K *x, kx_dec *d) {
-    const __m256i sm16 = _mm256_cvtepu8_epi16(q5k_scales_mins(x->scales)); /* sc0..7, m0..7 */
+    const __m256i sm16 = _mm256_cvtepu8_epi16(kern_q4k_scales_mins(x->scales)); /* sc0..7, m0..7 */
     /* the mins paired with bsums 2j, 2j+1 */
     d->s16 = _mm256_permutexvar_epi16(
         _mm256_setr_epi16(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15), sm16);
@@ -239,18 +206,7 @@ T_512_INLINE void q5_K_rows(int64_t n, float *s, size_t ss, const void *vx, cons
     for (int64_t b = 0; b < n / QK_K; b++) {
         kx_dec dec;
         q5k_decode(&x[b], &dec);
-        const float xd = f16_load(x[b].d), xdmin = f16_load(x[b].dmin);
-        UNROLL(4)
-        for (int r = 0; r < nr; r++) {
-            const blk_q8_K *yr = KX_YROW(y, ys, r) + b;
-            const __m256i mins =
-                _mm256_madd_epi16(dec.s16, _mm256_loadu_si256((const __m256i *)yr->bsums));
-            int32_t sumi, summ;
-            hsum2_i32(fold512(kx_chunks(&dec, yr->qs, false)), mins, &sumi, &summ);
-            const float dall = xd * yr->d, dmin = xdmin * yr->d;
-            sumf[r] = fmaf(dall, (float)sumi, sumf[r]);
-            sumf[r] = fmaf(-dmin, (float)summ, sumf[r]);
-        }
+        kx_min_rows(&dec, f16_load(x[b].d), f16_load(x[b].dmin), y, ys, b, nr, sumf);
     }
     UNROLL(4)
     for (int r = 0; r < nr; r++)
@@ -262,7 +218,7 @@ T_512 void kavx512_vec_dot_q5_K(int64_t n, float *s, const void *x, const void *
 }
 T_512 void kavx512_rows_q5_K(int64_t n, float *s, size_t ss, const void *x, const void *y,
                              size_t ys, int nr) {
-    KX_ROWS_SWITCH(q5_K_rows, n, s, ss, x, y, ys, nr);
+    KERN_ROWS_SWITCH(q5_K_rows, n, s, ss, x, y, ys, nr);
 }
 
 /* ======================= IQ4_XS ======================= */
@@ -304,7 +260,7 @@ T_512_INLINE void iq4_xs_rows(int64_t n, float *s, size_t ss, const void *vx, co
         UNROLL(4)
         for (int r = 0; r < nr; r++) {
             const blk_q8_K *yr = KX_YROW(y, ys, r) + b;
-            const int32_t sumi = hsum8_i32(fold512(kx_chunks(&dec, yr->qs, true)));
+            const int32_t sumi = kern_hsum8_i32(fold512(kx_chunks(&dec, yr->qs, true)));
             sumf[r] = fmaf(xd * yr->d, (float)sumi, sumf[r]);
         }
     }
@@ -318,5 +274,5 @@ T_512 void kavx512_vec_dot_iq4_xs(int64_t n, float *s, const void *x, const void
 }
 T_512 void kavx512_rows_iq4_xs(int64_t n, float *s, size_t ss, const void *x, const void *y,
                                size_t ys, int nr) {
-    KX_ROWS_SWITCH(iq4_xs_rows, n, s, ss, x, y, ys, nr);
+    KERN_ROWS_SWITCH(iq4_xs_rows, n, s, ss, x, y, ys, nr);
 }

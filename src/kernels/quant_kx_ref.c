@@ -20,21 +20,6 @@
 
 /* kern_iq4nl_values (IQ4_XS shares IQ4_NL's 16 levels) is defined in quant32_ref.c. */
 
-static inline float f16f(kvl_f16 h) { return kvl_f16_to_f32(h); }
-
-/* ggml's nearest_int: round half to even via the 1.5*2^23 trick (|f| < 2^22).
- */
-static inline int nearest_int(float f) {
-    float v = f + 12582912.f;
-    int32_t i;
-    memcpy(&i, &v, sizeof i);
-    return (i & 0x007fffff) - 0x00400000;
-}
-
-#define KMIN(a, b) ((a) < (b) ? (a) : (b))
-#define KMAX(a, b) ((a) > (b) ? (a) : (b))
-#define GROUP_MAX_EPS 1e-15f
-
 /* 2-bit field of element e (Q2_K, Q3_K layout). */
 static inline int q2_bits(const uint8_t *qs, int e) {
     return (qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3;
@@ -64,7 +49,7 @@ static inline int iq4xs_scale(const blk_iq4_xs *x, int g) {
 void kref_to_float_q2_K(const void *src, float *dst, int64_t n) {
     const blk_q2_K *x = src;
     for (int64_t b = 0; b < n / QK_K; b++) {
-        const float d = f16f(x[b].d), dmin = f16f(x[b].dmin);
+        const float d = kvl_f16_to_f32(x[b].d), dmin = kvl_f16_to_f32(x[b].dmin);
         float *y = dst + b * QK_K;
         for (int g = 0; g < QK_K / 16; g++) {
             const uint8_t sc = x[b].scales[g];
@@ -78,7 +63,7 @@ void kref_to_float_q2_K(const void *src, float *dst, int64_t n) {
 void kref_to_float_q3_K(const void *src, float *dst, int64_t n) {
     const blk_q3_K *x = src;
     for (int64_t b = 0; b < n / QK_K; b++) {
-        const float d = f16f(x[b].d);
+        const float d = kvl_f16_to_f32(x[b].d);
         float *y = dst + b * QK_K;
         for (int g = 0; g < QK_K / 16; g++) {
             const float dl = d * (kern_q3k_scale(g, x[b].scales) - 32);
@@ -91,7 +76,7 @@ void kref_to_float_q3_K(const void *src, float *dst, int64_t n) {
 void kref_to_float_q5_K(const void *src, float *dst, int64_t n) {
     const blk_q5_K *x = src;
     for (int64_t b = 0; b < n / QK_K; b++) {
-        const float d = f16f(x[b].d), dmin = f16f(x[b].dmin);
+        const float d = kvl_f16_to_f32(x[b].d), dmin = kvl_f16_to_f32(x[b].dmin);
         float *y = dst + b * QK_K;
         for (int g = 0; g < QK_K / 32; g++) {
             uint8_t sc, m;
@@ -106,7 +91,7 @@ void kref_to_float_q5_K(const void *src, float *dst, int64_t n) {
 void kref_to_float_iq4_xs(const void *src, float *dst, int64_t n) {
     const blk_iq4_xs *x = src;
     for (int64_t b = 0; b < n / QK_K; b++) {
-        const float d = f16f(x[b].d);
+        const float d = kvl_f16_to_f32(x[b].d);
         float *y = dst + b * QK_K;
         for (int g = 0; g < QK_K / 32; g++) {
             const float dl = d * (iq4xs_scale(&x[b], g) - 32);
@@ -145,7 +130,7 @@ static void quantize_q2_K_block(const float *x, blk_q2_K *y) {
     if (max_scale > 0) {
         const float iscale = q4scale / max_scale;
         for (int j = 0; j < QK_K / 16; j++)
-            y->scales[j] = (uint8_t)nearest_int(iscale * scales[j]);
+            y->scales[j] = (uint8_t)kern_nearest_int(iscale * scales[j]);
         y->d = kvl_f32_to_f16(max_scale / q4scale);
     } else {
         memset(y->scales, 0, sizeof y->scales);
@@ -154,20 +139,20 @@ static void quantize_q2_K_block(const float *x, blk_q2_K *y) {
     if (max_min > 0) {
         const float iscale = q4scale / max_min;
         for (int j = 0; j < QK_K / 16; j++)
-            y->scales[j] |= (uint8_t)(nearest_int(iscale * mins[j]) << 4);
+            y->scales[j] |= (uint8_t)(kern_nearest_int(iscale * mins[j]) << 4);
         y->dmin = kvl_f32_to_f16(max_min / q4scale);
     } else {
         y->dmin = kvl_f32_to_f16(0.f);
     }
     /* Requantize against the stored scales, as ggml does. */
     for (int j = 0; j < QK_K / 16; j++) {
-        const float d = f16f(y->d) * (y->scales[j] & 0xF);
+        const float d = kvl_f16_to_f32(y->d) * (y->scales[j] & 0xF);
         if (!d)
             continue;
-        const float dm = f16f(y->dmin) * (y->scales[j] >> 4);
+        const float dm = kvl_f16_to_f32(y->dmin) * (y->scales[j] >> 4);
         for (int ii = 0; ii < 16; ii++) {
-            const int l = nearest_int((x[16 * j + ii] + dm) / d);
-            L[16 * j + ii] = (uint8_t)KMAX(0, KMIN(3, l));
+            const int l = kern_nearest_int((x[16 * j + ii] + dm) / d);
+            L[16 * j + ii] = (uint8_t)KERN_MAX(0, KERN_MIN(3, l));
         }
     }
     pack_2bit(L, y->qs);
@@ -191,15 +176,15 @@ static float make_q3_quants(int n, int nmax, const float *x, int8_t *L) {
             max = x[i];
         }
     }
-    if (amax < GROUP_MAX_EPS) {
+    if (amax < KERN_GROUP_MAX_EPS) {
         memset(L, 0, (size_t)n);
         return 0.f;
     }
     const float iscale = -nmax / max;
     float sumlx = 0, suml2 = 0;
     for (int i = 0; i < n; i++) {
-        int l = nearest_int(iscale * x[i]);
-        l = KMAX(-nmax, KMIN(nmax - 1, l));
+        int l = kern_nearest_int(iscale * x[i]);
+        l = KERN_MAX(-nmax, KERN_MIN(nmax - 1, l));
         L[i] = (int8_t)l;
         const float w = x[i] * x[i];
         sumlx += w * x[i] * l;
@@ -212,8 +197,8 @@ static float make_q3_quants(int n, int nmax, const float *x, int8_t *L) {
             float slx = sumlx - w * x[i] * L[i];
             if (slx > 0) {
                 float sl2 = suml2 - w * L[i] * L[i];
-                int new_l = nearest_int(x[i] * sl2 / slx);
-                new_l = KMAX(-nmax, KMIN(nmax - 1, new_l));
+                int new_l = kern_nearest_int(x[i] * sl2 / slx);
+                new_l = KERN_MAX(-nmax, KERN_MIN(nmax - 1, new_l));
                 if (new_l != L[i]) {
                     slx += w * x[i] * new_l;
                     sl2 += w * new_l * new_l;
@@ -250,8 +235,8 @@ static void quantize_q3_K_block(const float *x, blk_q3_K *y) {
     if (max_scale) {
         const float iscale = -32.f / max_scale;
         for (int j = 0; j < QK_K / 16; j++) {
-            int l = (int8_t)nearest_int(iscale * scales[j]); /* ggml stores it in an int8_t */
-            l = KMAX(-32, KMIN(31, l)) + 32;
+            int l = (int8_t)kern_nearest_int(iscale * scales[j]); /* ggml stores it in an int8_t */
+            l = KERN_MAX(-32, KERN_MIN(31, l)) + 32;
             if (j < 8)
                 y->scales[j] = (uint8_t)(l & 0xF);
             else
@@ -263,12 +248,12 @@ static void quantize_q3_K_block(const float *x, blk_q3_K *y) {
         y->d = kvl_f32_to_f16(0.f);
     }
     for (int j = 0; j < QK_K / 16; j++) {
-        const float d = f16f(y->d) * (kern_q3k_scale(j, y->scales) - 32);
+        const float d = kvl_f16_to_f32(y->d) * (kern_q3k_scale(j, y->scales) - 32);
         if (!d)
             continue;
         for (int ii = 0; ii < 16; ii++) {
-            const int l = nearest_int(x[16 * j + ii] / d);
-            L[16 * j + ii] = (int8_t)(KMAX(-4, KMIN(3, l)) + 4);
+            const int l = kern_nearest_int(x[16 * j + ii] / d);
+            L[16 * j + ii] = (int8_t)(KERN_MAX(-4, KERN_MIN(3, l)) + 4);
         }
     }
     /* third bit: element e sets bit e / 32 of hmask[e % 32] */
@@ -293,52 +278,8 @@ void kref_from_float_q3_K(const float *src, void *dst, int64_t n) {
 }
 
 static void quantize_q5_K_block(const float *x, blk_q5_K *y) {
-    uint8_t L[QK_K], Laux[32];
-    float weights[32], mins[QK_K / 32], scales[QK_K / 32];
-    float max_scale = 0, max_min = 0;
-    for (int j = 0; j < QK_K / 32; j++) {
-        float sum_x2 = 0;
-        for (int l = 0; l < 32; l++)
-            sum_x2 += x[32 * j + l] * x[32 * j + l];
-        const float av_x = sqrtf(sum_x2 / 32);
-        for (int l = 0; l < 32; l++)
-            weights[l] = av_x + fabsf(x[32 * j + l]);
-        scales[j] = kern_make_qkx2_quants(32, 31, x + 32 * j, weights, L + 32 * j, &mins[j], Laux,
-                                          -0.5f, 0.1f, 15, false);
-        if (scales[j] > max_scale)
-            max_scale = scales[j];
-        if (mins[j] > max_min)
-            max_min = mins[j];
-    }
-    const float inv_scale = max_scale > 0 ? 63.f / max_scale : 0.f;
-    const float inv_min = max_min > 0 ? 63.f / max_min : 0.f;
-    memset(y->scales, 0, sizeof y->scales);
-    for (int j = 0; j < QK_K / 32; j++) {
-        const uint8_t ls = KMIN(63, (uint8_t)nearest_int(inv_scale * scales[j]));
-        const uint8_t lm = KMIN(63, (uint8_t)nearest_int(inv_min * mins[j]));
-        if (j < 4) {
-            y->scales[j] = ls;
-            y->scales[j + 4] = lm;
-        } else {
-            y->scales[j + 4] = (uint8_t)((ls & 0xF) | ((lm & 0xF) << 4));
-            y->scales[j - 4] |= (uint8_t)((ls >> 4) << 6);
-            y->scales[j] |= (uint8_t)((lm >> 4) << 6);
-        }
-    }
-    y->d = kvl_f32_to_f16(max_scale / 63.f);
-    y->dmin = kvl_f32_to_f16(max_min / 63.f);
-    for (int j = 0; j < QK_K / 32; j++) {
-        uint8_t sc, m;
-        kern_q4k_scale_min(j, y->scales, &sc, &m);
-        const float d = f16f(y->d) * sc;
-        if (!d)
-            continue;
-        const float dm = f16f(y->dmin) * m;
-        for (int ii = 0; ii < 32; ii++) {
-            const int l = nearest_int((x[32 * j + ii] + dm) / d);
-            L[32 * j + ii] = (uint8_t)KMAX(0, KMIN(31, l));
-        }
-    }
+    uint8_t L[QK_K];
+    kern_q4k_quantize_groups(x, 31, -0.5f, 15, y->scales, &y->d, &y->dmin, L);
     memset(y->qh, 0, sizeof y->qh);
     for (int c = 0; c < QK_K / 64; c++)
         for (int l = 0; l < 32; l++) {
@@ -362,26 +303,6 @@ void kref_from_float_q5_K(const float *src, void *dst, int64_t n) {
         quantize_q5_K_block(src + b * QK_K, &y[b]);
 }
 
-/* ggml best_index_int8: the index of the table value nearest x (ties upward).
- */
-static int best_index_int8(int n, const int8_t *val, float x) {
-    if (x <= val[0])
-        return 0;
-    if (x >= val[n - 1])
-        return n - 1;
-    int ml = 0, mu = n - 1;
-    while (mu - ml > 1) {
-        const int mav = (ml + mu) / 2;
-        if (x < val[mav])
-            mu = mav;
-        else
-            ml = mav;
-    }
-    return x - val[mu - 1] < val[mu] - x ? mu - 1 : mu;
-}
-
-/* ggml quantize_row_iq4_nl_impl for a 256-value super-block of 32-value groups,
- * no importance matrix (weights x^2), ntry 7. */
 static void quantize_iq4_xs_block(const float *x, blk_iq4_xs *y) {
     const int8_t *values = kern_iq4nl_values;
     const int ntry = 7;
@@ -403,7 +324,7 @@ static void quantize_iq4_xs_block(const float *x, blk_iq4_xs *y) {
                 max = xb[j];
             }
         }
-        if (amax < GROUP_MAX_EPS) {
+        if (amax < KERN_GROUP_MAX_EPS) {
             scales[ib] = 0;
             continue;
         }
@@ -412,7 +333,7 @@ static void quantize_iq4_xs_block(const float *x, blk_iq4_xs *y) {
         float sumqx = 0, sumq2 = 0;
         for (int j = 0; j < 32; j++) {
             const float al = id * xb[j];
-            const int l = best_index_int8(16, values, al);
+            const int l = kern_iq4nl_best_index(al);
             Lb[j] = (uint8_t)l;
             const float q = values[l], w = weight[j];
             sumqx += w * q * xb[j];
@@ -425,7 +346,7 @@ static void quantize_iq4_xs_block(const float *x, blk_iq4_xs *y) {
             sumqx = sumq2 = 0;
             for (int j = 0; j < 32; j++) {
                 const float al = id * xb[j];
-                const int l = best_index_int8(16, values, al);
+                const int l = kern_iq4nl_best_index(al);
                 const float q = values[l], w = weight[j];
                 sumqx += w * q * xb[j];
                 sumq2 += w * q * q;
@@ -447,12 +368,12 @@ static void quantize_iq4_xs_block(const float *x, blk_iq4_xs *y) {
     y->d = kvl_f32_to_f16(d);
     const float id = d ? 1 / d : 0.f;
     for (int ib = 0; ib < QK_K / 32; ib++) {
-        int l = nearest_int(id * scales[ib]);
-        l = KMAX(-32, KMIN(31, l));
+        int l = kern_nearest_int(id * scales[ib]);
+        l = KERN_MAX(-32, KERN_MIN(31, l));
         const float dl = d * l;
         const float idl = dl ? 1 / dl : 0.f;
         for (int j = 0; j < 32; j++)
-            L[32 * ib + j] = (uint8_t)best_index_int8(16, values, idl * x[32 * ib + j]);
+            L[32 * ib + j] = (uint8_t)kern_iq4nl_best_index(idl * x[32 * ib + j]);
         l += 32;
         if (ib % 2 == 0)
             y->scales_l[ib / 2] = (uint8_t)(l & 0xF);
@@ -490,10 +411,7 @@ void kref_vec_dot_q2_K(int64_t n, float *s, const void *vx, const void *vy) {
             sumi += (x[b].scales[g] & 0xF) * dot;
             summ += (x[b].scales[g] >> 4) * y[b].bsums[g];
         }
-        const float dall = f16f(x[b].d) * y[b].d;
-        const float dmin = f16f(x[b].dmin) * y[b].d;
-        sumf = fmaf(dall, (float)sumi, sumf);
-        sumf = fmaf(-dmin, (float)summ, sumf);
+        sumf = kern_k_fma_min(sumf, x[b].d, x[b].dmin, y[b].d, sumi, summ);
     }
     *s = sumf;
 }
@@ -512,7 +430,7 @@ void kref_vec_dot_q3_K(int64_t n, float *s, const void *vx, const void *vy) {
                 dot += q3_value(&x[b], e) * y[b].qs[e];
             sumi += (kern_q3k_scale(g, x[b].scales) - 32) * dot;
         }
-        sumf = fmaf(f16f(x[b].d) * y[b].d, (float)sumi, sumf);
+        sumf = fmaf(kvl_f16_to_f32(x[b].d) * y[b].d, (float)sumi, sumf);
     }
     *s = sumf;
 }
@@ -523,20 +441,12 @@ void kref_vec_dot_q5_K(int64_t n, float *s, const void *vx, const void *vy) {
     const blk_q8_K *y = vy;
     float sumf = 0;
     for (int64_t b = 0; b < n / QK_K; b++) {
-        int32_t sumi = 0, summ = 0;
-        for (int g = 0; g < QK_K / 32; g++) {
-            uint8_t sc, m;
-            kern_q4k_scale_min(g, x[b].scales, &sc, &m);
-            int32_t dot = 0;
-            for (int e = 32 * g; e < 32 * g + 32; e++)
-                dot += q5_value(&x[b], e) * y[b].qs[e];
-            sumi += sc * dot;
-            summ += m * (y[b].bsums[2 * g] + y[b].bsums[2 * g + 1]);
-        }
-        const float dall = f16f(x[b].d) * y[b].d;
-        const float dmin = f16f(x[b].dmin) * y[b].d;
-        sumf = fmaf(dall, (float)sumi, sumf);
-        sumf = fmaf(-dmin, (float)summ, sumf);
+        uint8_t v[QK_K];
+        for (int e = 0; e < QK_K; e++)
+            v[e] = (uint8_t)q5_value(&x[b], e);
+        int32_t summ;
+        const int32_t sumi = kern_q4k_isums(x[b].scales, v, &y[b], &summ);
+        sumf = kern_k_fma_min(sumf, x[b].d, x[b].dmin, y[b].d, sumi, summ);
     }
     *s = sumf;
 }
@@ -555,7 +465,7 @@ void kref_vec_dot_iq4_xs(int64_t n, float *s, const void *vx, const void *vy) {
                 dot += kern_iq4nl_values[iq4_index(&x[b], e)] * y[b].qs[e];
             sumi += (iq4xs_scale(&x[b], g) - 32) * dot;
         }
-        sumf = fmaf(f16f(x[b].d) * y[b].d, (float)sumi, sumf);
+        sumf = fmaf(kvl_f16_to_f32(x[b].d) * y[b].d, (float)sumi, sumf);
     }
     *s = sumf;
 }

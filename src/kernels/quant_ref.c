@@ -9,19 +9,6 @@
 
 #include <string.h>
 
-static inline float f16f(kvl_f16 h) { return kvl_f16_to_f32(h); }
-
-/* ggml's nearest_int: round half to even via the 1.5*2^23 trick (|f| < 2^22). */
-static inline int nearest_int(float f) {
-    float v = f + 12582912.f;
-    int32_t i;
-    memcpy(&i, &v, sizeof i);
-    return (i & 0x007fffff) - 0x00400000;
-}
-
-#define KMIN(a, b) ((a) < (b) ? (a) : (b))
-#define KMAX(a, b) ((a) > (b) ? (a) : (b))
-
 /* The value of largest magnitude, the first of equals (ggml's search in its
  * q4_0, q6_K group and q8_K quantizers); 0 when all are 0 (NaNs are passed over). */
 static float signed_absmax(const float *x, int n) {
@@ -35,7 +22,6 @@ static float signed_absmax(const float *x, int n) {
     }
     return max;
 }
-#define GROUP_MAX_EPS 1e-15f
 
 /* ======================= dequantization ======================= */
 
@@ -45,7 +31,7 @@ void kref_to_float_f32(const void *src, float *dst, int64_t n) {
 
 void kref_to_float_f16(const void *src, float *dst, int64_t n) {
     const kvl_f16 *x = src;
-    for (int64_t i = 0; i < n; i++) dst[i] = f16f(x[i]);
+    for (int64_t i = 0; i < n; i++) dst[i] = kvl_f16_to_f32(x[i]);
 }
 
 void kref_to_float_bf16(const void *src, float *dst, int64_t n) {
@@ -56,7 +42,7 @@ void kref_to_float_bf16(const void *src, float *dst, int64_t n) {
 void kref_to_float_q8_0(const void *src, float *dst, int64_t n) {
     const blk_q8_0 *x = src;
     for (int64_t b = 0; b < n / QK8_0; b++) {
-        const float d = f16f(x[b].d);
+        const float d = kvl_f16_to_f32(x[b].d);
         for (int j = 0; j < QK8_0; j++) dst[b * QK8_0 + j] = x[b].qs[j] * d;
     }
 }
@@ -64,7 +50,7 @@ void kref_to_float_q8_0(const void *src, float *dst, int64_t n) {
 void kref_to_float_q4_0(const void *src, float *dst, int64_t n) {
     const blk_q4_0 *x = src;
     for (int64_t b = 0; b < n / QK4_0; b++) {
-        const float d = f16f(x[b].d);
+        const float d = kvl_f16_to_f32(x[b].d);
         float *y = dst + b * QK4_0;
         for (int j = 0; j < QK4_0 / 2; j++) {
             y[j] = ((x[b].qs[j] & 0x0F) - 8) * d;
@@ -76,7 +62,7 @@ void kref_to_float_q4_0(const void *src, float *dst, int64_t n) {
 void kref_to_float_q4_K(const void *src, float *dst, int64_t n) {
     const blk_q4_K *x = src;
     for (int64_t b = 0; b < n / QK_K; b++) {
-        const float d = f16f(x[b].d), dmin = f16f(x[b].dmin);
+        const float d = kvl_f16_to_f32(x[b].d), dmin = kvl_f16_to_f32(x[b].dmin);
         const uint8_t *q = x[b].qs;
         float *y = dst + b * QK_K;
         for (int j = 0; j < QK_K / 64; j++, q += 32, y += 64) {
@@ -103,7 +89,7 @@ static inline int q6_value(const uint8_t *ql, const uint8_t *qh, int l) {
 void kref_to_float_q6_K(const void *src, float *dst, int64_t n) {
     const blk_q6_K *x = src;
     for (int64_t b = 0; b < n / QK_K; b++) {
-        const float d = f16f(x[b].d);
+        const float d = kvl_f16_to_f32(x[b].d);
         float *y = dst + b * QK_K;
         for (int h = 0; h < 2; h++) {
             const uint8_t *ql = x[b].ql + 64 * h, *qh = x[b].qh + 32 * h;
@@ -143,7 +129,7 @@ void kref_from_float_q8_0(const float *src, void *dst, int64_t n) {
     for (int64_t b = 0; b < n / QK8_0; b++) {
         const float *x = src + b * QK8_0;
         float amax = 0.0f;
-        for (int j = 0; j < QK8_0; j++) amax = KMAX(amax, fabsf(x[j]));
+        for (int j = 0; j < QK8_0; j++) amax = KERN_MAX(amax, fabsf(x[j]));
         const float d = amax / 127;
         const float id = d ? 1.0f / d : 0.0f;
         y[b].d = kvl_f32_to_f16(d);
@@ -161,8 +147,8 @@ void kref_from_float_q4_0(const float *src, void *dst, int64_t n) {
         const float id = d ? 1.0f / d : 0.0f;
         y[b].d = kvl_f32_to_f16(d);
         for (int j = 0; j < QK4_0 / 2; j++) {
-            const uint8_t q0 = (uint8_t)KMIN(15, (int8_t)(x[j] * id + 8.5f));
-            const uint8_t q1 = (uint8_t)KMIN(15, (int8_t)(x[j + QK4_0 / 2] * id + 8.5f));
+            const uint8_t q0 = (uint8_t)KERN_MIN(15, (int8_t)(x[j] * id + 8.5f));
+            const uint8_t q1 = (uint8_t)KERN_MIN(15, (int8_t)(x[j + QK4_0 / 2] * id + 8.5f));
             y[b].qs[j] = (uint8_t)(q0 | (q1 << 4));
         }
     }
@@ -191,8 +177,8 @@ float kern_make_qkx2_quants(int n, int nmax, const float *x, const float *w, uin
     float scale = 1 / iscale;
     float best_error = 0;
     for (int i = 0; i < n; i++) {
-        int l = nearest_int(iscale * (x[i] - min));
-        L[i] = (uint8_t)KMAX(0, KMIN(nmax, l));
+        int l = kern_nearest_int(iscale * (x[i] - min));
+        L[i] = (uint8_t)KERN_MAX(0, KERN_MIN(nmax, l));
         float diff = scale * L[i] + min - x[i];
         best_error += w[i] * (use_mad ? fabsf(diff) : diff * diff);
     }
@@ -200,8 +186,8 @@ float kern_make_qkx2_quants(int n, int nmax, const float *x, const float *w, uin
         iscale = (rmin + rdelta * is + nmax) / (max - min);
         float sum_l = 0, sum_l2 = 0, sum_xl = 0;
         for (int i = 0; i < n; i++) {
-            int l = nearest_int(iscale * (x[i] - min));
-            l = KMAX(0, KMIN(nmax, l));
+            int l = kern_nearest_int(iscale * (x[i] - min));
+            l = KERN_MAX(0, KERN_MIN(nmax, l));
             Laux[i] = (uint8_t)l;
             sum_l += w[i] * l;
             sum_l2 += w[i] * l * l;
@@ -244,42 +230,48 @@ static void q4k_pack_scale(uint8_t *s, int j, uint8_t ls, uint8_t lm) {
     }
 }
 
-static void quantize_q4_K_block(const float *x, blk_q4_K *y) {
-    uint8_t L[QK_K], Laux[32];
-    float weights[32], mins[QK_K / 32], scales[QK_K / 32];
+void kern_q4k_quantize_groups(const float *x, int nmax, float rmin, int nstep, uint8_t *scales,
+                              kvl_f16 *d, kvl_f16 *dmin, uint8_t *L) {
+    uint8_t Laux[32];
+    float weights[32], mins[QK_K / 32], gscales[QK_K / 32];
     float max_scale = 0, max_min = 0;
     for (int j = 0; j < QK_K / 32; j++) {
         float sum_x2 = 0;
         for (int l = 0; l < 32; l++) sum_x2 += x[32 * j + l] * x[32 * j + l];
         const float av_x = sqrtf(sum_x2 / 32);
         for (int l = 0; l < 32; l++) weights[l] = av_x + fabsf(x[32 * j + l]);
-        scales[j] = kern_make_qkx2_quants(32, 15, x + 32 * j, weights, L + 32 * j, &mins[j], Laux,
-                                          -1.f, 0.1f, 20, false);
-        if (scales[j] > max_scale) max_scale = scales[j];
+        gscales[j] = kern_make_qkx2_quants(32, nmax, x + 32 * j, weights, L + 32 * j, &mins[j],
+                                           Laux, rmin, 0.1f, nstep, false);
+        if (gscales[j] > max_scale) max_scale = gscales[j];
         if (mins[j] > max_min) max_min = mins[j];
     }
     const float inv_scale = max_scale > 0 ? 63.f / max_scale : 0.f;
     const float inv_min = max_min > 0 ? 63.f / max_min : 0.f;
-    memset(y->scales, 0, sizeof y->scales);
+    memset(scales, 0, 12);
     for (int j = 0; j < QK_K / 32; j++) {
-        uint8_t ls = (uint8_t)nearest_int(inv_scale * scales[j]);
-        uint8_t lm = (uint8_t)nearest_int(inv_min * mins[j]);
-        q4k_pack_scale(y->scales, j, KMIN(63, ls), KMIN(63, lm));
+        uint8_t ls = (uint8_t)kern_nearest_int(inv_scale * gscales[j]);
+        uint8_t lm = (uint8_t)kern_nearest_int(inv_min * mins[j]);
+        q4k_pack_scale(scales, j, KERN_MIN(63, ls), KERN_MIN(63, lm));
     }
-    y->d = kvl_f32_to_f16(max_scale / 63.f);
-    y->dmin = kvl_f32_to_f16(max_min / 63.f);
+    *d = kvl_f32_to_f16(max_scale / 63.f);
+    *dmin = kvl_f32_to_f16(max_min / 63.f);
     /* Requantize against the stored (rounded) scales, as ggml does. */
     for (int j = 0; j < QK_K / 32; j++) {
         uint8_t sc, m;
-        kern_q4k_scale_min(j, y->scales, &sc, &m);
-        const float d = f16f(y->d) * sc;
-        if (!d) continue;
-        const float dm = f16f(y->dmin) * m;
+        kern_q4k_scale_min(j, scales, &sc, &m);
+        const float dj = kvl_f16_to_f32(*d) * sc;
+        if (!dj) continue;
+        const float dm = kvl_f16_to_f32(*dmin) * m;
         for (int ii = 0; ii < 32; ii++) {
-            int l = nearest_int((x[32 * j + ii] + dm) / d);
-            L[32 * j + ii] = (uint8_t)KMAX(0, KMIN(15, l));
+            int l = kern_nearest_int((x[32 * j + ii] + dm) / dj);
+            L[32 * j + ii] = (uint8_t)KERN_MAX(0, KERN_MIN(nmax, l));
         }
     }
+}
+
+static void quantize_q4_K_block(const float *x, blk_q4_K *y) {
+    uint8_t L[QK_K];
+    kern_q4k_quantize_groups(x, 15, -1.f, 20, y->scales, &y->d, &y->dmin, L);
     for (int j = 0; j < QK_K / 64; j++)
         for (int l = 0; l < 32; l++)
             y->qs[32 * j + l] = (uint8_t)(L[64 * j + l] | (L[64 * j + 32 + l] << 4));
@@ -295,15 +287,15 @@ void kref_from_float_q4_K(const float *src, void *dst, int64_t n) {
  * n-value group in [-nmax, nmax-1]; L receives l + nmax. Returns the scale. */
 static float make_qx_quants(int n, int nmax, const float *x, int8_t *L) {
     const float max = signed_absmax(x, n);
-    if (fabsf(max) < GROUP_MAX_EPS) {
+    if (fabsf(max) < KERN_GROUP_MAX_EPS) {
         memset(L, 0, (size_t)n);
         return 0.f;
     }
     float iscale = -nmax / max;
     float sumlx = 0, suml2 = 0;
     for (int i = 0; i < n; i++) {
-        int l = nearest_int(iscale * x[i]);
-        l = KMAX(-nmax, KMIN(nmax - 1, l));
+        int l = kern_nearest_int(iscale * x[i]);
+        l = KERN_MAX(-nmax, KERN_MIN(nmax - 1, l));
         L[i] = (int8_t)(l + nmax);
         const float w = x[i] * x[i];
         sumlx += w * x[i] * l;
@@ -316,16 +308,16 @@ static float make_qx_quants(int n, int nmax, const float *x, int8_t *L) {
         iscale = -(nmax + 0.1f * is) / max;
         sumlx = suml2 = 0;
         for (int i = 0; i < n; i++) {
-            int l = nearest_int(iscale * x[i]);
-            l = KMAX(-nmax, KMIN(nmax - 1, l));
+            int l = kern_nearest_int(iscale * x[i]);
+            l = KERN_MAX(-nmax, KERN_MIN(nmax - 1, l));
             const float w = x[i] * x[i];
             sumlx += w * x[i] * l;
             suml2 += w * l * l;
         }
         if (suml2 > 0 && sumlx * sumlx > best * suml2) {
             for (int i = 0; i < n; i++) {
-                int l = nearest_int(iscale * x[i]);
-                L[i] = (int8_t)(nmax + KMAX(-nmax, KMIN(nmax - 1, l)));
+                int l = kern_nearest_int(iscale * x[i]);
+                L[i] = (int8_t)(nmax + KERN_MAX(-nmax, KERN_MIN(nmax - 1, l)));
             }
             scale = sumlx / suml2;
             best = scale * sumlx;
@@ -361,17 +353,17 @@ static void quantize_q6_K_block(const float *x, blk_q6_K *y) {
         }
     }
     memset(y, 0, sizeof *y);
-    if (max_abs_scale < GROUP_MAX_EPS) return; /* all zero: d = +0 */
+    if (max_abs_scale < KERN_GROUP_MAX_EPS) return; /* all zero: d = +0 */
     const float iscale = -128.f / max_scale;
     y->d = kvl_f32_to_f16(1 / iscale);
     for (int ib = 0; ib < QK_K / 16; ib++)
-        y->scales[ib] = (int8_t)KMIN(127, nearest_int(iscale * scales[ib]));
+        y->scales[ib] = (int8_t)KERN_MIN(127, kern_nearest_int(iscale * scales[ib]));
     for (int j = 0; j < QK_K / 16; j++) {
-        const float d = f16f(y->d) * y->scales[j];
+        const float d = kvl_f16_to_f32(y->d) * y->scales[j];
         if (!d) continue;
         for (int ii = 0; ii < 16; ii++) {
-            int l = nearest_int(x[16 * j + ii] / d);
-            L[16 * j + ii] = (int8_t)(KMAX(-32, KMIN(31, l)) + 32);
+            int l = kern_nearest_int(x[16 * j + ii] / d);
+            L[16 * j + ii] = (int8_t)(KERN_MAX(-32, KERN_MIN(31, l)) + 32);
         }
     }
     q6k_pack(L, y);
@@ -394,7 +386,7 @@ void kref_from_float_q8_K(const float *src, void *dst, int64_t n) {
             continue;
         }
         const float iscale = -127.f / max;
-        for (int j = 0; j < QK_K; j++) y[b].qs[j] = (int8_t)KMIN(127, nearest_int(iscale * x[j]));
+        for (int j = 0; j < QK_K; j++) y[b].qs[j] = (int8_t)KERN_MIN(127, kern_nearest_int(iscale * x[j]));
         for (int j = 0; j < QK_K / 16; j++) {
             int sum = 0;
             for (int ii = 0; ii < 16; ii++) sum += y[b].qs[16 * j + ii];
@@ -453,7 +445,7 @@ void kref_vec_dot_q8_0(int64_t n, float *s, const void *vx, const void *vy) {
     const blk_q8_0 *x = vx, *y = vy;
     float sumf = 0;
     for (int64_t b = 0; b < n / QK8_0; b++)
-        sumf = fmaf(f16f(x[b].d) * f16f(y[b].d), (float)q_block_isum(x[b].qs, y[b].qs), sumf);
+        sumf = fmaf(kvl_f16_to_f32(x[b].d) * kvl_f16_to_f32(y[b].d), (float)q_block_isum(x[b].qs, y[b].qs), sumf);
     *s = sumf;
 }
 
@@ -467,7 +459,7 @@ void kref_vec_dot_q4_0(int64_t n, float *s, const void *vx, const void *vy) {
             xq[j] = (int8_t)((x[b].qs[j] & 0x0F) - 8);
             xq[j + QK4_0 / 2] = (int8_t)((x[b].qs[j] >> 4) - 8);
         }
-        sumf = fmaf(f16f(x[b].d) * f16f(y[b].d), (float)q_block_isum(xq, y[b].qs), sumf);
+        sumf = fmaf(kvl_f16_to_f32(x[b].d) * kvl_f16_to_f32(y[b].d), (float)q_block_isum(xq, y[b].qs), sumf);
     }
     *s = sumf;
 }
@@ -480,21 +472,15 @@ void kref_vec_dot_q4_K(int64_t n, float *s, const void *vx, const void *vy) {
     const blk_q8_K *y = vy;
     float sumf = 0;
     for (int64_t b = 0; b < n / QK_K; b++) {
-        int32_t sumi = 0, summ = 0;
-        for (int j = 0; j < QK_K / 32; j++) {
-            uint8_t sc, m;
-            kern_q4k_scale_min(j, x[b].scales, &sc, &m);
-            const uint8_t *q = x[b].qs + 32 * (j / 2);
-            const int8_t *yq = y[b].qs + 32 * j;
-            int32_t dot = 0;
-            for (int l = 0; l < 32; l++) dot += (j % 2 ? q[l] >> 4 : q[l] & 0xF) * yq[l];
-            sumi += sc * dot;
-            summ += m * (y[b].bsums[2 * j] + y[b].bsums[2 * j + 1]);
-        }
-        const float dall = f16f(x[b].d) * y[b].d;
-        const float dmin = f16f(x[b].dmin) * y[b].d;
-        sumf = fmaf(dall, (float)sumi, sumf);
-        sumf = fmaf(-dmin, (float)summ, sumf);
+        uint8_t v[QK_K]; /* sub-block 2c: low nibbles of qs[32c..], 2c + 1: high */
+        for (int c = 0; c < QK_K / 64; c++)
+            for (int l = 0; l < 32; l++) {
+                v[64 * c + l] = x[b].qs[32 * c + l] & 0xF;
+                v[64 * c + 32 + l] = x[b].qs[32 * c + l] >> 4;
+            }
+        int32_t summ;
+        const int32_t sumi = kern_q4k_isums(x[b].scales, v, &y[b], &summ);
+        sumf = kern_k_fma_min(sumf, x[b].d, x[b].dmin, y[b].d, sumi, summ);
     }
     *s = sumf;
 }
@@ -516,7 +502,7 @@ void kref_vec_dot_q6_K(int64_t n, float *s, const void *vx, const void *vy) {
                 sumi += x[b].scales[8 * h + g] * dot;
             }
         }
-        sumf = fmaf(f16f(x[b].d) * y[b].d, (float)sumi, sumf);
+        sumf = fmaf(kvl_f16_to_f32(x[b].d) * y[b].d, (float)sumi, sumf);
     }
     *s = sumf;
 }

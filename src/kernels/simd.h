@@ -28,6 +28,19 @@
 #define KERN_PRAGMA(x) _Pragma(#x)
 #define UNROLL(n) KERN_PRAGMA(GCC unroll n)
 
+/* Calls fn(n, s, ss, x, y, ys, NR) with NR = nr as a constant (1, 2, 3 or
+ * KERN_ROWS_MAX), so that fn's per-row loops unroll into registers (the
+ * *rows kernels of quant_avx512.c and quant_kx_avx512.c). */
+#define KERN_ROWS_SWITCH(fn, n, s, ss, x, y, ys, nr)                                               \
+    do {                                                                                           \
+        switch (nr) {                                                                              \
+        case 1: fn(n, s, ss, x, y, ys, 1); break;                                                  \
+        case 2: fn(n, s, ss, x, y, ys, 2); break;                                                  \
+        case 3: fn(n, s, ss, x, y, ys, 3); break;                                                  \
+        default: fn(n, s, ss, x, y, ys, KERN_ROWS_MAX); break;                                     \
+        }                                                                                          \
+    } while (0)
+
 /* ---- AVX2 + FMA + F16C ---- */
 
 T_AVX2_INLINE float f16_load(kvl_f16 h) { return _cvtsh_ss(h); }
@@ -75,6 +88,60 @@ T_AVX2_INLINE float kern_q_fma4(float s, __m128 d, __m128i isum) {
     return fmaf(dv[3], fv[3], s);
 }
 
+/* Q4_1 / Q5_1, 4 blocks (quant32.h): v_b = fma(d_b, isum_b, ms_b) lane-wise,
+ * then s += v_b in order. */
+T_AVX2_INLINE float kern_q1_add4(float s, __m128 d, __m128i isum, __m128 ms) {
+    _Alignas(16) float v[4];
+    _mm_store_ps(v, _mm_fmadd_ps(d, _mm_cvtepi32_ps(isum), ms));
+    s = s + v[0];
+    s = s + v[1];
+    s = s + v[2];
+    return s + v[3];
+}
+
+/* 4 fp16 values (a, b, c, d) as floats. */
+T_AVX2_INLINE __m128 kern_f16x4(kvl_f16 a, kvl_f16 b, kvl_f16 c, kvl_f16 d) {
+    return _mm_cvtph_ps(_mm_setr_epi16((short)a, (short)b, (short)c, (short)d, 0, 0, 0, 0));
+}
+
+/* Two 8-lane int32 vectors reduced together: {sum a, sum b} (exact). */
+T_AVX2_INLINE void kern_hsum2_i32(__m256i a, __m256i b, int32_t *sa, int32_t *sb) {
+    const __m256i h = _mm256_hadd_epi32(a, b); /* a01 a23 b01 b23 | a45 a67 b45 b67 */
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+    s = _mm_hadd_epi32(s, s);
+    *sa = _mm_cvtsi128_si32(s);
+    *sb = _mm_extract_epi32(s, 1);
+}
+
+/* Q4_K / Q5_K scales and mins as bytes: sc[0..7] in the low 8 bytes, mins in
+ * the high 8 (the 12-byte packing of kern_q4k_scale_min, 4 bytes at a time). */
+T_AVX2_INLINE __m128i kern_q4k_scales_mins(const uint8_t *s) {
+    uint32_t w0, w1, w2;
+    memcpy(&w0, s, 4);
+    memcpy(&w1, s + 4, 4);
+    memcpy(&w2, s + 8, 4);
+    const uint32_t sc_lo = w0 & 0x3f3f3f3f, mn_lo = w1 & 0x3f3f3f3f;
+    const uint32_t sc_hi = (w2 & 0x0f0f0f0f) | (((w0 >> 6) & 0x03030303) << 4);
+    const uint32_t mn_hi = ((w2 >> 4) & 0x0f0f0f0f) | (((w1 >> 6) & 0x03030303) << 4);
+    return _mm_setr_epi32((int)sc_lo, (int)sc_hi, (int)mn_lo, (int)mn_hi);
+}
+
+/* The 32 nibbles of a 32-element block's 16 bytes in element order: [low
+ * nibbles | high nibbles] (Q4_1, Q5_0, Q5_1, IQ4_NL). */
+T_AVX2_INLINE __m256i kern_nibbles32(const uint8_t *qs) {
+    const __m128i q = _mm_loadu_si128((const __m128i *)qs);
+    const __m128i m = _mm_set1_epi8(0x0F);
+    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m), _mm_and_si128(q, m));
+}
+
+/* An IQ4_NL block's values (the levels of kern_iq4nl_values) as level + 128,
+ * unsigned bytes 1..241. */
+T_AVX2_INLINE __m256i kern_iq4nl_u8(const uint8_t *qs) {
+    const __m256i table = _mm256_broadcastsi128_si256(_mm_xor_si128(
+        _mm_loadu_si128((const __m128i *)kern_iq4nl_values), _mm_set1_epi8((char)0x80)));
+    return _mm256_shuffle_epi8(table, kern_nibbles32(qs));
+}
+
 /* kern_expf on 8 lanes, the same steps (max/min return -87 and 0 for NaN,
  * as the scalar comparisons do). */
 T_AVX2_INLINE __m256 kern_exp8_ps(__m256 x) {
@@ -100,6 +167,27 @@ T_AVX2_INLINE __m256 kern_exp8_ps(__m256 x) {
 }
 
 /* ---- AVX-512 F/BW/VL + VNNI ---- */
+
+/* The exact sums of 4 blocks from two dpbusd results a = [b0: 8 lanes | b1: 8
+ * lanes] and c = [b2 | b3], as [s0, s1, s2, s3]. */
+/* Bit j of a Q5_0 / Q5_1 block's 32-bit qh as 0x10 in byte j (value j's fifth bit). */
+T_512_INLINE __m256i kern_q5_high_bits(const uint8_t *qh) {
+    uint32_t h;
+    memcpy(&h, qh, 4);
+    return _mm256_maskz_mov_epi8((__mmask32)h, _mm256_set1_epi8(0x10));
+}
+
+T_512_INLINE __m128i kern_red4_i32(__m512i a, __m512i c) {
+    const __m512i lo = _mm512_permutex2var_epi32(
+        a, _mm512_setr_epi32(0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27), c);
+    const __m512i hi = _mm512_permutex2var_epi32(
+        a, _mm512_setr_epi32(4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31), c);
+    __m512i s = _mm512_add_epi32(lo, hi); /* 128-bit lane L: block L's 4 partial sums */
+    s = _mm512_add_epi32(s, _mm512_shuffle_epi32(s, _MM_PERM_BADC));
+    s = _mm512_add_epi32(s, _mm512_shuffle_epi32(s, _MM_PERM_CDAB));
+    return _mm512_castsi512_si128(_mm512_permutexvar_epi32(
+        _mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), s));
+}
 
 /* The first n of 16 lanes (n may be <= 0 or >= 16). */
 T_512_INLINE __mmask16 kern_mask16(int64_t n) {
