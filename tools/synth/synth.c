@@ -1,4 +1,4 @@
-/* synth: random-weight GGUF files of real model shapes. See synth.h.
+/* synth (tools/synth): random-weight GGUF files of real model shapes. See synth.h.
  *
  * The GGUF is serialized here rather than through gguf_writer because that
  * writer copies every tensor from memory at write time, and an 8B F16 model
