@@ -181,12 +181,24 @@ bool gguf_writer_set_val(gguf_writer *w, const char *key, gguf_vtype type, const
 bool gguf_writer_set_arr(gguf_writer *w, const char *key, gguf_vtype elem_type, const void *data,
                          uint64_t n);
 bool gguf_writer_set_arr_str(gguf_writer *w, const char *key, const char *const *strs, uint64_t n);
-/* ne[0] is the row length. data must stay valid until gguf_writer_write. */
+/* ne[0] is the row length. data must stay valid until gguf_writer_write
+ * (NULL: supplied later through gguf_writer_put). */
 bool gguf_writer_add_tensor(gguf_writer *w, const char *name, int dtype, int n_dims,
                             const int64_t *ne, const void *data);
 /* Setting an existing key replaces its value in place. Keys must be non-empty;
  * general.alignment may only be set to u32 32 (the alignment the writer uses).
  * Tensor names must be 1..63 bytes (llama.cpp's limit) and unique. */
 bool gguf_writer_write(gguf_writer *w, const char *path, kvl_error *err);
+
+/* Streaming, for files larger than memory: declare every tensor with data
+ * NULL, then gguf_writer_begin writes the header, gguf_writer_put appends
+ * tensor data in declaration order (any chunking; the padding between tensors
+ * is inserted by the writer), and gguf_writer_finish checks that every byte
+ * was supplied and closes the file. On any failure the file is removed and
+ * the later calls fail. gguf_writer_file_bytes is the size the file will have. */
+uint64_t gguf_writer_file_bytes(const gguf_writer *w);
+bool gguf_writer_begin(gguf_writer *w, const char *path, kvl_error *err);
+bool gguf_writer_put(gguf_writer *w, const void *data, size_t n, kvl_error *err);
+bool gguf_writer_finish(gguf_writer *w, kvl_error *err);
 
 #endif

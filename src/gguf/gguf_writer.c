@@ -57,6 +57,12 @@ struct gguf_writer {
     size_t n_t, cap_t;
     gguf_strindex kv_ix, t_ix;
     size_t data_size; /* padded total so far = offset of the next tensor */
+    /* streaming (gguf_writer_begin .. finish) */
+    FILE *fp;
+    char *path;
+    size_t cur;        /* tensor being written */
+    uint64_t cur_done; /* of its bytes */
+    size_t header_len;
 };
 
 gguf_writer *gguf_writer_create(void) { return calloc(1, sizeof(gguf_writer)); }
@@ -72,6 +78,11 @@ void gguf_writer_destroy(gguf_writer *w) {
     free(w->ts);
     gguf_strindex_free(&w->kv_ix);
     gguf_strindex_free(&w->t_ix);
+    if (w->fp) { /* begun, never finished: no partial model behind */
+        fclose(w->fp);
+        remove(w->path);
+    }
+    free(w->path);
     free(w);
 }
 
@@ -201,7 +212,7 @@ bool gguf_writer_add_tensor(gguf_writer *w, const char *name, int dtype, int n_d
     for (int d = 0; d < GGUF_MAX_DIMS; d++) t.ne[d] = d < n_dims ? ne[d] : 1;
     size_t padded;
     if (!tensor_ok(&t) || gguf_strindex_find(&w->t_ix, name) >= 0 ||
-        gguf_shape_nbytes(dtype, t.ne, &t.nbytes) != GGUF_SHAPE_OK || (t.nbytes && !data) ||
+        gguf_shape_nbytes(dtype, t.ne, &t.nbytes) != GGUF_SHAPE_OK ||
         !kvl_add_ok(t.nbytes, WRITER_ALIGN - 1, &padded) ||
         !kvl_add_ok(w->data_size, padded & ~(size_t)(WRITER_ALIGN - 1), &padded))
         return false;
@@ -251,6 +262,10 @@ static bool write_data(const gguf_writer *w, FILE *fp) {
 
 bool gguf_writer_write(gguf_writer *w, const char *path, kvl_error *err) {
     if (!w || !path) return kvl_fail(err, "gguf writer: no writer or path");
+    for (size_t i = 0; i < w->n_t; i++)
+        if (w->ts[i].nbytes && !w->ts[i].data)
+            return kvl_fail(err, "%s: tensor %s has no data (streamed tensors need gguf_writer_begin)",
+                            path, w->ts[i].name);
     kvl_buf h = {0};
     build_header(w, &h);
     if (h.oom) {
@@ -272,6 +287,93 @@ bool gguf_writer_write(gguf_writer *w, const char *path, kvl_error *err) {
     if (!ok) {
         remove(path); /* never leave a truncated model behind */
         return kvl_fail(err, "%s: write failed: %s", path, strerror(e));
+    }
+    return true;
+}
+
+/* ---------------------------------------------------------------- streaming */
+
+uint64_t gguf_writer_file_bytes(const gguf_writer *w) {
+    kvl_buf h = {0};
+    build_header(w, &h);
+    uint64_t n = h.oom ? 0 : h.len + w->data_size;
+    kvl_buf_free(&h);
+    return n;
+}
+
+/* Closes and removes a streamed file after a failure; returns false. */
+static bool stream_abort(gguf_writer *w, kvl_error *err, const char *what, int e) {
+    if (w->fp) fclose(w->fp);
+    w->fp = NULL;
+    remove(w->path);
+    return kvl_fail(err, "%s: %s%s%s", w->path, what, e ? ": " : "", e ? strerror(e) : "");
+}
+
+/* Pads after every finished tensor up to the next one with data left. */
+static bool stream_pad(gguf_writer *w) {
+    static const uint8_t zeros[WRITER_ALIGN];
+    while (w->cur < w->n_t && w->cur_done == w->ts[w->cur].nbytes) {
+        size_t pad = (WRITER_ALIGN - w->ts[w->cur].nbytes % WRITER_ALIGN) % WRITER_ALIGN;
+        if (pad && fwrite(zeros, 1, pad, w->fp) != pad) return false;
+        w->cur++;
+        w->cur_done = 0;
+    }
+    return true;
+}
+
+bool gguf_writer_begin(gguf_writer *w, const char *path, kvl_error *err) {
+    if (!w || !path) return kvl_fail(err, "gguf writer: no writer or path");
+    if (w->fp || w->path) return kvl_fail(err, "%s: gguf writer already begun", path);
+    w->path = strdup(path);
+    kvl_buf h = {0};
+    build_header(w, &h);
+    if (h.oom || !w->path) {
+        kvl_buf_free(&h);
+        return kvl_fail(err, "%s: out of memory building the GGUF header", path);
+    }
+    w->fp = fopen(path, "wb");
+    if (!w->fp) {
+        kvl_buf_free(&h);
+        return kvl_fail(err, "%s: cannot create: %s", path, strerror(errno));
+    }
+    setvbuf(w->fp, NULL, _IOFBF, 1 << 22);
+    bool ok = fwrite(h.p, 1, h.len, w->fp) == h.len;
+    w->header_len = h.len;
+    kvl_buf_free(&h);
+    w->cur = 0;
+    w->cur_done = 0;
+    return (ok && stream_pad(w)) || stream_abort(w, err, "write failed", errno);
+}
+
+bool gguf_writer_put(gguf_writer *w, const void *data, size_t n, kvl_error *err) {
+    if (!w || !w->fp) return kvl_fail(err, "gguf writer: put without a begun file");
+    const uint8_t *p = data;
+    while (n) {
+        if (w->cur >= w->n_t) return stream_abort(w, err, "more tensor data than the tensors declared", 0);
+        uint64_t left = w->ts[w->cur].nbytes - w->cur_done;
+        size_t k = n < left ? n : (size_t)left;
+        if (fwrite(p, 1, k, w->fp) != k) return stream_abort(w, err, "write failed", errno);
+        w->cur_done += k;
+        p += k;
+        n -= k;
+        if (!stream_pad(w)) return stream_abort(w, err, "write failed", errno);
+    }
+    return true;
+}
+
+bool gguf_writer_finish(gguf_writer *w, kvl_error *err) {
+    if (!w || !w->fp) return kvl_fail(err, "gguf writer: finish without a begun file");
+    if (w->cur < w->n_t) {
+        char what[128];
+        snprintf(what, sizeof what, "tensor data ended early, in %.63s", w->ts[w->cur].name);
+        return stream_abort(w, err, what, 0);
+    }
+    FILE *fp = w->fp;
+    w->fp = NULL;
+    if (fclose(fp) != 0) {
+        int e = errno;
+        remove(w->path);
+        return kvl_fail(err, "%s: write failed: %s", w->path, strerror(e));
     }
     return true;
 }

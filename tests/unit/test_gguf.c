@@ -363,7 +363,6 @@ static void test_writer_rejects(gguf_writer *w) {
               !gguf_writer_add_tensor(w, "x", GGUF_DT_FP8_E4M3, 1, ne, buf), "dtype");
     CHECK(!gguf_writer_add_tensor(w, "x", GGUF_DT_Q8_0, 1, bad_row, buf), "row not block multiple");
     CHECK(!gguf_writer_add_tensor(w, "x", GGUF_DT_F32, 1, neg, buf), "negative ne");
-    CHECK(!gguf_writer_add_tensor(w, "x", GGUF_DT_F32, 1, ne, NULL), "NULL data");
     CHECK(!gguf_writer_set_u32(w, "general.alignment", 64) && !gguf_writer_set_str(w, "general.alignment", "32"),
           "alignment other than 32");
     CHECK(!gguf_writer_set_u32(w, "", 1) && !gguf_writer_set_u32(w, NULL, 1) && !gguf_writer_set_str(w, "k", NULL),
@@ -406,6 +405,48 @@ static void check_round_trip(const gguf_file *f, const rt_data *d) {
     }
     const gguf_tensor *t = gguf_find_tensor(f, "w.f16");
     CHECK(t && t->n_dims == 3 && t->ne[2] == 2 && t->ne[3] == 1 && gguf_tensor_nelements(t) == 64, "rt f16 shape");
+}
+
+/* Streaming: descriptors with NULL data, then the bytes in any chunking;
+ * whole-file write refuses them, a short stream leaves no file. */
+static void test_writer_stream(void) {
+    char path[] = "/tmp/kvllm_gguf_st_XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0, "mkstemp");
+    if (fd >= 0) close(fd);
+    kvl_error err = {{0}};
+    const int64_t na[1] = {5}, nb[1] = {3};
+    float a[5] = {1, 2, 3, 4, 5}, b[3] = {6, 7, 8};
+    gguf_writer *w = gguf_writer_create();
+    CHECK(w && gguf_writer_set_u32(w, "k", 7) && gguf_writer_add_tensor(w, "a", GGUF_DT_F32, 1, na, NULL) &&
+              gguf_writer_add_tensor(w, "b", GGUF_DT_F32, 1, nb, NULL),
+          "stream declare");
+    CHECK(!gguf_writer_write(w, path, &err) && strstr(err.msg, "no data"), "write without data: %s", err.msg);
+    uint64_t size = gguf_writer_file_bytes(w);
+    CHECK(gguf_writer_begin(w, path, &err) && gguf_writer_put(w, a, 12, &err) &&
+              gguf_writer_put(w, (char *)a + 12, 8, &err) && gguf_writer_put(w, b, 4, &err) &&
+              gguf_writer_put(w, b + 1, 8, &err) &&
+              gguf_writer_finish(w, &err),
+          "stream write: %s", err.msg);
+    CHECK(!gguf_writer_put(w, a, 4, &err), "put after finish");
+    gguf_writer_destroy(w);
+    gguf_file *f = gguf_open(path, &err);
+    const gguf_tensor *t = f ? gguf_find_tensor(f, "b") : NULL;
+    CHECK(f && gguf_file_size(f) == size && t && memcmp(t->data, b, sizeof b) == 0, "stream read back: %s",
+          err.msg);
+    gguf_close(f);
+    w = gguf_writer_create();
+    CHECK(w && gguf_writer_add_tensor(w, "a", GGUF_DT_F32, 1, na, NULL) && gguf_writer_begin(w, path, &err) &&
+              gguf_writer_put(w, a, 8, &err) && !gguf_writer_finish(w, &err) && strstr(err.msg, "ended early"),
+          "short stream: %s", err.msg);
+    CHECK(access(path, F_OK) != 0, "short stream leaves no file");
+    gguf_writer_destroy(w);
+    w = gguf_writer_create();
+    CHECK(w && gguf_writer_add_tensor(w, "a", GGUF_DT_F32, 1, na, NULL) && gguf_writer_begin(w, path, &err) &&
+              !gguf_writer_put(w, a, 24, &err) && strstr(err.msg, "more tensor data"),
+          "long stream: %s", err.msg);
+    CHECK(access(path, F_OK) != 0, "long stream leaves no file");
+    gguf_writer_destroy(w);
 }
 
 static void test_writer_round_trip(void) {
@@ -721,6 +762,7 @@ int main(int argc, char **argv) {
     test_vocab_files();
     test_open_errors();
     test_writer_round_trip();
+    test_writer_stream();
     test_getters();
     test_malformed_memory();
     test_byte_mutations();

@@ -1,14 +1,13 @@
-/* synth: random-weight GGUF files of real model shapes. See synth.h.
+/* synth (tools/synth): random-weight GGUF files of real model shapes. See synth.h.
  *
- * The GGUF is serialized here rather than through gguf_writer because that
- * writer copies every tensor from memory at write time, and an 8B F16 model
- * does not fit in this machine's memory. The layout is the one gguf_writer
- * and llama.cpp use (v3, alignment 32, each tensor padded to 32), and the
- * finished file is re-opened with the strict reader as a check. */
+ * The file goes through the library's GGUF writer in its streaming mode:
+ * metadata and tensor descriptors first, then each tensor generated,
+ * quantized and appended a slice at a time, so an 8B F16 model is written in
+ * well under 1 GB. The finished file is re-opened with the strict reader as a
+ * check. */
 #define _GNU_SOURCE
 #include "synth.h"
 
-#include <errno.h>
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,7 +15,6 @@
 
 #include "gguf.h"
 #include "kernels.h"
-#include "kvl_buf.h"
 
 enum { ALIGN = 32, CHUNK_FLOATS = 8 << 20 /* floats generated per slice: 32 MB */ };
 
@@ -252,63 +250,18 @@ static bool plan_build(plan *p, const synth_shape *s, synth_ftype ft) {
     return ok;
 }
 
-/* ------------------------------------------------------------- bytes -- */
-
-static void put_u32(kvl_buf *b, uint32_t v) { kvl_buf_put(b, &v, 4); }
-static void put_u64(kvl_buf *b, uint64_t v) { kvl_buf_put(b, &v, 8); }
-static void put_str(kvl_buf *b, const char *s) {
-    put_u64(b, strlen(s));
-    kvl_buf_put(b, s, strlen(s));
-}
-
-/* Metadata: the serialized key/value pairs and their count. */
-typedef struct meta {
-    kvl_buf b;
-    uint64_t n;
-} meta;
-
-static void kv_key(meta *m, const char *key, gguf_vtype t) {
-    put_str(&m->b, key);
-    put_u32(&m->b, (uint32_t)t);
-    m->n++;
-}
-static void kv_u32(meta *m, const char *key, uint32_t v) {
-    kv_key(m, key, GGUF_VT_UINT32);
-    put_u32(&m->b, v);
-}
-static void kv_u64(meta *m, const char *key, uint64_t v) {
-    kv_key(m, key, GGUF_VT_UINT64);
-    put_u64(&m->b, v);
-}
-static void kv_f32(meta *m, const char *key, float v) {
-    kv_key(m, key, GGUF_VT_FLOAT32);
-    kvl_buf_put(&m->b, &v, 4);
-}
-static void kv_bool(meta *m, const char *key, bool v) {
-    uint8_t u = v;
-    kv_key(m, key, GGUF_VT_BOOL);
-    kvl_buf_put(&m->b, &u, 1);
-}
-static void kv_str(meta *m, const char *key, const char *v) {
-    kv_key(m, key, GGUF_VT_STRING);
-    put_str(&m->b, v);
-}
-static void kv_arr_head(meta *m, const char *key, gguf_vtype elem, uint64_t n) {
-    kv_key(m, key, GGUF_VT_ARRAY);
-    put_u32(&m->b, (uint32_t)elem);
-    put_u64(&m->b, n);
-}
+/* ---------------------------------------------------------- metadata -- */
 
 /* "llama.block_count" style keys. */
-static void kv_arch_u32(meta *m, const char *arch, const char *suffix, int64_t v) {
+static bool kv_arch_u32(gguf_writer *w, const char *arch, const char *suffix, int64_t v) {
     char key[96];
     snprintf(key, sizeof key, "%s.%s", arch, suffix);
-    kv_u32(m, key, (uint32_t)v);
+    return gguf_writer_set_u32(w, key, (uint32_t)v);
 }
-static void kv_arch_f32(meta *m, const char *arch, const char *suffix, float v) {
+static bool kv_arch_f32(gguf_writer *w, const char *arch, const char *suffix, float v) {
     char key[96];
     snprintf(key, sizeof key, "%s.%s", arch, suffix);
-    kv_f32(m, key, v);
+    return gguf_writer_set_f32(w, key, v);
 }
 
 /* --------------------------------------------------------- vocabulary -- */
@@ -352,13 +305,15 @@ static const char *const MERGES[][2] = {
 
 /* tokenizer.ggml.*: 256 byte tokens, the merges' results, "<tN>" fillers up
  * to the shape's vocabulary size, then BOS and EOS (control tokens). */
-static void add_vocab(meta *m, int64_t n_vocab) {
+static bool add_vocab(gguf_writer *w, int64_t n_vocab) {
     int64_t n_fill = n_vocab - 256 - N_MERGES - 2;
     char buf[64], a[32], b[32];
-    kv_str(m, "tokenizer.ggml.model", "gpt2");
-    kv_str(m, "tokenizer.ggml.pre", "gpt-2");
-    kv_arr_head(m, "tokenizer.ggml.tokens", GGUF_VT_STRING, (uint64_t)n_vocab);
-    for (int c = 0; c < 256; c++) {
+    char **toks = calloc((size_t)n_vocab, sizeof *toks);
+    int32_t *types = malloc((size_t)n_vocab * sizeof *types);
+    char *merges[N_MERGES] = {0};
+    bool ok = toks && types;
+    int64_t k = 0;
+    for (int c = 0; ok && c < 256; c++) {
         char t[2] = {(char)c, 0};
         byte_level(c ? t : "", buf);
         if (!c) { /* NUL cannot go through a C string: its codepoint is U+0100 */
@@ -366,77 +321,64 @@ static void add_vocab(meta *m, int64_t n_vocab) {
             buf[1] = (char)0x80;
             buf[2] = 0;
         }
-        put_str(&m->b, buf);
+        ok = (toks[k++] = strdup(buf)) != NULL;
     }
-    for (int i = 0; i < N_MERGES; i++) {
+    for (int i = 0; ok && i < N_MERGES; i++) {
         snprintf(a, sizeof a, "%s%s", MERGES[i][0], MERGES[i][1]);
         byte_level(a, buf);
-        put_str(&m->b, buf);
+        ok = (toks[k++] = strdup(buf)) != NULL;
     }
-    for (int64_t i = 0; i < n_fill; i++) {
+    for (int64_t i = 0; ok && i < n_fill; i++) {
         snprintf(buf, sizeof buf, "<t%lld>", (long long)(256 + N_MERGES + i));
-        put_str(&m->b, buf);
+        ok = (toks[k++] = strdup(buf)) != NULL;
     }
-    put_str(&m->b, BOS_TEXT);
-    put_str(&m->b, EOS_TEXT);
-    kv_arr_head(m, "tokenizer.ggml.token_type", GGUF_VT_INT32, (uint64_t)n_vocab);
-    for (int64_t i = 0; i < n_vocab; i++) put_u32(&m->b, i >= n_vocab - 2 ? 3u : 1u); /* control : normal */
-    kv_arr_head(m, "tokenizer.ggml.merges", GGUF_VT_STRING, N_MERGES);
-    for (int i = 0; i < N_MERGES; i++) {
+    ok = ok && (toks[k++] = strdup(BOS_TEXT)) && (toks[k++] = strdup(EOS_TEXT));
+    for (int64_t i = 0; ok && i < n_vocab; i++) types[i] = i >= n_vocab - 2 ? 3 : 1; /* control : normal */
+    for (int i = 0; ok && i < N_MERGES; i++) {
         byte_level(MERGES[i][0], a);
         byte_level(MERGES[i][1], b);
         snprintf(buf, sizeof buf, "%s %s", a, b);
-        put_str(&m->b, buf);
+        ok = (merges[i] = strdup(buf)) != NULL;
     }
-    kv_u32(m, "tokenizer.ggml.bos_token_id", (uint32_t)(n_vocab - 2));
-    kv_u32(m, "tokenizer.ggml.eos_token_id", (uint32_t)(n_vocab - 1));
-    kv_bool(m, "tokenizer.ggml.add_bos_token", true);
-    kv_bool(m, "tokenizer.ggml.add_eos_token", false);
+    ok = ok && gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2") &&
+         gguf_writer_set_str(w, "tokenizer.ggml.pre", "gpt-2") &&
+         gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)toks, (uint64_t)n_vocab) &&
+         gguf_writer_set_arr(w, "tokenizer.ggml.token_type", GGUF_VT_INT32, types, (uint64_t)n_vocab) &&
+         gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", (const char *const *)merges, N_MERGES) &&
+         gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)(n_vocab - 2)) &&
+         gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)(n_vocab - 1)) &&
+         gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", true) &&
+         gguf_writer_set_bool(w, "tokenizer.ggml.add_eos_token", false);
+    for (int64_t i = 0; toks && i < n_vocab; i++) free(toks[i]);
+    for (int i = 0; i < N_MERGES; i++) free(merges[i]);
+    free(toks);
+    free(types);
+    return ok;
 }
 
-static void add_meta(meta *m, const synth_shape *s, synth_ftype ft, uint64_t seed) {
+/* The whole file but the tensor data: metadata, then the plan's descriptors. */
+static bool add_meta(gguf_writer *w, const synth_shape *s, synth_ftype ft, uint64_t seed, const plan *p) {
     const char *a = s->arch;
     char name[96];
     snprintf(name, sizeof name, "synth %s %s", s->name, synth_ftype_name(ft));
-    kv_str(m, "general.architecture", a);
-    kv_str(m, "general.name", name);
-    kv_str(m, "general.description", "random weights of a real model's shape, written by kvllm synth");
-    kv_u32(m, "general.file_type", (uint32_t)ft);
-    kv_u32(m, "general.quantization_version", 2);
-    kv_u64(m, "synth.seed", seed);
-    kv_arch_u32(m, a, "vocab_size", s->n_vocab);
-    kv_arch_u32(m, a, "context_length", s->n_ctx);
-    kv_arch_u32(m, a, "embedding_length", s->n_embd);
-    kv_arch_u32(m, a, "block_count", s->n_layer);
-    kv_arch_u32(m, a, "feed_forward_length", s->n_ff);
-    kv_arch_u32(m, a, "attention.head_count", s->n_head);
-    kv_arch_u32(m, a, "attention.head_count_kv", s->n_head_kv);
-    kv_arch_u32(m, a, "attention.key_length", s->head_dim);
-    kv_arch_u32(m, a, "attention.value_length", s->head_dim);
-    kv_arch_u32(m, a, "rope.dimension_count", s->head_dim);
-    kv_arch_f32(m, a, "rope.freq_base", s->rope_base);
-    kv_arch_f32(m, a, "attention.layer_norm_rms_epsilon", s->rms_eps);
-    add_vocab(m, s->n_vocab);
-}
-
-/* Everything before the data section, padded to the alignment. */
-static void build_header(kvl_buf *h, const meta *m, const plan *p) {
-    kvl_buf_put(h, "GGUF", 4);
-    put_u32(h, 3);
-    put_u64(h, (uint64_t)p->n);
-    put_u64(h, m->n);
-    kvl_buf_put(h, m->b.p, m->b.len);
-    h->oom |= m->b.oom;
-    for (int i = 0; i < p->n; i++) {
-        const tplan *t = &p->t[i];
-        put_str(h, t->name);
-        put_u32(h, (uint32_t)t->n_dims);
-        for (int d = 0; d < t->n_dims; d++) put_u64(h, (uint64_t)t->ne[d]);
-        put_u32(h, (uint32_t)t->dtype);
-        put_u64(h, t->offset);
-    }
-    static const uint8_t zeros[ALIGN];
-    kvl_buf_put(h, zeros, (ALIGN - h->len % ALIGN) % ALIGN);
+    bool ok = gguf_writer_set_str(w, "general.architecture", a) && gguf_writer_set_str(w, "general.name", name) &&
+              gguf_writer_set_str(w, "general.description",
+                                  "random weights of a real model's shape, written by kvllm synth") &&
+              gguf_writer_set_u32(w, "general.file_type", (uint32_t)ft) &&
+              gguf_writer_set_u32(w, "general.quantization_version", 2) &&
+              gguf_writer_set_u64(w, "synth.seed", seed) && kv_arch_u32(w, a, "vocab_size", s->n_vocab) &&
+              kv_arch_u32(w, a, "context_length", s->n_ctx) && kv_arch_u32(w, a, "embedding_length", s->n_embd) &&
+              kv_arch_u32(w, a, "block_count", s->n_layer) && kv_arch_u32(w, a, "feed_forward_length", s->n_ff) &&
+              kv_arch_u32(w, a, "attention.head_count", s->n_head) &&
+              kv_arch_u32(w, a, "attention.head_count_kv", s->n_head_kv) &&
+              kv_arch_u32(w, a, "attention.key_length", s->head_dim) &&
+              kv_arch_u32(w, a, "attention.value_length", s->head_dim) &&
+              kv_arch_u32(w, a, "rope.dimension_count", s->head_dim) &&
+              kv_arch_f32(w, a, "rope.freq_base", s->rope_base) &&
+              kv_arch_f32(w, a, "attention.layer_norm_rms_epsilon", s->rms_eps) && add_vocab(w, s->n_vocab);
+    for (int i = 0; ok && i < p->n; i++)
+        ok = gguf_writer_add_tensor(w, p->t[i].name, p->t[i].dtype, p->t[i].n_dims, p->t[i].ne, NULL);
+    return ok;
 }
 
 /* -------------------------------------------------------------- values -- */
@@ -468,7 +410,7 @@ static void fill_row(float *dst, int64_t n, fill_kind fill, uint64_t seed, int t
 }
 
 typedef struct writer {
-    FILE *fp;
+    gguf_writer *g;
     float *f;     /* CHUNK_FLOATS */
     uint8_t *q;   /* the same rows quantized */
     uint64_t done, total;
@@ -476,8 +418,8 @@ typedef struct writer {
     void *user;
 } writer;
 
-/* Generates, quantizes and writes one tensor, a slice of rows at a time. */
-static bool write_tensor(writer *w, const tplan *t, int ti, uint64_t seed) {
+/* Generates, quantizes and appends one tensor, a slice of rows at a time. */
+static bool write_tensor(writer *w, const tplan *t, int ti, uint64_t seed, kvl_error *err) {
     const kern_traits *tr = kern_traits_of(t->dtype);
     size_t rb = kern_row_bytes(t->dtype, t->ne[0]);
     int64_t rows = CHUNK_FLOATS / t->ne[0] > 0 ? CHUNK_FLOATS / t->ne[0] : 1;
@@ -489,16 +431,14 @@ static bool write_tensor(writer *w, const tplan *t, int ti, uint64_t seed) {
             fill_row(row, t->ne[0], t->fill, seed, ti, r0 + r);
             tr->from_float(row, w->q + r * rb, t->ne[0]);
         }
-        if (fwrite(w->q, rb, (size_t)nr, w->fp) != (size_t)nr) return false;
+        if (!gguf_writer_put(w->g, w->q, rb * (size_t)nr, err)) return false;
         w->done += rb * (uint64_t)nr;
         if (w->progress) w->progress(w->done, w->total, w->user);
     }
-    static const uint8_t zeros[ALIGN];
-    size_t pad = (size_t)(pad_to(t->nbytes) - t->nbytes);
-    return fwrite(zeros, 1, pad, w->fp) == pad;
+    return true;
 }
 
-static bool write_data(writer *w, const plan *p, uint64_t seed) {
+static bool write_data(writer *w, const plan *p, uint64_t seed, kvl_error *err) {
     int64_t max_ne0 = 0;
     for (int i = 0; i < p->n; i++)
         if (p->t[i].ne[0] > max_ne0) max_ne0 = p->t[i].ne[0];
@@ -507,8 +447,8 @@ static bool write_data(writer *w, const plan *p, uint64_t seed) {
     size_t nf = (size_t)(CHUNK_FLOATS > max_ne0 ? CHUNK_FLOATS : max_ne0);
     w->f = kvl_alloc(nf * sizeof(float));
     w->q = kvl_alloc(nf * sizeof(float));
-    bool ok = w->f && w->q;
-    for (int i = 0; ok && i < p->n; i++) ok = write_tensor(w, &p->t[i], i, seed);
+    bool ok = (w->f && w->q) || kvl_fail(err, "synth: out of memory");
+    for (int i = 0; ok && i < p->n; i++) ok = write_tensor(w, &p->t[i], i, seed, err);
     kvl_free(w->f);
     kvl_free(w->q);
     return ok;
@@ -518,17 +458,11 @@ static bool write_data(writer *w, const plan *p, uint64_t seed) {
 
 uint64_t synth_file_bytes(const synth_shape *s, synth_ftype t) {
     plan p;
-    meta m = {.n = 0};
-    kvl_buf h = {0};
+    gguf_writer *g = gguf_writer_create();
     uint64_t total = 0;
-    if (plan_build(&p, s, t)) {
-        add_meta(&m, s, t, 0);
-        build_header(&h, &m, &p);
-        total = h.len + p.data_bytes;
-    }
+    if (plan_build(&p, s, t) && g && add_meta(g, s, t, 0, &p)) total = gguf_writer_file_bytes(g);
     free(p.t);
-    free(m.b.p);
-    free(h.p);
+    gguf_writer_destroy(g);
     return total;
 }
 
@@ -541,32 +475,12 @@ static bool verify(const char *path, const plan *p, uint64_t size, kvl_error *er
     return ok || kvl_fail(err, "%s: written file does not read back as planned", path);
 }
 
-static bool write_file(const char *path, const kvl_buf *h, const plan *p, uint64_t seed, writer *w,
-                       kvl_error *err) {
-    w->fp = fopen(path, "wb");
-    if (!w->fp) return kvl_fail(err, "%s: cannot create: %s", path, strerror(errno));
-    setvbuf(w->fp, NULL, _IOFBF, 1 << 22);
-    bool ok = fwrite(h->p, 1, h->len, w->fp) == h->len && write_data(w, p, seed);
-    int e = errno;
-    if (fclose(w->fp) != 0 && ok) {
-        ok = false;
-        e = errno;
-    }
-    if (!ok) {
-        remove(path); /* never leave a truncated model behind */
-        return kvl_fail(err, "%s: write failed: %s", path, e ? strerror(e) : "out of memory");
-    }
-    return true;
-}
-
 bool synth_write(const synth_shape *s, synth_ftype t, uint64_t seed, const char *path,
                  synth_progress_fn progress, void *user, kvl_error *err) {
     kern_init(NULL);
     if (s->n_vocab < 256 + N_MERGES + 2)
         return kvl_fail(err, "synth: shape '%s' has too small a vocabulary", s->name);
     plan p;
-    meta m = {.n = 0};
-    kvl_buf h = {0};
     bool ok = plan_build(&p, s, t);
     for (int i = 0; ok && i < p.n; i++) {
         const kern_traits *tr = kern_traits_of(p.t[i].dtype);
@@ -577,19 +491,17 @@ bool synth_write(const synth_shape *s, synth_ftype t, uint64_t seed, const char 
             return false;
         }
     }
-    if (ok) {
-        add_meta(&m, s, t, seed);
-        build_header(&h, &m, &p);
-        ok = !h.oom;
-    }
-    if (!ok) {
+    gguf_writer *g = ok ? gguf_writer_create() : NULL;
+    if (!g || !add_meta(g, s, t, seed, &p)) {
         kvl_fail(err, "synth: out of memory");
+        ok = false;
     } else {
-        writer w = {.total = p.data_bytes, .progress = progress, .user = user};
-        ok = write_file(path, &h, &p, seed, &w, err) && verify(path, &p, h.len + p.data_bytes, err);
+        writer w = {.g = g, .total = p.data_bytes, .progress = progress, .user = user};
+        uint64_t size = gguf_writer_file_bytes(g);
+        ok = gguf_writer_begin(g, path, err) && write_data(&w, &p, seed, err) && gguf_writer_finish(g, err) &&
+             verify(path, &p, size, err);
     }
+    gguf_writer_destroy(g); /* removes the file if it was begun and not finished */
     free(p.t);
-    free(m.b.p);
-    free(h.p);
     return ok;
 }
