@@ -189,10 +189,7 @@ static bool gguf_shape(const gguf_file *f, model_hparams *hp, kvl_error *err) {
         !gguf_opt(f, a, "context_length", &hp->n_ctx_train, err) ||
         !gguf_opt(f, a, "attention.sliding_window", &hp->n_swa, err))
         return false;
-    hp->n_layer_dense_lead = hp->n_layer;
-    if (!gguf_opt(f, a, "leading_dense_block_count", &hp->n_layer_dense_lead, err) ||
-        !gguf_range(f, hp, err))
-        return false;
+    if (!gguf_range(f, hp, err)) return false;
     /* llama.cpp's defaults */
     if (hp->n_head_kv == 0) hp->n_head_kv = hp->n_head;
     if (hp->head_dim_k == 0) hp->head_dim_k = hp->n_embd / hp->n_head;
@@ -208,12 +205,209 @@ static void gguf_floats(const gguf_file *f, model_hparams *hp) {
     gguf_float(f, a, "attention.layer_norm_rms_epsilon", &hp->rms_eps);
     gguf_float(f, a, "attn_logit_softcapping", &hp->attn_softcap);
     gguf_float(f, a, "final_logit_softcapping", &hp->final_softcap);
+}
+
+/* ggml's magnitude correction for a context stretched by `scale`. */
+static float yarn_get_mscale(float scale, float mscale) {
+    return scale <= 1.0f ? 1.0f : 0.1f * mscale * logf(scale) + 1.0f;
+}
+
+/* Rope scaling (rope.scaling.*) as llama.cpp reads it and prepares ggml's rope.
+ * The factor applies whatever the type (llama.cpp's default type is linear,
+ * and it divides the frequencies by rope.scaling.factor, or by the older
+ * rope.scale_linear, in every case); YaRN then mixes divided and undivided
+ * frequencies along a ramp between the dimensions that turn beta_fast and
+ * beta_slow times over the original context (ext_factor), and scales cos and
+ * sin by attn_factor. deepseek2 folds its magnitude correction into the q.k
+ * scale instead (attn_mla). Whether kvllm runs the type is the loader's
+ * question (hp->rope_scaling holds it as written). */
+static bool gguf_rope_scaling(const gguf_file *f, model_hparams *hp, kvl_error *err) {
+    const char *a = hp->arch;
     char key[128];
     snprintf(key, sizeof key, "%s.rope.scaling.type", a);
     gguf_get_str_buf(f, key, hp->rope_scaling, sizeof hp->rope_scaling);
     float factor = 0;
     gguf_float(f, a, "rope.scaling.factor", &factor);
-    if (strcmp(hp->rope_scaling, "linear") == 0 && factor > 0) hp->rope_freq_scale = 1.0f / factor;
+    if (factor == 0) gguf_float(f, a, "rope.scale_linear", &factor);
+    if (factor != 0) {
+        if (!(factor > 0) || !isfinite(factor))
+            return kvl_fail(err, "%s: key '%s.rope.scaling.factor' = %g: must be positive", gguf_path(f), a, factor);
+        hp->rope_freq_scale = 1.0f / factor;
+    }
+    model_rope_yarn *rs = &hp->rope_yarn;
+    const bool yarn = strcmp(hp->rope_scaling, "yarn") == 0;
+    float ext = -1.0f, attn = 1.0f, attn_yarn = 1.0f;
+    rs->beta_fast = 32.0f;
+    rs->beta_slow = 1.0f;
+    rs->n_ctx_orig = hp->n_ctx_train;
+    rs->log_mul = 0.0f;
+    gguf_float(f, a, "rope.scaling.attn_factor", &attn);
+    gguf_float(f, a, "rope.scaling.yarn_ext_factor", &ext);
+    gguf_float(f, a, "rope.scaling.yarn_attn_factor", &attn_yarn);
+    gguf_float(f, a, "rope.scaling.yarn_beta_fast", &rs->beta_fast);
+    gguf_float(f, a, "rope.scaling.yarn_beta_slow", &rs->beta_slow);
+    gguf_float(f, a, "rope.scaling.yarn_log_multiplier", &rs->log_mul);
+    rs->log_mul /= 0.1f; /* the converter stores 0.1 * mscale_all_dim */
+    if (!gguf_opt(f, a, "rope.scaling.original_context_length", &rs->n_ctx_orig, err)) return false;
+    if (rs->n_ctx_orig <= 0 || rs->n_ctx_orig > (1 << 30) || !isfinite(attn) || !isfinite(ext) ||
+        !isfinite(attn_yarn) || !isfinite(rs->beta_fast) || !isfinite(rs->beta_slow) || !isfinite(rs->log_mul))
+        return kvl_fail(err, "%s: implausible rope scaling keys (original context %lld)", gguf_path(f),
+                        (long long)rs->n_ctx_orig);
+    rs->yarn = yarn;
+    rs->ext_factor = ext < 0.0f ? (yarn ? 1.0f : 0.0f) : ext;
+    rs->attn_factor = attn_yarn;
+    if (rs->ext_factor != 0.0f) {
+        const float fct = 1.0f / hp->rope_freq_scale;
+        if (rs->log_mul != 0.0f) {
+            float mscale = 1.0f;
+            if (strcmp(a, "deepseek2") == 0 && rs->log_mul != 1.0f) mscale = rs->log_mul;
+            rs->attn_factor = yarn_get_mscale(fct, mscale) / yarn_get_mscale(fct, rs->log_mul);
+        } else {
+            rs->attn_factor = yarn_get_mscale(fct, 1.0f);
+        }
+        /* ggml's rope multiplies by 1 + 0.1 ln(factor) again when ext_factor is set */
+        rs->attn_factor *= 1.0f / (1.0f + 0.1f * logf(fct));
+    }
+    rs->attn_factor *= attn;
+    return true;
+}
+
+/* ----------------------------------------------------------------- MoE -- */
+
+/* An optional integer "<arch>.<name>": false (err set) only when it is there
+ * with another type. */
+static bool gguf_int(const gguf_file *f, const char *arch, const char *name, int64_t *out, kvl_error *err) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, name);
+    if (gguf_get_i64(f, key, out)) return true;
+    if (gguf_find_key(f, key) >= 0) return kvl_fail(err, "%s: key '%s': expected an integer", gguf_path(f), key);
+    return true;
+}
+
+/* The MoE keys' names in messages: GGUF "key 'qwen3moe.expert_count'", or
+ * config.json "'num_experts'". */
+enum { MOE_COUNT, MOE_USED, MOE_LEAD, MOE_FF_EXP, MOE_SHARED, MOE_GATING, MOE_GROUP, MOE_GROUP_USED, MOE_SCALE, MOE_NAMES };
+typedef char moe_names[MOE_NAMES][96];
+
+/* Expert widths, shared experts and gating as llama.cpp's loader sets them per
+ * family (llama = Mixtral, qwen2moe, qwen3moe, deepseek2), and the counts'
+ * consistency. Called only for files with experts. */
+static bool moe_defaults(const char *path, moe_names nm, const char *a, int64_t n_ff, int64_t n_layer,
+                         int64_t n_shared, int64_t gating, model_moe_hparams *mo, kvl_error *err) {
+    const bool ds2 = strcmp(a, "deepseek2") == 0 || strcmp(a, "deepseek_v2") == 0 || strcmp(a, "deepseek_v3") == 0;
+    const bool q2 = strcmp(a, "qwen2moe") == 0 || strcmp(a, "qwen2_moe") == 0;
+    const bool q3 = strcmp(a, "qwen3moe") == 0 || strcmp(a, "qwen3_moe") == 0;
+    const bool mixtral = strcmp(a, "llama") == 0 || strcmp(a, "mixtral") == 0;
+    if (!ds2 && !q2 && !q3 && !mixtral) {
+        /* A family whose expert layout is not known here: the counts as
+         * written, for reports; the loader refuses to run it. */
+        mo->n_layer_moe = n_layer;
+        return true;
+    }
+    if (mo->n_expert < 1 || mo->n_expert > MODEL_MAX_EXPERTS || mo->n_expert_used < 1 ||
+        mo->n_expert_used > mo->n_expert)
+        return kvl_fail(err, "%s: %s = %lld, %s = %lld: need 1 <= used <= count <= %d", path, nm[MOE_COUNT],
+                        (long long)mo->n_expert, nm[MOE_USED], (long long)mo->n_expert_used, MODEL_MAX_EXPERTS);
+    if (!ds2) mo->n_layer_dense_lead = 0; /* only deepseek2's loader reads it */
+    if (mo->n_layer_dense_lead < 0 || mo->n_layer_dense_lead > n_layer)
+        return kvl_fail(err, "%s: %s = %lld out of range [0, %lld]", path, nm[MOE_LEAD],
+                        (long long)mo->n_layer_dense_lead, (long long)n_layer);
+    if (q2 || q3) {
+        if (mo->n_ff_exp == 0) mo->n_ff_exp = n_ff / mo->n_expert_used;
+        if (q2 && mo->n_ff_shexp == 0) mo->n_ff_shexp = n_ff;
+        if (q3) mo->n_ff_shexp = 0;
+        mo->shexp_gated = q2;
+    } else if (ds2) {
+        if (mo->n_ff_exp == 0) return kvl_fail(err, "%s: %s missing", path, nm[MOE_FF_EXP]);
+        if (n_shared < 0 || n_shared > 64)
+            return kvl_fail(err, "%s: %s = %lld out of range", path, nm[MOE_SHARED], (long long)n_shared);
+        mo->n_ff_shexp = mo->n_ff_exp * n_shared;
+    } else {
+        mo->n_ff_exp = n_ff; /* Mixtral: every expert is feed_forward_length wide */
+        mo->n_ff_shexp = 0;
+    }
+    if (mo->n_ff_exp <= 0 || mo->n_ff_exp > (1 << 20) || mo->n_ff_shexp < 0 || mo->n_ff_shexp > (1 << 22))
+        return kvl_fail(err, "%s: expert widths out of range (expert %lld, shared %lld)", path,
+                        (long long)mo->n_ff_exp, (long long)mo->n_ff_shexp);
+    mo->gating = MODEL_MOE_SOFTMAX;
+    if (ds2 && gating != 0) {
+        if (gating != MODEL_MOE_SOFTMAX && gating != MODEL_MOE_SIGMOID)
+            return kvl_fail(err, "%s: %s = %lld is not supported (1 softmax, 2 sigmoid)", path, nm[MOE_GATING],
+                            (long long)gating);
+        mo->gating = (int)gating;
+    }
+    if (!isfinite(mo->weights_scale)) return kvl_fail(err, "%s: %s is not finite", path, nm[MOE_SCALE]);
+    if (mo->n_group > 1) {
+        if (mo->n_expert % mo->n_group != 0 || mo->n_group_used < 1 || mo->n_group_used > mo->n_group ||
+            mo->n_group_used * (mo->n_expert / mo->n_group) < mo->n_expert_used)
+            return kvl_fail(err, "%s: %s = %lld, %s = %lld do not fit %lld experts, %lld used", path,
+                            nm[MOE_GROUP], (long long)mo->n_group, nm[MOE_GROUP_USED], (long long)mo->n_group_used,
+                            (long long)mo->n_expert, (long long)mo->n_expert_used);
+    } else {
+        mo->n_group = mo->n_group_used = 0;
+    }
+    mo->n_layer_moe = n_layer - mo->n_layer_dense_lead;
+    return true;
+}
+
+/* Bytes of the routed experts, and of the weights one token reads: all but
+ * the experts it does not select, and one row of an untied embedding. */
+static void gguf_moe_bytes(const gguf_file *f, model_hparams *hp) {
+    model_moe_hparams *mo = &hp->moe;
+    size_t unread = 0;
+    mo->expert_bytes = 0;
+    for (int64_t i = 0; i < gguf_n_tensors(f); i++) {
+        const gguf_tensor *t = gguf_tensor_at(f, i);
+        if (strncmp(t->name, "blk.", 4) != 0 || !strstr(t->name, "_exps.weight")) continue;
+        mo->expert_bytes += t->nbytes;
+        unread += t->nbytes / (size_t)mo->n_expert * (size_t)(mo->n_expert - mo->n_expert_used);
+    }
+    const gguf_tensor *emb = gguf_find_tensor(f, "token_embd.weight");
+    if (emb && gguf_find_tensor(f, "output.weight") && emb->ne[1] > 0)
+        unread += emb->nbytes - emb->nbytes / (size_t)emb->ne[1];
+    mo->active_bytes = hp->weights_bytes > unread ? hp->weights_bytes - unread : 0;
+}
+
+static bool gguf_moe(const gguf_file *f, model_hparams *hp, kvl_error *err) {
+    model_moe_hparams *mo = &hp->moe;
+    const char *a = hp->arch, *path = gguf_path(f);
+    int64_t n_shared = 0, gating = 0;
+    memset(mo, 0, sizeof *mo);
+    if (!gguf_int(f, a, "expert_count", &mo->n_expert, err) ||
+        !gguf_int(f, a, "expert_used_count", &mo->n_expert_used, err) ||
+        !gguf_int(f, a, "leading_dense_block_count", &mo->n_layer_dense_lead, err) ||
+        !gguf_int(f, a, "expert_feed_forward_length", &mo->n_ff_exp, err) ||
+        !gguf_int(f, a, "expert_shared_feed_forward_length", &mo->n_ff_shexp, err) ||
+        !gguf_int(f, a, "expert_shared_count", &n_shared, err) ||
+        !gguf_int(f, a, "expert_gating_func", &gating, err) ||
+        !gguf_int(f, a, "expert_group_count", &mo->n_group, err) ||
+        !gguf_int(f, a, "expert_group_used_count", &mo->n_group_used, err))
+        return false;
+    if (mo->n_expert == 0) {
+        if (strcmp(a, "deepseek2") == 0 && mo->n_layer_dense_lead < hp->n_layer &&
+            gguf_find_key(f, "deepseek2.leading_dense_block_count") >= 0)
+            return kvl_fail(err, "%s: key 'deepseek2.leading_dense_block_count' = %lld < %lld layers, but key "
+                            "'deepseek2.expert_count' is missing or 0", path, (long long)mo->n_layer_dense_lead,
+                            (long long)hp->n_layer);
+        memset(mo, 0, sizeof *mo);
+        return true;
+    }
+    /* llama.cpp's defaults when a key is absent */
+    mo->weights_norm = strcmp(a, "deepseek2") != 0 && strcmp(a, "qwen2moe") != 0; /* qwen3moe, Mixtral: renormalise */
+    char key[128];
+    snprintf(key, sizeof key, "%s.expert_weights_norm", a);
+    if (strcmp(a, "deepseek2") == 0) gguf_get_bool(f, key, &mo->weights_norm);
+    if (strcmp(a, "deepseek2") == 0 || strcmp(a, "qwen2moe") == 0)
+        gguf_float(f, a, "expert_weights_scale", &mo->weights_scale);
+    static const char *const KEYS[MOE_NAMES] = {
+        "expert_count", "expert_used_count", "leading_dense_block_count", "expert_feed_forward_length",
+        "expert_shared_count", "expert_gating_func", "expert_group_count", "expert_group_used_count",
+        "expert_weights_scale"};
+    moe_names nm;
+    for (int i = 0; i < MOE_NAMES; i++) snprintf(nm[i], sizeof nm[i], "key '%s.%s'", a, KEYS[i]);
+    if (!moe_defaults(path, nm, a, hp->n_ff, hp->n_layer, n_shared, gating, mo, err)) return false;
+    gguf_moe_bytes(f, hp);
+    return true;
 }
 
 bool model_hparams_from_gguf(const gguf_file *f, model_hparams *hp, kvl_error *err) {
@@ -224,11 +418,15 @@ bool model_hparams_from_gguf(const gguf_file *f, model_hparams *hp, kvl_error *e
     hp->rope_type = ad ? ad->rope_type : 0;
     if (!gguf_shape(f, hp, err)) return false;
     gguf_floats(f, hp);
-    if (!gguf_mla(f, hp, err)) return false;
+    if (!gguf_rope_scaling(f, hp, err) || !gguf_mla(f, hp, err)) return false;
     if (hp->n_swa > 0 && !gguf_swa_layers(f, hp, err)) return false;
     finish_swa(hp);
     hp->weights_bytes = gguf_tensor_data_bytes(f);
-    return true;
+    for (int64_t i = 0; i < gguf_n_tensors(f); i++) {
+        const gguf_tensor *t = gguf_tensor_at(f, i);
+        hp->n_params += t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3];
+    }
+    return gguf_moe(f, hp, err);
 }
 
 /* ----------------------------------------------------------- config.json -- */
@@ -284,7 +482,6 @@ static bool hf_heads(const cJSON *o, model_hparams *hp, kvl_error *err) {
                         "%lld heads", (long long)hp->n_embd, (long long)hp->n_head);
     hp->head_dim_v = hp->head_dim_k;
     hp->n_rot = hp->head_dim_k;
-    hp->n_layer_dense_lead = hp->n_layer;
     return true;
 }
 
@@ -338,6 +535,37 @@ static bool hf_swa(const cJSON *o, model_hparams *hp, kvl_error *err) {
     return true;
 }
 
+/* Mixture of experts under transformers' names (Mixtral num_local_experts,
+ * Qwen num_experts, DeepSeek n_routed_experts...). */
+static bool hf_moe(const cJSON *o, model_hparams *hp, kvl_error *err) {
+    static const char *const COUNT[3] = {"num_experts", "num_local_experts", "n_routed_experts"};
+    model_moe_hparams *mo = &hp->moe;
+    memset(mo, 0, sizeof *mo);
+    int r = hf_int_any(o, COUNT, &mo->n_expert, err);
+    if (r < 0) return false;
+    if (mo->n_expert == 0) return true;
+    int64_t n_shared = 0, gating = 0;
+    if (!hf_need(hf_int(o, "num_experts_per_tok", &mo->n_expert_used, err), "num_experts_per_tok", err) ||
+        hf_int(o, "moe_intermediate_size", &mo->n_ff_exp, err) < 0 ||
+        hf_int(o, "shared_expert_intermediate_size", &mo->n_ff_shexp, err) < 0 ||
+        hf_int(o, "n_shared_experts", &n_shared, err) < 0 ||
+        hf_int(o, "first_k_dense_replace", &mo->n_layer_dense_lead, err) < 0 ||
+        hf_int(o, "n_group", &mo->n_group, err) < 0 || hf_int(o, "topk_group", &mo->n_group_used, err) < 0)
+        return false;
+    const cJSON *sf = cJSON_GetObjectItemCaseSensitive(o, "scoring_func");
+    if (cJSON_IsString(sf)) gating = strcmp(sf->valuestring, "sigmoid") == 0 ? MODEL_MOE_SIGMOID : MODEL_MOE_SOFTMAX;
+    const cJSON *norm = cJSON_GetObjectItemCaseSensitive(o, "norm_topk_prob");
+    mo->weights_norm = cJSON_IsBool(norm) ? cJSON_IsTrue(norm) : strcmp(hp->arch, "mixtral") == 0;
+    const cJSON *scale = cJSON_GetObjectItemCaseSensitive(o, "routed_scaling_factor");
+    if (cJSON_IsNumber(scale)) mo->weights_scale = (float)scale->valuedouble;
+    static const char *const NAMES[MOE_NAMES] = {
+        "num_experts", "num_experts_per_tok", "first_k_dense_replace", "moe_intermediate_size",
+        "n_shared_experts", "scoring_func", "n_group", "topk_group", "routed_scaling_factor"};
+    moe_names nm;
+    for (int i = 0; i < MOE_NAMES; i++) snprintf(nm[i], sizeof nm[i], "'%s'", NAMES[i]);
+    return moe_defaults("config.json", nm, hp->arch, hp->n_ff, hp->n_layer, n_shared, gating, mo, err);
+}
+
 /* torch_dtype (newer files: dtype): the weights' type, and the KV type servers
  * default to ("auto": the model's). */
 static void hf_dtype(const cJSON *o, model_hparams *hp) {
@@ -364,7 +592,7 @@ static bool hf_fill(const cJSON *root, model_hparams *hp, kvl_error *err) {
     if (cJSON_IsString(type)) snprintf(hp->arch, sizeof hp->arch, "%s", type->valuestring);
     hf_dtype(o, hp);
     if (hp->param_dtype < 0) hf_dtype(root, hp);
-    if (!hf_heads(o, hp, err) || !hf_mla(o, hp, err) || !hf_swa(o, hp, err)) return false;
+    if (!hf_heads(o, hp, err) || !hf_mla(o, hp, err) || !hf_swa(o, hp, err) || !hf_moe(o, hp, err)) return false;
     finish_swa(hp);
     return true;
 }

@@ -27,8 +27,10 @@
  *     themselves, one per layer (llama.cpp's get_key_or_arr: the array must have
  *     exactly block_count entries). Without a window no layer slides.
  * Per-layer facts live in per-layer arrays of MODEL_MAX_LAYERS; a file claiming
- * more layers is refused. Mixture-of-experts counts and rope-scaling parameters
- * belong in this struct too, read in the same place. */
+ * more layers is refused.
+ *   - Mixture-of-experts counts and widths, and the rope-scaling parameters, are
+ *     read here too, with llama.cpp's per-family defaults; the loader only asks
+ *     whether it runs them (model_moe.c, model.c). */
 #ifndef KVLLM_HPARAMS_H
 #define KVLLM_HPARAMS_H
 
@@ -37,6 +39,7 @@
 #include "kv_plan.h"
 
 #define MODEL_MAX_LAYERS 4096
+#define MODEL_MAX_EXPERTS 1024
 
 enum { MODEL_ROPE_NORM = 0, MODEL_ROPE_NEOX = 2 };
 
@@ -53,8 +56,9 @@ typedef struct model_moe_hparams {
     int64_t n_group, n_group_used;     /* group-limited routing (DeepSeek V3; 0: off) */
     bool shexp_gated;                  /* qwen2moe: shared expert scaled by sigmoid(gate_inp_shexp . x) */
     int64_t n_layer_moe;
-    size_t expert_bytes;               /* all routed experts' weights */
-    size_t active_bytes;               /* weights read per token: all but the unselected experts */
+    size_t expert_bytes;               /* all routed experts' weights (GGUF; 0 from config.json) */
+    size_t active_bytes;               /* weights read per token: all but the unselected experts and
+                                          an untied embedding's other rows (GGUF; 0 from config.json) */
 } model_moe_hparams;
 
 /* Rope scaling beyond linear (rope.scaling.*), as llama.cpp sets up ggml's rope. */
@@ -76,7 +80,8 @@ typedef struct model_hparams {
     int rope_type;                  /* MODEL_ROPE_*: the architecture's (arch.c); 0 if unknown */
     float rope_base, rope_freq_scale;
     float rope_base_swa;            /* rope.freq_base_swa; 0: absent */
-    char rope_scaling[16];          /* rope.scaling.type ("" absent); freq_scale holds linear's */
+    char rope_scaling[16];          /* rope.scaling.type as written ("" absent: linear); the factor
+                                       is in rope_freq_scale whatever the type, as in llama.cpp */
     float rms_eps;
     float attn_softcap, final_softcap; /* gemma2 logit soft-capping (0: off) */
     /* Sliding window */
@@ -86,12 +91,10 @@ typedef struct model_hparams {
     /* MLA (see above) */
     bool mla;
     int64_t kv_lora_rank, q_lora_rank, n_rot_mla_nope, v_head_dim_mla;
-    /* Mixture of experts */
-    int64_t n_layer_dense_lead;     /* leading_dense_block_count (default n_layer: all dense) */
-    model_moe_hparams moe;          /* the loader's (model_moe.c: moe_read_hparams) */
-    model_rope_yarn rope_yarn;      /* the loader's (model.c: read_rope_scaling) */
+    model_moe_hparams moe;          /* mixture of experts (moe.n_expert 0: dense) */
+    model_rope_yarn rope_yarn;
     /* Whole-file facts */
-    int64_t n_params;               /* the loader's */
+    int64_t n_params;               /* elements of all tensors (GGUF) */
     size_t weights_bytes;           /* GGUF tensor data (0 from config.json) */
     int64_t repacked_bytes;         /* the loader's: weights held in the kernels' layout */
     int param_dtype;                /* config.json torch_dtype as GGUF_DT_F32/F16/BF16; -1 unknown */

@@ -41,90 +41,6 @@ static bool check_mla_hparams(const model *m, kvl_error *err) {
     return true;
 }
 
-/* Keys the common reader (hparams.c) leaves to the loader: rope scaling's
- * YaRN parameters here, mixture of experts in model_moe.c. */
-static bool hp_int(const gguf_file *f, const char *arch, const char *suffix, int64_t *out,
-                   bool required, kvl_error *err) {
-    char key[128];
-    snprintf(key, sizeof key, "%s.%s", arch, suffix);
-    if (gguf_get_i64(f, key, out)) return true;
-    if (gguf_find_key(f, key) >= 0)
-        return kvl_fail(err, "%s: key '%s': expected an integer", gguf_path(f), key);
-    if (required) return kvl_fail(err, "%s: key '%s' missing", gguf_path(f), key);
-    return true;
-}
-
-static bool hp_float(const gguf_file *f, const char *arch, const char *suffix, float *out) {
-    char key[128];
-    snprintf(key, sizeof key, "%s.%s", arch, suffix);
-    return gguf_get_f32(f, key, out);
-}
-
-/* ggml's magnitude correction for a context stretched by `scale`. */
-static float yarn_get_mscale(float scale, float mscale) {
-    return scale <= 1.0f ? 1.0f : 0.1f * mscale * logf(scale) + 1.0f;
-}
-
-/* Rope scaling (rope.scaling.*) as llama.cpp reads it and prepares ggml's rope:
- * linear divides the frequencies by the factor; YaRN mixes divided and
- * undivided frequencies along a ramp between the dimensions that turn
- * beta_fast and beta_slow times over the original context (ext_factor), and
- * scales cos and sin by attn_factor. deepseek2 folds its magnitude correction
- * into the q.k scale instead (attn_mla). */
-static bool read_rope_scaling(model *m, kvl_error *err) {
-    const gguf_file *f = m->gguf;
-    model_hparams *hp = &m->hp;
-    const char *a = hp->arch;
-    char key[128], stype[32] = "";
-    snprintf(key, sizeof key, "%s.rope.scaling.type", a);
-    gguf_get_str_buf(f, key, stype, sizeof stype);
-    const bool linear = strcmp(stype, "linear") == 0, yarn = strcmp(stype, "yarn") == 0;
-    if (stype[0] && strcmp(stype, "none") != 0 && !linear && !yarn)
-        return kvl_fail(err, "%s: key '%s': rope scaling '%s' is not supported (supported: none, linear, yarn)",
-                        gguf_path(f), key, stype);
-    float factor = 0;
-    if ((linear || yarn) && hp_float(f, a, "rope.scaling.factor", &factor)) {
-        if (!(factor > 0) || !isfinite(factor))
-            return kvl_fail(err, "%s: key '%s.rope.scaling.factor' = %g: must be positive", gguf_path(f), a, factor);
-        hp->rope_freq_scale = 1.0f / factor;
-    }
-    model_rope_yarn *rs = &hp->rope_yarn;
-    float ext = -1.0f, attn = 1.0f, attn_yarn = 1.0f;
-    rs->beta_fast = 32.0f;
-    rs->beta_slow = 1.0f;
-    rs->n_ctx_orig = hp->n_ctx_train;
-    rs->log_mul = 0.0f;
-    hp_float(f, a, "rope.scaling.attn_factor", &attn);
-    hp_float(f, a, "rope.scaling.yarn_ext_factor", &ext);
-    hp_float(f, a, "rope.scaling.yarn_attn_factor", &attn_yarn);
-    hp_float(f, a, "rope.scaling.yarn_beta_fast", &rs->beta_fast);
-    hp_float(f, a, "rope.scaling.yarn_beta_slow", &rs->beta_slow);
-    if (hp_float(f, a, "rope.scaling.yarn_log_multiplier", &rs->log_mul))
-        rs->log_mul /= 0.1f; /* the converter stores 0.1 * mscale_all_dim */
-    if (!hp_int(f, a, "rope.scaling.original_context_length", &rs->n_ctx_orig, false, err)) return false;
-    if (rs->n_ctx_orig <= 0 || rs->n_ctx_orig > (1 << 30) || !isfinite(attn) || !isfinite(ext) ||
-        !isfinite(rs->beta_fast) || !isfinite(rs->beta_slow) || !isfinite(rs->log_mul))
-        return kvl_fail(err, "%s: implausible rope scaling keys (original context %lld)", gguf_path(f),
-                        (long long)rs->n_ctx_orig);
-    rs->yarn = yarn;
-    rs->ext_factor = ext < 0.0f ? (yarn ? 1.0f : 0.0f) : ext;
-    rs->attn_factor = attn_yarn;
-    if (rs->ext_factor != 0.0f) {
-        const float fct = 1.0f / hp->rope_freq_scale;
-        if (rs->log_mul != 0.0f) {
-            float mscale = 1.0f;
-            if (strcmp(a, "deepseek2") == 0 && rs->log_mul != 1.0f) mscale = rs->log_mul;
-            rs->attn_factor = yarn_get_mscale(fct, mscale) / yarn_get_mscale(fct, rs->log_mul);
-        } else {
-            rs->attn_factor = yarn_get_mscale(fct, 1.0f);
-        }
-        /* ggml's rope multiplies by 1 + 0.1 ln(factor) again when ext_factor is set */
-        rs->attn_factor *= 1.0f / (1.0f + 0.1f * logf(fct));
-    }
-    rs->attn_factor *= attn;
-    return true;
-}
-
 static bool read_hparams(model *m, kvl_error *err) {
     const gguf_file *f = m->gguf;
     model_hparams *hp = &m->hp;
@@ -147,9 +63,12 @@ static bool read_hparams(model *m, kvl_error *err) {
         hp->head_dim_v > 1024 || hp->n_rot > hp->head_dim_k || hp->n_rot % 2)
         return kvl_fail(err, "%s: bad head dims (k %lld, v %lld, rope %lld)", gguf_path(f),
                         (long long)hp->head_dim_k, (long long)hp->head_dim_v, (long long)hp->n_rot);
-    if (!read_rope_scaling(m, err)) return false;
+    const char *rs = hp->rope_scaling;
+    if (rs[0] && strcmp(rs, "none") != 0 && strcmp(rs, "linear") != 0 && strcmp(rs, "yarn") != 0)
+        return kvl_fail(err, "%s: key '%s.rope.scaling.type': rope scaling '%s' is not supported (supported: none, "
+                        "linear, yarn)", gguf_path(f), a, rs);
     if (m->arch->attn == ARCH_ATTN_MLA && !check_mla_hparams(m, err)) return false;
-    return moe_read_hparams(m, err);
+    return moe_check_support(m, err);
 }
 
 /* Looks up a weight and checks its shape and type. ne1 = 0 means a 1-D tensor;
@@ -315,13 +234,6 @@ static bool bind_weights(model *m, kvl_error *err) {
     for (int il = 0; il < hp->n_layer; il++)
         if (!bind_layer(m, il, err)) return false;
     assign_layer_geometry(m);
-    hp->n_params = 0;
-    for (int64_t i = 0; i < gguf_n_tensors(m->gguf); i++) {
-        const gguf_tensor *t = gguf_tensor_at(m->gguf, i);
-        hp->n_params += t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3];
-    }
-    hp->weights_bytes = gguf_tensor_data_bytes(m->gguf);
-    moe_count_bytes(m);
     return true;
 }
 

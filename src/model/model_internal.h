@@ -80,14 +80,12 @@ bool model_bind(model *m, mtensor *t, const char *name, int64_t ne0, int64_t ne1
                 kvl_error *err);
 
 /* ---- mixture of experts (model_moe.c) ---- */
-/* Reads the expert keys into hp.moe; refuses experts the architecture lacks. */
-bool moe_read_hparams(model *m, kvl_error *err);
+/* Refuses experts the architecture lacks, and a MoE architecture without them. */
+bool moe_check_support(const model *m, kvl_error *err);
 /* Whether layer il has a routed-expert FFN. */
 bool moe_layer(const model *m, int il);
 /* Binds layer il's router, experts and shared expert. */
 bool moe_bind_layer(model *m, int il, kvl_error *err);
-/* Totals of hp.moe (expert and active bytes), after every layer is bound. */
-void moe_count_bytes(model *m);
 /* Repacks the experts (each expert's slice in the kernels' layout); adds the bytes. */
 bool moe_repack(model *m, size_t *total, kvl_error *err);
 size_t moe_work_bytes(const model *m, int64_t rows);

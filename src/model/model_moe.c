@@ -25,8 +25,6 @@
 
 #include "model_internal.h"
 
-#define MOE_MAX_EXPERTS 1024
-
 struct moe_scratch {
     float *probs;      /* [U][n_expert] router logits, then probabilities */
     float *sel;        /* [n_expert] one token's selection scores */
@@ -43,113 +41,18 @@ struct moe_scratch {
     float *shg;        /* [U] qwen2moe's shared expert gate */
 };
 
-static bool moe_int(const gguf_file *f, const char *arch, const char *suffix, int64_t *out, kvl_error *err) {
-    char key[128];
-    snprintf(key, sizeof key, "%s.%s", arch, suffix);
-    if (gguf_get_i64(f, key, out)) return true;
-    if (gguf_find_key(f, key) >= 0)
-        return kvl_fail(err, "%s: key '%s': expected an integer", gguf_path(f), key);
-    return true;
-}
-
-static bool moe_float(const gguf_file *f, const char *arch, const char *suffix, float *out) {
-    char key[128];
-    snprintf(key, sizeof key, "%s.%s", arch, suffix);
-    return gguf_get_f32(f, key, out);
-}
-
-static bool moe_bool(const gguf_file *f, const char *arch, const char *suffix, bool *out) {
-    char key[128];
-    snprintf(key, sizeof key, "%s.%s", arch, suffix);
-    return gguf_get_bool(f, key, out);
-}
-
-bool moe_read_hparams(model *m, kvl_error *err) {
-    const gguf_file *f = m->gguf;
-    model_hparams *hp = &m->hp;
-    model_moe_hparams *mo = &hp->moe;
-    const char *a = hp->arch, *path = gguf_path(f);
-    memset(mo, 0, sizeof *mo);
-    int64_t n_shared = 0, gating = 0;
-    if (!moe_int(f, a, "expert_count", &mo->n_expert, err) ||
-        !moe_int(f, a, "expert_used_count", &mo->n_expert_used, err) ||
-        !moe_int(f, a, "leading_dense_block_count", &mo->n_layer_dense_lead, err) ||
-        !moe_int(f, a, "expert_feed_forward_length", &mo->n_ff_exp, err) ||
-        !moe_int(f, a, "expert_shared_feed_forward_length", &mo->n_ff_shexp, err) ||
-        !moe_int(f, a, "expert_shared_count", &n_shared, err) ||
-        !moe_int(f, a, "expert_gating_func", &gating, err) ||
-        !moe_int(f, a, "expert_group_count", &mo->n_group, err) ||
-        !moe_int(f, a, "expert_group_used_count", &mo->n_group_used, err))
-        return false;
-    const bool ds2 = strcmp(a, "deepseek2") == 0, q2 = strcmp(a, "qwen2moe") == 0, q3 = strcmp(a, "qwen3moe") == 0;
-    if (mo->n_expert == 0) {
-        if (m->arch->moe == ARCH_MOE_REQUIRED)
-            return kvl_fail(err, "%s: key '%s.expert_count' missing or 0: '%s' is a mixture-of-experts architecture",
-                            path, a, a);
-        if (ds2 && mo->n_layer_dense_lead < hp->n_layer && gguf_find_key(f, "deepseek2.leading_dense_block_count") >= 0)
-            return kvl_fail(err, "%s: key 'deepseek2.leading_dense_block_count' = %lld < %lld layers, but key "
-                            "'deepseek2.expert_count' is missing or 0", path, (long long)mo->n_layer_dense_lead,
-                            (long long)hp->n_layer);
-        memset(mo, 0, sizeof *mo);
-        return true;
-    }
-    if (m->arch->moe == ARCH_MOE_NONE)
+/* Whether the loader runs the experts the reader found (hparams.c reads and
+ * checks the keys; this is the architecture's question). */
+bool moe_check_support(const model *m, kvl_error *err) {
+    const model_moe_hparams *mo = &m->hp.moe;
+    const char *a = m->hp.arch, *path = gguf_path(m->gguf);
+    if (mo->n_expert == 0 && m->arch->moe == ARCH_MOE_REQUIRED)
+        return kvl_fail(err, "%s: key '%s.expert_count' missing or 0: '%s' is a mixture-of-experts architecture",
+                        path, a, a);
+    if (mo->n_expert > 0 && m->arch->moe == ARCH_MOE_NONE)
         return kvl_fail(err, "%s: key '%s.expert_count' = %lld: mixture-of-experts layers are not supported for "
                         "architecture '%s' (supported: qwen3moe, qwen2moe, deepseek2, llama)", path, a,
                         (long long)mo->n_expert, a);
-    if (mo->n_expert < 1 || mo->n_expert > MOE_MAX_EXPERTS || mo->n_expert_used < 1 ||
-        mo->n_expert_used > mo->n_expert)
-        return kvl_fail(err, "%s: keys '%s.expert_count' = %lld, '%s.expert_used_count' = %lld: need 1 <= used <= "
-                        "count <= %d", path, a, (long long)mo->n_expert, a, (long long)mo->n_expert_used,
-                        MOE_MAX_EXPERTS);
-    if (!ds2) mo->n_layer_dense_lead = 0; /* only deepseek2's loader reads it */
-    if (mo->n_layer_dense_lead < 0 || mo->n_layer_dense_lead > hp->n_layer)
-        return kvl_fail(err, "%s: key '%s.leading_dense_block_count' = %lld out of range [0, %lld]", path, a,
-                        (long long)mo->n_layer_dense_lead, (long long)hp->n_layer);
-    /* expert widths and shared experts, per architecture as llama.cpp's loader */
-    if (strcmp(a, "llama") == 0) {
-        mo->n_ff_exp = hp->n_ff; /* Mixtral: every expert is feed_forward_length wide */
-        mo->n_ff_shexp = 0;
-    } else if (q2 || q3) {
-        if (mo->n_ff_exp == 0) mo->n_ff_exp = hp->n_ff / mo->n_expert_used;
-        if (q2 && mo->n_ff_shexp == 0) mo->n_ff_shexp = hp->n_ff;
-        if (q3) mo->n_ff_shexp = 0;
-        mo->shexp_gated = q2;
-    } else if (ds2) {
-        if (mo->n_ff_exp == 0)
-            return kvl_fail(err, "%s: key 'deepseek2.expert_feed_forward_length' missing", path);
-        if (n_shared < 0 || n_shared > 64)
-            return kvl_fail(err, "%s: key 'deepseek2.expert_shared_count' = %lld out of range", path,
-                            (long long)n_shared);
-        mo->n_ff_shexp = mo->n_ff_exp * n_shared;
-    }
-    if (mo->n_ff_exp <= 0 || mo->n_ff_exp > (1 << 20) || mo->n_ff_shexp < 0 || mo->n_ff_shexp > (1 << 22))
-        return kvl_fail(err, "%s: expert widths out of range (expert %lld, shared %lld)", path,
-                        (long long)mo->n_ff_exp, (long long)mo->n_ff_shexp);
-    /* gating and weights */
-    mo->gating = MODEL_MOE_SOFTMAX;
-    if (ds2 && gating != 0) {
-        if (gating != MODEL_MOE_SOFTMAX && gating != MODEL_MOE_SIGMOID)
-            return kvl_fail(err, "%s: key 'deepseek2.expert_gating_func' = %lld is not supported (1 softmax, 2 "
-                            "sigmoid)", path, (long long)gating);
-        mo->gating = (int)gating;
-    }
-    mo->weights_norm = !ds2 && !q2; /* qwen3moe and Mixtral renormalise the top k */
-    if (ds2) moe_bool(f, a, "expert_weights_norm", &mo->weights_norm);
-    mo->weights_scale = 0.0f;
-    if (ds2 || q2) moe_float(f, a, "expert_weights_scale", &mo->weights_scale);
-    if (!isfinite(mo->weights_scale))
-        return kvl_fail(err, "%s: key '%s.expert_weights_scale' is not finite", path, a);
-    if (mo->n_group > 1) {
-        if (mo->n_expert % mo->n_group != 0 || mo->n_group_used < 1 || mo->n_group_used > mo->n_group ||
-            mo->n_group_used * (mo->n_expert / mo->n_group) < mo->n_expert_used)
-            return kvl_fail(err, "%s: keys '%s.expert_group_count' = %lld, '%s.expert_group_used_count' = %lld do "
-                            "not fit %lld experts, %lld used", path, a, (long long)mo->n_group, a,
-                            (long long)mo->n_group_used, (long long)mo->n_expert, (long long)mo->n_expert_used);
-    } else {
-        mo->n_group = mo->n_group_used = 0;
-    }
-    mo->n_layer_moe = hp->n_layer - mo->n_layer_dense_lead;
     return true;
 }
 
@@ -194,27 +97,6 @@ bool moe_bind_layer(model *m, int il, kvl_error *err) {
     if (mo->shexp_gated) MB(ffn_gate_inp_shexp, "ffn_gate_inp_shexp.weight", E, 0, 1, true);
 #undef MB
     return true;
-}
-
-static size_t tensor_bytes(const mtensor *t) {
-    return t->data ? kern_row_bytes(t->dtype, t->ne0) * (size_t)t->ne1 * (size_t)t->ne2 : 0;
-}
-
-void moe_count_bytes(model *m) {
-    model_hparams *hp = &m->hp;
-    model_moe_hparams *mo = &hp->moe;
-    mo->expert_bytes = 0;
-    size_t unread = 0;
-    for (int il = 0; il < hp->n_layer; il++) {
-        const layer_weights *L = &m->layers[il];
-        const size_t b = tensor_bytes(&L->ffn_gate_exps) + tensor_bytes(&L->ffn_up_exps) +
-                         tensor_bytes(&L->ffn_down_exps);
-        mo->expert_bytes += b;
-        if (mo->n_expert) unread += b / (size_t)mo->n_expert * (size_t)(mo->n_expert - mo->n_expert_used);
-    }
-    /* an untied embedding is read one row per token, not whole */
-    if (!hp->tied_output) unread += tensor_bytes(&m->tok_embd) - kern_row_bytes(m->tok_embd.dtype, hp->n_embd);
-    mo->active_bytes = hp->weights_bytes > unread ? hp->weights_bytes - unread : 0;
 }
 
 /* The 3-D expert tensors and the shared expert of layer il (NULL-terminated). */
@@ -350,7 +232,7 @@ static void route(const model_moe_hparams *mo, const layer_weights *L, struct mo
     float *sel = s->sel;
     const float *bias = L->exp_probs_b.data;
     for (int64_t j = 0; j < NE; j++) sel[j] = bias ? p[j] + bias[j] : p[j];
-    uint8_t taken[MOE_MAX_EXPERTS];
+    uint8_t taken[MODEL_MAX_EXPERTS];
     if (mo->n_group > 1) { /* keep the groups whose two best scores sum highest */
         const int64_t G = mo->n_group, per = NE / G;
         for (int64_t g = 0; g < G; g++) {
