@@ -310,6 +310,9 @@ static void json_model(cJSON *j, const kv_plan_model *m) {
     add_u64(j, "rope_dim", kv_plan_is_mla(m) ? (uint64_t)m->rope_dim : 0);
     add_u64(j, "sliding_window", (uint64_t)m->sliding_window);
     add_u64(j, "n_swa_layers", (uint64_t)m->n_swa_layers);
+    add_u64(j, "n_expert", (uint64_t)m->n_expert);
+    add_u64(j, "n_expert_used", (uint64_t)m->n_expert_used);
+    add_u64(j, "active_weights_bytes", m->active_weights_bytes);
 }
 
 static void json_plan(cJSON *j, const kv_plan *p, const kv_plan_request *r) {
@@ -441,6 +444,9 @@ static void print_shape(const report *rp) {
     else
         printf("%lld query / %lld KV heads, head dim %lld/%lld\n", (long long)m->n_head,
                (long long)m->n_kv_heads, (long long)m->head_dim_k, (long long)m->head_dim_v);
+    if (m->n_expert)
+        printf("               mixture of experts: %lld routed, %lld used per token\n", (long long)m->n_expert,
+               (long long)m->n_expert_used);
     if (m->n_swa_layers)
         printf("               sliding window %lld tokens in %lld of %lld layers\n",
                (long long)m->sliding_window, (long long)m->n_swa_layers, (long long)m->n_layers);
@@ -520,6 +526,9 @@ static void print_kv(const report *rp) {
 static void print_budget(const report *rp) {
     const kv_plan *p = rp->p;
     printf("weights        %s  [%s]\n", FB(p->weights_bytes), rp->weights_source);
+    if (rp->m->active_weights_bytes)
+        printf("               read per token: %s (the %lld selected of %lld experts; all stay resident)\n",
+               FB(rp->m->active_weights_bytes), (long long)rp->m->n_expert_used, (long long)rp->m->n_expert);
     printf("total          %s  (weights + KV allocated + metadata)\n", FB(p->total_bytes));
     if (!rp->r->budget_bytes) return;
     printf("budget         %s: %s\n", FB(rp->r->budget_bytes), p->fits ? "fits" : "does NOT fit");

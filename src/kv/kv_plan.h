@@ -69,6 +69,10 @@ typedef struct kv_plan_model {
     uint64_t weights_bytes; /* 0: unknown */
     int64_t param_bytes;    /* 0: unknown */
     int kv_dtype;           /* kv_plan_dtype; -1: not given */
+    /* Mixture of experts (informational: all experts must be resident, so the
+     * budget counts weights_bytes whole; a token reads only active_bytes). */
+    int64_t n_expert, n_expert_used; /* 0: dense */
+    uint64_t active_weights_bytes;   /* weights read per token (GGUF); 0: unknown */
 } kv_plan_model;
 
 typedef struct kv_plan_request {

@@ -635,6 +635,9 @@ bool model_hparams_plan_model(const model_hparams *hp, kv_plan_model *m, kvl_err
     m->sliding_window = hp->n_swa;
     m->n_swa_layers = hp->n_swa_layers;
     m->weights_bytes = hp->weights_bytes;
+    m->n_expert = hp->moe.n_expert;
+    m->n_expert_used = hp->moe.n_expert_used;
+    m->active_weights_bytes = hp->moe.active_bytes;
     switch (hp->param_dtype) {
     case GGUF_DT_BF16: m->param_bytes = 2, m->kv_dtype = KV_PLAN_BF16; break;
     case GGUF_DT_F16: m->param_bytes = 2, m->kv_dtype = KV_PLAN_F16; break;

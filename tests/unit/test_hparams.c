@@ -416,11 +416,56 @@ static void test_deepseek_without_mla_keys(void) {
     gguf_close(f);
 }
 
+/* Expert counts under transformers' names (DeepSeek-V3's published config). */
+static void test_moe_config(void) {
+    kvl_error err = {{0}};
+    char *text = kvl_read_file("tests/kv_plan/deepseek-v3.json", NULL, &err);
+    model_hparams *hp = malloc(sizeof *hp);
+    bool ok = text && hp && model_hparams_from_hf_config(text, hp, &err);
+    if (!ok) fprintf(stderr, "deepseek-v3.json: %s\n", err.msg);
+    CHECK(ok);
+    if (ok) {
+        const model_moe_hparams *mo = &hp->moe;
+        CHECK(mo->n_expert == 256 && mo->n_expert_used == 8);
+        CHECK(mo->n_ff_exp == 2048 && mo->n_ff_shexp == 2048); /* one shared expert */
+        CHECK(mo->n_layer_dense_lead == 3 && mo->n_layer_moe == 58);
+        CHECK(mo->gating == MODEL_MOE_SIGMOID && mo->n_group == 8 && mo->n_group_used == 4);
+        CHECK(mo->weights_norm && mo->weights_scale == 2.5f);
+    }
+    free(hp);
+    free(text);
+    /* used > count is malformed, named by its config.json key */
+    const char *bad = "{\"model_type\":\"qwen3_moe\",\"num_hidden_layers\":2,\"num_attention_heads\":4,"
+                      "\"hidden_size\":64,\"intermediate_size\":128,\"num_experts\":4,\"num_experts_per_tok\":5}";
+    model_hparams *h2 = malloc(sizeof *h2);
+    CHECK(h2 && !model_hparams_from_hf_config(bad, h2, &err) && strstr(err.msg, "'num_experts_per_tok' = 5"));
+    free(h2);
+}
+
+/* The bytes a token reads: from the layer shapes (F32 experts of n_embd x
+ * n_ff_exp, three matrices each), not from tensor names. */
+static void test_moe_gguf_bytes(void) {
+    kvl_error err = {{0}};
+    model *m = load(GOLDEN "qwen3moe-f32.gguf", &err);
+    CHECK(m != NULL);
+    if (!m) return;
+    const model_hparams *hp = model_hp(m);
+    const model_moe_hparams *mo = &hp->moe;
+    const uint64_t per_expert = 3ull * (uint64_t)hp->n_embd * (uint64_t)mo->n_ff_exp * 4;
+    CHECK(mo->expert_bytes == per_expert * (uint64_t)mo->n_expert * (uint64_t)mo->n_layer_moe);
+    uint64_t unread = per_expert * (uint64_t)(mo->n_expert - mo->n_expert_used) * (uint64_t)mo->n_layer_moe;
+    if (!hp->tied_output) unread += (uint64_t)(hp->n_vocab - 1) * (uint64_t)hp->n_embd * 4;
+    CHECK(mo->active_bytes == hp->weights_bytes - unread);
+    model_destroy(m);
+}
+
 int main(void) {
     for (size_t i = 0; i < sizeof GGUFS / sizeof GGUFS[0]; i++) test_gguf_agree(GGUFS[i]);
     for (size_t i = 0; i < sizeof CONFIGS / sizeof CONFIGS[0]; i++) test_config_agree(CONFIGS[i]);
     test_swa_array();
     test_deepseek_without_mla_keys();
+    test_moe_config();
+    test_moe_gguf_bytes();
     if (failures) {
         fprintf(stderr, "test_hparams: %d failure(s)\n", failures);
         return 1;
