@@ -50,15 +50,21 @@ static int synth_flag(const char *f, const char *v, void *ctx) {
 }
 
 static void list_shapes(FILE *out) {
-    fprintf(out, "%-14s %-6s %6s %6s %5s %5s %5s %6s %7s %5s %4s\n", "shape", "arch", "embd", "layers",
-            "heads", "kv", "head", "ffn", "vocab", "tied", "bias");
+    fprintf(out, "%-16s %-9s %5s %6s %5s %3s %4s %6s %7s %4s %4s %-13s %9s\n", "shape", "arch", "embd", "layers",
+            "heads", "kv", "head", "ffn", "vocab", "tied", "bias", "experts", "Q4_K_M GB");
     for (int i = 0; synth_shape_at(i); i++) {
         const synth_shape *s = synth_shape_at(i);
-        fprintf(out, "%-14s %-6s %6lld %6lld %5lld %5lld %5lld %6lld %7lld %5s %4s\n", s->name, s->arch,
-                (long long)s->n_embd, (long long)s->n_layer, (long long)s->n_head,
-                (long long)s->n_head_kv, (long long)s->head_dim, (long long)s->n_ff,
-                (long long)s->n_vocab, s->tied_output ? "yes" : "no", s->qkv_bias ? "yes" : "no");
+        char experts[32] = "-";
+        if (s->n_expert)
+            snprintf(experts, sizeof experts, "%lld/%lld+%lld x%lld", (long long)s->n_expert_used,
+                     (long long)s->n_expert, (long long)s->n_shared_exp, (long long)s->n_ff_exp);
+        fprintf(out, "%-16s %-9s %5lld %6lld %5lld %3lld %4lld %6lld %7lld %4s %4s %-13s %9.2f\n", s->name, s->arch,
+                (long long)s->n_embd, (long long)s->n_layer, (long long)s->n_head, (long long)s->n_head_kv,
+                (long long)(s->kv_lora_rank ? s->qk_nope + s->qk_rope : s->head_dim), (long long)s->n_ff,
+                (long long)s->n_vocab, s->tied_output ? "yes" : "no", s->qkv_bias ? "yes" : "no", experts,
+                (double)synth_file_bytes(s, SYNTH_Q4_K_M) / 1e9);
     }
+    fprintf(out, "experts: used/routed+shared x width; deepseek-v2-lite is MLA (head = qk_nope + qk_rope)\n");
 }
 
 static void usage(void) {

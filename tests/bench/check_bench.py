@@ -65,6 +65,26 @@ for typ, mix in (("q2_k", "Q2_K x8 Q3_K x6 Q6_K x1"), ("q3_k_m", "Q3_K x8 Q4_K x
     gen = run(["run", "-m", path, "-p", "the cat", "-n", "4", "--temp", "0", "--ignore-eos", "--json"])
     check(len([l for l in gen.stdout.splitlines() if '"id"' in l]) == 4, f"run tiny {typ}: 4 tokens generated")
 
+# Mixture-of-experts shapes (qwen3moe; deepseek2 with MLA, a dense lead layer,
+# a shared expert and YaRN): they load, report their experts and generate.
+# deepseek2's Q4_K_M as llama-quantize picks it: ffn_down's layer count is the
+# number of ffn_down tensors (1 dense + 2 x (exps, shexp) = 5), so layer 2's
+# two ffn_down tensors and the output get Q6_K; attn_k_b rows of 64 fall
+# back to Q5_0; the router and norms stay F32.
+for shape, want in (("tiny-qwen3moe", "experts       8, 2 used per token"),
+                    ("tiny-deepseek2", "experts       8, 2 used per token, softmax gating, expert ff 256, shared ff 256, on 2 of 3 layers")):
+    for typ in ("f16", "q4_k_m"):
+        path = synth(shape, typ)
+        info = run(["info", "-m", path]).stdout
+        check(want in info, f"info {shape} {typ}: experts reported")
+        gen = run(["run", "-m", path, "-p", "the cat", "-n", "4", "--temp", "0", "--ignore-eos", "--json"])
+        check(len([l for l in gen.stdout.splitlines() if '"id"' in l]) == 4, f"run {shape} {typ}: 4 tokens generated")
+info = run(["info", "-m", os.path.join(out, "tiny-deepseek2-q4_k_m-1-t2.gguf")]).stdout
+check("F32 x12 Q5_0 x3 Q4_K x26 Q6_K x3" in info and "rope scaling  yarn, factor 4" in info,
+      "deepseek2 q4_k_m mix and YaRN keys")
+lst = run(["synth", "--list"]).stdout
+check("qwen3-30b-a3b" in lst and "8/128+0 x768" in lst and "6/64+2 x1408" in lst, "synth --list: MoE shapes")
+
 # Deterministic for a seed (whatever the thread count), different for another.
 a, b, c = synth("tiny", "q4_0", "7"), synth("tiny", "q4_0", "7", "1"), synth("tiny", "q4_0", "8")
 a = open(a, "rb").read()

@@ -24,13 +24,27 @@ enum { ALIGN = 32, CHUNK_FLOATS = 8 << 20 /* floats generated per slice: 32 MB *
  * as 8192 for all: kvllm sizes scratch from it, and no benchmark goes further. */
 static const synth_shape SHAPES[] = {
     /* name            arch     E     L   H   Hkv hd   FF     vocab   ctx   rope   eps   tied bias */
-    {"tiny", "llama", 256, 2, 4, 2, 64, 768, 1024, 2048, 10000.f, 1e-5f, true, false},
-    {"tiny-qwen2", "qwen2", 256, 2, 4, 1, 64, 768, 1024, 2048, 1e6f, 1e-6f, true, true},
-    {"llama-3.2-1b", "llama", 2048, 16, 32, 8, 64, 8192, 128256, 8192, 500000.f, 1e-5f, true, false},
-    {"llama-3.2-3b", "llama", 3072, 28, 24, 8, 128, 8192, 128256, 8192, 500000.f, 1e-5f, true, false},
-    {"llama-3-8b", "llama", 4096, 32, 32, 8, 128, 14336, 128256, 8192, 500000.f, 1e-5f, false, false},
-    {"qwen2.5-0.5b", "qwen2", 896, 24, 14, 2, 64, 4864, 151936, 8192, 1e6f, 1e-6f, true, true},
-    {"qwen2.5-1.5b", "qwen2", 1536, 28, 12, 2, 128, 8960, 151936, 8192, 1e6f, 1e-6f, true, true},
+    {"tiny", "llama", 256, 2, 4, 2, 64, 768, 1024, 2048, 10000.f, 1e-5f, true, false, .qk_norm = false},
+    {"tiny-qwen2", "qwen2", 256, 2, 4, 1, 64, 768, 1024, 2048, 1e6f, 1e-6f, true, true, .qk_norm = false},
+    {"llama-3.2-1b", "llama", 2048, 16, 32, 8, 64, 8192, 128256, 8192, 500000.f, 1e-5f, true, false, .qk_norm = false},
+    {"llama-3.2-3b", "llama", 3072, 28, 24, 8, 128, 8192, 128256, 8192, 500000.f, 1e-5f, true, false, .qk_norm = false},
+    {"llama-3-8b", "llama", 4096, 32, 32, 8, 128, 14336, 128256, 8192, 500000.f, 1e-5f, false, false, .qk_norm = false},
+    {"qwen2.5-0.5b", "qwen2", 896, 24, 14, 2, 64, 4864, 151936, 8192, 1e6f, 1e-6f, true, true, .qk_norm = false},
+    {"qwen2.5-1.5b", "qwen2", 1536, 28, 12, 2, 128, 8960, 151936, 8192, 1e6f, 1e-6f, true, true, .qk_norm = false},
+    /* Mixture of experts: Qwen/Qwen3-30B-A3B and deepseek-ai/DeepSeek-V2-Lite */
+    {"qwen3-30b-a3b", "qwen3moe", 2048, 48, 32, 4, 128, 6144, 151936, 8192, 1e6f, 1e-6f, false, false,
+     .qk_norm = true, .n_expert = 128, .n_expert_used = 8, .n_ff_exp = 768},
+    {"deepseek-v2-lite", "deepseek2", 2048, 27, 16, 1, 0, 10944, 102400, 8192, 10000.f, 1e-6f, false, false,
+     .n_expert = 64, .n_expert_used = 6, .n_ff_exp = 1408, .n_shared_exp = 2, .n_layer_dense_lead = 1,
+     .kv_lora_rank = 512, .qk_nope = 128, .qk_rope = 64, .v_head_dim = 128, .yarn_factor = 40.f,
+     .yarn_log_mul = 0.0707f, .yarn_orig_ctx = 4096},
+    /* small ones of the same layouts, for tests */
+    {"tiny-qwen3moe", "qwen3moe", 256, 2, 4, 2, 64, 768, 1024, 2048, 1e6f, 1e-6f, false, false,
+     .qk_norm = true, .n_expert = 8, .n_expert_used = 2, .n_ff_exp = 256},
+    {"tiny-deepseek2", "deepseek2", 256, 3, 4, 1, 0, 768, 1024, 2048, 10000.f, 1e-6f, false, false,
+     .n_expert = 8, .n_expert_used = 2, .n_ff_exp = 256, .n_shared_exp = 1, .n_layer_dense_lead = 1,
+     .kv_lora_rank = 256, .qk_nope = 64, .qk_rope = 32, .v_head_dim = 64, .yarn_factor = 4.f,
+     .yarn_log_mul = 0.0707f, .yarn_orig_ctx = 512},
 };
 #define N_SHAPES ((int)(sizeof SHAPES / sizeof SHAPES[0]))
 
@@ -92,6 +106,17 @@ static int fit_row(int dtype, int64_t ne0) {
 /* llama.cpp's llama_tensor_get_type for the K-quant and IQ4_XS mixes of a
  * dense non-Falcon model: the base type, raised for attn_v, ffn_down and
  * attn_output as each mix does (il: the layer). */
+static bool moe_layer(const synth_shape *s, int il) { return s->n_expert > 0 && il >= s->n_layer_dense_lead; }
+
+/* llama-quantize's layer count for the ffn_down rules: the number of tensors
+ * named ffn_down (a MoE layer has ffn_down_exps and ffn_down_shexp), while
+ * the layer index is the block's. */
+static int n_ffn_down(const synth_shape *s) {
+    int n = 0;
+    for (int il = 0; il < s->n_layer; il++) n += moe_layer(s, il) ? 1 + (s->n_shared_exp > 0) : 1;
+    return n;
+}
+
 static int kmix_dtype(const synth_shape *s, synth_ftype t, const char *role, int il, int base) {
     const int n = (int)s->n_layer;
     const bool gqa4 = s->n_head / s->n_head_kv >= 4;
@@ -106,7 +131,8 @@ static int kmix_dtype(const synth_shape *s, synth_ftype t, const char *role, int
         default: return base;
         }
     }
-    if (strcmp(role, "ffn_down.weight") == 0) {
+    if (strncmp(role, "ffn_down", 8) == 0) {
+        const int n = n_ffn_down(s);
         switch (t) {
         case SYNTH_Q2_K: return GGUF_DT_Q3_K;
         case SYNTH_Q3_K_M: return il < n / 16 ? GGUF_DT_Q5_K : GGUF_DT_Q4_K;
@@ -138,8 +164,12 @@ static int legacy_base(synth_ftype t) {
 }
 
 static int64_t role_ne0(const synth_shape *s, const char *role) {
-    if (strcmp(role, "attn_output.weight") == 0) return s->n_head * s->head_dim;
+    if (strcmp(role, "attn_output.weight") == 0) return s->n_head * (s->kv_lora_rank ? s->v_head_dim : s->head_dim);
     if (strcmp(role, "ffn_down.weight") == 0) return s->n_ff;
+    if (strcmp(role, "ffn_down_exps.weight") == 0) return s->n_ff_exp;
+    if (strcmp(role, "ffn_down_shexp.weight") == 0) return s->n_ff_exp * s->n_shared_exp;
+    if (strcmp(role, "attn_k_b.weight") == 0) return s->qk_nope;
+    if (strcmp(role, "attn_v_b.weight") == 0) return s->kv_lora_rank;
     return s->n_embd;
 }
 
@@ -174,7 +204,7 @@ typedef enum { FILL_RANDOM, FILL_ONES } fill_kind;
 typedef struct tplan {
     char name[64];
     int dtype, n_dims;
-    int64_t ne[2];
+    int64_t ne[3];
     fill_kind fill;
     uint64_t offset, nbytes; /* within the data section */
 } tplan;
@@ -187,7 +217,9 @@ typedef struct plan {
 
 static uint64_t pad_to(uint64_t x) { return (x + ALIGN - 1) / ALIGN * ALIGN; }
 
-static bool plan_add(plan *p, const char *name, int dtype, int64_t ne0, int64_t ne1, fill_kind fill) {
+/* ne1 0: a vector; ne2 > 1: a stack of ne2 matrices (experts, heads). */
+static bool plan_add3(plan *p, const char *name, int dtype, int64_t ne0, int64_t ne1, int64_t ne2,
+                      fill_kind fill) {
     if (p->n == p->cap) {
         int cap = p->cap ? p->cap * 2 : 64;
         tplan *t = realloc(p->t, (size_t)cap * sizeof *t);
@@ -199,22 +231,32 @@ static bool plan_add(plan *p, const char *name, int dtype, int64_t ne0, int64_t 
     memset(t, 0, sizeof *t);
     snprintf(t->name, sizeof t->name, "%s", name);
     t->dtype = dtype;
-    t->n_dims = ne1 > 0 ? 2 : 1;
+    t->n_dims = ne2 > 1 ? 3 : ne1 > 0 ? 2 : 1;
     t->ne[0] = ne0;
     t->ne[1] = ne1 > 0 ? ne1 : 1;
+    t->ne[2] = ne2 > 1 ? ne2 : 1;
     t->fill = fill;
-    t->nbytes = kern_row_bytes(dtype, ne0) * (uint64_t)t->ne[1];
+    t->nbytes = kern_row_bytes(dtype, ne0) * (uint64_t)t->ne[1] * (uint64_t)t->ne[2];
     t->offset = p->data_bytes;
     p->data_bytes += pad_to(t->nbytes);
     return true;
 }
 
-static bool plan_matrix(plan *p, const synth_shape *s, synth_ftype ft, int il, const char *role,
-                        int64_t ne1) {
+static bool plan_add(plan *p, const char *name, int dtype, int64_t ne0, int64_t ne1, fill_kind fill) {
+    return plan_add3(p, name, dtype, ne0, ne1, 1, fill);
+}
+
+static bool plan_stack(plan *p, const synth_shape *s, synth_ftype ft, int il, const char *role, int64_t ne1,
+                       int64_t ne2) {
     char name[64];
     if (il >= 0) snprintf(name, sizeof name, "blk.%d.%s", il, role);
     else snprintf(name, sizeof name, "%s", role);
-    return plan_add(p, name, synth_tensor_dtype(s, ft, role, il), role_ne0(s, role), ne1, FILL_RANDOM);
+    return plan_add3(p, name, synth_tensor_dtype(s, ft, role, il), role_ne0(s, role), ne1, ne2, FILL_RANDOM);
+}
+
+static bool plan_matrix(plan *p, const synth_shape *s, synth_ftype ft, int il, const char *role,
+                        int64_t ne1) {
+    return plan_stack(p, s, ft, il, role, ne1, 1);
 }
 
 static bool plan_vector(plan *p, int il, const char *role, int64_t n, fill_kind fill) {
@@ -223,20 +265,57 @@ static bool plan_vector(plan *p, int il, const char *role, int64_t n, fill_kind 
     return plan_add(p, name, GGUF_DT_F32, n, 0, fill);
 }
 
-/* One layer, in the order llama.cpp's converter writes them. */
-static bool plan_layer(plan *p, const synth_shape *s, synth_ftype ft, int il) {
+/* MLA attention as llama.cpp's current converter writes it (no q_lora):
+ * q, the joint latent + rope projection and its norm, the per-head
+ * up-projections k_b and v_b, the output. */
+static bool plan_attn_mla(plan *p, const synth_shape *s, synth_ftype ft, int il) {
+    const int64_t H = s->n_head, r = s->kv_lora_rank;
+    return plan_matrix(p, s, ft, il, "attn_q.weight", H * (s->qk_nope + s->qk_rope)) &&
+           plan_matrix(p, s, ft, il, "attn_kv_a_mqa.weight", r + s->qk_rope) &&
+           plan_vector(p, il, "attn_kv_a_norm.weight", r, FILL_ONES) &&
+           plan_stack(p, s, ft, il, "attn_k_b.weight", r, H) &&
+           plan_stack(p, s, ft, il, "attn_v_b.weight", s->v_head_dim, H);
+}
+
+static bool plan_attn(plan *p, const synth_shape *s, synth_ftype ft, int il) {
     int64_t qd = s->n_head * s->head_dim, kvd = s->n_head_kv * s->head_dim;
-    bool ok = plan_vector(p, il, "attn_norm.weight", s->n_embd, FILL_ONES) &&
-              plan_matrix(p, s, ft, il, "attn_q.weight", qd) &&
-              plan_matrix(p, s, ft, il, "attn_k.weight", kvd) &&
+    bool ok = plan_matrix(p, s, ft, il, "attn_q.weight", qd) && plan_matrix(p, s, ft, il, "attn_k.weight", kvd) &&
               plan_matrix(p, s, ft, il, "attn_v.weight", kvd);
     if (ok && s->qkv_bias)
         ok = plan_vector(p, il, "attn_q.bias", qd, FILL_RANDOM) &&
              plan_vector(p, il, "attn_k.bias", kvd, FILL_RANDOM) &&
              plan_vector(p, il, "attn_v.bias", kvd, FILL_RANDOM);
-    return ok && plan_matrix(p, s, ft, il, "attn_output.weight", s->n_embd) &&
-           plan_vector(p, il, "ffn_norm.weight", s->n_embd, FILL_ONES) &&
-           plan_matrix(p, s, ft, il, "ffn_gate.weight", s->n_ff) &&
+    if (ok && s->qk_norm)
+        ok = plan_vector(p, il, "attn_q_norm.weight", s->head_dim, FILL_ONES) &&
+             plan_vector(p, il, "attn_k_norm.weight", s->head_dim, FILL_ONES);
+    return ok;
+}
+
+/* The router stays F32 (llama-quantize never quantizes ffn_gate_inp); the
+ * experts are 3-D stacks typed like their dense counterparts. */
+static bool plan_ffn_moe(plan *p, const synth_shape *s, synth_ftype ft, int il) {
+    char name[64];
+    snprintf(name, sizeof name, "blk.%d.ffn_gate_inp.weight", il);
+    const int64_t E = s->n_embd, NE = s->n_expert, F = s->n_ff_exp, SH = s->n_ff_exp * s->n_shared_exp;
+    bool ok = plan_add(p, name, GGUF_DT_F32, E, NE, FILL_RANDOM) &&
+              plan_stack(p, s, ft, il, "ffn_gate_exps.weight", F, NE) &&
+              plan_stack(p, s, ft, il, "ffn_up_exps.weight", F, NE) &&
+              plan_stack(p, s, ft, il, "ffn_down_exps.weight", E, NE);
+    if (ok && SH)
+        ok = plan_matrix(p, s, ft, il, "ffn_gate_shexp.weight", SH) &&
+             plan_matrix(p, s, ft, il, "ffn_up_shexp.weight", SH) &&
+             plan_matrix(p, s, ft, il, "ffn_down_shexp.weight", E);
+    return ok;
+}
+
+/* One layer, in the order llama.cpp's converter writes them. */
+static bool plan_layer(plan *p, const synth_shape *s, synth_ftype ft, int il) {
+    bool ok = plan_vector(p, il, "attn_norm.weight", s->n_embd, FILL_ONES) &&
+              (s->kv_lora_rank ? plan_attn_mla(p, s, ft, il) : plan_attn(p, s, ft, il));
+    ok = ok && plan_matrix(p, s, ft, il, "attn_output.weight", s->n_embd) &&
+         plan_vector(p, il, "ffn_norm.weight", s->n_embd, FILL_ONES);
+    if (moe_layer(s, il)) return ok && plan_ffn_moe(p, s, ft, il);
+    return ok && plan_matrix(p, s, ft, il, "ffn_gate.weight", s->n_ff) &&
            plan_matrix(p, s, ft, il, "ffn_up.weight", s->n_ff) &&
            plan_matrix(p, s, ft, il, "ffn_down.weight", s->n_embd);
 }
@@ -356,6 +435,42 @@ static bool add_vocab(gguf_writer *w, int64_t n_vocab) {
     return ok;
 }
 
+/* Head widths, MLA, experts and rope scaling, under llama.cpp's keys. */
+static bool add_shape_meta(gguf_writer *w, const synth_shape *s) {
+    const char *a = s->arch;
+    bool ok;
+    if (s->kv_lora_rank) /* the cache holds one "head": the latent + the rope key */
+        ok = kv_arch_u32(w, a, "attention.kv_lora_rank", s->kv_lora_rank) &&
+             kv_arch_u32(w, a, "attention.key_length", s->kv_lora_rank + s->qk_rope) &&
+             kv_arch_u32(w, a, "attention.value_length", s->kv_lora_rank) &&
+             kv_arch_u32(w, a, "attention.key_length_mla", s->qk_nope + s->qk_rope) &&
+             kv_arch_u32(w, a, "attention.value_length_mla", s->v_head_dim) &&
+             kv_arch_u32(w, a, "rope.dimension_count", s->qk_rope);
+    else
+        ok = kv_arch_u32(w, a, "attention.key_length", s->head_dim) &&
+             kv_arch_u32(w, a, "attention.value_length", s->head_dim) &&
+             kv_arch_u32(w, a, "rope.dimension_count", s->head_dim);
+    if (ok && s->n_expert) {
+        ok = kv_arch_u32(w, a, "expert_count", s->n_expert) &&
+             kv_arch_u32(w, a, "expert_used_count", s->n_expert_used) &&
+             kv_arch_u32(w, a, "expert_feed_forward_length", s->n_ff_exp);
+        if (ok && strcmp(a, "deepseek2") == 0) /* DeepSeek-V2: softmax gating, no renormalisation */
+            ok = kv_arch_u32(w, a, "leading_dense_block_count", s->n_layer_dense_lead) &&
+                 kv_arch_u32(w, a, "expert_shared_count", s->n_shared_exp) &&
+                 kv_arch_f32(w, a, "expert_weights_scale", 1.0f) &&
+                 gguf_writer_set_bool(w, "deepseek2.expert_weights_norm", false) &&
+                 kv_arch_u32(w, a, "expert_gating_func", 1);
+    }
+    if (ok && s->yarn_factor > 0) {
+        char key[96];
+        snprintf(key, sizeof key, "%s.rope.scaling.type", a);
+        ok = gguf_writer_set_str(w, key, "yarn") && kv_arch_f32(w, a, "rope.scaling.factor", s->yarn_factor) &&
+             kv_arch_u32(w, a, "rope.scaling.original_context_length", s->yarn_orig_ctx) &&
+             kv_arch_f32(w, a, "rope.scaling.yarn_log_multiplier", s->yarn_log_mul);
+    }
+    return ok;
+}
+
 /* The whole file but the tensor data: metadata, then the plan's descriptors. */
 static bool add_meta(gguf_writer *w, const synth_shape *s, synth_ftype ft, uint64_t seed, const plan *p) {
     const char *a = s->arch;
@@ -371,11 +486,9 @@ static bool add_meta(gguf_writer *w, const synth_shape *s, synth_ftype ft, uint6
               kv_arch_u32(w, a, "block_count", s->n_layer) && kv_arch_u32(w, a, "feed_forward_length", s->n_ff) &&
               kv_arch_u32(w, a, "attention.head_count", s->n_head) &&
               kv_arch_u32(w, a, "attention.head_count_kv", s->n_head_kv) &&
-              kv_arch_u32(w, a, "attention.key_length", s->head_dim) &&
-              kv_arch_u32(w, a, "attention.value_length", s->head_dim) &&
-              kv_arch_u32(w, a, "rope.dimension_count", s->head_dim) &&
               kv_arch_f32(w, a, "rope.freq_base", s->rope_base) &&
-              kv_arch_f32(w, a, "attention.layer_norm_rms_epsilon", s->rms_eps) && add_vocab(w, s->n_vocab);
+              kv_arch_f32(w, a, "attention.layer_norm_rms_epsilon", s->rms_eps) && add_shape_meta(w, s) &&
+              add_vocab(w, s->n_vocab);
     for (int i = 0; ok && i < p->n; i++)
         ok = gguf_writer_add_tensor(w, p->t[i].name, p->t[i].dtype, p->t[i].n_dims, p->t[i].ne, NULL);
     return ok;
@@ -423,8 +536,9 @@ static bool write_tensor(writer *w, const tplan *t, int ti, uint64_t seed, kvl_e
     const kern_traits *tr = kern_traits_of(t->dtype);
     size_t rb = kern_row_bytes(t->dtype, t->ne[0]);
     int64_t rows = CHUNK_FLOATS / t->ne[0] > 0 ? CHUNK_FLOATS / t->ne[0] : 1;
-    for (int64_t r0 = 0; r0 < t->ne[1]; r0 += rows) {
-        int64_t nr = t->ne[1] - r0 < rows ? t->ne[1] - r0 : rows;
+    const int64_t n_rows = t->ne[1] * t->ne[2];
+    for (int64_t r0 = 0; r0 < n_rows; r0 += rows) {
+        int64_t nr = n_rows - r0 < rows ? n_rows - r0 : rows;
 #pragma omp parallel for schedule(static)
         for (int64_t r = 0; r < nr; r++) {
             float *row = w->f + r * t->ne[0];

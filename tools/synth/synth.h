@@ -17,12 +17,25 @@
 
 typedef struct synth_shape {
     const char *name; /* "llama-3.2-1b" */
-    const char *arch; /* GGUF general.architecture: "llama" or "qwen2" */
+    const char *arch; /* GGUF general.architecture: llama, qwen2, qwen3moe, deepseek2 */
     int64_t n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_vocab;
     int64_t n_ctx;    /* context_length written (may be below the real model's) */
     float rope_base, rms_eps;
     bool tied_output; /* no output.weight: token_embd doubles as the output matrix */
     bool qkv_bias;    /* attn_{q,k,v}.bias (Qwen2) */
+    /* Optional (0: off) */
+    bool qk_norm;     /* attn_{q,k}_norm per head (Qwen3) */
+    /* Mixture of experts: n_layer_dense_lead dense layers (n_ff wide), then
+     * layers of n_expert routed experts (n_ff_exp wide, n_expert_used per
+     * token) plus n_shared_exp shared ones (DeepSeek's shexp, n_ff_exp each). */
+    int64_t n_expert, n_expert_used, n_ff_exp, n_shared_exp, n_layer_dense_lead;
+    /* MLA (DeepSeek-V2 layout in llama.cpp's current form, no q_lora): the
+     * cached latent of kv_lora_rank + the qk_rope key; per head qk_nope + qk_rope
+     * for K, v_head_dim for V (head_dim is unused). */
+    int64_t kv_lora_rank, qk_nope, qk_rope, v_head_dim;
+    /* YaRN rope scaling (factor 0: none) */
+    float yarn_factor, yarn_log_mul;
+    int64_t yarn_orig_ctx;
 } synth_shape;
 
 /* Weight mixes, named and numbered as llama.cpp's general.file_type. */
