@@ -353,7 +353,7 @@ static void emit_stack(grammar_state *st, const int32_t *stk, int32_t len, int32
     }
     st->recs[st->n_recs++] = st->n_out;
     st->out[st->n_out++] = n;
-    memcpy(st->out + st->n_out, stk, (size_t)len * sizeof *stk);
+    if (len > 0) memcpy(st->out + st->n_out, stk, (size_t)len * sizeof *stk); /* stk may be NULL when empty */
     st->n_out += len;
     if (top >= 0) st->out[st->n_out++] = top;
 }
@@ -375,7 +375,7 @@ static void expand(grammar_state *st, const int32_t *stk, int32_t len, int32_t p
             st->overflow = true;
             return;
         }
-        memcpy(buf, stk, (size_t)len * sizeof *buf);
+        if (len > 0) memcpy(buf, stk, (size_t)len * sizeof *buf);
         int32_t nl = len;
         if (g->elems[pos + 1].kind != GE_END) buf[nl++] = pos + 1;
         for (int32_t a = g->rule_alt[e->arg]; a < g->rule_alt[e->arg + 1]; a++) expand(st, buf, nl, g->alt_start[a]);

@@ -121,7 +121,7 @@ static int32_t add_set(parser *ps, const uint32_t *pairs, int32_t n, bool negate
     if (!grow((void **)&ps->sets, &ps->cap_sets, ps->n_sets + 1, sizeof(gset)) ||
         !grow((void **)&ps->ranges, &ps->cap_ranges, ps->n_ranges + n, 2 * sizeof(uint32_t)))
         return oom(ps), -1;
-    memcpy(ps->ranges + 2 * ps->n_ranges, pairs, (size_t)n * 2 * sizeof(uint32_t));
+    if (n > 0) memcpy(ps->ranges + 2 * ps->n_ranges, pairs, (size_t)n * 2 * sizeof(uint32_t));
     ps->sets[ps->n_sets] = (gset){ps->n_ranges, n, negate};
     ps->n_ranges += n;
     return ps->n_sets++;

@@ -9,7 +9,7 @@
  * Supported: type (also as an array), properties / required /
  * additionalProperties (true, false or a schema), items / prefixItems /
  * minItems / maxItems, enum, const, minLength / maxLength, pattern (a regex
- * subset, json_regex.c), format date / time / date-time / uuid, integer
+ * subset, json_regex.c), format date / time / date-time / uuid / email / ipv4, integer
  * minimum / maximum / exclusiveMinimum / exclusiveMaximum, number minimum 0,
  * anyOf, oneOf (as anyOf), allOf of objects, $ref to #, #/$defs/... and
  * #/definitions/.... Annotations (title, description, default, examples, ...)
@@ -45,7 +45,7 @@ typedef struct conv {
     } refs[256];
     int n_refs;
     int counter;
-    bool date, time, uuid;
+    bool date, time, uuid, email, ipv4;
 } conv;
 
 static bool cfail(conv *c, const char *path, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -257,7 +257,9 @@ static bool string_rule(conv *c, const cJSON *s, const char *path, kvl_buf *e) {
         else if (strcmp(f, "time") == 0) c->time = true;
         else if (strcmp(f, "date-time") == 0) c->date = c->time = true;
         else if (strcmp(f, "uuid") == 0) c->uuid = true;
-        else return cfail(c, path, "format '%s' is not supported (date, time, date-time, uuid are)", f);
+        else if (strcmp(f, "email") == 0) c->email = true;
+        else if (strcmp(f, "ipv4") == 0) c->ipv4 = true;
+        else return cfail(c, path, "format '%s' is not supported (date, time, date-time, uuid, email, ipv4 are)", f);
         kvl_buf_printf(e, "\"\\\"\" %s%s \"\\\"\" %sspace", c->prefix, strcmp(f, "date-time") == 0 ? "datetime" : f, c->prefix);
         return true;
     }
@@ -762,6 +764,13 @@ static void primitives(conv *c) {
         kvl_buf_printf(o, "%stime ::= ([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9] \":\" [0-5] [0-9] (\".\" [0-9]{1,6})? "
                           "(\"Z\" | [+-] ([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9])\n", p);
     if (c->date && c->time) kvl_buf_printf(o, "%sdatetime ::= %sdate \"T\" %stime\n", p, p, p);
+    if (c->email) /* dot-atoms on both sides: a plain subset of RFC 5321 addresses */
+        kvl_buf_printf(o, "%semail ::= [a-zA-Z0-9_+-]{1,32} (\".\" [a-zA-Z0-9_+-]{1,32}){0,3} \"@\" "
+                          "[a-zA-Z0-9] ([a-zA-Z0-9-]{0,30} [a-zA-Z0-9])? (\".\" [a-zA-Z0-9] ([a-zA-Z0-9-]{0,30} [a-zA-Z0-9])?){0,3} "
+                          "\".\" [a-zA-Z]{2,8}\n", p);
+    if (c->ipv4)
+        kvl_buf_printf(o, "%sipv4 ::= %soctet \".\" %soctet \".\" %soctet \".\" %soctet\n"
+                          "%soctet ::= \"25\" [0-5] | \"2\" [0-4] [0-9] | \"1\" [0-9] [0-9] | [1-9]? [0-9]\n", p, p, p, p, p, p);
     if (c->uuid)
         kvl_buf_printf(o, "%suuid ::= [0-9a-fA-F]{8} \"-\" [0-9a-fA-F]{4} \"-\" [0-9a-fA-F]{4} \"-\" [0-9a-fA-F]{4} \"-\" [0-9a-fA-F]{12}\n", p);
 }

@@ -68,8 +68,9 @@ const SCHEMAS = {
   codes: {
     type: 'object',
     properties: { code: { type: 'string', pattern: '^[A-Z]{3}-\\d{2,4}$' }, day: { type: 'string', format: 'date' },
-      id: { type: 'string', format: 'uuid' }, at: { type: 'string', format: 'date-time' } },
-    required: ['code', 'day', 'id', 'at'], additionalProperties: false,
+      id: { type: 'string', format: 'uuid' }, at: { type: 'string', format: 'date-time' }, mail: { type: 'string', format: 'email' },
+      ip: { type: 'string', format: 'ipv4' } },
+    required: ['code', 'day', 'id', 'at', 'mail', 'ip'], additionalProperties: false,
   },
   tuple: { type: 'array', prefixItems: [{ type: 'string', maxLength: 3 }, { type: 'integer' }, { enum: [true, 'x'] }], items: false, minItems: 2 },
   tagged: {
@@ -230,7 +231,7 @@ const tests = [
       [{ guided_grammar: 'root ::= root "x"' }, 'guided_grammar', /left recursion/],
       [{ guided_regex: '(a)\\1' }, 'guided_regex', /backreferences/],
       [{ guided_regex: '(?<=a)b' }, 'guided_regex', /lookaround/],
-      [{ json_schema: { type: 'string', format: 'email' } }, 'json_schema', /format 'email' is not supported/],
+      [{ json_schema: { type: 'string', format: 'uri' } }, 'json_schema', /format 'uri' is not supported/],
       [{ guided_json: '{"type": "object", ' }, 'guided_json', /not valid JSON/],
       [{ guided_json: { type: 'object', properties: { a: { type: 'string', pattern: 'x\\by' } } } }, 'guided_json', /word boundaries/],
       [{ response_format: { type: 'json_schema', json_schema: { name: 'n', schema: { type: 'array', uniqueItems: true } } } },

@@ -194,7 +194,11 @@ static void test_json_schema(void) {
     schema_cases("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"null\"}}}", (const char *[]){"{}", "{\"a\":null}", NULL},
                  (const char *[]){"{\"b\":null}", NULL});
     schema_cases("{\"type\":\"object\"}", (const char *[]){"{}", "{\"b\":null,\"\\n\":[{}]}", NULL}, (const char *[]){"[]", NULL});
-    schema_error("{\"type\":\"string\",\"format\":\"email\"}", "format 'email' is not supported");
+    schema_cases("{\"type\":\"string\",\"format\":\"email\"}", (const char *[]){"\"a.b+c@x-y.example.org\"", NULL},
+                 (const char *[]){"\"a..b@x.org\"", "\"ab@x\"", "\"@x.org\"", "\"a@-x.org\"", "\"a@x-.org\"", NULL});
+    schema_cases("{\"type\":\"string\",\"format\":\"ipv4\"}", (const char *[]){"\"0.0.0.0\"", "\"255.249.10.199\"", NULL},
+                 (const char *[]){"\"256.1.1.1\"", "\"01.1.1.1\"", "\"1.1.1\"", NULL});
+    schema_error("{\"type\":\"string\",\"format\":\"uri\"}", "format 'uri' is not supported");
     schema_error("{\"type\":\"object\",\"patternProperties\":{}}", "unsupported JSON Schema keyword 'patternProperties'");
     schema_error("{\"not\":{}}", "'not'");
     schema_error("{\"type\":\"string\",\"pattern\":\"(a)\\\\1\"}", "backreferences");
