@@ -33,15 +33,19 @@ static const char *SCHEMA =
     "\"age\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":150},"
     "\"email\":{\"type\":\"string\",\"pattern\":\"^[a-z0-9._]+@[a-z0-9]+\\\\.[a-z]{2,4}$\"},"
     "\"tags\":{\"type\":\"array\",\"items\":{\"type\":\"string\"},\"maxItems\":8},"
-    "\"address\":{\"type\":\"object\",\"properties\":{\"street\":{\"type\":\"string\"},\"city\":{\"type\":\"string\"},"
-    "\"zip\":{\"type\":\"string\",\"pattern\":\"^[0-9]{5}$\"}},\"required\":[\"street\",\"city\"],\"additionalProperties\":false},"
+    "\"address\":{\"type\":\"object\",\"properties\":{\"street\":{\"type\":\"string\"},\"city\":{"
+    "\"type\":\"string\"},"
+    "\"zip\":{\"type\":\"string\",\"pattern\":\"^[0-9]{5}$\"}},\"required\":[\"street\",\"city\"],"
+    "\"additionalProperties\":false},"
     "\"active\":{\"type\":\"boolean\"}},"
     "\"required\":[\"name\",\"age\",\"tags\"],\"additionalProperties\":false}";
 
 static const char *DOC =
-    "{\"name\": \"Ada Lovelace, Countess of Lovelace\", \"age\": 36, \"tags\": [\"mathematics\", \"poetry\", "
+    "{\"name\": \"Ada Lovelace, Countess of Lovelace\", \"age\": 36, \"tags\": [\"mathematics\", "
+    "\"poetry\", "
     "\"analytical engine\", \"Bernoulli numbers\"], \"email\": \"ada.lovelace@example.org\", "
-    "\"address\": {\"street\": \"St James's Square 12\", \"city\": \"London\", \"zip\": \"12345\"}, \"active\": true}";
+    "\"address\": {\"street\": \"St James's Square 12\", \"city\": \"London\", \"zip\": "
+    "\"12345\"}, \"active\": true}";
 
 static grammar *schema_grammar(const tok_vocab *v) {
     kvl_buf b = {0};
@@ -72,7 +76,8 @@ static tok_vocab *load_vocab(const char *path) {
     return v;
 }
 
-static void mask_at(grammar *g, int32_t V, uint32_t *mask, const char *prefix, int reps, const char *name) {
+static void mask_at(grammar *g, int32_t V, uint32_t *mask, const char *prefix, int reps,
+                    const char *name) {
     grammar_state *st = grammar_state_new(g);
     if (!grammar_state_accept_bytes(st, prefix, strlen(prefix))) {
         fprintf(stderr, "prefix refused: %s\n", prefix);
@@ -89,14 +94,16 @@ static void mask_at(grammar *g, int32_t V, uint32_t *mask, const char *prefix, i
         sum += dt;
         if (dt < best) best = dt;
     }
-    printf("  mask %-12s %7d tokens allowed   first %7.3f ms   again (same state, remembered) %5.1f us\n", name, n,
-           first * 1e3, sum / reps * 1e6);
+    printf("  mask %-12s %7d tokens allowed   first %7.3f ms   again (same state, remembered) "
+           "%5.1f us\n",
+           name, n, first * 1e3, sum / reps * 1e6);
     (void)best;
     grammar_state_free(st);
 }
 
 /* ms per decode step of one greedy sequence of n tokens (after the first). */
-static double decode_ms(const char *path, const char *schema_gbnf_for_vocab, int n, int32_t *n_vocab_out) {
+static double decode_ms(const char *path, const char *schema_gbnf_for_vocab, int n,
+                        int32_t *n_vocab_out) {
     kvl_error err = {{0}};
     gguf_file *f = gguf_open(path, &err);
     tok_vocab *v = f ? tok_vocab_create(f, &err) : NULL;
@@ -114,7 +121,8 @@ static double decode_ms(const char *path, const char *schema_gbnf_for_vocab, int
     c.max_seqs = 1;
     engine *e = engine_create(m, v, &c, &err);
     int32_t prompt[4] = {1, 10, 20, 30};
-    engine_request r = {.prompt = prompt, .n_prompt = 4, .max_tokens = n, .ignore_eos = true, .grammar = g};
+    engine_request r = {
+        .prompt = prompt, .n_prompt = 4, .max_tokens = n, .ignore_eos = true, .grammar = g};
     sampler_params_default(&r.sampling);
     r.sampling.temperature = g ? 1.0f : 0.0f; /* a grammar: sampled, so the document varies */
     engine_submit(e, &r, &err);
@@ -145,7 +153,8 @@ int main(int argc, char **argv) {
     grammar *g2 = schema_grammar(v);
     double t_next = kvl_time_s() - t0;
     grammar_free(g2);
-    printf("  compile: first %.1f ms (builds the vocabulary trie), next %.2f ms\n", t_first * 1e3, t_next * 1e3);
+    printf("  compile: first %.1f ms (builds the vocabulary trie), next %.2f ms\n", t_first * 1e3,
+           t_next * 1e3);
     uint32_t *mask = malloc((size_t)(V + 31) / 32 * sizeof *mask);
     mask_at(g, V, mask, "", reps, "start");
     mask_at(g, V, mask, "{\"name\": \"Ada\", ", reps, "mid-object");
@@ -169,21 +178,24 @@ int main(int argc, char **argv) {
             return 1;
         }
     }
-    printf("  decode loop: %lld tokens of a JSON document, mask %.3f ms per token (worst %.3f ms)\n", (long long)nt,
-           tm * 1e3 / (double)nt, worst * 1e3);
+    printf(
+        "  decode loop: %lld tokens of a JSON document, mask %.3f ms per token (worst %.3f ms)\n",
+        (long long)nt, tm * 1e3 / (double)nt, worst * 1e3);
     const double mask_ms = tm * 1e3 / (double)nt;
     grammar_state_free(st);
     grammar_free(g);
     free(mask);
     tok_vocab_destroy(v);
 
-    static const char *models[] = {"models/stories260K.gguf", "tests/data/llama-2-tiny-random.gguf"};
+    static const char *models[] = {"models/stories260K.gguf",
+                                   "tests/data/llama-2-tiny-random.gguf"};
     for (int i = 0; i < 2; i++) {
         int32_t mv;
         double plain = decode_ms(models[i], NULL, 128, &mv);
         double constrained = decode_ms(models[i], SCHEMA, 128, &mv);
-        printf("%s (%d-token vocabulary): decode step %.3f ms; with the JSON-schema grammar %.3f ms\n", models[i], mv,
-               plain, constrained);
+        printf(
+            "%s (%d-token vocabulary): decode step %.3f ms; with the JSON-schema grammar %.3f ms\n",
+            models[i], mv, plain, constrained);
         printf("  Qwen3-vocabulary mask / this decode step = %.2f\n", mask_ms / plain);
     }
     grammar_vocab_cache_trim();

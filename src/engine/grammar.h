@@ -44,7 +44,8 @@ bool json_schema_to_gbnf(const char *schema_json, const char *prefix, kvl_buf *o
  * the whole-match rule named `<prefix>root`. json_string: the text is the
  * content of a JSON string (quotes, backslashes and control characters are
  * produced in their escaped form). Unsupported syntax fails, naming it. */
-bool regex_to_gbnf(const char *regex, const char *prefix, bool json_string, kvl_buf *out, kvl_error *err);
+bool regex_to_gbnf(const char *regex, const char *prefix, bool json_string, kvl_buf *out,
+                   kvl_error *err);
 
 /* Helpers for composing grammars as text: a GBNF string literal for s (quoted, escaped). */
 void gbnf_append_literal(kvl_buf *out, const char *s, size_t n);

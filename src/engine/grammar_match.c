@@ -40,7 +40,7 @@ struct gvocab {
     int32_t *eog;
     int32_t n_eog;
     int32_t max_depth;
-    char **text;      /* each token's bytes (NULL: never matches text) */
+    char **text; /* each token's bytes (NULL: never matches text) */
     uint32_t *text_len;
     struct gvocab *next;
 };
@@ -206,10 +206,10 @@ void grammar_vocab_cache_trim(void) {
  * stack: its length and its positions, bottom first], stacks sorted. */
 enum { K_PVAL = 0, K_PREM = 1, K_NST = 2, K_HDR = 3 };
 enum { T_UNKNOWN = -2, T_DEAD = -1 };
-#define P_UNIFORM 0x100 /* in key[K_PREM]: a partial code point whose bits no longer matter */
-#define STATE_SOFT_LIMIT 4096 /* states kept between steps; the cache restarts past it */
-#define MAX_STACK_WORDS (1 << 24)
-#define MASK_MEMO 4
+#define P_UNIFORM        0x100 /* in key[K_PREM]: a partial code point whose bits no longer matter */
+#define STATE_SOFT_LIMIT 4096  /* states kept between steps; the cache restarts past it */
+#define MAX_STACK_WORDS  (1 << 24)
+#define MASK_MEMO        4
 
 typedef struct srec {
     int64_t key_off;
@@ -225,7 +225,7 @@ struct grammar_state {
     srec *st;
     int32_t n_st, cap_st;
     int32_t *trans; /* [cap_st][256] byte transitions, T_UNKNOWN until computed */
-    int32_t *ht; /* state ids, -1 empty; size ht_cap (a power of two) */
+    int32_t *ht;    /* state ids, -1 empty; size ht_cap (a power of two) */
     uint32_t ht_cap;
     int32_t cur;
     /* scratch: stacks being built ([len, positions...] records) and their order */
@@ -254,7 +254,9 @@ static uint32_t hash_key(const int32_t *k, int32_t n) {
     return (uint32_t)h;
 }
 
-static const int32_t *key_of(const grammar_state *st, int32_t id) { return st->keys + st->st[id].key_off; }
+static const int32_t *key_of(const grammar_state *st, int32_t id) {
+    return st->keys + st->st[id].key_off;
+}
 
 static bool ht_grow(grammar_state *st) {
     uint32_t cap = st->ht_cap ? st->ht_cap * 2 : 1024;
@@ -279,7 +281,8 @@ static int32_t intern(grammar_state *st, const int32_t *key, int32_t len) {
     uint32_t slot = h & (st->ht_cap - 1);
     for (; st->ht[slot] >= 0; slot = (slot + 1) & (st->ht_cap - 1)) {
         const srec *r = &st->st[st->ht[slot]];
-        if (r->hash == h && r->key_len == len && memcmp(st->keys + r->key_off, key, (size_t)len * sizeof *key) == 0)
+        if (r->hash == h && r->key_len == len &&
+            memcmp(st->keys + r->key_off, key, (size_t)len * sizeof *key) == 0)
             return st->ht[slot];
     }
     if (st->n_st == st->cap_st) {
@@ -353,7 +356,9 @@ static void emit_stack(grammar_state *st, const int32_t *stk, int32_t len, int32
     }
     st->recs[st->n_recs++] = st->n_out;
     st->out[st->n_out++] = n;
-    if (len > 0) memcpy(st->out + st->n_out, stk, (size_t)len * sizeof *stk); /* stk may be NULL when empty */
+    if (len > 0)
+        memcpy(st->out + st->n_out, stk,
+               (size_t)len * sizeof *stk); /* stk may be NULL when empty */
     st->n_out += len;
     if (top >= 0) st->out[st->n_out++] = top;
 }
@@ -378,7 +383,8 @@ static void expand(grammar_state *st, const int32_t *stk, int32_t len, int32_t p
         if (len > 0) memcpy(buf, stk, (size_t)len * sizeof *buf);
         int32_t nl = len;
         if (g->elems[pos + 1].kind != GE_END) buf[nl++] = pos + 1;
-        for (int32_t a = g->rule_alt[e->arg]; a < g->rule_alt[e->arg + 1]; a++) expand(st, buf, nl, g->alt_start[a]);
+        for (int32_t a = g->rule_alt[e->arg]; a < g->rule_alt[e->arg + 1]; a++)
+            expand(st, buf, nl, g->alt_start[a]);
         if (buf != local) free(buf);
     }
 }
@@ -408,7 +414,8 @@ static int32_t intern_out(grammar_state *st, int32_t pval, int32_t prem) {
     const int32_t *prev = NULL;
     for (int64_t i = 0; i < st->n_recs; i++) {
         const int32_t *r = st->out + st->recs[i];
-        if (prev && prev[0] == r[0] && memcmp(prev + 1, r + 1, (size_t)r[0] * sizeof *r) == 0) continue;
+        if (prev && prev[0] == r[0] && memcmp(prev + 1, r + 1, (size_t)r[0] * sizeof *r) == 0)
+            continue;
         memcpy(key + n, r, (size_t)(1 + r[0]) * sizeof *r);
         n += 1 + r[0];
         ns++;
@@ -453,7 +460,8 @@ static int32_t advance(grammar_state *st, int32_t id, uint32_t cp, bool any_cp) 
 }
 
 /* A uniform partial state from state id: its stacks whose tops take [lo, hi]. */
-static int32_t uniform_from(grammar_state *st, int32_t id, int32_t prem, int32_t plen, uint32_t lo, uint32_t hi) {
+static int32_t uniform_from(grammar_state *st, int32_t id, int32_t prem, int32_t plen, uint32_t lo,
+                            uint32_t hi) {
     const grammar *g = st->g;
     const int32_t *key = key_of(st, id);
     int32_t len = st->st[id].key_len;
@@ -504,7 +512,10 @@ static int32_t step_byte(grammar_state *st, int32_t id, uint8_t b) {
         if (b < 0x80) {
             cp = b;
         } else {
-            int n = b >= 0xC2 && b <= 0xDF ? 2 : b >= 0xE0 && b <= 0xEF ? 3 : b >= 0xF0 && b <= 0xF4 ? 4 : 0;
+            int n = b >= 0xC2 && b <= 0xDF   ? 2
+                    : b >= 0xE0 && b <= 0xEF ? 3
+                    : b >= 0xF0 && b <= 0xF4 ? 4
+                                             : 0;
             if (!n) return T_DEAD;
             pval = b & (0x7F >> n);
             prem = n - 1;
@@ -516,7 +527,8 @@ static int32_t step_byte(grammar_state *st, int32_t id, uint8_t b) {
         pval = pval << 6 | (b & 0x3F);
         if (--prem > 0) goto partial;
         cp = (uint32_t)pval;
-        if ((plen == 3 && cp < 0x800) || (plen == 4 && (cp < 0x10000 || cp > 0x10FFFF)) || (cp >= 0xD800 && cp <= 0xDFFF))
+        if ((plen == 3 && cp < 0x800) || (plen == 4 && (cp < 0x10000 || cp > 0x10FFFF)) ||
+            (cp >= 0xD800 && cp <= 0xDFFF))
             return T_DEAD;
     }
     return advance(st, id, cp, false);
@@ -544,7 +556,8 @@ partial : {
      * an overlong form, a surrogate or a value past U+10FFFF. */
     const int consumed = plen - prem;
     const int lead = consumed == 1 ? (int)b : -1;
-    if (plen == 2 || consumed >= 2 || !(lead == 0xE0 || lead == 0xED || lead == 0xF0 || lead == 0xF4)) {
+    if (plen == 2 || consumed >= 2 ||
+        !(lead == 0xE0 || lead == 0xED || lead == 0xF0 || lead == 0xF4)) {
         bool uni = true;
         p = key + K_HDR;
         for (int32_t i = 0; i < key[K_NST] && uni; i++, p += 1 + p[0])
@@ -600,7 +613,8 @@ grammar_state *grammar_state_new(const grammar *g) {
     for (int i = 0; i < MASK_MEMO; i++) st->memo[i].state = -1;
     /* the start: root's alternatives expanded on an empty stack */
     scratch_reset(st);
-    for (int32_t a = g->rule_alt[g->root]; a < g->rule_alt[g->root + 1]; a++) expand(st, NULL, 0, g->alt_start[a]);
+    for (int32_t a = g->rule_alt[g->root]; a < g->rule_alt[g->root + 1]; a++)
+        expand(st, NULL, 0, g->alt_start[a]);
     st->cur = intern_out(st, 0, 0);
     if (st->cur < 0) {
         /* a grammar with no sentence at all (e.g. root ::= [^\x00-\U0010FFFF]) still
@@ -678,7 +692,9 @@ int32_t grammar_state_mask(grammar_state *st, uint32_t *allowed, int32_t n_vocab
         }
     int32_t count = mask_walk(st, allowed, n_vocab);
     int k = st->memo_next;
-    uint32_t *bits = st->memo[k].n_vocab == n_vocab ? st->memo[k].bits : realloc(st->memo[k].bits, words * sizeof *bits);
+    uint32_t *bits = st->memo[k].n_vocab == n_vocab
+                         ? st->memo[k].bits
+                         : realloc(st->memo[k].bits, words * sizeof *bits);
     if (bits) {
         memcpy(bits, allowed, words * sizeof *bits);
         st->memo[k].bits = bits;

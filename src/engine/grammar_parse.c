@@ -13,8 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_REPEAT 10000        /* {m,n} bound: each unit is a copy */
-#define MAX_ELEMS (4 << 20)     /* elements over all rules */
+#define MAX_REPEAT 10000     /* {m,n} bound: each unit is a copy */
+#define MAX_ELEMS  (4 << 20) /* elements over all rules */
 
 typedef struct rbody {
     gelem *e;
@@ -37,7 +37,8 @@ typedef struct parser {
     int64_t n_elems;
 } parser;
 
-static bool fail_at(parser *ps, const char *at, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static bool fail_at(parser *ps, const char *at, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 static bool fail_at(parser *ps, const char *at, const char *fmt, ...) {
     if (ps->failed) return false;
     ps->failed = true;
@@ -69,7 +70,8 @@ static bool oom(parser *ps) { return fail_at(ps, ps->p, "out of memory"); }
 
 static bool push_elem(parser *ps, int32_t r, int32_t kind, int32_t arg) {
     rbody *b = &ps->bodies[r];
-    if (++ps->n_elems > MAX_ELEMS) return fail_at(ps, ps->p, "the grammar is too large (over %d elements)", MAX_ELEMS);
+    if (++ps->n_elems > MAX_ELEMS)
+        return fail_at(ps, ps->p, "the grammar is too large (over %d elements)", MAX_ELEMS);
     if (!grow((void **)&b->e, &b->cap, b->n + 1, sizeof(gelem))) return oom(ps);
     b->e[b->n++] = (gelem){kind, arg};
     return true;
@@ -128,7 +130,8 @@ static int32_t add_set(parser *ps, const uint32_t *pairs, int32_t n, bool negate
 }
 
 static bool is_name_char(char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_';
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+           c == '_';
 }
 
 static void skip_ws(parser *ps) {
@@ -158,14 +161,19 @@ static bool at_rule_start(parser *ps) {
 /* One UTF-8 code point from the source. */
 static bool decode_cp(parser *ps, uint32_t *cp) {
     const unsigned char *s = (const unsigned char *)ps->p;
-    int n = s[0] < 0x80 ? 1 : s[0] >= 0xC2 && s[0] <= 0xDF ? 2 : s[0] >= 0xE0 && s[0] <= 0xEF ? 3 : s[0] >= 0xF0 && s[0] <= 0xF4 ? 4 : 0;
+    int n = s[0] < 0x80                    ? 1
+            : s[0] >= 0xC2 && s[0] <= 0xDF ? 2
+            : s[0] >= 0xE0 && s[0] <= 0xEF ? 3
+            : s[0] >= 0xF0 && s[0] <= 0xF4 ? 4
+                                           : 0;
     if (!n) return fail_at(ps, ps->p, "invalid UTF-8 byte 0x%02X", s[0]);
     uint32_t c = n == 1 ? s[0] : s[0] & (0x7F >> n);
     for (int i = 1; i < n; i++) {
         if ((s[i] & 0xC0) != 0x80) return fail_at(ps, ps->p, "invalid UTF-8 sequence");
         c = c << 6 | (s[i] & 0x3F);
     }
-    if ((n == 3 && c < 0x800) || (n == 4 && (c < 0x10000 || c > 0x10FFFF)) || (c >= 0xD800 && c <= 0xDFFF))
+    if ((n == 3 && c < 0x800) || (n == 4 && (c < 0x10000 || c > 0x10FFFF)) ||
+        (c >= 0xD800 && c <= 0xDFFF))
         return fail_at(ps, ps->p, "invalid UTF-8 sequence");
     ps->p += n;
     *cp = c;
@@ -176,7 +184,10 @@ static bool hex_escape(parser *ps, int digits, uint32_t *cp) {
     uint32_t v = 0;
     for (int i = 0; i < digits; i++) {
         char c = ps->p[i];
-        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        int d = c >= '0' && c <= '9'   ? c - '0'
+                : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                       : -1;
         if (d < 0) return fail_at(ps, ps->p + i, "expected %d hex digits in the escape", digits);
         v = v << 4 | (uint32_t)d;
     }
@@ -198,9 +209,15 @@ static bool parse_char(parser *ps, uint32_t *cp) {
     case 'x': return hex_escape(ps, 2, cp);
     case 'u': return hex_escape(ps, 4, cp);
     case 'U': return hex_escape(ps, 8, cp);
-    case '\\': case '"': case '[': case ']': case '-': case '^': case '/': case '\'': case '.':
-        *cp = (uint32_t)c;
-        return true;
+    case '\\':
+    case '"':
+    case '[':
+    case ']':
+    case '-':
+    case '^':
+    case '/':
+    case '\'':
+    case '.': *cp = (uint32_t)c; return true;
     case 0: return fail_at(ps, at, "the grammar ends inside an escape");
     default: return fail_at(ps, at, "unknown escape '\\%c'", c);
     }
@@ -239,7 +256,8 @@ static bool parse_class(parser *ps, int32_t r) {
         if (ok && ps->p[0] == '-' && ps->p[1] && ps->p[1] != ']') {
             ps->p++;
             ok = parse_char(ps, &hi);
-            if (ok && hi < lo) ok = fail_at(ps, at, "range end U+%04X is below its start U+%04X", hi, lo);
+            if (ok && hi < lo)
+                ok = fail_at(ps, at, "range end U+%04X is below its start U+%04X", hi, lo);
         }
         if (ok && !grow((void **)&pairs, &cap, n + 1, 2 * sizeof(uint32_t))) ok = oom(ps);
         if (ok) pairs[2 * n] = lo, pairs[2 * n + 1] = hi, n++;
@@ -325,8 +343,12 @@ static bool parse_postfix(parser *ps, int32_t r, int32_t from) {
                 max = -1;
                 if (!parse_int(ps, &max) && ps->failed) return false;
                 skip_ws(ps);
-                if (*ps->p != '}') return fail_at(ps, ps->p, "expected '}' to close the repetition");
-                if (max >= 0 && max < min) return fail_at(ps, at, "repetition {%lld,%lld}: the maximum is below the minimum", (long long)min, (long long)max);
+                if (*ps->p != '}')
+                    return fail_at(ps, ps->p, "expected '}' to close the repetition");
+                if (max >= 0 && max < min)
+                    return fail_at(ps, at,
+                                   "repetition {%lld,%lld}: the maximum is below the minimum",
+                                   (long long)min, (long long)max);
             } else {
                 return fail_at(ps, ps->p, "expected a number, ',' or '}' in the repetition");
             }
@@ -334,7 +356,8 @@ static bool parse_postfix(parser *ps, int32_t r, int32_t from) {
         } else {
             return true;
         }
-        if (ps->bodies[r].n == from) return fail_at(ps, at, "a repetition operator must follow an element");
+        if (ps->bodies[r].n == from)
+            return fail_at(ps, at, "a repetition operator must follow an element");
         if (!repeat(ps, r, from, min, max)) return false;
         /* a second operator applies to the repetition as a whole: make it one element */
         if (ps->bodies[r].n - from > 1) {
@@ -343,7 +366,8 @@ static bool parse_postfix(parser *ps, int32_t r, int32_t from) {
                 int32_t g = gen_rule(ps, r);
                 if (g < 0) return false;
                 for (int32_t k = from; k < ps->bodies[r].n; k++)
-                    if (!push_elem(ps, g, ps->bodies[r].e[k].kind, ps->bodies[r].e[k].arg)) return false;
+                    if (!push_elem(ps, g, ps->bodies[r].e[k].kind, ps->bodies[r].e[k].arg))
+                        return false;
                 ps->n_elems -= ps->bodies[r].n - from;
                 ps->bodies[r].n = from;
                 if (!push_elem(ps, g, GE_END, 0) || !push_elem(ps, r, GE_REF, g)) return false;
@@ -357,7 +381,8 @@ static bool parse_sequence(parser *ps, int32_t r, bool nested) {
         skip_ws(ps);
         char c = *ps->p;
         if (!c || c == '|' || c == ')') return true;
-        if (at_rule_start(ps)) return nested ? fail_at(ps, ps->p, "unclosed '(' before the next rule") : true;
+        if (at_rule_start(ps))
+            return nested ? fail_at(ps, ps->p, "unclosed '(' before the next rule") : true;
         int32_t from = ps->bodies[r].n;
         const char *at = ps->p;
         if (c == '"') {
@@ -409,7 +434,8 @@ static bool parse_rules(parser *ps) {
         while (is_name_char(*ps->p)) ps->p++;
         size_t len = (size_t)(ps->p - s);
         skip_ws(ps);
-        if (strncmp(ps->p, "::=", 3) != 0) return fail_at(ps, ps->p, "expected '::=' after the rule name '%.*s'", (int)len, s);
+        if (strncmp(ps->p, "::=", 3) != 0)
+            return fail_at(ps, ps->p, "expected '::=' after the rule name '%.*s'", (int)len, s);
         ps->p += 3;
         int32_t r = find_rule(ps, s, len);
         if (r < 0) return false;
@@ -474,9 +500,11 @@ static bool check_left_recursion(parser *ps, grammar *g) {
                 kvl_buf b = {0};
                 int32_t from = depth;
                 while (path[from] != next) from--;
-                for (int32_t i = from; i <= depth; i++) kvl_buf_printf(&b, "%s -> ", g->rule_names[path[i]]);
+                for (int32_t i = from; i <= depth; i++)
+                    kvl_buf_printf(&b, "%s -> ", g->rule_names[path[i]]);
                 kvl_buf_puts(&b, g->rule_names[next]);
-                ok = fail_at(ps, ps->src + ps->def_at[next], "left recursion (a rule reaches itself without consuming input: %s)",
+                ok = fail_at(ps, ps->src + ps->def_at[next],
+                             "left recursion (a rule reaches itself without consuming input: %s)",
                              b.p ? b.p : "?");
                 kvl_buf_free(&b);
             } else if (color[next] == 0) {
@@ -548,10 +576,12 @@ grammar *grammar_compile(const char *gbnf, const tok_vocab *vocab, kvl_error *er
     bool ok = parse_rules(&ps);
     int32_t root = -1;
     for (int32_t r = 0; ok && r < ps.n_rules; r++) {
-        if (ps.def_at[r] < 0) ok = fail_at(&ps, ps.src + ps.ref_at[r], "undefined rule '%s'", ps.names[r]);
+        if (ps.def_at[r] < 0)
+            ok = fail_at(&ps, ps.src + ps.ref_at[r], "undefined rule '%s'", ps.names[r]);
         if (strcmp(ps.names[r], "root") == 0) root = r;
     }
-    if (ok && root < 0) ok = kvl_fail(err, "grammar: no 'root' rule (the start rule must be named root)");
+    if (ok && root < 0)
+        ok = kvl_fail(err, "grammar: no 'root' rule (the start rule must be named root)");
     if (ok) g = build(&ps);
     if (g) {
         g->root = root;

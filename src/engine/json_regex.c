@@ -24,7 +24,8 @@ typedef struct rx {
     bool failed;
 } rx;
 
-static bool rx_fail(rx *r, const char *at, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static bool rx_fail(rx *r, const char *at, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 static bool rx_fail(rx *r, const char *at, const char *fmt, ...) {
     if (r->failed) return false;
     r->failed = true;
@@ -148,7 +149,11 @@ static void put_char(rx *r, kvl_buf *o, uint32_t c) {
 
 static bool decode_utf8(rx *r, uint32_t *cp) {
     const unsigned char *s = (const unsigned char *)r->p;
-    int n = s[0] < 0x80 ? 1 : s[0] >= 0xC2 && s[0] <= 0xDF ? 2 : s[0] >= 0xE0 && s[0] <= 0xEF ? 3 : s[0] >= 0xF0 && s[0] <= 0xF4 ? 4 : 0;
+    int n = s[0] < 0x80                    ? 1
+            : s[0] >= 0xC2 && s[0] <= 0xDF ? 2
+            : s[0] >= 0xE0 && s[0] <= 0xEF ? 3
+            : s[0] >= 0xF0 && s[0] <= 0xF4 ? 4
+                                           : 0;
     if (!n) return rx_fail(r, r->p, "invalid UTF-8");
     uint32_t c = n == 1 ? s[0] : s[0] & (0x7F >> n);
     for (int i = 1; i < n; i++) {
@@ -164,7 +169,10 @@ static bool hex(rx *r, int digits, uint32_t *cp) {
     uint32_t v = 0;
     for (int i = 0; i < digits; i++) {
         char c = r->p[i];
-        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        int d = c >= '0' && c <= '9'   ? c - '0'
+                : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                       : -1;
         if (d < 0) return rx_fail(r, r->p, "expected %d hex digits", digits);
         v = v << 4 | (uint32_t)d;
     }
@@ -180,11 +188,15 @@ static int shorthand(rx *r, char c, cpset *s, bool in_class) {
     bool neg = c == 'D' || c == 'W' || c == 'S';
     char k = (char)(neg ? c + 32 : c);
     if (k != 'd' && k != 'w' && k != 's') return 0;
-    if (neg && in_class) return rx_fail(r, r->p, "negated shorthand \\%c inside a class is not supported", c) ? 1 : -1;
+    if (neg && in_class)
+        return rx_fail(r, r->p, "negated shorthand \\%c inside a class is not supported", c) ? 1
+                                                                                             : -1;
     if (neg) s->negate = true;
     bool ok = true;
     if (k == 'd') ok = set_add(r, s, '0', '9');
-    if (k == 'w') ok = set_add(r, s, '0', '9') && set_add(r, s, 'a', 'z') && set_add(r, s, 'A', 'Z') && set_add(r, s, '_', '_');
+    if (k == 'w')
+        ok = set_add(r, s, '0', '9') && set_add(r, s, 'a', 'z') && set_add(r, s, 'A', 'Z') &&
+             set_add(r, s, '_', '_');
     if (k == 's') ok = set_add(r, s, ' ', ' ') && set_add(r, s, '\t', '\r');
     return ok ? 1 : -1;
 }
@@ -202,13 +214,20 @@ static bool escape_char(rx *r, uint32_t *cp) {
     case '0': *cp = 0; return true;
     case 'x': return hex(r, 2, cp);
     case 'u': return hex(r, 4, cp);
-    case 'b': case 'B': return rx_fail(r, at, "word boundaries (\\%c) are not supported", c);
-    case 'p': case 'P': return rx_fail(r, at, "Unicode properties (\\%c) are not supported", c);
-    case 'A': case 'z': case 'Z': case 'G': return rx_fail(r, at, "anchor \\%c is not supported", c);
+    case 'b':
+    case 'B': return rx_fail(r, at, "word boundaries (\\%c) are not supported", c);
+    case 'p':
+    case 'P': return rx_fail(r, at, "Unicode properties (\\%c) are not supported", c);
+    case 'A':
+    case 'z':
+    case 'Z':
+    case 'G': return rx_fail(r, at, "anchor \\%c is not supported", c);
     case 0: return rx_fail(r, at, "the pattern ends with a backslash");
     default:
-        if (c >= '1' && c <= '9') return rx_fail(r, at, "backreferences (\\%c) are not supported", c);
-        if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) return rx_fail(r, at, "unknown escape \\%c", c);
+        if (c >= '1' && c <= '9')
+            return rx_fail(r, at, "backreferences (\\%c) are not supported", c);
+        if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'))
+            return rx_fail(r, at, "unknown escape \\%c", c);
         *cp = (uint32_t)(unsigned char)c;
         return true;
     }
@@ -227,7 +246,8 @@ static bool class_atom(rx *r, cpset *s, uint32_t *cp, bool *is_set) {
         }
         return escape_char(r, cp);
     }
-    if (r->p[0] == '[' && r->p[1] == ':') return rx_fail(r, r->p, "POSIX classes ([:name:]) are not supported");
+    if (r->p[0] == '[' && r->p[1] == ':')
+        return rx_fail(r, r->p, "POSIX classes ([:name:]) are not supported");
     return decode_utf8(r, cp);
 }
 
@@ -264,14 +284,16 @@ static bool rx_atom(rx *r, kvl_buf *o, int depth) {
         r->p++;
         if (*r->p == '?') {
             if (r->p[1] == ':') r->p += 2;
-            else if (r->p[1] == '=' || r->p[1] == '!' || (r->p[1] == '<' && (r->p[2] == '=' || r->p[2] == '!')))
+            else if (r->p[1] == '=' || r->p[1] == '!' ||
+                     (r->p[1] == '<' && (r->p[2] == '=' || r->p[2] == '!')))
                 return rx_fail(r, at, "lookaround assertions are not supported");
             else if (r->p[1] == '<' || (r->p[1] == 'P' && r->p[2] == '<')) {
                 const char *e = strchr(r->p, '>');
                 if (!e) return rx_fail(r, at, "unterminated group name");
                 r->p = e + 1;
             } else {
-                return rx_fail(r, at, "group syntax (?%c is not supported (inline flags?)", r->p[1] ? r->p[1] : ' ');
+                return rx_fail(r, at, "group syntax (?%c is not supported (inline flags?)",
+                               r->p[1] ? r->p[1] : ' ');
             }
         }
         kvl_buf_puts(o, "(");
@@ -308,8 +330,10 @@ static bool rx_atom(rx *r, kvl_buf *o, int depth) {
         put_char(r, o, cp);
         return true;
     }
-    if (c == '^' || c == '$') return rx_fail(r, at, "anchor '%c' is only supported at the start/end of the pattern", c);
-    if (c == '*' || c == '+' || c == '?' || c == '{') return rx_fail(r, at, "quantifier '%c' without anything to repeat", c);
+    if (c == '^' || c == '$')
+        return rx_fail(r, at, "anchor '%c' is only supported at the start/end of the pattern", c);
+    if (c == '*' || c == '+' || c == '?' || c == '{')
+        return rx_fail(r, at, "quantifier '%c' without anything to repeat", c);
     uint32_t cp;
     if (!decode_utf8(r, &cp)) return false;
     put_char(r, o, cp);
@@ -346,7 +370,8 @@ static bool rx_quant(rx *r, kvl_buf *o) {
         }
         if (*r->p != '}') return rx_fail(r, at, "malformed {m,n} quantifier");
         r->p++;
-        if (n >= 0 && n < m) return rx_fail(r, at, "{%ld,%ld}: the maximum is below the minimum", m, n);
+        if (n >= 0 && n < m)
+            return rx_fail(r, at, "{%ld,%ld}: the maximum is below the minimum", m, n);
         if (n < 0) kvl_buf_printf(o, "{%ld,}", m);
         else kvl_buf_printf(o, "{%ld,%ld}", m, n);
     } else {
@@ -354,7 +379,8 @@ static bool rx_quant(rx *r, kvl_buf *o) {
     }
     if (*r->p == '?') r->p++; /* lazy: the same strings */
     else if (*r->p == '+') return rx_fail(r, r->p, "possessive quantifiers are not supported");
-    if (*r->p == '*' || *r->p == '+' || *r->p == '?' || (*r->p == '{' && r->p[1] >= '0' && r->p[1] <= '9'))
+    if (*r->p == '*' || *r->p == '+' || *r->p == '?' ||
+        (*r->p == '{' && r->p[1] >= '0' && r->p[1] <= '9'))
         return rx_fail(r, r->p, "nested quantifier (a quantifier after a quantifier)");
     return true;
 }
@@ -384,7 +410,8 @@ static bool rx_alt(rx *r, kvl_buf *o, int depth) {
     return true;
 }
 
-bool regex_to_gbnf(const char *regex, const char *prefix, bool json_string, kvl_buf *out, kvl_error *err) {
+bool regex_to_gbnf(const char *regex, const char *prefix, bool json_string, kvl_buf *out,
+                   kvl_error *err) {
     rx r = {.src = regex, .p = regex, .json = json_string, .err = err};
     kvl_buf body = {0};
     if (*r.p == '^') r.p++;

@@ -31,7 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_LEN 10000
+#define MAX_LEN   10000
 #define INT_BOUND 9999999999999999LL /* 16 digits, as the unconstrained integer rule */
 
 typedef struct conv {
@@ -48,7 +48,8 @@ typedef struct conv {
     bool date, time, uuid, email, ipv4;
 } conv;
 
-static bool cfail(conv *c, const char *path, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static bool cfail(conv *c, const char *path, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 static bool cfail(conv *c, const char *path, const char *fmt, ...) {
     if (c->failed) return false;
     c->failed = true;
@@ -65,7 +66,8 @@ static void new_name(conv *c, const char *hint, char *name, size_t cap) {
     char h[40];
     size_t k = 0;
     for (const char *p = hint; *p && k < sizeof h - 1; p++)
-        if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9')) h[k++] = *p;
+        if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9'))
+            h[k++] = *p;
     h[k] = 0;
     snprintf(name, cap, "%s%s-%d", c->prefix, k ? h : "v", ++c->counter);
 }
@@ -81,19 +83,41 @@ static void json_literal(kvl_buf *o, const cJSON *v) {
 }
 
 static bool is_annotation(const char *k) {
-    static const char *const ann[] = {"title", "description", "default", "examples", "$schema", "$id", "$comment",
-                                      "deprecated", "readOnly", "writeOnly", "discriminator", "contentMediaType",
-                                      "contentEncoding", "$anchor", "example"};
+    static const char *const ann[] = {
+        "title",         "description",      "default",         "examples", "$schema",
+        "$id",           "$comment",         "deprecated",      "readOnly", "writeOnly",
+        "discriminator", "contentMediaType", "contentEncoding", "$anchor",  "example"};
     for (size_t i = 0; i < sizeof ann / sizeof *ann; i++)
         if (strcmp(k, ann[i]) == 0) return true;
     return strncmp(k, "x-", 2) == 0;
 }
 
 static bool is_supported(const char *k) {
-    static const char *const sup[] = {"type", "properties", "required", "additionalProperties", "items", "prefixItems",
-                                      "minItems", "maxItems", "enum", "const", "minLength", "maxLength", "pattern",
-                                      "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "anyOf",
-                                      "oneOf", "allOf", "$ref", "$defs", "definitions", "uniqueItems"};
+    static const char *const sup[] = {"type",
+                                      "properties",
+                                      "required",
+                                      "additionalProperties",
+                                      "items",
+                                      "prefixItems",
+                                      "minItems",
+                                      "maxItems",
+                                      "enum",
+                                      "const",
+                                      "minLength",
+                                      "maxLength",
+                                      "pattern",
+                                      "format",
+                                      "minimum",
+                                      "maximum",
+                                      "exclusiveMinimum",
+                                      "exclusiveMaximum",
+                                      "anyOf",
+                                      "oneOf",
+                                      "allOf",
+                                      "$ref",
+                                      "$defs",
+                                      "definitions",
+                                      "uniqueItems"};
     for (size_t i = 0; i < sizeof sup / sizeof *sup; i++)
         if (strcmp(k, sup[i]) == 0) return true;
     return false;
@@ -113,14 +137,17 @@ static bool sub_rule(conv *c, const cJSON *s, const char *path, const char *hint
     return ok;
 }
 
-static const cJSON *get(const cJSON *s, const char *k) { return cJSON_GetObjectItemCaseSensitive(s, k); }
+static const cJSON *get(const cJSON *s, const char *k) {
+    return cJSON_GetObjectItemCaseSensitive(s, k);
+}
 
 static bool get_count(conv *c, const cJSON *s, const char *k, const char *path, long *v) {
     const cJSON *x = get(s, k);
     if (!x) return true;
     if (!cJSON_IsNumber(x) || x->valuedouble < 0 || x->valuedouble != floor(x->valuedouble))
         return cfail(c, path, "'%s' must be a non-negative integer", k);
-    if (x->valuedouble > MAX_LEN) return cfail(c, path, "'%s' above %d is not supported", k, MAX_LEN);
+    if (x->valuedouble > MAX_LEN)
+        return cfail(c, path, "'%s' above %d is not supported", k, MAX_LEN);
     *v = (long)x->valuedouble;
     return true;
 }
@@ -233,9 +260,14 @@ static bool number_rule(conv *c, const cJSON *s, const char *path, kvl_buf *e) {
     double v;
     bool has_min = number_bound(c, s, "minimum", path, &v);
     if (c->failed) return false;
-    if (get(s, "maximum") || get(s, "exclusiveMinimum") || get(s, "exclusiveMaximum") || (has_min && v != 0))
-        return cfail(c, path, "bounds on 'number' other than minimum 0 are not supported (use type integer)");
-    if (has_min) kvl_buf_printf(e, "%sintegral (\".\" [0-9]{1,16})? ([eE] [-+]? [0-9]{1,3})? %sspace", c->prefix, c->prefix);
+    if (get(s, "maximum") || get(s, "exclusiveMinimum") || get(s, "exclusiveMaximum") ||
+        (has_min && v != 0))
+        return cfail(
+            c, path,
+            "bounds on 'number' other than minimum 0 are not supported (use type integer)");
+    if (has_min)
+        kvl_buf_printf(e, "%sintegral (\".\" [0-9]{1,16})? ([eE] [-+]? [0-9]{1,3})? %sspace",
+                       c->prefix, c->prefix);
     else kvl_buf_printf(e, "%snumber", c->prefix);
     return true;
 }
@@ -245,10 +277,13 @@ static bool number_rule(conv *c, const cJSON *s, const char *path, kvl_buf *e) {
 static bool string_rule(conv *c, const cJSON *s, const char *path, kvl_buf *e) {
     const cJSON *fmt = get(s, "format"), *pat = get(s, "pattern");
     long min = 0, max = -1;
-    if (!get_count(c, s, "minLength", path, &min) || !get_count(c, s, "maxLength", path, &max)) return false;
+    if (!get_count(c, s, "minLength", path, &min) || !get_count(c, s, "maxLength", path, &max))
+        return false;
     if (max >= 0 && max < min) return cfail(c, path, "maxLength is below minLength");
     bool lengths = get(s, "minLength") || get(s, "maxLength");
-    if ((fmt || pat) && lengths) return cfail(c, path, "minLength/maxLength together with '%s' are not supported", fmt ? "format" : "pattern");
+    if ((fmt || pat) && lengths)
+        return cfail(c, path, "minLength/maxLength together with '%s' are not supported",
+                     fmt ? "format" : "pattern");
     if (fmt && pat) return cfail(c, path, "'format' together with 'pattern' is not supported");
     if (fmt) {
         if (!cJSON_IsString(fmt)) return cfail(c, path, "'format' must be a string");
@@ -259,8 +294,12 @@ static bool string_rule(conv *c, const cJSON *s, const char *path, kvl_buf *e) {
         else if (strcmp(f, "uuid") == 0) c->uuid = true;
         else if (strcmp(f, "email") == 0) c->email = true;
         else if (strcmp(f, "ipv4") == 0) c->ipv4 = true;
-        else return cfail(c, path, "format '%s' is not supported (date, time, date-time, uuid, email, ipv4 are)", f);
-        kvl_buf_printf(e, "\"\\\"\" %s%s \"\\\"\" %sspace", c->prefix, strcmp(f, "date-time") == 0 ? "datetime" : f, c->prefix);
+        else
+            return cfail(
+                c, path,
+                "format '%s' is not supported (date, time, date-time, uuid, email, ipv4 are)", f);
+        kvl_buf_printf(e, "\"\\\"\" %s%s \"\\\"\" %sspace", c->prefix,
+                       strcmp(f, "date-time") == 0 ? "datetime" : f, c->prefix);
         return true;
     }
     if (pat) {
@@ -278,8 +317,11 @@ static bool string_rule(conv *c, const cJSON *s, const char *path, kvl_buf *e) {
         kvl_buf_printf(e, "%sstring", c->prefix);
         return true;
     }
-    if (max < 0) kvl_buf_printf(e, "\"\\\"\" %schar{%ld,} \"\\\"\" %sspace", c->prefix, min, c->prefix);
-    else kvl_buf_printf(e, "\"\\\"\" %schar{%ld,%ld} \"\\\"\" %sspace", c->prefix, min, max, c->prefix);
+    if (max < 0)
+        kvl_buf_printf(e, "\"\\\"\" %schar{%ld,} \"\\\"\" %sspace", c->prefix, min, c->prefix);
+    else
+        kvl_buf_printf(e, "\"\\\"\" %schar{%ld,%ld} \"\\\"\" %sspace", c->prefix, min, max,
+                       c->prefix);
     return true;
 }
 
@@ -289,7 +331,8 @@ static bool string_rule(conv *c, const cJSON *s, const char *path, kvl_buf *e) {
  * rule that may end the name (unless a named one ends there), take a child's
  * character, or any other character and then anything. No escapes, so that
  * "\u0061ge" cannot spell "age". */
-static void other_key_node(conv *c, const char *base, char **keys, int nk, int depth, int *id, char *name, size_t cap) {
+static void other_key_node(conv *c, const char *base, char **keys, int nk, int depth, int *id,
+                           char *name, size_t cap) {
     snprintf(name, cap, "%s-k%d", base, (*id)++);
     kvl_buf body = {0};
     bool ends = false;
@@ -315,7 +358,9 @@ static void other_key_node(conv *c, const char *base, char **keys, int nk, int d
         char **sub = malloc((size_t)nk * sizeof *sub);
         int ns = 0;
         for (int k = 0; sub && k < nk; k++)
-            if ((int)strlen(keys[k]) > depth && (unsigned char)keys[k][depth] == b && strncmp(keys[k], keys[i], (size_t)depth) == 0) sub[ns++] = keys[k];
+            if ((int)strlen(keys[k]) > depth && (unsigned char)keys[k][depth] == b &&
+                strncmp(keys[k], keys[i], (size_t)depth) == 0)
+                sub[ns++] = keys[k];
         char child[128];
         if (sub) other_key_node(c, base, sub, ns, depth + 1, id, child, sizeof child);
         free(sub);
@@ -338,7 +383,8 @@ static void other_key_node(conv *c, const char *base, char **keys, int nk, int d
 }
 
 static bool object_rule(conv *c, const cJSON *s, const char *path, kvl_buf *e) {
-    const cJSON *props = get(s, "properties"), *req = get(s, "required"), *add = get(s, "additionalProperties");
+    const cJSON *props = get(s, "properties"), *req = get(s, "required"),
+                *add = get(s, "additionalProperties");
     if (props && !cJSON_IsObject(props)) return cfail(c, path, "'properties' must be an object");
     if (req && !cJSON_IsArray(req)) return cfail(c, path, "'required' must be an array");
     for (const cJSON *r = req ? req->child : NULL; r; r = r->next) {
@@ -358,7 +404,8 @@ static bool object_rule(conv *c, const cJSON *s, const char *path, kvl_buf *e) {
     bool ok = true;
     for (const cJSON *p = props ? props->child : NULL; ok && p; p = p->next, i++) {
         keys[i] = p->string;
-        for (const cJSON *r = req ? req->child : NULL; r; r = r->next) is_req[i] |= strcmp(r->valuestring, p->string) == 0;
+        for (const cJSON *r = req ? req->child : NULL; r; r = r->next)
+            is_req[i] |= strcmp(r->valuestring, p->string) == 0;
         cJSON *k = cJSON_CreateString(p->string);
         json_literal(&kv[i], k);
         cJSON_Delete(k);
@@ -373,7 +420,8 @@ static bool object_rule(conv *c, const cJSON *s, const char *path, kvl_buf *e) {
      * (additionalProperties true or a schema) or names no property at all:
      * leaving out what a schema merely allows still validates. */
     if (ok && (add ? !cJSON_IsFalse(add) : np == 0)) {
-        if (add && !cJSON_IsTrue(add) && !cJSON_IsObject(add)) ok = cfail(c, path, "'additionalProperties' must be a boolean or a schema");
+        if (add && !cJSON_IsTrue(add) && !cJSON_IsObject(add))
+            ok = cfail(c, path, "'additionalProperties' must be a boolean or a schema");
         new_name(c, "additional", addkv, sizeof addkv);
         kvl_buf val = {0};
         if (ok && add && cJSON_IsObject(add)) {
@@ -384,7 +432,8 @@ static bool object_rule(conv *c, const cJSON *s, const char *path, kvl_buf *e) {
             kvl_buf_printf(&val, "%svalue", c->prefix);
         }
         if (ok && np == 0) {
-            kvl_buf_printf(c->out, "%s ::= %sstring \":\" %sspace %s\n", addkv, c->prefix, c->prefix, val.p);
+            kvl_buf_printf(c->out, "%s ::= %sstring \":\" %sspace %s\n", addkv, c->prefix,
+                           c->prefix, val.p);
         } else if (ok) {
             char base[100], first[128];
             snprintf(base, sizeof base, "%s", addkv);
@@ -401,7 +450,8 @@ static bool object_rule(conv *c, const cJSON *s, const char *path, kvl_buf *e) {
             other_key_node(c, base, plain, n_plain, 0, &id, first, sizeof first);
             free(plain);
             kvl_buf_printf(c->out, "%s-rest ::= [^\"\\\\\\x00-\\x1F]* \"\\\"\"\n", base);
-            kvl_buf_printf(c->out, "%s ::= \"\\\"\" %s %sspace \":\" %sspace %s\n", addkv, first, c->prefix, c->prefix, val.p);
+            kvl_buf_printf(c->out, "%s ::= \"\\\"\" %s %sspace \":\" %sspace %s\n", addkv, first,
+                           c->prefix, c->prefix, val.p);
         }
         kvl_buf_free(&val);
     }
@@ -419,12 +469,13 @@ static bool object_rule(conv *c, const cJSON *s, const char *path, kvl_buf *e) {
         for (i = 0; opt && i < np; i++)
             if (!is_req[i]) opt[n_opt++] = i;
         if (any_req) {
-            for (int k = 0; k < n_opt; k++) kvl_buf_printf(e, "(\",\" %sspace %s)? ", c->prefix, kv[opt[k]].p);
+            for (int k = 0; k < n_opt; k++)
+                kvl_buf_printf(e, "(\",\" %sspace %s)? ", c->prefix, kv[opt[k]].p);
             if (addkv[0]) kvl_buf_printf(e, "(\",\" %sspace %s)* ", c->prefix, addkv);
         } else if (n_opt > 0 || addkv[0]) {
             /* no required property: the first one present has no comma; S_k =
              * optional k then any later ones with commas, or S_(k+1) */
-            char (*sname)[96] = malloc((size_t)(n_opt + 1) * sizeof *sname);
+            char(*sname)[96] = malloc((size_t)(n_opt + 1) * sizeof *sname);
             for (int k = n_opt; sname && k >= 0; k--) {
                 new_name(c, "props", sname[k], sizeof sname[k]);
                 kvl_buf b = {0};
@@ -436,7 +487,8 @@ static bool object_rule(conv *c, const cJSON *s, const char *path, kvl_buf *e) {
                     kvl_buf_printf(&b, "%s (\",\" %sspace %s)*", addkv, c->prefix, addkv);
                 } else {
                     kvl_buf_printf(&b, "%s ", kv[opt[k]].p);
-                    for (int j = k + 1; j < n_opt; j++) kvl_buf_printf(&b, "(\",\" %sspace %s)? ", c->prefix, kv[opt[j]].p);
+                    for (int j = k + 1; j < n_opt; j++)
+                        kvl_buf_printf(&b, "(\",\" %sspace %s)? ", c->prefix, kv[opt[j]].p);
                     if (addkv[0]) kvl_buf_printf(&b, "(\",\" %sspace %s)*", c->prefix, addkv);
                     if (sname[k + 1][0]) kvl_buf_printf(&b, " | %s", sname[k + 1]);
                 }
@@ -459,13 +511,16 @@ static bool object_rule(conv *c, const cJSON *s, const char *path, kvl_buf *e) {
 /* ------------------------------------------------------------ arrays -- */
 
 static bool array_rule(conv *c, const cJSON *s, const char *path, kvl_buf *e) {
-    const cJSON *items = get(s, "items"), *prefix = get(s, "prefixItems"), *uniq = get(s, "uniqueItems");
+    const cJSON *items = get(s, "items"), *prefix = get(s, "prefixItems"),
+                *uniq = get(s, "uniqueItems");
     long min = 0, max = -1;
-    if (!get_count(c, s, "minItems", path, &min) || !get_count(c, s, "maxItems", path, &max)) return false;
+    if (!get_count(c, s, "minItems", path, &min) || !get_count(c, s, "maxItems", path, &max))
+        return false;
     if (max >= 0 && max < min) return cfail(c, path, "maxItems is below minItems");
     if (uniq && !cJSON_IsFalse(uniq)) return cfail(c, path, "'uniqueItems' is not supported");
     if (prefix && !cJSON_IsArray(prefix)) return cfail(c, path, "'prefixItems' must be an array");
-    if (items && !cJSON_IsObject(items) && !cJSON_IsBool(items)) return cfail(c, path, "'items' must be a schema");
+    if (items && !cJSON_IsObject(items) && !cJSON_IsBool(items))
+        return cfail(c, path, "'items' must be a schema");
     char sub[512];
     kvl_buf item = {0};
     bool more = !(items && cJSON_IsFalse(items)); /* items after the prefix allowed */
@@ -518,7 +573,8 @@ static bool array_rule(conv *c, const cJSON *s, const char *path, kvl_buf *e) {
             kvl_buf_free(&acc);
             acc = nb;
         }
-        kvl_buf_printf(e, "\"[\" %sspace %s \"]\" %sspace", c->prefix, acc.p ? acc.p : "", c->prefix);
+        kvl_buf_printf(e, "\"[\" %sspace %s \"]\" %sspace", c->prefix, acc.p ? acc.p : "",
+                       c->prefix);
         kvl_buf_free(&acc);
         kvl_buf_free(&tail);
     }
@@ -535,7 +591,10 @@ static const cJSON *resolve(conv *c, const char *ref, const char *path) {
     const char *p = NULL;
     if (strncmp(ref, "#/$defs/", 8) == 0) p = ref + 8;
     else if (strncmp(ref, "#/definitions/", 14) == 0) p = ref + 14;
-    if (!p) return cfail(c, path, "$ref '%s' is not supported (only #, #/$defs/... and #/definitions/...)", ref), NULL;
+    if (!p)
+        return cfail(c, path,
+                     "$ref '%s' is not supported (only #, #/$defs/... and #/definitions/...)", ref),
+               NULL;
     const cJSON *defs = get(c->root, ref[2] == '$' ? "$defs" : "definitions");
     /* JSON pointer segments, ~1 = '/', ~0 = '~' */
     const cJSON *cur = defs;
@@ -582,7 +641,8 @@ static bool ref_rule(conv *c, const char *ref, const char *path, kvl_buf *e) {
 /* ------------------------------------------------------------- visit -- */
 
 static bool alternatives(conv *c, const cJSON *arr, const char *path, const char *kw, kvl_buf *e) {
-    if (!cJSON_IsArray(arr) || !arr->child) return cfail(c, path, "'%s' must be a non-empty array", kw);
+    if (!cJSON_IsArray(arr) || !arr->child)
+        return cfail(c, path, "'%s' must be a non-empty array", kw);
     kvl_buf_puts(e, "(");
     int i = 0;
     for (const cJSON *x = arr->child; x; x = x->next, i++) {
@@ -598,13 +658,17 @@ static bool alternatives(conv *c, const cJSON *arr, const char *path, const char
 /* allOf: objects merged into one (properties and required lists joined). */
 static bool all_of(conv *c, const cJSON *s, const char *path, kvl_buf *e) {
     const cJSON *arr = get(s, "allOf");
-    if (!cJSON_IsArray(arr) || !arr->child) return cfail(c, path, "'allOf' must be a non-empty array");
+    if (!cJSON_IsArray(arr) || !arr->child)
+        return cfail(c, path, "'allOf' must be a non-empty array");
     cJSON *merged = cJSON_CreateObject(), *props = cJSON_CreateObject(), *req = cJSON_CreateArray();
     bool ok = merged && props && req;
     for (const cJSON *k = s->child; k; k = k->next)
-        if (!is_annotation(k->string) && strcmp(k->string, "allOf") && strcmp(k->string, "$defs") && strcmp(k->string, "definitions")) {
+        if (!is_annotation(k->string) && strcmp(k->string, "allOf") && strcmp(k->string, "$defs") &&
+            strcmp(k->string, "definitions")) {
             cJSON_Delete(merged), cJSON_Delete(props), cJSON_Delete(req);
-            return cfail(c, path, "'%s' next to 'allOf' is not supported (put it inside the allOf members)", k->string);
+            return cfail(c, path,
+                         "'%s' next to 'allOf' is not supported (put it inside the allOf members)",
+                         k->string);
         }
     bool add_false = false;
     for (const cJSON *x = arr->child; ok && x; x = x->next) {
@@ -613,7 +677,8 @@ static bool all_of(conv *c, const cJSON *s, const char *path, kvl_buf *e) {
         if (ref && cJSON_IsString(ref)) t = resolve(c, ref->valuestring, path);
         if (!t) return cJSON_Delete(merged), cJSON_Delete(props), cJSON_Delete(req), false;
         const cJSON *ty = get(t, "type");
-        if (!(get(t, "properties") || (ty && cJSON_IsString(ty) && strcmp(ty->valuestring, "object") == 0))) {
+        if (!(get(t, "properties") ||
+              (ty && cJSON_IsString(ty) && strcmp(ty->valuestring, "object") == 0))) {
             ok = cfail(c, path, "'allOf' is only supported for object schemas");
             break;
         }
@@ -625,10 +690,12 @@ static bool all_of(conv *c, const cJSON *s, const char *path, kvl_buf *e) {
                     cJSON_AddItemToObject(props, p->string, cJSON_Duplicate(p, true));
                 }
             } else if (strcmp(k->string, "required") == 0 && cJSON_IsArray(k)) {
-                for (const cJSON *r = k->child; r; r = r->next) cJSON_AddItemToArray(req, cJSON_Duplicate(r, true));
+                for (const cJSON *r = k->child; r; r = r->next)
+                    cJSON_AddItemToArray(req, cJSON_Duplicate(r, true));
             } else if (strcmp(k->string, "additionalProperties") == 0 && cJSON_IsFalse(k)) {
                 add_false = true;
-            } else if (strcmp(k->string, "$defs") != 0 && strcmp(k->string, "definitions") != 0 && strcmp(k->string, "$ref") != 0) {
+            } else if (strcmp(k->string, "$defs") != 0 && strcmp(k->string, "definitions") != 0 &&
+                       strcmp(k->string, "$ref") != 0) {
                 ok = cfail(c, path, "'%s' inside 'allOf' is not supported", k->string);
             }
         }
@@ -640,7 +707,10 @@ static bool all_of(conv *c, const cJSON *s, const char *path, kvl_buf *e) {
         if (!t || !cJSON_IsFalse(get(t, "additionalProperties"))) continue;
         for (const cJSON *p = props->child; ok && p; p = p->next)
             if (!get(get(t, "properties"), p->string))
-                ok = cfail(c, path, "allOf: property '%s' is excluded by a member with additionalProperties false", p->string);
+                ok = cfail(
+                    c, path,
+                    "allOf: property '%s' is excluded by a member with additionalProperties false",
+                    p->string);
     }
     if (ok) {
         cJSON_AddStringToObject(merged, "type", "object");
@@ -692,11 +762,15 @@ static bool visit(conv *c, const cJSON *s, const char *path, kvl_buf *e) {
     for (const cJSON *k = s->child; k; k = k->next)
         if (!is_annotation(k->string) && !is_supported(k->string))
             return cfail(c, path, "unsupported JSON Schema keyword '%s'", k->string);
-    const cJSON *ref = get(s, "$ref"), *cst = get(s, "const"), *en = get(s, "enum"), *type = get(s, "type");
+    const cJSON *ref = get(s, "$ref"), *cst = get(s, "const"), *en = get(s, "enum"),
+                *type = get(s, "type");
     const cJSON *any = get(s, "anyOf") ? get(s, "anyOf") : get(s, "oneOf");
     const char *kw = get(s, "anyOf") ? "anyOf" : "oneOf";
     int combinators = !!ref + !!cst + !!en + !!any + !!get(s, "allOf");
-    if (combinators > 1) return cfail(c, path, "combining $ref, const, enum, anyOf/oneOf and allOf in one schema is not supported");
+    if (combinators > 1)
+        return cfail(
+            c, path,
+            "combining $ref, const, enum, anyOf/oneOf and allOf in one schema is not supported");
     if (combinators == 1 && type && !(en || cst))
         return cfail(c, path, "'type' next to $ref/anyOf/oneOf/allOf is not supported");
     if (ref) {
@@ -710,7 +784,8 @@ static bool visit(conv *c, const cJSON *s, const char *path, kvl_buf *e) {
         return true;
     }
     if (en) {
-        if (!cJSON_IsArray(en) || !en->child) return cfail(c, path, "'enum' must be a non-empty array");
+        if (!cJSON_IsArray(en) || !en->child)
+            return cfail(c, path, "'enum' must be a non-empty array");
         kvl_buf_puts(e, "(");
         for (const cJSON *x = en->child; x; x = x->next) {
             if (x != en->child) kvl_buf_puts(e, " | ");
@@ -732,7 +807,8 @@ static bool visit(conv *c, const cJSON *s, const char *path, kvl_buf *e) {
         kvl_buf_puts(e, ")");
         return true;
     }
-    if (type && !cJSON_IsString(type)) return cfail(c, path, "'type' must be a string or an array of strings");
+    if (type && !cJSON_IsString(type))
+        return cfail(c, path, "'type' must be a string or an array of strings");
     const char *t = type ? type->valuestring : implied_type(s);
     if (!t) return kvl_buf_printf(e, "%svalue", c->prefix), true;
     return typed(c, s, t, path, e);
@@ -745,37 +821,63 @@ static void primitives(conv *c) {
     kvl_buf_printf(o, "%sboolean ::= (\"true\" | \"false\") %sspace\n", p, p);
     kvl_buf_printf(o, "%snull ::= \"null\" %sspace\n", p, p);
     kvl_buf_printf(o, "%sintegral ::= \"0\" | [1-9] [0-9]{0,15}\n", p);
-    kvl_buf_printf(o, "%snumber ::= \"-\"? %sintegral (\".\" [0-9]{1,16})? ([eE] [-+]? [0-9]{1,3})? %sspace\n", p, p, p);
+    kvl_buf_printf(
+        o, "%snumber ::= \"-\"? %sintegral (\".\" [0-9]{1,16})? ([eE] [-+]? [0-9]{1,3})? %sspace\n",
+        p, p, p);
     kvl_buf_printf(o, "%sinteger ::= \"-\"? %sintegral %sspace\n", p, p, p);
-    kvl_buf_printf(o, "%schar ::= [^\"\\\\\\x7F\\x00-\\x1F] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4})\n", p);
+    kvl_buf_printf(
+        o,
+        "%schar ::= [^\"\\\\\\x7F\\x00-\\x1F] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4})\n",
+        p);
     kvl_buf_printf(o, "%sstring ::= \"\\\"\" %schar* \"\\\"\" %sspace\n", p, p, p);
-    kvl_buf_printf(o, "%svalue ::= %sobject | %sarray | %sstring | %snumber | %sboolean | %snull\n", p, p, p, p, p, p, p);
-    kvl_buf_printf(o, "%sobject ::= \"{\" %sspace (%sstring \":\" %sspace %svalue (\",\" %sspace %sstring \":\" %sspace %svalue)*)? \"}\" %sspace\n",
+    kvl_buf_printf(o, "%svalue ::= %sobject | %sarray | %sstring | %snumber | %sboolean | %snull\n",
+                   p, p, p, p, p, p, p);
+    kvl_buf_printf(o,
+                   "%sobject ::= \"{\" %sspace (%sstring \":\" %sspace %svalue (\",\" %sspace "
+                   "%sstring \":\" %sspace %svalue)*)? \"}\" %sspace\n",
                    p, p, p, p, p, p, p, p, p, p);
-    kvl_buf_printf(o, "%sarray ::= \"[\" %sspace (%svalue (\",\" %sspace %svalue)*)? \"]\" %sspace\n", p, p, p, p, p, p);
+    kvl_buf_printf(o,
+                   "%sarray ::= \"[\" %sspace (%svalue (\",\" %sspace %svalue)*)? \"]\" %sspace\n",
+                   p, p, p, p, p, p);
     if (c->date) {
         /* month-day pairs that exist in every year (February: up to 28); years
          * 1000-9999 (Python's date has no year 0) */
-        kvl_buf_printf(o, "%sdate ::= [1-9] [0-9]{3} \"-\" (\"02-\" (\"0\" [1-9] | \"1\" [0-9] | \"2\" [0-8]) | "
-                          "(\"0\" [469] | \"11\") \"-\" (\"0\" [1-9] | [12] [0-9] | \"30\") | "
-                          "(\"0\" [13578] | \"1\" [02]) \"-\" (\"0\" [1-9] | [12] [0-9] | \"3\" [01]))\n", p);
+        kvl_buf_printf(
+            o,
+            "%sdate ::= [1-9] [0-9]{3} \"-\" (\"02-\" (\"0\" [1-9] | \"1\" [0-9] | \"2\" [0-8]) | "
+            "(\"0\" [469] | \"11\") \"-\" (\"0\" [1-9] | [12] [0-9] | \"30\") | "
+            "(\"0\" [13578] | \"1\" [02]) \"-\" (\"0\" [1-9] | [12] [0-9] | \"3\" [01]))\n",
+            p);
     }
     if (c->time)
-        kvl_buf_printf(o, "%stime ::= ([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9] \":\" [0-5] [0-9] (\".\" [0-9]{1,6})? "
-                          "(\"Z\" | [+-] ([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9])\n", p);
+        kvl_buf_printf(o,
+                       "%stime ::= ([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9] \":\" [0-5] [0-9] "
+                       "(\".\" [0-9]{1,6})? "
+                       "(\"Z\" | [+-] ([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9])\n",
+                       p);
     if (c->date && c->time) kvl_buf_printf(o, "%sdatetime ::= %sdate \"T\" %stime\n", p, p, p);
     if (c->email) /* dot-atoms on both sides: a plain subset of RFC 5321 addresses */
-        kvl_buf_printf(o, "%semail ::= [a-zA-Z0-9_+-]{1,32} (\".\" [a-zA-Z0-9_+-]{1,32}){0,3} \"@\" "
-                          "[a-zA-Z0-9] ([a-zA-Z0-9-]{0,30} [a-zA-Z0-9])? (\".\" [a-zA-Z0-9] ([a-zA-Z0-9-]{0,30} [a-zA-Z0-9])?){0,3} "
-                          "\".\" [a-zA-Z]{2,8}\n", p);
+        kvl_buf_printf(o,
+                       "%semail ::= [a-zA-Z0-9_+-]{1,32} (\".\" [a-zA-Z0-9_+-]{1,32}){0,3} \"@\" "
+                       "[a-zA-Z0-9] ([a-zA-Z0-9-]{0,30} [a-zA-Z0-9])? (\".\" [a-zA-Z0-9] "
+                       "([a-zA-Z0-9-]{0,30} [a-zA-Z0-9])?){0,3} "
+                       "\".\" [a-zA-Z]{2,8}\n",
+                       p);
     if (c->ipv4)
-        kvl_buf_printf(o, "%sipv4 ::= %soctet \".\" %soctet \".\" %soctet \".\" %soctet\n"
-                          "%soctet ::= \"25\" [0-5] | \"2\" [0-4] [0-9] | \"1\" [0-9] [0-9] | [1-9]? [0-9]\n", p, p, p, p, p, p);
+        kvl_buf_printf(
+            o,
+            "%sipv4 ::= %soctet \".\" %soctet \".\" %soctet \".\" %soctet\n"
+            "%soctet ::= \"25\" [0-5] | \"2\" [0-4] [0-9] | \"1\" [0-9] [0-9] | [1-9]? [0-9]\n",
+            p, p, p, p, p, p);
     if (c->uuid)
-        kvl_buf_printf(o, "%suuid ::= [0-9a-fA-F]{8} \"-\" [0-9a-fA-F]{4} \"-\" [0-9a-fA-F]{4} \"-\" [0-9a-fA-F]{4} \"-\" [0-9a-fA-F]{12}\n", p);
+        kvl_buf_printf(o,
+                       "%suuid ::= [0-9a-fA-F]{8} \"-\" [0-9a-fA-F]{4} \"-\" [0-9a-fA-F]{4} \"-\" "
+                       "[0-9a-fA-F]{4} \"-\" [0-9a-fA-F]{12}\n",
+                       p);
 }
 
-bool json_schema_to_gbnf(const char *schema_json, const char *prefix, kvl_buf *out, kvl_error *err) {
+bool json_schema_to_gbnf(const char *schema_json, const char *prefix, kvl_buf *out,
+                         kvl_error *err) {
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithOpts(schema_json, &end, true);
     if (!root) {

@@ -35,10 +35,13 @@ static bool schema_gbnf(const cJSON *schema, const char *param, kvl_buf *g, api_
 }
 
 static bool response_format(const cJSON *rf, kvl_buf *g, bool *none, api_error *err) {
-    if (!cJSON_IsObject(rf)) return api_fail(err, 400, "response_format", "'response_format' must be an object");
+    if (!cJSON_IsObject(rf))
+        return api_fail(err, 400, "response_format", "'response_format' must be an object");
     const cJSON *type = present(rf, "type");
     if (!cJSON_IsString(type))
-        return api_fail(err, 400, "response_format", "'response_format.type' must be \"text\", \"json_object\" or \"json_schema\"");
+        return api_fail(
+            err, 400, "response_format",
+            "'response_format.type' must be \"text\", \"json_object\" or \"json_schema\"");
     const char *t = type->valuestring;
     if (strcmp(t, "text") == 0) {
         *none = true;
@@ -48,17 +51,20 @@ static bool response_format(const cJSON *rf, kvl_buf *g, bool *none, api_error *
         const cJSON *schema = present(rf, "schema");
         if (schema) return schema_gbnf(schema, "response_format.schema", g, err);
         cJSON *o = cJSON_Parse("{\"type\":\"object\"}"); /* any JSON object */
-        bool ok = o ? schema_gbnf(o, "response_format", g, err) : api_fail(err, 500, NULL, "out of memory");
+        bool ok = o ? schema_gbnf(o, "response_format", g, err)
+                    : api_fail(err, 500, NULL, "out of memory");
         cJSON_Delete(o);
         return ok;
     }
     if (strcmp(t, "json_schema") == 0) {
         const cJSON *js = present(rf, "json_schema");
         if (!cJSON_IsObject(js))
-            return api_fail(err, 400, "response_format.json_schema", "'response_format.json_schema' must be an object");
+            return api_fail(err, 400, "response_format.json_schema",
+                            "'response_format.json_schema' must be an object");
         const cJSON *strict = present(js, "strict");
         if (strict && !cJSON_IsBool(strict))
-            return api_fail(err, 400, "response_format.json_schema.strict", "'strict' must be a boolean");
+            return api_fail(err, 400, "response_format.json_schema.strict",
+                            "'strict' must be a boolean");
         const cJSON *schema = present(js, "schema");
         if (!schema) { /* OpenAI makes the schema optional: then any JSON value */
             cJSON *any = cJSON_CreateObject();
@@ -68,13 +74,16 @@ static bool response_format(const cJSON *rf, kvl_buf *g, bool *none, api_error *
         }
         return schema_gbnf(schema, "response_format.json_schema.schema", g, err);
     }
-    return api_fail(err, 400, "response_format.type",
-                    "'response_format.type' must be \"text\", \"json_object\" or \"json_schema\" (got \"%s\")", t);
+    return api_fail(
+        err, 400, "response_format.type",
+        "'response_format.type' must be \"text\", \"json_object\" or \"json_schema\" (got \"%s\")",
+        t);
 }
 
 bool parse_structured(srv *s, const cJSON *b, srv_job *j, api_error *err) {
-    static const char *const fields[] = {"response_format", "grammar", "json_schema", "guided_json",
-                                         "guided_choice", "guided_regex", "guided_grammar"};
+    static const char *const fields[] = {"response_format", "grammar",       "json_schema",
+                                         "guided_json",     "guided_choice", "guided_regex",
+                                         "guided_grammar"};
     const char *which = NULL;
     kvl_buf g = {0};
     bool ok = true;
@@ -92,11 +101,13 @@ bool parse_structured(srv *s, const cJSON *b, srv_job *j, api_error *err) {
         } else if (strcmp(f, "json_schema") == 0 || strcmp(f, "guided_json") == 0) {
             ok = schema_gbnf(v, f, &one, err);
         } else if (strcmp(f, "guided_choice") == 0) {
-            if (!cJSON_IsArray(v) || !v->child) ok = api_fail(err, 400, f, "'guided_choice' must be a non-empty array of strings");
+            if (!cJSON_IsArray(v) || !v->child)
+                ok = api_fail(err, 400, f, "'guided_choice' must be a non-empty array of strings");
             kvl_buf_puts(&one, "root ::= ");
             for (const cJSON *c = v->child; ok && c; c = c->next) {
                 if (!cJSON_IsString(c)) {
-                    ok = api_fail(err, 400, f, "'guided_choice' must be a non-empty array of strings");
+                    ok = api_fail(err, 400, f,
+                                  "'guided_choice' must be a non-empty array of strings");
                     break;
                 }
                 if (c != v->child) kvl_buf_puts(&one, " | ");
@@ -107,10 +118,13 @@ bool parse_structured(srv *s, const cJSON *b, srv_job *j, api_error *err) {
             kvl_error e = {{0}};
             if (!cJSON_IsString(v)) ok = api_fail(err, 400, f, "'guided_regex' must be a string");
             kvl_buf_puts(&one, "root ::= r-root\n");
-            if (ok && !regex_to_gbnf(v->valuestring, "r-", false, &one, &e)) ok = api_fail(err, 400, f, "'guided_regex': %s", e.msg);
+            if (ok && !regex_to_gbnf(v->valuestring, "r-", false, &one, &e))
+                ok = api_fail(err, 400, f, "'guided_regex': %s", e.msg);
         }
         if (ok && !none) {
-            if (which) ok = api_fail(err, 400, f, "'%s' and '%s' both constrain the output; send only one", which, f);
+            if (which)
+                ok = api_fail(err, 400, f, "'%s' and '%s' both constrain the output; send only one",
+                              which, f);
             which = f;
             kvl_buf_free(&g);
             g = one;
@@ -121,7 +135,8 @@ bool parse_structured(srv *s, const cJSON *b, srv_job *j, api_error *err) {
     if (ok && which) {
         if (g.oom) ok = api_fail(err, 500, NULL, "out of memory");
         kvl_error e = {{0}};
-        if (ok && !(j->grammar = grammar_compile(g.p ? g.p : "", s->vocab, &e))) ok = api_fail(err, 400, which, "'%s': %s", which, e.msg);
+        if (ok && !(j->grammar = grammar_compile(g.p ? g.p : "", s->vocab, &e)))
+            ok = api_fail(err, 400, which, "'%s': %s", which, e.msg);
     }
     kvl_buf_free(&g);
     return ok;
