@@ -47,7 +47,7 @@ bool json_schema_to_gbnf(const char *schema_json, const char *prefix, kvl_buf *o
 bool regex_to_gbnf(const char *regex, const char *prefix, bool json_string, kvl_buf *out,
                    kvl_error *err);
 
-/* Helpers for composing grammars as text: a GBNF string literal for s (quoted, escaped). */
+/* For composing grammars as text: a GBNF string literal for s (quoted, escaped). */
 void gbnf_append_literal(kvl_buf *out, const char *s, size_t n);
 
 /* ---------------------------------------------------------- matching -- */
