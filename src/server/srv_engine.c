@@ -129,7 +129,7 @@ static void admit(srv *s, srv_job *j) {
     engine_request r = {.prompt = j->prompt, .n_prompt = j->n_prompt, .max_tokens = j->max_tokens,
                         .sampling = j->sampling, .stop = (const char *const *)j->stop,
                         .n_stop = j->n_stop, .top_logprobs = j->top_logprobs, .logprobs = j->logprobs,
-                        .ignore_eos = j->ignore_eos, .cache_salt = j->cache_salt,
+                        .ignore_eos = j->ignore_eos, .cache_salt = j->cache_salt, .grammar = j->grammar,
                         .on_event = on_engine_event};
     for (int i = 0; i < j->n; i++) {
         r.user = &j->choices[i];

@@ -86,6 +86,7 @@ struct srv_job {
     bool logprobs;
     bool ignore_eos;
     char *cache_salt;
+    grammar *grammar;    /* structured output (NULL: none); freed with the job */
     int n;
     double t_arrival;
     /* Engine thread only. */
@@ -194,6 +195,11 @@ typedef struct api_req {
     long created;
     srv_job *job;
 } api_req;
+
+/* srv_structured.c: response_format, grammar, json_schema, guided_json,
+ * guided_choice, guided_regex, guided_grammar -> j->grammar (400 when bad or
+ * when two of them are given). */
+bool parse_structured(srv *s, const cJSON *body, srv_job *j, api_error *err);
 
 /* Parses a request body (a cJSON object) into r and a new job (r->job). */
 bool openai_parse(srv *s, const cJSON *body, bool chat, api_req *r, api_error *err);

@@ -393,7 +393,7 @@ static bool parse_body(srv *s, const cJSON *b, bool chat, api_req *r, api_error 
     bool ok = parse_unsupported(b, err) && parse_sampling(b, j, err) && parse_stop(b, j, err) &&
               parse_stream(b, r, err) && parse_logprobs(b, chat, r, err) &&
               opt_int(b, "n", 1, SRV_MAX_N, &n, err) && opt_bool(b, "ignore_eos", &j->ignore_eos, err) &&
-              opt_string(b, "cache_salt", &salt, err);
+              opt_string(b, "cache_salt", &salt, err) && parse_structured(s, b, j, err);
     if (!ok) return false;
     if (salt && !salt[0]) return api_fail(err, 400, "cache_salt", "'cache_salt' must be a non-empty string");
     if (salt && !(j->cache_salt = strdup(salt))) return api_fail(err, 500, NULL, "out of memory");
