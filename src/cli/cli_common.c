@@ -343,3 +343,58 @@ void cli_print_json(cJSON *j) {
     }
     cJSON_Delete(j);
 }
+
+/* MemAvailable from /proc/meminfo in bytes, or -1. */
+static int64_t mem_available(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return -1;
+    char line[256];
+    long long kb = -1;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1) break;
+    fclose(f);
+    return kb < 0 ? -1 : (int64_t)kb * 1024;
+}
+
+int64_t cli_kv_blocks_from_memory(size_t block_bytes, int64_t n_ctx, int block_size, int max_seqs, double fraction,
+                                  const char *who) {
+    int64_t per_seq = (n_ctx + block_size - 1) / block_size;
+    int64_t want = per_seq * max_seqs;
+    int64_t avail = mem_available();
+    if (avail < 0 || block_bytes == 0) {
+        fprintf(stderr, "kvllm %s: cannot read MemAvailable: KV pool sized for %d full-context sequences\n", who,
+                max_seqs);
+        return want;
+    }
+    int64_t fit = (int64_t)(fraction * (double)avail) / (int64_t)block_bytes;
+    if (fit < per_seq) {
+        fprintf(stderr,
+                "kvllm %s: %.2f x MemAvailable (%.1f MiB) holds %lld KV blocks of %zu bytes, less than one "
+                "%lld-token sequence needs (%lld); lower -c, use --kv-type q8_0, or set --kv-memory / --kv-blocks\n",
+                who, fraction, (double)avail / 1048576.0, (long long)fit, block_bytes, (long long)n_ctx,
+                (long long)per_seq);
+        return 0;
+    }
+    int64_t n = fit < want ? fit : want;
+    fprintf(stderr, "kvllm %s: KV pool from memory: %.2f x MemAvailable %.1f MiB -> %lld blocks (%s)\n", who,
+            fraction, (double)avail / 1048576.0, (long long)n,
+            n == want ? "capped at --max-seqs full-context sequences" : "limited by memory");
+    return n;
+}
+
+engine_pooling cli_pooling(const gguf_file *f) {
+    char arch[64], key[96];
+    uint32_t t = 0;
+    if (!gguf_get_str_buf(f, "general.architecture", arch, sizeof arch)) return ENGINE_POOL_LAST;
+    snprintf(key, sizeof key, "%s.pooling_type", arch);
+    if (!gguf_get_u32(f, key, &t)) return ENGINE_POOL_LAST;
+    switch (t) {
+    case 1: return ENGINE_POOL_MEAN;
+    case 2: return ENGINE_POOL_CLS;
+    case 3: return ENGINE_POOL_LAST;
+    default:
+        fprintf(stderr, "kvllm: %s = %u (none or rank) is not supported for /v1/embeddings: using the last token\n",
+                key, t);
+        return ENGINE_POOL_LAST;
+    }
+}
