@@ -55,7 +55,9 @@ bool cli_load(const cli_opts *o, bool want_weights, cli_model *cm);
 void cli_unload(cli_model *cm);
 const gguf_file *cli_gguf(const cli_model *cm);
 
-/* Prompt ids from -p/-f/--prompt-ids. Caller frees *ids. */
+/* A file's bytes, NUL-terminated (caller frees); "-" reads stdin to its end. */
+char *cli_read_input(const char *path, size_t *len, kvl_error *err);
+/* Prompt ids from -p/-f/--prompt-ids (-f -: stdin). Caller frees *ids. */
 bool cli_prompt_ids(const cli_opts *o, const tok_vocab *v, bool add_bos, int32_t **ids, int64_t *n);
 /* Parses "1,2,3". */
 bool cli_parse_ids(const char *s, int32_t **ids, int64_t *n);
@@ -89,5 +91,10 @@ int cmd_kv_plan(int argc, char **argv); /* src/cli/cmd_kv_plan.c */
 int cmd_synth(int argc, char **argv);   /* src/cli/cmd_synth.c */
 int cmd_bench(int argc, char **argv);   /* src/cli/cmd_bench.c */
 int cmd_chat_template(int argc, char **argv); /* src/cli/cmd_chat_template.c */
+int cmd_chat(int argc, char **argv);    /* src/cli/cmd_chat.c */
+/* Usage texts of the commands whose flags are their own. */
+void cmd_kv_plan_usage(FILE *out);
+void cmd_bench_usage(FILE *out);
+void cmd_synth_usage(FILE *out);
 
 #endif

@@ -85,7 +85,7 @@ static bool apply_flag(cli_opts *o, const char *f, const char *v, bool *unknown)
     else if (IS("--repeat-last-n")) {
         if (!parse_i64(f, v, &i)) return false;
         o->sampling.penalty_last_n = (int32_t)i;
-    } else if (IS("--seed")) {
+    } else if (IS("--seed") || IS("-s")) {
         if (!parse_i64(f, v, &i)) return false;
         o->sampling.seed = (uint64_t)i;
     } else if (IS("--stop")) {
@@ -267,13 +267,43 @@ bool cli_parse_ids(const char *s, int32_t **ids, int64_t *n) {
     return true;
 }
 
+char *cli_read_input(const char *path, size_t *len, kvl_error *err) {
+    if (strcmp(path, "-") != 0) return kvl_read_file(path, len, err);
+    size_t cap = 1 << 16, n = 0;
+    char *p = malloc(cap);
+    for (size_t k; p && (k = fread(p + n, 1, cap - n - 1, stdin)) > 0;) {
+        n += k;
+        if (cap - n - 1 > 0) continue;
+        char *q = realloc(p, cap * 2);
+        if (!q) {
+            free(p);
+            p = NULL;
+            break;
+        }
+        p = q;
+        cap *= 2;
+    }
+    if (!p) {
+        kvl_fail(err, "stdin: out of memory");
+        return NULL;
+    }
+    if (ferror(stdin)) {
+        free(p);
+        kvl_fail(err, "stdin: read error");
+        return NULL;
+    }
+    p[n] = 0;
+    *len = n;
+    return p;
+}
+
 bool cli_prompt_ids(const cli_opts *o, const tok_vocab *v, bool add_bos, int32_t **ids, int64_t *n) {
     if (o->prompt_ids) return cli_parse_ids(o->prompt_ids, ids, n);
     char *text = NULL;
     size_t len = 0;
     kvl_error err = {{0}};
     if (o->prompt_file) {
-        text = kvl_read_file(o->prompt_file, &len, &err);
+        text = cli_read_input(o->prompt_file, &len, &err);
         if (!text) {
             fprintf(stderr, "kvllm: %s\n", err.msg);
             return false;

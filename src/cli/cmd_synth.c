@@ -61,10 +61,10 @@ static void list_shapes(FILE *out) {
     }
 }
 
-static void usage(void) {
-    fprintf(stderr, "usage: kvllm synth --shape NAME --type f16|q8_0|q4_0|q4_1|q5_0|q5_1|iq4_nl|q4_k_m|q4_k_s|q5_k_s|q5_k_m|q3_k_m|q2_k|iq4_xs -o FILE.gguf [--seed N] "
+void cmd_synth_usage(FILE *out) {
+    fprintf(out, "usage: kvllm synth --shape NAME --type f16|q8_0|q4_0|q4_1|q5_0|q5_1|iq4_nl|q4_k_m|q4_k_s|q5_k_s|q5_k_m|q3_k_m|q2_k|iq4_xs -o FILE.gguf [--seed N] "
                     "[-t N]\n       kvllm synth --list\n\n");
-    list_shapes(stderr);
+    list_shapes(out);
 }
 
 /* Refuses to start a write that cannot finish: free space in FILE's directory. */
@@ -107,7 +107,7 @@ int cmd_synth(int argc, char **argv) {
         return 0;
     }
     if (!a.shape || !a.type || !a.out) {
-        usage();
+        cmd_synth_usage(stderr);
         return 2;
     }
     const synth_shape *s = synth_shape_find(a.shape);
