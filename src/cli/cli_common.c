@@ -189,6 +189,28 @@ static const char *default_model(char *buf, size_t cap) {
     return DEFAULT_MODEL;
 }
 
+/* Loading progress on stderr: redrawn in place on a terminal, else a line
+ * every few seconds; nothing for a load that ends within a second. */
+typedef struct load_progress {
+    const char *path;
+    double t0, last;
+    bool tty, shown;
+} load_progress;
+
+static void on_load_progress(double done, void *user) {
+    load_progress *p = user;
+    double now = kvl_time_s(), el = now - p->t0;
+    if (done >= 1) {
+        if (p->shown) fprintf(stderr, "%skvllm: loaded %s in %.1f s\n", p->tty ? "\r\033[K" : "", p->path, el);
+        return;
+    }
+    if (el < 1.0 || now - p->last < (p->tty ? 0.2 : 5.0)) return;
+    p->last = now;
+    p->shown = true;
+    fprintf(stderr, "%skvllm: loading %s: %3.0f%% (%.0f s)%s", p->tty ? "\r\033[K" : "", p->path, 100.0 * done, el,
+            p->tty ? "" : "\n");
+}
+
 bool cli_load(const cli_opts *o, bool want_weights, cli_model *cm) {
     memset(cm, 0, sizeof *cm);
     char buf[PATH_MAX + 64];
@@ -210,7 +232,9 @@ bool cli_load(const cli_opts *o, bool want_weights, cli_model *cm) {
         return true;
     }
     int64_t ctx = o->n_ctx;
-    model_params mp = {.max_ctx = ctx > 0 ? ctx : 0, .max_ubatch = o->ubatch, .no_repack = o->no_repack};
+    load_progress lp = {.path = path, .t0 = kvl_time_s(), .tty = isatty(STDERR_FILENO)};
+    model_params mp = {.max_ctx = ctx > 0 ? ctx : 0, .max_ubatch = o->ubatch, .no_repack = o->no_repack,
+                       .progress = on_load_progress, .progress_user = &lp};
     cm->m = model_load(f, &mp, &err); /* takes f, even on failure */
     if (!cm->m) {
         fprintf(stderr, "kvllm: %s\n", err.msg);
@@ -399,14 +423,14 @@ int64_t cli_kv_blocks_from_memory(size_t block_bytes, int64_t n_ctx, int block_s
     int64_t fit = (int64_t)(fraction * (double)avail) / (int64_t)block_bytes;
     if (fit < per_seq) {
         fprintf(stderr,
-                "kvllm %s: %.2f x MemAvailable (%.1f MiB) holds %lld KV blocks of %zu bytes, less than one "
+                "kvllm %s: %g x MemAvailable (%.1f MiB) holds %lld KV blocks of %zu bytes, less than one "
                 "%lld-token sequence needs (%lld); lower -c, use --kv-type q8_0, or set --kv-memory / --kv-blocks\n",
                 who, fraction, (double)avail / 1048576.0, (long long)fit, block_bytes, (long long)n_ctx,
                 (long long)per_seq);
         return 0;
     }
     int64_t n = fit < want ? fit : want;
-    fprintf(stderr, "kvllm %s: KV pool from memory: %.2f x MemAvailable %.1f MiB -> %lld blocks (%s)\n", who,
+    fprintf(stderr, "kvllm %s: KV pool from memory: %g x MemAvailable %.1f MiB -> %lld blocks (%s)\n", who,
             fraction, (double)avail / 1048576.0, (long long)n,
             n == want ? "capped at --max-seqs full-context sequences" : "limited by memory");
     return n;

@@ -88,7 +88,14 @@ typedef struct bar {
 static void on_progress(uint64_t done, uint64_t total, void *user) {
     bar *b = user;
     double now = kvl_time_s();
-    if (!b->tty || (now - b->last < 0.2 && done < total)) return;
+    if (!b->tty) { /* a log: a line every 5 s once the write takes more than 1 s */
+        if (now - b->t0 < 1.0 || (now - b->last < 5.0 && done < total)) return;
+        b->last = now;
+        fprintf(stderr, "kvllm synth: %5.1f%%  %.2f / %.2f GB  %.0f s\n", total ? 100.0 * done / total : 100.0,
+                done / 1e9, total / 1e9, now - b->t0);
+        return;
+    }
+    if (now - b->last < 0.2 && done < total) return;
     b->last = now;
     int filled = total ? (int)(30.0 * (double)done / (double)total) : 30;
     char cells[31];

@@ -21,6 +21,10 @@ typedef struct model_params {
     int64_t max_ctx;      /* longest sequence the scratch must support */
     int64_t max_ubatch;   /* tokens processed per internal pass (scratch size) */
     bool no_repack;       /* keep matmul weights in their GGUF layout */
+    /* Optional, called during the long part of loading (reading and repacking
+     * the weights) with the fraction done, 0..1, ending with 1. */
+    void (*progress)(double done, void *user);
+    void *progress_user;
 } model_params;
 
 /* Loads a GGUF model. The gguf_file is owned by the model afterwards. */
