@@ -102,6 +102,7 @@ static const known_field KNOWN_FIELDS[] = {
      * do not change the output (README's list) */
     {"user", F_BOTH}, {"metadata", F_BOTH}, {"store", F_BOTH}, {"service_tier", F_BOTH},
     {"prompt_cache_key", F_BOTH}, {"safety_identifier", F_BOTH},
+    {"cache_prompt", F_BOTH}, /* llama-server's; the prefix cache is always on here, and exact */
 };
 
 /* Fields of a chat message; the template sees the whole message object. */
