@@ -29,7 +29,7 @@ static int synth_flag(const char *f, const char *v, void *ctx) {
                        : strcmp(f, "--type") == 0                             ? &a->type
                        : strcmp(f, "-o") == 0 || strcmp(f, "--output") == 0 ? &a->out
                                                                               : NULL;
-    bool is_seed = strcmp(f, "--seed") == 0;
+    bool is_seed = strcmp(f, "--seed") == 0 || strcmp(f, "-s") == 0; /* -s: --seed everywhere */
     if (!dst && !is_seed) return 0;
     if (!v) {
         fprintf(stderr, "kvllm synth: %s: missing value\n", f);
