@@ -127,20 +127,31 @@ char *openai_model_get(srv *s, const char *id, api_error *err) {
 
 /* ---------------------------------------------------------- tokenize --- */
 
+/* The bytes of a token (specials as their text), malloc'd and NUL-terminated. */
+static char *token_bytes(srv *s, int32_t id, size_t *n) {
+    *n = tok_token_bytes(s->vocab, id, true, NULL, 0);
+    char *p = malloc(*n + 1);
+    if (p) {
+        tok_token_bytes(s->vocab, id, true, p, *n);
+        p[*n] = 0;
+    }
+    return p;
+}
+
 /* A piece as a string when it is valid UTF-8, else its bytes (llama-server). */
 static cJSON *piece_json(srv *s, int32_t id) {
-    char buf[256];
-    size_t n = tok_token_bytes(s->vocab, id, true, buf, sizeof buf);
-    if (n > sizeof buf) n = sizeof buf;
-    if (utf8_valid(buf, n)) {
-        char z[257];
-        memcpy(z, buf, n);
-        z[n] = 0;
-        return cJSON_CreateString(z);
+    size_t n;
+    char *p = token_bytes(s, id, &n);
+    if (!p) return NULL;
+    cJSON *out;
+    if (utf8_valid(p, n)) {
+        out = cJSON_CreateString(p);
+    } else {
+        out = cJSON_CreateArray();
+        for (size_t i = 0; i < n; i++) cJSON_AddItemToArray(out, cJSON_CreateNumber((unsigned char)p[i]));
     }
-    cJSON *a = cJSON_CreateArray();
-    for (size_t i = 0; i < n; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber((unsigned char)buf[i]));
-    return a;
+    free(p);
+    return out;
 }
 
 char *srv_tokenize(srv *s, const char *body, size_t len, api_error *err) {
@@ -203,9 +214,11 @@ char *srv_detokenize(srv *s, const char *body, size_t len, api_error *err) {
             api_fail(err, 400, "tokens", "tokens[%d] is not a token id (0..%d)", i, n_vocab - 1);
             goto done;
         }
-        char buf[256];
-        size_t k = tok_token_bytes(s->vocab, (int32_t)v->valuedouble, true, buf, sizeof buf);
-        kvl_buf_put(&text, buf, k < sizeof buf ? k : sizeof buf);
+        size_t k;
+        char *piece = token_bytes(s, (int32_t)v->valuedouble, &k);
+        if (piece) kvl_buf_put(&text, piece, k);
+        else text.oom = true;
+        free(piece);
     }
     if (text.oom) {
         api_fail(err, 500, NULL, "out of memory");
@@ -289,8 +302,8 @@ static bool add_text(srv *s, srv_embed *em, const char *text, int idx, api_error
                         (long long)s->n_ctx);
     bool bos = tok_add_bos(s->vocab) && tok_bos(s->vocab) >= 0;
     int64_t n = 0;
-    /* special tokens in the text stay text, as in a prompt a user typed */
-    int32_t *ids = encode(s, text, len, bos, false, &n, "input", err);
+    /* special tokens in the text are parsed, as llama-server and vLLM's tokenizers do */
+    int32_t *ids = encode(s, text, len, bos, true, &n, "input", err);
     if (!ids) return false;
     em->ids[em->n_inputs] = ids;
     em->n_ids[em->n_inputs++] = n;
