@@ -21,6 +21,7 @@ typedef struct chat_args {
     double kv_fraction;
 } chat_args;
 
+// clang-format off
 static void chat_usage(FILE *out) {
     fprintf(out,
             "usage: kvllm chat [-m MODEL] [options]     (also: kvllm run -cnv ...)\n\n"
@@ -34,6 +35,7 @@ static void chat_usage(FILE *out) {
             "  -n N                     max tokens per answer (default 128; -1: until the context is full)\n"
             "  plus run's sampling and KV options (--temp, --top-p, -s/--seed, -c, --kv-type, ...)\n");
 }
+// clang-format on
 
 static int chat_flag(const char *f, const char *v, void *ctx) {
     chat_args *a = ctx;
@@ -83,7 +85,8 @@ static bool setup_template(const chat_args *a, const cli_model *cm, chat_tmpl *t
         origin = a->template_file;
     } else {
         const char *s;
-        if (gguf_get_str(cli_gguf(cm), "tokenizer.chat_template", &s, &len) && (src = malloc(len + 1))) {
+        if (gguf_get_str(cli_gguf(cm), "tokenizer.chat_template", &s, &len) &&
+            (src = malloc(len + 1))) {
             memcpy(src, s, len);
             src[len] = 0;
         }
@@ -104,8 +107,11 @@ static bool setup_template(const chat_args *a, const cli_model *cm, chat_tmpl *t
         t->family = chat_template_detect(src);
         free(src);
         if (t->family == CHAT_TMPL_UNKNOWN) {
-            fprintf(stderr, "kvllm chat: the model's chat template does not compile (%s) and matches no built-in "
-                            "family; use --chat-template NAME\n", err);
+            fprintf(stderr,
+                    "kvllm chat: the model's chat template does not compile (%s) and matches no "
+                    "built-in "
+                    "family; use --chat-template NAME\n",
+                    err);
             return false;
         }
     } else {
@@ -181,7 +187,8 @@ static void add_message(cJSON *msgs, const char *role, const char *content) {
 }
 
 /* One turn: render, tokenize, generate. False on an error that ends the chat. */
-static bool run_turn(engine *e, const cli_opts *o, const cli_model *cm, const chat_tmpl *t, cJSON *msgs) {
+static bool run_turn(engine *e, const cli_opts *o, const cli_model *cm, const chat_tmpl *t,
+                     cJSON *msgs) {
     size_t len = 0;
     char *text = render(t, msgs, &len);
     if (!text) return false;
@@ -192,21 +199,29 @@ static bool run_turn(engine *e, const cli_opts *o, const cli_model *cm, const ch
     int64_t n = ids ? tok_encode(cm->vocab, text, len, bos, true, ids, cap, &err) : -1;
     free(text);
     if (n < 0 || n > cap) {
-        fprintf(stderr, "kvllm chat: cannot tokenize the conversation: %s\n", n < 0 ? err.msg : "too long");
+        fprintf(stderr, "kvllm chat: cannot tokenize the conversation: %s\n",
+                n < 0 ? err.msg : "too long");
         free(ids);
         return false;
     }
     int64_t n_ctx = engine_cfg(e)->n_ctx;
     if (n >= n_ctx) {
-        fprintf(stderr, "kvllm chat: the conversation (%lld tokens) no longer fits the context of %lld; "
-                        "start again with a larger -c\n", (long long)n, (long long)n_ctx);
+        fprintf(stderr,
+                "kvllm chat: the conversation (%lld tokens) no longer fits the context of %lld; "
+                "start again with a larger -c\n",
+                (long long)n, (long long)n_ctx);
         free(ids);
         return false;
     }
     turn tr = {0};
-    engine_request r = {.prompt = ids, .n_prompt = n,
-                        .max_tokens = o->n_predict < 0 || n + o->n_predict > n_ctx ? n_ctx - n : o->n_predict,
-                        .sampling = o->sampling, .stop = o->stop, .n_stop = o->n_stop, .on_event = on_event,
+    engine_request r = {.prompt = ids,
+                        .n_prompt = n,
+                        .max_tokens =
+                            o->n_predict < 0 || n + o->n_predict > n_ctx ? n_ctx - n : o->n_predict,
+                        .sampling = o->sampling,
+                        .stop = o->stop,
+                        .n_stop = o->n_stop,
+                        .on_event = on_event,
                         .user = &tr};
     bool ok = engine_submit(e, &r, &err) >= 0;
     while (ok && !tr.done) ok = engine_step(e, &err);
@@ -220,8 +235,9 @@ static bool run_turn(engine *e, const cli_opts *o, const cli_model *cm, const ch
     double dec = s->t_end - s->t_first_token;
     fprintf(stdout, "\n");
     fprintf(stderr, "[prompt %lld tokens: %lld cached, %lld new; %lld generated, %.1f tokens/s]\n",
-            (long long)s->n_prompt, (long long)s->n_cached_prompt, (long long)(s->n_prompt - s->n_cached_prompt),
-            (long long)s->n_generated, dec > 0 && s->n_generated > 1 ? (double)(s->n_generated - 1) / dec : 0.0);
+            (long long)s->n_prompt, (long long)s->n_cached_prompt,
+            (long long)(s->n_prompt - s->n_cached_prompt), (long long)s->n_generated,
+            dec > 0 && s->n_generated > 1 ? (double)(s->n_generated - 1) / dec : 0.0);
     kvl_buf_puts(&tr.reply, "");
     add_message(msgs, "assistant", tr.reply.p ? tr.reply.p : "");
     kvl_buf_free(&tr.reply);
@@ -238,7 +254,8 @@ int cmd_chat(int argc, char **argv) {
         }
     if (!cli_parse_ex(argc, argv, &o, chat_flag, &a)) return 2;
     if (o.prompt || o.prompt_file || o.prompt_ids) {
-        fprintf(stderr, "kvllm chat: the messages come from stdin (-p, -f and --prompt-ids are for run)\n");
+        fprintf(stderr,
+                "kvllm chat: the messages come from stdin (-p, -f and --prompt-ids are for run)\n");
         return 2;
     }
     cli_model cm;
@@ -267,8 +284,10 @@ int cmd_chat(int argc, char **argv) {
         goto out;
     }
     if (!engine_prefix_cache_enabled(e))
-        fprintf(stderr, "kvllm chat: this model's sliding-window layers rule out the prefix cache: every turn "
-                        "recomputes the conversation\n");
+        fprintf(
+            stderr,
+            "kvllm chat: this model's sliding-window layers rule out the prefix cache: every turn "
+            "recomputes the conversation\n");
     if (a.system) add_message(msgs, "system", a.system);
     bool tty = isatty(STDIN_FILENO);
     rc = 0;

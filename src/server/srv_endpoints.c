@@ -25,7 +25,8 @@ static char *print_delete(cJSON *o) {
 }
 
 /* Same rule as the generation endpoints: a field nobody reads is a 400. */
-static bool only_fields(const cJSON *b, const char *const *names, int n, const char *ep, api_error *err) {
+static bool only_fields(const cJSON *b, const char *const *names, int n, const char *ep,
+                        api_error *err) {
     for (const cJSON *v = b->child; v; v = v->next) {
         int i = 0;
         while (i < n && strcmp(v->string, names[i]) != 0) i++;
@@ -54,8 +55,8 @@ static bool check_model(srv *s, const cJSON *b, api_error *err) {
 }
 
 /* Text -> ids (malloc'd); special tokens parsed when parse_special. */
-static int32_t *encode(srv *s, const char *text, size_t len, bool add_bos, bool parse_special, int64_t *n,
-                       const char *param, api_error *err) {
+static int32_t *encode(srv *s, const char *text, size_t len, bool add_bos, bool parse_special,
+                       int64_t *n, const char *param, api_error *err) {
     int64_t cap = (int64_t)len + 8;
     for (int attempt = 0; attempt < 2; attempt++) {
         int32_t *ids = malloc((size_t)cap * sizeof *ids);
@@ -148,14 +149,16 @@ static cJSON *piece_json(srv *s, int32_t id) {
         out = cJSON_CreateString(p);
     } else {
         out = cJSON_CreateArray();
-        for (size_t i = 0; i < n; i++) cJSON_AddItemToArray(out, cJSON_CreateNumber((unsigned char)p[i]));
+        for (size_t i = 0; i < n; i++)
+            cJSON_AddItemToArray(out, cJSON_CreateNumber((unsigned char)p[i]));
     }
     free(p);
     return out;
 }
 
 char *srv_tokenize(srv *s, const char *body, size_t len, api_error *err) {
-    static const char *const NAMES[] = {"content", "add_special", "with_pieces", "parse_special", "model"};
+    static const char *const NAMES[] = {"content", "add_special", "with_pieces", "parse_special",
+                                        "model"};
     cJSON *b;
     if (!parse_body(body, len, &b, err)) return NULL;
     bool add_special = false, with_pieces = false, parse_special = true;
@@ -164,7 +167,8 @@ char *srv_tokenize(srv *s, const char *body, size_t len, api_error *err) {
     int32_t *ids = NULL;
     int64_t n = 0;
     if (!only_fields(b, NAMES, 5, "/tokenize", err) || !check_model(s, b, err) ||
-        !opt_bool(b, "add_special", &add_special, err) || !opt_bool(b, "with_pieces", &with_pieces, err) ||
+        !opt_bool(b, "add_special", &add_special, err) ||
+        !opt_bool(b, "with_pieces", &with_pieces, err) ||
         !opt_bool(b, "parse_special", &parse_special, err))
         goto done;
     if (!cJSON_IsString(c)) {
@@ -172,7 +176,8 @@ char *srv_tokenize(srv *s, const char *body, size_t len, api_error *err) {
         goto done;
     }
     bool bos = add_special && tok_add_bos(s->vocab) && tok_bos(s->vocab) >= 0;
-    if (!(ids = encode(s, c->valuestring, strlen(c->valuestring), bos, parse_special, &n, "content", err)))
+    if (!(ids = encode(s, c->valuestring, strlen(c->valuestring), bos, parse_special, &n, "content",
+                       err)))
         goto done;
     cJSON *o = cJSON_CreateObject();
     cJSON *arr = cJSON_AddArrayToObject(o, "tokens");
@@ -251,17 +256,16 @@ char *srv_props(srv *s) {
     if (s->jinja)
         snprintf(src, sizeof src, "%s%s", s->cfg.chat_template_file ? "file:" : "gguf",
                  s->cfg.chat_template_file ? s->cfg.chat_template_file : "");
-    else if (s->chat == CHAT_TMPL_UNKNOWN)
-        snprintf(src, sizeof src, "none");
-    else
-        snprintf(src, sizeof src, "builtin:%s", chat_family_name(s->chat));
+    else if (s->chat == CHAT_TMPL_UNKNOWN) snprintf(src, sizeof src, "none");
+    else snprintf(src, sizeof src, "builtin:%s", chat_family_name(s->chat));
     cJSON_AddStringToObject(o, "chat_template_source", src);
     cJSON_AddItemToObject(o, "bos_token", json_text(s->bos_text, strlen(s->bos_text)));
     cJSON_AddItemToObject(o, "eos_token", json_text(s->eos_text, strlen(s->eos_text)));
     cJSON_AddStringToObject(o, "build_info", "kvllm " KVLLM_VERSION);
-    cJSON_AddStringToObject(o, "embedding_pooling", s->cfg.pooling == ENGINE_POOL_MEAN  ? "mean"
-                                                    : s->cfg.pooling == ENGINE_POOL_CLS ? "cls"
-                                                                                        : "last");
+    cJSON_AddStringToObject(o, "embedding_pooling",
+                            s->cfg.pooling == ENGINE_POOL_MEAN  ? "mean"
+                            : s->cfg.pooling == ENGINE_POOL_CLS ? "cls"
+                                                                : "last");
     return print_delete(o);
 }
 
@@ -285,7 +289,8 @@ static bool add_ids(srv *s, srv_embed *em, const cJSON *arr, int idx, api_error 
         if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < 0 ||
             v->valuedouble >= n_vocab) {
             free(ids);
-            return api_fail(err, 400, "input", "input[%d][%d] is not a token id (0..%d)", idx, i, n_vocab - 1);
+            return api_fail(err, 400, "input", "input[%d][%d] is not a token id (0..%d)", idx, i,
+                            n_vocab - 1);
         }
         ids[i] = (int32_t)v->valuedouble;
     }
@@ -298,8 +303,8 @@ static bool add_text(srv *s, srv_embed *em, const char *text, int idx, api_error
     size_t len = strlen(text);
     if (len == 0) return api_fail(err, 400, "input", "input[%d] is an empty string", idx);
     if (len > (size_t)s->n_ctx * 256)
-        return api_fail(err, 400, "input", "input[%d] is too long for the context of %lld tokens", idx,
-                        (long long)s->n_ctx);
+        return api_fail(err, 400, "input", "input[%d] is too long for the context of %lld tokens",
+                        idx, (long long)s->n_ctx);
     bool bos = tok_add_bos(s->vocab) && tok_bos(s->vocab) >= 0;
     int64_t n = 0;
     /* special tokens in the text are parsed, as llama-server and vLLM's tokenizers do */
@@ -318,9 +323,11 @@ static bool parse_inputs(srv *s, const cJSON *in, srv_embed *em, api_error *err)
         if (n == 0) return api_fail(err, 400, "input", "'input' must not be empty");
         if (cJSON_IsNumber(in->child)) n = 1;
     } else if (!cJSON_IsString(in)) {
-        return api_fail(err, 400, "input", "'input' must be a string, an array of strings, or token ids");
+        return api_fail(err, 400, "input",
+                        "'input' must be a string, an array of strings, or token ids");
     }
-    if (n > MAX_EMBED_INPUTS) return api_fail(err, 400, "input", "at most %d inputs per request", MAX_EMBED_INPUTS);
+    if (n > MAX_EMBED_INPUTS)
+        return api_fail(err, 400, "input", "at most %d inputs per request", MAX_EMBED_INPUTS);
     em->ids = calloc((size_t)n, sizeof *em->ids);
     em->n_ids = calloc((size_t)n, sizeof *em->n_ids);
     if (!em->ids || !em->n_ids) return api_fail(err, 500, NULL, "out of memory");
@@ -328,9 +335,10 @@ static bool parse_inputs(srv *s, const cJSON *in, srv_embed *em, api_error *err)
     if (cJSON_IsNumber(in->child)) return add_ids(s, em, in, 0, err);
     int i = 0;
     for (const cJSON *v = in->child; v; v = v->next, i++) {
-        bool ok = cJSON_IsString(v)  ? add_text(s, em, v->valuestring, i, err)
-                  : cJSON_IsArray(v) ? add_ids(s, em, v, i, err)
-                                     : api_fail(err, 400, "input", "input[%d] must be a string or token ids", i);
+        bool ok = cJSON_IsString(v) ? add_text(s, em, v->valuestring, i, err)
+                  : cJSON_IsArray(v)
+                      ? add_ids(s, em, v, i, err)
+                      : api_fail(err, 400, "input", "input[%d] must be a string or token ids", i);
         if (!ok) return false;
     }
     return true;
@@ -354,7 +362,8 @@ static cJSON *base64_floats(const float *v, int64_t n) {
         for (int k = 0; k < 4; k++) b[i * 4 + k] = (unsigned char)(u >> (8 * k));
     }
     for (size_t i = 0; i < nb; i += 3) {
-        uint32_t x = (uint32_t)b[i] << 16 | (i + 1 < nb ? (uint32_t)b[i + 1] << 8 : 0) | (i + 2 < nb ? b[i + 2] : 0);
+        uint32_t x = (uint32_t)b[i] << 16 | (i + 1 < nb ? (uint32_t)b[i + 1] << 8 : 0) |
+                     (i + 2 < nb ? b[i + 2] : 0);
         s[o++] = B64[x >> 18 & 63];
         s[o++] = B64[x >> 12 & 63];
         s[o++] = i + 1 < nb ? B64[x >> 6 & 63] : '=';
@@ -377,8 +386,9 @@ static char *embed_response(srv *s, const srv_embed *em, bool b64) {
         cJSON *d = cJSON_CreateObject();
         cJSON_AddStringToObject(d, "object", "embedding");
         cJSON_AddNumberToObject(d, "index", i);
-        cJSON_AddItemToObject(d, "embedding", b64 ? base64_floats(v, s->n_embd)
-                                                  : cJSON_CreateFloatArray(v, (int)s->n_embd));
+        cJSON_AddItemToObject(d, "embedding",
+                              b64 ? base64_floats(v, s->n_embd)
+                                  : cJSON_CreateFloatArray(v, (int)s->n_embd));
         cJSON_AddItemToArray(data, d);
         total += em->n_ids[i];
     }
@@ -397,15 +407,18 @@ char *srv_embeddings(srv *s, const char *body, size_t len, api_error *err) {
     char *out = NULL;
     bool b64 = false;
     if (!only_fields(b, NAMES, 5, "/v1/embeddings", err) || !check_model(s, b, err)) goto done;
-    const cJSON *fmt = field(b, "encoding_format"), *dim = field(b, "dimensions"), *in = field(b, "input");
-    if (fmt && (!cJSON_IsString(fmt) || (strcmp(fmt->valuestring, "float") && strcmp(fmt->valuestring, "base64")))) {
+    const cJSON *fmt = field(b, "encoding_format"), *dim = field(b, "dimensions"),
+                *in = field(b, "input");
+    if (fmt && (!cJSON_IsString(fmt) ||
+                (strcmp(fmt->valuestring, "float") && strcmp(fmt->valuestring, "base64")))) {
         api_fail(err, 400, "encoding_format", "'encoding_format' must be \"float\" or \"base64\"");
         goto done;
     }
     b64 = fmt && strcmp(fmt->valuestring, "base64") == 0;
     if (dim && (!cJSON_IsNumber(dim) || dim->valuedouble != (double)s->n_embd)) {
         api_fail(err, 400, "dimensions",
-                 "'dimensions' is not supported: this model's embeddings have %lld dimensions (send that, or "
+                 "'dimensions' is not supported: this model's embeddings have %lld dimensions "
+                 "(send that, or "
                  "leave it out)",
                  (long long)s->n_embd);
         goto done;
@@ -417,8 +430,8 @@ char *srv_embeddings(srv *s, const char *body, size_t len, api_error *err) {
     if (!parse_inputs(s, in, &em, err)) goto done;
     for (int i = 0; i < em.n_inputs; i++)
         if (em.n_ids[i] > s->n_ctx) {
-            api_fail(err, 400, "input", "input[%d] has %lld tokens, more than the context of %lld", i,
-                     (long long)em.n_ids[i], (long long)s->n_ctx);
+            api_fail(err, 400, "input", "input[%d] has %lld tokens, more than the context of %lld",
+                     i, (long long)em.n_ids[i], (long long)s->n_ctx);
             goto done;
         }
     em.out = malloc((size_t)em.n_inputs * (size_t)s->n_embd * sizeof(float));

@@ -77,6 +77,7 @@ typedef struct known_field {
     int where;
 } known_field;
 
+// clang-format off
 static const known_field KNOWN_FIELDS[] = {
     /* OpenAI, read here */
     {"model", F_BOTH}, {"messages", F_CHAT}, {"prompt", F_COMPL},
@@ -104,6 +105,7 @@ static const known_field KNOWN_FIELDS[] = {
     {"prompt_cache_key", F_BOTH}, {"safety_identifier", F_BOTH},
     {"cache_prompt", F_BOTH}, /* llama-server's; the prefix cache is always on here, and exact */
 };
+// clang-format on
 
 /* Fields of a chat message; the template sees the whole message object. */
 static const char *const MESSAGE_FIELDS[] = {
