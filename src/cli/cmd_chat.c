@@ -233,7 +233,8 @@ static bool run_turn(engine *e, const cli_opts *o, const cli_model *cm, const ch
     }
     const engine_req_stats *s = &tr.stats;
     double dec = s->t_end - s->t_first_token;
-    fprintf(stdout, "\n");
+    fputc('\n', stdout);
+    fflush(stdout); /* the answer before its stats line, also when stdout is a pipe */
     fprintf(stderr, "[prompt %lld tokens: %lld cached, %lld new; %lld generated, %.1f tokens/s]\n",
             (long long)s->n_prompt, (long long)s->n_cached_prompt,
             (long long)(s->n_prompt - s->n_cached_prompt), (long long)s->n_generated,

@@ -52,6 +52,14 @@ for argv in (['chat'], ['run', '-cnv']):
         check(c2 > 0 and c2 + n2 == p2, f'{name}: turn 2 takes {c2} of {p2} prompt tokens from the KV cache')
         check(c2 >= p1 - p1 % 16, f'{name}: at least turn 1\'s full blocks are reused ({c2} >= {p1 - p1 % 16})')
 
+# a Jinja template from a file (Qwen3's, vendored for the template tests) on the qwen3 golden model
+r = run(['chat', '-m', 'tests/data/golden/models/qwen3-f32.gguf', '--chat-template-file',
+         'tests/data/chat-templates/Qwen-Qwen3-0.6B.jinja', '-n', '6', '--temp', '0'],
+        stdin='Hello\nMore please\n')
+turns = [tuple(map(int, m)) for m in STATS.findall(r.stderr)]
+check(r.returncode == 0 and 'Jinja' in r.stderr and len(turns) == 2 and turns[1][1] > 0,
+      f'chat with --chat-template-file: turn 2 from the KV cache ({turns})')
+
 # Ctrl-D (end of input) without /exit also ends cleanly
 r = run(['chat', '-m', MODEL, '-n', '4'], stdin='Hello\n')
 check(r.returncode == 0 and len(STATS.findall(r.stderr)) == 1, 'chat: end of input ends the conversation')
