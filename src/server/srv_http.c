@@ -50,7 +50,7 @@ typedef struct conn_ctx {
 /* ---------------------------------------------------------- responses -- */
 
 /* --cors ORIGIN. One server runs per process (it owns the signals), so the
- * response helpers read it here rather than taking the server everywhere. */
+ * functions that build responses read it here rather than taking the server everywhere. */
 static const char *cors_origin;
 
 static void add_cors(struct MHD_Response *r) {
