@@ -55,7 +55,9 @@ bool cli_load(const cli_opts *o, bool want_weights, cli_model *cm);
 void cli_unload(cli_model *cm);
 const gguf_file *cli_gguf(const cli_model *cm);
 
-/* Prompt ids from -p/-f/--prompt-ids. Caller frees *ids. */
+/* A file's bytes, NUL-terminated (caller frees); "-" reads stdin to its end. */
+char *cli_read_input(const char *path, size_t *len, kvl_error *err);
+/* Prompt ids from -p/-f/--prompt-ids (-f -: stdin). Caller frees *ids. */
 bool cli_prompt_ids(const cli_opts *o, const tok_vocab *v, bool add_bos, int32_t **ids, int64_t *n);
 /* Parses "1,2,3". */
 bool cli_parse_ids(const char *s, int32_t **ids, int64_t *n);
@@ -65,6 +67,17 @@ cJSON *cli_token_text_json(const tok_vocab *v, int32_t id);
 /* Appends bytes as valid UTF-8 into a new cJSON string. */
 cJSON *cli_bytes_json(const char *p, size_t n);
 void cli_print_json(cJSON *j); /* prints one line and deletes j */
+
+/* KV pool sizing from the memory available (cli_common.c): the blocks that
+ * fraction x MemAvailable (read now, after the weights are loaded) holds, at
+ * most max_seqs full-context sequences, at least one. Prints what it chose on
+ * stderr; returns 0 (message printed) if not even one sequence fits. */
+#define CLI_KV_MEMORY_FRACTION 0.5
+int64_t cli_kv_blocks_from_memory(size_t block_bytes, int64_t n_ctx, int block_size, int max_seqs, double fraction,
+                                  const char *who);
+/* /v1/embeddings pooling: the GGUF's <arch>.pooling_type (llama.cpp's enum:
+ * 1 mean, 2 cls, 3 last), else the last token, as decoder-only models use. */
+engine_pooling cli_pooling(const gguf_file *f);
 
 /* Subcommands: argv excludes the program and command names. */
 int cmd_run(int argc, char **argv);
@@ -78,5 +91,10 @@ int cmd_kv_plan(int argc, char **argv); /* src/cli/cmd_kv_plan.c */
 int cmd_synth(int argc, char **argv);   /* src/cli/cmd_synth.c */
 int cmd_bench(int argc, char **argv);   /* src/cli/cmd_bench.c */
 int cmd_chat_template(int argc, char **argv); /* src/cli/cmd_chat_template.c */
+int cmd_chat(int argc, char **argv);    /* src/cli/cmd_chat.c */
+/* Usage texts of the commands whose flags are their own. */
+void cmd_kv_plan_usage(FILE *out);
+void cmd_bench_usage(FILE *out);
+void cmd_synth_usage(FILE *out);
 
 #endif

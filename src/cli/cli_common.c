@@ -85,7 +85,7 @@ static bool apply_flag(cli_opts *o, const char *f, const char *v, bool *unknown)
     else if (IS("--repeat-last-n")) {
         if (!parse_i64(f, v, &i)) return false;
         o->sampling.penalty_last_n = (int32_t)i;
-    } else if (IS("--seed")) {
+    } else if (IS("--seed") || IS("-s")) {
         if (!parse_i64(f, v, &i)) return false;
         o->sampling.seed = (uint64_t)i;
     } else if (IS("--stop")) {
@@ -189,6 +189,28 @@ static const char *default_model(char *buf, size_t cap) {
     return DEFAULT_MODEL;
 }
 
+/* Loading progress on stderr: redrawn in place on a terminal, else a line
+ * every few seconds; nothing for a load that ends within a second. */
+typedef struct load_progress {
+    const char *path;
+    double t0, last;
+    bool tty, shown;
+} load_progress;
+
+static void on_load_progress(double done, void *user) {
+    load_progress *p = user;
+    double now = kvl_time_s(), el = now - p->t0;
+    if (done >= 1) {
+        if (p->shown) fprintf(stderr, "%skvllm: loaded %s in %.1f s\n", p->tty ? "\r\033[K" : "", p->path, el);
+        return;
+    }
+    if (el < 1.0 || now - p->last < (p->tty ? 0.2 : 5.0)) return;
+    p->last = now;
+    p->shown = true;
+    fprintf(stderr, "%skvllm: loading %s: %3.0f%% (%.0f s)%s", p->tty ? "\r\033[K" : "", p->path, 100.0 * done, el,
+            p->tty ? "" : "\n");
+}
+
 bool cli_load(const cli_opts *o, bool want_weights, cli_model *cm) {
     memset(cm, 0, sizeof *cm);
     char buf[PATH_MAX + 64];
@@ -210,7 +232,9 @@ bool cli_load(const cli_opts *o, bool want_weights, cli_model *cm) {
         return true;
     }
     int64_t ctx = o->n_ctx;
-    model_params mp = {.max_ctx = ctx > 0 ? ctx : 0, .max_ubatch = o->ubatch, .no_repack = o->no_repack};
+    load_progress lp = {.path = path, .t0 = kvl_time_s(), .tty = isatty(STDERR_FILENO)};
+    model_params mp = {.max_ctx = ctx > 0 ? ctx : 0, .max_ubatch = o->ubatch, .no_repack = o->no_repack,
+                       .progress = on_load_progress, .progress_user = &lp};
     cm->m = model_load(f, &mp, &err); /* takes f, even on failure */
     if (!cm->m) {
         fprintf(stderr, "kvllm: %s\n", err.msg);
@@ -267,13 +291,43 @@ bool cli_parse_ids(const char *s, int32_t **ids, int64_t *n) {
     return true;
 }
 
+char *cli_read_input(const char *path, size_t *len, kvl_error *err) {
+    if (strcmp(path, "-") != 0) return kvl_read_file(path, len, err);
+    size_t cap = 1 << 16, n = 0;
+    char *p = malloc(cap);
+    for (size_t k; p && (k = fread(p + n, 1, cap - n - 1, stdin)) > 0;) {
+        n += k;
+        if (cap - n - 1 > 0) continue;
+        char *q = realloc(p, cap * 2);
+        if (!q) {
+            free(p);
+            p = NULL;
+            break;
+        }
+        p = q;
+        cap *= 2;
+    }
+    if (!p) {
+        kvl_fail(err, "stdin: out of memory");
+        return NULL;
+    }
+    if (ferror(stdin)) {
+        free(p);
+        kvl_fail(err, "stdin: read error");
+        return NULL;
+    }
+    p[n] = 0;
+    *len = n;
+    return p;
+}
+
 bool cli_prompt_ids(const cli_opts *o, const tok_vocab *v, bool add_bos, int32_t **ids, int64_t *n) {
     if (o->prompt_ids) return cli_parse_ids(o->prompt_ids, ids, n);
     char *text = NULL;
     size_t len = 0;
     kvl_error err = {{0}};
     if (o->prompt_file) {
-        text = kvl_read_file(o->prompt_file, &len, &err);
+        text = cli_read_input(o->prompt_file, &len, &err);
         if (!text) {
             fprintf(stderr, "kvllm: %s\n", err.msg);
             return false;
@@ -342,4 +396,59 @@ void cli_print_json(cJSON *j) {
         free(s);
     }
     cJSON_Delete(j);
+}
+
+/* MemAvailable from /proc/meminfo in bytes, or -1. */
+static int64_t mem_available(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return -1;
+    char line[256];
+    long long kb = -1;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1) break;
+    fclose(f);
+    return kb < 0 ? -1 : (int64_t)kb * 1024;
+}
+
+int64_t cli_kv_blocks_from_memory(size_t block_bytes, int64_t n_ctx, int block_size, int max_seqs, double fraction,
+                                  const char *who) {
+    int64_t per_seq = (n_ctx + block_size - 1) / block_size;
+    int64_t want = per_seq * max_seqs;
+    int64_t avail = mem_available();
+    if (avail < 0 || block_bytes == 0) {
+        fprintf(stderr, "kvllm %s: cannot read MemAvailable: KV pool sized for %d full-context sequences\n", who,
+                max_seqs);
+        return want;
+    }
+    int64_t fit = (int64_t)(fraction * (double)avail) / (int64_t)block_bytes;
+    if (fit < per_seq) {
+        fprintf(stderr,
+                "kvllm %s: %g x MemAvailable (%.1f MiB) holds %lld KV blocks of %zu bytes, less than one "
+                "%lld-token sequence needs (%lld); lower -c, use --kv-type q8_0, or set --kv-memory / --kv-blocks\n",
+                who, fraction, (double)avail / 1048576.0, (long long)fit, block_bytes, (long long)n_ctx,
+                (long long)per_seq);
+        return 0;
+    }
+    int64_t n = fit < want ? fit : want;
+    fprintf(stderr, "kvllm %s: KV pool from memory: %g x MemAvailable %.1f MiB -> %lld blocks (%s)\n", who,
+            fraction, (double)avail / 1048576.0, (long long)n,
+            n == want ? "capped at --max-seqs full-context sequences" : "limited by memory");
+    return n;
+}
+
+engine_pooling cli_pooling(const gguf_file *f) {
+    char arch[64], key[96];
+    uint32_t t = 0;
+    if (!gguf_get_str_buf(f, "general.architecture", arch, sizeof arch)) return ENGINE_POOL_LAST;
+    snprintf(key, sizeof key, "%s.pooling_type", arch);
+    if (!gguf_get_u32(f, key, &t)) return ENGINE_POOL_LAST;
+    switch (t) {
+    case 1: return ENGINE_POOL_MEAN;
+    case 2: return ENGINE_POOL_CLS;
+    case 3: return ENGINE_POOL_LAST;
+    default:
+        fprintf(stderr, "kvllm: %s = %u (none or rank) is not supported for /v1/embeddings: using the last token\n",
+                key, t);
+        return ENGINE_POOL_LAST;
+    }
 }

@@ -127,8 +127,8 @@ static int bench_flag(const char *f, const char *v, void *ctx) {
     return 0;
 }
 
-static void bench_usage(void) {
-    fprintf(stderr,
+void cmd_bench_usage(FILE *out) {
+    fprintf(out,
             "usage: kvllm bench -m MODEL [-p 512] [-n 128] [-r 3] [-t N] [--batch 1,4,16]\n"
             "                   [--decode-prompt 16] [--kv-type f16|...] [--json]\n"
             "                   [--context-sweep 128,512,2048 [--sweep-tokens 16] [--no-cache-budget 120]\n"
@@ -760,7 +760,7 @@ static bool parse_args(int argc, char **argv, cli_opts *o, bench_args *a) {
                       .n_batch = 1, .sweep_tokens = 16, .nocache_budget_s = 120, .membw_mb = 1024,
                       .progress = true};
     if (!cli_parse_ex(argc, argv, o, bench_flag, a)) {
-        bench_usage();
+        cmd_bench_usage(stderr);
         return false;
     }
     batch_with_one(a);

@@ -98,8 +98,8 @@ static int extra_flag(const char *f, const char *v, void *ctx) {
     return 2;
 }
 
-static void usage(void) {
-    fprintf(stderr,
+void cmd_kv_plan_usage(FILE *out) {
+    fprintf(out,
             "usage: kvllm kv-plan (-m MODEL.gguf | --config config.json | --layers L --kv-heads H "
             "--head-dim D) --context T\n"
             "         [--concurrency B] [--kv-type f32|f16|bf16|q8_0|fp8] [--kv-type-k T --kv-type-v T]\n"
@@ -600,7 +600,7 @@ static bool parse_args(int argc, char **argv, cli_opts *o, plan_args *a) {
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) *ints[i] = UNSET;
     a->dtype = a->dtype_v = UNSET;
     if (!cli_parse_ex(argc, argv, o, extra_flag, a)) {
-        usage();
+        cmd_kv_plan_usage(stderr);
         return false;
     }
     if (a->context == UNSET && o->n_ctx != 0) a->context = o->n_ctx; /* -c works too */
@@ -608,7 +608,7 @@ static bool parse_args(int argc, char **argv, cli_opts *o, plan_args *a) {
         fprintf(stderr, "kvllm kv-plan: %s\n", a->context == UNSET
                                                     ? "--context T is required (tokens per sequence)"
                                                     : "-c: context must be at least 1");
-        usage();
+        cmd_kv_plan_usage(stderr);
         return false;
     }
     if (a->concurrency == UNSET) a->concurrency = 1;

@@ -18,7 +18,7 @@ static void loadgen_usage(FILE *out) {
             "  --temperature T     sampling temperature of every request (default 0: greedy)\n"
             "  --api-key KEY       sent as 'Authorization: Bearer KEY'\n"
             "  --model NAME        model id (default: the first one /v1/models lists)\n"
-            "  --seed N            prompt word seed (default 0)\n"
+            "  --seed N, -s N      prompt word seed (default 0)\n"
             "  --json              one JSON object instead of the table\n");
 }
 
@@ -58,7 +58,7 @@ static bool apply(loadgen_opts *o, const char *f, const char *v) {
             return false;
         }
         o->temperature = t;
-    } else if (IS("--seed")) {
+    } else if (IS("--seed") || IS("-s")) {
         if (!int_arg(f, v, 0, INT64_MAX, &x)) return false;
         o->seed = (uint64_t)x;
     } else {

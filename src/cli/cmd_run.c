@@ -115,6 +115,8 @@ static void report(const run_state *st, const engine *e, const cli_opts *o) {
 static int cmd_run_opts(const cli_opts *o);
 
 int cmd_run(int argc, char **argv) {
+    for (int i = 0; i < argc; i++) /* llama-cli's conversation mode */
+        if (strcmp(argv[i], "-cnv") == 0 || strcmp(argv[i], "--conversation") == 0) return cmd_chat(argc, argv);
     cli_opts o;
     if (!cli_parse(argc, argv, &o)) return 2;
     return cmd_run_opts(&o);

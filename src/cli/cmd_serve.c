@@ -13,6 +13,7 @@
 typedef struct serve_opts {
     server_config sc;
     const char *kv_memory;
+    double kv_memory_fraction;
     int64_t max_seqs, max_batch_tokens;
     bool no_prefix_cache, help;
 } serve_opts;
@@ -35,6 +36,11 @@ static void serve_usage(FILE *out) {
             "                           --kv-type-k / --kv-type-v set K and V apart)\n"
             "  --kv-blocks N            KV pool size in blocks\n"
             "  --kv-memory SIZE         KV pool size in bytes (e.g. 2GiB, 512MiB, 100000000)\n"
+            "  --kv-memory-fraction F   without --kv-memory/--kv-blocks: the KV pool takes at most F of\n"
+            "                           MemAvailable, measured once the weights are loaded (default 0.5),\n"
+            "                           and never more than --max-seqs full-context sequences need\n"
+            "  --cors ORIGIN            CORS: Access-Control-Allow-Origin ORIGIN (or *) on every response,\n"
+            "                           OPTIONS preflights answered (default: off)\n"
             "  --max-batch-tokens N     tokens per engine step (default 2048; also -b)\n"
             "  --max-seqs N             running sequences at most (default 64)\n"
             "  --max-queue N            waiting requests beyond --max-seqs before 503 (default 1024)\n"
@@ -94,7 +100,8 @@ static int serve_flag(const char *f, const char *v, void *ctx) {
 #define IS(name) (strcmp(f, name) == 0)
     bool ours = IS("--host") || IS("--port") || IS("--api-key") || IS("--served-model-name") ||
                 IS("--chat-template") || IS("--chat-template-file") || IS("--kv-memory") || IS("--max-batch-tokens") ||
-                IS("--max-seqs") || IS("--max-queue") || IS("--max-body");
+                IS("--max-seqs") || IS("--max-queue") || IS("--max-body") || IS("--cors") ||
+                IS("--kv-memory-fraction");
     if (!ours) return 0;
     if (!v) {
         fprintf(stderr, "kvllm: %s: missing value\n", f);
@@ -104,6 +111,15 @@ static int serve_flag(const char *f, const char *v, void *ctx) {
     else if (IS("--api-key")) so->sc.api_key = v;
     else if (IS("--served-model-name")) so->sc.model_id = v;
     else if (IS("--kv-memory")) so->kv_memory = v;
+    else if (IS("--cors")) so->sc.cors_origin = v;
+    else if (IS("--kv-memory-fraction")) {
+        char *end;
+        so->kv_memory_fraction = strtod(v, &end);
+        if (*end || end == v || !(so->kv_memory_fraction > 0 && so->kv_memory_fraction <= 1)) {
+            fprintf(stderr, "kvllm: --kv-memory-fraction: expected a number in (0, 1], got '%s'\n", v);
+            return -1;
+        }
+    }
     else if (IS("--chat-template-file")) so->sc.chat_template_file = v;
     else if (IS("--chat-template")) {
         if (chat_family_from_name(v) == CHAT_TMPL_UNKNOWN) {
@@ -178,6 +194,10 @@ static bool engine_settings(const cli_opts *o, const serve_opts *so, model *m, e
             fprintf(stderr, "kvllm: --kv-memory %s is less than one block (%zu bytes)\n", so->kv_memory, bb);
             return false;
         }
+    } else if (ec->n_blocks <= 0) {
+        ec->n_blocks = cli_kv_blocks_from_memory(block_bytes(m, ec), ec->n_ctx, ec->block_size, ec->max_seqs,
+                                                 so->kv_memory_fraction, "serve");
+        if (ec->n_blocks < 1) return false;
     }
     return true;
 }
@@ -239,7 +259,7 @@ static void reexec_with_passive_wait(int argc, char **argv) {
 
 int cmd_serve(int argc, char **argv) {
     reexec_with_passive_wait(argc, argv);
-    serve_opts so = {.max_seqs = 64};
+    serve_opts so = {.max_seqs = 64, .kv_memory_fraction = CLI_KV_MEMORY_FRACTION};
     server_config_default(&so.sc);
     so.sc.model_id = NULL;
     cli_opts o;
@@ -274,6 +294,8 @@ int cmd_serve(int argc, char **argv) {
         }
     } else tmpl = chat_template_src(&cm);
     so.sc.chat_template_src = tmpl;
+    so.sc.model_path = o.model_path ? o.model_path : "models/stories260K.gguf";
+    so.sc.pooling = cli_pooling(cli_gguf(&cm));
     rc = server_run(e, cm.vocab, &so.sc);
 out:
     free(tmpl);

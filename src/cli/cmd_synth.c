@@ -29,7 +29,7 @@ static int synth_flag(const char *f, const char *v, void *ctx) {
                        : strcmp(f, "--type") == 0                             ? &a->type
                        : strcmp(f, "-o") == 0 || strcmp(f, "--output") == 0 ? &a->out
                                                                               : NULL;
-    bool is_seed = strcmp(f, "--seed") == 0;
+    bool is_seed = strcmp(f, "--seed") == 0 || strcmp(f, "-s") == 0; /* -s: --seed everywhere */
     if (!dst && !is_seed) return 0;
     if (!v) {
         fprintf(stderr, "kvllm synth: %s: missing value\n", f);
@@ -67,10 +67,10 @@ static void list_shapes(FILE *out) {
     fprintf(out, "experts: used/routed+shared x width; deepseek-v2-lite is MLA (head = qk_nope + qk_rope)\n");
 }
 
-static void usage(void) {
-    fprintf(stderr, "usage: kvllm synth --shape NAME --type f16|q8_0|q4_0|q4_1|q5_0|q5_1|iq4_nl|q4_k_m|q4_k_s|q5_k_s|q5_k_m|q3_k_m|q2_k|iq4_xs -o FILE.gguf [--seed N] "
+void cmd_synth_usage(FILE *out) {
+    fprintf(out, "usage: kvllm synth --shape NAME --type f16|q8_0|q4_0|q4_1|q5_0|q5_1|iq4_nl|q4_k_m|q4_k_s|q5_k_s|q5_k_m|q3_k_m|q2_k|iq4_xs -o FILE.gguf [--seed N] "
                     "[-t N]\n       kvllm synth --list\n\n");
-    list_shapes(stderr);
+    list_shapes(out);
 }
 
 /* Refuses to start a write that cannot finish: free space in FILE's directory. */
@@ -94,7 +94,14 @@ typedef struct bar {
 static void on_progress(uint64_t done, uint64_t total, void *user) {
     bar *b = user;
     double now = kvl_time_s();
-    if (!b->tty || (now - b->last < 0.2 && done < total)) return;
+    if (!b->tty) { /* a log: a line every 5 s once the write takes more than 1 s */
+        if (now - b->t0 < 1.0 || (now - b->last < 5.0 && done < total)) return;
+        b->last = now;
+        fprintf(stderr, "kvllm synth: %5.1f%%  %.2f / %.2f GB  %.0f s\n", total ? 100.0 * done / total : 100.0,
+                done / 1e9, total / 1e9, now - b->t0);
+        return;
+    }
+    if (now - b->last < 0.2 && done < total) return;
     b->last = now;
     int filled = total ? (int)(30.0 * (double)done / (double)total) : 30;
     char cells[31];
@@ -113,7 +120,7 @@ int cmd_synth(int argc, char **argv) {
         return 0;
     }
     if (!a.shape || !a.type || !a.out) {
-        usage();
+        cmd_synth_usage(stderr);
         return 2;
     }
     const synth_shape *s = synth_shape_find(a.shape);

@@ -8,35 +8,60 @@ typedef struct command {
     const char *name;
     int (*fn)(int argc, char **argv);
     const char *help;
+    /* --help: the command's own usage, or a synopsis followed by the common
+     * options; neither: the command answers --help itself. */
+    void (*usage)(FILE *out);
+    const char *synopsis;
 } command;
 
+static void common_options(FILE *out);
+
 static const command COMMANDS[] = {
-    {"run", cmd_run, "generate text from a prompt (streams to stdout)"},
-    {"score", cmd_score, "teacher-forced log-probabilities of a token sequence"},
-    {"perplexity", cmd_perplexity, "perplexity of a text file, as llama-perplexity computes it"},
-    {"tokenize", cmd_tokenize, "text to token ids and pieces"},
-    {"chat-template", cmd_chat_template, "render a conversation with a Jinja chat template"},
-    {"info", cmd_info, "architecture, hyperparameters, tensor types, KV bytes per token"},
-    {"serve", cmd_serve, "OpenAI-compatible HTTP server with continuous batching"},
-    {"loadgen", cmd_loadgen, "load generator for a running server (throughput, TTFT/TPOT/ITL)"},
-    {"kv-plan", cmd_kv_plan, "KV cache capacity planner (calculated vs allocated)"},
-    {"synth", cmd_synth, "write a random-weight GGUF of a real model's shape (for benchmarks)"},
-    {"bench", cmd_bench, "prefill/decode tokens/s, batched decode, context sweep, memory bandwidth"},
+    {"run", cmd_run, "generate text from a prompt (streams to stdout)", NULL,
+     "kvllm run [-m MODEL] (-p TEXT | -f FILE | -f - | --prompt-ids 1,2,3) [options]\n"
+     "  -cnv, --conversation  chat with the model instead (as `kvllm chat`)"},
+    {"chat", cmd_chat, "interactive conversation in the terminal, with the chat template", NULL, NULL},
+    {"score", cmd_score, "teacher-forced log-probabilities of a token sequence", NULL,
+     "kvllm score [-m MODEL] (--ids 1,2,3 | -p TEXT | -f FILE) [--top-logprobs K] [--json]"},
+    {"perplexity", cmd_perplexity, "perplexity of a text file, as llama-perplexity computes it", NULL,
+     "kvllm perplexity [-m MODEL] -f FILE [-c N] [--kv-type T] [--kl-base T] [--json]"},
+    {"tokenize", cmd_tokenize, "text to token ids and pieces", NULL,
+     "kvllm tokenize [-m MODEL] (-p TEXT | -f FILE | -f -) [--no-bos] [--parse-special] [--json]"},
+    {"chat-template", cmd_chat_template, "render a conversation with a Jinja chat template", NULL, NULL},
+    {"info", cmd_info, "architecture, hyperparameters, tensor types, KV bytes per token", NULL,
+     "kvllm info [-m MODEL] [--json] | kvllm info --archs"},
+    {"serve", cmd_serve, "OpenAI-compatible HTTP server with continuous batching", NULL, NULL},
+    {"loadgen", cmd_loadgen, "load generator for a running server (throughput, TTFT/TPOT/ITL)", NULL, NULL},
+    {"kv-plan", cmd_kv_plan, "KV cache capacity planner (calculated vs allocated)", cmd_kv_plan_usage, NULL},
+    {"synth", cmd_synth, "write a random-weight GGUF of a real model's shape (for benchmarks)", cmd_synth_usage,
+     NULL},
+    {"bench", cmd_bench, "prefill/decode tokens/s, batched decode, context sweep, memory bandwidth",
+     cmd_bench_usage, NULL},
 };
+
+static bool wants_help(int argc, char **argv) {
+    for (int i = 0; i < argc; i++)
+        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) return true;
+    return false;
+}
 
 void cli_usage(FILE *out) {
     fprintf(out, "kvllm %s - an LLM inference engine built around the KV cache\n\n"
                  "usage: kvllm COMMAND [options]\n\ncommands:\n", KVLLM_VERSION);
     for (size_t i = 0; i < sizeof COMMANDS / sizeof COMMANDS[0]; i++)
         fprintf(out, "  %-13s %s\n", COMMANDS[i].name, COMMANDS[i].help);
+    common_options(out);
+}
+
+static void common_options(FILE *out) {
     fprintf(out,
             "\ncommon options:\n"
             "  -m FILE            GGUF model (default: models/stories260K.gguf)\n"
-            "  -p TEXT | -f FILE  prompt text / file;  --prompt-ids 1,2,3 (score: --ids)\n"
+            "  -p TEXT | -f FILE  prompt text / file (-f -: stdin);  --prompt-ids 1,2,3 (score: --ids)\n"
             "  -n N               max new tokens (default 128; -1: until the context is full)\n"
             "  -c N               context size (default: the model's, at most 4096)\n"
             "  -t N               threads (default: all cores)\n"
-            "  --temp T --top-k K --top-p P --min-p P --seed S\n"
+            "  --temp T --top-k K --top-p P --min-p P --seed S (-s S)\n"
             "  --repeat-penalty R --repeat-last-n N --presence-penalty P --frequency-penalty P\n"
             "  --stop STRING (repeatable)  --ignore-eos  --no-bos  --parse-special\n"
             "  --json  --top-logprobs K\n"
@@ -58,8 +83,18 @@ int main(int argc, char **argv) {
         return 0;
     }
     for (size_t i = 0; i < sizeof COMMANDS / sizeof COMMANDS[0]; i++) {
-        if (strcmp(argv[1], COMMANDS[i].name) != 0) continue;
-        return COMMANDS[i].fn(argc - 2, argv + 2);
+        const command *c = &COMMANDS[i];
+        if (strcmp(argv[1], c->name) != 0) continue;
+        if ((c->usage || c->synopsis) && wants_help(argc - 2, argv + 2)) {
+            if (c->usage) {
+                c->usage(stdout);
+            } else {
+                printf("usage: %s\n\n%s.\n", c->synopsis, c->help);
+                common_options(stdout);
+            }
+            return 0;
+        }
+        return c->fn(argc - 2, argv + 2);
     }
     fprintf(stderr, "kvllm: unknown command '%s' (try kvllm --help)\n", argv[1]);
     return 2;

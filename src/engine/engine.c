@@ -556,6 +556,7 @@ static void plan_step(engine *e, step_plan *p) {
         e->waiting = s->next;
         s->next = NULL;
         s->state = SEQ_RUNNING;
+        if (s->stats.t_scheduled == 0) s->stats.t_scheduled = kvl_time_s(); /* not again after a preemption */
         e->running[e->n_running++] = s;
         plan_add(e, p, s, n);
         budget -= n;
@@ -673,3 +674,63 @@ bool engine_eval(model *m, int kv_dtype, int kv_dtype_v, int block_size, const i
     engine_destroy(e);
     return ok;
 }
+
+bool engine_embed(engine *e, const int32_t *ids, int64_t n, engine_pooling pooling, float *out, kvl_error *err) {
+    const model_hparams *hp = model_hp(e->m);
+    const int64_t E = hp->n_embd;
+    if (n < 1) return kvl_fail(err, "embedding: the input is empty");
+    if (n > e->cfg.n_ctx)
+        return kvl_fail(err, "embedding: the input has %lld tokens, more than the context of %lld", (long long)n,
+                        (long long)e->cfg.n_ctx);
+    for (int64_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= hp->n_vocab)
+            return kvl_fail(err, "embedding: token %lld (id %d) is not in the vocabulary", (long long)i, ids[i]);
+    enum { CHUNK = 64 };
+    float *rows = kvl_alloc(CHUNK * E * sizeof(float));
+    double *acc = calloc((size_t)E, sizeof *acc);
+    int32_t pos[CHUNK], sq[CHUNK] = {0};
+    uint8_t want[CHUNK];
+    kv_seq s[MODEL_MAX_KV_GROUPS];
+    const kv_seq *seqs[MODEL_MAX_KV_GROUPS];
+    bool ok = rows && acc;
+    if (!ok) kvl_fail(err, "embedding: out of memory");
+    /* A sequence of its own in the engine's pools, computed in full and given
+     * back at once; never committed to the prefix cache. */
+    for (int g = 0; g < e->n_groups; g++) {
+        kv_seq_init(&s[g]);
+        seqs[g] = &s[g];
+        if (ok && !kv_seq_reserve(e->kv[g], &s[g], n))
+            ok = kvl_fail(err, "embedding: not enough free KV blocks for %lld tokens right now", (long long)n);
+    }
+    for (int64_t t0 = 0; ok && t0 < n; t0 += CHUNK) {
+        int64_t cnt = n - t0 < CHUNK ? n - t0 : CHUNK;
+        for (int64_t i = 0; i < cnt; i++) {
+            pos[i] = (int32_t)(t0 + i);
+            int64_t t = t0 + i;
+            want[i] = pooling == ENGINE_POOL_MEAN || (pooling == ENGINE_POOL_LAST && t == n - 1) ||
+                      (pooling == ENGINE_POOL_CLS && t == 0);
+        }
+        model_batch b = {.n_tokens = cnt, .tokens = ids + t0, .pos = pos, .seq = sq, .want_logits = want,
+                         .n_seqs = 1, .seqs = seqs, .hidden = rows};
+        ok = model_forward(e->m, e->kv, &b, NULL, err);
+        int64_t r = 0;
+        for (int64_t i = 0; ok && i < cnt; i++)
+            if (want[i]) {
+                for (int64_t k = 0; k < E; k++) acc[k] += rows[r * E + k];
+                r++;
+            }
+    }
+    for (int g = 0; g < e->n_groups; g++) kv_seq_free(e->kv[g], &s[g]);
+    if (ok) {
+        double div = pooling == ENGINE_POOL_MEAN ? (double)n : 1.0, norm = 0;
+        for (int64_t k = 0; k < E; k++) norm += (acc[k] / div) * (acc[k] / div);
+        norm = sqrt(norm);
+        /* L2-normalised, as llama-server and vLLM return them */
+        for (int64_t k = 0; k < E; k++) out[k] = (float)(norm > 0 ? acc[k] / div / norm : 0.0);
+    }
+    kvl_free(rows);
+    free(acc);
+    return ok;
+}
+
+const model *engine_model(const engine *e) { return e->m; }

@@ -28,6 +28,7 @@ typedef struct engine_req_stats {
     int64_t n_cached_prompt;                /* prompt tokens served from the prefix cache */
     int64_t n_preemptions;
     double t_submit, t_first_token, t_end; /* kvl_time_s() */
+    double t_scheduled;                    /* first step that computed any of it (0: never) */
     double t_prefill_s;                    /* time in steps until the first token */
     kv_usage kv;                           /* at the end, before the blocks were freed */
     int n_kv_groups;                       /* per KV group (full / sliding-window layers): */
@@ -115,6 +116,7 @@ int engine_kv_n_groups(const engine *e);
 bool engine_prefix_cache_enabled(const engine *e);
 kv_pool *engine_kv_group(engine *e, int group);
 const engine_config *engine_cfg(const engine *e);
+const model *engine_model(const engine *e);
 
 typedef struct engine_metrics {
     int64_t n_running, n_waiting;
@@ -132,5 +134,13 @@ engine_metrics engine_get_metrics(const engine *e);
 typedef void (*engine_logits_fn)(int64_t pos, const float *logits, void *user);
 bool engine_eval(model *m, int kv_dtype, int kv_dtype_v, int block_size, const int32_t *ids, int64_t n,
                  engine_logits_fn on_logits, void *user, kvl_error *err);
+
+/* Embeddings: the model's final hidden state (after the output norm) pooled
+ * over ids and L2-normalised into out (n_embd floats). Runs one sequence of
+ * its own through this engine's pools and frees its blocks before returning,
+ * so it must be called by the thread that drives engine_step, between steps.
+ * False with err set when ids are invalid or the pool has no room right now. */
+typedef enum engine_pooling { ENGINE_POOL_LAST, ENGINE_POOL_MEAN, ENGINE_POOL_CLS } engine_pooling;
+bool engine_embed(engine *e, const int32_t *ids, int64_t n, engine_pooling pooling, float *out, kvl_error *err);
 
 #endif

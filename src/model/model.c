@@ -274,10 +274,18 @@ static mtensor *layer_matmul(model *m, int il, size_t i) {
  * pages of a repacked tensor are then dropped from memory: the mapping is
  * read-only, so the kernel reads them again from the file (page cache) if
  * they are touched later: tied embeddings' row lookups do, a row at a time. */
+void model_progress(const model *m, double done) {
+    if (m->mp.progress) m->mp.progress(done < 1 ? done : 1, m->mp.progress_user);
+}
+
 static bool repack_weights(model *m, kvl_error *err) {
     const size_t page = (size_t)sysconf(_SC_PAGESIZE);
     size_t total = 0;
-    for (int64_t i = -1; i < m->hp.n_layer * (int64_t)N_LAYER_MATMULS; i++) {
+    const int64_t n = m->hp.n_layer * (int64_t)N_LAYER_MATMULS;
+    /* experts hold most of a mixture-of-experts model's bytes: moe_repack reports the rest */
+    const double share = m->hp.moe.n_expert ? 0.1 : 1.0;
+    for (int64_t i = -1; i < n; i++) {
+        if (i % (int64_t)N_LAYER_MATMULS == 0) model_progress(m, share * (double)i / (double)n);
         mtensor *t = i < 0 ? &m->output : layer_matmul(m, (int)(i / N_LAYER_MATMULS), (size_t)(i % N_LAYER_MATMULS));
         if (!t->data || t->ne2 > 1) continue;
         const size_t bytes = kern_repack_bytes(t->dtype, t->ne1, t->ne0);
@@ -293,6 +301,7 @@ static bool repack_weights(model *m, kvl_error *err) {
         if (e0 > a0) madvise((void *)a0, e0 - a0, MADV_DONTNEED);
     }
     if (!moe_repack(m, &total, err)) return false;
+    model_progress(m, 1.0);
     m->hp.repacked_bytes = (int64_t)total;
     if (total)
         kvl_log(KVL_LOG_INFO, "model: %.1f MiB of weights repacked for %s", total / 1048576.0, kern_isa_name());

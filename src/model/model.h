@@ -21,6 +21,10 @@ typedef struct model_params {
     int64_t max_ctx;      /* longest sequence the scratch must support */
     int64_t max_ubatch;   /* tokens processed per internal pass (scratch size) */
     bool no_repack;       /* keep matmul weights in their GGUF layout */
+    /* Optional, called during the long part of loading (reading and repacking
+     * the weights) with the fraction done, 0..1, ending with 1. */
+    void (*progress)(double done, void *user);
+    void *progress_user;
 } model_params;
 
 /* Loads a GGUF model. The gguf_file is owned by the model afterwards. */
@@ -49,10 +53,16 @@ typedef struct model_batch {
     const uint8_t *want_logits; /* 1 to return logits of this token (NULL: last only) */
     int n_seqs;
     const kv_seq *const *seqs;
+    /* Optional: the final hidden state (after the output norm, before the LM
+     * head) of the tokens with want_logits set, n_embd floats each, in batch
+     * order. With hidden set, logits may be NULL: the LM head is skipped.
+     * This is what embeddings pool. */
+    float *hidden;
 } model_batch;
 
 /* Runs the batch. Logits of the tokens with want_logits set are written to
- * logits in batch order, n_vocab floats each. Returns false (err set) on invalid
+ * logits in batch order, n_vocab floats each (and their hidden states to
+ * b->hidden when set; logits NULL skips the LM head). Returns false (err set) on invalid
  * input, such as a token id out of range or a position beyond the block table. */
 bool model_forward(model *m, kv_pool *const *pools, const model_batch *b, float *logits,
                    kvl_error *err);

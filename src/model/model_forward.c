@@ -407,8 +407,9 @@ static void embed(fwd_ctx *c) {
     }
 }
 
-/* Final norm and LM head for the wanted rows; returns how many were written. */
-static int64_t project_logits(fwd_ctx *c, float *logits) {
+/* Final norm and LM head for the wanted rows; returns how many were written.
+ * hidden (or NULL) receives the normed rows; logits NULL skips the head. */
+static int64_t project_logits(fwd_ctx *c, float *logits, float *hidden) {
     model *m = c->m;
     const model_hparams *hp = &m->hp;
     int64_t E = hp->n_embd, n_out = 0;
@@ -416,6 +417,8 @@ static int64_t project_logits(fwd_ctx *c, float *logits) {
         if (wants_logits(c->b, c->t0 + t)) memcpy(m->logit_rows + (n_out++) * E, m->x + t * E, E * sizeof(float));
     if (n_out == 0) return 0;
     op_rms_norm(m->logit_rows, m->logit_rows, m->output_norm.data, n_out, E, hp->rms_eps);
+    if (hidden) memcpy(hidden, m->logit_rows, (size_t)(n_out * E) * sizeof(float));
+    if (!logits) return n_out;
     op_matmul(m, &m->output, m->logit_rows, n_out, logits);
     if (hp->final_softcap > 0)
         for (int64_t i = 0; i < n_out * hp->n_vocab; i++)
@@ -432,7 +435,8 @@ bool model_forward(model *m, kv_pool *const *pools, const model_batch *b, float 
                      .n = b->n_tokens - t0 < m->mp.max_ubatch ? b->n_tokens - t0 : m->mp.max_ubatch};
         embed(&c);
         for (int il = 0; il < m->hp.n_layer; il++) layer_forward(&c, il);
-        out_rows += project_logits(&c, logits + out_rows * m->hp.n_vocab);
+        out_rows += project_logits(&c, logits ? logits + out_rows * m->hp.n_vocab : NULL,
+                                   b->hidden ? b->hidden + out_rows * m->hp.n_embd : NULL);
     }
     return true;
 }

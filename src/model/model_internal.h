@@ -88,6 +88,8 @@ bool moe_layer(const model *m, int il);
 bool moe_bind_layer(model *m, int il, kvl_error *err);
 /* Repacks the experts (each expert's slice in the kernels' layout); adds the bytes. */
 bool moe_repack(model *m, size_t *total, kvl_error *err);
+/* Reports loading progress (mp.progress) if the caller asked for it. */
+void model_progress(const model *m, double done);
 size_t moe_work_bytes(const model *m, int64_t rows);
 bool moe_alloc_scratch(model *m, kvl_error *err);
 void moe_free(model *m);

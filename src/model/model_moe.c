@@ -119,6 +119,7 @@ bool moe_repack(model *m, size_t *total, kvl_error *err) {
     if (!m->hp.moe.n_expert) return true;
     const size_t page = (size_t)sysconf(_SC_PAGESIZE);
     for (int il = 0; il < m->hp.n_layer; il++) {
+        model_progress(m, 0.1 + 0.9 * (double)il / (double)m->hp.n_layer);
         mtensor *ts[7];
         moe_matmuls(&m->layers[il], ts);
         for (int i = 0; ts[i]; i++) {

@@ -22,6 +22,9 @@ typedef struct server_config {
     const char *chat_template_file; /* --chat-template-file: overrides chat_template_src (name; text in src) */
     size_t max_body_bytes;     /* larger request bodies get 413 (default 8 MiB) */
     int max_queue;             /* waiting requests beyond max_seqs before 503 */
+    const char *model_path;    /* the GGUF file (GET /props) */
+    const char *cors_origin;   /* --cors: Access-Control-Allow-Origin on every response; NULL: no CORS */
+    engine_pooling pooling;    /* /v1/embeddings: how hidden states are pooled */
 } server_config;
 
 void server_config_default(server_config *c);

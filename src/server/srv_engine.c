@@ -32,6 +32,44 @@ bool srv_enqueue(srv *s, srv_job *j, api_error *err) {
     return ok;
 }
 
+bool srv_embed_run(srv *s, srv_embed *em, api_error *err) {
+    pthread_mutex_lock(&s->q_mu);
+    if (s->stopping) {
+        pthread_mutex_unlock(&s->q_mu);
+        return api_fail(err, 503, NULL, "the server is shutting down");
+    }
+    em->next = s->embed_head;
+    s->embed_head = em;
+    pthread_cond_signal(&s->q_cv);
+    /* No early exit: the engine thread writes into em until done, and it
+     * finishes every queued embedding even while stopping. */
+    while (!em->done) pthread_cond_wait(&s->embed_cv, &s->q_mu);
+    pthread_mutex_unlock(&s->q_mu);
+    if (!em->ok) *err = em->err;
+    return em->ok;
+}
+
+/* Engine thread, between steps. */
+static void run_embeddings(srv *s, srv_embed *list) {
+    while (list) {
+        srv_embed *em = list;
+        list = em->next;
+        bool ok = true;
+        for (int i = 0; ok && i < em->n_inputs; i++) {
+            kvl_error kerr = {{0}};
+            ok = engine_embed(s->e, em->ids[i], em->n_ids[i], s->cfg.pooling, em->out + (size_t)i * (size_t)s->n_embd,
+                              &kerr);
+            /* the inputs were checked, so what is left is a full pool: retry later */
+            if (!ok) api_fail(&em->err, 503, NULL, "input[%d]: %s", i, kerr.msg);
+        }
+        pthread_mutex_lock(&s->q_mu);
+        em->ok = ok;
+        em->done = true;
+        pthread_cond_broadcast(&s->embed_cv);
+        pthread_mutex_unlock(&s->q_mu);
+    }
+}
+
 /* Frees the job's place in the queue limit. Done before the HTTP thread can
  * see the job's end, so a client sending its next request right after the
  * answer is never refused for room its previous request still seemed to hold. */
@@ -60,6 +98,12 @@ static void observe_token(srv *s, srv_choice *c, const engine_event *ev, double 
         histo_observe(&m->e2e, now - c->job->t_arrival);
         int64_t n = ev->stats->n_generated;
         if (n > 1) histo_observe(&m->tpot, (now - c->t_first) / (double)(n - 1));
+        const engine_req_stats *st = ev->stats;
+        if (st->t_scheduled > 0) {
+            histo_observe(&m->queue, st->t_scheduled - st->t_submit);
+            histo_observe(&m->prefill, st->t_first_token - st->t_scheduled);
+            histo_observe(&m->decode, st->t_end - st->t_first_token);
+        }
         m->success[ev->finish == ENGINE_FINISH_STOP ? 0 : 1]++;
     } else if (ev->finish == ENGINE_FINISH_CANCELLED) {
         m->success[2]++;
@@ -223,14 +267,17 @@ static void *engine_main(void *arg) {
     omp_set_num_threads(s->omp_threads);
     for (;;) {
         pthread_mutex_lock(&s->q_mu);
-        while (!s->stopping && !s->q_head && !s->cancel_pending && !engine_has_work(s->e))
+        while (!s->stopping && !s->q_head && !s->embed_head && !s->cancel_pending && !engine_has_work(s->e))
             pthread_cond_wait(&s->q_cv, &s->q_mu);
         srv_job *incoming = s->q_head;
         s->q_head = s->q_tail = NULL;
+        srv_embed *embeds = s->embed_head;
+        s->embed_head = NULL;
         s->cancel_pending = false;
         bool stopping = s->stopping;
         pthread_mutex_unlock(&s->q_mu);
 
+        run_embeddings(s, embeds);
         admit_all(s, incoming, stopping);
         cancel_marked(s, stopping);
         if (engine_has_work(s->e)) step(s);

@@ -16,18 +16,27 @@
 
 #include "srv_internal.h"
 
-typedef enum route { R_NONE, R_HEALTH, R_METRICS, R_MODELS, R_COMPLETIONS, R_CHAT } route;
+typedef enum route {
+    R_NONE, R_HEALTH, R_METRICS, R_MODELS, R_MODEL, R_COMPLETIONS, R_CHAT,
+    R_EMBEDDINGS, R_TOKENIZE, R_DETOKENIZE, R_PROPS
+} route;
 
 static const struct {
     const char *path, *method;
     route r;
-    bool auth; /* like vLLM, --api-key protects /v1 only */
+    bool auth;   /* like vLLM, --api-key protects /v1 only */
+    bool prefix; /* path is a prefix; the rest of the URL is the argument */
 } ROUTES[] = {
-    {"/health", "GET", R_HEALTH, false},
-    {"/metrics", "GET", R_METRICS, false},
-    {"/v1/models", "GET", R_MODELS, true},
-    {"/v1/completions", "POST", R_COMPLETIONS, true},
-    {"/v1/chat/completions", "POST", R_CHAT, true},
+    {"/health", "GET", R_HEALTH, false, false},
+    {"/metrics", "GET", R_METRICS, false, false},
+    {"/v1/models", "GET", R_MODELS, true, false},
+    {"/v1/models/", "GET", R_MODEL, true, true},
+    {"/v1/completions", "POST", R_COMPLETIONS, true, false},
+    {"/v1/chat/completions", "POST", R_CHAT, true, false},
+    {"/v1/embeddings", "POST", R_EMBEDDINGS, true, false},
+    {"/tokenize", "POST", R_TOKENIZE, false, false},
+    {"/detokenize", "POST", R_DETOKENIZE, false, false},
+    {"/props", "GET", R_PROPS, false, false},
 };
 #define N_ROUTES (sizeof ROUTES / sizeof ROUTES[0])
 
@@ -40,6 +49,17 @@ typedef struct conn_ctx {
 
 /* ---------------------------------------------------------- responses -- */
 
+/* --cors ORIGIN. One server runs per process (it owns the signals), so the
+ * functions that build responses read it here rather than taking the server everywhere. */
+static const char *cors_origin;
+
+static void add_cors(struct MHD_Response *r) {
+    if (!cors_origin) return;
+    MHD_add_response_header(r, "Access-Control-Allow-Origin", cors_origin);
+    MHD_add_response_header(r, "Access-Control-Expose-Headers", "Retry-After, WWW-Authenticate");
+    if (strcmp(cors_origin, "*") != 0) MHD_add_response_header(r, "Vary", "Origin");
+}
+
 static enum MHD_Result send_text(struct MHD_Connection *c, unsigned status, const char *ctype, char *body,
                                  const char *hdr, const char *hdr_val) {
     if (!body) return MHD_NO;
@@ -50,6 +70,7 @@ static enum MHD_Result send_text(struct MHD_Connection *c, unsigned status, cons
     }
     MHD_add_response_header(r, "Content-Type", ctype);
     if (hdr) MHD_add_response_header(r, hdr, hdr_val);
+    add_cors(r);
     enum MHD_Result ret = MHD_queue_response(c, status, r);
     MHD_destroy_response(r);
     return ret;
@@ -188,6 +209,7 @@ static enum MHD_Result start_stream(srv *s, struct MHD_Connection *c, api_req *r
     MHD_add_response_header(resp, "Content-Type", "text/event-stream");
     MHD_add_response_header(resp, "Cache-Control", "no-cache");
     MHD_add_response_header(resp, "X-Accel-Buffering", "no");
+    add_cors(resp);
     enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, resp);
     MHD_destroy_response(resp); /* stream_free runs when MHD drops its reference */
     return ret;
@@ -263,16 +285,41 @@ static enum MHD_Result handle_generate(srv *s, struct MHD_Connection *c, conn_ct
 
 /* ------------------------------------------------------------ routing -- */
 
+/* A CORS preflight: which methods and headers the browser may use. */
+static enum MHD_Result send_preflight(struct MHD_Connection *c, const char *method) {
+    struct MHD_Response *r = MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
+    if (!r) return MHD_NO;
+    add_cors(r);
+    MHD_add_response_header(r, "Access-Control-Allow-Methods", method);
+    MHD_add_response_header(r, "Access-Control-Allow-Headers", "Authorization, Content-Type");
+    MHD_add_response_header(r, "Access-Control-Max-Age", "86400");
+    enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_NO_CONTENT, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+/* A body handler's answer: the JSON, or its error. */
+static enum MHD_Result send_result(struct MHD_Connection *c, char *body, const api_error *err) {
+    return body ? send_json(c, MHD_HTTP_OK, body) : send_error(c, err);
+}
+
+static bool route_matches(size_t i, const char *url) {
+    size_t n = strlen(ROUTES[i].path);
+    if (!ROUTES[i].prefix) return strcmp(url, ROUTES[i].path) == 0;
+    return strncmp(url, ROUTES[i].path, n) == 0 && url[n]; /* ids may hold '/' (org/name) */
+}
+
 static enum MHD_Result dispatch(srv *s, struct MHD_Connection *c, const char *url, const char *method,
                                 conn_ctx *cc) {
     kvl_log(KVL_LOG_INFO, "%s %s (%zu bytes)", method, url, cc->body.len);
     size_t i = 0;
-    while (i < N_ROUTES && strcmp(url, ROUTES[i].path) != 0) i++;
+    while (i < N_ROUTES && !route_matches(i, url)) i++;
     if (i == N_ROUTES) {
         api_error e;
         api_fail(&e, 404, NULL, "no route for %.200s", url);
         return send_error(c, &e);
     }
+    if (cors_origin && strcmp(method, "OPTIONS") == 0) return send_preflight(c, ROUTES[i].method);
     if (strcmp(method, ROUTES[i].method) != 0) {
         api_error e;
         api_fail(&e, 405, NULL, "%s is not allowed on %s (use %s)", method, url, ROUTES[i].method);
@@ -290,6 +337,8 @@ static enum MHD_Result dispatch(srv *s, struct MHD_Connection *c, const char *ur
         return fail(c, 413, NULL, msg);
     }
     kvl_buf m = {0};
+    api_error err;
+    const char *body = cc->body.p ? cc->body.p : "";
     switch (ROUTES[i].r) {
     case R_HEALTH: return send_json(c, MHD_HTTP_OK, strdup("{\"status\":\"ok\"}"));
     case R_METRICS:
@@ -300,6 +349,11 @@ static enum MHD_Result dispatch(srv *s, struct MHD_Connection *c, const char *ur
         }
         return send_text(c, MHD_HTTP_OK, "text/plain; version=0.0.4; charset=utf-8", m.p, NULL, NULL);
     case R_MODELS: return send_json(c, MHD_HTTP_OK, openai_models(s));
+    case R_MODEL: return send_result(c, openai_model_get(s, url + strlen(ROUTES[i].path), &err), &err);
+    case R_TOKENIZE: return send_result(c, srv_tokenize(s, body, cc->body.len, &err), &err);
+    case R_DETOKENIZE: return send_result(c, srv_detokenize(s, body, cc->body.len, &err), &err);
+    case R_EMBEDDINGS: return send_result(c, srv_embeddings(s, body, cc->body.len, &err), &err);
+    case R_PROPS: return send_json(c, MHD_HTTP_OK, srv_props(s));
     case R_COMPLETIONS: return handle_generate(s, c, cc, false);
     case R_CHAT: return handle_generate(s, c, cc, true);
     default: return MHD_NO;
@@ -425,11 +479,14 @@ static srv *srv_new(engine *e, const tok_vocab *vocab, const server_config *cfg)
     s->n_blocks = ec->n_blocks;
     s->block_size = ec->block_size;
     s->max_seqs = ec->max_seqs;
+    s->n_embd = model_hp(engine_model(e))->n_embd;
+    s->t_start = time(NULL);
     s->omp_threads = omp_get_max_threads();
     atomic_init(&s->n_busy, 0);
     pthread_mutex_init(&s->tok_mu, NULL);
     pthread_mutex_init(&s->q_mu, NULL);
     pthread_cond_init(&s->q_cv, NULL);
+    pthread_cond_init(&s->embed_cv, NULL);
     metrics_init(&s->metrics);
     setup_chat(s);
     return s;
@@ -439,6 +496,7 @@ static void srv_free(srv *s) {
     srv_jinja_free(s);
     metrics_destroy(&s->metrics);
     pthread_cond_destroy(&s->q_cv);
+    pthread_cond_destroy(&s->embed_cv);
     pthread_mutex_destroy(&s->q_mu);
     pthread_mutex_destroy(&s->tok_mu);
     free(s);
@@ -447,6 +505,7 @@ static void srv_free(srv *s) {
 int server_run(engine *e, const tok_vocab *vocab, const server_config *cfg) {
     srv *s = srv_new(e, vocab, cfg);
     if (!s) return 1;
+    cors_origin = cfg->cors_origin;
     /* Signals go to this thread's sigwait only: block them before any thread
      * starts so every thread inherits the mask. */
     sigset_t sigs;

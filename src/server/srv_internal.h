@@ -9,6 +9,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <time.h>
 
 #include <cjson/cJSON.h>
 
@@ -138,6 +139,7 @@ typedef struct srv_metrics {
     pthread_mutex_t mu;
     engine_metrics em;  /* published by the engine thread after each step */
     histo ttft, tpot, itl, e2e;
+    histo queue, prefill, decode; /* request phases: waiting, until the first token, after it */
     uint64_t success[3]; /* finished requests: stop, length, abort */
 } srv_metrics;
 
@@ -147,6 +149,20 @@ void histo_observe(histo *h, double v); /* caller holds m->mu */
 /* Prometheus text exposition (format 0.0.4). */
 void metrics_render(srv_metrics *m, const char *model_name, kvl_buf *out);
 
+/* ------------------------------------------------------- embeddings -- */
+
+/* One /v1/embeddings request, handed to the engine thread. The HTTP thread
+ * owns it (on its stack) and waits under q_mu until done. */
+typedef struct srv_embed {
+    int n_inputs;
+    int32_t **ids;       /* [n_inputs] */
+    int64_t *n_ids;
+    float *out;          /* [n_inputs][n_embd] */
+    bool done, ok;
+    api_error err;       /* when !ok */
+    struct srv_embed *next;
+} srv_embed;
+
 /* ------------------------------------------------------------- server -- */
 
 struct srv {
@@ -154,8 +170,9 @@ struct srv {
     engine *e;
     const tok_vocab *vocab;
     /* Engine facts read by HTTP threads (immutable while serving). */
-    int64_t n_ctx, n_blocks, block_size;
+    int64_t n_ctx, n_blocks, block_size, n_embd;
     int max_seqs;
+    time_t t_start;            /* "created" of the model object */
     int omp_threads;           /* the main thread's OpenMP team size (-t) */
     chat_family chat;          /* CHAT_TMPL_UNKNOWN: chat requests get 400 */
     struct jinja_template *jinja; /* the Jinja chat template; NULL: the family's built-in rendering */
@@ -166,6 +183,8 @@ struct srv {
     pthread_mutex_t q_mu;
     pthread_cond_t q_cv;
     srv_job *q_head, *q_tail;
+    srv_embed *embed_head;     /* embeddings waiting for the engine thread */
+    pthread_cond_t embed_cv;   /* the engine thread finished one (under q_mu) */
     int64_t n_inflight;        /* engine requests queued or active */
     bool cancel_pending;
     bool stopping;
@@ -183,6 +202,8 @@ void engine_thread_stop(srv *s);
 /* HTTP thread: queues j (taking a reference for the engine thread), or fills
  * err (503, queue full or shutting down) and returns false. */
 bool srv_enqueue(srv *s, srv_job *j, api_error *err);
+/* HTTP thread: runs em on the engine thread and waits for it; false with err set. */
+bool srv_embed_run(srv *s, srv_embed *em, api_error *err);
 
 /* ------------------------------------------------------------- OpenAI -- */
 
@@ -228,7 +249,12 @@ void openai_stream_events(srv *s, const api_req *r, stream_state *st, srv_event 
 /* Ends a stream early: an error chunk if st->failed, the usage chunk, [DONE]. */
 void openai_stream_end(srv *s, const api_req *r, stream_state *st, kvl_buf *out);
 
-/* GET /v1/models */
-char *openai_models(srv *s);
+/* srv_endpoints.c. Each returns a malloc'd JSON body, or NULL with err set. */
+char *openai_models(srv *s);                                      /* GET /v1/models */
+char *openai_model_get(srv *s, const char *id, api_error *err);   /* GET /v1/models/{id} */
+char *srv_tokenize(srv *s, const char *body, size_t len, api_error *err);   /* POST /tokenize */
+char *srv_detokenize(srv *s, const char *body, size_t len, api_error *err); /* POST /detokenize */
+char *srv_embeddings(srv *s, const char *body, size_t len, api_error *err); /* POST /v1/embeddings */
+char *srv_props(srv *s);                                          /* GET /props */
 
 #endif

@@ -34,6 +34,13 @@ void metrics_init(srv_metrics *m) {
                TOKEN_BOUNDS, NB(TOKEN_BOUNDS));
     histo_init(&m->e2e, "e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.",
                E2E_BOUNDS, NB(E2E_BOUNDS));
+    /* vLLM's request phase histograms, with its request-latency buckets. */
+    histo_init(&m->queue, "request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.",
+               E2E_BOUNDS, NB(E2E_BOUNDS));
+    histo_init(&m->prefill, "request_prefill_time_seconds",
+               "Histogram of time spent in PREFILL phase for request.", E2E_BOUNDS, NB(E2E_BOUNDS));
+    histo_init(&m->decode, "request_decode_time_seconds", "Histogram of time spent in DECODE phase for request.",
+               E2E_BOUNDS, NB(E2E_BOUNDS));
 }
 
 void metrics_destroy(srv_metrics *m) { pthread_mutex_destroy(&m->mu); }
@@ -47,23 +54,27 @@ void histo_observe(histo *h, double v) {
     h->count++;
 }
 
-static void put_header(kvl_buf *o, const char *name, const char *type, const char *help) {
-    kvl_buf_printf(o, "# HELP kvllm:%s %s\n# TYPE kvllm:%s %s\n", name, help, name, type);
+/* suffix: "_total" for counters. In the text format 0.0.4 (what promtool
+ * checks and prometheus_client writes) HELP and TYPE name the series exactly as
+ * the samples do; a counter named without its _total is a second, untyped
+ * metric to the parser. (OpenMetrics drops the suffix there; this is not it.) */
+static void put_header(kvl_buf *o, const char *name, const char *suffix, const char *type, const char *help) {
+    kvl_buf_printf(o, "# HELP kvllm:%s%s %s\n# TYPE kvllm:%s%s %s\n", name, suffix, help, name, suffix, type);
 }
 
 static void put_gauge(kvl_buf *o, const char *label, const char *name, const char *help, double v) {
-    put_header(o, name, "gauge", help);
+    put_header(o, name, "", "gauge", help);
     kvl_buf_printf(o, "kvllm:%s{%s} %.17g\n", name, label, v);
 }
 
 /* Counters are exposed as NAME_total, as prometheus_client (and vLLM) do. */
 static void put_counter(kvl_buf *o, const char *label, const char *name, const char *help, double v) {
-    put_header(o, name, "counter", help);
+    put_header(o, name, "_total", "counter", help);
     kvl_buf_printf(o, "kvllm:%s_total{%s} %.17g\n", name, label, v);
 }
 
 static void put_histo(kvl_buf *o, const char *label, const histo *h) {
-    put_header(o, h->name, "histogram", h->help);
+    put_header(o, h->name, "", "histogram", h->help);
     uint64_t cum = 0;
     for (int b = 0; b <= h->n_bounds; b++) {
         cum += h->counts[b];
@@ -119,7 +130,7 @@ void metrics_render(srv_metrics *m, const char *model_name, kvl_buf *o) {
     put_counter(o, label, "prompt_tokens", "Number of prefill tokens processed.", (double)e->prompt_tokens);
     put_counter(o, label, "generation_tokens", "Number of generation tokens processed.",
                 (double)e->generation_tokens);
-    put_header(o, "request_success", "counter", "Count of finished requests, by finish reason.");
+    put_header(o, "request_success", "_total", "counter", "Count of finished requests, by finish reason.");
     static const char *reasons[3] = {"stop", "length", "abort"};
     for (int i = 0; i < 3; i++)
         kvl_buf_printf(o, "kvllm:request_success_total{%s,finished_reason=\"%s\"} %llu\n", label, reasons[i],
@@ -128,5 +139,8 @@ void metrics_render(srv_metrics *m, const char *model_name, kvl_buf *o) {
     put_histo(o, label, &m->tpot);
     put_histo(o, label, &m->itl);
     put_histo(o, label, &m->e2e);
+    put_histo(o, label, &m->queue);
+    put_histo(o, label, &m->prefill);
+    put_histo(o, label, &m->decode);
     pthread_mutex_unlock(&m->mu);
 }

@@ -63,6 +63,96 @@ static bool opt_string(const cJSON *o, const char *k, const char **out, api_erro
     return true;
 }
 
+/* ------------------------------------------------------ known fields -- */
+
+/* Every top-level request field is either read by a parser below (or on its
+ * way in: the ones marked "own parser" are read by the tool-calling,
+ * reasoning and constrained-decoding parsers), or on the short list of
+ * harmless fields that are accepted and ignored (README, "Request fields").
+ * Anything else is a 400 naming it: a field that changes what the client gets
+ * must never be silently dropped. JSON null counts as absent everywhere. */
+enum { F_CHAT = 1, F_COMPL = 2, F_BOTH = 3 };
+typedef struct known_field {
+    const char *name;
+    int where;
+} known_field;
+
+// clang-format off
+static const known_field KNOWN_FIELDS[] = {
+    /* OpenAI, read here */
+    {"model", F_BOTH}, {"messages", F_CHAT}, {"prompt", F_COMPL},
+    {"max_tokens", F_BOTH}, {"max_completion_tokens", F_CHAT},
+    {"temperature", F_BOTH}, {"top_p", F_BOTH}, {"n", F_BOTH}, {"seed", F_BOTH},
+    {"stop", F_BOTH}, {"stream", F_BOTH}, {"stream_options", F_BOTH},
+    {"frequency_penalty", F_BOTH}, {"presence_penalty", F_BOTH},
+    {"logprobs", F_BOTH}, {"top_logprobs", F_CHAT},
+    {"logit_bias", F_BOTH},                 /* only empty (parse_unsupported) */
+    {"echo", F_COMPL}, {"best_of", F_COMPL}, /* only false / 1 (parse_unsupported) */
+    /* vLLM / llama-server extensions, read here */
+    {"top_k", F_BOTH}, {"min_p", F_BOTH}, {"repetition_penalty", F_BOTH},
+    {"ignore_eos", F_BOTH}, {"cache_salt", F_BOTH}, {"return_tokens_as_token_ids", F_BOTH},
+    {"add_generation_prompt", F_CHAT},
+    /* own parser: tool calling and reasoning */
+    {"tools", F_CHAT}, {"tool_choice", F_CHAT}, {"parallel_tool_calls", F_CHAT},
+    {"reasoning_effort", F_CHAT}, {"chat_template_kwargs", F_CHAT},
+    /* own parser: constrained decoding */
+    {"response_format", F_BOTH}, {"grammar", F_BOTH}, {"json_schema", F_BOTH},
+    {"guided_json", F_BOTH}, {"guided_choice", F_BOTH}, {"guided_regex", F_BOTH},
+    {"guided_grammar", F_BOTH},
+    /* accepted and ignored: bookkeeping and routing hints of hosted APIs that
+     * do not change the output (README's list) */
+    {"user", F_BOTH}, {"metadata", F_BOTH}, {"store", F_BOTH}, {"service_tier", F_BOTH},
+    {"prompt_cache_key", F_BOTH}, {"safety_identifier", F_BOTH},
+    {"cache_prompt", F_BOTH}, /* llama-server's; the prefix cache is always on here, and exact */
+};
+// clang-format on
+
+/* Fields of a chat message; the template sees the whole message object. */
+static const char *const MESSAGE_FIELDS[] = {
+    "role", "content", "name", "tool_calls", "tool_call_id", "reasoning_content",
+    /* in assistant messages the OpenAI SDKs hand back verbatim; ignored */
+    "refusal", "annotations",
+};
+static const char *const STREAM_OPTION_FIELDS[] = {
+    "include_usage",
+    "include_obfuscation", /* OpenAI's anti side-channel padding; ignored */
+};
+
+static bool in_list(const char *k, const char *const *list, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(k, list[i]) == 0) return true;
+    return false;
+}
+
+static bool known_field_for(const char *k, bool chat) {
+    for (size_t i = 0; i < sizeof KNOWN_FIELDS / sizeof KNOWN_FIELDS[0]; i++)
+        if (strcmp(k, KNOWN_FIELDS[i].name) == 0) return (KNOWN_FIELDS[i].where & (chat ? F_CHAT : F_COMPL)) != 0;
+    return false;
+}
+
+static bool check_fields(const cJSON *b, bool chat, api_error *err) {
+    const char *ep = chat ? "/v1/chat/completions" : "/v1/completions";
+    for (const cJSON *v = b->child; v; v = v->next) {
+        if (cJSON_IsNull(v) || known_field_for(v->string, chat)) continue;
+        return api_fail(err, 400, v->string, "unsupported field '%.60s' for %s (kvllm does not implement it)",
+                        v->string, ep);
+    }
+    const cJSON *so = field(b, "stream_options");
+    if (cJSON_IsObject(so))
+        for (const cJSON *v = so->child; v; v = v->next)
+            if (!cJSON_IsNull(v) && !in_list(v->string, STREAM_OPTION_FIELDS, 2))
+                return api_fail(err, 400, "stream_options", "unsupported field 'stream_options.%.60s'", v->string);
+    const cJSON *msgs = chat ? field(b, "messages") : NULL;
+    int i = 0;
+    for (const cJSON *m = cJSON_IsArray(msgs) ? msgs->child : NULL; m; m = m->next, i++) {
+        if (!cJSON_IsObject(m)) continue; /* the message parser explains */
+        for (const cJSON *v = m->child; v; v = v->next)
+            if (!cJSON_IsNull(v) && !in_list(v->string, MESSAGE_FIELDS, sizeof MESSAGE_FIELDS / sizeof *MESSAGE_FIELDS))
+                return api_fail(err, 400, "messages", "unsupported field 'messages[%d].%.60s'", i, v->string);
+    }
+    return true;
+}
+
 /* ------------------------------------------------------------ prompts -- */
 
 static bool tokenize(srv *s, const char *text, size_t len, bool add_bos, srv_job *j, const char *param,
@@ -409,7 +499,7 @@ bool openai_parse(srv *s, const cJSON *body, bool chat, api_req *r, api_error *e
     r->job = job_new(s);
     if (!r->job) return api_fail(err, 500, NULL, "out of memory");
     make_id(r);
-    if (parse_body(s, body, chat, r, err)) return true;
+    if (check_fields(body, chat, err) && parse_body(s, body, chat, r, err)) return true;
     job_release(r->job);
     r->job = NULL;
     return false;
@@ -682,20 +772,4 @@ void openai_stream_events(srv *s, const api_req *r, stream_state *st, srv_event 
         add_stats(st, ev);
         if (st->n_finished == r->job->n) openai_stream_end(s, r, st, out);
     }
-}
-
-char *openai_models(srv *s) {
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "object", "list");
-    cJSON *data = cJSON_AddArrayToObject(o, "data");
-    cJSON *m = cJSON_CreateObject();
-    cJSON_AddStringToObject(m, "id", s->cfg.model_id);
-    cJSON_AddStringToObject(m, "object", "model");
-    cJSON_AddNumberToObject(m, "created", (double)time(NULL));
-    cJSON_AddStringToObject(m, "owned_by", "kvllm");
-    cJSON_AddNumberToObject(m, "max_model_len", (double)s->n_ctx);
-    cJSON_AddItemToArray(data, m);
-    char *out = cJSON_PrintUnformatted(o);
-    cJSON_Delete(o);
-    return out;
 }

@@ -199,9 +199,12 @@ const tests = [
   ['/metrics: every vLLM-style name, histograms complete', async () => {
     const m = await metrics(server.url);
     const names = ['kvllm:num_requests_running', 'kvllm:num_requests_waiting', 'kvllm:kv_cache_usage_perc',
-      'kvllm:prefix_cache_queries', 'kvllm:prefix_cache_hits', 'kvllm:num_preemptions', 'kvllm:prompt_tokens',
-      'kvllm:generation_tokens', 'kvllm:time_to_first_token_seconds', 'kvllm:time_per_output_token_seconds',
-      'kvllm:inter_token_latency_seconds', 'kvllm:e2e_request_latency_seconds', 'kvllm:kv_blocks_used',
+      // counters: TYPE names the series as its samples do (text format 0.0.4, what promtool checks)
+      'kvllm:prefix_cache_queries_total', 'kvllm:prefix_cache_hits_total', 'kvllm:num_preemptions_total',
+      'kvllm:prompt_tokens_total', 'kvllm:generation_tokens_total', 'kvllm:request_success_total',
+      'kvllm:time_to_first_token_seconds', 'kvllm:time_per_output_token_seconds',
+      'kvllm:inter_token_latency_seconds', 'kvllm:e2e_request_latency_seconds', 'kvllm:request_queue_time_seconds',
+      'kvllm:request_prefill_time_seconds', 'kvllm:request_decode_time_seconds', 'kvllm:kv_blocks_used',
       'kvllm:kv_blocks_cached', 'kvllm:kv_blocks_free'];
     for (const n of names) assert(m.text.includes(`# TYPE ${n} `), `TYPE line for ${n}`);
     for (const h of names.filter((n) => n.endsWith('_seconds'))) {

@@ -1,6 +1,7 @@
 /* Batch invariance of the engine: greedy ids of each request are identical
  * whether it runs alone, batched with others, one token per step (a sequence
  * resumed across many steps), or preempted and recomputed under a tiny pool. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -301,8 +302,93 @@ static void test_grammar_preemption(void) {
     grammar_vocab_cache_trim();
 }
 
+typedef struct last_logits {
+    int64_t want;
+    float *out;
+    int64_t n_vocab;
+} last_logits;
+
+static void keep_last(int64_t pos, const float *logits, void *user) {
+    last_logits *l = user;
+    if (pos == l->want) memcpy(l->out, logits, (size_t)l->n_vocab * sizeof(float));
+}
+
+/* engine_embed: the pooled final hidden state, L2-normalised. Checked against
+ * the LM head: with the output matrix W read from the file, W . embedding
+ * must be the logits engine_eval computes at the last position divided by one
+ * constant (the hidden state's norm). Mean pooling differs from last; the
+ * pool gets every block back; bad ids are refused. */
+static void test_embed(void) {
+    kvl_error err = {{0}};
+    gguf_file *f = gguf_open("models/stories260K.gguf", &err);
+    tok_vocab *v = f ? tok_vocab_create(f, &err) : NULL;
+    model_params mp = {.max_ctx = 128, .max_ubatch = 16};
+    model *m = v ? model_load(f, &mp, &err) : NULL;
+    engine_config c;
+    engine_config_default(&c);
+    c.n_ctx = 128;
+    engine *e = m ? engine_create(m, v, &c, &err) : NULL;
+    const gguf_tensor *w = m ? gguf_find_tensor(model_gguf(m), "output.weight") : NULL;
+    if (!e || !w || w->dtype != GGUF_DT_F32) {
+        fprintf(stderr, "embed: setup failed: %s\n", err.msg);
+        failures++;
+        return;
+    }
+    const int64_t E = model_hp(m)->n_embd, V = model_hp(m)->n_vocab, n = 40; /* 40: chunks and ubatches split it */
+    int32_t ids[40];
+    for (int i = 0; i < n; i++) ids[i] = 10 + (i * 53) % 400;
+    float *last = malloc(E * sizeof(float)), *mean = malloc(E * sizeof(float)), *again = malloc(E * sizeof(float));
+    float *logits = malloc(V * sizeof(float));
+    int64_t free0 = kv_pool_n_free(engine_kv(e));
+    bool ok = engine_embed(e, ids, n, ENGINE_POOL_LAST, last, &err) &&
+              engine_embed(e, ids, n, ENGINE_POOL_MEAN, mean, &err) &&
+              engine_embed(e, ids, n, ENGINE_POOL_LAST, again, &err);
+    last_logits ll = {.want = n - 1, .out = logits, .n_vocab = V};
+    ok = ok && engine_eval(m, GGUF_DT_F16, -1, 16, ids, n, keep_last, &ll, &err);
+    if (!ok) {
+        fprintf(stderr, "embed: %s\n", err.msg);
+        failures++;
+    } else {
+        double nl = 0, nm = 0, diff = 0, ratio = 0, worst = 0;
+        for (int64_t k = 0; k < E; k++) {
+            nl += (double)last[k] * last[k];
+            nm += (double)mean[k] * mean[k];
+            diff += fabs((double)last[k] - mean[k]);
+        }
+        const float *W = w->data; /* [V][E] */
+        for (int64_t t = 0; t < V; t++) {
+            double dot = 0;
+            for (int64_t k = 0; k < E; k++) dot += (double)W[t * E + k] * last[k];
+            if (t == 0) ratio = logits[0] / dot;
+            double err_t = fabs(logits[t] - ratio * dot) / (1.0 + fabs(logits[t]));
+            if (err_t > worst) worst = err_t;
+        }
+        if (fabs(nl - 1) > 1e-5 || fabs(nm - 1) > 1e-5 || diff < 1e-3 || worst > 1e-3 || !(ratio > 0) ||
+            memcmp(last, again, E * sizeof(float)) != 0 || kv_pool_n_free(engine_kv(e)) != free0) {
+            fprintf(stderr, "embed: norms %g %g, last-mean %g, logits vs W.h worst %g (ratio %g), repeat %s, "
+                            "free blocks %lld -> %lld\n", nl, nm, diff, worst, ratio,
+                    memcmp(last, again, E * sizeof(float)) ? "differs" : "same", (long long)free0,
+                    (long long)kv_pool_n_free(engine_kv(e)));
+            failures++;
+        }
+    }
+    int32_t bad = (int32_t)V;
+    if (engine_embed(e, &bad, 1, ENGINE_POOL_LAST, last, &err) || engine_embed(e, ids, 0, ENGINE_POOL_LAST, last, &err)) {
+        fprintf(stderr, "embed: a bad id or an empty input was accepted\n");
+        failures++;
+    }
+    free(last);
+    free(mean);
+    free(again);
+    free(logits);
+    engine_destroy(e);
+    model_destroy(m);
+    tok_vocab_destroy(v);
+}
+
 int main(void) {
     test_grammar_preemption();
+    test_embed();
     test_prefix_leader();
     test_model("models/stories260K.gguf", GGUF_DT_F16);
     test_model("tests/data/golden/models/llama-gqa-bpe-q8_0.gguf", GGUF_DT_F32);

@@ -209,6 +209,38 @@ static void test_chat_parse(void) {
     S.chat = keep;
 }
 
+/* Every field is read, on the short ignored list, or refused naming it. */
+static void test_unknown_fields(void) {
+#define MSG "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]"
+    refused("{" MSG ",\"frobnicate\":1}", true, 400, "frobnicate", NULL);
+    refused("{\"prompt\":\"x\",\"suffix\":\"y\"}", false, 400, "suffix", NULL);
+    refused("{\"prompt\":\"x\"," MSG "}", false, 400, "messages", NULL);           /* chat only */
+    refused("{\"prompt\":\"x\",\"max_completion_tokens\":2}", false, 400, "max_completion_tokens", NULL);
+    refused("{" MSG ",\"prompt\":\"x\"}", true, 400, "prompt", NULL);              /* completions only */
+    refused("{" MSG ",\"echo\":false}", true, 400, "echo", NULL);
+    refused("{" MSG ",\"functions\":[]}", true, 400, "functions", NULL);
+    refused("{\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"weird\":1}]}", true, 400, "messages", NULL);
+    refused("{" MSG ",\"stream_options\":{\"include_usage\":true,\"extra\":1}}", true, 400, "stream_options",
+            NULL);
+    /* accepted: the ignored list, nulls, the fields other parsers own, what SDKs echo in messages */
+    static const char *const ok[] = {
+        "{" MSG ",\"user\":\"u\",\"metadata\":{\"a\":\"b\"},\"store\":false,\"service_tier\":\"auto\"}",
+        "{" MSG ",\"prompt_cache_key\":\"k\",\"safety_identifier\":\"s\",\"unknown_but_null\":null}",
+        "{" MSG ",\"stream_options\":{\"include_usage\":true,\"include_obfuscation\":false}}",
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"name\":\"a\"},{\"role\":\"assistant\","
+        "\"content\":\"y\",\"refusal\":null,\"annotations\":[]},{\"role\":\"user\",\"content\":\"z\"}]}",
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        api_req r;
+        api_error e;
+        bool accepted = parse(ok[i], true, &r, &e);
+        CHECK(accepted);
+        if (!accepted) fprintf(stderr, "  refused %s: %s\n", ok[i], e.msg);
+        else api_req_free(&r);
+    }
+#undef MSG
+}
+
 /* ---------------------------------------------------------- streaming -- */
 
 static srv_event *event(int index, int32_t token, const char *text, engine_finish fin,
@@ -494,6 +526,7 @@ int main(int argc, char **argv) {
     test_completion_parse();
     test_completion_refused();
     test_chat_parse();
+    test_unknown_fields();
     test_chat_stream();
     test_completion_stream();
     test_response();

@@ -1,0 +1,448 @@
+/* The endpoints besides generation, in llama-server's and OpenAI's shapes:
+ * GET /v1/models/{id}, POST /tokenize, POST /detokenize, GET /props and
+ * POST /v1/embeddings. Embeddings run on the engine thread (srv_engine.c),
+ * between engine steps, since only that thread may touch the engine. */
+#define _GNU_SOURCE
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "srv_internal.h"
+
+#define MAX_EMBED_INPUTS 2048
+
+static const cJSON *field(const cJSON *o, const char *k) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    return v && !cJSON_IsNull(v) ? v : NULL;
+}
+
+static char *print_delete(cJSON *o) {
+    char *out = o ? cJSON_PrintUnformatted(o) : NULL;
+    cJSON_Delete(o);
+    return out;
+}
+
+/* Same rule as the generation endpoints: a field nobody reads is a 400. */
+static bool only_fields(const cJSON *b, const char *const *names, int n, const char *ep,
+                        api_error *err) {
+    for (const cJSON *v = b->child; v; v = v->next) {
+        int i = 0;
+        while (i < n && strcmp(v->string, names[i]) != 0) i++;
+        if (i == n && !cJSON_IsNull(v))
+            return api_fail(err, 400, v->string, "unsupported field '%.60s' for %s", v->string, ep);
+    }
+    return true;
+}
+
+static bool opt_bool(const cJSON *o, const char *k, bool *out, api_error *err) {
+    const cJSON *v = field(o, k);
+    if (!v) return true;
+    if (!cJSON_IsBool(v)) return api_fail(err, 400, k, "'%s' must be a boolean", k);
+    *out = cJSON_IsTrue(v);
+    return true;
+}
+
+static bool check_model(srv *s, const cJSON *b, api_error *err) {
+    const cJSON *m = field(b, "model");
+    if (!m) return true;
+    if (!cJSON_IsString(m)) return api_fail(err, 400, "model", "'model' must be a string");
+    if (strcmp(m->valuestring, s->cfg.model_id) == 0) return true;
+    api_fail(err, 404, "model", "The model `%.200s` does not exist.", m->valuestring);
+    err->code = "model_not_found";
+    return false;
+}
+
+/* Text -> ids (malloc'd); special tokens parsed when parse_special. */
+static int32_t *encode(srv *s, const char *text, size_t len, bool add_bos, bool parse_special,
+                       int64_t *n, const char *param, api_error *err) {
+    int64_t cap = (int64_t)len + 8;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        int32_t *ids = malloc((size_t)cap * sizeof *ids);
+        if (!ids) {
+            api_fail(err, 500, NULL, "out of memory");
+            return NULL;
+        }
+        kvl_error kerr = {{0}};
+        pthread_mutex_lock(&s->tok_mu);
+        int64_t got = tok_encode(s->vocab, text, len, add_bos, parse_special, ids, cap, &kerr);
+        pthread_mutex_unlock(&s->tok_mu);
+        if (got < 0) {
+            free(ids);
+            api_fail(err, 400, param, "cannot tokenize: %s", kerr.msg);
+            return NULL;
+        }
+        if (got <= cap) {
+            *n = got;
+            return ids;
+        }
+        free(ids);
+        cap = got;
+    }
+    api_fail(err, 500, NULL, "tokenizer returned an inconsistent length");
+    return NULL;
+}
+
+static bool parse_body(const char *p, size_t n, cJSON **out, api_error *err) {
+    if (!utf8_valid(p, n)) return api_fail(err, 400, NULL, "the request body is not valid UTF-8");
+    const char *end = NULL;
+    *out = cJSON_ParseWithLengthOpts(p, n, &end, false);
+    if (!*out)
+        return api_fail(err, 400, NULL, "the request body is not valid JSON (error at byte %zu)",
+                        end && end >= p ? (size_t)(end - p) : (size_t)0);
+    if (!cJSON_IsObject(*out)) {
+        cJSON_Delete(*out);
+        return api_fail(err, 400, NULL, "the request body must be a JSON object");
+    }
+    return true;
+}
+
+/* ------------------------------------------------------------- models -- */
+
+static cJSON *model_object(srv *s) {
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "id", s->cfg.model_id);
+    cJSON_AddStringToObject(m, "object", "model");
+    cJSON_AddNumberToObject(m, "created", (double)s->t_start);
+    cJSON_AddStringToObject(m, "owned_by", "kvllm");
+    cJSON_AddNumberToObject(m, "max_model_len", (double)s->n_ctx);
+    return m;
+}
+
+char *openai_models(srv *s) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "object", "list");
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "data"), model_object(s));
+    return print_delete(o);
+}
+
+char *openai_model_get(srv *s, const char *id, api_error *err) {
+    if (strcmp(id, s->cfg.model_id) != 0) {
+        api_fail(err, 404, "model", "The model `%.200s` does not exist.", id);
+        err->code = "model_not_found";
+        return NULL;
+    }
+    return print_delete(model_object(s));
+}
+
+/* ---------------------------------------------------------- tokenize --- */
+
+/* The bytes of a token (specials as their text), malloc'd and NUL-terminated. */
+static char *token_bytes(srv *s, int32_t id, size_t *n) {
+    *n = tok_token_bytes(s->vocab, id, true, NULL, 0);
+    char *p = malloc(*n + 1);
+    if (p) {
+        tok_token_bytes(s->vocab, id, true, p, *n);
+        p[*n] = 0;
+    }
+    return p;
+}
+
+/* A piece as a string when it is valid UTF-8, else its bytes (llama-server). */
+static cJSON *piece_json(srv *s, int32_t id) {
+    size_t n;
+    char *p = token_bytes(s, id, &n);
+    if (!p) return NULL;
+    cJSON *out;
+    if (utf8_valid(p, n)) {
+        out = cJSON_CreateString(p);
+    } else {
+        out = cJSON_CreateArray();
+        for (size_t i = 0; i < n; i++)
+            cJSON_AddItemToArray(out, cJSON_CreateNumber((unsigned char)p[i]));
+    }
+    free(p);
+    return out;
+}
+
+char *srv_tokenize(srv *s, const char *body, size_t len, api_error *err) {
+    static const char *const NAMES[] = {"content", "add_special", "with_pieces", "parse_special",
+                                        "model"};
+    cJSON *b;
+    if (!parse_body(body, len, &b, err)) return NULL;
+    bool add_special = false, with_pieces = false, parse_special = true;
+    const cJSON *c = field(b, "content");
+    char *out = NULL;
+    int32_t *ids = NULL;
+    int64_t n = 0;
+    if (!only_fields(b, NAMES, 5, "/tokenize", err) || !check_model(s, b, err) ||
+        !opt_bool(b, "add_special", &add_special, err) ||
+        !opt_bool(b, "with_pieces", &with_pieces, err) ||
+        !opt_bool(b, "parse_special", &parse_special, err))
+        goto done;
+    if (!cJSON_IsString(c)) {
+        api_fail(err, 400, "content", "'content' must be a string");
+        goto done;
+    }
+    bool bos = add_special && tok_add_bos(s->vocab) && tok_bos(s->vocab) >= 0;
+    if (!(ids = encode(s, c->valuestring, strlen(c->valuestring), bos, parse_special, &n, "content",
+                       err)))
+        goto done;
+    cJSON *o = cJSON_CreateObject();
+    cJSON *arr = cJSON_AddArrayToObject(o, "tokens");
+    for (int64_t i = 0; i < n; i++) {
+        if (!with_pieces) {
+            cJSON_AddItemToArray(arr, cJSON_CreateNumber(ids[i]));
+            continue;
+        }
+        cJSON *t = cJSON_CreateObject();
+        cJSON_AddNumberToObject(t, "id", ids[i]);
+        cJSON_AddItemToObject(t, "piece", piece_json(s, ids[i]));
+        cJSON_AddItemToArray(arr, t);
+    }
+    if (!(out = print_delete(o))) api_fail(err, 500, NULL, "out of memory");
+done:
+    free(ids);
+    cJSON_Delete(b);
+    return out;
+}
+
+char *srv_detokenize(srv *s, const char *body, size_t len, api_error *err) {
+    static const char *const NAMES[] = {"tokens", "model"};
+    cJSON *b;
+    if (!parse_body(body, len, &b, err)) return NULL;
+    char *out = NULL;
+    kvl_buf text = {0};
+    const cJSON *t = field(b, "tokens");
+    if (!only_fields(b, NAMES, 2, "/detokenize", err) || !check_model(s, b, err)) goto done;
+    if (!cJSON_IsArray(t)) {
+        api_fail(err, 400, "tokens", "'tokens' must be an array of token ids");
+        goto done;
+    }
+    int32_t n_vocab = tok_n_vocab(s->vocab);
+    int i = 0;
+    kvl_buf_puts(&text, "");
+    for (const cJSON *v = t->child; v; v = v->next, i++) {
+        if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < 0 ||
+            v->valuedouble >= n_vocab) {
+            api_fail(err, 400, "tokens", "tokens[%d] is not a token id (0..%d)", i, n_vocab - 1);
+            goto done;
+        }
+        size_t k;
+        char *piece = token_bytes(s, (int32_t)v->valuedouble, &k);
+        if (piece) kvl_buf_put(&text, piece, k);
+        else text.oom = true;
+        free(piece);
+    }
+    if (text.oom) {
+        api_fail(err, 500, NULL, "out of memory");
+        goto done;
+    }
+    cJSON *o = cJSON_CreateObject();
+    /* ids can end inside a UTF-8 sequence: invalid bytes become U+FFFD */
+    cJSON_AddItemToObject(o, "content", json_text(text.p, text.len));
+    if (!(out = print_delete(o))) api_fail(err, 500, NULL, "out of memory");
+done:
+    kvl_buf_free(&text);
+    cJSON_Delete(b);
+    return out;
+}
+
+/* --------------------------------------------------------------- props -- */
+
+char *srv_props(srv *s) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "model", s->cfg.model_id);
+    cJSON_AddStringToObject(o, "model_path", s->cfg.model_path ? s->cfg.model_path : "");
+    cJSON_AddNumberToObject(o, "n_ctx", (double)s->n_ctx);
+    cJSON_AddNumberToObject(o, "n_embd", (double)s->n_embd);
+    cJSON_AddNumberToObject(o, "total_slots", s->max_seqs);
+    cJSON *gen = cJSON_AddObjectToObject(o, "default_generation_settings");
+    cJSON_AddNumberToObject(gen, "n_ctx", (double)s->n_ctx);
+    cJSON_AddStringToObject(o, "chat_template",
+                            s->jinja && s->cfg.chat_template_src ? s->cfg.chat_template_src : "");
+    char src[320];
+    if (s->jinja)
+        snprintf(src, sizeof src, "%s%s", s->cfg.chat_template_file ? "file:" : "gguf",
+                 s->cfg.chat_template_file ? s->cfg.chat_template_file : "");
+    else if (s->chat == CHAT_TMPL_UNKNOWN) snprintf(src, sizeof src, "none");
+    else snprintf(src, sizeof src, "builtin:%s", chat_family_name(s->chat));
+    cJSON_AddStringToObject(o, "chat_template_source", src);
+    cJSON_AddItemToObject(o, "bos_token", json_text(s->bos_text, strlen(s->bos_text)));
+    cJSON_AddItemToObject(o, "eos_token", json_text(s->eos_text, strlen(s->eos_text)));
+    cJSON_AddStringToObject(o, "build_info", "kvllm " KVLLM_VERSION);
+    cJSON_AddStringToObject(o, "embedding_pooling",
+                            s->cfg.pooling == ENGINE_POOL_MEAN  ? "mean"
+                            : s->cfg.pooling == ENGINE_POOL_CLS ? "cls"
+                                                                : "last");
+    return print_delete(o);
+}
+
+/* ---------------------------------------------------------- embeddings -- */
+
+static void free_inputs(srv_embed *em) {
+    for (int i = 0; i < em->n_inputs; i++) free(em->ids[i]);
+    free(em->ids);
+    free(em->n_ids);
+    free(em->out);
+}
+
+static bool add_ids(srv *s, srv_embed *em, const cJSON *arr, int idx, api_error *err) {
+    int n = cJSON_GetArraySize(arr);
+    if (n == 0) return api_fail(err, 400, "input", "input[%d] is empty", idx);
+    int32_t *ids = malloc((size_t)n * sizeof *ids);
+    if (!ids) return api_fail(err, 500, NULL, "out of memory");
+    int32_t n_vocab = tok_n_vocab(s->vocab);
+    int i = 0;
+    for (const cJSON *v = arr->child; v; v = v->next, i++) {
+        if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < 0 ||
+            v->valuedouble >= n_vocab) {
+            free(ids);
+            return api_fail(err, 400, "input", "input[%d][%d] is not a token id (0..%d)", idx, i,
+                            n_vocab - 1);
+        }
+        ids[i] = (int32_t)v->valuedouble;
+    }
+    em->ids[em->n_inputs] = ids;
+    em->n_ids[em->n_inputs++] = n;
+    return true;
+}
+
+static bool add_text(srv *s, srv_embed *em, const char *text, int idx, api_error *err) {
+    size_t len = strlen(text);
+    if (len == 0) return api_fail(err, 400, "input", "input[%d] is an empty string", idx);
+    if (len > (size_t)s->n_ctx * 256)
+        return api_fail(err, 400, "input", "input[%d] is too long for the context of %lld tokens",
+                        idx, (long long)s->n_ctx);
+    bool bos = tok_add_bos(s->vocab) && tok_bos(s->vocab) >= 0;
+    int64_t n = 0;
+    /* special tokens in the text are parsed, as llama-server and vLLM's tokenizers do */
+    int32_t *ids = encode(s, text, len, bos, true, &n, "input", err);
+    if (!ids) return false;
+    em->ids[em->n_inputs] = ids;
+    em->n_ids[em->n_inputs++] = n;
+    return true;
+}
+
+/* input: "text" | ["text", ...] | [ids] | [[ids], ...] */
+static bool parse_inputs(srv *s, const cJSON *in, srv_embed *em, api_error *err) {
+    int n = 1;
+    if (cJSON_IsArray(in)) {
+        n = cJSON_GetArraySize(in);
+        if (n == 0) return api_fail(err, 400, "input", "'input' must not be empty");
+        if (cJSON_IsNumber(in->child)) n = 1;
+    } else if (!cJSON_IsString(in)) {
+        return api_fail(err, 400, "input",
+                        "'input' must be a string, an array of strings, or token ids");
+    }
+    if (n > MAX_EMBED_INPUTS)
+        return api_fail(err, 400, "input", "at most %d inputs per request", MAX_EMBED_INPUTS);
+    em->ids = calloc((size_t)n, sizeof *em->ids);
+    em->n_ids = calloc((size_t)n, sizeof *em->n_ids);
+    if (!em->ids || !em->n_ids) return api_fail(err, 500, NULL, "out of memory");
+    if (cJSON_IsString(in)) return add_text(s, em, in->valuestring, 0, err);
+    if (cJSON_IsNumber(in->child)) return add_ids(s, em, in, 0, err);
+    int i = 0;
+    for (const cJSON *v = in->child; v; v = v->next, i++) {
+        bool ok = cJSON_IsString(v) ? add_text(s, em, v->valuestring, i, err)
+                  : cJSON_IsArray(v)
+                      ? add_ids(s, em, v, i, err)
+                      : api_fail(err, 400, "input", "input[%d] must be a string or token ids", i);
+        if (!ok) return false;
+    }
+    return true;
+}
+
+static const char B64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+/* The floats' little-endian bytes in base64, as OpenAI's encoding_format=base64. */
+static cJSON *base64_floats(const float *v, int64_t n) {
+    size_t nb = (size_t)n * 4, o = 0;
+    char *s = malloc((nb + 2) / 3 * 4 + 1);
+    if (!s) return NULL;
+    unsigned char *b = malloc(nb);
+    if (!b) {
+        free(s);
+        return NULL;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &v[i], 4);
+        for (int k = 0; k < 4; k++) b[i * 4 + k] = (unsigned char)(u >> (8 * k));
+    }
+    for (size_t i = 0; i < nb; i += 3) {
+        uint32_t x = (uint32_t)b[i] << 16 | (i + 1 < nb ? (uint32_t)b[i + 1] << 8 : 0) |
+                     (i + 2 < nb ? b[i + 2] : 0);
+        s[o++] = B64[x >> 18 & 63];
+        s[o++] = B64[x >> 12 & 63];
+        s[o++] = i + 1 < nb ? B64[x >> 6 & 63] : '=';
+        s[o++] = i + 2 < nb ? B64[x & 63] : '=';
+    }
+    s[o] = 0;
+    cJSON *j = cJSON_CreateString(s);
+    free(s);
+    free(b);
+    return j;
+}
+
+static char *embed_response(srv *s, const srv_embed *em, bool b64) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "object", "list");
+    cJSON *data = cJSON_AddArrayToObject(o, "data");
+    int64_t total = 0;
+    for (int i = 0; i < em->n_inputs; i++) {
+        const float *v = em->out + (size_t)i * (size_t)s->n_embd;
+        cJSON *d = cJSON_CreateObject();
+        cJSON_AddStringToObject(d, "object", "embedding");
+        cJSON_AddNumberToObject(d, "index", i);
+        cJSON_AddItemToObject(d, "embedding",
+                              b64 ? base64_floats(v, s->n_embd)
+                                  : cJSON_CreateFloatArray(v, (int)s->n_embd));
+        cJSON_AddItemToArray(data, d);
+        total += em->n_ids[i];
+    }
+    cJSON_AddStringToObject(o, "model", s->cfg.model_id);
+    cJSON *u = cJSON_AddObjectToObject(o, "usage");
+    cJSON_AddNumberToObject(u, "prompt_tokens", (double)total);
+    cJSON_AddNumberToObject(u, "total_tokens", (double)total);
+    return print_delete(o);
+}
+
+char *srv_embeddings(srv *s, const char *body, size_t len, api_error *err) {
+    static const char *const NAMES[] = {"input", "model", "encoding_format", "dimensions", "user"};
+    cJSON *b;
+    if (!parse_body(body, len, &b, err)) return NULL;
+    srv_embed em = {0};
+    char *out = NULL;
+    bool b64 = false;
+    if (!only_fields(b, NAMES, 5, "/v1/embeddings", err) || !check_model(s, b, err)) goto done;
+    const cJSON *fmt = field(b, "encoding_format"), *dim = field(b, "dimensions"),
+                *in = field(b, "input");
+    if (fmt && (!cJSON_IsString(fmt) ||
+                (strcmp(fmt->valuestring, "float") && strcmp(fmt->valuestring, "base64")))) {
+        api_fail(err, 400, "encoding_format", "'encoding_format' must be \"float\" or \"base64\"");
+        goto done;
+    }
+    b64 = fmt && strcmp(fmt->valuestring, "base64") == 0;
+    if (dim && (!cJSON_IsNumber(dim) || dim->valuedouble != (double)s->n_embd)) {
+        api_fail(err, 400, "dimensions",
+                 "'dimensions' is not supported: this model's embeddings have %lld dimensions "
+                 "(send that, or "
+                 "leave it out)",
+                 (long long)s->n_embd);
+        goto done;
+    }
+    if (!in) {
+        api_fail(err, 400, "input", "'input' is required");
+        goto done;
+    }
+    if (!parse_inputs(s, in, &em, err)) goto done;
+    for (int i = 0; i < em.n_inputs; i++)
+        if (em.n_ids[i] > s->n_ctx) {
+            api_fail(err, 400, "input", "input[%d] has %lld tokens, more than the context of %lld",
+                     i, (long long)em.n_ids[i], (long long)s->n_ctx);
+            goto done;
+        }
+    em.out = malloc((size_t)em.n_inputs * (size_t)s->n_embd * sizeof(float));
+    if (!em.out) {
+        api_fail(err, 500, NULL, "out of memory");
+        goto done;
+    }
+    if (!srv_embed_run(s, &em, err)) goto done;
+    if (!(out = embed_response(s, &em, b64))) api_fail(err, 500, NULL, "out of memory");
+done:
+    free_inputs(&em);
+    cJSON_Delete(b);
+    return out;
+}

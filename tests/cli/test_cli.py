@@ -1,0 +1,78 @@
+#!/usr/bin/env python3
+"""Command-line habits: --help (and -h) on every subcommand `kvllm --help`
+lists prints its usage and exits 0; `kvllm chat` and `run -cnv` hold a piped
+conversation whose second turn takes the first turn's prompt from the KV cache;
+/exit ends it; `-f -` reads the prompt from stdin; `-s` is `--seed`.
+
+usage: test_cli.py KVLLM_BINARY REPO_ROOT
+"""
+import re
+import subprocess
+import sys
+
+BIN, ROOT = sys.argv[1], sys.argv[2]
+MODEL = 'models/stories260K.gguf'
+failures = []
+
+
+def run(args, stdin=None):
+    return subprocess.run([BIN] + args, input=stdin, capture_output=True, text=True, cwd=ROOT, timeout=120)
+
+
+def check(cond, what):
+    print(('ok    ' if cond else 'FAIL  ') + what)
+    if not cond:
+        failures.append(what)
+
+
+# --help on every subcommand
+top = run(['--help'])
+check(top.returncode == 0, 'kvllm --help exits 0')
+commands = re.findall(r'^  ([a-z][a-z-]+) +\S', top.stdout.split('common options:')[0], re.M)
+check(len(commands) >= 12 and 'chat' in commands and 'run' in commands, f'commands listed: {commands}')
+for cmd in commands:
+    for flag in ('--help', '-h'):
+        r = run([cmd, flag])
+        check(r.returncode == 0 and r.stdout.startswith(f'usage: kvllm {cmd}'),
+              f'kvllm {cmd} {flag}: exit {r.returncode}, usage on stdout')
+
+# chat: two piped turns, then /exit (the line after it must not be answered)
+STATS = re.compile(r'^\[prompt (\d+) tokens: (\d+) cached, (\d+) new; (\d+) generated', re.M)
+for argv in (['chat'], ['run', '-cnv']):
+    r = run(argv + ['-m', MODEL, '-n', '12', '--temp', '0', '-c', '512'],
+            stdin='Tell me a story about a cat.\nAnd then what happened?\n/exit\nnot answered\n')
+    turns = [tuple(map(int, m)) for m in STATS.findall(r.stderr)]
+    name = ' '.join(argv)
+    check(r.returncode == 0, f'{name}: exit 0 ({r.stderr.strip()[-200:]})')
+    check(len(turns) == 2, f'{name}: two turns answered, none after /exit ({turns})')
+    if len(turns) == 2:
+        (p1, c1, n1, g1), (p2, c2, n2, g2) = turns
+        check(c1 == 0 and n1 == p1, f'{name}: turn 1 computes its whole prompt ({p1} tokens)')
+        check(p2 > p1 + g1, f'{name}: turn 2 renders the whole conversation ({p2} > {p1} + {g1})')
+        check(c2 > 0 and c2 + n2 == p2, f'{name}: turn 2 takes {c2} of {p2} prompt tokens from the KV cache')
+        check(c2 >= p1 - p1 % 16, f'{name}: at least turn 1\'s full blocks are reused ({c2} >= {p1 - p1 % 16})')
+
+# a Jinja template from a file (Qwen3's, vendored for the template tests) on the qwen3 golden model
+r = run(['chat', '-m', 'tests/data/golden/models/qwen3-f32.gguf', '--chat-template-file',
+         'tests/data/chat-templates/Qwen-Qwen3-0.6B.jinja', '-n', '6', '--temp', '0'],
+        stdin='Hello\nMore please\n')
+turns = [tuple(map(int, m)) for m in STATS.findall(r.stderr)]
+check(r.returncode == 0 and 'Jinja' in r.stderr and len(turns) == 2 and turns[1][1] > 0,
+      f'chat with --chat-template-file: turn 2 from the KV cache ({turns})')
+
+# Ctrl-D (end of input) without /exit also ends cleanly
+r = run(['chat', '-m', MODEL, '-n', '4'], stdin='Hello\n')
+check(r.returncode == 0 and len(STATS.findall(r.stderr)) == 1, 'chat: end of input ends the conversation')
+
+# -f - reads stdin; -s is --seed
+a = run(['tokenize', '-m', MODEL, '-f', '-', '--json'], stdin='Once upon a time\n')
+b = run(['tokenize', '-m', MODEL, '-p', 'Once upon a time\n', '--json'])
+check(a.returncode == 0 and a.stdout == b.stdout, '-f - reads the prompt from stdin')
+a = run(['run', '-m', MODEL, '-p', 'Once', '-n', '16', '--temp', '1', '-s', '7'])
+b = run(['run', '-m', MODEL, '-p', 'Once', '-n', '16', '--temp', '1', '--seed', '7'])
+c = run(['run', '-m', MODEL, '-p', 'Once', '-n', '16', '--temp', '1', '--seed', '8'])
+check(a.returncode == 0 and a.stdout == b.stdout, '-s 7 samples as --seed 7')
+check(a.stdout != c.stdout, 'and another seed samples differently')
+
+print(f'{len(failures)} failed' if failures else 'all passed')
+sys.exit(1 if failures else 0)

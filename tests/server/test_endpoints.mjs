@@ -1,0 +1,219 @@
+// The endpoints besides generation and the request-field rules, over HTTP:
+// /v1/models/{id} (the SDK's models.retrieve), /tokenize and /detokenize
+// against llama.cpp's tokenization of the golden model, /v1/embeddings through
+// the OpenAI client, /props, CORS (--cors) and its absence, unknown request
+// fields refused with a 400 naming them, the documented ignored fields
+// accepted, and /metrics checked as promtool checks it (check_metrics.py).
+// usage: node test_endpoints.mjs BUILD/kvllm REPO_ROOT
+import OpenAI from 'openai';
+import { execFileSync } from 'node:child_process';
+import { readFileSync, writeFileSync, mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { startServer, rawRequest, assert, assertEq, runTests } from './lib.mjs';
+
+const [bin, root] = process.argv.slice(2);
+const GOLDEN = 'tests/data/golden/qwen3-f32';
+const ORIGIN = 'https://app.example';
+const golden = JSON.parse(readFileSync(path.join(root, GOLDEN, 'tokenize.json'), 'utf8'));
+
+// qwen3-f32: llama.cpp's tokenization is known for it; stories260K: a BOS-adding vocabulary, no CORS.
+const server = await startServer(bin, ['-m', 'tests/data/golden/models/qwen3-f32.gguf', '-c', '512', '--cors', ORIGIN],
+  { cwd: root, name: 'qwen3' });
+const small = await startServer(bin, ['-m', 'models/stories260K.gguf', '-c', '256'], { cwd: root, name: 'stories' });
+const client = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: 'none', maxRetries: 0, timeout: 60000 });
+const model = (await client.models.list()).data[0].id;
+const props = await (await fetch(`${server.url}/props`)).json();
+
+const post = (srv, p, body) => rawRequest(srv.url, { path: p, body: JSON.stringify(body) });
+
+async function expect400(p, body, param, what) {
+  const r = await post(server, p, body);
+  assert(r.status === 400, `${what}: status ${r.status} (${r.text.slice(0, 200)})`);
+  assertEq(r.json.error.param, param, `${what}: param`);
+  return r;
+}
+
+// The OpenAI client's error for a request (status, param, code).
+async function sdkError(fn) {
+  try {
+    await fn();
+  } catch (e) {
+    return e;
+  }
+  throw new Error('the request succeeded, an error was expected');
+}
+
+const utf8 = (s) => Buffer.from(s, 'utf8');
+const norm = (v) => Math.sqrt(v.reduce((a, x) => a + x * x, 0));
+
+const tests = [
+  ['models.retrieve: the served model, 404 for others', async () => {
+    const m = await client.models.retrieve(model);
+    assertEq([m.id, m.object, m.owned_by], [model, 'model', 'kvllm'], 'model object');
+    assertEq(m.max_model_len, 512, 'max_model_len');
+    const e = await sdkError(() => client.models.retrieve('no-such-model'));
+    assertEq([e.status, e.code, e.param], [404, 'model_not_found', 'model'], 'unknown model');
+  }],
+
+  ['unknown request fields: 400 naming them', async () => {
+    const base = { model, messages: [{ role: 'user', content: 'Hi' }], max_tokens: 2 };
+    const e = await sdkError(() => client.chat.completions.create({ ...base, frobnicate: 1 }));
+    assertEq([e.status, e.param], [400, 'frobnicate'], 'chat: unknown field');
+    assert(/frobnicate/.test(e.message), 'the message names it');
+    await expect400('/v1/completions', { model, prompt: 'a', suffix: 'b' }, 'suffix', 'completions: suffix');
+    await expect400('/v1/completions', { model, prompt: 'a', max_completion_tokens: 2 }, 'max_completion_tokens',
+      'completions: a chat-only field');
+    await expect400('/v1/completions', { model, prompt: 'a', messages: [] }, 'messages', 'completions: messages');
+    await expect400('/v1/chat/completions', { ...base, functions: [{ name: 'f' }] }, 'functions', 'legacy functions');
+    await expect400('/v1/chat/completions', { ...base, audio: { voice: 'x' } }, 'audio', 'audio output');
+    const r = await expect400('/v1/chat/completions', { ...base, messages: [{ role: 'user', content: 'Hi', weird: 1 }] },
+      'messages', 'message field');
+    assert(/messages\[0\]\.weird/.test(r.json.error.message), 'message field named');
+    await expect400('/v1/chat/completions', { ...base, stream: true, stream_options: { include_usage: true, foo: 1 } },
+      'stream_options', 'stream_options field');
+    await expect400('/tokenize', { content: 'a', foo: 1 }, 'foo', '/tokenize field');
+    await expect400('/v1/embeddings', { input: 'a', foo: 1 }, 'foo', '/v1/embeddings field');
+  }],
+
+  ['accepted and ignored fields; null fields; message fields the SDKs echo', async () => {
+    const r = await client.chat.completions.create({
+      model, max_tokens: 2, temperature: 0, user: 'u1', metadata: { k: 'v' }, store: false, service_tier: 'auto',
+      prompt_cache_key: 'k', safety_identifier: 's', some_future_field: null,
+      stream_options: null,
+      messages: [{ role: 'user', content: 'Hi', name: 'ann' },
+        { role: 'assistant', content: 'Hello', refusal: null, annotations: [] }, { role: 'user', content: 'Again' }],
+    });
+    assert(r.choices[0].message.role === 'assistant', 'answered');
+    const c = await client.completions.create({ model, prompt: 'a', max_tokens: 2, user: 'u1', echo: false, best_of: 1 });
+    assert(typeof c.choices[0].text === 'string', 'completions answered');
+  }],
+
+  ['/tokenize: llama.cpp ids for every golden case; /detokenize gives the text back', async () => {
+    for (const c of golden.cases) {
+      const r = await post(server, '/tokenize', { content: c.text, add_special: c.bos_added, parse_special: c.parse_special });
+      assertEq(r.status, 200, `${c.name}: status`);
+      assertEq(r.json.tokens, c.ids, `${c.name}: ids`);
+      const d = await post(server, '/detokenize', { tokens: c.ids });
+      assertEq(d.json.content, c.text, `${c.name}: detokenize`);
+    }
+  }],
+
+  ['/tokenize with_pieces: strings, or bytes where a piece is not UTF-8', async () => {
+    let sawBytes = false;
+    for (const c of golden.cases) {
+      const r = await post(server, '/tokenize', { content: c.text, with_pieces: true, parse_special: c.parse_special });
+      assertEq(r.json.tokens.map((t) => t.id), c.ids, `${c.name}: ids`);
+      const parts = r.json.tokens.map((t) => {
+        if (typeof t.piece === 'string') return utf8(t.piece);
+        sawBytes = true;
+        assert(Array.isArray(t.piece) && t.piece.every((b) => b >= 0 && b < 256), 'byte array');
+        assert(!utf8(Buffer.from(t.piece).toString('utf8')).equals(Buffer.from(t.piece)), 'bytes only when not UTF-8');
+        return Buffer.from(t.piece);
+      });
+      assert(Buffer.concat(parts).equals(utf8(c.text)), `${c.name}: pieces spell the text`);
+    }
+    assert(sawBytes, 'the emoji and CJK cases split characters across tokens');
+  }],
+
+  ['/tokenize add_special adds BOS where the vocabulary does', async () => {
+    const plain = await post(small, '/tokenize', { content: 'Once upon a time' });
+    const withBos = await post(small, '/tokenize', { content: 'Once upon a time', add_special: true });
+    const p = await (await fetch(`${small.url}/props`)).json();
+    assertEq(p.bos_token, '<s>', 'stories260K BOS');
+    assertEq(withBos.json.tokens, [1, ...plain.json.tokens], 'BOS id 1 first');
+    const bad = await post(small, '/detokenize', { tokens: [1, 999999] });
+    assertEq([bad.status, bad.json.error.param], [400, 'tokens'], 'id out of the vocabulary');
+  }],
+
+  ['/props: model, context, template source, build, BOS/EOS', async () => {
+    assertEq(props.model, model, 'model');
+    assertEq(props.model_path, 'tests/data/golden/models/qwen3-f32.gguf', 'model_path');
+    assertEq([props.n_ctx, props.default_generation_settings.n_ctx], [512, 512], 'n_ctx');
+    assert(/^kvllm \d/.test(props.build_info), `build_info ${props.build_info}`);
+    assert(typeof props.eos_token === 'string' && props.eos_token.length > 0, 'eos_token');
+    assert(['gguf', 'builtin:chatml'].includes(props.chat_template_source), `source ${props.chat_template_source}`);
+    assert(props.n_embd > 0, 'n_embd');
+  }],
+
+  ['/v1/embeddings: shape, L2 norm 1, deterministic, batch = singles, ids = text', async () => {
+    const one = await client.embeddings.create({ model, input: 'The quick brown fox' }); // base64 by default
+    assertEq(one.object, 'list', 'object');
+    const v = one.data[0].embedding;
+    assertEq([one.data.length, one.data[0].object, one.data[0].index, v.length], [1, 'embedding', 0, props.n_embd], 'shape');
+    assert(Math.abs(norm(v) - 1) < 1e-5, `norm ${norm(v)}`);
+    const ids = (await post(server, '/tokenize', { content: 'The quick brown fox', add_special: true })).json.tokens;
+    assertEq(one.usage, { prompt_tokens: ids.length, total_tokens: ids.length }, 'usage');
+    const again = await client.embeddings.create({ model, input: 'The quick brown fox', encoding_format: 'float' });
+    assertEq(again.data[0].embedding.map(Math.fround), v, 'float format = base64, and deterministic');
+    const batch = await client.embeddings.create({ model, input: ['The quick brown fox', 'Hello world'] });
+    assertEq(batch.data.map((d) => d.index), [0, 1], 'indices');
+    assertEq(batch.data[0].embedding, v, 'in a batch as alone');
+    assert(batch.data[1].embedding.some((x, i) => x !== v[i]), 'another text, another vector');
+    const fromIds = await client.embeddings.create({ model, input: ids });
+    assertEq(fromIds.data[0].embedding, v, 'token ids as input');
+    const fromIds2 = await client.embeddings.create({ model, input: [ids, ids] });
+    assertEq(fromIds2.data[1].embedding, v, '[[ids]] as input');
+    const same = await client.embeddings.create({ model, input: 'x', dimensions: props.n_embd });
+    assertEq(same.data[0].embedding.length, props.n_embd, 'dimensions equal to the model size');
+  }],
+
+  ['/v1/embeddings refusals: dimensions, format, empty input', async () => {
+    const e = await sdkError(() => client.embeddings.create({ model, input: 'x', dimensions: 8 }));
+    assertEq([e.status, e.param], [400, 'dimensions'], 'dimensions');
+    await expect400('/v1/embeddings', { input: 'x', encoding_format: 'int8' }, 'encoding_format', 'format');
+    await expect400('/v1/embeddings', { input: '' }, 'input', 'empty string');
+    await expect400('/v1/embeddings', { input: [] }, 'input', 'empty array');
+    await expect400('/v1/embeddings', { input: [[1, -2]] }, 'input', 'bad id');
+    await expect400('/v1/embeddings', {}, 'input', 'missing input');
+  }],
+
+  ['CORS: preflight 204, the origin on every response (errors and streams too)', async () => {
+    const pre = await rawRequest(server.url, { method: 'OPTIONS', path: '/v1/chat/completions',
+      headers: { Origin: ORIGIN, 'Access-Control-Request-Method': 'POST', 'Access-Control-Request-Headers': 'authorization,content-type' } });
+    assertEq(pre.status, 204, 'preflight status');
+    assertEq(pre.headers['access-control-allow-origin'], ORIGIN, 'allow-origin');
+    assert(/POST/.test(pre.headers['access-control-allow-methods']), 'allow-methods');
+    assert(/authorization/i.test(pre.headers['access-control-allow-headers']) &&
+      /content-type/i.test(pre.headers['access-control-allow-headers']), 'allow-headers');
+    for (const [method, p] of [['GET', '/v1/models'], ['GET', '/nope'], ['GET', '/props']]) {
+      const r = await rawRequest(server.url, { method, path: p, headers: { Origin: ORIGIN } });
+      assertEq(r.headers['access-control-allow-origin'], ORIGIN, `${method} ${p} (${r.status})`);
+    }
+    const s = await rawRequest(server.url, { path: '/v1/completions', headers: { Origin: ORIGIN },
+      body: JSON.stringify({ model, prompt: 'a', max_tokens: 2, stream: true }) });
+    assertEq([s.status, s.headers['access-control-allow-origin']], [200, ORIGIN], 'stream');
+  }],
+
+  ['no --cors: no CORS headers, OPTIONS is 405', async () => {
+    const pre = await rawRequest(small.url, { method: 'OPTIONS', path: '/v1/chat/completions',
+      headers: { Origin: ORIGIN, 'Access-Control-Request-Method': 'POST' } });
+    assertEq(pre.status, 405, 'OPTIONS without --cors');
+    const r = await rawRequest(small.url, { method: 'GET', path: '/v1/models', headers: { Origin: ORIGIN } });
+    assert(!('access-control-allow-origin' in r.headers), 'no allow-origin');
+  }],
+
+  ['/metrics: promtool-clean, request phase histograms filled', async () => {
+    await client.chat.completions.create({ model, messages: [{ role: 'user', content: 'Hi' }], max_tokens: 4 });
+    const text = await (await fetch(`${server.url}/metrics`)).text();
+    const file = path.join(mkdtempSync(path.join(tmpdir(), 'kvllm-metrics-')), 'metrics.txt');
+    writeFileSync(file, text);
+    let out;
+    try {
+      out = execFileSync('python3', [path.join(root, 'tests/server/check_metrics.py'), file], { encoding: 'utf8' });
+    } catch (e) {
+      throw new Error(`check_metrics.py:\n${e.stdout}${e.stderr}`);
+    }
+    console.log(`      ${out.trim().split('\n').pop()}`);
+    for (const h of ['request_queue_time_seconds', 'request_prefill_time_seconds', 'request_decode_time_seconds']) {
+      const m = text.match(new RegExp(`^kvllm:${h}_count\\{[^}]*\\} (\\d+)`, 'm'));
+      assert(m && Number(m[1]) >= 1, `${h}_count >= 1`);
+    }
+    assert(/^# TYPE kvllm:prompt_tokens_total counter$/m.test(text), 'counter TYPE names the _total series');
+  }],
+];
+
+const failed = await runTests(tests);
+const codes = [await server.stop(), await small.stop()];
+assertEq(codes, [0, 0], 'clean shutdown');
+process.exit(failed ? 1 : 0);
