@@ -1,0 +1,979 @@
+/* Tool calls and reasoning in chat output (srv_tools.h): the template's call
+ * format, the request's tools, the system prompt and grammar of a call, and the
+ * incremental parser that cuts generated text into content, reasoning and calls. */
+#define _GNU_SOURCE
+#include <ctype.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "srv_tools.h"
+
+const char *tool_format_name(tool_format f) {
+    static const char *const names[] = {"none",    "generic",     "hermes",   "qwen-xml",
+                                        "llama3",  "mistral",     "mistral-v11", "deepseek",
+                                        "deepseek-r1", "kimi",    "functionary", "gpt-oss"};
+    return (unsigned)f < sizeof names / sizeof names[0] ? names[f] : "?";
+}
+
+/* ------------------------------------------------------------- caps -- */
+
+static bool has(const char *s, const char *m) { return strstr(s, m) != NULL; }
+
+/* Whether the template reads the variable `tools`: the word appears outside a
+ * longer identifier (tool_calls, tools_in_user_message do not count). */
+static bool reads_word(const char *src, const char *w) {
+    size_t n = strlen(w);
+    for (const char *p = strstr(src, w); p; p = strstr(p + 1, w)) {
+        bool before = p > src && (isalnum((unsigned char)p[-1]) || p[-1] == '_' || p[-1] == '.');
+        bool after = isalnum((unsigned char)p[n]) || p[n] == '_';
+        if (!before && !after) return true;
+    }
+    return false;
+}
+
+void chat_caps_detect(const char *src, chat_caps *c) {
+    memset(c, 0, sizeof *c);
+    c->format = TOOL_FMT_GENERIC;
+    if (!src || !src[0]) return;
+    c->reads_tools = reads_word(src, "tools");
+    c->thinks = has(src, "<think>") || has(src, "</think>");
+    /* The most specific markers first: Qwen3.5 writes <function=...> inside <tool_call>. */
+    if (has(src, "<tool_call>") && has(src, "<function=")) c->format = TOOL_FMT_QWEN_XML;
+    else if (has(src, "<tool_call>")) c->format = TOOL_FMT_HERMES;
+    else if (has(src, "[TOOL_CALLS]") && has(src, "[ARGS]")) c->format = TOOL_FMT_MISTRAL_V11;
+    else if (has(src, "[TOOL_CALLS]")) c->format = TOOL_FMT_MISTRAL;
+    else if (has(src, "tool\xe2\x96\x81" "calls\xe2\x96\x81" "begin"))
+        c->format = has(src, "```json") ? TOOL_FMT_DEEPSEEK_R1 : TOOL_FMT_DEEPSEEK;
+    else if (has(src, "<|tool_calls_section_begin|>")) c->format = TOOL_FMT_KIMI;
+    else if (has(src, "<|channel|>") && has(src, "to=functions")) c->format = TOOL_FMT_GPT_OSS;
+    else if (has(src, "<function=")) c->format = TOOL_FMT_FUNCTIONARY;
+    else if (has(src, "<|python_tag|>") || (has(src, "<|start_header_id|>") && has(src, "\"parameters\"")))
+        c->format = TOOL_FMT_LLAMA3;
+}
+
+/* ------------------------------------------------------------- spec --- */
+
+static bool bad(char *param, size_t pcap, char *msg, size_t mcap, const char *p, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+static bool bad(char *param, size_t pcap, char *msg, size_t mcap, const char *p, const char *fmt, ...) {
+    snprintf(param, pcap, "%s", p);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, mcap, fmt, ap);
+    va_end(ap);
+    return false;
+}
+
+static const cJSON *field(const cJSON *o, const char *k) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    return v && !cJSON_IsNull(v) ? v : NULL;
+}
+
+/* OpenAI's rule for function names: a-z, A-Z, 0-9, underscores and dashes, at most 64. */
+static bool valid_name(const char *s) {
+    size_t n = strlen(s);
+    if (n == 0 || n > 64) return false;
+    for (size_t i = 0; i < n; i++)
+        if (!isalnum((unsigned char)s[i]) && s[i] != '_' && s[i] != '-' && s[i] != '.') return false;
+    return true;
+}
+
+bool tool_spec_parse(const cJSON *body, tool_spec *t, char *ep, size_t epc, char *em, size_t emc) {
+    memset(t, 0, sizeof *t);
+    t->parallel = true;
+    const cJSON *tools = field(body, "tools");
+    const cJSON *choice = field(body, "tool_choice");
+    const cJSON *par = field(body, "parallel_tool_calls");
+    if (par && !cJSON_IsBool(par))
+        return bad(ep, epc, em, emc, "parallel_tool_calls", "'parallel_tool_calls' must be a boolean");
+    if (par) t->parallel = cJSON_IsTrue(par);
+    if (tools && !cJSON_IsArray(tools))
+        return bad(ep, epc, em, emc, "tools", "'tools' must be an array of {\"type\": \"function\", ...}");
+    int n = tools ? cJSON_GetArraySize(tools) : 0;
+    if (n > 0) {
+        t->tools = cJSON_Duplicate(tools, true);
+        t->names = calloc((size_t)n, sizeof *t->names);
+        t->params = calloc((size_t)n, sizeof *t->params);
+        if (!t->tools || !t->names || !t->params) {
+            tool_spec_free(t);
+            return bad(ep, epc, em, emc, "tools", "out of memory");
+        }
+        int i = 0;
+        for (const cJSON *tool = t->tools->child; tool; tool = tool->next, i++) {
+            const cJSON *type = cJSON_GetObjectItemCaseSensitive(tool, "type");
+            const cJSON *fn = cJSON_GetObjectItemCaseSensitive(tool, "function");
+            char p[32];
+            snprintf(p, sizeof p, "tools[%d]", i);
+            if (!cJSON_IsObject(tool) || !cJSON_IsString(type) || strcmp(type->valuestring, "function") != 0) {
+                tool_spec_free(t);
+                return bad(ep, epc, em, emc, p, "%s: only {\"type\": \"function\"} tools are supported", p);
+            }
+            const cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name");
+            if (!cJSON_IsObject(fn) || !cJSON_IsString(name) || !valid_name(name->valuestring)) {
+                tool_spec_free(t);
+                return bad(ep, epc, em, emc, p,
+                           "%s.function.name must be a string of 1 to 64 letters, digits, '_', '-' or '.'", p);
+            }
+            const cJSON *desc = field(fn, "description");
+            if (desc && !cJSON_IsString(desc)) {
+                tool_spec_free(t);
+                return bad(ep, epc, em, emc, p, "%s.function.description must be a string", p);
+            }
+            const cJSON *params = field(fn, "parameters");
+            if (params && !cJSON_IsObject(params)) {
+                tool_spec_free(t);
+                return bad(ep, epc, em, emc, p, "%s.function.parameters must be a JSON Schema object", p);
+            }
+            const cJSON *strict = field(fn, "strict");
+            if (strict && !cJSON_IsBool(strict)) {
+                tool_spec_free(t);
+                return bad(ep, epc, em, emc, p, "%s.function.strict must be a boolean", p);
+            }
+            for (int k = 0; k < i; k++)
+                if (!strcmp(t->names[k], name->valuestring)) {
+                    tool_spec_free(t);
+                    return bad(ep, epc, em, emc, p, "%s: the function name '%s' is used twice", p, name->valuestring);
+                }
+            t->names[i] = name->valuestring;
+            t->params[i] = params;
+        }
+        t->n = n;
+    }
+    if (!choice) {
+        t->choice = TOOL_CHOICE_AUTO;
+    } else if (cJSON_IsString(choice)) {
+        const char *c = choice->valuestring;
+        if (!strcmp(c, "auto")) t->choice = TOOL_CHOICE_AUTO;
+        else if (!strcmp(c, "none")) t->choice = TOOL_CHOICE_NONE;
+        else if (!strcmp(c, "required")) t->choice = TOOL_CHOICE_REQUIRED;
+        else {
+            tool_spec_free(t);
+            return bad(ep, epc, em, emc, "tool_choice",
+                       "'tool_choice' must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", "
+                       "\"function\": {\"name\": ...}} (got \"%.40s\")", c);
+        }
+    } else if (cJSON_IsObject(choice)) {
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(choice, "type");
+        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(choice, "function");
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name");
+        if (!cJSON_IsString(type) || strcmp(type->valuestring, "function") != 0 || !cJSON_IsString(name)) {
+            tool_spec_free(t);
+            return bad(ep, epc, em, emc, "tool_choice",
+                       "'tool_choice' as an object must be {\"type\": \"function\", \"function\": {\"name\": ...}}");
+        }
+        t->choice = TOOL_CHOICE_NAMED;
+        t->named = -1;
+        for (int i = 0; i < t->n; i++)
+            if (!strcmp(t->names[i], name->valuestring)) t->named = i;
+        if (t->named < 0) {
+            char nm[80];
+            snprintf(nm, sizeof nm, "%s", name->valuestring);
+            tool_spec_free(t);
+            return bad(ep, epc, em, emc, "tool_choice", "'tool_choice' names the function '%s', which is not in 'tools'",
+                       nm);
+        }
+    } else {
+        tool_spec_free(t);
+        return bad(ep, epc, em, emc, "tool_choice", "'tool_choice' must be a string or an object");
+    }
+    if (t->n == 0 && (t->choice == TOOL_CHOICE_REQUIRED || t->choice == TOOL_CHOICE_NAMED)) {
+        tool_spec_free(t);
+        return bad(ep, epc, em, emc, "tool_choice", "'tool_choice' \"required\" needs a non-empty 'tools'");
+    }
+    return true;
+}
+
+void tool_spec_free(tool_spec *t) {
+    cJSON_Delete(t->tools);
+    free(t->names);
+    free(t->params);
+    memset(t, 0, sizeof *t);
+}
+
+/* --------------------------------------------------- formats as text -- */
+
+#define DS_CALLS_BEGIN "<\xef\xbd\x9ctool\xe2\x96\x81" "calls\xe2\x96\x81" "begin\xef\xbd\x9c>"
+#define DS_CALLS_END "<\xef\xbd\x9ctool\xe2\x96\x81" "calls\xe2\x96\x81" "end\xef\xbd\x9c>"
+#define DS_CALL_BEGIN "<\xef\xbd\x9ctool\xe2\x96\x81" "call\xe2\x96\x81" "begin\xef\xbd\x9c>"
+#define DS_CALL_END "<\xef\xbd\x9ctool\xe2\x96\x81" "call\xe2\x96\x81" "end\xef\xbd\x9c>"
+#define DS_SEP "<\xef\xbd\x9ctool\xe2\x96\x81" "sep\xef\xbd\x9c>"
+
+/* How one call is written: pre + NAME + mid + ARGUMENTS + post; calls of one
+ * answer sit between open and close, separated by sep. */
+typedef struct call_shape {
+    const char *open, *pre, *mid, *post, *sep, *close;
+    bool parallel; /* the format can hold more than one call */
+} call_shape;
+
+static call_shape shape_of(tool_format f) {
+    switch (f) {
+    case TOOL_FMT_HERMES:
+    case TOOL_FMT_QWEN_XML: /* our parser reads a JSON body inside <tool_call> for this format too */
+        return (call_shape){"", "<tool_call>\n{\"name\": \"", "\", \"arguments\": ", "}\n</tool_call>", "\n", "", true};
+    case TOOL_FMT_LLAMA3: return (call_shape){"", "{\"name\": \"", "\", \"parameters\": ", "}", "", "", false};
+    case TOOL_FMT_MISTRAL:
+        return (call_shape){"[TOOL_CALLS][", "{\"name\": \"", "\", \"arguments\": ", "}", ", ", "]", true};
+    case TOOL_FMT_MISTRAL_V11: return (call_shape){"", "[TOOL_CALLS]", "[ARGS]", "", "", "", true};
+    case TOOL_FMT_DEEPSEEK:
+        return (call_shape){DS_CALLS_BEGIN, DS_CALL_BEGIN, DS_SEP, DS_CALL_END, "", DS_CALLS_END, true};
+    case TOOL_FMT_DEEPSEEK_R1:
+        return (call_shape){DS_CALLS_BEGIN, DS_CALL_BEGIN "function" DS_SEP, "\n```json\n", "\n```" DS_CALL_END, "",
+                            DS_CALLS_END, true};
+    case TOOL_FMT_KIMI:
+        return (call_shape){"<|tool_calls_section_begin|>", "<|tool_call_begin|>functions.", ":0<|tool_call_argument_begin|>",
+                            "<|tool_call_end|>", "", "<|tool_calls_section_end|>", true};
+    case TOOL_FMT_FUNCTIONARY: return (call_shape){"", "<function=", ">", "</function>", "", "", true};
+    case TOOL_FMT_GPT_OSS:
+        return (call_shape){"", "<|channel|>commentary to=functions.", " <|constrain|>json<|message|>", "", "", "", false};
+    default: return (call_shape){"", "{\"name\": \"", "\", \"arguments\": ", "}", "", "", false};
+    }
+}
+
+int tool_format_markers(tool_format f, const char **out, int cap) {
+    static const char *const hermes[] = {"<tool_call>", "</tool_call>"};
+    static const char *const llama3[] = {"<|python_tag|>"};
+    static const char *const mistral[] = {"[TOOL_CALLS]", "[ARGS]", "[CALL_ID]"};
+    static const char *const deepseek[] = {DS_CALLS_BEGIN, DS_CALLS_END, DS_CALL_BEGIN, DS_CALL_END, DS_SEP};
+    static const char *const kimi[] = {"<|tool_calls_section_begin|>", "<|tool_calls_section_end|>",
+                                       "<|tool_call_begin|>", "<|tool_call_argument_begin|>", "<|tool_call_end|>"};
+    static const char *const oss[] = {"<|channel|>", "<|message|>", "<|constrain|>", "<|start|>", "<|end|>", "<|call|>"};
+    static const char *const think[] = {"<think>", "</think>"};
+    const char *const *m = NULL;
+    int n = 0;
+    switch (f) {
+    case TOOL_FMT_HERMES:
+    case TOOL_FMT_QWEN_XML: m = hermes, n = 2; break;
+    case TOOL_FMT_LLAMA3: m = llama3, n = 1; break;
+    case TOOL_FMT_MISTRAL:
+    case TOOL_FMT_MISTRAL_V11: m = mistral, n = 3; break;
+    case TOOL_FMT_DEEPSEEK:
+    case TOOL_FMT_DEEPSEEK_R1: m = deepseek, n = 5; break;
+    case TOOL_FMT_KIMI: m = kimi, n = 5; break;
+    case TOOL_FMT_GPT_OSS: m = oss, n = 6; break;
+    default: break;
+    }
+    int k = 0;
+    for (int i = 0; i < n && k < cap; i++) out[k++] = m[i];
+    for (int i = 0; i < 2 && k < cap; i++) out[k++] = think[i];
+    return k;
+}
+
+char *tool_system_prompt(tool_format f, const tool_spec *t) {
+    kvl_buf b = {0};
+    kvl_buf_puts(&b, "You can call the following tools (JSON Schema of each function's arguments):\n");
+    for (const cJSON *tool = t->tools ? t->tools->child : NULL; tool; tool = tool->next) {
+        char *js = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(tool, "function"));
+        if (js) kvl_buf_printf(&b, "%s\n", js);
+        free(js);
+    }
+    call_shape c = shape_of(f);
+    const char *one = t->n > 0 ? t->names[t->choice == TOOL_CHOICE_NAMED ? t->named : 0] : "name";
+    kvl_buf_printf(&b, "\nTo call a tool, answer with only the call, written as:\n%s%s%s%s{...arguments...}%s%s\n",
+                   c.open, c.pre, one, c.mid, c.post, c.close);
+    if (t->choice == TOOL_CHOICE_AUTO) kvl_buf_puts(&b, "If no tool is needed, answer normally.");
+    if (b.oom) {
+        kvl_buf_free(&b);
+        return NULL;
+    }
+    return b.p;
+}
+
+/* ----------------------------------------------------------- grammar -- */
+
+static void gbnf_literal(kvl_buf *out, const char *s) {
+    kvl_buf_puts(out, "\"");
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\') kvl_buf_printf(out, "\\%c", *p);
+        else if (*p == '\n') kvl_buf_puts(out, "\\n");
+        else if (*p == '\r') kvl_buf_puts(out, "\\r");
+        else if (*p == '\t') kvl_buf_puts(out, "\\t");
+        else kvl_buf_put(out, (const char *)p, 1);
+    }
+    kvl_buf_puts(out, "\"");
+}
+
+/* A literal, skipped when empty (GBNF has no empty string literal in every dialect). */
+static void gbnf_lit_opt(kvl_buf *out, const char *s) {
+    if (!s[0]) return;
+    gbnf_literal(out, s);
+    kvl_buf_puts(out, " ");
+}
+
+bool tool_grammar(tool_format f, const tool_spec *t, bool close_think, schema_rules_fn schema_rules, kvl_buf *out,
+                  char *err, size_t err_cap) {
+    call_shape c = shape_of(f);
+    bool many = t->parallel && c.parallel;
+    kvl_buf_puts(out, "root ::= ");
+    if (close_think) gbnf_lit_opt(out, "</think>\n\n");
+    gbnf_lit_opt(out, c.open);
+    kvl_buf_puts(out, "call ");
+    if (many) {
+        kvl_buf_puts(out, "( ");
+        gbnf_lit_opt(out, c.sep);
+        kvl_buf_puts(out, "call )* ");
+    }
+    gbnf_lit_opt(out, c.close);
+    kvl_buf_puts(out, "\ncall ::= ");
+    bool first = true;
+    for (int i = 0; i < t->n; i++) {
+        if (t->choice == TOOL_CHOICE_NAMED && i != t->named) continue;
+        kvl_buf_puts(out, first ? "" : " | ");
+        first = false;
+        kvl_buf_printf(out, "fn%d", i);
+    }
+    kvl_buf_puts(out, "\n");
+    for (int i = 0; i < t->n; i++) {
+        if (t->choice == TOOL_CHOICE_NAMED && i != t->named) continue;
+        kvl_buf_printf(out, "fn%d ::= ", i);
+        gbnf_lit_opt(out, c.pre);
+        gbnf_literal(out, t->names[i]);
+        kvl_buf_puts(out, " ");
+        gbnf_lit_opt(out, c.mid);
+        kvl_buf_printf(out, "t%d-root ", i);
+        gbnf_lit_opt(out, c.post);
+        kvl_buf_puts(out, "\n");
+        char prefix[16];
+        snprintf(prefix, sizeof prefix, "t%d-", i);
+        char *schema = t->params[i] ? cJSON_PrintUnformatted(t->params[i])
+                                    : strdup("{\"type\": \"object\", \"properties\": {}}");
+        char e[400] = "";
+        bool ok = schema && schema_rules(schema, prefix, out, e, sizeof e);
+        free(schema);
+        if (!ok) {
+            snprintf(err, err_cap, "tools[%d] (%s): %s", i, t->names[i], e[0] ? e : "out of memory");
+            return false;
+        }
+    }
+    if (out->oom) {
+        snprintf(err, err_cap, "out of memory");
+        return false;
+    }
+    return true;
+}
+
+/* ------------------------------------------------------------ output -- */
+
+static uint64_t call_random(void) {
+    static atomic_uint_fast64_t counter;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t x = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 32) ^
+                 (atomic_fetch_add(&counter, 1) * 0x9E3779B97F4A7C15ull);
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ull;
+    return x ^ (x >> 33);
+}
+
+/* "call_" + 24 letters and digits, as OpenAI's ids look. */
+static void call_id(char out[40]) {
+    static const char alphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    memcpy(out, "call_", 5);
+    uint64_t r = call_random();
+    for (int i = 0; i < 24; i++) {
+        if (i == 10) r = call_random();
+        out[5 + i] = alphabet[r % 62];
+        r /= 62;
+    }
+    out[29] = 0;
+}
+
+void parse_out_reset(parse_out *o) {
+    o->content.len = 0;
+    o->reasoning.len = 0;
+    for (int i = 0; i < o->n_calls; i++) {
+        free(o->calls[i].name);
+        free(o->calls[i].arguments);
+    }
+    o->n_calls = 0;
+}
+
+void parse_out_free(parse_out *o) {
+    parse_out_reset(o);
+    kvl_buf_free(&o->content);
+    kvl_buf_free(&o->reasoning);
+    free(o->calls);
+    memset(o, 0, sizeof *o);
+}
+
+static bool add_call(out_parser *p, parse_out *o, const char *name, size_t name_len, const cJSON *args) {
+    if (!p->tools->parallel && p->n_calls > 0) return true; /* parallel_tool_calls false: the first only */
+    if (o->n_calls == o->cap_calls) {
+        int cap = o->cap_calls ? 2 * o->cap_calls : 4;
+        tool_call_out *c = realloc(o->calls, (size_t)cap * sizeof *c);
+        if (!c) return false;
+        o->calls = c;
+        o->cap_calls = cap;
+    }
+    tool_call_out *c = &o->calls[o->n_calls];
+    call_id(c->id);
+    c->name = strndup(name, name_len);
+    c->arguments = args ? cJSON_PrintUnformatted(args) : strdup("{}");
+    if (!c->name || !c->arguments) {
+        free(c->name);
+        free(c->arguments);
+        return false;
+    }
+    o->n_calls++;
+    p->n_calls++;
+    return true;
+}
+
+static bool is_ws(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
+
+static void trim(const char **s, size_t *n) {
+    while (*n && is_ws(**s)) (*s)++, (*n)--;
+    while (*n && is_ws((*s)[*n - 1])) (*n)--;
+}
+
+/* End of the JSON object or array at s[0..n) (just after its closing bracket);
+ * 0 while it is incomplete. Brackets inside strings do not count. */
+static size_t json_extent(const char *s, size_t n) {
+    int depth = 0;
+    bool str = false, esc = false;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (str) {
+            if (esc) esc = false;
+            else if (c == '\\') esc = true;
+            else if (c == '"') str = false;
+            continue;
+        }
+        if (c == '"') str = true;
+        else if (c == '{' || c == '[') depth++;
+        else if ((c == '}' || c == ']') && --depth <= 0) return i + 1;
+    }
+    return 0;
+}
+
+static cJSON *parse_json(const char *s, size_t n) {
+    const char *end = NULL;
+    cJSON *v = cJSON_ParseWithLengthOpts(s, n, &end, false);
+    if (!v) return NULL;
+    while (end < s + n && is_ws(*end)) end++;
+    if (end != s + n) {
+        cJSON_Delete(v);
+        return NULL;
+    }
+    return v;
+}
+
+/* A call given as arguments JSON (an object, or a string that holds one). */
+static bool add_call_json_args(out_parser *p, parse_out *o, const char *name, size_t nlen, const cJSON *args) {
+    if (cJSON_IsString(args)) {
+        cJSON *inner = parse_json(args->valuestring, strlen(args->valuestring));
+        bool ok = cJSON_IsObject(inner) && add_call(p, o, name, nlen, inner);
+        cJSON_Delete(inner);
+        return ok;
+    }
+    if (!args) return add_call(p, o, name, nlen, NULL);
+    return cJSON_IsObject(args) && add_call(p, o, name, nlen, args);
+}
+
+static bool known_name(const out_parser *p, const char *name) {
+    for (int i = 0; i < p->tools->n; i++)
+        if (!strcmp(p->tools->names[i], name)) return true;
+    return false;
+}
+
+/* {"name": N, "arguments"|"parameters": {...}} (also {"function": {...}}). */
+static bool add_call_object(out_parser *p, parse_out *o, const cJSON *obj, bool need_known) {
+    if (!cJSON_IsObject(obj)) return false;
+    const cJSON *fn = cJSON_GetObjectItemCaseSensitive(obj, "function");
+    if (cJSON_IsObject(fn)) obj = fn;
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(obj, "name");
+    if (!cJSON_IsString(name) || !name->valuestring[0]) return false;
+    if (need_known && !known_name(p, name->valuestring)) return false;
+    const cJSON *args = cJSON_GetObjectItemCaseSensitive(obj, "arguments");
+    if (!args) args = cJSON_GetObjectItemCaseSensitive(obj, "parameters");
+    return add_call_json_args(p, o, name->valuestring, strlen(name->valuestring), args);
+}
+
+/* A JSON text of one call object or an array of them. Returns calls added. */
+static int add_calls_json(out_parser *p, parse_out *o, const char *s, size_t n, bool need_known) {
+    cJSON *v = parse_json(s, n);
+    int before = o->n_calls;
+    if (cJSON_IsArray(v)) {
+        for (const cJSON *c = v->child; c; c = c->next)
+            if (!add_call_object(p, o, c, need_known)) break;
+    } else if (cJSON_IsObject(v)) {
+        const cJSON *list = cJSON_GetObjectItemCaseSensitive(v, "tool_calls");
+        if (cJSON_IsArray(list)) {
+            for (const cJSON *c = list->child; c; c = c->next)
+                if (!add_call_object(p, o, c, need_known)) break;
+        } else {
+            add_call_object(p, o, v, need_known);
+        }
+    }
+    cJSON_Delete(v);
+    return o->n_calls - before;
+}
+
+static const char *find_n(const char *s, size_t n, const char *m) { return memmem(s, n, m, strlen(m)); }
+
+/* The type a function's schema gives parameter key ("" if none). */
+static const char *param_type(const out_parser *p, const char *fn, const char *key) {
+    for (int i = 0; i < p->tools->n; i++) {
+        if (strcmp(p->tools->names[i], fn) != 0 || !p->tools->params[i]) continue;
+        const cJSON *props = cJSON_GetObjectItemCaseSensitive(p->tools->params[i], "properties");
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(props, key), "type");
+        return cJSON_IsString(type) ? type->valuestring : "";
+    }
+    return "";
+}
+
+/* <function=N><parameter=K>\nV\n</parameter>...</function>: a value is JSON
+ * unless the schema says string (what Qwen3-Coder's own parser does). */
+static bool add_call_xml(out_parser *p, parse_out *o, const char *s, size_t n) {
+    const char *f = find_n(s, n, "<function=");
+    if (!f) return false;
+    const char *end = s + n;
+    const char *gt = memchr(f, '>', (size_t)(end - f));
+    if (!gt) return false;
+    char *name = strndup(f + 10, (size_t)(gt - f - 10));
+    cJSON *args = cJSON_CreateObject();
+    bool ok = name && args && name[0];
+    const char *q = gt + 1;
+    while (ok) {
+        const char *pr = find_n(q, (size_t)(end - q), "<parameter=");
+        if (!pr) break;
+        const char *pg = memchr(pr, '>', (size_t)(end - pr));
+        const char *pe = pg ? find_n(pg, (size_t)(end - pg), "</parameter>") : NULL;
+        if (!pe) {
+            ok = false;
+            break;
+        }
+        char *key = strndup(pr + 11, (size_t)(pg - pr - 11));
+        const char *v = pg + 1;
+        size_t vn = (size_t)(pe - v);
+        if (vn && v[0] == '\n') v++, vn--; /* the template writes the value on its own line */
+        if (vn && v[vn - 1] == '\n') vn--;
+        cJSON *val = NULL;
+        if (key && strcmp(param_type(p, name, key), "string") != 0) val = parse_json(v, vn);
+        if (!val) {
+            char *sv = strndup(v, vn);
+            val = sv ? cJSON_CreateString(sv) : NULL;
+            free(sv);
+        }
+        ok = key && val && cJSON_AddItemToObject(args, key, val);
+        if (!ok) cJSON_Delete(val);
+        free(key);
+        q = pe + 12;
+    }
+    ok = ok && add_call(p, o, name, strlen(name), args);
+    free(name);
+    cJSON_Delete(args);
+    return ok;
+}
+
+/* ---- regions: the span of text holding one format's call(s) ---- */
+
+/* The earliest position in s[0..n) where a call region of p's format starts,
+ * or -1; *hold: bytes at the end that could still become such a start. */
+static const char *const *start_markers(tool_format f, int *n) {
+    static const char *const hermes[] = {"<tool_call>"};
+    static const char *const llama3[] = {"<|python_tag|>"};
+    static const char *const mistral[] = {"[TOOL_CALLS]"};
+    static const char *const deepseek[] = {DS_CALLS_BEGIN, DS_CALL_BEGIN};
+    static const char *const kimi[] = {"<|tool_calls_section_begin|>", "<|tool_call_begin|>"};
+    static const char *const functionary[] = {"<function="};
+    switch (f) {
+    case TOOL_FMT_HERMES:
+    case TOOL_FMT_QWEN_XML: *n = 1; return hermes;
+    case TOOL_FMT_LLAMA3: *n = 1; return llama3;
+    case TOOL_FMT_MISTRAL:
+    case TOOL_FMT_MISTRAL_V11: *n = 1; return mistral;
+    case TOOL_FMT_DEEPSEEK:
+    case TOOL_FMT_DEEPSEEK_R1: *n = 2; return deepseek;
+    case TOOL_FMT_KIMI: *n = 2; return kimi;
+    case TOOL_FMT_FUNCTIONARY: *n = 1; return functionary;
+    default: *n = 0; return NULL;
+    }
+}
+
+/* Length of the call region that starts at s (with marker m), 0 while
+ * incomplete. final: the output ended, so an unclosed region runs to the end. */
+static size_t region_len(tool_format f, const char *m, const char *s, size_t n, bool final) {
+    size_t ml = strlen(m), k = ml;
+    const char *endm = NULL;
+    switch (f) {
+    case TOOL_FMT_HERMES:
+    case TOOL_FMT_QWEN_XML: endm = "</tool_call>"; break;
+    case TOOL_FMT_FUNCTIONARY: endm = "</function>"; break;
+    case TOOL_FMT_DEEPSEEK:
+    case TOOL_FMT_DEEPSEEK_R1: endm = !strcmp(m, DS_CALLS_BEGIN) ? DS_CALLS_END : DS_CALL_END; break;
+    case TOOL_FMT_KIMI: endm = !strcmp(m, "<|tool_calls_section_begin|>") ? "<|tool_calls_section_end|>" : "<|tool_call_end|>"; break;
+    case TOOL_FMT_MISTRAL_V11: {
+        while (k < n && is_ws(s[k])) k++;
+        if (k < n && s[k] == '[' && (n - k < 2 || s[k + 1] == '{' || is_ws(s[k + 1]))) break; /* the older JSON list */
+        const char *a = find_n(s + ml, n - ml, "[ARGS]");
+        if (!a) return final ? n : 0;
+        k = (size_t)(a - s) + 6;
+        break;
+    }
+    default: break;
+    }
+    if (endm) {
+        const char *e = find_n(s + ml, n - ml, endm);
+        return e ? (size_t)(e - s) + strlen(endm) : final ? n : 0;
+    }
+    /* The region is the marker and one JSON value. */
+    while (k < n && is_ws(s[k])) k++;
+    if (k == n) return final ? n : 0;
+    if (s[k] != '{' && s[k] != '[') return final ? n : (f == TOOL_FMT_LLAMA3 ? 0 : k); /* no JSON: not a call */
+    size_t e = json_extent(s + k, n - k);
+    return e ? k + e : final ? n : 0;
+}
+
+/* Parses one region into calls; returns how many it held. */
+static int parse_region(out_parser *p, parse_out *o, const char *m, const char *s, size_t n) {
+    int before = o->n_calls;
+    size_t ml = strlen(m);
+    const char *b = s + ml;
+    size_t bn = n - ml;
+    switch (p->fmt) {
+    case TOOL_FMT_HERMES:
+    case TOOL_FMT_QWEN_XML: {
+        const char *e = find_n(b, bn, "</tool_call>");
+        if (e) bn = (size_t)(e - b);
+        trim(&b, &bn);
+        if (bn && b[0] == '{') add_calls_json(p, o, b, bn, false);
+        else add_call_xml(p, o, b, bn);
+        break;
+    }
+    case TOOL_FMT_FUNCTIONARY: {
+        const char *gt = memchr(b, '>', bn);
+        if (!gt) break;
+        const char *a = gt + 1;
+        size_t an = (size_t)(s + n - a);
+        const char *e = find_n(a, an, "</function>");
+        if (e) an = (size_t)(e - a);
+        cJSON *args = parse_json(a, an);
+        if (cJSON_IsObject(args)) add_call(p, o, b, (size_t)(gt - b), args);
+        cJSON_Delete(args);
+        break;
+    }
+    case TOOL_FMT_LLAMA3:
+    case TOOL_FMT_MISTRAL: add_calls_json(p, o, b, bn, false); break;
+    case TOOL_FMT_MISTRAL_V11: {
+        const char *a = find_n(b, bn, "[ARGS]");
+        if (!a) {
+            add_calls_json(p, o, b, bn, false);
+            break;
+        }
+        const char *name = b;
+        size_t nl = (size_t)(a - b);
+        const char *cid = find_n(name, nl, "[CALL_ID]");
+        if (cid) nl = (size_t)(cid - name);
+        trim(&name, &nl);
+        cJSON *args = parse_json(a + 6, (size_t)(s + n - a - 6));
+        if (nl && cJSON_IsObject(args)) add_call(p, o, name, nl, args);
+        cJSON_Delete(args);
+        break;
+    }
+    case TOOL_FMT_DEEPSEEK:
+    case TOOL_FMT_DEEPSEEK_R1:
+    case TOOL_FMT_KIMI: {
+        bool kimi = p->fmt == TOOL_FMT_KIMI;
+        const char *cb = kimi ? "<|tool_call_begin|>" : DS_CALL_BEGIN;
+        const char *sep = kimi ? "<|tool_call_argument_begin|>" : DS_SEP;
+        const char *ce = kimi ? "<|tool_call_end|>" : DS_CALL_END;
+        const char *q = s, *end = s + n;
+        for (;;) {
+            const char *c = find_n(q, (size_t)(end - q), cb);
+            if (!c) break;
+            c += strlen(cb);
+            const char *sp = find_n(c, (size_t)(end - c), sep);
+            if (!sp) break;
+            const char *a = sp + strlen(sep);
+            const char *e = find_n(a, (size_t)(end - a), ce);
+            size_t an = e ? (size_t)(e - a) : (size_t)(end - a);
+            const char *name = c;
+            size_t nl = (size_t)(sp - c);
+            if (kimi) { /* functions.NAME:IDX */
+                if (nl > 10 && !memcmp(name, "functions.", 10)) name += 10, nl -= 10;
+                const char *colon = memrchr(name, ':', nl);
+                if (colon) nl = (size_t)(colon - name);
+            } else if (nl == 8 && !memcmp(name, "function", 8)) { /* R1: function<sep>NAME\n```json\n{...}\n``` */
+                const char *nlp = memchr(a, '\n', an);
+                if (!nlp) break;
+                name = a;
+                nl = (size_t)(nlp - a);
+                const char *j = find_n(nlp, an - (size_t)(nlp - a), "```json");
+                if (j) {
+                    a = j + 7;
+                    an = (size_t)((e ? e : end) - a);
+                    const char *fence = find_n(a, an, "```");
+                    if (fence) an = (size_t)(fence - a);
+                } else {
+                    an -= (size_t)(nlp - a);
+                    a = nlp;
+                }
+            }
+            trim(&name, &nl);
+            cJSON *args = parse_json(a, an);
+            bool ok = nl && cJSON_IsObject(args) && add_call(p, o, name, nl, args);
+            cJSON_Delete(args);
+            if (!ok || !e) break;
+            q = e + strlen(ce);
+        }
+        break;
+    }
+    default: break;
+    }
+    return o->n_calls - before;
+}
+
+/* ---- emitting decided text ---- */
+
+/* Appends decided text to content or reasoning. Whitespace is held back, so
+ * that the whitespace a template puts around a marker (a call, </think>) is
+ * dropped with the marker rather than sent as content. */
+static void emit(out_parser *p, parse_out *o, const char *s, size_t n) {
+    kvl_buf *dst = p->in_think ? &o->reasoning : &o->content;
+    if (p->skip_ws)
+        while (n && is_ws(*s)) s++, n--;
+    size_t body = n;
+    while (body && is_ws(s[body - 1])) body--;
+    if (body) {
+        kvl_buf_put(dst, p->held.p, p->held.len);
+        p->held.len = 0;
+        kvl_buf_put(dst, s, body);
+        p->skip_ws = false;
+        if (!p->in_think) p->any_content = true;
+    }
+    kvl_buf_put(&p->held, s + body, n - body);
+}
+
+/* At a marker: whatever whitespace was held goes. */
+static void at_marker(out_parser *p) {
+    p->held.len = 0;
+    p->skip_ws = true;
+}
+
+/* Bytes at the end of s[0..n) that are a proper prefix of marker m. */
+static size_t partial(const char *s, size_t n, const char *m) {
+    size_t ml = strlen(m);
+    for (size_t k = ml - 1 < n ? ml - 1 : n; k > 0; k--)
+        if (!memcmp(s + n - k, m, k)) return k;
+    return 0;
+}
+
+void out_parser_init(out_parser *p, tool_format fmt, const tool_spec *t, bool think, bool in_think) {
+    memset(p, 0, sizeof *p);
+    p->fmt = fmt;
+    p->tools = t;
+    p->think = think || fmt == TOOL_FMT_GPT_OSS;
+    p->in_think = think && in_think;
+    p->skip_ws = p->in_think;
+}
+
+void out_parser_free(out_parser *p) {
+    kvl_buf_free(&p->held);
+    kvl_buf_free(&p->text);
+    free(p->oss_name);
+}
+
+/* Whether the answer so far could still be a bare JSON call (LLAMA3, GENERIC):
+ * nothing but whitespace decided, and the rest starts with '{' (or '['). */
+static bool bare_json_start(const out_parser *p, const char *s, size_t n, size_t *k) {
+    if (p->any_content || p->n_calls > 0 || p->in_think) return false;
+    if (p->fmt != TOOL_FMT_LLAMA3 && p->fmt != TOOL_FMT_GENERIC) return false;
+    size_t i = 0;
+    while (i < n && is_ws(s[i])) i++;
+    *k = i;
+    return i < n && (s[i] == '{' || (s[i] == '[' && p->fmt == TOOL_FMT_GENERIC));
+}
+
+/* gpt-oss harmony: [<|start|>assistant]<|channel|>C[ to=functions.N][ <|constrain|>json]<|message|>BODY
+ * ending <|end|>, <|call|> or the end of output. analysis -> reasoning,
+ * final -> content, a message to functions.N -> a call. */
+static void feed_harmony(out_parser *p, parse_out *o, bool final) {
+    for (;;) {
+        const char *s = p->text.p + p->pos;
+        size_t n = p->text.len - p->pos;
+        if (p->oss_header || n == 0) {
+            if (!p->oss_header) return;
+            const char *m = find_n(s, n, "<|message|>");
+            if (!m) return; /* the header is not complete */
+            free(p->oss_name);
+            p->oss_name = NULL;
+            const char *to = find_n(s, (size_t)(m - s), "to=functions.");
+            p->oss_call = to != NULL;
+            if (to) {
+                const char *nm = to + 13, *ne = nm;
+                while (ne < m && !is_ws(*ne) && *ne != '<') ne++;
+                p->oss_name = strndup(nm, (size_t)(ne - nm));
+            }
+            bool analysis = find_n(s, (size_t)(m - s), "analysis") != NULL;
+            p->in_think = analysis && !p->oss_call;
+            p->oss_header = false;
+            at_marker(p);
+            p->pos += (size_t)(m - s) + 11;
+            continue;
+        }
+        /* in a message body (or before any header) */
+        const char *ends[] = {"<|end|>", "<|call|>", "<|start|>", "<|channel|>"};
+        const char *e = NULL;
+        int which = -1;
+        for (int i = 0; i < 4; i++) {
+            const char *x = find_n(s, n, ends[i]);
+            if (x && (!e || x < e)) e = x, which = i;
+        }
+        size_t el = which >= 0 ? strlen(ends[which]) : 0;
+        if (!e && !final) {
+            if (p->oss_call) return; /* a call's arguments are parsed whole */
+            size_t hold = 0;
+            for (int i = 0; i < 4; i++) {
+                size_t h = partial(s, n, ends[i]);
+                if (h > hold) hold = h;
+            }
+            emit(p, o, s, n - hold);
+            p->pos += n - hold;
+            return;
+        }
+        size_t body = e ? (size_t)(e - s) : n;
+        if (p->oss_call && p->oss_name) {
+            cJSON *args = parse_json(s, body);
+            if (!(cJSON_IsObject(args) && add_call(p, o, p->oss_name, strlen(p->oss_name), args))) emit(p, o, s, body);
+            cJSON_Delete(args);
+            p->oss_call = false;
+        } else {
+            emit(p, o, s, body);
+        }
+        at_marker(p);
+        p->pos += body;
+        if (!e) return;
+        p->pos += el;
+        if (which == 3) {
+            p->oss_header = true; /* <|channel|> opens a header */
+        } else if (which == 2) {  /* <|start|>ROLE<|channel|>... */
+            const char *c = find_n(p->text.p + p->pos, p->text.len - p->pos, "<|channel|>");
+            if (!c && !final) {
+                p->pos -= el; /* wait for the header */
+                return;
+            }
+            if (c) p->pos = (size_t)(c - p->text.p) + 11;
+            p->oss_header = true;
+        }
+        p->in_think = false;
+    }
+}
+
+void out_parser_feed(out_parser *p, const char *s, size_t n, bool final, parse_out *o) {
+    kvl_buf_put(&p->text, s, n);
+    if (p->fmt == TOOL_FMT_GPT_OSS) {
+        if (p->text.len == n && p->pos == 0) {
+            /* The generation prompt ends with "<|start|>assistant": the output opens with <|channel|>. */
+            const char *c = find_n(p->text.p, p->text.len, "<|channel|>");
+            if (c == p->text.p) {
+                p->pos = 11;
+                p->oss_header = true;
+            } else if (!c && p->text.len < 11 && !final && !memcmp("<|channel|>", p->text.p, p->text.len)) {
+                return;
+            }
+        }
+        feed_harmony(p, o, final);
+        if (final) p->held.len = 0;
+        return;
+    }
+    int n_starts = 0;
+    const char *const *starts = p->fmt != TOOL_FMT_NONE ? start_markers(p->fmt, &n_starts) : NULL;
+    for (;;) {
+        const char *t = p->text.p + p->pos;
+        size_t len = p->text.len - p->pos;
+        if (len == 0) break;
+        if (p->in_think) {
+            const char *e = find_n(t, len, "</think>");
+            if (!e) {
+                size_t hold = final ? 0 : partial(t, len, "</think>");
+                emit(p, o, t, len - hold);
+                p->pos += len - hold;
+                break;
+            }
+            emit(p, o, t, (size_t)(e - t));
+            at_marker(p);
+            p->in_think = false;
+            p->pos += (size_t)(e - t) + 8;
+            continue;
+        }
+        size_t k;
+        if (bare_json_start(p, t, len, &k)) {
+            size_t e = json_extent(t + k, len - k);
+            if (!e && !final) break; /* undecided until the value closes */
+            if (e && add_calls_json(p, o, t + k, e, true) > 0) {
+                at_marker(p);
+                p->pos += k + e;
+                continue;
+            }
+            emit(p, o, t, len); /* not a call: plain content */
+            p->pos += len;
+            continue;
+        }
+        /* The earliest marker: a call start, or <think>. */
+        const char *best = NULL, *bm = NULL;
+        for (int i = 0; i < n_starts; i++) {
+            const char *x = find_n(t, len, starts[i]);
+            if (x && (!best || x < best)) best = x, bm = starts[i];
+        }
+        if (p->think) {
+            const char *x = find_n(t, len, "<think>");
+            if (x && (!best || x < best)) best = x, bm = "<think>";
+        }
+        if (!best) {
+            size_t hold = 0;
+            if (!final) {
+                for (int i = 0; i < n_starts; i++) {
+                    size_t h = partial(t, len, starts[i]);
+                    if (h > hold) hold = h;
+                }
+                size_t h = p->think ? partial(t, len, "<think>") : 0;
+                if (h > hold) hold = h;
+            }
+            emit(p, o, t, len - hold);
+            p->pos += len - hold;
+            break;
+        }
+        size_t at = (size_t)(best - t);
+        if (!strcmp(bm, "<think>")) {
+            emit(p, o, t, at);
+            at_marker(p);
+            p->in_think = true;
+            p->pos += at + 7;
+            continue;
+        }
+        size_t rl = region_len(p->fmt, bm, best, len - at, final);
+        if (rl == 0) { /* the call is not complete: send what precedes it */
+            emit(p, o, t, at);
+            p->pos += at;
+            break;
+        }
+        if (parse_region(p, o, bm, best, rl) > 0) {
+            emit(p, o, t, at);
+            at_marker(p);
+        } else {
+            emit(p, o, t, at + rl); /* not a valid call: it stays text */
+        }
+        p->pos += at + rl;
+    }
+    if (final && p->n_calls > 0) p->held.len = 0;
+    if (final && p->held.len) {
+        kvl_buf_put(p->in_think ? &o->reasoning : &o->content, p->held.p, p->held.len);
+        p->held.len = 0;
+    }
+}
+
+bool prompt_opens_think(const char *prompt, size_t n) {
+    const char *open = NULL, *close = NULL;
+    for (const char *x = find_n(prompt, n, "<think>"); x; x = find_n(x + 1, n - (size_t)(x + 1 - prompt), "<think>"))
+        open = x;
+    for (const char *x = find_n(prompt, n, "</think>"); x; x = find_n(x + 1, n - (size_t)(x + 1 - prompt), "</think>"))
+        close = x;
+    return open && (!close || open > close);
+}
