@@ -318,6 +318,8 @@ static bool parse_tools(srv *s, const cJSON *body, srv_job *j, api_error *err) {
     }
     j->think = s->jinja && s->caps.thinks;
     if (j->tools.n > 0 && j->tools.choice != TOOL_CHOICE_NONE) j->parse_fmt = s->jinja ? s->caps.format : TOOL_FMT_GENERIC;
+    /* harmony's channels (gpt-oss) are split with or without tools */
+    if (s->jinja && s->caps.format == TOOL_FMT_GPT_OSS) j->parse_fmt = TOOL_FMT_GPT_OSS;
     if (j->parse_fmt != TOOL_FMT_NONE || j->think) keep_marker_tokens(s, j);
     return true;
 }

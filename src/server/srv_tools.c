@@ -50,7 +50,7 @@ void chat_caps_detect(const char *src, chat_caps *c) {
     else if (has(src, "tool\xe2\x96\x81" "calls\xe2\x96\x81" "begin"))
         c->format = has(src, "```json") ? TOOL_FMT_DEEPSEEK_R1 : TOOL_FMT_DEEPSEEK;
     else if (has(src, "<|tool_calls_section_begin|>")) c->format = TOOL_FMT_KIMI;
-    else if (has(src, "<|channel|>") && has(src, "to=functions")) c->format = TOOL_FMT_GPT_OSS;
+    else if (has(src, "<|channel|>") && has(src, "<|message|>")) c->format = TOOL_FMT_GPT_OSS;
     else if (has(src, "<function=")) c->format = TOOL_FMT_FUNCTIONARY;
     else if (has(src, "<|python_tag|>") || (has(src, "<|start_header_id|>") && has(src, "\"parameters\"")))
         c->format = TOOL_FMT_LLAMA3;
@@ -772,6 +772,7 @@ void out_parser_init(out_parser *p, tool_format fmt, const tool_spec *t, bool th
     p->think = think || fmt == TOOL_FMT_GPT_OSS;
     p->in_think = think && in_think;
     p->skip_ws = p->in_think;
+    p->oss_header = fmt == TOOL_FMT_GPT_OSS; /* the output begins with a message header */
 }
 
 void out_parser_free(out_parser *p) {
@@ -791,17 +792,27 @@ static bool bare_json_start(const out_parser *p, const char *s, size_t n, size_t
     return i < n && (s[i] == '{' || (s[i] == '[' && p->fmt == TOOL_FMT_GENERIC));
 }
 
-/* gpt-oss harmony: [<|start|>assistant]<|channel|>C[ to=functions.N][ <|constrain|>json]<|message|>BODY
- * ending <|end|>, <|call|> or the end of output. analysis -> reasoning,
- * final -> content, a message to functions.N -> a call. */
+/* gpt-oss harmony: each message is a header ([<|start|>assistant][ to=functions.N]
+ * <|channel|>C[ to=functions.N][ <|constrain|>json]) then <|message|>BODY, ending
+ * <|end|>, <|call|> or the end of output (the generation prompt already wrote
+ * "<|start|>assistant"). analysis -> reasoning, a message to functions.N ->
+ * a call, anything else (final) -> content. */
 static void feed_harmony(out_parser *p, parse_out *o, bool final) {
+    static const char *const ends[] = {"<|end|>", "<|call|>", "<|start|>", "<|channel|>"};
     for (;;) {
         const char *s = p->text.p + p->pos;
         size_t n = p->text.len - p->pos;
-        if (p->oss_header || n == 0) {
-            if (!p->oss_header) return;
+        if (n == 0) return;
+        if (p->oss_header) {
             const char *m = find_n(s, n, "<|message|>");
-            if (!m) return; /* the header is not complete */
+            if (!m) {
+                if (final) { /* no harmony structure at all: plain content */
+                    p->in_think = false;
+                    emit(p, o, s, n);
+                    p->pos += n;
+                }
+                return;
+            }
             free(p->oss_name);
             p->oss_name = NULL;
             const char *to = find_n(s, (size_t)(m - s), "to=functions.");
@@ -811,22 +822,18 @@ static void feed_harmony(out_parser *p, parse_out *o, bool final) {
                 while (ne < m && !is_ws(*ne) && *ne != '<') ne++;
                 p->oss_name = strndup(nm, (size_t)(ne - nm));
             }
-            bool analysis = find_n(s, (size_t)(m - s), "analysis") != NULL;
-            p->in_think = analysis && !p->oss_call;
+            p->in_think = !p->oss_call && find_n(s, (size_t)(m - s), "analysis") != NULL;
             p->oss_header = false;
             at_marker(p);
             p->pos += (size_t)(m - s) + 11;
             continue;
         }
-        /* in a message body (or before any header) */
-        const char *ends[] = {"<|end|>", "<|call|>", "<|start|>", "<|channel|>"};
         const char *e = NULL;
         int which = -1;
         for (int i = 0; i < 4; i++) {
             const char *x = find_n(s, n, ends[i]);
             if (x && (!e || x < e)) e = x, which = i;
         }
-        size_t el = which >= 0 ? strlen(ends[which]) : 0;
         if (!e && !final) {
             if (p->oss_call) return; /* a call's arguments are parsed whole */
             size_t hold = 0;
@@ -839,8 +846,8 @@ static void feed_harmony(out_parser *p, parse_out *o, bool final) {
             return;
         }
         size_t body = e ? (size_t)(e - s) : n;
-        if (p->oss_call && p->oss_name) {
-            cJSON *args = parse_json(s, body);
+        if (p->oss_call) {
+            cJSON *args = p->oss_name ? parse_json(s, body) : NULL;
             if (!(cJSON_IsObject(args) && add_call(p, o, p->oss_name, strlen(p->oss_name), args))) emit(p, o, s, body);
             cJSON_Delete(args);
             p->oss_call = false;
@@ -850,35 +857,14 @@ static void feed_harmony(out_parser *p, parse_out *o, bool final) {
         at_marker(p);
         p->pos += body;
         if (!e) return;
-        p->pos += el;
-        if (which == 3) {
-            p->oss_header = true; /* <|channel|> opens a header */
-        } else if (which == 2) {  /* <|start|>ROLE<|channel|>... */
-            const char *c = find_n(p->text.p + p->pos, p->text.len - p->pos, "<|channel|>");
-            if (!c && !final) {
-                p->pos -= el; /* wait for the header */
-                return;
-            }
-            if (c) p->pos = (size_t)(c - p->text.p) + 11;
-            p->oss_header = true;
-        }
-        p->in_think = false;
+        p->pos += strlen(ends[which]);
+        p->oss_header = true; /* the next message's header follows */
     }
 }
 
 void out_parser_feed(out_parser *p, const char *s, size_t n, bool final, parse_out *o) {
     kvl_buf_put(&p->text, s, n);
     if (p->fmt == TOOL_FMT_GPT_OSS) {
-        if (p->text.len == n && p->pos == 0) {
-            /* The generation prompt ends with "<|start|>assistant": the output opens with <|channel|>. */
-            const char *c = find_n(p->text.p, p->text.len, "<|channel|>");
-            if (c == p->text.p) {
-                p->pos = 11;
-                p->oss_header = true;
-            } else if (!c && p->text.len < 11 && !final && !memcmp("<|channel|>", p->text.p, p->text.len)) {
-                return;
-            }
-        }
         feed_harmony(p, o, final);
         if (final) p->held.len = 0;
         return;
