@@ -21,6 +21,8 @@ typedef struct seq {
     int64_t recompute_for;   /* --no-kv-cache: n_tokens the current recompute serves */
     kv_seq kv[MODEL_MAX_KV_GROUPS]; /* one block table per KV group (group 0: prefix chain) */
     sampler *smp;
+    grammar_state *gst;      /* the grammar's position (NULL: unconstrained); it lives
+                                with the sequence, so preemption does not touch it */
     tok_stream stream;
     char *text;              /* generated text not yet released (held for stop strings) */
     size_t text_len, text_cap;
@@ -50,6 +52,7 @@ struct engine {
     seq **b_owner;           /* running sequence of each batch seq index */
     float *logits;           /* [max_seqs][n_vocab] */
     float *logits_tmp;       /* [n_vocab] sampler input */
+    uint32_t *mask;          /* [n_vocab bits] tokens a grammar allows this step */
     char *piece;             /* token text scratch */
     size_t piece_cap;
 };
@@ -79,10 +82,11 @@ static bool alloc_batch(engine *e, kvl_error *err) {
     e->running = malloc(S * sizeof(seq *));
     e->logits = kvl_alloc(S * V * sizeof(float));
     e->logits_tmp = kvl_alloc(V * sizeof(float));
+    e->mask = malloc((V + 31) / 32 * sizeof(uint32_t));
     e->piece_cap = 1024;
     e->piece = malloc(e->piece_cap);
     if (!e->b_tokens || !e->b_pos || !e->b_seq || !e->b_want || !e->b_seqs || !e->b_owner ||
-        !e->running || !e->logits || !e->logits_tmp || !e->piece)
+        !e->running || !e->logits || !e->logits_tmp || !e->mask || !e->piece)
         return kvl_fail(err, "engine: out of memory");
     return true;
 }
@@ -131,6 +135,7 @@ static void seq_free(engine *e, seq *s) {
     if (!s) return;
     for (int g = 0; g < e->n_groups; g++) kv_seq_free(e->kv[g], &s->kv[g]);
     sampler_destroy(s->smp);
+    grammar_state_free(s->gst);
     for (int i = 0; i < s->req.n_stop; i++) free(s->stop[i]);
     free(s->stop);
     free(s->tokens);
@@ -156,6 +161,7 @@ void engine_destroy(engine *e) {
     free(e->running);
     kvl_free(e->logits);
     kvl_free(e->logits_tmp);
+    free(e->mask);
     free(e->piece);
     free(e);
 }
@@ -191,6 +197,7 @@ static bool validate_request(engine *e, const engine_request *r, kvl_error *err)
         if (r->prompt[i] < 0 || r->prompt[i] >= hp->n_vocab)
             return kvl_fail(err, "prompt token %lld: id %d is not in the vocabulary (0..%lld)",
                             (long long)i, r->prompt[i], (long long)hp->n_vocab - 1);
+    if (r->grammar && !e->vocab) return kvl_fail(err, "a grammar needs the engine's vocabulary");
     if (r->top_logprobs < 0 || r->top_logprobs > MAX_TOP_LOGPROBS)
         return kvl_fail(err, "top_logprobs must be between 0 and %d", MAX_TOP_LOGPROBS);
     int64_t want = r->n_prompt + (r->max_tokens > 0 ? r->max_tokens : 1);
@@ -211,6 +218,7 @@ static bool copy_request(seq *s, const engine_request *r, int32_t n_vocab) {
     s->tokens = malloc(s->cap_tokens * sizeof(int32_t));
     s->smp = sampler_create(&r->sampling, n_vocab);
     s->stop = calloc(r->n_stop > 0 ? r->n_stop : 1, sizeof(char *));
+    if (r->grammar && !(s->gst = grammar_state_new(r->grammar))) return false;
     if (!s->tokens || !s->smp || !s->stop) return false;
     memcpy(s->tokens, r->prompt, r->n_prompt * sizeof(int32_t));
     s->n_tokens = s->n_prompt = r->n_prompt;
@@ -223,6 +231,7 @@ static bool copy_request(seq *s, const engine_request *r, int32_t n_vocab) {
     s->req.prompt = NULL;
     s->req.stop = NULL;
     s->req.cache_salt = NULL;
+    s->req.grammar = NULL; /* the state holds it */
     return true;
 }
 
@@ -358,7 +367,14 @@ static void on_token(engine *e, seq *s, int32_t tok, float lp, int n_top, const 
         s->stats.t_first_token = kvl_time_s();
         s->stats.t_prefill_s = s->stats.t_first_token - s->stats.t_submit;
     }
-    if (!s->req.ignore_eos && tok_is_eog(e->vocab, tok)) {
+    /* Under a grammar, an end-of-generation token was only sampled because the
+     * grammar can end here: it ends the request even with ignore_eos. */
+    if ((s->gst || !s->req.ignore_eos) && tok_is_eog(e->vocab, tok)) {
+        finish_seq(e, s, ENGINE_FINISH_STOP, -1, 0, 0, NULL, NULL);
+        return;
+    }
+    if (s->gst && !grammar_state_accept_token(s->gst, tok)) { /* the mask allowed it: cannot happen */
+        kvl_log(KVL_LOG_WARN, "engine: request %lld: token %d does not continue its grammar", (long long)s->id, tok);
         finish_seq(e, s, ENGINE_FINISH_STOP, -1, 0, 0, NULL, NULL);
         return;
     }
@@ -553,6 +569,23 @@ static void plan_step(engine *e, step_plan *p) {
     }
 }
 
+/* Masks e->logits_tmp to the tokens s's grammar allows. When it allows none
+ * (the grammar must end but the vocabulary has no end-of-generation token, or
+ * the vocabulary cannot spell what the grammar needs), s finishes here. */
+static bool apply_grammar(engine *e, seq *s, int32_t V) {
+    int32_t n = grammar_state_mask(s->gst, e->mask, V);
+    if (n == 0) {
+        if (!grammar_state_must_end(s->gst))
+            kvl_log(KVL_LOG_WARN, "engine: request %lld: no token of the vocabulary continues its grammar", (long long)s->id);
+        finish_seq(e, s, ENGINE_FINISH_STOP, -1, 0, 0, NULL, NULL);
+        return false;
+    }
+    float *l = e->logits_tmp;
+    for (int32_t i = 0; i < V; i++)
+        if (!(e->mask[i >> 5] >> (i & 31) & 1)) l[i] = -INFINITY;
+    return true;
+}
+
 static void sample_outputs(engine *e, const step_plan *p) {
     int64_t V = model_hp(e->m)->n_vocab, row = 0;
     int32_t ids[MAX_TOP_LOGPROBS];
@@ -566,6 +599,7 @@ static void sample_outputs(engine *e, const step_plan *p) {
         double lse = want_lp ? logits_logsumexp(lg, (int32_t)V) : NAN;
         int n_top = logits_top_k(lg, (int32_t)V, s->req.top_logprobs, ids, lps);
         memcpy(e->logits_tmp, lg, V * sizeof(float));
+        if (s->gst && !apply_grammar(e, s, (int32_t)V)) continue;
         int32_t tok = sampler_sample(s->smp, e->logits_tmp);
         on_token(e, s, tok, want_lp ? (float)(lg[tok] - lse) : NAN, n_top, ids, lps);
     }

@@ -14,6 +14,7 @@
 #include "model.h"
 #include "tokenizer.h"
 #include "sampler.h"
+#include "grammar.h"
 
 typedef enum engine_finish {
     ENGINE_FINISH_NONE = 0,
@@ -73,6 +74,13 @@ typedef struct engine_request {
      * the leader's full prompt blocks are in the prefix cache, so it reuses them
      * instead of computing them again. */
     int64_t prefix_leader;
+    /* Constrained decoding: NULL = none. Borrowed (the caller keeps it alive until
+     * the request's final event); compiled with the engine's vocabulary. Each step
+     * the sampler sees only tokens that keep the output a valid prefix, and an
+     * end-of-generation token only where the grammar can end (then it always
+     * ends the request, ignore_eos or not). Reported logprobs and top_logprobs
+     * stay those of the unconstrained distribution. */
+    const grammar *grammar;
     engine_event_fn on_event;
     void *user;
 } engine_request;

@@ -39,6 +39,7 @@ struct tok_vocab {
     char model[16];
     char pre[64];
     int32_t n_tokens;
+    uint64_t uid; /* tok_vocab_uid */
 
     /* Interned strings: ids [0, n_tokens) are the tokens, ids above are merge
      * halves that are not tokens. All NUL-terminated, in one arena. */

@@ -1,6 +1,7 @@
 /* Loading a vocabulary from GGUF metadata (tokenizer.ggml.*), following what
  * llama.cpp's llama_vocab::load does, so that every later decision (which
  * tokens split the text, which ids end generation) is the same as there. */
+#include <stdatomic.h>
 #include <stdio.h>
 
 #include "tok_internal.h"
@@ -255,6 +256,8 @@ tok_vocab *tok_vocab_create(const gguf_file *f, kvl_error *err) {
         return NULL;
     }
     tok_vocab *v = calloc(1, sizeof *v);
+    static atomic_uint_fast64_t next_uid;
+    if (v) v->uid = atomic_fetch_add(&next_uid, 1) + 1;
     if (!v) {
         kvl_fail(err, "tokenizer: out of memory");
         return NULL;

@@ -10,6 +10,7 @@
 /* ---------------------------------------------------------------- queries */
 
 int32_t tok_n_vocab(const tok_vocab *v) { return v->n_tokens; }
+uint64_t tok_vocab_uid(const tok_vocab *v) { return v->uid; }
 int32_t tok_bos(const tok_vocab *v) { return v->sp.bos; }
 int32_t tok_eos(const tok_vocab *v) { return v->sp.eos; }
 int32_t tok_eot(const tok_vocab *v) { return v->sp.eot; }

@@ -20,6 +20,9 @@ tok_vocab *tok_vocab_create(const gguf_file *f, kvl_error *err);
 void tok_vocab_destroy(tok_vocab *v);
 
 int32_t tok_n_vocab(const tok_vocab *v);
+/* A number no other vocabulary of this process has had (a key for tables built
+ * per vocabulary: an address can be reused after tok_vocab_destroy). */
+uint64_t tok_vocab_uid(const tok_vocab *v);
 int32_t tok_bos(const tok_vocab *v); /* -1 if none */
 int32_t tok_eos(const tok_vocab *v); /* -1 if none */
 bool tok_add_bos(const tok_vocab *v); /* tokenizer.ggml.add_bos_token, or the family default */

@@ -1,0 +1,628 @@
+/* grammar matching and token masks. See grammar.h.
+ *
+ * A matcher position is a set of stacks. A stack lists element positions:
+ * its top is the code-point set to match next, the entries below are where to
+ * go on when the rule above finishes (a reference that ends its alternative
+ * pushes nothing: tail calls keep `x ::= [a-z] x | ` at constant depth). The
+ * empty stack means the grammar may end here. A partial UTF-8 sequence read so
+ * far is part of the position too.
+ *
+ * Positions are interned per grammar_state into numbered states, each with a
+ * lazily filled 256-entry byte transition table, so that after the first few
+ * steps a mask walk over the vocabulary trie costs one table load per trie
+ * node it visits. */
+#include "grammar_internal.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ----------------------------------------------------- vocabulary trie -- */
+
+/* All token texts sorted and laid out as a trie in preorder: node i's subtree
+ * is [i, end[i]); node 0 is the root (the empty prefix). Walking it is a
+ * linear scan that jumps to end[i] when byte[i] is refused. */
+struct gvocab {
+    uint64_t uid;
+    int refs;
+    int32_t n_vocab;
+    int32_t n_nodes;
+    uint32_t *end;
+    uint16_t *depth;
+    uint8_t *byte;
+    int32_t *tok_off; /* tokens ending at node i: toks[tok_off[i] .. tok_off[i + 1]) */
+    int32_t *toks;
+    int32_t *eog;
+    int32_t n_eog;
+    int32_t max_depth;
+    char **text;      /* each token's bytes (NULL: never matches text) */
+    uint32_t *text_len;
+    struct gvocab *next;
+};
+
+static pthread_mutex_t vocab_mu = PTHREAD_MUTEX_INITIALIZER;
+static gvocab *vocab_cache;
+
+static void gvocab_free(gvocab *gv) {
+    if (!gv) return;
+    free(gv->end);
+    free(gv->depth);
+    free(gv->byte);
+    free(gv->tok_off);
+    free(gv->toks);
+    free(gv->eog);
+    if (gv->text)
+        for (int32_t i = 0; i < gv->n_vocab; i++) free(gv->text[i]);
+    free(gv->text);
+    free(gv->text_len);
+    free(gv);
+}
+
+static const gvocab *sort_gv; /* qsort has no context argument; held under vocab_mu */
+static int cmp_tok_text(const void *a, const void *b) {
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    uint32_t lx = sort_gv->text_len[x], ly = sort_gv->text_len[y];
+    int c = memcmp(sort_gv->text[x], sort_gv->text[y], lx < ly ? lx : ly);
+    if (c) return c;
+    if (lx != ly) return lx < ly ? -1 : 1;
+    return x < y ? -1 : x > y;
+}
+
+#define MAX_TOKEN_BYTES 65535
+
+static gvocab *gvocab_build(const tok_vocab *v) {
+    gvocab *gv = calloc(1, sizeof *gv);
+    if (!gv) return NULL;
+    const int32_t V = tok_n_vocab(v);
+    gv->uid = tok_vocab_uid(v);
+    gv->n_vocab = V;
+    gv->text = calloc((size_t)V, sizeof *gv->text);
+    gv->text_len = calloc((size_t)V, sizeof *gv->text_len);
+    gv->eog = malloc((size_t)V * sizeof *gv->eog);
+    int32_t *order = malloc((size_t)V * sizeof *order);
+    int32_t n = 0;
+    int64_t total = 0;
+    bool ok = gv->text && gv->text_len && gv->eog && order;
+    for (int32_t i = 0; ok && i < V; i++) {
+        if (tok_is_eog(v, i)) {
+            gv->eog[gv->n_eog++] = i;
+            continue;
+        }
+        if (tok_is_control(v, i)) continue;
+        size_t len = tok_token_bytes(v, i, false, NULL, 0);
+        if (len == 0 || len > MAX_TOKEN_BYTES) continue;
+        gv->text[i] = malloc(len);
+        if (!gv->text[i]) {
+            ok = false;
+            break;
+        }
+        tok_token_bytes(v, i, false, gv->text[i], len);
+        gv->text_len[i] = (uint32_t)len;
+        order[n++] = i;
+        total += (int64_t)len;
+    }
+    if (ok) {
+        sort_gv = gv;
+        qsort(order, (size_t)n, sizeof *order, cmp_tok_text);
+        sort_gv = NULL;
+    }
+    /* at most one node per byte of text, plus the root */
+    int64_t cap = total + 1;
+    gv->end = ok ? malloc((size_t)cap * sizeof *gv->end) : NULL;
+    gv->depth = ok ? malloc((size_t)cap * sizeof *gv->depth) : NULL;
+    gv->byte = ok ? malloc((size_t)cap) : NULL;
+    gv->tok_off = ok ? malloc((size_t)(cap + 1) * sizeof *gv->tok_off) : NULL;
+    gv->toks = ok ? malloc((size_t)(n > 0 ? n : 1) * sizeof *gv->toks) : NULL;
+    int32_t *path = ok ? malloc((MAX_TOKEN_BYTES + 2) * sizeof *path) : NULL;
+    int32_t *tnode = ok ? malloc((size_t)(n > 0 ? n : 1) * sizeof *tnode) : NULL;
+    ok = ok && gv->end && gv->depth && gv->byte && gv->tok_off && gv->toks && path && tnode;
+    if (ok) {
+        /* Sorted texts: each new text shares a prefix with the previous one; the
+         * nodes deeper than that prefix are closed (their subtree ends here) and
+         * the rest of the text opens new ones. A token's node is therefore the
+         * previous token's (same text) or a newer one: tnode never decreases. */
+        int32_t nodes = 1, depth = 0;
+        gv->depth[0] = 0;
+        gv->byte[0] = 0;
+        path[0] = 0;
+        const char *prev = "";
+        uint32_t prev_len = 0;
+        for (int32_t k = 0; k < n; k++) {
+            int32_t id = order[k];
+            const char *t = gv->text[id];
+            uint32_t len = gv->text_len[id], lcp = 0;
+            while (lcp < len && lcp < prev_len && t[lcp] == prev[lcp]) lcp++;
+            while (depth > (int32_t)lcp) gv->end[path[depth--]] = (uint32_t)nodes;
+            for (uint32_t d = lcp; d < len; d++) {
+                int32_t nd = nodes++;
+                gv->depth[nd] = (uint16_t)(d + 1);
+                gv->byte[nd] = (uint8_t)t[d];
+                path[++depth] = nd;
+            }
+            gv->toks[k] = id;
+            tnode[k] = path[depth];
+            if ((int32_t)len > gv->max_depth) gv->max_depth = (int32_t)len;
+            prev = t;
+            prev_len = len;
+        }
+        while (depth >= 0) gv->end[path[depth--]] = (uint32_t)nodes;
+        gv->n_nodes = nodes;
+        int32_t k = 0;
+        for (int32_t i = 0; i < nodes; i++) {
+            gv->tok_off[i] = k;
+            while (k < n && tnode[k] == i) k++;
+        }
+        gv->tok_off[nodes] = n;
+    }
+    free(tnode);
+    free(path);
+    free(order);
+    if (!ok) {
+        gvocab_free(gv);
+        return NULL;
+    }
+    return gv;
+}
+
+gvocab *gvocab_acquire(const tok_vocab *v, kvl_error *err) {
+    pthread_mutex_lock(&vocab_mu);
+    uint64_t uid = tok_vocab_uid(v);
+    gvocab *gv = vocab_cache;
+    while (gv && gv->uid != uid) gv = gv->next;
+    if (!gv && (gv = gvocab_build(v)) != NULL) {
+        gv->next = vocab_cache;
+        vocab_cache = gv;
+    }
+    if (gv) gv->refs++;
+    pthread_mutex_unlock(&vocab_mu);
+    if (!gv) kvl_fail(err, "grammar: out of memory building the vocabulary tables");
+    return gv;
+}
+
+void gvocab_release(gvocab *gv) {
+    if (!gv) return;
+    pthread_mutex_lock(&vocab_mu);
+    gv->refs--;
+    pthread_mutex_unlock(&vocab_mu);
+}
+
+void grammar_vocab_cache_trim(void) {
+    pthread_mutex_lock(&vocab_mu);
+    for (gvocab **pp = &vocab_cache; *pp;) {
+        gvocab *gv = *pp;
+        if (gv->refs > 0) {
+            pp = &gv->next;
+            continue;
+        }
+        *pp = gv->next;
+        gvocab_free(gv);
+    }
+    pthread_mutex_unlock(&vocab_mu);
+}
+
+/* ------------------------------------------------------------- states -- */
+
+/* A state key: [partial value, remaining | length << 4, n_stacks, then per
+ * stack: its length and its positions, bottom first], stacks sorted. */
+enum { K_PVAL = 0, K_PREM = 1, K_NST = 2, K_HDR = 3 };
+enum { T_UNKNOWN = -2, T_DEAD = -1 };
+#define STATE_SOFT_LIMIT 4096 /* states kept between steps; the cache restarts past it */
+#define MAX_STACK_WORDS (1 << 24)
+
+typedef struct srec {
+    int64_t key_off;
+    int32_t key_len;
+    uint32_t hash;
+    int32_t *trans; /* [256], NULL until the first transition is asked */
+    bool can_end, must_end;
+} srec;
+
+struct grammar_state {
+    const grammar *g;
+    int32_t *keys;
+    int64_t n_keys, cap_keys;
+    srec *st;
+    int32_t n_st, cap_st;
+    int32_t *ht; /* state ids, -1 empty; size ht_cap (a power of two) */
+    uint32_t ht_cap;
+    int32_t cur;
+    /* scratch: stacks being built ([len, positions...] records) and their order */
+    int32_t *out;
+    int64_t n_out, cap_out;
+    int64_t *recs;
+    int64_t n_recs, cap_recs;
+    int32_t *walk; /* per trie depth */
+    bool overflow;
+};
+
+static uint32_t hash_key(const int32_t *k, int32_t n) {
+    uint64_t h = 0x9E3779B97F4A7C15ull ^ (uint64_t)n;
+    for (int32_t i = 0; i < n; i++) {
+        h ^= (uint32_t)k[i];
+        h *= 0xFF51AFD7ED558CCDull;
+        h ^= h >> 32;
+    }
+    return (uint32_t)h;
+}
+
+static const int32_t *key_of(const grammar_state *st, int32_t id) { return st->keys + st->st[id].key_off; }
+
+static bool ht_grow(grammar_state *st) {
+    uint32_t cap = st->ht_cap ? st->ht_cap * 2 : 1024;
+    int32_t *ht = malloc((size_t)cap * sizeof *ht);
+    if (!ht) return false;
+    memset(ht, 0xFF, (size_t)cap * sizeof *ht);
+    for (int32_t i = 0; i < st->n_st; i++) {
+        uint32_t h = st->st[i].hash & (cap - 1);
+        while (ht[h] >= 0) h = (h + 1) & (cap - 1);
+        ht[h] = i;
+    }
+    free(st->ht);
+    st->ht = ht;
+    st->ht_cap = cap;
+    return true;
+}
+
+/* The id of the state with this key, added if new; -1 on out of memory. */
+static int32_t intern(grammar_state *st, const int32_t *key, int32_t len) {
+    uint32_t h = hash_key(key, len);
+    if ((uint32_t)(st->n_st + 1) * 2 > st->ht_cap && !ht_grow(st)) return -1;
+    uint32_t slot = h & (st->ht_cap - 1);
+    for (; st->ht[slot] >= 0; slot = (slot + 1) & (st->ht_cap - 1)) {
+        const srec *r = &st->st[st->ht[slot]];
+        if (r->hash == h && r->key_len == len && memcmp(st->keys + r->key_off, key, (size_t)len * sizeof *key) == 0)
+            return st->ht[slot];
+    }
+    if (st->n_st == st->cap_st) {
+        int32_t c = st->cap_st ? st->cap_st * 2 : 64;
+        srec *s = realloc(st->st, (size_t)c * sizeof *s);
+        if (!s) return -1;
+        st->st = s;
+        st->cap_st = c;
+    }
+    if (st->n_keys + len > st->cap_keys) {
+        int64_t c = st->cap_keys ? st->cap_keys : 1024;
+        while (c < st->n_keys + len) c *= 2;
+        int32_t *k = realloc(st->keys, (size_t)c * sizeof *k);
+        if (!k) return -1;
+        st->keys = k;
+        st->cap_keys = c;
+    }
+    memcpy(st->keys + st->n_keys, key, (size_t)len * sizeof *key);
+    srec *r = &st->st[st->n_st];
+    *r = (srec){.key_off = st->n_keys, .key_len = len, .hash = h};
+    st->n_keys += len;
+    /* can end: no partial code point and some stack is empty; must end: only that */
+    if (key[K_PREM] == 0) {
+        const int32_t *p = key + K_HDR;
+        int32_t empty = 0;
+        for (int32_t i = 0; i < key[K_NST]; i++) {
+            empty += p[0] == 0;
+            p += 1 + p[0];
+        }
+        r->can_end = empty > 0;
+        r->must_end = empty == key[K_NST];
+    }
+    st->ht[slot] = st->n_st;
+    return st->n_st++;
+}
+
+static bool out_reserve(grammar_state *st, int64_t n) {
+    if (st->n_out + n <= st->cap_out) return true;
+    if (st->n_out + n > MAX_STACK_WORDS) {
+        st->overflow = true;
+        return false;
+    }
+    int64_t c = st->cap_out ? st->cap_out : 1024;
+    while (c < st->n_out + n) c *= 2;
+    int32_t *o = realloc(st->out, (size_t)c * sizeof *o);
+    if (!o) {
+        st->overflow = true;
+        return false;
+    }
+    st->out = o;
+    st->cap_out = c;
+    return true;
+}
+
+static void emit_stack(grammar_state *st, const int32_t *stk, int32_t len, int32_t top) {
+    int32_t n = len + (top >= 0);
+    if (!out_reserve(st, 1 + n)) return;
+    if (st->n_recs == st->cap_recs) {
+        int64_t c = st->cap_recs ? st->cap_recs * 2 : 256;
+        int64_t *r = realloc(st->recs, (size_t)c * sizeof *r);
+        if (!r) {
+            st->overflow = true;
+            return;
+        }
+        st->recs = r;
+        st->cap_recs = c;
+    }
+    st->recs[st->n_recs++] = st->n_out;
+    st->out[st->n_out++] = n;
+    memcpy(st->out + st->n_out, stk, (size_t)len * sizeof *stk);
+    st->n_out += len;
+    if (top >= 0) st->out[st->n_out++] = top;
+}
+
+/* Emits every stack that results from placing element pos on top of stk[0..len)
+ * and expanding references until a code-point set (or nothing) is on top. */
+static void expand(grammar_state *st, const int32_t *stk, int32_t len, int32_t pos) {
+    const grammar *g = st->g;
+    if (st->overflow) return;
+    const gelem *e = &g->elems[pos];
+    if (e->kind == GE_CHARS) {
+        emit_stack(st, stk, len, pos);
+    } else if (e->kind == GE_END) {
+        if (len == 0) emit_stack(st, stk, 0, -1);
+        else expand(st, stk, len - 1, stk[len - 1]);
+    } else {
+        int32_t local[64], *buf = len + 1 <= 64 ? local : malloc((size_t)(len + 1) * sizeof *buf);
+        if (!buf) {
+            st->overflow = true;
+            return;
+        }
+        memcpy(buf, stk, (size_t)len * sizeof *buf);
+        int32_t nl = len;
+        if (g->elems[pos + 1].kind != GE_END) buf[nl++] = pos + 1;
+        for (int32_t a = g->rule_alt[e->arg]; a < g->rule_alt[e->arg + 1]; a++) expand(st, buf, nl, g->alt_start[a]);
+        if (buf != local) free(buf);
+    }
+}
+
+static const int32_t *cmp_base;
+static int cmp_rec(const void *a, const void *b) {
+    const int32_t *x = cmp_base + *(const int64_t *)a, *y = cmp_base + *(const int64_t *)b;
+    if (x[0] != y[0]) return x[0] < y[0] ? -1 : 1;
+    return memcmp(x + 1, y + 1, (size_t)x[0] * sizeof *x);
+}
+
+static pthread_mutex_t sort_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* Interns the stacks in st->out (sorted, duplicates dropped) with the given
+ * partial code point; T_DEAD when there are none. */
+static int32_t intern_out(grammar_state *st, int32_t pval, int32_t prem) {
+    if (st->overflow || st->n_recs == 0) return T_DEAD;
+    pthread_mutex_lock(&sort_mu);
+    cmp_base = st->out;
+    qsort(st->recs, (size_t)st->n_recs, sizeof *st->recs, cmp_rec);
+    pthread_mutex_unlock(&sort_mu);
+    int64_t total = K_HDR;
+    for (int64_t i = 0; i < st->n_recs; i++) total += 1 + st->out[st->recs[i]];
+    int32_t *key = malloc((size_t)total * sizeof *key);
+    if (!key) return T_DEAD;
+    int32_t n = K_HDR, ns = 0;
+    const int32_t *prev = NULL;
+    for (int64_t i = 0; i < st->n_recs; i++) {
+        const int32_t *r = st->out + st->recs[i];
+        if (prev && prev[0] == r[0] && memcmp(prev + 1, r + 1, (size_t)r[0] * sizeof *r) == 0) continue;
+        memcpy(key + n, r, (size_t)(1 + r[0]) * sizeof *r);
+        n += 1 + r[0];
+        ns++;
+        prev = r;
+    }
+    key[K_PVAL] = pval;
+    key[K_PREM] = prem;
+    key[K_NST] = ns;
+    int32_t id = intern(st, key, n);
+    free(key);
+    return id < 0 ? T_DEAD : id;
+}
+
+static void scratch_reset(grammar_state *st) {
+    st->n_out = 0;
+    st->n_recs = 0;
+    st->overflow = false;
+}
+
+/* The state after reading byte b in state id (computed, not cached). */
+static int32_t step_byte(grammar_state *st, int32_t id, uint8_t b) {
+    const grammar *g = st->g;
+    const int32_t *key = key_of(st, id);
+    int32_t pval = key[K_PVAL], prem = key[K_PREM] & 15, plen = key[K_PREM] >> 4;
+    uint32_t cp;
+    if (prem == 0) {
+        if (b < 0x80) {
+            cp = b;
+        } else {
+            int n = b >= 0xC2 && b <= 0xDF ? 2 : b >= 0xE0 && b <= 0xEF ? 3 : b >= 0xF0 && b <= 0xF4 ? 4 : 0;
+            if (!n) return T_DEAD;
+            pval = b & (0x7F >> n);
+            prem = n - 1;
+            plen = n;
+            goto partial;
+        }
+    } else {
+        if ((b & 0xC0) != 0x80) return T_DEAD;
+        pval = pval << 6 | (b & 0x3F);
+        if (--prem > 0) goto partial;
+        cp = (uint32_t)pval;
+        if ((plen == 3 && cp < 0x800) || (plen == 4 && (cp < 0x10000 || cp > 0x10FFFF)) || (cp >= 0xD800 && cp <= 0xDFFF))
+            return T_DEAD;
+    }
+    {
+        /* a whole code point: advance every stack whose top accepts it */
+        scratch_reset(st);
+        const int32_t *p = key + K_HDR;
+        int32_t ns = key[K_NST];
+        int32_t *tmp = NULL;
+        for (int32_t i = 0; i < ns; i++, p += 1 + p[0]) {
+            int32_t len = p[0];
+            if (len == 0) continue;
+            int32_t top = p[len];
+            if (!gset_has(g, g->elems[top].arg, cp)) continue;
+            /* copy: expand may grow the key arena that p points into */
+            int32_t *t = realloc(tmp, (size_t)len * sizeof *t);
+            if (!t) break;
+            tmp = t;
+            memcpy(tmp, p + 1, (size_t)(len - 1) * sizeof *tmp);
+            int64_t off = p - st->keys;
+            expand(st, tmp, len - 1, top + 1);
+            key = key_of(st, id);
+            p = st->keys + off;
+        }
+        free(tmp);
+        return intern_out(st, 0, 0);
+    }
+partial : {
+    /* inside a code point: keep the stacks if some top accepts a code point
+     * that starts with these bits */
+    uint32_t lo = (uint32_t)pval << (6 * prem), hi = lo | ((1u << (6 * prem)) - 1);
+    const int32_t *p = key + K_HDR;
+    bool any = false;
+    for (int32_t i = 0; i < key[K_NST] && !any; i++, p += 1 + p[0])
+        any = p[0] > 0 && gset_meets(g, g->elems[p[p[0]]].arg, lo, hi);
+    if (!any) return T_DEAD;
+    int32_t len = st->st[id].key_len;
+    int32_t *k = malloc((size_t)len * sizeof *k);
+    if (!k) return T_DEAD;
+    memcpy(k, key, (size_t)len * sizeof *k);
+    k[K_PVAL] = pval;
+    k[K_PREM] = prem | plen << 4;
+    int32_t nid = intern(st, k, len);
+    free(k);
+    return nid < 0 ? T_DEAD : nid;
+}
+}
+
+static inline int32_t next_state(grammar_state *st, int32_t id, uint8_t b) {
+    int32_t *t = st->st[id].trans;
+    if (t && t[b] != T_UNKNOWN) return t[b];
+    if (!t) {
+        t = malloc(256 * sizeof *t);
+        if (!t) return step_byte(st, id, b);
+        for (int i = 0; i < 256; i++) t[i] = T_UNKNOWN;
+        st->st[id].trans = t;
+    }
+    int32_t n = step_byte(st, id, b);
+    st->st[id].trans[b] = n;
+    return n;
+}
+
+static void cache_clear(grammar_state *st) {
+    for (int32_t i = 0; i < st->n_st; i++) free(st->st[i].trans);
+    st->n_st = 0;
+    st->n_keys = 0;
+    if (st->ht) memset(st->ht, 0xFF, (size_t)st->ht_cap * sizeof *st->ht);
+}
+
+/* Keeps the cache bounded: past the limit, forget every state but the current one. */
+static void maybe_restart(grammar_state *st) {
+    if (st->n_st <= STATE_SOFT_LIMIT) return;
+    int32_t len = st->st[st->cur].key_len;
+    int32_t *k = malloc((size_t)len * sizeof *k);
+    if (!k) return;
+    memcpy(k, key_of(st, st->cur), (size_t)len * sizeof *k);
+    cache_clear(st);
+    st->cur = intern(st, k, len);
+    free(k);
+}
+
+grammar_state *grammar_state_new(const grammar *g) {
+    grammar_state *st = calloc(1, sizeof *st);
+    if (!st) return NULL;
+    st->g = g;
+    /* the start: root's alternatives expanded on an empty stack */
+    scratch_reset(st);
+    for (int32_t a = g->rule_alt[g->root]; a < g->rule_alt[g->root + 1]; a++) expand(st, NULL, 0, g->alt_start[a]);
+    st->cur = intern_out(st, 0, 0);
+    if (st->cur < 0) {
+        /* a grammar with no sentence at all (e.g. root ::= [^\x00-\U0010FFFF]) still
+         * gets a state: no stacks, so nothing is ever allowed */
+        int32_t key[K_HDR] = {0, 0, 0};
+        st->cur = intern(st, key, K_HDR);
+    }
+    if (g->vocab) st->walk = malloc((size_t)(g->vocab->max_depth + 1) * sizeof *st->walk);
+    if (st->cur < 0 || (g->vocab && !st->walk)) {
+        grammar_state_free(st);
+        return NULL;
+    }
+    return st;
+}
+
+void grammar_state_free(grammar_state *st) {
+    if (!st) return;
+    for (int32_t i = 0; i < st->n_st; i++) free(st->st[i].trans);
+    free(st->st);
+    free(st->keys);
+    free(st->ht);
+    free(st->out);
+    free(st->recs);
+    free(st->walk);
+    free(st);
+}
+
+bool grammar_state_accept_bytes(grammar_state *st, const char *p, size_t n) {
+    maybe_restart(st);
+    int32_t s = st->cur;
+    for (size_t i = 0; i < n && s >= 0; i++) s = next_state(st, s, (uint8_t)p[i]);
+    if (s < 0) return false;
+    st->cur = s;
+    return true;
+}
+
+bool grammar_state_allows_bytes(grammar_state *st, const char *p, size_t n) {
+    maybe_restart(st);
+    int32_t s = st->cur;
+    for (size_t i = 0; i < n && s >= 0; i++) s = next_state(st, s, (uint8_t)p[i]);
+    return s >= 0;
+}
+
+bool grammar_state_can_end(const grammar_state *st) { return st->st[st->cur].can_end; }
+bool grammar_state_must_end(const grammar_state *st) { return st->st[st->cur].must_end; }
+
+static bool is_eog(const gvocab *gv, int32_t tok) {
+    for (int32_t i = 0; i < gv->n_eog; i++)
+        if (gv->eog[i] == tok) return true;
+    return false;
+}
+
+bool grammar_state_accept_token(grammar_state *st, int32_t token) {
+    const gvocab *gv = st->g->vocab;
+    if (!gv || token < 0 || token >= gv->n_vocab) return false;
+    if (is_eog(gv, token)) return grammar_state_can_end(st);
+    if (!gv->text[token]) return false;
+    return grammar_state_accept_bytes(st, gv->text[token], gv->text_len[token]);
+}
+
+int32_t grammar_state_mask(grammar_state *st, uint32_t *allowed, int32_t n_vocab) {
+    memset(allowed, 0, (size_t)(n_vocab + 31) / 32 * sizeof *allowed);
+    const gvocab *gv = st->g->vocab;
+    if (!gv) return 0;
+    maybe_restart(st);
+    int32_t count = 0;
+    const int32_t N = gv->n_nodes, limit = n_vocab < gv->n_vocab ? n_vocab : gv->n_vocab;
+    int32_t *walk = st->walk;
+    walk[0] = st->cur;
+    for (int32_t i = 1; i < N;) {
+        int32_t s = next_state(st, walk[gv->depth[i] - 1], gv->byte[i]);
+        if (s < 0) {
+            i = (int32_t)gv->end[i];
+            continue;
+        }
+        walk[gv->depth[i]] = s;
+        for (int32_t k = gv->tok_off[i]; k < gv->tok_off[i + 1]; k++) {
+            int32_t t = gv->toks[k];
+            if (t < limit) {
+                allowed[t >> 5] |= 1u << (t & 31);
+                count++;
+            }
+        }
+        i++;
+    }
+    if (grammar_state_can_end(st))
+        for (int32_t i = 0; i < gv->n_eog; i++)
+            if (gv->eog[i] < limit) {
+                allowed[gv->eog[i] >> 5] |= 1u << (gv->eog[i] & 31);
+                count++;
+            }
+    return count;
+}
+
+bool grammar_match_text(const grammar *g, const char *text, size_t n) {
+    grammar_state *st = grammar_state_new(g);
+    if (!st) return false;
+    bool ok = grammar_state_accept_bytes(st, text, n) && grammar_state_can_end(st);
+    grammar_state_free(st);
+    return ok;
+}

@@ -1,0 +1,768 @@
+/* JSON Schema -> GBNF (json_schema_to_gbnf in grammar.h).
+ *
+ * Every value rule ends with optional whitespace `<prefix>space`, which allows
+ * nothing, one space, or one line break and up to 20 spaces/tabs: enough for
+ * pretty-printed JSON, bounded so that a model cannot loop on whitespace.
+ * Numbers are bounded too (16 integer digits, 16 fraction digits, 3 exponent
+ * digits).
+ *
+ * Supported: type (also as an array), properties / required /
+ * additionalProperties (true, false or a schema), items / prefixItems /
+ * minItems / maxItems, enum, const, minLength / maxLength, pattern (a regex
+ * subset, json_regex.c), format date / time / date-time / uuid, integer
+ * minimum / maximum / exclusiveMinimum / exclusiveMaximum, number minimum 0,
+ * anyOf, oneOf (as anyOf), allOf of objects, $ref to #, #/$defs/... and
+ * #/definitions/.... Annotations (title, description, default, examples, ...)
+ * are ignored; any other keyword is an error naming it.
+ *
+ * Where JSON Schema allows more than a grammar can say simply, the grammar
+ * allows a subset that always validates: properties come in schema order
+ * (required ones first); additional property names never equal a named one
+ * and use no escapes; a pattern is matched as if anchored; February has 28
+ * days. */
+#include "grammar.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_LEN 10000
+#define INT_BOUND 9999999999999999LL /* 16 digits, as the unconstrained integer rule */
+
+typedef struct conv {
+    const char *prefix;
+    kvl_buf *out;
+    kvl_error *err;
+    bool failed;
+    const cJSON *root;
+    struct {
+        char *ref, *rule;
+    } refs[256];
+    int n_refs;
+    int counter;
+    bool date, time, uuid;
+} conv;
+
+static bool cfail(conv *c, const char *path, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static bool cfail(conv *c, const char *path, const char *fmt, ...) {
+    if (c->failed) return false;
+    c->failed = true;
+    char msg[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return kvl_fail(c->err, "JSON schema at %s: %s", path, msg);
+}
+
+/* A fresh rule name: prefix, a sanitized hint, a number. */
+static void new_name(conv *c, const char *hint, char *name, size_t cap) {
+    char h[40];
+    size_t k = 0;
+    for (const char *p = hint; *p && k < sizeof h - 1; p++)
+        if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9')) h[k++] = *p;
+    h[k] = 0;
+    snprintf(name, cap, "%s%s-%d", c->prefix, k ? h : "v", ++c->counter);
+}
+
+static void json_literal(kvl_buf *o, const cJSON *v) {
+    char *s = cJSON_PrintUnformatted(v);
+    if (!s) {
+        o->oom = true;
+        return;
+    }
+    gbnf_append_literal(o, s, strlen(s));
+    cJSON_free(s);
+}
+
+static bool is_annotation(const char *k) {
+    static const char *const ann[] = {"title", "description", "default", "examples", "$schema", "$id", "$comment",
+                                      "deprecated", "readOnly", "writeOnly", "discriminator", "contentMediaType",
+                                      "contentEncoding", "$anchor", "example"};
+    for (size_t i = 0; i < sizeof ann / sizeof *ann; i++)
+        if (strcmp(k, ann[i]) == 0) return true;
+    return strncmp(k, "x-", 2) == 0;
+}
+
+static bool is_supported(const char *k) {
+    static const char *const sup[] = {"type", "properties", "required", "additionalProperties", "items", "prefixItems",
+                                      "minItems", "maxItems", "enum", "const", "minLength", "maxLength", "pattern",
+                                      "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "anyOf",
+                                      "oneOf", "allOf", "$ref", "$defs", "definitions", "uniqueItems"};
+    for (size_t i = 0; i < sizeof sup / sizeof *sup; i++)
+        if (strcmp(k, sup[i]) == 0) return true;
+    return false;
+}
+
+static bool visit(conv *c, const cJSON *s, const char *path, kvl_buf *expr);
+
+/* A sub-schema as a rule of its own; its name is appended to expr. */
+static bool sub_rule(conv *c, const cJSON *s, const char *path, const char *hint, kvl_buf *expr) {
+    char name[96];
+    new_name(c, hint, name, sizeof name);
+    kvl_buf body = {0};
+    bool ok = visit(c, s, path, &body);
+    if (ok) kvl_buf_printf(c->out, "%s ::= %s\n", name, body.p ? body.p : "\"\"");
+    kvl_buf_free(&body);
+    kvl_buf_puts(expr, name);
+    return ok;
+}
+
+static const cJSON *get(const cJSON *s, const char *k) { return cJSON_GetObjectItemCaseSensitive(s, k); }
+
+static bool get_count(conv *c, const cJSON *s, const char *k, const char *path, long *v) {
+    const cJSON *x = get(s, k);
+    if (!x) return true;
+    if (!cJSON_IsNumber(x) || x->valuedouble < 0 || x->valuedouble != floor(x->valuedouble))
+        return cfail(c, path, "'%s' must be a non-negative integer", k);
+    if (x->valuedouble > MAX_LEN) return cfail(c, path, "'%s' above %d is not supported", k, MAX_LEN);
+    *v = (long)x->valuedouble;
+    return true;
+}
+
+/* ----------------------------------------------------------- numbers -- */
+
+/* Digit strings of equal length n, lo <= hi, leading zeros allowed. */
+static void digits_range(kvl_buf *o, const char *lo, const char *hi, int n) {
+    if (n == 0) {
+        kvl_buf_puts(o, "\"\"");
+        return;
+    }
+    bool lo_zero = true, hi_nine = true;
+    for (int i = 1; i < n; i++) lo_zero &= lo[i] == '0', hi_nine &= hi[i] == '9';
+    if (lo_zero && hi_nine) {
+        kvl_buf_printf(o, "[%c-%c]", lo[0], hi[0]);
+        if (n > 1) kvl_buf_printf(o, " [0-9]{%d}", n - 1);
+        return;
+    }
+    if (lo[0] == hi[0]) {
+        kvl_buf_printf(o, "\"%c\" (", lo[0]);
+        digits_range(o, lo + 1, hi + 1, n - 1);
+        kvl_buf_puts(o, ")");
+        return;
+    }
+    char nines[24], zeros[24];
+    memset(nines, '9', sizeof nines);
+    memset(zeros, '0', sizeof zeros);
+    kvl_buf_printf(o, "(\"%c\" (", lo[0]);
+    digits_range(o, lo + 1, nines, n - 1);
+    kvl_buf_puts(o, ")");
+    if (lo[0] + 1 <= hi[0] - 1) {
+        kvl_buf_printf(o, " | [%c-%c]", lo[0] + 1, hi[0] - 1);
+        if (n > 1) kvl_buf_printf(o, " [0-9]{%d}", n - 1);
+    }
+    kvl_buf_printf(o, " | \"%c\" (", hi[0]);
+    digits_range(o, zeros, hi + 1, n - 1);
+    kvl_buf_puts(o, "))");
+}
+
+/* Decimal numbers in [a, b], 0 <= a <= b, without leading zeros. */
+static void uint_range(kvl_buf *o, long long a, long long b) {
+    long long p = 1;
+    bool first = true;
+    kvl_buf_puts(o, "(");
+    for (int d = 1; d <= 18; d++, p *= 10) {
+        long long lo = d == 1 ? 0 : p, hi = p * 10 - 1;
+        if (lo < a) lo = a;
+        if (hi > b) hi = b;
+        if (lo > hi) continue;
+        char ls[24], hs[24];
+        snprintf(ls, sizeof ls, "%0*lld", d, lo);
+        snprintf(hs, sizeof hs, "%0*lld", d, hi);
+        kvl_buf_puts(o, first ? "" : " | ");
+        first = false;
+        digits_range(o, ls, hs, d);
+    }
+    kvl_buf_puts(o, ")");
+}
+
+static bool number_bound(conv *c, const cJSON *s, const char *k, const char *path, double *v) {
+    const cJSON *x = get(s, k);
+    if (!x) return false;
+    if (!cJSON_IsNumber(x)) return cfail(c, path, "'%s' must be a number", k), false;
+    *v = x->valuedouble;
+    return true;
+}
+
+static bool integer_rule(conv *c, const cJSON *s, const char *path, kvl_buf *e) {
+    double v;
+    long long lo = -INT_BOUND, hi = INT_BOUND;
+    bool bounded = false;
+    if (number_bound(c, s, "minimum", path, &v)) lo = (long long)ceil(v), bounded = true;
+    if (number_bound(c, s, "exclusiveMinimum", path, &v)) {
+        long long x = (long long)floor(v) + 1;
+        if (x > lo) lo = x;
+        bounded = true;
+    }
+    if (number_bound(c, s, "maximum", path, &v)) hi = (long long)floor(v), bounded = true;
+    if (number_bound(c, s, "exclusiveMaximum", path, &v)) {
+        long long x = (long long)ceil(v) - 1;
+        if (x < hi) hi = x;
+        bounded = true;
+    }
+    if (c->failed) return false;
+    if (!bounded) {
+        kvl_buf_printf(e, "%sinteger", c->prefix);
+        return true;
+    }
+    if (lo < -INT_BOUND) lo = -INT_BOUND;
+    if (hi > INT_BOUND) hi = INT_BOUND;
+    if (lo > hi) return cfail(c, path, "no integer lies between the minimum and the maximum");
+    kvl_buf_puts(e, "(");
+    bool any = false;
+    if (lo < 0) {
+        long long nhi = hi < -1 ? hi : -1; /* negatives [lo, nhi] = "-" [ -nhi, -lo ] */
+        kvl_buf_puts(e, "\"-\" ");
+        uint_range(e, -nhi, -lo);
+        any = true;
+    }
+    if (hi >= 0) {
+        if (any) kvl_buf_puts(e, " | ");
+        uint_range(e, lo > 0 ? lo : 0, hi);
+    }
+    kvl_buf_printf(e, ") %sspace", c->prefix);
+    return true;
+}
+
+static bool number_rule(conv *c, const cJSON *s, const char *path, kvl_buf *e) {
+    double v;
+    bool has_min = number_bound(c, s, "minimum", path, &v);
+    if (c->failed) return false;
+    if (get(s, "maximum") || get(s, "exclusiveMinimum") || get(s, "exclusiveMaximum") || (has_min && v != 0))
+        return cfail(c, path, "bounds on 'number' other than minimum 0 are not supported (use type integer)");
+    if (has_min) kvl_buf_printf(e, "%sintegral (\".\" [0-9]{1,16})? ([eE] [-+]? [0-9]{1,3})? %sspace", c->prefix, c->prefix);
+    else kvl_buf_printf(e, "%snumber", c->prefix);
+    return true;
+}
+
+/* ----------------------------------------------------------- strings -- */
+
+static bool string_rule(conv *c, const cJSON *s, const char *path, kvl_buf *e) {
+    const cJSON *fmt = get(s, "format"), *pat = get(s, "pattern");
+    long min = 0, max = -1;
+    if (!get_count(c, s, "minLength", path, &min) || !get_count(c, s, "maxLength", path, &max)) return false;
+    if (max >= 0 && max < min) return cfail(c, path, "maxLength is below minLength");
+    bool lengths = get(s, "minLength") || get(s, "maxLength");
+    if ((fmt || pat) && lengths) return cfail(c, path, "minLength/maxLength together with '%s' are not supported", fmt ? "format" : "pattern");
+    if (fmt && pat) return cfail(c, path, "'format' together with 'pattern' is not supported");
+    if (fmt) {
+        if (!cJSON_IsString(fmt)) return cfail(c, path, "'format' must be a string");
+        const char *f = fmt->valuestring;
+        if (strcmp(f, "date") == 0) c->date = true;
+        else if (strcmp(f, "time") == 0) c->time = true;
+        else if (strcmp(f, "date-time") == 0) c->date = c->time = true;
+        else if (strcmp(f, "uuid") == 0) c->uuid = true;
+        else return cfail(c, path, "format '%s' is not supported (date, time, date-time, uuid are)", f);
+        kvl_buf_printf(e, "\"\\\"\" %s%s \"\\\"\" %sspace", c->prefix, strcmp(f, "date-time") == 0 ? "datetime" : f, c->prefix);
+        return true;
+    }
+    if (pat) {
+        if (!cJSON_IsString(pat)) return cfail(c, path, "'pattern' must be a string");
+        char name[96], pre[100];
+        new_name(c, "pattern", name, sizeof name);
+        snprintf(pre, sizeof pre, "%s-", name);
+        kvl_error rerr = {0};
+        if (!regex_to_gbnf(pat->valuestring, pre, true, c->out, &rerr))
+            return cfail(c, path, "pattern: %s", rerr.msg);
+        kvl_buf_printf(e, "\"\\\"\" %s-root \"\\\"\" %sspace", name, c->prefix);
+        return true;
+    }
+    if (!lengths) {
+        kvl_buf_printf(e, "%sstring", c->prefix);
+        return true;
+    }
+    if (max < 0) kvl_buf_printf(e, "\"\\\"\" %schar{%ld,} \"\\\"\" %sspace", c->prefix, min, c->prefix);
+    else kvl_buf_printf(e, "\"\\\"\" %schar{%ld,%ld} \"\\\"\" %sspace", c->prefix, min, max, c->prefix);
+    return true;
+}
+
+/* ----------------------------------------------------------- objects -- */
+
+/* Property names other than the named ones: a trie of the names, each node a
+ * rule that may end the name (unless a named one ends there), take a child's
+ * character, or any other character and then anything. No escapes, so that
+ * "\u0061ge" cannot spell "age". */
+static void other_key_node(conv *c, const char *base, char **keys, int nk, int depth, int *id, char *name, size_t cap) {
+    snprintf(name, cap, "%s-k%d", base, (*id)++);
+    kvl_buf body = {0};
+    bool ends = false;
+    uint32_t seen[256];
+    int n_seen = 0;
+    kvl_buf_puts(&body, "(");
+    bool first = true;
+    for (int i = 0; i < nk; i++) {
+        if ((int)strlen(keys[i]) == depth) ends = true;
+    }
+    if (!ends) {
+        kvl_buf_puts(&body, "\"\\\"\"");
+        first = false;
+    }
+    for (int i = 0; i < nk; i++) {
+        if ((int)strlen(keys[i]) <= depth) continue;
+        unsigned char b = (unsigned char)keys[i][depth];
+        bool dup = false;
+        for (int k = 0; k < n_seen; k++) dup |= seen[k] == b;
+        if (dup || n_seen == 256) continue;
+        seen[n_seen++] = b;
+        /* the keys sharing this next byte */
+        char **sub = malloc((size_t)nk * sizeof *sub);
+        int ns = 0;
+        for (int k = 0; sub && k < nk; k++)
+            if ((int)strlen(keys[k]) > depth && (unsigned char)keys[k][depth] == b && strncmp(keys[k], keys[i], (size_t)depth) == 0) sub[ns++] = keys[k];
+        char child[128];
+        if (sub) other_key_node(c, base, sub, ns, depth + 1, id, child, sizeof child);
+        free(sub);
+        if (!first) kvl_buf_puts(&body, " | ");
+        first = false;
+        char lit[2] = {(char)b, 0};
+        gbnf_append_literal(&body, lit, 1);
+        kvl_buf_printf(&body, " %s", child);
+    }
+    /* any other first character: an ASCII one not among the children (names
+     * with non-ASCII characters are left out of the "other" set entirely) */
+    if (!first) kvl_buf_puts(&body, " | ");
+    kvl_buf_puts(&body, "[^\"\\\\\\x00-\\x1F\\x80-\\U0010FFFF");
+    for (int k = 0; k < n_seen; k++)
+        if (seen[k] < 0x80) kvl_buf_printf(&body, "\\x%02X", seen[k]);
+    kvl_buf_printf(&body, "] %s-rest", base);
+    kvl_buf_puts(&body, ")");
+    kvl_buf_printf(c->out, "%s ::= %s\n", name, body.p);
+    kvl_buf_free(&body);
+}
+
+static bool object_rule(conv *c, const cJSON *s, const char *path, kvl_buf *e) {
+    const cJSON *props = get(s, "properties"), *req = get(s, "required"), *add = get(s, "additionalProperties");
+    if (props && !cJSON_IsObject(props)) return cfail(c, path, "'properties' must be an object");
+    if (req && !cJSON_IsArray(req)) return cfail(c, path, "'required' must be an array");
+    for (const cJSON *r = req ? req->child : NULL; r; r = r->next) {
+        if (!cJSON_IsString(r)) return cfail(c, path, "'required' must list strings");
+        if (!props || !get(props, r->valuestring))
+            return cfail(c, path, "required property '%s' is not in 'properties'", r->valuestring);
+    }
+    int np = cJSON_GetArraySize(props);
+    kvl_buf *kv = calloc((size_t)np + 1, sizeof *kv);
+    bool *is_req = calloc((size_t)np + 1, 1);
+    char **keys = calloc((size_t)np + 1, sizeof *keys);
+    if (!kv || !is_req || !keys) {
+        free(kv), free(is_req), free(keys);
+        return cfail(c, path, "out of memory");
+    }
+    int i = 0;
+    bool ok = true;
+    for (const cJSON *p = props ? props->child : NULL; ok && p; p = p->next, i++) {
+        keys[i] = p->string;
+        for (const cJSON *r = req ? req->child : NULL; r; r = r->next) is_req[i] |= strcmp(r->valuestring, p->string) == 0;
+        cJSON *k = cJSON_CreateString(p->string);
+        json_literal(&kv[i], k);
+        cJSON_Delete(k);
+        kvl_buf_printf(&kv[i], " %sspace \":\" %sspace ", c->prefix, c->prefix);
+        char sub[512];
+        snprintf(sub, sizeof sub, "%s/properties/%s", path, p->string);
+        ok = sub_rule(c, p, sub, p->string, &kv[i]);
+    }
+    /* the additional properties' key-value rule, if any */
+    char addkv[96] = "";
+    if (ok && !(add && cJSON_IsFalse(add))) {
+        if (add && !cJSON_IsTrue(add) && !cJSON_IsObject(add)) ok = cfail(c, path, "'additionalProperties' must be a boolean or a schema");
+        new_name(c, "additional", addkv, sizeof addkv);
+        kvl_buf val = {0};
+        if (ok && add && cJSON_IsObject(add)) {
+            char sub[512];
+            snprintf(sub, sizeof sub, "%s/additionalProperties", path);
+            ok = sub_rule(c, add, sub, "additional", &val);
+        } else {
+            kvl_buf_printf(&val, "%svalue", c->prefix);
+        }
+        if (ok && np == 0) {
+            kvl_buf_printf(c->out, "%s ::= %sstring \":\" %sspace %s\n", addkv, c->prefix, c->prefix, val.p);
+        } else if (ok) {
+            char base[100], first[128];
+            snprintf(base, sizeof base, "%s", addkv);
+            /* only names an unescaped ASCII name could equal need excluding */
+            char **plain = malloc((size_t)np * sizeof *plain);
+            int n_plain = 0;
+            for (int k = 0; plain && k < np; k++) {
+                bool simple = true;
+                for (const unsigned char *q = (const unsigned char *)keys[k]; *q; q++)
+                    simple &= *q >= 0x20 && *q < 0x80 && *q != '"' && *q != '\\';
+                if (simple) plain[n_plain++] = keys[k];
+            }
+            int id = 0;
+            other_key_node(c, base, plain, n_plain, 0, &id, first, sizeof first);
+            free(plain);
+            kvl_buf_printf(c->out, "%s-rest ::= [^\"\\\\\\x00-\\x1F]* \"\\\"\"\n", base);
+            kvl_buf_printf(c->out, "%s ::= \"\\\"\" %s %sspace \":\" %sspace %s\n", addkv, first, c->prefix, c->prefix, val.p);
+        }
+        kvl_buf_free(&val);
+    }
+    if (ok) {
+        /* required ones in order, then each optional one maybe, then additional ones */
+        kvl_buf_printf(e, "\"{\" %sspace ", c->prefix);
+        bool any_req = false;
+        for (i = 0; i < np; i++)
+            if (is_req[i]) {
+                if (any_req) kvl_buf_printf(e, "\",\" %sspace ", c->prefix);
+                kvl_buf_printf(e, "%s ", kv[i].p);
+                any_req = true;
+            }
+        int n_opt = 0, *opt = malloc((size_t)np * sizeof *opt + 1);
+        for (i = 0; opt && i < np; i++)
+            if (!is_req[i]) opt[n_opt++] = i;
+        if (any_req) {
+            for (int k = 0; k < n_opt; k++) kvl_buf_printf(e, "(\",\" %sspace %s)? ", c->prefix, kv[opt[k]].p);
+            if (addkv[0]) kvl_buf_printf(e, "(\",\" %sspace %s)* ", c->prefix, addkv);
+        } else if (n_opt > 0 || addkv[0]) {
+            /* no required property: the first one present has no comma; S_k =
+             * optional k then any later ones with commas, or S_(k+1) */
+            char (*sname)[96] = malloc((size_t)(n_opt + 1) * sizeof *sname);
+            for (int k = n_opt; sname && k >= 0; k--) {
+                new_name(c, "props", sname[k], sizeof sname[k]);
+                kvl_buf b = {0};
+                if (k == n_opt) {
+                    if (!addkv[0]) {
+                        sname[k][0] = 0;
+                        continue;
+                    }
+                    kvl_buf_printf(&b, "%s (\",\" %sspace %s)*", addkv, c->prefix, addkv);
+                } else {
+                    kvl_buf_printf(&b, "%s ", kv[opt[k]].p);
+                    for (int j = k + 1; j < n_opt; j++) kvl_buf_printf(&b, "(\",\" %sspace %s)? ", c->prefix, kv[opt[j]].p);
+                    if (addkv[0]) kvl_buf_printf(&b, "(\",\" %sspace %s)*", c->prefix, addkv);
+                    if (sname[k + 1][0]) kvl_buf_printf(&b, " | %s", sname[k + 1]);
+                }
+                kvl_buf_printf(c->out, "%s ::= %s\n", sname[k], b.p);
+                kvl_buf_free(&b);
+            }
+            if (sname) kvl_buf_printf(e, "(%s)? ", sname[0]);
+            free(sname);
+        }
+        kvl_buf_printf(e, "\"}\" %sspace", c->prefix);
+        free(opt);
+    }
+    for (i = 0; i < np; i++) kvl_buf_free(&kv[i]);
+    free(kv);
+    free(is_req);
+    free(keys);
+    return ok;
+}
+
+/* ------------------------------------------------------------ arrays -- */
+
+static bool array_rule(conv *c, const cJSON *s, const char *path, kvl_buf *e) {
+    const cJSON *items = get(s, "items"), *prefix = get(s, "prefixItems"), *uniq = get(s, "uniqueItems");
+    long min = 0, max = -1;
+    if (!get_count(c, s, "minItems", path, &min) || !get_count(c, s, "maxItems", path, &max)) return false;
+    if (max >= 0 && max < min) return cfail(c, path, "maxItems is below minItems");
+    if (uniq && !cJSON_IsFalse(uniq)) return cfail(c, path, "'uniqueItems' is not supported");
+    if (prefix && !cJSON_IsArray(prefix)) return cfail(c, path, "'prefixItems' must be an array");
+    if (items && !cJSON_IsObject(items) && !cJSON_IsBool(items)) return cfail(c, path, "'items' must be a schema");
+    char sub[512];
+    kvl_buf item = {0};
+    bool more = !(items && cJSON_IsFalse(items)); /* items after the prefix allowed */
+    bool ok = true;
+    if (more) {
+        snprintf(sub, sizeof sub, "%s/items", path);
+        if (items && cJSON_IsObject(items)) ok = sub_rule(c, items, sub, "item", &item);
+        else kvl_buf_printf(&item, "%svalue", c->prefix);
+    }
+    int k = cJSON_GetArraySize(prefix);
+    if (max >= 0 && k > max) k = (int)max;
+    if (!more && min > k) ok = ok && cfail(c, path, "minItems is larger than prefixItems allows");
+    kvl_buf *pi = calloc((size_t)k + 1, sizeof *pi);
+    if (!pi) ok = false;
+    for (int i = 0; ok && i < k; i++) {
+        snprintf(sub, sizeof sub, "%s/prefixItems/%d", path, i);
+        ok = sub_rule(c, cJSON_GetArrayItem(prefix, i), sub, "prefix", &pi[i]);
+    }
+    if (ok) {
+        /* the tail after the prefix: items, at least min - k, at most max - k */
+        kvl_buf tail = {0};
+        long tmin = min > k ? min - k : 0, tmax = max < 0 ? -1 : max - k;
+        if (more && tmax != 0) {
+            if (k == 0) { /* the first element has no comma */
+                if (tmin == 0) {
+                    kvl_buf_printf(&tail, "(%s (\",\" %sspace %s)", item.p, c->prefix, item.p);
+                    if (tmax < 0) kvl_buf_puts(&tail, "*)?");
+                    else kvl_buf_printf(&tail, "{0,%ld})?", tmax - 1);
+                } else {
+                    kvl_buf_printf(&tail, "%s (\",\" %sspace %s)", item.p, c->prefix, item.p);
+                    if (tmax < 0) kvl_buf_printf(&tail, "{%ld,}", tmin - 1);
+                    else kvl_buf_printf(&tail, "{%ld,%ld}", tmin - 1, tmax - 1);
+                }
+            } else {
+                kvl_buf_printf(&tail, "(\",\" %sspace %s)", c->prefix, item.p);
+                if (tmax < 0) kvl_buf_printf(&tail, "{%ld,}", tmin);
+                else kvl_buf_printf(&tail, "{%ld,%ld}", tmin, tmax);
+            }
+        }
+        /* nest the prefix from the end: element j is optional once j >= min */
+        kvl_buf acc = {0};
+        kvl_buf_puts(&acc, tail.p ? tail.p : "");
+        for (int j = k - 1; j >= 0; j--) {
+            kvl_buf nb = {0};
+            bool optional = j >= min;
+            if (optional) kvl_buf_puts(&nb, "(");
+            if (j > 0) kvl_buf_printf(&nb, "\",\" %sspace ", c->prefix);
+            kvl_buf_puts(&nb, pi[j].p);
+            kvl_buf_printf(&nb, " %s%s", acc.p ? acc.p : "", optional ? ")?" : "");
+            kvl_buf_free(&acc);
+            acc = nb;
+        }
+        kvl_buf_printf(e, "\"[\" %sspace %s \"]\" %sspace", c->prefix, acc.p ? acc.p : "", c->prefix);
+        kvl_buf_free(&acc);
+        kvl_buf_free(&tail);
+    }
+    for (int i = 0; pi && i < k; i++) kvl_buf_free(&pi[i]);
+    free(pi);
+    kvl_buf_free(&item);
+    return ok;
+}
+
+/* -------------------------------------------------------------- refs -- */
+
+static const cJSON *resolve(conv *c, const char *ref, const char *path) {
+    if (strcmp(ref, "#") == 0) return c->root;
+    const char *p = NULL;
+    if (strncmp(ref, "#/$defs/", 8) == 0) p = ref + 8;
+    else if (strncmp(ref, "#/definitions/", 14) == 0) p = ref + 14;
+    if (!p) return cfail(c, path, "$ref '%s' is not supported (only #, #/$defs/... and #/definitions/...)", ref), NULL;
+    const cJSON *defs = get(c->root, ref[2] == '$' ? "$defs" : "definitions");
+    /* JSON pointer segments, ~1 = '/', ~0 = '~' */
+    const cJSON *cur = defs;
+    while (cur && *p) {
+        char seg[256];
+        size_t n = 0;
+        for (; *p && *p != '/' && n < sizeof seg - 1; p++) {
+            if (p[0] == '~' && p[1] == '1') seg[n++] = '/', p++;
+            else if (p[0] == '~' && p[1] == '0') seg[n++] = '~', p++;
+            else seg[n++] = *p;
+        }
+        seg[n] = 0;
+        if (*p == '/') p++;
+        cur = get(cur, seg);
+    }
+    if (!cur) return cfail(c, path, "$ref '%s' does not resolve", ref), NULL;
+    return cur;
+}
+
+static bool ref_rule(conv *c, const char *ref, const char *path, kvl_buf *e) {
+    for (int i = 0; i < c->n_refs; i++)
+        if (strcmp(c->refs[i].ref, ref) == 0) {
+            kvl_buf_puts(e, c->refs[i].rule);
+            return true;
+        }
+    const cJSON *t = resolve(c, ref, path);
+    if (!t) return false;
+    if (c->n_refs == 256) return cfail(c, path, "more than 256 distinct $ref targets");
+    char name[96];
+    const char *slash = strrchr(ref, '/');
+    new_name(c, slash ? slash + 1 : "ref", name, sizeof name);
+    c->refs[c->n_refs].ref = strdup(ref);
+    c->refs[c->n_refs].rule = strdup(name);
+    if (!c->refs[c->n_refs].ref || !c->refs[c->n_refs].rule) return cfail(c, path, "out of memory");
+    c->n_refs++;
+    kvl_buf body = {0};
+    bool ok = visit(c, t, ref, &body);
+    if (ok) kvl_buf_printf(c->out, "%s ::= %s\n", name, body.p);
+    kvl_buf_free(&body);
+    kvl_buf_puts(e, name);
+    return ok;
+}
+
+/* ------------------------------------------------------------- visit -- */
+
+static bool alternatives(conv *c, const cJSON *arr, const char *path, const char *kw, kvl_buf *e) {
+    if (!cJSON_IsArray(arr) || !arr->child) return cfail(c, path, "'%s' must be a non-empty array", kw);
+    kvl_buf_puts(e, "(");
+    int i = 0;
+    for (const cJSON *x = arr->child; x; x = x->next, i++) {
+        char sub[512];
+        snprintf(sub, sizeof sub, "%s/%s/%d", path, kw, i);
+        if (i) kvl_buf_puts(e, " | ");
+        if (!sub_rule(c, x, sub, kw, e)) return false;
+    }
+    kvl_buf_puts(e, ")");
+    return true;
+}
+
+/* allOf: objects merged into one (properties and required lists joined). */
+static bool all_of(conv *c, const cJSON *s, const char *path, kvl_buf *e) {
+    const cJSON *arr = get(s, "allOf");
+    if (!cJSON_IsArray(arr) || !arr->child) return cfail(c, path, "'allOf' must be a non-empty array");
+    cJSON *merged = cJSON_CreateObject(), *props = cJSON_CreateObject(), *req = cJSON_CreateArray();
+    bool ok = merged && props && req;
+    bool add_false = false;
+    for (const cJSON *x = arr->child; ok && x; x = x->next) {
+        const cJSON *t = x;
+        const cJSON *ref = get(x, "$ref");
+        if (ref && cJSON_IsString(ref)) t = resolve(c, ref->valuestring, path);
+        if (!t) return cJSON_Delete(merged), cJSON_Delete(props), cJSON_Delete(req), false;
+        const cJSON *ty = get(t, "type");
+        if (!(get(t, "properties") || (ty && cJSON_IsString(ty) && strcmp(ty->valuestring, "object") == 0))) {
+            ok = cfail(c, path, "'allOf' is only supported for object schemas");
+            break;
+        }
+        for (const cJSON *k = t->child; ok && k; k = k->next) {
+            if (is_annotation(k->string) || strcmp(k->string, "type") == 0) continue;
+            if (strcmp(k->string, "properties") == 0) {
+                for (const cJSON *p = k->child; p; p = p->next) {
+                    cJSON_DeleteItemFromObjectCaseSensitive(props, p->string);
+                    cJSON_AddItemToObject(props, p->string, cJSON_Duplicate(p, true));
+                }
+            } else if (strcmp(k->string, "required") == 0 && cJSON_IsArray(k)) {
+                for (const cJSON *r = k->child; r; r = r->next) cJSON_AddItemToArray(req, cJSON_Duplicate(r, true));
+            } else if (strcmp(k->string, "additionalProperties") == 0 && cJSON_IsFalse(k)) {
+                add_false = true;
+            } else if (strcmp(k->string, "$defs") != 0 && strcmp(k->string, "definitions") != 0 && strcmp(k->string, "$ref") != 0) {
+                ok = cfail(c, path, "'%s' inside 'allOf' is not supported", k->string);
+            }
+        }
+    }
+    if (ok) {
+        cJSON_AddStringToObject(merged, "type", "object");
+        cJSON_AddItemToObject(merged, "properties", props);
+        cJSON_AddItemToObject(merged, "required", req);
+        props = req = NULL;
+        if (add_false) cJSON_AddFalseToObject(merged, "additionalProperties");
+        ok = object_rule(c, merged, path, e);
+    }
+    cJSON_Delete(merged);
+    cJSON_Delete(props);
+    cJSON_Delete(req);
+    return ok;
+}
+
+static bool typed(conv *c, const cJSON *s, const char *type, const char *path, kvl_buf *e) {
+    if (strcmp(type, "object") == 0) return object_rule(c, s, path, e);
+    if (strcmp(type, "array") == 0) return array_rule(c, s, path, e);
+    if (strcmp(type, "string") == 0) return string_rule(c, s, path, e);
+    if (strcmp(type, "integer") == 0) return integer_rule(c, s, path, e);
+    if (strcmp(type, "number") == 0) return number_rule(c, s, path, e);
+    if (strcmp(type, "boolean") == 0) return kvl_buf_printf(e, "%sboolean", c->prefix), true;
+    if (strcmp(type, "null") == 0) return kvl_buf_printf(e, "%snull", c->prefix), true;
+    return cfail(c, path, "unknown type '%s'", type);
+}
+
+/* The type the keywords imply when 'type' is absent. */
+static const char *implied_type(const cJSON *s) {
+    static const char *const obj[] = {"properties", "required", "additionalProperties"};
+    static const char *const arr[] = {"items", "prefixItems", "minItems", "maxItems"};
+    static const char *const str[] = {"minLength", "maxLength", "pattern", "format"};
+    static const char *const num[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
+    for (int i = 0; i < 3; i++)
+        if (get(s, obj[i])) return "object";
+    for (int i = 0; i < 4; i++)
+        if (get(s, arr[i])) return "array";
+    for (int i = 0; i < 4; i++)
+        if (get(s, str[i])) return "string";
+    for (int i = 0; i < 4; i++)
+        if (get(s, num[i])) return "number";
+    return NULL;
+}
+
+static bool visit(conv *c, const cJSON *s, const char *path, kvl_buf *e) {
+    if (c->failed) return false;
+    if (cJSON_IsTrue(s)) return kvl_buf_printf(e, "%svalue", c->prefix), true;
+    if (cJSON_IsFalse(s)) return cfail(c, path, "the schema 'false' allows no value");
+    if (!cJSON_IsObject(s)) return cfail(c, path, "a schema must be an object or a boolean");
+    for (const cJSON *k = s->child; k; k = k->next)
+        if (!is_annotation(k->string) && !is_supported(k->string))
+            return cfail(c, path, "unsupported JSON Schema keyword '%s'", k->string);
+    const cJSON *ref = get(s, "$ref"), *cst = get(s, "const"), *en = get(s, "enum"), *type = get(s, "type");
+    const cJSON *any = get(s, "anyOf") ? get(s, "anyOf") : get(s, "oneOf");
+    const char *kw = get(s, "anyOf") ? "anyOf" : "oneOf";
+    int combinators = !!ref + !!cst + !!en + !!any + !!get(s, "allOf");
+    if (combinators > 1) return cfail(c, path, "combining $ref, const, enum, anyOf/oneOf and allOf in one schema is not supported");
+    if (combinators == 1 && type && !(en || cst))
+        return cfail(c, path, "'type' next to $ref/anyOf/oneOf/allOf is not supported");
+    if (ref) {
+        if (!cJSON_IsString(ref)) return cfail(c, path, "'$ref' must be a string");
+        return ref_rule(c, ref->valuestring, path, e);
+    }
+    if (cst) {
+        kvl_buf_puts(e, "(");
+        json_literal(e, cst);
+        kvl_buf_printf(e, ") %sspace", c->prefix);
+        return true;
+    }
+    if (en) {
+        if (!cJSON_IsArray(en) || !en->child) return cfail(c, path, "'enum' must be a non-empty array");
+        kvl_buf_puts(e, "(");
+        for (const cJSON *x = en->child; x; x = x->next) {
+            if (x != en->child) kvl_buf_puts(e, " | ");
+            json_literal(e, x);
+        }
+        kvl_buf_printf(e, ") %sspace", c->prefix);
+        return true;
+    }
+    if (any) return alternatives(c, any, path, kw, e);
+    if (get(s, "allOf")) return all_of(c, s, path, e);
+    if (type && cJSON_IsArray(type)) {
+        if (!type->child) return cfail(c, path, "'type' must not be an empty array");
+        kvl_buf_puts(e, "(");
+        for (const cJSON *t = type->child; t; t = t->next) {
+            if (!cJSON_IsString(t)) return cfail(c, path, "'type' must list strings");
+            if (t != type->child) kvl_buf_puts(e, " | ");
+            if (!typed(c, s, t->valuestring, path, e)) return false;
+        }
+        kvl_buf_puts(e, ")");
+        return true;
+    }
+    if (type && !cJSON_IsString(type)) return cfail(c, path, "'type' must be a string or an array of strings");
+    const char *t = type ? type->valuestring : implied_type(s);
+    if (!t) return kvl_buf_printf(e, "%svalue", c->prefix), true;
+    return typed(c, s, t, path, e);
+}
+
+static void primitives(conv *c) {
+    const char *p = c->prefix;
+    kvl_buf *o = c->out;
+    kvl_buf_printf(o, "%sspace ::= \"\" | \" \" | \"\\n\" [ \\t]{0,20}\n", p);
+    kvl_buf_printf(o, "%sboolean ::= (\"true\" | \"false\") %sspace\n", p, p);
+    kvl_buf_printf(o, "%snull ::= \"null\" %sspace\n", p, p);
+    kvl_buf_printf(o, "%sintegral ::= \"0\" | [1-9] [0-9]{0,15}\n", p);
+    kvl_buf_printf(o, "%snumber ::= \"-\"? %sintegral (\".\" [0-9]{1,16})? ([eE] [-+]? [0-9]{1,3})? %sspace\n", p, p, p);
+    kvl_buf_printf(o, "%sinteger ::= \"-\"? %sintegral %sspace\n", p, p, p);
+    kvl_buf_printf(o, "%schar ::= [^\"\\\\\\x7F\\x00-\\x1F] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4})\n", p);
+    kvl_buf_printf(o, "%sstring ::= \"\\\"\" %schar* \"\\\"\" %sspace\n", p, p, p);
+    kvl_buf_printf(o, "%svalue ::= %sobject | %sarray | %sstring | %snumber | %sboolean | %snull\n", p, p, p, p, p, p, p);
+    kvl_buf_printf(o, "%sobject ::= \"{\" %sspace (%sstring \":\" %sspace %svalue (\",\" %sspace %sstring \":\" %sspace %svalue)*)? \"}\" %sspace\n",
+                   p, p, p, p, p, p, p, p, p, p);
+    kvl_buf_printf(o, "%sarray ::= \"[\" %sspace (%svalue (\",\" %sspace %svalue)*)? \"]\" %sspace\n", p, p, p, p, p, p);
+    if (c->date) {
+        /* month-day pairs that exist in every year (February: up to 28) */
+        kvl_buf_printf(o, "%sdate ::= [0-9]{4} \"-\" (\"02-\" (\"0\" [1-9] | \"1\" [0-9] | \"2\" [0-8]) | "
+                          "(\"0\" [469] | \"11\") \"-\" (\"0\" [1-9] | [12] [0-9] | \"30\") | "
+                          "(\"0\" [13578] | \"1\" [02]) \"-\" (\"0\" [1-9] | [12] [0-9] | \"3\" [01]))\n", p);
+    }
+    if (c->time)
+        kvl_buf_printf(o, "%stime ::= ([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9] \":\" [0-5] [0-9] (\".\" [0-9]{1,6})? "
+                          "(\"Z\" | [+-] ([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9])\n", p);
+    if (c->date && c->time) kvl_buf_printf(o, "%sdatetime ::= %sdate \"T\" %stime\n", p, p, p);
+    if (c->uuid)
+        kvl_buf_printf(o, "%suuid ::= [0-9a-fA-F]{8} \"-\" [0-9a-fA-F]{4} \"-\" [0-9a-fA-F]{4} \"-\" [0-9a-fA-F]{4} \"-\" [0-9a-fA-F]{12}\n", p);
+}
+
+bool json_schema_to_gbnf(const char *schema_json, const char *prefix, kvl_buf *out, kvl_error *err) {
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithOpts(schema_json, &end, true);
+    if (!root) {
+        return kvl_fail(err, "JSON schema: not valid JSON (near offset %d)",
+                        end ? (int)(end - schema_json) : 0);
+    }
+    conv c = {.prefix = prefix ? prefix : "", .out = out, .err = err, .root = root};
+    kvl_buf body = {0};
+    bool ok = visit(&c, root, "#", &body);
+    if (ok) {
+        kvl_buf_printf(out, "%sroot ::= %s\n", c.prefix, body.p);
+        primitives(&c);
+        if (out->oom) ok = kvl_fail(err, "JSON schema: out of memory");
+    }
+    kvl_buf_free(&body);
+    for (int i = 0; i < c.n_refs; i++) free(c.refs[i].ref), free(c.refs[i].rule);
+    cJSON_Delete(root);
+    return ok;
+}

@@ -1,0 +1,320 @@
+/* Constrained decoding: the GBNF parser and its errors, the matcher on
+ * hand-checked strings (UTF-8 included), JSON Schema and regex translation,
+ * and the token mask against a token-by-token check of every token of real
+ * vocabularies (Qwen3's byte-level BPE, Llama's SentencePiece with <0xNN>
+ * byte fallback), including states inside a UTF-8 sequence. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine.h"
+#include "grammar.h"
+
+#include "check.h"
+
+#define TOKDIR "tests/data/tokenizer"
+
+static grammar *compile(const char *gbnf, const tok_vocab *v) {
+    kvl_error err = {{0}};
+    grammar *g = grammar_compile(gbnf, v, &err);
+    CHECK(g != NULL, "grammar does not compile: %s\n%s", err.msg, gbnf);
+    return g;
+}
+
+static void expect_error(const char *gbnf, const char *needle) {
+    kvl_error err = {{0}};
+    grammar *g = grammar_compile(gbnf, NULL, &err);
+    CHECK(g == NULL, "compiled but should not: %s", gbnf);
+    CHECK(strstr(err.msg, needle) != NULL, "error for %s is '%s', expected it to contain '%s'", gbnf, err.msg, needle);
+    grammar_free(g);
+}
+
+/* Each accept[] string must match, each reject[] one must not. */
+static void match_cases(const char *gbnf, const char *const *accept, const char *const *reject) {
+    grammar *g = compile(gbnf, NULL);
+    if (!g) return;
+    for (int i = 0; accept && accept[i]; i++)
+        CHECK(grammar_match_text(g, accept[i], strlen(accept[i])), "%s should accept '%s'", gbnf, accept[i]);
+    for (int i = 0; reject && reject[i]; i++)
+        CHECK(!grammar_match_text(g, reject[i], strlen(reject[i])), "%s should reject '%s'", gbnf, reject[i]);
+    grammar_free(g);
+}
+
+static void test_parse_errors(void) {
+    expect_error("root ::= foo", "undefined rule 'foo'");
+    expect_error("root ::= \"a\"\nroot ::= \"b\"", "defined twice");
+    expect_error("start ::= \"a\"", "no 'root' rule");
+    expect_error("root ::= root \"a\" | \"b\"", "left recursion");
+    expect_error("root ::= a\na ::= b? a \"x\"\nb ::= \"y\"", "left recursion");
+    expect_error("root ::= \"abc", "unterminated string");
+    expect_error("root ::= [a-z", "unterminated character class");
+    expect_error("root ::= (\"a\" | \"b\"", "unclosed '('");
+    expect_error("root ::= \"a\"\n  x ::= \"\\q\"", "line 2, column 10: unknown escape");
+    expect_error("root ::= [z-a]", "below its start");
+    expect_error("root ::= \"a\"{3,2}", "maximum is below the minimum");
+    expect_error("root ::= * \"a\"", "line 1, column 10");
+    expect_error("root ::= \"\\u12\"", "hex digits");
+    expect_error("root \"a\"", "expected '::='");
+}
+
+static void test_matching(void) {
+    match_cases("root ::= \"ab\" | \"cd\"", (const char *[]){"ab", "cd", NULL}, (const char *[]){"", "a", "abc", "ac", NULL});
+    match_cases("root ::= [a-c]+ [^x]?  # a comment\n", (const char *[]){"a", "abc", "cbaz", "aa\n", NULL},
+                (const char *[]){"", "x", "ax", "abzz", NULL});
+    match_cases("root ::= \"x\"{2,4}", (const char *[]){"xx", "xxx", "xxxx", NULL}, (const char *[]){"x", "xxxxx", NULL});
+    match_cases("root ::= (\"ab\"){2} | \"z\"{3,}", (const char *[]){"abab", "zzz", "zzzzzzz", NULL},
+                (const char *[]){"ab", "ababab", "zz", NULL});
+    match_cases("root ::= [0-9]{,2} \"!\"", (const char *[]){"!", "1!", "12!", NULL}, (const char *[]){"123!", NULL});
+    /* escapes, and code points beyond ASCII */
+    match_cases("root ::= \"\\x41\\u00e9\\t\\n\\\\\\\"\" [\\u4e00-\\u9fff]", (const char *[]){"A\xc3\xa9\t\n\\\"\xe4\xb8\xad", NULL},
+                (const char *[]){"A\xc3\xa9\t\n\\\"a", "A\xc3\xa9\t\n\\\"", NULL});
+    match_cases("root ::= [^a-z]* \"\xf0\x9f\x98\x80\"", (const char *[]){"\xf0\x9f\x98\x80", "\xc3\xa9" "AB\xf0\x9f\x98\x80", NULL},
+                (const char *[]){"a\xf0\x9f\x98\x80", "\xf0\x9f\x98", "\xf0\x9f\x98\x81", NULL});
+    match_cases("root ::= . .", (const char *[]){"ab", "\xc3\xa9\xe4\xb8\xad", "\n\n", NULL}, (const char *[]){"a", "abc", NULL});
+    /* a rule body over several lines; nested groups; nullable references */
+    match_cases("root ::= item (\",\" item)*\n\n  item ::=\n   \"[\" (num | ) \"]\"\nnum ::= [0-9]+ # digits\n",
+                (const char *[]){"[]", "[1],[22],[]", NULL}, (const char *[]){"[1],", "[a]", "", NULL});
+    /* invalid UTF-8 never matches, not even through a negated class */
+    match_cases("root ::= [^a]*", (const char *[]){"", "b\xc3\xa9", NULL}, (const char *[]){"\xc3", "\xc0\x80", "\xed\xa0\x80", "\xff", NULL});
+    /* a partial code point: the state can tell whether it may still complete */
+    grammar *g = compile("root ::= \"\xc3\xa9\" | \"\xc3\xa8x\"", NULL);
+    if (g) {
+        grammar_state *st = grammar_state_new(g);
+        CHECK(grammar_state_accept_bytes(st, "\xc3", 1));
+        CHECK(!grammar_state_can_end(st));
+        CHECK(!grammar_state_allows_bytes(st, "\xa0", 1), "U+00E0 is not in the grammar");
+        CHECK(grammar_state_allows_bytes(st, "\xa8", 1));
+        CHECK(grammar_state_accept_bytes(st, "\xa9", 1));
+        CHECK(grammar_state_can_end(st) && grammar_state_must_end(st));
+        grammar_state_free(st);
+        grammar_free(g);
+    }
+}
+
+/* Compiles schema via json_schema_to_gbnf and checks strings against it. */
+static void schema_cases(const char *schema, const char *const *accept, const char *const *reject) {
+    kvl_buf b = {0};
+    kvl_error err = {{0}};
+    kvl_buf_puts(&b, "root ::= s-root\n");
+    bool ok = json_schema_to_gbnf(schema, "s-", &b, &err);
+    CHECK(ok, "schema %s: %s", schema, err.msg);
+    if (ok) {
+        grammar *g = compile(b.p, NULL);
+        for (int i = 0; g && accept && accept[i]; i++)
+            CHECK(grammar_match_text(g, accept[i], strlen(accept[i])), "schema %s should accept %s", schema, accept[i]);
+        for (int i = 0; g && reject && reject[i]; i++)
+            CHECK(!grammar_match_text(g, reject[i], strlen(reject[i])), "schema %s should reject %s", schema, reject[i]);
+        grammar_free(g);
+    }
+    kvl_buf_free(&b);
+}
+
+static void schema_error(const char *schema, const char *needle) {
+    kvl_buf b = {0};
+    kvl_error err = {{0}};
+    CHECK(!json_schema_to_gbnf(schema, "s-", &b, &err), "schema %s should be refused", schema);
+    CHECK(strstr(err.msg, needle) != NULL, "schema %s: error '%s' lacks '%s'", schema, err.msg, needle);
+    kvl_buf_free(&b);
+}
+
+static void test_json_schema(void) {
+    schema_cases("{}", (const char *[]){"1", "\"x\"", "{\"a\": [1, 2.5e3, null, true]}", "[]", "-0", NULL},
+                 (const char *[]){"", "01", "{a:1}", "[1,]", "\"\\x\"", NULL});
+    schema_cases("{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\"},\"age\":{\"type\":\"integer\"}},"
+                 "\"required\":[\"name\"],\"additionalProperties\":false}",
+                 (const char *[]){"{\"name\":\"Al\"}", "{ \"name\": \"Al\", \"age\": 30 }", "{\n  \"name\": \"\\u00e9\",\n  \"age\": -3\n}", NULL},
+                 (const char *[]){"{}", "{\"age\":3}", "{\"name\":\"a\",\"x\":1}", "{\"name\":\"a\",\"age\":1.5}",
+                                  "{\"name\":\"a\"}                 ", NULL});
+    /* additional properties: any name but the named ones */
+    schema_cases("{\"type\":\"object\",\"properties\":{\"age\":{\"type\":\"integer\"}},\"additionalProperties\":{\"type\":\"boolean\"}}",
+                 (const char *[]){"{}", "{\"age\":1}", "{\"ag\":true}", "{\"agex\":false,\"b\":true}", "{\"age\":1,\"x\":true}", NULL},
+                 (const char *[]){"{\"age\":true}", "{\"x\":1}", "{\"b\":true,\"age\":1}", NULL});
+    schema_cases("{\"type\":\"array\",\"items\":{\"enum\":[\"a\",1,null]},\"minItems\":1,\"maxItems\":3}",
+                 (const char *[]){"[\"a\"]", "[1, null, \"a\"]", NULL}, (const char *[]){"[]", "[1,1,1,1]", "[\"b\"]", NULL});
+    schema_cases("{\"type\":\"array\",\"prefixItems\":[{\"type\":\"integer\"},{\"const\":\"x\"}],\"items\":false,\"minItems\":1}",
+                 (const char *[]){"[1]", "[1,\"x\"]", NULL}, (const char *[]){"[]", "[1,\"x\",2]", "[\"x\"]", NULL});
+    schema_cases("{\"type\":\"string\",\"minLength\":2,\"maxLength\":3}", (const char *[]){"\"ab\"", "\"\\n\\u0041b\"", "\"\xc3\xa9\xc3\xa9\"", NULL},
+                 (const char *[]){"\"a\"", "\"abcd\"", NULL});
+    schema_cases("{\"type\":\"string\",\"pattern\":\"^[a-z]+-\\\\d{2,3}$\"}", (const char *[]){"\"ab-12\"", "\"z-123\"", NULL},
+                 (const char *[]){"\"ab-1\"", "\"Ab-12\"", "\"ab-1234\"", NULL});
+    schema_cases("{\"type\":\"string\",\"pattern\":\"a[^b]\\\"\"}", (const char *[]){"\"ax\\\"\"", "\"a\\\"\\\"\"", "\"a\\n\\\"\"", NULL},
+                 (const char *[]){"\"ab\\\"\"", "\"ax\"\"", NULL});
+    schema_cases("{\"type\":\"string\",\"format\":\"date\"}", (const char *[]){"\"2024-02-28\"", "\"1999-12-31\"", "\"2000-04-30\"", NULL},
+                 (const char *[]){"\"2024-02-30\"", "\"2024-04-31\"", "\"2024-13-01\"", "\"24-01-01\"", NULL});
+    schema_cases("{\"type\":\"string\",\"format\":\"date-time\"}", (const char *[]){"\"2024-01-02T03:04:05Z\"", "\"2024-01-02T23:59:59.123+05:30\"", NULL},
+                 (const char *[]){"\"2024-01-02T24:00:00Z\"", "\"2024-01-02T03:04:05\"", NULL});
+    schema_cases("{\"type\":\"string\",\"format\":\"uuid\"}", (const char *[]){"\"123e4567-e89b-12d3-a456-426614174000\"", NULL},
+                 (const char *[]){"\"123e4567e89b12d3a456426614174000\"", NULL});
+    schema_cases("{\"type\":\"integer\",\"minimum\":-15,\"maximum\":123}",
+                 (const char *[]){"-15", "-9", "0", "7", "99", "100", "123", NULL},
+                 (const char *[]){"-16", "124", "200", "-0", "007", "1000", NULL});
+    schema_cases("{\"type\":\"integer\",\"exclusiveMinimum\":9}", (const char *[]){"10", "99999", NULL}, (const char *[]){"9", "-1", "0", NULL});
+    schema_cases("{\"type\":\"number\",\"minimum\":0}", (const char *[]){"0", "2.5", "1e3", NULL}, (const char *[]){"-1", NULL});
+    schema_cases("{\"type\":[\"string\",\"null\"],\"maxLength\":1}", (const char *[]){"null", "\"a\"", NULL}, (const char *[]){"\"ab\"", "1", NULL});
+    schema_cases("{\"anyOf\":[{\"type\":\"boolean\"},{\"$ref\":\"#/$defs/pt\"}],\"$defs\":{\"pt\":{\"type\":\"object\","
+                 "\"properties\":{\"x\":{\"type\":\"number\"},\"next\":{\"$ref\":\"#/$defs/pt\"}},\"required\":[\"x\"],\"additionalProperties\":false}}}",
+                 (const char *[]){"true", "{\"x\":1}", "{\"x\":1,\"next\":{\"x\":2,\"next\":{\"x\":-3.5}}}", NULL},
+                 (const char *[]){"{\"next\":{\"x\":1}}", "{\"x\":1,\"next\":true}", NULL});
+    schema_cases("{\"allOf\":[{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},\"required\":[\"a\"]},"
+                 "{\"properties\":{\"b\":{\"const\":true}},\"required\":[\"b\"]}],\"additionalProperties\":false}",
+                 (const char *[]){"{\"a\":1,\"b\":true}", NULL}, (const char *[]){"{\"a\":1}", "{\"b\":true}", NULL});
+    schema_cases("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{\"type\":\"integer\"}},\"additionalProperties\":false}",
+                 (const char *[]){"{}", "{\"a\":1}", "{\"b\":2}", "{\"a\":1,\"b\":2}", NULL},
+                 (const char *[]){"{\"b\":2,\"a\":1}", "{,\"b\":2}", "{\"a\":1,}", NULL});
+    schema_error("{\"type\":\"string\",\"format\":\"email\"}", "format 'email' is not supported");
+    schema_error("{\"type\":\"object\",\"patternProperties\":{}}", "unsupported JSON Schema keyword 'patternProperties'");
+    schema_error("{\"not\":{}}", "'not'");
+    schema_error("{\"type\":\"string\",\"pattern\":\"(a)\\\\1\"}", "backreferences");
+    schema_error("{\"type\":\"string\",\"pattern\":\"(?=a)\"}", "lookaround");
+    schema_error("{\"$ref\":\"http://x/y\"}", "$ref 'http://x/y' is not supported");
+    schema_error("{\"$ref\":\"#/$defs/nope\"}", "does not resolve");
+    schema_error("{\"type\":\"number\",\"maximum\":3.5}", "bounds on 'number'");
+    schema_error("{\"type\":\"integer\",\"minimum\":5,\"maximum\":4}", "no integer");
+    schema_error("{\"type\":", "not valid JSON");
+    schema_error("false", "allows no value");
+}
+
+static void regex_cases(const char *re, const char *const *accept, const char *const *reject) {
+    kvl_buf b = {0};
+    kvl_error err = {{0}};
+    kvl_buf_puts(&b, "root ::= r-root\n");
+    bool ok = regex_to_gbnf(re, "r-", false, &b, &err);
+    CHECK(ok, "regex %s: %s", re, err.msg);
+    grammar *g = ok ? compile(b.p, NULL) : NULL;
+    for (int i = 0; g && accept[i]; i++) CHECK(grammar_match_text(g, accept[i], strlen(accept[i])), "regex %s should accept '%s'", re, accept[i]);
+    for (int i = 0; g && reject[i]; i++) CHECK(!grammar_match_text(g, reject[i], strlen(reject[i])), "regex %s should reject '%s'", re, reject[i]);
+    grammar_free(g);
+    kvl_buf_free(&b);
+}
+
+static void test_regex(void) {
+    regex_cases("^(\\+\\d{1,3} )?\\(?\\d{3}\\)?[-. ]?\\d{4}$", (const char *[]){"555-1234", "+1 (555)1234", "5551234", NULL},
+                (const char *[]){"55-1234", "+1234 5551234", NULL});
+    regex_cases("(?:cat|dog)s?|[A-F\\d]{2}", (const char *[]){"cat", "dogs", "A9", NULL}, (const char *[]){"cats|", "G1", "", NULL});
+    regex_cases("a.c\\.\\w+?\\s\\S", (const char *[]){"abc.x_1 !", "a\xc3\xa9" "c.z\ty", NULL}, (const char *[]){"a\nc.x y", "abc.x y ", NULL});
+    regex_cases("[^\\d\\s]*", (const char *[]){"", "ab-\xc3\xa9", NULL}, (const char *[]){"a1", "a b", NULL});
+    kvl_buf b = {0};
+    kvl_error err = {{0}};
+    CHECK(!regex_to_gbnf("a\\bc", "r-", false, &b, &err) && strstr(err.msg, "word boundaries"), "%s", err.msg);
+    CHECK(!regex_to_gbnf("a(?i)b", "r-", false, &b, &err) && strstr(err.msg, "inline flags"), "%s", err.msg);
+    CHECK(!regex_to_gbnf("a**", "r-", false, &b, &err) && strstr(err.msg, "nested quantifier"), "%s", err.msg);
+    CHECK(!regex_to_gbnf("a)", "r-", false, &b, &err) && strstr(err.msg, "unmatched ')'"), "%s", err.msg);
+    CHECK(!regex_to_gbnf("a$b", "r-", false, &b, &err) && strstr(err.msg, "anchor"), "%s", err.msg);
+    kvl_buf_free(&b);
+}
+
+/* ------------------------------------------------------- token masks -- */
+
+static tok_vocab *load_vocab(const char *path) {
+    kvl_error err = {{0}};
+    gguf_file *f = gguf_open(path, &err);
+    tok_vocab *v = f ? tok_vocab_create(f, &err) : NULL;
+    gguf_close(f);
+    CHECK(v != NULL, "cannot load %s: %s", path, err.msg);
+    return v;
+}
+
+/* After feeding prefix, the mask must hold exactly the tokens whose text the
+ * state allows one at a time (and EOG exactly when the grammar can end). */
+static void mask_vs_brute(const tok_vocab *v, const grammar *g, const char *prefix, size_t plen, const char *what) {
+    grammar_state *st = grammar_state_new(g);
+    CHECK(st && grammar_state_accept_bytes(st, prefix, plen), "%s: prefix refused", what);
+    if (!st) return;
+    const int32_t V = tok_n_vocab(v);
+    uint32_t *mask = calloc((size_t)(V + 31) / 32 + 1, sizeof *mask);
+    int32_t n = grammar_state_mask(st, mask, V + 5); /* padding ids past the vocabulary: never */
+    int32_t brute = 0, wrong = 0;
+    char buf[1024];
+    for (int32_t t = 0; t < V + 5; t++) {
+        bool want;
+        if (t >= V) want = false;
+        else if (tok_is_eog(v, t)) want = grammar_state_can_end(st);
+        else if (tok_is_control(v, t)) want = false;
+        else {
+            size_t len = tok_token_bytes(v, t, false, buf, sizeof buf);
+            want = len > 0 && len <= sizeof buf && grammar_state_allows_bytes(st, buf, len);
+        }
+        bool got = mask[t >> 5] >> (t & 31) & 1;
+        brute += want;
+        if (want != got && wrong++ < 5) CHECK(false, "%s: token %d (%s): mask %d, one by one %d", what, t, tok_piece(v, t), got, want);
+    }
+    CHECK(n == brute, "%s: mask counts %d tokens, one by one %d", what, n, brute);
+    CHECK(brute > 0, "%s: no token allowed at all", what);
+    free(mask);
+    grammar_state_free(st);
+}
+
+static void test_masks(const char *path, bool check_partial) {
+    tok_vocab *v = load_vocab(path);
+    if (!v) return;
+    kvl_buf b = {0};
+    kvl_error err = {{0}};
+    kvl_buf_puts(&b, "root ::= s-root\n");
+    CHECK(json_schema_to_gbnf("{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\"},\"tags\":{\"type\":\"array\","
+                              "\"items\":{\"enum\":[\"\xe4\xb8\xad\xe6\x96\x87\",\"caf\xc3\xa9\"]}},\"n\":{\"type\":\"integer\"}},"
+                              "\"required\":[\"name\",\"tags\"],\"additionalProperties\":false}",
+                              "s-", &b, &err), "%s", err.msg);
+    grammar *g = compile(b.p, v);
+    if (g) {
+        static const char *const prefixes[] = {"", "{", "{\"name\"", "{\"name\": \"ab", "{\"name\": \"ab\\", "{\"name\":\"\",\"tags\":[",
+                                               "{\"name\":\"\",\"tags\":[\"\xe4", "{\"name\":\"\",\"tags\":[\"caf\xc3",
+                                               "{\"name\":\"\",\"tags\":[],\"n\":12", "{\"name\":\"\",\"tags\":[]}"};
+        for (size_t i = 0; i < sizeof prefixes / sizeof *prefixes; i++) {
+            if (!check_partial && strchr(prefixes[i], '\xe4')) continue;
+            char what[256];
+            snprintf(what, sizeof what, "%s after '%s'", path, prefixes[i]);
+            mask_vs_brute(v, g, prefixes[i], strlen(prefixes[i]), what);
+        }
+        /* the end: only EOG */
+        grammar_state *st = grammar_state_new(g);
+        const char *done = "{\"name\":\"x\",\"tags\":[]}";
+        CHECK(grammar_state_accept_bytes(st, done, strlen(done)));
+        CHECK(grammar_state_can_end(st));
+        uint32_t *mask = calloc((size_t)(tok_n_vocab(v) + 31) / 32, sizeof *mask);
+        int32_t n = grammar_state_mask(st, mask, tok_n_vocab(v));
+        int32_t n_eog = 0;
+        for (int32_t t = 0; t < tok_n_vocab(v); t++) n_eog += tok_is_eog(v, t) ? (mask[t >> 5] >> (t & 31) & 1) : 0;
+        CHECK(n_eog > 0, "%s: no EOG allowed at the end", path);
+        free(mask);
+        (void)n;
+        grammar_state_free(st);
+        grammar_free(g);
+        /* tokens drive the state the same way their bytes do (SentencePiece
+         * encodes a leading space: the grammar allows one) */
+        kvl_buf b2 = {0};
+        kvl_buf_puts(&b2, "root ::= \" \"? s-root\n");
+        kvl_buf_puts(&b2, b.p + strlen("root ::= s-root\n"));
+        g = compile(b2.p, v);
+        kvl_buf_free(&b2);
+        grammar_state *a = grammar_state_new(g);
+        const char *text = "{\"name\": \"caf\xc3\xa9 \xe4\xb8\xad\", \"tags\": []}";
+        int32_t ids[256];
+        int64_t nt = tok_encode(v, text, strlen(text), false, false, ids, 256, &err);
+        CHECK(nt > 0 && nt <= 256);
+        for (int64_t i = 0; i < nt; i++) CHECK(grammar_state_accept_token(a, ids[i]), "%s: token %lld (%d) refused", path, (long long)i, ids[i]);
+        CHECK(grammar_state_can_end(a));
+        grammar_state_free(a);
+        grammar_free(g);
+    }
+    kvl_buf_free(&b);
+    /* a grammar that cannot start with any token text but one code point at a time */
+    g = compile("root ::= [\\u4e00-\\u9fff]{2} \"!\"", v);
+    if (g) {
+        mask_vs_brute(v, g, "", 0, "CJK start");
+        if (check_partial) mask_vs_brute(v, g, "\xe4\xb8", 2, "CJK inside a code point");
+        grammar_free(g);
+    }
+    tok_vocab_destroy(v);
+}
+
+int main(void) {
+    test_parse_errors();
+    test_matching();
+    test_json_schema();
+    test_regex();
+    test_masks(TOKDIR "/ggml-vocab-qwen3.gguf", true);
+    test_masks(TOKDIR "/ggml-vocab-llama-spm.gguf", true);
+    grammar_vocab_cache_trim();
+    if (failures) fprintf(stderr, "%d check(s) failed\n", failures);
+    return failures != 0;
+}
