@@ -468,6 +468,13 @@ partial : {
     /* inside a code point: keep the stacks if some top accepts a code point
      * that starts with these bits */
     uint32_t lo = (uint32_t)pval << (6 * prem), hi = lo | ((1u << (6 * prem)) - 1);
+    /* only code points this length may encode: no overlongs (E0 80, F0 80),
+     * nothing past U+10FFFF (F4 90), no surrogates (ED A0) */
+    static const uint32_t min_cp[5] = {0, 0, 0x80, 0x800, 0x10000};
+    if (lo < min_cp[plen]) lo = min_cp[plen];
+    if (hi > 0x10FFFF) hi = 0x10FFFF;
+    if (lo >= 0xD800 && hi <= 0xDFFF) return T_DEAD;
+    if (lo > hi) return T_DEAD;
     const int32_t *p = key + K_HDR;
     bool any = false;
     for (int32_t i = 0; i < key[K_NST] && !any; i++, p += 1 + p[0])

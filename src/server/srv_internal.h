@@ -87,13 +87,13 @@ struct srv_job {
     bool logprobs;
     bool ignore_eos;
     char *cache_salt;
+    grammar *grammar;    /* structured output or a required tool call (NULL: none); freed with the job */
     int n;
     double t_arrival;
     /* Chat output beyond plain text (srv_tools.h). */
     tool_spec tools;         /* the request's tools */
     tool_format parse_fmt;   /* how tool calls are parsed out of the output; NONE: not at all */
     bool think, in_think;    /* split <think> reasoning; the prompt opened a think block */
-    struct grammar *grammar; /* constrains the output (tool_choice required / named); owned */
     int32_t keep_special[ENGINE_MAX_KEEP_SPECIAL]; /* control tokens printed (call markers) */
     int n_keep_special;
     /* Engine thread only. */
@@ -203,6 +203,11 @@ typedef struct api_req {
     long created;
     srv_job *job;
 } api_req;
+
+/* srv_structured.c: response_format, grammar, json_schema, guided_json,
+ * guided_choice, guided_regex, guided_grammar -> j->grammar (400 when bad or
+ * when two of them are given). */
+bool parse_structured(srv *s, const cJSON *body, srv_job *j, api_error *err);
 
 /* Parses a request body (a cJSON object) into r and a new job (r->job). */
 bool openai_parse(srv *s, const cJSON *body, bool chat, api_req *r, api_error *err);

@@ -9,9 +9,6 @@
 #include <time.h>
 
 #include "srv_internal.h"
-#if __has_include("grammar.h")
-#include "grammar.h"
-#endif
 
 srv_job *job_new(srv *s) {
     srv_job *j = calloc(1, sizeof *j);
@@ -50,9 +47,7 @@ static void job_free(srv_job *j) {
     for (int i = 0; i < j->n_stop; i++) free(j->stop[i]);
     free(j->cache_salt);
     tool_spec_free(&j->tools);
-#if __has_include("grammar.h")
     grammar_free(j->grammar);
-#endif
     pthread_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cv);
     free(j);

@@ -10,12 +10,6 @@
 
 #include "srv_internal.h"
 
-/* Constrained decoding (the engine's grammar.h) builds tool_choice "required"
- * and named-function calls; without it those choices are refused. */
-#if __has_include("grammar.h")
-#include "grammar.h"
-#define KVLLM_HAVE_GRAMMAR 1
-#endif
 
 /* ------------------------------------------------------- field access -- */
 
@@ -253,19 +247,20 @@ static bool starts_with(const char *s, const char *prefix) {
     return prefix[0] && strncmp(s, prefix, strlen(prefix)) == 0;
 }
 
-#ifdef KVLLM_HAVE_GRAMMAR
 static bool schema_rules(const char *schema, const char *prefix, kvl_buf *out, char *e, size_t cap) {
     kvl_error ke = {{0}};
     if (json_schema_to_gbnf(schema, prefix, out, &ke)) return true;
     snprintf(e, cap, "%s", ke.msg);
     return false;
 }
-#endif
 
 /* tool_choice "required" or a named function: the output is constrained to
  * calls in the model's own format, each function's arguments to its schema. */
 static bool build_tool_grammar(srv *s, srv_job *j, api_error *err) {
-#ifdef KVLLM_HAVE_GRAMMAR
+    if (j->grammar)
+        return api_fail(err, 400, "tool_choice",
+                        "'tool_choice' \"required\" or a named function cannot be combined with a structured output "
+                        "format (response_format, grammar, json_schema, guided_*)");
     kvl_buf g = {0};
     char msg[512] = "";
     if (!tool_grammar(j->parse_fmt, &j->tools, j->think && j->in_think, schema_rules, &g, msg, sizeof msg)) {
@@ -277,13 +272,6 @@ static bool build_tool_grammar(srv *s, srv_job *j, api_error *err) {
     kvl_buf_free(&g);
     if (!j->grammar) return api_fail(err, 400, "tools", "cannot constrain the tool call: %s", ke.msg);
     return true;
-#else
-    (void)s;
-    (void)j;
-    return api_fail(err, 400, "tool_choice",
-                    "'tool_choice' \"required\" or a named function needs constrained decoding, which this build "
-                    "lacks");
-#endif
 }
 
 /* The control tokens of the call format's markers (and <think>) are printed,
@@ -538,7 +526,7 @@ static bool parse_body(srv *s, const cJSON *b, bool chat, api_req *r, api_error 
     bool ok = parse_unsupported(b, err) && parse_sampling(b, j, err) && parse_stop(b, j, err) &&
               parse_stream(b, r, err) && parse_logprobs(b, chat, r, err) &&
               opt_int(b, "n", 1, SRV_MAX_N, &n, err) && opt_bool(b, "ignore_eos", &j->ignore_eos, err) &&
-              opt_string(b, "cache_salt", &salt, err);
+              opt_string(b, "cache_salt", &salt, err) && parse_structured(s, b, j, err);
     if (!ok) return false;
     if (salt && !salt[0]) return api_fail(err, 400, "cache_salt", "'cache_salt' must be a non-empty string");
     if (salt && !(j->cache_salt = strdup(salt))) return api_fail(err, 500, NULL, "out of memory");

@@ -304,6 +304,31 @@ static void gbnf_lit_opt(kvl_buf *out, const char *s) {
     kvl_buf_puts(out, " ");
 }
 
+/* Objects of a tool's schema that do not say otherwise get
+ * "additionalProperties": false: a call's arguments are the declared
+ * parameters only (xgrammar's strict mode, which vLLM's required tool calls
+ * use), and a random model cannot pad them with keys without end. */
+static void close_objects(cJSON *sch, int depth) {
+    if (!cJSON_IsObject(sch) || depth > 64) return;
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(sch, "type");
+    cJSON *props = cJSON_GetObjectItemCaseSensitive(sch, "properties");
+    bool object = (cJSON_IsString(type) && !strcmp(type->valuestring, "object")) || cJSON_IsObject(props);
+    if (object && !cJSON_GetObjectItemCaseSensitive(sch, "additionalProperties") &&
+        !cJSON_GetObjectItemCaseSensitive(sch, "patternProperties"))
+        cJSON_AddFalseToObject(sch, "additionalProperties");
+    static const char *const maps[] = {"properties", "$defs", "definitions"};
+    for (int i = 0; i < 3; i++) {
+        cJSON *m = cJSON_GetObjectItemCaseSensitive(sch, maps[i]);
+        for (cJSON *c = cJSON_IsObject(m) ? m->child : NULL; c; c = c->next) close_objects(c, depth + 1);
+    }
+    static const char *const lists[] = {"anyOf", "oneOf", "allOf", "prefixItems"};
+    for (int i = 0; i < 4; i++) {
+        cJSON *l = cJSON_GetObjectItemCaseSensitive(sch, lists[i]);
+        for (cJSON *c = cJSON_IsArray(l) ? l->child : NULL; c; c = c->next) close_objects(c, depth + 1);
+    }
+    close_objects(cJSON_GetObjectItemCaseSensitive(sch, "items"), depth + 1);
+}
+
 bool tool_grammar(tool_format f, const tool_spec *t, bool close_think, schema_rules_fn schema_rules, kvl_buf *out,
                   char *err, size_t err_cap) {
     call_shape c = shape_of(f);
@@ -339,8 +364,10 @@ bool tool_grammar(tool_format f, const tool_spec *t, bool close_think, schema_ru
         kvl_buf_puts(out, "\n");
         char prefix[16];
         snprintf(prefix, sizeof prefix, "t%d-", i);
-        char *schema = t->params[i] ? cJSON_PrintUnformatted(t->params[i])
-                                    : strdup("{\"type\": \"object\", \"properties\": {}}");
+        cJSON *sch = t->params[i] ? cJSON_Duplicate(t->params[i], true) : cJSON_Parse("{\"type\": \"object\"}");
+        close_objects(sch, 0);
+        char *schema = sch ? cJSON_PrintUnformatted(sch) : NULL;
+        cJSON_Delete(sch);
         char e[400] = "";
         bool ok = schema && schema_rules(schema, prefix, out, e, sizeof e);
         free(schema);

@@ -129,14 +129,16 @@ const failed = await runTests([
     const client = clientOf(qwen);
     for (let seed = 1; seed <= 3; seed++) {
       const r = await client.chat.completions.create({
-        model: 'stories260K', messages: user, tools: [WEATHER, TIME], tool_choice: 'required', seed, max_tokens: 200,
+        model: 'stories260K', messages: user, tools: [WEATHER, TIME], tool_choice: 'required', seed, max_tokens: 400,
         chat_template_kwargs: { enable_thinking: false },
       });
       const m = r.choices[0].message;
       assertEq(r.choices[0].finish_reason, 'tool_calls', `seed ${seed}: finish ${JSON.stringify(r.choices[0])}`);
       assert(m.tool_calls.length >= 1, 'at least one call');
       m.tool_calls.forEach(validate);
-      assertEq(m.content, null, 'no content besides the calls');
+      // parallel calls are allowed: a call cut off by max_tokens stays content
+      if (r.usage.completion_tokens < 400) assertEq(m.content, null, 'no content besides the calls');
+      else assert(m.content === null || m.content.startsWith('<tool_call>'), `the cut call: ${m.content}`);
     }
   }],
   ['a named function, parallel_tool_calls false: exactly that one call', async () => {

@@ -76,8 +76,33 @@ static void test_matching(void) {
                 (const char *[]){"[]", "[1],[22],[]", NULL}, (const char *[]){"[1],", "[a]", "", NULL});
     /* invalid UTF-8 never matches, not even through a negated class */
     match_cases("root ::= [^a]*", (const char *[]){"", "b\xc3\xa9", NULL}, (const char *[]){"\xc3", "\xc0\x80", "\xed\xa0\x80", "\xff", NULL});
+    grammar *g;
+    /* a lead byte or a prefix that cannot encode an accepted code point is
+     * refused at once, not at the end of the sequence (overlong encodings of
+     * ASCII, surrogates, past U+10FFFF) */
+    g = compile("root ::= [a-z] | [\\u0800-\\uFFFF] | [\\U00010000-\\U0010FFFF]", NULL);
+    if (g) {
+        grammar_state *st = grammar_state_new(g);
+        CHECK(!grammar_state_allows_bytes(st, "\xc1", 1));
+        CHECK(!grammar_state_allows_bytes(st, "\xe0\x81", 2), "E0 81: an overlong form of U+0040..U+007F");
+        CHECK(grammar_state_allows_bytes(st, "\xe0\xa0", 2));
+        CHECK(!grammar_state_allows_bytes(st, "\xed\xa0", 2), "ED A0: a surrogate");
+        CHECK(!grammar_state_allows_bytes(st, "\xf0\x80", 2), "F0 80: overlong");
+        CHECK(!grammar_state_allows_bytes(st, "\xf4\x90", 2), "F4 90: past U+10FFFF");
+        CHECK(grammar_state_allows_bytes(st, "\xf4\x8f", 2));
+        grammar_state_free(st);
+        grammar_free(g);
+    }
+    g = compile("root ::= \"{\" [a-z]", NULL);
+    if (g) {
+        grammar_state *st = grammar_state_new(g);
+        CHECK(!grammar_state_allows_bytes(st, "\xe0", 1), "E0 starts U+0800 or above: cannot be '{'");
+        CHECK(!grammar_state_allows_bytes(st, "\xc1", 1));
+        grammar_state_free(st);
+        grammar_free(g);
+    }
     /* a partial code point: the state can tell whether it may still complete */
-    grammar *g = compile("root ::= \"\xc3\xa9\" | \"\xc3\xa8x\"", NULL);
+    g = compile("root ::= \"\xc3\xa9\" | \"\xc3\xa8x\"", NULL);
     if (g) {
         grammar_state *st = grammar_state_new(g);
         CHECK(grammar_state_accept_bytes(st, "\xc3", 1));

@@ -1,0 +1,128 @@
+/* Structured output: the request fields that constrain generation, compiled
+ * into one grammar that the job owns (job_free frees it).
+ *
+ *   response_format  {type: text | json_object | json_schema, json_schema: {name, schema, strict}}
+ *                    (OpenAI; llama-server also reads {type: json_object, schema})
+ *   grammar          GBNF text (llama-server)       guided_grammar  GBNF text (vLLM)
+ *   json_schema      a schema object (llama-server) guided_json     a schema, object or JSON text (vLLM)
+ *   guided_choice    array of strings (vLLM)        guided_regex    a regular expression (vLLM)
+ *
+ * At most one of them may constrain a request; a schema, regex or grammar
+ * that does not compile is a 400 naming the field and the reason. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "srv_internal.h"
+
+static const cJSON *present(const cJSON *o, const char *k) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    return v && !cJSON_IsNull(v) ? v : NULL;
+}
+
+/* A schema given as an object, a boolean or JSON text, as GBNF. */
+static bool schema_gbnf(const cJSON *schema, const char *param, kvl_buf *g, api_error *err) {
+    char *text = NULL;
+    if (cJSON_IsString(schema)) text = strdup(schema->valuestring);
+    else if (cJSON_IsObject(schema) || cJSON_IsBool(schema)) text = cJSON_PrintUnformatted(schema);
+    else return api_fail(err, 400, param, "'%s' must be a JSON schema (an object)", param);
+    if (!text) return api_fail(err, 500, NULL, "out of memory");
+    kvl_error e = {{0}};
+    kvl_buf_puts(g, "root ::= j-root\n");
+    bool ok = json_schema_to_gbnf(text, "j-", g, &e);
+    free(text);
+    if (!ok) return api_fail(err, 400, param, "'%s': %s", param, e.msg);
+    return true;
+}
+
+static bool response_format(const cJSON *rf, kvl_buf *g, bool *none, api_error *err) {
+    if (!cJSON_IsObject(rf)) return api_fail(err, 400, "response_format", "'response_format' must be an object");
+    const cJSON *type = present(rf, "type");
+    if (!cJSON_IsString(type))
+        return api_fail(err, 400, "response_format", "'response_format.type' must be \"text\", \"json_object\" or \"json_schema\"");
+    const char *t = type->valuestring;
+    if (strcmp(t, "text") == 0) {
+        *none = true;
+        return true;
+    }
+    if (strcmp(t, "json_object") == 0) {
+        const cJSON *schema = present(rf, "schema");
+        if (schema) return schema_gbnf(schema, "response_format.schema", g, err);
+        cJSON *o = cJSON_Parse("{\"type\":\"object\"}"); /* any JSON object */
+        bool ok = o ? schema_gbnf(o, "response_format", g, err) : api_fail(err, 500, NULL, "out of memory");
+        cJSON_Delete(o);
+        return ok;
+    }
+    if (strcmp(t, "json_schema") == 0) {
+        const cJSON *js = present(rf, "json_schema");
+        if (!cJSON_IsObject(js))
+            return api_fail(err, 400, "response_format.json_schema", "'response_format.json_schema' must be an object");
+        const cJSON *strict = present(js, "strict");
+        if (strict && !cJSON_IsBool(strict))
+            return api_fail(err, 400, "response_format.json_schema.strict", "'strict' must be a boolean");
+        const cJSON *schema = present(js, "schema");
+        if (!schema) { /* OpenAI makes the schema optional: then any JSON value */
+            cJSON *any = cJSON_CreateObject();
+            bool ok = any && schema_gbnf(any, "response_format.json_schema.schema", g, err);
+            cJSON_Delete(any);
+            return ok;
+        }
+        return schema_gbnf(schema, "response_format.json_schema.schema", g, err);
+    }
+    return api_fail(err, 400, "response_format.type",
+                    "'response_format.type' must be \"text\", \"json_object\" or \"json_schema\" (got \"%s\")", t);
+}
+
+bool parse_structured(srv *s, const cJSON *b, srv_job *j, api_error *err) {
+    static const char *const fields[] = {"response_format", "grammar", "json_schema", "guided_json",
+                                         "guided_choice", "guided_regex", "guided_grammar"};
+    const char *which = NULL;
+    kvl_buf g = {0};
+    bool ok = true;
+    for (size_t i = 0; ok && i < sizeof fields / sizeof *fields; i++) {
+        const char *f = fields[i];
+        const cJSON *v = present(b, f);
+        if (!v) continue;
+        bool none = false;
+        kvl_buf one = {0};
+        if (strcmp(f, "response_format") == 0) {
+            ok = response_format(v, &one, &none, err);
+        } else if (strcmp(f, "grammar") == 0 || strcmp(f, "guided_grammar") == 0) {
+            if (!cJSON_IsString(v)) ok = api_fail(err, 400, f, "'%s' must be a string (GBNF)", f);
+            else kvl_buf_puts(&one, v->valuestring);
+        } else if (strcmp(f, "json_schema") == 0 || strcmp(f, "guided_json") == 0) {
+            ok = schema_gbnf(v, f, &one, err);
+        } else if (strcmp(f, "guided_choice") == 0) {
+            if (!cJSON_IsArray(v) || !v->child) ok = api_fail(err, 400, f, "'guided_choice' must be a non-empty array of strings");
+            kvl_buf_puts(&one, "root ::= ");
+            for (const cJSON *c = v->child; ok && c; c = c->next) {
+                if (!cJSON_IsString(c)) {
+                    ok = api_fail(err, 400, f, "'guided_choice' must be a non-empty array of strings");
+                    break;
+                }
+                if (c != v->child) kvl_buf_puts(&one, " | ");
+                gbnf_append_literal(&one, c->valuestring, strlen(c->valuestring));
+            }
+            kvl_buf_puts(&one, "\n");
+        } else { /* guided_regex */
+            kvl_error e = {{0}};
+            if (!cJSON_IsString(v)) ok = api_fail(err, 400, f, "'guided_regex' must be a string");
+            kvl_buf_puts(&one, "root ::= r-root\n");
+            if (ok && !regex_to_gbnf(v->valuestring, "r-", false, &one, &e)) ok = api_fail(err, 400, f, "'guided_regex': %s", e.msg);
+        }
+        if (ok && !none) {
+            if (which) ok = api_fail(err, 400, f, "'%s' and '%s' both constrain the output; send only one", which, f);
+            which = f;
+            kvl_buf_free(&g);
+            g = one;
+        } else {
+            kvl_buf_free(&one);
+        }
+    }
+    if (ok && which) {
+        if (g.oom) ok = api_fail(err, 500, NULL, "out of memory");
+        kvl_error e = {{0}};
+        if (ok && !(j->grammar = grammar_compile(g.p ? g.p : "", s->vocab, &e))) ok = api_fail(err, 400, which, "'%s': %s", which, e.msg);
+    }
+    kvl_buf_free(&g);
+    return ok;
+}
