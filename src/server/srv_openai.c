@@ -323,7 +323,7 @@ static bool parse_chat_prompt(srv *s, const cJSON *body, srv_job *j, api_error *
     if (!parse_tools(s, body, j, err)) return false;
     bool template_tools = s->jinja && s->caps.reads_tools && j->tools.n > 0;
     char *system_extra = NULL;
-    if (j->parse_fmt != TOOL_FMT_NONE && !template_tools) {
+    if (j->tools.n > 0 && j->tools.choice != TOOL_CHOICE_NONE && !template_tools) {
         system_extra = tool_system_prompt(j->parse_fmt, &j->tools);
         if (!system_extra) return api_fail(err, 500, NULL, "out of memory");
     }

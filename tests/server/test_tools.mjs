@@ -29,7 +29,8 @@ const start = (name, extra) => startServer(bin, ['-m', 'models/stories260K.gguf'
 const qwen = await start('qwen3', ['--chat-template-file', `${DIR}/Qwen-Qwen3-0.6B.jinja`]);
 const r1 = await start('r1', ['--chat-template-file', `${DIR}/deepseek-ai-DeepSeek-R1-Distill-Llama-8B.jinja`]);
 const plain = await start('no-template', []);
-const servers = [qwen, r1, plain];
+const oss = await start('gpt-oss', ['--chat-template-file', `${DIR}/openai-gpt-oss-120b.jinja`]);
+const servers = [qwen, r1, plain, oss];
 const clientOf = (s) => new OpenAI({ baseURL: `${s.url}/v1`, apiKey: 'none', maxRetries: 0, timeout: 120000 });
 const post = (s, path, body) => rawRequest(s.url, { path, body: JSON.stringify(body) });
 
@@ -206,6 +207,29 @@ const failed = await runTests([
       model: 'stories260K', messages: user, tools: [WEATHER], tool_choice: 'required', max_tokens: 200, seed: 2 });
     assertEq(r.choices[0].finish_reason, 'tool_calls', JSON.stringify(r.choices[0]));
     validate(r.choices[0].message.tool_calls[0]);
+  }],
+  ['reasoning_effort reaches the template (gpt-oss)', async () => {
+    const o = oracle('openai-gpt-oss-120b');
+    const d = new Date();
+    const today = `${d.getFullYear()}-${String(d.getMonth() + 1).padStart(2, '0')}-${String(d.getDate()).padStart(2, '0')}`;
+    for (const effort of ['low', 'high']) {
+      const kw = effort === 'low' ? { reasoning_effort: 'low' } : {};
+      let text = rendered(o, 'c10_reasoning_content', kw).replaceAll(o.fixed_date, today);
+      if (effort === 'high') text = text.replace('Reasoning: medium', 'Reasoning: high');
+      const c = await post(oss, '/v1/completions', { prompt: text, max_tokens: 1 });
+      const chat = await post(oss, '/v1/chat/completions', { messages: cases.c10_reasoning_content.messages, max_tokens: 1,
+        reasoning_effort: effort });
+      assertEq(chat.status, 200, chat.text);
+      assertEq(chat.json.usage.prompt_tokens, c.json.usage.prompt_tokens, `${effort}: prompt tokens`);
+      assert(chat.json.usage.prompt_tokens_details.cached_tokens >= c.json.usage.prompt_tokens - 16, `${effort}: same text`);
+    }
+  }],
+  ['gpt-oss: output without harmony channels is content, streamed or not', async () => {
+    const body = { model: 'stories260K', messages: user, max_tokens: 16, temperature: 0 };
+    const whole = await clientOf(oss).chat.completions.create(body);
+    const s = await streamed(clientOf(oss), body);
+    assertEq(s.content, whole.choices[0].message.content, 'same content');
+    assert(s.content.length > 0, 'content');
   }],
   ['bad tools and tool_choice are 400s naming the field', async () => {
     const bad = async (body, param) => {
