@@ -14,7 +14,7 @@
 #include "srv_tools.h"
 
 const char *tool_format_name(tool_format f) {
-    static const char *const names[] = {"none",    "generic",     "hermes",   "qwen-xml",
+    static const char *const names[] = {"none",    "generic",     "hermes",   "qwen-xml", "glm",
                                         "llama3",  "mistral",     "mistral-v11", "deepseek",
                                         "deepseek-r1", "kimi",    "functionary", "gpt-oss"};
     return (unsigned)f < sizeof names / sizeof names[0] ? names[f] : "?";
@@ -44,6 +44,7 @@ void chat_caps_detect(const char *src, chat_caps *c) {
     c->thinks = has(src, "<think>") || has(src, "</think>");
     /* The most specific markers first: Qwen3.5 writes <function=...> inside <tool_call>. */
     if (has(src, "<tool_call>") && has(src, "<function=")) c->format = TOOL_FMT_QWEN_XML;
+    else if (has(src, "<tool_call>") && has(src, "<arg_key>")) c->format = TOOL_FMT_GLM;
     else if (has(src, "<tool_call>")) c->format = TOOL_FMT_HERMES;
     else if (has(src, "[TOOL_CALLS]") && has(src, "[ARGS]")) c->format = TOOL_FMT_MISTRAL_V11;
     else if (has(src, "[TOOL_CALLS]")) c->format = TOOL_FMT_MISTRAL;
@@ -213,7 +214,8 @@ typedef struct call_shape {
 static call_shape shape_of(tool_format f) {
     switch (f) {
     case TOOL_FMT_HERMES:
-    case TOOL_FMT_QWEN_XML: /* our parser reads a JSON body inside <tool_call> for this format too */
+    case TOOL_FMT_QWEN_XML: /* our parser reads a JSON body inside <tool_call> for these formats too */
+    case TOOL_FMT_GLM:
         return (call_shape){"", "<tool_call>\n{\"name\": \"", "\", \"arguments\": ", "}\n</tool_call>", "\n", "", true};
     case TOOL_FMT_LLAMA3: return (call_shape){"", "{\"name\": \"", "\", \"parameters\": ", "}", "", "", false};
     case TOOL_FMT_MISTRAL:
@@ -247,7 +249,8 @@ int tool_format_markers(tool_format f, const char **out, int cap) {
     int n = 0;
     switch (f) {
     case TOOL_FMT_HERMES:
-    case TOOL_FMT_QWEN_XML: m = hermes, n = 2; break;
+    case TOOL_FMT_QWEN_XML:
+    case TOOL_FMT_GLM: m = hermes, n = 2; break;
     case TOOL_FMT_LLAMA3: m = llama3, n = 1; break;
     case TOOL_FMT_MISTRAL:
     case TOOL_FMT_MISTRAL_V11: m = mistral, n = 3; break;
@@ -555,6 +558,8 @@ static const char *param_type(const out_parser *p, const char *fn, const char *k
     return "";
 }
 
+static cJSON *param_value(const out_parser *p, const char *fn, const char *key, const char *v, size_t vn);
+
 /* <function=N><parameter=K>\nV\n</parameter>...</function>: a value is JSON
  * unless the schema says string (what Qwen3-Coder's own parser does). */
 static bool add_call_xml(out_parser *p, parse_out *o, const char *s, size_t n) {
@@ -581,13 +586,7 @@ static bool add_call_xml(out_parser *p, parse_out *o, const char *s, size_t n) {
         size_t vn = (size_t)(pe - v);
         if (vn && v[0] == '\n') v++, vn--; /* the template writes the value on its own line */
         if (vn && v[vn - 1] == '\n') vn--;
-        cJSON *val = NULL;
-        if (key && strcmp(param_type(p, name, key), "string") != 0) val = parse_json(v, vn);
-        if (!val) {
-            char *sv = strndup(v, vn);
-            val = sv ? cJSON_CreateString(sv) : NULL;
-            free(sv);
-        }
+        cJSON *val = key ? param_value(p, name, key, v, vn) : NULL;
         ok = key && val && cJSON_AddItemToObject(args, key, val);
         if (!ok) cJSON_Delete(val);
         free(key);
@@ -595,6 +594,52 @@ static bool add_call_xml(out_parser *p, parse_out *o, const char *s, size_t n) {
     }
     ok = ok && add_call(p, o, name, strlen(name), args);
     free(name);
+    cJSON_Delete(args);
+    return ok;
+}
+
+/* A parameter value of the XML-like formats: JSON unless the function's
+ * schema says string (what the models' own parsers do). */
+static cJSON *param_value(const out_parser *p, const char *fn, const char *key, const char *v, size_t vn) {
+    cJSON *val = NULL;
+    if (strcmp(param_type(p, fn, key), "string") != 0) val = parse_json(v, vn);
+    if (!val) {
+        char *sv = strndup(v, vn);
+        val = sv ? cJSON_CreateString(sv) : NULL;
+        free(sv);
+    }
+    return val;
+}
+
+/* NAME\n<arg_key>K</arg_key>\n<arg_value>V</arg_value>... (GLM 4.5/4.6) */
+static bool add_call_glm(out_parser *p, parse_out *o, const char *s, size_t n) {
+    const char *end = s + n, *q = s;
+    while (q < end && *q != '\n' && *q != '<') q++;
+    const char *name = s;
+    size_t nl = (size_t)(q - s);
+    trim(&name, &nl);
+    char *fn = strndup(name, nl);
+    cJSON *args = cJSON_CreateObject();
+    bool ok = fn && args && nl;
+    while (ok) {
+        const char *k = find_n(q, (size_t)(end - q), "<arg_key>");
+        if (!k) break;
+        const char *ke = find_n(k, (size_t)(end - k), "</arg_key>");
+        const char *v = ke ? find_n(ke, (size_t)(end - ke), "<arg_value>") : NULL;
+        const char *ve = v ? find_n(v, (size_t)(end - v), "</arg_value>") : NULL;
+        if (!ve) {
+            ok = false;
+            break;
+        }
+        char *key = strndup(k + 9, (size_t)(ke - k - 9));
+        cJSON *val = key ? param_value(p, fn, key, v + 11, (size_t)(ve - v - 11)) : NULL;
+        ok = key && val && cJSON_AddItemToObject(args, key, val);
+        if (!ok) cJSON_Delete(val);
+        free(key);
+        q = ve + 12;
+    }
+    ok = ok && add_call(p, o, fn, nl, args);
+    free(fn);
     cJSON_Delete(args);
     return ok;
 }
@@ -612,7 +657,8 @@ static const char *const *start_markers(tool_format f, int *n) {
     static const char *const functionary[] = {"<function="};
     switch (f) {
     case TOOL_FMT_HERMES:
-    case TOOL_FMT_QWEN_XML: *n = 1; return hermes;
+    case TOOL_FMT_QWEN_XML:
+    case TOOL_FMT_GLM: *n = 1; return hermes;
     case TOOL_FMT_LLAMA3: *n = 1; return llama3;
     case TOOL_FMT_MISTRAL:
     case TOOL_FMT_MISTRAL_V11: *n = 1; return mistral;
@@ -631,7 +677,8 @@ static size_t region_len(tool_format f, const char *m, const char *s, size_t n, 
     const char *endm = NULL;
     switch (f) {
     case TOOL_FMT_HERMES:
-    case TOOL_FMT_QWEN_XML: endm = "</tool_call>"; break;
+    case TOOL_FMT_QWEN_XML:
+    case TOOL_FMT_GLM: endm = "</tool_call>"; break;
     case TOOL_FMT_FUNCTIONARY: endm = "</function>"; break;
     case TOOL_FMT_DEEPSEEK:
     case TOOL_FMT_DEEPSEEK_R1: endm = !strcmp(m, DS_CALLS_BEGIN) ? DS_CALLS_END : DS_CALL_END; break;
@@ -672,6 +719,14 @@ static int parse_region(out_parser *p, parse_out *o, const char *m, const char *
         trim(&b, &bn);
         if (bn && b[0] == '{') add_calls_json(p, o, b, bn, false);
         else add_call_xml(p, o, b, bn);
+        break;
+    }
+    case TOOL_FMT_GLM: {
+        const char *e = find_n(b, bn, "</tool_call>");
+        if (e) bn = (size_t)(e - b);
+        trim(&b, &bn);
+        if (bn && b[0] == '{') add_calls_json(p, o, b, bn, false);
+        else add_call_glm(p, o, b, bn);
         break;
     }
     case TOOL_FMT_FUNCTIONARY: {

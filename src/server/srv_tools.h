@@ -13,6 +13,7 @@
  *                (Qwen 2.5/3, Hermes 2 Pro, Granite 4, MiMo, Reka)
  *   QWEN_XML     <tool_call><function=N><parameter=K>V</parameter></function></tool_call>
  *                (Qwen3.5, Qwen3-Coder, Nemotron 3; a JSON body is accepted too)
+ *   GLM          <tool_call>N\n<arg_key>K</arg_key>\n<arg_value>V</arg_value>...</tool_call>  (GLM 4.5/4.6)
  *   LLAMA3       {"name": N, "parameters": {...}} as the whole answer, or after <|python_tag|>
  *   MISTRAL      [TOOL_CALLS][{"name": N, "arguments": {...}}, ...]   (Nemo)
  *   MISTRAL_V11  [TOOL_CALLS]N[CALL_ID]id[ARGS]{...}  ([CALL_ID] optional; Small 3.2, Ministral 3)
@@ -41,6 +42,7 @@ typedef enum tool_format {
     TOOL_FMT_GENERIC,
     TOOL_FMT_HERMES,
     TOOL_FMT_QWEN_XML,
+    TOOL_FMT_GLM,
     TOOL_FMT_LLAMA3,
     TOOL_FMT_MISTRAL,
     TOOL_FMT_MISTRAL_V11,

@@ -156,6 +156,7 @@ static const sample SAMPLES[] = {
     {"Qwen3.5-4B", "c11_parallel_tool_calls", TOOL_FMT_QWEN_XML, "<|im_start|>assistant\n", "<|im_end|>", true},
     {"NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", "c11_parallel_tool_calls", TOOL_FMT_QWEN_XML, "<|im_start|>assistant\n",
      "<|im_end|>", true},
+    {"GLM-4.6", "c11_parallel_tool_calls", TOOL_FMT_GLM, "<|assistant|>\n<think></think>\n", "<|observation|>", true},
     {"meta-llama-Llama-3.1-8B-Instruct", "c07a_tool_roundtrip_args_object", TOOL_FMT_LLAMA3,
      "<|start_header_id|>assistant<|end_header_id|>\n\n", "<|eot_id|>", false},
     {"meta-llama-Llama-3.2-3B-Instruct", "c07b_tool_roundtrip_args_string", TOOL_FMT_LLAMA3,
