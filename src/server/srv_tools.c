@@ -335,7 +335,8 @@ static void close_objects(cJSON *sch, int depth) {
 bool tool_grammar(tool_format f, const tool_spec *t, bool close_think, schema_rules_fn schema_rules, kvl_buf *out,
                   char *err, size_t err_cap) {
     call_shape c = shape_of(f);
-    bool many = t->parallel && c.parallel;
+    /* A named function is called once (vLLM and llama-server constrain it to one call too). */
+    bool many = t->parallel && c.parallel && t->choice != TOOL_CHOICE_NAMED;
     kvl_buf_puts(out, "root ::= ");
     if (close_think) gbnf_lit_opt(out, "</think>\n\n");
     gbnf_lit_opt(out, c.open);

@@ -98,8 +98,8 @@ char *tool_system_prompt(tool_format f, const tool_spec *t);
 int tool_format_markers(tool_format f, const char **out, int cap);
 
 /* GBNF (llama.cpp syntax) of the calls format f allows for t's tool_choice
- * (required: any function; named: that one), one call or, with
- * parallel_tool_calls, one or more. Each function's arguments follow its
+ * (required: any function, one call or, with parallel_tool_calls, one or
+ * more; named: one call of that function). Each function's arguments follow its
  * parameter schema through schema_rules(schema JSON, rule prefix, out, err),
  * which appends the rules (the value rule is <prefix>root). close_think: the
  * output starts inside a <think> block, which the grammar closes first. */

@@ -429,6 +429,12 @@ static void test_grammar_text(void) {
                        "t1-root ::= \"{}\"\n";
     CHECK(g.p && !strcmp(g.p, want), "grammar:\n%s", g.p);
     kvl_buf_free(&g);
+    t.choice = TOOL_CHOICE_NAMED; /* parallel_tool_calls still true: one call all the same */
+    t.named = 0;
+    CHECK(tool_grammar(TOOL_FMT_HERMES, &t, false, fake_rules, &g, err, sizeof err), "%s", err);
+    kvl_buf_puts(&g, "");
+    CHECK(g.p && !strncmp(g.p, "root ::= call \ncall ::= fn0\n", 27) && !strstr(g.p, "fn1"), "named:\n%s", g.p);
+    kvl_buf_free(&g);
     t.parallel = false;
     t.choice = TOOL_CHOICE_NAMED;
     t.named = 1;
