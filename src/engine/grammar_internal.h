@@ -68,6 +68,28 @@ static inline bool gset_meets(const grammar *g, int32_t set, uint32_t lo, uint32
     return c <= hi;
 }
 
+/* Whether every code point in [lo, hi] is in the set. */
+static inline bool gset_covers(const grammar *g, int32_t set, uint32_t lo, uint32_t hi) {
+    const gset *s = &g->sets[set];
+    const uint32_t *r = g->ranges + 2 * s->off;
+    if (s->negate) {
+        for (int32_t i = 0; i < s->n; i++)
+            if (r[2 * i] <= hi && r[2 * i + 1] >= lo) return false;
+        return true;
+    }
+    uint32_t c = lo;
+    for (bool moved = true; moved;) {
+        moved = false;
+        for (int32_t i = 0; i < s->n; i++)
+            if (c >= r[2 * i] && c <= r[2 * i + 1]) {
+                if (r[2 * i + 1] >= hi) return true;
+                c = r[2 * i + 1] + 1;
+                moved = true;
+            }
+    }
+    return false;
+}
+
 /* grammar_match.c: the tables of a vocabulary (shared, reference counted). */
 gvocab *gvocab_acquire(const tok_vocab *v, kvl_error *err);
 void gvocab_release(gvocab *gv);

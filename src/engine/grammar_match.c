@@ -22,14 +22,19 @@
 /* All token texts sorted and laid out as a trie in preorder: node i's subtree
  * is [i, end[i]); node 0 is the root (the empty prefix). Walking it is a
  * linear scan that jumps to end[i] when byte[i] is refused. */
+typedef struct gnode {
+    uint32_t end;   /* first node after the subtree */
+    uint16_t depth; /* bytes of the text */
+    uint8_t byte;   /* the last one */
+    uint8_t has_tok;
+} gnode;
+
 struct gvocab {
     uint64_t uid;
     int refs;
     int32_t n_vocab;
     int32_t n_nodes;
-    uint32_t *end;
-    uint16_t *depth;
-    uint8_t *byte;
+    gnode *node;
     int32_t *tok_off; /* tokens ending at node i: toks[tok_off[i] .. tok_off[i + 1]) */
     int32_t *toks;
     int32_t *eog;
@@ -45,9 +50,7 @@ static gvocab *vocab_cache;
 
 static void gvocab_free(gvocab *gv) {
     if (!gv) return;
-    free(gv->end);
-    free(gv->depth);
-    free(gv->byte);
+    free(gv->node);
     free(gv->tok_off);
     free(gv->toks);
     free(gv->eog);
@@ -108,22 +111,18 @@ static gvocab *gvocab_build(const tok_vocab *v) {
     }
     /* at most one node per byte of text, plus the root */
     int64_t cap = total + 1;
-    gv->end = ok ? malloc((size_t)cap * sizeof *gv->end) : NULL;
-    gv->depth = ok ? malloc((size_t)cap * sizeof *gv->depth) : NULL;
-    gv->byte = ok ? malloc((size_t)cap) : NULL;
+    gv->node = ok ? calloc((size_t)cap, sizeof *gv->node) : NULL;
     gv->tok_off = ok ? malloc((size_t)(cap + 1) * sizeof *gv->tok_off) : NULL;
     gv->toks = ok ? malloc((size_t)(n > 0 ? n : 1) * sizeof *gv->toks) : NULL;
     int32_t *path = ok ? malloc((MAX_TOKEN_BYTES + 2) * sizeof *path) : NULL;
     int32_t *tnode = ok ? malloc((size_t)(n > 0 ? n : 1) * sizeof *tnode) : NULL;
-    ok = ok && gv->end && gv->depth && gv->byte && gv->tok_off && gv->toks && path && tnode;
+    ok = ok && gv->node && gv->tok_off && gv->toks && path && tnode;
     if (ok) {
         /* Sorted texts: each new text shares a prefix with the previous one; the
          * nodes deeper than that prefix are closed (their subtree ends here) and
          * the rest of the text opens new ones. A token's node is therefore the
          * previous token's (same text) or a newer one: tnode never decreases. */
         int32_t nodes = 1, depth = 0;
-        gv->depth[0] = 0;
-        gv->byte[0] = 0;
         path[0] = 0;
         const char *prev = "";
         uint32_t prev_len = 0;
@@ -132,20 +131,21 @@ static gvocab *gvocab_build(const tok_vocab *v) {
             const char *t = gv->text[id];
             uint32_t len = gv->text_len[id], lcp = 0;
             while (lcp < len && lcp < prev_len && t[lcp] == prev[lcp]) lcp++;
-            while (depth > (int32_t)lcp) gv->end[path[depth--]] = (uint32_t)nodes;
+            while (depth > (int32_t)lcp) gv->node[path[depth--]].end = (uint32_t)nodes;
             for (uint32_t d = lcp; d < len; d++) {
                 int32_t nd = nodes++;
-                gv->depth[nd] = (uint16_t)(d + 1);
-                gv->byte[nd] = (uint8_t)t[d];
+                gv->node[nd].depth = (uint16_t)(d + 1);
+                gv->node[nd].byte = (uint8_t)t[d];
                 path[++depth] = nd;
             }
             gv->toks[k] = id;
             tnode[k] = path[depth];
+            gv->node[path[depth]].has_tok = 1;
             if ((int32_t)len > gv->max_depth) gv->max_depth = (int32_t)len;
             prev = t;
             prev_len = len;
         }
-        while (depth >= 0) gv->end[path[depth--]] = (uint32_t)nodes;
+        while (depth >= 0) gv->node[path[depth--]].end = (uint32_t)nodes;
         gv->n_nodes = nodes;
         int32_t k = 0;
         for (int32_t i = 0; i < nodes; i++) {
@@ -206,6 +206,7 @@ void grammar_vocab_cache_trim(void) {
  * stack: its length and its positions, bottom first], stacks sorted. */
 enum { K_PVAL = 0, K_PREM = 1, K_NST = 2, K_HDR = 3 };
 enum { T_UNKNOWN = -2, T_DEAD = -1 };
+#define P_UNIFORM 0x100 /* in key[K_PREM]: a partial code point whose bits no longer matter */
 #define STATE_SOFT_LIMIT 4096 /* states kept between steps; the cache restarts past it */
 #define MAX_STACK_WORDS (1 << 24)
 
@@ -213,7 +214,6 @@ typedef struct srec {
     int64_t key_off;
     int32_t key_len;
     uint32_t hash;
-    int32_t *trans; /* [256], NULL until the first transition is asked */
     bool can_end, must_end;
 } srec;
 
@@ -223,6 +223,7 @@ struct grammar_state {
     int64_t n_keys, cap_keys;
     srec *st;
     int32_t n_st, cap_st;
+    int32_t *trans; /* [cap_st][256] byte transitions, T_UNKNOWN until computed */
     int32_t *ht; /* state ids, -1 empty; size ht_cap (a power of two) */
     uint32_t ht_cap;
     int32_t cur;
@@ -278,8 +279,12 @@ static int32_t intern(grammar_state *st, const int32_t *key, int32_t len) {
         srec *s = realloc(st->st, (size_t)c * sizeof *s);
         if (!s) return -1;
         st->st = s;
+        int32_t *t = realloc(st->trans, (size_t)c * 256 * sizeof *t);
+        if (!t) return -1;
+        st->trans = t;
         st->cap_st = c;
     }
+    for (int i = 0; i < 256; i++) st->trans[(size_t)st->n_st * 256 + i] = T_UNKNOWN;
     if (st->n_keys + len > st->cap_keys) {
         int64_t c = st->cap_keys ? st->cap_keys : 1024;
         while (c < st->n_keys + len) c *= 2;
@@ -415,12 +420,78 @@ static void scratch_reset(grammar_state *st) {
     st->overflow = false;
 }
 
+/* Advances every stack of state id whose top accepts cp (all of them when
+ * any_cp: a uniform partial state, whose stacks all take what comes). */
+static int32_t advance(grammar_state *st, int32_t id, uint32_t cp, bool any_cp) {
+    const grammar *g = st->g;
+    scratch_reset(st);
+    const int32_t *key = key_of(st, id);
+    const int32_t *p = key + K_HDR;
+    int32_t ns = key[K_NST];
+    int32_t local[64];
+    for (int32_t i = 0; i < ns; i++, p += 1 + p[0]) {
+        int32_t len = p[0];
+        if (len == 0) continue;
+        int32_t top = p[len];
+        if (!any_cp && !gset_has(g, g->elems[top].arg, cp)) continue;
+        /* expand only appends to st->out, never to the key arena p points into */
+        int32_t *tmp = len - 1 <= 64 ? local : malloc((size_t)(len - 1) * sizeof *tmp);
+        if (!tmp) break;
+        memcpy(tmp, p + 1, (size_t)(len - 1) * sizeof *tmp);
+        expand(st, tmp, len - 1, top + 1);
+        if (tmp != local) free(tmp);
+    }
+    return intern_out(st, 0, 0);
+}
+
+/* A uniform partial state from state id: its stacks whose tops take [lo, hi]. */
+static int32_t uniform_from(grammar_state *st, int32_t id, int32_t prem, int32_t plen, uint32_t lo, uint32_t hi) {
+    const grammar *g = st->g;
+    const int32_t *key = key_of(st, id);
+    int32_t len = st->st[id].key_len;
+    int32_t *k = malloc((size_t)len * sizeof *k);
+    if (!k) return T_DEAD;
+    const int32_t *p = key + K_HDR;
+    int32_t n = K_HDR, ns = 0;
+    for (int32_t i = 0; i < key[K_NST]; i++, p += 1 + p[0])
+        if (p[0] > 0 && gset_meets(g, g->elems[p[p[0]]].arg, lo, hi)) {
+            memcpy(k + n, p, (size_t)(1 + p[0]) * sizeof *p);
+            n += 1 + p[0];
+            ns++;
+        }
+    k[K_PVAL] = 0;
+    k[K_PREM] = prem | plen << 4 | P_UNIFORM;
+    k[K_NST] = ns;
+    int32_t nid = intern(st, k, n);
+    free(k);
+    return nid < 0 ? T_DEAD : nid;
+}
+
+/* The uniform partial state with one byte fewer to go. */
+static int32_t uniform_partial(grammar_state *st, int32_t id, int32_t prem, int32_t plen) {
+    int32_t len = st->st[id].key_len;
+    int32_t *k = malloc((size_t)len * sizeof *k);
+    if (!k) return T_DEAD;
+    memcpy(k, key_of(st, id), (size_t)len * sizeof *k);
+    k[K_PREM] = prem | plen << 4 | P_UNIFORM;
+    int32_t nid = intern(st, k, len);
+    free(k);
+    return nid < 0 ? T_DEAD : nid;
+}
+
 /* The state after reading byte b in state id (computed, not cached). */
 static int32_t step_byte(grammar_state *st, int32_t id, uint8_t b) {
     const grammar *g = st->g;
     const int32_t *key = key_of(st, id);
-    int32_t pval = key[K_PVAL], prem = key[K_PREM] & 15, plen = key[K_PREM] >> 4;
-    uint32_t cp;
+    int32_t pval = key[K_PVAL], prem = key[K_PREM] & 15, plen = (key[K_PREM] >> 4) & 15;
+    const bool uniform = key[K_PREM] & P_UNIFORM;
+    uint32_t cp = 0;
+    if (uniform) {
+        /* every stack here takes any code point these bytes can still make */
+        if ((b & 0xC0) != 0x80) return T_DEAD;
+        if (--prem > 0) return uniform_partial(st, id, prem, plen);
+        return advance(st, id, 0, true);
+    }
     if (prem == 0) {
         if (b < 0x80) {
             cp = b;
@@ -440,30 +511,7 @@ static int32_t step_byte(grammar_state *st, int32_t id, uint8_t b) {
         if ((plen == 3 && cp < 0x800) || (plen == 4 && (cp < 0x10000 || cp > 0x10FFFF)) || (cp >= 0xD800 && cp <= 0xDFFF))
             return T_DEAD;
     }
-    {
-        /* a whole code point: advance every stack whose top accepts it */
-        scratch_reset(st);
-        const int32_t *p = key + K_HDR;
-        int32_t ns = key[K_NST];
-        int32_t *tmp = NULL;
-        for (int32_t i = 0; i < ns; i++, p += 1 + p[0]) {
-            int32_t len = p[0];
-            if (len == 0) continue;
-            int32_t top = p[len];
-            if (!gset_has(g, g->elems[top].arg, cp)) continue;
-            /* copy: expand may grow the key arena that p points into */
-            int32_t *t = realloc(tmp, (size_t)len * sizeof *t);
-            if (!t) break;
-            tmp = t;
-            memcpy(tmp, p + 1, (size_t)(len - 1) * sizeof *tmp);
-            int64_t off = p - st->keys;
-            expand(st, tmp, len - 1, top + 1);
-            key = key_of(st, id);
-            p = st->keys + off;
-        }
-        free(tmp);
-        return intern_out(st, 0, 0);
-    }
+    return advance(st, id, cp, false);
 partial : {
     /* inside a code point: keep the stacks if some top accepts a code point
      * that starts with these bits */
@@ -480,6 +528,24 @@ partial : {
     for (int32_t i = 0; i < key[K_NST] && !any; i++, p += 1 + p[0])
         any = p[0] > 0 && gset_meets(g, g->elems[p[p[0]]].arg, lo, hi);
     if (!any) return T_DEAD;
+    /* When each stack takes either all or none of the code points still
+     * possible, the exact bits no longer matter: keep the stacks that take
+     * them, and forget the bits. Inside a string, where a class takes every
+     * non-ASCII code point, this makes one state per remaining byte count
+     * instead of one per prefix. Not for leads whose next byte may still make
+     * an overlong form, a surrogate or a value past U+10FFFF. */
+    const int consumed = plen - prem;
+    const int lead = consumed == 1 ? (int)b : -1;
+    if (plen == 2 || consumed >= 2 || !(lead == 0xE0 || lead == 0xED || lead == 0xF0 || lead == 0xF4)) {
+        bool uni = true;
+        p = key + K_HDR;
+        for (int32_t i = 0; i < key[K_NST] && uni; i++, p += 1 + p[0])
+            if (p[0] > 0) {
+                int32_t set = g->elems[p[p[0]]].arg;
+                uni = gset_meets(g, set, lo, hi) == gset_covers(g, set, lo, hi);
+            }
+        if (uni) return uniform_from(st, id, prem, plen, lo, hi);
+    }
     int32_t len = st->st[id].key_len;
     int32_t *k = malloc((size_t)len * sizeof *k);
     if (!k) return T_DEAD;
@@ -493,21 +559,14 @@ partial : {
 }
 
 static inline int32_t next_state(grammar_state *st, int32_t id, uint8_t b) {
-    int32_t *t = st->st[id].trans;
-    if (t && t[b] != T_UNKNOWN) return t[b];
-    if (!t) {
-        t = malloc(256 * sizeof *t);
-        if (!t) return step_byte(st, id, b);
-        for (int i = 0; i < 256; i++) t[i] = T_UNKNOWN;
-        st->st[id].trans = t;
-    }
-    int32_t n = step_byte(st, id, b);
-    st->st[id].trans[b] = n;
-    return n;
+    int32_t t = st->trans[(size_t)id * 256 + b];
+    if (t != T_UNKNOWN) return t;
+    t = step_byte(st, id, b);
+    st->trans[(size_t)id * 256 + b] = t;
+    return t;
 }
 
 static void cache_clear(grammar_state *st) {
-    for (int32_t i = 0; i < st->n_st; i++) free(st->st[i].trans);
     st->n_st = 0;
     st->n_keys = 0;
     if (st->ht) memset(st->ht, 0xFF, (size_t)st->ht_cap * sizeof *st->ht);
@@ -549,7 +608,7 @@ grammar_state *grammar_state_new(const grammar *g) {
 
 void grammar_state_free(grammar_state *st) {
     if (!st) return;
-    for (int32_t i = 0; i < st->n_st; i++) free(st->st[i].trans);
+    free(st->trans);
     free(st->st);
     free(st->keys);
     free(st->ht);
@@ -601,20 +660,23 @@ int32_t grammar_state_mask(grammar_state *st, uint32_t *allowed, int32_t n_vocab
     const int32_t N = gv->n_nodes, limit = n_vocab < gv->n_vocab ? n_vocab : gv->n_vocab;
     int32_t *walk = st->walk;
     walk[0] = st->cur;
+    const gnode *node = gv->node;
     for (int32_t i = 1; i < N;) {
-        int32_t s = next_state(st, walk[gv->depth[i] - 1], gv->byte[i]);
+        const gnode nd = node[i];
+        int32_t s = next_state(st, walk[nd.depth - 1], nd.byte);
         if (s < 0) {
-            i = (int32_t)gv->end[i];
+            i = (int32_t)nd.end;
             continue;
         }
-        walk[gv->depth[i]] = s;
-        for (int32_t k = gv->tok_off[i]; k < gv->tok_off[i + 1]; k++) {
-            int32_t t = gv->toks[k];
-            if (t < limit) {
-                allowed[t >> 5] |= 1u << (t & 31);
-                count++;
+        walk[nd.depth] = s;
+        if (nd.has_tok)
+            for (int32_t k = gv->tok_off[i]; k < gv->tok_off[i + 1]; k++) {
+                int32_t t = gv->toks[k];
+                if (t < limit) {
+                    allowed[t >> 5] |= 1u << (t & 31);
+                    count++;
+                }
             }
-        }
         i++;
     }
     if (grammar_state_can_end(st))

@@ -17,9 +17,11 @@
  *
  * Where JSON Schema allows more than a grammar can say simply, the grammar
  * allows a subset that always validates: properties come in schema order
- * (required ones first); additional property names never equal a named one
- * and use no escapes; a pattern is matched as if anchored; February has 28
- * days. */
+ * (required ones first); an object schema that names properties gets no
+ * others unless additionalProperties is true or a schema (an object schema
+ * without properties gets any); additional property names never equal a
+ * named one and use no escapes; a pattern is matched as if anchored;
+ * February has 28 days. */
 #include "grammar.h"
 
 #include <cjson/cJSON.h>
@@ -365,7 +367,10 @@ static bool object_rule(conv *c, const cJSON *s, const char *path, kvl_buf *e) {
     }
     /* the additional properties' key-value rule, if any */
     char addkv[96] = "";
-    if (ok && !(add && cJSON_IsFalse(add))) {
+    /* Additional properties are generated only when the schema asks for them
+     * (additionalProperties true or a schema) or names no property at all:
+     * leaving out what a schema merely allows still validates. */
+    if (ok && (add ? !cJSON_IsFalse(add) : np == 0)) {
         if (add && !cJSON_IsTrue(add) && !cJSON_IsObject(add)) ok = cfail(c, path, "'additionalProperties' must be a boolean or a schema");
         new_name(c, "additional", addkv, sizeof addkv);
         kvl_buf val = {0};
@@ -594,6 +599,11 @@ static bool all_of(conv *c, const cJSON *s, const char *path, kvl_buf *e) {
     if (!cJSON_IsArray(arr) || !arr->child) return cfail(c, path, "'allOf' must be a non-empty array");
     cJSON *merged = cJSON_CreateObject(), *props = cJSON_CreateObject(), *req = cJSON_CreateArray();
     bool ok = merged && props && req;
+    for (const cJSON *k = s->child; k; k = k->next)
+        if (!is_annotation(k->string) && strcmp(k->string, "allOf") && strcmp(k->string, "$defs") && strcmp(k->string, "definitions")) {
+            cJSON_Delete(merged), cJSON_Delete(props), cJSON_Delete(req);
+            return cfail(c, path, "'%s' next to 'allOf' is not supported (put it inside the allOf members)", k->string);
+        }
     bool add_false = false;
     for (const cJSON *x = arr->child; ok && x; x = x->next) {
         const cJSON *t = x;
@@ -620,6 +630,15 @@ static bool all_of(conv *c, const cJSON *s, const char *path, kvl_buf *e) {
                 ok = cfail(c, path, "'%s' inside 'allOf' is not supported", k->string);
             }
         }
+    }
+    /* a member with additionalProperties false allows only its own names: every
+     * property another member names must be among them */
+    for (const cJSON *x = arr->child; ok && add_false && x; x = x->next) {
+        const cJSON *t = get(x, "$ref") ? resolve(c, get(x, "$ref")->valuestring, path) : x;
+        if (!t || !cJSON_IsFalse(get(t, "additionalProperties"))) continue;
+        for (const cJSON *p = props->child; ok && p; p = p->next)
+            if (!get(get(t, "properties"), p->string))
+                ok = cfail(c, path, "allOf: property '%s' is excluded by a member with additionalProperties false", p->string);
     }
     if (ok) {
         cJSON_AddStringToObject(merged, "type", "object");
@@ -733,8 +752,9 @@ static void primitives(conv *c) {
                    p, p, p, p, p, p, p, p, p, p);
     kvl_buf_printf(o, "%sarray ::= \"[\" %sspace (%svalue (\",\" %sspace %svalue)*)? \"]\" %sspace\n", p, p, p, p, p, p);
     if (c->date) {
-        /* month-day pairs that exist in every year (February: up to 28) */
-        kvl_buf_printf(o, "%sdate ::= [0-9]{4} \"-\" (\"02-\" (\"0\" [1-9] | \"1\" [0-9] | \"2\" [0-8]) | "
+        /* month-day pairs that exist in every year (February: up to 28); years
+         * 1000-9999 (Python's date has no year 0) */
+        kvl_buf_printf(o, "%sdate ::= [1-9] [0-9]{3} \"-\" (\"02-\" (\"0\" [1-9] | \"1\" [0-9] | \"2\" [0-8]) | "
                           "(\"0\" [469] | \"11\") \"-\" (\"0\" [1-9] | [12] [0-9] | \"30\") | "
                           "(\"0\" [13578] | \"1\" [02]) \"-\" (\"0\" [1-9] | [12] [0-9] | \"3\" [01]))\n", p);
     }

@@ -181,11 +181,18 @@ static void test_json_schema(void) {
                  (const char *[]){"true", "{\"x\":1}", "{\"x\":1,\"next\":{\"x\":2,\"next\":{\"x\":-3.5}}}", NULL},
                  (const char *[]){"{\"next\":{\"x\":1}}", "{\"x\":1,\"next\":true}", NULL});
     schema_cases("{\"allOf\":[{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},\"required\":[\"a\"]},"
-                 "{\"properties\":{\"b\":{\"const\":true}},\"required\":[\"b\"]}],\"additionalProperties\":false}",
+                 "{\"properties\":{\"b\":{\"const\":true}},\"required\":[\"b\"]}]}",
                  (const char *[]){"{\"a\":1,\"b\":true}", NULL}, (const char *[]){"{\"a\":1}", "{\"b\":true}", NULL});
     schema_cases("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{\"type\":\"integer\"}},\"additionalProperties\":false}",
                  (const char *[]){"{}", "{\"a\":1}", "{\"b\":2}", "{\"a\":1,\"b\":2}", NULL},
                  (const char *[]){"{\"b\":2,\"a\":1}", "{,\"b\":2}", "{\"a\":1,}", NULL});
+    schema_error("{\"allOf\":[{\"type\":\"object\"}],\"additionalProperties\":false}", "'additionalProperties' next to 'allOf'");
+    schema_error("{\"allOf\":[{\"properties\":{\"a\":{}},\"additionalProperties\":false},{\"properties\":{\"b\":{}}}]}",
+                 "property 'b' is excluded");
+    /* properties named and additionalProperties absent: no others generated */
+    schema_cases("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"null\"}}}", (const char *[]){"{}", "{\"a\":null}", NULL},
+                 (const char *[]){"{\"b\":null}", NULL});
+    schema_cases("{\"type\":\"object\"}", (const char *[]){"{}", "{\"b\":null,\"\\n\":[{}]}", NULL}, (const char *[]){"[]", NULL});
     schema_error("{\"type\":\"string\",\"format\":\"email\"}", "format 'email' is not supported");
     schema_error("{\"type\":\"object\",\"patternProperties\":{}}", "unsupported JSON Schema keyword 'patternProperties'");
     schema_error("{\"not\":{}}", "'not'");
