@@ -647,8 +647,7 @@ static bool add_call_glm(out_parser *p, parse_out *o, const char *s, size_t n) {
 
 /* ---- regions: the span of text holding one format's call(s) ---- */
 
-/* The earliest position in s[0..n) where a call region of p's format starts,
- * or -1; *hold: bytes at the end that could still become such a start. */
+/* The markers that open a call region in format f (*n of them). */
 static const char *const *start_markers(tool_format f, int *n) {
     static const char *const hermes[] = {"<tool_call>"};
     static const char *const llama3[] = {"<|python_tag|>"};
