@@ -101,8 +101,9 @@ bool tool_spec_parse(const cJSON *body, tool_spec *t, char *ep, size_t epc, char
         t->names = calloc((size_t)n, sizeof *t->names);
         t->params = calloc((size_t)n, sizeof *t->params);
         if (!t->tools || !t->names || !t->params) {
+            bad(ep, epc, em, emc, "tools", "out of memory");
             tool_spec_free(t);
-            return bad(ep, epc, em, emc, "tools", "out of memory");
+            return false;
         }
         int i = 0;
         for (const cJSON *tool = t->tools->child; tool; tool = tool->next, i++) {
@@ -111,34 +112,40 @@ bool tool_spec_parse(const cJSON *body, tool_spec *t, char *ep, size_t epc, char
             char p[32];
             snprintf(p, sizeof p, "tools[%d]", i);
             if (!cJSON_IsObject(tool) || !cJSON_IsString(type) || strcmp(type->valuestring, "function") != 0) {
+                bad(ep, epc, em, emc, p, "%s: only {\"type\": \"function\"} tools are supported", p);
                 tool_spec_free(t);
-                return bad(ep, epc, em, emc, p, "%s: only {\"type\": \"function\"} tools are supported", p);
+                return false;
             }
             const cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name");
             if (!cJSON_IsObject(fn) || !cJSON_IsString(name) || !valid_name(name->valuestring)) {
-                tool_spec_free(t);
-                return bad(ep, epc, em, emc, p,
+                bad(ep, epc, em, emc, p,
                            "%s.function.name must be a string of 1 to 64 letters, digits, '_', '-' or '.'", p);
+                tool_spec_free(t);
+                return false;
             }
             const cJSON *desc = field(fn, "description");
             if (desc && !cJSON_IsString(desc)) {
+                bad(ep, epc, em, emc, p, "%s.function.description must be a string", p);
                 tool_spec_free(t);
-                return bad(ep, epc, em, emc, p, "%s.function.description must be a string", p);
+                return false;
             }
             const cJSON *params = field(fn, "parameters");
             if (params && !cJSON_IsObject(params)) {
+                bad(ep, epc, em, emc, p, "%s.function.parameters must be a JSON Schema object", p);
                 tool_spec_free(t);
-                return bad(ep, epc, em, emc, p, "%s.function.parameters must be a JSON Schema object", p);
+                return false;
             }
             const cJSON *strict = field(fn, "strict");
             if (strict && !cJSON_IsBool(strict)) {
+                bad(ep, epc, em, emc, p, "%s.function.strict must be a boolean", p);
                 tool_spec_free(t);
-                return bad(ep, epc, em, emc, p, "%s.function.strict must be a boolean", p);
+                return false;
             }
             for (int k = 0; k < i; k++)
                 if (!strcmp(t->names[k], name->valuestring)) {
+                    bad(ep, epc, em, emc, p, "%s: the function name '%s' is used twice", p, name->valuestring);
                     tool_spec_free(t);
-                    return bad(ep, epc, em, emc, p, "%s: the function name '%s' is used twice", p, name->valuestring);
+                    return false;
                 }
             t->names[i] = name->valuestring;
             t->params[i] = params;
@@ -153,19 +160,21 @@ bool tool_spec_parse(const cJSON *body, tool_spec *t, char *ep, size_t epc, char
         else if (!strcmp(c, "none")) t->choice = TOOL_CHOICE_NONE;
         else if (!strcmp(c, "required")) t->choice = TOOL_CHOICE_REQUIRED;
         else {
-            tool_spec_free(t);
-            return bad(ep, epc, em, emc, "tool_choice",
+            bad(ep, epc, em, emc, "tool_choice",
                        "'tool_choice' must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", "
                        "\"function\": {\"name\": ...}} (got \"%.40s\")", c);
+            tool_spec_free(t);
+            return false;
         }
     } else if (cJSON_IsObject(choice)) {
         const cJSON *type = cJSON_GetObjectItemCaseSensitive(choice, "type");
         const cJSON *fn = cJSON_GetObjectItemCaseSensitive(choice, "function");
         const cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name");
         if (!cJSON_IsString(type) || strcmp(type->valuestring, "function") != 0 || !cJSON_IsString(name)) {
-            tool_spec_free(t);
-            return bad(ep, epc, em, emc, "tool_choice",
+            bad(ep, epc, em, emc, "tool_choice",
                        "'tool_choice' as an object must be {\"type\": \"function\", \"function\": {\"name\": ...}}");
+            tool_spec_free(t);
+            return false;
         }
         t->choice = TOOL_CHOICE_NAMED;
         t->named = -1;
@@ -174,17 +183,20 @@ bool tool_spec_parse(const cJSON *body, tool_spec *t, char *ep, size_t epc, char
         if (t->named < 0) {
             char nm[80];
             snprintf(nm, sizeof nm, "%s", name->valuestring);
-            tool_spec_free(t);
-            return bad(ep, epc, em, emc, "tool_choice", "'tool_choice' names the function '%s', which is not in 'tools'",
+            bad(ep, epc, em, emc, "tool_choice", "'tool_choice' names the function '%s', which is not in 'tools'",
                        nm);
+            tool_spec_free(t);
+            return false;
         }
     } else {
+        bad(ep, epc, em, emc, "tool_choice", "'tool_choice' must be a string or an object");
         tool_spec_free(t);
-        return bad(ep, epc, em, emc, "tool_choice", "'tool_choice' must be a string or an object");
+        return false;
     }
     if (t->n == 0 && (t->choice == TOOL_CHOICE_REQUIRED || t->choice == TOOL_CHOICE_NAMED)) {
+        bad(ep, epc, em, emc, "tool_choice", "'tool_choice' \"required\" needs a non-empty 'tools'");
         tool_spec_free(t);
-        return bad(ep, epc, em, emc, "tool_choice", "'tool_choice' \"required\" needs a non-empty 'tools'");
+        return false;
     }
     return true;
 }
