@@ -712,7 +712,9 @@ static size_t region_len(tool_format f, const char *m, const char *s, size_t n, 
     /* The region is the marker and one JSON value. */
     while (k < n && is_ws(s[k])) k++;
     if (k == n) return final ? n : 0;
-    if (s[k] != '{' && s[k] != '[') return final ? n : (f == TOOL_FMT_LLAMA3 ? 0 : k); /* no JSON: not a call */
+    /* No JSON after the marker: not a call (the marker stays text); <|python_tag|>
+     * code runs to the end of the output. */
+    if (s[k] != '{' && s[k] != '[') return f == TOOL_FMT_LLAMA3 ? (final ? n : 0) : k;
     size_t e = json_extent(s + k, n - k);
     return e ? k + e : final ? n : 0;
 }
@@ -992,8 +994,9 @@ void out_parser_feed(out_parser *p, const char *s, size_t n, bool final, parse_o
                 p->pos += k + e;
                 continue;
             }
-            emit(p, o, t, len); /* not a call: plain content */
-            p->pos += len;
+            size_t upto = e ? k + e : len; /* not a call: the value is plain content */
+            emit(p, o, t, upto);
+            p->pos += upto;
             continue;
         }
         /* The earliest marker: a call start, or <think>. */

@@ -10,6 +10,7 @@
  * (a stream) it must decide the same content, reasoning and calls. Then the
  * request-side checks (tools, tool_choice) and the grammar text. */
 #define _GNU_SOURCE
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -357,6 +358,56 @@ static void test_handwritten(void) {
     CHECK(!prompt_opens_think("no tags", 7), "none");
 }
 
+/* Random text made of the formats' markers, pieces of them, JSON and words,
+ * cut at random points: streamed, the parser must decide exactly what it
+ * decides on the whole text (and never crash on its way). */
+static void test_soup(void) {
+    static const char *const pieces[] = {
+        "<tool_call>", "</tool_call>", "<tool_", "call>", "<think>", "</think>", "</thi", "[TOOL_CALLS]", "[ARGS]",
+        "[CALL_ID]", "<|python_tag|>", "<function=", "</function>", "<function=get_weather>", "<parameter=city>",
+        "</parameter>", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>",
+        "<\xef\xbd\x9ctool\xe2\x96\x81" "calls\xe2\x96\x81" "begin\xef\xbd\x9c>",
+        "<\xef\xbd\x9ctool\xe2\x96\x81" "call\xe2\x96\x81" "begin\xef\xbd\x9c>", "<\xef\xbd\x9ctool\xe2\x96\x81" "sep\xef\xbd\x9c>",
+        "<|tool_call_begin|>", "<|tool_call_argument_begin|>", "<|tool_call_end|>", "<|channel|>", "<|message|>",
+        "<|end|>", "<|start|>", "to=functions.get_weather", "analysis", "final", "{", "}", "[", "]", "\"", "\\",
+        "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}", "\"parameters\": ", ", ", "get_weather",
+        " ", "\n", "Hello", "x<y", "\xc3\xa9"};
+    const int n_pieces = (int)(sizeof pieces / sizeof pieces[0]);
+    tool_spec t = spec_of(cJSON_GetObjectItem(find_case("c06_tools"), "tools"));
+    uint64_t rng = 0x9E3779B97F4A7C15ull;
+    int differ = 0;
+    for (int f = TOOL_FMT_NONE; f <= TOOL_FMT_GPT_OSS; f++)
+        for (int iter = 0; iter < 150; iter++) {
+            char text[2048];
+            size_t len = 0;
+            int k = 1 + (int)(rng % 24);
+            for (int i = 0; i < k; i++) {
+                rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+                const char *pc = pieces[(rng >> 33) % (uint64_t)n_pieces];
+                size_t pl = strlen(pc);
+                if (len + pl >= sizeof text) break;
+                memcpy(text + len, pc, pl);
+                len += pl;
+            }
+            text[len] = 0;
+            bool think = iter & 1, in_think = think && (iter & 2);
+            result whole, cut;
+            run(&whole, (tool_format)f, &t, think, in_think, text, 0);
+            run(&cut, (tool_format)f, &t, think, in_think, text, 1 + (rng >> 40) % 7);
+            bool same = whole.content.len == cut.content.len && whole.reasoning.len == cut.reasoning.len &&
+                        (!whole.content.len || !memcmp(whole.content.p, cut.content.p, whole.content.len)) &&
+                        (!whole.reasoning.len || !memcmp(whole.reasoning.p, cut.reasoning.p, whole.reasoning.len)) &&
+                        cJSON_Compare(whole.calls, cut.calls, true);
+            if (!same && differ++ < 5)
+                fprintf(stderr, "soup %s (think %d/%d): streamed differs on\n%s\n", tool_format_name((tool_format)f), think,
+                        in_think, text);
+            result_free(&whole);
+            result_free(&cut);
+        }
+    CHECK(differ == 0, "%d random texts parsed differently when streamed", differ);
+    tool_spec_free(&t);
+}
+
 static bool refused(const char *body_json, const char *param) {
     cJSON *b = cJSON_Parse(body_json);
     tool_spec t;
@@ -456,6 +507,7 @@ int main(void) {
     }
     test_templates();
     test_handwritten();
+    test_soup();
     test_request();
     test_grammar_text();
     cJSON_Delete(CASES);
