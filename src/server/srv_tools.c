@@ -418,9 +418,9 @@ static uint64_t call_random(void) {
 static void call_id(char out[40]) {
     static const char alphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
     memcpy(out, "call_", 5);
-    uint64_t r = call_random();
+    uint64_t r = 0;
     for (int i = 0; i < 24; i++) {
-        if (i == 10) r = call_random();
+        if (i % 8 == 0) r = call_random(); /* 8 digits use 48 of its 64 bits */
         out[5 + i] = alphabet[r % 62];
         r /= 62;
     }

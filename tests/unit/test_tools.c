@@ -70,6 +70,10 @@ static void collect(result *r, const parse_out *o) {
     kvl_buf_put(&r->reasoning, o->reasoning.p, o->reasoning.len);
     for (int i = 0; i < o->n_calls; i++) {
         CHECK(!strncmp(o->calls[i].id, "call_", 5) && strlen(o->calls[i].id) == 29, "id %s", o->calls[i].id);
+        bool seen[256] = {false};
+        int distinct = 0;
+        for (const char *c = o->calls[i].id + 5; *c; c++) distinct += !seen[(unsigned char)*c], seen[(unsigned char)*c] = true;
+        CHECK(distinct >= 8, "id %s: its 24 characters look random", o->calls[i].id);
         cJSON *c = cJSON_CreateObject();
         cJSON_AddStringToObject(c, "name", o->calls[i].name);
         cJSON *a = cJSON_Parse(o->calls[i].arguments);
