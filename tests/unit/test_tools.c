@@ -46,6 +46,7 @@ static cJSON *read_json(const char *path) {
 }
 
 static cJSON *CASES;
+static int n_ids, n_ids_last_a; /* every id is random to its last character */
 
 static const cJSON *find_case(const char *id) {
     for (const cJSON *c = cJSON_GetObjectItem(CASES, "cases")->child; c; c = c->next)
@@ -74,6 +75,8 @@ static void collect(result *r, const parse_out *o) {
         int distinct = 0;
         for (const char *c = o->calls[i].id + 5; *c; c++) distinct += !seen[(unsigned char)*c], seen[(unsigned char)*c] = true;
         CHECK(distinct >= 8, "id %s: its 24 characters look random", o->calls[i].id);
+        n_ids++;
+        n_ids_last_a += o->calls[i].id[28] == 'A';
         cJSON *c = cJSON_CreateObject();
         cJSON_AddStringToObject(c, "name", o->calls[i].name);
         cJSON *a = cJSON_Parse(o->calls[i].arguments);
@@ -514,6 +517,7 @@ int main(void) {
     test_soup();
     test_request();
     test_grammar_text();
+    CHECK(n_ids > 20 && n_ids_last_a * 4 < n_ids, "%d of %d ids end with 'A'", n_ids_last_a, n_ids);
     cJSON_Delete(CASES);
     if (failures) fprintf(stderr, "test_tools: %d failure(s)\n", failures);
     else printf("test_tools: all passed\n");
