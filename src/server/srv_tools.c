@@ -16,7 +16,8 @@
 const char *tool_format_name(tool_format f) {
     static const char *const names[] = {"none",    "generic",     "hermes",   "qwen-xml", "glm",
                                         "llama3",  "mistral",     "mistral-v11", "deepseek",
-                                        "deepseek-r1", "kimi",    "functionary", "gpt-oss"};
+                                        "deepseek-r1", "kimi",    "functionary", "gpt-oss",
+                                        "apriel",  "command-r7b", "apertus",  "granite"};
     return (unsigned)f < sizeof names / sizeof names[0] ? names[f] : "?";
 }
 
@@ -52,6 +53,10 @@ void chat_caps_detect(const char *src, chat_caps *c) {
         c->format = has(src, "```json") ? TOOL_FMT_DEEPSEEK_R1 : TOOL_FMT_DEEPSEEK;
     else if (has(src, "<|tool_calls_section_begin|>")) c->format = TOOL_FMT_KIMI;
     else if (has(src, "<|channel|>") && has(src, "<|message|>")) c->format = TOOL_FMT_GPT_OSS;
+    else if (has(src, "<tool_calls>")) c->format = TOOL_FMT_APRIEL;
+    else if (has(src, "<|START_ACTION|>")) c->format = TOOL_FMT_COMMAND_R7B;
+    else if (has(src, "<|tools_prefix|>")) c->format = TOOL_FMT_APERTUS;
+    else if (has(src, "<|tool_call|>")) c->format = TOOL_FMT_GRANITE;
     else if (has(src, "<function=")) c->format = TOOL_FMT_FUNCTIONARY;
     else if (has(src, "<|python_tag|>") || (has(src, "<|start_header_id|>") && has(src, "\"parameters\"")))
         c->format = TOOL_FMT_LLAMA3;
@@ -244,6 +249,14 @@ static call_shape shape_of(tool_format f) {
     case TOOL_FMT_FUNCTIONARY: return (call_shape){"", "<function=", ">", "</function>", "", "", true};
     case TOOL_FMT_GPT_OSS:
         return (call_shape){"", "<|channel|>commentary to=functions.", " <|constrain|>json<|message|>", "", "", "", false};
+    case TOOL_FMT_APRIEL:
+        return (call_shape){"<tool_calls>[", "{\"name\": \"", "\", \"arguments\": ", "}", ", ", "]</tool_calls>", true};
+    case TOOL_FMT_COMMAND_R7B:
+        return (call_shape){"<|START_ACTION|>[", "{\"tool_call_id\": \"0\", \"tool_name\": \"", "\", \"parameters\": ", "}",
+                            ", ", "]<|END_ACTION|>", true};
+    case TOOL_FMT_APERTUS: return (call_shape){"<|tools_prefix|>[", "{\"", "\": ", "}", ", ", "]<|tools_suffix|>", true};
+    case TOOL_FMT_GRANITE:
+        return (call_shape){"<|tool_call|>[", "{\"name\": \"", "\", \"arguments\": ", "}", ", ", "]", true};
     default: return (call_shape){"", "{\"name\": \"", "\", \"arguments\": ", "}", "", "", false};
     }
 }
@@ -257,6 +270,10 @@ int tool_format_markers(tool_format f, const char **out, int cap) {
                                        "<|tool_call_begin|>", "<|tool_call_argument_begin|>", "<|tool_call_end|>"};
     static const char *const oss[] = {"<|channel|>", "<|message|>", "<|constrain|>", "<|start|>", "<|end|>", "<|call|>"};
     static const char *const think[] = {"<think>", "</think>"};
+    static const char *const apriel[] = {"<tool_calls>", "</tool_calls>"};
+    static const char *const cohere[] = {"<|START_ACTION|>", "<|END_ACTION|>"};
+    static const char *const apertus[] = {"<|tools_prefix|>", "<|tools_suffix|>"};
+    static const char *const granite[] = {"<|tool_call|>"};
     const char *const *m = NULL;
     int n = 0;
     switch (f) {
@@ -270,6 +287,10 @@ int tool_format_markers(tool_format f, const char **out, int cap) {
     case TOOL_FMT_DEEPSEEK_R1: m = deepseek, n = 5; break;
     case TOOL_FMT_KIMI: m = kimi, n = 5; break;
     case TOOL_FMT_GPT_OSS: m = oss, n = 6; break;
+    case TOOL_FMT_APRIEL: m = apriel, n = 2; break;
+    case TOOL_FMT_COMMAND_R7B: m = cohere, n = 2; break;
+    case TOOL_FMT_APERTUS: m = apertus, n = 2; break;
+    case TOOL_FMT_GRANITE: m = granite, n = 1; break;
     default: break;
     }
     int k = 0;
@@ -531,6 +552,9 @@ static bool add_call_object(out_parser *p, parse_out *o, const cJSON *obj, bool 
     const cJSON *fn = cJSON_GetObjectItemCaseSensitive(obj, "function");
     if (cJSON_IsObject(fn)) obj = fn;
     const cJSON *name = cJSON_GetObjectItemCaseSensitive(obj, "name");
+    if (!name) name = cJSON_GetObjectItemCaseSensitive(obj, "tool_name"); /* Command R7B */
+    if (!name && p->fmt == TOOL_FMT_APERTUS && obj->child && !obj->child->next) /* Apertus: {NAME: {...}} */
+        return add_call_json_args(p, o, obj->child->string, strlen(obj->child->string), obj->child);
     if (!cJSON_IsString(name) || !name->valuestring[0]) return false;
     if (need_known && !known_name(p, name->valuestring)) return false;
     const cJSON *args = cJSON_GetObjectItemCaseSensitive(obj, "arguments");
@@ -667,6 +691,10 @@ static const char *const *start_markers(tool_format f, int *n) {
     static const char *const deepseek[] = {DS_CALLS_BEGIN, DS_CALL_BEGIN};
     static const char *const kimi[] = {"<|tool_calls_section_begin|>", "<|tool_call_begin|>"};
     static const char *const functionary[] = {"<function="};
+    static const char *const apriel[] = {"<tool_calls>"};
+    static const char *const cohere[] = {"<|START_ACTION|>"};
+    static const char *const apertus[] = {"<|tools_prefix|>"};
+    static const char *const granite[] = {"<|tool_call|>"};
     switch (f) {
     case TOOL_FMT_HERMES:
     case TOOL_FMT_QWEN_XML:
@@ -678,7 +706,21 @@ static const char *const *start_markers(tool_format f, int *n) {
     case TOOL_FMT_DEEPSEEK_R1: *n = 2; return deepseek;
     case TOOL_FMT_KIMI: *n = 2; return kimi;
     case TOOL_FMT_FUNCTIONARY: *n = 1; return functionary;
+    case TOOL_FMT_APRIEL: *n = 1; return apriel;
+    case TOOL_FMT_COMMAND_R7B: *n = 1; return cohere;
+    case TOOL_FMT_APERTUS: *n = 1; return apertus;
+    case TOOL_FMT_GRANITE: *n = 1; return granite;
     default: *n = 0; return NULL;
+    }
+}
+
+/* The marker closing a format's JSON list of calls (NULL: none). */
+static const char *list_close(tool_format f) {
+    switch (f) {
+    case TOOL_FMT_APRIEL: return "</tool_calls>";
+    case TOOL_FMT_COMMAND_R7B: return "<|END_ACTION|>";
+    case TOOL_FMT_APERTUS: return "<|tools_suffix|>";
+    default: return NULL;
     }
 }
 
@@ -716,7 +758,16 @@ static size_t region_len(tool_format f, const char *m, const char *s, size_t n, 
      * code runs to the end of the output. */
     if (s[k] != '{' && s[k] != '[') return f == TOOL_FMT_LLAMA3 ? (final ? n : 0) : k;
     size_t e = json_extent(s + k, n - k);
-    return e ? k + e : final ? n : 0;
+    if (!e) return final ? n : 0;
+    const char *close = list_close(f);
+    if (!close) return k + e;
+    /* the list's closing marker belongs to the region (wait until it is there or cannot be) */
+    size_t c = k + e;
+    while (c < n && is_ws(s[c])) c++;
+    size_t cl = strlen(close), have = n - c < cl ? n - c : cl;
+    if (memcmp(s + c, close, have) != 0) return k + e;
+    if (have < cl) return final ? k + e : 0;
+    return c + cl;
 }
 
 /* Parses one region into calls; returns how many it held. */
@@ -756,7 +807,17 @@ static int parse_region(out_parser *p, parse_out *o, const char *m, const char *
         break;
     }
     case TOOL_FMT_LLAMA3:
-    case TOOL_FMT_MISTRAL: add_calls_json(p, o, b, bn, false); break;
+    case TOOL_FMT_MISTRAL:
+    case TOOL_FMT_GRANITE: add_calls_json(p, o, b, bn, false); break;
+    case TOOL_FMT_APRIEL:
+    case TOOL_FMT_COMMAND_R7B:
+    case TOOL_FMT_APERTUS: {
+        const char *close = list_close(p->fmt);
+        const char *e = find_n(b, bn, close);
+        if (e && e + strlen(close) == s + n) bn = (size_t)(e - b); /* the region ends with it */
+        add_calls_json(p, o, b, bn, false);
+        break;
+    }
     case TOOL_FMT_MISTRAL_V11: {
         const char *a = find_n(b, bn, "[ARGS]");
         if (!a) {

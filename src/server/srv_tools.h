@@ -24,6 +24,10 @@
  *   FUNCTIONARY  <function=N>{...}</function>   (Functionary v3.1)
  *   GPT_OSS      harmony: <|channel|>commentary to=functions.N <|constrain|>json<|message|>{...}<|call|>;
  *                the analysis channel is the reasoning, the final channel the content
+ *   APRIEL       <tool_calls>[{"name": N, "arguments": {...}}, ...]</tool_calls>
+ *   COMMAND_R7B  <|START_ACTION|>[{"tool_call_id": "0", "tool_name": N, "parameters": {...}}]<|END_ACTION|>
+ *   APERTUS      <|tools_prefix|>[{N: {...}}, ...]<|tools_suffix|>
+ *   GRANITE      <|tool_call|>[{"name": N, "arguments": {...}}, ...]   (Granite 3.x)
  *   GENERIC      {"name": N, "arguments": {...}} (or an array of them) as the whole answer:
  *                for templates with no tool syntax; the tools are then described in a
  *                system message (tool_system_prompt), as llama-server does. */
@@ -51,6 +55,10 @@ typedef enum tool_format {
     TOOL_FMT_KIMI,
     TOOL_FMT_FUNCTIONARY,
     TOOL_FMT_GPT_OSS,
+    TOOL_FMT_APRIEL,
+    TOOL_FMT_COMMAND_R7B,
+    TOOL_FMT_APERTUS,
+    TOOL_FMT_GRANITE,
 } tool_format;
 
 const char *tool_format_name(tool_format f);

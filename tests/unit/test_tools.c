@@ -181,6 +181,13 @@ static const sample SAMPLES[] = {
      "<|start_header_id|>assistant<|end_header_id|>\n\n", "<|eom_id|>", false},
     {"openai-gpt-oss-120b", "c07a_tool_roundtrip_args_object", TOOL_FMT_GPT_OSS, "<|start|>assistant", "<|call|>",
      false},
+    {"Apriel-1.6-15b-Thinker-fixed", "c11_parallel_tool_calls", TOOL_FMT_APRIEL, "<|begin_assistant|>\n", "<|end|>",
+     false},
+    {"CohereForAI-c4ai-command-r7b-12-2024-tool_use", "c11_parallel_tool_calls", TOOL_FMT_COMMAND_R7B,
+     "<|END_THINKING|>", "<|END_OF_TURN_TOKEN|>", false},
+    {"Apertus-8B-Instruct", "c11_parallel_tool_calls", TOOL_FMT_APERTUS, "<|assistant_start|>", "[{\"temperature",
+     false},
+    {"ibm-granite-granite-3.3-2B-Instruct", NULL, TOOL_FMT_GRANITE, NULL, NULL, true},
     {"deepseek-ai-DeepSeek-R1-Distill-Llama-8B", NULL, TOOL_FMT_DEEPSEEK_R1, NULL, NULL, true},
     {"google-gemma-2-2b-it", NULL, TOOL_FMT_GENERIC, NULL, NULL, false},
     {"microsoft-Phi-3.5-mini-instruct", NULL, TOOL_FMT_GENERIC, NULL, NULL, false},
@@ -383,7 +390,7 @@ static void test_soup(void) {
     tool_spec t = spec_of(cJSON_GetObjectItem(find_case("c06_tools"), "tools"));
     uint64_t rng = 0x9E3779B97F4A7C15ull;
     int differ = 0;
-    for (int f = TOOL_FMT_NONE; f <= TOOL_FMT_GPT_OSS; f++)
+    for (int f = TOOL_FMT_NONE; f <= TOOL_FMT_GRANITE; f++)
         for (int iter = 0; iter < 150; iter++) {
             char text[2048];
             size_t len = 0;
