@@ -13,11 +13,16 @@
 
 #include "srv_tools.h"
 
+/* DeepSeek V4's markup prefix, "<｜DSML｜" */
+#define DSML_BARE "\xef\xbd\x9c" "DSML\xef\xbd\x9c"
+#define DSML "<" DSML_BARE
+
 const char *tool_format_name(tool_format f) {
     static const char *const names[] = {"none",    "generic",     "hermes",   "qwen-xml", "glm",
                                         "llama3",  "mistral",     "mistral-v11", "deepseek",
                                         "deepseek-r1", "kimi",    "functionary", "gpt-oss",
-                                        "apriel",  "command-r7b", "apertus",  "granite"};
+                                        "apriel",  "command-r7b", "apertus",  "granite",
+                                        "seed-oss", "minimax",    "minicpm",  "deepseek-dsml"};
     return (unsigned)f < sizeof names / sizeof names[0] ? names[f] : "?";
 }
 
@@ -47,6 +52,10 @@ void chat_caps_detect(const char *src, chat_caps *c) {
     if (has(src, "<tool_call>") && has(src, "<function=")) c->format = TOOL_FMT_QWEN_XML;
     else if (has(src, "<tool_call>") && has(src, "<arg_key>")) c->format = TOOL_FMT_GLM;
     else if (has(src, "<tool_call>")) c->format = TOOL_FMT_HERMES;
+    else if (has(src, "<seed:tool_call>")) c->format = TOOL_FMT_SEED_OSS;
+    else if (has(src, "<minimax:tool_call>")) c->format = TOOL_FMT_MINIMAX;
+    else if (has(src, DSML_BARE)) c->format = TOOL_FMT_DSML; /* '<' + dsml_token + 'tool_calls>' */
+    else if (has(src, "<function name=")) c->format = TOOL_FMT_MINICPM;
     else if (has(src, "[TOOL_CALLS]") && has(src, "[ARGS]")) c->format = TOOL_FMT_MISTRAL_V11;
     else if (has(src, "[TOOL_CALLS]")) c->format = TOOL_FMT_MISTRAL;
     else if (has(src, "tool\xe2\x96\x81" "calls\xe2\x96\x81" "begin"))
@@ -257,6 +266,15 @@ static call_shape shape_of(tool_format f) {
     case TOOL_FMT_APERTUS: return (call_shape){"<|tools_prefix|>[", "{\"", "\": ", "}", ", ", "]<|tools_suffix|>", true};
     case TOOL_FMT_GRANITE:
         return (call_shape){"<|tool_call|>[", "{\"name\": \"", "\", \"arguments\": ", "}", ", ", "]", true};
+    case TOOL_FMT_SEED_OSS:
+        return (call_shape){"", "<seed:tool_call>\n<function=", ">\n", "\n</function>\n</seed:tool_call>", "\n", "", true};
+    case TOOL_FMT_MINIMAX:
+        return (call_shape){"<minimax:tool_call>\n", "<invoke name=\"", "\">\n", "\n</invoke>", "\n",
+                            "\n</minimax:tool_call>", true};
+    case TOOL_FMT_MINICPM: return (call_shape){"", "<function name=\"", "\">", "</function>", "\n", "", true};
+    case TOOL_FMT_DSML:
+        return (call_shape){DSML "tool_calls>\n", DSML "invoke name=\"", "\">\n", "\n</" DSML_BARE "invoke>", "\n",
+                            "\n</" DSML_BARE "tool_calls>", true};
     default: return (call_shape){"", "{\"name\": \"", "\", \"arguments\": ", "}", "", "", false};
     }
 }
@@ -274,6 +292,8 @@ int tool_format_markers(tool_format f, const char **out, int cap) {
     static const char *const cohere[] = {"<|START_ACTION|>", "<|END_ACTION|>"};
     static const char *const apertus[] = {"<|tools_prefix|>", "<|tools_suffix|>"};
     static const char *const granite[] = {"<|tool_call|>"};
+    static const char *const seed[] = {"<seed:tool_call>", "</seed:tool_call>"};
+    static const char *const minimax[] = {"<minimax:tool_call>", "</minimax:tool_call>"};
     const char *const *m = NULL;
     int n = 0;
     switch (f) {
@@ -291,12 +311,24 @@ int tool_format_markers(tool_format f, const char **out, int cap) {
     case TOOL_FMT_COMMAND_R7B: m = cohere, n = 2; break;
     case TOOL_FMT_APERTUS: m = apertus, n = 2; break;
     case TOOL_FMT_GRANITE: m = granite, n = 1; break;
+    case TOOL_FMT_SEED_OSS: m = seed, n = 2; break;
+    case TOOL_FMT_MINIMAX: m = minimax, n = 2; break;
     default: break;
     }
     int k = 0;
     for (int i = 0; i < n && k < cap; i++) out[k++] = m[i];
     for (int i = 0; i < 2 && k < cap; i++) out[k++] = think[i];
     return k;
+}
+
+void tool_calls_text(tool_format f, const char *const *names, const char *const *args, int n, kvl_buf *out) {
+    call_shape c = shape_of(f);
+    kvl_buf_puts(out, c.open);
+    for (int i = 0; i < n; i++) {
+        if (i) kvl_buf_puts(out, c.sep);
+        kvl_buf_printf(out, "%s%s%s%s%s", c.pre, names[i], c.mid, args[i], c.post);
+    }
+    kvl_buf_puts(out, c.close);
 }
 
 char *tool_system_prompt(tool_format f, const tool_spec *t) {
@@ -307,10 +339,11 @@ char *tool_system_prompt(tool_format f, const tool_spec *t) {
         if (js) kvl_buf_printf(&b, "%s\n", js);
         free(js);
     }
-    call_shape c = shape_of(f);
     const char *one = t->n > 0 ? t->names[t->choice == TOOL_CHOICE_NAMED ? t->named : 0] : "name";
-    kvl_buf_printf(&b, "\nTo call a tool, answer with only the call, written as:\n%s%s%s%s{...arguments...}%s%s\n",
-                   c.open, c.pre, one, c.mid, c.post, c.close);
+    const char *args = "{...arguments...}";
+    kvl_buf_puts(&b, "\nTo call a tool, answer with only the call, written as:\n");
+    tool_calls_text(f, &one, &args, 1, &b);
+    kvl_buf_puts(&b, "\n");
     if (t->choice == TOOL_CHOICE_AUTO) kvl_buf_puts(&b, "If no tool is needed, answer normally.");
     if (b.oom) {
         kvl_buf_free(&b);
@@ -597,49 +630,122 @@ static const char *param_type(const out_parser *p, const char *fn, const char *k
 
 static cJSON *param_value(const out_parser *p, const char *fn, const char *key, const char *v, size_t vn);
 
-/* <function=N><parameter=K>\nV\n</parameter>...</function>: a value is JSON
- * unless the schema says string (what Qwen3-Coder's own parser does). */
-static bool add_call_xml(out_parser *p, parse_out *o, const char *s, size_t n) {
-    const char *f = find_n(s, n, "<function=");
-    if (!f) return false;
-    const char *end = s + n;
-    const char *gt = memchr(f, '>', (size_t)(end - f));
-    if (!gt) return false;
-    char *name = strndup(f + 10, (size_t)(gt - f - 10));
-    cJSON *args = cJSON_CreateObject();
-    bool ok = name && args && name[0];
-    const char *q = gt + 1;
-    while (ok) {
-        const char *pr = find_n(q, (size_t)(end - q), "<parameter=");
-        if (!pr) break;
-        const char *pg = memchr(pr, '>', (size_t)(end - pr));
-        const char *pe = pg ? find_n(pg, (size_t)(end - pg), "</parameter>") : NULL;
-        if (!pe) {
-            ok = false;
-            break;
+/* The tags of an XML-like call: fn_open NAME name_end ... (param_open KEY
+ * key_end[ attributes]> VALUE param_close)* fn_close. */
+typedef struct xml_tags {
+    const char *fn_open, *name_end, *param_open, *key_end, *param_close, *fn_close;
+} xml_tags;
+
+static const xml_tags XML_QWEN = {"<function=", ">", "<parameter=", ">", "</parameter>", "</function>"};
+static const xml_tags XML_MINIMAX = {"<invoke name=\"", "\">", "<parameter name=\"", "\"", "</parameter>", "</invoke>"};
+static const xml_tags XML_MINICPM = {"<function name=\"", "\">", "<param name=\"", "\"", "</param>", "</function>"};
+static const xml_tags XML_DSML = {DSML "invoke name=\"", "\">", DSML "parameter name=\"", "\"", "</" DSML_BARE "parameter>",
+                                  "</" DSML_BARE "invoke>"};
+
+/* Every call of s[0..n) written with tags t; a value is JSON unless the
+ * schema says string (what Qwen3-Coder's and MiniMax's own parsers do).
+ * Returns false at the first malformed call. */
+static bool add_calls_xml(out_parser *p, parse_out *o, const xml_tags *t, const char *s, size_t n) {
+    const char *end = s + n, *q = s;
+    bool any = false;
+    for (;;) {
+        const char *f = find_n(q, (size_t)(end - q), t->fn_open);
+        if (!f) return any;
+        const char *nm = f + strlen(t->fn_open);
+        const char *ne = find_n(nm, (size_t)(end - nm), t->name_end);
+        const char *fe = ne ? find_n(ne, (size_t)(end - ne), t->fn_close) : NULL;
+        if (!ne) return false;
+        if (!fe) fe = end; /* the output ended inside the call */
+        char *name = strndup(nm, (size_t)(ne - nm));
+        cJSON *args = cJSON_CreateObject();
+        bool ok = name && args && name[0];
+        const char *r = ne + strlen(t->name_end);
+        const char *body = r;
+        size_t bodyn = (size_t)(fe - r);
+        trim(&body, &bodyn);
+        if (ok && bodyn && body[0] == '{') { /* arguments as one JSON object (constrained calls write them so) */
+            cJSON_Delete(args);
+            args = parse_json(body, bodyn);
+            ok = cJSON_IsObject(args);
         }
-        char *key = strndup(pr + 11, (size_t)(pg - pr - 11));
-        const char *v = pg + 1;
-        size_t vn = (size_t)(pe - v);
-        if (vn && v[0] == '\n') v++, vn--; /* the template writes the value on its own line */
-        if (vn && v[vn - 1] == '\n') vn--;
-        cJSON *val = key ? param_value(p, name, key, v, vn) : NULL;
-        ok = key && val && cJSON_AddItemToObject(args, key, val);
-        if (!ok) cJSON_Delete(val);
-        free(key);
-        q = pe + 12;
+        while (ok && !(bodyn && body[0] == '{')) {
+            const char *pr = find_n(r, (size_t)(fe - r), t->param_open);
+            if (!pr) break;
+            const char *k = pr + strlen(t->param_open);
+            const char *ke = find_n(k, (size_t)(fe - k), t->key_end);
+            const char *gt = ke ? memchr(ke, '>', (size_t)(fe - ke)) : NULL;
+            const char *pe = gt ? find_n(gt, (size_t)(fe - gt), t->param_close) : NULL;
+            if (!pe) {
+                ok = false;
+                break;
+            }
+            char *key = strndup(k, (size_t)(ke - k));
+            const char *v = gt + 1;
+            size_t vn = (size_t)(pe - v);
+            if (vn && v[0] == '\n') v++, vn--; /* templates write the value on its own line */
+            if (vn && v[vn - 1] == '\n') vn--;
+            cJSON *val = key ? param_value(p, name, key, v, vn) : NULL;
+            ok = key && val && cJSON_AddItemToObject(args, key, val);
+            if (!ok) cJSON_Delete(val);
+            free(key);
+            r = pe + strlen(t->param_close);
+        }
+        ok = ok && add_call(p, o, name, strlen(name), args);
+        free(name);
+        cJSON_Delete(args);
+        if (!ok) return false;
+        any = true;
+        q = fe;
     }
-    ok = ok && add_call(p, o, name, strlen(name), args);
-    free(name);
-    cJSON_Delete(args);
-    return ok;
 }
 
 /* A parameter value of the XML-like formats: JSON unless the function's
  * schema says string (what the models' own parsers do). */
+/* A Python literal (what str() of a dict or list prints, as Seed-OSS's and
+ * MiniCPM's templates show values: {'city': 'Paris', 'ok': True}) as JSON;
+ * NULL when it is not one. */
+static cJSON *parse_py_literal(const char *v, size_t n) {
+    kvl_buf b = {0};
+    for (size_t i = 0; i < n; i++) {
+        char c = v[i];
+        if (c == '\'' || c == '"') { /* a string: re-quoted, escapes kept, a bare " escaped */
+            kvl_buf_puts(&b, "\"");
+            size_t j = i + 1;
+            for (; j < n && v[j] != c; j++) {
+                if (v[j] == '\\' && j + 1 < n) {
+                    if (v[j + 1] == '\'') kvl_buf_puts(&b, "'");
+                    else kvl_buf_put(&b, v + j, 2);
+                    j++;
+                } else if (v[j] == '"') {
+                    kvl_buf_puts(&b, "\\\"");
+                } else {
+                    kvl_buf_put(&b, v + j, 1);
+                }
+            }
+            if (j >= n) break; /* unterminated */
+            kvl_buf_puts(&b, "\"");
+            i = j;
+        } else if (!strncmp(v + i, "True", 4) && (i + 4 >= n || !isalnum((unsigned char)v[i + 4]))) {
+            kvl_buf_puts(&b, "true"), i += 3;
+        } else if (!strncmp(v + i, "False", 5) && (i + 5 >= n || !isalnum((unsigned char)v[i + 5]))) {
+            kvl_buf_puts(&b, "false"), i += 4;
+        } else if (!strncmp(v + i, "None", 4) && (i + 4 >= n || !isalnum((unsigned char)v[i + 4]))) {
+            kvl_buf_puts(&b, "null"), i += 3;
+        } else {
+            kvl_buf_put(&b, &c, 1);
+        }
+    }
+    cJSON *j = b.p && !b.oom ? parse_json(b.p, b.len) : NULL;
+    kvl_buf_free(&b);
+    return j;
+}
+
 static cJSON *param_value(const out_parser *p, const char *fn, const char *key, const char *v, size_t vn) {
     cJSON *val = NULL;
-    if (strcmp(param_type(p, fn, key), "string") != 0) val = parse_json(v, vn);
+    if (strcmp(param_type(p, fn, key), "string") != 0) {
+        val = parse_json(v, vn);
+        if (!val && vn && (v[0] == '{' || v[0] == '[')) val = parse_py_literal(v, vn);
+    }
     if (!val) {
         char *sv = strndup(v, vn);
         val = sv ? cJSON_CreateString(sv) : NULL;
@@ -695,6 +801,10 @@ static const char *const *start_markers(tool_format f, int *n) {
     static const char *const cohere[] = {"<|START_ACTION|>"};
     static const char *const apertus[] = {"<|tools_prefix|>"};
     static const char *const granite[] = {"<|tool_call|>"};
+    static const char *const seed[] = {"<seed:tool_call>"};
+    static const char *const minimax[] = {"<minimax:tool_call>"};
+    static const char *const minicpm[] = {"<function name=\""};
+    static const char *const dsml[] = {DSML "tool_calls>"};
     switch (f) {
     case TOOL_FMT_HERMES:
     case TOOL_FMT_QWEN_XML:
@@ -710,6 +820,10 @@ static const char *const *start_markers(tool_format f, int *n) {
     case TOOL_FMT_COMMAND_R7B: *n = 1; return cohere;
     case TOOL_FMT_APERTUS: *n = 1; return apertus;
     case TOOL_FMT_GRANITE: *n = 1; return granite;
+    case TOOL_FMT_SEED_OSS: *n = 1; return seed;
+    case TOOL_FMT_MINIMAX: *n = 1; return minimax;
+    case TOOL_FMT_MINICPM: *n = 1; return minicpm;
+    case TOOL_FMT_DSML: *n = 1; return dsml;
     default: *n = 0; return NULL;
     }
 }
@@ -733,7 +847,11 @@ static size_t region_len(tool_format f, const char *m, const char *s, size_t n, 
     case TOOL_FMT_HERMES:
     case TOOL_FMT_QWEN_XML:
     case TOOL_FMT_GLM: endm = "</tool_call>"; break;
-    case TOOL_FMT_FUNCTIONARY: endm = "</function>"; break;
+    case TOOL_FMT_FUNCTIONARY:
+    case TOOL_FMT_MINICPM: endm = "</function>"; break;
+    case TOOL_FMT_SEED_OSS: endm = "</seed:tool_call>"; break;
+    case TOOL_FMT_MINIMAX: endm = "</minimax:tool_call>"; break;
+    case TOOL_FMT_DSML: endm = "</" DSML_BARE "tool_calls>"; break;
     case TOOL_FMT_DEEPSEEK:
     case TOOL_FMT_DEEPSEEK_R1: endm = !strcmp(m, DS_CALLS_BEGIN) ? DS_CALLS_END : DS_CALL_END; break;
     case TOOL_FMT_KIMI: endm = !strcmp(m, "<|tool_calls_section_begin|>") ? "<|tool_calls_section_end|>" : "<|tool_call_end|>"; break;
@@ -783,9 +901,13 @@ static int parse_region(out_parser *p, parse_out *o, const char *m, const char *
         if (e) bn = (size_t)(e - b);
         trim(&b, &bn);
         if (bn && b[0] == '{') add_calls_json(p, o, b, bn, false);
-        else add_call_xml(p, o, b, bn);
+        else add_calls_xml(p, o, &XML_QWEN, b, bn);
         break;
     }
+    case TOOL_FMT_SEED_OSS: add_calls_xml(p, o, &XML_QWEN, s, n); break;
+    case TOOL_FMT_MINIMAX: add_calls_xml(p, o, &XML_MINIMAX, s, n); break;
+    case TOOL_FMT_MINICPM: add_calls_xml(p, o, &XML_MINICPM, s, n); break;
+    case TOOL_FMT_DSML: add_calls_xml(p, o, &XML_DSML, s, n); break;
     case TOOL_FMT_GLM: {
         const char *e = find_n(b, bn, "</tool_call>");
         if (e) bn = (size_t)(e - b);

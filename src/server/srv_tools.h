@@ -28,6 +28,13 @@
  *   COMMAND_R7B  <|START_ACTION|>[{"tool_call_id": "0", "tool_name": N, "parameters": {...}}]<|END_ACTION|>
  *   APERTUS      <|tools_prefix|>[{N: {...}}, ...]<|tools_suffix|>
  *   GRANITE      <|tool_call|>[{"name": N, "arguments": {...}}, ...]   (Granite 3.x)
+ *   SEED_OSS     <seed:tool_call><function=N><parameter=K>V</parameter></function></seed:tool_call>
+ *   MINIMAX      <minimax:tool_call><invoke name="N"><parameter name="K">V</parameter></invoke>...</minimax:tool_call>
+ *   MINICPM      <function name="N"><param name="K">V</param></function>   (MiniCPM 5)
+ *   DSML         <｜DSML｜tool_calls><｜DSML｜invoke name="N"><｜DSML｜parameter name="K" string="...">V
+ *                </｜DSML｜parameter></｜DSML｜invoke></｜DSML｜tool_calls>   (DeepSeek V4)
+ *                In these XML-like formats a value is JSON unless the schema says string;
+ *                a JSON object as the whole body is read as the arguments (constrained calls).
  *   GENERIC      {"name": N, "arguments": {...}} (or an array of them) as the whole answer:
  *                for templates with no tool syntax; the tools are then described in a
  *                system message (tool_system_prompt), as llama-server does. */
@@ -59,6 +66,10 @@ typedef enum tool_format {
     TOOL_FMT_COMMAND_R7B,
     TOOL_FMT_APERTUS,
     TOOL_FMT_GRANITE,
+    TOOL_FMT_SEED_OSS,
+    TOOL_FMT_MINIMAX,
+    TOOL_FMT_MINICPM,
+    TOOL_FMT_DSML,
 } tool_format;
 
 const char *tool_format_name(tool_format f);
@@ -100,6 +111,10 @@ void tool_spec_free(tool_spec *t);
 /* The text of a system message describing t's tools and how to call one in
  * format f (for templates that do not render `tools`). malloc'd. */
 char *tool_system_prompt(tool_format f, const tool_spec *t);
+
+/* n calls written in format f as a constrained call writes them (names[i]
+ * with the arguments JSON args[i]), appended to out. */
+void tool_calls_text(tool_format f, const char *const *names, const char *const *args, int n, kvl_buf *out);
 
 /* The marker strings of format f (for keeping their control tokens in the
  * output text). Returns how many were written to out (at most cap). */

@@ -16,6 +16,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "grammar.h"
 #include "srv_tools.h"
 
 #include "check.h"
@@ -187,6 +188,11 @@ static const sample SAMPLES[] = {
      "<|END_THINKING|>", "<|END_OF_TURN_TOKEN|>", false},
     {"Apertus-8B-Instruct", "c11_parallel_tool_calls", TOOL_FMT_APERTUS, "<|assistant_start|>", "[{\"temperature",
      false},
+    {"ByteDance-Seed-OSS", "c11_parallel_tool_calls", TOOL_FMT_SEED_OSS, "<seed:bos>assistant\n", "<seed:eos>", false},
+    {"MiniMax-M2", "c11_parallel_tool_calls", TOOL_FMT_MINIMAX, "]~b]ai\n", "[e~[", true},
+    {"openbmb-MiniCPM5-1B", "c11_parallel_tool_calls", TOOL_FMT_MINICPM, "<|im_start|>assistant\n", "<|im_end|>", true},
+    {"deepseek-ai-DeepSeek-V4", "c11_parallel_tool_calls", TOOL_FMT_DSML, "<\xef\xbd\x9c" "Assistant\xef\xbd\x9c></think>",
+     "<\xef\xbd\x9c" "end\xe2\x96\x81" "of\xe2\x96\x81" "sentence\xef\xbd\x9c>", true},
     {"ibm-granite-granite-3.3-2B-Instruct", NULL, TOOL_FMT_GRANITE, NULL, NULL, true},
     {"deepseek-ai-DeepSeek-R1-Distill-Llama-8B", NULL, TOOL_FMT_DEEPSEEK_R1, NULL, NULL, true},
     {"google-gemma-2-2b-it", NULL, TOOL_FMT_GENERIC, NULL, NULL, false},
@@ -390,7 +396,7 @@ static void test_soup(void) {
     tool_spec t = spec_of(cJSON_GetObjectItem(find_case("c06_tools"), "tools"));
     uint64_t rng = 0x9E3779B97F4A7C15ull;
     int differ = 0;
-    for (int f = TOOL_FMT_NONE; f <= TOOL_FMT_GRANITE; f++)
+    for (int f = TOOL_FMT_NONE; f <= TOOL_FMT_DSML; f++)
         for (int iter = 0; iter < 150; iter++) {
             char text[2048];
             size_t len = 0;
@@ -513,6 +519,63 @@ static void test_grammar_text(void) {
     cJSON_Delete(b);
 }
 
+static bool real_rules(const char *schema, const char *prefix, kvl_buf *out, char *err, size_t cap) {
+    kvl_error ke = {{0}};
+    if (json_schema_to_gbnf(schema, prefix, out, &ke)) return true;
+    snprintf(err, cap, "%s", ke.msg);
+    return false;
+}
+
+/* Every format: the calls a constrained decoder writes (tool_calls_text) are
+ * sentences of the format's grammar (json_schema_to_gbnf for the arguments),
+ * and the parser reads exactly those calls back. */
+static void test_grammar_roundtrip(void) {
+    tool_spec t = spec_of(cJSON_GetObjectItem(find_case("c06_tools"), "tools"));
+    t.choice = TOOL_CHOICE_REQUIRED;
+    const char *names[] = {"get_weather", "search_flights"};
+    const char *args[] = {"{\"location\": {\"city\": \"Paris\"}, \"unit\": \"celsius\"}",
+                          "{\"origin\": \"ICN\", \"destination\": \"CDG\", \"dates\": [\"2024-08-01\"]}"};
+    for (int f = TOOL_FMT_GENERIC; f <= TOOL_FMT_DSML; f++) {
+        kvl_buf g = {0};
+        char err[400] = "";
+        bool ok = tool_grammar((tool_format)f, &t, false, real_rules, &g, err, sizeof err);
+        CHECK(ok, "%s: %s", tool_format_name((tool_format)f), err);
+        kvl_error ke = {{0}};
+        grammar *gr = ok ? grammar_compile(g.p, NULL, &ke) : NULL;
+        CHECK(gr, "%s: %s\n%s", tool_format_name((tool_format)f), ke.msg, g.p);
+        for (int n = 1; n <= 2 && gr; n++) {
+            kvl_buf text = {0};
+            tool_calls_text((tool_format)f, names, args, n, &text);
+            kvl_buf_puts(&text, "");
+            bool many = f != TOOL_FMT_GENERIC && f != TOOL_FMT_LLAMA3 && f != TOOL_FMT_GPT_OSS;
+            bool match = grammar_match_text(gr, text.p, text.len);
+            CHECK(match == (n == 1 || many), "%s, %d calls: grammar %s\n%s", tool_format_name((tool_format)f), n,
+                  match ? "matches" : "refuses", text.p);
+            if (n > 1 && !many) { /* a single-call format: nothing more to read */
+                kvl_buf_free(&text);
+                continue;
+            }
+            result r;
+            run(&r, (tool_format)f, &t, false, false, text.p, 3);
+            CHECK(cJSON_GetArraySize(r.calls) == n && r.content.len == 0, "%s: %d calls parsed of %d\n%s",
+                  tool_format_name((tool_format)f), cJSON_GetArraySize(r.calls), n, text.p);
+            for (int i = 0; i < n && cJSON_GetArraySize(r.calls) == n; i++) {
+                const cJSON *c = cJSON_GetArrayItem(r.calls, i);
+                cJSON *want = cJSON_Parse(args[i]);
+                CHECK(!strcmp(cJSON_GetObjectItem(c, "name")->valuestring, names[i]) &&
+                          cJSON_Compare(cJSON_GetObjectItem(c, "arguments"), want, true),
+                      "%s: call %d", tool_format_name((tool_format)f), i);
+                cJSON_Delete(want);
+            }
+            result_free(&r);
+            kvl_buf_free(&text);
+        }
+        grammar_free(gr);
+        kvl_buf_free(&g);
+    }
+    tool_spec_free(&t);
+}
+
 int main(void) {
     CASES = read_json(DIR "cases.json");
     if (!CASES) {
@@ -524,6 +587,7 @@ int main(void) {
     test_soup();
     test_request();
     test_grammar_text();
+    test_grammar_roundtrip();
     CHECK(n_ids > 20 && n_ids_last_a * 4 < n_ids, "%d of %d ids end with 'A'", n_ids_last_a, n_ids);
     cJSON_Delete(CASES);
     if (failures) fprintf(stderr, "test_tools: %d failure(s)\n", failures);
