@@ -93,7 +93,8 @@ struct srv_job {
     /* Chat output beyond plain text (srv_tools.h). */
     tool_spec tools;         /* the request's tools */
     tool_format parse_fmt;   /* how tool calls are parsed out of the output; NONE: not at all */
-    bool think, in_think;    /* split <think> reasoning; the prompt opened a think block */
+    bool think, in_think;    /* split reasoning (caps.think_open/close); the prompt opened a think block */
+    const char *think_open, *think_close; /* the template's think tags (static strings) */
     int32_t keep_special[ENGINE_MAX_KEEP_SPECIAL]; /* control tokens printed (call markers) */
     int n_keep_special;
     /* Engine thread only. */

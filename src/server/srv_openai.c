@@ -263,7 +263,8 @@ static bool build_tool_grammar(srv *s, srv_job *j, api_error *err) {
                         "format (response_format, grammar, json_schema, guided_*)");
     kvl_buf g = {0};
     char msg[512] = "";
-    if (!tool_grammar(j->parse_fmt, &j->tools, j->think && j->in_think, schema_rules, &g, msg, sizeof msg)) {
+    if (!tool_grammar(j->parse_fmt, &j->tools, j->think && j->in_think ? s->caps.think_close : NULL, schema_rules, &g,
+                      msg, sizeof msg)) {
         kvl_buf_free(&g);
         return api_fail(err, 400, "tools", "cannot constrain the tool call: %s", msg);
     }
@@ -305,6 +306,8 @@ static bool parse_tools(srv *s, const cJSON *body, srv_job *j, api_error *err) {
                                                           "\"medium\" or \"high\"");
     }
     j->think = s->jinja && s->caps.thinks;
+    j->think_open = s->caps.think_open;
+    j->think_close = s->caps.think_close;
     if (j->tools.n > 0 && j->tools.choice != TOOL_CHOICE_NONE) j->parse_fmt = s->jinja ? s->caps.format : TOOL_FMT_GENERIC;
     /* harmony's channels (gpt-oss) are split with or without tools */
     if (s->jinja && s->caps.format == TOOL_FMT_GPT_OSS) j->parse_fmt = TOOL_FMT_GPT_OSS;
@@ -354,7 +357,7 @@ static bool parse_chat_prompt(srv *s, const cJSON *body, srv_job *j, api_error *
         if (l < 0) return api_fail(err, 400, "messages", "%s", kerr.msg);
         len = (size_t)l;
     }
-    j->in_think = j->think && prompt_opens_think(text, len);
+    j->in_think = j->think && prompt_opens_think(text, len, s->caps.think_open, s->caps.think_close);
     bool add_bos = tok_add_bos(s->vocab) && tok_bos(s->vocab) >= 0 && !starts_with(text, s->bos_text);
     bool ok = tokenize(s, text, len, add_bos, j, "messages", err);
     free(text);
@@ -685,6 +688,7 @@ static void parsed_message(const srv_job *j, cJSON *msg, const char *text, size_
     out_parser p;
     parse_out o = {0};
     out_parser_init(&p, j->parse_fmt, &j->tools, j->think, j->in_think);
+    if (j->think_open) p.think_open = j->think_open, p.think_close = j->think_close;
     out_parser_feed(&p, text, len, true, &o);
     if (o.content.len == 0 && o.n_calls > 0) cJSON_AddNullToObject(msg, "content");
     else cJSON_AddItemToObject(msg, "content", json_text(o.content.p ? o.content.p : "", o.content.len));
@@ -867,8 +871,11 @@ static void chat_chunk(srv *s, const api_req *r, stream_state *st, const srv_eve
     bool parsed = job_parses(r->job);
     if (!st->started[ev->index]) {
         st->started[ev->index] = true;
-        if (parsed)
-            out_parser_init(&st->parser[ev->index], r->job->parse_fmt, &r->job->tools, r->job->think, r->job->in_think);
+        if (parsed) {
+            out_parser *p = &st->parser[ev->index];
+            out_parser_init(p, r->job->parse_fmt, &r->job->tools, r->job->think, r->job->in_think);
+            if (r->job->think_open) p->think_open = r->job->think_open, p->think_close = r->job->think_close;
+        }
         cJSON *c = envelope(s, r, "chat.completion.chunk");
         cJSON *ch = chunk_choice(c, ev->index);
         cJSON *d = cJSON_AddObjectToObject(ch, "delta");

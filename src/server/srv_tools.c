@@ -47,7 +47,11 @@ void chat_caps_detect(const char *src, chat_caps *c) {
     c->format = TOOL_FMT_GENERIC;
     if (!src || !src[0]) return;
     c->reads_tools = reads_word(src, "tools");
-    c->thinks = has(src, "<think>") || has(src, "</think>");
+    c->think_open = "<think>";
+    c->think_close = "</think>";
+    if (has(src, "<seed:think>")) c->think_open = "<seed:think>", c->think_close = "</seed:think>";
+    else if (has(src, "<|START_THINKING|>")) c->think_open = "<|START_THINKING|>", c->think_close = "<|END_THINKING|>";
+    c->thinks = has(src, c->think_open) || has(src, c->think_close);
     /* The most specific markers first: Qwen3.5 writes <function=...> inside <tool_call>. */
     if (has(src, "<tool_call>") && has(src, "<function=")) c->format = TOOL_FMT_QWEN_XML;
     else if (has(src, "<tool_call>") && has(src, "<arg_key>")) c->format = TOOL_FMT_GLM;
@@ -287,7 +291,8 @@ int tool_format_markers(tool_format f, const char **out, int cap) {
     static const char *const kimi[] = {"<|tool_calls_section_begin|>", "<|tool_calls_section_end|>",
                                        "<|tool_call_begin|>", "<|tool_call_argument_begin|>", "<|tool_call_end|>"};
     static const char *const oss[] = {"<|channel|>", "<|message|>", "<|constrain|>", "<|start|>", "<|end|>", "<|call|>"};
-    static const char *const think[] = {"<think>", "</think>"};
+    static const char *const think[] = {"<think>", "</think>", "<seed:think>", "</seed:think>",
+                                        "<|START_THINKING|>", "<|END_THINKING|>"};
     static const char *const apriel[] = {"<tool_calls>", "</tool_calls>"};
     static const char *const cohere[] = {"<|START_ACTION|>", "<|END_ACTION|>"};
     static const char *const apertus[] = {"<|tools_prefix|>", "<|tools_suffix|>"};
@@ -317,7 +322,7 @@ int tool_format_markers(tool_format f, const char **out, int cap) {
     }
     int k = 0;
     for (int i = 0; i < n && k < cap; i++) out[k++] = m[i];
-    for (int i = 0; i < 2 && k < cap; i++) out[k++] = think[i];
+    for (int i = 0; i < 6 && k < cap; i++) out[k++] = think[i];
     return k;
 }
 
@@ -398,13 +403,17 @@ static void close_objects(cJSON *sch, int depth) {
     close_objects(cJSON_GetObjectItemCaseSensitive(sch, "items"), depth + 1);
 }
 
-bool tool_grammar(tool_format f, const tool_spec *t, bool close_think, schema_rules_fn schema_rules, kvl_buf *out,
-                  char *err, size_t err_cap) {
+bool tool_grammar(tool_format f, const tool_spec *t, const char *close_think, schema_rules_fn schema_rules,
+                  kvl_buf *out, char *err, size_t err_cap) {
     call_shape c = shape_of(f);
     /* A named function is called once (vLLM and llama-server constrain it to one call too). */
     bool many = t->parallel && c.parallel && t->choice != TOOL_CHOICE_NAMED;
     kvl_buf_puts(out, "root ::= ");
-    if (close_think) gbnf_lit_opt(out, "</think>\n\n");
+    if (close_think) {
+        char closing[64];
+        snprintf(closing, sizeof closing, "%s\n\n", close_think);
+        gbnf_lit_opt(out, closing);
+    }
     gbnf_lit_opt(out, c.open);
     kvl_buf_puts(out, "call ");
     if (many) {
@@ -1051,6 +1060,8 @@ void out_parser_init(out_parser *p, tool_format fmt, const tool_spec *t, bool th
     p->think = think || fmt == TOOL_FMT_GPT_OSS;
     p->in_think = think && in_think;
     p->skip_ws = p->in_think;
+    p->think_open = "<think>";
+    p->think_close = "</think>";
     p->oss_header = fmt == TOOL_FMT_GPT_OSS; /* the output begins with a message header */
 }
 
@@ -1155,9 +1166,9 @@ void out_parser_feed(out_parser *p, const char *s, size_t n, bool final, parse_o
         size_t len = p->text.len - p->pos;
         if (len == 0) break;
         if (p->in_think) {
-            const char *e = find_n(t, len, "</think>");
+            const char *e = find_n(t, len, p->think_close);
             if (!e) {
-                size_t hold = final ? 0 : partial(t, len, "</think>");
+                size_t hold = final ? 0 : partial(t, len, p->think_close);
                 emit(p, o, t, len - hold);
                 p->pos += len - hold;
                 break;
@@ -1165,7 +1176,7 @@ void out_parser_feed(out_parser *p, const char *s, size_t n, bool final, parse_o
             emit(p, o, t, (size_t)(e - t));
             at_marker(p);
             p->in_think = false;
-            p->pos += (size_t)(e - t) + 8;
+            p->pos += (size_t)(e - t) + strlen(p->think_close);
             continue;
         }
         size_t k;
@@ -1189,8 +1200,8 @@ void out_parser_feed(out_parser *p, const char *s, size_t n, bool final, parse_o
             if (x && (!best || x < best)) best = x, bm = starts[i];
         }
         if (p->think) {
-            const char *x = find_n(t, len, "<think>");
-            if (x && (!best || x < best)) best = x, bm = "<think>";
+            const char *x = find_n(t, len, p->think_open);
+            if (x && (!best || x < best)) best = x, bm = p->think_open;
         }
         if (!best) {
             size_t hold = 0;
@@ -1199,7 +1210,7 @@ void out_parser_feed(out_parser *p, const char *s, size_t n, bool final, parse_o
                     size_t h = partial(t, len, starts[i]);
                     if (h > hold) hold = h;
                 }
-                size_t h = p->think ? partial(t, len, "<think>") : 0;
+                size_t h = p->think ? partial(t, len, p->think_open) : 0;
                 if (h > hold) hold = h;
             }
             emit(p, o, t, len - hold);
@@ -1207,11 +1218,11 @@ void out_parser_feed(out_parser *p, const char *s, size_t n, bool final, parse_o
             break;
         }
         size_t at = (size_t)(best - t);
-        if (!strcmp(bm, "<think>")) {
+        if (bm == p->think_open) {
             emit(p, o, t, at);
             at_marker(p);
             p->in_think = true;
-            p->pos += at + 7;
+            p->pos += at + strlen(p->think_open);
             continue;
         }
         size_t rl = region_len(p->fmt, bm, best, len - at, final);
@@ -1235,11 +1246,9 @@ void out_parser_feed(out_parser *p, const char *s, size_t n, bool final, parse_o
     }
 }
 
-bool prompt_opens_think(const char *prompt, size_t n) {
+bool prompt_opens_think(const char *prompt, size_t n, const char *topen, const char *tclose) {
     const char *open = NULL, *close = NULL;
-    for (const char *x = find_n(prompt, n, "<think>"); x; x = find_n(x + 1, n - (size_t)(x + 1 - prompt), "<think>"))
-        open = x;
-    for (const char *x = find_n(prompt, n, "</think>"); x; x = find_n(x + 1, n - (size_t)(x + 1 - prompt), "</think>"))
-        close = x;
+    for (const char *x = find_n(prompt, n, topen); x; x = find_n(x + 1, n - (size_t)(x + 1 - prompt), topen)) open = x;
+    for (const char *x = find_n(prompt, n, tclose); x; x = find_n(x + 1, n - (size_t)(x + 1 - prompt), tclose)) close = x;
     return open && (!close || open > close);
 }

@@ -78,7 +78,9 @@ const char *tool_format_name(tool_format f);
 typedef struct chat_caps {
     tool_format format; /* the model's call syntax; GENERIC when the template shows none */
     bool reads_tools;   /* the template renders the `tools` variable itself */
-    bool thinks;        /* <think>...</think> reasoning */
+    bool thinks;        /* reasoning between think_open and think_close */
+    const char *think_open, *think_close; /* <think> </think>; Seed-OSS's <seed:think>, Command R7B's
+                                             <|START_THINKING|> */
 } chat_caps;
 
 /* src NULL or "": no Jinja template (GENERIC, no tools, no reasoning). */
@@ -125,11 +127,12 @@ int tool_format_markers(tool_format f, const char **out, int cap);
  * more; named: one call of that function). Each function's arguments follow its
  * parameter schema through schema_rules(schema JSON, rule prefix, out, err),
  * which appends the rules (the value rule is <prefix>root). close_think: the
- * output starts inside a <think> block, which the grammar closes first. */
+ * output starts inside a think block, which the grammar closes first with this
+ * tag (NULL: it does not). */
 typedef bool (*schema_rules_fn)(const char *schema_json, const char *prefix, kvl_buf *out, char *err,
                                 size_t err_cap);
-bool tool_grammar(tool_format f, const tool_spec *t, bool close_think, schema_rules_fn schema_rules, kvl_buf *out,
-                  char *err, size_t err_cap);
+bool tool_grammar(tool_format f, const tool_spec *t, const char *close_think, schema_rules_fn schema_rules,
+                  kvl_buf *out, char *err, size_t err_cap);
 
 /* ------------------------------------------------------------ output -- */
 
@@ -162,6 +165,7 @@ typedef struct out_parser {
     bool oss_header;       /* gpt-oss: inside a message header (before <|message|>) */
     bool oss_call;         /* gpt-oss: the current message is a call */
     char *oss_name;
+    const char *think_open, *think_close; /* "<think>" "</think>" unless set after init */
 } out_parser;
 
 /* in_think: the prompt ends inside a think block (the template opened it). */
@@ -170,8 +174,8 @@ void out_parser_init(out_parser *p, tool_format fmt, const tool_spec *t, bool th
 void out_parser_feed(out_parser *p, const char *s, size_t n, bool final, parse_out *o);
 void out_parser_free(out_parser *p);
 
-/* Whether the prompt text ends inside a <think> block (its last "<think>"
- * comes after its last "</think>"). */
-bool prompt_opens_think(const char *prompt, size_t n);
+/* Whether the prompt text ends inside a think block (its last open tag comes
+ * after its last close tag). */
+bool prompt_opens_think(const char *prompt, size_t n, const char *open, const char *close);
 
 #endif

@@ -87,6 +87,9 @@ static void collect(result *r, const parse_out *o) {
     }
 }
 
+/* The think tags the next run() uses (NULL: the parser's default <think>). */
+static const chat_caps *RUN_CAPS;
+
 /* Parses text whole (step 0) or step bytes at a time. */
 static void run(result *r, tool_format f, const tool_spec *t, bool think, bool in_think, const char *text, size_t step) {
     memset(r, 0, sizeof *r);
@@ -94,6 +97,7 @@ static void run(result *r, tool_format f, const tool_spec *t, bool think, bool i
     out_parser p;
     parse_out o = {0};
     out_parser_init(&p, f, t, think, in_think);
+    if (RUN_CAPS) p.think_open = RUN_CAPS->think_open, p.think_close = RUN_CAPS->think_close;
     size_t n = strlen(text);
     if (!step) step = n ? n : 1;
     for (size_t i = 0; i < n || i == 0; i += step) {
@@ -185,10 +189,10 @@ static const sample SAMPLES[] = {
     {"Apriel-1.6-15b-Thinker-fixed", "c11_parallel_tool_calls", TOOL_FMT_APRIEL, "<|begin_assistant|>\n", "<|end|>",
      false},
     {"CohereForAI-c4ai-command-r7b-12-2024-tool_use", "c11_parallel_tool_calls", TOOL_FMT_COMMAND_R7B,
-     "<|END_THINKING|>", "<|END_OF_TURN_TOKEN|>", false},
+     "<|CHATBOT_TOKEN|>", "<|END_OF_TURN_TOKEN|>", true},
     {"Apertus-8B-Instruct", "c11_parallel_tool_calls", TOOL_FMT_APERTUS, "<|assistant_start|>", "[{\"temperature",
      false},
-    {"ByteDance-Seed-OSS", "c11_parallel_tool_calls", TOOL_FMT_SEED_OSS, "<seed:bos>assistant\n", "<seed:eos>", false},
+    {"ByteDance-Seed-OSS", "c11_parallel_tool_calls", TOOL_FMT_SEED_OSS, "<seed:bos>assistant\n", "<seed:eos>", true},
     {"MiniMax-M2", "c11_parallel_tool_calls", TOOL_FMT_MINIMAX, "]~b]ai\n", "[e~[", true},
     {"openbmb-MiniCPM5-1B", "c11_parallel_tool_calls", TOOL_FMT_MINICPM, "<|im_start|>assistant\n", "<|im_end|>", true},
     {"deepseek-ai-DeepSeek-V4", "c11_parallel_tool_calls", TOOL_FMT_DSML, "<\xef\xbd\x9c" "Assistant\xef\xbd\x9c></think>",
@@ -250,6 +254,7 @@ static void test_templates(void) {
         char *turn = strndup(a, (size_t)(e - a));
         tool_spec t = spec_of(cJSON_GetObjectItem(c, "tools"));
         result whole, bytes;
+        RUN_CAPS = &caps;
         run(&whole, caps.format, &t, caps.thinks, false, turn, 0);
         run(&bytes, caps.format, &t, caps.thinks, false, turn, 1);
         cJSON *want = expected_calls(c);
@@ -275,6 +280,7 @@ static void test_templates(void) {
             }
             free(with);
         }
+        RUN_CAPS = NULL;
         cJSON_Delete(want);
         result_free(&whole);
         result_free(&bytes);
@@ -332,6 +338,14 @@ static void test_handwritten(void) {
     CHECK(buf_is(&r.reasoning, "Hmm.") && buf_is(&r.content, "The <b>answer</b>: 4 < 5"), "open think: '%.*s'",
           (int)r.content.len, r.content.p);
     result_free(&r);
+    /* Other tags: Seed-OSS */
+    chat_caps seed = {.thinks = true, .think_open = "<seed:think>", .think_close = "</seed:think>"};
+    RUN_CAPS = &seed;
+    run(&r, TOOL_FMT_SEED_OSS, &t, true, false, "<seed:think>Sunny?</seed:think>\nIt is <think>sunny</think>.", 1);
+    RUN_CAPS = NULL;
+    CHECK(buf_is(&r.reasoning, "Sunny?") && buf_is(&r.content, "It is <think>sunny</think>."), "seed think: '%.*s' / '%.*s'",
+          (int)r.reasoning.len, r.reasoning.p, (int)r.content.len, r.content.p);
+    result_free(&r);
     /* Cut off inside the think block: all reasoning. */
     run(&r, TOOL_FMT_NONE, &t, true, true, "Still thinking about </thi", 2);
     CHECK(buf_is(&r.reasoning, "Still thinking about </thi") && r.content.len == 0, "unclosed think");
@@ -373,9 +387,9 @@ static void test_handwritten(void) {
     result_free(&r);
     tool_spec_free(&t);
 
-    CHECK(prompt_opens_think("<|Assistant|><think>\n", 21), "open");
-    CHECK(!prompt_opens_think("<think>\n\n</think>\n\n", 19), "closed");
-    CHECK(!prompt_opens_think("no tags", 7), "none");
+    CHECK(prompt_opens_think("<|Assistant|><think>\n", 21, "<think>", "</think>"), "open");
+    CHECK(!prompt_opens_think("<think>\n\n</think>\n\n", 19, "<think>", "</think>"), "closed");
+    CHECK(!prompt_opens_think("no tags", 7, "<think>", "</think>"), "none");
 }
 
 /* Random text made of the formats' markers, pieces of them, JSON and words,
@@ -490,7 +504,7 @@ static void test_grammar_text(void) {
     CHECK(tool_spec_parse(b, &t, p, sizeof p, m, sizeof m), "%s", m);
     kvl_buf g = {0};
     char err[200];
-    CHECK(tool_grammar(TOOL_FMT_HERMES, &t, false, fake_rules, &g, err, sizeof err), "%s", err);
+    CHECK(tool_grammar(TOOL_FMT_HERMES, &t, NULL, fake_rules, &g, err, sizeof err), "%s", err);
     kvl_buf_puts(&g, "");
     const char *want = "root ::= call ( \"\\n\" call )* \n"
                        "call ::= fn0 | fn1\n"
@@ -502,14 +516,14 @@ static void test_grammar_text(void) {
     kvl_buf_free(&g);
     t.choice = TOOL_CHOICE_NAMED; /* parallel_tool_calls still true: one call all the same */
     t.named = 0;
-    CHECK(tool_grammar(TOOL_FMT_HERMES, &t, false, fake_rules, &g, err, sizeof err), "%s", err);
+    CHECK(tool_grammar(TOOL_FMT_HERMES, &t, NULL, fake_rules, &g, err, sizeof err), "%s", err);
     kvl_buf_puts(&g, "");
     CHECK(g.p && !strncmp(g.p, "root ::= call \ncall ::= fn0\n", 27) && !strstr(g.p, "fn1"), "named:\n%s", g.p);
     kvl_buf_free(&g);
     t.parallel = false;
     t.choice = TOOL_CHOICE_NAMED;
     t.named = 1;
-    CHECK(tool_grammar(TOOL_FMT_MISTRAL_V11, &t, true, fake_rules, &g, err, sizeof err), "%s", err);
+    CHECK(tool_grammar(TOOL_FMT_MISTRAL_V11, &t, "</think>", fake_rules, &g, err, sizeof err), "%s", err);
     kvl_buf_puts(&g, "");
     CHECK(g.p && strstr(g.p, "root ::= \"</think>\\n\\n\" call \n") && strstr(g.p, "call ::= fn1\n") &&
               strstr(g.p, "fn1 ::= \"[TOOL_CALLS]\" \"b\" \"[ARGS]\" t1-root \n") && !strstr(g.p, "fn0"),
@@ -538,7 +552,7 @@ static void test_grammar_roundtrip(void) {
     for (int f = TOOL_FMT_GENERIC; f <= TOOL_FMT_DSML; f++) {
         kvl_buf g = {0};
         char err[400] = "";
-        bool ok = tool_grammar((tool_format)f, &t, false, real_rules, &g, err, sizeof err);
+        bool ok = tool_grammar((tool_format)f, &t, NULL, real_rules, &g, err, sizeof err);
         CHECK(ok, "%s: %s", tool_format_name((tool_format)f), err);
         kvl_error ke = {{0}};
         grammar *gr = ok ? grammar_compile(g.p, NULL, &ke) : NULL;
