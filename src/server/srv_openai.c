@@ -459,7 +459,12 @@ static bool parse_logprobs(const cJSON *b, bool chat, api_req *r, api_error *err
     return opt_bool(b, "return_tokens_as_token_ids", &r->tokens_as_ids, err);
 }
 
-static bool parse_unsupported(const cJSON *b, api_error *err) {
+static bool parse_unsupported(const cJSON *b, bool chat, api_error *err) {
+    /* Chat-only fields change what a completion means: refused there, not ignored. */
+    static const char *const chat_only[] = {"tools", "tool_choice", "parallel_tool_calls", "reasoning_effort"};
+    for (int i = 0; !chat && i < 4; i++)
+        if (field(b, chat_only[i]))
+            return api_fail(err, 400, chat_only[i], "'%s' is only supported by /v1/chat/completions", chat_only[i]);
     bool echo = false;
     int64_t best_of = 1;
     if (!opt_bool(b, "echo", &echo, err) || !opt_int(b, "best_of", 1, SRV_MAX_N, &best_of, err)) return false;
@@ -526,7 +531,7 @@ static bool parse_body(srv *s, const cJSON *b, bool chat, api_req *r, api_error 
         err->code = "model_not_found";
         return false;
     }
-    bool ok = parse_unsupported(b, err) && parse_sampling(b, j, err) && parse_stop(b, j, err) &&
+    bool ok = parse_unsupported(b, chat, err) && parse_sampling(b, j, err) && parse_stop(b, j, err) &&
               parse_stream(b, r, err) && parse_logprobs(b, chat, r, err) &&
               opt_int(b, "n", 1, SRV_MAX_N, &n, err) && opt_bool(b, "ignore_eos", &j->ignore_eos, err) &&
               opt_string(b, "cache_salt", &salt, err) && parse_structured(s, b, j, err);

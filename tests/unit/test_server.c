@@ -520,6 +520,9 @@ static void test_tool_calls(void) {
 
     refused("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\"}]}", true, 400,
             "tools[0]", NULL);
+    refused("{\"prompt\":\"x\",\"tools\":[]}", false, 400, "tools", NULL);
+    refused("{\"prompt\":\"x\",\"tool_choice\":\"none\"}", false, 400, "tool_choice", NULL);
+    refused("{\"prompt\":\"x\",\"reasoning_effort\":\"low\"}", false, 400, "reasoning_effort", NULL);
 }
 
 /* ------------------------------------------------------------ helpers -- */
