@@ -209,6 +209,7 @@ enum { T_UNKNOWN = -2, T_DEAD = -1 };
 #define P_UNIFORM 0x100 /* in key[K_PREM]: a partial code point whose bits no longer matter */
 #define STATE_SOFT_LIMIT 4096 /* states kept between steps; the cache restarts past it */
 #define MAX_STACK_WORDS (1 << 24)
+#define MASK_MEMO 4
 
 typedef struct srec {
     int64_t key_off;
@@ -233,6 +234,13 @@ struct grammar_state {
     int64_t *recs;
     int64_t n_recs, cap_recs;
     int32_t *walk; /* per trie depth */
+    /* the last masks by the state they were computed in: inside a string the
+     * state after each token is the same, so its mask is the same too */
+    struct {
+        int32_t state, n_vocab, count;
+        uint32_t *bits;
+    } memo[MASK_MEMO];
+    int memo_next;
     bool overflow;
 };
 
@@ -567,6 +575,7 @@ static inline int32_t next_state(grammar_state *st, int32_t id, uint8_t b) {
 }
 
 static void cache_clear(grammar_state *st) {
+    for (int i = 0; i < MASK_MEMO; i++) st->memo[i].state = -1; /* the ids are reused */
     st->n_st = 0;
     st->n_keys = 0;
     if (st->ht) memset(st->ht, 0xFF, (size_t)st->ht_cap * sizeof *st->ht);
@@ -588,6 +597,7 @@ grammar_state *grammar_state_new(const grammar *g) {
     grammar_state *st = calloc(1, sizeof *st);
     if (!st) return NULL;
     st->g = g;
+    for (int i = 0; i < MASK_MEMO; i++) st->memo[i].state = -1;
     /* the start: root's alternatives expanded on an empty stack */
     scratch_reset(st);
     for (int32_t a = g->rule_alt[g->root]; a < g->rule_alt[g->root + 1]; a++) expand(st, NULL, 0, g->alt_start[a]);
@@ -615,6 +625,7 @@ void grammar_state_free(grammar_state *st) {
     free(st->out);
     free(st->recs);
     free(st->walk);
+    for (int i = 0; i < MASK_MEMO; i++) free(st->memo[i].bits);
     free(st);
 }
 
@@ -651,11 +662,37 @@ bool grammar_state_accept_token(grammar_state *st, int32_t token) {
     return grammar_state_accept_bytes(st, gv->text[token], gv->text_len[token]);
 }
 
+static int32_t mask_walk(grammar_state *st, uint32_t *allowed, int32_t n_vocab);
+
 int32_t grammar_state_mask(grammar_state *st, uint32_t *allowed, int32_t n_vocab) {
+    const size_t words = (size_t)(n_vocab + 31) / 32;
+    if (!st->g->vocab) {
+        memset(allowed, 0, words * sizeof *allowed);
+        return 0;
+    }
+    maybe_restart(st);
+    for (int i = 0; i < MASK_MEMO; i++)
+        if (st->memo[i].state == st->cur && st->memo[i].n_vocab == n_vocab) {
+            memcpy(allowed, st->memo[i].bits, words * sizeof *allowed);
+            return st->memo[i].count;
+        }
+    int32_t count = mask_walk(st, allowed, n_vocab);
+    int k = st->memo_next;
+    uint32_t *bits = st->memo[k].n_vocab == n_vocab ? st->memo[k].bits : realloc(st->memo[k].bits, words * sizeof *bits);
+    if (bits) {
+        memcpy(bits, allowed, words * sizeof *bits);
+        st->memo[k].bits = bits;
+        st->memo[k].state = st->cur;
+        st->memo[k].n_vocab = n_vocab;
+        st->memo[k].count = count;
+        st->memo_next = (k + 1) % MASK_MEMO;
+    }
+    return count;
+}
+
+static int32_t mask_walk(grammar_state *st, uint32_t *allowed, int32_t n_vocab) {
     memset(allowed, 0, (size_t)(n_vocab + 31) / 32 * sizeof *allowed);
     const gvocab *gv = st->g->vocab;
-    if (!gv) return 0;
-    maybe_restart(st);
     int32_t count = 0;
     const int32_t N = gv->n_nodes, limit = n_vocab < gv->n_vocab ? n_vocab : gv->n_vocab;
     int32_t *walk = st->walk;

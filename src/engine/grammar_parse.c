@@ -357,7 +357,7 @@ static bool parse_sequence(parser *ps, int32_t r, bool nested) {
         skip_ws(ps);
         char c = *ps->p;
         if (!c || c == '|' || c == ')') return true;
-        if (!nested && at_rule_start(ps)) return true;
+        if (at_rule_start(ps)) return nested ? fail_at(ps, ps->p, "unclosed '(' before the next rule") : true;
         int32_t from = ps->bodies[r].n;
         const char *at = ps->p;
         if (c == '"') {
@@ -382,7 +382,6 @@ static bool parse_sequence(parser *ps, int32_t r, bool nested) {
             int32_t t = find_rule(ps, s, (size_t)(ps->p - s));
             if (t < 0) return false;
             if (ps->ref_at[t] < 0) ps->ref_at[t] = (int32_t)(s - ps->src);
-            if (nested && at_rule_start(ps)) return fail_at(ps, at, "unclosed '(' before the next rule");
             if (!push_elem(ps, r, GE_REF, t)) return false;
         } else if (c == ':' && strncmp(ps->p, "::=", 3) == 0) {
             return fail_at(ps, at, "'::=' without a rule name before it");

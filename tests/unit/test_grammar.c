@@ -49,6 +49,7 @@ static void test_parse_errors(void) {
     expect_error("root ::= \"abc", "unterminated string");
     expect_error("root ::= [a-z", "unterminated character class");
     expect_error("root ::= (\"a\" | \"b\"", "unclosed '('");
+    expect_error("root ::= (\"a\" | b\nb ::= \"x\"", "line 2, column 1: unclosed '(' before the next rule");
     expect_error("root ::= \"a\"\n  x ::= \"\\q\"", "line 2, column 10: unknown escape");
     expect_error("root ::= [z-a]", "below its start");
     expect_error("root ::= \"a\"{3,2}", "maximum is below the minimum");
