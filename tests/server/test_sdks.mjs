@@ -1,7 +1,7 @@
 // The client SDKs agents and apps use, against kvllm serve: LangChain
 // (@langchain/openai bindTools + a tool round trip, withStructuredOutput with a
 // JSON schema), the Vercel AI SDK (@ai-sdk/openai-compatible: generateText with
-// tools, generateObject) and the OpenAI client's own streaming helper for tool
+// tools, generateObject) and the OpenAI client's own stream() accumulator for tool
 // calls. The model is stories260K (a tiny story model) with Qwen2.5's chat
 // template: its answers are only valid because decoding is constrained
 // (tool_choice required, response_format json_schema), and each SDK parses and
