@@ -51,6 +51,7 @@ void chat_caps_detect(const char *src, chat_caps *c) {
     c->think_close = "</think>";
     if (has(src, "<seed:think>")) c->think_open = "<seed:think>", c->think_close = "</seed:think>";
     else if (has(src, "<|START_THINKING|>")) c->think_open = "<|START_THINKING|>", c->think_close = "<|END_THINKING|>";
+    else if (has(src, "[THINK]")) c->think_open = "[THINK]", c->think_close = "[/THINK]"; /* Magistral, Ministral 3 */
     c->thinks = has(src, c->think_open) || has(src, c->think_close);
     /* The most specific markers first: Qwen3.5 writes <function=...> inside <tool_call>. */
     if (has(src, "<tool_call>") && has(src, "<function=")) c->format = TOOL_FMT_QWEN_XML;
@@ -292,7 +293,7 @@ int tool_format_markers(tool_format f, const char **out, int cap) {
                                        "<|tool_call_begin|>", "<|tool_call_argument_begin|>", "<|tool_call_end|>"};
     static const char *const oss[] = {"<|channel|>", "<|message|>", "<|constrain|>", "<|start|>", "<|end|>", "<|call|>"};
     static const char *const think[] = {"<think>", "</think>", "<seed:think>", "</seed:think>",
-                                        "<|START_THINKING|>", "<|END_THINKING|>"};
+                                        "<|START_THINKING|>", "<|END_THINKING|>", "[THINK]", "[/THINK]"};
     static const char *const apriel[] = {"<tool_calls>", "</tool_calls>"};
     static const char *const cohere[] = {"<|START_ACTION|>", "<|END_ACTION|>"};
     static const char *const apertus[] = {"<|tools_prefix|>", "<|tools_suffix|>"};
@@ -322,7 +323,7 @@ int tool_format_markers(tool_format f, const char **out, int cap) {
     }
     int k = 0;
     for (int i = 0; i < n && k < cap; i++) out[k++] = m[i];
-    for (int i = 0; i < 6 && k < cap; i++) out[k++] = think[i];
+    for (int i = 0; i < 8 && k < cap; i++) out[k++] = think[i];
     return k;
 }
 

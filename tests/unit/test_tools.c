@@ -177,7 +177,7 @@ static const sample SAMPLES[] = {
     {"mistralai-Mistral-Nemo-Instruct-2407", "c11_parallel_tool_calls", TOOL_FMT_MISTRAL, "[/INST]", "</s>", false},
     {"Mistral-Small-3.2-24B-Instruct-2506", "c11_parallel_tool_calls", TOOL_FMT_MISTRAL_V11, "[/INST]", "</s>", false},
     {"mistralai-Ministral-3-14B-Reasoning-2512", "c11_parallel_tool_calls", TOOL_FMT_MISTRAL_V11, "[/INST]", "</s>",
-     false},
+     true},
     {"deepseek-ai-DeepSeek-V3.1", "c11_parallel_tool_calls", TOOL_FMT_DEEPSEEK, DS_ASSISTANT, DS_END, true},
     {"moonshotai-Kimi-K2", "c11_parallel_tool_calls", TOOL_FMT_KIMI, "<|im_assistant|>assistant<|im_middle|>",
      "<|im_end|>", false},
@@ -345,6 +345,14 @@ static void test_handwritten(void) {
     RUN_CAPS = NULL;
     CHECK(buf_is(&r.reasoning, "Sunny?") && buf_is(&r.content, "It is <think>sunny</think>."), "seed think: '%.*s' / '%.*s'",
           (int)r.reasoning.len, r.reasoning.p, (int)r.content.len, r.content.p);
+    result_free(&r);
+    chat_caps magistral = {.thinks = true, .think_open = "[THINK]", .think_close = "[/THINK]"};
+    RUN_CAPS = &magistral;
+    run(&r, TOOL_FMT_MISTRAL_V11, &t, true, false,
+        "[THINK]Weather, so get_weather.[/THINK][TOOL_CALLS]get_weather[ARGS]{\"location\": {\"city\": \"Nice\"}}", 2);
+    RUN_CAPS = NULL;
+    CHECK(buf_is(&r.reasoning, "Weather, so get_weather.") && r.content.len == 0 && cJSON_GetArraySize(r.calls) == 1,
+          "[THINK] then a call");
     result_free(&r);
     /* Cut off inside the think block: all reasoning. */
     run(&r, TOOL_FMT_NONE, &t, true, true, "Still thinking about </thi", 2);
