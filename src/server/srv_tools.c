@@ -1153,13 +1153,23 @@ static void feed_harmony(out_parser *p, parse_out *o, bool final) {
     }
 }
 
+static void feed_marked(out_parser *p, parse_out *o, bool final);
+
 void out_parser_feed(out_parser *p, const char *s, size_t n, bool final, parse_out *o) {
     kvl_buf_put(&p->text, s, n);
-    if (p->fmt == TOOL_FMT_GPT_OSS) {
-        feed_harmony(p, o, final);
-        if (final) p->held.len = 0;
-        return;
+    if (p->fmt == TOOL_FMT_GPT_OSS) feed_harmony(p, o, final);
+    else feed_marked(p, o, final);
+    /* At the end, whitespace held before a marker that never came is text,
+     * unless calls were made (it sat between them). */
+    if (final && p->n_calls > 0) p->held.len = 0;
+    if (final && p->held.len) {
+        kvl_buf_put(p->in_think ? &o->reasoning : &o->content, p->held.p, p->held.len);
+        p->held.len = 0;
     }
+}
+
+/* Every format but harmony: calls and think blocks found by their markers. */
+static void feed_marked(out_parser *p, parse_out *o, bool final) {
     int n_starts = 0;
     const char *const *starts = p->fmt != TOOL_FMT_NONE ? start_markers(p->fmt, &n_starts) : NULL;
     for (;;) {
@@ -1239,11 +1249,6 @@ void out_parser_feed(out_parser *p, const char *s, size_t n, bool final, parse_o
             emit(p, o, t, at + rl); /* not a valid call: it stays text */
         }
         p->pos += at + rl;
-    }
-    if (final && p->n_calls > 0) p->held.len = 0;
-    if (final && p->held.len) {
-        kvl_buf_put(p->in_think ? &o->reasoning : &o->content, p->held.p, p->held.len);
-        p->held.len = 0;
     }
 }
 
