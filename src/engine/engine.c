@@ -352,6 +352,12 @@ static void finish_seq(engine *e, seq *s, engine_finish why, int32_t token, floa
     for (int g = 0; g < e->n_groups; g++) kv_seq_release(e->kv[g], &s->kv[g]);
 }
 
+static bool keeps_special(const seq *s, int32_t tok) {
+    for (int i = 0; i < s->req.n_keep_special && i < ENGINE_MAX_KEEP_SPECIAL; i++)
+        if (s->req.keep_special[i] == tok) return true;
+    return false;
+}
+
 /* Handles one sampled token: stop conditions, text streaming. */
 static void on_token(engine *e, seq *s, int32_t tok, float lp, int n_top, const int32_t *ids,
                      const float *lps) {
@@ -374,7 +380,8 @@ static void on_token(engine *e, seq *s, int32_t tok, float lp, int n_top, const 
     }
     s->tokens[s->n_tokens++] = tok;
     sampler_accept(s->smp, tok);
-    size_t need = 3 * tok_token_bytes(e->vocab, tok, false, NULL, 0) + 16; /* U+FFFD may triple bytes */
+    bool special = keeps_special(s, tok);
+    size_t need = 3 * tok_token_bytes(e->vocab, tok, special, NULL, 0) + 16; /* U+FFFD may triple bytes */
     if (need > e->piece_cap) {
         char *p = realloc(e->piece, need);
         if (p) {
@@ -382,7 +389,7 @@ static void on_token(engine *e, seq *s, int32_t tok, float lp, int n_top, const 
             e->piece_cap = need;
         }
     }
-    size_t n = tok_stream_push(&s->stream, e->vocab, tok, false, e->piece, e->piece_cap);
+    size_t n = tok_stream_push(&s->stream, e->vocab, tok, special, e->piece, e->piece_cap);
     text_append(s, e->piece, n);
     if (s->req.n_stop > 0 && find_stop(s) >= 0) {
         finish_seq(e, s, ENGINE_FINISH_STOP, tok, lp, n_top, ids, lps);

@@ -52,6 +52,8 @@ typedef struct engine_event {
 
 typedef void (*engine_event_fn)(const engine_event *ev, void *user);
 
+#define ENGINE_MAX_KEEP_SPECIAL 16
+
 typedef struct engine_request {
     const int32_t *prompt; /* copied */
     int64_t n_prompt;
@@ -62,6 +64,11 @@ typedef struct engine_request {
     int top_logprobs;      /* alternatives per event, 0..20 */
     bool logprobs;         /* report each token's logprob (a pass over the vocabulary) */
     bool ignore_eos;
+    /* Control tokens whose text is part of the output (e.g. a tool-call marker
+     * such as Mistral's [TOOL_CALLS], which a parser needs to see); other
+     * control tokens print as nothing. */
+    int32_t keep_special[ENGINE_MAX_KEEP_SPECIAL];
+    int n_keep_special;
     const char *cache_salt; /* prefix-cache isolation key (copied); NULL: none */
     /* For n > 1 completions of one prompt: the id of the request whose prompt
      * this one shares (set 0 for none; ids start at 1). It is admitted only once

@@ -6,8 +6,10 @@
  * and llama-server do: a content array of text parts becomes one string (the
  * parts joined with "\n"), and a tool call's "arguments" JSON string becomes
  * the object it encodes (templates index and tojson it). Template variables:
- * messages, tools (None), documents (None), add_generation_prompt, bos_token,
- * eos_token, and the request's chat_template_kwargs (e.g. enable_thinking). */
+ * messages, tools (the request's OpenAI list as sent, as transformers passes
+ * it; None without tools), documents (None), add_generation_prompt, bos_token,
+ * eos_token, reasoning_effort (when the request sets it), and the request's
+ * chat_template_kwargs (e.g. enable_thinking), which win over the others. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,7 +74,31 @@ static void normalise_tool_calls(cJSON *msg) {
     }
 }
 
-char *srv_jinja_render(srv *s, const cJSON *body, bool add_gen, size_t *len, api_error *err) {
+/* Adds text to the first message if it is the system message, else puts a
+ * system message first (the tools description of templates without tools). */
+static bool add_system_text(cJSON *msgs, const char *text) {
+    cJSON *first = msgs->child;
+    const cJSON *role = first ? cJSON_GetObjectItemCaseSensitive(first, "role") : NULL;
+    const cJSON *content = first ? cJSON_GetObjectItemCaseSensitive(first, "content") : NULL;
+    if (cJSON_IsString(role) && !strcmp(role->valuestring, "system") && cJSON_IsString(content)) {
+        size_t n = strlen(content->valuestring);
+        char *joined = malloc(n + strlen(text) + 3);
+        if (!joined) return false;
+        sprintf(joined, "%s%s%s", content->valuestring, n ? "\n\n" : "", text);
+        bool ok = cJSON_ReplaceItemInObjectCaseSensitive(first, "content", cJSON_CreateString(joined));
+        free(joined);
+        return ok;
+    }
+    cJSON *sys = cJSON_CreateObject();
+    if (!sys || !cJSON_AddStringToObject(sys, "role", "system") || !cJSON_AddStringToObject(sys, "content", text)) {
+        cJSON_Delete(sys);
+        return false;
+    }
+    return cJSON_InsertItemInArray(msgs, 0, sys);
+}
+
+char *srv_jinja_render(srv *s, const cJSON *body, bool add_gen, const cJSON *tools, const char *system_extra,
+                       size_t *len, api_error *err) {
     const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(body, "messages");
     const cJSON *kw = cJSON_GetObjectItemCaseSensitive(body, "chat_template_kwargs");
     if (kw && !cJSON_IsObject(kw) && !cJSON_IsNull(kw)) {
@@ -96,9 +122,15 @@ char *srv_jinja_render(srv *s, const cJSON *body, bool add_gen, size_t *len, api
         if (!normalise_content(msg, i, err)) goto fail;
         normalise_tool_calls(msg);
     }
+    if (system_extra && !add_system_text(m, system_extra)) {
+        api_fail(err, 500, NULL, "out of memory");
+        goto fail;
+    }
     cJSON_AddItemToObject(vars, "messages", m);
     m = NULL;
-    cJSON_AddItemToObject(vars, "tools", cJSON_CreateNull());
+    cJSON_AddItemToObject(vars, "tools", tools ? cJSON_Duplicate(tools, true) : cJSON_CreateNull());
+    const cJSON *effort = cJSON_GetObjectItemCaseSensitive(body, "reasoning_effort");
+    if (cJSON_IsString(effort)) cJSON_AddStringToObject(vars, "reasoning_effort", effort->valuestring);
     cJSON_AddItemToObject(vars, "documents", cJSON_CreateNull());
     cJSON_AddBoolToObject(vars, "add_generation_prompt", add_gen);
     cJSON_AddStringToObject(vars, "bos_token", s->bos_text);

@@ -185,6 +185,7 @@ static void stream_free(void *cls) {
     }
     atomic_fetch_sub(&sc->s->n_busy, 1);
     api_req_free(&sc->r);
+    stream_state_free(&sc->st);
     kvl_buf_free(&sc->out);
     free(sc);
 }
@@ -416,6 +417,10 @@ static void setup_chat(srv *s) {
                  s->cfg.chat_template_file ? s->cfg.chat_template_file : "");
         if (srv_jinja_setup(s, s->cfg.chat_template_src, origin)) {
             s->chat = CHAT_TMPL_FALLBACK; /* unused while s->jinja is set */
+            chat_caps_detect(s->cfg.chat_template_src, &s->caps);
+            fprintf(stderr, "kvllm serve: tool calls: %s format%s%s\n", tool_format_name(s->caps.format),
+                    s->caps.reads_tools ? "" : " (the template does not render tools: they go in the system message)",
+                    s->caps.thinks ? "; reasoning: <think>" : "");
             return;
         }
         s->chat = chat_template_detect(s->cfg.chat_template_src);

@@ -16,6 +16,7 @@
 #include "server.h"
 #include "chat_template.h"
 #include "kvl_buf.h"
+#include "srv_tools.h"
 
 #define SRV_MAX_N 16   /* choices per request */
 #define SRV_MAX_TOP 20 /* top logprobs per token (the engine's limit) */
@@ -87,9 +88,16 @@ struct srv_job {
     bool logprobs;
     bool ignore_eos;
     char *cache_salt;
-    grammar *grammar;    /* structured output (NULL: none); freed with the job */
+    grammar *grammar;    /* structured output or a required tool call (NULL: none); freed with the job */
     int n;
     double t_arrival;
+    /* Chat output beyond plain text (srv_tools.h). */
+    tool_spec tools;         /* the request's tools */
+    tool_format parse_fmt;   /* how tool calls are parsed out of the output; NONE: not at all */
+    bool think, in_think;    /* split reasoning (caps.think_open/close); the prompt opened a think block */
+    const char *think_open, *think_close; /* the template's think tags (static strings) */
+    int32_t keep_special[ENGINE_MAX_KEEP_SPECIAL]; /* control tokens printed (call markers) */
+    int n_keep_special;
     /* Engine thread only. */
     srv_choice choices[SRV_MAX_N];
     int n_live;          /* submitted, final event not yet seen */
@@ -175,6 +183,7 @@ struct srv {
     time_t t_start;            /* "created" of the model object */
     int omp_threads;           /* the main thread's OpenMP team size (-t) */
     chat_family chat;          /* CHAT_TMPL_UNKNOWN: chat requests get 400 */
+    chat_caps caps;            /* tool-call format and reasoning of the chat template */
     struct jinja_template *jinja; /* the Jinja chat template; NULL: the family's built-in rendering */
     char chat_error[256];
     const char *bos_text, *eos_text;
@@ -231,7 +240,10 @@ bool openai_parse(srv *s, const cJSON *body, bool chat, api_req *r, api_error *e
  * with err set (400 when the template refuses or fails on the conversation). */
 bool srv_jinja_setup(srv *s, const char *src, const char *origin);
 void srv_jinja_free(srv *s);
-char *srv_jinja_render(srv *s, const cJSON *body, bool add_gen, size_t *len, api_error *err);
+/* tools: the array the template sees as `tools` (NULL: None); system_extra:
+ * text added to the system message (NULL: none). */
+char *srv_jinja_render(srv *s, const cJSON *body, bool add_gen, const cJSON *tools, const char *system_extra,
+                       size_t *len, api_error *err);
 void api_req_free(api_req *r);
 
 /* Non-streaming response from all of a finished job's events. */
@@ -240,12 +252,16 @@ char *openai_response(srv *s, const api_req *r, srv_event *events);
  * also the usage chunk (if asked) and "data: [DONE]". */
 typedef struct stream_state {
     bool started[SRV_MAX_N];   /* chat: the role delta was sent */
+    out_parser parser[SRV_MAX_N]; /* chat with tools or reasoning: set up with the role delta */
+    int n_calls[SRV_MAX_N];    /* tool calls sent per choice */
+    parse_out po;              /* scratch */
     size_t text_off[SRV_MAX_N];
     int n_finished;
     int64_t completion_tokens, kv_lb, kv_alloc, cached;
     bool failed;
 } stream_state;
 void openai_stream_events(srv *s, const api_req *r, stream_state *st, srv_event *events, kvl_buf *out);
+void stream_state_free(stream_state *st);
 /* Ends a stream early: an error chunk if st->failed, the usage chunk, [DONE]. */
 void openai_stream_end(srv *s, const api_req *r, stream_state *st, kvl_buf *out);
 

@@ -46,6 +46,7 @@ static void job_free(srv_job *j) {
     free(j->prompt);
     for (int i = 0; i < j->n_stop; i++) free(j->stop[i]);
     free(j->cache_salt);
+    tool_spec_free(&j->tools);
     grammar_free(j->grammar);
     pthread_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cv);

@@ -10,6 +10,7 @@
 
 #include "srv_internal.h"
 
+
 /* ------------------------------------------------------- field access -- */
 
 /* A field, with JSON null treated as absent (the SDKs send nulls). */
@@ -253,12 +254,42 @@ static void free_msgs(chat_msg *m, int n) {
     free(m);
 }
 
-static bool parse_messages(const cJSON *body, chat_msg **out, int *n_out, api_error *err) {
+/* An assistant message's tool_calls as the generic call JSON the built-in
+ * families show them in: {"name": ..., "arguments": {...}} per call. */
+static char *append_calls_text(char *content, const cJSON *calls) {
+    kvl_buf b = {0};
+    kvl_buf_puts(&b, content);
+    free(content);
+    for (const cJSON *c = calls->child; c; c = c->next) {
+        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(c, "function");
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name");
+        const cJSON *args = cJSON_GetObjectItemCaseSensitive(fn, "arguments");
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "name", cJSON_IsString(name) ? name->valuestring : "");
+        cJSON *a = cJSON_IsString(args) ? cJSON_Parse(args->valuestring) : cJSON_Duplicate(args, true);
+        cJSON_AddItemToObject(o, "arguments", a ? a : cJSON_CreateObject());
+        char *js = cJSON_PrintUnformatted(o);
+        cJSON_Delete(o);
+        if (b.len) kvl_buf_puts(&b, "\n");
+        if (js) kvl_buf_puts(&b, js);
+        else b.oom = true;
+        free(js);
+    }
+    if (b.oom) {
+        kvl_buf_free(&b);
+        return NULL;
+    }
+    return b.p ? b.p : strdup("");
+}
+
+/* system_extra: text for the system message (added to the first message if it
+ * is one, else a system message of its own first). */
+static bool parse_messages(const cJSON *body, const char *system_extra, chat_msg **out, int *n_out, api_error *err) {
     const cJSON *arr = field(body, "messages");
     if (!cJSON_IsArray(arr) || !arr->child)
         return api_fail(err, 400, "messages", "'messages' must be a non-empty array");
     int n = cJSON_GetArraySize(arr), i = 0;
-    chat_msg *m = calloc((size_t)n, sizeof *m);
+    chat_msg *m = calloc((size_t)n + 1, sizeof *m);
     if (!m) return api_fail(err, 500, NULL, "out of memory");
     for (const cJSON *v = arr->child; v; v = v->next, i++) {
         const cJSON *role = cJSON_IsObject(v) ? cJSON_GetObjectItemCaseSensitive(v, "role") : NULL;
@@ -272,6 +303,30 @@ static bool parse_messages(const cJSON *body, chat_msg **out, int *n_out, api_er
             free_msgs(m, i);
             return false;
         }
+        const cJSON *calls = field(v, "tool_calls");
+        if (cJSON_IsArray(calls) && calls->child &&
+            !(m[i].content = append_calls_text((char *)m[i].content, calls))) {
+            free_msgs(m, i);
+            return api_fail(err, 500, NULL, "out of memory");
+        }
+    }
+    if (system_extra) {
+        bool merge = !strcmp(m[0].role, "system");
+        size_t l = merge ? strlen(m[0].content) : 0;
+        char *t = malloc(l + strlen(system_extra) + 3);
+        if (!t) {
+            free_msgs(m, n);
+            return api_fail(err, 500, NULL, "out of memory");
+        }
+        sprintf(t, "%s%s%s", merge ? m[0].content : "", l ? "\n\n" : "", system_extra);
+        if (merge) {
+            free((char *)m[0].content);
+        } else {
+            memmove(m + 1, m, (size_t)n * sizeof *m);
+            m[0].role = "system";
+            n++;
+        }
+        m[0].content = t;
     }
     *out = m;
     *n_out = n;
@@ -282,38 +337,122 @@ static bool starts_with(const char *s, const char *prefix) {
     return prefix[0] && strncmp(s, prefix, strlen(prefix)) == 0;
 }
 
+static bool schema_rules(const char *schema, const char *prefix, kvl_buf *out, char *e, size_t cap) {
+    kvl_error ke = {{0}};
+    if (json_schema_to_gbnf(schema, prefix, out, &ke)) return true;
+    snprintf(e, cap, "%s", ke.msg);
+    return false;
+}
+
+/* tool_choice "required" or a named function: the output is constrained to
+ * calls in the model's own format, each function's arguments to its schema. */
+static bool build_tool_grammar(srv *s, srv_job *j, api_error *err) {
+    if (j->grammar)
+        return api_fail(err, 400, "tool_choice",
+                        "'tool_choice' \"required\" or a named function cannot be combined with a structured output "
+                        "format (response_format, grammar, json_schema, guided_*)");
+    kvl_buf g = {0};
+    char msg[512] = "";
+    if (!tool_grammar(j->parse_fmt, &j->tools, j->think && j->in_think ? s->caps.think_close : NULL, schema_rules, &g,
+                      msg, sizeof msg)) {
+        kvl_buf_free(&g);
+        return api_fail(err, 400, "tools", "cannot constrain the tool call: %s", msg);
+    }
+    kvl_error ke = {{0}};
+    j->grammar = grammar_compile(g.p, s->vocab, &ke);
+    kvl_buf_free(&g);
+    if (!j->grammar) return api_fail(err, 400, "tools", "cannot constrain the tool call: %s", ke.msg);
+    return true;
+}
+
+/* The control tokens of the call format's markers (and <think>) are printed,
+ * so that the parser sees them: a marker that is one token is kept. */
+static void keep_marker_tokens(srv *s, srv_job *j) {
+    const char *m[16];
+    int n = tool_format_markers(j->parse_fmt, m, 16);
+    for (int i = 0; i < n && j->n_keep_special < ENGINE_MAX_KEEP_SPECIAL; i++) {
+        int32_t ids[4];
+        kvl_error kerr = {{0}};
+        pthread_mutex_lock(&s->tok_mu);
+        int64_t got = tok_encode(s->vocab, m[i], strlen(m[i]), false, true, ids, 4, &kerr);
+        pthread_mutex_unlock(&s->tok_mu);
+        if (got == 1) j->keep_special[j->n_keep_special++] = ids[0];
+    }
+}
+
+/* tools, tool_choice, parallel_tool_calls, reasoning_effort: what the template
+ * sees, how the output is parsed. */
+static bool parse_tools(srv *s, const cJSON *body, srv_job *j, api_error *err) {
+    char param[64], msg[400];
+    if (!tool_spec_parse(body, &j->tools, param, sizeof param, msg, sizeof msg))
+        return api_fail(err, 400, param, "%s", msg);
+    const cJSON *effort = field(body, "reasoning_effort");
+    if (effort) {
+        static const char *const ok[] = {"minimal", "low", "medium", "high"};
+        bool known = false;
+        for (int i = 0; cJSON_IsString(effort) && i < 4; i++) known |= !strcmp(effort->valuestring, ok[i]);
+        if (!known)
+            return api_fail(err, 400, "reasoning_effort", "'reasoning_effort' must be \"minimal\", \"low\", "
+                                                          "\"medium\" or \"high\"");
+    }
+    j->think = s->jinja && s->caps.thinks;
+    j->think_open = s->caps.think_open;
+    j->think_close = s->caps.think_close;
+    if (j->tools.n > 0 && j->tools.choice != TOOL_CHOICE_NONE) j->parse_fmt = s->jinja ? s->caps.format : TOOL_FMT_GENERIC;
+    /* harmony's channels (gpt-oss) are split with or without tools */
+    if (s->jinja && s->caps.format == TOOL_FMT_GPT_OSS) j->parse_fmt = TOOL_FMT_GPT_OSS;
+    if (j->parse_fmt != TOOL_FMT_NONE || j->think) keep_marker_tokens(s, j);
+    return true;
+}
+
 /* Renders the conversation with the model's template and tokenizes it with
- * special tokens parsed; BOS only if the template did not write it already. */
+ * special tokens parsed; BOS only if the template did not write it already.
+ * With tools, a template that renders them gets the request's list; one that
+ * does not (or the built-in families) gets them described in the system
+ * message. tool_choice "none" renders them but parses nothing (as vLLM). */
 static bool parse_chat_prompt(srv *s, const cJSON *body, srv_job *j, api_error *err) {
     bool add_gen = true;
     if (!opt_bool(body, "add_generation_prompt", &add_gen, err)) return false;
-    if (s->jinja) {
-        const cJSON *arr = field(body, "messages");
-        if (!cJSON_IsArray(arr) || !arr->child)
-            return api_fail(err, 400, "messages", "'messages' must be a non-empty array");
-        size_t len = 0;
-        char *text = srv_jinja_render(s, body, add_gen, &len, err);
-        if (!text) return false;
-        bool add_bos = tok_add_bos(s->vocab) && tok_bos(s->vocab) >= 0 && !starts_with(text, s->bos_text);
-        bool ok = tokenize(s, text, len, add_bos, j, "messages", err);
-        free(text);
-        return ok;
-    }
-    chat_msg *msgs = NULL;
-    int n = 0;
-    if (!parse_messages(body, &msgs, &n, err)) return false;
-    if (s->chat == CHAT_TMPL_UNKNOWN) {
-        free_msgs(msgs, n);
-        return api_fail(err, 400, "messages", "%s", s->chat_error);
+    if (!parse_tools(s, body, j, err)) return false;
+    bool template_tools = s->jinja && s->caps.reads_tools && j->tools.n > 0;
+    char *system_extra = NULL;
+    if (j->tools.n > 0 && j->tools.choice != TOOL_CHOICE_NONE && !template_tools) {
+        system_extra = tool_system_prompt(j->parse_fmt, &j->tools);
+        if (!system_extra) return api_fail(err, 500, NULL, "out of memory");
     }
     char *text = NULL;
-    kvl_error kerr = {{0}};
-    int64_t len = chat_template_render(s->chat, s->bos_text, s->eos_text, msgs, n, add_gen, &text, &kerr);
-    free_msgs(msgs, n);
-    if (len < 0) return api_fail(err, 400, "messages", "%s", kerr.msg);
+    size_t len = 0;
+    if (s->jinja) {
+        const cJSON *arr = field(body, "messages");
+        if (!cJSON_IsArray(arr) || !arr->child) {
+            free(system_extra);
+            return api_fail(err, 400, "messages", "'messages' must be a non-empty array");
+        }
+        text = srv_jinja_render(s, body, add_gen, template_tools ? j->tools.tools : NULL, system_extra, &len, err);
+        free(system_extra);
+        if (!text) return false;
+    } else {
+        chat_msg *msgs = NULL;
+        int n = 0;
+        bool ok = parse_messages(body, system_extra, &msgs, &n, err);
+        free(system_extra);
+        if (!ok) return false;
+        if (s->chat == CHAT_TMPL_UNKNOWN) {
+            free_msgs(msgs, n);
+            return api_fail(err, 400, "messages", "%s", s->chat_error);
+        }
+        kvl_error kerr = {{0}};
+        int64_t l = chat_template_render(s->chat, s->bos_text, s->eos_text, msgs, n, add_gen, &text, &kerr);
+        free_msgs(msgs, n);
+        if (l < 0) return api_fail(err, 400, "messages", "%s", kerr.msg);
+        len = (size_t)l;
+    }
+    j->in_think = j->think && prompt_opens_think(text, len, s->caps.think_open, s->caps.think_close);
     bool add_bos = tok_add_bos(s->vocab) && tok_bos(s->vocab) >= 0 && !starts_with(text, s->bos_text);
-    bool ok = tokenize(s, text, (size_t)len, add_bos, j, "messages", err);
+    bool ok = tokenize(s, text, len, add_bos, j, "messages", err);
     free(text);
+    if (ok && (j->tools.choice == TOOL_CHOICE_REQUIRED || j->tools.choice == TOOL_CHOICE_NAMED))
+        ok = build_tool_grammar(s, j, err);
     return ok;
 }
 
@@ -410,7 +549,12 @@ static bool parse_logprobs(const cJSON *b, bool chat, api_req *r, api_error *err
     return opt_bool(b, "return_tokens_as_token_ids", &r->tokens_as_ids, err);
 }
 
-static bool parse_unsupported(const cJSON *b, api_error *err) {
+static bool parse_unsupported(const cJSON *b, bool chat, api_error *err) {
+    /* Chat-only fields change what a completion means: refused there, not ignored. */
+    static const char *const chat_only[] = {"tools", "tool_choice", "parallel_tool_calls", "reasoning_effort"};
+    for (int i = 0; !chat && i < 4; i++)
+        if (field(b, chat_only[i]))
+            return api_fail(err, 400, chat_only[i], "'%s' is only supported by /v1/chat/completions", chat_only[i]);
     bool echo = false;
     int64_t best_of = 1;
     if (!opt_bool(b, "echo", &echo, err) || !opt_int(b, "best_of", 1, SRV_MAX_N, &best_of, err)) return false;
@@ -419,9 +563,6 @@ static bool parse_unsupported(const cJSON *b, api_error *err) {
     const cJSON *lb = field(b, "logit_bias");
     if (lb && (!cJSON_IsObject(lb) || lb->child))
         return api_fail(err, 400, "logit_bias", "'logit_bias' is not supported");
-    const cJSON *tools = field(b, "tools");
-    if (tools && (!cJSON_IsArray(tools) || tools->child))
-        return api_fail(err, 400, "tools", "'tools' is not supported");
     return true;
 }
 
@@ -480,7 +621,7 @@ static bool parse_body(srv *s, const cJSON *b, bool chat, api_req *r, api_error 
         err->code = "model_not_found";
         return false;
     }
-    bool ok = parse_unsupported(b, err) && parse_sampling(b, j, err) && parse_stop(b, j, err) &&
+    bool ok = parse_unsupported(b, chat, err) && parse_sampling(b, j, err) && parse_stop(b, j, err) &&
               parse_stream(b, r, err) && parse_logprobs(b, chat, r, err) &&
               opt_int(b, "n", 1, SRV_MAX_N, &n, err) && opt_bool(b, "ignore_eos", &j->ignore_eos, err) &&
               opt_string(b, "cache_salt", &salt, err) && parse_structured(s, b, j, err);
@@ -618,20 +759,65 @@ typedef struct choice_acc {
     engine_finish finish;
 } choice_acc;
 
+static bool job_parses(const srv_job *j) { return j->parse_fmt != TOOL_FMT_NONE || j->think; }
+
+/* One tool call as message.tool_calls[i] (OpenAI's shape). */
+static cJSON *call_json(const tool_call_out *c) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "id", c->id);
+    cJSON_AddStringToObject(o, "type", "function");
+    cJSON *fn = cJSON_AddObjectToObject(o, "function");
+    cJSON_AddStringToObject(fn, "name", c->name);
+    cJSON_AddStringToObject(fn, "arguments", c->arguments);
+    return o;
+}
+
+/* "tool_calls" when the answer holds calls (and was not cut off by a cancel). */
+static const char *finish_reason(engine_finish f, int n_calls) {
+    return n_calls > 0 && f != ENGINE_FINISH_CANCELLED && f != ENGINE_FINISH_NONE ? "tool_calls" : finish_name(f);
+}
+
+/* The message of a chat answer whose text is split into content, reasoning
+ * and tool calls; content is null when calls took all of it, as OpenAI's. */
+static void parsed_message(const srv_job *j, cJSON *msg, const char *text, size_t len, int *n_calls) {
+    out_parser p;
+    parse_out o = {0};
+    out_parser_init(&p, j->parse_fmt, &j->tools, j->think, j->in_think);
+    if (j->think_open) p.think_open = j->think_open, p.think_close = j->think_close;
+    out_parser_feed(&p, text, len, true, &o);
+    if (o.content.len == 0 && o.n_calls > 0) cJSON_AddNullToObject(msg, "content");
+    else cJSON_AddItemToObject(msg, "content", json_text(o.content.p ? o.content.p : "", o.content.len));
+    if (o.reasoning.len) cJSON_AddItemToObject(msg, "reasoning_content", json_text(o.reasoning.p, o.reasoning.len));
+    if (o.n_calls) {
+        cJSON *calls = cJSON_AddArrayToObject(msg, "tool_calls");
+        for (int i = 0; i < o.n_calls; i++) cJSON_AddItemToArray(calls, call_json(&o.calls[i]));
+    }
+    *n_calls = o.n_calls;
+    parse_out_free(&o);
+    out_parser_free(&p);
+}
+
 static cJSON *final_choice(const api_req *r, int i, choice_acc *c) {
     cJSON *ch = cJSON_CreateObject();
     cJSON_AddNumberToObject(ch, "index", i);
-    cJSON *text = json_text(c->text.p ? c->text.p : "", c->text.len);
-    if (r->chat) {
+    int n_calls = 0;
+    if (r->chat && job_parses(r->job)) {
         cJSON *msg = cJSON_AddObjectToObject(ch, "message");
         cJSON_AddStringToObject(msg, "role", "assistant");
-        cJSON_AddItemToObject(msg, "content", text);
+        parsed_message(r->job, msg, c->text.p ? c->text.p : "", c->text.len, &n_calls);
     } else {
-        cJSON_AddItemToObject(ch, "text", text);
+        cJSON *text = json_text(c->text.p ? c->text.p : "", c->text.len);
+        if (r->chat) {
+            cJSON *msg = cJSON_AddObjectToObject(ch, "message");
+            cJSON_AddStringToObject(msg, "role", "assistant");
+            cJSON_AddItemToObject(msg, "content", text);
+        } else {
+            cJSON_AddItemToObject(ch, "text", text);
+        }
     }
     if (c->logprobs) cJSON_AddItemToObject(ch, "logprobs", c->logprobs);
     else cJSON_AddNullToObject(ch, "logprobs");
-    const char *fin = finish_name(c->finish);
+    const char *fin = finish_reason(c->finish, n_calls);
     if (fin) cJSON_AddStringToObject(ch, "finish_reason", fin);
     else cJSON_AddNullToObject(ch, "finish_reason");
     c->logprobs = NULL;
@@ -704,9 +890,87 @@ static void put_finish(cJSON *ch, engine_finish f) {
     else cJSON_AddNullToObject(ch, "finish_reason");
 }
 
+/* A chat chunk of choice index with an empty delta (the caller fills it). */
+static cJSON *delta_chunk(srv *s, const api_req *r, int index, cJSON **ch, cJSON **d) {
+    cJSON *c = envelope(s, r, "chat.completion.chunk");
+    *ch = chunk_choice(c, index);
+    *d = cJSON_AddObjectToObject(*ch, "delta");
+    return c;
+}
+
+/* Tool calls stream as OpenAI streams them: per call, a chunk with its index,
+ * id, type, name and empty arguments, then the arguments. */
+static void put_calls(srv *s, const api_req *r, stream_state *st, int index, const parse_out *o, kvl_buf *out) {
+    for (int i = 0; i < o->n_calls; i++) {
+        for (int part = 0; part < 2; part++) {
+            cJSON *ch, *d;
+            cJSON *c = delta_chunk(s, r, index, &ch, &d);
+            cJSON *call = cJSON_CreateObject();
+            cJSON_AddNumberToObject(call, "index", st->n_calls[index]);
+            cJSON *fn;
+            if (part == 0) {
+                cJSON_AddStringToObject(call, "id", o->calls[i].id);
+                cJSON_AddStringToObject(call, "type", "function");
+                fn = cJSON_AddObjectToObject(call, "function");
+                cJSON_AddStringToObject(fn, "name", o->calls[i].name);
+                cJSON_AddStringToObject(fn, "arguments", "");
+            } else {
+                fn = cJSON_AddObjectToObject(call, "function");
+                cJSON_AddStringToObject(fn, "arguments", o->calls[i].arguments);
+            }
+            cJSON_AddItemToArray(cJSON_AddArrayToObject(d, "tool_calls"), call);
+            cJSON_AddNullToObject(ch, "logprobs");
+            cJSON_AddNullToObject(ch, "finish_reason");
+            put_sse(out, c);
+        }
+        st->n_calls[index]++;
+    }
+}
+
+/* Chat with tools or reasoning: the event's text goes through the choice's
+ * parser; what it decided is sent as reasoning_content / content deltas and
+ * tool-call chunks, the rest waits for the next token. */
+static void chat_chunk_parsed(srv *s, const api_req *r, stream_state *st, const srv_event *ev, kvl_buf *out) {
+    parse_out *o = &st->po;
+    parse_out_reset(o);
+    bool final = ev->finish != ENGINE_FINISH_NONE;
+    out_parser_feed(&st->parser[ev->index], ev->text, ev->text_len, final, o);
+    bool lp = r->logprobs && ev->token >= 0;
+    if (o->reasoning.len || o->content.len || (lp && !o->n_calls)) {
+        cJSON *ch, *d;
+        cJSON *c = delta_chunk(s, r, ev->index, &ch, &d);
+        if (o->reasoning.len) cJSON_AddItemToObject(d, "reasoning_content", json_text(o->reasoning.p, o->reasoning.len));
+        if (o->content.len || !o->reasoning.len) cJSON_AddItemToObject(d, "content", json_text(o->content.p, o->content.len));
+        if (lp) {
+            cJSON *l = cJSON_AddObjectToObject(ch, "logprobs");
+            cJSON_AddItemToArray(cJSON_AddArrayToObject(l, "content"), chat_logprob_entry(s, r, ev));
+            lp = false;
+        } else {
+            cJSON_AddNullToObject(ch, "logprobs");
+        }
+        cJSON_AddNullToObject(ch, "finish_reason");
+        put_sse(out, c);
+    }
+    put_calls(s, r, st, ev->index, o, out);
+    if (!final) return;
+    cJSON *ch, *d;
+    cJSON *c = delta_chunk(s, r, ev->index, &ch, &d);
+    cJSON_AddNullToObject(ch, "logprobs");
+    const char *fin = finish_reason(ev->finish, st->n_calls[ev->index]);
+    if (fin) cJSON_AddStringToObject(ch, "finish_reason", fin);
+    else cJSON_AddNullToObject(ch, "finish_reason");
+    put_sse(out, c);
+}
+
 static void chat_chunk(srv *s, const api_req *r, stream_state *st, const srv_event *ev, kvl_buf *out) {
+    bool parsed = job_parses(r->job);
     if (!st->started[ev->index]) {
         st->started[ev->index] = true;
+        if (parsed) {
+            out_parser *p = &st->parser[ev->index];
+            out_parser_init(p, r->job->parse_fmt, &r->job->tools, r->job->think, r->job->in_think);
+            if (r->job->think_open) p->think_open = r->job->think_open, p->think_close = r->job->think_close;
+        }
         cJSON *c = envelope(s, r, "chat.completion.chunk");
         cJSON *ch = chunk_choice(c, ev->index);
         cJSON *d = cJSON_AddObjectToObject(ch, "delta");
@@ -715,6 +979,10 @@ static void chat_chunk(srv *s, const api_req *r, stream_state *st, const srv_eve
         cJSON_AddNullToObject(ch, "logprobs");
         cJSON_AddNullToObject(ch, "finish_reason");
         put_sse(out, c);
+    }
+    if (parsed) {
+        chat_chunk_parsed(s, r, st, ev, out);
+        return;
     }
     cJSON *c = envelope(s, r, "chat.completion.chunk");
     cJSON *ch = chunk_choice(c, ev->index);
@@ -729,6 +997,12 @@ static void chat_chunk(srv *s, const api_req *r, stream_state *st, const srv_eve
     }
     put_finish(ch, ev->finish);
     put_sse(out, c);
+}
+
+void stream_state_free(stream_state *st) {
+    for (int i = 0; i < SRV_MAX_N; i++)
+        if (st->started[i]) out_parser_free(&st->parser[i]);
+    parse_out_free(&st->po);
 }
 
 static void completion_chunk(srv *s, const api_req *r, stream_state *st, const srv_event *ev, kvl_buf *out) {

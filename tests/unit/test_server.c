@@ -476,6 +476,87 @@ static void test_response(void) {
     api_req_free(&r);
 }
 
+/* -------------------------------------------------------------- tools -- */
+
+/* No template here: tools go in the system message, calls are the generic JSON
+ * format, parsed out of the output into message.tool_calls / delta.tool_calls. */
+static void test_tool_calls(void) {
+    const char *tools = "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":"
+                        "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\"}}}}}]";
+    char body[512];
+    api_req plain, r;
+    api_error e;
+    int64_t ctx = S.n_ctx, blocks = S.n_blocks;
+    S.n_ctx = 1024; /* room for the tools' description */
+    S.n_blocks = 64;
+    CHECK(parse("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", true, &plain, &e));
+    snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],%s}", tools);
+    CHECK(parse(body, true, &r, &e), "%s", e.msg);
+    S.n_ctx = ctx;
+    S.n_blocks = blocks;
+    if (!r.job || !plain.job) return;
+    CHECK(r.job->parse_fmt == TOOL_FMT_GENERIC && r.job->tools.n == 1);
+    CHECK(r.job->n_prompt > plain.job->n_prompt + 20, "the tools are described in the prompt");
+    CHECK(plain.job->parse_fmt == TOOL_FMT_NONE && !plain.job->think);
+    api_req_free(&plain);
+
+    /* Not streamed: the call's text split over tokens. */
+    srv_event *a[] = {event(0, 5, "{\"name\": \"f\", ", ENGINE_FINISH_NONE, 0),
+                      event(0, 6, "\"arguments\": {\"a\": \"\xc3\xa9\"}}", ENGINE_FINISH_NONE, 0),
+                      event(0, -1, "", ENGINE_FINISH_STOP, 2)};
+    char *js = openai_response(&S, &r, chain(a, 3));
+    cJSON *o = js ? cJSON_Parse(js) : NULL;
+    const cJSON *msg = cJSON_GetObjectItem(choice0(o), "message");
+    const cJSON *call = cJSON_GetArrayItem(cJSON_GetObjectItem(msg, "tool_calls"), 0);
+    CHECK(cJSON_IsNull(cJSON_GetObjectItem(msg, "content")), "%s", js);
+    CHECK(str_at(call, "type", NULL) && !strcmp(str_at(call, "type", NULL), "function"));
+    CHECK(str_at(call, "id", NULL) && !strncmp(str_at(call, "id", NULL), "call_", 5));
+    CHECK(str_at(call, "function", "name") && !strcmp(str_at(call, "function", "name"), "f"));
+    CHECK(str_at(call, "function", "arguments") && !strcmp(str_at(call, "function", "arguments"), "{\"a\":\"\xc3\xa9\"}"),
+          "%s", js);
+    CHECK(str_at(choice0(o), "finish_reason", NULL) && !strcmp(str_at(choice0(o), "finish_reason", NULL), "tool_calls"));
+    cJSON_Delete(o);
+    free(js);
+
+    /* Streamed: the role, then the call (id, type, name, "" first; then the
+     * arguments), then the finish chunk; no content delta. */
+    stream_state st = {0};
+    kvl_buf out = {0};
+    openai_stream_events(&S, &r, &st, a[0], &out);
+    events_free(a[0]);
+    char *f[MAX_FRAMES];
+    int n = frames(out.p, f);
+    CHECK(n == 5, "%d frames:\n%s", n, out.p);
+    for (int i = 0; i < n && n == 5; i++) {
+        cJSON *c = cJSON_Parse(f[i]);
+        const cJSON *ch = choice0(c);
+        const cJSON *tc = cJSON_GetArrayItem(cJSON_GetObjectItem(cJSON_GetObjectItem(ch, "delta"), "tool_calls"), 0);
+        if (i == 0) CHECK(!strcmp(str_at(ch, "delta", "role"), "assistant"));
+        if (i == 1) {
+            CHECK(cJSON_GetObjectItem(tc, "index")->valueint == 0 && !strncmp(str_at(tc, "id", NULL), "call_", 5));
+            CHECK(!strcmp(str_at(tc, "function", "name"), "f") && !strcmp(str_at(tc, "function", "arguments"), ""));
+        }
+        if (i == 2) {
+            CHECK(!cJSON_GetObjectItem(tc, "id") && !strcmp(str_at(tc, "function", "arguments"), "{\"a\":\"\xc3\xa9\"}"));
+        }
+        if (i < 3) CHECK(cJSON_IsNull(cJSON_GetObjectItem(ch, "finish_reason")));
+        if (i == 4) CHECK(!strcmp(f[i], "[DONE]"), "last frame: %s", f[i]);
+        if (i == 3) CHECK(!strcmp(str_at(ch, "finish_reason", NULL), "tool_calls"));
+        CHECK(i == 0 || !str_at(ch, "delta", "content"), "frame %d: %s", i, f[i]);
+        cJSON_Delete(c);
+    }
+    frames_free(f, n > 0 ? n : 0);
+    kvl_buf_free(&out);
+    stream_state_free(&st);
+    api_req_free(&r);
+
+    refused("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\"}]}", true, 400,
+            "tools[0]", NULL);
+    refused("{\"prompt\":\"x\",\"tools\":[]}", false, 400, "tools", NULL);
+    refused("{\"prompt\":\"x\",\"tool_choice\":\"none\"}", false, 400, "tool_choice", NULL);
+    refused("{\"prompt\":\"x\",\"reasoning_effort\":\"low\"}", false, 400, "reasoning_effort", NULL);
+}
+
 /* ------------------------------------------------------------ helpers -- */
 
 static void test_helpers(void) {
@@ -530,6 +611,7 @@ int main(int argc, char **argv) {
     test_chat_stream();
     test_completion_stream();
     test_response();
+    test_tool_calls();
     test_helpers();
     pthread_mutex_destroy(&S.tok_mu);
     tok_vocab_destroy(vocab);
