@@ -69,7 +69,7 @@ bool conns_listen(srv *s) {
         fprintf(stderr, "kvllm serve: cannot resolve host '%s': %s\n", s->cfg.host, gai_strerror(rc));
         return false;
     }
-    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0); /* the acceptor drains bursts */
     int one = 1;
     if (fd >= 0) setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     if (fd < 0 || bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, 4096) != 0) {

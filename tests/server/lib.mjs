@@ -72,8 +72,12 @@ export function rawRequest(url, { method = 'POST', path = '/v1/completions', hea
 }
 
 // Prometheus text -> Map of "name{labels}" and bare "name" (summed over labels) -> value.
-export async function metrics(url) {
-  const text = await (await fetch(`${url}/metrics`)).text();
+// key: the API key, for a server started with one (/metrics then needs it).
+export async function metrics(url, key) {
+  const headers = key ? { Authorization: `Bearer ${key}` } : {};
+  const res = await fetch(`${url}/metrics`, { headers });
+  if (res.status !== 200) throw new Error(`/metrics: status ${res.status}`);
+  const text = await res.text();
   const m = new Map();
   for (const line of text.split('\n')) {
     if (!line || line.startsWith('#')) continue;
@@ -88,11 +92,11 @@ export async function metrics(url) {
 }
 
 // Polls until pred(metrics) holds; returns the last metrics.
-export async function waitMetrics(url, pred, timeoutMs = 10000) {
+export async function waitMetrics(url, pred, timeoutMs = 10000, key) {
   const end = Date.now() + timeoutMs;
   let m;
   do {
-    m = await metrics(url);
+    m = await metrics(url, key);
     if (pred(m)) return m;
     await sleep(100);
   } while (Date.now() < end);
