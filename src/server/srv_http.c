@@ -47,6 +47,8 @@ typedef struct conn_ctx {
     const srv_key *key;    /* the caller's key; NULL without keys */
     double t_arrival;
     bool too_large;
+    bool refused;          /* answered with early (after the body, which is dropped) */
+    api_error early;
     bool received;         /* the whole request is in */
     bool generating;       /* r holds a queued job not yet handed to a response */
     api_req r;
@@ -374,6 +376,44 @@ static bool check_headers(srv *s, struct MHD_Connection *c, const char *url, con
     return true;
 }
 
+/* A refusal decided from the headers; the connection is closed after it, as
+ * its client has shown nothing worth keeping it open for. */
+static enum MHD_Result send_early(struct MHD_Connection *c, conn_ctx *cc) {
+    const api_error *e = &cc->early;
+    char *body = api_error_json(e);
+    if (!body) return MHD_NO;
+    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
+    if (!r) {
+        free(body);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, "Content-Type", "application/json");
+    MHD_add_response_header(r, "Connection", "close");
+    if (e->status == 405) MHD_add_response_header(r, "Allow", ROUTES[cc->route].method);
+    if (e->status == 401) MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
+    if (e->status == 503) MHD_add_response_header(r, "Retry-After", "1");
+    kvl_log(KVL_LOG_INFO, "-> %d %s", e->status, e->msg);
+    enum MHD_Result ret = MHD_queue_response(c, (unsigned)e->status, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+/* Whether a refusal decided from the headers is sent before the body. An
+ * answer sent while the client is still sending makes libmicrohttpd close with
+ * unread input, which resets the connection and usually loses the answer; so
+ * the body is read and dropped (it is never stored, and the request deadline
+ * bounds how long that takes) unless there is none, the client waits for
+ * "100 Continue", or it is too large to be worth reading. */
+static bool answer_now(struct MHD_Connection *c, const api_error *e) {
+    if (e->status == 413) return true;
+    const char *expect = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Expect");
+    if (expect && strcasecmp(expect, "100-continue") == 0) return true;
+    const char *len = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+    const char *te = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Transfer-Encoding");
+    if (e->status == 400) return true; /* bad framing: the body cannot be trusted to end where it says */
+    return !te && (!len || strtoull(len, NULL, 10) == 0);
+}
+
 /* MHD calls this first with *con_cls NULL (headers only), then once per piece
  * of the body, then with *upload_size 0 to produce the response, and again
  * each time a suspended connection is resumed. */
@@ -387,12 +427,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         if (!(cc = calloc(1, sizeof *cc))) return MHD_NO;
         cc->t_arrival = kvl_time_s();
         *con_cls = cc;
-        api_error e;
-        if (!check_headers(s, c, url, method, cc, &e)) {
-            if (e.status == 405)
-                return send_text(c, 405, "application/json", api_error_json(&e), "Allow", ROUTES[cc->route].method);
-            return send_error(c, &e);
+        if (!check_headers(s, c, url, method, cc, &cc->early)) {
+            cc->refused = true;
+            if (answer_now(c, &cc->early)) return send_early(c, cc);
         }
+        return MHD_YES;
+    }
+    if (*upload_size && cc->refused) { /* dropped as it arrives: never stored */
+        *upload_size = 0;
         return MHD_YES;
     }
     if (*upload_size) {
@@ -411,6 +453,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (!cc->received) {
         cc->received = true;
         conns_request_received(s, c);
+        if (cc->refused) return send_early(c, cc);
         return dispatch(s, c, url, method, cc);
     }
     if (cc->generating) return continue_generate(s, c, cc);
