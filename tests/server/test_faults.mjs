@@ -62,7 +62,7 @@ failed += await runTests([
   ['non-streaming n=8 request: the client hangs up, all 8 cancelled at the next engine step', async () => {
     const m0 = await waitMetrics(server.url, (m) => m.get('kvllm:num_requests_running') === 0);
     let request;
-    const pending = post(server.port, { prompt: 'Once upon a time', n: 8, max_tokens: 1500, ignore_eos: true,
+    const pending = post(server.port, { prompt: 'Once upon a time', n: 8, max_tokens: 2000, ignore_eos: true,
       temperature: 1 }, { onRequest: (r) => { request = r; } });
     const mRun = await waitMetrics(server.url, (m) => m.get('kvllm:num_requests_running') === 8 &&
       m.get('kvllm:generation_tokens_total') - m0.get('kvllm:generation_tokens_total') >= 8 * 50, 20000);
@@ -78,12 +78,12 @@ failed += await runTests([
     const after = m.get('kvllm:generation_tokens_total') - genAtHangup;
     const itl = mRun.get('kvllm:inter_token_latency_seconds_sum') / Math.max(1, mRun.get('kvllm:inter_token_latency_seconds_count'));
     console.log(`  cancelled ${ms.toFixed(1)} ms after the hang-up (mean step ${(itl * 1000).toFixed(2)} ms); ` +
-      `${after} tokens generated after it, ${m.get('kvllm:generation_tokens_total') - m0.get('kvllm:generation_tokens_total')} of 12000 in all`);
+      `${after} tokens generated after it, ${m.get('kvllm:generation_tokens_total') - m0.get('kvllm:generation_tokens_total')} of 16000 in all`);
     assertEq(aborted(m) - aborted(m0), 8, 'eight choices ended as abort');
     assertEq(m.get('kvllm:client_disconnects_total') - m0.get('kvllm:client_disconnects_total'), 1, 'one client gone');
     // The engine thread polls the clients before every step; what is counted
     // here also includes the steps that ran while /metrics was being asked
-    // (about a millisecond each). Without the poll all 12000 would be made.
+    // (about a millisecond each). Without the poll all 16000 would be made.
     assert(after <= 8 * 10, `at most a few steps of tokens after the hang-up (${after})`);
     assert(ms < 200, `cancelled within 200 ms (${ms.toFixed(1)} ms)`);
     const back = await waitMetrics(server.url, (x) => x.get('kvllm:kv_blocks_used') === m0.get('kvllm:kv_blocks_used'));
