@@ -27,7 +27,8 @@ static uint64_t fnv1a(const char *tag, const char *s) {
 static bool add_key(srv *s, const char *key, const char *tenant) {
     for (int i = 0; i < s->n_keys; i++)
         if (strcmp(s->keys[i].key, key) == 0) {
-            fprintf(stderr, "kvllm serve: API key listed twice (tenant '%s')\n", tenant ? tenant : "-");
+            fprintf(stderr, "kvllm serve: API key listed twice (tenant '%s')\n",
+                    tenant ? tenant : "-");
             return false;
         }
     srv_key *k = realloc(s->keys, (size_t)(s->n_keys + 1) * sizeof *k);
@@ -62,7 +63,8 @@ static bool load_file(srv *s, const char *path) {
         ln++;
         size_t n = strlen(line);
         if (n == sizeof line - 1 && line[n - 1] != '\n') {
-            fprintf(stderr, "kvllm serve: %s:%d: line longer than %zu bytes\n", path, ln, sizeof line - 2);
+            fprintf(stderr, "kvllm serve: %s:%d: line longer than %zu bytes\n", path, ln,
+                    sizeof line - 2);
             ok = false;
             break;
         }

@@ -35,25 +35,26 @@ struct conn_rec {
     int fd;
     struct sockaddr_storage addr;
     socklen_t addr_len;
-    double deadline;  /* receiving a request must end by then */
-    bool receiving;   /* between requests or inside one: the deadline applies */
-    bool started;     /* MHD reported the connection */
-    bool cut;         /* shut down for missing the deadline */
+    double deadline; /* receiving a request must end by then */
+    bool receiving;  /* between requests or inside one: the deadline applies */
+    bool started;    /* MHD reported the connection */
+    bool cut;        /* shut down for missing the deadline */
 };
 
 /* Sockets answered with the canned 503, kept briefly so the reply is read
  * before the close (closing with unread input sends a reset, which can make
  * the client drop the reply). */
 #define LINGER_MAX 512
-#define LINGER_S 1.0
+#define LINGER_S   1.0
 
 static bool same_client(const struct sockaddr_storage *a, const struct sockaddr_storage *b) {
     if (a->ss_family != b->ss_family) return false;
     if (a->ss_family == AF_INET)
-        return ((const struct sockaddr_in *)a)->sin_addr.s_addr == ((const struct sockaddr_in *)b)->sin_addr.s_addr;
+        return ((const struct sockaddr_in *)a)->sin_addr.s_addr ==
+               ((const struct sockaddr_in *)b)->sin_addr.s_addr;
     if (a->ss_family == AF_INET6)
-        return memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr, &((const struct sockaddr_in6 *)b)->sin6_addr,
-                      sizeof(struct in6_addr)) == 0;
+        return memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr,
+                      &((const struct sockaddr_in6 *)b)->sin6_addr, sizeof(struct in6_addr)) == 0;
     return true; /* unix sockets: one client */
 }
 
@@ -62,18 +63,22 @@ static bool same_client(const struct sockaddr_storage *a, const struct sockaddr_
 bool conns_listen(srv *s) {
     char port[16];
     snprintf(port, sizeof port, "%d", s->cfg.port);
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE};
+    struct addrinfo hints = {
+        .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE};
     struct addrinfo *ai = NULL;
     int rc = getaddrinfo(s->cfg.host, port, &hints, &ai);
     if (rc != 0 || !ai) {
-        fprintf(stderr, "kvllm serve: cannot resolve host '%s': %s\n", s->cfg.host, gai_strerror(rc));
+        fprintf(stderr, "kvllm serve: cannot resolve host '%s': %s\n", s->cfg.host,
+                gai_strerror(rc));
         return false;
     }
-    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0); /* the acceptor drains bursts */
+    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK,
+                    0); /* the acceptor drains bursts */
     int one = 1;
     if (fd >= 0) setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     if (fd < 0 || bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, 4096) != 0) {
-        fprintf(stderr, "kvllm serve: cannot listen on %s:%d: %s\n", s->cfg.host, s->cfg.port, strerror(errno));
+        fprintf(stderr, "kvllm serve: cannot listen on %s:%d: %s\n", s->cfg.host, s->cfg.port,
+                strerror(errno));
         if (fd >= 0) close(fd);
         freeaddrinfo(ai);
         return false;
@@ -84,7 +89,8 @@ bool conns_listen(srv *s) {
     s->bound_port = s->cfg.port;
     if (getsockname(fd, (struct sockaddr *)&sa, &len) == 0) {
         if (sa.ss_family == AF_INET) s->bound_port = ntohs(((struct sockaddr_in *)&sa)->sin_port);
-        else if (sa.ss_family == AF_INET6) s->bound_port = ntohs(((struct sockaddr_in6 *)&sa)->sin6_port);
+        else if (sa.ss_family == AF_INET6)
+            s->bound_port = ntohs(((struct sockaddr_in6 *)&sa)->sin6_port);
     }
     s->listen_fd = fd;
     return true;
@@ -92,10 +98,12 @@ bool conns_listen(srv *s) {
 
 /* ---------------------------------------------------- MHD's callbacks -- */
 
-void conns_notify(void *cls, struct MHD_Connection *c, void **socket_context, enum MHD_ConnectionNotificationCode code) {
+void conns_notify(void *cls, struct MHD_Connection *c, void **socket_context,
+                  enum MHD_ConnectionNotificationCode code) {
     srv *s = cls;
     if (code == MHD_CONNECTION_NOTIFY_STARTED) {
-        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
         int fd = ci ? ci->connect_fd : -1;
         pthread_mutex_lock(&s->conns_mu);
         for (conn_rec *r = s->conns; r; r = r->next)
@@ -120,7 +128,8 @@ void conns_notify(void *cls, struct MHD_Connection *c, void **socket_context, en
 }
 
 static conn_rec *rec_of(struct MHD_Connection *c) {
-    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
     return ci ? ci->socket_context : NULL;
 }
 
@@ -158,14 +167,16 @@ static void drain(int fd) {
  * without handing it to libmicrohttpd. */
 static void refuse(int fd, const char *why, lingering *lg, int *n_lg) {
     char body[256], msg[512];
-    int bl = snprintf(body, sizeof body,
-                      "{\"error\":{\"message\":\"%s; retry later\",\"type\":\"server_overloaded\",\"param\":null,"
-                      "\"code\":\"server_overloaded\"}}",
-                      why);
-    int ml = snprintf(msg, sizeof msg,
-                      "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"
-                      "Connection: close\r\nContent-Length: %d\r\n\r\n%s",
-                      bl, body);
+    int bl = snprintf(
+        body, sizeof body,
+        "{\"error\":{\"message\":\"%s; retry later\",\"type\":\"server_overloaded\",\"param\":null,"
+        "\"code\":\"server_overloaded\"}}",
+        why);
+    int ml = snprintf(
+        msg, sizeof msg,
+        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"
+        "Connection: close\r\nContent-Length: %d\r\n\r\n%s",
+        bl, body);
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
     drain(fd);
     (void)!send(fd, msg, (size_t)ml, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -220,7 +231,8 @@ static const char *admit_conn(srv *s, int fd, const struct sockaddr_storage *sa,
     } else if (s->cfg.max_connections_per_ip > 0) {
         int same = 0;
         for (conn_rec *r = s->conns; r; r = r->next) same += same_client(&r->addr, sa);
-        if (same >= s->cfg.max_connections_per_ip) why = "too many open connections from this address";
+        if (same >= s->cfg.max_connections_per_ip)
+            why = "too many open connections from this address";
     }
     conn_rec *r = why ? NULL : calloc(1, sizeof *r);
     if (!why && !r) why = "out of memory";
@@ -258,7 +270,8 @@ static void *acceptor_main(void *arg) {
     lingering *lg = calloc(LINGER_MAX, sizeof *lg);
     int n_lg = 0;
     while (!atomic_load(&s->acceptor_stop)) {
-        struct pollfd p[2] = {{.fd = s->listen_fd, .events = POLLIN}, {.fd = s->wake_pipe[0], .events = POLLIN}};
+        struct pollfd p[2] = {{.fd = s->listen_fd, .events = POLLIN},
+                              {.fd = s->wake_pipe[0], .events = POLLIN}};
         /* Sweeps at least every 100 ms; deadlines are whole seconds. */
         int n = poll(p, 2, 100);
         double now = kvl_time_s();
@@ -268,10 +281,12 @@ static void *acceptor_main(void *arg) {
         for (int k = 0; k < 64; k++) { /* a burst, then the sweeps again */
             struct sockaddr_storage sa;
             socklen_t len = sizeof sa;
-            int fd = accept4(s->listen_fd, (struct sockaddr *)&sa, &len, SOCK_CLOEXEC | SOCK_NONBLOCK);
+            int fd =
+                accept4(s->listen_fd, (struct sockaddr *)&sa, &len, SOCK_CLOEXEC | SOCK_NONBLOCK);
             if (fd < 0) {
                 if (errno == EMFILE || errno == ENFILE) {
-                    kvl_log(KVL_LOG_WARN, "accept: %s (raise the open-files limit)", strerror(errno));
+                    kvl_log(KVL_LOG_WARN, "accept: %s (raise the open-files limit)",
+                            strerror(errno));
                     usleep(10 * 1000);
                 }
                 break;
@@ -286,7 +301,8 @@ static void *acceptor_main(void *arg) {
                 continue;
             }
             /* MHD owns (and on failure closes) the socket from here on. */
-            if (MHD_add_connection(s->daemon, fd, (struct sockaddr *)&sa, len) != MHD_YES) forget_fd(s, fd);
+            if (MHD_add_connection(s->daemon, fd, (struct sockaddr *)&sa, len) != MHD_YES)
+                forget_fd(s, fd);
         }
     }
     if (lg) linger_sweep(lg, &n_lg, kvl_time_s(), true);

@@ -56,8 +56,8 @@ static size_t skip_value(const char *p, size_t n, size_t i) {
         }
         return n;
     }
-    while (i < n && p[i] != ',' && p[i] != '}' && p[i] != ']' && p[i] != ' ' && p[i] != '\t' && p[i] != '\n' &&
-           p[i] != '\r')
+    while (i < n && p[i] != ',' && p[i] != '}' && p[i] != ']' && p[i] != ' ' && p[i] != '\t' &&
+           p[i] != '\n' && p[i] != '\r')
         i++;
     return i;
 }
@@ -99,14 +99,17 @@ cJSON *json_parse_body(const char *p, size_t n, api_error *err) {
     }
     size_t after = skip_ws(p, n, (size_t)(end - p));
     if (after < n) {
-        api_fail(err, 400, NULL, "the request body has data after the JSON value (at byte %zu)", after);
+        api_fail(err, 400, NULL, "the request body has data after the JSON value (at byte %zu)",
+                 after);
         cJSON_Delete(body);
         return NULL;
     }
     size_t nul = find_nul_escape(p, n);
     if (nul < n) {
-        api_fail(err, 400, NULL, "the request body has a NUL character (\\u0000) in a string (at byte %zu); "
-                                 "NUL is not allowed in prompts, messages or stop strings", nul);
+        api_fail(err, 400, NULL,
+                 "the request body has a NUL character (\\u0000) in a string (at byte %zu); "
+                 "NUL is not allowed in prompts, messages or stop strings",
+                 nul);
         cJSON_Delete(body);
         return NULL;
     }
