@@ -219,8 +219,12 @@ static enum MHD_Result start_stream(srv *s, struct MHD_Connection *c, conn_ctx *
 static void end_generation(srv *s, conn_ctx *cc) {
     if (!cc->generating) return;
     cc->generating = false;
-    job_detach(cc->r.job);
-    job_cancel(cc->r.job); /* no-op for a finished job's engine requests */
+    srv_job *j = cc->r.job;
+    job_detach(j);
+    pthread_mutex_lock(&j->mu);
+    bool running = j->state != JOB_REJECTED && j->n_finished < j->n;
+    pthread_mutex_unlock(&j->mu);
+    if (running) job_cancel(j); /* the connection ended before the answer */
     api_req_free(&cc->r);
     atomic_fetch_sub(&s->n_busy, 1);
 }
