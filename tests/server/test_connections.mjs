@@ -174,6 +174,7 @@ failed += await runTests([
     const smuggled = 'GET /v1/models HTTP/1.1\r\nHost: x\r\n' + a + '\r\n';
     const cases = [
       ['two equal Content-Length', post(`${a}Content-Length: ${good.length}\r\nContent-Length: ${good.length}\r\n`, good)],
+      ['Content-Length and content-length', post(`${a}Content-Length: ${good.length}\r\ncontent-length: ${good.length}\r\n`, good)],
       ['conflicting Content-Length', post(`${a}Content-Length: ${good.length}\r\nContent-Length: ${good.length + smuggled.length}\r\n`, good + smuggled)],
       ['Transfer-Encoding + Content-Length', post(`${a}Content-Length: ${good.length + 7}\r\nTransfer-Encoding: chunked\r\n`,
         `${good.length.toString(16)}\r\n${good}\r\n0\r\n\r\n` + smuggled)],
