@@ -23,7 +23,12 @@ static void serve_usage(FILE *out) {
             "usage: kvllm serve -m MODEL [options]\n\n"
             "  --host ADDR              address to bind (default 127.0.0.1)\n"
             "  --port N                 port (default 8080; 0: any free port, printed at start)\n"
-            "  --api-key KEY            require 'Authorization: Bearer KEY' on /v1/*\n"
+            "  --api-key KEY            require 'Authorization: Bearer KEY' on /v1/* and /metrics\n"
+            "  --api-key-file FILE      several keys, one a line: 'KEY [TENANT]' ('#' comments); each key\n"
+            "                           is a tenant (keys naming the same TENANT share one)\n"
+            "  --metrics-public         /metrics without a key even when keys are set\n"
+            "  --prefix-cache-shared    with keys: one prefix cache for all tenants (default: each tenant\n"
+            "                           its own, so none can probe another's prompts)\n"
             "  --served-model-name NAME model id for /v1/models (default: the file name)\n"
             "  --chat-template-file F   Jinja chat template (default: the GGUF's tokenizer.chat_template,\n"
             "                           rendered as transformers does)\n"
@@ -45,6 +50,11 @@ static void serve_usage(FILE *out) {
             "  --max-seqs N             running sequences at most (default 64)\n"
             "  --max-queue N            waiting requests beyond --max-seqs before 503 (default 1024)\n"
             "  --max-body BYTES         largest request body (default 8 MiB; larger: 413)\n"
+            "  --max-connections N      open connections at most (default 1024; beyond: 503 + Retry-After)\n"
+            "  --max-connections-per-ip N  from one client address (default 256; 0: no limit)\n"
+            "  --request-timeout S      seconds to send a whole request, headers and body (default 30)\n"
+            "  --shutdown-timeout S     on SIGTERM, seconds running requests may finish (default 30)\n"
+            "  --http-threads N         HTTP worker threads (default 4)\n"
             "  --no-prefix-cache        disable prefix caching\n"
             "  -t N                     threads;  -v  log every request\n");
 }
@@ -86,6 +96,8 @@ static bool parse_int(const char *flag, const char *v, int64_t lo, int64_t hi, i
 
 static int serve_switch(const char *f, serve_opts *so) {
     if (strcmp(f, "--no-prefix-cache") == 0) so->no_prefix_cache = true;
+    else if (strcmp(f, "--metrics-public") == 0) so->sc.metrics_public = true;
+    else if (strcmp(f, "--prefix-cache-shared") == 0) so->sc.prefix_cache_shared = true;
     else if (strcmp(f, "-h") == 0 || strcmp(f, "--help") == 0) so->help = true;
     else return 0;
     return 1;
@@ -101,7 +113,9 @@ static int serve_flag(const char *f, const char *v, void *ctx) {
     bool ours = IS("--host") || IS("--port") || IS("--api-key") || IS("--served-model-name") ||
                 IS("--chat-template") || IS("--chat-template-file") || IS("--kv-memory") || IS("--max-batch-tokens") ||
                 IS("--max-seqs") || IS("--max-queue") || IS("--max-body") || IS("--cors") ||
-                IS("--kv-memory-fraction");
+                IS("--kv-memory-fraction") || IS("--api-key-file") || IS("--max-connections") ||
+                IS("--max-connections-per-ip") || IS("--request-timeout") || IS("--shutdown-timeout") ||
+                IS("--http-threads");
     if (!ours) return 0;
     if (!v) {
         fprintf(stderr, "kvllm: %s: missing value\n", f);
@@ -109,6 +123,7 @@ static int serve_flag(const char *f, const char *v, void *ctx) {
     }
     if (IS("--host")) so->sc.host = v;
     else if (IS("--api-key")) so->sc.api_key = v;
+    else if (IS("--api-key-file")) so->sc.api_key_file = v;
     else if (IS("--served-model-name")) so->sc.model_id = v;
     else if (IS("--kv-memory")) so->kv_memory = v;
     else if (IS("--cors")) so->sc.cors_origin = v;
@@ -137,6 +152,21 @@ static int serve_flag(const char *f, const char *v, void *ctx) {
     } else if (IS("--max-queue")) {
         if (!parse_int(f, v, 0, 1 << 20, &x)) return -1;
         so->sc.max_queue = (int)x;
+    } else if (IS("--max-connections")) {
+        if (!parse_int(f, v, 1, 1 << 20, &x)) return -1;
+        so->sc.max_connections = (int)x;
+    } else if (IS("--max-connections-per-ip")) {
+        if (!parse_int(f, v, 0, 1 << 20, &x)) return -1;
+        so->sc.max_connections_per_ip = (int)x;
+    } else if (IS("--request-timeout")) {
+        if (!parse_int(f, v, 1, 86400, &x)) return -1;
+        so->sc.request_timeout_s = (double)x;
+    } else if (IS("--shutdown-timeout")) {
+        if (!parse_int(f, v, 0, 86400, &x)) return -1;
+        so->sc.shutdown_timeout_s = (double)x;
+    } else if (IS("--http-threads")) {
+        if (!parse_int(f, v, 1, 256, &x)) return -1;
+        so->sc.http_threads = (int)x;
     } else if (IS("--max-body")) {
         if (!parse_size(v, &x) || x < 1024) {
             fprintf(stderr, "kvllm: --max-body: expected a size of at least 1024 bytes\n");

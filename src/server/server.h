@@ -15,7 +15,10 @@
 typedef struct server_config {
     const char *host;          /* address to bind (default 127.0.0.1) */
     int port;                  /* default 8080; 0: any free port */
-    const char *api_key;       /* NULL: no authentication */
+    const char *api_key;       /* NULL: no authentication (unless api_key_file) */
+    const char *api_key_file;  /* keys, one a line: "KEY [TENANT]" ('#' comments) */
+    bool metrics_public;       /* /metrics without a key even when keys are set */
+    bool prefix_cache_shared;  /* with keys: one prefix-cache namespace for all tenants */
     const char *model_id;      /* the name /v1/models lists and requests may use */
     const char *chat_template; /* family name overriding the GGUF template, or NULL */
     const char *chat_template_src; /* the GGUF's tokenizer.chat_template, or NULL */
@@ -25,13 +28,20 @@ typedef struct server_config {
     const char *model_path;    /* the GGUF file (GET /props) */
     const char *cors_origin;   /* --cors: Access-Control-Allow-Origin on every response; NULL: no CORS */
     engine_pooling pooling;    /* /v1/embeddings: how hidden states are pooled */
+    int max_connections;       /* open connections in all; beyond: 503 (default 1024) */
+    int max_connections_per_ip; /* from one client address; 0: no limit (default 256) */
+    double request_timeout_s;  /* to receive a whole request, headers and body (default 30) */
+    double shutdown_timeout_s; /* SIGTERM: in-flight requests may finish this long (default 30) */
+    int http_threads;          /* libmicrohttpd worker threads (default 4) */
 } server_config;
 
 void server_config_default(server_config *c);
 
-/* Serves until SIGINT/SIGTERM. Borrows the engine, which must be idle and is
- * used only by the server's engine thread until this returns. Returns 0 after a
- * clean shutdown, 1 if the server could not start (message printed). */
+/* Serves until SIGINT/SIGTERM, then drains: new requests get 503, those in
+ * flight may finish for shutdown_timeout_s, the rest are cancelled. Borrows
+ * the engine, which must be idle and is used only by the server's engine
+ * thread until this returns. Returns 0 after a clean shutdown, 1 if the server
+ * could not start (message printed). */
 int server_run(engine *e, const tok_vocab *vocab, const server_config *cfg);
 
 #endif

@@ -84,13 +84,11 @@ static int32_t *encode(srv *s, const char *text, size_t len, bool add_bos, bool 
     return NULL;
 }
 
+/* The same strict parse as generation requests (json_parse_body: UTF-8, no
+ * NUL, nothing after the value), then an object. */
 static bool parse_body(const char *p, size_t n, cJSON **out, api_error *err) {
-    if (!utf8_valid(p, n)) return api_fail(err, 400, NULL, "the request body is not valid UTF-8");
-    const char *end = NULL;
-    *out = cJSON_ParseWithLengthOpts(p, n, &end, false);
-    if (!*out)
-        return api_fail(err, 400, NULL, "the request body is not valid JSON (error at byte %zu)",
-                        end && end >= p ? (size_t)(end - p) : (size_t)0);
+    *out = json_parse_body(p, n, err);
+    if (!*out) return false;
     if (!cJSON_IsObject(*out)) {
         cJSON_Delete(*out);
         return api_fail(err, 400, NULL, "the request body must be a JSON object");

@@ -11,7 +11,8 @@
 bool srv_enqueue(srv *s, srv_job *j, api_error *err) {
     pthread_mutex_lock(&s->q_mu);
     int64_t limit = (int64_t)s->max_seqs + s->cfg.max_queue;
-    bool ok = !s->stopping && s->n_inflight + j->n <= limit;
+    bool stopping = s->stopping || atomic_load(&s->draining);
+    bool ok = !stopping && s->n_inflight + j->n <= limit;
     if (ok) {
         s->n_inflight += j->n;
         j->refs++; /* the engine thread's reference; no other thread has j yet */
@@ -21,7 +22,6 @@ bool srv_enqueue(srv *s, srv_job *j, api_error *err) {
         s->q_tail = j;
         pthread_cond_signal(&s->q_cv);
     }
-    bool stopping = s->stopping;
     pthread_mutex_unlock(&s->q_mu);
     if (!ok) {
         api_fail(err, 503, NULL, stopping ? "the server is shutting down"
@@ -128,8 +128,9 @@ static void on_engine_event(const engine_event *ev, void *user) {
         pthread_mutex_lock(&j->mu);
         j->failed = true;
         if (ev->finish != ENGINE_FINISH_NONE) j->n_finished++;
-        pthread_cond_broadcast(&j->cv);
+        struct MHD_Connection *conn = job_wake_locked(j);
         pthread_mutex_unlock(&j->mu);
+        job_resume(conn);
         return;
     }
     memset(e, 0, sizeof *e);
@@ -156,15 +157,17 @@ static void reject(srv_job *j, const api_error *err) {
     pthread_mutex_lock(&j->mu);
     j->state = JOB_REJECTED;
     j->reject = *err;
-    pthread_cond_broadcast(&j->cv);
+    struct MHD_Connection *c = job_wake_locked(j);
     pthread_mutex_unlock(&j->mu);
+    job_resume(c);
 }
 
 static void set_state(srv_job *j, job_state st) {
     pthread_mutex_lock(&j->mu);
     j->state = st;
-    pthread_cond_broadcast(&j->cv);
+    struct MHD_Connection *c = job_wake_locked(j);
     pthread_mutex_unlock(&j->mu);
+    job_resume(c);
 }
 
 /* Submits the job's n engine requests. A rejection of the first one (the
@@ -211,6 +214,25 @@ static void admit_all(srv *s, srv_job *incoming, bool stopping) {
             reject(j, &err);
         } else {
             admit(s, j);
+        }
+    }
+}
+
+/* Marks the jobs whose client hung up, so cancel_marked cancels them before
+ * this step: a waiting connection is suspended in libmicrohttpd, which then
+ * does not notice a hang-up itself, and a busy job's tokens would otherwise
+ * keep its HTTP side too busy to look. One poll per connection, under the
+ * job's lock so the descriptor cannot be closed meanwhile. */
+static void watch_clients(srv *s) {
+    for (srv_job *j = s->active; j; j = j->next) {
+        if (j->cancel_sent || atomic_load(&j->cancelled)) continue;
+        pthread_mutex_lock(&j->mu);
+        bool gone = j->fd >= 0 && j->n_finished < j->n && peer_closed(j->fd);
+        pthread_mutex_unlock(&j->mu);
+        if (gone) {
+            atomic_store(&j->cancelled, true);
+            atomic_fetch_add(&s->n_client_gone, 1);
+            kvl_log(KVL_LOG_INFO, "client left: cancelling its request");
         }
     }
 }
@@ -280,6 +302,7 @@ static void *engine_main(void *arg) {
 
         run_embeddings(s, embeds);
         admit_all(s, incoming, stopping);
+        watch_clients(s);
         cancel_marked(s, stopping);
         if (engine_has_work(s->e)) step(s);
         reap(s);

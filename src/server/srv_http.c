@@ -1,7 +1,8 @@
-/* HTTP layer (libmicrohttpd, a thread per connection): routing, bodies,
- * authentication, error responses, blocking and SSE responses, startup and
- * shutdown. Connection threads may block: on a job's condition variable while
- * the engine thread works, checking every 100 ms whether the client left. */
+/* HTTP layer (libmicrohttpd: a few epoll worker threads): routing, the header
+ * stage (authentication, framing, size) before any body is read, bodies, error
+ * responses, non-streaming and SSE responses, startup and drain. No callback
+ * blocks: a connection waiting for the engine is suspended, and the engine
+ * thread resumes it when its job has something (job_wake_locked). */
 #define _GNU_SOURCE
 #include <microhttpd.h>
 #include <omp.h>
@@ -11,7 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "srv_internal.h"
@@ -21,30 +24,44 @@ typedef enum route {
     R_EMBEDDINGS, R_TOKENIZE, R_DETOKENIZE, R_PROPS
 } route;
 
+/* Who may call a route when keys are set: anyone (the health probe), key
+ * holders, or key holders unless --metrics-public (operational data: what is
+ * cached and how busy the server is says something about other tenants). */
+typedef enum route_auth { AUTH_NONE, AUTH_KEY, AUTH_OPS } route_auth;
+
 static const struct {
     const char *path, *method;
     route r;
-    bool auth;   /* like vLLM, --api-key protects /v1 only */
+    route_auth auth;
     bool prefix; /* path is a prefix; the rest of the URL is the argument */
 } ROUTES[] = {
-    {"/health", "GET", R_HEALTH, false, false},
-    {"/metrics", "GET", R_METRICS, false, false},
-    {"/v1/models", "GET", R_MODELS, true, false},
-    {"/v1/models/", "GET", R_MODEL, true, true},
-    {"/v1/completions", "POST", R_COMPLETIONS, true, false},
-    {"/v1/chat/completions", "POST", R_CHAT, true, false},
-    {"/v1/embeddings", "POST", R_EMBEDDINGS, true, false},
-    {"/tokenize", "POST", R_TOKENIZE, false, false},
-    {"/detokenize", "POST", R_DETOKENIZE, false, false},
-    {"/props", "GET", R_PROPS, false, false},
+    {"/health", "GET", R_HEALTH, AUTH_NONE, false},
+    {"/metrics", "GET", R_METRICS, AUTH_OPS, false},
+    {"/v1/models", "GET", R_MODELS, AUTH_KEY, false},
+    {"/v1/models/", "GET", R_MODEL, AUTH_KEY, true},
+    {"/v1/completions", "POST", R_COMPLETIONS, AUTH_KEY, false},
+    {"/v1/chat/completions", "POST", R_CHAT, AUTH_KEY, false},
+    {"/v1/embeddings", "POST", R_EMBEDDINGS, AUTH_KEY, false},
+    {"/tokenize", "POST", R_TOKENIZE, AUTH_KEY, false},
+    {"/detokenize", "POST", R_DETOKENIZE, AUTH_KEY, false},
+    {"/props", "GET", R_PROPS, AUTH_KEY, false},
 };
 #define N_ROUTES (sizeof ROUTES / sizeof ROUTES[0])
+
 
 /* Per request state, from the first callback to MHD's completion notice. */
 typedef struct conn_ctx {
     kvl_buf body;
-    bool too_large;
+    size_t route;          /* index in ROUTES (the header stage answered unknown ones) */
+    const srv_key *key;    /* the caller's key; NULL without keys */
     double t_arrival;
+    bool too_large;
+    bool refused;          /* answered with early (after the body, which is dropped) */
+    bool preflight;        /* a CORS preflight, answered from the headers */
+    api_error early;
+    bool received;         /* the whole request is in */
+    bool generating;       /* r holds a queued job not yet handed to a response */
+    api_req r;
 } conn_ctx;
 
 /* ---------------------------------------------------------- responses -- */
@@ -94,17 +111,6 @@ static enum MHD_Result fail(struct MHD_Connection *c, int status, const char *pa
     return send_error(c, &e);
 }
 
-/* -------------------------------------------------------------- auth --- */
-
-static bool authorized(const srv *s, struct MHD_Connection *c) {
-    if (!s->cfg.api_key) return true;
-    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
-    if (!h || strncasecmp(h, "Bearer ", 7) != 0) return false;
-    h += 7;
-    while (*h == ' ') h++;
-    return secret_equal(h, s->cfg.api_key);
-}
-
 /* ----------------------------------------------------------- waiting -- */
 
 static int conn_fd(struct MHD_Connection *c) {
@@ -113,7 +119,7 @@ static int conn_fd(struct MHD_Connection *c) {
 }
 
 static bool admitted(const srv_job *j) { return j->state != JOB_QUEUED; }
-static bool all_finished(const srv_job *j) { return j->n_finished >= j->n; }
+static bool answered(const srv_job *j) { return j->state == JOB_REJECTED || j->n_finished >= j->n; }
 static bool has_output(const srv_job *j) { return j->head || j->n_finished >= j->n; }
 
 static bool job_failed(srv_job *j) {
@@ -123,15 +129,24 @@ static bool job_failed(srv_job *j) {
     return f;
 }
 
+/* The job was admitted or rejected: false with *err on rejection. */
+static bool job_accepted(srv_job *j, api_error *err) {
+    pthread_mutex_lock(&j->mu);
+    bool rejected = j->state == JOB_REJECTED;
+    if (rejected) *err = j->reject;
+    pthread_mutex_unlock(&j->mu);
+    return !rejected;
+}
+
 /* ------------------------------------------------------------ streams -- */
 
 typedef struct stream_ctx {
     srv *s;
+    struct MHD_Connection *conn;
     api_req r;
     stream_state st;
     kvl_buf out;
     size_t off;
-    int fd;
     bool done;
 } stream_ctx;
 
@@ -154,17 +169,17 @@ static void stream_fill(stream_ctx *sc) {
     events_free(ev);
 }
 
+/* libmicrohttpd's content reader. With nothing to send it suspends the
+ * connection and returns 0; the engine thread resumes it with the next event.
+ * A client that leaves is noticed by the engine thread (watch_clients). */
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
     stream_ctx *sc = cls;
     (void)pos;
     while (sc->off == sc->out.len) {
         if (sc->done) return MHD_CONTENT_READER_END_OF_STREAM;
-        /* A write into a closed connection can still succeed once; asking the
-         * socket catches the hang-up before the next token instead. */
-        if (peer_closed(sc->fd)) return MHD_CONTENT_READER_END_WITH_ERROR;
         sc->out.len = 0;
         sc->off = 0;
-        if (!job_wait(sc->r.job, sc->fd, has_output)) return MHD_CONTENT_READER_END_WITH_ERROR;
+        if (!job_ready_or_suspend(sc->r.job, sc->conn, has_output)) return 0;
         stream_fill(sc);
         if (sc->out.oom) return MHD_CONTENT_READER_END_WITH_ERROR;
     }
@@ -179,6 +194,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
  * the client went away mid-stream, in which case the job is cancelled. */
 static void stream_free(void *cls) {
     stream_ctx *sc = cls;
+    job_detach(sc->r.job);
     if (!sc->done) {
         kvl_log(KVL_LOG_INFO, "client left mid-stream: cancelling %s", sc->r.id);
         job_cancel(sc->r.job);
@@ -190,17 +206,21 @@ static void stream_free(void *cls) {
     free(sc);
 }
 
-static enum MHD_Result start_stream(srv *s, struct MHD_Connection *c, api_req *r, int fd) {
+/* Hands cc->r to a streaming response (which then owns it and n_busy). */
+static enum MHD_Result start_stream(srv *s, struct MHD_Connection *c, conn_ctx *cc) {
+    cc->generating = false;
     stream_ctx *sc = calloc(1, sizeof *sc);
     if (!sc) {
-        job_cancel(r->job);
-        api_req_free(r);
+        job_detach(cc->r.job);
+        job_cancel(cc->r.job);
+        api_req_free(&cc->r);
+        atomic_fetch_sub(&s->n_busy, 1);
         return fail(c, 500, NULL, "out of memory");
     }
-    atomic_fetch_add(&s->n_busy, 1); /* until stream_free */
     sc->s = s;
-    sc->r = *r;
-    sc->fd = fd;
+    sc->conn = c;
+    sc->r = cc->r;
+    memset(&cc->r, 0, sizeof cc->r);
     struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_read,
                                                                   sc, stream_free);
     if (!resp) {
@@ -218,70 +238,76 @@ static enum MHD_Result start_stream(srv *s, struct MHD_Connection *c, api_req *r
 
 /* --------------------------------------------------------- generation -- */
 
-static enum MHD_Result finish_blocking(srv *s, struct MHD_Connection *c, api_req *r, int fd) {
-    if (!job_wait(r->job, fd, all_finished)) {
-        kvl_log(KVL_LOG_INFO, "client left: cancelling %s", r->id);
-        job_cancel(r->job);
-        api_req_free(r);
+/* Ends cc's generation without a stream: the job is dropped (cancelled if
+ * still running) and its place in n_busy given back. */
+static void end_generation(srv *s, conn_ctx *cc) {
+    if (!cc->generating) return;
+    cc->generating = false;
+    srv_job *j = cc->r.job;
+    job_detach(j);
+    pthread_mutex_lock(&j->mu);
+    bool running = j->state != JOB_REJECTED && j->n_finished < j->n;
+    pthread_mutex_unlock(&j->mu);
+    if (running) job_cancel(j); /* the connection ended before the answer */
+    api_req_free(&cc->r);
+    atomic_fetch_sub(&s->n_busy, 1);
+}
+
+/* Called on every callback while a job is queued or running: answers once
+ * the job has an answer, else suspends the connection until it may. */
+static enum MHD_Result continue_generate(srv *s, struct MHD_Connection *c, conn_ctx *cc) {
+    srv_job *j = cc->r.job;
+    api_error err;
+    if (!job_ready_or_suspend(j, c, cc->r.stream ? admitted : answered)) return MHD_YES;
+    if (!job_accepted(j, &err)) {
+        end_generation(s, cc);
+        return send_error(c, &err);
+    }
+    if (cc->r.stream) return start_stream(s, c, cc);
+    if (atomic_load(&j->cancelled)) { /* the client left */
+        end_generation(s, cc);
         return MHD_NO;
     }
-    srv_event *ev = job_take(r->job);
-    char *body = job_failed(r->job) ? NULL : openai_response(s, r, ev);
+    srv_event *ev = job_take(j);
+    char *body = job_failed(j) ? NULL : openai_response(s, &cc->r, ev);
     events_free(ev);
-    api_req_free(r);
+    end_generation(s, cc);
     if (!body) return fail(c, 500, NULL, "the engine failed while generating this response");
     return send_json(c, MHD_HTTP_OK, body);
 }
 
-/* Body -> api_req: UTF-8 check, JSON parse, OpenAI fields. */
+/* Body -> api_req: JSON checks (srv_json.c), then the OpenAI fields. */
 static bool parse_request(srv *s, const conn_ctx *cc, bool chat, api_req *r, api_error *err) {
-    const char *p = cc->body.p ? cc->body.p : "";
-    if (!utf8_valid(p, cc->body.len))
-        return api_fail(err, 400, NULL, "the request body is not valid UTF-8 (or contains NUL bytes)");
-    const char *end = NULL;
-    cJSON *body = cJSON_ParseWithLengthOpts(p, cc->body.len, &end, false);
-    if (!body)
-        return api_fail(err, 400, NULL, "the request body is not valid JSON (error at byte %zu)",
-                        end && end >= p ? (size_t)(end - p) : (size_t)0);
+    cJSON *body = json_parse_body(cc->body.p ? cc->body.p : "", cc->body.len, err);
+    if (!body) return false;
     bool ok = openai_parse(s, body, chat, r, err);
     cJSON_Delete(body);
     return ok;
 }
 
-/* Queues the job and waits until the engine thread admitted or rejected it,
- * so that a rejection is still a plain JSON error, not an SSE stream. */
-static bool submit(srv *s, api_req *r, int fd, api_error *err, bool *client_left) {
-    *client_left = false;
-    if (!srv_enqueue(s, r->job, err)) return false;
-    if (!job_wait(r->job, fd, admitted)) {
-        job_cancel(r->job);
-        *client_left = true;
-        return false;
-    }
-    pthread_mutex_lock(&r->job->mu);
-    bool rejected = r->job->state == JOB_REJECTED;
-    *err = r->job->reject;
-    pthread_mutex_unlock(&r->job->mu);
-    return !rejected;
-}
-
 static enum MHD_Result handle_generate(srv *s, struct MHD_Connection *c, conn_ctx *cc, bool chat) {
-    api_req r;
+    api_req *r = &cc->r;
     api_error err;
-    if (!parse_request(s, cc, chat, &r, &err)) return send_error(c, &err);
-    r.job->t_arrival = cc->t_arrival;
-    int fd = conn_fd(c);
-    bool client_left;
-    atomic_fetch_add(&s->n_busy, 1);
-    enum MHD_Result ret;
-    if (!submit(s, &r, fd, &err, &client_left)) {
-        api_req_free(&r);
-        ret = client_left ? MHD_NO : send_error(c, &err);
-    } else {
-        ret = r.stream ? start_stream(s, c, &r, fd) : finish_blocking(s, c, &r, fd);
+    if (!parse_request(s, cc, chat, r, &err)) return send_error(c, &err);
+    srv_job *j = r->job;
+    /* The tenant's namespace goes in front of the request's own cache_salt. */
+    bool oom;
+    char *salt = tenant_salt(s, cc->key, j->cache_salt, &oom);
+    free(j->cache_salt);
+    j->cache_salt = salt;
+    if (oom) {
+        api_req_free(r);
+        return fail(c, 500, NULL, "out of memory");
     }
-    atomic_fetch_sub(&s->n_busy, 1);
-    return ret;
+    j->t_arrival = cc->t_arrival;
+    j->fd = conn_fd(c); /* before the engine thread can see the job */
+    if (!srv_enqueue(s, j, &err)) {
+        api_req_free(r);
+        return send_error(c, &err);
+    }
+    atomic_fetch_add(&s->n_busy, 1);
+    cc->generating = true;
+    return continue_generate(s, c, cc);
 }
 
 /* ------------------------------------------------------------ routing -- */
@@ -310,28 +336,10 @@ static bool route_matches(size_t i, const char *url) {
     return strncmp(url, ROUTES[i].path, n) == 0 && url[n]; /* ids may hold '/' (org/name) */
 }
 
+/* The whole request is in: answer it. */
 static enum MHD_Result dispatch(srv *s, struct MHD_Connection *c, const char *url, const char *method,
                                 conn_ctx *cc) {
     kvl_log(KVL_LOG_INFO, "%s %s (%zu bytes)", method, url, cc->body.len);
-    size_t i = 0;
-    while (i < N_ROUTES && !route_matches(i, url)) i++;
-    if (i == N_ROUTES) {
-        api_error e;
-        api_fail(&e, 404, NULL, "no route for %.200s", url);
-        return send_error(c, &e);
-    }
-    if (cors_origin && strcmp(method, "OPTIONS") == 0) return send_preflight(c, ROUTES[i].method);
-    if (strcmp(method, ROUTES[i].method) != 0) {
-        api_error e;
-        api_fail(&e, 405, NULL, "%s is not allowed on %s (use %s)", method, url, ROUTES[i].method);
-        return send_text(c, 405, "application/json", api_error_json(&e), "Allow", ROUTES[i].method);
-    }
-    if (ROUTES[i].auth && !authorized(s, c)) {
-        api_error e;
-        api_fail(&e, 401, NULL, "invalid or missing API key (send 'Authorization: Bearer KEY')");
-        e.code = "invalid_api_key";
-        return send_error(c, &e);
-    }
     if (cc->too_large) {
         char msg[96];
         snprintf(msg, sizeof msg, "the request body is larger than %zu bytes", s->cfg.max_body_bytes);
@@ -340,17 +348,21 @@ static enum MHD_Result dispatch(srv *s, struct MHD_Connection *c, const char *ur
     kvl_buf m = {0};
     api_error err;
     const char *body = cc->body.p ? cc->body.p : "";
-    switch (ROUTES[i].r) {
-    case R_HEALTH: return send_json(c, MHD_HTTP_OK, strdup("{\"status\":\"ok\"}"));
+    switch (ROUTES[cc->route].r) {
+    case R_HEALTH:
+        if (atomic_load(&s->draining)) return fail(c, 503, NULL, "the server is shutting down");
+        return send_json(c, MHD_HTTP_OK, strdup("{\"status\":\"ok\"}"));
     case R_METRICS:
         metrics_render(&s->metrics, s->cfg.model_id, &m);
+        metrics_render_conns(&m, s->cfg.model_id, conns_open(s), atomic_load(&s->n_refused),
+                             atomic_load(&s->n_timed_out), atomic_load(&s->n_client_gone));
         if (m.oom) {
             kvl_buf_free(&m);
             return MHD_NO;
         }
         return send_text(c, MHD_HTTP_OK, "text/plain; version=0.0.4; charset=utf-8", m.p, NULL, NULL);
     case R_MODELS: return send_json(c, MHD_HTTP_OK, openai_models(s));
-    case R_MODEL: return send_result(c, openai_model_get(s, url + strlen(ROUTES[i].path), &err), &err);
+    case R_MODEL: return send_result(c, openai_model_get(s, url + strlen(ROUTES[cc->route].path), &err), &err);
     case R_TOKENIZE: return send_result(c, srv_tokenize(s, body, cc->body.len, &err), &err);
     case R_DETOKENIZE: return send_result(c, srv_detokenize(s, body, cc->body.len, &err), &err);
     case R_EMBEDDINGS: return send_result(c, srv_embeddings(s, body, cc->body.len, &err), &err);
@@ -361,8 +373,114 @@ static enum MHD_Result dispatch(srv *s, struct MHD_Connection *c, const char *ur
     }
 }
 
+/* Request framing a proxy in front could read differently (request
+ * smuggling): several Content-Length headers, Transfer-Encoding other than
+ * a single "chunked", or both. libmicrohttpd uses the first Content-Length and
+ * lets Transfer-Encoding win; these are refused before any body is read. */
+typedef struct framing {
+    int n_length, n_te;
+    bool te_chunked;
+} framing;
+
+static enum MHD_Result count_framing(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+    framing *f = cls;
+    (void)kind;
+    if (strcasecmp(key, "Content-Length") == 0) f->n_length++;
+    if (strcasecmp(key, "Transfer-Encoding") == 0) {
+        f->n_te++;
+        f->te_chunked = value && strcasecmp(value, "chunked") == 0;
+    }
+    return MHD_YES;
+}
+
+static bool check_framing(struct MHD_Connection *c, api_error *e) {
+    framing f = {0};
+    MHD_get_connection_values(c, MHD_HEADER_KIND, count_framing, &f);
+    if (f.n_length > 1) return api_fail(e, 400, NULL, "more than one Content-Length header");
+    if (f.n_te && f.n_length) return api_fail(e, 400, NULL, "both Transfer-Encoding and Content-Length");
+    if (f.n_te > 1 || (f.n_te && !f.te_chunked))
+        return api_fail(e, 400, NULL, "unsupported Transfer-Encoding (only a single 'chunked' is accepted)");
+    return true;
+}
+
+/* The headers are in, the body not yet read: everything that can be decided
+ * now is, so a caller without a key, or with a body too large, costs no more
+ * than its headers. */
+static bool check_headers(srv *s, struct MHD_Connection *c, const char *url, const char *method, conn_ctx *cc,
+                          api_error *e) {
+    size_t i = 0;
+    while (i < N_ROUTES && !route_matches(i, url)) i++;
+    if (i == N_ROUTES) return api_fail(e, 404, NULL, "no route for %.200s", url);
+    cc->route = i;
+    if (!check_framing(c, e)) return false;
+    if (cors_origin && strcmp(method, "OPTIONS") == 0) { /* a CORS preflight: no key, no body */
+        cc->preflight = true;
+        return true;
+    }
+    if (strcmp(method, ROUTES[i].method) != 0) {
+        api_fail(e, 405, NULL, "%s is not allowed on %s (use %s)", method, url, ROUTES[i].method);
+        e->code = "method_not_allowed";
+        return false;
+    }
+    bool needs_key = ROUTES[i].auth == AUTH_KEY || (ROUTES[i].auth == AUTH_OPS && !s->cfg.metrics_public);
+    if (s->n_keys > 0) {
+        cc->key = keys_match(s, MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization"));
+        if (needs_key && !cc->key) {
+            api_fail(e, 401, NULL, "invalid or missing API key (send 'Authorization: Bearer KEY')");
+            e->code = "invalid_api_key";
+            return false;
+        }
+    }
+    const char *len = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+    if (len && strtoull(len, NULL, 10) > s->cfg.max_body_bytes)
+        return api_fail(e, 413, NULL, "the request body is larger than %zu bytes", s->cfg.max_body_bytes);
+    if (atomic_load(&s->draining) && ROUTES[i].r != R_METRICS)
+        return api_fail(e, 503, NULL, "the server is shutting down");
+    return true;
+}
+
+/* A refusal decided from the headers; the connection is closed after it, as
+ * its client has shown nothing worth keeping it open for. */
+static enum MHD_Result send_early(struct MHD_Connection *c, conn_ctx *cc) {
+    const api_error *e = &cc->early;
+    char *body = api_error_json(e);
+    if (!body) return MHD_NO;
+    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
+    if (!r) {
+        free(body);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, "Content-Type", "application/json");
+    MHD_add_response_header(r, "Connection", "close");
+    add_cors(r);
+    if (e->status == 405) MHD_add_response_header(r, "Allow", ROUTES[cc->route].method);
+    if (e->status == 401) MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
+    if (e->status == 503) MHD_add_response_header(r, "Retry-After", "1");
+    kvl_log(KVL_LOG_INFO, "-> %d %s", e->status, e->msg);
+    enum MHD_Result ret = MHD_queue_response(c, (unsigned)e->status, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+/* Whether a refusal decided from the headers is sent before the body. An
+ * answer sent while the client is still sending makes libmicrohttpd close with
+ * unread input, which resets the connection and usually loses the answer; so
+ * the body is read and dropped (it is never stored, and the request deadline
+ * bounds how long that takes) unless there is none, the client waits for
+ * "100 Continue", or it is too large to be worth reading. */
+static bool answer_now(struct MHD_Connection *c, const api_error *e) {
+    if (e->status == 413) return true;
+    const char *expect = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Expect");
+    if (expect && strcasecmp(expect, "100-continue") == 0) return true;
+    const char *len = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+    const char *te = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Transfer-Encoding");
+    if (e->status == 400) return true; /* bad framing: the body cannot be trusted to end where it says */
+    return !te && (!len || strtoull(len, NULL, 10) == 0);
+}
+
 /* MHD calls this first with *con_cls NULL (headers only), then once per piece
- * of the body, then once more with *upload_size 0 to produce the response. */
+ * of the body, then with *upload_size 0 to produce the response, and again
+ * each time a suspended connection is resumed. */
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                   const char *version, const char *upload, size_t *upload_size,
                                   void **con_cls) {
@@ -373,11 +491,21 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         if (!(cc = calloc(1, sizeof *cc))) return MHD_NO;
         cc->t_arrival = kvl_time_s();
         *con_cls = cc;
+        if (!check_headers(s, c, url, method, cc, &cc->early)) {
+            cc->refused = true;
+            if (answer_now(c, &cc->early)) return send_early(c, cc);
+        }
+        if (cc->preflight) return send_preflight(c, ROUTES[cc->route].method);
+        return MHD_YES;
+    }
+    if (*upload_size && cc->refused) { /* dropped as it arrives: never stored */
+        *upload_size = 0;
         return MHD_YES;
     }
     if (*upload_size) {
-        /* Past the limit the rest is read and dropped, so the client still gets
-         * a clean 413 rather than a reset connection. */
+        /* Past the limit (chunked bodies have no Content-Length to check
+         * early) the rest is read and dropped, so the client still gets a
+         * clean 413 rather than a reset connection. */
         if (!cc->too_large && cc->body.len + *upload_size > s->cfg.max_body_bytes) {
             cc->too_large = true;
             kvl_buf_free(&cc->body);
@@ -387,19 +515,27 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         *upload_size = 0;
         return MHD_YES;
     }
-    return dispatch(s, c, url, method, cc);
+    if (!cc->received) {
+        cc->received = true;
+        conns_request_received(s, c);
+        if (cc->refused) return send_early(c, cc);
+        return dispatch(s, c, url, method, cc);
+    }
+    if (cc->generating) return continue_generate(s, c, cc);
+    return MHD_NO;
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                          enum MHD_RequestTerminationCode toe) {
-    (void)cls;
-    (void)c;
+    srv *s = cls;
     (void)toe;
     conn_ctx *cc = *con_cls;
     if (!cc) return;
+    end_generation(s, cc);
     kvl_buf_free(&cc->body);
     free(cc);
     *con_cls = NULL;
+    conns_response_done(s, c); /* the next request on this connection has its own deadline */
 }
 
 /* ------------------------------------------------------------ startup -- */
@@ -442,26 +578,32 @@ static void setup_chat(srv *s) {
     fprintf(stderr, "kvllm serve: chat template: %s\n", chat_family_name(s->chat));
 }
 
+/* epoll worker threads; connections arrive from the acceptor (srv_conn.c).
+ * MHD's own limit sits above ours so that ours, with its 503, is the one met.
+ * Its inactivity timeout ends connections whose client stopped reading a
+ * response; suspended connections (waiting for the engine) never time out. */
 static struct MHD_Daemon *start_daemon(srv *s) {
-    char port[16];
-    snprintf(port, sizeof port, "%d", s->cfg.port);
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE};
-    struct addrinfo *ai = NULL;
-    int rc = getaddrinfo(s->cfg.host, port, &hints, &ai);
-    if (rc != 0 || !ai) {
-        fprintf(stderr, "kvllm serve: cannot resolve host '%s': %s\n", s->cfg.host, gai_strerror(rc));
-        return NULL;
-    }
-    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
-                     MHD_USE_ERROR_LOG;
-    if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
+                     MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ERROR_LOG;
+    unsigned timeout = s->cfg.request_timeout_s > 120 ? (unsigned)s->cfg.request_timeout_s : 120;
     struct MHD_Daemon *d = MHD_start_daemon(
-        flags, (uint16_t)s->cfg.port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)300,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)1024, MHD_OPTION_END);
-    freeaddrinfo(ai);
-    if (!d) fprintf(stderr, "kvllm serve: cannot listen on %s:%d\n", s->cfg.host, s->cfg.port);
+        flags, 0, NULL, NULL, on_request, s, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+        MHD_OPTION_NOTIFY_CONNECTION, conns_notify, s, MHD_OPTION_CONNECTION_TIMEOUT, timeout,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)(s->cfg.max_connections + 256), MHD_OPTION_THREAD_POOL_SIZE,
+        (unsigned)s->cfg.http_threads, MHD_OPTION_END);
+    if (!d) fprintf(stderr, "kvllm serve: cannot start the HTTP server\n");
     return d;
+}
+
+/* 1000+ connections need as many descriptors; the soft limit is often 1024. */
+static void raise_fd_limit(int want) {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= (rlim_t)want) return;
+    rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > (rlim_t)want ? (rlim_t)want : rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+    if (rl.rlim_cur < (rlim_t)want)
+        kvl_log(KVL_LOG_WARN, "open-files limit %llu is below --max-connections + 64; raise it (ulimit -n)",
+                (unsigned long long)rl.rlim_cur);
 }
 
 void server_config_default(server_config *c) {
@@ -471,6 +613,11 @@ void server_config_default(server_config *c) {
     c->model_id = "kvllm";
     c->max_body_bytes = 8u << 20;
     c->max_queue = 1024;
+    c->max_connections = 1024;
+    c->max_connections_per_ip = 256;
+    c->request_timeout_s = 30;
+    c->shutdown_timeout_s = 30;
+    c->http_threads = 4;
 }
 
 static srv *srv_new(engine *e, const tok_vocab *vocab, const server_config *cfg) {
@@ -479,6 +626,7 @@ static srv *srv_new(engine *e, const tok_vocab *vocab, const server_config *cfg)
     s->cfg = *cfg;
     s->e = e;
     s->vocab = vocab;
+    s->listen_fd = -1;
     const engine_config *ec = engine_cfg(e);
     s->n_ctx = ec->n_ctx;
     s->n_blocks = ec->n_blocks;
@@ -488,10 +636,16 @@ static srv *srv_new(engine *e, const tok_vocab *vocab, const server_config *cfg)
     s->t_start = time(NULL);
     s->omp_threads = omp_get_max_threads();
     atomic_init(&s->n_busy, 0);
+    atomic_init(&s->draining, false);
+    atomic_init(&s->acceptor_stop, false);
+    atomic_init(&s->n_refused, 0);
+    atomic_init(&s->n_timed_out, 0);
+    atomic_init(&s->n_client_gone, 0);
     pthread_mutex_init(&s->tok_mu, NULL);
     pthread_mutex_init(&s->q_mu, NULL);
     pthread_cond_init(&s->q_cv, NULL);
     pthread_cond_init(&s->embed_cv, NULL);
+    pthread_mutex_init(&s->conns_mu, NULL);
     metrics_init(&s->metrics);
     setup_chat(s);
     return s;
@@ -499,7 +653,9 @@ static srv *srv_new(engine *e, const tok_vocab *vocab, const server_config *cfg)
 
 static void srv_free(srv *s) {
     srv_jinja_free(s);
+    keys_free(s);
     metrics_destroy(&s->metrics);
+    pthread_mutex_destroy(&s->conns_mu);
     pthread_cond_destroy(&s->q_cv);
     pthread_cond_destroy(&s->embed_cv);
     pthread_mutex_destroy(&s->q_mu);
@@ -507,10 +663,46 @@ static void srv_free(srv *s) {
     free(s);
 }
 
+static bool idle(srv *s) {
+    pthread_mutex_lock(&s->q_mu);
+    bool none = s->n_inflight == 0;
+    pthread_mutex_unlock(&s->q_mu);
+    return none && atomic_load(&s->n_busy) == 0;
+}
+
+/* SIGTERM/SIGINT: stop admitting (new connections and requests get 503),
+ * let what runs finish for up to shutdown_timeout_s, cancel the rest (their
+ * clients get finish_reason "abort"), give the last chunks a moment to go out,
+ * then close. A second signal skips the wait. */
+static void drain(srv *s, sigset_t *sigs) {
+    atomic_store(&s->draining, true);
+    double t0 = kvl_time_s();
+    struct timespec tick = {0, 20 * 1000 * 1000};
+    bool again = false;
+    while (!idle(s) && kvl_time_s() - t0 < s->cfg.shutdown_timeout_s) {
+        if (sigtimedwait(sigs, NULL, &tick) > 0) {
+            again = true;
+            break;
+        }
+    }
+    bool finished = idle(s);
+    fprintf(stderr, "kvllm serve: %s after %.1f s%s\n", finished ? "drained" : "shutdown timeout",
+            kvl_time_s() - t0, finished ? "" : again ? " (second signal): cancelling the rest" : ": cancelling the rest");
+    engine_thread_stop(s); /* cancels what still runs; every job gets its final event */
+    /* Those final events still have to reach their clients (at most 5 s, for
+     * clients that stopped reading). */
+    for (int i = 0; i < 500 && atomic_load(&s->n_busy) > 0; i++) usleep(10 * 1000);
+}
+
 int server_run(engine *e, const tok_vocab *vocab, const server_config *cfg) {
     srv *s = srv_new(e, vocab, cfg);
     if (!s) return 1;
     cors_origin = cfg->cors_origin;
+    if (!keys_load(s)) {
+        srv_free(s);
+        return 1;
+    }
+    raise_fd_limit(s->cfg.max_connections + 64 + 64);
     /* Signals go to this thread's sigwait only: block them before any thread
      * starts so every thread inherits the mask. */
     sigset_t sigs;
@@ -519,28 +711,32 @@ int server_run(engine *e, const tok_vocab *vocab, const server_config *cfg) {
     sigaddset(&sigs, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
+    if (!conns_listen(s)) {
+        srv_free(s);
+        return 1;
+    }
     if (!engine_thread_start(s)) {
         fprintf(stderr, "kvllm serve: cannot start the engine thread\n");
+        close(s->listen_fd);
         srv_free(s);
         return 1;
     }
-    struct MHD_Daemon *d = start_daemon(s);
-    if (!d) {
+    s->daemon = start_daemon(s);
+    if (!s->daemon || !conns_start(s)) {
+        if (s->daemon) MHD_stop_daemon(s->daemon);
         engine_thread_stop(s);
+        close(s->listen_fd);
         srv_free(s);
         return 1;
     }
-    const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
-    fprintf(stderr, "kvllm serve: listening on http://%s:%u (model '%s')\n", cfg->host,
-            di ? di->port : (unsigned)cfg->port, cfg->model_id);
+    fprintf(stderr, "kvllm serve: listening on http://%s:%d (model '%s'%s)\n", cfg->host, s->bound_port,
+            cfg->model_id, s->n_keys ? ", API keys required" : "");
     int sig = 0;
     sigwait(&sigs, &sig);
-    fprintf(stderr, "kvllm serve: signal %d, shutting down\n", sig);
-    engine_thread_stop(s); /* running requests end as "abort"; new ones get 503 */
-    /* Let connection threads send those last chunks before MHD closes every
-     * connection (at most 5 s, for clients that stopped reading). */
-    for (int i = 0; i < 500 && atomic_load(&s->n_busy) > 0; i++) usleep(10 * 1000);
-    MHD_stop_daemon(d);
+    fprintf(stderr, "kvllm serve: signal %d, draining (at most %.0f s)\n", sig, s->cfg.shutdown_timeout_s);
+    drain(s, &sigs);
+    conns_stop(s);
+    MHD_stop_daemon(s->daemon);
     srv_free(s);
     return 0;
 }

@@ -12,11 +12,13 @@
 #include <time.h>
 
 #include <cjson/cJSON.h>
+#include <microhttpd.h>
 
 #include "server.h"
 #include "chat_template.h"
 #include "kvl_buf.h"
 #include "srv_tools.h"
+
 
 #define SRV_MAX_N 16   /* choices per request */
 #define SRV_MAX_TOP 20 /* top logprobs per token (the engine's limit) */
@@ -113,6 +115,12 @@ struct srv_job {
     srv_event *head, *tail;
     int n_finished;
     int refs;
+    /* The client's connection: fd is polled by the engine thread before each
+     * step (-1 once the connection is gone); conn is resumed by whoever wakes
+     * the job while suspended is set. */
+    int fd;
+    struct MHD_Connection *conn;
+    bool suspended;
     /* HTTP thread -> engine thread, read without the lock. */
     atomic_bool cancelled;
 };
@@ -123,13 +131,28 @@ void job_release(srv_job *j); /* drops one reference; frees at zero */
 void job_push(srv_job *j, srv_event *ev);
 /* HTTP thread: asks the engine thread to cancel the job (idempotent). */
 void job_cancel(srv_job *j);
-/* HTTP thread: waits until pred(j) holds (called under j->mu), checking every
- * 100 ms whether the client at fd hung up. Returns false on hang-up. */
-bool job_wait(srv_job *j, int fd, bool (*pred)(const srv_job *j));
+/* HTTP thread, inside a libmicrohttpd callback for connection c: true if
+ * pred(j) holds (called under j->mu); otherwise suspends c until the engine
+ * thread next wakes the job (job_wake) and returns false. */
+bool job_ready_or_suspend(srv_job *j, struct MHD_Connection *c, bool (*pred)(const srv_job *j));
+/* Under j->mu: wakes waiters; returns the connection to resume (NULL: none),
+ * which the caller passes to job_resume after unlocking. */
+struct MHD_Connection *job_wake_locked(srv_job *j);
+void job_resume(struct MHD_Connection *c);
+/* HTTP thread: the connection is gone; the engine thread stops polling fd. */
+void job_detach(srv_job *j);
 /* HTTP thread: takes all queued events (caller frees the list with events_free). */
 srv_event *job_take(srv_job *j);
 void events_free(srv_event *ev);
 bool peer_closed(int fd);
+
+/* --------------------------------------------------------------- JSON -- */
+
+/* A request body as JSON: valid UTF-8, no NUL (raw or escaped: C strings
+ * would silently cut there), one value and nothing after it but whitespace.
+ * Top-level number members keep their source text in valuestring (exact
+ * 64-bit integers, e.g. "seed"). NULL with err (400) otherwise. */
+cJSON *json_parse_body(const char *p, size_t n, api_error *err);
 
 /* ------------------------------------------------------------ metrics -- */
 
@@ -156,6 +179,39 @@ void metrics_destroy(srv_metrics *m);
 void histo_observe(histo *h, double v); /* caller holds m->mu */
 /* Prometheus text exposition (format 0.0.4). */
 void metrics_render(srv_metrics *m, const char *model_name, kvl_buf *out);
+void metrics_render_conns(kvl_buf *o, const char *model_name, int open, long refused, long timeouts,
+                          long disconnects);
+
+/* ----------------------------------------------------------- tenants -- */
+
+/* An API key and the prefix-cache namespace of its tenant. */
+typedef struct srv_key {
+    char *key;
+    char *tenant;  /* the file's name for it, or NULL */
+    char ns[17];   /* hex of a hash of the tenant (or of the key): the salt prefix */
+} srv_key;
+
+/* Loads --api-key and --api-key-file into s->keys; false with a message. */
+bool keys_load(srv *s);
+void keys_free(srv *s);
+/* The key an Authorization header names (NULL: none matches). */
+const srv_key *keys_match(const srv *s, const char *authorization);
+/* The cache salt for a tenant's request: "ns:salt" (or ns alone), or a copy
+ * of salt when tenants share the cache (k NULL). NULL on no memory. */
+char *tenant_salt(const srv *s, const srv_key *k, const char *salt, bool *oom);
+
+/* ------------------------------------------------------ connections -- */
+
+typedef struct conn_rec conn_rec;
+bool conns_listen(srv *s);
+bool conns_start(srv *s);
+void conns_stop(srv *s);
+int conns_open(srv *s);
+void conns_notify(void *cls, struct MHD_Connection *c, void **socket_context,
+                  enum MHD_ConnectionNotificationCode code);
+/* The request on c was fully received / its response was sent. */
+void conns_request_received(srv *s, struct MHD_Connection *c);
+void conns_response_done(srv *s, struct MHD_Connection *c);
 
 /* ------------------------------------------------------- embeddings -- */
 
@@ -199,6 +255,23 @@ struct srv {
     bool stopping;
     /* Generation responses not yet fully sent (shutdown waits for them). */
     atomic_int n_busy;
+    /* SIGTERM received: new requests and connections get 503. */
+    atomic_bool draining;
+    /* Keys (empty: no authentication). */
+    srv_key *keys;
+    int n_keys;
+    /* Connections (srv_conn.c). */
+    struct MHD_Daemon *daemon;
+    int listen_fd, bound_port;
+    int wake_pipe[2];
+    pthread_t acceptor;
+    atomic_bool acceptor_stop;
+    pthread_mutex_t conns_mu;
+    conn_rec *conns;
+    int n_conns;
+    atomic_long n_refused;     /* connections answered 503 by the acceptor */
+    atomic_long n_timed_out;   /* connections cut for missing the request deadline */
+    atomic_long n_client_gone; /* jobs cancelled because their client left */
     /* Engine thread only. */
     srv_job *active;
     pthread_t engine_thread;

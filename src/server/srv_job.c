@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "srv_internal.h"
 
@@ -17,6 +18,7 @@ srv_job *job_new(srv *s) {
     j->refs = 1;
     j->n = 1;
     j->state = JOB_QUEUED;
+    j->fd = -1;
     atomic_init(&j->cancelled, false);
     for (int i = 0; i < SRV_MAX_N; i++) {
         j->choices[i].job = j;
@@ -61,6 +63,19 @@ void job_release(srv_job *j) {
     if (left == 0) job_free(j);
 }
 
+struct MHD_Connection *job_wake_locked(srv_job *j) {
+    pthread_cond_broadcast(&j->cv);
+    if (!j->suspended) return NULL;
+    j->suspended = false;
+    return j->conn;
+}
+
+/* Outside j->mu: libmicrohttpd takes its own lock, and a resumed connection
+ * cannot be closed before this call since only the resumer clears suspended. */
+void job_resume(struct MHD_Connection *c) {
+    if (c) MHD_resume_connection(c);
+}
+
 void job_push(srv_job *j, srv_event *ev) {
     ev->next = NULL;
     pthread_mutex_lock(&j->mu);
@@ -68,7 +83,29 @@ void job_push(srv_job *j, srv_event *ev) {
     else j->head = ev;
     j->tail = ev;
     if (ev->finish != ENGINE_FINISH_NONE) j->n_finished++;
-    pthread_cond_broadcast(&j->cv);
+    struct MHD_Connection *c = job_wake_locked(j);
+    pthread_mutex_unlock(&j->mu);
+    job_resume(c);
+}
+
+bool job_ready_or_suspend(srv_job *j, struct MHD_Connection *c, bool (*pred)(const srv_job *j)) {
+    pthread_mutex_lock(&j->mu);
+    bool ready = pred(j);
+    if (!ready) {
+        /* Under j->mu, so a wake cannot fall between the check and the suspend. */
+        j->conn = c;
+        j->suspended = true;
+        MHD_suspend_connection(c);
+    }
+    pthread_mutex_unlock(&j->mu);
+    return ready;
+}
+
+void job_detach(srv_job *j) {
+    if (!j) return;
+    pthread_mutex_lock(&j->mu);
+    j->fd = -1;
+    j->conn = NULL;
     pthread_mutex_unlock(&j->mu);
 }
 
@@ -102,23 +139,4 @@ bool peer_closed(int fd) {
         return r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
     }
     return false;
-}
-
-bool job_wait(srv_job *j, int fd, bool (*pred)(const srv_job *j)) {
-    pthread_mutex_lock(&j->mu);
-    while (!pred(j)) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        ts.tv_nsec += 100 * 1000 * 1000;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
-        if (pthread_cond_timedwait(&j->cv, &j->mu, &ts) != ETIMEDOUT) continue;
-        pthread_mutex_unlock(&j->mu);
-        if (peer_closed(fd)) return false;
-        pthread_mutex_lock(&j->mu);
-    }
-    pthread_mutex_unlock(&j->mu);
-    return true;
 }

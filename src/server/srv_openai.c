@@ -1,6 +1,7 @@
 /* OpenAI API: request bodies -> jobs, and engine events -> response bodies and
  * SSE chunks. Only translation lives here; no model logic. */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -471,10 +472,29 @@ static uint64_t random_u64(void) {
     return x ^ (x >> 33);
 }
 
-/* Any integer from -2^63 to 2^64 - 1 (clients send 64-bit seeds), as uint64. */
+/* Any integer from -2^63 to 2^64 - 1 (clients send 64-bit seeds), as uint64.
+ * Read from the number's source text when the body parser kept it
+ * (json_parse_body), since a double holds integers exactly only to 2^53. */
+static bool seed_from_text(const char *s, uint64_t *out) {
+    char *end;
+    errno = 0;
+    if (s[0] == '-') {
+        long long x = strtoll(s, &end, 10);
+        if (errno || *end || end == s) return false;
+        *out = (uint64_t)x;
+    } else {
+        unsigned long long x = strtoull(s, &end, 10);
+        if (errno || *end || end == s) return false;
+        *out = (uint64_t)x;
+    }
+    return true;
+}
+
 static bool opt_seed(const cJSON *o, uint64_t *out, api_error *err) {
     const cJSON *v = field(o, "seed");
     if (!v) return true;
+    /* Else (1e3, 5.0, out of range) the double decides. */
+    if (cJSON_IsNumber(v) && v->valuestring && seed_from_text(v->valuestring, out)) return true;
     double d = cJSON_IsNumber(v) ? v->valuedouble : 0.5;
     if (d != floor(d) || d < -9223372036854775808.0 || d >= 18446744073709551616.0)
         return api_fail(err, 400, "seed", "'seed' must be an integer");

@@ -3,6 +3,8 @@
 // between Node 18 and 20; this keeps the log the same everywhere).
 import { spawn } from 'node:child_process';
 import http from 'node:http';
+import net from 'node:net';
+import { readFileSync } from 'node:fs';
 import { File } from 'node:buffer';
 
 if (typeof globalThis.File === 'undefined') globalThis.File = File; // Node 18
@@ -72,8 +74,12 @@ export function rawRequest(url, { method = 'POST', path = '/v1/completions', hea
 }
 
 // Prometheus text -> Map of "name{labels}" and bare "name" (summed over labels) -> value.
-export async function metrics(url) {
-  const text = await (await fetch(`${url}/metrics`)).text();
+// key: the API key, for a server started with one (/metrics then needs it).
+export async function metrics(url, key) {
+  const headers = key ? { Authorization: `Bearer ${key}` } : {};
+  const res = await fetch(`${url}/metrics`, { headers });
+  if (res.status !== 200) throw new Error(`/metrics: status ${res.status}`);
+  const text = await res.text();
   const m = new Map();
   for (const line of text.split('\n')) {
     if (!line || line.startsWith('#')) continue;
@@ -88,11 +94,11 @@ export async function metrics(url) {
 }
 
 // Polls until pred(metrics) holds; returns the last metrics.
-export async function waitMetrics(url, pred, timeoutMs = 10000) {
+export async function waitMetrics(url, pred, timeoutMs = 10000, key) {
   const end = Date.now() + timeoutMs;
   let m;
   do {
-    m = await metrics(url);
+    m = await metrics(url, key);
     if (pred(m)) return m;
     await sleep(100);
   } while (Date.now() < end);
@@ -128,4 +134,39 @@ export async function runTests(tests) {
 // Token ids of a completion, from logprobs with return_tokens_as_token_ids.
 export function completionIds(choice) {
   return choice.logprobs.tokens.map((t) => Number(t.slice('token_id:'.length)));
+}
+
+// A raw TCP client (node:net) for what an HTTP library would not send:
+// trickled headers, duplicate framing headers, requests abandoned mid-body.
+// .text() is everything received so far; .closed resolves when the server
+// closes (or resets) the connection.
+export function rawSocket(port, { localAddress } = {}) {
+  const sock = net.connect({ host: '127.0.0.1', port, localAddress });
+  const chunks = [];
+  const conn = { sock, error: null, ended: false };
+  conn.connected = new Promise((resolve) => sock.once('connect', resolve));
+  sock.on('data', (d) => chunks.push(d));
+  sock.on('error', (e) => { conn.error = e; });
+  conn.closed = new Promise((resolve) => sock.once('close', () => { conn.ended = true; resolve(); }));
+  conn.text = () => Buffer.concat(chunks).toString('latin1');
+  conn.status = () => { const m = conn.text().match(/^HTTP\/1\.[01] (\d{3})/); return m ? Number(m[1]) : 0; };
+  conn.write = (s) => { if (!sock.destroyed) sock.write(s); };
+  conn.destroy = () => sock.destroy();
+  return conn;
+}
+
+// Sends a request and waits for the server to answer and close (or for ms).
+export async function rawExchange(port, data, { ms = 5000, localAddress } = {}) {
+  const c = rawSocket(port, { localAddress });
+  await c.connected;
+  c.write(data);
+  await Promise.race([c.closed, sleep(ms)]);
+  c.destroy();
+  return c;
+}
+
+// Resident memory of a process in KiB (Linux /proc).
+export function rssKiB(pid) {
+  const m = readFileSync(`/proc/${pid}/status`, 'utf8').match(/VmRSS:\s+(\d+)/);
+  return m ? Number(m[1]) : 0;
 }

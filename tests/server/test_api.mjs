@@ -168,7 +168,8 @@ const tests = [
     try { await bad.completions.create({ model, prompt: 'x', max_tokens: 1 }); } catch (e) { status = e.status; }
     assertEq(status, 401, 'wrong key');
     await expectError(401, { headers: {}, body: '{"prompt":"x"}' }, 'no key');
-    assert((await fetch(`${server.url}/metrics`)).status === 200, '/metrics needs no key');
+    assertEq((await fetch(`${server.url}/metrics`)).status, 401, '/metrics needs the key too');
+    assertEq((await fetch(`${server.url}/health`)).status, 200, '/health needs no key');
   }],
 
   ['bad requests get the right 4xx and the server keeps serving', async () => {
@@ -197,7 +198,7 @@ const tests = [
   }],
 
   ['/metrics: every vLLM-style name, histograms complete', async () => {
-    const m = await metrics(server.url);
+    const m = await metrics(server.url, KEY);
     const names = ['kvllm:num_requests_running', 'kvllm:num_requests_waiting', 'kvllm:kv_cache_usage_perc',
       // counters: TYPE names the series as its samples do (text format 0.0.4, what promtool checks)
       'kvllm:prefix_cache_queries_total', 'kvllm:prefix_cache_hits_total', 'kvllm:num_preemptions_total',
@@ -222,14 +223,14 @@ const tests = [
     const prompt = `Zq${Date.now() % 100000} Once upon a time, there was a little girl named Lily. She loved to play outside in the sun `
       + 'with her friends. One day, she saw a big red ball in the park and ran to get it.';
     const ask = (extra = {}) => client.completions.create({ model, prompt, max_tokens: 8, temperature: 0, ...extra });
-    const m0 = await metrics(server.url);
+    const m0 = await metrics(server.url, KEY);
     const first = await ask();
     const second = await ask();
     const cached = second.usage.prompt_tokens_details.cached_tokens;
     assertEq(first.usage.prompt_tokens_details.cached_tokens, 0, 'first time: nothing cached');
     assert(cached > 0 && cached % 16 === 0 && cached < second.usage.prompt_tokens, `cached_tokens ${cached}`);
     assertEq(second.choices[0].text, first.choices[0].text, 'same output from cached blocks');
-    const m1 = await metrics(server.url);
+    const m1 = await metrics(server.url, KEY);
     assert(m1.get('kvllm:prefix_cache_hits_total') - m0.get('kvllm:prefix_cache_hits_total') >= cached, 'hits counted');
     assert(m1.get('kvllm:prefix_cache_queries_total') - m0.get('kvllm:prefix_cache_queries_total')
       >= 2 * second.usage.prompt_tokens - 2, 'queries counted');
@@ -242,7 +243,7 @@ const tests = [
   }],
 
   ['100 clients disconnecting mid-stream return every block', async () => {
-    const before = await waitMetrics(server.url, (m) => m.get('kvllm:num_requests_running') === 0);
+    const before = await waitMetrics(server.url, (m) => m.get('kvllm:num_requests_running') === 0, 10000, KEY);
     const used0 = before.get('kvllm:kv_blocks_used'), aborted0 = aborted(before);
     const body = (i) => JSON.stringify({ model, prompt: `Once upon a time ${i}`, max_tokens: 400, temperature: 0,
       ignore_eos: true, stream: true });
@@ -263,7 +264,7 @@ const tests = [
     await Promise.all(reqs);
     assert(firstChunks > 0, 'some streams started');
     const after = await waitMetrics(server.url, (m) => m.get('kvllm:kv_blocks_used') === used0 &&
-      m.get('kvllm:num_requests_running') === 0 && m.get('kvllm:num_requests_waiting') === 0, 15000);
+      m.get('kvllm:num_requests_running') === 0 && m.get('kvllm:num_requests_waiting') === 0, 15000, KEY);
     assertEq(after.get('kvllm:kv_blocks_used'), used0, 'kv_blocks_used back to where it started');
     assertEq(after.get('kvllm:num_requests_running'), 0, 'nothing running');
     assert(aborted(after) - aborted0 >= 80, `requests cancelled (${aborted(after) - aborted0})`);

@@ -1,10 +1,12 @@
 /* Server library without a socket: OpenAI request parsing (openai_parse) into
  * jobs and error objects, the SSE framing of streamed events
  * (openai_stream_events / openai_stream_end), the non-streaming response, and
- * the helpers they rest on (kvl_buf, UTF-8 checks, error JSON). The vocabulary is
+ * the helpers they rest on (kvl_buf, UTF-8 checks, error JSON), request bodies
+ * (json_parse_body), exact 64-bit seeds, API keys and tenant salts. The vocabulary is
  * the bundled stories260K model's; the server state is built here the way
  * srv_new builds it, minus the engine. */
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -601,6 +603,95 @@ static void test_helpers(void) {
     free(js);
 }
 
+/* ------------------------------------------------ bodies, seeds, keys -- */
+
+/* json_parse_body on n bytes of text: NULL (with a 400) or the parsed body. */
+static cJSON *body_of(const char *text, size_t n) {
+    api_error e;
+    memset(&e, 0, sizeof e);
+    cJSON *b = json_parse_body(text, n, &e);
+    if (!b) CHECK(e.status == 400 && e.msg[0]);
+    return b;
+}
+
+static bool body_ok(const char *text) {
+    cJSON *b = body_of(text, strlen(text));
+    cJSON_Delete(b);
+    return b != NULL;
+}
+
+/* The seed openai_parse takes from a body that went through json_parse_body. */
+static bool seed_of(const char *text, uint64_t *seed) {
+    cJSON *b = body_of(text, strlen(text));
+    if (!b) return false;
+    api_req r;
+    api_error e;
+    bool ok = openai_parse(&S, b, false, &r, &e);
+    cJSON_Delete(b);
+    if (!ok) return false;
+    *seed = r.job->sampling.seed;
+    api_req_free(&r);
+    return true;
+}
+
+static void test_bodies(void) {
+    CHECK(body_ok("{\"prompt\":\"x\"}"));
+    CHECK(body_ok(" {\"prompt\":\"x\"} \r\n\t"));
+    CHECK(!body_ok("{\"prompt\":\"x\"} x"));
+    CHECK(!body_ok("{\"prompt\":\"x\"}{}"));
+    CHECK(!body_ok("{\"prompt\":\"x\"},"));
+    CHECK(!body_of("{\"prompt\":\"x\"}\0", 15)); /* a raw NUL after the value */
+    CHECK(!body_ok("{\"prompt\":\"a\\u0000b\"}"));
+    CHECK(!body_ok("{\"messages\":[{\"content\":\"\\u0000\"}]}"));
+    CHECK(!body_ok("{\"a\\u0000\":1}")); /* in a key too */
+    CHECK(body_ok("{\"prompt\":\"a\\\\u0000b\"}")); /* an escaped backslash, then text */
+    CHECK(body_ok("{\"prompt\":\"\\\"\\\\\",\"x\":\"\\u0001\"}"));
+
+    /* Top-level numbers keep their text, nested ones are not needed. */
+    const char *nums = "{ \"s\" : \"1,}\" , \"n\":[1,{\"k\":2}], \"seed\" :-0012 ,\"t\":1e3}";
+    cJSON *b = body_of(nums, strlen(nums));
+    CHECK(b != NULL);
+    if (b) {
+        const cJSON *seed = cJSON_GetObjectItem(b, "seed"), *tt = cJSON_GetObjectItem(b, "t");
+        CHECK(seed && seed->valuestring && strcmp(seed->valuestring, "-0012") == 0);
+        CHECK(tt && tt->valuestring && strcmp(tt->valuestring, "1e3") == 0);
+        CHECK(cJSON_GetArrayItem(cJSON_GetObjectItem(b, "n"), 0)->valuestring == NULL);
+    }
+    cJSON_Delete(b);
+
+    uint64_t seed = 0;
+    CHECK(seed_of("{\"prompt\":\"x\",\"seed\":18446744073709551615}", &seed) && seed == UINT64_MAX);
+    CHECK(seed_of("{\"prompt\":\"x\",\"seed\":18446744073709551614}", &seed) && seed == UINT64_MAX - 1);
+    CHECK(seed_of("{\"prompt\":\"x\",\"seed\":9007199254740993}", &seed) && seed == 9007199254740993ull);
+    CHECK(seed_of("{\"prompt\":\"x\",\"seed\":-1}", &seed) && seed == UINT64_MAX);
+    CHECK(seed_of("{\"prompt\":\"x\",\"seed\":-9223372036854775808}", &seed) && seed == 1ull << 63);
+    CHECK(seed_of("{\"prompt\":\"x\",\"seed\":1e3}", &seed) && seed == 1000);
+    CHECK(!seed_of("{\"prompt\":\"x\",\"seed\":18446744073709551616}", &seed));
+    CHECK(!seed_of("{\"prompt\":\"x\",\"seed\":2.5}", &seed));
+}
+
+static void test_keys(void) {
+    srv s;
+    memset(&s, 0, sizeof s);
+    server_config_default(&s.cfg);
+    s.cfg.api_key = "k-one";
+    CHECK(keys_load(&s) && s.n_keys == 1);
+    const srv_key *k = keys_match(&s, "Bearer k-one");
+    CHECK(k && k == keys_match(&s, "bearer   k-one"));
+    CHECK(!keys_match(&s, "Bearer k-on") && !keys_match(&s, "Bearer k-one ") && !keys_match(&s, "k-one") &&
+          !keys_match(&s, NULL) && !keys_match(&s, "Bearer "));
+    bool oom;
+    char *a = tenant_salt(&s, k, NULL, &oom), *b = tenant_salt(&s, k, "x", &oom), *c = tenant_salt(&s, NULL, "x", &oom);
+    CHECK(a && b && c && strlen(a) == 17 && strncmp(a, b, 17) == 0 && strcmp(b + 17, "x") == 0 && strcmp(c, "x") == 0);
+    CHECK(!tenant_salt(&s, NULL, NULL, &oom) && !oom);
+    s.cfg.prefix_cache_shared = true;
+    char *d = tenant_salt(&s, k, "x", &oom);
+    CHECK(d && strcmp(d, "x") == 0);
+    free(a), free(b), free(c), free(d);
+    keys_free(&s);
+    CHECK(s.n_keys == 0 && s.keys == NULL);
+}
+
 int main(int argc, char **argv) {
     const char *model = argc > 1 ? argv[1] : "models/stories260K.gguf";
     if (!setup(model)) return 1;
@@ -613,6 +704,8 @@ int main(int argc, char **argv) {
     test_response();
     test_tool_calls();
     test_helpers();
+    test_bodies();
+    test_keys();
     pthread_mutex_destroy(&S.tok_mu);
     tok_vocab_destroy(vocab);
     gguf_close(model_file);
