@@ -102,7 +102,11 @@ static bool read_rope_scaling(model *m, kvl_error *err) {
     if (hp_float(f, a, "rope.scaling.yarn_log_multiplier", &rs->log_mul))
         rs->log_mul /= 0.1f; /* the converter stores 0.1 * mscale_all_dim */
     if (!hp_int(f, a, "rope.scaling.original_context_length", &rs->n_ctx_orig, false, err)) return false;
-    if (rs->n_ctx_orig <= 0 || rs->n_ctx_orig > (1 << 30) || !isfinite(attn) || !isfinite(ext) ||
+    /* The original context matters only to YaRN's ramp (and defaults to
+     * context_length, which a file may set to anything: the run's context is
+     * sized elsewhere, from -c), so only YaRN needs it plausible. */
+    const bool uses_orig = yarn || ext > 0.0f;
+    if ((uses_orig && (rs->n_ctx_orig <= 0 || rs->n_ctx_orig > (1 << 30))) || !isfinite(attn) || !isfinite(ext) ||
         !isfinite(rs->beta_fast) || !isfinite(rs->beta_slow) || !isfinite(rs->log_mul))
         return kvl_fail(err, "%s: implausible rope scaling keys (original context %lld)", gguf_path(f),
                         (long long)rs->n_ctx_orig);
@@ -434,7 +438,10 @@ model *model_load(gguf_file *f, const model_params *mp, kvl_error *err) {
     m->mp = *mp;
     if (m->mp.max_ubatch <= 0) m->mp.max_ubatch = 512;
     if (!read_hparams(m, err)) goto fail;
-    if (m->mp.max_ctx <= 0) m->mp.max_ctx = m->hp.n_ctx_train;
+    if (m->mp.max_ctx <= 0) {
+        m->mp.max_ctx = m->hp.n_ctx_train;
+        if (m->mp.max_ctx_cap > 0 && m->mp.max_ctx > m->mp.max_ctx_cap) m->mp.max_ctx = m->mp.max_ctx_cap;
+    }
     if (!bind_weights(m, err) || !alloc_scratch(m, err)) goto fail;
     if (!m->mp.no_repack && !repack_weights(m, err)) goto fail;
     return m;
