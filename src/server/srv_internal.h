@@ -18,7 +18,7 @@
 
 #define SRV_MAX_N 16   /* choices per request */
 #define SRV_MAX_TOP 20 /* top logprobs per token (the engine's limit) */
-#define SRV_MAX_STOP 16
+#define SRV_MAX_STOP ENGINE_MAX_STOP /* and ENGINE_MAX_STOP_BYTES each */
 
 /* ------------------------------------------------------------ helpers -- */
 

@@ -282,22 +282,27 @@ static bool parse_sampling(const cJSON *b, srv_job *j, api_error *err) {
     return true;
 }
 
+/* stop: a string or an array of strings, bounded in number and length (the
+ * engine matches them incrementally, but holds their tables per choice). */
+static bool add_stop(const cJSON *v, srv_job *j, api_error *err) {
+    if (!cJSON_IsString(v)) return api_fail(err, 400, "stop", "'stop' must be a string or an array of strings");
+    if (j->n_stop == SRV_MAX_STOP)
+        return api_fail(err, 400, "stop", "at most %d stop strings are supported", SRV_MAX_STOP);
+    size_t len = strlen(v->valuestring);
+    if (len > ENGINE_MAX_STOP_BYTES)
+        return api_fail(err, 400, "stop", "stop[%d] is %zu bytes long: at most %d bytes are supported", j->n_stop,
+                        len, ENGINE_MAX_STOP_BYTES);
+    if (!(j->stop[j->n_stop] = strdup(v->valuestring))) return api_fail(err, 500, NULL, "out of memory");
+    j->n_stop++;
+    return true;
+}
+
 static bool parse_stop(const cJSON *b, srv_job *j, api_error *err) {
     const cJSON *st = field(b, "stop");
     if (!st) return true;
-    if (cJSON_IsString(st)) {
-        j->stop[0] = strdup(st->valuestring);
-        j->n_stop = 1;
-        return j->stop[0] ? true : api_fail(err, 500, NULL, "out of memory");
-    }
-    if (!cJSON_IsArray(st)) return api_fail(err, 400, "stop", "'stop' must be a string or an array of strings");
-    for (const cJSON *v = st->child; v; v = v->next) {
-        if (!cJSON_IsString(v)) return api_fail(err, 400, "stop", "'stop' must contain only strings");
-        if (j->n_stop == SRV_MAX_STOP)
-            return api_fail(err, 400, "stop", "at most %d stop strings are supported", SRV_MAX_STOP);
-        if (!(j->stop[j->n_stop] = strdup(v->valuestring))) return api_fail(err, 500, NULL, "out of memory");
-        j->n_stop++;
-    }
+    if (!cJSON_IsArray(st)) return add_stop(st, j, err);
+    for (const cJSON *v = st->child; v; v = v->next)
+        if (!add_stop(v, j, err)) return false;
     return true;
 }
 
