@@ -65,8 +65,18 @@ static bool opt_string(const cJSON *o, const char *k, const char **out, api_erro
 
 /* ------------------------------------------------------------ prompts -- */
 
-static bool tokenize(srv *s, const char *text, size_t len, bool add_bos, srv_job *j, const char *param,
-                     api_error *err) {
+/* How a text's special-token texts are read: never (a completion's prompt by
+ * default), always (a completion with "parse_special": true, llama.cpp's
+ * way), or everywhere but the guarded ranges (a rendered chat prompt: only the
+ * template's markup, srv_guard.c). */
+typedef struct tok_mode {
+    bool parse_special;
+    const tok_span *guard;
+    size_t n_guard;
+} tok_mode;
+
+static bool tokenize(srv *s, const char *text, size_t len, bool add_bos, tok_mode mode, srv_job *j,
+                     const char *param, api_error *err) {
     /* A token covers at least one byte, so a text this long could not fit the
      * context anyway; refusing it early bounds the tokenizer's work. */
     if (len > (size_t)s->n_ctx * 256)
@@ -78,7 +88,9 @@ static bool tokenize(srv *s, const char *text, size_t len, bool add_bos, srv_job
         if (!ids) return api_fail(err, 500, NULL, "out of memory");
         kvl_error kerr = {{0}};
         pthread_mutex_lock(&s->tok_mu);
-        int64_t got = tok_encode(s->vocab, text, len, add_bos, true, ids, cap, &kerr);
+        int64_t got = mode.guard ? tok_encode_guarded(s->vocab, text, len, add_bos, mode.guard, mode.n_guard, ids,
+                                                      cap, &kerr)
+                                 : tok_encode(s->vocab, text, len, add_bos, mode.parse_special, ids, cap, &kerr);
         pthread_mutex_unlock(&s->tok_mu);
         if (got < 0) {
             free(ids);
@@ -111,19 +123,25 @@ static bool set_ids(srv *s, const cJSON *arr, srv_job *j, api_error *err) {
     return true;
 }
 
-/* prompt: "text", [ids], ["text"] or [[ids]] (one prompt per request). */
+/* prompt: "text", [ids], ["text"] or [[ids]] (one prompt per request). A text
+ * prompt is plain text: "</s>" in it is four characters, not EOS, unless the
+ * request sets "parse_special": true (llama.cpp's /completion always parses
+ * them) for prompts formatted by the client. */
 static bool parse_prompt(srv *s, const cJSON *body, srv_job *j, api_error *err) {
     const cJSON *p = field(body, "prompt");
     if (!p) return api_fail(err, 400, "prompt", "'prompt' is required");
+    tok_mode mode = {0};
+    if (!opt_bool(body, "parse_special", &mode.parse_special, err)) return false;
     bool add_bos = tok_add_bos(s->vocab) && tok_bos(s->vocab) >= 0;
-    if (cJSON_IsString(p)) return tokenize(s, p->valuestring, strlen(p->valuestring), add_bos, j, "prompt", err);
+    if (cJSON_IsString(p))
+        return tokenize(s, p->valuestring, strlen(p->valuestring), add_bos, mode, j, "prompt", err);
     if (!cJSON_IsArray(p) || !p->child)
         return api_fail(err, 400, "prompt", "'prompt' must be a string or a non-empty array of token ids");
     if (cJSON_IsNumber(p->child)) return set_ids(s, p, j, err);
     if (p->child->next)
         return api_fail(err, 400, "prompt", "batched prompts are not supported: send one prompt per request");
     if (cJSON_IsString(p->child))
-        return tokenize(s, p->child->valuestring, strlen(p->child->valuestring), add_bos, j, "prompt", err);
+        return tokenize(s, p->child->valuestring, strlen(p->child->valuestring), add_bos, mode, j, "prompt", err);
     if (cJSON_IsArray(p->child) && p->child->child) return set_ids(s, p->child, j, err);
     return api_fail(err, 400, "prompt", "'prompt' must be a string or a non-empty array of token ids");
 }
@@ -163,7 +181,7 @@ static void free_msgs(chat_msg *m, int n) {
     free(m);
 }
 
-static bool parse_messages(const cJSON *body, chat_msg **out, int *n_out, api_error *err) {
+static bool parse_messages(srv *s, const cJSON *body, chat_msg **out, int *n_out, api_error *err) {
     const cJSON *arr = field(body, "messages");
     if (!cJSON_IsArray(arr) || !arr->child)
         return api_fail(err, 400, "messages", "'messages' must be a non-empty array");
@@ -177,7 +195,11 @@ static bool parse_messages(const cJSON *body, chat_msg **out, int *n_out, api_er
             return api_fail(err, 400, "messages", "messages[%d] must be an object with a string 'role'", i);
         }
         m[i].role = role->valuestring;
-        m[i].content = message_text(field(v, "content"), i, err);
+        char *text = message_text(field(v, "content"), i, err);
+        size_t guarded_len = 0;
+        m[i].content = text ? srv_guard_string(s->vocab, text, strlen(text), &guarded_len) : NULL;
+        if (text && !m[i].content) api_fail(err, 500, NULL, "out of memory");
+        free(text);
         if (!m[i].content) {
             free_msgs(m, i);
             return false;
@@ -192,11 +214,27 @@ static bool starts_with(const char *s, const char *prefix) {
     return prefix[0] && strncmp(s, prefix, strlen(prefix)) == 0;
 }
 
-/* Renders the conversation with the model's template and tokenizes it with
- * special tokens parsed; BOS only if the template did not write it already. */
+/* Tokenizes a rendered chat prompt: the client's strings were marked before
+ * rendering (srv_guard.c), so only the template's markup becomes special
+ * tokens. BOS only if the template did not write it already. */
+static bool tokenize_chat(srv *s, char *text, size_t len, srv_job *j, api_error *err) {
+    tok_span *guard = NULL;
+    size_t n_guard = 0;
+    if (!srv_unguard(text, &len, &guard, &n_guard)) return api_fail(err, 500, NULL, "out of memory");
+    bool template_bos = starts_with(text, s->bos_text) && !(n_guard > 0 && guard[0].off == 0);
+    bool add_bos = tok_add_bos(s->vocab) && tok_bos(s->vocab) >= 0 && !template_bos;
+    tok_mode mode = {.parse_special = true, .guard = guard, .n_guard = n_guard}; /* guard NULL: none */
+    bool ok = tokenize(s, text, len, add_bos, mode, j, "messages", err);
+    free(guard);
+    return ok;
+}
+
+/* Renders the conversation with the model's template and tokenizes it. */
 static bool parse_chat_prompt(srv *s, const cJSON *body, srv_job *j, api_error *err) {
     bool add_gen = true;
     if (!opt_bool(body, "add_generation_prompt", &add_gen, err)) return false;
+    if (field(body, "parse_special"))
+        return api_fail(err, 400, "parse_special", "'parse_special' is for /v1/completions: chat messages are text");
     if (s->jinja) {
         const cJSON *arr = field(body, "messages");
         if (!cJSON_IsArray(arr) || !arr->child)
@@ -204,14 +242,13 @@ static bool parse_chat_prompt(srv *s, const cJSON *body, srv_job *j, api_error *
         size_t len = 0;
         char *text = srv_jinja_render(s, body, add_gen, &len, err);
         if (!text) return false;
-        bool add_bos = tok_add_bos(s->vocab) && tok_bos(s->vocab) >= 0 && !starts_with(text, s->bos_text);
-        bool ok = tokenize(s, text, len, add_bos, j, "messages", err);
+        bool ok = tokenize_chat(s, text, len, j, err);
         free(text);
         return ok;
     }
     chat_msg *msgs = NULL;
     int n = 0;
-    if (!parse_messages(body, &msgs, &n, err)) return false;
+    if (!parse_messages(s, body, &msgs, &n, err)) return false;
     if (s->chat == CHAT_TMPL_UNKNOWN) {
         free_msgs(msgs, n);
         return api_fail(err, 400, "messages", "%s", s->chat_error);
@@ -221,8 +258,7 @@ static bool parse_chat_prompt(srv *s, const cJSON *body, srv_job *j, api_error *
     int64_t len = chat_template_render(s->chat, s->bos_text, s->eos_text, msgs, n, add_gen, &text, &kerr);
     free_msgs(msgs, n);
     if (len < 0) return api_fail(err, 400, "messages", "%s", kerr.msg);
-    bool add_bos = tok_add_bos(s->vocab) && tok_bos(s->vocab) >= 0 && !starts_with(text, s->bos_text);
-    bool ok = tokenize(s, text, (size_t)len, add_bos, j, "messages", err);
+    bool ok = tokenize_chat(s, text, (size_t)len, j, err);
     free(text);
     return ok;
 }
