@@ -215,6 +215,7 @@ static bool validate_request(engine *e, const engine_request *r, kvl_error *err)
 
 static bool copy_request(seq *s, const engine_request *r, int32_t n_vocab) {
     s->req = *r;
+    s->req.n_stop = 0; /* counts the copies made, for seq_free */
     s->cap_tokens = r->n_prompt + (r->max_tokens > 0 ? r->max_tokens : 256) + 1;
     s->tokens = malloc(s->cap_tokens * sizeof(int32_t));
     s->smp = sampler_create(&r->sampling, n_vocab);
@@ -223,11 +224,8 @@ static bool copy_request(seq *s, const engine_request *r, int32_t n_vocab) {
     memcpy(s->tokens, r->prompt, r->n_prompt * sizeof(int32_t));
     s->n_tokens = s->n_prompt = r->n_prompt;
     for (int i = 0; i < r->n_stop; i++) {
-        s->stop[i] = strdup(r->stop[i]);
-        if (!s->stop[i]) {
-            s->req.n_stop = i; /* only the strings copied so far are freed */
-            return false;
-        }
+        if (!(s->stop[i] = strdup(r->stop[i]))) return false;
+        s->req.n_stop = i + 1; /* seq_free frees the strings copied so far */
     }
     if (!stop_matcher_init(&s->stops, (const char *const *)s->stop, r->n_stop)) return false;
     s->req.prompt = NULL;
