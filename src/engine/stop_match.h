@@ -14,17 +14,17 @@
 
 /* Limits on a request's stop strings (the server answers 400 beyond them).
  * Each string costs 4 bytes of failure table per byte. */
-#define ENGINE_MAX_STOP 16
+#define ENGINE_MAX_STOP       16
 #define ENGINE_MAX_STOP_BYTES 4096
 
 typedef struct stop_matcher {
     int n;
-    const char **pat;   /* borrowed: the caller keeps the strings alive */
+    const char **pat; /* borrowed: the caller keeps the strings alive */
     size_t *len;
-    uint32_t **fail;    /* fail[i][j]: longest proper border of pat[i][0..j] */
-    size_t *state;      /* bytes of pat[i] matched at the end of the text */
-    uint64_t fed;       /* bytes fed so far */
-    int64_t first;      /* start of the earliest match found, -1 while none */
+    uint32_t **fail; /* fail[i][j]: longest proper border of pat[i][0..j] */
+    size_t *state;   /* bytes of pat[i] matched at the end of the text */
+    uint64_t fed;    /* bytes fed so far */
+    int64_t first;   /* start of the earliest match found, -1 while none */
 } stop_matcher;
 
 /* Empty strings are ignored (they would match everywhere). False when out of memory. */

@@ -19,9 +19,9 @@
 
 #include "srv_internal.h"
 
-#define MARK_OPEN "\xEF\xB7\x90"  /* U+FDD0 */
+#define MARK_OPEN  "\xEF\xB7\x90" /* U+FDD0 */
 #define MARK_CLOSE "\xEF\xB7\x91" /* U+FDD1 */
-#define MARK_ESC "\xEF\xB7\x92"   /* U+FDD2 */
+#define MARK_ESC   "\xEF\xB7\x92" /* U+FDD2 */
 
 static bool is_mark(const char *p, size_t left) {
     return left >= 3 && (unsigned char)p[0] == 0xEF && (unsigned char)p[1] == 0xB7 &&
@@ -74,13 +74,15 @@ static bool find_ranges(const tok_vocab *v, const char *s, size_t n, spanvec *ou
                 break;
             }
     }
-    if ((head && !span_push(out, 0, head)) || (tail && !span_push(out, n - tail, tail))) return false;
+    if ((head && !span_push(out, 0, head)) || (tail && !span_push(out, n - tail, tail)))
+        return false;
     if (out->n > 1) qsort(out->v, out->n, sizeof *out->v, cmp_span);
     size_t w = 0; /* merge overlapping and touching ranges */
     for (size_t i = 0; i < out->n; i++) {
         if (w > 0 && out->v[i].off <= out->v[w - 1].off + out->v[w - 1].len) {
             size_t end = out->v[i].off + out->v[i].len;
-            if (end > out->v[w - 1].off + out->v[w - 1].len) out->v[w - 1].len = end - out->v[w - 1].off;
+            if (end > out->v[w - 1].off + out->v[w - 1].len)
+                out->v[w - 1].len = end - out->v[w - 1].off;
         } else {
             out->v[w++] = out->v[i];
         }
@@ -147,9 +149,12 @@ static bool guard_str(const tok_vocab *v, char **str) {
 
 bool srv_guard_json(const tok_vocab *v, cJSON *node) {
     for (; node; node = node->next) {
-        if (node->string && !(node->type & cJSON_StringIsConst) && !guard_str(v, &node->string)) return false;
-        if (cJSON_IsString(node) && node->valuestring && !guard_str(v, &node->valuestring)) return false;
-        if ((cJSON_IsArray(node) || cJSON_IsObject(node)) && !srv_guard_json(v, node->child)) return false;
+        if (node->string && !(node->type & cJSON_StringIsConst) && !guard_str(v, &node->string))
+            return false;
+        if (cJSON_IsString(node) && node->valuestring && !guard_str(v, &node->valuestring))
+            return false;
+        if ((cJSON_IsArray(node) || cJSON_IsObject(node)) && !srv_guard_json(v, node->child))
+            return false;
     }
     return true;
 }
@@ -174,7 +179,8 @@ bool srv_unguard(char *text, size_t *len, tok_span **spans, size_t *n_spans) {
             ok = span_push(&r, start, o - start);
         }
     }
-    if (ok && depth > 0 && o > start) ok = span_push(&r, start, o - start); /* a template cut the close mark */
+    if (ok && depth > 0 && o > start)
+        ok = span_push(&r, start, o - start); /* a template cut the close mark */
     text[o] = 0;
     *len = o;
     if (!ok) {

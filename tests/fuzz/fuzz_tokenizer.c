@@ -22,8 +22,8 @@
 #define KVLLM_SRC "."
 #endif
 
-static const char *const VOCABS[4] = {"ggml-vocab-llama-spm.gguf", "ggml-vocab-gpt-2.gguf", "ggml-vocab-llama3.gguf",
-                                      "ggml-vocab-qwen3.gguf"};
+static const char *const VOCABS[4] = {"ggml-vocab-llama-spm.gguf", "ggml-vocab-gpt-2.gguf",
+                                      "ggml-vocab-llama3.gguf", "ggml-vocab-qwen3.gguf"};
 static tok_vocab *vocab[4];
 static gguf_file *files[4]; /* open while the vocabularies live (they may point into them) */
 
@@ -48,7 +48,11 @@ static size_t replace_invalid(const unsigned char *s, size_t n, char *out) {
     size_t o = 0;
     for (size_t i = 0; i < n;) {
         unsigned b = s[i];
-        size_t need = b < 0x80 ? 1 : (b & 0xE0) == 0xC0 ? 2 : (b & 0xF0) == 0xE0 ? 3 : (b & 0xF8) == 0xF0 ? 4 : 0;
+        size_t need = b < 0x80             ? 1
+                      : (b & 0xE0) == 0xC0 ? 2
+                      : (b & 0xF0) == 0xE0 ? 3
+                      : (b & 0xF8) == 0xF0 ? 4
+                                           : 0;
         bool ok = need > 0 && i + need <= n;
         for (size_t k = 1; ok && k < need; k++) ok = (s[i + k] & 0xC0) == 0x80;
         if (ok) {
@@ -57,7 +61,8 @@ static size_t replace_invalid(const unsigned char *s, size_t n, char *out) {
             for (size_t k = 1; k < need; k++) cp = cp << 6 | (s[i + k] & 0x3F);
             if (cp > 0x10FFFF) cp = 0xFFFD; /* past Unicode: one U+FFFD for the sequence */
             if (cp < 0x80) out[o++] = (char)cp;
-            else if (cp < 0x800) out[o++] = (char)(0xC0 | cp >> 6), out[o++] = (char)(0x80 | (cp & 0x3F));
+            else if (cp < 0x800)
+                out[o++] = (char)(0xC0 | cp >> 6), out[o++] = (char)(0x80 | (cp & 0x3F));
             else if (cp < 0x10000)
                 out[o++] = (char)(0xE0 | cp >> 12), out[o++] = (char)(0x80 | (cp >> 6 & 0x3F)),
                 out[o++] = (char)(0x80 | (cp & 0x3F));
@@ -77,7 +82,11 @@ static size_t replace_invalid(const unsigned char *s, size_t n, char *out) {
 static bool utf8_ok(const unsigned char *s, size_t n) {
     for (size_t i = 0; i < n;) {
         unsigned b = s[i];
-        size_t need = b < 0x80 ? 1 : (b & 0xE0) == 0xC0 ? 2 : (b & 0xF0) == 0xE0 ? 3 : (b & 0xF8) == 0xF0 ? 4 : 0;
+        size_t need = b < 0x80             ? 1
+                      : (b & 0xE0) == 0xC0 ? 2
+                      : (b & 0xF0) == 0xE0 ? 3
+                      : (b & 0xF8) == 0xF0 ? 4
+                                           : 0;
         if (!need || i + need > n) return false;
         for (size_t k = 1; k < need; k++)
             if ((s[i + k] & 0xC0) != 0x80) return false;
@@ -108,7 +117,8 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size) {
     int64_t n = guarded ? tok_encode_guarded(v, text, len, false, &mid, 1, ids, cap, &err)
                         : tok_encode(v, text, len, false, special, ids, cap, &err);
     if (n < 0 || n > cap) {
-        fprintf(stderr, "tok_encode: %lld ids (cap %lld): %s\n", (long long)n, (long long)cap, err.msg);
+        fprintf(stderr, "tok_encode: %lld ids (cap %lld): %s\n", (long long)n, (long long)cap,
+                err.msg);
         abort();
     }
     const int32_t n_vocab = tok_n_vocab(v);
@@ -151,8 +161,8 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size) {
             want_len = replace_invalid((const unsigned char *)text, len, want);
         }
         if (check && (want_len != dec_len || memcmp(want, dec, dec_len) != 0)) {
-            fprintf(stderr, "round trip differs (%s): %zu bytes in, %zu expected, %zu decoded\n", VOCABS[which], len,
-                    want_len, dec_len);
+            fprintf(stderr, "round trip differs (%s): %zu bytes in, %zu expected, %zu decoded\n",
+                    VOCABS[which], len, want_len, dec_len);
             abort();
         }
         free(want);

@@ -69,8 +69,8 @@ static void random_cases(void) {
                   (long long)got, (long long)want, text);
             if (want >= 0) break; /* the engine stops here */
             size_t hold = stop_matcher_pending(&m), want_hold = ref_pending(text, len, pats, n);
-            CHECK(hold == want_hold, "trial %d: pending %zu, expected %zu (text '%s')", trial, hold, want_hold,
-                  text);
+            CHECK(hold == want_hold, "trial %d: pending %zu, expected %zu (text '%s')", trial, hold,
+                  want_hold, text);
         }
         stop_matcher_free(&m);
         for (int i = 0; i < n; i++) free(pats[i]);
@@ -97,7 +97,8 @@ static void long_string(void) {
         if (i + piece > ENGINE_MAX_STOP_BYTES) piece = ENGINE_MAX_STOP_BYTES - i;
         int64_t got = stop_matcher_feed(&m, pat + i, piece);
         i += piece;
-        CHECK(got == (i == ENGINE_MAX_STOP_BYTES ? (int64_t)fed : -1), "after %zu bytes: %lld", i, (long long)got);
+        CHECK(got == (i == ENGINE_MAX_STOP_BYTES ? (int64_t)fed : -1), "after %zu bytes: %lld", i,
+              (long long)got);
     }
     stop_matcher_free(&m);
     free(pat);
