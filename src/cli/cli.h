@@ -52,12 +52,19 @@ typedef struct cli_model {
 } cli_model;
 /* want_weights false: load only the tokenizer (vocab-only files work). */
 bool cli_load(const cli_opts *o, bool want_weights, cli_model *cm);
+/* The context of a run without -c: the file's context_length, at most
+ * CLI_DEFAULT_CTX (llama.cpp's default); the model's scratch is sized the same. */
+#define CLI_DEFAULT_CTX 4096
+static inline int64_t cli_default_ctx(const model_hparams *hp) {
+    return hp->n_ctx_train < CLI_DEFAULT_CTX ? hp->n_ctx_train : CLI_DEFAULT_CTX;
+}
 void cli_unload(cli_model *cm);
 const gguf_file *cli_gguf(const cli_model *cm);
 
 /* A file's bytes, NUL-terminated (caller frees); "-" reads stdin to its end. */
 char *cli_read_input(const char *path, size_t *len, kvl_error *err);
-/* Prompt ids from -p/-f/--prompt-ids (-f -: stdin). Caller frees *ids. */
+/* Prompt ids from -p/-f/--prompt-ids (-f -: stdin; any bytes: invalid UTF-8 becomes byte tokens).
+ * On success the caller owns *ids; on failure *ids is NULL. */
 bool cli_prompt_ids(const cli_opts *o, const tok_vocab *v, bool add_bos, int32_t **ids, int64_t *n);
 /* Parses "1,2,3". */
 bool cli_parse_ids(const char *s, int32_t **ids, int64_t *n);

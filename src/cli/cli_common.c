@@ -232,9 +232,11 @@ bool cli_load(const cli_opts *o, bool want_weights, cli_model *cm) {
         return true;
     }
     int64_t ctx = o->n_ctx;
+    /* Scratch is sized for the run's context (-c, else the default context),
+     * never for the file's context_length alone: a file may claim 2^32 - 1. */
     load_progress lp = {.path = path, .t0 = kvl_time_s(), .tty = isatty(STDERR_FILENO)};
-    model_params mp = {.max_ctx = ctx > 0 ? ctx : 0, .max_ubatch = o->ubatch, .no_repack = o->no_repack,
-                       .progress = on_load_progress, .progress_user = &lp};
+    model_params mp = {.max_ctx = ctx > 0 ? ctx : 0, .max_ctx_cap = CLI_DEFAULT_CTX, .max_ubatch = o->ubatch,
+                       .no_repack = o->no_repack, .progress = on_load_progress, .progress_user = &lp};
     cm->m = model_load(f, &mp, &err); /* takes f, even on failure */
     if (!cm->m) {
         fprintf(stderr, "kvllm: %s\n", err.msg);
@@ -336,13 +338,31 @@ bool cli_prompt_ids(const cli_opts *o, const tok_vocab *v, bool add_bos, int32_t
         text = strdup(o->prompt ? o->prompt : "");
         len = strlen(text);
     }
-    int64_t cap = (int64_t)len + 8;
-    *ids = malloc(cap * sizeof(int32_t));
-    int64_t got = *ids ? tok_encode(v, text, len, add_bos, o->parse_special, *ids, cap, &err) : -1;
+    /* The caller owns *ids only on success: on failure it stays NULL, so a
+     * caller's cleanup path may free it unconditionally. A first guess of one
+     * id per byte can be short (byte-level BPE spells an invalid UTF-8 byte as
+     * several tokens), so tok_encode's count decides the second attempt. */
+    *ids = NULL;
+    int64_t cap = (int64_t)len + 8, got = -1;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        int32_t *buf = malloc((size_t)cap * sizeof *buf);
+        if (!buf) {
+            snprintf(err.msg, sizeof err.msg, "out of memory for %lld token ids", (long long)cap);
+            got = -1;
+            break;
+        }
+        got = tok_encode(v, text, len, add_bos, o->parse_special, buf, cap, &err);
+        if (got >= 0 && got <= cap) {
+            *ids = buf;
+            break;
+        }
+        free(buf);
+        if (got < 0) break;
+        cap = got;
+    }
     free(text);
-    if (got < 0 || got > cap) {
-        fprintf(stderr, "kvllm: tokenize: %s\n", got < 0 ? err.msg : "too many tokens");
-        free(*ids);
+    if (!*ids) {
+        fprintf(stderr, "kvllm: tokenize: %s\n", got < 0 ? err.msg : "the tokenizer's count changed between calls");
         return false;
     }
     *n = got;

@@ -65,7 +65,7 @@ static int cmd_score_opts(const cli_opts *o) {
     int rc = 1;
     bool add_bos = tok_add_bos(cm.vocab) && !o->no_bos;
     if (!cli_prompt_ids(o, cm.vocab, add_bos, &ids, &n)) goto out;
-    int64_t ctx = o->n_ctx > 0 ? o->n_ctx : model_hp(cm.m)->n_ctx_train;
+    int64_t ctx = o->n_ctx > 0 ? o->n_ctx : cli_default_ctx(model_hp(cm.m));
     if (n == 0 || n > ctx) {
         fprintf(stderr, "kvllm: score: %lld tokens (need 1..%lld, the context size)\n", (long long)n,
                 (long long)ctx);

@@ -203,7 +203,7 @@ static size_t block_bytes(model *m, const engine_config *ec) {
 static bool engine_settings(const cli_opts *o, const serve_opts *so, model *m, engine_config *ec) {
     engine_config_default(ec);
     const model_hparams *hp = model_hp(m);
-    ec->n_ctx = o->n_ctx > 0 ? o->n_ctx : (hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
+    ec->n_ctx = o->n_ctx > 0 ? o->n_ctx : cli_default_ctx(hp);
     ec->block_size = o->block_size;
     ec->kv_dtype = o->kv_dtype;
     ec->kv_dtype_v = o->kv_dtype_v;

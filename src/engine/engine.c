@@ -26,7 +26,8 @@ typedef struct seq {
     tok_stream stream;
     char *text;              /* generated text not yet released (held for stop strings) */
     size_t text_len, text_cap;
-    size_t max_stop_len;
+    uint64_t text_base;      /* offset of text[0] in all the text generated */
+    stop_matcher stops;      /* over all the text generated, one byte at a time */
     engine_req_stats stats;
     bool cancelled;
     struct seq *next;        /* in the waiting queue or the running list */
@@ -136,6 +137,7 @@ static void seq_free(engine *e, seq *s) {
     for (int g = 0; g < e->n_groups; g++) kv_seq_free(e->kv[g], &s->kv[g]);
     sampler_destroy(s->smp);
     grammar_state_free(s->gst);
+    stop_matcher_free(&s->stops);
     for (int i = 0; i < s->req.n_stop; i++) free(s->stop[i]);
     free(s->stop);
     free(s->tokens);
@@ -198,6 +200,12 @@ static bool validate_request(engine *e, const engine_request *r, kvl_error *err)
             return kvl_fail(err, "prompt token %lld: id %d is not in the vocabulary (0..%lld)",
                             (long long)i, r->prompt[i], (long long)hp->n_vocab - 1);
     if (r->grammar && !e->vocab) return kvl_fail(err, "a grammar needs the engine's vocabulary");
+    if (r->n_stop < 0 || r->n_stop > ENGINE_MAX_STOP)
+        return kvl_fail(err, "%d stop strings: at most %d are supported", r->n_stop, ENGINE_MAX_STOP);
+    for (int i = 0; i < r->n_stop; i++)
+        if (strlen(r->stop[i]) > ENGINE_MAX_STOP_BYTES)
+            return kvl_fail(err, "stop string %d is %zu bytes long: at most %d are supported", i,
+                            strlen(r->stop[i]), ENGINE_MAX_STOP_BYTES);
     if (r->top_logprobs < 0 || r->top_logprobs > MAX_TOP_LOGPROBS)
         return kvl_fail(err, "top_logprobs must be between 0 and %d", MAX_TOP_LOGPROBS);
     int64_t want = r->n_prompt + (r->max_tokens > 0 ? r->max_tokens : 1);
@@ -214,6 +222,7 @@ static bool validate_request(engine *e, const engine_request *r, kvl_error *err)
 
 static bool copy_request(seq *s, const engine_request *r, int32_t n_vocab) {
     s->req = *r;
+    s->req.n_stop = 0; /* counts the copies made, for seq_free */
     s->cap_tokens = r->n_prompt + (r->max_tokens > 0 ? r->max_tokens : 256) + 1;
     s->tokens = malloc(s->cap_tokens * sizeof(int32_t));
     s->smp = sampler_create(&r->sampling, n_vocab);
@@ -223,11 +232,10 @@ static bool copy_request(seq *s, const engine_request *r, int32_t n_vocab) {
     memcpy(s->tokens, r->prompt, r->n_prompt * sizeof(int32_t));
     s->n_tokens = s->n_prompt = r->n_prompt;
     for (int i = 0; i < r->n_stop; i++) {
-        s->stop[i] = strdup(r->stop[i]);
-        if (!s->stop[i]) return false;
-        size_t l = strlen(s->stop[i]);
-        if (l > s->max_stop_len) s->max_stop_len = l;
+        if (!(s->stop[i] = strdup(r->stop[i]))) return false;
+        s->req.n_stop = i + 1; /* seq_free frees the strings copied so far */
     }
+    if (!stop_matcher_init(&s->stops, (const char *const *)s->stop, r->n_stop)) return false;
     s->req.prompt = NULL;
     s->req.stop = NULL;
     s->req.cache_salt = NULL;
@@ -239,7 +247,6 @@ int64_t engine_submit(engine *e, const engine_request *r, kvl_error *err) {
     if (!validate_request(e, r, err)) return -1;
     seq *s = calloc(1, sizeof *s);
     if (!s || !copy_request(s, r, (int32_t)model_hp(e->m)->n_vocab)) {
-        if (s) s->req.n_stop = 0; /* only the strings copied so far are freed below */
         seq_free(e, s);
         kvl_fail(err, "engine: out of memory");
         return -1;
@@ -291,36 +298,28 @@ static bool text_append(seq *s, const char *p, size_t n) {
     memcpy(s->text + s->text_len, p, n);
     s->text_len += n;
     s->text[s->text_len] = 0;
+    stop_matcher_feed(&s->stops, p, n);
     return true;
 }
 
-/* Finds the first stop string in the held text; returns its offset or -1. */
+/* Offset in the held text of the earliest stop string found, or -1. A match
+ * never starts before the held text: its prefix was held back (stop_holdback). */
 static int64_t find_stop(const seq *s) {
-    int64_t best = -1;
-    for (int i = 0; i < s->req.n_stop; i++) {
-        const char *hit = s->stop[i][0] ? strstr(s->text, s->stop[i]) : NULL;
-        if (hit && (best < 0 || hit - s->text < best)) best = hit - s->text;
-    }
-    return best;
+    if (s->stops.first < 0) return -1;
+    int64_t at = s->stops.first - (int64_t)s->text_base;
+    return at < 0 ? 0 : at;
 }
 
 /* Bytes at the end of the held text that could still grow into a stop string. */
 static size_t stop_holdback(const seq *s) {
-    size_t hold = 0;
-    for (int i = 0; i < s->req.n_stop; i++) {
-        size_t l = strlen(s->stop[i]);
-        for (size_t k = l > 1 ? l - 1 : 0; k > hold; k--)
-            if (k <= s->text_len && memcmp(s->text + s->text_len - k, s->stop[i], k) == 0) {
-                hold = k;
-                break;
-            }
-    }
-    return hold;
+    size_t hold = stop_matcher_pending(&s->stops);
+    return hold < s->text_len ? hold : s->text_len;
 }
 
 static void consume_text(seq *s, size_t n) {
     memmove(s->text, s->text + n, s->text_len - n);
     s->text_len -= n;
+    s->text_base += n;
     if (s->text) s->text[s->text_len] = 0;
 }
 
@@ -391,7 +390,7 @@ static void on_token(engine *e, seq *s, int32_t tok, float lp, int n_top, const 
     }
     size_t n = tok_stream_push(&s->stream, e->vocab, tok, special, e->piece, e->piece_cap);
     text_append(s, e->piece, n);
-    if (s->req.n_stop > 0 && find_stop(s) >= 0) {
+    if (find_stop(s) >= 0) {
         finish_seq(e, s, ENGINE_FINISH_STOP, tok, lp, n_top, ids, lps);
         return;
     }

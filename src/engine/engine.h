@@ -15,6 +15,7 @@
 #include "tokenizer.h"
 #include "sampler.h"
 #include "grammar.h"
+#include "stop_match.h"
 
 typedef enum engine_finish {
     ENGINE_FINISH_NONE = 0,
@@ -59,7 +60,8 @@ typedef struct engine_request {
     int64_t n_prompt;
     int64_t max_tokens;    /* < 0: until the context is full */
     sampler_params sampling;
-    const char *const *stop; /* stop strings (copied) */
+    const char *const *stop; /* stop strings (copied); at most ENGINE_MAX_STOP, each at most
+                              * ENGINE_MAX_STOP_BYTES (stop_match.h) */
     int n_stop;
     int top_logprobs;      /* alternatives per event, 0..20 */
     bool logprobs;         /* report each token's logprob (a pass over the vocabulary) */

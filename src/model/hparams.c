@@ -249,7 +249,11 @@ static bool gguf_rope_scaling(const gguf_file *f, model_hparams *hp, kvl_error *
     gguf_float(f, a, "rope.scaling.yarn_log_multiplier", &rs->log_mul);
     rs->log_mul /= 0.1f; /* the converter stores 0.1 * mscale_all_dim */
     if (!gguf_opt(f, a, "rope.scaling.original_context_length", &rs->n_ctx_orig, err)) return false;
-    if (rs->n_ctx_orig <= 0 || rs->n_ctx_orig > (1 << 30) || !isfinite(attn) || !isfinite(ext) ||
+    /* The original context matters only to YaRN's ramp (and defaults to
+     * context_length, which a file may set to anything: the run's context is
+     * sized elsewhere, from -c), so only YaRN needs it plausible. */
+    const bool uses_orig = yarn || ext > 0.0f;
+    if ((uses_orig && (rs->n_ctx_orig <= 0 || rs->n_ctx_orig > (1 << 30))) || !isfinite(attn) || !isfinite(ext) ||
         !isfinite(attn_yarn) || !isfinite(rs->beta_fast) || !isfinite(rs->beta_slow) || !isfinite(rs->log_mul))
         return kvl_fail(err, "%s: implausible rope scaling keys (original context %lld)", gguf_path(f),
                         (long long)rs->n_ctx_orig);

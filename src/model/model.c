@@ -355,7 +355,10 @@ model *model_load(gguf_file *f, const model_params *mp, kvl_error *err) {
     m->mp = *mp;
     if (m->mp.max_ubatch <= 0) m->mp.max_ubatch = 512;
     if (!read_hparams(m, err)) goto fail;
-    if (m->mp.max_ctx <= 0) m->mp.max_ctx = m->hp.n_ctx_train;
+    if (m->mp.max_ctx <= 0) {
+        m->mp.max_ctx = m->hp.n_ctx_train;
+        if (m->mp.max_ctx_cap > 0 && m->mp.max_ctx > m->mp.max_ctx_cap) m->mp.max_ctx = m->mp.max_ctx_cap;
+    }
     if (!bind_weights(m, err) || !alloc_scratch(m, err)) goto fail;
     if (!m->mp.no_repack && !repack_weights(m, err)) goto fail;
     return m;

@@ -18,7 +18,9 @@
 typedef struct model model; /* opaque */
 
 typedef struct model_params {
-    int64_t max_ctx;      /* longest sequence the scratch must support */
+    int64_t max_ctx;      /* longest sequence the scratch must support; <= 0: the file's context_length */
+    int64_t max_ctx_cap;  /* with max_ctx <= 0, at most this many (<= 0: no cap): a file's
+                           * context_length is untrusted, and scratch grows with it */
     int64_t max_ubatch;   /* tokens processed per internal pass (scratch size) */
     bool no_repack;       /* keep matmul weights in their GGUF layout */
     /* Optional, called during the long part of loading (reading and repacking

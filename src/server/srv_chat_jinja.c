@@ -9,7 +9,11 @@
  * messages, tools (the request's OpenAI list as sent, as transformers passes
  * it; None without tools), documents (None), add_generation_prompt, bos_token,
  * eos_token, reasoning_effort (when the request sets it), and the request's
- * chat_template_kwargs (e.g. enable_thinking), which win over the others. */
+ * chat_template_kwargs (e.g. enable_thinking), which win over the others.
+ *
+ * What the client sent is never markup: roles must be one of CHAT_ROLES, and
+ * every other string (content, names, tool calls, tools, kwargs) is marked by
+ * srv_guard_json so that it tokenizes as text (srv_guard.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -97,6 +101,29 @@ static bool add_system_text(cJSON *msgs, const char *text) {
     return cJSON_InsertItemInArray(msgs, 0, sys);
 }
 
+/* The roles of OpenAI's API, and Llama 3.1's ipython; a template decides what
+ * it does with each (raise_exception -> 400). */
+static const char *const CHAT_ROLES[] = {"system", "developer", "user", "assistant", "tool", "function", "ipython"};
+
+static bool known_role(const char *r) {
+    for (size_t i = 0; i < sizeof CHAT_ROLES / sizeof CHAT_ROLES[0]; i++)
+        if (strcmp(r, CHAT_ROLES[i]) == 0) return true;
+    return false;
+}
+
+/* Marks every string of a message but its (checked) role. */
+static bool guard_message(srv *s, cJSON *msg) {
+    for (cJSON *f = msg->child; f; f = f->next) {
+        if (f->string && strcmp(f->string, "role") == 0) continue;
+        cJSON *next = f->next;
+        f->next = NULL; /* srv_guard_json walks siblings */
+        bool ok = srv_guard_json(s->vocab, f);
+        f->next = next;
+        if (!ok) return false;
+    }
+    return true;
+}
+
 char *srv_jinja_render(srv *s, const cJSON *body, bool add_gen, const cJSON *tools, const char *system_extra,
                        size_t *len, api_error *err) {
     const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(body, "messages");
@@ -115,20 +142,43 @@ char *srv_jinja_render(srv *s, const cJSON *body, bool add_gen, const cJSON *too
     }
     int i = 0;
     for (cJSON *msg = m->child; msg; msg = msg->next, i++) {
-        if (!cJSON_IsObject(msg) || !cJSON_IsString(cJSON_GetObjectItemCaseSensitive(msg, "role"))) {
+        const cJSON *role = cJSON_IsObject(msg) ? cJSON_GetObjectItemCaseSensitive(msg, "role") : NULL;
+        if (!cJSON_IsString(role)) {
             api_fail(err, 400, "messages", "messages[%d] must be an object with a string 'role'", i);
+            goto fail;
+        }
+        if (!known_role(role->valuestring)) {
+            api_fail(err, 400, "messages",
+                     "messages[%d].role '%.64s' is not a role (system, developer, user, assistant, tool, function, "
+                     "ipython)", i, role->valuestring);
             goto fail;
         }
         if (!normalise_content(msg, i, err)) goto fail;
         normalise_tool_calls(msg);
+        if (!guard_message(s, msg)) {
+            api_fail(err, 500, NULL, "out of memory");
+            goto fail;
+        }
     }
-    if (system_extra && !add_system_text(m, system_extra)) {
-        api_fail(err, 500, NULL, "out of memory");
-        goto fail;
+    if (system_extra) { /* it quotes the client's tool definitions: marked as a whole */
+        size_t n = 0;
+        char *guarded = srv_guard_string(s->vocab, system_extra, strlen(system_extra), &n);
+        bool ok = guarded && add_system_text(m, guarded);
+        free(guarded);
+        if (!ok) {
+            api_fail(err, 500, NULL, "out of memory");
+            goto fail;
+        }
     }
     cJSON_AddItemToObject(vars, "messages", m);
     m = NULL;
-    cJSON_AddItemToObject(vars, "tools", tools ? cJSON_Duplicate(tools, true) : cJSON_CreateNull());
+    cJSON *tools_var = tools ? cJSON_Duplicate(tools, true) : cJSON_CreateNull();
+    if (!tools_var || (tools && !srv_guard_json(s->vocab, tools_var))) {
+        cJSON_Delete(tools_var);
+        api_fail(err, 500, NULL, "out of memory");
+        goto fail;
+    }
+    cJSON_AddItemToObject(vars, "tools", tools_var);
     const cJSON *effort = cJSON_GetObjectItemCaseSensitive(body, "reasoning_effort");
     if (cJSON_IsString(effort)) cJSON_AddStringToObject(vars, "reasoning_effort", effort->valuestring);
     cJSON_AddItemToObject(vars, "documents", cJSON_CreateNull());
@@ -139,7 +189,14 @@ char *srv_jinja_render(srv *s, const cJSON *body, bool add_gen, const cJSON *too
         for (const cJSON *c = kw->child; c; c = c->next) {
             if (!strcmp(c->string, "messages")) continue; /* the conversation is the request's */
             cJSON_DeleteItemFromObjectCaseSensitive(vars, c->string);
-            cJSON_AddItemToObject(vars, c->string, cJSON_Duplicate(c, true));
+            cJSON *copy = cJSON_Duplicate(c, true);
+            if (!copy || !srv_guard_json(s->vocab, copy)) { /* a client's strings too */
+                cJSON_Delete(copy);
+                api_fail(err, 500, NULL, "out of memory");
+                cJSON_Delete(vars);
+                return NULL;
+            }
+            cJSON_AddItemToObject(vars, c->string, copy);
         }
     char *out = NULL, msg_err[512];
     jinja_status st = jinja_template_render(s->jinja, vars, NULL, &out, len, msg_err, sizeof msg_err);

@@ -22,7 +22,7 @@
 
 #define SRV_MAX_N 16   /* choices per request */
 #define SRV_MAX_TOP 20 /* top logprobs per token (the engine's limit) */
-#define SRV_MAX_STOP 16
+#define SRV_MAX_STOP ENGINE_MAX_STOP /* and ENGINE_MAX_STOP_BYTES each */
 
 /* ------------------------------------------------------------ helpers -- */
 
@@ -317,6 +317,16 @@ void srv_jinja_free(srv *s);
  * text added to the system message (NULL: none). */
 char *srv_jinja_render(srv *s, const cJSON *body, bool add_gen, const cJSON *tools, const char *system_extra,
                        size_t *len, api_error *err);
+
+/* srv_guard.c: client strings in a chat prompt never become control tokens.
+ * srv_guard_string marks what could (malloc'd, NUL-terminated, *out_len set;
+ * NULL when out of memory); srv_guard_json does it in place to every string
+ * and key under node (and its siblings); srv_unguard strips the marks from a
+ * rendered text in place and returns the ranges they enclosed (malloc'd), for
+ * tok_encode_guarded. */
+char *srv_guard_string(const tok_vocab *v, const char *s, size_t n, size_t *out_len);
+bool srv_guard_json(const tok_vocab *v, cJSON *node);
+bool srv_unguard(char *text, size_t *len, tok_span **spans, size_t *n_spans);
 void api_req_free(api_req *r);
 
 /* Non-streaming response from all of a finished job's events. */

@@ -157,8 +157,18 @@ static bool check_fields(const cJSON *b, bool chat, api_error *err) {
 
 /* ------------------------------------------------------------ prompts -- */
 
-static bool tokenize(srv *s, const char *text, size_t len, bool add_bos, srv_job *j, const char *param,
-                     api_error *err) {
+/* How a text's special-token texts are read: never (a completion's prompt by
+ * default), always (a completion with "parse_special": true, llama.cpp's
+ * way), or everywhere but the guarded ranges (a rendered chat prompt: only the
+ * template's markup, srv_guard.c). */
+typedef struct tok_mode {
+    bool parse_special;
+    const tok_span *guard;
+    size_t n_guard;
+} tok_mode;
+
+static bool tokenize(srv *s, const char *text, size_t len, bool add_bos, tok_mode mode, srv_job *j,
+                     const char *param, api_error *err) {
     /* A token covers at least one byte, so a text this long could not fit the
      * context anyway; refusing it early bounds the tokenizer's work. */
     if (len > (size_t)s->n_ctx * 256)
@@ -170,7 +180,9 @@ static bool tokenize(srv *s, const char *text, size_t len, bool add_bos, srv_job
         if (!ids) return api_fail(err, 500, NULL, "out of memory");
         kvl_error kerr = {{0}};
         pthread_mutex_lock(&s->tok_mu);
-        int64_t got = tok_encode(s->vocab, text, len, add_bos, true, ids, cap, &kerr);
+        int64_t got = mode.guard ? tok_encode_guarded(s->vocab, text, len, add_bos, mode.guard, mode.n_guard, ids,
+                                                      cap, &kerr)
+                                 : tok_encode(s->vocab, text, len, add_bos, mode.parse_special, ids, cap, &kerr);
         pthread_mutex_unlock(&s->tok_mu);
         if (got < 0) {
             free(ids);
@@ -203,19 +215,25 @@ static bool set_ids(srv *s, const cJSON *arr, srv_job *j, api_error *err) {
     return true;
 }
 
-/* prompt: "text", [ids], ["text"] or [[ids]] (one prompt per request). */
+/* prompt: "text", [ids], ["text"] or [[ids]] (one prompt per request). A text
+ * prompt is plain text: "</s>" in it is four characters, not EOS, unless the
+ * request sets "parse_special": true (llama.cpp's /completion always parses
+ * them) for prompts formatted by the client. */
 static bool parse_prompt(srv *s, const cJSON *body, srv_job *j, api_error *err) {
     const cJSON *p = field(body, "prompt");
     if (!p) return api_fail(err, 400, "prompt", "'prompt' is required");
+    tok_mode mode = {0};
+    if (!opt_bool(body, "parse_special", &mode.parse_special, err)) return false;
     bool add_bos = tok_add_bos(s->vocab) && tok_bos(s->vocab) >= 0;
-    if (cJSON_IsString(p)) return tokenize(s, p->valuestring, strlen(p->valuestring), add_bos, j, "prompt", err);
+    if (cJSON_IsString(p))
+        return tokenize(s, p->valuestring, strlen(p->valuestring), add_bos, mode, j, "prompt", err);
     if (!cJSON_IsArray(p) || !p->child)
         return api_fail(err, 400, "prompt", "'prompt' must be a string or a non-empty array of token ids");
     if (cJSON_IsNumber(p->child)) return set_ids(s, p, j, err);
     if (p->child->next)
         return api_fail(err, 400, "prompt", "batched prompts are not supported: send one prompt per request");
     if (cJSON_IsString(p->child))
-        return tokenize(s, p->child->valuestring, strlen(p->child->valuestring), add_bos, j, "prompt", err);
+        return tokenize(s, p->child->valuestring, strlen(p->child->valuestring), add_bos, mode, j, "prompt", err);
     if (cJSON_IsArray(p->child) && p->child->child) return set_ids(s, p->child, j, err);
     return api_fail(err, 400, "prompt", "'prompt' must be a string or a non-empty array of token ids");
 }
@@ -285,7 +303,8 @@ static char *append_calls_text(char *content, const cJSON *calls) {
 
 /* system_extra: text for the system message (added to the first message if it
  * is one, else a system message of its own first). */
-static bool parse_messages(const cJSON *body, const char *system_extra, chat_msg **out, int *n_out, api_error *err) {
+static bool parse_messages(srv *s, const cJSON *body, const char *system_extra, chat_msg **out, int *n_out,
+                           api_error *err) {
     const cJSON *arr = field(body, "messages");
     if (!cJSON_IsArray(arr) || !arr->child)
         return api_fail(err, 400, "messages", "'messages' must be a non-empty array");
@@ -299,27 +318,41 @@ static bool parse_messages(const cJSON *body, const char *system_extra, chat_msg
             return api_fail(err, 400, "messages", "messages[%d] must be an object with a string 'role'", i);
         }
         m[i].role = role->valuestring;
-        m[i].content = message_text(field(v, "content"), i, err);
-        if (!m[i].content) {
+        char *text = message_text(field(v, "content"), i, err);
+        if (!text) {
             free_msgs(m, i);
             return false;
         }
         const cJSON *calls = field(v, "tool_calls");
-        if (cJSON_IsArray(calls) && calls->child &&
-            !(m[i].content = append_calls_text((char *)m[i].content, calls))) {
+        if (cJSON_IsArray(calls) && calls->child && !(text = append_calls_text(text, calls))) {
+            free_msgs(m, i);
+            return api_fail(err, 500, NULL, "out of memory");
+        }
+        size_t guarded_len = 0; /* the client's text, calls included, is never markup */
+        m[i].content = srv_guard_string(s->vocab, text, strlen(text), &guarded_len);
+        free(text);
+        if (!m[i].content) {
             free_msgs(m, i);
             return api_fail(err, 500, NULL, "out of memory");
         }
     }
-    if (system_extra) {
+    char *extra = NULL; /* it quotes the client's tool definitions */
+    size_t extra_len = 0;
+    if (system_extra && !(extra = srv_guard_string(s->vocab, system_extra, strlen(system_extra), &extra_len))) {
+        free_msgs(m, n);
+        return api_fail(err, 500, NULL, "out of memory");
+    }
+    if (extra) {
         bool merge = !strcmp(m[0].role, "system");
         size_t l = merge ? strlen(m[0].content) : 0;
-        char *t = malloc(l + strlen(system_extra) + 3);
+        char *t = malloc(l + strlen(extra) + 3);
         if (!t) {
+            free(extra);
             free_msgs(m, n);
             return api_fail(err, 500, NULL, "out of memory");
         }
-        sprintf(t, "%s%s%s", merge ? m[0].content : "", l ? "\n\n" : "", system_extra);
+        sprintf(t, "%s%s%s", merge ? m[0].content : "", l ? "\n\n" : "", extra);
+        free(extra);
         if (merge) {
             free((char *)m[0].content);
         } else {
@@ -406,14 +439,31 @@ static bool parse_tools(srv *s, const cJSON *body, srv_job *j, api_error *err) {
     return true;
 }
 
+/* Tokenizes a rendered chat prompt: the client's strings were marked before
+ * rendering (srv_guard.c), so only the template's markup becomes special
+ * tokens. BOS only if the template did not write it already. */
+static bool tokenize_chat(srv *s, char *text, size_t len, srv_job *j, api_error *err) {
+    tok_span *guard = NULL;
+    size_t n_guard = 0;
+    if (!srv_unguard(text, &len, &guard, &n_guard)) return api_fail(err, 500, NULL, "out of memory");
+    bool template_bos = starts_with(text, s->bos_text) && !(n_guard > 0 && guard[0].off == 0);
+    bool add_bos = tok_add_bos(s->vocab) && tok_bos(s->vocab) >= 0 && !template_bos;
+    tok_mode mode = {.parse_special = true, .guard = guard, .n_guard = n_guard}; /* guard NULL: none */
+    bool ok = tokenize(s, text, len, add_bos, mode, j, "messages", err);
+    free(guard);
+    return ok;
+}
+
 /* Renders the conversation with the model's template and tokenizes it with
- * special tokens parsed; BOS only if the template did not write it already.
+ * tokenize_chat.
  * With tools, a template that renders them gets the request's list; one that
  * does not (or the built-in families) gets them described in the system
  * message. tool_choice "none" renders them but parses nothing (as vLLM). */
 static bool parse_chat_prompt(srv *s, const cJSON *body, srv_job *j, api_error *err) {
     bool add_gen = true;
     if (!opt_bool(body, "add_generation_prompt", &add_gen, err)) return false;
+    if (field(body, "parse_special"))
+        return api_fail(err, 400, "parse_special", "'parse_special' is for /v1/completions: chat messages are text");
     if (!parse_tools(s, body, j, err)) return false;
     bool template_tools = s->jinja && s->caps.reads_tools && j->tools.n > 0;
     char *system_extra = NULL;
@@ -435,7 +485,7 @@ static bool parse_chat_prompt(srv *s, const cJSON *body, srv_job *j, api_error *
     } else {
         chat_msg *msgs = NULL;
         int n = 0;
-        bool ok = parse_messages(body, system_extra, &msgs, &n, err);
+        bool ok = parse_messages(s, body, system_extra, &msgs, &n, err);
         free(system_extra);
         if (!ok) return false;
         if (s->chat == CHAT_TMPL_UNKNOWN) {
@@ -449,8 +499,7 @@ static bool parse_chat_prompt(srv *s, const cJSON *body, srv_job *j, api_error *
         len = (size_t)l;
     }
     j->in_think = j->think && prompt_opens_think(text, len, s->caps.think_open, s->caps.think_close);
-    bool add_bos = tok_add_bos(s->vocab) && tok_bos(s->vocab) >= 0 && !starts_with(text, s->bos_text);
-    bool ok = tokenize(s, text, len, add_bos, j, "messages", err);
+    bool ok = tokenize_chat(s, text, len, j, err);
     free(text);
     if (ok && (j->tools.choice == TOOL_CHOICE_REQUIRED || j->tools.choice == TOOL_CHOICE_NAMED))
         ok = build_tool_grammar(s, j, err);
@@ -531,22 +580,27 @@ static bool parse_sampling(const cJSON *b, srv_job *j, api_error *err) {
     return true;
 }
 
+/* stop: a string or an array of strings, bounded in number and length (the
+ * engine matches them incrementally, but holds their tables per choice). */
+static bool add_stop(const cJSON *v, srv_job *j, api_error *err) {
+    if (!cJSON_IsString(v)) return api_fail(err, 400, "stop", "'stop' must be a string or an array of strings");
+    if (j->n_stop == SRV_MAX_STOP)
+        return api_fail(err, 400, "stop", "at most %d stop strings are supported", SRV_MAX_STOP);
+    size_t len = strlen(v->valuestring);
+    if (len > ENGINE_MAX_STOP_BYTES)
+        return api_fail(err, 400, "stop", "stop[%d] is %zu bytes long: at most %d bytes are supported", j->n_stop,
+                        len, ENGINE_MAX_STOP_BYTES);
+    if (!(j->stop[j->n_stop] = strdup(v->valuestring))) return api_fail(err, 500, NULL, "out of memory");
+    j->n_stop++;
+    return true;
+}
+
 static bool parse_stop(const cJSON *b, srv_job *j, api_error *err) {
     const cJSON *st = field(b, "stop");
     if (!st) return true;
-    if (cJSON_IsString(st)) {
-        j->stop[0] = strdup(st->valuestring);
-        j->n_stop = 1;
-        return j->stop[0] ? true : api_fail(err, 500, NULL, "out of memory");
-    }
-    if (!cJSON_IsArray(st)) return api_fail(err, 400, "stop", "'stop' must be a string or an array of strings");
-    for (const cJSON *v = st->child; v; v = v->next) {
-        if (!cJSON_IsString(v)) return api_fail(err, 400, "stop", "'stop' must contain only strings");
-        if (j->n_stop == SRV_MAX_STOP)
-            return api_fail(err, 400, "stop", "at most %d stop strings are supported", SRV_MAX_STOP);
-        if (!(j->stop[j->n_stop] = strdup(v->valuestring))) return api_fail(err, 500, NULL, "out of memory");
-        j->n_stop++;
-    }
+    if (!cJSON_IsArray(st)) return add_stop(st, j, err);
+    for (const cJSON *v = st->child; v; v = v->next)
+        if (!add_stop(v, j, err)) return false;
     return true;
 }
 

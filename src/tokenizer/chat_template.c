@@ -125,8 +125,23 @@ static const char *role_name(const chat_msg *m) {
     return strcmp(m->role, "developer") == 0 ? "system" : m->role;
 }
 
+/* ChatML and Llama 3 write the role itself into the prompt: only a role the
+ * family knows may go there, never a client's text (a forged turn). */
+static bool check_named_roles(const render_ctx *c) {
+    static const char *const known[] = {"system", "developer", "user", "assistant", "tool", "ipython"};
+    for (int i = 0; i < c->n; i++) {
+        bool ok = false;
+        for (size_t k = 0; !ok && k < sizeof known / sizeof known[0]; k++) ok = strcmp(c->msgs[i].role, known[k]) == 0;
+        if (!ok)
+            return kvl_fail(c->err, "chat template: message %d: role '%.64s' is not supported (system, developer, "
+                                    "user, assistant, tool, ipython)", i, c->msgs[i].role);
+    }
+    return true;
+}
+
 /* {% for m %}'<|im_start|>' + role + '\n' + content + '<|im_end|>\n'{% endfor %} */
 static bool render_chatml(render_ctx *c) {
+    if (!check_named_roles(c)) return false;
     for (int i = 0; i < c->n; i++) {
         kvl_buf_puts(c->out, "<|im_start|>");
         kvl_buf_puts(c->out, role_name(&c->msgs[i]));
@@ -140,6 +155,7 @@ static bool render_chatml(render_ctx *c) {
 
 /* bos_token before the first message; content | trim. */
 static bool render_llama3(render_ctx *c) {
+    if (!check_named_roles(c)) return false;
     for (int i = 0; i < c->n; i++) {
         if (i == 0) kvl_buf_puts(c->out, c->bos);
         kvl_buf_puts(c->out, "<|start_header_id|>");

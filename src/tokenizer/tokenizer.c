@@ -68,14 +68,47 @@ static const char *find_in(const char *text, const frag *f, size_t from, const c
     return from < end ? memmem(text + from, end - from, s, n) : NULL;
 }
 
+/* Byte ranges of the text where control tokens are not recognised (sorted,
+ * not overlapping): text a caller supplied, inside text it wrote. */
+typedef struct guards {
+    const tok_span *v;
+    size_t n;
+} guards;
+
+static bool is_guarded_token(const tok_vocab *v, int32_t id) {
+    return (v->attrs[id] & (TOK_ATTR_CONTROL | TOK_ATTR_UNKNOWN)) != 0;
+}
+
+/* Whether [at, at + n) overlaps a guarded range (binary search). */
+static bool overlaps_guard(const guards *g, size_t at, size_t n) {
+    size_t lo = 0, hi = g ? g->n : 0;
+    while (lo < hi) { /* the first range ending after `at` */
+        size_t mid = lo + (hi - lo) / 2;
+        if (g->v[mid].off + g->v[mid].len <= at) lo = mid + 1;
+        else hi = mid;
+    }
+    return g && lo < g->n && g->v[lo].off < at + n;
+}
+
+/* The next occurrence of token id in f from pos that may become the token. */
+static const char *next_match(const tok_vocab *v, const char *text, const frag *f, size_t pos, int32_t id,
+                              const guards *g) {
+    const char *s = v->strs[id];
+    const size_t n = v->lens[id];
+    const bool check = g && g->n && is_guarded_token(v, id);
+    for (const char *m; (m = find_in(text, f, pos, s, n)) != NULL; pos = (size_t)(m - text) + 1)
+        if (!check || !overlaps_guard(g, (size_t)(m - text), n)) return m;
+    return NULL;
+}
+
 /* Splits raw fragment f at every occurrence of special token id, leftmost
  * first, applying the token's LSTRIP/RSTRIP to the text beside it. */
-static bool split_at(const tok_vocab *v, const char *text, const frag *f, int32_t id, fragvec *out) {
-    const char *s = v->strs[id];
+static bool split_at(const tok_vocab *v, const char *text, const frag *f, int32_t id, const guards *g,
+                     fragvec *out) {
     const size_t n = v->lens[id], end = f->off + f->len;
     size_t pos = f->off;
     bool ok = true;
-    for (const char *m; ok && (m = find_in(text, f, pos, s, n)) != NULL;) {
+    for (const char *m; ok && (m = next_match(v, text, f, pos, id, g)) != NULL;) {
         size_t at = (size_t)(m - text), left = at - pos;
         if (v->attrs[id] & TOK_ATTR_LSTRIP)
             while (left > 0 && c_space(text[pos + left - 1])) left--;
@@ -87,9 +120,9 @@ static bool split_at(const tok_vocab *v, const char *text, const frag *f, int32_
     return ok && (pos >= end || frag_push(out, -1, pos, end - pos));
 }
 
-static bool occurs(const tok_vocab *v, const char *text, const fragvec *fr, int32_t id) {
+static bool occurs(const tok_vocab *v, const char *text, const fragvec *fr, int32_t id, const guards *g) {
     for (size_t i = 0; i < fr->n; i++) {
-        if (fr->v[i].id < 0 && find_in(text, &fr->v[i], fr->v[i].off, v->strs[id], v->lens[id]))
+        if (fr->v[i].id < 0 && next_match(v, text, &fr->v[i], fr->v[i].off, id, g))
             return true;
     }
     return false;
@@ -99,17 +132,17 @@ static bool occurs(const tok_vocab *v, const char *text, const fragvec *fr, int3
  * raw text; control and unknown tokens only when parse_special is set, while
  * user-defined tokens always do. */
 static bool partition(const tok_vocab *v, const char *text, size_t len, bool parse_special,
-                      fragvec *fr) {
+                      const guards *g, fragvec *fr) {
     fragvec next = {0};
     bool ok = len == 0 || frag_push(fr, -1, 0, len);
     for (int32_t k = 0; ok && k < v->n_special; k++) {
         int32_t id = v->special_ids[k];
         if (!parse_special && (v->attrs[id] & (TOK_ATTR_CONTROL | TOK_ATTR_UNKNOWN))) continue;
-        if (!occurs(v, text, fr, id)) continue;
+        if (!occurs(v, text, fr, id, g)) continue;
         next.n = 0;
         for (size_t i = 0; ok && i < fr->n; i++) {
             const frag *f = &fr->v[i];
-            ok = f->id >= 0 ? frag_push(&next, f->id, 0, 0) : split_at(v, text, f, id, &next);
+            ok = f->id >= 0 ? frag_push(&next, f->id, 0, 0) : split_at(v, text, f, id, g, &next);
         }
         fragvec tmp = *fr;
         *fr = next;
@@ -164,8 +197,8 @@ static bool encode_fragments(const tok_vocab *v, const char *text, const fragvec
     return true;
 }
 
-int64_t tok_encode(const tok_vocab *v, const char *text, size_t len, bool add_bos,
-                   bool parse_special, int32_t *out, int64_t cap, kvl_error *err) {
+static int64_t encode(const tok_vocab *v, const char *text, size_t len, bool add_bos, bool parse_special,
+                      const guards *g, int32_t *out, int64_t cap, kvl_error *err) {
     if (err) err->msg[0] = '\0';
     if (!text && len) {
         kvl_fail(err, "tokenizer: NULL text");
@@ -174,7 +207,7 @@ int64_t tok_encode(const tok_vocab *v, const char *text, size_t len, bool add_bo
     fragvec fr = {0};
     tok_i32vec ids = {0};
     bool ok = (!add_bos || v->sp.bos < 0 || tok_i32vec_push(&ids, v->sp.bos)) &&
-              partition(v, text, len, parse_special, &fr);
+              partition(v, text, len, parse_special, g, &fr);
     if (!ok) kvl_fail(err, "tokenizer: out of memory");
     ok = ok && encode_fragments(v, text, &fr, &ids, err);
     int64_t n = ok ? (int64_t)ids.n : -1;
@@ -183,6 +216,27 @@ int64_t tok_encode(const tok_vocab *v, const char *text, size_t len, bool add_bo
     free(ids.v);
     return n;
 }
+
+int64_t tok_encode(const tok_vocab *v, const char *text, size_t len, bool add_bos, bool parse_special,
+                   int32_t *out, int64_t cap, kvl_error *err) {
+    return encode(v, text, len, add_bos, parse_special, NULL, out, cap, err);
+}
+
+int64_t tok_encode_guarded(const tok_vocab *v, const char *text, size_t len, bool add_bos, const tok_span *guard,
+                           size_t n_guard, int32_t *out, int64_t cap, kvl_error *err) {
+    for (size_t i = 0; i < n_guard; i++)
+        if (guard[i].off > len || guard[i].len > len - guard[i].off ||
+            (i > 0 && guard[i].off < guard[i - 1].off + guard[i - 1].len)) {
+            kvl_fail(err, "tokenizer: guarded range %zu is out of order or past the text", i);
+            return -1;
+        }
+    const guards g = {guard, n_guard};
+    return encode(v, text, len, add_bos, true, &g, out, cap, err);
+}
+
+int32_t tok_n_special(const tok_vocab *v) { return v->n_special; }
+int32_t tok_special_id(const tok_vocab *v, int32_t k) { return k >= 0 && k < v->n_special ? v->special_ids[k] : -1; }
+bool tok_is_parse_special(const tok_vocab *v, int32_t id) { return valid_id(v, id) && is_guarded_token(v, id); }
 
 /* ---------------------------------------------------------------- decode */
 

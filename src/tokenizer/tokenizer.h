@@ -38,6 +38,27 @@ const char *tok_pre_name(const tok_vocab *v);   /* tokenizer.ggml.pre or "defaul
 int64_t tok_encode(const tok_vocab *v, const char *text, size_t len, bool add_bos,
                    bool parse_special, int32_t *out, int64_t cap, kvl_error *err);
 
+/* A byte range of a text. */
+typedef struct tok_span {
+    size_t off, len;
+} tok_span;
+
+/* tok_encode with special tokens parsed, except that a control (or unknown)
+ * token is not recognised where its text overlaps one of the n_guard ranges
+ * (sorted by offset, not overlapping): there it is plain text, as with
+ * parse_special off. For chat prompts: the template's own markup becomes
+ * special tokens, text a client sent never does. Raw text is cut exactly where
+ * tok_encode would cut it, so unguarded text tokenizes the same. */
+int64_t tok_encode_guarded(const tok_vocab *v, const char *text, size_t len, bool add_bos, const tok_span *guard,
+                           size_t n_guard, int32_t *out, int64_t cap, kvl_error *err);
+
+/* The tokens that are matched in text (tokenizer.ggml.token_type control,
+ * user-defined, unknown), k = 0 .. tok_n_special - 1, longest text first; and
+ * whether id is one that only parse_special lets text become (control, unknown). */
+int32_t tok_n_special(const tok_vocab *v);
+int32_t tok_special_id(const tok_vocab *v, int32_t k);
+bool tok_is_parse_special(const tok_vocab *v, int32_t id);
+
 /* The vocabulary string of id, as stored (e.g. "\u0120hand", "<0x0A>"); NUL-terminated. */
 const char *tok_piece(const tok_vocab *v, int32_t id);
 /* The bytes id stands for in output text (byte-level mapping undone, U+2581 -> ' ',

@@ -26,7 +26,7 @@ const post = (path, body) => rawRequest(server.url, { path, body: JSON.stringify
 // The chat request's prompt equals the completion of the oracle's text: same
 // count, and sent second it is served from the cache but for the last token.
 async function samePrompt(id, kwargs, body) {
-  const completion = await post('/v1/completions', { prompt: rendered(id, kwargs), max_tokens: 1 });
+  const completion = await post('/v1/completions', { prompt: rendered(id, kwargs), parse_special: true, max_tokens: 1 });
   assertEq(completion.status, 200, `${id}: completion`);
   const chat = await post('/v1/chat/completions', { messages: cases[id].messages, max_tokens: 1, ...body });
   assertEq(chat.status, 200, `${id}: chat ${chat.text.slice(0, 200)}`);

@@ -188,7 +188,36 @@ static void test_greedy(void) {
     sampler_destroy(s);
 }
 
+/* Penalties, llama.cpp's rule written out: a token seen c times in the last
+ * penalty_last_n has its logit divided by repeat_penalty if positive (else
+ * multiplied), then c * frequency_penalty + presence_penalty subtracted.
+ * Greedy, so the modified logits are read back from the array. Also the first
+ * draw, with no history at all (s->history still NULL: once a UBSan report,
+ * "applying zero offset to null pointer"). */
+static void test_penalties(void) {
+    sampler_params p;
+    sampler_params_default(&p);
+    p.temperature = 0;
+    p.repeat_penalty = 2.0f;
+    p.presence_penalty = 0.5f;
+    p.frequency_penalty = 0.25f;
+    p.penalty_last_n = 3;
+    sampler *s = sampler_create(&p, 5);
+    float fresh[5] = {1, 2, 3, -1, 0};
+    CHECK(sampler_sample(s, fresh) == 2);
+    CHECK(fresh[0] == 1 && fresh[1] == 2 && fresh[2] == 3 && fresh[3] == -1 && fresh[4] == 0, "no history: unchanged");
+    const int32_t hist[] = {4, 2, 2, 3}; /* the window is the last 3: 2, 2, 3 */
+    for (int i = 0; i < 4; i++) sampler_accept(s, hist[i]);
+    float l[5] = {1, 2, 3, -1, 0};
+    int32_t got = sampler_sample(s, l);
+    const float want[5] = {1, 2, 3.0f / 2 - 2 * 0.25f - 0.5f, -1 * 2.0f - 0.25f - 0.5f, 0};
+    for (int i = 0; i < 5; i++) CHECK(l[i] == want[i], "logit %d: %g, want %g", i, l[i], want[i]);
+    CHECK(got == 1, "greedy after penalties: %d", got);
+    sampler_destroy(s);
+}
+
 int main(void) {
+    test_penalties();
     test_greedy();
     test_temperature_only();
     test_against_reference();

@@ -692,6 +692,42 @@ static void test_keys(void) {
     CHECK(s.n_keys == 0 && s.keys == NULL);
 }
 
+/* srv_guard: marks around what could form a control token (stories260K: <s>,
+ * </s>, <unk>), removed again by srv_unguard with the ranges they enclosed;
+ * a client's own U+FDD0..U+FDD2 survive; a text without either is unchanged. */
+static void test_guard(void) {
+    static const struct {
+        const char *in;
+        size_t n_spans;
+        size_t off[2], len[2];
+    } cases[] = {
+        {"plain text", 0, {0}, {0}},
+        {"x</s>", 1, {1}, {4}},
+        {"</s></s>y<s>", 2, {0, 9}, {8, 3}}, /* touching ranges merge */
+        {"a</s>b<unk>c", 2, {1, 6}, {4, 5}},
+        {"s>tail", 1, {0}, {2}},        /* a head that could end "</s>" */
+        {"head</", 1, {4}, {2}},        /* a tail that could start it */
+        {"\xEF\xB7\x90x\xEF\xB7\x91</s>\xEF\xB7\x92", 1, {7}, {4}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *in = cases[i].in;
+        size_t n = strlen(in), glen = 0, n_spans = 99;
+        char *g = srv_guard_string(vocab, in, n, &glen);
+        CHECK(g != NULL);
+        if (!g) continue;
+        CHECK((glen == n) == (cases[i].n_spans == 0 && !strstr(in, "\xEF\xB7")), "case %zu", i);
+        tok_span *spans = NULL;
+        CHECK(srv_unguard(g, &glen, &spans, &n_spans));
+        CHECK(glen == n && memcmp(g, in, n) == 0, "case %zu: text back", i);
+        CHECK(n_spans == cases[i].n_spans, "case %zu: %zu ranges", i, n_spans);
+        for (size_t k = 0; k < n_spans && k < cases[i].n_spans; k++)
+            CHECK(spans[k].off == cases[i].off[k] && spans[k].len == cases[i].len[k], "case %zu range %zu: %zu+%zu", i,
+                  k, spans[k].off, spans[k].len);
+        free(spans);
+        free(g);
+    }
+}
+
 int main(int argc, char **argv) {
     const char *model = argc > 1 ? argv[1] : "models/stories260K.gguf";
     if (!setup(model)) return 1;
@@ -706,6 +742,7 @@ int main(int argc, char **argv) {
     test_helpers();
     test_bodies();
     test_keys();
+    test_guard();
     pthread_mutex_destroy(&S.tok_mu);
     tok_vocab_destroy(vocab);
     gguf_close(model_file);
