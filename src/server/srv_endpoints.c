@@ -13,10 +13,6 @@
 
 #define MAX_EMBED_INPUTS 2048
 
-static const cJSON *field(const cJSON *o, const char *k) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-    return v && !cJSON_IsNull(v) ? v : NULL;
-}
 
 static char *print_delete(cJSON *o) {
     char *out = o ? cJSON_PrintUnformatted(o) : NULL;
@@ -36,16 +32,9 @@ static bool only_fields(const cJSON *b, const char *const *names, int n, const c
     return true;
 }
 
-static bool opt_bool(const cJSON *o, const char *k, bool *out, api_error *err) {
-    const cJSON *v = field(o, k);
-    if (!v) return true;
-    if (!cJSON_IsBool(v)) return api_fail(err, 400, k, "'%s' must be a boolean", k);
-    *out = cJSON_IsTrue(v);
-    return true;
-}
 
 static bool check_model(srv *s, const cJSON *b, api_error *err) {
-    const cJSON *m = field(b, "model");
+    const cJSON *m = req_field(b, "model");
     if (!m) return true;
     if (!cJSON_IsString(m)) return api_fail(err, 400, "model", "'model' must be a string");
     if (strcmp(m->valuestring, s->cfg.model_id) == 0) return true;
@@ -160,14 +149,14 @@ char *srv_tokenize(srv *s, const char *body, size_t len, api_error *err) {
     cJSON *b;
     if (!parse_body(body, len, &b, err)) return NULL;
     bool add_special = false, with_pieces = false, parse_special = true;
-    const cJSON *c = field(b, "content");
+    const cJSON *c = req_field(b, "content");
     char *out = NULL;
     int32_t *ids = NULL;
     int64_t n = 0;
     if (!only_fields(b, NAMES, 5, "/tokenize", err) || !check_model(s, b, err) ||
-        !opt_bool(b, "add_special", &add_special, err) ||
-        !opt_bool(b, "with_pieces", &with_pieces, err) ||
-        !opt_bool(b, "parse_special", &parse_special, err))
+        !req_bool(b, "add_special", &add_special, err) ||
+        !req_bool(b, "with_pieces", &with_pieces, err) ||
+        !req_bool(b, "parse_special", &parse_special, err))
         goto done;
     if (!cJSON_IsString(c)) {
         api_fail(err, 400, "content", "'content' must be a string");
@@ -202,7 +191,7 @@ char *srv_detokenize(srv *s, const char *body, size_t len, api_error *err) {
     if (!parse_body(body, len, &b, err)) return NULL;
     char *out = NULL;
     kvl_buf text = {0};
-    const cJSON *t = field(b, "tokens");
+    const cJSON *t = req_field(b, "tokens");
     if (!only_fields(b, NAMES, 2, "/detokenize", err) || !check_model(s, b, err)) goto done;
     if (!cJSON_IsArray(t)) {
         api_fail(err, 400, "tokens", "'tokens' must be an array of token ids");
@@ -405,8 +394,8 @@ char *srv_embeddings(srv *s, const char *body, size_t len, api_error *err) {
     char *out = NULL;
     bool b64 = false;
     if (!only_fields(b, NAMES, 5, "/v1/embeddings", err) || !check_model(s, b, err)) goto done;
-    const cJSON *fmt = field(b, "encoding_format"), *dim = field(b, "dimensions"),
-                *in = field(b, "input");
+    const cJSON *fmt = req_field(b, "encoding_format"), *dim = req_field(b, "dimensions"),
+                *in = req_field(b, "input");
     if (fmt && (!cJSON_IsString(fmt) ||
                 (strcmp(fmt->valuestring, "float") && strcmp(fmt->valuestring, "base64")))) {
         api_fail(err, 400, "encoding_format", "'encoding_format' must be \"float\" or \"base64\"");

@@ -47,6 +47,17 @@ bool api_fail(api_error *e, int status, const char *param, const char *fmt, ...)
 /* {"error":{"message","type","param","code"}} as a malloc'd string. */
 char *api_error_json(const api_error *e);
 
+/* Request fields, with JSON null treated as absent (the SDKs send nulls):
+ * req_field returns the value or NULL; the others check an optional field's
+ * type and range, set *out only when it is present, and fail with a 400
+ * naming it (srv_util.c). */
+const cJSON *req_field(const cJSON *o, const char *k);
+bool req_number(const cJSON *o, const char *k, double lo, double hi, double *out, api_error *err);
+bool req_float(const cJSON *o, const char *k, double lo, double hi, float *out, api_error *err);
+bool req_int(const cJSON *o, const char *k, int64_t lo, int64_t hi, int64_t *out, api_error *err);
+bool req_bool(const cJSON *o, const char *k, bool *out, api_error *err);
+bool req_string(const cJSON *o, const char *k, const char **out, api_error *err);
+
 /* -------------------------------------------------------------- jobs -- */
 
 typedef struct srv srv;

@@ -12,58 +12,6 @@
 #include "srv_internal.h"
 
 
-/* ------------------------------------------------------- field access -- */
-
-/* A field, with JSON null treated as absent (the SDKs send nulls). */
-static const cJSON *field(const cJSON *o, const char *k) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-    return v && !cJSON_IsNull(v) ? v : NULL;
-}
-
-static bool opt_number(const cJSON *o, const char *k, double lo, double hi, double *out, api_error *err) {
-    const cJSON *v = field(o, k);
-    if (!v) return true;
-    if (!cJSON_IsNumber(v)) return api_fail(err, 400, k, "'%s' must be a number", k);
-    if (!(v->valuedouble >= lo && v->valuedouble <= hi))
-        return api_fail(err, 400, k, "'%s' must be between %g and %g (got %g)", k, lo, hi, v->valuedouble);
-    *out = v->valuedouble;
-    return true;
-}
-
-static bool opt_float(const cJSON *o, const char *k, double lo, double hi, float *out, api_error *err) {
-    double d = *out;
-    if (!opt_number(o, k, lo, hi, &d, err)) return false;
-    *out = (float)d;
-    return true;
-}
-
-static bool opt_int(const cJSON *o, const char *k, int64_t lo, int64_t hi, int64_t *out, api_error *err) {
-    const cJSON *v = field(o, k);
-    if (!v) return true;
-    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble))
-        return api_fail(err, 400, k, "'%s' must be an integer", k);
-    if (!(v->valuedouble >= (double)lo && v->valuedouble <= (double)hi))
-        return api_fail(err, 400, k, "'%s' must be between %lld and %lld (got %.0f)", k, (long long)lo,
-                        (long long)hi, v->valuedouble);
-    *out = (int64_t)v->valuedouble;
-    return true;
-}
-
-static bool opt_bool(const cJSON *o, const char *k, bool *out, api_error *err) {
-    const cJSON *v = field(o, k);
-    if (!v) return true;
-    if (!cJSON_IsBool(v)) return api_fail(err, 400, k, "'%s' must be a boolean", k);
-    *out = cJSON_IsTrue(v);
-    return true;
-}
-
-static bool opt_string(const cJSON *o, const char *k, const char **out, api_error *err) {
-    const cJSON *v = field(o, k);
-    if (!v) return true;
-    if (!cJSON_IsString(v)) return api_fail(err, 400, k, "'%s' must be a string", k);
-    *out = v->valuestring;
-    return true;
-}
 
 /* ------------------------------------------------------ known fields -- */
 
@@ -139,12 +87,12 @@ static bool check_fields(const cJSON *b, bool chat, api_error *err) {
         return api_fail(err, 400, v->string, "unsupported field '%.60s' for %s (kvllm does not implement it)",
                         v->string, ep);
     }
-    const cJSON *so = field(b, "stream_options");
+    const cJSON *so = req_field(b, "stream_options");
     if (cJSON_IsObject(so))
         for (const cJSON *v = so->child; v; v = v->next)
             if (!cJSON_IsNull(v) && !in_list(v->string, STREAM_OPTION_FIELDS, 2))
                 return api_fail(err, 400, "stream_options", "unsupported field 'stream_options.%.60s'", v->string);
-    const cJSON *msgs = chat ? field(b, "messages") : NULL;
+    const cJSON *msgs = chat ? req_field(b, "messages") : NULL;
     int i = 0;
     for (const cJSON *m = cJSON_IsArray(msgs) ? msgs->child : NULL; m; m = m->next, i++) {
         if (!cJSON_IsObject(m)) continue; /* the message parser explains */
@@ -220,10 +168,10 @@ static bool set_ids(srv *s, const cJSON *arr, srv_job *j, api_error *err) {
  * request sets "parse_special": true (llama.cpp's /completion always parses
  * them) for prompts formatted by the client. */
 static bool parse_prompt(srv *s, const cJSON *body, srv_job *j, api_error *err) {
-    const cJSON *p = field(body, "prompt");
+    const cJSON *p = req_field(body, "prompt");
     if (!p) return api_fail(err, 400, "prompt", "'prompt' is required");
     tok_mode mode = {0};
-    if (!opt_bool(body, "parse_special", &mode.parse_special, err)) return false;
+    if (!req_bool(body, "parse_special", &mode.parse_special, err)) return false;
     bool add_bos = tok_add_bos(s->vocab) && tok_bos(s->vocab) >= 0;
     if (cJSON_IsString(p))
         return tokenize(s, p->valuestring, strlen(p->valuestring), add_bos, mode, j, "prompt", err);
@@ -305,7 +253,7 @@ static char *append_calls_text(char *content, const cJSON *calls) {
  * is one, else a system message of its own first). */
 static bool parse_messages(srv *s, const cJSON *body, const char *system_extra, chat_msg **out, int *n_out,
                            api_error *err) {
-    const cJSON *arr = field(body, "messages");
+    const cJSON *arr = req_field(body, "messages");
     if (!cJSON_IsArray(arr) || !arr->child)
         return api_fail(err, 400, "messages", "'messages' must be a non-empty array");
     int n = cJSON_GetArraySize(arr), i = 0;
@@ -318,12 +266,12 @@ static bool parse_messages(srv *s, const cJSON *body, const char *system_extra, 
             return api_fail(err, 400, "messages", "messages[%d] must be an object with a string 'role'", i);
         }
         m[i].role = role->valuestring;
-        char *text = message_text(field(v, "content"), i, err);
+        char *text = message_text(req_field(v, "content"), i, err);
         if (!text) {
             free_msgs(m, i);
             return false;
         }
-        const cJSON *calls = field(v, "tool_calls");
+        const cJSON *calls = req_field(v, "tool_calls");
         if (cJSON_IsArray(calls) && calls->child && !(text = append_calls_text(text, calls))) {
             free_msgs(m, i);
             return api_fail(err, 500, NULL, "out of memory");
@@ -420,7 +368,7 @@ static bool parse_tools(srv *s, const cJSON *body, srv_job *j, api_error *err) {
     char param[64], msg[400];
     if (!tool_spec_parse(body, &j->tools, param, sizeof param, msg, sizeof msg))
         return api_fail(err, 400, param, "%s", msg);
-    const cJSON *effort = field(body, "reasoning_effort");
+    const cJSON *effort = req_field(body, "reasoning_effort");
     if (effort) {
         static const char *const ok[] = {"minimal", "low", "medium", "high"};
         bool known = false;
@@ -461,8 +409,8 @@ static bool tokenize_chat(srv *s, char *text, size_t len, srv_job *j, api_error 
  * message. tool_choice "none" renders them but parses nothing (as vLLM). */
 static bool parse_chat_prompt(srv *s, const cJSON *body, srv_job *j, api_error *err) {
     bool add_gen = true;
-    if (!opt_bool(body, "add_generation_prompt", &add_gen, err)) return false;
-    if (field(body, "parse_special"))
+    if (!req_bool(body, "add_generation_prompt", &add_gen, err)) return false;
+    if (req_field(body, "parse_special"))
         return api_fail(err, 400, "parse_special", "'parse_special' is for /v1/completions: chat messages are text");
     if (!parse_tools(s, body, j, err)) return false;
     bool template_tools = s->jinja && s->caps.reads_tools && j->tools.n > 0;
@@ -474,7 +422,7 @@ static bool parse_chat_prompt(srv *s, const cJSON *body, srv_job *j, api_error *
     char *text = NULL;
     size_t len = 0;
     if (s->jinja) {
-        const cJSON *arr = field(body, "messages");
+        const cJSON *arr = req_field(body, "messages");
         if (!cJSON_IsArray(arr) || !arr->child) {
             free(system_extra);
             return api_fail(err, 400, "messages", "'messages' must be a non-empty array");
@@ -540,7 +488,7 @@ static bool seed_from_text(const char *s, uint64_t *out) {
 }
 
 static bool opt_seed(const cJSON *o, uint64_t *out, api_error *err) {
-    const cJSON *v = field(o, "seed");
+    const cJSON *v = req_field(o, "seed");
     if (!v) return true;
     /* Else (1e3, 5.0, out of range) the double decides. */
     if (cJSON_IsNumber(v) && v->valuestring && seed_from_text(v->valuestring, out)) return true;
@@ -563,13 +511,13 @@ static bool parse_sampling(const cJSON *b, srv_job *j, api_error *err) {
     p->penalty_last_n = -1;
     int64_t top_k = 0;
     p->seed = random_u64();
-    bool ok = opt_float(b, "temperature", 0, 100, &p->temperature, err) &&
-              opt_float(b, "top_p", 0, 1, &p->top_p, err) &&
-              opt_int(b, "top_k", -1, 1 << 30, &top_k, err) &&
-              opt_float(b, "min_p", 0, 1, &p->min_p, err) &&
-              opt_float(b, "presence_penalty", -2, 2, &p->presence_penalty, err) &&
-              opt_float(b, "frequency_penalty", -2, 2, &p->frequency_penalty, err) &&
-              opt_float(b, "repetition_penalty", 0, 100, &p->repeat_penalty, err) &&
+    bool ok = req_float(b, "temperature", 0, 100, &p->temperature, err) &&
+              req_float(b, "top_p", 0, 1, &p->top_p, err) &&
+              req_int(b, "top_k", -1, 1 << 30, &top_k, err) &&
+              req_float(b, "min_p", 0, 1, &p->min_p, err) &&
+              req_float(b, "presence_penalty", -2, 2, &p->presence_penalty, err) &&
+              req_float(b, "frequency_penalty", -2, 2, &p->frequency_penalty, err) &&
+              req_float(b, "repetition_penalty", 0, 100, &p->repeat_penalty, err) &&
               opt_seed(b, &p->seed, err);
     if (!ok) return false;
     if (p->top_p <= 0) return api_fail(err, 400, "top_p", "'top_p' must be in (0, 1]");
@@ -596,7 +544,7 @@ static bool add_stop(const cJSON *v, srv_job *j, api_error *err) {
 }
 
 static bool parse_stop(const cJSON *b, srv_job *j, api_error *err) {
-    const cJSON *st = field(b, "stop");
+    const cJSON *st = req_field(b, "stop");
     if (!st) return true;
     if (!cJSON_IsArray(st)) return add_stop(st, j, err);
     for (const cJSON *v = st->child; v; v = v->next)
@@ -609,56 +557,56 @@ static bool parse_stop(const cJSON *b, srv_job *j, api_error *err) {
 static bool parse_logprobs(const cJSON *b, bool chat, api_req *r, api_error *err) {
     int64_t k = 0;
     if (!chat) {
-        if (!opt_int(b, "logprobs", 0, SRV_MAX_TOP, &k, err)) return false;
-        r->logprobs = field(b, "logprobs") != NULL;
+        if (!req_int(b, "logprobs", 0, SRV_MAX_TOP, &k, err)) return false;
+        r->logprobs = req_field(b, "logprobs") != NULL;
     } else {
-        if (!opt_bool(b, "logprobs", &r->logprobs, err) ||
-            !opt_int(b, "top_logprobs", 0, SRV_MAX_TOP, &k, err))
+        if (!req_bool(b, "logprobs", &r->logprobs, err) ||
+            !req_int(b, "top_logprobs", 0, SRV_MAX_TOP, &k, err))
             return false;
         if (k > 0 && !r->logprobs)
             return api_fail(err, 400, "top_logprobs", "'top_logprobs' requires 'logprobs' to be true");
     }
     r->job->top_logprobs = (int)k;
     r->job->logprobs = r->logprobs;
-    return opt_bool(b, "return_tokens_as_token_ids", &r->tokens_as_ids, err);
+    return req_bool(b, "return_tokens_as_token_ids", &r->tokens_as_ids, err);
 }
 
 static bool parse_unsupported(const cJSON *b, bool chat, api_error *err) {
     /* Chat-only fields change what a completion means: refused there, not ignored. */
     static const char *const chat_only[] = {"tools", "tool_choice", "parallel_tool_calls", "reasoning_effort"};
     for (int i = 0; !chat && i < 4; i++)
-        if (field(b, chat_only[i]))
+        if (req_field(b, chat_only[i]))
             return api_fail(err, 400, chat_only[i], "'%s' is only supported by /v1/chat/completions", chat_only[i]);
     bool echo = false;
     int64_t best_of = 1;
-    if (!opt_bool(b, "echo", &echo, err) || !opt_int(b, "best_of", 1, SRV_MAX_N, &best_of, err)) return false;
+    if (!req_bool(b, "echo", &echo, err) || !req_int(b, "best_of", 1, SRV_MAX_N, &best_of, err)) return false;
     if (echo) return api_fail(err, 400, "echo", "'echo' is not supported");
     if (best_of > 1) return api_fail(err, 400, "best_of", "'best_of' is not supported");
-    const cJSON *lb = field(b, "logit_bias");
+    const cJSON *lb = req_field(b, "logit_bias");
     if (lb && (!cJSON_IsObject(lb) || lb->child))
         return api_fail(err, 400, "logit_bias", "'logit_bias' is not supported");
     return true;
 }
 
 static bool parse_stream(const cJSON *b, api_req *r, api_error *err) {
-    if (!opt_bool(b, "stream", &r->stream, err)) return false;
-    const cJSON *so = field(b, "stream_options");
+    if (!req_bool(b, "stream", &r->stream, err)) return false;
+    const cJSON *so = req_field(b, "stream_options");
     if (!so) return true;
     if (!cJSON_IsObject(so)) return api_fail(err, 400, "stream_options", "'stream_options' must be an object");
-    return opt_bool(so, "include_usage", &r->include_usage, err);
+    return req_bool(so, "include_usage", &r->include_usage, err);
 }
 
 /* max_tokens: checked against the context; when absent, completions default
  * to 16 (OpenAI's default) and chat to whatever room the context and the pool
  * leave, so that a request never needs more blocks than the pool has. */
 static bool parse_max_tokens(srv *s, const cJSON *b, bool chat, srv_job *j, api_error *err) {
-    const char *key = chat && field(b, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+    const char *key = chat && req_field(b, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
     const char *pkey = chat ? "messages" : "prompt";
-    const cJSON *v = field(b, key);
+    const cJSON *v = req_field(b, key);
     if (v && cJSON_IsNumber(v) && v->valuedouble < 1)
         return api_fail(err, 400, key, "'%s' must be at least 1 (got %g)", key, v->valuedouble);
     int64_t max_tokens = -1;
-    if (!opt_int(b, key, 1, INT32_MAX, &max_tokens, err)) return false;
+    if (!req_int(b, key, 1, INT32_MAX, &max_tokens, err)) return false;
     if (j->n_prompt == 0) return api_fail(err, 400, pkey, "the prompt is empty");
     int64_t room = s->n_ctx < s->n_blocks * s->block_size ? s->n_ctx : s->n_blocks * s->block_size;
     if (j->n_prompt >= s->n_ctx || (max_tokens > 0 && j->n_prompt + max_tokens > s->n_ctx)) {
@@ -689,7 +637,7 @@ static bool parse_body(srv *s, const cJSON *b, bool chat, api_req *r, api_error 
     srv_job *j = r->job;
     const char *model = NULL, *salt = NULL;
     int64_t n = 1;
-    if (!opt_string(b, "model", &model, err)) return false;
+    if (!req_string(b, "model", &model, err)) return false;
     if (model && strcmp(model, s->cfg.model_id) != 0) {
         api_fail(err, 404, "model", "The model `%s` does not exist.", model);
         err->code = "model_not_found";
@@ -697,8 +645,8 @@ static bool parse_body(srv *s, const cJSON *b, bool chat, api_req *r, api_error 
     }
     bool ok = parse_unsupported(b, chat, err) && parse_sampling(b, j, err) && parse_stop(b, j, err) &&
               parse_stream(b, r, err) && parse_logprobs(b, chat, r, err) &&
-              opt_int(b, "n", 1, SRV_MAX_N, &n, err) && opt_bool(b, "ignore_eos", &j->ignore_eos, err) &&
-              opt_string(b, "cache_salt", &salt, err) && parse_structured(s, b, j, err);
+              req_int(b, "n", 1, SRV_MAX_N, &n, err) && req_bool(b, "ignore_eos", &j->ignore_eos, err) &&
+              req_string(b, "cache_salt", &salt, err) && parse_structured(s, b, j, err);
     if (!ok) return false;
     if (salt && !salt[0]) return api_fail(err, 400, "cache_salt", "'cache_salt' must be a non-empty string");
     if (salt && !(j->cache_salt = strdup(salt))) return api_fail(err, 500, NULL, "out of memory");

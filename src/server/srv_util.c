@@ -1,5 +1,6 @@
 /* Server helpers: UTF-8 checks, OpenAI error objects. */
 #define _GNU_SOURCE
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -93,4 +94,57 @@ char *api_error_json(const api_error *e) {
     char *s = cJSON_PrintUnformatted(root);
     cJSON_Delete(root);
     return s;
+}
+
+/* ------------------------------------------------------- field access -- */
+
+/* A field, with JSON null treated as absent (the SDKs send nulls). */
+const cJSON *req_field(const cJSON *o, const char *k) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    return v && !cJSON_IsNull(v) ? v : NULL;
+}
+
+bool req_number(const cJSON *o, const char *k, double lo, double hi, double *out, api_error *err) {
+    const cJSON *v = req_field(o, k);
+    if (!v) return true;
+    if (!cJSON_IsNumber(v)) return api_fail(err, 400, k, "'%s' must be a number", k);
+    if (!(v->valuedouble >= lo && v->valuedouble <= hi))
+        return api_fail(err, 400, k, "'%s' must be between %g and %g (got %g)", k, lo, hi, v->valuedouble);
+    *out = v->valuedouble;
+    return true;
+}
+
+bool req_float(const cJSON *o, const char *k, double lo, double hi, float *out, api_error *err) {
+    double d = *out;
+    if (!req_number(o, k, lo, hi, &d, err)) return false;
+    *out = (float)d;
+    return true;
+}
+
+bool req_int(const cJSON *o, const char *k, int64_t lo, int64_t hi, int64_t *out, api_error *err) {
+    const cJSON *v = req_field(o, k);
+    if (!v) return true;
+    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble))
+        return api_fail(err, 400, k, "'%s' must be an integer", k);
+    if (!(v->valuedouble >= (double)lo && v->valuedouble <= (double)hi))
+        return api_fail(err, 400, k, "'%s' must be between %lld and %lld (got %.0f)", k, (long long)lo,
+                        (long long)hi, v->valuedouble);
+    *out = (int64_t)v->valuedouble;
+    return true;
+}
+
+bool req_bool(const cJSON *o, const char *k, bool *out, api_error *err) {
+    const cJSON *v = req_field(o, k);
+    if (!v) return true;
+    if (!cJSON_IsBool(v)) return api_fail(err, 400, k, "'%s' must be a boolean", k);
+    *out = cJSON_IsTrue(v);
+    return true;
+}
+
+bool req_string(const cJSON *o, const char *k, const char **out, api_error *err) {
+    const cJSON *v = req_field(o, k);
+    if (!v) return true;
+    if (!cJSON_IsString(v)) return api_fail(err, 400, k, "'%s' must be a string", k);
+    *out = v->valuestring;
+    return true;
 }
