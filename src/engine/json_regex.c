@@ -275,11 +275,13 @@ static bool parse_class(rx *r, cpset *s) {
     return true;
 }
 
-static bool rx_alt(rx *r, kvl_buf *o, int depth);
+static bool rx_alt(rx *r, kvl_buf *o, int depth, bool *nullable);
 
-static bool rx_atom(rx *r, kvl_buf *o, int depth) {
+/* *nullable: whether the atom can match the empty string (only a group can). */
+static bool rx_atom(rx *r, kvl_buf *o, int depth, bool *nullable) {
     const char *at = r->p;
     char c = *r->p;
+    *nullable = false;
     if (c == '(') {
         r->p++;
         if (*r->p == '?') {
@@ -297,7 +299,7 @@ static bool rx_atom(rx *r, kvl_buf *o, int depth) {
             }
         }
         kvl_buf_puts(o, "(");
-        if (!rx_alt(r, o, depth + 1)) return false;
+        if (!rx_alt(r, o, depth + 1, nullable)) return false;
         if (*r->p != ')') return rx_fail(r, at, "unclosed '('");
         r->p++;
         kvl_buf_puts(o, ")");
@@ -351,10 +353,17 @@ static bool rx_int(rx *r, long *v) {
     return true;
 }
 
-static bool rx_quant(rx *r, kvl_buf *o) {
+/* The quantifier after an atom, if any. *optional: it allows zero repetitions.
+ * An unbounded repetition of what can match the empty string ("(a?)*") is
+ * refused: its grammar rule would reach itself without consuming input. */
+static bool rx_quant(rx *r, kvl_buf *o, bool atom_nullable, bool *optional) {
     const char *at = r->p;
     char c = *r->p;
+    bool unbounded = false;
+    *optional = false;
     if (c == '*' || c == '+' || c == '?') {
+        *optional = c != '+';
+        unbounded = c != '?';
         kvl_buf_printf(o, "%c", c);
         r->p++;
     } else if (c == '{' && r->p[1] >= '0' && r->p[1] <= '9') {
@@ -372,11 +381,15 @@ static bool rx_quant(rx *r, kvl_buf *o) {
         r->p++;
         if (n >= 0 && n < m)
             return rx_fail(r, at, "{%ld,%ld}: the maximum is below the minimum", m, n);
+        *optional = m == 0;
+        unbounded = n < 0;
         if (n < 0) kvl_buf_printf(o, "{%ld,}", m);
         else kvl_buf_printf(o, "{%ld,%ld}", m, n);
     } else {
         return true;
     }
+    if (unbounded && atom_nullable)
+        return rx_fail(r, at, "a repeated group that can match the empty string (like '(a?)*') is not supported");
     if (*r->p == '?') r->p++; /* lazy: the same strings */
     else if (*r->p == '+') return rx_fail(r, r->p, "possessive quantifiers are not supported");
     if (*r->p == '*' || *r->p == '+' || *r->p == '?' ||
@@ -385,27 +398,32 @@ static bool rx_quant(rx *r, kvl_buf *o) {
     return true;
 }
 
-static bool rx_seq(rx *r, kvl_buf *o, int depth) {
+static bool rx_seq(rx *r, kvl_buf *o, int depth, bool *nullable) {
     bool any = false;
+    *nullable = true;
     while (*r->p && *r->p != '|' && *r->p != ')') {
         if (*r->p == '$' && r->p[1] == 0 && depth == 0) break;
         kvl_buf_puts(o, any ? " (" : "(");
-        if (!rx_atom(r, o, depth)) return false;
+        bool atom_nullable = false, optional = false;
+        if (!rx_atom(r, o, depth, &atom_nullable)) return false;
         kvl_buf_puts(o, ")");
-        if (!rx_quant(r, o)) return false;
+        if (!rx_quant(r, o, atom_nullable, &optional)) return false;
+        *nullable = *nullable && (atom_nullable || optional);
         any = true;
     }
     if (!any) kvl_buf_puts(o, "\"\"");
     return true;
 }
 
-static bool rx_alt(rx *r, kvl_buf *o, int depth) {
+static bool rx_alt(rx *r, kvl_buf *o, int depth, bool *nullable) {
     if (depth > 100) return rx_fail(r, r->p, "groups nested too deeply");
-    if (!rx_seq(r, o, depth)) return false;
+    if (!rx_seq(r, o, depth, nullable)) return false;
     while (*r->p == '|') {
         r->p++;
         kvl_buf_puts(o, " | ");
-        if (!rx_seq(r, o, depth)) return false;
+        bool n = false;
+        if (!rx_seq(r, o, depth, &n)) return false;
+        *nullable = *nullable || n;
     }
     return true;
 }
@@ -415,7 +433,8 @@ bool regex_to_gbnf(const char *regex, const char *prefix, bool json_string, kvl_
     rx r = {.src = regex, .p = regex, .json = json_string, .err = err};
     kvl_buf body = {0};
     if (*r.p == '^') r.p++;
-    bool ok = rx_alt(&r, &body, 0);
+    bool nullable = false;
+    bool ok = rx_alt(&r, &body, 0, &nullable);
     if (ok && *r.p == '$' && r.p[1] == 0) r.p++;
     if (ok && *r.p == ')') ok = rx_fail(&r, r.p, "unmatched ')'");
     if (ok && *r.p) ok = rx_fail(&r, r.p, "unexpected '%c'", *r.p);

@@ -42,6 +42,7 @@ static const known_field KNOWN_FIELDS[] = {
     {"top_k", F_BOTH}, {"min_p", F_BOTH}, {"repetition_penalty", F_BOTH},
     {"ignore_eos", F_BOTH}, {"cache_salt", F_BOTH}, {"return_tokens_as_token_ids", F_BOTH},
     {"add_generation_prompt", F_CHAT},
+    {"parse_special", F_BOTH}, /* completions only: chat refuses it with its reason (parse_chat_prompt) */
     /* own parser: tool calling and reasoning */
     {"tools", F_CHAT}, {"tool_choice", F_CHAT}, {"parallel_tool_calls", F_CHAT},
     {"reasoning_effort", F_CHAT}, {"chat_template_kwargs", F_CHAT},

@@ -1,5 +1,5 @@
 /* libFuzzer target for the request parser: a request body, as the HTTP layer
- * receives it, through the same steps (UTF-8 check, cJSON, openai_parse) into
+ * receives it, through the same steps (json_parse_body, openai_parse) into
  * a job, against two servers built as srv_new builds them minus the engine:
  * stories260K's SentencePiece vocab with the built-in ChatML family, and
  * Qwen 3's byte-level BPE vocab with its Jinja template. Input: byte 0 picks
@@ -97,12 +97,9 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size) {
     api_req r;
     api_error err = {0};
     bool ok = false;
-    if (utf8_valid(p, len)) {
-        const char *end = NULL;
-        cJSON *body = cJSON_ParseWithLengthOpts(p, len, &end, false);
-        if (body) ok = openai_parse(s, body, chat, &r, &err);
-        cJSON_Delete(body);
-    }
+    cJSON *body = json_parse_body(p, len, &err);
+    if (body) ok = openai_parse(s, body, chat, &r, &err);
+    cJSON_Delete(body);
     if (!ok) {
         if (err.status && (err.status < 400 || err.status > 599 || !err.msg[0])) abort();
         return 0;

@@ -12,7 +12,7 @@ set -eu
 src=$(cd "$1" && pwd)
 work=$2
 shift 2
-targets=${*:-request tokenizer jinja}
+targets=${*:-request tokenizer jinja grammar}
 secs=${KVLLM_FUZZ_SMOKE_SECONDS:-4}
 mkdir -p "$work"
 work=$(cd "$work" && pwd)
@@ -33,13 +33,15 @@ fi
 cflags="-std=gnu11 -g -O1 -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined
         -Wall -Wextra -Wno-unused-parameter -DKVLLM_SRC=\"$src\""
 for d in base gguf tokenizer server engine model kv kernels; do cflags="$cflags -I$src/src/$d"; done
-cflags="$cflags $(pkg-config --cflags libpcre2-8 libcjson libxxhash)"
-libs="$(pkg-config --libs libpcre2-8 libcjson libxxhash) -lm -lpthread"
+cflags="$cflags $(pkg-config --cflags libpcre2-8 libcjson libxxhash libmicrohttpd)"
+libs="$(pkg-config --libs libpcre2-8 libcjson libxxhash libmicrohttpd) -lm -lpthread"
 mkdir -p "$work/obj"
 objs=""
 for f in "$src"/src/base/*.c "$src"/src/gguf/*.c "$src"/src/tokenizer/*.c "$src"/src/engine/sampler.c \
+         "$src"/src/engine/grammar*.c "$src"/src/engine/json_*.c \
          "$src"/src/server/srv_openai.c "$src"/src/server/srv_chat_jinja.c "$src"/src/server/srv_guard.c \
-         "$src"/src/server/srv_job.c "$src"/src/server/srv_util.c; do
+         "$src"/src/server/srv_job.c "$src"/src/server/srv_util.c "$src"/src/server/srv_json.c \
+         "$src"/src/server/srv_structured.c "$src"/src/server/srv_tools.c; do
     o="$work/obj/$(basename "$(dirname "$f")")_$(basename "$f" .c).o"
     # shellcheck disable=SC2086
     clang $cflags -c "$f" -o "$o"

@@ -311,7 +311,15 @@ static void test_regex(void) {
     CHECK(!regex_to_gbnf("a)", "r-", false, &b, &err) && strstr(err.msg, "unmatched ')'"), "%s",
           err.msg);
     CHECK(!regex_to_gbnf("a$b", "r-", false, &b, &err) && strstr(err.msg, "anchor"), "%s", err.msg);
+    /* an unbounded repetition of a group that can be empty (found by fuzzing:
+     * its rule would recurse without consuming input) is refused by name;
+     * a bounded one, and one of a group that cannot be empty, still work */
+    CHECK(!regex_to_gbnf("(ba|(c)?|v )*x", "r-", false, &b, &err) && strstr(err.msg, "empty string"), "%s",
+          err.msg);
+    CHECK(!regex_to_gbnf("(a?b?){2,}", "r-", false, &b, &err) && strstr(err.msg, "empty string"), "%s", err.msg);
     kvl_buf_free(&b);
+    regex_cases("(a?b?){1,2}c", (const char *[]){"c", "abc", "aabc", NULL}, (const char *[]){"aaabc", NULL});
+    regex_cases("(a?b)+", (const char *[]){"b", "abab", NULL}, (const char *[]){"", "a", NULL});
 }
 
 /* ------------------------------------------------------- token masks -- */

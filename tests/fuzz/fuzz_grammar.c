@@ -1,0 +1,67 @@
+/* libFuzzer target for the grammar compilers: byte 0 picks what the rest is,
+ * a GBNF grammar, a JSON Schema or a regular expression; the schema and the
+ * regex are translated to GBNF, and whatever compiles is matched against a
+ * few texts and walked byte by byte with a grammar_state. Compile errors are
+ * ordinary outcomes; a crash, a sanitizer report, a leak, or a translation
+ * that does not compile (the translators must emit valid GBNF) is a finding.
+ * Schemas and regexes reach the translators only as valid UTF-8 (the server
+ * checks every body, and cJSON refuses lone surrogate escapes), so other
+ * inputs are given to the GBNF compiler alone. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "grammar.h"
+#include "srv_internal.h" /* utf8_valid */
+
+static const char *const TEXTS[] = {"", "a", "{}", "{\"a\": 1}", "[1, \"x\", null]", "2024-07-26", "\"\xC3\xA9\""};
+
+static void exercise(const grammar *g, const char *src, size_t n) {
+    for (size_t i = 0; i < sizeof TEXTS / sizeof TEXTS[0]; i++) grammar_match_text(g, TEXTS[i], strlen(TEXTS[i]));
+    grammar_state *st = grammar_state_new(g);
+    if (!st) return;
+    /* the input's own bytes as output, as far as the grammar allows them */
+    for (size_t i = 0; i < n && i < 256; i++) {
+        bool allowed = grammar_state_allows_bytes(st, src + i, 1);
+        if (grammar_state_accept_bytes(st, src + i, 1) != allowed) {
+            fprintf(stderr, "byte %zu: allows and accept disagree\n", i);
+            abort();
+        }
+        if (!allowed) break;
+    }
+    grammar_state_can_end(st);
+    grammar_state_must_end(st);
+    grammar_state_free(st);
+}
+
+int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size) {
+    if (size < 1 || size > 16384) return 0;
+    char *src = malloc(size);
+    if (!src) return 0;
+    memcpy(src, data + 1, size - 1);
+    src[size - 1] = 0; /* the compilers take NUL-terminated text */
+    const int kind = utf8_valid(src, strlen(src)) ? data[0] % 3 : 0;
+    kvl_error err = {{0}};
+    grammar *g = NULL;
+    if (kind == 0) {
+        g = grammar_compile(src, NULL, &err);
+    } else {
+        kvl_buf b = {0};
+        kvl_buf_puts(&b, "root ::= s-root\n");
+        bool ok = kind == 1 ? json_schema_to_gbnf(src, "s-", &b, &err) : regex_to_gbnf(src, "s-", false, &b, &err);
+        if (ok && !b.oom) {
+            g = grammar_compile(b.p, NULL, &err);
+            if (!g) { /* a translation must be valid GBNF */
+                fprintf(stderr, "translated grammar does not compile: %s\n%s\n", err.msg, b.p);
+                abort();
+            }
+        }
+        kvl_buf_free(&b);
+    }
+    if (g) {
+        exercise(g, src, strlen(src));
+        grammar_free(g);
+    }
+    free(src);
+    return 0;
+}
