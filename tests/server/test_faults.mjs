@@ -180,13 +180,15 @@ if (code !== 0) { console.log(`faults server exit ${code}:\n${server.log()}`); f
   if (s.proc.exitCode === null) await s.stop();
 }
 {
-  const s = await startServer(bin, ['-m', MODEL, '-c', '2048', '--max-seqs', '2', '--shutdown-timeout', '1'],
+  // A context long enough that no request can finish in 1 s even on a fast,
+  // idle machine (stories260K decodes ~5,000 tokens/s; 2,000 did finish).
+  const s = await startServer(bin, ['-m', MODEL, '-c', '16384', '--max-seqs', '2', '--shutdown-timeout', '1'],
     { cwd: root, name: 'drain-timeout' });
   failed += await runTests([['SIGTERM past --shutdown-timeout: the rest cancelled (abort), exit 0', async () => {
     // two run, four wait: none can finish in 1 s
     const streams = Array.from({ length: 3 }, (_, i) => stream(s.port,
-      { prompt: `Once upon a time ${i}`, max_tokens: 2000, ignore_eos: true }));
-    const blocking = Array.from({ length: 3 }, (_, i) => post(s.port, { prompt: `The dog ${i}`, max_tokens: 2000, ignore_eos: true }));
+      { prompt: `Once upon a time ${i}`, max_tokens: 16000, ignore_eos: true }));
+    const blocking = Array.from({ length: 3 }, (_, i) => post(s.port, { prompt: `The dog ${i}`, max_tokens: 16000, ignore_eos: true }));
     await waitMetrics(s.url, (m) => m.get('kvllm:num_requests_running') === 2 && m.get('kvllm:num_requests_waiting') === 4);
     const t0 = Date.now();
     const exited = new Promise((r) => s.proc.on('exit', (c, sig) => r(c ?? sig)));
