@@ -1,6 +1,6 @@
 #!/bin/sh
 # libFuzzer smoke runs (the fuzz_smoke CTest): the request parser, the
-# tokenizer and the Jinja interpreter, each for a few seconds from its corpus
+# tokenizer, the Jinja interpreter and the grammar compilers, each for a few seconds from its corpus
 # in tests/fuzz/corpus/<target> (Jinja: the vendored chat templates).
 # usage: smoke.sh SRC_DIR WORK_DIR [TARGET...]
 #   KVLLM_FUZZ_SMOKE_SECONDS  run time per target (default 4)
@@ -17,16 +17,7 @@ secs=${KVLLM_FUZZ_SMOKE_SECONDS:-4}
 mkdir -p "$work"
 work=$(cd "$work" && pwd)
 
-if ! command -v clang >/dev/null 2>&1; then
-    echo "SKIP: clang not found (install clang libclang-rt-14-dev, e.g. make deps)"
-    exit 77
-fi
-printf 'int LLVMFuzzerTestOneInput(const unsigned char *d, unsigned long n) { return 0; }\n' >"$work/probe.c"
-if ! clang -fsanitize=fuzzer "$work/probe.c" -o "$work/probe" >"$work/probe.log" 2>&1; then
-    echo "SKIP: clang cannot link libFuzzer (install libclang-rt-14-dev):"
-    cat "$work/probe.log"
-    exit 77
-fi
+. "$src/tests/fuzz/need_libfuzzer.sh"
 
 # The library sources each target reaches, compiled once with the fuzzer's
 # coverage and ASan + UBSan (no recovery).
