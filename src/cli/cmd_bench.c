@@ -14,8 +14,9 @@
  * Every figure is the mean +- sd over -r repetitions, after one warm-up that
  * pages the weights in. Decode is reported with the bytes of weights read per
  * decoding step (all weight matrices once per step) and the implied GB/s.
- * Over 800 lines on purpose: the modes share one option set, the repetition
- * statistics and one JSON/text report; splitting them would pass those around. */
+ * The memory-bandwidth probe and the sweep's CSV/SVG files are in
+ * cmd_bench_sweep.c; this file holds the options, the engine runs, the
+ * repetition statistics and the JSON/text report, which all share them. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <math.h>
@@ -26,7 +27,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cli.h"
+#include "cmd_bench.h"
 #include "kernels.h"
 
 #define MAX_LIST 16
@@ -212,12 +213,6 @@ typedef struct batch_result {
     int64_t batch;
     samples tps; /* aggregate decode tokens/s */
 } batch_result;
-
-typedef struct sweep_point {
-    int64_t ctx;
-    double cache_ms, nocache_ms; /* per token; nocache_ms < 0: skipped */
-    double nocache_est_s;
-} sweep_point;
 
 typedef struct results {
     samples prefill_tps;
@@ -426,55 +421,6 @@ static bool phase_warmup(bench *b) {
     return run_once(b, 1, 8, 4, false, &r);
 }
 
-/* ------------------------------------------------------ memory bandwidth -- */
-
-typedef uint64_t v2u64 __attribute__((vector_size(16)));
-
-/* Sums a buffer with four independent vector accumulators per thread: one
- * read stream per thread, nothing written, so the limit is read bandwidth. */
-static uint64_t sum_range(const v2u64 *p, size_t n) {
-    v2u64 s0 = {0, 0}, s1 = s0, s2 = s0, s3 = s0;
-    size_t i = 0;
-    for (; i + 4 <= n; i += 4) {
-        s0 += p[i];
-        s1 += p[i + 1];
-        s2 += p[i + 2];
-        s3 += p[i + 3];
-    }
-    for (; i < n; i++) s0 += p[i];
-    v2u64 s = s0 + s1 + s2 + s3;
-    return s[0] + s[1];
-}
-
-/* Best of 5 passes over a buffer of `mb` MiB (far beyond the caches). */
-static double membw_gbps(int64_t mb) {
-    size_t bytes = (size_t)mb << 20, n = bytes / sizeof(v2u64);
-    v2u64 *buf = kvl_alloc(bytes);
-    if (!buf) return 0;
-    int nt = omp_get_max_threads();
-#pragma omp parallel for schedule(static)
-    for (int t = 0; t < nt; t++) /* first touch by the thread that will read it */
-        memset((char *)buf + bytes / nt * t, 1, t == nt - 1 ? bytes - bytes / nt * t : bytes / nt);
-    double best = 0;
-    volatile uint64_t sink = 0;
-    for (int rep = 0; rep < 5; rep++) {
-        double t0 = kvl_time_s();
-        uint64_t total = 0;
-#pragma omp parallel reduction(+ : total)
-        {
-            int t = omp_get_thread_num(), k = omp_get_num_threads();
-            size_t lo = n / k * t, hi = t == k - 1 ? n : n / k * (t + 1);
-            total += sum_range(buf + lo, hi - lo);
-        }
-        double dt = kvl_time_s() - t0;
-        sink += total;
-        if (bytes / dt / 1e9 > best) best = bytes / dt / 1e9;
-    }
-    (void)sink;
-    kvl_free(buf);
-    return best;
-}
-
 /* ------------------------------------------------------------ output -- */
 
 /* The weight mix by name: general.file_type as llama.cpp numbers it, else
@@ -626,113 +572,6 @@ static void print_text(const bench *b, const results *res) {
     }
 }
 
-/* ------------------------------------------------------- sweep files -- */
-
-static bool write_csv(const char *path, const results *res, int n) {
-    FILE *fp = fopen(path, "w");
-    if (!fp) return false;
-    fprintf(fp, "context,kv_cache_ms_per_token,no_kv_cache_ms_per_token\n");
-    for (int i = 0; i < n; i++) {
-        const sweep_point *sp = &res->sweep[i];
-        fprintf(fp, "%lld,%.4f,", (long long)sp->ctx, sp->cache_ms);
-        if (sp->nocache_ms >= 0) fprintf(fp, "%.4f", sp->nocache_ms);
-        fputc('\n', fp);
-    }
-    return fclose(fp) == 0;
-}
-
-/* A log-log plot: a flat line is O(1) per token, slope 1 is O(N) per token
- * (O(N^2) for a whole sequence). */
-typedef struct plot {
-    double x0, x1, y0, y1; /* data range (log10) */
-    int w, h, l, r, t, bm; /* size and margins */
-} plot;
-
-static double px(const plot *p, double x) { return p->l + (log10(x) - p->x0) / (p->x1 - p->x0) * (p->w - p->l - p->r); }
-static double py(const plot *p, double y) { return p->h - p->bm - (log10(y) - p->y0) / (p->y1 - p->y0) * (p->h - p->t - p->bm); }
-
-static void svg_series(FILE *fp, const plot *p, const results *res, int n, bool cache, const char *color) {
-    fprintf(fp, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" points=\"", color);
-    for (int i = 0; i < n; i++) {
-        double v = cache ? res->sweep[i].cache_ms : res->sweep[i].nocache_ms;
-        if (v > 0) fprintf(fp, "%.1f,%.1f ", px(p, (double)res->sweep[i].ctx), py(p, v));
-    }
-    fprintf(fp, "\"/>\n");
-    for (int i = 0; i < n; i++) {
-        double v = cache ? res->sweep[i].cache_ms : res->sweep[i].nocache_ms;
-        if (v > 0)
-            fprintf(fp, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3.5\" fill=\"%s\"><title>%lld: %.2f ms</title></circle>\n",
-                    px(p, (double)res->sweep[i].ctx), py(p, v), color, (long long)res->sweep[i].ctx, v);
-    }
-}
-
-static void svg_axes(FILE *fp, const plot *p, const results *res, int n) {
-    fprintf(fp, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"none\" stroke=\"#444\"/>\n", p->l,
-            p->t, p->w - p->l - p->r, p->h - p->t - p->bm);
-    for (int i = 0; i < n; i++) {
-        double x = px(p, (double)res->sweep[i].ctx);
-        fprintf(fp, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#ddd\"/>\n", x, p->t, x, p->h - p->bm);
-        fprintf(fp, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%lld</text>\n", x, p->h - p->bm + 16,
-                (long long)res->sweep[i].ctx);
-    }
-    for (int e = (int)floor(p->y0); e <= (int)ceil(p->y1); e++) {
-        for (int m = 1; m <= 5; m += m == 1 ? 1 : 3) { /* 1, 2, 5 per decade */
-            double v = m * pow(10, e), y = py(p, v);
-            if (log10(v) < p->y0 || log10(v) > p->y1) continue;
-            fprintf(fp, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", p->l, y, p->w - p->r, y);
-            fprintf(fp, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%g</text>\n", p->l - 6, y + 4, v);
-        }
-    }
-}
-
-static bool write_svg(const char *path, const char *model_name, const results *res, int n) {
-    plot p = {.w = 720, .h = 440, .l = 70, .r = 20, .t = 50, .bm = 60};
-    double lo = 1e300, hi = 0;
-    for (int i = 0; i < n; i++) {
-        double v[2] = {res->sweep[i].cache_ms, res->sweep[i].nocache_ms};
-        for (int k = 0; k < 2; k++)
-            if (v[k] > 0) lo = fmin(lo, v[k]), hi = fmax(hi, v[k]);
-    }
-    if (hi <= 0) return false;
-    p.x0 = log10((double)res->sweep[0].ctx) - 0.1;
-    p.x1 = log10((double)res->sweep[n - 1].ctx) + 0.1;
-    p.y0 = log10(lo) - 0.15;
-    p.y1 = log10(hi) + 0.15;
-    if (p.x1 - p.x0 < 0.3) p.x1 = p.x0 + 0.3;
-    FILE *fp = fopen(path, "w");
-    if (!fp) return false;
-    fprintf(fp, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" font-family=\"sans-serif\" "
-                "font-size=\"12\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n", p.w, p.h);
-    fprintf(fp, "<text x=\"%d\" y=\"22\" font-size=\"15\">Decode cost per token vs context: %s</text>\n", p.l,
-            model_name);
-    svg_axes(fp, &p, res, n);
-    svg_series(fp, &p, res, n, true, "#1f77b4");
-    svg_series(fp, &p, res, n, false, "#d62728");
-    fprintf(fp, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">context length (tokens, log scale)</text>\n",
-            (p.w + p.l) / 2, p.h - 22);
-    fprintf(fp, "<text transform=\"translate(16,%d) rotate(-90)\" text-anchor=\"middle\">ms per token (log)</text>\n",
-            (p.h + p.t) / 2);
-    fprintf(fp, "<text x=\"%d\" y=\"40\" fill=\"#1f77b4\">&#9679; KV cache (attention O(N) per token)</text>\n",
-            p.l + 8);
-    fprintf(fp, "<text x=\"%d\" y=\"40\" fill=\"#d62728\">&#9679; no KV cache: recompute (O(N) to O(N&#178;) per token)"
-                "</text>\n", p.l + 300);
-    fprintf(fp, "</svg>\n");
-    return fclose(fp) == 0;
-}
-
-static bool write_sweep_files(const bench *b, const results *res) {
-    const char *prefix = b->a->out ? b->a->out : "kvllm-context-sweep";
-    char csv[4096], svg[4096];
-    snprintf(csv, sizeof csv, "%s.csv", prefix);
-    snprintf(svg, sizeof svg, "%s.svg", prefix);
-    const char *name = gguf_path(model_gguf(b->cm.m));
-    const char *slash = strrchr(name, '/');
-    bool ok = write_csv(csv, res, b->a->n_sweep) && write_svg(svg, slash ? slash + 1 : name, res, b->a->n_sweep);
-    if (!ok) fprintf(stderr, "kvllm bench: cannot write %s / %s\n", csv, svg);
-    else fprintf(stderr, "kvllm bench: context sweep written to %s and %s\n", csv, svg);
-    return ok;
-}
-
 /* ------------------------------------------------------------- main -- */
 
 static int count_runs(const bench_args *a) {
@@ -788,14 +627,14 @@ int cmd_bench(int argc, char **argv) {
     bool model_wanted = o.model_path || !a.membw;
     o.n_ctx = longest_context(&a);
     if (model_wanted && !cli_load(&o, true, &b.cm)) goto out;
-    if (a.membw) res->membw_gbps = membw_gbps(a.membw_mb);
+    if (a.membw) res->membw_gbps = bench_membw_gbps(a.membw_mb);
     if (b.cm.m) {
         b.weights_per_step = weights_per_step(b.cm.m);
         b.prog = (progress){.on = a.progress, .tty = isatty(STDERR_FILENO), .n_runs = count_runs(&a),
                             .t0 = kvl_time_s()};
         bool ok = run_phases(&b, res);
         prog_end(&b.prog);
-        if (!ok || (a.n_sweep > 0 && !write_sweep_files(&b, res))) goto out;
+        if (!ok || (a.n_sweep > 0 && !bench_sweep_files(a.out, b.cm.m, res->sweep, a.n_sweep))) goto out;
     }
     if (o.json) print_json(&b, res);
     else print_text(&b, res);
