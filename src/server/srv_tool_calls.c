@@ -1,6 +1,6 @@
 /* Tool calls in chat output, per format (srv_tools_int.h): where a call
  * region starts and ends in each format's markup, and how its calls are read
- * into tool_call_out (JSON, XML-like, GLM, harmony's and the others listed in
+ * into tool_call_out (JSON, XML-like, GLM and the others listed in
  * srv_tools.h). The streaming parser that finds the regions in generated text
  * is srv_tool_stream.c; split from srv_tools.c to keep files under 800 lines. */
 #define _GNU_SOURCE

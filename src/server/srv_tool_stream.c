@@ -4,12 +4,9 @@
  * harmony (gpt-oss) channel reader. The call formats themselves are parsed in
  * srv_tool_calls.c; split from srv_tools.c to keep files under 800 lines. */
 #define _GNU_SOURCE
-#include <stdatomic.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "srv_tools_int.h"
 
