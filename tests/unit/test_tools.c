@@ -1,4 +1,4 @@
-/* Tool calls and reasoning in chat output (src/server/srv_tools.c).
+/* Tool calls and reasoning in chat output (src/server/srv_tools.c, srv_tool_calls.c, srv_tool_stream.c).
  *
  * The reference is transformers' rendering of the vendored templates
  * (tests/data/chat-templates): each template's expected rendering of an
