@@ -43,36 +43,6 @@ static bool check_model(srv *s, const cJSON *b, api_error *err) {
     return false;
 }
 
-/* Text -> ids (malloc'd); special tokens parsed when parse_special. */
-static int32_t *encode(srv *s, const char *text, size_t len, bool add_bos, bool parse_special,
-                       int64_t *n, const char *param, api_error *err) {
-    int64_t cap = (int64_t)len + 8;
-    for (int attempt = 0; attempt < 2; attempt++) {
-        int32_t *ids = malloc((size_t)cap * sizeof *ids);
-        if (!ids) {
-            api_fail(err, 500, NULL, "out of memory");
-            return NULL;
-        }
-        kvl_error kerr = {{0}};
-        pthread_mutex_lock(&s->tok_mu);
-        int64_t got = tok_encode(s->vocab, text, len, add_bos, parse_special, ids, cap, &kerr);
-        pthread_mutex_unlock(&s->tok_mu);
-        if (got < 0) {
-            free(ids);
-            api_fail(err, 400, param, "cannot tokenize: %s", kerr.msg);
-            return NULL;
-        }
-        if (got <= cap) {
-            *n = got;
-            return ids;
-        }
-        free(ids);
-        cap = got;
-    }
-    api_fail(err, 500, NULL, "tokenizer returned an inconsistent length");
-    return NULL;
-}
-
 /* The same strict parse as generation requests (json_parse_body: UTF-8, no
  * NUL, nothing after the value), then an object. */
 static bool parse_body(const char *p, size_t n, cJSON **out, api_error *err) {
@@ -163,7 +133,7 @@ char *srv_tokenize(srv *s, const char *body, size_t len, api_error *err) {
         goto done;
     }
     bool bos = add_special && tok_add_bos(s->vocab) && tok_bos(s->vocab) >= 0;
-    if (!(ids = encode(s, c->valuestring, strlen(c->valuestring), bos, parse_special, &n, "content",
+    if (!(ids = srv_encode(s, c->valuestring, strlen(c->valuestring), bos, (tok_mode){.parse_special = parse_special}, &n, "content",
                        err)))
         goto done;
     cJSON *o = cJSON_CreateObject();
@@ -295,7 +265,7 @@ static bool add_text(srv *s, srv_embed *em, const char *text, int idx, api_error
     bool bos = tok_add_bos(s->vocab) && tok_bos(s->vocab) >= 0;
     int64_t n = 0;
     /* special tokens in the text are parsed, as llama-server and vLLM's tokenizers do */
-    int32_t *ids = encode(s, text, len, bos, true, &n, "input", err);
+    int32_t *ids = srv_encode(s, text, len, bos, (tok_mode){.parse_special = true}, &n, "input", err);
     if (!ids) return false;
     em->ids[em->n_inputs] = ids;
     em->n_ids[em->n_inputs++] = n;

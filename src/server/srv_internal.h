@@ -58,9 +58,23 @@ bool req_int(const cJSON *o, const char *k, int64_t lo, int64_t hi, int64_t *out
 bool req_bool(const cJSON *o, const char *k, bool *out, api_error *err);
 bool req_string(const cJSON *o, const char *k, const char **out, api_error *err);
 
+/* How a text's special-token texts are read: never (a completion's prompt by
+ * default), always (a completion with "parse_special": true, llama.cpp's
+ * way), or everywhere but the guarded ranges (a rendered chat prompt: only the
+ * template's markup, srv_guard.c). */
+typedef struct tok_mode {
+    bool parse_special;
+    const tok_span *guard;
+    size_t n_guard;
+} tok_mode;
+typedef struct srv srv;
+/* Text -> ids (malloc'd, *n of them) under the tokenizer lock, or NULL with
+ * err set (400 naming param when the tokenizer refuses the text). */
+int32_t *srv_encode(srv *s, const char *text, size_t len, bool add_bos, tok_mode mode, int64_t *n,
+                    const char *param, api_error *err);
+
 /* -------------------------------------------------------------- jobs -- */
 
-typedef struct srv srv;
 typedef struct srv_job srv_job;
 
 typedef struct srv_event {

@@ -109,16 +109,6 @@ static bool check_fields(const cJSON *b, bool chat, api_error *err) {
 
 /* ------------------------------------------------------------ prompts -- */
 
-/* How a text's special-token texts are read: never (a completion's prompt by
- * default), always (a completion with "parse_special": true, llama.cpp's
- * way), or everywhere but the guarded ranges (a rendered chat prompt: only the
- * template's markup, srv_guard.c). */
-typedef struct tok_mode {
-    bool parse_special;
-    const tok_span *guard;
-    size_t n_guard;
-} tok_mode;
-
 static bool tokenize(srv *s, const char *text, size_t len, bool add_bos, tok_mode mode, srv_job *j,
                      const char *param, api_error *err) {
     /* A token covers at least one byte, so a text this long could not fit the
@@ -126,29 +116,8 @@ static bool tokenize(srv *s, const char *text, size_t len, bool add_bos, tok_mod
     if (len > (size_t)s->n_ctx * 256)
         return api_fail(err, 400, param, "the prompt is too long (%zu bytes) for the context of %lld tokens",
                         len, (long long)s->n_ctx);
-    int64_t cap = (int64_t)len + 8;
-    for (int attempt = 0; attempt < 2; attempt++) {
-        int32_t *ids = malloc((size_t)cap * sizeof *ids);
-        if (!ids) return api_fail(err, 500, NULL, "out of memory");
-        kvl_error kerr = {{0}};
-        pthread_mutex_lock(&s->tok_mu);
-        int64_t got = mode.guard ? tok_encode_guarded(s->vocab, text, len, add_bos, mode.guard, mode.n_guard, ids,
-                                                      cap, &kerr)
-                                 : tok_encode(s->vocab, text, len, add_bos, mode.parse_special, ids, cap, &kerr);
-        pthread_mutex_unlock(&s->tok_mu);
-        if (got < 0) {
-            free(ids);
-            return api_fail(err, 400, param, "cannot tokenize the prompt: %s", kerr.msg);
-        }
-        if (got <= cap) {
-            j->prompt = ids;
-            j->n_prompt = got;
-            return true;
-        }
-        free(ids);
-        cap = got;
-    }
-    return api_fail(err, 500, NULL, "tokenizer returned an inconsistent length");
+    j->prompt = srv_encode(s, text, len, add_bos, mode, &j->n_prompt, param, err);
+    return j->prompt != NULL;
 }
 
 static bool set_ids(srv *s, const cJSON *arr, srv_job *j, api_error *err) {
