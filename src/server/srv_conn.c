@@ -9,7 +9,16 @@
  * being accepted or of its previous response; past that the acceptor shuts the
  * socket down, so clients that trickle bytes (slowloris) hold a slot for a
  * bounded time. Waiting for generation is not covered: the deadline applies
- * only while a request is being received. */
+ * only while a request is being received.
+ *
+ * A flood from many addresses can still fill --max-connections with clients
+ * that are all "receiving" forever slowly. So when every slot is taken, a new
+ * connection evicts the one that has been receiving longest (an idle
+ * keep-alive or a trickling client), provided it has been at it for
+ * EVICT_MIN_AGE_S: a well-behaved request is received in milliseconds and is
+ * never the oldest, while a slowloris slot is freed for /health and honest
+ * clients. Only when no connection qualifies (all are waiting for generation,
+ * or all are younger) is the newcomer answered 503. */
 #define _GNU_SOURCE
 #include <microhttpd.h>
 #include <errno.h>
@@ -36,6 +45,7 @@ struct conn_rec {
     struct sockaddr_storage addr;
     socklen_t addr_len;
     double deadline; /* receiving a request must end by then */
+    double since;    /* receiving started then (accept, or the previous response) */
     bool receiving;  /* between requests or inside one: the deadline applies */
     bool started;    /* MHD reported the connection */
     bool cut;        /* shut down for missing the deadline */
@@ -46,6 +56,12 @@ struct conn_rec {
  * the client drop the reply). */
 #define LINGER_MAX 512
 #define LINGER_S   1.0
+
+/* Eviction when full: how long a connection must have been receiving to be
+ * evicted, and how many evicted connections may still be closing (libmicrohttpd
+ * closes them on its next event; until then they hold descriptors). */
+#define EVICT_MIN_AGE_S 1.0
+#define EVICT_SLACK     64
 
 static bool same_client(const struct sockaddr_storage *a, const struct sockaddr_storage *b) {
     if (a->ss_family != b->ss_family) return false;
@@ -146,7 +162,8 @@ void conns_response_done(srv *s, struct MHD_Connection *c) {
     if (!r) return;
     pthread_mutex_lock(&s->conns_mu);
     r->receiving = true;
-    r->deadline = kvl_time_s() + s->cfg.request_timeout_s;
+    r->since = kvl_time_s();
+    r->deadline = r->since + s->cfg.request_timeout_s;
     pthread_mutex_unlock(&s->conns_mu);
 }
 
@@ -221,19 +238,45 @@ static void deadline_sweep(srv *s, double now) {
     pthread_mutex_unlock(&s->conns_mu);
 }
 
+/* Frees a slot when every one is taken: cuts the connection that has been
+ * receiving longest, if it has been at it for EVICT_MIN_AGE_S. Connections cut
+ * earlier but not yet closed by libmicrohttpd count as free, up to
+ * EVICT_SLACK of them. Called under conns_mu. */
+static bool evict_oldest_receiving(srv *s, double now) {
+    int n_cut = 0;
+    conn_rec *oldest = NULL;
+    for (conn_rec *r = s->conns; r; r = r->next) {
+        if (r->cut) {
+            n_cut++;
+            continue;
+        }
+        if (r->started && r->receiving && now - r->since >= EVICT_MIN_AGE_S &&
+            (!oldest || r->since < oldest->since))
+            oldest = r;
+    }
+    if (s->n_conns - n_cut < s->cfg.max_connections && s->n_conns < s->cfg.max_connections + EVICT_SLACK)
+        return true; /* slots held only by connections already on their way out */
+    if (!oldest || n_cut >= EVICT_SLACK) return false;
+    oldest->cut = true;
+    shutdown(oldest->fd, SHUT_RDWR);
+    atomic_fetch_add(&s->n_evicted, 1);
+    return true;
+}
+
 /* Counts the connection in, or says which limit refuses it. */
 static const char *admit_conn(srv *s, int fd, const struct sockaddr_storage *sa, socklen_t len) {
     if (atomic_load(&s->draining)) return "the server is shutting down";
     pthread_mutex_lock(&s->conns_mu);
     const char *why = NULL;
-    if (s->n_conns >= s->cfg.max_connections) {
-        why = "too many open connections";
-    } else if (s->cfg.max_connections_per_ip > 0) {
+    double now = kvl_time_s();
+    if (s->cfg.max_connections_per_ip > 0) {
         int same = 0;
-        for (conn_rec *r = s->conns; r; r = r->next) same += same_client(&r->addr, sa);
+        for (conn_rec *r = s->conns; r; r = r->next) same += !r->cut && same_client(&r->addr, sa);
         if (same >= s->cfg.max_connections_per_ip)
             why = "too many open connections from this address";
     }
+    if (!why && s->n_conns >= s->cfg.max_connections && !evict_oldest_receiving(s, now))
+        why = "too many open connections";
     conn_rec *r = why ? NULL : calloc(1, sizeof *r);
     if (!why && !r) why = "out of memory";
     if (r) {
@@ -241,7 +284,8 @@ static const char *admit_conn(srv *s, int fd, const struct sockaddr_storage *sa,
         r->addr = *sa;
         r->addr_len = len;
         r->receiving = true;
-        r->deadline = kvl_time_s() + s->cfg.request_timeout_s;
+        r->since = now;
+        r->deadline = now + s->cfg.request_timeout_s;
         r->next = s->conns;
         if (s->conns) s->conns->prev = r;
         s->conns = r;

@@ -355,7 +355,8 @@ static enum MHD_Result dispatch(srv *s, struct MHD_Connection *c, const char *ur
     case R_METRICS:
         metrics_render(&s->metrics, s->cfg.model_id, &m);
         metrics_render_conns(&m, s->cfg.model_id, conns_open(s), atomic_load(&s->n_refused),
-                             atomic_load(&s->n_timed_out), atomic_load(&s->n_client_gone));
+                             atomic_load(&s->n_timed_out), atomic_load(&s->n_evicted),
+                             atomic_load(&s->n_client_gone));
         if (m.oom) {
             kvl_buf_free(&m);
             return MHD_NO;
@@ -640,6 +641,7 @@ static srv *srv_new(engine *e, const tok_vocab *vocab, const server_config *cfg)
     atomic_init(&s->acceptor_stop, false);
     atomic_init(&s->n_refused, 0);
     atomic_init(&s->n_timed_out, 0);
+    atomic_init(&s->n_evicted, 0);
     atomic_init(&s->n_client_gone, 0);
     pthread_mutex_init(&s->tok_mu, NULL);
     pthread_mutex_init(&s->q_mu, NULL);

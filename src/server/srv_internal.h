@@ -205,7 +205,7 @@ void histo_observe(histo *h, double v); /* caller holds m->mu */
 /* Prometheus text exposition (format 0.0.4). */
 void metrics_render(srv_metrics *m, const char *model_name, kvl_buf *out);
 void metrics_render_conns(kvl_buf *o, const char *model_name, int open, long refused, long timeouts,
-                          long disconnects);
+                          long evicted, long disconnects);
 
 /* ----------------------------------------------------------- tenants -- */
 
@@ -296,6 +296,7 @@ struct srv {
     int n_conns;
     atomic_long n_refused;     /* connections answered 503 by the acceptor */
     atomic_long n_timed_out;   /* connections cut for missing the request deadline */
+    atomic_long n_evicted;     /* receiving connections cut to make room when every slot was taken */
     atomic_long n_client_gone; /* jobs cancelled because their client left */
     /* Engine thread only. */
     srv_job *active;

@@ -147,7 +147,7 @@ void metrics_render(srv_metrics *m, const char *model_name, kvl_buf *o) {
 
 /* The HTTP layer's counters (srv_conn.c, srv_engine.c's watch_clients). */
 void metrics_render_conns(kvl_buf *o, const char *model_name, int open, long refused, long timeouts,
-                          long disconnects) {
+                          long evicted, long disconnects) {
     char label[320];
     model_label(model_name, label, sizeof label);
     put_gauge(o, label, "http_connections_open", "Open HTTP connections.", (double)open);
@@ -155,6 +155,9 @@ void metrics_render_conns(kvl_buf *o, const char *model_name, int open, long ref
                 "Connections answered 503 by the acceptor (over a connection limit, or draining).", (double)refused);
     put_counter(o, label, "http_request_timeouts",
                 "Connections closed for not delivering a whole request within --request-timeout.", (double)timeouts);
+    put_counter(o, label, "http_connections_evicted",
+                "Connections still receiving a request after 1 s, closed to make room when every slot was taken.",
+                (double)evicted);
     put_counter(o, label, "client_disconnects", "Requests cancelled because their client left before the end.",
                 (double)disconnects);
 }

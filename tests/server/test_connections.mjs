@@ -101,7 +101,7 @@ let failed = 0;
   const server = await startServer(bin, ['-m', MODEL, '-c', '256', '--max-connections', '40',
     '--max-connections-per-ip', '0', '--request-timeout', '3'], { cwd: root, name: 'global' });
   failed += await runTests([
-    ['global limit full: a clean 503 + Retry-After (no reset) until the deadline frees slots', async () => {
+    ['global limit full: 503 + Retry-After (no reset) while all are young, then the oldest slow client is evicted for a newcomer', async () => {
       const before = await openConnections(server.port); // e.g. startServer's pooled /health probe
       const clients = [];
       for (let i = 0; i < 60; i++) clients.push(slowClient(server.port, `127.0.0.${3 + (i % 10)}`, 500));
@@ -110,9 +110,20 @@ let failed = 0;
       const refused = clients.filter((c) => c.status() === 503).length;
       assertEq(refused, 60 - (40 - before), `connections over --max-connections 40 (${before} open before)`);
       const h = await timedHealth(server.port);
-      assertEq(h.status, 503, '/health while every slot is held');
+      assertEq(h.status, 503, '/health while every slot is held by connections younger than 1 s');
       assertEq(h.retryAfter, '1', 'Retry-After');
-      // all held ones end at their deadline, then /health answers again
+      // once the slow ones have been receiving for a second, a newcomer evicts the oldest:
+      // /health and a completion get through although every slot is held
+      await sleep(1200);
+      assertEq((await timedHealth(server.port)).status, 200, '/health evicts a slow client');
+      const body = JSON.stringify({ prompt: 'Once upon', max_tokens: 4 });
+      const done = await rawExchange(server.port, 'POST /v1/completions HTTP/1.1\r\nHost: x\r\n' +
+        `Content-Type: application/json\r\nConnection: close\r\nContent-Length: ${body.length}\r\n\r\n${body}`);
+      assertEq(done.status(), 200, `a completion while the slots are held: ${done.text().slice(0, 200)}`);
+      const m = await metrics(server.url);
+      assert(m.get('kvllm:http_connections_evicted_total') >= 1,
+        `evictions counted (${m.get('kvllm:http_connections_evicted_total')})`);
+      // the rest end at their deadline, then /health answers again
       await Promise.race([Promise.all(clients.map((c) => c.closed)), sleep(6000)]);
       assertEq((await timedHealth(server.port)).status, 200, '/health after the deadline');
       for (const c of clients) c.destroy();
