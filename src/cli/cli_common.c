@@ -339,33 +339,13 @@ bool cli_prompt_ids(const cli_opts *o, const tok_vocab *v, bool add_bos, int32_t
         len = strlen(text);
     }
     /* The caller owns *ids only on success: on failure it stays NULL, so a
-     * caller's cleanup path may free it unconditionally. A first guess of one
-     * id per byte can be short (byte-level BPE spells an invalid UTF-8 byte as
-     * several tokens), so tok_encode's count decides the second attempt. */
-    *ids = NULL;
-    int64_t cap = (int64_t)len + 8, got = -1;
-    for (int attempt = 0; attempt < 2; attempt++) {
-        int32_t *buf = malloc((size_t)cap * sizeof *buf);
-        if (!buf) {
-            snprintf(err.msg, sizeof err.msg, "out of memory for %lld token ids", (long long)cap);
-            got = -1;
-            break;
-        }
-        got = tok_encode(v, text, len, add_bos, o->parse_special, buf, cap, &err);
-        if (got >= 0 && got <= cap) {
-            *ids = buf;
-            break;
-        }
-        free(buf);
-        if (got < 0) break;
-        cap = got;
-    }
+     * caller's cleanup path may free it unconditionally. */
+    *ids = tok_encode_alloc(v, text, len, add_bos, o->parse_special, NULL, 0, n, &err);
     free(text);
     if (!*ids) {
-        fprintf(stderr, "kvllm: tokenize: %s\n", got < 0 ? err.msg : "the tokenizer's count changed between calls");
+        fprintf(stderr, "kvllm: tokenize: %s\n", err.msg);
         return false;
     }
-    *n = got;
     return true;
 }
 

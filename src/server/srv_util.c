@@ -151,31 +151,11 @@ bool req_string(const cJSON *o, const char *k, const char **out, api_error *err)
 
 int32_t *srv_encode(srv *s, const char *text, size_t len, bool add_bos, tok_mode mode, int64_t *n,
                     const char *param, api_error *err) {
-    int64_t cap = (int64_t)len + 8; /* a first guess: the tokenizer says how many it needs */
-    for (int attempt = 0; attempt < 2; attempt++) {
-        int32_t *ids = malloc((size_t)cap * sizeof *ids);
-        if (!ids) {
-            api_fail(err, 500, NULL, "out of memory");
-            return NULL;
-        }
-        kvl_error kerr = {{0}};
-        pthread_mutex_lock(&s->tok_mu);
-        int64_t got = mode.guard ? tok_encode_guarded(s->vocab, text, len, add_bos, mode.guard, mode.n_guard, ids,
-                                                      cap, &kerr)
-                                 : tok_encode(s->vocab, text, len, add_bos, mode.parse_special, ids, cap, &kerr);
-        pthread_mutex_unlock(&s->tok_mu);
-        if (got < 0) {
-            free(ids);
-            api_fail(err, 400, param, "cannot tokenize the text: %s", kerr.msg);
-            return NULL;
-        }
-        if (got <= cap) {
-            *n = got;
-            return ids;
-        }
-        free(ids);
-        cap = got;
-    }
-    api_fail(err, 500, NULL, "tokenizer returned an inconsistent length");
-    return NULL;
+    kvl_error kerr = {{0}};
+    pthread_mutex_lock(&s->tok_mu);
+    int32_t *ids = tok_encode_alloc(s->vocab, text, len, add_bos, mode.parse_special, mode.guard, mode.n_guard, n,
+                                    &kerr);
+    pthread_mutex_unlock(&s->tok_mu);
+    if (!ids) api_fail(err, 400, param, "cannot tokenize the text: %s", kerr.msg);
+    return ids;
 }

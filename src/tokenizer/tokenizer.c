@@ -234,6 +234,32 @@ int64_t tok_encode_guarded(const tok_vocab *v, const char *text, size_t len, boo
     return encode(v, text, len, add_bos, true, &g, out, cap, err);
 }
 
+int32_t *tok_encode_alloc(const tok_vocab *v, const char *text, size_t len, bool add_bos, bool parse_special,
+                          const tok_span *guard, size_t n_guard, int64_t *n, kvl_error *err) {
+    /* A first guess of one id per byte can be short (byte-level BPE spells an
+     * invalid UTF-8 byte as several tokens): the count the first call returns
+     * sizes the second. */
+    int64_t cap = (int64_t)len + 8;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        int32_t *ids = malloc((size_t)cap * sizeof *ids);
+        if (!ids) {
+            kvl_fail(err, "tokenizer: out of memory for %lld token ids", (long long)cap);
+            return NULL;
+        }
+        int64_t got = guard ? tok_encode_guarded(v, text, len, add_bos, guard, n_guard, ids, cap, err)
+                            : tok_encode(v, text, len, add_bos, parse_special, ids, cap, err);
+        if (got >= 0 && got <= cap) {
+            *n = got;
+            return ids;
+        }
+        free(ids);
+        if (got < 0) return NULL;
+        cap = got;
+    }
+    kvl_fail(err, "tokenizer: the count of ids changed between two calls on the same text");
+    return NULL;
+}
+
 int32_t tok_n_special(const tok_vocab *v) { return v->n_special; }
 int32_t tok_special_id(const tok_vocab *v, int32_t k) { return k >= 0 && k < v->n_special ? v->special_ids[k] : -1; }
 bool tok_is_parse_special(const tok_vocab *v, int32_t id) { return valid_id(v, id) && is_guarded_token(v, id); }

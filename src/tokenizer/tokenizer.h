@@ -52,6 +52,12 @@ typedef struct tok_span {
 int64_t tok_encode_guarded(const tok_vocab *v, const char *text, size_t len, bool add_bos, const tok_span *guard,
                            size_t n_guard, int32_t *out, int64_t cap, kvl_error *err);
 
+/* tok_encode (guard NULL) or tok_encode_guarded (guard non-NULL; parse_special
+ * is then implied) into an array it allocates: returns the ids, which the
+ * caller frees, and their count in *n; NULL with err filled on failure. */
+int32_t *tok_encode_alloc(const tok_vocab *v, const char *text, size_t len, bool add_bos, bool parse_special,
+                          const tok_span *guard, size_t n_guard, int64_t *n, kvl_error *err);
+
 /* The tokens that are matched in text (tokenizer.ggml.token_type control,
  * user-defined, unknown), k = 0 .. tok_n_special - 1, longest text first; and
  * whether id is one that only parse_special lets text become (control, unknown). */
