@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -161,3 +162,16 @@ int kvl_cpu_count(void) {
 
 /* ---------------------------------------------------------------- buffer */
 
+
+uint64_t kvl_random_u64(void) {
+    static atomic_uint_fast64_t counter;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t x = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 32) ^
+                 (atomic_fetch_add(&counter, 1) * 0x9E3779B97F4A7C15ull);
+    x ^= x >> 33; /* splitmix64 finaliser */
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ull;
+    return x ^ (x >> 33);
+}

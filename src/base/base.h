@@ -47,6 +47,10 @@ static inline bool kvl_add_ok(size_t a, size_t b, size_t *out) {
 /* Monotonic clock in seconds. */
 double kvl_time_s(void);
 
+/* A fresh 64-bit value each call (the clock and a counter through splitmix64's
+ * finaliser): default seeds and response ids. Not for secrets. */
+uint64_t kvl_random_u64(void);
+
 /* IEEE half and bfloat16 <-> float, exact round-to-nearest-even. */
 typedef uint16_t kvl_f16;
 typedef uint16_t kvl_bf16;

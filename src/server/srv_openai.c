@@ -6,7 +6,6 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <math.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -429,19 +428,6 @@ static bool parse_chat_prompt(srv *s, const cJSON *body, srv_job *j, api_error *
 
 /* ----------------------------------------------------------- sampling -- */
 
-static uint64_t random_u64(void) {
-    static atomic_uint_fast64_t counter;
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    uint64_t x = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 32) ^
-                 (atomic_fetch_add(&counter, 1) * 0x9E3779B97F4A7C15ull);
-    x ^= x >> 33; /* splitmix64 finaliser */
-    x *= 0xff51afd7ed558ccdull;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ull;
-    return x ^ (x >> 33);
-}
-
 /* Any integer from -2^63 to 2^64 - 1 (clients send 64-bit seeds), as uint64.
  * Read from the number's source text when the body parser kept it
  * (json_parse_body), since a double holds integers exactly only to 2^53. */
@@ -483,7 +469,7 @@ static bool parse_sampling(const cJSON *b, srv_job *j, api_error *err) {
     p->repeat_penalty = 1.0f;
     p->penalty_last_n = -1;
     int64_t top_k = 0;
-    p->seed = random_u64();
+    p->seed = kvl_random_u64();
     bool ok = req_float(b, "temperature", 0, 100, &p->temperature, err) &&
               req_float(b, "top_p", 0, 1, &p->top_p, err) &&
               req_int(b, "top_k", -1, 1 << 30, &top_k, err) &&
@@ -602,7 +588,7 @@ static bool parse_max_tokens(srv *s, const cJSON *b, bool chat, srv_job *j, api_
 
 static void make_id(api_req *r) {
     snprintf(r->id, sizeof r->id, "%s-%016llx%08llx", r->chat ? "chatcmpl" : "cmpl",
-             (unsigned long long)random_u64(), (unsigned long long)(random_u64() & 0xffffffffu));
+             (unsigned long long)kvl_random_u64(), (unsigned long long)(kvl_random_u64() & 0xffffffffu));
     r->created = (long)time(NULL);
 }
 

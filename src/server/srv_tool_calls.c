@@ -5,27 +5,13 @@
  * is srv_tool_stream.c; split from srv_tools.c to keep files under 800 lines. */
 #define _GNU_SOURCE
 #include <ctype.h>
-#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "base.h"
 #include "srv_tools_int.h"
-
-static uint64_t call_random(void) {
-    static atomic_uint_fast64_t counter;
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    uint64_t x = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 32) ^
-                 (atomic_fetch_add(&counter, 1) * 0x9E3779B97F4A7C15ull);
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdull;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ull;
-    return x ^ (x >> 33);
-}
 
 /* "call_" + 24 letters and digits, as OpenAI's ids look. */
 static void call_id(char out[40]) {
@@ -33,7 +19,7 @@ static void call_id(char out[40]) {
     memcpy(out, "call_", 5);
     uint64_t r = 0;
     for (int i = 0; i < 24; i++) {
-        if (i % 8 == 0) r = call_random(); /* 8 digits use 48 of its 64 bits */
+        if (i % 8 == 0) r = kvl_random_u64(); /* 8 digits use 48 of its 64 bits */
         out[5 + i] = alphabet[r % 62];
         r /= 62;
     }
