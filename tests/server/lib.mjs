@@ -51,11 +51,17 @@ export async function startServer(bin, args, { cwd, name = 'server' } = {}) {
 }
 
 // A request with full control over the body bytes (Buffer or string).
-export function rawRequest(url, { method = 'POST', path = '/v1/completions', headers = {}, body } = {}) {
+// settle: resolve with { error } on a dropped connection instead of rejecting;
+// onRequest(req) sees the request before its body is sent (e.g. to abort it);
+// agent: false for a connection of its own.
+export function rawRequest(url, { method = 'POST', path = '/v1/completions', headers = {}, body,
+  settle = false, onRequest, agent } = {}) {
   return new Promise((resolve, reject) => {
+    const fail = settle ? (e) => resolve({ error: e }) : reject;
     const u = new URL(path, url);
     const req = http.request(
-      { host: u.hostname, port: u.port, path: u.pathname, method, headers: { 'Content-Type': 'application/json', ...headers } },
+      { host: u.hostname, port: u.port, path: u.pathname, method, agent,
+        headers: { 'Content-Type': 'application/json', ...headers } },
       (res) => {
         const chunks = [];
         res.on('data', (c) => chunks.push(c));
@@ -65,9 +71,11 @@ export function rawRequest(url, { method = 'POST', path = '/v1/completions', hea
           try { json = JSON.parse(text); } catch {}
           resolve({ status: res.statusCode, headers: res.headers, text, json });
         });
+        res.on('error', fail);
       },
     );
-    req.on('error', reject);
+    req.on('error', fail);
+    if (onRequest) onRequest(req);
     if (body !== undefined) req.write(body);
     req.end();
   });

@@ -6,7 +6,7 @@
 // usage: node test_faults.mjs BUILD/kvllm REPO_ROOT
 import http from 'node:http';
 import {
-  startServer, rawExchange, metrics, waitMetrics, assert, assertEq, runTests, sleep,
+  startServer, rawExchange, rawRequest, metrics, waitMetrics, assert, assertEq, runTests, sleep,
 } from './lib.mjs';
 
 const [bin, root] = process.argv.slice(2);
@@ -18,26 +18,9 @@ function aborted(m) {
 }
 
 // POSTs a body; resolves with { status, text, json } or { error } (a dropped
-// connection), never rejects. onResponse(res, req) sees the response early.
-function post(port, body, { onRequest } = {}) {
-  return new Promise((resolve) => {
-    const req = http.request({ host: '127.0.0.1', port, path: '/v1/completions', method: 'POST',
-      headers: { 'Content-Type': 'application/json' }, agent: false }, (res) => {
-      const chunks = [];
-      res.on('data', (c) => chunks.push(c));
-      res.on('end', () => {
-        const text = Buffer.concat(chunks).toString('utf8');
-        let json = null;
-        try { json = JSON.parse(text); } catch {}
-        resolve({ status: res.statusCode, headers: res.headers, text, json });
-      });
-      res.on('error', (e) => resolve({ error: e }));
-    });
-    req.on('error', (e) => resolve({ error: e }));
-    if (onRequest) onRequest(req);
-    req.end(JSON.stringify(body));
-  });
-}
+// connection), never rejects. onRequest(req) sees the request early.
+const post = (port, body, { onRequest } = {}) => rawRequest(`http://127.0.0.1:${port}`,
+  { body: JSON.stringify(body), agent: false, settle: true, onRequest });
 
 // A streaming request read to the end: its finish reasons and whether [DONE] came.
 function stream(port, body) {
