@@ -15,21 +15,13 @@ MODEL=${1:-tests/data/golden/models/llama-gqa-bpe-q8_0.gguf}
 CONC=${2:-"1 4 16"}
 PROMPT=${3:-128}
 MAXTOK=${4:-128}
-LOG=$(mktemp)
+. bench/serve_lib.sh
 # shellcheck disable=SC2086
-"$BIN" serve -m "$MODEL" --port 0 $SERVE_FLAGS 2>"$LOG" &
-PID=$!
-trap 'kill $PID 2>/dev/null; rm -f "$LOG"' EXIT
-for _ in $(seq 100); do
-  PORT=$(sed -n 's/.*listening on http:\/\/[^:]*:\([0-9]*\).*/\1/p' "$LOG")
-  [ -n "$PORT" ] && break
-  sleep 0.1
-done
-[ -n "$PORT" ] || { cat "$LOG"; exit 1; }
+start_server -m "$MODEL" $SERVE_FLAGS
 echo "model $MODEL, prompt $PROMPT words, $MAXTOK output tokens, $(nproc) CPUs"
 for c in $CONC; do
   n=$((c * 8)); [ $n -lt 16 ] && n=16
-  "$BIN" loadgen --url "http://127.0.0.1:$PORT" --concurrency "$c" --requests "$n" \
+  "$BIN" loadgen --url "$URL" --concurrency "$c" --requests "$n" \
     --prompt-tokens "$PROMPT" --max-tokens "$MAXTOK" --temperature "${TEMPERATURE:-0}" --json |
   python3 -c 'import json,sys; d=json.load(sys.stdin); print("C=%-3d requests=%-4d failed=%d  output %7.1f tok/s  %5.1f req/s  TTFT p50 %7.1f p99 %7.1f ms  TPOT p50 %6.2f p99 %6.2f ms  ITL p50 %6.2f p99 %6.2f ms" % (d["concurrency"], d["completed"], d["failed"], d["output_throughput"], d["request_throughput"], d["median_ttft_ms"], d["p99_ttft_ms"], d["median_tpot_ms"], d["p99_tpot_ms"], d["median_itl_ms"], d["p99_itl_ms"]))'
 done

@@ -15,19 +15,10 @@ BIN=${KVLLM:-build/kvllm}
 SECS=${1:-300}
 MODEL=${2:-models/stories260K.gguf}
 SEQS=8
-LOG=$(mktemp)
+. bench/serve_lib.sh
 # A pool of exactly max-seqs full contexts: every block is touched during the
 # warm-up, so first touches of the pool do not show as growth later.
-"$BIN" serve -m "$MODEL" --port 0 -c 512 --max-seqs $SEQS --kv-blocks $((SEQS * 512 / 16)) 2>"$LOG" &
-PID=$!
-trap 'kill $PID 2>/dev/null; rm -f "$LOG"' EXIT
-for _ in $(seq 100); do
-  PORT=$(sed -n 's/.*listening on http:\/\/[^:]*:\([0-9]*\).*/\1/p' "$LOG")
-  [ -n "$PORT" ] && break
-  sleep 0.1
-done
-[ -n "$PORT" ] || { cat "$LOG"; exit 1; }
-URL="http://127.0.0.1:$PORT"
+start_server -m "$MODEL" -c 512 --max-seqs $SEQS --kv-blocks $((SEQS * 512 / 16))
 rss() { sed -n 's/VmRSS:[[:space:]]*\([0-9]*\).*/\1/p' "/proc/$PID/status"; }
 END=$(($(date +%s) + SECS))
 WARM=$((SECS / 10)); [ $WARM -lt 10 ] && WARM=10
