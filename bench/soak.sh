@@ -35,6 +35,7 @@ WARM=$((SECS / 10)); [ $WARM -lt 10 ] && WARM=10
 SIDE=$!
 
 total=0; rss0=""; t0=$(date +%s)
+SAMPLES=$(mktemp)
 while [ "$(date +%s)" -lt $END ]; do
   n=$("$BIN" loadgen --url "$URL" --concurrency $((SEQS / 2)) --requests 64 --prompt-tokens 64 \
       --shared-prefix 16 --max-tokens 64 --temperature 0.8 --json |
@@ -42,12 +43,28 @@ while [ "$(date +%s)" -lt $END ]; do
   [ "$n" -ge 0 ] || { echo "loadgen: failed requests"; exit 1; }
   total=$((total + n))
   if [ -z "$rss0" ] && [ $(($(date +%s) - t0)) -ge $WARM ]; then rss0=$(rss); fi
+  echo "$(($(date +%s) - t0)) $(rss)" >> "$SAMPLES"
 done
 wait $SIDE
 rss1=$(rss)
 [ -n "$rss0" ] || rss0=$rss1
-python3 -c "
+python3 - "$SAMPLES" <<PY
+import sys
 r0, r1 = $rss0, $rss1
 print(f'soak {$SECS} s ({$WARM} s warm-up): {$total} streamed requests + the non-streaming/hang-up loop; '
-      f'RSS {r0} -> {r1} KiB ({100.0 * (r1 - r0) / r0:+.2f}%)')"
+      f'RSS {r0} -> {r1} KiB ({100.0 * (r1 - r0) / r0:+.2f}%)')
+# RSS at the end of each tenth of the run: growth that levels off is the
+# allocator settling; growth that keeps its pace is a leak.
+s = [tuple(map(int, l.split())) for l in open(sys.argv[1])]
+marks = []
+for k in range(1, 11):
+    t = $SECS * k / 10
+    before = [r for (ts, r) in s if ts <= t]
+    if before: marks.append((int(t), before[-1]))
+print('RSS KiB at each tenth: ' + ', '.join(f'{t} s {r}' for t, r in marks))
+if len(marks) >= 2:
+    h = marks[len(marks) // 2 - 1]
+    print(f'second half: {h[1]} -> {r1} KiB ({100.0 * (r1 - h[1]) / h[1]:+.2f}%)')
+PY
+rm -f "$SAMPLES"
 curl -s "$URL/metrics" | grep -E '^kvllm:(kv_blocks_used|client_disconnects_total|request_success_total)'

@@ -209,6 +209,12 @@ enum { T_UNKNOWN = -2, T_DEAD = -1 };
 #define P_UNIFORM        0x100 /* in key[K_PREM]: a partial code point whose bits no longer matter */
 #define STATE_SOFT_LIMIT 4096  /* states kept between steps; the cache restarts past it */
 #define MAX_STACK_WORDS  (1 << 24)
+/* expand() recurses once per reference it enters and per rule end it pops: a
+ * chain of thousands of nullable items (("a")?{0,9000}) would exhaust the
+ * thread's stack. Past this depth the expansion counts as an overflow, like
+ * MAX_STACK_WORDS: those stacks are dropped, the grammar allows less, nothing
+ * crashes. Each level holds a 64-word buffer: 4096 levels stay near 1.5 MiB. */
+#define MAX_EXPAND_DEPTH 4096
 #define MASK_MEMO        4
 
 typedef struct srec {
@@ -242,6 +248,7 @@ struct grammar_state {
     } memo[MASK_MEMO];
     int memo_next;
     bool overflow;
+    int32_t depth; /* expand()'s recursion */
 };
 
 static uint32_t hash_key(const int32_t *k, int32_t n) {
@@ -365,9 +372,21 @@ static void emit_stack(grammar_state *st, const int32_t *stk, int32_t len, int32
 
 /* Emits every stack that results from placing element pos on top of stk[0..len)
  * and expanding references until a code-point set (or nothing) is on top. */
+static void expand_at(grammar_state *st, const int32_t *stk, int32_t len, int32_t pos);
+
 static void expand(grammar_state *st, const int32_t *stk, int32_t len, int32_t pos) {
-    const grammar *g = st->g;
     if (st->overflow) return;
+    if (st->depth >= MAX_EXPAND_DEPTH) {
+        st->overflow = true;
+        return;
+    }
+    st->depth++;
+    expand_at(st, stk, len, pos);
+    st->depth--;
+}
+
+static void expand_at(grammar_state *st, const int32_t *stk, int32_t len, int32_t pos) {
+    const grammar *g = st->g;
     const gelem *e = &g->elems[pos];
     if (e->kind == GE_CHARS) {
         emit_stack(st, stk, len, pos);

@@ -698,7 +698,7 @@ static jv *select_impl(jx *x, jv *v, jargs *a, bool attr, bool keep) {
     jv *at = attr ? jarg(a, 0, NULL) : NULL;
     if (attr && !at) jx_fail(x, JINJA_ERR_RUNTIME, "TypeError: selectattr/rejectattr need an attribute");
     jv *tn = jarg(a, first, NULL);
-    jargs rest = {.pos = a->pos + (a->npos > first + 1 ? first + 1 : a->npos), .npos = a->npos > first + 1 ? a->npos - first - 1 : 0,
+    jargs rest = {.pos = a->pos ? a->pos + (a->npos > first + 1 ? first + 1 : a->npos) : NULL, .npos = a->npos > first + 1 ? a->npos - first - 1 : 0,
                   .kwname = a->kwname, .kwval = a->kwval, .nkw = a->nkw};
     for (size_t i = 0; i < n; i++) {
         jv *item = attr ? attr_path(x, it[i], at) : it[i];

@@ -442,8 +442,26 @@ static void test_masks(const char *path, bool check_partial) {
     tok_vocab_destroy(v);
 }
 
+/* A chain of thousands of nullable items once recursed past the thread's
+ * stack while expanding (found by fuzzing): now the expansion stops at its
+ * depth limit. Short repetitions still match exactly. */
+static void test_deep_nullable_chain(void) {
+    grammar *g = compile("root ::= \"a\" (\"b\")?{0,9999} \"c\"", NULL);
+    if (g) {
+        grammar_state *st = grammar_state_new(g);
+        CHECK(st != NULL, "state of a 9999-deep optional chain");
+        if (st) (void)grammar_state_accept_bytes(st, "abbbbbbbbbbbbbbbbbbbbbbbbbc", 27);
+        grammar_state_free(st);
+        grammar_free(g);
+    }
+    static const char *const acc[] = {"ac", "abc", "abbbbbbbbbbbbbbbc", NULL};
+    static const char *const rej[] = {"a", "abcb", NULL};
+    match_cases("root ::= \"a\" (\"b\")?{0,200} \"c\"", acc, rej);
+}
+
 int main(void) {
     test_parse_errors();
+    test_deep_nullable_chain();
     test_matching();
     test_json_schema();
     test_regex();

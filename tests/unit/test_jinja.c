@@ -140,6 +140,9 @@ static void test_filters(void) {
     EXPECT("{{ l | join(', ') }}|{{ messages | map(attribute='role') | join }}|{{ messages | selectattr('role', 'equalto', "
            "'user') | list | length }}|{{ [1, 0, 2] | select | list }}|{{ [1, 2, 3] | reject('odd') | list }}",
            "3, 1, 2|userassistant|1|[1, 2]|[2]");
+    /* keyword arguments without a test name are ignored, as jinja2 does (found by fuzzing: this
+     * once offset a null argument array) */
+    EXPECT("{{ [1, 0, 2] | reject(x=1) | list }}|{{ [1, 0, 2] | select(x=1) | list }}", "[0]|[1, 2]");
     EXPECT("{{ zz | default('d') }}|{{ '' | default('d', true) }}|{{ n | default('d') }}|{{ '42' | int + 1 }}|{{ 'x' | int }}"
            "|{{ 2.5 | round }}|{{ 2.567 | round(2) }}|{{ [1, 2, 1] | unique | list }}|{{ l | first }}{{ l | last }}",
            "d|d|None|43|0|2.0|2.57|[1, 2]|32");
