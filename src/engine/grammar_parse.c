@@ -35,6 +35,10 @@ typedef struct parser {
     gset *sets;
     int32_t n_sets, cap_sets;
     int64_t n_elems;
+    int32_t *name_ht; /* open addressing over rule ids by name (-1: empty), cap_ht a power of two */
+    int32_t cap_ht;
+    int32_t *reps; /* (generated rule, segment length) per repetition that can match its segment twice */
+    int32_t n_reps, cap_reps;
 } parser;
 
 static bool fail_at(parser *ps, const char *at, const char *fmt, ...)
@@ -103,10 +107,45 @@ static int32_t add_rule(parser *ps, const char *name, size_t len) {
     return n;
 }
 
+static uint32_t name_hash(const char *s, size_t len) {
+    uint32_t h = 2166136261u; /* FNV-1a */
+    for (size_t i = 0; i < len; i++) h = (h ^ (unsigned char)s[i]) * 16777619u;
+    return h;
+}
+
+/* The slot of name in name_ht: its rule's, or the empty one where it would go. */
+static int32_t name_slot(const parser *ps, const char *name, size_t len) {
+    uint32_t m = (uint32_t)ps->cap_ht - 1, i = name_hash(name, len) & m;
+    for (;; i = (i + 1) & m) {
+        int32_t r = ps->name_ht[i];
+        if (r < 0 || (strlen(ps->names[r]) == len && memcmp(ps->names[r], name, len) == 0)) return (int32_t)i;
+    }
+}
+
+/* Keeps name_ht at most half full; a hash table, not a scan, so that a grammar
+ * of many thousands of rules compiles in linear time. */
+static bool name_ht_fit(parser *ps, int32_t n_rules) {
+    if (2 * n_rules < ps->cap_ht) return true;
+    int32_t cap = ps->cap_ht ? ps->cap_ht * 2 : 64;
+    while (2 * n_rules >= cap) cap *= 2;
+    int32_t *ht = malloc((size_t)cap * sizeof *ht);
+    if (!ht) return oom(ps);
+    free(ps->name_ht);
+    ps->name_ht = ht;
+    ps->cap_ht = cap;
+    for (int32_t i = 0; i < cap; i++) ht[i] = -1;
+    for (int32_t r = 0; r < ps->n_rules; r++)
+        if (!strchr(ps->names[r], '/')) ht[name_slot(ps, ps->names[r], strlen(ps->names[r]))] = r;
+    return true;
+}
+
 static int32_t find_rule(parser *ps, const char *name, size_t len) {
-    for (int32_t i = 0; i < ps->n_rules; i++)
-        if (strlen(ps->names[i]) == len && memcmp(ps->names[i], name, len) == 0) return i;
-    return add_rule(ps, name, len);
+    if (!name_ht_fit(ps, ps->n_rules + 1)) return -1;
+    int32_t slot = name_slot(ps, name, len);
+    if (ps->name_ht[slot] >= 0) return ps->name_ht[slot];
+    int32_t r = add_rule(ps, name, len);
+    if (r >= 0) ps->name_ht[slot] = r;
+    return r;
 }
 
 /* A rule made for a group or a repetition inside `parent`; its name is not a
@@ -114,7 +153,7 @@ static int32_t find_rule(parser *ps, const char *name, size_t len) {
 static int32_t gen_rule(parser *ps, int32_t parent) {
     char name[300];
     snprintf(name, sizeof name, "%.256s/%d", ps->names[parent], ++ps->n_gen[parent]);
-    int32_t r = add_rule(ps, name, strlen(name));
+    int32_t r = add_rule(ps, name, strlen(name)); /* never looked up by name: not in name_ht */
     if (r >= 0) ps->def_at[r] = (int32_t)(ps->p - ps->src);
     return r;
 }
@@ -282,6 +321,17 @@ static bool parse_int(parser *ps, int64_t *v) {
     return true;
 }
 
+/* Remembers a generated repetition rule whose first alternative begins with
+ * the repeated segment (len elements), for check_left_recursion to refuse it
+ * if the segment can match the empty string. */
+static bool note_repetition(parser *ps, int32_t rule, int32_t len) {
+    if (!grow((void **)&ps->reps, &ps->cap_reps, ps->n_reps + 1, 2 * sizeof(int32_t))) return oom(ps);
+    ps->reps[2 * ps->n_reps] = rule;
+    ps->reps[2 * ps->n_reps + 1] = len;
+    ps->n_reps++;
+    return true;
+}
+
 /* Rewrites elements [from, n) of rule r as min..max (max < 0: unbounded)
  * repetitions of themselves. */
 static bool repeat(parser *ps, int32_t r, int32_t from, int64_t min, int64_t max) {
@@ -301,6 +351,7 @@ static bool repeat(parser *ps, int32_t r, int32_t from, int64_t min, int64_t max
         for (int32_t k = 0; ok && k < len; k++) ok = push_elem(ps, star, seg[k].kind, seg[k].arg);
         ok = ok && push_elem(ps, star, GE_REF, star) && push_elem(ps, star, GE_END, 0) &&
              push_elem(ps, star, GE_END, 0) && push_elem(ps, r, GE_REF, star);
+        ok = ok && note_repetition(ps, star, len);
     } else if (ok && max > min) { /* opt_k ::= seg opt_(k-1) | (empty) */
         int32_t prev = -1;
         for (int64_t k = 0; ok && k < max - min; k++) {
@@ -309,6 +360,7 @@ static bool repeat(parser *ps, int32_t r, int32_t from, int64_t min, int64_t max
             for (int32_t j = 0; ok && j < len; j++) ok = push_elem(ps, o, seg[j].kind, seg[j].arg);
             if (ok && prev >= 0) ok = push_elem(ps, o, GE_REF, prev);
             ok = ok && push_elem(ps, o, GE_END, 0) && push_elem(ps, o, GE_END, 0);
+            if (ok && k == 1) ok = note_repetition(ps, o, len); /* a chain of two or more */
             prev = o;
         }
         ok = ok && push_elem(ps, r, GE_REF, prev);
@@ -451,7 +503,12 @@ static bool parse_rules(parser *ps) {
 /* ------------------------------------------------------- validation -- */
 
 /* Refuses rules that can reach themselves without consuming a character:
- * the matcher would expand them forever. */
+ * the matcher would expand them forever. Also refuses repeating something
+ * that can match the empty string ((x?)*, ([a-z]*){0,30}): every way of
+ * splitting the input among the copies is a separate parse stack, so the
+ * matcher's work grows combinatorially with the text (seconds per character
+ * for ([b-d]*){0,30}); the same language is written without the ambiguity
+ * by repeating the non-empty part. */
 static bool check_left_recursion(parser *ps, grammar *g) {
     int32_t R = g->n_rules;
     bool *nullable = calloc((size_t)R, 1);
@@ -469,6 +526,17 @@ static bool check_left_recursion(parser *ps, grammar *g) {
                 if (g->elems[p].kind == GE_END) nullable[r] = changed = true;
             }
         }
+    }
+    for (int32_t i = 0; ok && i < ps->n_reps; i++) {
+        int32_t q = ps->reps[2 * i], len = ps->reps[2 * i + 1], p = g->alt_start[g->rule_alt[q]];
+        bool empty_ok = true;
+        for (int32_t k = 0; k < len && empty_ok; k++)
+            empty_ok = g->elems[p + k].kind == GE_REF && nullable[g->elems[p + k].arg];
+        if (empty_ok)
+            ok = fail_at(ps, ps->src + ps->def_at[q],
+                         "a repetition of something that can match the empty string (rule %s): every "
+                         "split of the text among the copies is a separate parse; repeat its non-empty "
+                         "part instead", g->rule_names[q]);
     }
     /* iterative DFS over "r can begin with t" edges; iter[r] = the next element to scan */
     for (int32_t start = 0; ok && start < R; start++) {
@@ -603,6 +671,8 @@ grammar *grammar_compile(const char *gbnf, const tok_vocab *vocab, kvl_error *er
     free(ps.def_at);
     free(ps.ref_at);
     free(ps.n_gen);
+    free(ps.name_ht);
+    free(ps.reps);
     free(ps.sets);
     free(ps.ranges);
     return g;
