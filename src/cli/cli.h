@@ -33,6 +33,9 @@ typedef struct cli_opts {
     int64_t kv_blocks;
     int64_t batch_tokens;
     int64_t ubatch;
+    int spec;       /* engine_spec_mode: --spec off|ngram (default off) */
+    int spec_k;     /* --spec-k: most drafts per step (default 4) */
+    int spec_ngram; /* --spec-ngram: longest n-gram looked up (default 3) */
 } cli_opts;
 
 /* Parses argv (after the subcommand). Prints a message and returns false on error. */

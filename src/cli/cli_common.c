@@ -53,6 +53,9 @@ static void opts_default(cli_opts *o) {
     o->batch_tokens = 2048;
     o->ubatch = 512;
     o->parse_special = false;
+    o->spec = ENGINE_SPEC_OFF;
+    o->spec_k = 4;
+    o->spec_ngram = 3;
 }
 
 /* One flag with its value. Returns false on a bad value (message printed);
@@ -114,7 +117,26 @@ static bool apply_flag(cli_opts *o, const char *f, const char *v, bool *unknown)
     else if (IS("--kv-blocks")) return parse_i64(f, v, &o->kv_blocks);
     else if (IS("-b") || IS("--batch-size")) return parse_i64(f, v, &o->batch_tokens);
     else if (IS("-ub") || IS("--ubatch-size")) return parse_i64(f, v, &o->ubatch);
-    else {
+    else if (IS("--spec")) {
+        engine_spec_mode m;
+        if (!engine_spec_parse(v, &m)) {
+            fprintf(stderr, "kvllm: --spec: '%s' is not a speculation mode (off, ngram)\n", v);
+            return false;
+        }
+        o->spec = (int)m;
+    } else if (IS("--spec-k")) {
+        if (!parse_i64(f, v, &i) || i < 1 || i > ENGINE_SPEC_MAX_K) {
+            fprintf(stderr, "kvllm: --spec-k: must be 1..%d\n", ENGINE_SPEC_MAX_K);
+            return false;
+        }
+        o->spec_k = (int)i;
+    } else if (IS("--spec-ngram")) {
+        if (!parse_i64(f, v, &i) || i < 1 || i > ENGINE_SPEC_MAX_NGRAM) {
+            fprintf(stderr, "kvllm: --spec-ngram: must be 1..%d\n", ENGINE_SPEC_MAX_NGRAM);
+            return false;
+        }
+        o->spec_ngram = (int)i;
+    } else {
         *unknown = true;
         return false;
     }

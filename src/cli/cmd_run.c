@@ -150,6 +150,9 @@ static int cmd_run_opts(const cli_opts *o) {
     ec.max_seqs = 1;
     ec.max_batch_tokens = o->batch_tokens;
     ec.no_kv_cache = o->no_kv_cache;
+    ec.spec = (engine_spec_mode)o->spec;
+    ec.spec_k = o->spec_k;
+    ec.spec_ngram = o->spec_ngram;
     kvl_error err = {{0}};
     e = engine_create(cm.m, cm.vocab, &ec, &err);
     if (!e) {

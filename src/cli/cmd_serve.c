@@ -56,6 +56,8 @@ static void serve_usage(FILE *out) {
             "  --shutdown-timeout S     on SIGTERM, seconds running requests may finish (default 30)\n"
             "  --http-threads N         HTTP worker threads (default 4)\n"
             "  --no-prefix-cache        disable prefix caching\n"
+            "  --spec off|ngram         speculative decoding (default off; a request opts out with\n"
+            "                           \"speculative\": false)  --spec-k N (default 4)  --spec-ngram N (default 3)\n"
             "  -t N                     threads;  -v  log every request\n");
 }
 
@@ -212,6 +214,9 @@ static bool engine_settings(const cli_opts *o, const serve_opts *so, model *m, e
     ec->max_batch_tokens = so->max_batch_tokens > 0 ? so->max_batch_tokens : o->batch_tokens;
     ec->max_seqs = (int)so->max_seqs;
     ec->no_kv_cache = o->no_kv_cache;
+    ec->spec = (engine_spec_mode)o->spec;
+    ec->spec_k = o->spec_k;
+    ec->spec_ngram = o->spec_ngram;
     if (so->kv_memory) {
         int64_t bytes;
         size_t bb = block_bytes(m, ec);
