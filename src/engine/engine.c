@@ -35,6 +35,7 @@ typedef struct seq {
     int n_draft;                      /* 0 outside a step, and for a plain decode */
     int n_accepted;                   /* of this step's drafts */
     spec_adapt adapt;
+    spec_dseq dseq;                   /* the draft model's KV of this sequence */
     struct seq *next;        /* in the waiting queue or the running list */
 } seq;
 
@@ -48,6 +49,7 @@ struct engine {
     bool prefix_cache;       /* enabled and possible for this model */
     bool spec;               /* speculative decoding enabled and possible */
     int64_t spec_left;       /* draft tokens still allowed this step */
+    spec_drafter *drafter;   /* ENGINE_SPEC_DRAFT */
     int64_t next_id;
     seq *waiting;            /* FIFO; preempted sequences go to the front */
     seq **running;           /* in admission order (newest last) */
@@ -84,6 +86,7 @@ void engine_config_default(engine_config *c) {
 bool engine_spec_parse(const char *name, engine_spec_mode *mode) {
     if (strcmp(name, "off") == 0) *mode = ENGINE_SPEC_OFF;
     else if (strcmp(name, "ngram") == 0) *mode = ENGINE_SPEC_NGRAM;
+    else if (strcmp(name, "draft") == 0) *mode = ENGINE_SPEC_DRAFT;
     else return false;
     return true;
 }
@@ -153,6 +156,19 @@ engine *engine_create(model *m, const tok_vocab *vocab, const engine_config *c, 
         goto fail;
     }
     e->spec = e->cfg.spec != ENGINE_SPEC_OFF && !e->cfg.no_kv_cache; /* recomputing everything: nothing to gain */
+    if (e->spec && e->cfg.spec == ENGINE_SPEC_DRAFT) {
+        if (!e->cfg.draft_model) {
+            kvl_fail(err, "engine: draft speculation needs a draft model");
+            goto fail;
+        }
+        if (model_hp(e->cfg.draft_model)->n_vocab != hp->n_vocab) {
+            kvl_fail(err, "engine: the draft model's vocabulary has %lld tokens, the model's %lld",
+                     (long long)model_hp(e->cfg.draft_model)->n_vocab, (long long)hp->n_vocab);
+            goto fail;
+        }
+        e->drafter = spec_drafter_create(e->cfg.draft_model, e->cfg.block_size, e->cfg.kv_dtype, e->cfg.n_blocks, err);
+        if (!e->drafter) goto fail;
+    }
     if (!alloc_batch(e, err)) goto fail;
     return e;
 fail:
@@ -162,6 +178,7 @@ fail:
 
 static void seq_free(engine *e, seq *s) {
     if (!s) return;
+    spec_dseq_release(e->drafter, &s->dseq, true);
     for (int g = 0; g < e->n_groups; g++) kv_seq_free(e->kv[g], &s->kv[g]);
     sampler_destroy(s->smp);
     grammar_state_free(s->gst);
@@ -182,6 +199,7 @@ void engine_destroy(engine *e) {
     }
     for (int i = 0; i < e->n_running; i++) seq_free(e, e->running[i]);
     for (int g = 0; g < MODEL_MAX_KV_GROUPS; g++) kv_pool_destroy(e->kv[g]);
+    spec_drafter_destroy(e->drafter);
     free(e->b_tokens);
     free(e->b_pos);
     free(e->b_seq);
@@ -289,6 +307,7 @@ int64_t engine_submit(engine *e, const engine_request *r, kvl_error *err) {
     s->stats.n_prompt = r->n_prompt;
     s->stats.t_submit = kvl_time_s();
     spec_adapt_init(&s->adapt, e->cfg.spec_k);
+    spec_dseq_init(&s->dseq);
     seq **tail = &e->waiting;
     while (*tail) tail = &(*tail)->next;
     *tail = s;
@@ -378,6 +397,7 @@ static void finish_seq(engine *e, seq *s, engine_finish why, int32_t token, floa
     emit(s, token, s->text, len, lp, n_top, ids, lps, why);
     s->state = SEQ_DONE;
     for (int g = 0; g < e->n_groups; g++) kv_seq_release(e->kv[g], &s->kv[g]);
+    spec_dseq_release(e->drafter, &s->dseq, false);
 }
 
 static bool keeps_special(const seq *s, int32_t tok) {
@@ -453,6 +473,7 @@ static void running_remove(engine *e, int idx) {
 /* Drops the sequence's blocks (cached ones stay findable) and its progress. */
 static void seq_forget_kv(engine *e, seq *s) {
     for (int g = 0; g < e->n_groups; g++) kv_seq_release(e->kv[g], &s->kv[g]);
+    spec_dseq_release(e->drafter, &s->dseq, false);
     s->n_computed = 0;
 }
 
@@ -569,7 +590,15 @@ static int propose_drafts(engine *e, seq *s, int64_t planned, int64_t budget) {
     int want = spec_adapt_want(&s->adapt);
     if (want < k) k = want;
     if (k <= 0) return 0;
-    return spec_ngram_propose(s->tokens, s->n_tokens, e->cfg.spec_ngram, (int)k, s->draft);
+    if (!e->drafter) return spec_ngram_propose(s->tokens, s->n_tokens, e->cfg.spec_ngram, (int)k, s->draft);
+    kvl_error err = {{0}};
+    int n = spec_drafter_propose(e->drafter, &s->dseq, s->tokens, s->n_tokens, (int)k, s->draft, &err);
+    if (n < 0) { /* the output stays right without drafts */
+        kvl_log(KVL_LOG_WARN, "engine: request %lld: draft model: %s", (long long)s->id, err.msg);
+        spec_dseq_release(e->drafter, &s->dseq, false);
+        return 0;
+    }
+    return n;
 }
 
 static void plan_step(engine *e, step_plan *p) {
@@ -591,6 +620,7 @@ static void plan_step(engine *e, step_plan *p) {
         int64_t n = reserve_chunk(e, s, budget);
         if (n == 0 && s->n_draft > 0) { /* no room for the drafts: decode plainly */
             s->n_draft = 0;
+            if (e->drafter) spec_drafter_rollback(e->drafter, &s->dseq, s->n_tokens); /* drafts it computed */
             n = reserve_chunk(e, s, budget);
         }
         if (n == 0) {
@@ -685,6 +715,7 @@ static void finish_drafts(engine *e, seq *s) {
         if (held < s->n_computed) s->n_computed = held; /* cannot happen: commits cover accepted tokens only */
     }
     if (e->prefix_cache) kv_prefix_commit(e->kv[0], &s->kv[0], s->tokens, s->n_computed);
+    if (e->drafter) spec_drafter_rollback(e->drafter, &s->dseq, s->n_computed);
 }
 
 bool engine_step(engine *e, kvl_error *err) {

@@ -92,10 +92,11 @@ typedef struct engine_request {
 typedef enum engine_spec_mode {
     ENGINE_SPEC_OFF = 0,
     ENGINE_SPEC_NGRAM, /* prompt lookup: drafts copied from the sequence's own text */
+    ENGINE_SPEC_DRAFT, /* a small draft model (engine_config.draft_model) drafts greedily */
 } engine_spec_mode;
 #define ENGINE_SPEC_MAX_K 16
 #define ENGINE_SPEC_MAX_NGRAM 8
-/* "off" / "ngram" into *mode; false for anything else. */
+/* "off" / "ngram" / "draft" into *mode; false for anything else. */
 bool engine_spec_parse(const char *name, engine_spec_mode *mode);
 
 typedef struct engine_config {
@@ -117,6 +118,8 @@ typedef struct engine_config {
     int spec_k;               /* most drafts per sequence and step, 1..ENGINE_SPEC_MAX_K */
     int spec_ngram;           /* longest n-gram matched, 1..ENGINE_SPEC_MAX_NGRAM */
     int spec_max_batch;       /* tokens per step up to which drafts are added */
+    model *draft_model;       /* ENGINE_SPEC_DRAFT: borrowed; the same vocabulary as the model
+                               * (the caller checks the texts; engine_create the size) */
 } engine_config;
 
 void engine_config_default(engine_config *c);

@@ -89,15 +89,18 @@ typedef struct setup {
 
 static bool prefix_enabled; /* of the last run's engine */
 
-static engine_metrics run(model *m, tok_vocab *v, const setup *su, const req_set *rs, bool spec, int only,
-                          collected out[NR]) {
+static model *draft_model; /* for ENGINE_SPEC_DRAFT */
+
+static engine_metrics run(model *m, tok_vocab *v, const setup *su, const req_set *rs, engine_spec_mode spec,
+                          int only, collected out[NR]) {
     engine_config c;
     engine_config_default(&c);
     c.n_ctx = 256;
     c.max_seqs = su->max_seqs;
     c.max_batch_tokens = su->batch_tokens;
     c.n_blocks = su->kv_blocks;
-    c.spec = spec ? ENGINE_SPEC_NGRAM : ENGINE_SPEC_OFF;
+    c.spec = spec;
+    c.draft_model = draft_model;
     kvl_error err = {{0}};
     engine *e = engine_create(m, v, &c, &err);
     engine_metrics mt = {0};
@@ -191,8 +194,8 @@ static void compare_model(const char *path, bool story) {
     static collected plain[NR], alone[NR], got[NR];
     setup solo = {"alone", 1, 2048, 0, false};
     for (int i = 0; i < NR; i++) {
-        run(m, v, &solo, &rs, false, i, plain);
-        run(m, v, &solo, &rs, true, i, alone);
+        run(m, v, &solo, &rs, ENGINE_SPEC_OFF, i, plain);
+        run(m, v, &solo, &rs, ENGINE_SPEC_NGRAM, i, alone);
         if (!same(&plain[i], &alone[i])) {
             fprintf(stderr, "%s: alone: request %d differs with speculation (n %d vs %d)\n", path, i, alone[i].n,
                     plain[i].n);
@@ -207,7 +210,7 @@ static void compare_model(const char *path, bool story) {
     };
     int64_t drafted = 0, accepted = 0;
     for (size_t k = 0; k < sizeof setups / sizeof setups[0]; k++) {
-        engine_metrics mt = run(m, v, &setups[k], &rs, true, -1, got);
+        engine_metrics mt = run(m, v, &setups[k], &rs, ENGINE_SPEC_NGRAM, -1, got);
         for (int i = 0; i < NR; i++)
             if (!same(&plain[i], &got[i])) {
                 fprintf(stderr, "%s: %s: request %d differs with speculation (n %d vs %d)\n", path, setups[k].name, i,
@@ -235,8 +238,29 @@ static void compare_model(const char *path, bool story) {
     }
     if (story) {
         /* the opted-out request alone drafts nothing */
-        engine_metrics mt = run(m, v, &solo, &rs, true, 4, got);
+        engine_metrics mt = run(m, v, &solo, &rs, ENGINE_SPEC_NGRAM, 4, got);
         CHECK(mt.spec_draft_tokens == 0);
+        /* Draft model = the model itself: every greedy draft is accepted, and
+         * the output is still the plain one (batched, and under preemption,
+         * where the draft KV is freed and computed again). */
+        draft_model = m;
+        for (int greedy = 0; greedy < NR; greedy++) rs.temp[greedy] = 0.0f;
+        rs.stop[3] = NULL;
+        setup dsets[] = {{"draft: batched", 8, 2048, 0, false}, {"draft: tiny pool", 8, 2048, 14, false}};
+        for (size_t k = 0; k < 2; k++) {
+            run(m, v, &solo, &rs, ENGINE_SPEC_OFF, -1, plain); /* max_seqs 1: one after another */
+            mt = run(m, v, &dsets[k], &rs, ENGINE_SPEC_DRAFT, -1, got);
+            for (int i = 0; i < NR; i++)
+                if (!same(&plain[i], &got[i])) {
+                    fprintf(stderr, "%s: request %d differs with a draft model\n", dsets[k].name, i);
+                    failures++;
+                }
+            printf("  %-28s drafted %lld, accepted %lld, preemptions %lld\n", dsets[k].name,
+                   (long long)mt.spec_draft_tokens, (long long)mt.spec_accepted_tokens, (long long)mt.n_preemptions);
+            CHECK(mt.spec_draft_tokens > 100 && mt.spec_accepted_tokens == mt.spec_draft_tokens);
+        }
+        CHECK(mt.n_preemptions > 0);
+        draft_model = NULL;
     }
     printf("%s: identical with speculation; drafted %lld, accepted %lld\n", path, (long long)drafted,
            (long long)accepted);
