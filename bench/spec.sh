@@ -9,16 +9,17 @@
 #      (retell / quote / list) and (c) open-ended: open.txt, greedy and sampled.
 #  (d) calculated, and labelled so: the speed-up on the 1B shape from (a) and the
 #      acceptance of (b): tokens per verification / (t(k+1) / t(1)).
-# Usage: bench/spec.sh [build/kvllm]   (SYNTH_DIR=/tmp/kvllm-synth THREADS=2 REPS=5)
+# Usage: bench/spec.sh [build/kvllm]   (SYNTH_DIR=/tmp/kvllm-synth THREADS=2 REPS=5; SKIP_VERIFY=1: only (b, c))
 set -eu
 K=${1:-build/kvllm}
 SYN=${SYNTH_DIR:-/tmp/kvllm-synth}
 T=${THREADS:-2}
 REPS=${REPS:-5}
 OUT=${OUT:-/tmp/kvllm-spec-bench}
-mkdir -p "$SYN" "$OUT"
+rm -rf "$OUT"; mkdir -p "$SYN" "$OUT"
 echo "# $(date -u +%FT%TZ) $(uname -m) $(nproc) cpus, threads $T, load: $(cut -d' ' -f1-3 /proc/loadavg)"
 
+if [ "${SKIP_VERIFY:-0}" = 0 ]; then
 echo "## (a) verify cost, measured: ms per forward of n tokens (kvllm bench -p n -n 0 -r $REPS -t $T)"
 for type in q4_k_m q8_0; do
     f="$SYN/llama-3.2-1b-$type.gguf"
@@ -33,6 +34,7 @@ for type in q4_k_m q8_0; do
     done
     echo "$line"
 done
+fi
 
 run_one() { # prompt-file spec temp -> "tokens/s drafted accepted"
     "$K" run -f "$1" -n 256 -c 512 --temp "$3" -s 1 --spec "$2" --json -t "$T" 2>/dev/null | tail -1 |
@@ -53,6 +55,7 @@ for p in bench/spec_prompts/*.txt; do
     done
 done
 
+[ -f "$OUT/verify.txt" ] || exit 0
 echo "## (d) calculated: 1B speed-up at the measured acceptance (k = 4 drafts, verify cost from (a))"
 python3 - "$OUT" <<'PY'
 import sys, re
