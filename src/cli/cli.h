@@ -33,6 +33,10 @@ typedef struct cli_opts {
     int64_t kv_blocks;
     int64_t batch_tokens;
     int64_t ubatch;
+    int spec;       /* engine_spec_mode: --spec off|ngram (default off) */
+    int spec_k;     /* --spec-k: most drafts per step (default 4) */
+    int spec_ngram; /* --spec-ngram: longest n-gram looked up (default 3) */
+    const char *model_draft; /* --model-draft: the draft model of --spec draft */
 } cli_opts;
 
 /* Parses argv (after the subcommand). Prints a message and returns false on error. */
@@ -49,6 +53,7 @@ typedef struct cli_model {
     model *m;
     tok_vocab *vocab;
     gguf_file *gguf_vocab_only; /* set when only a vocab was loaded */
+    model *draft;               /* --model-draft, its vocabulary checked against vocab */
 } cli_model;
 /* want_weights false: load only the tokenizer (vocab-only files work). */
 bool cli_load(const cli_opts *o, bool want_weights, cli_model *cm);

@@ -53,6 +53,9 @@ static void opts_default(cli_opts *o) {
     o->batch_tokens = 2048;
     o->ubatch = 512;
     o->parse_special = false;
+    o->spec = ENGINE_SPEC_OFF;
+    o->spec_k = 4;
+    o->spec_ngram = 3;
 }
 
 /* One flag with its value. Returns false on a bad value (message printed);
@@ -61,6 +64,7 @@ static bool apply_flag(cli_opts *o, const char *f, const char *v, bool *unknown)
     int64_t i;
 #define IS(name) (strcmp(f, name) == 0)
     if (IS("-m") || IS("--model")) o->model_path = v;
+    else if (IS("--model-draft")) o->model_draft = v;
     else if (IS("-p") || IS("--prompt")) o->prompt = v;
     else if (IS("-f") || IS("--file")) o->prompt_file = v;
     else if (IS("--prompt-ids") || IS("--ids")) o->prompt_ids = v;
@@ -114,7 +118,26 @@ static bool apply_flag(cli_opts *o, const char *f, const char *v, bool *unknown)
     else if (IS("--kv-blocks")) return parse_i64(f, v, &o->kv_blocks);
     else if (IS("-b") || IS("--batch-size")) return parse_i64(f, v, &o->batch_tokens);
     else if (IS("-ub") || IS("--ubatch-size")) return parse_i64(f, v, &o->ubatch);
-    else {
+    else if (IS("--spec")) {
+        engine_spec_mode m;
+        if (!engine_spec_parse(v, &m)) {
+            fprintf(stderr, "kvllm: --spec: '%s' is not a speculation mode (off, ngram, draft)\n", v);
+            return false;
+        }
+        o->spec = (int)m;
+    } else if (IS("--spec-k")) {
+        if (!parse_i64(f, v, &i) || i < 1 || i > ENGINE_SPEC_MAX_K) {
+            fprintf(stderr, "kvllm: --spec-k: must be 1..%d\n", ENGINE_SPEC_MAX_K);
+            return false;
+        }
+        o->spec_k = (int)i;
+    } else if (IS("--spec-ngram")) {
+        if (!parse_i64(f, v, &i) || i < 1 || i > ENGINE_SPEC_MAX_NGRAM) {
+            fprintf(stderr, "kvllm: --spec-ngram: must be 1..%d\n", ENGINE_SPEC_MAX_NGRAM);
+            return false;
+        }
+        o->spec_ngram = (int)i;
+    } else {
         *unknown = true;
         return false;
     }
@@ -167,6 +190,11 @@ bool cli_parse_ex(int argc, char **argv, cli_opts *o, cli_extra_fn extra, void *
     }
     if (o->verbose) kvl_log_level = KVL_LOG_INFO;
     if (o->n_threads > 0) omp_set_num_threads(o->n_threads);
+    if (o->model_draft && o->spec == ENGINE_SPEC_OFF) o->spec = ENGINE_SPEC_DRAFT; /* implied */
+    if (o->spec == ENGINE_SPEC_DRAFT && !o->model_draft) {
+        fprintf(stderr, "kvllm: --spec draft needs --model-draft FILE\n");
+        return false;
+    }
     if (o->batch_tokens < 1 || o->ubatch < 1) {
         fprintf(stderr, "kvllm: -b and -ub must be positive\n");
         return false;
@@ -211,6 +239,50 @@ static void on_load_progress(double done, void *user) {
             p->tty ? "" : "\n");
 }
 
+/* --model-draft: loaded like the model; its vocabulary must be the model's,
+ * token for token, since drafted ids are verified as the model's ids. */
+static bool load_draft(const cli_opts *o, const char *main_path, cli_model *cm) {
+    const char *path = o->model_draft;
+    kvl_error err = {{0}};
+    gguf_file *f = gguf_open(path, &err);
+    if (!f) {
+        fprintf(stderr, "kvllm: --model-draft: %s\n", err.msg);
+        return false;
+    }
+    tok_vocab *v = tok_vocab_create(f, &err);
+    if (!v) {
+        fprintf(stderr, "kvllm: --model-draft %s: %s\n", path, err.msg);
+        gguf_close(f);
+        return false;
+    }
+    model_params mp = {.max_ctx = o->n_ctx > 0 ? o->n_ctx : 0, .max_ctx_cap = CLI_DEFAULT_CTX,
+                       .max_ubatch = o->ubatch, .no_repack = o->no_repack};
+    cm->draft = model_load(f, &mp, &err); /* takes f */
+    bool ok = cm->draft != NULL;
+    if (!ok) fprintf(stderr, "kvllm: --model-draft %s: %s\n", path, err.msg);
+    int32_t n = tok_n_vocab(cm->vocab);
+    if (ok && (tok_n_vocab(v) != n || model_hp(cm->draft)->n_vocab != model_hp(cm->m)->n_vocab)) {
+        fprintf(stderr, "kvllm: --model-draft %s: its vocabulary has %d tokens (%lld logits), %s's has %d (%lld): "
+                        "the draft model must share the model's vocabulary\n", path, tok_n_vocab(v),
+                (long long)model_hp(cm->draft)->n_vocab, main_path, n, (long long)model_hp(cm->m)->n_vocab);
+        ok = false;
+    }
+    for (int32_t i = 0; ok && i < n; i++) {
+        const char *a = tok_piece(cm->vocab, i), *b = tok_piece(v, i);
+        if (strcmp(a ? a : "", b ? b : "") != 0) {
+            fprintf(stderr, "kvllm: --model-draft %s: token %d is '%s' there but '%s' in %s: the draft model must "
+                            "share the model's vocabulary\n", path, i, b ? b : "", a ? a : "", main_path);
+            ok = false;
+        }
+    }
+    tok_vocab_destroy(v);
+    if (!ok) {
+        model_destroy(cm->draft);
+        cm->draft = NULL;
+    }
+    return ok;
+}
+
 bool cli_load(const cli_opts *o, bool want_weights, cli_model *cm) {
     memset(cm, 0, sizeof *cm);
     char buf[PATH_MAX + 64];
@@ -250,12 +322,17 @@ bool cli_load(const cli_opts *o, bool want_weights, cli_model *cm) {
         cli_unload(cm);
         return false;
     }
+    if (o->model_draft && !load_draft(o, path, cm)) {
+        cli_unload(cm);
+        return false;
+    }
     return true;
 }
 
 void cli_unload(cli_model *cm) {
     tok_vocab_destroy(cm->vocab);
     model_destroy(cm->m);
+    model_destroy(cm->draft);
     gguf_close(cm->gguf_vocab_only);
     memset(cm, 0, sizeof *cm);
 }

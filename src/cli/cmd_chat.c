@@ -279,6 +279,10 @@ int cmd_chat(int argc, char **argv) {
     ec.max_seqs = 1;
     ec.max_batch_tokens = o.batch_tokens;
     ec.prefix_cache = true; /* what carries the conversation's KV from turn to turn */
+    ec.spec = (engine_spec_mode)o.spec;
+    ec.spec_k = o.spec_k;
+    ec.spec_ngram = o.spec_ngram;
+    ec.draft_model = cm.draft;
     kvl_error err = {{0}};
     if (!(e = engine_create(cm.m, cm.vocab, &ec, &err))) {
         fprintf(stderr, "kvllm chat: %s\n", err.msg);

@@ -65,6 +65,7 @@ static void report(const run_state *st, const engine *e, const cli_opts *o) {
     double decode_tps = decode_s > 0 ? n_dec / decode_s : 0;
     double tpot_ms = n_dec ? decode_s * 1e3 / n_dec : 0;
     const char *kvt = kv_dtype_name(kc->dtype);
+    const engine_metrics em = engine_get_metrics(e);
     if (o->json) {
         cJSON *j = cJSON_CreateObject(), *js = cJSON_CreateObject();
         cJSON_AddBoolToObject(j, "done", 1);
@@ -82,6 +83,8 @@ static void report(const run_state *st, const engine *e, const cli_opts *o) {
         cJSON_AddNumberToObject(js, "block_size", kc->block_size);
         cJSON_AddStringToObject(js, "kv_type", kvt);
         cJSON_AddBoolToObject(js, "kv_cache", !o->no_kv_cache);
+        cJSON_AddNumberToObject(js, "spec_draft_tokens", (double)em.spec_draft_tokens);
+        cJSON_AddNumberToObject(js, "spec_accepted_tokens", (double)em.spec_accepted_tokens);
         cJSON_AddStringToObject(js, "engine_version", KVLLM_VERSION);
         cJSON *groups = cJSON_AddArrayToObject(js, "kv_groups");
         for (int g = 0; g < s->n_kv_groups; g++) {
@@ -110,6 +113,10 @@ static void report(const run_state *st, const engine *e, const cli_opts *o) {
             s->kv.lower_bound_bytes, (long long)s->kv.tokens,
             s->n_kv_groups > 1 ? ", sliding layers capped at their window" : "", s->kv.allocated_bytes,
             (long long)s->kv.blocks, kc->block_size, kvt);
+    if (em.spec_drafts > 0)
+        fprintf(stderr, "speculation        %lld drafted, %lld accepted (%.1f%%) in %lld verifications\n",
+                (long long)em.spec_draft_tokens, (long long)em.spec_accepted_tokens,
+                100.0 * (double)em.spec_accepted_tokens / (double)em.spec_draft_tokens, (long long)em.spec_drafts);
 }
 
 static int cmd_run_opts(const cli_opts *o);
@@ -150,6 +157,10 @@ static int cmd_run_opts(const cli_opts *o) {
     ec.max_seqs = 1;
     ec.max_batch_tokens = o->batch_tokens;
     ec.no_kv_cache = o->no_kv_cache;
+    ec.spec = (engine_spec_mode)o->spec;
+    ec.spec_k = o->spec_k;
+    ec.spec_ngram = o->spec_ngram;
+    ec.draft_model = cm.draft;
     kvl_error err = {{0}};
     e = engine_create(cm.m, cm.vocab, &ec, &err);
     if (!e) {

@@ -56,6 +56,8 @@ static void serve_usage(FILE *out) {
             "  --shutdown-timeout S     on SIGTERM, seconds running requests may finish (default 30)\n"
             "  --http-threads N         HTTP worker threads (default 4)\n"
             "  --no-prefix-cache        disable prefix caching\n"
+            "  --spec off|ngram|draft   speculative decoding (default off; draft: --model-draft FILE; a request opts out with\n"
+            "                           \"speculative\": false)  --spec-k N (default 4)  --spec-ngram N (default 3)\n"
             "  -t N                     threads;  -v  log every request\n");
 }
 
@@ -200,7 +202,7 @@ static size_t block_bytes(model *m, const engine_config *ec) {
     return total;
 }
 
-static bool engine_settings(const cli_opts *o, const serve_opts *so, model *m, engine_config *ec) {
+static bool engine_settings(const cli_opts *o, const serve_opts *so, model *m, model *draft, engine_config *ec) {
     engine_config_default(ec);
     const model_hparams *hp = model_hp(m);
     ec->n_ctx = o->n_ctx > 0 ? o->n_ctx : cli_default_ctx(hp);
@@ -212,6 +214,10 @@ static bool engine_settings(const cli_opts *o, const serve_opts *so, model *m, e
     ec->max_batch_tokens = so->max_batch_tokens > 0 ? so->max_batch_tokens : o->batch_tokens;
     ec->max_seqs = (int)so->max_seqs;
     ec->no_kv_cache = o->no_kv_cache;
+    ec->spec = (engine_spec_mode)o->spec;
+    ec->spec_k = o->spec_k;
+    ec->spec_ngram = o->spec_ngram;
+    ec->draft_model = draft;
     if (so->kv_memory) {
         int64_t bytes;
         size_t bb = block_bytes(m, ec);
@@ -304,7 +310,7 @@ int cmd_serve(int argc, char **argv) {
     char *tmpl = NULL, id[256];
     engine_config ec;
     engine *e = NULL;
-    if (!engine_settings(&o, &so, cm.m, &ec)) goto out;
+    if (!engine_settings(&o, &so, cm.m, cm.draft, &ec)) goto out;
     kvl_error err = {{0}};
     e = engine_create(cm.m, cm.vocab, &ec, &err);
     if (!e) {

@@ -68,6 +68,10 @@ static void common_options(FILE *out) {
             "  --block-size N (default 16)  --kv-blocks N  --no-kv-cache\n"
             "  --kv-type f32|f16|bf16|q8_0|fp8 (default f16)  --kv-type-k T  --kv-type-v T\n"
             "  -b N               max tokens per scheduler step (default 2048)\n"
+            "  --spec off|ngram|draft  speculative decoding (default off): ngram drafts by prompt\n"
+            "                     lookup, draft by --model-draft FILE (same vocabulary; implies\n"
+            "                     --spec draft), verified in one forward; output identical to plain decoding\n"
+            "  --spec-k N         most drafted tokens per step (default 4)  --spec-ngram N (default 3)\n"
             "  --no-repack, -nr   keep matmul weights in their GGUF layout (default: repacked\n"
             "                     at load into the CPU kernels' panels, about the same size)\n"
             "  -v                 verbose log\n");

@@ -1,5 +1,6 @@
 /* engine: scheduler, sequences and streaming. See engine.h. */
 #include "engine.h"
+#include "spec.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -30,6 +31,11 @@ typedef struct seq {
     stop_matcher stops;      /* over all the text generated, one byte at a time */
     engine_req_stats stats;
     bool cancelled;
+    int32_t draft[ENGINE_SPEC_MAX_K]; /* this step's drafts, after tokens[n_tokens - 1] */
+    int n_draft;                      /* 0 outside a step, and for a plain decode */
+    int n_accepted;                   /* of this step's drafts */
+    spec_adapt adapt;
+    spec_dseq dseq;                   /* the draft model's KV of this sequence */
     struct seq *next;        /* in the waiting queue or the running list */
 } seq;
 
@@ -41,6 +47,9 @@ struct engine {
     int32_t window[MODEL_MAX_KV_GROUPS];
     int n_groups;
     bool prefix_cache;       /* enabled and possible for this model */
+    bool spec;               /* speculative decoding enabled and possible */
+    int64_t spec_left;       /* draft tokens still allowed this step */
+    spec_drafter *drafter;   /* ENGINE_SPEC_DRAFT */
     int64_t next_id;
     seq *waiting;            /* FIFO; preempted sequences go to the front */
     seq **running;           /* in admission order (newest last) */
@@ -68,12 +77,25 @@ void engine_config_default(engine_config *c) {
     c->max_seqs = 64;
     c->no_kv_cache = false;
     c->prefix_cache = true;
+    c->spec = ENGINE_SPEC_OFF;
+    c->spec_k = 4;
+    c->spec_ngram = 3;
+    c->spec_max_batch = 32;
+}
+
+bool engine_spec_parse(const char *name, engine_spec_mode *mode) {
+    if (strcmp(name, "off") == 0) *mode = ENGINE_SPEC_OFF;
+    else if (strcmp(name, "ngram") == 0) *mode = ENGINE_SPEC_NGRAM;
+    else if (strcmp(name, "draft") == 0) *mode = ENGINE_SPEC_DRAFT;
+    else return false;
+    return true;
 }
 
 /* ---------------------------------------------------------- create/free -- */
 
 static bool alloc_batch(engine *e, kvl_error *err) {
     int64_t T = e->cfg.max_batch_tokens, S = e->cfg.max_seqs, V = model_hp(e->m)->n_vocab;
+    int64_t rows = S + (e->spec ? e->cfg.spec_max_batch : 0); /* a draft's logits take a row */
     e->b_tokens = malloc(T * sizeof(int32_t));
     e->b_pos = malloc(T * sizeof(int32_t));
     e->b_seq = malloc(T * sizeof(int32_t));
@@ -81,7 +103,7 @@ static bool alloc_batch(engine *e, kvl_error *err) {
     e->b_seqs = malloc(S * e->n_groups * sizeof(kv_seq *));
     e->b_owner = malloc(S * sizeof(seq *));
     e->running = malloc(S * sizeof(seq *));
-    e->logits = kvl_alloc(S * V * sizeof(float));
+    e->logits = kvl_alloc(rows * V * sizeof(float));
     e->logits_tmp = kvl_alloc(V * sizeof(float));
     e->mask = malloc((V + 31) / 32 * sizeof(uint32_t));
     e->piece_cap = 1024;
@@ -125,6 +147,28 @@ engine *engine_create(model *m, const tok_vocab *vocab, const engine_config *c, 
     /* Sliding-window blocks are dropped as they leave the window, so a chain of
      * full blocks cannot be rebuilt from them: prefix caching needs one full-attention group. */
     e->prefix_cache = e->cfg.prefix_cache && !e->cfg.no_kv_cache && e->n_groups == 1 && e->window[0] == 0;
+    if (e->cfg.spec != ENGINE_SPEC_OFF &&
+        (e->cfg.spec_k < 1 || e->cfg.spec_k > ENGINE_SPEC_MAX_K || e->cfg.spec_ngram < 1 ||
+         e->cfg.spec_ngram > ENGINE_SPEC_MAX_NGRAM || e->cfg.spec_max_batch < 2)) {
+        kvl_fail(err, "engine: speculative decoding needs 1 <= spec_k <= %d, 1 <= spec_ngram <= %d and "
+                      "spec_max_batch >= 2 (got %d, %d, %d)", ENGINE_SPEC_MAX_K, ENGINE_SPEC_MAX_NGRAM,
+                 e->cfg.spec_k, e->cfg.spec_ngram, e->cfg.spec_max_batch);
+        goto fail;
+    }
+    e->spec = e->cfg.spec != ENGINE_SPEC_OFF && !e->cfg.no_kv_cache; /* recomputing everything: nothing to gain */
+    if (e->spec && e->cfg.spec == ENGINE_SPEC_DRAFT) {
+        if (!e->cfg.draft_model) {
+            kvl_fail(err, "engine: draft speculation needs a draft model");
+            goto fail;
+        }
+        if (model_hp(e->cfg.draft_model)->n_vocab != hp->n_vocab) {
+            kvl_fail(err, "engine: the draft model's vocabulary has %lld tokens, the model's %lld",
+                     (long long)model_hp(e->cfg.draft_model)->n_vocab, (long long)hp->n_vocab);
+            goto fail;
+        }
+        e->drafter = spec_drafter_create(e->cfg.draft_model, e->cfg.block_size, e->cfg.kv_dtype, e->cfg.n_blocks, err);
+        if (!e->drafter) goto fail;
+    }
     if (!alloc_batch(e, err)) goto fail;
     return e;
 fail:
@@ -134,6 +178,7 @@ fail:
 
 static void seq_free(engine *e, seq *s) {
     if (!s) return;
+    spec_dseq_release(e->drafter, &s->dseq, true);
     for (int g = 0; g < e->n_groups; g++) kv_seq_free(e->kv[g], &s->kv[g]);
     sampler_destroy(s->smp);
     grammar_state_free(s->gst);
@@ -154,6 +199,7 @@ void engine_destroy(engine *e) {
     }
     for (int i = 0; i < e->n_running; i++) seq_free(e, e->running[i]);
     for (int g = 0; g < MODEL_MAX_KV_GROUPS; g++) kv_pool_destroy(e->kv[g]);
+    spec_drafter_destroy(e->drafter);
     free(e->b_tokens);
     free(e->b_pos);
     free(e->b_seq);
@@ -260,6 +306,8 @@ int64_t engine_submit(engine *e, const engine_request *r, kvl_error *err) {
     s->state = SEQ_WAITING;
     s->stats.n_prompt = r->n_prompt;
     s->stats.t_submit = kvl_time_s();
+    spec_adapt_init(&s->adapt, e->cfg.spec_k);
+    spec_dseq_init(&s->dseq);
     seq **tail = &e->waiting;
     while (*tail) tail = &(*tail)->next;
     *tail = s;
@@ -349,6 +397,7 @@ static void finish_seq(engine *e, seq *s, engine_finish why, int32_t token, floa
     emit(s, token, s->text, len, lp, n_top, ids, lps, why);
     s->state = SEQ_DONE;
     for (int g = 0; g < e->n_groups; g++) kv_seq_release(e->kv[g], &s->kv[g]);
+    spec_dseq_release(e->drafter, &s->dseq, false);
 }
 
 static bool keeps_special(const seq *s, int32_t tok) {
@@ -424,6 +473,7 @@ static void running_remove(engine *e, int idx) {
 /* Drops the sequence's blocks (cached ones stay findable) and its progress. */
 static void seq_forget_kv(engine *e, seq *s) {
     for (int g = 0; g < e->n_groups; g++) kv_seq_release(e->kv[g], &s->kv[g]);
+    spec_dseq_release(e->drafter, &s->dseq, false);
     s->n_computed = 0;
 }
 
@@ -462,10 +512,10 @@ static void plan_add(engine *e, step_plan *p, seq *s, int64_t n) {
     e->b_owner[si] = s;
     for (int64_t i = 0; i < n; i++) {
         int64_t pos = s->n_computed + i;
-        e->b_tokens[p->n_tokens] = s->tokens[pos];
+        e->b_tokens[p->n_tokens] = pos < s->n_tokens ? s->tokens[pos] : s->draft[pos - s->n_tokens];
         e->b_pos[p->n_tokens] = (int32_t)pos;
         e->b_seq[p->n_tokens] = si;
-        e->b_want[p->n_tokens] = pos == s->n_tokens - 1;
+        e->b_want[p->n_tokens] = pos >= s->n_tokens - 1; /* the last token's and every draft's */
         p->n_tokens++;
     }
 }
@@ -473,7 +523,7 @@ static void plan_add(engine *e, step_plan *p, seq *s, int64_t n) {
 /* Tokens of s to compute this step under the remaining budget, with blocks
  * reserved for them; 0 if no block can be had. */
 static int64_t reserve_chunk(engine *e, seq *s, int64_t budget) {
-    int64_t n = s->n_tokens - s->n_computed;
+    int64_t n = s->n_tokens + s->n_draft - s->n_computed;
     if (n > budget) n = budget;
     if (n <= 0) return 0;
     int64_t before[MODEL_MAX_KV_GROUPS];
@@ -524,8 +574,36 @@ static bool leader_prefilling(const engine *e, const seq *s) {
     return false; /* finished, or queued behind s (after a preemption): do not wait */
 }
 
+/* Drafts for s, a sequence about to decode one token, into s->draft: only
+ * while the step is small, never past max_tokens or the context, and as many
+ * as its acceptance earns (spec_adapt). */
+static int propose_drafts(engine *e, seq *s, int64_t planned, int64_t budget) {
+    if (s->req.no_speculative || s->n_tokens - s->n_computed != 1 || s->stats.n_generated == 0) return 0;
+    int64_t k = e->cfg.spec_k, room = e->cfg.spec_max_batch - planned - 1;
+    if (room < k) k = room;
+    if (e->spec_left < k) k = e->spec_left;
+    if (budget - 1 < k) k = budget - 1;
+    if (e->cfg.n_ctx - s->n_tokens < k) k = e->cfg.n_ctx - s->n_tokens; /* drafts stay inside the context */
+    if (s->req.max_tokens > 0 && s->req.max_tokens - s->stats.n_generated - 1 < k)
+        k = s->req.max_tokens - s->stats.n_generated - 1; /* with the token after them: max_tokens at most */
+    if (k <= 0) return 0;
+    int want = spec_adapt_want(&s->adapt);
+    if (want < k) k = want;
+    if (k <= 0) return 0;
+    if (!e->drafter) return spec_ngram_propose(s->tokens, s->n_tokens, e->cfg.spec_ngram, (int)k, s->draft);
+    kvl_error err = {{0}};
+    int n = spec_drafter_propose(e->drafter, &s->dseq, s->tokens, s->n_tokens, (int)k, s->draft, &err);
+    if (n < 0) { /* the output stays right without drafts */
+        kvl_log(KVL_LOG_WARN, "engine: request %lld: draft model: %s", (long long)s->id, err.msg);
+        spec_dseq_release(e->drafter, &s->dseq, false);
+        return 0;
+    }
+    return n;
+}
+
 static void plan_step(engine *e, step_plan *p) {
     int64_t budget = e->cfg.max_batch_tokens;
+    e->spec_left = e->cfg.spec_max_batch;
     p->n_tokens = 0;
     p->n_seqs = 0;
     /* Running sequences, oldest first: decodes (and unfinished prefills). */
@@ -538,7 +616,13 @@ static void plan_step(engine *e, step_plan *p) {
             seq_forget_kv(e, s);
             s->recompute_for = s->n_tokens;
         }
+        s->n_draft = e->spec ? propose_drafts(e, s, p->n_tokens, budget) : 0;
         int64_t n = reserve_chunk(e, s, budget);
+        if (n == 0 && s->n_draft > 0) { /* no room for the drafts: decode plainly */
+            s->n_draft = 0;
+            if (e->drafter) spec_drafter_rollback(e->drafter, &s->dseq, s->n_tokens); /* drafts it computed */
+            n = reserve_chunk(e, s, budget);
+        }
         if (n == 0) {
             /* Out of blocks: the newest running sequence yields (possibly s itself,
              * which ends the loop). */
@@ -547,6 +631,7 @@ static void plan_step(engine *e, step_plan *p) {
         }
         plan_add(e, p, s, n);
         budget -= n;
+        e->spec_left -= s->n_draft;
         i++;
     }
     /* Admit waiting sequences while there is budget, room and memory. */
@@ -594,6 +679,15 @@ static void sample_outputs(engine *e, const step_plan *p) {
         if (!e->b_want[t]) continue;
         seq *s = e->b_owner[e->b_seq[t]];
         const float *lg = e->logits + row++ * V;
+        /* A draft's row counts only while every token before it was accepted:
+         * the sequence's text must be exactly what the row was computed on. */
+        const int64_t pos = e->b_pos[t];
+        if (s->state == SEQ_DONE || pos != s->n_tokens - 1 || s->tokens[pos] != e->b_tokens[t]) continue;
+        if (pos >= s->n_computed) { /* an accepted draft: its K/V is the sequence's now */
+            s->n_computed = pos + 1;
+            s->n_accepted++;
+            e->metrics.spec_accepted_tokens++;
+        }
         /* exp over the whole vocabulary (128K for Llama 3) only when asked */
         const bool want_lp = s->req.logprobs || s->req.top_logprobs > 0;
         double lse = want_lp ? logits_logsumexp(lg, (int32_t)V) : NAN;
@@ -603,6 +697,25 @@ static void sample_outputs(engine *e, const step_plan *p) {
         int32_t tok = sampler_sample(s->smp, e->logits_tmp);
         on_token(e, s, tok, want_lp ? (float)(lg[tok] - lse) : NAN, n_top, ids, lps);
     }
+}
+
+/* After a verification: the rejected drafts' K/V is rolled back (the blocks
+ * past the accepted positions go back to the pool) and the blocks the
+ * accepted ones filled join the prefix cache. */
+static void finish_drafts(engine *e, seq *s) {
+    if (s->n_draft == 0) return;
+    const int drafted = s->n_draft, accepted = s->n_accepted;
+    s->n_draft = s->n_accepted = 0;
+    e->metrics.spec_drafts++;
+    e->metrics.spec_draft_tokens += drafted;
+    if (s->state == SEQ_DONE) return; /* its blocks are released already */
+    spec_adapt_update(&s->adapt, e->cfg.spec_k, drafted, accepted);
+    for (int g = 0; g < e->n_groups; g++) {
+        int64_t held = kv_seq_truncate_tokens(e->kv[g], &s->kv[g], s->n_computed);
+        if (held < s->n_computed) s->n_computed = held; /* cannot happen: commits cover accepted tokens only */
+    }
+    if (e->prefix_cache) kv_prefix_commit(e->kv[0], &s->kv[0], s->tokens, s->n_computed);
+    if (e->drafter) spec_drafter_rollback(e->drafter, &s->dseq, s->n_computed);
 }
 
 bool engine_step(engine *e, kvl_error *err) {
@@ -623,9 +736,12 @@ bool engine_step(engine *e, kvl_error *err) {
         seq *s = e->b_owner[si];
         for (int64_t t = 0; t < p.n_tokens; t++)
             if (e->b_seq[t] == si) s->n_computed++;
+        s->n_computed -= s->n_draft; /* drafts count once accepted (sample_outputs) */
         if (e->prefix_cache) kv_prefix_commit(e->kv[0], &s->kv[0], s->tokens, s->n_computed);
     }
     sample_outputs(e, &p);
+    if (e->spec)
+        for (int si = 0; si < p.n_seqs; si++) finish_drafts(e, e->b_owner[si]);
     for (int i = 0; i < e->n_running;) {
         seq *s = e->running[i];
         if (s->state == SEQ_DONE) {

@@ -84,9 +84,20 @@ typedef struct engine_request {
      * ends the request, ignore_eos or not). Reported logprobs and top_logprobs
      * stay those of the unconstrained distribution. */
     const grammar *grammar;
+    bool no_speculative;   /* opt out of speculative decoding (engine_config.spec) */
     engine_event_fn on_event;
     void *user;
 } engine_request;
+
+typedef enum engine_spec_mode {
+    ENGINE_SPEC_OFF = 0,
+    ENGINE_SPEC_NGRAM, /* prompt lookup: drafts copied from the sequence's own text */
+    ENGINE_SPEC_DRAFT, /* a small draft model (engine_config.draft_model) drafts greedily */
+} engine_spec_mode;
+#define ENGINE_SPEC_MAX_K 16
+#define ENGINE_SPEC_MAX_NGRAM 8
+/* "off" / "ngram" / "draft" into *mode; false for anything else. */
+bool engine_spec_parse(const char *name, engine_spec_mode *mode);
 
 typedef struct engine_config {
     int64_t n_ctx;            /* longest sequence (prompt + output) */
@@ -98,6 +109,17 @@ typedef struct engine_config {
     int max_seqs;             /* running sequences at most */
     bool no_kv_cache;         /* recompute the whole prefix at every step */
     bool prefix_cache;        /* share full blocks of identical prefixes (default on) */
+    /* Speculative decoding (spec.h): a decoding sequence proposes up to spec_k
+     * tokens and one forward verifies them with its last token; the output is
+     * exactly what plain decoding gives (same ids, greedy or sampled with the
+     * same seed). Drafts are only added while the step has at most
+     * spec_max_batch tokens (a larger batch is compute-bound already). */
+    engine_spec_mode spec;    /* default off */
+    int spec_k;               /* most drafts per sequence and step, 1..ENGINE_SPEC_MAX_K */
+    int spec_ngram;           /* longest n-gram matched, 1..ENGINE_SPEC_MAX_NGRAM */
+    int spec_max_batch;       /* tokens per step up to which drafts are added */
+    model *draft_model;       /* ENGINE_SPEC_DRAFT: borrowed; the same vocabulary as the model
+                               * (the caller checks the texts; engine_create the size) */
 } engine_config;
 
 void engine_config_default(engine_config *c);
@@ -134,6 +156,9 @@ typedef struct engine_metrics {
     int64_t prefix_cache_queries, prefix_cache_hits; /* tokens looked up / found */
     int64_t kv_blocks_total, kv_blocks_used, kv_blocks_cached, kv_blocks_free;
     int64_t steps;
+    /* speculative decoding: verifications with drafts, tokens drafted, drafts
+     * accepted (acceptance rate = accepted / drafted) */
+    int64_t spec_drafts, spec_draft_tokens, spec_accepted_tokens;
 } engine_metrics;
 engine_metrics engine_get_metrics(const engine *e);
 

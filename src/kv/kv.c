@@ -465,6 +465,18 @@ void kv_seq_truncate(kv_pool *p, kv_seq *s, int64_t n_blocks) {
     }
 }
 
+int64_t kv_seq_truncate_tokens(kv_pool *p, kv_seq *s, int64_t n_tokens) {
+    const int64_t bs = p->cfg.block_size;
+    if (n_tokens < 0) n_tokens = 0;
+    int64_t keep = (n_tokens + bs - 1) / bs;
+    /* A hashed block is committed full: writing other tokens into its tail
+     * would make the cache lie about it, so it goes whole. */
+    if (keep > 0 && keep - 1 < s->n_hashed && n_tokens % bs != 0) keep--;
+    if (keep < s->n_blocks) kv_seq_truncate(p, s, keep);
+    int64_t held = keep * bs;
+    return held < n_tokens ? held : n_tokens;
+}
+
 int64_t kv_seq_drop_before(kv_pool *p, kv_seq *s, int64_t first_pos) {
     int64_t freed = 0, last = first_pos / p->cfg.block_size; /* blocks [0, last) are out */
     for (int64_t i = 0; i < last && i < s->n_blocks; i++)

@@ -158,6 +158,13 @@ bool kv_seq_append(kv_seq *s, int32_t block);
 /* Drops the blocks from index n_blocks on (undoing a reserve); a chain that
  * reached past them restarts at the root (the next commit walks it again). */
 void kv_seq_truncate(kv_pool *p, kv_seq *s, int64_t n_blocks);
+/* Rolls the table back to hold positions [0, n_tokens) only (speculative
+ * decoding: rejected draft positions), freeing the blocks past them. The rows
+ * after n_tokens in the last kept block are overwritten when those positions
+ * are computed again. A block in the prefix cache is never kept partly: rolling
+ * back into a hashed block drops it too (its cached contents stay valid), so the
+ * result is the positions still held: n_tokens, or less in that case. */
+int64_t kv_seq_truncate_tokens(kv_pool *p, kv_seq *s, int64_t n_tokens);
 /* Sliding window: unrefs the blocks holding only positions < first_pos and marks
  * their table entries -1 (positions keep their indices). Returns blocks freed. */
 int64_t kv_seq_drop_before(kv_pool *p, kv_seq *s, int64_t first_pos);

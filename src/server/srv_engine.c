@@ -177,6 +177,7 @@ static void admit(srv *s, srv_job *j) {
                         .sampling = j->sampling, .stop = (const char *const *)j->stop,
                         .n_stop = j->n_stop, .top_logprobs = j->top_logprobs, .logprobs = j->logprobs,
                         .ignore_eos = j->ignore_eos, .cache_salt = j->cache_salt, .grammar = j->grammar,
+                        .no_speculative = j->no_speculative,
                         .n_keep_special = j->n_keep_special, .on_event = on_engine_event};
     memcpy(r.keep_special, j->keep_special, sizeof r.keep_special);
     for (int i = 0; i < j->n; i++) {

@@ -114,6 +114,7 @@ struct srv_job {
     int top_logprobs;
     bool logprobs;
     bool ignore_eos;
+    bool no_speculative; /* "speculative": false */
     char *cache_salt;
     grammar *grammar;    /* structured output or a required tool call (NULL: none); freed with the job */
     int n;

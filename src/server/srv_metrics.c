@@ -130,6 +130,13 @@ void metrics_render(srv_metrics *m, const char *model_name, kvl_buf *o) {
     put_counter(o, label, "prompt_tokens", "Number of prefill tokens processed.", (double)e->prompt_tokens);
     put_counter(o, label, "generation_tokens", "Number of generation tokens processed.",
                 (double)e->generation_tokens);
+    /* speculative decoding (vLLM's names); acceptance rate = accepted / draft tokens */
+    put_counter(o, label, "spec_decode_num_drafts", "Verifications of drafted tokens (speculative decoding).",
+                (double)e->spec_drafts);
+    put_counter(o, label, "spec_decode_num_draft_tokens", "Tokens drafted for verification (speculative decoding).",
+                (double)e->spec_draft_tokens);
+    put_counter(o, label, "spec_decode_num_accepted_tokens", "Drafted tokens the model accepted (speculative decoding).",
+                (double)e->spec_accepted_tokens);
     put_header(o, "request_success", "_total", "counter", "Count of finished requests, by finish reason.");
     static const char *reasons[3] = {"stop", "length", "abort"};
     for (int i = 0; i < 3; i++)

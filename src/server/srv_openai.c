@@ -43,6 +43,7 @@ static const known_field KNOWN_FIELDS[] = {
     /* vLLM / llama-server extensions, read here */
     {"top_k", F_BOTH}, {"min_p", F_BOTH}, {"repetition_penalty", F_BOTH},
     {"ignore_eos", F_BOTH}, {"cache_salt", F_BOTH}, {"return_tokens_as_token_ids", F_BOTH},
+    {"speculative", F_BOTH}, /* own: false opts out of --spec (same output, plain decode) */
     {"add_generation_prompt", F_CHAT},
     {"parse_special", F_BOTH}, /* completions only: chat refuses it with its reason (parse_chat_prompt) */
     /* own parser: tool calling and reasoning */
@@ -606,7 +607,10 @@ static bool parse_body(srv *s, const cJSON *b, bool chat, api_req *r, api_error 
               parse_stream(b, r, err) && parse_logprobs(b, chat, r, err) &&
               req_int(b, "n", 1, SRV_MAX_N, &n, err) && req_bool(b, "ignore_eos", &j->ignore_eos, err) &&
               req_string(b, "cache_salt", &salt, err) && parse_structured(s, b, j, err);
+    bool speculative = true;
+    ok = ok && req_bool(b, "speculative", &speculative, err);
     if (!ok) return false;
+    j->no_speculative = !speculative;
     if (salt && !salt[0]) return api_fail(err, 400, "cache_salt", "'cache_salt' must be a non-empty string");
     if (salt && !(j->cache_salt = strdup(salt))) return api_fail(err, 500, NULL, "out of memory");
     j->n = (int)n;

@@ -200,7 +200,58 @@ static void test_layout(void) {
     }
 }
 
+/* Speculative rollback: drafted positions past the accepted ones are dropped
+ * in place; the blocks past them go back to the pool; the prefix cache only
+ * ever holds blocks of accepted tokens, and a rollback into a committed block
+ * drops that block whole rather than let its cached contents change. */
+static void test_truncate_tokens(void) {
+    kv_pool *p = make_pool(8, GGUF_DT_F16); /* block_size 4 */
+    kv_seq s, t;
+    kv_seq_init(&s);
+    kv_seq_init(&t);
+    int32_t toks[32];
+    for (int i = 0; i < 32; i++) toks[i] = 100 + i;
+    kvl_error err = {{0}};
+    /* 6 accepted tokens (one full block committed), then 5 drafts: 11 positions, 3 blocks */
+    CHECK(kv_seq_reserve(p, &s, 11) && s.n_blocks == 3 && kv_pool_n_free(p) == 5);
+    kv_prefix_commit(p, &s, toks, 6);
+    CHECK(s.n_hashed == 1);
+    /* 1 draft accepted: 7 positions held, block 2 (positions 8..10) back in the pool */
+    CHECK(kv_seq_truncate_tokens(p, &s, 7) == 7 && s.n_blocks == 2 && kv_pool_n_free(p) == 6);
+    CHECK(s.n_hashed == 1 && kv_pool_check(p, &err));
+    kv_prefix_commit(p, &s, toks, 7); /* block 1 is not full: stays uncached */
+    CHECK(s.n_hashed == 1 && kv_pool_n_cached(p) == 0);
+    /* nothing to drop: the same table */
+    CHECK(kv_seq_truncate_tokens(p, &s, 8) == 8 && s.n_blocks == 2);
+    /* exactly at a block edge: no partial block kept */
+    CHECK(kv_seq_truncate_tokens(p, &s, 4) == 4 && s.n_blocks == 1 && s.n_hashed == 1);
+    /* into the committed block: it goes whole, the chain restarts, the cache still finds it */
+    CHECK(kv_seq_truncate_tokens(p, &s, 2) == 0 && s.n_blocks == 0 && s.n_hashed == 0);
+    CHECK(kv_pool_n_cached(p) == 1 && kv_pool_check(p, &err));
+    CHECK(kv_prefix_match(p, &t, toks, 7) == 4 && t.n_blocks == 1);
+    /* a draft that differed from the tokens later accepted never reaches the cache */
+    CHECK(kv_seq_reserve(p, &t, 9));
+    int32_t drafted[9];
+    memcpy(drafted, toks, sizeof drafted);
+    drafted[5] = 7; /* rejected draft at position 5 */
+    CHECK(kv_seq_truncate_tokens(p, &t, 5) == 5 && t.n_blocks == 2);
+    kv_prefix_commit(p, &t, toks, 5);
+    CHECK(kv_seq_reserve(p, &t, 9));
+    kv_prefix_commit(p, &t, toks, 9); /* the accepted tokens, computed again */
+    CHECK(t.n_hashed == 2 && kv_pool_check(p, &err));
+    kv_seq u;
+    kv_seq_init(&u);
+    CHECK(kv_prefix_match(p, &u, toks, 9) == 8);
+    CHECK(kv_prefix_match(p, &s, drafted, 9) == 4); /* the drafted block 1 was never cached */
+    kv_seq_free(p, &s);
+    kv_seq_free(p, &t);
+    kv_seq_free(p, &u);
+    CHECK(kv_pool_n_used(p) == 0 && kv_pool_check(p, &err));
+    kv_pool_destroy(p);
+}
+
 int main(void) {
+    test_truncate_tokens();
     test_layout();
     test_sizes();
     test_dtypes();

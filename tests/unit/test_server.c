@@ -112,6 +112,12 @@ static void test_completion_parse(void) {
         CHECK(r.job->max_tokens == 16); /* completions default */
         CHECK(r.job->sampling.temperature == 1.0f && r.job->sampling.top_p == 1.0f);
         CHECK(r.job->vary_seed && r.job->n == 1 && r.job->n_stop == 0);
+        CHECK(!r.job->no_speculative);
+        api_req_free(&r);
+    }
+    CHECK(parse("{\"prompt\":[1,2,3],\"speculative\":false}", false, &r, &e));
+    if (r.job) {
+        CHECK(r.job->no_speculative);
         api_req_free(&r);
     }
     CHECK(parse("{\"prompt\":[[5,6]],\"stop\":\"x\",\"max_tokens\":254}", false, &r, &e));
@@ -160,6 +166,7 @@ static void test_completion_refused(void) {
     refused("{\"prompt\":\"x\",\"stream_options\":[]}", false, 400, "stream_options", NULL);
     refused("{\"prompt\":\"x\",\"max_tokens\":0}", false, 400, "max_tokens", NULL);
     refused("{\"prompt\":\"x\",\"cache_salt\":\"\"}", false, 400, "cache_salt", NULL);
+    refused("{\"prompt\":\"x\",\"speculative\":\"no\"}", false, 400, "speculative", NULL);
     refused("{\"prompt\":[1,2,3],\"max_tokens\":254}", false, 400, "max_tokens",
             "context_length_exceeded");
     /* A prompt that fills the context by itself names the prompt. */

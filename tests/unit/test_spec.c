@@ -1,0 +1,278 @@
+/* Speculative decoding by prompt lookup: the proposer on hand-checked cases,
+ * then the engine's output with --spec ngram against plain decoding, which
+ * must be identical id for id and byte for byte: greedy and sampled (the
+ * sampler draws once per token in either mode, so a seed gives the same
+ * stream), alone, batched, under preemption (a tiny pool), with prefix-cache
+ * hits, stop strings and max_tokens, on a sliding-window model (two KV
+ * groups) and with a request that opts out. Every setup must also have
+ * drafted, accepted and rejected tokens, so both sides of the rollback ran. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine.h"
+#include "spec.h"
+
+#include "check.h"
+
+static void test_propose(void) {
+    int32_t out[8];
+    /* "a b c d a b" -> the last "a b" was seen followed by "c d a b" */
+    const int32_t t1[] = {1, 2, 3, 4, 1, 2};
+    CHECK(spec_ngram_propose(t1, 6, 3, 4, out) == 4 && out[0] == 3 && out[1] == 4 && out[2] == 1 && out[3] == 2);
+    CHECK(spec_ngram_propose(t1, 6, 3, 2, out) == 2 && out[0] == 3 && out[1] == 4);
+    /* the most recent earlier occurrence wins: "5 1 9 1 7 1" -> after the last 1 comes 7 */
+    const int32_t t2[] = {5, 1, 9, 1, 7, 1};
+    CHECK(spec_ngram_propose(t2, 6, 3, 3, out) == 2 && out[0] == 7 && out[1] == 1);
+    /* the longest n-gram first: "1 2 x 2 y 1 2" -> "1 2" matched (x), not "2" (y) */
+    const int32_t t3[] = {1, 2, 8, 2, 9, 1, 2};
+    CHECK(spec_ngram_propose(t3, 7, 2, 1, out) == 1 && out[0] == 8);
+    CHECK(spec_ngram_propose(t3, 7, 1, 1, out) == 1 && out[0] == 9);
+    /* a draft stops at the end of the text; nothing when nothing matches */
+    const int32_t t4[] = {4, 4};
+    CHECK(spec_ngram_propose(t4, 2, 3, 5, out) == 1 && out[0] == 4);
+    const int32_t t5[] = {1, 2, 3};
+    CHECK(spec_ngram_propose(t5, 3, 3, 4, out) == 0 && spec_ngram_propose(t5, 1, 3, 4, out) == 0);
+    /* adaptation: all accepted grows k, none halves it down to a cool-down of plain steps */
+    spec_adapt a;
+    spec_adapt_init(&a, 4);
+    spec_adapt_update(&a, 4, 4, 4);
+    CHECK(a.k == 4);
+    spec_adapt_update(&a, 4, 4, 0);
+    spec_adapt_update(&a, 4, 2, 0);
+    spec_adapt_update(&a, 4, 1, 0);
+    CHECK(a.k == 0 && spec_adapt_want(&a) == 0);
+    int steps = 1;
+    while (spec_adapt_want(&a) == 0 && steps < 100) steps++;
+    CHECK(steps > 1 && steps < 100 && a.k == 1);
+    spec_adapt_update(&a, 4, 1, 1);
+    CHECK(a.k == 2);
+}
+
+#define MAX_OUT 256
+
+typedef struct collected {
+    int32_t ids[MAX_OUT];
+    int n;
+    char text[4096];
+    size_t len;
+    engine_finish finish;
+} collected;
+
+static void on_event(const engine_event *ev, void *user) {
+    collected *c = user;
+    if (ev->token >= 0 && c->n < MAX_OUT) c->ids[c->n++] = ev->token;
+    if (c->len + ev->text_len < sizeof c->text) {
+        memcpy(c->text + c->len, ev->text, ev->text_len);
+        c->len += ev->text_len;
+    }
+    if (ev->finish) c->finish = ev->finish;
+}
+
+enum { NR = 6 };
+
+typedef struct req_set {
+    int32_t prompt[NR][160];
+    int len[NR];
+    int max_tokens[NR];
+    float temp[NR];
+    const char *stop[NR];
+    bool opt_out[NR];
+} req_set;
+
+typedef struct setup {
+    const char *name;
+    int max_seqs;
+    int64_t batch_tokens, kv_blocks;
+    bool twice; /* every request again after the first round: prefix-cache hits */
+} setup;
+
+static bool prefix_enabled; /* of the last run's engine */
+
+static model *draft_model; /* for ENGINE_SPEC_DRAFT */
+
+static engine_metrics run(model *m, tok_vocab *v, const setup *su, const req_set *rs, engine_spec_mode spec,
+                          int only, collected out[NR]) {
+    engine_config c;
+    engine_config_default(&c);
+    c.n_ctx = 256;
+    c.max_seqs = su->max_seqs;
+    c.max_batch_tokens = su->batch_tokens;
+    c.n_blocks = su->kv_blocks;
+    c.spec = spec;
+    c.draft_model = draft_model;
+    kvl_error err = {{0}};
+    engine *e = engine_create(m, v, &c, &err);
+    engine_metrics mt = {0};
+    if (!e) {
+        fprintf(stderr, "%s: %s\n", su->name, err.msg);
+        failures++;
+        return mt;
+    }
+    for (int round = 0; round < (su->twice ? 2 : 1); round++) {
+        for (int i = 0; i < NR; i++) {
+            if (only >= 0 && i != only) continue;
+            memset(&out[i], 0, sizeof out[i]);
+            engine_request r = {.prompt = rs->prompt[i], .n_prompt = rs->len[i], .max_tokens = rs->max_tokens[i],
+                                .stop = &rs->stop[i], .n_stop = rs->stop[i] ? 1 : 0,
+                                .no_speculative = rs->opt_out[i], .on_event = on_event, .user = &out[i]};
+            sampler_params_default(&r.sampling);
+            r.sampling.temperature = rs->temp[i];
+            r.sampling.seed = 1000 + (uint64_t)i;
+            if (engine_submit(e, &r, &err) < 0) {
+                fprintf(stderr, "%s: submit: %s\n", su->name, err.msg);
+                failures++;
+            }
+        }
+        int steps = 0;
+        while (engine_has_work(e) && steps++ < 100000)
+            if (!engine_step(e, &err)) {
+                fprintf(stderr, "%s: step: %s\n", su->name, err.msg);
+                failures++;
+                break;
+            }
+    }
+    mt = engine_get_metrics(e);
+    prefix_enabled = engine_prefix_cache_enabled(e);
+    for (int g = 0; g < engine_kv_n_groups(e); g++) {
+        kvl_error ce = {{0}};
+        if (kv_pool_n_used(engine_kv_group(e, g)) != 0 || !kv_pool_check(engine_kv_group(e, g), &ce)) {
+            fprintf(stderr, "%s: pool %d: %lld blocks still used, check: %s\n", su->name, g,
+                    (long long)kv_pool_n_used(engine_kv_group(e, g)), ce.msg);
+            failures++;
+        }
+    }
+    engine_destroy(e);
+    return mt;
+}
+
+static bool same(const collected *a, const collected *b) {
+    return a->n == b->n && memcmp(a->ids, b->ids, (size_t)a->n * sizeof(int32_t)) == 0 && a->len == b->len &&
+           memcmp(a->text, b->text, a->len) == 0 && a->finish == b->finish;
+}
+
+static void compare_model(const char *path, bool story) {
+    kvl_error err = {{0}};
+    gguf_file *f = gguf_open(path, &err);
+    tok_vocab *v = f ? tok_vocab_create(f, &err) : NULL;
+    model_params mp = {.max_ctx = 256, .max_ubatch = 32};
+    model *m = v ? model_load(f, &mp, &err) : NULL;
+    if (!m) {
+        fprintf(stderr, "%s: %s\n", path, err.msg);
+        failures++;
+        tok_vocab_destroy(v);
+        if (!v && f) gguf_close(f);
+        return;
+    }
+    static req_set rs;
+    memset(&rs, 0, sizeof rs);
+    static const char *stories[NR] = {
+        "Lily had a red ball. She liked to play with her red ball in the park. One day, Lily lost her red ball "
+        "in the park. She was sad. Lily had a red ball.",
+        "Once upon a time, there was a little boy named Tim. Tim had a big dog. The dog was named Max. Tim and "
+        "Max liked to run. Once upon a time, there was a little boy named Tim.",
+        "The cat sat on the mat. The dog sat on the mat. The bird sat on the",
+        "Sue went to the store. She bought an apple. Sue went to the store again. She bought",
+        "Once upon a time",
+        "Tom and Sam were friends. They played every day. Tom said, \"Let's play ball!\" Sam said, \"Yes!\" Tom and Sam",
+    };
+    srand(11);
+    for (int i = 0; i < NR; i++) {
+        if (story) {
+            int64_t n = tok_encode(v, stories[i], strlen(stories[i]), true, false, rs.prompt[i], 160, &err);
+            rs.len[i] = n > 0 && n <= 160 ? (int)n : 1;
+        } else { /* a random sequence said twice: lookup proposes its second half */
+            int half = 5 + i * 7;
+            for (int k = 0; k < half; k++) rs.prompt[i][k] = rs.prompt[i][half + k] = 3 + rand() % 200;
+            rs.len[i] = 2 * half;
+        }
+        rs.max_tokens[i] = 30 + 14 * i;
+        rs.temp[i] = i == 2 || i == 5 ? 0.9f : 0.0f; /* sampled too */
+    }
+    rs.stop[3] = story ? "apple" : NULL;
+    rs.opt_out[4] = true;
+    static collected plain[NR], alone[NR], got[NR];
+    setup solo = {"alone", 1, 2048, 0, false};
+    for (int i = 0; i < NR; i++) {
+        run(m, v, &solo, &rs, ENGINE_SPEC_OFF, i, plain);
+        run(m, v, &solo, &rs, ENGINE_SPEC_NGRAM, i, alone);
+        if (!same(&plain[i], &alone[i])) {
+            fprintf(stderr, "%s: alone: request %d differs with speculation (n %d vs %d)\n", path, i, alone[i].n,
+                    plain[i].n);
+            failures++;
+        }
+    }
+    setup setups[] = {
+        {"batched", 8, 2048, 0, false},
+        {"budget 7", 3, 7, 0, false},
+        {"tiny pool (preemption)", 8, 2048, 14, false},
+        {"prefix cache, second round", 8, 2048, 0, true},
+    };
+    int64_t drafted = 0, accepted = 0;
+    for (size_t k = 0; k < sizeof setups / sizeof setups[0]; k++) {
+        engine_metrics mt = run(m, v, &setups[k], &rs, ENGINE_SPEC_NGRAM, -1, got);
+        for (int i = 0; i < NR; i++)
+            if (!same(&plain[i], &got[i])) {
+                fprintf(stderr, "%s: %s: request %d differs with speculation (n %d vs %d)\n", path, setups[k].name, i,
+                        got[i].n, plain[i].n);
+                failures++;
+            }
+        if (setups[k].kv_blocks && mt.n_preemptions == 0) {
+            fprintf(stderr, "%s: %s: expected preemptions\n", path, setups[k].name);
+            failures++;
+        }
+        if (setups[k].twice && prefix_enabled && mt.prefix_cache_hits == 0) {
+            fprintf(stderr, "%s: %s: expected prefix-cache hits\n", path, setups[k].name);
+            failures++;
+        }
+        printf("  %-28s drafts %lld, drafted %lld, accepted %lld, preemptions %lld, prefix hits %lld\n",
+               setups[k].name, (long long)mt.spec_drafts, (long long)mt.spec_draft_tokens,
+               (long long)mt.spec_accepted_tokens, (long long)mt.n_preemptions, (long long)mt.prefix_cache_hits);
+        drafted += mt.spec_draft_tokens;
+        accepted += mt.spec_accepted_tokens;
+    }
+    if (drafted == 0 || (story && accepted == 0) || accepted == drafted) {
+        fprintf(stderr, "%s: drafted %lld, accepted %lld: both acceptance and rejection must happen\n", path,
+                (long long)drafted, (long long)accepted);
+        failures++;
+    }
+    if (story) {
+        /* the opted-out request alone drafts nothing */
+        engine_metrics mt = run(m, v, &solo, &rs, ENGINE_SPEC_NGRAM, 4, got);
+        CHECK(mt.spec_draft_tokens == 0);
+        /* Draft model = the model itself: every greedy draft is accepted, and
+         * the output is still the plain one (batched, and under preemption,
+         * where the draft KV is freed and computed again). */
+        draft_model = m;
+        for (int greedy = 0; greedy < NR; greedy++) rs.temp[greedy] = 0.0f;
+        rs.stop[3] = NULL;
+        setup dsets[] = {{"draft: batched", 8, 2048, 0, false}, {"draft: tiny pool", 8, 2048, 14, false}};
+        for (size_t k = 0; k < 2; k++) {
+            run(m, v, &solo, &rs, ENGINE_SPEC_OFF, -1, plain); /* max_seqs 1: one after another */
+            mt = run(m, v, &dsets[k], &rs, ENGINE_SPEC_DRAFT, -1, got);
+            for (int i = 0; i < NR; i++)
+                if (!same(&plain[i], &got[i])) {
+                    fprintf(stderr, "%s: request %d differs with a draft model\n", dsets[k].name, i);
+                    failures++;
+                }
+            printf("  %-28s drafted %lld, accepted %lld, preemptions %lld\n", dsets[k].name,
+                   (long long)mt.spec_draft_tokens, (long long)mt.spec_accepted_tokens, (long long)mt.n_preemptions);
+            CHECK(mt.spec_draft_tokens > 100 && mt.spec_accepted_tokens == mt.spec_draft_tokens);
+        }
+        CHECK(mt.n_preemptions > 0);
+        draft_model = NULL;
+    }
+    printf("%s: identical with speculation; drafted %lld, accepted %lld\n", path, (long long)drafted,
+           (long long)accepted);
+    model_destroy(m);
+    tok_vocab_destroy(v);
+}
+
+int main(void) {
+    test_propose();
+    compare_model("models/stories260K.gguf", true);
+    compare_model("tests/data/golden/models/qwen3-f32.gguf", false);
+    compare_model("tests/data/golden/models/gemma3-swa-f32.gguf", false); /* two KV groups */
+    printf("test_spec: %s (%d failures)\n", failures ? "FAIL" : "ok", failures);
+    return failures != 0;
+}
