@@ -41,6 +41,7 @@ struct engine {
     int32_t window[MODEL_MAX_KV_GROUPS];
     int n_groups;
     bool prefix_cache;       /* enabled and possible for this model */
+    kv_disk *disk;           /* second tier of the prefix cache (NULL: none) */
     int64_t next_id;
     seq *waiting;            /* FIFO; preempted sequences go to the front */
     seq **running;           /* in admission order (newest last) */
@@ -68,6 +69,7 @@ void engine_config_default(engine_config *c) {
     c->max_seqs = 64;
     c->no_kv_cache = false;
     c->prefix_cache = true;
+    c->kv_disk = NULL;
 }
 
 /* ---------------------------------------------------------- create/free -- */
@@ -125,6 +127,14 @@ engine *engine_create(model *m, const tok_vocab *vocab, const engine_config *c, 
     /* Sliding-window blocks are dropped as they leave the window, so a chain of
      * full blocks cannot be rebuilt from them: prefix caching needs one full-attention group. */
     e->prefix_cache = e->cfg.prefix_cache && !e->cfg.no_kv_cache && e->n_groups == 1 && e->window[0] == 0;
+    e->cfg.kv_disk = NULL; /* the caller's config is not kept */
+    if (c->kv_disk) {
+        if (!e->prefix_cache) {
+            kvl_fail(err, "engine: the KV disk tier needs the prefix cache (on, a KV cache, and no sliding-window layers)");
+            goto fail;
+        }
+        if (!(e->disk = kv_disk_open(c->kv_disk, e->kv[0], err))) goto fail;
+    }
     if (!alloc_batch(e, err)) goto fail;
     return e;
 fail:
@@ -153,6 +163,7 @@ void engine_destroy(engine *e) {
         seq_free(e, s);
     }
     for (int i = 0; i < e->n_running; i++) seq_free(e, e->running[i]);
+    kv_disk_close(e->disk); /* before the pool: it writes what RAM still caches */
     for (int g = 0; g < MODEL_MAX_KV_GROUPS; g++) kv_pool_destroy(e->kv[g]);
     free(e->b_tokens);
     free(e->b_pos);
@@ -171,6 +182,7 @@ void engine_destroy(engine *e) {
 kv_pool *engine_kv(engine *e) { return e->kv[0]; }
 int engine_kv_n_groups(const engine *e) { return e->n_groups; }
 bool engine_prefix_cache_enabled(const engine *e) { return e->prefix_cache; }
+kv_disk *engine_kv_disk(engine *e) { return e->disk; }
 kv_pool *engine_kv_group(engine *e, int group) { return e->kv[group]; }
 const engine_config *engine_cfg(const engine *e) { return &e->cfg; }
 bool engine_has_work(const engine *e) { return e->waiting || e->n_running > 0; }
@@ -431,7 +443,8 @@ static void seq_forget_kv(engine *e, seq *s) {
  * admitted. The last token is never taken from the cache: its logits are needed. */
 static void prefix_attach(engine *e, seq *s) {
     if (!e->prefix_cache || s->n_computed > 0) return;
-    s->n_computed = kv_prefix_match(e->kv[0], &s->kv[0], s->tokens, s->n_tokens - 1);
+    s->n_computed = e->disk ? kv_disk_prefix_match(e->disk, &s->kv[0], s->tokens, s->n_tokens - 1)
+                            : kv_prefix_match(e->kv[0], &s->kv[0], s->tokens, s->n_tokens - 1);
     e->metrics.prefix_cache_queries += s->n_tokens;
     e->metrics.prefix_cache_hits += s->n_computed;
     if (s->stats.n_generated == 0) s->stats.n_cached_prompt = s->n_computed;

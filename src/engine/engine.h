@@ -11,6 +11,7 @@
 
 #include "base.h"
 #include "kv.h"
+#include "kv_disk.h"
 #include "model.h"
 #include "tokenizer.h"
 #include "sampler.h"
@@ -98,6 +99,9 @@ typedef struct engine_config {
     int max_seqs;             /* running sequences at most */
     bool no_kv_cache;         /* recompute the whole prefix at every step */
     bool prefix_cache;        /* share full blocks of identical prefixes (default on) */
+    /* The disk tier of the prefix cache (kv_disk.h; copied), NULL: none.
+     * Needs the prefix cache. */
+    const kv_disk_config *kv_disk;
 } engine_config;
 
 void engine_config_default(engine_config *c);
@@ -126,6 +130,10 @@ bool engine_prefix_cache_enabled(const engine *e);
 kv_pool *engine_kv_group(engine *e, int group);
 const engine_config *engine_cfg(const engine *e);
 const model *engine_model(const engine *e);
+
+/* The disk tier (NULL: none). Its counters are safe to read from any thread;
+ * kv_disk_save must run on the thread that drives engine_step. */
+kv_disk *engine_kv_disk(engine *e);
 
 typedef struct engine_metrics {
     int64_t n_running, n_waiting;
