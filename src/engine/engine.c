@@ -30,6 +30,7 @@ typedef struct seq {
     stop_matcher stops;      /* over all the text generated, one byte at a time */
     engine_req_stats stats;
     bool cancelled;
+    int passed_over;         /* admissions that preferred a later request (prefix-aware) */
     struct seq *next;        /* in the waiting queue or the running list */
 } seq;
 
@@ -70,6 +71,8 @@ void engine_config_default(engine_config *c) {
     c->no_kv_cache = false;
     c->prefix_cache = true;
     c->kv_disk = NULL;
+    c->scheduling = ENGINE_SCHED_FCFS;
+    c->prefix_admission_wait = 0;
 }
 
 /* ---------------------------------------------------------- create/free -- */
@@ -220,6 +223,8 @@ static bool validate_request(engine *e, const engine_request *r, kvl_error *err)
                             strlen(r->stop[i]), ENGINE_MAX_STOP_BYTES);
     if (r->top_logprobs < 0 || r->top_logprobs > MAX_TOP_LOGPROBS)
         return kvl_fail(err, "top_logprobs must be between 0 and %d", MAX_TOP_LOGPROBS);
+    if (r->priority != 0 && e->cfg.scheduling != ENGINE_SCHED_PRIORITY)
+        return kvl_fail(err, "priority %d given, but priority scheduling is off (the policy is fcfs)", r->priority);
     int64_t want = r->n_prompt + (r->max_tokens > 0 ? r->max_tokens : 1);
     if (r->n_prompt >= e->cfg.n_ctx || (r->max_tokens > 0 && want > e->cfg.n_ctx))
         return kvl_fail(err, "prompt (%lld tokens) + max_tokens (%lld) exceeds the context size %lld",
@@ -450,7 +455,50 @@ static void prefix_attach(engine *e, seq *s) {
     if (s->stats.n_generated == 0) s->stats.n_cached_prompt = s->n_computed;
 }
 
-/* Preempts the newest running sequence by recompute: its blocks are freed and it
+/* Adds s to the running list. Under priority scheduling the list stays sorted
+ * by priority (admission order within a value), so the last one is always the
+ * one to preempt and the plan serves the most urgent first. */
+static void running_add(engine *e, seq *s) {
+    int at = e->n_running;
+    if (e->cfg.scheduling == ENGINE_SCHED_PRIORITY)
+        while (at > 0 && e->running[at - 1]->req.priority > s->req.priority) at--;
+    memmove(e->running + at + 1, e->running + at, (e->n_running - at) * sizeof(seq *));
+    e->running[at] = s;
+    e->n_running++;
+}
+
+/* Prompt tokens of s the RAM prefix cache holds now (nothing attached). */
+static int64_t cached_prefix(const engine *e, const seq *s) {
+    return kv_prefix_probe(e->kv[0], s->kv[0].chain_root, s->tokens, s->n_tokens - 1);
+}
+
+/* The link of the waiting sequence to admit next (NULL: none waits). */
+static seq **pick_waiting(engine *e) {
+    enum { PREFIX_SCAN = 32 }; /* waiting requests compared by cached prefix */
+    seq **best = &e->waiting;
+    if (!*best) return NULL;
+    if (e->cfg.scheduling == ENGINE_SCHED_PRIORITY) /* the first of the lowest value: list order is arrival */
+        for (seq **pp = &(*best)->next; *pp; pp = &(*pp)->next)
+            if ((*pp)->req.priority < (*best)->req.priority) best = pp;
+    if (e->cfg.prefix_admission_wait <= 0 || !e->prefix_cache || (*best)->passed_over >= e->cfg.prefix_admission_wait)
+        return best;
+    seq **pick = best;
+    int64_t most = cached_prefix(e, *best);
+    int n = 0;
+    for (seq **pp = &e->waiting; *pp && n < PREFIX_SCAN; pp = &(*pp)->next, n++) {
+        if (*pp == *best || (*pp)->req.priority != (*best)->req.priority || (*pp)->n_computed > 0) continue;
+        int64_t h = cached_prefix(e, *pp);
+        if (h > most) {
+            most = h;
+            pick = pp;
+        }
+    }
+    if (pick != best) (*best)->passed_over++;
+    return pick;
+}
+
+/* Preempts the newest running sequence (under priority scheduling: the newest
+ * of the highest priority value) by recompute: its blocks are freed and it
  * goes to the front of the queue with everything it generated so far. */
 static void preempt_newest(engine *e) {
     seq *s = e->running[e->n_running - 1];
@@ -537,10 +585,25 @@ static bool leader_prefilling(const engine *e, const seq *s) {
     return false; /* finished, or queued behind s (after a preemption): do not wait */
 }
 
+/* Priority scheduling: running sequences of a higher value than the most
+ * urgent waiting one yield while it cannot be admitted (no seat or no blocks
+ * for its prompt). */
+static void preempt_for_priority(engine *e) {
+    if (e->cfg.scheduling != ENGINE_SCHED_PRIORITY) return;
+    seq **pp = pick_waiting(e);
+    if (!pp) return;
+    const seq *w = *pp;
+    int64_t need = (w->n_tokens - cached_prefix(e, w) + e->cfg.block_size - 1) / e->cfg.block_size;
+    while (e->n_running > 0 && e->running[e->n_running - 1]->req.priority > w->req.priority &&
+           (e->n_running >= e->cfg.max_seqs || kv_pool_n_free(e->kv[0]) < need))
+        preempt_newest(e);
+}
+
 static void plan_step(engine *e, step_plan *p) {
     int64_t budget = e->cfg.max_batch_tokens;
     p->n_tokens = 0;
     p->n_seqs = 0;
+    preempt_for_priority(e);
     /* Running sequences, oldest first: decodes (and unfinished prefills). */
     for (int i = 0; i < e->n_running && budget > 0;) {
         seq *s = e->running[i];
@@ -563,8 +626,9 @@ static void plan_step(engine *e, step_plan *p) {
         i++;
     }
     /* Admit waiting sequences while there is budget, room and memory. */
-    while (e->waiting && budget > 0 && e->n_running < e->cfg.max_seqs) {
-        seq *s = e->waiting;
+    seq **link;
+    while (budget > 0 && e->n_running < e->cfg.max_seqs && (link = pick_waiting(e))) {
+        seq *s = *link;
         if (leader_prefilling(e, s)) break; /* keeps FIFO order; the leader finishes first */
         prefix_attach(e, s);
         int64_t n = reserve_chunk(e, s, budget);
@@ -572,11 +636,11 @@ static void plan_step(engine *e, step_plan *p) {
             seq_forget_kv(e, s); /* give the cached blocks back; retry next step */
             break;
         }
-        e->waiting = s->next;
+        *link = s->next;
         s->next = NULL;
         s->state = SEQ_RUNNING;
         if (s->stats.t_scheduled == 0) s->stats.t_scheduled = kvl_time_s(); /* not again after a preemption */
-        e->running[e->n_running++] = s;
+        running_add(e, s);
         plan_add(e, p, s, n);
         budget -= n;
     }

@@ -85,9 +85,19 @@ typedef struct engine_request {
      * ends the request, ignore_eos or not). Reported logprobs and top_logprobs
      * stay those of the unconstrained distribution. */
     const grammar *grammar;
+    /* Under ENGINE_SCHED_PRIORITY: lower values are admitted first and
+     * preempted last (vLLM's semantics); must be 0 under ENGINE_SCHED_FCFS. */
+    int priority;
     engine_event_fn on_event;
     void *user;
 } engine_request;
+
+/* Which waiting request is admitted first and which running one yields:
+ * FCFS (arrival order; the newest running one is preempted), or PRIORITY
+ * (lowest engine_request.priority first, arrival order within a value; the
+ * running one with the highest value, newest among equals, is preempted, also
+ * to make room for a waiting request of a lower value). */
+typedef enum engine_sched { ENGINE_SCHED_FCFS = 0, ENGINE_SCHED_PRIORITY } engine_sched;
 
 typedef struct engine_config {
     int64_t n_ctx;            /* longest sequence (prompt + output) */
@@ -102,6 +112,13 @@ typedef struct engine_config {
     /* The disk tier of the prefix cache (kv_disk.h; copied), NULL: none.
      * Needs the prefix cache. */
     const kv_disk_config *kv_disk;
+    engine_sched scheduling;  /* default FCFS */
+    /* Prefix-aware admission (SGLang's longest prefix match with an FCFS
+     * fallback): among the first waiting requests of the best priority, admit
+     * the one with the most prompt tokens in the prefix cache, unless the one
+     * next in order has already been passed over this many times (so nothing
+     * starves). 0: off, strict order (default). */
+    int prefix_admission_wait;
 } engine_config;
 
 void engine_config_default(engine_config *c);

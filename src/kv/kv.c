@@ -285,6 +285,20 @@ int64_t kv_prefix_match(kv_pool *p, kv_seq *s, const int32_t *tokens, int64_t n_
     return s->n_hashed * bs;
 }
 
+int64_t kv_prefix_probe(const kv_pool *p, uint64_t root, const int32_t *tokens, int64_t n_tokens) {
+    const int bs = p->cfg.block_size;
+    uint64_t parent = root;
+    int64_t n = 0;
+    while (n < n_tokens / bs) {
+        const int32_t *toks = tokens + n * bs;
+        uint64_t h = p->block_hash(parent, toks, bs);
+        if (prefix_find(p, h, parent, toks) < 0) break;
+        parent = h;
+        n++;
+    }
+    return n * bs;
+}
+
 void kv_prefix_commit(kv_pool *p, kv_seq *s, const int32_t *tokens, int64_t n_computed) {
     const int bs = p->cfg.block_size;
     while ((s->n_hashed + 1) * bs <= n_computed && s->n_hashed < s->n_blocks) {

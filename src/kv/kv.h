@@ -155,6 +155,9 @@ void kv_seq_set_cache_salt(kv_seq *s, const char *salt);
  * chain (an empty one, typically); otherwise, and on out of memory, attaches
  * nothing more. */
 int64_t kv_prefix_match(kv_pool *p, kv_seq *s, const int32_t *tokens, int64_t n_tokens);
+/* Tokens of tokens[0..n_tokens) whose full blocks the cache holds now, for a
+ * chain rooted at root (kv_seq.chain_root); attaches nothing. */
+int64_t kv_prefix_probe(const kv_pool *p, uint64_t root, const int32_t *tokens, int64_t n_tokens);
 /* Commits to the cache the sequence's blocks that are full now that the K/V of
  * tokens[0..n_computed) are in them, extending its chain. A block whose hash is
  * already cached (another sequence computed the same prefix) stays uncached.
