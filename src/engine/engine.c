@@ -202,6 +202,7 @@ engine_metrics engine_get_metrics(const engine *e) {
     }
     m.n_waiting = 0;
     for (seq *s = e->waiting; s; s = s->next) m.n_waiting++;
+    if (e->disk) m.kv_disk = kv_disk_get_stats(e->disk);
     return m;
 }
 
@@ -448,11 +449,16 @@ static void seq_forget_kv(engine *e, seq *s) {
  * admitted. The last token is never taken from the cache: its logits are needed. */
 static void prefix_attach(engine *e, seq *s) {
     if (!e->prefix_cache || s->n_computed > 0) return;
+    int64_t from_disk = e->disk ? kv_disk_get_stats(e->disk).hit_tokens : 0;
     s->n_computed = e->disk ? kv_disk_prefix_match(e->disk, &s->kv[0], s->tokens, s->n_tokens - 1)
                             : kv_prefix_match(e->kv[0], &s->kv[0], s->tokens, s->n_tokens - 1);
+    if (e->disk) from_disk = kv_disk_get_stats(e->disk).hit_tokens - from_disk;
     e->metrics.prefix_cache_queries += s->n_tokens;
     e->metrics.prefix_cache_hits += s->n_computed;
-    if (s->stats.n_generated == 0) s->stats.n_cached_prompt = s->n_computed;
+    if (s->stats.n_generated == 0) {
+        s->stats.n_cached_prompt = s->n_computed;
+        s->stats.n_disk_prompt = from_disk;
+    }
 }
 
 /* Adds s to the running list. Under priority scheduling the list stays sorted
@@ -817,3 +823,47 @@ bool engine_embed(engine *e, const int32_t *ids, int64_t n, engine_pooling pooli
 }
 
 const model *engine_model(const engine *e) { return e->m; }
+
+int64_t engine_kv_save(engine *e, const int32_t *ids, int64_t n, const char *salt, kvl_error *err) {
+    if (!e->disk) {
+        kvl_fail(err, "the KV disk tier is off (start with --kv-disk DIR)");
+        return -1;
+    }
+    const model_hparams *hp = model_hp(e->m);
+    if (n > e->cfg.n_ctx) {
+        kvl_fail(err, "the prefix has %lld tokens, more than the context of %lld", (long long)n, (long long)e->cfg.n_ctx);
+        return -1;
+    }
+    for (int64_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= hp->n_vocab) {
+            kvl_fail(err, "token %lld (id %d) is not in the vocabulary", (long long)i, ids[i]);
+            return -1;
+        }
+    const int64_t bs = e->cfg.block_size, full = n / bs * bs; /* only full blocks are cached */
+    enum { CHUNK = 64 };
+    int32_t pos[CHUNK], sq[CHUNK] = {0};
+    uint8_t want[CHUNK] = {0};
+    kv_seq s;
+    kv_seq_init(&s);
+    kv_seq_set_cache_salt(&s, salt);
+    const kv_seq *seqs[1] = {&s};
+    /* What RAM or the tier holds already is attached, the rest computed like
+     * a prompt, committed to the prefix cache and written out. */
+    int64_t done = kv_disk_prefix_match(e->disk, &s, ids, full), saved = -1;
+    bool ok = kv_seq_reserve(e->kv[0], &s, full);
+    if (!ok) kvl_fail(err, "not enough free KV blocks for %lld tokens right now", (long long)full);
+    while (ok && done < full) {
+        int64_t cnt = full - done < CHUNK ? full - done : CHUNK;
+        for (int64_t i = 0; i < cnt; i++) pos[i] = (int32_t)(done + i);
+        model_batch b = {.n_tokens = cnt, .tokens = ids + done, .pos = pos, .seq = sq, .want_logits = want,
+                         .n_seqs = 1, .seqs = seqs};
+        ok = model_forward(e->m, e->kv, &b, NULL, err);
+        done += cnt;
+    }
+    if (ok) {
+        kv_prefix_commit(e->kv[0], &s, ids, full);
+        saved = kv_disk_save(e->disk, &s, full / bs, err);
+    }
+    kv_seq_free(e->kv[0], &s);
+    return saved;
+}

@@ -28,6 +28,7 @@ typedef enum engine_finish {
 typedef struct engine_req_stats {
     int64_t n_prompt, n_generated;
     int64_t n_cached_prompt;                /* prompt tokens served from the prefix cache */
+    int64_t n_disk_prompt;                  /* of those, read from its disk tier */
     int64_t n_preemptions;
     double t_submit, t_first_token, t_end; /* kvl_time_s() */
     double t_scheduled;                    /* first step that computed any of it (0: never) */
@@ -152,6 +153,13 @@ const model *engine_model(const engine *e);
  * kv_disk_save must run on the thread that drives engine_step. */
 kv_disk *engine_kv_disk(engine *e);
 
+/* Puts the full blocks of ids (a prefix, under this cache salt) in the disk
+ * tier: blocks RAM or the tier holds are reused, the rest computed, then all
+ * written synchronously. Returns the blocks on disk, or -1 with err (no tier,
+ * bad ids, no free blocks now, a write failure). Same thread rule as
+ * engine_embed. */
+int64_t engine_kv_save(engine *e, const int32_t *ids, int64_t n, const char *salt, kvl_error *err);
+
 typedef struct engine_metrics {
     int64_t n_running, n_waiting;
     int64_t n_preemptions;
@@ -159,6 +167,7 @@ typedef struct engine_metrics {
     int64_t prefix_cache_queries, prefix_cache_hits; /* tokens looked up / found */
     int64_t kv_blocks_total, kv_blocks_used, kv_blocks_cached, kv_blocks_free;
     int64_t steps;
+    kv_disk_stats kv_disk;   /* the disk tier's (zeros without one) */
 } engine_metrics;
 engine_metrics engine_get_metrics(const engine *e);
 
