@@ -71,6 +71,10 @@ struct kv_disk {
     kv_disk_stats st;
 };
 
+uint64_t kv_disk_file_bytes(uint64_t block_bytes, int block_size) {
+    return sizeof(disk_header) + (uint64_t)block_size * sizeof(int32_t) + block_bytes;
+}
+
 bool kv_disk_model_id(const char *path, uint8_t id[16], kvl_error *err) {
     FILE *f = fopen(path, "rb");
     if (!f) return kvl_fail(err, "kv disk: cannot open %s to hash it: %s", path, strerror(errno));
@@ -384,7 +388,7 @@ kv_disk *kv_disk_open(const kv_disk_config *c, kv_pool *p, kvl_error *err) {
     d->ident.block_bytes = kv_pool_block_bytes(p);
     d->ident_hash = XXH3_64bits(&d->ident, IDENTITY_BYTES);
     d->tok_bytes = (size_t)pc->block_size * sizeof(int32_t);
-    d->file_bytes = sizeof(disk_header) + d->tok_bytes + kv_pool_block_bytes(p);
+    d->file_bytes = kv_disk_file_bytes(kv_pool_block_bytes(p), pc->block_size);
     d->n_slots = c->queue_blocks > 0 ? c->queue_blocks : 64;
     d->n_buckets = 1024;
     d->dir = strdup(c->dir);

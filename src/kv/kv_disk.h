@@ -49,6 +49,9 @@ typedef struct kv_disk_stats {
     int64_t hit_tokens;    /* prompt tokens served from disk */
 } kv_disk_stats;
 
+/* Bytes of one block's file: header, token ids, the pool's block bytes. */
+uint64_t kv_disk_file_bytes(uint64_t block_bytes, int block_size);
+
 /* The XXH3-128 of the model file's bytes: different files, different tiers. */
 bool kv_disk_model_id(const char *path, uint8_t id[16], kvl_error *err);
 
