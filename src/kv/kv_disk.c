@@ -182,14 +182,21 @@ static void enforce_limit(kv_disk *d) {
 
 /* ---- block files ---- */
 
-/* Fills buf with block b's file (header, tokens, bytes). */
+/* Fills buf with block b's file (header, tokens, bytes), checksums not yet
+ * computed: the writer thread does that (seal_file), off the step path. */
 static void build_file(const kv_disk *d, uint8_t *buf, uint64_t hash, uint64_t parent, const int32_t *tokens,
                        const void *bytes) {
     disk_header h = d->ident;
     h.hash = hash;
     h.parent = parent;
+    memcpy(buf, &h, sizeof h);
     memcpy(buf + sizeof h, tokens, d->tok_bytes);
     memcpy(buf + sizeof h + d->tok_bytes, bytes, d->file_bytes - sizeof h - d->tok_bytes);
+}
+
+static void seal_file(const kv_disk *d, uint8_t *buf) {
+    disk_header h;
+    memcpy(&h, buf, sizeof h);
     h.payload_xxh = XXH3_64bits(buf + sizeof h, d->file_bytes - sizeof h);
     h.header_xxh = XXH3_64bits(&h, offsetof(disk_header, header_xxh));
     memcpy(buf, &h, sizeof h);
@@ -206,8 +213,9 @@ static bool write_all(int fd, const uint8_t *p, size_t n) {
     return true;
 }
 
-/* Writes one file crash-safely: a temporary, fsync, rename. Then indexes it. */
-static bool write_file(kv_disk *d, const uint8_t *buf, kvl_error *err) {
+/* Writes one file crash-safely: a temporary, fdatasync, rename. Then indexes it. */
+static bool write_file(kv_disk *d, uint8_t *buf, kvl_error *err) {
+    seal_file(d, buf);
     uint64_t hash;
     memcpy(&hash, buf + offsetof(disk_header, hash), sizeof hash);
     char path[4096], tmp[4200];
@@ -215,7 +223,7 @@ static bool write_file(kv_disk *d, const uint8_t *buf, kvl_error *err) {
     snprintf(tmp, sizeof tmp, "%s.%ld.%lx.tmp", path, (long)getpid(), (unsigned long)pthread_self());
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) return kvl_fail(err, "kv disk: cannot create %s: %s", tmp, strerror(errno));
-    bool ok = write_all(fd, buf, d->file_bytes) && fsync(fd) == 0;
+    bool ok = write_all(fd, buf, d->file_bytes) && fdatasync(fd) == 0;
     int e = errno;
     close(fd);
     if (!ok || rename(tmp, path) != 0) {
@@ -389,7 +397,7 @@ kv_disk *kv_disk_open(const kv_disk_config *c, kv_pool *p, kvl_error *err) {
     d->ident_hash = XXH3_64bits(&d->ident, IDENTITY_BYTES);
     d->tok_bytes = (size_t)pc->block_size * sizeof(int32_t);
     d->file_bytes = kv_disk_file_bytes(kv_pool_block_bytes(p), pc->block_size);
-    d->n_slots = c->queue_blocks > 0 ? c->queue_blocks : 64;
+    d->n_slots = c->queue_blocks > 0 ? c->queue_blocks : 256;
     d->n_buckets = 1024;
     d->dir = strdup(c->dir);
     d->buckets = calloc(d->n_buckets, sizeof *d->buckets);

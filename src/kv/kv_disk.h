@@ -5,7 +5,7 @@
  *
  * Blocks enter the tier when the pool evicts them from its LRU list (a hook in
  * kv_block_alloc): their bytes are copied into a staging slot and a writer
- * thread puts them on disk, so the step path never waits on I/O; when every
+ * thread checksums and writes them (fdatasync, rename), so the step path only copies; when every
  * slot is busy the block is dropped (counted). A prefix-cache miss continues
  * the hash chain on disk: each next full block found there is read into a
  * freshly allocated RAM block, verified (checksum, parent hash, token ids) and
@@ -35,7 +35,7 @@ typedef struct kv_disk_config {
     const char *dir;      /* created if missing */
     uint64_t max_bytes;   /* files beyond it are deleted, least recently used first (0: no limit) */
     uint8_t model_id[16]; /* identity of the model file (kv_disk_model_id) */
-    int queue_blocks;     /* staging slots for the writer (0: 64) */
+    int queue_blocks;     /* staging slots for the writer (0: 256; each one block file) */
 } kv_disk_config;
 
 typedef struct kv_disk_stats {
