@@ -213,8 +213,9 @@ static bool write_all(int fd, const uint8_t *p, size_t n) {
     return true;
 }
 
-/* Writes one file crash-safely: a temporary, fdatasync, rename. Then indexes it. */
-static bool write_file(kv_disk *d, uint8_t *buf, kvl_error *err) {
+/* Writes one file crash-safely: a temporary, fdatasync (unless the caller
+ * syncs the whole file system afterwards), rename. Then indexes it. */
+static bool write_file(kv_disk *d, uint8_t *buf, bool sync, kvl_error *err) {
     seal_file(d, buf);
     uint64_t hash;
     memcpy(&hash, buf + offsetof(disk_header, hash), sizeof hash);
@@ -223,7 +224,7 @@ static bool write_file(kv_disk *d, uint8_t *buf, kvl_error *err) {
     snprintf(tmp, sizeof tmp, "%s.%ld.%lx.tmp", path, (long)getpid(), (unsigned long)pthread_self());
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) return kvl_fail(err, "kv disk: cannot create %s: %s", tmp, strerror(errno));
-    bool ok = write_all(fd, buf, d->file_bytes) && fdatasync(fd) == 0;
+    bool ok = write_all(fd, buf, d->file_bytes) && (!sync || fdatasync(fd) == 0);
     int e = errno;
     close(fd);
     if (!ok || rename(tmp, path) != 0) {
@@ -251,7 +252,7 @@ static void *writer_main(void *arg) {
         d->writing++;
         pthread_mutex_unlock(&d->mu);
         kvl_error err;
-        if (!write_file(d, d->slots[si].buf, &err)) kvl_log(KVL_LOG_WARN, "%s", err.msg);
+        if (!write_file(d, d->slots[si].buf, true, &err)) kvl_log(KVL_LOG_WARN, "%s", err.msg);
         pthread_mutex_lock(&d->mu);
         d->slots[si].busy = false;
         d->writing--;
@@ -443,10 +444,16 @@ void kv_disk_close(kv_disk *d) {
             if (!kv_block_prefix_info(d->pool, b, &hash, &parent, &toks) || on_disk(d, hash)) continue;
             kvl_error err;
             build_file(d, d->read_buf, hash, parent, toks, kv_block_k(d->pool, b, 0));
-            if (!write_file(d, d->read_buf, &err)) {
+            if (!write_file(d, d->read_buf, false, &err)) {
                 kvl_log(KVL_LOG_WARN, "%s", err.msg);
                 break;
             }
+        }
+        /* one sync for them all: a shutdown must not wait on one per block */
+        int dfd = open(d->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dfd >= 0) {
+            syncfs(dfd);
+            close(dfd);
         }
         pthread_mutex_lock(&d->mu);
         d->stop = true;
@@ -548,7 +555,7 @@ int64_t kv_disk_save(kv_disk *d, const kv_seq *s, int64_t n_blocks, kvl_error *e
         if (b < 0 || !kv_block_prefix_info(d->pool, b, &hash, &parent, &toks)) continue;
         if (!on_disk(d, hash)) {
             build_file(d, d->read_buf, hash, parent, toks, kv_block_k(d->pool, b, 0));
-            if (!write_file(d, d->read_buf, err)) return -1;
+            if (!write_file(d, d->read_buf, true, err)) return -1;
         }
         saved++;
     }
