@@ -33,6 +33,7 @@ typedef struct disk_header {
     uint64_t header_xxh;  /* XXH3-64 of everything above */
 } disk_header;
 #define IDENTITY_BYTES offsetof(disk_header, hash)
+_Static_assert(sizeof(disk_header) == 120, "the block file header is 120 bytes, no padding");
 
 typedef struct disk_entry {
     uint64_t hash;
