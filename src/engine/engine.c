@@ -478,8 +478,9 @@ static int64_t cached_prefix(const engine *e, const seq *s) {
     return kv_prefix_probe(e->kv[0], s->kv[0].chain_root, s->tokens, s->n_tokens - 1);
 }
 
-/* The link of the waiting sequence to admit next (NULL: none waits). */
-static seq **pick_waiting(engine *e) {
+/* The link of the waiting sequence to admit next (NULL: none waits). An
+ * admission (admit true) counts the pass-over of the one next in order. */
+static seq **pick_waiting(engine *e, bool admit) {
     enum { PREFIX_SCAN = 32 }; /* waiting requests compared by cached prefix */
     seq **best = &e->waiting;
     if (!*best) return NULL;
@@ -499,7 +500,7 @@ static seq **pick_waiting(engine *e) {
             pick = pp;
         }
     }
-    if (pick != best) (*best)->passed_over++;
+    if (pick != best && admit) (*best)->passed_over++;
     return pick;
 }
 
@@ -596,7 +597,7 @@ static bool leader_prefilling(const engine *e, const seq *s) {
  * for its prompt). */
 static void preempt_for_priority(engine *e) {
     if (e->cfg.scheduling != ENGINE_SCHED_PRIORITY) return;
-    seq **pp = pick_waiting(e);
+    seq **pp = pick_waiting(e, false);
     if (!pp) return;
     const seq *w = *pp;
     int64_t need = (w->n_tokens - cached_prefix(e, w) + e->cfg.block_size - 1) / e->cfg.block_size;
@@ -633,7 +634,7 @@ static void plan_step(engine *e, step_plan *p) {
     }
     /* Admit waiting sequences while there is budget, room and memory. */
     seq **link;
-    while (budget > 0 && e->n_running < e->cfg.max_seqs && (link = pick_waiting(e))) {
+    while (budget > 0 && e->n_running < e->cfg.max_seqs && (link = pick_waiting(e, true))) {
         seq *s = *link;
         if (leader_prefilling(e, s)) break; /* keeps FIFO order; the leader finishes first */
         prefix_attach(e, s);
