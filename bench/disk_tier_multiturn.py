@@ -39,13 +39,15 @@ def run(disk):
             total += u["prompt_tokens"]
             recomputed += u["prompt_tokens"] - u["prompt_tokens_details"]["cached_tokens"]
             convs[c] += [50 + (c * 7 + t * 3 + k) % 900 for k in range(GEN)]  # the "reply" as ids
+    m = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics").read().decode()
+    tier = " ".join(f"{k}={v}" for k, v in re.findall(r"^kvllm:kv_disk_(\w+?)(?:_total)?\{[^}]*\} (\S+)", m, re.M))
     p.terminate()
     p.wait()
     shutil.rmtree(d, ignore_errors=True)
-    return total, recomputed
+    return total, recomputed, tier
 
 
 for disk in (False, True):
-    total, rec = run(disk)
+    total, rec, tier = run(disk)
     print(f"{'with' if disk else 'without'} the disk tier: {rec} of {total} prompt tokens recomputed "
-          f"({100.0 * rec / total:.1f}%)")
+          f"({100.0 * rec / total:.1f}%)" + (f"; tier: {tier}" if disk else ""))

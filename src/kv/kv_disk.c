@@ -253,7 +253,11 @@ static void *writer_main(void *arg) {
         d->writing++;
         pthread_mutex_unlock(&d->mu);
         kvl_error err;
-        if (!write_file(d, d->slots[si].buf, true, &err)) kvl_log(KVL_LOG_WARN, "%s", err.msg);
+        /* No sync per file: a kill leaves the renamed file whole (the page
+         * cache has it), and a file a power loss tore fails its checks and is
+         * dropped; a sync each would cap the writer at the disk's flush rate
+         * and drop most evictions (bench/README.md). */
+        if (!write_file(d, d->slots[si].buf, false, &err)) kvl_log(KVL_LOG_WARN, "%s", err.msg);
         pthread_mutex_lock(&d->mu);
         d->slots[si].busy = false;
         d->writing--;

@@ -5,7 +5,7 @@
  *
  * Blocks enter the tier when the pool evicts them from its LRU list (a hook in
  * kv_block_alloc): their bytes are copied into a staging slot and a writer
- * thread checksums and writes them (fdatasync, rename), so the step path only copies; when every
+ * thread checksums and writes them (temporary, rename), so the step path only copies; when every
  * slot is busy the block is dropped (counted). A prefix-cache miss continues
  * the hash chain on disk: each next full block found there is read into a
  * freshly allocated RAM block, verified (checksum, parent hash, token ids) and
@@ -19,10 +19,12 @@
  * itself), the block_size token ids, then the block's bytes exactly as the
  * pool holds them (all layers, K then V per layer). The chained hash starts at
  * a root derived from the cache salt, so blocks of different salts never meet
- * on disk either. Files are written to a temporary name, fsynced and renamed:
- * a crash leaves either the whole file or none (temporaries are deleted on
- * start). Files of another identity are ignored (not loaded, not deleted);
- * files of ours with a bad header or size are deleted on start, and a payload
+ * on disk either. Files are written to a temporary name and renamed: a killed
+ * process leaves either the whole file or none (temporaries are deleted on
+ * start); evicted blocks are not synced one by one (a power loss may tear a
+ * file, which then fails its checks and is dropped), saved prefixes
+ * (kv_disk_save) are fdatasynced before the rename. Files of another
+ * identity are ignored (not loaded, not deleted); files of ours with a bad header or size are deleted on start, and a payload
  * whose checksum fails is deleted when read and the block is recomputed. */
 #ifndef KVLLM_KV_DISK_H
 #define KVLLM_KV_DISK_H
