@@ -1,4 +1,4 @@
-/* POST /v1/kv/save: a prefix pinned to the KV disk tier on purpose (a session
+/* POST /v1/kv/save: a prefix pinned to the KV disk tier on purpose (a conversation
  * saved by its content, not by a slot). The body is a completion's {prompt} or
  * a chat's {messages} (rendered by the chat template exactly as a chat
  * completion renders them, generation prompt included unless
