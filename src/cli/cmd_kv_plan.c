@@ -12,6 +12,7 @@
 #include "cli.h"
 #include "units.h"
 #include "kv_plan.h"
+#include "kv_disk.h"
 #include "hparams.h"
 
 /* --verify allocates real memory: keep it to what a small model needs. */
@@ -27,8 +28,8 @@ typedef struct plan_args {
     int64_t layers, heads, kv_heads, head_dim, head_dim_v, window, swa_layers, lora, rope;
     int dtype;   /* K (and V): UNSET: the model's, else f16 */
     int dtype_v; /* UNSET: as K */
-    uint64_t budget, weights;
-    bool has_budget, has_weights, verify;
+    uint64_t budget, weights, disk;
+    bool has_budget, has_weights, has_disk, verify;
 } plan_args;
 
 /* Integer flags: where they go, the smallest accepted value, and whether
@@ -80,7 +81,7 @@ static int extra_flag(const char *f, const char *v, void *ctx) {
     if (strcmp(f, "--verify") == 0) return a->verify = true, 1;
     bool ours = strcmp(f, "--config") == 0 || strcmp(f, "--kv-type") == 0 ||
                 strcmp(f, "--kv-type-k") == 0 || strcmp(f, "--kv-type-v") == 0 ||
-                strcmp(f, "--budget") == 0 || strcmp(f, "--weights-bytes") == 0;
+                strcmp(f, "--budget") == 0 || strcmp(f, "--weights-bytes") == 0 || strcmp(f, "--disk") == 0;
     for (size_t i = 0; !ours && i < sizeof COUNT_FLAGS / sizeof COUNT_FLAGS[0]; i++)
         ours = strcmp(f, COUNT_FLAGS[i].name) == 0;
     if (!ours) return 0;
@@ -90,6 +91,7 @@ static int extra_flag(const char *f, const char *v, void *ctx) {
     if (strcmp(f, "--config") == 0) return a->config_path = v, 2;
     if (strcmp(f, "--budget") == 0) return size_arg(f, v, &a->budget, &a->has_budget);
     if (strcmp(f, "--weights-bytes") == 0) return size_arg(f, v, &a->weights, &a->has_weights);
+    if (strcmp(f, "--disk") == 0) return size_arg(f, v, &a->disk, &a->has_disk);
     bool k = strcmp(f, "--kv-type") == 0 || strcmp(f, "--kv-type-k") == 0;
     int dt;
     if (!kv_plan_dtype_parse(v, &dt)) return bad(f, v, "is not one of f32, f16, bf16, q8_0, fp8");
@@ -104,7 +106,8 @@ void cmd_kv_plan_usage(FILE *out) {
             "--head-dim D) --context T\n"
             "         [--concurrency B] [--kv-type f32|f16|bf16|q8_0|fp8] [--kv-type-k T --kv-type-v T]\n"
             "         [--block-size 16]"
-            " [--budget 80GiB] [--weights-bytes N | --params N] [--json] [--verify]\n"
+            " [--budget 80GiB] [--weights-bytes N | --params N] [--disk 20GiB] [--json] [--verify]\n"
+            "  --disk SIZE: tokens per tier (RAM pool, and a --kv-disk tier of SIZE)\n"
             "  shape flags (alone or overriding the file): --layers --heads --kv-heads --head-dim\n"
             "  --head-dim-v --sliding-window W --swa-layers N --kv-lora-rank R --rope-dim R\n");
 }
@@ -580,10 +583,33 @@ static void print_verify(const verify_result *v) {
                               : "DISAGREE: the planner's allocation differs from the engine's");
 }
 
-static void print_text(const report *rp) {
+/* --disk: what each tier of the prefix cache holds, in tokens of full blocks. */
+static void print_tiers(const report *rp, uint64_t disk) {
+    const kv_plan *p = rp->p;
+    const int64_t bs = rp->r->block_size;
+    printf("\ntiers (prefix cache, full blocks of %lld tokens)\n", (long long)bs);
+    if (p->swa_block_bytes || !p->block_bytes) {
+        printf("  disk           none: the disk tier needs the prefix cache, which sliding-window models lack\n");
+        return;
+    }
+    uint64_t ram = p->allocated_bytes;
+    const char *why = "this plan's allocation";
+    if (rp->r->budget_bytes) {
+        uint64_t used = p->weights_bytes + p->metadata_bytes;
+        ram = rp->r->budget_bytes > used ? rp->r->budget_bytes - used : 0;
+        why = "the budget less weights and metadata";
+    }
+    const uint64_t file = kv_disk_file_bytes(p->block_bytes, (int)bs);
+    printf("  RAM            %s tokens in %s (%s)\n", GR((int64_t)(ram / p->block_bytes) * bs), BIN(ram), why);
+    printf("  disk           %s tokens in %s (%llu B per block file)\n", GR((int64_t)(disk / file) * bs), BIN(disk),
+           (unsigned long long)file);
+}
+
+static void print_text(const report *rp, const plan_args *a) {
     print_shape(rp);
     print_kv(rp);
     print_budget(rp);
+    if (a->has_disk) print_tiers(rp, a->disk);
     if (rp->n_sav) printf("\nsavings (lower bound for %s tokens x %lld)\n", GR(rp->r->context),
                           (long long)rp->r->concurrency);
     for (int i = 0; i < rp->n_sav; i++) print_saving(&rp->sav[i]);
@@ -647,6 +673,6 @@ int cmd_kv_plan(int argc, char **argv) {
     rp.n_sav = kv_plan_savings(&m, &r, sav, KV_PLAN_MAX_SAVINGS);
     rp.v = &v;
     if (o.json) print_json(&rp);
-    else print_text(&rp);
+    else print_text(&rp, &a);
     return v.done && !v.agree ? 1 : 0;
 }

@@ -9,6 +9,7 @@
 #include "cli.h"
 #include "server.h"
 #include "chat_template.h"
+#include "units.h"
 
 typedef struct serve_opts {
     server_config sc;
@@ -16,6 +17,10 @@ typedef struct serve_opts {
     double kv_memory_fraction;
     int64_t max_seqs, max_batch_tokens;
     bool no_prefix_cache, help;
+    const char *kv_disk, *kv_disk_size; /* the disk tier (kv_disk.h) */
+    kv_disk_config disk;
+    engine_sched scheduling;
+    int64_t prefix_admission_wait;
 } serve_opts;
 
 static void serve_usage(FILE *out) {
@@ -58,6 +63,14 @@ static void serve_usage(FILE *out) {
             "  --no-prefix-cache        disable prefix caching\n"
             "  --spec off|ngram|draft   speculative decoding (default off; draft: --model-draft FILE; a request opts out with\n"
             "                           \"speculative\": false)  --spec-k N (default 4)  --spec-ngram N (default 3)\n"
+            "  --kv-disk DIR            a disk tier for the prefix cache: blocks evicted from RAM are\n"
+            "                           written there and read back instead of recomputed, also after a\n"
+            "                           restart (same model file, KV type and block size only)\n"
+            "  --kv-disk-size SIZE      the tier's size at most (default 20GiB; least recently used first out)\n"
+            "  --scheduling-policy P    fcfs (default; a request 'priority' other than 0 is refused) or\n"
+            "                           priority (lower 'priority' first; preemption takes the highest)\n"
+            "  --prefix-admission-wait N  admit the waiting request with the longest cached prefix first,\n"
+            "                           unless the next in order was passed over N times (default 0: off)\n"
             "  -t N                     threads;  -v  log every request\n");
 }
 
@@ -117,7 +130,8 @@ static int serve_flag(const char *f, const char *v, void *ctx) {
                 IS("--max-seqs") || IS("--max-queue") || IS("--max-body") || IS("--cors") ||
                 IS("--kv-memory-fraction") || IS("--api-key-file") || IS("--max-connections") ||
                 IS("--max-connections-per-ip") || IS("--request-timeout") || IS("--shutdown-timeout") ||
-                IS("--http-threads");
+                IS("--http-threads") || IS("--kv-disk") || IS("--kv-disk-size") || IS("--scheduling-policy") ||
+                IS("--prefix-admission-wait");
     if (!ours) return 0;
     if (!v) {
         fprintf(stderr, "kvllm: %s: missing value\n", f);
@@ -129,6 +143,18 @@ static int serve_flag(const char *f, const char *v, void *ctx) {
     else if (IS("--served-model-name")) so->sc.model_id = v;
     else if (IS("--kv-memory")) so->kv_memory = v;
     else if (IS("--cors")) so->sc.cors_origin = v;
+    else if (IS("--kv-disk")) so->kv_disk = v;
+    else if (IS("--kv-disk-size")) so->kv_disk_size = v;
+    else if (IS("--prefix-admission-wait")) {
+        if (!parse_int(f, v, 0, 1 << 20, &so->prefix_admission_wait)) return -1;
+    } else if (IS("--scheduling-policy")) {
+        if (strcmp(v, "fcfs") == 0) so->scheduling = ENGINE_SCHED_FCFS;
+        else if (strcmp(v, "priority") == 0) so->scheduling = ENGINE_SCHED_PRIORITY;
+        else {
+            fprintf(stderr, "kvllm: --scheduling-policy: expected fcfs or priority, got '%s'\n", v);
+            return -1;
+        }
+    }
     else if (IS("--kv-memory-fraction")) {
         char *end;
         so->kv_memory_fraction = strtod(v, &end);
@@ -202,7 +228,7 @@ static size_t block_bytes(model *m, const engine_config *ec) {
     return total;
 }
 
-static bool engine_settings(const cli_opts *o, const serve_opts *so, model *m, model *draft, engine_config *ec) {
+static bool engine_settings(const cli_opts *o, serve_opts *so, model *m, model *draft, engine_config *ec) {
     engine_config_default(ec);
     const model_hparams *hp = model_hp(m);
     ec->n_ctx = o->n_ctx > 0 ? o->n_ctx : cli_default_ctx(hp);
@@ -218,6 +244,27 @@ static bool engine_settings(const cli_opts *o, const serve_opts *so, model *m, m
     ec->spec_k = o->spec_k;
     ec->spec_ngram = o->spec_ngram;
     ec->draft_model = draft;
+    ec->scheduling = so->scheduling;
+    ec->prefix_admission_wait = (int)so->prefix_admission_wait;
+    if (so->kv_disk_size && !so->kv_disk) {
+        fprintf(stderr, "kvllm: --kv-disk-size needs --kv-disk DIR\n");
+        return false;
+    }
+    if (so->kv_disk) {
+        uint64_t bytes = 20ull << 30;
+        if (so->kv_disk_size && (!kvl_parse_size(so->kv_disk_size, &bytes) || bytes == 0)) {
+            fprintf(stderr, "kvllm: --kv-disk-size: '%s' is not a size (e.g. 20GiB)\n", so->kv_disk_size);
+            return false;
+        }
+        kvl_error err = {{0}};
+        if (!kv_disk_model_id(o->model_path ? o->model_path : "models/stories260K.gguf", so->disk.model_id, &err)) {
+            fprintf(stderr, "kvllm: --kv-disk: %s\n", err.msg);
+            return false;
+        }
+        so->disk.dir = so->kv_disk;
+        so->disk.max_bytes = bytes;
+        ec->kv_disk = &so->disk;
+    }
     if (so->kv_memory) {
         int64_t bytes;
         size_t bb = block_bytes(m, ec);
@@ -254,6 +301,11 @@ static void log_pool(engine *e) {
             engine_kv_n_groups(e) > 1 ? ", all KV groups" : "", (long long)(ec->n_blocks / per_seq),
             (long long)ec->n_ctx, ec->max_seqs, (long long)ec->max_batch_tokens,
             engine_prefix_cache_enabled(e) ? "on" : "off");
+    if (engine_kv_disk(e)) {
+        kv_disk_stats st = kv_disk_get_stats(engine_kv_disk(e));
+        fprintf(stderr, "kvllm serve: KV disk tier: %lld blocks (%.1f MiB) indexed, %lld damaged files dropped\n",
+                (long long)st.blocks, (double)st.bytes / (1024.0 * 1024.0), (long long)st.corrupt);
+    }
 }
 
 /* The model's Jinja chat template, NUL-terminated (caller frees), or NULL. */

@@ -36,6 +36,7 @@ typedef struct seq {
     int n_accepted;                   /* of this step's drafts */
     spec_adapt adapt;
     spec_dseq dseq;                   /* the draft model's KV of this sequence */
+    int passed_over;         /* admissions that preferred a later request (prefix-aware) */
     struct seq *next;        /* in the waiting queue or the running list */
 } seq;
 
@@ -50,6 +51,7 @@ struct engine {
     bool spec;               /* speculative decoding enabled and possible */
     int64_t spec_left;       /* draft tokens still allowed this step */
     spec_drafter *drafter;   /* ENGINE_SPEC_DRAFT */
+    kv_disk *disk;           /* second tier of the prefix cache (NULL: none) */
     int64_t next_id;
     seq *waiting;            /* FIFO; preempted sequences go to the front */
     seq **running;           /* in admission order (newest last) */
@@ -81,6 +83,9 @@ void engine_config_default(engine_config *c) {
     c->spec_k = 4;
     c->spec_ngram = 3;
     c->spec_max_batch = 32;
+    c->kv_disk = NULL;
+    c->scheduling = ENGINE_SCHED_FCFS;
+    c->prefix_admission_wait = 0;
 }
 
 bool engine_spec_parse(const char *name, engine_spec_mode *mode) {
@@ -169,6 +174,14 @@ engine *engine_create(model *m, const tok_vocab *vocab, const engine_config *c, 
         e->drafter = spec_drafter_create(e->cfg.draft_model, e->cfg.block_size, e->cfg.kv_dtype, e->cfg.n_blocks, err);
         if (!e->drafter) goto fail;
     }
+    e->cfg.kv_disk = NULL; /* the caller's config is not kept */
+    if (c->kv_disk) {
+        if (!e->prefix_cache) {
+            kvl_fail(err, "engine: the KV disk tier needs the prefix cache (on, a KV cache, and no sliding-window layers)");
+            goto fail;
+        }
+        if (!(e->disk = kv_disk_open(c->kv_disk, e->kv[0], err))) goto fail;
+    }
     if (!alloc_batch(e, err)) goto fail;
     return e;
 fail:
@@ -198,6 +211,7 @@ void engine_destroy(engine *e) {
         seq_free(e, s);
     }
     for (int i = 0; i < e->n_running; i++) seq_free(e, e->running[i]);
+    kv_disk_close(e->disk); /* before the pool: it writes what RAM still caches */
     for (int g = 0; g < MODEL_MAX_KV_GROUPS; g++) kv_pool_destroy(e->kv[g]);
     spec_drafter_destroy(e->drafter);
     free(e->b_tokens);
@@ -217,6 +231,7 @@ void engine_destroy(engine *e) {
 kv_pool *engine_kv(engine *e) { return e->kv[0]; }
 int engine_kv_n_groups(const engine *e) { return e->n_groups; }
 bool engine_prefix_cache_enabled(const engine *e) { return e->prefix_cache; }
+kv_disk *engine_kv_disk(engine *e) { return e->disk; }
 kv_pool *engine_kv_group(engine *e, int group) { return e->kv[group]; }
 const engine_config *engine_cfg(const engine *e) { return &e->cfg; }
 bool engine_has_work(const engine *e) { return e->waiting || e->n_running > 0; }
@@ -233,6 +248,7 @@ engine_metrics engine_get_metrics(const engine *e) {
     }
     m.n_waiting = 0;
     for (seq *s = e->waiting; s; s = s->next) m.n_waiting++;
+    if (e->disk) m.kv_disk = kv_disk_get_stats(e->disk);
     return m;
 }
 
@@ -254,6 +270,8 @@ static bool validate_request(engine *e, const engine_request *r, kvl_error *err)
                             strlen(r->stop[i]), ENGINE_MAX_STOP_BYTES);
     if (r->top_logprobs < 0 || r->top_logprobs > MAX_TOP_LOGPROBS)
         return kvl_fail(err, "top_logprobs must be between 0 and %d", MAX_TOP_LOGPROBS);
+    if (r->priority != 0 && e->cfg.scheduling != ENGINE_SCHED_PRIORITY)
+        return kvl_fail(err, "priority %d given, but priority scheduling is off (the policy is fcfs)", r->priority);
     int64_t want = r->n_prompt + (r->max_tokens > 0 ? r->max_tokens : 1);
     if (r->n_prompt >= e->cfg.n_ctx || (r->max_tokens > 0 && want > e->cfg.n_ctx))
         return kvl_fail(err, "prompt (%lld tokens) + max_tokens (%lld) exceeds the context size %lld",
@@ -481,13 +499,63 @@ static void seq_forget_kv(engine *e, seq *s) {
  * admitted. The last token is never taken from the cache: its logits are needed. */
 static void prefix_attach(engine *e, seq *s) {
     if (!e->prefix_cache || s->n_computed > 0) return;
-    s->n_computed = kv_prefix_match(e->kv[0], &s->kv[0], s->tokens, s->n_tokens - 1);
+    int64_t from_disk = e->disk ? kv_disk_get_stats(e->disk).hit_tokens : 0;
+    s->n_computed = e->disk ? kv_disk_prefix_match(e->disk, &s->kv[0], s->tokens, s->n_tokens - 1)
+                            : kv_prefix_match(e->kv[0], &s->kv[0], s->tokens, s->n_tokens - 1);
+    if (e->disk) from_disk = kv_disk_get_stats(e->disk).hit_tokens - from_disk;
     e->metrics.prefix_cache_queries += s->n_tokens;
     e->metrics.prefix_cache_hits += s->n_computed;
-    if (s->stats.n_generated == 0) s->stats.n_cached_prompt = s->n_computed;
+    if (s->stats.n_generated == 0) {
+        s->stats.n_cached_prompt = s->n_computed;
+        s->stats.n_disk_prompt = from_disk;
+    }
 }
 
-/* Preempts the newest running sequence by recompute: its blocks are freed and it
+/* Adds s to the running list. Under priority scheduling the list stays sorted
+ * by priority (admission order within a value), so the last one is always the
+ * one to preempt and the plan serves the most urgent first. */
+static void running_add(engine *e, seq *s) {
+    int at = e->n_running;
+    if (e->cfg.scheduling == ENGINE_SCHED_PRIORITY)
+        while (at > 0 && e->running[at - 1]->req.priority > s->req.priority) at--;
+    memmove(e->running + at + 1, e->running + at, (e->n_running - at) * sizeof(seq *));
+    e->running[at] = s;
+    e->n_running++;
+}
+
+/* Prompt tokens of s the RAM prefix cache holds now (nothing attached). */
+static int64_t cached_prefix(const engine *e, const seq *s) {
+    return kv_prefix_probe(e->kv[0], s->kv[0].chain_root, s->tokens, s->n_tokens - 1);
+}
+
+/* The link of the waiting sequence to admit next (NULL: none waits). An
+ * admission (admit true) counts the pass-over of the one next in order. */
+static seq **pick_waiting(engine *e, bool admit) {
+    enum { PREFIX_SCAN = 32 }; /* waiting requests compared by cached prefix */
+    seq **best = &e->waiting;
+    if (!*best) return NULL;
+    if (e->cfg.scheduling == ENGINE_SCHED_PRIORITY) /* the first of the lowest value: list order is arrival */
+        for (seq **pp = &(*best)->next; *pp; pp = &(*pp)->next)
+            if ((*pp)->req.priority < (*best)->req.priority) best = pp;
+    if (e->cfg.prefix_admission_wait <= 0 || !e->prefix_cache || (*best)->passed_over >= e->cfg.prefix_admission_wait)
+        return best;
+    seq **pick = best;
+    int64_t most = cached_prefix(e, *best);
+    int n = 0;
+    for (seq **pp = &e->waiting; *pp && n < PREFIX_SCAN; pp = &(*pp)->next, n++) {
+        if (*pp == *best || (*pp)->req.priority != (*best)->req.priority || (*pp)->n_computed > 0) continue;
+        int64_t h = cached_prefix(e, *pp);
+        if (h > most) {
+            most = h;
+            pick = pp;
+        }
+    }
+    if (pick != best && admit) (*best)->passed_over++;
+    return pick;
+}
+
+/* Preempts the newest running sequence (under priority scheduling: the newest
+ * of the highest priority value) by recompute: its blocks are freed and it
  * goes to the front of the queue with everything it generated so far. */
 static void preempt_newest(engine *e) {
     seq *s = e->running[e->n_running - 1];
@@ -601,11 +669,26 @@ static int propose_drafts(engine *e, seq *s, int64_t planned, int64_t budget) {
     return n;
 }
 
+/* Priority scheduling: running sequences of a higher value than the most
+ * urgent waiting one yield while it cannot be admitted (no seat or no blocks
+ * for its prompt). */
+static void preempt_for_priority(engine *e) {
+    if (e->cfg.scheduling != ENGINE_SCHED_PRIORITY) return;
+    seq **pp = pick_waiting(e, false);
+    if (!pp) return;
+    const seq *w = *pp;
+    int64_t need = (w->n_tokens - cached_prefix(e, w) + e->cfg.block_size - 1) / e->cfg.block_size;
+    while (e->n_running > 0 && e->running[e->n_running - 1]->req.priority > w->req.priority &&
+           (e->n_running >= e->cfg.max_seqs || kv_pool_n_free(e->kv[0]) < need))
+        preempt_newest(e);
+}
+
 static void plan_step(engine *e, step_plan *p) {
     int64_t budget = e->cfg.max_batch_tokens;
     e->spec_left = e->cfg.spec_max_batch;
     p->n_tokens = 0;
     p->n_seqs = 0;
+    preempt_for_priority(e);
     /* Running sequences, oldest first: decodes (and unfinished prefills). */
     for (int i = 0; i < e->n_running && budget > 0;) {
         seq *s = e->running[i];
@@ -635,8 +718,9 @@ static void plan_step(engine *e, step_plan *p) {
         i++;
     }
     /* Admit waiting sequences while there is budget, room and memory. */
-    while (e->waiting && budget > 0 && e->n_running < e->cfg.max_seqs) {
-        seq *s = e->waiting;
+    seq **link;
+    while (budget > 0 && e->n_running < e->cfg.max_seqs && (link = pick_waiting(e, true))) {
+        seq *s = *link;
         if (leader_prefilling(e, s)) break; /* keeps FIFO order; the leader finishes first */
         prefix_attach(e, s);
         int64_t n = reserve_chunk(e, s, budget);
@@ -644,11 +728,11 @@ static void plan_step(engine *e, step_plan *p) {
             seq_forget_kv(e, s); /* give the cached blocks back; retry next step */
             break;
         }
-        e->waiting = s->next;
+        *link = s->next;
         s->next = NULL;
         s->state = SEQ_RUNNING;
         if (s->stats.t_scheduled == 0) s->stats.t_scheduled = kvl_time_s(); /* not again after a preemption */
-        e->running[e->n_running++] = s;
+        running_add(e, s);
         plan_add(e, p, s, n);
         budget -= n;
     }
@@ -856,3 +940,47 @@ bool engine_embed(engine *e, const int32_t *ids, int64_t n, engine_pooling pooli
 }
 
 const model *engine_model(const engine *e) { return e->m; }
+
+int64_t engine_kv_save(engine *e, const int32_t *ids, int64_t n, const char *salt, kvl_error *err) {
+    if (!e->disk) {
+        kvl_fail(err, "the KV disk tier is off (start with --kv-disk DIR)");
+        return -1;
+    }
+    const model_hparams *hp = model_hp(e->m);
+    if (n > e->cfg.n_ctx) {
+        kvl_fail(err, "the prefix has %lld tokens, more than the context of %lld", (long long)n, (long long)e->cfg.n_ctx);
+        return -1;
+    }
+    for (int64_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= hp->n_vocab) {
+            kvl_fail(err, "token %lld (id %d) is not in the vocabulary", (long long)i, ids[i]);
+            return -1;
+        }
+    const int64_t bs = e->cfg.block_size, full = n / bs * bs; /* only full blocks are cached */
+    enum { CHUNK = 64 };
+    int32_t pos[CHUNK], sq[CHUNK] = {0};
+    uint8_t want[CHUNK] = {0};
+    kv_seq s;
+    kv_seq_init(&s);
+    kv_seq_set_cache_salt(&s, salt);
+    const kv_seq *seqs[1] = {&s};
+    /* What RAM or the tier holds already is attached, the rest computed like
+     * a prompt, committed to the prefix cache and written out. */
+    int64_t done = kv_disk_prefix_match(e->disk, &s, ids, full), saved = -1;
+    bool ok = kv_seq_reserve(e->kv[0], &s, full);
+    if (!ok) kvl_fail(err, "not enough free KV blocks for %lld tokens right now", (long long)full);
+    while (ok && done < full) {
+        int64_t cnt = full - done < CHUNK ? full - done : CHUNK;
+        for (int64_t i = 0; i < cnt; i++) pos[i] = (int32_t)(done + i);
+        model_batch b = {.n_tokens = cnt, .tokens = ids + done, .pos = pos, .seq = sq, .want_logits = want,
+                         .n_seqs = 1, .seqs = seqs};
+        ok = model_forward(e->m, e->kv, &b, NULL, err);
+        done += cnt;
+    }
+    if (ok) {
+        kv_prefix_commit(e->kv[0], &s, ids, full);
+        saved = kv_disk_save(e->disk, &s, full / bs, err);
+    }
+    kv_seq_free(e->kv[0], &s);
+    return saved;
+}

@@ -11,6 +11,7 @@
 
 #include "base.h"
 #include "kv.h"
+#include "kv_disk.h"
 #include "model.h"
 #include "tokenizer.h"
 #include "sampler.h"
@@ -27,6 +28,7 @@ typedef enum engine_finish {
 typedef struct engine_req_stats {
     int64_t n_prompt, n_generated;
     int64_t n_cached_prompt;                /* prompt tokens served from the prefix cache */
+    int64_t n_disk_prompt;                  /* of those, read from its disk tier */
     int64_t n_preemptions;
     double t_submit, t_first_token, t_end; /* kvl_time_s() */
     double t_scheduled;                    /* first step that computed any of it (0: never) */
@@ -85,6 +87,9 @@ typedef struct engine_request {
      * stay those of the unconstrained distribution. */
     const grammar *grammar;
     bool no_speculative;   /* opt out of speculative decoding (engine_config.spec) */
+    /* Under ENGINE_SCHED_PRIORITY: lower values are admitted first and
+     * preempted last (vLLM's semantics); must be 0 under ENGINE_SCHED_FCFS. */
+    int priority;
     engine_event_fn on_event;
     void *user;
 } engine_request;
@@ -98,6 +103,12 @@ typedef enum engine_spec_mode {
 #define ENGINE_SPEC_MAX_NGRAM 8
 /* "off" / "ngram" / "draft" into *mode; false for anything else. */
 bool engine_spec_parse(const char *name, engine_spec_mode *mode);
+/* Which waiting request is admitted first and which running one yields:
+ * FCFS (arrival order; the newest running one is preempted), or PRIORITY
+ * (lowest engine_request.priority first, arrival order within a value; the
+ * running one with the highest value, newest among equals, is preempted, also
+ * to make room for a waiting request of a lower value). */
+typedef enum engine_sched { ENGINE_SCHED_FCFS = 0, ENGINE_SCHED_PRIORITY } engine_sched;
 
 typedef struct engine_config {
     int64_t n_ctx;            /* longest sequence (prompt + output) */
@@ -120,6 +131,16 @@ typedef struct engine_config {
     int spec_max_batch;       /* tokens per step up to which drafts are added */
     model *draft_model;       /* ENGINE_SPEC_DRAFT: borrowed; the same vocabulary as the model
                                * (the caller checks the texts; engine_create the size) */
+    /* The disk tier of the prefix cache (kv_disk.h; copied), NULL: none.
+     * Needs the prefix cache. */
+    const kv_disk_config *kv_disk;
+    engine_sched scheduling;  /* default FCFS */
+    /* Prefix-aware admission (SGLang's longest prefix match with an FCFS
+     * fallback): among the first waiting requests of the best priority, admit
+     * the one with the most prompt tokens in the prefix cache, unless the one
+     * next in order has already been passed over this many times (so nothing
+     * starves). 0: off, strict order (default). */
+    int prefix_admission_wait;
 } engine_config;
 
 void engine_config_default(engine_config *c);
@@ -149,6 +170,17 @@ kv_pool *engine_kv_group(engine *e, int group);
 const engine_config *engine_cfg(const engine *e);
 const model *engine_model(const engine *e);
 
+/* The disk tier (NULL: none). Its counters are safe to read from any thread;
+ * kv_disk_save must run on the thread that drives engine_step. */
+kv_disk *engine_kv_disk(engine *e);
+
+/* Puts the full blocks of ids (a prefix, under this cache salt) in the disk
+ * tier: blocks RAM or the tier holds are reused, the rest computed, then all
+ * written synchronously. Returns the blocks on disk, or -1 with err (no tier,
+ * bad ids, no free blocks now, a write failure). Same thread rule as
+ * engine_embed. */
+int64_t engine_kv_save(engine *e, const int32_t *ids, int64_t n, const char *salt, kvl_error *err);
+
 typedef struct engine_metrics {
     int64_t n_running, n_waiting;
     int64_t n_preemptions;
@@ -159,6 +191,7 @@ typedef struct engine_metrics {
     /* speculative decoding: verifications with drafts, tokens drafted, drafts
      * accepted (acceptance rate = accepted / drafted) */
     int64_t spec_drafts, spec_draft_tokens, spec_accepted_tokens;
+    kv_disk_stats kv_disk;   /* the disk tier's (zeros without one) */
 } engine_metrics;
 engine_metrics engine_get_metrics(const engine *e);
 

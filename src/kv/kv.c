@@ -26,6 +26,8 @@ struct kv_pool {
     int32_t *map;             /* -1 empty */
     uint64_t map_mask;
     kv_block_hash_fn block_hash;
+    kv_evict_fn evict_fn;     /* sees each cached block just before eviction (disk tier) */
+    void *evict_user;
 };
 
 static bool alloc_prefix_state(kv_pool *p) {
@@ -205,6 +207,7 @@ bool kv_block_alloc(kv_pool *p, int64_t n, int32_t *out) {
         } else { /* evict the least recently released cached block */
             b = p->lru_head;
             lru_remove(p, b);
+            if (p->evict_fn) p->evict_fn(p->evict_user, p, b);
             unhash(p, b);
         }
         p->refcount[b] = 1;
@@ -230,6 +233,22 @@ uint64_t kv_block_hash(uint64_t parent, const int32_t *tokens, int n_tokens) {
 }
 
 void kv_pool_set_block_hash(kv_pool *p, kv_block_hash_fn fn) { p->block_hash = fn ? fn : kv_block_hash; }
+
+void kv_pool_set_evict_hook(kv_pool *p, kv_evict_fn fn, void *user) {
+    p->evict_fn = fn;
+    p->evict_user = user;
+}
+
+bool kv_block_prefix_info(const kv_pool *p, int32_t block, uint64_t *hash, uint64_t *parent,
+                          const int32_t **tokens) {
+    if (block < 0 || block >= p->cfg.n_blocks || !p->hashed[block]) return false;
+    *hash = p->hash[block];
+    *parent = p->parent[block];
+    *tokens = p->tokens + (size_t)block * p->cfg.block_size;
+    return true;
+}
+
+bool kv_pool_default_hash(const kv_pool *p) { return p->block_hash == kv_block_hash; }
 
 static uint64_t chain_root(const char *salt) {
     static const char tag[] = "kvllm-prefix-v1";
@@ -264,6 +283,20 @@ int64_t kv_prefix_match(kv_pool *p, kv_seq *s, const int32_t *tokens, int64_t n_
         s->n_hashed++;
     }
     return s->n_hashed * bs;
+}
+
+int64_t kv_prefix_probe(const kv_pool *p, uint64_t root, const int32_t *tokens, int64_t n_tokens) {
+    const int bs = p->cfg.block_size;
+    uint64_t parent = root;
+    int64_t n = 0;
+    while (n < n_tokens / bs) {
+        const int32_t *toks = tokens + n * bs;
+        uint64_t h = p->block_hash(parent, toks, bs);
+        if (prefix_find(p, h, parent, toks) < 0) break;
+        parent = h;
+        n++;
+    }
+    return n * bs;
 }
 
 void kv_prefix_commit(kv_pool *p, kv_seq *s, const int32_t *tokens, int64_t n_computed) {

@@ -83,6 +83,17 @@ uint64_t kv_block_hash(uint64_t parent, const int32_t *tokens, int n_tokens);
 /* Replaces the pool's block hash (NULL: kv_block_hash). For tests, which force
  * collisions with a weak one; call it before anything is committed. */
 void kv_pool_set_block_hash(kv_pool *p, kv_block_hash_fn fn);
+/* Calls fn(user, p, block) for each cached block an allocation is about to
+ * evict, while its bytes and hash are still there (the disk tier copies it
+ * out). NULL: none. */
+typedef void (*kv_evict_fn)(void *user, kv_pool *p, int32_t block);
+void kv_pool_set_evict_hook(kv_pool *p, kv_evict_fn fn, void *user);
+/* A committed block's chained hash, its parent's and its block_size token ids
+ * (borrowed); false when the block holds no hash. */
+bool kv_block_prefix_info(const kv_pool *p, int32_t block, uint64_t *hash, uint64_t *parent,
+                          const int32_t **tokens);
+/* Whether the pool hashes blocks with kv_block_hash (no test override). */
+bool kv_pool_default_hash(const kv_pool *p);
 /* Forgets every cached hash (blocks stay allocated to their users). */
 void kv_prefix_clear(kv_pool *p);
 /* Checks the pool's bookkeeping: every block is free, cached (refcount 0, in
@@ -91,6 +102,8 @@ void kv_prefix_clear(kv_pool *p);
  * with err saying which invariant broke. O(n_blocks); for tests. */
 bool kv_pool_check(const kv_pool *p, kvl_error *err);
 
+/* A block's bytes are contiguous: kv_pool_block_bytes from kv_block_k(p, b, 0)
+ * (layer after layer, each K then V). */
 /* K/V storage of `block` for `layer`: block_size tokens of k_row_bytes
  * (v_row_bytes), arranged as kv_block_layout says. */
 void *kv_block_k(kv_pool *p, int32_t block, int layer);
@@ -142,6 +155,9 @@ void kv_seq_set_cache_salt(kv_seq *s, const char *salt);
  * chain (an empty one, typically); otherwise, and on out of memory, attaches
  * nothing more. */
 int64_t kv_prefix_match(kv_pool *p, kv_seq *s, const int32_t *tokens, int64_t n_tokens);
+/* Tokens of tokens[0..n_tokens) whose full blocks the cache holds now, for a
+ * chain rooted at root (kv_seq.chain_root); attaches nothing. */
+int64_t kv_prefix_probe(const kv_pool *p, uint64_t root, const int32_t *tokens, int64_t n_tokens);
 /* Commits to the cache the sequence's blocks that are full now that the K/V of
  * tokens[0..n_computed) are in them, extending its chain. A block whose hash is
  * already cached (another sequence computed the same prefix) stays uncached.

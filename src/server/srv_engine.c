@@ -55,7 +55,13 @@ static void run_embeddings(srv *s, srv_embed *list) {
         srv_embed *em = list;
         list = em->next;
         bool ok = true;
-        for (int i = 0; ok && i < em->n_inputs; i++) {
+        if (em->kv_save) {
+            kvl_error kerr = {{0}};
+            em->saved_blocks = engine_kv_save(s->e, em->ids[0], em->n_ids[0], em->salt, &kerr);
+            ok = em->saved_blocks >= 0;
+            if (!ok) api_fail(&em->err, engine_kv_disk(s->e) ? 503 : 400, NULL, "%s", kerr.msg);
+        }
+        for (int i = 0; ok && !em->kv_save && i < em->n_inputs; i++) {
             kvl_error kerr = {{0}};
             ok = engine_embed(s->e, em->ids[i], em->n_ids[i], s->cfg.pooling, em->out + (size_t)i * (size_t)s->n_embd,
                               &kerr);
@@ -178,6 +184,7 @@ static void admit(srv *s, srv_job *j) {
                         .n_stop = j->n_stop, .top_logprobs = j->top_logprobs, .logprobs = j->logprobs,
                         .ignore_eos = j->ignore_eos, .cache_salt = j->cache_salt, .grammar = j->grammar,
                         .no_speculative = j->no_speculative,
+                        .priority = j->priority,
                         .n_keep_special = j->n_keep_special, .on_event = on_engine_event};
     memcpy(r.keep_special, j->keep_special, sizeof r.keep_special);
     for (int i = 0; i < j->n; i++) {

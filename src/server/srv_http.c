@@ -21,7 +21,7 @@
 
 typedef enum route {
     R_NONE, R_HEALTH, R_METRICS, R_MODELS, R_MODEL, R_COMPLETIONS, R_CHAT,
-    R_EMBEDDINGS, R_TOKENIZE, R_DETOKENIZE, R_PROPS
+    R_EMBEDDINGS, R_TOKENIZE, R_DETOKENIZE, R_PROPS, R_KV_SAVE
 } route;
 
 /* Who may call a route when keys are set: anyone (the health probe), key
@@ -42,6 +42,7 @@ static const struct {
     {"/v1/completions", "POST", R_COMPLETIONS, AUTH_KEY, false},
     {"/v1/chat/completions", "POST", R_CHAT, AUTH_KEY, false},
     {"/v1/embeddings", "POST", R_EMBEDDINGS, AUTH_KEY, false},
+    {"/v1/kv/save", "POST", R_KV_SAVE, AUTH_KEY, false},
     {"/tokenize", "POST", R_TOKENIZE, AUTH_KEY, false},
     {"/detokenize", "POST", R_DETOKENIZE, AUTH_KEY, false},
     {"/props", "GET", R_PROPS, AUTH_KEY, false},
@@ -368,6 +369,7 @@ static enum MHD_Result dispatch(srv *s, struct MHD_Connection *c, const char *ur
     case R_DETOKENIZE: return send_result(c, srv_detokenize(s, body, cc->body.len, &err), &err);
     case R_EMBEDDINGS: return send_result(c, srv_embeddings(s, body, cc->body.len, &err), &err);
     case R_PROPS: return send_json(c, MHD_HTTP_OK, srv_props(s));
+    case R_KV_SAVE: return send_result(c, srv_kv_save(s, body, cc->body.len, cc->key, &err), &err);
     case R_COMPLETIONS: return handle_generate(s, c, cc, false);
     case R_CHAT: return handle_generate(s, c, cc, true);
     default: return MHD_NO;

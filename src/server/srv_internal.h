@@ -116,6 +116,7 @@ struct srv_job {
     bool ignore_eos;
     bool no_speculative; /* "speculative": false */
     char *cache_salt;
+    int priority;        /* engine_request.priority (0 unless --scheduling-policy priority) */
     grammar *grammar;    /* structured output or a required tool call (NULL: none); freed with the job */
     int n;
     double t_arrival;
@@ -250,6 +251,10 @@ typedef struct srv_embed {
     float *out;          /* [n_inputs][n_embd] */
     bool done, ok;
     api_error err;       /* when !ok */
+    /* POST /v1/kv/save instead (srv_kv.c): ids[0] goes to the disk tier */
+    bool kv_save;
+    const char *salt;
+    int64_t saved_blocks;
     struct srv_embed *next;
 } srv_embed;
 
@@ -367,7 +372,7 @@ typedef struct stream_state {
     parse_out po;              /* scratch */
     size_t text_off[SRV_MAX_N];
     int n_finished;
-    int64_t completion_tokens, kv_lb, kv_alloc, cached;
+    int64_t completion_tokens, kv_lb, kv_alloc, cached, disk;
     bool failed;
 } stream_state;
 void openai_stream_events(srv *s, const api_req *r, stream_state *st, srv_event *events, kvl_buf *out);
@@ -381,6 +386,8 @@ char *openai_model_get(srv *s, const char *id, api_error *err);   /* GET /v1/mod
 char *srv_tokenize(srv *s, const char *body, size_t len, api_error *err);   /* POST /tokenize */
 char *srv_detokenize(srv *s, const char *body, size_t len, api_error *err); /* POST /detokenize */
 char *srv_embeddings(srv *s, const char *body, size_t len, api_error *err); /* POST /v1/embeddings */
+/* POST /v1/kv/save: {prompt} or {messages} -> its full blocks in the disk tier (srv_kv.c) */
+char *srv_kv_save(srv *s, const char *body, size_t len, const srv_key *key, api_error *err);
 char *srv_props(srv *s);                                          /* GET /props */
 
 #endif

@@ -125,6 +125,17 @@ void metrics_render(srv_metrics *m, const char *model_name, kvl_buf *o) {
                 (double)e->prefix_cache_queries);
     put_counter(o, label, "prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.",
                 (double)e->prefix_cache_hits);
+    /* the disk tier (--kv-disk; zeros without one) */
+    put_gauge(o, label, "kv_disk_blocks", "KV blocks in the disk tier.", (double)e->kv_disk.blocks);
+    put_gauge(o, label, "kv_disk_bytes", "Bytes of the disk tier's block files.", (double)e->kv_disk.bytes);
+    put_counter(o, label, "kv_disk_reads", "Block files read from the disk tier.", (double)e->kv_disk.reads);
+    put_counter(o, label, "kv_disk_writes", "Block files written to the disk tier.", (double)e->kv_disk.writes);
+    put_counter(o, label, "kv_disk_hits", "KV blocks loaded from the disk tier instead of recomputed.",
+                (double)e->kv_disk.hits);
+    put_counter(o, label, "kv_disk_dropped", "Evicted KV blocks not written: the writer's queue was full.",
+                (double)e->kv_disk.dropped);
+    put_counter(o, label, "kv_disk_corrupt", "Disk tier files deleted for a bad checksum, size or header.",
+                (double)e->kv_disk.corrupt);
     put_counter(o, label, "num_preemptions", "Cumulative number of preemptions from the engine.",
                 (double)e->n_preemptions);
     put_counter(o, label, "prompt_tokens", "Number of prefill tokens processed.", (double)e->prompt_tokens);

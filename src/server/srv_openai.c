@@ -45,6 +45,7 @@ static const known_field KNOWN_FIELDS[] = {
     {"ignore_eos", F_BOTH}, {"cache_salt", F_BOTH}, {"return_tokens_as_token_ids", F_BOTH},
     {"speculative", F_BOTH}, /* own: false opts out of --spec (same output, plain decode) */
     {"add_generation_prompt", F_CHAT},
+    {"priority", F_BOTH},
     {"parse_special", F_BOTH}, /* completions only: chat refuses it with its reason (parse_chat_prompt) */
     /* own parser: tool calling and reasoning */
     {"tools", F_CHAT}, {"tool_choice", F_CHAT}, {"parallel_tool_calls", F_CHAT},
@@ -596,7 +597,7 @@ static void make_id(api_req *r) {
 static bool parse_body(srv *s, const cJSON *b, bool chat, api_req *r, api_error *err) {
     srv_job *j = r->job;
     const char *model = NULL, *salt = NULL;
-    int64_t n = 1;
+    int64_t n = 1, prio = 0;
     if (!req_string(b, "model", &model, err)) return false;
     if (model && strcmp(model, s->cfg.model_id) != 0) {
         api_fail(err, 404, "model", "The model `%s` does not exist.", model);
@@ -606,11 +607,17 @@ static bool parse_body(srv *s, const cJSON *b, bool chat, api_req *r, api_error 
     bool ok = parse_unsupported(b, chat, err) && parse_sampling(b, j, err) && parse_stop(b, j, err) &&
               parse_stream(b, r, err) && parse_logprobs(b, chat, r, err) &&
               req_int(b, "n", 1, SRV_MAX_N, &n, err) && req_bool(b, "ignore_eos", &j->ignore_eos, err) &&
-              req_string(b, "cache_salt", &salt, err) && parse_structured(s, b, j, err);
+              req_string(b, "cache_salt", &salt, err) && parse_structured(s, b, j, err) &&
+              req_int(b, "priority", -2147483647, 2147483647, &prio, err);
     bool speculative = true;
     ok = ok && req_bool(b, "speculative", &speculative, err);
     if (!ok) return false;
     j->no_speculative = !speculative;
+    /* vLLM's rule: a priority means nothing to first-come-first-served, so it is refused */
+    if (prio != 0 && engine_cfg(s->e)->scheduling != ENGINE_SCHED_PRIORITY)
+        return api_fail(err, 400, "priority", "'priority' is %lld but the server schedules first-come-first-served "
+                        "(start it with --scheduling-policy priority)", (long long)prio);
+    j->priority = (int)prio;
     if (salt && !salt[0]) return api_fail(err, 400, "cache_salt", "'cache_salt' must be a non-empty string");
     if (salt && !(j->cache_salt = strdup(salt))) return api_fail(err, 500, NULL, "out of memory");
     j->n = (int)n;

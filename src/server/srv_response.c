@@ -83,13 +83,16 @@ static void completion_logprobs_add(srv *s, const api_req *r, cJSON *lp, const s
     cJSON_AddItemToArray(cJSON_GetObjectItem(lp, "top_logprobs"), top);
 }
 
-static cJSON *usage_json(int64_t prompt, int64_t completion, int64_t cached, int64_t lb, int64_t alloc) {
+static cJSON *usage_json(int64_t prompt, int64_t completion, int64_t cached, int64_t disk, int64_t lb,
+                         int64_t alloc) {
     cJSON *u = cJSON_CreateObject();
     cJSON_AddNumberToObject(u, "prompt_tokens", (double)prompt);
     cJSON_AddNumberToObject(u, "completion_tokens", (double)completion);
     cJSON_AddNumberToObject(u, "total_tokens", (double)(prompt + completion));
     cJSON_AddObjectToObject(u, "prompt_tokens_details");
     cJSON_AddNumberToObject(cJSON_GetObjectItem(u, "prompt_tokens_details"), "cached_tokens", (double)cached);
+    /* of the cached tokens, those read back from the KV disk tier (the rest were in RAM) */
+    cJSON_AddNumberToObject(cJSON_GetObjectItem(u, "prompt_tokens_details"), "disk_cached_tokens", (double)disk);
     cJSON_AddNumberToObject(u, "kv_lower_bound_bytes", (double)lb);
     cJSON_AddNumberToObject(u, "kv_allocated_bytes", (double)alloc);
     return u;
@@ -100,6 +103,7 @@ static void add_stats(stream_state *st, const srv_event *ev) {
     st->kv_lb += (int64_t)ev->stats.kv.lower_bound_bytes;
     st->kv_alloc += (int64_t)ev->stats.kv.allocated_bytes;
     if (ev->index == 0) st->cached = ev->stats.n_cached_prompt;
+    if (ev->index == 0) st->disk = ev->stats.n_disk_prompt;
     st->n_finished++;
 }
 
@@ -213,7 +217,7 @@ char *openai_response(srv *s, const api_req *r, srv_event *events) {
         cJSON_AddItemToArray(choices, final_choice(r, i, &acc[i]));
         kvl_buf_free(&acc[i].text);
     }
-    cJSON_AddItemToObject(o, "usage", usage_json(r->job->n_prompt, st.completion_tokens, st.cached, st.kv_lb,
+    cJSON_AddItemToObject(o, "usage", usage_json(r->job->n_prompt, st.completion_tokens, st.cached, st.disk, st.kv_lb,
                                                  st.kv_alloc));
     char *out = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
@@ -390,7 +394,7 @@ void openai_stream_end(srv *s, const api_req *r, stream_state *st, kvl_buf *out)
     } else if (r->include_usage) {
         cJSON *c = envelope(s, r, r->chat ? "chat.completion.chunk" : "text_completion");
         cJSON_AddArrayToObject(c, "choices");
-        cJSON_AddItemToObject(c, "usage", usage_json(r->job->n_prompt, st->completion_tokens, st->cached,
+        cJSON_AddItemToObject(c, "usage", usage_json(r->job->n_prompt, st->completion_tokens, st->cached, st->disk,
                                                      st->kv_lb, st->kv_alloc));
         put_sse(out, c);
     }

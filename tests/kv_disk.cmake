@@ -1,0 +1,8 @@
+# The disk tier's unit test spawns writer processes and kills them; one OpenMP
+# thread each keeps the runs from spinning against each other on a busy machine.
+set_tests_properties(test_kv_disk PROPERTIES ENVIRONMENT OMP_NUM_THREADS=1)
+set_tests_properties(test_sched PROPERTIES ENVIRONMENT OMP_NUM_THREADS=1)
+# The disk tier and priorities through `kvllm serve` (save, SIGKILL, restart, hit).
+add_test(NAME server_kv_disk COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/server/test_kv_disk.py ${KVLLM_BIN}
+         ${CMAKE_SOURCE_DIR})
+set_tests_properties(server_kv_disk PROPERTIES TIMEOUT 120 LABELS server)
