@@ -79,8 +79,8 @@ const failed = await runTests([
     assert((await fetch(server.url + '/')).headers.get('content-type').startsWith('text/html'), 'html type');
     assert((await fetch(server.url + '/web/nope.js')).status === 404, 'unknown asset: 404');
     assert((await fetch(server.url + '/v1/kv/state')).status === 401, 'state without a key: 401');
-    const bad = await rawRequest(server.url, { method: 'GET', path: '/v1/kv/state?since=x1', headers: auth });
-    assert(bad.status === 400 && bad.json.error.param === 'since', `bad since: ${bad.status}`);
+    const bad = await fetch(`${server.url}/v1/kv/state?since=x1`, { headers: auth });
+    assert(bad.status === 400 && (await bad.json()).error.param === 'since', `bad since: ${bad.status}`);
     const s = await state(server.url);
     assertEq(s.pools.length, s.n_groups, 'one pool per KV group');
     const p = s.pools[0];
