@@ -441,11 +441,6 @@ static void prefix_attach(engine *e, seq *s) {
     e->metrics.prefix_cache_queries += s->n_tokens;
     e->metrics.prefix_cache_hits += s->n_computed;
     if (s->stats.n_generated == 0) s->stats.n_cached_prompt = s->n_computed;
-    e->events->prefix_lookups++;
-    if (s->n_computed > 0) {
-        e->events->prefix_hits++;
-        ev_ring_push(e->events, ENGINE_EV_PREFIX_HIT, s->id, s->n_computed, s->kv[0].n_blocks);
-    }
 }
 
 /* Preempts the newest running sequence by recompute: its blocks are freed and it
@@ -577,7 +572,13 @@ static void plan_step(engine *e, step_plan *p) {
         s->state = SEQ_RUNNING;
         if (s->stats.t_scheduled == 0) s->stats.t_scheduled = kvl_time_s(); /* not again after a preemption */
         e->running[e->n_running++] = s;
-        ev_ring_push(e->events, ENGINE_EV_ADMIT, s->id, n, s->stats.n_generated == 0 ? s->stats.n_cached_prompt : 0);
+        if (e->prefix_cache) { /* logged once admitted: a sequence may look up again every step until then */
+            e->events->prefix_lookups++;
+            e->events->prefix_hits += s->n_computed > 0;
+            if (s->n_computed > 0)
+                ev_ring_push(e->events, ENGINE_EV_PREFIX_HIT, s->id, s->n_computed, s->kv[0].n_blocks);
+        }
+        ev_ring_push(e->events, ENGINE_EV_ADMIT, s->id, n, s->n_computed);
         plan_add(e, p, s, n);
         budget -= n;
     }

@@ -141,7 +141,7 @@ engine_metrics engine_get_metrics(const engine *e);
  * Events the engine logs for people watching it (engine_view.events): what
  * a and b hold depends on the kind. */
 typedef enum engine_ev_kind {
-    ENGINE_EV_ADMIT,          /* a: tokens to compute now, b: prompt tokens from the prefix cache */
+    ENGINE_EV_ADMIT,          /* a: tokens to compute this step, b: tokens from the prefix cache */
     ENGINE_EV_PREFIX_HIT,     /* a: tokens found in the prefix cache, b: blocks */
     ENGINE_EV_PREEMPT,        /* a: blocks given back, b: tokens to recompute */
     ENGINE_EV_EVICT,          /* request_id 0; a: cached blocks evicted, b: KV group */

@@ -35,7 +35,7 @@ function statsLine(u, t0, tFirst, tEnd) {
     if (u.kv_lower_bound_bytes != null)
       parts.push(`KV ${fmtBytes(u.kv_lower_bound_bytes)} needed / ${fmtBytes(u.kv_allocated_bytes)} allocated`);
   }
-  if (tFirst) parts.push(`TTFT ${((tFirst - t0) * 1000).toFixed(0)} ms`);
+  if (tFirst) parts.push(`TTFT ${(tFirst - t0).toFixed(0)} ms`); // performance.now() is in ms
   if (u && tFirst && tEnd > tFirst && u.completion_tokens > 1)
     parts.push(`${((u.completion_tokens - 1) / ((tEnd - tFirst) / 1000)).toFixed(1)} tokens/s`);
   return parts.join(' · ');

@@ -146,6 +146,12 @@ function addEvents(state) {
   const box = $('events');
   const atEnd = box.scrollTop + box.clientHeight >= box.scrollHeight - 4;
   for (const e of state.events) {
+    const last = box.lastElementChild;
+    if (e.kind === 'evict' && last && last.dataset.kind === 'evict' && last.dataset.group === String(e.b)) {
+      last.dataset.n = String(Number(last.dataset.n) + e.a); // one line for a run of evictions
+      last.textContent = `#${e.seq} ${last.dataset.n} cached blocks evicted (group ${e.b})`;
+      continue;
+    }
     const what = {
       admit: `admitted: ${e.a} tokens to compute, ${e.b} from the prefix cache`,
       prefix_hit: `prefix hit: ${e.a} tokens (${e.b} blocks)`,
@@ -156,6 +162,8 @@ function addEvents(state) {
     }[e.kind] || e.kind;
     const d = el('div', { class: 'ev ev-' + e.kind, text: `#${e.seq} ${e.request ? 'seq ' + e.request + ' ' : ''}${what}` });
     d.dataset.kind = e.kind;
+    d.dataset.group = String(e.b);
+    d.dataset.n = String(e.a);
     box.append(d);
   }
   while (box.children.length > 500) box.firstChild.remove();
@@ -181,9 +189,10 @@ function pct(h1, h0, q) {
 function record(state) {
   const m = state.metrics, now = state.time;
   const prev = history.length ? history[history.length - 1] : null;
+  // (the metrics' blocks_free counts cached blocks too: they can be handed out)
   const old = history.find((h) => h.t >= now - 10) || prev; // percentiles over about 10 s
   const tokS = prev && now > prev.t ? (m.generation_tokens - prev.gen) / (now - prev.t) : 0;
-  history.push({ t: now, gen: m.generation_tokens, used: m.blocks_used, cached: m.blocks_cached, free: m.blocks_free,
+  history.push({ t: now, gen: m.generation_tokens, used: m.blocks_used, cached: m.blocks_cached, free: m.blocks_free - m.blocks_cached,
     running: m.running, waiting: m.waiting, tokS, ttft: m.ttft_seconds, tpot: m.tpot_seconds,
     ttft50: pct(m.ttft_seconds, old && old.ttft, 0.5), ttft90: pct(m.ttft_seconds, old && old.ttft, 0.9),
     ttft99: pct(m.ttft_seconds, old && old.ttft, 0.99),
@@ -236,9 +245,9 @@ function render(state) {
   lastEvent = state.last_event;
   record(state);
   drawCharts();
-  const m = state.metrics;
+  const m = state.metrics, sum = (k) => state.pools.reduce((a, p) => a + p[k], 0);
   $('summary').textContent = `running ${m.running} · waiting ${m.waiting} · preemptions ${m.preemptions} · ` +
-    `blocks ${m.blocks_used} used / ${m.blocks_cached} cached / ${m.blocks_free} free`;
+    `blocks ${sum('used')} used / ${sum('cached')} cached / ${sum('free')} free`;
   window.kvRenders = (window.kvRenders || 0) + 1;
 }
 window.kvRender = render;
