@@ -2,7 +2,9 @@
 #   make run   installs what is missing, builds, generates text from the bundled model
 #   make test  installs what is missing, builds (warnings are errors), runs the whole suite
 APT_PACKAGES := build-essential cmake pkg-config clang libomp-dev libclang-rt-14-dev \
-                libpcre2-dev libcjson-dev libxxhash-dev libmicrohttpd-dev python3 python3-jsonschema
+                libpcre2-dev libcjson-dev libxxhash-dev libmicrohttpd-dev python3 python3-jsonschema \
+                chromium
+# chromium: the browser the built-in web pages are tested in (tests/server/test_web.mjs).
 # Node.js runs the OpenAI-client tests; a machine may already have its own Node
 # (Debian's npm package conflicts with NodeSource's nodejs), so only install it
 # from apt when the commands are missing.

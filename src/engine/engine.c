@@ -1,6 +1,7 @@
 /* engine: scheduler, sequences and streaming. See engine.h. */
 #include "engine.h"
 #include "spec.h"
+#include "engine_events.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -57,6 +58,8 @@ struct engine {
     seq **running;           /* in admission order (newest last) */
     int n_running;
     engine_metrics metrics;
+    engine_ev_ring *events;  /* the live view's log (engine_events.h) */
+    int64_t n_evicted_seen[MODEL_MAX_KV_GROUPS];
     /* per-step batch, sized once */
     int32_t *b_tokens, *b_pos, *b_seq;
     uint8_t *b_want;
@@ -113,7 +116,8 @@ static bool alloc_batch(engine *e, kvl_error *err) {
     e->mask = malloc((V + 31) / 32 * sizeof(uint32_t));
     e->piece_cap = 1024;
     e->piece = malloc(e->piece_cap);
-    if (!e->b_tokens || !e->b_pos || !e->b_seq || !e->b_want || !e->b_seqs || !e->b_owner ||
+    e->events = calloc(1, sizeof *e->events);
+    if (!e->events || !e->b_tokens || !e->b_pos || !e->b_seq || !e->b_want || !e->b_seqs || !e->b_owner ||
         !e->running || !e->logits || !e->logits_tmp || !e->mask || !e->piece)
         return kvl_fail(err, "engine: out of memory");
     return true;
@@ -225,6 +229,7 @@ void engine_destroy(engine *e) {
     kvl_free(e->logits_tmp);
     free(e->mask);
     free(e->piece);
+    free(e->events);
     free(e);
 }
 
@@ -412,6 +417,7 @@ static void finish_seq(engine *e, seq *s, engine_finish why, int32_t token, floa
     s->stats.t_end = kvl_time_s();
     if (s->stats.t_first_token == 0) s->stats.t_first_token = s->stats.t_end;
     s->stats.kv = seq_usage(e, s);
+    ev_ring_push(e->events, ENGINE_EV_FINISH, s->id, s->stats.n_generated, why);
     emit(s, token, s->text, len, lp, n_top, ids, lps, why);
     s->state = SEQ_DONE;
     for (int g = 0; g < e->n_groups; g++) kv_seq_release(e->kv[g], &s->kv[g]);
@@ -560,6 +566,7 @@ static seq **pick_waiting(engine *e, bool admit) {
 static void preempt_newest(engine *e) {
     seq *s = e->running[e->n_running - 1];
     running_remove(e, e->n_running - 1);
+    ev_ring_push(e->events, ENGINE_EV_PREEMPT, s->id, kv_seq_n_held(&s->kv[0]), s->n_tokens);
     seq_forget_kv(e, s);
     s->state = SEQ_WAITING;
     s->stats.n_preemptions++;
@@ -597,7 +604,8 @@ static int64_t reserve_chunk(engine *e, seq *s, int64_t budget) {
     int64_t before[MODEL_MAX_KV_GROUPS];
     for (int g = 0; g < e->n_groups; g++) {
         /* A sliding group keeps only what the next token's window can see. */
-        kv_seq_drop_outside_window(e->kv[g], &s->kv[g], s->n_computed, e->window[g]);
+        int64_t dropped = kv_seq_drop_outside_window(e->kv[g], &s->kv[g], s->n_computed, e->window[g]);
+        if (dropped > 0) ev_ring_push(e->events, ENGINE_EV_WINDOW_RELEASE, s->id, dropped, g);
         before[g] = s->kv[g].n_blocks;
         if (!kv_seq_reserve(e->kv[g], &s->kv[g], s->n_computed + n)) {
             for (int k = 0; k < g; k++) kv_seq_truncate(e->kv[k], &s->kv[k], before[k]); /* all or nothing */
@@ -733,6 +741,13 @@ static void plan_step(engine *e, step_plan *p) {
         s->state = SEQ_RUNNING;
         if (s->stats.t_scheduled == 0) s->stats.t_scheduled = kvl_time_s(); /* not again after a preemption */
         running_add(e, s);
+        if (e->prefix_cache) { /* logged once admitted: a sequence may look up again every step until then */
+            e->events->prefix_lookups++;
+            e->events->prefix_hits += s->n_computed > 0;
+            if (s->n_computed > 0)
+                ev_ring_push(e->events, ENGINE_EV_PREFIX_HIT, s->id, s->n_computed, s->kv[0].n_blocks);
+        }
+        ev_ring_push(e->events, ENGINE_EV_ADMIT, s->id, n, s->n_computed);
         plan_add(e, p, s, n);
         budget -= n;
     }
@@ -806,6 +821,11 @@ bool engine_step(engine *e, kvl_error *err) {
     drop_cancelled(e);
     step_plan p;
     plan_step(e, &p);
+    for (int g = 0; g < e->n_groups; g++) { /* allocations evict inside kv: log how many */
+        int64_t ev = kv_pool_n_evicted(e->kv[g]);
+        if (ev > e->n_evicted_seen[g]) ev_ring_push(e->events, ENGINE_EV_EVICT, 0, ev - e->n_evicted_seen[g], g);
+        e->n_evicted_seen[g] = ev;
+    }
     if (p.n_tokens == 0) {
         if (e->waiting && e->n_running == 0)
             return kvl_fail(err, "engine: no KV blocks free for the next request");
@@ -983,4 +1003,64 @@ int64_t engine_kv_save(engine *e, const int32_t *ids, int64_t n, const char *sal
     }
     kv_seq_free(e->kv[0], &s);
     return saved;
+}
+
+/* ------------------------------------------------------------ live view -- */
+
+static bool view_add_seq(const engine *e, engine_view *v, const seq *s) {
+    if (v->n_seqs == v->cap_seqs) {
+        int cap = v->cap_seqs ? 2 * v->cap_seqs : 64;
+        engine_seq_view *n = realloc(v->seqs, (size_t)cap * sizeof *n);
+        if (!n) return false;
+        v->seqs = n;
+        v->cap_seqs = cap;
+    }
+    engine_seq_view *o = &v->seqs[v->n_seqs++];
+    bool running = s->state == SEQ_RUNNING;
+    *o = (engine_seq_view){.id = s->id, .n_prompt = s->n_prompt, .n_generated = s->stats.n_generated,
+                           .n_cached_prompt = s->stats.n_cached_prompt, .n_computed = s->n_computed,
+                           .n_preemptions = s->stats.n_preemptions, .t_submit = s->stats.t_submit,
+                           .kv = {.tokens = s->n_computed}};
+    o->phase = !running ? (s->stats.n_preemptions ? ENGINE_PHASE_PREEMPTED : ENGINE_PHASE_WAITING)
+               : s->n_computed < s->n_tokens - 1 || s->stats.n_generated == 0 ? ENGINE_PHASE_PREFILLING
+                                                                              : ENGINE_PHASE_DECODING;
+    for (int g = 0; g < e->n_groups; g++) {
+        kv_usage u = kv_seq_usage(e->kv[g], &s->kv[g], kv_window_kept(s->n_computed, e->window[g]));
+        kv_usage_add(&o->kv, &u);
+        const kv_seq *k = &s->kv[g];
+        if (v->n_tables + k->n_blocks > v->cap_tables) {
+            int64_t cap = v->cap_tables ? v->cap_tables : 1024;
+            while (cap < v->n_tables + k->n_blocks) cap *= 2;
+            int32_t *n = realloc(v->tables, (size_t)cap * sizeof *n);
+            if (!n) return false;
+            v->tables = n;
+            v->cap_tables = cap;
+        }
+        o->table_off[g] = v->n_tables;
+        o->table_len[g] = k->n_blocks;
+        if (k->n_blocks) memcpy(v->tables + v->n_tables, k->blocks, (size_t)k->n_blocks * sizeof *k->blocks);
+        v->n_tables += k->n_blocks;
+    }
+    return true;
+}
+
+bool engine_view_take(const engine *e, engine_view *v, uint64_t events_since) {
+    v->t = kvl_time_s();
+    v->metrics = engine_get_metrics(e);
+    v->prefix_cache = e->prefix_cache;
+    v->block_size = e->cfg.block_size;
+    for (int g = 0; g < e->n_groups; g++) {
+        v->window[g] = e->window[g];
+        v->block_bytes[g] = kv_pool_block_bytes(e->kv[g]);
+        v->n_evicted[g] = kv_pool_n_evicted(e->kv[g]);
+        kv_pool_snapshot(e->kv[g], v->blocks[g]);
+    }
+    v->n_seqs = 0;
+    v->n_tables = 0;
+    for (int i = 0; i < e->n_running; i++)
+        if (!view_add_seq(e, v, e->running[i])) return false;
+    for (const seq *s = e->waiting; s; s = s->next)
+        if (!view_add_seq(e, v, s)) return false;
+    ev_ring_copy(e->events, events_since, v);
+    return true;
 }

@@ -195,6 +195,73 @@ typedef struct engine_metrics {
 } engine_metrics;
 engine_metrics engine_get_metrics(const engine *e);
 
+/* ---- the live KV view ----
+ * Events the engine logs for people watching it (engine_view.events): what
+ * a and b hold depends on the kind. */
+typedef enum engine_ev_kind {
+    ENGINE_EV_ADMIT,          /* a: tokens to compute this step, b: tokens from the prefix cache */
+    ENGINE_EV_PREFIX_HIT,     /* a: tokens found in the prefix cache, b: blocks */
+    ENGINE_EV_PREEMPT,        /* a: blocks given back, b: tokens to recompute */
+    ENGINE_EV_EVICT,          /* request_id 0; a: cached blocks evicted, b: KV group */
+    ENGINE_EV_WINDOW_RELEASE, /* a: blocks out of the sliding window freed, b: KV group */
+    ENGINE_EV_FINISH,         /* a: tokens generated, b: engine_finish */
+} engine_ev_kind;
+const char *engine_ev_kind_name(engine_ev_kind k); /* "admit", "prefix_hit", ... */
+
+typedef struct engine_log_event {
+    uint64_t seq;  /* 1, 2, ...: a reader asks for the events after the last it saw */
+    double t;      /* kvl_time_s() */
+    int64_t request_id;
+    int64_t a, b;
+    int32_t kind;  /* engine_ev_kind */
+} engine_log_event;
+
+#define ENGINE_EV_RING 1024 /* events kept */
+
+typedef enum engine_seq_phase {
+    ENGINE_PHASE_WAITING, ENGINE_PHASE_PREFILLING, ENGINE_PHASE_DECODING, ENGINE_PHASE_PREEMPTED
+} engine_seq_phase;
+const char *engine_phase_name(engine_seq_phase ph);
+
+typedef struct engine_seq_view {
+    int64_t id;
+    int32_t phase;                 /* engine_seq_phase (waiting after a preemption: preempted) */
+    int64_t n_prompt, n_generated, n_cached_prompt, n_computed, n_preemptions;
+    double t_submit;
+    kv_usage kv;                   /* over all groups, as engine_req_stats.kv */
+    int64_t table_off[MODEL_MAX_KV_GROUPS], table_len[MODEL_MAX_KV_GROUPS]; /* in engine_view.tables */
+} engine_seq_view;
+
+/* A copy of the engine's KV state: every block of every pool, every sequence
+ * (running, then waiting in queue order) with its block tables, the metrics
+ * and the events after a given number. Taken by the thread that drives
+ * engine_step (a plain copy: O(blocks + table entries)); read anywhere after. */
+typedef struct engine_view {
+    double t;
+    engine_metrics metrics;
+    bool prefix_cache;
+    int n_groups, block_size;
+    int64_t n_blocks;                           /* per pool */
+    int32_t window[MODEL_MAX_KV_GROUPS];        /* 0: full attention */
+    size_t block_bytes[MODEL_MAX_KV_GROUPS];
+    int64_t n_evicted[MODEL_MAX_KV_GROUPS];
+    kv_block_info *blocks[MODEL_MAX_KV_GROUPS]; /* n_blocks each */
+    engine_seq_view *seqs;
+    int n_seqs, cap_seqs;
+    int32_t *tables;                            /* block ids, -1: dropped (sliding window) */
+    int64_t n_tables, cap_tables;
+    int64_t prefix_lookups, prefix_hits;        /* admissions that looked up / found cached blocks */
+    engine_log_event events[ENGINE_EV_RING];
+    int n_events;
+    uint64_t next_event;                        /* number the next event will get */
+} engine_view;
+
+/* Sizes the block arrays (any thread: reads only the engine's fixed shape). */
+bool engine_view_prepare(const engine *e, engine_view *v);
+/* Fills v (prepared) with events numbered above events_since. False on out of memory. */
+bool engine_view_take(const engine *e, engine_view *v, uint64_t events_since);
+void engine_view_free(engine_view *v);
+
 /* Teacher-forced evaluation (no sampling): runs ids[0..n) through the model in
  * one fresh sequence and calls on_logits(pos, logits, user) for every position,
  * in order. Used by `score` and `perplexity`. */

@@ -23,6 +23,7 @@ struct kv_pool {
     int32_t *lru_prev, *lru_next;
     int32_t lru_head, lru_tail;
     int64_t n_cached;
+    int64_t n_evicted;        /* cached blocks evicted so far */
     int32_t *map;             /* -1 empty */
     uint64_t map_mask;
     kv_block_hash_fn block_hash;
@@ -209,6 +210,7 @@ bool kv_block_alloc(kv_pool *p, int64_t n, int32_t *out) {
             lru_remove(p, b);
             if (p->evict_fn) p->evict_fn(p->evict_user, p, b);
             unhash(p, b);
+            p->n_evicted++;
         }
         p->refcount[b] = 1;
         out[i] = b;
@@ -560,4 +562,24 @@ void kv_usage_add(kv_usage *a, const kv_usage *b) {
     a->blocks += b->blocks;
     a->lower_bound_bytes += b->lower_bound_bytes;
     a->allocated_bytes += b->allocated_bytes;
+}
+
+int64_t kv_pool_n_evicted(const kv_pool *p) { return p->n_evicted; }
+
+void kv_pool_snapshot(const kv_pool *p, kv_block_info *out) {
+    const int64_t n = p->cfg.n_blocks;
+    for (int64_t b = 0; b < n; b++) {
+        kv_block_info *o = &out[b];
+        o->refcount = p->refcount[b];
+        o->hashed = p->hashed[b];
+        o->hash = o->hashed ? p->hash[b] : 0;
+        o->parent = o->hashed ? p->parent[b] : 0;
+        o->state = o->refcount > 0 ? KV_BLOCK_USED : KV_BLOCK_FREE; /* cached ones below */
+        o->lru_rank = -1;
+    }
+    int32_t rank = 0;
+    for (int32_t b = p->lru_head; b >= 0; b = p->lru_next[b]) {
+        out[b].state = KV_BLOCK_CACHED;
+        out[b].lru_rank = rank++;
+    }
 }

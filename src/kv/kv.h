@@ -221,6 +221,22 @@ kv_usage kv_seq_usage(const kv_pool *p, const kv_seq *s, int64_t n_tokens);
 /* Adds b into a (sums over KV groups). */
 void kv_usage_add(kv_usage *a, const kv_usage *b);
 
+/* ---- snapshot (for the live KV view) ----
+ * One block's bookkeeping, copied as it is: a snapshot is a plain copy of the
+ * pool's per-block arrays, O(n_blocks), no allocation (the caller sizes out). */
+typedef enum kv_block_state { KV_BLOCK_FREE, KV_BLOCK_USED, KV_BLOCK_CACHED } kv_block_state;
+typedef struct kv_block_info {
+    uint64_t hash, parent; /* the block's prefix-chain hash and its parent's (hashed blocks only) */
+    int32_t refcount;
+    int32_t lru_rank;      /* cached blocks: 0 is evicted next; -1 otherwise */
+    uint8_t state;         /* kv_block_state */
+    uint8_t hashed;        /* in the prefix cache (findable by hash) */
+} kv_block_info;
+/* Fills out[0..n_blocks). */
+void kv_pool_snapshot(const kv_pool *p, kv_block_info *out);
+/* Cached blocks evicted by allocations since the pool was created. */
+int64_t kv_pool_n_evicted(const kv_pool *p);
+
 /* Bytes per element of a plain KV dtype (F32 4, F16 2, BF16 2, FP8 1); 0 for block types. */
 size_t kv_dtype_bytes(int dtype);
 /* The V storage type of a pool. */

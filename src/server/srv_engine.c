@@ -298,12 +298,15 @@ static void *engine_main(void *arg) {
     omp_set_num_threads(s->omp_threads);
     for (;;) {
         pthread_mutex_lock(&s->q_mu);
-        while (!s->stopping && !s->q_head && !s->embed_head && !s->cancel_pending && !engine_has_work(s->e))
+        while (!s->stopping && !s->q_head && !s->embed_head && !s->view_head && !s->cancel_pending &&
+               !engine_has_work(s->e))
             pthread_cond_wait(&s->q_cv, &s->q_mu);
         srv_job *incoming = s->q_head;
         s->q_head = s->q_tail = NULL;
         srv_embed *embeds = s->embed_head;
         s->embed_head = NULL;
+        struct srv_view_req *views = s->view_head;
+        s->view_head = NULL;
         s->cancel_pending = false;
         bool stopping = s->stopping;
         pthread_mutex_unlock(&s->q_mu);
@@ -315,6 +318,7 @@ static void *engine_main(void *arg) {
         if (engine_has_work(s->e)) step(s);
         reap(s);
         publish_metrics(s);
+        srv_view_serve(s, views);
         if (stopping && !s->active && !engine_has_work(s->e)) break;
     }
     return NULL;

@@ -21,7 +21,7 @@
 
 typedef enum route {
     R_NONE, R_HEALTH, R_METRICS, R_MODELS, R_MODEL, R_COMPLETIONS, R_CHAT,
-    R_EMBEDDINGS, R_TOKENIZE, R_DETOKENIZE, R_PROPS, R_KV_SAVE
+    R_EMBEDDINGS, R_TOKENIZE, R_DETOKENIZE, R_PROPS, R_KV_SAVE, R_KV_STATE, R_PAGE
 } route;
 
 /* Who may call a route when keys are set: anyone (the health probe), key
@@ -46,6 +46,11 @@ static const struct {
     {"/tokenize", "POST", R_TOKENIZE, AUTH_KEY, false},
     {"/detokenize", "POST", R_DETOKENIZE, AUTH_KEY, false},
     {"/props", "GET", R_PROPS, AUTH_KEY, false},
+    {"/v1/kv/state", "GET", R_KV_STATE, AUTH_KEY, false},
+    /* The built-in pages hold no data: they ask for the key themselves. */
+    {"/", "GET", R_PAGE, AUTH_NONE, false},
+    {"/kv", "GET", R_PAGE, AUTH_NONE, false},
+    {"/web/", "GET", R_PAGE, AUTH_NONE, true},
 };
 #define N_ROUTES (sizeof ROUTES / sizeof ROUTES[0])
 
@@ -370,6 +375,23 @@ static enum MHD_Result dispatch(srv *s, struct MHD_Connection *c, const char *ur
     case R_EMBEDDINGS: return send_result(c, srv_embeddings(s, body, cc->body.len, &err), &err);
     case R_PROPS: return send_json(c, MHD_HTTP_OK, srv_props(s));
     case R_KV_SAVE: return send_result(c, srv_kv_save(s, body, cc->body.len, cc->key, &err), &err);
+    case R_KV_STATE: {
+        size_t len = 0;
+        char *js = srv_kv_state(s, MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "since"), &len, &err);
+        return js ? send_text(c, MHD_HTTP_OK, "application/json", js, "Cache-Control", "no-store")
+                  : send_error(c, &err);
+    }
+    case R_PAGE: {
+        const srv_asset *a = srv_asset_find(url);
+        if (!a) return fail(c, 404, NULL, "no such page");
+        struct MHD_Response *r = MHD_create_response_from_buffer(a->len, (void *)a->data, MHD_RESPMEM_PERSISTENT);
+        if (!r) return MHD_NO;
+        MHD_add_response_header(r, "Content-Type", a->ctype);
+        MHD_add_response_header(r, "Cache-Control", "no-cache");
+        enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, r);
+        MHD_destroy_response(r);
+        return ret;
+    }
     case R_COMPLETIONS: return handle_generate(s, c, cc, false);
     case R_CHAT: return handle_generate(s, c, cc, true);
     default: return MHD_NO;

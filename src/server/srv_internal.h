@@ -280,7 +280,8 @@ struct srv {
     pthread_cond_t q_cv;
     srv_job *q_head, *q_tail;
     srv_embed *embed_head;     /* embeddings waiting for the engine thread */
-    pthread_cond_t embed_cv;   /* the engine thread finished one (under q_mu) */
+    pthread_cond_t embed_cv;   /* the engine thread finished one (under q_mu); also view requests */
+    struct srv_view_req *view_head; /* KV view snapshots waiting for the engine thread (srv_kv_view.c) */
     int64_t n_inflight;        /* engine requests queued or active */
     bool cancel_pending;
     bool stopping;
@@ -318,6 +319,21 @@ void engine_thread_stop(srv *s);
 bool srv_enqueue(srv *s, srv_job *j, api_error *err);
 /* HTTP thread: runs em on the engine thread and waits for it; false with err set. */
 bool srv_embed_run(srv *s, srv_embed *em, api_error *err);
+
+/* srv_kv_view.c: the live KV view. Engine thread: serves the queued snapshot
+ * requests (a copy each). HTTP thread: GET /v1/kv/state's JSON (NULL with err),
+ * and the built-in pages and their assets (NULL: no such page). */
+void srv_view_serve(srv *s, struct srv_view_req *list);
+char *srv_kv_state(srv *s, const char *since, size_t *len, api_error *err);
+typedef struct srv_asset {
+    const char *path, *ctype;
+    const unsigned char *data;
+    size_t len;
+} srv_asset;
+const srv_asset *srv_asset_find(const char *url);
+/* Built from src/server/web/ at build time (cmake/embed_web.cmake). */
+extern const srv_asset SRV_WEB_ASSETS[];
+extern const int SRV_WEB_N_ASSETS;
 
 /* ------------------------------------------------------------- OpenAI -- */
 
