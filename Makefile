@@ -40,8 +40,9 @@ test: deps
 
 # Sanitizers: the unit and golden tests again with ASan + UBSan (build-asan;
 # no recovery: any report fails), and the server tests with TSan (build-tsan;
-# one OpenMP thread: libgomp is not instrumented, and the threads to check are
-# the server's own). `make sanitize` runs every one of them; `make test` runs
+# one compute thread, OMP_NUM_THREADS=1 also sizing the kvl_pool: the threads
+# to check there are the server's own) plus test_pool, which checks the pool
+# with several threads. `make sanitize` runs every one of them; `make test` runs
 # them too but for SAN_CI_ASAN_EXCLUDE, to stay within a CI budget of ~15
 # minutes on 2 cores: goldens of quant types whose kernels test_kernels
 # already runs under ASan, the variants of an architecture another golden
@@ -58,8 +59,8 @@ sanitize: deps
 	cmake --build build-asan -j $(JOBS)
 	ctest --test-dir build-asan --output-on-failure -j $(JOBS) -L 'unit|golden' $(if $(SAN_ASAN_EXCLUDE),-E '$(SAN_ASAN_EXCLUDE)')
 	cmake -S . -B build-tsan $(SAN_TYPE) -DKVLLM_TSAN=ON >/dev/null
-	cmake --build build-tsan -j $(JOBS) --target kvllm test_server
-	TSAN_OPTIONS=halt_on_error=1 OMP_NUM_THREADS=1 ctest --test-dir build-tsan --output-on-failure -L server
+	cmake --build build-tsan -j $(JOBS) --target kvllm test_server test_pool
+	TSAN_OPTIONS=halt_on_error=1 OMP_NUM_THREADS=1 ctest --test-dir build-tsan --output-on-failure -L 'server|threads'
 
 clean:
 	rm -rf $(BUILD) build-*

@@ -17,7 +17,7 @@ if(VALGRIND_EXE)
   target_include_directories(test_tokenizer_nojit PRIVATE ${PROJECT_SOURCE_DIR}/src/base
     ${PROJECT_SOURCE_DIR}/src/gguf ${PROJECT_SOURCE_DIR}/src/tokenizer ${CMAKE_CURRENT_LIST_DIR}/unit)
   target_link_libraries(test_tokenizer_nojit PRIVATE PkgConfig::PCRE2 PkgConfig::CJSON
-    PkgConfig::XXHASH m)
+    PkgConfig::XXHASH m Threads::Threads)
   add_test(NAME tokenizer_valgrind
     COMMAND ${VALGRIND_EXE} --quiet --leak-check=full --errors-for-leak-kinds=all
             --error-exitcode=99 $<TARGET_FILE:test_tokenizer_nojit> --quick

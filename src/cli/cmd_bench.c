@@ -20,7 +20,6 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <math.h>
-#include <omp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +28,7 @@
 
 #include "cmd_bench.h"
 #include "kernels.h"
+#include "kvl_pool.h"
 
 #define MAX_LIST 16
 
@@ -500,7 +500,7 @@ static void print_json(const bench *b, const results *res) {
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "engine", "kvllm " KVLLM_VERSION);
     if (b->cm.m) json_model(j, b);
-    cJSON_AddNumberToObject(j, "threads", omp_get_max_threads());
+    cJSON_AddNumberToObject(j, "threads", kvl_pool_threads());
     cJSON_AddStringToObject(j, "isa", kern_isa_name());
     cJSON_AddNumberToObject(j, "reps", a->reps);
     if (res->membw_gbps > 0) cJSON_AddNumberToObject(j, "membw_gb_per_s", res->membw_gbps);
@@ -536,7 +536,7 @@ static void print_text(const bench *b, const results *res) {
     const bench_args *a = b->a;
     if (!b->cm.m) {
         printf("memory read bandwidth: %.2f GB/s (%d threads, %lld MiB)\n", res->membw_gbps,
-               omp_get_max_threads(), (long long)a->membw_mb);
+               kvl_pool_threads(), (long long)a->membw_mb);
         return;
     }
     const model_hparams *hp = model_hp(b->cm.m);
@@ -544,7 +544,7 @@ static void print_text(const bench *b, const results *res) {
     printf("kvllm bench: %s\n  %s %s, %.3f GB, %.3f B params, %d threads, %s kernels, KV %s, %d reps\n"
            "  weights read per decoding step: %.3f GB\n",
            gguf_path(f), hp->arch, model_type_name(f), gguf_tensor_data_bytes(f) / 1e9, hp->n_params / 1e9,
-           omp_get_max_threads(), kern_isa_name(), kv_dtype_name(b->o->kv_dtype), a->reps,
+           kvl_pool_threads(), kern_isa_name(), kv_dtype_name(b->o->kv_dtype), a->reps,
            b->weights_per_step / 1e9);
     if (res->membw_gbps > 0) printf("  memory read bandwidth: %.2f GB/s\n", res->membw_gbps);
     printf("\n| %-22s | %10s | %8s | %12s | %8s |\n", "test", "t/s", "sd", "weights GB/s", "roofline");

@@ -60,7 +60,7 @@ static void common_options(FILE *out) {
             "  -p TEXT | -f FILE  prompt text / file (-f -: stdin);  --prompt-ids 1,2,3 (score: --ids)\n"
             "  -n N               max new tokens (default 128; -1: until the context is full)\n"
             "  -c N               context size (default: the model's, at most 4096)\n"
-            "  -t N               threads (default: all cores)\n"
+            "  -t N               threads (default: OMP_NUM_THREADS, else all cores)\n"
             "  --temp T --top-k K --top-p P --min-p P --seed S (-s S)\n"
             "  --repeat-penalty R --repeat-last-n N --presence-penalty P --frequency-penalty P\n"
             "  --stop STRING (repeatable)  --ignore-eos  --no-bos  --parse-special\n"

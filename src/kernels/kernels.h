@@ -113,7 +113,8 @@ size_t kern_row_bytes(int dtype, int64_t n);
 /* Y[m][n_out] = X[m][k] . W[n_out][k]^T, W rows of dtype wtype.
  * X is quantized once to W's vec_dot_type into `work` (size from
  * kern_matmul_work_bytes; its layout depends on the path) and the output rows
- * are split across the OpenMP team. Call from outside a parallel region. */
+ * are split over the kvl_pool threads (a call from inside a pool task runs
+ * on its thread alone). */
 size_t kern_matmul_work_bytes(int wtype, int64_t m, int64_t k);
 void kern_matmul(const void *W, int wtype, int64_t n_out, int64_t k, const float *X, int64_t m,
                  float *Y, void *work);
@@ -121,7 +122,7 @@ void kern_matmul(const void *W, int wtype, int64_t n_out, int64_t k, const float
 /* Repacked weights (the active ISA's compact panel layout, written once at
  * load): kern_repack_bytes is 0 when wtype has no such layout on this ISA or
  * the shape does not fit it; kern_repack fills dst (64-byte aligned, that many
- * bytes) from GGUF rows, splitting the work over the OpenMP team; then
+ * bytes) from GGUF rows, splitting the work over the kvl_pool threads; then
  * kern_matmul_repacked computes exactly what kern_matmul computes on W, with
  * the same work buffer. The layout belongs to the ISA chosen at kern_init:
  * repack again after changing it. */

@@ -11,7 +11,8 @@
  * (decode) W rows stream from memory once through a rows kernel or vec_dot. */
 #include "kern_impl.h"
 
-#include <omp.h>
+#include "kvl_pool.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,7 +26,7 @@
  * L2 while the activation tiles stream past it. */
 #define GEMM_CHUNK_BYTES (256 * 1024)
 /* Below this many multiply-adds a matmul runs on the calling thread: waking
- * the team would cost more than it saves. */
+ * the pool would cost more than it saves. */
 #define MATMUL_PARALLEL_MIN_MACS (1 << 17)
 /* Decode's guided chunks are at least this many bytes of panels (64 KiB and
  * 160 KiB measured alike; 160 a little ahead). */
@@ -141,8 +142,8 @@ static void mm_chunk(const mm_plan *p, const char *w, int64_t j0, int64_t j1, in
     }
 }
 
-/* The calling thread's panel buffer, grown on demand (threads of the OpenMP
- * pool live as long as the process). */
+/* The calling thread's panel buffer, grown on demand (the kvl_pool workers
+ * live as long as the process). */
 static _Thread_local void *tl_panels;
 static _Thread_local size_t tl_panels_cap;
 
@@ -188,6 +189,30 @@ static void gemm_chunk(const kern_gemm_ops *g, const char *W, size_t wrow, int64
     g->kernel(k, panels, pb, (int)(j1 - j0), work, m, Y + j0, (size_t)n_out);
 }
 
+/* One packed GEMM for the pool's tasks: its rows to prepare, then its chunks. */
+typedef struct {
+    const kern_gemm_ops *g;
+    const char *W;
+    size_t wrow;
+    int64_t n_out, k;
+    const float *X;
+    int64_t m;
+    float *Y;
+    void *work;
+    size_t tb, pb;
+    int64_t npanels, nchunks;
+} gemm_job;
+
+static void gemm_prepare_task(void *ctx, int64_t i, int thread) {
+    const gemm_job *j = ctx;
+    gemm_prepare_row(j->g, j->X, j->k, j->m, i, j->work, j->tb);
+}
+
+static void gemm_chunk_task(void *ctx, int64_t c, int thread) {
+    const gemm_job *j = ctx;
+    gemm_chunk(j->g, j->W, j->wrow, j->n_out, j->k, j->m, j->Y, j->work, j->pb, j->npanels, j->nchunks, c);
+}
+
 static void mm_gemm(const kern_gemm_ops *g, const char *W, size_t wrow, int64_t n_out, int64_t k,
                     const float *X, int64_t m, float *Y, void *work, bool par) {
     const int T = g->tile_rows;
@@ -196,29 +221,50 @@ static void mm_gemm(const kern_gemm_ops *g, const char *W, size_t wrow, int64_t 
     /* bytes of KERN_PANEL_ROWS weight rows as the kernel reads them */
     const size_t pb = g->panel_bytes ? g->panel_bytes(k) : KERN_PANEL_ROWS * wrow;
     /* panels per chunk: about GEMM_CHUNK_BYTES, and a chunk count that is a
-     * multiple of the team size so that static shares come out even */
+     * multiple of the pool size so that static shares come out even */
     const int64_t npanels = (n_out + KERN_PANEL_ROWS - 1) / KERN_PANEL_ROWS;
     int64_t per = (int64_t)(GEMM_CHUNK_BYTES / pb);
     if (per < 1) per = 1;
-    const int nth = par ? omp_get_max_threads() : 1;
+    const int nth = par ? kvl_pool_threads() : 1;
     int64_t nchunks = (npanels + per - 1) / per;
     nchunks = (nchunks + nth - 1) / nth * nth;
     if (nchunks > npanels) nchunks = npanels;
     /* padded rows of the last tile read as zeros */
     memset((char *)work + (ntiles - 1) * tb, 0, tb);
 
-    if (!par) { /* no OpenMP region: even a one-thread one costs a system call */
+    if (!par) { /* on this thread: waking the pool would cost more */
         for (int64_t i = 0; i < m; i++) gemm_prepare_row(g, X, k, m, i, work, tb);
         for (int64_t c = 0; c < nchunks; c++) gemm_chunk(g, W, wrow, n_out, k, m, Y, work, pb, npanels, nchunks, c);
         return;
     }
-#pragma omp parallel
-    {
-#pragma omp for schedule(static)
-        for (int64_t i = 0; i < m; i++) gemm_prepare_row(g, X, k, m, i, work, tb);
-#pragma omp for schedule(dynamic, 1)
-        for (int64_t c = 0; c < nchunks; c++) gemm_chunk(g, W, wrow, n_out, k, m, Y, work, pb, npanels, nchunks, c);
-    }
+    gemm_job j = {g, W, wrow, n_out, k, X, m, Y, work, tb, pb, npanels, nchunks};
+    kvl_pool_run(gemm_prepare_task, &j, m);
+    kvl_pool_run(gemm_chunk_task, &j, nchunks);
+}
+
+/* One matmul for the pool's tasks: rows of X to quantize, then chunks of
+ * crows output rows. */
+typedef struct {
+    const mm_plan *p;
+    const void *W;
+    int64_t n_out, k;
+    const float *X;
+    const char *xq;
+    int64_t m;
+    float *Y;
+    void *work;
+    int64_t crows;
+} mm_job;
+
+static void mm_quantize_task(void *ctx, int64_t i, int thread) {
+    const mm_job *j = ctx;
+    j->p->quantize(j->X + i * j->k, (char *)j->work + i * j->p->xrow, j->k);
+}
+
+static void mm_chunk_task(void *ctx, int64_t c, int thread) {
+    const mm_job *j = ctx;
+    const int64_t j0 = c * j->crows, j1 = j0 + j->crows < j->n_out ? j0 + j->crows : j->n_out;
+    mm_chunk(j->p, j->W, j0, j1, j->k, j->xq, j->m, j->Y, j->n_out);
 }
 
 void kern_matmul(const void *W, int wtype, int64_t n_out, int64_t k, const float *X, int64_t m,
@@ -237,33 +283,23 @@ void kern_matmul(const void *W, int wtype, int64_t n_out, int64_t k, const float
         return;
     }
     const char *xq = p.quantize ? (const char *)work : (const char *)X;
-    const int64_t crows = chunk_rows(&p, n_out, par ? omp_get_max_threads() : 1);
+    const int64_t crows = chunk_rows(&p, n_out, par ? kvl_pool_threads() : 1);
     const int64_t nchunks = (n_out + crows - 1) / crows;
 
-    /* A few rows (decode) are quantized here, saving the team a barrier. */
+    /* A few rows (decode) are quantized here, saving the pool a round. */
     const bool serial_quantize = m <= KERN_ROWS_MAX || !par;
     if (p.quantize && serial_quantize)
         for (int64_t i = 0; i < m; i++) p.quantize(X + i * k, (char *)work + i * p.xrow, k);
-    if (!par) { /* no OpenMP region: even a one-thread one costs a system call */
+    if (!par) { /* on this thread: waking the pool would cost more */
         for (int64_t c = 0; c < nchunks; c++) {
             const int64_t j0 = c * crows, j1 = j0 + crows < n_out ? j0 + crows : n_out;
             mm_chunk(&p, W, j0, j1, k, xq, m, Y, n_out);
         }
         return;
     }
-
-#pragma omp parallel
-    {
-        if (p.quantize && !serial_quantize) {
-#pragma omp for schedule(static)
-            for (int64_t i = 0; i < m; i++) p.quantize(X + i * k, (char *)work + i * p.xrow, k);
-        }
-#pragma omp for schedule(static)
-        for (int64_t c = 0; c < nchunks; c++) {
-            const int64_t j0 = c * crows, j1 = j0 + crows < n_out ? j0 + crows : n_out;
-            mm_chunk(&p, W, j0, j1, k, xq, m, Y, n_out);
-        }
-    }
+    mm_job j = {&p, W, n_out, k, X, xq, m, Y, work, crows};
+    if (p.quantize && !serial_quantize) kvl_pool_run(mm_quantize_task, &j, m);
+    kvl_pool_run(mm_chunk_task, &j, nchunks);
 }
 
 void kern_get_row(const void *data, int dtype, int64_t n, int64_t row, float *dst) {
@@ -286,17 +322,35 @@ size_t kern_repack_bytes(int wtype, int64_t n_out, int64_t k) {
     return (size_t)((n_out + KERN_PANEL_ROWS - 1) / KERN_PANEL_ROWS) * r->panel_bytes(k);
 }
 
+/* Panels per task of kern_repack. */
+#define REPACK_TASK_PANELS 8
+
+typedef struct {
+    const kern_repack_ops *r;
+    const void *W;
+    void *dst;
+    int64_t n_out, k;
+    size_t wrow, pb;
+    int64_t np;
+} repack_job;
+
+static void repack_task(void *ctx, int64_t task, int thread) {
+    const repack_job *j = ctx;
+    const int64_t pend = (task + 1) * REPACK_TASK_PANELS < j->np ? (task + 1) * REPACK_TASK_PANELS : j->np;
+    for (int64_t p = task * REPACK_TASK_PANELS; p < pend; p++) {
+        const int64_t r0 = p * KERN_PANEL_ROWS;
+        const int rows = j->n_out - r0 < KERN_PANEL_ROWS ? (int)(j->n_out - r0) : KERN_PANEL_ROWS;
+        j->r->pack((const char *)j->W + (size_t)r0 * j->wrow, j->wrow, rows, j->k, (char *)j->dst + (size_t)p * j->pb);
+    }
+}
+
 void kern_repack(const void *W, int wtype, int64_t n_out, int64_t k, void *dst) {
     const kern_repack_ops *r = kern_repack_of(wtype);
     if (!kern_repack_bytes(wtype, n_out, k)) return;
     const size_t wrow = kern_row_bytes(wtype, k), pb = r->panel_bytes(k);
     const int64_t np = (n_out + KERN_PANEL_ROWS - 1) / KERN_PANEL_ROWS;
-#pragma omp parallel for schedule(dynamic, 8)
-    for (int64_t p = 0; p < np; p++) {
-        const int64_t r0 = p * KERN_PANEL_ROWS;
-        const int rows = n_out - r0 < KERN_PANEL_ROWS ? (int)(n_out - r0) : KERN_PANEL_ROWS;
-        r->pack((const char *)W + (size_t)r0 * wrow, wrow, rows, k, (char *)dst + (size_t)p * pb);
-    }
+    repack_job j = {r, W, dst, n_out, k, wrow, pb, np};
+    kvl_pool_run(repack_task, &j, (np + REPACK_TASK_PANELS - 1) / REPACK_TASK_PANELS);
 }
 
 /* One chunk of a product: panels [p0, p1) of matrix mat. */
@@ -348,7 +402,32 @@ static int64_t guided_spans(int nw, const kern_repacked_mat *mats, int64_t k, in
     return n;
 }
 
-/* Products over one prepared activation set, in one parallel region: a
+/* Products over one prepared activation set for the pool's tasks. */
+typedef struct {
+    int nw;
+    const kern_repacked_mat *mats;
+    int64_t k;
+    const float *X;
+    int64_t m;
+    void *work;
+    const kern_gemm_ops *g;
+    size_t tb;
+    const int64_t *first;
+    const repacked_span *guided; /* NULL: linear_span */
+} repacked_job;
+
+static void repacked_prepare_task(void *ctx, int64_t i, int thread) {
+    const repacked_job *j = ctx;
+    gemm_prepare_row(j->g, j->X, j->k, j->m, i, j->work, j->tb);
+}
+
+static void repacked_task(void *ctx, int64_t c, int thread) {
+    const repacked_job *j = ctx;
+    const repacked_span sp = j->guided ? j->guided[c] : linear_span(j->nw, j->mats, j->first, c);
+    repacked_chunk(j->mats, &sp, j->k, j->m, j->work);
+}
+
+/* Products over one prepared activation set, in one run of the pool: a
  * run of panels of one matrix per chunk. */
 static void repacked_run(int nw, const kern_repacked_mat *mats, int64_t k, const float *X, int64_t m,
                          void *work) {
@@ -359,7 +438,7 @@ static void repacked_run(int nw, const kern_repacked_mat *mats, int64_t k, const
     double macs = 0;
     for (int w = 0; w < nw; w++) macs += (double)mats[w].n_out * (double)k * (double)m;
     const bool par = macs >= MATMUL_PARALLEL_MIN_MACS;
-    const int nth = par ? omp_get_max_threads() : 1;
+    const int nth = par ? kvl_pool_threads() : 1;
     /* Chunks of panels: for one tile (decode) contiguous runs that stream the
      * weights (guided_spans), taken dynamically so a thread slowed down by the
      * rest of the machine does not hold the others at the barrier; for several
@@ -383,32 +462,19 @@ static void repacked_run(int nw, const kern_repacked_mat *mats, int64_t k, const
     repacked_span guided[DECODE_MAX_SPANS];
     const int64_t n_guided = ntiles == 1 && par ? guided_spans(nw, mats, k, nth, guided) : 0;
     const int64_t n_chunks = n_guided ? n_guided : first[nw];
-#define RUN_CHUNK(c)                                                                               \
-    do {                                                                                           \
-        const repacked_span sp_ = n_guided ? guided[c] : linear_span(nw, mats, first, c);          \
-        repacked_chunk(mats, &sp_, k, m, work);                                                    \
-    } while (0)
     /* (no zeroing of the last tile's unused rows: the repacked kernels are
      * instantiated per count of rows and never read them) */
-    /* one tile is prepared here, saving the team a barrier */
+    /* one tile is prepared here, saving the pool a round */
     const bool serial_prepare = ntiles == 1 || !par;
     if (serial_prepare)
         for (int64_t i = 0; i < m; i++) gemm_prepare_row(g, X, k, m, i, work, tb);
-
-    if (!par) { /* no OpenMP region: even a one-thread one costs a system call */
-        for (int64_t c = 0; c < n_chunks; c++) RUN_CHUNK(c);
+    repacked_job j = {nw, mats, k, X, m, work, g, tb, first, n_guided ? guided : NULL};
+    if (!par) { /* on this thread: waking the pool would cost more */
+        for (int64_t c = 0; c < n_chunks; c++) repacked_task(&j, c, 0);
         return;
     }
-#pragma omp parallel
-    {
-        if (!serial_prepare) {
-#pragma omp for schedule(static)
-            for (int64_t i = 0; i < m; i++) gemm_prepare_row(g, X, k, m, i, work, tb);
-        }
-#pragma omp for schedule(dynamic, 1)
-        for (int64_t c = 0; c < n_chunks; c++) RUN_CHUNK(c);
-    }
-#undef RUN_CHUNK
+    if (!serial_prepare) kvl_pool_run(repacked_prepare_task, &j, m);
+    kvl_pool_run(repacked_task, &j, n_chunks);
 }
 
 static void repacked_fail(int nw, const kern_repacked_mat *mats, int64_t m, const char *why) {

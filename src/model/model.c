@@ -3,7 +3,6 @@
  * pointers into the read-only mapping; every shape and type is checked here so
  * the forward pass can trust them. */
 #include <math.h>
-#include <omp.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +10,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "kvl_pool.h"
 #include "model_internal.h"
 
 /* ---------------------------------------------------------------- loading -- */
@@ -311,7 +311,7 @@ static bool repack_weights(model *m, kvl_error *err) {
 static bool alloc_scratch(model *m, kvl_error *err) {
     const model_hparams *hp = &m->hp;
     int64_t U = m->mp.max_ubatch, E = hp->n_embd;
-    m->n_threads_max = omp_get_max_threads();
+    m->n_threads_max = kvl_pool_threads();
     int64_t qd = hp->n_head * hp->head_dim_k, kd = hp->n_head_kv * hp->head_dim_k,
             vd = hp->n_head_kv * hp->head_dim_v, od = hp->n_head * hp->head_dim_v;
     int64_t wide = E;

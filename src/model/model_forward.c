@@ -7,9 +7,9 @@
  * independently except attention, which reads only the token's own sequence, so
  * a token's result does not depend on its batch mates. */
 #include <math.h>
-#include <omp.h>
 #include <string.h>
 
+#include "kvl_pool.h"
 #include "model_internal.h"
 
 typedef struct fwd_ctx {
@@ -73,9 +73,8 @@ static bool ensure_attn_scratch(model *m, kv_pool *const *pools, kvl_error *err)
                                             hp->head_dim_k, hp->head_dim_v, m->mp.max_ctx);
         need = n > need ? n : need;
     }
-    /* Team sizes are per calling thread in OpenMP: the thread running the forward
-     * pass (e.g. a server's engine thread) may differ from the one that loaded it. */
-    int nt = omp_get_max_threads();
+    /* The pool may have been resized (-t) since the model was loaded. */
+    int nt = kvl_pool_threads();
     if (need <= m->attn_scratch_len && nt <= m->n_threads_max) return true;
     if (nt > m->n_threads_max) m->n_threads_max = nt;
     if (need < m->attn_scratch_len) need = m->attn_scratch_len;
@@ -95,9 +94,9 @@ typedef struct attn_io {
     int64_t out_stride;
 } attn_io;
 
-/* The calling thread's share of the attention scratch (inside a parallel region). */
-static float *thread_scratch(const model *m) {
-    return m->attn_scratch + (size_t)omp_get_thread_num() * m->attn_scratch_len;
+/* A pool thread's share of the attention scratch. */
+static float *thread_scratch(const model *m, int thread) {
+    return m->attn_scratch + (size_t)thread * m->attn_scratch_len;
 }
 
 /* Attention of (token, KV head) pair w of the ubatch (token w / n_kv, KV head
@@ -146,6 +145,25 @@ static void attend_run_item(const fwd_ctx *c, const layer_weights *L, const attn
                   io->out_stride, scratch);
 }
 
+/* Attention for the pool's tasks: (run, KV head) items, or (token, KV head) pairs. */
+typedef struct {
+    const fwd_ctx *c;
+    const layer_weights *L;
+    const attn_args *a;
+    const attn_io *io;
+    const attn_runs *r;
+} attn_job;
+
+static void attend_run_task(void *ctx, int64_t w, int thread) {
+    const attn_job *j = ctx;
+    attend_run_item(j->c, j->L, j->a, j->io, j->r, w, thread_scratch(j->c->m, thread));
+}
+
+static void attend_pair_task(void *ctx, int64_t w, int thread) {
+    const attn_job *j = ctx;
+    attend_pair(j->c, j->L, j->a, j->io, w, thread_scratch(j->c->m, thread), 1);
+}
+
 /* Strategy for prefill: the ubatch's tokens in runs of consecutive positions
  * of one sequence within one attention chunk (op_attend_run), so that the
  * block table is walked and each K and V row read once per run and KV head
@@ -159,13 +177,13 @@ static bool attention_runs(const fwd_ctx *c, const layer_weights *L, const attn_
     const int64_t G = m->hp.n_head / m->hp.n_head_kv, n_kv = m->hp.n_head_kv;
     const attn_runs r = find_runs(c, op_attend_run_max_tokens((int)G, a->dv, m->mp.max_ctx));
     const int64_t total = r.n * n_kv;
-    if (r.longest < 2 || (par && total < omp_get_max_threads())) return false;
-    if (!par) { /* no OpenMP region: even a one-thread one costs a system call */
+    if (r.longest < 2 || (par && total < kvl_pool_threads())) return false;
+    if (!par) { /* on this thread: waking the pool would cost more */
         for (int64_t w = 0; w < total; w++) attend_run_item(c, L, a, io, &r, w, m->attn_scratch);
         return true;
     }
-#pragma omp parallel for schedule(dynamic, 1)
-    for (int64_t w = 0; w < total; w++) attend_run_item(c, L, a, io, &r, w, thread_scratch(m));
+    attn_job j = {c, L, a, io, &r};
+    kvl_pool_run(attend_run_task, &j, total);
     return true;
 }
 
@@ -174,11 +192,10 @@ static bool attention_runs(const fwd_ctx *c, const layer_weights *L, const attn_
  * positions over the threads. */
 static void attention_split_pairs(const fwd_ctx *c, const layer_weights *L, const attn_args *a, const attn_io *io,
                                   int64_t total) {
-    for (int64_t w = 0; w < total; w++) attend_pair(c, L, a, io, w, c->m->attn_scratch, omp_get_max_threads());
+    for (int64_t w = 0; w < total; w++) attend_pair(c, L, a, io, w, c->m->attn_scratch, kvl_pool_threads());
 }
 
-/* Strategy for little work: every pair on this thread, no OpenMP region (even
- * a one-thread one costs a system call). */
+/* Strategy for little work: every pair on this thread, without waking the pool. */
 static void attention_serial(const fwd_ctx *c, const layer_weights *L, const attn_args *a, const attn_io *io,
                              int64_t total) {
     for (int64_t w = 0; w < total; w++) attend_pair(c, L, a, io, w, c->m->attn_scratch, 1);
@@ -187,8 +204,8 @@ static void attention_serial(const fwd_ctx *c, const layer_weights *L, const att
 /* Strategy for many pairs: the pairs in parallel, each on one thread. */
 static void attention_parallel_pairs(const fwd_ctx *c, const layer_weights *L, const attn_args *a,
                                      const attn_io *io, int64_t total) {
-#pragma omp parallel for schedule(dynamic, 1)
-    for (int64_t w = 0; w < total; w++) attend_pair(c, L, a, io, w, thread_scratch(c->m), 1);
+    attn_job j = {c, L, a, io, NULL};
+    kvl_pool_run(attend_pair_task, &j, total);
 }
 
 /* Attention for every (token, KV head) pair of the ubatch, by the strategy that
@@ -200,13 +217,13 @@ static void attention(const fwd_ctx *c, const layer_weights *L, const attn_args 
     const model *m = c->m;
     const attn_io io = {.q = q, .q_stride = q_stride, .out = out, .out_stride = out_stride};
     const int64_t total = c->n * m->hp.n_head_kv;
-    /* Waking the thread team costs microseconds: only worth it for real work. */
+    /* Waking the pool costs microseconds: only worth it for real work. */
     double macs = 0;
     for (int64_t t = 0; t < c->n; t++) macs += (double)(c->b->pos[c->t0 + t] + 1);
     macs *= (double)m->hp.n_head * (double)(a->dk + a->dv);
     const bool par = macs >= 65536.0;
     if (a->window == 0 && attention_runs(c, L, a, &io, par)) return;
-    if (par && total < omp_get_max_threads()) attention_split_pairs(c, L, a, &io, total);
+    if (par && total < kvl_pool_threads()) attention_split_pairs(c, L, a, &io, total);
     else if (!par || total <= 1) attention_serial(c, L, a, &io, total);
     else attention_parallel_pairs(c, L, a, &io, total);
 }

@@ -4,9 +4,9 @@
  * repeated multiplication, softmax sums in double, and q is converted to the
  * KV cache's type before q.k. */
 #include <math.h>
-#include <omp.h>
 #include <string.h>
 
+#include "kvl_pool.h"
 #include "model_internal.h"
 
 /* Elementwise work below this many elements stays on the calling thread:
@@ -38,14 +38,26 @@ static void rms_rows(float *out, const float *x, const float *w, int64_t rows, i
     }
 }
 
+typedef struct {
+    float *out;
+    const float *x, *w;
+    int64_t rows, n, parts;
+    float eps;
+} rms_job;
+
+static void rms_task(void *ctx, int64_t t, int thread) {
+    const rms_job *j = ctx;
+    const int64_t r0 = j->rows * t / j->parts, r1 = j->rows * (t + 1) / j->parts;
+    rms_rows(j->out + r0 * j->n, j->x + r0 * j->n, j->w, r1 - r0, j->n, j->eps);
+}
+
 void op_rms_norm(float *out, const float *x, const float *w, int64_t rows, int64_t n, float eps) {
-    if (rows > 1 && rows * n >= OPS_PARALLEL_MIN && omp_get_max_threads() > 1) {
-#pragma omp parallel
-        {
-            const int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
-            const int64_t r0 = rows * t / nt, r1 = rows * (t + 1) / nt;
-            rms_rows(out + r0 * n, x + r0 * n, w, r1 - r0, n, eps);
-        }
+    const int nt = kvl_pool_threads();
+    if (rows > 1 && rows * n >= OPS_PARALLEL_MIN && nt > 1) {
+        /* a few parts per thread, so a descheduled thread leaves the rest to the others */
+        const int64_t parts = rows < 4 * nt ? rows : 4 * nt;
+        rms_job j = {out, x, w, rows, n, parts, eps};
+        kvl_pool_run(rms_task, &j, parts);
         return;
     }
     rms_rows(out, x, w, rows, n, eps);
@@ -140,11 +152,24 @@ void op_rope(const model *m, const layer_weights *L, float *vec, int n_heads, in
 
 /* SiLU(g) * u through the kernels' SIMD version (kern_silu_mul: its own exp,
  * the same result on every ISA), in slices over the team for prefill sizes. */
+typedef struct {
+    float *g;
+    const float *u;
+    int64_t n;
+} silu_job;
+
+enum { SILU_SLICE = 1 << 14 };
+
+static void silu_task(void *ctx, int64_t t, int thread) {
+    const silu_job *j = ctx;
+    const int64_t i = t * SILU_SLICE;
+    kern_silu_mul(j->g + i, j->u + i, j->n - i < SILU_SLICE ? j->n - i : SILU_SLICE);
+}
+
 void op_silu_mul(float *g, const float *u, int64_t n) {
-    const int64_t slice = 1 << 14;
-    if (n >= OPS_PARALLEL_MIN && omp_get_max_threads() > 1) {
-#pragma omp parallel for schedule(static)
-        for (int64_t i = 0; i < n; i += slice) kern_silu_mul(g + i, u + i, n - i < slice ? n - i : slice);
+    if (n >= OPS_PARALLEL_MIN && kvl_pool_threads() > 1) {
+        silu_job j = {g, u, n};
+        kvl_pool_run(silu_task, &j, (n + SILU_SLICE - 1) / SILU_SLICE);
         return;
     }
     kern_silu_mul(g, u, n);
@@ -309,6 +334,11 @@ static void attend_group_chunk(const group_chunks *g, int32_t ci, int th) {
                  g->work + (size_t)th * g->wf);
 }
 
+static void group_chunk_task(void *ctx, int64_t t, int thread) {
+    const group_chunks *g = ctx;
+    attend_group_chunk(g, g->c0 + (int32_t)t, thread);
+}
+
 void op_attend_group(const attn_args *a, const kv_seq *s, int32_t pos, int kvh, int n_q,
                      const float *q, int64_t q_stride, float *out, int64_t out_stride,
                      float *scratch, int max_threads) {
@@ -329,13 +359,11 @@ void op_attend_group(const attn_args *a, const kv_seq *s, int32_t pos, int kvh, 
     int nth = max_threads;
     nth = nth < ATTN_SPLIT_MAX ? nth : ATTN_SPLIT_MAX;
     nth = nth < c1 - c0 + 1 ? nth : c1 - c0 + 1;
-    /* A one-thread OpenMP region still ends in a barrier that costs a futex
-     * system call in libgomp: run serially outside OpenMP when alone. */
+    /* Alone: on this thread, without waking the pool. */
     if (nth <= 1) {
         for (int32_t ci = c0; ci <= c1; ci++) attend_group_chunk(&g, ci, 0);
     } else {
-#pragma omp parallel for num_threads(nth) schedule(dynamic, 1)
-        for (int32_t ci = c0; ci <= c1; ci++) attend_group_chunk(&g, ci, omp_get_thread_num());
+        kvl_pool_run_upto(group_chunk_task, (void *)&g, c1 - c0 + 1, nth);
     }
     kern_attn_merge(c1 - c0 + 1, n_q, dv, part, out, (size_t)out_stride);
 }

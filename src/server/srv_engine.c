@@ -2,7 +2,6 @@
  * it drains the submission queue (engine_submit) and the cancellations
  * (engine_cancel); it sleeps on q_cv when there is nothing to do. */
 #define _GNU_SOURCE
-#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -292,10 +291,6 @@ static void step(srv *s) {
 
 static void *engine_main(void *arg) {
     srv *s = arg;
-    /* OpenMP settings are per thread: -t was applied to the main thread, and
-     * the model sized its per-thread scratch from it at load time, so this
-     * thread must run the same team size. */
-    omp_set_num_threads(s->omp_threads);
     for (;;) {
         pthread_mutex_lock(&s->q_mu);
         while (!s->stopping && !s->q_head && !s->embed_head && !s->view_head && !s->cancel_pending &&

@@ -5,7 +5,6 @@
  * thread resumes it when its job has something (job_wake_locked). */
 #define _GNU_SOURCE
 #include <microhttpd.h>
-#include <omp.h>
 #include <netdb.h>
 #include <signal.h>
 #include <stdio.h>
@@ -659,7 +658,6 @@ static srv *srv_new(engine *e, const tok_vocab *vocab, const server_config *cfg)
     s->max_seqs = ec->max_seqs;
     s->n_embd = model_hp(engine_model(e))->n_embd;
     s->t_start = time(NULL);
-    s->omp_threads = omp_get_max_threads();
     atomic_init(&s->n_busy, 0);
     atomic_init(&s->draining, false);
     atomic_init(&s->acceptor_stop, false);

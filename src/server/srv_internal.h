@@ -268,7 +268,6 @@ struct srv {
     int64_t n_ctx, n_blocks, block_size, n_embd;
     int max_seqs;
     time_t t_start;            /* "created" of the model object */
-    int omp_threads;           /* the main thread's OpenMP team size (-t) */
     chat_family chat;          /* CHAT_TMPL_UNKNOWN: chat requests get 400 */
     chat_caps caps;            /* tool-call format and reasoning of the chat template */
     struct jinja_template *jinja; /* the Jinja chat template; NULL: the family's built-in rendering */

@@ -4,9 +4,9 @@
  * llama-quantize wrote (tests/data/golden/models). Run from the repo root. */
 #include "kern_impl.h" /* to call every SIMD variant directly */
 #include "kernels.h"
+#include "kvl_pool.h"
 
 #include <math.h>
-#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -539,12 +539,12 @@ static void test_matmul_type(int t) {
               name, (long long)i);
     }
     /* thread-count invariance */
-    const int nthreads = omp_get_max_threads();
-    omp_set_num_threads(1);
+    const int nthreads = kvl_pool_threads();
+    kvl_pool_set_threads(1);
     run_matmul(W, t, n_out, k, X, M, Ys);
-    omp_set_num_threads(2);
+    kvl_pool_set_threads(2);
     run_matmul(W, t, n_out, k, X, M, Yd);
-    omp_set_num_threads(nthreads);
+    kvl_pool_set_threads(nthreads);
     CHECK(memcmp(Ys, Y, M * n_out * sizeof(float)) == 0, "%s: 1 thread differs", name);
     CHECK(memcmp(Yd, Y, M * n_out * sizeof(float)) == 0, "%s: 2 threads differ", name);
     /* ISA invariance */
@@ -609,12 +609,12 @@ static void repack_case(int t, int64_t n, int64_t k, const int64_t *ms, size_t n
     kern_repack(W, t, n, k, P);
     float *Y = kvl_alloc(mmax * n * sizeof(float)), *Yd = kvl_alloc(mmax * n * sizeof(float));
     void *work = kvl_alloc(kern_matmul_work_bytes(t, mmax, k));
-    const int nthreads = omp_get_max_threads();
+    const int nthreads = kvl_pool_threads();
     for (size_t mi = 0; mi < nm; mi++) {
         const int64_t m = ms[mi];
         matmul_direct(W, t, n, k, X, m, Yd);
         for (int th = 1; th <= 2; th++) {
-            omp_set_num_threads(th);
+            kvl_pool_set_threads(th);
             for (int64_t i = 0; i < m * n; i++) Y[i] = -1.0f;
             kern_matmul_repacked(P, t, n, k, X, m, Y, work);
             CHECK(memcmp(Y, Yd, m * n * sizeof(float)) == 0,
@@ -622,7 +622,7 @@ static void repack_case(int t, int64_t n, int64_t k, const int64_t *ms, size_t n
                   (long long)k, (long long)n, (long long)m, th);
         }
     }
-    omp_set_num_threads(nthreads);
+    kvl_pool_set_threads(nthreads);
     kvl_free(wf), kvl_free(X), kvl_free(W), kvl_free(P), kvl_free(Y), kvl_free(Yd), kvl_free(work);
 }
 
@@ -1080,7 +1080,7 @@ int main(int argc, char **argv) {
     }
     kern_init(NULL);
     printf("kernels: %s, %d threads; compared against the reference:", kern_isa_name(),
-           omp_get_max_threads());
+           kvl_pool_threads());
     for (int a = 1; a < 3; a++)
         if ((isa_ok[a] = (only < 0 || only == a) && probe_isa(a))) printf(" %s", isa_list[a]);
     printf("\n");
