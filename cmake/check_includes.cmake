@@ -12,7 +12,7 @@ file(GLOB_RECURSE files RELATIVE ${ROOT}
   ${ROOT}/src/*.c ${ROOT}/src/*.h ${ROOT}/tools/*.c ${ROOT}/tools/*.h
   ${ROOT}/tests/unit/*.c ${ROOT}/tests/unit/*.h ${ROOT}/tests/fuzz/*.c)
 # The public headers of each module; every other header in src/<module> is private.
-set(public_base      base.h kvl_buf.h units.h)
+set(public_base      base.h kvl_buf.h kvl_pool.h units.h)
 set(public_gguf      gguf.h)
 set(public_kernels   kernels.h)
 set(public_tokenizer tokenizer.h chat_template.h jinja.h)
