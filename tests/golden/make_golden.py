@@ -134,7 +134,40 @@ def qwen2moe_spec():
                        f"shared expert ff {FS} gated by sigmoid(ffn_gate_inp_shexp . x); untied output"}
 
 
-SPECS = {"qwen2moe-f32": qwen2moe_spec}
+def llama_like_tensors(E, L, H, HKV, HD, FF, V, tied=True):
+    ts = [("token_embd.weight", [E, V], "w"), ("output_norm.weight", [E], "norm")]
+    if not tied:
+        ts.append(("output.weight", [E, V], "w"))
+    for i in range(L):
+        b = f"blk.{i}."
+        ts += [(b + "attn_norm.weight", [E], "norm"), (b + "attn_q.weight", [E, H * HD], "w"),
+               (b + "attn_k.weight", [E, HKV * HD], "w"), (b + "attn_v.weight", [E, HKV * HD], "w"),
+               (b + "attn_output.weight", [H * HD, E], "w"), (b + "ffn_norm.weight", [E], "norm"),
+               (b + "ffn_gate.weight", [E, FF], "w"), (b + "ffn_up.weight", [E, FF], "w"),
+               (b + "ffn_down.weight", [FF, E], "w")]
+    return ts
+
+
+def mistral3_spec():
+    E, L, H, HKV, HD, FF, V = 64, 2, 4, 2, 32, 128, 4096
+    hp = [("context_length", T_U32, 512), ("embedding_length", T_U32, E), ("block_count", T_U32, L),
+          ("feed_forward_length", T_U32, FF), ("attention.head_count", T_U32, H),
+          ("attention.head_count_kv", T_U32, HKV), ("attention.key_length", T_U32, HD),
+          ("attention.value_length", T_U32, HD), ("rope.dimension_count", T_U32, HD),
+          ("rope.freq_base", T_F32, 1e6), ("attention.layer_norm_rms_epsilon", T_F32, 1e-5),
+          ("rope.scaling.type", T_STR, "yarn"), ("rope.scaling.factor", T_F32, 4.0),
+          ("rope.scaling.original_context_length", T_U32, 32), ("rope.scaling.yarn_beta_fast", T_F32, 32.0),
+          ("rope.scaling.yarn_beta_slow", T_F32, 1.0), ("rope.scaling.yarn_log_multiplier", T_F32, 0.1),
+          ("attention.temperature_scale", T_F32, 0.1)]
+    return {"arch": "mistral3", "donor": "qwen3-f32", "hparams": hp,
+            "tensors": llama_like_tensors(E, L, H, HKV, HD, FF, V),
+            "summary": f"mistral3 (Ministral 3, Mistral Small 3.x, current converter): E{E} L{L}, GQA {H}/{HKV} x "
+                       f"{HD} (q width {H * HD} != E), rope normal 1e6 with YaRN (factor 4, original context 32, "
+                       f"beta 32/1, yarn_log_multiplier 0.1), attention.temperature_scale 0.1 (q scaled by "
+                       f"1 + 0.1 ln(floor(pos/32) + 1)), tied output"}
+
+
+SPECS = {"qwen2moe-f32": qwen2moe_spec, "mistral3-f32": mistral3_spec}
 
 
 def make_model(name, golden_dir, seed):
