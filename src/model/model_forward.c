@@ -236,10 +236,13 @@ static void attn_mha(fwd_ctx *c, int il) {
         op_rms_norm(m->k, m->k, L->k_norm.data, n * hp->n_head_kv, dk, hp->rms_eps);
     }
     kv_pool *kv = c->pools[L->kv_group];
+    const bool rope = !(m->arch->nope_every && (il + 1) % m->arch->nope_every == 0);
     for (int64_t t = 0; t < n; t++) {
         int32_t pos = c->b->pos[c->t0 + t];
-        op_rope(m, L, m->q + t * qd, (int)hp->n_head, dk, 0, pos);
-        op_rope(m, L, m->k + t * kd, (int)hp->n_head_kv, dk, 0, pos);
+        if (rope) {
+            op_rope(m, L, m->q + t * qd, (int)hp->n_head, dk, 0, pos);
+            op_rope(m, L, m->k + t * kd, (int)hp->n_head_kv, dk, 0, pos);
+        }
         if (m->arch->attn_temp && hp->attn_temp_scale != 0.0f) {
             /* llama.cpp's attention temperature, in its precisions */
             const float s = (float)(log(floorf((float)pos / (float)hp->rope_yarn.n_ctx_orig) + 1.0) *

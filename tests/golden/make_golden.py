@@ -167,7 +167,19 @@ def mistral3_spec():
                        f"1 + 0.1 ln(floor(pos/32) + 1)), tied output"}
 
 
-SPECS = {"qwen2moe-f32": qwen2moe_spec, "mistral3-f32": mistral3_spec}
+def smollm3_spec():
+    E, L, H, HKV, HD, FF, V = 64, 4, 4, 2, 16, 128, 4096
+    hp = [("context_length", T_U32, 512), ("embedding_length", T_U32, E), ("block_count", T_U32, L),
+          ("feed_forward_length", T_U32, FF), ("attention.head_count", T_U32, H),
+          ("attention.head_count_kv", T_U32, HKV), ("rope.freq_base", T_F32, 5e6),
+          ("attention.layer_norm_rms_epsilon", T_F32, 1e-6)]
+    return {"arch": "smollm3", "donor": "qwen3-f32", "hparams": hp,
+            "tensors": llama_like_tensors(E, L, H, HKV, HD, FF, V),
+            "summary": f"smollm3 (SmolLM3-3B): E{E} L{L}, GQA {H}/{HKV} x {HD}, rope normal 5e6 on layers "
+                       f"0-2, none on layer 3 (llama.cpp: every 4th layer, fixed), tied output"}
+
+
+SPECS = {"qwen2moe-f32": qwen2moe_spec, "mistral3-f32": mistral3_spec, "smollm3-f32": smollm3_spec}
 
 
 def make_model(name, golden_dir, seed):
