@@ -9,6 +9,8 @@
 static const arch_desc ARCHS[] = {
     {.name = "llama", .rope_type = MODEL_ROPE_NORM, .qkv_bias_allowed = true, .moe = ARCH_MOE_OPTIONAL},
     {.name = "mistral", .rope_type = MODEL_ROPE_NORM},
+    {.name = "mistral3", .rope_type = MODEL_ROPE_NORM, .attn_temp = true},
+    {.name = "smollm3", .rope_type = MODEL_ROPE_NORM, .nope_every = 4},
     {.name = "qwen2", .rope_type = MODEL_ROPE_NEOX, .qkv_bias_allowed = true},
     {.name = "qwen3", .rope_type = MODEL_ROPE_NEOX, .qk_norm = true},
     {.name = "qwen2moe", .rope_type = MODEL_ROPE_NEOX, .qkv_bias_allowed = true, .moe = ARCH_MOE_REQUIRED},

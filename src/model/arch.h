@@ -23,6 +23,8 @@ typedef struct arch_desc {
     int n_layer_27b;         /* layer count of the variant that scales q by 1/sqrt(E/H) (gemma) */
     bool swa_rope_scale_one; /* sliding layers ignore rope frequency scaling (gemma3) */
     arch_moe moe;            /* mixture-of-experts FFN layers (model_moe.c) */
+    bool attn_temp;          /* honours attention.temperature_scale (mistral3) */
+    int nope_every;          /* layers il with (il + 1) % nope_every == 0 skip rope (smollm3: 4; 0: none) */
 } arch_desc;
 
 /* NULL if the architecture is not supported. */

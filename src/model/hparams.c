@@ -205,6 +205,7 @@ static void gguf_floats(const gguf_file *f, model_hparams *hp) {
     gguf_float(f, a, "attention.layer_norm_rms_epsilon", &hp->rms_eps);
     gguf_float(f, a, "attn_logit_softcapping", &hp->attn_softcap);
     gguf_float(f, a, "final_logit_softcapping", &hp->final_softcap);
+    gguf_float(f, a, "attention.temperature_scale", &hp->attn_temp_scale);
 }
 
 /* ggml's magnitude correction for a context stretched by `scale`. */
@@ -247,14 +248,18 @@ static bool gguf_rope_scaling(const gguf_file *f, model_hparams *hp, kvl_error *
     gguf_float(f, a, "rope.scaling.yarn_beta_fast", &rs->beta_fast);
     gguf_float(f, a, "rope.scaling.yarn_beta_slow", &rs->beta_slow);
     gguf_float(f, a, "rope.scaling.yarn_log_multiplier", &rs->log_mul);
-    rs->log_mul /= 0.1f; /* the converter stores 0.1 * mscale_all_dim */
+    /* Of kvllm's architectures only deepseek2 and mistral3 read the key in llama.cpp; deepseek2's
+     * converter stores 0.1 * mscale_all_dim and llama.cpp undoes the 0.1, mistral3 takes it as is. */
+    if (strcmp(a, "deepseek2") == 0) rs->log_mul /= 0.1f;
+    else if (strcmp(a, "mistral3") != 0) rs->log_mul = 0.0f;
     if (!gguf_opt(f, a, "rope.scaling.original_context_length", &rs->n_ctx_orig, err)) return false;
     /* The original context matters only to YaRN's ramp (and defaults to
      * context_length, which a file may set to anything: the run's context is
      * sized elsewhere, from -c), so only YaRN needs it plausible. */
     const bool uses_orig = yarn || ext > 0.0f;
     if ((uses_orig && (rs->n_ctx_orig <= 0 || rs->n_ctx_orig > (1 << 30))) || !isfinite(attn) || !isfinite(ext) ||
-        !isfinite(attn_yarn) || !isfinite(rs->beta_fast) || !isfinite(rs->beta_slow) || !isfinite(rs->log_mul))
+        !isfinite(attn_yarn) || !isfinite(rs->beta_fast) || !isfinite(rs->beta_slow) || !isfinite(rs->log_mul) ||
+        !isfinite(hp->attn_temp_scale) || (hp->attn_temp_scale != 0.0f && rs->n_ctx_orig <= 0))
         return kvl_fail(err, "%s: implausible rope scaling keys (original context %lld)", gguf_path(f),
                         (long long)rs->n_ctx_orig);
     rs->yarn = yarn;

@@ -84,6 +84,8 @@ typedef struct model_hparams {
                                        is in rope_freq_scale whatever the type, as in llama.cpp */
     float rms_eps;
     float attn_softcap, final_softcap; /* gemma2 logit soft-capping (0: off) */
+    float attn_temp_scale;          /* attention.temperature_scale (0: off): q is multiplied by
+                                       1 + scale * ln(floor(pos / rope_yarn.n_ctx_orig) + 1) */
     /* Sliding window */
     int64_t n_swa;                  /* window in tokens; 0: none */
     int64_t n_swa_layers;           /* layers with swa_layers[il] set */

@@ -253,10 +253,19 @@ static void attn_mha(fwd_ctx *c, int il) {
         op_rms_norm(m->k, m->k, L->k_norm.data, n * hp->n_head_kv, dk, hp->rms_eps);
     }
     kv_pool *kv = c->pools[L->kv_group];
+    const bool rope = !(m->arch->nope_every && (il + 1) % m->arch->nope_every == 0);
     for (int64_t t = 0; t < n; t++) {
         int32_t pos = c->b->pos[c->t0 + t];
-        op_rope(m, L, m->q + t * qd, (int)hp->n_head, dk, 0, pos);
-        op_rope(m, L, m->k + t * kd, (int)hp->n_head_kv, dk, 0, pos);
+        if (rope) {
+            op_rope(m, L, m->q + t * qd, (int)hp->n_head, dk, 0, pos);
+            op_rope(m, L, m->k + t * kd, (int)hp->n_head_kv, dk, 0, pos);
+        }
+        if (m->arch->attn_temp && hp->attn_temp_scale != 0.0f) {
+            /* llama.cpp's attention temperature, in its precisions */
+            const float s = (float)(log(floorf((float)pos / (float)hp->rope_yarn.n_ctx_orig) + 1.0) *
+                                        hp->attn_temp_scale + 1.0);
+            for (int64_t i = 0; i < qd; i++) m->q[t * qd + i] *= s;
+        }
         kv_store(kv, seq_table(c, t, L->kv_group), L->kv_slot, pos, m->k + t * kd, m->v + t * vd);
     }
     attn_args a = {.kv = kv, .slot = L->kv_slot, .dk = dk, .dv = dv, .scale = attn_scale(m),

@@ -1,0 +1,391 @@
+#!/usr/bin/env python3
+"""Makes a golden (tests/data/golden/NAME) for an architecture that the vendored set lacks:
+writes a tiny random-weight F32 GGUF of that architecture, then records what an EXISTING
+llama.cpp build computes on it, in the layout tests/golden/check_golden.py reads
+(tokenize.json, greedy.json, perplexity.json, meta.json; README "How to compare").
+
+Usage: make_golden.py LLAMA_CPP_BIN_DIR GOLDEN_DIR NAME [NAME ...]   (names: see SPECS)
+
+The tokenizer (all tokenizer.* keys) is copied from an existing golden model, so the
+tokenization cases are those of that model. Pure Python (no numpy); it never builds
+llama.cpp: LLAMA_CPP_BIN_DIR must hold llama-tokenize, llama-server and llama-perplexity.
+"""
+import hashlib
+import json
+import math
+import os
+import random
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+# ------------------------------------------------------------------ GGUF --
+T_U8, T_I8, T_U16, T_I16, T_U32, T_I32, T_F32, T_BOOL, T_STR, T_ARR, T_U64, T_I64, T_F64 = range(13)
+SCALAR = {T_U8: "B", T_I8: "b", T_U16: "H", T_I16: "h", T_U32: "I", T_I32: "i", T_F32: "f",
+          T_BOOL: "?", T_U64: "Q", T_I64: "q", T_F64: "d"}
+
+
+def read_kv(path):
+    """general/tokenizer metadata of a GGUF as [(key, type, value)] (value: python, arrays as (elem_type, list))."""
+    with open(path, "rb") as f:
+        data = f.read(64 << 20)
+    pos = 0
+
+    def take(fmt):
+        nonlocal pos
+        v = struct.unpack_from("<" + fmt, data, pos)
+        pos += struct.calcsize("<" + fmt)
+        return v[0]
+
+    def string():
+        nonlocal pos
+        n = take("Q")
+        s = data[pos:pos + n].decode("utf-8")
+        pos += n
+        return s
+
+    def value(t):
+        if t == T_STR:
+            return string()
+        if t == T_ARR:
+            et, n = take("I"), take("Q")
+            return (et, [value(et) for _ in range(n)])
+        return take(SCALAR[t])
+
+    assert data[:4] == b"GGUF", path
+    pos = 4
+    take("I")
+    take("Q")
+    n_kv = take("Q")
+    out = []
+    for _ in range(n_kv):
+        k = string()
+        t = take("I")
+        out.append((k, t, value(t)))
+    return out
+
+
+def write_gguf(path, kvs, tensors):
+    """kvs: [(key, type, value)]; tensors: [(name, dims (ggml order), list of floats)], all F32."""
+    def s(x):
+        b = x.encode("utf-8")
+        return struct.pack("<Q", len(b)) + b
+
+    def val(t, v):
+        if t == T_STR:
+            return s(v)
+        if t == T_ARR:
+            et, items = v
+            return struct.pack("<IQ", et, len(items)) + b"".join(val(et, i) for i in items)
+        return struct.pack("<" + SCALAR[t], v)
+
+    out = bytearray(b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(kvs)))
+    for k, t, v in kvs:
+        out += s(k) + struct.pack("<I", t) + val(t, v)
+    offset = 0
+    for name, dims, vals in tensors:
+        assert len(vals) == math.prod(dims), name
+        out += s(name) + struct.pack("<I", len(dims)) + b"".join(struct.pack("<Q", d) for d in dims)
+        out += struct.pack("<IQ", 0, offset)
+        offset += (4 * len(vals) + 31) // 32 * 32
+    out += b"\0" * (-len(out) % 32)
+    for _, _, vals in tensors:
+        b = struct.pack(f"<{len(vals)}f", *vals)
+        out += b + b"\0" * (-len(b) % 32)
+    with open(path, "wb") as f:
+        f.write(out)
+
+
+# ----------------------------------------------------------------- models --
+# Each spec: arch, the donor of the tokenizer, scalar hparams (key suffixes after "ARCH."),
+# and the tensors as (name, dims, kind) with kind "w" (random), "norm" (around 1) or "bias".
+def qwen2moe_spec():
+    E, L, H, HKV, HD, V = 64, 2, 4, 2, 16, 4096
+    NE, NU, FE, FS = 8, 2, 96, 128
+    ts = [("token_embd.weight", [E, V], "w"), ("output_norm.weight", [E], "norm"), ("output.weight", [E, V], "w")]
+    for i in range(L):
+        b = f"blk.{i}."
+        ts += [(b + "attn_norm.weight", [E], "norm"),
+               (b + "attn_q.weight", [E, H * HD], "w"), (b + "attn_q.bias", [H * HD], "bias"),
+               (b + "attn_k.weight", [E, HKV * HD], "w"), (b + "attn_k.bias", [HKV * HD], "bias"),
+               (b + "attn_v.weight", [E, HKV * HD], "w"), (b + "attn_v.bias", [HKV * HD], "bias"),
+               (b + "attn_output.weight", [H * HD, E], "w"),
+               (b + "ffn_norm.weight", [E], "norm"),
+               (b + "ffn_gate_inp.weight", [E, NE], "w"),
+               (b + "ffn_gate_exps.weight", [E, FE, NE], "w"),
+               (b + "ffn_up_exps.weight", [E, FE, NE], "w"),
+               (b + "ffn_down_exps.weight", [FE, E, NE], "w"),
+               (b + "ffn_gate_inp_shexp.weight", [E], "w"),
+               (b + "ffn_gate_shexp.weight", [E, FS], "w"),
+               (b + "ffn_up_shexp.weight", [E, FS], "w"),
+               (b + "ffn_down_shexp.weight", [FS, E], "w")]
+    hp = [("context_length", T_U32, 512), ("embedding_length", T_U32, E), ("block_count", T_U32, L),
+          ("feed_forward_length", T_U32, 256), ("attention.head_count", T_U32, H),
+          ("attention.head_count_kv", T_U32, HKV), ("rope.freq_base", T_F32, 1e6),
+          ("attention.layer_norm_rms_epsilon", T_F32, 1e-6), ("expert_count", T_U32, NE),
+          ("expert_used_count", T_U32, NU), ("expert_feed_forward_length", T_U32, FE),
+          ("expert_shared_feed_forward_length", T_U32, FS)]
+    return {"arch": "qwen2moe", "donor": "qwen3-f32", "hparams": hp, "tensors": ts,
+            "summary": f"qwen2moe (Qwen1.5-MoE / Qwen2-57B-A14B): E{E} L{L}, GQA {H}/{HKV} x {HD}, q/k/v bias, "
+                       f"NeoX rope 1e6; {NE} experts x ff {FE}, top-{NU} softmax (not renormalised), "
+                       f"shared expert ff {FS} gated by sigmoid(ffn_gate_inp_shexp . x); untied output"}
+
+
+def llama_like_tensors(E, L, H, HKV, HD, FF, V, tied=True):
+    ts = [("token_embd.weight", [E, V], "w"), ("output_norm.weight", [E], "norm")]
+    if not tied:
+        ts.append(("output.weight", [E, V], "w"))
+    for i in range(L):
+        b = f"blk.{i}."
+        ts += [(b + "attn_norm.weight", [E], "norm"), (b + "attn_q.weight", [E, H * HD], "w"),
+               (b + "attn_k.weight", [E, HKV * HD], "w"), (b + "attn_v.weight", [E, HKV * HD], "w"),
+               (b + "attn_output.weight", [H * HD, E], "w"), (b + "ffn_norm.weight", [E], "norm"),
+               (b + "ffn_gate.weight", [E, FF], "w"), (b + "ffn_up.weight", [E, FF], "w"),
+               (b + "ffn_down.weight", [FF, E], "w")]
+    return ts
+
+
+def mistral3_spec():
+    E, L, H, HKV, HD, FF, V = 64, 2, 4, 2, 32, 128, 4096
+    hp = [("context_length", T_U32, 512), ("embedding_length", T_U32, E), ("block_count", T_U32, L),
+          ("feed_forward_length", T_U32, FF), ("attention.head_count", T_U32, H),
+          ("attention.head_count_kv", T_U32, HKV), ("attention.key_length", T_U32, HD),
+          ("attention.value_length", T_U32, HD), ("rope.dimension_count", T_U32, HD),
+          ("rope.freq_base", T_F32, 1e6), ("attention.layer_norm_rms_epsilon", T_F32, 1e-5),
+          ("rope.scaling.type", T_STR, "yarn"), ("rope.scaling.factor", T_F32, 4.0),
+          ("rope.scaling.original_context_length", T_U32, 32), ("rope.scaling.yarn_beta_fast", T_F32, 32.0),
+          ("rope.scaling.yarn_beta_slow", T_F32, 1.0), ("rope.scaling.yarn_log_multiplier", T_F32, 0.1),
+          ("attention.temperature_scale", T_F32, 0.1)]
+    return {"arch": "mistral3", "donor": "qwen3-f32", "hparams": hp,
+            "tensors": llama_like_tensors(E, L, H, HKV, HD, FF, V),
+            "summary": f"mistral3 (Ministral 3, Mistral Small 3.x, current converter): E{E} L{L}, GQA {H}/{HKV} x "
+                       f"{HD} (q width {H * HD} != E), rope normal 1e6 with YaRN (factor 4, original context 32, "
+                       f"beta 32/1, yarn_log_multiplier 0.1), attention.temperature_scale 0.1 (q scaled by "
+                       f"1 + 0.1 ln(floor(pos/32) + 1)), tied output"}
+
+
+def smollm3_spec():
+    E, L, H, HKV, HD, FF, V = 64, 4, 4, 2, 16, 128, 4096
+    hp = [("context_length", T_U32, 512), ("embedding_length", T_U32, E), ("block_count", T_U32, L),
+          ("feed_forward_length", T_U32, FF), ("attention.head_count", T_U32, H),
+          ("attention.head_count_kv", T_U32, HKV), ("rope.freq_base", T_F32, 5e6),
+          ("attention.layer_norm_rms_epsilon", T_F32, 1e-6)]
+    return {"arch": "smollm3", "donor": "qwen3-f32", "hparams": hp,
+            "tensors": llama_like_tensors(E, L, H, HKV, HD, FF, V),
+            "summary": f"smollm3 (SmolLM3-3B): E{E} L{L}, GQA {H}/{HKV} x {HD}, rope normal 5e6 on layers "
+                       f"0-2, none on layer 3 (llama.cpp: every 4th layer, fixed), tied output"}
+
+
+SPECS = {"qwen2moe-f32": qwen2moe_spec, "mistral3-f32": mistral3_spec, "smollm3-f32": smollm3_spec}
+
+
+def make_model(name, golden_dir, seed):
+    spec = SPECS[name]()
+    arch = spec["arch"]
+    donor = os.path.join(golden_dir, "models", spec["donor"] + ".gguf")
+    kvs = [("general.architecture", T_STR, arch), ("general.name", T_STR, name),
+           ("general.file_type", T_U32, 0), ("general.alignment", T_U32, 32)]
+    kvs += [(f"{arch}.{k}", t, v) for k, t, v in spec["hparams"]]
+    kvs += [kv for kv in read_kv(donor) if kv[0].startswith("tokenizer.")]
+    rng = random.Random(seed)
+    tensors = []
+    for tname, dims, kind in spec["tensors"]:
+        n = math.prod(dims)
+        if kind == "norm":
+            vals = [1.0 + 0.1 * rng.uniform(-1, 1) for _ in range(n)]
+        elif kind == "bias":
+            vals = [0.1 * rng.uniform(-1, 1) for _ in range(n)]
+        else:  # uniform with the variance of N(0, 1/fan_in) so activations stay O(1)
+            a = math.sqrt(3.0 / dims[0])
+            vals = [rng.uniform(-a, a) for _ in range(n)]
+        tensors.append((tname, dims, vals))
+    path = os.path.join(golden_dir, "models", name + ".gguf")
+    write_gguf(path, kvs, tensors)
+    return spec, path, donor
+
+
+# -------------------------------------------------------------- llama.cpp --
+EPSILON_CHAT_PARSER = json.dumps({"parsers": [{"type": "epsilon"}], "rules": {}, "root": 0})
+REQUEST = {"n_predict": 48, "temperature": 0.0, "samplers": ["temperature"], "repeat_penalty": 1.0,
+           "n_probs": 10, "post_sampling_probs": False, "cache_prompt": False, "return_tokens": True,
+           "seed": 0, "chat_parser": EPSILON_CHAT_PARSER}
+SERVER_FLAGS = ["-c", "512", "-np", "1", "--no-webui", "-cram", "0", "-fa", "off", "-ctk", "f32", "-ctv", "f32",
+                "-nr"]
+
+
+class Server:
+    """llama-server on the model; tokenization goes through its /tokenize (add_special false: the
+    donor vocabularies add no BOS), completions through /completion."""
+
+    def __init__(self, bindir, model, threads, commands, port=18791):
+        self.url, self.commands = f"http://127.0.0.1:{port}", commands
+        cmd = [os.path.join(bindir, "llama-server"), "-m", model, "--host", "127.0.0.1", "--port", str(port),
+               "-t", str(threads), "-tb", str(threads)] + SERVER_FLAGS
+        commands.append(" ".join(cmd))
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for _ in range(600):
+            try:
+                urllib.request.urlopen(self.url + "/health", timeout=1)
+                return
+            except Exception:
+                time.sleep(0.2)
+        raise SystemExit("llama-server did not start")
+
+    def post(self, path, req):
+        self.commands.append(f"POST {self.url}{path} " + json.dumps(req))
+        r = urllib.request.Request(self.url + path, json.dumps(req).encode(), {"Content-Type": "application/json"})
+        return json.loads(urllib.request.urlopen(r, timeout=600).read())
+
+    def tokenize(self, text, parse_special=True):
+        return self.post("/tokenize", {"content": text, "add_special": False,
+                                       "parse_special": parse_special})["tokens"]
+
+    def greedy(self, prompts):
+        cases = []
+        for text, ids in prompts:
+            res = self.post("/completion", dict(REQUEST, prompt=ids))
+            steps = []
+            for p in res["completion_probabilities"]:
+                top = [{"id": t["id"], "logprob": t["logprob"], "prob": math.exp(t["logprob"])}
+                       for t in p["top_logprobs"]]
+                steps.append({"id": p["id"], "logprob": p["logprob"], "top": top,
+                              "top1_top2_logit_gap": top[0]["logprob"] - top[1]["logprob"]})
+            cases.append({"prompt": text, "prompt_ids": ids, "ids": res["tokens"], "text": res["content"],
+                          "steps": steps})
+        return cases
+
+    def teacher_forced(self, cases, banned):
+        """Replaces each step's top-10 by a one-token request on prompt_ids + ids[:s]: in free
+        running, llama-server reports a step whose token is an incomplete UTF-8 sequence late,
+        against the wrong position. Tokens that are incomplete UTF-8 by themselves are banned
+        (logit_bias) so that the one generated token is complete; the reported probabilities
+        are the raw logits' and do not see the ban."""
+        for c in cases:
+            for s, step in enumerate(c["steps"]):
+                req = dict(REQUEST, prompt=c["prompt_ids"] + c["ids"][:s], n_predict=1,
+                           logit_bias=[[t, False] for t in banned])
+                res = self.post("/completion", req)
+                self.commands[-1] = (f"POST {self.url}/completion (teacher-forced step {s}, {len(banned)} "
+                                     f"incomplete-UTF-8 tokens banned) prompt=prompt_ids+ids[:{s}]")
+                p = res["completion_probabilities"][0]
+                step["top"] = [{"id": t["id"], "logprob": t["logprob"], "prob": math.exp(t["logprob"])}
+                               for t in p["top_logprobs"]]
+                step["top1_top2_logit_gap"] = step["top"][0]["logprob"] - step["top"][1]["logprob"]
+                step["logprob"] = next((t["logprob"] for t in step["top"] if t["id"] == step["id"]), None)
+                step["source"] = "teacher_forced"
+
+    def close(self):
+        self.proc.terminate()
+        self.proc.wait()
+
+
+def incomplete_utf8_tokens(model):
+    """Ids of byte-level BPE tokens whose bytes are not valid UTF-8 on their own."""
+    kv = {k: v for k, t, v in read_kv(model)}
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    byte_of, n = {chr(b): b for b in printable}, 0
+    for b in range(256):
+        if b not in printable:
+            byte_of[chr(256 + n)] = b
+            n += 1
+    types = kv.get("tokenizer.ggml.token_type", (0, []))[1]
+    out = []
+    for i, piece in enumerate(kv["tokenizer.ggml.tokens"][1]):
+        if types and types[i] != 1:  # only normal tokens
+            continue
+        try:
+            bytes(byte_of[ch] for ch in piece).decode("utf-8")
+        except (KeyError, UnicodeDecodeError):
+            out.append(i)
+    return out
+
+
+def perplexity(bindir, model, text_path, threads, commands):
+    cmd = [os.path.join(bindir, "llama-perplexity"), "-m", model, "-f", text_path, "-c", "128", "-b", "128",
+           "-t", str(threads), "-tb", str(threads), "--ppl-output-type", "1", "-fa", "off", "-ctk", "f32",
+           "-ctv", "f32", "-nr"]
+    commands.append(" ".join(cmd))
+    for _ in range(10):  # its asynchronous logger sometimes loses the last lines at exit: run again
+        p = subprocess.run(cmd, capture_output=True, text=True, check=True)
+        if "Final estimate: PPL" in p.stdout + p.stderr:
+            break
+    running = []
+    for line in p.stdout.splitlines():
+        f = line.split()
+        if len(f) == 4 and f[0].isdigit():
+            running.append({"start_token": int(f[0]), "running_ppl": float(f[1]),
+                            "running_mean_nll": float(f[2]), "running_stderr_nll": float(f[3])})
+    final = [l for l in p.stderr.splitlines() + p.stdout.splitlines() if "Final estimate: PPL" in l]
+    final_ppl = float(final[-1].split("=")[1].split("+/-")[0])
+    means = [r["running_mean_nll"] for r in running]
+    per_chunk = [means[0]] + [means[k] * (k + 1) - means[k - 1] * k for k in range(1, len(means))]
+    return final_ppl, running, per_chunk
+
+
+def make(bindir, golden_dir, name):
+    spec, model, donor = make_model(name, golden_dir, seed=sum(name.encode()))
+    out = os.path.join(golden_dir, name)
+    os.makedirs(out, exist_ok=True)
+    commands = []
+    donor_cases = json.load(open(os.path.join(golden_dir, spec["donor"], "tokenize.json")))
+    texts = ["The quick brown fox jumps over the lazy dog.",
+             "def fibonacci(n):\n    if n < 2:\n        return n\n",
+             "Once upon a time, in a small village by the sea, there lived"]
+    text_path = os.path.join(golden_dir, "ppl_text.txt")
+    srv = Server(bindir, model, 1, commands)
+    try:
+        cases = [dict(c, ids=srv.tokenize(c["text"], c["parse_special"])) for c in donor_cases["cases"]]
+        prompts = [(t, srv.tokenize(t)) for t in texts]
+        text_ids = srv.tokenize(open(text_path, encoding="utf-8").read())
+        g1 = srv.greedy(prompts)
+        srv.teacher_forced(g1, incomplete_utf8_tokens(model))
+    finally:
+        srv.close()
+    tok = dict(donor_cases, cases=cases)
+    if any(c["ids"] != d["ids"] for c, d in zip(cases, donor_cases["cases"])):
+        raise SystemExit(f"{name}: tokenization differs from the donor {spec['donor']}")
+    srv = Server(bindir, model, 2, commands)
+    try:
+        g2 = srv.greedy(prompts)
+    finally:
+        srv.close()
+    same = all(a["ids"] == b["ids"] for a, b in zip(g1, g2))
+    ppl1, running, per_chunk = perplexity(bindir, model, text_path, 1, commands)
+    ppl2, _, _ = perplexity(bindir, model, text_path, 2, commands)
+    json.dump(tok, open(os.path.join(out, "tokenize.json"), "w"), indent=1)
+    json.dump({"tool": "llama-server /completion (tokenize.json: its /tokenize)",
+               "settings": {"server_flags": ["--host", "127.0.0.1"] + SERVER_FLAGS, "request": REQUEST,
+                            "threads_compared": [1, 2]},
+               "determinism": {"identical_token_ids": same}, "cases": g1},
+              open(os.path.join(out, "greedy.json"), "w"), indent=1)
+    json.dump({"tool": "llama-perplexity", "settings": {"n_ctx": 128, "n_batch": 128,
+                                                         "flags": ["-fa", "off", "-ctk", "f32", "-ctv", "f32", "-nr"],
+                                                         "ppl_output_type": 1},
+               "text_file": "ppl_text.txt", "final_ppl": ppl1, "running": running,
+               "per_chunk_mean_nll": per_chunk, "text_ids": text_ids,
+               "determinism": {"threads_compared": [1, 2], "final_ppl_by_threads": {"1": ppl1, "2": ppl2}}},
+              open(os.path.join(out, "perplexity.json"), "w"), indent=1)
+    blob = open(model, "rb").read()
+    gaps = [min(s["top1_top2_logit_gap"] for s in c["steps"]) for c in g1]
+    json.dump({"model": name, "file": name + ".gguf", "size_bytes": len(blob),
+               "sha256": hashlib.sha256(blob).hexdigest(), "arch": spec["arch"], "vocab_only": False,
+               "n_vocab": len(next(v for k, t, v in read_kv(model) if k == "tokenizer.ggml.tokens")[1]),
+               "tensor_type_counts": {"F32": len(spec["tensors"])},
+               "tensor_types": {t[0]: "F32" for t in spec["tensors"]},
+               "tokenizer_from": spec["donor"], "llama_cpp_bin_dir": bindir,
+               "summary": {"description": spec["summary"], "greedy_identical_across_threads": same,
+                           "ppl_identical_across_threads": ppl1 == ppl2, "final_ppl": ppl1,
+                           "greedy_min_logit_gap": gaps},
+               "commands": commands},
+              open(os.path.join(out, "meta.json"), "w"), indent=1)
+    print(f"{name}: {len(blob)} bytes, ppl {ppl1}, threads agree {same and ppl1 == ppl2}, min gaps {gaps}")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 4:
+        raise SystemExit(__doc__)
+    for n in sys.argv[3:]:
+        make(sys.argv[1], sys.argv[2], n)
