@@ -41,6 +41,45 @@
         }                                                                                          \
     } while (0)
 
+/* The two AVX-512 entry points of a rows kernel NAME_rows(n, s, ss, x, y, ys,
+ * nr): kavx512_vec_dot_NAME (one activation row) and kavx512_rows_NAME (nr
+ * rows through KERN_ROWS_SWITCH), declared in kern_impl.h. */
+#define KAVX512_ROWS_ENTRIES(NAME)                                                                 \
+    T_512 void kavx512_vec_dot_##NAME(int64_t n, float *s, const void *x, const void *y) {         \
+        NAME##_rows(n, s, 0, x, y, 0, 1);                                                          \
+    }                                                                                              \
+    T_512 void kavx512_rows_##NAME(int64_t n, float *s, size_t ss, const void *x, const void *y,   \
+                                   size_t ys, int nr) {                                            \
+        KERN_ROWS_SWITCH(NAME##_rows, n, s, ss, x, y, ys, nr);                                     \
+    }
+
+/* NAME_rows of a K type and its entry points (quant_avx512.c,
+ * quant_kx_avx512.c): each super-block of BLK is decoded once into a DEC by
+ * DECODE, then sumf[r] = STEP(&dec, xd, xdmin, row r's blk_q8_K, sumf[r]) for
+ * each activation row r < nr, xd the block's d as float and xdmin its dmin
+ * (MIN = KAVX512_DMIN) or 0 (MIN = KAVX512_NO_DMIN). */
+#define KAVX512_DMIN(xb) f16_load((xb)->dmin)
+#define KAVX512_NO_DMIN(xb) 0.0f
+#define KAVX512_K_ROWS(NAME, BLK, DEC, DECODE, MIN, STEP)                                          \
+    T_512_INLINE void NAME##_rows(int64_t n, float *s, size_t ss, const void *vx, const void *y,   \
+                                  size_t ys, int nr) {                                             \
+        const BLK *x = vx;                                                                         \
+        float sumf[KERN_ROWS_MAX] = {0};                                                           \
+        for (int64_t b = 0; b < n / QK_K; b++) {                                                   \
+            DEC dec;                                                                               \
+            DECODE(&x[b], &dec);                                                                   \
+            const float xd = f16_load(x[b].d), xdmin = MIN(&x[b]);                                 \
+            UNROLL(4)                                                                              \
+            for (int r = 0; r < nr; r++) {                                                         \
+                const blk_q8_K *yr = (const blk_q8_K *)((const char *)y + (size_t)r * ys) + b;     \
+                sumf[r] = STEP(&dec, xd, xdmin, yr, sumf[r]);                                      \
+            }                                                                                      \
+        }                                                                                          \
+        UNROLL(4)                                                                                  \
+        for (int r = 0; r < nr; r++) s[r * ss] = sumf[r];                                          \
+    }                                                                                              \
+    KAVX512_ROWS_ENTRIES(NAME)
+
 /* ---- AVX2 + FMA + F16C ---- */
 
 T_AVX2_INLINE float f16_load(kvl_f16 h) { return _cvtsh_ss(h); }
