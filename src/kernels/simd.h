@@ -143,6 +143,20 @@ T_AVX2_INLINE __m128 kern_f16x4(kvl_f16 a, kvl_f16 b, kvl_f16 c, kvl_f16 d) {
     return _mm_cvtph_ps(_mm_setr_epi16((short)a, (short)b, (short)c, (short)d, 0, 0, 0, 0));
 }
 
+/* The float steps of the 32-value families' dot loops (FAMILY_DOT in
+ * quant32_avx2.c and quant32_avx512.c), over blocks x[0..3] / y[0..3] (STEP4)
+ * or x[0] / y[0] (STEP1), d the products of the scales and isum the exact
+ * sums. Against Q8_0: s = fma(d, isum, s); against Q8_1 (Q4_1, Q5_1):
+ * s = s + fma(d, isum, m * ys). */
+#define KERN_Q_STEP4(acc, d, isum, xb, yb) kern_q_fma4(acc, d, isum)
+#define KERN_Q_STEP1(acc, d, isum, xb, yb) fmaf(d, isum, acc)
+#define KERN_Q1_STEP4(acc, d, isum, xb, yb)                                                        \
+    kern_q1_add4(acc, d, isum,                                                                     \
+                 _mm_mul_ps(kern_f16x4((xb)[0].m, (xb)[1].m, (xb)[2].m, (xb)[3].m),                \
+                            kern_f16x4((yb)[0].s, (yb)[1].s, (yb)[2].s, (yb)[3].s)))
+#define KERN_Q1_STEP1(acc, d, isum, xb, yb)                                                        \
+    ((acc) + fmaf(d, isum, f16_load((xb)->m) * f16_load((yb)->s)))
+
 /* Two 8-lane int32 vectors reduced together: {sum a, sum b} (exact). */
 T_AVX2_INLINE void kern_hsum2_i32(__m256i a, __m256i b, int32_t *sa, int32_t *sb) {
     const __m256i h = _mm256_hadd_epi32(a, b); /* a01 a23 b01 b23 | a45 a67 b45 b67 */
