@@ -629,18 +629,9 @@ T_512_INLINE void f_kernel(int kind, int64_t k, const void *w, size_t wrow, int 
             f_micro_na(kind, 1, na, k, wc + r * wrow, wrow, tile, yt + r, ldy, 1);
     }
 }
-T_512 static void f32_kernel(int64_t k, const void *w, size_t wrow, int n_rows, const void *tiles,
-                             int64_t m, float *y, size_t ldy) {
-    f_kernel(GGUF_DT_F32, k, w, wrow, n_rows, tiles, m, y, ldy);
-}
-T_512 static void f16_kernel(int64_t k, const void *w, size_t wrow, int n_rows, const void *tiles,
-                             int64_t m, float *y, size_t ldy) {
-    f_kernel(GGUF_DT_F16, k, w, wrow, n_rows, tiles, m, y, ldy);
-}
-T_512 static void bf16_kernel(int64_t k, const void *w, size_t wrow, int n_rows, const void *tiles,
-                              int64_t m, float *y, size_t ldy) {
-    f_kernel(GGUF_DT_BF16, k, w, wrow, n_rows, tiles, m, y, ldy);
-}
+KAVX512_KERNEL_ENTRY(f32_kernel, f_kernel, GGUF_DT_F32)
+KAVX512_KERNEL_ENTRY(f16_kernel, f_kernel, GGUF_DT_F16)
+KAVX512_KERNEL_ENTRY(bf16_kernel, f_kernel, GGUF_DT_BF16)
 
 const kern_gemm_ops kavx512_gemm_f32 = {FT, 1, f_tile_bytes, f32_prepare, NULL, NULL, f32_kernel};
 const kern_gemm_ops kavx512_gemm_f16 = {FT, 1, f_tile_bytes, f16_prepare, NULL, NULL, f16_kernel};

@@ -60,4 +60,13 @@ T_512_INLINE void kavx512_q_store(float *y, size_t ldy, int na, bool two, __mmas
 #define KQ_S sizeof(blk_q8_K)
 size_t kavx512_k_tile_bytes(int64_t k);
 
+/* NAME, the kernel entry point of one weight kind (kern_gemm_ops or
+ * kern_repack_ops .kernel): calls the always-inlined GENERIC with its KIND
+ * constant, so every kind gets its own specialised copy. */
+#define KAVX512_KERNEL_ENTRY(NAME, GENERIC, KIND)                                                  \
+    T_512 static void NAME(int64_t k, const void *w, size_t wb, int n_rows, const void *tiles,     \
+                           int64_t m, float *y, size_t ldy) {                                      \
+        GENERIC(KIND, k, w, wb, n_rows, tiles, m, y, ldy);                                         \
+    }
+
 #endif
