@@ -3,7 +3,8 @@
  * Scores: 16 positions at a time; each position's 16 lane sums (lane d % 16 of
  * its dot product) are reduced together by a transpose-and-add whose tree per
  * position is kern_reduce16's. P.V: up to 4 heads x 64 values of the output
- * stay in registers while the positions stream past. */
+ * stay in registers while the positions stream past. The per-ISA twin of
+ * attn_avx2.c: the same loops at 16 lanes with masks instead of 8. */
 #include "simd.h"
 
 /* 16 elements from d of a cache row of type t, widened (lanes outside m: 0). */

@@ -459,6 +459,8 @@ T_512_INLINE void q4k_micro(int64_t nsb, const char *P, const char *A, float *y,
         if (a < na) _mm512_mask_storeu_ps(y + a * ldy, mask, f[a]);
 }
 
+/* Alike q4k_micro in shape only: Q6_K panels hold 16 groups of 16 with the
+ * -32 offset folded into bsums, Q4_K 8 groups of 32 with separate mins. */
 T_512_INLINE void q6k_micro(int64_t nsb, const char *P, const char *A, float *y, size_t ldy, int na,
                             __mmask16 mask) {
     __m512 f[KT];

@@ -184,6 +184,12 @@ static inline int32_t kern_q4k_isums(const uint8_t *scales, const uint8_t *v, co
     return sumi;
 }
 
+/* The K-family step of a super-block without mins (Q3_K, Q6_K, IQ4_XS): d is
+ * the block's fp16 scale, yd the Q8_K scale; s = fma(d*yd, sumi, s). */
+static inline float kern_k_fma(float s, kvl_f16 d, float yd, int32_t sumi) {
+    return fmaf(kvl_f16_to_f32(d) * yd, (float)sumi, s);
+}
+
 /* The K-family step of a super-block with mins (Q2_K, Q4_K, Q5_K): d and dmin
  * are the block's fp16 scales, yd the Q8_K scale;
  * s = fma(d*yd, sumi, s), then s = fma(-(dmin*yd), summ, s). */
@@ -200,12 +206,6 @@ float kern_make_qkx2_quants(int n, int nmax, const float *x, const float *w, uin
                             float *the_min, uint8_t *Laux, float rmin, float rdelta, int nstep,
                             bool use_mad); /* quant_ref.c */
 /* The scale step shared by ggml's Q4_K and Q5_K quantizers (quant_ref.c): per
-/* The K-family step of a super-block without mins (Q3_K, Q6_K, IQ4_XS): d is
- * the block's fp16 scale, yd the Q8_K scale; s = fma(d*yd, sumi, s). */
-static inline float kern_k_fma(float s, kvl_f16 d, float yd, int32_t sumi) {
-    return fmaf(kvl_f16_to_f32(d) * yd, (float)sumi, s);
-}
-
  * group of 32, make_qkx2_quants (weights av_x + |x|, rdelta 0.1), the 6-bit
  * scales and mins packed into scales[12] as get_scale_min_k4 unpacks them, d
  * and dmin stored, then L (values 0..nmax) requantized against the stored scales. */

@@ -270,7 +270,7 @@ T_512_INLINE int32_t kern_hsum16_i32(__m512i v) {
     return kern_hsum8_i32(_mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1)));
 }
 
-/* kern_expf on 16 lanes, the same steps as kern_exp8_ps. */
+/* kern_expf on 16 lanes, the same steps as kern_exp8_ps (its per-ISA twin). */
 T_512_INLINE __m512 kern_exp16_ps(__m512 x) {
     x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
     x = _mm512_min_ps(x, _mm512_setzero_ps());
