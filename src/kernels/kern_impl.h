@@ -184,12 +184,6 @@ static inline int32_t kern_q4k_isums(const uint8_t *scales, const uint8_t *v, co
     return sumi;
 }
 
-/* The K-family step of a super-block without mins (Q3_K, Q6_K, IQ4_XS): d is
- * the block's fp16 scale, yd the Q8_K scale; s = fma(d*yd, sumi, s). */
-static inline float kern_k_fma(float s, kvl_f16 d, float yd, int32_t sumi) {
-    return fmaf(kvl_f16_to_f32(d) * yd, (float)sumi, s);
-}
-
 /* The K-family step of a super-block with mins (Q2_K, Q4_K, Q5_K): d and dmin
  * are the block's fp16 scales, yd the Q8_K scale;
  * s = fma(d*yd, sumi, s), then s = fma(-(dmin*yd), summ, s). */
