@@ -49,14 +49,12 @@ static void ref_pv(int64_t n, int64_t dv, int n_q, const float *p, size_t ps, co
 static void ref_merge(int nc, int n_q, int64_t dv, const float *part, float *out, size_t os) {
     const size_t cs = (size_t)n_q * (size_t)(dv + 2);
     for (int h = 0; h < n_q; h++) {
-        float M = part[h];
-        for (int c = 1; c < nc; c++) M = part[c * cs + h] > M ? part[c * cs + h] : M;
+        const float M = kern_merge_max(nc, part, cs, h);
         float L = 0, *o = out + h * os;
         for (int64_t d = 0; d < dv; d++) o[d] = 0;
         for (int c = 0; c < nc; c++) {
             const float *P = part + c * cs;
-            const float w = kern_expf(P[h] - M);
-            L = fmaf(P[n_q + h], w, L);
+            const float w = kern_merge_weight(P, n_q, h, M, &L);
             for (int64_t d = 0; d < dv; d++) o[d] = fmaf(P[2 * n_q + h * dv + d], w, o[d]);
         }
         const float inv = 1.0f / L;

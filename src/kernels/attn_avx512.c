@@ -3,7 +3,8 @@
  * Scores: 16 positions at a time; each position's 16 lane sums (lane d % 16 of
  * its dot product) are reduced together by a transpose-and-add whose tree per
  * position is kern_reduce16's. P.V: up to 4 heads x 64 values of the output
- * stay in registers while the positions stream past. */
+ * stay in registers while the positions stream past. The per-ISA twin of
+ * attn_avx2.c: the same loops at 16 lanes with masks instead of 8. */
 #include "simd.h"
 
 /* 16 elements from d of a cache row of type t, widened (lanes outside m: 0). */
@@ -230,14 +231,12 @@ T_512 static void pv(int64_t n, int64_t dv, int n_q, const float *p, size_t ps, 
 T_512 static void merge(int nc, int n_q, int64_t dv, const float *part, float *out, size_t os) {
     const size_t cs = (size_t)n_q * (size_t)(dv + 2);
     for (int h = 0; h < n_q; h++) {
-        float M = part[h];
-        for (int c = 1; c < nc; c++) M = part[c * cs + h] > M ? part[c * cs + h] : M;
+        const float M = kern_merge_max(nc, part, cs, h);
         float L = 0, *o = out + h * os;
         for (int64_t d = 0; d < dv; d += 16) _mm512_mask_storeu_ps(o + d, kern_mask16(dv - d), _mm512_setzero_ps());
         for (int c = 0; c < nc; c++) {
             const float *P = part + c * cs;
-            const float w = kern_expf(P[h] - M);
-            L = fmaf(P[n_q + h], w, L);
+            const float w = kern_merge_weight(P, n_q, h, M, &L);
             const __m512 vw = _mm512_set1_ps(w);
             const float *oc = P + 2 * n_q + h * dv;
             for (int64_t d = 0; d < dv; d += 16) {

@@ -28,37 +28,42 @@ T_512_INLINE __m256i iq4_nl_bytes(const void *blk) {
     return kern_iq4nl_u8(((const blk_iq4_nl *)blk)->qs);
 }
 
-/* rows (<= 16) rows of W into Q8_0 panels; rows past `rows` read as 0. The
- * block's fp16 scale is its first two bytes in both types. */
+/* rows (<= 16) rows of W into Q8_0 panels (with_min: Q8_1 panels, P1_BLK,
+ * the block's m from its bytes 2..3 after d); rows past `rows` read as 0. The
+ * block's fp16 scale is its first two bytes in every type. */
+#define P1_BLK (P8_VALS + 128)
 T_512_INLINE void pack32(const void *w, size_t wrow, int rows, int64_t k, void *panel, size_t bb,
-                         __m256i (*bytes)(const void *)) {
+                         __m256i (*bytes)(const void *), bool with_min) {
     _Alignas(64) uint8_t tmp[KERN_PANEL_ROWS][32];
-    _Alignas(64) float sc[KERN_PANEL_ROWS];
+    _Alignas(64) float sd[KERN_PANEL_ROWS], sm[KERN_PANEL_ROWS];
     const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                            _mm512_set1_epi32(32));
     memset(tmp, 0, sizeof tmp);
-    memset(sc, 0, sizeof sc);
+    memset(sd, 0, sizeof sd);
+    if (with_min) memset(sm, 0, sizeof sm);
     char *out = panel;
-    for (int64_t b = 0; b < k / QK8_0; b++, out += P8_BLK) {
+    for (int64_t b = 0; b < k / QK8_0; b++, out += with_min ? P1_BLK : P8_BLK) {
         for (int r = 0; r < rows; r++) {
             const char *blk = (const char *)w + r * wrow + b * bb;
             _mm256_store_si256((__m256i *)tmp[r], bytes(blk));
-            kvl_f16 d;
-            memcpy(&d, blk, 2);
-            sc[r] = f16_load(d);
+            kvl_f16 h[2];
+            memcpy(h, blk, with_min ? 4 : 2);
+            sd[r] = f16_load(h[0]);
+            if (with_min) sm[r] = f16_load(h[1]);
         }
         UNROLL(8)
         for (int g = 0; g < 8; g++)
             _mm512_storeu_si512(out + 64 * g, _mm512_i32gather_epi32(idx, (const void *)(&tmp[0][4 * g]), 1));
-        _mm512_storeu_ps(out + P8_VALS, _mm512_load_ps(sc));
+        _mm512_storeu_ps(out + P8_VALS, _mm512_load_ps(sd));
+        if (with_min) _mm512_storeu_ps(out + P8_VALS + 64, _mm512_load_ps(sm));
     }
 }
 
 T_512 static void q5_0_pack(const void *w, size_t wrow, int rows, int64_t k, void *panel) {
-    pack32(w, wrow, rows, k, panel, sizeof(blk_q5_0), q5_0_bytes);
+    pack32(w, wrow, rows, k, panel, sizeof(blk_q5_0), q5_0_bytes, false);
 }
 T_512 static void iq4_nl_pack(const void *w, size_t wrow, int rows, int64_t k, void *panel) {
-    pack32(w, wrow, rows, k, panel, sizeof(blk_iq4_nl), iq4_nl_bytes);
+    pack32(w, wrow, rows, k, panel, sizeof(blk_iq4_nl), iq4_nl_bytes, false);
 }
 
 /* The Q8_0 GEMM's pieces. */
@@ -84,51 +89,20 @@ const kern_gemm_ops kavx512_gemm_iq4_nl = {QT, GEMM32_MIN_M, kavx512_q_tile_byte
  * Activation tile (QT rows), per block: qs[QT][32] int8, then d[QT] and
  * s[QT], the Q8_1 block's fp16 d and s widened to float. A lane then runs the
  * canonical steps of quant32.h: v = fma(d_x * d_y, isum, m_x * s_y), f = f + v. */
-#define P1_BLK (P8_VALS + 128)
 
 static size_t q1_panel_bytes(int64_t k) { return (size_t)(k / QK8_1) * P1_BLK; }
 
 T_512_INLINE __m256i q4_1_bytes(const void *blk) { return kern_nibbles32(((const blk_q4_1 *)blk)->qs); }
 T_512_INLINE __m256i q5_1_bytes(const void *blk) {
     const blk_q5_1 *x = blk;
-    uint32_t h;
-    memcpy(&h, x->qh, 4);
-    return _mm256_or_si256(kern_nibbles32(x->qs), _mm256_maskz_mov_epi8((__mmask32)h, _mm256_set1_epi8(0x10)));
-}
-
-/* As pack32, with the block's m (its bytes 2..3) after d. */
-T_512_INLINE void pack1(const void *w, size_t wrow, int rows, int64_t k, void *panel, size_t bb,
-                        __m256i (*bytes)(const void *)) {
-    _Alignas(64) uint8_t tmp[KERN_PANEL_ROWS][32];
-    _Alignas(64) float sd[KERN_PANEL_ROWS], sm[KERN_PANEL_ROWS];
-    const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                           _mm512_set1_epi32(32));
-    memset(tmp, 0, sizeof tmp);
-    memset(sd, 0, sizeof sd);
-    memset(sm, 0, sizeof sm);
-    char *out = panel;
-    for (int64_t b = 0; b < k / QK8_1; b++, out += P1_BLK) {
-        for (int r = 0; r < rows; r++) {
-            const char *blk = (const char *)w + r * wrow + b * bb;
-            _mm256_store_si256((__m256i *)tmp[r], bytes(blk));
-            kvl_f16 h[2];
-            memcpy(h, blk, 4);
-            sd[r] = f16_load(h[0]);
-            sm[r] = f16_load(h[1]);
-        }
-        UNROLL(8)
-        for (int g = 0; g < 8; g++)
-            _mm512_storeu_si512(out + 64 * g, _mm512_i32gather_epi32(idx, (const void *)(&tmp[0][4 * g]), 1));
-        _mm512_storeu_ps(out + P8_VALS, _mm512_load_ps(sd));
-        _mm512_storeu_ps(out + P8_VALS + 64, _mm512_load_ps(sm));
-    }
+    return _mm256_or_si256(kern_nibbles32(x->qs), kern_q5_high_bits(x->qh));
 }
 
 T_512 static void q4_1_pack(const void *w, size_t wrow, int rows, int64_t k, void *panel) {
-    pack1(w, wrow, rows, k, panel, sizeof(blk_q4_1), q4_1_bytes);
+    pack32(w, wrow, rows, k, panel, sizeof(blk_q4_1), q4_1_bytes, true);
 }
 T_512 static void q5_1_pack(const void *w, size_t wrow, int rows, int64_t k, void *panel) {
-    pack1(w, wrow, rows, k, panel, sizeof(blk_q5_1), q5_1_bytes);
+    pack32(w, wrow, rows, k, panel, sizeof(blk_q5_1), q5_1_bytes, true);
 }
 
 /* Row x into slot `slot` of a tile: kavx2_from_float_q8_1's bytes, block by block. */
@@ -154,17 +128,7 @@ T_512_INLINE void q1_micro(int64_t nb, const char *p0, const char *p1, bool two,
         __m512i i0[QT], i1[QT];
         UNROLL(6)
         for (int a = 0; a < QT; a++) i0[a] = i1[a] = _mm512_setzero_si512();
-        UNROLL(8)
-        for (int g = 0; g < 8; g++) {
-            const __m512i u0 = _mm512_loadu_si512(p0 + 64 * g);
-            const __m512i u1 = two ? _mm512_loadu_si512(p1 + 64 * g) : u0;
-            UNROLL(6)
-            for (int a = 0; a < QT; a++) {
-                const __m512i x = _mm512_set1_epi32(*(const int32_t *)(t + QK8_1 * a + 4 * g));
-                i0[a] = _mm512_dpbusd_epi32(i0[a], u0, x);
-                if (two) i1[a] = _mm512_dpbusd_epi32(i1[a], u1, x);
-            }
-        }
+        kavx512_q_block_dots(i0, i1, p0, p1, two, t);
         const float *dy = (const float *)(t + QT * QK8_1), *sy = (const float *)(t + QT * (QK8_1 + 4));
         const __m512 d0 = _mm512_loadu_ps(p0 + P8_VALS), n0 = _mm512_loadu_ps(p0 + P8_VALS + 64);
         const __m512 d1 = two ? _mm512_loadu_ps(p1 + P8_VALS) : d0;
@@ -179,12 +143,7 @@ T_512_INLINE void q1_micro(int64_t nb, const char *p0, const char *p1, bool two,
                                                              _mm512_mul_ps(n1, ss)));
         }
     }
-    UNROLL(6)
-    for (int a = 0; a < QT; a++) {
-        if (a >= na) break;
-        _mm512_mask_storeu_ps(y + a * ldy, m0, f0[a]);
-        if (two) _mm512_mask_storeu_ps(y + a * ldy + 16, m1, f1[a]);
-    }
+    kavx512_q_store(y, ldy, na, two, m0, m1, f0, f1);
 }
 
 T_512 static void q1_kernel(int64_t k, const void *panels, size_t pb, int n_rows, const void *tiles, int64_t m,

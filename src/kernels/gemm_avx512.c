@@ -196,17 +196,7 @@ T_512_INLINE void q_micro(int64_t nb, const char *p0, const char *p1, bool two, 
         __m512i i0[QT], i1[QT];
         UNROLL(6)
         for (int a = 0; a < QT; a++) i0[a] = i1[a] = _mm512_set1_epi32(c[a]);
-        UNROLL(8)
-        for (int g = 0; g < 8; g++) {
-            const __m512i u0 = _mm512_loadu_si512(p0 + 64 * g);
-            const __m512i u1 = two ? _mm512_loadu_si512(p1 + 64 * g) : u0;
-            UNROLL(6)
-            for (int a = 0; a < QT; a++) {
-                const __m512i x = _mm512_set1_epi32(*(const int32_t *)(t + QK8_0 * a + 4 * g));
-                i0[a] = _mm512_dpbusd_epi32(i0[a], u0, x);
-                if (two) i1[a] = _mm512_dpbusd_epi32(i1[a], u1, x);
-            }
-        }
+        kavx512_q_block_dots(i0, i1, p0, p1, two, t);
         const float *dy = (const float *)(t + QT * QK8_0);
         const __m512 d0 = _mm512_loadu_ps(p0 + 512);
         const __m512 d1 = two ? _mm512_loadu_ps(p1 + 512) : d0;
@@ -217,12 +207,7 @@ T_512_INLINE void q_micro(int64_t nb, const char *p0, const char *p1, bool two, 
             if (two) f1[a] = _mm512_fmadd_ps(_mm512_mul_ps(d1, dd), _mm512_cvtepi32_ps(i1[a]), f1[a]);
         }
     }
-    UNROLL(6)
-    for (int a = 0; a < QT; a++) {
-        if (a >= na) break;
-        _mm512_mask_storeu_ps(y + a * ldy, m0, f0[a]);
-        if (two) _mm512_mask_storeu_ps(y + a * ldy + 16, m1, f1[a]);
-    }
+    kavx512_q_store(y, ldy, na, two, m0, m1, f0, f1);
 }
 
 T_512 static void q_kernel(int64_t k, const void *panels, size_t pb, int n_rows, const void *tiles,
@@ -474,6 +459,8 @@ T_512_INLINE void q4k_micro(int64_t nsb, const char *P, const char *A, float *y,
         if (a < na) _mm512_mask_storeu_ps(y + a * ldy, mask, f[a]);
 }
 
+/* Alike q4k_micro in shape only: Q6_K panels hold 16 groups of 16 with the
+ * -32 offset folded into bsums, Q4_K 8 groups of 32 with separate mins. */
 T_512_INLINE void q6k_micro(int64_t nsb, const char *P, const char *A, float *y, size_t ldy, int na,
                             __mmask16 mask) {
     __m512 f[KT];
@@ -644,18 +631,9 @@ T_512_INLINE void f_kernel(int kind, int64_t k, const void *w, size_t wrow, int 
             f_micro_na(kind, 1, na, k, wc + r * wrow, wrow, tile, yt + r, ldy, 1);
     }
 }
-T_512 static void f32_kernel(int64_t k, const void *w, size_t wrow, int n_rows, const void *tiles,
-                             int64_t m, float *y, size_t ldy) {
-    f_kernel(GGUF_DT_F32, k, w, wrow, n_rows, tiles, m, y, ldy);
-}
-T_512 static void f16_kernel(int64_t k, const void *w, size_t wrow, int n_rows, const void *tiles,
-                             int64_t m, float *y, size_t ldy) {
-    f_kernel(GGUF_DT_F16, k, w, wrow, n_rows, tiles, m, y, ldy);
-}
-T_512 static void bf16_kernel(int64_t k, const void *w, size_t wrow, int n_rows, const void *tiles,
-                              int64_t m, float *y, size_t ldy) {
-    f_kernel(GGUF_DT_BF16, k, w, wrow, n_rows, tiles, m, y, ldy);
-}
+KAVX512_KERNEL_ENTRY(f32_kernel, f_kernel, GGUF_DT_F32)
+KAVX512_KERNEL_ENTRY(f16_kernel, f_kernel, GGUF_DT_F16)
+KAVX512_KERNEL_ENTRY(bf16_kernel, f_kernel, GGUF_DT_BF16)
 
 const kern_gemm_ops kavx512_gemm_f32 = {FT, 1, f_tile_bytes, f32_prepare, NULL, NULL, f32_kernel};
 const kern_gemm_ops kavx512_gemm_f16 = {FT, 1, f_tile_bytes, f16_prepare, NULL, NULL, f16_kernel};

@@ -109,6 +109,22 @@ typedef struct kern_attn_ops {
     void (*silu_mul)(float *g, const float *u, int64_t n); /* kern_silu_mul */
 } kern_attn_ops;
 extern const kern_attn_ops kref_attn, kavx2_attn, kavx512_attn;
+
+/* The scalar steps of kern_attn_merge that every ISA shares (cs floats per
+ * chunk): the largest chunk maximum of head h, and chunk P's weight
+ * w = expf(m - M) with its l accumulated into *L in chunk order. */
+static inline __attribute__((always_inline)) float kern_merge_max(int nc, const float *part, size_t cs,
+                                                                  int h) {
+    float M = part[h];
+    for (int c = 1; c < nc; c++) M = part[c * cs + h] > M ? part[c * cs + h] : M;
+    return M;
+}
+static inline __attribute__((always_inline)) float kern_merge_weight(const float *P, int n_q, int h,
+                                                                     float M, float *L) {
+    const float w = kern_expf(P[h] - M);
+    *L = fmaf(P[n_q + h], w, *L);
+    return w;
+}
 /* The active attention kernels. */
 const kern_attn_ops *kern_attn_active(void);
 

@@ -59,11 +59,12 @@ T_AVX2_INLINE __m256i q5_1_lanes(const blk_q5_1 *x, const blk_q8_1 *y) {
 
 /* ---- the canonical float steps ---- */
 
-/* The generic loops: LANES(x + b, y + b) gives block b's lanes. */
-#define Q_FAMILY_DOT(XT, LANES)                                                                    \
+/* The generic loop: LANES(x + b, y + b) gives block b's lanes, YT is blk_q8_0
+ * or blk_q8_1 and STEP KERN_Q_STEP or KERN_Q1_STEP (simd.h). */
+#define FAMILY_DOT(XT, YT, LANES, STEP)                                                            \
     const XT *x = vx;                                                                              \
-    const blk_q8_0 *y = vy;                                                                        \
-    const int64_t nb = n / QK8_0;                                                                  \
+    const YT *y = vy;                                                                              \
+    const int64_t nb = n / 32;                                                                     \
     float sumf = 0;                                                                                \
     int64_t b = 0;                                                                                 \
     for (; b + 4 <= nb; b += 4) {                                                                  \
@@ -71,45 +72,24 @@ T_AVX2_INLINE __m256i q5_1_lanes(const blk_q5_1 *x, const blk_q8_1 *y) {
                                        LANES(x + b + 2, y + b + 2), LANES(x + b + 3, y + b + 3));  \
         const __m128 d = _mm_mul_ps(kern_f16x4(x[b].d, x[b + 1].d, x[b + 2].d, x[b + 3].d),        \
                                     kern_f16x4(y[b].d, y[b + 1].d, y[b + 2].d, y[b + 3].d));       \
-        sumf = kern_q_fma4(sumf, d, isum);                                                         \
+        sumf = STEP##4(sumf, d, isum, x + b, y + b);                                               \
     }                                                                                              \
     for (; b < nb; b++)                                                                            \
-        sumf = fmaf(f16_load(x[b].d) * f16_load(y[b].d), (float)kern_hsum8_i32(LANES(x + b, y + b)), sumf); \
-    *s = sumf
-
-#define Q1_FAMILY_DOT(XT, LANES)                                                                   \
-    const XT *x = vx;                                                                              \
-    const blk_q8_1 *y = vy;                                                                        \
-    const int64_t nb = n / QK8_1;                                                                  \
-    float sumf = 0;                                                                                \
-    int64_t b = 0;                                                                                 \
-    for (; b + 4 <= nb; b += 4) {                                                                  \
-        const __m128i isum = hsum4_i32(LANES(x + b, y + b), LANES(x + b + 1, y + b + 1),           \
-                                       LANES(x + b + 2, y + b + 2), LANES(x + b + 3, y + b + 3));  \
-        const __m128 d = _mm_mul_ps(kern_f16x4(x[b].d, x[b + 1].d, x[b + 2].d, x[b + 3].d),        \
-                                    kern_f16x4(y[b].d, y[b + 1].d, y[b + 2].d, y[b + 3].d));       \
-        const __m128 ms = _mm_mul_ps(kern_f16x4(x[b].m, x[b + 1].m, x[b + 2].m, x[b + 3].m),       \
-                                     kern_f16x4(y[b].s, y[b + 1].s, y[b + 2].s, y[b + 3].s));      \
-        sumf = kern_q1_add4(sumf, d, isum, ms);                                                    \
-    }                                                                                              \
-    for (; b < nb; b++) {                                                                          \
-        const float vb = fmaf(f16_load(x[b].d) * f16_load(y[b].d), (float)kern_hsum8_i32(LANES(x + b, y + b)), \
-                              f16_load(x[b].m) * f16_load(y[b].s));                                \
-        sumf = sumf + vb;                                                                          \
-    }                                                                                              \
+        sumf = STEP##1(sumf, f16_load(x[b].d) * f16_load(y[b].d),                                  \
+                       (float)kern_hsum8_i32(LANES(x + b, y + b)), x + b, y + b);                  \
     *s = sumf
 
 T_AVX2 void kavx2_vec_dot_q5_0(int64_t n, float *s, const void *vx, const void *vy) {
-    Q_FAMILY_DOT(blk_q5_0, q5_0_lanes);
+    FAMILY_DOT(blk_q5_0, blk_q8_0, q5_0_lanes, KERN_Q_STEP);
 }
 T_AVX2 void kavx2_vec_dot_iq4_nl(int64_t n, float *s, const void *vx, const void *vy) {
-    Q_FAMILY_DOT(blk_iq4_nl, iq4_nl_lanes);
+    FAMILY_DOT(blk_iq4_nl, blk_q8_0, iq4_nl_lanes, KERN_Q_STEP);
 }
 T_AVX2 void kavx2_vec_dot_q4_1(int64_t n, float *s, const void *vx, const void *vy) {
-    Q1_FAMILY_DOT(blk_q4_1, q4_1_lanes);
+    FAMILY_DOT(blk_q4_1, blk_q8_1, q4_1_lanes, KERN_Q1_STEP);
 }
 T_AVX2 void kavx2_vec_dot_q5_1(int64_t n, float *s, const void *vx, const void *vy) {
-    Q1_FAMILY_DOT(blk_q5_1, q5_1_lanes);
+    FAMILY_DOT(blk_q5_1, blk_q8_1, q5_1_lanes, KERN_Q1_STEP);
 }
 
 /* ======================= Q8_1 activations ======================= */

@@ -6,7 +6,8 @@
  * vpdpbusd on unsigned weight bytes: Q5_0 as v + 16 and IQ4_NL as v + 128,
  * the bias taken off again with a vpdpbusd of the bias against the
  * activations; four blocks are reduced together and the float steps then run
- * in the canonical order of quant32.h. */
+ * in the canonical order of quant32.h. FAMILY_DOT is the per-ISA twin of
+ * quant32_avx2.c's (vpdpbusd pairs instead of maddubs lanes). */
 #include "gemm_avx512.h" /* target attributes, f16_load */
 
 T_512_INLINE __m256i yload(const int8_t *qs) { return _mm256_loadu_si256((const __m256i *)qs); }
@@ -38,50 +39,34 @@ T_512_INLINE int32_t one_isum(__m256i u, __m256i y, int bias) {
     kern_red4_i32(pair_isum(pair(U(x + b), U(x + b + 1)), pair(yload(y[b].qs), yload(y[b + 1].qs)), BIAS), \
              pair_isum(pair(U(x + b + 2), U(x + b + 3)), pair(yload(y[b + 2].qs), yload(y[b + 3].qs)), BIAS))
 
-#define Q_FAMILY_DOT(XT, U, BIAS)                                                                  \
+/* The generic loop: U(x + b) gives block b's unsigned bytes (BIAS above the
+ * values), YT is blk_q8_0 or blk_q8_1 and STEP KERN_Q_STEP or KERN_Q1_STEP
+ * (simd.h). */
+#define FAMILY_DOT(XT, YT, U, BIAS, STEP)                                                          \
     const XT *x = vx;                                                                              \
-    const blk_q8_0 *y = vy;                                                                        \
-    const int64_t nb = n / QK8_0;                                                                  \
+    const YT *y = vy;                                                                              \
+    const int64_t nb = n / 32;                                                                     \
     float sumf = 0;                                                                                \
     int64_t b = 0;                                                                                 \
     for (; b + 4 <= nb; b += 4) {                                                                  \
         const __m128 d = _mm_mul_ps(kern_f16x4(x[b].d, x[b + 1].d, x[b + 2].d, x[b + 3].d),        \
                                     kern_f16x4(y[b].d, y[b + 1].d, y[b + 2].d, y[b + 3].d));       \
-        sumf = kern_q_fma4(sumf, d, ISUM4(U, BIAS));                                               \
+        sumf = STEP##4(sumf, d, ISUM4(U, BIAS), x + b, y + b);                                     \
     }                                                                                              \
     for (; b < nb; b++)                                                                            \
-        sumf = fmaf(f16_load(x[b].d) * f16_load(y[b].d), (float)one_isum(U(x + b), yload(y[b].qs), BIAS), sumf); \
-    *s = sumf
-
-#define Q1_FAMILY_DOT(XT, U)                                                                       \
-    const XT *x = vx;                                                                              \
-    const blk_q8_1 *y = vy;                                                                        \
-    const int64_t nb = n / QK8_1;                                                                  \
-    float sumf = 0;                                                                                \
-    int64_t b = 0;                                                                                 \
-    for (; b + 4 <= nb; b += 4) {                                                                  \
-        const __m128 d = _mm_mul_ps(kern_f16x4(x[b].d, x[b + 1].d, x[b + 2].d, x[b + 3].d),        \
-                                    kern_f16x4(y[b].d, y[b + 1].d, y[b + 2].d, y[b + 3].d));       \
-        const __m128 ms = _mm_mul_ps(kern_f16x4(x[b].m, x[b + 1].m, x[b + 2].m, x[b + 3].m),       \
-                                     kern_f16x4(y[b].s, y[b + 1].s, y[b + 2].s, y[b + 3].s));      \
-        sumf = kern_q1_add4(sumf, d, ISUM4(U, 0), ms);                                             \
-    }                                                                                              \
-    for (; b < nb; b++) {                                                                          \
-        const float vb = fmaf(f16_load(x[b].d) * f16_load(y[b].d), (float)one_isum(U(x + b), yload(y[b].qs), 0), \
-                              f16_load(x[b].m) * f16_load(y[b].s));                                \
-        sumf = sumf + vb;                                                                          \
-    }                                                                                              \
+        sumf = STEP##1(sumf, f16_load(x[b].d) * f16_load(y[b].d),                                  \
+                       (float)one_isum(U(x + b), yload(y[b].qs), BIAS), x + b, y + b);             \
     *s = sumf
 
 T_512 void kavx512_vec_dot_q5_0(int64_t n, float *s, const void *vx, const void *vy) {
-    Q_FAMILY_DOT(blk_q5_0, u_q5_0, 16);
+    FAMILY_DOT(blk_q5_0, blk_q8_0, u_q5_0, 16, KERN_Q_STEP);
 }
 T_512 void kavx512_vec_dot_iq4_nl(int64_t n, float *s, const void *vx, const void *vy) {
-    Q_FAMILY_DOT(blk_iq4_nl, u_iq4_nl, 128);
+    FAMILY_DOT(blk_iq4_nl, blk_q8_0, u_iq4_nl, 128, KERN_Q_STEP);
 }
 T_512 void kavx512_vec_dot_q4_1(int64_t n, float *s, const void *vx, const void *vy) {
-    Q1_FAMILY_DOT(blk_q4_1, u_q4_1);
+    FAMILY_DOT(blk_q4_1, blk_q8_1, u_q4_1, 0, KERN_Q1_STEP);
 }
 T_512 void kavx512_vec_dot_q5_1(int64_t n, float *s, const void *vx, const void *vy) {
-    Q1_FAMILY_DOT(blk_q5_1, u_q5_1);
+    FAMILY_DOT(blk_q5_1, blk_q8_1, u_q5_1, 0, KERN_Q1_STEP);
 }

@@ -250,19 +250,45 @@ void kref_from_float_iq4_nl(const float *src, void *dst, int64_t n) {
 
 /* ======================= dot products ======================= */
 
-/* The 32 values of a block as ints, in element order. */
-static void q4_1_values(const blk_q4_1 *x, int *v) {
+/* A block's 32 values as ints, in element order; returns its scale d (and
+ * sets *m, its min, for the Q8_1-paired types). */
+static kvl_f16 q5_0_values(const void *blk, int *v, kvl_f16 *m) {
+    const blk_q5_0 *x = blk;
+    (void)m;
+    for (int j = 0; j < 16; j++) {
+        v[j] = ((x->qs[j] & 0x0F) | q5_high(x->qh, j)) - 16;
+        v[j + 16] = ((x->qs[j] >> 4) | q5_high(x->qh, j + 16)) - 16;
+    }
+    return x->d;
+}
+static kvl_f16 iq4_nl_values(const void *blk, int *v, kvl_f16 *m) {
+    const blk_iq4_nl *x = blk;
+    (void)m;
+    for (int j = 0; j < 16; j++) {
+        v[j] = kern_iq4nl_values[x->qs[j] & 0x0F];
+        v[j + 16] = kern_iq4nl_values[x->qs[j] >> 4];
+    }
+    return x->d;
+}
+static kvl_f16 q4_1_values(const void *blk, int *v, kvl_f16 *m) {
+    const blk_q4_1 *x = blk;
     for (int j = 0; j < 16; j++) {
         v[j] = x->qs[j] & 0x0F;
         v[j + 16] = x->qs[j] >> 4;
     }
+    *m = x->m;
+    return x->d;
 }
-static void q5_values(const uint8_t *qs, const uint8_t *qh, int bias, int *v) {
+static kvl_f16 q5_1_values(const void *blk, int *v, kvl_f16 *m) {
+    const blk_q5_1 *x = blk;
     for (int j = 0; j < 16; j++) {
-        v[j] = ((qs[j] & 0x0F) | q5_high(qh, j)) - bias;
-        v[j + 16] = ((qs[j] >> 4) | q5_high(qh, j + 16)) - bias;
+        v[j] = (x->qs[j] & 0x0F) | q5_high(x->qh, j);
+        v[j + 16] = (x->qs[j] >> 4) | q5_high(x->qh, j + 16);
     }
+    *m = x->m;
+    return x->d;
 }
+typedef kvl_f16 block_values_fn(const void *blk, int *v, kvl_f16 *m);
 
 static inline int32_t isum32(const int *v, const int8_t *yq) {
     int32_t s = 0;
@@ -270,57 +296,39 @@ static inline int32_t isum32(const int *v, const int8_t *yq) {
     return s;
 }
 
-void kref_vec_dot_q5_0(int64_t n, float *s, const void *vx, const void *vy) {
-    const blk_q5_0 *x = vx;
-    const blk_q8_0 *y = vy;
+/* The dot of n values in blocks of 32 (xbytes each, unpacked by values)
+ * against Q8_0 (with_min false: s = fma(d*yd, sumi, s)) or Q8_1 (with_min
+ * true: s = s + fma(d*yd, sumi, m*ys)). Inlined with constant arguments into
+ * each type's entry point below. */
+static inline __attribute__((always_inline)) float dot32(int64_t n, const void *vx, size_t xbytes,
+                                                         block_values_fn *values, bool with_min,
+                                                         const void *vy) {
     float sumf = 0;
-    for (int64_t b = 0; b < n / QK5_0; b++) {
+    for (int64_t b = 0; b < n / 32; b++) {
         int v[32];
-        q5_values(x[b].qs, x[b].qh, 16, v);
-        sumf = fmaf(kvl_f16_to_f32(x[b].d) * kvl_f16_to_f32(y[b].d), (float)isum32(v, y[b].qs), sumf);
-    }
-    *s = sumf;
-}
-
-void kref_vec_dot_iq4_nl(int64_t n, float *s, const void *vx, const void *vy) {
-    const blk_iq4_nl *x = vx;
-    const blk_q8_0 *y = vy;
-    float sumf = 0;
-    for (int64_t b = 0; b < n / QK4_NL; b++) {
-        int v[32];
-        for (int j = 0; j < 16; j++) {
-            v[j] = kern_iq4nl_values[x[b].qs[j] & 0x0F];
-            v[j + 16] = kern_iq4nl_values[x[b].qs[j] >> 4];
+        kvl_f16 m = 0;
+        const kvl_f16 d = values((const uint8_t *)vx + b * xbytes, v, &m);
+        if (with_min) {
+            const blk_q8_1 *y = (const blk_q8_1 *)vy + b;
+            sumf = sumf + fmaf(kvl_f16_to_f32(d) * kvl_f16_to_f32(y->d), (float)isum32(v, y->qs),
+                               kvl_f16_to_f32(m) * kvl_f16_to_f32(y->s));
+        } else {
+            const blk_q8_0 *y = (const blk_q8_0 *)vy + b;
+            sumf = fmaf(kvl_f16_to_f32(d) * kvl_f16_to_f32(y->d), (float)isum32(v, y->qs), sumf);
         }
-        sumf = fmaf(kvl_f16_to_f32(x[b].d) * kvl_f16_to_f32(y[b].d), (float)isum32(v, y[b].qs), sumf);
     }
-    *s = sumf;
+    return sumf;
 }
 
+void kref_vec_dot_q5_0(int64_t n, float *s, const void *vx, const void *vy) {
+    *s = dot32(n, vx, sizeof(blk_q5_0), q5_0_values, false, vy);
+}
+void kref_vec_dot_iq4_nl(int64_t n, float *s, const void *vx, const void *vy) {
+    *s = dot32(n, vx, sizeof(blk_iq4_nl), iq4_nl_values, false, vy);
+}
 void kref_vec_dot_q4_1(int64_t n, float *s, const void *vx, const void *vy) {
-    const blk_q4_1 *x = vx;
-    const blk_q8_1 *y = vy;
-    float sumf = 0;
-    for (int64_t b = 0; b < n / QK4_1; b++) {
-        int v[32];
-        q4_1_values(&x[b], v);
-        const float vb = fmaf(kvl_f16_to_f32(x[b].d) * kvl_f16_to_f32(y[b].d), (float)isum32(v, y[b].qs),
-                              kvl_f16_to_f32(x[b].m) * kvl_f16_to_f32(y[b].s));
-        sumf = sumf + vb;
-    }
-    *s = sumf;
+    *s = dot32(n, vx, sizeof(blk_q4_1), q4_1_values, true, vy);
 }
-
 void kref_vec_dot_q5_1(int64_t n, float *s, const void *vx, const void *vy) {
-    const blk_q5_1 *x = vx;
-    const blk_q8_1 *y = vy;
-    float sumf = 0;
-    for (int64_t b = 0; b < n / QK5_1; b++) {
-        int v[32];
-        q5_values(x[b].qs, x[b].qh, 0, v);
-        const float vb = fmaf(kvl_f16_to_f32(x[b].d) * kvl_f16_to_f32(y[b].d), (float)isum32(v, y[b].qs),
-                              kvl_f16_to_f32(x[b].m) * kvl_f16_to_f32(y[b].s));
-        sumf = sumf + vb;
-    }
-    *s = sumf;
+    *s = dot32(n, vx, sizeof(blk_q5_1), q5_1_values, true, vy);
 }

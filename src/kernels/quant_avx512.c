@@ -441,35 +441,14 @@ T_512_INLINE void q4k_dot(const q4k_dec *d, const blk_q8_K *y, int32_t *sumi, in
 }
 
 /* K family: s = fma(d*yd, sumi, s); s = fma(-(dmin*yd), summ, s) per super-block. */
-T_512_INLINE void q4_K_rows(int64_t n, float *s, size_t ss, const void *vx, const void *y,
-                            size_t ys, int nr) {
-    const blk_q4_K *x = vx;
-    float sumf[KERN_ROWS_MAX] = {0};
-    for (int64_t b = 0; b < n / QK_K; b++) {
-        q4k_dec dec;
-        q4k_decode(&x[b], &dec);
-        const float xd = f16_load(x[b].d), xdmin = f16_load(x[b].dmin);
-        ROWS_LOOP
-        for (int r = 0; r < nr; r++) {
-            const blk_q8_K *yr = YROW(blk_q8_K, y, ys, r) + b;
-            int32_t sumi, summ;
-            q4k_dot(&dec, yr, &sumi, &summ);
-            const float dall = xd * yr->d, dmin = xdmin * yr->d;
-            sumf[r] = fmaf(dall, (float)sumi, sumf[r]);
-            sumf[r] = fmaf(-dmin, (float)summ, sumf[r]);
-        }
-    }
-    ROWS_LOOP
-    for (int r = 0; r < nr; r++) s[r * ss] = sumf[r];
+T_512_INLINE float q4k_step(const q4k_dec *dec, float xd, float xdmin, const blk_q8_K *yr, float s) {
+    int32_t sumi, summ;
+    q4k_dot(dec, yr, &sumi, &summ);
+    const float dall = xd * yr->d, dmin = xdmin * yr->d;
+    s = fmaf(dall, (float)sumi, s);
+    return fmaf(-dmin, (float)summ, s);
 }
-
-T_512 void kavx512_vec_dot_q4_K(int64_t n, float *s, const void *x, const void *y) {
-    q4_K_rows(n, s, 0, x, y, 0, 1);
-}
-T_512 void kavx512_rows_q4_K(int64_t n, float *s, size_t ss, const void *x, const void *y,
-                             size_t ys, int nr) {
-    KERN_ROWS_SWITCH(q4_K_rows, n, s, ss, x, y, ys, nr);
-}
+KAVX512_K_ROWS(q4_K, blk_q4_K, q4k_dec, q4k_decode, KAVX512_DMIN, q4k_step)
 
 /* Index vector selecting int16 scales 4c..4c+3, each for 8 consecutive lanes. */
 T_512_INLINE __m512i q6k_scale_idx(int c) {
@@ -521,28 +500,8 @@ T_512_INLINE int32_t q6k_dot(const q6k_dec *d, const blk_q8_K *y) {
     return kern_hsum16_i32(acc);
 }
 
-T_512_INLINE void q6_K_rows(int64_t n, float *s, size_t ss, const void *vx, const void *y,
-                            size_t ys, int nr) {
-    const blk_q6_K *x = vx;
-    float sumf[KERN_ROWS_MAX] = {0};
-    for (int64_t b = 0; b < n / QK_K; b++) {
-        q6k_dec dec;
-        q6k_decode(&x[b], &dec);
-        const float xd = f16_load(x[b].d);
-        ROWS_LOOP
-        for (int r = 0; r < nr; r++) {
-            const blk_q8_K *yr = YROW(blk_q8_K, y, ys, r) + b;
-            sumf[r] = fmaf(xd * yr->d, (float)q6k_dot(&dec, yr), sumf[r]);
-        }
-    }
-    ROWS_LOOP
-    for (int r = 0; r < nr; r++) s[r * ss] = sumf[r];
+T_512_INLINE float q6k_step(const q6k_dec *dec, float xd, float xdmin, const blk_q8_K *yr, float s) {
+    (void)xdmin;
+    return fmaf(xd * yr->d, (float)q6k_dot(dec, yr), s);
 }
-
-T_512 void kavx512_vec_dot_q6_K(int64_t n, float *s, const void *x, const void *y) {
-    q6_K_rows(n, s, 0, x, y, 0, 1);
-}
-T_512 void kavx512_rows_q6_K(int64_t n, float *s, size_t ss, const void *x, const void *y,
-                             size_t ys, int nr) {
-    KERN_ROWS_SWITCH(q6_K_rows, n, s, ss, x, y, ys, nr);
-}
+KAVX512_K_ROWS(q6_K, blk_q6_K, q6k_dec, q6k_decode, KAVX512_NO_DMIN, q6k_step)

@@ -95,6 +95,7 @@ T_AVX2 void kavx2_vec_dot_q3_K(int64_t n, float *s, const void *vx, const void *
 }
 
 /* ======================= Q5_K ======================= */
+/* Its prologue is Q3_K's in shape only: the block layouts differ. */
 
 T_AVX2 void kavx2_vec_dot_q5_K(int64_t n, float *s, const void *vx, const void *vy) {
     const blk_q5_K *x = vx;

@@ -10,8 +10,6 @@
 
 #include <string.h>
 
-#define KX_YROW(y, ys, r) ((const blk_q8_K *)((const char *)(y) + (size_t)(r) * (ys)))
-
 T_512_INLINE __m256i fold512(__m512i v) {
     return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
 }
@@ -63,21 +61,15 @@ T_512_INLINE __m512i kx_chunks(const kx_dec *d, const int8_t *yq, bool neg) {
     return _mm512_add_epi32(a0, a1);
 }
 
-/* Super-block b of the types with mins (Q2_K, Q5_K) against nr activation
- * rows: sumf[r] = fma(d*yd, sumi, sumf[r]), then fma(-(dmin*yd), summ, .). */
-T_512_INLINE void kx_min_rows(const kx_dec *dec, float xd, float xdmin, const void *y, size_t ys,
-                              int64_t b, int nr, float *sumf) {
-    UNROLL(4)
-    for (int r = 0; r < nr; r++) {
-        const blk_q8_K *yr = KX_YROW(y, ys, r) + b;
-        const __m256i mins =
-            _mm256_madd_epi16(dec->s16, _mm256_loadu_si256((const __m256i *)yr->bsums));
-        int32_t sumi, summ;
-        kern_hsum2_i32(fold512(kx_chunks(dec, yr->qs, false)), mins, &sumi, &summ);
-        const float dall = xd * yr->d, dmin = xdmin * yr->d;
-        sumf[r] = fmaf(dall, (float)sumi, sumf[r]);
-        sumf[r] = fmaf(-dmin, (float)summ, sumf[r]);
-    }
+/* A super-block of the types with mins (Q2_K, Q5_K) against activation row
+ * yr: s = fma(d*yd, sumi, s), then fma(-(dmin*yd), summ, s). */
+T_512_INLINE float kx_min_step(const kx_dec *dec, float xd, float xdmin, const blk_q8_K *yr, float s) {
+    const __m256i mins = _mm256_madd_epi16(dec->s16, _mm256_loadu_si256((const __m256i *)yr->bsums));
+    int32_t sumi, summ;
+    kern_hsum2_i32(fold512(kx_chunks(dec, yr->qs, false)), mins, &sumi, &summ);
+    const float dall = xd * yr->d, dmin = xdmin * yr->d;
+    s = fmaf(dall, (float)sumi, s);
+    return fmaf(-dmin, (float)summ, s);
 }
 
 /* ======================= Q2_K ======================= */
@@ -96,27 +88,7 @@ T_512_INLINE void q2k_decode(const blk_q2_K *x, kx_dec *d) {
     }
 }
 
-T_512_INLINE void q2_K_rows(int64_t n, float *s, size_t ss, const void *vx, const void *y,
-                            size_t ys, int nr) {
-    const blk_q2_K *x = vx;
-    float sumf[KERN_ROWS_MAX] = {0};
-    for (int64_t b = 0; b < n / QK_K; b++) {
-        kx_dec dec;
-        q2k_decode(&x[b], &dec);
-        kx_min_rows(&dec, f16_load(x[b].d), f16_load(x[b].dmin), y, ys, b, nr, sumf);
-    }
-    UNROLL(4)
-    for (int r = 0; r < nr; r++)
-        s[r * ss] = sumf[r];
-}
-
-T_512 void kavx512_vec_dot_q2_K(int64_t n, float *s, const void *x, const void *y) {
-    q2_K_rows(n, s, 0, x, y, 0, 1);
-}
-T_512 void kavx512_rows_q2_K(int64_t n, float *s, size_t ss, const void *x, const void *y,
-                             size_t ys, int nr) {
-    KERN_ROWS_SWITCH(q2_K_rows, n, s, ss, x, y, ys, nr);
-}
+KAVX512_K_ROWS(q2_K, blk_q2_K, kx_dec, q2k_decode, KAVX512_DMIN, kx_min_step)
 
 /* ======================= Q3_K ======================= */
 
@@ -149,36 +121,13 @@ T_512_INLINE void q3k_decode(const blk_q3_K *x, kx_dec *d) {
     }
 }
 
-T_512_INLINE void q3_K_rows(int64_t n, float *s, size_t ss, const void *vx, const void *y,
-                            size_t ys, int nr) {
-    const blk_q3_K *x = vx;
-    float sumf[KERN_ROWS_MAX] = {0};
-    for (int64_t b = 0; b < n / QK_K; b++) {
-        kx_dec dec;
-        q3k_decode(&x[b], &dec);
-        const float xd = f16_load(x[b].d);
-        UNROLL(4)
-        for (int r = 0; r < nr; r++) {
-            const blk_q8_K *yr = KX_YROW(y, ys, r) + b;
-            const __m256i off =
-                _mm256_madd_epi16(dec.s16, _mm256_loadu_si256((const __m256i *)yr->bsums));
-            const __m256i acc = _mm256_sub_epi32(fold512(kx_chunks(&dec, yr->qs, false)),
-                                                 _mm256_slli_epi32(off, 2));
-            sumf[r] = fmaf(xd * yr->d, (float)kern_hsum8_i32(acc), sumf[r]);
-        }
-    }
-    UNROLL(4)
-    for (int r = 0; r < nr; r++)
-        s[r * ss] = sumf[r];
+T_512_INLINE float q3k_step(const kx_dec *dec, float xd, float xdmin, const blk_q8_K *yr, float s) {
+    (void)xdmin;
+    const __m256i off = _mm256_madd_epi16(dec->s16, _mm256_loadu_si256((const __m256i *)yr->bsums));
+    const __m256i acc = _mm256_sub_epi32(fold512(kx_chunks(dec, yr->qs, false)), _mm256_slli_epi32(off, 2));
+    return fmaf(xd * yr->d, (float)kern_hsum8_i32(acc), s);
 }
-
-T_512 void kavx512_vec_dot_q3_K(int64_t n, float *s, const void *x, const void *y) {
-    q3_K_rows(n, s, 0, x, y, 0, 1);
-}
-T_512 void kavx512_rows_q3_K(int64_t n, float *s, size_t ss, const void *x, const void *y,
-                             size_t ys, int nr) {
-    KERN_ROWS_SWITCH(q3_K_rows, n, s, ss, x, y, ys, nr);
-}
+KAVX512_K_ROWS(q3_K, blk_q3_K, kx_dec, q3k_decode, KAVX512_NO_DMIN, q3k_step)
 
 /* ======================= Q5_K ======================= */
 
@@ -199,27 +148,7 @@ T_512_INLINE void q5k_decode(const blk_q5_K *x, kx_dec *d) {
     }
 }
 
-T_512_INLINE void q5_K_rows(int64_t n, float *s, size_t ss, const void *vx, const void *y,
-                            size_t ys, int nr) {
-    const blk_q5_K *x = vx;
-    float sumf[KERN_ROWS_MAX] = {0};
-    for (int64_t b = 0; b < n / QK_K; b++) {
-        kx_dec dec;
-        q5k_decode(&x[b], &dec);
-        kx_min_rows(&dec, f16_load(x[b].d), f16_load(x[b].dmin), y, ys, b, nr, sumf);
-    }
-    UNROLL(4)
-    for (int r = 0; r < nr; r++)
-        s[r * ss] = sumf[r];
-}
-
-T_512 void kavx512_vec_dot_q5_K(int64_t n, float *s, const void *x, const void *y) {
-    q5_K_rows(n, s, 0, x, y, 0, 1);
-}
-T_512 void kavx512_rows_q5_K(int64_t n, float *s, size_t ss, const void *x, const void *y,
-                             size_t ys, int nr) {
-    KERN_ROWS_SWITCH(q5_K_rows, n, s, ss, x, y, ys, nr);
-}
+KAVX512_K_ROWS(q5_K, blk_q5_K, kx_dec, q5k_decode, KAVX512_DMIN, kx_min_step)
 
 /* ======================= IQ4_XS ======================= */
 
@@ -249,30 +178,9 @@ T_512_INLINE void iq4xs_decode(const blk_iq4_xs *x, kx_dec *d) {
     }
 }
 
-T_512_INLINE void iq4_xs_rows(int64_t n, float *s, size_t ss, const void *vx, const void *y,
-                              size_t ys, int nr) {
-    const blk_iq4_xs *x = vx;
-    float sumf[KERN_ROWS_MAX] = {0};
-    for (int64_t b = 0; b < n / QK_K; b++) {
-        kx_dec dec;
-        iq4xs_decode(&x[b], &dec);
-        const float xd = f16_load(x[b].d);
-        UNROLL(4)
-        for (int r = 0; r < nr; r++) {
-            const blk_q8_K *yr = KX_YROW(y, ys, r) + b;
-            const int32_t sumi = kern_hsum8_i32(fold512(kx_chunks(&dec, yr->qs, true)));
-            sumf[r] = fmaf(xd * yr->d, (float)sumi, sumf[r]);
-        }
-    }
-    UNROLL(4)
-    for (int r = 0; r < nr; r++)
-        s[r * ss] = sumf[r];
+T_512_INLINE float iq4xs_step(const kx_dec *dec, float xd, float xdmin, const blk_q8_K *yr, float s) {
+    (void)xdmin;
+    const int32_t sumi = kern_hsum8_i32(fold512(kx_chunks(dec, yr->qs, true)));
+    return fmaf(xd * yr->d, (float)sumi, s);
 }
-
-T_512 void kavx512_vec_dot_iq4_xs(int64_t n, float *s, const void *x, const void *y) {
-    iq4_xs_rows(n, s, 0, x, y, 0, 1);
-}
-T_512 void kavx512_rows_iq4_xs(int64_t n, float *s, size_t ss, const void *x, const void *y,
-                               size_t ys, int nr) {
-    KERN_ROWS_SWITCH(iq4_xs_rows, n, s, ss, x, y, ys, nr);
-}
+KAVX512_K_ROWS(iq4_xs, blk_iq4_xs, kx_dec, iq4xs_decode, KAVX512_NO_DMIN, iq4xs_step)

@@ -502,6 +502,7 @@ void kref_vec_dot_q6_K(int64_t n, float *s, const void *vx, const void *vy) {
                 sumi += x[b].scales[8 * h + g] * dot;
             }
         }
+        /* written out, not a shared helper: that cost 4.6% instructions (a spill around the fp16 call) */
         sumf = fmaf(kvl_f16_to_f32(x[b].d) * y[b].d, (float)sumi, sumf);
     }
     *s = sumf;

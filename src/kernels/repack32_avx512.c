@@ -170,22 +170,10 @@ T_512_INLINE void kernel(enum rp_kind kind, int64_t k, const void *panels, size_
     }
 }
 
-T_512 static void q5_kernel(int64_t k, const void *panels, size_t pb, int n_rows, const void *tiles, int64_t m,
-                            float *y, size_t ldy) {
-    kernel(RP_Q5_0, k, panels, pb, n_rows, tiles, m, y, ldy);
-}
-T_512 static void nl_kernel(int64_t k, const void *panels, size_t pb, int n_rows, const void *tiles, int64_t m,
-                            float *y, size_t ldy) {
-    kernel(RP_IQ4_NL, k, panels, pb, n_rows, tiles, m, y, ldy);
-}
-T_512 static void q41_kernel(int64_t k, const void *panels, size_t pb, int n_rows, const void *tiles, int64_t m,
-                             float *y, size_t ldy) {
-    kernel(RP_Q4_1, k, panels, pb, n_rows, tiles, m, y, ldy);
-}
-T_512 static void q51_kernel(int64_t k, const void *panels, size_t pb, int n_rows, const void *tiles, int64_t m,
-                             float *y, size_t ldy) {
-    kernel(RP_Q5_1, k, panels, pb, n_rows, tiles, m, y, ldy);
-}
+KAVX512_KERNEL_ENTRY(q5_kernel, kernel, RP_Q5_0)
+KAVX512_KERNEL_ENTRY(nl_kernel, kernel, RP_IQ4_NL)
+KAVX512_KERNEL_ENTRY(q41_kernel, kernel, RP_Q4_1)
+KAVX512_KERNEL_ENTRY(q51_kernel, kernel, RP_Q5_1)
 
 const kern_repack_ops kavx512_repack_q5_0 = {q5_panel_bytes, q5_pack, q5_kernel};
 const kern_repack_ops kavx512_repack_iq4_nl = {nl_panel_bytes, nl_pack, nl_kernel};

@@ -230,14 +230,8 @@ T_512_INLINE void rq_kernel(bool q4, int64_t k, const void *panels, size_t pb, i
     }
 }
 
-T_512 static void rq4_kernel(int64_t k, const void *panels, size_t pb, int n_rows, const void *tiles,
-                             int64_t m, float *y, size_t ldy) {
-    rq_kernel(true, k, panels, pb, n_rows, tiles, m, y, ldy);
-}
-T_512 static void rq8_kernel(int64_t k, const void *panels, size_t pb, int n_rows, const void *tiles,
-                             int64_t m, float *y, size_t ldy) {
-    rq_kernel(false, k, panels, pb, n_rows, tiles, m, y, ldy);
-}
+KAVX512_KERNEL_ENTRY(rq4_kernel, rq_kernel, true)
+KAVX512_KERNEL_ENTRY(rq8_kernel, rq_kernel, false)
 
 const kern_repack_ops kavx512_repack_q4_0 = {rq4_panel_bytes, rq4_pack, rq4_kernel};
 const kern_repack_ops kavx512_repack_q8_0 = {rq8_panel_bytes, rq8_pack, rq8_kernel};

@@ -41,6 +41,45 @@
         }                                                                                          \
     } while (0)
 
+/* The two AVX-512 entry points of a rows kernel NAME_rows(n, s, ss, x, y, ys,
+ * nr): kavx512_vec_dot_NAME (one activation row) and kavx512_rows_NAME (nr
+ * rows through KERN_ROWS_SWITCH), declared in kern_impl.h. */
+#define KAVX512_ROWS_ENTRIES(NAME)                                                                 \
+    T_512 void kavx512_vec_dot_##NAME(int64_t n, float *s, const void *x, const void *y) {         \
+        NAME##_rows(n, s, 0, x, y, 0, 1);                                                          \
+    }                                                                                              \
+    T_512 void kavx512_rows_##NAME(int64_t n, float *s, size_t ss, const void *x, const void *y,   \
+                                   size_t ys, int nr) {                                            \
+        KERN_ROWS_SWITCH(NAME##_rows, n, s, ss, x, y, ys, nr);                                     \
+    }
+
+/* NAME_rows of a K type and its entry points (quant_avx512.c,
+ * quant_kx_avx512.c): each super-block of BLK is decoded once into a DEC by
+ * DECODE, then sumf[r] = STEP(&dec, xd, xdmin, row r's blk_q8_K, sumf[r]) for
+ * each activation row r < nr, xd the block's d as float and xdmin its dmin
+ * (MIN = KAVX512_DMIN) or 0 (MIN = KAVX512_NO_DMIN). */
+#define KAVX512_DMIN(xb) f16_load((xb)->dmin)
+#define KAVX512_NO_DMIN(xb) 0.0f
+#define KAVX512_K_ROWS(NAME, BLK, DEC, DECODE, MIN, STEP)                                          \
+    T_512_INLINE void NAME##_rows(int64_t n, float *s, size_t ss, const void *vx, const void *y,   \
+                                  size_t ys, int nr) {                                             \
+        const BLK *x = vx;                                                                         \
+        float sumf[KERN_ROWS_MAX] = {0};                                                           \
+        for (int64_t b = 0; b < n / QK_K; b++) {                                                   \
+            DEC dec;                                                                               \
+            DECODE(&x[b], &dec);                                                                   \
+            const float xd = f16_load(x[b].d), xdmin = MIN(&x[b]);                                 \
+            UNROLL(4)                                                                              \
+            for (int r = 0; r < nr; r++) {                                                         \
+                const blk_q8_K *yr = (const blk_q8_K *)((const char *)y + (size_t)r * ys) + b;     \
+                sumf[r] = STEP(&dec, xd, xdmin, yr, sumf[r]);                                      \
+            }                                                                                      \
+        }                                                                                          \
+        UNROLL(4)                                                                                  \
+        for (int r = 0; r < nr; r++) s[r * ss] = sumf[r];                                          \
+    }                                                                                              \
+    KAVX512_ROWS_ENTRIES(NAME)
+
 /* ---- AVX2 + FMA + F16C ---- */
 
 T_AVX2_INLINE float f16_load(kvl_f16 h) { return _cvtsh_ss(h); }
@@ -103,6 +142,20 @@ T_AVX2_INLINE float kern_q1_add4(float s, __m128 d, __m128i isum, __m128 ms) {
 T_AVX2_INLINE __m128 kern_f16x4(kvl_f16 a, kvl_f16 b, kvl_f16 c, kvl_f16 d) {
     return _mm_cvtph_ps(_mm_setr_epi16((short)a, (short)b, (short)c, (short)d, 0, 0, 0, 0));
 }
+
+/* The float steps of the 32-value families' dot loops (FAMILY_DOT in
+ * quant32_avx2.c and quant32_avx512.c), over blocks x[0..3] / y[0..3] (STEP4)
+ * or x[0] / y[0] (STEP1), d the products of the scales and isum the exact
+ * sums. Against Q8_0: s = fma(d, isum, s); against Q8_1 (Q4_1, Q5_1):
+ * s = s + fma(d, isum, m * ys). */
+#define KERN_Q_STEP4(acc, d, isum, xb, yb) kern_q_fma4(acc, d, isum)
+#define KERN_Q_STEP1(acc, d, isum, xb, yb) fmaf(d, isum, acc)
+#define KERN_Q1_STEP4(acc, d, isum, xb, yb)                                                        \
+    kern_q1_add4(acc, d, isum,                                                                     \
+                 _mm_mul_ps(kern_f16x4((xb)[0].m, (xb)[1].m, (xb)[2].m, (xb)[3].m),                \
+                            kern_f16x4((yb)[0].s, (yb)[1].s, (yb)[2].s, (yb)[3].s)))
+#define KERN_Q1_STEP1(acc, d, isum, xb, yb)                                                        \
+    ((acc) + fmaf(d, isum, f16_load((xb)->m) * f16_load((yb)->s)))
 
 /* Two 8-lane int32 vectors reduced together: {sum a, sum b} (exact). */
 T_AVX2_INLINE void kern_hsum2_i32(__m256i a, __m256i b, int32_t *sa, int32_t *sb) {
@@ -217,7 +270,7 @@ T_512_INLINE int32_t kern_hsum16_i32(__m512i v) {
     return kern_hsum8_i32(_mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1)));
 }
 
-/* kern_expf on 16 lanes, the same steps as kern_exp8_ps. */
+/* kern_expf on 16 lanes, the same steps as kern_exp8_ps (its per-ISA twin). */
 T_512_INLINE __m512 kern_exp16_ps(__m512 x) {
     x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
     x = _mm512_min_ps(x, _mm512_setzero_ps());
