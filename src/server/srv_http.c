@@ -649,6 +649,7 @@ static srv *srv_new(engine *e, const tok_vocab *vocab, const server_config *cfg)
     if (!s) return NULL;
     s->cfg = *cfg;
     s->e = e;
+    s->priority_sched = engine_cfg(e)->scheduling == ENGINE_SCHED_PRIORITY;
     s->vocab = vocab;
     s->listen_fd = -1;
     const engine_config *ec = engine_cfg(e);

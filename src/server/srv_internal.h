@@ -263,6 +263,7 @@ typedef struct srv_embed {
 struct srv {
     server_config cfg;
     engine *e;
+    bool priority_sched;       /* the engine schedules by request priority (else FCFS: priority refused) */
     const tok_vocab *vocab;
     /* Engine facts read by HTTP threads (immutable while serving). */
     int64_t n_ctx, n_blocks, block_size, n_embd;

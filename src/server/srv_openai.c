@@ -614,7 +614,7 @@ static bool parse_body(srv *s, const cJSON *b, bool chat, api_req *r, api_error 
     if (!ok) return false;
     j->no_speculative = !speculative;
     /* vLLM's rule: a priority means nothing to first-come-first-served, so it is refused */
-    if (prio != 0 && engine_cfg(s->e)->scheduling != ENGINE_SCHED_PRIORITY)
+    if (prio != 0 && !s->priority_sched)
         return api_fail(err, 400, "priority", "'priority' is %lld but the server schedules first-come-first-served "
                         "(start it with --scheduling-policy priority)", (long long)prio);
     j->priority = (int)prio;
