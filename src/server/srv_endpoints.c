@@ -228,6 +228,18 @@ char *srv_props(srv *s) {
 
 /* ---------------------------------------------------------- embeddings -- */
 
+/* Engine thread: every input's embedding into em->out. */
+static bool run_embedding(srv *s, srv_engine_task *t, api_error *err) {
+    srv_embed *em = (srv_embed *)t;
+    for (int i = 0; i < em->n_inputs; i++) {
+        kvl_error kerr = {{0}};
+        if (!engine_embed(s->e, em->ids[i], em->n_ids[i], s->cfg.pooling, em->out + (size_t)i * (size_t)s->n_embd,
+                          &kerr)) /* the inputs were checked, so what is left is a full pool: retry later */
+            return api_fail(err, 503, NULL, "input[%d]: %s", i, kerr.msg);
+    }
+    return true;
+}
+
 static void free_inputs(srv_embed *em) {
     for (int i = 0; i < em->n_inputs; i++) free(em->ids[i]);
     free(em->ids);
@@ -360,7 +372,7 @@ char *srv_embeddings(srv *s, const char *body, size_t len, api_error *err) {
     static const char *const NAMES[] = {"input", "model", "encoding_format", "dimensions", "user"};
     cJSON *b;
     if (!parse_body(body, len, &b, err)) return NULL;
-    srv_embed em = {0};
+    srv_embed em = {.task.run = run_embedding};
     char *out = NULL;
     bool b64 = false;
     if (!only_fields(b, NAMES, 5, "/v1/embeddings", err) || !check_model(s, b, err)) goto done;
@@ -396,7 +408,7 @@ char *srv_embeddings(srv *s, const char *body, size_t len, api_error *err) {
         api_fail(err, 500, NULL, "out of memory");
         goto done;
     }
-    if (!srv_embed_run(s, &em, err)) goto done;
+    if (!srv_engine_call(s, &em.task, err)) goto done;
     if (!(out = embed_response(s, &em, b64))) api_fail(err, 500, NULL, "out of memory");
 done:
     free_inputs(&em);

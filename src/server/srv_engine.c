@@ -31,46 +31,34 @@ bool srv_enqueue(srv *s, srv_job *j, api_error *err) {
     return ok;
 }
 
-bool srv_embed_run(srv *s, srv_embed *em, api_error *err) {
+bool srv_engine_call(srv *s, srv_engine_task *t, api_error *err) {
+    t->done = false;
     pthread_mutex_lock(&s->q_mu);
     if (s->stopping) {
         pthread_mutex_unlock(&s->q_mu);
         return api_fail(err, 503, NULL, "the server is shutting down");
     }
-    em->next = s->embed_head;
-    s->embed_head = em;
+    t->next = s->task_head;
+    s->task_head = t;
     pthread_cond_signal(&s->q_cv);
-    /* No early exit: the engine thread writes into em until done, and it
-     * finishes every queued embedding even while stopping. */
-    while (!em->done) pthread_cond_wait(&s->embed_cv, &s->q_mu);
+    /* No early exit: the engine thread writes into the task until done, and
+     * it runs every queued task even while stopping. */
+    while (!t->done) pthread_cond_wait(&s->task_cv, &s->q_mu);
     pthread_mutex_unlock(&s->q_mu);
-    if (!em->ok) *err = em->err;
-    return em->ok;
+    if (!t->ok) *err = t->err;
+    return t->ok;
 }
 
 /* Engine thread, between steps. */
-static void run_embeddings(srv *s, srv_embed *list) {
+static void run_tasks(srv *s, srv_engine_task *list) {
     while (list) {
-        srv_embed *em = list;
-        list = em->next;
-        bool ok = true;
-        if (em->kv_save) {
-            kvl_error kerr = {{0}};
-            em->saved_blocks = engine_kv_save(s->e, em->ids[0], em->n_ids[0], em->salt, &kerr);
-            ok = em->saved_blocks >= 0;
-            if (!ok) api_fail(&em->err, engine_kv_disk(s->e) ? 503 : 400, NULL, "%s", kerr.msg);
-        }
-        for (int i = 0; ok && !em->kv_save && i < em->n_inputs; i++) {
-            kvl_error kerr = {{0}};
-            ok = engine_embed(s->e, em->ids[i], em->n_ids[i], s->cfg.pooling, em->out + (size_t)i * (size_t)s->n_embd,
-                              &kerr);
-            /* the inputs were checked, so what is left is a full pool: retry later */
-            if (!ok) api_fail(&em->err, 503, NULL, "input[%d]: %s", i, kerr.msg);
-        }
+        srv_engine_task *t = list;
+        list = t->next;
+        bool ok = t->run(s, t, &t->err);
         pthread_mutex_lock(&s->q_mu);
-        em->ok = ok;
-        em->done = true;
-        pthread_cond_broadcast(&s->embed_cv);
+        t->ok = ok;
+        t->done = true;
+        pthread_cond_broadcast(&s->task_cv);
         pthread_mutex_unlock(&s->q_mu);
     }
 }
@@ -293,27 +281,24 @@ static void *engine_main(void *arg) {
     srv *s = arg;
     for (;;) {
         pthread_mutex_lock(&s->q_mu);
-        while (!s->stopping && !s->q_head && !s->embed_head && !s->view_head && !s->cancel_pending &&
+        while (!s->stopping && !s->q_head && !s->task_head && !s->cancel_pending &&
                !engine_has_work(s->e))
             pthread_cond_wait(&s->q_cv, &s->q_mu);
         srv_job *incoming = s->q_head;
         s->q_head = s->q_tail = NULL;
-        srv_embed *embeds = s->embed_head;
-        s->embed_head = NULL;
-        struct srv_view_req *views = s->view_head;
-        s->view_head = NULL;
+        srv_engine_task *tasks = s->task_head;
+        s->task_head = NULL;
         s->cancel_pending = false;
         bool stopping = s->stopping;
         pthread_mutex_unlock(&s->q_mu);
 
-        run_embeddings(s, embeds);
+        run_tasks(s, tasks);
         admit_all(s, incoming, stopping);
         watch_clients(s);
         cancel_marked(s, stopping);
         if (engine_has_work(s->e)) step(s);
         reap(s);
         publish_metrics(s);
-        srv_view_serve(s, views);
         if (stopping && !s->active && !engine_has_work(s->e)) break;
     }
     return NULL;

@@ -669,7 +669,7 @@ static srv *srv_new(engine *e, const tok_vocab *vocab, const server_config *cfg)
     pthread_mutex_init(&s->tok_mu, NULL);
     pthread_mutex_init(&s->q_mu, NULL);
     pthread_cond_init(&s->q_cv, NULL);
-    pthread_cond_init(&s->embed_cv, NULL);
+    pthread_cond_init(&s->task_cv, NULL);
     pthread_mutex_init(&s->conns_mu, NULL);
     metrics_init(&s->metrics);
     setup_chat(s);
@@ -682,7 +682,7 @@ static void srv_free(srv *s) {
     metrics_destroy(&s->metrics);
     pthread_mutex_destroy(&s->conns_mu);
     pthread_cond_destroy(&s->q_cv);
-    pthread_cond_destroy(&s->embed_cv);
+    pthread_cond_destroy(&s->task_cv);
     pthread_mutex_destroy(&s->q_mu);
     pthread_mutex_destroy(&s->tok_mu);
     free(s);

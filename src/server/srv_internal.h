@@ -240,22 +240,30 @@ void conns_notify(void *cls, struct MHD_Connection *c, void **socket_context,
 void conns_request_received(srv *s, struct MHD_Connection *c);
 void conns_response_done(srv *s, struct MHD_Connection *c);
 
-/* ------------------------------------------------------- embeddings -- */
+/* ------------------------------------------------- engine-thread work -- */
 
-/* One /v1/embeddings request, handed to the engine thread. The HTTP thread
- * owns it (on its stack) and waits under q_mu until done. */
+/* Work an HTTP thread hands to the engine thread, the only one that drives the
+ * engine: embeddings, /v1/kv/save, KV view snapshots. The HTTP thread owns the
+ * task (on its stack, as the first member of its own struct) and waits; the
+ * engine thread runs every queued task between two steps, also while stopping. */
+typedef struct srv_engine_task {
+    bool (*run)(srv *s, struct srv_engine_task *t, api_error *err); /* on the engine thread */
+    bool done, ok;
+    api_error err; /* when !ok */
+    struct srv_engine_task *next;
+} srv_engine_task;
+
+/* Queues t and waits until the engine thread has run it. False with err
+ * filled when it failed, or when the server is shutting down (it did not run). */
+bool srv_engine_call(srv *s, srv_engine_task *t, api_error *err);
+
+/* One /v1/embeddings request (srv_endpoints.c). */
 typedef struct srv_embed {
+    srv_engine_task task;
     int n_inputs;
     int32_t **ids;       /* [n_inputs] */
     int64_t *n_ids;
     float *out;          /* [n_inputs][n_embd] */
-    bool done, ok;
-    api_error err;       /* when !ok */
-    /* POST /v1/kv/save instead (srv_kv.c): ids[0] goes to the disk tier */
-    bool kv_save;
-    const char *salt;
-    int64_t saved_blocks;
-    struct srv_embed *next;
 } srv_embed;
 
 /* ------------------------------------------------------------- server -- */
@@ -279,9 +287,8 @@ struct srv {
     pthread_mutex_t q_mu;
     pthread_cond_t q_cv;
     srv_job *q_head, *q_tail;
-    srv_embed *embed_head;     /* embeddings waiting for the engine thread */
-    pthread_cond_t embed_cv;   /* the engine thread finished one (under q_mu); also view requests */
-    struct srv_view_req *view_head; /* KV view snapshots waiting for the engine thread (srv_kv_view.c) */
+    srv_engine_task *task_head; /* work waiting for the engine thread (srv_engine_call) */
+    pthread_cond_t task_cv;    /* the engine thread finished a task (under q_mu) */
     int64_t n_inflight;        /* engine requests queued or active */
     bool cancel_pending;
     bool stopping;
@@ -318,12 +325,10 @@ void engine_thread_stop(srv *s);
  * err (503, queue full or shutting down) and returns false. */
 bool srv_enqueue(srv *s, srv_job *j, api_error *err);
 /* HTTP thread: runs em on the engine thread and waits for it; false with err set. */
-bool srv_embed_run(srv *s, srv_embed *em, api_error *err);
 
 /* srv_kv_view.c: the live KV view. Engine thread: serves the queued snapshot
  * requests (a copy each). HTTP thread: GET /v1/kv/state's JSON (NULL with err),
  * and the built-in pages and their assets (NULL: no such page). */
-void srv_view_serve(srv *s, struct srv_view_req *list);
 char *srv_kv_state(srv *s, const char *since, size_t *len, api_error *err);
 typedef struct srv_asset {
     const char *path, *ctype;

@@ -12,6 +12,22 @@
 
 #include "srv_internal.h"
 
+typedef struct kv_save_task {
+    srv_engine_task task;
+    const int32_t *ids;
+    int64_t n;
+    const char *salt;
+    int64_t saved_blocks;
+} kv_save_task;
+
+/* Engine thread: the prefix's full blocks found or computed, then written. */
+static bool run_kv_save(srv *s, srv_engine_task *t, api_error *err) {
+    kv_save_task *k = (kv_save_task *)t;
+    kvl_error kerr = {{0}};
+    k->saved_blocks = engine_kv_save(s->e, k->ids, k->n, k->salt, &kerr);
+    return k->saved_blocks >= 0 || api_fail(err, engine_kv_disk(s->e) ? 503 : 400, NULL, "%s", kerr.msg);
+}
+
 char *srv_kv_save(srv *s, const char *body, size_t len, const srv_key *key, api_error *err) {
     cJSON *b = json_parse_body(body ? body : "", len, err);
     if (!b) return NULL;
@@ -29,14 +45,14 @@ char *srv_kv_save(srv *s, const char *body, size_t len, const srv_key *key, api_
     }
     int32_t *ids = r.job->prompt;
     int64_t n = r.job->n_prompt;
-    srv_embed em = {.kv_save = true, .n_inputs = 1, .ids = &ids, .n_ids = &n, .salt = salt};
-    if (srv_embed_run(s, &em, err)) {
+    kv_save_task kt = {.task.run = run_kv_save, .ids = ids, .n = n, .salt = salt};
+    if (srv_engine_call(s, &kt.task, err)) {
         const int64_t bs = engine_cfg(s->e)->block_size;
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "object", "kv.save");
         cJSON_AddNumberToObject(o, "prompt_tokens", (double)n);
-        cJSON_AddNumberToObject(o, "blocks", (double)em.saved_blocks);
-        cJSON_AddNumberToObject(o, "tokens", (double)(em.saved_blocks * bs));
+        cJSON_AddNumberToObject(o, "blocks", (double)kt.saved_blocks);
+        cJSON_AddNumberToObject(o, "tokens", (double)(kt.saved_blocks * bs));
         out = cJSON_PrintUnformatted(o);
         cJSON_Delete(o);
         if (!out) api_fail(err, 500, NULL, "out of memory");

@@ -1,7 +1,7 @@
 /* The live KV view: GET /v1/kv/state and the built-in pages (/, /kv).
  *
  * A state request never touches the engine from an HTTP thread: it queues a
- * srv_view_req and waits (as embeddings do) until the engine thread, between
+ * srv_view_req (srv_engine_call) and waits until the engine thread, between
  * two steps, has copied the KV state into it (engine_view_take: the per-block
  * arrays, the sequences' block tables, the new events). Everything else (the
  * prefix tree, the JSON) is built here, off the engine thread. */
@@ -11,39 +11,21 @@
 #include "srv_internal.h"
 
 typedef struct srv_view_req {
+    srv_engine_task task;
     engine_view v;
     uint64_t since;
-    bool done, ok;
-    struct srv_view_req *next;
 } srv_view_req;
 
 /* Engine thread, between steps. */
-void srv_view_serve(srv *s, srv_view_req *list) {
-    while (list) {
-        srv_view_req *r = list;
-        list = r->next;
-        bool ok = engine_view_take(s->e, &r->v, r->since);
-        pthread_mutex_lock(&s->q_mu);
-        r->ok = ok;
-        r->done = true;
-        pthread_cond_broadcast(&s->embed_cv);
-        pthread_mutex_unlock(&s->q_mu);
-    }
+static bool run_view(srv *s, srv_engine_task *t, api_error *err) {
+    srv_view_req *r = (srv_view_req *)t;
+    return engine_view_take(s->e, &r->v, r->since) || api_fail(err, 500, NULL, "out of memory taking the KV state");
 }
 
 static bool view_run(srv *s, srv_view_req *r, api_error *err) {
     if (!engine_view_prepare(s->e, &r->v)) return api_fail(err, 500, NULL, "out of memory");
-    pthread_mutex_lock(&s->q_mu);
-    if (s->stopping) {
-        pthread_mutex_unlock(&s->q_mu);
-        return api_fail(err, 503, NULL, "the server is shutting down");
-    }
-    r->next = s->view_head;
-    s->view_head = r;
-    pthread_cond_signal(&s->q_cv);
-    while (!r->done) pthread_cond_wait(&s->embed_cv, &s->q_mu);
-    pthread_mutex_unlock(&s->q_mu);
-    return r->ok || api_fail(err, 500, NULL, "out of memory taking the KV state");
+    r->task.run = run_view;
+    return srv_engine_call(s, &r->task, err);
 }
 
 /* ---------------------------------------------------------------- tree -- */
