@@ -54,7 +54,10 @@ static void fill_weights(int t, uint8_t *p, int64_t rows, int64_t k) {
     const int64_t nb = (int64_t)(bytes / tr->block_bytes);
     for (int64_t b = 0; b < nb && tr->block_elems > 1; b++) {
         uint8_t *blk = p + b * tr->block_bytes;
-        const size_t at = t == GGUF_DT_Q6_K ? 208 : t == GGUF_DT_Q3_K ? 108 : t == GGUF_DT_Q2_K ? 80 : 0;
+        const size_t at = t == GGUF_DT_Q6_K   ? 208
+                          : t == GGUF_DT_Q3_K ? 108
+                          : t == GGUF_DT_Q2_K ? 80
+                                              : 0;
         memcpy(blk + at, &d, 2);
         if (t == GGUF_DT_Q4_K || t == GGUF_DT_Q5_K || t == GGUF_DT_Q2_K || t == GGUF_DT_Q4_1 ||
             t == GGUF_DT_Q5_1)
@@ -64,7 +67,8 @@ static void fill_weights(int t, uint8_t *p, int64_t rows, int64_t k) {
         float f[256];
         for (int i = 0; i < 256; i++) f[i] = (float)((int)(next_u64() % 2001) - 1000) * 1e-4f;
         for (int64_t e = 0; e < rows * k; e += 256)
-            kern_traits_of(t)->from_float(f, p + kern_row_bytes(t, e), rows * k - e < 256 ? rows * k - e : 256);
+            kern_traits_of(t)->from_float(f, p + kern_row_bytes(t, e),
+                                          rows * k - e < 256 ? rows * k - e : 256);
     }
 }
 
@@ -91,15 +95,16 @@ static double stream_read_gbs(void) {
 static void *alloc_weights(size_t bytes) {
     const size_t huge = (size_t)2 << 20;
     void *p = NULL;
-    if (!getenv("BENCH_HUGE") || atoi(getenv("BENCH_HUGE")) == 0 || bytes < huge) return kvl_alloc(bytes);
+    if (!getenv("BENCH_HUGE") || atoi(getenv("BENCH_HUGE")) == 0 || bytes < huge)
+        return kvl_alloc(bytes);
     if (posix_memalign(&p, huge, (bytes + huge - 1) & ~(huge - 1)) != 0) return NULL;
     madvise(p, (bytes + huge - 1) & ~(huge - 1), MADV_HUGEPAGE);
     return p;
 }
 
 /* GGUF rows (kern_matmul) or the repacked layout of the same weights. */
-static void matmul_any(bool repacked, const void *W, int t, int64_t n_out, int64_t k, const float *X,
-                       int64_t m, float *Y, void *work) {
+static void matmul_any(bool repacked, const void *W, int t, int64_t n_out, int64_t k,
+                       const float *X, int64_t m, float *Y, void *work) {
     if (repacked) kern_matmul_repacked(W, t, n_out, k, X, m, Y, work);
     else kern_matmul(W, t, n_out, k, X, m, Y, work);
 }
@@ -108,7 +113,8 @@ static void bench_layout(int t, int64_t k, int64_t n_out, bool repacked) {
     const size_t wbytes = kern_row_bytes(t, k) * n_out;
     const size_t pbytes = repacked ? kern_repack_bytes(t, n_out, k) : wbytes;
     if (!pbytes) return;
-    const size_t ws = getenv("BENCH_WS_KB") ? (size_t)atoll(getenv("BENCH_WS_KB")) << 10 : WORKING_SET;
+    const size_t ws =
+        getenv("BENCH_WS_KB") ? (size_t)atoll(getenv("BENCH_WS_KB")) << 10 : WORKING_SET;
     int copies = (int)(ws / pbytes) + 1;
     if (copies < 2) copies = 2;
     uint8_t **W = calloc((size_t)copies, sizeof *W);
@@ -133,8 +139,8 @@ static void bench_layout(int t, int64_t k, int64_t n_out, bool repacked) {
         const double dt = (kvl_time_s() - t0) / copies;
         if (dt < best) best = dt;
     }
-    printf("%-5s %s m=1 %7.1f us %6.2f GB/s", gguf_dtype_name(t), repacked ? "repacked" : "gguf    ",
-           best * 1e6, pbytes / best / 1e9);
+    printf("%-5s %s m=1 %7.1f us %6.2f GB/s", gguf_dtype_name(t),
+           repacked ? "repacked" : "gguf    ", best * 1e6, pbytes / best / 1e9);
     /* batched: m = 4, 16, 64 and 512 (prefill) from cache-resident weights (compute rate) */
     int64_t ms[16] = {4, 16, 64, 512};
     int nm = 4;
@@ -155,12 +161,12 @@ static void bench_layout(int t, int64_t k, int64_t n_out, bool repacked) {
         const int nc = getenv("BENCH_STREAM") && ms[mi] < 512 ? copies : 1;
         for (int rep = 0; rep < (ms[mi] >= 512 ? 3 : 5); rep++) {
             const double t0 = kvl_time_s();
-            for (int c = 0; c < nc; c++) matmul_any(repacked, W[c], t, n_out, k, X, ms[mi], Y, work);
+            for (int c = 0; c < nc; c++)
+                matmul_any(repacked, W[c], t, n_out, k, X, ms[mi], Y, work);
             const double dt = (kvl_time_s() - t0) / nc;
             if (dt < b2) b2 = dt;
         }
-        printf("  m=%-3lld %6.1f GMAC/s", (long long)ms[mi],
-               (double)n_out * k * ms[mi] / b2 / 1e9);
+        printf("  m=%-3lld %6.1f GMAC/s", (long long)ms[mi], (double)n_out * k * ms[mi] / b2 / 1e9);
     }
     printf("\n");
     for (int c = 0; c < copies; c++) kvl_free(W[c]);
@@ -181,7 +187,8 @@ static void bench_attn(int64_t d, int n_q) {
     const void **rows = kvl_alloc(n * sizeof *rows);
     float *q = kvl_alloc(n_q * d * sizeof(float)), *s = kvl_alloc(n_q * n * sizeof(float));
     float *o = kvl_alloc(n_q * d * sizeof(float)), l;
-    for (int64_t i = 0; i < n * d; i++) kv[i] = kvl_f32_to_f16((float)((int)(next_u64() % 2001) - 1000) * 1e-3f);
+    for (int64_t i = 0; i < n * d; i++)
+        kv[i] = kvl_f32_to_f16((float)((int)(next_u64() % 2001) - 1000) * 1e-3f);
     for (int64_t i = 0; i < n_q * d; i++) q[i] = (float)((int)(next_u64() % 2001) - 1000) * 1e-3f;
     for (int64_t j = 0; j < n; j++) rows[j] = kv + j * d;
     double best = 1e30;
@@ -194,8 +201,8 @@ static void bench_attn(int64_t d, int n_q) {
         const double dt = kvl_time_s() - t0;
         if (dt < best) best = dt;
     }
-    printf("attn  d=%-4lld n_q=%d  %7.2f us per chunk of %lld  %6.1f GMAC/s\n", (long long)d, n_q, best * 1e6,
-           (long long)n, 2.0 * n_q * n * d / best / 1e9);
+    printf("attn  d=%-4lld n_q=%d  %7.2f us per chunk of %lld  %6.1f GMAC/s\n", (long long)d, n_q,
+           best * 1e6, (long long)n, 2.0 * n_q * n * d / best / 1e9);
     kvl_free(kv), kvl_free(rows), kvl_free(q), kvl_free(s), kvl_free(o);
 }
 
@@ -205,10 +212,11 @@ static void bench_attn(int64_t d, int n_q) {
  * the pool's (a row per position with every head, blocks of bs rows), or with
  * BENCH_ATTN_HEAD_MAJOR=1 head-major inside each block (one head's bs rows
  * contiguous). Reports GB/s of K and V read. */
-static void bench_attn_stream(int64_t d, int n_q, int n_kv, int64_t ctx, int layers, int bs, bool head_major,
-                              bool chunk_major) {
+static void bench_attn_stream(int64_t d, int n_q, int n_kv, int64_t ctx, int layers, int bs,
+                              bool head_major, bool chunk_major) {
     const size_t per = (size_t)ctx * n_kv * d;
-    kvl_f16 *K = alloc_weights(per * layers * sizeof(kvl_f16)), *V = alloc_weights(per * layers * sizeof(kvl_f16));
+    kvl_f16 *K = alloc_weights(per * layers * sizeof(kvl_f16)),
+            *V = alloc_weights(per * layers * sizeof(kvl_f16));
     for (size_t i = 0; i < per * layers; i++)
         K[i] = V[i] = kvl_f32_to_f16((float)((int)(next_u64() % 2001) - 1000) * 1e-3f);
     const int nt = omp_get_max_threads();
@@ -227,8 +235,10 @@ static void bench_attn_stream(int64_t d, int n_q, int n_kv, int64_t ctx, int lay
                 float l;
                 for (int64_t i = 0; i < n_q * d; i++) q[i] = 0.01f * (float)(i % 7);
                 for (int64_t j = j0; j < j0 + 256; j++) {
-                    const size_t at = head_major ? ((size_t)(j / bs) * n_kv * bs + (size_t)g * bs + (size_t)(j % bs)) * d
-                                                 : ((size_t)j * n_kv + g) * d;
+                    const size_t at =
+                        head_major
+                            ? ((size_t)(j / bs) * n_kv * bs + (size_t)g * bs + (size_t)(j % bs)) * d
+                            : ((size_t)j * n_kv + g) * d;
                     kr[j - j0] = K + (size_t)L * per + at;
                     vr[j - j0] = V + (size_t)L * per + at;
                 }
@@ -241,10 +251,12 @@ static void bench_attn_stream(int64_t d, int n_q, int n_kv, int64_t ctx, int lay
         const double dt = kvl_time_s() - t0;
         if (dt < best) best = dt;
     }
-    printf("attn stream d=%lld n_q=%d n_kv=%d ctx=%lld x%d layers, block %d, %s, %s, %d threads: %.2f ms  %.1f GB/s  %.1f GMAC/s\n",
-           (long long)d, n_q, n_kv, (long long)ctx, layers, bs, head_major ? "head-major blocks" : "position rows",
-           chunk_major ? "chunk-major" : "head-major order", nt,
-           best * 1e3, 2.0 * per * layers * 2 / best / 1e9, 2.0 * n_q * n_kv * ctx * d * layers / best / 1e9);
+    printf("attn stream d=%lld n_q=%d n_kv=%d ctx=%lld x%d layers, block %d, %s, %s, %d threads: "
+           "%.2f ms  %.1f GB/s  %.1f GMAC/s\n",
+           (long long)d, n_q, n_kv, (long long)ctx, layers, bs,
+           head_major ? "head-major blocks" : "position rows",
+           chunk_major ? "chunk-major" : "head-major order", nt, best * 1e3,
+           2.0 * per * layers * 2 / best / 1e9, 2.0 * n_q * n_kv * ctx * d * layers / best / 1e9);
     (void)K, (void)V; /* (alloc_weights: left to the exit) */
 }
 
@@ -253,9 +265,10 @@ int main(int argc, char **argv) {
     const int64_t k = argc > 2 ? atoll(argv[2]) : 4096, n_out = argc > 3 ? atoll(argv[3]) : 4096;
     printf("isa %s, %d threads, W %lldx%lld; stream read %.1f GB/s\n", kern_isa_name(),
            omp_get_max_threads(), (long long)n_out, (long long)k, stream_read_gbs());
-    static const int types[] = {GGUF_DT_Q4_0, GGUF_DT_Q4_K,   GGUF_DT_Q6_K, GGUF_DT_Q8_0, GGUF_DT_F16,
-                                GGUF_DT_BF16, GGUF_DT_F32,    GGUF_DT_Q4_1, GGUF_DT_Q5_0, GGUF_DT_Q5_1,
-                                GGUF_DT_IQ4_NL, GGUF_DT_Q2_K, GGUF_DT_Q3_K, GGUF_DT_Q5_K, GGUF_DT_IQ4_XS};
+    static const int types[] = {GGUF_DT_Q4_0, GGUF_DT_Q4_K, GGUF_DT_Q6_K,   GGUF_DT_Q8_0,
+                                GGUF_DT_F16,  GGUF_DT_BF16, GGUF_DT_F32,    GGUF_DT_Q4_1,
+                                GGUF_DT_Q5_0, GGUF_DT_Q5_1, GGUF_DT_IQ4_NL, GGUF_DT_Q2_K,
+                                GGUF_DT_Q3_K, GGUF_DT_Q5_K, GGUF_DT_IQ4_XS};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
         if (argc <= 4 || strstr(argv[4], gguf_dtype_name(types[i]))) bench_type(types[i], k, n_out);
     if (argc <= 4 || strstr(argv[4], "attn")) {

@@ -26,8 +26,13 @@ static double now_s(void) {
 int main(int argc, char **argv) {
     const int64_t n = argc > 1 ? atoll(argv[1]) : 8192;
     const int reps = argc > 2 ? atoi(argv[2]) : 2000;
-    kv_pool_config c = {.n_layers = 1, .n_kv_heads = 1, .head_dim_k = 32, .head_dim_v = 32, .block_size = 16,
-                        .dtype = GGUF_DT_F16, .n_blocks = n};
+    kv_pool_config c = {.n_layers = 1,
+                        .n_kv_heads = 1,
+                        .head_dim_k = 32,
+                        .head_dim_v = 32,
+                        .block_size = 16,
+                        .dtype = GGUF_DT_F16,
+                        .n_blocks = n};
     kvl_error err = {{0}};
     kv_pool *p = kv_pool_create(&c, &err);
     if (!p) {
@@ -63,7 +68,8 @@ int main(int argc, char **argv) {
         double us = (now_s() - t0) / reps * 1e6;
         if (us < best) best = us;
     }
-    printf("blocks %lld (free %lld, used %lld, cached %lld): %.2f us per kv_pool_snapshot (best of 5 x %d)\n",
+    printf("blocks %lld (free %lld, used %lld, cached %lld): %.2f us per kv_pool_snapshot (best of "
+           "5 x %d)\n",
            (long long)n, (long long)cnt[KV_BLOCK_FREE], (long long)cnt[KV_BLOCK_USED],
            (long long)cnt[KV_BLOCK_CACHED], best, reps);
     for (int i = 0; i < SEQS; i++) kv_seq_free(p, &s[i]), kv_seq_free(p, &gone[i]);

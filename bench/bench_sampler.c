@@ -26,7 +26,8 @@ static double unit(void) {
 int main(int argc, char **argv) {
     const int32_t V = 128256;
     const int reps = argc > 1 ? atoi(argv[1]) : 50;
-    float *peaked = malloc(V * sizeof(float)), *flat = malloc(V * sizeof(float)), *w = malloc(V * sizeof(float));
+    float *peaked = malloc(V * sizeof(float)), *flat = malloc(V * sizeof(float)),
+          *w = malloc(V * sizeof(float));
     for (int32_t i = 0; i < V; i++) {
         const double g = (unit() + unit() + unit() + unit() - 2.0) * sqrt(3.0); /* sd 1 */
         peaked[i] = (float)(2.5 * g);
@@ -44,13 +45,15 @@ int main(int argc, char **argv) {
               {"top-p 0.95, temperature 0.8", 0.8f, 0, 0.95f, 0},
               {"min-p 0.05, temperature 0.8", 0.8f, 0, 1, 0.05f},
               {"llama.cpp default (40, 0.95, 0.05, 0.8)", 0.8f, 40, 0.95f, 0.05f}};
-    printf("vocabulary %d, %d draws each\n%-42s %12s %12s\n", V, reps, "configuration", "peaked us", "flat us");
+    printf("vocabulary %d, %d draws each\n%-42s %12s %12s\n", V, reps, "configuration", "peaked us",
+           "flat us");
     for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
         double us[2];
         for (int kind = 0; kind < 2; kind++) {
             sampler_params p;
             sampler_params_default(&p);
-            p.temperature = cs[c].temp, p.top_k = cs[c].top_k, p.top_p = cs[c].top_p, p.min_p = cs[c].min_p;
+            p.temperature = cs[c].temp, p.top_k = cs[c].top_k, p.top_p = cs[c].top_p,
+            p.min_p = cs[c].min_p;
             sampler *s = sampler_create(&p, V);
             if (!s) return 1;
             double spent = 0;

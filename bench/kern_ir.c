@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define K 1024
+#define K     1024
 #define N_OUT 16
 
 static uint64_t rng = 88172645463325252ull;
@@ -29,9 +29,9 @@ static float next_f(void) {
 int main(int argc, char **argv) {
     kern_init(argc > 1 ? argv[1] : NULL);
     printf("isa %s\n", kern_isa_name());
-    static const int types[] = {GGUF_DT_Q4_0, GGUF_DT_Q4_1, GGUF_DT_Q5_0, GGUF_DT_Q5_1, GGUF_DT_Q8_0,
-                                GGUF_DT_IQ4_NL, GGUF_DT_Q2_K, GGUF_DT_Q3_K, GGUF_DT_Q4_K,
-                                GGUF_DT_Q5_K,  GGUF_DT_Q6_K, GGUF_DT_IQ4_XS};
+    static const int types[] = {GGUF_DT_Q4_0, GGUF_DT_Q4_1,   GGUF_DT_Q5_0, GGUF_DT_Q5_1,
+                                GGUF_DT_Q8_0, GGUF_DT_IQ4_NL, GGUF_DT_Q2_K, GGUF_DT_Q3_K,
+                                GGUF_DT_Q4_K, GGUF_DT_Q5_K,   GGUF_DT_Q6_K, GGUF_DT_IQ4_XS};
     float *w = malloc(sizeof(float) * K * N_OUT), *x = malloc(sizeof(float) * K * 4);
     float *y = malloc(sizeof(float) * N_OUT * 4);
     for (int i = 0; i < K * N_OUT; i++) w[i] = next_f();
@@ -54,8 +54,10 @@ int main(int argc, char **argv) {
         free(q);
     }
     enum { NC = 4, NQ = 8, DV = 64 };
-    float *part = malloc(sizeof(float) * NC * NQ * (DV + 2)), *out = malloc(sizeof(float) * NQ * DV);
-    for (int i = 0; i < NC * NQ * (DV + 2); i++) part[i] = next_f() + (i % (NQ * (DV + 2)) >= NQ ? 1.5f : 0);
+    float *part = malloc(sizeof(float) * NC * NQ * (DV + 2)),
+          *out = malloc(sizeof(float) * NQ * DV);
+    for (int i = 0; i < NC * NQ * (DV + 2); i++)
+        part[i] = next_f() + (i % (NQ * (DV + 2)) >= NQ ? 1.5f : 0);
     for (int rep = 0; rep < 50; rep++) {
         kern_attn_merge(NC, NQ, DV, part, out, DV);
         check += out[5];

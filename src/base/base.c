@@ -101,7 +101,7 @@ kvl_f16 kvl_f32_to_f16(float f) {
     if (ax >= 0x7f800000u) /* inf or nan */
         return (kvl_f16)(sign | 0x7c00 | (ax > 0x7f800000u ? 0x200 : 0));
     if (ax >= 0x477ff000u) return (kvl_f16)(sign | 0x7c00); /* rounds to inf */
-    if (ax < 0x38800000u) {                                  /* subnormal or zero in half */
+    if (ax < 0x38800000u) {                                 /* subnormal or zero in half */
         float a = bits_f32(ax);
         /* round to nearest even multiple of 2^-24 */
         float q = a * 16777216.0f;
@@ -161,7 +161,6 @@ int kvl_cpu_count(void) {
 }
 
 /* ---------------------------------------------------------------- buffer */
-
 
 uint64_t kvl_random_u64(void) {
     static atomic_uint_fast64_t counter;

@@ -59,7 +59,6 @@ kvl_f16 kvl_f32_to_f16(float f);
 float kvl_bf16_to_f32(kvl_bf16 h);
 kvl_bf16 kvl_f32_to_bf16(float f);
 
-
 /* Reads a whole file into a NUL-terminated buffer (caller frees with free()). */
 char *kvl_read_file(const char *path, size_t *len_out, kvl_error *err);
 

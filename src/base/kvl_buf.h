@@ -12,7 +12,7 @@
 #include <stddef.h>
 
 typedef struct kvl_buf {
-    char *p;   /* NULL until the first put */
+    char *p;    /* NULL until the first put */
     size_t len; /* bytes put, not counting the NUL after them */
     size_t cap;
     bool oom;

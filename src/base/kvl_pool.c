@@ -43,11 +43,11 @@ typedef struct job_slot {
 } job_slot;
 
 static pthread_mutex_t run_lock = PTHREAD_MUTEX_INITIALIZER;
-static _Atomic int size_set;         /* 0: not resolved yet */
+static _Atomic int size_set; /* 0: not resolved yet */
 static job_slot slots[2];
-static _Atomic uint64_t ticket;      /* generation << 32 | next task */
-static _Atomic uint32_t gen_word;    /* the generation, the workers' futex word */
-static _Atomic uint32_t done;        /* tasks of the current job finished, the caller's futex word */
+static _Atomic uint64_t ticket;   /* generation << 32 | next task */
+static _Atomic uint32_t gen_word; /* the generation, the workers' futex word */
+static _Atomic uint32_t done;     /* tasks of the current job finished, the caller's futex word */
 static _Atomic int workers_sleeping; /* how many wait on gen_word in the kernel */
 static _Atomic int caller_sleeping;
 /* under run_lock */
@@ -123,7 +123,8 @@ static void run_tasks(uint32_t g, int self) {
     while ((uint32_t)(t >> 32) == g && (uint32_t)t < n) {
         if (!atomic_compare_exchange_weak(&ticket, &t, t + 1)) continue;
         fn(ctx, (int64_t)(uint32_t)t, self);
-        if (atomic_fetch_add(&done, 1) + 1 == n && atomic_load(&caller_sleeping)) futex_wake(&done, 1);
+        if (atomic_fetch_add(&done, 1) + 1 == n && atomic_load(&caller_sleeping))
+            futex_wake(&done, 1);
         t = atomic_load(&ticket);
     }
 }
@@ -140,7 +141,8 @@ static void *worker_main(void *arg) {
             atomic_fetch_sub(&workers_sleeping, 1);
         }
         seen = atomic_load(&gen_word);
-        if (self < atomic_load(&size_set)) run_tasks(seen, self); /* else: beyond a pool made smaller */
+        if (self < atomic_load(&size_set))
+            run_tasks(seen, self); /* else: beyond a pool made smaller */
     }
     return NULL;
 }
@@ -152,9 +154,10 @@ static void *worker_main(void *arg) {
 static bool start_workers(int n) {
     start_gen = atomic_load(&gen_word);
     while (n_workers < n - 1) {
-        if (pthread_create(&workers[n_workers], NULL, worker_main, (void *)(intptr_t)(n_workers + 1)) != 0) {
-            kvl_log(KVL_LOG_WARN, "kvl_pool: could not start worker thread %d; running with %d", n_workers + 1,
-                    n_workers + 1);
+        if (pthread_create(&workers[n_workers], NULL, worker_main,
+                           (void *)(intptr_t)(n_workers + 1)) != 0) {
+            kvl_log(KVL_LOG_WARN, "kvl_pool: could not start worker thread %d; running with %d",
+                    n_workers + 1, n_workers + 1);
             break;
         }
         n_workers++;
@@ -173,7 +176,9 @@ static void run_serial(kvl_pool_fn fn, void *ctx, int64_t n_tasks) {
     for (int64_t i = 0; i < n_tasks; i++) fn(ctx, i, self_index);
 }
 
-void kvl_pool_run(kvl_pool_fn fn, void *ctx, int64_t n_tasks) { kvl_pool_run_upto(fn, ctx, n_tasks, POOL_MAX); }
+void kvl_pool_run(kvl_pool_fn fn, void *ctx, int64_t n_tasks) {
+    kvl_pool_run_upto(fn, ctx, n_tasks, POOL_MAX);
+}
 
 void kvl_pool_run_upto(kvl_pool_fn fn, void *ctx, int64_t n_tasks, int max_threads) {
     if (n_tasks <= 0) return;

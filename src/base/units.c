@@ -70,11 +70,19 @@ static bool find_unit(const unit_name *units, const char *s, uint64_t *mult) {
 }
 
 bool kvl_parse_size(const char *s, uint64_t *out) {
-    static const unit_name UNITS[] = {
-        {"", 1}, {"B", 1}, {"KB", 1000}, {"MB", 1000000}, {"GB", 1000000000},
-        {"TB", 1000000000000}, {"PB", 1000000000000000}, {"KiB", 1ull << 10},
-        {"MiB", 1ull << 20}, {"GiB", 1ull << 30}, {"TiB", 1ull << 40}, {"PiB", 1ull << 50},
-        {NULL, 0}};
+    static const unit_name UNITS[] = {{"", 1},
+                                      {"B", 1},
+                                      {"KB", 1000},
+                                      {"MB", 1000000},
+                                      {"GB", 1000000000},
+                                      {"TB", 1000000000000},
+                                      {"PB", 1000000000000000},
+                                      {"KiB", 1ull << 10},
+                                      {"MiB", 1ull << 20},
+                                      {"GiB", 1ull << 30},
+                                      {"TiB", 1ull << 40},
+                                      {"PiB", 1ull << 50},
+                                      {NULL, 0}};
     unsigned __int128 num;
     int exp;
     uint64_t mult;
@@ -84,8 +92,8 @@ bool kvl_parse_size(const char *s, uint64_t *out) {
 
 bool kvl_parse_count(const char *s, bool thousand, int64_t *out) {
     static const unit_name TOKENS[] = {{"", 1}, {"K", 1024}, {"M", 1048576}, {NULL, 0}};
-    static const unit_name PARAMS[] = {{"", 1}, {"K", 1000}, {"M", 1000000}, {"B", 1000000000},
-                                  {"T", 1000000000000}, {NULL, 0}};
+    static const unit_name PARAMS[] = {{"", 1},           {"K", 1000},          {"M", 1000000},
+                                       {"B", 1000000000}, {"T", 1000000000000}, {NULL, 0}};
     unsigned __int128 num;
     int exp;
     uint64_t mult, v;
@@ -150,7 +158,8 @@ const char *kvl_fmt_bytes(uint64_t bytes, char *buf, size_t cap) {
     char g[48], b[32], d[32];
     fmt_grouped(bytes, g, sizeof g);
     if (bytes < 1000) snprintf(buf, cap, "%s B", g);
-    else snprintf(buf, cap, "%s B (%s, %s)", g, kvl_fmt_binary(bytes, b, sizeof b),
-                  kvl_fmt_decimal(bytes, d, sizeof d));
+    else
+        snprintf(buf, cap, "%s B (%s, %s)", g, kvl_fmt_binary(bytes, b, sizeof b),
+                 kvl_fmt_decimal(bytes, d, sizeof d));
     return buf;
 }

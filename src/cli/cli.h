@@ -16,26 +16,26 @@
 typedef struct cli_opts {
     const char *cmd;
     const char *model_path;
-    const char *prompt;       /* -p */
-    const char *prompt_file;  /* -f */
-    const char *prompt_ids;   /* --prompt-ids / --ids */
-    int64_t n_predict;        /* -n */
-    int64_t n_ctx;            /* -c */
-    int n_threads;            /* -t */
+    const char *prompt;      /* -p */
+    const char *prompt_file; /* -f */
+    const char *prompt_ids;  /* --prompt-ids / --ids */
+    int64_t n_predict;       /* -n */
+    int64_t n_ctx;           /* -c */
+    int n_threads;           /* -t */
     sampler_params sampling;
     const char *stop[CLI_MAX_STOP];
     int n_stop;
     int top_logprobs;
     bool json, no_bos, parse_special, ignore_eos, no_kv_cache, no_repack, verbose;
     int block_size;
-    int kv_dtype;   /* K (and V unless kv_dtype_v >= 0) */
+    int kv_dtype; /* K (and V unless kv_dtype_v >= 0) */
     int kv_dtype_v;
     int64_t kv_blocks;
     int64_t batch_tokens;
     int64_t ubatch;
-    int spec;       /* engine_spec_mode: --spec off|ngram (default off) */
-    int spec_k;     /* --spec-k: most drafts per step (default 4) */
-    int spec_ngram; /* --spec-ngram: longest n-gram looked up (default 3) */
+    int spec;                /* engine_spec_mode: --spec off|ngram (default off) */
+    int spec_k;              /* --spec-k: most drafts per step (default 4) */
+    int spec_ngram;          /* --spec-ngram: longest n-gram looked up (default 3) */
     const char *model_draft; /* --model-draft: the draft model of --spec draft */
 } cli_opts;
 
@@ -85,8 +85,8 @@ void cli_print_json(cJSON *j); /* prints one line and deletes j */
  * most max_seqs full-context sequences, at least one. Prints what it chose on
  * stderr; returns 0 (message printed) if not even one sequence fits. */
 #define CLI_KV_MEMORY_FRACTION 0.5
-int64_t cli_kv_blocks_from_memory(size_t block_bytes, int64_t n_ctx, int block_size, int max_seqs, double fraction,
-                                  const char *who);
+int64_t cli_kv_blocks_from_memory(size_t block_bytes, int64_t n_ctx, int block_size, int max_seqs,
+                                  double fraction, const char *who);
 /* /v1/embeddings pooling: the GGUF's <arch>.pooling_type (llama.cpp's enum:
  * 1 mean, 2 cls, 3 last), else the last token, as decoder-only models use. */
 engine_pooling cli_pooling(const gguf_file *f);
@@ -97,13 +97,13 @@ int cmd_score(int argc, char **argv);
 int cmd_perplexity(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_info(int argc, char **argv);
-int cmd_serve(int argc, char **argv);   /* src/cli/cmd_serve.c */
-int cmd_loadgen(int argc, char **argv); /* src/cli/cmd_loadgen.c */
-int cmd_kv_plan(int argc, char **argv); /* src/cli/cmd_kv_plan.c */
-int cmd_synth(int argc, char **argv);   /* src/cli/cmd_synth.c */
-int cmd_bench(int argc, char **argv);   /* src/cli/cmd_bench.c */
+int cmd_serve(int argc, char **argv);         /* src/cli/cmd_serve.c */
+int cmd_loadgen(int argc, char **argv);       /* src/cli/cmd_loadgen.c */
+int cmd_kv_plan(int argc, char **argv);       /* src/cli/cmd_kv_plan.c */
+int cmd_synth(int argc, char **argv);         /* src/cli/cmd_synth.c */
+int cmd_bench(int argc, char **argv);         /* src/cli/cmd_bench.c */
 int cmd_chat_template(int argc, char **argv); /* src/cli/cmd_chat_template.c */
-int cmd_chat(int argc, char **argv);    /* src/cli/cmd_chat.c */
+int cmd_chat(int argc, char **argv);          /* src/cli/cmd_chat.c */
 /* Usage texts of the commands whose flags are their own. */
 void cmd_kv_plan_usage(FILE *out);
 void cmd_bench_usage(FILE *out);

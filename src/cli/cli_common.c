@@ -39,7 +39,8 @@ static bool parse_f32(const char *flag, const char *v, float *out) {
 
 static bool parse_kv_type(const char *flag, const char *v, int *out) {
     if (kv_dtype_parse(v, out)) return true;
-    fprintf(stderr, "kvllm: %s: '%s' is not a KV cache type (f32, f16, bf16, q8_0, fp8)\n", flag, v);
+    fprintf(stderr, "kvllm: %s: '%s' is not a KV cache type (f32, f16, bf16, q8_0, fp8)\n", flag,
+            v);
     return false;
 }
 
@@ -122,7 +123,8 @@ static bool apply_flag(cli_opts *o, const char *f, const char *v, bool *unknown)
     else if (IS("--spec")) {
         engine_spec_mode m;
         if (!engine_spec_parse(v, &m)) {
-            fprintf(stderr, "kvllm: --spec: '%s' is not a speculation mode (off, ngram, draft)\n", v);
+            fprintf(stderr, "kvllm: --spec: '%s' is not a speculation mode (off, ngram, draft)\n",
+                    v);
             return false;
         }
         o->spec = (int)m;
@@ -160,7 +162,9 @@ static bool apply_switch(cli_opts *o, const char *f) {
     return true;
 }
 
-bool cli_parse(int argc, char **argv, cli_opts *o) { return cli_parse_ex(argc, argv, o, NULL, NULL); }
+bool cli_parse(int argc, char **argv, cli_opts *o) {
+    return cli_parse_ex(argc, argv, o, NULL, NULL);
+}
 
 bool cli_parse_ex(int argc, char **argv, cli_opts *o, cli_extra_fn extra, void *ctx) {
     opts_default(o);
@@ -191,7 +195,8 @@ bool cli_parse_ex(int argc, char **argv, cli_opts *o, cli_extra_fn extra, void *
     }
     if (o->verbose) kvl_log_level = KVL_LOG_INFO;
     if (o->n_threads > 0) {
-        omp_set_num_threads(o->n_threads); /* what still uses OpenMP: bench-sweep's bandwidth probe */
+        omp_set_num_threads(
+            o->n_threads); /* what still uses OpenMP: bench-sweep's bandwidth probe */
         kvl_pool_set_threads(o->n_threads);
     }
     if (o->model_draft && o->spec == ENGINE_SPEC_OFF) o->spec = ENGINE_SPEC_DRAFT; /* implied */
@@ -233,14 +238,16 @@ static void on_load_progress(double done, void *user) {
     load_progress *p = user;
     double now = kvl_time_s(), el = now - p->t0;
     if (done >= 1) {
-        if (p->shown) fprintf(stderr, "%skvllm: loaded %s in %.1f s\n", p->tty ? "\r\033[K" : "", p->path, el);
+        if (p->shown)
+            fprintf(stderr, "%skvllm: loaded %s in %.1f s\n", p->tty ? "\r\033[K" : "", p->path,
+                    el);
         return;
     }
     if (el < 1.0 || now - p->last < (p->tty ? 0.2 : 5.0)) return;
     p->last = now;
     p->shown = true;
-    fprintf(stderr, "%skvllm: loading %s: %3.0f%% (%.0f s)%s", p->tty ? "\r\033[K" : "", p->path, 100.0 * done, el,
-            p->tty ? "" : "\n");
+    fprintf(stderr, "%skvllm: loading %s: %3.0f%% (%.0f s)%s", p->tty ? "\r\033[K" : "", p->path,
+            100.0 * done, el, p->tty ? "" : "\n");
 }
 
 /* --model-draft: loaded like the model; its vocabulary must be the model's,
@@ -259,23 +266,31 @@ static bool load_draft(const cli_opts *o, const char *main_path, cli_model *cm) 
         gguf_close(f);
         return false;
     }
-    model_params mp = {.max_ctx = o->n_ctx > 0 ? o->n_ctx : 0, .max_ctx_cap = CLI_DEFAULT_CTX,
-                       .max_ubatch = o->ubatch, .no_repack = o->no_repack};
+    model_params mp = {.max_ctx = o->n_ctx > 0 ? o->n_ctx : 0,
+                       .max_ctx_cap = CLI_DEFAULT_CTX,
+                       .max_ubatch = o->ubatch,
+                       .no_repack = o->no_repack};
     cm->draft = model_load(f, &mp, &err); /* takes f */
     bool ok = cm->draft != NULL;
     if (!ok) fprintf(stderr, "kvllm: --model-draft %s: %s\n", path, err.msg);
     int32_t n = tok_n_vocab(cm->vocab);
     if (ok && (tok_n_vocab(v) != n || model_hp(cm->draft)->n_vocab != model_hp(cm->m)->n_vocab)) {
-        fprintf(stderr, "kvllm: --model-draft %s: its vocabulary has %d tokens (%lld logits), %s's has %d (%lld): "
-                        "the draft model must share the model's vocabulary\n", path, tok_n_vocab(v),
-                (long long)model_hp(cm->draft)->n_vocab, main_path, n, (long long)model_hp(cm->m)->n_vocab);
+        fprintf(stderr,
+                "kvllm: --model-draft %s: its vocabulary has %d tokens (%lld logits), %s's has %d "
+                "(%lld): "
+                "the draft model must share the model's vocabulary\n",
+                path, tok_n_vocab(v), (long long)model_hp(cm->draft)->n_vocab, main_path, n,
+                (long long)model_hp(cm->m)->n_vocab);
         ok = false;
     }
     for (int32_t i = 0; ok && i < n; i++) {
         const char *a = tok_piece(cm->vocab, i), *b = tok_piece(v, i);
         if (strcmp(a ? a : "", b ? b : "") != 0) {
-            fprintf(stderr, "kvllm: --model-draft %s: token %d is '%s' there but '%s' in %s: the draft model must "
-                            "share the model's vocabulary\n", path, i, b ? b : "", a ? a : "", main_path);
+            fprintf(stderr,
+                    "kvllm: --model-draft %s: token %d is '%s' there but '%s' in %s: the draft "
+                    "model must "
+                    "share the model's vocabulary\n",
+                    path, i, b ? b : "", a ? a : "", main_path);
             ok = false;
         }
     }
@@ -311,8 +326,12 @@ bool cli_load(const cli_opts *o, bool want_weights, cli_model *cm) {
     /* Scratch is sized for the run's context (-c, else the default context),
      * never for the file's context_length alone: a file may claim 2^32 - 1. */
     load_progress lp = {.path = path, .t0 = kvl_time_s(), .tty = isatty(STDERR_FILENO)};
-    model_params mp = {.max_ctx = ctx > 0 ? ctx : 0, .max_ctx_cap = CLI_DEFAULT_CTX, .max_ubatch = o->ubatch,
-                       .no_repack = o->no_repack, .progress = on_load_progress, .progress_user = &lp};
+    model_params mp = {.max_ctx = ctx > 0 ? ctx : 0,
+                       .max_ctx_cap = CLI_DEFAULT_CTX,
+                       .max_ubatch = o->ubatch,
+                       .no_repack = o->no_repack,
+                       .progress = on_load_progress,
+                       .progress_user = &lp};
     cm->m = model_load(f, &mp, &err); /* takes f, even on failure */
     if (!cm->m) {
         fprintf(stderr, "kvllm: %s\n", err.msg);
@@ -404,7 +423,8 @@ char *cli_read_input(const char *path, size_t *len, kvl_error *err) {
     return p;
 }
 
-bool cli_prompt_ids(const cli_opts *o, const tok_vocab *v, bool add_bos, int32_t **ids, int64_t *n) {
+bool cli_prompt_ids(const cli_opts *o, const tok_vocab *v, bool add_bos, int32_t **ids,
+                    int64_t *n) {
     if (o->prompt_ids) return cli_parse_ids(o->prompt_ids, ids, n);
     char *text = NULL;
     size_t len = 0;
@@ -491,27 +511,31 @@ static int64_t mem_available(void) {
     return kb < 0 ? -1 : (int64_t)kb * 1024;
 }
 
-int64_t cli_kv_blocks_from_memory(size_t block_bytes, int64_t n_ctx, int block_size, int max_seqs, double fraction,
-                                  const char *who) {
+int64_t cli_kv_blocks_from_memory(size_t block_bytes, int64_t n_ctx, int block_size, int max_seqs,
+                                  double fraction, const char *who) {
     int64_t per_seq = (n_ctx + block_size - 1) / block_size;
     int64_t want = per_seq * max_seqs;
     int64_t avail = mem_available();
     if (avail < 0 || block_bytes == 0) {
-        fprintf(stderr, "kvllm %s: cannot read MemAvailable: KV pool sized for %d full-context sequences\n", who,
-                max_seqs);
+        fprintf(stderr,
+                "kvllm %s: cannot read MemAvailable: KV pool sized for %d full-context sequences\n",
+                who, max_seqs);
         return want;
     }
     int64_t fit = (int64_t)(fraction * (double)avail) / (int64_t)block_bytes;
     if (fit < per_seq) {
         fprintf(stderr,
-                "kvllm %s: %g x MemAvailable (%.1f MiB) holds %lld KV blocks of %zu bytes, less than one "
-                "%lld-token sequence needs (%lld); lower -c, use --kv-type q8_0, or set --kv-memory / --kv-blocks\n",
-                who, fraction, (double)avail / 1048576.0, (long long)fit, block_bytes, (long long)n_ctx,
-                (long long)per_seq);
+                "kvllm %s: %g x MemAvailable (%.1f MiB) holds %lld KV blocks of %zu bytes, less "
+                "than one "
+                "%lld-token sequence needs (%lld); lower -c, use --kv-type q8_0, or set "
+                "--kv-memory / --kv-blocks\n",
+                who, fraction, (double)avail / 1048576.0, (long long)fit, block_bytes,
+                (long long)n_ctx, (long long)per_seq);
         return 0;
     }
     int64_t n = fit < want ? fit : want;
-    fprintf(stderr, "kvllm %s: KV pool from memory: %g x MemAvailable %.1f MiB -> %lld blocks (%s)\n", who,
+    fprintf(stderr,
+            "kvllm %s: KV pool from memory: %g x MemAvailable %.1f MiB -> %lld blocks (%s)\n", who,
             fraction, (double)avail / 1048576.0, (long long)n,
             n == want ? "capped at --max-seqs full-context sequences" : "limited by memory");
     return n;
@@ -528,7 +552,9 @@ engine_pooling cli_pooling(const gguf_file *f) {
     case 2: return ENGINE_POOL_CLS;
     case 3: return ENGINE_POOL_LAST;
     default:
-        fprintf(stderr, "kvllm: %s = %u (none or rank) is not supported for /v1/embeddings: using the last token\n",
+        fprintf(stderr,
+                "kvllm: %s = %u (none or rank) is not supported for /v1/embeddings: using the last "
+                "token\n",
                 key, t);
         return ENGINE_POOL_LAST;
     }

@@ -38,11 +38,11 @@ typedef struct bench_args {
     int64_t decode_prompt;       /* prompt length before decode and batched decode */
     int64_t batch[MAX_LIST];     /* --batch, always starting with 1 */
     int n_batch;
-    int64_t sweep[MAX_LIST];     /* --context-sweep */
+    int64_t sweep[MAX_LIST]; /* --context-sweep */
     int n_sweep;
-    int64_t sweep_tokens;        /* tokens decoded at each sweep point with the cache */
-    double nocache_budget_s;     /* time allowed to the whole no-cache sweep */
-    const char *out;             /* --out PREFIX for the sweep's .csv and .svg */
+    int64_t sweep_tokens;    /* tokens decoded at each sweep point with the cache */
+    double nocache_budget_s; /* time allowed to the whole no-cache sweep */
+    const char *out;         /* --out PREFIX for the sweep's .csv and .svg */
     bool membw;
     int64_t membw_mb;
     bool progress;
@@ -69,8 +69,8 @@ static bool parse_list(const char *flag, const char *v, int64_t *out, int *n) {
         char *end;
         long long x = strtoll(p, &end, 10);
         if (end == p || x < 1 || *n == MAX_LIST || (*end && *end != ',')) {
-            fprintf(stderr, "kvllm bench: %s: expected up to %d positive integers like 1,4,16\n", flag,
-                    MAX_LIST);
+            fprintf(stderr, "kvllm bench: %s: expected up to %d positive integers like 1,4,16\n",
+                    flag, MAX_LIST);
             return false;
         }
         out[(*n)++] = x;
@@ -129,12 +129,12 @@ static int bench_flag(const char *f, const char *v, void *ctx) {
 }
 
 void cmd_bench_usage(FILE *out) {
-    fprintf(out,
-            "usage: kvllm bench -m MODEL [-p 512] [-n 128] [-r 3] [-t N] [--batch 1,4,16]\n"
-            "                   [--decode-prompt 16] [--kv-type f16|...] [--json]\n"
-            "                   [--context-sweep 128,512,2048 [--sweep-tokens 16] [--no-cache-budget 120]\n"
-            "                    [--out PREFIX]] [--membw [--membw-mb 1024]] [--no-progress]\n"
-            "       kvllm bench --membw        (memory read bandwidth only)\n");
+    fprintf(out, "usage: kvllm bench -m MODEL [-p 512] [-n 128] [-r 3] [-t N] [--batch 1,4,16]\n"
+                 "                   [--decode-prompt 16] [--kv-type f16|...] [--json]\n"
+                 "                   [--context-sweep 128,512,2048 [--sweep-tokens 16] "
+                 "[--no-cache-budget 120]\n"
+                 "                    [--out PREFIX]] [--membw [--membw-mb 1024]] [--no-progress]\n"
+                 "       kvllm bench --membw        (memory read bandwidth only)\n");
 }
 
 /* ---------------------------------------------------------- progress -- */
@@ -156,8 +156,8 @@ static void prog_draw(progress *p, int64_t done, int64_t total) {
     char cells[32];
     for (int i = 0; i < width; i++) cells[i] = i < filled ? '#' : '.';
     cells[width] = 0;
-    fprintf(stderr, "\r\033[K[%s] %d/%d %s  %lld/%lld tok  %.0f s", cells, p->run, p->n_runs, p->label,
-            (long long)done, (long long)total, now - p->t0);
+    fprintf(stderr, "\r\033[K[%s] %d/%d %s  %lld/%lld tok  %.0f s", cells, p->run, p->n_runs,
+            p->label, (long long)done, (long long)total, now - p->t0);
 }
 
 static void prog_next(progress *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -259,8 +259,8 @@ static void on_event(const engine_event *ev, void *user) {
 }
 
 typedef struct run_result {
-    double prefill_s;     /* time to the first token (longest over the sequences) */
-    int64_t dec_tokens;   /* tokens generated after every sequence had its first */
+    double prefill_s;   /* time to the first token (longest over the sequences) */
+    int64_t dec_tokens; /* tokens generated after every sequence had its first */
     double dec_s;
 } run_result;
 
@@ -268,8 +268,12 @@ static bool submit_all(bench *b, engine *e, run_state *st, int64_t n_prompt, int
     int32_t *ids = malloc((size_t)n_prompt * sizeof *ids);
     if (!ids) return false;
     int64_t n_vocab = model_hp(b->cm.m)->n_vocab;
-    engine_request r = {.prompt = ids, .n_prompt = n_prompt, .max_tokens = max_tokens,
-                        .ignore_eos = true, .on_event = on_event, .user = st};
+    engine_request r = {.prompt = ids,
+                        .n_prompt = n_prompt,
+                        .max_tokens = max_tokens,
+                        .ignore_eos = true,
+                        .on_event = on_event,
+                        .user = st};
     sampler_params_default(&r.sampling);
     r.sampling.temperature = 0; /* greedy: the cheapest sampler, as llama-bench does not sample */
     kvl_error err = {{0}};
@@ -312,7 +316,8 @@ static bool run_requests(bench *b, engine *e, int n_seqs, int64_t n_prompt, int6
     return true;
 }
 
-static engine *make_engine(bench *b, int max_seqs, int64_t n_prompt, int64_t max_tokens, bool no_cache) {
+static engine *make_engine(bench *b, int max_seqs, int64_t n_prompt, int64_t max_tokens,
+                           bool no_cache) {
     const cli_opts *o = b->o;
     engine_config ec;
     engine_config_default(&ec);
@@ -378,7 +383,8 @@ static bool phase_decode(bench *b, results *res) {
         engine *e = make_engine(b, B, a->decode_prompt, a->n_decode, false);
         ok = e != NULL;
         for (int rep = 0; ok && rep < a->reps; rep++) {
-            prog_next(&b->prog, "decode %lld x%d, rep %d/%d", (long long)a->n_decode, B, rep + 1, a->reps);
+            prog_next(&b->prog, "decode %lld x%d, rep %d/%d", (long long)a->n_decode, B, rep + 1,
+                      a->reps);
             run_result r;
             ok = run_requests(b, e, B, a->decode_prompt, a->n_decode, &r);
             if (ok && r.dec_s > 0) br->tps.v[br->tps.n++] = r.dec_tokens / r.dec_s;
@@ -429,9 +435,9 @@ static const char *model_type_name(const gguf_file *f) {
     static const struct {
         int id;
         const char *name;
-    } FT[] = {{0, "F32"},     {1, "F16"},     {2, "Q4_0"},   {3, "Q4_1"},    {7, "Q8_0"},
+    } FT[] = {{0, "F32"},     {1, "F16"},     {2, "Q4_0"},    {3, "Q4_1"},    {7, "Q8_0"},
               {10, "Q2_K"},   {11, "Q3_K_S"}, {12, "Q3_K_M"}, {14, "Q4_K_S"}, {15, "Q4_K_M"},
-              {16, "Q5_K_S"}, {17, "Q5_K_M"}, {18, "Q6_K"},  {32, "BF16"}};
+              {16, "Q5_K_S"}, {17, "Q5_K_M"}, {18, "Q6_K"},   {32, "BF16"}};
     int64_t ft;
     if (gguf_get_i64(f, "general.file_type", &ft))
         for (size_t i = 0; i < sizeof FT / sizeof FT[0]; i++)
@@ -461,9 +467,11 @@ static void json_batches(cJSON *j, const bench *b, const results *res) {
         cJSON_AddNumberToObject(e, "decode_tokens_per_s", samples_mean(&br->tps));
         cJSON_AddNumberToObject(e, "decode_tokens_per_s_sd", samples_sd(&br->tps));
         cJSON_AddNumberToObject(e, "per_sequence_tokens_per_s", samples_mean(&br->tps) / br->batch);
-        cJSON_AddNumberToObject(e, "weights_bytes_per_token", (double)b->weights_per_step / br->batch);
+        cJSON_AddNumberToObject(e, "weights_bytes_per_token",
+                                (double)b->weights_per_step / br->batch);
         cJSON_AddNumberToObject(e, "weights_gb_per_s", gbps);
-        if (res->membw_gbps > 0) cJSON_AddNumberToObject(e, "roofline_pct", 100 * gbps / res->membw_gbps);
+        if (res->membw_gbps > 0)
+            cJSON_AddNumberToObject(e, "roofline_pct", 100 * gbps / res->membw_gbps);
         cJSON_AddItemToArray(arr, e);
     }
 }
@@ -476,7 +484,8 @@ static void json_sweep(cJSON *j, const bench *b, const results *res) {
         cJSON *e = cJSON_CreateObject();
         cJSON_AddNumberToObject(e, "context", (double)sp->ctx);
         cJSON_AddNumberToObject(e, "kv_cache_ms_per_token", sp->cache_ms);
-        if (sp->nocache_ms >= 0) cJSON_AddNumberToObject(e, "no_kv_cache_ms_per_token", sp->nocache_ms);
+        if (sp->nocache_ms >= 0)
+            cJSON_AddNumberToObject(e, "no_kv_cache_ms_per_token", sp->nocache_ms);
         else cJSON_AddNullToObject(e, "no_kv_cache_ms_per_token");
         cJSON_AddBoolToObject(e, "no_kv_cache_skipped", sp->nocache_ms < 0);
         cJSON_AddItemToArray(arr, e);
@@ -541,13 +550,15 @@ static void print_text(const bench *b, const results *res) {
     }
     const model_hparams *hp = model_hp(b->cm.m);
     const gguf_file *f = model_gguf(b->cm.m);
-    printf("kvllm bench: %s\n  %s %s, %.3f GB, %.3f B params, %d threads, %s kernels, KV %s, %d reps\n"
-           "  weights read per decoding step: %.3f GB\n",
-           gguf_path(f), hp->arch, model_type_name(f), gguf_tensor_data_bytes(f) / 1e9, hp->n_params / 1e9,
-           kvl_pool_threads(), kern_isa_name(), kv_dtype_name(b->o->kv_dtype), a->reps,
-           b->weights_per_step / 1e9);
+    printf(
+        "kvllm bench: %s\n  %s %s, %.3f GB, %.3f B params, %d threads, %s kernels, KV %s, %d reps\n"
+        "  weights read per decoding step: %.3f GB\n",
+        gguf_path(f), hp->arch, model_type_name(f), gguf_tensor_data_bytes(f) / 1e9,
+        hp->n_params / 1e9, kvl_pool_threads(), kern_isa_name(), kv_dtype_name(b->o->kv_dtype),
+        a->reps, b->weights_per_step / 1e9);
     if (res->membw_gbps > 0) printf("  memory read bandwidth: %.2f GB/s\n", res->membw_gbps);
-    printf("\n| %-22s | %10s | %8s | %12s | %8s |\n", "test", "t/s", "sd", "weights GB/s", "roofline");
+    printf("\n| %-22s | %10s | %8s | %12s | %8s |\n", "test", "t/s", "sd", "weights GB/s",
+           "roofline");
     printf("|------------------------|-----------:|---------:|-------------:|---------:|\n");
     char name[64];
     if (a->n_prefill > 0) {
@@ -559,8 +570,7 @@ static void print_text(const bench *b, const results *res) {
         if (br->batch > 1)
             snprintf(name, sizeof name, "tg%lld x%lld (aggregate)", (long long)a->n_decode,
                      (long long)br->batch);
-        else
-            snprintf(name, sizeof name, "tg%lld", (long long)a->n_decode);
+        else snprintf(name, sizeof name, "tg%lld", (long long)a->n_decode);
         print_row(name, &br->tps, batch_gbps(b, br), res->membw_gbps);
     }
     for (int i = 0; i < a->n_sweep; i++) {
@@ -568,7 +578,9 @@ static void print_text(const bench *b, const results *res) {
         printf("%s  context %6lld: %9.2f ms/token with KV cache, ", i ? "" : "\ncontext sweep:\n",
                (long long)sp->ctx, sp->cache_ms);
         if (sp->nocache_ms >= 0) printf("%9.2f ms/token recomputing\n", sp->nocache_ms);
-        else printf("recompute skipped (estimated %.0f s, over the --no-cache-budget)\n", sp->nocache_est_s);
+        else
+            printf("recompute skipped (estimated %.0f s, over the --no-cache-budget)\n",
+                   sp->nocache_est_s);
     }
 }
 
@@ -595,8 +607,15 @@ static bool run_phases(bench *b, results *res) {
 }
 
 static bool parse_args(int argc, char **argv, cli_opts *o, bench_args *a) {
-    *a = (bench_args){.n_prefill = 512, .n_decode = 128, .reps = 3, .decode_prompt = 16, .batch = {1},
-                      .n_batch = 1, .sweep_tokens = 16, .nocache_budget_s = 120, .membw_mb = 1024,
+    *a = (bench_args){.n_prefill = 512,
+                      .n_decode = 128,
+                      .reps = 3,
+                      .decode_prompt = 16,
+                      .batch = {1},
+                      .n_batch = 1,
+                      .sweep_tokens = 16,
+                      .nocache_budget_s = 120,
+                      .membw_mb = 1024,
                       .progress = true};
     if (!cli_parse_ex(argc, argv, o, bench_flag, a)) {
         cmd_bench_usage(stderr);
@@ -630,11 +649,14 @@ int cmd_bench(int argc, char **argv) {
     if (a.membw) res->membw_gbps = bench_membw_gbps(a.membw_mb);
     if (b.cm.m) {
         b.weights_per_step = weights_per_step(b.cm.m);
-        b.prog = (progress){.on = a.progress, .tty = isatty(STDERR_FILENO), .n_runs = count_runs(&a),
+        b.prog = (progress){.on = a.progress,
+                            .tty = isatty(STDERR_FILENO),
+                            .n_runs = count_runs(&a),
                             .t0 = kvl_time_s()};
         bool ok = run_phases(&b, res);
         prog_end(&b.prog);
-        if (!ok || (a.n_sweep > 0 && !bench_sweep_files(a.out, b.cm.m, res->sweep, a.n_sweep))) goto out;
+        if (!ok || (a.n_sweep > 0 && !bench_sweep_files(a.out, b.cm.m, res->sweep, a.n_sweep)))
+            goto out;
     }
     if (o.json) print_json(&b, res);
     else print_text(&b, res);

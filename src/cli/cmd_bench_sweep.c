@@ -83,10 +83,15 @@ typedef struct plot {
     int w, h, l, r, t, bm; /* size and margins */
 } plot;
 
-static double px(const plot *p, double x) { return p->l + (log10(x) - p->x0) / (p->x1 - p->x0) * (p->w - p->l - p->r); }
-static double py(const plot *p, double y) { return p->h - p->bm - (log10(y) - p->y0) / (p->y1 - p->y0) * (p->h - p->t - p->bm); }
+static double px(const plot *p, double x) {
+    return p->l + (log10(x) - p->x0) / (p->x1 - p->x0) * (p->w - p->l - p->r);
+}
+static double py(const plot *p, double y) {
+    return p->h - p->bm - (log10(y) - p->y0) / (p->y1 - p->y0) * (p->h - p->t - p->bm);
+}
 
-static void svg_series(FILE *fp, const plot *p, const sweep_point *sw, int n, bool cache, const char *color) {
+static void svg_series(FILE *fp, const plot *p, const sweep_point *sw, int n, bool cache,
+                       const char *color) {
     fprintf(fp, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" points=\"", color);
     for (int i = 0; i < n; i++) {
         double v = cache ? sw[i].cache_ms : sw[i].nocache_ms;
@@ -96,26 +101,32 @@ static void svg_series(FILE *fp, const plot *p, const sweep_point *sw, int n, bo
     for (int i = 0; i < n; i++) {
         double v = cache ? sw[i].cache_ms : sw[i].nocache_ms;
         if (v > 0)
-            fprintf(fp, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3.5\" fill=\"%s\"><title>%lld: %.2f ms</title></circle>\n",
+            fprintf(fp,
+                    "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3.5\" fill=\"%s\"><title>%lld: %.2f "
+                    "ms</title></circle>\n",
                     px(p, (double)sw[i].ctx), py(p, v), color, (long long)sw[i].ctx, v);
     }
 }
 
 static void svg_axes(FILE *fp, const plot *p, const sweep_point *sw, int n) {
-    fprintf(fp, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"none\" stroke=\"#444\"/>\n", p->l,
-            p->t, p->w - p->l - p->r, p->h - p->t - p->bm);
+    fprintf(fp,
+            "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"none\" stroke=\"#444\"/>\n",
+            p->l, p->t, p->w - p->l - p->r, p->h - p->t - p->bm);
     for (int i = 0; i < n; i++) {
         double x = px(p, (double)sw[i].ctx);
-        fprintf(fp, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#ddd\"/>\n", x, p->t, x, p->h - p->bm);
-        fprintf(fp, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%lld</text>\n", x, p->h - p->bm + 16,
-                (long long)sw[i].ctx);
+        fprintf(fp, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#ddd\"/>\n", x,
+                p->t, x, p->h - p->bm);
+        fprintf(fp, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%lld</text>\n", x,
+                p->h - p->bm + 16, (long long)sw[i].ctx);
     }
     for (int e = (int)floor(p->y0); e <= (int)ceil(p->y1); e++) {
         for (int m = 1; m <= 5; m += m == 1 ? 1 : 3) { /* 1, 2, 5 per decade */
             double v = m * pow(10, e), y = py(p, v);
             if (log10(v) < p->y0 || log10(v) > p->y1) continue;
-            fprintf(fp, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", p->l, y, p->w - p->r, y);
-            fprintf(fp, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%g</text>\n", p->l - 6, y + 4, v);
+            fprintf(fp, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#ddd\"/>\n",
+                    p->l, y, p->w - p->r, y);
+            fprintf(fp, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%g</text>\n", p->l - 6,
+                    y + 4, v);
         }
     }
 }
@@ -136,21 +147,35 @@ static bool write_svg(const char *path, const char *model_name, const sweep_poin
     if (p.x1 - p.x0 < 0.3) p.x1 = p.x0 + 0.3;
     FILE *fp = fopen(path, "w");
     if (!fp) return false;
-    fprintf(fp, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" font-family=\"sans-serif\" "
-                "font-size=\"12\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n", p.w, p.h);
-    fprintf(fp, "<text x=\"%d\" y=\"22\" font-size=\"15\">Decode cost per token vs context: %s</text>\n", p.l,
-            model_name);
+    fprintf(fp,
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
+            "font-family=\"sans-serif\" "
+            "font-size=\"12\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
+            p.w, p.h);
+    fprintf(
+        fp,
+        "<text x=\"%d\" y=\"22\" font-size=\"15\">Decode cost per token vs context: %s</text>\n",
+        p.l, model_name);
     svg_axes(fp, &p, sw, n);
     svg_series(fp, &p, sw, n, true, "#1f77b4");
     svg_series(fp, &p, sw, n, false, "#d62728");
-    fprintf(fp, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">context length (tokens, log scale)</text>\n",
+    fprintf(fp,
+            "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">context length (tokens, log "
+            "scale)</text>\n",
             (p.w + p.l) / 2, p.h - 22);
-    fprintf(fp, "<text transform=\"translate(16,%d) rotate(-90)\" text-anchor=\"middle\">ms per token (log)</text>\n",
+    fprintf(fp,
+            "<text transform=\"translate(16,%d) rotate(-90)\" text-anchor=\"middle\">ms per token "
+            "(log)</text>\n",
             (p.h + p.t) / 2);
-    fprintf(fp, "<text x=\"%d\" y=\"40\" fill=\"#1f77b4\">&#9679; KV cache (attention O(N) per token)</text>\n",
+    fprintf(fp,
+            "<text x=\"%d\" y=\"40\" fill=\"#1f77b4\">&#9679; KV cache (attention O(N) per "
+            "token)</text>\n",
             p.l + 8);
-    fprintf(fp, "<text x=\"%d\" y=\"40\" fill=\"#d62728\">&#9679; no KV cache: recompute (O(N) to O(N&#178;) per token)"
-                "</text>\n", p.l + 300);
+    fprintf(fp,
+            "<text x=\"%d\" y=\"40\" fill=\"#d62728\">&#9679; no KV cache: recompute (O(N) to "
+            "O(N&#178;) per token)"
+            "</text>\n",
+            p.l + 300);
     fprintf(fp, "</svg>\n");
     return fclose(fp) == 0;
 }

@@ -9,18 +9,20 @@
 #include "jinja.h"
 
 static void usage(FILE *out) {
-    fprintf(out,
-            "usage: kvllm chat-template (-m MODEL.gguf | --file T.jinja) --messages FILE.json [options]\n\n"
-            "Renders the conversation with the Jinja chat template and prints the prompt to stdout.\n"
-            "A template that refuses (raise_exception) or fails exits 1 with its message on stderr.\n\n"
-            "  -m FILE               take the template, BOS and EOS texts from a GGUF file\n"
-            "  --file FILE           take the template from a file\n"
-            "  --messages FILE       JSON array of messages (\"-\": stdin)\n"
-            "  --tools FILE          JSON array of tool definitions (default: none)\n"
-            "  --no-generation-prompt  add_generation_prompt = false (default true)\n"
-            "  --bos S  --eos S      bos_token / eos_token (default: the GGUF's, else \"\")\n"
-            "  --kwargs JSON         extra template variables, e.g. '{\"enable_thinking\": false}'\n"
-            "  --now YYYY-MM-DD      the date strftime_now() sees (default: today)\n");
+    fprintf(
+        out,
+        "usage: kvllm chat-template (-m MODEL.gguf | --file T.jinja) --messages FILE.json "
+        "[options]\n\n"
+        "Renders the conversation with the Jinja chat template and prints the prompt to stdout.\n"
+        "A template that refuses (raise_exception) or fails exits 1 with its message on stderr.\n\n"
+        "  -m FILE               take the template, BOS and EOS texts from a GGUF file\n"
+        "  --file FILE           take the template from a file\n"
+        "  --messages FILE       JSON array of messages (\"-\": stdin)\n"
+        "  --tools FILE          JSON array of tool definitions (default: none)\n"
+        "  --no-generation-prompt  add_generation_prompt = false (default true)\n"
+        "  --bos S  --eos S      bos_token / eos_token (default: the GGUF's, else \"\")\n"
+        "  --kwargs JSON         extra template variables, e.g. '{\"enable_thinking\": false}'\n"
+        "  --now YYYY-MM-DD      the date strftime_now() sees (default: today)\n");
 }
 
 static char *read_arg_file(const char *path, size_t *len) {
@@ -57,15 +59,16 @@ static cJSON *read_json(const char *path, const char *what) {
     if (!s) return NULL;
     const char *end = NULL;
     cJSON *j = jinja_json_parse(s, n, &end);
-    if (!j) fprintf(stderr, "kvllm: chat-template: %s %s: invalid JSON near byte %zu\n", what, path,
-                    end ? (size_t)(end - s) : 0);
+    if (!j)
+        fprintf(stderr, "kvllm: chat-template: %s %s: invalid JSON near byte %zu\n", what, path,
+                end ? (size_t)(end - s) : 0);
     free(s);
     return j;
 }
 
 int cmd_chat_template(int argc, char **argv) {
-    const char *model = NULL, *file = NULL, *messages = NULL, *tools = NULL, *bos = NULL, *eos = NULL,
-               *kwargs = NULL, *now = NULL;
+    const char *model = NULL, *file = NULL, *messages = NULL, *tools = NULL, *bos = NULL,
+               *eos = NULL, *kwargs = NULL, *now = NULL;
     bool add_gen = true;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
@@ -104,8 +107,8 @@ int cmd_chat_template(int argc, char **argv) {
     }
     jinja_date date = {0}, *datep = NULL;
     if (now) {
-        if (sscanf(now, "%d-%d-%d", &date.year, &date.month, &date.day) != 3 || date.month < 1 || date.month > 12 ||
-            date.day < 1 || date.day > 31) {
+        if (sscanf(now, "%d-%d-%d", &date.year, &date.month, &date.day) != 3 || date.month < 1 ||
+            date.month > 12 || date.day < 1 || date.day > 31) {
             fprintf(stderr, "kvllm: chat-template: --now '%s' is not YYYY-MM-DD\n", now);
             return 2;
         }
@@ -139,7 +142,8 @@ int cmd_chat_template(int argc, char **argv) {
 
     if (!(msgs = read_json(messages, "--messages"))) goto done;
     if (!cJSON_IsArray(msgs)) {
-        fprintf(stderr, "kvllm: chat-template: --messages %s: expected a JSON array of messages\n", messages);
+        fprintf(stderr, "kvllm: chat-template: --messages %s: expected a JSON array of messages\n",
+                messages);
         goto done;
     }
     if (tools && !(tl = read_json(tools, "--tools"))) goto done;
@@ -180,7 +184,8 @@ int cmd_chat_template(int argc, char **argv) {
         goto done;
     }
     if (st != JINJA_OK) {
-        fprintf(stderr, "kvllm: chat-template: rendering failed (%s): %s\n", jinja_status_name(st), err);
+        fprintf(stderr, "kvllm: chat-template: rendering failed (%s): %s\n", jinja_status_name(st),
+                err);
         goto done;
     }
     fwrite(out, 1, out_len, stdout);

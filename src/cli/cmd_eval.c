@@ -67,18 +67,19 @@ static int cmd_score_opts(const cli_opts *o) {
     if (!cli_prompt_ids(o, cm.vocab, add_bos, &ids, &n)) goto out;
     int64_t ctx = o->n_ctx > 0 ? o->n_ctx : cli_default_ctx(model_hp(cm.m));
     if (n == 0 || n > ctx) {
-        fprintf(stderr, "kvllm: score: %lld tokens (need 1..%lld, the context size)\n", (long long)n,
-                (long long)ctx);
+        fprintf(stderr, "kvllm: score: %lld tokens (need 1..%lld, the context size)\n",
+                (long long)n, (long long)ctx);
         goto out;
     }
-    score_state st = {.o = o, .vocab = cm.vocab, .ids = ids, .n = n,
-                      .n_vocab = (int32_t)model_hp(cm.m)->n_vocab};
+    score_state st = {
+        .o = o, .vocab = cm.vocab, .ids = ids, .n = n, .n_vocab = (int32_t)model_hp(cm.m)->n_vocab};
     st.top_ids = malloc((o->top_logprobs + 1) * sizeof(int32_t));
     st.top_lp = malloc((o->top_logprobs + 1) * sizeof(float));
     kvl_error err = {{0}};
     if (!st.top_ids || !st.top_lp) {
         fprintf(stderr, "kvllm: out of memory\n");
-    } else if (!engine_eval(cm.m, o->kv_dtype, o->kv_dtype_v, o->block_size, ids, n, score_position, &st, &err)) {
+    } else if (!engine_eval(cm.m, o->kv_dtype, o->kv_dtype_v, o->block_size, ids, n, score_position,
+                            &st, &err)) {
         fprintf(stderr, "kvllm: %s\n", err.msg);
     } else {
         rc = 0;
@@ -102,7 +103,7 @@ typedef struct ppl_state {
     double nll;
     int64_t count;
     /* --kl-base: the base run stores its log-probabilities, the test run compares */
-    float *base_lp;   /* [c - first][n_vocab] or NULL */
+    float *base_lp; /* [c - first][n_vocab] or NULL */
     bool comparing;
     double kl;
     int64_t top1_agree;
@@ -172,8 +173,10 @@ static int cmd_perplexity_opts(const cli_opts *o) {
     if (!cli_prompt_ids(o, cm.vocab, add_bos, &ids, &n)) goto out;
     int64_t c = o->n_ctx > 0 ? o->n_ctx : 512;
     if (n < 2 * c) {
-        fprintf(stderr, "kvllm: perplexity: need at least %lld tokens (2 x context %lld), the text has %lld\n",
-                (long long)(2 * c), (long long)c, (long long)n);
+        fprintf(
+            stderr,
+            "kvllm: perplexity: need at least %lld tokens (2 x context %lld), the text has %lld\n",
+            (long long)(2 * c), (long long)c, (long long)n);
         goto out;
     }
     int64_t n_chunks = n / c;
@@ -191,9 +194,11 @@ static int cmd_perplexity_opts(const cli_opts *o) {
         if (add_bos) chunk[0] = tok_bos(cm.vocab);
         ppl_state st = {.chunk = chunk, .c = c, .first = c / 2, .n_vocab = V, .base_lp = base_lp};
         kvl_error err = {{0}};
-        bool ok = !base_lp || engine_eval(cm.m, kl_base_dtype, -1, o->block_size, chunk, c, ppl_position, &st, &err);
+        bool ok = !base_lp || engine_eval(cm.m, kl_base_dtype, -1, o->block_size, chunk, c,
+                                          ppl_position, &st, &err);
         st.comparing = true;
-        ok = ok && engine_eval(cm.m, o->kv_dtype, o->kv_dtype_v, o->block_size, chunk, c, ppl_position, &st, &err);
+        ok = ok && engine_eval(cm.m, o->kv_dtype, o->kv_dtype_v, o->block_size, chunk, c,
+                               ppl_position, &st, &err);
         if (!ok) {
             fprintf(stderr, "kvllm: %s\n", err.msg);
             free(base_lp);

@@ -35,7 +35,8 @@ static int cmd_tokenize_opts(const cli_opts *o) {
         cJSON_AddNumberToObject(j, "n_tokens", (double)n);
         cli_print_json(j);
     } else {
-        for (int64_t i = 0; i < n; i++) printf("%6d -> '%s'\n", ids[i], tok_piece(cm.vocab, ids[i]));
+        for (int64_t i = 0; i < n; i++)
+            printf("%6d -> '%s'\n", ids[i], tok_piece(cm.vocab, ids[i]));
     }
     free(ids);
     cli_unload(&cm);
@@ -64,7 +65,8 @@ static int print_archs(const cli_opts *o) {
     if (o->json) {
         cJSON *j = cJSON_CreateObject();
         cJSON *a = cJSON_AddArrayToObject(j, "architectures");
-        for (int i = 0; i < arch_count(); i++) cJSON_AddItemToArray(a, cJSON_CreateString(arch_at(i)->name));
+        for (int i = 0; i < arch_count(); i++)
+            cJSON_AddItemToArray(a, cJSON_CreateString(arch_at(i)->name));
         cli_print_json(j);
     } else {
         for (int i = 0; i < arch_count(); i++) printf("%s\n", arch_at(i)->name);
@@ -110,13 +112,17 @@ static int cmd_info_opts(const cli_opts *o) {
         cJSON_AddNumberToObject(j, "n_ctx_train", (double)hp->n_ctx_train);
         cJSON_AddNumberToObject(j, "n_rot", (double)hp->n_rot);
         cJSON_AddNumberToObject(j, "rope_freq_base", hp->rope_base);
-        cJSON_AddStringToObject(j, "rope_type", hp->rope_type == MODEL_ROPE_NEOX ? "neox" : "normal");
+        cJSON_AddStringToObject(j, "rope_type",
+                                hp->rope_type == MODEL_ROPE_NEOX ? "neox" : "normal");
         cJSON_AddNumberToObject(j, "rms_eps", hp->rms_eps);
         cJSON_AddBoolToObject(j, "tied_output", hp->tied_output);
         cJSON_AddNumberToObject(j, "sliding_window", (double)hp->n_swa);
         cJSON_AddNumberToObject(j, "n_sliding_layers", (double)hp->n_swa_layers);
-        cJSON_AddStringToObject(j, "attention", hp->kv_lora_rank ? "mla" : hp->n_head_kv == 1 ? "mqa"
-                                                : hp->n_head_kv < hp->n_head ? "gqa" : "mha");
+        cJSON_AddStringToObject(j, "attention",
+                                hp->kv_lora_rank             ? "mla"
+                                : hp->n_head_kv == 1         ? "mqa"
+                                : hp->n_head_kv < hp->n_head ? "gqa"
+                                                             : "mha");
         cJSON_AddNumberToObject(j, "n_params", (double)hp->n_params);
         cJSON_AddNumberToObject(j, "weights_bytes", (double)hp->weights_bytes);
         if (hp->moe.n_expert) {
@@ -127,7 +133,8 @@ static int cmd_info_opts(const cli_opts *o) {
             cJSON_AddNumberToObject(e, "shared_ff", (double)mo->n_ff_shexp);
             cJSON_AddNumberToObject(e, "expert_ff", (double)mo->n_ff_exp);
             cJSON_AddNumberToObject(e, "moe_layers", (double)mo->n_layer_moe);
-            cJSON_AddStringToObject(e, "gating", mo->gating == MODEL_MOE_SIGMOID ? "sigmoid" : "softmax");
+            cJSON_AddStringToObject(e, "gating",
+                                    mo->gating == MODEL_MOE_SIGMOID ? "sigmoid" : "softmax");
             cJSON_AddNumberToObject(e, "groups", (double)mo->n_group);
             cJSON_AddNumberToObject(e, "groups_used", (double)mo->n_group_used);
             cJSON_AddNumberToObject(e, "expert_weights_bytes", (double)mo->expert_bytes);
@@ -145,18 +152,22 @@ static int cmd_info_opts(const cli_opts *o) {
     } else {
         printf("file          %s (GGUF v%u)\n", gguf_path(f), gguf_version(f));
         printf("architecture  %s\n", hp->arch);
-        printf("parameters    %lld (%zu bytes of weights)\n", (long long)hp->n_params, hp->weights_bytes);
-        printf("vocab         %lld (%s, pre %s)\n", (long long)hp->n_vocab, tok_model_name(cm.vocab),
-               tok_pre_name(cm.vocab));
-        printf("embd %lld, layers %lld, heads %lld / kv %lld, head dim %lld/%lld, ff %lld, ctx %lld\n",
-               (long long)hp->n_embd, (long long)hp->n_layer, (long long)hp->n_head,
-               (long long)hp->n_head_kv, (long long)hp->head_dim_k, (long long)hp->head_dim_v,
-               (long long)hp->n_ff, (long long)hp->n_ctx_train);
-        printf("rope          %s, base %g, dims %lld%s\n", hp->rope_type == MODEL_ROPE_NEOX ? "neox" : "normal",
-               hp->rope_base, (long long)hp->n_rot, hp->has_rope_freqs ? ", frequency factors" : "");
+        printf("parameters    %lld (%zu bytes of weights)\n", (long long)hp->n_params,
+               hp->weights_bytes);
+        printf("vocab         %lld (%s, pre %s)\n", (long long)hp->n_vocab,
+               tok_model_name(cm.vocab), tok_pre_name(cm.vocab));
+        printf(
+            "embd %lld, layers %lld, heads %lld / kv %lld, head dim %lld/%lld, ff %lld, ctx %lld\n",
+            (long long)hp->n_embd, (long long)hp->n_layer, (long long)hp->n_head,
+            (long long)hp->n_head_kv, (long long)hp->head_dim_k, (long long)hp->head_dim_v,
+            (long long)hp->n_ff, (long long)hp->n_ctx_train);
+        printf("rope          %s, base %g, dims %lld%s\n",
+               hp->rope_type == MODEL_ROPE_NEOX ? "neox" : "normal", hp->rope_base,
+               (long long)hp->n_rot, hp->has_rope_freqs ? ", frequency factors" : "");
         if (hp->rope_yarn.yarn)
-            printf("rope scaling  yarn, factor %g, original context %lld, beta %g/%g\n", 1.0 / hp->rope_freq_scale,
-                   (long long)hp->rope_yarn.n_ctx_orig, hp->rope_yarn.beta_fast, hp->rope_yarn.beta_slow);
+            printf("rope scaling  yarn, factor %g, original context %lld, beta %g/%g\n",
+                   1.0 / hp->rope_freq_scale, (long long)hp->rope_yarn.n_ctx_orig,
+                   hp->rope_yarn.beta_fast, hp->rope_yarn.beta_slow);
         else if (hp->rope_freq_scale != 1.0f)
             printf("rope scaling  linear, factor %g\n", 1.0 / hp->rope_freq_scale);
         printf("output        %s\n", hp->tied_output ? "tied to token_embd" : "separate");
@@ -168,18 +179,23 @@ static int cmd_info_opts(const cli_opts *o) {
                    (long long)hp->kv_lora_rank, (long long)hp->n_rot);
         if (hp->moe.n_expert) {
             const model_moe_hparams *mo = &hp->moe;
-            printf("experts       %lld, %lld used per token, %s gating%s, expert ff %lld, shared ff %lld, "
-                   "on %lld of %lld layers\n", (long long)mo->n_expert, (long long)mo->n_expert_used,
-                   mo->gating == MODEL_MOE_SIGMOID ? "sigmoid" : "softmax", mo->n_group ? " in groups" : "",
-                   (long long)mo->n_ff_exp, (long long)mo->n_ff_shexp, (long long)mo->n_layer_moe,
-                   (long long)hp->n_layer);
-            printf("weights read  %zu bytes per token (routed experts %zu bytes in all, %lld of %lld read)\n",
-                   mo->active_bytes, mo->expert_bytes, (long long)mo->n_expert_used, (long long)mo->n_expert);
+            printf("experts       %lld, %lld used per token, %s gating%s, expert ff %lld, shared "
+                   "ff %lld, "
+                   "on %lld of %lld layers\n",
+                   (long long)mo->n_expert, (long long)mo->n_expert_used,
+                   mo->gating == MODEL_MOE_SIGMOID ? "sigmoid" : "softmax",
+                   mo->n_group ? " in groups" : "", (long long)mo->n_ff_exp,
+                   (long long)mo->n_ff_shexp, (long long)mo->n_layer_moe, (long long)hp->n_layer);
+            printf("weights read  %zu bytes per token (routed experts %zu bytes in all, %lld of "
+                   "%lld read)\n",
+                   mo->active_bytes, mo->expert_bytes, (long long)mo->n_expert_used,
+                   (long long)mo->n_expert);
         }
         printf("tensor types ");
         for (int t = 0; t < GGUF_DT_COUNT; t++)
             if (counts[t]) printf(" %s x%lld", gguf_dtype_name(t), (long long)counts[t]);
-        printf("\nKV per token  %zu bytes f16, %zu bytes f32 (calculated: 2 x L x n_kv x d_head x bytes)\n",
+        printf("\nKV per token  %zu bytes f16, %zu bytes f32 (calculated: 2 x L x n_kv x d_head x "
+               "bytes)\n",
                kv_tok_f16, kv_tok_f32);
     }
     cli_unload(&cm);

@@ -20,7 +20,8 @@
 
 #define UNSET (-1)
 
-_Static_assert(MODEL_MAX_KV_GROUPS <= KV_PLAN_MAX_GROUPS, "kv-plan --verify holds every engine KV group");
+_Static_assert(MODEL_MAX_KV_GROUPS <= KV_PLAN_MAX_GROUPS,
+               "kv-plan --verify holds every engine KV group");
 
 typedef struct plan_args {
     const char *config_path;
@@ -41,14 +42,15 @@ typedef struct count_flag {
     bool thousand;
 } count_flag;
 
-#define F(name, field, min, th) {name, offsetof(plan_args, field), min, th}
+#define F(name, field, min, th)                                                                    \
+    { name, offsetof(plan_args, field), min, th }
 static const count_flag COUNT_FLAGS[] = {
-    F("--context", context, 1, false),     F("--concurrency", concurrency, 1, false),
-    F("--params", params, 1, true),        F("--layers", layers, 1, false),
-    F("--heads", heads, 1, false),         F("--kv-heads", kv_heads, 1, false),
-    F("--head-dim", head_dim, 1, false),   F("--head-dim-v", head_dim_v, 0, false),
+    F("--context", context, 1, false),       F("--concurrency", concurrency, 1, false),
+    F("--params", params, 1, true),          F("--layers", layers, 1, false),
+    F("--heads", heads, 1, false),           F("--kv-heads", kv_heads, 1, false),
+    F("--head-dim", head_dim, 1, false),     F("--head-dim-v", head_dim_v, 0, false),
     F("--sliding-window", window, 0, false), F("--swa-layers", swa_layers, 0, false),
-    F("--kv-lora-rank", lora, 0, false),   F("--rope-dim", rope, 0, false),
+    F("--kv-lora-rank", lora, 0, false),     F("--rope-dim", rope, 0, false),
 };
 #undef F
 
@@ -61,8 +63,9 @@ static int bad(const char *flag, const char *v, const char *why) {
 static int count_arg(const count_flag *c, const char *v, plan_args *a) {
     int64_t x;
     if (!kvl_parse_count(v, c->thousand, &x))
-        return bad(c->name, v, c->thousand ? "is not a whole count (e.g. 8030000000, 8.03B)"
-                                           : "is not a whole non-negative number (e.g. 8192, 32K)");
+        return bad(c->name, v,
+                   c->thousand ? "is not a whole count (e.g. 8030000000, 8.03B)"
+                               : "is not a whole non-negative number (e.g. 8192, 32K)");
     if (x < c->min) return bad(c->name, v, c->min > 0 ? "must be at least 1" : "must be >= 0");
     *(int64_t *)((char *)a + c->off) = x;
     return 2;
@@ -81,7 +84,8 @@ static int extra_flag(const char *f, const char *v, void *ctx) {
     if (strcmp(f, "--verify") == 0) return a->verify = true, 1;
     bool ours = strcmp(f, "--config") == 0 || strcmp(f, "--kv-type") == 0 ||
                 strcmp(f, "--kv-type-k") == 0 || strcmp(f, "--kv-type-v") == 0 ||
-                strcmp(f, "--budget") == 0 || strcmp(f, "--weights-bytes") == 0 || strcmp(f, "--disk") == 0;
+                strcmp(f, "--budget") == 0 || strcmp(f, "--weights-bytes") == 0 ||
+                strcmp(f, "--disk") == 0;
     for (size_t i = 0; !ours && i < sizeof COUNT_FLAGS / sizeof COUNT_FLAGS[0]; i++)
         ours = strcmp(f, COUNT_FLAGS[i].name) == 0;
     if (!ours) return 0;
@@ -101,15 +105,17 @@ static int extra_flag(const char *f, const char *v, void *ctx) {
 }
 
 void cmd_kv_plan_usage(FILE *out) {
-    fprintf(out,
-            "usage: kvllm kv-plan (-m MODEL.gguf | --config config.json | --layers L --kv-heads H "
-            "--head-dim D) --context T\n"
-            "         [--concurrency B] [--kv-type f32|f16|bf16|q8_0|fp8] [--kv-type-k T --kv-type-v T]\n"
-            "         [--block-size 16]"
-            " [--budget 80GiB] [--weights-bytes N | --params N] [--disk 20GiB] [--json] [--verify]\n"
-            "  --disk SIZE: tokens per tier (RAM pool, and a --kv-disk tier of SIZE)\n"
-            "  shape flags (alone or overriding the file): --layers --heads --kv-heads --head-dim\n"
-            "  --head-dim-v --sliding-window W --swa-layers N --kv-lora-rank R --rope-dim R\n");
+    fprintf(
+        out,
+        "usage: kvllm kv-plan (-m MODEL.gguf | --config config.json | --layers L --kv-heads H "
+        "--head-dim D) --context T\n"
+        "         [--concurrency B] [--kv-type f32|f16|bf16|q8_0|fp8] [--kv-type-k T --kv-type-v "
+        "T]\n"
+        "         [--block-size 16]"
+        " [--budget 80GiB] [--weights-bytes N | --params N] [--disk 20GiB] [--json] [--verify]\n"
+        "  --disk SIZE: tokens per tier (RAM pool, and a --kv-disk tier of SIZE)\n"
+        "  shape flags (alone or overriding the file): --layers --heads --kv-heads --head-dim\n"
+        "  --head-dim-v --sliding-window W --swa-layers N --kv-lora-rank R --rope-dim R\n");
 }
 
 /* ------------------------------------------------------------- inputs -- */
@@ -131,9 +137,11 @@ static bool load_config(const char *path, kv_plan_model *m) {
     kvl_error err = {{0}};
     model_hparams hp;
     char *text = kvl_read_file(path, NULL, &err);
-    bool ok = text && model_hparams_from_hf_config(text, &hp, &err) && model_hparams_plan_model(&hp, m, &err);
+    bool ok = text && model_hparams_from_hf_config(text, &hp, &err) &&
+              model_hparams_plan_model(&hp, m, &err);
     free(text);
-    if (!ok) fprintf(stderr, "kvllm kv-plan: %s%s%s\n", text ? path : "", text ? ": " : "", err.msg);
+    if (!ok)
+        fprintf(stderr, "kvllm kv-plan: %s%s%s\n", text ? path : "", text ? ": " : "", err.msg);
     return ok;
 }
 
@@ -153,7 +161,8 @@ static void apply_overrides(const plan_args *a, kv_plan_model *m) {
     set_if(a->lora, &m->kv_lora_rank);
     set_if(a->rope, &m->rope_dim);
     set_if(a->window, &m->sliding_window);
-    if (a->window > 0 && a->swa_layers == UNSET && m->n_swa_layers == 0) m->n_swa_layers = m->n_layers;
+    if (a->window > 0 && a->swa_layers == UNSET && m->n_swa_layers == 0)
+        m->n_swa_layers = m->n_layers;
     if (a->window == 0) m->n_swa_layers = 0;
     set_if(a->swa_layers, &m->n_swa_layers);
 }
@@ -178,7 +187,8 @@ static bool load_model(const cli_opts *o, const plan_args *a, kv_plan_model *m) 
     bool by_hand = !o->model_path && !a->config_path;
     fprintf(stderr, "kvllm kv-plan: %s%s\n", err.msg,
             by_hand ? " (shape flags: --layers, --kv-heads, --head-dim, or --kv-lora-rank and "
-                      "--rope-dim)" : "");
+                      "--rope-dim)"
+                    : "");
     return false;
 }
 
@@ -225,7 +235,8 @@ static int verify_groups(const cli_opts *o, const kv_plan_model *m, const kv_pla
     }
     if (!o->model_path) return n;
     gguf_file *f = gguf_open(o->model_path, &err);
-    model_params mp = {.max_ctx = 1, .max_ubatch = 1, .no_repack = true}; /* shape only: minimal scratch */
+    model_params mp = {
+        .max_ctx = 1, .max_ubatch = 1, .no_repack = true}; /* shape only: minimal scratch */
     model *mod = f ? model_load(f, &mp, &err) : NULL;
     if (mod) {
         kv_plan_group planner = groups[0]; /* K/V types and block size are the request's */
@@ -240,8 +251,8 @@ static int verify_groups(const cli_opts *o, const kv_plan_model *m, const kv_pla
         v->engine_shape = true;
     } else {
         char why[600];
-        snprintf(why, sizeof why, "the engine cannot load this model (%s); KV groups from the planner",
-                 err.msg);
+        snprintf(why, sizeof why,
+                 "the engine cannot load this model (%s); KV groups from the planner", err.msg);
         note_add(v, why);
     }
     model_destroy(mod);
@@ -264,7 +275,8 @@ static bool match_groups(const kv_plan_model *m, const kv_plan_request *r, verif
         if (!swa && m->n_swa_layers == m->n_layers) ok = false;
         *(swa ? &seen_swa : &seen_full) = true;
     }
-    if (seen_full != (m->n_layers > m->n_swa_layers) || seen_swa != (m->n_swa_layers > 0)) ok = false;
+    if (seen_full != (m->n_layers > m->n_swa_layers) || seen_swa != (m->n_swa_layers > 0))
+        ok = false;
     if (!ok) note_add(v, "the engine splits the layers into other KV groups than the planner");
     return ok;
 }
@@ -275,7 +287,8 @@ static bool run_verify(const cli_opts *o, const kv_plan_model *m, const kv_plan_
     kvl_error err = {{0}};
     int n = verify_groups(o, m, r, groups, v);
     if (n == 0 || !kv_plan_compute(m, r, &v->planned, &err) ||
-        !kv_plan_measure(groups, n, r->context, r->concurrency, VERIFY_MAX_POOL_BYTES, &v->measured, &err)) {
+        !kv_plan_measure(groups, n, r->context, r->concurrency, VERIFY_MAX_POOL_BYTES, &v->measured,
+                         &err)) {
         if (err.msg[0]) fprintf(stderr, "kvllm kv-plan: --verify: %s\n", err.msg);
         return false;
     }
@@ -285,7 +298,8 @@ static bool run_verify(const cli_opts *o, const kv_plan_model *m, const kv_plan_
     for (int g = 0; g < v->measured.n_groups; g++) {
         const kv_plan_measured_group *mg = &v->measured.group[g];
         agree = agree && v->planned_block_bytes[g] == mg->block_bytes &&
-                v->planned_peak_blocks[g] == mg->peak_blocks && v->planned_end_blocks[g] == mg->blocks;
+                v->planned_peak_blocks[g] == mg->peak_blocks &&
+                v->planned_end_blocks[g] == mg->blocks;
     }
     v->agree = agree && v->planned.allocated_bytes == v->measured.peak_allocated_bytes &&
                v->planned.lower_bound_bytes == v->measured.lower_bound_bytes &&
@@ -426,7 +440,7 @@ static void print_json(const report *rp) {
 
 /* --------------------------------------------------------------- text -- */
 
-#define FB(x) kvl_fmt_bytes((x), (char[96]){0}, 96)
+#define FB(x)  kvl_fmt_bytes((x), (char[96]){0}, 96)
 #define BIN(x) kvl_fmt_binary((x), (char[32]){0}, 32)
 
 /* "2,048": kvl_fmt_bytes groups the digits; keep only the number. */
@@ -448,14 +462,15 @@ static void print_shape(const report *rp) {
         printf("%lld query / %lld KV heads, head dim %lld/%lld\n", (long long)m->n_head,
                (long long)m->n_kv_heads, (long long)m->head_dim_k, (long long)m->head_dim_v);
     if (m->n_expert)
-        printf("               mixture of experts: %lld routed, %lld used per token\n", (long long)m->n_expert,
-               (long long)m->n_expert_used);
+        printf("               mixture of experts: %lld routed, %lld used per token\n",
+               (long long)m->n_expert, (long long)m->n_expert_used);
     if (m->n_swa_layers)
         printf("               sliding window %lld tokens in %lld of %lld layers\n",
                (long long)m->sliding_window, (long long)m->n_swa_layers, (long long)m->n_layers);
     if (rp->r->split_v)
-        printf("KV type        K %s, V %s, block size %lld tokens\n", kv_plan_dtype_name(rp->r->dtype),
-               kv_plan_dtype_name(rp->r->dtype_v), (long long)rp->r->block_size);
+        printf("KV type        K %s, V %s, block size %lld tokens\n",
+               kv_plan_dtype_name(rp->r->dtype), kv_plan_dtype_name(rp->r->dtype_v),
+               (long long)rp->r->block_size);
     else
         printf("KV type        %s, block size %lld tokens\n", kv_plan_dtype_name(rp->r->dtype),
                (long long)rp->r->block_size);
@@ -480,7 +495,8 @@ static void print_formula(const kv_plan_model *m, const kv_plan_request *r, cons
                kv_plan_dtype_name(r->dtype), (unsigned long long)p->v_row_bytes,
                kv_plan_dtype_name(r->split_v ? r->dtype_v : r->dtype),
                r->dtype == KV_PLAN_Q8_0 || (r->split_v && r->dtype_v == KV_PLAN_Q8_0)
-                   ? ", q8_0: 34 B per 32 values" : "");
+                   ? ", q8_0: 34 B per 32 values"
+                   : "");
     else if (m->head_dim_k == m->head_dim_v)
         printf("               = 2 x %lld layers x %lld KV heads x %lld x %llu B\n",
                (long long)m->n_layers, (long long)m->n_kv_heads, (long long)m->head_dim_k,
@@ -515,13 +531,16 @@ static void print_kv(const report *rp) {
            FB(p->allocated_bytes - p->lower_bound_bytes),
            rp->m->n_swa_layers ? ", window not block-aligned" : "");
     if (rp->m->n_swa_layers) {
-        printf("               (sliding layers are a KV group of their own, as in kvllm's engine: the "
-               "peak while decoding;\n"
-               "                with all %s tokens written it holds %s sliding-layer block%s: %s per "
-               "sequence)\n", GR(r->context), GR(p->swa_blocks_held), p->swa_blocks_held == 1 ? "" : "s",
-               FB(p->seq_held_bytes));
+        printf(
+            "               (sliding layers are a KV group of their own, as in kvllm's engine: the "
+            "peak while decoding;\n"
+            "                with all %s tokens written it holds %s sliding-layer block%s: %s per "
+            "sequence)\n",
+            GR(r->context), GR(p->swa_blocks_held), p->swa_blocks_held == 1 ? "" : "s",
+            FB(p->seq_held_bytes));
     }
-    printf("metadata       block table %lld B per entry + %d B header = %s per sequence; x %lld = %s\n",
+    printf("metadata       block table %lld B per entry + %d B header = %s per sequence; x %lld = "
+           "%s\n",
            (long long)KV_PLAN_BLOCK_ENTRY_BYTES, KV_PLAN_SEQ_HEADER_BYTES,
            FB(p->seq_metadata_bytes), B, FB(p->metadata_bytes));
 }
@@ -530,8 +549,10 @@ static void print_budget(const report *rp) {
     const kv_plan *p = rp->p;
     printf("weights        %s  [%s]\n", FB(p->weights_bytes), rp->weights_source);
     if (rp->m->active_weights_bytes)
-        printf("               read per token: %s (the %lld selected of %lld experts; all stay resident)\n",
-               FB(rp->m->active_weights_bytes), (long long)rp->m->n_expert_used, (long long)rp->m->n_expert);
+        printf("               read per token: %s (the %lld selected of %lld experts; all stay "
+               "resident)\n",
+               FB(rp->m->active_weights_bytes), (long long)rp->m->n_expert_used,
+               (long long)rp->m->n_expert);
     printf("total          %s  (weights + KV allocated + metadata)\n", FB(p->total_bytes));
     if (!rp->r->budget_bytes) return;
     printf("budget         %s: %s\n", FB(rp->r->budget_bytes), p->fits ? "fits" : "does NOT fit");
@@ -545,32 +566,34 @@ static void print_saving(const kv_plan_saving *s) {
     printf("        per token %s -> %s\n", BIN(s->base_bytes_per_token), BIN(s->bytes_per_token));
     printf("        lower bound %s -> %s", BIN(base), BIN(now));
     if (base > now)
-        printf(": saves %s (%.1f%%, %.2fx)\n", FB(base - now), 100.0 * (double)(base - now) / (double)base,
-               (double)base / (double)now);
-    else
-        printf(": saves nothing\n");
+        printf(": saves %s (%.1f%%, %.2fx)\n", FB(base - now),
+               100.0 * (double)(base - now) / (double)base, (double)base / (double)now);
+    else printf(": saves nothing\n");
     printf("        allocated %s -> %s\n", BIN(s->base_allocated_bytes), BIN(s->allocated_bytes));
 }
 
 static void print_verify(const verify_result *v) {
     const kv_plan_measured *ms = &v->measured;
-    printf("\nverify (engine's block pools, measured over a decode replay; KV groups from the %s)\n",
-           v->engine_shape ? "engine's model loader" : "planner");
+    printf(
+        "\nverify (engine's block pools, measured over a decode replay; KV groups from the %s)\n",
+        v->engine_shape ? "engine's model loader" : "planner");
     if (v->note[0]) printf("  note: %s\n", v->note);
     for (int g = 0; g < ms->n_groups; g++) {
         const kv_plan_measured_group *mg = &ms->group[g];
-        if (mg->window) printf("  group %d: %d sliding layers, window %lld\n", g, mg->n_layers,
-                               (long long)mg->window);
+        if (mg->window)
+            printf("  group %d: %d sliding layers, window %lld\n", g, mg->n_layers,
+                   (long long)mg->window);
         else printf("  group %d: %d full-attention layers\n", g, mg->n_layers);
         printf("    block bytes   planned %llu, measured %llu\n",
                (unsigned long long)v->planned_block_bytes[g], (unsigned long long)mg->block_bytes);
-        printf("    peak blocks   planned %lld, measured %lld\n", (long long)v->planned_peak_blocks[g],
-               (long long)mg->peak_blocks);
-        printf("    blocks at T   planned %lld, measured %lld\n", (long long)v->planned_end_blocks[g],
-               (long long)mg->blocks);
+        printf("    peak blocks   planned %lld, measured %lld\n",
+               (long long)v->planned_peak_blocks[g], (long long)mg->peak_blocks);
+        printf("    blocks at T   planned %lld, measured %lld\n",
+               (long long)v->planned_end_blocks[g], (long long)mg->blocks);
     }
     printf("  lower bound   planned %llu, measured %llu\n",
-           (unsigned long long)v->planned.lower_bound_bytes, (unsigned long long)ms->lower_bound_bytes);
+           (unsigned long long)v->planned.lower_bound_bytes,
+           (unsigned long long)ms->lower_bound_bytes);
     printf("  allocated     planned %llu, measured %llu (peak, %lld blocks)\n",
            (unsigned long long)v->planned.allocated_bytes,
            (unsigned long long)ms->peak_allocated_bytes, (long long)ms->peak_blocks);
@@ -589,7 +612,8 @@ static void print_tiers(const report *rp, uint64_t disk) {
     const int64_t bs = rp->r->block_size;
     printf("\ntiers (prefix cache, full blocks of %lld tokens)\n", (long long)bs);
     if (p->swa_block_bytes || !p->block_bytes) {
-        printf("  disk           none: the disk tier needs the prefix cache, which sliding-window models lack\n");
+        printf("  disk           none: the disk tier needs the prefix cache, which sliding-window "
+               "models lack\n");
         return;
     }
     uint64_t ram = p->allocated_bytes;
@@ -600,9 +624,10 @@ static void print_tiers(const report *rp, uint64_t disk) {
         why = "the budget less weights and metadata";
     }
     const uint64_t file = kv_disk_file_bytes(p->block_bytes, (int)bs);
-    printf("  RAM            %s tokens in %s (%s)\n", GR((int64_t)(ram / p->block_bytes) * bs), BIN(ram), why);
-    printf("  disk           %s tokens in %s (%llu B per block file)\n", GR((int64_t)(disk / file) * bs), BIN(disk),
-           (unsigned long long)file);
+    printf("  RAM            %s tokens in %s (%s)\n", GR((int64_t)(ram / p->block_bytes) * bs),
+           BIN(ram), why);
+    printf("  disk           %s tokens in %s (%llu B per block file)\n",
+           GR((int64_t)(disk / file) * bs), BIN(disk), (unsigned long long)file);
 }
 
 static void print_text(const report *rp, const plan_args *a) {
@@ -610,8 +635,9 @@ static void print_text(const report *rp, const plan_args *a) {
     print_kv(rp);
     print_budget(rp);
     if (a->has_disk) print_tiers(rp, a->disk);
-    if (rp->n_sav) printf("\nsavings (lower bound for %s tokens x %lld)\n", GR(rp->r->context),
-                          (long long)rp->r->concurrency);
+    if (rp->n_sav)
+        printf("\nsavings (lower bound for %s tokens x %lld)\n", GR(rp->r->context),
+               (long long)rp->r->concurrency);
     for (int i = 0; i < rp->n_sav; i++) print_saving(&rp->sav[i]);
     if (rp->v->done) print_verify(rp->v);
 }
@@ -620,9 +646,9 @@ static void print_text(const report *rp, const plan_args *a) {
 
 static bool parse_args(int argc, char **argv, cli_opts *o, plan_args *a) {
     memset(a, 0, sizeof *a);
-    int64_t *ints[] = {&a->context, &a->concurrency, &a->params, &a->layers, &a->heads,
-                       &a->kv_heads, &a->head_dim, &a->head_dim_v, &a->window, &a->swa_layers,
-                       &a->lora, &a->rope};
+    int64_t *ints[] = {&a->context, &a->concurrency, &a->params,   &a->layers,
+                       &a->heads,   &a->kv_heads,    &a->head_dim, &a->head_dim_v,
+                       &a->window,  &a->swa_layers,  &a->lora,     &a->rope};
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) *ints[i] = UNSET;
     a->dtype = a->dtype_v = UNSET;
     if (!cli_parse_ex(argc, argv, o, extra_flag, a)) {
@@ -631,9 +657,9 @@ static bool parse_args(int argc, char **argv, cli_opts *o, plan_args *a) {
     }
     if (a->context == UNSET && o->n_ctx != 0) a->context = o->n_ctx; /* -c works too */
     if (a->context == UNSET || a->context < 1) {
-        fprintf(stderr, "kvllm kv-plan: %s\n", a->context == UNSET
-                                                    ? "--context T is required (tokens per sequence)"
-                                                    : "-c: context must be at least 1");
+        fprintf(stderr, "kvllm kv-plan: %s\n",
+                a->context == UNSET ? "--context T is required (tokens per sequence)"
+                                    : "-c: context must be at least 1");
         cmd_kv_plan_usage(stderr);
         return false;
     }
@@ -651,9 +677,13 @@ int cmd_kv_plan(int argc, char **argv) {
     kv_plan_model m;
     if (!parse_args(argc, argv, &o, &a) || !load_model(&o, &a, &m)) return 2;
     report rp = {.source = source_name(&o, &a), .m = &m};
-    kv_plan_request r = {.context = a.context, .concurrency = a.concurrency,
-                         .dtype = a.dtype != UNSET ? a.dtype : m.kv_dtype >= 0 ? m.kv_dtype : KV_PLAN_F16,
-                         .block_size = o.block_size, .budget_bytes = a.has_budget ? a.budget : 0};
+    kv_plan_request r = {.context = a.context,
+                         .concurrency = a.concurrency,
+                         .dtype = a.dtype != UNSET  ? a.dtype
+                                  : m.kv_dtype >= 0 ? m.kv_dtype
+                                                    : KV_PLAN_F16,
+                         .block_size = o.block_size,
+                         .budget_bytes = a.has_budget ? a.budget : 0};
     r.split_v = a.dtype_v != UNSET && a.dtype_v != r.dtype;
     r.dtype_v = r.split_v ? a.dtype_v : 0;
     r.weights_bytes = weights_bytes(&a, &m, &rp.weights_source);

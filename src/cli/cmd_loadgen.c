@@ -27,8 +27,8 @@ static bool int_arg(const char *flag, const char *v, int64_t lo, int64_t hi, int
     errno = 0;
     long long x = strtoll(v, &end, 10);
     if (errno || end == v || *end || x < lo || x > hi) {
-        fprintf(stderr, "kvllm loadgen: %s: expected an integer in %lld..%lld\n", flag, (long long)lo,
-                (long long)hi);
+        fprintf(stderr, "kvllm loadgen: %s: expected an integer in %lld..%lld\n", flag,
+                (long long)lo, (long long)hi);
         return false;
     }
     *out = x;
@@ -70,8 +70,11 @@ static bool apply(loadgen_opts *o, const char *f, const char *v) {
 }
 
 int cmd_loadgen(int argc, char **argv) {
-    loadgen_opts o = {.url = "http://127.0.0.1:8080", .concurrency = 1, .requests = 16,
-                      .prompt_tokens = 128, .max_tokens = 128};
+    loadgen_opts o = {.url = "http://127.0.0.1:8080",
+                      .concurrency = 1,
+                      .requests = 16,
+                      .prompt_tokens = 128,
+                      .max_tokens = 128};
     for (int i = 0; i < argc; i++) {
         if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
             loadgen_usage(stdout);

@@ -91,7 +91,8 @@ static void report(const run_state *st, const engine *e, const cli_opts *o) {
             cJSON *jg = cJSON_CreateObject();
             cJSON_AddNumberToObject(jg, "window", s->kv_group_window[g]);
             cJSON_AddNumberToObject(jg, "blocks", (double)s->kv_group[g].blocks);
-            cJSON_AddNumberToObject(jg, "lower_bound_bytes", (double)s->kv_group[g].lower_bound_bytes);
+            cJSON_AddNumberToObject(jg, "lower_bound_bytes",
+                                    (double)s->kv_group[g].lower_bound_bytes);
             cJSON_AddNumberToObject(jg, "allocated_bytes", (double)s->kv_group[g].allocated_bytes);
             cJSON_AddItemToArray(groups, jg);
         }
@@ -105,25 +106,29 @@ static void report(const run_state *st, const engine *e, const cli_opts *o) {
             "generated tokens   %lld (finish: %s)\n"
             "TTFT               %.2f ms   (prefill %.1f tokens/s)\n"
             "decode             %.1f tokens/s   (TPOT %.3f ms)%s\n"
-            "KV lower bound     %zu bytes (calculated: 2 x L x n_kv x d_head x bytes per token, T %lld%s)\n"
+            "KV lower bound     %zu bytes (calculated: 2 x L x n_kv x d_head x bytes per token, T "
+            "%lld%s)\n"
             "KV allocated       %zu bytes (measured: %lld blocks, block size %d, %s)\n",
             KVLLM_VERSION, o->model_path ? o->model_path : "models/stories260K.gguf",
             (long long)s->n_prompt, (long long)s->n_generated, finish_name(st->finish), ttft * 1e3,
             prefill_tps, decode_tps, tpot_ms, o->no_kv_cache ? "   [no KV cache: recomputing]" : "",
             s->kv.lower_bound_bytes, (long long)s->kv.tokens,
-            s->n_kv_groups > 1 ? ", sliding layers capped at their window" : "", s->kv.allocated_bytes,
-            (long long)s->kv.blocks, kc->block_size, kvt);
+            s->n_kv_groups > 1 ? ", sliding layers capped at their window" : "",
+            s->kv.allocated_bytes, (long long)s->kv.blocks, kc->block_size, kvt);
     if (em.spec_drafts > 0)
-        fprintf(stderr, "speculation        %lld drafted, %lld accepted (%.1f%%) in %lld verifications\n",
+        fprintf(stderr,
+                "speculation        %lld drafted, %lld accepted (%.1f%%) in %lld verifications\n",
                 (long long)em.spec_draft_tokens, (long long)em.spec_accepted_tokens,
-                100.0 * (double)em.spec_accepted_tokens / (double)em.spec_draft_tokens, (long long)em.spec_drafts);
+                100.0 * (double)em.spec_accepted_tokens / (double)em.spec_draft_tokens,
+                (long long)em.spec_drafts);
 }
 
 static int cmd_run_opts(const cli_opts *o);
 
 int cmd_run(int argc, char **argv) {
     for (int i = 0; i < argc; i++) /* llama-cli's conversation mode */
-        if (strcmp(argv[i], "-cnv") == 0 || strcmp(argv[i], "--conversation") == 0) return cmd_chat(argc, argv);
+        if (strcmp(argv[i], "-cnv") == 0 || strcmp(argv[i], "--conversation") == 0)
+            return cmd_chat(argc, argv);
     cli_opts o;
     if (!cli_parse(argc, argv, &o)) return 2;
     return cmd_run_opts(&o);
@@ -168,10 +173,17 @@ static int cmd_run_opts(const cli_opts *o) {
         goto out;
     }
     run_state st = {.o = o, .vocab = cm.vocab};
-    engine_request r = {.prompt = ids, .n_prompt = n_ids, .max_tokens = o->n_predict,
-                        .sampling = o->sampling, .stop = o->stop, .n_stop = o->n_stop,
-                        .top_logprobs = o->top_logprobs, .logprobs = o->json, .ignore_eos = o->ignore_eos,
-                        .on_event = on_event, .user = &st};
+    engine_request r = {.prompt = ids,
+                        .n_prompt = n_ids,
+                        .max_tokens = o->n_predict,
+                        .sampling = o->sampling,
+                        .stop = o->stop,
+                        .n_stop = o->n_stop,
+                        .top_logprobs = o->top_logprobs,
+                        .logprobs = o->json,
+                        .ignore_eos = o->ignore_eos,
+                        .on_event = on_event,
+                        .user = &st};
     if (engine_submit(e, &r, &err) < 0) {
         fprintf(stderr, "kvllm: %s\n", err.msg);
         goto out;

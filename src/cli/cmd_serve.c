@@ -24,54 +24,73 @@ typedef struct serve_opts {
 } serve_opts;
 
 static void serve_usage(FILE *out) {
-    fprintf(out,
-            "usage: kvllm serve -m MODEL [options]\n\n"
-            "  --host ADDR              address to bind (default 127.0.0.1)\n"
-            "  --port N                 port (default 8080; 0: any free port, printed at start)\n"
-            "  --api-key KEY            require 'Authorization: Bearer KEY' on /v1/* and /metrics\n"
-            "  --api-key-file FILE      several keys, one a line: 'KEY [TENANT]' ('#' comments); each key\n"
-            "                           is a tenant (keys naming the same TENANT share one)\n"
-            "  --metrics-public         /metrics without a key even when keys are set\n"
-            "  --prefix-cache-shared    with keys: one prefix cache for all tenants (default: each tenant\n"
-            "                           its own, so none can probe another's prompts)\n"
-            "  --served-model-name NAME model id for /v1/models (default: the file name)\n"
-            "  --chat-template-file F   Jinja chat template (default: the GGUF's tokenizer.chat_template,\n"
-            "                           rendered as transformers does)\n"
-            "  --chat-template NAME     built-in chatml|llama3|llama2|mistral|gemma|deepseek3|deepseek2\n"
-            "                           (default: the Jinja template; these are the fallback, detected from\n"
-            "                           a template that does not compile; chatml without one)\n"
-            "  -c N                     context size (default: the model's, at most 4096)\n"
-            "  --block-size N           tokens per KV block (default 16)\n"
-            "  --kv-type TYPE           KV element type: f32 f16 bf16 q8_0 fp8 (default f16;\n"
-            "                           --kv-type-k / --kv-type-v set K and V apart)\n"
-            "  --kv-blocks N            KV pool size in blocks\n"
-            "  --kv-memory SIZE         KV pool size in bytes (e.g. 2GiB, 512MiB, 100000000)\n"
-            "  --kv-memory-fraction F   without --kv-memory/--kv-blocks: the KV pool takes at most F of\n"
-            "                           MemAvailable, measured once the weights are loaded (default 0.5),\n"
-            "                           and never more than --max-seqs full-context sequences need\n"
-            "  --cors ORIGIN            CORS: Access-Control-Allow-Origin ORIGIN (or *) on every response,\n"
-            "                           OPTIONS preflights answered (default: off)\n"
-            "  --max-batch-tokens N     tokens per engine step (default 2048; also -b)\n"
-            "  --max-seqs N             running sequences at most (default 64)\n"
-            "  --max-queue N            waiting requests beyond --max-seqs before 503 (default 1024)\n"
-            "  --max-body BYTES         largest request body (default 8 MiB; larger: 413)\n"
-            "  --max-connections N      open connections at most (default 1024; beyond: 503 + Retry-After)\n"
-            "  --max-connections-per-ip N  from one client address (default 256; 0: no limit)\n"
-            "  --request-timeout S      seconds to send a whole request, headers and body (default 30)\n"
-            "  --shutdown-timeout S     on SIGTERM, seconds running requests may finish (default 30)\n"
-            "  --http-threads N         HTTP worker threads (default 4)\n"
-            "  --no-prefix-cache        disable prefix caching\n"
-            "  --spec off|ngram|draft   speculative decoding (default off; draft: --model-draft FILE; a request opts out with\n"
-            "                           \"speculative\": false)  --spec-k N (default 4)  --spec-ngram N (default 3)\n"
-            "  --kv-disk DIR            a disk tier for the prefix cache: blocks evicted from RAM are\n"
-            "                           written there and read back instead of recomputed, also after a\n"
-            "                           restart (same model file, KV type and block size only)\n"
-            "  --kv-disk-size SIZE      the tier's size at most (default 20GiB; least recently used first out)\n"
-            "  --scheduling-policy P    fcfs (default; a request 'priority' other than 0 is refused) or\n"
-            "                           priority (lower 'priority' first; preemption takes the highest)\n"
-            "  --prefix-admission-wait N  admit the waiting request with the longest cached prefix first,\n"
-            "                           unless the next in order was passed over N times (default 0: off)\n"
-            "  -t N                     threads;  -v  log every request\n");
+    fprintf(
+        out,
+        "usage: kvllm serve -m MODEL [options]\n\n"
+        "  --host ADDR              address to bind (default 127.0.0.1)\n"
+        "  --port N                 port (default 8080; 0: any free port, printed at start)\n"
+        "  --api-key KEY            require 'Authorization: Bearer KEY' on /v1/* and /metrics\n"
+        "  --api-key-file FILE      several keys, one a line: 'KEY [TENANT]' ('#' comments); each "
+        "key\n"
+        "                           is a tenant (keys naming the same TENANT share one)\n"
+        "  --metrics-public         /metrics without a key even when keys are set\n"
+        "  --prefix-cache-shared    with keys: one prefix cache for all tenants (default: each "
+        "tenant\n"
+        "                           its own, so none can probe another's prompts)\n"
+        "  --served-model-name NAME model id for /v1/models (default: the file name)\n"
+        "  --chat-template-file F   Jinja chat template (default: the GGUF's "
+        "tokenizer.chat_template,\n"
+        "                           rendered as transformers does)\n"
+        "  --chat-template NAME     built-in "
+        "chatml|llama3|llama2|mistral|gemma|deepseek3|deepseek2\n"
+        "                           (default: the Jinja template; these are the fallback, detected "
+        "from\n"
+        "                           a template that does not compile; chatml without one)\n"
+        "  -c N                     context size (default: the model's, at most 4096)\n"
+        "  --block-size N           tokens per KV block (default 16)\n"
+        "  --kv-type TYPE           KV element type: f32 f16 bf16 q8_0 fp8 (default f16;\n"
+        "                           --kv-type-k / --kv-type-v set K and V apart)\n"
+        "  --kv-blocks N            KV pool size in blocks\n"
+        "  --kv-memory SIZE         KV pool size in bytes (e.g. 2GiB, 512MiB, 100000000)\n"
+        "  --kv-memory-fraction F   without --kv-memory/--kv-blocks: the KV pool takes at most F "
+        "of\n"
+        "                           MemAvailable, measured once the weights are loaded (default "
+        "0.5),\n"
+        "                           and never more than --max-seqs full-context sequences need\n"
+        "  --cors ORIGIN            CORS: Access-Control-Allow-Origin ORIGIN (or *) on every "
+        "response,\n"
+        "                           OPTIONS preflights answered (default: off)\n"
+        "  --max-batch-tokens N     tokens per engine step (default 2048; also -b)\n"
+        "  --max-seqs N             running sequences at most (default 64)\n"
+        "  --max-queue N            waiting requests beyond --max-seqs before 503 (default 1024)\n"
+        "  --max-body BYTES         largest request body (default 8 MiB; larger: 413)\n"
+        "  --max-connections N      open connections at most (default 1024; beyond: 503 + "
+        "Retry-After)\n"
+        "  --max-connections-per-ip N  from one client address (default 256; 0: no limit)\n"
+        "  --request-timeout S      seconds to send a whole request, headers and body (default "
+        "30)\n"
+        "  --shutdown-timeout S     on SIGTERM, seconds running requests may finish (default 30)\n"
+        "  --http-threads N         HTTP worker threads (default 4)\n"
+        "  --no-prefix-cache        disable prefix caching\n"
+        "  --spec off|ngram|draft   speculative decoding (default off; draft: --model-draft FILE; "
+        "a request opts out with\n"
+        "                           \"speculative\": false)  --spec-k N (default 4)  --spec-ngram "
+        "N (default 3)\n"
+        "  --kv-disk DIR            a disk tier for the prefix cache: blocks evicted from RAM are\n"
+        "                           written there and read back instead of recomputed, also after "
+        "a\n"
+        "                           restart (same model file, KV type and block size only)\n"
+        "  --kv-disk-size SIZE      the tier's size at most (default 20GiB; least recently used "
+        "first out)\n"
+        "  --scheduling-policy P    fcfs (default; a request 'priority' other than 0 is refused) "
+        "or\n"
+        "                           priority (lower 'priority' first; preemption takes the "
+        "highest)\n"
+        "  --prefix-admission-wait N  admit the waiting request with the longest cached prefix "
+        "first,\n"
+        "                           unless the next in order was passed over N times (default 0: "
+        "off)\n"
+        "  -t N                     threads;  -v  log every request\n");
 }
 
 /* "2GiB", "512MiB", "1.5G", "100000": binary units (K, M, G, T, with or
@@ -102,7 +121,8 @@ static bool parse_int(const char *flag, const char *v, int64_t lo, int64_t hi, i
     errno = 0;
     long long x = v ? strtoll(v, &end, 10) : 0;
     if (!v || errno || end == v || *end || x < lo || x > hi) {
-        fprintf(stderr, "kvllm: %s: expected an integer in %lld..%lld\n", flag, (long long)lo, (long long)hi);
+        fprintf(stderr, "kvllm: %s: expected an integer in %lld..%lld\n", flag, (long long)lo,
+                (long long)hi);
         return false;
     }
     *out = x;
@@ -126,11 +146,12 @@ static int serve_flag(const char *f, const char *v, void *ctx) {
     if (sw) return sw;
 #define IS(name) (strcmp(f, name) == 0)
     bool ours = IS("--host") || IS("--port") || IS("--api-key") || IS("--served-model-name") ||
-                IS("--chat-template") || IS("--chat-template-file") || IS("--kv-memory") || IS("--max-batch-tokens") ||
-                IS("--max-seqs") || IS("--max-queue") || IS("--max-body") || IS("--cors") ||
-                IS("--kv-memory-fraction") || IS("--api-key-file") || IS("--max-connections") ||
-                IS("--max-connections-per-ip") || IS("--request-timeout") || IS("--shutdown-timeout") ||
-                IS("--http-threads") || IS("--kv-disk") || IS("--kv-disk-size") || IS("--scheduling-policy") ||
+                IS("--chat-template") || IS("--chat-template-file") || IS("--kv-memory") ||
+                IS("--max-batch-tokens") || IS("--max-seqs") || IS("--max-queue") ||
+                IS("--max-body") || IS("--cors") || IS("--kv-memory-fraction") ||
+                IS("--api-key-file") || IS("--max-connections") || IS("--max-connections-per-ip") ||
+                IS("--request-timeout") || IS("--shutdown-timeout") || IS("--http-threads") ||
+                IS("--kv-disk") || IS("--kv-disk-size") || IS("--scheduling-policy") ||
                 IS("--prefix-admission-wait");
     if (!ours) return 0;
     if (!v) {
@@ -154,16 +175,15 @@ static int serve_flag(const char *f, const char *v, void *ctx) {
             fprintf(stderr, "kvllm: --scheduling-policy: expected fcfs or priority, got '%s'\n", v);
             return -1;
         }
-    }
-    else if (IS("--kv-memory-fraction")) {
+    } else if (IS("--kv-memory-fraction")) {
         char *end;
         so->kv_memory_fraction = strtod(v, &end);
         if (*end || end == v || !(so->kv_memory_fraction > 0 && so->kv_memory_fraction <= 1)) {
-            fprintf(stderr, "kvllm: --kv-memory-fraction: expected a number in (0, 1], got '%s'\n", v);
+            fprintf(stderr, "kvllm: --kv-memory-fraction: expected a number in (0, 1], got '%s'\n",
+                    v);
             return -1;
         }
-    }
-    else if (IS("--chat-template-file")) so->sc.chat_template_file = v;
+    } else if (IS("--chat-template-file")) so->sc.chat_template_file = v;
     else if (IS("--chat-template")) {
         if (chat_family_from_name(v) == CHAT_TMPL_UNKNOWN) {
             fprintf(stderr, "kvllm: --chat-template: unknown family '%s'\n", v);
@@ -228,7 +248,8 @@ static size_t block_bytes(model *m, const engine_config *ec) {
     return total;
 }
 
-static bool engine_settings(const cli_opts *o, serve_opts *so, model *m, model *draft, engine_config *ec) {
+static bool engine_settings(const cli_opts *o, serve_opts *so, model *m, model *draft,
+                            engine_config *ec) {
     engine_config_default(ec);
     const model_hparams *hp = model_hp(m);
     ec->n_ctx = o->n_ctx > 0 ? o->n_ctx : cli_default_ctx(hp);
@@ -253,11 +274,13 @@ static bool engine_settings(const cli_opts *o, serve_opts *so, model *m, model *
     if (so->kv_disk) {
         uint64_t bytes = 20ull << 30;
         if (so->kv_disk_size && (!kvl_parse_size(so->kv_disk_size, &bytes) || bytes == 0)) {
-            fprintf(stderr, "kvllm: --kv-disk-size: '%s' is not a size (e.g. 20GiB)\n", so->kv_disk_size);
+            fprintf(stderr, "kvllm: --kv-disk-size: '%s' is not a size (e.g. 20GiB)\n",
+                    so->kv_disk_size);
             return false;
         }
         kvl_error err = {{0}};
-        if (!kv_disk_model_id(o->model_path ? o->model_path : "models/stories260K.gguf", so->disk.model_id, &err)) {
+        if (!kv_disk_model_id(o->model_path ? o->model_path : "models/stories260K.gguf",
+                              so->disk.model_id, &err)) {
             fprintf(stderr, "kvllm: --kv-disk: %s\n", err.msg);
             return false;
         }
@@ -274,12 +297,13 @@ static bool engine_settings(const cli_opts *o, serve_opts *so, model *m, model *
         }
         ec->n_blocks = bytes / (int64_t)bb;
         if (ec->n_blocks < 1) {
-            fprintf(stderr, "kvllm: --kv-memory %s is less than one block (%zu bytes)\n", so->kv_memory, bb);
+            fprintf(stderr, "kvllm: --kv-memory %s is less than one block (%zu bytes)\n",
+                    so->kv_memory, bb);
             return false;
         }
     } else if (ec->n_blocks <= 0) {
-        ec->n_blocks = cli_kv_blocks_from_memory(block_bytes(m, ec), ec->n_ctx, ec->block_size, ec->max_seqs,
-                                                 so->kv_memory_fraction, "serve");
+        ec->n_blocks = cli_kv_blocks_from_memory(block_bytes(m, ec), ec->n_ctx, ec->block_size,
+                                                 ec->max_seqs, so->kv_memory_fraction, "serve");
         if (ec->n_blocks < 1) return false;
     }
     return true;
@@ -288,22 +312,26 @@ static bool engine_settings(const cli_opts *o, serve_opts *so, model *m, model *
 static void log_pool(engine *e) {
     const engine_config *ec = engine_cfg(e);
     size_t bb = 0;
-    for (int g = 0; g < engine_kv_n_groups(e); g++) bb += kv_pool_block_bytes(engine_kv_group(e, g));
+    for (int g = 0; g < engine_kv_n_groups(e); g++)
+        bb += kv_pool_block_bytes(engine_kv_group(e, g));
     int64_t tokens = ec->n_blocks * ec->block_size;
     int64_t per_seq = (ec->n_ctx + ec->block_size - 1) / ec->block_size;
-    fprintf(stderr,
-            "kvllm serve: KV pool %lld blocks x %d tokens = %lld tokens, %zu bytes per block "
-            "(%.1f MiB, K %s, V %s%s); %lld full-context (%lld-token) sequences fit; max %d running, "
-            "%lld tokens per step; prefix cache %s\n",
-            (long long)ec->n_blocks, ec->block_size, (long long)tokens, bb,
-            (double)bb * (double)ec->n_blocks / (1024.0 * 1024.0), kv_dtype_name(ec->kv_dtype),
-            kv_dtype_name(ec->kv_dtype_v >= 0 ? ec->kv_dtype_v : ec->kv_dtype),
-            engine_kv_n_groups(e) > 1 ? ", all KV groups" : "", (long long)(ec->n_blocks / per_seq),
-            (long long)ec->n_ctx, ec->max_seqs, (long long)ec->max_batch_tokens,
-            engine_prefix_cache_enabled(e) ? "on" : "off");
+    fprintf(
+        stderr,
+        "kvllm serve: KV pool %lld blocks x %d tokens = %lld tokens, %zu bytes per block "
+        "(%.1f MiB, K %s, V %s%s); %lld full-context (%lld-token) sequences fit; max %d running, "
+        "%lld tokens per step; prefix cache %s\n",
+        (long long)ec->n_blocks, ec->block_size, (long long)tokens, bb,
+        (double)bb * (double)ec->n_blocks / (1024.0 * 1024.0), kv_dtype_name(ec->kv_dtype),
+        kv_dtype_name(ec->kv_dtype_v >= 0 ? ec->kv_dtype_v : ec->kv_dtype),
+        engine_kv_n_groups(e) > 1 ? ", all KV groups" : "", (long long)(ec->n_blocks / per_seq),
+        (long long)ec->n_ctx, ec->max_seqs, (long long)ec->max_batch_tokens,
+        engine_prefix_cache_enabled(e) ? "on" : "off");
     if (engine_kv_disk(e)) {
         kv_disk_stats st = kv_disk_get_stats(engine_kv_disk(e));
-        fprintf(stderr, "kvllm serve: KV disk tier: %lld blocks (%.1f MiB) indexed, %lld damaged files dropped\n",
+        fprintf(stderr,
+                "kvllm serve: KV disk tier: %lld blocks (%.1f MiB) indexed, %lld damaged files "
+                "dropped\n",
                 (long long)st.blocks, (double)st.bytes / (1024.0 * 1024.0), (long long)st.corrupt);
     }
 }

@@ -25,10 +25,10 @@ static int synth_flag(const char *f, const char *v, void *ctx) {
         a->list = true;
         return 1;
     }
-    const char **dst = strcmp(f, "--shape") == 0                              ? &a->shape
-                       : strcmp(f, "--type") == 0                             ? &a->type
+    const char **dst = strcmp(f, "--shape") == 0                            ? &a->shape
+                       : strcmp(f, "--type") == 0                           ? &a->type
                        : strcmp(f, "-o") == 0 || strcmp(f, "--output") == 0 ? &a->out
-                                                                              : NULL;
+                                                                            : NULL;
     bool is_seed = strcmp(f, "--seed") == 0 || strcmp(f, "-s") == 0; /* -s: --seed everywhere */
     if (!dst && !is_seed) return 0;
     if (!v) {
@@ -50,26 +50,32 @@ static int synth_flag(const char *f, const char *v, void *ctx) {
 }
 
 static void list_shapes(FILE *out) {
-    fprintf(out, "%-16s %-9s %5s %6s %5s %3s %4s %6s %7s %4s %4s %-13s %9s\n", "shape", "arch", "embd", "layers",
-            "heads", "kv", "head", "ffn", "vocab", "tied", "bias", "experts", "Q4_K_M GB");
+    fprintf(out, "%-16s %-9s %5s %6s %5s %3s %4s %6s %7s %4s %4s %-13s %9s\n", "shape", "arch",
+            "embd", "layers", "heads", "kv", "head", "ffn", "vocab", "tied", "bias", "experts",
+            "Q4_K_M GB");
     for (int i = 0; synth_shape_at(i); i++) {
         const synth_shape *s = synth_shape_at(i);
         char experts[32] = "-";
         if (s->n_expert)
             snprintf(experts, sizeof experts, "%lld/%lld+%lld x%lld", (long long)s->n_expert_used,
                      (long long)s->n_expert, (long long)s->n_shared_exp, (long long)s->n_ff_exp);
-        fprintf(out, "%-16s %-9s %5lld %6lld %5lld %3lld %4lld %6lld %7lld %4s %4s %-13s %9.2f\n", s->name, s->arch,
-                (long long)s->n_embd, (long long)s->n_layer, (long long)s->n_head, (long long)s->n_head_kv,
-                (long long)(s->kv_lora_rank ? s->qk_nope + s->qk_rope : s->head_dim), (long long)s->n_ff,
-                (long long)s->n_vocab, s->tied_output ? "yes" : "no", s->qkv_bias ? "yes" : "no", experts,
+        fprintf(out, "%-16s %-9s %5lld %6lld %5lld %3lld %4lld %6lld %7lld %4s %4s %-13s %9.2f\n",
+                s->name, s->arch, (long long)s->n_embd, (long long)s->n_layer, (long long)s->n_head,
+                (long long)s->n_head_kv,
+                (long long)(s->kv_lora_rank ? s->qk_nope + s->qk_rope : s->head_dim),
+                (long long)s->n_ff, (long long)s->n_vocab, s->tied_output ? "yes" : "no",
+                s->qkv_bias ? "yes" : "no", experts,
                 (double)synth_file_bytes(s, SYNTH_Q4_K_M) / 1e9);
     }
-    fprintf(out, "experts: used/routed+shared x width; deepseek-v2-lite is MLA (head = qk_nope + qk_rope)\n");
+    fprintf(out, "experts: used/routed+shared x width; deepseek-v2-lite is MLA (head = qk_nope + "
+                 "qk_rope)\n");
 }
 
 void cmd_synth_usage(FILE *out) {
-    fprintf(out, "usage: kvllm synth --shape NAME --type f16|q8_0|q4_0|q4_1|q5_0|q5_1|iq4_nl|q4_k_m|q4_k_s|q5_k_s|q5_k_m|q3_k_m|q2_k|iq4_xs -o FILE.gguf [--seed N] "
-                    "[-t N]\n       kvllm synth --list\n\n");
+    fprintf(out, "usage: kvllm synth --shape NAME --type "
+                 "f16|q8_0|q4_0|q4_1|q5_0|q5_1|iq4_nl|q4_k_m|q4_k_s|q5_k_s|q5_k_m|q3_k_m|q2_k|iq4_"
+                 "xs -o FILE.gguf [--seed N] "
+                 "[-t N]\n       kvllm synth --list\n\n");
     list_shapes(out);
 }
 
@@ -81,8 +87,8 @@ static bool disk_ok(const char *path, uint64_t need) {
     if (statvfs(dirname(dir), &st) != 0) return true; /* fopen will say what is wrong */
     uint64_t avail = (uint64_t)st.f_bavail * st.f_frsize;
     if (avail >= need + (64u << 20)) return true;
-    fprintf(stderr, "kvllm synth: %s needs %.2f GB but only %.2f GB are free there\n", path, need / 1e9,
-            avail / 1e9);
+    fprintf(stderr, "kvllm synth: %s needs %.2f GB but only %.2f GB are free there\n", path,
+            need / 1e9, avail / 1e9);
     return false;
 }
 
@@ -97,8 +103,8 @@ static void on_progress(uint64_t done, uint64_t total, void *user) {
     if (!b->tty) { /* a log: a line every 5 s once the write takes more than 1 s */
         if (now - b->t0 < 1.0 || (now - b->last < 5.0 && done < total)) return;
         b->last = now;
-        fprintf(stderr, "kvllm synth: %5.1f%%  %.2f / %.2f GB  %.0f s\n", total ? 100.0 * done / total : 100.0,
-                done / 1e9, total / 1e9, now - b->t0);
+        fprintf(stderr, "kvllm synth: %5.1f%%  %.2f / %.2f GB  %.0f s\n",
+                total ? 100.0 * done / total : 100.0, done / 1e9, total / 1e9, now - b->t0);
         return;
     }
     if (now - b->last < 0.2 && done < total) return;
@@ -107,8 +113,8 @@ static void on_progress(uint64_t done, uint64_t total, void *user) {
     char cells[31];
     for (int i = 0; i < 30; i++) cells[i] = i < filled ? '#' : '.';
     cells[30] = 0;
-    fprintf(stderr, "\r[%s] %5.1f%%  %.2f / %.2f GB  %.0f s", cells, total ? 100.0 * done / total : 100.0,
-            done / 1e9, total / 1e9, now - b->t0);
+    fprintf(stderr, "\r[%s] %5.1f%%  %.2f / %.2f GB  %.0f s", cells,
+            total ? 100.0 * done / total : 100.0, done / 1e9, total / 1e9, now - b->t0);
 }
 
 int cmd_synth(int argc, char **argv) {
@@ -130,7 +136,10 @@ int cmd_synth(int argc, char **argv) {
         return 2;
     }
     if (!synth_ftype_parse(a.type, &ft)) {
-        fprintf(stderr, "kvllm synth: unknown type '%s' (f16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q4_k_m, q4_k_s, q5_k_s, q5_k_m, q3_k_m, q2_k, iq4_xs)\n", a.type);
+        fprintf(stderr,
+                "kvllm synth: unknown type '%s' (f16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, "
+                "q4_k_m, q4_k_s, q5_k_s, q5_k_m, q3_k_m, q2_k, iq4_xs)\n",
+                a.type);
         return 2;
     }
     uint64_t size = synth_file_bytes(s, ft);

@@ -20,21 +20,25 @@ static const command COMMANDS[] = {
     {"run", cmd_run, "generate text from a prompt (streams to stdout)", NULL,
      "kvllm run [-m MODEL] (-p TEXT | -f FILE | -f - | --prompt-ids 1,2,3) [options]\n"
      "  -cnv, --conversation  chat with the model instead (as `kvllm chat`)"},
-    {"chat", cmd_chat, "interactive conversation in the terminal, with the chat template", NULL, NULL},
+    {"chat", cmd_chat, "interactive conversation in the terminal, with the chat template", NULL,
+     NULL},
     {"score", cmd_score, "teacher-forced log-probabilities of a token sequence", NULL,
      "kvllm score [-m MODEL] (--ids 1,2,3 | -p TEXT | -f FILE) [--top-logprobs K] [--json]"},
-    {"perplexity", cmd_perplexity, "perplexity of a text file, as llama-perplexity computes it", NULL,
-     "kvllm perplexity [-m MODEL] -f FILE [-c N] [--kv-type T] [--kl-base T] [--json]"},
+    {"perplexity", cmd_perplexity, "perplexity of a text file, as llama-perplexity computes it",
+     NULL, "kvllm perplexity [-m MODEL] -f FILE [-c N] [--kv-type T] [--kl-base T] [--json]"},
     {"tokenize", cmd_tokenize, "text to token ids and pieces", NULL,
      "kvllm tokenize [-m MODEL] (-p TEXT | -f FILE | -f -) [--no-bos] [--parse-special] [--json]"},
-    {"chat-template", cmd_chat_template, "render a conversation with a Jinja chat template", NULL, NULL},
+    {"chat-template", cmd_chat_template, "render a conversation with a Jinja chat template", NULL,
+     NULL},
     {"info", cmd_info, "architecture, hyperparameters, tensor types, KV bytes per token", NULL,
      "kvllm info [-m MODEL] [--json] | kvllm info --archs"},
     {"serve", cmd_serve, "OpenAI-compatible HTTP server with continuous batching", NULL, NULL},
-    {"loadgen", cmd_loadgen, "load generator for a running server (throughput, TTFT/TPOT/ITL)", NULL, NULL},
-    {"kv-plan", cmd_kv_plan, "KV cache capacity planner (calculated vs allocated)", cmd_kv_plan_usage, NULL},
-    {"synth", cmd_synth, "write a random-weight GGUF of a real model's shape (for benchmarks)", cmd_synth_usage,
-     NULL},
+    {"loadgen", cmd_loadgen, "load generator for a running server (throughput, TTFT/TPOT/ITL)",
+     NULL, NULL},
+    {"kv-plan", cmd_kv_plan, "KV cache capacity planner (calculated vs allocated)",
+     cmd_kv_plan_usage, NULL},
+    {"synth", cmd_synth, "write a random-weight GGUF of a real model's shape (for benchmarks)",
+     cmd_synth_usage, NULL},
     {"bench", cmd_bench, "prefill/decode tokens/s, batched decode, context sweep, memory bandwidth",
      cmd_bench_usage, NULL},
 };
@@ -46,8 +50,10 @@ static bool wants_help(int argc, char **argv) {
 }
 
 void cli_usage(FILE *out) {
-    fprintf(out, "kvllm %s - an LLM inference engine built around the KV cache\n\n"
-                 "usage: kvllm COMMAND [options]\n\ncommands:\n", KVLLM_VERSION);
+    fprintf(out,
+            "kvllm %s - an LLM inference engine built around the KV cache\n\n"
+            "usage: kvllm COMMAND [options]\n\ncommands:\n",
+            KVLLM_VERSION);
     for (size_t i = 0; i < sizeof COMMANDS / sizeof COMMANDS[0]; i++)
         fprintf(out, "  %-13s %s\n", COMMANDS[i].name, COMMANDS[i].help);
     common_options(out);
@@ -57,7 +63,8 @@ static void common_options(FILE *out) {
     fprintf(out,
             "\ncommon options:\n"
             "  -m FILE            GGUF model (default: models/stories260K.gguf)\n"
-            "  -p TEXT | -f FILE  prompt text / file (-f -: stdin);  --prompt-ids 1,2,3 (score: --ids)\n"
+            "  -p TEXT | -f FILE  prompt text / file (-f -: stdin);  --prompt-ids 1,2,3 (score: "
+            "--ids)\n"
             "  -n N               max new tokens (default 128; -1: until the context is full)\n"
             "  -c N               context size (default: the model's, at most 4096)\n"
             "  -t N               threads (default: OMP_NUM_THREADS, else all cores)\n"
@@ -70,8 +77,10 @@ static void common_options(FILE *out) {
             "  -b N               max tokens per scheduler step (default 2048)\n"
             "  --spec off|ngram|draft  speculative decoding (default off): ngram drafts by prompt\n"
             "                     lookup, draft by --model-draft FILE (same vocabulary; implies\n"
-            "                     --spec draft), verified in one forward; output identical to plain decoding\n"
-            "  --spec-k N         most drafted tokens per step (default 4)  --spec-ngram N (default 3)\n"
+            "                     --spec draft), verified in one forward; output identical to "
+            "plain decoding\n"
+            "  --spec-k N         most drafted tokens per step (default 4)  --spec-ngram N "
+            "(default 3)\n"
             "  --no-repack, -nr   keep matmul weights in their GGUF layout (default: repacked\n"
             "                     at load into the CPU kernels' panels, about the same size)\n"
             "  -v                 verbose log\n");

@@ -14,31 +14,31 @@ typedef enum seq_state { SEQ_WAITING, SEQ_RUNNING, SEQ_DONE } seq_state;
 typedef struct seq {
     int64_t id;
     seq_state state;
-    engine_request req;      /* stop strings, prompt: engine-owned copies */
+    engine_request req; /* stop strings, prompt: engine-owned copies */
     char **stop;
-    int32_t *tokens;         /* prompt followed by generated ids */
+    int32_t *tokens; /* prompt followed by generated ids */
     int64_t n_tokens, cap_tokens;
     int64_t n_prompt;
-    int64_t n_computed;      /* tokens whose K/V are in the blocks */
-    int64_t recompute_for;   /* --no-kv-cache: n_tokens the current recompute serves */
+    int64_t n_computed;             /* tokens whose K/V are in the blocks */
+    int64_t recompute_for;          /* --no-kv-cache: n_tokens the current recompute serves */
     kv_seq kv[MODEL_MAX_KV_GROUPS]; /* one block table per KV group (group 0: prefix chain) */
     sampler *smp;
-    grammar_state *gst;      /* the grammar's position (NULL: unconstrained); it lives
+    grammar_state *gst; /* the grammar's position (NULL: unconstrained); it lives
                                 with the sequence, so preemption does not touch it */
     tok_stream stream;
-    char *text;              /* generated text not yet released (held for stop strings) */
+    char *text; /* generated text not yet released (held for stop strings) */
     size_t text_len, text_cap;
-    uint64_t text_base;      /* offset of text[0] in all the text generated */
-    stop_matcher stops;      /* over all the text generated, one byte at a time */
+    uint64_t text_base; /* offset of text[0] in all the text generated */
+    stop_matcher stops; /* over all the text generated, one byte at a time */
     engine_req_stats stats;
     bool cancelled;
     int32_t draft[ENGINE_SPEC_MAX_K]; /* this step's drafts, after tokens[n_tokens - 1] */
     int n_draft;                      /* 0 outside a step, and for a plain decode */
     int n_accepted;                   /* of this step's drafts */
     spec_adapt adapt;
-    spec_dseq dseq;                   /* the draft model's KV of this sequence */
-    int passed_over;         /* admissions that preferred a later request (prefix-aware) */
-    struct seq *next;        /* in the waiting queue or the running list */
+    spec_dseq dseq;   /* the draft model's KV of this sequence */
+    int passed_over;  /* admissions that preferred a later request (prefix-aware) */
+    struct seq *next; /* in the waiting queue or the running list */
 } seq;
 
 struct engine {
@@ -48,27 +48,27 @@ struct engine {
     kv_pool *kv[MODEL_MAX_KV_GROUPS]; /* one pool per KV group (full / sliding layers) */
     int32_t window[MODEL_MAX_KV_GROUPS];
     int n_groups;
-    bool prefix_cache;       /* enabled and possible for this model */
-    bool spec;               /* speculative decoding enabled and possible */
-    int64_t spec_left;       /* draft tokens still allowed this step */
-    spec_drafter *drafter;   /* ENGINE_SPEC_DRAFT */
-    kv_disk *disk;           /* second tier of the prefix cache (NULL: none) */
+    bool prefix_cache;     /* enabled and possible for this model */
+    bool spec;             /* speculative decoding enabled and possible */
+    int64_t spec_left;     /* draft tokens still allowed this step */
+    spec_drafter *drafter; /* ENGINE_SPEC_DRAFT */
+    kv_disk *disk;         /* second tier of the prefix cache (NULL: none) */
     int64_t next_id;
-    seq *waiting;            /* FIFO; preempted sequences go to the front */
-    seq **running;           /* in admission order (newest last) */
+    seq *waiting;  /* FIFO; preempted sequences go to the front */
+    seq **running; /* in admission order (newest last) */
     int n_running;
     engine_metrics metrics;
-    engine_ev_ring *events;  /* the live view's log (engine_events.h) */
+    engine_ev_ring *events; /* the live view's log (engine_events.h) */
     int64_t n_evicted_seen[MODEL_MAX_KV_GROUPS];
     /* per-step batch, sized once */
     int32_t *b_tokens, *b_pos, *b_seq;
     uint8_t *b_want;
     const kv_seq **b_seqs;
-    seq **b_owner;           /* running sequence of each batch seq index */
-    float *logits;           /* [max_seqs][n_vocab] */
-    float *logits_tmp;       /* [n_vocab] sampler input */
-    uint32_t *mask;          /* [n_vocab bits] tokens a grammar allows this step */
-    char *piece;             /* token text scratch */
+    seq **b_owner;     /* running sequence of each batch seq index */
+    float *logits;     /* [max_seqs][n_vocab] */
+    float *logits_tmp; /* [n_vocab] sampler input */
+    uint32_t *mask;    /* [n_vocab bits] tokens a grammar allows this step */
+    char *piece;       /* token text scratch */
     size_t piece_cap;
 };
 
@@ -117,8 +117,8 @@ static bool alloc_batch(engine *e, kvl_error *err) {
     e->piece_cap = 1024;
     e->piece = malloc(e->piece_cap);
     e->events = calloc(1, sizeof *e->events);
-    if (!e->events || !e->b_tokens || !e->b_pos || !e->b_seq || !e->b_want || !e->b_seqs || !e->b_owner ||
-        !e->running || !e->logits || !e->logits_tmp || !e->mask || !e->piece)
+    if (!e->events || !e->b_tokens || !e->b_pos || !e->b_seq || !e->b_want || !e->b_seqs ||
+        !e->b_owner || !e->running || !e->logits || !e->logits_tmp || !e->mask || !e->piece)
         return kvl_fail(err, "engine: out of memory");
     return true;
 }
@@ -140,7 +140,8 @@ engine *engine_create(model *m, const tok_vocab *vocab, const engine_config *c, 
     }
     /* Default pool: every running sequence can reach the full context. */
     if (e->cfg.n_blocks <= 0)
-        e->cfg.n_blocks = (e->cfg.n_ctx + e->cfg.block_size - 1) / e->cfg.block_size * e->cfg.max_seqs;
+        e->cfg.n_blocks =
+            (e->cfg.n_ctx + e->cfg.block_size - 1) / e->cfg.block_size * e->cfg.max_seqs;
     e->n_groups = model_kv_n_groups(m);
     for (int g = 0; g < e->n_groups; g++) {
         kv_pool_config kc;
@@ -155,16 +156,20 @@ engine *engine_create(model *m, const tok_vocab *vocab, const engine_config *c, 
     }
     /* Sliding-window blocks are dropped as they leave the window, so a chain of
      * full blocks cannot be rebuilt from them: prefix caching needs one full-attention group. */
-    e->prefix_cache = e->cfg.prefix_cache && !e->cfg.no_kv_cache && e->n_groups == 1 && e->window[0] == 0;
+    e->prefix_cache =
+        e->cfg.prefix_cache && !e->cfg.no_kv_cache && e->n_groups == 1 && e->window[0] == 0;
     if (e->cfg.spec != ENGINE_SPEC_OFF &&
         (e->cfg.spec_k < 1 || e->cfg.spec_k > ENGINE_SPEC_MAX_K || e->cfg.spec_ngram < 1 ||
          e->cfg.spec_ngram > ENGINE_SPEC_MAX_NGRAM || e->cfg.spec_max_batch < 2)) {
-        kvl_fail(err, "engine: speculative decoding needs 1 <= spec_k <= %d, 1 <= spec_ngram <= %d and "
-                      "spec_max_batch >= 2 (got %d, %d, %d)", ENGINE_SPEC_MAX_K, ENGINE_SPEC_MAX_NGRAM,
-                 e->cfg.spec_k, e->cfg.spec_ngram, e->cfg.spec_max_batch);
+        kvl_fail(err,
+                 "engine: speculative decoding needs 1 <= spec_k <= %d, 1 <= spec_ngram <= %d and "
+                 "spec_max_batch >= 2 (got %d, %d, %d)",
+                 ENGINE_SPEC_MAX_K, ENGINE_SPEC_MAX_NGRAM, e->cfg.spec_k, e->cfg.spec_ngram,
+                 e->cfg.spec_max_batch);
         goto fail;
     }
-    e->spec = e->cfg.spec != ENGINE_SPEC_OFF && !e->cfg.no_kv_cache; /* recomputing everything: nothing to gain */
+    e->spec = e->cfg.spec != ENGINE_SPEC_OFF &&
+              !e->cfg.no_kv_cache; /* recomputing everything: nothing to gain */
     if (e->spec && e->cfg.spec == ENGINE_SPEC_DRAFT) {
         if (!e->cfg.draft_model) {
             kvl_fail(err, "engine: draft speculation needs a draft model");
@@ -175,13 +180,15 @@ engine *engine_create(model *m, const tok_vocab *vocab, const engine_config *c, 
                      (long long)model_hp(e->cfg.draft_model)->n_vocab, (long long)hp->n_vocab);
             goto fail;
         }
-        e->drafter = spec_drafter_create(e->cfg.draft_model, e->cfg.block_size, e->cfg.kv_dtype, e->cfg.n_blocks, err);
+        e->drafter = spec_drafter_create(e->cfg.draft_model, e->cfg.block_size, e->cfg.kv_dtype,
+                                         e->cfg.n_blocks, err);
         if (!e->drafter) goto fail;
     }
     e->cfg.kv_disk = NULL; /* the caller's config is not kept */
     if (c->kv_disk) {
         if (!e->prefix_cache) {
-            kvl_fail(err, "engine: the KV disk tier needs the prefix cache (on, a KV cache, and no sliding-window layers)");
+            kvl_fail(err, "engine: the KV disk tier needs the prefix cache (on, a KV cache, and no "
+                          "sliding-window layers)");
             goto fail;
         }
         if (!(e->disk = kv_disk_open(c->kv_disk, e->kv[0], err))) goto fail;
@@ -268,7 +275,8 @@ static bool validate_request(engine *e, const engine_request *r, kvl_error *err)
                             (long long)i, r->prompt[i], (long long)hp->n_vocab - 1);
     if (r->grammar && !e->vocab) return kvl_fail(err, "a grammar needs the engine's vocabulary");
     if (r->n_stop < 0 || r->n_stop > ENGINE_MAX_STOP)
-        return kvl_fail(err, "%d stop strings: at most %d are supported", r->n_stop, ENGINE_MAX_STOP);
+        return kvl_fail(err, "%d stop strings: at most %d are supported", r->n_stop,
+                        ENGINE_MAX_STOP);
     for (int i = 0; i < r->n_stop; i++)
         if (strlen(r->stop[i]) > ENGINE_MAX_STOP_BYTES)
             return kvl_fail(err, "stop string %d is %zu bytes long: at most %d are supported", i,
@@ -276,10 +284,13 @@ static bool validate_request(engine *e, const engine_request *r, kvl_error *err)
     if (r->top_logprobs < 0 || r->top_logprobs > MAX_TOP_LOGPROBS)
         return kvl_fail(err, "top_logprobs must be between 0 and %d", MAX_TOP_LOGPROBS);
     if (r->priority != 0 && e->cfg.scheduling != ENGINE_SCHED_PRIORITY)
-        return kvl_fail(err, "priority %d given, but priority scheduling is off (the policy is fcfs)", r->priority);
+        return kvl_fail(err,
+                        "priority %d given, but priority scheduling is off (the policy is fcfs)",
+                        r->priority);
     int64_t want = r->n_prompt + (r->max_tokens > 0 ? r->max_tokens : 1);
     if (r->n_prompt >= e->cfg.n_ctx || (r->max_tokens > 0 && want > e->cfg.n_ctx))
-        return kvl_fail(err, "prompt (%lld tokens) + max_tokens (%lld) exceeds the context size %lld",
+        return kvl_fail(err,
+                        "prompt (%lld tokens) + max_tokens (%lld) exceeds the context size %lld",
                         (long long)r->n_prompt, (long long)(r->max_tokens > 0 ? r->max_tokens : 0),
                         (long long)e->cfg.n_ctx);
     int64_t blocks = (want + e->cfg.block_size - 1) / e->cfg.block_size;
@@ -350,9 +361,15 @@ void engine_cancel(engine *e, int64_t id) {
 static void emit(seq *s, int32_t token, const char *text, size_t len, float logprob, int n_top,
                  const int32_t *top_ids, const float *top_lp, engine_finish finish) {
     if (!s->req.on_event) return;
-    engine_event ev = {.request_id = s->id, .token = token, .text = text, .text_len = len,
-                       .logprob = logprob, .n_top = n_top, .top_ids = top_ids,
-                       .top_logprobs = top_lp, .finish = finish,
+    engine_event ev = {.request_id = s->id,
+                       .token = token,
+                       .text = text,
+                       .text_len = len,
+                       .logprob = logprob,
+                       .n_top = n_top,
+                       .top_ids = top_ids,
+                       .top_logprobs = top_lp,
+                       .finish = finish,
                        .stats = finish != ENGINE_FINISH_NONE ? &s->stats : NULL};
     s->req.on_event(&ev, s->req.user);
 }
@@ -400,7 +417,8 @@ static kv_usage seq_usage(const engine *e, seq *s) {
     kv_usage u = {.tokens = s->n_computed};
     s->stats.n_kv_groups = e->n_groups;
     for (int g = 0; g < e->n_groups; g++) {
-        s->stats.kv_group[g] = kv_seq_usage(e->kv[g], &s->kv[g], kv_window_kept(s->n_computed, e->window[g]));
+        s->stats.kv_group[g] =
+            kv_seq_usage(e->kv[g], &s->kv[g], kv_window_kept(s->n_computed, e->window[g]));
         s->stats.kv_group_window[g] = e->window[g];
         kv_usage_add(&u, &s->stats.kv_group[g]);
     }
@@ -445,15 +463,18 @@ static void on_token(engine *e, seq *s, int32_t tok, float lp, int n_top, const 
         finish_seq(e, s, ENGINE_FINISH_STOP, -1, 0, 0, NULL, NULL);
         return;
     }
-    if (s->gst && !grammar_state_accept_token(s->gst, tok)) { /* the mask allowed it: cannot happen */
-        kvl_log(KVL_LOG_WARN, "engine: request %lld: token %d does not continue its grammar", (long long)s->id, tok);
+    if (s->gst &&
+        !grammar_state_accept_token(s->gst, tok)) { /* the mask allowed it: cannot happen */
+        kvl_log(KVL_LOG_WARN, "engine: request %lld: token %d does not continue its grammar",
+                (long long)s->id, tok);
         finish_seq(e, s, ENGINE_FINISH_STOP, -1, 0, 0, NULL, NULL);
         return;
     }
     s->tokens[s->n_tokens++] = tok;
     sampler_accept(s->smp, tok);
     bool special = keeps_special(s, tok);
-    size_t need = 3 * tok_token_bytes(e->vocab, tok, special, NULL, 0) + 16; /* U+FFFD may triple bytes */
+    size_t need =
+        3 * tok_token_bytes(e->vocab, tok, special, NULL, 0) + 16; /* U+FFFD may triple bytes */
     if (need > e->piece_cap) {
         char *p = realloc(e->piece, need);
         if (p) {
@@ -540,16 +561,19 @@ static seq **pick_waiting(engine *e, bool admit) {
     enum { PREFIX_SCAN = 32 }; /* waiting requests compared by cached prefix */
     seq **best = &e->waiting;
     if (!*best) return NULL;
-    if (e->cfg.scheduling == ENGINE_SCHED_PRIORITY) /* the first of the lowest value: list order is arrival */
+    if (e->cfg.scheduling ==
+        ENGINE_SCHED_PRIORITY) /* the first of the lowest value: list order is arrival */
         for (seq **pp = &(*best)->next; *pp; pp = &(*pp)->next)
             if ((*pp)->req.priority < (*best)->req.priority) best = pp;
-    if (e->cfg.prefix_admission_wait <= 0 || !e->prefix_cache || (*best)->passed_over >= e->cfg.prefix_admission_wait)
+    if (e->cfg.prefix_admission_wait <= 0 || !e->prefix_cache ||
+        (*best)->passed_over >= e->cfg.prefix_admission_wait)
         return best;
     seq **pick = best;
     int64_t most = cached_prefix(e, *best);
     int n = 0;
     for (seq **pp = &e->waiting; *pp && n < PREFIX_SCAN; pp = &(*pp)->next, n++) {
-        if (*pp == *best || (*pp)->req.priority != (*best)->req.priority || (*pp)->n_computed > 0) continue;
+        if (*pp == *best || (*pp)->req.priority != (*best)->req.priority || (*pp)->n_computed > 0)
+            continue;
         int64_t h = cached_prefix(e, *pp);
         if (h > most) {
             most = h;
@@ -604,11 +628,13 @@ static int64_t reserve_chunk(engine *e, seq *s, int64_t budget) {
     int64_t before[MODEL_MAX_KV_GROUPS];
     for (int g = 0; g < e->n_groups; g++) {
         /* A sliding group keeps only what the next token's window can see. */
-        int64_t dropped = kv_seq_drop_outside_window(e->kv[g], &s->kv[g], s->n_computed, e->window[g]);
+        int64_t dropped =
+            kv_seq_drop_outside_window(e->kv[g], &s->kv[g], s->n_computed, e->window[g]);
         if (dropped > 0) ev_ring_push(e->events, ENGINE_EV_WINDOW_RELEASE, s->id, dropped, g);
         before[g] = s->kv[g].n_blocks;
         if (!kv_seq_reserve(e->kv[g], &s->kv[g], s->n_computed + n)) {
-            for (int k = 0; k < g; k++) kv_seq_truncate(e->kv[k], &s->kv[k], before[k]); /* all or nothing */
+            for (int k = 0; k < g; k++)
+                kv_seq_truncate(e->kv[k], &s->kv[k], before[k]); /* all or nothing */
             return 0;
         }
     }
@@ -645,7 +671,8 @@ static bool leader_prefilling(const engine *e, const seq *s) {
     int64_t want = (s->n_prompt - 1) / e->cfg.block_size; /* full blocks the follower can reuse */
     for (int i = 0; i < e->n_running; i++) {
         const seq *l = e->running[i];
-        if (l->id == s->req.prefix_leader) return l->kv[0].n_hashed < want && l->n_computed < l->n_prompt;
+        if (l->id == s->req.prefix_leader)
+            return l->kv[0].n_hashed < want && l->n_computed < l->n_prompt;
     }
     return false; /* finished, or queued behind s (after a preemption): do not wait */
 }
@@ -654,21 +681,26 @@ static bool leader_prefilling(const engine *e, const seq *s) {
  * while the step is small, never past max_tokens or the context, and as many
  * as its acceptance earns (spec_adapt). */
 static int propose_drafts(engine *e, seq *s, int64_t planned, int64_t budget) {
-    if (s->req.no_speculative || s->n_tokens - s->n_computed != 1 || s->stats.n_generated == 0) return 0;
+    if (s->req.no_speculative || s->n_tokens - s->n_computed != 1 || s->stats.n_generated == 0)
+        return 0;
     int64_t k = e->cfg.spec_k, room = e->cfg.spec_max_batch - planned - 1;
     if (room < k) k = room;
     if (e->spec_left < k) k = e->spec_left;
     if (budget - 1 < k) k = budget - 1;
-    if (e->cfg.n_ctx - s->n_tokens < k) k = e->cfg.n_ctx - s->n_tokens; /* drafts stay inside the context */
+    if (e->cfg.n_ctx - s->n_tokens < k)
+        k = e->cfg.n_ctx - s->n_tokens; /* drafts stay inside the context */
     if (s->req.max_tokens > 0 && s->req.max_tokens - s->stats.n_generated - 1 < k)
-        k = s->req.max_tokens - s->stats.n_generated - 1; /* with the token after them: max_tokens at most */
+        k = s->req.max_tokens - s->stats.n_generated -
+            1; /* with the token after them: max_tokens at most */
     if (k <= 0) return 0;
     int want = spec_adapt_want(&s->adapt);
     if (want < k) k = want;
     if (k <= 0) return 0;
-    if (!e->drafter) return spec_ngram_propose(s->tokens, s->n_tokens, e->cfg.spec_ngram, (int)k, s->draft);
+    if (!e->drafter)
+        return spec_ngram_propose(s->tokens, s->n_tokens, e->cfg.spec_ngram, (int)k, s->draft);
     kvl_error err = {{0}};
-    int n = spec_drafter_propose(e->drafter, &s->dseq, s->tokens, s->n_tokens, (int)k, s->draft, &err);
+    int n =
+        spec_drafter_propose(e->drafter, &s->dseq, s->tokens, s->n_tokens, (int)k, s->draft, &err);
     if (n < 0) { /* the output stays right without drafts */
         kvl_log(KVL_LOG_WARN, "engine: request %lld: draft model: %s", (long long)s->id, err.msg);
         spec_dseq_release(e->drafter, &s->dseq, false);
@@ -711,7 +743,8 @@ static void plan_step(engine *e, step_plan *p) {
         int64_t n = reserve_chunk(e, s, budget);
         if (n == 0 && s->n_draft > 0) { /* no room for the drafts: decode plainly */
             s->n_draft = 0;
-            if (e->drafter) spec_drafter_rollback(e->drafter, &s->dseq, s->n_tokens); /* drafts it computed */
+            if (e->drafter)
+                spec_drafter_rollback(e->drafter, &s->dseq, s->n_tokens); /* drafts it computed */
             n = reserve_chunk(e, s, budget);
         }
         if (n == 0) {
@@ -739,13 +772,15 @@ static void plan_step(engine *e, step_plan *p) {
         *link = s->next;
         s->next = NULL;
         s->state = SEQ_RUNNING;
-        if (s->stats.t_scheduled == 0) s->stats.t_scheduled = kvl_time_s(); /* not again after a preemption */
+        if (s->stats.t_scheduled == 0)
+            s->stats.t_scheduled = kvl_time_s(); /* not again after a preemption */
         running_add(e, s);
         if (e->prefix_cache) { /* logged once admitted: a sequence may look up again every step until then */
             e->events->prefix_lookups++;
             e->events->prefix_hits += s->n_computed > 0;
             if (s->n_computed > 0)
-                ev_ring_push(e->events, ENGINE_EV_PREFIX_HIT, s->id, s->n_computed, s->kv[0].n_blocks);
+                ev_ring_push(e->events, ENGINE_EV_PREFIX_HIT, s->id, s->n_computed,
+                             s->kv[0].n_blocks);
         }
         ev_ring_push(e->events, ENGINE_EV_ADMIT, s->id, n, s->n_computed);
         plan_add(e, p, s, n);
@@ -760,7 +795,9 @@ static bool apply_grammar(engine *e, seq *s, int32_t V) {
     int32_t n = grammar_state_mask(s->gst, e->mask, V);
     if (n == 0) {
         if (!grammar_state_must_end(s->gst))
-            kvl_log(KVL_LOG_WARN, "engine: request %lld: no token of the vocabulary continues its grammar", (long long)s->id);
+            kvl_log(KVL_LOG_WARN,
+                    "engine: request %lld: no token of the vocabulary continues its grammar",
+                    (long long)s->id);
         finish_seq(e, s, ENGINE_FINISH_STOP, -1, 0, 0, NULL, NULL);
         return false;
     }
@@ -781,7 +818,8 @@ static void sample_outputs(engine *e, const step_plan *p) {
         /* A draft's row counts only while every token before it was accepted:
          * the sequence's text must be exactly what the row was computed on. */
         const int64_t pos = e->b_pos[t];
-        if (s->state == SEQ_DONE || pos != s->n_tokens - 1 || s->tokens[pos] != e->b_tokens[t]) continue;
+        if (s->state == SEQ_DONE || pos != s->n_tokens - 1 || s->tokens[pos] != e->b_tokens[t])
+            continue;
         if (pos >= s->n_computed) { /* an accepted draft: its K/V is the sequence's now */
             s->n_computed = pos + 1;
             s->n_accepted++;
@@ -811,7 +849,8 @@ static void finish_drafts(engine *e, seq *s) {
     spec_adapt_update(&s->adapt, e->cfg.spec_k, drafted, accepted);
     for (int g = 0; g < e->n_groups; g++) {
         int64_t held = kv_seq_truncate_tokens(e->kv[g], &s->kv[g], s->n_computed);
-        if (held < s->n_computed) s->n_computed = held; /* cannot happen: commits cover accepted tokens only */
+        if (held < s->n_computed)
+            s->n_computed = held; /* cannot happen: commits cover accepted tokens only */
     }
     if (e->prefix_cache) kv_prefix_commit(e->kv[0], &s->kv[0], s->tokens, s->n_computed);
     if (e->drafter) spec_drafter_rollback(e->drafter, &s->dseq, s->n_computed);
@@ -823,7 +862,8 @@ bool engine_step(engine *e, kvl_error *err) {
     plan_step(e, &p);
     for (int g = 0; g < e->n_groups; g++) { /* allocations evict inside kv: log how many */
         int64_t ev = kv_pool_n_evicted(e->kv[g]);
-        if (ev > e->n_evicted_seen[g]) ev_ring_push(e->events, ENGINE_EV_EVICT, 0, ev - e->n_evicted_seen[g], g);
+        if (ev > e->n_evicted_seen[g])
+            ev_ring_push(e->events, ENGINE_EV_EVICT, 0, ev - e->n_evicted_seen[g], g);
         e->n_evicted_seen[g] = ev;
     }
     if (p.n_tokens == 0) {
@@ -831,8 +871,12 @@ bool engine_step(engine *e, kvl_error *err) {
             return kvl_fail(err, "engine: no KV blocks free for the next request");
         return true;
     }
-    model_batch b = {.n_tokens = p.n_tokens, .tokens = e->b_tokens, .pos = e->b_pos,
-                     .seq = e->b_seq, .want_logits = e->b_want, .n_seqs = p.n_seqs,
+    model_batch b = {.n_tokens = p.n_tokens,
+                     .tokens = e->b_tokens,
+                     .pos = e->b_pos,
+                     .seq = e->b_seq,
+                     .want_logits = e->b_want,
+                     .n_seqs = p.n_seqs,
                      .seqs = e->b_seqs};
     if (!model_forward(e->m, e->kv, &b, e->logits, err)) return false;
     e->metrics.steps++;
@@ -860,8 +904,8 @@ bool engine_step(engine *e, kvl_error *err) {
 
 /* ----------------------------------------------------------------- eval -- */
 
-bool engine_eval(model *m, int kv_dtype, int kv_dtype_v, int block_size, const int32_t *ids, int64_t n,
-                 engine_logits_fn on_logits, void *user, kvl_error *err) {
+bool engine_eval(model *m, int kv_dtype, int kv_dtype_v, int block_size, const int32_t *ids,
+                 int64_t n, engine_logits_fn on_logits, void *user, kvl_error *err) {
     engine_config c;
     engine_config_default(&c);
     c.n_ctx = n;
@@ -885,13 +929,19 @@ bool engine_eval(model *m, int kv_dtype, int kv_dtype_v, int block_size, const i
     for (int g = 0; g < e->n_groups; g++) {
         kv_seq_init(&s[g]);
         seqs[g] = &s[g];
-        if (ok && !kv_seq_reserve(e->kv[g], &s[g], n)) ok = kvl_fail(err, "eval: cannot reserve KV");
+        if (ok && !kv_seq_reserve(e->kv[g], &s[g], n))
+            ok = kvl_fail(err, "eval: cannot reserve KV");
     }
     for (int64_t t0 = 0; ok && t0 < n; t0 += CHUNK) {
         int64_t cnt = n - t0 < CHUNK ? n - t0 : CHUNK;
         for (int64_t i = 0; i < cnt; i++) pos[i] = (int32_t)(t0 + i);
-        model_batch b = {.n_tokens = cnt, .tokens = ids + t0, .pos = pos, .seq = sq,
-                         .want_logits = want, .n_seqs = 1, .seqs = seqs};
+        model_batch b = {.n_tokens = cnt,
+                         .tokens = ids + t0,
+                         .pos = pos,
+                         .seq = sq,
+                         .want_logits = want,
+                         .n_seqs = 1,
+                         .seqs = seqs};
         ok = model_forward(m, e->kv, &b, logits, err);
         for (int64_t i = 0; ok && i < cnt; i++) on_logits(t0 + i, logits + i * hp->n_vocab, user);
     }
@@ -901,16 +951,18 @@ bool engine_eval(model *m, int kv_dtype, int kv_dtype_v, int block_size, const i
     return ok;
 }
 
-bool engine_embed(engine *e, const int32_t *ids, int64_t n, engine_pooling pooling, float *out, kvl_error *err) {
+bool engine_embed(engine *e, const int32_t *ids, int64_t n, engine_pooling pooling, float *out,
+                  kvl_error *err) {
     const model_hparams *hp = model_hp(e->m);
     const int64_t E = hp->n_embd;
     if (n < 1) return kvl_fail(err, "embedding: the input is empty");
     if (n > e->cfg.n_ctx)
-        return kvl_fail(err, "embedding: the input has %lld tokens, more than the context of %lld", (long long)n,
-                        (long long)e->cfg.n_ctx);
+        return kvl_fail(err, "embedding: the input has %lld tokens, more than the context of %lld",
+                        (long long)n, (long long)e->cfg.n_ctx);
     for (int64_t i = 0; i < n; i++)
         if (ids[i] < 0 || ids[i] >= hp->n_vocab)
-            return kvl_fail(err, "embedding: token %lld (id %d) is not in the vocabulary", (long long)i, ids[i]);
+            return kvl_fail(err, "embedding: token %lld (id %d) is not in the vocabulary",
+                            (long long)i, ids[i]);
     enum { CHUNK = 64 };
     float *rows = kvl_alloc(CHUNK * E * sizeof(float));
     double *acc = calloc((size_t)E, sizeof *acc);
@@ -926,7 +978,8 @@ bool engine_embed(engine *e, const int32_t *ids, int64_t n, engine_pooling pooli
         kv_seq_init(&s[g]);
         seqs[g] = &s[g];
         if (ok && !kv_seq_reserve(e->kv[g], &s[g], n))
-            ok = kvl_fail(err, "embedding: not enough free KV blocks for %lld tokens right now", (long long)n);
+            ok = kvl_fail(err, "embedding: not enough free KV blocks for %lld tokens right now",
+                          (long long)n);
     }
     for (int64_t t0 = 0; ok && t0 < n; t0 += CHUNK) {
         int64_t cnt = n - t0 < CHUNK ? n - t0 : CHUNK;
@@ -936,8 +989,14 @@ bool engine_embed(engine *e, const int32_t *ids, int64_t n, engine_pooling pooli
             want[i] = pooling == ENGINE_POOL_MEAN || (pooling == ENGINE_POOL_LAST && t == n - 1) ||
                       (pooling == ENGINE_POOL_CLS && t == 0);
         }
-        model_batch b = {.n_tokens = cnt, .tokens = ids + t0, .pos = pos, .seq = sq, .want_logits = want,
-                         .n_seqs = 1, .seqs = seqs, .hidden = rows};
+        model_batch b = {.n_tokens = cnt,
+                         .tokens = ids + t0,
+                         .pos = pos,
+                         .seq = sq,
+                         .want_logits = want,
+                         .n_seqs = 1,
+                         .seqs = seqs,
+                         .hidden = rows};
         ok = model_forward(e->m, e->kv, &b, NULL, err);
         int64_t r = 0;
         for (int64_t i = 0; ok && i < cnt; i++)
@@ -968,7 +1027,8 @@ int64_t engine_kv_save(engine *e, const int32_t *ids, int64_t n, const char *sal
     }
     const model_hparams *hp = model_hp(e->m);
     if (n > e->cfg.n_ctx) {
-        kvl_fail(err, "the prefix has %lld tokens, more than the context of %lld", (long long)n, (long long)e->cfg.n_ctx);
+        kvl_fail(err, "the prefix has %lld tokens, more than the context of %lld", (long long)n,
+                 (long long)e->cfg.n_ctx);
         return -1;
     }
     for (int64_t i = 0; i < n; i++)
@@ -992,8 +1052,13 @@ int64_t engine_kv_save(engine *e, const int32_t *ids, int64_t n, const char *sal
     while (ok && done < full) {
         int64_t cnt = full - done < CHUNK ? full - done : CHUNK;
         for (int64_t i = 0; i < cnt; i++) pos[i] = (int32_t)(done + i);
-        model_batch b = {.n_tokens = cnt, .tokens = ids + done, .pos = pos, .seq = sq, .want_logits = want,
-                         .n_seqs = 1, .seqs = seqs};
+        model_batch b = {.n_tokens = cnt,
+                         .tokens = ids + done,
+                         .pos = pos,
+                         .seq = sq,
+                         .want_logits = want,
+                         .n_seqs = 1,
+                         .seqs = seqs};
         ok = model_forward(e->m, e->kv, &b, NULL, err);
         done += cnt;
     }
@@ -1017,13 +1082,18 @@ static bool view_add_seq(const engine *e, engine_view *v, const seq *s) {
     }
     engine_seq_view *o = &v->seqs[v->n_seqs++];
     bool running = s->state == SEQ_RUNNING;
-    *o = (engine_seq_view){.id = s->id, .n_prompt = s->n_prompt, .n_generated = s->stats.n_generated,
-                           .n_cached_prompt = s->stats.n_cached_prompt, .n_computed = s->n_computed,
-                           .n_preemptions = s->stats.n_preemptions, .t_submit = s->stats.t_submit,
+    *o = (engine_seq_view){.id = s->id,
+                           .n_prompt = s->n_prompt,
+                           .n_generated = s->stats.n_generated,
+                           .n_cached_prompt = s->stats.n_cached_prompt,
+                           .n_computed = s->n_computed,
+                           .n_preemptions = s->stats.n_preemptions,
+                           .t_submit = s->stats.t_submit,
                            .kv = {.tokens = s->n_computed}};
     o->phase = !running ? (s->stats.n_preemptions ? ENGINE_PHASE_PREEMPTED : ENGINE_PHASE_WAITING)
-               : s->n_computed < s->n_tokens - 1 || s->stats.n_generated == 0 ? ENGINE_PHASE_PREFILLING
-                                                                              : ENGINE_PHASE_DECODING;
+               : s->n_computed < s->n_tokens - 1 || s->stats.n_generated == 0
+                   ? ENGINE_PHASE_PREFILLING
+                   : ENGINE_PHASE_DECODING;
     for (int g = 0; g < e->n_groups; g++) {
         kv_usage u = kv_seq_usage(e->kv[g], &s->kv[g], kv_window_kept(s->n_computed, e->window[g]));
         kv_usage_add(&o->kv, &u);
@@ -1038,7 +1108,8 @@ static bool view_add_seq(const engine *e, engine_view *v, const seq *s) {
         }
         o->table_off[g] = v->n_tables;
         o->table_len[g] = k->n_blocks;
-        if (k->n_blocks) memcpy(v->tables + v->n_tables, k->blocks, (size_t)k->n_blocks * sizeof *k->blocks);
+        if (k->n_blocks)
+            memcpy(v->tables + v->n_tables, k->blocks, (size_t)k->n_blocks * sizeof *k->blocks);
         v->n_tables += k->n_blocks;
     }
     return true;

@@ -27,8 +27,8 @@ typedef enum engine_finish {
 
 typedef struct engine_req_stats {
     int64_t n_prompt, n_generated;
-    int64_t n_cached_prompt;                /* prompt tokens served from the prefix cache */
-    int64_t n_disk_prompt;                  /* of those, read from its disk tier */
+    int64_t n_cached_prompt; /* prompt tokens served from the prefix cache */
+    int64_t n_disk_prompt;   /* of those, read from its disk tier */
     int64_t n_preemptions;
     double t_submit, t_first_token, t_end; /* kvl_time_s() */
     double t_scheduled;                    /* first step that computed any of it (0: never) */
@@ -41,15 +41,15 @@ typedef struct engine_req_stats {
 
 typedef struct engine_event {
     int64_t request_id;
-    int32_t token;            /* generated id, or -1 for a text-only/final event */
-    const char *text;         /* UTF-8 text released by this event (not NUL-terminated) */
+    int32_t token;    /* generated id, or -1 for a text-only/final event */
+    const char *text; /* UTF-8 text released by this event (not NUL-terminated) */
     size_t text_len;
-    float logprob;            /* of token under the model's distribution (NaN unless the
+    float logprob; /* of token under the model's distribution (NaN unless the
                                  request set logprobs or top_logprobs) */
     int n_top;
-    const int32_t *top_ids;   /* n_top alternatives, by descending logit */
+    const int32_t *top_ids; /* n_top alternatives, by descending logit */
     const float *top_logprobs;
-    engine_finish finish;     /* != NONE on the request's last event */
+    engine_finish finish;          /* != NONE on the request's last event */
     const engine_req_stats *stats; /* set on the last event */
 } engine_event;
 
@@ -60,13 +60,13 @@ typedef void (*engine_event_fn)(const engine_event *ev, void *user);
 typedef struct engine_request {
     const int32_t *prompt; /* copied */
     int64_t n_prompt;
-    int64_t max_tokens;    /* < 0: until the context is full */
+    int64_t max_tokens; /* < 0: until the context is full */
     sampler_params sampling;
     const char *const *stop; /* stop strings (copied); at most ENGINE_MAX_STOP, each at most
                               * ENGINE_MAX_STOP_BYTES (stop_match.h) */
     int n_stop;
-    int top_logprobs;      /* alternatives per event, 0..20 */
-    bool logprobs;         /* report each token's logprob (a pass over the vocabulary) */
+    int top_logprobs; /* alternatives per event, 0..20 */
+    bool logprobs;    /* report each token's logprob (a pass over the vocabulary) */
     bool ignore_eos;
     /* Control tokens whose text is part of the output (e.g. a tool-call marker
      * such as Mistral's [TOOL_CALLS], which a parser needs to see); other
@@ -86,7 +86,7 @@ typedef struct engine_request {
      * ends the request, ignore_eos or not). Reported logprobs and top_logprobs
      * stay those of the unconstrained distribution. */
     const grammar *grammar;
-    bool no_speculative;   /* opt out of speculative decoding (engine_config.spec) */
+    bool no_speculative; /* opt out of speculative decoding (engine_config.spec) */
     /* Under ENGINE_SCHED_PRIORITY: lower values are admitted first and
      * preempted last (vLLM's semantics); must be 0 under ENGINE_SCHED_FCFS. */
     int priority;
@@ -99,7 +99,7 @@ typedef enum engine_spec_mode {
     ENGINE_SPEC_NGRAM, /* prompt lookup: drafts copied from the sequence's own text */
     ENGINE_SPEC_DRAFT, /* a small draft model (engine_config.draft_model) drafts greedily */
 } engine_spec_mode;
-#define ENGINE_SPEC_MAX_K 16
+#define ENGINE_SPEC_MAX_K     16
 #define ENGINE_SPEC_MAX_NGRAM 8
 /* "off" / "ngram" / "draft" into *mode; false for anything else. */
 bool engine_spec_parse(const char *name, engine_spec_mode *mode);
@@ -111,11 +111,11 @@ bool engine_spec_parse(const char *name, engine_spec_mode *mode);
 typedef enum engine_sched { ENGINE_SCHED_FCFS = 0, ENGINE_SCHED_PRIORITY } engine_sched;
 
 typedef struct engine_config {
-    int64_t n_ctx;            /* longest sequence (prompt + output) */
-    int block_size;           /* tokens per KV block */
-    int kv_dtype;             /* KV storage type (kv_dtype_parse): K, and V unless kv_dtype_v >= 0 */
-    int kv_dtype_v;           /* V storage type, or -1 for the same as K */
-    int64_t n_blocks;         /* pool size; 0: n_ctx * max_seqs worth... see engine.c */
+    int64_t n_ctx;    /* longest sequence (prompt + output) */
+    int block_size;   /* tokens per KV block */
+    int kv_dtype;     /* KV storage type (kv_dtype_parse): K, and V unless kv_dtype_v >= 0 */
+    int kv_dtype_v;   /* V storage type, or -1 for the same as K */
+    int64_t n_blocks; /* pool size; 0: n_ctx * max_seqs worth... see engine.c */
     int64_t max_batch_tokens; /* token budget per step */
     int max_seqs;             /* running sequences at most */
     bool no_kv_cache;         /* recompute the whole prefix at every step */
@@ -125,16 +125,16 @@ typedef struct engine_config {
      * exactly what plain decoding gives (same ids, greedy or sampled with the
      * same seed). Drafts are only added while the step has at most
      * spec_max_batch tokens (a larger batch is compute-bound already). */
-    engine_spec_mode spec;    /* default off */
-    int spec_k;               /* most drafts per sequence and step, 1..ENGINE_SPEC_MAX_K */
-    int spec_ngram;           /* longest n-gram matched, 1..ENGINE_SPEC_MAX_NGRAM */
-    int spec_max_batch;       /* tokens per step up to which drafts are added */
-    model *draft_model;       /* ENGINE_SPEC_DRAFT: borrowed; the same vocabulary as the model
+    engine_spec_mode spec; /* default off */
+    int spec_k;            /* most drafts per sequence and step, 1..ENGINE_SPEC_MAX_K */
+    int spec_ngram;        /* longest n-gram matched, 1..ENGINE_SPEC_MAX_NGRAM */
+    int spec_max_batch;    /* tokens per step up to which drafts are added */
+    model *draft_model;    /* ENGINE_SPEC_DRAFT: borrowed; the same vocabulary as the model
                                * (the caller checks the texts; engine_create the size) */
     /* The disk tier of the prefix cache (kv_disk.h; copied), NULL: none.
      * Needs the prefix cache. */
     const kv_disk_config *kv_disk;
-    engine_sched scheduling;  /* default FCFS */
+    engine_sched scheduling; /* default FCFS */
     /* Prefix-aware admission (SGLang's longest prefix match with an FCFS
      * fallback): among the first waiting requests of the best priority, admit
      * the one with the most prompt tokens in the prefix cache, unless the one
@@ -191,7 +191,7 @@ typedef struct engine_metrics {
     /* speculative decoding: verifications with drafts, tokens drafted, drafts
      * accepted (acceptance rate = accepted / drafted) */
     int64_t spec_drafts, spec_draft_tokens, spec_accepted_tokens;
-    kv_disk_stats kv_disk;   /* the disk tier's (zeros without one) */
+    kv_disk_stats kv_disk; /* the disk tier's (zeros without one) */
 } engine_metrics;
 engine_metrics engine_get_metrics(const engine *e);
 
@@ -209,27 +209,31 @@ typedef enum engine_ev_kind {
 const char *engine_ev_kind_name(engine_ev_kind k); /* "admit", "prefix_hit", ... */
 
 typedef struct engine_log_event {
-    uint64_t seq;  /* 1, 2, ...: a reader asks for the events after the last it saw */
-    double t;      /* kvl_time_s() */
+    uint64_t seq; /* 1, 2, ...: a reader asks for the events after the last it saw */
+    double t;     /* kvl_time_s() */
     int64_t request_id;
     int64_t a, b;
-    int32_t kind;  /* engine_ev_kind */
+    int32_t kind; /* engine_ev_kind */
 } engine_log_event;
 
 #define ENGINE_EV_RING 1024 /* events kept */
 
 typedef enum engine_seq_phase {
-    ENGINE_PHASE_WAITING, ENGINE_PHASE_PREFILLING, ENGINE_PHASE_DECODING, ENGINE_PHASE_PREEMPTED
+    ENGINE_PHASE_WAITING,
+    ENGINE_PHASE_PREFILLING,
+    ENGINE_PHASE_DECODING,
+    ENGINE_PHASE_PREEMPTED
 } engine_seq_phase;
 const char *engine_phase_name(engine_seq_phase ph);
 
 typedef struct engine_seq_view {
     int64_t id;
-    int32_t phase;                 /* engine_seq_phase (waiting after a preemption: preempted) */
+    int32_t phase; /* engine_seq_phase (waiting after a preemption: preempted) */
     int64_t n_prompt, n_generated, n_cached_prompt, n_computed, n_preemptions;
     double t_submit;
-    kv_usage kv;                   /* over all groups, as engine_req_stats.kv */
-    int64_t table_off[MODEL_MAX_KV_GROUPS], table_len[MODEL_MAX_KV_GROUPS]; /* in engine_view.tables */
+    kv_usage kv; /* over all groups, as engine_req_stats.kv */
+    int64_t table_off[MODEL_MAX_KV_GROUPS],
+        table_len[MODEL_MAX_KV_GROUPS]; /* in engine_view.tables */
 } engine_seq_view;
 
 /* A copy of the engine's KV state: every block of every pool, every sequence
@@ -241,19 +245,19 @@ typedef struct engine_view {
     engine_metrics metrics;
     bool prefix_cache;
     int n_groups, block_size;
-    int64_t n_blocks;                           /* per pool */
-    int32_t window[MODEL_MAX_KV_GROUPS];        /* 0: full attention */
+    int64_t n_blocks;                    /* per pool */
+    int32_t window[MODEL_MAX_KV_GROUPS]; /* 0: full attention */
     size_t block_bytes[MODEL_MAX_KV_GROUPS];
     int64_t n_evicted[MODEL_MAX_KV_GROUPS];
     kv_block_info *blocks[MODEL_MAX_KV_GROUPS]; /* n_blocks each */
     engine_seq_view *seqs;
     int n_seqs, cap_seqs;
-    int32_t *tables;                            /* block ids, -1: dropped (sliding window) */
+    int32_t *tables; /* block ids, -1: dropped (sliding window) */
     int64_t n_tables, cap_tables;
-    int64_t prefix_lookups, prefix_hits;        /* admissions that looked up / found cached blocks */
+    int64_t prefix_lookups, prefix_hits; /* admissions that looked up / found cached blocks */
     engine_log_event events[ENGINE_EV_RING];
     int n_events;
-    uint64_t next_event;                        /* number the next event will get */
+    uint64_t next_event; /* number the next event will get */
 } engine_view;
 
 /* Sizes the block arrays (any thread: reads only the engine's fixed shape). */
@@ -266,8 +270,8 @@ void engine_view_free(engine_view *v);
  * one fresh sequence and calls on_logits(pos, logits, user) for every position,
  * in order. Used by `score` and `perplexity`. */
 typedef void (*engine_logits_fn)(int64_t pos, const float *logits, void *user);
-bool engine_eval(model *m, int kv_dtype, int kv_dtype_v, int block_size, const int32_t *ids, int64_t n,
-                 engine_logits_fn on_logits, void *user, kvl_error *err);
+bool engine_eval(model *m, int kv_dtype, int kv_dtype_v, int block_size, const int32_t *ids,
+                 int64_t n, engine_logits_fn on_logits, void *user, kvl_error *err);
 
 /* Embeddings: the model's final hidden state (after the output norm) pooled
  * over ids and L2-normalised into out (n_embd floats). Runs one sequence of
@@ -275,6 +279,7 @@ bool engine_eval(model *m, int kv_dtype, int kv_dtype_v, int block_size, const i
  * so it must be called by the thread that drives engine_step, between steps.
  * False with err set when ids are invalid or the pool has no room right now. */
 typedef enum engine_pooling { ENGINE_POOL_LAST, ENGINE_POOL_MEAN, ENGINE_POOL_CLS } engine_pooling;
-bool engine_embed(engine *e, const int32_t *ids, int64_t n, engine_pooling pooling, float *out, kvl_error *err);
+bool engine_embed(engine *e, const int32_t *ids, int64_t n, engine_pooling pooling, float *out,
+                  kvl_error *err);
 
 #endif

@@ -10,9 +10,9 @@
 
 typedef struct engine_ev_ring {
     engine_log_event ev[ENGINE_EV_RING];
-    uint64_t next;                  /* number of the next event (the first is 1) */
-    int64_t prefix_lookups;         /* admissions that looked up the prefix cache */
-    int64_t prefix_hits;            /* ... and found at least one block */
+    uint64_t next;          /* number of the next event (the first is 1) */
+    int64_t prefix_lookups; /* admissions that looked up the prefix cache */
+    int64_t prefix_hits;    /* ... and found at least one block */
 } engine_ev_ring;
 
 void ev_ring_push(engine_ev_ring *r, engine_ev_kind kind, int64_t request_id, int64_t a, int64_t b);

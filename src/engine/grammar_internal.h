@@ -39,7 +39,8 @@ struct grammar {
 
 static inline bool gset_has(const grammar *g, int32_t set, uint32_t cp) {
     const gset *s = &g->sets[set];
-    const uint32_t *r = s->n ? g->ranges + 2 * s->off : NULL; /* a grammar may have no ranges at all */
+    const uint32_t *r =
+        s->n ? g->ranges + 2 * s->off : NULL; /* a grammar may have no ranges at all */
     bool in = false;
     for (int32_t i = 0; i < s->n && !in; i++) in = cp >= r[2 * i] && cp <= r[2 * i + 1];
     return in != s->negate;
@@ -48,7 +49,8 @@ static inline bool gset_has(const grammar *g, int32_t set, uint32_t cp) {
 /* Whether some code point in [lo, hi] is in the set. */
 static inline bool gset_meets(const grammar *g, int32_t set, uint32_t lo, uint32_t hi) {
     const gset *s = &g->sets[set];
-    const uint32_t *r = s->n ? g->ranges + 2 * s->off : NULL; /* a grammar may have no ranges at all */
+    const uint32_t *r =
+        s->n ? g->ranges + 2 * s->off : NULL; /* a grammar may have no ranges at all */
     if (!s->negate) {
         for (int32_t i = 0; i < s->n; i++)
             if (r[2 * i] <= hi && r[2 * i + 1] >= lo) return true;
@@ -71,7 +73,8 @@ static inline bool gset_meets(const grammar *g, int32_t set, uint32_t lo, uint32
 /* Whether every code point in [lo, hi] is in the set. */
 static inline bool gset_covers(const grammar *g, int32_t set, uint32_t lo, uint32_t hi) {
     const gset *s = &g->sets[set];
-    const uint32_t *r = s->n ? g->ranges + 2 * s->off : NULL; /* a grammar may have no ranges at all */
+    const uint32_t *r =
+        s->n ? g->ranges + 2 * s->off : NULL; /* a grammar may have no ranges at all */
     if (s->negate) {
         for (int32_t i = 0; i < s->n; i++)
             if (r[2 * i] <= hi && r[2 * i + 1] >= lo) return false;

@@ -37,7 +37,8 @@ typedef struct parser {
     int64_t n_elems;
     int32_t *name_ht; /* open addressing over rule ids by name (-1: empty), cap_ht a power of two */
     int32_t cap_ht;
-    int32_t *reps; /* (generated rule, segment length) per repetition that can match its segment twice */
+    int32_t *
+        reps; /* (generated rule, segment length) per repetition that can match its segment twice */
     int32_t n_reps, cap_reps;
 } parser;
 
@@ -118,7 +119,8 @@ static int32_t name_slot(const parser *ps, const char *name, size_t len) {
     uint32_t m = (uint32_t)ps->cap_ht - 1, i = name_hash(name, len) & m;
     for (;; i = (i + 1) & m) {
         int32_t r = ps->name_ht[i];
-        if (r < 0 || (strlen(ps->names[r]) == len && memcmp(ps->names[r], name, len) == 0)) return (int32_t)i;
+        if (r < 0 || (strlen(ps->names[r]) == len && memcmp(ps->names[r], name, len) == 0))
+            return (int32_t)i;
     }
 }
 
@@ -325,7 +327,8 @@ static bool parse_int(parser *ps, int64_t *v) {
  * the repeated segment (len elements), for check_left_recursion to refuse it
  * if the segment can match the empty string. */
 static bool note_repetition(parser *ps, int32_t rule, int32_t len) {
-    if (!grow((void **)&ps->reps, &ps->cap_reps, ps->n_reps + 1, 2 * sizeof(int32_t))) return oom(ps);
+    if (!grow((void **)&ps->reps, &ps->cap_reps, ps->n_reps + 1, 2 * sizeof(int32_t)))
+        return oom(ps);
     ps->reps[2 * ps->n_reps] = rule;
     ps->reps[2 * ps->n_reps + 1] = len;
     ps->n_reps++;
@@ -533,10 +536,12 @@ static bool check_left_recursion(parser *ps, grammar *g) {
         for (int32_t k = 0; k < len && empty_ok; k++)
             empty_ok = g->elems[p + k].kind == GE_REF && nullable[g->elems[p + k].arg];
         if (empty_ok)
-            ok = fail_at(ps, ps->src + ps->def_at[q],
-                         "a repetition of something that can match the empty string (rule %s): every "
-                         "split of the text among the copies is a separate parse; repeat its non-empty "
-                         "part instead", g->rule_names[q]);
+            ok = fail_at(
+                ps, ps->src + ps->def_at[q],
+                "a repetition of something that can match the empty string (rule %s): every "
+                "split of the text among the copies is a separate parse; repeat its non-empty "
+                "part instead",
+                g->rule_names[q]);
     }
     /* iterative DFS over "r can begin with t" edges; iter[r] = the next element to scan */
     for (int32_t start = 0; ok && start < R; start++) {

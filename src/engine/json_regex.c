@@ -389,7 +389,9 @@ static bool rx_quant(rx *r, kvl_buf *o, bool atom_nullable, bool *optional) {
         return true;
     }
     if (unbounded && atom_nullable)
-        return rx_fail(r, at, "a repeated group that can match the empty string (like '(a?)*') is not supported");
+        return rx_fail(
+            r, at,
+            "a repeated group that can match the empty string (like '(a?)*') is not supported");
     if (*r->p == '?') r->p++; /* lazy: the same strings */
     else if (*r->p == '+') return rx_fail(r, r->p, "possessive quantifiers are not supported");
     if (*r->p == '*' || *r->p == '+' || *r->p == '?' ||

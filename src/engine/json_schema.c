@@ -584,7 +584,6 @@ static bool visit(conv *c, const cJSON *s, const char *path, kvl_buf *e) {
     return typed(c, s, t, path, e);
 }
 
-
 bool json_schema_to_gbnf(const char *schema_json, const char *prefix, kvl_buf *out,
                          kvl_error *err) {
     const char *end = NULL;

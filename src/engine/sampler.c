@@ -16,7 +16,7 @@ struct sampler {
     sampler_params p;
     int32_t n_vocab;
     cand *cands;
-    float *w;        /* [n_vocab] exp(logit - max) of every token */
+    float *w; /* [n_vocab] exp(logit - max) of every token */
     int32_t *history;
     int64_t n_history, cap_history;
     int32_t *counts; /* occurrences in the penalty window, per token */
@@ -82,8 +82,10 @@ static double rng_uniform(sampler *s) {
 
 static void apply_penalties(sampler *s, float *logits) {
     const sampler_params *p = &s->p;
-    if (p->repeat_penalty == 1.0f && p->presence_penalty == 0.0f && p->frequency_penalty == 0.0f) return;
-    int64_t n = p->penalty_last_n < 0 || p->penalty_last_n > s->n_history ? s->n_history : p->penalty_last_n;
+    if (p->repeat_penalty == 1.0f && p->presence_penalty == 0.0f && p->frequency_penalty == 0.0f)
+        return;
+    int64_t n = p->penalty_last_n < 0 || p->penalty_last_n > s->n_history ? s->n_history
+                                                                          : p->penalty_last_n;
     if (n == 0) return; /* no history yet (s->history may still be NULL) */
     const int32_t *win = s->history + (s->n_history - n);
     for (int64_t i = 0; i < n; i++)
@@ -121,7 +123,9 @@ static int32_t argmax(const float *logits, int32_t n) {
 }
 
 /* a sorts before b: higher logit, then lower id (cmp_cand_desc's order). */
-static inline bool cand_before(cand a, cand b) { return a.logit > b.logit || (a.logit == b.logit && a.id < b.id); }
+static inline bool cand_before(cand a, cand b) {
+    return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
+}
 
 /* The k first candidates in cmp_cand_desc's order, sorted, into c: a heap of
  * the k best so far with the worst at its root, so most tokens cost one
@@ -132,7 +136,8 @@ static int32_t select_top_k(const float *logits, int32_t n, int32_t k, cand *c) 
         const cand x = {i, logits[i]};
         int32_t j;
         if (m < k) {
-            for (j = m++; j > 0 && cand_before(c[(j - 1) / 2], x); j = (j - 1) / 2) c[j] = c[(j - 1) / 2];
+            for (j = m++; j > 0 && cand_before(c[(j - 1) / 2], x); j = (j - 1) / 2)
+                c[j] = c[(j - 1) / 2];
         } else if (cand_before(x, c[0])) {
             for (j = 0;;) {
                 int32_t w = j, l = 2 * j + 1, r = l + 1;
@@ -164,7 +169,8 @@ static int32_t gather_sorted(const float *logits, int32_t n, double floor, cand 
 /* A logit floor that keeps at least `mass` of the probability: w[i] =
  * exp(logits[i] - maxl), total their sum. Masses by whole units below the
  * maximum (64 buckets, the last open); -inf when only everything will do. */
-static double top_p_floor(const float *logits, const float *w, int32_t n, float maxl, double total, double mass) {
+static double top_p_floor(const float *logits, const float *w, int32_t n, float maxl, double total,
+                          double mass) {
     double bucket[64] = {0};
     for (int32_t i = 0; i < n; i++) {
         const float d = maxl - logits[i];
@@ -214,7 +220,7 @@ int32_t sampler_sample(sampler *s, float *logits) {
     if (p->temperature <= 0.0f) return argmax(logits, s->n_vocab);
 
     const int32_t V = s->n_vocab;
-    const bool top_p = p->top_p < 1.0f, min_p = p->min_p > 0.0f;
+    const bool top_p = p->top_p<1.0f, min_p = p->min_p> 0.0f;
     cand *c = s->cands;
     int32_t n;
     double maxl, sum = 0;
@@ -247,7 +253,8 @@ int32_t sampler_sample(sampler *s, float *logits) {
         maxl = mx;
         for (int32_t i = 0; i < V; i++) sum += s->w[i]; /* top-p divides by every token's */
         const double floor = min_p ? maxl + log(p->min_p) : -INFINITY;
-        const double pf = top_p ? top_p_floor(logits, s->w, V, mx, sum, p->top_p * (1.0 + 1e-5)) : -INFINITY;
+        const double pf =
+            top_p ? top_p_floor(logits, s->w, V, mx, sum, p->top_p * (1.0 + 1e-5)) : -INFINITY;
         n = gather_sorted(logits, V, pf > floor ? pf : floor, c);
         if (top_p) {
             int32_t cut = top_p_cut(c, n, maxl, sum, p->top_p);

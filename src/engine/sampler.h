@@ -7,11 +7,11 @@
 #include "base.h"
 
 typedef struct sampler_params {
-    float temperature;     /* <= 0: greedy */
-    int32_t top_k;         /* <= 0: off */
-    float top_p;           /* >= 1: off */
-    float min_p;           /* <= 0: off */
-    float repeat_penalty;  /* 1: off */
+    float temperature;    /* <= 0: greedy */
+    int32_t top_k;        /* <= 0: off */
+    float top_p;          /* >= 1: off */
+    float min_p;          /* <= 0: off */
+    float repeat_penalty; /* 1: off */
     float presence_penalty;
     float frequency_penalty;
     int32_t penalty_last_n; /* tokens of history the penalties look at (-1: all) */

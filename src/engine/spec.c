@@ -60,7 +60,8 @@ struct spec_drafter {
     float *logits; /* [n_vocab] */
 };
 
-spec_drafter *spec_drafter_create(model *draft, int block_size, int kv_dtype, int64_t n_blocks, kvl_error *err) {
+spec_drafter *spec_drafter_create(model *draft, int block_size, int kv_dtype, int64_t n_blocks,
+                                  kvl_error *err) {
     spec_drafter *d = calloc(1, sizeof *d);
     if (!d) {
         kvl_fail(err, "draft model: out of memory");
@@ -133,7 +134,8 @@ static bool reserve(spec_drafter *d, spec_dseq *ds, int64_t n_tokens) {
 }
 
 /* Computes toks[ds->n_computed..n) (the last one's logits into d->logits). */
-static bool forward(spec_drafter *d, spec_dseq *ds, const int32_t *toks, int64_t n, kvl_error *err) {
+static bool forward(spec_drafter *d, spec_dseq *ds, const int32_t *toks, int64_t n,
+                    kvl_error *err) {
     int32_t pos[DRAFT_CHUNK], sq[DRAFT_CHUNK] = {0};
     uint8_t want[DRAFT_CHUNK];
     const kv_seq *seqs[MODEL_MAX_KV_GROUPS];
@@ -146,18 +148,24 @@ static bool forward(spec_drafter *d, spec_dseq *ds, const int32_t *toks, int64_t
         }
         for (int g = 0; g < d->n_groups; g++)
             kv_seq_drop_outside_window(d->kv[g], &ds->kv[g], t0, d->window[g]);
-        model_batch b = {.n_tokens = cnt, .tokens = toks + t0, .pos = pos, .seq = sq, .want_logits = want,
-                         .n_seqs = 1, .seqs = seqs};
+        model_batch b = {.n_tokens = cnt,
+                         .tokens = toks + t0,
+                         .pos = pos,
+                         .seq = sq,
+                         .want_logits = want,
+                         .n_seqs = 1,
+                         .seqs = seqs};
         if (!model_forward(d->m, d->kv, &b, d->logits, err)) return false;
         ds->n_computed += cnt;
     }
     return true;
 }
 
-int spec_drafter_propose(spec_drafter *d, spec_dseq *ds, const int32_t *toks, int64_t n, int k, int32_t *out,
-                         kvl_error *err) {
+int spec_drafter_propose(spec_drafter *d, spec_dseq *ds, const int32_t *toks, int64_t n, int k,
+                         int32_t *out, kvl_error *err) {
     if (k <= 0 || n <= 0) return 0;
-    if (ds->n_computed >= n) spec_drafter_rollback(d, ds, n - 1); /* the last token's logits are needed */
+    if (ds->n_computed >= n)
+        spec_drafter_rollback(d, ds, n - 1); /* the last token's logits are needed */
     if (!reserve(d, ds, n + k - 1)) return 0;
     const int64_t V = model_hp(d->m)->n_vocab;
     if (!forward(d, ds, toks, n, err)) return -1;
@@ -170,8 +178,13 @@ int spec_drafter_propose(spec_drafter *d, spec_dseq *ds, const int32_t *toks, in
         const kv_seq *seqs[MODEL_MAX_KV_GROUPS];
         /* (no window drop here: these positions may be rolled back) */
         for (int g = 0; g < d->n_groups; g++) seqs[g] = &ds->kv[g];
-        model_batch b = {.n_tokens = 1, .tokens = &out[i], .pos = &pos, .seq = &sq, .want_logits = &want,
-                         .n_seqs = 1, .seqs = seqs};
+        model_batch b = {.n_tokens = 1,
+                         .tokens = &out[i],
+                         .pos = &pos,
+                         .seq = &sq,
+                         .want_logits = &want,
+                         .n_seqs = 1,
+                         .seqs = seqs};
         if (!model_forward(d->m, d->kv, &b, d->logits, err)) return -1;
         ds->n_computed++;
     }

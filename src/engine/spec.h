@@ -37,15 +37,16 @@ typedef struct spec_dseq {
 } spec_dseq;
 
 /* Pools of n_blocks blocks of block_size tokens for the draft model (borrowed). */
-spec_drafter *spec_drafter_create(model *draft, int block_size, int kv_dtype, int64_t n_blocks, kvl_error *err);
+spec_drafter *spec_drafter_create(model *draft, int block_size, int kv_dtype, int64_t n_blocks,
+                                  kvl_error *err);
 void spec_drafter_destroy(spec_drafter *d);
 void spec_dseq_init(spec_dseq *ds);
 /* Drafts up to k tokens continuing toks[0..n) into out: computes what the
  * draft model has not seen yet, then k - 1 more forwards. Returns how many
  * (0 when its pools are full: the sequence decodes plainly), or -1 with err
  * set when the draft model fails. */
-int spec_drafter_propose(spec_drafter *d, spec_dseq *ds, const int32_t *toks, int64_t n, int k, int32_t *out,
-                         kvl_error *err);
+int spec_drafter_propose(spec_drafter *d, spec_dseq *ds, const int32_t *toks, int64_t n, int k,
+                         int32_t *out, kvl_error *err);
 /* After verification: only toks[0..n_valid) are the sequence's; the draft
  * KV past them is rolled back. */
 void spec_drafter_rollback(spec_drafter *d, spec_dseq *ds, int64_t n_valid);

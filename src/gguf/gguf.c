@@ -107,7 +107,8 @@ typedef struct rd {
 
 /* Formats "FILE: key 'K': offset N: reason" (or tensor 'NAME') inside a key or
  * tensor record, otherwise "FILE: offset N: reason". Always returns false. */
-static bool __attribute__((format(printf, 3, 4))) rfail_at(rd *r, size_t off, const char *fmt, ...) {
+static bool __attribute__((format(printf, 3, 4)))
+rfail_at(rd *r, size_t off, const char *fmt, ...) {
     char reason[384], name[96];
     va_list ap;
     va_start(ap, fmt);
@@ -148,8 +149,9 @@ static bool rd_str(rd *r, const uint8_t **s, uint64_t *n, const char *what) {
     size_t at = r->pos;
     if (!rd_u64(r, n, what)) return false;
     if (*n > left(r))
-        return rfail_at(r, at, "%s length %" PRIu64 " exceeds the %zu bytes left (corrupt or truncated file)",
-                        what, *n, left(r));
+        return rfail_at(
+            r, at, "%s length %" PRIu64 " exceeds the %zu bytes left (corrupt or truncated file)",
+            what, *n, left(r));
     *s = r->buf + r->pos;
     r->pos += (size_t)*n;
     return true;
@@ -165,7 +167,8 @@ static char *rd_name(rd *r, const char *what) {
     if (n == 0) return rfail_at(r, at, "empty %s", what), NULL;
     if (memchr(s, 0, (size_t)n)) {
         char shown[96];
-        rfail_at(r, at, "%s '%s' contains a NUL byte", what, show(shown, (const char *)s, (size_t)n));
+        rfail_at(r, at, "%s '%s' contains a NUL byte", what,
+                 show(shown, (const char *)s, (size_t)n));
         return NULL;
     }
     char *copy = strndup((const char *)s, (size_t)n);
@@ -189,17 +192,21 @@ static bool grow(void **p, int64_t *cap, int64_t n, size_t elem) {
 static bool check_version(rd *r, uint32_t v) {
     if (v == 2 || v == 3) return true;
     if (v == 1)
-        return rfail_at(r, 4, "GGUF version 1 is not supported (obsolete format from before "
-                              "November 2023; re-convert the model)");
+        return rfail_at(r, 4,
+                        "GGUF version 1 is not supported (obsolete format from before "
+                        "November 2023; re-convert the model)");
     if ((v & 0xffff) == 0 && (v >> 24) >= 1 && (v >> 24) <= 3)
-        return rfail_at(r, 4, "big-endian GGUF (version field 0x%08" PRIx32 ") is not supported", v);
+        return rfail_at(r, 4, "big-endian GGUF (version field 0x%08" PRIx32 ") is not supported",
+                        v);
     return rfail_at(r, 4, "unsupported GGUF version %" PRIu32 " (this reader handles 2 and 3)", v);
 }
 
 /* A count is plausible only if the bytes left could hold that many minimal records. */
 static bool check_count(rd *r, size_t at, uint64_t n, size_t min_bytes, const char *what) {
     if (n <= left(r) / min_bytes) return true;
-    return rfail_at(r, at, "absurd %s %" PRIu64 ": the %zu bytes left hold at most %zu (corrupt or truncated file)",
+    return rfail_at(r, at,
+                    "absurd %s %" PRIu64
+                    ": the %zu bytes left hold at most %zu (corrupt or truncated file)",
                     what, n, left(r), left(r) / min_bytes);
 }
 
@@ -239,7 +246,8 @@ static bool parse_str_array(rd *r, gguf_kv *kv) {
     }
     if (kv->count == 0) return true;
     kv->str_offs = malloc((size_t)kv->count * sizeof *kv->str_offs);
-    if (!kv->str_offs) return rfail_at(r, start, "out of memory for %" PRIu64 " strings", kv->count);
+    if (!kv->str_offs)
+        return rfail_at(r, start, "out of memory for %" PRIu64 " strings", kv->count);
     uint64_t off = 0;
     for (uint64_t i = 0; i < kv->count; i++) {
         uint64_t n;
@@ -261,8 +269,10 @@ static bool parse_array(rd *r, gguf_kv *kv) {
     if (!rd_u64(r, &kv->count, "array count")) return false;
     size_t esize = et == GGUF_VT_STRING ? 8 : gguf_vtype_size(kv->elem_type);
     if (kv->count > left(r) / esize)
-        return rfail_at(r, at, "absurd array count %" PRIu64 ": the %zu bytes left hold at most %zu "
-                        "(corrupt or truncated file)", kv->count, left(r), left(r) / esize);
+        return rfail_at(r, at,
+                        "absurd array count %" PRIu64 ": the %zu bytes left hold at most %zu "
+                        "(corrupt or truncated file)",
+                        kv->count, left(r), left(r) / esize);
     kv->data = r->buf + r->pos;
     if (et == GGUF_VT_STRING) return parse_str_array(r, kv);
     if (et == GGUF_VT_BOOL && !check_bools(r, kv->data, kv->count)) return false;
@@ -311,10 +321,12 @@ static bool read_alignment(gguf_file *f, rd *r) {
     if (gguf_find_key(f, "general.alignment") < 0) return true;
     uint32_t a;
     if (!gguf_get_u32(f, "general.alignment", &a))
-        return kvl_fail(r->err, "%s: key 'general.alignment': must be an unsigned 32-bit integer, got %s",
-                        r->file, gguf_vtype_name(gguf_kv_type(f, gguf_find_key(f, "general.alignment"))));
+        return kvl_fail(
+            r->err, "%s: key 'general.alignment': must be an unsigned 32-bit integer, got %s",
+            r->file, gguf_vtype_name(gguf_kv_type(f, gguf_find_key(f, "general.alignment"))));
     if (a == 0 || (a & (a - 1)) != 0)
-        return kvl_fail(r->err, "%s: key 'general.alignment': %" PRIu32 " is not a nonzero power of two",
+        return kvl_fail(r->err,
+                        "%s: key 'general.alignment': %" PRIu32 " is not a nonzero power of two",
                         r->file, a);
     f->alignment = a;
     return true;
@@ -380,11 +392,13 @@ static bool tensor_nbytes(rd *r, gguf_tensor *t, size_t at) {
     switch (gguf_shape_nbytes(t->dtype, ne, &t->nbytes)) {
     case GGUF_SHAPE_OK: return true;
     case GGUF_SHAPE_ROW:
-        return rfail_at(r, at, "row of %" PRId64 " elements is not a multiple of the %s block size %d",
+        return rfail_at(r, at,
+                        "row of %" PRId64 " elements is not a multiple of the %s block size %d",
                         ne[0], gguf_dtype_name(t->dtype), blk);
     default:
-        return rfail_at(r, at, "size of shape [%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 "] overflows",
-                        ne[0], ne[1], ne[2], ne[3]);
+        return rfail_at(
+            r, at, "size of shape [%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 "] overflows",
+            ne[0], ne[1], ne[2], ne[3]);
     }
 }
 
@@ -426,11 +440,16 @@ static bool place_tensors(gguf_file *f, rd *r) {
         char nm[96];
         const char *shown = show(nm, t->name, strlen(t->name));
         if (t->offset % a != 0)
-            return kvl_fail(r->err, "%s: tensor '%s': data offset %" PRIu64 " is not a multiple of the alignment %zu",
+            return kvl_fail(r->err,
+                            "%s: tensor '%s': data offset %" PRIu64
+                            " is not a multiple of the alignment %zu",
                             r->file, shown, t->offset, a);
         if (t->offset > avail || t->nbytes > avail - t->offset)
-            return kvl_fail(r->err, "%s: tensor '%s': data at offset %" PRIu64 " + %zu bytes runs past the end "
-                            "of the file (%zu bytes of data)", r->file, shown, t->offset, t->nbytes, avail);
+            return kvl_fail(r->err,
+                            "%s: tensor '%s': data at offset %" PRIu64
+                            " + %zu bytes runs past the end "
+                            "of the file (%zu bytes of data)",
+                            r->file, shown, t->offset, t->nbytes, avail);
         t->data = r->buf + f->data_offset + t->offset;
         f->data_bytes += t->nbytes; /* each <= avail and count <= len/32: cannot overflow */
     }
@@ -568,13 +587,22 @@ bool gguf_kv_array(const gguf_file *f, int64_t idx, gguf_vtype *elem_type, uint6
 
 /* One packed scalar of type t at p, as int64 (integers and bool that fit). */
 static bool scalar_i64(gguf_vtype t, const uint8_t *p, int64_t *out) {
-    union { uint8_t u8; int8_t i8; uint16_t u16; int16_t i16; uint32_t u32; int32_t i32;
-            uint64_t u64; int64_t i64; } v;
+    union {
+        uint8_t u8;
+        int8_t i8;
+        uint16_t u16;
+        int16_t i16;
+        uint32_t u32;
+        int32_t i32;
+        uint64_t u64;
+        int64_t i64;
+    } v;
     size_t n = gguf_vtype_size(t);
     if (n == 0 || t == GGUF_VT_FLOAT32 || t == GGUF_VT_FLOAT64) return false;
     memcpy(&v, p, n);
     switch (t) {
-    case GGUF_VT_UINT8: case GGUF_VT_BOOL: *out = v.u8; return true;
+    case GGUF_VT_UINT8:
+    case GGUF_VT_BOOL: *out = v.u8; return true;
     case GGUF_VT_INT8: *out = v.i8; return true;
     case GGUF_VT_UINT16: *out = v.u16; return true;
     case GGUF_VT_INT16: *out = v.i16; return true;
@@ -696,7 +724,8 @@ bool gguf_get_arr_f64(const gguf_file *f, const char *key, uint64_t i, double *o
     return p && scalar_f64(t, p, out);
 }
 
-bool gguf_get_arr_str(const gguf_file *f, const char *key, uint64_t i, const char **s, size_t *len) {
+bool gguf_get_arr_str(const gguf_file *f, const char *key, uint64_t i, const char **s,
+                      size_t *len) {
     const gguf_kv *kv = kv_by_key(f, key);
     if (!kv || kv->type != GGUF_VT_ARRAY || kv->elem_type != GGUF_VT_STRING || i >= kv->count)
         return false;

@@ -125,7 +125,7 @@ size_t gguf_data_offset(const gguf_file *f);
 /* ---- metadata ---- */
 int64_t gguf_n_kv(const gguf_file *f);
 int64_t gguf_find_key(const gguf_file *f, const char *key); /* index or -1 */
-const char *gguf_key_name(const gguf_file *f, int64_t idx);  /* NUL-terminated */
+const char *gguf_key_name(const gguf_file *f, int64_t idx); /* NUL-terminated */
 gguf_vtype gguf_kv_type(const gguf_file *f, int64_t idx);
 /* For arrays: element type and count (false if idx is not an array). */
 bool gguf_kv_array(const gguf_file *f, int64_t idx, gguf_vtype *elem_type, uint64_t *count);

@@ -13,7 +13,7 @@ typedef struct gguf_strindex {
     size_t used;
 } gguf_strindex;
 
-int64_t gguf_strindex_find(const gguf_strindex *ix, const char *name); /* -1 if absent */
+int64_t gguf_strindex_find(const gguf_strindex *ix, const char *name);    /* -1 if absent */
 bool gguf_strindex_add(gguf_strindex *ix, const char *name, int64_t idx); /* false: out of memory */
 void gguf_strindex_free(gguf_strindex *ix);
 

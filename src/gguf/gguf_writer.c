@@ -264,7 +264,8 @@ bool gguf_writer_write(gguf_writer *w, const char *path, kvl_error *err) {
     if (!w || !path) return kvl_fail(err, "gguf writer: no writer or path");
     for (size_t i = 0; i < w->n_t; i++)
         if (w->ts[i].nbytes && !w->ts[i].data)
-            return kvl_fail(err, "%s: tensor %s has no data (streamed tensors need gguf_writer_begin)",
+            return kvl_fail(err,
+                            "%s: tensor %s has no data (streamed tensors need gguf_writer_begin)",
                             path, w->ts[i].name);
     kvl_buf h = {0};
     build_header(w, &h);
@@ -349,7 +350,8 @@ bool gguf_writer_put(gguf_writer *w, const void *data, size_t n, kvl_error *err)
     if (!w || !w->fp) return kvl_fail(err, "gguf writer: put without a begun file");
     const uint8_t *p = data;
     while (n) {
-        if (w->cur >= w->n_t) return stream_abort(w, err, "more tensor data than the tensors declared", 0);
+        if (w->cur >= w->n_t)
+            return stream_abort(w, err, "more tensor data than the tensors declared", 0);
         uint64_t left = w->ts[w->cur].nbytes - w->cur_done;
         size_t k = n < left ? n : (size_t)left;
         if (fwrite(p, 1, k, w->fp) != k) return stream_abort(w, err, "write failed", errno);

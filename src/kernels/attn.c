@@ -15,13 +15,14 @@ static inline float kv_elem(const void *row, int t, int64_t d) {
     return ((const float *)row)[d];
 }
 
-static void ref_scores(int64_t n, int64_t dk, int n_q, const float *q, size_t qs, const void *const *k,
-                       int kt, float scale, float *s, size_t ss) {
+static void ref_scores(int64_t n, int64_t dk, int n_q, const float *q, size_t qs,
+                       const void *const *k, int kt, float scale, float *s, size_t ss) {
     for (int h = 0; h < n_q; h++)
         for (int64_t j = 0; j < n; j++) {
             const float *qh = q + h * qs;
             float acc[16] = {0};
-            for (int64_t d = 0; d < dk; d++) acc[d % 16] = fmaf(qh[d], kv_elem(k[j], kt, d), acc[d % 16]);
+            for (int64_t d = 0; d < dk; d++)
+                acc[d % 16] = fmaf(qh[d], kv_elem(k[j], kt, d), acc[d % 16]);
             s[h * ss + j] = kern_reduce16(acc) * scale;
         }
 }
@@ -38,8 +39,8 @@ static float ref_softmax(int64_t n, float *s, float *l) {
     return m;
 }
 
-static void ref_pv(int64_t n, int64_t dv, int n_q, const float *p, size_t ps, const void *const *v, int vt,
-                   float *o, size_t os) {
+static void ref_pv(int64_t n, int64_t dv, int n_q, const float *p, size_t ps, const void *const *v,
+                   int vt, float *o, size_t os) {
     for (int64_t j = 0; j < n; j++)
         for (int h = 0; h < n_q; h++)
             for (int64_t d = 0; d < dv; d++)
@@ -71,11 +72,13 @@ static void ref_silu_mul(float *g, const float *u, int64_t n) {
 
 const kern_attn_ops kref_attn = {ref_scores, ref_softmax, ref_pv, ref_merge, ref_silu_mul};
 
-void kern_attn_scores(int64_t n, int64_t dk, int n_q, const float *q, size_t qs, const void *const *k,
-                      int kvtype, float scale, float *s, size_t ss) {
+void kern_attn_scores(int64_t n, int64_t dk, int n_q, const float *q, size_t qs,
+                      const void *const *k, int kvtype, float scale, float *s, size_t ss) {
     if (n > 0) kern_attn_active()->scores(n, dk, n_q, q, qs, k, kvtype, scale, s, ss);
 }
-float kern_attn_softmax(int64_t n, float *s, float *l) { return kern_attn_active()->softmax(n, s, l); }
+float kern_attn_softmax(int64_t n, float *s, float *l) {
+    return kern_attn_active()->softmax(n, s, l);
+}
 void kern_attn_pv(int64_t n, int64_t dv, int n_q, const float *p, size_t ps, const void *const *v,
                   int kvtype, float *o, size_t os) {
     if (n > 0) kern_attn_active()->pv(n, dv, n_q, p, ps, v, kvtype, o, os);

@@ -19,12 +19,14 @@ T_AVX2_INLINE __m256 kv_load8(int t, const void *row, int64_t d, __m256i m, bool
         const blk_q8_0 *b = (const blk_q8_0 *)row + d / QK8_0;
         int64_t qv;
         memcpy(&qv, b->qs + d % QK8_0, 8);
-        const __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_cvtsi64_si128(qv))),
-                                       _mm256_set1_ps(f16_load(b->d)));
+        const __m256 v =
+            _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_cvtsi64_si128(qv))),
+                          _mm256_set1_ps(f16_load(b->d)));
         return full ? v : _mm256_and_ps(v, _mm256_castsi256_ps(m));
     }
     if (t == GGUF_DT_F32)
-        return full ? _mm256_loadu_ps((const float *)row + d) : _mm256_maskload_ps((const float *)row + d, m);
+        return full ? _mm256_loadu_ps((const float *)row + d)
+                    : _mm256_maskload_ps((const float *)row + d, m);
     __m128i h;
     if (full) {
         h = _mm_loadu_si128((const __m128i *)((const uint16_t *)row + d));
@@ -41,7 +43,7 @@ T_AVX2_INLINE __m256 kv_load8(int t, const void *row, int64_t d, __m256i m, bool
 }
 
 T_AVX2_INLINE void scores_t(int t, int64_t n, int64_t dk, int n_q, const float *q, size_t qs,
-                             const void *const *k, float scale, float *s, size_t ss) {
+                            const void *const *k, float scale, float *s, size_t ss) {
     const __m256i all = _mm256_set1_epi32(-1);
     for (int h = 0; h < n_q; h++) {
         const float *qh = q + h * qs;
@@ -51,20 +53,23 @@ T_AVX2_INLINE void scores_t(int t, int64_t n, int64_t dk, int n_q, const float *
             int64_t d = 0;
             for (; d + 16 <= dk; d += 16) {
                 a = _mm256_fmadd_ps(_mm256_loadu_ps(qh + d), kv_load8(t, kj, d, all, true), a);
-                b = _mm256_fmadd_ps(_mm256_loadu_ps(qh + d + 8), kv_load8(t, kj, d + 8, all, true), b);
+                b = _mm256_fmadd_ps(_mm256_loadu_ps(qh + d + 8), kv_load8(t, kj, d + 8, all, true),
+                                    b);
             }
             if (d < dk) { /* masked lanes: 0 * 0 leaves them as they are */
                 const __m256i m0 = lanes(dk - d), m1 = lanes(dk - d - 8);
-                a = _mm256_fmadd_ps(_mm256_maskload_ps(qh + d, m0), kv_load8(t, kj, d, m0, false), a);
-                b = _mm256_fmadd_ps(_mm256_maskload_ps(qh + d + 8, m1), kv_load8(t, kj, d + 8, m1, false), b);
+                a = _mm256_fmadd_ps(_mm256_maskload_ps(qh + d, m0), kv_load8(t, kj, d, m0, false),
+                                    a);
+                b = _mm256_fmadd_ps(_mm256_maskload_ps(qh + d + 8, m1),
+                                    kv_load8(t, kj, d + 8, m1, false), b);
             }
             s[h * ss + j] = kern_hsum16_ps2(a, b) * scale;
         }
     }
 }
 
-T_AVX2 static void scores(int64_t n, int64_t dk, int n_q, const float *q, size_t qs, const void *const *k,
-                          int kt, float scale, float *s, size_t ss) {
+T_AVX2 static void scores(int64_t n, int64_t dk, int n_q, const float *q, size_t qs,
+                          const void *const *k, int kt, float scale, float *s, size_t ss) {
     if (kt == GGUF_DT_F16) scores_t(GGUF_DT_F16, n, dk, n_q, q, qs, k, scale, s, ss);
     else if (kt == GGUF_DT_Q8_0) scores_t(GGUF_DT_Q8_0, n, dk, n_q, q, qs, k, scale, s, ss);
     else if (kt == GGUF_DT_BF16) scores_t(GGUF_DT_BF16, n, dk, n_q, q, qs, k, scale, s, ss);
@@ -90,8 +95,8 @@ T_AVX2 static float softmax(int64_t n, float *s, float *l) {
     return mx;
 }
 
-T_AVX2_INLINE void pv_t(int t, int64_t n, int64_t dv, int n_q, const float *p, size_t ps, const void *const *v,
-                         float *o, size_t os) {
+T_AVX2_INLINE void pv_t(int t, int64_t n, int64_t dv, int n_q, const float *p, size_t ps,
+                        const void *const *v, float *o, size_t os) {
     const __m256i all = _mm256_set1_epi32(-1);
     for (int h = 0; h < n_q; h++) {
         float *oh = o + h * os;
@@ -113,14 +118,15 @@ T_AVX2_INLINE void pv_t(int t, int64_t n, int64_t dv, int n_q, const float *p, s
             const __m256i m = lanes(dv - d);
             __m256 a = _mm256_maskload_ps(oh + d, m);
             for (int64_t j = 0; j < n; j++)
-                a = _mm256_fmadd_ps(_mm256_set1_ps(p[h * ps + j]), kv_load8(t, v[j], d, m, dv - d >= 8), a);
+                a = _mm256_fmadd_ps(_mm256_set1_ps(p[h * ps + j]),
+                                    kv_load8(t, v[j], d, m, dv - d >= 8), a);
             _mm256_maskstore_ps(oh + d, m, a);
         }
     }
 }
 
-T_AVX2 static void pv(int64_t n, int64_t dv, int n_q, const float *p, size_t ps, const void *const *v, int vt,
-                      float *o, size_t os) {
+T_AVX2 static void pv(int64_t n, int64_t dv, int n_q, const float *p, size_t ps,
+                      const void *const *v, int vt, float *o, size_t os) {
     if (vt == GGUF_DT_F16) pv_t(GGUF_DT_F16, n, dv, n_q, p, ps, v, o, os);
     else if (vt == GGUF_DT_Q8_0) pv_t(GGUF_DT_Q8_0, n, dv, n_q, p, ps, v, o, os);
     else if (vt == GGUF_DT_BF16) pv_t(GGUF_DT_BF16, n, dv, n_q, p, ps, v, o, os);
@@ -140,8 +146,9 @@ T_AVX2 static void merge(int nc, int n_q, int64_t dv, const float *part, float *
             const float *oc = P + 2 * n_q + h * dv;
             for (int64_t d = 0; d < dv; d += 8) {
                 const __m256i m = lanes(dv - d);
-                _mm256_maskstore_ps(o + d, m, _mm256_fmadd_ps(_mm256_maskload_ps(oc + d, m), vw,
-                                                              _mm256_maskload_ps(o + d, m)));
+                _mm256_maskstore_ps(o + d, m,
+                                    _mm256_fmadd_ps(_mm256_maskload_ps(oc + d, m), vw,
+                                                    _mm256_maskload_ps(o + d, m)));
             }
         }
         const __m256 inv = _mm256_set1_ps(1.0f / L);
@@ -162,7 +169,8 @@ T_AVX2 static void silu_mul(float *g, const float *u, int64_t n) {
         const __m256 r = _mm256_div_ps(one, _mm256_add_ps(one, e));
         const __m256 pos = _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_GE_OQ);
         const __m256 sig = _mm256_blendv_ps(_mm256_mul_ps(e, r), r, pos);
-        _mm256_maskstore_ps(g + i, m, _mm256_mul_ps(_mm256_mul_ps(x, sig), _mm256_maskload_ps(u + i, m)));
+        _mm256_maskstore_ps(g + i, m,
+                            _mm256_mul_ps(_mm256_mul_ps(x, sig), _mm256_maskload_ps(u + i, m)));
     }
 }
 

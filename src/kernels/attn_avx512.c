@@ -11,7 +11,8 @@
 T_512_INLINE __m512 kv_load(int t, const void *row, int64_t d, __mmask16 m) {
     if (t == GGUF_DT_Q8_0) { /* 16 values of one block (d is a multiple of 16): q * d as to_float */
         const blk_q8_0 *b = (const blk_q8_0 *)row + d / QK8_0;
-        const __m512 v = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, b->qs + d % QK8_0)));
+        const __m512 v =
+            _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, b->qs + d % QK8_0)));
         return _mm512_maskz_mul_ps(m, v, _mm512_set1_ps(f16_load(b->d)));
     }
     return kern_load16_ps(t, row, d, m);
@@ -21,7 +22,8 @@ T_512_INLINE __m512 kv_load(int t, const void *row, int64_t d, __mmask16 m) {
 T_512_INLINE __m512 dot_lanes(int t, const float *q, const void *k, int64_t dk) {
     __m512 acc = _mm512_setzero_ps();
     int64_t d = 0;
-    for (; d + 16 <= dk; d += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(q + d), kv_load(t, k, d, 0xFFFF), acc);
+    for (; d + 16 <= dk; d += 16)
+        acc = _mm512_fmadd_ps(_mm512_loadu_ps(q + d), kv_load(t, k, d, 0xFFFF), acc);
     if (d < dk) {
         const __mmask16 m = kern_mask16(dk - d);
         acc = _mm512_mask3_fmadd_ps(_mm512_maskz_loadu_ps(m, q + d), kv_load(t, k, d, m), acc, m);
@@ -43,16 +45,20 @@ T_512_INLINE __m512 reduce16x16(const __m512 *v) {
     UNROLL(8)
     for (int i = 0; i < 8; i++) a[i] = fold8(v[2 * i], v[2 * i + 1]); /* s1: lanes i + i+8 */
     UNROLL(4)
-    for (int i = 0; i < 4; i++) b[i] = fold4(a[2 * i], a[2 * i + 1]); /* quarter p: s2 of position 4i+p */
+    for (int i = 0; i < 4; i++)
+        b[i] = fold4(a[2 * i], a[2 * i + 1]); /* quarter p: s2 of position 4i+p */
     UNROLL(2)
     for (int i = 0; i < 2; i++) /* s3: quarter q holds positions 8i+q, 8i+q+4 */
-        c[i] = _mm512_add_ps(
-            _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(b[2 * i]), _mm512_castps_pd(b[2 * i + 1]))),
-            _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(b[2 * i]), _mm512_castps_pd(b[2 * i + 1]))));
+        c[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(b[2 * i]),
+                                                                 _mm512_castps_pd(b[2 * i + 1]))),
+                             _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(b[2 * i]),
+                                                                 _mm512_castps_pd(b[2 * i + 1]))));
     /* quarter q: positions q, q+4, q+8, q+12 */
-    const __m512 r = _mm512_add_ps(_mm512_shuffle_ps(c[0], c[1], 0x88), _mm512_shuffle_ps(c[0], c[1], 0xDD));
+    const __m512 r =
+        _mm512_add_ps(_mm512_shuffle_ps(c[0], c[1], 0x88), _mm512_shuffle_ps(c[0], c[1], 0xDD));
     /* position j = q + 4r sits in lane 4q + r */
-    return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), r);
+    return _mm512_permutexvar_ps(
+        _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), r);
 }
 
 /* Rows are head slices scattered over the paged cache: the hardware
@@ -71,8 +77,8 @@ T_512_INLINE void prefetch_row(const void *row, int64_t bytes) {
  * once for the 4 heads, and the 16 lane vectors reduce together; lane 4h + j of
  * the result is head h0+h at position j0+j. Per score the steps are those of
  * dot_lanes and kern_reduce16, as below. */
-T_512_INLINE void scores_4x4(int t, int64_t nj, int64_t dk, const float *q, size_t qs, const void *const *k,
-                             __m512 vs, float *s, size_t ss) {
+T_512_INLINE void scores_4x4(int t, int64_t nj, int64_t dk, const float *q, size_t qs,
+                             const void *const *k, __m512 vs, float *s, size_t ss) {
     __m512 v[16];
     UNROLL(4)
     for (int j = 0; j < 4; j++) {
@@ -92,7 +98,8 @@ T_512_INLINE void scores_4x4(int t, int64_t nj, int64_t dk, const float *q, size
             const __m512 kv = kv_load(t, kj, d, m);
             UNROLL(4)
             for (int h = 0; h < 4; h++)
-                v[4 * h + j] = _mm512_mask3_fmadd_ps(_mm512_maskz_loadu_ps(m, q + h * qs + d), kv, v[4 * h + j], m);
+                v[4 * h + j] = _mm512_mask3_fmadd_ps(_mm512_maskz_loadu_ps(m, q + h * qs + d), kv,
+                                                     v[4 * h + j], m);
         }
     }
     /* reduce16x16 puts vector i in lane i: head h's 4 positions in quarter h */
@@ -105,33 +112,37 @@ T_512_INLINE void scores_4x4(int t, int64_t nj, int64_t dk, const float *q, size
 }
 
 T_512_INLINE void scores_t(int t, int64_t n, int64_t dk, int n_q, const float *q, size_t qs,
-                            const void *const *k, float scale, float *s, size_t ss) {
+                           const void *const *k, float scale, float *s, size_t ss) {
     const __m512 vs = _mm512_set1_ps(scale);
     const int64_t bytes = (int64_t)kern_row_bytes(t, dk);
     int h0 = 0;
     for (; h0 + 4 <= n_q; h0 += 4)
         for (int64_t j0 = 0; j0 < n; j0 += 4) {
             if (h0 == 0 && j0 % 16 == 0)
-                for (int64_t j = j0 + ATTN_PF; j < j0 + ATTN_PF + 16 && j < n; j++) prefetch_row(k[j], bytes);
-            scores_4x4(t, n - j0 < 4 ? n - j0 : 4, dk, q + h0 * qs, qs, k + j0, vs, s + h0 * ss + j0, ss);
+                for (int64_t j = j0 + ATTN_PF; j < j0 + ATTN_PF + 16 && j < n; j++)
+                    prefetch_row(k[j], bytes);
+            scores_4x4(t, n - j0 < 4 ? n - j0 : 4, dk, q + h0 * qs, qs, k + j0, vs,
+                       s + h0 * ss + j0, ss);
         }
     for (int h = h0; h < n_q; h++) {
         const float *qh = q + h * qs;
         for (int64_t j0 = 0; j0 < n; j0 += 16) {
             const int64_t nj = n - j0 < 16 ? n - j0 : 16;
             if (h == 0)
-                for (int64_t j = j0 + ATTN_PF; j < j0 + ATTN_PF + 16 && j < n; j++) prefetch_row(k[j], bytes);
+                for (int64_t j = j0 + ATTN_PF; j < j0 + ATTN_PF + 16 && j < n; j++)
+                    prefetch_row(k[j], bytes);
             __m512 v[16];
             UNROLL(16)
             for (int j = 0; j < 16; j++)
                 v[j] = j < nj ? dot_lanes(t, qh, k[j0 + j], dk) : _mm512_setzero_ps();
-            _mm512_mask_storeu_ps(s + h * ss + j0, kern_mask16(nj), _mm512_mul_ps(reduce16x16(v), vs));
+            _mm512_mask_storeu_ps(s + h * ss + j0, kern_mask16(nj),
+                                  _mm512_mul_ps(reduce16x16(v), vs));
         }
     }
 }
 
-T_512 static void scores(int64_t n, int64_t dk, int n_q, const float *q, size_t qs, const void *const *k,
-                         int kt, float scale, float *s, size_t ss) {
+T_512 static void scores(int64_t n, int64_t dk, int n_q, const float *q, size_t qs,
+                         const void *const *k, int kt, float scale, float *s, size_t ss) {
     if (kt == GGUF_DT_F16) scores_t(GGUF_DT_F16, n, dk, n_q, q, qs, k, scale, s, ss);
     else if (kt == GGUF_DT_Q8_0) scores_t(GGUF_DT_Q8_0, n, dk, n_q, q, qs, k, scale, s, ss);
     else if (kt == GGUF_DT_BF16) scores_t(GGUF_DT_BF16, n, dk, n_q, q, qs, k, scale, s, ss);
@@ -165,19 +176,20 @@ T_512 static float softmax(int64_t n, float *s, float *l) {
 }
 
 /* NH heads x NC vectors (16 values each) of the output from d0, all positions. */
-T_512_INLINE void pv_tile(int t, int64_t n, int NH, int NC, __mmask16 last, const float *p, size_t ps,
-                          const void *const *v, int64_t d0, float *o, size_t os, int64_t pf) {
+T_512_INLINE void pv_tile(int t, int64_t n, int NH, int NC, __mmask16 last, const float *p,
+                          size_t ps, const void *const *v, int64_t d0, float *o, size_t os,
+                          int64_t pf) {
     __m512 acc[4][4];
     UNROLL(4)
-    for (int h = 0; h < NH; h++)
-        UNROLL(4)
-        for (int c = 0; c < NC; c++)
-            acc[h][c] = _mm512_maskz_loadu_ps(c == NC - 1 ? last : 0xFFFF, o + h * os + 16 * c);
+    for (int h = 0; h < NH; h++) UNROLL(4)
+    for (int c = 0; c < NC; c++)
+        acc[h][c] = _mm512_maskz_loadu_ps(c == NC - 1 ? last : 0xFFFF, o + h * os + 16 * c);
     for (int64_t j = 0; j < n; j++) {
         if (pf && j + ATTN_PF < n) prefetch_row(v[j + ATTN_PF], pf);
         __m512 vv[4];
         UNROLL(4)
-        for (int c = 0; c < NC; c++) vv[c] = kv_load(t, v[j], d0 + 16 * c, c == NC - 1 ? last : 0xFFFF);
+        for (int c = 0; c < NC; c++)
+            vv[c] = kv_load(t, v[j], d0 + 16 * c, c == NC - 1 ? last : 0xFFFF);
         UNROLL(4)
         for (int h = 0; h < NH; h++) {
             const __m512 pj = _mm512_set1_ps(p[h * ps + j]);
@@ -186,28 +198,30 @@ T_512_INLINE void pv_tile(int t, int64_t n, int NH, int NC, __mmask16 last, cons
         }
     }
     UNROLL(4)
-    for (int h = 0; h < NH; h++)
-        UNROLL(4)
-        for (int c = 0; c < NC; c++)
-            _mm512_mask_storeu_ps(o + h * os + 16 * c, c == NC - 1 ? last : 0xFFFF, acc[h][c]);
+    for (int h = 0; h < NH; h++) UNROLL(4)
+    for (int c = 0; c < NC; c++)
+        _mm512_mask_storeu_ps(o + h * os + 16 * c, c == NC - 1 ? last : 0xFFFF, acc[h][c]);
 }
 
-T_512_INLINE void pv_tile_nh(int t, int64_t n, int nh, int nc, __mmask16 last, const float *p, size_t ps,
-                             const void *const *v, int64_t d0, float *o, size_t os, int64_t pf) {
+T_512_INLINE void pv_tile_nh(int t, int64_t n, int nh, int nc, __mmask16 last, const float *p,
+                             size_t ps, const void *const *v, int64_t d0, float *o, size_t os,
+                             int64_t pf) {
     /* NH and NC become constants so the accumulators stay in registers */
 #define PV_CALL(NH, NC)                                                                            \
-    case NC: pv_tile(t, n, NH, NC, last, p, ps, v, d0, o, os, pf); break;
+    case NC:                                                                                       \
+        pv_tile(t, n, NH, NC, last, p, ps, v, d0, o, os, pf);                                      \
+        break;
 #define PV_HEADS(NH)                                                                               \
     case NH:                                                                                       \
-        switch (nc) { PV_CALL(NH, 1) PV_CALL(NH, 2) PV_CALL(NH, 3) default: PV_CALL(NH, 4) }       \
+        switch (nc) { PV_CALL(NH, 1) PV_CALL(NH, 2) PV_CALL(NH, 3) default : PV_CALL(NH, 4) }      \
         break;
-    switch (nh) { PV_HEADS(1) PV_HEADS(2) PV_HEADS(3) default: PV_HEADS(4) }
+    switch (nh) { PV_HEADS(1) PV_HEADS(2) PV_HEADS(3) default : PV_HEADS(4) }
 #undef PV_HEADS
 #undef PV_CALL
 }
 
-T_512_INLINE void pv_t(int t, int64_t n, int64_t dv, int n_q, const float *p, size_t ps, const void *const *v,
-                        float *o, size_t os) {
+T_512_INLINE void pv_t(int t, int64_t n, int64_t dv, int n_q, const float *p, size_t ps,
+                       const void *const *v, float *o, size_t os) {
     for (int h0 = 0; h0 < n_q; h0 += 4) {
         const int nh = n_q - h0 < 4 ? n_q - h0 : 4;
         for (int64_t d0 = 0; d0 < dv; d0 += 64) {
@@ -215,13 +229,14 @@ T_512_INLINE void pv_t(int t, int64_t n, int64_t dv, int n_q, const float *p, si
             const int nc = (int)((w + 15) / 16);
             /* the first pass over the rows prefetches them (bytes of a row, else 0) */
             const int64_t pf = h0 == 0 && d0 == 0 ? (int64_t)kern_row_bytes(t, dv) : 0;
-            pv_tile_nh(t, n, nh, nc, kern_mask16(w - 16 * (nc - 1)), p + h0 * ps, ps, v, d0, o + h0 * os + d0, os, pf);
+            pv_tile_nh(t, n, nh, nc, kern_mask16(w - 16 * (nc - 1)), p + h0 * ps, ps, v, d0,
+                       o + h0 * os + d0, os, pf);
         }
     }
 }
 
-T_512 static void pv(int64_t n, int64_t dv, int n_q, const float *p, size_t ps, const void *const *v, int vt,
-                     float *o, size_t os) {
+T_512 static void pv(int64_t n, int64_t dv, int n_q, const float *p, size_t ps,
+                     const void *const *v, int vt, float *o, size_t os) {
     if (vt == GGUF_DT_F16) pv_t(GGUF_DT_F16, n, dv, n_q, p, ps, v, o, os);
     else if (vt == GGUF_DT_Q8_0) pv_t(GGUF_DT_Q8_0, n, dv, n_q, p, ps, v, o, os);
     else if (vt == GGUF_DT_BF16) pv_t(GGUF_DT_BF16, n, dv, n_q, p, ps, v, o, os);
@@ -233,7 +248,8 @@ T_512 static void merge(int nc, int n_q, int64_t dv, const float *part, float *o
     for (int h = 0; h < n_q; h++) {
         const float M = kern_merge_max(nc, part, cs, h);
         float L = 0, *o = out + h * os;
-        for (int64_t d = 0; d < dv; d += 16) _mm512_mask_storeu_ps(o + d, kern_mask16(dv - d), _mm512_setzero_ps());
+        for (int64_t d = 0; d < dv; d += 16)
+            _mm512_mask_storeu_ps(o + d, kern_mask16(dv - d), _mm512_setzero_ps());
         for (int c = 0; c < nc; c++) {
             const float *P = part + c * cs;
             const float w = kern_merge_weight(P, n_q, h, M, &L);
@@ -241,8 +257,9 @@ T_512 static void merge(int nc, int n_q, int64_t dv, const float *part, float *o
             const float *oc = P + 2 * n_q + h * dv;
             for (int64_t d = 0; d < dv; d += 16) {
                 const __mmask16 m = kern_mask16(dv - d);
-                _mm512_mask_storeu_ps(o + d, m, _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, oc + d), vw,
-                                                                _mm512_maskz_loadu_ps(m, o + d)));
+                _mm512_mask_storeu_ps(o + d, m,
+                                      _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, oc + d), vw,
+                                                      _mm512_maskz_loadu_ps(m, o + d)));
             }
         }
         const __m512 inv = _mm512_set1_ps(1.0f / L);
@@ -262,7 +279,8 @@ T_512 static void silu_mul(float *g, const float *u, int64_t n) {
         const __m512 r = _mm512_div_ps(one, _mm512_add_ps(one, e));
         const __mmask16 pos = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_GE_OQ);
         const __m512 sig = _mm512_mask_blend_ps(pos, _mm512_mul_ps(e, r), r);
-        _mm512_mask_storeu_ps(g + i, m, _mm512_mul_ps(_mm512_mul_ps(x, sig), _mm512_maskz_loadu_ps(m, u + i)));
+        _mm512_mask_storeu_ps(
+            g + i, m, _mm512_mul_ps(_mm512_mul_ps(x, sig), _mm512_maskz_loadu_ps(m, u + i)));
     }
 }
 

@@ -26,7 +26,7 @@
 #include <string.h>
 
 /* The scalar reference kernels of a type. */
-#define REF(ty, sfx) \
+#define REF(ty, sfx)                                                                               \
     [GGUF_DT_##ty] = {kref_to_float_##sfx, kref_from_float_##sfx, kref_vec_dot_##sfx}
 
 static const kern_traits ref_table[GGUF_DT_COUNT] = {
@@ -218,7 +218,9 @@ const kern_traits *kern_traits_of(int dtype) {
 kern_vec_dot_rows_fn kern_rows_of(int dtype) { return selected(dtype) ? active_rows[dtype] : NULL; }
 const kern_prep_ops *kern_prep_of(int dtype) { return selected(dtype) ? active_prep[dtype] : NULL; }
 const kern_gemm_ops *kern_gemm_of(int dtype) { return selected(dtype) ? active_gemm[dtype] : NULL; }
-const kern_repack_ops *kern_repack_of(int dtype) { return selected(dtype) ? active_repack[dtype] : NULL; }
+const kern_repack_ops *kern_repack_of(int dtype) {
+    return selected(dtype) ? active_repack[dtype] : NULL;
+}
 
 const kern_attn_ops *kern_attn_active(void) {
     pthread_once(&auto_once, auto_init);

@@ -14,7 +14,7 @@
 
 /* The Q8_0 panel's block: 8 x 64 bytes of values, then 16 floats. */
 #define P8_VALS 512
-#define P8_BLK (P8_VALS + 64)
+#define P8_BLK  (P8_VALS + 64)
 
 /* Q5_0 block values v (-16..15) as v + 128. */
 T_512_INLINE __m256i q5_0_bytes(const void *blk) {
@@ -36,8 +36,9 @@ T_512_INLINE void pack32(const void *w, size_t wrow, int rows, int64_t k, void *
                          __m256i (*bytes)(const void *), bool with_min) {
     _Alignas(64) uint8_t tmp[KERN_PANEL_ROWS][32];
     _Alignas(64) float sd[KERN_PANEL_ROWS], sm[KERN_PANEL_ROWS];
-    const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                           _mm512_set1_epi32(32));
+    const __m512i idx =
+        _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                           _mm512_set1_epi32(32));
     memset(tmp, 0, sizeof tmp);
     memset(sd, 0, sizeof sd);
     if (with_min) memset(sm, 0, sizeof sm);
@@ -53,7 +54,8 @@ T_512_INLINE void pack32(const void *w, size_t wrow, int rows, int64_t k, void *
         }
         UNROLL(8)
         for (int g = 0; g < 8; g++)
-            _mm512_storeu_si512(out + 64 * g, _mm512_i32gather_epi32(idx, (const void *)(&tmp[0][4 * g]), 1));
+            _mm512_storeu_si512(out + 64 * g,
+                                _mm512_i32gather_epi32(idx, (const void *)(&tmp[0][4 * g]), 1));
         _mm512_storeu_ps(out + P8_VALS, _mm512_load_ps(sd));
         if (with_min) _mm512_storeu_ps(out + P8_VALS + 64, _mm512_load_ps(sm));
     }
@@ -71,17 +73,18 @@ static size_t panel_bytes(int64_t k) { return (size_t)(k / QK8_0) * P8_BLK; }
 static void prepare(const float *x, void *tile, int slot, int rows, int64_t k) {
     kavx512_gemm_q8_0.prepare(x, tile, slot, rows, k);
 }
-static void kernel(int64_t k, const void *w, size_t wstride, int n_rows, const void *tiles, int64_t m, float *y,
-                   size_t ldy) {
+static void kernel(int64_t k, const void *w, size_t wstride, int n_rows, const void *tiles,
+                   int64_t m, float *y, size_t ldy) {
     kavx512_gemm_q8_0.kernel(k, w, wstride, n_rows, tiles, m, y, ldy);
 }
 
 /* Below this many activation rows vec_dot is cheaper than packing (as Q8_0's). */
 #define GEMM32_MIN_M 4
 
-const kern_gemm_ops kavx512_gemm_q5_0 = {QT, GEMM32_MIN_M, kavx512_q_tile_bytes, prepare, panel_bytes, q5_0_pack, kernel};
-const kern_gemm_ops kavx512_gemm_iq4_nl = {QT, GEMM32_MIN_M, kavx512_q_tile_bytes, prepare, panel_bytes, iq4_nl_pack,
-                                           kernel};
+const kern_gemm_ops kavx512_gemm_q5_0 = {
+    QT, GEMM32_MIN_M, kavx512_q_tile_bytes, prepare, panel_bytes, q5_0_pack, kernel};
+const kern_gemm_ops kavx512_gemm_iq4_nl = {
+    QT, GEMM32_MIN_M, kavx512_q_tile_bytes, prepare, panel_bytes, iq4_nl_pack, kernel};
 
 /* ======================= Q4_1, Q5_1 against Q8_1 =======================
  * Panel, per block: the values (0..15 or 0..31) as unsigned bytes in the
@@ -92,7 +95,9 @@ const kern_gemm_ops kavx512_gemm_iq4_nl = {QT, GEMM32_MIN_M, kavx512_q_tile_byte
 
 static size_t q1_panel_bytes(int64_t k) { return (size_t)(k / QK8_1) * P1_BLK; }
 
-T_512_INLINE __m256i q4_1_bytes(const void *blk) { return kern_nibbles32(((const blk_q4_1 *)blk)->qs); }
+T_512_INLINE __m256i q4_1_bytes(const void *blk) {
+    return kern_nibbles32(((const blk_q4_1 *)blk)->qs);
+}
 T_512_INLINE __m256i q5_1_bytes(const void *blk) {
     const blk_q5_1 *x = blk;
     return _mm256_or_si256(kern_nibbles32(x->qs), kern_q5_high_bits(x->qh));
@@ -119,8 +124,8 @@ T_512 static void q1_prepare(const float *x, void *tile, int slot, int rows, int
 }
 
 /* 16 (or 32 with two) weight rows x QT activation rows over all nb blocks. */
-T_512_INLINE void q1_micro(int64_t nb, const char *p0, const char *p1, bool two, const char *t, float *y,
-                           size_t ldy, int na, __mmask16 m0, __mmask16 m1) {
+T_512_INLINE void q1_micro(int64_t nb, const char *p0, const char *p1, bool two, const char *t,
+                           float *y, size_t ldy, int na, __mmask16 m0, __mmask16 m1) {
     __m512 f0[QT], f1[QT];
     UNROLL(6)
     for (int a = 0; a < QT; a++) f0[a] = f1[a] = _mm512_setzero_ps();
@@ -129,25 +134,28 @@ T_512_INLINE void q1_micro(int64_t nb, const char *p0, const char *p1, bool two,
         UNROLL(6)
         for (int a = 0; a < QT; a++) i0[a] = i1[a] = _mm512_setzero_si512();
         kavx512_q_block_dots(i0, i1, p0, p1, two, t);
-        const float *dy = (const float *)(t + QT * QK8_1), *sy = (const float *)(t + QT * (QK8_1 + 4));
+        const float *dy = (const float *)(t + QT * QK8_1),
+                    *sy = (const float *)(t + QT * (QK8_1 + 4));
         const __m512 d0 = _mm512_loadu_ps(p0 + P8_VALS), n0 = _mm512_loadu_ps(p0 + P8_VALS + 64);
         const __m512 d1 = two ? _mm512_loadu_ps(p1 + P8_VALS) : d0;
         const __m512 n1 = two ? _mm512_loadu_ps(p1 + P8_VALS + 64) : n0;
         UNROLL(6)
         for (int a = 0; a < QT; a++) {
             const __m512 dd = _mm512_set1_ps(dy[a]), ss = _mm512_set1_ps(sy[a]);
-            f0[a] = _mm512_add_ps(f0[a], _mm512_fmadd_ps(_mm512_mul_ps(d0, dd), _mm512_cvtepi32_ps(i0[a]),
-                                                         _mm512_mul_ps(n0, ss)));
+            f0[a] = _mm512_add_ps(f0[a],
+                                  _mm512_fmadd_ps(_mm512_mul_ps(d0, dd), _mm512_cvtepi32_ps(i0[a]),
+                                                  _mm512_mul_ps(n0, ss)));
             if (two)
-                f1[a] = _mm512_add_ps(f1[a], _mm512_fmadd_ps(_mm512_mul_ps(d1, dd), _mm512_cvtepi32_ps(i1[a]),
+                f1[a] = _mm512_add_ps(f1[a], _mm512_fmadd_ps(_mm512_mul_ps(d1, dd),
+                                                             _mm512_cvtepi32_ps(i1[a]),
                                                              _mm512_mul_ps(n1, ss)));
         }
     }
     kavx512_q_store(y, ldy, na, two, m0, m1, f0, f1);
 }
 
-T_512 static void q1_kernel(int64_t k, const void *panels, size_t pb, int n_rows, const void *tiles, int64_t m,
-                            float *y, size_t ldy) {
+T_512 static void q1_kernel(int64_t k, const void *panels, size_t pb, int n_rows, const void *tiles,
+                            int64_t m, float *y, size_t ldy) {
     const int64_t nb = k / QK8_1;
     const int np = (n_rows + 15) / 16;
     const size_t tb = kavx512_q_tile_bytes(k);
@@ -157,15 +165,16 @@ T_512 static void q1_kernel(int64_t k, const void *panels, size_t pb, int n_rows
         float *yt = y + t * QT * ldy;
         int p = 0;
         for (; p + 2 <= np; p += 2)
-            q1_micro(nb, (const char *)panels + p * pb, (const char *)panels + (p + 1) * pb, true, tile, yt + 16 * p,
-                     ldy, na, kern_mask16(n_rows - 16 * p), kern_mask16(n_rows - 16 * (p + 1)));
+            q1_micro(nb, (const char *)panels + p * pb, (const char *)panels + (p + 1) * pb, true,
+                     tile, yt + 16 * p, ldy, na, kern_mask16(n_rows - 16 * p),
+                     kern_mask16(n_rows - 16 * (p + 1)));
         if (p < np)
             q1_micro(nb, (const char *)panels + p * pb, NULL, false, tile, yt + 16 * p, ldy, na,
                      kern_mask16(n_rows - 16 * p), 0);
     }
 }
 
-const kern_gemm_ops kavx512_gemm_q4_1 = {QT, GEMM32_MIN_M, kavx512_q_tile_bytes, q1_prepare, q1_panel_bytes, q4_1_pack,
-                                         q1_kernel};
-const kern_gemm_ops kavx512_gemm_q5_1 = {QT, GEMM32_MIN_M, kavx512_q_tile_bytes, q1_prepare, q1_panel_bytes, q5_1_pack,
-                                         q1_kernel};
+const kern_gemm_ops kavx512_gemm_q4_1 = {
+    QT, GEMM32_MIN_M, kavx512_q_tile_bytes, q1_prepare, q1_panel_bytes, q4_1_pack, q1_kernel};
+const kern_gemm_ops kavx512_gemm_q5_1 = {
+    QT, GEMM32_MIN_M, kavx512_q_tile_bytes, q1_prepare, q1_panel_bytes, q5_1_pack, q1_kernel};

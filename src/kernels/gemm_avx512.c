@@ -22,8 +22,9 @@
 
 /* Byte offsets of the 16 rows of a panel in W (wrow * r < 2^31 for any real k). */
 T_512_INLINE __m512i row_offsets(size_t wrow) {
-    return _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                              _mm512_set1_epi32((int)wrow));
+    return _mm512_mullo_epi32(
+        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+        _mm512_set1_epi32((int)wrow));
 }
 
 /* The fp16 at each lane's address (4 bytes read, the fp16 in the low half) as floats. */
@@ -46,10 +47,12 @@ static size_t q_panel_bytes(int64_t k) { return (size_t)(k / QK8_0) * QP_BLK; }
 /* roundf on 16 lanes (half away from zero), as roundf_ps of quant_avx2.c. */
 T_512_INLINE __m512 q8_round16(__m512 v) {
     const __m512 t = _mm512_roundscale_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-    const __mmask16 big = _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_sub_ps(v, t)), _mm512_set1_ps(0.5f), _CMP_GE_OQ);
+    const __mmask16 big =
+        _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_sub_ps(v, t)), _mm512_set1_ps(0.5f), _CMP_GE_OQ);
     const __m512 one = _mm512_castsi512_ps(_mm512_or_si512(
         _mm512_castps_si512(_mm512_set1_ps(1.0f)),
-        _mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32((int)0x80000000u)))); /* +-1, the sign of v */
+        _mm512_and_si512(_mm512_castps_si512(v),
+                         _mm512_set1_epi32((int)0x80000000u)))); /* +-1, the sign of v */
     return _mm512_mask_add_ps(t, big, t, one);
 }
 
@@ -60,7 +63,8 @@ T_512_INLINE void q_prepare(const float *x, void *tile, int slot, int64_t k, int
     char *t = tile;
     for (int64_t b = 0; b < k / QK8_0; b++, t += QT_BLK, x += QK8_0) {
         const __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
-        const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+        const float amax =
+            _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
         const float d = amax / 127;
         const float id = d ? 1.0f / d : 0.0f;
         const __m512 vid = _mm512_set1_ps(id);
@@ -69,7 +73,8 @@ T_512_INLINE void q_prepare(const float *x, void *tile, int slot, int64_t k, int
         _mm_storeu_si128((__m128i *)(t + QK8_0 * slot), _mm512_cvtsepi32_epi8(q0));
         _mm_storeu_si128((__m128i *)(t + QK8_0 * slot + 16), _mm512_cvtsepi32_epi8(q1));
         /* finite d: the F16C conversion rounds as kvl_f32_to_f16 */
-        const float dh = f16_load(isfinite(d) ? _cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT) : kvl_f32_to_f16(d));
+        const float dh =
+            f16_load(isfinite(d) ? _cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT) : kvl_f32_to_f16(d));
         const int32_t c = -bias * _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
         memcpy(t + QT * QK8_0 + 4 * slot, &dh, 4);
         memcpy(t + QT * (QK8_0 + 4) + 4 * slot, &c, 4);
@@ -94,12 +99,11 @@ T_512_INLINE void transpose_8x16(__m512i *z) {
     }
     /* t[2i] lane L: p=2i,2i+1 of dwords 4L', 4L'+1; t[2i+1]: dwords +2, +3 */
     UNROLL(2)
-    for (int i = 0; i < 2; i++)
-        UNROLL(2)
-        for (int h = 0; h < 2; h++) {
-            u[4 * i + 2 * h] = _mm512_unpacklo_epi64(t[4 * i + h], t[4 * i + 2 + h]);
-            u[4 * i + 2 * h + 1] = _mm512_unpackhi_epi64(t[4 * i + h], t[4 * i + 2 + h]);
-        }
+    for (int i = 0; i < 2; i++) UNROLL(2)
+    for (int h = 0; h < 2; h++) {
+        u[4 * i + 2 * h] = _mm512_unpacklo_epi64(t[4 * i + h], t[4 * i + 2 + h]);
+        u[4 * i + 2 * h + 1] = _mm512_unpackhi_epi64(t[4 * i + h], t[4 * i + 2 + h]);
+    }
     /* u[4i + j], 128-bit lane L: rows 4i..4i+3 of dword (4 * (L % 2) + j) for the
      * half L / 2; combine rows 0-3 (i = 0) and 4-7 (i = 1) per half */
     const __m512i lo = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13);
@@ -134,12 +138,13 @@ T_512 static void q8_0_pack(const void *w, size_t wrow, int rows, int64_t k, voi
             __m512i z[8];
             load_t32(base, wrow, 2, z);
             UNROLL(8)
-            for (int g = 0; g < 8; g++) _mm512_storeu_si512(out + 64 * g, _mm512_xor_si512(z[g], bias));
+            for (int g = 0; g < 8; g++)
+                _mm512_storeu_si512(out + 64 * g, _mm512_xor_si512(z[g], bias));
         } else {
             UNROLL(8)
             for (int g = 0; g < 8; g++) {
-                const __m512i v =
-                    _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), valid, off, base + 2 + 4 * g, 1);
+                const __m512i v = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), valid, off,
+                                                              base + 2 + 4 * g, 1);
                 _mm512_storeu_si512(out + 64 * g, _mm512_maskz_xor_epi32(valid, v, bias));
             }
         }
@@ -160,26 +165,34 @@ T_512 static void q4_0_pack(const void *w, size_t wrow, int rows, int64_t k, voi
             __m512i z[4]; /* z[q], 128-bit lane L: row q + 4L */
             UNROLL(4)
             for (int q = 0; q < 4; q++) {
-                __m512i t = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(base + q * wrow + 2)));
-                t = _mm512_inserti32x4(t, _mm_loadu_si128((const __m128i *)(base + (q + 4) * wrow + 2)), 1);
-                t = _mm512_inserti32x4(t, _mm_loadu_si128((const __m128i *)(base + (q + 8) * wrow + 2)), 2);
-                z[q] = _mm512_inserti32x4(t, _mm_loadu_si128((const __m128i *)(base + (q + 12) * wrow + 2)), 3);
+                __m512i t =
+                    _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(base + q * wrow + 2)));
+                t = _mm512_inserti32x4(
+                    t, _mm_loadu_si128((const __m128i *)(base + (q + 4) * wrow + 2)), 1);
+                t = _mm512_inserti32x4(
+                    t, _mm_loadu_si128((const __m128i *)(base + (q + 8) * wrow + 2)), 2);
+                z[q] = _mm512_inserti32x4(
+                    t, _mm_loadu_si128((const __m128i *)(base + (q + 12) * wrow + 2)), 3);
             }
             /* 4x4 dword transpose in each 128-bit lane */
-            const __m512i t0 = _mm512_unpacklo_epi32(z[0], z[1]), t1 = _mm512_unpackhi_epi32(z[0], z[1]);
-            const __m512i t2 = _mm512_unpacklo_epi32(z[2], z[3]), t3 = _mm512_unpackhi_epi32(z[2], z[3]);
+            const __m512i t0 = _mm512_unpacklo_epi32(z[0], z[1]),
+                          t1 = _mm512_unpackhi_epi32(z[0], z[1]);
+            const __m512i t2 = _mm512_unpacklo_epi32(z[2], z[3]),
+                          t3 = _mm512_unpackhi_epi32(z[2], z[3]);
             v[0] = _mm512_unpacklo_epi64(t0, t2), v[1] = _mm512_unpackhi_epi64(t0, t2);
             v[2] = _mm512_unpacklo_epi64(t1, t3), v[3] = _mm512_unpackhi_epi64(t1, t3);
         } else {
             UNROLL(4)
             for (int g = 0; g < 4; g++)
-                v[g] = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), valid, off, base + 2 + 4 * g, 1);
+                v[g] = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), valid, off,
+                                                   base + 2 + 4 * g, 1);
         }
         UNROLL(4)
         for (int g = 0; g < 4; g++) {
             /* bytes 4g..4g+3: low nibbles are elements 4g.., high ones 16+4g.. */
             _mm512_storeu_si512(out + 64 * g, _mm512_and_si512(v[g], m4));
-            _mm512_storeu_si512(out + 64 * (g + 4), _mm512_and_si512(_mm512_srli_epi32(v[g], 4), m4));
+            _mm512_storeu_si512(out + 64 * (g + 4),
+                                _mm512_and_si512(_mm512_srli_epi32(v[g], 4), m4));
         }
         _mm512_storeu_ps(out + 512, gather_f16(off, valid, base));
     }
@@ -204,7 +217,8 @@ T_512_INLINE void q_micro(int64_t nb, const char *p0, const char *p1, bool two, 
         for (int a = 0; a < QT; a++) {
             const __m512 dd = _mm512_set1_ps(dy[a]);
             f0[a] = _mm512_fmadd_ps(_mm512_mul_ps(d0, dd), _mm512_cvtepi32_ps(i0[a]), f0[a]);
-            if (two) f1[a] = _mm512_fmadd_ps(_mm512_mul_ps(d1, dd), _mm512_cvtepi32_ps(i1[a]), f1[a]);
+            if (two)
+                f1[a] = _mm512_fmadd_ps(_mm512_mul_ps(d1, dd), _mm512_cvtepi32_ps(i1[a]), f1[a]);
         }
     }
     kavx512_q_store(y, ldy, na, two, m0, m1, f0, f1);
@@ -221,8 +235,9 @@ T_512 static void q_kernel(int64_t k, const void *panels, size_t pb, int n_rows,
         float *yt = y + t * QT * ldy;
         int p = 0;
         for (; p + 2 <= np; p += 2)
-            q_micro(nb, (const char *)panels + p * pb, (const char *)panels + (p + 1) * pb, true, tile,
-                    yt + 16 * p, ldy, na, kern_mask16(n_rows - 16 * p), kern_mask16(n_rows - 16 * (p + 1)));
+            q_micro(nb, (const char *)panels + p * pb, (const char *)panels + (p + 1) * pb, true,
+                    tile, yt + 16 * p, ldy, na, kern_mask16(n_rows - 16 * p),
+                    kern_mask16(n_rows - 16 * (p + 1)));
         if (p < np)
             q_micro(nb, (const char *)panels + p * pb, NULL, false, tile, yt + 16 * p, ldy, na,
                     kern_mask16(n_rows - 16 * p), 0);
@@ -232,10 +247,10 @@ T_512 static void q_kernel(int64_t k, const void *panels, size_t pb, int n_rows,
 /* Below this many activation rows, packing costs more than it saves. */
 #define PACKED_MIN_M 4
 
-const kern_gemm_ops kavx512_gemm_q8_0 = {QT, PACKED_MIN_M, q_tile_bytes, q8_0_prepare, q_panel_bytes, q8_0_pack,
-                                         q_kernel};
-const kern_gemm_ops kavx512_gemm_q4_0 = {QT, PACKED_MIN_M, q_tile_bytes, q4_0_prepare, q_panel_bytes, q4_0_pack,
-                                         q_kernel};
+const kern_gemm_ops kavx512_gemm_q8_0 = {
+    QT, PACKED_MIN_M, q_tile_bytes, q8_0_prepare, q_panel_bytes, q8_0_pack, q_kernel};
+const kern_gemm_ops kavx512_gemm_q4_0 = {
+    QT, PACKED_MIN_M, q_tile_bytes, q4_0_prepare, q_panel_bytes, q4_0_pack, q_kernel};
 
 /* ======================= K family (Q4_K, Q6_K) =======================
  * Activation tile (KT rows), per super-block: KT units of a blk_q8_K followed
@@ -276,7 +291,8 @@ T_512 static void k_prepare(const float *x, void *tile, int slot, int rows, int6
         } else {
             float max = 0;
             for (int i = 0; i < QK_K / 16; i++) {
-                const __mmask16 hit = _mm512_cmp_ps_mask(_mm512_abs_ps(v[i]), _mm512_set1_ps(amax), _CMP_EQ_OQ);
+                const __mmask16 hit =
+                    _mm512_cmp_ps_mask(_mm512_abs_ps(v[i]), _mm512_set1_ps(amax), _CMP_EQ_OQ);
                 if (hit) {
                     max = x[16 * i + __builtin_ctz(hit)];
                     break;
@@ -288,7 +304,8 @@ T_512 static void k_prepare(const float *x, void *tile, int slot, int rows, int6
             UNROLL(16)
             for (int i = 0; i < QK_K / 16; i++) {
                 /* cvtps rounds to nearest even under the default MXCSR, as nearest_int */
-                const __m512i qi = _mm512_min_epi32(hi, _mm512_cvtps_epi32(_mm512_mul_ps(v[i], vs)));
+                const __m512i qi =
+                    _mm512_min_epi32(hi, _mm512_cvtps_epi32(_mm512_mul_ps(v[i], vs)));
                 _mm_storeu_si128((__m128i *)(q.qs + 16 * i), _mm512_cvtsepi32_epi8(qi));
                 q.bsums[i] = (int16_t)_mm512_reduce_add_epi32(qi);
             }
@@ -332,10 +349,14 @@ T_512 static void q4k_pack(const void *w, size_t wrow, int rows, int64_t k, void
         for (int j = 0; j < 4; j++) {
             sc[j] = _mm512_and_si512(_mm512_srli_epi32(w0, 8 * j), m6);
             mn[j] = _mm512_and_si512(_mm512_srli_epi32(w1, 8 * j), m6);
-            const __m512i lo4 = _mm512_and_si512(_mm512_srli_epi32(w2, 8 * j), _mm512_set1_epi32(15));
-            const __m512i hi4 = _mm512_and_si512(_mm512_srli_epi32(w2, 8 * j + 4), _mm512_set1_epi32(15));
-            const __m512i s2 = _mm512_and_si512(_mm512_srli_epi32(w0, 8 * j + 6), _mm512_set1_epi32(3));
-            const __m512i m2 = _mm512_and_si512(_mm512_srli_epi32(w1, 8 * j + 6), _mm512_set1_epi32(3));
+            const __m512i lo4 =
+                _mm512_and_si512(_mm512_srli_epi32(w2, 8 * j), _mm512_set1_epi32(15));
+            const __m512i hi4 =
+                _mm512_and_si512(_mm512_srli_epi32(w2, 8 * j + 4), _mm512_set1_epi32(15));
+            const __m512i s2 =
+                _mm512_and_si512(_mm512_srli_epi32(w0, 8 * j + 6), _mm512_set1_epi32(3));
+            const __m512i m2 =
+                _mm512_and_si512(_mm512_srli_epi32(w1, 8 * j + 6), _mm512_set1_epi32(3));
             sc[j + 4] = _mm512_or_si512(lo4, _mm512_slli_epi32(s2, 4));
             mn[j + 4] = _mm512_or_si512(hi4, _mm512_slli_epi32(m2, 4));
         }
@@ -347,7 +368,8 @@ T_512 static void q4k_pack(const void *w, size_t wrow, int rows, int64_t k, void
                                 _mm512_or_si512(mn[2 * t], _mm512_slli_epi32(mn[2 * t + 1], 16)));
         const __m512i dd = GATHER(0);
         _mm512_storeu_ps(out + 4864, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dd)));
-        _mm512_storeu_ps(out + 4928, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dd, 16))));
+        _mm512_storeu_ps(out + 4928,
+                         _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dd, 16))));
     }
 }
 
@@ -378,12 +400,15 @@ T_512 static void q6k_pack(const void *w, size_t wrow, int rows, int64_t k, void
                 const __m512i q[4] = {
                     _mm512_or_si512(_mm512_and_si512(l0, m4),
                                     _mm512_slli_epi32(_mm512_and_si512(hb, m2), 4)),
-                    _mm512_or_si512(_mm512_and_si512(l1, m4),
-                                    _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(hb, 2), m2), 4)),
-                    _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(l0, 4), m4),
-                                    _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(hb, 4), m2), 4)),
-                    _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(l1, 4), m4),
-                                    _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(hb, 6), m2), 4))};
+                    _mm512_or_si512(
+                        _mm512_and_si512(l1, m4),
+                        _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(hb, 2), m2), 4)),
+                    _mm512_or_si512(
+                        _mm512_and_si512(_mm512_srli_epi32(l0, 4), m4),
+                        _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(hb, 4), m2), 4)),
+                    _mm512_or_si512(
+                        _mm512_and_si512(_mm512_srli_epi32(l1, 4), m4),
+                        _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(hb, 6), m2), 4))};
                 UNROLL(4)
                 for (int qq = 0; qq < 4; qq++)
                     _mm512_storeu_si512(out + 64 * (32 * h + 8 * qq + i4), q[qq]);
@@ -401,20 +426,21 @@ T_512 static void q6k_pack(const void *w, size_t wrow, int rows, int64_t k, void
         for (int g = 0; g < 16; g++) _mm512_storeu_si512(out + 4096 + 64 * g, sc[g]);
         UNROLL(8)
         for (int t = 0; t < 8; t++) { /* (-32 sc_2t, -32 sc_2t+1) as int16 */
-            const __m512i lo = _mm512_and_si512(_mm512_mullo_epi32(sc[2 * t], _mm512_set1_epi32(-32)),
-                                                _mm512_set1_epi32(0xFFFF));
-            const __m512i hi = _mm512_slli_epi32(_mm512_mullo_epi32(sc[2 * t + 1], _mm512_set1_epi32(-32)), 16);
+            const __m512i lo = _mm512_and_si512(
+                _mm512_mullo_epi32(sc[2 * t], _mm512_set1_epi32(-32)), _mm512_set1_epi32(0xFFFF));
+            const __m512i hi =
+                _mm512_slli_epi32(_mm512_mullo_epi32(sc[2 * t + 1], _mm512_set1_epi32(-32)), 16);
             _mm512_storeu_si512(out + 5120 + 64 * t, _mm512_or_si512(lo, hi));
         }
         /* d is the last 2 bytes of the 210-byte block: read the dword ending there */
-        _mm512_storeu_ps(out + 5632,
-                         _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(GATHER(206), 16))));
+        _mm512_storeu_ps(
+            out + 5632, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(GATHER(206), 16))));
     }
 }
 #undef GATHER
 
 /* Broadcast dword at byte offset `at` of activation unit a of the current super-block. */
-#define ABC(a, at) _mm512_set1_epi32(*(const int32_t *)(A + (a) * KT_UNIT + (at)))
+#define ABC(a, at) _mm512_set1_epi32(*(const int32_t *)(A + (a)*KT_UNIT + (at)))
 
 T_512_INLINE void q4k_micro(int64_t nsb, const char *P, const char *A, float *y, size_t ldy, int na,
                             __mmask16 mask) {
@@ -432,11 +458,13 @@ T_512_INLINE void q4k_micro(int64_t nsb, const char *P, const char *A, float *y,
             for (int gg = 0; gg < 8; gg++) {
                 const __m512i u = _mm512_loadu_si512(P + 64 * (8 * j + gg));
                 UNROLL(8)
-                for (int a = 0; a < KT; a++) acc[a] = _mm512_dpbusd_epi32(acc[a], u, ABC(a, KQ_QS + 32 * j + 4 * gg));
+                for (int a = 0; a < KT; a++)
+                    acc[a] = _mm512_dpbusd_epi32(acc[a], u, ABC(a, KQ_QS + 32 * j + 4 * gg));
             }
             const __m512i sc = _mm512_loadu_si512(P + 4096 + 64 * j);
             UNROLL(8)
-            for (int a = 0; a < KT; a++) sumi[a] = _mm512_add_epi32(sumi[a], _mm512_mullo_epi32(acc[a], sc));
+            for (int a = 0; a < KT; a++)
+                sumi[a] = _mm512_add_epi32(sumi[a], _mm512_mullo_epi32(acc[a], sc));
         }
         UNROLL(8)
         for (int a = 0; a < KT; a++) acc[a] = _mm512_setzero_si512();
@@ -444,7 +472,8 @@ T_512_INLINE void q4k_micro(int64_t nsb, const char *P, const char *A, float *y,
         for (int t = 0; t < 4; t++) {
             const __m512i mp = _mm512_loadu_si512(P + 4608 + 64 * t);
             UNROLL(8)
-            for (int a = 0; a < KT; a++) acc[a] = _mm512_dpwssd_epi32(acc[a], mp, ABC(a, KQ_S + 4 * t));
+            for (int a = 0; a < KT; a++)
+                acc[a] = _mm512_dpwssd_epi32(acc[a], mp, ABC(a, KQ_S + 4 * t));
         }
         const __m512 d = _mm512_loadu_ps(P + 4864), dmin = _mm512_loadu_ps(P + 4928);
         UNROLL(8)
@@ -484,11 +513,13 @@ T_512_INLINE void q6k_micro(int64_t nsb, const char *P, const char *A, float *y,
             for (int q = 0; q < 4; q++) {
                 const __m512i u = _mm512_loadu_si512(P + 64 * (4 * g + q));
                 UNROLL(8)
-                for (int a = 0; a < KT; a++) acc[a] = _mm512_dpbusd_epi32(acc[a], u, ABC(a, KQ_QS + 16 * g + 4 * q));
+                for (int a = 0; a < KT; a++)
+                    acc[a] = _mm512_dpbusd_epi32(acc[a], u, ABC(a, KQ_QS + 16 * g + 4 * q));
             }
             const __m512i sc = _mm512_loadu_si512(P + 4096 + 64 * g);
             UNROLL(8)
-            for (int a = 0; a < KT; a++) sumi[a] = _mm512_add_epi32(sumi[a], _mm512_mullo_epi32(acc[a], sc));
+            for (int a = 0; a < KT; a++)
+                sumi[a] = _mm512_add_epi32(sumi[a], _mm512_mullo_epi32(acc[a], sc));
         }
         const __m512 d = _mm512_loadu_ps(P + 5632);
         UNROLL(8)
@@ -504,8 +535,8 @@ T_512_INLINE void q6k_micro(int64_t nsb, const char *P, const char *A, float *y,
 #undef ABC
 
 #define K_KERNEL(name, micro)                                                                      \
-    T_512 static void name(int64_t k, const void *panels, size_t pb, int n_rows, const void *tiles, \
-                           int64_t m, float *y, size_t ldy) {                                      \
+    T_512 static void name(int64_t k, const void *panels, size_t pb, int n_rows,                   \
+                           const void *tiles, int64_t m, float *y, size_t ldy) {                   \
         const int64_t nsb = k / QK_K;                                                              \
         const int np = (n_rows + 15) / 16;                                                         \
         const size_t tb = k_tile_bytes(k);                                                         \
@@ -513,16 +544,16 @@ T_512_INLINE void q6k_micro(int64_t nsb, const char *P, const char *A, float *y,
             const int na = m - t * KT < KT ? (int)(m - t * KT) : KT;                               \
             for (int p = 0; p < np; p++)                                                           \
                 micro(nsb, (const char *)panels + p * pb, (const char *)tiles + t * tb,            \
-                      y + t * KT * ldy + 16 * p, ldy, na, kern_mask16(n_rows - 16 * p));              \
+                      y + t * KT * ldy + 16 * p, ldy, na, kern_mask16(n_rows - 16 * p));           \
         }                                                                                          \
     }
 K_KERNEL(q4k_kernel, q4k_micro)
 K_KERNEL(q6k_kernel, q6k_micro)
 
-const kern_gemm_ops kavx512_gemm_q4_K = {KT, PACKED_MIN_M, k_tile_bytes, k_prepare, q4k_panel_bytes, q4k_pack,
-                                         q4k_kernel};
-const kern_gemm_ops kavx512_gemm_q6_K = {KT, PACKED_MIN_M, k_tile_bytes, k_prepare, q6k_panel_bytes, q6k_pack,
-                                         q6k_kernel};
+const kern_gemm_ops kavx512_gemm_q4_K = {
+    KT, PACKED_MIN_M, k_tile_bytes, k_prepare, q4k_panel_bytes, q4k_pack, q4k_kernel};
+const kern_gemm_ops kavx512_gemm_q6_K = {
+    KT, PACKED_MIN_M, k_tile_bytes, k_prepare, q6k_panel_bytes, q6k_pack, q6k_kernel};
 
 /* ======================= FP family (F32, F16, BF16) =======================
  * Weights are read in place, FW rows at a time; activation tile of na <= FT
@@ -546,7 +577,8 @@ T_512_INLINE void f_prepare(int kind, const float *x, void *tile, int slot, int 
             v = _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
         } else if (kind == GGUF_DT_BF16) {
             float r[16] = {0};
-            for (int l = 0; l < 16 && i + l < k; l++) r[l] = kvl_bf16_to_f32(kvl_f32_to_bf16(x[i + l]));
+            for (int l = 0; l < 16 && i + l < k; l++)
+                r[l] = kvl_bf16_to_f32(kvl_f32_to_bf16(x[i + l]));
             v = _mm512_loadu_ps(r);
         }
         _mm512_storeu_ps(t, v);
@@ -567,16 +599,16 @@ T_512_INLINE void f_micro(int kind, int NW, int NA, int64_t k, const char *w, si
                           const float *t, float *y, size_t ldy, size_t ystep) {
     __m512 acc[FW][FT];
     UNROLL(4)
-    for (int r = 0; r < NW; r++)
-        UNROLL(6)
-        for (int a = 0; a < NA; a++) acc[r][a] = _mm512_setzero_ps();
+    for (int r = 0; r < NW; r++) UNROLL(6)
+    for (int a = 0; a < NA; a++) acc[r][a] = _mm512_setzero_ps();
     int64_t i = 0;
     for (; i + 16 <= k; i += 16, t += NA * 16) {
         UNROLL(4)
         for (int r = 0; r < NW; r++) {
             const __m512 wv = kern_load16_ps(kind, w + r * wrow, i, 0xFFFF);
             UNROLL(6)
-            for (int a = 0; a < NA; a++) acc[r][a] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(t + 16 * a), acc[r][a]);
+            for (int a = 0; a < NA; a++)
+                acc[r][a] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(t + 16 * a), acc[r][a]);
         }
     }
     if (i < k) { /* lanes past k: 0 * 0 leaves the accumulator as it is */
@@ -585,13 +617,13 @@ T_512_INLINE void f_micro(int kind, int NW, int NA, int64_t k, const char *w, si
         for (int r = 0; r < NW; r++) {
             const __m512 wv = kern_load16_ps(kind, w + r * wrow, i, m);
             UNROLL(6)
-            for (int a = 0; a < NA; a++) acc[r][a] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(t + 16 * a), acc[r][a]);
+            for (int a = 0; a < NA; a++)
+                acc[r][a] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(t + 16 * a), acc[r][a]);
         }
     }
     UNROLL(6)
-    for (int a = 0; a < NA; a++)
-        UNROLL(4)
-        for (int r = 0; r < NW; r++) y[a * ldy + r * ystep] = kern_hsum16_ps(acc[r][a]);
+    for (int a = 0; a < NA; a++) UNROLL(4)
+    for (int r = 0; r < NW; r++) y[a * ldy + r * ystep] = kern_hsum16_ps(acc[r][a]);
 }
 
 /* NA, NW as constants, so the accumulators stay in registers. */
@@ -637,4 +669,5 @@ KAVX512_KERNEL_ENTRY(bf16_kernel, f_kernel, GGUF_DT_BF16)
 
 const kern_gemm_ops kavx512_gemm_f32 = {FT, 1, f_tile_bytes, f32_prepare, NULL, NULL, f32_kernel};
 const kern_gemm_ops kavx512_gemm_f16 = {FT, 1, f_tile_bytes, f16_prepare, NULL, NULL, f16_kernel};
-const kern_gemm_ops kavx512_gemm_bf16 = {FT, 1, f_tile_bytes, bf16_prepare, NULL, NULL, bf16_kernel};
+const kern_gemm_ops kavx512_gemm_bf16 = {FT,   1,    f_tile_bytes, bf16_prepare,
+                                         NULL, NULL, bf16_kernel};

@@ -14,15 +14,15 @@
  * with c = -bias * sum(qs), bias 128 for Q8_0 weights (stored as x ^ 0x80,
  * unsigned) and 8 for Q4_0 (nibbles 0..15), so that a block's exact integer
  * dot is c + sum(unsigned weight * qs). Rows past m read as zeros. */
-#define QT 6
+#define QT     6
 #define QT_BLK (QT * (QK8_0 + 4 + 4))
 size_t kavx512_q_tile_bytes(int64_t k);
 
 /* One 32-value block of a Q-family micro-kernel (gemm_avx512.c,
  * gemm32_avx512.c): i0[a] (and i1[a] when two) += the dpbusd of the 16-row
  * weight panel block at p0 (p1) with tile row a's 32 int8 at t + QK8_0 * a (QK8_1 = QK8_0). */
-T_512_INLINE void kavx512_q_block_dots(__m512i *i0, __m512i *i1, const char *p0, const char *p1, bool two,
-                                       const char *t) {
+T_512_INLINE void kavx512_q_block_dots(__m512i *i0, __m512i *i1, const char *p0, const char *p1,
+                                       bool two, const char *t) {
     UNROLL(8)
     for (int g = 0; g < 8; g++) {
         const __m512i u0 = _mm512_loadu_si512(p0 + 64 * g);
@@ -38,8 +38,8 @@ T_512_INLINE void kavx512_q_block_dots(__m512i *i0, __m512i *i1, const char *p0,
 
 /* The na (<= QT) output rows of a Q-family micro-kernel, ldy floats apart:
  * columns 0..15 under mask m0 from f0, 16..31 under m1 from f1 when two. */
-T_512_INLINE void kavx512_q_store(float *y, size_t ldy, int na, bool two, __mmask16 m0, __mmask16 m1,
-                                  const __m512 *f0, const __m512 *f1) {
+T_512_INLINE void kavx512_q_store(float *y, size_t ldy, int na, bool two, __mmask16 m0,
+                                  __mmask16 m1, const __m512 *f0, const __m512 *f1) {
     UNROLL(6)
     for (int a = 0; a < QT; a++) {
         if (a >= na) break;
@@ -51,13 +51,13 @@ T_512_INLINE void kavx512_q_store(float *y, size_t ldy, int na, bool two, __mmas
 /* K family (Q4_K, Q6_K weights) activation tile of KT rows, per 256-element
  * super-block: KT units of a blk_q8_K followed by S[8] int16,
  * S[j] = bsums[2j] + bsums[2j+1] (the sums of Q4_K's 32-value sub-blocks). */
-#define KT 8
+#define KT      8
 #define KT_UNIT (sizeof(blk_q8_K) + 16)
 /* byte offsets inside a unit */
-#define KQ_D offsetof(blk_q8_K, d)
-#define KQ_QS offsetof(blk_q8_K, qs)
+#define KQ_D     offsetof(blk_q8_K, d)
+#define KQ_QS    offsetof(blk_q8_K, qs)
 #define KQ_BSUMS offsetof(blk_q8_K, bsums)
-#define KQ_S sizeof(blk_q8_K)
+#define KQ_S     sizeof(blk_q8_K)
 size_t kavx512_k_tile_bytes(int64_t k);
 
 /* NAME, the kernel entry point of one weight kind (kern_gemm_ops or

@@ -39,10 +39,8 @@ typedef struct {
 
 /* Writes row r (0..15) of a super-block's panel. */
 static void put_g32(char *out, int r, const kx_row *x) {
-    for (int q = 0; q < 64; q++)
-        memcpy(out + 64 * q + 4 * r, x->u + 4 * q, 4);
-    for (int j = 0; j < 8; j++)
-        memcpy(out + 4096 + 64 * j + 4 * r, &x->sc[j], 4);
+    for (int q = 0; q < 64; q++) memcpy(out + 64 * q + 4 * r, x->u + 4 * q, 4);
+    for (int j = 0; j < 8; j++) memcpy(out + 4096 + 64 * j + 4 * r, &x->sc[j], 4);
     for (int t = 0; t < 4; t++) {
         const int32_t mp =
             (int32_t)((uint16_t)x->bias[2 * t] | ((uint32_t)(uint16_t)x->bias[2 * t + 1] << 16));
@@ -53,10 +51,8 @@ static void put_g32(char *out, int r, const kx_row *x) {
 }
 
 static void put_g16(char *out, int r, const kx_row *x) {
-    for (int q = 0; q < 64; q++)
-        memcpy(out + 64 * q + 4 * r, x->u + 4 * q, 4);
-    for (int g = 0; g < 16; g++)
-        memcpy(out + 4096 + 64 * g + 4 * r, &x->sc[g], 4);
+    for (int q = 0; q < 64; q++) memcpy(out + 64 * q + 4 * r, x->u + 4 * q, 4);
+    for (int g = 0; g < 16; g++) memcpy(out + 4096 + 64 * g + 4 * r, &x->sc[g], 4);
     for (int t = 0; t < 8; t++) {
         const int32_t bp =
             (int32_t)((uint16_t)x->bias[2 * t] | ((uint32_t)(uint16_t)x->bias[2 * t + 1] << 16));
@@ -162,13 +158,11 @@ T_512_INLINE void q2k_micro(int64_t nsb, const char *P, const char *A, float *y,
                             __mmask16 mask) {
     __m512 f[KT];
     UNROLL(8)
-    for (int a = 0; a < KT; a++)
-        f[a] = _mm512_setzero_ps();
+    for (int a = 0; a < KT; a++) f[a] = _mm512_setzero_ps();
     for (int64_t sb = 0; sb < nsb; sb++, P += PB_Q2K, A += KT * KT_UNIT) {
         __m512i sumi[KT], summ[KT], acc[KT];
         UNROLL(8)
-        for (int a = 0; a < KT; a++)
-            sumi[a] = summ[a] = _mm512_setzero_si512();
+        for (int a = 0; a < KT; a++) sumi[a] = summ[a] = _mm512_setzero_si512();
         UNROLL(8)
         for (int t = 0; t < 8; t++) {
             const __m512i mp = _mm512_loadu_si512(P + 5120 + 64 * t);
@@ -178,8 +172,7 @@ T_512_INLINE void q2k_micro(int64_t nsb, const char *P, const char *A, float *y,
         }
         for (int g = 0; g < 16; g++) {
             UNROLL(8)
-            for (int a = 0; a < KT; a++)
-                acc[a] = _mm512_setzero_si512();
+            for (int a = 0; a < KT; a++) acc[a] = _mm512_setzero_si512();
             UNROLL(4)
             for (int q = 0; q < 4; q++) {
                 const __m512i u = _mm512_loadu_si512(P + 64 * (4 * g + q));
@@ -202,8 +195,7 @@ T_512_INLINE void q2k_micro(int64_t nsb, const char *P, const char *A, float *y,
     }
     UNROLL(8)
     for (int a = 0; a < KT; a++)
-        if (a < na)
-            _mm512_mask_storeu_ps(y + a * ldy, mask, f[a]);
+        if (a < na) _mm512_mask_storeu_ps(y + a * ldy, mask, f[a]);
 }
 #undef ABC
 

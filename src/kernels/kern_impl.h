@@ -68,15 +68,15 @@ static inline float kern_reduce16(const float *a) {
  * an integer (ln2 = C1 + C2, C1 exact in few bits), then
  * e^r = 1 + r + r^2 * P(r), P(r) = ((((P0 r + P1) r + P2) r + P3) r + P4) r + P5. */
 #define KERN_EXP_LOG2E 1.44269504088896341f
-#define KERN_EXP_C1 0.693359375f
-#define KERN_EXP_C2 (-2.12194440e-4f)
+#define KERN_EXP_C1    0.693359375f
+#define KERN_EXP_C2    (-2.12194440e-4f)
 #define KERN_EXP_MAGIC 12582912.0f /* 1.5 * 2^23: adding it rounds to an integer */
-#define KERN_EXP_P0 1.9875691500e-4f
-#define KERN_EXP_P1 1.3981999507e-3f
-#define KERN_EXP_P2 8.3334519073e-3f
-#define KERN_EXP_P3 4.1665795894e-2f
-#define KERN_EXP_P4 1.6666665459e-1f
-#define KERN_EXP_P5 5.0000001201e-1f
+#define KERN_EXP_P0    1.9875691500e-4f
+#define KERN_EXP_P1    1.3981999507e-3f
+#define KERN_EXP_P2    8.3334519073e-3f
+#define KERN_EXP_P3    4.1665795894e-2f
+#define KERN_EXP_P4    1.6666665459e-1f
+#define KERN_EXP_P5    5.0000001201e-1f
 static inline float kern_expf(float x) {
     x = x > -87.0f ? x : -87.0f;
     x = x < 0.0f ? x : 0.0f;
@@ -113,8 +113,8 @@ extern const kern_attn_ops kref_attn, kavx2_attn, kavx512_attn;
 /* The scalar steps of kern_attn_merge that every ISA shares (cs floats per
  * chunk): the largest chunk maximum of head h, and chunk P's weight
  * w = expf(m - M) with its l accumulated into *L in chunk order. */
-static inline __attribute__((always_inline)) float kern_merge_max(int nc, const float *part, size_t cs,
-                                                                  int h) {
+static inline __attribute__((always_inline)) float kern_merge_max(int nc, const float *part,
+                                                                  size_t cs, int h) {
     float M = part[h];
     for (int c = 1; c < nc; c++) M = part[c * cs + h] > M ? part[c * cs + h] : M;
     return M;
@@ -317,8 +317,8 @@ typedef struct kern_gemm_ops {
     /* Y[i * ldy + r] for the m activation rows (in ceil(m / tile_rows) tiles)
      * and weight rows r < n_rows: consecutive panels wstride bytes apart, or
      * (no packing) the rows themselves, wstride bytes apart */
-    void (*kernel)(int64_t k, const void *w, size_t wstride, int n_rows, const void *tiles, int64_t m,
-                   float *y, size_t ldy);
+    void (*kernel)(int64_t k, const void *w, size_t wstride, int n_rows, const void *tiles,
+                   int64_t m, float *y, size_t ldy);
 } kern_gemm_ops;
 /* The active packed GEMM of a weight type, or NULL. */
 const kern_gemm_ops *kern_gemm_of(int dtype);
@@ -335,8 +335,8 @@ typedef struct kern_repack_ops {
     void (*pack)(const void *w, size_t wrow, int rows, int64_t k, void *panel);
     /* Y[i * ldy + r] for the m activation rows (in ceil(m / tile_rows) tiles)
      * and rows r < n_rows of consecutive panels pb bytes apart */
-    void (*kernel)(int64_t k, const void *panels, size_t pb, int n_rows, const void *tiles, int64_t m,
-                   float *y, size_t ldy);
+    void (*kernel)(int64_t k, const void *panels, size_t pb, int n_rows, const void *tiles,
+                   int64_t m, float *y, size_t ldy);
 } kern_repack_ops;
 /* The active repacked layout of a weight type, or NULL. */
 const kern_repack_ops *kern_repack_of(int dtype);
@@ -367,7 +367,8 @@ void kavx512_rows_q6_K(int64_t n, float *s, size_t ss, const void *x, const void
                        int nr);
 
 /* ---- AVX-512 packed GEMM (gemm_avx512.c) ---- */
-extern const kern_gemm_ops kavx512_gemm_q8_0, kavx512_gemm_q4_0, kavx512_gemm_q4_K, kavx512_gemm_q6_K;
+extern const kern_gemm_ops kavx512_gemm_q8_0, kavx512_gemm_q4_0, kavx512_gemm_q4_K,
+    kavx512_gemm_q6_K;
 extern const kern_gemm_ops kavx512_gemm_f32, kavx512_gemm_f16, kavx512_gemm_bf16;
 /* (gemm_kx_avx512.c) */
 extern const kern_gemm_ops kavx512_gemm_q2_K, kavx512_gemm_q3_K, kavx512_gemm_q5_K,

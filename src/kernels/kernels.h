@@ -20,13 +20,19 @@
 #include "gguf.h"
 
 /* Block layouts, byte-compatible with GGUF / ggml. */
-#define QK8_0 32
-#define QK4_0 32
-#define QK_K 256
+#define QK8_0        32
+#define QK4_0        32
+#define QK_K         256
 #define K_SCALE_SIZE 12
 
-typedef struct { kvl_f16 d; int8_t qs[QK8_0]; } blk_q8_0;
-typedef struct { kvl_f16 d; uint8_t qs[QK4_0 / 2]; } blk_q4_0;
+typedef struct {
+    kvl_f16 d;
+    int8_t qs[QK8_0];
+} blk_q8_0;
+typedef struct {
+    kvl_f16 d;
+    uint8_t qs[QK4_0 / 2];
+} blk_q4_0;
 typedef struct {
     kvl_f16 d, dmin;
     uint8_t scales[K_SCALE_SIZE];
@@ -101,7 +107,7 @@ typedef struct kern_traits {
 /* Chooses the best implementation for this CPU. Idempotent, thread-safe after
  * the first call returns. `force` = "scalar" | "avx2" | "avx512" | NULL (auto). */
 void kern_init(const char *force);
-const char *kern_isa_name(void);  /* what kern_init chose */
+const char *kern_isa_name(void); /* what kern_init chose */
 /* NULL for types without kernels. */
 const kern_traits *kern_traits_of(int dtype);
 /* The scalar reference table, always available (for tests). */
@@ -128,8 +134,8 @@ void kern_matmul(const void *W, int wtype, int64_t n_out, int64_t k, const float
  * repack again after changing it. */
 size_t kern_repack_bytes(int wtype, int64_t n_out, int64_t k);
 void kern_repack(const void *W, int wtype, int64_t n_out, int64_t k, void *dst);
-void kern_matmul_repacked(const void *P, int wtype, int64_t n_out, int64_t k, const float *X, int64_t m,
-                          float *Y, void *work);
+void kern_matmul_repacked(const void *P, int wtype, int64_t n_out, int64_t k, const float *X,
+                          int64_t m, float *Y, void *work);
 /* Several repacked matrices applied to the same X (Q, K, V; gate and up): X
  * is prepared once and all products run in one parallel region. Their types
  * must share an activation layout (kern_repacked_share_input). */
@@ -140,8 +146,8 @@ typedef struct kern_repacked_mat {
     int64_t n_out;
     float *Y; /* [m][n_out] */
 } kern_repacked_mat;
-void kern_matmul_repacked_multi(int nw, const kern_repacked_mat *mats, int64_t k, const float *X, int64_t m,
-                                void *work);
+void kern_matmul_repacked_multi(int nw, const kern_repacked_mat *mats, int64_t k, const float *X,
+                                int64_t m, void *work);
 bool kern_repacked_share_input(int wtype_a, int wtype_b);
 
 /* Attention, over one chunk of positions of one KV head (model_ops.c). q rows
@@ -155,8 +161,8 @@ bool kern_repacked_share_input(int wtype_a, int wtype_b);
  *  kern_attn_pv      o[h*os + d] += p[h*ps + j] * v[j][d], one fma per term, j in order
  *  kern_attn_merge   nc chunk partials, each [m: n_q][l: n_q][o: n_q][dv] floats:
  *                    out[h*os + d] = (sum_c w_c o_c[d]) / (sum_c w_c l_c), w_c = expf(m_c - max m) */
-void kern_attn_scores(int64_t n, int64_t dk, int n_q, const float *q, size_t qs, const void *const *k,
-                      int kvtype, float scale, float *s, size_t ss);
+void kern_attn_scores(int64_t n, int64_t dk, int n_q, const float *q, size_t qs,
+                      const void *const *k, int kvtype, float scale, float *s, size_t ss);
 float kern_attn_softmax(int64_t n, float *s, float *l);
 void kern_attn_pv(int64_t n, int64_t dv, int n_q, const float *p, size_t ps, const void *const *v,
                   int kvtype, float *o, size_t os);

@@ -31,7 +31,7 @@
 /* Decode's guided chunks are at least this many bytes of panels (64 KiB and
  * 160 KiB measured alike; 160 a little ahead). */
 #define DECODE_MIN_CHUNK_BYTES (160 * 1024)
-#define DECODE_MAX_SPANS 256
+#define DECODE_MAX_SPANS       256
 
 /* How one matmul runs: how X is quantized, its row size, and the kernel. */
 typedef struct {
@@ -39,7 +39,7 @@ typedef struct {
     size_t xrow, wrow;
     kern_vec_dot_fn dot; /* used when rows is NULL */
     kern_vec_dot_rows_fn rows;
-    kern_rows4_fn rows4; /* four weight rows at once, when set */
+    kern_rows4_fn rows4;       /* four weight rows at once, when set */
     const kern_gemm_ops *gemm; /* the packed path, when set */
 } mm_plan;
 
@@ -50,8 +50,12 @@ static bool mm_make_plan(int wtype, int64_t k, int64_t m, mm_plan *p) {
     const kern_prep_ops *prep = kern_prep_of(wtype);
     const kern_vec_dot_rows_fn rows = kern_rows_of(wtype);
     const kern_gemm_ops *gemm = kern_gemm_of(wtype);
-    *p = (mm_plan){kern_traits_of(vdt)->from_float, kern_row_bytes(vdt, k),
-                   kern_row_bytes(wtype, k), t->vec_dot, rows && m > 1 ? rows : NULL, NULL,
+    *p = (mm_plan){kern_traits_of(vdt)->from_float,
+                   kern_row_bytes(vdt, k),
+                   kern_row_bytes(wtype, k),
+                   t->vec_dot,
+                   rows && m > 1 ? rows : NULL,
+                   NULL,
                    gemm && m >= gemm->min_m ? gemm : NULL};
     if (prep) {
         p->quantize = prep->prepare;
@@ -96,14 +100,14 @@ size_t kern_matmul_work_bytes(int wtype, int64_t m, int64_t k) {
     if (vdt == GGUF_DT_F32) row = 0; /* X is used in place */
     if (vdt == GGUF_DT_Q8_0 && kern_q8p_row_bytes(k) > row) row = kern_q8p_row_bytes(k);
     size_t bytes = (size_t)m * row;
-    if (kern_gemm_work_bytes(wtype, m, k) > bytes)
-        bytes = kern_gemm_work_bytes(wtype, m, k);
+    if (kern_gemm_work_bytes(wtype, m, k) > bytes) bytes = kern_gemm_work_bytes(wtype, m, k);
     return bytes;
 }
 
 static int64_t chunk_rows(const mm_plan *p, int64_t n_out, int nth) {
     if (p->rows4) { /* as large as the target, but at least two chunks per thread */
-        int64_t rows = (int64_t)(MATMUL_CHUNK4_BYTES / p->wrow), per = (n_out + 2 * nth - 1) / (2 * nth);
+        int64_t rows = (int64_t)(MATMUL_CHUNK4_BYTES / p->wrow),
+                per = (n_out + 2 * nth - 1) / (2 * nth);
         if (rows > per) rows = per;
         return rows < 4 ? 4 : rows;
     }
@@ -132,8 +136,9 @@ static void mm_chunk(const mm_plan *p, const char *w, int64_t j0, int64_t j1, in
              * adjacent rows defeat the prefetchers) */
             const int64_t q = (j1 - j0) / 4;
             for (int64_t r = 0; r < q; r++)
-                p->rows4(k, &Y[i * n_out + j0 + r], (size_t)q, (size_t)n_out, w + (size_t)(j0 + r) * p->wrow,
-                         (size_t)q * p->wrow, xq + (size_t)i * p->xrow, p->xrow, nr);
+                p->rows4(k, &Y[i * n_out + j0 + r], (size_t)q, (size_t)n_out,
+                         w + (size_t)(j0 + r) * p->wrow, (size_t)q * p->wrow,
+                         xq + (size_t)i * p->xrow, p->xrow, nr);
             j = j0 + 4 * q;
         }
         for (; j < j1; j++)
@@ -157,16 +162,18 @@ static void *panel_buffer(size_t bytes) {
 }
 
 /* Row i of X into its slot of its tile. */
-static void gemm_prepare_row(const kern_gemm_ops *g, const float *X, int64_t k, int64_t m, int64_t i, void *work,
-                             size_t tb) {
+static void gemm_prepare_row(const kern_gemm_ops *g, const float *X, int64_t k, int64_t m,
+                             int64_t i, void *work, size_t tb) {
     const int T = g->tile_rows;
     const int64_t t0 = i / T * T;
-    g->prepare(X + i * k, (char *)work + (i / T) * tb, (int)(i - t0), m - t0 < T ? (int)(m - t0) : T, k);
+    g->prepare(X + i * k, (char *)work + (i / T) * tb, (int)(i - t0),
+               m - t0 < T ? (int)(m - t0) : T, k);
 }
 
 /* Chunk c of nchunks: its panels packed into this thread's buffer, then all m rows past them. */
-static void gemm_chunk(const kern_gemm_ops *g, const char *W, size_t wrow, int64_t n_out, int64_t k, int64_t m,
-                       float *Y, const void *work, size_t pb, int64_t npanels, int64_t nchunks, int64_t c) {
+static void gemm_chunk(const kern_gemm_ops *g, const char *W, size_t wrow, int64_t n_out, int64_t k,
+                       int64_t m, float *Y, const void *work, size_t pb, int64_t npanels,
+                       int64_t nchunks, int64_t c) {
     const int64_t p0 = npanels * c / nchunks, p1 = npanels * (c + 1) / nchunks;
     const int64_t j0 = p0 * KERN_PANEL_ROWS;
     const int64_t j1 = p1 * KERN_PANEL_ROWS < n_out ? p1 * KERN_PANEL_ROWS : n_out;
@@ -210,7 +217,8 @@ static void gemm_prepare_task(void *ctx, int64_t i, int thread) {
 
 static void gemm_chunk_task(void *ctx, int64_t c, int thread) {
     const gemm_job *j = ctx;
-    gemm_chunk(j->g, j->W, j->wrow, j->n_out, j->k, j->m, j->Y, j->work, j->pb, j->npanels, j->nchunks, c);
+    gemm_chunk(j->g, j->W, j->wrow, j->n_out, j->k, j->m, j->Y, j->work, j->pb, j->npanels,
+               j->nchunks, c);
 }
 
 static void mm_gemm(const kern_gemm_ops *g, const char *W, size_t wrow, int64_t n_out, int64_t k,
@@ -234,7 +242,8 @@ static void mm_gemm(const kern_gemm_ops *g, const char *W, size_t wrow, int64_t 
 
     if (!par) { /* on this thread: waking the pool would cost more */
         for (int64_t i = 0; i < m; i++) gemm_prepare_row(g, X, k, m, i, work, tb);
-        for (int64_t c = 0; c < nchunks; c++) gemm_chunk(g, W, wrow, n_out, k, m, Y, work, pb, npanels, nchunks, c);
+        for (int64_t c = 0; c < nchunks; c++)
+            gemm_chunk(g, W, wrow, n_out, k, m, Y, work, pb, npanels, nchunks, c);
         return;
     }
     gemm_job j = {g, W, wrow, n_out, k, X, m, Y, work, tb, pb, npanels, nchunks};
@@ -318,7 +327,8 @@ size_t kern_repack_bytes(int wtype, int64_t n_out, int64_t k) {
     const kern_repack_ops *r = kern_repack_of(wtype);
     const kern_gemm_ops *g = kern_gemm_of(wtype);
     const kern_traits *t = kern_traits_of(wtype);
-    if (!r || !g || !t || n_out <= 0 || k <= 0 || k % gguf_dtype_traits_of(wtype)->block_elems) return 0;
+    if (!r || !g || !t || n_out <= 0 || k <= 0 || k % gguf_dtype_traits_of(wtype)->block_elems)
+        return 0;
     return (size_t)((n_out + KERN_PANEL_ROWS - 1) / KERN_PANEL_ROWS) * r->panel_bytes(k);
 }
 
@@ -336,11 +346,13 @@ typedef struct {
 
 static void repack_task(void *ctx, int64_t task, int thread) {
     const repack_job *j = ctx;
-    const int64_t pend = (task + 1) * REPACK_TASK_PANELS < j->np ? (task + 1) * REPACK_TASK_PANELS : j->np;
+    const int64_t pend =
+        (task + 1) * REPACK_TASK_PANELS < j->np ? (task + 1) * REPACK_TASK_PANELS : j->np;
     for (int64_t p = task * REPACK_TASK_PANELS; p < pend; p++) {
         const int64_t r0 = p * KERN_PANEL_ROWS;
         const int rows = j->n_out - r0 < KERN_PANEL_ROWS ? (int)(j->n_out - r0) : KERN_PANEL_ROWS;
-        j->r->pack((const char *)j->W + (size_t)r0 * j->wrow, j->wrow, rows, j->k, (char *)j->dst + (size_t)p * j->pb);
+        j->r->pack((const char *)j->W + (size_t)r0 * j->wrow, j->wrow, rows, j->k,
+                   (char *)j->dst + (size_t)p * j->pb);
     }
 }
 
@@ -358,23 +370,27 @@ typedef struct {
     int32_t mat, p0, p1;
 } repacked_span;
 
-static void repacked_chunk(const kern_repacked_mat *mats, const repacked_span *sp, int64_t k, int64_t m,
-                           const void *work) {
+static void repacked_chunk(const kern_repacked_mat *mats, const repacked_span *sp, int64_t k,
+                           int64_t m, const void *work) {
     const kern_repacked_mat *mt = &mats[sp->mat];
     const kern_repack_ops *r = kern_repack_of(mt->wtype);
     const size_t pb = r->panel_bytes(k);
     const int64_t p0 = sp->p0, p1 = sp->p1;
     const int64_t j0 = p0 * KERN_PANEL_ROWS;
     const int64_t j1 = p1 * KERN_PANEL_ROWS < mt->n_out ? p1 * KERN_PANEL_ROWS : mt->n_out;
-    r->kernel(k, (const char *)mt->P + (size_t)p0 * pb, pb, (int)(j1 - j0), work, m, mt->Y + j0, (size_t)mt->n_out);
+    r->kernel(k, (const char *)mt->P + (size_t)p0 * pb, pb, (int)(j1 - j0), work, m, mt->Y + j0,
+              (size_t)mt->n_out);
 }
 
 /* Chunk c of matrices split evenly, first[w] being matrix w's first chunk. */
-static repacked_span linear_span(int nw, const kern_repacked_mat *mats, const int64_t *first, int64_t c) {
+static repacked_span linear_span(int nw, const kern_repacked_mat *mats, const int64_t *first,
+                                 int64_t c) {
     int w = 0;
     while (w + 1 < nw && c >= first[w + 1]) w++;
-    const int64_t np = (mats[w].n_out + KERN_PANEL_ROWS - 1) / KERN_PANEL_ROWS, nc = first[w + 1] - first[w];
-    return (repacked_span){w, (int32_t)(np * (c - first[w]) / nc), (int32_t)(np * (c - first[w] + 1) / nc)};
+    const int64_t np = (mats[w].n_out + KERN_PANEL_ROWS - 1) / KERN_PANEL_ROWS,
+                  nc = first[w + 1] - first[w];
+    return (repacked_span){w, (int32_t)(np * (c - first[w]) / nc),
+                           (int32_t)(np * (c - first[w] + 1) / nc)};
 }
 
 /* Decode's chunks, guided: each a 1/(2 nth) share of what is left of its
@@ -384,11 +400,13 @@ static repacked_span linear_span(int nw, const kern_repacked_mat *mats, const in
  * half a chunk: 1B decode, in-process A/B, 2 threads: Q4_0, Q8_0, Q4_K_M
  * 1-4% faster, F16 14%). Returns how many, or 0 when they would not fit in
  * DECODE_MAX_SPANS (then the even split). */
-static int64_t guided_spans(int nw, const kern_repacked_mat *mats, int64_t k, int nth, repacked_span *out) {
+static int64_t guided_spans(int nw, const kern_repacked_mat *mats, int64_t k, int nth,
+                            repacked_span *out) {
     int64_t n = 0;
     for (int w = 0; w < nw; w++) {
         const int64_t np = (mats[w].n_out + KERN_PANEL_ROWS - 1) / KERN_PANEL_ROWS;
-        int64_t minp = (int64_t)(DECODE_MIN_CHUNK_BYTES / kern_repack_of(mats[w].wtype)->panel_bytes(k));
+        int64_t minp =
+            (int64_t)(DECODE_MIN_CHUNK_BYTES / kern_repack_of(mats[w].wtype)->panel_bytes(k));
         if (minp < 1) minp = 1;
         for (int64_t p = 0; p < np;) {
             int64_t len = (np - p + 2 * nth - 1) / (2 * nth);
@@ -429,8 +447,8 @@ static void repacked_task(void *ctx, int64_t c, int thread) {
 
 /* Products over one prepared activation set, in one run of the pool: a
  * run of panels of one matrix per chunk. */
-static void repacked_run(int nw, const kern_repacked_mat *mats, int64_t k, const float *X, int64_t m,
-                         void *work) {
+static void repacked_run(int nw, const kern_repacked_mat *mats, int64_t k, const float *X,
+                         int64_t m, void *work) {
     const kern_gemm_ops *g = kern_gemm_of(mats[0].wtype);
     const int T = g->tile_rows;
     const int64_t ntiles = (m + T - 1) / T;
@@ -452,7 +470,8 @@ static void repacked_run(int nw, const kern_repacked_mat *mats, int64_t k, const
         if (ntiles == 1) {
             nc = 4 * nth;
         } else {
-            int64_t per = (int64_t)(GEMM_CHUNK_BYTES / kern_repack_of(mats[w].wtype)->panel_bytes(k));
+            int64_t per =
+                (int64_t)(GEMM_CHUNK_BYTES / kern_repack_of(mats[w].wtype)->panel_bytes(k));
             if (per < 1) per = 1;
             nc = (np + per - 1) / per;
             nc = (nc + nth - 1) / nth * nth;
@@ -483,8 +502,8 @@ static void repacked_fail(int nw, const kern_repacked_mat *mats, int64_t m, cons
         for (int64_t i = 0; i < mats[w].n_out * m; i++) mats[w].Y[i] = NAN;
 }
 
-void kern_matmul_repacked_multi(int nw, const kern_repacked_mat *mats, int64_t k, const float *X, int64_t m,
-                                void *work) {
+void kern_matmul_repacked_multi(int nw, const kern_repacked_mat *mats, int64_t k, const float *X,
+                                int64_t m, void *work) {
     if (nw <= 0 || m <= 0) return;
     if (nw > KERN_REPACKED_MAX || !work) {
         repacked_fail(nw, mats, m, work ? "too many matrices" : "no work buffer");
@@ -504,8 +523,8 @@ bool kern_repacked_share_input(int wtype_a, int wtype_b) {
     return a && b && kern_repack_of(wtype_a) && kern_repack_of(wtype_b) && a->prepare == b->prepare;
 }
 
-void kern_matmul_repacked(const void *P, int wtype, int64_t n_out, int64_t k, const float *X, int64_t m,
-                          float *Y, void *work) {
+void kern_matmul_repacked(const void *P, int wtype, int64_t n_out, int64_t k, const float *X,
+                          int64_t m, float *Y, void *work) {
     const kern_repacked_mat mat = {P, wtype, n_out, Y};
     kern_matmul_repacked_multi(1, &mat, k, X, m, work);
 }

@@ -22,17 +22,34 @@
 
 #include "kern_impl.h" /* which includes this file at its end */
 
-#define QK4_1 32
-#define QK5_0 32
-#define QK5_1 32
-#define QK8_1 32
+#define QK4_1  32
+#define QK5_0  32
+#define QK5_1  32
+#define QK8_1  32
 #define QK4_NL 32
 
-typedef struct { kvl_f16 d, m; uint8_t qs[QK4_1 / 2]; } blk_q4_1;
-typedef struct { kvl_f16 d; uint8_t qh[4]; uint8_t qs[QK5_0 / 2]; } blk_q5_0;
-typedef struct { kvl_f16 d, m; uint8_t qh[4]; uint8_t qs[QK5_1 / 2]; } blk_q5_1;
-typedef struct { kvl_f16 d, s; int8_t qs[QK8_1]; } blk_q8_1;
-typedef struct { kvl_f16 d; uint8_t qs[QK4_NL / 2]; } blk_iq4_nl;
+typedef struct {
+    kvl_f16 d, m;
+    uint8_t qs[QK4_1 / 2];
+} blk_q4_1;
+typedef struct {
+    kvl_f16 d;
+    uint8_t qh[4];
+    uint8_t qs[QK5_0 / 2];
+} blk_q5_0;
+typedef struct {
+    kvl_f16 d, m;
+    uint8_t qh[4];
+    uint8_t qs[QK5_1 / 2];
+} blk_q5_1;
+typedef struct {
+    kvl_f16 d, s;
+    int8_t qs[QK8_1];
+} blk_q8_1;
+typedef struct {
+    kvl_f16 d;
+    uint8_t qs[QK4_NL / 2];
+} blk_iq4_nl;
 
 _Static_assert(sizeof(blk_q4_1) == 20, "q4_1 block");
 _Static_assert(sizeof(blk_q5_0) == 22, "q5_0 block");
@@ -75,8 +92,10 @@ void kavx512_vec_dot_q5_1(int64_t n, float *s, const void *x, const void *y);
 void kavx512_vec_dot_iq4_nl(int64_t n, float *s, const void *x, const void *y);
 /* packed GEMM (gemm32_avx512.c): Q5_0 and IQ4_NL through Q8_0's panels,
  * tiles and kernel; Q4_1 and Q5_1 with Q8_1 tiles */
-extern const kern_gemm_ops kavx512_gemm_q5_0, kavx512_gemm_iq4_nl, kavx512_gemm_q4_1, kavx512_gemm_q5_1;
+extern const kern_gemm_ops kavx512_gemm_q5_0, kavx512_gemm_iq4_nl, kavx512_gemm_q4_1,
+    kavx512_gemm_q5_1;
 /* repacked weights (repack32_avx512.c), on the tiles of the GEMMs above */
-extern const kern_repack_ops kavx512_repack_q5_0, kavx512_repack_iq4_nl, kavx512_repack_q4_1, kavx512_repack_q5_1;
+extern const kern_repack_ops kavx512_repack_q5_0, kavx512_repack_iq4_nl, kavx512_repack_q4_1,
+    kavx512_repack_q5_1;
 
 #endif

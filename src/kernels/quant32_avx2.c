@@ -18,11 +18,12 @@ T_AVX2_INLINE __m256i high_bits32(const uint8_t *qh) {
     uint32_t h;
     memcpy(&h, qh, 4);
     /* byte j gets byte j / 8 of h, then bit j % 8 is tested */
-    const __m256i sel = _mm256_setr_epi64x(0, 0x0101010101010101LL, 0x0202020202020202LL,
-                                           0x0303030303030303LL);
+    const __m256i sel =
+        _mm256_setr_epi64x(0, 0x0101010101010101LL, 0x0202020202020202LL, 0x0303030303030303LL);
     const __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)h), sel);
     const __m256i bit = _mm256_set1_epi64x(0x8040201008040201LL);
-    return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit), _mm256_set1_epi8(0x10));
+    return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit),
+                            _mm256_set1_epi8(0x10));
 }
 
 /* 8 int32 lane sums of u * y, u unsigned (0..255), y signed; no int16
@@ -44,7 +45,8 @@ T_AVX2_INLINE __m256i q5_0_lanes(const blk_q5_0 *x, const blk_q8_0 *y) {
 }
 
 T_AVX2_INLINE __m256i iq4_nl_lanes(const blk_iq4_nl *x, const blk_q8_0 *y) {
-    const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)kern_iq4nl_values));
+    const __m256i table =
+        _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)kern_iq4nl_values));
     const __m256i v = _mm256_shuffle_epi8(table, kern_nibbles32(x->qs)); /* signed, |v| <= 127 */
     return dot_u8s8(_mm256_sign_epi8(v, v), _mm256_sign_epi8(yload(y->qs), v));
 }
@@ -125,9 +127,11 @@ T_AVX2 void kavx2_from_float_q8_1(const float *src, void *dst, int64_t n) {
         y[b].d = kvl_f32_to_f16(d);
         __m256i q[4];
         for (int k = 0; k < 4; k++)
-            q[k] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v[k], _mm256_set1_ps(id)),
-                                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-        const int32_t sum = kern_hsum8_i32(_mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3])));
+            q[k] =
+                _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v[k], _mm256_set1_ps(id)),
+                                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        const int32_t sum = kern_hsum8_i32(
+            _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3])));
         y[b].s = kvl_f32_to_f16(d * (float)sum);
         _mm256_storeu_si256((__m256i *)y[b].qs, pack_i32_to_i8(q[0], q[1], q[2], q[3]));
     }

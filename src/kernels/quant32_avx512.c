@@ -17,8 +17,12 @@ T_512_INLINE __m512i pair(__m256i lo, __m256i hi) {
 }
 
 /* Unsigned weight bytes of a block (biased where the values are signed). */
-T_512_INLINE __m256i u_q5_0(const blk_q5_0 *x) { return _mm256_or_si256(kern_nibbles32(x->qs), kern_q5_high_bits(x->qh)); }
-T_512_INLINE __m256i u_q5_1(const blk_q5_1 *x) { return _mm256_or_si256(kern_nibbles32(x->qs), kern_q5_high_bits(x->qh)); }
+T_512_INLINE __m256i u_q5_0(const blk_q5_0 *x) {
+    return _mm256_or_si256(kern_nibbles32(x->qs), kern_q5_high_bits(x->qh));
+}
+T_512_INLINE __m256i u_q5_1(const blk_q5_1 *x) {
+    return _mm256_or_si256(kern_nibbles32(x->qs), kern_q5_high_bits(x->qh));
+}
 T_512_INLINE __m256i u_q4_1(const blk_q4_1 *x) { return kern_nibbles32(x->qs); }
 T_512_INLINE __m256i u_iq4_nl(const blk_iq4_nl *x) { return kern_iq4nl_u8(x->qs); }
 
@@ -26,18 +30,23 @@ T_512_INLINE __m256i u_iq4_nl(const blk_iq4_nl *x) { return kern_iq4nl_u8(x->qs)
 T_512_INLINE __m512i pair_isum(__m512i u, __m512i y, int bias) {
     const __m512i uy = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, y);
     if (!bias) return uy;
-    return _mm512_sub_epi32(uy, _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8((char)bias), y));
+    return _mm512_sub_epi32(
+        uy, _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8((char)bias), y));
 }
 T_512_INLINE int32_t one_isum(__m256i u, __m256i y, int bias) {
     __m256i s = _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, y);
-    if (bias) s = _mm256_sub_epi32(s, _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8((char)bias), y));
+    if (bias)
+        s = _mm256_sub_epi32(
+            s, _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8((char)bias), y));
     return kern_hsum8_i32(s);
 }
 
 /* Four blocks' exact sums from their unsigned bytes U(x + i) and activations. */
 #define ISUM4(U, BIAS)                                                                             \
-    kern_red4_i32(pair_isum(pair(U(x + b), U(x + b + 1)), pair(yload(y[b].qs), yload(y[b + 1].qs)), BIAS), \
-             pair_isum(pair(U(x + b + 2), U(x + b + 3)), pair(yload(y[b + 2].qs), yload(y[b + 3].qs)), BIAS))
+    kern_red4_i32(                                                                                 \
+        pair_isum(pair(U(x + b), U(x + b + 1)), pair(yload(y[b].qs), yload(y[b + 1].qs)), BIAS),   \
+        pair_isum(pair(U(x + b + 2), U(x + b + 3)), pair(yload(y[b + 2].qs), yload(y[b + 3].qs)),  \
+                  BIAS))
 
 /* The generic loop: U(x + b) gives block b's unsigned bytes (BIAS above the
  * values), YT is blk_q8_0 or blk_q8_1 and STEP KERN_Q_STEP or KERN_Q1_STEP

@@ -12,7 +12,7 @@
 #include <string.h>
 
 const int8_t kern_iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
-                                      1,    13,   25,   38,  53,  69,  89,  113};
+                                      1,    13,   25,  38,  53,  69,  89,  113};
 
 /* Bit j (0..31) of a block's qh as bit 4 of value j. */
 static inline int q5_high(const uint8_t qh[4], int j) { return ((qh[j / 8] >> (j % 8)) & 1) << 4; }
@@ -185,10 +185,8 @@ int kern_iq4nl_best_index(float x) {
     int ml = 0, mu = 15;
     while (mu - ml > 1) {
         const int mav = (ml + mu) / 2;
-        if (x < val[mav])
-            mu = mav;
-        else
-            ml = mav;
+        if (x < val[mav]) mu = mav;
+        else ml = mav;
     }
     return x - val[mu - 1] < val[mu] - x ? mu - 1 : mu;
 }

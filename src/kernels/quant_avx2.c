@@ -126,7 +126,6 @@ T_AVX2 void kavx2_from_float_q8_K(const float *src, void *dst, int64_t n) {
 
 /* ======================= FP family dot products ======================= */
 
-
 /* 8 elements starting at element i, widened to float. */
 /* 16 lanes as 2 vectors; a short tail goes through a zero-padded copy. The
  * final a0 + a1 and kern_hsum8_ps are kern_reduce16's tree. */
@@ -180,7 +179,8 @@ T_AVX2_INLINE __m256i q8_0_lanes(const blk_q8_0 *x, const blk_q8_0 *y) {
 }
 
 T_AVX2_INLINE __m128 q_d4(kvl_f16 x0, kvl_f16 x1, kvl_f16 x2, kvl_f16 x3, const blk_q8_0 *y) {
-    const __m128 dx = _mm_cvtph_ps(_mm_setr_epi16((short)x0, (short)x1, (short)x2, (short)x3, 0, 0, 0, 0));
+    const __m128 dx =
+        _mm_cvtph_ps(_mm_setr_epi16((short)x0, (short)x1, (short)x2, (short)x3, 0, 0, 0, 0));
     const __m128 dy = _mm_cvtph_ps(
         _mm_setr_epi16((short)y[0].d, (short)y[1].d, (short)y[2].d, (short)y[3].d, 0, 0, 0, 0));
     return _mm_mul_ps(dx, dy);
@@ -200,7 +200,8 @@ T_AVX2_INLINE __m256i q4_0_lanes(const blk_q4_0 *x, const blk_q8_0 *y) {
 /* Block b of a Q8_0 (q4 false) or Q4_0 weight row against block b of y: the
  * 8 lanes of its exact integer sum, and its fp16 scale. */
 T_AVX2_INLINE __m256i q_lanes(bool q4, const void *x, const blk_q8_0 *y, int64_t b) {
-    return q4 ? q4_0_lanes((const blk_q4_0 *)x + b, y + b) : q8_0_lanes((const blk_q8_0 *)x + b, y + b);
+    return q4 ? q4_0_lanes((const blk_q4_0 *)x + b, y + b)
+              : q8_0_lanes((const blk_q8_0 *)x + b, y + b);
 }
 T_AVX2_INLINE kvl_f16 q_scale(bool q4, const void *x, int64_t b) {
     return q4 ? ((const blk_q4_0 *)x)[b].d : ((const blk_q8_0 *)x)[b].d;
@@ -212,19 +213,25 @@ T_AVX2_INLINE float q_dot(bool q4, int64_t n, const void *x, const blk_q8_0 *y) 
     float sumf = 0;
     int64_t b = 0;
     for (; b + 4 <= nb; b += 4) {
-        const __m128i isum = hsum4_i32(q_lanes(q4, x, y, b), q_lanes(q4, x, y, b + 1), q_lanes(q4, x, y, b + 2),
-                                       q_lanes(q4, x, y, b + 3));
-        sumf = kern_q_fma4(
-            sumf, q_d4(q_scale(q4, x, b), q_scale(q4, x, b + 1), q_scale(q4, x, b + 2), q_scale(q4, x, b + 3), y + b),
-            isum);
+        const __m128i isum = hsum4_i32(q_lanes(q4, x, y, b), q_lanes(q4, x, y, b + 1),
+                                       q_lanes(q4, x, y, b + 2), q_lanes(q4, x, y, b + 3));
+        sumf = kern_q_fma4(sumf,
+                           q_d4(q_scale(q4, x, b), q_scale(q4, x, b + 1), q_scale(q4, x, b + 2),
+                                q_scale(q4, x, b + 3), y + b),
+                           isum);
     }
     for (; b < nb; b++)
-        sumf = fmaf(f16_load(q_scale(q4, x, b)) * f16_load(y[b].d), (float)kern_hsum8_i32(q_lanes(q4, x, y, b)), sumf);
+        sumf = fmaf(f16_load(q_scale(q4, x, b)) * f16_load(y[b].d),
+                    (float)kern_hsum8_i32(q_lanes(q4, x, y, b)), sumf);
     return sumf;
 }
 
-T_AVX2 void kavx2_vec_dot_q8_0(int64_t n, float *s, const void *x, const void *y) { *s = q_dot(false, n, x, y); }
-T_AVX2 void kavx2_vec_dot_q4_0(int64_t n, float *s, const void *x, const void *y) { *s = q_dot(true, n, x, y); }
+T_AVX2 void kavx2_vec_dot_q8_0(int64_t n, float *s, const void *x, const void *y) {
+    *s = q_dot(false, n, x, y);
+}
+T_AVX2 void kavx2_vec_dot_q4_0(int64_t n, float *s, const void *x, const void *y) {
+    *s = q_dot(true, n, x, y);
+}
 
 /* ======================= K family dot products ======================= */
 

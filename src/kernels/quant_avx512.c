@@ -11,16 +11,17 @@
 
 /* ======================= FP family ======================= */
 
-
 /* 16 lanes in one vector (kern_impl.h); lanes past n keep their value. */
 T_512_INLINE float fp_dot(int kind, int64_t n, const void *x, const void *y) {
     __m512 acc = _mm512_setzero_ps();
     int64_t i = 0;
     for (; i + KERN_FP_LANES <= n; i += KERN_FP_LANES)
-        acc = _mm512_fmadd_ps(kern_load16_ps(kind, x, i, 0xFFFF), kern_load16_ps(kind, y, i, 0xFFFF), acc);
+        acc = _mm512_fmadd_ps(kern_load16_ps(kind, x, i, 0xFFFF),
+                              kern_load16_ps(kind, y, i, 0xFFFF), acc);
     if (i < n) {
         const __mmask16 k = kern_mask16(n - i);
-        acc = _mm512_mask3_fmadd_ps(kern_load16_ps(kind, x, i, k), kern_load16_ps(kind, y, i, k), acc, k);
+        acc = _mm512_mask3_fmadd_ps(kern_load16_ps(kind, x, i, k), kern_load16_ps(kind, y, i, k),
+                                    acc, k);
     }
     return kern_hsum16_ps(acc);
 }
@@ -55,14 +56,16 @@ T_512_INLINE __m128 q8_0_quad_d(const blk_q8_0 *p) {
 /* int32 lane sums of x*y for a Q8_0 block pair (signed x times signed y). */
 T_512_INLINE __m512i q8_0_pair_isum(__m512i xv, __m512i yv) {
     /* |x| times y with x's sign; |-128| reads as unsigned 128 */
-    const __m512i sy = _mm512_mask_sub_epi8(yv, _mm512_movepi8_mask(xv), _mm512_setzero_si512(), yv);
+    const __m512i sy =
+        _mm512_mask_sub_epi8(yv, _mm512_movepi8_mask(xv), _mm512_setzero_si512(), yv);
     return _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(xv), sy);
 }
 
 T_512_INLINE int32_t q8_0_block_isum(const blk_q8_0 *x, const blk_q8_0 *y) {
     const __m256i xv = _mm256_loadu_si256((const __m256i *)x->qs);
     const __m256i yv = _mm256_loadu_si256((const __m256i *)y->qs);
-    const __m256i sy = _mm256_mask_sub_epi8(yv, _mm256_movepi8_mask(xv), _mm256_setzero_si256(), yv);
+    const __m256i sy =
+        _mm256_mask_sub_epi8(yv, _mm256_movepi8_mask(xv), _mm256_setzero_si256(), yv);
     return kern_hsum8_i32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(xv), sy));
 }
 
@@ -73,14 +76,16 @@ T_512 void kavx512_vec_dot_q8_0(int64_t n, float *s, const void *vx, const void 
     float sumf = 0;
     int64_t b = 0;
     for (; b + 4 <= nb; b += 4) {
-        const __m512i a = q8_0_pair_isum(load_pair256(x[b].qs, x[b + 1].qs),
-                                         load_pair256(y[b].qs, y[b + 1].qs));
+        const __m512i a =
+            q8_0_pair_isum(load_pair256(x[b].qs, x[b + 1].qs), load_pair256(y[b].qs, y[b + 1].qs));
         const __m512i c = q8_0_pair_isum(load_pair256(x[b + 2].qs, x[b + 3].qs),
                                          load_pair256(y[b + 2].qs, y[b + 3].qs));
-        sumf = kern_q_fma4(sumf, _mm_mul_ps(q8_0_quad_d(x + b), q8_0_quad_d(y + b)), kern_red4_i32(a, c));
+        sumf = kern_q_fma4(sumf, _mm_mul_ps(q8_0_quad_d(x + b), q8_0_quad_d(y + b)),
+                           kern_red4_i32(a, c));
     }
     for (; b < nb; b++)
-        sumf = fmaf(f16_load(x[b].d) * f16_load(y[b].d), (float)q8_0_block_isum(x + b, y + b), sumf);
+        sumf =
+            fmaf(f16_load(x[b].d) * f16_load(y[b].d), (float)q8_0_block_isum(x + b, y + b), sumf);
     *s = sumf;
 }
 
@@ -145,10 +150,12 @@ T_512 void kavx512_vec_dot_q4_0(int64_t n, float *s, const void *vx, const void 
         const __m512i a = q4_0_pair_isum(q4_0_nibbles_from(va), load_pair256(y[b].qs, y[b + 1].qs));
         const __m512i c =
             q4_0_pair_isum(q4_0_nibbles_from(vb), load_pair256(y[b + 2].qs, y[b + 3].qs));
-        sumf = kern_q_fma4(sumf, _mm_mul_ps(q4_0_quad_d(va), q8_0_quad_d(y + b)), kern_red4_i32(a, c));
+        sumf =
+            kern_q_fma4(sumf, _mm_mul_ps(q4_0_quad_d(va), q8_0_quad_d(y + b)), kern_red4_i32(a, c));
     }
     for (; b < nb; b++)
-        sumf = fmaf(f16_load(x[b].d) * f16_load(y[b].d), (float)q4_0_block_isum(x + b, y + b), sumf);
+        sumf =
+            fmaf(f16_load(x[b].d) * f16_load(y[b].d), (float)q4_0_block_isum(x + b, y + b), sumf);
     *s = sumf;
 }
 
@@ -199,11 +206,12 @@ T_512 void kavx512_prepare_q8_0(const float *x, void *dst, int64_t k) {
  * against prepared row y, folded into s. */
 T_512_INLINE float q8p_quad(float s, __m128 dx, __m512i u01, __m512i u23, kern_q8p_row y,
                             int64_t b) {
-    const __m512i a = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u01,
-                                          _mm512_loadu_si512(y.qs + QK8_0 * b));
-    const __m512i c = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u23,
-                                          _mm512_loadu_si512(y.qs + QK8_0 * b + 64));
-    const __m128i isum = _mm_add_epi32(kern_red4_i32(a, c), _mm_loadu_si128((const __m128i *)(y.c + b)));
+    const __m512i a =
+        _mm512_dpbusd_epi32(_mm512_setzero_si512(), u01, _mm512_loadu_si512(y.qs + QK8_0 * b));
+    const __m512i c =
+        _mm512_dpbusd_epi32(_mm512_setzero_si512(), u23, _mm512_loadu_si512(y.qs + QK8_0 * b + 64));
+    const __m128i isum =
+        _mm_add_epi32(kern_red4_i32(a, c), _mm_loadu_si128((const __m128i *)(y.c + b)));
     return kern_q_fma4(s, _mm_mul_ps(dx, _mm_loadu_ps(y.d + b)), isum);
 }
 
@@ -221,7 +229,8 @@ T_512_INLINE __m512i q8_0_biased_pair(const blk_q8_0 *x0, const blk_q8_0 *x1) {
 
 /* Blocks b..b+3 of a weight row (Q4_0 if q4, else Q8_0) as unsigned values:
  * Q4_0 nibbles as stored (0..15), Q8_0 biased by 128; and their scales. */
-T_512_INLINE void q_quad_u(bool q4, const void *xrow, int64_t b, __m512i *u01, __m512i *u23, __m128 *dx) {
+T_512_INLINE void q_quad_u(bool q4, const void *xrow, int64_t b, __m512i *u01, __m512i *u23,
+                           __m128 *dx) {
     if (q4) {
         const blk_q4_0 *x = xrow;
         const __m512i va = _mm512_loadu_si512(x + b);
@@ -246,8 +255,8 @@ T_512_INLINE __m512i q_one_u(bool q4, const void *xrow, int64_t b, float *dx) {
     return q8_0_biased_pair(&x[b], &x[b]);
 }
 
-T_512_INLINE void q_prows(bool q4, int64_t n, float *s, size_t ss, const void *x, const void *y, size_t ys,
-                          int nr) {
+T_512_INLINE void q_prows(bool q4, int64_t n, float *s, size_t ss, const void *x, const void *y,
+                          size_t ys, int nr) {
     const int64_t nb = n / QK8_0;
     kern_q8p_row yr[KERN_ROWS_MAX];
     float acc[KERN_ROWS_MAX];
@@ -273,10 +282,12 @@ T_512_INLINE void q_prows(bool q4, int64_t n, float *s, size_t ss, const void *x
     ROWS_LOOP
     for (int r = 0; r < nr; r++) s[r * ss] = acc[r];
 }
-T_512_INLINE void q4_0_prows(int64_t n, float *s, size_t ss, const void *x, const void *y, size_t ys, int nr) {
+T_512_INLINE void q4_0_prows(int64_t n, float *s, size_t ss, const void *x, const void *y,
+                             size_t ys, int nr) {
     q_prows(true, n, s, ss, x, y, ys, nr);
 }
-T_512_INLINE void q8_0_prows(int64_t n, float *s, size_t ss, const void *x, const void *y, size_t ys, int nr) {
+T_512_INLINE void q8_0_prows(int64_t n, float *s, size_t ss, const void *x, const void *y,
+                             size_t ys, int nr) {
     q_prows(false, n, s, ss, x, y, ys, nr);
 }
 
@@ -293,8 +304,10 @@ T_512_INLINE __m512i fold_quarters(__m512i a, __m512i c) {
 
 /* s[r] from fold_quarters for rows 0..3 -> quarter b = [row 0..3 sums of block b]. */
 T_512_INLINE __m512i sums_4x4(const __m512i *s) {
-    const __m512i t01 = _mm512_add_epi32(_mm512_unpacklo_epi64(s[0], s[1]), _mm512_unpackhi_epi64(s[0], s[1]));
-    const __m512i t23 = _mm512_add_epi32(_mm512_unpacklo_epi64(s[2], s[3]), _mm512_unpackhi_epi64(s[2], s[3]));
+    const __m512i t01 =
+        _mm512_add_epi32(_mm512_unpacklo_epi64(s[0], s[1]), _mm512_unpackhi_epi64(s[0], s[1]));
+    const __m512i t23 =
+        _mm512_add_epi32(_mm512_unpacklo_epi64(s[2], s[3]), _mm512_unpackhi_epi64(s[2], s[3]));
     const __m512 u = _mm512_shuffle_ps(_mm512_castsi512_ps(t01), _mm512_castsi512_ps(t23), 0x88);
     const __m512 v = _mm512_shuffle_ps(_mm512_castsi512_ps(t01), _mm512_castsi512_ps(t23), 0xDD);
     return _mm512_add_epi32(_mm512_castps_si512(u), _mm512_castps_si512(v));
@@ -317,12 +330,14 @@ T_512_INLINE void q_prows4(bool q4, int64_t n, float *s, size_t sr, size_t ss, c
         __m512i u01[4], u23[4];
         __m128 dx[4];
         UNROLL(4)
-        for (int r = 0; r < 4; r++) q_quad_u(q4, (const char *)vx + r * xr, b, &u01[r], &u23[r], &dx[r]);
+        for (int r = 0; r < 4; r++)
+            q_quad_u(q4, (const char *)vx + r * xr, b, &u01[r], &u23[r], &dx[r]);
         /* dx as [block][row] */
         const __m512 dxv = _mm512_permutexvar_ps(
-            to_br, _mm512_insertf32x4(_mm512_insertf32x4(_mm512_insertf32x4(_mm512_castps128_ps512(dx[0]), dx[1], 1),
-                                                         dx[2], 2),
-                                      dx[3], 3));
+            to_br, _mm512_insertf32x4(
+                       _mm512_insertf32x4(
+                           _mm512_insertf32x4(_mm512_castps128_ps512(dx[0]), dx[1], 1), dx[2], 2),
+                       dx[3], 3));
         ROWS_LOOP
         for (int a = 0; a < nr; a++) {
             const __m512i y01 = _mm512_loadu_si512(yr[a].qs + QK8_0 * b);
@@ -336,13 +351,15 @@ T_512_INLINE void q_prows4(bool q4, int64_t n, float *s, size_t sr, size_t ss, c
                 bcast_q, _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(yr[a].c + b))));
             const __m512 isum = _mm512_cvtepi32_ps(_mm512_add_epi32(sums_4x4(f), c));
             const __m512 dd = _mm512_mul_ps(
-                dxv, _mm512_permutexvar_ps(bcast_q, _mm512_castps128_ps512(_mm_loadu_ps(yr[a].d + b))));
+                dxv,
+                _mm512_permutexvar_ps(bcast_q, _mm512_castps128_ps512(_mm_loadu_ps(yr[a].d + b))));
             /* blocks in order: acc = fma(d_b, sum_b, acc), four rows per step */
             __m128 t = acc[a];
             t = _mm_fmadd_ps(_mm512_castps512_ps128(dd), _mm512_castps512_ps128(isum), t);
             t = _mm_fmadd_ps(_mm512_extractf32x4_ps(dd, 1), _mm512_extractf32x4_ps(isum, 1), t);
             t = _mm_fmadd_ps(_mm512_extractf32x4_ps(dd, 2), _mm512_extractf32x4_ps(isum, 2), t);
-            acc[a] = _mm_fmadd_ps(_mm512_extractf32x4_ps(dd, 3), _mm512_extractf32x4_ps(isum, 3), t);
+            acc[a] =
+                _mm_fmadd_ps(_mm512_extractf32x4_ps(dd, 3), _mm512_extractf32x4_ps(isum, 3), t);
         }
     }
     ROWS_LOOP
@@ -358,7 +375,8 @@ T_512_INLINE void q_prows4(bool q4, int64_t n, float *s, size_t sr, size_t ss, c
             float dx;
             const __m512i u = q_one_u(q4, (const char *)vx + r * xr, b, &dx);
             ROWS_LOOP
-            for (int a = 0; a < nr; a++) s[r * sr + a * ss] = q8p_one(s[r * sr + a * ss], dx, u, yr[a], b);
+            for (int a = 0; a < nr; a++)
+                s[r * sr + a * ss] = q8p_one(s[r * sr + a * ss], dx, u, yr[a], b);
         }
     }
 }
@@ -430,18 +448,17 @@ T_512_INLINE void q4k_dot(const q4k_dec *d, const blk_q8_K *y, int32_t *sumi, in
     UNROLL(4)
     for (int c = 0; c < 4; c++) {
         const __m512i p = _mm512_maddubs_epi16(d->u[c], _mm512_loadu_si512(y->qs + 64 * c));
-        if (c % 2)
-            a1 = _mm512_dpwssd_epi32(a1, p, d->sc[c]);
-        else
-            a0 = _mm512_dpwssd_epi32(a0, p, d->sc[c]);
+        if (c % 2) a1 = _mm512_dpwssd_epi32(a1, p, d->sc[c]);
+        else a0 = _mm512_dpwssd_epi32(a0, p, d->sc[c]);
     }
     const __m512i a = _mm512_add_epi32(a0, a1);
-    kern_hsum2_i32(_mm256_add_epi32(_mm512_castsi512_si256(a), _mm512_extracti64x4_epi64(a, 1)), mins,
-              sumi, summ);
+    kern_hsum2_i32(_mm256_add_epi32(_mm512_castsi512_si256(a), _mm512_extracti64x4_epi64(a, 1)),
+                   mins, sumi, summ);
 }
 
 /* K family: s = fma(d*yd, sumi, s); s = fma(-(dmin*yd), summ, s) per super-block. */
-T_512_INLINE float q4k_step(const q4k_dec *dec, float xd, float xdmin, const blk_q8_K *yr, float s) {
+T_512_INLINE float q4k_step(const q4k_dec *dec, float xd, float xdmin, const blk_q8_K *yr,
+                            float s) {
     int32_t sumi, summ;
     q4k_dot(dec, yr, &sumi, &summ);
     const float dall = xd * yr->d, dmin = xdmin * yr->d;
@@ -500,7 +517,8 @@ T_512_INLINE int32_t q6k_dot(const q6k_dec *d, const blk_q8_K *y) {
     return kern_hsum16_i32(acc);
 }
 
-T_512_INLINE float q6k_step(const q6k_dec *dec, float xd, float xdmin, const blk_q8_K *yr, float s) {
+T_512_INLINE float q6k_step(const q6k_dec *dec, float xd, float xdmin, const blk_q8_K *yr,
+                            float s) {
     (void)xdmin;
     return fmaf(xd * yr->d, (float)q6k_dot(dec, yr), s);
 }

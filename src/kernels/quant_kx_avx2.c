@@ -33,8 +33,8 @@ T_AVX2 void kavx2_vec_dot_q2_K(int64_t n, float *s, const void *vx, const void *
         const __m256i sc16 = _mm256_cvtepu8_epi16(_mm_and_si128(sc8, _mm_set1_epi8(0xF)));
         const __m256i mn16 =
             _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc8, 4), _mm_set1_epi8(0xF)));
-        const int32_t summ =
-            kern_hsum8_i32(_mm256_madd_epi16(mn16, _mm256_loadu_si256((const __m256i *)y[b].bsums)));
+        const int32_t summ = kern_hsum8_i32(
+            _mm256_madd_epi16(mn16, _mm256_loadu_si256((const __m256i *)y[b].bsums)));
         __m256i acc = _mm256_setzero_si256();
         for (int h = 0; h < 2; h++) {
             const __m256i q = _mm256_loadu_si256((const __m256i *)(x[b].qs + 32 * h));
@@ -59,8 +59,7 @@ T_AVX2 void kavx2_vec_dot_q2_K(int64_t n, float *s, const void *vx, const void *
 /* The 16 scales of a Q3_K block minus 32, as int16. */
 T_AVX2_INLINE __m256i q3k_scales16(const uint8_t *s) {
     int16_t v[16];
-    for (int g = 0; g < 16; g++)
-        v[g] = (int16_t)(kern_q3k_scale(g, s) - 32);
+    for (int g = 0; g < 16; g++) v[g] = (int16_t)(kern_q3k_scale(g, s) - 32);
     return _mm256_loadu_si256((const __m256i *)v);
 }
 
@@ -104,8 +103,7 @@ T_AVX2 void kavx2_vec_dot_q5_K(int64_t n, float *s, const void *vx, const void *
     float sumf = 0;
     for (int64_t b = 0; b < n / QK_K; b++) {
         uint8_t sc[8], mn[8];
-        for (int j = 0; j < 8; j++)
-            kern_q4k_scale_min(j, x[b].scales, &sc[j], &mn[j]);
+        for (int j = 0; j < 8; j++) kern_q4k_scale_min(j, x[b].scales, &sc[j], &mn[j]);
         const __m128i m = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)mn));
         const __m256i m2 = _mm256_set_m128i(_mm_unpackhi_epi16(m, m), _mm_unpacklo_epi16(m, m));
         const int32_t summ =

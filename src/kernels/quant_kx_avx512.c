@@ -50,21 +50,20 @@ T_512_INLINE __m512i kx_chunks(const kx_dec *d, const int8_t *yq, bool neg) {
     UNROLL(4)
     for (int c = 0; c < 4; c++) {
         __m512i yv = _mm512_loadu_si512(yq + 64 * c);
-        if (neg)
-            yv = _mm512_mask_sub_epi8(yv, d->neg[c], _mm512_setzero_si512(), yv);
+        if (neg) yv = _mm512_mask_sub_epi8(yv, d->neg[c], _mm512_setzero_si512(), yv);
         const __m512i p = _mm512_maddubs_epi16(d->u[c], yv);
-        if (c % 2)
-            a1 = _mm512_dpwssd_epi32(a1, p, d->sc[c]);
-        else
-            a0 = _mm512_dpwssd_epi32(a0, p, d->sc[c]);
+        if (c % 2) a1 = _mm512_dpwssd_epi32(a1, p, d->sc[c]);
+        else a0 = _mm512_dpwssd_epi32(a0, p, d->sc[c]);
     }
     return _mm512_add_epi32(a0, a1);
 }
 
 /* A super-block of the types with mins (Q2_K, Q5_K) against activation row
  * yr: s = fma(d*yd, sumi, s), then fma(-(dmin*yd), summ, s). */
-T_512_INLINE float kx_min_step(const kx_dec *dec, float xd, float xdmin, const blk_q8_K *yr, float s) {
-    const __m256i mins = _mm256_madd_epi16(dec->s16, _mm256_loadu_si256((const __m256i *)yr->bsums));
+T_512_INLINE float kx_min_step(const kx_dec *dec, float xd, float xdmin, const blk_q8_K *yr,
+                               float s) {
+    const __m256i mins =
+        _mm256_madd_epi16(dec->s16, _mm256_loadu_si256((const __m256i *)yr->bsums));
     int32_t sumi, summ;
     kern_hsum2_i32(fold512(kx_chunks(dec, yr->qs, false)), mins, &sumi, &summ);
     const float dall = xd * yr->d, dmin = xdmin * yr->d;
@@ -124,7 +123,8 @@ T_512_INLINE void q3k_decode(const blk_q3_K *x, kx_dec *d) {
 T_512_INLINE float q3k_step(const kx_dec *dec, float xd, float xdmin, const blk_q8_K *yr, float s) {
     (void)xdmin;
     const __m256i off = _mm256_madd_epi16(dec->s16, _mm256_loadu_si256((const __m256i *)yr->bsums));
-    const __m256i acc = _mm256_sub_epi32(fold512(kx_chunks(dec, yr->qs, false)), _mm256_slli_epi32(off, 2));
+    const __m256i acc =
+        _mm256_sub_epi32(fold512(kx_chunks(dec, yr->qs, false)), _mm256_slli_epi32(off, 2));
     return fmaf(xd * yr->d, (float)kern_hsum8_i32(acc), s);
 }
 KAVX512_K_ROWS(q3_K, blk_q3_K, kx_dec, q3k_decode, KAVX512_NO_DMIN, q3k_step)
@@ -178,7 +178,8 @@ T_512_INLINE void iq4xs_decode(const blk_iq4_xs *x, kx_dec *d) {
     }
 }
 
-T_512_INLINE float iq4xs_step(const kx_dec *dec, float xd, float xdmin, const blk_q8_K *yr, float s) {
+T_512_INLINE float iq4xs_step(const kx_dec *dec, float xd, float xdmin, const blk_q8_K *yr,
+                              float s) {
     (void)xdmin;
     const int32_t sumi = kern_hsum8_i32(fold512(kx_chunks(dec, yr->qs, true)));
     return fmaf(xd * yr->d, (float)sumi, s);

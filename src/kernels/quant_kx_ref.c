@@ -54,8 +54,7 @@ void kref_to_float_q2_K(const void *src, float *dst, int64_t n) {
         for (int g = 0; g < QK_K / 16; g++) {
             const uint8_t sc = x[b].scales[g];
             const float dl = d * (sc & 0xF), ml = dmin * (sc >> 4);
-            for (int e = 16 * g; e < 16 * g + 16; e++)
-                y[e] = dl * q2_bits(x[b].qs, e) - ml;
+            for (int e = 16 * g; e < 16 * g + 16; e++) y[e] = dl * q2_bits(x[b].qs, e) - ml;
         }
     }
 }
@@ -67,8 +66,7 @@ void kref_to_float_q3_K(const void *src, float *dst, int64_t n) {
         float *y = dst + b * QK_K;
         for (int g = 0; g < QK_K / 16; g++) {
             const float dl = d * (kern_q3k_scale(g, x[b].scales) - 32);
-            for (int e = 16 * g; e < 16 * g + 16; e++)
-                y[e] = dl * q3_value(&x[b], e);
+            for (int e = 16 * g; e < 16 * g + 16; e++) y[e] = dl * q3_value(&x[b], e);
         }
     }
 }
@@ -82,8 +80,7 @@ void kref_to_float_q5_K(const void *src, float *dst, int64_t n) {
             uint8_t sc, m;
             kern_q4k_scale_min(g, x[b].scales, &sc, &m);
             const float dl = d * sc, ml = dmin * m;
-            for (int e = 32 * g; e < 32 * g + 32; e++)
-                y[e] = dl * q5_value(&x[b], e) - ml;
+            for (int e = 32 * g; e < 32 * g + 32; e++) y[e] = dl * q5_value(&x[b], e) - ml;
         }
     }
 }
@@ -118,14 +115,11 @@ static void quantize_q2_K_block(const float *x, blk_q2_K *y) {
     const float q4scale = 15.f;
     float max_scale = 0, max_min = 0;
     for (int j = 0; j < QK_K / 16; j++) {
-        for (int l = 0; l < 16; l++)
-            weights[l] = fabsf(x[16 * j + l]);
+        for (int l = 0; l < 16; l++) weights[l] = fabsf(x[16 * j + l]);
         scales[j] = kern_make_qkx2_quants(16, 3, x + 16 * j, weights, L + 16 * j, &mins[j], Laux,
                                           -0.5f, 0.1f, 15, true);
-        if (scales[j] > max_scale)
-            max_scale = scales[j];
-        if (mins[j] > max_min)
-            max_min = mins[j];
+        if (scales[j] > max_scale) max_scale = scales[j];
+        if (mins[j] > max_min) max_min = mins[j];
     }
     if (max_scale > 0) {
         const float iscale = q4scale / max_scale;
@@ -147,8 +141,7 @@ static void quantize_q2_K_block(const float *x, blk_q2_K *y) {
     /* Requantize against the stored scales, as ggml does. */
     for (int j = 0; j < QK_K / 16; j++) {
         const float d = kvl_f16_to_f32(y->d) * (y->scales[j] & 0xF);
-        if (!d)
-            continue;
+        if (!d) continue;
         const float dm = kvl_f16_to_f32(y->dmin) * (y->scales[j] >> 4);
         for (int ii = 0; ii < 16; ii++) {
             const int l = kern_nearest_int((x[16 * j + ii] + dm) / d);
@@ -161,8 +154,7 @@ static void quantize_q2_K_block(const float *x, blk_q2_K *y) {
 /* ggml quantize_row_q2_K_ref. */
 void kref_from_float_q2_K(const float *src, void *dst, int64_t n) {
     blk_q2_K *y = dst;
-    for (int64_t b = 0; b < n / QK_K; b++)
-        quantize_q2_K_block(src + b * QK_K, &y[b]);
+    for (int64_t b = 0; b < n / QK_K; b++) quantize_q2_K_block(src + b * QK_K, &y[b]);
 }
 
 /* ggml make_q3_quants with do_rmse: symmetric group in [-nmax, nmax-1], refined
@@ -211,11 +203,9 @@ static float make_q3_quants(int n, int nmax, const float *x, int8_t *L) {
                 }
             }
         }
-        if (!n_changed)
-            break;
+        if (!n_changed) break;
     }
-    for (int i = 0; i < n; i++)
-        L[i] = (int8_t)(L[i] + nmax);
+    for (int i = 0; i < n; i++) L[i] = (int8_t)(L[i] + nmax);
     return suml2 > 0.0f ? sumlx / suml2 : 0.0f;
 }
 
@@ -237,10 +227,8 @@ static void quantize_q3_K_block(const float *x, blk_q3_K *y) {
         for (int j = 0; j < QK_K / 16; j++) {
             int l = (int8_t)kern_nearest_int(iscale * scales[j]); /* ggml stores it in an int8_t */
             l = KERN_MAX(-32, KERN_MIN(31, l)) + 32;
-            if (j < 8)
-                y->scales[j] = (uint8_t)(l & 0xF);
-            else
-                y->scales[j - 8] |= (uint8_t)((l & 0xF) << 4);
+            if (j < 8) y->scales[j] = (uint8_t)(l & 0xF);
+            else y->scales[j - 8] |= (uint8_t)((l & 0xF) << 4);
             y->scales[j % 4 + 8] |= (uint8_t)((l >> 4) << (2 * (j / 4)));
         }
         y->d = kvl_f32_to_f16(1 / iscale);
@@ -249,8 +237,7 @@ static void quantize_q3_K_block(const float *x, blk_q3_K *y) {
     }
     for (int j = 0; j < QK_K / 16; j++) {
         const float d = kvl_f16_to_f32(y->d) * (kern_q3k_scale(j, y->scales) - 32);
-        if (!d)
-            continue;
+        if (!d) continue;
         for (int ii = 0; ii < 16; ii++) {
             const int l = kern_nearest_int(x[16 * j + ii] / d);
             L[16 * j + ii] = (int8_t)(KERN_MAX(-4, KERN_MIN(3, l)) + 4);
@@ -273,8 +260,7 @@ static void quantize_q3_K_block(const float *x, blk_q3_K *y) {
 /* ggml quantize_row_q3_K_ref. */
 void kref_from_float_q3_K(const float *src, void *dst, int64_t n) {
     blk_q3_K *y = dst;
-    for (int64_t b = 0; b < n / QK_K; b++)
-        quantize_q3_K_block(src + b * QK_K, &y[b]);
+    for (int64_t b = 0; b < n / QK_K; b++) quantize_q3_K_block(src + b * QK_K, &y[b]);
 }
 
 static void quantize_q5_K_block(const float *x, blk_q5_K *y) {
@@ -299,8 +285,7 @@ static void quantize_q5_K_block(const float *x, blk_q5_K *y) {
 /* ggml quantize_row_q5_K_ref. */
 void kref_from_float_q5_K(const float *src, void *dst, int64_t n) {
     blk_q5_K *y = dst;
-    for (int64_t b = 0; b < n / QK_K; b++)
-        quantize_q5_K_block(src + b * QK_K, &y[b]);
+    for (int64_t b = 0; b < n / QK_K; b++) quantize_q5_K_block(src + b * QK_K, &y[b]);
 }
 
 static void quantize_iq4_xs_block(const float *x, blk_iq4_xs *y) {
@@ -314,8 +299,7 @@ static void quantize_iq4_xs_block(const float *x, blk_iq4_xs *y) {
     for (int ib = 0; ib < QK_K / 32; ib++) {
         const float *xb = x + 32 * ib;
         uint8_t *Lb = L + 32 * ib;
-        for (int j = 0; j < 32; j++)
-            weight[j] = xb[j] * xb[j];
+        for (int j = 0; j < 32; j++) weight[j] = xb[j] * xb[j];
         float amax = 0, max = 0;
         for (int j = 0; j < 32; j++) {
             const float ax = fabsf(xb[j]);
@@ -375,10 +359,8 @@ static void quantize_iq4_xs_block(const float *x, blk_iq4_xs *y) {
         for (int j = 0; j < 32; j++)
             L[32 * ib + j] = (uint8_t)kern_iq4nl_best_index(idl * x[32 * ib + j]);
         l += 32;
-        if (ib % 2 == 0)
-            y->scales_l[ib / 2] = (uint8_t)(l & 0xF);
-        else
-            y->scales_l[ib / 2] |= (uint8_t)((l & 0xF) << 4);
+        if (ib % 2 == 0) y->scales_l[ib / 2] = (uint8_t)(l & 0xF);
+        else y->scales_l[ib / 2] |= (uint8_t)((l & 0xF) << 4);
         y->scales_h |= (uint16_t)((l >> 4) << (2 * ib));
     }
     for (int i = 0; i < QK_K / 32; i++)
@@ -390,8 +372,7 @@ static void quantize_iq4_xs_block(const float *x, blk_iq4_xs *y) {
  * quantize_row_iq4_xs_ref). */
 void kref_from_float_iq4_xs(const float *src, void *dst, int64_t n) {
     blk_iq4_xs *y = dst;
-    for (int64_t b = 0; b < n / QK_K; b++)
-        quantize_iq4_xs_block(src + b * QK_K, &y[b]);
+    for (int64_t b = 0; b < n / QK_K; b++) quantize_iq4_xs_block(src + b * QK_K, &y[b]);
 }
 
 /* ======================= dot products ======================= */
@@ -406,8 +387,7 @@ void kref_vec_dot_q2_K(int64_t n, float *s, const void *vx, const void *vy) {
         int32_t sumi = 0, summ = 0;
         for (int g = 0; g < QK_K / 16; g++) {
             int32_t dot = 0;
-            for (int e = 16 * g; e < 16 * g + 16; e++)
-                dot += q2_bits(x[b].qs, e) * y[b].qs[e];
+            for (int e = 16 * g; e < 16 * g + 16; e++) dot += q2_bits(x[b].qs, e) * y[b].qs[e];
             sumi += (x[b].scales[g] & 0xF) * dot;
             summ += (x[b].scales[g] >> 4) * y[b].bsums[g];
         }
@@ -426,8 +406,7 @@ void kref_vec_dot_q3_K(int64_t n, float *s, const void *vx, const void *vy) {
         int32_t sumi = 0;
         for (int g = 0; g < QK_K / 16; g++) {
             int32_t dot = 0;
-            for (int e = 16 * g; e < 16 * g + 16; e++)
-                dot += q3_value(&x[b], e) * y[b].qs[e];
+            for (int e = 16 * g; e < 16 * g + 16; e++) dot += q3_value(&x[b], e) * y[b].qs[e];
             sumi += (kern_q3k_scale(g, x[b].scales) - 32) * dot;
         }
         /* written out, not a shared helper: that cost 4.6% instructions (a spill around the fp16 call) */
@@ -443,8 +422,7 @@ void kref_vec_dot_q5_K(int64_t n, float *s, const void *vx, const void *vy) {
     float sumf = 0;
     for (int64_t b = 0; b < n / QK_K; b++) {
         uint8_t v[QK_K];
-        for (int e = 0; e < QK_K; e++)
-            v[e] = (uint8_t)q5_value(&x[b], e);
+        for (int e = 0; e < QK_K; e++) v[e] = (uint8_t)q5_value(&x[b], e);
         int32_t summ;
         const int32_t sumi = kern_q4k_isums(x[b].scales, v, &y[b], &summ);
         sumf = kern_k_fma_min(sumf, x[b].d, x[b].dmin, y[b].d, sumi, summ);

@@ -386,7 +386,8 @@ void kref_from_float_q8_K(const float *src, void *dst, int64_t n) {
             continue;
         }
         const float iscale = -127.f / max;
-        for (int j = 0; j < QK_K; j++) y[b].qs[j] = (int8_t)KERN_MIN(127, kern_nearest_int(iscale * x[j]));
+        for (int j = 0; j < QK_K; j++)
+            y[b].qs[j] = (int8_t)KERN_MIN(127, kern_nearest_int(iscale * x[j]));
         for (int j = 0; j < QK_K / 16; j++) {
             int sum = 0;
             for (int ii = 0; ii < 16; ii++) sum += y[b].qs[16 * j + ii];
@@ -445,7 +446,8 @@ void kref_vec_dot_q8_0(int64_t n, float *s, const void *vx, const void *vy) {
     const blk_q8_0 *x = vx, *y = vy;
     float sumf = 0;
     for (int64_t b = 0; b < n / QK8_0; b++)
-        sumf = fmaf(kvl_f16_to_f32(x[b].d) * kvl_f16_to_f32(y[b].d), (float)q_block_isum(x[b].qs, y[b].qs), sumf);
+        sumf = fmaf(kvl_f16_to_f32(x[b].d) * kvl_f16_to_f32(y[b].d),
+                    (float)q_block_isum(x[b].qs, y[b].qs), sumf);
     *s = sumf;
 }
 
@@ -459,7 +461,8 @@ void kref_vec_dot_q4_0(int64_t n, float *s, const void *vx, const void *vy) {
             xq[j] = (int8_t)((x[b].qs[j] & 0x0F) - 8);
             xq[j + QK4_0 / 2] = (int8_t)((x[b].qs[j] >> 4) - 8);
         }
-        sumf = fmaf(kvl_f16_to_f32(x[b].d) * kvl_f16_to_f32(y[b].d), (float)q_block_isum(xq, y[b].qs), sumf);
+        sumf = fmaf(kvl_f16_to_f32(x[b].d) * kvl_f16_to_f32(y[b].d),
+                    (float)q_block_isum(xq, y[b].qs), sumf);
     }
     *s = sumf;
 }

@@ -17,13 +17,13 @@
 #include "gemm_avx512.h"
 
 #define RP_NIB 256 /* 4 x 64 bytes of nibbles */
-#define RP_HB 64   /* Q5_0's fifth bits */
-#define RP_SC 32   /* 16 fp16 scales */
+#define RP_HB  64  /* Q5_0's fifth bits */
+#define RP_SC  32  /* 16 fp16 scales */
 
 /* The four layouts: Q4_1 and Q5_1 add the rows' fp16 mins after the scales
  * and run on Q8_1 tiles (gemm32_avx512.c), values unsigned as stored. */
 enum rp_kind { RP_IQ4_NL, RP_Q5_0, RP_Q4_1, RP_Q5_1 };
-#define HAS_HB(kind) ((kind) == RP_Q5_0 || (kind) == RP_Q5_1)
+#define HAS_HB(kind)  ((kind) == RP_Q5_0 || (kind) == RP_Q5_1)
 #define HAS_MIN(kind) ((kind) == RP_Q4_1 || (kind) == RP_Q5_1)
 
 static size_t blk_bytes(enum rp_kind kind) {
@@ -36,14 +36,18 @@ static size_t q51_panel_bytes(int64_t k) { return (size_t)(k / QK8_0) * blk_byte
 
 /* Every type starts a block with the fp16 d; Q4_1 / Q5_1 then the fp16 m;
  * then Q5_0 / Q5_1 the 4 bytes of qh; then the 16 bytes of nibbles. */
-T_512_INLINE void pack(enum rp_kind kind, const void *w, size_t wrow, int rows, int64_t k, void *panel) {
-    static const size_t bbs[] = {sizeof(blk_iq4_nl), sizeof(blk_q5_0), sizeof(blk_q4_1), sizeof(blk_q5_1)};
-    const size_t bb = bbs[kind], qh_at = HAS_MIN(kind) ? 4 : 2, qs_at = qh_at + (HAS_HB(kind) ? 4 : 0);
+T_512_INLINE void pack(enum rp_kind kind, const void *w, size_t wrow, int rows, int64_t k,
+                       void *panel) {
+    static const size_t bbs[] = {sizeof(blk_iq4_nl), sizeof(blk_q5_0), sizeof(blk_q4_1),
+                                 sizeof(blk_q5_1)};
+    const size_t bb = bbs[kind], qh_at = HAS_MIN(kind) ? 4 : 2,
+                 qs_at = qh_at + (HAS_HB(kind) ? 4 : 0);
     char *out = panel;
     for (int64_t b = 0; b < k / QK8_0; b++, out += blk_bytes(kind)) {
         _Alignas(64) int32_t v[4][16], h[16];
         _Alignas(32) uint16_t sc[16], mn[16];
-        memset(v, 0, sizeof v), memset(h, 0, sizeof h), memset(sc, 0, sizeof sc), memset(mn, 0, sizeof mn);
+        memset(v, 0, sizeof v), memset(h, 0, sizeof h), memset(sc, 0, sizeof sc),
+            memset(mn, 0, sizeof mn);
         for (int r = 0; r < rows; r++) {
             const char *blk = (const char *)w + (size_t)r * wrow + (size_t)b * bb;
             for (int g = 0; g < 4; g++) memcpy(&v[g][r], blk + qs_at + 4 * g, 4);
@@ -53,7 +57,8 @@ T_512_INLINE void pack(enum rp_kind kind, const void *w, size_t wrow, int rows, 
                 uint32_t qh, hv = 0;
                 memcpy(&qh, blk + qh_at, 4);
                 for (int g = 0; g < 4; g++)
-                    hv |= (((qh >> (4 * g)) & 0xF) | (((qh >> (16 + 4 * g)) & 0xF) << 4)) << (8 * g);
+                    hv |= (((qh >> (4 * g)) & 0xF) | (((qh >> (16 + 4 * g)) & 0xF) << 4))
+                          << (8 * g);
                 h[r] = (int32_t)hv;
             }
         }
@@ -79,18 +84,19 @@ T_512 static void q51_pack(const void *w, size_t wrow, int rows, int64_t k, void
 }
 
 /* 16 weight rows x NA activation rows of one tile, all blocks. */
-T_512_INLINE void micro(enum rp_kind kind, int NA, int64_t nb, const char *p, const char *t, float *y, size_t ldy,
-                        __mmask16 m0) {
+T_512_INLINE void micro(enum rp_kind kind, int NA, int64_t nb, const char *p, const char *t,
+                        float *y, size_t ldy, __mmask16 m0) {
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     /* IQ4_NL: the levels + 128 in every 128-bit lane (vpshufb looks up per lane) */
-    const __m512i lv = _mm512_broadcast_i32x4(
-        _mm_xor_si128(_mm_loadu_si128((const __m128i *)kern_iq4nl_values), _mm_set1_epi8((char)0x80)));
+    const __m512i lv = _mm512_broadcast_i32x4(_mm_xor_si128(
+        _mm_loadu_si128((const __m128i *)kern_iq4nl_values), _mm_set1_epi8((char)0x80)));
     /* Q5_0: for 4 fifth bits n, the dword of bytes 0x70 + 0x10 * bit i of n
      * (v + 16 -> v + 128); Q5_1: 0x10 * bit i of n */
     const __m512i off = _mm512_set1_epi8(kind == RP_Q5_0 ? 0 : (char)0x90); /* -0x70 */
-    const __m512i t5q = _mm512_setr_epi32(0x70707070, 0x70707080, 0x70708070, 0x70708080, 0x70807070, 0x70807080,
-                                         0x70808070, 0x70808080, 0x80707070, 0x80707080, 0x80708070, 0x80708080,
-                                         (int)0x80807070, (int)0x80807080, (int)0x80808070, (int)0x80808080);
+    const __m512i t5q =
+        _mm512_setr_epi32(0x70707070, 0x70707080, 0x70708070, 0x70708080, 0x70807070, 0x70807080,
+                          0x70808070, 0x70808080, 0x80707070, 0x80707080, 0x80708070, 0x80708080,
+                          (int)0x80807070, (int)0x80807080, (int)0x80808070, (int)0x80808080);
     const __m512i t5 = _mm512_add_epi8(t5q, off);
     const size_t bb = blk_bytes(kind);
     const bool q5 = HAS_HB(kind), q1 = HAS_MIN(kind);
@@ -106,10 +112,13 @@ T_512_INLINE void micro(enum rp_kind kind, int NA, int64_t nb, const char *p, co
         UNROLL(4)
         for (int g = 0; g < 4; g++) {
             const __m512i v = _mm512_loadu_si512(p + 64 * g);
-            __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi32(v, 4), m4);
+            __m512i lo = _mm512_and_si512(v, m4),
+                    hi = _mm512_and_si512(_mm512_srli_epi32(v, 4), m4);
             if (q5) {
-                const __m512i il = _mm512_and_si512(_mm512_srli_epi32(hb, 8 * g), _mm512_set1_epi32(0xF));
-                const __m512i ih = _mm512_and_si512(_mm512_srli_epi32(hb, 8 * g + 4), _mm512_set1_epi32(0xF));
+                const __m512i il =
+                    _mm512_and_si512(_mm512_srli_epi32(hb, 8 * g), _mm512_set1_epi32(0xF));
+                const __m512i ih =
+                    _mm512_and_si512(_mm512_srli_epi32(hb, 8 * g + 4), _mm512_set1_epi32(0xF));
                 lo = _mm512_add_epi8(lo, _mm512_permutexvar_epi32(il, t5));
                 hi = _mm512_add_epi8(hi, _mm512_permutexvar_epi32(ih, t5));
             } else if (kind == RP_IQ4_NL) {
@@ -119,24 +128,29 @@ T_512_INLINE void micro(enum rp_kind kind, int NA, int64_t nb, const char *p, co
             UNROLL(6)
             for (int a = 0; a < NA; a++) {
                 const __m512i xl = _mm512_set1_epi32(*(const int32_t *)(t + QK8_0 * a + 4 * g));
-                const __m512i xh = _mm512_set1_epi32(*(const int32_t *)(t + QK8_0 * a + 16 + 4 * g));
+                const __m512i xh =
+                    _mm512_set1_epi32(*(const int32_t *)(t + QK8_0 * a + 16 + 4 * g));
                 i[a] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(i[a], lo, xl), hi, xh);
             }
         }
         /* Q8_0 tiles: d[QT] then c[QT]; Q8_1 tiles: d[QT] then s[QT], as floats */
-        const float *dy = (const float *)(t + QT * QK8_0), *sy = (const float *)(t + QT * (QK8_0 + 4));
+        const float *dy = (const float *)(t + QT * QK8_0),
+                    *sy = (const float *)(t + QT * (QK8_0 + 4));
         const char *ps = p + RP_NIB + (q5 ? RP_HB : 0);
         const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)ps));
         if (q1) {
             const __m512 mn = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(ps + RP_SC)));
             UNROLL(6)
             for (int a = 0; a < NA; a++)
-                f[a] = _mm512_add_ps(f[a], _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(dy[a])), _mm512_cvtepi32_ps(i[a]),
-                                                           _mm512_mul_ps(mn, _mm512_set1_ps(sy[a]))));
+                f[a] =
+                    _mm512_add_ps(f[a], _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(dy[a])),
+                                                        _mm512_cvtepi32_ps(i[a]),
+                                                        _mm512_mul_ps(mn, _mm512_set1_ps(sy[a]))));
         } else {
             UNROLL(6)
             for (int a = 0; a < NA; a++)
-                f[a] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(dy[a])), _mm512_cvtepi32_ps(i[a]), f[a]);
+                f[a] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(dy[a])),
+                                       _mm512_cvtepi32_ps(i[a]), f[a]);
         }
     }
     UNROLL(6)
@@ -146,8 +160,8 @@ T_512_INLINE void micro(enum rp_kind kind, int NA, int64_t nb, const char *p, co
 #define RP_CASE(kind, na)                                                                          \
     case na: micro(kind, na, nb, pp, tile, y, ldy, m0); break;
 
-T_512_INLINE void kernel(enum rp_kind kind, int64_t k, const void *panels, size_t pb, int n_rows, const void *tiles,
-                         int64_t m, float *yall, size_t ldy) {
+T_512_INLINE void kernel(enum rp_kind kind, int64_t k, const void *panels, size_t pb, int n_rows,
+                         const void *tiles, int64_t m, float *yall, size_t ldy) {
     const int64_t nb = k / QK8_0;
     const int np = (n_rows + 15) / 16;
     const size_t tb = kavx512_q_tile_bytes(k);

@@ -25,8 +25,8 @@
 #include <string.h>
 
 /* bytes of one block of one panel: quantized values, then (elsewhere) scales */
-#define RQ4_VALS 256
-#define RQ8_VALS 512
+#define RQ4_VALS  256
+#define RQ8_VALS  512
 #define RQ_SCALES 32
 
 static size_t rq_panel_bytes(int64_t k, size_t vals) {
@@ -63,7 +63,8 @@ T_512_INLINE void rq_pack(bool q4, const void *w, size_t wrow, int rows, int64_t
     const int ng = q4 ? 4 : 8;
     char *out = panel;
     /* an odd block count leaves the last pair half used: zeros, never read */
-    memset((char *)panel + rq_panel_bytes(k, vals) - 2 * (vals + RQ_SCALES), 0, 2 * (vals + RQ_SCALES));
+    memset((char *)panel + rq_panel_bytes(k, vals) - 2 * (vals + RQ_SCALES), 0,
+           2 * (vals + RQ_SCALES));
     const __m512i flip = _mm512_set1_epi8((char)0x80);
     for (int64_t b = 0; b < nb; b++) {
         const char *base = (const char *)w + b * bb;
@@ -72,7 +73,8 @@ T_512_INLINE void rq_pack(bool q4, const void *w, size_t wrow, int rows, int64_t
             if (!q4) v = _mm512_maskz_xor_epi32(kern_mask16(rows), v, flip);
             _mm512_storeu_si512(out + rq_vals_at(b, vals) + 64 * g, v);
         }
-        _mm256_storeu_si256((__m256i *)(out + rq_scales_at(b, vals)), gather_scales(base, wrow, rows));
+        _mm256_storeu_si256((__m256i *)(out + rq_scales_at(b, vals)),
+                            gather_scales(base, wrow, rows));
     }
 }
 
@@ -85,8 +87,8 @@ T_512 static void rq8_pack(const void *w, size_t wrow, int rows, int64_t k, void
 
 /* 16 (or 32 with two) weight rows x NA activation rows of one tile, all blocks. */
 T_512_INLINE void rq_micro(bool q4, int NA, int64_t nb, const char *p0, const char *p1, bool two,
-                           const char *t, float *y, float *y1, size_t ldy, __mmask16 m0, __mmask16 m1,
-                           const char *pf) {
+                           const char *t, float *y, float *y1, size_t ldy, __mmask16 m0,
+                           __mmask16 m1, const char *pf) {
     const size_t vals = q4 ? RQ4_VALS : RQ8_VALS;
     const char *const q0 = p0, *const q1 = p1;
     const __m512i m4 = _mm512_set1_epi8(0x0F);
@@ -115,14 +117,19 @@ T_512_INLINE void rq_micro(bool q4, int NA, int64_t nb, const char *p0, const ch
                 const int h = g % SPLIT;
                 const __m512i v0 = _mm512_loadu_si512(p0 + 64 * g);
                 const __m512i v1 = two ? _mm512_loadu_si512(p1 + 64 * g) : v0;
-                const __m512i lo0 = _mm512_and_si512(v0, m4), hi0 = _mm512_and_si512(_mm512_srli_epi32(v0, 4), m4);
-                const __m512i lo1 = _mm512_and_si512(v1, m4), hi1 = _mm512_and_si512(_mm512_srli_epi32(v1, 4), m4);
+                const __m512i lo0 = _mm512_and_si512(v0, m4),
+                              hi0 = _mm512_and_si512(_mm512_srli_epi32(v0, 4), m4);
+                const __m512i lo1 = _mm512_and_si512(v1, m4),
+                              hi1 = _mm512_and_si512(_mm512_srli_epi32(v1, 4), m4);
                 UNROLL(6)
                 for (int a = 0; a < NA; a++) {
                     const __m512i xl = _mm512_set1_epi32(*(const int32_t *)(t + QK8_0 * a + 4 * g));
-                    const __m512i xh = _mm512_set1_epi32(*(const int32_t *)(t + QK8_0 * a + 16 + 4 * g));
+                    const __m512i xh =
+                        _mm512_set1_epi32(*(const int32_t *)(t + QK8_0 * a + 16 + 4 * g));
                     i0[h][a] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(i0[h][a], lo0, xl), hi0, xh);
-                    if (two) i1[h][a] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(i1[h][a], lo1, xl), hi1, xh);
+                    if (two)
+                        i1[h][a] =
+                            _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(i1[h][a], lo1, xl), hi1, xh);
                 }
             }
         } else {
@@ -147,14 +154,17 @@ T_512_INLINE void rq_micro(bool q4, int NA, int64_t nb, const char *p0, const ch
             }
         }
         const float *dy = (const float *)(t + QT * QK8_0);
-        const __m512 d0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(q0 + rq_scales_at(b, vals))));
+        const __m512 d0 =
+            _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(q0 + rq_scales_at(b, vals))));
         const __m512 d1 =
-            two ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(q1 + rq_scales_at(b, vals)))) : d0;
+            two ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(q1 + rq_scales_at(b, vals))))
+                : d0;
         UNROLL(6)
         for (int a = 0; a < NA; a++) {
             const __m512 dd = _mm512_set1_ps(dy[a]);
             f0[a] = _mm512_fmadd_ps(_mm512_mul_ps(d0, dd), _mm512_cvtepi32_ps(i0[0][a]), f0[a]);
-            if (two) f1[a] = _mm512_fmadd_ps(_mm512_mul_ps(d1, dd), _mm512_cvtepi32_ps(i1[0][a]), f1[a]);
+            if (two)
+                f1[a] = _mm512_fmadd_ps(_mm512_mul_ps(d1, dd), _mm512_cvtepi32_ps(i1[0][a]), f1[a]);
         }
     }
     UNROLL(6)
@@ -176,12 +186,13 @@ T_512_INLINE void rq_micro(bool q4, int NA, int64_t nb, const char *p0, const ch
         RQ_CASE(q4, 3, two)                                                                        \
         RQ_CASE(q4, 4, two)                                                                        \
         RQ_CASE(q4, 5, two)                                                                        \
-    default: rq_micro(q4, QT, nb, p0, p1, two, tile, y, y1, ldy, m0, m1, pf); break;              \
+    default: rq_micro(q4, QT, nb, p0, p1, two, tile, y, y1, ldy, m0, m1, pf); break;               \
     }
 
 /* Panels p and pq (pq >= np: p alone) against tile ti. */
-T_512_INLINE void rq_pass(bool q4, int64_t nb, const void *panels, size_t pb, int np, int n_rows, const void *tiles,
-                          size_t tb, int64_t m, int64_t ti, int64_t p, int64_t pq, float *yall, size_t ldy) {
+T_512_INLINE void rq_pass(bool q4, int64_t nb, const void *panels, size_t pb, int np, int n_rows,
+                          const void *tiles, size_t tb, int64_t m, int64_t ti, int64_t p,
+                          int64_t pq, float *yall, size_t ldy) {
     const int na = m - ti * QT < QT ? (int)(m - ti * QT) : QT;
     const char *tile = (const char *)tiles + ti * tb;
     const char *p0 = (const char *)panels + p * pb, *p1 = (const char *)panels + pq * pb;
@@ -207,8 +218,8 @@ T_512_INLINE void rq_pass(bool q4, int64_t nb, const void *panels, size_t pb, in
  * run, which kern_matmul_repacked sizes to stay in L2. */
 #define RQ_PANEL_OUTER_TILES 4
 
-T_512_INLINE void rq_kernel(bool q4, int64_t k, const void *panels, size_t pb, int n_rows, const void *tiles,
-                            int64_t m, float *yall, size_t ldy) {
+T_512_INLINE void rq_kernel(bool q4, int64_t k, const void *panels, size_t pb, int n_rows,
+                            const void *tiles, int64_t m, float *yall, size_t ldy) {
     const int64_t nb = k / QK8_0;
     const int np = (n_rows + 15) / 16;
     const size_t tb = kavx512_q_tile_bytes(k);
@@ -220,13 +231,16 @@ T_512_INLINE void rq_kernel(bool q4, int64_t k, const void *panels, size_t pb, i
      * better as one stream with the prefetch below. */
     if (m <= 2 && q4) {
         const int64_t half = (np + 1) / 2;
-        for (int64_t p = 0; p < half; p++) rq_pass(q4, nb, panels, pb, np, n_rows, tiles, tb, m, 0, p, p + half, yall, ldy);
+        for (int64_t p = 0; p < half; p++)
+            rq_pass(q4, nb, panels, pb, np, n_rows, tiles, tb, m, 0, p, p + half, yall, ldy);
     } else if (ntiles <= RQ_PANEL_OUTER_TILES) {
         for (int64_t p = 0; p < np; p += 2)
-            for (int64_t ti = 0; ti < ntiles; ti++) rq_pass(q4, nb, panels, pb, np, n_rows, tiles, tb, m, ti, p, p + 1, yall, ldy);
+            for (int64_t ti = 0; ti < ntiles; ti++)
+                rq_pass(q4, nb, panels, pb, np, n_rows, tiles, tb, m, ti, p, p + 1, yall, ldy);
     } else {
         for (int64_t ti = 0; ti < ntiles; ti++)
-            for (int64_t p = 0; p < np; p += 2) rq_pass(q4, nb, panels, pb, np, n_rows, tiles, tb, m, ti, p, p + 1, yall, ldy);
+            for (int64_t p = 0; p < np; p += 2)
+                rq_pass(q4, nb, panels, pb, np, n_rows, tiles, tb, m, ti, p, p + 1, yall, ldy);
     }
 }
 

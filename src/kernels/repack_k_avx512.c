@@ -36,15 +36,15 @@
 
 #include <string.h>
 
-#define R4_SC 0
-#define R4_MN 128
-#define R4_D 256
+#define R4_SC   0
+#define R4_MN   128
+#define R4_D    256
 #define R4_DMIN 288
-#define R4_QS 320
-#define R4_SB 2368
+#define R4_QS   320
+#define R4_SB   2368
 
 #define R6_SC 0
-#define R6_D 256
+#define R6_D  256
 #define R6_QS 320
 #define R6_SB 3392
 
@@ -135,37 +135,39 @@ T_512_INLINE __m128i ld128(const char *p) { return _mm_loadu_si128((const __m128
 
 /* Lines l0 .. l1 - 1 of the super-block `dist` ahead of P (sb bytes each), into L2. */
 T_512_INLINE void pf_lines(const char *P, size_t sb, int dist, int l0, int l1) {
-    for (int l = l0; l < l1 && 64 * (size_t)l < sb; l++) _mm_prefetch(P + dist * sb + 64 * (size_t)l, _MM_HINT_T1);
+    for (int l = l0; l < l1 && 64 * (size_t)l < sb; l++)
+        _mm_prefetch(P + dist * sb + 64 * (size_t)l, _MM_HINT_T1);
 }
 
 /* Unit a of the current super-block of the tile. */
-#define UNIT(a) (A + (size_t)(a) * KT_UNIT)
+#define UNIT(a) (A + (size_t)(a)*KT_UNIT)
 
 /* Sub-blocks 2c + h, h0 <= h < h1 (h = 0: the low nibbles of vectors
  * 8c..8c+7, h = 1: the high ones, taken in place as v & 0xF0), into s16[a]. */
-T_512_INLINE void r4k_subs(int NA, int h0, int h1, int c, const char *P, const char *A, __m512i *s16) {
+T_512_INLINE void r4k_subs(int NA, int h0, int h1, int c, const char *P, const char *A,
+                           __m512i *s16) {
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     __m512i acc[2][KT];
     UNROLL(2)
-    for (int h = h0; h < h1; h++)
-        UNROLL(8)
-        for (int a = 0; a < NA; a++) acc[h][a] = _mm512_setzero_si512();
+    for (int h = h0; h < h1; h++) UNROLL(8)
+    for (int a = 0; a < NA; a++) acc[h][a] = _mm512_setzero_si512();
     UNROLL(8)
     for (int g = 0; g < 8; g++) {
         const __m512i v = _mm512_loadu_si512(P + R4_QS + 64 * (8 * c + g));
         const __m512i u[2] = {_mm512_and_si512(v, m4), _mm512_andnot_si512(m4, v)};
         UNROLL(8)
-        for (int a = 0; a < NA; a++)
-            UNROLL(2)
-            for (int h = h0; h < h1; h++)
-                acc[h][a] = _mm512_dpbusd_epi32(acc[h][a], u[h], bc32(UNIT(a) + KQ_QS + 64 * c + 32 * h + 4 * g));
+        for (int a = 0; a < NA; a++) UNROLL(2)
+        for (int h = h0; h < h1; h++)
+            acc[h][a] = _mm512_dpbusd_epi32(acc[h][a], u[h],
+                                            bc32(UNIT(a) + KQ_QS + 64 * c + 32 * h + 4 * g));
     }
     UNROLL(2)
     for (int h = h0; h < h1; h++) {
         __m512i sc = _mm512_cvtepu8_epi32(ld128(P + R4_SC + 16 * (2 * c + h)));
         if (h == 0) sc = _mm512_slli_epi32(sc, 4);
         UNROLL(8)
-        for (int a = 0; a < NA; a++) s16[a] = _mm512_add_epi32(s16[a], _mm512_mullo_epi32(acc[h][a], sc));
+        for (int a = 0; a < NA; a++)
+            s16[a] = _mm512_add_epi32(s16[a], _mm512_mullo_epi32(acc[h][a], sc));
     }
 }
 
@@ -178,8 +180,8 @@ T_512_INLINE void r4k_subs(int NA, int h0, int h1, int c, const char *P, const c
  * vector is loaded once for both its sub-blocks (two accumulators per row,
  * also two dpbusd chains for overlap), else once per sub-block (for many rows,
  * so the accumulators fit in registers). */
-T_512_INLINE void r4k_micro(int NA, bool fused, bool pf, int64_t nsb, const char *P, const char *A, float *y,
-                            size_t ldy, __mmask16 mask) {
+T_512_INLINE void r4k_micro(int NA, bool fused, bool pf, int64_t nsb, const char *P, const char *A,
+                            float *y, size_t ldy, __mmask16 mask) {
     __m512 f[KT];
     UNROLL(8)
     for (int a = 0; a < NA; a++) f[a] = _mm512_setzero_ps();
@@ -203,10 +205,12 @@ T_512_INLINE void r4k_micro(int NA, bool fused, bool pf, int64_t nsb, const char
         for (int t = 0; t < 4; t++) {
             const __m512i mp = _mm512_cvtepu8_epi16(ld256(P + R4_MN + 32 * t));
             UNROLL(8)
-            for (int a = 0; a < NA; a++) mm[a] = _mm512_dpwssd_epi32(mm[a], mp, bc32(UNIT(a) + KQ_S + 4 * t));
+            for (int a = 0; a < NA; a++)
+                mm[a] = _mm512_dpwssd_epi32(mm[a], mp, bc32(UNIT(a) + KQ_S + 4 * t));
         }
         /* the float steps of kref_vec_dot_q4_K */
-        const __m512 d = _mm512_cvtph_ps(ld256(P + R4_D)), dmin = _mm512_cvtph_ps(ld256(P + R4_DMIN));
+        const __m512 d = _mm512_cvtph_ps(ld256(P + R4_D)),
+                     dmin = _mm512_cvtph_ps(ld256(P + R4_DMIN));
         UNROLL(8)
         for (int a = 0; a < NA; a++) {
             const __m512 yd = bcf(UNIT(a) + KQ_D);
@@ -224,7 +228,8 @@ T_512_INLINE void r6k_neg_bsums(int NA, const char *A, int32_t (*nb)[16]) {
     UNROLL(8)
     for (int a = 0; a < NA; a++) {
         const __m512i b = _mm512_cvtepi16_epi32(ld256(UNIT(a) + KQ_BSUMS));
-        _mm512_store_si512(nb[a], _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(b, 5)));
+        _mm512_store_si512(nb[a],
+                           _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(b, 5)));
     }
 }
 
@@ -234,9 +239,10 @@ T_512_INLINE void r6k_neg_bsums(int NA, const char *A, int32_t (*nb)[16]) {
  * acc_j starts at -32 bsum_j, one broadcast load from a small table that the
  * previous super-block wrote (no multiply: the dpbusd port is the bottleneck,
  * and vpmulld, vpdpwssd and the FMAs take it too). pf: prefetch ahead. */
-T_512_INLINE void r6k_micro(int NA, bool pf, int64_t nsb, const char *P, const char *A, float *y, size_t ldy,
-                            __mmask16 mask) {
-    const __m512i m3f = _mm512_set1_epi8(0x3F), m03 = _mm512_set1_epi8(0x03), m0f = _mm512_set1_epi8(0x0F);
+T_512_INLINE void r6k_micro(int NA, bool pf, int64_t nsb, const char *P, const char *A, float *y,
+                            size_t ldy, __mmask16 mask) {
+    const __m512i m3f = _mm512_set1_epi8(0x3F), m03 = _mm512_set1_epi8(0x03),
+                  m0f = _mm512_set1_epi8(0x0F);
     __m512 f[KT];
     UNROLL(8)
     for (int a = 0; a < NA; a++) f[a] = _mm512_setzero_ps();
@@ -247,7 +253,9 @@ T_512_INLINE void r6k_micro(int NA, bool pf, int64_t nsb, const char *P, const c
     r6k_neg_bsums(NA, A, nbuf[0]);
     for (int64_t sb = 0; sb < nsb; sb++, P += R6_SB, A += KT * KT_UNIT) {
         if (sb + 1 < nsb) r6k_neg_bsums(NA, A + KT * KT_UNIT, nbuf[(sb + 1) & 1]);
-        __asm__ volatile("" ::: "memory"); /* read back as broadcasts, not taken apart in registers */
+        __asm__ volatile(
+            "" ::
+                : "memory"); /* read back as broadcasts, not taken apart in registers */
         int32_t(*nb)[16] = nbuf[sb & 1];
         __m512i sumi[KT];
         UNROLL(8)
@@ -261,11 +269,12 @@ T_512_INLINE void r6k_micro(int NA, bool pf, int64_t nsb, const char *P, const c
             /* bits 6-7 of v0, v1, v2 to bits 0-1, 2-3, 4-5 of q[3]: the
              * dword shifts drag in bits of the next byte, which the
              * selects (0xE4: c ? a : b) and the last and drop */
-            const __m512i lo =
-                _mm512_ternarylogic_epi32(_mm512_srli_epi32(v0, 6), _mm512_srli_epi32(v1, 4), m03, 0xE4);
+            const __m512i lo = _mm512_ternarylogic_epi32(_mm512_srli_epi32(v0, 6),
+                                                         _mm512_srli_epi32(v1, 4), m03, 0xE4);
             const __m512i q[4] = {
                 _mm512_and_si512(v0, m3f), _mm512_and_si512(v1, m3f), _mm512_and_si512(v2, m3f),
-                _mm512_and_si512(_mm512_ternarylogic_epi32(lo, _mm512_srli_epi32(v2, 2), m0f, 0xE4), m3f)};
+                _mm512_and_si512(_mm512_ternarylogic_epi32(lo, _mm512_srli_epi32(v2, 2), m0f, 0xE4),
+                                 m3f)};
             const __m512i sc = _mm512_cvtepi8_epi32(ld128(P + R6_SC + 16 * j));
             UNROLL(8)
             for (int a = 0; a < NA; a++) {
@@ -280,7 +289,8 @@ T_512_INLINE void r6k_micro(int NA, bool pf, int64_t nsb, const char *P, const c
         const __m512 d = _mm512_cvtph_ps(ld256(P + R6_D));
         UNROLL(8)
         for (int a = 0; a < NA; a++)
-            f[a] = _mm512_fmadd_ps(_mm512_mul_ps(d, bcf(UNIT(a) + KQ_D)), _mm512_cvtepi32_ps(sumi[a]), f[a]);
+            f[a] = _mm512_fmadd_ps(_mm512_mul_ps(d, bcf(UNIT(a) + KQ_D)),
+                                   _mm512_cvtepi32_ps(sumi[a]), f[a]);
     }
     UNROLL(8)
     for (int a = 0; a < NA; a++) _mm512_mask_storeu_ps(y + a * ldy, mask, f[a]);
@@ -289,19 +299,19 @@ T_512_INLINE void r6k_micro(int NA, bool pf, int64_t nsb, const char *P, const c
 
 /* One panel against the active rows of one tile: one instantiation per
  * count of rows. */
-#define R_PASS(name, CALL)                                                                           \
-    T_512_INLINE void name(int na, bool pf, int64_t nsb, const char *P, const char *tile, float *yt,    \
-                           size_t ldy, __mmask16 mask) {                                             \
-        switch (na) {                                                                                \
-        case 1: CALL(1); break;                                                                      \
-        case 2: CALL(2); break;                                                                      \
-        case 3: CALL(3); break;                                                                      \
-        case 4: CALL(4); break;                                                                      \
-        case 5: CALL(5); break;                                                                      \
-        case 6: CALL(6); break;                                                                      \
-        case 7: CALL(7); break;                                                                      \
-        default: CALL(KT); break;                                                                    \
-        }                                                                                            \
+#define R_PASS(name, CALL)                                                                         \
+    T_512_INLINE void name(int na, bool pf, int64_t nsb, const char *P, const char *tile,          \
+                           float *yt, size_t ldy, __mmask16 mask) {                                \
+        switch (na) {                                                                              \
+        case 1: CALL(1); break;                                                                    \
+        case 2: CALL(2); break;                                                                    \
+        case 3: CALL(3); break;                                                                    \
+        case 4: CALL(4); break;                                                                    \
+        case 5: CALL(5); break;                                                                    \
+        case 6: CALL(6); break;                                                                    \
+        case 7: CALL(7); break;                                                                    \
+        default: CALL(KT); break;                                                                  \
+        }                                                                                          \
     }
 /* Q4_K: fused for up to 4 rows (2 accumulators per row), else per sub-block */
 #define R4_CALL(na) r4k_micro(na, na <= 4, pf, nsb, P, tile, yt, ldy, mask)
@@ -327,15 +337,15 @@ R_PASS(r6k_pass, R6_CALL)
  * chunk are contiguous, and so are the chunks of a matrix; a prefetch past
  * the end never faults. */
 #define R_KERNEL(name, PASS)                                                                         \
-    T_512 static void name(int64_t k, const void *panels, size_t pb, int n_rows, const void *tiles,   \
-                           int64_t m, float *y, size_t ldy) {                                        \
+    T_512 static void name(int64_t k, const void *panels, size_t pb, int n_rows,                     \
+                           const void *tiles, int64_t m, float *y, size_t ldy) {                     \
         const int64_t nsb = k / QK_K;                                                                \
         const int np = (n_rows + 15) / 16;                                                           \
         const size_t tb = kavx512_k_tile_bytes(k);                                                   \
         const int64_t ntiles = (m + KT - 1) / KT;                                                    \
         /* few tiles (batched decode): each panel meets every tile while in                        \
          * L1/L2; many (prefill): a tile meets every panel of the run, which                        \
-         * stays in L2 */                                                                           \
+         * stays in L2 */ \
         const bool panel_outer = ntiles <= 4;                                                        \
         for (int64_t outer = 0; outer < (panel_outer ? np : ntiles); outer++)                        \
             for (int64_t inner = 0; inner < (panel_outer ? ntiles : np); inner++) {                  \
@@ -343,7 +353,7 @@ R_PASS(r6k_pass, R6_CALL)
                 const int na = m - ti * KT < KT ? (int)(m - ti * KT) : KT;                           \
                 PASS(na, m > 1 && ti == 0, nsb, (const char *)panels + p * pb,                       \
                      (const char *)tiles + ti * tb, y + ti * KT * ldy + 16 * p, ldy,                 \
-                     kern_mask16(n_rows - 16 * (int)p));                                                \
+                     kern_mask16(n_rows - 16 * (int)p));                                             \
             }                                                                                        \
     }
 R_KERNEL(r4k_kernel, r4k_pass)

@@ -16,17 +16,17 @@
 
 #include <immintrin.h>
 
-#define KERN_AVX2_FLAGS "avx2,fma,f16c"
+#define KERN_AVX2_FLAGS   "avx2,fma,f16c"
 #define KERN_AVX512_FLAGS "avx512f,avx512bw,avx512vl,avx512vnni," KERN_AVX2_FLAGS
-#define T_AVX2 __attribute__((target(KERN_AVX2_FLAGS)))
-#define T_AVX2_INLINE static inline __attribute__((always_inline, target(KERN_AVX2_FLAGS)))
-#define T_512 __attribute__((target(KERN_AVX512_FLAGS)))
-#define T_512_INLINE static inline __attribute__((always_inline, target(KERN_AVX512_FLAGS)))
+#define T_AVX2            __attribute__((target(KERN_AVX2_FLAGS)))
+#define T_AVX2_INLINE     static inline __attribute__((always_inline, target(KERN_AVX2_FLAGS)))
+#define T_512             __attribute__((target(KERN_AVX512_FLAGS)))
+#define T_512_INLINE      static inline __attribute__((always_inline, target(KERN_AVX512_FLAGS)))
 
 /* Complete unrolling of a short loop, so arrays of vectors indexed by its
  * counter stay in registers instead of going through the stack. */
 #define KERN_PRAGMA(x) _Pragma(#x)
-#define UNROLL(n) KERN_PRAGMA(GCC unroll n)
+#define UNROLL(n)      KERN_PRAGMA(GCC unroll n)
 
 /* Calls fn(n, s, ss, x, y, ys, NR) with NR = nr as a constant (1, 2, 3 or
  * KERN_ROWS_MAX), so that fn's per-row loops unroll into registers (the
@@ -58,7 +58,7 @@
  * DECODE, then sumf[r] = STEP(&dec, xd, xdmin, row r's blk_q8_K, sumf[r]) for
  * each activation row r < nr, xd the block's d as float and xdmin its dmin
  * (MIN = KAVX512_DMIN) or 0 (MIN = KAVX512_NO_DMIN). */
-#define KAVX512_DMIN(xb) f16_load((xb)->dmin)
+#define KAVX512_DMIN(xb)    f16_load((xb)->dmin)
 #define KAVX512_NO_DMIN(xb) 0.0f
 #define KAVX512_K_ROWS(NAME, BLK, DEC, DECODE, MIN, STEP)                                          \
     T_512_INLINE void NAME##_rows(int64_t n, float *s, size_t ss, const void *vx, const void *y,   \
@@ -94,7 +94,9 @@ T_AVX2_INLINE float kern_hsum8_ps(__m256 v) {
 }
 
 /* kern_reduce16 of lanes 0..7 (a) and 8..15 (b). */
-T_AVX2_INLINE float kern_hsum16_ps2(__m256 a, __m256 b) { return kern_hsum8_ps(_mm256_add_ps(a, b)); }
+T_AVX2_INLINE float kern_hsum16_ps2(__m256 a, __m256 b) {
+    return kern_hsum8_ps(_mm256_add_ps(a, b));
+}
 
 /* Sum of 8 int32 lanes (exact, any order). */
 T_AVX2_INLINE int32_t kern_hsum8_i32(__m256i v) {
@@ -109,10 +111,12 @@ T_AVX2_INLINE int32_t kern_hsum8_i32(__m256i v) {
 T_AVX2_INLINE __m256 kern_load8_ps(int t, const void *p, int64_t i) {
     switch (t) {
     case GGUF_DT_F32: return _mm256_loadu_ps((const float *)p + i);
-    case GGUF_DT_F16: return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const kvl_f16 *)p + i)));
+    case GGUF_DT_F16:
+        return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const kvl_f16 *)p + i)));
     default:
         return _mm256_castsi256_ps(_mm256_slli_epi32(
-            _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)((const kvl_bf16 *)p + i))), 16));
+            _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)((const kvl_bf16 *)p + i))),
+            16));
     }
 }
 
@@ -211,7 +215,8 @@ T_AVX2_INLINE __m256 kern_exp8_ps(__m256 x) {
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(KERN_EXP_P3));
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(KERN_EXP_P4));
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(KERN_EXP_P5));
-    const __m256 y = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0f));
+    const __m256 y =
+        _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0f));
     const __m256i eb = _mm256_slli_epi32(
         _mm256_add_epi32(_mm256_sub_epi32(_mm256_castps_si256(t), _mm256_set1_epi32(0x4B400000)),
                          _mm256_set1_epi32(127)),
@@ -254,20 +259,22 @@ T_512_INLINE __m512 kern_load16_ps(int t, const void *p, int64_t i, __mmask16 m)
     case GGUF_DT_F32: return _mm512_maskz_loadu_ps(m, (const float *)p + i);
     case GGUF_DT_F16: return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (const kvl_f16 *)p + i));
     default:
-        return _mm512_castsi512_ps(
-            _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, (const kvl_bf16 *)p + i)), 16));
+        return _mm512_castsi512_ps(_mm512_slli_epi32(
+            _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, (const kvl_bf16 *)p + i)), 16));
     }
 }
 
 /* kern_reduce16 of one vector: lane i + lane i+8, then kern_hsum8_ps. */
 T_512_INLINE float kern_hsum16_ps(__m512 v) {
-    return kern_hsum8_ps(_mm256_add_ps(_mm512_castps512_ps256(v),
-                                       _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))));
+    return kern_hsum8_ps(
+        _mm256_add_ps(_mm512_castps512_ps256(v),
+                      _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))));
 }
 
 /* Sum of 16 int32 lanes (exact). */
 T_512_INLINE int32_t kern_hsum16_i32(__m512i v) {
-    return kern_hsum8_i32(_mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1)));
+    return kern_hsum8_i32(
+        _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1)));
 }
 
 /* kern_expf on 16 lanes, the same steps as kern_exp8_ps (its per-ISA twin). */
@@ -285,7 +292,8 @@ T_512_INLINE __m512 kern_exp16_ps(__m512 x) {
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(KERN_EXP_P3));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(KERN_EXP_P4));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(KERN_EXP_P5));
-    const __m512 y = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
+    const __m512 y =
+        _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
     const __m512i eb = _mm512_slli_epi32(
         _mm512_add_epi32(_mm512_sub_epi32(_mm512_castps_si512(t), _mm512_set1_epi32(0x4B400000)),
                          _mm512_set1_epi32(127)),

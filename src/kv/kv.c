@@ -7,27 +7,27 @@
 
 struct kv_pool {
     kv_pool_config cfg;
-    size_t k_row, v_row;      /* bytes per token per layer */
+    size_t k_row, v_row; /* bytes per token per layer */
     kv_block_layout k_layout, v_layout;
-    size_t layer_bytes;       /* K and V of one layer within a block */
+    size_t layer_bytes; /* K and V of one layer within a block */
     size_t block_bytes;
-    uint8_t *data;            /* n_blocks * block_bytes */
-    int32_t *refcount;        /* per block */
-    int32_t *free_stack;      /* free block ids; top at n_free-1 */
-    int64_t n_free;           /* truly free (not cached) */
+    uint8_t *data;       /* n_blocks * block_bytes */
+    int32_t *refcount;   /* per block */
+    int32_t *free_stack; /* free block ids; top at n_free-1 */
+    int64_t n_free;      /* truly free (not cached) */
     /* prefix cache: per-block hash state, an LRU list of unreferenced hashed
      * blocks (head = evicted first), and an open-addressing map hash -> block. */
     uint64_t *hash, *parent;
     uint8_t *hashed;
-    int32_t *tokens;          /* [n_blocks][block_size] ids of hashed blocks */
+    int32_t *tokens; /* [n_blocks][block_size] ids of hashed blocks */
     int32_t *lru_prev, *lru_next;
     int32_t lru_head, lru_tail;
     int64_t n_cached;
-    int64_t n_evicted;        /* cached blocks evicted so far */
-    int32_t *map;             /* -1 empty */
+    int64_t n_evicted; /* cached blocks evicted so far */
+    int32_t *map;      /* -1 empty */
     uint64_t map_mask;
     kv_block_hash_fn block_hash;
-    kv_evict_fn evict_fn;     /* sees each cached block just before eviction (disk tier) */
+    kv_evict_fn evict_fn; /* sees each cached block just before eviction (disk tier) */
     void *evict_user;
 };
 
@@ -42,7 +42,8 @@ static bool alloc_prefix_state(kv_pool *p) {
     p->lru_prev = malloc(n * sizeof *p->lru_prev);
     p->lru_next = malloc(n * sizeof *p->lru_next);
     p->map = malloc(cap * sizeof *p->map);
-    if (!p->hash || !p->parent || !p->hashed || !p->tokens || !p->lru_prev || !p->lru_next || !p->map)
+    if (!p->hash || !p->parent || !p->hashed || !p->tokens || !p->lru_prev || !p->lru_next ||
+        !p->map)
         return false;
     memset(p->map, 0xff, cap * sizeof *p->map);
     p->map_mask = cap - 1;
@@ -66,9 +67,12 @@ static void free_arrays(kv_pool *p) {
 
 /* Head-major whenever each head's slice stores on its own (kv.h). */
 static kv_block_layout block_layout(int dtype, int n_heads, int head_dim, int block_size) {
-    const size_t head = kv_row_bytes(dtype, head_dim), row = kv_row_bytes(dtype, (int64_t)n_heads * head_dim);
+    const size_t head = kv_row_bytes(dtype, head_dim),
+                 row = kv_row_bytes(dtype, (int64_t)n_heads * head_dim);
     if (head && head * (size_t)n_heads == row)
-        return (kv_block_layout){.split = true, .head_bytes = head, .head_stride = head * (size_t)block_size,
+        return (kv_block_layout){.split = true,
+                                 .head_bytes = head,
+                                 .head_stride = head * (size_t)block_size,
                                  .row_stride = head};
     return (kv_block_layout){.split = false, .row_stride = row};
 }
@@ -80,18 +84,23 @@ kv_pool *kv_pool_create(const kv_pool_config *cfg, kvl_error *err) {
                  kv_dtype_name(kv_row_bytes(cfg->dtype, 32) ? dt_v : cfg->dtype));
         return NULL;
     }
-    int64_t kn = (int64_t)cfg->n_kv_heads * cfg->head_dim_k, vn = (int64_t)cfg->n_kv_heads * cfg->head_dim_v;
+    int64_t kn = (int64_t)cfg->n_kv_heads * cfg->head_dim_k,
+            vn = (int64_t)cfg->n_kv_heads * cfg->head_dim_v;
     size_t k_row = kv_row_bytes(cfg->dtype, kn), v_row = vn ? kv_row_bytes(dt_v, vn) : 0;
     if (!k_row || (vn && !v_row)) {
-        kvl_fail(err, "kv: a %s row of %lld values cannot be stored as %s (q8_0 needs a multiple of 32)",
-                 k_row ? "V" : "K", (long long)(k_row ? vn : kn), kv_dtype_name(k_row ? dt_v : cfg->dtype));
+        kvl_fail(err,
+                 "kv: a %s row of %lld values cannot be stored as %s (q8_0 needs a multiple of 32)",
+                 k_row ? "V" : "K", (long long)(k_row ? vn : kn),
+                 kv_dtype_name(k_row ? dt_v : cfg->dtype));
         return NULL;
     }
     if (cfg->n_layers <= 0 || cfg->n_kv_heads <= 0 || cfg->head_dim_k <= 0 || cfg->head_dim_v < 0 ||
         cfg->block_size <= 0 || cfg->n_blocks <= 0 || cfg->n_blocks > INT32_MAX) {
-        kvl_fail(err, "kv: invalid pool shape (layers %d, kv heads %d, dims %d/%d, block %d, blocks %lld)",
-                 cfg->n_layers, cfg->n_kv_heads, cfg->head_dim_k, cfg->head_dim_v, cfg->block_size,
-                 (long long)cfg->n_blocks);
+        kvl_fail(
+            err,
+            "kv: invalid pool shape (layers %d, kv heads %d, dims %d/%d, block %d, blocks %lld)",
+            cfg->n_layers, cfg->n_kv_heads, cfg->head_dim_k, cfg->head_dim_v, cfg->block_size,
+            (long long)cfg->n_blocks);
         return NULL;
     }
     kv_pool *p = calloc(1, sizeof *p);
@@ -100,7 +109,8 @@ kv_pool *kv_pool_create(const kv_pool_config *cfg, kvl_error *err) {
     p->k_row = k_row;
     p->v_row = v_row;
     p->k_layout = block_layout(cfg->dtype, cfg->n_kv_heads, cfg->head_dim_k, cfg->block_size);
-    p->v_layout = vn ? block_layout(dt_v, cfg->n_kv_heads, cfg->head_dim_v, cfg->block_size) : (kv_block_layout){0};
+    p->v_layout = vn ? block_layout(dt_v, cfg->n_kv_heads, cfg->head_dim_v, cfg->block_size)
+                     : (kv_block_layout){0};
     p->layer_bytes = (p->k_row + p->v_row) * cfg->block_size;
     p->block_bytes = p->layer_bytes * cfg->n_layers;
     size_t total;
@@ -234,7 +244,9 @@ uint64_t kv_block_hash(uint64_t parent, const int32_t *tokens, int n_tokens) {
     return XXH3_64bits_withSeed(tokens, (size_t)n_tokens * sizeof *tokens, parent);
 }
 
-void kv_pool_set_block_hash(kv_pool *p, kv_block_hash_fn fn) { p->block_hash = fn ? fn : kv_block_hash; }
+void kv_pool_set_block_hash(kv_pool *p, kv_block_hash_fn fn) {
+    p->block_hash = fn ? fn : kv_block_hash;
+}
 
 void kv_pool_set_evict_hook(kv_pool *p, kv_evict_fn fn, void *user) {
     p->evict_fn = fn;
@@ -262,12 +274,14 @@ static uint64_t chain_root(const char *salt) {
 /* The cached block with this hash, parent and tokens, or -1. A block found by
  * its hash alone is not enough: the parent and tokens it was computed from must
  * be these too (a collision is a miss). */
-static int32_t prefix_find(const kv_pool *p, uint64_t hash, uint64_t parent, const int32_t *tokens) {
+static int32_t prefix_find(const kv_pool *p, uint64_t hash, uint64_t parent,
+                           const int32_t *tokens) {
     int64_t slot = map_find_slot(p, hash);
     if (slot < 0) return -1;
     int32_t b = p->map[slot];
     size_t bs = (size_t)p->cfg.block_size;
-    if (p->parent[b] != parent || memcmp(p->tokens + b * bs, tokens, bs * sizeof *tokens) != 0) return -1;
+    if (p->parent[b] != parent || memcmp(p->tokens + b * bs, tokens, bs * sizeof *tokens) != 0)
+        return -1;
     return b;
 }
 
@@ -345,8 +359,10 @@ bool kv_pool_check(const kv_pool *p, kvl_error *err) {
     for (int64_t i = 0; i < p->n_free; i++) {
         int32_t b = p->free_stack[i];
         if (b < 0 || b >= n || seen[b] || p->refcount[b] != 0 || p->hashed[b]) {
-            kvl_fail(err, "kv check: free stack entry %lld (block %d) is out of range, twice there, "
-                     "referenced or hashed", (long long)i, b);
+            kvl_fail(err,
+                     "kv check: free stack entry %lld (block %d) is out of range, twice there, "
+                     "referenced or hashed",
+                     (long long)i, b);
             goto done;
         }
         seen[b] = 1;
@@ -355,26 +371,30 @@ bool kv_pool_check(const kv_pool *p, kvl_error *err) {
     for (int32_t b = p->lru_head, prev = -1; b >= 0; prev = b, b = p->lru_next[b]) {
         if (b >= n || seen[b] || p->lru_prev[b] != prev || p->refcount[b] != 0 || !p->hashed[b] ||
             ++n_lru > p->n_cached) {
-            kvl_fail(err, "kv check: LRU entry %lld (block %d) is out of range, listed twice, badly linked, "
-                     "referenced, unhashed or beyond the %lld cached", (long long)n_lru, b, (long long)p->n_cached);
+            kvl_fail(
+                err,
+                "kv check: LRU entry %lld (block %d) is out of range, listed twice, badly linked, "
+                "referenced, unhashed or beyond the %lld cached",
+                (long long)n_lru, b, (long long)p->n_cached);
             goto done;
         }
         seen[b] = 2;
         if (p->lru_next[b] < 0 && p->lru_tail != b) {
-            kvl_fail(err, "kv check: the LRU list ends at block %d, not at its tail %d", b, p->lru_tail);
+            kvl_fail(err, "kv check: the LRU list ends at block %d, not at its tail %d", b,
+                     p->lru_tail);
             goto done;
         }
     }
     if (n_lru != p->n_cached || (n_lru == 0 && p->lru_tail != -1)) {
-        kvl_fail(err, "kv check: %lld blocks in the LRU list, %lld counted cached", (long long)n_lru,
-                 (long long)p->n_cached);
+        kvl_fail(err, "kv check: %lld blocks in the LRU list, %lld counted cached",
+                 (long long)n_lru, (long long)p->n_cached);
         goto done;
     }
     int64_t n_hashed = 0;
     for (int64_t b = 0; b < n; b++) {
         if (p->refcount[b] < 0 || (p->refcount[b] == 0) != (seen[b] != 0)) {
-            kvl_fail(err, "kv check: block %lld has refcount %d but is%s free or cached", (long long)b,
-                     p->refcount[b], seen[b] ? "" : " neither");
+            kvl_fail(err, "kv check: block %lld has refcount %d but is%s free or cached",
+                     (long long)b, p->refcount[b], seen[b] ? "" : " neither");
             goto done;
         }
         if (!p->hashed[b]) continue;
@@ -419,23 +439,24 @@ const kv_block_layout *kv_pool_k_layout(const kv_pool *p) { return &p->k_layout;
 const kv_block_layout *kv_pool_v_layout(const kv_pool *p) { return &p->v_layout; }
 
 /* One token's n_heads x head_dim values into row `row` of a block's K or V area. */
-static void store_token_part(const kv_block_layout *L, int dtype, uint8_t *area, int row, const float *x,
-                             int n_heads, int head_dim) {
+static void store_token_part(const kv_block_layout *L, int dtype, uint8_t *area, int row,
+                             const float *x, int n_heads, int head_dim) {
     if (!L->split) {
         kv_row_store(dtype, x, area + (size_t)row * L->row_stride, (int64_t)n_heads * head_dim);
         return;
     }
     for (int h = 0; h < n_heads; h++)
-        kv_row_store(dtype, x + (size_t)h * head_dim, area + (size_t)h * L->head_stride + (size_t)row * L->row_stride,
-                     head_dim);
+        kv_row_store(dtype, x + (size_t)h * head_dim,
+                     area + (size_t)h * L->head_stride + (size_t)row * L->row_stride, head_dim);
 }
 
 void kv_store_token(kv_pool *p, int32_t block, int layer, int row, const float *k, const float *v) {
     const kv_pool_config *c = &p->cfg;
-    store_token_part(&p->k_layout, c->dtype, kv_block_k(p, block, layer), row, k, c->n_kv_heads, c->head_dim_k);
+    store_token_part(&p->k_layout, c->dtype, kv_block_k(p, block, layer), row, k, c->n_kv_heads,
+                     c->head_dim_k);
     if (p->v_row)
-        store_token_part(&p->v_layout, kv_pool_dtype_v(p), kv_block_v(p, block, layer), row, v, c->n_kv_heads,
-                         c->head_dim_v);
+        store_token_part(&p->v_layout, kv_pool_dtype_v(p), kv_block_v(p, block, layer), row, v,
+                         c->n_kv_heads, c->head_dim_v);
 }
 
 const void *kv_block_k_const(const kv_pool *p, int32_t block, int layer) {

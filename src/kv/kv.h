@@ -28,11 +28,11 @@ void kv_row_load(int dtype, const void *src, float *dst, int64_t n);
 typedef struct kv_pool_config {
     int n_layers;
     int n_kv_heads;
-    int head_dim_k;   /* per-head K width (for MLA: the latent + rope width) */
-    int head_dim_v;   /* per-head V width (0: V is not stored separately) */
-    int block_size;   /* tokens per block */
-    int dtype;        /* storage type of K (and of V unless split_v) */
-    bool split_v;     /* V stored as dtype_v instead of dtype */
+    int head_dim_k; /* per-head K width (for MLA: the latent + rope width) */
+    int head_dim_v; /* per-head V width (0: V is not stored separately) */
+    int block_size; /* tokens per block */
+    int dtype;      /* storage type of K (and of V unless split_v) */
+    bool split_v;   /* V stored as dtype_v instead of dtype */
     int dtype_v;
     int64_t n_blocks; /* blocks in the pool */
 } kv_pool_config;
@@ -212,8 +212,8 @@ void kv_seq_free(kv_pool *p, kv_seq *s); /* release + free the table itself */
 /* Accounting. Lower bound (calculated): 2 * L * n_kv * d_head * T * dtype_bytes
  * generalised to K and V widths; allocated (measured): blocks held * block bytes. */
 typedef struct kv_usage {
-    int64_t tokens;          /* positions held */
-    int64_t blocks;          /* blocks held */
+    int64_t tokens; /* positions held */
+    int64_t blocks; /* blocks held */
     size_t lower_bound_bytes;
     size_t allocated_bytes;
 } kv_usage;
@@ -228,9 +228,9 @@ typedef enum kv_block_state { KV_BLOCK_FREE, KV_BLOCK_USED, KV_BLOCK_CACHED } kv
 typedef struct kv_block_info {
     uint64_t hash, parent; /* the block's prefix-chain hash and its parent's (hashed blocks only) */
     int32_t refcount;
-    int32_t lru_rank;      /* cached blocks: 0 is evicted next; -1 otherwise */
-    uint8_t state;         /* kv_block_state */
-    uint8_t hashed;        /* in the prefix cache (findable by hash) */
+    int32_t lru_rank; /* cached blocks: 0 is evicted next; -1 otherwise */
+    uint8_t state;    /* kv_block_state */
+    uint8_t hashed;   /* in the prefix cache (findable by hash) */
 } kv_block_info;
 /* Fills out[0..n_blocks). */
 void kv_pool_snapshot(const kv_pool *p, kv_block_info *out);

@@ -50,8 +50,8 @@ struct kv_disk {
     kv_pool *pool;
     char *dir;
     uint64_t max_bytes;
-    disk_header ident;    /* identity fields filled, the rest zero */
-    uint64_t ident_hash;  /* names our files */
+    disk_header ident;   /* identity fields filled, the rest zero */
+    uint64_t ident_hash; /* names our files */
     size_t tok_bytes, file_bytes;
     /* index: hash -> entry (chained), guarded by mu */
     pthread_mutex_t mu;
@@ -64,11 +64,11 @@ struct kv_disk {
     disk_slot *slots;
     int n_slots;
     int *ring, ring_head, ring_len;
-    int writing;          /* slots the writer holds */
+    int writing; /* slots the writer holds */
     bool stop;
     pthread_t writer;
     bool writer_started;
-    uint8_t *read_buf;    /* engine thread: one file */
+    uint8_t *read_buf; /* engine thread: one file */
     kv_disk_stats st;
 };
 
@@ -113,7 +113,8 @@ static uint64_t next_stamp(kv_disk *d) {
 }
 
 static void block_path(const kv_disk *d, uint64_t hash, char *out, size_t cap) {
-    snprintf(out, cap, "%s/%016llx-%016llx.kvb", d->dir, (unsigned long long)d->ident_hash, (unsigned long long)hash);
+    snprintf(out, cap, "%s/%016llx-%016llx.kvb", d->dir, (unsigned long long)d->ident_hash,
+             (unsigned long long)hash);
 }
 
 /* ---- index (callers hold mu) ---- */
@@ -169,7 +170,8 @@ static void index_drop(kv_disk *d, uint64_t hash) {
 /* Deletes least recently used files until the tier fits its size. O(n) per
  * deletion, which is small next to writing a block file. */
 static void enforce_limit(kv_disk *d) {
-    while (d->max_bytes && d->n_entries > 0 && (uint64_t)d->n_entries * d->file_bytes > d->max_bytes) {
+    while (d->max_bytes && d->n_entries > 0 &&
+           (uint64_t)d->n_entries * d->file_bytes > d->max_bytes) {
         disk_entry *old = NULL;
         for (size_t i = 0; i < d->n_buckets; i++)
             for (disk_entry *e = d->buckets[i]; e; e = e->next)
@@ -185,8 +187,8 @@ static void enforce_limit(kv_disk *d) {
 
 /* Fills buf with block b's file (header, tokens, bytes), checksums not yet
  * computed: the writer thread does that (seal_file), off the step path. */
-static void build_file(const kv_disk *d, uint8_t *buf, uint64_t hash, uint64_t parent, const int32_t *tokens,
-                       const void *bytes) {
+static void build_file(const kv_disk *d, uint8_t *buf, uint64_t hash, uint64_t parent,
+                       const int32_t *tokens, const void *bytes) {
     disk_header h = d->ident;
     h.hash = hash;
     h.parent = parent;
@@ -222,7 +224,8 @@ static bool write_file(kv_disk *d, uint8_t *buf, bool sync, kvl_error *err) {
     memcpy(&hash, buf + offsetof(disk_header, hash), sizeof hash);
     char path[4096], tmp[4200];
     block_path(d, hash, path, sizeof path);
-    snprintf(tmp, sizeof tmp, "%s.%ld.%lx.tmp", path, (long)getpid(), (unsigned long)pthread_self());
+    snprintf(tmp, sizeof tmp, "%s.%ld.%lx.tmp", path, (long)getpid(),
+             (unsigned long)pthread_self());
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) return kvl_fail(err, "kv disk: cannot create %s: %s", tmp, strerror(errno));
     bool ok = write_all(fd, buf, d->file_bytes) && (!sync || fdatasync(fd) == 0);
@@ -338,7 +341,8 @@ static void index_dir(kv_disk *d) {
         }
         unsigned long long hash;
         char tail[8];
-        if (len != 17 + 16 + 4 || sscanf(n + 17, "%16llx%7s", &hash, tail) != 2 || strcmp(tail, ".kvb") != 0)
+        if (len != 17 + 16 + 4 || sscanf(n + 17, "%16llx%7s", &hash, tail) != 2 ||
+            strcmp(tail, ".kvb") != 0)
             continue;
         int fd = open(path, O_RDONLY | O_CLOEXEC);
         if (fd < 0) continue;
@@ -411,12 +415,14 @@ kv_disk *kv_disk_open(const kv_disk_config *c, kv_pool *p, kvl_error *err) {
     d->ring = calloc((size_t)d->n_slots, sizeof *d->ring);
     d->read_buf = malloc(d->file_bytes);
     bool ok = d->dir && d->buckets && d->slots && d->ring && d->read_buf;
-    for (int i = 0; ok && i < d->n_slots; i++) ok = (d->slots[i].buf = malloc(d->file_bytes)) != NULL;
+    for (int i = 0; ok && i < d->n_slots; i++)
+        ok = (d->slots[i].buf = malloc(d->file_bytes)) != NULL;
     pthread_mutex_init(&d->mu, NULL);
     pthread_cond_init(&d->cv_work, NULL);
     pthread_cond_init(&d->cv_idle, NULL);
     if (!ok) {
-        kvl_fail(err, "kv disk: out of memory for %d staging blocks of %zu bytes", d->n_slots, d->file_bytes);
+        kvl_fail(err, "kv disk: out of memory for %d staging blocks of %zu bytes", d->n_slots,
+                 d->file_bytes);
         kv_disk_close(d);
         return NULL;
     }
@@ -446,7 +452,8 @@ void kv_disk_close(kv_disk *d) {
         for (int32_t b = 0; b < n; b++) {
             uint64_t hash, parent;
             const int32_t *toks;
-            if (!kv_block_prefix_info(d->pool, b, &hash, &parent, &toks) || on_disk(d, hash)) continue;
+            if (!kv_block_prefix_info(d->pool, b, &hash, &parent, &toks) || on_disk(d, hash))
+                continue;
             kvl_error err;
             build_file(d, d->read_buf, hash, parent, toks, kv_block_k(d->pool, b, 0));
             if (!write_file(d, d->read_buf, false, &err)) {
@@ -510,7 +517,8 @@ static bool load_block(kv_disk *d, kv_seq *s, const int32_t *all, uint64_t hash)
     disk_header h;
     memcpy(&h, d->read_buf, sizeof h);
     const uint8_t *body = d->read_buf + sizeof h;
-    ok = ok && header_ok(d, &h, hash) && h.payload_xxh == XXH3_64bits(body, d->file_bytes - sizeof h);
+    ok = ok && header_ok(d, &h, hash) &&
+         h.payload_xxh == XXH3_64bits(body, d->file_bytes - sizeof h);
     if (!ok) { /* damaged (or gone): drop it; the block is recomputed */
         unlink(path);
         pthread_mutex_lock(&d->mu);

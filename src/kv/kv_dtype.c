@@ -24,7 +24,9 @@ bool kv_dtype_parse(const char *name, int *dtype) {
     return false;
 }
 
-const char *kv_dtype_name(int dtype) { return kv_type(dtype) ? kv_type(dtype)->kv_name : "unknown"; }
+const char *kv_dtype_name(int dtype) {
+    return kv_type(dtype) ? kv_type(dtype)->kv_name : "unknown";
+}
 
 size_t kv_dtype_bytes(int dtype) {
     const gguf_dtype_traits *t = kv_type(dtype);
@@ -44,14 +46,16 @@ static uint8_t fp8_encode(float f) {
      * round to q = 0, which the normal path below cannot encode). */
     if (a <= 0.0009765625f) return sign;
     int e;
-    frexpf(a, &e); /* a = m * 2^e, m in [0.5, 1) */
+    frexpf(a, &e);       /* a = m * 2^e, m in [0.5, 1) */
     int exp = e - 1 + 7; /* biased exponent of a in [1, 2) form */
-    float step = exp <= 0 ? ldexpf(1.0f, -9) : ldexpf(1.0f, e - 1 - 3); /* spacing of representable values */
+    float step =
+        exp <= 0 ? ldexpf(1.0f, -9) : ldexpf(1.0f, e - 1 - 3); /* spacing of representable values */
     float q = nearbyintf(a / step) * step;
     if (q >= 448.0f) return sign | 0x7e;
     frexpf(q, &e);
     exp = e - 1 + 7;
-    if (exp <= 0) return sign | (uint8_t)(q / ldexpf(1.0f, -9)); /* subnormal: mantissa counts 2^-9 */
+    if (exp <= 0)
+        return sign | (uint8_t)(q / ldexpf(1.0f, -9)); /* subnormal: mantissa counts 2^-9 */
     uint8_t mant = (uint8_t)(q / ldexpf(1.0f, e - 1 - 3)) - 8;
     return sign | (uint8_t)(exp << 3) | mant;
 }

@@ -8,19 +8,21 @@
 
 /* Shapes beyond these are typos, not models; they also keep every product below
  * far from 64-bit overflow before the checked arithmetic even starts. */
-#define MAX_LAYERS 100000
-#define MAX_HEADS 65536
-#define MAX_DIM 65536
-#define MAX_CONTEXT ((int64_t)1 << 40)
+#define MAX_LAYERS      100000
+#define MAX_HEADS       65536
+#define MAX_DIM         65536
+#define MAX_CONTEXT     ((int64_t)1 << 40)
 #define MAX_CONCURRENCY ((int64_t)1 << 31)
-#define MAX_BLOCK_SIZE 65536
+#define MAX_BLOCK_SIZE  65536
 
 /* ------------------------------------------------------------- dtypes -- */
 
 /* The planner's enum in the pool's ids: names and sizes are the pool's. */
-static const int POOL_DTYPE[KV_PLAN_DTYPE_COUNT] = {
-    [KV_PLAN_F32] = GGUF_DT_F32, [KV_PLAN_F16] = GGUF_DT_F16, [KV_PLAN_BF16] = GGUF_DT_BF16,
-    [KV_PLAN_FP8] = KV_DT_FP8_E4M3, [KV_PLAN_Q8_0] = GGUF_DT_Q8_0};
+static const int POOL_DTYPE[KV_PLAN_DTYPE_COUNT] = {[KV_PLAN_F32] = GGUF_DT_F32,
+                                                    [KV_PLAN_F16] = GGUF_DT_F16,
+                                                    [KV_PLAN_BF16] = GGUF_DT_BF16,
+                                                    [KV_PLAN_FP8] = KV_DT_FP8_E4M3,
+                                                    [KV_PLAN_Q8_0] = GGUF_DT_Q8_0};
 
 int kv_plan_pool_dtype(int dtype) {
     return dtype >= 0 && dtype < KV_PLAN_DTYPE_COUNT ? POOL_DTYPE[dtype] : -1;
@@ -64,7 +66,8 @@ bool kv_plan_model_check(const kv_plan_model *m, kvl_error *err) {
     if (!in_range(m->n_layers, 1, MAX_LAYERS))
         return kvl_fail(err, "layers must be 1..%d (got %lld)", MAX_LAYERS, (long long)m->n_layers);
     if (!in_range(m->n_head, 0, MAX_HEADS))
-        return kvl_fail(err, "query heads must be 0..%d (got %lld)", MAX_HEADS, (long long)m->n_head);
+        return kvl_fail(err, "query heads must be 0..%d (got %lld)", MAX_HEADS,
+                        (long long)m->n_head);
     if (kv_plan_is_mla(m)) {
         if (m->kv_lora_rank > MAX_DIM || !in_range(m->rope_dim, 0, MAX_DIM))
             return kvl_fail(err, "MLA widths out of range (kv_lora_rank %lld, rope %lld)",
@@ -98,7 +101,8 @@ static bool request_check(const kv_plan_request *r, kvl_error *err) {
                         (long long)r->block_size);
     if (!in_range(r->dtype, 0, KV_PLAN_DTYPE_COUNT - 1) ||
         (r->split_v && !in_range(r->dtype_v, 0, KV_PLAN_DTYPE_COUNT - 1)))
-        return kvl_fail(err, "unknown KV dtype (K %d, V %d)", r->dtype, r->split_v ? r->dtype_v : r->dtype);
+        return kvl_fail(err, "unknown KV dtype (K %d, V %d)", r->dtype,
+                        r->split_v ? r->dtype_v : r->dtype);
     return true;
 }
 
@@ -143,14 +147,18 @@ static bool layer_rows(const kv_plan_model *m, const kv_plan_request *r, uint64_
     *v = vn > 0 ? kv_plan_row_bytes(v_dtype(r), vn) : 0;
     if (*k && (vn == 0 || *v)) return true;
     bool bad_k = *k == 0;
-    return kvl_fail(err, "a %s row of %lld values (all KV heads of a layer) cannot be stored as %s: "
-                    "q8_0 needs a multiple of 32 values", bad_k ? "K" : "V",
-                    (long long)(bad_k ? kn : vn), kv_plan_dtype_name(bad_k ? r->dtype : v_dtype(r)));
+    return kvl_fail(err,
+                    "a %s row of %lld values (all KV heads of a layer) cannot be stored as %s: "
+                    "q8_0 needs a multiple of 32 values",
+                    bad_k ? "K" : "V", (long long)(bad_k ? kn : vn),
+                    kv_plan_dtype_name(bad_k ? r->dtype : v_dtype(r)));
 }
 
 /* One layer's share of a block: block_size rows of K and V (no scale bytes:
  * q8_0's scales are inside its rows, fp8's scale is a static 1). */
-static uint64_t layer_block_bytes(int64_t bs, uint64_t k, uint64_t v) { return (uint64_t)bs * (k + v); }
+static uint64_t layer_block_bytes(int64_t bs, uint64_t k, uint64_t v) {
+    return (uint64_t)bs * (k + v);
+}
 
 /* Peak blocks of a sliding layer group: the last W positions touch at most
  * ceil((W-1)/bs) + 1 blocks when the window is not block-aligned, and never
@@ -177,27 +185,31 @@ static void plan_sequence(const kv_plan_model *m, const kv_plan_request *r, kv_p
     int64_t t_swa = S > 0 ? kv_window_kept(T, m->sliding_window) : T;
 
     p->bytes_per_token = mul(layer_tok, (uint64_t)L, ovf);
-    p->seq_lower_bound_bytes = add(mul(mul(layer_tok, (uint64_t)(L - S), ovf), (uint64_t)T, ovf),
-                                   mul(mul(layer_tok, (uint64_t)S, ovf), (uint64_t)t_swa, ovf), ovf);
+    p->seq_lower_bound_bytes =
+        add(mul(mul(layer_tok, (uint64_t)(L - S), ovf), (uint64_t)T, ovf),
+            mul(mul(layer_tok, (uint64_t)S, ovf), (uint64_t)t_swa, ovf), ovf);
     p->block_bytes = mul(lbb, (uint64_t)(L - S), ovf);
     p->swa_block_bytes = mul(lbb, (uint64_t)S, ovf);
     p->blocks_per_seq = ceil_div(T, bs);
     p->swa_blocks_per_seq = S > 0 ? swa_blocks(m->sliding_window, bs, p->blocks_per_seq) : 0;
     p->swa_blocks_held = S > 0 ? kv_plan_swa_blocks_held(m->sliding_window, bs, T, 1) : 0;
     uint64_t full = mul(p->block_bytes, (uint64_t)p->blocks_per_seq, ovf);
-    p->seq_allocated_bytes = add(full, mul(p->swa_block_bytes, (uint64_t)p->swa_blocks_per_seq, ovf), ovf);
+    p->seq_allocated_bytes =
+        add(full, mul(p->swa_block_bytes, (uint64_t)p->swa_blocks_per_seq, ovf), ovf);
     p->seq_held_bytes = add(full, mul(p->swa_block_bytes, (uint64_t)p->swa_blocks_held, ovf), ovf);
     /* Each group's block table covers every position (a sliding group's dropped
      * blocks stay as -1 entries: positions keep their indices). */
     int64_t groups = (L - S > 0) + (S > 0);
-    p->seq_metadata_bytes = add(mul((uint64_t)(groups * p->blocks_per_seq), KV_PLAN_BLOCK_ENTRY_BYTES, ovf),
-                                KV_PLAN_SEQ_HEADER_BYTES, ovf);
+    p->seq_metadata_bytes =
+        add(mul((uint64_t)(groups * p->blocks_per_seq), KV_PLAN_BLOCK_ENTRY_BYTES, ovf),
+            KV_PLAN_SEQ_HEADER_BYTES, ovf);
 }
 
 static void plan_budget(const kv_plan_request *r, kv_plan *p) {
     if (!r->budget_bytes) return;
     p->fits = p->total_bytes <= r->budget_bytes;
-    uint64_t per_seq = p->seq_allocated_bytes + p->seq_metadata_bytes; /* cannot overflow: x B did not */
+    uint64_t per_seq =
+        p->seq_allocated_bytes + p->seq_metadata_bytes; /* cannot overflow: x B did not */
     uint64_t room = r->budget_bytes > p->weights_bytes ? r->budget_bytes - p->weights_bytes : 0;
     uint64_t n = room / per_seq;
     p->max_concurrency = n > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)n;
@@ -217,7 +229,9 @@ bool kv_plan_compute(const kv_plan_model *m, const kv_plan_request *r, kv_plan *
     p.metadata_bytes = mul(p.seq_metadata_bytes, B, &ovf);
     p.weights_bytes = r->weights_bytes;
     p.total_bytes = add(add(p.weights_bytes, p.allocated_bytes, &ovf), p.metadata_bytes, &ovf);
-    if (ovf) return kvl_fail(err, "the plan does not fit in 64-bit byte counts (context x concurrency too large)");
+    if (ovf)
+        return kvl_fail(
+            err, "the plan does not fit in 64-bit byte counts (context x concurrency too large)");
     plan_budget(r, &p);
     *out = p;
     return true;
@@ -230,7 +244,8 @@ bool kv_plan_compute(const kv_plan_model *m, const kv_plan_request *r, kv_plan *
 static bool compare(const kv_plan_model *m, const kv_plan_request *r, const kv_plan_model *base_m,
                     const kv_plan_request *base_r, kv_plan_saving *s) {
     kv_plan a, b;
-    if (!kv_plan_compute(m, r, &a, NULL) || !kv_plan_compute(base_m, base_r, &b, NULL)) return false;
+    if (!kv_plan_compute(m, r, &a, NULL) || !kv_plan_compute(base_m, base_r, &b, NULL))
+        return false;
     s->bytes_per_token = a.bytes_per_token;
     s->base_bytes_per_token = b.bytes_per_token;
     s->lower_bound_bytes = a.lower_bound_bytes;
@@ -338,7 +353,8 @@ int kv_plan_pool_groups(const kv_plan_model *m, const kv_plan_request *r, kv_pla
  * (0 when it will refuse the rows: it then says why). */
 static uint64_t layout_block_bytes(const kv_pool_config *c) {
     int dt_v = c->split_v ? c->dtype_v : c->dtype;
-    int64_t kn = (int64_t)c->n_kv_heads * c->head_dim_k, vn = (int64_t)c->n_kv_heads * c->head_dim_v;
+    int64_t kn = (int64_t)c->n_kv_heads * c->head_dim_k,
+            vn = (int64_t)c->n_kv_heads * c->head_dim_v;
     uint64_t k = kv_row_bytes(c->dtype, kn), v = vn > 0 ? kv_row_bytes(dt_v, vn) : 0;
     if (!k || (vn > 0 && !v) || c->n_layers <= 0 || c->block_size <= 0) return 0;
     return (uint64_t)c->n_layers * (uint64_t)c->block_size * (k + v);
@@ -380,10 +396,11 @@ static bool measure_step(measure_run *mr, int64_t p, kv_plan_measured *out, kvl_
             int64_t W = mr->groups[g].window;
             kv_seq_drop_outside_window(mr->pool[g], s, p, W);
             if (!kv_seq_reserve(mr->pool[g], s, p + 1))
-                return kvl_fail(err, "kv-plan: the engine's pool (group %d, window %lld, %lld blocks) "
-                                "ran out at token %lld of sequence %lld", g, (long long)W,
-                                (long long)kv_pool_cfg(mr->pool[g])->n_blocks, (long long)p + 1,
-                                (long long)i);
+                return kvl_fail(err,
+                                "kv-plan: the engine's pool (group %d, window %lld, %lld blocks) "
+                                "ran out at token %lld of sequence %lld",
+                                g, (long long)W, (long long)kv_pool_cfg(mr->pool[g])->n_blocks,
+                                (long long)p + 1, (long long)i);
         }
     }
     for (int g = 0; g < mr->n_groups; g++) {
@@ -435,7 +452,8 @@ static bool measure_sizes(const kv_plan_group *groups, int n_groups, int64_t T, 
         if (W > 0) {
             int64_t cap = ceil_div(W, bs) + 1;
             if (cap < per_seq) {
-                work = add(work, mul(mul((uint64_t)per_seq, (uint64_t)per_seq, &ovf), (uint64_t)B, &ovf),
+                work = add(work,
+                           mul(mul((uint64_t)per_seq, (uint64_t)per_seq, &ovf), (uint64_t)B, &ovf),
                            &ovf);
                 per_seq = cap;
             }
@@ -446,13 +464,16 @@ static bool measure_sizes(const kv_plan_group *groups, int n_groups, int64_t T, 
         pool_bytes = add(pool_bytes, mul(layout_block_bytes(&groups[g].cfg), nb, &ovf), &ovf);
     }
     if (ovf || pool_bytes > max_pool_bytes)
-        return kvl_fail(err, "kv-plan: --verify would need pools of %llu bytes (limit %llu); "
+        return kvl_fail(err,
+                        "kv-plan: --verify would need pools of %llu bytes (limit %llu); "
                         "use a smaller context or concurrency",
                         ovf ? (unsigned long long)UINT64_MAX : (unsigned long long)pool_bytes,
                         (unsigned long long)max_pool_bytes);
     if (entries > ((uint64_t)1 << 26) || work > ((uint64_t)1 << 31))
-        return kvl_fail(err, "kv-plan: --verify would replay %llu block-table entries; "
-                        "use a smaller context or concurrency", (unsigned long long)entries);
+        return kvl_fail(err,
+                        "kv-plan: --verify would replay %llu block-table entries; "
+                        "use a smaller context or concurrency",
+                        (unsigned long long)entries);
     return true;
 }
 
@@ -461,7 +482,8 @@ bool kv_plan_measure(const kv_plan_group *groups, int n_groups, int64_t context,
                      kvl_error *err) {
     memset(out, 0, sizeof *out);
     if (context < 1 || concurrency < 1 || n_groups < 1 || n_groups > KV_PLAN_MAX_GROUPS)
-        return kvl_fail(err, "kv-plan: measure needs positive context and concurrency, 1..%d groups",
+        return kvl_fail(err,
+                        "kv-plan: measure needs positive context and concurrency, 1..%d groups",
                         KV_PLAN_MAX_GROUPS);
     int64_t n_blocks[KV_PLAN_MAX_GROUPS];
     if (!measure_sizes(groups, n_groups, context, concurrency, max_pool_bytes, n_blocks, err))
@@ -484,7 +506,8 @@ bool kv_plan_measure(const kv_plan_group *groups, int n_groups, int64_t context,
     }
     if (ok) measure_end(&mr, out);
     for (int g = 0; g < n_groups; g++) {
-        for (int64_t i = 0; mr.seqs && i < concurrency; i++) kv_seq_free(mr.pool[g], &mr.seqs[g * concurrency + i]);
+        for (int64_t i = 0; mr.seqs && i < concurrency; i++)
+            kv_seq_free(mr.pool[g], &mr.seqs[g * concurrency + i]);
         kv_pool_destroy(mr.pool[g]);
     }
     free(mr.seqs);

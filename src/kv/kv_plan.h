@@ -46,19 +46,19 @@ typedef enum kv_plan_dtype {
  * scheduler's per-sequence state (position, length, state, request id), rounded
  * up to a line so the figure does not depend on the build. */
 #define KV_PLAN_BLOCK_ENTRY_BYTES 4
-#define KV_PLAN_SEQ_HEADER_BYTES 64
+#define KV_PLAN_SEQ_HEADER_BYTES  64
 
 /* Attention shape. All per-layer widths are uniform across layers. */
 typedef struct kv_plan_model {
-    char arch[32];          /* general.architecture / model_type (informational) */
+    char arch[32]; /* general.architecture / model_type (informational) */
     int64_t n_layers;
-    int64_t n_head;         /* query heads: the MHA baseline has this many KV heads */
+    int64_t n_head; /* query heads: the MHA baseline has this many KV heads */
     int64_t n_kv_heads;
     int64_t head_dim_k, head_dim_v;
     /* MLA (DeepSeek): each layer caches one latent of kv_lora_rank values plus the
      * decoupled RoPE key of rope_dim values per token, instead of per-head K/V.
      * mha_head_dim_k/v are the per-head widths of the MHA it replaces. */
-    int64_t kv_lora_rank;   /* > 0: MLA */
+    int64_t kv_lora_rank; /* > 0: MLA */
     int64_t rope_dim;
     int64_t mha_head_dim_k, mha_head_dim_v;
     /* Sliding window: n_swa_layers layers keep only the last sliding_window tokens. */
@@ -76,10 +76,10 @@ typedef struct kv_plan_model {
 } kv_plan_model;
 
 typedef struct kv_plan_request {
-    int64_t context;        /* T: tokens per sequence */
-    int64_t concurrency;    /* B: sequences */
-    int dtype;              /* kv_plan_dtype of K (and of V unless split_v) */
-    bool split_v;           /* V stored as dtype_v (--kv-type-v) */
+    int64_t context;     /* T: tokens per sequence */
+    int64_t concurrency; /* B: sequences */
+    int dtype;           /* kv_plan_dtype of K (and of V unless split_v) */
+    bool split_v;        /* V stored as dtype_v (--kv-type-v) */
     int dtype_v;
     int64_t block_size;     /* tokens per block */
     uint64_t weights_bytes; /* 0: unknown / not counted */
@@ -99,12 +99,12 @@ typedef struct kv_plan {
      * ceil((W-1)/bs) + 1 blocks: the allocation (what each pool must have room
      * for) counts that peak. A prefill chunk of c tokens past the window holds
      * its c tokens' blocks as well for that step. */
-    uint64_t block_bytes;              /* full-attention group's block (0: no such layers) */
-    uint64_t swa_block_bytes;          /* sliding group's block (0: none) */
-    int64_t blocks_per_seq;            /* ceil(T / block_size) */
-    int64_t swa_blocks_per_seq;        /* peak: min(ceil(T/bs), ceil((W-1)/bs) + 1) */
-    uint64_t seq_allocated_bytes;      /* peak per sequence (full group's + sliding group's) */
-    uint64_t allocated_bytes;          /* x B */
+    uint64_t block_bytes;         /* full-attention group's block (0: no such layers) */
+    uint64_t swa_block_bytes;     /* sliding group's block (0: none) */
+    int64_t blocks_per_seq;       /* ceil(T / block_size) */
+    int64_t swa_blocks_per_seq;   /* peak: min(ceil(T/bs), ceil((W-1)/bs) + 1) */
+    uint64_t seq_allocated_bytes; /* peak per sequence (full group's + sliding group's) */
+    uint64_t allocated_bytes;     /* x B */
     /* What a sequence holds right after its T-th token's KV is written in a
      * one-token step (the engine's kv_allocated_bytes at the end of a run whose
      * kv_tokens is T): the sliding group keeps only the blocks of positions
@@ -112,20 +112,20 @@ typedef struct kv_plan {
      * block-aligned. Equal to the peak without sliding layers. */
     int64_t swa_blocks_held;
     uint64_t seq_held_bytes;
-    uint64_t seq_metadata_bytes;       /* table entries x 4 + header */
-    uint64_t metadata_bytes;           /* x B */
+    uint64_t seq_metadata_bytes; /* table entries x 4 + header */
+    uint64_t metadata_bytes;     /* x B */
     uint64_t weights_bytes;
-    uint64_t total_bytes;              /* weights + allocated + metadata */
+    uint64_t total_bytes; /* weights + allocated + metadata */
     /* With a budget: */
     bool fits;
-    int64_t max_concurrency;           /* largest B at this T whose total fits */
+    int64_t max_concurrency; /* largest B at this T whose total fits */
 } kv_plan;
 
 /* One feature's saving: the plan against the same plan without the feature. */
 typedef struct kv_plan_saving {
-    char what[16];        /* "GQA", "MQA", "MLA", "SWA", "fp8", "q8_0" */
-    char baseline[64];    /* "MHA, 64 KV heads", "no window", "f16" ... */
-    bool in_plan;         /* the feature is part of this plan (not hypothetical) */
+    char what[16];     /* "GQA", "MQA", "MLA", "SWA", "fp8", "q8_0" */
+    char baseline[64]; /* "MHA, 64 KV heads", "no window", "f16" ... */
+    bool in_plan;      /* the feature is part of this plan (not hypothetical) */
     uint64_t bytes_per_token, base_bytes_per_token;
     uint64_t lower_bound_bytes, base_lower_bound_bytes;
     uint64_t allocated_bytes, base_allocated_bytes;
@@ -159,8 +159,7 @@ static inline bool kv_plan_is_mla(const kv_plan_model *m) { return m->kv_lora_ra
 bool kv_plan_compute(const kv_plan_model *m, const kv_plan_request *r, kv_plan *out,
                      kvl_error *err);
 /* What each applicable feature saves; returns how many were written (<= cap). */
-int kv_plan_savings(const kv_plan_model *m, const kv_plan_request *r, kv_plan_saving *out,
-                    int cap);
+int kv_plan_savings(const kv_plan_model *m, const kv_plan_request *r, kv_plan_saving *out, int cap);
 
 /* ---- agreement with the engine ----
  * A KV group as the engine builds it: a pool layout (layers, heads, widths,
@@ -187,7 +186,7 @@ typedef struct kv_plan_measured_group {
     uint64_t peak_allocated_bytes; /* peak_blocks x block_bytes */
     int64_t blocks;                /* held after the T-th token (kv_seq_usage) */
     uint64_t allocated_bytes;
-    uint64_t lower_bound_bytes;    /* kv_seq_usage of min(T, W) tokens, as the engine counts */
+    uint64_t lower_bound_bytes; /* kv_seq_usage of min(T, W) tokens, as the engine counts */
 } kv_plan_measured_group;
 
 typedef struct kv_plan_measured {
@@ -196,10 +195,10 @@ typedef struct kv_plan_measured {
     /* Sums over the groups. Each group has a pool of its own, so the pools
      * together need the sum of the groups' peaks. */
     uint64_t peak_allocated_bytes;
-    uint64_t allocated_bytes;      /* held after the T-th token */
+    uint64_t allocated_bytes; /* held after the T-th token */
     uint64_t lower_bound_bytes;
     int64_t peak_blocks, blocks;
-    uint64_t table_bytes;          /* block tables as allocated (capacity x 4) */
+    uint64_t table_bytes; /* block tables as allocated (capacity x 4) */
 } kv_plan_measured;
 
 /* Runs B sequences of T tokens through real pools of these groups the way the

@@ -7,20 +7,40 @@
 #include "model.h"
 
 static const arch_desc ARCHS[] = {
-    {.name = "llama", .rope_type = MODEL_ROPE_NORM, .qkv_bias_allowed = true, .moe = ARCH_MOE_OPTIONAL},
+    {.name = "llama",
+     .rope_type = MODEL_ROPE_NORM,
+     .qkv_bias_allowed = true,
+     .moe = ARCH_MOE_OPTIONAL},
     {.name = "mistral", .rope_type = MODEL_ROPE_NORM},
     {.name = "mistral3", .rope_type = MODEL_ROPE_NORM, .attn_temp = true},
     {.name = "smollm3", .rope_type = MODEL_ROPE_NORM, .nope_every = 4},
     {.name = "qwen2", .rope_type = MODEL_ROPE_NEOX, .qkv_bias_allowed = true},
     {.name = "qwen3", .rope_type = MODEL_ROPE_NEOX, .qk_norm = true},
-    {.name = "qwen2moe", .rope_type = MODEL_ROPE_NEOX, .qkv_bias_allowed = true, .moe = ARCH_MOE_REQUIRED},
+    {.name = "qwen2moe",
+     .rope_type = MODEL_ROPE_NEOX,
+     .qkv_bias_allowed = true,
+     .moe = ARCH_MOE_REQUIRED},
     {.name = "qwen3moe", .rope_type = MODEL_ROPE_NEOX, .qk_norm = true, .moe = ARCH_MOE_REQUIRED},
-    {.name = "gemma2", .rope_type = MODEL_ROPE_NEOX, .ffn_act = ARCH_ACT_GELU, .embd_scale = true,
-     .post_norms = true, .swa_pattern = 2, .n_layer_27b = 46},
-    {.name = "gemma3", .rope_type = MODEL_ROPE_NEOX, .ffn_act = ARCH_ACT_GELU, .embd_scale = true,
-     .post_norms = true, .qk_norm = true, .swa_pattern = 6, .n_layer_27b = 62,
+    {.name = "gemma2",
+     .rope_type = MODEL_ROPE_NEOX,
+     .ffn_act = ARCH_ACT_GELU,
+     .embd_scale = true,
+     .post_norms = true,
+     .swa_pattern = 2,
+     .n_layer_27b = 46},
+    {.name = "gemma3",
+     .rope_type = MODEL_ROPE_NEOX,
+     .ffn_act = ARCH_ACT_GELU,
+     .embd_scale = true,
+     .post_norms = true,
+     .qk_norm = true,
+     .swa_pattern = 6,
+     .n_layer_27b = 62,
      .swa_rope_scale_one = true},
-    {.name = "deepseek2", .rope_type = MODEL_ROPE_NORM, .attn = ARCH_ATTN_MLA, .moe = ARCH_MOE_OPTIONAL},
+    {.name = "deepseek2",
+     .rope_type = MODEL_ROPE_NORM,
+     .attn = ARCH_ATTN_MLA,
+     .moe = ARCH_MOE_OPTIONAL},
 };
 
 const arch_desc *arch_find(const char *name) {
@@ -37,6 +57,7 @@ const char *arch_supported_list(void) {
     static char list[512]; /* built once from the table; model loading is single-threaded */
     if (!list[0])
         for (int i = 0; i < arch_count(); i++)
-            snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "", ARCHS[i].name);
+            snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "",
+                     ARCHS[i].name);
     return list;
 }

@@ -11,20 +11,20 @@ typedef enum arch_attn { ARCH_ATTN_MHA = 0, ARCH_ATTN_MLA } arch_attn;
 typedef enum arch_moe { ARCH_MOE_NONE = 0, ARCH_MOE_OPTIONAL, ARCH_MOE_REQUIRED } arch_moe;
 
 typedef struct arch_desc {
-    const char *name;        /* general.architecture */
-    int rope_type;           /* MODEL_ROPE_NORM or MODEL_ROPE_NEOX */
-    arch_attn attn;          /* standard (MHA/GQA/MQA) or DeepSeek's multi-head latent */
-    arch_act ffn_act;        /* gate activation of the gated FFN */
-    bool qk_norm;            /* per-head RMSNorm of q and k before rope (qwen3, gemma3) */
-    bool qkv_bias_allowed;   /* optional q/k/v biases (qwen2) */
-    bool embd_scale;         /* embeddings multiplied by sqrt(n_embd) (gemma) */
-    bool post_norms;         /* RMSNorm after attention and after the FFN (gemma2/3) */
-    int swa_pattern;         /* default sliding-window layer pattern (0: none; gemma2 2, gemma3 6) */
-    int n_layer_27b;         /* layer count of the variant that scales q by 1/sqrt(E/H) (gemma) */
+    const char *name;      /* general.architecture */
+    int rope_type;         /* MODEL_ROPE_NORM or MODEL_ROPE_NEOX */
+    arch_attn attn;        /* standard (MHA/GQA/MQA) or DeepSeek's multi-head latent */
+    arch_act ffn_act;      /* gate activation of the gated FFN */
+    bool qk_norm;          /* per-head RMSNorm of q and k before rope (qwen3, gemma3) */
+    bool qkv_bias_allowed; /* optional q/k/v biases (qwen2) */
+    bool embd_scale;       /* embeddings multiplied by sqrt(n_embd) (gemma) */
+    bool post_norms;       /* RMSNorm after attention and after the FFN (gemma2/3) */
+    int swa_pattern;       /* default sliding-window layer pattern (0: none; gemma2 2, gemma3 6) */
+    int n_layer_27b;       /* layer count of the variant that scales q by 1/sqrt(E/H) (gemma) */
     bool swa_rope_scale_one; /* sliding layers ignore rope frequency scaling (gemma3) */
     arch_moe moe;            /* mixture-of-experts FFN layers (model_moe.c) */
     bool attn_temp;          /* honours attention.temperature_scale (mistral3) */
-    int nope_every;          /* layers il with (il + 1) % nope_every == 0 skip rope (smollm3: 4; 0: none) */
+    int nope_every; /* layers il with (il + 1) % nope_every == 0 skip rope (smollm3: 4; 0: none) */
 } arch_desc;
 
 /* NULL if the architecture is not supported. */

@@ -8,7 +8,7 @@
 
 #include "arch.h"
 
-#define MAX_HEADS 65536
+#define MAX_HEADS  65536
 #define MAX_WINDOW (1 << 24)
 
 static void hparams_init(model_hparams *hp) {
@@ -76,9 +76,10 @@ static int gguf_uniform(const gguf_file *f, const char *arch, const char *name, 
             return -1;
         }
         if (i > 0 && v != *out) {
-            kvl_fail(err, "%s: key '%s' differs between layers (%lld, then %lld at layer %llu); "
-                     "per-layer values are not supported", gguf_path(f), key, (long long)*out,
-                     (long long)v, (unsigned long long)i);
+            kvl_fail(err,
+                     "%s: key '%s' differs between layers (%lld, then %lld at layer %llu); "
+                     "per-layer values are not supported",
+                     gguf_path(f), key, (long long)*out, (long long)v, (unsigned long long)i);
             return -1;
         }
         *out = v;
@@ -152,9 +153,11 @@ static bool gguf_mla(const gguf_file *f, model_hparams *hp, kvl_error *err) {
         return true;
     }
     if (hp->kv_lora_rank <= 0)
-        return kvl_fail(err, "%s: key '%s.attention.key_length_mla' given without a kv_lora_rank", gguf_path(f), a);
+        return kvl_fail(err, "%s: key '%s.attention.key_length_mla' given without a kv_lora_rank",
+                        gguf_path(f), a);
     int64_t rope = 0;
-    if (!gguf_req(f, a, "rope.dimension_count", &rope, err)) return false; /* the latent's RoPE part */
+    if (!gguf_req(f, a, "rope.dimension_count", &rope, err))
+        return false; /* the latent's RoPE part */
     hp->n_rot_mla_nope = k_mla - hp->n_rot;
     hp->v_head_dim_mla = v_mla;
     return true;
@@ -162,17 +165,21 @@ static bool gguf_mla(const gguf_file *f, model_hparams *hp, kvl_error *err) {
 
 static bool gguf_range(const gguf_file *f, const model_hparams *hp, kvl_error *err) {
     if (hp->n_layer < 1 || hp->n_layer > MODEL_MAX_LAYERS)
-        return kvl_fail(err, "%s: key '%s.block_count' = %lld: must be 1..%d", gguf_path(f), hp->arch,
-                        (long long)hp->n_layer, MODEL_MAX_LAYERS);
+        return kvl_fail(err, "%s: key '%s.block_count' = %lld: must be 1..%d", gguf_path(f),
+                        hp->arch, (long long)hp->n_layer, MODEL_MAX_LAYERS);
     if (hp->n_head < 1 || hp->n_head > MAX_HEADS)
-        return kvl_fail(err, "%s: key '%s.attention.head_count' = %lld: must be 1..%d", gguf_path(f),
-                        hp->arch, (long long)hp->n_head, MAX_HEADS);
-    const int64_t *dims[] = {&hp->n_embd, &hp->n_ff, &hp->n_head_kv, &hp->head_dim_k, &hp->head_dim_v,
-                             &hp->n_rot, &hp->n_ctx_train, &hp->kv_lora_rank, &hp->q_lora_rank};
+        return kvl_fail(err, "%s: key '%s.attention.head_count' = %lld: must be 1..%d",
+                        gguf_path(f), hp->arch, (long long)hp->n_head, MAX_HEADS);
+    const int64_t *dims[] = {&hp->n_embd,      &hp->n_ff,         &hp->n_head_kv,
+                             &hp->head_dim_k,  &hp->head_dim_v,   &hp->n_rot,
+                             &hp->n_ctx_train, &hp->kv_lora_rank, &hp->q_lora_rank};
     for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++)
-        if (*dims[i] < 0) return kvl_fail(err, "%s: negative hyperparameter (%lld)", gguf_path(f), (long long)*dims[i]);
+        if (*dims[i] < 0)
+            return kvl_fail(err, "%s: negative hyperparameter (%lld)", gguf_path(f),
+                            (long long)*dims[i]);
     if (hp->n_swa < 0 || hp->n_swa > MAX_WINDOW)
-        return kvl_fail(err, "%s: sliding window %lld out of range", gguf_path(f), (long long)hp->n_swa);
+        return kvl_fail(err, "%s: sliding window %lld out of range", gguf_path(f),
+                        (long long)hp->n_swa);
     return true;
 }
 
@@ -232,7 +239,8 @@ static bool gguf_rope_scaling(const gguf_file *f, model_hparams *hp, kvl_error *
     if (factor == 0) gguf_float(f, a, "rope.scale_linear", &factor);
     if (factor != 0) {
         if (!(factor > 0) || !isfinite(factor))
-            return kvl_fail(err, "%s: key '%s.rope.scaling.factor' = %g: must be positive", gguf_path(f), a, factor);
+            return kvl_fail(err, "%s: key '%s.rope.scaling.factor' = %g: must be positive",
+                            gguf_path(f), a, factor);
         hp->rope_freq_scale = 1.0f / factor;
     }
     model_rope_yarn *rs = &hp->rope_yarn;
@@ -257,11 +265,12 @@ static bool gguf_rope_scaling(const gguf_file *f, model_hparams *hp, kvl_error *
      * context_length, which a file may set to anything: the run's context is
      * sized elsewhere, from -c), so only YaRN needs it plausible. */
     const bool uses_orig = yarn || ext > 0.0f;
-    if ((uses_orig && (rs->n_ctx_orig <= 0 || rs->n_ctx_orig > (1 << 30))) || !isfinite(attn) || !isfinite(ext) ||
-        !isfinite(attn_yarn) || !isfinite(rs->beta_fast) || !isfinite(rs->beta_slow) || !isfinite(rs->log_mul) ||
-        !isfinite(hp->attn_temp_scale) || (hp->attn_temp_scale != 0.0f && rs->n_ctx_orig <= 0))
-        return kvl_fail(err, "%s: implausible rope scaling keys (original context %lld)", gguf_path(f),
-                        (long long)rs->n_ctx_orig);
+    if ((uses_orig && (rs->n_ctx_orig <= 0 || rs->n_ctx_orig > (1 << 30))) || !isfinite(attn) ||
+        !isfinite(ext) || !isfinite(attn_yarn) || !isfinite(rs->beta_fast) ||
+        !isfinite(rs->beta_slow) || !isfinite(rs->log_mul) || !isfinite(hp->attn_temp_scale) ||
+        (hp->attn_temp_scale != 0.0f && rs->n_ctx_orig <= 0))
+        return kvl_fail(err, "%s: implausible rope scaling keys (original context %lld)",
+                        gguf_path(f), (long long)rs->n_ctx_orig);
     rs->yarn = yarn;
     rs->ext_factor = ext < 0.0f ? (yarn ? 1.0f : 0.0f) : ext;
     rs->attn_factor = attn_yarn;
@@ -285,25 +294,40 @@ static bool gguf_rope_scaling(const gguf_file *f, model_hparams *hp, kvl_error *
 
 /* An optional integer "<arch>.<name>": false (err set) only when it is there
  * with another type. */
-static bool gguf_int(const gguf_file *f, const char *arch, const char *name, int64_t *out, kvl_error *err) {
+static bool gguf_int(const gguf_file *f, const char *arch, const char *name, int64_t *out,
+                     kvl_error *err) {
     char key[128];
     snprintf(key, sizeof key, "%s.%s", arch, name);
     if (gguf_get_i64(f, key, out)) return true;
-    if (gguf_find_key(f, key) >= 0) return kvl_fail(err, "%s: key '%s': expected an integer", gguf_path(f), key);
+    if (gguf_find_key(f, key) >= 0)
+        return kvl_fail(err, "%s: key '%s': expected an integer", gguf_path(f), key);
     return true;
 }
 
 /* The MoE keys' names in messages: GGUF "key 'qwen3moe.expert_count'", or
  * config.json "'num_experts'". */
-enum { MOE_COUNT, MOE_USED, MOE_LEAD, MOE_FF_EXP, MOE_SHARED, MOE_GATING, MOE_GROUP, MOE_GROUP_USED, MOE_SCALE, MOE_NAMES };
+enum {
+    MOE_COUNT,
+    MOE_USED,
+    MOE_LEAD,
+    MOE_FF_EXP,
+    MOE_SHARED,
+    MOE_GATING,
+    MOE_GROUP,
+    MOE_GROUP_USED,
+    MOE_SCALE,
+    MOE_NAMES
+};
 typedef char moe_names[MOE_NAMES][96];
 
 /* Expert widths, shared experts and gating as llama.cpp's loader sets them per
  * family (llama = Mixtral, qwen2moe, qwen3moe, deepseek2), and the counts'
  * consistency. Called only for files with experts. */
-static bool moe_defaults(const char *path, moe_names nm, const char *a, int64_t n_ff, int64_t n_layer,
-                         int64_t n_shared, int64_t gating, model_moe_hparams *mo, kvl_error *err) {
-    const bool ds2 = strcmp(a, "deepseek2") == 0 || strcmp(a, "deepseek_v2") == 0 || strcmp(a, "deepseek_v3") == 0;
+static bool moe_defaults(const char *path, moe_names nm, const char *a, int64_t n_ff,
+                         int64_t n_layer, int64_t n_shared, int64_t gating, model_moe_hparams *mo,
+                         kvl_error *err) {
+    const bool ds2 = strcmp(a, "deepseek2") == 0 || strcmp(a, "deepseek_v2") == 0 ||
+                     strcmp(a, "deepseek_v3") == 0;
     const bool q2 = strcmp(a, "qwen2moe") == 0 || strcmp(a, "qwen2_moe") == 0;
     const bool q3 = strcmp(a, "qwen3moe") == 0 || strcmp(a, "qwen3_moe") == 0;
     const bool mixtral = strcmp(a, "llama") == 0 || strcmp(a, "mixtral") == 0;
@@ -315,8 +339,9 @@ static bool moe_defaults(const char *path, moe_names nm, const char *a, int64_t 
     }
     if (mo->n_expert < 1 || mo->n_expert > MODEL_MAX_EXPERTS || mo->n_expert_used < 1 ||
         mo->n_expert_used > mo->n_expert)
-        return kvl_fail(err, "%s: %s = %lld, %s = %lld: need 1 <= used <= count <= %d", path, nm[MOE_COUNT],
-                        (long long)mo->n_expert, nm[MOE_USED], (long long)mo->n_expert_used, MODEL_MAX_EXPERTS);
+        return kvl_fail(err, "%s: %s = %lld, %s = %lld: need 1 <= used <= count <= %d", path,
+                        nm[MOE_COUNT], (long long)mo->n_expert, nm[MOE_USED],
+                        (long long)mo->n_expert_used, MODEL_MAX_EXPERTS);
     if (!ds2) mo->n_layer_dense_lead = 0; /* only deepseek2's loader reads it */
     if (mo->n_layer_dense_lead < 0 || mo->n_layer_dense_lead > n_layer)
         return kvl_fail(err, "%s: %s = %lld out of range [0, %lld]", path, nm[MOE_LEAD],
@@ -329,29 +354,34 @@ static bool moe_defaults(const char *path, moe_names nm, const char *a, int64_t 
     } else if (ds2) {
         if (mo->n_ff_exp == 0) return kvl_fail(err, "%s: %s missing", path, nm[MOE_FF_EXP]);
         if (n_shared < 0 || n_shared > 64)
-            return kvl_fail(err, "%s: %s = %lld out of range", path, nm[MOE_SHARED], (long long)n_shared);
+            return kvl_fail(err, "%s: %s = %lld out of range", path, nm[MOE_SHARED],
+                            (long long)n_shared);
         mo->n_ff_shexp = mo->n_ff_exp * n_shared;
     } else {
         mo->n_ff_exp = n_ff; /* Mixtral: every expert is feed_forward_length wide */
         mo->n_ff_shexp = 0;
     }
-    if (mo->n_ff_exp <= 0 || mo->n_ff_exp > (1 << 20) || mo->n_ff_shexp < 0 || mo->n_ff_shexp > (1 << 22))
+    if (mo->n_ff_exp <= 0 || mo->n_ff_exp > (1 << 20) || mo->n_ff_shexp < 0 ||
+        mo->n_ff_shexp > (1 << 22))
         return kvl_fail(err, "%s: expert widths out of range (expert %lld, shared %lld)", path,
                         (long long)mo->n_ff_exp, (long long)mo->n_ff_shexp);
     mo->gating = MODEL_MOE_SOFTMAX;
     if (ds2 && gating != 0) {
         if (gating != MODEL_MOE_SOFTMAX && gating != MODEL_MOE_SIGMOID)
-            return kvl_fail(err, "%s: %s = %lld is not supported (1 softmax, 2 sigmoid)", path, nm[MOE_GATING],
-                            (long long)gating);
+            return kvl_fail(err, "%s: %s = %lld is not supported (1 softmax, 2 sigmoid)", path,
+                            nm[MOE_GATING], (long long)gating);
         mo->gating = (int)gating;
     }
-    if (!isfinite(mo->weights_scale)) return kvl_fail(err, "%s: %s is not finite", path, nm[MOE_SCALE]);
+    if (!isfinite(mo->weights_scale))
+        return kvl_fail(err, "%s: %s is not finite", path, nm[MOE_SCALE]);
     if (mo->n_group > 1) {
-        if (mo->n_expert % mo->n_group != 0 || mo->n_group_used < 1 || mo->n_group_used > mo->n_group ||
+        if (mo->n_expert % mo->n_group != 0 || mo->n_group_used < 1 ||
+            mo->n_group_used > mo->n_group ||
             mo->n_group_used * (mo->n_expert / mo->n_group) < mo->n_expert_used)
-            return kvl_fail(err, "%s: %s = %lld, %s = %lld do not fit %lld experts, %lld used", path,
-                            nm[MOE_GROUP], (long long)mo->n_group, nm[MOE_GROUP_USED], (long long)mo->n_group_used,
-                            (long long)mo->n_expert, (long long)mo->n_expert_used);
+            return kvl_fail(err, "%s: %s = %lld, %s = %lld do not fit %lld experts, %lld used",
+                            path, nm[MOE_GROUP], (long long)mo->n_group, nm[MOE_GROUP_USED],
+                            (long long)mo->n_group_used, (long long)mo->n_expert,
+                            (long long)mo->n_expert_used);
     } else {
         mo->n_group = mo->n_group_used = 0;
     }
@@ -395,23 +425,31 @@ static bool gguf_moe(const gguf_file *f, model_hparams *hp, kvl_error *err) {
     if (mo->n_expert == 0) {
         if (strcmp(a, "deepseek2") == 0 && mo->n_layer_dense_lead < hp->n_layer &&
             gguf_find_key(f, "deepseek2.leading_dense_block_count") >= 0)
-            return kvl_fail(err, "%s: key 'deepseek2.leading_dense_block_count' = %lld < %lld layers, but key "
-                            "'deepseek2.expert_count' is missing or 0", path, (long long)mo->n_layer_dense_lead,
-                            (long long)hp->n_layer);
+            return kvl_fail(
+                err,
+                "%s: key 'deepseek2.leading_dense_block_count' = %lld < %lld layers, but key "
+                "'deepseek2.expert_count' is missing or 0",
+                path, (long long)mo->n_layer_dense_lead, (long long)hp->n_layer);
         memset(mo, 0, sizeof *mo);
         return true;
     }
     /* llama.cpp's defaults when a key is absent */
-    mo->weights_norm = strcmp(a, "deepseek2") != 0 && strcmp(a, "qwen2moe") != 0; /* qwen3moe, Mixtral: renormalise */
+    mo->weights_norm = strcmp(a, "deepseek2") != 0 &&
+                       strcmp(a, "qwen2moe") != 0; /* qwen3moe, Mixtral: renormalise */
     char key[128];
     snprintf(key, sizeof key, "%s.expert_weights_norm", a);
     if (strcmp(a, "deepseek2") == 0) gguf_get_bool(f, key, &mo->weights_norm);
     if (strcmp(a, "deepseek2") == 0 || strcmp(a, "qwen2moe") == 0)
         gguf_float(f, a, "expert_weights_scale", &mo->weights_scale);
-    static const char *const KEYS[MOE_NAMES] = {
-        "expert_count", "expert_used_count", "leading_dense_block_count", "expert_feed_forward_length",
-        "expert_shared_count", "expert_gating_func", "expert_group_count", "expert_group_used_count",
-        "expert_weights_scale"};
+    static const char *const KEYS[MOE_NAMES] = {"expert_count",
+                                                "expert_used_count",
+                                                "leading_dense_block_count",
+                                                "expert_feed_forward_length",
+                                                "expert_shared_count",
+                                                "expert_gating_func",
+                                                "expert_group_count",
+                                                "expert_group_used_count",
+                                                "expert_weights_scale"};
     moe_names nm;
     for (int i = 0; i < MOE_NAMES; i++) snprintf(nm[i], sizeof nm[i], "key '%s.%s'", a, KEYS[i]);
     if (!moe_defaults(path, nm, a, hp->n_ff, hp->n_layer, n_shared, gating, mo, err)) return false;
@@ -476,19 +514,22 @@ static bool hf_heads(const cJSON *o, model_hparams *hp, kvl_error *err) {
         return false;
     if (hp->n_head == 0) return kvl_fail(err, "config.json: num_attention_heads is 0");
     if (hp->n_layer < 1 || hp->n_layer > MODEL_MAX_LAYERS)
-        return kvl_fail(err, "config.json: num_hidden_layers %lld: must be 1..%d", (long long)hp->n_layer,
-                        MODEL_MAX_LAYERS);
+        return kvl_fail(err, "config.json: num_hidden_layers %lld: must be 1..%d",
+                        (long long)hp->n_layer, MODEL_MAX_LAYERS);
     hp->n_head_kv = hp->n_head; /* HF: absent num_key_value_heads means MHA */
     if (hf_int(o, "num_key_value_heads", &hp->n_head_kv, err) < 0 ||
-        hf_int_any(o, EMBD, &hp->n_embd, err) < 0 || hf_int(o, "intermediate_size", &hp->n_ff, err) < 0 ||
+        hf_int_any(o, EMBD, &hp->n_embd, err) < 0 ||
+        hf_int(o, "intermediate_size", &hp->n_ff, err) < 0 ||
         hf_int(o, "max_position_embeddings", &hp->n_ctx_train, err) < 0)
         return false;
     hp->head_dim_k = hp->n_embd / hp->n_head;
     int r = hf_int(o, "head_dim", &hp->head_dim_k, err);
     if (r < 0) return false;
     if (r == 0 && (hp->n_embd == 0 || hp->n_embd % hp->n_head))
-        return kvl_fail(err, "config.json: no head_dim, and hidden_size %lld is not a multiple of "
-                        "%lld heads", (long long)hp->n_embd, (long long)hp->n_head);
+        return kvl_fail(err,
+                        "config.json: no head_dim, and hidden_size %lld is not a multiple of "
+                        "%lld heads",
+                        (long long)hp->n_embd, (long long)hp->n_head);
     hp->head_dim_v = hp->head_dim_k;
     hp->n_rot = hp->head_dim_k;
     return true;
@@ -527,20 +568,21 @@ static bool hf_swa(const cJSON *o, model_hparams *hp, kvl_error *err) {
     const cJSON *types = cJSON_GetObjectItemCaseSensitive(o, "layer_types");
     if (cJSON_IsArray(types)) {
         if (cJSON_GetArraySize(types) != hp->n_layer)
-            return kvl_fail(err, "config.json: layer_types has %d entries, expected one per layer (%lld)",
-                            cJSON_GetArraySize(types), (long long)hp->n_layer);
+            return kvl_fail(
+                err, "config.json: layer_types has %d entries, expected one per layer (%lld)",
+                cJSON_GetArraySize(types), (long long)hp->n_layer);
         int64_t il = 0;
         const cJSON *t;
         cJSON_ArrayForEach(t, types) hp->swa_layers[il++] =
             cJSON_IsString(t) && strcmp(t->valuestring, "sliding_attention") == 0;
         return true;
     }
-    if (hf_int(o, "sliding_window_pattern", &pattern, err) < 0 || hf_int(o, "max_window_layers", &mwl, err) < 0)
+    if (hf_int(o, "sliding_window_pattern", &pattern, err) < 0 ||
+        hf_int(o, "max_window_layers", &mwl, err) < 0)
         return false;
     if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "use_sliding_window")) && mwl >= 0)
         for (int64_t il = 0; il < hp->n_layer; il++) hp->swa_layers[il] = il >= mwl;
-    else
-        set_swa_pattern(hp, pattern);
+    else set_swa_pattern(hp, pattern);
     return true;
 }
 
@@ -554,25 +596,35 @@ static bool hf_moe(const cJSON *o, model_hparams *hp, kvl_error *err) {
     if (r < 0) return false;
     if (mo->n_expert == 0) return true;
     int64_t n_shared = 0, gating = 0;
-    if (!hf_need(hf_int(o, "num_experts_per_tok", &mo->n_expert_used, err), "num_experts_per_tok", err) ||
+    if (!hf_need(hf_int(o, "num_experts_per_tok", &mo->n_expert_used, err), "num_experts_per_tok",
+                 err) ||
         hf_int(o, "moe_intermediate_size", &mo->n_ff_exp, err) < 0 ||
         hf_int(o, "shared_expert_intermediate_size", &mo->n_ff_shexp, err) < 0 ||
         hf_int(o, "n_shared_experts", &n_shared, err) < 0 ||
         hf_int(o, "first_k_dense_replace", &mo->n_layer_dense_lead, err) < 0 ||
-        hf_int(o, "n_group", &mo->n_group, err) < 0 || hf_int(o, "topk_group", &mo->n_group_used, err) < 0)
+        hf_int(o, "n_group", &mo->n_group, err) < 0 ||
+        hf_int(o, "topk_group", &mo->n_group_used, err) < 0)
         return false;
     const cJSON *sf = cJSON_GetObjectItemCaseSensitive(o, "scoring_func");
-    if (cJSON_IsString(sf)) gating = strcmp(sf->valuestring, "sigmoid") == 0 ? MODEL_MOE_SIGMOID : MODEL_MOE_SOFTMAX;
+    if (cJSON_IsString(sf))
+        gating = strcmp(sf->valuestring, "sigmoid") == 0 ? MODEL_MOE_SIGMOID : MODEL_MOE_SOFTMAX;
     const cJSON *norm = cJSON_GetObjectItemCaseSensitive(o, "norm_topk_prob");
     mo->weights_norm = cJSON_IsBool(norm) ? cJSON_IsTrue(norm) : strcmp(hp->arch, "mixtral") == 0;
     const cJSON *scale = cJSON_GetObjectItemCaseSensitive(o, "routed_scaling_factor");
     if (cJSON_IsNumber(scale)) mo->weights_scale = (float)scale->valuedouble;
-    static const char *const NAMES[MOE_NAMES] = {
-        "num_experts", "num_experts_per_tok", "first_k_dense_replace", "moe_intermediate_size",
-        "n_shared_experts", "scoring_func", "n_group", "topk_group", "routed_scaling_factor"};
+    static const char *const NAMES[MOE_NAMES] = {"num_experts",
+                                                 "num_experts_per_tok",
+                                                 "first_k_dense_replace",
+                                                 "moe_intermediate_size",
+                                                 "n_shared_experts",
+                                                 "scoring_func",
+                                                 "n_group",
+                                                 "topk_group",
+                                                 "routed_scaling_factor"};
     moe_names nm;
     for (int i = 0; i < MOE_NAMES; i++) snprintf(nm[i], sizeof nm[i], "'%s'", NAMES[i]);
-    return moe_defaults("config.json", nm, hp->arch, hp->n_ff, hp->n_layer, n_shared, gating, mo, err);
+    return moe_defaults("config.json", nm, hp->arch, hp->n_ff, hp->n_layer, n_shared, gating, mo,
+                        err);
 }
 
 /* torch_dtype (newer files: dtype): the weights' type, and the KV type servers
@@ -601,7 +653,8 @@ static bool hf_fill(const cJSON *root, model_hparams *hp, kvl_error *err) {
     if (cJSON_IsString(type)) snprintf(hp->arch, sizeof hp->arch, "%s", type->valuestring);
     hf_dtype(o, hp);
     if (hp->param_dtype < 0) hf_dtype(root, hp);
-    if (!hf_heads(o, hp, err) || !hf_mla(o, hp, err) || !hf_swa(o, hp, err) || !hf_moe(o, hp, err)) return false;
+    if (!hf_heads(o, hp, err) || !hf_mla(o, hp, err) || !hf_swa(o, hp, err) || !hf_moe(o, hp, err))
+        return false;
     finish_swa(hp);
     return true;
 }
@@ -620,8 +673,8 @@ bool model_hparams_from_hf_config(const char *json, model_hparams *hp, kvl_error
 
 /* ---------------------------------------------------------------- users -- */
 
-void model_hparams_layer_kv(const model_hparams *hp, int64_t il, int64_t *k_values, int64_t *v_values,
-                            int64_t *window) {
+void model_hparams_layer_kv(const model_hparams *hp, int64_t il, int64_t *k_values,
+                            int64_t *v_values, int64_t *window) {
     *k_values = hp->n_head_kv * hp->head_dim_k;
     *v_values = hp->mla ? 0 : hp->n_head_kv * hp->head_dim_v; /* MLA: V is the latent in K's row */
     *window = il >= 0 && il < hp->n_layer && hp->swa_layers[il] ? hp->n_swa : 0;

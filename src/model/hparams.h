@@ -38,7 +38,7 @@
 #include "gguf.h"
 #include "kv_plan.h"
 
-#define MODEL_MAX_LAYERS 4096
+#define MODEL_MAX_LAYERS  4096
 #define MODEL_MAX_EXPERTS 1024
 
 enum { MODEL_ROPE_NORM = 0, MODEL_ROPE_NEOX = 2 };
@@ -46,60 +46,60 @@ enum { MODEL_ROPE_NORM = 0, MODEL_ROPE_NEOX = 2 };
 /* Mixture of experts (model_moe.c), llama.cpp's keys and build_moe_ffn. */
 enum { MODEL_MOE_SOFTMAX = 1, MODEL_MOE_SIGMOID = 2 }; /* expert_gating_func */
 typedef struct model_moe_hparams {
-    int64_t n_expert, n_expert_used;   /* expert_count (0: dense model), expert_used_count */
-    int64_t n_layer_dense_lead;        /* leading_dense_block_count: layers before the first MoE one */
-    int64_t n_ff_exp;                  /* one routed expert's width */
-    int64_t n_ff_shexp;                /* the shared expert's width (0: none) */
-    int gating;                        /* MODEL_MOE_* */
-    bool weights_norm;                 /* top-k weights divided by their sum */
-    float weights_scale;               /* 0 or 1: none */
-    int64_t n_group, n_group_used;     /* group-limited routing (DeepSeek V3; 0: off) */
-    bool shexp_gated;                  /* qwen2moe: shared expert scaled by sigmoid(gate_inp_shexp . x) */
+    int64_t n_expert, n_expert_used; /* expert_count (0: dense model), expert_used_count */
+    int64_t n_layer_dense_lead;    /* leading_dense_block_count: layers before the first MoE one */
+    int64_t n_ff_exp;              /* one routed expert's width */
+    int64_t n_ff_shexp;            /* the shared expert's width (0: none) */
+    int gating;                    /* MODEL_MOE_* */
+    bool weights_norm;             /* top-k weights divided by their sum */
+    float weights_scale;           /* 0 or 1: none */
+    int64_t n_group, n_group_used; /* group-limited routing (DeepSeek V3; 0: off) */
+    bool shexp_gated; /* qwen2moe: shared expert scaled by sigmoid(gate_inp_shexp . x) */
     int64_t n_layer_moe;
-    size_t expert_bytes;               /* all routed experts' weights (GGUF; 0 from config.json) */
-    size_t active_bytes;               /* weights read per token: all but the unselected experts and
+    size_t expert_bytes; /* all routed experts' weights (GGUF; 0 from config.json) */
+    size_t active_bytes; /* weights read per token: all but the unselected experts and
                                           an untied embedding's other rows (GGUF; 0 from config.json) */
 } model_moe_hparams;
 
 /* Rope scaling beyond linear (rope.scaling.*), as llama.cpp sets up ggml's rope. */
 typedef struct model_rope_yarn {
-    bool yarn;            /* rope.scaling.type = yarn */
-    float ext_factor;     /* YaRN ramp mix (0: off, 1 for yarn files) */
-    float attn_factor;    /* ggml's attn_factor: multiplies rope's cos and sin */
+    bool yarn;         /* rope.scaling.type = yarn */
+    float ext_factor;  /* YaRN ramp mix (0: off, 1 for yarn files) */
+    float attn_factor; /* ggml's attn_factor: multiplies rope's cos and sin */
     float beta_fast, beta_slow;
-    int64_t n_ctx_orig;   /* rope.scaling.original_context_length */
-    float log_mul;        /* rope.scaling.yarn_log_multiplier / 0.1 (deepseek2) */
+    int64_t n_ctx_orig; /* rope.scaling.original_context_length */
+    float log_mul;      /* rope.scaling.yarn_log_multiplier / 0.1 (deepseek2) */
 } model_rope_yarn;
 
 typedef struct model_hparams {
-    char arch[32];                  /* general.architecture, or config.json's model_type */
-    int64_t n_vocab;                /* rows of token_embd (the loader's; 0 from a reader) */
+    char arch[32];   /* general.architecture, or config.json's model_type */
+    int64_t n_vocab; /* rows of token_embd (the loader's; 0 from a reader) */
     int64_t n_embd, n_layer, n_head, n_head_kv, n_ff, n_ctx_train;
     int64_t head_dim_k, head_dim_v; /* key_length / value_length (default n_embd / n_head) */
     int64_t n_rot;                  /* rope.dimension_count (default head_dim_k) */
     int rope_type;                  /* MODEL_ROPE_*: the architecture's (arch.c); 0 if unknown */
     float rope_base, rope_freq_scale;
-    float rope_base_swa;            /* rope.freq_base_swa; 0: absent */
-    char rope_scaling[16];          /* rope.scaling.type as written ("" absent: linear); the factor
+    float rope_base_swa;   /* rope.freq_base_swa; 0: absent */
+    char rope_scaling[16]; /* rope.scaling.type as written ("" absent: linear); the factor
                                        is in rope_freq_scale whatever the type, as in llama.cpp */
     float rms_eps;
     float attn_softcap, final_softcap; /* gemma2 logit soft-capping (0: off) */
-    float attn_temp_scale;          /* attention.temperature_scale (0: off): q is multiplied by
+    float attn_temp_scale;             /* attention.temperature_scale (0: off): q is multiplied by
                                        1 + scale * ln(floor(pos / rope_yarn.n_ctx_orig) + 1) */
     /* Sliding window */
-    int64_t n_swa;                  /* window in tokens; 0: none */
-    int64_t n_swa_layers;           /* layers with swa_layers[il] set */
+    int64_t n_swa;        /* window in tokens; 0: none */
+    int64_t n_swa_layers; /* layers with swa_layers[il] set */
     uint8_t swa_layers[MODEL_MAX_LAYERS];
     /* MLA (see above) */
     bool mla;
     int64_t kv_lora_rank, q_lora_rank, n_rot_mla_nope, v_head_dim_mla;
-    model_moe_hparams moe;          /* mixture of experts (moe.n_expert 0: dense) */
+    model_moe_hparams moe; /* mixture of experts (moe.n_expert 0: dense) */
     model_rope_yarn rope_yarn;
     /* Whole-file facts */
-    int64_t n_params;               /* elements of all tensors (GGUF) */
-    size_t weights_bytes;           /* GGUF tensor data (0 from config.json) */
-    int64_t repacked_bytes;         /* the loader's: weights held in the kernels' layout */
-    int param_dtype;                /* config.json torch_dtype as GGUF_DT_F32/F16/BF16; -1 unknown */
+    int64_t n_params;       /* elements of all tensors (GGUF) */
+    size_t weights_bytes;   /* GGUF tensor data (0 from config.json) */
+    int64_t repacked_bytes; /* the loader's: weights held in the kernels' layout */
+    int param_dtype;        /* config.json torch_dtype as GGUF_DT_F32/F16/BF16; -1 unknown */
     bool tied_output, has_rope_freqs; /* the loader's (from tensors) */
 } model_hparams;
 
@@ -117,7 +117,7 @@ bool model_hparams_plan_model(const model_hparams *hp, kv_plan_model *out, kvl_e
 
 /* The KV layout the model gives layer il's cache: K and V values per token
  * (all heads), and its attention window (0: full). */
-void model_hparams_layer_kv(const model_hparams *hp, int64_t il, int64_t *k_values, int64_t *v_values,
-                            int64_t *window);
+void model_hparams_layer_kv(const model_hparams *hp, int64_t il, int64_t *k_values,
+                            int64_t *v_values, int64_t *window);
 
 #endif

@@ -26,18 +26,23 @@ static bool check_mla_hparams(const model *m, kvl_error *err) {
     int64_t k_mla = hp->n_rot_mla_nope + hp->n_rot, v_mla = hp->v_head_dim_mla;
     if (!hp->mla) { /* uncompressed: one KV head per query head of key_length + value_length */
         if (hp->kv_lora_rank <= 0 || hp->n_head_kv != hp->n_head || hp->n_rot_mla_nope <= 0)
-            return kvl_fail(err, "%s: key '%s.attention.key_length_mla' missing, and the file is not in the "
-                            "uncompressed form either (kv_lora %lld, kv heads %lld of %lld, key %lld, rope %lld)",
-                            gguf_path(f), a, (long long)hp->kv_lora_rank, (long long)hp->n_head_kv,
-                            (long long)hp->n_head, (long long)hp->head_dim_k, (long long)hp->n_rot);
+            return kvl_fail(
+                err,
+                "%s: key '%s.attention.key_length_mla' missing, and the file is not in the "
+                "uncompressed form either (kv_lora %lld, kv heads %lld of %lld, key %lld, rope "
+                "%lld)",
+                gguf_path(f), a, (long long)hp->kv_lora_rank, (long long)hp->n_head_kv,
+                (long long)hp->n_head, (long long)hp->head_dim_k, (long long)hp->n_rot);
         return true;
     }
     if (hp->n_head_kv != 1 || hp->head_dim_k != hp->kv_lora_rank + hp->n_rot ||
         hp->head_dim_v != hp->kv_lora_rank || k_mla <= hp->n_rot || v_mla <= 0 || v_mla > 4096)
-        return kvl_fail(err, "%s: MLA shape not in llama.cpp's absorbed form (kv heads %lld, key %lld, "
-                        "value %lld, kv_lora %lld, rope %lld, key_mla %lld)", gguf_path(f),
-                        (long long)hp->n_head_kv, (long long)hp->head_dim_k, (long long)hp->head_dim_v,
-                        (long long)hp->kv_lora_rank, (long long)hp->n_rot, (long long)k_mla);
+        return kvl_fail(err,
+                        "%s: MLA shape not in llama.cpp's absorbed form (kv heads %lld, key %lld, "
+                        "value %lld, kv_lora %lld, rope %lld, key_mla %lld)",
+                        gguf_path(f), (long long)hp->n_head_kv, (long long)hp->head_dim_k,
+                        (long long)hp->head_dim_v, (long long)hp->kv_lora_rank,
+                        (long long)hp->n_rot, (long long)k_mla);
     return true;
 }
 
@@ -50,12 +55,15 @@ static bool read_hparams(model *m, kvl_error *err) {
         return kvl_fail(err, "%s: architecture '%s' is not supported (supported: %s)", gguf_path(f),
                         hp->arch, arch_supported_list());
     const char *a = hp->arch;
-    if (hp->n_embd == 0) return kvl_fail(err, "%s: key '%s.embedding_length' missing", gguf_path(f), a);
-    if (hp->n_ff == 0) return kvl_fail(err, "%s: key '%s.feed_forward_length' missing", gguf_path(f), a);
+    if (hp->n_embd == 0)
+        return kvl_fail(err, "%s: key '%s.embedding_length' missing", gguf_path(f), a);
+    if (hp->n_ff == 0)
+        return kvl_fail(err, "%s: key '%s.feed_forward_length' missing", gguf_path(f), a);
     if (hp->n_embd > (1 << 20) || hp->n_layer > 4096 || hp->n_head > 4096 || hp->n_ff > (1 << 22))
-        return kvl_fail(err, "%s: implausible hyperparameters (embd %lld, layers %lld, heads %lld, ff %lld)",
-                        gguf_path(f), (long long)hp->n_embd, (long long)hp->n_layer,
-                        (long long)hp->n_head, (long long)hp->n_ff);
+        return kvl_fail(
+            err, "%s: implausible hyperparameters (embd %lld, layers %lld, heads %lld, ff %lld)",
+            gguf_path(f), (long long)hp->n_embd, (long long)hp->n_layer, (long long)hp->n_head,
+            (long long)hp->n_ff);
     if (hp->n_head_kv <= 0 || hp->n_head % hp->n_head_kv != 0)
         return kvl_fail(err, "%s: head_count %lld is not a multiple of head_count_kv %lld",
                         gguf_path(f), (long long)hp->n_head, (long long)hp->n_head_kv);
@@ -65,8 +73,11 @@ static bool read_hparams(model *m, kvl_error *err) {
                         (long long)hp->head_dim_k, (long long)hp->head_dim_v, (long long)hp->n_rot);
     const char *rs = hp->rope_scaling;
     if (rs[0] && strcmp(rs, "none") != 0 && strcmp(rs, "linear") != 0 && strcmp(rs, "yarn") != 0)
-        return kvl_fail(err, "%s: key '%s.rope.scaling.type': rope scaling '%s' is not supported (supported: none, "
-                        "linear, yarn)", gguf_path(f), a, rs);
+        return kvl_fail(
+            err,
+            "%s: key '%s.rope.scaling.type': rope scaling '%s' is not supported (supported: none, "
+            "linear, yarn)",
+            gguf_path(f), a, rs);
     if (m->arch->attn == ARCH_ATTN_MLA && !check_mla_hparams(m, err)) return false;
     return moe_check_support(m, err);
 }
@@ -77,13 +88,15 @@ static bool bind3(model *m, mtensor *t, const char *name, int64_t ne0, int64_t n
                   bool required, kvl_error *err) {
     const gguf_tensor *gt = gguf_find_tensor(m->gguf, name);
     memset(t, 0, sizeof *t);
-    if (!gt) return required ? kvl_fail(err, "%s: tensor '%s' missing", gguf_path(m->gguf), name) : true;
+    if (!gt)
+        return required ? kvl_fail(err, "%s: tensor '%s' missing", gguf_path(m->gguf), name) : true;
     int64_t want1 = ne1 ? ne1 : 1;
     if (gt->ne[0] != ne0 || gt->ne[1] != want1 || gt->ne[2] != ne2 || gt->ne[3] != 1)
-        return kvl_fail(err, "%s: tensor '%s': shape [%lld, %lld, %lld, %lld], expected [%lld, %lld, %lld]",
-                        gguf_path(m->gguf), name, (long long)gt->ne[0], (long long)gt->ne[1],
-                        (long long)gt->ne[2], (long long)gt->ne[3], (long long)ne0, (long long)want1,
-                        (long long)ne2);
+        return kvl_fail(
+            err, "%s: tensor '%s': shape [%lld, %lld, %lld, %lld], expected [%lld, %lld, %lld]",
+            gguf_path(m->gguf), name, (long long)gt->ne[0], (long long)gt->ne[1],
+            (long long)gt->ne[2], (long long)gt->ne[3], (long long)ne0, (long long)want1,
+            (long long)ne2);
     const kern_traits *tr = kern_traits_of(gt->dtype);
     bool is_vector = ne1 == 0;
     if (is_vector ? gt->dtype != GGUF_DT_F32 : (!tr || !tr->vec_dot || !tr->to_float))
@@ -94,8 +107,8 @@ static bool bind3(model *m, mtensor *t, const char *name, int64_t ne0, int64_t n
     return true;
 }
 
-bool model_bind(model *m, mtensor *t, const char *name, int64_t ne0, int64_t ne1, int64_t ne2, bool required,
-                kvl_error *err) {
+bool model_bind(model *m, mtensor *t, const char *name, int64_t ne0, int64_t ne1, int64_t ne2,
+                bool required, kvl_error *err) {
     return bind3(m, t, name, ne0, ne1, ne2, required, err);
 }
 
@@ -104,10 +117,10 @@ static bool bind(model *m, mtensor *t, const char *name, int64_t ne0, int64_t ne
     return bind3(m, t, name, ne0, ne1, 1, required, err);
 }
 
-#define BIND(field, suffix, ne0, ne1, req)                                   \
-    do {                                                                     \
-        snprintf(n, sizeof n, "blk.%d.%s", il, suffix);                      \
-        if (!bind(m, &L->field, n, ne0, ne1, req, err)) return false;        \
+#define BIND(field, suffix, ne0, ne1, req)                                                         \
+    do {                                                                                           \
+        snprintf(n, sizeof n, "blk.%d.%s", il, suffix);                                            \
+        if (!bind(m, &L->field, n, ne0, ne1, req, err)) return false;                              \
     } while (0)
 
 /* Q/K/V/O of standard multi-head (MHA/GQA/MQA) attention. */
@@ -165,7 +178,8 @@ static bool bind_layer(model *m, int il, kvl_error *err) {
     int64_t E = hp->n_embd;
     char n[96];
     BIND(attn_norm, "attn_norm.weight", E, 0, true);
-    if (!(m->arch->attn == ARCH_ATTN_MLA ? bind_attn_mla(m, il, L, err) : bind_attn_mha(m, il, L, err)))
+    if (!(m->arch->attn == ARCH_ATTN_MLA ? bind_attn_mla(m, il, L, err)
+                                         : bind_attn_mha(m, il, L, err)))
         return false;
     BIND(ffn_norm, "ffn_norm.weight", E, 0, true);
     snprintf(n, sizeof n, "blk.%d.ffn_gate_inp.weight", il);
@@ -244,8 +258,9 @@ static size_t max_work_bytes(const model *m, int64_t rows) {
     best = moe > best ? moe : best;
     for (int il = 0; il < hp->n_layer; il++) {
         const layer_weights *L = &m->layers[il];
-        const mtensor *ts[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->ffn_gate, &L->ffn_up, &L->ffn_down,
-                               &L->wq_a, &L->wq_b, &L->wkv_a_mqa, &L->wk_b, &L->wv_b, &L->wkv_b};
+        const mtensor *ts[] = {&L->wq,     &L->wk,       &L->wv,   &L->wo,   &L->ffn_gate,
+                               &L->ffn_up, &L->ffn_down, &L->wq_a, &L->wq_b, &L->wkv_a_mqa,
+                               &L->wk_b,   &L->wv_b,     &L->wkv_b};
         for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) {
             if (!ts[i]->data) continue;
             size_t b = kern_matmul_work_bytes(ts[i]->dtype, rows, ts[i]->ne0);
@@ -258,10 +273,12 @@ static size_t max_work_bytes(const model *m, int64_t rows) {
 /* The layer tensors that go through op_matmul (not the per-head MLA ones,
  * which op_matmul_head slices by rows); with m->output, what is repacked. */
 static const size_t LAYER_MATMULS[] = {
-    offsetof(layer_weights, wq),       offsetof(layer_weights, wk),       offsetof(layer_weights, wv),
-    offsetof(layer_weights, wo),       offsetof(layer_weights, ffn_gate), offsetof(layer_weights, ffn_up),
-    offsetof(layer_weights, ffn_down), offsetof(layer_weights, wq_a),     offsetof(layer_weights, wq_b),
-    offsetof(layer_weights, wkv_a_mqa), offsetof(layer_weights, wkv_b)};
+    offsetof(layer_weights, wq),       offsetof(layer_weights, wk),
+    offsetof(layer_weights, wv),       offsetof(layer_weights, wo),
+    offsetof(layer_weights, ffn_gate), offsetof(layer_weights, ffn_up),
+    offsetof(layer_weights, ffn_down), offsetof(layer_weights, wq_a),
+    offsetof(layer_weights, wq_b),     offsetof(layer_weights, wkv_a_mqa),
+    offsetof(layer_weights, wkv_b)};
 #define N_LAYER_MATMULS (sizeof LAYER_MATMULS / sizeof LAYER_MATMULS[0])
 
 /* Matmul tensor i of layer il, i < N_LAYER_MATMULS. */
@@ -286,25 +303,32 @@ static bool repack_weights(model *m, kvl_error *err) {
     const double share = m->hp.moe.n_expert ? 0.1 : 1.0;
     for (int64_t i = -1; i < n; i++) {
         if (i % (int64_t)N_LAYER_MATMULS == 0) model_progress(m, share * (double)i / (double)n);
-        mtensor *t = i < 0 ? &m->output : layer_matmul(m, (int)(i / N_LAYER_MATMULS), (size_t)(i % N_LAYER_MATMULS));
+        mtensor *t =
+            i < 0 ? &m->output
+                  : layer_matmul(m, (int)(i / N_LAYER_MATMULS), (size_t)(i % N_LAYER_MATMULS));
         if (!t->data || t->ne2 > 1) continue;
         const size_t bytes = kern_repack_bytes(t->dtype, t->ne1, t->ne0);
         if (!bytes) continue;
         t->packed = kvl_alloc_huge(bytes);
         if (!t->packed) {
-            return kvl_fail(err, "model: out of memory repacking weights (%zu bytes; --no-repack avoids it)", bytes);
+            return kvl_fail(
+                err, "model: out of memory repacking weights (%zu bytes; --no-repack avoids it)",
+                bytes);
         }
         kern_repack(t->data, t->dtype, t->ne1, t->ne0, t->packed);
         total += bytes;
-        const uintptr_t a = (uintptr_t)t->data, e = a + kern_row_bytes(t->dtype, t->ne0) * (size_t)t->ne1;
-        const uintptr_t a0 = (a + page - 1) & ~(uintptr_t)(page - 1), e0 = e & ~(uintptr_t)(page - 1);
+        const uintptr_t a = (uintptr_t)t->data,
+                        e = a + kern_row_bytes(t->dtype, t->ne0) * (size_t)t->ne1;
+        const uintptr_t a0 = (a + page - 1) & ~(uintptr_t)(page - 1),
+                        e0 = e & ~(uintptr_t)(page - 1);
         if (e0 > a0) madvise((void *)a0, e0 - a0, MADV_DONTNEED);
     }
     if (!moe_repack(m, &total, err)) return false;
     model_progress(m, 1.0);
     m->hp.repacked_bytes = (int64_t)total;
     if (total)
-        kvl_log(KVL_LOG_INFO, "model: %.1f MiB of weights repacked for %s", total / 1048576.0, kern_isa_name());
+        kvl_log(KVL_LOG_INFO, "model: %.1f MiB of weights repacked for %s", total / 1048576.0,
+                kern_isa_name());
     return true;
 }
 
@@ -317,10 +341,16 @@ static bool alloc_scratch(model *m, kvl_error *err) {
     int64_t wide = E;
     if (hp->kv_lora_rank) { /* MLA: q before absorption, latent outputs, v_b outputs */
         int64_t qraw = hp->n_head * (hp->n_rot_mla_nope + hp->n_rot);
-        int64_t mix[] = {qraw, hp->q_lora_rank, hp->n_head * hp->v_head_dim_mla, kd,
-                         hp->kv_lora_rank + hp->n_rot, hp->n_head * (hp->n_rot_mla_nope + hp->v_head_dim_mla)};
-        for (size_t i = 0; i < sizeof mix / sizeof mix[0]; i++) wide = mix[i] > wide ? mix[i] : wide;
-        m->mla_a = kvl_calloc(U * (hp->n_rot_mla_nope + hp->kv_lora_rank + hp->v_head_dim_mla), sizeof(float));
+        int64_t mix[] = {qraw,
+                         hp->q_lora_rank,
+                         hp->n_head * hp->v_head_dim_mla,
+                         kd,
+                         hp->kv_lora_rank + hp->n_rot,
+                         hp->n_head * (hp->n_rot_mla_nope + hp->v_head_dim_mla)};
+        for (size_t i = 0; i < sizeof mix / sizeof mix[0]; i++)
+            wide = mix[i] > wide ? mix[i] : wide;
+        m->mla_a = kvl_calloc(U * (hp->n_rot_mla_nope + hp->kv_lora_rank + hp->v_head_dim_mla),
+                              sizeof(float));
         m->mla_b = kvl_calloc(U * (hp->kv_lora_rank + hp->v_head_dim_mla), sizeof(float));
         if (!m->mla_a || !m->mla_b) return kvl_fail(err, "model: out of memory");
     }
@@ -337,8 +367,8 @@ static bool alloc_scratch(model *m, kvl_error *err) {
     m->work = kvl_alloc(max_work_bytes(m, U));
     m->logit_rows = kvl_calloc(U * E, sizeof(float));
     m->attn_runs = kvl_calloc(2 * U, sizeof(int32_t));
-    if (!m->attn_runs || !m->x || !m->xb || !m->xb2 || !m->q || !m->k || !m->v || !m->att || !m->ff_gate ||
-        !m->ff_up || !m->work || !m->logit_rows)
+    if (!m->attn_runs || !m->x || !m->xb || !m->xb2 || !m->q || !m->k || !m->v || !m->att ||
+        !m->ff_gate || !m->ff_up || !m->work || !m->logit_rows)
         return kvl_fail(err, "model: cannot allocate scratch for %lld tokens", (long long)U);
     return moe_alloc_scratch(m, err);
 }
@@ -357,7 +387,8 @@ model *model_load(gguf_file *f, const model_params *mp, kvl_error *err) {
     if (!read_hparams(m, err)) goto fail;
     if (m->mp.max_ctx <= 0) {
         m->mp.max_ctx = m->hp.n_ctx_train;
-        if (m->mp.max_ctx_cap > 0 && m->mp.max_ctx > m->mp.max_ctx_cap) m->mp.max_ctx = m->mp.max_ctx_cap;
+        if (m->mp.max_ctx_cap > 0 && m->mp.max_ctx > m->mp.max_ctx_cap)
+            m->mp.max_ctx = m->mp.max_ctx_cap;
     }
     if (!bind_weights(m, err) || !alloc_scratch(m, err)) goto fail;
     if (!m->mp.no_repack && !repack_weights(m, err)) goto fail;
@@ -374,8 +405,9 @@ void model_destroy(model *m) {
         for (size_t i = 0; i < N_LAYER_MATMULS; i++) kvl_free(layer_matmul(m, il, i)->packed);
     moe_free(m);
     free(m->layers);
-    float *bufs[] = {m->x, m->xb, m->xb2, m->q, m->k, m->v, m->att, m->ff_gate, m->ff_up,
-                     m->attn_scratch, m->logit_rows, m->mla_a, m->mla_b};
+    float *bufs[] = {m->x,          m->xb,    m->xb2,     m->q,     m->k,
+                     m->v,          m->att,   m->ff_gate, m->ff_up, m->attn_scratch,
+                     m->logit_rows, m->mla_a, m->mla_b};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) kvl_free(bufs[i]);
     kvl_free(m->work);
     kvl_free(m->attn_runs);

@@ -18,11 +18,12 @@
 typedef struct model model; /* opaque */
 
 typedef struct model_params {
-    int64_t max_ctx;      /* longest sequence the scratch must support; <= 0: the file's context_length */
-    int64_t max_ctx_cap;  /* with max_ctx <= 0, at most this many (<= 0: no cap): a file's
+    int64_t
+        max_ctx; /* longest sequence the scratch must support; <= 0: the file's context_length */
+    int64_t max_ctx_cap; /* with max_ctx <= 0, at most this many (<= 0: no cap): a file's
                            * context_length is untrusted, and scratch grows with it */
-    int64_t max_ubatch;   /* tokens processed per internal pass (scratch size) */
-    bool no_repack;       /* keep matmul weights in their GGUF layout */
+    int64_t max_ubatch;  /* tokens processed per internal pass (scratch size) */
+    bool no_repack;      /* keep matmul weights in their GGUF layout */
     /* Optional, called during the long part of loading (reading and repacking
      * the weights) with the fraction done, 0..1, ending with 1. */
     void (*progress)(double done, void *user);
@@ -74,7 +75,7 @@ bool model_forward(model *m, kv_pool *const *pools, const model_batch *b, float 
  * plain softmax over the block table. Stores the token's K/V like
  * model_forward and writes its n_vocab logits. For tests: slow, and it
  * allocates per call. False (err set) on a token or position out of range. */
-bool model_forward_ref(model *m, kv_pool *const *pools, const kv_seq *const *seqs, int32_t token, int32_t pos,
-                       float *logits, kvl_error *err);
+bool model_forward_ref(model *m, kv_pool *const *pools, const kv_seq *const *seqs, int32_t token,
+                       int32_t pos, float *logits, kvl_error *err);
 
 #endif

@@ -23,7 +23,8 @@ static const kv_seq *seq_table(const fwd_ctx *c, int64_t t, int group) {
     return c->b->seqs[(size_t)c->b->seq[c->t0 + t] * c->m->n_groups + group];
 }
 
-static bool check_batch(const model *m, kv_pool *const *pools, const model_batch *b, kvl_error *err) {
+static bool check_batch(const model *m, kv_pool *const *pools, const model_batch *b,
+                        kvl_error *err) {
     for (int g = 0; g < m->n_groups; g++) {
         kv_pool_config want;
         model_kv_group_shape(m, g, &want, NULL);
@@ -37,7 +38,8 @@ static bool check_batch(const model *m, kv_pool *const *pools, const model_batch
             return kvl_fail(err, "batch token %lld: id %d out of range [0, %lld)", (long long)i,
                             b->tokens[i], (long long)m->hp.n_vocab);
         if (b->seq[i] < 0 || b->seq[i] >= b->n_seqs)
-            return kvl_fail(err, "batch token %lld: sequence %d out of range", (long long)i, b->seq[i]);
+            return kvl_fail(err, "batch token %lld: sequence %d out of range", (long long)i,
+                            b->seq[i]);
         int32_t p = b->pos[i];
         if (p < 0 || p >= m->mp.max_ctx)
             return kvl_fail(err, "batch token %lld: position %d outside the context of %lld",
@@ -49,16 +51,19 @@ static bool check_batch(const model *m, kv_pool *const *pools, const model_batch
             int32_t w = m->groups[g].window;
             int64_t miss = kv_seq_window_missing(pools[g], s, p, w);
             if (miss >= 0)
-                return kvl_fail(err, "batch token %lld: position %d attends to positions %lld..%d (KV group %d, "
-                                "window %d), but the block of position %lld is not in its block table",
-                                (long long)i, p, (long long)kv_window_first(p, w), p, g, w, (long long)miss);
+                return kvl_fail(
+                    err,
+                    "batch token %lld: position %d attends to positions %lld..%d (KV group %d, "
+                    "window %d), but the block of position %lld is not in its block table",
+                    (long long)i, p, (long long)kv_window_first(p, w), p, g, w, (long long)miss);
         }
     }
     return true;
 }
 
 /* Writes one token's K (and V, unless the pool keeps none) into its block. */
-static void kv_store(kv_pool *kv, const kv_seq *s, int slot, int32_t pos, const float *k, const float *v) {
+static void kv_store(kv_pool *kv, const kv_seq *s, int slot, int32_t pos, const float *k,
+                     const float *v) {
     const int bs = kv_pool_cfg(kv)->block_size;
     kv_store_token(kv, s->blocks[pos / bs], slot, pos % bs, k, v);
 }
@@ -69,8 +74,9 @@ static bool ensure_attn_scratch(model *m, kv_pool *const *pools, kvl_error *err)
     const model_hparams *hp = &m->hp;
     size_t need = 0;
     for (int g = 0; g < m->n_groups; g++) {
-        size_t n = op_attend_scratch_floats(kv_pool_cfg(pools[g]), (int)(hp->n_head / hp->n_head_kv),
-                                            hp->head_dim_k, hp->head_dim_v, m->mp.max_ctx);
+        size_t n =
+            op_attend_scratch_floats(kv_pool_cfg(pools[g]), (int)(hp->n_head / hp->n_head_kv),
+                                     hp->head_dim_k, hp->head_dim_v, m->mp.max_ctx);
         need = n > need ? n : need;
     }
     /* The pool may have been resized (-t) since the model was loaded. */
@@ -101,13 +107,14 @@ static float *thread_scratch(const model *m, int thread) {
 
 /* Attention of (token, KV head) pair w of the ubatch (token w / n_kv, KV head
  * w % n_kv), its chunks spread over up to max_threads threads. */
-static void attend_pair(const fwd_ctx *c, const layer_weights *L, const attn_args *a, const attn_io *io,
-                        int64_t w, float *scratch, int max_threads) {
+static void attend_pair(const fwd_ctx *c, const layer_weights *L, const attn_args *a,
+                        const attn_io *io, int64_t w, float *scratch, int max_threads) {
     const model *m = c->m;
-    const int64_t G = m->hp.n_head / m->hp.n_head_kv, n_kv = m->hp.n_head_kv, t = w / n_kv, g = w % n_kv;
+    const int64_t G = m->hp.n_head / m->hp.n_head_kv, n_kv = m->hp.n_head_kv, t = w / n_kv,
+                  g = w % n_kv;
     op_attend_group(a, seq_table(c, t, L->kv_group), c->b->pos[c->t0 + t], (int)g, (int)G,
-                    io->q + t * io->q_stride + g * G * a->dk, a->dk, io->out + t * io->out_stride + g * G * a->dv,
-                    a->dv, scratch, max_threads);
+                    io->q + t * io->q_stride + g * G * a->dk, a->dk,
+                    io->out + t * io->out_stride + g * G * a->dv, a->dv, scratch, max_threads);
 }
 
 /* Runs of tokens of one sequence at consecutive positions within one attention chunk. */
@@ -135,14 +142,14 @@ static attn_runs find_runs(const fwd_ctx *c, int max_tokens) {
 }
 
 /* Attention of (run, KV head) item w: run w / n_kv, KV head w % n_kv. */
-static void attend_run_item(const fwd_ctx *c, const layer_weights *L, const attn_args *a, const attn_io *io,
-                            const attn_runs *r, int64_t w, float *scratch) {
+static void attend_run_item(const fwd_ctx *c, const layer_weights *L, const attn_args *a,
+                            const attn_io *io, const attn_runs *r, int64_t w, float *scratch) {
     const model *m = c->m;
     const int64_t G = m->hp.n_head / m->hp.n_head_kv, n_kv = m->hp.n_head_kv;
     const int64_t ri = w / n_kv, g = w % n_kv, t = r->runs[2 * ri];
-    op_attend_run(a, seq_table(c, t, L->kv_group), c->b->pos[c->t0 + t], r->runs[2 * ri + 1], (int)g, (int)G,
-                  io->q + t * io->q_stride + g * G * a->dk, io->q_stride, io->out + t * io->out_stride + g * G * a->dv,
-                  io->out_stride, scratch);
+    op_attend_run(a, seq_table(c, t, L->kv_group), c->b->pos[c->t0 + t], r->runs[2 * ri + 1],
+                  (int)g, (int)G, io->q + t * io->q_stride + g * G * a->dk, io->q_stride,
+                  io->out + t * io->out_stride + g * G * a->dv, io->out_stride, scratch);
 }
 
 /* Attention for the pool's tasks: (run, KV head) items, or (token, KV head) pairs. */
@@ -171,8 +178,8 @@ static void attend_pair_task(void *ctx, int64_t w, int thread) {
  * 4096-token prefill of a 1B model). The results are the same bits. Declines
  * (false) when no run has two tokens, or when there are too few runs to share
  * among the threads. */
-static bool attention_runs(const fwd_ctx *c, const layer_weights *L, const attn_args *a, const attn_io *io,
-                           bool par) {
+static bool attention_runs(const fwd_ctx *c, const layer_weights *L, const attn_args *a,
+                           const attn_io *io, bool par) {
     model *m = c->m;
     const int64_t G = m->hp.n_head / m->hp.n_head_kv, n_kv = m->hp.n_head_kv;
     const attn_runs r = find_runs(c, op_attend_run_max_tokens((int)G, a->dv, m->mp.max_ctx));
@@ -190,14 +197,15 @@ static bool attention_runs(const fwd_ctx *c, const layer_weights *L, const attn_
 /* Strategy for fewer pairs than threads (decode of one sequence with few KV
  * heads): the pairs one after the other, each spreading its fixed chunks of
  * positions over the threads. */
-static void attention_split_pairs(const fwd_ctx *c, const layer_weights *L, const attn_args *a, const attn_io *io,
-                                  int64_t total) {
-    for (int64_t w = 0; w < total; w++) attend_pair(c, L, a, io, w, c->m->attn_scratch, kvl_pool_threads());
+static void attention_split_pairs(const fwd_ctx *c, const layer_weights *L, const attn_args *a,
+                                  const attn_io *io, int64_t total) {
+    for (int64_t w = 0; w < total; w++)
+        attend_pair(c, L, a, io, w, c->m->attn_scratch, kvl_pool_threads());
 }
 
 /* Strategy for little work: every pair on this thread, without waking the pool. */
-static void attention_serial(const fwd_ctx *c, const layer_weights *L, const attn_args *a, const attn_io *io,
-                             int64_t total) {
+static void attention_serial(const fwd_ctx *c, const layer_weights *L, const attn_args *a,
+                             const attn_io *io, int64_t total) {
     for (int64_t w = 0; w < total; w++) attend_pair(c, L, a, io, w, c->m->attn_scratch, 1);
 }
 
@@ -262,24 +270,35 @@ static void attn_mha(fwd_ctx *c, int il) {
         }
         if (m->arch->attn_temp && hp->attn_temp_scale != 0.0f) {
             /* llama.cpp's attention temperature, in its precisions */
-            const float s = (float)(log(floorf((float)pos / (float)hp->rope_yarn.n_ctx_orig) + 1.0) *
-                                        hp->attn_temp_scale + 1.0);
+            const float s =
+                (float)(log(floorf((float)pos / (float)hp->rope_yarn.n_ctx_orig) + 1.0) *
+                            hp->attn_temp_scale +
+                        1.0);
             for (int64_t i = 0; i < qd; i++) m->q[t * qd + i] *= s;
         }
         kv_store(kv, seq_table(c, t, L->kv_group), L->kv_slot, pos, m->k + t * kd, m->v + t * vd);
     }
-    attn_args a = {.kv = kv, .slot = L->kv_slot, .dk = dk, .dv = dv, .scale = attn_scale(m),
-                   .softcap = hp->attn_softcap, .window = m->groups[L->kv_group].window};
+    attn_args a = {.kv = kv,
+                   .slot = L->kv_slot,
+                   .dk = dk,
+                   .dv = dv,
+                   .scale = attn_scale(m),
+                   .softcap = hp->attn_softcap,
+                   .window = m->groups[L->kv_group].window};
     attention(c, L, &a, m->q, qd, m->att, hp->n_head * dv);
     op_matmul(m, &L->wo, m->att, n, m->xb);
 }
 
 /* Copies `width` floats at `offset` of each of n rows (stride) into dst[n][width], or back. */
-static void gather(float *dst, const float *src, int64_t n, int64_t stride, int64_t offset, int64_t width) {
-    for (int64_t t = 0; t < n; t++) memcpy(dst + t * width, src + t * stride + offset, width * sizeof(float));
+static void gather(float *dst, const float *src, int64_t n, int64_t stride, int64_t offset,
+                   int64_t width) {
+    for (int64_t t = 0; t < n; t++)
+        memcpy(dst + t * width, src + t * stride + offset, width * sizeof(float));
 }
-static void scatter(float *dst, const float *src, int64_t n, int64_t stride, int64_t offset, int64_t width) {
-    for (int64_t t = 0; t < n; t++) memcpy(dst + t * stride + offset, src + t * width, width * sizeof(float));
+static void scatter(float *dst, const float *src, int64_t n, int64_t stride, int64_t offset,
+                    int64_t width) {
+    for (int64_t t = 0; t < n; t++)
+        memcpy(dst + t * stride + offset, src + t * width, width * sizeof(float));
 }
 
 /* deepseek2's q.k scale: llama.cpp folds the YaRN magnitude correction
@@ -329,8 +348,13 @@ static void attn_mla(fwd_ctx *c, int il) {
         gather(qa, qraw, n, H * qh, h * qh + nope, rope);
         scatter(m->q, qa, n, H * dk, h * dk + r, rope);
     }
-    attn_args a = {.kv = kv, .slot = L->kv_slot, .dk = dk, .dv = r, .v_in_k = true,
-                   .scale = mla_kq_scale(m, qh), .window = m->groups[L->kv_group].window};
+    attn_args a = {.kv = kv,
+                   .slot = L->kv_slot,
+                   .dk = dk,
+                   .dv = r,
+                   .v_in_k = true,
+                   .scale = mla_kq_scale(m, qh),
+                   .window = m->groups[L->kv_group].window};
     attention(c, L, &a, m->q, H * dk, m->att, H * r);
     for (int64_t h = 0; h < H; h++) {
         gather(qa, m->att, n, H * r, h * r, r);
@@ -357,7 +381,8 @@ static void attn_mla_uncompressed(fwd_ctx *c, int il) {
     } else {
         op_matmul(m, &L->wq, m->xb, n, m->q);
     }
-    float *kvc = m->xb2, *lat = m->mla_a, *kv = m->xb; /* the normed input is done with after this */
+    float *kvc = m->xb2, *lat = m->mla_a,
+          *kv = m->xb;                          /* the normed input is done with after this */
     op_matmul(m, &L->wkv_a_mqa, m->xb, n, kvc); /* [n][r + rope] */
     for (int64_t t = 0; t < n; t++) {
         int32_t pos = c->b->pos[c->t0 + t];
@@ -378,7 +403,11 @@ static void attn_mla_uncompressed(fwd_ctx *c, int il) {
         }
         kv_store(pool, seq_table(c, t, L->kv_group), L->kv_slot, c->b->pos[c->t0 + t], k, v);
     }
-    attn_args a = {.kv = pool, .slot = L->kv_slot, .dk = qh, .dv = vd, .scale = 1.0f / sqrtf((float)qh),
+    attn_args a = {.kv = pool,
+                   .slot = L->kv_slot,
+                   .dk = qh,
+                   .dv = vd,
+                   .scale = 1.0f / sqrtf((float)qh),
                    .window = m->groups[L->kv_group].window};
     attention(c, L, &a, m->q, H * qh, m->att, H * vd);
     op_matmul(m, &L->wo, m->att, n, m->xb);
@@ -440,7 +469,8 @@ static int64_t project_logits(fwd_ctx *c, float *logits, float *hidden) {
     const model_hparams *hp = &m->hp;
     int64_t E = hp->n_embd, n_out = 0;
     for (int64_t t = 0; t < c->n; t++)
-        if (wants_logits(c->b, c->t0 + t)) memcpy(m->logit_rows + (n_out++) * E, m->x + t * E, E * sizeof(float));
+        if (wants_logits(c->b, c->t0 + t))
+            memcpy(m->logit_rows + (n_out++) * E, m->x + t * E, E * sizeof(float));
     if (n_out == 0) return 0;
     op_rms_norm(m->logit_rows, m->logit_rows, m->output_norm.data, n_out, E, hp->rms_eps);
     if (hidden) memcpy(hidden, m->logit_rows, (size_t)(n_out * E) * sizeof(float));
@@ -457,8 +487,12 @@ bool model_forward(model *m, kv_pool *const *pools, const model_batch *b, float 
     if (!check_batch(m, pools, b, err) || !ensure_attn_scratch(m, pools, err)) return false;
     int64_t out_rows = 0;
     for (int64_t t0 = 0; t0 < b->n_tokens; t0 += m->mp.max_ubatch) {
-        fwd_ctx c = {.m = m, .pools = pools, .b = b, .t0 = t0,
-                     .n = b->n_tokens - t0 < m->mp.max_ubatch ? b->n_tokens - t0 : m->mp.max_ubatch};
+        fwd_ctx c = {.m = m,
+                     .pools = pools,
+                     .b = b,
+                     .t0 = t0,
+                     .n =
+                         b->n_tokens - t0 < m->mp.max_ubatch ? b->n_tokens - t0 : m->mp.max_ubatch};
         embed(&c);
         for (int il = 0; il < m->hp.n_layer; il++) layer_forward(&c, il);
         out_rows += project_logits(&c, logits ? logits + out_rows * m->hp.n_vocab : NULL,

@@ -15,33 +15,33 @@ typedef struct mtensor {
 } mtensor;
 
 typedef struct layer_weights {
-    mtensor attn_norm;                /* [E] */
-    mtensor wq, wk, wv, wo;           /* [E -> Hq*dk], [E -> Hkv*dk], [E -> Hkv*dv], [Hq*dv -> E] */
-    mtensor bq, bk, bv;               /* optional biases */
-    mtensor q_norm, k_norm;           /* optional per-head norms [dk] */
-    mtensor post_attn_norm;           /* gemma: [E] */
-    mtensor ffn_norm;                 /* [E] */
-    mtensor ffn_gate, ffn_up;         /* [E -> F] */
-    mtensor ffn_down;                 /* [F -> E] */
-    mtensor post_ffn_norm;            /* gemma: [E] */
+    mtensor attn_norm;        /* [E] */
+    mtensor wq, wk, wv, wo;   /* [E -> Hq*dk], [E -> Hkv*dk], [E -> Hkv*dv], [Hq*dv -> E] */
+    mtensor bq, bk, bv;       /* optional biases */
+    mtensor q_norm, k_norm;   /* optional per-head norms [dk] */
+    mtensor post_attn_norm;   /* gemma: [E] */
+    mtensor ffn_norm;         /* [E] */
+    mtensor ffn_gate, ffn_up; /* [E -> F] */
+    mtensor ffn_down;         /* [F -> E] */
+    mtensor post_ffn_norm;    /* gemma: [E] */
     /* MLA (deepseek2), llama.cpp's absorbed layout */
-    mtensor wq_a, q_a_norm, wq_b;     /* [E -> q_lora], [q_lora], [q_lora -> H*(nope+rope)] */
-    mtensor wkv_a_mqa, kv_a_norm;     /* [E -> kv_lora+rope], [kv_lora] */
-    mtensor wk_b;                     /* {nope, kv_lora, H}: per head kv_lora rows of nope */
-    mtensor wv_b;                     /* {kv_lora, v, H}: per head v rows of kv_lora */
-    mtensor wkv_b;                    /* uncompressed form instead of k_b/v_b: [kv_lora -> H*(nope+v)] */
+    mtensor wq_a, q_a_norm, wq_b; /* [E -> q_lora], [q_lora], [q_lora -> H*(nope+rope)] */
+    mtensor wkv_a_mqa, kv_a_norm; /* [E -> kv_lora+rope], [kv_lora] */
+    mtensor wk_b;                 /* {nope, kv_lora, H}: per head kv_lora rows of nope */
+    mtensor wv_b;                 /* {kv_lora, v, H}: per head v rows of kv_lora */
+    mtensor wkv_b; /* uncompressed form instead of k_b/v_b: [kv_lora -> H*(nope+v)] */
     /* mixture of experts (model_moe.c); ffn_gate_inp.data NULL: a dense FFN */
-    mtensor ffn_gate_inp;             /* [E -> n_expert] router */
-    mtensor exp_probs_b;              /* [n_expert] selection bias (optional) */
-    mtensor ffn_gate_exps, ffn_up_exps; /* {E, ff_exp, n_expert} */
-    mtensor ffn_down_exps;            /* {ff_exp, E, n_expert} */
+    mtensor ffn_gate_inp;                 /* [E -> n_expert] router */
+    mtensor exp_probs_b;                  /* [n_expert] selection bias (optional) */
+    mtensor ffn_gate_exps, ffn_up_exps;   /* {E, ff_exp, n_expert} */
+    mtensor ffn_down_exps;                /* {ff_exp, E, n_expert} */
     mtensor ffn_gate_shexp, ffn_up_shexp; /* [E -> ff_shexp] (optional) */
-    mtensor ffn_down_shexp;           /* [ff_shexp -> E] */
-    mtensor ffn_gate_inp_shexp;       /* [E -> 1] qwen2moe's shared expert gate */
+    mtensor ffn_down_shexp;               /* [ff_shexp -> E] */
+    mtensor ffn_gate_inp_shexp;           /* [E -> 1] qwen2moe's shared expert gate */
     /* attention geometry of this layer */
-    bool swa;                         /* sliding-window layer */
+    bool swa; /* sliding-window layer */
     float rope_base, rope_freq_scale;
-    int kv_group, kv_slot;            /* which pool and which layer within it */
+    int kv_group, kv_slot; /* which pool and which layer within it */
 } layer_weights;
 
 typedef struct kv_group_desc {
@@ -54,10 +54,10 @@ struct model {
     const arch_desc *arch;
     model_hparams hp;
     model_params mp;
-    mtensor tok_embd;           /* [E] x n_vocab */
-    mtensor output_norm;        /* [E] */
-    mtensor output;             /* [E -> n_vocab] (token_embd when tied) */
-    const float *rope_freqs;    /* [n_rot/2] or NULL */
+    mtensor tok_embd;        /* [E] x n_vocab */
+    mtensor output_norm;     /* [E] */
+    mtensor output;          /* [E -> n_vocab] (token_embd when tied) */
+    const float *rope_freqs; /* [n_rot/2] or NULL */
     layer_weights *layers;
     kv_group_desc groups[MODEL_MAX_KV_GROUPS];
     int n_groups;
@@ -65,19 +65,19 @@ struct model {
     /* Scratch, allocated once for max_ubatch tokens. */
     int n_threads_max;
     float *x, *xb, *xb2, *q, *k, *v, *att, *ff_gate, *ff_up;
-    float *mla_a, *mla_b;       /* MLA per-head gather buffers */
-    float *attn_scratch;        /* [n_threads_max][attn_scratch_len], sized for the pools in use */
+    float *mla_a, *mla_b; /* MLA per-head gather buffers */
+    float *attn_scratch;  /* [n_threads_max][attn_scratch_len], sized for the pools in use */
     size_t attn_scratch_len;
-    int32_t *attn_runs;         /* [max_ubatch][2]: first token, count of each run (attention) */
-    void *work;                 /* matmul activation quantization */
-    float *logit_rows;          /* [max_ubatch][E] normed rows to project */
-    struct moe_scratch *moe;    /* model_moe.c; NULL for a dense model */
+    int32_t *attn_runs;      /* [max_ubatch][2]: first token, count of each run (attention) */
+    void *work;              /* matmul activation quantization */
+    float *logit_rows;       /* [max_ubatch][E] normed rows to project */
+    struct moe_scratch *moe; /* model_moe.c; NULL for a dense model */
 };
 
 /* ---- loading helpers (model.c) ---- */
 /* Looks up a weight and checks its shape and type (ne1 0: a 1-D F32 vector). */
-bool model_bind(model *m, mtensor *t, const char *name, int64_t ne0, int64_t ne1, int64_t ne2, bool required,
-                kvl_error *err);
+bool model_bind(model *m, mtensor *t, const char *name, int64_t ne0, int64_t ne1, int64_t ne2,
+                bool required, kvl_error *err);
 
 /* ---- mixture of experts (model_moe.c) ---- */
 /* Refuses experts the architecture lacks, and a MoE architecture without them. */
@@ -99,9 +99,11 @@ void moe_ffn(model *m, const layer_weights *L, const float *x, int64_t n, float 
 /* ---- ops (model_ops.c) ---- */
 void op_rms_norm(float *out, const float *x, const float *w, int64_t rows, int64_t n, float eps);
 void op_matmul(model *m, const mtensor *w, const float *x, int64_t rows, float *y);
-void op_matmul_many(model *m, int nw, const mtensor *const *ws, const float *x, int64_t rows, float *const *ys);
+void op_matmul_many(model *m, int nw, const mtensor *const *ws, const float *x, int64_t rows,
+                    float *const *ys);
 /* One head slice of a 3-D weight {ne0, ne1, H}: rows ne1 of ne0. */
-void op_matmul_head(model *m, const mtensor *w, int64_t head, const float *x, int64_t rows, float *y);
+void op_matmul_head(model *m, const mtensor *w, int64_t head, const float *x, int64_t rows,
+                    float *y);
 void op_add_bias(float *y, const mtensor *b, int64_t rows, int64_t n);
 /* Rotates dims [offset, offset+n_rot) of each of n_heads heads spaced stride apart. */
 void op_rope(const model *m, const layer_weights *L, float *vec, int n_heads, int64_t stride,
@@ -112,12 +114,12 @@ void op_silu_mul(float *g, const float *u, int64_t n);
 /* Attention of one query head over its sequence's paged KV. */
 typedef struct attn_args {
     const kv_pool *kv;
-    int slot;          /* layer within the pool */
+    int slot; /* layer within the pool */
     int64_t dk, dv;
-    bool v_in_k;       /* MLA: V is the first dv values of the K row */
-    float scale;       /* applied to q.k */
-    float softcap;     /* 0: off; else scores = softcap * tanh(scores / softcap) */
-    int32_t window;    /* 0: full causal; else positions (pos - window, pos] */
+    bool v_in_k;    /* MLA: V is the first dv values of the K row */
+    float scale;    /* applied to q.k */
+    float softcap;  /* 0: off; else scores = softcap * tanh(scores / softcap) */
+    int32_t window; /* 0: full causal; else positions (pos - window, pos] */
 } attn_args;
 /* Attention of the n_q query heads that share KV head kvh, for one token at pos:
  * each block's K and V slice is widened once and used by all n_q heads. q rows
@@ -137,8 +139,10 @@ void op_attend_group(const attn_args *a, const kv_seq *s, int32_t pos, int kvh, 
  * out + t * out_tok_stride (heads dv apart). ntok at most
  * op_attend_run_max_tokens(n_q, dv, max_ctx); one thread. */
 void op_attend_run(const attn_args *a, const kv_seq *s, int32_t pos0, int ntok, int kvh, int n_q,
-                   const float *q, int64_t q_tok_stride, float *out, int64_t out_tok_stride, float *scratch);
+                   const float *q, int64_t q_tok_stride, float *out, int64_t out_tok_stride,
+                   float *scratch);
 int op_attend_run_max_tokens(int n_q, int64_t dv, int64_t max_ctx);
-size_t op_attend_scratch_floats(const kv_pool_config *c, int n_q, int64_t dk, int64_t dv, int64_t max_ctx);
+size_t op_attend_scratch_floats(const kv_pool_config *c, int n_q, int64_t dk, int64_t dv,
+                                int64_t max_ctx);
 
 #endif

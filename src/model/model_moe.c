@@ -26,19 +26,19 @@
 #include "model_internal.h"
 
 struct moe_scratch {
-    float *probs;      /* [U][n_expert] router logits, then probabilities */
-    float *sel;        /* [n_expert] one token's selection scores */
-    float *gscore;     /* [n_group] */
-    int32_t *ids;      /* [U][k] selected experts, best first */
-    float *w;          /* [U][k] their weights */
-    int32_t *count;    /* [n_expert] tokens per expert */
-    int32_t *start;    /* [n_expert] first entry of each expert in order */
-    int32_t *order;    /* [U*k] token * k + slot, grouped by expert */
-    float *xg, *yg;    /* [U][E] an expert's gathered input rows, its outputs */
-    float *hg, *hu;    /* [max(U, k)][max(ff_exp, ff_shexp)] */
-    float *out;        /* [U*k][E] weighted expert outputs per (token, slot) */
-    float *sh;         /* [U][E] shared expert output */
-    float *shg;        /* [U] qwen2moe's shared expert gate */
+    float *probs;   /* [U][n_expert] router logits, then probabilities */
+    float *sel;     /* [n_expert] one token's selection scores */
+    float *gscore;  /* [n_group] */
+    int32_t *ids;   /* [U][k] selected experts, best first */
+    float *w;       /* [U][k] their weights */
+    int32_t *count; /* [n_expert] tokens per expert */
+    int32_t *start; /* [n_expert] first entry of each expert in order */
+    int32_t *order; /* [U*k] token * k + slot, grouped by expert */
+    float *xg, *yg; /* [U][E] an expert's gathered input rows, its outputs */
+    float *hg, *hu; /* [max(U, k)][max(ff_exp, ff_shexp)] */
+    float *out;     /* [U*k][E] weighted expert outputs per (token, slot) */
+    float *sh;      /* [U][E] shared expert output */
+    float *shg;     /* [U] qwen2moe's shared expert gate */
 };
 
 /* Whether the loader runs the experts the reader found (hparams.c reads and
@@ -47,12 +47,16 @@ bool moe_check_support(const model *m, kvl_error *err) {
     const model_moe_hparams *mo = &m->hp.moe;
     const char *a = m->hp.arch, *path = gguf_path(m->gguf);
     if (mo->n_expert == 0 && m->arch->moe == ARCH_MOE_REQUIRED)
-        return kvl_fail(err, "%s: key '%s.expert_count' missing or 0: '%s' is a mixture-of-experts architecture",
-                        path, a, a);
+        return kvl_fail(
+            err,
+            "%s: key '%s.expert_count' missing or 0: '%s' is a mixture-of-experts architecture",
+            path, a, a);
     if (mo->n_expert > 0 && m->arch->moe == ARCH_MOE_NONE)
-        return kvl_fail(err, "%s: key '%s.expert_count' = %lld: mixture-of-experts layers are not supported for "
-                        "architecture '%s' (supported: qwen3moe, qwen2moe, deepseek2, llama)", path, a,
-                        (long long)mo->n_expert, a);
+        return kvl_fail(
+            err,
+            "%s: key '%s.expert_count' = %lld: mixture-of-experts layers are not supported for "
+            "architecture '%s' (supported: qwen3moe, qwen2moe, deepseek2, llama)",
+            path, a, (long long)mo->n_expert, a);
     return true;
 }
 
@@ -66,10 +70,10 @@ bool moe_bind_layer(model *m, int il, kvl_error *err) {
     layer_weights *L = &m->layers[il];
     const int64_t E = hp->n_embd, NE = mo->n_expert, F = mo->n_ff_exp;
     char n[96];
-#define MB(field, suffix, ne0, ne1, ne2, req)                                       \
-    do {                                                                            \
-        snprintf(n, sizeof n, "blk.%d.%s", il, suffix);                             \
-        if (!model_bind(m, &L->field, n, ne0, ne1, ne2, req, err)) return false;    \
+#define MB(field, suffix, ne0, ne1, ne2, req)                                                      \
+    do {                                                                                           \
+        snprintf(n, sizeof n, "blk.%d.%s", il, suffix);                                            \
+        if (!model_bind(m, &L->field, n, ne0, ne1, ne2, req, err)) return false;                   \
     } while (0)
     MB(ffn_gate_inp, "ffn_gate_inp.weight", E, NE, 1, true);
     snprintf(n, sizeof n, "blk.%d.ffn_gate_exps.weight", il);
@@ -77,13 +81,17 @@ bool moe_bind_layer(model *m, int il, kvl_error *err) {
         char alt[96];
         snprintf(alt, sizeof alt, "blk.%d.ffn_gate_up_exps.weight", il);
         if (gguf_find_tensor(m->gguf, alt))
-            return kvl_fail(err, "%s: tensor '%s': merged gate/up experts are not supported (expected '%s')",
-                            gguf_path(m->gguf), alt, n);
+            return kvl_fail(
+                err, "%s: tensor '%s': merged gate/up experts are not supported (expected '%s')",
+                gguf_path(m->gguf), alt, n);
         snprintf(alt, sizeof alt, "blk.%d.ffn_gate.0.weight", il);
         if (gguf_find_tensor(m->gguf, alt))
-            return kvl_fail(err, "%s: tensor '%s' missing: this file stores each expert as its own tensor ('%s', "
-                            "the layout before experts were merged into 3-D tensors), which is not supported; "
-                            "convert the model again", gguf_path(m->gguf), n, alt);
+            return kvl_fail(
+                err,
+                "%s: tensor '%s' missing: this file stores each expert as its own tensor ('%s', "
+                "the layout before experts were merged into 3-D tensors), which is not supported; "
+                "convert the model again",
+                gguf_path(m->gguf), n, alt);
     }
     MB(ffn_gate_exps, "ffn_gate_exps.weight", E, F, NE, true);
     MB(ffn_up_exps, "ffn_up_exps.weight", E, F, NE, true);
@@ -125,18 +133,22 @@ bool moe_repack(model *m, size_t *total, kvl_error *err) {
         for (int i = 0; ts[i]; i++) {
             mtensor *t = ts[i];
             if (!t->data || !kern_repack_bytes(t->dtype, t->ne1, t->ne0)) continue;
-            const size_t stride = packed_stride(t), slice = kern_row_bytes(t->dtype, t->ne0) * (size_t)t->ne1;
+            const size_t stride = packed_stride(t),
+                         slice = kern_row_bytes(t->dtype, t->ne0) * (size_t)t->ne1;
             t->packed = kvl_alloc_huge(stride * (size_t)t->ne2);
             if (!t->packed)
-                return kvl_fail(err, "model: out of memory repacking experts (%zu bytes; --no-repack avoids it)",
-                                stride * (size_t)t->ne2);
+                return kvl_fail(
+                    err,
+                    "model: out of memory repacking experts (%zu bytes; --no-repack avoids it)",
+                    stride * (size_t)t->ne2);
             for (int64_t e = 0; e < t->ne2; e++)
                 kern_repack((const uint8_t *)t->data + (size_t)e * slice, t->dtype, t->ne1, t->ne0,
                             (uint8_t *)t->packed + (size_t)e * stride);
             *total += stride * (size_t)t->ne2;
             /* the GGUF pages are read again from the page cache only if touched */
             const uintptr_t a = (uintptr_t)t->data, end = a + slice * (size_t)t->ne2;
-            const uintptr_t a0 = (a + page - 1) & ~(uintptr_t)(page - 1), e0 = end & ~(uintptr_t)(page - 1);
+            const uintptr_t a0 = (a + page - 1) & ~(uintptr_t)(page - 1),
+                            e0 = end & ~(uintptr_t)(page - 1);
             if (e0 > a0) madvise((void *)a0, e0 - a0, MADV_DONTNEED);
         }
     }
@@ -183,8 +195,8 @@ bool moe_alloc_scratch(model *m, kvl_error *err) {
     s->out = kvl_calloc((size_t)(U * K * E), sizeof(float));
     s->sh = kvl_calloc((size_t)(U * E), sizeof(float));
     s->shg = kvl_calloc((size_t)U, sizeof(float));
-    if (!s->probs || !s->sel || !s->gscore || !s->ids || !s->w || !s->count || !s->start || !s->order || !s->xg ||
-        !s->yg || !s->hg || !s->hu || !s->out || !s->sh || !s->shg)
+    if (!s->probs || !s->sel || !s->gscore || !s->ids || !s->w || !s->count || !s->start ||
+        !s->order || !s->xg || !s->yg || !s->hg || !s->hu || !s->out || !s->sh || !s->shg)
         return kvl_fail(err, "model: cannot allocate expert scratch for %lld tokens", (long long)U);
     return true;
 }
@@ -197,8 +209,8 @@ void moe_free(model *m) {
     }
     struct moe_scratch *s = m->moe;
     if (!s) return;
-    void *bufs[] = {s->probs, s->sel, s->gscore, s->ids, s->w, s->count, s->start, s->order,
-                    s->xg, s->yg, s->hg, s->hu, s->out, s->sh, s->shg};
+    void *bufs[] = {s->probs, s->sel, s->gscore, s->ids, s->w,   s->count, s->start, s->order,
+                    s->xg,    s->yg,  s->hg,     s->hu,  s->out, s->sh,    s->shg};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) kvl_free(bufs[i]);
     free(s);
     m->moe = NULL;
@@ -214,8 +226,8 @@ static int64_t argmax_free(const float *v, int64_t n, const uint8_t *taken) {
 
 /* One token's routing: p holds its router logits and becomes its probabilities;
  * ids and w receive the selected experts (best first) and their weights. */
-static void route(const model_moe_hparams *mo, const layer_weights *L, struct moe_scratch *s, float *p,
-                  int32_t *ids, float *w) {
+static void route(const model_moe_hparams *mo, const layer_weights *L, struct moe_scratch *s,
+                  float *p, int32_t *ids, float *w) {
     const int64_t NE = mo->n_expert, K = mo->n_expert_used;
     if (mo->gating == MODEL_MOE_SIGMOID) {
         for (int64_t j = 0; j < NE; j++) p[j] = 1.0f / (1.0f + expf(-p[j]));
@@ -272,15 +284,16 @@ static void route(const model_moe_hparams *mo, const layer_weights *L, struct mo
 /* Expert e's 2-D slice of a 3-D expert tensor, repacked or not. */
 static mtensor expert_slice(const mtensor *t, int64_t e) {
     mtensor s = *t;
-    s.data = (const uint8_t *)t->data + (size_t)e * kern_row_bytes(t->dtype, t->ne0) * (size_t)t->ne1;
+    s.data =
+        (const uint8_t *)t->data + (size_t)e * kern_row_bytes(t->dtype, t->ne0) * (size_t)t->ne1;
     s.packed = t->packed ? (uint8_t *)t->packed + (size_t)e * packed_stride(t) : NULL;
     s.ne2 = 1;
     return s;
 }
 
 /* gate and up of the same input (one prepared x when both are repacked), SiLU(gate) * up into g. */
-static void gated(model *m, const mtensor *gate, const mtensor *up, const float *x, int64_t rows, float *g,
-                  float *u) {
+static void gated(model *m, const mtensor *gate, const mtensor *up, const float *x, int64_t rows,
+                  float *g, float *u) {
     const mtensor *ws[] = {gate, up};
     float *const ys[] = {g, u};
     op_matmul_many(m, 2, ws, x, rows, ys);
@@ -292,7 +305,8 @@ void moe_ffn(model *m, const layer_weights *L, const float *x, int64_t n, float 
     struct moe_scratch *s = m->moe;
     const int64_t E = m->hp.n_embd, K = mo->n_expert_used, NE = mo->n_expert;
     op_matmul(m, &L->ffn_gate_inp, x, n, s->probs);
-    for (int64_t t = 0; t < n; t++) route(mo, L, s, s->probs + t * NE, s->ids + t * K, s->w + t * K);
+    for (int64_t t = 0; t < n; t++)
+        route(mo, L, s, s->probs + t * NE, s->ids + t * K, s->w + t * K);
     /* group the (token, slot) pairs by expert, in token order */
     memset(s->count, 0, (size_t)NE * sizeof *s->count);
     for (int64_t i = 0; i < n * K; i++) s->count[s->ids[i]]++;
@@ -315,7 +329,8 @@ void moe_ffn(model *m, const layer_weights *L, const float *x, int64_t n, float 
             const mtensor *ws[4];
             float *ys[4];
             for (int j = 0; j < nm; j++) {
-                sl[j] = expert_slice(j % 2 ? &L->ffn_up_exps : &L->ffn_gate_exps, s->ids[i + j / 2]);
+                sl[j] =
+                    expert_slice(j % 2 ? &L->ffn_up_exps : &L->ffn_gate_exps, s->ids[i + j / 2]);
                 ws[j] = &sl[j];
                 ys[j] = (j % 2 ? s->hu : s->hg) + (i + j / 2) * F;
             }
@@ -332,8 +347,10 @@ void moe_ffn(model *m, const layer_weights *L, const float *x, int64_t n, float 
         const int64_t c = s->count[e];
         if (c == 0) continue; /* not read at all */
         const int32_t *rows = s->order + s->start[e];
-        for (int64_t r = 0; r < c; r++) memcpy(s->xg + r * E, x + (rows[r] / K) * E, (size_t)E * sizeof(float));
-        const mtensor gate = expert_slice(&L->ffn_gate_exps, e), up = expert_slice(&L->ffn_up_exps, e),
+        for (int64_t r = 0; r < c; r++)
+            memcpy(s->xg + r * E, x + (rows[r] / K) * E, (size_t)E * sizeof(float));
+        const mtensor gate = expert_slice(&L->ffn_gate_exps, e),
+                      up = expert_slice(&L->ffn_up_exps, e),
                       down = expert_slice(&L->ffn_down_exps, e);
         gated(m, &gate, &up, s->xg, c, s->hg, s->hu);
         op_matmul(m, &down, s->hg, c, s->yg);

@@ -14,7 +14,8 @@
  * does not change any result). */
 #define OPS_PARALLEL_MIN (1 << 16)
 
-static void rms_rows(float *out, const float *x, const float *w, int64_t rows, int64_t n, float eps) {
+static void rms_rows(float *out, const float *x, const float *w, int64_t rows, int64_t n,
+                     float eps) {
     /* Each row's sum runs in order (one chain of double adds, latency-bound),
      * so RMS_ROWS rows at a time give the core independent chains to overlap;
      * every sum is the same as one row alone. */
@@ -24,10 +25,12 @@ static void rms_rows(float *out, const float *x, const float *w, int64_t rows, i
         double ss[RMS_ROWS] = {0};
         if (nr == RMS_ROWS) { /* a constant count, so the 8 sums can stay in registers */
             for (int64_t i = 0; i < n; i++)
-                for (int r = 0; r < RMS_ROWS; r++) ss[r] += (double)(x[(r0 + r) * n + i] * x[(r0 + r) * n + i]);
+                for (int r = 0; r < RMS_ROWS; r++)
+                    ss[r] += (double)(x[(r0 + r) * n + i] * x[(r0 + r) * n + i]);
         } else {
             for (int r = 0; r < nr; r++)
-                for (int64_t i = 0; i < n; i++) ss[r] += (double)(x[(r0 + r) * n + i] * x[(r0 + r) * n + i]);
+                for (int64_t i = 0; i < n; i++)
+                    ss[r] += (double)(x[(r0 + r) * n + i] * x[(r0 + r) * n + i]);
         }
         for (int r = 0; r < nr; r++) {
             const float *xr = x + (r0 + r) * n;
@@ -64,29 +67,32 @@ void op_rms_norm(float *out, const float *x, const float *w, int64_t rows, int64
 }
 
 void op_matmul(model *m, const mtensor *w, const float *x, int64_t rows, float *y) {
-    if (w->packed)
-        kern_matmul_repacked(w->packed, w->dtype, w->ne1, w->ne0, x, rows, y, m->work);
-    else
-        kern_matmul(w->data, w->dtype, w->ne1, w->ne0, x, rows, y, m->work);
+    if (w->packed) kern_matmul_repacked(w->packed, w->dtype, w->ne1, w->ne0, x, rows, y, m->work);
+    else kern_matmul(w->data, w->dtype, w->ne1, w->ne0, x, rows, y, m->work);
 }
 
 /* Matrices applied to the same x: one prepared x and one parallel region when
  * all are repacked with a shared activation layout, else one by one. */
-void op_matmul_many(model *m, int nw, const mtensor *const *ws, const float *x, int64_t rows, float *const *ys) {
+void op_matmul_many(model *m, int nw, const mtensor *const *ws, const float *x, int64_t rows,
+                    float *const *ys) {
     bool fused = nw <= KERN_REPACKED_MAX;
     for (int i = 0; i < nw && fused; i++)
-        fused = ws[i]->packed && ws[i]->ne0 == ws[0]->ne0 && kern_repacked_share_input(ws[i]->dtype, ws[0]->dtype);
+        fused = ws[i]->packed && ws[i]->ne0 == ws[0]->ne0 &&
+                kern_repacked_share_input(ws[i]->dtype, ws[0]->dtype);
     if (!fused) {
         for (int i = 0; i < nw; i++) op_matmul(m, ws[i], x, rows, ys[i]);
         return;
     }
     kern_repacked_mat mats[KERN_REPACKED_MAX];
-    for (int i = 0; i < nw; i++) mats[i] = (kern_repacked_mat){ws[i]->packed, ws[i]->dtype, ws[i]->ne1, ys[i]};
+    for (int i = 0; i < nw; i++)
+        mats[i] = (kern_repacked_mat){ws[i]->packed, ws[i]->dtype, ws[i]->ne1, ys[i]};
     kern_matmul_repacked_multi(nw, mats, ws[0]->ne0, x, rows, m->work);
 }
 
-void op_matmul_head(model *m, const mtensor *w, int64_t head, const float *x, int64_t rows, float *y) {
-    const uint8_t *base = (const uint8_t *)w->data + (size_t)head * w->ne1 * kern_row_bytes(w->dtype, w->ne0);
+void op_matmul_head(model *m, const mtensor *w, int64_t head, const float *x, int64_t rows,
+                    float *y) {
+    const uint8_t *base =
+        (const uint8_t *)w->data + (size_t)head * w->ne1 * kern_row_bytes(w->dtype, w->ne0);
     kern_matmul(base, w->dtype, w->ne1, w->ne0, x, rows, y, m->work);
 }
 
@@ -209,22 +215,24 @@ static bool attn_direct_type(int dtype) {
  * head's slice, or one full row where the heads do not store apart (q8_0
  * blocks spanning heads: kv_block_layout). Returns how many positions it
  * covered. */
-static int32_t load_run(const attn_args *a, const kv_seq *s, int32_t j0, int32_t j1, int kvh, bool v,
-                        float *dst, float *rowbuf, const void **rows, int *type) {
+static int32_t load_run(const attn_args *a, const kv_seq *s, int32_t j0, int32_t j1, int kvh,
+                        bool v, float *dst, float *rowbuf, const void **rows, int *type) {
     const kv_pool_config *c = kv_pool_cfg(a->kv);
     int bs = c->block_size;
     bool from_k = !v || a->v_in_k;
     int dtype = from_k ? c->dtype : kv_pool_dtype_v(a->kv);
     int64_t hstride = from_k ? a->dk : a->dv, width = v ? a->dv : a->dk;
     const kv_block_layout *L = from_k ? kv_pool_k_layout(a->kv) : kv_pool_v_layout(a->kv);
-    bool width_whole = kv_row_bytes(dtype, width) != 0; /* the first `width` values convert on their own */
+    bool width_whole =
+        kv_row_bytes(dtype, width) != 0; /* the first `width` values convert on their own */
     /* F32/F16/BF16 always store heads apart; Q8_0 where a head is whole blocks */
     bool direct = attn_direct_type(dtype) || (dtype == GGUF_DT_Q8_0 && L->split && width_whole);
     size_t head_at = L->split ? (size_t)kvh * L->head_stride : 0;
     if (!direct && j1 - j0 > ATTN_RUN) j1 = j0 + ATTN_RUN;
     for (int32_t j = j0; j < j1;) {
         int32_t blk = s->blocks[j / bs];
-        const uint8_t *base = from_k ? kv_block_k_const(a->kv, blk, a->slot) : kv_block_v_const(a->kv, blk, a->slot);
+        const uint8_t *base =
+            from_k ? kv_block_k_const(a->kv, blk, a->slot) : kv_block_v_const(a->kv, blk, a->slot);
         base += head_at;
         int32_t end = (j / bs + 1) * bs < j1 ? (j / bs + 1) * bs : j1;
         for (; j < end; j++) {
@@ -272,21 +280,23 @@ static float capped_softmax(const attn_args *a, int64_t n, float *row, float *l)
 }
 
 /* Chunk partial P = (m[n_q], l[n_q], o[n_q][dv]) of positions [lo, hi]. */
-static void attend_chunk(const attn_args *a, const kv_seq *s, int32_t lo, int32_t hi, int kvh, int n_q,
-                         const float *qr, float *P, float *work) {
+static void attend_chunk(const attn_args *a, const kv_seq *s, int32_t lo, int32_t hi, int kvh,
+                         int n_q, const float *qr, float *P, float *work) {
     const kv_pool_config *c = kv_pool_cfg(a->kv);
     int64_t dk = a->dk, dv = a->dv, w = dk > dv ? dk : dv;
-    float *kbuf = work;                   /* [ATTN_RUN][w] widened K or V of a run */
-    float *rowbuf = kbuf + ATTN_RUN * w;  /* one full cache row */
+    float *kbuf = work;                     /* [ATTN_RUN][w] widened K or V of a run */
+    float *rowbuf = kbuf + ATTN_RUN * w;    /* one full cache row */
     float *sc = rowbuf + c->n_kv_heads * w; /* [n_q][ATTN_CHUNK] scores, then exp */
     const void *rows[ATTN_CHUNK];
     for (int32_t j0 = lo; j0 <= hi;) { /* scores, a run at a time */
         int type;
         int32_t got = load_run(a, s, j0, hi + 1, kvh, false, kbuf, rowbuf, rows, &type);
-        kern_attn_scores(got, dk, n_q, qr, (size_t)dk, rows, type, a->scale, sc + (j0 - lo), ATTN_CHUNK);
+        kern_attn_scores(got, dk, n_q, qr, (size_t)dk, rows, type, a->scale, sc + (j0 - lo),
+                         ATTN_CHUNK);
         j0 += got;
     }
-    for (int h = 0; h < n_q; h++) P[h] = capped_softmax(a, hi - lo + 1, sc + h * ATTN_CHUNK, &P[n_q + h]);
+    for (int h = 0; h < n_q; h++)
+        P[h] = capped_softmax(a, hi - lo + 1, sc + h * ATTN_CHUNK, &P[n_q + h]);
     float *o = P + 2 * n_q;
     memset(o, 0, (size_t)n_q * dv * sizeof(float));
     for (int32_t j0 = lo; j0 <= hi;) { /* e . V, a run at a time */
@@ -322,7 +332,7 @@ typedef struct group_chunks {
     const float *qr; /* [n_q][dk] */
     float *part;     /* per chunk: m[n_q], l[n_q], o[n_q][dv] (cs floats) */
     size_t cs;
-    float *work;     /* one working area of wf floats per thread */
+    float *work; /* one working area of wf floats per thread */
     size_t wf;
 } group_chunks;
 
@@ -347,11 +357,21 @@ void op_attend_group(const attn_args *a, const kv_seq *s, int32_t pos, int kvh, 
     const size_t cs = (size_t)n_q * (size_t)(dv + 2);
     int32_t first = (int32_t)kv_window_first(pos, a->window);
     int32_t c0 = first / ATTN_CHUNK, c1 = pos / ATTN_CHUNK;
-    float *qr = scratch;                  /* [n_q][dk] queries as the cache's dot type sees them */
-    float *part = qr + n_q * dk;          /* per chunk: m[n_q], l[n_q], o[n_q][dv] */
+    float *qr = scratch;         /* [n_q][dk] queries as the cache's dot type sees them */
+    float *part = qr + n_q * dk; /* per chunk: m[n_q], l[n_q], o[n_q][dv] */
     float *work = part + (size_t)(c1 - c0 + 1) * cs; /* up to ATTN_SPLIT_MAX working areas */
-    const group_chunks g = {.a = a, .s = s, .first = first, .pos = pos, .c0 = c0, .c1 = c1, .kvh = kvh,
-                            .n_q = n_q, .qr = qr, .part = part, .cs = cs, .work = work,
+    const group_chunks g = {.a = a,
+                            .s = s,
+                            .first = first,
+                            .pos = pos,
+                            .c0 = c0,
+                            .c1 = c1,
+                            .kvh = kvh,
+                            .n_q = n_q,
+                            .qr = qr,
+                            .part = part,
+                            .cs = cs,
+                            .work = work,
                             .wf = attn_work_floats(c, n_q, w)};
     for (int h = 0; h < n_q; h++) query_row(c, q + h * q_stride, qr + h * dk, dk);
     /* Chunks are fixed by position and merge in order, so how they are
@@ -372,8 +392,8 @@ void op_attend_group(const attn_args *a, const kv_seq *s, int32_t pos, int kvh, 
  * sees only [lo, pos0 + t], so its scores, softmax and e.V cover its own n_t
  * positions, exactly as attend_chunk would for it alone; the K and V rows are
  * fetched once per run of positions for all tokens. */
-static void attend_diagonal(const attn_args *a, const kv_seq *s, int32_t lo, int32_t pos0, int ntok, int kvh,
-                            int n_q, const float *qr, float *P, float *work) {
+static void attend_diagonal(const attn_args *a, const kv_seq *s, int32_t lo, int32_t pos0, int ntok,
+                            int kvh, int n_q, const float *qr, float *P, float *work) {
     const kv_pool_config *c = kv_pool_cfg(a->kv);
     const int64_t dk = a->dk, dv = a->dv, w = dk > dv ? dk : dv;
     const int NQ = ntok * n_q;
@@ -386,14 +406,16 @@ static void attend_diagonal(const attn_args *a, const kv_seq *s, int32_t lo, int
         for (int t = 0; t < ntok; t++) {
             const int32_t n_t = pos0 + t + 1 - j0; /* positions of this run token t sees */
             if (n_t > 0)
-                kern_attn_scores(n_t < got ? n_t : got, dk, n_q, qr + (size_t)t * n_q * dk, (size_t)dk, rows, type,
-                                 a->scale, sc + (size_t)t * n_q * ATTN_CHUNK + (j0 - lo), ATTN_CHUNK);
+                kern_attn_scores(n_t < got ? n_t : got, dk, n_q, qr + (size_t)t * n_q * dk,
+                                 (size_t)dk, rows, type, a->scale,
+                                 sc + (size_t)t * n_q * ATTN_CHUNK + (j0 - lo), ATTN_CHUNK);
         }
         j0 += got;
     }
     for (int t = 0; t < ntok; t++) {
         const int64_t n = pos0 + t - lo + 1;
-        for (int h = t * n_q; h < (t + 1) * n_q; h++) P[h] = capped_softmax(a, n, sc + (size_t)h * ATTN_CHUNK, &P[NQ + h]);
+        for (int h = t * n_q; h < (t + 1) * n_q; h++)
+            P[h] = capped_softmax(a, n, sc + (size_t)h * ATTN_CHUNK, &P[NQ + h]);
     }
     float *o = P + 2 * NQ;
     memset(o, 0, (size_t)NQ * dv * sizeof(float));
@@ -403,8 +425,9 @@ static void attend_diagonal(const attn_args *a, const kv_seq *s, int32_t lo, int
         for (int t = 0; t < ntok; t++) {
             const int32_t n_t = pos0 + t + 1 - j0;
             if (n_t > 0)
-                kern_attn_pv(n_t < got ? n_t : got, dv, n_q, sc + (size_t)t * n_q * ATTN_CHUNK + (j0 - lo), ATTN_CHUNK,
-                             rows, type, o + (size_t)t * n_q * dv, (size_t)dv);
+                kern_attn_pv(n_t < got ? n_t : got, dv, n_q,
+                             sc + (size_t)t * n_q * ATTN_CHUNK + (j0 - lo), ATTN_CHUNK, rows, type,
+                             o + (size_t)t * n_q * dv, (size_t)dv);
         }
         j0 += got;
     }
@@ -422,33 +445,38 @@ int op_attend_run_max_tokens(int n_q, int64_t dv, int64_t max_ctx) {
 }
 
 void op_attend_run(const attn_args *a, const kv_seq *s, int32_t pos0, int ntok, int kvh, int n_q,
-                   const float *q, int64_t q_tok_stride, float *out, int64_t out_tok_stride, float *scratch) {
+                   const float *q, int64_t q_tok_stride, float *out, int64_t out_tok_stride,
+                   float *scratch) {
     const kv_pool_config *c = kv_pool_cfg(a->kv);
     const int64_t dk = a->dk, dv = a->dv;
     const int NQ = ntok * n_q;
     const size_t cs = (size_t)NQ * (size_t)(dv + 2);
     const int32_t c1 = pos0 / ATTN_CHUNK; /* every token's last chunk; the first is 0 */
-    float *qr = scratch;                    /* [NQ][dk]: token t's heads from row t * n_q */
-    float *part = qr + (size_t)NQ * dk;     /* per chunk */
+    float *qr = scratch;                  /* [NQ][dk]: token t's heads from row t * n_q */
+    float *part = qr + (size_t)NQ * dk;   /* per chunk */
     float *merged = part + (size_t)(c1 + 1) * cs;
     float *work = merged + (size_t)NQ * dv;
     for (int t = 0; t < ntok; t++)
-        for (int h = 0; h < n_q; h++) query_row(c, q + t * q_tok_stride + h * dk, qr + ((size_t)t * n_q + h) * dk, dk);
+        for (int h = 0; h < n_q; h++)
+            query_row(c, q + t * q_tok_stride + h * dk, qr + ((size_t)t * n_q + h) * dk, dk);
     /* every token sees the whole of the earlier chunks: all NQ rows at once */
     for (int32_t ci = 0; ci < c1; ci++)
-        attend_chunk(a, s, ci * ATTN_CHUNK, ci * ATTN_CHUNK + ATTN_CHUNK - 1, kvh, NQ, qr, part + (size_t)ci * cs, work);
+        attend_chunk(a, s, ci * ATTN_CHUNK, ci * ATTN_CHUNK + ATTN_CHUNK - 1, kvh, NQ, qr,
+                     part + (size_t)ci * cs, work);
     attend_diagonal(a, s, c1 * ATTN_CHUNK, pos0, ntok, kvh, n_q, qr, part + (size_t)c1 * cs, work);
     kern_attn_merge(c1 + 1, NQ, dv, part, merged, (size_t)dv);
     for (int t = 0; t < ntok; t++)
-        memcpy(out + t * out_tok_stride, merged + (size_t)t * n_q * dv, (size_t)n_q * dv * sizeof(float));
+        memcpy(out + t * out_tok_stride, merged + (size_t)t * n_q * dv,
+               (size_t)n_q * dv * sizeof(float));
 }
 
-size_t op_attend_scratch_floats(const kv_pool_config *c, int n_q, int64_t dk, int64_t dv, int64_t max_ctx) {
+size_t op_attend_scratch_floats(const kv_pool_config *c, int n_q, int64_t dk, int64_t dv,
+                                int64_t max_ctx) {
     int64_t w = dk > dv ? dk : dv;
     const size_t one = (size_t)(n_q * dk + attn_max_chunks(max_ctx) * n_q * (dv + 2)) +
                        ATTN_SPLIT_MAX * attn_work_floats(c, n_q, w) + 64;
     const int T = op_attend_run_max_tokens(n_q, dv, max_ctx), NQ = T * n_q;
-    const size_t run = (size_t)NQ * dk + (size_t)attn_max_chunks(max_ctx) * NQ * (dv + 2) + (size_t)NQ * dv +
-                       attn_work_floats(c, NQ, w) + 64;
+    const size_t run = (size_t)NQ * dk + (size_t)attn_max_chunks(max_ctx) * NQ * (dv + 2) +
+                       (size_t)NQ * dv + attn_work_floats(c, NQ, w) + 64;
     return run > one ? run : one;
 }

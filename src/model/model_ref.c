@@ -12,7 +12,8 @@
 
 /* y[i] = W[i] . x for the ne1 rows of W (of head `head` when W is 3-D). */
 static void matvec(const mtensor *w, int64_t head, const float *x, float *y, float *row) {
-    const uint8_t *base = (const uint8_t *)w->data + (size_t)head * w->ne1 * kern_row_bytes(w->dtype, w->ne0);
+    const uint8_t *base =
+        (const uint8_t *)w->data + (size_t)head * w->ne1 * kern_row_bytes(w->dtype, w->ne0);
     for (int64_t i = 0; i < w->ne1; i++) {
         kern_get_row(base, w->dtype, w->ne0, i, row);
         double s = 0;
@@ -33,8 +34,8 @@ static void rmsnorm(float *out, const float *x, const float *w, int64_t n, float
 }
 
 /* Rotates dims [offset, offset + n_rot) of n_heads heads `stride` apart by pos. */
-static void rope(const model *m, const layer_weights *L, float *v, int64_t n_heads, int64_t stride, int64_t offset,
-                 int32_t pos) {
+static void rope(const model *m, const layer_weights *L, float *v, int64_t n_heads, int64_t stride,
+                 int64_t offset, int32_t pos) {
     const int64_t n_rot = m->hp.n_rot;
     const bool neox = m->hp.rope_type == MODEL_ROPE_NEOX;
     for (int64_t h = 0; h < n_heads; h++)
@@ -42,7 +43,8 @@ static void rope(const model *m, const layer_weights *L, float *v, int64_t n_hea
             double theta = pos * pow(L->rope_base, -2.0 * i / n_rot);
             if (m->rope_freqs) theta /= m->rope_freqs[i];
             theta *= L->rope_freq_scale;
-            float *a = v + h * stride + offset + (neox ? i : 2 * i), *b = neox ? a + n_rot / 2 : a + 1;
+            float *a = v + h * stride + offset + (neox ? i : 2 * i),
+                  *b = neox ? a + n_rot / 2 : a + 1;
             const double x0 = *a, x1 = *b;
             *a = (float)(x0 * cos(theta) - x1 * sin(theta));
             *b = (float)(x0 * sin(theta) + x1 * cos(theta));
@@ -62,15 +64,16 @@ static void load_row(const kv_pool *kv, const kv_seq *s, int slot, int32_t j, bo
         kv_row_load(dtype, area, dst, c->n_kv_heads * width);
         return;
     }
-    for (int h = 0; h < c->n_kv_heads; h++) kv_row_load(dtype, area + h * L->head_stride, dst + h * width, width);
+    for (int h = 0; h < c->n_kv_heads; h++)
+        kv_row_load(dtype, area + h * L->head_stride, dst + h * width, width);
 }
 
 /* out[dv] = softmax(scale * q . K_j) . V_j over the positions j the window
  * shows the token at pos, for KV head kvh; V is the first dv values of the K
  * row where the pool keeps none (MLA). p holds pos + 1 + dv doubles. */
-static void attend(const model *m, const layer_weights *L, const kv_pool *kv, const kv_seq *s, int32_t pos,
-                   int kvh, const float *q, int64_t dk, int64_t dv, double scale, float *out, float *krow,
-                   float *vrow, double *p) {
+static void attend(const model *m, const layer_weights *L, const kv_pool *kv, const kv_seq *s,
+                   int32_t pos, int kvh, const float *q, int64_t dk, int64_t dv, double scale,
+                   float *out, float *krow, float *vrow, double *p) {
     const int32_t window = m->groups[L->kv_group].window;
     const int32_t first = window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
     const int64_t kw = kv_pool_cfg(kv)->head_dim_k, vw = kv_pool_cfg(kv)->head_dim_v;
@@ -95,27 +98,34 @@ static void attend(const model *m, const layer_weights *L, const kv_pool *kv, co
     for (int64_t i = 0; i < dv; i++) out[i] = (float)o[i];
 }
 
-bool model_forward_ref(model *m, kv_pool *const *pools, const kv_seq *const *seqs, int32_t token, int32_t pos,
-                       float *logits, kvl_error *err) {
+bool model_forward_ref(model *m, kv_pool *const *pools, const kv_seq *const *seqs, int32_t token,
+                       int32_t pos, float *logits, kvl_error *err) {
     const model_hparams *hp = &m->hp;
     const int64_t E = hp->n_embd, H = hp->n_head, Hkv = hp->n_head_kv, G = H / Hkv;
     const bool mla = m->arch->attn == ARCH_ATTN_MLA;
     const int64_t dk = mla ? hp->kv_lora_rank + hp->n_rot : hp->head_dim_k, dv = hp->head_dim_v;
-    const int64_t nope = hp->n_rot_mla_nope, qh = nope + hp->n_rot, r = hp->kv_lora_rank, vd = hp->v_head_dim_mla;
+    const int64_t nope = hp->n_rot_mla_nope, qh = nope + hp->n_rot, r = hp->kv_lora_rank,
+                  vd = hp->v_head_dim_mla;
     if (token < 0 || token >= hp->n_vocab || pos < 0 || pos >= m->mp.max_ctx)
         return kvl_fail(err, "reference forward: token %d or position %d out of range", token, pos);
     /* What it does not implement it refuses, rather than read weights that are not there. */
     if (hp->moe.n_expert > 0 || hp->rope_yarn.ext_factor != 0.0f || (mla && !hp->mla))
-        return kvl_fail(err, "reference forward: %s is not implemented here (dense FFN, plain or linear rope, "
-                        "absorbed MLA only)", hp->moe.n_expert > 0 ? "mixture of experts"
-                        : hp->rope_yarn.ext_factor != 0.0f ? "YaRN rope scaling" : "uncompressed MLA");
+        return kvl_fail(
+            err,
+            "reference forward: %s is not implemented here (dense FFN, plain or linear rope, "
+            "absorbed MLA only)",
+            hp->moe.n_expert > 0               ? "mixture of experts"
+            : hp->rope_yarn.ext_factor != 0.0f ? "YaRN rope scaling"
+                                               : "uncompressed MLA");
     for (int g = 0; g < m->n_groups; g++) {
         const int64_t bi = pos / kv_pool_cfg(pools[g])->block_size;
         if (bi >= seqs[g]->n_blocks || seqs[g]->blocks[bi] < 0)
-            return kvl_fail(err, "reference forward: position %d has no KV block in group %d", pos, g);
+            return kvl_fail(err, "reference forward: position %d has no KV block in group %d", pos,
+                            g);
     }
     /* Scratch: a row as wide as any weight row or KV row, every vector the layer needs. */
-    const int64_t W = 4 * (E + H * (qh + dk + dv + vd) + hp->n_ff + hp->q_lora_rank + Hkv * (dk + dv)) + 64;
+    const int64_t W =
+        4 * (E + H * (qh + dk + dv + vd) + hp->n_ff + hp->q_lora_rank + Hkv * (dk + dv)) + 64;
     float *x = calloc((size_t)(9 * W), sizeof(float));
     double *p = calloc((size_t)(pos + 1 + W), sizeof(double));
     if (!x || !p) {
@@ -123,7 +133,8 @@ bool model_forward_ref(model *m, kv_pool *const *pools, const kv_seq *const *seq
         free(p);
         return kvl_fail(err, "reference forward: out of memory");
     }
-    float *xb = x + W, *q = xb + W, *k = q + W, *v = k + W, *att = v + W, *hb = att + W, *row = hb + W, *row2 = row + W;
+    float *xb = x + W, *q = xb + W, *k = q + W, *v = k + W, *att = v + W, *hb = att + W,
+          *row = hb + W, *row2 = row + W;
 
     kern_get_row(m->tok_embd.data, m->tok_embd.dtype, E, token, x);
     for (int64_t i = 0; m->arch->embd_scale && i < E; i++) x[i] *= sqrtf((float)E);
@@ -141,15 +152,18 @@ bool model_forward_ref(model *m, kv_pool *const *pools, const kv_seq *const *seq
             add_bias(q, &L->bq, H * dk);
             add_bias(k, &L->bk, Hkv * dk);
             add_bias(v, &L->bv, Hkv * dv);
-            for (int64_t h = 0; L->q_norm.data && h < H; h++) rmsnorm(q + h * dk, q + h * dk, L->q_norm.data, dk, hp->rms_eps);
-            for (int64_t h = 0; L->k_norm.data && h < Hkv; h++) rmsnorm(k + h * dk, k + h * dk, L->k_norm.data, dk, hp->rms_eps);
+            for (int64_t h = 0; L->q_norm.data && h < H; h++)
+                rmsnorm(q + h * dk, q + h * dk, L->q_norm.data, dk, hp->rms_eps);
+            for (int64_t h = 0; L->k_norm.data && h < Hkv; h++)
+                rmsnorm(k + h * dk, k + h * dk, L->k_norm.data, dk, hp->rms_eps);
             rope(m, L, q, H, dk, 0, pos);
             rope(m, L, k, Hkv, dk, 0, pos);
             kv_store_token(kv, s->blocks[pos / bs], L->kv_slot, pos % bs, k, v);
             const bool q27 = m->arch->n_layer_27b && hp->n_layer == m->arch->n_layer_27b;
             const double scale = 1.0 / sqrt(q27 ? (double)(E / H) : (double)dk);
             for (int64_t h = 0; h < H; h++)
-                attend(m, L, kv, s, pos, (int)(h / G), q + h * dk, dk, dv, scale, att + h * dv, row, row2, p);
+                attend(m, L, kv, s, pos, (int)(h / G), q + h * dk, dk, dv, scale, att + h * dv, row,
+                       row2, p);
             matvec(&L->wo, 0, att, xb, row);
         } else { /* MLA, absorbed: attention over the cached [latent, rope] row of one shared head */
             matvec(&L->wkv_a_mqa, 0, xb, k, row);
@@ -181,7 +195,9 @@ bool model_forward_ref(model *m, kv_pool *const *pools, const kv_seq *const *seq
         for (int64_t i = 0; i < hp->n_ff; i++) {
             const double g = hb[i];
             const double a = m->arch->ffn_act == ARCH_ACT_GELU
-                                 ? 0.5 * g * (1.0 + tanh(sqrt(2.0 / 3.14159265358979323846) * g * (1.0 + 0.044715 * g * g)))
+                                 ? 0.5 * g *
+                                       (1.0 + tanh(sqrt(2.0 / 3.14159265358979323846) * g *
+                                                   (1.0 + 0.044715 * g * g)))
                                  : g / (1.0 + exp(-g));
             hb[i] = (float)(a * q[i]);
         }

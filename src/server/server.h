@@ -13,26 +13,28 @@
 #include "tokenizer.h"
 
 typedef struct server_config {
-    const char *host;          /* address to bind (default 127.0.0.1) */
-    int port;                  /* default 8080; 0: any free port */
-    const char *api_key;       /* NULL: no authentication (unless api_key_file) */
-    const char *api_key_file;  /* keys, one a line: "KEY [TENANT]" ('#' comments) */
-    bool metrics_public;       /* /metrics without a key even when keys are set */
-    bool prefix_cache_shared;  /* with keys: one prefix-cache namespace for all tenants */
-    const char *model_id;      /* the name /v1/models lists and requests may use */
-    const char *chat_template; /* family name overriding the GGUF template, or NULL */
+    const char *host;              /* address to bind (default 127.0.0.1) */
+    int port;                      /* default 8080; 0: any free port */
+    const char *api_key;           /* NULL: no authentication (unless api_key_file) */
+    const char *api_key_file;      /* keys, one a line: "KEY [TENANT]" ('#' comments) */
+    bool metrics_public;           /* /metrics without a key even when keys are set */
+    bool prefix_cache_shared;      /* with keys: one prefix-cache namespace for all tenants */
+    const char *model_id;          /* the name /v1/models lists and requests may use */
+    const char *chat_template;     /* family name overriding the GGUF template, or NULL */
     const char *chat_template_src; /* the GGUF's tokenizer.chat_template, or NULL */
-    const char *chat_template_file; /* --chat-template-file: overrides chat_template_src (name; text in src) */
-    size_t max_body_bytes;     /* larger request bodies get 413 (default 8 MiB) */
-    int max_queue;             /* waiting requests beyond max_seqs before 503 */
-    const char *model_path;    /* the GGUF file (GET /props) */
-    const char *cors_origin;   /* --cors: Access-Control-Allow-Origin on every response; NULL: no CORS */
-    engine_pooling pooling;    /* /v1/embeddings: how hidden states are pooled */
-    int max_connections;       /* open connections in all; beyond: 503 (default 1024) */
+    const char *
+        chat_template_file; /* --chat-template-file: overrides chat_template_src (name; text in src) */
+    size_t max_body_bytes;  /* larger request bodies get 413 (default 8 MiB) */
+    int max_queue;          /* waiting requests beyond max_seqs before 503 */
+    const char *model_path; /* the GGUF file (GET /props) */
+    const char
+        *cors_origin; /* --cors: Access-Control-Allow-Origin on every response; NULL: no CORS */
+    engine_pooling pooling;     /* /v1/embeddings: how hidden states are pooled */
+    int max_connections;        /* open connections in all; beyond: 503 (default 1024) */
     int max_connections_per_ip; /* from one client address; 0: no limit (default 256) */
-    double request_timeout_s;  /* to receive a whole request, headers and body (default 30) */
-    double shutdown_timeout_s; /* SIGTERM: in-flight requests may finish this long (default 30) */
-    int http_threads;          /* libmicrohttpd worker threads (default 4) */
+    double request_timeout_s;   /* to receive a whole request, headers and body (default 30) */
+    double shutdown_timeout_s;  /* SIGTERM: in-flight requests may finish this long (default 30) */
+    int http_threads;           /* libmicrohttpd worker threads (default 4) */
 } server_config;
 
 void server_config_default(server_config *c);

@@ -45,8 +45,10 @@ static bool normalise_content(cJSON *msg, int i, api_error *err) {
     for (cJSON *p = c->child; p; p = p->next) {
         cJSON *type = cJSON_GetObjectItemCaseSensitive(p, "type");
         cJSON *text = cJSON_GetObjectItemCaseSensitive(p, "text");
-        if (!cJSON_IsString(type) || strcmp(type->valuestring, "text") != 0 || !cJSON_IsString(text))
-            return api_fail(err, 400, "messages", "messages[%d]: only text content parts are supported", i);
+        if (!cJSON_IsString(type) || strcmp(type->valuestring, "text") != 0 ||
+            !cJSON_IsString(text))
+            return api_fail(err, 400, "messages",
+                            "messages[%d]: only text content parts are supported", i);
         len += strlen(text->valuestring) + 1;
     }
     char *joined = malloc(len + 1), *o = joined;
@@ -89,12 +91,14 @@ static bool add_system_text(cJSON *msgs, const char *text) {
         char *joined = malloc(n + strlen(text) + 3);
         if (!joined) return false;
         sprintf(joined, "%s%s%s", content->valuestring, n ? "\n\n" : "", text);
-        bool ok = cJSON_ReplaceItemInObjectCaseSensitive(first, "content", cJSON_CreateString(joined));
+        bool ok =
+            cJSON_ReplaceItemInObjectCaseSensitive(first, "content", cJSON_CreateString(joined));
         free(joined);
         return ok;
     }
     cJSON *sys = cJSON_CreateObject();
-    if (!sys || !cJSON_AddStringToObject(sys, "role", "system") || !cJSON_AddStringToObject(sys, "content", text)) {
+    if (!sys || !cJSON_AddStringToObject(sys, "role", "system") ||
+        !cJSON_AddStringToObject(sys, "content", text)) {
         cJSON_Delete(sys);
         return false;
     }
@@ -103,7 +107,8 @@ static bool add_system_text(cJSON *msgs, const char *text) {
 
 /* The roles of OpenAI's API, and Llama 3.1's ipython; a template decides what
  * it does with each (raise_exception -> 400). */
-static const char *const CHAT_ROLES[] = {"system", "developer", "user", "assistant", "tool", "function", "ipython"};
+static const char *const CHAT_ROLES[] = {"system", "developer", "user",   "assistant",
+                                         "tool",   "function",  "ipython"};
 
 static bool known_role(const char *r) {
     for (size_t i = 0; i < sizeof CHAT_ROLES / sizeof CHAT_ROLES[0]; i++)
@@ -124,8 +129,8 @@ static bool guard_message(srv *s, cJSON *msg) {
     return true;
 }
 
-char *srv_jinja_render(srv *s, const cJSON *body, bool add_gen, const cJSON *tools, const char *system_extra,
-                       size_t *len, api_error *err) {
+char *srv_jinja_render(srv *s, const cJSON *body, bool add_gen, const cJSON *tools,
+                       const char *system_extra, size_t *len, api_error *err) {
     const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(body, "messages");
     const cJSON *kw = cJSON_GetObjectItemCaseSensitive(body, "chat_template_kwargs");
     if (kw && !cJSON_IsObject(kw) && !cJSON_IsNull(kw)) {
@@ -142,15 +147,19 @@ char *srv_jinja_render(srv *s, const cJSON *body, bool add_gen, const cJSON *too
     }
     int i = 0;
     for (cJSON *msg = m->child; msg; msg = msg->next, i++) {
-        const cJSON *role = cJSON_IsObject(msg) ? cJSON_GetObjectItemCaseSensitive(msg, "role") : NULL;
+        const cJSON *role =
+            cJSON_IsObject(msg) ? cJSON_GetObjectItemCaseSensitive(msg, "role") : NULL;
         if (!cJSON_IsString(role)) {
-            api_fail(err, 400, "messages", "messages[%d] must be an object with a string 'role'", i);
+            api_fail(err, 400, "messages", "messages[%d] must be an object with a string 'role'",
+                     i);
             goto fail;
         }
         if (!known_role(role->valuestring)) {
             api_fail(err, 400, "messages",
-                     "messages[%d].role '%.64s' is not a role (system, developer, user, assistant, tool, function, "
-                     "ipython)", i, role->valuestring);
+                     "messages[%d].role '%.64s' is not a role (system, developer, user, assistant, "
+                     "tool, function, "
+                     "ipython)",
+                     i, role->valuestring);
             goto fail;
         }
         if (!normalise_content(msg, i, err)) goto fail;
@@ -180,7 +189,8 @@ char *srv_jinja_render(srv *s, const cJSON *body, bool add_gen, const cJSON *too
     }
     cJSON_AddItemToObject(vars, "tools", tools_var);
     const cJSON *effort = cJSON_GetObjectItemCaseSensitive(body, "reasoning_effort");
-    if (cJSON_IsString(effort)) cJSON_AddStringToObject(vars, "reasoning_effort", effort->valuestring);
+    if (cJSON_IsString(effort))
+        cJSON_AddStringToObject(vars, "reasoning_effort", effort->valuestring);
     cJSON_AddItemToObject(vars, "documents", cJSON_CreateNull());
     cJSON_AddBoolToObject(vars, "add_generation_prompt", add_gen);
     cJSON_AddStringToObject(vars, "bos_token", s->bos_text);
@@ -199,15 +209,16 @@ char *srv_jinja_render(srv *s, const cJSON *body, bool add_gen, const cJSON *too
             cJSON_AddItemToObject(vars, c->string, copy);
         }
     char *out = NULL, msg_err[512];
-    jinja_status st = jinja_template_render(s->jinja, vars, NULL, &out, len, msg_err, sizeof msg_err);
+    jinja_status st =
+        jinja_template_render(s->jinja, vars, NULL, &out, len, msg_err, sizeof msg_err);
     cJSON_Delete(vars);
     if (st == JINJA_ERR_RAISED) {
         api_fail(err, 400, "messages", "the chat template refused the conversation: %s", msg_err);
         return NULL;
     }
     if (st != JINJA_OK) {
-        api_fail(err, st == JINJA_ERR_NOMEM ? 500 : 400, "messages", "the chat template failed on this conversation: %s",
-                 msg_err);
+        api_fail(err, st == JINJA_ERR_NOMEM ? 500 : 400, "messages",
+                 "the chat template failed on this conversation: %s", msg_err);
         return NULL;
     }
     return out;

@@ -254,7 +254,8 @@ static bool evict_oldest_receiving(srv *s, double now) {
             (!oldest || r->since < oldest->since))
             oldest = r;
     }
-    if (s->n_conns - n_cut < s->cfg.max_connections && s->n_conns < s->cfg.max_connections + EVICT_SLACK)
+    if (s->n_conns - n_cut < s->cfg.max_connections &&
+        s->n_conns < s->cfg.max_connections + EVICT_SLACK)
         return true; /* slots held only by connections already on their way out */
     if (!oldest || n_cut >= EVICT_SLACK) return false;
     oldest->cut = true;

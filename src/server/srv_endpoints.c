@@ -13,7 +13,6 @@
 
 #define MAX_EMBED_INPUTS 2048
 
-
 static char *print_delete(cJSON *o) {
     char *out = o ? cJSON_PrintUnformatted(o) : NULL;
     cJSON_Delete(o);
@@ -31,7 +30,6 @@ static bool only_fields(const cJSON *b, const char *const *names, int n, const c
     }
     return true;
 }
-
 
 static bool check_model(srv *s, const cJSON *b, api_error *err) {
     const cJSON *m = req_field(b, "model");
@@ -133,8 +131,8 @@ char *srv_tokenize(srv *s, const char *body, size_t len, api_error *err) {
         goto done;
     }
     bool bos = add_special && tok_add_bos(s->vocab) && tok_bos(s->vocab) >= 0;
-    if (!(ids = srv_encode(s, c->valuestring, strlen(c->valuestring), bos, (tok_mode){.parse_special = parse_special}, &n, "content",
-                       err)))
+    if (!(ids = srv_encode(s, c->valuestring, strlen(c->valuestring), bos,
+                           (tok_mode){.parse_special = parse_special}, &n, "content", err)))
         goto done;
     cJSON *o = cJSON_CreateObject();
     cJSON *arr = cJSON_AddArrayToObject(o, "tokens");
@@ -233,8 +231,10 @@ static bool run_embedding(srv *s, srv_engine_task *t, api_error *err) {
     srv_embed *em = (srv_embed *)t;
     for (int i = 0; i < em->n_inputs; i++) {
         kvl_error kerr = {{0}};
-        if (!engine_embed(s->e, em->ids[i], em->n_ids[i], s->cfg.pooling, em->out + (size_t)i * (size_t)s->n_embd,
-                          &kerr)) /* the inputs were checked, so what is left is a full pool: retry later */
+        if (!engine_embed(
+                s->e, em->ids[i], em->n_ids[i], s->cfg.pooling,
+                em->out + (size_t)i * (size_t)s->n_embd,
+                &kerr)) /* the inputs were checked, so what is left is a full pool: retry later */
             return api_fail(err, 503, NULL, "input[%d]: %s", i, kerr.msg);
     }
     return true;
@@ -277,7 +277,8 @@ static bool add_text(srv *s, srv_embed *em, const char *text, int idx, api_error
     bool bos = tok_add_bos(s->vocab) && tok_bos(s->vocab) >= 0;
     int64_t n = 0;
     /* special tokens in the text are parsed, as llama-server and vLLM's tokenizers do */
-    int32_t *ids = srv_encode(s, text, len, bos, (tok_mode){.parse_special = true}, &n, "input", err);
+    int32_t *ids =
+        srv_encode(s, text, len, bos, (tok_mode){.parse_special = true}, &n, "input", err);
     if (!ids) return false;
     em->ids[em->n_inputs] = ids;
     em->n_ids[em->n_inputs++] = n;

@@ -23,8 +23,10 @@ bool srv_enqueue(srv *s, srv_job *j, api_error *err) {
     }
     pthread_mutex_unlock(&s->q_mu);
     if (!ok) {
-        api_fail(err, 503, NULL, stopping ? "the server is shutting down"
-                                          : "the server is overloaded (%lld requests queued or running); retry later",
+        api_fail(err, 503, NULL,
+                 stopping
+                     ? "the server is shutting down"
+                     : "the server is overloaded (%lld requests queued or running); retry later",
                  (long long)limit);
         err->code = "server_overloaded";
     }
@@ -166,13 +168,21 @@ static void set_state(srv_job *j, job_state st) {
 /* Submits the job's n engine requests. A rejection of the first one (the
  * engine's own checks) fails the whole job with 400. */
 static void admit(srv *s, srv_job *j) {
-    engine_request r = {.prompt = j->prompt, .n_prompt = j->n_prompt, .max_tokens = j->max_tokens,
-                        .sampling = j->sampling, .stop = (const char *const *)j->stop,
-                        .n_stop = j->n_stop, .top_logprobs = j->top_logprobs, .logprobs = j->logprobs,
-                        .ignore_eos = j->ignore_eos, .cache_salt = j->cache_salt, .grammar = j->grammar,
+    engine_request r = {.prompt = j->prompt,
+                        .n_prompt = j->n_prompt,
+                        .max_tokens = j->max_tokens,
+                        .sampling = j->sampling,
+                        .stop = (const char *const *)j->stop,
+                        .n_stop = j->n_stop,
+                        .top_logprobs = j->top_logprobs,
+                        .logprobs = j->logprobs,
+                        .ignore_eos = j->ignore_eos,
+                        .cache_salt = j->cache_salt,
+                        .grammar = j->grammar,
                         .no_speculative = j->no_speculative,
                         .priority = j->priority,
-                        .n_keep_special = j->n_keep_special, .on_event = on_engine_event};
+                        .n_keep_special = j->n_keep_special,
+                        .on_event = on_engine_event};
     memcpy(r.keep_special, j->keep_special, sizeof r.keep_special);
     for (int i = 0; i < j->n; i++) {
         r.user = &j->choices[i];
@@ -189,7 +199,8 @@ static void admit(srv *s, srv_job *j) {
         }
         j->choices[i].engine_id = id;
         j->n_live++;
-        r.prefix_leader = j->choices[0].engine_id; /* choices 1..n-1 reuse choice 0's prompt blocks */
+        r.prefix_leader =
+            j->choices[0].engine_id; /* choices 1..n-1 reuse choice 0's prompt blocks */
     }
     set_state(j, JOB_RUNNING);
 }

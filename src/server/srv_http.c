@@ -19,8 +19,20 @@
 #include "srv_internal.h"
 
 typedef enum route {
-    R_NONE, R_HEALTH, R_METRICS, R_MODELS, R_MODEL, R_COMPLETIONS, R_CHAT,
-    R_EMBEDDINGS, R_TOKENIZE, R_DETOKENIZE, R_PROPS, R_KV_SAVE, R_KV_STATE, R_PAGE
+    R_NONE,
+    R_HEALTH,
+    R_METRICS,
+    R_MODELS,
+    R_MODEL,
+    R_COMPLETIONS,
+    R_CHAT,
+    R_EMBEDDINGS,
+    R_TOKENIZE,
+    R_DETOKENIZE,
+    R_PROPS,
+    R_KV_SAVE,
+    R_KV_STATE,
+    R_PAGE
 } route;
 
 /* Who may call a route when keys are set: anyone (the health probe), key
@@ -53,19 +65,18 @@ static const struct {
 };
 #define N_ROUTES (sizeof ROUTES / sizeof ROUTES[0])
 
-
 /* Per request state, from the first callback to MHD's completion notice. */
 typedef struct conn_ctx {
     kvl_buf body;
-    size_t route;          /* index in ROUTES (the header stage answered unknown ones) */
-    const srv_key *key;    /* the caller's key; NULL without keys */
+    size_t route;       /* index in ROUTES (the header stage answered unknown ones) */
+    const srv_key *key; /* the caller's key; NULL without keys */
     double t_arrival;
     bool too_large;
-    bool refused;          /* answered with early (after the body, which is dropped) */
-    bool preflight;        /* a CORS preflight, answered from the headers */
+    bool refused;   /* answered with early (after the body, which is dropped) */
+    bool preflight; /* a CORS preflight, answered from the headers */
     api_error early;
-    bool received;         /* the whole request is in */
-    bool generating;       /* r holds a queued job not yet handed to a response */
+    bool received;   /* the whole request is in */
+    bool generating; /* r holds a queued job not yet handed to a response */
     api_req r;
 } conn_ctx;
 
@@ -82,10 +93,11 @@ static void add_cors(struct MHD_Response *r) {
     if (strcmp(cors_origin, "*") != 0) MHD_add_response_header(r, "Vary", "Origin");
 }
 
-static enum MHD_Result send_text(struct MHD_Connection *c, unsigned status, const char *ctype, char *body,
-                                 const char *hdr, const char *hdr_val) {
+static enum MHD_Result send_text(struct MHD_Connection *c, unsigned status, const char *ctype,
+                                 char *body, const char *hdr, const char *hdr_val) {
     if (!body) return MHD_NO;
-    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
     if (!r) {
         free(body);
         return MHD_NO;
@@ -110,7 +122,8 @@ static enum MHD_Result send_error(struct MHD_Connection *c, const api_error *e) 
     return send_text(c, (unsigned)e->status, "application/json", api_error_json(e), hdr, val);
 }
 
-static enum MHD_Result fail(struct MHD_Connection *c, int status, const char *param, const char *msg) {
+static enum MHD_Result fail(struct MHD_Connection *c, int status, const char *param,
+                            const char *msg) {
     api_error e;
     api_fail(&e, status, param, "%s", msg);
     return send_error(c, &e);
@@ -119,7 +132,8 @@ static enum MHD_Result fail(struct MHD_Connection *c, int status, const char *pa
 /* ----------------------------------------------------------- waiting -- */
 
 static int conn_fd(struct MHD_Connection *c) {
-    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     return ci ? ci->connect_fd : -1;
 }
 
@@ -226,8 +240,8 @@ static enum MHD_Result start_stream(srv *s, struct MHD_Connection *c, conn_ctx *
     sc->conn = c;
     sc->r = cc->r;
     memset(&cc->r, 0, sizeof cc->r);
-    struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_read,
-                                                                  sc, stream_free);
+    struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024,
+                                                                  stream_read, sc, stream_free);
     if (!resp) {
         stream_free(sc);
         return MHD_NO;
@@ -342,12 +356,13 @@ static bool route_matches(size_t i, const char *url) {
 }
 
 /* The whole request is in: answer it. */
-static enum MHD_Result dispatch(srv *s, struct MHD_Connection *c, const char *url, const char *method,
-                                conn_ctx *cc) {
+static enum MHD_Result dispatch(srv *s, struct MHD_Connection *c, const char *url,
+                                const char *method, conn_ctx *cc) {
     kvl_log(KVL_LOG_INFO, "%s %s (%zu bytes)", method, url, cc->body.len);
     if (cc->too_large) {
         char msg[96];
-        snprintf(msg, sizeof msg, "the request body is larger than %zu bytes", s->cfg.max_body_bytes);
+        snprintf(msg, sizeof msg, "the request body is larger than %zu bytes",
+                 s->cfg.max_body_bytes);
         return fail(c, 413, NULL, msg);
     }
     kvl_buf m = {0};
@@ -366,9 +381,12 @@ static enum MHD_Result dispatch(srv *s, struct MHD_Connection *c, const char *ur
             kvl_buf_free(&m);
             return MHD_NO;
         }
-        return send_text(c, MHD_HTTP_OK, "text/plain; version=0.0.4; charset=utf-8", m.p, NULL, NULL);
+        return send_text(c, MHD_HTTP_OK, "text/plain; version=0.0.4; charset=utf-8", m.p, NULL,
+                         NULL);
     case R_MODELS: return send_json(c, MHD_HTTP_OK, openai_models(s));
-    case R_MODEL: return send_result(c, openai_model_get(s, url + strlen(ROUTES[cc->route].path), &err), &err);
+    case R_MODEL:
+        return send_result(c, openai_model_get(s, url + strlen(ROUTES[cc->route].path), &err),
+                           &err);
     case R_TOKENIZE: return send_result(c, srv_tokenize(s, body, cc->body.len, &err), &err);
     case R_DETOKENIZE: return send_result(c, srv_detokenize(s, body, cc->body.len, &err), &err);
     case R_EMBEDDINGS: return send_result(c, srv_embeddings(s, body, cc->body.len, &err), &err);
@@ -376,14 +394,16 @@ static enum MHD_Result dispatch(srv *s, struct MHD_Connection *c, const char *ur
     case R_KV_SAVE: return send_result(c, srv_kv_save(s, body, cc->body.len, cc->key, &err), &err);
     case R_KV_STATE: {
         size_t len = 0;
-        char *js = srv_kv_state(s, MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "since"), &len, &err);
+        char *js = srv_kv_state(s, MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "since"),
+                                &len, &err);
         return js ? send_text(c, MHD_HTTP_OK, "application/json", js, "Cache-Control", "no-store")
                   : send_error(c, &err);
     }
     case R_PAGE: {
         const srv_asset *a = srv_asset_find(url);
         if (!a) return fail(c, 404, NULL, "no such page");
-        struct MHD_Response *r = MHD_create_response_from_buffer(a->len, (void *)a->data, MHD_RESPMEM_PERSISTENT);
+        struct MHD_Response *r =
+            MHD_create_response_from_buffer(a->len, (void *)a->data, MHD_RESPMEM_PERSISTENT);
         if (!r) return MHD_NO;
         MHD_add_response_header(r, "Content-Type", a->ctype);
         MHD_add_response_header(r, "Cache-Control", "no-cache");
@@ -406,7 +426,8 @@ typedef struct framing {
     bool te_chunked;
 } framing;
 
-static enum MHD_Result count_framing(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+static enum MHD_Result count_framing(void *cls, enum MHD_ValueKind kind, const char *key,
+                                     const char *value) {
     framing *f = cls;
     (void)kind;
     if (strcasecmp(key, "Content-Length") == 0) f->n_length++;
@@ -421,17 +442,19 @@ static bool check_framing(struct MHD_Connection *c, api_error *e) {
     framing f = {0};
     MHD_get_connection_values(c, MHD_HEADER_KIND, count_framing, &f);
     if (f.n_length > 1) return api_fail(e, 400, NULL, "more than one Content-Length header");
-    if (f.n_te && f.n_length) return api_fail(e, 400, NULL, "both Transfer-Encoding and Content-Length");
+    if (f.n_te && f.n_length)
+        return api_fail(e, 400, NULL, "both Transfer-Encoding and Content-Length");
     if (f.n_te > 1 || (f.n_te && !f.te_chunked))
-        return api_fail(e, 400, NULL, "unsupported Transfer-Encoding (only a single 'chunked' is accepted)");
+        return api_fail(e, 400, NULL,
+                        "unsupported Transfer-Encoding (only a single 'chunked' is accepted)");
     return true;
 }
 
 /* The headers are in, the body not yet read: everything that can be decided
  * now is, so a caller without a key, or with a body too large, costs no more
  * than its headers. */
-static bool check_headers(srv *s, struct MHD_Connection *c, const char *url, const char *method, conn_ctx *cc,
-                          api_error *e) {
+static bool check_headers(srv *s, struct MHD_Connection *c, const char *url, const char *method,
+                          conn_ctx *cc, api_error *e) {
     size_t i = 0;
     while (i < N_ROUTES && !route_matches(i, url)) i++;
     if (i == N_ROUTES) return api_fail(e, 404, NULL, "no route for %.200s", url);
@@ -446,7 +469,8 @@ static bool check_headers(srv *s, struct MHD_Connection *c, const char *url, con
         e->code = "method_not_allowed";
         return false;
     }
-    bool needs_key = ROUTES[i].auth == AUTH_KEY || (ROUTES[i].auth == AUTH_OPS && !s->cfg.metrics_public);
+    bool needs_key =
+        ROUTES[i].auth == AUTH_KEY || (ROUTES[i].auth == AUTH_OPS && !s->cfg.metrics_public);
     if (s->n_keys > 0) {
         cc->key = keys_match(s, MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization"));
         if (needs_key && !cc->key) {
@@ -457,7 +481,8 @@ static bool check_headers(srv *s, struct MHD_Connection *c, const char *url, con
     }
     const char *len = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
     if (len && strtoull(len, NULL, 10) > s->cfg.max_body_bytes)
-        return api_fail(e, 413, NULL, "the request body is larger than %zu bytes", s->cfg.max_body_bytes);
+        return api_fail(e, 413, NULL, "the request body is larger than %zu bytes",
+                        s->cfg.max_body_bytes);
     if (atomic_load(&s->draining) && ROUTES[i].r != R_METRICS)
         return api_fail(e, 503, NULL, "the server is shutting down");
     return true;
@@ -469,7 +494,8 @@ static enum MHD_Result send_early(struct MHD_Connection *c, conn_ctx *cc) {
     const api_error *e = &cc->early;
     char *body = api_error_json(e);
     if (!body) return MHD_NO;
-    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
     if (!r) {
         free(body);
         return MHD_NO;
@@ -498,16 +524,17 @@ static bool answer_now(struct MHD_Connection *c, const api_error *e) {
     if (expect && strcasecmp(expect, "100-continue") == 0) return true;
     const char *len = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
     const char *te = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Transfer-Encoding");
-    if (e->status == 400) return true; /* bad framing: the body cannot be trusted to end where it says */
+    if (e->status == 400)
+        return true; /* bad framing: the body cannot be trusted to end where it says */
     return !te && (!len || strtoull(len, NULL, 10) == 0);
 }
 
 /* MHD calls this first with *con_cls NULL (headers only), then once per piece
  * of the body, then with *upload_size 0 to produce the response, and again
  * each time a suspended connection is resumed. */
-static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
-                                  const char *version, const char *upload, size_t *upload_size,
-                                  void **con_cls) {
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
+                                  const char *method, const char *version, const char *upload,
+                                  size_t *upload_size, void **con_cls) {
     srv *s = cls;
     conn_ctx *cc = *con_cls;
     (void)version;
@@ -573,29 +600,36 @@ static void setup_chat(srv *s) {
     } else if (s->cfg.chat_template_src && s->cfg.chat_template_src[0]) {
         /* the Jinja template itself; the built-in families only if it does not compile */
         char origin[300];
-        snprintf(origin, sizeof origin, "%s%s", s->cfg.chat_template_file ? "file " : "model's tokenizer.chat_template",
+        snprintf(origin, sizeof origin, "%s%s",
+                 s->cfg.chat_template_file ? "file " : "model's tokenizer.chat_template",
                  s->cfg.chat_template_file ? s->cfg.chat_template_file : "");
         if (srv_jinja_setup(s, s->cfg.chat_template_src, origin)) {
             s->chat = CHAT_TMPL_FALLBACK; /* unused while s->jinja is set */
             chat_caps_detect(s->cfg.chat_template_src, &s->caps);
-            fprintf(stderr, "kvllm serve: tool calls: %s format%s%s\n", tool_format_name(s->caps.format),
-                    s->caps.reads_tools ? "" : " (the template does not render tools: they go in the system message)",
+            fprintf(stderr, "kvllm serve: tool calls: %s format%s%s\n",
+                    tool_format_name(s->caps.format),
+                    s->caps.reads_tools
+                        ? ""
+                        : " (the template does not render tools: they go in the system message)",
                     s->caps.thinks ? "; reasoning: <think>" : "");
             return;
         }
         s->chat = chat_template_detect(s->cfg.chat_template_src);
         if (s->chat == CHAT_TMPL_UNKNOWN) {
             snprintf(s->chat_error, sizeof s->chat_error,
-                     "unsupported chat template: the model's tokenizer.chat_template matches none of the known "
+                     "unsupported chat template: the model's tokenizer.chat_template matches none "
+                     "of the known "
                      "families; use /v1/completions or restart with --chat-template NAME");
-            kvl_log(KVL_LOG_WARN, "the model's chat template is not recognised: /v1/chat/completions will "
-                                  "answer 400 (use --chat-template chatml|llama3|llama2|mistral|gemma|"
-                                  "deepseek3|deepseek2)");
+            kvl_log(KVL_LOG_WARN,
+                    "the model's chat template is not recognised: /v1/chat/completions will "
+                    "answer 400 (use --chat-template chatml|llama3|llama2|mistral|gemma|"
+                    "deepseek3|deepseek2)");
             return;
         }
     } else {
         s->chat = CHAT_TMPL_FALLBACK;
-        kvl_log(KVL_LOG_WARN, "the model has no tokenizer.chat_template: chat requests use the %s format",
+        kvl_log(KVL_LOG_WARN,
+                "the model has no tokenizer.chat_template: chat requests use the %s format",
                 chat_family_name(s->chat));
         return;
     }
@@ -613,8 +647,8 @@ static struct MHD_Daemon *start_daemon(srv *s) {
     struct MHD_Daemon *d = MHD_start_daemon(
         flags, 0, NULL, NULL, on_request, s, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
         MHD_OPTION_NOTIFY_CONNECTION, conns_notify, s, MHD_OPTION_CONNECTION_TIMEOUT, timeout,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)(s->cfg.max_connections + 256), MHD_OPTION_THREAD_POOL_SIZE,
-        (unsigned)s->cfg.http_threads, MHD_OPTION_END);
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)(s->cfg.max_connections + 256),
+        MHD_OPTION_THREAD_POOL_SIZE, (unsigned)s->cfg.http_threads, MHD_OPTION_END);
     if (!d) fprintf(stderr, "kvllm serve: cannot start the HTTP server\n");
     return d;
 }
@@ -623,10 +657,12 @@ static struct MHD_Daemon *start_daemon(srv *s) {
 static void raise_fd_limit(int want) {
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= (rlim_t)want) return;
-    rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > (rlim_t)want ? (rlim_t)want : rl.rlim_max;
+    rl.rlim_cur =
+        rl.rlim_max == RLIM_INFINITY || rl.rlim_max > (rlim_t)want ? (rlim_t)want : rl.rlim_max;
     setrlimit(RLIMIT_NOFILE, &rl);
     if (rl.rlim_cur < (rlim_t)want)
-        kvl_log(KVL_LOG_WARN, "open-files limit %llu is below --max-connections + 64; raise it (ulimit -n)",
+        kvl_log(KVL_LOG_WARN,
+                "open-files limit %llu is below --max-connections + 64; raise it (ulimit -n)",
                 (unsigned long long)rl.rlim_cur);
 }
 
@@ -712,7 +748,10 @@ static void drain(srv *s, sigset_t *sigs) {
     }
     bool finished = idle(s);
     fprintf(stderr, "kvllm serve: %s after %.1f s%s\n", finished ? "drained" : "shutdown timeout",
-            kvl_time_s() - t0, finished ? "" : again ? " (second signal): cancelling the rest" : ": cancelling the rest");
+            kvl_time_s() - t0,
+            finished ? ""
+            : again  ? " (second signal): cancelling the rest"
+                     : ": cancelling the rest");
     engine_thread_stop(s); /* cancels what still runs; every job gets its final event */
     /* Those final events still have to reach their clients (at most 5 s, for
      * clients that stopped reading). */
@@ -754,11 +793,12 @@ int server_run(engine *e, const tok_vocab *vocab, const server_config *cfg) {
         srv_free(s);
         return 1;
     }
-    fprintf(stderr, "kvllm serve: listening on http://%s:%d (model '%s'%s)\n", cfg->host, s->bound_port,
-            cfg->model_id, s->n_keys ? ", API keys required" : "");
+    fprintf(stderr, "kvllm serve: listening on http://%s:%d (model '%s'%s)\n", cfg->host,
+            s->bound_port, cfg->model_id, s->n_keys ? ", API keys required" : "");
     int sig = 0;
     sigwait(&sigs, &sig);
-    fprintf(stderr, "kvllm serve: signal %d, draining (at most %.0f s)\n", sig, s->cfg.shutdown_timeout_s);
+    fprintf(stderr, "kvllm serve: signal %d, draining (at most %.0f s)\n", sig,
+            s->cfg.shutdown_timeout_s);
     drain(s, &sigs);
     conns_stop(s);
     MHD_stop_daemon(s->daemon);

@@ -19,9 +19,8 @@
 #include "kvl_buf.h"
 #include "srv_tools.h"
 
-
-#define SRV_MAX_N 16   /* choices per request */
-#define SRV_MAX_TOP 20 /* top logprobs per token (the engine's limit) */
+#define SRV_MAX_N    16              /* choices per request */
+#define SRV_MAX_TOP  20              /* top logprobs per token (the engine's limit) */
 #define SRV_MAX_STOP ENGINE_MAX_STOP /* and ENGINE_MAX_STOP_BYTES each */
 
 /* ------------------------------------------------------------ helpers -- */
@@ -36,10 +35,10 @@ bool secret_equal(const char *a, const char *b);
 /* ------------------------------------------------------------- errors -- */
 
 typedef struct api_error {
-    int status;          /* HTTP status */
-    const char *type;    /* "invalid_request_error", ... */
-    const char *code;    /* NULL or a code string */
-    char param[64];      /* "" for none */
+    int status;       /* HTTP status */
+    const char *type; /* "invalid_request_error", ... */
+    const char *code; /* NULL or a code string */
+    char param[64];   /* "" for none */
     char msg[512];
 } api_error;
 bool api_fail(api_error *e, int status, const char *param, const char *fmt, ...)
@@ -79,14 +78,14 @@ typedef struct srv_job srv_job;
 
 typedef struct srv_event {
     struct srv_event *next;
-    int index;               /* choice */
-    int32_t token;           /* -1: no token (text-only or final) */
+    int index;     /* choice */
+    int32_t token; /* -1: no token (text-only or final) */
     float logprob;
     int n_top;
     int32_t top_ids[SRV_MAX_TOP];
     float top_lps[SRV_MAX_TOP];
     engine_finish finish;
-    engine_req_stats stats;  /* valid when finish != NONE */
+    engine_req_stats stats; /* valid when finish != NONE */
     size_t text_len;
     char text[];
 } srv_event;
@@ -96,7 +95,7 @@ typedef enum job_state { JOB_QUEUED, JOB_RUNNING, JOB_REJECTED } job_state;
 typedef struct srv_choice {
     srv_job *job;
     int index;
-    int64_t engine_id;  /* -1 until submitted */
+    int64_t engine_id; /* -1 until submitted */
     bool done;
     double t_first, t_last; /* of its first / latest token (metrics) */
 } srv_choice;
@@ -108,7 +107,7 @@ struct srv_job {
     int64_t n_prompt;
     int64_t max_tokens;
     sampler_params sampling;
-    bool vary_seed;      /* n > 1 with sampling: choice i uses seed + i */
+    bool vary_seed; /* n > 1 with sampling: choice i uses seed + i */
     char *stop[SRV_MAX_STOP];
     int n_stop;
     int top_logprobs;
@@ -116,29 +115,31 @@ struct srv_job {
     bool ignore_eos;
     bool no_speculative; /* "speculative": false */
     char *cache_salt;
-    int priority;        /* engine_request.priority (0 unless --scheduling-policy priority) */
-    grammar *grammar;    /* structured output or a required tool call (NULL: none); freed with the job */
+    int priority; /* engine_request.priority (0 unless --scheduling-policy priority) */
+    grammar
+        *grammar; /* structured output or a required tool call (NULL: none); freed with the job */
     int n;
     double t_arrival;
     /* Chat output beyond plain text (srv_tools.h). */
-    tool_spec tools;         /* the request's tools */
-    tool_format parse_fmt;   /* how tool calls are parsed out of the output; NONE: not at all */
-    bool think, in_think;    /* split reasoning (caps.think_open/close); the prompt opened a think block */
-    const char *think_open, *think_close; /* the template's think tags (static strings) */
+    tool_spec tools;       /* the request's tools */
+    tool_format parse_fmt; /* how tool calls are parsed out of the output; NONE: not at all */
+    bool think,
+        in_think; /* split reasoning (caps.think_open/close); the prompt opened a think block */
+    const char *think_open, *think_close;          /* the template's think tags (static strings) */
     int32_t keep_special[ENGINE_MAX_KEEP_SPECIAL]; /* control tokens printed (call markers) */
     int n_keep_special;
     /* Engine thread only. */
     srv_choice choices[SRV_MAX_N];
-    int n_live;          /* submitted, final event not yet seen */
+    int n_live; /* submitted, final event not yet seen */
     bool cancel_sent;
-    bool released;       /* no longer counted in srv.n_inflight */
-    srv_job *next;       /* in the submission queue, then the active list */
+    bool released; /* no longer counted in srv.n_inflight */
+    srv_job *next; /* in the submission queue, then the active list */
     /* Shared: under mu. */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     job_state state;
-    api_error reject;    /* when state == JOB_REJECTED */
-    bool failed;         /* the engine failed while running it */
+    api_error reject; /* when state == JOB_REJECTED */
+    bool failed;      /* the engine failed while running it */
     srv_event *head, *tail;
     int n_finished;
     int refs;
@@ -195,10 +196,10 @@ typedef struct histo {
 
 typedef struct srv_metrics {
     pthread_mutex_t mu;
-    engine_metrics em;  /* published by the engine thread after each step */
+    engine_metrics em; /* published by the engine thread after each step */
     histo ttft, tpot, itl, e2e;
     histo queue, prefill, decode; /* request phases: waiting, until the first token, after it */
-    uint64_t success[3]; /* finished requests: stop, length, abort */
+    uint64_t success[3];          /* finished requests: stop, length, abort */
 } srv_metrics;
 
 void metrics_init(srv_metrics *m);
@@ -214,8 +215,8 @@ void metrics_render_conns(kvl_buf *o, const char *model_name, int open, long ref
 /* An API key and the prefix-cache namespace of its tenant. */
 typedef struct srv_key {
     char *key;
-    char *tenant;  /* the file's name for it, or NULL */
-    char ns[17];   /* hex of a hash of the tenant (or of the key): the salt prefix */
+    char *tenant; /* the file's name for it, or NULL */
+    char ns[17];  /* hex of a hash of the tenant (or of the key): the salt prefix */
 } srv_key;
 
 /* Loads --api-key and --api-key-file into s->keys; false with a message. */
@@ -261,9 +262,9 @@ bool srv_engine_call(srv *s, srv_engine_task *t, api_error *err);
 typedef struct srv_embed {
     srv_engine_task task;
     int n_inputs;
-    int32_t **ids;       /* [n_inputs] */
+    int32_t **ids; /* [n_inputs] */
     int64_t *n_ids;
-    float *out;          /* [n_inputs][n_embd] */
+    float *out; /* [n_inputs][n_embd] */
 } srv_embed;
 
 /* ------------------------------------------------------------- server -- */
@@ -271,25 +272,27 @@ typedef struct srv_embed {
 struct srv {
     server_config cfg;
     engine *e;
-    bool priority_sched;       /* the engine schedules by request priority (else FCFS: priority refused) */
+    bool
+        priority_sched; /* the engine schedules by request priority (else FCFS: priority refused) */
     const tok_vocab *vocab;
     /* Engine facts read by HTTP threads (immutable while serving). */
     int64_t n_ctx, n_blocks, block_size, n_embd;
     int max_seqs;
-    time_t t_start;            /* "created" of the model object */
-    chat_family chat;          /* CHAT_TMPL_UNKNOWN: chat requests get 400 */
-    chat_caps caps;            /* tool-call format and reasoning of the chat template */
-    struct jinja_template *jinja; /* the Jinja chat template; NULL: the family's built-in rendering */
+    time_t t_start;   /* "created" of the model object */
+    chat_family chat; /* CHAT_TMPL_UNKNOWN: chat requests get 400 */
+    chat_caps caps;   /* tool-call format and reasoning of the chat template */
+    struct jinja_template
+        *jinja; /* the Jinja chat template; NULL: the family's built-in rendering */
     char chat_error[256];
     const char *bos_text, *eos_text;
-    pthread_mutex_t tok_mu;    /* the tokenizer is not documented as thread-safe */
+    pthread_mutex_t tok_mu; /* the tokenizer is not documented as thread-safe */
     /* Submission queue: HTTP threads -> engine thread. */
     pthread_mutex_t q_mu;
     pthread_cond_t q_cv;
     srv_job *q_head, *q_tail;
     srv_engine_task *task_head; /* work waiting for the engine thread (srv_engine_call) */
-    pthread_cond_t task_cv;    /* the engine thread finished a task (under q_mu) */
-    int64_t n_inflight;        /* engine requests queued or active */
+    pthread_cond_t task_cv;     /* the engine thread finished a task (under q_mu) */
+    int64_t n_inflight;         /* engine requests queued or active */
     bool cancel_pending;
     bool stopping;
     /* Generation responses not yet fully sent (shutdown waits for them). */
@@ -308,9 +311,9 @@ struct srv {
     pthread_mutex_t conns_mu;
     conn_rec *conns;
     int n_conns;
-    atomic_long n_refused;     /* connections answered 503 by the acceptor */
-    atomic_long n_timed_out;   /* connections cut for missing the request deadline */
-    atomic_long n_evicted;     /* receiving connections cut to make room when every slot was taken */
+    atomic_long n_refused;   /* connections answered 503 by the acceptor */
+    atomic_long n_timed_out; /* connections cut for missing the request deadline */
+    atomic_long n_evicted;   /* receiving connections cut to make room when every slot was taken */
     atomic_long n_client_gone; /* jobs cancelled because their client left */
     /* Engine thread only. */
     srv_job *active;
@@ -345,8 +348,8 @@ extern const int SRV_WEB_N_ASSETS;
 typedef struct api_req {
     bool chat;
     bool stream, include_usage;
-    bool logprobs;       /* return logprobs */
-    bool tokens_as_ids;  /* "token_id:N" instead of token text (vLLM extension) */
+    bool logprobs;      /* return logprobs */
+    bool tokens_as_ids; /* "token_id:N" instead of token text (vLLM extension) */
     char id[40];
     long created;
     srv_job *job;
@@ -368,8 +371,8 @@ bool srv_jinja_setup(srv *s, const char *src, const char *origin);
 void srv_jinja_free(srv *s);
 /* tools: the array the template sees as `tools` (NULL: None); system_extra:
  * text added to the system message (NULL: none). */
-char *srv_jinja_render(srv *s, const cJSON *body, bool add_gen, const cJSON *tools, const char *system_extra,
-                       size_t *len, api_error *err);
+char *srv_jinja_render(srv *s, const cJSON *body, bool add_gen, const cJSON *tools,
+                       const char *system_extra, size_t *len, api_error *err);
 
 /* srv_guard.c: client strings in a chat prompt never become control tokens.
  * srv_guard_string marks what could (malloc'd, NUL-terminated, *out_len set;
@@ -387,28 +390,30 @@ char *openai_response(srv *s, const api_req *r, srv_event *events);
 /* Appends the SSE chunks for events to out; when all choices are finished,
  * also the usage chunk (if asked) and "data: [DONE]". */
 typedef struct stream_state {
-    bool started[SRV_MAX_N];   /* chat: the role delta was sent */
+    bool started[SRV_MAX_N];      /* chat: the role delta was sent */
     out_parser parser[SRV_MAX_N]; /* chat with tools or reasoning: set up with the role delta */
-    int n_calls[SRV_MAX_N];    /* tool calls sent per choice */
-    parse_out po;              /* scratch */
+    int n_calls[SRV_MAX_N];       /* tool calls sent per choice */
+    parse_out po;                 /* scratch */
     size_t text_off[SRV_MAX_N];
     int n_finished;
     int64_t completion_tokens, kv_lb, kv_alloc, cached, disk;
     bool failed;
 } stream_state;
-void openai_stream_events(srv *s, const api_req *r, stream_state *st, srv_event *events, kvl_buf *out);
+void openai_stream_events(srv *s, const api_req *r, stream_state *st, srv_event *events,
+                          kvl_buf *out);
 void stream_state_free(stream_state *st);
 /* Ends a stream early: an error chunk if st->failed, the usage chunk, [DONE]. */
 void openai_stream_end(srv *s, const api_req *r, stream_state *st, kvl_buf *out);
 
 /* srv_endpoints.c. Each returns a malloc'd JSON body, or NULL with err set. */
-char *openai_models(srv *s);                                      /* GET /v1/models */
-char *openai_model_get(srv *s, const char *id, api_error *err);   /* GET /v1/models/{id} */
-char *srv_tokenize(srv *s, const char *body, size_t len, api_error *err);   /* POST /tokenize */
+char *openai_models(srv *s);                                              /* GET /v1/models */
+char *openai_model_get(srv *s, const char *id, api_error *err);           /* GET /v1/models/{id} */
+char *srv_tokenize(srv *s, const char *body, size_t len, api_error *err); /* POST /tokenize */
 char *srv_detokenize(srv *s, const char *body, size_t len, api_error *err); /* POST /detokenize */
-char *srv_embeddings(srv *s, const char *body, size_t len, api_error *err); /* POST /v1/embeddings */
+char *srv_embeddings(srv *s, const char *body, size_t len,
+                     api_error *err); /* POST /v1/embeddings */
 /* POST /v1/kv/save: {prompt} or {messages} -> its full blocks in the disk tier (srv_kv.c) */
 char *srv_kv_save(srv *s, const char *body, size_t len, const srv_key *key, api_error *err);
-char *srv_props(srv *s);                                          /* GET /props */
+char *srv_props(srv *s); /* GET /props */
 
 #endif

@@ -25,7 +25,8 @@ static bool run_kv_save(srv *s, srv_engine_task *t, api_error *err) {
     kv_save_task *k = (kv_save_task *)t;
     kvl_error kerr = {{0}};
     k->saved_blocks = engine_kv_save(s->e, k->ids, k->n, k->salt, &kerr);
-    return k->saved_blocks >= 0 || api_fail(err, engine_kv_disk(s->e) ? 503 : 400, NULL, "%s", kerr.msg);
+    return k->saved_blocks >= 0 ||
+           api_fail(err, engine_kv_disk(s->e) ? 503 : 400, NULL, "%s", kerr.msg);
 }
 
 char *srv_kv_save(srv *s, const char *body, size_t len, const srv_key *key, api_error *err) {

@@ -19,7 +19,8 @@ typedef struct srv_view_req {
 /* Engine thread, between steps. */
 static bool run_view(srv *s, srv_engine_task *t, api_error *err) {
     srv_view_req *r = (srv_view_req *)t;
-    return engine_view_take(s->e, &r->v, r->since) || api_fail(err, 500, NULL, "out of memory taking the KV state");
+    return engine_view_take(s->e, &r->v, r->since) ||
+           api_fail(err, 500, NULL, "out of memory taking the KV state");
 }
 
 static bool view_run(srv *s, srv_view_req *r, api_error *err) {
@@ -71,7 +72,8 @@ static void put_tree(kvl_buf *o, const engine_view *v) {
         par[b] = bi[b].hashed ? hnode_find(h, nh, bi[b].parent) : -1;
         depth[b] = -1;
     }
-    for (int64_t b = 0; b < n; b++) { /* depths along each chain, iteratively (chains can be long) */
+    for (int64_t b = 0; b < n;
+         b++) { /* depths along each chain, iteratively (chains can be long) */
         if (!bi[b].hashed || depth[b] >= 0) continue;
         int32_t x = (int32_t)b, len = 0;
         while (x >= 0 && depth[x] < 0 && len <= n) x = par[x], len++;
@@ -91,7 +93,8 @@ static void put_tree(kvl_buf *o, const engine_view *v) {
     bool first = true;
     for (int64_t b = 0; b < n; b++) {
         if (!bi[b].hashed) continue;
-        kvl_buf_printf(o, "%s{\"block\":%lld,\"parent\":%d,\"depth\":%d,\"seqs\":%d,\"state\":\"%s\"}",
+        kvl_buf_printf(o,
+                       "%s{\"block\":%lld,\"parent\":%d,\"depth\":%d,\"seqs\":%d,\"state\":\"%s\"}",
                        first ? "" : ",", (long long)b, par[b], depth[b], bi[b].refcount,
                        bi[b].state == KV_BLOCK_CACHED ? "cached" : "used");
         first = false;
@@ -109,7 +112,8 @@ static void put_histo_json(kvl_buf *o, const char *name, const histo *h) {
     kvl_buf_printf(o, "\"%s\":{\"bounds\":[", name);
     for (int i = 0; i < h->n_bounds; i++) kvl_buf_printf(o, "%s%.17g", i ? "," : "", h->bounds[i]);
     kvl_buf_puts(o, "],\"counts\":[");
-    for (int i = 0; i <= h->n_bounds; i++) kvl_buf_printf(o, "%s%llu", i ? "," : "", (unsigned long long)h->counts[i]);
+    for (int i = 0; i <= h->n_bounds; i++)
+        kvl_buf_printf(o, "%s%llu", i ? "," : "", (unsigned long long)h->counts[i]);
     kvl_buf_printf(o, "],\"count\":%llu,\"sum\":%.17g}", (unsigned long long)h->count, h->sum);
 }
 
@@ -132,29 +136,35 @@ static void put_pool(kvl_buf *o, const engine_view *v, int g) {
         cnt[states[b] == 'f' ? 0 : states[b] == 'u' ? 1 : states[b] == 's' ? 2 : 3]++;
     }
     states[v->n_blocks] = 0;
-    kvl_buf_printf(o,
-                   "{\"group\":%d,\"window\":%d,\"n_blocks\":%lld,\"block_bytes\":%zu,\"free\":%lld,\"used\":%lld,"
-                   "\"shared\":%lld,\"cached\":%lld,\"evicted_total\":%lld,\"states\":\"%s\",\"refcount\":[",
-                   g, v->window[g], (long long)v->n_blocks, v->block_bytes[g], (long long)cnt[0],
-                   (long long)(cnt[1] + cnt[2]), (long long)cnt[2], (long long)cnt[3], (long long)v->n_evicted[g],
-                   states);
+    kvl_buf_printf(
+        o,
+        "{\"group\":%d,\"window\":%d,\"n_blocks\":%lld,\"block_bytes\":%zu,\"free\":%lld,\"used\":%"
+        "lld,"
+        "\"shared\":%lld,\"cached\":%lld,\"evicted_total\":%lld,\"states\":\"%s\",\"refcount\":[",
+        g, v->window[g], (long long)v->n_blocks, v->block_bytes[g], (long long)cnt[0],
+        (long long)(cnt[1] + cnt[2]), (long long)cnt[2], (long long)cnt[3],
+        (long long)v->n_evicted[g], states);
     free(states);
-    for (int64_t b = 0; b < v->n_blocks; b++) kvl_buf_printf(o, "%s%d", b ? "," : "", bi[b].refcount);
+    for (int64_t b = 0; b < v->n_blocks; b++)
+        kvl_buf_printf(o, "%s%d", b ? "," : "", bi[b].refcount);
     kvl_buf_puts(o, "],\"lru_rank\":[");
-    for (int64_t b = 0; b < v->n_blocks; b++) kvl_buf_printf(o, "%s%d", b ? "," : "", bi[b].lru_rank);
+    for (int64_t b = 0; b < v->n_blocks; b++)
+        kvl_buf_printf(o, "%s%d", b ? "," : "", bi[b].lru_rank);
     kvl_buf_puts(o, "]}");
 }
 
 static void put_seq(kvl_buf *o, const engine_view *v, const engine_seq_view *q) {
-    kvl_buf_printf(o,
-                   "{\"id\":%lld,\"phase\":\"%s\",\"prompt_tokens\":%lld,\"generated_tokens\":%lld,"
-                   "\"cached_tokens\":%lld,\"computed_tokens\":%lld,\"preemptions\":%lld,\"age_s\":%.3f,"
-                   "\"kv\":{\"tokens\":%lld,\"blocks\":%lld,\"lower_bound_bytes\":%zu,\"allocated_bytes\":%zu},"
-                   "\"blocks\":[",
-                   (long long)q->id, engine_phase_name((engine_seq_phase)q->phase), (long long)q->n_prompt,
-                   (long long)q->n_generated, (long long)q->n_cached_prompt, (long long)q->n_computed,
-                   (long long)q->n_preemptions, v->t - q->t_submit, (long long)q->kv.tokens,
-                   (long long)q->kv.blocks, q->kv.lower_bound_bytes, q->kv.allocated_bytes);
+    kvl_buf_printf(
+        o,
+        "{\"id\":%lld,\"phase\":\"%s\",\"prompt_tokens\":%lld,\"generated_tokens\":%lld,"
+        "\"cached_tokens\":%lld,\"computed_tokens\":%lld,\"preemptions\":%lld,\"age_s\":%.3f,"
+        "\"kv\":{\"tokens\":%lld,\"blocks\":%lld,\"lower_bound_bytes\":%zu,\"allocated_bytes\":%zu}"
+        ","
+        "\"blocks\":[",
+        (long long)q->id, engine_phase_name((engine_seq_phase)q->phase), (long long)q->n_prompt,
+        (long long)q->n_generated, (long long)q->n_cached_prompt, (long long)q->n_computed,
+        (long long)q->n_preemptions, v->t - q->t_submit, (long long)q->kv.tokens,
+        (long long)q->kv.blocks, q->kv.lower_bound_bytes, q->kv.allocated_bytes);
     for (int g = 0; g < v->n_groups; g++) {
         kvl_buf_puts(o, g ? ",[" : "[");
         for (int64_t i = 0; i < q->table_len[g]; i++)
@@ -169,16 +179,20 @@ static void render(srv *s, const engine_view *v, kvl_buf *o) {
     kvl_buf_printf(o,
                    "{\"object\":\"kv.state\",\"time\":%.6f,\"block_size\":%d,\"n_groups\":%d,"
                    "\"prefix_cache\":%s,\"max_seqs\":%d,",
-                   v->t, v->block_size, v->n_groups, v->prefix_cache ? "true" : "false", s->max_seqs);
-    kvl_buf_printf(o,
-                   "\"metrics\":{\"running\":%lld,\"waiting\":%lld,\"preemptions\":%lld,\"prompt_tokens\":%lld,"
-                   "\"generation_tokens\":%lld,\"prefix_cache_queries\":%lld,\"prefix_cache_hits\":%lld,"
-                   "\"steps\":%lld,\"blocks_total\":%lld,\"blocks_used\":%lld,\"blocks_cached\":%lld,"
-                   "\"blocks_free\":%lld,",
-                   (long long)m->n_running, (long long)m->n_waiting, (long long)m->n_preemptions,
-                   (long long)m->prompt_tokens, (long long)m->generation_tokens, (long long)m->prefix_cache_queries,
-                   (long long)m->prefix_cache_hits, (long long)m->steps, (long long)m->kv_blocks_total,
-                   (long long)m->kv_blocks_used, (long long)m->kv_blocks_cached, (long long)m->kv_blocks_free);
+                   v->t, v->block_size, v->n_groups, v->prefix_cache ? "true" : "false",
+                   s->max_seqs);
+    kvl_buf_printf(
+        o,
+        "\"metrics\":{\"running\":%lld,\"waiting\":%lld,\"preemptions\":%lld,\"prompt_tokens\":%"
+        "lld,"
+        "\"generation_tokens\":%lld,\"prefix_cache_queries\":%lld,\"prefix_cache_hits\":%lld,"
+        "\"steps\":%lld,\"blocks_total\":%lld,\"blocks_used\":%lld,\"blocks_cached\":%lld,"
+        "\"blocks_free\":%lld,",
+        (long long)m->n_running, (long long)m->n_waiting, (long long)m->n_preemptions,
+        (long long)m->prompt_tokens, (long long)m->generation_tokens,
+        (long long)m->prefix_cache_queries, (long long)m->prefix_cache_hits, (long long)m->steps,
+        (long long)m->kv_blocks_total, (long long)m->kv_blocks_used, (long long)m->kv_blocks_cached,
+        (long long)m->kv_blocks_free);
     pthread_mutex_lock(&s->metrics.mu);
     histo ttft = s->metrics.ttft, tpot = s->metrics.tpot;
     pthread_mutex_unlock(&s->metrics.mu);
@@ -195,19 +209,24 @@ static void render(srv *s, const engine_view *v, kvl_buf *o) {
         if (i) kvl_buf_puts(o, ",");
         put_seq(o, v, &v->seqs[i]);
     }
-    kvl_buf_printf(o, "],\"prefix_tree\":{\"enabled\":%s,\"lookups\":%lld,\"hits\":%lld,\"misses\":%lld,"
-                      "\"query_tokens\":%lld,\"hit_tokens\":%lld,",
-                   v->prefix_cache ? "true" : "false", (long long)v->prefix_lookups, (long long)v->prefix_hits,
-                   (long long)(v->prefix_lookups - v->prefix_hits), (long long)m->prefix_cache_queries,
-                   (long long)m->prefix_cache_hits);
+    kvl_buf_printf(
+        o,
+        "],\"prefix_tree\":{\"enabled\":%s,\"lookups\":%lld,\"hits\":%lld,\"misses\":%lld,"
+        "\"query_tokens\":%lld,\"hit_tokens\":%lld,",
+        v->prefix_cache ? "true" : "false", (long long)v->prefix_lookups, (long long)v->prefix_hits,
+        (long long)(v->prefix_lookups - v->prefix_hits), (long long)m->prefix_cache_queries,
+        (long long)m->prefix_cache_hits);
     put_tree(o, v);
-    kvl_buf_printf(o, "},\"last_event\":%llu,\"events\":[", (unsigned long long)(v->next_event - 1));
+    kvl_buf_printf(o, "},\"last_event\":%llu,\"events\":[",
+                   (unsigned long long)(v->next_event - 1));
     for (int i = 0; i < v->n_events; i++) {
         const engine_log_event *e = &v->events[i];
-        kvl_buf_printf(o, "%s{\"seq\":%llu,\"age_s\":%.3f,\"kind\":\"%s\",\"request\":%lld,\"a\":%lld,\"b\":%lld}",
+        kvl_buf_printf(o,
+                       "%s{\"seq\":%llu,\"age_s\":%.3f,\"kind\":\"%s\",\"request\":%lld,\"a\":%lld,"
+                       "\"b\":%lld}",
                        i ? "," : "", (unsigned long long)e->seq, v->t - e->t,
-                       engine_ev_kind_name((engine_ev_kind)e->kind), (long long)e->request_id, (long long)e->a,
-                       (long long)e->b);
+                       engine_ev_kind_name((engine_ev_kind)e->kind), (long long)e->request_id,
+                       (long long)e->a, (long long)e->b);
     }
     kvl_buf_puts(o, "]}");
 }
@@ -216,7 +235,8 @@ char *srv_kv_state(srv *s, const char *since, size_t *len, api_error *err) {
     uint64_t after = 0;
     if (since) {
         if (!*since || strspn(since, "0123456789") != strlen(since) || strlen(since) > 19) {
-            api_fail(err, 400, "since", "since must be an event number (digits), got '%.40s'", since);
+            api_fail(err, 400, "since", "since must be an event number (digits), got '%.40s'",
+                     since);
             return NULL;
         }
         after = strtoull(since, NULL, 10);
@@ -244,7 +264,9 @@ char *srv_kv_state(srv *s, const char *since, size_t *len, api_error *err) {
 /* --------------------------------------------------------------- pages -- */
 
 const srv_asset *srv_asset_find(const char *url) {
-    const char *want = strcmp(url, "/") == 0 ? "/web/chat.html" : strcmp(url, "/kv") == 0 ? "/web/kv.html" : url;
+    const char *want = strcmp(url, "/") == 0     ? "/web/chat.html"
+                       : strcmp(url, "/kv") == 0 ? "/web/kv.html"
+                                                 : url;
     for (int i = 0; i < SRV_WEB_N_ASSETS; i++)
         if (strcmp(SRV_WEB_ASSETS[i].path, want) == 0) return &SRV_WEB_ASSETS[i];
     return NULL;

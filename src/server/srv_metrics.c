@@ -4,14 +4,15 @@
 
 #include "srv_internal.h"
 
-static const double TTFT_BOUNDS[] = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,
-                                     0.25,  0.5,   0.75, 1.0,  2.5,  5.0,  7.5,  10.0,
+static const double TTFT_BOUNDS[] = {0.001, 0.005, 0.01, 0.02,  0.04,  0.06,  0.08, 0.1,
+                                     0.25,  0.5,   0.75, 1.0,   2.5,   5.0,   7.5,  10.0,
                                      20.0,  40.0,  80.0, 160.0, 640.0, 2560.0};
 /* vLLM uses the same bounds for time per output token and inter-token latency. */
-static const double TOKEN_BOUNDS[] = {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5,
+static const double TOKEN_BOUNDS[] = {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2,  0.3,  0.4, 0.5,
                                       0.75, 1.0,   2.5,  5.0,   7.5, 10.0, 20.0, 40.0, 80.0};
-static const double E2E_BOUNDS[] = {0.3,  0.5,  0.8,  1.0,  1.5,   2.0,   2.5,   5.0,   10.0,  15.0, 20.0,
-                                    30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
+static const double E2E_BOUNDS[] = {0.3,  0.5,   0.8,   1.0,   1.5,   2.0,    2.5,
+                                    5.0,  10.0,  15.0,  20.0,  30.0,  40.0,   50.0,
+                                    60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
 #define NB(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
 static void histo_init(histo *h, const char *name, const char *help, const double *b, int n) {
@@ -25,22 +26,22 @@ static void histo_init(histo *h, const char *name, const char *help, const doubl
 void metrics_init(srv_metrics *m) {
     memset(m, 0, sizeof *m);
     pthread_mutex_init(&m->mu, NULL);
-    histo_init(&m->ttft, "time_to_first_token_seconds", "Histogram of time to first token in seconds.",
-               TTFT_BOUNDS, NB(TTFT_BOUNDS));
+    histo_init(&m->ttft, "time_to_first_token_seconds",
+               "Histogram of time to first token in seconds.", TTFT_BOUNDS, NB(TTFT_BOUNDS));
     histo_init(&m->tpot, "time_per_output_token_seconds",
                "Histogram of time per output token in seconds (per request, after the first).",
                TOKEN_BOUNDS, NB(TOKEN_BOUNDS));
-    histo_init(&m->itl, "inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
-               TOKEN_BOUNDS, NB(TOKEN_BOUNDS));
-    histo_init(&m->e2e, "e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.",
-               E2E_BOUNDS, NB(E2E_BOUNDS));
+    histo_init(&m->itl, "inter_token_latency_seconds",
+               "Histogram of inter-token latency in seconds.", TOKEN_BOUNDS, NB(TOKEN_BOUNDS));
+    histo_init(&m->e2e, "e2e_request_latency_seconds",
+               "Histogram of e2e request latency in seconds.", E2E_BOUNDS, NB(E2E_BOUNDS));
     /* vLLM's request phase histograms, with its request-latency buckets. */
-    histo_init(&m->queue, "request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.",
-               E2E_BOUNDS, NB(E2E_BOUNDS));
+    histo_init(&m->queue, "request_queue_time_seconds",
+               "Histogram of time spent in WAITING phase for request.", E2E_BOUNDS, NB(E2E_BOUNDS));
     histo_init(&m->prefill, "request_prefill_time_seconds",
                "Histogram of time spent in PREFILL phase for request.", E2E_BOUNDS, NB(E2E_BOUNDS));
-    histo_init(&m->decode, "request_decode_time_seconds", "Histogram of time spent in DECODE phase for request.",
-               E2E_BOUNDS, NB(E2E_BOUNDS));
+    histo_init(&m->decode, "request_decode_time_seconds",
+               "Histogram of time spent in DECODE phase for request.", E2E_BOUNDS, NB(E2E_BOUNDS));
 }
 
 void metrics_destroy(srv_metrics *m) { pthread_mutex_destroy(&m->mu); }
@@ -58,8 +59,10 @@ void histo_observe(histo *h, double v) {
  * checks and prometheus_client writes) HELP and TYPE name the series exactly as
  * the samples do; a counter named without its _total is a second, untyped
  * metric to the parser. (OpenMetrics drops the suffix there; this is not it.) */
-static void put_header(kvl_buf *o, const char *name, const char *suffix, const char *type, const char *help) {
-    kvl_buf_printf(o, "# HELP kvllm:%s%s %s\n# TYPE kvllm:%s%s %s\n", name, suffix, help, name, suffix, type);
+static void put_header(kvl_buf *o, const char *name, const char *suffix, const char *type,
+                       const char *help) {
+    kvl_buf_printf(o, "# HELP kvllm:%s%s %s\n# TYPE kvllm:%s%s %s\n", name, suffix, help, name,
+                   suffix, type);
 }
 
 static void put_gauge(kvl_buf *o, const char *label, const char *name, const char *help, double v) {
@@ -68,7 +71,8 @@ static void put_gauge(kvl_buf *o, const char *label, const char *name, const cha
 }
 
 /* Counters are exposed as NAME_total, as prometheus_client (and vLLM) do. */
-static void put_counter(kvl_buf *o, const char *label, const char *name, const char *help, double v) {
+static void put_counter(kvl_buf *o, const char *label, const char *name, const char *help,
+                        double v) {
     put_header(o, name, "_total", "counter", help);
     kvl_buf_printf(o, "kvllm:%s_total{%s} %.17g\n", name, label, v);
 }
@@ -80,9 +84,10 @@ static void put_histo(kvl_buf *o, const char *label, const histo *h) {
         cum += h->counts[b];
         if (b < h->n_bounds)
             kvl_buf_printf(o, "kvllm:%s_bucket{%s,le=\"%g\"} %llu\n", h->name, label, h->bounds[b],
-                      (unsigned long long)cum);
+                           (unsigned long long)cum);
         else
-            kvl_buf_printf(o, "kvllm:%s_bucket{%s,le=\"+Inf\"} %llu\n", h->name, label, (unsigned long long)cum);
+            kvl_buf_printf(o, "kvllm:%s_bucket{%s,le=\"+Inf\"} %llu\n", h->name, label,
+                           (unsigned long long)cum);
     }
     kvl_buf_printf(o, "kvllm:%s_sum{%s} %.17g\n", h->name, label, h->sum);
     kvl_buf_printf(o, "kvllm:%s_count{%s} %llu\n", h->name, label, (unsigned long long)h->count);
@@ -111,48 +116,62 @@ void metrics_render(srv_metrics *m, const char *model_name, kvl_buf *o) {
     model_label(model_name, label, sizeof label);
     pthread_mutex_lock(&m->mu);
     const engine_metrics *e = &m->em;
-    double usage = e->kv_blocks_total > 0 ? (double)e->kv_blocks_used / (double)e->kv_blocks_total : 0;
+    double usage =
+        e->kv_blocks_total > 0 ? (double)e->kv_blocks_used / (double)e->kv_blocks_total : 0;
     put_gauge(o, label, "num_requests_running", "Number of requests in model execution batches.",
               (double)e->n_running);
     put_gauge(o, label, "num_requests_waiting", "Number of requests waiting to be processed.",
               (double)e->n_waiting);
     put_gauge(o, label, "kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", usage);
-    put_gauge(o, label, "kv_blocks_used", "KV blocks held by sequences.", (double)e->kv_blocks_used);
+    put_gauge(o, label, "kv_blocks_used", "KV blocks held by sequences.",
+              (double)e->kv_blocks_used);
     put_gauge(o, label, "kv_blocks_cached", "KV blocks kept for the prefix cache only.",
               (double)e->kv_blocks_cached);
     put_gauge(o, label, "kv_blocks_free", "KV blocks free.", (double)e->kv_blocks_free);
-    put_counter(o, label, "prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens.",
+    put_counter(o, label, "prefix_cache_queries",
+                "Prefix cache queries, in terms of number of queried tokens.",
                 (double)e->prefix_cache_queries);
-    put_counter(o, label, "prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.",
+    put_counter(o, label, "prefix_cache_hits",
+                "Prefix cache hits, in terms of number of cached tokens.",
                 (double)e->prefix_cache_hits);
     /* the disk tier (--kv-disk; zeros without one) */
     put_gauge(o, label, "kv_disk_blocks", "KV blocks in the disk tier.", (double)e->kv_disk.blocks);
-    put_gauge(o, label, "kv_disk_bytes", "Bytes of the disk tier's block files.", (double)e->kv_disk.bytes);
-    put_counter(o, label, "kv_disk_reads", "Block files read from the disk tier.", (double)e->kv_disk.reads);
-    put_counter(o, label, "kv_disk_writes", "Block files written to the disk tier.", (double)e->kv_disk.writes);
-    put_counter(o, label, "kv_disk_hits", "KV blocks loaded from the disk tier instead of recomputed.",
+    put_gauge(o, label, "kv_disk_bytes", "Bytes of the disk tier's block files.",
+              (double)e->kv_disk.bytes);
+    put_counter(o, label, "kv_disk_reads", "Block files read from the disk tier.",
+                (double)e->kv_disk.reads);
+    put_counter(o, label, "kv_disk_writes", "Block files written to the disk tier.",
+                (double)e->kv_disk.writes);
+    put_counter(o, label, "kv_disk_hits",
+                "KV blocks loaded from the disk tier instead of recomputed.",
                 (double)e->kv_disk.hits);
-    put_counter(o, label, "kv_disk_dropped", "Evicted KV blocks not written: the writer's queue was full.",
+    put_counter(o, label, "kv_disk_dropped",
+                "Evicted KV blocks not written: the writer's queue was full.",
                 (double)e->kv_disk.dropped);
-    put_counter(o, label, "kv_disk_corrupt", "Disk tier files deleted for a bad checksum, size or header.",
+    put_counter(o, label, "kv_disk_corrupt",
+                "Disk tier files deleted for a bad checksum, size or header.",
                 (double)e->kv_disk.corrupt);
     put_counter(o, label, "num_preemptions", "Cumulative number of preemptions from the engine.",
                 (double)e->n_preemptions);
-    put_counter(o, label, "prompt_tokens", "Number of prefill tokens processed.", (double)e->prompt_tokens);
+    put_counter(o, label, "prompt_tokens", "Number of prefill tokens processed.",
+                (double)e->prompt_tokens);
     put_counter(o, label, "generation_tokens", "Number of generation tokens processed.",
                 (double)e->generation_tokens);
     /* speculative decoding (vLLM's names); acceptance rate = accepted / draft tokens */
-    put_counter(o, label, "spec_decode_num_drafts", "Verifications of drafted tokens (speculative decoding).",
-                (double)e->spec_drafts);
-    put_counter(o, label, "spec_decode_num_draft_tokens", "Tokens drafted for verification (speculative decoding).",
+    put_counter(o, label, "spec_decode_num_drafts",
+                "Verifications of drafted tokens (speculative decoding).", (double)e->spec_drafts);
+    put_counter(o, label, "spec_decode_num_draft_tokens",
+                "Tokens drafted for verification (speculative decoding).",
                 (double)e->spec_draft_tokens);
-    put_counter(o, label, "spec_decode_num_accepted_tokens", "Drafted tokens the model accepted (speculative decoding).",
+    put_counter(o, label, "spec_decode_num_accepted_tokens",
+                "Drafted tokens the model accepted (speculative decoding).",
                 (double)e->spec_accepted_tokens);
-    put_header(o, "request_success", "_total", "counter", "Count of finished requests, by finish reason.");
+    put_header(o, "request_success", "_total", "counter",
+               "Count of finished requests, by finish reason.");
     static const char *reasons[3] = {"stop", "length", "abort"};
     for (int i = 0; i < 3; i++)
-        kvl_buf_printf(o, "kvllm:request_success_total{%s,finished_reason=\"%s\"} %llu\n", label, reasons[i],
-                  (unsigned long long)m->success[i]);
+        kvl_buf_printf(o, "kvllm:request_success_total{%s,finished_reason=\"%s\"} %llu\n", label,
+                       reasons[i], (unsigned long long)m->success[i]);
     put_histo(o, label, &m->ttft);
     put_histo(o, label, &m->tpot);
     put_histo(o, label, &m->itl);
@@ -170,12 +189,16 @@ void metrics_render_conns(kvl_buf *o, const char *model_name, int open, long ref
     model_label(model_name, label, sizeof label);
     put_gauge(o, label, "http_connections_open", "Open HTTP connections.", (double)open);
     put_counter(o, label, "http_connections_refused",
-                "Connections answered 503 by the acceptor (over a connection limit, or draining).", (double)refused);
+                "Connections answered 503 by the acceptor (over a connection limit, or draining).",
+                (double)refused);
     put_counter(o, label, "http_request_timeouts",
-                "Connections closed for not delivering a whole request within --request-timeout.", (double)timeouts);
+                "Connections closed for not delivering a whole request within --request-timeout.",
+                (double)timeouts);
     put_counter(o, label, "http_connections_evicted",
-                "Connections still receiving a request after 1 s, closed to make room when every slot was taken.",
+                "Connections still receiving a request after 1 s, closed to make room when every "
+                "slot was taken.",
                 (double)evicted);
-    put_counter(o, label, "client_disconnects", "Requests cancelled because their client left before the end.",
+    put_counter(o, label, "client_disconnects",
+                "Requests cancelled because their client left before the end.",
                 (double)disconnects);
 }

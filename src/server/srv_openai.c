@@ -13,8 +13,6 @@
 
 #include "srv_internal.h"
 
-
-
 /* ------------------------------------------------------ known fields -- */
 
 /* Every top-level request field is either read by a parser below (or on its
@@ -64,13 +62,18 @@ static const known_field KNOWN_FIELDS[] = {
 
 /* Fields of a chat message; the template sees the whole message object. */
 static const char *const MESSAGE_FIELDS[] = {
-    "role", "content", "name", "tool_calls", "tool_call_id", "reasoning_content",
+    "role",
+    "content",
+    "name",
+    "tool_calls",
+    "tool_call_id",
+    "reasoning_content",
     /* in assistant messages the OpenAI SDKs hand back verbatim; ignored */
-    "refusal", "annotations",
+    "refusal",
+    "annotations",
 };
 static const char *const STREAM_OPTION_FIELDS[] = {
-    "include_usage",
-    "include_obfuscation", /* OpenAI's anti side-channel padding; ignored */
+    "include_usage", "include_obfuscation", /* OpenAI's anti side-channel padding; ignored */
 };
 
 static bool in_list(const char *k, const char *const *list, size_t n) {
@@ -81,7 +84,8 @@ static bool in_list(const char *k, const char *const *list, size_t n) {
 
 static bool known_field_for(const char *k, bool chat) {
     for (size_t i = 0; i < sizeof KNOWN_FIELDS / sizeof KNOWN_FIELDS[0]; i++)
-        if (strcmp(k, KNOWN_FIELDS[i].name) == 0) return (KNOWN_FIELDS[i].where & (chat ? F_CHAT : F_COMPL)) != 0;
+        if (strcmp(k, KNOWN_FIELDS[i].name) == 0)
+            return (KNOWN_FIELDS[i].where & (chat ? F_CHAT : F_COMPL)) != 0;
     return false;
 }
 
@@ -89,21 +93,25 @@ static bool check_fields(const cJSON *b, bool chat, api_error *err) {
     const char *ep = chat ? "/v1/chat/completions" : "/v1/completions";
     for (const cJSON *v = b->child; v; v = v->next) {
         if (cJSON_IsNull(v) || known_field_for(v->string, chat)) continue;
-        return api_fail(err, 400, v->string, "unsupported field '%.60s' for %s (kvllm does not implement it)",
-                        v->string, ep);
+        return api_fail(err, 400, v->string,
+                        "unsupported field '%.60s' for %s (kvllm does not implement it)", v->string,
+                        ep);
     }
     const cJSON *so = req_field(b, "stream_options");
     if (cJSON_IsObject(so))
         for (const cJSON *v = so->child; v; v = v->next)
             if (!cJSON_IsNull(v) && !in_list(v->string, STREAM_OPTION_FIELDS, 2))
-                return api_fail(err, 400, "stream_options", "unsupported field 'stream_options.%.60s'", v->string);
+                return api_fail(err, 400, "stream_options",
+                                "unsupported field 'stream_options.%.60s'", v->string);
     const cJSON *msgs = chat ? req_field(b, "messages") : NULL;
     int i = 0;
     for (const cJSON *m = cJSON_IsArray(msgs) ? msgs->child : NULL; m; m = m->next, i++) {
         if (!cJSON_IsObject(m)) continue; /* the message parser explains */
         for (const cJSON *v = m->child; v; v = v->next)
-            if (!cJSON_IsNull(v) && !in_list(v->string, MESSAGE_FIELDS, sizeof MESSAGE_FIELDS / sizeof *MESSAGE_FIELDS))
-                return api_fail(err, 400, "messages", "unsupported field 'messages[%d].%.60s'", i, v->string);
+            if (!cJSON_IsNull(v) &&
+                !in_list(v->string, MESSAGE_FIELDS, sizeof MESSAGE_FIELDS / sizeof *MESSAGE_FIELDS))
+                return api_fail(err, 400, "messages", "unsupported field 'messages[%d].%.60s'", i,
+                                v->string);
     }
     return true;
 }
@@ -115,8 +123,9 @@ static bool tokenize(srv *s, const char *text, size_t len, bool add_bos, tok_mod
     /* A token covers at least one byte, so a text this long could not fit the
      * context anyway; refusing it early bounds the tokenizer's work. */
     if (len > (size_t)s->n_ctx * 256)
-        return api_fail(err, 400, param, "the prompt is too long (%zu bytes) for the context of %lld tokens",
-                        len, (long long)s->n_ctx);
+        return api_fail(err, 400, param,
+                        "the prompt is too long (%zu bytes) for the context of %lld tokens", len,
+                        (long long)s->n_ctx);
     j->prompt = srv_encode(s, text, len, add_bos, mode, &j->n_prompt, param, err);
     return j->prompt != NULL;
 }
@@ -130,7 +139,8 @@ static bool set_ids(srv *s, const cJSON *arr, srv_job *j, api_error *err) {
     for (const cJSON *v = arr->child; v; v = v->next, i++) {
         if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < 0 ||
             v->valuedouble >= n_vocab)
-            return api_fail(err, 400, "prompt", "prompt[%d] is not a token id (0..%d)", i, n_vocab - 1);
+            return api_fail(err, 400, "prompt", "prompt[%d] is not a token id (0..%d)", i,
+                            n_vocab - 1);
         j->prompt[i] = (int32_t)v->valuedouble;
     }
     j->n_prompt = n;
@@ -150,14 +160,18 @@ static bool parse_prompt(srv *s, const cJSON *body, srv_job *j, api_error *err) 
     if (cJSON_IsString(p))
         return tokenize(s, p->valuestring, strlen(p->valuestring), add_bos, mode, j, "prompt", err);
     if (!cJSON_IsArray(p) || !p->child)
-        return api_fail(err, 400, "prompt", "'prompt' must be a string or a non-empty array of token ids");
+        return api_fail(err, 400, "prompt",
+                        "'prompt' must be a string or a non-empty array of token ids");
     if (cJSON_IsNumber(p->child)) return set_ids(s, p, j, err);
     if (p->child->next)
-        return api_fail(err, 400, "prompt", "batched prompts are not supported: send one prompt per request");
+        return api_fail(err, 400, "prompt",
+                        "batched prompts are not supported: send one prompt per request");
     if (cJSON_IsString(p->child))
-        return tokenize(s, p->child->valuestring, strlen(p->child->valuestring), add_bos, mode, j, "prompt", err);
+        return tokenize(s, p->child->valuestring, strlen(p->child->valuestring), add_bos, mode, j,
+                        "prompt", err);
     if (cJSON_IsArray(p->child) && p->child->child) return set_ids(s, p->child, j, err);
-    return api_fail(err, 400, "prompt", "'prompt' must be a string or a non-empty array of token ids");
+    return api_fail(err, 400, "prompt",
+                    "'prompt' must be a string or a non-empty array of token ids");
 }
 
 /* Message content: a string, or an array of {"type":"text","text":...} parts
@@ -166,7 +180,8 @@ static char *message_text(const cJSON *c, int i, api_error *err) {
     if (!c) return strdup("");
     if (cJSON_IsString(c)) return strdup(c->valuestring);
     if (!cJSON_IsArray(c)) {
-        api_fail(err, 400, "messages", "messages[%d].content must be a string or an array of parts", i);
+        api_fail(err, 400, "messages", "messages[%d].content must be a string or an array of parts",
+                 i);
         return NULL;
     }
     kvl_buf b = {0};
@@ -174,9 +189,11 @@ static char *message_text(const cJSON *c, int i, api_error *err) {
     for (const cJSON *part = c->child; part; part = part->next) {
         const cJSON *type = cJSON_GetObjectItemCaseSensitive(part, "type");
         const cJSON *text = cJSON_GetObjectItemCaseSensitive(part, "text");
-        if (!cJSON_IsString(type) || strcmp(type->valuestring, "text") != 0 || !cJSON_IsString(text)) {
+        if (!cJSON_IsString(type) || strcmp(type->valuestring, "text") != 0 ||
+            !cJSON_IsString(text)) {
             kvl_buf_free(&b);
-            api_fail(err, 400, "messages", "messages[%d]: only text content parts are supported", i);
+            api_fail(err, 400, "messages", "messages[%d]: only text content parts are supported",
+                     i);
             return NULL;
         }
         if (part != c->child) kvl_buf_puts(&b, "\n");
@@ -207,7 +224,8 @@ static char *append_calls_text(char *content, const cJSON *calls) {
         const cJSON *args = cJSON_GetObjectItemCaseSensitive(fn, "arguments");
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "name", cJSON_IsString(name) ? name->valuestring : "");
-        cJSON *a = cJSON_IsString(args) ? cJSON_Parse(args->valuestring) : cJSON_Duplicate(args, true);
+        cJSON *a =
+            cJSON_IsString(args) ? cJSON_Parse(args->valuestring) : cJSON_Duplicate(args, true);
         cJSON_AddItemToObject(o, "arguments", a ? a : cJSON_CreateObject());
         char *js = cJSON_PrintUnformatted(o);
         cJSON_Delete(o);
@@ -225,8 +243,8 @@ static char *append_calls_text(char *content, const cJSON *calls) {
 
 /* system_extra: text for the system message (added to the first message if it
  * is one, else a system message of its own first). */
-static bool parse_messages(srv *s, const cJSON *body, const char *system_extra, chat_msg **out, int *n_out,
-                           api_error *err) {
+static bool parse_messages(srv *s, const cJSON *body, const char *system_extra, chat_msg **out,
+                           int *n_out, api_error *err) {
     const cJSON *arr = req_field(body, "messages");
     if (!cJSON_IsArray(arr) || !arr->child)
         return api_fail(err, 400, "messages", "'messages' must be a non-empty array");
@@ -237,7 +255,8 @@ static bool parse_messages(srv *s, const cJSON *body, const char *system_extra, 
         const cJSON *role = cJSON_IsObject(v) ? cJSON_GetObjectItemCaseSensitive(v, "role") : NULL;
         if (!cJSON_IsString(role)) {
             free_msgs(m, i);
-            return api_fail(err, 400, "messages", "messages[%d] must be an object with a string 'role'", i);
+            return api_fail(err, 400, "messages",
+                            "messages[%d] must be an object with a string 'role'", i);
         }
         m[i].role = role->valuestring;
         char *text = message_text(req_field(v, "content"), i, err);
@@ -260,7 +279,8 @@ static bool parse_messages(srv *s, const cJSON *body, const char *system_extra, 
     }
     char *extra = NULL; /* it quotes the client's tool definitions */
     size_t extra_len = 0;
-    if (system_extra && !(extra = srv_guard_string(s->vocab, system_extra, strlen(system_extra), &extra_len))) {
+    if (system_extra &&
+        !(extra = srv_guard_string(s->vocab, system_extra, strlen(system_extra), &extra_len))) {
         free_msgs(m, n);
         return api_fail(err, 500, NULL, "out of memory");
     }
@@ -293,7 +313,8 @@ static bool starts_with(const char *s, const char *prefix) {
     return prefix[0] && strncmp(s, prefix, strlen(prefix)) == 0;
 }
 
-static bool schema_rules(const char *schema, const char *prefix, kvl_buf *out, char *e, size_t cap) {
+static bool schema_rules(const char *schema, const char *prefix, kvl_buf *out, char *e,
+                         size_t cap) {
     kvl_error ke = {{0}};
     if (json_schema_to_gbnf(schema, prefix, out, &ke)) return true;
     snprintf(e, cap, "%s", ke.msg);
@@ -305,19 +326,21 @@ static bool schema_rules(const char *schema, const char *prefix, kvl_buf *out, c
 static bool build_tool_grammar(srv *s, srv_job *j, api_error *err) {
     if (j->grammar)
         return api_fail(err, 400, "tool_choice",
-                        "'tool_choice' \"required\" or a named function cannot be combined with a structured output "
+                        "'tool_choice' \"required\" or a named function cannot be combined with a "
+                        "structured output "
                         "format (response_format, grammar, json_schema, guided_*)");
     kvl_buf g = {0};
     char msg[512] = "";
-    if (!tool_grammar(j->parse_fmt, &j->tools, j->think && j->in_think ? s->caps.think_close : NULL, schema_rules, &g,
-                      msg, sizeof msg)) {
+    if (!tool_grammar(j->parse_fmt, &j->tools, j->think && j->in_think ? s->caps.think_close : NULL,
+                      schema_rules, &g, msg, sizeof msg)) {
         kvl_buf_free(&g);
         return api_fail(err, 400, "tools", "cannot constrain the tool call: %s", msg);
     }
     kvl_error ke = {{0}};
     j->grammar = grammar_compile(g.p, s->vocab, &ke);
     kvl_buf_free(&g);
-    if (!j->grammar) return api_fail(err, 400, "tools", "cannot constrain the tool call: %s", ke.msg);
+    if (!j->grammar)
+        return api_fail(err, 400, "tools", "cannot constrain the tool call: %s", ke.msg);
     return true;
 }
 
@@ -346,15 +369,18 @@ static bool parse_tools(srv *s, const cJSON *body, srv_job *j, api_error *err) {
     if (effort) {
         static const char *const ok[] = {"minimal", "low", "medium", "high"};
         bool known = false;
-        for (int i = 0; cJSON_IsString(effort) && i < 4; i++) known |= !strcmp(effort->valuestring, ok[i]);
+        for (int i = 0; cJSON_IsString(effort) && i < 4; i++)
+            known |= !strcmp(effort->valuestring, ok[i]);
         if (!known)
-            return api_fail(err, 400, "reasoning_effort", "'reasoning_effort' must be \"minimal\", \"low\", "
-                                                          "\"medium\" or \"high\"");
+            return api_fail(err, 400, "reasoning_effort",
+                            "'reasoning_effort' must be \"minimal\", \"low\", "
+                            "\"medium\" or \"high\"");
     }
     j->think = s->jinja && s->caps.thinks;
     j->think_open = s->caps.think_open;
     j->think_close = s->caps.think_close;
-    if (j->tools.n > 0 && j->tools.choice != TOOL_CHOICE_NONE) j->parse_fmt = s->jinja ? s->caps.format : TOOL_FMT_GENERIC;
+    if (j->tools.n > 0 && j->tools.choice != TOOL_CHOICE_NONE)
+        j->parse_fmt = s->jinja ? s->caps.format : TOOL_FMT_GENERIC;
     /* harmony's channels (gpt-oss) are split with or without tools */
     if (s->jinja && s->caps.format == TOOL_FMT_GPT_OSS) j->parse_fmt = TOOL_FMT_GPT_OSS;
     if (j->parse_fmt != TOOL_FMT_NONE || j->think) keep_marker_tokens(s, j);
@@ -367,10 +393,12 @@ static bool parse_tools(srv *s, const cJSON *body, srv_job *j, api_error *err) {
 static bool tokenize_chat(srv *s, char *text, size_t len, srv_job *j, api_error *err) {
     tok_span *guard = NULL;
     size_t n_guard = 0;
-    if (!srv_unguard(text, &len, &guard, &n_guard)) return api_fail(err, 500, NULL, "out of memory");
+    if (!srv_unguard(text, &len, &guard, &n_guard))
+        return api_fail(err, 500, NULL, "out of memory");
     bool template_bos = starts_with(text, s->bos_text) && !(n_guard > 0 && guard[0].off == 0);
     bool add_bos = tok_add_bos(s->vocab) && tok_bos(s->vocab) >= 0 && !template_bos;
-    tok_mode mode = {.parse_special = true, .guard = guard, .n_guard = n_guard}; /* guard NULL: none */
+    tok_mode mode = {
+        .parse_special = true, .guard = guard, .n_guard = n_guard}; /* guard NULL: none */
     bool ok = tokenize(s, text, len, add_bos, mode, j, "messages", err);
     free(guard);
     return ok;
@@ -385,7 +413,8 @@ static bool parse_chat_prompt(srv *s, const cJSON *body, srv_job *j, api_error *
     bool add_gen = true;
     if (!req_bool(body, "add_generation_prompt", &add_gen, err)) return false;
     if (req_field(body, "parse_special"))
-        return api_fail(err, 400, "parse_special", "'parse_special' is for /v1/completions: chat messages are text");
+        return api_fail(err, 400, "parse_special",
+                        "'parse_special' is for /v1/completions: chat messages are text");
     if (!parse_tools(s, body, j, err)) return false;
     bool template_tools = s->jinja && s->caps.reads_tools && j->tools.n > 0;
     char *system_extra = NULL;
@@ -401,7 +430,8 @@ static bool parse_chat_prompt(srv *s, const cJSON *body, srv_job *j, api_error *
             free(system_extra);
             return api_fail(err, 400, "messages", "'messages' must be a non-empty array");
         }
-        text = srv_jinja_render(s, body, add_gen, template_tools ? j->tools.tools : NULL, system_extra, &len, err);
+        text = srv_jinja_render(s, body, add_gen, template_tools ? j->tools.tools : NULL,
+                                system_extra, &len, err);
         free(system_extra);
         if (!text) return false;
     } else {
@@ -415,12 +445,14 @@ static bool parse_chat_prompt(srv *s, const cJSON *body, srv_job *j, api_error *
             return api_fail(err, 400, "messages", "%s", s->chat_error);
         }
         kvl_error kerr = {{0}};
-        int64_t l = chat_template_render(s->chat, s->bos_text, s->eos_text, msgs, n, add_gen, &text, &kerr);
+        int64_t l =
+            chat_template_render(s->chat, s->bos_text, s->eos_text, msgs, n, add_gen, &text, &kerr);
         free_msgs(msgs, n);
         if (l < 0) return api_fail(err, 400, "messages", "%s", kerr.msg);
         len = (size_t)l;
     }
-    j->in_think = j->think && prompt_opens_think(text, len, s->caps.think_open, s->caps.think_close);
+    j->in_think =
+        j->think && prompt_opens_think(text, len, s->caps.think_open, s->caps.think_close);
     bool ok = tokenize_chat(s, text, len, j, err);
     free(text);
     if (ok && (j->tools.choice == TOOL_CHOICE_REQUIRED || j->tools.choice == TOOL_CHOICE_NAMED))
@@ -492,14 +524,17 @@ static bool parse_sampling(const cJSON *b, srv_job *j, api_error *err) {
 /* stop: a string or an array of strings, bounded in number and length (the
  * engine matches them incrementally, but holds their tables per choice). */
 static bool add_stop(const cJSON *v, srv_job *j, api_error *err) {
-    if (!cJSON_IsString(v)) return api_fail(err, 400, "stop", "'stop' must be a string or an array of strings");
+    if (!cJSON_IsString(v))
+        return api_fail(err, 400, "stop", "'stop' must be a string or an array of strings");
     if (j->n_stop == SRV_MAX_STOP)
         return api_fail(err, 400, "stop", "at most %d stop strings are supported", SRV_MAX_STOP);
     size_t len = strlen(v->valuestring);
     if (len > ENGINE_MAX_STOP_BYTES)
-        return api_fail(err, 400, "stop", "stop[%d] is %zu bytes long: at most %d bytes are supported", j->n_stop,
+        return api_fail(err, 400, "stop",
+                        "stop[%d] is %zu bytes long: at most %d bytes are supported", j->n_stop,
                         len, ENGINE_MAX_STOP_BYTES);
-    if (!(j->stop[j->n_stop] = strdup(v->valuestring))) return api_fail(err, 500, NULL, "out of memory");
+    if (!(j->stop[j->n_stop] = strdup(v->valuestring)))
+        return api_fail(err, 500, NULL, "out of memory");
     j->n_stop++;
     return true;
 }
@@ -525,7 +560,8 @@ static bool parse_logprobs(const cJSON *b, bool chat, api_req *r, api_error *err
             !req_int(b, "top_logprobs", 0, SRV_MAX_TOP, &k, err))
             return false;
         if (k > 0 && !r->logprobs)
-            return api_fail(err, 400, "top_logprobs", "'top_logprobs' requires 'logprobs' to be true");
+            return api_fail(err, 400, "top_logprobs",
+                            "'top_logprobs' requires 'logprobs' to be true");
     }
     r->job->top_logprobs = (int)k;
     r->job->logprobs = r->logprobs;
@@ -534,13 +570,16 @@ static bool parse_logprobs(const cJSON *b, bool chat, api_req *r, api_error *err
 
 static bool parse_unsupported(const cJSON *b, bool chat, api_error *err) {
     /* Chat-only fields change what a completion means: refused there, not ignored. */
-    static const char *const chat_only[] = {"tools", "tool_choice", "parallel_tool_calls", "reasoning_effort"};
+    static const char *const chat_only[] = {"tools", "tool_choice", "parallel_tool_calls",
+                                            "reasoning_effort"};
     for (int i = 0; !chat && i < 4; i++)
         if (req_field(b, chat_only[i]))
-            return api_fail(err, 400, chat_only[i], "'%s' is only supported by /v1/chat/completions", chat_only[i]);
+            return api_fail(err, 400, chat_only[i],
+                            "'%s' is only supported by /v1/chat/completions", chat_only[i]);
     bool echo = false;
     int64_t best_of = 1;
-    if (!req_bool(b, "echo", &echo, err) || !req_int(b, "best_of", 1, SRV_MAX_N, &best_of, err)) return false;
+    if (!req_bool(b, "echo", &echo, err) || !req_int(b, "best_of", 1, SRV_MAX_N, &best_of, err))
+        return false;
     if (echo) return api_fail(err, 400, "echo", "'echo' is not supported");
     if (best_of > 1) return api_fail(err, 400, "best_of", "'best_of' is not supported");
     const cJSON *lb = req_field(b, "logit_bias");
@@ -553,7 +592,8 @@ static bool parse_stream(const cJSON *b, api_req *r, api_error *err) {
     if (!req_bool(b, "stream", &r->stream, err)) return false;
     const cJSON *so = req_field(b, "stream_options");
     if (!so) return true;
-    if (!cJSON_IsObject(so)) return api_fail(err, 400, "stream_options", "'stream_options' must be an object");
+    if (!cJSON_IsObject(so))
+        return api_fail(err, 400, "stream_options", "'stream_options' must be an object");
     return req_bool(so, "include_usage", &r->include_usage, err);
 }
 
@@ -561,7 +601,8 @@ static bool parse_stream(const cJSON *b, api_req *r, api_error *err) {
  * to 16 (OpenAI's default) and chat to whatever room the context and the pool
  * leave, so that a request never needs more blocks than the pool has. */
 static bool parse_max_tokens(srv *s, const cJSON *b, bool chat, srv_job *j, api_error *err) {
-    const char *key = chat && req_field(b, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+    const char *key =
+        chat && req_field(b, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
     const char *pkey = chat ? "messages" : "prompt";
     const cJSON *v = req_field(b, key);
     if (v && cJSON_IsNumber(v) && v->valuedouble < 1)
@@ -572,8 +613,10 @@ static bool parse_max_tokens(srv *s, const cJSON *b, bool chat, srv_job *j, api_
     int64_t room = s->n_ctx < s->n_blocks * s->block_size ? s->n_ctx : s->n_blocks * s->block_size;
     if (j->n_prompt >= s->n_ctx || (max_tokens > 0 && j->n_prompt + max_tokens > s->n_ctx)) {
         api_fail(err, 400, max_tokens > 0 && j->n_prompt < s->n_ctx ? key : pkey,
-                 "This model's maximum context length is %lld tokens. However, you requested %lld tokens "
-                 "(%lld in the prompt, %lld for the completion). Please reduce the prompt or the completion.",
+                 "This model's maximum context length is %lld tokens. However, you requested %lld "
+                 "tokens "
+                 "(%lld in the prompt, %lld for the completion). Please reduce the prompt or the "
+                 "completion.",
                  (long long)s->n_ctx, (long long)(j->n_prompt + (max_tokens > 0 ? max_tokens : 0)),
                  (long long)j->n_prompt, (long long)(max_tokens > 0 ? max_tokens : 0));
         err->code = "context_length_exceeded";
@@ -590,7 +633,8 @@ static bool parse_max_tokens(srv *s, const cJSON *b, bool chat, srv_job *j, api_
 
 static void make_id(api_req *r) {
     snprintf(r->id, sizeof r->id, "%s-%016llx%08llx", r->chat ? "chatcmpl" : "cmpl",
-             (unsigned long long)kvl_random_u64(), (unsigned long long)(kvl_random_u64() & 0xffffffffu));
+             (unsigned long long)kvl_random_u64(),
+             (unsigned long long)(kvl_random_u64() & 0xffffffffu));
     r->created = (long)time(NULL);
 }
 
@@ -604,9 +648,10 @@ static bool parse_body(srv *s, const cJSON *b, bool chat, api_req *r, api_error 
         err->code = "model_not_found";
         return false;
     }
-    bool ok = parse_unsupported(b, chat, err) && parse_sampling(b, j, err) && parse_stop(b, j, err) &&
-              parse_stream(b, r, err) && parse_logprobs(b, chat, r, err) &&
-              req_int(b, "n", 1, SRV_MAX_N, &n, err) && req_bool(b, "ignore_eos", &j->ignore_eos, err) &&
+    bool ok = parse_unsupported(b, chat, err) && parse_sampling(b, j, err) &&
+              parse_stop(b, j, err) && parse_stream(b, r, err) && parse_logprobs(b, chat, r, err) &&
+              req_int(b, "n", 1, SRV_MAX_N, &n, err) &&
+              req_bool(b, "ignore_eos", &j->ignore_eos, err) &&
               req_string(b, "cache_salt", &salt, err) && parse_structured(s, b, j, err) &&
               req_int(b, "priority", -2147483647, 2147483647, &prio, err);
     bool speculative = true;
@@ -615,10 +660,13 @@ static bool parse_body(srv *s, const cJSON *b, bool chat, api_req *r, api_error 
     j->no_speculative = !speculative;
     /* vLLM's rule: a priority means nothing to first-come-first-served, so it is refused */
     if (prio != 0 && !s->priority_sched)
-        return api_fail(err, 400, "priority", "'priority' is %lld but the server schedules first-come-first-served "
-                        "(start it with --scheduling-policy priority)", (long long)prio);
+        return api_fail(err, 400, "priority",
+                        "'priority' is %lld but the server schedules first-come-first-served "
+                        "(start it with --scheduling-policy priority)",
+                        (long long)prio);
     j->priority = (int)prio;
-    if (salt && !salt[0]) return api_fail(err, 400, "cache_salt", "'cache_salt' must be a non-empty string");
+    if (salt && !salt[0])
+        return api_fail(err, 400, "cache_salt", "'cache_salt' must be a non-empty string");
     if (salt && !(j->cache_salt = strdup(salt))) return api_fail(err, 500, NULL, "out of memory");
     j->n = (int)n;
     ok = chat ? parse_chat_prompt(s, b, j, err) : parse_prompt(s, b, j, err);
@@ -628,7 +676,8 @@ static bool parse_body(srv *s, const cJSON *b, bool chat, api_req *r, api_error 
 bool openai_parse(srv *s, const cJSON *body, bool chat, api_req *r, api_error *err) {
     memset(r, 0, sizeof *r);
     r->chat = chat;
-    if (!cJSON_IsObject(body)) return api_fail(err, 400, NULL, "the request body must be a JSON object");
+    if (!cJSON_IsObject(body))
+        return api_fail(err, 400, NULL, "the request body must be a JSON object");
     r->job = job_new(s);
     if (!r->job) return api_fail(err, 500, NULL, "out of memory");
     make_id(r);

@@ -37,7 +37,8 @@ static cJSON *token_bytes(srv *s, int32_t id) {
     size_t n = tok_token_bytes(s->vocab, id, true, buf, sizeof buf);
     if (n > sizeof buf) n = sizeof buf;
     cJSON *a = cJSON_CreateArray();
-    for (size_t i = 0; i < n; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber((unsigned char)buf[i]));
+    for (size_t i = 0; i < n; i++)
+        cJSON_AddItemToArray(a, cJSON_CreateNumber((unsigned char)buf[i]));
     return a;
 }
 
@@ -68,9 +69,11 @@ static cJSON *completion_logprobs_new(void) {
     return lp;
 }
 
-static void completion_logprobs_add(srv *s, const api_req *r, cJSON *lp, const srv_event *ev, size_t off) {
+static void completion_logprobs_add(srv *s, const api_req *r, cJSON *lp, const srv_event *ev,
+                                    size_t off) {
     cJSON_AddItemToArray(cJSON_GetObjectItem(lp, "text_offset"), cJSON_CreateNumber((double)off));
-    cJSON_AddItemToArray(cJSON_GetObjectItem(lp, "token_logprobs"), cJSON_CreateNumber(ev->logprob));
+    cJSON_AddItemToArray(cJSON_GetObjectItem(lp, "token_logprobs"),
+                         cJSON_CreateNumber(ev->logprob));
     cJSON_AddItemToArray(cJSON_GetObjectItem(lp, "tokens"), token_text(s, r, ev->token));
     cJSON *top = cJSON_CreateObject();
     for (int k = 0; k < ev->n_top; k++) {
@@ -83,16 +86,18 @@ static void completion_logprobs_add(srv *s, const api_req *r, cJSON *lp, const s
     cJSON_AddItemToArray(cJSON_GetObjectItem(lp, "top_logprobs"), top);
 }
 
-static cJSON *usage_json(int64_t prompt, int64_t completion, int64_t cached, int64_t disk, int64_t lb,
-                         int64_t alloc) {
+static cJSON *usage_json(int64_t prompt, int64_t completion, int64_t cached, int64_t disk,
+                         int64_t lb, int64_t alloc) {
     cJSON *u = cJSON_CreateObject();
     cJSON_AddNumberToObject(u, "prompt_tokens", (double)prompt);
     cJSON_AddNumberToObject(u, "completion_tokens", (double)completion);
     cJSON_AddNumberToObject(u, "total_tokens", (double)(prompt + completion));
     cJSON_AddObjectToObject(u, "prompt_tokens_details");
-    cJSON_AddNumberToObject(cJSON_GetObjectItem(u, "prompt_tokens_details"), "cached_tokens", (double)cached);
+    cJSON_AddNumberToObject(cJSON_GetObjectItem(u, "prompt_tokens_details"), "cached_tokens",
+                            (double)cached);
     /* of the cached tokens, those read back from the KV disk tier (the rest were in RAM) */
-    cJSON_AddNumberToObject(cJSON_GetObjectItem(u, "prompt_tokens_details"), "disk_cached_tokens", (double)disk);
+    cJSON_AddNumberToObject(cJSON_GetObjectItem(u, "prompt_tokens_details"), "disk_cached_tokens",
+                            (double)disk);
     cJSON_AddNumberToObject(u, "kv_lower_bound_bytes", (double)lb);
     cJSON_AddNumberToObject(u, "kv_allocated_bytes", (double)alloc);
     return u;
@@ -137,20 +142,25 @@ static cJSON *call_json(const tool_call_out *c) {
 
 /* "tool_calls" when the answer holds calls (and was not cut off by a cancel). */
 static const char *finish_reason(engine_finish f, int n_calls) {
-    return n_calls > 0 && f != ENGINE_FINISH_CANCELLED && f != ENGINE_FINISH_NONE ? "tool_calls" : finish_name(f);
+    return n_calls > 0 && f != ENGINE_FINISH_CANCELLED && f != ENGINE_FINISH_NONE ? "tool_calls"
+                                                                                  : finish_name(f);
 }
 
 /* The message of a chat answer whose text is split into content, reasoning
  * and tool calls; content is null when calls took all of it, as OpenAI's. */
-static void parsed_message(const srv_job *j, cJSON *msg, const char *text, size_t len, int *n_calls) {
+static void parsed_message(const srv_job *j, cJSON *msg, const char *text, size_t len,
+                           int *n_calls) {
     out_parser p;
     parse_out o = {0};
     out_parser_init(&p, j->parse_fmt, &j->tools, j->think, j->in_think);
     if (j->think_open) p.think_open = j->think_open, p.think_close = j->think_close;
     out_parser_feed(&p, text, len, true, &o);
     if (o.content.len == 0 && o.n_calls > 0) cJSON_AddNullToObject(msg, "content");
-    else cJSON_AddItemToObject(msg, "content", json_text(o.content.p ? o.content.p : "", o.content.len));
-    if (o.reasoning.len) cJSON_AddItemToObject(msg, "reasoning_content", json_text(o.reasoning.p, o.reasoning.len));
+    else
+        cJSON_AddItemToObject(msg, "content",
+                              json_text(o.content.p ? o.content.p : "", o.content.len));
+    if (o.reasoning.len)
+        cJSON_AddItemToObject(msg, "reasoning_content", json_text(o.reasoning.p, o.reasoning.len));
     if (o.n_calls) {
         cJSON *calls = cJSON_AddArrayToObject(msg, "tool_calls");
         for (int i = 0; i < o.n_calls; i++) cJSON_AddItemToArray(calls, call_json(&o.calls[i]));
@@ -187,7 +197,8 @@ static cJSON *final_choice(const api_req *r, int i, choice_acc *c) {
     return ch;
 }
 
-static void accumulate(srv *s, const api_req *r, choice_acc *acc, stream_state *st, const srv_event *ev) {
+static void accumulate(srv *s, const api_req *r, choice_acc *acc, stream_state *st,
+                       const srv_event *ev) {
     choice_acc *c = &acc[ev->index];
     if (r->logprobs && ev->token >= 0) {
         if (!c->logprobs) {
@@ -195,9 +206,9 @@ static void accumulate(srv *s, const api_req *r, choice_acc *acc, stream_state *
             if (r->chat) cJSON_AddArrayToObject(c->logprobs, "content");
         }
         if (r->chat)
-            cJSON_AddItemToArray(cJSON_GetObjectItem(c->logprobs, "content"), chat_logprob_entry(s, r, ev));
-        else
-            completion_logprobs_add(s, r, c->logprobs, ev, c->text.len);
+            cJSON_AddItemToArray(cJSON_GetObjectItem(c->logprobs, "content"),
+                                 chat_logprob_entry(s, r, ev));
+        else completion_logprobs_add(s, r, c->logprobs, ev, c->text.len);
     }
     kvl_buf_put(&c->text, ev->text, ev->text_len);
     if (ev->finish != ENGINE_FINISH_NONE) {
@@ -217,8 +228,9 @@ char *openai_response(srv *s, const api_req *r, srv_event *events) {
         cJSON_AddItemToArray(choices, final_choice(r, i, &acc[i]));
         kvl_buf_free(&acc[i].text);
     }
-    cJSON_AddItemToObject(o, "usage", usage_json(r->job->n_prompt, st.completion_tokens, st.cached, st.disk, st.kv_lb,
-                                                 st.kv_alloc));
+    cJSON_AddItemToObject(o, "usage",
+                          usage_json(r->job->n_prompt, st.completion_tokens, st.cached, st.disk,
+                                     st.kv_lb, st.kv_alloc));
     char *out = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     return out;
@@ -263,7 +275,8 @@ static cJSON *delta_chunk(srv *s, const api_req *r, int index, cJSON **ch, cJSON
 
 /* Tool calls stream as OpenAI streams them: per call, a chunk with its index,
  * id, type, name and empty arguments, then the arguments. */
-static void put_calls(srv *s, const api_req *r, stream_state *st, int index, const parse_out *o, kvl_buf *out) {
+static void put_calls(srv *s, const api_req *r, stream_state *st, int index, const parse_out *o,
+                      kvl_buf *out) {
     for (int i = 0; i < o->n_calls; i++) {
         for (int part = 0; part < 2; part++) {
             cJSON *ch, *d;
@@ -293,7 +306,8 @@ static void put_calls(srv *s, const api_req *r, stream_state *st, int index, con
 /* Chat with tools or reasoning: the event's text goes through the choice's
  * parser; what it decided is sent as reasoning_content / content deltas and
  * tool-call chunks, the rest waits for the next token. */
-static void chat_chunk_parsed(srv *s, const api_req *r, stream_state *st, const srv_event *ev, kvl_buf *out) {
+static void chat_chunk_parsed(srv *s, const api_req *r, stream_state *st, const srv_event *ev,
+                              kvl_buf *out) {
     parse_out *o = &st->po;
     parse_out_reset(o);
     bool final = ev->finish != ENGINE_FINISH_NONE;
@@ -302,11 +316,15 @@ static void chat_chunk_parsed(srv *s, const api_req *r, stream_state *st, const 
     if (o->reasoning.len || o->content.len || (lp && !o->n_calls)) {
         cJSON *ch, *d;
         cJSON *c = delta_chunk(s, r, ev->index, &ch, &d);
-        if (o->reasoning.len) cJSON_AddItemToObject(d, "reasoning_content", json_text(o->reasoning.p, o->reasoning.len));
-        if (o->content.len || !o->reasoning.len) cJSON_AddItemToObject(d, "content", json_text(o->content.p, o->content.len));
+        if (o->reasoning.len)
+            cJSON_AddItemToObject(d, "reasoning_content",
+                                  json_text(o->reasoning.p, o->reasoning.len));
+        if (o->content.len || !o->reasoning.len)
+            cJSON_AddItemToObject(d, "content", json_text(o->content.p, o->content.len));
         if (lp) {
             cJSON *l = cJSON_AddObjectToObject(ch, "logprobs");
-            cJSON_AddItemToArray(cJSON_AddArrayToObject(l, "content"), chat_logprob_entry(s, r, ev));
+            cJSON_AddItemToArray(cJSON_AddArrayToObject(l, "content"),
+                                 chat_logprob_entry(s, r, ev));
             lp = false;
         } else {
             cJSON_AddNullToObject(ch, "logprobs");
@@ -325,14 +343,16 @@ static void chat_chunk_parsed(srv *s, const api_req *r, stream_state *st, const 
     put_sse(out, c);
 }
 
-static void chat_chunk(srv *s, const api_req *r, stream_state *st, const srv_event *ev, kvl_buf *out) {
+static void chat_chunk(srv *s, const api_req *r, stream_state *st, const srv_event *ev,
+                       kvl_buf *out) {
     bool parsed = job_parses(r->job);
     if (!st->started[ev->index]) {
         st->started[ev->index] = true;
         if (parsed) {
             out_parser *p = &st->parser[ev->index];
             out_parser_init(p, r->job->parse_fmt, &r->job->tools, r->job->think, r->job->in_think);
-            if (r->job->think_open) p->think_open = r->job->think_open, p->think_close = r->job->think_close;
+            if (r->job->think_open)
+                p->think_open = r->job->think_open, p->think_close = r->job->think_close;
         }
         cJSON *c = envelope(s, r, "chat.completion.chunk");
         cJSON *ch = chunk_choice(c, ev->index);
@@ -368,7 +388,8 @@ void stream_state_free(stream_state *st) {
     parse_out_free(&st->po);
 }
 
-static void completion_chunk(srv *s, const api_req *r, stream_state *st, const srv_event *ev, kvl_buf *out) {
+static void completion_chunk(srv *s, const api_req *r, stream_state *st, const srv_event *ev,
+                             kvl_buf *out) {
     cJSON *c = envelope(s, r, "text_completion");
     cJSON *ch = chunk_choice(c, ev->index);
     cJSON_AddItemToObject(ch, "text", json_text(ev->text, ev->text_len));
@@ -394,14 +415,16 @@ void openai_stream_end(srv *s, const api_req *r, stream_state *st, kvl_buf *out)
     } else if (r->include_usage) {
         cJSON *c = envelope(s, r, r->chat ? "chat.completion.chunk" : "text_completion");
         cJSON_AddArrayToObject(c, "choices");
-        cJSON_AddItemToObject(c, "usage", usage_json(r->job->n_prompt, st->completion_tokens, st->cached, st->disk,
-                                                     st->kv_lb, st->kv_alloc));
+        cJSON_AddItemToObject(c, "usage",
+                              usage_json(r->job->n_prompt, st->completion_tokens, st->cached,
+                                         st->disk, st->kv_lb, st->kv_alloc));
         put_sse(out, c);
     }
     kvl_buf_puts(out, "data: [DONE]\n\n");
 }
 
-void openai_stream_events(srv *s, const api_req *r, stream_state *st, srv_event *events, kvl_buf *out) {
+void openai_stream_events(srv *s, const api_req *r, stream_state *st, srv_event *events,
+                          kvl_buf *out) {
     for (const srv_event *ev = events; ev; ev = ev->next) {
         if (r->chat) chat_chunk(s, r, st, ev, out);
         else completion_chunk(s, r, st, ev, out);

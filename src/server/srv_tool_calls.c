@@ -44,8 +44,10 @@ void parse_out_free(parse_out *o) {
     memset(o, 0, sizeof *o);
 }
 
-bool tools_add_call(out_parser *p, parse_out *o, const char *name, size_t name_len, const cJSON *args) {
-    if (!p->tools->parallel && p->n_calls > 0) return true; /* parallel_tool_calls false: the first only */
+bool tools_add_call(out_parser *p, parse_out *o, const char *name, size_t name_len,
+                    const cJSON *args) {
+    if (!p->tools->parallel && p->n_calls > 0)
+        return true; /* parallel_tool_calls false: the first only */
     if (o->n_calls == o->cap_calls) {
         int cap = o->cap_calls ? 2 * o->cap_calls : 4;
         tool_call_out *c = realloc(o->calls, (size_t)cap * sizeof *c);
@@ -66,7 +68,6 @@ bool tools_add_call(out_parser *p, parse_out *o, const char *name, size_t name_l
     p->n_calls++;
     return true;
 }
-
 
 static void trim(const char **s, size_t *n) {
     while (*n && is_ws(**s)) (*s)++, (*n)--;
@@ -106,7 +107,8 @@ cJSON *tools_parse_json(const char *s, size_t n) {
 }
 
 /* A call given as arguments JSON (an object, or a string that holds one). */
-static bool add_call_json_args(out_parser *p, parse_out *o, const char *name, size_t nlen, const cJSON *args) {
+static bool add_call_json_args(out_parser *p, parse_out *o, const char *name, size_t nlen,
+                               const cJSON *args) {
     if (cJSON_IsString(args)) {
         cJSON *inner = tools_parse_json(args->valuestring, strlen(args->valuestring));
         bool ok = cJSON_IsObject(inner) && tools_add_call(p, o, name, nlen, inner);
@@ -130,7 +132,8 @@ static bool add_call_object(out_parser *p, parse_out *o, const cJSON *obj, bool 
     if (cJSON_IsObject(fn)) obj = fn;
     const cJSON *name = cJSON_GetObjectItemCaseSensitive(obj, "name");
     if (!name) name = cJSON_GetObjectItemCaseSensitive(obj, "tool_name"); /* Command R7B */
-    if (!name && p->fmt == TOOL_FMT_APERTUS && obj->child && !obj->child->next) /* Apertus: {NAME: {...}} */
+    if (!name && p->fmt == TOOL_FMT_APERTUS && obj->child &&
+        !obj->child->next) /* Apertus: {NAME: {...}} */
         return add_call_json_args(p, o, obj->child->string, strlen(obj->child->string), obj->child);
     if (!cJSON_IsString(name) || !name->valuestring[0]) return false;
     if (need_known && !known_name(p, name->valuestring)) return false;
@@ -159,19 +162,20 @@ int tools_add_calls_json(out_parser *p, parse_out *o, const char *s, size_t n, b
     return o->n_calls - before;
 }
 
-
 /* The type a function's schema gives parameter key ("" if none). */
 static const char *param_type(const out_parser *p, const char *fn, const char *key) {
     for (int i = 0; i < p->tools->n; i++) {
         if (strcmp(p->tools->names[i], fn) != 0 || !p->tools->params[i]) continue;
         const cJSON *props = cJSON_GetObjectItemCaseSensitive(p->tools->params[i], "properties");
-        const cJSON *type = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(props, key), "type");
+        const cJSON *type =
+            cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(props, key), "type");
         return cJSON_IsString(type) ? type->valuestring : "";
     }
     return "";
 }
 
-static cJSON *param_value(const out_parser *p, const char *fn, const char *key, const char *v, size_t vn);
+static cJSON *param_value(const out_parser *p, const char *fn, const char *key, const char *v,
+                          size_t vn);
 
 /* The tags of an XML-like call: fn_open NAME name_end ... (param_open KEY
  * key_end[ attributes]> VALUE param_close)* fn_close. */
@@ -179,11 +183,15 @@ typedef struct xml_tags {
     const char *fn_open, *name_end, *param_open, *key_end, *param_close, *fn_close;
 } xml_tags;
 
-static const xml_tags XML_QWEN = {"<function=", ">", "<parameter=", ">", "</parameter>", "</function>"};
-static const xml_tags XML_MINIMAX = {"<invoke name=\"", "\">", "<parameter name=\"", "\"", "</parameter>", "</invoke>"};
-static const xml_tags XML_MINICPM = {"<function name=\"", "\">", "<param name=\"", "\"", "</param>", "</function>"};
-static const xml_tags XML_DSML = {DSML "invoke name=\"", "\">", DSML "parameter name=\"", "\"", "</" DSML_BARE "parameter>",
-                                  "</" DSML_BARE "invoke>"};
+static const xml_tags XML_QWEN = {"<function=",   ">",          "<parameter=", ">",
+                                  "</parameter>", "</function>"};
+static const xml_tags XML_MINIMAX = {"<invoke name=\"", "\">",      "<parameter name=\"", "\"",
+                                     "</parameter>",    "</invoke>"};
+static const xml_tags XML_MINICPM = {"<function name=\"", "\">",        "<param name=\"", "\"",
+                                     "</param>",          "</function>"};
+static const xml_tags XML_DSML = {DSML "invoke name=\"",       "\">",
+                                  DSML "parameter name=\"",    "\"",
+                                  "</" DSML_BARE "parameter>", "</" DSML_BARE "invoke>"};
 
 /* Every call of s[0..n) written with tags t; a value is JSON unless the
  * schema says string (what Qwen3-Coder's and MiniMax's own parsers do).
@@ -206,7 +214,8 @@ static bool add_calls_xml(out_parser *p, parse_out *o, const xml_tags *t, const 
         const char *body = r;
         size_t bodyn = (size_t)(fe - r);
         trim(&body, &bodyn);
-        if (ok && bodyn && body[0] == '{') { /* arguments as one JSON object (constrained calls write them so) */
+        if (ok && bodyn &&
+            body[0] == '{') { /* arguments as one JSON object (constrained calls write them so) */
             cJSON_Delete(args);
             args = tools_parse_json(body, bodyn);
             ok = cJSON_IsObject(args);
@@ -268,11 +277,14 @@ static cJSON *parse_py_literal(const char *v, size_t n) {
             if (j >= n) break; /* unterminated */
             kvl_buf_puts(&b, "\"");
             i = j;
-        } else if (!strncmp(v + i, "True", 4) && (i + 4 >= n || !isalnum((unsigned char)v[i + 4]))) {
+        } else if (!strncmp(v + i, "True", 4) &&
+                   (i + 4 >= n || !isalnum((unsigned char)v[i + 4]))) {
             kvl_buf_puts(&b, "true"), i += 3;
-        } else if (!strncmp(v + i, "False", 5) && (i + 5 >= n || !isalnum((unsigned char)v[i + 5]))) {
+        } else if (!strncmp(v + i, "False", 5) &&
+                   (i + 5 >= n || !isalnum((unsigned char)v[i + 5]))) {
             kvl_buf_puts(&b, "false"), i += 4;
-        } else if (!strncmp(v + i, "None", 4) && (i + 4 >= n || !isalnum((unsigned char)v[i + 4]))) {
+        } else if (!strncmp(v + i, "None", 4) &&
+                   (i + 4 >= n || !isalnum((unsigned char)v[i + 4]))) {
             kvl_buf_puts(&b, "null"), i += 3;
         } else {
             kvl_buf_put(&b, &c, 1);
@@ -283,7 +295,8 @@ static cJSON *parse_py_literal(const char *v, size_t n) {
     return j;
 }
 
-static cJSON *param_value(const out_parser *p, const char *fn, const char *key, const char *v, size_t vn) {
+static cJSON *param_value(const out_parser *p, const char *fn, const char *key, const char *v,
+                          size_t vn) {
     cJSON *val = NULL;
     if (strcmp(param_type(p, fn, key), "string") != 0) {
         val = tools_parse_json(v, vn);
@@ -396,11 +409,17 @@ size_t tools_region_len(tool_format f, const char *m, const char *s, size_t n, b
     case TOOL_FMT_MINIMAX: endm = "</minimax:tool_call>"; break;
     case TOOL_FMT_DSML: endm = "</" DSML_BARE "tool_calls>"; break;
     case TOOL_FMT_DEEPSEEK:
-    case TOOL_FMT_DEEPSEEK_R1: endm = !strcmp(m, DS_CALLS_BEGIN) ? DS_CALLS_END : DS_CALL_END; break;
-    case TOOL_FMT_KIMI: endm = !strcmp(m, "<|tool_calls_section_begin|>") ? "<|tool_calls_section_end|>" : "<|tool_call_end|>"; break;
+    case TOOL_FMT_DEEPSEEK_R1:
+        endm = !strcmp(m, DS_CALLS_BEGIN) ? DS_CALLS_END : DS_CALL_END;
+        break;
+    case TOOL_FMT_KIMI:
+        endm = !strcmp(m, "<|tool_calls_section_begin|>") ? "<|tool_calls_section_end|>"
+                                                          : "<|tool_call_end|>";
+        break;
     case TOOL_FMT_MISTRAL_V11: {
         while (k < n && is_ws(s[k])) k++;
-        if (k < n && s[k] == '[' && (n - k < 2 || s[k + 1] == '{' || is_ws(s[k + 1]))) break; /* the older JSON list */
+        if (k < n && s[k] == '[' && (n - k < 2 || s[k + 1] == '{' || is_ws(s[k + 1])))
+            break; /* the older JSON list */
         const char *a = find_n(s + ml, n - ml, "[ARGS]");
         if (!a) return final ? n : 0;
         k = (size_t)(a - s) + 6;
@@ -522,7 +541,8 @@ int tools_parse_region(out_parser *p, parse_out *o, const char *m, const char *s
                 if (nl > 10 && !memcmp(name, "functions.", 10)) name += 10, nl -= 10;
                 const char *colon = memrchr(name, ':', nl);
                 if (colon) nl = (size_t)(colon - name);
-            } else if (nl == 8 && !memcmp(name, "function", 8)) { /* R1: function<sep>NAME\n```json\n{...}\n``` */
+            } else if (nl == 8 && !memcmp(name, "function",
+                                          8)) { /* R1: function<sep>NAME\n```json\n{...}\n``` */
                 const char *nlp = memchr(a, '\n', an);
                 if (!nlp) break;
                 name = a;

@@ -45,7 +45,8 @@ static size_t partial(const char *s, size_t n, const char *m) {
     return 0;
 }
 
-void out_parser_init(out_parser *p, tool_format fmt, const tool_spec *t, bool think, bool in_think) {
+void out_parser_init(out_parser *p, tool_format fmt, const tool_spec *t, bool think,
+                     bool in_think) {
     memset(p, 0, sizeof *p);
     p->fmt = fmt;
     p->tools = t;
@@ -130,7 +131,9 @@ static void feed_harmony(out_parser *p, parse_out *o, bool final) {
         size_t body = e ? (size_t)(e - s) : n;
         if (p->oss_call) {
             cJSON *args = p->oss_name ? tools_parse_json(s, body) : NULL;
-            if (!(cJSON_IsObject(args) && tools_add_call(p, o, p->oss_name, strlen(p->oss_name), args))) emit(p, o, s, body);
+            if (!(cJSON_IsObject(args) &&
+                  tools_add_call(p, o, p->oss_name, strlen(p->oss_name), args)))
+                emit(p, o, s, body);
             cJSON_Delete(args);
             p->oss_call = false;
         } else {
@@ -162,7 +165,8 @@ void out_parser_feed(out_parser *p, const char *s, size_t n, bool final, parse_o
 /* Every format but harmony: calls and think blocks found by their markers. */
 static void feed_marked(out_parser *p, parse_out *o, bool final) {
     int n_starts = 0;
-    const char *const *starts = p->fmt != TOOL_FMT_NONE ? tools_start_markers(p->fmt, &n_starts) : NULL;
+    const char *const *starts =
+        p->fmt != TOOL_FMT_NONE ? tools_start_markers(p->fmt, &n_starts) : NULL;
     for (;;) {
         const char *t = p->text.p + p->pos;
         size_t len = p->text.len - p->pos;
@@ -245,7 +249,11 @@ static void feed_marked(out_parser *p, parse_out *o, bool final) {
 
 bool prompt_opens_think(const char *prompt, size_t n, const char *topen, const char *tclose) {
     const char *open = NULL, *close = NULL;
-    for (const char *x = find_n(prompt, n, topen); x; x = find_n(x + 1, n - (size_t)(x + 1 - prompt), topen)) open = x;
-    for (const char *x = find_n(prompt, n, tclose); x; x = find_n(x + 1, n - (size_t)(x + 1 - prompt), tclose)) close = x;
+    for (const char *x = find_n(prompt, n, topen); x;
+         x = find_n(x + 1, n - (size_t)(x + 1 - prompt), topen))
+        open = x;
+    for (const char *x = find_n(prompt, n, tclose); x;
+         x = find_n(x + 1, n - (size_t)(x + 1 - prompt), tclose))
+        close = x;
     return open && (!close || open > close);
 }

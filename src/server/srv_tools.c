@@ -15,11 +15,11 @@
 #include "srv_tools_int.h"
 
 const char *tool_format_name(tool_format f) {
-    static const char *const names[] = {"none",    "generic",     "hermes",   "qwen-xml", "glm",
-                                        "llama3",  "mistral",     "mistral-v11", "deepseek",
-                                        "deepseek-r1", "kimi",    "functionary", "gpt-oss",
-                                        "apriel",  "command-r7b", "apertus",  "granite",
-                                        "seed-oss", "minimax",    "minicpm",  "deepseek-dsml"};
+    static const char *const names[] = {
+        "none",    "generic",     "hermes",       "qwen-xml",    "glm",     "llama3",
+        "mistral", "mistral-v11", "deepseek",     "deepseek-r1", "kimi",    "functionary",
+        "gpt-oss", "apriel",      "command-r7b",  "apertus",     "granite", "seed-oss",
+        "minimax", "minicpm",     "deepseek-dsml"};
     return (unsigned)f < sizeof names / sizeof names[0] ? names[f] : "?";
 }
 
@@ -47,8 +47,10 @@ void chat_caps_detect(const char *src, chat_caps *c) {
     c->think_open = "<think>";
     c->think_close = "</think>";
     if (has(src, "<seed:think>")) c->think_open = "<seed:think>", c->think_close = "</seed:think>";
-    else if (has(src, "<|START_THINKING|>")) c->think_open = "<|START_THINKING|>", c->think_close = "<|END_THINKING|>";
-    else if (has(src, "[THINK]")) c->think_open = "[THINK]", c->think_close = "[/THINK]"; /* Magistral, Ministral 3 */
+    else if (has(src, "<|START_THINKING|>"))
+        c->think_open = "<|START_THINKING|>", c->think_close = "<|END_THINKING|>";
+    else if (has(src, "[THINK]"))
+        c->think_open = "[THINK]", c->think_close = "[/THINK]"; /* Magistral, Ministral 3 */
     c->thinks = has(src, c->think_open) || has(src, c->think_close);
     /* The most specific markers first: Qwen3.5 writes <function=...> inside <tool_call>. */
     if (has(src, "<tool_call>") && has(src, "<function=")) c->format = TOOL_FMT_QWEN_XML;
@@ -60,7 +62,9 @@ void chat_caps_detect(const char *src, chat_caps *c) {
     else if (has(src, "<function name=")) c->format = TOOL_FMT_MINICPM;
     else if (has(src, "[TOOL_CALLS]") && has(src, "[ARGS]")) c->format = TOOL_FMT_MISTRAL_V11;
     else if (has(src, "[TOOL_CALLS]")) c->format = TOOL_FMT_MISTRAL;
-    else if (has(src, "tool\xe2\x96\x81" "calls\xe2\x96\x81" "begin"))
+    else if (has(src, "tool\xe2\x96\x81"
+                      "calls\xe2\x96\x81"
+                      "begin"))
         c->format = has(src, "```json") ? TOOL_FMT_DEEPSEEK_R1 : TOOL_FMT_DEEPSEEK;
     else if (has(src, "<|tool_calls_section_begin|>")) c->format = TOOL_FMT_KIMI;
     else if (has(src, "<|channel|>") && has(src, "<|message|>")) c->format = TOOL_FMT_GPT_OSS;
@@ -69,15 +73,17 @@ void chat_caps_detect(const char *src, chat_caps *c) {
     else if (has(src, "<|tools_prefix|>")) c->format = TOOL_FMT_APERTUS;
     else if (has(src, "<|tool_call|>")) c->format = TOOL_FMT_GRANITE;
     else if (has(src, "<function=")) c->format = TOOL_FMT_FUNCTIONARY;
-    else if (has(src, "<|python_tag|>") || (has(src, "<|start_header_id|>") && has(src, "\"parameters\"")))
+    else if (has(src, "<|python_tag|>") ||
+             (has(src, "<|start_header_id|>") && has(src, "\"parameters\"")))
         c->format = TOOL_FMT_LLAMA3;
 }
 
 /* ------------------------------------------------------------- spec --- */
 
-static bool bad(char *param, size_t pcap, char *msg, size_t mcap, const char *p, const char *fmt, ...)
-    __attribute__((format(printf, 6, 7)));
-static bool bad(char *param, size_t pcap, char *msg, size_t mcap, const char *p, const char *fmt, ...) {
+static bool bad(char *param, size_t pcap, char *msg, size_t mcap, const char *p, const char *fmt,
+                ...) __attribute__((format(printf, 6, 7)));
+static bool bad(char *param, size_t pcap, char *msg, size_t mcap, const char *p, const char *fmt,
+                ...) {
     snprintf(param, pcap, "%s", p);
     va_list ap;
     va_start(ap, fmt);
@@ -96,7 +102,8 @@ static bool valid_name(const char *s) {
     size_t n = strlen(s);
     if (n == 0 || n > 64) return false;
     for (size_t i = 0; i < n; i++)
-        if (!isalnum((unsigned char)s[i]) && s[i] != '_' && s[i] != '-' && s[i] != '.') return false;
+        if (!isalnum((unsigned char)s[i]) && s[i] != '_' && s[i] != '-' && s[i] != '.')
+            return false;
     return true;
 }
 
@@ -107,10 +114,12 @@ bool tool_spec_parse(const cJSON *body, tool_spec *t, char *ep, size_t epc, char
     const cJSON *choice = field(body, "tool_choice");
     const cJSON *par = field(body, "parallel_tool_calls");
     if (par && !cJSON_IsBool(par))
-        return bad(ep, epc, em, emc, "parallel_tool_calls", "'parallel_tool_calls' must be a boolean");
+        return bad(ep, epc, em, emc, "parallel_tool_calls",
+                   "'parallel_tool_calls' must be a boolean");
     if (par) t->parallel = cJSON_IsTrue(par);
     if (tools && !cJSON_IsArray(tools))
-        return bad(ep, epc, em, emc, "tools", "'tools' must be an array of {\"type\": \"function\", ...}");
+        return bad(ep, epc, em, emc, "tools",
+                   "'tools' must be an array of {\"type\": \"function\", ...}");
     int n = tools ? cJSON_GetArraySize(tools) : 0;
     if (n > 0) {
         t->tools = cJSON_Duplicate(tools, true);
@@ -127,15 +136,18 @@ bool tool_spec_parse(const cJSON *body, tool_spec *t, char *ep, size_t epc, char
             const cJSON *fn = cJSON_GetObjectItemCaseSensitive(tool, "function");
             char p[32];
             snprintf(p, sizeof p, "tools[%d]", i);
-            if (!cJSON_IsObject(tool) || !cJSON_IsString(type) || strcmp(type->valuestring, "function") != 0) {
-                bad(ep, epc, em, emc, p, "%s: only {\"type\": \"function\"} tools are supported", p);
+            if (!cJSON_IsObject(tool) || !cJSON_IsString(type) ||
+                strcmp(type->valuestring, "function") != 0) {
+                bad(ep, epc, em, emc, p, "%s: only {\"type\": \"function\"} tools are supported",
+                    p);
                 tool_spec_free(t);
                 return false;
             }
             const cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name");
             if (!cJSON_IsObject(fn) || !cJSON_IsString(name) || !valid_name(name->valuestring)) {
                 bad(ep, epc, em, emc, p,
-                           "%s.function.name must be a string of 1 to 64 letters, digits, '_', '-' or '.'", p);
+                    "%s.function.name must be a string of 1 to 64 letters, digits, '_', '-' or '.'",
+                    p);
                 tool_spec_free(t);
                 return false;
             }
@@ -159,7 +171,8 @@ bool tool_spec_parse(const cJSON *body, tool_spec *t, char *ep, size_t epc, char
             }
             for (int k = 0; k < i; k++)
                 if (!strcmp(t->names[k], name->valuestring)) {
-                    bad(ep, epc, em, emc, p, "%s: the function name '%s' is used twice", p, name->valuestring);
+                    bad(ep, epc, em, emc, p, "%s: the function name '%s' is used twice", p,
+                        name->valuestring);
                     tool_spec_free(t);
                     return false;
                 }
@@ -177,8 +190,10 @@ bool tool_spec_parse(const cJSON *body, tool_spec *t, char *ep, size_t epc, char
         else if (!strcmp(c, "required")) t->choice = TOOL_CHOICE_REQUIRED;
         else {
             bad(ep, epc, em, emc, "tool_choice",
-                       "'tool_choice' must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", "
-                       "\"function\": {\"name\": ...}} (got \"%.40s\")", c);
+                "'tool_choice' must be \"auto\", \"none\", \"required\" or {\"type\": "
+                "\"function\", "
+                "\"function\": {\"name\": ...}} (got \"%.40s\")",
+                c);
             tool_spec_free(t);
             return false;
         }
@@ -186,9 +201,11 @@ bool tool_spec_parse(const cJSON *body, tool_spec *t, char *ep, size_t epc, char
         const cJSON *type = cJSON_GetObjectItemCaseSensitive(choice, "type");
         const cJSON *fn = cJSON_GetObjectItemCaseSensitive(choice, "function");
         const cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name");
-        if (!cJSON_IsString(type) || strcmp(type->valuestring, "function") != 0 || !cJSON_IsString(name)) {
+        if (!cJSON_IsString(type) || strcmp(type->valuestring, "function") != 0 ||
+            !cJSON_IsString(name)) {
             bad(ep, epc, em, emc, "tool_choice",
-                       "'tool_choice' as an object must be {\"type\": \"function\", \"function\": {\"name\": ...}}");
+                "'tool_choice' as an object must be {\"type\": \"function\", \"function\": "
+                "{\"name\": ...}}");
             tool_spec_free(t);
             return false;
         }
@@ -199,8 +216,8 @@ bool tool_spec_parse(const cJSON *body, tool_spec *t, char *ep, size_t epc, char
         if (t->named < 0) {
             char nm[80];
             snprintf(nm, sizeof nm, "%s", name->valuestring);
-            bad(ep, epc, em, emc, "tool_choice", "'tool_choice' names the function '%s', which is not in 'tools'",
-                       nm);
+            bad(ep, epc, em, emc, "tool_choice",
+                "'tool_choice' names the function '%s', which is not in 'tools'", nm);
             tool_spec_free(t);
             return false;
         }
@@ -210,7 +227,8 @@ bool tool_spec_parse(const cJSON *body, tool_spec *t, char *ep, size_t epc, char
         return false;
     }
     if (t->n == 0 && (t->choice == TOOL_CHOICE_REQUIRED || t->choice == TOOL_CHOICE_NAMED)) {
-        bad(ep, epc, em, emc, "tool_choice", "'tool_choice' \"required\" needs a non-empty 'tools'");
+        bad(ep, epc, em, emc, "tool_choice",
+            "'tool_choice' \"required\" needs a non-empty 'tools'");
         tool_spec_free(t);
         return false;
     }
@@ -238,39 +256,89 @@ static call_shape shape_of(tool_format f) {
     case TOOL_FMT_HERMES:
     case TOOL_FMT_QWEN_XML: /* our parser reads a JSON body inside <tool_call> for these formats too */
     case TOOL_FMT_GLM:
-        return (call_shape){"", "<tool_call>\n{\"name\": \"", "\", \"arguments\": ", "}\n</tool_call>", "\n", "", true};
-    case TOOL_FMT_LLAMA3: return (call_shape){"", "{\"name\": \"", "\", \"parameters\": ", "}", "", "", false};
+        return (call_shape){
+            "",  "<tool_call>\n{\"name\": \"", "\", \"arguments\": ", "}\n</tool_call>", "\n", "",
+            true};
+    case TOOL_FMT_LLAMA3:
+        return (call_shape){"", "{\"name\": \"", "\", \"parameters\": ", "}", "", "", false};
     case TOOL_FMT_MISTRAL:
-        return (call_shape){"[TOOL_CALLS][", "{\"name\": \"", "\", \"arguments\": ", "}", ", ", "]", true};
+        return (call_shape){
+            "[TOOL_CALLS][", "{\"name\": \"", "\", \"arguments\": ", "}", ", ", "]", true};
     case TOOL_FMT_MISTRAL_V11: return (call_shape){"", "[TOOL_CALLS]", "[ARGS]", "", "", "", true};
     case TOOL_FMT_DEEPSEEK:
-        return (call_shape){DS_CALLS_BEGIN, DS_CALL_BEGIN, DS_SEP, DS_CALL_END, "", DS_CALLS_END, true};
+        return (call_shape){DS_CALLS_BEGIN, DS_CALL_BEGIN, DS_SEP, DS_CALL_END, "",
+                            DS_CALLS_END,   true};
     case TOOL_FMT_DEEPSEEK_R1:
-        return (call_shape){DS_CALLS_BEGIN, DS_CALL_BEGIN "function" DS_SEP, "\n```json\n", "\n```" DS_CALL_END, "",
-                            DS_CALLS_END, true};
+        return (call_shape){DS_CALLS_BEGIN,
+                            DS_CALL_BEGIN "function" DS_SEP,
+                            "\n```json\n",
+                            "\n```" DS_CALL_END,
+                            "",
+                            DS_CALLS_END,
+                            true};
     case TOOL_FMT_KIMI:
-        return (call_shape){"<|tool_calls_section_begin|>", "<|tool_call_begin|>functions.", ":0<|tool_call_argument_begin|>",
-                            "<|tool_call_end|>", "", "<|tool_calls_section_end|>", true};
-    case TOOL_FMT_FUNCTIONARY: return (call_shape){"", "<function=", ">", "</function>", "", "", true};
+        return (call_shape){"<|tool_calls_section_begin|>",
+                            "<|tool_call_begin|>functions.",
+                            ":0<|tool_call_argument_begin|>",
+                            "<|tool_call_end|>",
+                            "",
+                            "<|tool_calls_section_end|>",
+                            true};
+    case TOOL_FMT_FUNCTIONARY:
+        return (call_shape){"", "<function=", ">", "</function>", "", "", true};
     case TOOL_FMT_GPT_OSS:
-        return (call_shape){"", "<|channel|>commentary to=functions.", " <|constrain|>json<|message|>", "", "", "", false};
+        return (call_shape){"",
+                            "<|channel|>commentary to=functions.",
+                            " <|constrain|>json<|message|>",
+                            "",
+                            "",
+                            "",
+                            false};
     case TOOL_FMT_APRIEL:
-        return (call_shape){"<tool_calls>[", "{\"name\": \"", "\", \"arguments\": ", "}", ", ", "]</tool_calls>", true};
+        return (call_shape){"<tool_calls>[",
+                            "{\"name\": \"",
+                            "\", \"arguments\": ",
+                            "}",
+                            ", ",
+                            "]</tool_calls>",
+                            true};
     case TOOL_FMT_COMMAND_R7B:
-        return (call_shape){"<|START_ACTION|>[", "{\"tool_call_id\": \"0\", \"tool_name\": \"", "\", \"parameters\": ", "}",
-                            ", ", "]<|END_ACTION|>", true};
-    case TOOL_FMT_APERTUS: return (call_shape){"<|tools_prefix|>[", "{\"", "\": ", "}", ", ", "]<|tools_suffix|>", true};
+        return (call_shape){"<|START_ACTION|>[",
+                            "{\"tool_call_id\": \"0\", \"tool_name\": \"",
+                            "\", \"parameters\": ",
+                            "}",
+                            ", ",
+                            "]<|END_ACTION|>",
+                            true};
+    case TOOL_FMT_APERTUS:
+        return (call_shape){"<|tools_prefix|>[", "{\"", "\": ", "}", ", ",
+                            "]<|tools_suffix|>", true};
     case TOOL_FMT_GRANITE:
-        return (call_shape){"<|tool_call|>[", "{\"name\": \"", "\", \"arguments\": ", "}", ", ", "]", true};
+        return (call_shape){
+            "<|tool_call|>[", "{\"name\": \"", "\", \"arguments\": ", "}", ", ", "]", true};
     case TOOL_FMT_SEED_OSS:
-        return (call_shape){"", "<seed:tool_call>\n<function=", ">\n", "\n</function>\n</seed:tool_call>", "\n", "", true};
+        return (call_shape){"",    "<seed:tool_call>\n<function=",
+                            ">\n", "\n</function>\n</seed:tool_call>",
+                            "\n",  "",
+                            true};
     case TOOL_FMT_MINIMAX:
-        return (call_shape){"<minimax:tool_call>\n", "<invoke name=\"", "\">\n", "\n</invoke>", "\n",
-                            "\n</minimax:tool_call>", true};
-    case TOOL_FMT_MINICPM: return (call_shape){"", "<function name=\"", "\">", "</function>", "\n", "", true};
+        return (call_shape){"<minimax:tool_call>\n",
+                            "<invoke name=\"",
+                            "\">\n",
+                            "\n</invoke>",
+                            "\n",
+                            "\n</minimax:tool_call>",
+                            true};
+    case TOOL_FMT_MINICPM:
+        return (call_shape){"", "<function name=\"", "\">", "</function>", "\n", "", true};
     case TOOL_FMT_DSML:
-        return (call_shape){DSML "tool_calls>\n", DSML "invoke name=\"", "\">\n", "\n</" DSML_BARE "invoke>", "\n",
-                            "\n</" DSML_BARE "tool_calls>", true};
+        return (call_shape){DSML "tool_calls>\n",
+                            DSML "invoke name=\"",
+                            "\">\n",
+                            "\n</" DSML_BARE "invoke>",
+                            "\n",
+                            "\n</" DSML_BARE "tool_calls>",
+                            true};
     default: return (call_shape){"", "{\"name\": \"", "\", \"arguments\": ", "}", "", "", false};
     }
 }
@@ -279,12 +347,16 @@ int tool_format_markers(tool_format f, const char **out, int cap) {
     static const char *const hermes[] = {"<tool_call>", "</tool_call>"};
     static const char *const llama3[] = {"<|python_tag|>"};
     static const char *const mistral[] = {"[TOOL_CALLS]", "[ARGS]", "[CALL_ID]"};
-    static const char *const deepseek[] = {DS_CALLS_BEGIN, DS_CALLS_END, DS_CALL_BEGIN, DS_CALL_END, DS_SEP};
+    static const char *const deepseek[] = {DS_CALLS_BEGIN, DS_CALLS_END, DS_CALL_BEGIN, DS_CALL_END,
+                                           DS_SEP};
     static const char *const kimi[] = {"<|tool_calls_section_begin|>", "<|tool_calls_section_end|>",
-                                       "<|tool_call_begin|>", "<|tool_call_argument_begin|>", "<|tool_call_end|>"};
-    static const char *const oss[] = {"<|channel|>", "<|message|>", "<|constrain|>", "<|start|>", "<|end|>", "<|call|>"};
-    static const char *const think[] = {"<think>", "</think>", "<seed:think>", "</seed:think>",
-                                        "<|START_THINKING|>", "<|END_THINKING|>", "[THINK]", "[/THINK]"};
+                                       "<|tool_call_begin|>", "<|tool_call_argument_begin|>",
+                                       "<|tool_call_end|>"};
+    static const char *const oss[] = {"<|channel|>", "<|message|>", "<|constrain|>",
+                                      "<|start|>",   "<|end|>",     "<|call|>"};
+    static const char *const think[] = {
+        "<think>",          "</think>", "<seed:think>", "</seed:think>", "<|START_THINKING|>",
+        "<|END_THINKING|>", "[THINK]",  "[/THINK]"};
     static const char *const apriel[] = {"<tool_calls>", "</tool_calls>"};
     static const char *const cohere[] = {"<|START_ACTION|>", "<|END_ACTION|>"};
     static const char *const apertus[] = {"<|tools_prefix|>", "<|tools_suffix|>"};
@@ -318,7 +390,8 @@ int tool_format_markers(tool_format f, const char **out, int cap) {
     return k;
 }
 
-void tool_calls_text(tool_format f, const char *const *names, const char *const *args, int n, kvl_buf *out) {
+void tool_calls_text(tool_format f, const char *const *names, const char *const *args, int n,
+                     kvl_buf *out) {
     call_shape c = shape_of(f);
     kvl_buf_puts(out, c.open);
     for (int i = 0; i < n; i++) {
@@ -330,7 +403,8 @@ void tool_calls_text(tool_format f, const char *const *names, const char *const 
 
 char *tool_system_prompt(tool_format f, const tool_spec *t) {
     kvl_buf b = {0};
-    kvl_buf_puts(&b, "You can call the following tools (JSON Schema of each function's arguments):\n");
+    kvl_buf_puts(&b,
+                 "You can call the following tools (JSON Schema of each function's arguments):\n");
     for (const cJSON *tool = t->tools ? t->tools->child : NULL; tool; tool = tool->next) {
         char *js = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(tool, "function"));
         if (js) kvl_buf_printf(&b, "%s\n", js);
@@ -378,25 +452,28 @@ static void close_objects(cJSON *sch, int depth) {
     if (!cJSON_IsObject(sch) || depth > 64) return;
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(sch, "type");
     cJSON *props = cJSON_GetObjectItemCaseSensitive(sch, "properties");
-    bool object = (cJSON_IsString(type) && !strcmp(type->valuestring, "object")) || cJSON_IsObject(props);
+    bool object =
+        (cJSON_IsString(type) && !strcmp(type->valuestring, "object")) || cJSON_IsObject(props);
     if (object && !cJSON_GetObjectItemCaseSensitive(sch, "additionalProperties") &&
         !cJSON_GetObjectItemCaseSensitive(sch, "patternProperties"))
         cJSON_AddFalseToObject(sch, "additionalProperties");
     static const char *const maps[] = {"properties", "$defs", "definitions"};
     for (int i = 0; i < 3; i++) {
         cJSON *m = cJSON_GetObjectItemCaseSensitive(sch, maps[i]);
-        for (cJSON *c = cJSON_IsObject(m) ? m->child : NULL; c; c = c->next) close_objects(c, depth + 1);
+        for (cJSON *c = cJSON_IsObject(m) ? m->child : NULL; c; c = c->next)
+            close_objects(c, depth + 1);
     }
     static const char *const lists[] = {"anyOf", "oneOf", "allOf", "prefixItems"};
     for (int i = 0; i < 4; i++) {
         cJSON *l = cJSON_GetObjectItemCaseSensitive(sch, lists[i]);
-        for (cJSON *c = cJSON_IsArray(l) ? l->child : NULL; c; c = c->next) close_objects(c, depth + 1);
+        for (cJSON *c = cJSON_IsArray(l) ? l->child : NULL; c; c = c->next)
+            close_objects(c, depth + 1);
     }
     close_objects(cJSON_GetObjectItemCaseSensitive(sch, "items"), depth + 1);
 }
 
-bool tool_grammar(tool_format f, const tool_spec *t, const char *close_think, schema_rules_fn schema_rules,
-                  kvl_buf *out, char *err, size_t err_cap) {
+bool tool_grammar(tool_format f, const tool_spec *t, const char *close_think,
+                  schema_rules_fn schema_rules, kvl_buf *out, char *err, size_t err_cap) {
     call_shape c = shape_of(f);
     /* A named function is called once (vLLM and llama-server constrain it to one call too). */
     bool many = t->parallel && c.parallel && t->choice != TOOL_CHOICE_NAMED;
@@ -435,7 +512,8 @@ bool tool_grammar(tool_format f, const tool_spec *t, const char *close_think, sc
         kvl_buf_puts(out, "\n");
         char prefix[16];
         snprintf(prefix, sizeof prefix, "t%d-", i);
-        cJSON *sch = t->params[i] ? cJSON_Duplicate(t->params[i], true) : cJSON_Parse("{\"type\": \"object\"}");
+        cJSON *sch = t->params[i] ? cJSON_Duplicate(t->params[i], true)
+                                  : cJSON_Parse("{\"type\": \"object\"}");
         close_objects(sch, 0);
         char *schema = sch ? cJSON_PrintUnformatted(sch) : NULL;
         cJSON_Delete(sch);
@@ -443,7 +521,8 @@ bool tool_grammar(tool_format f, const tool_spec *t, const char *close_think, sc
         bool ok = schema && schema_rules(schema, prefix, out, e, sizeof e);
         free(schema);
         if (!ok) {
-            snprintf(err, err_cap, "tools[%d] (%s): %s", i, t->names[i], e[0] ? e : "out of memory");
+            snprintf(err, err_cap, "tools[%d] (%s): %s", i, t->names[i],
+                     e[0] ? e : "out of memory");
             return false;
         }
     }

@@ -79,7 +79,8 @@ typedef struct chat_caps {
     tool_format format; /* the model's call syntax; GENERIC when the template shows none */
     bool reads_tools;   /* the template renders the `tools` variable itself */
     bool thinks;        /* reasoning between think_open and think_close */
-    const char *think_open, *think_close; /* <think> </think>; Seed-OSS's <seed:think>, Command R7B's
+    const char *think_open,
+        *think_close; /* <think> </think>; Seed-OSS's <seed:think>, Command R7B's
                                              <|START_THINKING|> */
 } chat_caps;
 
@@ -95,19 +96,19 @@ typedef enum tool_choice {
 
 /* A request's tools, validated. */
 typedef struct tool_spec {
-    cJSON *tools;        /* copy of the request's "tools" array; NULL: none */
+    cJSON *tools; /* copy of the request's "tools" array; NULL: none */
     int n;
-    const char **names;  /* n function names (into tools) */
+    const char **names;   /* n function names (into tools) */
     const cJSON **params; /* n parameter schemas (into tools; NULL when absent) */
     tool_choice choice;
-    int named;           /* TOOL_CHOICE_NAMED: index of the function */
-    bool parallel;       /* parallel_tool_calls (default true) */
+    int named;     /* TOOL_CHOICE_NAMED: index of the function */
+    bool parallel; /* parallel_tool_calls (default true) */
 } tool_spec;
 
 /* Reads tools / tool_choice / parallel_tool_calls from a request body. On a bad
  * value fills err_param (the field) and err_msg and returns false. */
-bool tool_spec_parse(const cJSON *body, tool_spec *t, char *err_param, size_t param_cap, char *err_msg,
-                     size_t msg_cap);
+bool tool_spec_parse(const cJSON *body, tool_spec *t, char *err_param, size_t param_cap,
+                     char *err_msg, size_t msg_cap);
 void tool_spec_free(tool_spec *t);
 
 /* The text of a system message describing t's tools and how to call one in
@@ -116,7 +117,8 @@ char *tool_system_prompt(tool_format f, const tool_spec *t);
 
 /* n calls written in format f as a constrained call writes them (names[i]
  * with the arguments JSON args[i]), appended to out. */
-void tool_calls_text(tool_format f, const char *const *names, const char *const *args, int n, kvl_buf *out);
+void tool_calls_text(tool_format f, const char *const *names, const char *const *args, int n,
+                     kvl_buf *out);
 
 /* The marker strings of format f (for keeping their control tokens in the
  * output text). Returns how many were written to out (at most cap). */
@@ -129,10 +131,10 @@ int tool_format_markers(tool_format f, const char **out, int cap);
  * which appends the rules (the value rule is <prefix>root). close_think: the
  * output starts inside a think block, which the grammar closes first with this
  * tag (NULL: it does not). */
-typedef bool (*schema_rules_fn)(const char *schema_json, const char *prefix, kvl_buf *out, char *err,
-                                size_t err_cap);
-bool tool_grammar(tool_format f, const tool_spec *t, const char *close_think, schema_rules_fn schema_rules,
-                  kvl_buf *out, char *err, size_t err_cap);
+typedef bool (*schema_rules_fn)(const char *schema_json, const char *prefix, kvl_buf *out,
+                                char *err, size_t err_cap);
+bool tool_grammar(tool_format f, const tool_spec *t, const char *close_think,
+                  schema_rules_fn schema_rules, kvl_buf *out, char *err, size_t err_cap);
 
 /* ------------------------------------------------------------ output -- */
 
@@ -152,18 +154,18 @@ void parse_out_reset(parse_out *o); /* empties it, keeping its buffers */
 void parse_out_free(parse_out *o);
 
 typedef struct out_parser {
-    tool_format fmt;       /* NONE: no tool calls */
+    tool_format fmt; /* NONE: no tool calls */
     const tool_spec *tools;
-    bool think;            /* split <think> reasoning */
-    bool in_think;         /* inside a think block (or harmony's analysis channel) */
-    bool any_content;      /* non-space content was decided (bare-JSON calls only come first) */
-    bool skip_ws;          /* drop whitespace here: just after a marker */
-    kvl_buf held;          /* whitespace before a possible marker, not sent yet */
-    kvl_buf text;          /* the whole output so far */
-    size_t pos;            /* text[0..pos) is decided */
-    int n_calls;           /* calls found so far */
-    bool oss_header;       /* gpt-oss: inside a message header (before <|message|>) */
-    bool oss_call;         /* gpt-oss: the current message is a call */
+    bool think;       /* split <think> reasoning */
+    bool in_think;    /* inside a think block (or harmony's analysis channel) */
+    bool any_content; /* non-space content was decided (bare-JSON calls only come first) */
+    bool skip_ws;     /* drop whitespace here: just after a marker */
+    kvl_buf held;     /* whitespace before a possible marker, not sent yet */
+    kvl_buf text;     /* the whole output so far */
+    size_t pos;       /* text[0..pos) is decided */
+    int n_calls;      /* calls found so far */
+    bool oss_header;  /* gpt-oss: inside a message header (before <|message|>) */
+    bool oss_call;    /* gpt-oss: the current message is a call */
     char *oss_name;
     const char *think_open, *think_close; /* "<think>" "</think>" unless set after init */
 } out_parser;

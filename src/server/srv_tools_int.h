@@ -12,24 +12,43 @@
 #include "srv_tools.h"
 
 /* DeepSeek V4's markup prefix, "<｜DSML｜" */
-#define DSML_BARE "\xef\xbd\x9c" "DSML\xef\xbd\x9c"
+#define DSML_BARE                                                                                  \
+    "\xef\xbd\x9c"                                                                                 \
+    "DSML\xef\xbd\x9c"
 #define DSML "<" DSML_BARE
 
 /* DeepSeek V3.1 / R1 call markup */
-#define DS_CALLS_BEGIN "<\xef\xbd\x9ctool\xe2\x96\x81" "calls\xe2\x96\x81" "begin\xef\xbd\x9c>"
-#define DS_CALLS_END "<\xef\xbd\x9ctool\xe2\x96\x81" "calls\xe2\x96\x81" "end\xef\xbd\x9c>"
-#define DS_CALL_BEGIN "<\xef\xbd\x9ctool\xe2\x96\x81" "call\xe2\x96\x81" "begin\xef\xbd\x9c>"
-#define DS_CALL_END "<\xef\xbd\x9ctool\xe2\x96\x81" "call\xe2\x96\x81" "end\xef\xbd\x9c>"
-#define DS_SEP "<\xef\xbd\x9ctool\xe2\x96\x81" "sep\xef\xbd\x9c>"
+#define DS_CALLS_BEGIN                                                                             \
+    "<\xef\xbd\x9ctool\xe2\x96\x81"                                                                \
+    "calls\xe2\x96\x81"                                                                            \
+    "begin\xef\xbd\x9c>"
+#define DS_CALLS_END                                                                               \
+    "<\xef\xbd\x9ctool\xe2\x96\x81"                                                                \
+    "calls\xe2\x96\x81"                                                                            \
+    "end\xef\xbd\x9c>"
+#define DS_CALL_BEGIN                                                                              \
+    "<\xef\xbd\x9ctool\xe2\x96\x81"                                                                \
+    "call\xe2\x96\x81"                                                                             \
+    "begin\xef\xbd\x9c>"
+#define DS_CALL_END                                                                                \
+    "<\xef\xbd\x9ctool\xe2\x96\x81"                                                                \
+    "call\xe2\x96\x81"                                                                             \
+    "end\xef\xbd\x9c>"
+#define DS_SEP                                                                                     \
+    "<\xef\xbd\x9ctool\xe2\x96\x81"                                                                \
+    "sep\xef\xbd\x9c>"
 
 static inline bool is_ws(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
-static inline const char *find_n(const char *s, size_t n, const char *m) { return memmem(s, n, m, strlen(m)); }
+static inline const char *find_n(const char *s, size_t n, const char *m) {
+    return memmem(s, n, m, strlen(m));
+}
 
 /* ---- srv_tool_calls.c ---- */
 
 /* Adds one call (name[0..name_len), arguments object args, NULL: {}) to o,
  * unless parallel_tool_calls is false and one was found already. */
-bool tools_add_call(out_parser *p, parse_out *o, const char *name, size_t name_len, const cJSON *args);
+bool tools_add_call(out_parser *p, parse_out *o, const char *name, size_t name_len,
+                    const cJSON *args);
 /* End of the JSON object or array at s[0..n) (just after its closing bracket);
  * 0 while it is incomplete. Brackets inside strings do not count. */
 size_t tools_json_extent(const char *s, size_t n);

@@ -57,7 +57,8 @@ cJSON *json_text(const char *p, size_t n) {
 bool secret_equal(const char *a, const char *b) {
     size_t la = strlen(a), lb = strlen(b);
     unsigned diff = (unsigned)(la ^ lb);
-    for (size_t i = 0; i < la; i++) diff |= (unsigned char)a[i] ^ (unsigned char)b[i % (lb ? lb : 1)];
+    for (size_t i = 0; i < la; i++)
+        diff |= (unsigned char)a[i] ^ (unsigned char)b[i % (lb ? lb : 1)];
     return diff == 0 && lb > 0;
 }
 
@@ -109,7 +110,8 @@ bool req_number(const cJSON *o, const char *k, double lo, double hi, double *out
     if (!v) return true;
     if (!cJSON_IsNumber(v)) return api_fail(err, 400, k, "'%s' must be a number", k);
     if (!(v->valuedouble >= lo && v->valuedouble <= hi))
-        return api_fail(err, 400, k, "'%s' must be between %g and %g (got %g)", k, lo, hi, v->valuedouble);
+        return api_fail(err, 400, k, "'%s' must be between %g and %g (got %g)", k, lo, hi,
+                        v->valuedouble);
     *out = v->valuedouble;
     return true;
 }
@@ -127,8 +129,8 @@ bool req_int(const cJSON *o, const char *k, int64_t lo, int64_t hi, int64_t *out
     if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble))
         return api_fail(err, 400, k, "'%s' must be an integer", k);
     if (!(v->valuedouble >= (double)lo && v->valuedouble <= (double)hi))
-        return api_fail(err, 400, k, "'%s' must be between %lld and %lld (got %.0f)", k, (long long)lo,
-                        (long long)hi, v->valuedouble);
+        return api_fail(err, 400, k, "'%s' must be between %lld and %lld (got %.0f)", k,
+                        (long long)lo, (long long)hi, v->valuedouble);
     *out = (int64_t)v->valuedouble;
     return true;
 }
@@ -153,8 +155,8 @@ int32_t *srv_encode(srv *s, const char *text, size_t len, bool add_bos, tok_mode
                     const char *param, api_error *err) {
     kvl_error kerr = {{0}};
     pthread_mutex_lock(&s->tok_mu);
-    int32_t *ids = tok_encode_alloc(s->vocab, text, len, add_bos, mode.parse_special, mode.guard, mode.n_guard, n,
-                                    &kerr);
+    int32_t *ids = tok_encode_alloc(s->vocab, text, len, add_bos, mode.parse_special, mode.guard,
+                                    mode.n_guard, n, &kerr);
     pthread_mutex_unlock(&s->tok_mu);
     if (!ids) api_fail(err, 400, param, "cannot tokenize the text: %s", kerr.msg);
     return ids;

@@ -36,10 +36,16 @@ static const family_info FAMILIES[] = {
     {CHAT_TMPL_LLAMA2, "llama2", "<s>", "</s>"},
     {CHAT_TMPL_MISTRAL, "mistral", "<s>", "</s>"},
     {CHAT_TMPL_GEMMA, "gemma", "<bos>", "<eos>"},
-    {CHAT_TMPL_DEEPSEEK3, "deepseek3", "<\xEF\xBD\x9C" "begin\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>",
-     "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>"},
-    {CHAT_TMPL_DEEPSEEK2, "deepseek2", "<\xEF\xBD\x9C" "begin\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>",
-     "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>"},
+    {CHAT_TMPL_DEEPSEEK3, "deepseek3",
+     "<\xEF\xBD\x9C"
+     "begin\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>",
+     "<\xEF\xBD\x9C"
+     "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>"},
+    {CHAT_TMPL_DEEPSEEK2, "deepseek2",
+     "<\xEF\xBD\x9C"
+     "begin\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>",
+     "<\xEF\xBD\x9C"
+     "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>"},
 };
 #define N_FAMILIES (sizeof FAMILIES / sizeof FAMILIES[0])
 
@@ -70,8 +76,10 @@ const char *chat_family_eos(chat_family f) {
     return fi ? fi->eos : "";
 }
 
-#define DS_USER "<\xEF\xBD\x9CUser\xEF\xBD\x9C>"           /* <｜User｜> */
-#define DS_ASSISTANT "<\xEF\xBD\x9C" "Assistant\xEF\xBD\x9C>" /* <｜Assistant｜> */
+#define DS_USER "<\xEF\xBD\x9CUser\xEF\xBD\x9C>" /* <｜User｜> */
+#define DS_ASSISTANT                                                                               \
+    "<\xEF\xBD\x9C"                                                                                \
+    "Assistant\xEF\xBD\x9C>" /* <｜Assistant｜> */
 
 chat_family chat_template_detect(const char *t) {
     if (!t || !*t) return CHAT_TMPL_FALLBACK;
@@ -83,7 +91,8 @@ chat_family chat_template_detect(const char *t) {
     if (HAS("<|im_start|>")) return CHAT_TMPL_CHATML;
     if (HAS("<start_of_turn>")) return CHAT_TMPL_GEMMA;
     if (HAS("[INST]")) return HAS("<<SYS>>") ? CHAT_TMPL_LLAMA2 : CHAT_TMPL_MISTRAL;
-    if ((HAS("'Assistant: '") || HAS("\"Assistant: \"")) && HAS("User: ")) return CHAT_TMPL_DEEPSEEK2;
+    if ((HAS("'Assistant: '") || HAS("\"Assistant: \"")) && HAS("User: "))
+        return CHAT_TMPL_DEEPSEEK2;
 #undef HAS
     return CHAT_TMPL_UNKNOWN;
 }
@@ -113,10 +122,13 @@ static bool check_alternation(const render_ctx *c, int first) {
         if (role_is(&c->msgs[i], "system"))
             return kvl_fail(c->err, "chat template: a system message is only allowed first");
         if (!role_is(&c->msgs[i], "user") && !role_is(&c->msgs[i], "assistant"))
-            return kvl_fail(c->err, "chat template: role '%s' is not supported (user, assistant, system)",
+            return kvl_fail(c->err,
+                            "chat template: role '%s' is not supported (user, assistant, system)",
                             c->msgs[i].role);
-        return kvl_fail(c->err, "chat template: conversation roles must alternate "
-                                "user/assistant/user/assistant/... (message %d)", i);
+        return kvl_fail(c->err,
+                        "chat template: conversation roles must alternate "
+                        "user/assistant/user/assistant/... (message %d)",
+                        i);
     }
     return true;
 }
@@ -128,13 +140,18 @@ static const char *role_name(const chat_msg *m) {
 /* ChatML and Llama 3 write the role itself into the prompt: only a role the
  * family knows may go there, never a client's text (a forged turn). */
 static bool check_named_roles(const render_ctx *c) {
-    static const char *const known[] = {"system", "developer", "user", "assistant", "tool", "ipython"};
+    static const char *const known[] = {"system",    "developer", "user",
+                                        "assistant", "tool",      "ipython"};
     for (int i = 0; i < c->n; i++) {
         bool ok = false;
-        for (size_t k = 0; !ok && k < sizeof known / sizeof known[0]; k++) ok = strcmp(c->msgs[i].role, known[k]) == 0;
+        for (size_t k = 0; !ok && k < sizeof known / sizeof known[0]; k++)
+            ok = strcmp(c->msgs[i].role, known[k]) == 0;
         if (!ok)
-            return kvl_fail(c->err, "chat template: message %d: role '%.64s' is not supported (system, developer, "
-                                    "user, assistant, tool, ipython)", i, c->msgs[i].role);
+            return kvl_fail(
+                c->err,
+                "chat template: message %d: role '%.64s' is not supported (system, developer, "
+                "user, assistant, tool, ipython)",
+                i, c->msgs[i].role);
     }
     return true;
 }
@@ -246,7 +263,8 @@ static bool check_roles(const render_ctx *c) {
     for (int i = 0; i < c->n; i++)
         if (!role_is(&c->msgs[i], "system") && !role_is(&c->msgs[i], "user") &&
             !role_is(&c->msgs[i], "assistant"))
-            return kvl_fail(c->err, "chat template: role '%s' is not supported (user, assistant, system)",
+            return kvl_fail(c->err,
+                            "chat template: role '%s' is not supported (user, assistant, system)",
                             c->msgs[i].role);
     return true;
 }
@@ -309,10 +327,11 @@ static bool render_family(chat_family f, render_ctx *c) {
     case CHAT_TMPL_DEEPSEEK3: return render_deepseek3(c);
     case CHAT_TMPL_DEEPSEEK2: return render_deepseek2(c);
     default:
-        return kvl_fail(c->err, "unsupported chat template: the model's tokenizer.chat_template matches "
-                                "none of the known families (chatml, llama3, llama2, mistral, gemma, "
-                                "deepseek3, deepseek2); send a formatted prompt to /v1/completions or "
-                                "start the server with --chat-template NAME");
+        return kvl_fail(c->err,
+                        "unsupported chat template: the model's tokenizer.chat_template matches "
+                        "none of the known families (chatml, llama3, llama2, mistral, gemma, "
+                        "deepseek3, deepseek2); send a formatted prompt to /v1/completions or "
+                        "start the server with --chat-template NAME");
     }
 }
 
@@ -325,9 +344,13 @@ int64_t chat_template_render(chat_family f, const char *bos, const char *eos, co
             return -1;
         }
     kvl_buf b = {0};
-    render_ctx c = {.msgs = msgs, .n = n, .bos = bos ? bos : chat_family_bos(f),
-                    .eos = eos ? eos : chat_family_eos(f), .add_gen = add_generation_prompt,
-                    .out = &b, .err = err};
+    render_ctx c = {.msgs = msgs,
+                    .n = n,
+                    .bos = bos ? bos : chat_family_bos(f),
+                    .eos = eos ? eos : chat_family_eos(f),
+                    .add_gen = add_generation_prompt,
+                    .out = &b,
+                    .err = err};
     bool ok = render_family(f, &c);
     kvl_buf_puts(&b, ""); /* an empty rendering is still a string */
     if (ok && b.oom) ok = kvl_fail(err, "chat template: out of memory");

@@ -49,8 +49,9 @@ typedef struct jinja_date {
  * On JINJA_OK *out is a malloc'd NUL-terminated string of *out_len bytes
  * (caller frees); otherwise *out is NULL and err says why (for
  * JINJA_ERR_RAISED, exactly the template's message). */
-jinja_status jinja_template_render(const jinja_template *t, const cJSON *vars, const jinja_date *now,
-                                   char **out, size_t *out_len, char *err, size_t err_cap);
+jinja_status jinja_template_render(const jinja_template *t, const cJSON *vars,
+                                   const jinja_date *now, char **out, size_t *out_len, char *err,
+                                   size_t err_cap);
 
 const char *jinja_status_name(jinja_status s);
 

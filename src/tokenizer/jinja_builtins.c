@@ -178,7 +178,8 @@ static jv *str_replace(jx *x, jv *s, jv *old, jv *new, int64_t count) {
     size_t i = 0;
     int64_t k = 0;
     while (i < n) {
-        const char *f = (count < 0 || k < count) ? memfind(p + i, n - i, old->u.str.s, old->u.str.n) : NULL;
+        const char *f =
+            (count < 0 || k < count) ? memfind(p + i, n - i, old->u.str.s, old->u.str.n) : NULL;
         if (!f) {
             jb_put(&b, p + i, n - i);
             break;
@@ -242,7 +243,9 @@ static jv *str_split(jx *x, jv *s, jv *sep, int64_t maxsplit, bool from_right) {
         size_t i = 0;
         int64_t k = 0;
         for (;;) {
-            const char *f = (maxsplit < 0 || k < maxsplit) ? memfind(p + i, n - i, sep->u.str.s, sep->u.str.n) : NULL;
+            const char *f = (maxsplit < 0 || k < maxsplit)
+                                ? memfind(p + i, n - i, sep->u.str.s, sep->u.str.n)
+                                : NULL;
             if (!f) {
                 jv_list_push(x, r, S(x, p + i, n - i));
                 return r;
@@ -284,7 +287,8 @@ static bool str_affix(jx *x, jv *s, jv *aff, bool end) {
         return false;
     }
     if (aff->type != JV_STR)
-        jx_fail(x, JINJA_ERR_RUNTIME, "TypeError: %s first arg must be str or a tuple of str, not %s",
+        jx_fail(x, JINJA_ERR_RUNTIME,
+                "TypeError: %s first arg must be str or a tuple of str, not %s",
                 end ? "endswith" : "startswith", jv_type_name(aff));
     if (aff->u.str.n > s->u.str.n) return false;
     const char *p = end ? s->u.str.s + s->u.str.n - aff->u.str.n : s->u.str.s;
@@ -296,7 +300,8 @@ static int64_t int_arg(jx *x, jv *v, int64_t def) {
     if (!v || v->type == JV_NONE) return def;
     if (v->type == JV_INT) return v->u.i;
     if (v->type == JV_BOOL) return v->u.b;
-    jx_fail(x, JINJA_ERR_RUNTIME, "TypeError: '%s' object cannot be interpreted as an integer", jv_type_name(v));
+    jx_fail(x, JINJA_ERR_RUNTIME, "TypeError: '%s' object cannot be interpreted as an integer",
+            jv_type_name(v));
 }
 
 static jv *m_str(jx *x, jv *self, jargs *a);
@@ -313,15 +318,16 @@ static jv *bind(jx *x, jfunc_fn fn, jv *obj, const char *name) {
     return jv_func(x, fn, t, name);
 }
 
-static const char *const STR_METHODS[] = {"strip", "lstrip", "rstrip", "split", "rsplit", "startswith", "endswith",
-                                          "replace", "upper", "lower", "title", "capitalize", "find", "rfind",
-                                          "count", "join", "splitlines", "isdigit", "isalpha", "isalnum", "isspace",
-                                          "isupper", "islower", "index", "format", "casefold", "swapcase", NULL};
+static const char *const STR_METHODS[] = {
+    "strip",   "lstrip",  "rstrip",     "split",   "rsplit",     "startswith", "endswith",
+    "replace", "upper",   "lower",      "title",   "capitalize", "find",       "rfind",
+    "count",   "join",    "splitlines", "isdigit", "isalpha",    "isalnum",    "isspace",
+    "isupper", "islower", "index",      "format",  "casefold",   "swapcase",   NULL};
 static const char *const DICT_METHODS[] = {"get", "items", "keys", "values", "copy", NULL};
 static const char *const DICT_UNSAFE[] = {"pop", "popitem", "setdefault", "update", "clear", NULL};
 static const char *const LIST_METHODS[] = {"index", "count", "copy", NULL};
-static const char *const LIST_UNSAFE[] = {"append", "extend", "insert", "pop", "remove", "reverse", "sort", "clear",
-                                          NULL};
+static const char *const LIST_UNSAFE[] = {"append",  "extend", "insert", "pop", "remove",
+                                          "reverse", "sort",   "clear",  NULL};
 
 static bool in_list(const char *const *l, const char *n) {
     for (; *l; l++)
@@ -358,13 +364,16 @@ static jv *m_str(jx *x, jv *self, jargs *a) {
     if (!strcmp(m, "lstrip")) return str_strip(x, s, jarg(a, 0, "chars"), true, false);
     if (!strcmp(m, "rstrip")) return str_strip(x, s, jarg(a, 0, "chars"), false, true);
     if (!strcmp(m, "split") || !strcmp(m, "rsplit"))
-        return str_split(x, s, jarg(a, 0, "sep"), int_arg(x, jarg(a, 1, "maxsplit"), -1), m[0] == 'r');
+        return str_split(x, s, jarg(a, 0, "sep"), int_arg(x, jarg(a, 1, "maxsplit"), -1),
+                         m[0] == 'r');
     if (!strcmp(m, "startswith") || !strcmp(m, "endswith")) {
-        if (!a0) jx_fail(x, JINJA_ERR_RUNTIME, "TypeError: %s() takes at least 1 argument (0 given)", m);
+        if (!a0)
+            jx_fail(x, JINJA_ERR_RUNTIME, "TypeError: %s() takes at least 1 argument (0 given)", m);
         return jv_bool(str_affix(x, s, a0, m[0] == 'e'));
     }
     if (!strcmp(m, "replace")) {
-        if (!a0 || !a1) jx_fail(x, JINJA_ERR_RUNTIME, "TypeError: replace expected at least 2 arguments");
+        if (!a0 || !a1)
+            jx_fail(x, JINJA_ERR_RUNTIME, "TypeError: replace expected at least 2 arguments");
         need_str(x, a0, "replace() argument 1");
         need_str(x, a1, "replace() argument 2");
         return str_replace(x, s, a0, a1, int_arg(x, jarg(a, 2, "count"), -1));
@@ -384,7 +393,8 @@ static jv *m_str(jx *x, jv *self, jargs *a) {
         return SB(x, &b);
     }
     if (!strcmp(m, "find") || !strcmp(m, "rfind") || !strcmp(m, "index") || !strcmp(m, "count")) {
-        if (!a0) jx_fail(x, JINJA_ERR_RUNTIME, "TypeError: %s() takes at least 1 argument (0 given)", m);
+        if (!a0)
+            jx_fail(x, JINJA_ERR_RUNTIME, "TypeError: %s() takes at least 1 argument (0 given)", m);
         need_str(x, a0, "substring");
         const char *p = s->u.str.s;
         size_t n = s->u.str.n;
@@ -408,13 +418,15 @@ static jv *m_str(jx *x, jv *self, jargs *a) {
         return jv_int(x, found ? (int64_t)ju_len(p, (size_t)(found - p)) : -1);
     }
     if (!strcmp(m, "join")) {
-        if (!a0) jx_fail(x, JINJA_ERR_RUNTIME, "TypeError: join() takes exactly one argument (0 given)");
+        if (!a0)
+            jx_fail(x, JINJA_ERR_RUNTIME, "TypeError: join() takes exactly one argument (0 given)");
         size_t n;
         jv **it = jx_iter(x, a0, &n);
         jbuf b = {.arena = &x->arena};
         for (size_t i = 0; i < n; i++) {
             if (it[i]->type != JV_STR)
-                jx_fail(x, JINJA_ERR_RUNTIME, "TypeError: sequence item %zu: expected str instance, %s found", i,
+                jx_fail(x, JINJA_ERR_RUNTIME,
+                        "TypeError: sequence item %zu: expected str instance, %s found", i,
                         jv_type_name(it[i]));
             if (i) jb_put(&b, s->u.str.s, s->u.str.n);
             jb_put(&b, it[i]->u.str.s, it[i]->u.str.n);
@@ -471,12 +483,16 @@ static jv *m_str(jx *x, jv *self, jargs *a) {
             } else if (p[i] == '{') {
                 size_t e = i + 1;
                 while (e < n && p[e] != '}') e++;
-                if (e >= n) jx_fail(x, JINJA_ERR_RUNTIME, "ValueError: Single '{' encountered in format string");
+                if (e >= n)
+                    jx_fail(x, JINJA_ERR_RUNTIME,
+                            "ValueError: Single '{' encountered in format string");
                 jv *v = NULL;
                 if (e == i + 1) v = jarg(a, auto_i++, NULL);
                 else if (isdigit((unsigned char)p[i + 1])) v = jarg(a, atoi(p + i + 1), NULL);
                 else v = jarg(a, -1, ja_strndup(&x->arena, p + i + 1, e - i - 1));
-                if (!v) jx_fail(x, JINJA_ERR_RUNTIME, "IndexError: Replacement index out of range for format");
+                if (!v)
+                    jx_fail(x, JINJA_ERR_RUNTIME,
+                            "IndexError: Replacement index out of range for format");
                 jv_to_str(x, &b, v);
                 i = e;
             } else jb_putc(&b, p[i]);
@@ -499,7 +515,8 @@ static jv *m_dict(jx *x, jv *self, jargs *a) {
     }
     if (!strcmp(m, "copy")) {
         jv *r = jv_dict(x, JD_DICT);
-        for (size_t i = 0; i < d->u.dict.n; i++) jv_dict_set(x, r, d->u.dict.kv[i].key, d->u.dict.kv[i].val);
+        for (size_t i = 0; i < d->u.dict.n; i++)
+            jv_dict_set(x, r, d->u.dict.kv[i].key, d->u.dict.kv[i].val);
         return r;
     }
     jv *r = jv_list(x, JL_LIST);
@@ -526,7 +543,8 @@ static jv *m_list(jx *x, jv *self, jargs *a) {
         return r;
     }
     jv *v = jarg(a, 0, NULL);
-    if (!v) jx_fail(x, JINJA_ERR_RUNTIME, "TypeError: %s() takes exactly one argument (0 given)", m);
+    if (!v)
+        jx_fail(x, JINJA_ERR_RUNTIME, "TypeError: %s() takes exactly one argument (0 given)", m);
     int64_t k = 0;
     for (size_t i = 0; i < l->u.list.n; i++)
         if (jv_equal(l->u.list.items[i], v)) {
@@ -538,18 +556,20 @@ static jv *m_list(jx *x, jv *self, jargs *a) {
 }
 
 /* ---------------- tests ---------------- */
-static const char *const TESTS[] = {"defined", "undefined", "none", "string", "mapping", "iterable", "sequence",
-                                    "number", "integer", "float", "boolean", "true", "false", "callable", "odd",
-                                    "even", "divisibleby", "eq", "equalto", "==", "ne", "!=", "lt", "<", "lessthan",
-                                    "le", "<=", "gt", ">", "greaterthan", "ge", ">=", "in", "lower", "upper",
-                                    "sameas", "escaped", "filter", "test", NULL};
+static const char *const TESTS[] = {
+    "defined",     "undefined", "none",    "string", "mapping", "iterable",    "sequence", "number",
+    "integer",     "float",     "boolean", "true",   "false",   "callable",    "odd",      "even",
+    "divisibleby", "eq",        "equalto", "==",     "ne",      "!=",          "lt",       "<",
+    "lessthan",    "le",        "<=",      "gt",     ">",       "greaterthan", "ge",       ">=",
+    "in",          "lower",     "upper",   "sameas", "escaped", "filter",      "test",     NULL};
 
 bool jb_test_exists(const char *name) { return in_list(TESTS, name); }
 
 static bool filter_exists(const char *name);
 
 bool jb_test(jx *x, const char *name, jv *v, jargs *a) {
-    if (!jb_test_exists(name)) jx_fail(x, JINJA_ERR_RUNTIME, "TemplateRuntimeError: No test named '%s' found.", name);
+    if (!jb_test_exists(name))
+        jx_fail(x, JINJA_ERR_RUNTIME, "TemplateRuntimeError: No test named '%s' found.", name);
     jv *a0 = jarg(a, 0, NULL);
     int t = v->type;
     if (!strcmp(name, "defined")) return t != JV_UNDEF;
@@ -557,9 +577,11 @@ bool jb_test(jx *x, const char *name, jv *v, jargs *a) {
     if (!strcmp(name, "none")) return t == JV_NONE;
     if (!strcmp(name, "string")) return t == JV_STR;
     if (!strcmp(name, "mapping")) return t == JV_DICT && v->sub == JD_DICT;
-    if (!strcmp(name, "iterable")) return t == JV_UNDEF || t == JV_STR || t == JV_LIST || (t == JV_DICT && v->sub == JD_DICT);
+    if (!strcmp(name, "iterable"))
+        return t == JV_UNDEF || t == JV_STR || t == JV_LIST || (t == JV_DICT && v->sub == JD_DICT);
     if (!strcmp(name, "sequence"))
-        return t == JV_UNDEF || t == JV_STR || (t == JV_LIST && v->sub != JL_GEN) || (t == JV_DICT && v->sub == JD_DICT);
+        return t == JV_UNDEF || t == JV_STR || (t == JV_LIST && v->sub != JL_GEN) ||
+               (t == JV_DICT && v->sub == JD_DICT);
     if (!strcmp(name, "number")) return t == JV_INT || t == JV_FLOAT || t == JV_BOOL;
     if (!strcmp(name, "integer")) return t == JV_INT;
     if (!strcmp(name, "float")) return t == JV_FLOAT;
@@ -576,20 +598,24 @@ bool jb_test(jx *x, const char *name, jv *v, jargs *a) {
     if (!strcmp(name, "odd") || !strcmp(name, "even") || !strcmp(name, "divisibleby")) {
         if (t == JV_UNDEF) jx_undef_fail(x, v);
         if (t != JV_INT && t != JV_BOOL)
-            jx_fail(x, JINJA_ERR_RUNTIME, "TypeError: unsupported operand type(s) for %%: '%s' and 'int'",
+            jx_fail(x, JINJA_ERR_RUNTIME,
+                    "TypeError: unsupported operand type(s) for %%: '%s' and 'int'",
                     jv_type_name(v));
         int64_t i = t == JV_INT ? v->u.i : v->u.b;
         if (name[0] == 'o') return (i % 2 + 2) % 2 == 1;
         if (name[0] == 'e') return i % 2 == 0;
         int64_t d = int_arg(x, a0, 1);
-        if (d == 0) jx_fail(x, JINJA_ERR_RUNTIME, "ZeroDivisionError: integer division or modulo by zero");
+        if (d == 0)
+            jx_fail(x, JINJA_ERR_RUNTIME, "ZeroDivisionError: integer division or modulo by zero");
         return i % d == 0;
     }
     if (!a0 && strcmp(name, "filter") && strcmp(name, "test"))
         jx_fail(x, JINJA_ERR_RUNTIME, "TypeError: test '%s' needs an argument", name);
-    if (!strcmp(name, "eq") || !strcmp(name, "equalto") || !strcmp(name, "==")) return jv_equal(v, a0);
+    if (!strcmp(name, "eq") || !strcmp(name, "equalto") || !strcmp(name, "=="))
+        return jv_equal(v, a0);
     if (!strcmp(name, "ne") || !strcmp(name, "!=")) return !jv_equal(v, a0);
-    if (!strcmp(name, "lt") || !strcmp(name, "<") || !strcmp(name, "lessthan")) return jv_compare(x, v, a0, "<") < 0;
+    if (!strcmp(name, "lt") || !strcmp(name, "<") || !strcmp(name, "lessthan"))
+        return jv_compare(x, v, a0, "<") < 0;
     if (!strcmp(name, "le") || !strcmp(name, "<=")) return jv_compare(x, v, a0, "<=") <= 0;
     if (!strcmp(name, "gt") || !strcmp(name, ">") || !strcmp(name, "greaterthan"))
         return jv_compare(x, v, a0, ">") > 0;
@@ -606,7 +632,8 @@ bool jb_test(jx *x, const char *name, jv *v, jargs *a) {
         size_t n;
         if (a0->type == JV_STR) {
             if (v->type != JV_STR)
-                jx_fail(x, JINJA_ERR_RUNTIME, "TypeError: 'in <string>' requires string as left operand, not %s",
+                jx_fail(x, JINJA_ERR_RUNTIME,
+                        "TypeError: 'in <string>' requires string as left operand, not %s",
                         jv_type_name(v));
             return memfind(a0->u.str.s, a0->u.str.n, v->u.str.s, v->u.str.n) != NULL;
         }
@@ -615,8 +642,10 @@ bool jb_test(jx *x, const char *name, jv *v, jargs *a) {
             if (jv_equal(it[i], v)) return true;
         return false;
     }
-    if (!strcmp(name, "filter")) return v->type == JV_STR && filter_exists(ja_strndup(&x->arena, v->u.str.s, v->u.str.n));
-    if (!strcmp(name, "test")) return v->type == JV_STR && jb_test_exists(ja_strndup(&x->arena, v->u.str.s, v->u.str.n));
+    if (!strcmp(name, "filter"))
+        return v->type == JV_STR && filter_exists(ja_strndup(&x->arena, v->u.str.s, v->u.str.n));
+    if (!strcmp(name, "test"))
+        return v->type == JV_STR && jb_test_exists(ja_strndup(&x->arena, v->u.str.s, v->u.str.n));
     jx_fail(x, JINJA_ERR_RUNTIME, "TemplateRuntimeError: No test named '%s' found.", name);
 }
 
@@ -659,7 +688,9 @@ static void msort(jx *x, jv **keys, size_t *idx, size_t *tmp, size_t n, bool rev
     size_t i = 0, j = h, k = 0;
     while (i < h && j < n) {
         /* jinja2's sort keys are one-item lists: equal items never reach '<' */
-        int c = jv_equal(keys[idx[j]], keys[idx[i]]) ? 0 : jv_compare(x, keys[idx[j]], keys[idx[i]], "<");
+        int c = jv_equal(keys[idx[j]], keys[idx[i]])
+                    ? 0
+                    : jv_compare(x, keys[idx[j]], keys[idx[i]], "<");
         if (rev ? c > 0 : c < 0) tmp[k++] = idx[j++];
         else tmp[k++] = idx[i++];
     }
@@ -669,7 +700,8 @@ static void msort(jx *x, jv **keys, size_t *idx, size_t *tmp, size_t n, bool rev
 }
 
 static jv *sorted(jx *x, jv **items, jv **keys, size_t n, bool rev) {
-    size_t *idx = ja_alloc(&x->arena, (n + 1) * sizeof *idx), *tmp = ja_alloc(&x->arena, (n + 1) * sizeof *tmp);
+    size_t *idx = ja_alloc(&x->arena, (n + 1) * sizeof *idx),
+           *tmp = ja_alloc(&x->arena, (n + 1) * sizeof *tmp);
     for (size_t i = 0; i < n; i++) idx[i] = i;
     msort(x, keys, idx, tmp, n, rev);
     jv *r = jv_list(x, JL_LIST);
@@ -696,10 +728,14 @@ static jv *select_impl(jx *x, jv *v, jargs *a, bool attr, bool keep) {
     jv *r = jv_list(x, JL_GEN);
     int first = attr ? 1 : 0;
     jv *at = attr ? jarg(a, 0, NULL) : NULL;
-    if (attr && !at) jx_fail(x, JINJA_ERR_RUNTIME, "TypeError: selectattr/rejectattr need an attribute");
+    if (attr && !at)
+        jx_fail(x, JINJA_ERR_RUNTIME, "TypeError: selectattr/rejectattr need an attribute");
     jv *tn = jarg(a, first, NULL);
-    jargs rest = {.pos = a->pos ? a->pos + (a->npos > first + 1 ? first + 1 : a->npos) : NULL, .npos = a->npos > first + 1 ? a->npos - first - 1 : 0,
-                  .kwname = a->kwname, .kwval = a->kwval, .nkw = a->nkw};
+    jargs rest = {.pos = a->pos ? a->pos + (a->npos > first + 1 ? first + 1 : a->npos) : NULL,
+                  .npos = a->npos > first + 1 ? a->npos - first - 1 : 0,
+                  .kwname = a->kwname,
+                  .kwval = a->kwval,
+                  .nkw = a->nkw};
     for (size_t i = 0; i < n; i++) {
         jv *item = attr ? attr_path(x, it[i], at) : it[i];
         bool ok;
@@ -713,12 +749,14 @@ static jv *select_impl(jx *x, jv *v, jargs *a, bool attr, bool keep) {
     return r;
 }
 
-static const char *const FILTERS[] = {"tojson", "length", "count", "trim", "string", "default", "d", "join", "safe",
-                                      "items", "upper", "lower", "title", "capitalize", "dictsort", "list", "indent",
-                                      "selectattr", "rejectattr", "select", "reject", "map", "int", "float", "sort",
-                                      "min", "max", "first", "last", "unique", "reverse", "replace", "round", "abs",
-                                      "sum", "attr", "e", "escape", "center", "wordcount", "batch", "slice",
-                                      "truncate", "pprint", "format", "striptags", "forceescape", NULL};
+static const char *const FILTERS[] = {
+    "tojson",   "length", "count",   "trim",       "string",      "default", "d",
+    "join",     "safe",   "items",   "upper",      "lower",       "title",   "capitalize",
+    "dictsort", "list",   "indent",  "selectattr", "rejectattr",  "select",  "reject",
+    "map",      "int",    "float",   "sort",       "min",         "max",     "first",
+    "last",     "unique", "reverse", "replace",    "round",       "abs",     "sum",
+    "attr",     "e",      "escape",  "center",     "wordcount",   "batch",   "slice",
+    "truncate", "pprint", "format",  "striptags",  "forceescape", NULL};
 static bool filter_exists(const char *name) { return in_list(FILTERS, name); }
 
 jv *jb_filter(jx *x, const char *name, jv *v, jargs *a) {
@@ -743,18 +781,22 @@ jv *jb_filter(jx *x, const char *name, jv *v, jargs *a) {
         }
         const char *isep = indent ? "," : ", ", *ksep = ": ";
         if (sep && sep->type != JV_NONE) {
-            if (sep->type != JV_LIST || sep->u.list.n != 2 || sep->u.list.items[0]->type != JV_STR ||
-                sep->u.list.items[1]->type != JV_STR)
-                jx_fail(x, JINJA_ERR_RUNTIME, "ValueError: tojson separators must be a pair of strings");
-            isep = ja_strndup(&x->arena, sep->u.list.items[0]->u.str.s, sep->u.list.items[0]->u.str.n);
-            ksep = ja_strndup(&x->arena, sep->u.list.items[1]->u.str.s, sep->u.list.items[1]->u.str.n);
+            if (sep->type != JV_LIST || sep->u.list.n != 2 ||
+                sep->u.list.items[0]->type != JV_STR || sep->u.list.items[1]->type != JV_STR)
+                jx_fail(x, JINJA_ERR_RUNTIME,
+                        "ValueError: tojson separators must be a pair of strings");
+            isep =
+                ja_strndup(&x->arena, sep->u.list.items[0]->u.str.s, sep->u.list.items[0]->u.str.n);
+            ksep =
+                ja_strndup(&x->arena, sep->u.list.items[1]->u.str.s, sep->u.list.items[1]->u.str.n);
         }
         jbuf b = {.arena = &x->arena};
         jv_tojson(x, &b, v, ea, indent, isep, ksep, sk);
         return SB(x, &b);
     }
     if (!strcmp(name, "length") || !strcmp(name, "count")) return jv_int(x, py_len(x, v));
-    if (!strcmp(name, "trim")) return str_strip(x, jv_stringify(x, v), jarg(a, 0, "chars"), true, true);
+    if (!strcmp(name, "trim"))
+        return str_strip(x, jv_stringify(x, v), jarg(a, 0, "chars"), true, true);
     if (!strcmp(name, "string")) {
         jv *s = jv_stringify(x, v);
         return s;
@@ -810,13 +852,17 @@ jv *jb_filter(jx *x, const char *name, jv *v, jargs *a) {
         bool rev = opt_bool(a, 2, "reverse", false);
         if (v->type == JV_UNDEF) jx_undef_fail(x, v);
         if (v->type != JV_DICT || v->sub != JD_DICT)
-            jx_fail(x, JINJA_ERR_RUNTIME, "AttributeError: '%s' object has no attribute 'items'", jv_type_name(v));
-        int pos = by && by->type == JV_STR && by->u.str.n == 5 && !memcmp(by->u.str.s, "value", 5) ? 1 : 0;
+            jx_fail(x, JINJA_ERR_RUNTIME, "AttributeError: '%s' object has no attribute 'items'",
+                    jv_type_name(v));
+        int pos = by && by->type == JV_STR && by->u.str.n == 5 && !memcmp(by->u.str.s, "value", 5)
+                      ? 1
+                      : 0;
         jargs none = {0};
         jv *items = m_dict(x, bind(x, m_dict, v, "items")->u.fn.self, &none);
         size_t n = items->u.list.n;
         jv **keys = ja_alloc(&x->arena, (n + 1) * sizeof *keys);
-        for (size_t i = 0; i < n; i++) keys[i] = lower_key(x, items->u.list.items[i]->u.list.items[pos], cs);
+        for (size_t i = 0; i < n; i++)
+            keys[i] = lower_key(x, items->u.list.items[i]->u.list.items[pos], cs);
         return sorted(x, items->u.list.items, keys, n, rev);
     }
     if (!strcmp(name, "list")) {
@@ -829,7 +875,8 @@ jv *jb_filter(jx *x, const char *name, jv *v, jargs *a) {
     if (!strcmp(name, "indent")) {
         if (v->type == JV_UNDEF) jx_undef_fail(x, v);
         if (v->type != JV_STR)
-            jx_fail(x, JINJA_ERR_RUNTIME, "TypeError: unsupported operand type(s) for +=: '%s' and 'str'",
+            jx_fail(x, JINJA_ERR_RUNTIME,
+                    "TypeError: unsupported operand type(s) for +=: '%s' and 'str'",
                     jv_type_name(v));
         jv *w = jarg(a, 0, "width");
         bool first = opt_bool(a, 1, "first", false), blank = opt_bool(a, 2, "blank", false);
@@ -877,10 +924,15 @@ jv *jb_filter(jx *x, const char *name, jv *v, jargs *a) {
             }
             return r;
         }
-        if (!a0) jx_fail(x, JINJA_ERR_RUNTIME, "FilterArgumentError: map requires a filter argument");
+        if (!a0)
+            jx_fail(x, JINJA_ERR_RUNTIME, "FilterArgumentError: map requires a filter argument");
         jv *fname = need_str(x, a0, "filter name");
         const char *fn = ja_strndup(&x->arena, fname->u.str.s, fname->u.str.n);
-        jargs rest = {.pos = a->pos + 1, .npos = a->npos - 1, .kwname = a->kwname, .kwval = a->kwval, .nkw = a->nkw};
+        jargs rest = {.pos = a->pos + 1,
+                      .npos = a->npos - 1,
+                      .kwname = a->kwname,
+                      .kwval = a->kwval,
+                      .nkw = a->nkw};
         for (size_t i = 0; i < n; i++) jv_list_push(x, r, jb_filter(x, fn, it[i], &rest));
         return r;
     }
@@ -907,7 +959,8 @@ jv *jb_filter(jx *x, const char *name, jv *v, jargs *a) {
         if (def) return def;
         return is_int ? jv_int(x, 0) : jv_float(x, 0.0);
     }
-    if (!strcmp(name, "sort") || !strcmp(name, "min") || !strcmp(name, "max") || !strcmp(name, "unique")) {
+    if (!strcmp(name, "sort") || !strcmp(name, "min") || !strcmp(name, "max") ||
+        !strcmp(name, "unique")) {
         bool is_sort = name[0] == 's', is_unique = name[0] == 'u';
         bool rev = is_sort ? opt_bool(a, 0, "reverse", false) : false;
         bool cs = opt_bool(a, is_sort ? 1 : 0, "case_sensitive", false);
@@ -915,7 +968,8 @@ jv *jb_filter(jx *x, const char *name, jv *v, jargs *a) {
         size_t n;
         jv **it = jx_iter(x, v, &n);
         jv **keys = ja_alloc(&x->arena, (n + 1) * sizeof *keys);
-        for (size_t i = 0; i < n; i++) keys[i] = lower_key(x, attr ? attr_path(x, it[i], attr) : it[i], cs);
+        for (size_t i = 0; i < n; i++)
+            keys[i] = lower_key(x, attr ? attr_path(x, it[i], attr) : it[i], cs);
         if (is_unique) {
             jv *r = jv_list(x, JL_GEN);
             for (size_t i = 0; i < n; i++) {
@@ -953,14 +1007,16 @@ jv *jb_filter(jx *x, const char *name, jv *v, jargs *a) {
     if (!strcmp(name, "replace")) {
         jv *s = jv_stringify(x, v), *o = jarg(a, 0, "old"), *nw = jarg(a, 1, "new");
         if (!o || !nw) jx_fail(x, JINJA_ERR_RUNTIME, "TypeError: replace needs old and new");
-        return str_replace(x, s, jv_stringify(x, o), jv_stringify(x, nw), int_arg(x, jarg(a, 2, "count"), -1));
+        return str_replace(x, s, jv_stringify(x, o), jv_stringify(x, nw),
+                           int_arg(x, jarg(a, 2, "count"), -1));
     }
     if (!strcmp(name, "round")) {
         int64_t prec = int_arg(x, jarg(a, 0, "precision"), 0);
         jv *m = jarg(a, 1, "method");
         if (v->type == JV_UNDEF) jx_undef_fail(x, v);
         if (v->type != JV_INT && v->type != JV_FLOAT && v->type != JV_BOOL)
-            jx_fail(x, JINJA_ERR_RUNTIME, "TypeError: round() needs a number, not %s", jv_type_name(v));
+            jx_fail(x, JINJA_ERR_RUNTIME, "TypeError: round() needs a number, not %s",
+                    jv_type_name(v));
         double f = v->type == JV_FLOAT ? v->u.f : v->type == JV_INT ? (double)v->u.i : v->u.b;
         double p = pow(10.0, (double)prec), r;
         const char *ms = m && m->type == JV_STR ? m->u.str.s : "common";
@@ -974,14 +1030,16 @@ jv *jb_filter(jx *x, const char *name, jv *v, jargs *a) {
         if (v->type == JV_BOOL) return jv_int(x, v->u.b);
         if (v->type == JV_FLOAT) return jv_float(x, fabs(v->u.f));
         if (v->type == JV_UNDEF) jx_undef_fail(x, v);
-        jx_fail(x, JINJA_ERR_RUNTIME, "TypeError: bad operand type for abs(): '%s'", jv_type_name(v));
+        jx_fail(x, JINJA_ERR_RUNTIME, "TypeError: bad operand type for abs(): '%s'",
+                jv_type_name(v));
     }
     if (!strcmp(name, "sum")) {
         jv *attr = jarg(a, 0, "attribute"), *acc = jarg(a, 1, "start");
         if (!acc) acc = jv_int(x, 0);
         size_t n;
         jv **it = jx_iter(x, v, &n);
-        for (size_t i = 0; i < n; i++) acc = jx_binop(x, OP_ADD, acc, attr ? attr_path(x, it[i], attr) : it[i]);
+        for (size_t i = 0; i < n; i++)
+            acc = jx_binop(x, OP_ADD, acc, attr ? attr_path(x, it[i], attr) : it[i]);
         return acc;
     }
     if (!strcmp(name, "attr")) {
@@ -990,7 +1048,8 @@ jv *jb_filter(jx *x, const char *name, jv *v, jargs *a) {
     }
     if (!strcmp(name, "center")) {
         jv *s = jv_stringify(x, v);
-        int64_t w = int_arg(x, jarg(a, 0, "width"), 80), len = (int64_t)ju_len(s->u.str.s, s->u.str.n);
+        int64_t w = int_arg(x, jarg(a, 0, "width"), 80),
+                len = (int64_t)ju_len(s->u.str.s, s->u.str.n);
         if (w <= len) return s;
         int64_t pad = w - len, left = pad / 2 + (pad & w & 1);
         jbuf b = {.arena = &x->arena};
@@ -1006,8 +1065,9 @@ jv *jb_filter(jx *x, const char *name, jv *v, jargs *a) {
         size_t i = 0;
         while (i < str->u.str.n) {
             uint32_t c = ju_decode(str->u.str.s, str->u.str.n, &i);
-            bool w = c == '_' || (c < 0x80 ? isalnum((int)c) != 0 : (cp_cased(c) || (c >= 0x3040 && c <= 0x9FFF) ||
-                                                                       (c >= 0xAC00 && c <= 0xD7AF)));
+            bool w = c == '_' || (c < 0x80 ? isalnum((int)c) != 0
+                                           : (cp_cased(c) || (c >= 0x3040 && c <= 0x9FFF) ||
+                                              (c >= 0xAC00 && c <= 0xD7AF)));
             if (w && !in_word) k++;
             in_word = w;
         }
@@ -1088,7 +1148,8 @@ jv *jb_percent_format(jx *x, jv *fmt, jv **args, int nargs) {
             jb_putc(&b, '%');
             continue;
         }
-        if (k >= nargs) jx_fail(x, JINJA_ERR_RUNTIME, "TypeError: not enough arguments for format string");
+        if (k >= nargs)
+            jx_fail(x, JINJA_ERR_RUNTIME, "TypeError: not enough arguments for format string");
         jv *v = args[k++];
         char out[512];
         if (conv == 's' || conv == 'r') {
@@ -1106,10 +1167,13 @@ jv *jb_percent_format(jx *x, jv *fmt, jv **args, int nargs) {
         }
         bool num = v->type == JV_INT || v->type == JV_FLOAT || v->type == JV_BOOL;
         if (!num)
-            jx_fail(x, JINJA_ERR_RUNTIME, "TypeError: %%%c format: a real number is required, not %s", conv,
+            jx_fail(x, JINJA_ERR_RUNTIME,
+                    "TypeError: %%%c format: a real number is required, not %s", conv,
                     jv_type_name(v));
         double f = v->type == JV_FLOAT ? v->u.f : v->type == JV_INT ? (double)v->u.i : v->u.b;
-        long long iv = v->type == JV_FLOAT ? (long long)v->u.f : v->type == JV_INT ? v->u.i : v->u.b;
+        long long iv = v->type == JV_FLOAT ? (long long)v->u.f
+                       : v->type == JV_INT ? v->u.i
+                                           : v->u.b;
         if (strchr("di", conv)) {
             spec[sl++] = 'l';
             spec[sl++] = 'l';
@@ -1134,14 +1198,17 @@ jv *jb_percent_format(jx *x, jv *fmt, jv **args, int nargs) {
         } else jx_fail(x, JINJA_ERR_RUNTIME, "ValueError: unsupported format character '%c'", conv);
         jb_puts(&b, out);
     }
-    if (k < nargs) jx_fail(x, JINJA_ERR_RUNTIME, "TypeError: not all arguments converted during string formatting");
+    if (k < nargs)
+        jx_fail(x, JINJA_ERR_RUNTIME,
+                "TypeError: not all arguments converted during string formatting");
     return SB(x, &b);
 }
 
 /* ---------------- globals ---------------- */
 static jv *g_range(jx *x, jv *self, jargs *a) {
     int64_t start = 0, stop, step = 1;
-    if (a->npos == 0) jx_fail(x, JINJA_ERR_RUNTIME, "TypeError: range expected at least 1 argument, got 0");
+    if (a->npos == 0)
+        jx_fail(x, JINJA_ERR_RUNTIME, "TypeError: range expected at least 1 argument, got 0");
     if (a->npos == 1) stop = int_arg(x, a->pos[0], 0);
     else {
         start = int_arg(x, a->pos[0], 0);
@@ -1152,7 +1219,8 @@ static jv *g_range(jx *x, jv *self, jargs *a) {
     jv *r = jv_list(x, JL_LIST);
     int64_t count = 0;
     for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
-        if (++count > 10000000) jx_fail(x, JINJA_ERR_RUNTIME, "OverflowError: range() of more than 10000000 items");
+        if (++count > 10000000)
+            jx_fail(x, JINJA_ERR_RUNTIME, "OverflowError: range() of more than 10000000 items");
         if ((count & 1023) == 0) jx_step(x);
         jv_list_push(x, r, jv_int(x, i));
     }
@@ -1164,13 +1232,15 @@ static jv *make_dict(jx *x, jargs *a, int sub) {
     if (a->npos > 0) {
         jv *src = a->pos[0];
         if (src->type == JV_DICT)
-            for (size_t i = 0; i < src->u.dict.n; i++) jv_dict_set(x, d, src->u.dict.kv[i].key, src->u.dict.kv[i].val);
+            for (size_t i = 0; i < src->u.dict.n; i++)
+                jv_dict_set(x, d, src->u.dict.kv[i].key, src->u.dict.kv[i].val);
         else {
             size_t n;
             jv **it = jx_iter(x, src, &n);
             for (size_t i = 0; i < n; i++) {
                 if (it[i]->type != JV_LIST || it[i]->u.list.n != 2)
-                    jx_fail(x, JINJA_ERR_RUNTIME, "ValueError: dictionary update sequence element has wrong length");
+                    jx_fail(x, JINJA_ERR_RUNTIME,
+                            "ValueError: dictionary update sequence element has wrong length");
                 jv_dict_set(x, d, jv_stringify(x, it[i]->u.list.items[0]), it[i]->u.list.items[1]);
             }
         }
@@ -1190,7 +1260,8 @@ static jv *g_raise(jx *x, jv *self, jargs *a) {
 
 static jv *g_strftime(jx *x, jv *self, jargs *a) {
     jv *f = jarg(a, 0, "format");
-    if (!f || f->type != JV_STR) jx_fail(x, JINJA_ERR_RUNTIME, "TypeError: strftime_now() needs a format string");
+    if (!f || f->type != JV_STR)
+        jx_fail(x, JINJA_ERR_RUNTIME, "TypeError: strftime_now() needs a format string");
     struct tm tm = {0};
     tm.tm_year = x->now.year - 1900;
     tm.tm_mon = x->now.month - 1;

@@ -30,9 +30,11 @@ _Noreturn void jx_fail(jx *x, jinja_status st, const char *fmt, ...) {
 
 void jx_step(jx *x) {
     if (++x->steps > JX_MAX_STEPS)
-        jx_fail(x, JINJA_ERR_RUNTIME, "RuntimeError: the template ran more than %llu loop steps", JX_MAX_STEPS);
+        jx_fail(x, JINJA_ERR_RUNTIME, "RuntimeError: the template ran more than %llu loop steps",
+                JX_MAX_STEPS);
     if (x->out && x->out->n > JX_MAX_OUTPUT)
-        jx_fail(x, JINJA_ERR_RUNTIME, "RuntimeError: the template wrote more than %zu MiB", JX_MAX_OUTPUT >> 20);
+        jx_fail(x, JINJA_ERR_RUNTIME, "RuntimeError: the template wrote more than %zu MiB",
+                JX_MAX_OUTPUT >> 20);
 }
 
 _Noreturn void jx_undef_fail(jx *x, const jv *u) {
@@ -80,7 +82,8 @@ static void scope_set(jx *x, jscope *s, const char *name, jv *v) {
 static const char *obj_desc(jx *x, const jv *obj) {
     if (obj->type == JV_NONE) return "None";
     jbuf b = {.arena = &x->arena};
-    jb_printf(&b, "%s object", obj->type == JV_DICT && obj->sub == JD_NS ? "Namespace" : jv_type_name(obj));
+    jb_printf(&b, "%s object",
+              obj->type == JV_DICT && obj->sub == JD_NS ? "Namespace" : jv_type_name(obj));
     return b.p;
 }
 
@@ -100,8 +103,10 @@ static jv *loop_attr(jx *x, jv *l, const char *name) {
     if (!strcmp(name, "length")) return jv_int(x, (int64_t)n);
     if (!strcmp(name, "depth")) return jv_int(x, 1);
     if (!strcmp(name, "depth0")) return jv_int(x, 0);
-    if (!strcmp(name, "previtem")) return i > 0 ? l->u.loop.items[i - 1] : jv_undef(x, "there is no previous item");
-    if (!strcmp(name, "nextitem")) return i + 1 < n ? l->u.loop.items[i + 1] : jv_undef(x, "there is no next item");
+    if (!strcmp(name, "previtem"))
+        return i > 0 ? l->u.loop.items[i - 1] : jv_undef(x, "there is no previous item");
+    if (!strcmp(name, "nextitem"))
+        return i + 1 < n ? l->u.loop.items[i + 1] : jv_undef(x, "there is no next item");
     if (!strcmp(name, "cycle")) return jv_func(x, loop_cycle, l, "cycle");
     return jv_undef(x, "'LoopContext object' has no attribute '%s'", name);
 }
@@ -134,7 +139,8 @@ static bool index_of(jx *x, jv *key, size_t n, size_t *out) {
 
 static void not_subscriptable(jx *x, jv *obj) {
     if (obj->type == JV_LIST && (obj->sub == JL_GEN || obj->view))
-        jx_fail(x, JINJA_ERR_RUNTIME, "TypeError: '%s' object is not subscriptable", jv_type_name(obj));
+        jx_fail(x, JINJA_ERR_RUNTIME, "TypeError: '%s' object is not subscriptable",
+                jv_type_name(obj));
 }
 
 jv *jx_getitem(jx *x, jv *obj, jv *key) {
@@ -189,7 +195,8 @@ static jv *do_slice(jx *x, jv *obj, jv *a, jv *b, jv *c) {
     not_subscriptable(x, obj);
     int64_t step = 1;
     if (c && c->type != JV_NONE) {
-        if (c->type != JV_INT) jx_fail(x, JINJA_ERR_RUNTIME, "TypeError: slice indices must be integers or None");
+        if (c->type != JV_INT)
+            jx_fail(x, JINJA_ERR_RUNTIME, "TypeError: slice indices must be integers or None");
         step = c->u.i;
         if (step == 0) jx_fail(x, JINJA_ERR_RUNTIME, "ValueError: slice step cannot be zero");
     }
@@ -197,7 +204,8 @@ static jv *do_slice(jx *x, jv *obj, jv *a, jv *b, jv *c) {
         int64_t n = (int64_t)obj->u.list.n;
         int64_t s = slice_bound(a, n, step, true, x), e = slice_bound(b, n, step, false, x);
         jv *r = jv_list(x, obj->sub);
-        for (int64_t i = s; step > 0 ? i < e : i > e; i += step) jv_list_push(x, r, obj->u.list.items[i]);
+        for (int64_t i = s; step > 0 ? i < e : i > e; i += step)
+            jv_list_push(x, r, obj->u.list.items[i]);
         return r;
     }
     if (obj->type == JV_STR) {
@@ -251,14 +259,17 @@ jv **jx_iter(jx *x, jv *v, size_t *n) {
 }
 
 /* ---------------- operators ---------------- */
-static bool is_num(const jv *v) { return v->type == JV_INT || v->type == JV_FLOAT || v->type == JV_BOOL; }
+static bool is_num(const jv *v) {
+    return v->type == JV_INT || v->type == JV_FLOAT || v->type == JV_BOOL;
+}
 static double num_f(const jv *v) {
     return v->type == JV_FLOAT ? v->u.f : v->type == JV_INT ? (double)v->u.i : (double)v->u.b;
 }
 static int64_t num_i(const jv *v) { return v->type == JV_INT ? v->u.i : (int64_t)v->u.b; }
 
-static const char *OPSYM[] = {[OP_ADD] = "+", [OP_SUB] = "-", [OP_MUL] = "*", [OP_DIV] = "/",
-                              [OP_FLOORDIV] = "//", [OP_MOD] = "%", [OP_POW] = "** or pow()"};
+static const char *OPSYM[] = {
+    [OP_ADD] = "+",       [OP_SUB] = "-", [OP_MUL] = "*",          [OP_DIV] = "/",
+    [OP_FLOORDIV] = "//", [OP_MOD] = "%", [OP_POW] = "** or pow()"};
 
 static jv *markup_escape(jx *x, jv *s) {
     jbuf b = {.arena = &x->arena};
@@ -354,7 +365,9 @@ jv *jx_binop(jx *x, int op, jv *a, jv *b) {
             }
             case OP_FLOORDIV:
             case OP_MOD: {
-                if (q == 0) jx_fail(x, JINJA_ERR_RUNTIME, "ZeroDivisionError: integer division or modulo by zero");
+                if (q == 0)
+                    jx_fail(x, JINJA_ERR_RUNTIME,
+                            "ZeroDivisionError: integer division or modulo by zero");
                 int64_t d = p / q, m = p % q;
                 if (m != 0 && ((m < 0) != (q < 0))) {
                     m += q;
@@ -366,7 +379,8 @@ jv *jx_binop(jx *x, int op, jv *a, jv *b) {
         }
     }
     if (op == OP_MOD && a->type == JV_STR) { /* "%s" % x, "%s %s" % (x, y) */
-        if (b->type == JV_LIST && b->sub == JL_TUPLE) return jb_percent_format(x, a, b->u.list.items, (int)b->u.list.n);
+        if (b->type == JV_LIST && b->sub == JL_TUPLE)
+            return jb_percent_format(x, a, b->u.list.items, (int)b->u.list.n);
         return jb_percent_format(x, a, &b, 1);
     }
     if (op == OP_ADD && a->type == JV_STR && b->type == JV_STR) {
@@ -378,18 +392,20 @@ jv *jx_binop(jx *x, int op, jv *a, jv *b) {
         r->markup = a->markup || b->markup;
         return r;
     }
-    if (op == OP_ADD && a->type == JV_LIST && b->type == JV_LIST && a->sub != JL_GEN && b->sub != JL_GEN && !a->view && !b->view &&
-        (a->sub == JL_TUPLE) == (b->sub == JL_TUPLE)) {
+    if (op == OP_ADD && a->type == JV_LIST && b->type == JV_LIST && a->sub != JL_GEN &&
+        b->sub != JL_GEN && !a->view && !b->view && (a->sub == JL_TUPLE) == (b->sub == JL_TUPLE)) {
         jv *r = jv_list(x, a->sub);
         for (size_t i = 0; i < a->u.list.n; i++) jv_list_push(x, r, a->u.list.items[i]);
         for (size_t i = 0; i < b->u.list.n; i++) jv_list_push(x, r, b->u.list.items[i]);
         return r;
     }
-    if (op == OP_MUL && ((a->type == JV_STR || a->type == JV_LIST) && (b->type == JV_INT || b->type == JV_BOOL))) {
+    if (op == OP_MUL &&
+        ((a->type == JV_STR || a->type == JV_LIST) && (b->type == JV_INT || b->type == JV_BOOL))) {
         int64_t k = num_i(b);
         size_t unit = a->type == JV_STR ? a->u.str.n : a->u.list.n * sizeof(jv *);
         if (k > 0 && unit && (uint64_t)k > JX_MAX_OUTPUT / unit)
-            jx_fail(x, JINJA_ERR_RUNTIME, "MemoryError: repetition of %zu bytes %lld times", unit, (long long)k);
+            jx_fail(x, JINJA_ERR_RUNTIME, "MemoryError: repetition of %zu bytes %lld times", unit,
+                    (long long)k);
         if (a->type == JV_STR) {
             jbuf buf = {.arena = &x->arena};
             for (int64_t i = 0; i < k; i++) jb_put(&buf, a->u.str.s, a->u.str.n);
@@ -400,14 +416,17 @@ jv *jx_binop(jx *x, int op, jv *a, jv *b) {
             for (size_t j = 0; j < a->u.list.n; j++) jv_list_push(x, r, a->u.list.items[j]);
         return r;
     }
-    if (op == OP_MUL && (b->type == JV_STR || b->type == JV_LIST) && (a->type == JV_INT || a->type == JV_BOOL))
+    if (op == OP_MUL && (b->type == JV_STR || b->type == JV_LIST) &&
+        (a->type == JV_INT || a->type == JV_BOOL))
         return jx_binop(x, op, b, a);
     if (op == OP_ADD && a->type == JV_STR)
-        jx_fail(x, JINJA_ERR_RUNTIME, "TypeError: can only concatenate str (not \"%s\") to str", jv_type_name(b));
+        jx_fail(x, JINJA_ERR_RUNTIME, "TypeError: can only concatenate str (not \"%s\") to str",
+                jv_type_name(b));
     if (op == OP_ADD && a->type == JV_LIST && a->sub == JL_LIST)
-        jx_fail(x, JINJA_ERR_RUNTIME, "TypeError: can only concatenate list (not \"%s\") to list", jv_type_name(b));
-    jx_fail(x, JINJA_ERR_RUNTIME, "TypeError: unsupported operand type(s) for %s: '%s' and '%s'", OPSYM[op],
-            jv_type_name(a), jv_type_name(b));
+        jx_fail(x, JINJA_ERR_RUNTIME, "TypeError: can only concatenate list (not \"%s\") to list",
+                jv_type_name(b));
+    jx_fail(x, JINJA_ERR_RUNTIME, "TypeError: unsupported operand type(s) for %s: '%s' and '%s'",
+            OPSYM[op], jv_type_name(a), jv_type_name(b));
 }
 
 static bool contains(jx *x, jv *hay, jv *needle) {
@@ -415,7 +434,8 @@ static bool contains(jx *x, jv *hay, jv *needle) {
     case JV_UNDEF: return false;
     case JV_STR:
         if (needle->type != JV_STR)
-            jx_fail(x, JINJA_ERR_RUNTIME, "TypeError: 'in <string>' requires string as left operand, not %s",
+            jx_fail(x, JINJA_ERR_RUNTIME,
+                    "TypeError: 'in <string>' requires string as left operand, not %s",
                     jv_type_name(needle));
         if (needle->u.str.n == 0) return true;
         if (needle->u.str.n > hay->u.str.n) return false;
@@ -431,7 +451,8 @@ static bool contains(jx *x, jv *hay, jv *needle) {
             if (jv_equal(hay->u.dict.kv[i].key, needle)) return true;
         return false;
     default:
-        jx_fail(x, JINJA_ERR_RUNTIME, "TypeError: argument of type '%s' is not iterable", jv_type_name(hay));
+        jx_fail(x, JINJA_ERR_RUNTIME, "TypeError: argument of type '%s' is not iterable",
+                jv_type_name(hay));
     }
 }
 
@@ -452,7 +473,8 @@ static void eval_args(jx *x, jscope *sc, const jnode *n, jargs *a) {
             for (size_t j = 0; j < k; j++) jv_list_push(x, pos, it[j]);
         } else if (!strcmp(name, "**")) {
             if (v->type != JV_DICT || v->sub != JD_DICT)
-                jx_fail(x, JINJA_ERR_RUNTIME, "TypeError: argument after ** must be a mapping, not %s", jv_type_name(v));
+                jx_fail(x, JINJA_ERR_RUNTIME,
+                        "TypeError: argument after ** must be a mapping, not %s", jv_type_name(v));
             for (size_t j = 0; j < v->u.dict.n; j++) {
                 jv_list_push(x, kwn, jv_stringify(x, v->u.dict.kv[j].key));
                 jv_list_push(x, kwv, v->u.dict.kv[j].val);
@@ -485,7 +507,8 @@ static jv *capture(jx *x, jscope *sc, jnode *const *body, int nbody) {
 static jv *call_macro(jx *x, jv *m, jargs *a) {
     const jnode *def = m->u.mac.def;
     jx_step(x);
-    if (++x->depth > JX_MAX_DEPTH) jx_fail(x, JINJA_ERR_RUNTIME, "RecursionError: maximum recursion depth exceeded");
+    if (++x->depth > JX_MAX_DEPTH)
+        jx_fail(x, JINJA_ERR_RUNTIME, "RecursionError: maximum recursion depth exceeded");
     jscope *sc = scope_new(x, m->u.mac.closure);
     int np = def->nnames;
     jv *varargs = jv_list(x, JL_TUPLE), *kwargs = jv_dict(x, JD_DICT);
@@ -499,8 +522,10 @@ static jv *call_macro(jx *x, jv *m, jargs *a) {
         for (int i = 0; i < np; i++)
             if (!strcmp(def->names[i], a->kwname[k])) p = i;
         if (p >= 0) {
-            if (bound[p]) jx_fail(x, JINJA_ERR_RUNTIME, "TypeError: macro '%s' got multiple values for argument '%s'",
-                                  def->name ? def->name : "caller", a->kwname[k]);
+            if (bound[p])
+                jx_fail(x, JINJA_ERR_RUNTIME,
+                        "TypeError: macro '%s' got multiple values for argument '%s'",
+                        def->name ? def->name : "caller", a->kwname[k]);
             bound[p] = a->kwval[k];
         } else if (!strcmp(a->kwname[k], "caller")) scope_set(x, sc, "caller", a->kwval[k]);
         else jv_dict_set(x, kwargs, jv_cstr(x, a->kwname[k]), a->kwval[k]);
@@ -525,7 +550,9 @@ jv *jx_call(jx *x, jv *callee, jargs *a) {
     case JV_UNDEF: jx_undef_fail(x, callee);
     case JV_MACRO: return call_macro(x, callee, a);
     case JV_FUNC: return callee->u.fn.fn(x, callee->u.fn.self, a);
-    default: jx_fail(x, JINJA_ERR_RUNTIME, "TypeError: '%s' object is not callable", jv_type_name(callee));
+    default:
+        jx_fail(x, JINJA_ERR_RUNTIME, "TypeError: '%s' object is not callable",
+                jv_type_name(callee));
     }
 }
 
@@ -565,8 +592,9 @@ static jv *eval(jx *x, jscope *sc, const jnode *n) {
         jv *d = jv_dict(x, JD_DICT);
         for (int i = 0; i < n->n1; i++) {
             jv *k = eval(x, sc, n->v1[i]);
-            if (k->type != JV_STR && k->type != JV_INT && k->type != JV_NONE && k->type != JV_BOOL &&
-                k->type != JV_FLOAT && !(k->type == JV_LIST && k->sub == JL_TUPLE))
+            if (k->type != JV_STR && k->type != JV_INT && k->type != JV_NONE &&
+                k->type != JV_BOOL && k->type != JV_FLOAT &&
+                !(k->type == JV_LIST && k->sub == JL_TUPLE))
                 jx_fail(x, JINJA_ERR_RUNTIME, "TypeError: unhashable type: '%s'", jv_type_name(k));
             jv_dict_set(x, d, k, eval(x, sc, n->v2[i]));
         }
@@ -623,14 +651,17 @@ static jv *eval(jx *x, jscope *sc, const jnode *n) {
         if (n->op == OP_NOT) return jv_bool(!jv_truthy(v));
         if (v->type == JV_UNDEF) jx_undef_fail(x, v);
         if (v->type == JV_FLOAT) return jv_float(x, n->op == OP_NEG ? -v->u.f : v->u.f);
-        if (v->type == JV_INT || v->type == JV_BOOL) return jv_int(x, n->op == OP_NEG ? -num_i(v) : num_i(v));
-        jx_fail(x, JINJA_ERR_RUNTIME, "TypeError: bad operand type for unary %s: '%s'", n->op == OP_NEG ? "-" : "+",
-                jv_type_name(v));
+        if (v->type == JV_INT || v->type == JV_BOOL)
+            return jv_int(x, n->op == OP_NEG ? -num_i(v) : num_i(v));
+        jx_fail(x, JINJA_ERR_RUNTIME, "TypeError: bad operand type for unary %s: '%s'",
+                n->op == OP_NEG ? "-" : "+", jv_type_name(v));
     }
     case N_COND: {
         if (jv_truthy(eval(x, sc, n->b))) return eval(x, sc, n->a);
         if (n->c) return eval(x, sc, n->c);
-        return jv_undef(x, "the inline if-expression on line %d evaluated to false and no else section was defined.",
+        return jv_undef(x,
+                        "the inline if-expression on line %d evaluated to false and no else "
+                        "section was defined.",
                         n->line);
     }
     default: jx_fail(x, JINJA_ERR_RUNTIME, "internal error: statement evaluated as an expression");
@@ -701,7 +732,8 @@ static int exec_stmt(jx *x, jscope *sc, const jnode *n) {
         if (n->a) { /* ns.attr = v */
             jv *ns = eval(x, sc, n->a->a);
             if (ns->type != JV_DICT || ns->sub != JD_NS)
-                jx_fail(x, JINJA_ERR_RUNTIME, "TemplateRuntimeError: cannot assign attribute on non-namespace object");
+                jx_fail(x, JINJA_ERR_RUNTIME,
+                        "TemplateRuntimeError: cannot assign attribute on non-namespace object");
             jv_dict_set(x, ns, jv_cstr(x, n->a->name), v);
         } else assign_targets(x, sc, n, v);
         return 0;
@@ -756,7 +788,8 @@ static int exec_body(jx *x, jscope *sc, jnode *const *body, int nbody) {
 }
 
 /* ---------------- API ---------------- */
-static bool template_compile(jinja_template *t, const char *src, size_t n, char *err, size_t err_cap) {
+static bool template_compile(jinja_template *t, const char *src, size_t n, char *err,
+                             size_t err_cap) {
     jmp_buf oom;
     if (setjmp(oom)) {
         snprintf(err, err_cap, "out of memory");
@@ -802,10 +835,12 @@ const char *jinja_status_name(jinja_status s) {
     return "?";
 }
 
-static jinja_status render(jx *x, const jinja_template *t, const cJSON *vars, char **out, size_t *out_len) {
+static jinja_status render(jx *x, const jinja_template *t, const cJSON *vars, char **out,
+                           size_t *out_len) {
     jmp_buf oom;
     if (setjmp(oom)) {
-        snprintf(x->err, x->err_cap, "out of memory (the render may use at most %zu MiB)", JX_MAX_MEMORY >> 20);
+        snprintf(x->err, x->err_cap, "out of memory (the render may use at most %zu MiB)",
+                 JX_MAX_MEMORY >> 20);
         return JINJA_ERR_NOMEM;
     }
     x->arena.oom = &oom;
@@ -814,7 +849,8 @@ static jinja_status render(jx *x, const jinja_template *t, const cJSON *vars, ch
     x->globals = scope_new(x, NULL);
     if (vars && cJSON_IsObject(vars))
         for (const cJSON *c = vars->child; c; c = c->next)
-            scope_set(x, x->globals, ja_strndup(&x->arena, c->string, strlen(c->string)), jv_from_json(x, c));
+            scope_set(x, x->globals, ja_strndup(&x->arena, c->string, strlen(c->string)),
+                      jv_from_json(x, c));
     jbuf b = {.arena = &x->arena};
     x->out = &b;
     exec_body(x, x->globals, t->root->v1, t->root->n1);
@@ -830,8 +866,9 @@ static jinja_status render(jx *x, const jinja_template *t, const cJSON *vars, ch
     return JINJA_OK;
 }
 
-jinja_status jinja_template_render(const jinja_template *t, const cJSON *vars, const jinja_date *now,
-                                   char **out, size_t *out_len, char *err, size_t err_cap) {
+jinja_status jinja_template_render(const jinja_template *t, const cJSON *vars,
+                                   const jinja_date *now, char **out, size_t *out_len, char *err,
+                                   size_t err_cap) {
     char dummy[1];
     jx x = {.err = err && err_cap ? err : dummy, .err_cap = err && err_cap ? err_cap : 1};
     *out = NULL;

@@ -102,7 +102,7 @@ struct jv {
             size_t n, cap;
         } dict;
         struct {
-            jv **items; /* the (filtered) items iterated */
+            jv **items;  /* the (filtered) items iterated */
             size_t n, i; /* their count, the current index */
         } loop;
         struct {
@@ -146,14 +146,14 @@ void jv_to_str(jx *x, jbuf *b, const jv *v);
 void jv_repr(jx *x, jbuf *b, const jv *v);
 jv *jv_stringify(jx *x, jv *v); /* str(v) as a value (v itself if a string) */
 /* json.dumps(v, ensure_ascii, indent (NULL: none), separators, sort_keys) */
-void jv_tojson(jx *x, jbuf *b, const jv *v, bool ensure_ascii, const char *indent, const char *item_sep,
-               const char *key_sep, bool sort_keys);
+void jv_tojson(jx *x, jbuf *b, const jv *v, bool ensure_ascii, const char *indent,
+               const char *item_sep, const char *key_sep, bool sort_keys);
 void jv_float_repr(char *out, size_t cap, double f); /* Python's repr(float) */
 
 /* UTF-8 helpers */
-size_t ju_len(const char *s, size_t n);                           /* code points */
-size_t ju_offset(const char *s, size_t n, size_t cp);             /* byte offset of code point cp */
-uint32_t ju_decode(const char *s, size_t n, size_t *i);           /* code point at *i, advances */
+size_t ju_len(const char *s, size_t n);                 /* code points */
+size_t ju_offset(const char *s, size_t n, size_t cp);   /* byte offset of code point cp */
+uint32_t ju_decode(const char *s, size_t n, size_t *i); /* code point at *i, advances */
 void ju_encode(jbuf *b, uint32_t cp);
 bool ju_isspace(uint32_t cp); /* Python str.isspace */
 
@@ -184,7 +184,8 @@ typedef struct jtok {
 /* Splits src into tokens, with trim_blocks, lstrip_blocks, '-' whitespace
  * control, comments dropped and newlines normalised as jinja2's lexer does.
  * Returns false with err set on a lexing error. */
-bool jinja_lex(jarena *a, const char *src, size_t n, jtok **toks, size_t *ntoks, char *err, size_t err_cap);
+bool jinja_lex(jarena *a, const char *src, size_t n, jtok **toks, size_t *ntoks, char *err,
+               size_t err_cap);
 
 /* ---- syntax tree ---- */
 typedef enum jnode_kind {
@@ -206,11 +207,11 @@ typedef enum jnode_kind {
     /* statements */
     S_TEXT,
     S_OUT,
-    S_IF,    /* if a: v1 else v2 (elif is an S_IF alone in v2) */
-    S_FOR,   /* for names in a [if b]: v1 else v2 */
-    S_SET,   /* set names|a-target = b ; block set: v1 (c: filter chain) */
-    S_MACRO, /* macro name(names = v2 defaults): v1 */
-    S_CALLBLOCK, /* call(names = v2) a: v1 */
+    S_IF,          /* if a: v1 else v2 (elif is an S_IF alone in v2) */
+    S_FOR,         /* for names in a [if b]: v1 else v2 */
+    S_SET,         /* set names|a-target = b ; block set: v1 (c: filter chain) */
+    S_MACRO,       /* macro name(names = v2 defaults): v1 */
+    S_CALLBLOCK,   /* call(names = v2) a: v1 */
     S_FILTERBLOCK, /* filter a: v1 */
     S_BREAK,
     S_CONTINUE,
@@ -218,9 +219,27 @@ typedef enum jnode_kind {
 } jnode_kind;
 
 enum {
-    OP_ADD = 1, OP_SUB, OP_MUL, OP_DIV, OP_FLOORDIV, OP_MOD, OP_POW, OP_CONCAT,
-    OP_EQ, OP_NE, OP_LT, OP_LE, OP_GT, OP_GE, OP_IN, OP_NOTIN, OP_AND, OP_OR,
-    OP_NOT, OP_NEG, OP_POS,
+    OP_ADD = 1,
+    OP_SUB,
+    OP_MUL,
+    OP_DIV,
+    OP_FLOORDIV,
+    OP_MOD,
+    OP_POW,
+    OP_CONCAT,
+    OP_EQ,
+    OP_NE,
+    OP_LT,
+    OP_LE,
+    OP_GT,
+    OP_GE,
+    OP_IN,
+    OP_NOTIN,
+    OP_AND,
+    OP_OR,
+    OP_NOT,
+    OP_NEG,
+    OP_POS,
 };
 
 struct jnode {
@@ -259,7 +278,7 @@ struct jx {
     jinja_status status;
     char *err;
     size_t err_cap;
-    jbuf *out;      /* current output (captures swap it) */
+    jbuf *out; /* current output (captures swap it) */
     jscope *globals;
     jinja_date now;
     int depth;      /* macro call depth */
@@ -268,13 +287,14 @@ struct jx {
 };
 
 /* Bounds on one render, so a hostile template fails instead of running away. */
-#define JX_MAX_STEPS 20000000ull
+#define JX_MAX_STEPS  20000000ull
 #define JX_MAX_OUTPUT ((size_t)256 << 20)
 #define JX_MAX_MEMORY ((size_t)1 << 30)
 #define JX_SMALL_INTS 1024
 void jx_step(jx *x);
 
-_Noreturn void jx_fail(jx *x, jinja_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+_Noreturn void jx_fail(jx *x, jinja_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 /* Fails with the undefined value's message (UndefinedError / SecurityError). */
 _Noreturn void jx_undef_fail(jx *x, const jv *u);
 
@@ -292,7 +312,7 @@ bool jb_test(jx *x, const char *name, jv *v, jargs *a);
 bool jb_test_exists(const char *name);
 jv *jb_method(jx *x, jv *obj, const char *name); /* a bound method, or NULL */
 jv *jb_global(jx *x, const char *name);          /* a global function, or NULL */
-jv *jarg(jargs *a, int pos, const char *kw);      /* positional pos or keyword kw; NULL if absent */
+jv *jarg(jargs *a, int pos, const char *kw);     /* positional pos or keyword kw; NULL if absent */
 jv *jb_percent_format(jx *x, jv *fmt, jv **args, int nargs); /* Python's fmt % args */
 
 #endif

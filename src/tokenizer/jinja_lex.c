@@ -54,7 +54,9 @@ static void count_lines(lexer *L, size_t from, size_t to) {
         if (L->s[k] == '\n') L->line++;
 }
 
-static bool is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+static bool is_ws(char c) {
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
 
 /* Emits text s[from, to) with the strip rules of the tag that follows it. */
 static void emit_text(lexer *L, size_t from, size_t to, char tag, char mod) {
@@ -67,7 +69,8 @@ static void emit_text(lexer *L, size_t from, size_t to, char tag, char mod) {
         if (has_nl || L->line_starting) {
             bool all_ws = l < to;
             for (size_t k = l; k < to; k++)
-                if (!(L->s[k] == ' ' || L->s[k] == '\t' || L->s[k] == '\f' || L->s[k] == '\v')) all_ws = false;
+                if (!(L->s[k] == ' ' || L->s[k] == '\t' || L->s[k] == '\f' || L->s[k] == '\v'))
+                    all_ws = false;
             if (all_ws) to = l;
         }
     }
@@ -117,13 +120,12 @@ static const char *decode_string(lexer *L, const char *s, size_t n, size_t *out_
         case 'x': hex = 2; break;
         case 'u': hex = 4; break;
         case 'U': hex = 8; break;
-        default:
-            o[k++] = '\\';
-            o[k++] = e;
+        default: o[k++] = '\\'; o[k++] = e;
         }
         if (hex) {
             bool ok = i + (size_t)hex < n;
-            for (int h = 0; ok && h < hex; h++) ok = isxdigit((unsigned char)s[i + 1 + (size_t)h]) != 0;
+            for (int h = 0; ok && h < hex; h++)
+                ok = isxdigit((unsigned char)s[i + 1 + (size_t)h]) != 0;
             if (!ok) {
                 o[k++] = '\\';
                 o[k++] = e;
@@ -131,7 +133,9 @@ static const char *decode_string(lexer *L, const char *s, size_t n, size_t *out_
             }
             for (int h = 0; h < hex; h++) {
                 char d = s[i + 1 + (size_t)h];
-                cp = cp * 16 + (uint32_t)(isdigit((unsigned char)d) ? d - '0' : (tolower((unsigned char)d) - 'a' + 10));
+                cp = cp * 16 + (uint32_t)(isdigit((unsigned char)d)
+                                              ? d - '0'
+                                              : (tolower((unsigned char)d) - 'a' + 10));
             }
             i += (size_t)hex;
             jbuf b = {.arena = L->a};
@@ -280,7 +284,8 @@ static int lex_raw(lexer *L) {
     return -1;
 }
 
-bool jinja_lex(jarena *a, const char *src, size_t n, jtok **toks, size_t *ntoks, char *err, size_t err_cap) {
+bool jinja_lex(jarena *a, const char *src, size_t n, jtok **toks, size_t *ntoks, char *err,
+               size_t err_cap) {
     lexer L = {.a = a, .line = 1, .line_starting = true, .err = err, .err_cap = err_cap};
     /* newlines to "\n"; one trailing newline dropped */
     char *s = ja_alloc(a, n + 1);

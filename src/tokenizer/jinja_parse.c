@@ -103,7 +103,8 @@ static const char *expect_name(parser *P) {
     return P->t[P->i++].s;
 }
 static void expect_block_end(parser *P) {
-    if (cur(P)->type != JT_BLOCK_END) p_fail(P, "expected end of statement '%%}', got %s", tok_desc(cur(P)));
+    if (cur(P)->type != JT_BLOCK_END)
+        p_fail(P, "expected end of statement '%%}', got %s", tok_desc(cur(P)));
     P->i++;
 }
 
@@ -149,8 +150,8 @@ static jnode *parse_tuple_or_expr(parser *P, bool condexpr, bool allow_empty) {
     bool comma = false;
     for (;;) {
         jtok *t = cur(P);
-        if (items.n && (t->type == JT_BLOCK_END || t->type == JT_VAR_END || is_op(t, ")") || is_name(t, "if") ||
-                        is_op(t, "=")))
+        if (items.n && (t->type == JT_BLOCK_END || t->type == JT_VAR_END || is_op(t, ")") ||
+                        is_name(t, "if") || is_op(t, "=")))
             break;
         if (!items.n && allow_empty && is_op(t, ")")) break;
         nv_push(P, &items, parse_expr(P, condexpr), NULL);
@@ -277,7 +278,8 @@ static jnode *parse_subscript(parser *P, jnode *obj) {
         if (is_op(cur(P), ",")) { /* x[a, b]: a tuple key */
             nvec items = {0};
             nv_push(P, &items, parts[0], NULL);
-            while (accept_op(P, ",") && !is_op(cur(P), "]")) nv_push(P, &items, parse_expr(P, true), NULL);
+            while (accept_op(P, ",") && !is_op(cur(P), "]"))
+                nv_push(P, &items, parse_expr(P, true), NULL);
             parts[0] = nn(P, N_TUPLE);
             set_vec(parts[0], &items, 1);
         }
@@ -334,8 +336,8 @@ static jnode *parse_filter_expr(parser *P, jnode *x) {
             t->name = dotted_name(P);
             jtok *c = cur(P);
             if (accept_op(P, "(")) parse_call_args(P, t);
-            else if ((c->type == JT_NAME || c->type == JT_STRING || c->type == JT_INT || c->type == JT_FLOAT ||
-                      is_op(c, "[") || is_op(c, "{")) &&
+            else if ((c->type == JT_NAME || c->type == JT_STRING || c->type == JT_INT ||
+                      c->type == JT_FLOAT || is_op(c, "[") || is_op(c, "{")) &&
                      !is_name(c, "else") && !is_name(c, "or") && !is_name(c, "and")) {
                 nvec args = {0};
                 nv_push(P, &args, parse_postfix(P, parse_primary(P)), NULL);
@@ -675,8 +677,8 @@ static jnode *parse_body(parser *P, const char *const *ends) {
                         P->i++;
                         goto done;
                     }
-            if (k->type == JT_NAME && !ends && (!strncmp(k->s, "end", 3) || !strcmp(k->s, "elif") ||
-                                                !strcmp(k->s, "else"))) {
+            if (k->type == JT_NAME && !ends &&
+                (!strncmp(k->s, "end", 3) || !strcmp(k->s, "elif") || !strcmp(k->s, "else"))) {
                 P->i++;
                 p_fail(P, "unexpected '%s'", k->s);
             }

@@ -142,9 +142,9 @@ void ju_encode(jbuf *b, uint32_t cp) {
 }
 
 bool ju_isspace(uint32_t c) {
-    return (c >= 9 && c <= 13) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 || c == 0x1680 ||
-           (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F ||
-           c == 0x3000;
+    return (c >= 9 && c <= 13) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 ||
+           c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 ||
+           c == 0x202F || c == 0x205F || c == 0x3000;
 }
 
 /* Python's str.isprintable, close enough for text: control, format,
@@ -154,9 +154,10 @@ static bool ju_isprintable(uint32_t c) {
     if (c < 0x7F) return true;
     if (c <= 0xA0 || c == 0xAD) return false;
     if (c == 0x1680 || (c >= 0x2000 && c <= 0x200F) || (c >= 0x2028 && c <= 0x202F) ||
-        (c >= 0x205F && c <= 0x206F) || c == 0x3000 || c == 0xFEFF || (c >= 0xFFF9 && c <= 0xFFFB) ||
-        c == 0x061C || c == 0x180E || (c >= 0xD800 && c <= 0xF8FF) || c >= 0xF0000 ||
-        (c >= 0xE0000 && c <= 0xE0FFF) || c == 0x110000)
+        (c >= 0x205F && c <= 0x206F) || c == 0x3000 || c == 0xFEFF ||
+        (c >= 0xFFF9 && c <= 0xFFFB) || c == 0x061C || c == 0x180E ||
+        (c >= 0xD800 && c <= 0xF8FF) || c >= 0xF0000 || (c >= 0xE0000 && c <= 0xE0FFF) ||
+        c == 0x110000)
         return false;
     return true;
 }
@@ -210,7 +211,9 @@ jv *jv_str_nocopy(jx *x, const char *s, size_t n) {
     v->u.str.n = n;
     return v;
 }
-jv *jv_str(jx *x, const char *s, size_t n) { return jv_str_nocopy(x, ja_strndup(&x->arena, s, n), n); }
+jv *jv_str(jx *x, const char *s, size_t n) {
+    return jv_str_nocopy(x, ja_strndup(&x->arena, s, n), n);
+}
 jv *jv_cstr(jx *x, const char *s) { return jv_str_nocopy(x, s, strlen(s)); }
 jv *jv_list(jx *x, int sub) {
     jv *v = jv_new(x, JV_LIST);
@@ -235,7 +238,8 @@ jv *jv_dict(jx *x, int sub) {
 jv *jv_dict_get(jv *d, const char *k, size_t kn) {
     for (size_t i = 0; i < d->u.dict.n; i++) {
         jv *key = d->u.dict.kv[i].key;
-        if (key->type == JV_STR && key->u.str.n == kn && memcmp(key->u.str.s, k, kn) == 0) return d->u.dict.kv[i].val;
+        if (key->type == JV_STR && key->u.str.n == kn && memcmp(key->u.str.s, k, kn) == 0)
+            return d->u.dict.kv[i].val;
     }
     return NULL;
 }
@@ -275,7 +279,8 @@ jv *jv_from_json(jx *x, const cJSON *j) {
             return jv_int(x, (int64_t)d);
         return jv_float(x, d);
     }
-    if (cJSON_IsString(j)) return jv_cstr(x, ja_strndup(&x->arena, j->valuestring, strlen(j->valuestring)));
+    if (cJSON_IsString(j))
+        return jv_cstr(x, ja_strndup(&x->arena, j->valuestring, strlen(j->valuestring)));
     if (cJSON_IsArray(j)) {
         jv *l = jv_list(x, JL_LIST);
         for (const cJSON *c = j->child; c; c = c->next) jv_list_push(x, l, jv_from_json(x, c));
@@ -284,7 +289,8 @@ jv *jv_from_json(jx *x, const cJSON *j) {
     if (cJSON_IsObject(j)) {
         jv *d = jv_dict(x, JD_DICT);
         for (const cJSON *c = j->child; c; c = c->next)
-            jv_dict_set(x, d, jv_cstr(x, ja_strndup(&x->arena, c->string, strlen(c->string))), jv_from_json(x, c));
+            jv_dict_set(x, d, jv_cstr(x, ja_strndup(&x->arena, c->string, strlen(c->string))),
+                        jv_from_json(x, c));
         return d;
     }
     return jv_none();
@@ -300,7 +306,10 @@ const char *jv_type_name(const jv *v) {
     case JV_FLOAT: return "float";
     case JV_STR: return v->markup ? "Markup" : "str";
     case JV_LIST:
-        if (v->view) return v->view == JVIEW_ITEMS ? "dict_items" : v->view == JVIEW_KEYS ? "dict_keys" : "dict_values";
+        if (v->view)
+            return v->view == JVIEW_ITEMS  ? "dict_items"
+                   : v->view == JVIEW_KEYS ? "dict_keys"
+                                           : "dict_values";
         return v->sub == JL_TUPLE ? "tuple" : v->sub == JL_GEN ? "generator" : "list";
     case JV_DICT: return v->sub == JD_NS ? "Namespace" : "dict";
     case JV_LOOP: return "LoopContext";
@@ -324,7 +333,9 @@ bool jv_truthy(const jv *v) {
     }
 }
 
-static bool is_num(const jv *v) { return v->type == JV_INT || v->type == JV_FLOAT || v->type == JV_BOOL; }
+static bool is_num(const jv *v) {
+    return v->type == JV_INT || v->type == JV_FLOAT || v->type == JV_BOOL;
+}
 static double num_f(const jv *v) {
     return v->type == JV_FLOAT ? v->u.f : v->type == JV_INT ? (double)v->u.i : (double)v->u.b;
 }
@@ -341,7 +352,8 @@ bool jv_equal(const jv *a, const jv *b) {
     case JV_NONE: return true;
     case JV_STR: return a->u.str.n == b->u.str.n && memcmp(a->u.str.s, b->u.str.s, a->u.str.n) == 0;
     case JV_LIST:
-        if ((a->sub == JL_TUPLE) != (b->sub == JL_TUPLE) || a->sub == JL_GEN || b->sub == JL_GEN) return a == b;
+        if ((a->sub == JL_TUPLE) != (b->sub == JL_TUPLE) || a->sub == JL_GEN || b->sub == JL_GEN)
+            return a == b;
         if (a->u.list.n != b->u.list.n) return false;
         for (size_t i = 0; i < a->u.list.n; i++)
             if (!jv_equal(a->u.list.items[i], b->u.list.items[i])) return false;
@@ -385,8 +397,9 @@ int jv_compare(jx *x, jv *a, jv *b, const char *op) {
         }
         return a->u.list.n < b->u.list.n ? -1 : a->u.list.n > b->u.list.n ? 1 : 0;
     }
-    jx_fail(x, JINJA_ERR_RUNTIME, "TypeError: '%s' not supported between instances of '%s' and '%s'", op,
-            jv_type_name(a), jv_type_name(b));
+    jx_fail(x, JINJA_ERR_RUNTIME,
+            "TypeError: '%s' not supported between instances of '%s' and '%s'", op, jv_type_name(a),
+            jv_type_name(b));
 }
 
 /* Python repr(float): the shortest digits that read back the same double;
@@ -438,8 +451,7 @@ void jv_float_repr(char *out, size_t cap, double f) {
             res[k++] = '.';
             if (nd > e + 1)
                 for (int i = e + 1; i < nd; i++) res[k++] = digits[i];
-            else
-                res[k++] = '0';
+            else res[k++] = '0';
         }
         res[k] = 0;
     } else {
@@ -525,7 +537,9 @@ static void to_str(jx *x, jbuf *b, const jv *v, bool repr) {
         if (v->sub == JD_NS) jb_putc(b, '>');
         break;
     case JV_LOOP: jb_printf(b, "<LoopContext %zu/%zu>", v->u.loop.i + 1, v->u.loop.n); break;
-    case JV_MACRO: jb_printf(b, "<Macro '%s'>", v->u.mac.def->name ? v->u.mac.def->name : "caller"); break;
+    case JV_MACRO:
+        jb_printf(b, "<Macro '%s'>", v->u.mac.def->name ? v->u.mac.def->name : "caller");
+        break;
     case JV_FUNC: jb_printf(b, "<built-in method %s>", v->u.fn.name); break;
     }
 }
@@ -579,7 +593,8 @@ static jv *json_key(jx *x, jv *k) {
     if (k->type == JV_BOOL) return jv_cstr(x, k->u.b ? "true" : "false");
     if (k->type == JV_NONE) return jv_cstr(x, "null");
     if (k->type == JV_INT || k->type == JV_FLOAT) return jv_stringify(x, k);
-    jx_fail(x, JINJA_ERR_RUNTIME, "TypeError: keys must be str, int, float, bool or None, not %s", jv_type_name(k));
+    jx_fail(x, JINJA_ERR_RUNTIME, "TypeError: keys must be str, int, float, bool or None, not %s",
+            jv_type_name(k));
 }
 
 static int kv_cmp(const void *p, const void *q) {
@@ -590,8 +605,8 @@ static int kv_cmp(const void *p, const void *q) {
     return a->key->u.str.n < b->key->u.str.n ? -1 : a->key->u.str.n > b->key->u.str.n;
 }
 
-static void tojson_rec(jx *x, jbuf *b, const jv *v, bool ea, const char *indent, const char *isep, const char *ksep,
-                       bool sort, int level) {
+static void tojson_rec(jx *x, jbuf *b, const jv *v, bool ea, const char *indent, const char *isep,
+                       const char *ksep, bool sort, int level) {
     char tmp[64];
     switch (v->type) {
     case JV_NONE: jb_puts(b, "null"); return;
@@ -647,11 +662,12 @@ static void tojson_rec(jx *x, jbuf *b, const jv *v, bool ea, const char *indent,
     }
     default: break;
     }
-    jx_fail(x, JINJA_ERR_RUNTIME, "TypeError: Object of type %s is not JSON serializable", jv_type_name(v));
+    jx_fail(x, JINJA_ERR_RUNTIME, "TypeError: Object of type %s is not JSON serializable",
+            jv_type_name(v));
 }
 
-void jv_tojson(jx *x, jbuf *b, const jv *v, bool ensure_ascii, const char *indent, const char *item_sep,
-               const char *key_sep, bool sort_keys) {
+void jv_tojson(jx *x, jbuf *b, const jv *v, bool ensure_ascii, const char *indent,
+               const char *item_sep, const char *key_sep, bool sort_keys) {
     tojson_rec(x, b, v, ensure_ascii, indent, item_sep, key_sep, sort_keys, 0);
 }
 

@@ -91,11 +91,13 @@ static bool encode_word(bpe_ctx *c, const unsigned char *raw, size_t n, tok_i32v
         int32_t id = tok_text_to_token(v, c->word, len);
         if (id >= 0) return tok_i32vec_push(out, id);
     }
-    for (size_t i = 0; i < n; i++) c->sym[i].sid = tok_str_id(v, c->word + c->sym[i].off, c->sym[i].n);
+    for (size_t i = 0; i < n; i++)
+        c->sym[i].sid = tok_str_id(v, c->word + c->sym[i].off, c->sym[i].n);
     c->heap.n = 0;
     for (size_t i = 1; i < n; i++) add_bigram(c, (int32_t)i - 1, (int32_t)i);
     merge_all(c);
-    for (int32_t i = 0; i != -1 && c->ok; i = c->sym[i].next) c->ok = emit_piece(c, &c->sym[i], out);
+    for (int32_t i = 0; i != -1 && c->ok; i = c->sym[i].next)
+        c->ok = emit_piece(c, &c->sym[i], out);
     return c->ok;
 }
 
@@ -121,7 +123,8 @@ bool tok_bpe_encode(const tok_vocab *v, const char *text, size_t len, tok_i32vec
     ok = ok && tok_pretok_split(v->pretok, cpts, n, &words, err);
     for (size_t w = 0, start = 0; ok && w < words.n; start += words.v[w++]) {
         size_t rn = 0;
-        for (size_t i = start; i < start + words.v[w]; i++) rn += tok_utf8_put(cpts[i], (char *)raw + rn);
+        for (size_t i = start; i < start + words.v[w]; i++)
+            rn += tok_utf8_put(cpts[i], (char *)raw + rn);
         ok = encode_word(&c, raw, rn, out) || kvl_fail(err, "tokenizer: out of memory");
     }
     free(cpts);

@@ -25,9 +25,7 @@ void tok_strmap_free(tok_strmap *m) {
     m->slots = NULL;
 }
 
-static uint32_t str_hash(const char *s, size_t len) {
-    return (uint32_t)XXH3_64bits(s, len);
-}
+static uint32_t str_hash(const char *s, size_t len) { return (uint32_t)XXH3_64bits(s, len); }
 
 int32_t tok_strmap_get(const tok_strmap *m, const char *const *strs, const uint32_t *lens,
                        const char *key, size_t len) {

@@ -9,7 +9,7 @@
 #include <stdint.h>
 
 typedef struct tok_bigram {
-    float prio;          /* SPM: the merged token's score; BPE: minus the merge rank (exact below 2^24) */
+    float prio; /* SPM: the merged token's score; BPE: minus the merge rank (exact below 2^24) */
     int32_t left, right; /* symbol indices */
     size_t size;         /* byte length when queued: a changed length marks a stale entry */
 } tok_bigram;

@@ -47,8 +47,8 @@ struct tok_vocab {
     const char **strs;
     uint32_t *lens;
     int32_t n_strs;
-    tok_strmap str_ids;  /* string -> interned id */
-    tok_pairmap merges;  /* (left id, right id) -> rank; BPE only */
+    tok_strmap str_ids; /* string -> interned id */
+    tok_pairmap merges; /* (left id, right id) -> rank; BPE only */
 
     float *scores;   /* per token */
     uint16_t *attrs; /* per token, TOK_ATTR_* */
@@ -66,8 +66,8 @@ struct tok_vocab {
     int32_t *special_ids; /* partition candidates, longest text first */
     int32_t n_special;
 
-    int32_t byte_tok[256];   /* SPM byte fallback (<0xNN> or the raw byte), -1 if none */
-    char gpt2_chr[256][2];   /* BPE: UTF-8 of the codepoint standing for each byte */
+    int32_t byte_tok[256]; /* SPM byte fallback (<0xNN> or the raw byte), -1 if none */
+    char gpt2_chr[256][2]; /* BPE: UTF-8 of the codepoint standing for each byte */
     uint8_t gpt2_len[256];
 
     tok_pretok *pretok; /* BPE only */

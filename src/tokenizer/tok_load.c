@@ -7,11 +7,11 @@
 #include "tok_internal.h"
 #include "tok_unicode.h"
 
-#define KEY_MODEL "tokenizer.ggml.model"
-#define KEY_PRE "tokenizer.ggml.pre"
+#define KEY_MODEL  "tokenizer.ggml.model"
+#define KEY_PRE    "tokenizer.ggml.pre"
 #define KEY_TOKENS "tokenizer.ggml.tokens"
 #define KEY_SCORES "tokenizer.ggml.scores"
-#define KEY_TYPES "tokenizer.ggml.token_type"
+#define KEY_TYPES  "tokenizer.ggml.token_type"
 #define KEY_MERGES "tokenizer.ggml.merges"
 
 /* GGUF token types (llama_token_type) -> attribute bits. */
@@ -35,12 +35,14 @@ static bool read_model(tok_vocab *v, const gguf_file *f, kvl_error *err) {
     } else if (strcmp(v->model, "gpt2") == 0) {
         v->kind = TOK_KIND_BPE;
     } else {
-        return kvl_fail(err, "%s: tokenizer: unsupported tokenizer model '%s' (supported: llama, gpt2)",
+        return kvl_fail(err,
+                        "%s: tokenizer: unsupported tokenizer model '%s' (supported: llama, gpt2)",
                         gguf_path(f), v->model);
     }
     if (!gguf_get_str_buf(f, KEY_PRE, v->pre, sizeof v->pre) || !v->pre[0]) {
         if (v->kind == TOK_KIND_BPE)
-            kvl_log(KVL_LOG_WARN, "%s: missing tokenizer.ggml.pre, using 'default' (quality may suffer)",
+            kvl_log(KVL_LOG_WARN,
+                    "%s: missing tokenizer.ggml.pre, using 'default' (quality may suffer)",
                     gguf_path(f));
         snprintf(v->pre, sizeof v->pre, "default");
     }
@@ -54,8 +56,8 @@ static bool get_num_array(const gguf_file *f, const char *key, int64_t n, gguf_v
     if (!gguf_get_arr(f, key, t, &count, data) || (*t != t1 && *t != t2))
         return kvl_fail(err, "%s: tokenizer: '%s' has the wrong type", gguf_path(f), key);
     if (count < (uint64_t)n)
-        return kvl_fail(err, "%s: tokenizer: '%s' has %llu entries for %lld tokens", gguf_path(f), key,
-                        (unsigned long long)count, (long long)n);
+        return kvl_fail(err, "%s: tokenizer: '%s' has %llu entries for %lld tokens", gguf_path(f),
+                        key, (unsigned long long)count, (long long)n);
     return true;
 }
 
@@ -121,7 +123,8 @@ static bool count_strings(const gguf_file *f, int64_t n_tok, uint64_t n_merges, 
         const char *s;
         size_t len;
         if (!gguf_get_arr_str(f, KEY_TOKENS, (uint64_t)i, &s, &len))
-            return kvl_fail(err, "%s: tokenizer: cannot read token %lld", gguf_path(f), (long long)i);
+            return kvl_fail(err, "%s: tokenizer: cannot read token %lld", gguf_path(f),
+                            (long long)i);
         total += (len ? len : 32) + 1; /* room for "[EMPTY_i]" */
     }
     for (uint64_t i = 0; i < n_merges; i++) {
@@ -157,12 +160,13 @@ static bool load_tokens(tok_vocab *v, const gguf_file *f, size_t *used, kvl_erro
             s = empty;
             kvl_log(KVL_LOG_WARN, "%s: empty token at index %d", gguf_path(f), (int)i);
         }
-        if (len > UINT32_MAX / 2) return kvl_fail(err, "%s: token %d too long", gguf_path(f), (int)i);
+        if (len > UINT32_MAX / 2)
+            return kvl_fail(err, "%s: token %d too long", gguf_path(f), (int)i);
         arena_add(v, used, i, s, len);
         int32_t dup = tok_strmap_put(&v->str_ids, v->strs, v->lens, i);
         if (dup >= 0)
-            return kvl_fail(err, "%s: tokenizer: duplicate token '%s' has ids %d and %d", gguf_path(f),
-                            v->strs[i], (int)dup, (int)i);
+            return kvl_fail(err, "%s: tokenizer: duplicate token '%s' has ids %d and %d",
+                            gguf_path(f), v->strs[i], (int)dup, (int)i);
     }
     v->n_strs = v->n_tokens;
     return true;
@@ -198,7 +202,8 @@ static bool load_strings(tok_vocab *v, const gguf_file *f, kvl_error *err) {
     gguf_vtype t;
     uint64_t n_tok = 0, n_merges = 0;
     if (!gguf_get_arr(f, KEY_TOKENS, &t, &n_tok, NULL) || t != GGUF_VT_STRING)
-        return kvl_fail(err, "%s: tokenizer: missing or non-string-array '%s'", gguf_path(f), KEY_TOKENS);
+        return kvl_fail(err, "%s: tokenizer: missing or non-string-array '%s'", gguf_path(f),
+                        KEY_TOKENS);
     if (n_tok == 0 || n_tok > INT32_MAX / 4)
         return kvl_fail(err, "%s: tokenizer: bad token count %llu", gguf_path(f),
                         (unsigned long long)n_tok);

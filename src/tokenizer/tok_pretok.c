@@ -13,13 +13,13 @@
 
 /* These two strings select the hand-written splitters (as in llama.cpp, where
  * they are matched by exact text). */
-#define RX_GPT2 "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)"
+#define RX_GPT2         "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)"
 #define RX_CONTRACTIONS "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
-#define RX_LLAMA3                                                                        \
-    RX_CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|" \
+#define RX_LLAMA3                                                                                  \
+    RX_CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"   \
                     "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
-#define RX_QWEN2                                                                     \
-    RX_CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|" \
+#define RX_QWEN2                                                                                   \
+    RX_CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"        \
                     "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
 
 static const char *const SET_DEFAULT[] = {"[\\p{P}\\$\\+<=>\\^~\\|]+", RX_GPT2, "\\p{N}+",
@@ -34,13 +34,16 @@ static const char *const SET_QWEN35[] = {
 static const char *const SET_FALCON[] = {"[\\p{P}\\$\\+<=>\\^~\\|`]+", RX_GPT2, "[0-9][0-9][0-9]",
                                          NULL};
 static const char *const SET_STARCODER[] = {"\\p{N}", RX_GPT2, NULL};
-static const char *const SET_DEEPSEEK_CODER[] = {"[\r\n]", "\\s?\\p{L}+", "\\s?\\p{P}+",
-                                                 "[一-龥ࠀ-一가-퟿]+", "\\p{N}", NULL};
+static const char *const SET_DEEPSEEK_CODER[] = {
+    "[\r\n]", "\\s?\\p{L}+", "\\s?\\p{P}+", "[一-龥ࠀ-一가-퟿]+", "\\p{N}", NULL};
 static const char *const SET_DEEPSEEK_LLM[] = {
     "[\r\n]",
-    "\\s?[A-Za-zµÀ-ÖØ-öø-ƺƼ-ƿǄ-ʓʕ-ʯͰ-ͳͶͷͻ-ͽͿΆΈ-ΊΌΎ-ΡΣ-ϵϷ-ҁҊ-ԯԱ-ՖႠ-ჅᎠ-Ᏽᏸ-ᏽᲐ-"
-    "ᲺᲽ-Ჿᴀ-ᴫᵫ-ᵷᵹ-ᶚḀ-ἕἘ-Ἕἠ-ὅὈ-Ὅὐ-ὗὙὛὝὟ-ώᾀ-ᾴᾶ-ᾼιῂ-ῄῆ-ῌῐ-ΐῖ-Ίῠ-Ῥῲ-ῴῶ-ῼℂℇℊ-ℓℕℙ-"
-    "ℝℤΩℨK-ℭℯ-ℴℹℼ-ℿⅅ-ⅉⅎↃↄⰀ-ⱻⱾ-ⳤⳫ-ⳮⳲⳳꙀ-ꙭꚀ-ꚛꜢ-ꝯꝱ-ꞇꞋ-ꞎꭰ-ꮿﬀ-ﬆﬓ-ﬗＡ-Ｚａ-ｚ𐐀-𐑏𐒰-𐓓𐓘-𐓻"
+    "\\s?[A-Za-zµÀ-ÖØ-öø-ƺƼ-ƿǄ-ʓʕ-ʯͰ-ͳͶͷͻ-ͽͿΆΈ-ΊΌΎ-ΡΣ-ϵϷ-ҁҊ-ԯԱ-ՖႠ-ჅᎠ-Ᏽᏸ-"
+    "ᏽᲐ-"
+    "ᲺᲽ-Ჿᴀ-ᴫᵫ-ᵷᵹ-ᶚḀ-ἕἘ-Ἕἠ-ὅὈ-Ὅὐ-ὗὙὛὝὟ-ώᾀ-ᾴᾶ-ᾼιῂ-ῄῆ-ῌῐ-ΐῖ-Ίῠ-Ῥῲ-ῴῶ-ῼℂℇℊ-"
+    "ℓℕℙ-"
+    "ℝℤΩℨK-ℭℯ-ℴℹℼ-ℿⅅ-ⅉⅎↃↄⰀ-ⱻⱾ-ⳤⳫ-ⳮⳲⳳꙀ-ꙭꚀ-ꚛꜢ-ꝯꝱ-ꞇꞋ-ꞎꭰ-ꮿﬀ-ﬆﬓ-ﬗＡ-Ｚａ-ｚ𐐀-𐑏𐒰-𐓓𐓘-"
+    "𐓻"
     "𐲀-𐲲𐳀-𐳲𑢠-𑣟𞤀-𞥃]+",
     "\\s?[!-/:-~！-／：-～‘-‟　-。]+",
     "\\s+$",
@@ -338,9 +341,7 @@ static void sp_emit(span *s, size_t pos) {
     s->prev_end = pos;
 }
 
-static uint32_t ascii_lower(uint32_t c) {
-    return c >= 'A' && c <= 'Z' ? c + 32 : c;
-}
+static uint32_t ascii_lower(uint32_t c) { return c >= 'A' && c <= 'Z' ? c + 32 : c; }
 
 /* Length of a contraction ('s 't 'm 'd 're 've 'll) at pos, or 0. The Llama-3
  * pattern is case-insensitive here; no non-ASCII codepoint lowercases to these
@@ -466,8 +467,8 @@ static void split_llama3(span *s) {
 
 /* Matching text for the PCRE2 paths, built once per split. */
 typedef struct subject {
-    char *bytes;     /* collapsed bytes (one per codepoint) or UTF-8 */
-    size_t *boff;    /* UTF-8 only: byte offset of each codepoint, n + 1 entries */
+    char *bytes;  /* collapsed bytes (one per codepoint) or UTF-8 */
+    size_t *boff; /* UTF-8 only: byte offset of each codepoint, n + 1 entries */
 } subject;
 
 /* One byte per codepoint: ASCII as is, whitespace as \v, others as their class
@@ -531,7 +532,7 @@ typedef struct matcher {
     pcre2_jit_stack *jstack;
 } matcher;
 
-#define JIT_STACK_MAX (64u << 20) /* virtual; pages are touched only as used */
+#define JIT_STACK_MAX  (64u << 20) /* virtual; pages are touched only as used */
 #define HEAP_LIMIT_KIB (256u << 10)
 
 static bool matcher_grow(matcher *m) {
@@ -548,8 +549,8 @@ static bool matcher_grow(matcher *m) {
  * outgrow PCRE2's default 32 KiB JIT stack: retry with a large one, then with
  * the interpreter under a heap cap, so hostile input fails instead of using
  * gigabytes. */
-static int run_match(matcher *m, const pcre2_code *code, const char *subj, size_t len,
-                     size_t start, uint32_t opts) {
+static int run_match(matcher *m, const pcre2_code *code, const char *subj, size_t len, size_t start,
+                     uint32_t opts) {
     int rc = pcre2_match(code, (PCRE2_SPTR)subj, len, start, opts, m->md, m->mctx);
     if (rc == PCRE2_ERROR_JIT_STACKLIMIT && matcher_grow(m))
         rc = pcre2_match(code, (PCRE2_SPTR)subj, len, start, opts, m->md, m->mctx);
@@ -591,8 +592,8 @@ static bool split_pcre(span *s, const tok_rx *r, const subject *sj, matcher *m, 
 }
 
 /* Applies regex r to every piece in `in`, appending the finer pieces to `out`. */
-static bool apply_rx(const tok_rx *r, const uint32_t *cpts, const subject *sj,
-                     const tok_szvec *in, tok_szvec *out, kvl_error *err) {
+static bool apply_rx(const tok_rx *r, const uint32_t *cpts, const subject *sj, const tok_szvec *in,
+                     tok_szvec *out, kvl_error *err) {
     matcher m = {0};
     if (r->code) {
         m.md = pcre2_match_data_create(1, NULL); /* only the whole match is read */

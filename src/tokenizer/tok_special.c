@@ -36,15 +36,18 @@ typedef struct id_key {
     size_t field; /* offset in tok_specials */
 } id_key;
 
-#define SPK(k, f) {"tokenizer.ggml." k, offsetof(tok_specials, f)}
+#define SPK(k, f)                                                                                  \
+    { "tokenizer.ggml." k, offsetof(tok_specials, f) }
 static const id_key ID_KEYS[] = {
-    SPK("bos_token_id", bos),     SPK("eos_token_id", eos),         SPK("eot_token_id", eot),
-    SPK("eom_token_id", eom),     SPK("unknown_token_id", unk),     SPK("seperator_token_id", sep),
-    SPK("padding_token_id", pad), SPK("mask_token_id", mask),       SPK("fim_pre_token_id", fim_pre),
-    SPK("fim_suf_token_id", fim_suf), SPK("fim_mid_token_id", fim_mid),
-    SPK("fim_pad_token_id", fim_pad), SPK("fim_rep_token_id", fim_rep),
-    SPK("fim_sep_token_id", fim_sep), SPK("prefix_token_id", fim_pre),
-    SPK("suffix_token_id", fim_suf),  SPK("middle_token_id", fim_mid),
+    SPK("bos_token_id", bos),         SPK("eos_token_id", eos),
+    SPK("eot_token_id", eot),         SPK("eom_token_id", eom),
+    SPK("unknown_token_id", unk),     SPK("seperator_token_id", sep),
+    SPK("padding_token_id", pad),     SPK("mask_token_id", mask),
+    SPK("fim_pre_token_id", fim_pre), SPK("fim_suf_token_id", fim_suf),
+    SPK("fim_mid_token_id", fim_mid), SPK("fim_pad_token_id", fim_pad),
+    SPK("fim_rep_token_id", fim_rep), SPK("fim_sep_token_id", fim_sep),
+    SPK("prefix_token_id", fim_pre),  SPK("suffix_token_id", fim_suf),
+    SPK("middle_token_id", fim_mid),
 };
 
 /* Metadata ids replace the defaults; a default or an id outside the vocab is
@@ -57,8 +60,9 @@ static void read_ids(tok_vocab *v, const gguf_file *f) {
         if (!gguf_get_i64(f, ID_KEYS[i].key, &val)) continue;
         if (val < 0 || val >= v->n_tokens) {
             /* 0xFFFFFFFF / -1 is how converters write "none": not worth a warning */
-            kvl_log(val == 0xFFFFFFFFll || val == -1 ? KVL_LOG_DEBUG : KVL_LOG_WARN, "%s: bad special token %s = %lld, using %d", gguf_path(f),
-                    ID_KEYS[i].key, (long long)val, (int)*id);
+            kvl_log(val == 0xFFFFFFFFll || val == -1 ? KVL_LOG_DEBUG : KVL_LOG_WARN,
+                    "%s: bad special token %s = %lld, using %d", gguf_path(f), ID_KEYS[i].key,
+                    (long long)val, (int)*id);
         } else {
             *id = (int32_t)val;
         }
@@ -71,36 +75,89 @@ static bool read_flags(tok_vocab *v, const gguf_file *f, kvl_error *err) {
     if (gguf_get_bool(f, "tokenizer.ggml.add_eos_token", &b)) v->add_eos = b;
     if (gguf_get_bool(f, "tokenizer.ggml.add_space_prefix", &b)) v->add_space_prefix = b;
     if (v->add_bos && v->sp.bos < 0)
-        return kvl_fail(err, "%s: tokenizer: add_bos_token is true but there is no BOS id", gguf_path(f));
+        return kvl_fail(err, "%s: tokenizer: add_bos_token is true but there is no BOS id",
+                        gguf_path(f));
     if (v->add_eos && v->sp.eos < 0)
-        return kvl_fail(err, "%s: tokenizer: add_eos_token is true but there is no EOS id", gguf_path(f));
+        return kvl_fail(err, "%s: tokenizer: add_eos_token is true but there is no EOS id",
+                        gguf_path(f));
     return true;
 }
 
-static const char *const EOT_NAMES[] = {
-    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>",
-    "<EOT>", "_<EOT>", "[EOT]", "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>",
-    "<end_of_utterance>", NULL};
+static const char *const EOT_NAMES[] = {"<|eot_id|>",
+                                        "<|im_end|>",
+                                        "<|end|>",
+                                        "<end_of_turn>",
+                                        "<|endoftext|>",
+                                        "<|end_of_text|>",
+                                        "<EOT>",
+                                        "_<EOT>",
+                                        "[EOT]",
+                                        "<\xEF\xBD\x9C"
+                                        "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>",
+                                        "<end_of_utterance>",
+                                        NULL};
 static const char *const EOM_NAMES[] = {"<|eom_id|>", NULL};
-static const char *const FIM_PRE_NAMES[] = {
-    "<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<\xEF\xBD\x9C" "fim\xE2\x96\x81" "begin\xEF\xBD\x9C>",
-    "<PRE>", "\xE2\x96\x81<PRE>", "<|code_prefix|>", "<|prefix|>", NULL};
-static const char *const FIM_SUF_NAMES[] = {
-    "<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<\xEF\xBD\x9C" "fim\xE2\x96\x81hole\xEF\xBD\x9C>",
-    "<SUF>", "\xE2\x96\x81<SUF>", "<|code_suffix|>", "<|suffix|>", NULL};
-static const char *const FIM_MID_NAMES[] = {
-    "<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<\xEF\xBD\x9C" "fim\xE2\x96\x81" "end\xEF\xBD\x9C>",
-    "<MID>", "\xE2\x96\x81<MID>", "<|code_middle|>", "<|middle|>", NULL};
-static const char *const FIM_PAD_NAMES[] = {"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]",
+static const char *const FIM_PRE_NAMES[] = {"<|fim_prefix|>",
+                                            "<fim-prefix>",
+                                            "<fim_prefix>",
+                                            "<\xEF\xBD\x9C"
+                                            "fim\xE2\x96\x81"
+                                            "begin\xEF\xBD\x9C>",
+                                            "<PRE>",
+                                            "\xE2\x96\x81<PRE>",
+                                            "<|code_prefix|>",
+                                            "<|prefix|>",
                                             NULL};
-static const char *const FIM_REP_NAMES[] = {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>",
-                                            "<reponame>", NULL};
+static const char *const FIM_SUF_NAMES[] = {"<|fim_suffix|>",
+                                            "<fim-suffix>",
+                                            "<fim_suffix>",
+                                            "<\xEF\xBD\x9C"
+                                            "fim\xE2\x96\x81hole\xEF\xBD\x9C>",
+                                            "<SUF>",
+                                            "\xE2\x96\x81<SUF>",
+                                            "<|code_suffix|>",
+                                            "<|suffix|>",
+                                            NULL};
+static const char *const FIM_MID_NAMES[] = {"<|fim_middle|>",
+                                            "<fim-middle>",
+                                            "<fim_middle>",
+                                            "<\xEF\xBD\x9C"
+                                            "fim\xE2\x96\x81"
+                                            "end\xEF\xBD\x9C>",
+                                            "<MID>",
+                                            "\xE2\x96\x81<MID>",
+                                            "<|code_middle|>",
+                                            "<|middle|>",
+                                            NULL};
+static const char *const FIM_PAD_NAMES[] = {"<|fim_pad|>", "<fim-pad>", "<fim_pad>",
+                                            "<PAD>",       "[PAD]",     NULL};
+static const char *const FIM_REP_NAMES[] = {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>",
+                                            "<REPO>",       "<reponame>",    NULL};
 static const char *const FIM_SEP_NAMES[] = {"<|file_sep|>", NULL};
-static const char *const EOG_NAMES[] = {
-    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
-    "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
-    "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
-    "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>", "[e~[", NULL};
+static const char *const EOG_NAMES[] = {"<|eot_id|>",
+                                        "<|im_end|>",
+                                        "<|end|>",
+                                        "<|return|>",
+                                        "<|call|>",
+                                        "<|flush|>",
+                                        "<|calls|>",
+                                        "<end_of_turn>",
+                                        "<|endoftext|>",
+                                        "</s>",
+                                        "<|eom_id|>",
+                                        "<EOT>",
+                                        "_<EOT>",
+                                        "[EOT]",
+                                        "[EOS]",
+                                        "<|end_of_text|>",
+                                        "<end_of_utterance>",
+                                        "<eos>",
+                                        "<turn|>",
+                                        "<|tool_response>",
+                                        "<\xEF\xBD\x9C"
+                                        "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>",
+                                        "[e~[",
+                                        NULL};
 
 /* llama.cpp scans its token map in hash order and takes the first match; we
  * take the lowest id, which agrees whenever a vocab has one candidate. */

@@ -91,8 +91,8 @@ static bool overlaps_guard(const guards *g, size_t at, size_t n) {
 }
 
 /* The next occurrence of token id in f from pos that may become the token. */
-static const char *next_match(const tok_vocab *v, const char *text, const frag *f, size_t pos, int32_t id,
-                              const guards *g) {
+static const char *next_match(const tok_vocab *v, const char *text, const frag *f, size_t pos,
+                              int32_t id, const guards *g) {
     const char *s = v->strs[id];
     const size_t n = v->lens[id];
     const bool check = g && g->n && is_guarded_token(v, id);
@@ -103,8 +103,8 @@ static const char *next_match(const tok_vocab *v, const char *text, const frag *
 
 /* Splits raw fragment f at every occurrence of special token id, leftmost
  * first, applying the token's LSTRIP/RSTRIP to the text beside it. */
-static bool split_at(const tok_vocab *v, const char *text, const frag *f, int32_t id, const guards *g,
-                     fragvec *out) {
+static bool split_at(const tok_vocab *v, const char *text, const frag *f, int32_t id,
+                     const guards *g, fragvec *out) {
     const size_t n = v->lens[id], end = f->off + f->len;
     size_t pos = f->off;
     bool ok = true;
@@ -120,10 +120,10 @@ static bool split_at(const tok_vocab *v, const char *text, const frag *f, int32_
     return ok && (pos >= end || frag_push(out, -1, pos, end - pos));
 }
 
-static bool occurs(const tok_vocab *v, const char *text, const fragvec *fr, int32_t id, const guards *g) {
+static bool occurs(const tok_vocab *v, const char *text, const fragvec *fr, int32_t id,
+                   const guards *g) {
     for (size_t i = 0; i < fr->n; i++) {
-        if (fr->v[i].id < 0 && next_match(v, text, &fr->v[i], fr->v[i].off, id, g))
-            return true;
+        if (fr->v[i].id < 0 && next_match(v, text, &fr->v[i], fr->v[i].off, id, g)) return true;
     }
     return false;
 }
@@ -197,8 +197,9 @@ static bool encode_fragments(const tok_vocab *v, const char *text, const fragvec
     return true;
 }
 
-static int64_t encode(const tok_vocab *v, const char *text, size_t len, bool add_bos, bool parse_special,
-                      const guards *g, int32_t *out, int64_t cap, kvl_error *err) {
+static int64_t encode(const tok_vocab *v, const char *text, size_t len, bool add_bos,
+                      bool parse_special, const guards *g, int32_t *out, int64_t cap,
+                      kvl_error *err) {
     if (err) err->msg[0] = '\0';
     if (!text && len) {
         kvl_fail(err, "tokenizer: NULL text");
@@ -217,13 +218,14 @@ static int64_t encode(const tok_vocab *v, const char *text, size_t len, bool add
     return n;
 }
 
-int64_t tok_encode(const tok_vocab *v, const char *text, size_t len, bool add_bos, bool parse_special,
-                   int32_t *out, int64_t cap, kvl_error *err) {
+int64_t tok_encode(const tok_vocab *v, const char *text, size_t len, bool add_bos,
+                   bool parse_special, int32_t *out, int64_t cap, kvl_error *err) {
     return encode(v, text, len, add_bos, parse_special, NULL, out, cap, err);
 }
 
-int64_t tok_encode_guarded(const tok_vocab *v, const char *text, size_t len, bool add_bos, const tok_span *guard,
-                           size_t n_guard, int32_t *out, int64_t cap, kvl_error *err) {
+int64_t tok_encode_guarded(const tok_vocab *v, const char *text, size_t len, bool add_bos,
+                           const tok_span *guard, size_t n_guard, int32_t *out, int64_t cap,
+                           kvl_error *err) {
     for (size_t i = 0; i < n_guard; i++)
         if (guard[i].off > len || guard[i].len > len - guard[i].off ||
             (i > 0 && guard[i].off < guard[i - 1].off + guard[i - 1].len)) {
@@ -234,8 +236,9 @@ int64_t tok_encode_guarded(const tok_vocab *v, const char *text, size_t len, boo
     return encode(v, text, len, add_bos, true, &g, out, cap, err);
 }
 
-int32_t *tok_encode_alloc(const tok_vocab *v, const char *text, size_t len, bool add_bos, bool parse_special,
-                          const tok_span *guard, size_t n_guard, int64_t *n, kvl_error *err) {
+int32_t *tok_encode_alloc(const tok_vocab *v, const char *text, size_t len, bool add_bos,
+                          bool parse_special, const tok_span *guard, size_t n_guard, int64_t *n,
+                          kvl_error *err) {
     /* A first guess of one id per byte can be short (byte-level BPE spells an
      * invalid UTF-8 byte as several tokens): the count the first call returns
      * sizes the second. */
@@ -246,8 +249,9 @@ int32_t *tok_encode_alloc(const tok_vocab *v, const char *text, size_t len, bool
             kvl_fail(err, "tokenizer: out of memory for %lld token ids", (long long)cap);
             return NULL;
         }
-        int64_t got = guard ? tok_encode_guarded(v, text, len, add_bos, guard, n_guard, ids, cap, err)
-                            : tok_encode(v, text, len, add_bos, parse_special, ids, cap, err);
+        int64_t got = guard
+                          ? tok_encode_guarded(v, text, len, add_bos, guard, n_guard, ids, cap, err)
+                          : tok_encode(v, text, len, add_bos, parse_special, ids, cap, err);
         if (got >= 0 && got <= cap) {
             *n = got;
             return ids;
@@ -261,8 +265,12 @@ int32_t *tok_encode_alloc(const tok_vocab *v, const char *text, size_t len, bool
 }
 
 int32_t tok_n_special(const tok_vocab *v) { return v->n_special; }
-int32_t tok_special_id(const tok_vocab *v, int32_t k) { return k >= 0 && k < v->n_special ? v->special_ids[k] : -1; }
-bool tok_is_parse_special(const tok_vocab *v, int32_t id) { return valid_id(v, id) && is_guarded_token(v, id); }
+int32_t tok_special_id(const tok_vocab *v, int32_t k) {
+    return k >= 0 && k < v->n_special ? v->special_ids[k] : -1;
+}
+bool tok_is_parse_special(const tok_vocab *v, int32_t id) {
+    return valid_id(v, id) && is_guarded_token(v, id);
+}
 
 /* ---------------------------------------------------------------- decode */
 
@@ -345,7 +353,8 @@ static bool token_piece(const tok_vocab *v, int32_t id, charbuf *b) {
     const char *s = v->strs[id];
     const size_t len = v->lens[id];
     if (a & (TOK_ATTR_UNKNOWN | TOK_ATTR_CONTROL | TOK_ATTR_USER_DEFINED)) return cb_put(b, s, len);
-    if (a & TOK_ATTR_NORMAL) return v->kind == TOK_KIND_SPM ? spm_piece(s, len, b) : bpe_piece(s, len, b);
+    if (a & TOK_ATTR_NORMAL)
+        return v->kind == TOK_KIND_SPM ? spm_piece(s, len, b) : bpe_piece(s, len, b);
     if (a & TOK_ATTR_BYTE) return byte_piece(s, len, b);
     return true; /* unused / undefined tokens decode to nothing */
 }

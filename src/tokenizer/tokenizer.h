@@ -23,8 +23,8 @@ int32_t tok_n_vocab(const tok_vocab *v);
 /* A number no other vocabulary of this process has had (a key for tables built
  * per vocabulary: an address can be reused after tok_vocab_destroy). */
 uint64_t tok_vocab_uid(const tok_vocab *v);
-int32_t tok_bos(const tok_vocab *v); /* -1 if none */
-int32_t tok_eos(const tok_vocab *v); /* -1 if none */
+int32_t tok_bos(const tok_vocab *v);  /* -1 if none */
+int32_t tok_eos(const tok_vocab *v);  /* -1 if none */
 bool tok_add_bos(const tok_vocab *v); /* tokenizer.ggml.add_bos_token, or the family default */
 /* End of generation: EOS, EOT, <|im_end|>, <|eot_id|>, ... (token types and known names). */
 bool tok_is_eog(const tok_vocab *v, int32_t id);
@@ -49,14 +49,16 @@ typedef struct tok_span {
  * parse_special off. For chat prompts: the template's own markup becomes
  * special tokens, text a client sent never does. Raw text is cut exactly where
  * tok_encode would cut it, so unguarded text tokenizes the same. */
-int64_t tok_encode_guarded(const tok_vocab *v, const char *text, size_t len, bool add_bos, const tok_span *guard,
-                           size_t n_guard, int32_t *out, int64_t cap, kvl_error *err);
+int64_t tok_encode_guarded(const tok_vocab *v, const char *text, size_t len, bool add_bos,
+                           const tok_span *guard, size_t n_guard, int32_t *out, int64_t cap,
+                           kvl_error *err);
 
 /* tok_encode (guard NULL) or tok_encode_guarded (guard non-NULL; parse_special
  * is then implied) into an array it allocates: returns the ids, which the
  * caller frees, and their count in *n; NULL with err filled on failure. */
-int32_t *tok_encode_alloc(const tok_vocab *v, const char *text, size_t len, bool add_bos, bool parse_special,
-                          const tok_span *guard, size_t n_guard, int64_t *n, kvl_error *err);
+int32_t *tok_encode_alloc(const tok_vocab *v, const char *text, size_t len, bool add_bos,
+                          bool parse_special, const tok_span *guard, size_t n_guard, int64_t *n,
+                          kvl_error *err);
 
 /* The tokens that are matched in text (tokenizer.ggml.token_type control,
  * user-defined, unknown), k = 0 .. tok_n_special - 1, longest text first; and

@@ -6,9 +6,9 @@
 
 #include <string.h>
 
-#define ENSURE(c) \
-    do {          \
-        if (!(c)) __builtin_trap(); \
+#define ENSURE(c)                                                                                  \
+    do {                                                                                           \
+        if (!(c)) __builtin_trap();                                                                \
     } while (0)
 
 static volatile uint64_t sink; /* keeps the reads below from being optimized out */

@@ -14,10 +14,12 @@
 #include "grammar.h"
 #include "srv_internal.h" /* utf8_valid */
 
-static const char *const TEXTS[] = {"", "a", "{}", "{\"a\": 1}", "[1, \"x\", null]", "2024-07-26", "\"\xC3\xA9\""};
+static const char *const TEXTS[] = {
+    "", "a", "{}", "{\"a\": 1}", "[1, \"x\", null]", "2024-07-26", "\"\xC3\xA9\""};
 
 static void exercise(const grammar *g, const char *src, size_t n) {
-    for (size_t i = 0; i < sizeof TEXTS / sizeof TEXTS[0]; i++) grammar_match_text(g, TEXTS[i], strlen(TEXTS[i]));
+    for (size_t i = 0; i < sizeof TEXTS / sizeof TEXTS[0]; i++)
+        grammar_match_text(g, TEXTS[i], strlen(TEXTS[i]));
     grammar_state *st = grammar_state_new(g);
     if (!st) return;
     /* the input's own bytes as output, as far as the grammar allows them */
@@ -48,7 +50,8 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size) {
     } else {
         kvl_buf b = {0};
         kvl_buf_puts(&b, "root ::= s-root\n");
-        bool ok = kind == 1 ? json_schema_to_gbnf(src, "s-", &b, &err) : regex_to_gbnf(src, "s-", false, &b, &err);
+        bool ok = kind == 1 ? json_schema_to_gbnf(src, "s-", &b, &err)
+                            : regex_to_gbnf(src, "s-", false, &b, &err);
         if (ok && !b.oom) {
             g = grammar_compile(b.p, NULL, &err);
             if (!g) { /* a translation must be valid GBNF */

@@ -10,12 +10,17 @@
 static const char *VARS =
     "{\"messages\": [{\"role\": \"system\", \"content\": \"Be brief.\"},"
     " {\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": \"Weather in Paris?\"}]},"
-    " {\"role\": \"assistant\", \"content\": null, \"reasoning_content\": \"think\", \"tool_calls\": [{\"id\": \"c1\","
-    " \"type\": \"function\", \"function\": {\"name\": \"w\", \"arguments\": {\"city\": \"Paris\", \"n\": 2.5}}}]},"
+    " {\"role\": \"assistant\", \"content\": null, \"reasoning_content\": \"think\", "
+    "\"tool_calls\": [{\"id\": \"c1\","
+    " \"type\": \"function\", \"function\": {\"name\": \"w\", \"arguments\": {\"city\": \"Paris\", "
+    "\"n\": 2.5}}}]},"
     " {\"role\": \"tool\", \"tool_call_id\": \"c1\", \"content\": \"sunny\"}],"
-    " \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"w\", \"parameters\": {\"type\": \"object\","
-    " \"properties\": {\"city\": {\"type\": \"string\", \"enum\": [\"a\", \"b\"]}}, \"required\": [\"city\"]}}}],"
-    " \"documents\": null, \"add_generation_prompt\": true, \"bos_token\": \"<s>\", \"eos_token\": \"</s>\","
+    " \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"w\", \"parameters\": "
+    "{\"type\": \"object\","
+    " \"properties\": {\"city\": {\"type\": \"string\", \"enum\": [\"a\", \"b\"]}}, \"required\": "
+    "[\"city\"]}}}],"
+    " \"documents\": null, \"add_generation_prompt\": true, \"bos_token\": \"<s>\", \"eos_token\": "
+    "\"</s>\","
     " \"enable_thinking\": false}";
 
 int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size) {

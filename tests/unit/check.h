@@ -9,14 +9,14 @@
 #include <stdio.h>
 
 static int failures;
-#define CHECK(cond, ...)                                                             \
-    do {                                                                             \
-        if (!(cond)) {                                                               \
-            failures++;                                                              \
-            fprintf(stderr, "%s:%d: CHECK(%s) failed", __FILE__, __LINE__, #cond);   \
-            fprintf(stderr, " " __VA_ARGS__);                                        \
-            fputc('\n', stderr);                                                     \
-        }                                                                            \
+#define CHECK(cond, ...)                                                                           \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            failures++;                                                                            \
+            fprintf(stderr, "%s:%d: CHECK(%s) failed", __FILE__, __LINE__, #cond);                 \
+            fprintf(stderr, " " __VA_ARGS__);                                                      \
+            fputc('\n', stderr);                                                                   \
+        }                                                                                          \
     } while (0)
 
 #endif

@@ -18,21 +18,21 @@
 
 #include "model.h"
 
-#define N_TOK 600
-#define N_CTX 1024
-#define BLOCK 16
+#define N_TOK  600
+#define N_CTX  1024
+#define BLOCK  16
 #define N_WANT 12
 
 static int failures;
 /* The condition, and what it means when it fails. */
-#define EXPECT(c, ...)                                        \
-    do {                                                      \
-        if (!(c)) {                                           \
-            fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);   \
-            fprintf(stderr, __VA_ARGS__);                     \
-            fputc('\n', stderr);                              \
-            failures++;                                       \
-        }                                                     \
+#define EXPECT(c, ...)                                                                             \
+    do {                                                                                           \
+        if (!(c)) {                                                                                \
+            fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);                                        \
+            fprintf(stderr, __VA_ARGS__);                                                          \
+            fputc('\n', stderr);                                                                   \
+            failures++;                                                                            \
+        }                                                                                          \
     } while (0)
 
 typedef struct setup {
@@ -134,7 +134,8 @@ static bool run_ref(setup *su, float *out) {
     for (int t = 0; ok && t < N_TOK; t++) {
         ok = model_forward_ref(su->m, kv.pools, kv.tables, su->tokens[t], su->pos[t], logits, &err);
         if (!ok) fprintf(stderr, "model_forward_ref: %s\n", err.msg);
-        if (ok && su->want[t]) memcpy(out + n_out++ * su->vocab, logits, (size_t)su->vocab * sizeof *logits);
+        if (ok && su->want[t])
+            memcpy(out + n_out++ * su->vocab, logits, (size_t)su->vocab * sizeof *logits);
     }
     free(logits);
     kv_close(su, &kv);
@@ -193,23 +194,28 @@ static void test_model(const char *path, int kv_dtype, double tol) {
         const char *name;
         int slice;
         bool twin;
-    } ways[] = {{"one token per forward", 1, false}, {"slices of 100", 100, false}, {"with a second sequence", 300, true}};
+    } ways[] = {{"one token per forward", 1, false},
+                {"slices of 100", 100, false},
+                {"with a second sequence", 300, true}};
     for (size_t w = 0; w < sizeof ways / sizeof ways[0] && ref && got; w++) {
         memset(got, 0, bytes);
         const bool ok = run(su, ways[w].slice, ways[w].twin, got);
         EXPECT(ok, "%s: %s ran", path, ways[w].name);
-        EXPECT(!ok || memcmp(ref, got, bytes) == 0, "%s (kv %s): %s: logits differ from one batch", path,
-              gguf_dtype_name(kv_dtype), ways[w].name);
+        EXPECT(!ok || memcmp(ref, got, bytes) == 0, "%s (kv %s): %s: logits differ from one batch",
+               path, gguf_dtype_name(kv_dtype), ways[w].name);
     }
     if (tol < 0) {
-        printf("%s (kv %s): checked (no reference forward for this model)\n", path, gguf_dtype_name(kv_dtype));
+        printf("%s (kv %s): checked (no reference forward for this model)\n", path,
+               gguf_dtype_name(kv_dtype));
         goto done;
     }
     double err_ref = NAN;
     if (ref && got && run_ref(su, got)) err_ref = max_normalized_error(ref, got, su->vocab);
-    EXPECT(err_ref <= tol, "%s (kv %s): logits differ from the reference forward by %.3g (tolerance %.3g)", path,
+    EXPECT(err_ref <= tol,
+           "%s (kv %s): logits differ from the reference forward by %.3g (tolerance %.3g)", path,
            gguf_dtype_name(kv_dtype), err_ref, tol);
-    printf("%s (kv %s): checked; against the reference forward %.3g\n", path, gguf_dtype_name(kv_dtype), err_ref);
+    printf("%s (kv %s): checked; against the reference forward %.3g\n", path,
+           gguf_dtype_name(kv_dtype), err_ref);
 done:
     free(ref);
     free(got);
@@ -224,12 +230,15 @@ int main(void) {
         const char *file;
         int kv;
         double tol;
-    } cases[] = {{"llama-gqa-bpe-f16.gguf", GGUF_DT_F16, 1e-2}, {"llama-gqa-bpe-q4_0.gguf", GGUF_DT_Q8_0, 0.15},
-                 {"deepseek2-mla-f32.gguf", GGUF_DT_F16, 3e-3}, {"gemma3-swa-f32.gguf", GGUF_DT_F16, 2e-3},
+    } cases[] = {{"llama-gqa-bpe-f16.gguf", GGUF_DT_F16, 1e-2},
+                 {"llama-gqa-bpe-q4_0.gguf", GGUF_DT_Q8_0, 0.15},
+                 {"deepseek2-mla-f32.gguf", GGUF_DT_F16, 3e-3},
+                 {"gemma3-swa-f32.gguf", GGUF_DT_F16, 2e-3},
                  {"qwen3-f32.gguf", GGUF_DT_BF16, 5e-4},
                  /* mixture of experts: the ubatch's tokens grouped by expert, a few or many per
                   * expert (the reference forward is dense only: tolerance < 0 skips it) */
-                 {"qwen3moe-q8_0.gguf", GGUF_DT_F16, -1}, {"deepseek2-moe-f32.gguf", GGUF_DT_F16, -1},
+                 {"qwen3moe-q8_0.gguf", GGUF_DT_F16, -1},
+                 {"deepseek2-moe-f32.gguf", GGUF_DT_F16, -1},
                  {"llama-moe-f32.gguf", GGUF_DT_F16, -1}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         snprintf(path, sizeof path, "%s%s", dir, cases[i].file);

@@ -21,7 +21,8 @@ static void test_buf(void) {
     char want[5001]; /* snprintf writes the NUL after the last entry */
     for (int i = 0; i < 1000; i++) kvl_buf_printf(&b, "%04d,", i);
     for (int i = 0; i < 1000; i++) snprintf(want + 5 * i, 6, "%04d,", i);
-    CHECK(!b.oom && b.len == 5000 && memcmp(b.p, want, 5000) == 0 && b.p[5000] == 0 && b.cap > b.len);
+    CHECK(!b.oom && b.len == 5000 && memcmp(b.p, want, 5000) == 0 && b.p[5000] == 0 &&
+          b.cap > b.len);
     kvl_buf_free(&b);
 
     /* a formatted append longer than any small stack buffer */
@@ -30,7 +31,8 @@ static void test_buf(void) {
     big[sizeof big - 1] = 0;
     kvl_buf_puts(&b, "<");
     kvl_buf_printf(&b, "%s>%d", big, 7);
-    CHECK(b.len == 1 + 2999 + 2 && b.p[0] == '<' && b.p[3000] == '>' && strcmp(b.p + 3001, "7") == 0);
+    CHECK(b.len == 1 + 2999 + 2 && b.p[0] == '<' && b.p[3000] == '>' &&
+          strcmp(b.p + 3001, "7") == 0);
 
     /* a size that overflows: oom, and nothing changes afterwards */
     const size_t len = b.len;

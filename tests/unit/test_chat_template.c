@@ -9,11 +9,16 @@
 
 #include "check.h"
 
-
-#define DS_BOS "<\xEF\xBD\x9C" "begin\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>"
-#define DS_EOS "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>"
+#define DS_BOS                                                                                     \
+    "<\xEF\xBD\x9C"                                                                                \
+    "begin\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>"
+#define DS_EOS                                                                                     \
+    "<\xEF\xBD\x9C"                                                                                \
+    "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>"
 #define DS_USER "<\xEF\xBD\x9CUser\xEF\xBD\x9C>"
-#define DS_ASSISTANT "<\xEF\xBD\x9C" "Assistant\xEF\xBD\x9C>"
+#define DS_ASSISTANT                                                                               \
+    "<\xEF\xBD\x9C"                                                                                \
+    "Assistant\xEF\xBD\x9C>"
 
 static const chat_msg CONV[] = {
     {"system", "You are a helpful assistant"},
@@ -26,53 +31,80 @@ static const chat_msg CONV[] = {
 #define N_CONV 6
 
 /* Official templates (abridged where the rest only concerns tools). */
-static const char *T_CHATML =
-    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
-    "'<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+static const char *T_CHATML = "{% for message in messages %}{{'<|im_start|>' + message['role'] + "
+                              "'\\n' + message['content'] + "
+                              "'<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ "
+                              "'<|im_start|>assistant\\n' }}{% endif %}";
 static const char *T_LLAMA3 =
     "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = "
-    "'<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'+ message['content'] | trim + "
-    "'<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}{{ content }}"
-    "{% endfor %}{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{% endif %}";
+    "'<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'+ message['content'] | "
+    "trim + "
+    "'<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}{{ "
+    "content }}"
+    "{% endfor %}{% if add_generation_prompt %}{{ "
+    "'<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{% endif %}";
 static const char *T_LLAMA2 =
-    "{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}{% set system_message = "
-    "messages[0]['content'] %}{% else %}{% set loop_messages = messages %}{% set system_message = false %}"
-    "{% endif %}{% for message in loop_messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
-    "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}"
-    "{% if loop.index0 == 0 and system_message != false %}{% set content = '<<SYS>>\\n' + system_message + "
-    "'\\n<</SYS>>\\n\\n' + message['content'] %}{% else %}{% set content = message['content'] %}{% endif %}"
+    "{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}{% set "
+    "system_message = "
+    "messages[0]['content'] %}{% else %}{% set loop_messages = messages %}{% set system_message = "
+    "false %}"
+    "{% endif %}{% for message in loop_messages %}{% if (message['role'] == 'user') != "
+    "(loop.index0 % 2 == 0) %}"
+    "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') "
+    "}}{% endif %}"
+    "{% if loop.index0 == 0 and system_message != false %}{% set content = '<<SYS>>\\n' + "
+    "system_message + "
+    "'\\n<</SYS>>\\n\\n' + message['content'] %}{% else %}{% set content = message['content'] %}{% "
+    "endif %}"
     "{% if message['role'] == 'user' %}{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}"
-    "{% elif message['role'] == 'assistant' %}{{ ' '  + content.strip() + ' ' + eos_token }}{% endif %}{% endfor %}";
+    "{% elif message['role'] == 'assistant' %}{{ ' '  + content.strip() + ' ' + eos_token }}{% "
+    "endif %}{% endfor %}";
 static const char *T_MISTRAL =
-    "{{ bos_token }}{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
-    "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}"
+    "{{ bos_token }}{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 "
+    "% 2 == 0) %}"
+    "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') "
+    "}}{% endif %}"
     "{% if message['role'] == 'user' %}{{ '[INST] ' + message['content'] + ' [/INST]' }}{% elif "
-    "message['role'] == 'assistant' %}{{ message['content'] + eos_token}}{% else %}{{ raise_exception('Only "
+    "message['role'] == 'assistant' %}{{ message['content'] + eos_token}}{% else %}{{ "
+    "raise_exception('Only "
     "user and assistant roles are supported!') }}{% endif %}{% endfor %}";
 static const char *T_GEMMA =
     "{{ bos_token }}{%- if messages[0]['role'] == 'system' -%}{%- set first_user_prefix = "
-    "messages[0]['content'] + '\\n\\n' -%}{%- set loop_messages = messages[1:] -%}{%- else -%}{%- set "
-    "first_user_prefix = \"\" -%}{%- set loop_messages = messages -%}{%- endif -%}{%- for message in "
-    "loop_messages -%}{%- if (message['role'] == 'assistant') -%}{%- set role = \"model\" -%}{%- else -%}"
-    "{%- set role = message['role'] -%}{%- endif -%}{{ '<start_of_turn>' + role + '\\n' + (first_user_prefix "
-    "if loop.first else \"\") }}{{ message['content'] | trim }}{{ '<end_of_turn>\\n' }}{%- endfor -%}{%- if "
+    "messages[0]['content'] + '\\n\\n' -%}{%- set loop_messages = messages[1:] -%}{%- else -%}{%- "
+    "set "
+    "first_user_prefix = \"\" -%}{%- set loop_messages = messages -%}{%- endif -%}{%- for message "
+    "in "
+    "loop_messages -%}{%- if (message['role'] == 'assistant') -%}{%- set role = \"model\" -%}{%- "
+    "else -%}"
+    "{%- set role = message['role'] -%}{%- endif -%}{{ '<start_of_turn>' + role + '\\n' + "
+    "(first_user_prefix "
+    "if loop.first else \"\") }}{{ message['content'] | trim }}{{ '<end_of_turn>\\n' }}{%- endfor "
+    "-%}{%- if "
     "add_generation_prompt -%}{{'<start_of_turn>model\\n'}}{%- endif -%}";
 static const char *T_DEEPSEEK3 =
-    "{% if not add_generation_prompt is defined %}{% set add_generation_prompt = false %}{% endif %}{% set ns = "
-    "namespace(is_first=false, is_tool=false, is_output_first=true, system_prompt='') %}{%- for message in "
-    "messages %}{%- if message['role'] == 'system' %}{% set ns.system_prompt = message['content'] %}{%- endif %}"
-    "{%- endfor %}{{bos_token}}{{ns.system_prompt}}{%- for message in messages %}{%- if message['role'] == "
-    "'user' %}{{'" DS_USER "' + message['content']}}{%- endif %}{%- if message['role'] == 'assistant' and "
-    "message['content'] is not none %}{{'" DS_ASSISTANT "' + message['content'] + '" DS_EOS "'}}{%- endif %}"
+    "{% if not add_generation_prompt is defined %}{% set add_generation_prompt = false %}{% endif "
+    "%}{% set ns = "
+    "namespace(is_first=false, is_tool=false, is_output_first=true, system_prompt='') %}{%- for "
+    "message in "
+    "messages %}{%- if message['role'] == 'system' %}{% set ns.system_prompt = message['content'] "
+    "%}{%- endif %}"
+    "{%- endfor %}{{bos_token}}{{ns.system_prompt}}{%- for message in messages %}{%- if "
+    "message['role'] == "
+    "'user' %}{{'" DS_USER
+    "' + message['content']}}{%- endif %}{%- if message['role'] == 'assistant' and "
+    "message['content'] is not none %}{{'" DS_ASSISTANT "' + message['content'] + '" DS_EOS
+    "'}}{%- endif %}"
     "{%- endfor -%}{% if add_generation_prompt %}{{'" DS_ASSISTANT "'}}{% endif %}";
 static const char *T_DEEPSEEK2 =
-    "{% if not add_generation_prompt is defined %}{% set add_generation_prompt = false %}{% endif %}"
+    "{% if not add_generation_prompt is defined %}{% set add_generation_prompt = false %}{% endif "
+    "%}"
     "{{ bos_token }}{% for message in messages %}{% if message['role'] == 'user' %}{{ 'User: ' + "
     "message['content'] + '\\n\\n' }}{% elif message['role'] == 'assistant' %}{{ 'Assistant: ' + "
-    "message['content'] + eos_token }}{% elif message['role'] == 'system' %}{{ message['content'] + '\\n\\n' }}"
+    "message['content'] + eos_token }}{% elif message['role'] == 'system' %}{{ message['content'] "
+    "+ '\\n\\n' }}"
     "{% endif %}{% endfor %}{% if add_generation_prompt %}{{ 'Assistant:' }}{% endif %}";
-static const char *T_UNKNOWN =
-    "{% for message in messages %}{{'### ' + message['role'] + ': ' + message['content'] + '\\n'}}{% endfor %}";
+static const char *T_UNKNOWN = "{% for message in messages %}{{'### ' + message['role'] + ': ' + "
+                               "message['content'] + '\\n'}}{% endfor %}";
 
 static void test_detect(void) {
     CHECK(chat_template_detect(NULL) == CHAT_TMPL_CHATML);
@@ -91,11 +123,12 @@ static void test_detect(void) {
 }
 
 /* Renders CONV[first..] with tmpl's family and the given BOS/EOS texts. */
-static void expect(const char *tmpl, int first, const char *bos, const char *eos, const char *want) {
+static void expect(const char *tmpl, int first, const char *bos, const char *eos,
+                   const char *want) {
     char *out = NULL;
     kvl_error err = {{0}};
-    int64_t n = chat_template_render(chat_template_detect(tmpl), bos, eos, CONV + first, N_CONV - first,
-                                     true, &out, &err);
+    int64_t n = chat_template_render(chat_template_detect(tmpl), bos, eos, CONV + first,
+                                     N_CONV - first, true, &out, &err);
     CHECK(n >= 0);
     if (n < 0) {
         fprintf(stderr, "  error: %s\n", err.msg);
@@ -112,42 +145,56 @@ static void expect(const char *tmpl, int first, const char *bos, const char *eos
 
 static void test_render(void) {
     expect(T_CHATML, 0, NULL, NULL,
-           "<|im_start|>system\nYou are a helpful assistant<|im_end|>\n<|im_start|>user\nHello<|im_end|>\n"
+           "<|im_start|>system\nYou are a helpful "
+           "assistant<|im_end|>\n<|im_start|>user\nHello<|im_end|>\n"
            "<|im_start|>assistant\nHi there<|im_end|>\n<|im_start|>user\nWho are you<|im_end|>\n"
-           "<|im_start|>assistant\n   I am an assistant   <|im_end|>\n<|im_start|>user\nAnother question"
+           "<|im_start|>assistant\n   I am an assistant   <|im_end|>\n<|im_start|>user\nAnother "
+           "question"
            "<|im_end|>\n<|im_start|>assistant\n");
-    expect(T_LLAMA3, 0, "<|begin_of_text|>", "<|eot_id|>",
-           "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nYou are a helpful assistant<|eot_id|>"
-           "<|start_header_id|>user<|end_header_id|>\n\nHello<|eot_id|><|start_header_id|>assistant"
-           "<|end_header_id|>\n\nHi there<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nWho are you"
-           "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\nI am an assistant<|eot_id|>"
-           "<|start_header_id|>user<|end_header_id|>\n\nAnother question<|eot_id|><|start_header_id|>"
-           "assistant<|end_header_id|>\n\n");
-    expect(T_LLAMA2, 0, "<s>", "</s>",
-           "<s>[INST] <<SYS>>\nYou are a helpful assistant\n<</SYS>>\n\nHello [/INST] Hi there </s>"
-           "<s>[INST] Who are you [/INST] I am an assistant </s><s>[INST] Another question [/INST]");
-    expect(T_MISTRAL, 1, "<s>", "</s>",
-           "<s>[INST] Hello [/INST]Hi there</s>[INST] Who are you [/INST]   I am an assistant   </s>"
-           "[INST] Another question [/INST]");
+    expect(
+        T_LLAMA3, 0, "<|begin_of_text|>", "<|eot_id|>",
+        "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nYou are a helpful "
+        "assistant<|eot_id|>"
+        "<|start_header_id|>user<|end_header_id|>\n\nHello<|eot_id|><|start_header_id|>assistant"
+        "<|end_header_id|>\n\nHi there<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nWho "
+        "are you"
+        "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\nI am an assistant<|eot_id|>"
+        "<|start_header_id|>user<|end_header_id|>\n\nAnother question<|eot_id|><|start_header_id|>"
+        "assistant<|end_header_id|>\n\n");
+    expect(
+        T_LLAMA2, 0, "<s>", "</s>",
+        "<s>[INST] <<SYS>>\nYou are a helpful assistant\n<</SYS>>\n\nHello [/INST] Hi there </s>"
+        "<s>[INST] Who are you [/INST] I am an assistant </s><s>[INST] Another question [/INST]");
+    expect(
+        T_MISTRAL, 1, "<s>", "</s>",
+        "<s>[INST] Hello [/INST]Hi there</s>[INST] Who are you [/INST]   I am an assistant   </s>"
+        "[INST] Another question [/INST]");
     expect(T_MISTRAL, 0, "<s>", "</s>",
-           "<s>[INST] You are a helpful assistant\n\nHello [/INST]Hi there</s>[INST] Who are you [/INST]"
+           "<s>[INST] You are a helpful assistant\n\nHello [/INST]Hi there</s>[INST] Who are you "
+           "[/INST]"
            "   I am an assistant   </s>[INST] Another question [/INST]");
     expect(T_GEMMA, 0, "<bos>", "<eos>",
-           "<bos><start_of_turn>user\nYou are a helpful assistant\n\nHello<end_of_turn>\n<start_of_turn>model\n"
-           "Hi there<end_of_turn>\n<start_of_turn>user\nWho are you<end_of_turn>\n<start_of_turn>model\n"
+           "<bos><start_of_turn>user\nYou are a helpful "
+           "assistant\n\nHello<end_of_turn>\n<start_of_turn>model\n"
+           "Hi there<end_of_turn>\n<start_of_turn>user\nWho are "
+           "you<end_of_turn>\n<start_of_turn>model\n"
            "I am an assistant<end_of_turn>\n<start_of_turn>user\nAnother question<end_of_turn>\n"
            "<start_of_turn>model\n");
     expect(T_DEEPSEEK3, 0, DS_BOS, DS_EOS,
-           DS_BOS "You are a helpful assistant" DS_USER "Hello" DS_ASSISTANT "Hi there" DS_EOS DS_USER
-           "Who are you" DS_ASSISTANT "   I am an assistant   " DS_EOS DS_USER "Another question" DS_ASSISTANT);
+           DS_BOS "You are a helpful assistant" DS_USER "Hello" DS_ASSISTANT
+                  "Hi there" DS_EOS DS_USER "Who are you" DS_ASSISTANT
+                  "   I am an assistant   " DS_EOS DS_USER "Another question" DS_ASSISTANT);
     expect(T_DEEPSEEK2, 0, "", DS_EOS,
-           "You are a helpful assistant\n\nUser: Hello\n\nAssistant: Hi there" DS_EOS "User: Who are you\n\n"
+           "You are a helpful assistant\n\nUser: Hello\n\nAssistant: Hi there" DS_EOS
+           "User: Who are you\n\n"
            "Assistant:    I am an assistant   " DS_EOS "User: Another question\n\nAssistant:");
     /* The families' default BOS/EOS texts are the official ones. */
     expect(T_GEMMA, 1, NULL, NULL,
-           "<bos><start_of_turn>user\nHello<end_of_turn>\n<start_of_turn>model\nHi there<end_of_turn>\n"
+           "<bos><start_of_turn>user\nHello<end_of_turn>\n<start_of_turn>model\nHi "
+           "there<end_of_turn>\n"
            "<start_of_turn>user\nWho are you<end_of_turn>\n<start_of_turn>model\nI am an assistant"
-           "<end_of_turn>\n<start_of_turn>user\nAnother question<end_of_turn>\n<start_of_turn>model\n");
+           "<end_of_turn>\n<start_of_turn>user\nAnother "
+           "question<end_of_turn>\n<start_of_turn>model\n");
 }
 
 static void test_errors(void) {
@@ -177,7 +224,8 @@ static void test_errors(void) {
     chat_msg null_content[] = {{"user", NULL}};
     CHECK(chat_template_apply(NULL, null_content, 1, true, &out, &err) < 0);
     /* no messages: just the generation prompt */
-    CHECK(chat_template_apply(NULL, NULL, 0, true, &out, &err) == (int64_t)strlen("<|im_start|>assistant\n"));
+    CHECK(chat_template_apply(NULL, NULL, 0, true, &out, &err) ==
+          (int64_t)strlen("<|im_start|>assistant\n"));
     free(out);
 }
 

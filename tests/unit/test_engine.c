@@ -32,8 +32,8 @@ typedef struct setup {
     int64_t kv_blocks;
     int kv_dtype;
     bool expect_preemption;
-    bool twice;      /* run every request a second time after the first round (prefix cache) */
-    bool no_prefix;  /* disable the prefix cache */
+    bool twice;     /* run every request a second time after the first round (prefix cache) */
+    bool no_prefix; /* disable the prefix cache */
 } setup;
 
 static bool run_setup(model *m, tok_vocab *v, const setup *s, int32_t prompts[N_REQ][48],
@@ -53,22 +53,26 @@ static bool run_setup(model *m, tok_vocab *v, const setup *s, int32_t prompts[N_
         return false;
     }
     for (int round = 0; round < (s->twice ? 2 : 1); round++)
-    for (int i = 0; i < N_REQ; i++) {
-        if (only >= 0 && i != only) continue;
-        if (round == 1 && i == 0) { /* drain the first round so its blocks are cached */
-            while (engine_has_work(e)) engine_step(e, &err);
+        for (int i = 0; i < N_REQ; i++) {
+            if (only >= 0 && i != only) continue;
+            if (round == 1 && i == 0) { /* drain the first round so its blocks are cached */
+                while (engine_has_work(e)) engine_step(e, &err);
+            }
+            memset(&out[i], 0, sizeof out[i]);
+            engine_request r = {.prompt = prompts[i],
+                                .n_prompt = lens[i],
+                                .max_tokens = N_GEN,
+                                .ignore_eos = true,
+                                .on_event = on_event,
+                                .user = &out[i]};
+            sampler_params_default(&r.sampling);
+            r.sampling.temperature = 0;
+            if (engine_submit(e, &r, &err) < 0) {
+                fprintf(stderr, "%s: submit: %s\n", s->name, err.msg);
+                engine_destroy(e);
+                return false;
+            }
         }
-        memset(&out[i], 0, sizeof out[i]);
-        engine_request r = {.prompt = prompts[i], .n_prompt = lens[i], .max_tokens = N_GEN,
-                            .ignore_eos = true, .on_event = on_event, .user = &out[i]};
-        sampler_params_default(&r.sampling);
-        r.sampling.temperature = 0;
-        if (engine_submit(e, &r, &err) < 0) {
-            fprintf(stderr, "%s: submit: %s\n", s->name, err.msg);
-            engine_destroy(e);
-            return false;
-        }
-    }
     int steps = 0;
     while (engine_has_work(e) && steps++ < 100000)
         if (!engine_step(e, &err)) {
@@ -80,8 +84,10 @@ static bool run_setup(model *m, tok_vocab *v, const setup *s, int32_t prompts[N_
         fprintf(stderr, "%s: expected preemptions, saw none\n", s->name);
         failures++;
     }
-    if (s->twice && engine_prefix_cache_enabled(e) && (mt.prefix_cache_hits == 0 || mt.kv_blocks_cached == 0)) {
-        fprintf(stderr, "%s: expected prefix-cache hits and cached blocks (hits %lld, cached %lld)\n",
+    if (s->twice && engine_prefix_cache_enabled(e) &&
+        (mt.prefix_cache_hits == 0 || mt.kv_blocks_cached == 0)) {
+        fprintf(stderr,
+                "%s: expected prefix-cache hits and cached blocks (hits %lld, cached %lld)\n",
                 s->name, (long long)mt.prefix_cache_hits, (long long)mt.kv_blocks_cached);
         failures++;
     }
@@ -121,7 +127,8 @@ static void test_model(const char *path, int kv_dtype) {
     srand(7);
     for (int i = 0; i < N_REQ; i++) {
         lens[i] = 3 + (i * 11) % 44;
-        for (int k = 0; k < lens[i]; k++) prompts[i][k] = 3 + rand() % (int)(model_hp(m)->n_vocab - 3);
+        for (int k = 0; k < lens[i]; k++)
+            prompts[i][k] = 3 + rand() % (int)(model_hp(m)->n_vocab - 3);
     }
     collected alone[N_REQ], got[N_REQ];
     setup solo = {"alone", 1, 2048, 0, kv_dtype, false, false, true};
@@ -141,10 +148,12 @@ static void test_model(const char *path, int kv_dtype) {
             continue;
         }
         for (int i = 0; i < N_REQ; i++)
-            if (got[i].n != alone[i].n || memcmp(got[i].ids, alone[i].ids, got[i].n * sizeof(int32_t))) {
+            if (got[i].n != alone[i].n ||
+                memcmp(got[i].ids, alone[i].ids, got[i].n * sizeof(int32_t))) {
                 int j = 0;
                 while (j < got[i].n && j < alone[i].n && got[i].ids[j] == alone[i].ids[j]) j++;
-                fprintf(stderr, "  %s: request %d differs from its solo run at token %d (n %d vs %d)\n",
+                fprintf(stderr,
+                        "  %s: request %d differs from its solo run at token %d (n %d vs %d)\n",
                         setups[k].name, i, j, got[i].n, alone[i].n);
                 failures++;
             }
@@ -187,8 +196,13 @@ static void test_prefix_leader(void) {
     memset(out, 0, sizeof out);
     int64_t leader = 0;
     for (int i = 0; i < 3; i++) {
-        engine_request r = {.prompt = prompt, .n_prompt = 40, .max_tokens = 20, .ignore_eos = true,
-                            .on_event = on_event_shared, .user = &out[i], .prefix_leader = leader};
+        engine_request r = {.prompt = prompt,
+                            .n_prompt = 40,
+                            .max_tokens = 20,
+                            .ignore_eos = true,
+                            .on_event = on_event_shared,
+                            .user = &out[i],
+                            .prefix_leader = leader};
         sampler_params_default(&r.sampling);
         r.sampling.temperature = 0;
         int64_t id = engine_submit(e, &r, &err);
@@ -198,13 +212,14 @@ static void test_prefix_leader(void) {
     for (int i = 1; i < 3; i++) {
         if (out[i].cached != 32 || out[i].c.n != out[0].c.n ||
             memcmp(out[i].c.ids, out[0].c.ids, out[0].c.n * sizeof(int32_t)) != 0) {
-            fprintf(stderr, "prefix leader: follower %d cached %lld prompt tokens (want 32) or differs\n", i,
-                    (long long)out[i].cached);
+            fprintf(stderr,
+                    "prefix leader: follower %d cached %lld prompt tokens (want 32) or differs\n",
+                    i, (long long)out[i].cached);
             failures++;
         }
     }
-    printf("prefix leader: followers reused %lld and %lld prompt tokens\n", (long long)out[1].cached,
-           (long long)out[2].cached);
+    printf("prefix leader: followers reused %lld and %lld prompt tokens\n",
+           (long long)out[1].cached, (long long)out[2].cached);
     engine_destroy(e);
     model_destroy(m);
     tok_vocab_destroy(v);
@@ -237,7 +252,9 @@ static void test_grammar_preemption(void) {
     tok_vocab *v = f ? tok_vocab_create(f, &err) : NULL;
     model_params mp = {.max_ctx = 128, .max_ubatch = 32};
     model *m = v ? model_load(f, &mp, &err) : NULL;
-    grammar *g = m ? grammar_compile("root ::= \"[\" [a-z ]{20,40} (\",\" [0-9]{1,3}){3,6} \"]\"", v, &err) : NULL;
+    grammar *g =
+        m ? grammar_compile("root ::= \"[\" [a-z ]{20,40} (\",\" [0-9]{1,3}){3,6} \"]\"", v, &err)
+          : NULL;
     if (!g) {
         fprintf(stderr, "grammar preemption: %s\n", err.msg);
         failures++;
@@ -260,8 +277,12 @@ static void test_grammar_preemption(void) {
             engine *e = round == 0 || i == 0 ? engine_create(m, v, &c, &err) : NULL;
             static engine *shared;
             if (e) shared = e;
-            engine_request r = {.prompt = prompt, .n_prompt = 4, .max_tokens = 100, .grammar = g,
-                                .on_event = on_event_gram, .user = &out[i]};
+            engine_request r = {.prompt = prompt,
+                                .n_prompt = 4,
+                                .max_tokens = 100,
+                                .grammar = g,
+                                .on_event = on_event_gram,
+                                .user = &out[i]};
             sampler_params_default(&r.sampling);
             r.sampling.temperature = i % 3 == 0 ? 0.0f : 1.0f; /* greedy and sampled */
             r.sampling.top_k = 0;
@@ -285,17 +306,20 @@ static void test_grammar_preemption(void) {
         }
     }
     for (int i = 0; i < NR; i++) {
-        if (alone[i].finish != ENGINE_FINISH_STOP || !grammar_match_text(g, alone[i].text, alone[i].len)) {
-            fprintf(stderr, "grammar preemption: request %d (finish %d) is not a sentence: %.*s\n", i, alone[i].finish,
-                    (int)alone[i].len, alone[i].text);
+        if (alone[i].finish != ENGINE_FINISH_STOP ||
+            !grammar_match_text(g, alone[i].text, alone[i].len)) {
+            fprintf(stderr, "grammar preemption: request %d (finish %d) is not a sentence: %.*s\n",
+                    i, alone[i].finish, (int)alone[i].len, alone[i].text);
             failures++;
         }
-        if (together[i].n != alone[i].n || memcmp(together[i].ids, alone[i].ids, (size_t)alone[i].n * sizeof(int32_t))) {
+        if (together[i].n != alone[i].n ||
+            memcmp(together[i].ids, alone[i].ids, (size_t)alone[i].n * sizeof(int32_t))) {
             fprintf(stderr, "grammar preemption: request %d differs after preemption\n", i);
             failures++;
         }
     }
-    printf("  grammar: %d constrained requests alike alone and preempted, e.g. %.*s\n", NR, (int)alone[1].len, alone[1].text);
+    printf("  grammar: %d constrained requests alike alone and preempted, e.g. %.*s\n", NR,
+           (int)alone[1].len, alone[1].text);
     grammar_free(g);
     model_destroy(m);
     tok_vocab_destroy(v);
@@ -334,10 +358,12 @@ static void test_embed(void) {
         failures++;
         return;
     }
-    const int64_t E = model_hp(m)->n_embd, V = model_hp(m)->n_vocab, n = 40; /* 40: chunks and ubatches split it */
+    const int64_t E = model_hp(m)->n_embd, V = model_hp(m)->n_vocab,
+                  n = 40; /* 40: chunks and ubatches split it */
     int32_t ids[40];
     for (int i = 0; i < n; i++) ids[i] = 10 + (i * 53) % 400;
-    float *last = malloc(E * sizeof(float)), *mean = malloc(E * sizeof(float)), *again = malloc(E * sizeof(float));
+    float *last = malloc(E * sizeof(float)), *mean = malloc(E * sizeof(float)),
+          *again = malloc(E * sizeof(float));
     float *logits = malloc(V * sizeof(float));
     int64_t free0 = kv_pool_n_free(engine_kv(e));
     bool ok = engine_embed(e, ids, n, ENGINE_POOL_LAST, last, &err) &&
@@ -363,17 +389,22 @@ static void test_embed(void) {
             double err_t = fabs(logits[t] - ratio * dot) / (1.0 + fabs(logits[t]));
             if (err_t > worst) worst = err_t;
         }
-        if (fabs(nl - 1) > 1e-5 || fabs(nm - 1) > 1e-5 || diff < 1e-3 || worst > 1e-3 || !(ratio > 0) ||
-            memcmp(last, again, E * sizeof(float)) != 0 || kv_pool_n_free(engine_kv(e)) != free0) {
-            fprintf(stderr, "embed: norms %g %g, last-mean %g, logits vs W.h worst %g (ratio %g), repeat %s, "
-                            "free blocks %lld -> %lld\n", nl, nm, diff, worst, ratio,
-                    memcmp(last, again, E * sizeof(float)) ? "differs" : "same", (long long)free0,
-                    (long long)kv_pool_n_free(engine_kv(e)));
+        if (fabs(nl - 1) > 1e-5 || fabs(nm - 1) > 1e-5 || diff < 1e-3 || worst > 1e-3 ||
+            !(ratio > 0) || memcmp(last, again, E * sizeof(float)) != 0 ||
+            kv_pool_n_free(engine_kv(e)) != free0) {
+            fprintf(
+                stderr,
+                "embed: norms %g %g, last-mean %g, logits vs W.h worst %g (ratio %g), repeat %s, "
+                "free blocks %lld -> %lld\n",
+                nl, nm, diff, worst, ratio,
+                memcmp(last, again, E * sizeof(float)) ? "differs" : "same", (long long)free0,
+                (long long)kv_pool_n_free(engine_kv(e)));
             failures++;
         }
     }
     int32_t bad = (int32_t)V;
-    if (engine_embed(e, &bad, 1, ENGINE_POOL_LAST, last, &err) || engine_embed(e, ids, 0, ENGINE_POOL_LAST, last, &err)) {
+    if (engine_embed(e, &bad, 1, ENGINE_POOL_LAST, last, &err) ||
+        engine_embed(e, ids, 0, ENGINE_POOL_LAST, last, &err)) {
         fprintf(stderr, "embed: a bad id or an empty input was accepted\n");
         failures++;
     }
@@ -393,7 +424,7 @@ int main(void) {
     test_model("models/stories260K.gguf", GGUF_DT_F16);
     test_model("tests/data/golden/models/llama-gqa-bpe-q8_0.gguf", GGUF_DT_F32);
     test_model("tests/data/golden/models/qwen3-f32.gguf", GGUF_DT_F16);
-    test_model("tests/data/golden/models/gemma3-swa-f32.gguf", GGUF_DT_F16);   /* sliding window */
+    test_model("tests/data/golden/models/gemma3-swa-f32.gguf", GGUF_DT_F16);    /* sliding window */
     test_model("tests/data/golden/models/deepseek2-mla-f32.gguf", GGUF_DT_F32); /* MLA */
     /* mixture of experts: tokens grouped by expert, q8_0 experts, sigmoid group routing + shared expert */
     test_model("tests/data/golden/models/qwen3moe-q8_0.gguf", GGUF_DT_F16);

@@ -31,7 +31,8 @@ static uint64_t walk_all(const gguf_file *f) {
         gguf_vtype et;
         uint64_t cnt;
         CHECK(key && gguf_find_key(f, key) == i, "key %lld lookup", (long long)i);
-        if (gguf_get_str(f, key, &s, &n)) for (size_t j = 0; j < n; j++) sum += (unsigned char)s[j];
+        if (gguf_get_str(f, key, &s, &n))
+            for (size_t j = 0; j < n; j++) sum += (unsigned char)s[j];
         if (gguf_get_i64(f, key, &iv)) sum += (uint64_t)iv;
         if (gguf_get_f64(f, key, &dv)) sum += dv == dv;
         if (!gguf_kv_array(f, i, &et, &cnt)) continue;
@@ -71,7 +72,8 @@ static int64_t get_i64(const gguf_file *f, const char *key) {
 
 static int64_t sum_elements(const gguf_file *f) {
     int64_t n = 0;
-    for (int64_t i = 0; i < gguf_n_tensors(f); i++) n += gguf_tensor_nelements(gguf_tensor_at(f, i));
+    for (int64_t i = 0; i < gguf_n_tensors(f); i++)
+        n += gguf_tensor_nelements(gguf_tensor_at(f, i));
     return n;
 }
 
@@ -86,7 +88,8 @@ static void check_tensor_placement(const gguf_file *f, const void *base) {
         CHECK(off == gguf_data_offset(f) + t->offset, "%s offset", t->name);
         total += t->nbytes;
     }
-    CHECK(total == gguf_tensor_data_bytes(f), "data bytes %zu vs %zu", total, gguf_tensor_data_bytes(f));
+    CHECK(total == gguf_tensor_data_bytes(f), "data bytes %zu vs %zu", total,
+          gguf_tensor_data_bytes(f));
 }
 
 /* ---------------------------------------------------------------- real files */
@@ -97,8 +100,8 @@ static void test_stories(void) {
     CHECK(f, "open: %s", err.msg);
     if (!f) return;
     CHECK(gguf_version(f) == 3 && gguf_alignment(f) == 32, "version/alignment");
-    CHECK(gguf_n_kv(f) == 19 && gguf_n_tensors(f) == 48, "counts %lld %lld", (long long)gguf_n_kv(f),
-          (long long)gguf_n_tensors(f));
+    CHECK(gguf_n_kv(f) == 19 && gguf_n_tensors(f) == 48, "counts %lld %lld",
+          (long long)gguf_n_kv(f), (long long)gguf_n_tensors(f));
     CHECK(str_eq(f, "general.architecture", "llama"), "architecture");
     CHECK(get_i64(f, "llama.block_count") == 5, "block_count");
     CHECK(get_i64(f, "llama.embedding_length") == 64, "embedding_length");
@@ -107,17 +110,22 @@ static void test_stories(void) {
     uint32_t sep = 0;
     CHECK(gguf_get_u32(f, "tokenizer.ggml.seperator_token_id", &sep) && sep == UINT32_MAX, "sep");
     float eps = 0;
-    CHECK(gguf_get_f32(f, "llama.attention.layer_norm_rms_epsilon", &eps) && fabsf(eps - 1e-5f) < 1e-9f,
+    CHECK(gguf_get_f32(f, "llama.attention.layer_norm_rms_epsilon", &eps) &&
+              fabsf(eps - 1e-5f) < 1e-9f,
           "eps %g", eps);
     CHECK(!gguf_find_tensor(f, "nope") && gguf_find_key(f, "llama.rope.freq_base") < 0, "absent");
     gguf_vtype et;
     uint64_t n;
-    CHECK(gguf_get_arr(f, "tokenizer.ggml.tokens", &et, &n, NULL) && et == GGUF_VT_STRING && n == 512, "tokens");
-    CHECK(arr_str_eq(f, "tokenizer.ggml.tokens", 1, "<s>") && arr_str_eq(f, "tokenizer.ggml.tokens", 2, "</s>"),
+    CHECK(gguf_get_arr(f, "tokenizer.ggml.tokens", &et, &n, NULL) && et == GGUF_VT_STRING &&
+              n == 512,
+          "tokens");
+    CHECK(arr_str_eq(f, "tokenizer.ggml.tokens", 1, "<s>") &&
+              arr_str_eq(f, "tokenizer.ggml.tokens", 2, "</s>"),
           "token strings");
     const gguf_tensor *t = gguf_find_tensor(f, "token_embd.weight");
     CHECK(t && t->dtype == GGUF_DT_F32 && t->n_dims == 2 && t->ne[0] == 64 && t->ne[1] == 512 &&
-              t->ne[2] == 1 && t->nbytes == 64 * 512 * 4, "token_embd");
+              t->ne[2] == 1 && t->nbytes == 64 * 512 * 4,
+          "token_embd");
     check_tensor_placement(f, (const char *)gguf_tensor_at(f, 0)->data - gguf_data_offset(f) -
                                   gguf_tensor_at(f, 0)->offset);
     CHECK(gguf_data_offset(f) == 14176, "data offset %zu", gguf_data_offset(f));
@@ -133,7 +141,8 @@ static void check_oracle(const gguf_file *f, const char *name) {
     CHECK(get_i64(f, "oracle.u8") == 200 && get_i64(f, "oracle.i8") == -100, "%s u8/i8", name);
     CHECK(get_i64(f, "oracle.u16") == 60000 && get_i64(f, "oracle.i16") == -30000, "%s 16", name);
     CHECK(gguf_get_u32(f, "oracle.u32", &u) && u == 4000000000u, "%s u32", name);
-    CHECK(get_i64(f, "oracle.i32") == -2000000000 && !gguf_get_u32(f, "oracle.i32", &u), "%s i32", name);
+    CHECK(get_i64(f, "oracle.i32") == -2000000000 && !gguf_get_u32(f, "oracle.i32", &u), "%s i32",
+          name);
     CHECK(!gguf_get_i64(f, "oracle.u64", &v), "%s u64 beyond int64 must not convert", name);
     CHECK(gguf_get_f64(f, "oracle.u64", &d) && d == 9223372036854788153.0, "%s u64 as f64", name);
     CHECK(get_i64(f, "oracle.i64") == -4611686018427387911LL, "%s i64", name);
@@ -143,15 +152,20 @@ static void check_oracle(const gguf_file *f, const char *name) {
     const char *s;
     size_t n;
     CHECK(gguf_get_str(f, "oracle.string", &s, &n) && n > 9 &&
-              memcmp(s + n - 9, "\xc3\xa9\xe6\xbc\xa2\xf0\x9f\x98\x80", 9) == 0, "%s string", name);
+              memcmp(s + n - 9, "\xc3\xa9\xe6\xbc\xa2\xf0\x9f\x98\x80", 9) == 0,
+          "%s string", name);
     CHECK(gguf_get_arr_i64(f, "oracle.arr_i16", 0, &v) && v == -1 &&
               gguf_get_arr_i64(f, "oracle.arr_i16", 3, &v) && v == 32767 &&
-              !gguf_get_arr_i64(f, "oracle.arr_i16", 4, &v), "%s arr_i16", name);
+              !gguf_get_arr_i64(f, "oracle.arr_i16", 4, &v),
+          "%s arr_i16", name);
     CHECK(gguf_get_arr_f64(f, "oracle.arr_f64", 1, &d) && d == -2.25, "%s arr_f64", name);
     CHECK(gguf_get_arr_i64(f, "oracle.arr_bool", 1, &v) && v == 0 &&
-              gguf_get_arr_i64(f, "oracle.arr_bool", 2, &v) && v == 1, "%s arr_bool", name);
-    CHECK(arr_str_eq(f, "oracle.arr_str", 1, "") && arr_str_eq(f, "oracle.arr_str", 2, "multi word") &&
-              arr_str_eq(f, "oracle.arr_str", 3, "\xc3\xbc\xc3\xb1\xc3\xae"), "%s arr_str", name);
+              gguf_get_arr_i64(f, "oracle.arr_bool", 2, &v) && v == 1,
+          "%s arr_bool", name);
+    CHECK(arr_str_eq(f, "oracle.arr_str", 1, "") &&
+              arr_str_eq(f, "oracle.arr_str", 2, "multi word") &&
+              arr_str_eq(f, "oracle.arr_str", 3, "\xc3\xbc\xc3\xb1\xc3\xae"),
+          "%s arr_str", name);
 }
 
 static void check_manifest_entry(const cJSON *m) {
@@ -163,16 +177,19 @@ static void check_manifest_entry(const cJSON *m) {
     gguf_file *f = gguf_open(path, &err);
     CHECK(f, "open: %s", err.msg);
     if (!f) return;
-    CHECK(gguf_file_size(f) == (size_t)cJSON_GetNumberValue(cJSON_GetObjectItem(m, "size_bytes")), "%s size", path);
+    CHECK(gguf_file_size(f) == (size_t)cJSON_GetNumberValue(cJSON_GetObjectItem(m, "size_bytes")),
+          "%s size", path);
     CHECK(arch && str_eq(f, "general.architecture", arch), "%s arch", path);
     uint64_t n = 0;
     CHECK(gguf_get_arr(f, "tokenizer.ggml.tokens", NULL, &n, NULL) &&
-              n == (uint64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(m, "n_vocab")), "%s n_vocab", path);
+              n == (uint64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(m, "n_vocab")),
+          "%s n_vocab", path);
     const cJSON *types = cJSON_GetObjectItem(m, "tensor_types"), *it;
     CHECK(gguf_n_tensors(f) == cJSON_GetArraySize(types), "%s n_tensors", path);
     cJSON_ArrayForEach(it, types) {
         const gguf_tensor *t = gguf_find_tensor(f, it->string);
-        CHECK(t && strcmp(gguf_dtype_name(t->dtype), cJSON_GetStringValue(it)) == 0, "%s %s type", path, it->string);
+        CHECK(t && strcmp(gguf_dtype_name(t->dtype), cJSON_GetStringValue(it)) == 0, "%s %s type",
+              path, it->string);
     }
     cJSON_ArrayForEach(it, cJSON_GetObjectItem(m, "hparams")) {
         double d = NAN, want = cJSON_GetNumberValue(it);
@@ -186,7 +203,8 @@ static void check_manifest_entry(const cJSON *m) {
             CHECK(gguf_get_bool(f, key, &b) && b == cJSON_IsTrue(it), "%s %s", path, key);
             continue;
         }
-        CHECK(gguf_get_f64(f, key, &d) && fabs(d - want) <= 1e-6 * fabs(want), "%s %s = %g", path, key, d);
+        CHECK(gguf_get_f64(f, key, &d) && fabs(d - want) <= 1e-6 * fabs(want), "%s %s = %g", path,
+              key, d);
     }
     if (gguf_n_tensors(f) > 0) {
         check_oracle(f, path);
@@ -213,8 +231,10 @@ static void test_manifest(void) {
 
 static void test_vocab_files(void) {
     static const char *const files[] = {
-        "tests/data/tokenizer/ggml-vocab-llama-spm.gguf", "tests/data/tokenizer/ggml-vocab-gpt-2.gguf",
-        "tests/data/tokenizer/ggml-vocab-qwen3.gguf", "tests/data/tokenizer/ggml-vocab-llama3.gguf",
+        "tests/data/tokenizer/ggml-vocab-llama-spm.gguf",
+        "tests/data/tokenizer/ggml-vocab-gpt-2.gguf",
+        "tests/data/tokenizer/ggml-vocab-qwen3.gguf",
+        "tests/data/tokenizer/ggml-vocab-llama3.gguf",
     };
     for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
         kvl_error err = {{0}};
@@ -225,9 +245,11 @@ static void test_vocab_files(void) {
         const char *s;
         size_t len;
         CHECK(gguf_n_tensors(f) == 0 && gguf_tensor_data_bytes(f) == 0, "%s tensors", files[i]);
-        CHECK(gguf_get_arr(f, "tokenizer.ggml.tokens", NULL, &n, NULL) && n > 1000, "%s tokens", files[i]);
+        CHECK(gguf_get_arr(f, "tokenizer.ggml.tokens", NULL, &n, NULL) && n > 1000, "%s tokens",
+              files[i]);
         CHECK(gguf_get_arr_str(f, "tokenizer.ggml.tokens", n - 1, &s, &len) &&
-                  !gguf_get_arr_str(f, "tokenizer.ggml.tokens", n, &s, &len), "%s last token", files[i]);
+                  !gguf_get_arr_str(f, "tokenizer.ggml.tokens", n, &s, &len),
+              "%s last token", files[i]);
         walk_all(f);
         gguf_close(f);
     }
@@ -236,7 +258,8 @@ static void test_vocab_files(void) {
     CHECK(f, "open: %s", err.msg);
     if (!f) return;
     const gguf_tensor *t = gguf_find_tensor(f, "token_embd.weight");
-    CHECK(t && t->dtype == GGUF_DT_F16 && t->ne[1] == 32000 && t->nbytes == 8 * 32000 * 2, "tiny embd");
+    CHECK(t && t->dtype == GGUF_DT_F16 && t->ne[1] == 32000 && t->nbytes == 8 * 32000 * 2,
+          "tiny embd");
     CHECK(arr_str_eq(f, "tokenizer.ggml.tokens", 31999, "\xe7\xbb\x99"), "token 31999");
     walk_all(f);
     gguf_close(f);
@@ -244,7 +267,9 @@ static void test_vocab_files(void) {
 
 static void test_open_errors(void) {
     kvl_error err = {{0}};
-    CHECK(!gguf_open("/nonexistent/x.gguf", &err) && has(err.msg, "/nonexistent/x.gguf: cannot open"), "%s", err.msg);
+    CHECK(!gguf_open("/nonexistent/x.gguf", &err) &&
+              has(err.msg, "/nonexistent/x.gguf: cannot open"),
+          "%s", err.msg);
     CHECK(!gguf_open("tests", &err) && has(err.msg, "tests: not a regular file"), "%s", err.msg);
     char path[] = "/tmp/kvllm_gguf_empty_XXXXXX";
     int fd = mkstemp(path);
@@ -259,38 +284,50 @@ static void test_open_errors(void) {
 /* ---------------------------------------------------------------- dtypes */
 
 static void test_dtypes(void) {
-    static const struct { int id; const char *name; int be; size_t bb; } want[] = {
-        {0, "F32", 1, 4},       {1, "F16", 1, 2},       {2, "Q4_0", 32, 18},    {3, "Q4_1", 32, 20},
-        {6, "Q5_0", 32, 22},    {7, "Q5_1", 32, 24},    {8, "Q8_0", 32, 34},    {9, "Q8_1", 32, 36},
-        {10, "Q2_K", 256, 84},  {11, "Q3_K", 256, 110}, {12, "Q4_K", 256, 144}, {13, "Q5_K", 256, 176},
-        {14, "Q6_K", 256, 210}, {15, "Q8_K", 256, 292}, {24, "I8", 1, 1},       {25, "I16", 1, 2},
-        {26, "I32", 1, 4},      {27, "I64", 1, 8},      {28, "F64", 1, 8},      {30, "BF16", 1, 2},
-        {20, "IQ4_NL", 32, 18},
+    static const struct {
+        int id;
+        const char *name;
+        int be;
+        size_t bb;
+    } want[] = {
+        {0, "F32", 1, 4},       {1, "F16", 1, 2},       {2, "Q4_0", 32, 18},
+        {3, "Q4_1", 32, 20},    {6, "Q5_0", 32, 22},    {7, "Q5_1", 32, 24},
+        {8, "Q8_0", 32, 34},    {9, "Q8_1", 32, 36},    {10, "Q2_K", 256, 84},
+        {11, "Q3_K", 256, 110}, {12, "Q4_K", 256, 144}, {13, "Q5_K", 256, 176},
+        {14, "Q6_K", 256, 210}, {15, "Q8_K", 256, 292}, {24, "I8", 1, 1},
+        {25, "I16", 1, 2},      {26, "I32", 1, 4},      {27, "I64", 1, 8},
+        {28, "F64", 1, 8},      {30, "BF16", 1, 2},     {20, "IQ4_NL", 32, 18},
     };
     for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
         int be = 0;
         size_t bb = 0;
         CHECK(gguf_dtype_geometry(want[i].id, &be, &bb) && be == want[i].be && bb == want[i].bb &&
-                  strcmp(gguf_dtype_name(want[i].id), want[i].name) == 0, "dtype %d", want[i].id);
+                  strcmp(gguf_dtype_name(want[i].id), want[i].name) == 0,
+              "dtype %d", want[i].id);
     }
-    CHECK(!gguf_dtype_geometry(16, NULL, NULL) && strcmp(gguf_dtype_name(16), "IQ2_XXS") == 0, "IQ2_XXS");
+    CHECK(!gguf_dtype_geometry(16, NULL, NULL) && strcmp(gguf_dtype_name(16), "IQ2_XXS") == 0,
+          "IQ2_XXS");
     CHECK(!gguf_dtype_geometry(4, NULL, NULL) && !gguf_dtype_geometry(-1, NULL, NULL) &&
-              !gguf_dtype_geometry(GGUF_DT_COUNT, NULL, NULL) && strcmp(gguf_dtype_name(99), "unknown") == 0,
+              !gguf_dtype_geometry(GGUF_DT_COUNT, NULL, NULL) &&
+              strcmp(gguf_dtype_name(99), "unknown") == 0,
           "unknown dtypes");
     /* kvllm's own KV type is in the table but is no file type */
     const gguf_dtype_traits *fp8 = gguf_dtype_traits_of(GGUF_DT_FP8_E4M3);
-    CHECK(fp8 && fp8->block_elems == 1 && fp8->block_bytes == 1 && strcmp(fp8->kv_name, "fp8") == 0 &&
+    CHECK(fp8 && fp8->block_elems == 1 && fp8->block_bytes == 1 &&
+              strcmp(fp8->kv_name, "fp8") == 0 &&
               !gguf_dtype_geometry(GGUF_DT_FP8_E4M3, NULL, NULL),
           "fp8");
-    CHECK(!gguf_dtype_traits_of(99) && !gguf_dtype_traits_of(-1) && !gguf_dtype_traits_of(GGUF_DT_TABLE_SIZE) &&
-              gguf_dtype_traits_of(16) && gguf_dtype_traits_of(16)->block_elems == 0,
+    CHECK(!gguf_dtype_traits_of(99) && !gguf_dtype_traits_of(-1) &&
+              !gguf_dtype_traits_of(GGUF_DT_TABLE_SIZE) && gguf_dtype_traits_of(16) &&
+              gguf_dtype_traits_of(16)->block_elems == 0,
           "traits of unknown and name-only types");
     CHECK(gguf_row_bytes(GGUF_DT_Q4_K, 512) == 288 && gguf_row_bytes(GGUF_DT_Q4_K, 100) == 0 &&
               gguf_row_bytes(GGUF_DT_F16, 3) == 6 && gguf_row_bytes(GGUF_DT_FP8_E4M3, 5) == 5 &&
               gguf_row_bytes(16, 256) == 0 && gguf_row_bytes(GGUF_DT_F32, -1) == 0,
           "row bytes");
-    CHECK(strcmp(gguf_vtype_name(GGUF_VT_UINT32), "u32") == 0 && gguf_vtype_size(GGUF_VT_FLOAT64) == 8 &&
-              gguf_vtype_size(GGUF_VT_STRING) == 0 && strcmp(gguf_vtype_name(GGUF_VT_COUNT), "unknown") == 0,
+    CHECK(strcmp(gguf_vtype_name(GGUF_VT_UINT32), "u32") == 0 &&
+              gguf_vtype_size(GGUF_VT_FLOAT64) == 8 && gguf_vtype_size(GGUF_VT_STRING) == 0 &&
+              strcmp(gguf_vtype_name(GGUF_VT_COUNT), "unknown") == 0,
           "vtypes");
 }
 
@@ -326,25 +363,29 @@ static bool build_writer(gguf_writer *w, const rt_data *d) {
     int64_t i64 = INT64_MIN;
     double f64 = 1e300;
     uint16_t u16 = 65535;
-    const int64_t ne_f32[] = {2, 3}, ne_f16[] = {8, 4, 2}, ne_q8[] = {32, 2}, ne_q4k[] = {256}, ne_i32[] = {5, 1, 1, 1};
-    bool ok = gguf_writer_set_str(w, "general.architecture", "test") &&
-              gguf_writer_set_u32(w, "general.alignment", 32) && gguf_writer_set_u32(w, "t.u32", 7) &&
-              gguf_writer_set_u32(w, "t.replaced", 1) && gguf_writer_set_i32(w, "t.i32", -7) &&
-              gguf_writer_set_u64(w, "t.u64", UINT64_MAX) && gguf_writer_set_f32(w, "t.f32", 0.25f) &&
-              gguf_writer_set_bool(w, "t.bool", true) && gguf_writer_set_str(w, "t.empty", "") &&
-              gguf_writer_set_val(w, "t.i8", GGUF_VT_INT8, &i8) && gguf_writer_set_val(w, "t.i64", GGUF_VT_INT64, &i64) &&
-              gguf_writer_set_val(w, "t.f64", GGUF_VT_FLOAT64, &f64) &&
-              gguf_writer_set_val(w, "t.u16", GGUF_VT_UINT16, &u16) &&
-              gguf_writer_set_arr_str(w, "t.tokens", toks, 4) && gguf_writer_set_arr_str(w, "t.no_tokens", NULL, 0) &&
-              gguf_writer_set_arr(w, "t.arr16", GGUF_VT_INT16, arr16, 3) &&
-              gguf_writer_set_arr(w, "t.bools", GGUF_VT_BOOL, bools, 2) &&
-              gguf_writer_set_arr(w, "t.f32s", GGUF_VT_FLOAT32, d->f32, 6) &&
-              gguf_writer_set_str(w, "t.replaced", "second") && /* replaces the u32, keeps its slot */
-              gguf_writer_add_tensor(w, "w.f32", GGUF_DT_F32, 2, ne_f32, d->f32) &&
-              gguf_writer_add_tensor(w, "w.f16", GGUF_DT_F16, 3, ne_f16, d->f16) &&
-              gguf_writer_add_tensor(w, "w.q8", GGUF_DT_Q8_0, 2, ne_q8, d->q8) &&
-              gguf_writer_add_tensor(w, "w.q4k", GGUF_DT_Q4_K, 1, ne_q4k, d->q4k) &&
-              gguf_writer_add_tensor(w, "w.i32", GGUF_DT_I32, 4, ne_i32, d->i32);
+    const int64_t ne_f32[] = {2, 3}, ne_f16[] = {8, 4, 2}, ne_q8[] = {32, 2}, ne_q4k[] = {256},
+                  ne_i32[] = {5, 1, 1, 1};
+    bool ok =
+        gguf_writer_set_str(w, "general.architecture", "test") &&
+        gguf_writer_set_u32(w, "general.alignment", 32) && gguf_writer_set_u32(w, "t.u32", 7) &&
+        gguf_writer_set_u32(w, "t.replaced", 1) && gguf_writer_set_i32(w, "t.i32", -7) &&
+        gguf_writer_set_u64(w, "t.u64", UINT64_MAX) && gguf_writer_set_f32(w, "t.f32", 0.25f) &&
+        gguf_writer_set_bool(w, "t.bool", true) && gguf_writer_set_str(w, "t.empty", "") &&
+        gguf_writer_set_val(w, "t.i8", GGUF_VT_INT8, &i8) &&
+        gguf_writer_set_val(w, "t.i64", GGUF_VT_INT64, &i64) &&
+        gguf_writer_set_val(w, "t.f64", GGUF_VT_FLOAT64, &f64) &&
+        gguf_writer_set_val(w, "t.u16", GGUF_VT_UINT16, &u16) &&
+        gguf_writer_set_arr_str(w, "t.tokens", toks, 4) &&
+        gguf_writer_set_arr_str(w, "t.no_tokens", NULL, 0) &&
+        gguf_writer_set_arr(w, "t.arr16", GGUF_VT_INT16, arr16, 3) &&
+        gguf_writer_set_arr(w, "t.bools", GGUF_VT_BOOL, bools, 2) &&
+        gguf_writer_set_arr(w, "t.f32s", GGUF_VT_FLOAT32, d->f32, 6) &&
+        gguf_writer_set_str(w, "t.replaced", "second") && /* replaces the u32, keeps its slot */
+        gguf_writer_add_tensor(w, "w.f32", GGUF_DT_F32, 2, ne_f32, d->f32) &&
+        gguf_writer_add_tensor(w, "w.f16", GGUF_DT_F16, 3, ne_f16, d->f16) &&
+        gguf_writer_add_tensor(w, "w.q8", GGUF_DT_Q8_0, 2, ne_q8, d->q8) &&
+        gguf_writer_add_tensor(w, "w.q4k", GGUF_DT_Q4_K, 1, ne_q4k, d->q4k) &&
+        gguf_writer_add_tensor(w, "w.i32", GGUF_DT_I32, 4, ne_i32, d->i32);
     return ok;
 }
 
@@ -358,16 +399,22 @@ static void test_writer_rejects(gguf_writer *w) {
     CHECK(!gguf_writer_add_tensor(w, long_name, GGUF_DT_F32, 1, ne, buf), "64-byte name");
     CHECK(!gguf_writer_add_tensor(w, "", GGUF_DT_F32, 1, ne, buf), "empty name");
     CHECK(!gguf_writer_add_tensor(w, "x", GGUF_DT_F32, 0, ne, buf) &&
-              !gguf_writer_add_tensor(w, "x", GGUF_DT_F32, 5, ne, buf), "n_dims");
-    CHECK(!gguf_writer_add_tensor(w, "x", 16, 1, ne, buf) && !gguf_writer_add_tensor(w, "x", 99, 1, ne, buf) &&
-              !gguf_writer_add_tensor(w, "x", GGUF_DT_FP8_E4M3, 1, ne, buf), "dtype");
+              !gguf_writer_add_tensor(w, "x", GGUF_DT_F32, 5, ne, buf),
+          "n_dims");
+    CHECK(!gguf_writer_add_tensor(w, "x", 16, 1, ne, buf) &&
+              !gguf_writer_add_tensor(w, "x", 99, 1, ne, buf) &&
+              !gguf_writer_add_tensor(w, "x", GGUF_DT_FP8_E4M3, 1, ne, buf),
+          "dtype");
     CHECK(!gguf_writer_add_tensor(w, "x", GGUF_DT_Q8_0, 1, bad_row, buf), "row not block multiple");
     CHECK(!gguf_writer_add_tensor(w, "x", GGUF_DT_F32, 1, neg, buf), "negative ne");
-    CHECK(!gguf_writer_set_u32(w, "general.alignment", 64) && !gguf_writer_set_str(w, "general.alignment", "32"),
+    CHECK(!gguf_writer_set_u32(w, "general.alignment", 64) &&
+              !gguf_writer_set_str(w, "general.alignment", "32"),
           "alignment other than 32");
-    CHECK(!gguf_writer_set_u32(w, "", 1) && !gguf_writer_set_u32(w, NULL, 1) && !gguf_writer_set_str(w, "k", NULL),
+    CHECK(!gguf_writer_set_u32(w, "", 1) && !gguf_writer_set_u32(w, NULL, 1) &&
+              !gguf_writer_set_str(w, "k", NULL),
           "bad keys");
-    CHECK(!gguf_writer_set_arr(w, "k", GGUF_VT_STRING, buf, 1) && !gguf_writer_set_arr(w, "k", GGUF_VT_ARRAY, buf, 1),
+    CHECK(!gguf_writer_set_arr(w, "k", GGUF_VT_STRING, buf, 1) &&
+              !gguf_writer_set_arr(w, "k", GGUF_VT_ARRAY, buf, 1),
           "non-numeric set_arr");
     CHECK(!gguf_writer_set_arr(w, "k", GGUF_VT_BOOL, &two, 1), "bool array value 2");
     CHECK(!gguf_writer_set_val(w, "k", GGUF_VT_STRING, buf), "set_val string");
@@ -381,30 +428,52 @@ static void check_round_trip(const gguf_file *f, const rt_data *d) {
     int64_t iv;
     uint32_t u;
     bool b;
-    CHECK(gguf_version(f) == 3 && gguf_file_size(f) % 32 == 0 && gguf_n_kv(f) == 18 && gguf_n_tensors(f) == 5,
+    CHECK(gguf_version(f) == 3 && gguf_file_size(f) % 32 == 0 && gguf_n_kv(f) == 18 &&
+              gguf_n_tensors(f) == 5,
           "rt header %lld", (long long)gguf_n_kv(f));
-    CHECK(strcmp(gguf_key_name(f, 3), "t.replaced") == 0 && str_eq(f, "t.replaced", "second"), "rt replaced");
-    CHECK(gguf_get_u32(f, "t.u32", &u) && u == 7 && get_i64(f, "t.i32") == -7 && get_i64(f, "t.i8") == -5, "rt ints");
+    CHECK(strcmp(gguf_key_name(f, 3), "t.replaced") == 0 && str_eq(f, "t.replaced", "second"),
+          "rt replaced");
+    CHECK(gguf_get_u32(f, "t.u32", &u) && u == 7 && get_i64(f, "t.i32") == -7 &&
+              get_i64(f, "t.i8") == -5,
+          "rt ints");
     CHECK(get_i64(f, "t.i64") == INT64_MIN && get_i64(f, "t.u16") == 65535, "rt i64/u16");
-    CHECK(!gguf_get_i64(f, "t.u64", &iv) && gguf_get_f64(f, "t.u64", &dv) && dv == 18446744073709551615.0, "rt u64");
-    CHECK(gguf_get_f32(f, "t.f32", &fv) && fv == 0.25f && gguf_get_f64(f, "t.f64", &dv) && dv == 1e300, "rt floats");
-    CHECK(gguf_get_bool(f, "t.bool", &b) && b && str_eq(f, "t.empty", "") && str_eq(f, "general.architecture", "test"),
+    CHECK(!gguf_get_i64(f, "t.u64", &iv) && gguf_get_f64(f, "t.u64", &dv) &&
+              dv == 18446744073709551615.0,
+          "rt u64");
+    CHECK(gguf_get_f32(f, "t.f32", &fv) && fv == 0.25f && gguf_get_f64(f, "t.f64", &dv) &&
+              dv == 1e300,
+          "rt floats");
+    CHECK(gguf_get_bool(f, "t.bool", &b) && b && str_eq(f, "t.empty", "") &&
+              str_eq(f, "general.architecture", "test"),
           "rt bool/str");
     CHECK(arr_str_eq(f, "t.tokens", 0, "<s>") && arr_str_eq(f, "t.tokens", 1, "") &&
-              arr_str_eq(f, "t.tokens", 2, "hello world") && arr_str_eq(f, "t.tokens", 3, "\xe6\x9c\xa8") &&
-              !gguf_get_arr_str(f, "t.no_tokens", 0, &s, &n), "rt string arrays");
-    CHECK(gguf_get_arr_i64(f, "t.arr16", 0, &iv) && iv == -3 && gguf_get_arr_i64(f, "t.bools", 1, &iv) && iv == 0 &&
-              gguf_get_arr_f64(f, "t.f32s", 5, &dv) && dv == 1.5, "rt numeric arrays");
-    static const struct { const char *name; size_t off; size_t nbytes; } want[] = {
-        {"w.f32", 0, 24}, {"w.f16", 32, 128}, {"w.q8", 160, 68}, {"w.q4k", 256, 144}, {"w.i32", 416, 20}};
+              arr_str_eq(f, "t.tokens", 2, "hello world") &&
+              arr_str_eq(f, "t.tokens", 3, "\xe6\x9c\xa8") &&
+              !gguf_get_arr_str(f, "t.no_tokens", 0, &s, &n),
+          "rt string arrays");
+    CHECK(gguf_get_arr_i64(f, "t.arr16", 0, &iv) && iv == -3 &&
+              gguf_get_arr_i64(f, "t.bools", 1, &iv) && iv == 0 &&
+              gguf_get_arr_f64(f, "t.f32s", 5, &dv) && dv == 1.5,
+          "rt numeric arrays");
+    static const struct {
+        const char *name;
+        size_t off;
+        size_t nbytes;
+    } want[] = {{"w.f32", 0, 24},
+                {"w.f16", 32, 128},
+                {"w.q8", 160, 68},
+                {"w.q4k", 256, 144},
+                {"w.i32", 416, 20}};
     const void *src[] = {d->f32, d->f16, d->q8, d->q4k, d->i32};
     for (int i = 0; i < 5; i++) {
         const gguf_tensor *t = gguf_tensor_at(f, i);
-        CHECK(t && strcmp(t->name, want[i].name) == 0 && t->offset == want[i].off && t->nbytes == want[i].nbytes &&
-                  memcmp(t->data, src[i], t->nbytes) == 0, "rt tensor %s", want[i].name);
+        CHECK(t && strcmp(t->name, want[i].name) == 0 && t->offset == want[i].off &&
+                  t->nbytes == want[i].nbytes && memcmp(t->data, src[i], t->nbytes) == 0,
+              "rt tensor %s", want[i].name);
     }
     const gguf_tensor *t = gguf_find_tensor(f, "w.f16");
-    CHECK(t && t->n_dims == 3 && t->ne[2] == 2 && t->ne[3] == 1 && gguf_tensor_nelements(t) == 64, "rt f16 shape");
+    CHECK(t && t->n_dims == 3 && t->ne[2] == 2 && t->ne[3] == 1 && gguf_tensor_nelements(t) == 64,
+          "rt f16 shape");
 }
 
 /* Streaming: descriptors with NULL data, then the bytes in any chunking;
@@ -418,32 +487,35 @@ static void test_writer_stream(void) {
     const int64_t na[1] = {5}, nb[1] = {3};
     float a[5] = {1, 2, 3, 4, 5}, b[3] = {6, 7, 8};
     gguf_writer *w = gguf_writer_create();
-    CHECK(w && gguf_writer_set_u32(w, "k", 7) && gguf_writer_add_tensor(w, "a", GGUF_DT_F32, 1, na, NULL) &&
+    CHECK(w && gguf_writer_set_u32(w, "k", 7) &&
+              gguf_writer_add_tensor(w, "a", GGUF_DT_F32, 1, na, NULL) &&
               gguf_writer_add_tensor(w, "b", GGUF_DT_F32, 1, nb, NULL),
           "stream declare");
-    CHECK(!gguf_writer_write(w, path, &err) && strstr(err.msg, "no data"), "write without data: %s", err.msg);
+    CHECK(!gguf_writer_write(w, path, &err) && strstr(err.msg, "no data"), "write without data: %s",
+          err.msg);
     uint64_t size = gguf_writer_file_bytes(w);
     CHECK(gguf_writer_begin(w, path, &err) && gguf_writer_put(w, a, 12, &err) &&
               gguf_writer_put(w, (char *)a + 12, 8, &err) && gguf_writer_put(w, b, 4, &err) &&
-              gguf_writer_put(w, b + 1, 8, &err) &&
-              gguf_writer_finish(w, &err),
+              gguf_writer_put(w, b + 1, 8, &err) && gguf_writer_finish(w, &err),
           "stream write: %s", err.msg);
     CHECK(!gguf_writer_put(w, a, 4, &err), "put after finish");
     gguf_writer_destroy(w);
     gguf_file *f = gguf_open(path, &err);
     const gguf_tensor *t = f ? gguf_find_tensor(f, "b") : NULL;
-    CHECK(f && gguf_file_size(f) == size && t && memcmp(t->data, b, sizeof b) == 0, "stream read back: %s",
-          err.msg);
+    CHECK(f && gguf_file_size(f) == size && t && memcmp(t->data, b, sizeof b) == 0,
+          "stream read back: %s", err.msg);
     gguf_close(f);
     w = gguf_writer_create();
-    CHECK(w && gguf_writer_add_tensor(w, "a", GGUF_DT_F32, 1, na, NULL) && gguf_writer_begin(w, path, &err) &&
-              gguf_writer_put(w, a, 8, &err) && !gguf_writer_finish(w, &err) && strstr(err.msg, "ended early"),
+    CHECK(w && gguf_writer_add_tensor(w, "a", GGUF_DT_F32, 1, na, NULL) &&
+              gguf_writer_begin(w, path, &err) && gguf_writer_put(w, a, 8, &err) &&
+              !gguf_writer_finish(w, &err) && strstr(err.msg, "ended early"),
           "short stream: %s", err.msg);
     CHECK(access(path, F_OK) != 0, "short stream leaves no file");
     gguf_writer_destroy(w);
     w = gguf_writer_create();
-    CHECK(w && gguf_writer_add_tensor(w, "a", GGUF_DT_F32, 1, na, NULL) && gguf_writer_begin(w, path, &err) &&
-              !gguf_writer_put(w, a, 24, &err) && strstr(err.msg, "more tensor data"),
+    CHECK(w && gguf_writer_add_tensor(w, "a", GGUF_DT_F32, 1, na, NULL) &&
+              gguf_writer_begin(w, path, &err) && !gguf_writer_put(w, a, 24, &err) &&
+              strstr(err.msg, "more tensor data"),
           "long stream: %s", err.msg);
     CHECK(access(path, F_OK) != 0, "long stream leaves no file");
     gguf_writer_destroy(w);
@@ -481,7 +553,8 @@ static void test_writer_round_trip(void) {
     }
     unlink(path);
     w = gguf_writer_create();
-    CHECK(!gguf_writer_write(w, "/nonexistent/dir/x.gguf", &err), "write to a missing dir must fail");
+    CHECK(!gguf_writer_write(w, "/nonexistent/dir/x.gguf", &err),
+          "write to a missing dir must fail");
     CHECK(has(err.msg, "/nonexistent/dir/x.gguf"), "%s", err.msg);
     gguf_writer_destroy(w);
 }
@@ -525,24 +598,37 @@ static void test_getters(void) {
     size_t n;
     const void *data;
     CHECK(!gguf_get_u32(f, "neg", &u) && gguf_get_u32(f, "max_u32", &u) && u == UINT32_MAX &&
-              !gguf_get_u32(f, "over_u32", &u), "u32 ranges");
-    CHECK(gguf_get_f64(f, "neg", &dv) && dv == -1.0 && gguf_get_f32(f, "neg", &fv) && fv == -1.0f, "int as float");
-    CHECK(!gguf_get_i64(f, "f32_big", &iv) && gguf_get_f32(f, "f32_big", &fv) && fv == big, "float as int");
-    CHECK(!gguf_get_f32(f, "f64_huge", &fv) && gguf_get_f32(f, "f64_inf", &fv) && isinf(fv), "f64 -> f32 range");
-    CHECK(gguf_get_bool(f, "u8_one", &b) && b && !gguf_get_bool(f, "u8_two", &b) && !gguf_get_bool(f, "str", &b),
+              !gguf_get_u32(f, "over_u32", &u),
+          "u32 ranges");
+    CHECK(gguf_get_f64(f, "neg", &dv) && dv == -1.0 && gguf_get_f32(f, "neg", &fv) && fv == -1.0f,
+          "int as float");
+    CHECK(!gguf_get_i64(f, "f32_big", &iv) && gguf_get_f32(f, "f32_big", &fv) && fv == big,
+          "float as int");
+    CHECK(!gguf_get_f32(f, "f64_huge", &fv) && gguf_get_f32(f, "f64_inf", &fv) && isinf(fv),
+          "f64 -> f32 range");
+    CHECK(gguf_get_bool(f, "u8_one", &b) && b && !gguf_get_bool(f, "u8_two", &b) &&
+              !gguf_get_bool(f, "str", &b),
           "bool conversions");
-    CHECK(gguf_get_i64(f, "flag", &iv) && iv == 1 && gguf_get_u32(f, "flag", &u) && u == 1, "bool as int");
-    CHECK(!gguf_get_i64(f, "str", &iv) && !gguf_get_f64(f, "str", &dv) && !gguf_get_str(f, "neg", &s, &n), "types");
+    CHECK(gguf_get_i64(f, "flag", &iv) && iv == 1 && gguf_get_u32(f, "flag", &u) && u == 1,
+          "bool as int");
+    CHECK(!gguf_get_i64(f, "str", &iv) && !gguf_get_f64(f, "str", &dv) &&
+              !gguf_get_str(f, "neg", &s, &n),
+          "types");
     CHECK(gguf_get_str_buf(f, "str", buf, sizeof buf) && strcmp(buf, "hel") == 0 &&
-              !gguf_get_str_buf(f, "str", buf, 0) && !gguf_get_str_buf(f, "missing", buf, sizeof buf), "str_buf");
+              !gguf_get_str_buf(f, "str", buf, 0) &&
+              !gguf_get_str_buf(f, "missing", buf, sizeof buf),
+          "str_buf");
     CHECK(!gguf_get_i64(f, "missing", &iv) && !gguf_get_arr(f, "str", NULL, NULL, &data) &&
               !gguf_get_arr_i64(f, "strs", 0, &iv) && !gguf_get_arr_f64(f, "strs", 0, &dv) &&
-              !gguf_get_arr_str(f, "str", 0, &s, &n) && !gguf_get_i64(f, "strs", &iv), "mismatches");
-    CHECK(gguf_find_key(f, "missing") == -1 && gguf_find_key(f, NULL) == -1 && !gguf_key_name(f, -1) &&
-              !gguf_key_name(f, gguf_n_kv(f)) && gguf_kv_type(f, 99) == GGUF_VT_COUNT &&
+              !gguf_get_arr_str(f, "str", 0, &s, &n) && !gguf_get_i64(f, "strs", &iv),
+          "mismatches");
+    CHECK(gguf_find_key(f, "missing") == -1 && gguf_find_key(f, NULL) == -1 &&
+              !gguf_key_name(f, -1) && !gguf_key_name(f, gguf_n_kv(f)) &&
+              gguf_kv_type(f, 99) == GGUF_VT_COUNT &&
               gguf_kv_type(f, gguf_find_key(f, "strs")) == GGUF_VT_ARRAY &&
               !gguf_kv_array(f, gguf_find_key(f, "str"), NULL, NULL) && !gguf_tensor_at(f, 0) &&
-              !gguf_find_tensor(f, NULL), "index access");
+              !gguf_find_tensor(f, NULL),
+          "index access");
     gguf_close(f);
 }
 
@@ -575,9 +661,21 @@ static void putstr(enc *e, const char *s) {
 }
 
 static spec base_spec(void) {
-    return (spec){.version = 3, .dims0 = 2, .dtype1 = GGUF_DT_Q8_0, .align_type = GGUF_VT_UINT32, .align = 32,
-                  .n_kv = 5, .n_tensors = 2, .ne0_1 = 32, .offset1 = 64, .str_len = 5, .arr_count = 2,
-                  .bool_val = 1, .key2 = "test.flag", .name1 = "blk.0.w", .vtype2 = GGUF_VT_BOOL};
+    return (spec){.version = 3,
+                  .dims0 = 2,
+                  .dtype1 = GGUF_DT_Q8_0,
+                  .align_type = GGUF_VT_UINT32,
+                  .align = 32,
+                  .n_kv = 5,
+                  .n_tensors = 2,
+                  .ne0_1 = 32,
+                  .offset1 = 64,
+                  .str_len = 5,
+                  .arr_count = 2,
+                  .bool_val = 1,
+                  .key2 = "test.flag",
+                  .name1 = "blk.0.w",
+                  .vtype2 = GGUF_VT_BOOL};
 }
 
 static void encode_spec(enc *e, const spec *s) {
@@ -629,7 +727,8 @@ static void expect_fail(const spec *s, size_t trunc, const char *want, int line)
     encode_spec(&e, s);
     kvl_error err = {{0}};
     gguf_file *f = gguf_open_memory(e.b, trunc ? trunc : e.n, "mem.gguf", &err);
-    if (f || !has(err.msg, want) || strncmp(err.msg, "mem.gguf: ", 10) != 0 || strchr(err.msg, '\n')) {
+    if (f || !has(err.msg, want) || strncmp(err.msg, "mem.gguf: ", 10) != 0 ||
+        strchr(err.msg, '\n')) {
         failures++;
         fprintf(stderr, "FAIL %s:%d: expected failure with '%s', got %s\n", __FILE__, line, want,
                 f ? "success" : err.msg);
@@ -644,7 +743,8 @@ static void test_malformed_memory(void) {
     encode_spec(&e, &s);
     kvl_error err = {{0}};
     gguf_file *f = gguf_open_memory(e.b, e.n, "mem.gguf", &err);
-    CHECK(f && gguf_n_tensors(f) == 2 && gguf_find_tensor(f, "blk.0.w")->nbytes == 68, "base: %s", err.msg);
+    CHECK(f && gguf_n_tensors(f) == 2 && gguf_find_tensor(f, "blk.0.w")->nbytes == 68, "base: %s",
+          err.msg);
     size_t data_end = f ? gguf_data_offset(f) + 64 + 68 : e.n;
     gguf_close(f);
 #define VARIANT(field, value, want)                                                                \
@@ -709,7 +809,9 @@ static void test_byte_mutations(void) {
             e.b[i] = vals[k];
             gguf_file *f = gguf_open_memory(e.b, e.n, "mut", &err);
             if (f) walk_all(f);
-            else CHECK(strncmp(err.msg, "mut: ", 5) == 0 && !strchr(err.msg, '\n'), "byte %zu: %s", i, err.msg);
+            else
+                CHECK(strncmp(err.msg, "mut: ", 5) == 0 && !strchr(err.msg, '\n'), "byte %zu: %s",
+                      i, err.msg);
             gguf_close(f);
         }
         e.b[i] = orig;
@@ -741,7 +843,8 @@ static int check_dir(const char *dir) {
             CHECK(f, "%s must load: %s", line, err.msg);
             if (f) walk_all(f);
         } else {
-            CHECK(!f && has(err.msg, want) && strncmp(err.msg, path, strlen(path)) == 0 && !strchr(err.msg, '\n'),
+            CHECK(!f && has(err.msg, want) && strncmp(err.msg, path, strlen(path)) == 0 &&
+                      !strchr(err.msg, '\n'),
                   "%s: want '%s', got '%s'", line, want, f ? "success" : err.msg);
             if (!f) printf("  %s\n", err.msg);
         }

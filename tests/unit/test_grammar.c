@@ -314,11 +314,14 @@ static void test_regex(void) {
     /* an unbounded repetition of a group that can be empty (found by fuzzing:
      * its rule would recurse without consuming input) is refused by name;
      * a bounded one, and one of a group that cannot be empty, still work */
-    CHECK(!regex_to_gbnf("(ba|(c)?|v )*x", "r-", false, &b, &err) && strstr(err.msg, "empty string"), "%s",
-          err.msg);
-    CHECK(!regex_to_gbnf("(a?b?){2,}", "r-", false, &b, &err) && strstr(err.msg, "empty string"), "%s", err.msg);
+    CHECK(!regex_to_gbnf("(ba|(c)?|v )*x", "r-", false, &b, &err) &&
+              strstr(err.msg, "empty string"),
+          "%s", err.msg);
+    CHECK(!regex_to_gbnf("(a?b?){2,}", "r-", false, &b, &err) && strstr(err.msg, "empty string"),
+          "%s", err.msg);
     kvl_buf_free(&b);
-    regex_cases("(a?b?){1,2}c", (const char *[]){"c", "abc", "aabc", NULL}, (const char *[]){"aaabc", NULL});
+    regex_cases("(a?b?){1,2}c", (const char *[]){"c", "abc", "aabc", NULL},
+                (const char *[]){"aaabc", NULL});
     regex_cases("(a?b)+", (const char *[]){"b", "abab", NULL}, (const char *[]){"", "a", NULL});
 }
 

@@ -28,12 +28,12 @@
 
 #define GOLDEN "tests/data/golden/models/"
 
-static const char *const GGUFS[] = {"models/stories260K.gguf", GOLDEN "llama-gqa-bpe-f32.gguf",
-                                    GOLDEN "llama-gqa-bpe-q8_0.gguf", GOLDEN "qwen3-f32.gguf",
-                                    GOLDEN "gemma3-swa-f32.gguf", GOLDEN "deepseek2-mla-f32.gguf"};
-static const char *const CONFIGS[] = {"deepseek-v3.json", "llama-2-7b.json", "llama-3-70b.json",
-                                      "llama-3-8b.json", "mistral-7b-v0.1.json", "qwen3-32b.json",
-                                      "synthetic-layer-types.json"};
+static const char *const GGUFS[] = {
+    "models/stories260K.gguf", GOLDEN "llama-gqa-bpe-f32.gguf", GOLDEN "llama-gqa-bpe-q8_0.gguf",
+    GOLDEN "qwen3-f32.gguf",   GOLDEN "gemma3-swa-f32.gguf",    GOLDEN "deepseek2-mla-f32.gguf"};
+static const char *const CONFIGS[] = {
+    "deepseek-v3.json",     "llama-2-7b.json", "llama-3-70b.json",          "llama-3-8b.json",
+    "mistral-7b-v0.1.json", "qwen3-32b.json",  "synthetic-layer-types.json"};
 
 static model *load(const char *path, kvl_error *err) {
     gguf_file *f = gguf_open(path, err);
@@ -84,8 +84,9 @@ static void test_gguf_agree(const char *path) {
         uint64_t pool = model_pool_bytes_per_token(m, kv_plan_pool_dtype(d));
         /* Both give the same bytes, or both refuse the row (q8_0 of 48 values). */
         if (planned ? p.bytes_per_token != pool : pool != 0) {
-            fprintf(stderr, "%s (%s): planner %llu B/token, model pools %llu\n", path, kv_plan_dtype_name(d),
-                    planned ? (unsigned long long)p.bytes_per_token : 0ull, (unsigned long long)pool);
+            fprintf(stderr, "%s (%s): planner %llu B/token, model pools %llu\n", path,
+                    kv_plan_dtype_name(d), planned ? (unsigned long long)p.bytes_per_token : 0ull,
+                    (unsigned long long)pool);
             failures++;
         }
         if (!planned) continue;
@@ -99,11 +100,14 @@ static void test_gguf_agree(const char *path) {
             model_kv_group_shape(m, g, &c, &window);
             bool found = false;
             for (int k = 0; k < n; k++)
-                found = found || (groups[k].window == window && groups[k].cfg.n_layers == c.n_layers &&
-                                  groups[k].cfg.head_dim_k == c.head_dim_k &&
-                                  groups[k].cfg.head_dim_v == c.head_dim_v &&
-                                  groups[k].cfg.n_kv_heads == c.n_kv_heads);
-            if (!found) fprintf(stderr, "%s: model KV group %d (window %d) is not the planner's\n", path, g, window);
+                found =
+                    found || (groups[k].window == window && groups[k].cfg.n_layers == c.n_layers &&
+                              groups[k].cfg.head_dim_k == c.head_dim_k &&
+                              groups[k].cfg.head_dim_v == c.head_dim_v &&
+                              groups[k].cfg.n_kv_heads == c.n_kv_heads);
+            if (!found)
+                fprintf(stderr, "%s: model KV group %d (window %d) is not the planner's\n", path, g,
+                        window);
             CHECK(found);
         }
     }
@@ -118,7 +122,8 @@ static void test_config_agree(const char *name) {
     model_hparams *hp = malloc(sizeof *hp);
     kv_plan_model pm;
     kv_plan p;
-    bool ok = text && hp && model_hparams_from_hf_config(text, hp, &err) && plan_of(hp, KV_PLAN_F16, &pm, &p);
+    bool ok = text && hp && model_hparams_from_hf_config(text, hp, &err) &&
+              plan_of(hp, KV_PLAN_F16, &pm, &p);
     if (!ok) fprintf(stderr, "%s: %s\n", path, err.msg);
     CHECK(ok);
     if (ok) {
@@ -144,14 +149,14 @@ static void test_config_agree(const char *name) {
 /* ------------------------------------------- rewritten golden files -- */
 
 typedef struct edit {
-    const char *drop[4];         /* keys left out */
-    const char *arr_key;         /* a bool array added (NULL: none) */
+    const char *drop[4]; /* keys left out */
+    const char *arr_key; /* a bool array added (NULL: none) */
     const uint8_t *arr;
     uint64_t arr_n;
-    const char *u32_key[2];      /* uint32 keys set */
+    const char *u32_key[2]; /* uint32 keys set */
     uint32_t u32[2];
-    const char *drop_tensor[2];  /* tensors left out: names ending so */
-    int n_add;                   /* f32 tensors added: name, [ne0, ne1], data */
+    const char *drop_tensor[2]; /* tensors left out: names ending so */
+    int n_add;                  /* f32 tensors added: name, [ne0, ne1], data */
     char add_name[8][64];
     int64_t add_ne[8][2];
     const float *add_data[8];
@@ -207,14 +212,17 @@ static bool rewrite(const char *src, const edit *e, char *out, size_t cap) {
     bool ok = f && w;
     for (int64_t i = 0; ok && i < gguf_n_kv(f); i++)
         if (!dropped(e, gguf_key_name(f, i))) ok = copy_key(f, i, w);
-    for (int k = 0; ok && k < 2 && e->u32_key[k]; k++) ok = gguf_writer_set_u32(w, e->u32_key[k], e->u32[k]);
+    for (int k = 0; ok && k < 2 && e->u32_key[k]; k++)
+        ok = gguf_writer_set_u32(w, e->u32_key[k], e->u32[k]);
     if (ok && e->arr_key) ok = gguf_writer_set_arr(w, e->arr_key, GGUF_VT_BOOL, e->arr, e->arr_n);
     for (int64_t i = 0; ok && i < gguf_n_tensors(f); i++) {
         const gguf_tensor *t = gguf_tensor_at(f, i);
-        if (!tensor_dropped(e, t->name)) ok = gguf_writer_add_tensor(w, t->name, t->dtype, t->n_dims, t->ne, t->data);
+        if (!tensor_dropped(e, t->name))
+            ok = gguf_writer_add_tensor(w, t->name, t->dtype, t->n_dims, t->ne, t->data);
     }
     for (int i = 0; ok && i < e->n_add; i++)
-        ok = gguf_writer_add_tensor(w, e->add_name[i], GGUF_DT_F32, 2, e->add_ne[i], e->add_data[i]);
+        ok =
+            gguf_writer_add_tensor(w, e->add_name[i], GGUF_DT_F32, 2, e->add_ne[i], e->add_data[i]);
     snprintf(out, cap, "/tmp/kvllm_test_hparams_%d.gguf", (int)getpid());
     ok = ok && gguf_writer_write(w, out, &err);
     if (!ok) fprintf(stderr, "rewrite %s: %s\n", src, err.msg[0] ? err.msg : "a key did not copy");
@@ -255,7 +263,7 @@ static bool forward_all(model *m, int n, float *out) {
     return ok;
 }
 
-#define GEMMA3 GOLDEN "gemma3-swa-f32.gguf"
+#define GEMMA3  GOLDEN "gemma3-swa-f32.gguf"
 #define SWA_KEY "gemma3.attention.sliding_window_pattern"
 
 static void test_swa_array(void) {
@@ -270,11 +278,13 @@ static void test_swa_array(void) {
     CHECK(a && b);
     if (a && b) {
         CHECK(model_kv_n_groups(b) == 2 && model_hp(b)->n_swa_layers == 2);
-        for (int il = 0; il < 4; il++) CHECK(model_hp(b)->swa_layers[il] == model_hp(a)->swa_layers[il]);
+        for (int il = 0; il < 4; il++)
+            CHECK(model_hp(b)->swa_layers[il] == model_hp(a)->swa_layers[il]);
         const int n = 40; /* past the window of 16 */
         size_t bytes = (size_t)n * model_hp(a)->n_vocab * sizeof(float);
         float *la = malloc(bytes), *lb = malloc(bytes);
-        CHECK(la && lb && forward_all(a, n, la) && forward_all(b, n, lb) && memcmp(la, lb, bytes) == 0);
+        CHECK(la && lb && forward_all(a, n, la) && forward_all(b, n, lb) &&
+              memcmp(la, lb, bytes) == 0);
         free(la);
         free(lb);
         test_gguf_agree(path);
@@ -292,7 +302,8 @@ static void test_swa_array(void) {
         for (int il = 0; il < 4; il++) CHECK(hp->swa_layers[il] == odd[il]);
         kv_pool_config c;
         int32_t w0, w1;
-        model_kv_group_shape(b, 0, &c, &w0); /* groups in order of first layer: full, then sliding */
+        model_kv_group_shape(b, 0, &c,
+                             &w0); /* groups in order of first layer: full, then sliding */
         model_kv_group_shape(b, 1, &c, &w1);
         CHECK(model_kv_n_groups(b) == 2 && w0 == 0 && w1 == 16 && c.n_layers == 2);
         test_gguf_agree(path);
@@ -332,8 +343,10 @@ static float *kv_b_of(const gguf_file *f, int il, int64_t H, int64_t r, int64_t 
     const float *k = kb->data, *v = vb->data; /* k_b {nope, r, H}, v_b {r, vd, H} */
     for (int64_t h = 0; h < H; h++)
         for (int64_t i = 0; i < r; i++) {
-            for (int64_t j = 0; j < nope; j++) out[(h * (nope + vd) + j) * r + i] = k[(h * r + i) * nope + j];
-            for (int64_t j = 0; j < vd; j++) out[(h * (nope + vd) + nope + j) * r + i] = v[(h * vd + j) * r + i];
+            for (int64_t j = 0; j < nope; j++)
+                out[(h * (nope + vd) + j) * r + i] = k[(h * r + i) * nope + j];
+            for (int64_t j = 0; j < vd; j++)
+                out[(h * (nope + vd) + nope + j) * r + i] = v[(h * vd + j) * r + i];
         }
     return out;
 }
@@ -343,8 +356,10 @@ static void test_deepseek_without_mla_keys(void) {
     kvl_error err = {{0}};
     edit e = {.drop = {"deepseek2.attention.key_length_mla", "deepseek2.attention.value_length_mla",
                        "deepseek2.attention.head_count_kv"},
-              .u32_key = {"deepseek2.attention.head_count_kv"}, .u32 = {4},
-              .drop_tensor = {"attn_k_b.weight", "attn_v_b.weight"}, .n_add = 2};
+              .u32_key = {"deepseek2.attention.head_count_kv"},
+              .u32 = {4},
+              .drop_tensor = {"attn_k_b.weight", "attn_v_b.weight"},
+              .n_add = 2};
     gguf_file *src = gguf_open(DS2, &err);
     float *kvb[2] = {NULL, NULL};
     for (int il = 0; src && il < 2; il++) { /* H 4, kv_lora 32, nope 32, v 32 */
@@ -369,7 +384,8 @@ static void test_deepseek_without_mla_keys(void) {
         model_hparams_layer_kv(hp, 0, &k, &v, &w);
         CHECK(k == 4 * 48 && v == 4 * 32 && w == 0);
         /* llama.cpp's cache for it: 2 layers x 4 heads x (48 + 32) x 4 B */
-        CHECK(plan_of(hp, KV_PLAN_F32, &pm, &p) && pm.kv_lora_rank == 0 && p.bytes_per_token == 2 * 4 * 80 * 4);
+        CHECK(plan_of(hp, KV_PLAN_F32, &pm, &p) && pm.kv_lora_rank == 0 &&
+              p.bytes_per_token == 2 * 4 * 80 * 4);
     }
     free(hp);
     gguf_close(f);
@@ -382,7 +398,8 @@ static void test_deepseek_without_mla_keys(void) {
     if (a && b) {
         const int n = 40;
         const int64_t V = model_hp(a)->n_vocab;
-        float *la = malloc((size_t)n * V * sizeof(float)), *lb = malloc((size_t)n * V * sizeof(float));
+        float *la = malloc((size_t)n * V * sizeof(float)),
+              *lb = malloc((size_t)n * V * sizeof(float));
         bool ran = la && lb && forward_all(a, n, la) && forward_all(b, n, lb);
         CHECK(ran);
         double worst = 0, scale = 0;
@@ -398,7 +415,8 @@ static void test_deepseek_without_mla_keys(void) {
             }
             argmax_differs += ia != ib;
         }
-        printf("deepseek2 uncompressed vs absorbed: max |logit diff| %.3g (largest |logit| %.3g), argmax differs at %d of %d\n",
+        printf("deepseek2 uncompressed vs absorbed: max |logit diff| %.3g (largest |logit| %.3g), "
+               "argmax differs at %d of %d\n",
                worst, scale, argmax_differs, n);
         CHECK(ran && worst <= 1e-4 * scale && argmax_differs == 0);
         free(la);
@@ -410,8 +428,8 @@ static void test_deepseek_without_mla_keys(void) {
     /* The file as shipped: MLA, the latent + RoPE key (48 values) per layer. */
     f = gguf_open(DS2, &err);
     hp = malloc(sizeof *hp);
-    CHECK(f && hp && model_hparams_from_gguf(f, hp, &err) && hp->mla && plan_of(hp, KV_PLAN_F32, &pm, &p) &&
-          p.bytes_per_token == 2 * 48 * 4);
+    CHECK(f && hp && model_hparams_from_gguf(f, hp, &err) && hp->mla &&
+          plan_of(hp, KV_PLAN_F32, &pm, &p) && p.bytes_per_token == 2 * 48 * 4);
     free(hp);
     gguf_close(f);
 }
@@ -435,10 +453,12 @@ static void test_moe_config(void) {
     free(hp);
     free(text);
     /* used > count is malformed, named by its config.json key */
-    const char *bad = "{\"model_type\":\"qwen3_moe\",\"num_hidden_layers\":2,\"num_attention_heads\":4,"
-                      "\"hidden_size\":64,\"intermediate_size\":128,\"num_experts\":4,\"num_experts_per_tok\":5}";
+    const char *bad =
+        "{\"model_type\":\"qwen3_moe\",\"num_hidden_layers\":2,\"num_attention_heads\":4,"
+        "\"hidden_size\":64,\"intermediate_size\":128,\"num_experts\":4,\"num_experts_per_tok\":5}";
     model_hparams *h2 = malloc(sizeof *h2);
-    CHECK(h2 && !model_hparams_from_hf_config(bad, h2, &err) && strstr(err.msg, "'num_experts_per_tok' = 5"));
+    CHECK(h2 && !model_hparams_from_hf_config(bad, h2, &err) &&
+          strstr(err.msg, "'num_experts_per_tok' = 5"));
     free(h2);
 }
 
@@ -453,7 +473,8 @@ static void test_moe_gguf_bytes(void) {
     const model_moe_hparams *mo = &hp->moe;
     const uint64_t per_expert = 3ull * (uint64_t)hp->n_embd * (uint64_t)mo->n_ff_exp * 4;
     CHECK(mo->expert_bytes == per_expert * (uint64_t)mo->n_expert * (uint64_t)mo->n_layer_moe);
-    uint64_t unread = per_expert * (uint64_t)(mo->n_expert - mo->n_expert_used) * (uint64_t)mo->n_layer_moe;
+    uint64_t unread =
+        per_expert * (uint64_t)(mo->n_expert - mo->n_expert_used) * (uint64_t)mo->n_layer_moe;
     if (!hp->tied_output) unread += (uint64_t)(hp->n_vocab - 1) * (uint64_t)hp->n_embd * 4;
     CHECK(mo->active_bytes == hp->weights_bytes - unread);
     model_destroy(m);

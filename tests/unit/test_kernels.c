@@ -49,8 +49,8 @@ static void fill_data(float *x, int64_t n, float scale) {
     }
 }
 
-static const int weight_types[] = {GGUF_DT_F32,  GGUF_DT_F16,  GGUF_DT_BF16, GGUF_DT_Q8_0,
-                                   GGUF_DT_Q4_0, GGUF_DT_Q4_K, GGUF_DT_Q6_K, GGUF_DT_Q4_1,
+static const int weight_types[] = {GGUF_DT_F32,  GGUF_DT_F16,  GGUF_DT_BF16,   GGUF_DT_Q8_0,
+                                   GGUF_DT_Q4_0, GGUF_DT_Q4_K, GGUF_DT_Q6_K,   GGUF_DT_Q4_1,
                                    GGUF_DT_Q5_0, GGUF_DT_Q5_1, GGUF_DT_IQ4_NL, GGUF_DT_Q2_K,
                                    GGUF_DT_Q3_K, GGUF_DT_Q5_K, GGUF_DT_IQ4_XS};
 #define N_WEIGHT_TYPES ((int)(sizeof weight_types / sizeof weight_types[0]))
@@ -109,10 +109,9 @@ static void test_tables(void) {
         {GGUF_DT_Q4_0, 32, 18, GGUF_DT_Q8_0},   {GGUF_DT_Q4_K, 256, 144, GGUF_DT_Q8_K},
         {GGUF_DT_Q6_K, 256, 210, GGUF_DT_Q8_K}, {GGUF_DT_Q4_1, 32, 20, GGUF_DT_Q8_1},
         {GGUF_DT_Q5_0, 32, 22, GGUF_DT_Q8_0},   {GGUF_DT_Q5_1, 32, 24, GGUF_DT_Q8_1},
-        {GGUF_DT_IQ4_NL, 32, 18, GGUF_DT_Q8_0},
-        {GGUF_DT_Q6_K, 256, 210, GGUF_DT_Q8_K}, {GGUF_DT_Q2_K, 256, 84, GGUF_DT_Q8_K},
-        {GGUF_DT_Q3_K, 256, 110, GGUF_DT_Q8_K}, {GGUF_DT_Q5_K, 256, 176, GGUF_DT_Q8_K},
-        {GGUF_DT_IQ4_XS, 256, 136, GGUF_DT_Q8_K},
+        {GGUF_DT_IQ4_NL, 32, 18, GGUF_DT_Q8_0}, {GGUF_DT_Q6_K, 256, 210, GGUF_DT_Q8_K},
+        {GGUF_DT_Q2_K, 256, 84, GGUF_DT_Q8_K},  {GGUF_DT_Q3_K, 256, 110, GGUF_DT_Q8_K},
+        {GGUF_DT_Q5_K, 256, 176, GGUF_DT_Q8_K}, {GGUF_DT_IQ4_XS, 256, 136, GGUF_DT_Q8_K},
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         const kern_traits *t = kern_traits_of(want[i].t), *r = kern_traits_ref(want[i].t);
@@ -127,8 +126,10 @@ static void test_tables(void) {
     static const struct {
         int t;
         size_t size;
-    } blocks[] = {{GGUF_DT_Q8_0, sizeof(blk_q8_0)}, {GGUF_DT_Q4_0, sizeof(blk_q4_0)},
-                  {GGUF_DT_Q4_K, sizeof(blk_q4_K)}, {GGUF_DT_Q6_K, sizeof(blk_q6_K)},
+    } blocks[] = {{GGUF_DT_Q8_0, sizeof(blk_q8_0)},
+                  {GGUF_DT_Q4_0, sizeof(blk_q4_0)},
+                  {GGUF_DT_Q4_K, sizeof(blk_q4_K)},
+                  {GGUF_DT_Q6_K, sizeof(blk_q6_K)},
                   {GGUF_DT_Q8_K, sizeof(blk_q8_K)}};
     for (size_t i = 0; i < sizeof blocks / sizeof blocks[0]; i++)
         CHECK(gguf_dtype_traits_of(blocks[i].t)->block_bytes == blocks[i].size, "%s block struct",
@@ -141,12 +142,14 @@ static void test_tables(void) {
         CHECK(f && f->block_elems > 0, "type %d has kernels but no geometry", t);
         if (!r->vec_dot || !f) continue;
         const kern_traits *a = kern_traits_ref(f->vec_dot_type);
-        CHECK(a && a->from_float, "%s: its vec_dot_type %d has no from_float", f->name, f->vec_dot_type);
+        CHECK(a && a->from_float, "%s: its vec_dot_type %d has no from_float", f->name,
+              f->vec_dot_type);
     }
     const kern_traits *q8k = kern_traits_of(GGUF_DT_Q8_K);
     CHECK(q8k && q8k->from_float && q8k->to_float && !q8k->vec_dot, "Q8_K is activation-only");
     const kern_traits *q81 = kern_traits_of(GGUF_DT_Q8_1);
-    CHECK(q81 && gguf_dtype_traits_of(GGUF_DT_Q8_1)->block_bytes == 36 && q81->from_float && q81->to_float && !q81->vec_dot,
+    CHECK(q81 && gguf_dtype_traits_of(GGUF_DT_Q8_1)->block_bytes == 36 && q81->from_float &&
+              q81->to_float && !q81->vec_dot,
           "Q8_1 is activation-only");
     CHECK(!kern_traits_of(GGUF_DT_I8) && !kern_traits_of(-1) && !kern_traits_of(GGUF_DT_COUNT),
           "unsupported types have no traits");
@@ -161,10 +164,10 @@ static void test_tables(void) {
 
 /* (the 32-element types likewise: Q4_1 7.8e-2, IQ4_NL 7.7e-2, Q5_0 4.2e-2,
  * Q5_1 3.8e-2) */
-#define BOUND_Q4_1 9.5e-2
+#define BOUND_Q4_1   9.5e-2
 #define BOUND_IQ4_NL 9.3e-2
-#define BOUND_Q5_0 5.1e-2
-#define BOUND_Q5_1 4.6e-2
+#define BOUND_Q5_0   5.1e-2
+#define BOUND_Q5_1   4.6e-2
 
 /* Normalized RMS error of a round trip on unit Gaussian data (measured values
  * with about 20% headroom: F16 2.0e-4, BF16 1.7e-3, Q8_0 5.3e-3, Q8_K 6.8e-3,
@@ -201,10 +204,10 @@ static void check_isa_conversions(int t, const float *x, const void *q, const fl
         if (!use_isa(a)) continue;
         kern_traits_of(t)->from_float(x, q2, n);
         kern_traits_of(t)->to_float(q, y2, n);
-        CHECK(memcmp(q, q2, rb) == 0, "%s from_float %s differs from reference",
-              gguf_dtype_name(t), isa_list[a]);
-        CHECK(memcmp(y, y2, n * sizeof(float)) == 0, "%s to_float %s differs",
-              gguf_dtype_name(t), isa_list[a]);
+        CHECK(memcmp(q, q2, rb) == 0, "%s from_float %s differs from reference", gguf_dtype_name(t),
+              isa_list[a]);
+        CHECK(memcmp(y, y2, n * sizeof(float)) == 0, "%s to_float %s differs", gguf_dtype_name(t),
+              isa_list[a]);
     }
     kern_init("auto");
     kvl_free(q2);
@@ -216,10 +219,10 @@ static void test_roundtrip(void) {
     float *x = kvl_alloc(n * sizeof(float)), *xe = kvl_alloc(n * sizeof(float));
     for (int64_t i = 0; i < n; i++) x[i] = 0.7f * rng_gauss();
     fill_data(xe, n, 0.7f);
-    const int types[] = {GGUF_DT_F32,  GGUF_DT_F16,  GGUF_DT_BF16, GGUF_DT_Q8_0,  GGUF_DT_Q4_0,
-                         GGUF_DT_Q4_K, GGUF_DT_Q6_K, GGUF_DT_Q8_K, GGUF_DT_Q4_1,  GGUF_DT_Q5_0,
-                         GGUF_DT_Q5_1, GGUF_DT_Q8_1, GGUF_DT_IQ4_NL,
-                         GGUF_DT_Q2_K, GGUF_DT_Q3_K, GGUF_DT_Q5_K, GGUF_DT_IQ4_XS};
+    const int types[] = {GGUF_DT_F32,  GGUF_DT_F16,   GGUF_DT_BF16,   GGUF_DT_Q8_0, GGUF_DT_Q4_0,
+                         GGUF_DT_Q4_K, GGUF_DT_Q6_K,  GGUF_DT_Q8_K,   GGUF_DT_Q4_1, GGUF_DT_Q5_0,
+                         GGUF_DT_Q5_1, GGUF_DT_Q8_1,  GGUF_DT_IQ4_NL, GGUF_DT_Q2_K, GGUF_DT_Q3_K,
+                         GGUF_DT_Q5_K, GGUF_DT_IQ4_XS};
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         const int t = types[ti];
         const char *name = gguf_dtype_name(t);
@@ -348,7 +351,8 @@ static const struct {
 /* Q4_1 / Q5_1 against Q8_1 use the block's stored s = fp16(d * sum q), not
  * the sum of the dequantized values: what that changes in sum_b m_b * s_b
  * (and the magnitude of those terms, added to *abs_sum). */
-static double q8_1_min_terms(size_t block_bytes, const void *qx, const void *qy, int64_t n, double *abs_sum) {
+static double q8_1_min_terms(size_t block_bytes, const void *qx, const void *qy, int64_t n,
+                             double *abs_sum) {
     double diff = 0;
     for (int64_t b = 0; b < n / QK8_1; b++) {
         const blk_q8_1 *yb = (const blk_q8_1 *)qy + b;
@@ -378,22 +382,23 @@ static void check_dot_case(int t, int64_t n, bool raw_codes) {
     /* the integer math is exact: only float rounding separates it from exact math */
     double abs_sum;
     double exact = dot_double(dx, dy, n, &abs_sum);
-    if (vdt == GGUF_DT_Q8_1) exact += q8_1_min_terms(gguf_dtype_traits_of(t)->block_bytes, qx, qy, n, &abs_sum);
-    CHECK(fabs(s_ref - exact) <= 2e-6 * abs_sum + 1e-30, "%s n=%lld: ref %.9g exact %.9g", gguf_dtype_name(t),
-          (long long)n, s_ref, exact);
+    if (vdt == GGUF_DT_Q8_1)
+        exact += q8_1_min_terms(gguf_dtype_traits_of(t)->block_bytes, qx, qy, n, &abs_sum);
+    CHECK(fabs(s_ref - exact) <= 2e-6 * abs_sum + 1e-30, "%s n=%lld: ref %.9g exact %.9g",
+          gguf_dtype_name(t), (long long)n, s_ref, exact);
     if (!raw_codes) { /* and the quantized dot is close to the float dot */
         double abs_xy;
         const double want = dot_double(x, y, n, &abs_xy);
         const double tol = (2.0 * (roundtrip_bound(t) + roundtrip_bound(vdt)) + 1e-5) * abs_xy;
-        CHECK(fabs(s_ref - want) <= tol + 1e-6, "%s n=%lld: quantized %.6g float %.6g", gguf_dtype_name(t),
-              (long long)n, s_ref, want);
+        CHECK(fabs(s_ref - want) <= tol + 1e-6, "%s n=%lld: quantized %.6g float %.6g",
+              gguf_dtype_name(t), (long long)n, s_ref, want);
     }
     for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++) {
         if (variants[v].t != t || !isa_ok[variants[v].isa]) continue;
         float s;
         variants[v].dot(n, &s, qx, qy);
-        CHECK(same_bits(s, s_ref), "%s n=%lld %s: %.9g vs reference %.9g", gguf_dtype_name(t), (long long)n,
-              isa_list[variants[v].isa], s, s_ref);
+        CHECK(same_bits(s, s_ref), "%s n=%lld %s: %.9g vs reference %.9g", gguf_dtype_name(t),
+              (long long)n, isa_list[variants[v].isa], s, s_ref);
     }
     kvl_free(x), kvl_free(y), kvl_free(qx), kvl_free(qy), kvl_free(dx), kvl_free(dy);
 }
@@ -430,10 +435,8 @@ static void test_rows_kernels(void) {
             for (int i = 0; i < KERN_ROWS_MAX; i++) {
                 fill_data(yf, n, 1.0f + i);
                 qt->from_float(yf, qstd + i * qrow, n);
-                if (rk[v].prepare)
-                    rk[v].prepare(yf, qy + i * ys, n);
-                else
-                    memcpy(qy + i * ys, qstd + i * qrow, qrow);
+                if (rk[v].prepare) rk[v].prepare(yf, qy + i * ys, n);
+                else memcpy(qy + i * ys, qstd + i * qrow, qrow);
             }
             for (int nr = 1; nr <= KERN_ROWS_MAX; nr++) {
                 float s[2 * KERN_ROWS_MAX] = {0}, want;
@@ -576,14 +579,16 @@ static void test_matmul_shapes(void) {
             float *wf, *X = kvl_alloc(mmax * k * sizeof(float));
             char *W = random_weights(t, nmax, k, &wf);
             fill_data(X, mmax * k, 1.0f);
-            float *Y = kvl_alloc(mmax * nmax * sizeof(float)), *Yd = kvl_alloc(mmax * nmax * sizeof(float));
+            float *Y = kvl_alloc(mmax * nmax * sizeof(float)),
+                  *Yd = kvl_alloc(mmax * nmax * sizeof(float));
             for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++)
                 for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
                     const int64_t m = ms[mi], n = ns[ni];
                     run_matmul(W, t, n, k, X, m, Y);
                     matmul_direct(W, t, n, k, X, m, Yd);
-                    CHECK(memcmp(Y, Yd, m * n * sizeof(float)) == 0, "%s k=%lld n=%lld m=%lld: matmul != vec_dot",
-                          gguf_dtype_name(t), (long long)k, (long long)n, (long long)m);
+                    CHECK(memcmp(Y, Yd, m * n * sizeof(float)) == 0,
+                          "%s k=%lld n=%lld m=%lld: matmul != vec_dot", gguf_dtype_name(t),
+                          (long long)k, (long long)n, (long long)m);
                 }
             kvl_free(wf), kvl_free(X), kvl_free(W), kvl_free(Y), kvl_free(Yd);
         }
@@ -636,7 +641,8 @@ static void test_repack(void) {
         static const int64_t ms[] = {1, 2, 3, 5, 6, 7, 8, 9, 13, 16, 25};
         static const int64_t ns[] = {1, 15, 16, 17, 33};
         for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
-            for (int kb = 1; kb <= 8; kb *= 2) repack_case(t, ns[ni], kb * be, ms, sizeof ms / sizeof ms[0]);
+            for (int kb = 1; kb <= 8; kb *= 2)
+                repack_case(t, ns[ni], kb * be, ms, sizeof ms / sizeof ms[0]);
         static const int64_t big_ms[] = {1, 4, 17, 64};
         repack_case(t, 301, 2048, big_ms, 4);
     }
@@ -662,19 +668,23 @@ static void test_repack(void) {
                 Y[i] = kvl_alloc(7 * ns[i] * sizeof(float));
                 Yd[i] = kvl_alloc(7 * ns[i] * sizeof(float));
             }
-            void *work = kvl_alloc(kern_matmul_work_bytes(t0, 7, k) + kern_matmul_work_bytes(t1, 7, k));
+            void *work =
+                kvl_alloc(kern_matmul_work_bytes(t0, 7, k) + kern_matmul_work_bytes(t1, 7, k));
             for (int mi = 0; mi < 2; mi++) {
                 const int64_t m = mlist[mi];
                 kern_repacked_mat mats[3];
-                for (int i = 0; i < 3; i++) mats[i] = (kern_repacked_mat){P[i], types[i], ns[i], Y[i]};
+                for (int i = 0; i < 3; i++)
+                    mats[i] = (kern_repacked_mat){P[i], types[i], ns[i], Y[i]};
                 kern_matmul_repacked_multi(3, mats, k, X, m, work);
                 for (int i = 0; i < 3; i++) {
                     matmul_direct(W[i], types[i], ns[i], k, X, m, Yd[i]);
-                    CHECK(memcmp(Y[i], Yd[i], m * ns[i] * sizeof(float)) == 0, "%s+%s multi m=%lld: matrix %d != vec_dot",
-                          gguf_dtype_name(t0), gguf_dtype_name(t1), (long long)m, i);
+                    CHECK(memcmp(Y[i], Yd[i], m * ns[i] * sizeof(float)) == 0,
+                          "%s+%s multi m=%lld: matrix %d != vec_dot", gguf_dtype_name(t0),
+                          gguf_dtype_name(t1), (long long)m, i);
                 }
             }
-            for (int i = 0; i < 3; i++) kvl_free(W[i]), kvl_free(P[i]), kvl_free(Y[i]), kvl_free(Yd[i]);
+            for (int i = 0; i < 3; i++)
+                kvl_free(W[i]), kvl_free(P[i]), kvl_free(Y[i]), kvl_free(Yd[i]);
             kvl_free(X), kvl_free(work);
         }
     printf("repacked layouts tested: %d type(s) on %s\n", tested, kern_isa_name());
@@ -694,7 +704,9 @@ static void test_attn_exp(void) {
     CHECK(kern_expf(5.0f) == 1.0f && kern_expf(-1000.0f) == kern_expf(-87.0f), "kern_expf clamps");
 }
 
-static bool same_floats(const float *a, const float *b, int64_t n) { return memcmp(a, b, n * sizeof(float)) == 0; }
+static bool same_floats(const float *a, const float *b, int64_t n) {
+    return memcmp(a, b, n * sizeof(float)) == 0;
+}
 
 /* kern_silu_mul against double math, and every ISA against the reference. */
 static void test_silu(void) {
@@ -728,32 +740,38 @@ static void test_silu(void) {
  * the reference against double-precision math. */
 /* A SIMD set's scores and e.V over cache rows of type kt read in place,
  * against the reference's s0 and o0 (o starting from oinit), bit for bit. */
-static void check_rows_in_place(const kern_attn_ops *simd, int64_t n, int64_t d, int nq, const float *q, size_t qs,
-                                const void **rows, int kt, const float *s0, size_t ss, const float *o0,
-                                const float *oinit, float *s1, float *o1) {
+static void check_rows_in_place(const kern_attn_ops *simd, int64_t n, int64_t d, int nq,
+                                const float *q, size_t qs, const void **rows, int kt,
+                                const float *s0, size_t ss, const float *o0, const float *oinit,
+                                float *s1, float *o1) {
     simd->scores(n, d, nq, q, qs, rows, kt, 0.125f, s1, ss);
     memcpy(o1, oinit, nq * qs * sizeof(float));
     simd->pv(n, d, nq, s0, ss, rows, kt, o1, qs);
     for (int h = 0; h < nq; h++)
         CHECK(same_floats(s0 + h * ss, s1 + h * ss, n) && same_floats(o0 + h * qs, o1 + h * qs, d),
-              "attn %s rows d=%lld n=%lld nq=%d: %s differs from the reference", gguf_dtype_name(kt), (long long)d,
-              (long long)n, nq, simd == &kavx2_attn ? "avx2" : "avx512");
+              "attn %s rows d=%lld n=%lld nq=%d: %s differs from the reference",
+              gguf_dtype_name(kt), (long long)d, (long long)n, nq,
+              simd == &kavx2_attn ? "avx2" : "avx512");
 }
 
 static void test_attn(void) {
     static const int64_t dks[] = {1, 15, 16, 33, 64, 128, 576};
     static const int64_t npos[] = {1, 5, 16, 17, 40, 256};
     static const int nqs[] = {1, 3, 4, 7};
-    const kern_attn_ops *simd[] = {isa_ok[1] ? &kavx2_attn : NULL, isa_ok[2] ? &kavx512_attn : NULL};
+    const kern_attn_ops *simd[] = {isa_ok[1] ? &kavx2_attn : NULL,
+                                   isa_ok[2] ? &kavx512_attn : NULL};
     for (size_t di = 0; di < sizeof dks / sizeof dks[0]; di++)
         for (size_t pi = 0; pi < sizeof npos / sizeof npos[0]; pi++)
             for (size_t qi = 0; qi < sizeof nqs / sizeof nqs[0]; qi++) {
                 const int64_t d = dks[di], n = npos[pi];
                 const int nq = nqs[qi];
                 const size_t qs = (size_t)d + 3, ks = (size_t)d + 5, ss = (size_t)n + 2;
-                float *q = kvl_alloc(nq * qs * sizeof(float)), *k = kvl_alloc(n * ks * sizeof(float));
-                float *s0 = kvl_alloc(nq * ss * sizeof(float)), *s1 = kvl_alloc(nq * ss * sizeof(float));
-                float *o0 = kvl_alloc(nq * qs * sizeof(float)), *o1 = kvl_alloc(nq * qs * sizeof(float));
+                float *q = kvl_alloc(nq * qs * sizeof(float)),
+                      *k = kvl_alloc(n * ks * sizeof(float));
+                float *s0 = kvl_alloc(nq * ss * sizeof(float)),
+                      *s1 = kvl_alloc(nq * ss * sizeof(float));
+                float *o0 = kvl_alloc(nq * qs * sizeof(float)),
+                      *o1 = kvl_alloc(nq * qs * sizeof(float));
                 fill_data(q, nq * qs, 1.0f);
                 fill_data(k, n * ks, 1.0f);
                 fill_data(o0, nq * qs, 1.0f);
@@ -769,7 +787,8 @@ static void test_attn(void) {
                         const double want = 0.125 * dot_double(q + h * qs, k + j * ks, d, &abs_sum);
                         err = fmax(err, fabs(s0[h * ss + j] - want) / (0.125 * abs_sum + 1e-30));
                     }
-                CHECK(err < 1e-5, "attn scores d=%lld n=%lld: relative error %g", (long long)d, (long long)n, err);
+                CHECK(err < 1e-5, "attn scores d=%lld n=%lld: relative error %g", (long long)d,
+                      (long long)n, err);
                 /* softmax of the scores row by row, pv with them as weights, v = k */
                 float m0[8], l0[8], m1[8], l1[8];
                 for (int h = 0; h < nq; h++) m0[h] = kref_attn.softmax(n, s0 + h * ss, &l0[h]);
@@ -778,9 +797,11 @@ static void test_attn(void) {
                     if (!simd[v]) continue;
                     simd[v]->scores(n, d, nq, q, qs, kr, GGUF_DT_F32, 0.125f, s1, ss);
                     for (int h = 0; h < nq; h++) {
-                        kref_attn.scores(n, d, 1, q + h * qs, qs, kr, GGUF_DT_F32, 0.125f, s0 + h * ss, ss);
-                        CHECK(same_floats(s0 + h * ss, s1 + h * ss, n), "attn scores d=%lld n=%lld nq=%d differ",
-                              (long long)d, (long long)n, nq);
+                        kref_attn.scores(n, d, 1, q + h * qs, qs, kr, GGUF_DT_F32, 0.125f,
+                                         s0 + h * ss, ss);
+                        CHECK(same_floats(s0 + h * ss, s1 + h * ss, n),
+                              "attn scores d=%lld n=%lld nq=%d differ", (long long)d, (long long)n,
+                              nq);
                         m0[h] = kref_attn.softmax(n, s0 + h * ss, &l0[h]);
                         m1[h] = simd[v]->softmax(n, s1 + h * ss, &l1[h]);
                         CHECK(same_bits(m0[h], m1[h]) && same_bits(l0[h], l1[h]) &&
@@ -790,8 +811,9 @@ static void test_attn(void) {
                     memcpy(o1, oinit, nq * qs * sizeof(float));
                     simd[v]->pv(n, d, nq, s1, ss, kr, GGUF_DT_F32, o1, qs);
                     for (int h = 0; h < nq; h++)
-                        CHECK(same_floats(o0 + h * qs, o1 + h * qs, d), "attn pv d=%lld n=%lld nq=%d differs",
-                              (long long)d, (long long)n, nq);
+                        CHECK(same_floats(o0 + h * qs, o1 + h * qs, d),
+                              "attn pv d=%lld n=%lld nq=%d differs", (long long)d, (long long)n,
+                              nq);
                 }
                 /* F16 and BF16 rows, read in place */
                 for (int ti = 0; ti < 2; ti++) {
@@ -806,7 +828,8 @@ static void test_attn(void) {
                     kref_attn.pv(n, d, nq, s0, ss, khr, kt, o0, qs);
                     for (size_t v = 0; v < sizeof simd / sizeof simd[0]; v++)
                         if (simd[v])
-                            check_rows_in_place(simd[v], n, d, nq, q, qs, khr, kt, s0, ss, o0, oinit, s1, o1);
+                            check_rows_in_place(simd[v], n, d, nq, q, qs, khr, kt, s0, ss, o0,
+                                                oinit, s1, o1);
                     kvl_free(kh), kvl_free(khr);
                 }
                 /* Q8_0 rows, read in place: the same as the rows widened by
@@ -814,8 +837,10 @@ static void test_attn(void) {
                 if (d % QK8_0 == 0) {
                     const size_t rb = (size_t)d / QK8_0 * sizeof(blk_q8_0);
                     char *kq = kvl_alloc(n * rb);
-                    float *kw = kvl_alloc(n * d * sizeof(float)), *s2 = kvl_alloc(nq * ss * sizeof(float));
-                    const void **kqr = kvl_alloc(n * sizeof *kqr), **kwr = kvl_alloc(n * sizeof *kwr);
+                    float *kw = kvl_alloc(n * d * sizeof(float)),
+                          *s2 = kvl_alloc(nq * ss * sizeof(float));
+                    const void **kqr = kvl_alloc(n * sizeof *kqr),
+                               **kwr = kvl_alloc(n * sizeof *kwr);
                     for (int64_t j = 0; j < n; j++) {
                         kref_from_float_q8_0(k + j * ks, kq + j * rb, d);
                         kref_to_float_q8_0(kq + j * rb, kw + j * d, d);
@@ -828,16 +853,18 @@ static void test_attn(void) {
                     memcpy(o1, oinit, nq * qs * sizeof(float));
                     kref_attn.pv(n, d, nq, s0, ss, kwr, GGUF_DT_F32, o1, qs);
                     for (int h = 0; h < nq; h++)
-                        CHECK(same_floats(s0 + h * ss, s2 + h * ss, n) && same_floats(o0 + h * qs, o1 + h * qs, d),
-                              "attn q8_0 rows d=%lld n=%lld nq=%d differ from widened rows", (long long)d,
-                              (long long)n, nq);
+                        CHECK(same_floats(s0 + h * ss, s2 + h * ss, n) &&
+                                  same_floats(o0 + h * qs, o1 + h * qs, d),
+                              "attn q8_0 rows d=%lld n=%lld nq=%d differ from widened rows",
+                              (long long)d, (long long)n, nq);
                     for (size_t v = 0; v < sizeof simd / sizeof simd[0]; v++)
                         if (simd[v])
-                            check_rows_in_place(simd[v], n, d, nq, q, qs, kqr, GGUF_DT_Q8_0, s0, ss, o0, oinit, s1,
-                                                o1);
+                            check_rows_in_place(simd[v], n, d, nq, q, qs, kqr, GGUF_DT_Q8_0, s0, ss,
+                                                o0, oinit, s1, o1);
                     kvl_free(kq), kvl_free(kw), kvl_free(s2), kvl_free(kqr), kvl_free(kwr);
                 }
-                kvl_free(q), kvl_free(k), kvl_free(s0), kvl_free(s1), kvl_free(o0), kvl_free(o1), kvl_free(oinit);
+                kvl_free(q), kvl_free(k), kvl_free(s0), kvl_free(s1), kvl_free(o0), kvl_free(o1),
+                    kvl_free(oinit);
                 kvl_free(kr);
             }
     /* merge: nc chunk partials against the same result in double */
@@ -848,12 +875,14 @@ static void test_attn(void) {
             const int nq = 3;
             const size_t cs = (size_t)nq * (dv + 2);
             float *part = kvl_alloc(nc * cs * sizeof(float));
-            float *out0 = kvl_alloc(nq * dv * sizeof(float)), *out1 = kvl_alloc(nq * dv * sizeof(float));
+            float *out0 = kvl_alloc(nq * dv * sizeof(float)),
+                  *out1 = kvl_alloc(nq * dv * sizeof(float));
             for (int c = 0; c < nc; c++)
                 for (int h = 0; h < nq; h++) {
                     part[c * cs + h] = 3.0f * rng_gauss();
                     part[c * cs + nq + h] = 1.0f + 10.0f * (float)rng_unit();
-                    for (int64_t i = 0; i < dv; i++) part[c * cs + 2 * nq + h * dv + i] = rng_gauss();
+                    for (int64_t i = 0; i < dv; i++)
+                        part[c * cs + 2 * nq + h * dv + i] = rng_gauss();
                 }
             kref_attn.merge(nc, nq, dv, part, out0, dv);
             double err = 0;
@@ -871,12 +900,13 @@ static void test_attn(void) {
                     err = fmax(err, fabs(out0[h * dv + i] - num / den) / (mag / den + 1e-30));
                 }
             }
-            CHECK(err < 2e-6, "attn merge nc=%d dv=%lld: relative error %g", nc, (long long)dv, err);
+            CHECK(err < 2e-6, "attn merge nc=%d dv=%lld: relative error %g", nc, (long long)dv,
+                  err);
             for (int isa = 1; isa <= 2; isa++) {
                 if (!isa_ok[isa]) continue;
                 (isa == 1 ? &kavx2_attn : &kavx512_attn)->merge(nc, nq, dv, part, out1, dv);
-                CHECK(same_floats(out0, out1, nq * dv), "attn merge nc=%d dv=%lld on %s differs", nc,
-                      (long long)dv, isa_list[isa]);
+                CHECK(same_floats(out0, out1, nq * dv), "attn merge nc=%d dv=%lld on %s differs",
+                      nc, (long long)dv, isa_list[isa]);
             }
             kvl_free(part), kvl_free(out0), kvl_free(out1);
         }
@@ -920,10 +950,8 @@ static uint64_t rd_u(rd *r, int bytes) {
 }
 
 static void rd_skip(rd *r, uint64_t n) {
-    if ((uint64_t)(r->end - r->p) < n)
-        r->ok = false;
-    else
-        r->p += n;
+    if ((uint64_t)(r->end - r->p) < n) r->ok = false;
+    else r->p += n;
 }
 
 static int vt_size(uint32_t vt) {
@@ -932,16 +960,13 @@ static int vt_size(uint32_t vt) {
 }
 
 static void rd_skip_value(rd *r, uint32_t vt) {
-    if (vt == 8)
-        rd_skip(r, rd_u(r, 8));
+    if (vt == 8) rd_skip(r, rd_u(r, 8));
     else if (vt == 9) {
         const uint32_t et = (uint32_t)rd_u(r, 4);
         const uint64_t cnt = rd_u(r, 8);
         for (uint64_t i = 0; i < cnt && r->ok; i++) rd_skip_value(r, et);
-    } else if (vt_size(vt) > 0)
-        rd_skip(r, (uint64_t)vt_size(vt));
-    else
-        r->ok = false;
+    } else if (vt_size(vt) > 0) rd_skip(r, (uint64_t)vt_size(vt));
+    else r->ok = false;
 }
 
 typedef struct {
@@ -968,10 +993,8 @@ static bool mini_open(mini_gguf *g, const char *path) {
             kl == 17 && r.end - r.p >= 17 && !memcmp(r.p, "general.alignment", 17);
         rd_skip(&r, kl);
         const uint32_t vt = (uint32_t)rd_u(&r, 4);
-        if (is_align && vt == 4)
-            align = rd_u(&r, 4);
-        else
-            rd_skip_value(&r, vt);
+        if (is_align && vt == 4) align = rd_u(&r, 4);
+        else rd_skip_value(&r, vt);
     }
     g->ti = r.p;
     for (uint64_t i = 0; i < g->n_tensors && r.ok; i++) {
@@ -1056,8 +1079,9 @@ static void test_golden(void) {
         kvl_free(f32.buf);
         return;
     }
-    static const char *models[] = {"f16", "q8_0", "q4_0", "q4_k_m", "q6_k", "q4_1", "q5_0", "q5_1", "iq4_nl",
-                                    "q2_k", "q3_k_m", "q4_k_s", "q5_k_s", "q5_k_m", "iq4_xs"};
+    static const char *models[] = {"f16",    "q8_0",   "q4_0",   "q4_k_m", "q6_k",
+                                   "q4_1",   "q5_0",   "q5_1",   "iq4_nl", "q2_k",
+                                   "q3_k_m", "q4_k_s", "q5_k_s", "q5_k_m", "iq4_xs"};
     for (int i = 0; i < (int)(sizeof models / sizeof models[0]); i++) {
         snprintf(path, sizeof path, "%sllama-gqa-bpe-%s.gguf", dir, models[i]);
         check_golden_model(&f32, path);

@@ -8,10 +8,14 @@
 
 #include "check.h"
 
-
 static kv_pool *make_pool(int64_t n_blocks, int dtype) {
-    kv_pool_config c = {.n_layers = 3, .n_kv_heads = 2, .head_dim_k = 8, .head_dim_v = 8,
-                        .block_size = 4, .dtype = dtype, .n_blocks = n_blocks};
+    kv_pool_config c = {.n_layers = 3,
+                        .n_kv_heads = 2,
+                        .head_dim_k = 8,
+                        .head_dim_v = 8,
+                        .block_size = 4,
+                        .dtype = dtype,
+                        .n_blocks = n_blocks};
     kvl_error err;
     kv_pool *p = kv_pool_create(&c, &err);
     if (!p) fprintf(stderr, "pool: %s\n", err.msg);
@@ -24,13 +28,19 @@ static void test_sizes(void) {
     CHECK(kv_pool_block_bytes(p) == 3 * 4 * (32 + 32));
     CHECK(kv_pool_bytes_per_token(p) == 3 * 64);
     /* distinct blocks/layers do not overlap */
-    uint8_t *a = kv_block_k(p, 0, 0), *b = kv_block_v(p, 0, 0), *c = kv_block_k(p, 0, 1), *d = kv_block_k(p, 1, 0);
+    uint8_t *a = kv_block_k(p, 0, 0), *b = kv_block_v(p, 0, 0), *c = kv_block_k(p, 0, 1),
+            *d = kv_block_k(p, 1, 0);
     CHECK(b - a == 4 * 32);
     CHECK(c - a == 4 * 64);
     CHECK(d - a == (ptrdiff_t)kv_pool_block_bytes(p));
     kv_pool_destroy(p);
-    kv_pool_config bad = {.n_layers = 1, .n_kv_heads = 1, .head_dim_k = 1, .head_dim_v = 1,
-                          .block_size = 1, .dtype = GGUF_DT_Q4_0, .n_blocks = 1};
+    kv_pool_config bad = {.n_layers = 1,
+                          .n_kv_heads = 1,
+                          .head_dim_k = 1,
+                          .head_dim_v = 1,
+                          .block_size = 1,
+                          .dtype = GGUF_DT_Q4_0,
+                          .n_blocks = 1};
     kvl_error err;
     CHECK(kv_pool_create(&bad, &err) == NULL);
 }
@@ -42,14 +52,18 @@ static void test_dtypes(void) {
         int dtype;
         int64_t n;
         size_t bytes;
-    } want[] = {{"f32", GGUF_DT_F32, 3, 12},  {"f16", GGUF_DT_F16, 3, 6},   {"bf16", GGUF_DT_BF16, 3, 6},
-                {"q8_0", GGUF_DT_Q8_0, 64, 68}, {"fp8", KV_DT_FP8_E4M3, 3, 3}};
+    } want[] = {{"f32", GGUF_DT_F32, 3, 12},
+                {"f16", GGUF_DT_F16, 3, 6},
+                {"bf16", GGUF_DT_BF16, 3, 6},
+                {"q8_0", GGUF_DT_Q8_0, 64, 68},
+                {"fp8", KV_DT_FP8_E4M3, 3, 3}};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         int dt = -1;
         CHECK(kv_dtype_parse(want[i].name, &dt) && dt == want[i].dtype);
         CHECK(strcmp(kv_dtype_name(want[i].dtype), want[i].name) == 0);
         CHECK(kv_row_bytes(want[i].dtype, want[i].n) == want[i].bytes);
-        CHECK(kv_dtype_bytes(want[i].dtype) == (want[i].dtype == GGUF_DT_Q8_0 ? 0 : want[i].bytes / 3));
+        CHECK(kv_dtype_bytes(want[i].dtype) ==
+              (want[i].dtype == GGUF_DT_Q8_0 ? 0 : want[i].bytes / 3));
     }
     int dt = -1;
     CHECK(kv_dtype_parse("fp8_e4m3", &dt) && dt == KV_DT_FP8_E4M3);
@@ -68,7 +82,8 @@ static void test_exhaustion(void) {
     int32_t before[3];
     memcpy(before, s.blocks, sizeof before);
     CHECK(!kv_seq_reserve(p, &s, 21)); /* needs 6 in total: must fail and change nothing */
-    CHECK(s.n_blocks == 3 && kv_pool_n_free(p) == 2 && memcmp(before, s.blocks, sizeof before) == 0);
+    CHECK(s.n_blocks == 3 && kv_pool_n_free(p) == 2 &&
+          memcmp(before, s.blocks, sizeof before) == 0);
     int32_t out[3];
     CHECK(!kv_block_alloc(p, 3, out));
     CHECK(kv_pool_n_free(p) == 2);
@@ -137,12 +152,17 @@ static void test_layout(void) {
     static const struct {
         int dtype, head_dim;
         bool split;
-    } cases[] = {{GGUF_DT_F16, 8, true}, {GGUF_DT_F32, 8, true}, {GGUF_DT_BF16, 8, true},
+    } cases[] = {{GGUF_DT_F16, 8, true},    {GGUF_DT_F32, 8, true},   {GGUF_DT_BF16, 8, true},
                  {KV_DT_FP8_E4M3, 8, true}, {GGUF_DT_Q8_0, 64, true}, {GGUF_DT_Q8_0, 48, false}};
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         const int H = 2, D = cases[ci].head_dim, BS = 4, dt = cases[ci].dtype;
-        kv_pool_config c = {.n_layers = 2, .n_kv_heads = H, .head_dim_k = D, .head_dim_v = D,
-                            .block_size = BS, .dtype = dt, .n_blocks = 3};
+        kv_pool_config c = {.n_layers = 2,
+                            .n_kv_heads = H,
+                            .head_dim_k = D,
+                            .head_dim_v = D,
+                            .block_size = BS,
+                            .dtype = dt,
+                            .n_blocks = 3};
         kvl_error err;
         kv_pool *p = kv_pool_create(&c, &err);
         CHECK(p != NULL);
@@ -164,11 +184,13 @@ static void test_layout(void) {
         float k[2 * 64], v[2 * 64], want[2 * 64], got[2 * 64];
         uint8_t tmp[2 * 64 * 4];
         for (int row = 0; row < BS; row++) {
-            for (int i = 0; i < H * D; i++) k[i] = 0.01f * (float)((i * 7 + row * 13) % 97) - 0.4f, v[i] = -k[i];
+            for (int i = 0; i < H * D; i++)
+                k[i] = 0.01f * (float)((i * 7 + row * 13) % 97) - 0.4f, v[i] = -k[i];
             kv_store_token(p, 1, 1, row, k, v);
         }
         for (int row = 0; row < BS; row++) {
-            for (int i = 0; i < H * D; i++) k[i] = 0.01f * (float)((i * 7 + row * 13) % 97) - 0.4f, v[i] = -k[i];
+            for (int i = 0; i < H * D; i++)
+                k[i] = 0.01f * (float)((i * 7 + row * 13) % 97) - 0.4f, v[i] = -k[i];
             for (int kvv = 0; kvv < 2; kvv++) {
                 const uint8_t *area = kvv ? kv_block_v_const(p, 1, 1) : kv_block_k_const(p, 1, 1);
                 const float *src = kvv ? v : k;

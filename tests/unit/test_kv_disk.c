@@ -20,10 +20,10 @@
 #include "check.h"
 #include "engine.h"
 
-#define MODEL "models/stories260K.gguf"
+#define MODEL    "models/stories260K.gguf"
 #define N_PROMPT 80
-#define N_GEN 8
-#define N_OTHER 4
+#define N_GEN    8
+#define N_OTHER  4
 
 extern char **environ;
 
@@ -73,8 +73,13 @@ static engine *make_engine(const tier *t) {
 
 static void run_one(engine *e, int which, const char *salt, run_out *o) {
     memset(o, 0, sizeof *o);
-    engine_request r = {.prompt = g_prompts[which], .n_prompt = N_PROMPT, .max_tokens = N_GEN, .ignore_eos = true,
-                        .cache_salt = salt, .on_event = on_event, .user = o};
+    engine_request r = {.prompt = g_prompts[which],
+                        .n_prompt = N_PROMPT,
+                        .max_tokens = N_GEN,
+                        .ignore_eos = true,
+                        .cache_salt = salt,
+                        .on_event = on_event,
+                        .user = o};
     sampler_params_default(&r.sampling);
     r.sampling.temperature = 0;
     kvl_error err;
@@ -164,7 +169,8 @@ static void test_tier(const char *dir, const run_out *ref) {
     CHECK(same(&first, ref) && same(&again, ref), "ids with the disk tier differ from recompute");
     CHECK(st.writes > 0 && st.hits > 0 && again.cached >= 64, "writes %lld hits %lld cached %lld",
           (long long)st.writes, (long long)st.hits, (long long)again.cached);
-    printf("tier: %lld writes, %lld hits, %lld reads, %lld dropped; rerun cached %lld of %d prompt tokens\n",
+    printf("tier: %lld writes, %lld hits, %lld reads, %lld dropped; rerun cached %lld of %d prompt "
+           "tokens\n",
            (long long)st.writes, (long long)st.hits, (long long)st.reads, (long long)st.dropped,
            (long long)again.cached, N_PROMPT);
     engine_destroy(e);
@@ -176,13 +182,14 @@ static void test_tier(const char *dir, const run_out *ref) {
     run_one(e, 0, NULL, &again);
     st = kv_disk_get_stats(engine_kv_disk(e));
     CHECK(same(&again, ref) && again.cached == 64 && st.hits == 4,
-          "after restart: cached %lld, hits %lld (want 64 and 4)", (long long)again.cached, (long long)st.hits);
+          "after restart: cached %lld, hits %lld (want 64 and 4)", (long long)again.cached,
+          (long long)st.hits);
     /* salt isolation: the same prompt under a salt finds nothing on disk */
     run_out salted;
     run_one(e, 0, "tenant-a", &salted);
     kv_disk_stats st2 = kv_disk_get_stats(engine_kv_disk(e));
-    CHECK(salted.cached == 0 && st2.hits == st.hits && same(&salted, ref), "a salted request hit %lld tokens",
-          (long long)salted.cached);
+    CHECK(salted.cached == 0 && st2.hits == st.hits && same(&salted, ref),
+          "a salted request hit %lld tokens", (long long)salted.cached);
     engine_destroy(e);
 
     /* 3: another model, dtype or block size: no hits, and their files are left alone */
@@ -198,8 +205,9 @@ static void test_tier(const char *dir, const run_out *ref) {
         if (!e) continue;
         run_one(e, 0, NULL, &again);
         st = kv_disk_get_stats(engine_kv_disk(e));
-        CHECK(st.blocks == 0 && st.hits == 0 && again.cached == 0, "another %s: %lld blocks indexed, %lld hits",
-              what[k], (long long)st.blocks, (long long)st.hits);
+        CHECK(st.blocks == 0 && st.hits == 0 && again.cached == 0,
+              "another %s: %lld blocks indexed, %lld hits", what[k], (long long)st.blocks,
+              (long long)st.hits);
         if (k != 1) CHECK(same(&again, ref), "another %s: ids differ", what[k]);
         engine_destroy(e);
         CHECK(count_files(dir, ".kvb") >= files, "another %s deleted files", what[k]);
@@ -214,8 +222,8 @@ static void test_tier(const char *dir, const run_out *ref) {
     e = make_engine(&t);
     run_one(e, 0, NULL, &again);
     st = kv_disk_get_stats(engine_kv_disk(e));
-    CHECK(st.corrupt == 1 && same(&again, ref), "damaged file: corrupt %lld, ids %s", (long long)st.corrupt,
-          same(&again, ref) ? "same" : "differ");
+    CHECK(st.corrupt == 1 && same(&again, ref), "damaged file: corrupt %lld, ids %s",
+          (long long)st.corrupt, same(&again, ref) ? "same" : "differ");
     engine_destroy(e);
 
     /* 5: a truncated file and a leftover temporary are dropped when indexing */
@@ -235,8 +243,9 @@ static void test_tier(const char *dir, const run_out *ref) {
     if (d) closedir(d);
     e = make_engine(&t);
     st = kv_disk_get_stats(engine_kv_disk(e));
-    CHECK(st.corrupt == 1 && count_files(dir, ".tmp") == 0, "truncated: corrupt %lld, %d temporaries left",
-          (long long)st.corrupt, count_files(dir, ".tmp"));
+    CHECK(st.corrupt == 1 && count_files(dir, ".tmp") == 0,
+          "truncated: corrupt %lld, %d temporaries left", (long long)st.corrupt,
+          count_files(dir, ".tmp"));
     run_one(e, 0, NULL, &again);
     CHECK(same(&again, ref), "after a truncated file: ids differ");
     engine_destroy(e);
@@ -252,7 +261,7 @@ static void kill_prompt(int round, int32_t *out) {
 }
 
 #define KILL_ROUNDS 40 /* prompts per writer */
-#define KILLS 4
+#define KILLS       4
 
 /* The writer process of the SIGKILL test: evicts blocks to disk as fast as it
  * can, prompts [first, first + KILL_ROUNDS). */
@@ -291,8 +300,9 @@ static void test_sigkill(const char *dir, const char *self) {
     engine *e = make_engine(&t), *ref = make_engine(&none);
     if (!e || !ref) return failures++, (void)0;
     kv_disk_stats st0 = kv_disk_get_stats(engine_kv_disk(e));
-    CHECK(count_files(dir, ".tmp") == 0 && st0.corrupt == 0, "after kills: %d temporaries, %lld bad files",
-          count_files(dir, ".tmp"), (long long)st0.corrupt);
+    CHECK(count_files(dir, ".tmp") == 0 && st0.corrupt == 0,
+          "after kills: %d temporaries, %lld bad files", count_files(dir, ".tmp"),
+          (long long)st0.corrupt);
     /* every block that survived is used by one of these prompts: each must
      * give the ids of a full recompute */
     for (int round = 0; round < KILLS * KILL_ROUNDS; round++) {
@@ -304,8 +314,9 @@ static void test_sigkill(const char *dir, const char *self) {
     }
     kv_disk_stats st = kv_disk_get_stats(engine_kv_disk(e));
     CHECK(st.corrupt == 0, "after kills: %lld files failed their checks", (long long)st.corrupt);
-    printf("sigkill: %d files survived " "%d kills, %lld indexed, %lld hits after\n", files, KILLS, (long long)st0.blocks,
-           (long long)st.hits);
+    printf("sigkill: %d files survived "
+           "%d kills, %lld indexed, %lld hits after\n",
+           files, KILLS, (long long)st0.blocks, (long long)st.hits);
     engine_destroy(e);
     engine_destroy(ref);
 }
@@ -322,7 +333,8 @@ int main(int argc, char **argv) {
     }
     srand(11);
     for (int i = 0; i <= N_OTHER; i++)
-        for (int k = 0; k < N_PROMPT; k++) g_prompts[i][k] = 3 + rand() % (int)(model_hp(g_model)->n_vocab - 3);
+        for (int k = 0; k < N_PROMPT; k++)
+            g_prompts[i][k] = 3 + rand() % (int)(model_hp(g_model)->n_vocab - 3);
     int rc;
     if (argc == 4 && strcmp(argv[1], "--writer") == 0) {
         rc = writer_child(argv[2], atoi(argv[3]));

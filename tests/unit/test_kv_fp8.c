@@ -110,7 +110,8 @@ static void test_midpoints(void) {
         CHECK(encode(-big[i]) == 0xfe);
         check_encode(big[i]);
     }
-    CHECK(encode(nextafterf(448.0f, 0.0f)) == 0x7e && encode(432.0f) == 0x7e && encode(431.0f) == 0x7d);
+    CHECK(encode(nextafterf(448.0f, 0.0f)) == 0x7e && encode(432.0f) == 0x7e &&
+          encode(431.0f) == 0x7d);
 }
 
 /* Random floats: bit patterns over the whole range, and values over the codes' range. */
@@ -123,7 +124,8 @@ static void test_random(void) {
             uint32_t bits = (uint32_t)x;
             memcpy(&f, &bits, sizeof f);
         } else {
-            f = ldexpf((float)(x >> 40) / (float)(1 << 24), (int)(x % 24) - 14) * (x & (1ull << 32) ? -1 : 1);
+            f = ldexpf((float)(x >> 40) / (float)(1 << 24), (int)(x % 24) - 14) *
+                (x & (1ull << 32) ? -1 : 1);
         }
         check_encode(f);
     }

@@ -14,21 +14,21 @@
 
 #include "check.h"
 
-#define CHECK_U64(a, b)                                                                    \
-    do {                                                                                   \
-        unsigned long long a_ = (a), b_ = (b);                                             \
-        if (a_ != b_) {                                                                    \
-            fprintf(stderr, "%s:%d: %s = %llu, want %llu\n", __FILE__, __LINE__, #a, a_, b_); \
-            failures++;                                                                    \
-        }                                                                                  \
+#define CHECK_U64(a, b)                                                                            \
+    do {                                                                                           \
+        unsigned long long a_ = (a), b_ = (b);                                                     \
+        if (a_ != b_) {                                                                            \
+            fprintf(stderr, "%s:%d: %s = %llu, want %llu\n", __FILE__, __LINE__, #a, a_, b_);      \
+            failures++;                                                                            \
+        }                                                                                          \
     } while (0)
-#define CHECK_STR(a, b)                                                                  \
-    do {                                                                                 \
-        const char *a_ = (a), *b_ = (b);                                                 \
-        if (strcmp(a_, b_) != 0) {                                                       \
-            fprintf(stderr, "%s:%d: %s = \"%s\", want \"%s\"\n", __FILE__, __LINE__, #a, a_, b_); \
-            failures++;                                                                  \
-        }                                                                                \
+#define CHECK_STR(a, b)                                                                            \
+    do {                                                                                           \
+        const char *a_ = (a), *b_ = (b);                                                           \
+        if (strcmp(a_, b_) != 0) {                                                                 \
+            fprintf(stderr, "%s:%d: %s = \"%s\", want \"%s\"\n", __FILE__, __LINE__, #a, a_, b_);  \
+            failures++;                                                                            \
+        }                                                                                          \
     } while (0)
 
 static kv_plan_model gqa(int64_t L, int64_t n_head, int64_t n_kv, int64_t d) {
@@ -394,14 +394,17 @@ static void test_hf_configs(void) {
     CHECK(!from_hf("{\"num_hidden_layers\": 2}", &m, &err));
     CHECK(strstr(err.msg, "num_attention_heads") != NULL);
     CHECK(!from_hf("{\"num_hidden_layers\": -2, \"num_attention_heads\": 4,"
-                                        "\"hidden_size\": 64}", &m, &err));
+                   "\"hidden_size\": 64}",
+                   &m, &err));
     CHECK(!from_hf("[1,2]", &m, &err));
     CHECK(!from_hf("{\"num_hidden_layers\": 2, \"num_attention_heads\": 3, "
-                                        "\"hidden_size\": 64}", &m, &err)); /* 64 % 3 */
+                   "\"hidden_size\": 64}",
+                   &m, &err)); /* 64 % 3 */
     CHECK(from_hf("{\"text_config\": {\"num_hidden_layers\": 12, "
-                                       "\"num_attention_heads\": 8, \"num_key_value_heads\": 4, "
-                                       "\"head_dim\": 256, \"sliding_window\": 1024, "
-                                       "\"model_type\": \"gemma3_text\"}}", &m, &err));
+                  "\"num_attention_heads\": 8, \"num_key_value_heads\": 4, "
+                  "\"head_dim\": 256, \"sliding_window\": 1024, "
+                  "\"model_type\": \"gemma3_text\"}}",
+                  &m, &err));
     CHECK(m.n_layers == 12 && m.n_swa_layers == 10); /* gemma3's default: 5 local, 1 global */
 }
 
@@ -542,9 +545,9 @@ static void test_swa_held_chunk(void) {
         }
     }
     kv_pool_destroy(pool);
-    CHECK_U64(kv_plan_swa_blocks_held(16, 16, 160, 1), 1);  /* T = 10 W: window block-aligned */
+    CHECK_U64(kv_plan_swa_blocks_held(16, 16, 160, 1), 1); /* T = 10 W: window block-aligned */
     CHECK_U64(kv_plan_swa_blocks_held(16, 16, 161, 1), 2);
-    CHECK_U64(kv_plan_swa_blocks_held(16, 16, 40, 40), 3);  /* a 40-token prefill holds it all */
+    CHECK_U64(kv_plan_swa_blocks_held(16, 16, 40, 40), 3); /* a 40-token prefill holds it all */
 }
 
 /* ------------------------------------------------------ units, format -- */
@@ -581,7 +584,8 @@ static void test_parse(void) {
 
 static void test_format(void) {
     char buf[96];
-    CHECK_STR(kvl_fmt_bytes(171798691840ull, buf, sizeof buf), "171,798,691,840 B (160 GiB, 171.8 GB)");
+    CHECK_STR(kvl_fmt_bytes(171798691840ull, buf, sizeof buf),
+              "171,798,691,840 B (160 GiB, 171.8 GB)");
     CHECK_STR(kvl_fmt_bytes(640, buf, sizeof buf), "640 B");
     CHECK_STR(kvl_fmt_bytes(1024, buf, sizeof buf), "1,024 B (1 KiB, 1.02 KB)");
     CHECK_STR(bin(1374389534720ull), "1.25 TiB");

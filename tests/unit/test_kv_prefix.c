@@ -18,8 +18,13 @@ enum { BS = 2 }; /* tokens per block */
 /* One layer, one head of width 1, f32: row r of a block holds the token id
  * computed there. */
 static kv_pool *make_pool(int64_t n_blocks) {
-    kv_pool_config c = {.n_layers = 1, .n_kv_heads = 1, .head_dim_k = 1, .head_dim_v = 0,
-                        .block_size = BS, .dtype = GGUF_DT_F32, .n_blocks = n_blocks};
+    kv_pool_config c = {.n_layers = 1,
+                        .n_kv_heads = 1,
+                        .head_dim_k = 1,
+                        .head_dim_v = 0,
+                        .block_size = BS,
+                        .dtype = GGUF_DT_F32,
+                        .n_blocks = n_blocks};
     kvl_error err;
     kv_pool *p = kv_pool_create(&c, &err);
     if (!p) fprintf(stderr, "pool: %s\n", err.msg);
@@ -91,7 +96,8 @@ static void test_hits(void) {
     const int32_t b[] = {1, 2, 3, 9, 5, 6};
     CHECK(probe(p, NULL, b, 6) == 2); /* the chain breaks at the first differing block */
 
-    CHECK(kv_prefix_match(p, &s, a, 6) == 6); /* revival (s is empty after its release): the same blocks, out of the LRU list */
+    CHECK(kv_prefix_match(p, &s, a, 6) ==
+          6); /* revival (s is empty after its release): the same blocks, out of the LRU list */
     CHECK(s.n_blocks == 3 && memcmp(s.blocks, first, 3 * sizeof *first) == 0);
     CHECK(kv_pool_n_cached(p) == 0 && kv_pool_n_used(p) == 3);
     for (int i = 0; i < 3; i++) CHECK(kv_block_refcount(p, s.blocks[i]) == 1);
@@ -281,15 +287,18 @@ static void op_admit(model *m, mseq *s, int it) {
         const int32_t *t = s->toks + want * BS;
         uint64_t nh = m->hash(h, t, BS);
         int b = model_find(m, nh);
-        if (b < 0 || m->b[b].parent != h || memcmp(m->b[b].toks, t, sizeof m->b[b].toks) != 0) break;
+        if (b < 0 || m->b[b].parent != h || memcmp(m->b[b].toks, t, sizeof m->b[b].toks) != 0)
+            break;
         ids[want++] = b;
         h = nh;
     }
     int64_t got = kv_prefix_match(m->p, &s->kv, s->toks, s->n - 1);
-    expect(m, got == want * BS && s->kv.n_blocks == want, "match found another number of blocks", it);
+    expect(m, got == want * BS && s->kv.n_blocks == want, "match found another number of blocks",
+           it);
     for (int64_t i = 0; i < s->kv.n_blocks && !m->broken; i++) {
         expect(m, s->kv.blocks[i] == ids[i], "match attached another block", it);
-        expect(m, holds(m->p, s->kv.blocks[i], s->toks + i * BS), "a matched block holds other tokens", it);
+        expect(m, holds(m->p, s->kv.blocks[i], s->toks + i * BS),
+               "a matched block holds other tokens", it);
     }
     for (int64_t i = 0; i < s->kv.n_blocks; i++) m->b[s->kv.blocks[i]].refs++;
     s->n_computed = got;
@@ -301,7 +310,9 @@ static void op_compute(model *m, mseq *s, int it) {
     if (r > s->n - s->n_computed) r = s->n - s->n_computed;
     if (r <= 0) return;
     int64_t need = kv_seq_blocks_needed(m->p, &s->kv, s->n_computed + r), truly = 0, cached = 0;
-    for (int b = 0; b < MB; b++) truly += m->b[b].refs == 0 && !m->b[b].cached, cached += m->b[b].refs == 0 && m->b[b].cached;
+    for (int b = 0; b < MB; b++)
+        truly += m->b[b].refs == 0 && !m->b[b].cached,
+            cached += m->b[b].refs == 0 && m->b[b].cached;
     int64_t before = s->kv.n_blocks;
     bool ok = kv_seq_reserve(m->p, &s->kv, s->n_computed + r);
     expect(m, ok == (need <= truly + cached), "reserve succeeded or failed against the counts", it);
@@ -324,7 +335,8 @@ static void op_compute(model *m, mseq *s, int it) {
         bool taken = false;
         for (int64_t i = before; i < s->kv.n_blocks; i++) taken |= s->kv.blocks[i] == b;
         if (!taken && m->b[b].refs == 0 && m->b[b].cached)
-            expect(m, m->b[b].released > newest_evicted, "eviction spared an older cached block", it);
+            expect(m, m->b[b].released > newest_evicted, "eviction spared an older cached block",
+                   it);
     }
     for (int64_t i = before; i < s->kv.n_blocks; i++) {
         mblock *b = &m->b[s->kv.blocks[i]];
@@ -362,8 +374,8 @@ static void check_model(model *m, int it) {
         used += m->b[b].refs > 0;
     }
     expect(m, kv_pool_n_cached(m->p) == cached, "the cached count differs", it);
-    expect(m, kv_pool_n_free(m->p) == truly + cached && kv_pool_n_used(m->p) == used, "the free/used counts differ",
-           it);
+    expect(m, kv_pool_n_free(m->p) == truly + cached && kv_pool_n_used(m->p) == used,
+           "the free/used counts differ", it);
     for (int i = 0; i < MS; i++)
         expect(m, m->s[i].kv.n_hashed == m->s[i].n_hashed, "a sequence's chain length differs", it);
 }
@@ -399,7 +411,9 @@ static void run_random(kv_block_hash_fn hash, unsigned seed, int steps) {
 }
 
 /* Four hash values: collisions on most commits and lookups. */
-static uint64_t hash_weak(uint64_t parent, const int32_t *tokens, int n) { return kv_block_hash(parent, tokens, n) & 3; }
+static uint64_t hash_weak(uint64_t parent, const int32_t *tokens, int n) {
+    return kv_block_hash(parent, tokens, n) & 3;
+}
 
 int main(void) {
     test_hits();

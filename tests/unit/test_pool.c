@@ -36,7 +36,8 @@ static void check_runs(int size) {
         kvl_pool_run(count_task, &c, ns[i]);
         int wrong = 0;
         for (int64_t t = 0; t < MAX_TASKS; t++) wrong += atomic_load(&c.count[t]) != (t < ns[i]);
-        CHECK(wrong == 0, "size %d, %lld tasks: %d tasks not run exactly once", size, (long long)ns[i], wrong);
+        CHECK(wrong == 0, "size %d, %lld tasks: %d tasks not run exactly once", size,
+              (long long)ns[i], wrong);
         CHECK(atomic_load(&c.bad_thread) == 0, "size %d: thread index out of range", size);
     }
     /* at most 2 threads: indices 0 and 1 only */
@@ -50,7 +51,9 @@ static void check_runs(int size) {
 }
 
 /* Many small runs back to back: a sum over all of them. */
-static void add_task(void *ctx, int64_t t, int thread) { atomic_fetch_add((_Atomic int64_t *)ctx, t + 1); }
+static void add_task(void *ctx, int64_t t, int thread) {
+    atomic_fetch_add((_Atomic int64_t *)ctx, t + 1);
+}
 
 static void check_handover(void) {
     _Atomic int64_t sum = 0;
@@ -58,8 +61,8 @@ static void check_handover(void) {
     for (int r = 0; r < runs; r++) kvl_pool_run(add_task, &sum, 1 + r % 5);
     int64_t want = 0;
     for (int r = 0; r < runs; r++) want += (int64_t)(1 + r % 5) * (2 + r % 5) / 2;
-    CHECK(atomic_load(&sum) == want, "back-to-back runs: sum %lld, want %lld", (long long)atomic_load(&sum),
-          (long long)want);
+    CHECK(atomic_load(&sum) == want, "back-to-back runs: sum %lld, want %lld",
+          (long long)atomic_load(&sum), (long long)want);
 }
 
 /* A run from inside a task runs its tasks on that task's thread. */
@@ -87,7 +90,8 @@ static void outer_task(void *ctx, int64_t t, int thread) {
 static void check_nested(void) {
     nest n = {0};
     kvl_pool_run(outer_task, &n, 8);
-    CHECK(atomic_load(&n.inner) == 80, "nested runs: %lld inner tasks, want 80", (long long)atomic_load(&n.inner));
+    CHECK(atomic_load(&n.inner) == 80, "nested runs: %lld inner tasks, want 80",
+          (long long)atomic_load(&n.inner));
     CHECK(atomic_load(&n.wrong_thread) == 0, "nested runs left their task's thread");
 }
 
@@ -103,8 +107,9 @@ static void check_two_callers(void) {
     CHECK(pthread_create(&th, NULL, second_caller, &b) == 0);
     for (int r = 0; r < 2000; r++) kvl_pool_run(add_task, &a, 4);
     pthread_join(th, NULL);
-    CHECK(atomic_load(&a) == 2000 * 10 && atomic_load(&b) == 2000 * 10, "two callers: %lld and %lld, want 20000",
-          (long long)atomic_load(&a), (long long)atomic_load(&b));
+    CHECK(atomic_load(&a) == 2000 * 10 && atomic_load(&b) == 2000 * 10,
+          "two callers: %lld and %lld, want 20000", (long long)atomic_load(&a),
+          (long long)atomic_load(&b));
 }
 
 int main(void) {

@@ -12,7 +12,6 @@
 
 #include "check.h"
 
-
 /* ------------------------------------------------------------ reference -- */
 
 typedef struct {
@@ -34,7 +33,8 @@ static double ref_uniform(uint64_t *st) {
     return (double)((*st * 2685821657736338717ull) >> 11) * (1.0 / 9007199254740992.0);
 }
 
-static int32_t ref_sample(const sampler_params *p, const float *logits, int32_t V, uint64_t *rng, double sum_scale) {
+static int32_t ref_sample(const sampler_params *p, const float *logits, int32_t V, uint64_t *rng,
+                          double sum_scale) {
     ref_cand *c = malloc((size_t)V * sizeof *c);
     for (int32_t i = 0; i < V; i++) c[i] = (ref_cand){i, logits[i]};
     qsort(c, (size_t)V, sizeof *c, ref_cmp);
@@ -85,7 +85,9 @@ static double unit(void) {
 static void make_logits(int kind, float *l, int32_t V) {
     for (int32_t i = 0; i < V; i++) {
         double g = unit() + unit() + unit() - 1.5; /* roughly normal, sd 0.5 */
-        l[i] = kind == 0 ? (float)(5.0 * g) : kind == 1 ? (float)(unit() * 2.0) : (float)(int)(unit() * 4.0);
+        l[i] = kind == 0   ? (float)(5.0 * g)
+               : kind == 1 ? (float)(unit() * 2.0)
+                           : (float)(int)(unit() * 4.0);
     }
     if (kind == 0)
         for (int j = 0; j < 6; j++) l[(int32_t)(unit() * V)] = 8.0f + (float)j * 1.5f;
@@ -107,28 +109,35 @@ static void test_against_reference(void) {
             for (size_t a = 0; a < sizeof top_ks / sizeof *top_ks; a++)
                 for (size_t b = 0; b < sizeof top_ps / sizeof *top_ps; b++)
                     for (size_t m = 0; m < sizeof min_ps / sizeof *min_ps; m++) {
-                        if ((top_ks[a] == 0 || top_ks[a] >= V) && top_ps[b] >= 1.0f && min_ps[m] == 0.0f)
+                        if ((top_ks[a] == 0 || top_ks[a] >= V) && top_ps[b] >= 1.0f &&
+                            min_ps[m] == 0.0f)
                             continue; /* temperature alone: below */
-                        if (V == 128256 && (a + b + m) % 7 != 0) continue; /* a sample of the big ones */
+                        if (V == 128256 && (a + b + m) % 7 != 0)
+                            continue; /* a sample of the big ones */
                         const float T = temps[(a + b + m) % 3];
                         sampler_params p;
                         sampler_params_default(&p);
-                        p.temperature = T, p.top_k = top_ks[a], p.top_p = top_ps[b], p.min_p = min_ps[m];
+                        p.temperature = T, p.top_k = top_ks[a], p.top_p = top_ps[b],
+                        p.min_p = min_ps[m];
                         p.seed = 1000 + (uint64_t)(a * 100 + b * 10 + m);
                         sampler *s = sampler_create(&p, V);
                         uint64_t rng = p.seed;
                         for (int d = 0; d < (V > 10000 ? 3 : 8); d++) {
                             memcpy(w, l, (size_t)V * sizeof *w);
                             const uint64_t rng0 = rng;
-                            const int32_t got = sampler_sample(s, w), want = ref_sample(&p, l, V, &rng, 1.0);
+                            const int32_t got = sampler_sample(s, w),
+                                          want = ref_sample(&p, l, V, &rng, 1.0);
                             /* top-p's probabilities are float-precise: where
                              * the cut moves when the sum moves by 1e-7, either
                              * side is right */
                             uint64_t r1 = rng0, r2 = rng0;
-                            const bool edge = got != want && (got == ref_sample(&p, l, V, &r1, 1.0 + 1e-7) ||
-                                                              got == ref_sample(&p, l, V, &r2, 1.0 - 1e-7));
+                            const bool edge =
+                                got != want && (got == ref_sample(&p, l, V, &r1, 1.0 + 1e-7) ||
+                                                got == ref_sample(&p, l, V, &r2, 1.0 - 1e-7));
                             if (got != want && !edge)
-                                fprintf(stderr, "V %d kind %d top_k %d top_p %g min_p %g T %g draw %d: %d, want %d\n",
+                                fprintf(stderr,
+                                        "V %d kind %d top_k %d top_p %g min_p %g T %g draw %d: %d, "
+                                        "want %d\n",
                                         V, kind, p.top_k, p.top_p, p.min_p, T, d, got, want);
                             CHECK(got == want || edge);
                             edges += edge;
@@ -205,7 +214,8 @@ static void test_penalties(void) {
     sampler *s = sampler_create(&p, 5);
     float fresh[5] = {1, 2, 3, -1, 0};
     CHECK(sampler_sample(s, fresh) == 2);
-    CHECK(fresh[0] == 1 && fresh[1] == 2 && fresh[2] == 3 && fresh[3] == -1 && fresh[4] == 0, "no history: unchanged");
+    CHECK(fresh[0] == 1 && fresh[1] == 2 && fresh[2] == 3 && fresh[3] == -1 && fresh[4] == 0,
+          "no history: unchanged");
     const int32_t hist[] = {4, 2, 2, 3}; /* the window is the last 3: 2, 2, 3 */
     for (int i = 0; i < 4; i++) sampler_accept(s, hist[i]);
     float l[5] = {1, 2, 3, -1, 0};

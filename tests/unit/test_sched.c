@@ -10,7 +10,7 @@
 #include "check.h"
 #include "engine.h"
 
-#define N_GEN 12
+#define N_GEN    12
 #define N_PROMPT 40
 
 static model *g_model;
@@ -45,8 +45,13 @@ static engine *make(engine_sched pol, int wait, int max_seqs) {
 static int64_t submit(engine *e, const int32_t *prompt, int prio, out *o, int tag) {
     memset(o, 0, sizeof *o);
     o->tag = tag;
-    engine_request r = {.prompt = prompt, .n_prompt = N_PROMPT, .max_tokens = N_GEN, .ignore_eos = true,
-                        .priority = prio, .on_event = on_event, .user = o};
+    engine_request r = {.prompt = prompt,
+                        .n_prompt = N_PROMPT,
+                        .max_tokens = N_GEN,
+                        .ignore_eos = true,
+                        .priority = prio,
+                        .on_event = on_event,
+                        .user = o};
     sampler_params_default(&r.sampling);
     r.sampling.temperature = 0;
     kvl_error err;
@@ -104,8 +109,10 @@ int main(void) {
     for (int i = 0; i < 6; i++) submit(e, prompts[i], prio[i], &o[i], i);
     drain(e);
     for (int i = 0; i < 6; i++) {
-        CHECK(g_order[i] == want[i], "priority: finish %d is request %d, want %d", i, g_order[i], want[i]);
-        CHECK(o[i].n == solo[i].n && !memcmp(o[i].ids, solo[i].ids, sizeof o[i].ids), "request %d ids differ", i);
+        CHECK(g_order[i] == want[i], "priority: finish %d is request %d, want %d", i, g_order[i],
+              want[i]);
+        CHECK(o[i].n == solo[i].n && !memcmp(o[i].ids, solo[i].ids, sizeof o[i].ids),
+              "request %d ids differ", i);
     }
     engine_destroy(e);
 
@@ -117,10 +124,12 @@ int main(void) {
     submit(e, prompts[7], 0, &o[7], 7);
     drain(e);
     engine_metrics mt = engine_get_metrics(e);
-    CHECK(g_order[0] == 7 && mt.n_preemptions >= 1, "urgent request finished at %d, %lld preemptions",
-          position(7), (long long)mt.n_preemptions);
+    CHECK(g_order[0] == 7 && mt.n_preemptions >= 1,
+          "urgent request finished at %d, %lld preemptions", position(7),
+          (long long)mt.n_preemptions);
     for (int i = 6; i < 8; i++)
-        CHECK(o[i].n == solo[i].n && !memcmp(o[i].ids, solo[i].ids, sizeof o[i].ids), "request %d ids differ", i);
+        CHECK(o[i].n == solo[i].n && !memcmp(o[i].ids, solo[i].ids, sizeof o[i].ids),
+              "request %d ids differ", i);
     engine_destroy(e);
 
     /* 3: prefix-aware admission prefers cached prefixes, within its bound.
@@ -136,11 +145,14 @@ int main(void) {
         for (int i = 0; i < 5; i++) submit(e, prompts[0], 0, &shared[i], 200 + i);
         drain(e);
         int pos = position(100);
-        if (wait == 2) CHECK(pos == 2, "bounded wait 2: the uncached request finished at %d, want 2", pos);
+        if (wait == 2)
+            CHECK(pos == 2, "bounded wait 2: the uncached request finished at %d, want 2", pos);
         else CHECK(pos == 5, "wait 100: the uncached request finished at %d, want last (5)", pos);
-        CHECK(o[1].n == solo[1].n && !memcmp(o[1].ids, solo[1].ids, sizeof o[1].ids), "uncached request ids differ");
+        CHECK(o[1].n == solo[1].n && !memcmp(o[1].ids, solo[1].ids, sizeof o[1].ids),
+              "uncached request ids differ");
         for (int i = 0; i < 5; i++)
-            CHECK(!memcmp(shared[i].ids, solo[0].ids, sizeof shared[i].ids), "shared request %d ids differ", i);
+            CHECK(!memcmp(shared[i].ids, solo[0].ids, sizeof shared[i].ids),
+                  "shared request %d ids differ", i);
         engine_destroy(e);
     }
     model_destroy(g_model);

@@ -223,21 +223,27 @@ static void test_unknown_fields(void) {
 #define MSG "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]"
     refused("{" MSG ",\"frobnicate\":1}", true, 400, "frobnicate", NULL);
     refused("{\"prompt\":\"x\",\"suffix\":\"y\"}", false, 400, "suffix", NULL);
-    refused("{\"prompt\":\"x\"," MSG "}", false, 400, "messages", NULL);           /* chat only */
-    refused("{\"prompt\":\"x\",\"max_completion_tokens\":2}", false, 400, "max_completion_tokens", NULL);
-    refused("{" MSG ",\"prompt\":\"x\"}", true, 400, "prompt", NULL);              /* completions only */
+    refused("{\"prompt\":\"x\"," MSG "}", false, 400, "messages", NULL); /* chat only */
+    refused("{\"prompt\":\"x\",\"max_completion_tokens\":2}", false, 400, "max_completion_tokens",
+            NULL);
+    refused("{" MSG ",\"prompt\":\"x\"}", true, 400, "prompt", NULL); /* completions only */
     refused("{" MSG ",\"echo\":false}", true, 400, "echo", NULL);
     refused("{" MSG ",\"functions\":[]}", true, 400, "functions", NULL);
-    refused("{\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"weird\":1}]}", true, 400, "messages", NULL);
-    refused("{" MSG ",\"stream_options\":{\"include_usage\":true,\"extra\":1}}", true, 400, "stream_options",
-            NULL);
+    refused("{\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"weird\":1}]}", true, 400,
+            "messages", NULL);
+    refused("{" MSG ",\"stream_options\":{\"include_usage\":true,\"extra\":1}}", true, 400,
+            "stream_options", NULL);
     /* accepted: the ignored list, nulls, the fields other parsers own, what SDKs echo in messages */
     static const char *const ok[] = {
-        "{" MSG ",\"user\":\"u\",\"metadata\":{\"a\":\"b\"},\"store\":false,\"service_tier\":\"auto\"}",
-        "{" MSG ",\"prompt_cache_key\":\"k\",\"safety_identifier\":\"s\",\"unknown_but_null\":null}",
+        "{" MSG
+        ",\"user\":\"u\",\"metadata\":{\"a\":\"b\"},\"store\":false,\"service_tier\":\"auto\"}",
+        "{" MSG
+        ",\"prompt_cache_key\":\"k\",\"safety_identifier\":\"s\",\"unknown_but_null\":null}",
         "{" MSG ",\"stream_options\":{\"include_usage\":true,\"include_obfuscation\":false}}",
-        "{\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"name\":\"a\"},{\"role\":\"assistant\","
-        "\"content\":\"y\",\"refusal\":null,\"annotations\":[]},{\"role\":\"user\",\"content\":\"z\"}]}",
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"name\":\"a\"},{\"role\":"
+        "\"assistant\","
+        "\"content\":\"y\",\"refusal\":null,\"annotations\":[]},{\"role\":\"user\",\"content\":"
+        "\"z\"}]}",
     };
     for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
         api_req r;
@@ -490,8 +496,9 @@ static void test_response(void) {
 /* No template here: tools go in the system message, calls are the generic JSON
  * format, parsed out of the output into message.tool_calls / delta.tool_calls. */
 static void test_tool_calls(void) {
-    const char *tools = "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":"
-                        "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\"}}}}}]";
+    const char *tools =
+        "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":"
+        "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\"}}}}}]";
     char body[512];
     api_req plain, r;
     api_error e;
@@ -521,9 +528,11 @@ static void test_tool_calls(void) {
     CHECK(str_at(call, "type", NULL) && !strcmp(str_at(call, "type", NULL), "function"));
     CHECK(str_at(call, "id", NULL) && !strncmp(str_at(call, "id", NULL), "call_", 5));
     CHECK(str_at(call, "function", "name") && !strcmp(str_at(call, "function", "name"), "f"));
-    CHECK(str_at(call, "function", "arguments") && !strcmp(str_at(call, "function", "arguments"), "{\"a\":\"\xc3\xa9\"}"),
+    CHECK(str_at(call, "function", "arguments") &&
+              !strcmp(str_at(call, "function", "arguments"), "{\"a\":\"\xc3\xa9\"}"),
           "%s", js);
-    CHECK(str_at(choice0(o), "finish_reason", NULL) && !strcmp(str_at(choice0(o), "finish_reason", NULL), "tool_calls"));
+    CHECK(str_at(choice0(o), "finish_reason", NULL) &&
+          !strcmp(str_at(choice0(o), "finish_reason", NULL), "tool_calls"));
     cJSON_Delete(o);
     free(js);
 
@@ -539,14 +548,18 @@ static void test_tool_calls(void) {
     for (int i = 0; i < n && n == 5; i++) {
         cJSON *c = cJSON_Parse(f[i]);
         const cJSON *ch = choice0(c);
-        const cJSON *tc = cJSON_GetArrayItem(cJSON_GetObjectItem(cJSON_GetObjectItem(ch, "delta"), "tool_calls"), 0);
+        const cJSON *tc = cJSON_GetArrayItem(
+            cJSON_GetObjectItem(cJSON_GetObjectItem(ch, "delta"), "tool_calls"), 0);
         if (i == 0) CHECK(!strcmp(str_at(ch, "delta", "role"), "assistant"));
         if (i == 1) {
-            CHECK(cJSON_GetObjectItem(tc, "index")->valueint == 0 && !strncmp(str_at(tc, "id", NULL), "call_", 5));
-            CHECK(!strcmp(str_at(tc, "function", "name"), "f") && !strcmp(str_at(tc, "function", "arguments"), ""));
+            CHECK(cJSON_GetObjectItem(tc, "index")->valueint == 0 &&
+                  !strncmp(str_at(tc, "id", NULL), "call_", 5));
+            CHECK(!strcmp(str_at(tc, "function", "name"), "f") &&
+                  !strcmp(str_at(tc, "function", "arguments"), ""));
         }
         if (i == 2) {
-            CHECK(!cJSON_GetObjectItem(tc, "id") && !strcmp(str_at(tc, "function", "arguments"), "{\"a\":\"\xc3\xa9\"}"));
+            CHECK(!cJSON_GetObjectItem(tc, "id") &&
+                  !strcmp(str_at(tc, "function", "arguments"), "{\"a\":\"\xc3\xa9\"}"));
         }
         if (i < 3) CHECK(cJSON_IsNull(cJSON_GetObjectItem(ch, "finish_reason")));
         if (i == 4) CHECK(!strcmp(f[i], "[DONE]"), "last frame: %s", f[i]);
@@ -559,11 +572,13 @@ static void test_tool_calls(void) {
     stream_state_free(&st);
     api_req_free(&r);
 
-    refused("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\"}]}", true, 400,
-            "tools[0]", NULL);
+    refused("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":"
+            "\"function\"}]}",
+            true, 400, "tools[0]", NULL);
     refused("{\"prompt\":\"x\",\"tools\":[]}", false, 400, "tools", NULL);
     refused("{\"prompt\":\"x\",\"tool_choice\":\"none\"}", false, 400, "tool_choice", NULL);
-    refused("{\"prompt\":\"x\",\"reasoning_effort\":\"low\"}", false, 400, "reasoning_effort", NULL);
+    refused("{\"prompt\":\"x\",\"reasoning_effort\":\"low\"}", false, 400, "reasoning_effort",
+            NULL);
 }
 
 /* ------------------------------------------------------------ helpers -- */
@@ -650,7 +665,7 @@ static void test_bodies(void) {
     CHECK(!body_of("{\"prompt\":\"x\"}\0", 15)); /* a raw NUL after the value */
     CHECK(!body_ok("{\"prompt\":\"a\\u0000b\"}"));
     CHECK(!body_ok("{\"messages\":[{\"content\":\"\\u0000\"}]}"));
-    CHECK(!body_ok("{\"a\\u0000\":1}")); /* in a key too */
+    CHECK(!body_ok("{\"a\\u0000\":1}"));            /* in a key too */
     CHECK(body_ok("{\"prompt\":\"a\\\\u0000b\"}")); /* an escaped backslash, then text */
     CHECK(body_ok("{\"prompt\":\"\\\"\\\\\",\"x\":\"\\u0001\"}"));
 
@@ -668,8 +683,10 @@ static void test_bodies(void) {
 
     uint64_t seed = 0;
     CHECK(seed_of("{\"prompt\":\"x\",\"seed\":18446744073709551615}", &seed) && seed == UINT64_MAX);
-    CHECK(seed_of("{\"prompt\":\"x\",\"seed\":18446744073709551614}", &seed) && seed == UINT64_MAX - 1);
-    CHECK(seed_of("{\"prompt\":\"x\",\"seed\":9007199254740993}", &seed) && seed == 9007199254740993ull);
+    CHECK(seed_of("{\"prompt\":\"x\",\"seed\":18446744073709551614}", &seed) &&
+          seed == UINT64_MAX - 1);
+    CHECK(seed_of("{\"prompt\":\"x\",\"seed\":9007199254740993}", &seed) &&
+          seed == 9007199254740993ull);
     CHECK(seed_of("{\"prompt\":\"x\",\"seed\":-1}", &seed) && seed == UINT64_MAX);
     CHECK(seed_of("{\"prompt\":\"x\",\"seed\":-9223372036854775808}", &seed) && seed == 1ull << 63);
     CHECK(seed_of("{\"prompt\":\"x\",\"seed\":1e3}", &seed) && seed == 1000);
@@ -685,11 +702,13 @@ static void test_keys(void) {
     CHECK(keys_load(&s) && s.n_keys == 1);
     const srv_key *k = keys_match(&s, "Bearer k-one");
     CHECK(k && k == keys_match(&s, "bearer   k-one"));
-    CHECK(!keys_match(&s, "Bearer k-on") && !keys_match(&s, "Bearer k-one ") && !keys_match(&s, "k-one") &&
-          !keys_match(&s, NULL) && !keys_match(&s, "Bearer "));
+    CHECK(!keys_match(&s, "Bearer k-on") && !keys_match(&s, "Bearer k-one ") &&
+          !keys_match(&s, "k-one") && !keys_match(&s, NULL) && !keys_match(&s, "Bearer "));
     bool oom;
-    char *a = tenant_salt(&s, k, NULL, &oom), *b = tenant_salt(&s, k, "x", &oom), *c = tenant_salt(&s, NULL, "x", &oom);
-    CHECK(a && b && c && strlen(a) == 17 && strncmp(a, b, 17) == 0 && strcmp(b + 17, "x") == 0 && strcmp(c, "x") == 0);
+    char *a = tenant_salt(&s, k, NULL, &oom), *b = tenant_salt(&s, k, "x", &oom),
+         *c = tenant_salt(&s, NULL, "x", &oom);
+    CHECK(a && b && c && strlen(a) == 17 && strncmp(a, b, 17) == 0 && strcmp(b + 17, "x") == 0 &&
+          strcmp(c, "x") == 0);
     CHECK(!tenant_salt(&s, NULL, NULL, &oom) && !oom);
     s.cfg.prefix_cache_shared = true;
     char *d = tenant_salt(&s, k, "x", &oom);
@@ -712,8 +731,8 @@ static void test_guard(void) {
         {"x</s>", 1, {1}, {4}},
         {"</s></s>y<s>", 2, {0, 9}, {8, 3}}, /* touching ranges merge */
         {"a</s>b<unk>c", 2, {1, 6}, {4, 5}},
-        {"s>tail", 1, {0}, {2}},        /* a head that could end "</s>" */
-        {"head</", 1, {4}, {2}},        /* a tail that could start it */
+        {"s>tail", 1, {0}, {2}}, /* a head that could end "</s>" */
+        {"head</", 1, {4}, {2}}, /* a tail that could start it */
         {"\xEF\xB7\x90x\xEF\xB7\x91</s>\xEF\xB7\x92", 1, {7}, {4}},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -728,8 +747,8 @@ static void test_guard(void) {
         CHECK(glen == n && memcmp(g, in, n) == 0, "case %zu: text back", i);
         CHECK(n_spans == cases[i].n_spans, "case %zu: %zu ranges", i, n_spans);
         for (size_t k = 0; k < n_spans && k < cases[i].n_spans; k++)
-            CHECK(spans[k].off == cases[i].off[k] && spans[k].len == cases[i].len[k], "case %zu range %zu: %zu+%zu", i,
-                  k, spans[k].off, spans[k].len);
+            CHECK(spans[k].off == cases[i].off[k] && spans[k].len == cases[i].len[k],
+                  "case %zu range %zu: %zu+%zu", i, k, spans[k].off, spans[k].len);
         free(spans);
         free(g);
     }

@@ -19,7 +19,8 @@ static void test_propose(void) {
     int32_t out[8];
     /* "a b c d a b" -> the last "a b" was seen followed by "c d a b" */
     const int32_t t1[] = {1, 2, 3, 4, 1, 2};
-    CHECK(spec_ngram_propose(t1, 6, 3, 4, out) == 4 && out[0] == 3 && out[1] == 4 && out[2] == 1 && out[3] == 2);
+    CHECK(spec_ngram_propose(t1, 6, 3, 4, out) == 4 && out[0] == 3 && out[1] == 4 && out[2] == 1 &&
+          out[3] == 2);
     CHECK(spec_ngram_propose(t1, 6, 3, 2, out) == 2 && out[0] == 3 && out[1] == 4);
     /* the most recent earlier occurrence wins: "5 1 9 1 7 1" -> after the last 1 comes 7 */
     const int32_t t2[] = {5, 1, 9, 1, 7, 1};
@@ -91,8 +92,8 @@ static bool prefix_enabled; /* of the last run's engine */
 
 static model *draft_model; /* for ENGINE_SPEC_DRAFT */
 
-static engine_metrics run(model *m, tok_vocab *v, const setup *su, const req_set *rs, engine_spec_mode spec,
-                          int only, collected out[NR]) {
+static engine_metrics run(model *m, tok_vocab *v, const setup *su, const req_set *rs,
+                          engine_spec_mode spec, int only, collected out[NR]) {
     engine_config c;
     engine_config_default(&c);
     c.n_ctx = 256;
@@ -113,9 +114,14 @@ static engine_metrics run(model *m, tok_vocab *v, const setup *su, const req_set
         for (int i = 0; i < NR; i++) {
             if (only >= 0 && i != only) continue;
             memset(&out[i], 0, sizeof out[i]);
-            engine_request r = {.prompt = rs->prompt[i], .n_prompt = rs->len[i], .max_tokens = rs->max_tokens[i],
-                                .stop = &rs->stop[i], .n_stop = rs->stop[i] ? 1 : 0,
-                                .no_speculative = rs->opt_out[i], .on_event = on_event, .user = &out[i]};
+            engine_request r = {.prompt = rs->prompt[i],
+                                .n_prompt = rs->len[i],
+                                .max_tokens = rs->max_tokens[i],
+                                .stop = &rs->stop[i],
+                                .n_stop = rs->stop[i] ? 1 : 0,
+                                .no_speculative = rs->opt_out[i],
+                                .on_event = on_event,
+                                .user = &out[i]};
             sampler_params_default(&r.sampling);
             r.sampling.temperature = rs->temp[i];
             r.sampling.seed = 1000 + (uint64_t)i;
@@ -136,7 +142,8 @@ static engine_metrics run(model *m, tok_vocab *v, const setup *su, const req_set
     prefix_enabled = engine_prefix_cache_enabled(e);
     for (int g = 0; g < engine_kv_n_groups(e); g++) {
         kvl_error ce = {{0}};
-        if (kv_pool_n_used(engine_kv_group(e, g)) != 0 || !kv_pool_check(engine_kv_group(e, g), &ce)) {
+        if (kv_pool_n_used(engine_kv_group(e, g)) != 0 ||
+            !kv_pool_check(engine_kv_group(e, g), &ce)) {
             fprintf(stderr, "%s: pool %d: %lld blocks still used, check: %s\n", su->name, g,
                     (long long)kv_pool_n_used(engine_kv_group(e, g)), ce.msg);
             failures++;
@@ -147,8 +154,8 @@ static engine_metrics run(model *m, tok_vocab *v, const setup *su, const req_set
 }
 
 static bool same(const collected *a, const collected *b) {
-    return a->n == b->n && memcmp(a->ids, b->ids, (size_t)a->n * sizeof(int32_t)) == 0 && a->len == b->len &&
-           memcmp(a->text, b->text, a->len) == 0 && a->finish == b->finish;
+    return a->n == b->n && memcmp(a->ids, b->ids, (size_t)a->n * sizeof(int32_t)) == 0 &&
+           a->len == b->len && memcmp(a->text, b->text, a->len) == 0 && a->finish == b->finish;
 }
 
 static void compare_model(const char *path, bool story) {
@@ -167,23 +174,28 @@ static void compare_model(const char *path, bool story) {
     static req_set rs;
     memset(&rs, 0, sizeof rs);
     static const char *stories[NR] = {
-        "Lily had a red ball. She liked to play with her red ball in the park. One day, Lily lost her red ball "
+        "Lily had a red ball. She liked to play with her red ball in the park. One day, Lily lost "
+        "her red ball "
         "in the park. She was sad. Lily had a red ball.",
-        "Once upon a time, there was a little boy named Tim. Tim had a big dog. The dog was named Max. Tim and "
+        "Once upon a time, there was a little boy named Tim. Tim had a big dog. The dog was named "
+        "Max. Tim and "
         "Max liked to run. Once upon a time, there was a little boy named Tim.",
         "The cat sat on the mat. The dog sat on the mat. The bird sat on the",
         "Sue went to the store. She bought an apple. Sue went to the store again. She bought",
         "Once upon a time",
-        "Tom and Sam were friends. They played every day. Tom said, \"Let's play ball!\" Sam said, \"Yes!\" Tom and Sam",
+        "Tom and Sam were friends. They played every day. Tom said, \"Let's play ball!\" Sam said, "
+        "\"Yes!\" Tom and Sam",
     };
     srand(11);
     for (int i = 0; i < NR; i++) {
         if (story) {
-            int64_t n = tok_encode(v, stories[i], strlen(stories[i]), true, false, rs.prompt[i], 160, &err);
+            int64_t n =
+                tok_encode(v, stories[i], strlen(stories[i]), true, false, rs.prompt[i], 160, &err);
             rs.len[i] = n > 0 && n <= 160 ? (int)n : 1;
         } else { /* a random sequence said twice: lookup proposes its second half */
             int half = 5 + i * 7;
-            for (int k = 0; k < half; k++) rs.prompt[i][k] = rs.prompt[i][half + k] = 3 + rand() % 200;
+            for (int k = 0; k < half; k++)
+                rs.prompt[i][k] = rs.prompt[i][half + k] = 3 + rand() % 200;
             rs.len[i] = 2 * half;
         }
         rs.max_tokens[i] = 30 + 14 * i;
@@ -197,8 +209,8 @@ static void compare_model(const char *path, bool story) {
         run(m, v, &solo, &rs, ENGINE_SPEC_OFF, i, plain);
         run(m, v, &solo, &rs, ENGINE_SPEC_NGRAM, i, alone);
         if (!same(&plain[i], &alone[i])) {
-            fprintf(stderr, "%s: alone: request %d differs with speculation (n %d vs %d)\n", path, i, alone[i].n,
-                    plain[i].n);
+            fprintf(stderr, "%s: alone: request %d differs with speculation (n %d vs %d)\n", path,
+                    i, alone[i].n, plain[i].n);
             failures++;
         }
     }
@@ -213,8 +225,8 @@ static void compare_model(const char *path, bool story) {
         engine_metrics mt = run(m, v, &setups[k], &rs, ENGINE_SPEC_NGRAM, -1, got);
         for (int i = 0; i < NR; i++)
             if (!same(&plain[i], &got[i])) {
-                fprintf(stderr, "%s: %s: request %d differs with speculation (n %d vs %d)\n", path, setups[k].name, i,
-                        got[i].n, plain[i].n);
+                fprintf(stderr, "%s: %s: request %d differs with speculation (n %d vs %d)\n", path,
+                        setups[k].name, i, got[i].n, plain[i].n);
                 failures++;
             }
         if (setups[k].kv_blocks && mt.n_preemptions == 0) {
@@ -225,15 +237,18 @@ static void compare_model(const char *path, bool story) {
             fprintf(stderr, "%s: %s: expected prefix-cache hits\n", path, setups[k].name);
             failures++;
         }
-        printf("  %-28s drafts %lld, drafted %lld, accepted %lld, preemptions %lld, prefix hits %lld\n",
+        printf("  %-28s drafts %lld, drafted %lld, accepted %lld, preemptions %lld, prefix hits "
+               "%lld\n",
                setups[k].name, (long long)mt.spec_drafts, (long long)mt.spec_draft_tokens,
-               (long long)mt.spec_accepted_tokens, (long long)mt.n_preemptions, (long long)mt.prefix_cache_hits);
+               (long long)mt.spec_accepted_tokens, (long long)mt.n_preemptions,
+               (long long)mt.prefix_cache_hits);
         drafted += mt.spec_draft_tokens;
         accepted += mt.spec_accepted_tokens;
     }
     if (drafted == 0 || (story && accepted == 0) || accepted == drafted) {
-        fprintf(stderr, "%s: drafted %lld, accepted %lld: both acceptance and rejection must happen\n", path,
-                (long long)drafted, (long long)accepted);
+        fprintf(stderr,
+                "%s: drafted %lld, accepted %lld: both acceptance and rejection must happen\n",
+                path, (long long)drafted, (long long)accepted);
         failures++;
     }
     if (story) {
@@ -246,24 +261,27 @@ static void compare_model(const char *path, bool story) {
         draft_model = m;
         for (int greedy = 0; greedy < NR; greedy++) rs.temp[greedy] = 0.0f;
         rs.stop[3] = NULL;
-        setup dsets[] = {{"draft: batched", 8, 2048, 0, false}, {"draft: tiny pool", 8, 2048, 14, false}};
+        setup dsets[] = {{"draft: batched", 8, 2048, 0, false},
+                         {"draft: tiny pool", 8, 2048, 14, false}};
         for (size_t k = 0; k < 2; k++) {
             run(m, v, &solo, &rs, ENGINE_SPEC_OFF, -1, plain); /* max_seqs 1: one after another */
             mt = run(m, v, &dsets[k], &rs, ENGINE_SPEC_DRAFT, -1, got);
             for (int i = 0; i < NR; i++)
                 if (!same(&plain[i], &got[i])) {
-                    fprintf(stderr, "%s: request %d differs with a draft model\n", dsets[k].name, i);
+                    fprintf(stderr, "%s: request %d differs with a draft model\n", dsets[k].name,
+                            i);
                     failures++;
                 }
             printf("  %-28s drafted %lld, accepted %lld, preemptions %lld\n", dsets[k].name,
-                   (long long)mt.spec_draft_tokens, (long long)mt.spec_accepted_tokens, (long long)mt.n_preemptions);
+                   (long long)mt.spec_draft_tokens, (long long)mt.spec_accepted_tokens,
+                   (long long)mt.n_preemptions);
             CHECK(mt.spec_draft_tokens > 100 && mt.spec_accepted_tokens == mt.spec_draft_tokens);
         }
         CHECK(mt.n_preemptions > 0);
         draft_model = NULL;
     }
-    printf("%s: identical with speculation; drafted %lld, accepted %lld\n", path, (long long)drafted,
-           (long long)accepted);
+    printf("%s: identical with speculation; drafted %lld, accepted %lld\n", path,
+           (long long)drafted, (long long)accepted);
     model_destroy(m);
     tok_vocab_destroy(v);
 }

@@ -20,7 +20,7 @@
 
 #include "check.h"
 
-#define TOKDIR "tests/data/tokenizer"
+#define TOKDIR  "tests/data/tokenizer"
 #define GOLDDIR "tests/data/golden"
 
 /* ---------------------------------------------------------------- helpers */
@@ -169,7 +169,8 @@ static bool round_trips(const tok_vocab *v, const vec_case *c, const int32_t *id
     bool ok;
     if (spm) {
         ok = has_unk(v, ids, n) ||
-             (c->len == 0 ? dl == 0 : (dl == c->len + 1 && d[0] == ' ' && !memcmp(d + 1, c->text, c->len)));
+             (c->len == 0 ? dl == 0
+                          : (dl == c->len + 1 && d[0] == ' ' && !memcmp(d + 1, c->text, c->len)));
     } else {
         ok = dl == c->len && !memcmp(d, c->text, dl);
     }
@@ -202,7 +203,8 @@ static void run_vectors(const char *gguf, const char *inp, const char *out, cons
         if (same_ids(cases[i].ids, cases[i].n, got, ng)) {
             pass++;
         } else if (!shown) {
-            print_mismatch(v, label, cases[i].text, cases[i].len, cases[i].ids, cases[i].n, got, ng);
+            print_mismatch(v, label, cases[i].text, cases[i].len, cases[i].ids, cases[i].n, got,
+                           ng);
             shown = true;
         }
         rt += round_trips(v, &cases[i], got, ng);
@@ -242,10 +244,14 @@ static void test_vector_files(void) {
         snprintf(out, sizeof out, "%.400s.out", g);
         if (file_exists(g) && file_exists(out)) run_vectors(g, in, out, names[i]);
     }
-    run_vectors(TOKDIR "/ggml-vocab-llama3.gguf", TOKDIR "/tests-without-gguf/ggml-vocab-llama-bpe.gguf.inp",
-                TOKDIR "/tests-without-gguf/ggml-vocab-llama-bpe.gguf.out", "llama-bpe vectors on ggml-vocab-llama3.gguf");
-    run_vectors(TOKDIR "/ggml-vocab-qwen3.gguf", TOKDIR "/tests-without-gguf/ggml-vocab-qwen2.gguf.inp",
-                TOKDIR "/tests-without-gguf/ggml-vocab-qwen2.gguf.out", "qwen2 vectors on ggml-vocab-qwen3.gguf");
+    run_vectors(TOKDIR "/ggml-vocab-llama3.gguf",
+                TOKDIR "/tests-without-gguf/ggml-vocab-llama-bpe.gguf.inp",
+                TOKDIR "/tests-without-gguf/ggml-vocab-llama-bpe.gguf.out",
+                "llama-bpe vectors on ggml-vocab-llama3.gguf");
+    run_vectors(TOKDIR "/ggml-vocab-qwen3.gguf",
+                TOKDIR "/tests-without-gguf/ggml-vocab-qwen2.gguf.inp",
+                TOKDIR "/tests-without-gguf/ggml-vocab-qwen2.gguf.out",
+                "qwen2 vectors on ggml-vocab-qwen3.gguf");
 }
 
 /* ---------------------------------------------------------------- golden tokenize.json */
@@ -341,7 +347,8 @@ static void test_golden(void) {
     for (struct dirent *e; (e = readdir(d)) != NULL && n < 64;) {
         char p[600];
         snprintf(p, sizeof p, GOLDDIR "/%.200s/tokenize.json", e->d_name);
-        if (e->d_name[0] != '.' && file_exists(p)) snprintf(names[n++], sizeof names[0], "%.200s", e->d_name);
+        if (e->d_name[0] != '.' && file_exists(p))
+            snprintf(names[n++], sizeof names[0], "%.200s", e->d_name);
     }
     closedir(d);
     qsort(names, (size_t)n, sizeof names[0], (int (*)(const void *, const void *))strcmp);
@@ -355,7 +362,8 @@ static int32_t gpt2_byte_token(const tok_vocab *v, unsigned b) {
     unsigned cp = b;
     if (!((b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE))) {
         unsigned n = 0;
-        for (unsigned c = 0; c < b; c++) n += !((c >= 0x21 && c <= 0x7E) || (c >= 0xA1 && c <= 0xAC) || c >= 0xAE);
+        for (unsigned c = 0; c < b; c++)
+            n += !((c >= 0x21 && c <= 0x7E) || (c >= 0xA1 && c <= 0xAC) || c >= 0xAE);
         cp = 256 + n;
     }
     char u[3];
@@ -388,8 +396,8 @@ static void test_stream(void) {
     char out[512];
     for (int i = 0; i < 4; i++) ids[i] = gpt2_byte_token(v, emoji[i]);
     size_t n = stream_all(v, ids, 4, out, sizes);
-    CHECK(sizes[0] == 0 && sizes[1] == 0 && sizes[2] == 0 && sizes[3] == 4, "held back %zu %zu %zu %zu",
-          sizes[0], sizes[1], sizes[2], sizes[3]);
+    CHECK(sizes[0] == 0 && sizes[1] == 0 && sizes[2] == 0 && sizes[3] == 4,
+          "held back %zu %zu %zu %zu", sizes[0], sizes[1], sizes[2], sizes[3]);
     CHECK(n == 4 && memcmp(out, emoji, 4) == 0, "emoji out %zu", n);
     /* Invalid: a lone 0xFF, then a lead byte followed by ASCII, then a dangling lead. */
     ids[0] = gpt2_byte_token(v, 0xFF);
@@ -399,7 +407,10 @@ static void test_stream(void) {
     ids[4] = gpt2_byte_token(v, 0x97);
     n = stream_all(v, ids, 5, out, sizes);
     /* FF -> U+FFFD; E6 then 'a' -> U+FFFD 'a'; E6 97 held back, flushed as one U+FFFD */
-    CHECK(n == 10 && memcmp(out, "\xEF\xBF\xBD\xEF\xBF\xBD" "a\xEF\xBF\xBD", 10) == 0,
+    CHECK(n == 10 && memcmp(out,
+                            "\xEF\xBF\xBD\xEF\xBF\xBD"
+                            "a\xEF\xBF\xBD",
+                            10) == 0,
           "invalid bytes gave %zu bytes", n);
     CHECK(sizes[3] == 0 && sizes[4] == 0, "dangling lead byte not held back");
     /* Real text through encode + stream equals the text. */
@@ -409,7 +420,8 @@ static void test_stream(void) {
     tok_stream s;
     tok_stream_init(&s);
     size_t o = 0;
-    for (int64_t i = 0; i < ni; i++) o += tok_stream_push(&s, v, all[i], false, out + o, sizeof out - o);
+    for (int64_t i = 0; i < ni; i++)
+        o += tok_stream_push(&s, v, all[i], false, out + o, sizeof out - o);
     o += tok_stream_flush(&s, out + o, sizeof out - o);
     CHECK(o == strlen(text) && memcmp(out, text, o) == 0, "streamed text differs (%zu bytes)", o);
     free(all);
@@ -422,7 +434,8 @@ static void test_stream(void) {
     ids[1] = tok_token_id(v, "<0x97>", 6);
     ids[2] = tok_token_id(v, "<0xA5>", 6);
     n = stream_all(v, ids, 3, out, sizes);
-    CHECK(sizes[0] == 0 && sizes[1] == 0 && n == 3 && memcmp(out, "日", 3) == 0, "spm bytes %zu", n);
+    CHECK(sizes[0] == 0 && sizes[1] == 0 && n == 3 && memcmp(out, "日", 3) == 0, "spm bytes %zu",
+          n);
     tok_vocab_destroy(v);
     printf("%-58s done\n", "streaming decoder");
 }
@@ -430,9 +443,11 @@ static void test_stream(void) {
 /* Invalid UTF-8: SPM keeps the raw bytes as byte tokens; BPE reads each bad
  * byte as U+FFFD (llama.cpp's decoding), so it matches that text's encoding. */
 static void test_invalid_utf8(void) {
-    static const char bad[] = "ab\xff\xfe cd \xc3 \xe6\x97 x\x80y \xf4\x90\x80\x80 \xed\xa0\x80 end\xe2";
-    static const char fixed[] = "ab\xef\xbf\xbd\xef\xbf\xbd cd \xef\xbf\xbd \xef\xbf\xbd\xef\xbf\xbd"
-                                " x\xef\xbf\xbdy \xef\xbf\xbd \xed\xa0\x80 end\xef\xbf\xbd";
+    static const char bad[] =
+        "ab\xff\xfe cd \xc3 \xe6\x97 x\x80y \xf4\x90\x80\x80 \xed\xa0\x80 end\xe2";
+    static const char fixed[] =
+        "ab\xef\xbf\xbd\xef\xbf\xbd cd \xef\xbf\xbd \xef\xbf\xbd\xef\xbf\xbd"
+        " x\xef\xbf\xbdy \xef\xbf\xbd \xed\xa0\x80 end\xef\xbf\xbd";
     const char *bpe[] = {"ggml-vocab-gpt-2.gguf", "ggml-vocab-llama3.gguf", "ggml-vocab-qwen3.gguf",
                          "ggml-vocab-deepseek-llm.gguf", "ggml-vocab-falcon.gguf"};
     for (size_t k = 0; k < sizeof bpe / sizeof bpe[0]; k++) {
@@ -476,12 +491,17 @@ static void test_invalid_utf8(void) {
 static size_t llama_sanitize(const unsigned char *s, size_t n, char *out) {
     size_t o = 0;
     for (size_t i = 0; i < n;) {
-        size_t need = s[i] < 0x80 ? 1 : (s[i] & 0xE0) == 0xC0 ? 2 : (s[i] & 0xF0) == 0xE0 ? 3
-                    : (s[i] & 0xF8) == 0xF0 ? 4 : 0;
+        size_t need = s[i] < 0x80             ? 1
+                      : (s[i] & 0xE0) == 0xC0 ? 2
+                      : (s[i] & 0xF0) == 0xE0 ? 3
+                      : (s[i] & 0xF8) == 0xF0 ? 4
+                                              : 0;
         bool ok = need > 0 && i + need <= n;
         for (size_t k = 1; ok && k < need; k++) ok = (s[i + k] & 0xC0) == 0x80;
         uint32_t cp = 0;
-        if (ok && need == 4) cp = ((s[i] & 7u) << 18) | ((s[i + 1] & 63u) << 12) | ((s[i + 2] & 63u) << 6) | (s[i + 3] & 63u);
+        if (ok && need == 4)
+            cp = ((s[i] & 7u) << 18) | ((s[i + 1] & 63u) << 12) | ((s[i + 2] & 63u) << 6) |
+                 (s[i + 3] & 63u);
         if (!ok || cp > 0x10FFFF) { /* the latter: llama.cpp cannot write it; we use U+FFFD */
             memcpy(out + o, "\xEF\xBF\xBD", 3);
             o += 3;
@@ -498,11 +518,31 @@ static size_t llama_sanitize(const unsigned char *s, size_t n, char *out) {
 /* Random bytes (mostly text-like, some invalid): encoding never fails and BPE
  * decodes back to the llama.cpp reading of the input. */
 static void test_random_bytes(void) {
-    const char *names[] = {"ggml-vocab-gpt-2.gguf", "ggml-vocab-llama3.gguf", "ggml-vocab-deepseek-llm.gguf",
-                           "ggml-vocab-llama-spm.gguf", "ggml-vocab-phi-3.gguf"};
-    static const char *const bits[] = {" ", "  ", "\n", "\r\n", "\t", "a", "Hello", "'s", "123", "!?", "\xC3\xA9",
-                                       "\xE6\x97\xA5", "\xF0\x9F\x98\x80", "\xE2\x80\x8D", "\xFF", "\xC3",
-                                       "\xED\xA0\x80", "\xF5\x80\x80\x80", "<s>", "</s>", "<|endoftext|>", "\0"};
+    const char *names[] = {"ggml-vocab-gpt-2.gguf", "ggml-vocab-llama3.gguf",
+                           "ggml-vocab-deepseek-llm.gguf", "ggml-vocab-llama-spm.gguf",
+                           "ggml-vocab-phi-3.gguf"};
+    static const char *const bits[] = {" ",
+                                       "  ",
+                                       "\n",
+                                       "\r\n",
+                                       "\t",
+                                       "a",
+                                       "Hello",
+                                       "'s",
+                                       "123",
+                                       "!?",
+                                       "\xC3\xA9",
+                                       "\xE6\x97\xA5",
+                                       "\xF0\x9F\x98\x80",
+                                       "\xE2\x80\x8D",
+                                       "\xFF",
+                                       "\xC3",
+                                       "\xED\xA0\x80",
+                                       "\xF5\x80\x80\x80",
+                                       "<s>",
+                                       "</s>",
+                                       "<|endoftext|>",
+                                       "\0"};
     unsigned seed = 12345;
     for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
         char p[300];
@@ -514,8 +554,10 @@ static void test_random_bytes(void) {
         for (int c = 0; c < 300; c++) {
             char text[512], want[2048];
             size_t n = 0;
-            for (int parts = (int)((seed = seed * 1103515245u + 12345u) >> 16) % 24; parts > 0; parts--) {
-                const char *b = bits[((seed = seed * 1103515245u + 12345u) >> 16) % (sizeof bits / sizeof bits[0])];
+            for (int parts = (int)((seed = seed * 1103515245u + 12345u) >> 16) % 24; parts > 0;
+                 parts--) {
+                const char *b = bits[((seed = seed * 1103515245u + 12345u) >> 16) %
+                                     (sizeof bits / sizeof bits[0])];
                 size_t bl = b[0] ? strlen(b) : 1;
                 memcpy(text + n, b, bl);
                 n += bl;
@@ -552,10 +594,12 @@ static void test_specials(void) {
     tok_vocab *v = load_vocab(TOKDIR "/ggml-vocab-qwen3.gguf");
     if (v) {
         const char *chat = "<|im_start|>user\nhi<|im_end|>";
-        int32_t im_start = tok_token_id(v, "<|im_start|>", 12), im_end = tok_token_id(v, "<|im_end|>", 10);
+        int32_t im_start = tok_token_id(v, "<|im_start|>", 12),
+                im_end = tok_token_id(v, "<|im_end|>", 10);
         int64_t n;
         int32_t *ids = encode(v, chat, strlen(chat), false, true, &n);
-        CHECK(n >= 3 && ids[0] == im_start && ids[n - 1] == im_end, "qwen3 chat markers not parsed");
+        CHECK(n >= 3 && ids[0] == im_start && ids[n - 1] == im_end,
+              "qwen3 chat markers not parsed");
         free(ids);
         ids = encode(v, chat, strlen(chat), false, false, &n);
         CHECK(n > 5 && ids[0] != im_start, "qwen3 parsed control text without parse_special");
@@ -564,10 +608,12 @@ static void test_specials(void) {
               "qwen3 EOG tokens");
         CHECK(!tok_is_eog(v, im_start) && tok_is_control(v, im_start), "qwen3 im_start");
         CHECK(tok_eos(v) == 151645 && !tok_add_bos(v), "qwen3 eos %d", tok_eos(v));
-        CHECK(strcmp(tok_pre_name(v), "qwen2") == 0 && strcmp(tok_model_name(v), "gpt2") == 0, "names");
+        CHECK(strcmp(tok_pre_name(v), "qwen2") == 0 && strcmp(tok_model_name(v), "gpt2") == 0,
+              "names");
         char buf[32];
         CHECK(tok_token_bytes(v, im_end, false, buf, sizeof buf) == 0 &&
-                  tok_token_bytes(v, im_end, true, buf, sizeof buf) == 10 && !memcmp(buf, "<|im_end|>", 10),
+                  tok_token_bytes(v, im_end, true, buf, sizeof buf) == 10 &&
+                  !memcmp(buf, "<|im_end|>", 10),
               "control token bytes");
         tok_vocab_destroy(v);
     }
@@ -578,8 +624,8 @@ static void test_specials(void) {
         CHECK(eot >= 0 && tok_is_eog(v, eot) && tok_is_eog(v, 128001) && !tok_is_eog(v, 128000),
               "llama3 EOG");
         const int32_t want[] = {128000, 128006, 882, 128007, 271, 13347, 128009};
-        expect_ids(v, "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>", true, true, want, 7,
-                   "llama3 chat with BOS");
+        expect_ids(v, "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>", true, true, want,
+                   7, "llama3 chat with BOS");
         tok_vocab_destroy(v);
     }
     v = load_vocab(TOKDIR "/ggml-vocab-llama-spm.gguf");
@@ -672,7 +718,8 @@ static void test_load_errors(void) {
 static void test_throughput(void) {
     kvl_error err;
     size_t len;
-    char *inp = kvl_read_file(TOKDIR "/tests-without-gguf/ggml-vocab-llama-bpe.gguf.inp", &len, &err);
+    char *inp =
+        kvl_read_file(TOKDIR "/tests-without-gguf/ggml-vocab-llama-bpe.gguf.inp", &len, &err);
     double t0 = kvl_time_s();
     tok_vocab *v = load_vocab(TOKDIR "/ggml-vocab-llama3.gguf");
     double t1 = kvl_time_s();
@@ -704,7 +751,8 @@ static void test_throughput(void) {
         double t5 = kvl_time_s();
         int64_t nk = tok_encode(v, big, 1u << 18, false, false, NULL, 0, &err);
         double dt = kvl_time_s() - t5;
-        CHECK(nk > 0 && dt < 30.0, "run of '%c': %lld tokens in %.3f s", fill[k], (long long)nk, dt);
+        CHECK(nk > 0 && dt < 30.0, "run of '%c': %lld tokens in %.3f s", fill[k], (long long)nk,
+              dt);
     }
     free(big);
     free(inp);

@@ -71,10 +71,12 @@ static void collect(result *r, const parse_out *o) {
     kvl_buf_put(&r->content, o->content.p, o->content.len);
     kvl_buf_put(&r->reasoning, o->reasoning.p, o->reasoning.len);
     for (int i = 0; i < o->n_calls; i++) {
-        CHECK(!strncmp(o->calls[i].id, "call_", 5) && strlen(o->calls[i].id) == 29, "id %s", o->calls[i].id);
+        CHECK(!strncmp(o->calls[i].id, "call_", 5) && strlen(o->calls[i].id) == 29, "id %s",
+              o->calls[i].id);
         bool seen[256] = {false};
         int distinct = 0;
-        for (const char *c = o->calls[i].id + 5; *c; c++) distinct += !seen[(unsigned char)*c], seen[(unsigned char)*c] = true;
+        for (const char *c = o->calls[i].id + 5; *c; c++)
+            distinct += !seen[(unsigned char)*c], seen[(unsigned char)*c] = true;
         CHECK(distinct >= 8, "id %s: its 24 characters look random", o->calls[i].id);
         n_ids++;
         n_ids_last_a += o->calls[i].id[28] == 'A';
@@ -91,7 +93,8 @@ static void collect(result *r, const parse_out *o) {
 static const chat_caps *RUN_CAPS;
 
 /* Parses text whole (step 0) or step bytes at a time. */
-static void run(result *r, tool_format f, const tool_spec *t, bool think, bool in_think, const char *text, size_t step) {
+static void run(result *r, tool_format f, const tool_spec *t, bool think, bool in_think,
+                const char *text, size_t step) {
     memset(r, 0, sizeof *r);
     r->calls = cJSON_CreateArray();
     out_parser p;
@@ -137,7 +140,8 @@ static cJSON *expected_calls(const cJSON *c) {
             cJSON *e = cJSON_CreateObject();
             cJSON_AddStringToObject(e, "name", cJSON_GetObjectItem(fn, "name")->valuestring);
             cJSON_AddItemToObject(e, "arguments",
-                                  cJSON_IsString(args) ? cJSON_Parse(args->valuestring) : cJSON_Duplicate(args, true));
+                                  cJSON_IsString(args) ? cJSON_Parse(args->valuestring)
+                                                       : cJSON_Duplicate(args, true));
             cJSON_AddItemToArray(out, e);
         }
         if (calls) break;
@@ -146,57 +150,80 @@ static cJSON *expected_calls(const cJSON *c) {
 }
 
 typedef struct sample {
-    const char *tmpl;   /* template name */
+    const char *tmpl; /* template name */
     const char *case_id;
-    tool_format fmt;    /* what detection must find */
-    const char *after;  /* the assistant turn starts after this (searched after the first user message) */
-    const char *end;    /* and ends before this */
-    bool thinks;        /* the template has <think> */
+    tool_format fmt; /* what detection must find */
+    const char
+        *after; /* the assistant turn starts after this (searched after the first user message) */
+    const char *end; /* and ends before this */
+    bool thinks;     /* the template has <think> */
 } sample;
 
-#define DS_END "<\xef\xbd\x9c" "end\xe2\x96\x81" "of\xe2\x96\x81" "sentence\xef\xbd\x9c>"
-#define DS_ASSISTANT "<\xef\xbd\x9c" "Assistant\xef\xbd\x9c>"
+#define DS_END                                                                                     \
+    "<\xef\xbd\x9c"                                                                                \
+    "end\xe2\x96\x81"                                                                              \
+    "of\xe2\x96\x81"                                                                               \
+    "sentence\xef\xbd\x9c>"
+#define DS_ASSISTANT                                                                               \
+    "<\xef\xbd\x9c"                                                                                \
+    "Assistant\xef\xbd\x9c>"
 
 static const sample SAMPLES[] = {
-    {"Qwen-Qwen2.5-7B-Instruct", "c11_parallel_tool_calls", TOOL_FMT_HERMES, "<|im_start|>assistant\n", "<|im_end|>", false},
-    {"Qwen-Qwen3-0.6B", "c11_parallel_tool_calls", TOOL_FMT_HERMES, "<|im_start|>assistant\n", "<|im_end|>", true},
+    {"Qwen-Qwen2.5-7B-Instruct", "c11_parallel_tool_calls", TOOL_FMT_HERMES,
+     "<|im_start|>assistant\n", "<|im_end|>", false},
+    {"Qwen-Qwen3-0.6B", "c11_parallel_tool_calls", TOOL_FMT_HERMES, "<|im_start|>assistant\n",
+     "<|im_end|>", true},
     {"NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use", "c11_parallel_tool_calls", TOOL_FMT_HERMES,
      "<|im_start|>assistant\n", "<|im_end|>", false},
-    {"MiMo-VL", "c11_parallel_tool_calls", TOOL_FMT_HERMES, "<|im_start|>assistant\n", "<|im_end|>", false},
-    {"ibm-granite-granite-4.0", "c11_parallel_tool_calls", TOOL_FMT_HERMES, "<|start_of_role|>assistant<|end_of_role|>",
-     "<|end_of_text|>", false},
+    {"MiMo-VL", "c11_parallel_tool_calls", TOOL_FMT_HERMES, "<|im_start|>assistant\n", "<|im_end|>",
+     false},
+    {"ibm-granite-granite-4.0", "c11_parallel_tool_calls", TOOL_FMT_HERMES,
+     "<|start_of_role|>assistant<|end_of_role|>", "<|end_of_text|>", false},
     {"Reka-Edge", "c11_parallel_tool_calls", TOOL_FMT_HERMES, "<sep>assistant: ", "<sep>", true},
-    {"Qwen3.5-4B", "c11_parallel_tool_calls", TOOL_FMT_QWEN_XML, "<|im_start|>assistant\n", "<|im_end|>", true},
-    {"NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", "c11_parallel_tool_calls", TOOL_FMT_QWEN_XML, "<|im_start|>assistant\n",
+    {"Qwen3.5-4B", "c11_parallel_tool_calls", TOOL_FMT_QWEN_XML, "<|im_start|>assistant\n",
      "<|im_end|>", true},
-    {"GLM-4.6", "c11_parallel_tool_calls", TOOL_FMT_GLM, "<|assistant|>\n<think></think>\n", "<|observation|>", true},
+    {"NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", "c11_parallel_tool_calls", TOOL_FMT_QWEN_XML,
+     "<|im_start|>assistant\n", "<|im_end|>", true},
+    {"GLM-4.6", "c11_parallel_tool_calls", TOOL_FMT_GLM, "<|assistant|>\n<think></think>\n",
+     "<|observation|>", true},
     {"meta-llama-Llama-3.1-8B-Instruct", "c07a_tool_roundtrip_args_object", TOOL_FMT_LLAMA3,
      "<|start_header_id|>assistant<|end_header_id|>\n\n", "<|eot_id|>", false},
     {"meta-llama-Llama-3.2-3B-Instruct", "c07b_tool_roundtrip_args_string", TOOL_FMT_LLAMA3,
      "<|start_header_id|>assistant<|end_header_id|>\n\n", "<|eot_id|>", false},
-    {"mistralai-Mistral-Nemo-Instruct-2407", "c11_parallel_tool_calls", TOOL_FMT_MISTRAL, "[/INST]", "</s>", false},
-    {"Mistral-Small-3.2-24B-Instruct-2506", "c11_parallel_tool_calls", TOOL_FMT_MISTRAL_V11, "[/INST]", "</s>", false},
-    {"mistralai-Ministral-3-14B-Reasoning-2512", "c11_parallel_tool_calls", TOOL_FMT_MISTRAL_V11, "[/INST]", "</s>",
-     true},
-    {"deepseek-ai-DeepSeek-V3.1", "c11_parallel_tool_calls", TOOL_FMT_DEEPSEEK, DS_ASSISTANT, DS_END, true},
-    {"moonshotai-Kimi-K2", "c11_parallel_tool_calls", TOOL_FMT_KIMI, "<|im_assistant|>assistant<|im_middle|>",
-     "<|im_end|>", false},
+    {"mistralai-Mistral-Nemo-Instruct-2407", "c11_parallel_tool_calls", TOOL_FMT_MISTRAL, "[/INST]",
+     "</s>", false},
+    {"Mistral-Small-3.2-24B-Instruct-2506", "c11_parallel_tool_calls", TOOL_FMT_MISTRAL_V11,
+     "[/INST]", "</s>", false},
+    {"mistralai-Ministral-3-14B-Reasoning-2512", "c11_parallel_tool_calls", TOOL_FMT_MISTRAL_V11,
+     "[/INST]", "</s>", true},
+    {"deepseek-ai-DeepSeek-V3.1", "c11_parallel_tool_calls", TOOL_FMT_DEEPSEEK, DS_ASSISTANT,
+     DS_END, true},
+    {"moonshotai-Kimi-K2", "c11_parallel_tool_calls", TOOL_FMT_KIMI,
+     "<|im_assistant|>assistant<|im_middle|>", "<|im_end|>", false},
     {"Kimi-K2-Instruct", NULL, TOOL_FMT_KIMI, NULL, NULL, false},
     {"meetkai-functionary-medium-v3.1", "c11_parallel_tool_calls", TOOL_FMT_FUNCTIONARY,
      "<|start_header_id|>assistant<|end_header_id|>\n\n", "<|eom_id|>", false},
-    {"openai-gpt-oss-120b", "c07a_tool_roundtrip_args_object", TOOL_FMT_GPT_OSS, "<|start|>assistant", "<|call|>",
-     false},
-    {"Apriel-1.6-15b-Thinker-fixed", "c11_parallel_tool_calls", TOOL_FMT_APRIEL, "<|begin_assistant|>\n", "<|end|>",
-     false},
-    {"CohereForAI-c4ai-command-r7b-12-2024-tool_use", "c11_parallel_tool_calls", TOOL_FMT_COMMAND_R7B,
-     "<|CHATBOT_TOKEN|>", "<|END_OF_TURN_TOKEN|>", true},
-    {"Apertus-8B-Instruct", "c11_parallel_tool_calls", TOOL_FMT_APERTUS, "<|assistant_start|>", "[{\"temperature",
-     false},
-    {"ByteDance-Seed-OSS", "c11_parallel_tool_calls", TOOL_FMT_SEED_OSS, "<seed:bos>assistant\n", "<seed:eos>", true},
+    {"openai-gpt-oss-120b", "c07a_tool_roundtrip_args_object", TOOL_FMT_GPT_OSS,
+     "<|start|>assistant", "<|call|>", false},
+    {"Apriel-1.6-15b-Thinker-fixed", "c11_parallel_tool_calls", TOOL_FMT_APRIEL,
+     "<|begin_assistant|>\n", "<|end|>", false},
+    {"CohereForAI-c4ai-command-r7b-12-2024-tool_use", "c11_parallel_tool_calls",
+     TOOL_FMT_COMMAND_R7B, "<|CHATBOT_TOKEN|>", "<|END_OF_TURN_TOKEN|>", true},
+    {"Apertus-8B-Instruct", "c11_parallel_tool_calls", TOOL_FMT_APERTUS, "<|assistant_start|>",
+     "[{\"temperature", false},
+    {"ByteDance-Seed-OSS", "c11_parallel_tool_calls", TOOL_FMT_SEED_OSS, "<seed:bos>assistant\n",
+     "<seed:eos>", true},
     {"MiniMax-M2", "c11_parallel_tool_calls", TOOL_FMT_MINIMAX, "]~b]ai\n", "[e~[", true},
-    {"openbmb-MiniCPM5-1B", "c11_parallel_tool_calls", TOOL_FMT_MINICPM, "<|im_start|>assistant\n", "<|im_end|>", true},
-    {"deepseek-ai-DeepSeek-V4", "c11_parallel_tool_calls", TOOL_FMT_DSML, "<\xef\xbd\x9c" "Assistant\xef\xbd\x9c></think>",
-     "<\xef\xbd\x9c" "end\xe2\x96\x81" "of\xe2\x96\x81" "sentence\xef\xbd\x9c>", true},
+    {"openbmb-MiniCPM5-1B", "c11_parallel_tool_calls", TOOL_FMT_MINICPM, "<|im_start|>assistant\n",
+     "<|im_end|>", true},
+    {"deepseek-ai-DeepSeek-V4", "c11_parallel_tool_calls", TOOL_FMT_DSML,
+     "<\xef\xbd\x9c"
+     "Assistant\xef\xbd\x9c></think>",
+     "<\xef\xbd\x9c"
+     "end\xe2\x96\x81"
+     "of\xe2\x96\x81"
+     "sentence\xef\xbd\x9c>",
+     true},
     {"ibm-granite-granite-3.3-2B-Instruct", NULL, TOOL_FMT_GRANITE, NULL, NULL, true},
     {"deepseek-ai-DeepSeek-R1-Distill-Llama-8B", NULL, TOOL_FMT_DEEPSEEK_R1, NULL, NULL, true},
     {"google-gemma-2-2b-it", NULL, TOOL_FMT_GENERIC, NULL, NULL, false},
@@ -204,7 +231,8 @@ static const sample SAMPLES[] = {
 };
 
 static void check_same(const result *a, const result *b, const char *what) {
-    CHECK(a->content.len == b->content.len && (!a->content.len || !memcmp(a->content.p, b->content.p, a->content.len)),
+    CHECK(a->content.len == b->content.len &&
+              (!a->content.len || !memcmp(a->content.p, b->content.p, a->content.len)),
           "%s: streamed content differs", what);
     CHECK(a->reasoning.len == b->reasoning.len &&
               (!a->reasoning.len || !memcmp(a->reasoning.p, b->reasoning.p, a->reasoning.len)),
@@ -223,8 +251,8 @@ static void test_templates(void) {
         if (!src) continue;
         chat_caps caps;
         chat_caps_detect(src, &caps);
-        CHECK(caps.format == s->fmt, "%s: format %s, want %s", s->tmpl, tool_format_name(caps.format),
-              tool_format_name(s->fmt));
+        CHECK(caps.format == s->fmt, "%s: format %s, want %s", s->tmpl,
+              tool_format_name(caps.format), tool_format_name(s->fmt));
         CHECK(caps.thinks == s->thinks, "%s: thinks %d", s->tmpl, caps.thinks);
         free(src);
         if (!s->case_id) continue;
@@ -241,7 +269,8 @@ static void test_templates(void) {
             cJSON_Delete(exp);
             continue;
         }
-        const char *user = cJSON_GetObjectItem(cJSON_GetObjectItem(c, "messages")->child, "content")->valuestring;
+        const char *user =
+            cJSON_GetObjectItem(cJSON_GetObjectItem(c, "messages")->child, "content")->valuestring;
         const char *u = strstr(rendered, user);
         const char *a = u ? strstr(u, s->after) : NULL;
         const char *e = a ? strstr(a + strlen(s->after), s->end) : NULL;
@@ -258,14 +287,18 @@ static void test_templates(void) {
         run(&whole, caps.format, &t, caps.thinks, false, turn, 0);
         run(&bytes, caps.format, &t, caps.thinks, false, turn, 1);
         cJSON *want = expected_calls(c);
-        CHECK(cJSON_GetArraySize(want) > 0 && cJSON_GetArraySize(whole.calls) == cJSON_GetArraySize(want),
-              "%s: %d calls, want %d", s->tmpl, cJSON_GetArraySize(whole.calls), cJSON_GetArraySize(want));
+        CHECK(cJSON_GetArraySize(want) > 0 &&
+                  cJSON_GetArraySize(whole.calls) == cJSON_GetArraySize(want),
+              "%s: %d calls, want %d", s->tmpl, cJSON_GetArraySize(whole.calls),
+              cJSON_GetArraySize(want));
         n_checked++;
         char *got = cJSON_PrintUnformatted(whole.calls);
         CHECK(cJSON_Compare(whole.calls, want, true), "%s: calls %s\nfrom %s", s->tmpl, got, turn);
         free(got);
-        CHECK(whole.content.len == 0, "%s: content '%.*s'", s->tmpl, (int)whole.content.len, whole.content.p);
-        CHECK(whole.reasoning.len == 0, "%s: reasoning '%.*s'", s->tmpl, (int)whole.reasoning.len, whole.reasoning.p);
+        CHECK(whole.content.len == 0, "%s: content '%.*s'", s->tmpl, (int)whole.content.len,
+              whole.content.p);
+        CHECK(whole.reasoning.len == 0, "%s: reasoning '%.*s'", s->tmpl, (int)whole.reasoning.len,
+              whole.reasoning.p);
         check_same(&whole, &bytes, s->tmpl);
         /* Text before the calls stays content (not the bare-JSON formats: a call comes first there). */
         if (caps.format != TOOL_FMT_LLAMA3 && caps.format != TOOL_FMT_GPT_OSS) {
@@ -273,8 +306,8 @@ static void test_templates(void) {
             if (asprintf(&with, "Let me check.\n%s", turn) > 0) {
                 result r2;
                 run(&r2, caps.format, &t, caps.thinks, false, with, 3);
-                CHECK(buf_is(&r2.content, "Let me check."), "%s: content '%.*s'", s->tmpl, (int)r2.content.len,
-                      r2.content.p);
+                CHECK(buf_is(&r2.content, "Let me check."), "%s: content '%.*s'", s->tmpl,
+                      (int)r2.content.len, r2.content.p);
                 CHECK(cJSON_Compare(r2.calls, want, true), "%s: calls after content", s->tmpl);
                 result_free(&r2);
             }
@@ -297,12 +330,21 @@ static void test_handwritten(void) {
     result r;
     /* DeepSeek R1 (its template: '<｜tool▁call▁begin｜>' + type + '<｜tool▁sep｜>' + name + '\n```json\n' + args + '\n```<｜tool▁call▁end｜>') */
     run(&r, TOOL_FMT_DEEPSEEK_R1, &t, true, true,
-        "Paris, so get_weather.\n</think>\n\n<\xef\xbd\x9ctool\xe2\x96\x81" "calls\xe2\x96\x81" "begin\xef\xbd\x9c>"
-        "<\xef\xbd\x9ctool\xe2\x96\x81" "call\xe2\x96\x81" "begin\xef\xbd\x9c>function<\xef\xbd\x9ctool\xe2\x96\x81"
-        "sep\xef\xbd\x9c>get_weather\n```json\n{\"location\": {\"city\": \"Paris\"}}\n```<\xef\xbd\x9ctool\xe2\x96\x81"
-        "call\xe2\x96\x81" "end\xef\xbd\x9c><\xef\xbd\x9ctool\xe2\x96\x81" "calls\xe2\x96\x81" "end\xef\xbd\x9c>",
+        "Paris, so get_weather.\n</think>\n\n<\xef\xbd\x9ctool\xe2\x96\x81"
+        "calls\xe2\x96\x81"
+        "begin\xef\xbd\x9c>"
+        "<\xef\xbd\x9ctool\xe2\x96\x81"
+        "call\xe2\x96\x81"
+        "begin\xef\xbd\x9c>function<\xef\xbd\x9ctool\xe2\x96\x81"
+        "sep\xef\xbd\x9c>get_weather\n```json\n{\"location\": {\"city\": "
+        "\"Paris\"}}\n```<\xef\xbd\x9ctool\xe2\x96\x81"
+        "call\xe2\x96\x81"
+        "end\xef\xbd\x9c><\xef\xbd\x9ctool\xe2\x96\x81"
+        "calls\xe2\x96\x81"
+        "end\xef\xbd\x9c>",
         2);
-    CHECK(buf_is(&r.reasoning, "Paris, so get_weather."), "r1 reasoning '%.*s'", (int)r.reasoning.len, r.reasoning.p);
+    CHECK(buf_is(&r.reasoning, "Paris, so get_weather."), "r1 reasoning '%.*s'",
+          (int)r.reasoning.len, r.reasoning.p);
     CHECK(r.content.len == 0, "r1 content '%.*s'", (int)r.content.len, r.content.p);
     CHECK(cJSON_GetArraySize(r.calls) == 1 &&
               !strcmp(cJSON_GetObjectItem(r.calls->child, "name")->valuestring, "get_weather"),
@@ -311,52 +353,65 @@ static void test_handwritten(void) {
 
     /* Llama 3.1 <|python_tag|> */
     run(&r, TOOL_FMT_LLAMA3, &t, false, false,
-        "<|python_tag|>{\"name\": \"get_weather\", \"parameters\": {\"location\": {\"city\": \"Oslo\"}}}", 4);
+        "<|python_tag|>{\"name\": \"get_weather\", \"parameters\": {\"location\": {\"city\": "
+        "\"Oslo\"}}}",
+        4);
     CHECK(cJSON_GetArraySize(r.calls) == 1 && r.content.len == 0, "python_tag call");
     result_free(&r);
 
     /* Bare JSON must name a known function to be a call. */
     run(&r, TOOL_FMT_LLAMA3, &t, false, false, "{\"name\": \"nope\", \"parameters\": {}}", 1);
-    CHECK(cJSON_GetArraySize(r.calls) == 0 && buf_is(&r.content, "{\"name\": \"nope\", \"parameters\": {}}"),
+    CHECK(cJSON_GetArraySize(r.calls) == 0 &&
+              buf_is(&r.content, "{\"name\": \"nope\", \"parameters\": {}}"),
           "unknown bare JSON stays content");
     result_free(&r);
 
     /* Generic: an object or a list of them. */
     run(&r, TOOL_FMT_GENERIC, &t, false, false,
         " [{\"name\": \"get_weather\", \"arguments\": {\"location\": {\"city\": \"Rome\"}}}, "
-        "{\"name\": \"search_flights\", \"arguments\": {\"origin\": \"ICN\", \"destination\": \"CDG\", \"dates\": [\"2024-08-01\"]}}]",
+        "{\"name\": \"search_flights\", \"arguments\": {\"origin\": \"ICN\", \"destination\": "
+        "\"CDG\", \"dates\": [\"2024-08-01\"]}}]",
         5);
-    CHECK(cJSON_GetArraySize(r.calls) == 2 && r.content.len == 0, "generic list: %d calls", cJSON_GetArraySize(r.calls));
+    CHECK(cJSON_GetArraySize(r.calls) == 2 && r.content.len == 0, "generic list: %d calls",
+          cJSON_GetArraySize(r.calls));
     result_free(&r);
 
     /* Reasoning: Qwen3 writes <think> itself; R1's prompt opened it. */
-    run(&r, TOOL_FMT_NONE, &t, true, false, "<think>\nThe capital is Paris.\n</think>\n\nParis.", 1);
-    CHECK(buf_is(&r.reasoning, "The capital is Paris.") && buf_is(&r.content, "Paris."), "qwen3 think: '%.*s' / '%.*s'",
-          (int)r.reasoning.len, r.reasoning.p, (int)r.content.len, r.content.p);
+    run(&r, TOOL_FMT_NONE, &t, true, false, "<think>\nThe capital is Paris.\n</think>\n\nParis.",
+        1);
+    CHECK(buf_is(&r.reasoning, "The capital is Paris.") && buf_is(&r.content, "Paris."),
+          "qwen3 think: '%.*s' / '%.*s'", (int)r.reasoning.len, r.reasoning.p, (int)r.content.len,
+          r.content.p);
     result_free(&r);
     run(&r, TOOL_FMT_HERMES, &t, true, true, "Hmm.</think>The <b>answer</b>: 4 < 5", 1);
-    CHECK(buf_is(&r.reasoning, "Hmm.") && buf_is(&r.content, "The <b>answer</b>: 4 < 5"), "open think: '%.*s'",
-          (int)r.content.len, r.content.p);
+    CHECK(buf_is(&r.reasoning, "Hmm.") && buf_is(&r.content, "The <b>answer</b>: 4 < 5"),
+          "open think: '%.*s'", (int)r.content.len, r.content.p);
     result_free(&r);
     /* Other tags: Seed-OSS */
     chat_caps seed = {.thinks = true, .think_open = "<seed:think>", .think_close = "</seed:think>"};
     RUN_CAPS = &seed;
-    run(&r, TOOL_FMT_SEED_OSS, &t, true, false, "<seed:think>Sunny?</seed:think>\nIt is <think>sunny</think>.", 1);
+    run(&r, TOOL_FMT_SEED_OSS, &t, true, false,
+        "<seed:think>Sunny?</seed:think>\nIt is <think>sunny</think>.", 1);
     RUN_CAPS = NULL;
-    CHECK(buf_is(&r.reasoning, "Sunny?") && buf_is(&r.content, "It is <think>sunny</think>."), "seed think: '%.*s' / '%.*s'",
-          (int)r.reasoning.len, r.reasoning.p, (int)r.content.len, r.content.p);
+    CHECK(buf_is(&r.reasoning, "Sunny?") && buf_is(&r.content, "It is <think>sunny</think>."),
+          "seed think: '%.*s' / '%.*s'", (int)r.reasoning.len, r.reasoning.p, (int)r.content.len,
+          r.content.p);
     result_free(&r);
     chat_caps magistral = {.thinks = true, .think_open = "[THINK]", .think_close = "[/THINK]"};
     RUN_CAPS = &magistral;
     run(&r, TOOL_FMT_MISTRAL_V11, &t, true, false,
-        "[THINK]Weather, so get_weather.[/THINK][TOOL_CALLS]get_weather[ARGS]{\"location\": {\"city\": \"Nice\"}}", 2);
+        "[THINK]Weather, so get_weather.[/THINK][TOOL_CALLS]get_weather[ARGS]{\"location\": "
+        "{\"city\": \"Nice\"}}",
+        2);
     RUN_CAPS = NULL;
-    CHECK(buf_is(&r.reasoning, "Weather, so get_weather.") && r.content.len == 0 && cJSON_GetArraySize(r.calls) == 1,
+    CHECK(buf_is(&r.reasoning, "Weather, so get_weather.") && r.content.len == 0 &&
+              cJSON_GetArraySize(r.calls) == 1,
           "[THINK] then a call");
     result_free(&r);
     /* Cut off inside the think block: all reasoning. */
     run(&r, TOOL_FMT_NONE, &t, true, true, "Still thinking about </thi", 2);
-    CHECK(buf_is(&r.reasoning, "Still thinking about </thi") && r.content.len == 0, "unclosed think");
+    CHECK(buf_is(&r.reasoning, "Still thinking about </thi") && r.content.len == 0,
+          "unclosed think");
     result_free(&r);
 
     /* Plain text passes through byte for byte, whitespace included. */
@@ -366,29 +421,39 @@ static void test_handwritten(void) {
     result_free(&r);
 
     /* A malformed call stays text; an unclosed one at the end too. */
-    const char *badcall = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {oops}\n</tool_call>";
+    const char *badcall =
+        "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {oops}\n</tool_call>";
     run(&r, TOOL_FMT_HERMES, &t, false, false, badcall, 1);
-    CHECK(cJSON_GetArraySize(r.calls) == 0 && buf_is(&r.content, badcall), "bad call stays content");
+    CHECK(cJSON_GetArraySize(r.calls) == 0 && buf_is(&r.content, badcall),
+          "bad call stays content");
     result_free(&r);
     run(&r, TOOL_FMT_HERMES, &t, false, false, "<tool_call>\n{\"name\": \"get_wea", 1);
-    CHECK(cJSON_GetArraySize(r.calls) == 0 && buf_is(&r.content, "<tool_call>\n{\"name\": \"get_wea"), "cut call");
+    CHECK(cJSON_GetArraySize(r.calls) == 0 &&
+              buf_is(&r.content, "<tool_call>\n{\"name\": \"get_wea"),
+          "cut call");
     result_free(&r);
 
     /* gpt-oss: analysis is reasoning, final is content. */
     run(&r, TOOL_FMT_GPT_OSS, &t, false, false,
-        "<|channel|>analysis<|message|>User wants hi.<|end|><|start|>assistant<|channel|>final<|message|>Hi!", 1);
-    CHECK(buf_is(&r.reasoning, "User wants hi.") && buf_is(&r.content, "Hi!"), "harmony: '%.*s' / '%.*s'",
-          (int)r.reasoning.len, r.reasoning.p, (int)r.content.len, r.content.p);
+        "<|channel|>analysis<|message|>User wants "
+        "hi.<|end|><|start|>assistant<|channel|>final<|message|>Hi!",
+        1);
+    CHECK(buf_is(&r.reasoning, "User wants hi.") && buf_is(&r.content, "Hi!"),
+          "harmony: '%.*s' / '%.*s'", (int)r.reasoning.len, r.reasoning.p, (int)r.content.len,
+          r.content.p);
     result_free(&r);
     run(&r, TOOL_FMT_GPT_OSS, &t, false, false,
-        "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"location\": {\"city\": \"Lima\"}}", 3);
+        "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"location\": "
+        "{\"city\": \"Lima\"}}",
+        3);
     CHECK(cJSON_GetArraySize(r.calls) == 1 && r.content.len == 0, "harmony call");
     result_free(&r);
 
     /* parallel_tool_calls false keeps the first call. */
     t.parallel = false;
     run(&r, TOOL_FMT_HERMES, &t, false, false,
-        "<tool_call>{\"name\": \"get_weather\", \"arguments\": {}}</tool_call><tool_call>{\"name\": \"get_weather\", "
+        "<tool_call>{\"name\": \"get_weather\", \"arguments\": "
+        "{}}</tool_call><tool_call>{\"name\": \"get_weather\", "
         "\"arguments\": {}}</tool_call>",
         0);
     CHECK(cJSON_GetArraySize(r.calls) == 1, "one call without parallel_tool_calls");
@@ -405,15 +470,59 @@ static void test_handwritten(void) {
  * decides on the whole text (and never crash on its way). */
 static void test_soup(void) {
     static const char *const pieces[] = {
-        "<tool_call>", "</tool_call>", "<tool_", "call>", "<think>", "</think>", "</thi", "[TOOL_CALLS]", "[ARGS]",
-        "[CALL_ID]", "<|python_tag|>", "<function=", "</function>", "<function=get_weather>", "<parameter=city>",
-        "</parameter>", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>",
-        "<\xef\xbd\x9ctool\xe2\x96\x81" "calls\xe2\x96\x81" "begin\xef\xbd\x9c>",
-        "<\xef\xbd\x9ctool\xe2\x96\x81" "call\xe2\x96\x81" "begin\xef\xbd\x9c>", "<\xef\xbd\x9ctool\xe2\x96\x81" "sep\xef\xbd\x9c>",
-        "<|tool_call_begin|>", "<|tool_call_argument_begin|>", "<|tool_call_end|>", "<|channel|>", "<|message|>",
-        "<|end|>", "<|start|>", "to=functions.get_weather", "analysis", "final", "{", "}", "[", "]", "\"", "\\",
-        "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}", "\"parameters\": ", ", ", "get_weather",
-        " ", "\n", "Hello", "x<y", "\xc3\xa9"};
+        "<tool_call>",
+        "</tool_call>",
+        "<tool_",
+        "call>",
+        "<think>",
+        "</think>",
+        "</thi",
+        "[TOOL_CALLS]",
+        "[ARGS]",
+        "[CALL_ID]",
+        "<|python_tag|>",
+        "<function=",
+        "</function>",
+        "<function=get_weather>",
+        "<parameter=city>",
+        "</parameter>",
+        "<arg_key>",
+        "</arg_key>",
+        "<arg_value>",
+        "</arg_value>",
+        "<\xef\xbd\x9ctool\xe2\x96\x81"
+        "calls\xe2\x96\x81"
+        "begin\xef\xbd\x9c>",
+        "<\xef\xbd\x9ctool\xe2\x96\x81"
+        "call\xe2\x96\x81"
+        "begin\xef\xbd\x9c>",
+        "<\xef\xbd\x9ctool\xe2\x96\x81"
+        "sep\xef\xbd\x9c>",
+        "<|tool_call_begin|>",
+        "<|tool_call_argument_begin|>",
+        "<|tool_call_end|>",
+        "<|channel|>",
+        "<|message|>",
+        "<|end|>",
+        "<|start|>",
+        "to=functions.get_weather",
+        "analysis",
+        "final",
+        "{",
+        "}",
+        "[",
+        "]",
+        "\"",
+        "\\",
+        "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}",
+        "\"parameters\": ",
+        ", ",
+        "get_weather",
+        " ",
+        "\n",
+        "Hello",
+        "x<y",
+        "\xc3\xa9"};
     const int n_pieces = (int)(sizeof pieces / sizeof pieces[0]);
     tool_spec t = spec_of(cJSON_GetObjectItem(find_case("c06_tools"), "tools"));
     uint64_t rng = 0x9E3779B97F4A7C15ull;
@@ -436,13 +545,16 @@ static void test_soup(void) {
             result whole, cut;
             run(&whole, (tool_format)f, &t, think, in_think, text, 0);
             run(&cut, (tool_format)f, &t, think, in_think, text, 1 + (rng >> 40) % 7);
-            bool same = whole.content.len == cut.content.len && whole.reasoning.len == cut.reasoning.len &&
-                        (!whole.content.len || !memcmp(whole.content.p, cut.content.p, whole.content.len)) &&
-                        (!whole.reasoning.len || !memcmp(whole.reasoning.p, cut.reasoning.p, whole.reasoning.len)) &&
+            bool same = whole.content.len == cut.content.len &&
+                        whole.reasoning.len == cut.reasoning.len &&
+                        (!whole.content.len ||
+                         !memcmp(whole.content.p, cut.content.p, whole.content.len)) &&
+                        (!whole.reasoning.len ||
+                         !memcmp(whole.reasoning.p, cut.reasoning.p, whole.reasoning.len)) &&
                         cJSON_Compare(whole.calls, cut.calls, true);
             if (!same && differ++ < 5)
-                fprintf(stderr, "soup %s (think %d/%d): streamed differs on\n%s\n", tool_format_name((tool_format)f), think,
-                        in_think, text);
+                fprintf(stderr, "soup %s (think %d/%d): streamed differs on\n%s\n",
+                        tool_format_name((tool_format)f), think, in_think, text);
             result_free(&whole);
             result_free(&cut);
         }
@@ -463,23 +575,31 @@ static bool refused(const char *body_json, const char *param) {
 }
 
 static void test_request(void) {
-    const char *fn = "{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": {\"type\": \"object\"}}}";
+    const char *fn = "{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": "
+                     "{\"type\": \"object\"}}}";
     char body[512];
-    snprintf(body, sizeof body, "{\"tools\": [%s], \"tool_choice\": {\"type\": \"function\", \"function\": {\"name\": \"g\"}}}", fn);
+    snprintf(body, sizeof body,
+             "{\"tools\": [%s], \"tool_choice\": {\"type\": \"function\", \"function\": {\"name\": "
+             "\"g\"}}}",
+             fn);
     refused(body, "tool_choice");
     snprintf(body, sizeof body, "{\"tools\": [%s], \"tool_choice\": \"sometimes\"}", fn);
     refused(body, "tool_choice");
     refused("{\"tool_choice\": \"required\"}", "tool_choice");
     refused("{\"tools\": [{\"type\": \"retrieval\"}]}", "tools[0]");
-    refused("{\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"a b\"}}]}", "tools[0]");
-    refused("{\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"a\", \"parameters\": []}}]}", "tools[0]");
+    refused("{\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"a b\"}}]}",
+            "tools[0]");
+    refused("{\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"a\", \"parameters\": "
+            "[]}}]}",
+            "tools[0]");
     refused("{\"tools\": {}}", "tools");
     refused("{\"parallel_tool_calls\": 1}", "parallel_tool_calls");
     snprintf(body, sizeof body, "{\"tools\": [%s, %s]}", fn, fn);
     refused(body, "tools[1]");
 
     snprintf(body, sizeof body,
-             "{\"tools\": [%s], \"tool_choice\": {\"type\": \"function\", \"function\": {\"name\": \"f\"}}, "
+             "{\"tools\": [%s], \"tool_choice\": {\"type\": \"function\", \"function\": {\"name\": "
+             "\"f\"}}, "
              "\"parallel_tool_calls\": false}",
              fn);
     cJSON *b = cJSON_Parse(body);
@@ -488,7 +608,8 @@ static void test_request(void) {
     CHECK(tool_spec_parse(b, &t, p, sizeof p, m, sizeof m), "%s", m);
     CHECK(t.n == 1 && t.choice == TOOL_CHOICE_NAMED && t.named == 0 && !t.parallel, "named spec");
     char *sys = tool_system_prompt(TOOL_FMT_GENERIC, &t);
-    CHECK(sys && strstr(sys, "\"name\":\"f\"") && strstr(sys, "{\"name\": \"f\", \"arguments\": "), "system prompt: %s", sys);
+    CHECK(sys && strstr(sys, "\"name\":\"f\"") && strstr(sys, "{\"name\": \"f\", \"arguments\": "),
+          "system prompt: %s", sys);
     free(sys);
     tool_spec_free(&t);
     cJSON_Delete(b);
@@ -496,7 +617,8 @@ static void test_request(void) {
 
 /* The grammar text: the format's literal markers around each function's
  * schema rules (here a stand-in for json_schema_to_gbnf). */
-static bool fake_rules(const char *schema, const char *prefix, kvl_buf *out, char *err, size_t cap) {
+static bool fake_rules(const char *schema, const char *prefix, kvl_buf *out, char *err,
+                       size_t cap) {
     (void)schema;
     (void)err;
     (void)cap;
@@ -505,8 +627,10 @@ static bool fake_rules(const char *schema, const char *prefix, kvl_buf *out, cha
 }
 
 static void test_grammar_text(void) {
-    cJSON *b = cJSON_Parse("{\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"a\"}}, "
-                           "{\"type\": \"function\", \"function\": {\"name\": \"b\"}}], \"tool_choice\": \"required\"}");
+    cJSON *b =
+        cJSON_Parse("{\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"a\"}}, "
+                    "{\"type\": \"function\", \"function\": {\"name\": \"b\"}}], \"tool_choice\": "
+                    "\"required\"}");
     tool_spec t;
     char p[64], m[400];
     CHECK(tool_spec_parse(b, &t, p, sizeof p, m, sizeof m), "%s", m);
@@ -516,9 +640,11 @@ static void test_grammar_text(void) {
     kvl_buf_puts(&g, "");
     const char *want = "root ::= call ( \"\\n\" call )* \n"
                        "call ::= fn0 | fn1\n"
-                       "fn0 ::= \"<tool_call>\\n{\\\"name\\\": \\\"\" \"a\" \"\\\", \\\"arguments\\\": \" t0-root \"}\\n</tool_call>\" \n"
+                       "fn0 ::= \"<tool_call>\\n{\\\"name\\\": \\\"\" \"a\" \"\\\", "
+                       "\\\"arguments\\\": \" t0-root \"}\\n</tool_call>\" \n"
                        "t0-root ::= \"{}\"\n"
-                       "fn1 ::= \"<tool_call>\\n{\\\"name\\\": \\\"\" \"b\" \"\\\", \\\"arguments\\\": \" t1-root \"}\\n</tool_call>\" \n"
+                       "fn1 ::= \"<tool_call>\\n{\\\"name\\\": \\\"\" \"b\" \"\\\", "
+                       "\\\"arguments\\\": \" t1-root \"}\\n</tool_call>\" \n"
                        "t1-root ::= \"{}\"\n";
     CHECK(g.p && !strcmp(g.p, want), "grammar:\n%s", g.p);
     kvl_buf_free(&g);
@@ -526,22 +652,27 @@ static void test_grammar_text(void) {
     t.named = 0;
     CHECK(tool_grammar(TOOL_FMT_HERMES, &t, NULL, fake_rules, &g, err, sizeof err), "%s", err);
     kvl_buf_puts(&g, "");
-    CHECK(g.p && !strncmp(g.p, "root ::= call \ncall ::= fn0\n", 27) && !strstr(g.p, "fn1"), "named:\n%s", g.p);
+    CHECK(g.p && !strncmp(g.p, "root ::= call \ncall ::= fn0\n", 27) && !strstr(g.p, "fn1"),
+          "named:\n%s", g.p);
     kvl_buf_free(&g);
     t.parallel = false;
     t.choice = TOOL_CHOICE_NAMED;
     t.named = 1;
-    CHECK(tool_grammar(TOOL_FMT_MISTRAL_V11, &t, "</think>", fake_rules, &g, err, sizeof err), "%s", err);
+    CHECK(tool_grammar(TOOL_FMT_MISTRAL_V11, &t, "</think>", fake_rules, &g, err, sizeof err), "%s",
+          err);
     kvl_buf_puts(&g, "");
-    CHECK(g.p && strstr(g.p, "root ::= \"</think>\\n\\n\" call \n") && strstr(g.p, "call ::= fn1\n") &&
-              strstr(g.p, "fn1 ::= \"[TOOL_CALLS]\" \"b\" \"[ARGS]\" t1-root \n") && !strstr(g.p, "fn0"),
+    CHECK(g.p && strstr(g.p, "root ::= \"</think>\\n\\n\" call \n") &&
+              strstr(g.p, "call ::= fn1\n") &&
+              strstr(g.p, "fn1 ::= \"[TOOL_CALLS]\" \"b\" \"[ARGS]\" t1-root \n") &&
+              !strstr(g.p, "fn0"),
           "mistral grammar:\n%s", g.p);
     kvl_buf_free(&g);
     tool_spec_free(&t);
     cJSON_Delete(b);
 }
 
-static bool real_rules(const char *schema, const char *prefix, kvl_buf *out, char *err, size_t cap) {
+static bool real_rules(const char *schema, const char *prefix, kvl_buf *out, char *err,
+                       size_t cap) {
     kvl_error ke = {{0}};
     if (json_schema_to_gbnf(schema, prefix, out, &ke)) return true;
     snprintf(err, cap, "%s", ke.msg);
@@ -555,8 +686,9 @@ static void test_grammar_roundtrip(void) {
     tool_spec t = spec_of(cJSON_GetObjectItem(find_case("c06_tools"), "tools"));
     t.choice = TOOL_CHOICE_REQUIRED;
     const char *names[] = {"get_weather", "search_flights"};
-    const char *args[] = {"{\"location\": {\"city\": \"Paris\"}, \"unit\": \"celsius\"}",
-                          "{\"origin\": \"ICN\", \"destination\": \"CDG\", \"dates\": [\"2024-08-01\"]}"};
+    const char *args[] = {
+        "{\"location\": {\"city\": \"Paris\"}, \"unit\": \"celsius\"}",
+        "{\"origin\": \"ICN\", \"destination\": \"CDG\", \"dates\": [\"2024-08-01\"]}"};
     for (int f = TOOL_FMT_GENERIC; f <= TOOL_FMT_DSML; f++) {
         kvl_buf g = {0};
         char err[400] = "";
@@ -571,16 +703,17 @@ static void test_grammar_roundtrip(void) {
             kvl_buf_puts(&text, "");
             bool many = f != TOOL_FMT_GENERIC && f != TOOL_FMT_LLAMA3 && f != TOOL_FMT_GPT_OSS;
             bool match = grammar_match_text(gr, text.p, text.len);
-            CHECK(match == (n == 1 || many), "%s, %d calls: grammar %s\n%s", tool_format_name((tool_format)f), n,
-                  match ? "matches" : "refuses", text.p);
+            CHECK(match == (n == 1 || many), "%s, %d calls: grammar %s\n%s",
+                  tool_format_name((tool_format)f), n, match ? "matches" : "refuses", text.p);
             if (n > 1 && !many) { /* a single-call format: nothing more to read */
                 kvl_buf_free(&text);
                 continue;
             }
             result r;
             run(&r, (tool_format)f, &t, false, false, text.p, 3);
-            CHECK(cJSON_GetArraySize(r.calls) == n && r.content.len == 0, "%s: %d calls parsed of %d\n%s",
-                  tool_format_name((tool_format)f), cJSON_GetArraySize(r.calls), n, text.p);
+            CHECK(cJSON_GetArraySize(r.calls) == n && r.content.len == 0,
+                  "%s: %d calls parsed of %d\n%s", tool_format_name((tool_format)f),
+                  cJSON_GetArraySize(r.calls), n, text.p);
             for (int i = 0; i < n && cJSON_GetArraySize(r.calls) == n; i++) {
                 const cJSON *c = cJSON_GetArrayItem(r.calls, i);
                 cJSON *want = cJSON_Parse(args[i]);

@@ -33,8 +33,13 @@ static void test_rule(void) {
  * only positions no such token sees. */
 static void test_drop_and_missing(void) {
     kvl_error err;
-    kv_pool_config c = {.n_layers = 1, .n_kv_heads = 1, .head_dim_k = 8, .head_dim_v = 8, .block_size = 5,
-                        .dtype = GGUF_DT_F32, .n_blocks = 64};
+    kv_pool_config c = {.n_layers = 1,
+                        .n_kv_heads = 1,
+                        .head_dim_k = 8,
+                        .head_dim_v = 8,
+                        .block_size = 5,
+                        .dtype = GGUF_DT_F32,
+                        .n_blocks = 64};
     kv_pool *p = kv_pool_create(&c, &err);
     CHECK(p != NULL);
     for (int64_t w = 1; p && w <= 23; w += 3) {
@@ -43,9 +48,11 @@ static void test_drop_and_missing(void) {
         for (int64_t next = 0; next < 120; next++) {
             kv_seq_drop_outside_window(p, &s, next, w);
             CHECK(kv_seq_reserve(p, &s, next + 1));
-            for (int64_t pos = next; pos < next + 1; pos++) CHECK(kv_seq_window_missing(p, &s, pos, w) == -1);
+            for (int64_t pos = next; pos < next + 1; pos++)
+                CHECK(kv_seq_window_missing(p, &s, pos, w) == -1);
             for (int64_t b = 0; b < s.n_blocks; b++)
-                if (s.blocks[b] < 0) CHECK(!sees(next, b * 5 + 4, w)); /* its last position is out */
+                if (s.blocks[b] < 0)
+                    CHECK(!sees(next, b * 5 + 4, w)); /* its last position is out */
             /* a token past the reserved table, or a window reaching dropped blocks */
             CHECK(kv_seq_window_missing(p, &s, s.n_blocks * 5, w) == s.n_blocks * 5);
             if (kv_window_first(next, w) >= 5) CHECK(kv_seq_window_missing(p, &s, next, 0) == 0);
@@ -101,7 +108,8 @@ static void test_check_batch(void) {
     kv_seq_drop_outside_window(pools[sw], &seqs[sw], 44, windows[sw]);
     CHECK(kv_seq_reserve(pools[sw], &seqs[sw], 41) && kv_seq_reserve(pools[full], &seqs[full], 41));
     pos = 40;
-    CHECK(!model_forward(m, pools, &b, logits, &err) && strstr(err.msg, "position 40 attends to positions 25..40") &&
+    CHECK(!model_forward(m, pools, &b, logits, &err) &&
+          strstr(err.msg, "position 40 attends to positions 25..40") &&
           strstr(err.msg, "block of position 25"));
     /* A full-attention group missing an early block. */
     kv_seq_release(pools[sw], &seqs[sw]);

@@ -165,11 +165,12 @@ static int http_exchange(const url_parts *u, const char *method, const char *pat
     c->fd = connect_to(u);
     int status = -1;
     char head[1024], line[1024];
-    int hn = snprintf(head, sizeof head,
-                      "%s %s%s HTTP/1.1\r\nHost: %s:%s\r\nAccept: text/event-stream, application/json\r\n"
-                      "Connection: close\r\n%s%s%sContent-Type: application/json\r\nContent-Length: %zu\r\n\r\n",
-                      method, u->prefix, path, u->host, u->port, api_key ? "Authorization: Bearer " : "",
-                      api_key ? api_key : "", api_key ? "\r\n" : "", body ? strlen(body) : 0);
+    int hn = snprintf(
+        head, sizeof head,
+        "%s %s%s HTTP/1.1\r\nHost: %s:%s\r\nAccept: text/event-stream, application/json\r\n"
+        "Connection: close\r\n%s%s%sContent-Type: application/json\r\nContent-Length: %zu\r\n\r\n",
+        method, u->prefix, path, u->host, u->port, api_key ? "Authorization: Bearer " : "",
+        api_key ? api_key : "", api_key ? "\r\n" : "", body ? strlen(body) : 0);
     if (c->fd < 0 || hn >= (int)sizeof head || !send_all(c->fd, head, (size_t)hn) ||
         (body && !send_all(c->fd, body, strlen(body))) || !conn_line(c, line, sizeof line) ||
         sscanf(line, "HTTP/%*d.%*d %d", &status) != 1)
@@ -177,8 +178,10 @@ static int http_exchange(const url_parts *u, const char *method, const char *pat
     bool chunked = false;
     size_t length = SIZE_MAX;
     while (conn_line(c, line, sizeof line) && line[0]) {
-        if (strncasecmp(line, "Transfer-Encoding:", 18) == 0 && strcasestr(line, "chunked")) chunked = true;
-        if (strncasecmp(line, "Content-Length:", 15) == 0) length = (size_t)strtoull(line + 15, NULL, 10);
+        if (strncasecmp(line, "Transfer-Encoding:", 18) == 0 && strcasestr(line, "chunked"))
+            chunked = true;
+        if (strncasecmp(line, "Content-Length:", 15) == 0)
+            length = (size_t)strtoull(line + 15, NULL, 10);
     }
     if (!(chunked ? chunked_body(c, fn, ctx) : conn_body(c, length, fn, ctx))) status = -1;
 out:
@@ -230,7 +233,8 @@ static void sse_data(sse_ctx *x, const char *payload) {
     const cJSON *err = cJSON_GetObjectItem(j, "error");
     if (err) {
         const cJSON *m = cJSON_GetObjectItem(err, "message");
-        snprintf(x->res->err, sizeof x->res->err, "%s", cJSON_IsString(m) ? m->valuestring : "error");
+        snprintf(x->res->err, sizeof x->res->err, "%s",
+                 cJSON_IsString(m) ? m->valuestring : "error");
     }
     const cJSON *choices = cJSON_GetObjectItem(j, "choices");
     if (cJSON_GetArraySize(choices) > 0) {
@@ -241,8 +245,10 @@ static void sse_data(sse_ctx *x, const char *payload) {
     }
     const cJSON *usage = cJSON_GetObjectItem(j, "usage");
     if (cJSON_IsObject(usage)) {
-        x->res->n_out = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(usage, "completion_tokens"));
-        x->res->n_prompt = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(usage, "prompt_tokens"));
+        x->res->n_out =
+            (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(usage, "completion_tokens"));
+        x->res->n_prompt =
+            (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(usage, "prompt_tokens"));
     }
     cJSON_Delete(j);
 }
@@ -273,7 +279,8 @@ static void sse_bytes(const char *p, size_t n, void *ctx) {
     }
 }
 
-static void run_request(const url_parts *u, const char *api_key, const char *body, req_result *res) {
+static void run_request(const url_parts *u, const char *api_key, const char *body,
+                        req_result *res) {
     sse_ctx x = {.res = res};
     x.t0 = kvl_time_s();
     int status = http_exchange(u, "POST", "/v1/completions", body, api_key, sse_bytes, &x);
@@ -288,19 +295,23 @@ static void run_request(const url_parts *u, const char *api_key, const char *bod
 /* ------------------------------------------------------------- prompts -- */
 
 static const char *const WORDS[] = {
-    "the", "of", "and", "to", "in", "is", "it", "that", "was", "for", "on", "are", "with", "as", "his",
-    "they", "be", "at", "one", "have", "this", "from", "or", "had", "by", "hot", "but", "some", "what",
-    "there", "we", "can", "out", "other", "were", "all", "your", "when", "up", "use", "word", "how",
-    "said", "an", "each", "she", "which", "do", "their", "time", "if", "will", "way", "about", "many",
-    "then", "them", "would", "write", "like", "so", "these", "her", "long", "make", "thing", "see", "him",
-    "two", "has", "look", "more", "day", "could", "go", "come", "did", "my", "sound", "no", "most",
-    "number", "who", "over", "know", "water", "than", "call", "first", "people", "may", "down", "side",
-    "been", "now", "find", "any", "new", "work", "part", "take", "get", "place", "made", "live", "where",
-    "after", "back", "little", "only", "round", "man", "year", "came", "show", "every", "good", "me",
-    "give", "our", "under", "name", "very", "through", "just", "form", "much", "great", "think", "say",
-    "help", "low", "line", "before", "turn", "cause", "same", "mean", "move", "right", "boy", "old",
-    "too", "does", "tell", "set", "three", "want", "air", "well", "also", "play", "small", "end", "put",
-    "home", "read", "hand", "large", "add", "even", "land", "here", "must", "big", "high", "such",
+    "the",   "of",     "and",   "to",      "in",   "is",    "it",    "that",  "was",    "for",
+    "on",    "are",    "with",  "as",      "his",  "they",  "be",    "at",    "one",    "have",
+    "this",  "from",   "or",    "had",     "by",   "hot",   "but",   "some",  "what",   "there",
+    "we",    "can",    "out",   "other",   "were", "all",   "your",  "when",  "up",     "use",
+    "word",  "how",    "said",  "an",      "each", "she",   "which", "do",    "their",  "time",
+    "if",    "will",   "way",   "about",   "many", "then",  "them",  "would", "write",  "like",
+    "so",    "these",  "her",   "long",    "make", "thing", "see",   "him",   "two",    "has",
+    "look",  "more",   "day",   "could",   "go",   "come",  "did",   "my",    "sound",  "no",
+    "most",  "number", "who",   "over",    "know", "water", "than",  "call",  "first",  "people",
+    "may",   "down",   "side",  "been",    "now",  "find",  "any",   "new",   "work",   "part",
+    "take",  "get",    "place", "made",    "live", "where", "after", "back",  "little", "only",
+    "round", "man",    "year",  "came",    "show", "every", "good",  "me",    "give",   "our",
+    "under", "name",   "very",  "through", "just", "form",  "much",  "great", "think",  "say",
+    "help",  "low",    "line",  "before",  "turn", "cause", "same",  "mean",  "move",   "right",
+    "boy",   "old",    "too",   "does",    "tell", "set",   "three", "want",  "air",    "well",
+    "also",  "play",   "small", "end",     "put",  "home",  "read",  "hand",  "large",  "add",
+    "even",  "land",   "here",  "must",    "big",  "high",  "such",
 };
 #define N_WORDS (sizeof WORDS / sizeof WORDS[0])
 
@@ -393,8 +404,9 @@ static char *discover_model(const url_parts *u, const char *api_key) {
     const cJSON *first = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "data"), 0);
     const char *s = cJSON_GetStringValue(cJSON_GetObjectItem(first, "id"));
     if (s) id = strdup(s);
-    if (!id) fprintf(stderr, "kvllm loadgen: GET /v1/models failed (HTTP %d)%s%s\n", status, g.p ? ": " : "",
-                     g.p ? g.p : "");
+    if (!id)
+        fprintf(stderr, "kvllm loadgen: GET /v1/models failed (HTTP %d)%s%s\n", status,
+                g.p ? ": " : "", g.p ? g.p : "");
     cJSON_Delete(j);
     free(g.p);
     return id;
@@ -440,7 +452,8 @@ static void build_report(const loadgen_opts *o, req_result *r, double duration, 
     int64_t n = o->requests, n_itl = 0;
     for (int64_t i = 0; i < n; i++) n_itl += r[i].ok ? r[i].n_itl : 0;
     double *ttft = calloc((size_t)n + 1, sizeof *ttft), *tpot = calloc((size_t)n + 1, sizeof *tpot);
-    double *e2el = calloc((size_t)n + 1, sizeof *e2el), *itl = calloc((size_t)n_itl + 1, sizeof *itl);
+    double *e2el = calloc((size_t)n + 1, sizeof *e2el),
+           *itl = calloc((size_t)n_itl + 1, sizeof *itl);
     int64_t n_tpot = 0, k = 0;
     memset(rep, 0, sizeof *rep);
     rep->duration = duration;
@@ -488,10 +501,13 @@ static void print_json(const loadgen_opts *o, const report *r) {
     cJSON_AddNumberToObject(j, "duration_s", r->duration);
     cJSON_AddNumberToObject(j, "total_input_tokens", (double)r->in_tokens);
     cJSON_AddNumberToObject(j, "total_output_tokens", (double)r->out_tokens);
-    cJSON_AddNumberToObject(j, "request_throughput", r->duration > 0 ? (double)r->ok / r->duration : 0);
-    cJSON_AddNumberToObject(j, "output_throughput", r->duration > 0 ? (double)r->out_tokens / r->duration : 0);
+    cJSON_AddNumberToObject(j, "request_throughput",
+                            r->duration > 0 ? (double)r->ok / r->duration : 0);
+    cJSON_AddNumberToObject(j, "output_throughput",
+                            r->duration > 0 ? (double)r->out_tokens / r->duration : 0);
     cJSON_AddNumberToObject(j, "total_token_throughput",
-                            r->duration > 0 ? (double)(r->in_tokens + r->out_tokens) / r->duration : 0);
+                            r->duration > 0 ? (double)(r->in_tokens + r->out_tokens) / r->duration
+                                            : 0);
     add_summary(j, "ttft", r->ttft);
     add_summary(j, "tpot", r->tpot);
     add_summary(j, "itl", r->itl);
@@ -522,7 +538,8 @@ static void print_human(const loadgen_opts *o, const report *r) {
     printf("%-40s%lld\n", "Total generated tokens:", (long long)r->out_tokens);
     printf("%-40s%.2f\n", "Request throughput (req/s):", (double)r->ok / d);
     printf("%-40s%.2f\n", "Output token throughput (tok/s):", (double)r->out_tokens / d);
-    printf("%-40s%.2f\n", "Total token throughput (tok/s):", (double)(r->in_tokens + r->out_tokens) / d);
+    printf("%-40s%.2f\n",
+           "Total token throughput (tok/s):", (double)(r->in_tokens + r->out_tokens) / d);
     print_summary("---------------Time to First Token----------------", "TTFT", r->ttft);
     print_summary("-----Time per Output Token (excl. 1st token)------", "TPOT", r->tpot);
     print_summary("---------------Inter-token Latency----------------", "ITL", r->itl);
@@ -534,7 +551,8 @@ static void print_human(const loadgen_opts *o, const report *r) {
 int loadgen_run(const loadgen_opts *o) {
     url_parts u;
     if (!parse_url(o->url, &u)) {
-        fprintf(stderr, "kvllm loadgen: --url must look like http://host:port (got '%s')\n", o->url);
+        fprintf(stderr, "kvllm loadgen: --url must look like http://host:port (got '%s')\n",
+                o->url);
         return 2;
     }
     char *model = o->model ? strdup(o->model) : discover_model(&u, o->api_key);

@@ -9,9 +9,9 @@
 #include <stdint.h>
 
 typedef struct loadgen_opts {
-    const char *url;      /* http://host[:port][/prefix] */
-    const char *api_key;  /* NULL: none */
-    const char *model;    /* NULL: the first id /v1/models lists */
+    const char *url;     /* http://host[:port][/prefix] */
+    const char *api_key; /* NULL: none */
+    const char *model;   /* NULL: the first id /v1/models lists */
     int concurrency;
     int64_t requests;
     int64_t prompt_tokens; /* words per prompt (about one token each) */

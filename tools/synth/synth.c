@@ -24,27 +24,78 @@ enum { ALIGN = 32, CHUNK_FLOATS = 8 << 20 /* floats generated per slice: 32 MB *
  * as 8192 for all: kvllm sizes scratch from it, and no benchmark goes further. */
 static const synth_shape SHAPES[] = {
     /* name            arch     E     L   H   Hkv hd   FF     vocab   ctx   rope   eps   tied bias */
-    {"tiny", "llama", 256, 2, 4, 2, 64, 768, 1024, 2048, 10000.f, 1e-5f, true, false, .qk_norm = false},
-    {"tiny-qwen2", "qwen2", 256, 2, 4, 1, 64, 768, 1024, 2048, 1e6f, 1e-6f, true, true, .qk_norm = false},
-    {"llama-3.2-1b", "llama", 2048, 16, 32, 8, 64, 8192, 128256, 8192, 500000.f, 1e-5f, true, false, .qk_norm = false},
-    {"llama-3.2-3b", "llama", 3072, 28, 24, 8, 128, 8192, 128256, 8192, 500000.f, 1e-5f, true, false, .qk_norm = false},
-    {"llama-3-8b", "llama", 4096, 32, 32, 8, 128, 14336, 128256, 8192, 500000.f, 1e-5f, false, false, .qk_norm = false},
-    {"qwen2.5-0.5b", "qwen2", 896, 24, 14, 2, 64, 4864, 151936, 8192, 1e6f, 1e-6f, true, true, .qk_norm = false},
-    {"qwen2.5-1.5b", "qwen2", 1536, 28, 12, 2, 128, 8960, 151936, 8192, 1e6f, 1e-6f, true, true, .qk_norm = false},
+    {"tiny", "llama", 256, 2, 4, 2, 64, 768, 1024, 2048, 10000.f, 1e-5f, true, false,
+     .qk_norm = false},
+    {"tiny-qwen2", "qwen2", 256, 2, 4, 1, 64, 768, 1024, 2048, 1e6f, 1e-6f, true, true,
+     .qk_norm = false},
+    {"llama-3.2-1b", "llama", 2048, 16, 32, 8, 64, 8192, 128256, 8192, 500000.f, 1e-5f, true, false,
+     .qk_norm = false},
+    {"llama-3.2-3b", "llama", 3072, 28, 24, 8, 128, 8192, 128256, 8192, 500000.f, 1e-5f, true,
+     false, .qk_norm = false},
+    {"llama-3-8b", "llama", 4096, 32, 32, 8, 128, 14336, 128256, 8192, 500000.f, 1e-5f, false,
+     false, .qk_norm = false},
+    {"qwen2.5-0.5b", "qwen2", 896, 24, 14, 2, 64, 4864, 151936, 8192, 1e6f, 1e-6f, true, true,
+     .qk_norm = false},
+    {"qwen2.5-1.5b", "qwen2", 1536, 28, 12, 2, 128, 8960, 151936, 8192, 1e6f, 1e-6f, true, true,
+     .qk_norm = false},
     /* Mixture of experts: Qwen/Qwen3-30B-A3B and deepseek-ai/DeepSeek-V2-Lite */
-    {"qwen3-30b-a3b", "qwen3moe", 2048, 48, 32, 4, 128, 6144, 151936, 8192, 1e6f, 1e-6f, false, false,
-     .qk_norm = true, .n_expert = 128, .n_expert_used = 8, .n_ff_exp = 768},
-    {"deepseek-v2-lite", "deepseek2", 2048, 27, 16, 1, 0, 10944, 102400, 8192, 10000.f, 1e-6f, false, false,
-     .n_expert = 64, .n_expert_used = 6, .n_ff_exp = 1408, .n_shared_exp = 2, .n_layer_dense_lead = 1,
-     .kv_lora_rank = 512, .qk_nope = 128, .qk_rope = 64, .v_head_dim = 128, .yarn_factor = 40.f,
-     .yarn_log_mul = 0.0707f, .yarn_orig_ctx = 4096},
+    {"qwen3-30b-a3b", "qwen3moe", 2048, 48, 32, 4, 128, 6144, 151936, 8192, 1e6f, 1e-6f, false,
+     false, .qk_norm = true, .n_expert = 128, .n_expert_used = 8, .n_ff_exp = 768},
+    {"deepseek-v2-lite",
+     "deepseek2",
+     2048,
+     27,
+     16,
+     1,
+     0,
+     10944,
+     102400,
+     8192,
+     10000.f,
+     1e-6f,
+     false,
+     false,
+     .n_expert = 64,
+     .n_expert_used = 6,
+     .n_ff_exp = 1408,
+     .n_shared_exp = 2,
+     .n_layer_dense_lead = 1,
+     .kv_lora_rank = 512,
+     .qk_nope = 128,
+     .qk_rope = 64,
+     .v_head_dim = 128,
+     .yarn_factor = 40.f,
+     .yarn_log_mul = 0.0707f,
+     .yarn_orig_ctx = 4096},
     /* small ones of the same layouts, for tests */
     {"tiny-qwen3moe", "qwen3moe", 256, 2, 4, 2, 64, 768, 1024, 2048, 1e6f, 1e-6f, false, false,
      .qk_norm = true, .n_expert = 8, .n_expert_used = 2, .n_ff_exp = 256},
-    {"tiny-deepseek2", "deepseek2", 256, 3, 4, 1, 0, 768, 1024, 2048, 10000.f, 1e-6f, false, false,
-     .n_expert = 8, .n_expert_used = 2, .n_ff_exp = 256, .n_shared_exp = 1, .n_layer_dense_lead = 1,
-     .kv_lora_rank = 256, .qk_nope = 64, .qk_rope = 32, .v_head_dim = 64, .yarn_factor = 4.f,
-     .yarn_log_mul = 0.0707f, .yarn_orig_ctx = 512},
+    {"tiny-deepseek2",
+     "deepseek2",
+     256,
+     3,
+     4,
+     1,
+     0,
+     768,
+     1024,
+     2048,
+     10000.f,
+     1e-6f,
+     false,
+     false,
+     .n_expert = 8,
+     .n_expert_used = 2,
+     .n_ff_exp = 256,
+     .n_shared_exp = 1,
+     .n_layer_dense_lead = 1,
+     .kv_lora_rank = 256,
+     .qk_nope = 64,
+     .qk_rope = 32,
+     .v_head_dim = 64,
+     .yarn_factor = 4.f,
+     .yarn_log_mul = 0.0707f,
+     .yarn_orig_ctx = 512},
 };
 #define N_SHAPES ((int)(sizeof SHAPES / sizeof SHAPES[0]))
 
@@ -84,7 +135,9 @@ const char *synth_ftype_name(synth_ftype t) {
 
 /* llama.cpp's use_more_bits: the first and last eighth of the layers and
  * every third one between keep more bits in Q4_K_M. */
-static bool use_more_bits(int il, int n) { return il < n / 8 || il >= 7 * n / 8 || (il - n / 8) % 3 == 2; }
+static bool use_more_bits(int il, int n) {
+    return il < n / 8 || il >= 7 * n / 8 || (il - n / 8) % 3 == 2;
+}
 
 /* The type llama-quantize falls back to when a row does not fit the type's
  * block (llama_tensor_get_type): Q2_K, Q3_K, IQ4_XS -> IQ4_NL, Q4_K -> Q5_0,
@@ -106,7 +159,9 @@ static int fit_row(int dtype, int64_t ne0) {
 /* llama.cpp's llama_tensor_get_type for the K-quant and IQ4_XS mixes of a
  * dense non-Falcon model: the base type, raised for attn_v, ffn_down and
  * attn_output as each mix does (il: the layer). */
-static bool moe_layer(const synth_shape *s, int il) { return s->n_expert > 0 && il >= s->n_layer_dense_lead; }
+static bool moe_layer(const synth_shape *s, int il) {
+    return s->n_expert > 0 && il >= s->n_layer_dense_lead;
+}
 
 /* llama-quantize's layer count for the ffn_down rules: the number of tensors
  * named ffn_down (a MoE layer has ffn_down_exps and ffn_down_shexp), while
@@ -148,7 +203,6 @@ static int kmix_dtype(const synth_shape *s, synth_ftype t, const char *role, int
         if (t == SYNTH_Q3_K_M) return GGUF_DT_Q4_K;
     }
     return base;
-
 }
 
 /* The matrices' type of a mix without K-quants (the output keeps Q6_K). */
@@ -164,7 +218,8 @@ static int legacy_base(synth_ftype t) {
 }
 
 static int64_t role_ne0(const synth_shape *s, const char *role) {
-    if (strcmp(role, "attn_output.weight") == 0) return s->n_head * (s->kv_lora_rank ? s->v_head_dim : s->head_dim);
+    if (strcmp(role, "attn_output.weight") == 0)
+        return s->n_head * (s->kv_lora_rank ? s->v_head_dim : s->head_dim);
     if (strcmp(role, "ffn_down.weight") == 0) return s->n_ff;
     if (strcmp(role, "ffn_down_exps.weight") == 0) return s->n_ff_exp;
     if (strcmp(role, "ffn_down_shexp.weight") == 0) return s->n_ff_exp * s->n_shared_exp;
@@ -179,12 +234,12 @@ int synth_tensor_dtype(const synth_shape *s, synth_ftype t, const char *role, in
     bool is_output = strcmp(role, "output.weight") == 0 ||
                      (s->tied_output && strcmp(role, "token_embd.weight") == 0);
     const int legacy = legacy_base(t);
-    const int base = legacy >= 0                            ? legacy
-                     : t == SYNTH_Q2_K                      ? GGUF_DT_Q2_K
-                     : t == SYNTH_Q3_K_M                    ? GGUF_DT_Q3_K
+    const int base = legacy >= 0                              ? legacy
+                     : t == SYNTH_Q2_K                        ? GGUF_DT_Q2_K
+                     : t == SYNTH_Q3_K_M                      ? GGUF_DT_Q3_K
                      : t == SYNTH_Q5_K_S || t == SYNTH_Q5_K_M ? GGUF_DT_Q5_K
-                     : t == SYNTH_IQ4_XS                    ? GGUF_DT_IQ4_XS
-                                                            : GGUF_DT_Q4_K;
+                     : t == SYNTH_IQ4_XS                      ? GGUF_DT_IQ4_XS
+                                                              : GGUF_DT_Q4_K;
     int dt = base;
     if (is_output) {
         dt = GGUF_DT_Q6_K;
@@ -242,16 +297,18 @@ static bool plan_add3(plan *p, const char *name, int dtype, int64_t ne0, int64_t
     return true;
 }
 
-static bool plan_add(plan *p, const char *name, int dtype, int64_t ne0, int64_t ne1, fill_kind fill) {
+static bool plan_add(plan *p, const char *name, int dtype, int64_t ne0, int64_t ne1,
+                     fill_kind fill) {
     return plan_add3(p, name, dtype, ne0, ne1, 1, fill);
 }
 
-static bool plan_stack(plan *p, const synth_shape *s, synth_ftype ft, int il, const char *role, int64_t ne1,
-                       int64_t ne2) {
+static bool plan_stack(plan *p, const synth_shape *s, synth_ftype ft, int il, const char *role,
+                       int64_t ne1, int64_t ne2) {
     char name[64];
     if (il >= 0) snprintf(name, sizeof name, "blk.%d.%s", il, role);
     else snprintf(name, sizeof name, "%s", role);
-    return plan_add3(p, name, synth_tensor_dtype(s, ft, role, il), role_ne0(s, role), ne1, ne2, FILL_RANDOM);
+    return plan_add3(p, name, synth_tensor_dtype(s, ft, role, il), role_ne0(s, role), ne1, ne2,
+                     FILL_RANDOM);
 }
 
 static bool plan_matrix(plan *p, const synth_shape *s, synth_ftype ft, int il, const char *role,
@@ -279,7 +336,8 @@ static bool plan_attn_mla(plan *p, const synth_shape *s, synth_ftype ft, int il)
 
 static bool plan_attn(plan *p, const synth_shape *s, synth_ftype ft, int il) {
     int64_t qd = s->n_head * s->head_dim, kvd = s->n_head_kv * s->head_dim;
-    bool ok = plan_matrix(p, s, ft, il, "attn_q.weight", qd) && plan_matrix(p, s, ft, il, "attn_k.weight", kvd) &&
+    bool ok = plan_matrix(p, s, ft, il, "attn_q.weight", qd) &&
+              plan_matrix(p, s, ft, il, "attn_k.weight", kvd) &&
               plan_matrix(p, s, ft, il, "attn_v.weight", kvd);
     if (ok && s->qkv_bias)
         ok = plan_vector(p, il, "attn_q.bias", qd, FILL_RANDOM) &&
@@ -296,7 +354,8 @@ static bool plan_attn(plan *p, const synth_shape *s, synth_ftype ft, int il) {
 static bool plan_ffn_moe(plan *p, const synth_shape *s, synth_ftype ft, int il) {
     char name[64];
     snprintf(name, sizeof name, "blk.%d.ffn_gate_inp.weight", il);
-    const int64_t E = s->n_embd, NE = s->n_expert, F = s->n_ff_exp, SH = s->n_ff_exp * s->n_shared_exp;
+    const int64_t E = s->n_embd, NE = s->n_expert, F = s->n_ff_exp,
+                  SH = s->n_ff_exp * s->n_shared_exp;
     bool ok = plan_add(p, name, GGUF_DT_F32, E, NE, FILL_RANDOM) &&
               plan_stack(p, s, ft, il, "ffn_gate_exps.weight", F, NE) &&
               plan_stack(p, s, ft, il, "ffn_up_exps.weight", F, NE) &&
@@ -373,10 +432,10 @@ static void byte_level(const char *text, char *out) {
 /* A few English merges so that the BPE path is exercised; each half is a
  * byte or an earlier merge's result. */
 static const char *const MERGES[][2] = {
-    {" ", "t"}, {"h", "e"}, {"i", "n"}, {"r", "e"}, {"o", "n"}, {" t", "he"}, {"e", "r"},
-    {" ", "a"}, {" ", "s"}, {"a", "t"}, {"e", "n"}, {" ", "w"}, {"o", "r"},   {"i", "t"},
-    {"e", "s"}, {" ", "o"}, {"n", "d"}, {"i", "s"}, {"e", "d"}, {" ", "c"},   {" a", "nd"},
-    {"n", "g"}, {"i", "ng"}, {" ", "b"}, {"o", "u"}, {" ", "f"}, {" o", "f"}, {"a", "r"},
+    {" ", "t"}, {"h", "e"},  {"i", "n"}, {"r", "e"}, {"o", "n"}, {" t", "he"}, {"e", "r"},
+    {" ", "a"}, {" ", "s"},  {"a", "t"}, {"e", "n"}, {" ", "w"}, {"o", "r"},   {"i", "t"},
+    {"e", "s"}, {" ", "o"},  {"n", "d"}, {"i", "s"}, {"e", "d"}, {" ", "c"},   {" a", "nd"},
+    {"n", "g"}, {"i", "ng"}, {" ", "b"}, {"o", "u"}, {" ", "f"}, {" o", "f"},  {"a", "r"},
 };
 #define N_MERGES ((int)(sizeof MERGES / sizeof MERGES[0]))
 #define BOS_TEXT "<|begin_of_text|>"
@@ -412,7 +471,8 @@ static bool add_vocab(gguf_writer *w, int64_t n_vocab) {
         ok = (toks[k++] = strdup(buf)) != NULL;
     }
     ok = ok && (toks[k++] = strdup(BOS_TEXT)) && (toks[k++] = strdup(EOS_TEXT));
-    for (int64_t i = 0; ok && i < n_vocab; i++) types[i] = i >= n_vocab - 2 ? 3 : 1; /* control : normal */
+    for (int64_t i = 0; ok && i < n_vocab; i++)
+        types[i] = i >= n_vocab - 2 ? 3 : 1; /* control : normal */
     for (int i = 0; ok && i < N_MERGES; i++) {
         byte_level(MERGES[i][0], a);
         byte_level(MERGES[i][1], b);
@@ -421,9 +481,12 @@ static bool add_vocab(gguf_writer *w, int64_t n_vocab) {
     }
     ok = ok && gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2") &&
          gguf_writer_set_str(w, "tokenizer.ggml.pre", "gpt-2") &&
-         gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)toks, (uint64_t)n_vocab) &&
-         gguf_writer_set_arr(w, "tokenizer.ggml.token_type", GGUF_VT_INT32, types, (uint64_t)n_vocab) &&
-         gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", (const char *const *)merges, N_MERGES) &&
+         gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)toks,
+                                 (uint64_t)n_vocab) &&
+         gguf_writer_set_arr(w, "tokenizer.ggml.token_type", GGUF_VT_INT32, types,
+                             (uint64_t)n_vocab) &&
+         gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", (const char *const *)merges,
+                                 N_MERGES) &&
          gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)(n_vocab - 2)) &&
          gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)(n_vocab - 1)) &&
          gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", true) &&
@@ -464,7 +527,8 @@ static bool add_shape_meta(gguf_writer *w, const synth_shape *s) {
     if (ok && s->yarn_factor > 0) {
         char key[96];
         snprintf(key, sizeof key, "%s.rope.scaling.type", a);
-        ok = gguf_writer_set_str(w, key, "yarn") && kv_arch_f32(w, a, "rope.scaling.factor", s->yarn_factor) &&
+        ok = gguf_writer_set_str(w, key, "yarn") &&
+             kv_arch_f32(w, a, "rope.scaling.factor", s->yarn_factor) &&
              kv_arch_u32(w, a, "rope.scaling.original_context_length", s->yarn_orig_ctx) &&
              kv_arch_f32(w, a, "rope.scaling.yarn_log_multiplier", s->yarn_log_mul);
     }
@@ -472,25 +536,31 @@ static bool add_shape_meta(gguf_writer *w, const synth_shape *s) {
 }
 
 /* The whole file but the tensor data: metadata, then the plan's descriptors. */
-static bool add_meta(gguf_writer *w, const synth_shape *s, synth_ftype ft, uint64_t seed, const plan *p) {
+static bool add_meta(gguf_writer *w, const synth_shape *s, synth_ftype ft, uint64_t seed,
+                     const plan *p) {
     const char *a = s->arch;
     char name[96];
     snprintf(name, sizeof name, "synth %s %s", s->name, synth_ftype_name(ft));
-    bool ok = gguf_writer_set_str(w, "general.architecture", a) && gguf_writer_set_str(w, "general.name", name) &&
-              gguf_writer_set_str(w, "general.description",
-                                  "random weights of a real model's shape, written by kvllm synth") &&
-              gguf_writer_set_u32(w, "general.file_type", (uint32_t)ft) &&
-              gguf_writer_set_u32(w, "general.quantization_version", 2) &&
-              gguf_writer_set_u64(w, "synth.seed", seed) && kv_arch_u32(w, a, "vocab_size", s->n_vocab) &&
-              kv_arch_u32(w, a, "context_length", s->n_ctx) && kv_arch_u32(w, a, "embedding_length", s->n_embd) &&
-              kv_arch_u32(w, a, "block_count", s->n_layer) && kv_arch_u32(w, a, "feed_forward_length", s->n_ff) &&
-              kv_arch_u32(w, a, "attention.head_count", s->n_head) &&
-              kv_arch_u32(w, a, "attention.head_count_kv", s->n_head_kv) &&
-              kv_arch_f32(w, a, "rope.freq_base", s->rope_base) &&
-              kv_arch_f32(w, a, "attention.layer_norm_rms_epsilon", s->rms_eps) && add_shape_meta(w, s) &&
-              add_vocab(w, s->n_vocab);
+    bool ok =
+        gguf_writer_set_str(w, "general.architecture", a) &&
+        gguf_writer_set_str(w, "general.name", name) &&
+        gguf_writer_set_str(w, "general.description",
+                            "random weights of a real model's shape, written by kvllm synth") &&
+        gguf_writer_set_u32(w, "general.file_type", (uint32_t)ft) &&
+        gguf_writer_set_u32(w, "general.quantization_version", 2) &&
+        gguf_writer_set_u64(w, "synth.seed", seed) && kv_arch_u32(w, a, "vocab_size", s->n_vocab) &&
+        kv_arch_u32(w, a, "context_length", s->n_ctx) &&
+        kv_arch_u32(w, a, "embedding_length", s->n_embd) &&
+        kv_arch_u32(w, a, "block_count", s->n_layer) &&
+        kv_arch_u32(w, a, "feed_forward_length", s->n_ff) &&
+        kv_arch_u32(w, a, "attention.head_count", s->n_head) &&
+        kv_arch_u32(w, a, "attention.head_count_kv", s->n_head_kv) &&
+        kv_arch_f32(w, a, "rope.freq_base", s->rope_base) &&
+        kv_arch_f32(w, a, "attention.layer_norm_rms_epsilon", s->rms_eps) && add_shape_meta(w, s) &&
+        add_vocab(w, s->n_vocab);
     for (int i = 0; ok && i < p->n; i++)
-        ok = gguf_writer_add_tensor(w, p->t[i].name, p->t[i].dtype, p->t[i].n_dims, p->t[i].ne, NULL);
+        ok = gguf_writer_add_tensor(w, p->t[i].name, p->t[i].dtype, p->t[i].n_dims, p->t[i].ne,
+                                    NULL);
     return ok;
 }
 
@@ -516,16 +586,16 @@ static void fill_row(float *dst, int64_t n, fill_kind fill, uint64_t seed, int t
     const float mean = 2.0f * 65535.0f, scale = 0.02f / (65536.0f * 0.57735027f);
     for (int64_t i = 0; i < n; i++) {
         uint64_t z = splitmix(&st);
-        float sum = (float)(z & 0xFFFF) + (float)((z >> 16) & 0xFFFF) + (float)((z >> 32) & 0xFFFF) +
-                    (float)(z >> 48);
+        float sum = (float)(z & 0xFFFF) + (float)((z >> 16) & 0xFFFF) +
+                    (float)((z >> 32) & 0xFFFF) + (float)(z >> 48);
         dst[i] = (sum - mean) * scale;
     }
 }
 
 typedef struct writer {
     gguf_writer *g;
-    float *f;     /* CHUNK_FLOATS */
-    uint8_t *q;   /* the same rows quantized */
+    float *f;   /* CHUNK_FLOATS */
+    uint8_t *q; /* the same rows quantized */
     uint64_t done, total;
     synth_progress_fn progress;
     void *user;
@@ -599,8 +669,8 @@ bool synth_write(const synth_shape *s, synth_ftype t, uint64_t seed, const char 
     for (int i = 0; ok && i < p.n; i++) {
         const kern_traits *tr = kern_traits_of(p.t[i].dtype);
         if (!tr || !tr->from_float) {
-            kvl_fail(err, "synth: %s of the %s mix is %s, which this build cannot quantize", p.t[i].name,
-                     synth_ftype_name(t), gguf_dtype_name(p.t[i].dtype));
+            kvl_fail(err, "synth: %s of the %s mix is %s, which this build cannot quantize",
+                     p.t[i].name, synth_ftype_name(t), gguf_dtype_name(p.t[i].dtype));
             free(p.t);
             return false;
         }
@@ -612,8 +682,8 @@ bool synth_write(const synth_shape *s, synth_ftype t, uint64_t seed, const char 
     } else {
         writer w = {.g = g, .total = p.data_bytes, .progress = progress, .user = user};
         uint64_t size = gguf_writer_file_bytes(g);
-        ok = gguf_writer_begin(g, path, err) && write_data(&w, &p, seed, err) && gguf_writer_finish(g, err) &&
-             verify(path, &p, size, err);
+        ok = gguf_writer_begin(g, path, err) && write_data(&w, &p, seed, err) &&
+             gguf_writer_finish(g, err) && verify(path, &p, size, err);
     }
     gguf_writer_destroy(g); /* removes the file if it was begun and not finished */
     free(p.t);

@@ -19,12 +19,12 @@ typedef struct synth_shape {
     const char *name; /* "llama-3.2-1b" */
     const char *arch; /* GGUF general.architecture: llama, qwen2, qwen3moe, deepseek2 */
     int64_t n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_vocab;
-    int64_t n_ctx;    /* context_length written (may be below the real model's) */
+    int64_t n_ctx; /* context_length written (may be below the real model's) */
     float rope_base, rms_eps;
     bool tied_output; /* no output.weight: token_embd doubles as the output matrix */
     bool qkv_bias;    /* attn_{q,k,v}.bias (Qwen2) */
     /* Optional (0: off) */
-    bool qk_norm;     /* attn_{q,k}_norm per head (Qwen3) */
+    bool qk_norm; /* attn_{q,k}_norm per head (Qwen3) */
     /* Mixture of experts: n_layer_dense_lead dense layers (n_ff wide), then
      * layers of n_expert routed experts (n_ff_exp wide, n_expert_used per
      * token) plus n_shared_exp shared ones (DeepSeek's shexp, n_ff_exp each). */
