@@ -1,7 +1,7 @@
 # The two entry points of the README. Both work on a fresh Debian 12 machine as root.
 #   make run   installs what is missing, builds, generates text from the bundled model
 #   make test  installs what is missing, builds (warnings are errors), runs the whole suite
-APT_PACKAGES := build-essential cmake pkg-config clang libomp-dev libclang-rt-14-dev \
+APT_PACKAGES := build-essential cmake pkg-config clang clang-format libomp-dev libclang-rt-14-dev \
                 libpcre2-dev libcjson-dev libxxhash-dev libmicrohttpd-dev python3 python3-jsonschema \
                 chromium
 # chromium: the browser the built-in web pages are tested in (tests/server/test_web.mjs).
