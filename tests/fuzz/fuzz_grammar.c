@@ -4,6 +4,9 @@
  * few texts and walked byte by byte with a grammar_state. Compile errors are
  * ordinary outcomes; a crash, a sanitizer report, a leak, or a translation
  * that does not compile (the translators must emit valid GBNF) is a finding.
+ * One refusal of a translation is expected: a pattern that repeats something
+ * that can match the empty string ((|ab){1,3}, (a?)*) is refused by the
+ * compiler's ambiguity check, and the server answers it with a 400.
  * Schemas and regexes reach the translators only as valid UTF-8 (the server
  * checks every body, and cJSON refuses lone surrogate escapes), so other
  * inputs are given to the GBNF compiler alone. */
@@ -54,7 +57,8 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size) {
                             : regex_to_gbnf(src, "s-", false, &b, &err);
         if (ok && !b.oom) {
             g = grammar_compile(b.p, NULL, &err);
-            if (!g) { /* a translation must be valid GBNF */
+            /* a translation must be valid GBNF */
+            if (!g && !strstr(err.msg, "can match the empty string")) {
                 fprintf(stderr, "translated grammar does not compile: %s\n%s\n", err.msg, b.p);
                 abort();
             }
