@@ -129,8 +129,10 @@ const failed = await runTests([
   }],
 
   ['/kv shows a preemption under a tiny pool', async () => {
-    const reqs = [0, 1, 2].map((i) => completion(tiny.url, `${STORY.slice(0, 60)} ${i}`,
-                                                 { max_tokens: 60, ignore_eos: true }, {}));
+    // 8 requests of ~170 tokens (11 of the 12 blocks each) at 4 seats: any two that
+    // overlap cannot both finish, so one is preempted (3 short ones could miss each other)
+    const reqs = [0, 1, 2, 3, 4, 5, 6, 7].map((i) => completion(tiny.url, `${STORY.slice(0, 60)} ${i}`,
+                                                             { max_tokens: 150, ignore_eos: true }, {}));
     await Promise.all(reqs);
     const s = await state(tiny.url, {});
     assert(s.metrics.preemptions > 0, `preemptions: ${s.metrics.preemptions}`);
