@@ -1,8 +1,8 @@
 # GGUF reader tests beyond tests/unit/test_gguf.c:
 #   gguf_bad_files_lib   generated corrupt files through the library (exact reasons)
 #   gguf_bad_files_cli   the same files through `kvllm info -m`: exit 1 + message naming the file
-#   gguf_bad_files_asan  both again with an ASan/UBSan build in ../build-asan (slow)
-#   fuzz_gguf_smoke      libFuzzer over gguf_open_memory for KVLLM_FUZZ_SECONDS (default 60; slow)
+#   (both run again under ASan + UBSan in the sanitizer stage of `make test`: build-asan, label unit)
+#   fuzz_gguf_smoke      libFuzzer over gguf_open_memory for KVLLM_FUZZ_SECONDS (default 30; slow)
 find_package(Python3 REQUIRED COMPONENTS Interpreter)
 
 set(GGUF_GEN ${PROJECT_SOURCE_DIR}/tools/make_bad_gguf.py)
@@ -17,15 +17,6 @@ add_test(NAME gguf_bad_files_cli
           --out ${CMAKE_CURRENT_BINARY_DIR}/gguf_bad_cli --bin ${KVLLM_BIN}
           --good ${PROJECT_SOURCE_DIR}/models/stories260K.gguf)
 set_tests_properties(gguf_bad_files_lib gguf_bad_files_cli PROPERTIES LABELS unit)
-
-# Builds its own sanitized tree next to this build directory, so it only pays
-# for the kvllm and test_gguf targets, not the whole suite.
-add_test(NAME gguf_bad_files_asan
-  COMMAND ${Python3_EXECUTABLE} ${GGUF_DRIVER} --gen ${GGUF_GEN}
-          --out ${CMAKE_CURRENT_BINARY_DIR}/gguf_bad_asan
-          --asan-build ${PROJECT_SOURCE_DIR} ${CMAKE_BINARY_DIR}/../build-asan
-          --good ${PROJECT_SOURCE_DIR}/models/stories260K.gguf)
-set_tests_properties(gguf_bad_files_asan PROPERTIES TIMEOUT 600 LABELS "slow")
 
 # Needs clang with the libFuzzer runtime (libclang-rt-14-dev); exits 77 = skipped without it.
 add_test(NAME fuzz_gguf_smoke

@@ -1,14 +1,14 @@
 #!/bin/sh
 # libFuzzer smoke run of the GGUF reader (the fuzz_gguf_smoke CTest).
 # usage: run_fuzz.sh SRC_DIR WORK_DIR
-#   KVLLM_FUZZ_SECONDS  run time (default 60)
+#   KVLLM_FUZZ_SECONDS  run time (default 30)
 # Exits 77 (CTest "skipped") when clang or its libFuzzer runtime is missing;
 # any crash, sanitizer report, leak or timeout fails the run, and the input
 # that caused it is left in WORK_DIR as crash-*/leak-*/timeout-*.
 set -eu
 src=$(cd "$1" && pwd)
 work=$2
-secs=${KVLLM_FUZZ_SECONDS:-60}
+secs=${KVLLM_FUZZ_SECONDS:-30}
 mkdir -p "$work"
 work=$(cd "$work" && pwd)
 
