@@ -22,6 +22,12 @@ typedef struct kvl_error {
  * `return kvl_fail(err, ...)` works in bool functions. */
 bool kvl_fail(kvl_error *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* The first failure of a multi-step translation, as "WHERE: MESSAGE": once
+ * *failed is set, later calls (callers failing because a callee did) leave err
+ * as the first one wrote it. Always returns false. */
+bool kvl_vfail_first(kvl_error *err, bool *failed, const char *where, const char *fmt, va_list ap)
+    __attribute__((format(printf, 4, 0)));
+
 /* Logging to stderr; level filtered by kvl_log_level (0 error .. 3 debug). */
 enum { KVL_LOG_ERROR = 0, KVL_LOG_WARN = 1, KVL_LOG_INFO = 2, KVL_LOG_DEBUG = 3 };
 extern int kvl_log_level;

@@ -45,19 +45,18 @@ typedef struct parser {
 static bool fail_at(parser *ps, const char *at, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static bool fail_at(parser *ps, const char *at, const char *fmt, ...) {
-    if (ps->failed) return false;
-    ps->failed = true;
     int line = 1, col = 1;
     for (const char *q = ps->src; q < at && *q; q++) {
         if (*q == '\n') line++, col = 1;
         else if (((unsigned char)*q & 0xC0) != 0x80) col++;
     }
-    char msg[400];
+    char where[64];
+    snprintf(where, sizeof where, "grammar: line %d, column %d", line, col);
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    kvl_vfail_first(ps->err, &ps->failed, where, fmt, ap);
     va_end(ap);
-    return kvl_fail(ps->err, "grammar: line %d, column %d: %s", line, col, msg);
+    return false;
 }
 
 static bool grow(void **p, int32_t *cap, int32_t need, size_t elem) {

@@ -27,14 +27,13 @@ typedef struct rx {
 static bool rx_fail(rx *r, const char *at, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static bool rx_fail(rx *r, const char *at, const char *fmt, ...) {
-    if (r->failed) return false;
-    r->failed = true;
-    char msg[300];
+    char where[48];
+    snprintf(where, sizeof where, "regex at offset %d", (int)(at - r->src));
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    kvl_vfail_first(r->err, &r->failed, where, fmt, ap);
     va_end(ap);
-    return kvl_fail(r->err, "regex at offset %d: %s", (int)(at - r->src), msg);
+    return false;
 }
 
 /* A set of code points: ranges, maybe negated. */
