@@ -50,6 +50,28 @@ static inline bool kvl_add_ok(size_t a, size_t b, size_t *out) {
     return !__builtin_add_overflow(a, b, out);
 }
 
+/* The value of hex digit c, or -1. */
+static inline int kvl_hex_digit(char c) {
+    return c >= '0' && c <= '9'   ? c - '0'
+           : c >= 'a' && c <= 'f' ? c - 'a' + 10
+           : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                  : -1;
+}
+/* The value of the n (<= 8) hex digits at s; -1 with *bad the index of the
+ * first character that is not one (reading stops there). */
+static inline int64_t kvl_hex_value(const char *s, int n, int *bad) {
+    int64_t v = 0;
+    for (int i = 0; i < n; i++) {
+        int d = kvl_hex_digit(s[i]);
+        if (d < 0) {
+            *bad = i;
+            return -1;
+        }
+        v = v << 4 | d;
+    }
+    return v;
+}
+
 /* Monotonic clock in seconds. */
 double kvl_time_s(void);
 

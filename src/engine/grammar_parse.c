@@ -221,19 +221,12 @@ static bool decode_cp(parser *ps, uint32_t *cp) {
 }
 
 static bool hex_escape(parser *ps, int digits, uint32_t *cp) {
-    uint32_t v = 0;
-    for (int i = 0; i < digits; i++) {
-        char c = ps->p[i];
-        int d = c >= '0' && c <= '9'   ? c - '0'
-                : c >= 'a' && c <= 'f' ? c - 'a' + 10
-                : c >= 'A' && c <= 'F' ? c - 'A' + 10
-                                       : -1;
-        if (d < 0) return fail_at(ps, ps->p + i, "expected %d hex digits in the escape", digits);
-        v = v << 4 | (uint32_t)d;
-    }
-    if (v > 0x10FFFF) return fail_at(ps, ps->p, "code point U+%X is beyond U+10FFFF", v);
+    int bad = 0;
+    int64_t v = kvl_hex_value(ps->p, digits, &bad);
+    if (v < 0) return fail_at(ps, ps->p + bad, "expected %d hex digits in the escape", digits);
+    if (v > 0x10FFFF) return fail_at(ps, ps->p, "code point U+%X is beyond U+10FFFF", (unsigned)v);
     ps->p += digits;
-    *cp = v;
+    *cp = (uint32_t)v;
     return true;
 }
 

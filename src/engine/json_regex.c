@@ -165,18 +165,11 @@ static bool decode_utf8(rx *r, uint32_t *cp) {
 }
 
 static bool hex(rx *r, int digits, uint32_t *cp) {
-    uint32_t v = 0;
-    for (int i = 0; i < digits; i++) {
-        char c = r->p[i];
-        int d = c >= '0' && c <= '9'   ? c - '0'
-                : c >= 'a' && c <= 'f' ? c - 'a' + 10
-                : c >= 'A' && c <= 'F' ? c - 'A' + 10
-                                       : -1;
-        if (d < 0) return rx_fail(r, r->p, "expected %d hex digits", digits);
-        v = v << 4 | (uint32_t)d;
-    }
+    int bad = 0;
+    int64_t v = kvl_hex_value(r->p, digits, &bad);
+    if (v < 0) return rx_fail(r, r->p, "expected %d hex digits", digits);
     r->p += digits;
-    *cp = v;
+    *cp = (uint32_t)v;
     return true;
 }
 
