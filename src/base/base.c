@@ -24,6 +24,14 @@ bool kvl_fail(kvl_error *err, const char *fmt, ...) {
     return false;
 }
 
+bool kvl_vfail_first(kvl_error *err, bool *failed, const char *where, const char *fmt, va_list ap) {
+    if (*failed) return false;
+    *failed = true;
+    char msg[400];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    return kvl_fail(err, "%s: %s", where, msg);
+}
+
 void kvl_log(int level, const char *fmt, ...) {
     if (level > kvl_log_level) return;
     static const char *names[] = {"error", "warn", "info", "debug"};

@@ -22,6 +22,12 @@ typedef struct kvl_error {
  * `return kvl_fail(err, ...)` works in bool functions. */
 bool kvl_fail(kvl_error *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* The first failure of a multi-step translation, as "WHERE: MESSAGE": once
+ * *failed is set, later calls (callers failing because a callee did) leave err
+ * as the first one wrote it. Always returns false. */
+bool kvl_vfail_first(kvl_error *err, bool *failed, const char *where, const char *fmt, va_list ap)
+    __attribute__((format(printf, 4, 0)));
+
 /* Logging to stderr; level filtered by kvl_log_level (0 error .. 3 debug). */
 enum { KVL_LOG_ERROR = 0, KVL_LOG_WARN = 1, KVL_LOG_INFO = 2, KVL_LOG_DEBUG = 3 };
 extern int kvl_log_level;
@@ -42,6 +48,28 @@ static inline bool kvl_mul_ok(size_t a, size_t b, size_t *out) {
 }
 static inline bool kvl_add_ok(size_t a, size_t b, size_t *out) {
     return !__builtin_add_overflow(a, b, out);
+}
+
+/* The value of hex digit c, or -1. */
+static inline int kvl_hex_digit(char c) {
+    return c >= '0' && c <= '9'   ? c - '0'
+           : c >= 'a' && c <= 'f' ? c - 'a' + 10
+           : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                  : -1;
+}
+/* The value of the n (<= 8) hex digits at s; -1 with *bad the index of the
+ * first character that is not one (reading stops there). */
+static inline int64_t kvl_hex_value(const char *s, int n, int *bad) {
+    int64_t v = 0;
+    for (int i = 0; i < n; i++) {
+        int d = kvl_hex_digit(s[i]);
+        if (d < 0) {
+            *bad = i;
+            return -1;
+        }
+        v = v << 4 | d;
+    }
+    return v;
 }
 
 /* Monotonic clock in seconds. */

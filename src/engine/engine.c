@@ -904,6 +904,20 @@ bool engine_step(engine *e, kvl_error *err) {
 
 /* ----------------------------------------------------------------- eval -- */
 
+/* Hands model_forward_span's logits rows to the caller's on_logits one by one. */
+typedef struct eval_ctx {
+    engine_logits_fn on_logits;
+    void *user;
+    int64_t n_vocab;
+} eval_ctx;
+
+static void eval_rows(void *user, int64_t pos, int64_t n, const float *logits,
+                      const float *hidden) {
+    (void)hidden;
+    const eval_ctx *c = user;
+    for (int64_t i = 0; i < n; i++) c->on_logits(pos + i, logits + i * c->n_vocab, c->user);
+}
+
 bool engine_eval(model *m, int kv_dtype, int kv_dtype_v, int block_size, const int32_t *ids,
                  int64_t n, engine_logits_fn on_logits, void *user, kvl_error *err) {
     engine_config c;
@@ -916,12 +930,8 @@ bool engine_eval(model *m, int kv_dtype, int kv_dtype_v, int block_size, const i
     c.prefix_cache = false;
     engine *e = engine_create(m, NULL, &c, err);
     if (!e) return false;
-    enum { CHUNK = 64 };
     const model_hparams *hp = model_hp(m);
-    float *logits = kvl_alloc(CHUNK * hp->n_vocab * sizeof(float));
-    int32_t pos[CHUNK], sq[CHUNK] = {0};
-    uint8_t want[CHUNK];
-    memset(want, 1, sizeof want);
+    float *logits = kvl_alloc(MODEL_SPAN_CHUNK * hp->n_vocab * sizeof(float));
     kv_seq s[MODEL_MAX_KV_GROUPS];
     const kv_seq *seqs[MODEL_MAX_KV_GROUPS];
     bool ok = logits != NULL;
@@ -932,23 +942,33 @@ bool engine_eval(model *m, int kv_dtype, int kv_dtype_v, int block_size, const i
         if (ok && !kv_seq_reserve(e->kv[g], &s[g], n))
             ok = kvl_fail(err, "eval: cannot reserve KV");
     }
-    for (int64_t t0 = 0; ok && t0 < n; t0 += CHUNK) {
-        int64_t cnt = n - t0 < CHUNK ? n - t0 : CHUNK;
-        for (int64_t i = 0; i < cnt; i++) pos[i] = (int32_t)(t0 + i);
-        model_batch b = {.n_tokens = cnt,
-                         .tokens = ids + t0,
-                         .pos = pos,
-                         .seq = sq,
-                         .want_logits = want,
-                         .n_seqs = 1,
-                         .seqs = seqs};
-        ok = model_forward(m, e->kv, &b, logits, err);
-        for (int64_t i = 0; ok && i < cnt; i++) on_logits(t0 + i, logits + i * hp->n_vocab, user);
-    }
+    eval_ctx ec = {.on_logits = on_logits, .user = user, .n_vocab = hp->n_vocab};
+    model_span span = {.tokens = ids,
+                       .to = n,
+                       .want_to = n,
+                       .seqs = seqs,
+                       .logits = logits,
+                       .on_rows = eval_rows,
+                       .user = &ec};
+    ok = ok && model_forward_span(m, e->kv, &span, err);
     for (int g = 0; g < e->n_groups; g++) kv_seq_free(e->kv[g], &s[g]);
     kvl_free(logits);
     engine_destroy(e);
     return ok;
+}
+
+/* Sums model_forward_span's hidden rows for pooling. */
+typedef struct embed_ctx {
+    double *acc;
+    int64_t n_embd;
+} embed_ctx;
+
+static void embed_rows(void *user, int64_t pos, int64_t n, const float *logits,
+                       const float *hidden) {
+    (void)pos, (void)logits;
+    const embed_ctx *c = user;
+    for (int64_t r = 0; r < n; r++)
+        for (int64_t k = 0; k < c->n_embd; k++) c->acc[k] += hidden[r * c->n_embd + k];
 }
 
 bool engine_embed(engine *e, const int32_t *ids, int64_t n, engine_pooling pooling, float *out,
@@ -963,11 +983,8 @@ bool engine_embed(engine *e, const int32_t *ids, int64_t n, engine_pooling pooli
         if (ids[i] < 0 || ids[i] >= hp->n_vocab)
             return kvl_fail(err, "embedding: token %lld (id %d) is not in the vocabulary",
                             (long long)i, ids[i]);
-    enum { CHUNK = 64 };
-    float *rows = kvl_alloc(CHUNK * E * sizeof(float));
+    float *rows = kvl_alloc(MODEL_SPAN_CHUNK * E * sizeof(float));
     double *acc = calloc((size_t)E, sizeof *acc);
-    int32_t pos[CHUNK], sq[CHUNK] = {0};
-    uint8_t want[CHUNK];
     kv_seq s[MODEL_MAX_KV_GROUPS];
     const kv_seq *seqs[MODEL_MAX_KV_GROUPS];
     bool ok = rows && acc;
@@ -981,30 +998,16 @@ bool engine_embed(engine *e, const int32_t *ids, int64_t n, engine_pooling pooli
             ok = kvl_fail(err, "embedding: not enough free KV blocks for %lld tokens right now",
                           (long long)n);
     }
-    for (int64_t t0 = 0; ok && t0 < n; t0 += CHUNK) {
-        int64_t cnt = n - t0 < CHUNK ? n - t0 : CHUNK;
-        for (int64_t i = 0; i < cnt; i++) {
-            pos[i] = (int32_t)(t0 + i);
-            int64_t t = t0 + i;
-            want[i] = pooling == ENGINE_POOL_MEAN || (pooling == ENGINE_POOL_LAST && t == n - 1) ||
-                      (pooling == ENGINE_POOL_CLS && t == 0);
-        }
-        model_batch b = {.n_tokens = cnt,
-                         .tokens = ids + t0,
-                         .pos = pos,
-                         .seq = sq,
-                         .want_logits = want,
-                         .n_seqs = 1,
-                         .seqs = seqs,
-                         .hidden = rows};
-        ok = model_forward(e->m, e->kv, &b, NULL, err);
-        int64_t r = 0;
-        for (int64_t i = 0; ok && i < cnt; i++)
-            if (want[i]) {
-                for (int64_t k = 0; k < E; k++) acc[k] += rows[r * E + k];
-                r++;
-            }
-    }
+    embed_ctx ec = {.acc = acc, .n_embd = E};
+    model_span span = {.tokens = ids,
+                       .to = n,
+                       .want_from = pooling == ENGINE_POOL_LAST ? n - 1 : 0,
+                       .want_to = pooling == ENGINE_POOL_CLS ? 1 : n,
+                       .seqs = seqs,
+                       .hidden = rows,
+                       .on_rows = embed_rows,
+                       .user = &ec};
+    ok = ok && model_forward_span(e->m, e->kv, &span, err);
     for (int g = 0; g < e->n_groups; g++) kv_seq_free(e->kv[g], &s[g]);
     if (ok) {
         double div = pooling == ENGINE_POOL_MEAN ? (double)n : 1.0, norm = 0;
@@ -1037,9 +1040,6 @@ int64_t engine_kv_save(engine *e, const int32_t *ids, int64_t n, const char *sal
             return -1;
         }
     const int64_t bs = e->cfg.block_size, full = n / bs * bs; /* only full blocks are cached */
-    enum { CHUNK = 64 };
-    int32_t pos[CHUNK], sq[CHUNK] = {0};
-    uint8_t want[CHUNK] = {0};
     kv_seq s;
     kv_seq_init(&s);
     kv_seq_set_cache_salt(&s, salt);
@@ -1049,19 +1049,8 @@ int64_t engine_kv_save(engine *e, const int32_t *ids, int64_t n, const char *sal
     int64_t done = kv_disk_prefix_match(e->disk, &s, ids, full), saved = -1;
     bool ok = kv_seq_reserve(e->kv[0], &s, full);
     if (!ok) kvl_fail(err, "not enough free KV blocks for %lld tokens right now", (long long)full);
-    while (ok && done < full) {
-        int64_t cnt = full - done < CHUNK ? full - done : CHUNK;
-        for (int64_t i = 0; i < cnt; i++) pos[i] = (int32_t)(done + i);
-        model_batch b = {.n_tokens = cnt,
-                         .tokens = ids + done,
-                         .pos = pos,
-                         .seq = sq,
-                         .want_logits = want,
-                         .n_seqs = 1,
-                         .seqs = seqs};
-        ok = model_forward(e->m, e->kv, &b, NULL, err);
-        done += cnt;
-    }
+    model_span span = {.tokens = ids, .from = done, .to = full, .seqs = seqs};
+    ok = ok && model_forward_span(e->m, e->kv, &span, err);
     if (ok) {
         kv_prefix_commit(e->kv[0], &s, ids, full);
         saved = kv_disk_save(e->disk, &s, full / bs, err);

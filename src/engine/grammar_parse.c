@@ -45,19 +45,18 @@ typedef struct parser {
 static bool fail_at(parser *ps, const char *at, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static bool fail_at(parser *ps, const char *at, const char *fmt, ...) {
-    if (ps->failed) return false;
-    ps->failed = true;
     int line = 1, col = 1;
     for (const char *q = ps->src; q < at && *q; q++) {
         if (*q == '\n') line++, col = 1;
         else if (((unsigned char)*q & 0xC0) != 0x80) col++;
     }
-    char msg[400];
+    char where[64];
+    snprintf(where, sizeof where, "grammar: line %d, column %d", line, col);
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    kvl_vfail_first(ps->err, &ps->failed, where, fmt, ap);
     va_end(ap);
-    return kvl_fail(ps->err, "grammar: line %d, column %d: %s", line, col, msg);
+    return false;
 }
 
 static bool grow(void **p, int32_t *cap, int32_t need, size_t elem) {
@@ -222,19 +221,12 @@ static bool decode_cp(parser *ps, uint32_t *cp) {
 }
 
 static bool hex_escape(parser *ps, int digits, uint32_t *cp) {
-    uint32_t v = 0;
-    for (int i = 0; i < digits; i++) {
-        char c = ps->p[i];
-        int d = c >= '0' && c <= '9'   ? c - '0'
-                : c >= 'a' && c <= 'f' ? c - 'a' + 10
-                : c >= 'A' && c <= 'F' ? c - 'A' + 10
-                                       : -1;
-        if (d < 0) return fail_at(ps, ps->p + i, "expected %d hex digits in the escape", digits);
-        v = v << 4 | (uint32_t)d;
-    }
-    if (v > 0x10FFFF) return fail_at(ps, ps->p, "code point U+%X is beyond U+10FFFF", v);
+    int bad = 0;
+    int64_t v = kvl_hex_value(ps->p, digits, &bad);
+    if (v < 0) return fail_at(ps, ps->p + bad, "expected %d hex digits in the escape", digits);
+    if (v > 0x10FFFF) return fail_at(ps, ps->p, "code point U+%X is beyond U+10FFFF", (unsigned)v);
     ps->p += digits;
-    *cp = v;
+    *cp = (uint32_t)v;
     return true;
 }
 

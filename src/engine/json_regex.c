@@ -27,14 +27,13 @@ typedef struct rx {
 static bool rx_fail(rx *r, const char *at, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static bool rx_fail(rx *r, const char *at, const char *fmt, ...) {
-    if (r->failed) return false;
-    r->failed = true;
-    char msg[300];
+    char where[48];
+    snprintf(where, sizeof where, "regex at offset %d", (int)(at - r->src));
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    kvl_vfail_first(r->err, &r->failed, where, fmt, ap);
     va_end(ap);
-    return kvl_fail(r->err, "regex at offset %d: %s", (int)(at - r->src), msg);
+    return false;
 }
 
 /* A set of code points: ranges, maybe negated. */
@@ -166,18 +165,11 @@ static bool decode_utf8(rx *r, uint32_t *cp) {
 }
 
 static bool hex(rx *r, int digits, uint32_t *cp) {
-    uint32_t v = 0;
-    for (int i = 0; i < digits; i++) {
-        char c = r->p[i];
-        int d = c >= '0' && c <= '9'   ? c - '0'
-                : c >= 'a' && c <= 'f' ? c - 'a' + 10
-                : c >= 'A' && c <= 'F' ? c - 'A' + 10
-                                       : -1;
-        if (d < 0) return rx_fail(r, r->p, "expected %d hex digits", digits);
-        v = v << 4 | (uint32_t)d;
-    }
+    int bad = 0;
+    int64_t v = kvl_hex_value(r->p, digits, &bad);
+    if (v < 0) return rx_fail(r, r->p, "expected %d hex digits", digits);
     r->p += digits;
-    *cp = v;
+    *cp = (uint32_t)v;
     return true;
 }
 

@@ -34,14 +34,13 @@ typedef struct conv {
 static inline bool cfail(conv *c, const char *path, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static inline bool cfail(conv *c, const char *path, const char *fmt, ...) {
-    if (c->failed) return false;
-    c->failed = true;
-    char msg[400];
+    char where[sizeof c->err->msg];
+    snprintf(where, sizeof where, "JSON schema at %s", path);
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    kvl_vfail_first(c->err, &c->failed, where, fmt, ap);
     va_end(ap);
-    return kvl_fail(c->err, "JSON schema at %s: %s", path, msg);
+    return false;
 }
 
 /* A fresh rule name: prefix, a sanitized hint, a number. */

@@ -50,8 +50,6 @@ void spec_adapt_update(spec_adapt *a, int k_max, int drafted, int accepted) {
 
 /* ------------------------------------------------------------ draft model -- */
 
-enum { DRAFT_CHUNK = 64 };
-
 struct spec_drafter {
     model *m;
     kv_pool *kv[MODEL_MAX_KV_GROUPS];
@@ -133,31 +131,38 @@ static bool reserve(spec_drafter *d, spec_dseq *ds, int64_t n_tokens) {
     return true;
 }
 
+typedef struct catch_up {
+    spec_drafter *d;
+    spec_dseq *ds;
+} catch_up;
+
+/* Before each chunk: what the window no longer needs goes, and n_computed says
+ * how far the catch-up got if the chunk fails. */
+static void catch_up_chunk(void *user, int64_t pos) {
+    catch_up *c = user;
+    for (int g = 0; g < c->d->n_groups; g++)
+        kv_seq_drop_outside_window(c->d->kv[g], &c->ds->kv[g], pos, c->d->window[g]);
+    c->ds->n_computed = pos;
+}
+
 /* Computes toks[ds->n_computed..n) (the last one's logits into d->logits). */
 static bool forward(spec_drafter *d, spec_dseq *ds, const int32_t *toks, int64_t n,
                     kvl_error *err) {
-    int32_t pos[DRAFT_CHUNK], sq[DRAFT_CHUNK] = {0};
-    uint8_t want[DRAFT_CHUNK];
+    if (ds->n_computed >= n) return true;
     const kv_seq *seqs[MODEL_MAX_KV_GROUPS];
     for (int g = 0; g < d->n_groups; g++) seqs[g] = &ds->kv[g];
-    while (ds->n_computed < n) {
-        int64_t t0 = ds->n_computed, cnt = n - t0 < DRAFT_CHUNK ? n - t0 : DRAFT_CHUNK;
-        for (int64_t i = 0; i < cnt; i++) {
-            pos[i] = (int32_t)(t0 + i);
-            want[i] = t0 + i == n - 1;
-        }
-        for (int g = 0; g < d->n_groups; g++)
-            kv_seq_drop_outside_window(d->kv[g], &ds->kv[g], t0, d->window[g]);
-        model_batch b = {.n_tokens = cnt,
-                         .tokens = toks + t0,
-                         .pos = pos,
-                         .seq = sq,
-                         .want_logits = want,
-                         .n_seqs = 1,
-                         .seqs = seqs};
-        if (!model_forward(d->m, d->kv, &b, d->logits, err)) return false;
-        ds->n_computed += cnt;
-    }
+    catch_up c = {.d = d, .ds = ds};
+    model_span span = {.tokens = toks,
+                       .from = ds->n_computed,
+                       .to = n,
+                       .want_from = n - 1,
+                       .want_to = n,
+                       .seqs = seqs,
+                       .logits = d->logits,
+                       .before_chunk = catch_up_chunk,
+                       .user = &c};
+    if (!model_forward_span(d->m, d->kv, &span, err)) return false;
+    ds->n_computed = n;
     return true;
 }
 

@@ -47,20 +47,16 @@ static void ref_pv(int64_t n, int64_t dv, int n_q, const float *p, size_t ps, co
                 o[h * os + d] = fmaf(p[h * ps + j], kv_elem(v[j], vt, d), o[h * os + d]);
 }
 
+static void ref_axpy(float *o, const float *x, float w, int64_t n) {
+    for (int64_t d = 0; d < n; d++) o[d] = fmaf(x[d], w, o[d]);
+}
+
+static void ref_scale(float *o, float s, int64_t n) {
+    for (int64_t d = 0; d < n; d++) o[d] *= s;
+}
+
 static void ref_merge(int nc, int n_q, int64_t dv, const float *part, float *out, size_t os) {
-    const size_t cs = (size_t)n_q * (size_t)(dv + 2);
-    for (int h = 0; h < n_q; h++) {
-        const float M = kern_merge_max(nc, part, cs, h);
-        float L = 0, *o = out + h * os;
-        for (int64_t d = 0; d < dv; d++) o[d] = 0;
-        for (int c = 0; c < nc; c++) {
-            const float *P = part + c * cs;
-            const float w = kern_merge_weight(P, n_q, h, M, &L);
-            for (int64_t d = 0; d < dv; d++) o[d] = fmaf(P[2 * n_q + h * dv + d], w, o[d]);
-        }
-        const float inv = 1.0f / L;
-        for (int64_t d = 0; d < dv; d++) o[d] *= inv;
-    }
+    kern_merge_heads(nc, n_q, dv, part, out, os, ref_axpy, ref_scale);
 }
 
 static void ref_silu_mul(float *g, const float *u, int64_t n) {

@@ -133,30 +133,26 @@ T_AVX2 static void pv(int64_t n, int64_t dv, int n_q, const float *p, size_t ps,
     else pv_t(GGUF_DT_F32, n, dv, n_q, p, ps, v, o, os);
 }
 
-T_AVX2 static void merge(int nc, int n_q, int64_t dv, const float *part, float *out, size_t os) {
-    const size_t cs = (size_t)n_q * (size_t)(dv + 2);
-    for (int h = 0; h < n_q; h++) {
-        const float M = kern_merge_max(nc, part, cs, h);
-        float L = 0, *o = out + h * os;
-        for (int64_t d = 0; d < dv; d++) o[d] = 0;
-        for (int c = 0; c < nc; c++) {
-            const float *P = part + c * cs;
-            const float w = kern_merge_weight(P, n_q, h, M, &L);
-            const __m256 vw = _mm256_set1_ps(w);
-            const float *oc = P + 2 * n_q + h * dv;
-            for (int64_t d = 0; d < dv; d += 8) {
-                const __m256i m = lanes(dv - d);
-                _mm256_maskstore_ps(o + d, m,
-                                    _mm256_fmadd_ps(_mm256_maskload_ps(oc + d, m), vw,
-                                                    _mm256_maskload_ps(o + d, m)));
-            }
-        }
-        const __m256 inv = _mm256_set1_ps(1.0f / L);
-        for (int64_t d = 0; d < dv; d += 8) {
-            const __m256i m = lanes(dv - d);
-            _mm256_maskstore_ps(o + d, m, _mm256_mul_ps(_mm256_maskload_ps(o + d, m), inv));
-        }
+T_AVX2_INLINE void merge_axpy(float *o, const float *x, float w, int64_t n) {
+    const __m256 vw = _mm256_set1_ps(w);
+    for (int64_t d = 0; d < n; d += 8) {
+        const __m256i m = lanes(n - d);
+        _mm256_maskstore_ps(
+            o + d, m,
+            _mm256_fmadd_ps(_mm256_maskload_ps(x + d, m), vw, _mm256_maskload_ps(o + d, m)));
     }
+}
+
+T_AVX2_INLINE void merge_scale(float *o, float s, int64_t n) {
+    const __m256 vs = _mm256_set1_ps(s);
+    for (int64_t d = 0; d < n; d += 8) {
+        const __m256i m = lanes(n - d);
+        _mm256_maskstore_ps(o + d, m, _mm256_mul_ps(_mm256_maskload_ps(o + d, m), vs));
+    }
+}
+
+T_AVX2 static void merge(int nc, int n_q, int64_t dv, const float *part, float *out, size_t os) {
+    kern_merge_heads(nc, n_q, dv, part, out, os, merge_axpy, merge_scale);
 }
 
 T_AVX2 static void silu_mul(float *g, const float *u, int64_t n) {

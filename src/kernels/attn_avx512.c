@@ -243,31 +243,26 @@ T_512 static void pv(int64_t n, int64_t dv, int n_q, const float *p, size_t ps,
     else pv_t(GGUF_DT_F32, n, dv, n_q, p, ps, v, o, os);
 }
 
-T_512 static void merge(int nc, int n_q, int64_t dv, const float *part, float *out, size_t os) {
-    const size_t cs = (size_t)n_q * (size_t)(dv + 2);
-    for (int h = 0; h < n_q; h++) {
-        const float M = kern_merge_max(nc, part, cs, h);
-        float L = 0, *o = out + h * os;
-        for (int64_t d = 0; d < dv; d += 16)
-            _mm512_mask_storeu_ps(o + d, kern_mask16(dv - d), _mm512_setzero_ps());
-        for (int c = 0; c < nc; c++) {
-            const float *P = part + c * cs;
-            const float w = kern_merge_weight(P, n_q, h, M, &L);
-            const __m512 vw = _mm512_set1_ps(w);
-            const float *oc = P + 2 * n_q + h * dv;
-            for (int64_t d = 0; d < dv; d += 16) {
-                const __mmask16 m = kern_mask16(dv - d);
-                _mm512_mask_storeu_ps(o + d, m,
-                                      _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, oc + d), vw,
-                                                      _mm512_maskz_loadu_ps(m, o + d)));
-            }
-        }
-        const __m512 inv = _mm512_set1_ps(1.0f / L);
-        for (int64_t d = 0; d < dv; d += 16) {
-            const __mmask16 m = kern_mask16(dv - d);
-            _mm512_mask_storeu_ps(o + d, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, o + d), inv));
-        }
+T_512_INLINE void merge_axpy(float *o, const float *x, float w, int64_t n) {
+    const __m512 vw = _mm512_set1_ps(w);
+    for (int64_t d = 0; d < n; d += 16) {
+        const __mmask16 m = kern_mask16(n - d);
+        _mm512_mask_storeu_ps(
+            o + d, m,
+            _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, x + d), vw, _mm512_maskz_loadu_ps(m, o + d)));
     }
+}
+
+T_512_INLINE void merge_scale(float *o, float s, int64_t n) {
+    const __m512 vs = _mm512_set1_ps(s);
+    for (int64_t d = 0; d < n; d += 16) {
+        const __mmask16 m = kern_mask16(n - d);
+        _mm512_mask_storeu_ps(o + d, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, o + d), vs));
+    }
+}
+
+T_512 static void merge(int nc, int n_q, int64_t dv, const float *part, float *out, size_t os) {
+    kern_merge_heads(nc, n_q, dv, part, out, os, merge_axpy, merge_scale);
 }
 
 T_512 static void silu_mul(float *g, const float *u, int64_t n) {

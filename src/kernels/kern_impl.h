@@ -110,20 +110,31 @@ typedef struct kern_attn_ops {
 } kern_attn_ops;
 extern const kern_attn_ops kref_attn, kavx2_attn, kavx512_attn;
 
-/* The scalar steps of kern_attn_merge that every ISA shares (cs floats per
- * chunk): the largest chunk maximum of head h, and chunk P's weight
- * w = expf(m - M) with its l accumulated into *L in chunk order. */
-static inline __attribute__((always_inline)) float kern_merge_max(int nc, const float *part,
-                                                                  size_t cs, int h) {
-    float M = part[h];
-    for (int c = 1; c < nc; c++) M = part[c * cs + h] > M ? part[c * cs + h] : M;
-    return M;
-}
-static inline __attribute__((always_inline)) float kern_merge_weight(const float *P, int n_q, int h,
-                                                                     float M, float *L) {
-    const float w = kern_expf(P[h] - M);
-    *L = fmaf(P[n_q + h], w, *L);
-    return w;
+/* kern_attn_merge's order, the one every ISA follows (part holds per chunk
+ * cs = n_q * (dv + 2) floats: the n_q maxima m, the n_q sums l, then the n_q
+ * outputs of dv): per head h, M is the largest chunk maximum; each chunk in
+ * order weighs w = expf(m - M), adds l * w to L and w * its output to o
+ * (axpy: o[d] = fmaf(x[d], w, o[d])); then o is scaled by 1 / L (scale:
+ * o[d] *= s). The ISAs differ only in axpy and scale. */
+typedef void (*kern_axpy_fn)(float *o, const float *x, float w, int64_t n);
+typedef void (*kern_scale_fn)(float *o, float s, int64_t n);
+static inline __attribute__((always_inline)) void kern_merge_heads(int nc, int n_q, int64_t dv,
+                                                                   const float *part, float *out,
+                                                                   size_t os, kern_axpy_fn axpy,
+                                                                   kern_scale_fn scale) {
+    const size_t cs = (size_t)n_q * (size_t)(dv + 2);
+    for (int h = 0; h < n_q; h++) {
+        float M = part[h], L = 0, *o = out + h * os;
+        for (int c = 1; c < nc; c++) M = part[c * cs + h] > M ? part[c * cs + h] : M;
+        for (int64_t d = 0; d < dv; d++) o[d] = 0;
+        for (int c = 0; c < nc; c++) {
+            const float *P = part + c * cs;
+            const float w = kern_expf(P[h] - M);
+            L = fmaf(P[n_q + h], w, L);
+            axpy(o, P + 2 * n_q + h * dv, w, dv);
+        }
+        scale(o, 1.0f / L, dv);
+    }
 }
 /* The active attention kernels. */
 const kern_attn_ops *kern_attn_active(void);

@@ -70,6 +70,32 @@ typedef struct model_batch {
 bool model_forward(model *m, kv_pool *const *pools, const model_batch *b, float *logits,
                    kvl_error *err);
 
+/* One sequence's tokens at positions [from, to) (model_span.c), computed
+ * MODEL_SPAN_CHUNK tokens per model_forward; positions before from must already
+ * be in its blocks. The rows of the positions in [want_from, want_to) are
+ * computed (an empty range: none, the LM head is skipped): logits and hidden,
+ * either may be NULL, need room for min(MODEL_SPAN_CHUNK, want_to - want_from)
+ * rows and hold the last chunk's rows afterwards. */
+enum { MODEL_SPAN_CHUNK = 64 };
+typedef struct model_span {
+    const int32_t *tokens;      /* tokens[p]: the token at position p */
+    int64_t from, to;           /* the positions computed */
+    int64_t want_from, want_to; /* the positions whose rows are wanted */
+    const kv_seq *const *seqs;  /* the sequence's table per KV group, covering [0, to) */
+    float *logits;              /* n_vocab floats a row, or NULL */
+    float *hidden;              /* n_embd floats a row (see model_batch.hidden), or NULL */
+    /* Optional: before each chunk, with its first position (e.g. to free the
+     * blocks a sliding window no longer needs, or to count progress). */
+    void (*before_chunk)(void *user, int64_t pos);
+    /* Optional: after each chunk with wanted rows: n rows, the first at pos. */
+    void (*on_rows)(void *user, int64_t pos, int64_t n, const float *logits, const float *hidden);
+    void *user;
+} model_span;
+
+/* Runs the span; false (err set) as model_forward, with the chunks before the
+ * failing one computed. */
+bool model_forward_span(model *m, kv_pool *const *pools, const model_span *s, kvl_error *err);
+
 /* The reference forward (model_ref.c): one token at pos of one sequence, whose
  * table in KV group g is seqs[g], in plain C with double accumulation and a
  * plain softmax over the block table. Stores the token's K/V like

@@ -93,21 +93,34 @@ static void add_cors(struct MHD_Response *r) {
     if (strcmp(cors_origin, "*") != 0) MHD_add_response_header(r, "Vary", "Origin");
 }
 
-static enum MHD_Result send_text(struct MHD_Connection *c, unsigned status, const char *ctype,
-                                 char *body, const char *hdr, const char *hdr_val) {
-    if (!body) return MHD_NO;
+/* A response owning body (a malloc'd string, freed here if none can be made),
+ * with its Content-Type; NULL when body is NULL or on failure. */
+static struct MHD_Response *text_response(char *body, const char *ctype) {
+    if (!body) return NULL;
     struct MHD_Response *r =
         MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
     if (!r) {
         free(body);
-        return MHD_NO;
+        return NULL;
     }
     MHD_add_response_header(r, "Content-Type", ctype);
-    if (hdr) MHD_add_response_header(r, hdr, hdr_val);
-    add_cors(r);
+    return r;
+}
+
+/* Queues r and drops this function's reference to it. */
+static enum MHD_Result queue(struct MHD_Connection *c, unsigned status, struct MHD_Response *r) {
     enum MHD_Result ret = MHD_queue_response(c, status, r);
     MHD_destroy_response(r);
     return ret;
+}
+
+static enum MHD_Result send_text(struct MHD_Connection *c, unsigned status, const char *ctype,
+                                 char *body, const char *hdr, const char *hdr_val) {
+    struct MHD_Response *r = text_response(body, ctype);
+    if (!r) return MHD_NO;
+    if (hdr) MHD_add_response_header(r, hdr, hdr_val);
+    add_cors(r);
+    return queue(c, status, r);
 }
 
 static enum MHD_Result send_json(struct MHD_Connection *c, unsigned status, char *body) {
@@ -250,9 +263,7 @@ static enum MHD_Result start_stream(srv *s, struct MHD_Connection *c, conn_ctx *
     MHD_add_response_header(resp, "Cache-Control", "no-cache");
     MHD_add_response_header(resp, "X-Accel-Buffering", "no");
     add_cors(resp);
-    enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, resp);
-    MHD_destroy_response(resp); /* stream_free runs when MHD drops its reference */
-    return ret;
+    return queue(c, MHD_HTTP_OK, resp); /* stream_free runs when MHD drops its reference */
 }
 
 /* --------------------------------------------------------- generation -- */
@@ -339,9 +350,7 @@ static enum MHD_Result send_preflight(struct MHD_Connection *c, const char *meth
     MHD_add_response_header(r, "Access-Control-Allow-Methods", method);
     MHD_add_response_header(r, "Access-Control-Allow-Headers", "Authorization, Content-Type");
     MHD_add_response_header(r, "Access-Control-Max-Age", "86400");
-    enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_NO_CONTENT, r);
-    MHD_destroy_response(r);
-    return ret;
+    return queue(c, MHD_HTTP_NO_CONTENT, r);
 }
 
 /* A body handler's answer: the JSON, or its error. */
@@ -407,9 +416,7 @@ static enum MHD_Result dispatch(srv *s, struct MHD_Connection *c, const char *ur
         if (!r) return MHD_NO;
         MHD_add_response_header(r, "Content-Type", a->ctype);
         MHD_add_response_header(r, "Cache-Control", "no-cache");
-        enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, r);
-        MHD_destroy_response(r);
-        return ret;
+        return queue(c, MHD_HTTP_OK, r);
     }
     case R_COMPLETIONS: return handle_generate(s, c, cc, false);
     case R_CHAT: return handle_generate(s, c, cc, true);
@@ -492,24 +499,15 @@ static bool check_headers(srv *s, struct MHD_Connection *c, const char *url, con
  * its client has shown nothing worth keeping it open for. */
 static enum MHD_Result send_early(struct MHD_Connection *c, conn_ctx *cc) {
     const api_error *e = &cc->early;
-    char *body = api_error_json(e);
-    if (!body) return MHD_NO;
-    struct MHD_Response *r =
-        MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
-    if (!r) {
-        free(body);
-        return MHD_NO;
-    }
-    MHD_add_response_header(r, "Content-Type", "application/json");
+    struct MHD_Response *r = text_response(api_error_json(e), "application/json");
+    if (!r) return MHD_NO;
     MHD_add_response_header(r, "Connection", "close");
     add_cors(r);
     if (e->status == 405) MHD_add_response_header(r, "Allow", ROUTES[cc->route].method);
     if (e->status == 401) MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
     if (e->status == 503) MHD_add_response_header(r, "Retry-After", "1");
     kvl_log(KVL_LOG_INFO, "-> %d %s", e->status, e->msg);
-    enum MHD_Result ret = MHD_queue_response(c, (unsigned)e->status, r);
-    MHD_destroy_response(r);
-    return ret;
+    return queue(c, (unsigned)e->status, r);
 }
 
 /* Whether a refusal decided from the headers is sent before the body. An

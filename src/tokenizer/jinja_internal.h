@@ -299,20 +299,41 @@ _Noreturn void jx_fail(jx *x, jinja_status st, const char *fmt, ...)
 _Noreturn void jx_undef_fail(jx *x, const jv *u);
 
 jv *jx_call(jx *x, jv *callee, jargs *a);
+/* jinja_ops.c */
 jv *jx_getattr(jx *x, jv *obj, const char *name);
 jv *jx_getitem(jx *x, jv *obj, jv *key);
 /* The items of an iterable value (list, tuple, dict keys, string chars;
  * undefined: none); TypeError otherwise. */
 jv **jx_iter(jx *x, jv *v, size_t *n);
 jv *jx_binop(jx *x, int op, jv *a, jv *b);
+jv *jx_unop(jx *x, int op, jv *v);                 /* not, -, + */
+bool jx_contains(jx *x, jv *hay, jv *needle);      /* needle in hay */
+jv *jx_slice(jx *x, jv *obj, jv *a, jv *b, jv *c); /* obj[a:b:c], each may be NULL */
 
-/* builtins (jinja_builtins.c) */
+/* builtins: jinja_builtins.c (globals, argument helpers), jinja_filters.c
+ * (filters, tests), jinja_methods.c (str/dict/list methods, string helpers) */
 jv *jb_filter(jx *x, const char *name, jv *v, jargs *a);
 bool jb_test(jx *x, const char *name, jv *v, jargs *a);
 bool jb_test_exists(const char *name);
 jv *jb_method(jx *x, jv *obj, const char *name); /* a bound method, or NULL */
 jv *jb_global(jx *x, const char *name);          /* a global function, or NULL */
 jv *jarg(jargs *a, int pos, const char *kw);     /* positional pos or keyword kw; NULL if absent */
+bool jb_opt_bool(jargs *a, int pos, const char *kw, bool def); /* truthiness; def if absent */
+jv *jb_need_str(jx *x, jv *v, const char *what);               /* v, or a TypeError naming what */
+int64_t jb_int_arg(jx *x, jv *v, int64_t def);        /* an int argument; def if absent or None */
+bool jb_in_list(const char *const *l, const char *n); /* n in the NULL-ended list l */
 jv *jb_percent_format(jx *x, jv *fmt, jv **args, int nargs); /* Python's fmt % args */
+/* the string work filters and methods share */
+jv *jb_str_strip(jx *x, jv *s, jv *chars, bool left, bool right); /* chars NULL: whitespace */
+/* mode 0 lower, 1 upper, 2 str.title(), 3 str.capitalize(), 4 jinja2's title filter */
+jv *jb_str_case(jx *x, jv *s, int mode);
+bool jb_cp_cased(uint32_t c); /* a code point with an upper or lower case */
+jv *jb_str_replace(jx *x, jv *s, jv *old, jv *new, int64_t count);          /* count < 0: all */
+const char *jb_memfind(const char *h, size_t hn, const char *n, size_t nn); /* NULL: absent */
+jv *jb_dict_items(jx *x, jv *d);                                            /* d.items() */
+jv *jb_str_splitlines(jx *x, jv *s);                                        /* s.splitlines() */
+
+/* A string value over a buffer's bytes (not copied). */
+static inline jv *jv_buf(jx *x, const jbuf *b) { return jv_str_nocopy(x, b->p ? b->p : "", b->n); }
 
 #endif

@@ -124,14 +124,22 @@ static void set_vec(jnode *x, nvec *v, int which) {
     }
 }
 
+/* In a comma-separated list ended by close (left for the caller to take),
+ * after n items: whether another item follows, its comma taken; a trailing
+ * comma is allowed. */
+static bool next_item(parser *P, int n, const char *close) {
+    if (is_op(cur(P), close)) return false;
+    if (n) {
+        expect_op(P, ",");
+        if (is_op(cur(P), close)) return false;
+    }
+    return true;
+}
+
 /* ( args ) after the '(' : positional and name=value */
 static void parse_call_args(parser *P, jnode *x) {
     nvec args = {0};
-    while (!is_op(cur(P), ")")) {
-        if (args.n) {
-            expect_op(P, ",");
-            if (is_op(cur(P), ")")) break;
-        }
+    while (next_item(P, args.n, ")")) {
         const char *kw = NULL;
         if (accept_op(P, "*")) kw = "*";
         else if (accept_op(P, "**")) kw = "**";
@@ -208,11 +216,7 @@ static jnode *parse_primary(parser *P) {
     }
     if (accept_op(P, "[")) {
         nvec items = {0};
-        while (!is_op(cur(P), "]")) {
-            if (items.n) {
-                expect_op(P, ",");
-                if (is_op(cur(P), "]")) break;
-            }
+        while (next_item(P, items.n, "]")) {
             nv_push(P, &items, parse_expr(P, true), NULL);
         }
         expect_op(P, "]");
@@ -222,11 +226,7 @@ static jnode *parse_primary(parser *P) {
     }
     if (accept_op(P, "{")) {
         nvec keys = {0}, vals = {0};
-        while (!is_op(cur(P), "}")) {
-            if (keys.n) {
-                expect_op(P, ",");
-                if (is_op(cur(P), "}")) break;
-            }
+        while (next_item(P, keys.n, "}")) {
             nv_push(P, &keys, parse_expr(P, true), NULL);
             expect_op(P, ":");
             nv_push(P, &vals, parse_expr(P, true), NULL);
@@ -531,9 +531,7 @@ static jnode *parse_macro_params(parser *P, jnode *x) {
     nvec params = {0};
     nvec defaults = {0};
     expect_op(P, "(");
-    while (!is_op(cur(P), ")")) {
-        if (params.n) expect_op(P, ",");
-        if (is_op(cur(P), ")")) break;
+    while (next_item(P, params.n, ")")) {
         const char *nm = expect_name(P);
         jnode *d = NULL;
         if (accept_op(P, "=")) d = parse_expr(P, true);

@@ -332,17 +332,11 @@ static bool spm_piece(const char *s, size_t len, charbuf *b) {
     return ok;
 }
 
-static int hex_val(char c) {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-}
-
 /* A byte token "<0xNN>": the byte is read from its hex digits. */
 static bool byte_piece(const char *s, size_t len, charbuf *b) {
     int val = 0;
-    for (size_t i = 3; i < 5 && i < len && hex_val(s[i]) >= 0; i++) val = val * 16 + hex_val(s[i]);
+    for (size_t i = 3; i < 5 && i < len && kvl_hex_digit(s[i]) >= 0; i++)
+        val = val * 16 + kvl_hex_digit(s[i]);
     char c = (char)val;
     return cb_put(b, &c, 1);
 }
