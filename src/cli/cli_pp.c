@@ -76,7 +76,7 @@ bool cli_pp_attach(const cli_opts *o, cli_model *cm) {
 
 void cli_pp_detach(cli_model *cm) {
     if (!cm->pp) return;
-    if (getenv("KVLLM_PP_STATS")) {
+    if (g_pp_rank == 0 && getenv("KVLLM_PP_STATS")) {
         pp_stats st;
         pp_stage_stats(cm->pp, &st);
         fprintf(stderr,

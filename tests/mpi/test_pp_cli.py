@@ -1,0 +1,82 @@
+#!/usr/bin/env python3
+"""kvllm run --pp N under mpirun: the same ids and logprobs as one process,
+clear refusals, and a rank that dies or stops answering ends the job with an
+error naming it, within the timeout.
+
+Usage: test_pp_cli.py MPIRUN KVLLM_BIN
+"""
+import json
+import subprocess
+import sys
+import time
+
+MPIRUN, KV = sys.argv[1], sys.argv[2]
+G = "tests/data/golden/models/"
+failures = []
+
+
+def mpirun(n, args, env=None, timeout=120):
+    cmd = [MPIRUN, "--oversubscribe", "-np", str(n), KV] + args
+    t0 = time.time()
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    return p, time.time() - t0
+
+
+def tokens(out):
+    """The generated-token lines of `run --json` (the stats line holds timings)."""
+    return [json.loads(l) for l in out.splitlines() if l.strip() and '"done"' not in l]
+
+
+def check(cond, what):
+    print(("ok   " if cond else "FAIL ") + what)
+    if not cond:
+        failures.append(what)
+
+
+RUN = ["run", "-p", "Once upon a time", "-n", "16", "-t", "1", "--temp", "0", "--json",
+       "--top-logprobs", "3", "--ignore-eos"]
+
+for model, n in [(G + "qwen3moe-f32.gguf", 2), ("models/stories260K.gguf", 3)]:
+    one = subprocess.run([KV] + RUN + ["-m", model], capture_output=True, text=True)
+    p, _ = mpirun(n, RUN + ["-m", model, "--pp", str(n)])
+    check(p.returncode == 0 and one.returncode == 0 and len(tokens(one.stdout)) == 16
+          and tokens(p.stdout) == tokens(one.stdout),
+          f"run --pp {n} {model}: ids and logprobs as one process\n{p.stderr[-800:]}")
+
+# --pp-layers, and micro-batches of one token each
+p, _ = mpirun(2, RUN + ["-m", "models/stories260K.gguf", "--pp", "2", "--pp-layers", "0-0,1-4",
+                        "--pp-micro", "8"])
+one = subprocess.run([KV] + RUN + ["-m", "models/stories260K.gguf"], capture_output=True, text=True)
+check(p.returncode == 0 and tokens(p.stdout) == tokens(one.stdout) and "layers 0-0, 1-4" in p.stderr,
+      "--pp-layers 0-0,1-4 --pp-micro 8: same output")
+
+# refusals
+p, _ = mpirun(3, ["run", "-m", G + "qwen3-f32.gguf", "-p", "x", "-n", "2", "--pp", "3"])
+check(p.returncode != 0 and "only 2 layers" in p.stderr, "--pp 3 on a 2-layer model is refused")
+p = subprocess.run([KV, "run", "-m", G + "qwen3-f32.gguf", "-p", "x", "-n", "2", "--pp", "2"],
+                   capture_output=True, text=True, timeout=60)
+check(p.returncode != 0 and "mpirun -np 2" in p.stderr, "--pp 2 without mpirun is refused")
+p, _ = mpirun(2, ["run", "-m", G + "qwen3-f32.gguf", "-p", "x", "-n", "2", "--pp", "2",
+                  "--pp-layers", "0-0,2-3"])
+check(p.returncode != 0 and "--pp-layers" in p.stderr, "a bad --pp-layers is refused")
+p, _ = mpirun(2, ["run", "-m", G + "qwen3-f32.gguf", "-p", "x", "-n", "2", "--pp", "2",
+                  "--spec", "ngram"])
+check(p.returncode != 0 and "speculative" in p.stderr, "--spec with --pp is refused")
+
+# faults: rank 1 stops answering / exits at step 3
+import os
+for mode in ["hang", "exit"]:
+    env = dict(os.environ, KVLLM_PP_FAULT=f"1:3:{mode}")
+    try:
+        p, dt = mpirun(2, ["run", "-m", G + "qwen3-f32.gguf", "-p", "hello", "-n", "32", "-t", "1",
+                           "--pp", "2", "--pp-timeout", "3"], env=env, timeout=90)
+        named = ("pipeline: rank 1 sent nothing" in p.stderr if mode == "hang"
+                 else "],1]" in p.stderr or "pipeline: rank 1" in p.stderr)
+        check(p.returncode != 0 and named and dt < 60,
+              f"rank 1 {mode}s at step 3: the job ends non-zero in {dt:.1f} s naming rank 1\n"
+              + p.stderr[-600:])
+    except subprocess.TimeoutExpired:
+        check(False, f"rank 1 {mode}s at step 3: the job hung")
+
+print(f"{len(failures)} failures")
+sys.exit(1 if failures else 0)
