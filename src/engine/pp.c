@@ -271,6 +271,7 @@ static bool add_req(pp_stage *p, int rank, MPI_Request r) {
 }
 
 static bool fail(pp_stage *p, kvl_error *err, const char *msg) {
+    if (!p->failed && p->cfg.on_broken) p->cfg.on_broken(p->cfg.on_broken_user);
     p->failed = true;
     g_broken = true;
     if (msg != p->fail_msg) snprintf(p->fail_msg, sizeof p->fail_msg, "%s", msg);

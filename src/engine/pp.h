@@ -46,6 +46,10 @@ bool pp_split(const gguf_file *f, int n_ranks, const char *spec, int *first, int
 typedef struct pp_config {
     double timeout_s; /* longest wait for any message of a step (default 60) */
     int micro;        /* micro-batches per step, at most (<= 0: the number of ranks) */
+    /* Rank 0: called once when a rank stops answering (the pipeline is
+     * unusable from then on; every forward fails). NULL: nothing. */
+    void (*on_broken)(void *user);
+    void *on_broken_user;
 } pp_config;
 
 typedef struct pp_stats {
