@@ -74,42 +74,73 @@ static bool parse_spec(const char *spec, int n_ranks, int n_layer, int *first, i
     return true;
 }
 
-bool pp_split(const gguf_file *f, int n_ranks, const char *spec, int *first, int *end,
-              kvl_error *err) {
+static bool check_ranks(int n_layer, int n_ranks, kvl_error *err) {
+    if (n_ranks < 1 || n_ranks > PP_MAX_RANKS)
+        return kvl_fail(err, "--pp %d: between 1 and %d ranks", n_ranks, PP_MAX_RANKS);
+    if (n_ranks > n_layer)
+        return kvl_fail(err, "--pp %d: the model has only %d layers (at most one rank per layer)",
+                        n_ranks, n_layer);
+    return true;
+}
+
+bool pp_split_layers(int n_layer, int n_ranks, const char *spec, int *first, int *end,
+                     kvl_error *err) {
+    if (!check_ranks(n_layer, n_ranks, err)) return false;
+    if (spec && *spec) return parse_spec(spec, n_ranks, n_layer, first, end, err);
+    for (int r = 0; r < n_ranks; r++) {
+        first[r] = (int)((int64_t)n_layer * r / n_ranks);
+        end[r] = (int)((int64_t)n_layer * (r + 1) / n_ranks);
+    }
+    return true;
+}
+
+bool pp_split_bytes(const gguf_file *f, int n_ranks, const char *spec, int *first, int *end,
+                    int64_t *rank_bytes, kvl_error *err) {
     model_hparams hp;
     if (!model_hparams_from_gguf(f, &hp, err)) return false;
     const int L = (int)hp.n_layer;
-    if (n_ranks < 1 || n_ranks > PP_MAX_RANKS)
-        return kvl_fail(err, "--pp %d: between 1 and %d ranks", n_ranks, PP_MAX_RANKS);
-    if (n_ranks > L)
-        return kvl_fail(err, "--pp %d: the model has only %d layers (at most one rank per layer)",
-                        n_ranks, L);
-    if (spec && *spec) return parse_spec(spec, n_ranks, L, first, end, err);
+    if (!check_ranks(L, n_ranks, err)) return false;
     int64_t *bytes = calloc((size_t)L, sizeof *bytes), head, total = 0;
     if (!bytes) return kvl_fail(err, "pp: out of memory");
     layer_bytes(f, L, bytes, &head);
     for (int il = 0; il < L; il++) total += bytes[il];
     total += head;
-    /* Greedy over the running sum: rank r ends where the sum passes
-     * (r + 1) / N of the total, each rank keeping at least one layer and
-     * leaving one for each rank after it; the head counts on the last rank. */
-    int il = 0;
-    int64_t sum = 0;
-    for (int r = 0; r < n_ranks; r++) {
-        first[r] = il;
-        if (r == n_ranks - 1) {
-            end[r] = L;
-            break;
+    if (spec && *spec) {
+        if (!parse_spec(spec, n_ranks, L, first, end, err)) {
+            free(bytes);
+            return false;
         }
-        const double target = (double)total * (r + 1) / n_ranks;
-        do {
-            sum += bytes[il++];
-        } while (il < L - (n_ranks - 1 - r) &&
-                 (double)sum + (double)bytes[il] / 2 < target); /* nearest boundary */
-        end[r] = il;
+    } else {
+        /* Greedy over the running sum: rank r ends at the layer boundary
+         * nearest (r + 1) / N of the total, each rank keeping at least one
+         * layer and leaving one for each rank after it; the head counts on
+         * the last rank. */
+        int il = 0;
+        int64_t sum = 0;
+        for (int r = 0; r < n_ranks; r++) {
+            first[r] = il;
+            if (r == n_ranks - 1) {
+                end[r] = L;
+                break;
+            }
+            const double target = (double)total * (r + 1) / n_ranks;
+            do {
+                sum += bytes[il++];
+            } while (il < L - (n_ranks - 1 - r) && (double)sum + (double)bytes[il] / 2 < target);
+            end[r] = il;
+        }
+    }
+    for (int r = 0; rank_bytes && r < n_ranks; r++) {
+        rank_bytes[r] = r == n_ranks - 1 ? head : 0;
+        for (int il = first[r]; il < end[r]; il++) rank_bytes[r] += bytes[il];
     }
     free(bytes);
     return true;
+}
+
+bool pp_split(const gguf_file *f, int n_ranks, const char *spec, int *first, int *end,
+              kvl_error *err) {
+    return pp_split_bytes(f, n_ranks, spec, first, end, NULL, err);
 }
 
 #ifndef KVLLM_HAVE_MPI

@@ -42,6 +42,15 @@ _Noreturn void pp_abort(int code);
  * norm and head). Fails when there are more ranks than layers. */
 bool pp_split(const gguf_file *f, int n_ranks, const char *spec, int *first, int *end,
               kvl_error *err);
+/* The same split with the weight bytes each rank maps: its layers' tensors,
+ * plus the output norm and head on the last (the tied embedding, when the
+ * head is tied; rank 0 reads the embedding a row per token only). */
+bool pp_split_bytes(const gguf_file *f, int n_ranks, const char *spec, int *first, int *end,
+                    int64_t *rank_bytes, kvl_error *err);
+/* Layer ranges for n_ranks over n_layer layers without a file (the planner
+ * given a config.json): spec as pp_split, else equal counts. */
+bool pp_split_layers(int n_layer, int n_ranks, const char *spec, int *first, int *end,
+                     kvl_error *err);
 
 typedef struct pp_config {
     double timeout_s; /* longest wait for any message of a step (default 60) */
