@@ -36,12 +36,31 @@ def check(cond, what):
 RUN = ["run", "-p", "Once upon a time", "-n", "16", "-t", "1", "--temp", "0", "--json",
        "--top-logprobs", "3", "--ignore-eos"]
 
+import os
+import re
+
 for model, n in [(G + "qwen3moe-f32.gguf", 2), ("models/stories260K.gguf", 3)]:
     one = subprocess.run([KV] + RUN + ["-m", model], capture_output=True, text=True)
-    p, _ = mpirun(n, RUN + ["-m", model, "--pp", str(n)])
+    p, _ = mpirun(n, RUN + ["-m", model, "--pp", str(n)], env=dict(os.environ, KVLLM_PP_STATS="1"))
     check(p.returncode == 0 and one.returncode == 0 and len(tokens(one.stdout)) == 16
           and tokens(p.stdout) == tokens(one.stdout),
           f"run --pp {n} {model}: ids and logprobs as one process\n{p.stderr[-800:]}")
+    # hidden states cross each boundary as n_embd float32s per token
+    info = json.loads(subprocess.run([KV, "info", "-m", model, "--json"], capture_output=True,
+                                     text=True).stdout)
+    st = re.search(r"rank 0: \d+ steps, (\d+) tokens, sent (\d+) hidden", p.stderr)
+    check(st is not None and int(st.group(2)) == int(st.group(1)) * info["n_embd"] * 4,
+          f"rank 0 sent n_embd x 4 = {info['n_embd'] * 4} bytes per token to rank 1")
+
+# the planner per rank (no MPI needed): Llama 3 70B, 80 layers over 4 ranks, 20 each;
+# KV per rank = 2 x 20 layers x 8 KV heads x 128 x 2 bytes x 8192 x 8 tokens = 5 GiB
+p = subprocess.run([KV, "kv-plan", "--config", "tests/kv_plan/llama-3-70b.json", "--context", "8192",
+                    "--concurrency", "8", "--weights-bytes", "42.5GB", "--budget", "32GiB", "--pp",
+                    "4"], capture_output=True, text=True)
+rows = re.findall(r"^  (\d)\s+(\d+-\d+)\s+([\d.]+ \w+)\s+([\d.]+ \w+)", p.stdout, re.M)
+check(p.returncode == 0 and [r[1] for r in rows] == ["0-19", "20-39", "40-59", "60-79"]
+      and all(r[3] == "5 GiB" for r in rows) and "the job: fits" in p.stdout,
+      "kv-plan --pp 4: 20 layers and 5 GiB of KV per rank\n" + p.stdout[-600:])
 
 # --pp-layers, and micro-batches of one token each
 p, _ = mpirun(2, RUN + ["-m", "models/stories260K.gguf", "--pp", "2", "--pp-layers", "0-0,1-4",
@@ -64,7 +83,6 @@ p, _ = mpirun(2, ["run", "-m", G + "qwen3-f32.gguf", "-p", "x", "-n", "2", "--pp
 check(p.returncode != 0 and "speculative" in p.stderr, "--spec with --pp is refused")
 
 # faults: rank 1 stops answering / exits at step 3
-import os
 for mode in ["hang", "exit"]:
     env = dict(os.environ, KVLLM_PP_FAULT=f"1:3:{mode}")
     try:
