@@ -96,5 +96,70 @@ for mode in ["hang", "exit"]:
     except subprocess.TimeoutExpired:
         check(False, f"rank 1 {mode}s at step 3: the job hung")
 
+# serve --pp 2: the same completion as one process; then a rank that goes silent fails the
+# request in flight with an error and ends the job
+import socket
+import urllib.error
+import urllib.request
+
+
+def free_port():
+    with socket.socket() as so:
+        so.bind(("127.0.0.1", 0))
+        return so.getsockname()[1]
+
+
+def complete(port, deadline):
+    body = json.dumps({"prompt": "Once upon a time", "max_tokens": 12, "temperature": 0}).encode()
+    while True:
+        try:
+            req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", body,
+                                         {"Content-Type": "application/json"})
+            with urllib.request.urlopen(req, timeout=30) as r:
+                return r.status, json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read() or b"{}")
+        except (ConnectionError, urllib.error.URLError):
+            if time.time() > deadline:
+                return None, None
+            time.sleep(0.2)
+
+
+def serve(cmd, env=None):
+    port = free_port()
+    proc = subprocess.Popen(cmd + ["--port", str(port)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    return proc, port
+
+
+SERVE = ["serve", "-m", G + "qwen3-f32.gguf", "-t", "1"]
+one, port = serve([KV] + SERVE)
+st1, r1 = complete(port, time.time() + 30)
+one.terminate()
+one.communicate(timeout=30)
+pp, port = serve([MPIRUN, "--oversubscribe", "-np", "2", KV] + SERVE + ["--pp", "2"])
+st2, r2 = complete(port, time.time() + 60)
+pp.terminate()
+try:
+    _, err = pp.communicate(timeout=60)
+except subprocess.TimeoutExpired:
+    pp.kill()
+    err = "hung on SIGTERM"
+check(st1 == 200 and st2 == 200 and r1["choices"][0]["text"] == r2["choices"][0]["text"],
+      f"serve --pp 2: the same completion as one process ({st1}, {st2})\n{err[-500:]}")
+
+env = dict(os.environ, KVLLM_PP_FAULT="1:2:hang")
+pp, port = serve([MPIRUN, "--oversubscribe", "-np", "2", KV] + SERVE + ["--pp", "2",
+                 "--pp-timeout", "3"], env=env)
+st, r = complete(port, time.time() + 60)
+try:
+    _, err = pp.communicate(timeout=60)
+    rc = pp.returncode
+except subprocess.TimeoutExpired:
+    pp.kill()
+    err, rc = "hung", None
+check(st is not None and st >= 500 and rc not in (0, None) and "rank 1 sent nothing" in err,
+      f"serve --pp 2, rank 1 silent: the request fails ({st}), the job ends ({rc})\n{err[-500:]}")
+
 print(f"{len(failures)} failures")
 sys.exit(1 if failures else 0)
