@@ -9,9 +9,11 @@ if(KVLLM_HAVE_MPI AND KVLLM_MPIEXEC)
   list(FILTER KVLLM_PP_MODELS EXCLUDE REGEX "vocab-")
   list(APPEND KVLLM_PP_MODELS ${CMAKE_SOURCE_DIR}/models/stories260K.gguf)
   # Root in CI: Open MPI refuses it unless told; the shared-memory transport
-  # alone (no network interfaces probed) for ranks on one machine.
+  # alone (no network interfaces probed) for ranks on one machine, copying
+  # through the shared segment (containers often forbid cross-process reads).
   set(KVLLM_MPI_ENV OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-      OMPI_MCA_btl=self,vader OMPI_MCA_rmaps_base_oversubscribe=1 OMP_NUM_THREADS=1)
+      OMPI_MCA_btl=self,vader OMPI_MCA_btl_vader_single_copy_mechanism=none
+      OMPI_MCA_rmaps_base_oversubscribe=1 OMP_NUM_THREADS=1)
   foreach(n 2 3)
     add_test(NAME pp_models_${n}
              COMMAND ${KVLLM_MPIEXEC} --oversubscribe -np ${n} $<TARGET_FILE:test_pp> ${KVLLM_PP_MODELS}
