@@ -54,8 +54,9 @@ typedef struct setup {
 static int32_t prompts[NR][96];
 static int prompt_len[NR];
 
-/* Runs the setup's requests to the end; false if the engine could not be made. */
-static bool run(model *m, tok_vocab *v, const setup *su, collected out[NR]) {
+/* Runs the setup's requests to the end; false if the engine could not be made.
+ * *mt: the engine's counters at the end. */
+static bool run(model *m, tok_vocab *v, const setup *su, collected out[NR], engine_metrics *mt) {
     engine_config c;
     engine_config_default(&c);
     c.n_ctx = 160;
@@ -96,6 +97,7 @@ static bool run(model *m, tok_vocab *v, const setup *su, collected out[NR]) {
                 break;
             }
     }
+    *mt = engine_get_metrics(e);
     engine_destroy(e);
     return true;
 }
@@ -196,20 +198,35 @@ int main(int argc, char **argv) {
             {"q8_0 KV", 3, 4, 2048, 0, GGUF_DT_Q8_0, false},
         };
         static collected one[NR], pipe[NR];
+        int64_t preempted = 0, hits = 0;
         for (size_t s = 0; s < sizeof setups / sizeof setups[0]; s++) {
-            bool r1 = run(whole, v, &setups[s], one);
-            bool r2 = run(stage, v, &setups[s], pipe);
+            engine_metrics m1 = {0}, m2 = {0};
+            bool r1 = run(whole, v, &setups[s], one, &m1);
+            bool r2 = run(stage, v, &setups[s], pipe, &m2);
             if (r1 != r2) {
                 fprintf(stderr, "FAIL %s / %s: engine made in one process only\n", name,
                         setups[s].name);
                 failures++;
             } else if (r1) {
                 compare(name, &setups[s], one, pipe);
+                /* the same decisions: same steps, preemptions, prefix hits */
+                if (m1.steps != m2.steps || m1.n_preemptions != m2.n_preemptions ||
+                    m1.prefix_cache_hits != m2.prefix_cache_hits) {
+                    fprintf(stderr, "FAIL %s / %s: the schedules differ\n", name, setups[s].name);
+                    failures++;
+                }
+                preempted += m1.n_preemptions;
+                hits += m1.prefix_cache_hits;
             }
+        }
+        if (preempted == 0) { /* the setups must reach what they are meant to cover */
+            fprintf(stderr, "FAIL %s: no request was preempted\n", name);
+            failures++;
         }
         pp_stats st;
         pp_stage_stats(p, &st);
-        printf("%s: layers", name);
+        printf("%s: %lld preemptions, %lld prefix-cache tokens; layers", name, (long long)preempted,
+               (long long)hits);
         for (int r = 0; r < size; r++) printf("%s %d-%d", r ? "," : "", first[r], end[r] - 1);
         printf(": %lld steps, %lld tokens, %lld hidden bytes sent by rank 0 (%lld per token)\n",
                (long long)st.steps, (long long)st.tokens, (long long)st.hidden_bytes,
