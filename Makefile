@@ -3,7 +3,7 @@
 #   make test  installs what is missing, builds (warnings are errors), runs the whole suite
 APT_PACKAGES := build-essential cmake pkg-config clang clang-format libomp-dev libclang-rt-14-dev \
                 libpcre2-dev libcjson-dev libxxhash-dev libmicrohttpd-dev python3 python3-jsonschema \
-                chromium
+                chromium openmpi-bin libopenmpi-dev
 # chromium: the browser the built-in web pages are tested in (tests/server/test_web.mjs).
 # Node.js runs the OpenAI-client tests; a machine may already have its own Node
 # (Debian's npm package conflicts with NodeSource's nodejs), so only install it

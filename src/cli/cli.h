@@ -9,6 +9,7 @@
 #include "engine.h"
 #include "gguf.h"
 #include "model.h"
+#include "pp.h"
 #include "tokenizer.h"
 
 #define CLI_MAX_STOP 16
@@ -37,6 +38,10 @@ typedef struct cli_opts {
     int spec_k;              /* --spec-k: most drafts per step (default 4) */
     int spec_ngram;          /* --spec-ngram: longest n-gram looked up (default 3) */
     const char *model_draft; /* --model-draft: the draft model of --spec draft */
+    int pp;                  /* --pp N: pipeline of N MPI ranks (0: none) */
+    const char *pp_layers;   /* --pp-layers 0-13,14-27 (NULL: balanced by bytes) */
+    double pp_timeout;       /* --pp-timeout seconds (default 60) */
+    int pp_micro;            /* --pp-micro M: micro-batches per step (0: one per rank) */
 } cli_opts;
 
 /* Parses argv (after the subcommand). Prints a message and returns false on error. */
@@ -54,6 +59,7 @@ typedef struct cli_model {
     tok_vocab *vocab;
     gguf_file *gguf_vocab_only; /* set when only a vocab was loaded */
     model *draft;               /* --model-draft, its vocabulary checked against vocab */
+    pp_stage *pp;               /* --pp: this rank's stage (rank 0 only gets here) */
 } cli_model;
 /* want_weights false: load only the tokenizer (vocab-only files work). */
 bool cli_load(const cli_opts *o, bool want_weights, cli_model *cm);
@@ -64,6 +70,13 @@ static inline int64_t cli_default_ctx(const model_hparams *hp) {
     return hp->n_ctx_train < CLI_DEFAULT_CTX ? hp->n_ctx_train : CLI_DEFAULT_CTX;
 }
 void cli_unload(cli_model *cm);
+/* --pp (cli_pp.c): before loading, MPI and this rank's layers into mp;
+ * after loading, the stage (ranks > 0 serve rank 0 there and exit); at
+ * unload, the pipeline's end. cli_pp_rank: this process's rank (0 without --pp). */
+bool cli_pp_prepare(const cli_opts *o, const gguf_file *f, model_params *mp);
+bool cli_pp_attach(const cli_opts *o, cli_model *cm);
+void cli_pp_detach(cli_model *cm);
+int cli_pp_rank(void);
 const gguf_file *cli_gguf(const cli_model *cm);
 
 /* A file's bytes, NUL-terminated (caller frees); "-" reads stdin to its end. */

@@ -120,7 +120,21 @@ static bool apply_flag(cli_opts *o, const char *f, const char *v, bool *unknown)
     else if (IS("--kv-blocks")) return parse_i64(f, v, &o->kv_blocks);
     else if (IS("-b") || IS("--batch-size")) return parse_i64(f, v, &o->batch_tokens);
     else if (IS("-ub") || IS("--ubatch-size")) return parse_i64(f, v, &o->ubatch);
-    else if (IS("--spec")) {
+    else if (IS("--pp") || IS("--pp-micro")) {
+        if (!parse_i64(f, v, &i) || i < 1 || i > (IS("--pp") ? PP_MAX_RANKS : 64)) {
+            fprintf(stderr, "kvllm: %s: must be 1..%d\n", f, IS("--pp") ? PP_MAX_RANKS : 64);
+            return false;
+        }
+        *(IS("--pp") ? &o->pp : &o->pp_micro) = (int)i;
+    } else if (IS("--pp-layers")) o->pp_layers = v;
+    else if (IS("--pp-timeout")) {
+        float t;
+        if (!parse_f32(f, v, &t) || !(t > 0 && t <= 86400)) {
+            fprintf(stderr, "kvllm: --pp-timeout: must be a number of seconds in (0, 86400]\n");
+            return false;
+        }
+        o->pp_timeout = t;
+    } else if (IS("--spec")) {
         engine_spec_mode m;
         if (!engine_spec_parse(v, &m)) {
             fprintf(stderr, "kvllm: --spec: '%s' is not a speculation mode (off, ngram, draft)\n",
@@ -332,7 +346,17 @@ bool cli_load(const cli_opts *o, bool want_weights, cli_model *cm) {
                        .no_repack = o->no_repack,
                        .progress = on_load_progress,
                        .progress_user = &lp};
+    if (!cli_pp_prepare(o, f, &mp)) {
+        tok_vocab_destroy(cm->vocab);
+        cm->vocab = NULL;
+        gguf_close(f);
+        return false;
+    }
     cm->m = model_load(f, &mp, &err); /* takes f, even on failure */
+    if (!cm->m && o->pp > 0) {
+        fprintf(stderr, "kvllm: rank %d: %s\n", cli_pp_rank(), err.msg);
+        pp_abort(1);
+    }
     if (!cm->m) {
         fprintf(stderr, "kvllm: %s\n", err.msg);
         tok_vocab_destroy(cm->vocab);
@@ -349,10 +373,11 @@ bool cli_load(const cli_opts *o, bool want_weights, cli_model *cm) {
         cli_unload(cm);
         return false;
     }
-    return true;
+    return cli_pp_attach(o, cm); /* ranks > 0 do not return */
 }
 
 void cli_unload(cli_model *cm) {
+    cli_pp_detach(cm);
     tok_vocab_destroy(cm->vocab);
     model_destroy(cm->m);
     model_destroy(cm->draft);

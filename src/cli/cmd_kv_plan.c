@@ -20,6 +20,10 @@
 
 #define UNSET (-1)
 
+/* cmd_kv_plan_pp.c: the per-rank table of --pp N. */
+bool kv_plan_print_pp(const cli_opts *o, const kv_plan_model *m, const kv_plan_request *r,
+                      const char *gguf_path);
+
 _Static_assert(MODEL_MAX_KV_GROUPS <= KV_PLAN_MAX_GROUPS,
                "kv-plan --verify holds every engine KV group");
 
@@ -696,6 +700,10 @@ int cmd_kv_plan(int argc, char **argv) {
         fprintf(stderr, "kvllm kv-plan: %s\n", err.msg);
         return 2;
     }
+    if (o.pp && (o.json || a.verify)) {
+        fprintf(stderr, "kvllm kv-plan: --pp prints a text table; not with --json or --verify\n");
+        return 2;
+    }
     if (a.verify && !run_verify(&o, &m, &r, &v)) return 1;
     rp.r = &r;
     rp.p = &p;
@@ -704,5 +712,6 @@ int cmd_kv_plan(int argc, char **argv) {
     rp.v = &v;
     if (o.json) print_json(&rp);
     else print_text(&rp, &a);
+    if (o.pp && !kv_plan_print_pp(&o, &m, &r, a.config_path ? NULL : o.model_path)) return 2;
     return v.done && !v.agree ? 1 : 0;
 }

@@ -384,6 +384,11 @@ int cmd_serve(int argc, char **argv) {
         serve_usage(stdout);
         return 0;
     }
+    if (o.pp && so.kv_disk) {
+        fprintf(stderr, "kvllm: --kv-disk is not available with --pp (each rank holds other "
+                        "layers' KV)\n");
+        return 2;
+    }
     cli_model cm;
     if (!cli_load(&o, true, &cm)) return 1;
     int rc = 1;

@@ -220,8 +220,13 @@ static void assign_layer_geometry(model *m) {
         while (g < m->n_groups && m->groups[g].window != window) g++;
         if (g == m->n_groups) m->groups[m->n_groups++] = (kv_group_desc){.window = (int32_t)window};
         L->kv_group = g;
-        L->kv_slot = m->groups[g].n_layers++;
+        /* a stage keeps the KV of its own layers only; every stage has the
+         * same groups in the same order, so block ids mean the same on all */
+        if (il >= m->layer_first && il < m->layer_end) L->kv_slot = m->groups[g].n_layers++;
     }
+    /* A pool needs a layer: a stage without any layer of a group keeps one unused slot. */
+    for (int g = 0; g < m->n_groups; g++)
+        if (m->groups[g].n_layers == 0) m->groups[g].n_layers = 1;
 }
 
 static bool bind_weights(model *m, kvl_error *err) {
@@ -235,6 +240,9 @@ static bool bind_weights(model *m, kvl_error *err) {
         return false;
     hp->tied_output = m->output.data == NULL;
     if (hp->tied_output) m->output = m->tok_embd;
+    if (!model_last_stage(
+            m)) /* binding touches no page; leaving it unbound keeps repacking off it */
+        memset(&m->output, 0, sizeof m->output);
     const gguf_tensor *rf = gguf_find_tensor(m->gguf, "rope_freqs.weight");
     if (rf) {
         if (rf->dtype != GGUF_DT_F32 || rf->ne[0] != hp->n_rot / 2 || !rf->data)
@@ -245,7 +253,7 @@ static bool bind_weights(model *m, kvl_error *err) {
     }
     m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
     if (!m->layers) return kvl_fail(err, "model: out of memory");
-    for (int il = 0; il < hp->n_layer; il++)
+    for (int il = m->layer_first; il < m->layer_end; il++)
         if (!bind_layer(m, il, err)) return false;
     assign_layer_geometry(m);
     return true;
@@ -385,6 +393,14 @@ model *model_load(gguf_file *f, const model_params *mp, kvl_error *err) {
     m->mp = *mp;
     if (m->mp.max_ubatch <= 0) m->mp.max_ubatch = 512;
     if (!read_hparams(m, err)) goto fail;
+    m->layer_first = mp->layer_first;
+    m->layer_end = mp->layer_end;
+    if (m->layer_first == 0 && m->layer_end == 0) m->layer_end = (int)m->hp.n_layer;
+    if (m->layer_first < 0 || m->layer_end > m->hp.n_layer || m->layer_first >= m->layer_end) {
+        kvl_fail(err, "%s: layer range %d-%d is not within the model's %lld layers", gguf_path(f),
+                 m->layer_first, m->layer_end - 1, (long long)m->hp.n_layer);
+        goto fail;
+    }
     if (m->mp.max_ctx <= 0) {
         m->mp.max_ctx = m->hp.n_ctx_train;
         if (m->mp.max_ctx_cap > 0 && m->mp.max_ctx > m->mp.max_ctx_cap)
@@ -418,6 +434,12 @@ void model_destroy(model *m) {
 const model_hparams *model_hp(const model *m) { return &m->hp; }
 const gguf_file *model_gguf(const model *m) { return m->gguf; }
 int model_kv_n_groups(const model *m) { return m->n_groups; }
+int model_layer_first(const model *m) { return m->layer_first; }
+int model_layer_end(const model *m) { return m->layer_end; }
+void model_set_forward_hook(model *m, model_forward_fn fn, void *user) {
+    m->forward_hook = fn;
+    m->forward_hook_user = user;
+}
 
 void model_kv_group_shape(const model *m, int group, kv_pool_config *cfg, int32_t *window) {
     cfg->n_layers = m->groups[group].n_layers;

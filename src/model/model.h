@@ -28,6 +28,12 @@ typedef struct model_params {
      * the weights) with the fraction done, 0..1, ending with 1. */
     void (*progress)(double done, void *user);
     void *progress_user;
+    /* Pipeline stage (pipeline-parallel serving, engine/pp.h): only layers
+     * [layer_first, layer_end) are bound and repacked, and only their KV is in
+     * the pools; the first stage also embeds, the last one also has the output
+     * norm and head. The other layers' pages of the mapping are never touched.
+     * Both 0: the whole model. */
+    int layer_first, layer_end;
 } model_params;
 
 /* Loads a GGUF model. The gguf_file is owned by the model afterwards. */
@@ -95,6 +101,28 @@ typedef struct model_span {
 /* Runs the span; false (err set) as model_forward, with the chunks before the
  * failing one computed. */
 bool model_forward_span(model *m, kv_pool *const *pools, const model_span *s, kvl_error *err);
+
+/* ---- pipeline stages ----
+ * The layers this model holds: [first, end) (all of them unless loaded as a
+ * stage). */
+int model_layer_first(const model *m);
+int model_layer_end(const model *m);
+/* Runs the batch through this stage's layers only. x_in: the hidden states
+ * entering the first layer (n_tokens x n_embd floats, the previous stage's
+ * x_out), NULL to embed the tokens (first stage only). x_out: where the
+ * hidden states after the last layer go, NULL to project the wanted rows to
+ * logits as model_forward does (last stage only). Every token's numbers are
+ * the ones model_forward computes for it, so a pipeline of stages gives the
+ * whole model's logits bit for bit. */
+bool model_forward_stage(model *m, kv_pool *const *pools, const model_batch *b, const float *x_in,
+                         float *x_out, float *logits, kvl_error *err);
+/* Replaces what model_forward does for this model (NULL: the plain forward):
+ * the pipeline's first stage runs the whole pipeline from it, so every caller
+ * of model_forward (engine steps, evaluation) goes through the pipeline. The
+ * hook calls model_forward_stage for its own layers. */
+typedef bool (*model_forward_fn)(void *user, model *m, kv_pool *const *pools, const model_batch *b,
+                                 float *logits, kvl_error *err);
+void model_set_forward_hook(model *m, model_forward_fn fn, void *user);
 
 /* The reference forward (model_ref.c): one token at pos of one sequence, whose
  * table in KV group g is seqs[g], in plain C with double accumulation and a

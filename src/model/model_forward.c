@@ -484,7 +484,20 @@ static int64_t project_logits(fwd_ctx *c, float *logits, float *hidden) {
 
 bool model_forward(model *m, kv_pool *const *pools, const model_batch *b, float *logits,
                    kvl_error *err) {
+    if (m->forward_hook) return m->forward_hook(m->forward_hook_user, m, pools, b, logits, err);
+    return model_forward_stage(m, pools, b, NULL, NULL, logits, err);
+}
+
+bool model_forward_stage(model *m, kv_pool *const *pools, const model_batch *b, const float *x_in,
+                         float *x_out, float *logits, kvl_error *err) {
+    if (!x_in && !model_first_stage(m))
+        return kvl_fail(err, "model: layers %d-%d need the hidden states of the stage before",
+                        m->layer_first, m->layer_end - 1);
+    if (!x_out && !model_last_stage(m))
+        return kvl_fail(err, "model: layers %d-%d are not the last: their output goes on",
+                        m->layer_first, m->layer_end - 1);
     if (!check_batch(m, pools, b, err) || !ensure_attn_scratch(m, pools, err)) return false;
+    const int64_t E = m->hp.n_embd;
     int64_t out_rows = 0;
     for (int64_t t0 = 0; t0 < b->n_tokens; t0 += m->mp.max_ubatch) {
         fwd_ctx c = {.m = m,
@@ -493,8 +506,13 @@ bool model_forward(model *m, kv_pool *const *pools, const model_batch *b, float 
                      .t0 = t0,
                      .n =
                          b->n_tokens - t0 < m->mp.max_ubatch ? b->n_tokens - t0 : m->mp.max_ubatch};
-        embed(&c);
-        for (int il = 0; il < m->hp.n_layer; il++) layer_forward(&c, il);
+        if (x_in) memcpy(m->x, x_in + t0 * E, (size_t)(c.n * E) * sizeof(float));
+        else embed(&c);
+        for (int il = m->layer_first; il < m->layer_end; il++) layer_forward(&c, il);
+        if (x_out) {
+            memcpy(x_out + t0 * E, m->x, (size_t)(c.n * E) * sizeof(float));
+            continue;
+        }
         out_rows += project_logits(&c, logits ? logits + out_rows * m->hp.n_vocab : NULL,
                                    b->hidden ? b->hidden + out_rows * m->hp.n_embd : NULL);
     }

@@ -72,7 +72,16 @@ struct model {
     void *work;              /* matmul activation quantization */
     float *logit_rows;       /* [max_ubatch][E] normed rows to project */
     struct moe_scratch *moe; /* model_moe.c; NULL for a dense model */
+
+    /* Pipeline stage: layers [layer_first, layer_end) are bound; the others'
+     * layer_weights stay zero. */
+    int layer_first, layer_end;
+    model_forward_fn forward_hook;
+    void *forward_hook_user;
 };
+
+static inline bool model_first_stage(const model *m) { return m->layer_first == 0; }
+static inline bool model_last_stage(const model *m) { return m->layer_end == m->hp.n_layer; }
 
 /* ---- loading helpers (model.c) ---- */
 /* Looks up a weight and checks its shape and type (ne1 0: a 1-D F32 vector). */

@@ -1,0 +1,119 @@
+/* cli_pp: the command line's side of pipeline-parallel runs (--pp, engine/pp.h).
+ * Every rank parses the same argv and opens the same file; each loads only
+ * its layers. Rank 0 goes on with the command, the model's forwards going
+ * through the pipeline; the other ranks serve them here and exit. */
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+static int g_pp_rank = -1;
+static pp_stage *g_open_stage; /* rank 0's, until cli_pp_detach */
+
+/* Leaving without cli_unload (an error return after loading): the other
+ * ranks still wait for steps, so they are told the pipeline is closed. */
+static void pp_at_exit(void) {
+    if (g_open_stage) pp_stage_destroy(g_open_stage);
+    g_open_stage = NULL;
+    pp_finalize();
+}
+
+/* A rank stopped answering. `serve` waits for SIGTERM with it blocked in
+ * every thread: sending it makes the server fail what is in flight, drain
+ * and exit, and pp_finalize then ends the whole job. run and bench get the
+ * error from the forward and exit by themselves. */
+static void on_broken(void *user) {
+    (void)user;
+    sigset_t cur;
+    if (pthread_sigmask(SIG_BLOCK, NULL, &cur) == 0 && sigismember(&cur, SIGTERM))
+        kill(getpid(), SIGTERM);
+}
+
+int cli_pp_rank(void) { return g_pp_rank < 0 ? 0 : g_pp_rank; }
+
+bool cli_pp_prepare(const cli_opts *o, const gguf_file *f, model_params *mp) {
+    if (o->pp <= 0) return true;
+    kvl_error err = {{0}};
+    if (o->spec != ENGINE_SPEC_OFF || o->model_draft) {
+        fprintf(stderr, "kvllm: --pp: speculative decoding (--spec, --model-draft) is not "
+                        "available with a pipeline\n");
+        return false;
+    }
+    int rank = 0;
+    bool ok = pp_init(o->pp, &rank, &err);
+    if (g_pp_rank < 0 && pp_available()) atexit(pp_at_exit);
+    g_pp_rank = rank;
+    int first[PP_MAX_RANKS], end[PP_MAX_RANKS];
+    if (ok) ok = pp_split(f, o->pp, o->pp_layers, first, end, &err);
+    if (!ok) {
+        if (rank == 0) fprintf(stderr, "kvllm: %s\n", err.msg);
+        if (pp_available() && o->pp > 1) pp_abort(1); /* the other ranks would wait for us */
+        return false;
+    }
+    if (rank == 0) {
+        fprintf(stderr, "kvllm: pipeline of %d ranks, layers", o->pp);
+        for (int r = 0; r < o->pp; r++)
+            fprintf(stderr, "%s %d-%d", r ? "," : "", first[r], end[r] - 1);
+        fprintf(stderr, "\n");
+    }
+    mp->layer_first = first[rank];
+    mp->layer_end = end[rank];
+    return true;
+}
+
+bool cli_pp_attach(const cli_opts *o, cli_model *cm) {
+    if (o->pp <= 0) return true;
+    kvl_error err = {{0}};
+    pp_config pc = {.timeout_s = o->pp_timeout, .micro = o->pp_micro, .on_broken = on_broken};
+    cm->pp = pp_stage_create(cm->m, &pc, &err);
+    if (!cm->pp) {
+        fprintf(stderr, "kvllm: rank %d: %s\n", g_pp_rank, err.msg);
+        pp_abort(1);
+    }
+    if (g_pp_rank == 0) {
+        g_open_stage = cm->pp;
+        return true;
+    }
+    /* mpirun passes a Ctrl-C or SIGTERM to every rank: rank 0 drains its
+     * requests, which needs the others, and then closes the pipeline */
+    signal(SIGINT, SIG_IGN);
+    signal(SIGTERM, SIG_IGN);
+    /* a worker: serve rank 0's steps, then leave with the job */
+    bool ok = pp_worker_run(cm->pp, &err);
+    if (!ok) {
+        fprintf(stderr, "kvllm: rank %d: %s\n", g_pp_rank, err.msg);
+        pp_abort(1);
+    }
+    if (getenv("KVLLM_PP_STATS")) {
+        pp_stats st;
+        pp_stage_stats(cm->pp, &st);
+        fprintf(stderr,
+                "kvllm: rank %d: %lld steps, %lld tokens, sent %lld hidden + %lld logits bytes, "
+                "waited %.3f s\n",
+                g_pp_rank, (long long)st.steps, (long long)st.tokens, (long long)st.hidden_bytes,
+                (long long)st.logits_bytes, st.wait_s);
+    }
+    cli_unload(cm);
+    pp_finalize();
+    exit(0);
+}
+
+void cli_pp_detach(cli_model *cm) {
+    if (!cm->pp) return;
+    if (g_pp_rank == 0 && getenv("KVLLM_PP_STATS")) {
+        pp_stats st;
+        pp_stage_stats(cm->pp, &st);
+        fprintf(stderr,
+                "kvllm: rank 0: %lld steps, %lld tokens, sent %lld hidden + %lld descriptor bytes, "
+                "waited %.3f s\n",
+                (long long)st.steps, (long long)st.tokens, (long long)st.hidden_bytes,
+                (long long)st.ctrl_bytes, st.wait_s);
+    }
+    pp_stage_destroy(cm->pp);
+    if (g_open_stage == cm->pp) g_open_stage = NULL;
+    cm->pp = NULL;
+}

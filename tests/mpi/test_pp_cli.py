@@ -1,0 +1,165 @@
+#!/usr/bin/env python3
+"""kvllm run --pp N under mpirun: the same ids and logprobs as one process,
+clear refusals, and a rank that dies or stops answering ends the job with an
+error naming it, within the timeout.
+
+Usage: test_pp_cli.py MPIRUN KVLLM_BIN
+"""
+import json
+import subprocess
+import sys
+import time
+
+MPIRUN, KV = sys.argv[1], sys.argv[2]
+G = "tests/data/golden/models/"
+failures = []
+
+
+def mpirun(n, args, env=None, timeout=120):
+    cmd = [MPIRUN, "--oversubscribe", "-np", str(n), KV] + args
+    t0 = time.time()
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    return p, time.time() - t0
+
+
+def tokens(out):
+    """The generated-token lines of `run --json` (the stats line holds timings)."""
+    return [json.loads(l) for l in out.splitlines() if l.strip() and '"done"' not in l]
+
+
+def check(cond, what):
+    print(("ok   " if cond else "FAIL ") + what)
+    if not cond:
+        failures.append(what)
+
+
+RUN = ["run", "-p", "Once upon a time", "-n", "16", "-t", "1", "--temp", "0", "--json",
+       "--top-logprobs", "3", "--ignore-eos"]
+
+import os
+import re
+
+for model, n in [(G + "qwen3moe-f32.gguf", 2), ("models/stories260K.gguf", 3)]:
+    one = subprocess.run([KV] + RUN + ["-m", model], capture_output=True, text=True)
+    p, _ = mpirun(n, RUN + ["-m", model, "--pp", str(n)], env=dict(os.environ, KVLLM_PP_STATS="1"))
+    check(p.returncode == 0 and one.returncode == 0 and len(tokens(one.stdout)) == 16
+          and tokens(p.stdout) == tokens(one.stdout),
+          f"run --pp {n} {model}: ids and logprobs as one process\n{p.stderr[-800:]}")
+    # hidden states cross each boundary as n_embd float32s per token
+    info = json.loads(subprocess.run([KV, "info", "-m", model, "--json"], capture_output=True,
+                                     text=True).stdout)
+    st = re.search(r"rank 0: \d+ steps, (\d+) tokens, sent (\d+) hidden", p.stderr)
+    check(st is not None and int(st.group(2)) == int(st.group(1)) * info["n_embd"] * 4,
+          f"rank 0 sent n_embd x 4 = {info['n_embd'] * 4} bytes per token to rank 1")
+
+# the planner per rank (no MPI needed): Llama 3 70B, 80 layers over 4 ranks, 20 each;
+# KV per rank = 2 x 20 layers x 8 KV heads x 128 x 2 bytes x 8192 x 8 tokens = 5 GiB
+p = subprocess.run([KV, "kv-plan", "--config", "tests/kv_plan/llama-3-70b.json", "--context", "8192",
+                    "--concurrency", "8", "--weights-bytes", "42.5GB", "--budget", "32GiB", "--pp",
+                    "4"], capture_output=True, text=True)
+rows = re.findall(r"^  (\d)\s+(\d+-\d+)\s+([\d.]+ \w+)\s+([\d.]+ \w+)", p.stdout, re.M)
+check(p.returncode == 0 and [r[1] for r in rows] == ["0-19", "20-39", "40-59", "60-79"]
+      and all(r[3] == "5 GiB" for r in rows) and "the job: fits" in p.stdout,
+      "kv-plan --pp 4: 20 layers and 5 GiB of KV per rank\n" + p.stdout[-600:])
+
+# --pp-layers, and micro-batches of one token each
+p, _ = mpirun(2, RUN + ["-m", "models/stories260K.gguf", "--pp", "2", "--pp-layers", "0-0,1-4",
+                        "--pp-micro", "8"])
+one = subprocess.run([KV] + RUN + ["-m", "models/stories260K.gguf"], capture_output=True, text=True)
+check(p.returncode == 0 and tokens(p.stdout) == tokens(one.stdout) and "layers 0-0, 1-4" in p.stderr,
+      "--pp-layers 0-0,1-4 --pp-micro 8: same output")
+
+# refusals
+p, _ = mpirun(3, ["run", "-m", G + "qwen3-f32.gguf", "-p", "x", "-n", "2", "--pp", "3"])
+check(p.returncode != 0 and "only 2 layers" in p.stderr, "--pp 3 on a 2-layer model is refused")
+p = subprocess.run([KV, "run", "-m", G + "qwen3-f32.gguf", "-p", "x", "-n", "2", "--pp", "2"],
+                   capture_output=True, text=True, timeout=60)
+check(p.returncode != 0 and "mpirun -np 2" in p.stderr, "--pp 2 without mpirun is refused")
+p, _ = mpirun(2, ["run", "-m", G + "qwen3-f32.gguf", "-p", "x", "-n", "2", "--pp", "2",
+                  "--pp-layers", "0-0,2-3"])
+check(p.returncode != 0 and "--pp-layers" in p.stderr, "a bad --pp-layers is refused")
+p, _ = mpirun(2, ["run", "-m", G + "qwen3-f32.gguf", "-p", "x", "-n", "2", "--pp", "2",
+                  "--spec", "ngram"])
+check(p.returncode != 0 and "speculative" in p.stderr, "--spec with --pp is refused")
+
+# faults: rank 1 stops answering / exits at step 3
+for mode in ["hang", "exit"]:
+    env = dict(os.environ, KVLLM_PP_FAULT=f"1:3:{mode}")
+    try:
+        p, dt = mpirun(2, ["run", "-m", G + "qwen3-f32.gguf", "-p", "hello", "-n", "32", "-t", "1",
+                           "--pp", "2", "--pp-timeout", "3"], env=env, timeout=90)
+        named = ("pipeline: rank 1 sent nothing" in p.stderr if mode == "hang"
+                 else "],1]" in p.stderr or "pipeline: rank 1" in p.stderr)
+        check(p.returncode != 0 and named and dt < 60,
+              f"rank 1 {mode}s at step 3: the job ends non-zero in {dt:.1f} s naming rank 1\n"
+              + p.stderr[-600:])
+    except subprocess.TimeoutExpired:
+        check(False, f"rank 1 {mode}s at step 3: the job hung")
+
+# serve --pp 2: the same completion as one process; then a rank that goes silent fails the
+# request in flight with an error and ends the job
+import socket
+import urllib.error
+import urllib.request
+
+
+def free_port():
+    with socket.socket() as so:
+        so.bind(("127.0.0.1", 0))
+        return so.getsockname()[1]
+
+
+def complete(port, deadline):
+    body = json.dumps({"prompt": "Once upon a time", "max_tokens": 12, "temperature": 0}).encode()
+    while True:
+        try:
+            req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", body,
+                                         {"Content-Type": "application/json"})
+            with urllib.request.urlopen(req, timeout=30) as r:
+                return r.status, json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read() or b"{}")
+        except (ConnectionError, urllib.error.URLError):
+            if time.time() > deadline:
+                return None, None
+            time.sleep(0.2)
+
+
+def serve(cmd, env=None):
+    port = free_port()
+    proc = subprocess.Popen(cmd + ["--port", str(port)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    return proc, port
+
+
+SERVE = ["serve", "-m", G + "qwen3-f32.gguf", "-t", "1"]
+one, port = serve([KV] + SERVE)
+st1, r1 = complete(port, time.time() + 30)
+one.terminate()
+one.communicate(timeout=30)
+pp, port = serve([MPIRUN, "--oversubscribe", "-np", "2", KV] + SERVE + ["--pp", "2"])
+st2, r2 = complete(port, time.time() + 60)
+pp.terminate()
+try:
+    _, err = pp.communicate(timeout=60)
+except subprocess.TimeoutExpired:
+    pp.kill()
+    err = "hung on SIGTERM"
+check(st1 == 200 and st2 == 200 and r1["choices"][0]["text"] == r2["choices"][0]["text"],
+      f"serve --pp 2: the same completion as one process ({st1}, {st2})\n{err[-500:]}")
+
+env = dict(os.environ, KVLLM_PP_FAULT="1:2:hang")
+pp, port = serve([MPIRUN, "--oversubscribe", "-np", "2", KV] + SERVE + ["--pp", "2",
+                 "--pp-timeout", "3"], env=env)
+st, r = complete(port, time.time() + 60)
+try:
+    _, err = pp.communicate(timeout=60)
+    rc = pp.returncode
+except subprocess.TimeoutExpired:
+    pp.kill()
+    err, rc = "hung", None
+check(st is not None and st >= 500 and rc not in (0, None) and "rank 1 sent nothing" in err,
+      f"serve --pp 2, rank 1 silent: the request fails ({st}), the job ends ({rc})\n{err[-500:]}")
+
+print(f"{len(failures)} failures")
+sys.exit(1 if failures else 0)
