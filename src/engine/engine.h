@@ -173,6 +173,16 @@ const model *engine_model(const engine *e);
 /* The disk tier (NULL: none). Its counters are safe to read from any thread;
  * kv_disk_save must run on the thread that drives engine_step. */
 kv_disk *engine_kv_disk(engine *e);
+/* A request whose prefix is on the disk tier waits while a reader thread
+ * loads it; engine_step goes on with the others meanwhile. fn(user) is called
+ * on that thread whenever a read finishes (to wake the thread that steps;
+ * it must not call the engine). With fn set, engine_step never sleeps on a
+ * read: the caller sleeps while engine_waiting_on_disk and fn wakes it; without,
+ * a step that has nothing else to do sleeps until one is done. NULL: none (it
+ * returns once no earlier call of fn runs). */
+void engine_set_disk_wake(engine *e, void (*fn)(void *user), void *user);
+/* The last step computed nothing and only reads in flight can change that. */
+bool engine_waiting_on_disk(engine *e);
 
 /* Puts the full blocks of ids (a prefix, under this cache salt) in the disk
  * tier: blocks RAM or the tier holds are reused, the rest computed, then all

@@ -293,7 +293,7 @@ static void *engine_main(void *arg) {
     for (;;) {
         pthread_mutex_lock(&s->q_mu);
         while (!s->stopping && !s->q_head && !s->task_head && !s->cancel_pending &&
-               !engine_has_work(s->e))
+               (!engine_has_work(s->e) || engine_waiting_on_disk(s->e)))
             pthread_cond_wait(&s->q_cv, &s->q_mu);
         srv_job *incoming = s->q_head;
         s->q_head = s->q_tail = NULL;
@@ -315,9 +315,21 @@ static void *engine_main(void *arg) {
     return NULL;
 }
 
+/* The disk tier's reader thread: a prefix read finished (engine_waiting_on_disk
+ * is read under q_mu, so the signal cannot fall between its check and the wait). */
+static void disk_read_done(void *user) {
+    srv *s = user;
+    pthread_mutex_lock(&s->q_mu);
+    pthread_cond_signal(&s->q_cv);
+    pthread_mutex_unlock(&s->q_mu);
+}
+
 bool engine_thread_start(srv *s) {
     publish_metrics(s);
-    return pthread_create(&s->engine_thread, NULL, engine_main, s) == 0;
+    engine_set_disk_wake(s->e, disk_read_done, s);
+    if (pthread_create(&s->engine_thread, NULL, engine_main, s) == 0) return true;
+    engine_set_disk_wake(s->e, NULL, NULL);
+    return false;
 }
 
 /* Cancels whatever runs, lets the engine send the final events, then joins. */
@@ -327,4 +339,5 @@ void engine_thread_stop(srv *s) {
     pthread_cond_signal(&s->q_cv);
     pthread_mutex_unlock(&s->q_mu);
     pthread_join(s->engine_thread, NULL);
+    engine_set_disk_wake(s->e, NULL, NULL); /* the tier outlives the server */
 }
