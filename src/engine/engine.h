@@ -186,10 +186,16 @@ bool engine_waiting_on_disk(engine *e);
 
 /* Puts the full blocks of ids (a prefix, under this cache salt) in the disk
  * tier: blocks RAM or the tier holds are reused, the rest computed, then all
- * written synchronously. Returns the blocks on disk, or -1 with err (no tier,
- * bad ids, no free blocks now, a write failure). Same thread rule as
- * engine_embed. */
+ * written synchronously, and pinned as one saved prefix (kv_disk_save).
+ * Returns the blocks on disk, or -1 with err (no tier, bad ids, no free blocks
+ * now, a write failure), or KV_DISK_OVER_PIN_CAP with err. Same thread rule
+ * as engine_embed. */
 int64_t engine_kv_save(engine *e, const int32_t *ids, int64_t n, const char *salt, kvl_error *err);
+/* Drops the pin an engine_kv_save of exactly these ids (full blocks, same
+ * salt) put on the disk tier (engine_kv_pin.c). Returns the blocks it pinned,
+ * or -1 with err (no tier, or no such saved prefix). */
+int64_t engine_kv_unpin(engine *e, const int32_t *ids, int64_t n, const char *salt,
+                        kvl_error *err);
 
 typedef struct engine_metrics {
     int64_t n_running, n_waiting;
