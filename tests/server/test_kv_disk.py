@@ -2,7 +2,9 @@
 """The KV disk tier and priorities through `kvllm serve`: a prefix saved with
 POST /v1/kv/save is read back from disk by a server restarted (after SIGKILL)
 over the same directory, with the same greedy output as the first computation;
-the disk metrics count it; `priority` is validated and refused under fcfs.
+the disk metrics count it; `priority` is validated and refused under fcfs; the
+saved prefix is unpinned once (POST /v1/kv/unpin), and a save past
+--kv-disk-pin-max is a 413.
 usage: test_kv_disk.py KVLLM_BIN SOURCE_DIR"""
 import json, os, re, shutil, signal, subprocess, sys, tempfile, urllib.error, urllib.request
 
@@ -75,6 +77,22 @@ try:
     check(re.search(r"^kvllm:kv_disk_blocks\{", m, re.M) is not None, "metrics: kv_disk_blocks")
     st, e = post(port, "/v1/completions", dict(gen, priority="high"))
     check(st == 400, f"priority 'high': {st}")
+    # the saved prefix is pinned until unpinned, once
+    st, un = post(port, "/v1/kv/unpin", {"prompt": prompt})
+    check(st == 200 and un.get("blocks") == saved.get("blocks"), f"kv/unpin: {st} {un} (saved {saved})")
+    st, e = post(port, "/v1/kv/unpin", {"prompt": prompt})
+    check(st == 404, f"kv/unpin twice: {st} {e}")
+    p.send_signal(signal.SIGTERM)
+    p.wait(timeout=60)
+
+    # a save past the pin cap is refused, nothing pinned
+    shutil.rmtree(d, ignore_errors=True)
+    p, port = start(["--kv-disk", d, "--kv-disk-size", "64MiB", "--kv-disk-pin-max", "1KiB"])
+    st, e = post(port, "/v1/kv/save", {"prompt": prompt})
+    check(st == 413 and e.get("error", {}).get("code") == "kv_pin_limit", f"save past the pin cap: {st} {e}")
+    m = get(port, "/metrics")
+    pinned = re.search(r"^kvllm:kv_disk_pinned_blocks\{[^}]*\} (\S+)", m, re.M)
+    check(pinned and float(pinned.group(1)) == 0, "metrics: kv_disk_pinned_blocks after a refused save")
     p.send_signal(signal.SIGTERM)
     p.wait(timeout=60)
 finally:
