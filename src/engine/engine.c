@@ -260,7 +260,10 @@ bool engine_waiting_on_disk(engine *e) {
 }
 kv_pool *engine_kv_group(engine *e, int group) { return e->kv[group]; }
 const engine_config *engine_cfg(const engine *e) { return &e->cfg; }
-bool engine_has_work(const engine *e) { return e->waiting || e->n_running > 0; }
+bool engine_has_work(const engine *e) {
+    /* a cancelled request's read still in flight: a later step gives its blocks back */
+    return e->waiting || e->n_running > 0 || (e->disk && kv_disk_has_loads(e->disk));
+}
 
 engine_metrics engine_get_metrics(const engine *e) {
     engine_metrics m = e->metrics;

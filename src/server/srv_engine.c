@@ -292,9 +292,24 @@ static void *engine_main(void *arg) {
     srv *s = arg;
     for (;;) {
         pthread_mutex_lock(&s->q_mu);
-        while (!s->stopping && !s->q_head && !s->task_head && !s->cancel_pending &&
-               (!engine_has_work(s->e) || engine_waiting_on_disk(s->e)))
-            pthread_cond_wait(&s->q_cv, &s->q_mu);
+        while (!s->stopping && !s->q_head && !s->task_head && !s->cancel_pending) {
+            if (!engine_has_work(s->e)) {
+                pthread_cond_wait(&s->q_cv, &s->q_mu);
+                continue;
+            }
+            if (!engine_waiting_on_disk(s->e)) break;
+            /* Only disk reads are in flight: sleep until one ends (the reader
+             * signals), but look at the clients every 50 ms, so one that left
+             * has its request and its reserved blocks given up mid-read. */
+            struct timespec until;
+            clock_gettime(CLOCK_REALTIME, &until);
+            until.tv_nsec += 50 * 1000000L;
+            if (until.tv_nsec >= 1000000000L) {
+                until.tv_sec++;
+                until.tv_nsec -= 1000000000L;
+            }
+            if (pthread_cond_timedwait(&s->q_cv, &s->q_mu, &until) != 0) break;
+        }
         srv_job *incoming = s->q_head;
         s->q_head = s->q_tail = NULL;
         srv_engine_task *tasks = s->task_head;
