@@ -159,6 +159,8 @@ int64_t engine_submit(engine *e, const engine_request *r, kvl_error *err);
 void engine_cancel(engine *e, int64_t request_id);
 /* Runs one scheduler step. Returns false with err set on an internal failure. */
 bool engine_step(engine *e, kvl_error *err);
+/* Requests waiting or running, or a cancelled request's disk read whose
+ * blocks a later step still has to take back. */
 bool engine_has_work(const engine *e);
 
 /* KV group 0's pool (the only one unless the model has sliding-window layers). */
