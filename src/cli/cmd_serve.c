@@ -82,8 +82,10 @@ static void serve_usage(FILE *out) {
         "                           restart (same model file, KV type and block size only)\n"
         "  --kv-disk-size SIZE      the tier's size at most (default 20GiB; least recently used "
         "first out)\n"
-        "  --kv-disk-pin-max SIZE   bytes of the tier POST /v1/kv/save may pin, kept from the size\n"
-        "                           limit until POST /v1/kv/unpin (default: half of --kv-disk-size)\n"
+        "  --kv-disk-pin-max SIZE   bytes of the tier POST /v1/kv/save may pin, kept from the "
+        "size\n"
+        "                           limit until POST /v1/kv/unpin (default: half of "
+        "--kv-disk-size)\n"
         "  --scheduling-policy P    fcfs (default; a request 'priority' other than 0 is refused) "
         "or\n"
         "                           priority (lower 'priority' first; preemption takes the "
@@ -154,8 +156,7 @@ static int serve_flag(const char *f, const char *v, void *ctx) {
                 IS("--api-key-file") || IS("--max-connections") || IS("--max-connections-per-ip") ||
                 IS("--request-timeout") || IS("--shutdown-timeout") || IS("--http-threads") ||
                 IS("--kv-disk") || IS("--kv-disk-size") || IS("--scheduling-policy") ||
-                IS("--kv-disk-pin-max") ||
-                IS("--prefix-admission-wait");
+                IS("--kv-disk-pin-max") || IS("--prefix-admission-wait");
     if (!ours) return 0;
     if (!v) {
         fprintf(stderr, "kvllm: %s: missing value\n", f);

@@ -36,10 +36,10 @@ typedef struct seq {
     int n_draft;                      /* 0 outside a step, and for a plain decode */
     int n_accepted;                   /* of this step's drafts */
     spec_adapt adapt;
-    spec_dseq dseq;   /* the draft model's KV of this sequence */
-    int passed_over;  /* admissions that preferred a later request (prefix-aware) */
+    spec_dseq dseq;     /* the draft model's KV of this sequence */
+    int passed_over;    /* admissions that preferred a later request (prefix-aware) */
     kv_disk_load *load; /* its prefix being read from the disk tier: waits until ready */
-    struct seq *next; /* in the waiting queue or the running list */
+    struct seq *next;   /* in the waiting queue or the running list */
 } seq;
 
 struct engine {
@@ -255,9 +255,7 @@ void engine_set_disk_wake(engine *e, void (*fn)(void *user), void *user) {
     e->disk_wake = fn != NULL;
 }
 
-bool engine_waiting_on_disk(engine *e) {
-    return e->disk_stalled && kv_disk_loads_pending(e->disk);
-}
+bool engine_waiting_on_disk(engine *e) { return e->disk_stalled && kv_disk_loads_pending(e->disk); }
 kv_pool *engine_kv_group(engine *e, int group) { return e->kv[group]; }
 const engine_config *engine_cfg(const engine *e) { return &e->cfg; }
 bool engine_has_work(const engine *e) {
@@ -603,8 +601,8 @@ static seq **pick_waiting(engine *e, bool admit) {
     int64_t most = cached_prefix(e, *best);
     int n = 0;
     for (seq **pp = &e->waiting; *pp && n < PREFIX_SCAN; pp = &(*pp)->next, n++) {
-        if (*pp == *best || (*pp)->req.priority != (*best)->req.priority ||
-            (*pp)->n_computed > 0 || (*pp)->load)
+        if (*pp == *best || (*pp)->req.priority != (*best)->req.priority || (*pp)->n_computed > 0 ||
+            (*pp)->load)
             continue;
         int64_t h = cached_prefix(e, *pp);
         if (h > most) {

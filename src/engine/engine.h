@@ -196,8 +196,7 @@ int64_t engine_kv_save(engine *e, const int32_t *ids, int64_t n, const char *sal
 /* Drops the pin an engine_kv_save of exactly these ids (full blocks, same
  * salt) put on the disk tier (engine_kv_pin.c). Returns the blocks it pinned,
  * or -1 with err (no tier, or no such saved prefix). */
-int64_t engine_kv_unpin(engine *e, const int32_t *ids, int64_t n, const char *salt,
-                        kvl_error *err);
+int64_t engine_kv_unpin(engine *e, const int32_t *ids, int64_t n, const char *salt, kvl_error *err);
 
 typedef struct engine_metrics {
     int64_t n_running, n_waiting;

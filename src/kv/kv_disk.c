@@ -59,13 +59,13 @@ struct kv_disk_load {
     int n;               /* blocks to read; 0: a wait for another load of the same blocks */
     int n_ok;            /* leading blocks read and verified (set with done) */
     bool queued, done, abandoned;
-    uint64_t gen;        /* a wait: d->settled when it began (ready once that changed) */
-    uint64_t parent;     /* the chain hash before the first block */
-    int64_t first;       /* chain index of the first block */
-    int32_t *blocks;     /* reserved RAM blocks, one reference each held by the load */
+    uint64_t gen;    /* a wait: d->settled when it began (ready once that changed) */
+    uint64_t parent; /* the chain hash before the first block */
+    int64_t first;   /* chain index of the first block */
+    int32_t *blocks; /* reserved RAM blocks, one reference each held by the load */
     uint64_t *hashes;
-    uint8_t **dst;      /* their bytes (kv_block_k), taken by the owner */
-    int32_t *tokens;    /* n * block_size expected token ids */
+    uint8_t **dst;   /* their bytes (kv_block_k), taken by the owner */
+    int32_t *tokens; /* n * block_size expected token ids */
 };
 
 typedef struct disk_slot {
@@ -611,9 +611,9 @@ static void *reader_main(void *arg) {
         int ok = 0;
         while (ok < l->n && !l->abandoned) {
             pthread_mutex_unlock(&d->mu);
-            read_result r = read_block(d, l->hashes[ok], ok ? l->hashes[ok - 1] : l->parent,
-                                       l->tokens + (size_t)ok * bs, l->dst[ok], d->reader_buf,
-                                       d->reader_xxh);
+            read_result r =
+                read_block(d, l->hashes[ok], ok ? l->hashes[ok - 1] : l->parent,
+                           l->tokens + (size_t)ok * bs, l->dst[ok], d->reader_buf, d->reader_xxh);
             pthread_mutex_lock(&d->mu);
             if (r != READ_OK) break;
             ok++;
@@ -961,7 +961,8 @@ static int64_t attach_load(kv_disk *d, kv_disk_load *l, kv_seq *s, const int32_t
         const int64_t idx = l->first + i;
         const uint64_t parent = i ? l->hashes[i - 1] : l->parent;
         if (i < n_ok && idx == s->n_hashed && s->n_blocks == s->n_hashed &&
-            s->chain_hash == parent && (idx + 1) * bs <= n_tokens && kv_seq_append(s, l->blocks[i])) {
+            s->chain_hash == parent && (idx + 1) * bs <= n_tokens &&
+            kv_seq_append(s, l->blocks[i])) {
             kv_prefix_commit(p, s, tokens, (idx + 1) * bs);
             got += bs;
             l->blocks[i] = -1; /* the table holds it now */

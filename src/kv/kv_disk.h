@@ -56,14 +56,14 @@ typedef struct kv_disk_config {
 } kv_disk_config;
 
 typedef struct kv_disk_stats {
-    int64_t blocks;     /* blocks on disk (indexed) */
-    uint64_t bytes;     /* their file bytes */
-    int64_t reads;      /* block files read */
-    int64_t writes;     /* block files written */
-    int64_t hits;       /* blocks loaded into RAM from disk */
-    int64_t dropped;    /* evicted blocks not written: every staging slot busy */
-    int64_t corrupt;    /* files dropped: bad checksum, size or tokens */
-    int64_t hit_tokens; /* prompt tokens served from disk */
+    int64_t blocks;          /* blocks on disk (indexed) */
+    uint64_t bytes;          /* their file bytes */
+    int64_t reads;           /* block files read */
+    int64_t writes;          /* block files written */
+    int64_t hits;            /* blocks loaded into RAM from disk */
+    int64_t dropped;         /* evicted blocks not written: every staging slot busy */
+    int64_t corrupt;         /* files dropped: bad checksum, size or tokens */
+    int64_t hit_tokens;      /* prompt tokens served from disk */
     int64_t pinned_blocks;   /* blocks a saved prefix pins (kept from the size limit) */
     uint64_t pinned_bytes;   /* their file bytes */
     int64_t loads;           /* background reads started (kv_disk_prefix_step) */

@@ -40,8 +40,7 @@ static bool run_kv_task(srv *s, srv_engine_task *t, api_error *err) {
         err->code = "kv_pin_limit";
         return false;
     }
-    return k->blocks >= 0 ||
-           api_fail(err, engine_kv_disk(s->e) ? 503 : 400, NULL, "%s", kerr.msg);
+    return k->blocks >= 0 || api_fail(err, engine_kv_disk(s->e) ? 503 : 400, NULL, "%s", kerr.msg);
 }
 
 static char *kv_request(srv *s, const char *body, size_t len, const srv_key *key, bool unpin,

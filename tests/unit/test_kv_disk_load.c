@@ -67,8 +67,8 @@ static engine *make_engine(const char *dir, uint64_t max_bytes, uint64_t max_pin
     c.max_seqs = 2;
     c.n_blocks = N_BLOCKS;
     c.prefix_cache = dir != NULL;
-    kv_disk_config dc = {.dir = dir, .max_bytes = max_bytes, .queue_blocks = 8,
-                         .max_pinned_bytes = max_pinned};
+    kv_disk_config dc = {
+        .dir = dir, .max_bytes = max_bytes, .queue_blocks = 8, .max_pinned_bytes = max_pinned};
     memcpy(dc.model_id, g_id, 16);
     c.kv_disk = dir ? &dc : NULL;
     kvl_error err;
@@ -349,7 +349,8 @@ static void test_pins(const char *dir) {
           (long long)kv_disk_get_stats(d).pinned_blocks, count_files(dir, ".pin"));
     CHECK(engine_kv_unpin(e, g_prompts[0], 64, NULL, &err) < 0, "unpin twice");
     r = engine_kv_save(e, g_prompts[1], 32, NULL, &err);
-    CHECK(r == 2, "a save that fits after the unpin: %lld (%s)", (long long)r, r < 0 ? err.msg : "");
+    CHECK(r == 2, "a save that fits after the unpin: %lld (%s)", (long long)r,
+          r < 0 ? err.msg : "");
     churn(e, 2);
     churn(e, 3);
     engine_destroy(e);
