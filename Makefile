@@ -59,7 +59,7 @@ sanitize: deps
 	cmake --build build-asan -j $(JOBS)
 	ctest --test-dir build-asan --output-on-failure -j $(JOBS) -L 'unit|golden' $(if $(SAN_ASAN_EXCLUDE),-E '$(SAN_ASAN_EXCLUDE)')
 	cmake -S . -B build-tsan $(SAN_TYPE) -DKVLLM_TSAN=ON >/dev/null
-	cmake --build build-tsan -j $(JOBS) --target kvllm test_server test_pool
+	cmake --build build-tsan -j $(JOBS) --target kvllm test_server test_pool test_kv_disk_load
 	TSAN_OPTIONS=halt_on_error=1 OMP_NUM_THREADS=1 ctest --test-dir build-tsan --output-on-failure -L 'server|threads'
 
 clean:

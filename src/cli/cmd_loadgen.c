@@ -19,6 +19,7 @@ static void loadgen_usage(FILE *out) {
             "  --api-key KEY       sent as 'Authorization: Bearer KEY'\n"
             "  --model NAME        model id (default: the first one /v1/models lists)\n"
             "  --seed N, -s N      prompt word seed (default 0)\n"
+            "  --priority N        send \"priority\": N (serve --scheduling-policy priority)\n"
             "  --json              one JSON object instead of the table\n");
 }
 
@@ -58,6 +59,9 @@ static bool apply(loadgen_opts *o, const char *f, const char *v) {
             return false;
         }
         o->temperature = t;
+    } else if (IS("--priority")) {
+        o->has_priority = true;
+        return int_arg(f, v, -1000000, 1000000, &o->priority);
     } else if (IS("--seed") || IS("-s")) {
         if (!int_arg(f, v, 0, INT64_MAX, &x)) return false;
         o->seed = (uint64_t)x;

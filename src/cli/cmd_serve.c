@@ -17,7 +17,7 @@ typedef struct serve_opts {
     double kv_memory_fraction;
     int64_t max_seqs, max_batch_tokens;
     bool no_prefix_cache, help;
-    const char *kv_disk, *kv_disk_size; /* the disk tier (kv_disk.h) */
+    const char *kv_disk, *kv_disk_size, *kv_disk_pin_max; /* the disk tier (kv_disk.h) */
     kv_disk_config disk;
     engine_sched scheduling;
     int64_t prefix_admission_wait;
@@ -82,6 +82,10 @@ static void serve_usage(FILE *out) {
         "                           restart (same model file, KV type and block size only)\n"
         "  --kv-disk-size SIZE      the tier's size at most (default 20GiB; least recently used "
         "first out)\n"
+        "  --kv-disk-pin-max SIZE   bytes of the tier POST /v1/kv/save may pin, kept from the "
+        "size\n"
+        "                           limit until POST /v1/kv/unpin (default: half of "
+        "--kv-disk-size)\n"
         "  --scheduling-policy P    fcfs (default; a request 'priority' other than 0 is refused) "
         "or\n"
         "                           priority (lower 'priority' first; preemption takes the "
@@ -152,7 +156,7 @@ static int serve_flag(const char *f, const char *v, void *ctx) {
                 IS("--api-key-file") || IS("--max-connections") || IS("--max-connections-per-ip") ||
                 IS("--request-timeout") || IS("--shutdown-timeout") || IS("--http-threads") ||
                 IS("--kv-disk") || IS("--kv-disk-size") || IS("--scheduling-policy") ||
-                IS("--prefix-admission-wait");
+                IS("--kv-disk-pin-max") || IS("--prefix-admission-wait");
     if (!ours) return 0;
     if (!v) {
         fprintf(stderr, "kvllm: %s: missing value\n", f);
@@ -166,6 +170,7 @@ static int serve_flag(const char *f, const char *v, void *ctx) {
     else if (IS("--cors")) so->sc.cors_origin = v;
     else if (IS("--kv-disk")) so->kv_disk = v;
     else if (IS("--kv-disk-size")) so->kv_disk_size = v;
+    else if (IS("--kv-disk-pin-max")) so->kv_disk_pin_max = v;
     else if (IS("--prefix-admission-wait")) {
         if (!parse_int(f, v, 0, 1 << 20, &so->prefix_admission_wait)) return -1;
     } else if (IS("--scheduling-policy")) {
@@ -267,8 +272,9 @@ static bool engine_settings(const cli_opts *o, serve_opts *so, model *m, model *
     ec->draft_model = draft;
     ec->scheduling = so->scheduling;
     ec->prefix_admission_wait = (int)so->prefix_admission_wait;
-    if (so->kv_disk_size && !so->kv_disk) {
-        fprintf(stderr, "kvllm: --kv-disk-size needs --kv-disk DIR\n");
+    if ((so->kv_disk_size || so->kv_disk_pin_max) && !so->kv_disk) {
+        fprintf(stderr, "kvllm: %s needs --kv-disk DIR\n",
+                so->kv_disk_size ? "--kv-disk-size" : "--kv-disk-pin-max");
         return false;
     }
     if (so->kv_disk) {
@@ -284,8 +290,18 @@ static bool engine_settings(const cli_opts *o, serve_opts *so, model *m, model *
             fprintf(stderr, "kvllm: --kv-disk: %s\n", err.msg);
             return false;
         }
+        uint64_t pin = 0;
+        if (so->kv_disk_pin_max &&
+            (!kvl_parse_size(so->kv_disk_pin_max, &pin) || pin == 0 || pin > bytes)) {
+            fprintf(stderr,
+                    "kvllm: --kv-disk-pin-max: '%s' is not a size between 1 byte and the tier's "
+                    "size (%llu bytes)\n",
+                    so->kv_disk_pin_max, (unsigned long long)bytes);
+            return false;
+        }
         so->disk.dir = so->kv_disk;
         so->disk.max_bytes = bytes;
+        so->disk.max_pinned_bytes = pin;
         ec->kv_disk = &so->disk;
     }
     if (so->kv_memory) {

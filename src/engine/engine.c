@@ -36,9 +36,10 @@ typedef struct seq {
     int n_draft;                      /* 0 outside a step, and for a plain decode */
     int n_accepted;                   /* of this step's drafts */
     spec_adapt adapt;
-    spec_dseq dseq;   /* the draft model's KV of this sequence */
-    int passed_over;  /* admissions that preferred a later request (prefix-aware) */
-    struct seq *next; /* in the waiting queue or the running list */
+    spec_dseq dseq;     /* the draft model's KV of this sequence */
+    int passed_over;    /* admissions that preferred a later request (prefix-aware) */
+    kv_disk_load *load; /* its prefix being read from the disk tier: waits until ready */
+    struct seq *next;   /* in the waiting queue or the running list */
 } seq;
 
 struct engine {
@@ -53,6 +54,8 @@ struct engine {
     int64_t spec_left;     /* draft tokens still allowed this step */
     spec_drafter *drafter; /* ENGINE_SPEC_DRAFT */
     kv_disk *disk;         /* second tier of the prefix cache (NULL: none) */
+    bool disk_wake;        /* engine_set_disk_wake given: engine_step never sleeps on reads */
+    bool disk_stalled;     /* the last step planned nothing while reads were in flight */
     int64_t next_id;
     seq *waiting;  /* FIFO; preempted sequences go to the front */
     seq **running; /* in admission order (newest last) */
@@ -202,6 +205,7 @@ fail:
 
 static void seq_free(engine *e, seq *s) {
     if (!s) return;
+    if (s->load) kv_disk_load_cancel(e->disk, s->load); /* its reserved blocks go back */
     spec_dseq_release(e->drafter, &s->dseq, true);
     for (int g = 0; g < e->n_groups; g++) kv_seq_free(e->kv[g], &s->kv[g]);
     sampler_destroy(s->smp);
@@ -244,9 +248,20 @@ kv_pool *engine_kv(engine *e) { return e->kv[0]; }
 int engine_kv_n_groups(const engine *e) { return e->n_groups; }
 bool engine_prefix_cache_enabled(const engine *e) { return e->prefix_cache; }
 kv_disk *engine_kv_disk(engine *e) { return e->disk; }
+
+void engine_set_disk_wake(engine *e, void (*fn)(void *user), void *user) {
+    if (!e->disk) return;
+    kv_disk_set_notify(e->disk, fn, user);
+    e->disk_wake = fn != NULL;
+}
+
+bool engine_waiting_on_disk(engine *e) { return e->disk_stalled && kv_disk_loads_pending(e->disk); }
 kv_pool *engine_kv_group(engine *e, int group) { return e->kv[group]; }
 const engine_config *engine_cfg(const engine *e) { return &e->cfg; }
-bool engine_has_work(const engine *e) { return e->waiting || e->n_running > 0; }
+bool engine_has_work(const engine *e) {
+    /* a cancelled request's read still in flight: a later step gives its blocks back */
+    return e->waiting || e->n_running > 0 || (e->disk && kv_disk_has_loads(e->disk));
+}
 
 engine_metrics engine_get_metrics(const engine *e) {
     engine_metrics m = e->metrics;
@@ -523,19 +538,32 @@ static void seq_forget_kv(engine *e, seq *s) {
 }
 
 /* Attaches the longest cached prefix of full blocks to a sequence about to be
- * admitted. The last token is never taken from the cache: its logits are needed. */
-static void prefix_attach(engine *e, seq *s) {
-    if (!e->prefix_cache || s->n_computed > 0) return;
-    int64_t from_disk = e->disk ? kv_disk_get_stats(e->disk).hit_tokens : 0;
-    s->n_computed = e->disk ? kv_disk_prefix_match(e->disk, &s->kv[0], s->tokens, s->n_tokens - 1)
-                            : kv_prefix_match(e->kv[0], &s->kv[0], s->tokens, s->n_tokens - 1);
-    if (e->disk) from_disk = kv_disk_get_stats(e->disk).hit_tokens - from_disk;
+ * admitted. The last token is never taken from the cache: its logits are needed.
+ * False while blocks of it are being read from the disk tier (the sequence
+ * waits; the others go on). */
+static bool prefix_attach(engine *e, seq *s) {
+    if (!e->prefix_cache || s->n_computed > 0) return true;
+    if (e->disk) {
+        int64_t from_disk = 0, have = kv_disk_prefix_step(e->disk, &s->kv[0], s->tokens,
+                                                          s->n_tokens - 1, &s->load, &from_disk);
+        if (s->stats.n_generated == 0) s->stats.n_disk_prompt += from_disk;
+        if (s->load) return false;
+        s->n_computed = have;
+    } else {
+        s->n_computed = kv_prefix_match(e->kv[0], &s->kv[0], s->tokens, s->n_tokens - 1);
+    }
     e->metrics.prefix_cache_queries += s->n_tokens;
     e->metrics.prefix_cache_hits += s->n_computed;
     if (s->stats.n_generated == 0) {
         s->stats.n_cached_prompt = s->n_computed;
-        s->stats.n_disk_prompt = from_disk;
+        if (s->stats.n_disk_prompt > s->n_computed) s->stats.n_disk_prompt = s->n_computed;
     }
+    return true;
+}
+
+/* Whether s waits for a read from the disk tier that is not done yet. */
+static bool seq_loading(const engine *e, const seq *s) {
+    return s->load && !kv_disk_load_ready(e->disk, s->load);
 }
 
 /* Adds s to the running list. Under priority scheduling the list stays sorted
@@ -560,11 +588,12 @@ static int64_t cached_prefix(const engine *e, const seq *s) {
 static seq **pick_waiting(engine *e, bool admit) {
     enum { PREFIX_SCAN = 32 }; /* waiting requests compared by cached prefix */
     seq **best = &e->waiting;
+    while (*best && seq_loading(e, *best)) best = &(*best)->next;
     if (!*best) return NULL;
     if (e->cfg.scheduling ==
         ENGINE_SCHED_PRIORITY) /* the first of the lowest value: list order is arrival */
         for (seq **pp = &(*best)->next; *pp; pp = &(*pp)->next)
-            if ((*pp)->req.priority < (*best)->req.priority) best = pp;
+            if ((*pp)->req.priority < (*best)->req.priority && !seq_loading(e, *pp)) best = pp;
     if (e->cfg.prefix_admission_wait <= 0 || !e->prefix_cache ||
         (*best)->passed_over >= e->cfg.prefix_admission_wait)
         return best;
@@ -572,7 +601,8 @@ static seq **pick_waiting(engine *e, bool admit) {
     int64_t most = cached_prefix(e, *best);
     int n = 0;
     for (seq **pp = &e->waiting; *pp && n < PREFIX_SCAN; pp = &(*pp)->next, n++) {
-        if (*pp == *best || (*pp)->req.priority != (*best)->req.priority || (*pp)->n_computed > 0)
+        if (*pp == *best || (*pp)->req.priority != (*best)->req.priority || (*pp)->n_computed > 0 ||
+            (*pp)->load)
             continue;
         int64_t h = cached_prefix(e, *pp);
         if (h > most) {
@@ -763,7 +793,7 @@ static void plan_step(engine *e, step_plan *p) {
     while (budget > 0 && e->n_running < e->cfg.max_seqs && (link = pick_waiting(e, true))) {
         seq *s = *link;
         if (leader_prefilling(e, s)) break; /* keeps FIFO order; the leader finishes first */
-        prefix_attach(e, s);
+        if (!prefix_attach(e, s)) continue; /* reading from disk: pick_waiting skips it now */
         int64_t n = reserve_chunk(e, s, budget);
         if (n == 0) {
             seq_forget_kv(e, s); /* give the cached blocks back; retry next step */
@@ -858,8 +888,10 @@ static void finish_drafts(engine *e, seq *s) {
 
 bool engine_step(engine *e, kvl_error *err) {
     drop_cancelled(e);
+    if (e->disk) kv_disk_reap(e->disk); /* blocks of reads cancelled mid-way */
     step_plan p;
     plan_step(e, &p);
+    e->disk_stalled = p.n_tokens == 0 && e->disk && kv_disk_has_loads(e->disk);
     for (int g = 0; g < e->n_groups; g++) { /* allocations evict inside kv: log how many */
         int64_t ev = kv_pool_n_evicted(e->kv[g]);
         if (ev > e->n_evicted_seen[g])
@@ -867,6 +899,15 @@ bool engine_step(engine *e, kvl_error *err) {
         e->n_evicted_seen[g] = ev;
     }
     if (p.n_tokens == 0) {
+        if (e->disk_stalled) { /* nothing to compute until a read finishes */
+            /* Reads done but not admitted (the head of the queue waits for
+             * blocks) go to the RAM cache, where they are evictable, rather than
+             * hold their blocks meanwhile. */
+            for (seq *s = e->waiting; s; s = s->next)
+                if (s->load && !seq_loading(e, s) && prefix_attach(e, s)) seq_forget_kv(e, s);
+            if (!e->disk_wake) kv_disk_wait_loads(e->disk);
+            return true;
+        }
         if (e->waiting && e->n_running == 0)
             return kvl_fail(err, "engine: no KV blocks free for the next request");
         return true;

@@ -159,6 +159,8 @@ int64_t engine_submit(engine *e, const engine_request *r, kvl_error *err);
 void engine_cancel(engine *e, int64_t request_id);
 /* Runs one scheduler step. Returns false with err set on an internal failure. */
 bool engine_step(engine *e, kvl_error *err);
+/* Requests waiting or running, or a cancelled request's disk read whose
+ * blocks a later step still has to take back. */
 bool engine_has_work(const engine *e);
 
 /* KV group 0's pool (the only one unless the model has sliding-window layers). */
@@ -173,13 +175,28 @@ const model *engine_model(const engine *e);
 /* The disk tier (NULL: none). Its counters are safe to read from any thread;
  * kv_disk_save must run on the thread that drives engine_step. */
 kv_disk *engine_kv_disk(engine *e);
+/* A request whose prefix is on the disk tier waits while a reader thread
+ * loads it; engine_step goes on with the others meanwhile. fn(user) is called
+ * on that thread whenever a read finishes (to wake the thread that steps;
+ * it must not call the engine). With fn set, engine_step never sleeps on a
+ * read: the caller sleeps while engine_waiting_on_disk and fn wakes it; without,
+ * a step that has nothing else to do sleeps until one is done. NULL: none (it
+ * returns once no earlier call of fn runs). */
+void engine_set_disk_wake(engine *e, void (*fn)(void *user), void *user);
+/* The last step computed nothing and only reads in flight can change that. */
+bool engine_waiting_on_disk(engine *e);
 
 /* Puts the full blocks of ids (a prefix, under this cache salt) in the disk
  * tier: blocks RAM or the tier holds are reused, the rest computed, then all
- * written synchronously. Returns the blocks on disk, or -1 with err (no tier,
- * bad ids, no free blocks now, a write failure). Same thread rule as
- * engine_embed. */
+ * written synchronously, and pinned as one saved prefix (kv_disk_save).
+ * Returns the blocks on disk, or -1 with err (no tier, bad ids, no free blocks
+ * now, a write failure), or KV_DISK_OVER_PIN_CAP with err. Same thread rule
+ * as engine_embed. */
 int64_t engine_kv_save(engine *e, const int32_t *ids, int64_t n, const char *salt, kvl_error *err);
+/* Drops the pin an engine_kv_save of exactly these ids (full blocks, same
+ * salt) put on the disk tier (engine_kv_pin.c). Returns the blocks it pinned,
+ * or -1 with err (no tier, or no such saved prefix). */
+int64_t engine_kv_unpin(engine *e, const int32_t *ids, int64_t n, const char *salt, kvl_error *err);
 
 typedef struct engine_metrics {
     int64_t n_running, n_waiting;

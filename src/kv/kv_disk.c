@@ -38,8 +38,35 @@ _Static_assert(sizeof(disk_header) == 120, "the block file header is 120 bytes, 
 typedef struct disk_entry {
     uint64_t hash;
     uint64_t stamp; /* last write or hit, ns (the file's mtime after a restart) */
+    int32_t pins;   /* saved prefixes holding it: kept from the size limit while > 0 */
     struct disk_entry *next;
 } disk_entry;
+
+/* A saved prefix (kv_disk_save): the blocks it pins. Engine thread only. */
+typedef struct pin_rec {
+    uint64_t id; /* the hash of its last block; names its pin file */
+    int64_t n;
+    uint64_t *hashes;
+    struct pin_rec *next;
+} pin_rec;
+
+/* A background read. Created, attached and freed by the thread that drives the
+ * pool (the owner); the reader writes only the reserved blocks' bytes and
+ * n_ok, and both sides exchange it under mu. */
+struct kv_disk_load {
+    kv_disk_load *next;  /* d->loads: every load not freed yet */
+    kv_disk_load *qnext; /* d->q_head: waiting for the reader */
+    int n;               /* blocks to read; 0: a wait for another load of the same blocks */
+    int n_ok;            /* leading blocks read and verified (set with done) */
+    bool queued, done, abandoned;
+    uint64_t gen;    /* a wait: d->settled when it began (ready once that changed) */
+    uint64_t parent; /* the chain hash before the first block */
+    int64_t first;   /* chain index of the first block */
+    int32_t *blocks; /* reserved RAM blocks, one reference each held by the load */
+    uint64_t *hashes;
+    uint8_t **dst;   /* their bytes (kv_block_k), taken by the owner */
+    int32_t *tokens; /* n * block_size expected token ids */
+};
 
 typedef struct disk_slot {
     uint8_t *buf; /* header, tokens, payload */
@@ -69,6 +96,23 @@ struct kv_disk {
     pthread_t writer;
     bool writer_started;
     uint8_t *read_buf; /* engine thread: one file */
+    XXH3_state_t *read_xxh;
+    /* pins */
+    uint64_t max_pinned_bytes; /* 0: no cap */
+    int64_t n_pinned;          /* entries with pins > 0 (mu) */
+    pin_rec *pins;             /* engine thread */
+    /* background reads (mu) */
+    kv_disk_load *loads, *q_head, *q_tail;
+    uint64_t settled; /* loads attached or given back so far */
+    pthread_cond_t cv_read, cv_done;
+    bool stop_reader;
+    pthread_t reader;
+    bool reader_started;
+    void (*notify)(void *user);
+    void *notify_user;
+    int notifying;
+    uint8_t *reader_buf; /* reader thread: a header and token ids */
+    XXH3_state_t *reader_xxh;
     kv_disk_stats st;
 };
 
@@ -161,13 +205,26 @@ static void index_drop(kv_disk *d, uint64_t hash) {
     if (!*pp) return;
     disk_entry *e = *pp;
     *pp = e->next;
+    if (e->pins > 0) d->n_pinned--;
     free(e);
     d->n_entries--;
+    d->st.pinned_blocks = d->n_pinned;
+    d->st.pinned_bytes = (uint64_t)d->n_pinned * d->file_bytes;
     d->st.blocks = d->n_entries;
     d->st.bytes = (uint64_t)d->n_entries * d->file_bytes;
 }
 
-/* Deletes least recently used files until the tier fits its size. O(n) per
+static void pin_entry(kv_disk *d, disk_entry *e, int delta) {
+    bool was = e->pins > 0;
+    e->pins += delta;
+    if (e->pins < 0) e->pins = 0;
+    d->n_pinned += (e->pins > 0) - was;
+    d->st.pinned_blocks = d->n_pinned;
+    d->st.pinned_bytes = (uint64_t)d->n_pinned * d->file_bytes;
+}
+
+/* Deletes least recently used files until the tier fits its size; pinned
+ * ones are never deleted (their bytes are capped below the size). O(n) per
  * deletion, which is small next to writing a block file. */
 static void enforce_limit(kv_disk *d) {
     while (d->max_bytes && d->n_entries > 0 &&
@@ -175,7 +232,8 @@ static void enforce_limit(kv_disk *d) {
         disk_entry *old = NULL;
         for (size_t i = 0; i < d->n_buckets; i++)
             for (disk_entry *e = d->buckets[i]; e; e = e->next)
-                if (!old || e->stamp < old->stamp) old = e;
+                if (e->pins == 0 && (!old || e->stamp < old->stamp)) old = e;
+        if (!old) return; /* all pinned */
         char path[4096];
         block_path(d, old->hash, path, sizeof path);
         unlink(path);
@@ -217,8 +275,9 @@ static bool write_all(int fd, const uint8_t *p, size_t n) {
 }
 
 /* Writes one file crash-safely: a temporary, fdatasync (unless the caller
- * syncs the whole file system afterwards), rename. Then indexes it. */
-static bool write_file(kv_disk *d, uint8_t *buf, bool sync, kvl_error *err) {
+ * syncs the whole file system afterwards), rename. Then indexes it (pinned
+ * once more when pin, before the size limit can see it). */
+static bool write_file(kv_disk *d, uint8_t *buf, bool sync, bool pin, kvl_error *err) {
     seal_file(d, buf);
     uint64_t hash;
     memcpy(&hash, buf + offsetof(disk_header, hash), sizeof hash);
@@ -238,6 +297,8 @@ static bool write_file(kv_disk *d, uint8_t *buf, bool sync, kvl_error *err) {
     }
     pthread_mutex_lock(&d->mu);
     index_put(d, hash, next_stamp(d));
+    disk_entry *ent = *index_slot(d, hash);
+    if (pin && ent) pin_entry(d, ent, +1);
     d->st.writes++;
     enforce_limit(d);
     pthread_mutex_unlock(&d->mu);
@@ -260,7 +321,8 @@ static void *writer_main(void *arg) {
          * cache has it), and a file a power loss tore fails its checks and is
          * dropped; a sync each would cap the writer at the disk's flush rate
          * and drop most evictions (bench/README.md). */
-        if (!write_file(d, d->slots[si].buf, false, &err)) kvl_log(KVL_LOG_WARN, "%s", err.msg);
+        if (!write_file(d, d->slots[si].buf, false, false, &err))
+            kvl_log(KVL_LOG_WARN, "%s", err.msg);
         pthread_mutex_lock(&d->mu);
         d->slots[si].busy = false;
         d->writing--;
@@ -323,6 +385,105 @@ static bool header_ok(const kv_disk *d, const disk_header *h, uint64_t hash) {
            h->header_xxh == XXH3_64bits(h, offsetof(disk_header, header_xxh));
 }
 
+/* ---- pin files: "KVLLMPIN", u64 n, n block hashes, XXH3-64 of all before ---- */
+
+static void pin_path(const kv_disk *d, uint64_t id, char *out, size_t cap) {
+    snprintf(out, cap, "%s/%016llx-%016llx.pin", d->dir, (unsigned long long)d->ident_hash,
+             (unsigned long long)id);
+}
+
+static bool write_pin_file(kv_disk *d, const pin_rec *r, kvl_error *err) {
+    size_t bytes = 16 + (size_t)r->n * 8 + 8;
+    uint8_t *buf = malloc(bytes);
+    if (!buf) return kvl_fail(err, "kv disk: out of memory");
+    memcpy(buf, "KVLLMPIN", 8);
+    uint64_t n = (uint64_t)r->n;
+    memcpy(buf + 8, &n, 8);
+    memcpy(buf + 16, r->hashes, (size_t)r->n * 8);
+    uint64_t x = XXH3_64bits(buf, bytes - 8);
+    memcpy(buf + bytes - 8, &x, 8);
+    char path[4096], tmp[4200];
+    pin_path(d, r->id, path, sizeof path);
+    snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    bool ok = fd >= 0 && write_all(fd, buf, bytes) && fdatasync(fd) == 0;
+    int e = errno;
+    if (fd >= 0) close(fd);
+    free(buf);
+    if (!ok || rename(tmp, path) != 0) {
+        if (ok) e = errno;
+        unlink(tmp);
+        return kvl_fail(err, "kv disk: cannot write the pin file %s: %s", path, strerror(e));
+    }
+    return true;
+}
+
+/* Reads a pin file; NULL when damaged (the caller deletes it). */
+static pin_rec *read_pin_file(const char *path, uint64_t id) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return NULL;
+    struct stat sb;
+    uint8_t head[16];
+    pin_rec *r = NULL;
+    uint8_t *buf = NULL;
+    uint64_t n;
+    if (fstat(fd, &sb) != 0 || sb.st_size < 24 || !read_all(fd, head, 16, 0) ||
+        memcmp(head, "KVLLMPIN", 8) != 0)
+        goto out;
+    memcpy(&n, head + 8, 8);
+    if (n == 0 || n > (1u << 24) || (uint64_t)sb.st_size != 24 + n * 8) goto out;
+    buf = malloc((size_t)sb.st_size);
+    if (!buf || !read_all(fd, buf, (size_t)sb.st_size, 0)) goto out;
+    uint64_t x;
+    memcpy(&x, buf + sb.st_size - 8, 8);
+    if (x != XXH3_64bits(buf, (size_t)sb.st_size - 8)) goto out;
+    r = calloc(1, sizeof *r);
+    if (r && !(r->hashes = malloc(n * 8))) {
+        free(r);
+        r = NULL;
+    }
+    if (r) {
+        r->id = id;
+        r->n = (int64_t)n;
+        memcpy(r->hashes, buf + 16, n * 8);
+    }
+out:
+    free(buf);
+    close(fd);
+    return r;
+}
+
+/* Pins the blocks of every intact pin file (a damaged one is deleted). */
+static void index_pins(kv_disk *d) {
+    DIR *dir = opendir(d->dir);
+    if (!dir) return;
+    char prefix[32];
+    snprintf(prefix, sizeof prefix, "%016llx-", (unsigned long long)d->ident_hash);
+    struct dirent *de;
+    while ((de = readdir(dir))) {
+        const char *n = de->d_name;
+        unsigned long long id;
+        char tail[8];
+        if (strncmp(n, prefix, 17) != 0 || strlen(n) != 17 + 16 + 4 ||
+            sscanf(n + 17, "%16llx%7s", &id, tail) != 2 || strcmp(tail, ".pin") != 0)
+            continue;
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", d->dir, n);
+        pin_rec *r = read_pin_file(path, id);
+        if (!r) {
+            unlink(path);
+            continue;
+        }
+        for (int64_t i = 0; i < r->n; i++) {
+            disk_entry *e = *index_slot(d, r->hashes[i]);
+            if (e) pin_entry(d, e, +1);
+        }
+        r->next = d->pins;
+        d->pins = r;
+    }
+    closedir(dir);
+}
+
 static void index_dir(kv_disk *d) {
     DIR *dir = opendir(d->dir);
     if (!dir) return;
@@ -361,7 +522,117 @@ static void index_dir(kv_disk *d) {
         if (stamp > d->last_stamp) d->last_stamp = stamp;
     }
     closedir(dir);
+    index_pins(d);
     enforce_limit(d);
+}
+
+/* ---- reading a block ---- */
+
+typedef enum read_result { READ_OK, READ_MISS, READ_BAD } read_result;
+
+/* Reads n bytes from the file's current offset: plain read()s, front to back
+ * (so a FIFO standing in for a block file blocks here, which the tests use to
+ * hold a read at a known point). */
+static bool read_seq(int fd, uint8_t *p, size_t n) {
+    while (n > 0) {
+        ssize_t r = read(fd, p, n);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) return false;
+        p += r;
+        n -= (size_t)r;
+    }
+    return true;
+}
+
+/* Reads block `hash` (expected parent hash and token ids) with its bytes
+ * straight into dst (the pool's block bytes) and verifies it: READ_BAD (the
+ * file is deleted) when torn or damaged, READ_MISS when gone or another
+ * prefix's (a hash collision). buf takes the header and token ids. */
+static read_result read_block(kv_disk *d, uint64_t hash, uint64_t parent, const int32_t *tokens,
+                              uint8_t *dst, uint8_t *buf, XXH3_state_t *xs) {
+    char path[4096];
+    block_path(d, hash, path, sizeof path);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) { /* deleted since (by the size limit, or by hand) */
+        const bool gone = errno == ENOENT;
+        pthread_mutex_lock(&d->mu);
+        if (gone) index_drop(d, hash);
+        pthread_mutex_unlock(&d->mu);
+        return READ_MISS;
+    }
+    const size_t head = sizeof(disk_header) + d->tok_bytes, body = d->file_bytes - head;
+    bool ok = read_seq(fd, buf, head) && read_seq(fd, dst, body);
+    uint8_t extra; /* a file one byte longer is as damaged as a short one */
+    if (ok && read(fd, &extra, 1) != 0) ok = false;
+    close(fd);
+    disk_header h;
+    memcpy(&h, buf, sizeof h);
+    if (ok) {
+        XXH3_64bits_reset(xs); /* the same value as one XXH3_64bits over tokens + bytes */
+        XXH3_64bits_update(xs, buf + sizeof h, d->tok_bytes);
+        XXH3_64bits_update(xs, dst, body);
+        ok = header_ok(d, &h, hash) && h.payload_xxh == XXH3_64bits_digest(xs);
+    }
+    pthread_mutex_lock(&d->mu);
+    d->st.reads++;
+    if (!ok) {
+        index_drop(d, hash);
+        d->st.corrupt++;
+    }
+    pthread_mutex_unlock(&d->mu);
+    if (!ok) { /* damaged: drop it; the block is recomputed */
+        unlink(path);
+        kvl_log(KVL_LOG_WARN, "kv disk: %s failed its checks and was deleted", path);
+        return READ_BAD;
+    }
+    /* Intact, but a hash collision is still a miss. */
+    if (h.parent != parent || memcmp(buf + sizeof h, tokens, d->tok_bytes) != 0) return READ_MISS;
+    pthread_mutex_lock(&d->mu);
+    disk_entry *e = *index_slot(d, hash);
+    if (e) e->stamp = next_stamp(d);
+    pthread_mutex_unlock(&d->mu);
+    utimensat(AT_FDCWD, path, NULL, 0); /* its recency survives a restart */
+    return READ_OK;
+}
+
+/* The reader thread: one load at a time, block by block, stopping at the
+ * first that does not verify or when its sequence gave it up. */
+static void *reader_main(void *arg) {
+    kv_disk *d = arg;
+    const int bs = kv_pool_cfg(d->pool)->block_size;
+    pthread_mutex_lock(&d->mu);
+    for (;;) {
+        while (!d->q_head && !d->stop_reader) pthread_cond_wait(&d->cv_read, &d->mu);
+        if (d->stop_reader) break;
+        kv_disk_load *l = d->q_head;
+        d->q_head = l->qnext;
+        if (!d->q_head) d->q_tail = NULL;
+        l->queued = false;
+        int ok = 0;
+        while (ok < l->n && !l->abandoned) {
+            pthread_mutex_unlock(&d->mu);
+            read_result r =
+                read_block(d, l->hashes[ok], ok ? l->hashes[ok - 1] : l->parent,
+                           l->tokens + (size_t)ok * bs, l->dst[ok], d->reader_buf, d->reader_xxh);
+            pthread_mutex_lock(&d->mu);
+            if (r != READ_OK) break;
+            ok++;
+        }
+        l->n_ok = ok;
+        l->done = true;
+        pthread_cond_broadcast(&d->cv_done);
+        void (*fn)(void *) = d->notify;
+        void *user = d->notify_user;
+        if (fn) {
+            d->notifying++;
+            pthread_mutex_unlock(&d->mu);
+            fn(user); /* outside mu: it may take the caller's locks */
+            pthread_mutex_lock(&d->mu);
+            if (--d->notifying == 0) pthread_cond_broadcast(&d->cv_done);
+        }
+    }
+    pthread_mutex_unlock(&d->mu);
+    return NULL;
 }
 
 kv_disk *kv_disk_open(const kv_disk_config *c, kv_pool *p, kvl_error *err) {
@@ -414,12 +685,21 @@ kv_disk *kv_disk_open(const kv_disk_config *c, kv_pool *p, kvl_error *err) {
     d->slots = calloc((size_t)d->n_slots, sizeof *d->slots);
     d->ring = calloc((size_t)d->n_slots, sizeof *d->ring);
     d->read_buf = malloc(d->file_bytes);
-    bool ok = d->dir && d->buckets && d->slots && d->ring && d->read_buf;
+    d->reader_buf = malloc(sizeof(disk_header) + d->tok_bytes);
+    d->read_xxh = XXH3_createState();
+    d->reader_xxh = XXH3_createState();
+    d->max_pinned_bytes = c->max_pinned_bytes ? c->max_pinned_bytes : d->max_bytes / 2;
+    if (d->max_bytes && (!d->max_pinned_bytes || d->max_pinned_bytes > d->max_bytes))
+        d->max_pinned_bytes = d->max_bytes;
+    bool ok = d->dir && d->buckets && d->slots && d->ring && d->read_buf && d->reader_buf &&
+              d->read_xxh && d->reader_xxh;
     for (int i = 0; ok && i < d->n_slots; i++)
         ok = (d->slots[i].buf = malloc(d->file_bytes)) != NULL;
     pthread_mutex_init(&d->mu, NULL);
     pthread_cond_init(&d->cv_work, NULL);
     pthread_cond_init(&d->cv_idle, NULL);
+    pthread_cond_init(&d->cv_read, NULL);
+    pthread_cond_init(&d->cv_done, NULL);
     if (!ok) {
         kvl_fail(err, "kv disk: out of memory for %d staging blocks of %zu bytes", d->n_slots,
                  d->file_bytes);
@@ -433,6 +713,12 @@ kv_disk *kv_disk_open(const kv_disk_config *c, kv_pool *p, kvl_error *err) {
         return NULL;
     }
     d->writer_started = true;
+    if (pthread_create(&d->reader, NULL, reader_main, d) != 0) {
+        kvl_fail(err, "kv disk: cannot start the reader thread");
+        kv_disk_close(d);
+        return NULL;
+    }
+    d->reader_started = true;
     kv_pool_set_evict_hook(p, on_evict, d);
     return d;
 }
@@ -443,8 +729,35 @@ void kv_disk_flush(kv_disk *d) {
     pthread_mutex_unlock(&d->mu);
 }
 
+static void free_load(kv_disk *d, kv_disk_load *l) {
+    for (int i = 0; i < l->n; i++) kv_block_unref(d->pool, l->blocks[i]);
+    free(l->blocks);
+    free(l->hashes);
+    free(l->dst);
+    free(l->tokens);
+    free(l);
+}
+
 void kv_disk_close(kv_disk *d) {
     if (!d) return;
+    if (d->reader_started) {
+        pthread_mutex_lock(&d->mu);
+        d->stop_reader = true;
+        pthread_cond_signal(&d->cv_read);
+        pthread_mutex_unlock(&d->mu);
+        pthread_join(d->reader, NULL);
+    }
+    while (d->loads) { /* their sequences are gone; the reader is too */
+        kv_disk_load *l = d->loads;
+        d->loads = l->next;
+        free_load(d, l);
+    }
+    while (d->pins) {
+        pin_rec *r = d->pins;
+        d->pins = r->next;
+        free(r->hashes);
+        free(r);
+    }
     if (d->writer_started) {
         kv_pool_set_evict_hook(d->pool, NULL, NULL);
         /* What RAM still holds goes to disk too, so a restart finds it. */
@@ -456,7 +769,7 @@ void kv_disk_close(kv_disk *d) {
                 continue;
             kvl_error err;
             build_file(d, d->read_buf, hash, parent, toks, kv_block_k(d->pool, b, 0));
-            if (!write_file(d, d->read_buf, false, &err)) {
+            if (!write_file(d, d->read_buf, false, false, &err)) {
                 kvl_log(KVL_LOG_WARN, "%s", err.msg);
                 break;
             }
@@ -482,6 +795,11 @@ void kv_disk_close(kv_disk *d) {
     pthread_mutex_destroy(&d->mu);
     pthread_cond_destroy(&d->cv_work);
     pthread_cond_destroy(&d->cv_idle);
+    pthread_cond_destroy(&d->cv_read);
+    pthread_cond_destroy(&d->cv_done);
+    XXH3_freeState(d->read_xxh);
+    XXH3_freeState(d->reader_xxh);
+    free(d->reader_buf);
     free(d->buckets);
     free(d->slots);
     free(d->ring);
@@ -493,58 +811,25 @@ void kv_disk_close(kv_disk *d) {
 /* ---- lookup ---- */
 
 /* Reads s's next block of `all` (hash, with parent s->chain_hash) into a new
- * RAM block appended to s and committed. False (nothing changed) when it is
- * not on disk, does not verify, or no RAM block is free. */
+ * RAM block appended to s and committed, now. False (nothing changed) when it
+ * is not on disk, does not verify, or no RAM block is free. */
 static bool load_block(kv_disk *d, kv_seq *s, const int32_t *all, uint64_t hash) {
     if (!on_disk(d, hash)) return false;
     kv_pool *p = d->pool;
     const int bs = kv_pool_cfg(p)->block_size;
-    const uint64_t parent = s->chain_hash;
-    const int32_t *tokens = all + s->n_hashed * bs;
-    char path[4096];
-    block_path(d, hash, path, sizeof path);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    bool ok = fd >= 0 && read_all(fd, d->read_buf, d->file_bytes, 0);
-    if (fd >= 0) {
-        /* a file one byte longer is as damaged as a short one */
-        uint8_t extra;
-        if (ok && pread(fd, &extra, 1, (off_t)d->file_bytes) != 0) ok = false;
-        close(fd);
-    }
-    pthread_mutex_lock(&d->mu);
-    d->st.reads++;
-    pthread_mutex_unlock(&d->mu);
-    disk_header h;
-    memcpy(&h, d->read_buf, sizeof h);
-    const uint8_t *body = d->read_buf + sizeof h;
-    ok = ok && header_ok(d, &h, hash) &&
-         h.payload_xxh == XXH3_64bits(body, d->file_bytes - sizeof h);
-    if (!ok) { /* damaged (or gone): drop it; the block is recomputed */
-        unlink(path);
-        pthread_mutex_lock(&d->mu);
-        index_drop(d, hash);
-        d->st.corrupt++;
-        pthread_mutex_unlock(&d->mu);
-        kvl_log(KVL_LOG_WARN, "kv disk: %s failed its checks and was deleted", path);
-        return false;
-    }
-    /* Intact, but a hash collision is still a miss. */
-    if (h.parent != parent || memcmp(body, tokens, d->tok_bytes) != 0) return false;
     int32_t b;
     if (!kv_block_alloc(p, 1, &b)) return false;
-    if (!kv_seq_append(s, b)) {
+    read_result r = read_block(d, hash, s->chain_hash, all + s->n_hashed * bs, kv_block_k(p, b, 0),
+                               d->read_buf, d->read_xxh);
+    if (r != READ_OK || !kv_seq_append(s, b)) {
         kv_block_unref(p, b);
         return false;
     }
-    memcpy(kv_block_k(p, b, 0), body + d->tok_bytes, kv_pool_block_bytes(p));
     kv_prefix_commit(p, s, all, (s->n_hashed + 1) * bs);
     pthread_mutex_lock(&d->mu);
-    disk_entry *e = *index_slot(d, hash);
-    if (e) e->stamp = next_stamp(d);
     d->st.hits++;
     d->st.hit_tokens += bs;
     pthread_mutex_unlock(&d->mu);
-    utimensat(AT_FDCWD, path, NULL, 0); /* its recency survives a restart */
     return true;
 }
 
@@ -558,21 +843,329 @@ int64_t kv_disk_prefix_match(kv_disk *d, kv_seq *s, const int32_t *tokens, int64
     }
 }
 
+/* ---- background reads ---- */
+
+static bool load_ready_locked(const kv_disk *d, const kv_disk_load *l) {
+    return l->n > 0 ? l->done : l->gen != d->settled;
+}
+
+bool kv_disk_load_ready(kv_disk *d, const kv_disk_load *l) {
+    pthread_mutex_lock(&d->mu);
+    bool r = load_ready_locked(d, l);
+    pthread_mutex_unlock(&d->mu);
+    return r;
+}
+
+/* Takes l out of d->loads (and the reader's queue); mu held. A wait for it
+ * becomes ready. */
+static void unlink_load_locked(kv_disk *d, kv_disk_load *l) {
+    for (kv_disk_load **pp = &d->loads; *pp; pp = &(*pp)->next)
+        if (*pp == l) {
+            *pp = l->next;
+            break;
+        }
+    if (l->queued) {
+        kv_disk_load *prev = NULL;
+        for (kv_disk_load *q = d->q_head; q; prev = q, q = q->qnext)
+            if (q == l) {
+                if (prev) prev->qnext = q->qnext;
+                else d->q_head = q->qnext;
+                if (d->q_tail == q) d->q_tail = prev;
+                break;
+            }
+        l->queued = false;
+    }
+    d->settled++;
+}
+
+void kv_disk_load_cancel(kv_disk *d, kv_disk_load *l) {
+    if (!l) return;
+    pthread_mutex_lock(&d->mu);
+    if (l->n > 0) d->st.loads_abandoned++;
+    /* queued or finished: nobody else touches its blocks */
+    bool now = l->n == 0 || l->queued || l->done;
+    if (now) unlink_load_locked(d, l);
+    else l->abandoned = true; /* the reader stops after its current block */
+    pthread_mutex_unlock(&d->mu);
+    if (now) free_load(d, l);
+}
+
+void kv_disk_reap(kv_disk *d) {
+    kv_disk_load *done = NULL;
+    pthread_mutex_lock(&d->mu);
+    for (kv_disk_load *l = d->loads, *nx; l; l = nx) {
+        nx = l->next;
+        if (l->abandoned && l->done) {
+            unlink_load_locked(d, l);
+            l->next = done;
+            done = l;
+        }
+    }
+    pthread_mutex_unlock(&d->mu);
+    while (done) {
+        kv_disk_load *l = done;
+        done = l->next;
+        free_load(d, l);
+    }
+}
+
+static bool pending_locked(const kv_disk *d) {
+    if (!d->loads) return false;
+    for (const kv_disk_load *l = d->loads; l; l = l->next)
+        if (load_ready_locked(d, l)) return false; /* an abandoned one: ready to give back */
+    return true;
+}
+
+bool kv_disk_loads_pending(kv_disk *d) {
+    pthread_mutex_lock(&d->mu);
+    bool r = pending_locked(d);
+    pthread_mutex_unlock(&d->mu);
+    return r;
+}
+
+bool kv_disk_has_loads(kv_disk *d) {
+    pthread_mutex_lock(&d->mu);
+    bool r = d->loads != NULL;
+    pthread_mutex_unlock(&d->mu);
+    return r;
+}
+
+void kv_disk_wait_loads(kv_disk *d) {
+    pthread_mutex_lock(&d->mu);
+    while (pending_locked(d)) pthread_cond_wait(&d->cv_done, &d->mu);
+    pthread_mutex_unlock(&d->mu);
+}
+
+void kv_disk_set_notify(kv_disk *d, void (*fn)(void *user), void *user) {
+    pthread_mutex_lock(&d->mu);
+    d->notify = fn;
+    d->notify_user = user;
+    while (d->notifying) pthread_cond_wait(&d->cv_done, &d->mu);
+    pthread_mutex_unlock(&d->mu);
+}
+
+/* Attaches to s the blocks of a finished load that verified and still
+ * continue its chain (RAM may have gained some meanwhile: those are taken
+ * from RAM and ours given back). Frees l. Returns the tokens attached from it. */
+static int64_t attach_load(kv_disk *d, kv_disk_load *l, kv_seq *s, const int32_t *tokens,
+                           int64_t n_tokens) {
+    kv_pool *p = d->pool;
+    const int bs = kv_pool_cfg(p)->block_size;
+    pthread_mutex_lock(&d->mu);
+    unlink_load_locked(d, l);
+    const int n_ok = l->n_ok;
+    pthread_mutex_unlock(&d->mu);
+    int64_t got = 0;
+    if (l->n > 0) kv_prefix_match(p, s, tokens, n_tokens);
+    for (int i = 0; i < l->n; i++) {
+        const int64_t idx = l->first + i;
+        const uint64_t parent = i ? l->hashes[i - 1] : l->parent;
+        if (i < n_ok && idx == s->n_hashed && s->n_blocks == s->n_hashed &&
+            s->chain_hash == parent && (idx + 1) * bs <= n_tokens &&
+            kv_seq_append(s, l->blocks[i])) {
+            kv_prefix_commit(p, s, tokens, (idx + 1) * bs);
+            got += bs;
+            l->blocks[i] = -1; /* the table holds it now */
+        }
+    }
+    for (int i = 0; i < l->n; i++)
+        if (l->blocks[i] >= 0) kv_block_unref(p, l->blocks[i]);
+    l->n = 0;
+    free_load(d, l);
+    if (got) {
+        pthread_mutex_lock(&d->mu);
+        d->st.hits += got / bs;
+        d->st.hit_tokens += got;
+        pthread_mutex_unlock(&d->mu);
+    }
+    return got;
+}
+
+int64_t kv_disk_prefix_step(kv_disk *d, kv_seq *s, const int32_t *tokens, int64_t n_tokens,
+                            kv_disk_load **load, int64_t *from_disk) {
+    enum { LOAD_MAX = 256 }; /* blocks one load reads */
+    kv_pool *p = d->pool;
+    const int bs = kv_pool_cfg(p)->block_size;
+    kv_disk_reap(d);
+    if (*load) {
+        if (!kv_disk_load_ready(d, *load)) return s->n_hashed * bs;
+        *from_disk += attach_load(d, *load, s, tokens, n_tokens);
+        *load = NULL;
+    }
+    int64_t have = kv_prefix_match(p, s, tokens, n_tokens);
+    if (s->n_blocks != s->n_hashed) return have;
+    uint64_t hashes[LOAD_MAX], h = s->chain_hash;
+    int run = 0;
+    for (int64_t at = have; run < LOAD_MAX && at + bs <= n_tokens; at += bs) {
+        h = kv_block_hash(h, tokens + at, bs);
+        if (!on_disk(d, h)) break;
+        hashes[run++] = h;
+    }
+    if (run == 0) return have;
+    pthread_mutex_lock(&d->mu);
+    bool busy = false; /* another load reads this block already: wait for it instead */
+    for (const kv_disk_load *l = d->loads; l && !busy; l = l->next)
+        for (int i = 0; i < l->n && !busy && !l->abandoned; i++) busy = l->hashes[i] == hashes[0];
+    pthread_mutex_unlock(&d->mu);
+    int64_t n = busy ? 0 : kv_pool_n_free(p) < run ? kv_pool_n_free(p) : run;
+    if (!busy && n <= 0) return have; /* no RAM to read into: computed instead */
+    kv_disk_load *l = calloc(1, sizeof *l);
+    bool ok = l != NULL;
+    if (ok && n > 0) {
+        l->blocks = malloc((size_t)n * sizeof *l->blocks);
+        l->hashes = malloc((size_t)n * sizeof *l->hashes);
+        l->dst = malloc((size_t)n * sizeof *l->dst);
+        l->tokens = malloc((size_t)n * bs * sizeof *l->tokens);
+        ok = l->blocks && l->hashes && l->dst && l->tokens && kv_block_alloc(p, n, l->blocks);
+    }
+    if (!ok) {
+        if (l) {
+            l->n = 0; /* no blocks taken */
+            free_load(d, l);
+        }
+        return have;
+    }
+    l->n = (int)n;
+    l->parent = s->chain_hash;
+    l->first = s->n_hashed;
+    for (int64_t i = 0; i < n; i++) {
+        l->hashes[i] = hashes[i];
+        l->dst[i] = kv_block_k(p, l->blocks[i], 0);
+    }
+    if (n > 0) memcpy(l->tokens, tokens + have, (size_t)n * bs * sizeof *l->tokens);
+    pthread_mutex_lock(&d->mu);
+    l->gen = d->settled;
+    l->next = d->loads;
+    d->loads = l;
+    if (n > 0) {
+        l->queued = true;
+        if (d->q_tail) d->q_tail->qnext = l;
+        else d->q_head = l;
+        d->q_tail = l;
+        d->st.loads++;
+        pthread_cond_signal(&d->cv_read);
+    }
+    pthread_mutex_unlock(&d->mu);
+    *load = l;
+    return have;
+}
+
+/* ---- saved prefixes ---- */
+
 int64_t kv_disk_save(kv_disk *d, const kv_seq *s, int64_t n_blocks, kvl_error *err) {
     if (n_blocks > s->n_hashed) n_blocks = s->n_hashed;
-    int64_t saved = 0;
+    if (n_blocks <= 0) return 0;
+    pin_rec *r = calloc(1, sizeof *r);
+    if (!r || !(r->hashes = malloc((size_t)n_blocks * sizeof *r->hashes))) {
+        free(r);
+        kvl_fail(err, "kv disk: out of memory");
+        return -1;
+    }
     for (int64_t i = 0; i < n_blocks; i++) {
+        uint64_t hash, parent;
+        const int32_t *toks;
+        if (s->blocks[i] >= 0 && kv_block_prefix_info(d->pool, s->blocks[i], &hash, &parent, &toks))
+            r->hashes[r->n++] = hash;
+    }
+    r->id = n_blocks == s->n_hashed ? s->chain_hash : r->n ? r->hashes[r->n - 1] : 0;
+    for (pin_rec *o = d->pins; o && r; o = o->next)
+        if (o->id == r->id || r->n == 0) { /* saved already (or nothing to pin): the files only */
+            free(r->hashes);
+            free(r);
+            r = NULL;
+            break;
+        }
+    /* The blocks this save would pin for the first time must fit the cap. */
+    pthread_mutex_lock(&d->mu);
+    int64_t fresh = 0;
+    for (int64_t i = 0; r && i < r->n; i++) {
+        disk_entry *e = *index_slot(d, r->hashes[i]);
+        fresh += !e || e->pins == 0;
+    }
+    const uint64_t want = (uint64_t)(d->n_pinned + fresh) * d->file_bytes;
+    const bool over = d->max_pinned_bytes && want > d->max_pinned_bytes;
+    pthread_mutex_unlock(&d->mu);
+    if (over) {
+        kvl_fail(err,
+                 "pinning this prefix would pin %llu bytes of the KV disk tier, over its cap of "
+                 "%llu (--kv-disk-pin-max; unpin a saved prefix with POST /v1/kv/unpin first)",
+                 (unsigned long long)want, (unsigned long long)d->max_pinned_bytes);
+        free(r->hashes);
+        free(r);
+        return KV_DISK_OVER_PIN_CAP;
+    }
+    int64_t saved = 0, pinned = 0;
+    bool ok = true;
+    for (int64_t i = 0; ok && i < n_blocks; i++) {
         uint64_t hash, parent;
         const int32_t *toks;
         int32_t b = s->blocks[i];
         if (b < 0 || !kv_block_prefix_info(d->pool, b, &hash, &parent, &toks)) continue;
-        if (!on_disk(d, hash)) {
-            build_file(d, d->read_buf, hash, parent, toks, kv_block_k(d->pool, b, 0));
-            if (!write_file(d, d->read_buf, true, err)) return -1;
+        bool have = false;
+        if (r) { /* pin it where it is, under the lock the size limit takes */
+            pthread_mutex_lock(&d->mu);
+            disk_entry *e = *index_slot(d, hash);
+            if (e) pin_entry(d, e, +1);
+            pthread_mutex_unlock(&d->mu);
+            have = e != NULL;
+        } else {
+            have = on_disk(d, hash);
         }
-        saved++;
+        if (!have) {
+            build_file(d, d->read_buf, hash, parent, toks, kv_block_k(d->pool, b, 0));
+            ok = write_file(d, d->read_buf, true, r != NULL, err);
+        }
+        if (ok) saved++;
+        pinned += ok && r;
     }
-    return saved;
+    if (ok && r) ok = write_pin_file(d, r, err);
+    if (!ok && r) { /* nothing stays pinned */
+        pthread_mutex_lock(&d->mu);
+        for (int64_t i = 0; i < pinned; i++) {
+            disk_entry *e = *index_slot(d, r->hashes[i]);
+            if (e) pin_entry(d, e, -1);
+        }
+        enforce_limit(d);
+        pthread_mutex_unlock(&d->mu);
+    }
+    if (ok && r) {
+        r->next = d->pins;
+        d->pins = r;
+    } else if (r) {
+        free(r->hashes);
+        free(r);
+    }
+    return ok ? saved : -1;
+}
+
+int64_t kv_disk_unpin(kv_disk *d, uint64_t root, const int32_t *tokens, int64_t n_tokens,
+                      kvl_error *err) {
+    const int bs = kv_pool_cfg(d->pool)->block_size;
+    uint64_t id = root;
+    for (int64_t at = 0; at + bs <= n_tokens; at += bs) id = kv_block_hash(id, tokens + at, bs);
+    pin_rec **pp = &d->pins;
+    while (*pp && (n_tokens < bs || (*pp)->id != id)) pp = &(*pp)->next;
+    if (!*pp) {
+        kvl_fail(err, "no saved prefix is exactly these %lld tokens (%lld full blocks)",
+                 (long long)n_tokens, (long long)(n_tokens / bs));
+        return -1;
+    }
+    pin_rec *r = *pp;
+    *pp = r->next;
+    char path[4096];
+    pin_path(d, r->id, path, sizeof path);
+    unlink(path);
+    pthread_mutex_lock(&d->mu);
+    for (int64_t i = 0; i < r->n; i++) {
+        disk_entry *e = *index_slot(d, r->hashes[i]);
+        if (e) pin_entry(d, e, -1);
+    }
+    enforce_limit(d);
+    pthread_mutex_unlock(&d->mu);
+    int64_t n = r->n;
+    free(r->hashes);
+    free(r);
+    return n;
 }
 
 kv_disk_stats kv_disk_get_stats(kv_disk *d) {

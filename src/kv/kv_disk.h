@@ -25,7 +25,19 @@
  * file, which then fails its checks and is dropped), saved prefixes
  * (kv_disk_save) are fdatasynced before the rename. Files of another
  * identity are ignored (not loaded, not deleted); files of ours with a bad header or size are deleted on start, and a payload
- * whose checksum fails is deleted when read and the block is recomputed. */
+ * whose checksum fails is deleted when read and the block is recomputed.
+ *
+ * Reads happen in the background (kv_disk_prefix_step): a sequence whose next
+ * blocks are on disk gets free RAM blocks reserved for it and a load that a
+ * reader thread fills, straight into those blocks, verifying each; the
+ * sequence waits meanwhile and attaches what verified once the load is done.
+ * A load is only ever created, attached and freed on the thread that drives
+ * the pool; the reader touches nothing but the reserved blocks' bytes.
+ *
+ * Pins (kv_disk_save): a saved prefix's blocks are kept out of the size
+ * limit's LRU deletion until kv_disk_unpin, within max_pinned_bytes. A pin
+ * file per saved prefix, <identity>-<hash of its last block>.pin, lists its
+ * block hashes (with a checksum), so pins survive a restart. */
 #ifndef KVLLM_KV_DISK_H
 #define KVLLM_KV_DISK_H
 
@@ -38,18 +50,28 @@ typedef struct kv_disk_config {
     uint64_t max_bytes;   /* files beyond it are deleted, least recently used first (0: no limit) */
     uint8_t model_id[16]; /* identity of the model file (kv_disk_model_id) */
     int queue_blocks;     /* staging slots for the writer (0: 256; each one block file) */
+    /* block files saved prefixes may pin (0: half of max_bytes, or no cap when
+     * max_bytes is 0; at most max_bytes) */
+    uint64_t max_pinned_bytes;
 } kv_disk_config;
 
 typedef struct kv_disk_stats {
-    int64_t blocks;     /* blocks on disk (indexed) */
-    uint64_t bytes;     /* their file bytes */
-    int64_t reads;      /* block files read */
-    int64_t writes;     /* block files written */
-    int64_t hits;       /* blocks loaded into RAM from disk */
-    int64_t dropped;    /* evicted blocks not written: every staging slot busy */
-    int64_t corrupt;    /* files dropped: bad checksum, size or tokens */
-    int64_t hit_tokens; /* prompt tokens served from disk */
+    int64_t blocks;          /* blocks on disk (indexed) */
+    uint64_t bytes;          /* their file bytes */
+    int64_t reads;           /* block files read */
+    int64_t writes;          /* block files written */
+    int64_t hits;            /* blocks loaded into RAM from disk */
+    int64_t dropped;         /* evicted blocks not written: every staging slot busy */
+    int64_t corrupt;         /* files dropped: bad checksum, size or tokens */
+    int64_t hit_tokens;      /* prompt tokens served from disk */
+    int64_t pinned_blocks;   /* blocks a saved prefix pins (kept from the size limit) */
+    uint64_t pinned_bytes;   /* their file bytes */
+    int64_t loads;           /* background reads started (kv_disk_prefix_step) */
+    int64_t loads_abandoned; /* of those, given up by their sequence (cancelled) */
 } kv_disk_stats;
+
+/* kv_disk_save's result when pinning the prefix would pass max_pinned_bytes. */
+#define KV_DISK_OVER_PIN_CAP (-2)
 
 /* Bytes of one block's file: header, token ids, the pool's block bytes. */
 uint64_t kv_disk_file_bytes(uint64_t block_bytes, int block_size);
@@ -68,10 +90,54 @@ void kv_disk_close(kv_disk *d);
  * and then the disk, alternating while either has the next block; returns the
  * tokens the chain covers. A block from disk is committed to the RAM cache. */
 int64_t kv_disk_prefix_match(kv_disk *d, kv_seq *s, const int32_t *tokens, int64_t n_tokens);
-/* Writes s's first n_blocks committed blocks now (those not on disk yet) and
- * waits for them: a prefix saved on purpose. Returns the blocks on disk among
- * them, or -1 with err on a write failure. */
+
+/* A background read of a sequence's next blocks (opaque). */
+typedef struct kv_disk_load kv_disk_load;
+/* kv_disk_prefix_match without waiting for the disk. With *load NULL: extends
+ * s's chain over the RAM prefix cache and, when the disk holds the next
+ * blocks, reserves free RAM blocks for them, starts reading them and sets
+ * *load (or, when another load is reading the same blocks already, sets *load
+ * to a wait for it). With *load set and kv_disk_load_ready: attaches the
+ * blocks that verified (committed to the RAM cache), frees the load, and goes
+ * on as with NULL. With *load set and not ready: changes nothing. Returns the
+ * tokens s's chain covers; *from_disk grows by the tokens attached from disk.
+ * The sequence must not be given to the model while *load is set. */
+int64_t kv_disk_prefix_step(kv_disk *d, kv_seq *s, const int32_t *tokens, int64_t n_tokens,
+                            kv_disk_load **load, int64_t *from_disk);
+/* Whether the load is done (kv_disk_prefix_step will attach it now). */
+bool kv_disk_load_ready(kv_disk *d, const kv_disk_load *l);
+/* Gives a load up (its sequence was cancelled): the reserved blocks go back to
+ * the pool now, or, while the reader still writes into them, at the next
+ * kv_disk_reap after it stops. NULL is fine. */
+void kv_disk_load_cancel(kv_disk *d, kv_disk_load *l);
+/* Returns the blocks of given-up loads the reader has finished with. Call it
+ * between steps (kv_disk_prefix_step does too). */
+void kv_disk_reap(kv_disk *d);
+/* Whether loads exist and none is ready: nothing but the reader can make
+ * progress on them (a caller with nothing else to do may sleep). */
+bool kv_disk_loads_pending(kv_disk *d);
+/* Whether any load exists (ready or not). */
+bool kv_disk_has_loads(kv_disk *d);
+/* Sleeps while kv_disk_loads_pending. */
+void kv_disk_wait_loads(kv_disk *d);
+/* fn(user) is called on the reader thread after each load finishes (to wake
+ * the thread that drives the pool); NULL: none. Returns once no earlier
+ * callback is running, so user may be freed after setting NULL. fn must not
+ * call into the tier. */
+void kv_disk_set_notify(kv_disk *d, void (*fn)(void *user), void *user);
+
+/* Writes s's first n_blocks committed blocks now (those not on disk yet),
+ * waits for them and pins them as one saved prefix (saving the same prefix
+ * again changes nothing). Returns the blocks on disk among them; -1 with err
+ * on a write failure; KV_DISK_OVER_PIN_CAP with err when the blocks it would
+ * newly pin do not fit max_pinned_bytes (nothing is pinned then). */
 int64_t kv_disk_save(kv_disk *d, const kv_seq *s, int64_t n_blocks, kvl_error *err);
+/* Drops the pin of the saved prefix whose full blocks are tokens[0..n_tokens)
+ * under the chain root (kv_seq.chain_root); its blocks join the LRU order
+ * again (unless another saved prefix pins them). Returns the blocks it
+ * pinned, or -1 with err when no saved prefix is exactly that. */
+int64_t kv_disk_unpin(kv_disk *d, uint64_t root, const int32_t *tokens, int64_t n_tokens,
+                      kvl_error *err);
 /* Waits until every queued write is on disk. */
 void kv_disk_flush(kv_disk *d);
 kv_disk_stats kv_disk_get_stats(kv_disk *d);

@@ -292,9 +292,24 @@ static void *engine_main(void *arg) {
     srv *s = arg;
     for (;;) {
         pthread_mutex_lock(&s->q_mu);
-        while (!s->stopping && !s->q_head && !s->task_head && !s->cancel_pending &&
-               !engine_has_work(s->e))
-            pthread_cond_wait(&s->q_cv, &s->q_mu);
+        while (!s->stopping && !s->q_head && !s->task_head && !s->cancel_pending) {
+            if (!engine_has_work(s->e)) {
+                pthread_cond_wait(&s->q_cv, &s->q_mu);
+                continue;
+            }
+            if (!engine_waiting_on_disk(s->e)) break;
+            /* Only disk reads are in flight: sleep until one ends (the reader
+             * signals), but look at the clients every 50 ms, so one that left
+             * has its request and its reserved blocks given up mid-read. */
+            struct timespec until;
+            clock_gettime(CLOCK_REALTIME, &until);
+            until.tv_nsec += 50 * 1000000L;
+            if (until.tv_nsec >= 1000000000L) {
+                until.tv_sec++;
+                until.tv_nsec -= 1000000000L;
+            }
+            if (pthread_cond_timedwait(&s->q_cv, &s->q_mu, &until) != 0) break;
+        }
         srv_job *incoming = s->q_head;
         s->q_head = s->q_tail = NULL;
         srv_engine_task *tasks = s->task_head;
@@ -315,9 +330,21 @@ static void *engine_main(void *arg) {
     return NULL;
 }
 
+/* The disk tier's reader thread: a prefix read finished (engine_waiting_on_disk
+ * is read under q_mu, so the signal cannot fall between its check and the wait). */
+static void disk_read_done(void *user) {
+    srv *s = user;
+    pthread_mutex_lock(&s->q_mu);
+    pthread_cond_signal(&s->q_cv);
+    pthread_mutex_unlock(&s->q_mu);
+}
+
 bool engine_thread_start(srv *s) {
     publish_metrics(s);
-    return pthread_create(&s->engine_thread, NULL, engine_main, s) == 0;
+    engine_set_disk_wake(s->e, disk_read_done, s);
+    if (pthread_create(&s->engine_thread, NULL, engine_main, s) == 0) return true;
+    engine_set_disk_wake(s->e, NULL, NULL);
+    return false;
 }
 
 /* Cancels whatever runs, lets the engine send the final events, then joins. */
@@ -327,4 +354,5 @@ void engine_thread_stop(srv *s) {
     pthread_cond_signal(&s->q_cv);
     pthread_mutex_unlock(&s->q_mu);
     pthread_join(s->engine_thread, NULL);
+    engine_set_disk_wake(s->e, NULL, NULL); /* the tier outlives the server */
 }

@@ -31,6 +31,7 @@ typedef enum route {
     R_DETOKENIZE,
     R_PROPS,
     R_KV_SAVE,
+    R_KV_UNPIN,
     R_KV_STATE,
     R_PAGE
 } route;
@@ -54,6 +55,7 @@ static const struct {
     {"/v1/chat/completions", "POST", R_CHAT, AUTH_KEY, false},
     {"/v1/embeddings", "POST", R_EMBEDDINGS, AUTH_KEY, false},
     {"/v1/kv/save", "POST", R_KV_SAVE, AUTH_KEY, false},
+    {"/v1/kv/unpin", "POST", R_KV_UNPIN, AUTH_KEY, false},
     {"/tokenize", "POST", R_TOKENIZE, AUTH_KEY, false},
     {"/detokenize", "POST", R_DETOKENIZE, AUTH_KEY, false},
     {"/props", "GET", R_PROPS, AUTH_KEY, false},
@@ -401,6 +403,8 @@ static enum MHD_Result dispatch(srv *s, struct MHD_Connection *c, const char *ur
     case R_EMBEDDINGS: return send_result(c, srv_embeddings(s, body, cc->body.len, &err), &err);
     case R_PROPS: return send_json(c, MHD_HTTP_OK, srv_props(s));
     case R_KV_SAVE: return send_result(c, srv_kv_save(s, body, cc->body.len, cc->key, &err), &err);
+    case R_KV_UNPIN:
+        return send_result(c, srv_kv_unpin(s, body, cc->body.len, cc->key, &err), &err);
     case R_KV_STATE: {
         size_t len = 0;
         char *js = srv_kv_state(s, MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "since"),

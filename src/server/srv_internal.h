@@ -414,6 +414,8 @@ char *srv_embeddings(srv *s, const char *body, size_t len,
                      api_error *err); /* POST /v1/embeddings */
 /* POST /v1/kv/save: {prompt} or {messages} -> its full blocks in the disk tier (srv_kv.c) */
 char *srv_kv_save(srv *s, const char *body, size_t len, const srv_key *key, api_error *err);
+/* POST /v1/kv/unpin: the same body -> that saved prefix's pin dropped (srv_kv.c) */
+char *srv_kv_unpin(srv *s, const char *body, size_t len, const srv_key *key, api_error *err);
 char *srv_props(srv *s); /* GET /props */
 
 #endif

@@ -151,6 +151,15 @@ void metrics_render(srv_metrics *m, const char *model_name, kvl_buf *o) {
     put_counter(o, label, "kv_disk_corrupt",
                 "Disk tier files deleted for a bad checksum, size or header.",
                 (double)e->kv_disk.corrupt);
+    put_gauge(o, label, "kv_disk_pinned_blocks",
+              "Disk tier blocks pinned by POST /v1/kv/save (kept from the size limit).",
+              (double)e->kv_disk.pinned_blocks);
+    put_counter(o, label, "kv_disk_loads",
+                "Background reads of a waiting request's prefix from the disk tier.",
+                (double)e->kv_disk.loads);
+    put_counter(o, label, "kv_disk_loads_abandoned",
+                "Background reads given up because their request was cancelled.",
+                (double)e->kv_disk.loads_abandoned);
     put_counter(o, label, "num_preemptions", "Cumulative number of preemptions from the engine.",
                 (double)e->n_preemptions);
     put_counter(o, label, "prompt_tokens", "Number of prefill tokens processed.",

@@ -345,6 +345,7 @@ static char *make_body(const loadgen_opts *o, const char *model, int64_t i) {
     cJSON_AddNumberToObject(b, "max_tokens", (double)o->max_tokens);
     cJSON_AddNumberToObject(b, "temperature", o->temperature);
     cJSON_AddBoolToObject(b, "ignore_eos", 1);
+    if (o->has_priority) cJSON_AddNumberToObject(b, "priority", (double)o->priority);
     cJSON_AddBoolToObject(b, "stream", 1);
     cJSON_AddBoolToObject(cJSON_AddObjectToObject(b, "stream_options"), "include_usage", 1);
     char *s = cJSON_PrintUnformatted(b);

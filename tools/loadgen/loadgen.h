@@ -20,6 +20,8 @@ typedef struct loadgen_opts {
     double temperature; /* sent with every request (0: greedy) */
     uint64_t seed;
     bool json;
+    bool has_priority; /* send "priority": priority with every request */
+    int64_t priority;
 } loadgen_opts;
 
 /* Runs the benchmark and prints the report to stdout. Returns 0 if every
