@@ -22,14 +22,13 @@ static void hparams_init(model_hparams *hp) {
 
 /* The sliding-window pattern length of a family whose files may not carry one:
  * the architecture table's, under its GGUF name or a config.json model_type
- * naming the same family; cohere2 is planned but not run by kvllm. */
+ * naming the same family. */
 static int64_t default_swa_pattern(const char *arch) {
     static const char *const ALIASES[][2] = {{"gemma3_text", "gemma3"}};
     for (size_t i = 0; i < sizeof ALIASES / sizeof ALIASES[0]; i++)
         if (strcmp(arch, ALIASES[i][0]) == 0) arch = ALIASES[i][1];
     const arch_desc *a = arch_find(arch);
-    if (a) return a->swa_pattern;
-    return strcmp(arch, "cohere2") == 0 ? 4 : 0;
+    return a ? a->swa_pattern : 0;
 }
 
 /* llama.cpp's set_swa_pattern(n): layer il slides iff n == 0 or il % n < n - 1. */
@@ -213,6 +212,17 @@ static void gguf_floats(const gguf_file *f, model_hparams *hp) {
     gguf_float(f, a, "attn_logit_softcapping", &hp->attn_softcap);
     gguf_float(f, a, "final_logit_softcapping", &hp->final_softcap);
     gguf_float(f, a, "attention.temperature_scale", &hp->attn_temp_scale);
+    gguf_float(f, a, "attention.layer_norm_epsilon", &hp->norm_eps);
+    gguf_float(f, a, "embedding_scale", &hp->embd_scale);
+    gguf_float(f, a, "residual_scale", &hp->residual_scale);
+    gguf_float(f, a, "attention.scale", &hp->attn_scale);
+    gguf_float(f, a, "logit_scale", &hp->logit_scale);
+    /* granite turns rope off with rope.scaling.finetuned = false (llama.cpp's
+     * rope_finetuned switch; true when absent) */
+    char key[128];
+    bool finetuned = true;
+    snprintf(key, sizeof key, "%s.rope.scaling.finetuned", a);
+    if (strcmp(a, "granite") == 0 && gguf_get_bool(f, key, &finetuned)) hp->rope_off = !finetuned;
 }
 
 /* ggml's magnitude correction for a context stretched by `scale`. */
@@ -251,10 +261,14 @@ static bool gguf_rope_scaling(const gguf_file *f, model_hparams *hp, kvl_error *
     rs->n_ctx_orig = hp->n_ctx_train;
     rs->log_mul = 0.0f;
     gguf_float(f, a, "rope.scaling.attn_factor", &attn);
-    gguf_float(f, a, "rope.scaling.yarn_ext_factor", &ext);
-    gguf_float(f, a, "rope.scaling.yarn_attn_factor", &attn_yarn);
-    gguf_float(f, a, "rope.scaling.yarn_beta_fast", &rs->beta_fast);
-    gguf_float(f, a, "rope.scaling.yarn_beta_slow", &rs->beta_slow);
+    /* llama.cpp's loaders read the YaRN betas only for some families (of kvllm's,
+     * mistral3), and yarn_ext_factor / yarn_attn_factor for none of kvllm's: the
+     * others run with the defaults whatever the file says. */
+    const arch_desc *ad = arch_find(a);
+    if (ad && ad->yarn_beta_keys) {
+        gguf_float(f, a, "rope.scaling.yarn_beta_fast", &rs->beta_fast);
+        gguf_float(f, a, "rope.scaling.yarn_beta_slow", &rs->beta_slow);
+    }
     gguf_float(f, a, "rope.scaling.yarn_log_multiplier", &rs->log_mul);
     /* Of kvllm's architectures only deepseek2 and mistral3 read the key in llama.cpp; deepseek2's
      * converter stores 0.1 * mscale_all_dim and llama.cpp undoes the 0.1, mistral3 takes it as is. */
@@ -466,6 +480,7 @@ bool model_hparams_from_gguf(const gguf_file *f, model_hparams *hp, kvl_error *e
     if (!gguf_shape(f, hp, err)) return false;
     gguf_floats(f, hp);
     if (!gguf_rope_scaling(f, hp, err) || !gguf_mla(f, hp, err)) return false;
+    if (ad && ad->no_swa) hp->n_swa = 0; /* phi3: llama.cpp disables the window */
     if (hp->n_swa > 0 && !gguf_swa_layers(f, hp, err)) return false;
     finish_swa(hp);
     hp->weights_bytes = gguf_tensor_data_bytes(f);
