@@ -64,6 +64,13 @@ static const arch_desc ARCHS[] = {
      .tied_always = true,
      .swa_pattern = 4,
      .rope_swa_only = true},
+    {.name = "glm4moe",
+     .rope_type = MODEL_ROPE_NEOX,
+     .qkv_bias_allowed = true,
+     .moe = ARCH_MOE_REQUIRED,
+     .qk_norm_optional = true,
+     .ffn_norm_post_attn = true,
+     .nextn_layers = true},
 };
 
 const arch_desc *arch_find(const char *name) {

@@ -4,6 +4,7 @@
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "arch.h"
@@ -195,6 +196,14 @@ static bool gguf_shape(const gguf_file *f, model_hparams *hp, kvl_error *err) {
         !gguf_opt(f, a, "context_length", &hp->n_ctx_train, err) ||
         !gguf_opt(f, a, "attention.sliding_window", &hp->n_swa, err))
         return false;
+    const arch_desc *ad = arch_find(a);
+    if (ad && ad->nextn_layers) { /* llama.cpp's n_layer(): block_count less the MTP layers */
+        if (!gguf_opt(f, a, "nextn_predict_layers", &hp->n_layer_nextn, err)) return false;
+        if (hp->n_layer_nextn < 0 || hp->n_layer_nextn >= hp->n_layer)
+            return kvl_fail(err, "%s: key '%s.nextn_predict_layers' = %lld: must be below %lld",
+                            gguf_path(f), a, (long long)hp->n_layer_nextn, (long long)hp->n_layer);
+        hp->n_layer -= hp->n_layer_nextn;
+    }
     if (!gguf_range(f, hp, err)) return false;
     /* llama.cpp's defaults */
     if (hp->n_head_kv == 0) hp->n_head_kv = hp->n_head;
@@ -345,7 +354,8 @@ static bool moe_defaults(const char *path, moe_names nm, const char *a, int64_t 
     const bool q2 = strcmp(a, "qwen2moe") == 0 || strcmp(a, "qwen2_moe") == 0;
     const bool q3 = strcmp(a, "qwen3moe") == 0 || strcmp(a, "qwen3_moe") == 0;
     const bool mixtral = strcmp(a, "llama") == 0 || strcmp(a, "mixtral") == 0;
-    if (!ds2 && !q2 && !q3 && !mixtral) {
+    const bool glm = strcmp(a, "glm4moe") == 0 || strcmp(a, "glm4_moe") == 0;
+    if (!ds2 && !q2 && !q3 && !mixtral && !glm) {
         /* A family whose expert layout is not known here: the counts as
          * written, for reports; the loader refuses to run it. */
         mo->n_layer_moe = n_layer;
@@ -356,7 +366,7 @@ static bool moe_defaults(const char *path, moe_names nm, const char *a, int64_t 
         return kvl_fail(err, "%s: %s = %lld, %s = %lld: need 1 <= used <= count <= %d", path,
                         nm[MOE_COUNT], (long long)mo->n_expert, nm[MOE_USED],
                         (long long)mo->n_expert_used, MODEL_MAX_EXPERTS);
-    if (!ds2) mo->n_layer_dense_lead = 0; /* only deepseek2's loader reads it */
+    if (!ds2 && !glm) mo->n_layer_dense_lead = 0; /* only these loaders read it */
     if (mo->n_layer_dense_lead < 0 || mo->n_layer_dense_lead > n_layer)
         return kvl_fail(err, "%s: %s = %lld out of range [0, %lld]", path, nm[MOE_LEAD],
                         (long long)mo->n_layer_dense_lead, (long long)n_layer);
@@ -365,7 +375,7 @@ static bool moe_defaults(const char *path, moe_names nm, const char *a, int64_t 
         if (q2 && mo->n_ff_shexp == 0) mo->n_ff_shexp = n_ff;
         if (q3) mo->n_ff_shexp = 0;
         mo->shexp_gated = q2;
-    } else if (ds2) {
+    } else if (ds2 || glm) {
         if (mo->n_ff_exp == 0) return kvl_fail(err, "%s: %s missing", path, nm[MOE_FF_EXP]);
         if (n_shared < 0 || n_shared > 64)
             return kvl_fail(err, "%s: %s = %lld out of range", path, nm[MOE_SHARED],
@@ -379,8 +389,8 @@ static bool moe_defaults(const char *path, moe_names nm, const char *a, int64_t 
         mo->n_ff_shexp > (1 << 22))
         return kvl_fail(err, "%s: expert widths out of range (expert %lld, shared %lld)", path,
                         (long long)mo->n_ff_exp, (long long)mo->n_ff_shexp);
-    mo->gating = MODEL_MOE_SOFTMAX;
-    if (ds2 && gating != 0) {
+    mo->gating = glm ? MODEL_MOE_SIGMOID : MODEL_MOE_SOFTMAX; /* glm4moe: sigmoid unless set */
+    if ((ds2 || glm) && gating != 0) {
         if (gating != MODEL_MOE_SOFTMAX && gating != MODEL_MOE_SIGMOID)
             return kvl_fail(err, "%s: %s = %lld is not supported (1 softmax, 2 sigmoid)", path,
                             nm[MOE_GATING], (long long)gating);
@@ -399,6 +409,7 @@ static bool moe_defaults(const char *path, moe_names nm, const char *a, int64_t 
     } else {
         mo->n_group = mo->n_group_used = 0;
     }
+    if (glm) mo->n_group = mo->n_group_used = 0; /* glm4moe's loader reads no groups */
     mo->n_layer_moe = n_layer - mo->n_layer_dense_lead;
     return true;
 }
@@ -411,6 +422,10 @@ static void gguf_moe_bytes(const gguf_file *f, model_hparams *hp) {
     mo->expert_bytes = 0;
     for (int64_t i = 0; i < gguf_n_tensors(f); i++) {
         const gguf_tensor *t = gguf_tensor_at(f, i);
+        if (strncmp(t->name, "blk.", 4) == 0 && atoll(t->name + 4) >= hp->n_layer) {
+            unread += t->nbytes; /* an MTP layer past n_layer (glm4moe): never run */
+            continue;
+        }
         if (strncmp(t->name, "blk.", 4) != 0 || !strstr(t->name, "_exps.weight")) continue;
         mo->expert_bytes += t->nbytes;
         unread += t->nbytes / (size_t)mo->n_expert * (size_t)(mo->n_expert - mo->n_expert_used);
@@ -448,12 +463,12 @@ static bool gguf_moe(const gguf_file *f, model_hparams *hp, kvl_error *err) {
         return true;
     }
     /* llama.cpp's defaults when a key is absent */
-    mo->weights_norm = strcmp(a, "deepseek2") != 0 &&
-                       strcmp(a, "qwen2moe") != 0; /* qwen3moe, Mixtral: renormalise */
+    const bool ds2_like = strcmp(a, "deepseek2") == 0 || strcmp(a, "glm4moe") == 0;
+    mo->weights_norm = !ds2_like && strcmp(a, "qwen2moe") != 0; /* qwen3moe, Mixtral: renormalise */
     char key[128];
     snprintf(key, sizeof key, "%s.expert_weights_norm", a);
-    if (strcmp(a, "deepseek2") == 0) gguf_get_bool(f, key, &mo->weights_norm);
-    if (strcmp(a, "deepseek2") == 0 || strcmp(a, "qwen2moe") == 0)
+    if (ds2_like) gguf_get_bool(f, key, &mo->weights_norm);
+    if (ds2_like || strcmp(a, "qwen2moe") == 0)
         gguf_float(f, a, "expert_weights_scale", &mo->weights_scale);
     static const char *const KEYS[MOE_NAMES] = {"expert_count",
                                                 "expert_used_count",

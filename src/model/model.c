@@ -84,6 +84,11 @@ static bool read_hparams(model *m, kvl_error *err) {
         return kvl_fail(err, "%s: key '%s.logit_scale' missing", gguf_path(f), a);
     if (strcmp(a, "cohere2") == 0 && hp->n_swa == 0)
         return kvl_fail(err, "%s: key '%s.attention.sliding_window' missing", gguf_path(f), a);
+    char key[128];
+    snprintf(key, sizeof key, "%s.rope.dimension_sections", a);
+    if (strcmp(a, "glm4moe") == 0 && gguf_find_key(f, key) >= 0)
+        return kvl_fail(err, "%s: key '%s': multimodal rope sections are not supported",
+                        gguf_path(f), key);
     if (strcmp(a, "command-r") == 0 && hp->n_layer >= 64)
         return kvl_fail(err,
                         "%s: command-r with %lld layers (Command R+) normalises q and k per head "
@@ -186,9 +191,9 @@ static bool bind_attn_mha(model *m, int il, layer_weights *L, kvl_error *err) {
     }
     BIND(wo, "attn_output.weight", od, E, true);
     if (m->arch->granite_scales) BIND(bo, "attn_output.bias", E, 0, false);
-    if (m->arch->qk_norm) {
-        BIND(q_norm, "attn_q_norm.weight", hp->head_dim_k, 0, true);
-        BIND(k_norm, "attn_k_norm.weight", hp->head_dim_k, 0, true);
+    if (m->arch->qk_norm || m->arch->qk_norm_optional) {
+        BIND(q_norm, "attn_q_norm.weight", hp->head_dim_k, 0, m->arch->qk_norm);
+        BIND(k_norm, "attn_k_norm.weight", hp->head_dim_k, 0, m->arch->qk_norm || L->q_norm.data);
     }
     if (m->arch->qk_norm_full) {
         BIND(q_norm, "attn_q_norm.weight", qd, 0, true);
@@ -234,7 +239,10 @@ static bool bind_layer(model *m, int il, kvl_error *err) {
     if (!(m->arch->attn == ARCH_ATTN_MLA ? bind_attn_mla(m, il, L, err)
                                          : bind_attn_mha(m, il, L, err)))
         return false;
-    if (pre_norms && !m->arch->parallel) BIND(ffn_norm, "ffn_norm.weight", E, 0, true);
+    if (pre_norms && !m->arch->parallel)
+        BIND(ffn_norm,
+             m->arch->ffn_norm_post_attn ? "post_attention_norm.weight" : "ffn_norm.weight", E, 0,
+             true);
     snprintf(n, sizeof n, "blk.%d.ffn_gate_inp.weight", il);
     if (!moe_layer(m, il) && gguf_find_tensor(m->gguf, n))
         return kvl_fail(err, "%s: tensor '%s': a router in a layer that key '%s.%s' makes dense",

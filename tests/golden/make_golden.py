@@ -264,9 +264,47 @@ def cohere2_spec():
                        f"0-2, full attention without rope on layer 3, logit_scale 0.25, tied output"}
 
 
+def glm4moe_spec():
+    E, L, NEXTN, H, HKV, HD, FF, V = 64, 2, 1, 4, 2, 32, 128, 4096
+    NE, NU, FE, NS = 8, 2, 32, 1
+    ts = [("token_embd.weight", [E, V], "w"), ("output_norm.weight", [E], "norm")]
+    for i in range(L + NEXTN):
+        b = f"blk.{i}."
+        ts += [(b + "attn_norm.weight", [E], "norm"),
+               (b + "attn_q.weight", [E, H * HD], "w"), (b + "attn_q.bias", [H * HD], "bias"),
+               (b + "attn_k.weight", [E, HKV * HD], "w"), (b + "attn_k.bias", [HKV * HD], "bias"),
+               (b + "attn_v.weight", [E, HKV * HD], "w"), (b + "attn_v.bias", [HKV * HD], "bias"),
+               (b + "attn_output.weight", [H * HD, E], "w"), (b + "post_attention_norm.weight", [E], "norm")]
+        if i == 0:
+            ts += [(b + "ffn_gate.weight", [E, FF], "w"), (b + "ffn_up.weight", [E, FF], "w"),
+                   (b + "ffn_down.weight", [FF, E], "w")]
+        else:
+            ts += [(b + "ffn_gate_inp.weight", [E, NE], "w"), (b + "exp_probs_b.bias", [NE], "probs_bias"),
+                   (b + "ffn_gate_exps.weight", [E, FE, NE], "w"), (b + "ffn_up_exps.weight", [E, FE, NE], "w"),
+                   (b + "ffn_down_exps.weight", [FE, E, NE], "w"),
+                   (b + "ffn_gate_shexp.weight", [E, FE * NS], "w"), (b + "ffn_up_shexp.weight", [E, FE * NS], "w"),
+                   (b + "ffn_down_shexp.weight", [FE * NS, E], "w")]
+        if i >= L:  # the MTP layer: loaded by llama.cpp, never run
+            ts += [(b + "nextn.eh_proj.weight", [2 * E, E], "w"), (b + "nextn.enorm.weight", [E], "norm"),
+                   (b + "nextn.hnorm.weight", [E], "norm"), (b + "nextn.shared_head_norm.weight", [E], "norm")]
+    hp = base_hparams(E, L + NEXTN, H, HKV, FF, "attention.layer_norm_rms_epsilon", 1e-5) + [
+        ("attention.key_length", T_U32, HD), ("attention.value_length", T_U32, HD),
+        ("rope.dimension_count", T_U32, HD // 2), ("rope.freq_base", T_F32, 1e6),
+        ("expert_count", T_U32, NE), ("expert_used_count", T_U32, NU), ("expert_feed_forward_length", T_U32, FE),
+        ("expert_shared_count", T_U32, NS), ("leading_dense_block_count", T_U32, 1),
+        ("expert_gating_func", T_U32, 2), ("expert_weights_scale", T_F32, 2.5),
+        ("expert_weights_norm", T_BOOL, True), ("nextn_predict_layers", T_U32, NEXTN)]
+    return {"arch": "glm4moe", "donor": "qwen3-f32", "hparams": hp, "tensors": ts,
+            "summary": f"glm4moe (GLM-4.5 / 4.6 / Air): E{E} L{L} + {NEXTN} MTP layer (block_count {L + NEXTN}, "
+                       f"nextn_predict_layers {NEXTN}: loaded, not run), GQA {H}/{HKV} x {HD} (q width {H * HD} != E), "
+                       f"q/k/v bias, NeoX rope 1e6 on {HD // 2} of {HD} dims, FFN pre-norm named post_attention_norm; "
+                       f"layer 0 dense, then {NE} experts x ff {FE}, top-{NU} sigmoid with exp_probs_b, weights "
+                       f"renormalised and scaled 2.5, {NS} shared expert; tied output (GLM's is untied: the loader takes both)"}
+
+
 SPECS = {"qwen2moe-f32": qwen2moe_spec, "mistral3-f32": mistral3_spec, "smollm3-f32": smollm3_spec,
          "granite-f32": granite_spec, "phi3-f32": phi3_spec, "olmo2-swa-f32": olmo2_spec,
-         "command-r-f32": command_r_spec, "cohere2-swa-f32": cohere2_spec}
+         "command-r-f32": command_r_spec, "cohere2-swa-f32": cohere2_spec, "glm4moe-f32": glm4moe_spec}
 
 
 def make_model(name, golden_dir, seed):
@@ -287,6 +325,8 @@ def make_model(name, golden_dir, seed):
             vals = [rng.uniform(1.0, 8.0) for _ in range(n)]
         elif kind == "factor_short":
             vals = [rng.uniform(1.0, 1.5) for _ in range(n)]
+        elif kind == "probs_bias":  # selection bias: as large as the sigmoid scores it shifts
+            vals = [rng.uniform(-0.5, 0.5) for _ in range(n)]
         elif kind == "bias":
             vals = [0.1 * rng.uniform(-1, 1) for _ in range(n)]
         else:  # uniform with the variance of N(0, 1/fan_in) so activations stay O(1)
