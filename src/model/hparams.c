@@ -231,7 +231,9 @@ static void gguf_floats(const gguf_file *f, model_hparams *hp) {
     char key[128];
     bool finetuned = true;
     snprintf(key, sizeof key, "%s.rope.scaling.finetuned", a);
-    if (strcmp(a, "granite") == 0 && gguf_get_bool(f, key, &finetuned)) hp->rope_off = !finetuned;
+    if ((strcmp(a, "granite") == 0 || strcmp(a, "granitemoe") == 0) &&
+        gguf_get_bool(f, key, &finetuned))
+        hp->rope_off = !finetuned;
 }
 
 /* ggml's magnitude correction for a context stretched by `scale`. */
@@ -355,7 +357,8 @@ static bool moe_defaults(const char *path, moe_names nm, const char *a, int64_t 
     const bool q3 = strcmp(a, "qwen3moe") == 0 || strcmp(a, "qwen3_moe") == 0;
     const bool mixtral = strcmp(a, "llama") == 0 || strcmp(a, "mixtral") == 0;
     const bool glm = strcmp(a, "glm4moe") == 0 || strcmp(a, "glm4_moe") == 0;
-    if (!ds2 && !q2 && !q3 && !mixtral && !glm) {
+    const bool granite = strcmp(a, "granite") == 0 || strcmp(a, "granitemoe") == 0;
+    if (!ds2 && !q2 && !q3 && !mixtral && !glm && !granite) {
         /* A family whose expert layout is not known here: the counts as
          * written, for reports; the loader refuses to run it. */
         mo->n_layer_moe = n_layer;
@@ -381,6 +384,8 @@ static bool moe_defaults(const char *path, moe_names nm, const char *a, int64_t 
             return kvl_fail(err, "%s: %s = %lld out of range", path, nm[MOE_SHARED],
                             (long long)n_shared);
         mo->n_ff_shexp = mo->n_ff_exp * n_shared;
+    } else if (granite) { /* experts feed_forward_length wide; granitemoeshared's shared one */
+        mo->n_ff_exp = n_ff;
     } else {
         mo->n_ff_exp = n_ff; /* Mixtral: every expert is feed_forward_length wide */
         mo->n_ff_shexp = 0;

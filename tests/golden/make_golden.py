@@ -302,9 +302,33 @@ def glm4moe_spec():
                        f"renormalised and scaled 2.5, {NS} shared expert; tied output (GLM's is untied: the loader takes both)"}
 
 
+def granitemoe_spec():
+    E, L, H, HKV, HD, FF, V, NE, NU, FS = 64, 2, 4, 2, 16, 64, 4096, 8, 2, 96
+    ts = [("token_embd.weight", [E, V], "w"), ("output_norm.weight", [E], "norm")]
+    for i in range(L):
+        b = f"blk.{i}."
+        ts += [(b + "attn_norm.weight", [E], "norm"), (b + "attn_q.weight", [E, H * HD], "w"),
+               (b + "attn_k.weight", [E, HKV * HD], "w"), (b + "attn_v.weight", [E, HKV * HD], "w"),
+               (b + "attn_output.weight", [H * HD, E], "w"), (b + "ffn_norm.weight", [E], "norm"),
+               (b + "ffn_gate_inp.weight", [E, NE], "w"), (b + "ffn_gate_exps.weight", [E, FF, NE], "w"),
+               (b + "ffn_up_exps.weight", [E, FF, NE], "w"), (b + "ffn_down_exps.weight", [FF, E, NE], "w"),
+               (b + "ffn_gate_shexp.weight", [E, FS], "w"), (b + "ffn_up_shexp.weight", [E, FS], "w"),
+               (b + "ffn_down_shexp.weight", [FS, E], "w")]
+    hp = base_hparams(E, L, H, HKV, FF, "attention.layer_norm_rms_epsilon", 1e-6) + [
+        ("rope.freq_base", T_F32, 1e4), ("embedding_scale", T_F32, 12.0), ("residual_scale", T_F32, 0.22),
+        ("attention.scale", T_F32, 0.0625), ("logit_scale", T_F32, 6.0), ("expert_count", T_U32, NE),
+        ("expert_used_count", T_U32, NU), ("expert_shared_feed_forward_length", T_U32, FS)]
+    return {"arch": "granitemoe", "donor": "qwen3-f32", "hparams": hp, "tensors": ts,
+            "summary": f"granitemoe (Granite 3.x MoE, with granitemoeshared's shared expert): E{E} L{L}, GQA "
+                       f"{H}/{HKV} x {HD}, the granite scales (embedding 12, residual 0.22, attention 0.0625, "
+                       f"logit 6); {NE} experts x ff {FF} (feed_forward_length), top-{NU} softmax renormalised, "
+                       f"shared expert ff {FS} added unweighted; tied output"}
+
+
 SPECS = {"qwen2moe-f32": qwen2moe_spec, "mistral3-f32": mistral3_spec, "smollm3-f32": smollm3_spec,
          "granite-f32": granite_spec, "phi3-f32": phi3_spec, "olmo2-swa-f32": olmo2_spec,
-         "command-r-f32": command_r_spec, "cohere2-swa-f32": cohere2_spec, "glm4moe-f32": glm4moe_spec}
+         "command-r-f32": command_r_spec, "cohere2-swa-f32": cohere2_spec, "glm4moe-f32": glm4moe_spec,
+         "granitemoe-f32": granitemoe_spec}
 
 
 def make_model(name, golden_dir, seed):
