@@ -234,11 +234,15 @@ def olmo2_spec():
                (b + "post_ffw_norm.weight", [E], "norm")]
     hp = base_hparams(E, L, H, HKV, FF, "attention.layer_norm_rms_epsilon", 1e-6) + [
         ("rope.freq_base", T_F32, 5e5), ("attention.sliding_window", T_U32, 32),
-        ("attention.sliding_window_pattern", T_ARR, (T_BOOL, [(i + 1) % 4 != 0 for i in range(L)]))]
+        ("attention.sliding_window_pattern", T_ARR, (T_BOOL, [(i + 1) % 4 != 0 for i in range(L)])),
+        ("rope.scaling.type", T_STR, "yarn"), ("rope.scaling.factor", T_F32, 4.0),
+        ("rope.scaling.original_context_length", T_U32, 32), ("rope.scaling.attn_factor", T_F32, 1.2)]
     return {"arch": "olmo2", "donor": "qwen3-f32", "hparams": hp, "tensors": ts,
             "summary": f"olmo2 as OLMo 3 is converted: E{E} L{L}, GQA {H}/{HKV} x {HD}, no pre-norms, "
                        f"post-attention and post-FFN RMSNorm, q/k RMSNorm over all heads, NeoX rope 5e5, "
-                       f"sliding window 32 on layers 0-2 (pattern array), layer 3 full, untied output"}
+                       f"sliding window 32 on layers 0-2 (pattern array), layer 3 full; YaRN (factor 4, original context 32, "
+                       f"rope.scaling.attn_factor 1.2) on the full layer only, the sliding ones rotate plainly "
+                       f"(OLMo 3 7B's layout); untied output"}
 
 
 def command_r_spec():
