@@ -89,11 +89,6 @@ static bool read_hparams(model *m, kvl_error *err) {
     if (strcmp(a, "glm4moe") == 0 && gguf_find_key(f, key) >= 0)
         return kvl_fail(err, "%s: key '%s': multimodal rope sections are not supported",
                         gguf_path(f), key);
-    if (strcmp(a, "command-r") == 0 && hp->n_layer >= 64)
-        return kvl_fail(err,
-                        "%s: command-r with %lld layers (Command R+) normalises q and k per head "
-                        "(tensor 'blk.0.attn_q_norm.weight'): not supported",
-                        gguf_path(f), (long long)hp->n_layer);
     if (m->arch->attn == ARCH_ATTN_MLA && !check_mla_hparams(m, err)) return false;
     return moe_check_support(m, err);
 }
@@ -194,6 +189,15 @@ static bool bind_attn_mha(model *m, int il, layer_weights *L, kvl_error *err) {
     if (m->arch->qk_norm || m->arch->qk_norm_optional) {
         BIND(q_norm, "attn_q_norm.weight", hp->head_dim_k, 0, m->arch->qk_norm);
         BIND(k_norm, "attn_k_norm.weight", hp->head_dim_k, 0, m->arch->qk_norm || L->q_norm.data);
+    }
+    if (strcmp(hp->arch, "command-r") == 0 && hp->n_layer >= 64) {
+        /* Command R+ (llama.cpp: command-r of 64 layers or more): q and k LayerNorm per
+         * head, with one weight row per head */
+        BIND(q_norm, "attn_q_norm.weight", hp->head_dim_k, hp->n_head, true);
+        BIND(k_norm, "attn_k_norm.weight", hp->head_dim_k, hp->n_head_kv, true);
+        if (L->q_norm.dtype != GGUF_DT_F32 || L->k_norm.dtype != GGUF_DT_F32)
+            return kvl_fail(err, "%s: blk.%d.attn_q_norm / attn_k_norm: expected F32",
+                            gguf_path(m->gguf), il);
     }
     if (m->arch->qk_norm_full) {
         BIND(q_norm, "attn_q_norm.weight", qd, 0, true);

@@ -257,7 +257,17 @@ static void attn_mha(fwd_ctx *c, int il) {
     op_add_bias(m->q, &L->bq, n, qd);
     op_add_bias(m->k, &L->bk, n, kd);
     op_add_bias(m->v, &L->bv, n, vd);
-    if (L->q_norm.data && m->arch->qk_norm_full) { /* olmo2: over all heads at once */
+    if (L->q_norm.data &&
+        m->arch->norm == ARCH_NORM_LAYER) { /* Command R+: per head, per-head weights */
+        for (int64_t r = 0; r < n * hp->n_head; r++)
+            op_layer_norm(m->q + r * dk, m->q + r * dk,
+                          (const float *)L->q_norm.data + (r % hp->n_head) * dk, 1, dk,
+                          hp->norm_eps);
+        for (int64_t r = 0; r < n * hp->n_head_kv; r++)
+            op_layer_norm(m->k + r * dk, m->k + r * dk,
+                          (const float *)L->k_norm.data + (r % hp->n_head_kv) * dk, 1, dk,
+                          hp->norm_eps);
+    } else if (L->q_norm.data && m->arch->qk_norm_full) { /* olmo2: over all heads at once */
         op_rms_norm(m->q, m->q, L->q_norm.data, n, qd, hp->rms_eps);
         op_rms_norm(m->k, m->k, L->k_norm.data, n, kd, hp->rms_eps);
     } else if (L->q_norm.data) {

@@ -329,10 +329,29 @@ def granitemoe_spec():
                        f"shared expert ff {FS} added unweighted; tied output"}
 
 
+def command_r_plus_spec():
+    E, L, H, HKV, HD, FF, V = 32, 64, 2, 1, 16, 32, 4096
+    ts = [("token_embd.weight", [E, V], "w"), ("output_norm.weight", [E], "norm")]
+    for i in range(L):
+        b = f"blk.{i}."
+        ts += [(b + "attn_norm.weight", [E], "norm"), (b + "attn_q_norm.weight", [HD, H], "norm"),
+               (b + "attn_k_norm.weight", [HD, HKV], "norm"), (b + "attn_q.weight", [E, H * HD], "w"),
+               (b + "attn_k.weight", [E, HKV * HD], "w"), (b + "attn_v.weight", [E, HKV * HD], "w"),
+               (b + "attn_output.weight", [H * HD, E], "w"), (b + "ffn_gate.weight", [E, FF], "w"),
+               (b + "ffn_up.weight", [E, FF], "w"), (b + "ffn_down.weight", [FF, E], "w")]
+    hp = base_hparams(E, L, H, HKV, FF, "attention.layer_norm_epsilon", 1e-5) + [
+        ("rope.freq_base", T_F32, 7.5e7), ("logit_scale", T_F32, 0.8333), ("rope.scaling.type", T_STR, "none")]
+    return {"arch": "command-r", "donor": "qwen3-f32", "hparams": hp, "tensors": ts,
+            "summary": f"command-r with {L} layers = Command R+ (llama.cpp gives command-r files of 64 layers or "
+                       f"more per-head q/k LayerNorm): E{E} L{L}, GQA {H}/{HKV} x {HD}, attn_q_norm [{HD}, {H}] and "
+                       f"attn_k_norm [{HD}, {HKV}] (one weight row per head), LayerNorm, parallel blocks, rope "
+                       f"normal 7.5e7, logit_scale 0.8333, tied output"}
+
+
 SPECS = {"qwen2moe-f32": qwen2moe_spec, "mistral3-f32": mistral3_spec, "smollm3-f32": smollm3_spec,
          "granite-f32": granite_spec, "phi3-f32": phi3_spec, "olmo2-swa-f32": olmo2_spec,
          "command-r-f32": command_r_spec, "cohere2-swa-f32": cohere2_spec, "glm4moe-f32": glm4moe_spec,
-         "granitemoe-f32": granitemoe_spec}
+         "granitemoe-f32": granitemoe_spec, "command-r-plus-f32": command_r_plus_spec}
 
 
 def make_model(name, golden_dir, seed):
