@@ -597,6 +597,8 @@ static bool hf_swa(const cJSON *o, model_hparams *hp, kvl_error *err) {
     int64_t pattern = default_swa_pattern(hp->arch), mwl = -1;
     if (hf_int(o, "sliding_window", &hp->n_swa, err) < 0) return false;
     if (cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(o, "use_sliding_window"))) hp->n_swa = 0;
+    const arch_desc *ad = arch_find(hp->arch);
+    if (ad && ad->no_swa) hp->n_swa = 0; /* phi3: llama.cpp runs it without the window */
     if (hp->n_swa > MAX_WINDOW)
         return kvl_fail(err, "config.json: sliding_window %lld out of range", (long long)hp->n_swa);
     if (hp->n_swa == 0) return true;
