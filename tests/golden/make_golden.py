@@ -186,7 +186,7 @@ def base_hparams(E, L, H, HKV, FF, eps_key, eps):
 
 
 def granite_spec():
-    E, L, H, HKV, HD, FF, V = 64, 2, 4, 2, 16, 128, 4096
+    E, L, H, HKV, HD, FF, V = 32, 2, 2, 1, 16, 64, 4096
     hp = base_hparams(E, L, H, HKV, FF, "attention.layer_norm_rms_epsilon", 1e-6) + [
         ("rope.freq_base", T_F32, 1e7), ("embedding_scale", T_F32, 12.0), ("residual_scale", T_F32, 0.22),
         ("attention.scale", T_F32, 0.09), ("logit_scale", T_F32, 8.0)]
@@ -198,7 +198,7 @@ def granite_spec():
 
 
 def phi3_spec():
-    E, L, H, HKV, HD, FF, V, ROT = 64, 2, 4, 2, 16, 128, 4096, 12
+    E, L, H, HKV, HD, FF, V, ROT = 32, 2, 2, 1, 16, 64, 4096, 12
     ts = [("token_embd.weight", [E, V], "w"), ("rope_factors_long.weight", [ROT // 2], "factor_long"),
           ("rope_factors_short.weight", [ROT // 2], "factor_short"), ("output_norm.weight", [E], "norm")]
     for i in range(L):
@@ -222,7 +222,7 @@ def phi3_spec():
 
 
 def olmo2_spec():
-    E, L, H, HKV, HD, FF, V = 64, 4, 4, 2, 16, 128, 4096
+    E, L, H, HKV, HD, FF, V = 32, 4, 2, 1, 16, 64, 4096
     ts = [("token_embd.weight", [E, V], "w"), ("output_norm.weight", [E], "norm"), ("output.weight", [E, V], "w")]
     for i in range(L):
         b = f"blk.{i}."
@@ -246,7 +246,7 @@ def olmo2_spec():
 
 
 def command_r_spec():
-    E, L, H, HKV, HD, FF, V = 64, 2, 4, 2, 16, 128, 4096
+    E, L, H, HKV, HD, FF, V = 32, 2, 2, 1, 16, 64, 4096
     ts = [t for t in llama_like_tensors(E, L, H, HKV, HD, FF, V) if "ffn_norm" not in t[0]]
     hp = base_hparams(E, L, H, HKV, FF, "attention.layer_norm_epsilon", 1e-5) + [
         ("rope.freq_base", T_F32, 1e4), ("logit_scale", T_F32, 0.0625), ("rope.scaling.type", T_STR, "none")]
@@ -257,7 +257,7 @@ def command_r_spec():
 
 
 def cohere2_spec():
-    E, L, H, HKV, HD, FF, V = 64, 4, 4, 2, 16, 128, 4096
+    E, L, H, HKV, HD, FF, V = 32, 4, 2, 1, 16, 64, 4096
     ts = [t for t in llama_like_tensors(E, L, H, HKV, HD, FF, V) if "ffn_norm" not in t[0]]
     hp = base_hparams(E, L, H, HKV, FF, "attention.layer_norm_epsilon", 1e-5) + [
         ("rope.freq_base", T_F32, 5e4), ("logit_scale", T_F32, 0.25), ("attention.sliding_window", T_U32, 32),
@@ -269,7 +269,7 @@ def cohere2_spec():
 
 
 def glm4moe_spec():
-    E, L, NEXTN, H, HKV, HD, FF, V = 64, 2, 1, 4, 2, 32, 128, 4096
+    E, L, NEXTN, H, HKV, HD, FF, V = 32, 2, 1, 2, 1, 32, 64, 4096
     NE, NU, FE, NS = 8, 2, 32, 1
     ts = [("token_embd.weight", [E, V], "w"), ("output_norm.weight", [E], "norm")]
     for i in range(L + NEXTN):
@@ -307,7 +307,7 @@ def glm4moe_spec():
 
 
 def granitemoe_spec():
-    E, L, H, HKV, HD, FF, V, NE, NU, FS = 64, 2, 4, 2, 16, 64, 4096, 8, 2, 96
+    E, L, H, HKV, HD, FF, V, NE, NU, FS = 32, 2, 2, 1, 16, 32, 4096, 8, 2, 48
     ts = [("token_embd.weight", [E, V], "w"), ("output_norm.weight", [E], "norm")]
     for i in range(L):
         b = f"blk.{i}."
