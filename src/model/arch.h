@@ -6,6 +6,7 @@
 #include <stdbool.h>
 
 typedef enum arch_act { ARCH_ACT_SILU = 0, ARCH_ACT_GELU } arch_act;
+typedef enum arch_norm { ARCH_NORM_RMS = 0, ARCH_NORM_LAYER } arch_norm;
 typedef enum arch_attn { ARCH_ATTN_MHA = 0, ARCH_ATTN_MLA } arch_attn;
 /* Routed experts: refused, allowed when expert_count > 0, or required. */
 typedef enum arch_moe { ARCH_MOE_NONE = 0, ARCH_MOE_OPTIONAL, ARCH_MOE_REQUIRED } arch_moe;
@@ -25,6 +26,22 @@ typedef struct arch_desc {
     arch_moe moe;            /* mixture-of-experts FFN layers (model_moe.c) */
     bool attn_temp;          /* honours attention.temperature_scale (mistral3) */
     int nope_every; /* layers il with (il + 1) % nope_every == 0 skip rope (smollm3: 4; 0: none) */
+    bool yarn_beta_keys;     /* reads rope.scaling.yarn_beta_fast/slow (mistral3; others: 32 / 1) */
+    arch_norm norm;          /* RMSNorm, or LayerNorm without bias (command-r, cohere2) */
+    bool parallel;           /* attention and FFN read the same normed input, both added to the
+                             residual; no ffn_norm (command-r, cohere2) */
+    bool no_pre_norms;       /* no attn_norm / ffn_norm: post-norms only (olmo2) */
+    bool qk_norm_full;       /* q and k RMSNorm over all heads at once (olmo2) */
+    bool granite_scales;     /* embedding, residual, attention and logit scales (granite) */
+    bool logit_scale;        /* logits multiplied by logit_scale (command-r, cohere2) */
+    bool rope_swa_only;      /* only sliding-window layers rotate (cohere2) */
+    bool swa_rope_plain;     /* sliding layers rotate without rope scaling (olmo2 / OLMo 3) */
+    bool no_swa;             /* llama.cpp ignores attention.sliding_window (phi3) */
+    bool fused_gate_up;      /* ffn_up holds the gate rows then the up rows, no ffn_gate (phi3) */
+    bool tied_always;        /* the LM head is token_embd whatever the file holds (command-r) */
+    bool qk_norm_optional;   /* per-head q/k RMSNorm when the file has it (glm4moe) */
+    bool ffn_norm_post_attn; /* the FFN's pre-norm is named post_attention_norm (glm4moe) */
+    bool nextn_layers;       /* block_count counts nextn_predict_layers (MTP, skipped; glm4moe) */
 } arch_desc;
 
 /* NULL if the architecture is not supported. */

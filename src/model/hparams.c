@@ -4,6 +4,7 @@
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "arch.h"
@@ -22,14 +23,13 @@ static void hparams_init(model_hparams *hp) {
 
 /* The sliding-window pattern length of a family whose files may not carry one:
  * the architecture table's, under its GGUF name or a config.json model_type
- * naming the same family; cohere2 is planned but not run by kvllm. */
+ * naming the same family. */
 static int64_t default_swa_pattern(const char *arch) {
     static const char *const ALIASES[][2] = {{"gemma3_text", "gemma3"}};
     for (size_t i = 0; i < sizeof ALIASES / sizeof ALIASES[0]; i++)
         if (strcmp(arch, ALIASES[i][0]) == 0) arch = ALIASES[i][1];
     const arch_desc *a = arch_find(arch);
-    if (a) return a->swa_pattern;
-    return strcmp(arch, "cohere2") == 0 ? 4 : 0;
+    return a ? a->swa_pattern : 0;
 }
 
 /* llama.cpp's set_swa_pattern(n): layer il slides iff n == 0 or il % n < n - 1. */
@@ -196,6 +196,14 @@ static bool gguf_shape(const gguf_file *f, model_hparams *hp, kvl_error *err) {
         !gguf_opt(f, a, "context_length", &hp->n_ctx_train, err) ||
         !gguf_opt(f, a, "attention.sliding_window", &hp->n_swa, err))
         return false;
+    const arch_desc *ad = arch_find(a);
+    if (ad && ad->nextn_layers) { /* llama.cpp's n_layer(): block_count less the MTP layers */
+        if (!gguf_opt(f, a, "nextn_predict_layers", &hp->n_layer_nextn, err)) return false;
+        if (hp->n_layer_nextn < 0 || hp->n_layer_nextn >= hp->n_layer)
+            return kvl_fail(err, "%s: key '%s.nextn_predict_layers' = %lld: must be below %lld",
+                            gguf_path(f), a, (long long)hp->n_layer_nextn, (long long)hp->n_layer);
+        hp->n_layer -= hp->n_layer_nextn;
+    }
     if (!gguf_range(f, hp, err)) return false;
     /* llama.cpp's defaults */
     if (hp->n_head_kv == 0) hp->n_head_kv = hp->n_head;
@@ -213,6 +221,19 @@ static void gguf_floats(const gguf_file *f, model_hparams *hp) {
     gguf_float(f, a, "attn_logit_softcapping", &hp->attn_softcap);
     gguf_float(f, a, "final_logit_softcapping", &hp->final_softcap);
     gguf_float(f, a, "attention.temperature_scale", &hp->attn_temp_scale);
+    gguf_float(f, a, "attention.layer_norm_epsilon", &hp->norm_eps);
+    gguf_float(f, a, "embedding_scale", &hp->embd_scale);
+    gguf_float(f, a, "residual_scale", &hp->residual_scale);
+    gguf_float(f, a, "attention.scale", &hp->attn_scale);
+    gguf_float(f, a, "logit_scale", &hp->logit_scale);
+    /* granite turns rope off with rope.scaling.finetuned = false (llama.cpp's
+     * rope_finetuned switch; true when absent) */
+    char key[128];
+    bool finetuned = true;
+    snprintf(key, sizeof key, "%s.rope.scaling.finetuned", a);
+    if ((strcmp(a, "granite") == 0 || strcmp(a, "granitemoe") == 0) &&
+        gguf_get_bool(f, key, &finetuned))
+        hp->rope_off = !finetuned;
 }
 
 /* ggml's magnitude correction for a context stretched by `scale`. */
@@ -251,10 +272,14 @@ static bool gguf_rope_scaling(const gguf_file *f, model_hparams *hp, kvl_error *
     rs->n_ctx_orig = hp->n_ctx_train;
     rs->log_mul = 0.0f;
     gguf_float(f, a, "rope.scaling.attn_factor", &attn);
-    gguf_float(f, a, "rope.scaling.yarn_ext_factor", &ext);
-    gguf_float(f, a, "rope.scaling.yarn_attn_factor", &attn_yarn);
-    gguf_float(f, a, "rope.scaling.yarn_beta_fast", &rs->beta_fast);
-    gguf_float(f, a, "rope.scaling.yarn_beta_slow", &rs->beta_slow);
+    /* llama.cpp's loaders read the YaRN betas only for some families (of kvllm's,
+     * mistral3), and yarn_ext_factor / yarn_attn_factor for none of kvllm's: the
+     * others run with the defaults whatever the file says. */
+    const arch_desc *ad = arch_find(a);
+    if (ad && ad->yarn_beta_keys) {
+        gguf_float(f, a, "rope.scaling.yarn_beta_fast", &rs->beta_fast);
+        gguf_float(f, a, "rope.scaling.yarn_beta_slow", &rs->beta_slow);
+    }
     gguf_float(f, a, "rope.scaling.yarn_log_multiplier", &rs->log_mul);
     /* Of kvllm's architectures only deepseek2 and mistral3 read the key in llama.cpp; deepseek2's
      * converter stores 0.1 * mscale_all_dim and llama.cpp undoes the 0.1, mistral3 takes it as is. */
@@ -331,7 +356,9 @@ static bool moe_defaults(const char *path, moe_names nm, const char *a, int64_t 
     const bool q2 = strcmp(a, "qwen2moe") == 0 || strcmp(a, "qwen2_moe") == 0;
     const bool q3 = strcmp(a, "qwen3moe") == 0 || strcmp(a, "qwen3_moe") == 0;
     const bool mixtral = strcmp(a, "llama") == 0 || strcmp(a, "mixtral") == 0;
-    if (!ds2 && !q2 && !q3 && !mixtral) {
+    const bool glm = strcmp(a, "glm4moe") == 0 || strcmp(a, "glm4_moe") == 0;
+    const bool granite = strcmp(a, "granite") == 0 || strcmp(a, "granitemoe") == 0;
+    if (!ds2 && !q2 && !q3 && !mixtral && !glm && !granite) {
         /* A family whose expert layout is not known here: the counts as
          * written, for reports; the loader refuses to run it. */
         mo->n_layer_moe = n_layer;
@@ -342,7 +369,7 @@ static bool moe_defaults(const char *path, moe_names nm, const char *a, int64_t 
         return kvl_fail(err, "%s: %s = %lld, %s = %lld: need 1 <= used <= count <= %d", path,
                         nm[MOE_COUNT], (long long)mo->n_expert, nm[MOE_USED],
                         (long long)mo->n_expert_used, MODEL_MAX_EXPERTS);
-    if (!ds2) mo->n_layer_dense_lead = 0; /* only deepseek2's loader reads it */
+    if (!ds2 && !glm) mo->n_layer_dense_lead = 0; /* only these loaders read it */
     if (mo->n_layer_dense_lead < 0 || mo->n_layer_dense_lead > n_layer)
         return kvl_fail(err, "%s: %s = %lld out of range [0, %lld]", path, nm[MOE_LEAD],
                         (long long)mo->n_layer_dense_lead, (long long)n_layer);
@@ -351,12 +378,14 @@ static bool moe_defaults(const char *path, moe_names nm, const char *a, int64_t 
         if (q2 && mo->n_ff_shexp == 0) mo->n_ff_shexp = n_ff;
         if (q3) mo->n_ff_shexp = 0;
         mo->shexp_gated = q2;
-    } else if (ds2) {
+    } else if (ds2 || glm) {
         if (mo->n_ff_exp == 0) return kvl_fail(err, "%s: %s missing", path, nm[MOE_FF_EXP]);
         if (n_shared < 0 || n_shared > 64)
             return kvl_fail(err, "%s: %s = %lld out of range", path, nm[MOE_SHARED],
                             (long long)n_shared);
         mo->n_ff_shexp = mo->n_ff_exp * n_shared;
+    } else if (granite) { /* experts feed_forward_length wide; granitemoeshared's shared one */
+        mo->n_ff_exp = n_ff;
     } else {
         mo->n_ff_exp = n_ff; /* Mixtral: every expert is feed_forward_length wide */
         mo->n_ff_shexp = 0;
@@ -365,8 +394,8 @@ static bool moe_defaults(const char *path, moe_names nm, const char *a, int64_t 
         mo->n_ff_shexp > (1 << 22))
         return kvl_fail(err, "%s: expert widths out of range (expert %lld, shared %lld)", path,
                         (long long)mo->n_ff_exp, (long long)mo->n_ff_shexp);
-    mo->gating = MODEL_MOE_SOFTMAX;
-    if (ds2 && gating != 0) {
+    mo->gating = glm ? MODEL_MOE_SIGMOID : MODEL_MOE_SOFTMAX; /* glm4moe: sigmoid unless set */
+    if ((ds2 || glm) && gating != 0) {
         if (gating != MODEL_MOE_SOFTMAX && gating != MODEL_MOE_SIGMOID)
             return kvl_fail(err, "%s: %s = %lld is not supported (1 softmax, 2 sigmoid)", path,
                             nm[MOE_GATING], (long long)gating);
@@ -385,6 +414,7 @@ static bool moe_defaults(const char *path, moe_names nm, const char *a, int64_t 
     } else {
         mo->n_group = mo->n_group_used = 0;
     }
+    if (glm) mo->n_group = mo->n_group_used = 0; /* glm4moe's loader reads no groups */
     mo->n_layer_moe = n_layer - mo->n_layer_dense_lead;
     return true;
 }
@@ -397,6 +427,10 @@ static void gguf_moe_bytes(const gguf_file *f, model_hparams *hp) {
     mo->expert_bytes = 0;
     for (int64_t i = 0; i < gguf_n_tensors(f); i++) {
         const gguf_tensor *t = gguf_tensor_at(f, i);
+        if (strncmp(t->name, "blk.", 4) == 0 && atoll(t->name + 4) >= hp->n_layer) {
+            unread += t->nbytes; /* an MTP layer past n_layer (glm4moe): never run */
+            continue;
+        }
         if (strncmp(t->name, "blk.", 4) != 0 || !strstr(t->name, "_exps.weight")) continue;
         mo->expert_bytes += t->nbytes;
         unread += t->nbytes / (size_t)mo->n_expert * (size_t)(mo->n_expert - mo->n_expert_used);
@@ -434,12 +468,12 @@ static bool gguf_moe(const gguf_file *f, model_hparams *hp, kvl_error *err) {
         return true;
     }
     /* llama.cpp's defaults when a key is absent */
-    mo->weights_norm = strcmp(a, "deepseek2") != 0 &&
-                       strcmp(a, "qwen2moe") != 0; /* qwen3moe, Mixtral: renormalise */
+    const bool ds2_like = strcmp(a, "deepseek2") == 0 || strcmp(a, "glm4moe") == 0;
+    mo->weights_norm = !ds2_like && strcmp(a, "qwen2moe") != 0; /* qwen3moe, Mixtral: renormalise */
     char key[128];
     snprintf(key, sizeof key, "%s.expert_weights_norm", a);
-    if (strcmp(a, "deepseek2") == 0) gguf_get_bool(f, key, &mo->weights_norm);
-    if (strcmp(a, "deepseek2") == 0 || strcmp(a, "qwen2moe") == 0)
+    if (ds2_like) gguf_get_bool(f, key, &mo->weights_norm);
+    if (ds2_like || strcmp(a, "qwen2moe") == 0)
         gguf_float(f, a, "expert_weights_scale", &mo->weights_scale);
     static const char *const KEYS[MOE_NAMES] = {"expert_count",
                                                 "expert_used_count",
@@ -466,6 +500,7 @@ bool model_hparams_from_gguf(const gguf_file *f, model_hparams *hp, kvl_error *e
     if (!gguf_shape(f, hp, err)) return false;
     gguf_floats(f, hp);
     if (!gguf_rope_scaling(f, hp, err) || !gguf_mla(f, hp, err)) return false;
+    if (ad && ad->no_swa) hp->n_swa = 0; /* phi3: llama.cpp disables the window */
     if (hp->n_swa > 0 && !gguf_swa_layers(f, hp, err)) return false;
     finish_swa(hp);
     hp->weights_bytes = gguf_tensor_data_bytes(f);
@@ -562,6 +597,8 @@ static bool hf_swa(const cJSON *o, model_hparams *hp, kvl_error *err) {
     int64_t pattern = default_swa_pattern(hp->arch), mwl = -1;
     if (hf_int(o, "sliding_window", &hp->n_swa, err) < 0) return false;
     if (cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(o, "use_sliding_window"))) hp->n_swa = 0;
+    const arch_desc *ad = arch_find(hp->arch);
+    if (ad && ad->no_swa) hp->n_swa = 0; /* phi3: llama.cpp runs it without the window */
     if (hp->n_swa > MAX_WINDOW)
         return kvl_fail(err, "config.json: sliding_window %lld out of range", (long long)hp->n_swa);
     if (hp->n_swa == 0) return true;

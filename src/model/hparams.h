@@ -86,6 +86,14 @@ typedef struct model_hparams {
     float attn_softcap, final_softcap; /* gemma2 logit soft-capping (0: off) */
     float attn_temp_scale;             /* attention.temperature_scale (0: off): q is multiplied by
                                        1 + scale * ln(floor(pos / rope_yarn.n_ctx_orig) + 1) */
+    float norm_eps;        /* attention.layer_norm_epsilon (LayerNorm families; 0: absent) */
+    float embd_scale;      /* embedding_scale (granite; 0: none) */
+    float residual_scale;  /* residual_scale (granite; 0: none) */
+    float attn_scale;      /* attention.scale (granite: the q.k scale; 0: 1/sqrt(head_dim)) */
+    float logit_scale;     /* logit_scale (granite divides by it, command-r multiplies; 0: none) */
+    bool rope_off;         /* granite's rope.scaling.finetuned = false: no rope at all */
+    int64_t n_layer_nextn; /* nextn_predict_layers: MTP layers after the n_layer run (glm4moe;
+                              not counted in n_layer, their tensors unused) */
     /* Sliding window */
     int64_t n_swa;        /* window in tokens; 0: none */
     int64_t n_swa_layers; /* layers with swa_layers[il] set */

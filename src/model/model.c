@@ -78,6 +78,17 @@ static bool read_hparams(model *m, kvl_error *err) {
             "%s: key '%s.rope.scaling.type': rope scaling '%s' is not supported (supported: none, "
             "linear, yarn)",
             gguf_path(f), a, rs);
+    if (m->arch->norm == ARCH_NORM_LAYER && !(hp->norm_eps > 0))
+        return kvl_fail(err, "%s: key '%s.attention.layer_norm_epsilon' missing", gguf_path(f), a);
+    if ((m->arch->granite_scales || strcmp(a, "cohere2") == 0) && hp->logit_scale == 0)
+        return kvl_fail(err, "%s: key '%s.logit_scale' missing", gguf_path(f), a);
+    if (strcmp(a, "cohere2") == 0 && hp->n_swa == 0)
+        return kvl_fail(err, "%s: key '%s.attention.sliding_window' missing", gguf_path(f), a);
+    char key[128];
+    snprintf(key, sizeof key, "%s.rope.dimension_sections", a);
+    if (strcmp(a, "glm4moe") == 0 && gguf_find_key(f, key) >= 0)
+        return kvl_fail(err, "%s: key '%s': multimodal rope sections are not supported",
+                        gguf_path(f), key);
     if (m->arch->attn == ARCH_ATTN_MLA && !check_mla_hparams(m, err)) return false;
     return moe_check_support(m, err);
 }
@@ -117,6 +128,31 @@ static bool bind(model *m, mtensor *t, const char *name, int64_t ne0, int64_t ne
     return bind3(m, t, name, ne0, ne1, 1, required, err);
 }
 
+/* A fused tensor (attn_qkv, phi3's gate + up) as n consecutive row ranges:
+ * each part is a view of rows[i] rows (a 1-D bias: rows[i] values), so the
+ * forward pass and the kernels see separate tensors and each output row is
+ * the same dot product the fused matmul computes. False (err set) when the
+ * tensor is there with the wrong shape; *found tells whether it is there. */
+static bool bind_split(model *m, const char *name, int64_t ne0, int n, const int64_t *rows,
+                       mtensor *const *parts, bool *found, kvl_error *err) {
+    int64_t total = 0;
+    for (int i = 0; i < n; i++) total += rows[i];
+    mtensor whole;
+    *found = gguf_find_tensor(m->gguf, name) != NULL;
+    if (!*found) return true;
+    if (!bind3(m, &whole, name, ne0 ? ne0 : total, ne0 ? total : 0, 1, true, err)) return false;
+    const size_t row_bytes = ne0 ? kern_row_bytes(whole.dtype, ne0) : sizeof(float);
+    const uint8_t *p = whole.data;
+    for (int i = 0; i < n; i++) {
+        *parts[i] = whole;
+        parts[i]->data = p;
+        if (ne0) parts[i]->ne1 = rows[i];
+        else parts[i]->ne0 = rows[i];
+        p += (size_t)rows[i] * row_bytes;
+    }
+    return true;
+}
+
 #define BIND(field, suffix, ne0, ne1, req)                                                         \
     do {                                                                                           \
         snprintf(n, sizeof n, "blk.%d.%s", il, suffix);                                            \
@@ -129,18 +165,43 @@ static bool bind_attn_mha(model *m, int il, layer_weights *L, kvl_error *err) {
     int64_t E = hp->n_embd, qd = hp->n_head * hp->head_dim_k, kd = hp->n_head_kv * hp->head_dim_k,
             vd = hp->n_head_kv * hp->head_dim_v, od = hp->n_head * hp->head_dim_v;
     char n[96];
-    BIND(wq, "attn_q.weight", E, qd, true);
-    BIND(wk, "attn_k.weight", E, kd, true);
-    BIND(wv, "attn_v.weight", E, vd, true);
-    BIND(wo, "attn_output.weight", od, E, true);
-    if (m->arch->qkv_bias_allowed) {
-        BIND(bq, "attn_q.bias", qd, 0, false);
-        BIND(bk, "attn_k.bias", kd, 0, false);
-        BIND(bv, "attn_v.bias", vd, 0, false);
+    /* llama.cpp takes a fused attn_qkv (phi3's layout) wherever q, k and v may be */
+    const int64_t rows[3] = {qd, kd, vd};
+    mtensor *w3[3] = {&L->wq, &L->wk, &L->wv}, *b3[3] = {&L->bq, &L->bk, &L->bv};
+    bool fused, fused_bias;
+    snprintf(n, sizeof n, "blk.%d.attn_qkv.weight", il);
+    if (!bind_split(m, n, E, 3, rows, w3, &fused, err)) return false;
+    if (fused) {
+        snprintf(n, sizeof n, "blk.%d.attn_qkv.bias", il);
+        if (!bind_split(m, n, 0, 3, rows, b3, &fused_bias, err)) return false;
+    } else {
+        BIND(wq, "attn_q.weight", E, qd, true);
+        BIND(wk, "attn_k.weight", E, kd, true);
+        BIND(wv, "attn_v.weight", E, vd, true);
+        if (m->arch->qkv_bias_allowed) {
+            BIND(bq, "attn_q.bias", qd, 0, false);
+            BIND(bk, "attn_k.bias", kd, 0, false);
+            BIND(bv, "attn_v.bias", vd, 0, false);
+        }
     }
-    if (m->arch->qk_norm) {
-        BIND(q_norm, "attn_q_norm.weight", hp->head_dim_k, 0, true);
-        BIND(k_norm, "attn_k_norm.weight", hp->head_dim_k, 0, true);
+    BIND(wo, "attn_output.weight", od, E, true);
+    if (m->arch->granite_scales) BIND(bo, "attn_output.bias", E, 0, false);
+    if (m->arch->qk_norm || m->arch->qk_norm_optional) {
+        BIND(q_norm, "attn_q_norm.weight", hp->head_dim_k, 0, m->arch->qk_norm);
+        BIND(k_norm, "attn_k_norm.weight", hp->head_dim_k, 0, m->arch->qk_norm || L->q_norm.data);
+    }
+    if (strcmp(hp->arch, "command-r") == 0 && hp->n_layer >= 64) {
+        /* Command R+ (llama.cpp: command-r of 64 layers or more): q and k LayerNorm per
+         * head, with one weight row per head */
+        BIND(q_norm, "attn_q_norm.weight", hp->head_dim_k, hp->n_head, true);
+        BIND(k_norm, "attn_k_norm.weight", hp->head_dim_k, hp->n_head_kv, true);
+        if (L->q_norm.dtype != GGUF_DT_F32 || L->k_norm.dtype != GGUF_DT_F32)
+            return kvl_fail(err, "%s: blk.%d.attn_q_norm / attn_k_norm: expected F32",
+                            gguf_path(m->gguf), il);
+    }
+    if (m->arch->qk_norm_full) {
+        BIND(q_norm, "attn_q_norm.weight", qd, 0, true);
+        BIND(k_norm, "attn_k_norm.weight", kd, 0, true);
     }
     return true;
 }
@@ -177,11 +238,15 @@ static bool bind_layer(model *m, int il, kvl_error *err) {
     layer_weights *L = &m->layers[il];
     int64_t E = hp->n_embd;
     char n[96];
-    BIND(attn_norm, "attn_norm.weight", E, 0, true);
+    const bool pre_norms = !m->arch->no_pre_norms;
+    if (pre_norms) BIND(attn_norm, "attn_norm.weight", E, 0, true);
     if (!(m->arch->attn == ARCH_ATTN_MLA ? bind_attn_mla(m, il, L, err)
                                          : bind_attn_mha(m, il, L, err)))
         return false;
-    BIND(ffn_norm, "ffn_norm.weight", E, 0, true);
+    if (pre_norms && !m->arch->parallel)
+        BIND(ffn_norm,
+             m->arch->ffn_norm_post_attn ? "post_attention_norm.weight" : "ffn_norm.weight", E, 0,
+             true);
     snprintf(n, sizeof n, "blk.%d.ffn_gate_inp.weight", il);
     if (!moe_layer(m, il) && gguf_find_tensor(m->gguf, n))
         return kvl_fail(err, "%s: tensor '%s': a router in a layer that key '%s.%s' makes dense",
@@ -189,6 +254,14 @@ static bool bind_layer(model *m, int il, kvl_error *err) {
                         hp->moe.n_expert ? "leading_dense_block_count" : "expert_count");
     if (moe_layer(m, il)) {
         if (!moe_bind_layer(m, il, err)) return false;
+    } else if (m->arch->fused_gate_up) { /* phi3: ffn_up is [gate; up], 2 * n_ff rows */
+        const int64_t rows[2] = {hp->n_ff, hp->n_ff};
+        mtensor *parts[2] = {&L->ffn_gate, &L->ffn_up};
+        bool found;
+        snprintf(n, sizeof n, "blk.%d.ffn_up.weight", il);
+        if (!bind_split(m, n, E, 2, rows, parts, &found, err)) return false;
+        if (!found) return kvl_fail(err, "%s: tensor '%s' missing", gguf_path(m->gguf), n);
+        BIND(ffn_down, "ffn_down.weight", hp->n_ff, E, true);
     } else {
         BIND(ffn_gate, "ffn_gate.weight", E, hp->n_ff, true);
         BIND(ffn_up, "ffn_up.weight", E, hp->n_ff, true);
@@ -214,8 +287,13 @@ static void assign_layer_geometry(model *m) {
         int64_t k, v, window;
         model_hparams_layer_kv(hp, il, &k, &v, &window);
         L->swa = window > 0;
+        L->rope = !hp->rope_off && !(m->arch->nope_every && (il + 1) % m->arch->nope_every == 0) &&
+                  !(m->arch->rope_swa_only && !L->swa);
+        L->rope_plain = L->swa && m->arch->swa_rope_plain;
         L->rope_base = L->swa ? base_swa : hp->rope_base;
-        L->rope_freq_scale = L->swa && m->arch->swa_rope_scale_one ? 1.0f : hp->rope_freq_scale;
+        L->rope_freq_scale = L->swa && (m->arch->swa_rope_scale_one || m->arch->swa_rope_plain)
+                                 ? 1.0f
+                                 : hp->rope_freq_scale;
         int g = 0;
         while (g < m->n_groups && m->groups[g].window != window) g++;
         if (g == m->n_groups) m->groups[m->n_groups++] = (kv_group_desc){.window = (int32_t)window};
@@ -236,19 +314,28 @@ static bool bind_weights(model *m, kvl_error *err) {
     hp->n_vocab = te->ne[1];
     if (!bind(m, &m->tok_embd, "token_embd.weight", hp->n_embd, hp->n_vocab, true, err) ||
         !bind(m, &m->output_norm, "output_norm.weight", hp->n_embd, 0, true, err) ||
-        !bind(m, &m->output, "output.weight", hp->n_embd, hp->n_vocab, false, err))
+        (!m->arch->tied_always &&
+         !bind(m, &m->output, "output.weight", hp->n_embd, hp->n_vocab, false, err)))
         return false;
     hp->tied_output = m->output.data == NULL;
     if (hp->tied_output) m->output = m->tok_embd;
     if (!model_last_stage(
             m)) /* binding touches no page; leaving it unbound keeps repacking off it */
         memset(&m->output, 0, sizeof m->output);
-    const gguf_tensor *rf = gguf_find_tensor(m->gguf, "rope_freqs.weight");
+    /* Frequency factors: rope_freqs, else (phi3's LongRoPE) the long factors when the
+     * context is longer than the original one, the short ones otherwise, as llama.cpp
+     * chooses them by the context of a sequence. */
+    const char *rf_name = "rope_freqs.weight";
+    if (!gguf_find_tensor(m->gguf, rf_name) &&
+        gguf_find_tensor(m->gguf, "rope_factors_long.weight"))
+        rf_name = m->mp.max_ctx > hp->rope_yarn.n_ctx_orig ? "rope_factors_long.weight"
+                                                           : "rope_factors_short.weight";
+    const gguf_tensor *rf = gguf_find_tensor(m->gguf, rf_name);
     if (rf) {
-        if (rf->dtype != GGUF_DT_F32 || rf->ne[0] != hp->n_rot / 2 || !rf->data)
-            return kvl_fail(err, "%s: tensor 'rope_freqs.weight': expected F32 [%lld]",
-                            gguf_path(m->gguf), (long long)hp->n_rot / 2);
-        m->rope_freqs = rf->data;
+        if (rf->dtype != GGUF_DT_F32 || rf->ne[0] != hp->n_rot / 2 || rf->ne[1] != 1 || !rf->data)
+            return kvl_fail(err, "%s: tensor '%s': expected F32 [%lld]", gguf_path(m->gguf),
+                            rf_name, (long long)hp->n_rot / 2);
+        m->rope_freqs = rf->data; /* a missing short (or long) set: none, as in llama.cpp */
         hp->has_rope_freqs = true;
     }
     m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
@@ -370,6 +457,8 @@ static bool alloc_scratch(model *m, kvl_error *err) {
     m->k = kvl_calloc(U * kd, sizeof(float));
     m->v = kvl_calloc(U * (vd ? vd : 1), sizeof(float));
     m->att = kvl_calloc(U * od, sizeof(float));
+    if (m->arch->parallel && !(m->par = kvl_calloc(U * E, sizeof(float))))
+        return kvl_fail(err, "model: out of memory");
     m->ff_gate = kvl_calloc(U * hp->n_ff, sizeof(float));
     m->ff_up = kvl_calloc(U * hp->n_ff, sizeof(float));
     m->work = kvl_alloc(max_work_bytes(m, U));
@@ -423,7 +512,7 @@ void model_destroy(model *m) {
     free(m->layers);
     float *bufs[] = {m->x,          m->xb,    m->xb2,     m->q,     m->k,
                      m->v,          m->att,   m->ff_gate, m->ff_up, m->attn_scratch,
-                     m->logit_rows, m->mla_a, m->mla_b};
+                     m->logit_rows, m->mla_a, m->mla_b,   m->par};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) kvl_free(bufs[i]);
     kvl_free(m->work);
     kvl_free(m->attn_runs);

@@ -238,6 +238,7 @@ static void attention(const fwd_ctx *c, const layer_weights *L, const attn_args 
 
 static float attn_scale(const model *m) {
     const model_hparams *hp = &m->hp;
+    if (m->arch->granite_scales && hp->attn_scale != 0.0f) return hp->attn_scale;
     if (m->arch->n_layer_27b && hp->n_layer == m->arch->n_layer_27b)
         return 1.0f / sqrtf((float)(hp->n_embd / hp->n_head));
     return 1.0f / sqrtf((float)hp->head_dim_k);
@@ -256,15 +257,27 @@ static void attn_mha(fwd_ctx *c, int il) {
     op_add_bias(m->q, &L->bq, n, qd);
     op_add_bias(m->k, &L->bk, n, kd);
     op_add_bias(m->v, &L->bv, n, vd);
-    if (L->q_norm.data) {
+    if (L->q_norm.data &&
+        m->arch->norm == ARCH_NORM_LAYER) { /* Command R+: per head, per-head weights */
+        for (int64_t r = 0; r < n * hp->n_head; r++)
+            op_layer_norm(m->q + r * dk, m->q + r * dk,
+                          (const float *)L->q_norm.data + (r % hp->n_head) * dk, 1, dk,
+                          hp->norm_eps);
+        for (int64_t r = 0; r < n * hp->n_head_kv; r++)
+            op_layer_norm(m->k + r * dk, m->k + r * dk,
+                          (const float *)L->k_norm.data + (r % hp->n_head_kv) * dk, 1, dk,
+                          hp->norm_eps);
+    } else if (L->q_norm.data && m->arch->qk_norm_full) { /* olmo2: over all heads at once */
+        op_rms_norm(m->q, m->q, L->q_norm.data, n, qd, hp->rms_eps);
+        op_rms_norm(m->k, m->k, L->k_norm.data, n, kd, hp->rms_eps);
+    } else if (L->q_norm.data) {
         op_rms_norm(m->q, m->q, L->q_norm.data, n * hp->n_head, dk, hp->rms_eps);
         op_rms_norm(m->k, m->k, L->k_norm.data, n * hp->n_head_kv, dk, hp->rms_eps);
     }
     kv_pool *kv = c->pools[L->kv_group];
-    const bool rope = !(m->arch->nope_every && (il + 1) % m->arch->nope_every == 0);
     for (int64_t t = 0; t < n; t++) {
         int32_t pos = c->b->pos[c->t0 + t];
-        if (rope) {
+        if (L->rope) {
             op_rope(m, L, m->q + t * qd, (int)hp->n_head, dk, 0, pos);
             op_rope(m, L, m->k + t * kd, (int)hp->n_head_kv, dk, 0, pos);
         }
@@ -287,6 +300,7 @@ static void attn_mha(fwd_ctx *c, int il) {
                    .window = m->groups[L->kv_group].window};
     attention(c, L, &a, m->q, qd, m->att, hp->n_head * dv);
     op_matmul(m, &L->wo, m->att, n, m->xb);
+    op_add_bias(m->xb, &L->bo, n, hp->n_embd);
 }
 
 /* Copies `width` floats at `offset` of each of n rows (stride) into dst[n][width], or back. */
@@ -431,20 +445,43 @@ static void ffn(fwd_ctx *c, const layer_weights *L) {
 static void add_residual(model *m, const mtensor *post_norm, int64_t n) {
     int64_t E = m->hp.n_embd;
     if (post_norm->data) op_rms_norm(m->xb, m->xb, post_norm->data, n, E, m->hp.rms_eps);
+    if (m->arch->granite_scales && m->hp.residual_scale != 0.0f)
+        for (int64_t i = 0; i < n * E; i++) m->xb[i] *= m->hp.residual_scale;
     for (int64_t i = 0; i < n * E; i++) m->x[i] += m->xb[i];
+}
+
+/* The family's norm of n rows of x into out: RMSNorm, or LayerNorm (command-r);
+ * a layer without the pre-norm (olmo2) passes x through. */
+static void norm_rows(const model *m, float *out, const float *x, const mtensor *w, int64_t n) {
+    const int64_t E = m->hp.n_embd;
+    if (!w->data) {
+        if (out != x) memcpy(out, x, (size_t)(n * E) * sizeof(float));
+    } else if (m->arch->norm == ARCH_NORM_LAYER)
+        op_layer_norm(out, x, w->data, n, E, m->hp.norm_eps);
+    else op_rms_norm(out, x, w->data, n, E, m->hp.rms_eps);
 }
 
 static void layer_forward(fwd_ctx *c, int il) {
     model *m = c->m;
     const layer_weights *L = &m->layers[il];
-    op_rms_norm(m->xb, m->x, L->attn_norm.data, c->n, m->hp.n_embd, m->hp.rms_eps);
+    const int64_t n = c->n, E = m->hp.n_embd;
+    const size_t bytes = (size_t)(n * E) * sizeof(float);
+    norm_rows(m, m->xb, m->x, &L->attn_norm, n);
+    if (m->arch->parallel) memcpy(m->xb2, m->xb, bytes); /* the FFN's input too */
     if (m->arch->attn == ARCH_ATTN_MLA && m->hp.mla) attn_mla(c, il);
     else if (m->arch->attn == ARCH_ATTN_MLA) attn_mla_uncompressed(c, il);
     else attn_mha(c, il);
-    add_residual(m, &L->post_attn_norm, c->n);
-    op_rms_norm(m->xb, m->x, L->ffn_norm.data, c->n, m->hp.n_embd, m->hp.rms_eps);
+    if (m->arch->parallel) { /* command-r: x + FFN(h) + attention(h), in llama.cpp's order */
+        memcpy(m->par, m->xb, bytes);
+        memcpy(m->xb, m->xb2, bytes);
+        ffn(c, L);
+        for (int64_t i = 0; i < n * E; i++) m->x[i] = (m->xb[i] + m->x[i]) + m->par[i];
+        return;
+    }
+    add_residual(m, &L->post_attn_norm, n);
+    norm_rows(m, m->xb, m->x, &L->ffn_norm, n);
     ffn(c, L);
-    add_residual(m, &L->post_ffn_norm, c->n);
+    add_residual(m, &L->post_ffn_norm, n);
 }
 
 static bool wants_logits(const model_batch *b, int64_t i) {
@@ -460,6 +497,8 @@ static void embed(fwd_ctx *c) {
         float s = sqrtf((float)E);
         for (int64_t i = 0; i < c->n * E; i++) m->x[i] *= s;
     }
+    if (m->arch->granite_scales && m->hp.embd_scale != 0.0f)
+        for (int64_t i = 0; i < c->n * E; i++) m->x[i] *= m->hp.embd_scale;
 }
 
 /* Final norm and LM head for the wanted rows; returns how many were written.
@@ -472,10 +511,16 @@ static int64_t project_logits(fwd_ctx *c, float *logits, float *hidden) {
         if (wants_logits(c->b, c->t0 + t))
             memcpy(m->logit_rows + (n_out++) * E, m->x + t * E, E * sizeof(float));
     if (n_out == 0) return 0;
-    op_rms_norm(m->logit_rows, m->logit_rows, m->output_norm.data, n_out, E, hp->rms_eps);
+    norm_rows(m, m->logit_rows, m->logit_rows, &m->output_norm, n_out);
     if (hidden) memcpy(hidden, m->logit_rows, (size_t)(n_out * E) * sizeof(float));
     if (!logits) return n_out;
     op_matmul(m, &m->output, m->logit_rows, n_out, logits);
+    /* granite divides by its logit scale, command-r multiplies (llama.cpp's ggml_scale) */
+    float ls = 0.0f;
+    if (m->arch->granite_scales && hp->logit_scale != 0.0f) ls = 1.0f / hp->logit_scale;
+    else if (m->arch->logit_scale && hp->logit_scale != 0.0f) ls = hp->logit_scale;
+    if (ls != 0.0f)
+        for (int64_t i = 0; i < n_out * hp->n_vocab; i++) logits[i] *= ls;
     if (hp->final_softcap > 0)
         for (int64_t i = 0; i < n_out * hp->n_vocab; i++)
             logits[i] = hp->final_softcap * tanhf(logits[i] / hp->final_softcap);

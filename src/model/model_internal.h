@@ -18,6 +18,7 @@ typedef struct layer_weights {
     mtensor attn_norm;        /* [E] */
     mtensor wq, wk, wv, wo;   /* [E -> Hq*dk], [E -> Hkv*dk], [E -> Hkv*dv], [Hq*dv -> E] */
     mtensor bq, bk, bv;       /* optional biases */
+    mtensor bo;               /* optional attn_output bias [E] (granite) */
     mtensor q_norm, k_norm;   /* optional per-head norms [dk] */
     mtensor post_attn_norm;   /* gemma: [E] */
     mtensor ffn_norm;         /* [E] */
@@ -39,7 +40,9 @@ typedef struct layer_weights {
     mtensor ffn_down_shexp;               /* [ff_shexp -> E] */
     mtensor ffn_gate_inp_shexp;           /* [E -> 1] qwen2moe's shared expert gate */
     /* attention geometry of this layer */
-    bool swa; /* sliding-window layer */
+    bool swa;        /* sliding-window layer */
+    bool rope;       /* q and k rotate (not a NoPE layer) */
+    bool rope_plain; /* rotate without YaRN or attn_factor (olmo2's sliding layers) */
     float rope_base, rope_freq_scale;
     int kv_group, kv_slot; /* which pool and which layer within it */
 } layer_weights;
@@ -66,6 +69,7 @@ struct model {
     int n_threads_max;
     float *x, *xb, *xb2, *q, *k, *v, *att, *ff_gate, *ff_up;
     float *mla_a, *mla_b; /* MLA per-head gather buffers */
+    float *par;           /* parallel blocks: the attention output while the FFN runs */
     float *attn_scratch;  /* [n_threads_max][attn_scratch_len], sized for the pools in use */
     size_t attn_scratch_len;
     int32_t *attn_runs;      /* [max_ubatch][2]: first token, count of each run (attention) */
@@ -107,6 +111,8 @@ void moe_ffn(model *m, const layer_weights *L, const float *x, int64_t n, float 
 
 /* ---- ops (model_ops.c) ---- */
 void op_rms_norm(float *out, const float *x, const float *w, int64_t rows, int64_t n, float eps);
+/* LayerNorm without bias (ggml_norm then the weight): (x - mean) / sqrt(var + eps) * w. */
+void op_layer_norm(float *out, const float *x, const float *w, int64_t rows, int64_t n, float eps);
 void op_matmul(model *m, const mtensor *w, const float *x, int64_t rows, float *y);
 void op_matmul_many(model *m, int nw, const mtensor *const *ws, const float *x, int64_t rows,
                     float *const *ys);

@@ -55,7 +55,8 @@ bool moe_check_support(const model *m, kvl_error *err) {
         return kvl_fail(
             err,
             "%s: key '%s.expert_count' = %lld: mixture-of-experts layers are not supported for "
-            "architecture '%s' (supported: qwen3moe, qwen2moe, deepseek2, llama)",
+            "architecture '%s' (supported: qwen3moe, qwen2moe, deepseek2, glm4moe, granite, "
+            "granitemoe, llama)",
             path, a, (long long)mo->n_expert, a);
     return true;
 }

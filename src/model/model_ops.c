@@ -66,6 +66,27 @@ void op_rms_norm(float *out, const float *x, const float *w, int64_t rows, int64
     rms_rows(out, x, w, rows, n, eps);
 }
 
+/* As ggml_norm: the mean and the variance of the centred row summed in double,
+ * the scale in float; then the weight. Rows are few and the op cheap next to
+ * the matmuls around it, so it stays on this thread. */
+void op_layer_norm(float *out, const float *x, const float *w, int64_t rows, int64_t n, float eps) {
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * n;
+        float *o = out + r * n;
+        double sum = 0;
+        for (int64_t i = 0; i < n; i++) sum += (double)xr[i];
+        const float mean = (float)sum / (float)n;
+        double var = 0;
+        for (int64_t i = 0; i < n; i++) {
+            const float d = xr[i] - mean;
+            o[i] = d;
+            var += (double)(d * d);
+        }
+        const float scale = 1.0f / sqrtf((float)(var / (double)n) + eps);
+        for (int64_t i = 0; i < n; i++) o[i] = (o[i] * scale) * w[i];
+    }
+}
+
 void op_matmul(model *m, const mtensor *w, const float *x, int64_t rows, float *y) {
     if (w->packed) kern_matmul_repacked(w->packed, w->dtype, w->ne1, w->ne0, x, rows, y, m->work);
     else kern_matmul(w->data, w->dtype, w->ne1, w->ne0, x, rows, y, m->work);
@@ -121,9 +142,9 @@ void op_rope(const model *m, const layer_weights *L, float *vec, int n_heads, in
     float theta_scale = powf(L->rope_base, -2.0f / (float)n_rot);
     float cs[512], sn[512]; /* n_rot <= head_dim <= 1024: at most 512 pairs */
     float theta = (float)pos;
-    float corr0 = 0, corr1 = 0, mscale = rs->attn_factor;
-    const float fs = L->rope_freq_scale;
-    if (rs->ext_factor != 0.0f) { /* YaRN, as ggml's rope_yarn */
+    float corr0 = 0, corr1 = 0, mscale = L->rope_plain ? 1.0f : rs->attn_factor;
+    const float fs = L->rope_freq_scale, ext_factor = L->rope_plain ? 0.0f : rs->ext_factor;
+    if (ext_factor != 0.0f) { /* YaRN, as ggml's rope_yarn */
         corr0 = floorf(yarn_corr_dim(n_rot, rs->n_ctx_orig, rs->beta_fast, L->rope_base));
         corr1 = ceilf(yarn_corr_dim(n_rot, rs->n_ctx_orig, rs->beta_slow, L->rope_base));
         corr0 = corr0 > 0 ? corr0 : 0;
@@ -135,9 +156,9 @@ void op_rope(const model *m, const layer_weights *L, float *vec, int n_heads, in
         if (m->rope_freqs) t /= m->rope_freqs[i];
         const float extrap = t;
         t *= fs;
-        if (rs->ext_factor != 0.0f) {
+        if (ext_factor != 0.0f) {
             const float y = ((float)i - corr0) / fmaxf(0.001f, corr1 - corr0);
-            const float ramp = (1 - fminf(1, fmaxf(0, y))) * rs->ext_factor;
+            const float ramp = (1 - fminf(1, fmaxf(0, y))) * ext_factor;
             t = t * (1 - ramp) + extrap * ramp;
         }
         cs[i] = cosf(t) * mscale;

@@ -117,6 +117,12 @@ bool model_forward_ref(model *m, kv_pool *const *pools, const kv_seq *const *seq
             hp->moe.n_expert > 0               ? "mixture of experts"
             : hp->rope_yarn.ext_factor != 0.0f ? "YaRN rope scaling"
                                                : "uncompressed MLA");
+    const arch_desc *ad = m->arch;
+    if (ad->norm != ARCH_NORM_RMS || ad->parallel || ad->no_pre_norms || ad->qk_norm_full ||
+        ad->granite_scales || ad->logit_scale || ad->fused_gate_up || ad->nope_every ||
+        ad->rope_swa_only || ad->attn_temp || hp->rope_off)
+        return kvl_fail(err, "reference forward: architecture '%s' is not implemented here",
+                        ad->name);
     for (int g = 0; g < m->n_groups; g++) {
         const int64_t bi = pos / kv_pool_cfg(pools[g])->block_size;
         if (bi >= seqs[g]->n_blocks || seqs[g]->blocks[bi] < 0)

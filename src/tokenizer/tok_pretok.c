@@ -26,6 +26,9 @@ static const char *const SET_DEFAULT[] = {"[\\p{P}\\$\\+<=>\\^~\\|]+", RX_GPT2, 
                                           "[0-9][0-9][0-9]", NULL};
 static const char *const SET_GPT2[] = {RX_GPT2, NULL};
 static const char *const SET_LLAMA3[] = {RX_LLAMA3, NULL};
+/* llama.cpp's trigger for its hand-written Kimi K2 split (split_kimi_k2) */
+#define RX_KIMI_K2 "\\p{Han}+"
+static const char *const SET_KIMI_K2[] = {RX_KIMI_K2, NULL};
 static const char *const SET_QWEN2[] = {RX_QWEN2, NULL};
 static const char *const SET_QWEN35[] = {
     RX_CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}| ?[^\\s\\p{L}\\p{M}\\p{N}]+"
@@ -116,6 +119,7 @@ static const pre_def PRE_DEFS[] = {
     {"bailingmoe|bailingmoe2|llada-moe", SET_BAILINGMOE, false, false, false},
     {"minicpm5", SET_MINICPM5, true, false, false},
     {"ufakzeka", SET_UFAKZEKA, false, false, false},
+    {"kimi-k2", SET_KIMI_K2, false, false, false},
 };
 
 static bool name_in_list(const char *list, const char *name) {
@@ -139,7 +143,13 @@ static const pre_def *find_pre(const char *name) {
 
 /* ---------------------------------------------------------------- compiled form */
 
-enum rx_kind { RX_KIND_GPT2, RX_KIND_LLAMA3, RX_KIND_COLLAPSED, RX_KIND_CODEPOINTS };
+enum rx_kind {
+    RX_KIND_GPT2,
+    RX_KIND_LLAMA3,
+    RX_KIND_KIMI_K2,
+    RX_KIND_COLLAPSED,
+    RX_KIND_CODEPOINTS
+};
 
 typedef struct tok_rx {
     int kind;
@@ -250,6 +260,10 @@ static bool compile_rx(tok_rx *r, const char *rx, kvl_error *err) {
     }
     if (strcmp(rx, RX_LLAMA3) == 0) {
         r->kind = RX_KIND_LLAMA3;
+        return true;
+    }
+    if (strcmp(rx, RX_KIMI_K2) == 0) {
+        r->kind = RX_KIND_KIMI_K2;
         return true;
     }
     /* ECMAScript $ matches only at the very end: DOLLAR_ENDONLY. No UCP: classes
@@ -465,6 +479,68 @@ static void split_llama3(span *s) {
     }
 }
 
+/* Han as llama.cpp's unicode_cpt_is_han counts it: the CJK unified ideographs
+ * (extensions A to F) and the compatibility ideographs, not all of \p{Han}. */
+static bool is_han(uint32_t c) {
+    return (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0x3400 && c <= 0x4DBF) ||
+           (c >= 0x20000 && c <= 0x2A6DF) || (c >= 0x2A700 && c <= 0x2EBEF) ||
+           (c >= 0xF900 && c <= 0xFAFF) || (c >= 0x2F800 && c <= 0x2FA1F);
+}
+
+static bool letter_not_han(const span *s, size_t pos) {
+    return (sp_flags(s, pos) & TOK_UF_LETTER) && !is_han(sp_cpt(s, pos));
+}
+
+/* Kimi K2 (tokenizer.ggml.pre "kimi-k2"), as llama.cpp's hand-written split
+ * implements tokenization_kimi.py's pattern:
+ *   [\p{Han}]+ | [^\r\n\p{L}\p{N}]?(\p{L} but not Han)+(?i:'s|'t|'re|'ve|'m|'ll|'d)? |
+ *   \p{N}{1,3} |  ?[^\s\p{L}\p{N}]+[\r\n]* | \s*[\r\n]+ | \s+(?!\S) | \s+
+ * llama.cpp takes a run of letters whole (the pattern's upper/lower-case split
+ * and its \p{M} are not modelled there), and so does this. */
+static void split_kimi_k2(span *s) {
+    for (size_t pos = s->ini; pos < s->end;) {
+        const uint32_t cpt = sp_cpt(s, pos);
+        const uint16_t f = sp_flags(s, pos);
+        if (is_han(cpt)) {
+            while (is_han(sp_cpt(s, pos))) pos++;
+            sp_emit(s, pos);
+            continue;
+        }
+        const bool lead = !(cpt == '\r' || cpt == '\n' || (f & (TOK_UF_LETTER | TOK_UF_NUMBER)));
+        if (letter_not_han(s, pos) || (lead && letter_not_han(s, pos + 1))) {
+            pos += lead;
+            while (letter_not_han(s, pos)) pos++;
+            pos += contraction_len(s, pos, true);
+            sp_emit(s, pos);
+            continue;
+        }
+        if (f & TOK_UF_NUMBER) {
+            split_digits3(s, &pos);
+            continue;
+        }
+        const uint16_t f2 = cpt == ' ' ? sp_flags(s, pos + 1) : f;
+        if (!(f2 & WLN) && f2) {
+            pos += cpt == ' ';
+            while (!(sp_flags(s, pos) & WLN) && sp_flags(s, pos)) pos++;
+            while (sp_cpt(s, pos) == '\r' || sp_cpt(s, pos) == '\n') pos++;
+            sp_emit(s, pos);
+            continue;
+        }
+        size_t n_ws = 0, last_nl_end = 0;
+        while (sp_flags(s, pos + n_ws) & TOK_UF_WHITESPACE) {
+            uint32_t w = sp_cpt(s, pos + n_ws);
+            if (w == '\r' || w == '\n') last_nl_end = pos + n_ws + 1;
+            n_ws++;
+        }
+        if (last_nl_end > 0) { /* \s*[\r\n]+ */
+            pos = last_nl_end;
+            sp_emit(s, pos);
+            continue;
+        }
+        split_whitespace(s, &pos, n_ws);
+    }
+}
+
 /* Matching text for the PCRE2 paths, built once per split. */
 typedef struct subject {
     char *bytes;  /* collapsed bytes (one per codepoint) or UTF-8 */
@@ -607,6 +683,8 @@ static bool apply_rx(const tok_rx *r, const uint32_t *cpts, const subject *sj, c
             split_gpt2(&s);
         } else if (r->kind == RX_KIND_LLAMA3) {
             split_llama3(&s);
+        } else if (r->kind == RX_KIND_KIMI_K2) {
+            split_kimi_k2(&s);
         } else {
             ok = split_pcre(&s, r, sj, &m, err);
         }

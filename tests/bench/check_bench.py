@@ -72,7 +72,8 @@ for typ, mix in (("q2_k", "Q2_K x8 Q3_K x6 Q6_K x1"), ("q3_k_m", "Q3_K x8 Q4_K x
 # two ffn_down tensors and the output get Q6_K; attn_k_b rows of 64 fall
 # back to Q5_0; the router and norms stay F32.
 for shape, want in (("tiny-qwen3moe", "experts       8, 2 used per token"),
-                    ("tiny-deepseek2", "experts       8, 2 used per token, softmax gating, expert ff 256, shared ff 256, on 2 of 3 layers")):
+                    ("tiny-deepseek2", "experts       8, 2 used per token, softmax gating, expert ff 256, shared ff 256, on 2 of 3 layers"),
+                    ("tiny-deepseek2-qlora", "experts       8, 2 used per token, softmax gating")):
     for typ in ("f16", "q4_k_m"):
         path = synth(shape, typ)
         info = run(["info", "-m", path]).stdout

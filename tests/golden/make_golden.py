@@ -179,14 +179,186 @@ def smollm3_spec():
                        f"0-2, none on layer 3 (llama.cpp: every 4th layer, fixed), tied output"}
 
 
-SPECS = {"qwen2moe-f32": qwen2moe_spec, "mistral3-f32": mistral3_spec, "smollm3-f32": smollm3_spec}
+def base_hparams(E, L, H, HKV, FF, eps_key, eps):
+    return [("context_length", T_U32, 512), ("embedding_length", T_U32, E), ("block_count", T_U32, L),
+            ("feed_forward_length", T_U32, FF), ("attention.head_count", T_U32, H),
+            ("attention.head_count_kv", T_U32, HKV), (eps_key, T_F32, eps)]
+
+
+def granite_spec():
+    E, L, H, HKV, HD, FF, V = 32, 2, 2, 1, 16, 64, 4096
+    hp = base_hparams(E, L, H, HKV, FF, "attention.layer_norm_rms_epsilon", 1e-6) + [
+        ("rope.freq_base", T_F32, 1e7), ("embedding_scale", T_F32, 12.0), ("residual_scale", T_F32, 0.22),
+        ("attention.scale", T_F32, 0.09), ("logit_scale", T_F32, 8.0)]
+    return {"arch": "granite", "donor": "qwen3-f32", "hparams": hp,
+            "tensors": llama_like_tensors(E, L, H, HKV, HD, FF, V),
+            "summary": f"granite (Granite 3.x dense): E{E} L{L}, GQA {H}/{HKV} x {HD}, rope normal 1e7, "
+                       f"embedding_scale 12, residual_scale 0.22, attention.scale 0.09 (q.k scale), "
+                       f"logit_scale 8 (logits divided), tied output"}
+
+
+def phi3_spec():
+    E, L, H, HKV, HD, FF, V, ROT = 32, 2, 2, 1, 16, 64, 4096, 12
+    ts = [("token_embd.weight", [E, V], "w"), ("rope_factors_long.weight", [ROT // 2], "factor_long"),
+          ("rope_factors_short.weight", [ROT // 2], "factor_short"), ("output_norm.weight", [E], "norm")]
+    for i in range(L):
+        b = f"blk.{i}."
+        ts += [(b + "attn_norm.weight", [E], "norm"), (b + "attn_qkv.weight", [E, (H + 2 * HKV) * HD], "w"),
+               (b + "attn_output.weight", [H * HD, E], "w"), (b + "ffn_norm.weight", [E], "norm"),
+               (b + "ffn_up.weight", [E, 2 * FF], "w"), (b + "ffn_down.weight", [FF, E], "w")]
+    hp = base_hparams(E, L, H, HKV, FF, "attention.layer_norm_rms_epsilon", 1e-5)
+    hp[0] = ("context_length", T_U32, 4096)
+    hp += [("rope.scaling.original_context_length", T_U32, 64), ("rope.dimension_count", T_U32, ROT),
+           ("rope.freq_base", T_F32, 1e4), ("attention.sliding_window", T_U32, 2047),
+           ("rope.scaling.attn_factor", T_F32, math.sqrt(1 + math.log(4096 / 64) / math.log(64)))]
+    # general.name must not contain "phi3": llama.cpp's vocabulary then looks up Phi-3's own
+    # special tokens, which the donor vocabulary lacks
+    return {"arch": "phi3", "donor": "qwen3-f32", "hparams": hp, "tensors": ts, "general_name": "tiny-longrope-f32",
+            "summary": f"phi3 (Phi-3.5 / Phi-4-mini layout): E{E} L{L}, GQA {H}/{HKV} x {HD}, fused attn_qkv, "
+                       f"fused gate+up in ffn_up [{E}, {2 * FF}], NeoX rope 1e4 on {ROT} of {HD} dims, LongRoPE "
+                       f"factors (original context 64, so every run of more than 64 tokens of context uses the "
+                       f"long ones), rope.scaling.attn_factor sqrt(2), sliding_window 2047 (ignored by llama.cpp), "
+                       f"tied output (Phi-4-mini)"}
+
+
+def olmo2_spec():
+    E, L, H, HKV, HD, FF, V = 32, 4, 2, 1, 16, 64, 4096
+    ts = [("token_embd.weight", [E, V], "w"), ("output_norm.weight", [E], "norm"), ("output.weight", [E, V], "w")]
+    for i in range(L):
+        b = f"blk.{i}."
+        ts += [(b + "attn_q.weight", [E, H * HD], "w"), (b + "attn_k.weight", [E, HKV * HD], "w"),
+               (b + "attn_v.weight", [E, HKV * HD], "w"), (b + "attn_output.weight", [H * HD, E], "w"),
+               (b + "attn_q_norm.weight", [H * HD], "norm"), (b + "attn_k_norm.weight", [HKV * HD], "norm"),
+               (b + "post_attention_norm.weight", [E], "norm"), (b + "ffn_gate.weight", [E, FF], "w"),
+               (b + "ffn_up.weight", [E, FF], "w"), (b + "ffn_down.weight", [FF, E], "w"),
+               (b + "post_ffw_norm.weight", [E], "norm")]
+    hp = base_hparams(E, L, H, HKV, FF, "attention.layer_norm_rms_epsilon", 1e-6) + [
+        ("rope.freq_base", T_F32, 5e5), ("attention.sliding_window", T_U32, 32),
+        ("attention.sliding_window_pattern", T_ARR, (T_BOOL, [(i + 1) % 4 != 0 for i in range(L)])),
+        ("rope.scaling.type", T_STR, "yarn"), ("rope.scaling.factor", T_F32, 4.0),
+        ("rope.scaling.original_context_length", T_U32, 32), ("rope.scaling.attn_factor", T_F32, 1.2)]
+    return {"arch": "olmo2", "donor": "qwen3-f32", "hparams": hp, "tensors": ts,
+            "summary": f"olmo2 as OLMo 3 is converted: E{E} L{L}, GQA {H}/{HKV} x {HD}, no pre-norms, "
+                       f"post-attention and post-FFN RMSNorm, q/k RMSNorm over all heads, NeoX rope 5e5, "
+                       f"sliding window 32 on layers 0-2 (pattern array), layer 3 full; YaRN (factor 4, original context 32, "
+                       f"rope.scaling.attn_factor 1.2) on the full layer only, the sliding ones rotate plainly "
+                       f"(OLMo 3 7B's layout); untied output"}
+
+
+def command_r_spec():
+    E, L, H, HKV, HD, FF, V = 32, 2, 2, 1, 16, 64, 4096
+    ts = [t for t in llama_like_tensors(E, L, H, HKV, HD, FF, V) if "ffn_norm" not in t[0]]
+    hp = base_hparams(E, L, H, HKV, FF, "attention.layer_norm_epsilon", 1e-5) + [
+        ("rope.freq_base", T_F32, 1e4), ("logit_scale", T_F32, 0.0625), ("rope.scaling.type", T_STR, "none")]
+    return {"arch": "command-r", "donor": "qwen3-f32", "hparams": hp, "tensors": ts,
+            "summary": f"command-r (Command-R 35B / Aya 23 layout): E{E} L{L}, GQA {H}/{HKV} x {HD}, LayerNorm "
+                       f"(no bias) eps 1e-5, attention and FFN in parallel on one normed input, rope normal 1e4, "
+                       f"logit_scale 0.0625, tied output"}
+
+
+def cohere2_spec():
+    E, L, H, HKV, HD, FF, V = 32, 4, 2, 1, 16, 64, 4096
+    ts = [t for t in llama_like_tensors(E, L, H, HKV, HD, FF, V) if "ffn_norm" not in t[0]]
+    hp = base_hparams(E, L, H, HKV, FF, "attention.layer_norm_epsilon", 1e-5) + [
+        ("rope.freq_base", T_F32, 5e4), ("logit_scale", T_F32, 0.25), ("attention.sliding_window", T_U32, 32),
+        ("rope.dimension_count", T_U32, HD), ("rope.scaling.type", T_STR, "none")]
+    return {"arch": "cohere2", "donor": "qwen3-f32", "hparams": hp, "tensors": ts,
+            "summary": f"cohere2 (Command R7B / Command A layout): E{E} L{L}, GQA {H}/{HKV} x {HD}, LayerNorm "
+                       f"(no bias), parallel attention + FFN, sliding window 32 with rope normal 5e4 on layers "
+                       f"0-2, full attention without rope on layer 3, logit_scale 0.25, tied output"}
+
+
+def glm4moe_spec():
+    E, L, NEXTN, H, HKV, HD, FF, V = 32, 2, 1, 2, 1, 32, 64, 4096
+    NE, NU, FE, NS = 8, 2, 32, 1
+    ts = [("token_embd.weight", [E, V], "w"), ("output_norm.weight", [E], "norm")]
+    for i in range(L + NEXTN):
+        b = f"blk.{i}."
+        ts += [(b + "attn_norm.weight", [E], "norm"),
+               (b + "attn_q.weight", [E, H * HD], "w"), (b + "attn_q.bias", [H * HD], "bias"),
+               (b + "attn_k.weight", [E, HKV * HD], "w"), (b + "attn_k.bias", [HKV * HD], "bias"),
+               (b + "attn_v.weight", [E, HKV * HD], "w"), (b + "attn_v.bias", [HKV * HD], "bias"),
+               (b + "attn_output.weight", [H * HD, E], "w"), (b + "post_attention_norm.weight", [E], "norm")]
+        if i == 0:
+            ts += [(b + "ffn_gate.weight", [E, FF], "w"), (b + "ffn_up.weight", [E, FF], "w"),
+                   (b + "ffn_down.weight", [FF, E], "w")]
+        else:
+            ts += [(b + "ffn_gate_inp.weight", [E, NE], "w"), (b + "exp_probs_b.bias", [NE], "probs_bias"),
+                   (b + "ffn_gate_exps.weight", [E, FE, NE], "w"), (b + "ffn_up_exps.weight", [E, FE, NE], "w"),
+                   (b + "ffn_down_exps.weight", [FE, E, NE], "w"),
+                   (b + "ffn_gate_shexp.weight", [E, FE * NS], "w"), (b + "ffn_up_shexp.weight", [E, FE * NS], "w"),
+                   (b + "ffn_down_shexp.weight", [FE * NS, E], "w")]
+        if i >= L:  # the MTP layer: loaded by llama.cpp, never run
+            ts += [(b + "nextn.eh_proj.weight", [2 * E, E], "w"), (b + "nextn.enorm.weight", [E], "norm"),
+                   (b + "nextn.hnorm.weight", [E], "norm"), (b + "nextn.shared_head_norm.weight", [E], "norm")]
+    hp = base_hparams(E, L + NEXTN, H, HKV, FF, "attention.layer_norm_rms_epsilon", 1e-5) + [
+        ("attention.key_length", T_U32, HD), ("attention.value_length", T_U32, HD),
+        ("rope.dimension_count", T_U32, HD // 2), ("rope.freq_base", T_F32, 1e6),
+        ("expert_count", T_U32, NE), ("expert_used_count", T_U32, NU), ("expert_feed_forward_length", T_U32, FE),
+        ("expert_shared_count", T_U32, NS), ("leading_dense_block_count", T_U32, 1),
+        ("expert_gating_func", T_U32, 2), ("expert_weights_scale", T_F32, 2.5),
+        ("expert_weights_norm", T_BOOL, True), ("nextn_predict_layers", T_U32, NEXTN)]
+    return {"arch": "glm4moe", "donor": "qwen3-f32", "hparams": hp, "tensors": ts,
+            "summary": f"glm4moe (GLM-4.5 / 4.6 / Air): E{E} L{L} + {NEXTN} MTP layer (block_count {L + NEXTN}, "
+                       f"nextn_predict_layers {NEXTN}: loaded, not run), GQA {H}/{HKV} x {HD} (q width {H * HD} != E), "
+                       f"q/k/v bias, NeoX rope 1e6 on {HD // 2} of {HD} dims, FFN pre-norm named post_attention_norm; "
+                       f"layer 0 dense, then {NE} experts x ff {FE}, top-{NU} sigmoid with exp_probs_b, weights "
+                       f"renormalised and scaled 2.5, {NS} shared expert; tied output (GLM's is untied: the loader takes both)"}
+
+
+def granitemoe_spec():
+    E, L, H, HKV, HD, FF, V, NE, NU, FS = 32, 2, 2, 1, 16, 32, 4096, 8, 2, 48
+    ts = [("token_embd.weight", [E, V], "w"), ("output_norm.weight", [E], "norm")]
+    for i in range(L):
+        b = f"blk.{i}."
+        ts += [(b + "attn_norm.weight", [E], "norm"), (b + "attn_q.weight", [E, H * HD], "w"),
+               (b + "attn_k.weight", [E, HKV * HD], "w"), (b + "attn_v.weight", [E, HKV * HD], "w"),
+               (b + "attn_output.weight", [H * HD, E], "w"), (b + "ffn_norm.weight", [E], "norm"),
+               (b + "ffn_gate_inp.weight", [E, NE], "w"), (b + "ffn_gate_exps.weight", [E, FF, NE], "w"),
+               (b + "ffn_up_exps.weight", [E, FF, NE], "w"), (b + "ffn_down_exps.weight", [FF, E, NE], "w"),
+               (b + "ffn_gate_shexp.weight", [E, FS], "w"), (b + "ffn_up_shexp.weight", [E, FS], "w"),
+               (b + "ffn_down_shexp.weight", [FS, E], "w")]
+    hp = base_hparams(E, L, H, HKV, FF, "attention.layer_norm_rms_epsilon", 1e-6) + [
+        ("rope.freq_base", T_F32, 1e4), ("embedding_scale", T_F32, 12.0), ("residual_scale", T_F32, 0.22),
+        ("attention.scale", T_F32, 0.0625), ("logit_scale", T_F32, 6.0), ("expert_count", T_U32, NE),
+        ("expert_used_count", T_U32, NU), ("expert_shared_feed_forward_length", T_U32, FS)]
+    return {"arch": "granitemoe", "donor": "qwen3-f32", "hparams": hp, "tensors": ts,
+            "summary": f"granitemoe (Granite 3.x MoE, with granitemoeshared's shared expert): E{E} L{L}, GQA "
+                       f"{H}/{HKV} x {HD}, the granite scales (embedding 12, residual 0.22, attention 0.0625, "
+                       f"logit 6); {NE} experts x ff {FF} (feed_forward_length), top-{NU} softmax renormalised, "
+                       f"shared expert ff {FS} added unweighted; tied output"}
+
+
+def command_r_plus_spec():
+    E, L, H, HKV, HD, FF, V = 32, 64, 2, 1, 16, 32, 4096
+    ts = [("token_embd.weight", [E, V], "w"), ("output_norm.weight", [E], "norm")]
+    for i in range(L):
+        b = f"blk.{i}."
+        ts += [(b + "attn_norm.weight", [E], "norm"), (b + "attn_q_norm.weight", [HD, H], "norm"),
+               (b + "attn_k_norm.weight", [HD, HKV], "norm"), (b + "attn_q.weight", [E, H * HD], "w"),
+               (b + "attn_k.weight", [E, HKV * HD], "w"), (b + "attn_v.weight", [E, HKV * HD], "w"),
+               (b + "attn_output.weight", [H * HD, E], "w"), (b + "ffn_gate.weight", [E, FF], "w"),
+               (b + "ffn_up.weight", [E, FF], "w"), (b + "ffn_down.weight", [FF, E], "w")]
+    hp = base_hparams(E, L, H, HKV, FF, "attention.layer_norm_epsilon", 1e-5) + [
+        ("rope.freq_base", T_F32, 7.5e7), ("logit_scale", T_F32, 0.8333), ("rope.scaling.type", T_STR, "none")]
+    return {"arch": "command-r", "donor": "qwen3-f32", "hparams": hp, "tensors": ts,
+            "summary": f"command-r with {L} layers = Command R+ (llama.cpp gives command-r files of 64 layers or "
+                       f"more per-head q/k LayerNorm): E{E} L{L}, GQA {H}/{HKV} x {HD}, attn_q_norm [{HD}, {H}] and "
+                       f"attn_k_norm [{HD}, {HKV}] (one weight row per head), LayerNorm, parallel blocks, rope "
+                       f"normal 7.5e7, logit_scale 0.8333, tied output"}
+
+
+SPECS = {"qwen2moe-f32": qwen2moe_spec, "mistral3-f32": mistral3_spec, "smollm3-f32": smollm3_spec,
+         "granite-f32": granite_spec, "phi3-f32": phi3_spec, "olmo2-swa-f32": olmo2_spec,
+         "command-r-f32": command_r_spec, "cohere2-swa-f32": cohere2_spec, "glm4moe-f32": glm4moe_spec,
+         "granitemoe-f32": granitemoe_spec, "command-r-plus-f32": command_r_plus_spec}
 
 
 def make_model(name, golden_dir, seed):
     spec = SPECS[name]()
     arch = spec["arch"]
     donor = os.path.join(golden_dir, "models", spec["donor"] + ".gguf")
-    kvs = [("general.architecture", T_STR, arch), ("general.name", T_STR, name),
+    kvs = [("general.architecture", T_STR, arch), ("general.name", T_STR, spec.get("general_name", name)),
            ("general.file_type", T_U32, 0), ("general.alignment", T_U32, 32)]
     kvs += [(f"{arch}.{k}", t, v) for k, t, v in spec["hparams"]]
     kvs += [kv for kv in read_kv(donor) if kv[0].startswith("tokenizer.")]
@@ -196,6 +368,12 @@ def make_model(name, golden_dir, seed):
         n = math.prod(dims)
         if kind == "norm":
             vals = [1.0 + 0.1 * rng.uniform(-1, 1) for _ in range(n)]
+        elif kind == "factor_long":  # LongRoPE: long-context factors, 1 to 8
+            vals = [rng.uniform(1.0, 8.0) for _ in range(n)]
+        elif kind == "factor_short":
+            vals = [rng.uniform(1.0, 1.5) for _ in range(n)]
+        elif kind == "probs_bias":  # selection bias: as large as the sigmoid scores it shifts
+            vals = [rng.uniform(-0.5, 0.5) for _ in range(n)]
         elif kind == "bias":
             vals = [0.1 * rng.uniform(-1, 1) for _ in range(n)]
         else:  # uniform with the variance of N(0, 1/fan_in) so activations stay O(1)

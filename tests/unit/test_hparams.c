@@ -155,6 +155,8 @@ typedef struct edit {
     uint64_t arr_n;
     const char *u32_key[2]; /* uint32 keys set */
     uint32_t u32[2];
+    const char *f32_key[4]; /* float keys set */
+    float f32[4];
     const char *drop_tensor[2]; /* tensors left out: names ending so */
     int n_add;                  /* f32 tensors added: name, [ne0, ne1], data */
     char add_name[8][64];
@@ -214,6 +216,8 @@ static bool rewrite(const char *src, const edit *e, char *out, size_t cap) {
         if (!dropped(e, gguf_key_name(f, i))) ok = copy_key(f, i, w);
     for (int k = 0; ok && k < 2 && e->u32_key[k]; k++)
         ok = gguf_writer_set_u32(w, e->u32_key[k], e->u32[k]);
+    for (int k = 0; ok && k < 4 && e->f32_key[k]; k++)
+        ok = gguf_writer_set_f32(w, e->f32_key[k], e->f32[k]);
     if (ok && e->arr_key) ok = gguf_writer_set_arr(w, e->arr_key, GGUF_VT_BOOL, e->arr, e->arr_n);
     for (int64_t i = 0; ok && i < gguf_n_tensors(f); i++) {
         const gguf_tensor *t = gguf_tensor_at(f, i);
@@ -480,6 +484,44 @@ static void test_moe_gguf_bytes(void) {
     model_destroy(m);
 }
 
+/* llama.cpp reads rope.scaling.yarn_beta_fast / _slow only in some loaders (of
+ * kvllm's families, mistral3's) and yarn_ext_factor / yarn_attn_factor in none of
+ * kvllm's: a deepseek2 file carrying all four runs as it would without them; a
+ * mistral3 file takes the betas and ignores the other two. */
+static void test_yarn_keys_per_family(void) {
+    static const char *const SRC[2] = {GOLDEN "deepseek2-yarn-f32.gguf",
+                                       GOLDEN "mistral3-f32.gguf"};
+    static const char *const ARCH[2] = {"deepseek2", "mistral3"};
+    static const char *const KEY[4] = {"yarn_beta_fast", "yarn_beta_slow", "yarn_ext_factor",
+                                       "yarn_attn_factor"};
+    for (int i = 0; i < 2; i++) {
+        char keys[4][96], path[128];
+        edit e = {.f32 = {8.0f, 4.0f, 0.5f, 2.0f}};
+        for (int k = 0; k < 4; k++) {
+            snprintf(keys[k], sizeof keys[k], "%s.rope.scaling.%s", ARCH[i], KEY[k]);
+            e.drop[k] = e.f32_key[k] = keys[k];
+        }
+        CHECK(rewrite(SRC[i], &e, path, sizeof path));
+        kvl_error err = {{0}};
+        gguf_file *fa = gguf_open(SRC[i], &err), *fb = gguf_open(path, &err);
+        model_hparams *a = malloc(sizeof *a), *b = malloc(sizeof *b);
+        CHECK(fa && fb && a && b && model_hparams_from_gguf(fa, a, &err) &&
+              model_hparams_from_gguf(fb, b, &err));
+        if (fa && fb && a && b) {
+            const model_rope_yarn *ya = &a->rope_yarn, *yb = &b->rope_yarn;
+            CHECK(ya->yarn && yb->yarn && yb->ext_factor == ya->ext_factor &&
+                  yb->attn_factor == ya->attn_factor && yb->log_mul == ya->log_mul);
+            if (i == 0) CHECK(yb->beta_fast == 32.0f && yb->beta_slow == 1.0f);
+            else CHECK(yb->beta_fast == 8.0f && yb->beta_slow == 4.0f);
+        }
+        free(a);
+        free(b);
+        gguf_close(fa);
+        gguf_close(fb);
+        unlink(path);
+    }
+}
+
 int main(void) {
     for (size_t i = 0; i < sizeof GGUFS / sizeof GGUFS[0]; i++) test_gguf_agree(GGUFS[i]);
     for (size_t i = 0; i < sizeof CONFIGS / sizeof CONFIGS[0]; i++) test_config_agree(CONFIGS[i]);
@@ -487,6 +529,7 @@ int main(void) {
     test_deepseek_without_mla_keys();
     test_moe_config();
     test_moe_gguf_bytes();
+    test_yarn_keys_per_family();
     if (failures) {
         fprintf(stderr, "test_hparams: %d failure(s)\n", failures);
         return 1;

@@ -96,6 +96,34 @@ static const synth_shape SHAPES[] = {
      .yarn_factor = 4.f,
      .yarn_log_mul = 0.0707f,
      .yarn_orig_ctx = 512},
+    /* the same with DeepSeek-V2 / V3's low-rank q (attn_q_a, attn_q_b) */
+    {"tiny-deepseek2-qlora",
+     "deepseek2",
+     256,
+     3,
+     4,
+     1,
+     0,
+     768,
+     1024,
+     2048,
+     10000.f,
+     1e-6f,
+     false,
+     false,
+     .n_expert = 8,
+     .n_expert_used = 2,
+     .n_ff_exp = 256,
+     .n_shared_exp = 1,
+     .n_layer_dense_lead = 1,
+     .kv_lora_rank = 256,
+     .qk_nope = 64,
+     .qk_rope = 32,
+     .v_head_dim = 64,
+     .q_lora_rank = 256,
+     .yarn_factor = 4.f,
+     .yarn_log_mul = 0.0707f,
+     .yarn_orig_ctx = 512},
 };
 #define N_SHAPES ((int)(sizeof SHAPES / sizeof SHAPES[0]))
 
@@ -225,6 +253,7 @@ static int64_t role_ne0(const synth_shape *s, const char *role) {
     if (strcmp(role, "ffn_down_shexp.weight") == 0) return s->n_ff_exp * s->n_shared_exp;
     if (strcmp(role, "attn_k_b.weight") == 0) return s->qk_nope;
     if (strcmp(role, "attn_v_b.weight") == 0) return s->kv_lora_rank;
+    if (strcmp(role, "attn_q_b.weight") == 0) return s->q_lora_rank;
     return s->n_embd;
 }
 
@@ -322,13 +351,17 @@ static bool plan_vector(plan *p, int il, const char *role, int64_t n, fill_kind 
     return plan_add(p, name, GGUF_DT_F32, n, 0, fill);
 }
 
-/* MLA attention as llama.cpp's current converter writes it (no q_lora):
- * q, the joint latent + rope projection and its norm, the per-head
- * up-projections k_b and v_b, the output. */
+/* MLA attention as llama.cpp's current converter writes it: q (or its
+ * low-rank pair q_a, q_b with the norm between), the joint latent + rope
+ * projection and its norm, the per-head up-projections k_b and v_b, the output. */
 static bool plan_attn_mla(plan *p, const synth_shape *s, synth_ftype ft, int il) {
-    const int64_t H = s->n_head, r = s->kv_lora_rank;
-    return plan_matrix(p, s, ft, il, "attn_q.weight", H * (s->qk_nope + s->qk_rope)) &&
-           plan_matrix(p, s, ft, il, "attn_kv_a_mqa.weight", r + s->qk_rope) &&
+    const int64_t H = s->n_head, r = s->kv_lora_rank, qd = H * (s->qk_nope + s->qk_rope);
+    const bool q = s->q_lora_rank ? plan_matrix(p, s, ft, il, "attn_q_a.weight", s->q_lora_rank) &&
+                                        plan_vector(p, il, "attn_q_a_norm.weight", s->q_lora_rank,
+                                                    FILL_ONES) &&
+                                        plan_matrix(p, s, ft, il, "attn_q_b.weight", qd)
+                                  : plan_matrix(p, s, ft, il, "attn_q.weight", qd);
+    return q && plan_matrix(p, s, ft, il, "attn_kv_a_mqa.weight", r + s->qk_rope) &&
            plan_vector(p, il, "attn_kv_a_norm.weight", r, FILL_ONES) &&
            plan_stack(p, s, ft, il, "attn_k_b.weight", r, H) &&
            plan_stack(p, s, ft, il, "attn_v_b.weight", s->v_head_dim, H);
@@ -508,7 +541,8 @@ static bool add_shape_meta(gguf_writer *w, const synth_shape *s) {
              kv_arch_u32(w, a, "attention.value_length", s->kv_lora_rank) &&
              kv_arch_u32(w, a, "attention.key_length_mla", s->qk_nope + s->qk_rope) &&
              kv_arch_u32(w, a, "attention.value_length_mla", s->v_head_dim) &&
-             kv_arch_u32(w, a, "rope.dimension_count", s->qk_rope);
+             kv_arch_u32(w, a, "rope.dimension_count", s->qk_rope) &&
+             (!s->q_lora_rank || kv_arch_u32(w, a, "attention.q_lora_rank", s->q_lora_rank));
     else
         ok = kv_arch_u32(w, a, "attention.key_length", s->head_dim) &&
              kv_arch_u32(w, a, "attention.value_length", s->head_dim) &&

@@ -29,10 +29,12 @@ typedef struct synth_shape {
      * layers of n_expert routed experts (n_ff_exp wide, n_expert_used per
      * token) plus n_shared_exp shared ones (DeepSeek's shexp, n_ff_exp each). */
     int64_t n_expert, n_expert_used, n_ff_exp, n_shared_exp, n_layer_dense_lead;
-    /* MLA (DeepSeek-V2 layout in llama.cpp's current form, no q_lora): the
-     * cached latent of kv_lora_rank + the qk_rope key; per head qk_nope + qk_rope
-     * for K, v_head_dim for V (head_dim is unused). */
-    int64_t kv_lora_rank, qk_nope, qk_rope, v_head_dim;
+    /* MLA (DeepSeek-V2 layout in llama.cpp's current form): the cached latent
+     * of kv_lora_rank + the qk_rope key; per head qk_nope + qk_rope for K,
+     * v_head_dim for V (head_dim is unused). q_lora_rank > 0: q through the
+     * low-rank attn_q_a / attn_q_a_norm / attn_q_b (DeepSeek-V2 / V3 full
+     * size), else one attn_q (V2-Lite). */
+    int64_t kv_lora_rank, qk_nope, qk_rope, v_head_dim, q_lora_rank;
     /* YaRN rope scaling (factor 0: none) */
     float yarn_factor, yarn_log_mul;
     int64_t yarn_orig_ctx;
