@@ -1,4 +1,4 @@
-/* kernels: repacked IQ4_XS, Q3_K and Q5_K weights for AVX-512 VNNI
+/* kernels: repacked IQ4_XS, Q3_K, Q5_K and Q2_K weights for AVX-512 VNNI
  * (kern_repack_ops), read by decode and prefill alike.
  *
  * As for Q4_K (repack_k_avx512.c): a panel holds 16 weight rows in the 16
@@ -33,6 +33,13 @@
  *           (Q4_K's layout); the fifth bits of vector v are bits 2c, 2c + 1
  *           of qh vector g
  *
+ *   Q2_K, 1344 bytes (21 lines; as the GGUF rows):
+ *     0     GGUF scale bytes (scale | min << 4) as pairs, u8 [8 pairs t][16 rows][2]
+ *     256   d, fp16 [16]; 288 dmin, fp16 [16]
+ *     320   16 vectors, v = 8h + w: lane r = GGUF bytes qs[4v..4v+3] of row r
+ *           unchanged: bits 2j, 2j + 1 of byte i are the value of element
+ *           128h + 32j + 4w + i (groups 8h + 2j for w < 4, 8h + 2j + 1 above)
+ *
  * Values are unsigned for vpdpbusd; IQ4_XS (level + 128) and Q3_K (q + 4)
  * take the bias back through the activations' sums: each group's
  * accumulator starts at -bias * (sum of its activations), from a small table
@@ -62,14 +69,22 @@
 #define Q5_QS   832
 #define Q5_SB   2880
 
+#define Q2_SC   0
+#define Q2_D    256
+#define Q2_DMIN 288
+#define Q2_QS   320
+#define Q2_SB   1344
+
 /* prefetch distance in super-blocks for batched products (about 7 KiB) */
 #define XS_PF_DIST 3
 #define Q3_PF_DIST 4
 #define Q5_PF_DIST 3
+#define Q2_PF_DIST 5
 
 static size_t xs_panel_bytes(int64_t k) { return (size_t)(k / QK_K) * XS_SB; }
 static size_t q3_panel_bytes(int64_t k) { return (size_t)(k / QK_K) * Q3_SB; }
 static size_t q5_panel_bytes(int64_t k) { return (size_t)(k / QK_K) * Q5_SB; }
+static size_t q2_panel_bytes(int64_t k) { return (size_t)(k / QK_K) * Q2_SB; }
 
 /* ------------------------------------------------------------- packing -- */
 
@@ -140,6 +155,22 @@ static void q5_pack(const void *w, size_t wrow, int rows, int64_t k, void *panel
             }
             memcpy(o + Q5_D + 2 * r, &x->d, 2);
             memcpy(o + Q5_DMIN + 2 * r, &x->dmin, 2);
+        }
+    }
+}
+
+static void q2_pack(const void *w, size_t wrow, int rows, int64_t k, void *panel) {
+    const int64_t nsb = k / QK_K;
+    memset(panel, 0, (size_t)nsb * Q2_SB);
+    for (int64_t sb = 0; sb < nsb; sb++) {
+        char *o = (char *)panel + sb * Q2_SB;
+        for (int r = 0; r < rows; r++) {
+            const blk_q2_K *x = (const blk_q2_K *)((const char *)w + (size_t)r * wrow) + sb;
+            for (int v = 0; v < 16; v++) memcpy(o + Q2_QS + 64 * v + 4 * r, x->qs + 4 * v, 4);
+            for (int g = 0; g < 16; g++)
+                o[Q2_SC + 32 * (g / 2) + 2 * r + g % 2] = (char)x->scales[g];
+            memcpy(o + Q2_D + 2 * r, &x->d, 2);
+            memcpy(o + Q2_DMIN + 2 * r, &x->dmin, 2);
         }
     }
 }
@@ -372,22 +403,88 @@ T_512_INLINE void q5_micro(int NA, bool fused, bool pf, int64_t nsb, const char 
     UNROLL(8)
     for (int a = 0; a < NA; a++) _mm512_mask_storeu_ps(y + a * ldy, mask, f[a]);
 }
+/* Q2_K: one panel x NA activation rows. Values are taken in place, masked
+ * (v & 3 << 2j: the value times 4^j), so per group and row acc = 4^j * dot,
+ * exact, |dot| <= 16 * 3 * 128 < 2^15; the two groups of a pair go into the
+ * int16 halves of a dword (the low one shifted back, the high one into place)
+ * and one vpdpwssd adds sc_2t dot_2t + sc_2t+1 dot_2t+1 to sumi; likewise
+ * summ = sum_g m_g bsum_g against the bsums' pairs. Then the float steps of
+ * kref_vec_dot_q2_K. */
+T_512_INLINE void q2_micro(int NA, bool pf, int64_t nsb, const char *P, const char *A, float *y,
+                           size_t ldy, __mmask16 mask) {
+    const __m512i m16 = _mm512_set1_epi16(0x0F);
+    __m512 f[KT];
+    UNROLL(8)
+    for (int a = 0; a < NA; a++) f[a] = _mm512_setzero_ps();
+    for (int64_t sb = 0; sb < nsb; sb++, P += Q2_SB, A += KT * KT_UNIT) {
+        __m512i sumi[KT], summ[KT];
+        UNROLL(8)
+        for (int a = 0; a < NA; a++) sumi[a] = summ[a] = _mm512_setzero_si512();
+        for (int h = 0; h < 2; h++) {
+            if (pf) pf_lines(P, Q2_SB, Q2_PF_DIST, 11 * h, 11 * h + 11);
+            __m512i v[8];
+            UNROLL(8)
+            for (int w = 0; w < 8; w++) v[w] = _mm512_loadu_si512(P + Q2_QS + 64 * (8 * h + w));
+            UNROLL(4)
+            for (int j = 0; j < 4; j++) {
+                const int t = 4 * h + j; /* the pair of groups 2t, 2t + 1 */
+                const __m512i sp = _mm512_cvtepu8_epi16(ld256(P + Q2_SC + 32 * t));
+                const __m512i sc = _mm512_and_si512(sp, m16), mn = _mm512_srli_epi16(sp, 4);
+                const __m512i msk = _mm512_set1_epi8((char)(3 << (2 * j)));
+                __m512i u[8];
+                UNROLL(8)
+                for (int w = 0; w < 8; w++) u[w] = _mm512_and_si512(v[w], msk);
+                UNROLL(8)
+                for (int a = 0; a < NA; a++) {
+                    const char *q = UNIT(a) + KQ_QS + 128 * h + 32 * j;
+                    __m512i a0 = _mm512_setzero_si512(), a1 = _mm512_setzero_si512();
+                    UNROLL(4)
+                    for (int w = 0; w < 4; w++) {
+                        a0 = _mm512_dpbusd_epi32(a0, u[w], bc32(q + 4 * w));
+                        a1 = _mm512_dpbusd_epi32(a1, u[w + 4], bc32(q + 16 + 4 * w));
+                    }
+                    const __m512i pair =
+                        _mm512_mask_blend_epi16(0xAAAAAAAA, _mm512_srai_epi32(a0, 2 * j),
+                                                _mm512_slli_epi32(a1, 16 - 2 * j));
+                    sumi[a] = _mm512_dpwssd_epi32(sumi[a], pair, sc);
+                    summ[a] = _mm512_dpwssd_epi32(summ[a], mn, bc32(UNIT(a) + KQ_BSUMS + 4 * t));
+                }
+            }
+        }
+        /* the float steps of kref_vec_dot_q2_K */
+        const __m512 d = _mm512_cvtph_ps(ld256(P + Q2_D)),
+                     dmin = _mm512_cvtph_ps(ld256(P + Q2_DMIN));
+        UNROLL(8)
+        for (int a = 0; a < NA; a++) {
+            const __m512 yd = bcf(UNIT(a) + KQ_D);
+            f[a] = _mm512_fmadd_ps(_mm512_mul_ps(d, yd), _mm512_cvtepi32_ps(sumi[a]), f[a]);
+            f[a] = _mm512_fnmadd_ps(_mm512_mul_ps(dmin, yd), _mm512_cvtepi32_ps(summ[a]), f[a]);
+        }
+    }
+    UNROLL(8)
+    for (int a = 0; a < NA; a++) _mm512_mask_storeu_ps(y + a * ldy, mask, f[a]);
+}
 #undef UNIT
 
 #define XS_CALL(na) xs_micro(na, pf, nsb, P, tile, yt, ldy, mask)
 #define Q3_CALL(na) q3_micro(na, pf, nsb, P, tile, yt, ldy, mask)
 #define Q5_CALL(na) q5_micro(na, na <= 4, pf, nsb, P, tile, yt, ldy, mask)
+#define Q2_CALL(na) q2_micro(na, pf, nsb, P, tile, yt, ldy, mask)
 KAVX512_R_PASS(xs_pass, XS_CALL)
 KAVX512_R_PASS(q3_pass, Q3_CALL)
 KAVX512_R_PASS(q5_pass, Q5_CALL)
+KAVX512_R_PASS(q2_pass, Q2_CALL)
 #undef XS_CALL
 #undef Q3_CALL
 #undef Q5_CALL
+#undef Q2_CALL
 
 KAVX512_R_KERNEL(xs_kernel, xs_pass)
 KAVX512_R_KERNEL(q3_kernel, q3_pass)
 KAVX512_R_KERNEL(q5_kernel, q5_pass)
+KAVX512_R_KERNEL(q2_kernel, q2_pass)
 
 const kern_repack_ops kavx512_repack_iq4_xs = {xs_panel_bytes, xs_pack, xs_kernel};
 const kern_repack_ops kavx512_repack_q3_K = {q3_panel_bytes, q3_pack, q3_kernel};
 const kern_repack_ops kavx512_repack_q5_K = {q5_panel_bytes, q5_pack, q5_kernel};
+const kern_repack_ops kavx512_repack_q2_K = {q2_panel_bytes, q2_pack, q2_kernel};
