@@ -1,8 +1,9 @@
 /* Kernel throughput: matvec (decode) bandwidth and batched matmul rate.
  *
  * Build (not part of the CMake build), from the repo root:
- *   gcc -std=gnu11 -O2 -fopenmp -Isrc src/base/base.c src/gguf/gguf_types.c src/kernels/[a-z]*.c \
- *       bench/bench_kernels.c -o build/bench_kernels -lm
+ *   gcc -std=gnu11 -O2 -fopenmp -Isrc -Isrc/base -Isrc/gguf -Isrc/kernels src/base/base.c \
+ *       src/base/kvl_pool.c src/gguf/gguf_types.c src/kernels/[a-z]*.c bench/bench_kernels.c \
+ *       -o build/bench_kernels -lm -lpthread
  * Run:   OMP_NUM_THREADS=2 ./build/bench_kernels [isa] [k] [n_out] [types, e.g. Q8_0,Q4_K,attn]
  *
  * Per type, in the GGUF layout and (where the ISA has one) repacked: m = 1

@@ -19,6 +19,11 @@
 # repack path crashes on Intel machines with AMX; the peer figures used -nr),
 # KVLLM_REPACK=0 passes --no-repack to kvllm.
 #
+# BEFORE=path/to/another/kvllm (optional; e.g. a build of the commit before a
+# change) runs that binary too, alternating with the others, and the table
+# gains its t/s, the ratio after / before and its share of the roofline.
+# SKIP_STORIES=1 leaves out stories260K.
+#
 # Usage: bench/run_vs_llamacpp.sh            (env: see the defaults below)
 set -euo pipefail
 
@@ -42,6 +47,9 @@ LLAMA_REPACK=${LLAMA_REPACK:-1}
 KVLLM_REPACK=${KVLLM_REPACK:-1}
 LLAMA_NR=; [ "$LLAMA_REPACK" = 0 ] && LLAMA_NR=-nr
 KVLLM_NR=; [ "$KVLLM_REPACK" = 0 ] && KVLLM_NR=--no-repack
+BEFORE=${BEFORE:-}
+[ -z "$BEFORE" ] || [ -x "$BEFORE" ] || { echo "missing $BEFORE" >&2; exit 2; }
+[ "${SKIP_STORIES:-0}" = 1 ] && STORIES=/nonexistent
 
 LBB=$LLAMA_CPP_DIR/bin/llama-batched-bench
 LB=$LLAMA_CPP_DIR/bin/llama-bench
@@ -88,21 +96,27 @@ for t in $TYPES; do
     log "$t: single sequence (prefill $NPP, decode $NTG) x $REPS"
     : > "$OUT/llama-$t-single.jsonl"
     : > "$OUT/kvllm-$t-single.jsonl"
+    : > "$OUT/before-$t-single.jsonl"
     for _ in $(seq "$REPS"); do
         lbb "$f" "$NPP" "$NTG" 1 $((NPP + NTG + 16)) >> "$OUT/llama-$t-single.jsonl"
         # -n NTG+1: the first token comes from the prefill, then NTG decoding steps as above.
         "$KVLLM" bench -m "$f" -p "$NPP" -n $((NTG + 1)) --decode-prompt "$NPP" -r 1 -t "$THREADS" \
             $KVLLM_NR --json --no-progress >> "$OUT/kvllm-$t-single.jsonl"
+        [ -z "$BEFORE" ] || "$BEFORE" bench -m "$f" -p "$NPP" -n $((NTG + 1)) --decode-prompt "$NPP" -r 1 \
+            -t "$THREADS" $KVLLM_NR --json --no-progress >> "$OUT/before-$t-single.jsonl"
     done
     log "$t: batched decode ($BATCHES sequences, prompt $BATCH_PROMPT) x $BATCH_REPS"
     : > "$OUT/llama-$t-batch.jsonl"
     : > "$OUT/kvllm-$t-batch.jsonl"
+    : > "$OUT/before-$t-batch.jsonl"
     maxb=$(echo "$BATCHES" | tr ',' '\n' | sort -n | tail -1)
     for _ in $(seq "$BATCH_REPS"); do
         lbb "$f" "$BATCH_PROMPT" "$NTG" "$BATCHES" $((maxb * (BATCH_PROMPT + NTG) + 16)) \
             >> "$OUT/llama-$t-batch.jsonl"
         "$KVLLM" bench -m "$f" -p 0 -n $((NTG + 1)) --decode-prompt "$BATCH_PROMPT" --batch "$BATCHES" \
             -r 1 -t "$THREADS" $KVLLM_NR --json --no-progress >> "$OUT/kvllm-$t-batch.jsonl"
+        [ -z "$BEFORE" ] || "$BEFORE" bench -m "$f" -p 0 -n $((NTG + 1)) --decode-prompt "$BATCH_PROMPT" \
+            --batch "$BATCHES" -r 1 -t "$THREADS" $KVLLM_NR --json --no-progress >> "$OUT/before-$t-batch.jsonl"
     done
 done
 

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """The table of bench/run_vs_llamacpp.sh, from the raw results it leaves in OUT:
 mean ± sd over the alternating repetitions, the ratio kvllm / llama.cpp, and each
-engine's share of the decode roofline (weights read per step x steps/s / bandwidth).
+engine's share of the decode roofline (weights read per step x steps/s / bandwidth);
+with results of a second kvllm binary (BEFORE=, files before-*.jsonl) also its t/s,
+after / before and its roofline share.
 usage: vs_table.py OUT "f16 q8_0 ..." SHAPE LLAMA_CPP_COMMIT THREADS [SETTINGS]"""
 import json
 import os
@@ -27,10 +29,17 @@ def pct(w, tps, b=1):
     return f"{100 * w * tps / b / 1e9 / bw:.0f}%" if w and tps else ""
 
 
-def row(model, test, l, k, w=0, b=1):
+has_before = any(os.path.getsize(os.path.join(out, f)) for f in os.listdir(out) if f.startswith("before-"))
+
+
+def row(model, test, l, k, w=0, b=1, bf=(0.0, 0.0)):
     ratio = f"{k[0] / l[0]:.2f}" if l[0] else ""
+    extra = ""
+    if has_before:
+        gain = f"{k[0] / bf[0]:.2f}" if bf[0] else ""
+        extra = f" {bf[0]:.2f} ± {bf[1]:.2f} | {gain} | {pct(w, bf[0], b)} |"
     print(f"| {model} | {test} | {l[0]:.2f} ± {l[1]:.2f} | {k[0]:.2f} ± {k[1]:.2f} | {ratio} | "
-          f"{pct(w, l[0], b)} | {pct(w, k[0], b)} |")
+          f"{pct(w, l[0], b)} | {pct(w, k[0], b)} |{extra}")
 
 
 def kbatch(runs, b):
@@ -41,21 +50,24 @@ print(f"Read bandwidth {bw:.1f} GB/s ({threads} threads, `kvllm bench --membw`, 
       f"llama.cpp {commit}; "
       f"{shape} shape, synthetic weights; {settings + '; ' if settings else ''}"
       f"mean ± sd over alternating repetitions\n")
-print("| model | test | llama.cpp t/s | kvllm t/s | kvllm / llama.cpp | roofline llama.cpp | roofline kvllm |")
-print("|---|---|---:|---:|---:|---:|---:|")
+print("| model | test | llama.cpp t/s | kvllm t/s | kvllm / llama.cpp | roofline llama.cpp | roofline kvllm |"
+      + (" kvllm before t/s | after / before | roofline before |" if has_before else ""))
+print("|---|---|---:|---:|---:|---:|---:|" + ("---:|---:|---:|" if has_before else ""))
 for t in types:
     ls, ks = jl(f"{out}/llama-{t}-single.jsonl"), jl(f"{out}/kvllm-{t}-single.jsonl")
+    bs, bb = jl(f"{out}/before-{t}-single.jsonl"), jl(f"{out}/before-{t}-batch.jsonl")
     if not ls or not ks:
         continue
     name = f"{shape} {ks[0]['type']} ({ks[0]['model_size_bytes'] / 1e9:.2f} GB)"
     w = ks[0]["weights_bytes_per_token"]
-    row(name, f"prefill {ls[0]['pp']}", ms([x["speed_pp"] for x in ls]), ms([x["prefill_tokens_per_s"] for x in ks]))
+    row(name, f"prefill {ls[0]['pp']}", ms([x["speed_pp"] for x in ls]), ms([x["prefill_tokens_per_s"] for x in ks]),
+        bf=ms([x["prefill_tokens_per_s"] for x in bs]))
     row(name, f"decode {ls[0]['tg']} after {ls[0]['pp']}", ms([x["speed_tg"] for x in ls]),
-        ms([x["decode_tokens_per_s"] for x in ks]), w)
+        ms([x["decode_tokens_per_s"] for x in ks]), w, bf=ms([x["decode_tokens_per_s"] for x in bs]))
     lb, kb = jl(f"{out}/llama-{t}-batch.jsonl"), jl(f"{out}/kvllm-{t}-batch.jsonl")
     for b in sorted({x["pl"] for x in lb}):
         row(name, f"decode x{b} sequences, aggregate (prompt {lb[0]['pp']})",
-            ms([x["speed_tg"] for x in lb if x["pl"] == b]), ms(kbatch(kb, b)), w, b)
+            ms([x["speed_tg"] for x in lb if x["pl"] == b]), ms(kbatch(kb, b)), w, b, ms(kbatch(bb, b)))
 
 ls, ks = jl(f"{out}/llama-stories.jsonl"), jl(f"{out}/kvllm-stories.jsonl")
 if ls and ks:

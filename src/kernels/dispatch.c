@@ -159,6 +159,10 @@ static void install_avx512(void) {
     active_repack[GGUF_DT_Q4_0] = &kavx512_repack_q4_0;
     active_repack[GGUF_DT_Q4_K] = &kavx512_repack_q4_K;
     active_repack[GGUF_DT_Q6_K] = &kavx512_repack_q6_K;
+    active_repack[GGUF_DT_IQ4_XS] = &kavx512_repack_iq4_xs;
+    active_repack[GGUF_DT_Q3_K] = &kavx512_repack_q3_K;
+    active_repack[GGUF_DT_Q5_K] = &kavx512_repack_q5_K;
+    active_repack[GGUF_DT_Q2_K] = &kavx512_repack_q2_K;
     active_attn = &kavx512_attn;
     active_gemm[GGUF_DT_F32] = &kavx512_gemm_f32;
     active_gemm[GGUF_DT_F16] = &kavx512_gemm_f16;

@@ -271,7 +271,7 @@ static size_t q6k_panel_bytes(int64_t k) { return (size_t)(k / QK_K) * Q6K_PB; }
  * of every Q8_K quantizer (kref_from_float_q8_K: the first value of largest
  * magnitude maps to -127, q = min(127, rint(-127 / max * x)), bsums per 16)
  * and S[j] = bsums[2j] + bsums[2j + 1], in one pass over registers. */
-T_512 static void k_prepare(const float *x, void *tile, int slot, int rows, int64_t k) {
+T_512 void kavx512_k_prepare(const float *x, void *tile, int slot, int rows, int64_t k) {
     (void)rows;
     for (int64_t sb = 0; sb < k / QK_K; sb++, x += QK_K) {
         char *u = (char *)tile + (sb * KT + slot) * KT_UNIT;
@@ -551,9 +551,9 @@ K_KERNEL(q4k_kernel, q4k_micro)
 K_KERNEL(q6k_kernel, q6k_micro)
 
 const kern_gemm_ops kavx512_gemm_q4_K = {
-    KT, PACKED_MIN_M, k_tile_bytes, k_prepare, q4k_panel_bytes, q4k_pack, q4k_kernel};
+    KT, PACKED_MIN_M, k_tile_bytes, kavx512_k_prepare, q4k_panel_bytes, q4k_pack, q4k_kernel};
 const kern_gemm_ops kavx512_gemm_q6_K = {
-    KT, PACKED_MIN_M, k_tile_bytes, k_prepare, q6k_panel_bytes, q6k_pack, q6k_kernel};
+    KT, PACKED_MIN_M, k_tile_bytes, kavx512_k_prepare, q6k_panel_bytes, q6k_pack, q6k_kernel};
 
 /* ======================= FP family (F32, F16, BF16) =======================
  * Weights are read in place, FW rows at a time; activation tile of na <= FT

@@ -8,6 +8,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <string.h>
 
 /* Q family (Q8_0, Q4_0 weights) activation tile of QT rows, per 32-element
  * block: qs[QT][32] int8, d[QT] float (the fp16 scale widened), c[QT] int32
@@ -59,6 +60,9 @@ T_512_INLINE void kavx512_q_store(float *y, size_t ldy, int na, bool two, __mmas
 #define KQ_BSUMS offsetof(blk_q8_K, bsums)
 #define KQ_S     sizeof(blk_q8_K)
 size_t kavx512_k_tile_bytes(int64_t k);
+/* kern_gemm_ops.prepare of every K-family type (one function, so that
+ * kern_repacked_share_input holds across them) */
+void kavx512_k_prepare(const float *x, void *tile, int slot, int rows, int64_t k);
 
 /* NAME, the kernel entry point of one weight kind (kern_gemm_ops or
  * kern_repack_ops .kernel): calls the always-inlined GENERIC with its KIND
@@ -67,6 +71,80 @@ size_t kavx512_k_tile_bytes(int64_t k);
     T_512 static void NAME(int64_t k, const void *w, size_t wb, int n_rows, const void *tiles,     \
                            int64_t m, float *y, size_t ldy) {                                      \
         GENERIC(KIND, k, w, wb, n_rows, tiles, m, y, ldy);                                         \
+    }
+
+/* ---- shared by the repacked K-family kernels (repack_k_avx512.c,
+ * repack_kx_avx512.c) ---- */
+
+/* The dword at p, in all 16 lanes (one broadcast load). */
+T_512_INLINE __m512i bc32(const char *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm512_set1_epi32(v);
+}
+T_512_INLINE __m512 bcf(const char *p) {
+    float v;
+    memcpy(&v, p, 4);
+    return _mm512_set1_ps(v);
+}
+T_512_INLINE __m256i ld256(const char *p) { return _mm256_loadu_si256((const __m256i *)p); }
+T_512_INLINE __m128i ld128(const char *p) { return _mm_loadu_si128((const __m128i *)p); }
+
+/* Lines l0 .. l1 - 1 of the super-block `dist` ahead of P (sb bytes each), into L2. */
+T_512_INLINE void pf_lines(const char *P, size_t sb, int dist, int l0, int l1) {
+    for (int l = l0; l < l1 && 64 * (size_t)l < sb; l++)
+        _mm_prefetch(P + dist * sb + 64 * (size_t)l, _MM_HINT_T1);
+}
+
+/* One panel against the active rows of one tile: one instantiation per
+ * count of rows. */
+#define KAVX512_R_PASS(name, CALL)                                                                 \
+    T_512_INLINE void name(int na, bool pf, int64_t nsb, const char *P, const char *tile,          \
+                           float *yt, size_t ldy, __mmask16 mask) {                                \
+        switch (na) {                                                                              \
+        case 1: CALL(1); break;                                                                    \
+        case 2: CALL(2); break;                                                                    \
+        case 3: CALL(3); break;                                                                    \
+        case 4: CALL(4); break;                                                                    \
+        case 5: CALL(5); break;                                                                    \
+        case 6: CALL(6); break;                                                                    \
+        case 7: CALL(7); break;                                                                    \
+        default: CALL(KT); break;                                                                  \
+        }                                                                                          \
+    }
+/* The panels one at a time: decode then reads one sequential stream (two
+ * neighbouring panels at once, two streams a panel apart, read markedly
+ * slower from DRAM: 11-13 against 21-22 GB/s on one Zen 4 thread), and for
+ * few rows the independent sub-blocks give the overlap.
+ *
+ * With several rows the pass that first meets a panel is compute-bound, and
+ * on its own the core fetched the weights only as the arithmetic reached
+ * them: memory and arithmetic took turns (bench_kernels BENCH_STREAM=1, one
+ * thread: m = 8 at 60% of its rate from L2). So that pass prefetches the
+ * stream about 7 KiB ahead into L2, a few lines per step, running on into the
+ * next panel (m = 4..16 +10-80%; into L1, or one super-block ahead, gained
+ * less or lost; decode, memory-bound, lost and does not). The panels of a
+ * chunk are contiguous, and so are the chunks of a matrix; a prefetch past
+ * the end never faults. */
+#define KAVX512_R_KERNEL(name, PASS)                                                                 \
+    T_512 static void name(int64_t k, const void *panels, size_t pb, int n_rows,                     \
+                           const void *tiles, int64_t m, float *y, size_t ldy) {                     \
+        const int64_t nsb = k / QK_K;                                                                \
+        const int np = (n_rows + 15) / 16;                                                           \
+        const size_t tb = kavx512_k_tile_bytes(k);                                                   \
+        const int64_t ntiles = (m + KT - 1) / KT;                                                    \
+        /* few tiles (batched decode): each panel meets every tile while in                        \
+         * L1/L2; many (prefill): a tile meets every panel of the run, which                        \
+         * stays in L2 */ \
+        const bool panel_outer = ntiles <= 4;                                                        \
+        for (int64_t outer = 0; outer < (panel_outer ? np : ntiles); outer++)                        \
+            for (int64_t inner = 0; inner < (panel_outer ? ntiles : np); inner++) {                  \
+                const int64_t ti = panel_outer ? inner : outer, p = panel_outer ? outer : inner;     \
+                const int na = m - ti * KT < KT ? (int)(m - ti * KT) : KT;                           \
+                PASS(na, m > 1 && ti == 0, nsb, (const char *)panels + p * pb,                       \
+                     (const char *)tiles + ti * tb, y + ti * KT * ldy + 16 * p, ldy,                 \
+                     kern_mask16(n_rows - 16 * (int)p));                                             \
+            }                                                                                        \
     }
 
 #endif

@@ -212,11 +212,8 @@ T_512 static void q2k_kernel(int64_t k, const void *panels, size_t pb, int n_row
     }
 }
 
-/* The activation tiles and micro-kernels of Q4_K (groups of 32) and Q6_K
+/* The activation tiles (kavx512_k_prepare) and micro-kernels of Q4_K (groups of 32) and Q6_K
  * (groups of 16). */
-static void kx_prepare(const float *x, void *tile, int slot, int rows, int64_t k) {
-    kavx512_gemm_q4_K.prepare(x, tile, slot, rows, k);
-}
 static void g32_kernel(int64_t k, const void *w, size_t wstride, int n_rows, const void *tiles,
                        int64_t m, float *y, size_t ldy) {
     kavx512_gemm_q4_K.kernel(k, w, wstride, n_rows, tiles, m, y, ldy);
@@ -227,10 +224,14 @@ static void g16_kernel(int64_t k, const void *w, size_t wstride, int n_rows, con
 }
 
 const kern_gemm_ops kavx512_gemm_q5_K = {
-    KT, KX_GEMM_MIN_M, kavx512_k_tile_bytes, kx_prepare, g32_panel_bytes, q5k_pack, g32_kernel};
+    KT,       KX_GEMM_MIN_M, kavx512_k_tile_bytes, kavx512_k_prepare, g32_panel_bytes,
+    q5k_pack, g32_kernel};
 const kern_gemm_ops kavx512_gemm_q3_K = {
-    KT, KX_GEMM_MIN_M, kavx512_k_tile_bytes, kx_prepare, g16_panel_bytes, q3k_pack, g16_kernel};
+    KT,       KX_GEMM_MIN_M, kavx512_k_tile_bytes, kavx512_k_prepare, g16_panel_bytes,
+    q3k_pack, g16_kernel};
 const kern_gemm_ops kavx512_gemm_q2_K = {
-    KT, KX_GEMM_MIN_M, kavx512_k_tile_bytes, kx_prepare, q2k_panel_bytes, q2k_pack, q2k_kernel};
+    KT,       KX_GEMM_MIN_M, kavx512_k_tile_bytes, kavx512_k_prepare, q2k_panel_bytes,
+    q2k_pack, q2k_kernel};
 const kern_gemm_ops kavx512_gemm_iq4_xs = {
-    KT, KX_GEMM_MIN_M, kavx512_k_tile_bytes, kx_prepare, g16_panel_bytes, iq4xs_pack, g16_kernel};
+    KT,         KX_GEMM_MIN_M, kavx512_k_tile_bytes, kavx512_k_prepare, g16_panel_bytes,
+    iq4xs_pack, g16_kernel};

@@ -385,9 +385,12 @@ extern const kern_gemm_ops kavx512_gemm_f32, kavx512_gemm_f16, kavx512_gemm_bf16
 extern const kern_gemm_ops kavx512_gemm_q2_K, kavx512_gemm_q3_K, kavx512_gemm_q5_K,
     kavx512_gemm_iq4_xs;
 
-/* ---- AVX-512 repacked weights (repack_avx512.c, repack_k_avx512.c) ---- */
+/* ---- AVX-512 repacked weights (repack_avx512.c, repack_k_avx512.c, repack_kx_avx512.c) ---- */
 extern const kern_repack_ops kavx512_repack_q8_0, kavx512_repack_q4_0;
 extern const kern_repack_ops kavx512_repack_q4_K, kavx512_repack_q6_K;
+/* (repack_kx_avx512.c) */
+extern const kern_repack_ops kavx512_repack_iq4_xs, kavx512_repack_q3_K, kavx512_repack_q5_K,
+    kavx512_repack_q2_K;
 
 /* Q4_1, Q5_0, Q5_1, IQ4_NL and Q8_1 (their blocks and implementations) */
 #include "quant32.h"

@@ -109,17 +109,25 @@ static float block_signed_max(const float *x, int n) {
     return max;
 }
 
+/* The scale step of Q4_1 and Q5_1: d = (max - min) / nmax and m = min of
+ * the block stored; returns 1 / d (0 when d is) and the min in *min. */
+static float block_min_scale(const float *x, int n, int nmax, kvl_f16 *d16, kvl_f16 *m16,
+                             float *min) {
+    float max;
+    block_min_max(x, n, min, &max);
+    const float d = (max - *min) / nmax;
+    *d16 = kvl_f32_to_f16(d);
+    *m16 = kvl_f32_to_f16(*min);
+    return d ? 1.0f / d : 0.0f;
+}
+
 /* ggml quantize_row_q4_1_ref: d = (max - min) / 15, m = min, q = (x - min) / d + 0.5 truncated. */
 void kref_from_float_q4_1(const float *src, void *dst, int64_t n) {
     blk_q4_1 *y = dst;
     for (int64_t b = 0; b < n / QK4_1; b++) {
         const float *x = src + b * QK4_1;
-        float min, max;
-        block_min_max(x, QK4_1, &min, &max);
-        const float d = (max - min) / 15;
-        const float id = d ? 1.0f / d : 0.0f;
-        y[b].d = kvl_f32_to_f16(d);
-        y[b].m = kvl_f32_to_f16(min);
+        float min;
+        const float id = block_min_scale(x, QK4_1, 15, &y[b].d, &y[b].m, &min);
         for (int j = 0; j < QK4_1 / 2; j++) {
             const int q0 = KERN_MIN(15, (int)((x[j] - min) * id + 0.5f));
             const int q1 = KERN_MIN(15, (int)((x[j + QK4_1 / 2] - min) * id + 0.5f));
@@ -147,12 +155,8 @@ void kref_from_float_q5_1(const float *src, void *dst, int64_t n) {
     blk_q5_1 *y = dst;
     for (int64_t b = 0; b < n / QK5_1; b++) {
         const float *x = src + b * QK5_1;
-        float min, max;
-        block_min_max(x, QK5_1, &min, &max);
-        const float d = (max - min) / 31;
-        const float id = d ? 1.0f / d : 0.0f;
-        y[b].d = kvl_f32_to_f16(d);
-        y[b].m = kvl_f32_to_f16(min);
+        float min;
+        const float id = block_min_scale(x, QK5_1, 31, &y[b].d, &y[b].m, &min);
         uint8_t L[QK5_1];
         for (int j = 0; j < QK5_1; j++) L[j] = (uint8_t)(int)((x[j] - min) * id + 0.5f);
         q5_pack(L, y[b].qs, y[b].qh);

@@ -5,12 +5,13 @@
  * Q4_0 panels of repack_avx512.c do, and is as compact as the GGUF rows. Per
  * block: 4 vectors, lane r = bytes qs[4g..4g+3] of row r (low nibbles:
  * elements 4g..4g+3, high: 16+4g..); Q5_0 then one vector of fifth bits, lane
- * r byte g = those of elements 4g..4g+3 (bits 0-3) and 16+4g.. (bits 4-7);
- * then the 16 rows' fp16 scales. The kernel widens each group to unsigned
- * bytes v + 128 (IQ4_NL: a table lookup of the levels; Q5_0: nibble plus a
- * looked-up 0x70 / 0x80 per byte) and runs the Q8_0 activation tiles of
- * gemm32_avx512.c (c = -128 * sum), so a block's exact integer sum and float
- * steps are those of vec_dot: every output is bit-identical to it. Q4_1 and
+ * r byte i = those of elements 4g+i in bit g and 16+4g+i in bit 4+g (g < 4),
+ * so one shift puts group g's bit at bit 4 of every byte; then the 16 rows'
+ * fp16 scales. The kernel widens each group to unsigned bytes (IQ4_NL: a
+ * table lookup of the levels + 128; Q5_0: nibble | fifth bit << 4, the value
+ * + 16) and runs the Q8_0 activation tiles of gemm32_avx512.c (c = -128 *
+ * sum; Q5_0 starts from c / 8 = -16 * sum), so a block's exact integer sum
+ * and float steps are those of vec_dot: every output is bit-identical to it. Q4_1 and
  * Q5_1 keep their values unsigned, add the rows' fp16 mins, and run on the
  * Q8_1 tiles with the canonical v = fma(dx * dy, isum, mx * sy), f = f + v.
  * Bytes per row and block as in the file: Q5_0 22, IQ4_NL 18, Q4_1 20, Q5_1 24. */
@@ -57,8 +58,10 @@ T_512_INLINE void pack(enum rp_kind kind, const void *w, size_t wrow, int rows, 
                 uint32_t qh, hv = 0;
                 memcpy(&qh, blk + qh_at, 4);
                 for (int g = 0; g < 4; g++)
-                    hv |= (((qh >> (4 * g)) & 0xF) | (((qh >> (16 + 4 * g)) & 0xF) << 4))
-                          << (8 * g);
+                    for (int i = 0; i < 4; i++)
+                        hv |= (((qh >> (4 * g + i)) & 1) << g | ((qh >> (16 + 4 * g + i)) & 1)
+                                                                    << (4 + g))
+                              << (8 * i);
                 h[r] = (int32_t)hv;
             }
         }
@@ -90,14 +93,7 @@ T_512_INLINE void micro(enum rp_kind kind, int NA, int64_t nb, const char *p, co
     /* IQ4_NL: the levels + 128 in every 128-bit lane (vpshufb looks up per lane) */
     const __m512i lv = _mm512_broadcast_i32x4(_mm_xor_si128(
         _mm_loadu_si128((const __m128i *)kern_iq4nl_values), _mm_set1_epi8((char)0x80)));
-    /* Q5_0: for 4 fifth bits n, the dword of bytes 0x70 + 0x10 * bit i of n
-     * (v + 16 -> v + 128); Q5_1: 0x10 * bit i of n */
-    const __m512i off = _mm512_set1_epi8(kind == RP_Q5_0 ? 0 : (char)0x90); /* -0x70 */
-    const __m512i t5q =
-        _mm512_setr_epi32(0x70707070, 0x70707080, 0x70708070, 0x70708080, 0x70807070, 0x70807080,
-                          0x70808070, 0x70808080, 0x80707070, 0x80707080, 0x80708070, 0x80708080,
-                          (int)0x80807070, (int)0x80807080, (int)0x80808070, (int)0x80808080);
-    const __m512i t5 = _mm512_add_epi8(t5q, off);
+    const __m512i m5 = _mm512_set1_epi8(0x1F);
     const size_t bb = blk_bytes(kind);
     const bool q5 = HAS_HB(kind), q1 = HAS_MIN(kind);
     __m512 f[QT];
@@ -107,7 +103,10 @@ T_512_INLINE void micro(enum rp_kind kind, int NA, int64_t nb, const char *p, co
         const int32_t *c = (const int32_t *)(t + QT * (QK8_0 + 4));
         __m512i i[QT];
         UNROLL(6)
-        for (int a = 0; a < NA; a++) i[a] = q1 ? _mm512_setzero_si512() : _mm512_set1_epi32(c[a]);
+        for (int a = 0; a < NA; a++)
+            i[a] = q1   ? _mm512_setzero_si512()
+                   : q5 ? _mm512_set1_epi32(c[a] >> 3) /* -16 * sum, exact */
+                        : _mm512_set1_epi32(c[a]);
         const __m512i hb = q5 ? _mm512_loadu_si512(p + RP_NIB) : _mm512_setzero_si512();
         UNROLL(4)
         for (int g = 0; g < 4; g++) {
@@ -115,12 +114,13 @@ T_512_INLINE void micro(enum rp_kind kind, int NA, int64_t nb, const char *p, co
             __m512i lo = _mm512_and_si512(v, m4),
                     hi = _mm512_and_si512(_mm512_srli_epi32(v, 4), m4);
             if (q5) {
-                const __m512i il =
-                    _mm512_and_si512(_mm512_srli_epi32(hb, 8 * g), _mm512_set1_epi32(0xF));
-                const __m512i ih =
-                    _mm512_and_si512(_mm512_srli_epi32(hb, 8 * g + 4), _mm512_set1_epi32(0xF));
-                lo = _mm512_add_epi8(lo, _mm512_permutexvar_epi32(il, t5));
-                hi = _mm512_add_epi8(hi, _mm512_permutexvar_epi32(ih, t5));
+                /* the fifth bits (bit g, bit 4 + g of each byte) to bit 4; the
+                 * select (0xE4: c ? a : b) keeps the nibble in bits 0-3 */
+                const __m512i bl = _mm512_slli_epi32(hb, 4 - g);
+                const __m512i bh = g ? _mm512_srli_epi32(hb, g) : hb;
+                lo = _mm512_and_si512(_mm512_ternarylogic_epi32(v, bl, m4, 0xE4), m5);
+                hi = _mm512_and_si512(
+                    _mm512_ternarylogic_epi32(_mm512_srli_epi32(v, 4), bh, m4, 0xE4), m5);
             } else if (kind == RP_IQ4_NL) {
                 lo = _mm512_shuffle_epi8(lv, lo);
                 hi = _mm512_shuffle_epi8(lv, hi);

@@ -49,7 +49,7 @@
 #define R6_SB 3392
 
 /* Batched products prefetch the super-block this far ahead (about 7 KiB) into
- * L2 as they go (see R_KERNEL). */
+ * L2 as they go (see KAVX512_R_KERNEL in gemm_avx512.h). */
 #define R4_PF_DIST 3
 #define R6_PF_DIST 2
 
@@ -119,26 +119,6 @@ T_512 static void r6k_pack(const void *w, size_t wrow, int rows, int64_t k, void
 
 /* ------------------------------------------------------------- kernels -- */
 
-/* The dword at p, in all 16 lanes (one broadcast load). */
-T_512_INLINE __m512i bc32(const char *p) {
-    int32_t v;
-    memcpy(&v, p, 4);
-    return _mm512_set1_epi32(v);
-}
-T_512_INLINE __m512 bcf(const char *p) {
-    float v;
-    memcpy(&v, p, 4);
-    return _mm512_set1_ps(v);
-}
-T_512_INLINE __m256i ld256(const char *p) { return _mm256_loadu_si256((const __m256i *)p); }
-T_512_INLINE __m128i ld128(const char *p) { return _mm_loadu_si128((const __m128i *)p); }
-
-/* Lines l0 .. l1 - 1 of the super-block `dist` ahead of P (sb bytes each), into L2. */
-T_512_INLINE void pf_lines(const char *P, size_t sb, int dist, int l0, int l1) {
-    for (int l = l0; l < l1 && 64 * (size_t)l < sb; l++)
-        _mm_prefetch(P + dist * sb + 64 * (size_t)l, _MM_HINT_T1);
-}
-
 /* Unit a of the current super-block of the tile. */
 #define UNIT(a) (A + (size_t)(a)*KT_UNIT)
 
@@ -172,7 +152,7 @@ T_512_INLINE void r4k_subs(int NA, int h0, int h1, int c, const char *P, const c
 }
 
 /* Q4_K: one panel x NA activation rows, all nsb super-blocks (pf: prefetch
- * ahead, R_KERNEL). Per sub-block
+ * ahead, KAVX512_R_KERNEL). Per sub-block
  * and row, acc = the dot of its 32 nibbles with the activations; the high
  * nibbles count 16 times (one op fewer to widen), so the low sub-blocks'
  * scales are taken 16 times too and s16 = 16 * sumi, divided exactly at the
@@ -297,68 +277,16 @@ T_512_INLINE void r6k_micro(int NA, bool pf, int64_t nsb, const char *P, const c
 }
 #undef UNIT
 
-/* One panel against the active rows of one tile: one instantiation per
- * count of rows. */
-#define R_PASS(name, CALL)                                                                         \
-    T_512_INLINE void name(int na, bool pf, int64_t nsb, const char *P, const char *tile,          \
-                           float *yt, size_t ldy, __mmask16 mask) {                                \
-        switch (na) {                                                                              \
-        case 1: CALL(1); break;                                                                    \
-        case 2: CALL(2); break;                                                                    \
-        case 3: CALL(3); break;                                                                    \
-        case 4: CALL(4); break;                                                                    \
-        case 5: CALL(5); break;                                                                    \
-        case 6: CALL(6); break;                                                                    \
-        case 7: CALL(7); break;                                                                    \
-        default: CALL(KT); break;                                                                  \
-        }                                                                                          \
-    }
 /* Q4_K: fused for up to 4 rows (2 accumulators per row), else per sub-block */
 #define R4_CALL(na) r4k_micro(na, na <= 4, pf, nsb, P, tile, yt, ldy, mask)
 #define R6_CALL(na) r6k_micro(na, pf, nsb, P, tile, yt, ldy, mask)
-R_PASS(r4k_pass, R4_CALL)
-R_PASS(r6k_pass, R6_CALL)
+KAVX512_R_PASS(r4k_pass, R4_CALL)
+KAVX512_R_PASS(r6k_pass, R6_CALL)
 #undef R4_CALL
 #undef R6_CALL
-#undef R_PASS
 
-/* The panels one at a time: decode then reads one sequential stream (two
- * neighbouring panels at once, two streams a panel apart, read markedly
- * slower from DRAM: 11-13 against 21-22 GB/s on one Zen 4 thread), and for
- * few rows the independent sub-blocks give the overlap.
- *
- * With several rows the pass that first meets a panel is compute-bound, and
- * on its own the core fetched the weights only as the arithmetic reached
- * them: memory and arithmetic took turns (bench_kernels BENCH_STREAM=1, one
- * thread: m = 8 at 60% of its rate from L2). So that pass prefetches the
- * stream about 7 KiB ahead into L2, a few lines per step, running on into the
- * next panel (m = 4..16 +10-80%; into L1, or one super-block ahead, gained
- * less or lost; decode, memory-bound, lost and does not). The panels of a
- * chunk are contiguous, and so are the chunks of a matrix; a prefetch past
- * the end never faults. */
-#define R_KERNEL(name, PASS)                                                                         \
-    T_512 static void name(int64_t k, const void *panels, size_t pb, int n_rows,                     \
-                           const void *tiles, int64_t m, float *y, size_t ldy) {                     \
-        const int64_t nsb = k / QK_K;                                                                \
-        const int np = (n_rows + 15) / 16;                                                           \
-        const size_t tb = kavx512_k_tile_bytes(k);                                                   \
-        const int64_t ntiles = (m + KT - 1) / KT;                                                    \
-        /* few tiles (batched decode): each panel meets every tile while in                        \
-         * L1/L2; many (prefill): a tile meets every panel of the run, which                        \
-         * stays in L2 */ \
-        const bool panel_outer = ntiles <= 4;                                                        \
-        for (int64_t outer = 0; outer < (panel_outer ? np : ntiles); outer++)                        \
-            for (int64_t inner = 0; inner < (panel_outer ? ntiles : np); inner++) {                  \
-                const int64_t ti = panel_outer ? inner : outer, p = panel_outer ? outer : inner;     \
-                const int na = m - ti * KT < KT ? (int)(m - ti * KT) : KT;                           \
-                PASS(na, m > 1 && ti == 0, nsb, (const char *)panels + p * pb,                       \
-                     (const char *)tiles + ti * tb, y + ti * KT * ldy + 16 * p, ldy,                 \
-                     kern_mask16(n_rows - 16 * (int)p));                                             \
-            }                                                                                        \
-    }
-R_KERNEL(r4k_kernel, r4k_pass)
-R_KERNEL(r6k_kernel, r6k_pass)
-#undef R_KERNEL
+KAVX512_R_KERNEL(r4k_kernel, r4k_pass)
+KAVX512_R_KERNEL(r6k_kernel, r6k_pass)
 
 const kern_repack_ops kavx512_repack_q4_K = {r4k_panel_bytes, r4k_pack, r4k_kernel};
 const kern_repack_ops kavx512_repack_q6_K = {r6k_panel_bytes, r6k_pack, r6k_kernel};

@@ -598,10 +598,22 @@ static void test_matmul_shapes(void) {
 /* Repacked weights (where the active ISA has a layout for the type): the
  * repacked matmul against vec_dot, bit for bit, over shapes with partial
  * panels and tiles, m = 1 (decode) to several tiles, and 1 or 2 threads. */
-static void repack_case(int t, int64_t n, int64_t k, const int64_t *ms, size_t nm) {
+/* Weights of type t from pool (valid quantized blocks, quantized once per
+ * type: the reference quantizers of the K types are slow), n rows of k. */
+static char *pool_weights(const char *pool, int t, int64_t n, int64_t k) {
+    const size_t bytes = (size_t)n * kern_row_bytes(t, k);
+    char *W = kvl_alloc(bytes);
+    memcpy(W, pool, bytes);
+    return W;
+}
+#define REPACK_POOL_ROWS 301
+#define REPACK_POOL_K    2048
+
+static void repack_case(int t, int64_t n, int64_t k, const int64_t *ms, size_t nm,
+                        const char *pool) {
     const int64_t mmax = ms[nm - 1];
-    float *wf, *X = kvl_alloc(mmax * k * sizeof(float));
-    char *W = random_weights(t, n, k, &wf);
+    float *X = kvl_alloc(mmax * k * sizeof(float));
+    char *W = pool_weights(pool, t, n, k);
     fill_data(X, mmax * k, 1.0f);
     /* row 0: values whose quantization ties (x / d = n + 0.5: roundf's half
      * away from zero for Q8_0, rint's half to even for Q8_K); row 1 starts
@@ -628,23 +640,27 @@ static void repack_case(int t, int64_t n, int64_t k, const int64_t *ms, size_t n
         }
     }
     kvl_pool_set_threads(nthreads);
-    kvl_free(wf), kvl_free(X), kvl_free(W), kvl_free(P), kvl_free(Y), kvl_free(Yd), kvl_free(work);
+    kvl_free(X), kvl_free(W), kvl_free(P), kvl_free(Y), kvl_free(Yd), kvl_free(work);
 }
 
 static void test_repack(void) {
     int tested = 0;
+    char *pool[N_WEIGHT_TYPES] = {0};
     for (int ti = 0; ti < N_WEIGHT_TYPES; ti++) {
         const int t = weight_types[ti];
         const int be = gguf_dtype_traits_of(t)->block_elems;
         if (!kern_repack_bytes(t, 16, be)) continue;
+        float *wf;
+        pool[ti] = random_weights(t, REPACK_POOL_ROWS, REPACK_POOL_K, &wf);
+        kvl_free(wf);
         tested++;
         static const int64_t ms[] = {1, 2, 3, 5, 6, 7, 8, 9, 13, 16, 25};
         static const int64_t ns[] = {1, 15, 16, 17, 33};
         for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
             for (int kb = 1; kb <= 8; kb *= 2)
-                repack_case(t, ns[ni], kb * be, ms, sizeof ms / sizeof ms[0]);
+                repack_case(t, ns[ni], kb * be, ms, sizeof ms / sizeof ms[0], pool[ti]);
         static const int64_t big_ms[] = {1, 4, 17, 64};
-        repack_case(t, 301, 2048, big_ms, 4);
+        repack_case(t, REPACK_POOL_ROWS, REPACK_POOL_K, big_ms, 4, pool[ti]);
     }
     /* several matrices over one prepared input (Q/K/V, gate/up), mixed types
      * where they share an activation layout */
@@ -654,15 +670,14 @@ static void test_repack(void) {
             if (!kern_repacked_share_input(t0, t1)) continue;
             const int64_t k = 512, ns[3] = {301, 17, 64}, mlist[] = {1, 7};
             const int types[3] = {t0, t1, t0};
+            const char *pools[3] = {pool[ta], pool[tb], pool[ta]};
             float *X = kvl_alloc(7 * k * sizeof(float));
             fill_data(X, 7 * k, 1.0f);
             char *W[3];
             void *P[3];
             float *Y[3], *Yd[3];
             for (int i = 0; i < 3; i++) {
-                float *wf;
-                W[i] = random_weights(types[i], ns[i], k, &wf);
-                kvl_free(wf);
+                W[i] = pool_weights(pools[i], types[i], ns[i], k);
                 P[i] = kvl_alloc(kern_repack_bytes(types[i], ns[i], k));
                 kern_repack(W[i], types[i], ns[i], k, P[i]);
                 Y[i] = kvl_alloc(7 * ns[i] * sizeof(float));
@@ -687,6 +702,7 @@ static void test_repack(void) {
                 kvl_free(W[i]), kvl_free(P[i]), kvl_free(Y[i]), kvl_free(Yd[i]);
             kvl_free(X), kvl_free(work);
         }
+    for (int ti = 0; ti < N_WEIGHT_TYPES; ti++) kvl_free(pool[ti]);
     printf("repacked layouts tested: %d type(s) on %s\n", tested, kern_isa_name());
 }
 

@@ -1,0 +1,490 @@
+/* kernels: repacked IQ4_XS, Q3_K, Q5_K and Q2_K weights for AVX-512 VNNI
+ * (kern_repack_ops), read by decode and prefill alike.
+ *
+ * As for Q4_K (repack_k_avx512.c): a panel holds 16 weight rows in the 16
+ * dword lanes of a vector, so one vpdpbusd against 4 broadcast activation
+ * bytes advances 16 outputs; the values stay packed about as tightly as in
+ * the GGUF rows (the kernel widens them with a few logic ops), so decode reads
+ * about as many bytes as the file holds; each super-block is a whole number of
+ * cache lines, its scales first.
+ *
+ *   IQ4_XS, 2240 bytes (35 lines; the GGUF rows take 2176):
+ *     0     scales - 32, int8 [8 groups][16 rows]
+ *     128   d, fp16 [16]; 160..191 zero
+ *     192   32 vectors, v = 4g + i: lane r = GGUF bytes qs[4v..4v+3] of row r
+ *           unchanged: low nibbles index elements 32g + 4i.., high nibbles
+ *           32g + 16 + 4i.. (both group g); widened by one vpshufb each to the
+ *           level + 128
+ *
+ *   Q3_K, 1856 bytes (29 lines; the GGUF rows take 1760):
+ *     0     scales - 32, int8 [16 groups][16 rows]
+ *     256   d, fp16 [16]; 288..319 zero
+ *     320   8 runs of 32 elements, 3 vectors each: in run k, u_c (c < 8) is
+ *           the dword of the values q + 4 (0..7) of elements 32k + 4c ..
+ *           32k + 4c + 3, one per byte; vector 3k holds u_0 in bits 0-2,
+ *           u_1 in bits 3-5 and bits 0-1 of u_6 in bits 6-7 of each byte,
+ *           3k + 1 likewise u_2, u_3 and u_7, 3k + 2 u_4, u_5 and bit 2 of
+ *           u_6 and u_7 in bits 6 and 7
+ *
+ *   Q5_K, 2880 bytes (45 lines; the GGUF rows take 2816):
+ *     0..319 as Q4_K's panel (scales, mins as pairs, d, dmin)
+ *     320   8 vectors w: lane r = GGUF bytes qh[4w..4w+3] of row r
+ *     832   32 vectors, v = 8c + g: lane r = GGUF bytes qs[4v..4v+3] of row r
+ *           (Q4_K's layout); the fifth bits of vector v are bits 2c, 2c + 1
+ *           of qh vector g
+ *
+ *   Q2_K, 1344 bytes (21 lines; as the GGUF rows):
+ *     0     GGUF scale bytes (scale | min << 4) as pairs, u8 [8 pairs t][16 rows][2]
+ *     256   d, fp16 [16]; 288 dmin, fp16 [16]
+ *     320   16 vectors, v = 8h + w: lane r = GGUF bytes qs[4v..4v+3] of row r
+ *           unchanged: bits 2j, 2j + 1 of byte i are the value of element
+ *           128h + 32j + 4w + i (groups 8h + 2j for w < 4, 8h + 2j + 1 above)
+ *
+ * Values are unsigned for vpdpbusd; IQ4_XS (level + 128) and Q3_K (q + 4)
+ * take the bias back through the activations' sums: each group's
+ * accumulator starts at -bias * (sum of its activations), from a small table
+ * of the tile's sums written a super-block ahead (as Q6_K's). Integer totals
+ * per output are exact, and the float steps are those of vec_dot
+ * (quant_kx_ref.c) lane by lane, super-blocks in order, so every output is
+ * bit-identical to it. Activations come in the Q8_K tiles of the K-family
+ * GEMM (gemm_avx512.h); the micro kernels are instantiated per count of
+ * active activation rows. */
+#include "gemm_avx512.h"
+
+#define XS_SC 0
+#define XS_D  128
+#define XS_QS 192
+#define XS_SB 2240
+
+#define Q3_SC 0
+#define Q3_D  256
+#define Q3_QS 320
+#define Q3_SB 1856
+
+#define Q5_SC   0
+#define Q5_MN   128
+#define Q5_D    256
+#define Q5_DMIN 288
+#define Q5_QH   320
+#define Q5_QS   832
+#define Q5_SB   2880
+
+#define Q2_SC   0
+#define Q2_D    256
+#define Q2_DMIN 288
+#define Q2_QS   320
+#define Q2_SB   1344
+
+/* prefetch distance in super-blocks for batched products (about 7 KiB) */
+#define XS_PF_DIST 3
+#define Q3_PF_DIST 4
+#define Q5_PF_DIST 3
+#define Q2_PF_DIST 5
+
+static size_t xs_panel_bytes(int64_t k) { return (size_t)(k / QK_K) * XS_SB; }
+static size_t q3_panel_bytes(int64_t k) { return (size_t)(k / QK_K) * Q3_SB; }
+static size_t q5_panel_bytes(int64_t k) { return (size_t)(k / QK_K) * Q5_SB; }
+static size_t q2_panel_bytes(int64_t k) { return (size_t)(k / QK_K) * Q2_SB; }
+
+/* ------------------------------------------------------------- packing -- */
+
+static void xs_pack(const void *w, size_t wrow, int rows, int64_t k, void *panel) {
+    const int64_t nsb = k / QK_K;
+    memset(panel, 0, (size_t)nsb * XS_SB); /* rows past `rows` read as 0 */
+    for (int64_t sb = 0; sb < nsb; sb++) {
+        char *o = (char *)panel + sb * XS_SB;
+        for (int r = 0; r < rows; r++) {
+            const blk_iq4_xs *x = (const blk_iq4_xs *)((const char *)w + (size_t)r * wrow) + sb;
+            for (int v = 0; v < 32; v++) memcpy(o + XS_QS + 64 * v + 4 * r, x->qs + 4 * v, 4);
+            for (int g = 0; g < 8; g++) {
+                const int ls = ((x->scales_l[g / 2] >> (4 * (g % 2))) & 0xF) |
+                               (((x->scales_h >> (2 * g)) & 3) << 4);
+                o[XS_SC + 16 * g + r] = (char)(ls - 32);
+            }
+            memcpy(o + XS_D + 2 * r, &x->d, 2);
+        }
+    }
+}
+
+static void q3_pack(const void *w, size_t wrow, int rows, int64_t k, void *panel) {
+    const int64_t nsb = k / QK_K;
+    memset(panel, 0, (size_t)nsb * Q3_SB);
+    for (int64_t sb = 0; sb < nsb; sb++) {
+        char *o = (char *)panel + sb * Q3_SB;
+        for (int r = 0; r < rows; r++) {
+            const blk_q3_K *x = (const blk_q3_K *)((const char *)w + (size_t)r * wrow) + sb;
+            uint8_t u[QK_K]; /* q + 4 in element order (quant_kx_ref.c) */
+            for (int e = 0; e < QK_K; e++) {
+                const int h = e / 128, j = (e % 128) / 32, l = e % 32;
+                const int low = (x->qs[32 * h + l] >> (2 * j)) & 3;
+                const int hb = (x->hmask[l] >> (4 * h + j)) & 1;
+                u[e] = (uint8_t)(low | (hb << 2));
+            }
+            for (int run = 0; run < 8; run++)
+                for (int i = 0; i < 4; i++) {
+                    const uint8_t *c = u + 32 * run + i; /* c[4 * n]: u_n, byte i */
+                    const uint8_t b0 = (uint8_t)(c[0] | c[4] << 3 | (c[24] & 3) << 6);
+                    const uint8_t b1 = (uint8_t)(c[8] | c[12] << 3 | (c[28] & 3) << 6);
+                    const uint8_t b2 =
+                        (uint8_t)(c[16] | c[20] << 3 | (c[24] >> 2) << 6 | (c[28] >> 2) << 7);
+                    o[Q3_QS + 64 * (3 * run) + 4 * r + i] = (char)b0;
+                    o[Q3_QS + 64 * (3 * run + 1) + 4 * r + i] = (char)b1;
+                    o[Q3_QS + 64 * (3 * run + 2) + 4 * r + i] = (char)b2;
+                }
+            for (int g = 0; g < 16; g++)
+                o[Q3_SC + 16 * g + r] = (char)(kern_q3k_scale(g, x->scales) - 32);
+            memcpy(o + Q3_D + 2 * r, &x->d, 2);
+        }
+    }
+}
+
+static void q5_pack(const void *w, size_t wrow, int rows, int64_t k, void *panel) {
+    const int64_t nsb = k / QK_K;
+    memset(panel, 0, (size_t)nsb * Q5_SB);
+    for (int64_t sb = 0; sb < nsb; sb++) {
+        char *o = (char *)panel + sb * Q5_SB;
+        for (int r = 0; r < rows; r++) {
+            const blk_q5_K *x = (const blk_q5_K *)((const char *)w + (size_t)r * wrow) + sb;
+            for (int v = 0; v < 32; v++) memcpy(o + Q5_QS + 64 * v + 4 * r, x->qs + 4 * v, 4);
+            for (int v = 0; v < 8; v++) memcpy(o + Q5_QH + 64 * v + 4 * r, x->qh + 4 * v, 4);
+            for (int j = 0; j < 8; j++) {
+                uint8_t sc, mn;
+                kern_q4k_scale_min(j, x->scales, &sc, &mn);
+                o[Q5_SC + 16 * j + r] = (char)sc;
+                o[Q5_MN + 32 * (j / 2) + 2 * r + j % 2] = (char)mn;
+            }
+            memcpy(o + Q5_D + 2 * r, &x->d, 2);
+            memcpy(o + Q5_DMIN + 2 * r, &x->dmin, 2);
+        }
+    }
+}
+
+static void q2_pack(const void *w, size_t wrow, int rows, int64_t k, void *panel) {
+    const int64_t nsb = k / QK_K;
+    memset(panel, 0, (size_t)nsb * Q2_SB);
+    for (int64_t sb = 0; sb < nsb; sb++) {
+        char *o = (char *)panel + sb * Q2_SB;
+        for (int r = 0; r < rows; r++) {
+            const blk_q2_K *x = (const blk_q2_K *)((const char *)w + (size_t)r * wrow) + sb;
+            for (int v = 0; v < 16; v++) memcpy(o + Q2_QS + 64 * v + 4 * r, x->qs + 4 * v, 4);
+            for (int g = 0; g < 16; g++)
+                o[Q2_SC + 32 * (g / 2) + 2 * r + g % 2] = (char)x->scales[g];
+            memcpy(o + Q2_D + 2 * r, &x->d, 2);
+            memcpy(o + Q2_DMIN + 2 * r, &x->dmin, 2);
+        }
+    }
+}
+
+/* ------------------------------------------------------------- kernels -- */
+
+/* Unit a of the current super-block of the tile. */
+#define UNIT(a) (A + (size_t)(a)*KT_UNIT)
+
+/* -(bias) * the activation sums of rows 0..NA-1 of the tile super-block at
+ * A, into nb[a][j]: IQ4_XS (shift 7) the S[8] of its groups of 32, Q3_K
+ * (shift 2) the bsums[16] of its groups of 16. */
+T_512_INLINE void neg_sums(int NA, bool g16, int shift, const char *A, int32_t (*nb)[16]) {
+    UNROLL(8)
+    for (int a = 0; a < NA; a++) {
+        const __m512i b =
+            g16 ? _mm512_cvtepi16_epi32(ld256(UNIT(a) + KQ_BSUMS))
+                : _mm512_zextsi256_si512(_mm256_cvtepi16_epi32(ld128(UNIT(a) + KQ_S)));
+        _mm512_store_si512(nb[a],
+                           _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(b, shift)));
+    }
+}
+
+/* IQ4_XS: one panel x NA activation rows, all nsb super-blocks. Per group g
+ * and row, acc = -128 S_g + the dot of its 32 values + 128 with the
+ * activations = the exact dot of the levels; sumi = sum_g (ls_g - 32) acc
+ * (|sumi| < 2^28). For few rows two dpbusd chains per row (low and high
+ * nibbles), added before the scale. */
+T_512_INLINE void xs_micro(int NA, bool pf, int64_t nsb, const char *P, const char *A, float *y,
+                           size_t ldy, __mmask16 mask) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    const __m512i lv = _mm512_broadcast_i32x4(_mm_xor_si128(
+        _mm_loadu_si128((const __m128i *)kern_iq4nl_values), _mm_set1_epi8((char)0x80)));
+    const bool two = NA <= 4;
+    __m512 f[KT];
+    UNROLL(8)
+    for (int a = 0; a < NA; a++) f[a] = _mm512_setzero_ps();
+    _Alignas(64) int32_t nbuf[2][KT][16];
+    neg_sums(NA, false, 7, A, nbuf[0]);
+    for (int64_t sb = 0; sb < nsb; sb++, P += XS_SB, A += KT * KT_UNIT) {
+        if (sb + 1 < nsb) neg_sums(NA, false, 7, A + KT * KT_UNIT, nbuf[(sb + 1) & 1]);
+        __asm__ volatile("" ::: "memory"); /* read back as broadcasts */
+        int32_t(*nb)[16] = nbuf[sb & 1];
+        __m512i sumi[KT];
+        UNROLL(8)
+        for (int a = 0; a < NA; a++) sumi[a] = _mm512_setzero_si512();
+        for (int g = 0; g < 8; g++) {
+            if (pf) pf_lines(P, XS_SB, XS_PF_DIST, 5 * g, 5 * g + 5);
+            __m512i acc[KT], acc2[KT];
+            UNROLL(8)
+            for (int a = 0; a < NA; a++) {
+                acc[a] = _mm512_set1_epi32(nb[a][g]);
+                acc2[a] = _mm512_setzero_si512();
+            }
+            UNROLL(4)
+            for (int i = 0; i < 4; i++) {
+                const __m512i v = _mm512_loadu_si512(P + XS_QS + 64 * (4 * g + i));
+                const __m512i lo = _mm512_shuffle_epi8(lv, _mm512_and_si512(v, m4));
+                const __m512i hi =
+                    _mm512_shuffle_epi8(lv, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
+                UNROLL(8)
+                for (int a = 0; a < NA; a++) {
+                    const char *q = UNIT(a) + KQ_QS + 32 * g + 4 * i;
+                    acc[a] = _mm512_dpbusd_epi32(acc[a], lo, bc32(q));
+                    if (two) acc2[a] = _mm512_dpbusd_epi32(acc2[a], hi, bc32(q + 16));
+                    else acc[a] = _mm512_dpbusd_epi32(acc[a], hi, bc32(q + 16));
+                }
+            }
+            const __m512i sc = _mm512_cvtepi8_epi32(ld128(P + XS_SC + 16 * g));
+            UNROLL(8)
+            for (int a = 0; a < NA; a++) {
+                const __m512i t = two ? _mm512_add_epi32(acc[a], acc2[a]) : acc[a];
+                sumi[a] = _mm512_add_epi32(sumi[a], _mm512_mullo_epi32(t, sc));
+            }
+        }
+        /* the float step of kref_vec_dot_iq4_xs */
+        const __m512 d = _mm512_cvtph_ps(ld256(P + XS_D));
+        UNROLL(8)
+        for (int a = 0; a < NA; a++)
+            f[a] = _mm512_fmadd_ps(_mm512_mul_ps(d, bcf(UNIT(a) + KQ_D)),
+                                   _mm512_cvtepi32_ps(sumi[a]), f[a]);
+    }
+    UNROLL(8)
+    for (int a = 0; a < NA; a++) _mm512_mask_storeu_ps(y + a * ldy, mask, f[a]);
+}
+
+/* Q3_K: one panel x NA activation rows. Per group g of 16 and row, acc =
+ * -4 bsum_g + the dot of its values q + 4 = the exact dot of q;
+ * sumi = sum_g (sc_g - 32) acc (|sumi| < 2^23). */
+T_512_INLINE void q3_micro(int NA, bool pf, int64_t nsb, const char *P, const char *A, float *y,
+                           size_t ldy, __mmask16 mask) {
+    const __m512i m7 = _mm512_set1_epi8(0x07), m3 = _mm512_set1_epi8(0x03);
+    __m512 f[KT];
+    UNROLL(8)
+    for (int a = 0; a < NA; a++) f[a] = _mm512_setzero_ps();
+    _Alignas(64) int32_t nbuf[2][KT][16];
+    neg_sums(NA, true, 2, A, nbuf[0]);
+    for (int64_t sb = 0; sb < nsb; sb++, P += Q3_SB, A += KT * KT_UNIT) {
+        if (sb + 1 < nsb) neg_sums(NA, true, 2, A + KT * KT_UNIT, nbuf[(sb + 1) & 1]);
+        __asm__ volatile("" ::: "memory"); /* read back as broadcasts */
+        int32_t(*nb)[16] = nbuf[sb & 1];
+        __m512i sumi[KT];
+        UNROLL(8)
+        for (int a = 0; a < NA; a++) sumi[a] = _mm512_setzero_si512();
+        for (int run = 0; run < 8; run++) {
+            if (pf) pf_lines(P, Q3_SB, Q3_PF_DIST, 4 * run, 4 * run + 4);
+            const char *v = P + Q3_QS + 64 * 3 * run;
+            const __m512i v0 = _mm512_loadu_si512(v), v1 = _mm512_loadu_si512(v + 64),
+                          v2 = _mm512_loadu_si512(v + 128);
+            /* the dword shifts drag in bits of the next byte, which the
+             * selects (0xE4: c ? a : b) and the ands drop */
+            const __m512i u[8] = {
+                _mm512_and_si512(v0, m7),
+                _mm512_and_si512(_mm512_srli_epi32(v0, 3), m7),
+                _mm512_and_si512(v1, m7),
+                _mm512_and_si512(_mm512_srli_epi32(v1, 3), m7),
+                _mm512_and_si512(v2, m7),
+                _mm512_and_si512(_mm512_srli_epi32(v2, 3), m7),
+                _mm512_and_si512(_mm512_ternarylogic_epi32(_mm512_srli_epi32(v0, 6),
+                                                           _mm512_srli_epi32(v2, 4), m3, 0xE4),
+                                 m7),
+                _mm512_and_si512(_mm512_ternarylogic_epi32(_mm512_srli_epi32(v1, 6),
+                                                           _mm512_srli_epi32(v2, 5), m3, 0xE4),
+                                 m7)};
+            UNROLL(2)
+            for (int h = 0; h < 2; h++) {
+                const int g = 2 * run + h;
+                const __m512i sc = _mm512_cvtepi8_epi32(ld128(P + Q3_SC + 16 * g));
+                UNROLL(8)
+                for (int a = 0; a < NA; a++) {
+                    __m512i acc = _mm512_set1_epi32(nb[a][g]);
+                    UNROLL(4)
+                    for (int c = 0; c < 4; c++)
+                        acc = _mm512_dpbusd_epi32(acc, u[4 * h + c],
+                                                  bc32(UNIT(a) + KQ_QS + 16 * g + 4 * c));
+                    sumi[a] = _mm512_add_epi32(sumi[a], _mm512_mullo_epi32(acc, sc));
+                }
+            }
+        }
+        /* the float step of kref_vec_dot_q3_K */
+        const __m512 d = _mm512_cvtph_ps(ld256(P + Q3_D));
+        UNROLL(8)
+        for (int a = 0; a < NA; a++)
+            f[a] = _mm512_fmadd_ps(_mm512_mul_ps(d, bcf(UNIT(a) + KQ_D)),
+                                   _mm512_cvtepi32_ps(sumi[a]), f[a]);
+    }
+    UNROLL(8)
+    for (int a = 0; a < NA; a++) _mm512_mask_storeu_ps(y + a * ldy, mask, f[a]);
+}
+
+/* Q5_K sub-blocks 2c + h, h0 <= h < h1 (h = 0: the low nibbles of vectors
+ * 8c..8c+7 with bit 2c of the qh vectors, h = 1: the high ones with bit
+ * 2c + 1), into s[a]: per sub-block and row the dot of its 32 values
+ * (0..31) with the activations, times its scale. */
+T_512_INLINE void q5_subs(int NA, int h0, int h1, int c, const char *P, const char *A, __m512i *s) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m5 = _mm512_set1_epi8(0x1F);
+    __m512i acc[2][KT];
+    UNROLL(2)
+    for (int h = h0; h < h1; h++) UNROLL(8)
+    for (int a = 0; a < NA; a++) acc[h][a] = _mm512_setzero_si512();
+    UNROLL(8)
+    for (int g = 0; g < 8; g++) {
+        const __m512i v = _mm512_loadu_si512(P + Q5_QS + 64 * (8 * c + g));
+        const __m512i qh = _mm512_loadu_si512(P + Q5_QH + 64 * g);
+        __m512i u[2];
+        UNROLL(2)
+        for (int h = h0; h < h1; h++) {
+            /* the fifth bit (bit 2c + h of each qh byte) to bit 4; the
+             * select (0xE4: c ? a : b) takes bits 0-3 from the nibble */
+            const int sh = 4 - 2 * c - h;
+            const __m512i hb = sh >= 0 ? _mm512_slli_epi32(qh, sh) : _mm512_srli_epi32(qh, -sh);
+            const __m512i nib = h ? _mm512_srli_epi32(v, 4) : v;
+            u[h] = _mm512_and_si512(_mm512_ternarylogic_epi32(nib, hb, m4, 0xE4), m5);
+        }
+        UNROLL(8)
+        for (int a = 0; a < NA; a++) UNROLL(2)
+        for (int h = h0; h < h1; h++)
+            acc[h][a] = _mm512_dpbusd_epi32(acc[h][a], u[h],
+                                            bc32(UNIT(a) + KQ_QS + 64 * c + 32 * h + 4 * g));
+    }
+    UNROLL(2)
+    for (int h = h0; h < h1; h++) {
+        const __m512i sc = _mm512_cvtepu8_epi32(ld128(P + Q5_SC + 16 * (2 * c + h)));
+        UNROLL(8)
+        for (int a = 0; a < NA; a++)
+            s[a] = _mm512_add_epi32(s[a], _mm512_mullo_epi32(acc[h][a], sc));
+    }
+}
+
+/* Q5_K: one panel x NA activation rows; as Q4_K's (repack_k_avx512.c) with
+ * 5-bit values: sumi = sum_j sc_j * dot_j (|sumi| <= 256 * 31 * 128 * 63 <
+ * 2^27), summ = sum_j min_j * S_j, then the float steps of
+ * kref_vec_dot_q5_K. fused: both sub-blocks of a vector per pass. */
+T_512_INLINE void q5_micro(int NA, bool fused, bool pf, int64_t nsb, const char *P, const char *A,
+                           float *y, size_t ldy, __mmask16 mask) {
+    __m512 f[KT];
+    UNROLL(8)
+    for (int a = 0; a < NA; a++) f[a] = _mm512_setzero_ps();
+    for (int64_t sb = 0; sb < nsb; sb++, P += Q5_SB, A += KT * KT_UNIT) {
+        __m512i s[KT], mm[KT];
+        UNROLL(8)
+        for (int a = 0; a < NA; a++) s[a] = _mm512_setzero_si512();
+        for (int c = 0; c < 4; c++) {
+            if (pf) pf_lines(P, Q5_SB, Q5_PF_DIST, 12 * c, 12 * c + 12);
+            if (fused) {
+                q5_subs(NA, 0, 2, c, P, A, s);
+            } else {
+                q5_subs(NA, 0, 1, c, P, A, s);
+                q5_subs(NA, 1, 2, c, P, A, s);
+            }
+        }
+        UNROLL(8)
+        for (int a = 0; a < NA; a++) mm[a] = _mm512_setzero_si512();
+        UNROLL(4)
+        for (int t = 0; t < 4; t++) {
+            const __m512i mp = _mm512_cvtepu8_epi16(ld256(P + Q5_MN + 32 * t));
+            UNROLL(8)
+            for (int a = 0; a < NA; a++)
+                mm[a] = _mm512_dpwssd_epi32(mm[a], mp, bc32(UNIT(a) + KQ_S + 4 * t));
+        }
+        const __m512 d = _mm512_cvtph_ps(ld256(P + Q5_D)),
+                     dmin = _mm512_cvtph_ps(ld256(P + Q5_DMIN));
+        UNROLL(8)
+        for (int a = 0; a < NA; a++) {
+            const __m512 yd = bcf(UNIT(a) + KQ_D);
+            f[a] = _mm512_fmadd_ps(_mm512_mul_ps(d, yd), _mm512_cvtepi32_ps(s[a]), f[a]);
+            f[a] = _mm512_fnmadd_ps(_mm512_mul_ps(dmin, yd), _mm512_cvtepi32_ps(mm[a]), f[a]);
+        }
+    }
+    UNROLL(8)
+    for (int a = 0; a < NA; a++) _mm512_mask_storeu_ps(y + a * ldy, mask, f[a]);
+}
+/* Q2_K: one panel x NA activation rows. Values are taken in place, masked
+ * (v & 3 << 2j: the value times 4^j), so per group and row acc = 4^j * dot,
+ * exact, |dot| <= 16 * 3 * 128 < 2^15; the two groups of a pair go into the
+ * int16 halves of a dword (the low one shifted back, the high one into place)
+ * and one vpdpwssd adds sc_2t dot_2t + sc_2t+1 dot_2t+1 to sumi; likewise
+ * summ = sum_g m_g bsum_g against the bsums' pairs. Then the float steps of
+ * kref_vec_dot_q2_K. */
+T_512_INLINE void q2_micro(int NA, bool pf, int64_t nsb, const char *P, const char *A, float *y,
+                           size_t ldy, __mmask16 mask) {
+    const __m512i m16 = _mm512_set1_epi16(0x0F);
+    __m512 f[KT];
+    UNROLL(8)
+    for (int a = 0; a < NA; a++) f[a] = _mm512_setzero_ps();
+    for (int64_t sb = 0; sb < nsb; sb++, P += Q2_SB, A += KT * KT_UNIT) {
+        __m512i sumi[KT], summ[KT];
+        UNROLL(8)
+        for (int a = 0; a < NA; a++) sumi[a] = summ[a] = _mm512_setzero_si512();
+        for (int h = 0; h < 2; h++) {
+            if (pf) pf_lines(P, Q2_SB, Q2_PF_DIST, 11 * h, 11 * h + 11);
+            __m512i v[8];
+            UNROLL(8)
+            for (int w = 0; w < 8; w++) v[w] = _mm512_loadu_si512(P + Q2_QS + 64 * (8 * h + w));
+            UNROLL(4)
+            for (int j = 0; j < 4; j++) {
+                const int t = 4 * h + j; /* the pair of groups 2t, 2t + 1 */
+                const __m512i sp = _mm512_cvtepu8_epi16(ld256(P + Q2_SC + 32 * t));
+                const __m512i sc = _mm512_and_si512(sp, m16), mn = _mm512_srli_epi16(sp, 4);
+                const __m512i msk = _mm512_set1_epi8((char)(3 << (2 * j)));
+                __m512i u[8];
+                UNROLL(8)
+                for (int w = 0; w < 8; w++) u[w] = _mm512_and_si512(v[w], msk);
+                UNROLL(8)
+                for (int a = 0; a < NA; a++) {
+                    const char *q = UNIT(a) + KQ_QS + 128 * h + 32 * j;
+                    __m512i a0 = _mm512_setzero_si512(), a1 = _mm512_setzero_si512();
+                    UNROLL(4)
+                    for (int w = 0; w < 4; w++) {
+                        a0 = _mm512_dpbusd_epi32(a0, u[w], bc32(q + 4 * w));
+                        a1 = _mm512_dpbusd_epi32(a1, u[w + 4], bc32(q + 16 + 4 * w));
+                    }
+                    const __m512i pair =
+                        _mm512_mask_blend_epi16(0xAAAAAAAA, _mm512_srai_epi32(a0, 2 * j),
+                                                _mm512_slli_epi32(a1, 16 - 2 * j));
+                    sumi[a] = _mm512_dpwssd_epi32(sumi[a], pair, sc);
+                    summ[a] = _mm512_dpwssd_epi32(summ[a], mn, bc32(UNIT(a) + KQ_BSUMS + 4 * t));
+                }
+            }
+        }
+        /* the float steps of kref_vec_dot_q2_K */
+        const __m512 d = _mm512_cvtph_ps(ld256(P + Q2_D)),
+                     dmin = _mm512_cvtph_ps(ld256(P + Q2_DMIN));
+        UNROLL(8)
+        for (int a = 0; a < NA; a++) {
+            const __m512 yd = bcf(UNIT(a) + KQ_D);
+            f[a] = _mm512_fmadd_ps(_mm512_mul_ps(d, yd), _mm512_cvtepi32_ps(sumi[a]), f[a]);
+            f[a] = _mm512_fnmadd_ps(_mm512_mul_ps(dmin, yd), _mm512_cvtepi32_ps(summ[a]), f[a]);
+        }
+    }
+    UNROLL(8)
+    for (int a = 0; a < NA; a++) _mm512_mask_storeu_ps(y + a * ldy, mask, f[a]);
+}
+#undef UNIT
+
+#define XS_CALL(na) xs_micro(na, pf, nsb, P, tile, yt, ldy, mask)
+#define Q3_CALL(na) q3_micro(na, pf, nsb, P, tile, yt, ldy, mask)
+#define Q5_CALL(na) q5_micro(na, na <= 4, pf, nsb, P, tile, yt, ldy, mask)
+#define Q2_CALL(na) q2_micro(na, pf, nsb, P, tile, yt, ldy, mask)
+KAVX512_R_PASS(xs_pass, XS_CALL)
+KAVX512_R_PASS(q3_pass, Q3_CALL)
+KAVX512_R_PASS(q5_pass, Q5_CALL)
+KAVX512_R_PASS(q2_pass, Q2_CALL)
+#undef XS_CALL
+#undef Q3_CALL
+#undef Q5_CALL
+#undef Q2_CALL
+
+KAVX512_R_KERNEL(xs_kernel, xs_pass)
+KAVX512_R_KERNEL(q3_kernel, q3_pass)
+KAVX512_R_KERNEL(q5_kernel, q5_pass)
+KAVX512_R_KERNEL(q2_kernel, q2_pass)
+
+const kern_repack_ops kavx512_repack_iq4_xs = {xs_panel_bytes, xs_pack, xs_kernel};
+const kern_repack_ops kavx512_repack_q3_K = {q3_panel_bytes, q3_pack, q3_kernel};
+const kern_repack_ops kavx512_repack_q5_K = {q5_panel_bytes, q5_pack, q5_kernel};
+const kern_repack_ops kavx512_repack_q2_K = {q2_panel_bytes, q2_pack, q2_kernel};
