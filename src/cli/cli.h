@@ -36,6 +36,7 @@ typedef struct cli_opts {
     int spec;                /* engine_spec_mode: --spec off|ngram (default off) */
     int spec_k;              /* --spec-k: most drafts per step (default 4) */
     int spec_ngram;          /* --spec-ngram: longest n-gram looked up (default 3) */
+    bool spec_fixed;         /* --spec-fixed: always spec_k drafts (no adaptation) */
     const char *model_draft; /* --model-draft: the draft model of --spec draft */
 } cli_opts;
 

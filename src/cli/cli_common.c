@@ -155,6 +155,7 @@ static bool apply_switch(cli_opts *o, const char *f) {
     else if (IS("--parse-special")) o->parse_special = true;
     else if (IS("--ignore-eos")) o->ignore_eos = true;
     else if (IS("--no-kv-cache")) o->no_kv_cache = true;
+    else if (IS("--spec-fixed")) o->spec_fixed = true;
     else if (IS("--no-repack") || IS("-nr")) o->no_repack = true;
     else if (IS("-v") || IS("--verbose")) o->verbose = true;
     else return false;

@@ -165,6 +165,7 @@ static int cmd_run_opts(const cli_opts *o) {
     ec.spec = (engine_spec_mode)o->spec;
     ec.spec_k = o->spec_k;
     ec.spec_ngram = o->spec_ngram;
+    ec.spec_fixed = o->spec_fixed;
     ec.draft_model = cm.draft;
     kvl_error err = {{0}};
     e = engine_create(cm.m, cm.vocab, &ec, &err);

@@ -76,6 +76,8 @@ static void serve_usage(FILE *out) {
         "a request opts out with\n"
         "                           \"speculative\": false)  --spec-k N (default 4)  --spec-ngram "
         "N (default 3)\n"
+        "                           --spec-fixed: always --spec-k drafts (default: as many as "
+        "pay)\n"
         "  --kv-disk DIR            a disk tier for the prefix cache: blocks evicted from RAM are\n"
         "                           written there and read back instead of recomputed, also after "
         "a\n"
@@ -264,6 +266,7 @@ static bool engine_settings(const cli_opts *o, serve_opts *so, model *m, model *
     ec->spec = (engine_spec_mode)o->spec;
     ec->spec_k = o->spec_k;
     ec->spec_ngram = o->spec_ngram;
+    ec->spec_fixed = o->spec_fixed;
     ec->draft_model = draft;
     ec->scheduling = so->scheduling;
     ec->prefix_admission_wait = (int)so->prefix_admission_wait;
