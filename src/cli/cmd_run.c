@@ -85,6 +85,7 @@ static void report(const run_state *st, const engine *e, const cli_opts *o) {
         cJSON_AddBoolToObject(js, "kv_cache", !o->no_kv_cache);
         cJSON_AddNumberToObject(js, "spec_draft_tokens", (double)em.spec_draft_tokens);
         cJSON_AddNumberToObject(js, "spec_accepted_tokens", (double)em.spec_accepted_tokens);
+        cJSON_AddNumberToObject(js, "spec_drafts", (double)em.spec_drafts);
         cJSON_AddStringToObject(js, "engine_version", KVLLM_VERSION);
         cJSON *groups = cJSON_AddArrayToObject(js, "kv_groups");
         for (int g = 0; g < s->n_kv_groups; g++) {

@@ -36,16 +36,32 @@ enum { COST_MIN_OBS = 2 };
 #define COST_PRIOR_SLOPE 0.05
 #define COST_EMA         0.125
 
-void spec_cost_init(spec_cost *c) { memset(c, 0, sizeof *c); }
+void spec_cost_init(spec_cost *c) {
+    memset(c, 0, sizeof *c);
+    const char *e = getenv("KVLLM_SPEC_COST");
+    for (const char *p = e; p && *p;) {
+        char *end;
+        long n = strtol(p, &end, 10);
+        if (end == p || *end != ':' || n < 1 || n >= SPEC_COST_N) break;
+        p = end + 1;
+        double t = strtod(p, &end);
+        if (end == p || !(t > 0)) break;
+        c->s[n] = t;
+        c->n_obs[n] = COST_MIN_OBS;
+        c->frozen = true;
+        p = *end == ',' ? end + 1 : end;
+        if (*end && *end != ',') break;
+    }
+}
 
 void spec_cost_observe(spec_cost *c, int64_t n_tokens, double seconds) {
-    if (n_tokens < 1 || n_tokens >= SPEC_COST_N || !(seconds > 0)) return;
+    if (c->frozen || n_tokens < 1 || n_tokens >= SPEC_COST_N || !(seconds > 0)) return;
     double *v = &c->s[n_tokens];
     *v = c->n_obs[n_tokens]++ ? *v + COST_EMA * (seconds - *v) : seconds;
 }
 
 void spec_cost_observe_draft(spec_cost *c, int positions, double seconds) {
-    if (positions < 1 || !(seconds > 0)) return;
+    if (c->frozen || positions < 1 || !(seconds > 0)) return;
     double per = seconds / positions;
     c->draft_s = c->draft_obs++ ? c->draft_s + COST_EMA * (per - c->draft_s) : per;
 }

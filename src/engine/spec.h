@@ -28,8 +28,12 @@ typedef struct spec_cost {
     int n_obs[SPEC_COST_N];
     double draft_s; /* seconds per draft-model position (all sequences at once) */
     int draft_obs;
+    bool frozen; /* given, not measured */
 } spec_cost;
 
+/* Empty; or, for benchmarks, the fixed table of KVLLM_SPEC_COST="n:time,..."
+ * (e.g. another machine's or model's measured verify costs, so that the
+ * drafting decisions are the ones that model would make). */
 void spec_cost_init(spec_cost *c);
 void spec_cost_observe(spec_cost *c, int64_t n_tokens, double seconds);
 void spec_cost_observe_draft(spec_cost *c, int positions, double seconds);
