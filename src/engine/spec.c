@@ -27,7 +27,7 @@ int spec_ngram_propose(const int32_t *toks, int64_t n, int ngram_max, int k, int
 
 /* ------------------------------------------------------------ cost model -- */
 
-enum { COST_MIN_OBS = 2 };
+enum { COST_MIN_OBS = 3 };
 /* Before a size is measured, each extra token is taken to cost this much of
  * the nearest measured size: about what the 1B shapes measure up to 4 tokens
  * (bench/spec.sh), so a model where it holds drafts at once, and one where
@@ -54,10 +54,17 @@ void spec_cost_init(spec_cost *c) {
     }
 }
 
+/* A shared machine only ever makes a step slower: the first few
+ * measurements of a size keep their minimum (the first step after a prompt
+ * runs on cold caches), later ones count at most 1.5 times the estimate, so
+ * one descheduled step cannot put a size out of use. */
 void spec_cost_observe(spec_cost *c, int64_t n_tokens, double seconds) {
     if (c->frozen || n_tokens < 1 || n_tokens >= SPEC_COST_N || !(seconds > 0)) return;
     double *v = &c->s[n_tokens];
-    *v = c->n_obs[n_tokens]++ ? *v + COST_EMA * (seconds - *v) : seconds;
+    const int seen = c->n_obs[n_tokens]++;
+    if (seen == 0 || (seen < COST_MIN_OBS && seconds < *v)) *v = seconds;
+    else if (seen >= COST_MIN_OBS)
+        *v += COST_EMA * ((seconds < 1.5 * *v ? seconds : 1.5 * *v) - *v);
 }
 
 void spec_cost_observe_draft(spec_cost *c, int positions, double seconds) {
@@ -83,7 +90,7 @@ double spec_cost_at(const spec_cost *c, int64_t n) {
 
 /* ---------------------------------------------------------- adaptation -- */
 
-enum { PROBE_WAIT = 8, PROBE_WAIT_MAX = 256 };
+enum { PROBE_WAIT = 8, PROBE_WAIT_MAX = 256, EXPLORE_EVERY = 16 };
 #define ACC_DECAY 0.85f /* per verification: about the last dozen count */
 /* Drafting must promise this much more throughput than not (measurement noise). */
 #define GAIN_MARGIN 1.02
@@ -123,6 +130,12 @@ int spec_adapt_choose(spec_adapt *a, const spec_cost *c, int64_t base, int m, in
     if (best_k > 0) {
         a->wait[cls] = 0;
         a->backoff[cls] = PROBE_WAIT;
+        /* now and then one more than pays, so that the next size's cost is
+         * measured again (an estimate that is too high would never be) */
+        if (best_k < m && ++a->explore >= EXPLORE_EVERY) {
+            a->explore = 0;
+            best_k++;
+        }
         return best_k;
     }
     if (a->wait[cls] > 0) {

@@ -54,6 +54,7 @@ typedef struct spec_adapt {
     int wait[SPEC_CLASSES];    /* plain steps left before a one-token probe */
     int backoff[SPEC_CLASSES]; /* the wait after the next probe that fails */
     int cls;                   /* the class of the drafts being verified */
+    int explore;               /* choices since the last one-more-than-pays */
 } spec_adapt;
 
 void spec_adapt_init(spec_adapt *a);
@@ -62,7 +63,9 @@ void spec_adapt_init(spec_adapt *a);
  * decoding sequence at least): the count that maximises expected tokens per
  * second under the cost model, 0 when no count gains; when drafting does not
  * pay, a one-draft probe now and then (waits doubling while probes fail) keeps
- * the estimate current. draft_model: each draft also costs a draft position. */
+ * the estimate current, and every 16th choice that drafts takes one more
+ * than pays, so that the larger step's cost is measured again. draft_model:
+ * each draft also costs a draft position. */
 int spec_adapt_choose(spec_adapt *a, const spec_cost *c, int64_t base, int m, int matched,
                       bool draft_model);
 void spec_adapt_update(spec_adapt *a, int drafted, int accepted);

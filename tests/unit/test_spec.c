@@ -48,21 +48,24 @@ static void test_adapt(void) {
     spec_cost c;
     spec_cost_init(&c);
     CHECK(near(spec_cost_at(&c, 1), 1.0) && near(spec_cost_at(&c, 3), 1.1)); /* the prior slope */
-    spec_cost_observe(&c, 1, 1.0);
-    spec_cost_observe(&c, 1, 1.0);
-    spec_cost_observe(&c, 5, 2.0);
-    spec_cost_observe(&c, 5, 2.0);
+    for (int r = 0; r < 3; r++) {
+        spec_cost_observe(&c, 1, 1.0);
+        spec_cost_observe(&c, 5, r == 0 ? 9.0 : 2.0); /* the first three: their minimum */
+    }
     spec_cost_observe(&c, 9, 50.0); /* measured once: not trusted yet */
+    spec_cost_observe(&c, 9, 50.0);
     CHECK(near(spec_cost_at(&c, 5), 2.0) && near(spec_cost_at(&c, 3), 1.5));
     CHECK(near(spec_cost_at(&c, 7), 2.0 * 1.1) && near(spec_cost_at(&c, 9), 2.0 * 1.2));
-    spec_cost_observe(&c, 5, 4.0); /* an average that follows: 2 + (4 - 2) / 8 */
-    CHECK(near(spec_cost_at(&c, 5), 2.25));
+    spec_cost_observe(&c, 5, 2.8); /* an average that follows: 2 + (2.8 - 2) / 8 */
+    CHECK(near(spec_cost_at(&c, 5), 2.1));
+    spec_cost_observe(&c, 5, 100.0); /* counted as 1.5 x 2.1 at most: 2.1 + 1.05 / 8 */
+    CHECK(near(spec_cost_at(&c, 5), 2.1 + 1.05 / 8));
 
     /* flat cost: a long match (prior p = 2/3) drafts all it has */
     spec_cost flat;
     spec_cost_init(&flat);
     for (int n = 1; n <= 5; n++)
-        for (int r = 0; r < 2; r++) spec_cost_observe(&flat, n, 1.0);
+        for (int r = 0; r < 3; r++) spec_cost_observe(&flat, n, 1.0);
     spec_adapt a;
     spec_adapt_init(&a);
     CHECK(spec_adapt_choose(&a, &flat, 1, 4, 3, false) == 4);
@@ -71,7 +74,7 @@ static void test_adapt(void) {
     spec_cost mid;
     spec_cost_init(&mid);
     for (int n = 1; n <= 8; n++)
-        for (int r = 0; r < 2; r++) spec_cost_observe(&mid, n, 1.0 + 0.3 * (n - 1));
+        for (int r = 0; r < 3; r++) spec_cost_observe(&mid, n, 1.0 + 0.3 * (n - 1));
     CHECK(spec_adapt_choose(&a, &mid, 1, 4, 5, false) == 2);
     /* a one-token match (prior p = 1/3): 1.333 / 1.3 = 1.026 > 1.02 -> 1 */
     CHECK(spec_adapt_choose(&a, &mid, 1, 4, 1, false) == 1);
@@ -100,7 +103,7 @@ static void test_adapt(void) {
      * 8.667 / c(9) = 8.667 / 3.4 < 8 / 3.1 -> none (after the first probe) */
     spec_cost big = mid;
     for (int n = 9; n <= 12; n++)
-        for (int r = 0; r < 2; r++) spec_cost_observe(&big, n, 1.0 + 0.3 * (n - 1));
+        for (int r = 0; r < 3; r++) spec_cost_observe(&big, n, 1.0 + 0.3 * (n - 1));
     spec_adapt b;
     spec_adapt_init(&b);
     CHECK(spec_adapt_choose(&b, &big, 8, 4, 3, false) == 1);
@@ -114,6 +117,16 @@ static void test_adapt(void) {
     CHECK(spec_adapt_choose(&d, &dm, 1, 4, 0, true) == 1);
     CHECK(spec_adapt_choose(&d, &dm, 1, 4, 0, true) == 0);
     CHECK(spec_adapt_choose(&d, &mid, 1, 4, 0, true) == 2); /* drafting free: as for a 3-gram */
+    /* every 16th choice that drafts fewer than it could takes one more */
+    spec_adapt x;
+    spec_adapt_init(&x);
+    int got3 = 0;
+    for (int i = 1; i <= 32; i++) {
+        int k = spec_adapt_choose(&x, &mid, 1, 4, 3, false);
+        CHECK(k == (i % 16 == 0 ? 3 : 2));
+        got3 += k == 3;
+    }
+    CHECK(got3 == 2);
 }
 
 #define MAX_OUT 256
