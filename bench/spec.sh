@@ -21,7 +21,7 @@
 #      fallback (adaptive drafting that finds nothing pays) costs at real size.
 # Usage: bench/spec.sh [build/kvllm]
 #   (SYNTH_DIR=/tmp/kvllm-synth THREADS=2 REPS=5 LLAMA_BIN=/tmp/llama.cpp/build/bin;
-#    SKIP_VERIFY=1: only (b, c); SKIP_1B=1: no (e))
+#    SKIP_VERIFY=1: only (b, c); SKIP_1B=1: no (e); SKIP_LLAMA=1: no llama.cpp runs)
 set -eu
 K=${1:-build/kvllm}
 SYN=${SYNTH_DIR:-/tmp/kvllm-synth}
@@ -73,7 +73,7 @@ for p in "$OUT"/*.txt; do
         set -- $(head -1 "$OUT/$name.$mode.runs")
         echo "$name $mode $v $2 $3 $4 $5" >> "$OUT/stories.txt"
     done
-    if [ -x "$LB/llama-simple" ]; then
+    if [ -x "$LB/llama-simple" ] && [ "${SKIP_LLAMA:-0}" = 0 ]; then
         for i in $(seq "$REPS"); do
             "$LB/llama-simple" -m "$STORIES" -n 256 "$(cat "$p")" > "$OUT/ls.log" 2>&1 || true
             llama_speed "$OUT/ls.log"
@@ -108,7 +108,7 @@ echo "## (c) draft model = stories260K itself, list prompt, k = 4 (measured, med
 for i in $(seq "$REPS"); do run_one "$OUT/list.txt" "$STORIES" --model-draft "$STORIES" --spec-fixed; done > "$OUT/draft.runs"
 set -- $(head -1 "$OUT/draft.runs")
 echo "kvllm --model-draft: $(cut -d' ' -f1 "$OUT/draft.runs" | median) tok/s, drafted $2 accepted $3"
-if [ -x "$LB/llama-speculative" ]; then
+if [ -x "$LB/llama-speculative" ] && [ "${SKIP_LLAMA:-0}" = 0 ]; then
     for i in $(seq "$REPS"); do
         "$LB/llama-speculative" -m "$STORIES" -md "$STORIES" -f "$OUT/list.txt" -n 256 -c 512 --temp 0 -t "$T" --spec-draft-n-max 4 > "$OUT/sp.log" 2>&1 || true
         llama_speed "$OUT/sp.log"

@@ -10,7 +10,7 @@
  * these are seq_cst atomics: a handful per run, not per element.
  *
  * Waiting (workers for a job, the caller for the last tasks) spins for
- * SPIN_NS, then sleeps on a futex; a waker makes the system call only when
+ * spin_ns, yielding the CPU every few µs, then sleeps on a futex; a waker makes the system call only when
  * someone sleeps. Memory ordering never relies on the futex: it only saves
  * CPU time, and a spurious or lost wake-up is covered by re-checking. */
 #define _GNU_SOURCE
@@ -32,10 +32,13 @@
 
 enum { POOL_MAX = 256 };
 /* How long an idle thread spins before it sleeps: longer than the serial
- * steps between two matmuls of a decode step (norms, rope: a few µs), short
- * enough that a machine shared with other work gets the core back.
+ * steps between two matmuls of a decode step (norms, rope: a few µs) and
+ * than the end of a token (LM head, sampling), so an idle machine never pays
+ * a wake-up inside decoding; it yields while spinning (below), so a machine
+ * shared with other work gets the core back. 1 ms measured best both idle
+ * and next to a CPU-bound process against 30 and 200 µs (bench/README.md).
  * KVLLM_POOL_SPIN_US overrides it (benchmarks). */
-#define SPIN_NS_DEFAULT 30000
+#define SPIN_NS_DEFAULT 1000000
 /* A spinning thread yields the CPU (sched_yield) every few µs: on an idle
  * core that returns at once, on a shared one the thread the spinner waits
  * for (a descheduled worker) or the other process runs instead of the spin.

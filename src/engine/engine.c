@@ -54,6 +54,7 @@ struct engine {
     spec_drafter *drafter; /* ENGINE_SPEC_DRAFT */
     spec_draft_job *draft_jobs; /* [max_seqs] one step's drafting */
     spec_cost cost;             /* measured step times: what drafts cost */
+    double step_draft_s;        /* this step's draft-model time (counted apart) */
     kv_disk *disk;         /* second tier of the prefix cache (NULL: none) */
     int64_t next_id;
     seq *waiting;  /* FIFO; preempted sequences go to the front */
@@ -731,8 +732,10 @@ static void draft_all(engine *e, const step_plan *p) {
     int most = 0;
     for (int j = 0; j < n; j++) most = e->draft_jobs[j].k > most ? e->draft_jobs[j].k : most;
     const double t0 = kvl_time_s();
-    if (spec_drafter_run(e->drafter, e->draft_jobs, n, &err)) {
-        spec_cost_observe_draft(&e->cost, most, kvl_time_s() - t0);
+    const bool ok = spec_drafter_run(e->drafter, e->draft_jobs, n, &err);
+    e->step_draft_s = kvl_time_s() - t0;
+    if (ok) {
+        spec_cost_observe_draft(&e->cost, most, e->step_draft_s);
     } else {
         /* the output stays right whatever the drafts are: verification decides */
         kvl_log(KVL_LOG_WARN, "engine: draft model: %s", err.msg);
@@ -892,6 +895,8 @@ static void finish_drafts(engine *e, seq *s) {
 }
 
 bool engine_step(engine *e, kvl_error *err) {
+    const double t_step = e->spec ? kvl_time_s() : 0; /* the whole step: what drafts cost */
+    e->step_draft_s = 0;
     drop_cancelled(e);
     step_plan p;
     plan_step(e, &p);
@@ -914,9 +919,7 @@ bool engine_step(engine *e, kvl_error *err) {
                      .want_logits = e->b_want,
                      .n_seqs = p.n_seqs,
                      .seqs = e->b_seqs};
-    const double t_fwd = e->spec ? kvl_time_s() : 0;
     if (!model_forward(e->m, e->kv, &b, e->logits, err)) return false;
-    if (e->spec) spec_cost_observe(&e->cost, p.n_tokens, kvl_time_s() - t_fwd);
     e->metrics.steps++;
     for (int si = 0; si < p.n_seqs; si++) {
         seq *s = e->b_owner[si];
@@ -937,6 +940,7 @@ bool engine_step(engine *e, kvl_error *err) {
             i++;
         }
     }
+    if (e->spec) spec_cost_observe(&e->cost, p.n_tokens, kvl_time_s() - t_step - e->step_draft_s);
     return true;
 }
 

@@ -93,10 +93,10 @@ double spec_cost_at(const spec_cost *c, int64_t n) {
 enum { PROBE_WAIT = 8, PROBE_WAIT_MAX = 256, EXPLORE_EVERY = 16 };
 #define ACC_DECAY 0.85f /* per verification: about the last dozen count */
 /* Drafting must promise this much more throughput than not (measurement noise). */
-#define GAIN_MARGIN 1.02
+#define GAIN_MARGIN 1.05
 
 /* Prior counts (accepted, rejected) per class: longer matches start more trusted. */
-static const float PRIOR_ACC[SPEC_CLASSES] = {0.5f, 1.0f, 2.0f};
+static const float PRIOR_ACC[SPEC_CLASSES] = {0.5f, 1.0f, 1.5f};
 static const float PRIOR_REJ[SPEC_CLASSES] = {1.0f, 1.0f, 1.0f};
 
 void spec_adapt_init(spec_adapt *a) {
