@@ -257,8 +257,8 @@ static size_t block_bytes(model *m, model *draft, const engine_config *ec) {
  * free, yet read at every drafting step, so not for the KV pool to take. */
 static int64_t draft_mapped_bytes(const model *draft) {
     if (!draft) return 0;
-    int64_t mapped = (int64_t)gguf_tensor_data_bytes(model_gguf(draft)) -
-                     model_hp(draft)->repacked_bytes;
+    int64_t mapped =
+        (int64_t)gguf_tensor_data_bytes(model_gguf(draft)) - model_hp(draft)->repacked_bytes;
     return mapped > 0 ? mapped : 0;
 }
 
@@ -323,9 +323,9 @@ static bool engine_settings(const cli_opts *o, serve_opts *so, model *m, model *
                     "of its weights stay mapped (taken off MemAvailable)\n",
                     block_bytes(m, draft, ec) - block_bytes(m, NULL, ec), block_bytes(m, draft, ec),
                     (double)draft_mapped_bytes(draft) / 1048576.0);
-        ec->n_blocks = cli_kv_blocks_from_memory(block_bytes(m, draft, ec), draft_mapped_bytes(draft),
-                                                 ec->n_ctx, ec->block_size, ec->max_seqs,
-                                                 so->kv_memory_fraction, "serve");
+        ec->n_blocks = cli_kv_blocks_from_memory(
+            block_bytes(m, draft, ec), draft_mapped_bytes(draft), ec->n_ctx, ec->block_size,
+            ec->max_seqs, so->kv_memory_fraction, "serve");
         if (ec->n_blocks < 1) return false;
     }
     return true;

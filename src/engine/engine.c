@@ -52,9 +52,6 @@ struct engine {
     bool spec;             /* speculative decoding enabled and possible */
     int64_t spec_left;     /* draft tokens still allowed this step */
     spec_drafter *drafter; /* ENGINE_SPEC_DRAFT */
-    spec_draft_job *draft_jobs; /* [max_seqs] one step's drafting */
-    spec_cost cost;             /* measured step times: what drafts cost */
-    double step_draft_s;        /* this step's draft-model time (counted apart) */
     kv_disk *disk;         /* second tier of the prefix cache (NULL: none) */
     int64_t next_id;
     seq *waiting;  /* FIFO; preempted sequences go to the front */
@@ -73,6 +70,11 @@ struct engine {
     uint32_t *mask;    /* [n_vocab bits] tokens a grammar allows this step */
     char *piece;       /* token text scratch */
     size_t piece_cap;
+
+    /* speculative decoding's per-step state */
+    spec_draft_job *draft_jobs; /* [max_seqs] one step's draft-model jobs */
+    spec_cost cost;             /* measured step times: what drafts cost */
+    double step_draft_s;        /* this step's draft-model time (counted apart) */
 };
 
 void engine_config_default(engine_config *c) {
@@ -707,7 +709,8 @@ static int propose_drafts(engine *e, seq *s, int64_t planned, int later, int64_t
         int matched;
         int m = spec_ngram_propose(s->tokens, s->n_tokens, e->cfg.spec_ngram, (int)k, s->draft,
                                    &matched);
-        return e->cfg.spec_fixed ? m : spec_adapt_choose(&s->adapt, &e->cost, base, m, matched, false);
+        return e->cfg.spec_fixed ? m
+                                 : spec_adapt_choose(&s->adapt, &e->cost, base, m, matched, false);
     }
     if (!e->cfg.spec_fixed) k = spec_adapt_choose(&s->adapt, &e->cost, base, (int)k, 0, true);
     if (k <= 0) return 0;
@@ -724,8 +727,11 @@ static void draft_all(engine *e, const step_plan *p) {
     for (int si = 0; si < p->n_seqs; si++) {
         seq *s = e->b_owner[si];
         if (s->n_draft > 0)
-            e->draft_jobs[n++] = (spec_draft_job){
-                .ds = &s->dseq, .toks = s->tokens, .n = s->n_tokens, .k = s->n_draft, .out = s->draft};
+            e->draft_jobs[n++] = (spec_draft_job){.ds = &s->dseq,
+                                                  .toks = s->tokens,
+                                                  .n = s->n_tokens,
+                                                  .k = s->n_draft,
+                                                  .out = s->draft};
     }
     if (n == 0) return;
     kvl_error err = {{0}};

@@ -109,8 +109,8 @@ int spec_adapt_choose(spec_adapt *a, const spec_cost *c, int64_t base, int m, in
     if (m <= 0) return 0;
     if (base < 1) base = 1;
     const int cls = draft_model || matched >= SPEC_CLASSES ? SPEC_CLASSES - 1
-                    : matched >= 1                          ? matched - 1
-                                                            : 0;
+                    : matched >= 1                         ? matched - 1
+                                                           : 0;
     const double p = (a->acc[cls] + PRIOR_ACC[cls]) /
                      (a->acc[cls] + a->rej[cls] + PRIOR_ACC[cls] + PRIOR_REJ[cls]);
     /* tokens per second with k drafts: (base + p + p^2 + ... + p^k) / cost */
@@ -268,9 +268,8 @@ static bool grow(spec_drafter *d, int n_jobs, kvl_error *err) {
     d->seqs = malloc((size_t)n_jobs * (size_t)d->n_groups * sizeof *d->seqs);
     d->row_job = malloc((size_t)n_jobs * sizeof *d->row_job);
     d->logits = kvl_alloc((size_t)n_jobs * (size_t)V * sizeof(float));
-    d->cap_seqs = d->tokens && d->pos && d->sq && d->want && d->seqs && d->row_job && d->logits
-                      ? n_jobs
-                      : 0;
+    d->cap_seqs =
+        d->tokens && d->pos && d->sq && d->want && d->seqs && d->row_job && d->logits ? n_jobs : 0;
     return d->cap_seqs ? true : kvl_fail(err, "draft model: out of memory");
 }
 
@@ -352,8 +351,8 @@ bool spec_drafter_run(spec_drafter *d, spec_draft_job *jobs, int n_jobs, kvl_err
 
 int spec_drafter_propose(spec_drafter *d, spec_dseq *ds, const int32_t *toks, int64_t n, int k,
                          int32_t *out, kvl_error *err) {
-    spec_draft_job job = {.ds = ds, .toks = toks, .n = n, .k = spec_drafter_reserve(d, ds, n, k),
-                          .out = out};
+    spec_draft_job job = {
+        .ds = ds, .toks = toks, .n = n, .k = spec_drafter_reserve(d, ds, n, k), .out = out};
     if (job.k == 0) return 0;
     return spec_drafter_run(d, &job, 1, err) ? job.k : -1;
 }

@@ -61,11 +61,11 @@ void spec_adapt_init(spec_adapt *a);
 /* Of m drafts proposed after a match of length matched (0: a draft model),
  * how many to verify in a step that already holds base tokens (one per other
  * decoding sequence at least): the count that maximises expected tokens per
- * second under the cost model, 0 when no count gains; when drafting does not
- * pay, a one-draft probe now and then (waits doubling while probes fail) keeps
- * the estimate current, and every 16th choice that drafts takes one more
- * than pays, so that the larger step's cost is measured again. draft_model:
- * each draft also costs a draft position. */
+ * second under the cost model (measured whole engine steps), 0 when none gains
+ * 5%. When drafting does not pay, a one-draft probe now and then (waits
+ * doubling while probes fail) keeps the estimate current, and every 16th
+ * choice that drafts takes one more than pays, so that the larger step's cost
+ * is measured again. draft_model: each draft also costs a draft position. */
 int spec_adapt_choose(spec_adapt *a, const spec_cost *c, int64_t base, int m, int matched,
                       bool draft_model);
 void spec_adapt_update(spec_adapt *a, int drafted, int accepted);
