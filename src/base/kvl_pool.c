@@ -10,7 +10,7 @@
  * these are seq_cst atomics: a handful per run, not per element.
  *
  * Waiting (workers for a job, the caller for the last tasks) spins for
- * SPIN_NS, then sleeps on a futex; a waker makes the system call only when
+ * spin_ns, yielding the CPU every few µs, then sleeps on a futex; a waker makes the system call only when
  * someone sleeps. Memory ordering never relies on the futex: it only saves
  * CPU time, and a spurious or lost wake-up is covered by re-checking. */
 #define _GNU_SOURCE
@@ -23,6 +23,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -31,9 +32,20 @@
 
 enum { POOL_MAX = 256 };
 /* How long an idle thread spins before it sleeps: longer than the serial
- * steps between two matmuls of a decode step (norms, rope: a few µs), short
- * enough that a machine shared with other work gets the core back. */
-#define SPIN_NS 30000
+ * steps between two matmuls of a decode step (norms, rope: a few µs) and
+ * than the end of a token (LM head, sampling), so an idle machine never pays
+ * a wake-up inside decoding; it yields while spinning (below), so a machine
+ * shared with other work gets the core back. 1 ms measured best both idle
+ * and next to a CPU-bound process against 30 and 200 µs (bench/README.md).
+ * KVLLM_POOL_SPIN_US overrides it (benchmarks). */
+#define SPIN_NS_DEFAULT 1000000
+/* A spinning thread yields the CPU (sched_yield) every few µs: on an idle
+ * core that returns at once, on a shared one the thread the spinner waits
+ * for (a descheduled worker) or the other process runs instead of the spin.
+ * KVLLM_POOL_YIELD=0 turns it off (benchmarks). */
+#define SPIN_YIELD_DEFAULT 1
+static int64_t spin_ns = SPIN_NS_DEFAULT; /* written before any worker starts */
+static bool spin_yield = SPIN_YIELD_DEFAULT;
 
 typedef struct job_slot {
     _Atomic(kvl_pool_fn) fn;
@@ -78,7 +90,7 @@ static int64_t now_ns(void) {
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-/* Spins until *w != v or SPIN_NS pass; true when it changed. */
+/* Spins until *w != v or spin_ns pass; true when it changed. */
 static bool spin_while_equal(_Atomic uint32_t *w, uint32_t v) {
     const int64_t t0 = now_ns();
     for (;;) {
@@ -86,8 +98,20 @@ static bool spin_while_equal(_Atomic uint32_t *w, uint32_t v) {
             if (atomic_load(w) != v) return true;
             cpu_relax();
         }
-        if (now_ns() - t0 > SPIN_NS) return false;
+        if (now_ns() - t0 > spin_ns) return false;
+        if (spin_yield) sched_yield();
     }
+}
+
+static void read_tuning(void) {
+    const char *e = getenv("KVLLM_POOL_SPIN_US");
+    if (e && *e) {
+        char *end;
+        long us = strtol(e, &end, 10);
+        if (end != e && us >= 0 && us <= 1000000) spin_ns = (int64_t)us * 1000;
+    }
+    e = getenv("KVLLM_POOL_YIELD");
+    if (e && *e) spin_yield = strcmp(e, "0") != 0;
 }
 
 static int default_size(void) {
@@ -152,6 +176,7 @@ static void *worker_main(void *arg) {
  * OpenMP's are not): a pool made smaller leaves the extra ones asleep, and
  * their thread-local buffers stay reachable. */
 static bool start_workers(int n) {
+    if (n_workers == 0) read_tuning();
     start_gen = atomic_load(&gen_word);
     while (n_workers < n - 1) {
         if (pthread_create(&workers[n_workers], NULL, worker_main,
@@ -214,10 +239,13 @@ void kvl_pool_run_upto(kvl_pool_fn fn, void *ctx, int64_t n_tasks, int max_threa
     const int64_t t0 = now_ns();
     for (int i = 1; atomic_load(&done) != n; i++) {
         cpu_relax();
-        if (i % 64 == 0 && now_ns() - t0 > SPIN_NS) {
+        if (i % 64 != 0) continue;
+        if (now_ns() - t0 > spin_ns) {
             atomic_store(&caller_sleeping, 1);
             for (uint32_t d; (d = atomic_load(&done)) != n;) futex_wait(&done, d);
             atomic_store(&caller_sleeping, 0);
+        } else if (spin_yield) {
+            sched_yield();
         }
     }
     pthread_mutex_unlock(&run_lock);

@@ -37,6 +37,7 @@ typedef struct cli_opts {
     int spec;                /* engine_spec_mode: --spec off|ngram (default off) */
     int spec_k;              /* --spec-k: most drafts per step (default 4) */
     int spec_ngram;          /* --spec-ngram: longest n-gram looked up (default 3) */
+    bool spec_fixed;         /* --spec-fixed: always spec_k drafts (no adaptation) */
     const char *model_draft; /* --model-draft: the draft model of --spec draft */
     int pp;                  /* --pp N: pipeline of N MPI ranks (0: none) */
     const char *pp_layers;   /* --pp-layers 0-13,14-27 (NULL: balanced by bytes) */
@@ -95,11 +96,14 @@ void cli_print_json(cJSON *j); /* prints one line and deletes j */
 
 /* KV pool sizing from the memory available (cli_common.c): the blocks that
  * fraction x MemAvailable (read now, after the weights are loaded) holds, at
- * most max_seqs full-context sequences, at least one. Prints what it chose on
+ * most max_seqs full-context sequences, at least one. held_bytes is memory
+ * MemAvailable still counts as free that will be in use (a draft model's
+ * mapped weights), taken off first. block_bytes covers every pool the engine
+ * sizes with n_blocks (the draft model's too). Prints what it chose on
  * stderr; returns 0 (message printed) if not even one sequence fits. */
 #define CLI_KV_MEMORY_FRACTION 0.5
-int64_t cli_kv_blocks_from_memory(size_t block_bytes, int64_t n_ctx, int block_size, int max_seqs,
-                                  double fraction, const char *who);
+int64_t cli_kv_blocks_from_memory(size_t block_bytes, int64_t held_bytes, int64_t n_ctx,
+                                  int block_size, int max_seqs, double fraction, const char *who);
 /* /v1/embeddings pooling: the GGUF's <arch>.pooling_type (llama.cpp's enum:
  * 1 mean, 2 cls, 3 last), else the last token, as decoder-only models use. */
 engine_pooling cli_pooling(const gguf_file *f);

@@ -169,6 +169,7 @@ static bool apply_switch(cli_opts *o, const char *f) {
     else if (IS("--parse-special")) o->parse_special = true;
     else if (IS("--ignore-eos")) o->ignore_eos = true;
     else if (IS("--no-kv-cache")) o->no_kv_cache = true;
+    else if (IS("--spec-fixed")) o->spec_fixed = true;
     else if (IS("--no-repack") || IS("-nr")) o->no_repack = true;
     else if (IS("-v") || IS("--verbose")) o->verbose = true;
     else return false;
@@ -536,11 +537,12 @@ static int64_t mem_available(void) {
     return kb < 0 ? -1 : (int64_t)kb * 1024;
 }
 
-int64_t cli_kv_blocks_from_memory(size_t block_bytes, int64_t n_ctx, int block_size, int max_seqs,
-                                  double fraction, const char *who) {
+int64_t cli_kv_blocks_from_memory(size_t block_bytes, int64_t held_bytes, int64_t n_ctx,
+                                  int block_size, int max_seqs, double fraction, const char *who) {
     int64_t per_seq = (n_ctx + block_size - 1) / block_size;
     int64_t want = per_seq * max_seqs;
     int64_t avail = mem_available();
+    if (avail >= 0) avail = avail > held_bytes ? avail - held_bytes : 0;
     if (avail < 0 || block_bytes == 0) {
         fprintf(stderr,
                 "kvllm %s: cannot read MemAvailable: KV pool sized for %d full-context sequences\n",

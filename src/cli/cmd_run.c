@@ -85,6 +85,7 @@ static void report(const run_state *st, const engine *e, const cli_opts *o) {
         cJSON_AddBoolToObject(js, "kv_cache", !o->no_kv_cache);
         cJSON_AddNumberToObject(js, "spec_draft_tokens", (double)em.spec_draft_tokens);
         cJSON_AddNumberToObject(js, "spec_accepted_tokens", (double)em.spec_accepted_tokens);
+        cJSON_AddNumberToObject(js, "spec_drafts", (double)em.spec_drafts);
         cJSON_AddStringToObject(js, "engine_version", KVLLM_VERSION);
         cJSON *groups = cJSON_AddArrayToObject(js, "kv_groups");
         for (int g = 0; g < s->n_kv_groups; g++) {
@@ -165,6 +166,7 @@ static int cmd_run_opts(const cli_opts *o) {
     ec.spec = (engine_spec_mode)o->spec;
     ec.spec_k = o->spec_k;
     ec.spec_ngram = o->spec_ngram;
+    ec.spec_fixed = o->spec_fixed;
     ec.draft_model = cm.draft;
     kvl_error err = {{0}};
     e = engine_create(cm.m, cm.vocab, &ec, &err);

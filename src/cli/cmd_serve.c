@@ -76,6 +76,8 @@ static void serve_usage(FILE *out) {
         "a request opts out with\n"
         "                           \"speculative\": false)  --spec-k N (default 4)  --spec-ngram "
         "N (default 3)\n"
+        "                           --spec-fixed: always --spec-k drafts (default: as many as "
+        "pay)\n"
         "  --kv-disk DIR            a disk tier for the prefix cache: blocks evicted from RAM are\n"
         "                           written there and read back instead of recomputed, also after "
         "a\n"
@@ -232,25 +234,37 @@ static int serve_flag(const char *f, const char *v, void *ctx) {
 }
 
 /* Bytes of one block index over all KV groups (each group has its own pool of
- * n_blocks blocks), measured with one-block probe pools. */
-static size_t block_bytes(model *m, const engine_config *ec) {
+ * n_blocks blocks), measured with one-block probe pools. With a draft model,
+ * its pools too: the engine gives them as many blocks (with the K type for V). */
+static size_t block_bytes(model *m, model *draft, const engine_config *ec) {
     size_t total = 0;
-    for (int g = 0; g < model_kv_n_groups(m); g++) {
-        kv_pool_config kc;
-        int32_t window;
-        model_kv_group_shape(m, g, &kc, &window);
-        kc.block_size = ec->block_size;
-        kc.dtype = ec->kv_dtype;
-        kc.split_v = ec->kv_dtype_v >= 0;
-        kc.dtype_v = ec->kv_dtype_v;
-        kc.n_blocks = 1;
-        kvl_error err = {{0}};
-        kv_pool *p = kv_pool_create(&kc, &err);
-        if (!p) return 0;
-        total += kv_pool_block_bytes(p);
-        kv_pool_destroy(p);
-    }
+    for (int i = 0; i < (draft ? 2 : 1); i++)
+        for (int g = 0; g < model_kv_n_groups(i ? draft : m); g++) {
+            kv_pool_config kc;
+            int32_t window;
+            model_kv_group_shape(i ? draft : m, g, &kc, &window);
+            kc.block_size = ec->block_size;
+            kc.dtype = ec->kv_dtype;
+            kc.split_v = !i && ec->kv_dtype_v >= 0;
+            kc.dtype_v = i ? ec->kv_dtype : ec->kv_dtype_v;
+            kc.n_blocks = 1;
+            kvl_error err = {{0}};
+            kv_pool *p = kv_pool_create(&kc, &err);
+            if (!p) return 0;
+            total += kv_pool_block_bytes(p);
+            kv_pool_destroy(p);
+        }
     return total;
+}
+
+/* The draft model's weights still in the file mapping (those not repacked
+ * into the kernels' layout at load): page cache, which MemAvailable counts as
+ * free, yet read at every drafting step, so not for the KV pool to take. */
+static int64_t draft_mapped_bytes(const model *draft) {
+    if (!draft) return 0;
+    int64_t mapped =
+        (int64_t)gguf_tensor_data_bytes(model_gguf(draft)) - model_hp(draft)->repacked_bytes;
+    return mapped > 0 ? mapped : 0;
 }
 
 static bool engine_settings(const cli_opts *o, serve_opts *so, model *m, model *draft,
@@ -269,6 +283,7 @@ static bool engine_settings(const cli_opts *o, serve_opts *so, model *m, model *
     ec->spec = (engine_spec_mode)o->spec;
     ec->spec_k = o->spec_k;
     ec->spec_ngram = o->spec_ngram;
+    ec->spec_fixed = o->spec_fixed;
     ec->draft_model = draft;
     ec->scheduling = so->scheduling;
     ec->prefix_admission_wait = (int)so->prefix_admission_wait;
@@ -306,7 +321,7 @@ static bool engine_settings(const cli_opts *o, serve_opts *so, model *m, model *
     }
     if (so->kv_memory) {
         int64_t bytes;
-        size_t bb = block_bytes(m, ec);
+        size_t bb = block_bytes(m, draft, ec);
         if (!parse_size(so->kv_memory, &bytes) || bb == 0) {
             fprintf(stderr, "kvllm: --kv-memory: '%s' is not a size (e.g. 2GiB)\n", so->kv_memory);
             return false;
@@ -318,8 +333,15 @@ static bool engine_settings(const cli_opts *o, serve_opts *so, model *m, model *
             return false;
         }
     } else if (ec->n_blocks <= 0) {
-        ec->n_blocks = cli_kv_blocks_from_memory(block_bytes(m, ec), ec->n_ctx, ec->block_size,
-                                                 ec->max_seqs, so->kv_memory_fraction, "serve");
+        if (draft)
+            fprintf(stderr,
+                    "kvllm serve: the draft model's KV takes %zu of %zu bytes per block; %.1f MiB "
+                    "of its weights stay mapped (taken off MemAvailable)\n",
+                    block_bytes(m, draft, ec) - block_bytes(m, NULL, ec), block_bytes(m, draft, ec),
+                    (double)draft_mapped_bytes(draft) / 1048576.0);
+        ec->n_blocks = cli_kv_blocks_from_memory(
+            block_bytes(m, draft, ec), draft_mapped_bytes(draft), ec->n_ctx, ec->block_size,
+            ec->max_seqs, so->kv_memory_fraction, "serve");
         if (ec->n_blocks < 1) return false;
     }
     return true;

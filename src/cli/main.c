@@ -81,6 +81,8 @@ static void common_options(FILE *out) {
             "plain decoding\n"
             "  --spec-k N         most drafted tokens per step (default 4)  --spec-ngram N "
             "(default 3)\n"
+            "  --spec-fixed       always draft --spec-k tokens when there are any (default: as\n"
+            "                     many as pay, from acceptance and the measured step cost)\n"
             "  --no-repack, -nr   keep matmul weights in their GGUF layout (default: repacked\n"
             "                     at load into the CPU kernels' panels, about the same size)\n"
             "  -v                 verbose log\n");

@@ -73,6 +73,11 @@ struct engine {
     uint32_t *mask;    /* [n_vocab bits] tokens a grammar allows this step */
     char *piece;       /* token text scratch */
     size_t piece_cap;
+
+    /* speculative decoding's per-step state */
+    spec_draft_job *draft_jobs; /* [max_seqs] one step's draft-model jobs */
+    spec_cost cost;             /* measured step times: what drafts cost */
+    double step_draft_s;        /* this step's draft-model time (counted apart) */
 };
 
 void engine_config_default(engine_config *c) {
@@ -89,6 +94,7 @@ void engine_config_default(engine_config *c) {
     c->spec_k = 4;
     c->spec_ngram = 3;
     c->spec_max_batch = 32;
+    c->spec_fixed = false;
     c->kv_disk = NULL;
     c->scheduling = ENGINE_SCHED_FCFS;
     c->prefix_admission_wait = 0;
@@ -120,6 +126,8 @@ static bool alloc_batch(engine *e, kvl_error *err) {
     e->piece_cap = 1024;
     e->piece = malloc(e->piece_cap);
     e->events = calloc(1, sizeof *e->events);
+    if (e->drafter && !(e->draft_jobs = malloc(S * sizeof *e->draft_jobs)))
+        return kvl_fail(err, "engine: out of memory");
     if (!e->events || !e->b_tokens || !e->b_pos || !e->b_seq || !e->b_want || !e->b_seqs ||
         !e->b_owner || !e->running || !e->logits || !e->logits_tmp || !e->mask || !e->piece)
         return kvl_fail(err, "engine: out of memory");
@@ -173,6 +181,7 @@ engine *engine_create(model *m, const tok_vocab *vocab, const engine_config *c, 
     }
     e->spec = e->cfg.spec != ENGINE_SPEC_OFF &&
               !e->cfg.no_kv_cache; /* recomputing everything: nothing to gain */
+    spec_cost_init(&e->cost);
     if (e->spec && e->cfg.spec == ENGINE_SPEC_DRAFT) {
         if (!e->cfg.draft_model) {
             kvl_fail(err, "engine: draft speculation needs a draft model");
@@ -241,6 +250,7 @@ void engine_destroy(engine *e) {
     free(e->mask);
     free(e->piece);
     free(e->events);
+    free(e->draft_jobs);
     free(e);
 }
 
@@ -355,7 +365,7 @@ int64_t engine_submit(engine *e, const engine_request *r, kvl_error *err) {
     s->state = SEQ_WAITING;
     s->stats.n_prompt = r->n_prompt;
     s->stats.t_submit = kvl_time_s();
-    spec_adapt_init(&s->adapt, e->cfg.spec_k);
+    spec_adapt_init(&s->adapt);
     spec_dseq_init(&s->dseq);
     seq **tail = &e->waiting;
     while (*tail) tail = &(*tail)->next;
@@ -709,8 +719,9 @@ static bool leader_prefilling(const engine *e, const seq *s) {
 
 /* Drafts for s, a sequence about to decode one token, into s->draft: only
  * while the step is small, never past max_tokens or the context, and as many
- * as its acceptance earns (spec_adapt). */
-static int propose_drafts(engine *e, seq *s, int64_t planned, int64_t budget) {
+ * as pay for themselves (spec_adapt: its acceptance so far against the
+ * measured cost of a larger step). later: running sequences after s. */
+static int propose_drafts(engine *e, seq *s, int64_t planned, int later, int64_t budget) {
     if (s->req.no_speculative || s->n_tokens - s->n_computed != 1 || s->stats.n_generated == 0)
         return 0;
     int64_t k = e->cfg.spec_k, room = e->cfg.spec_max_batch - planned - 1;
@@ -723,20 +734,53 @@ static int propose_drafts(engine *e, seq *s, int64_t planned, int64_t budget) {
         k = s->req.max_tokens - s->stats.n_generated -
             1; /* with the token after them: max_tokens at most */
     if (k <= 0) return 0;
-    int want = spec_adapt_want(&s->adapt);
-    if (want < k) k = want;
-    if (k <= 0) return 0;
-    if (!e->drafter)
-        return spec_ngram_propose(s->tokens, s->n_tokens, e->cfg.spec_ngram, (int)k, s->draft);
-    kvl_error err = {{0}};
-    int n =
-        spec_drafter_propose(e->drafter, &s->dseq, s->tokens, s->n_tokens, (int)k, s->draft, &err);
-    if (n < 0) { /* the output stays right without drafts */
-        kvl_log(KVL_LOG_WARN, "engine: request %lld: draft model: %s", (long long)s->id, err.msg);
-        spec_dseq_release(e->drafter, &s->dseq, false);
-        return 0;
+    const int64_t base = planned + 1 + later; /* the step's tokens without these drafts */
+    if (!e->drafter) {
+        int matched;
+        int m = spec_ngram_propose(s->tokens, s->n_tokens, e->cfg.spec_ngram, (int)k, s->draft,
+                                   &matched);
+        return e->cfg.spec_fixed ? m
+                                 : spec_adapt_choose(&s->adapt, &e->cost, base, m, matched, false);
     }
-    return n;
+    if (!e->cfg.spec_fixed) k = spec_adapt_choose(&s->adapt, &e->cost, base, (int)k, 0, true);
+    if (k <= 0) return 0;
+    /* The draft model drafts for every sequence at once once the step is
+     * planned (draft_all); until then a valid placeholder. */
+    for (int i = 0; i < k; i++) s->draft[i] = s->tokens[s->n_tokens - 1];
+    return spec_drafter_reserve(e->drafter, &s->dseq, s->n_tokens, (int)k);
+}
+
+/* Draft model: the drafts of every sequence in the step from one set of
+ * draft forwards (all sequences in each), written into the planned batch. */
+static void draft_all(engine *e, const step_plan *p) {
+    int n = 0;
+    for (int si = 0; si < p->n_seqs; si++) {
+        seq *s = e->b_owner[si];
+        if (s->n_draft > 0)
+            e->draft_jobs[n++] = (spec_draft_job){.ds = &s->dseq,
+                                                  .toks = s->tokens,
+                                                  .n = s->n_tokens,
+                                                  .k = s->n_draft,
+                                                  .out = s->draft};
+    }
+    if (n == 0) return;
+    kvl_error err = {{0}};
+    int most = 0;
+    for (int j = 0; j < n; j++) most = e->draft_jobs[j].k > most ? e->draft_jobs[j].k : most;
+    const double t0 = kvl_time_s();
+    const bool ok = spec_drafter_run(e->drafter, e->draft_jobs, n, &err);
+    e->step_draft_s = kvl_time_s() - t0;
+    if (ok) {
+        spec_cost_observe_draft(&e->cost, most, e->step_draft_s);
+    } else {
+        /* the output stays right whatever the drafts are: verification decides */
+        kvl_log(KVL_LOG_WARN, "engine: draft model: %s", err.msg);
+        for (int j = 0; j < n; j++) spec_dseq_release(e->drafter, e->draft_jobs[j].ds, false);
+    }
+    for (int64_t t = 0; t < p->n_tokens; t++) {
+        const seq *s = e->b_owner[e->b_seq[t]];
+        if (e->b_pos[t] >= s->n_tokens) e->b_tokens[t] = s->draft[e->b_pos[t] - s->n_tokens];
+    }
 }
 
 /* Priority scheduling: running sequences of a higher value than the most
@@ -769,7 +813,7 @@ static void plan_step(engine *e, step_plan *p) {
             seq_forget_kv(e, s);
             s->recompute_for = s->n_tokens;
         }
-        s->n_draft = e->spec ? propose_drafts(e, s, p->n_tokens, budget) : 0;
+        s->n_draft = e->spec ? propose_drafts(e, s, p->n_tokens, e->n_running - 1 - i, budget) : 0;
         int64_t n = reserve_chunk(e, s, budget);
         if (n == 0 && s->n_draft > 0) { /* no room for the drafts: decode plainly */
             s->n_draft = 0;
@@ -876,7 +920,7 @@ static void finish_drafts(engine *e, seq *s) {
     e->metrics.spec_drafts++;
     e->metrics.spec_draft_tokens += drafted;
     if (s->state == SEQ_DONE) return; /* its blocks are released already */
-    spec_adapt_update(&s->adapt, e->cfg.spec_k, drafted, accepted);
+    spec_adapt_update(&s->adapt, drafted, accepted);
     for (int g = 0; g < e->n_groups; g++) {
         int64_t held = kv_seq_truncate_tokens(e->kv[g], &s->kv[g], s->n_computed);
         if (held < s->n_computed)
@@ -887,6 +931,8 @@ static void finish_drafts(engine *e, seq *s) {
 }
 
 bool engine_step(engine *e, kvl_error *err) {
+    const double t_step = e->spec ? kvl_time_s() : 0; /* the whole step: what drafts cost */
+    e->step_draft_s = 0;
     drop_cancelled(e);
     if (e->disk) kv_disk_reap(e->disk); /* blocks of reads cancelled mid-way */
     step_plan p;
@@ -912,6 +958,7 @@ bool engine_step(engine *e, kvl_error *err) {
             return kvl_fail(err, "engine: no KV blocks free for the next request");
         return true;
     }
+    if (e->drafter) draft_all(e, &p);
     model_batch b = {.n_tokens = p.n_tokens,
                      .tokens = e->b_tokens,
                      .pos = e->b_pos,
@@ -940,6 +987,7 @@ bool engine_step(engine *e, kvl_error *err) {
             i++;
         }
     }
+    if (e->spec) spec_cost_observe(&e->cost, p.n_tokens, kvl_time_s() - t_step - e->step_draft_s);
     return true;
 }
 

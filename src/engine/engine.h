@@ -129,6 +129,7 @@ typedef struct engine_config {
     int spec_k;            /* most drafts per sequence and step, 1..ENGINE_SPEC_MAX_K */
     int spec_ngram;        /* longest n-gram matched, 1..ENGINE_SPEC_MAX_NGRAM */
     int spec_max_batch;    /* tokens per step up to which drafts are added */
+    bool spec_fixed;       /* always spec_k drafts where there are any (else spec_adapt) */
     model *draft_model;    /* ENGINE_SPEC_DRAFT: borrowed; the same vocabulary as the model
                                * (the caller checks the texts; engine_create the size) */
     /* The disk tier of the prefix cache (kv_disk.h; copied), NULL: none.

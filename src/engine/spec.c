@@ -5,7 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-int spec_ngram_propose(const int32_t *toks, int64_t n, int ngram_max, int k, int32_t *out) {
+int spec_ngram_propose(const int32_t *toks, int64_t n, int ngram_max, int k, int32_t *out,
+                       int *matched) {
+    *matched = 0;
     if (k <= 0 || n < 2) return 0;
     for (int g = ngram_max; g >= 1; g--) {
         if (g >= n) continue;
@@ -16,46 +18,159 @@ int spec_ngram_propose(const int32_t *toks, int64_t n, int ngram_max, int k, int
             if (toks[i] != pat[0] || memcmp(toks + i, pat, (size_t)g * sizeof *pat) != 0) continue;
             int64_t from = i + g, m = n - from < k ? n - from : k;
             memcpy(out, toks + from, (size_t)m * sizeof *out);
+            *matched = g;
             return (int)m;
         }
     }
     return 0;
 }
 
-enum { COOLDOWN_STEPS = 16 };
+/* ------------------------------------------------------------ cost model -- */
 
-void spec_adapt_init(spec_adapt *a, int k_max) {
-    a->k = k_max;
-    a->cooldown = 0;
-}
+enum { COST_MIN_OBS = 3 };
+/* Before a size is measured, each extra token is taken to cost this much of
+ * the nearest measured size: about what the 1B shapes measure up to 4 tokens
+ * (bench/spec.sh), so a model where it holds drafts at once, and one where
+ * extra tokens cost more (a tiny model, a compute-bound batch) learns so
+ * from the one step that tries. */
+#define COST_PRIOR_SLOPE 0.05
+#define COST_EMA         0.125
 
-int spec_adapt_want(spec_adapt *a) {
-    if (a->k > 0) return a->k;
-    if (a->cooldown > 0 && --a->cooldown > 0) return 0;
-    a->k = 1; /* try again, cautiously */
-    return a->k;
-}
-
-void spec_adapt_update(spec_adapt *a, int k_max, int drafted, int accepted) {
-    if (drafted <= 0) return;
-    if (accepted == drafted) {
-        if (a->k < k_max) a->k++;
-    } else if (accepted == 0) {
-        a->k /= 2;
-        if (a->k == 0) a->cooldown = COOLDOWN_STEPS;
-    } else {
-        a->k = accepted + 1 < k_max ? accepted + 1 : k_max;
+void spec_cost_init(spec_cost *c) {
+    memset(c, 0, sizeof *c);
+    const char *e = getenv("KVLLM_SPEC_COST");
+    for (const char *p = e; p && *p;) {
+        char *end;
+        long n = strtol(p, &end, 10);
+        if (end == p || *end != ':' || n < 1 || n >= SPEC_COST_N) break;
+        p = end + 1;
+        double t = strtod(p, &end);
+        if (end == p || !(t > 0)) break;
+        c->s[n] = t;
+        c->n_obs[n] = COST_MIN_OBS;
+        c->frozen = true;
+        p = *end == ',' ? end + 1 : end;
+        if (*end && *end != ',') break;
     }
 }
 
+/* A shared machine only ever makes a step slower: the first few
+ * measurements of a size keep their minimum (the first step after a prompt
+ * runs on cold caches), later ones count at most 1.5 times the estimate, so
+ * one descheduled step cannot put a size out of use. */
+void spec_cost_observe(spec_cost *c, int64_t n_tokens, double seconds) {
+    if (c->frozen || n_tokens < 1 || n_tokens >= SPEC_COST_N || !(seconds > 0)) return;
+    double *v = &c->s[n_tokens];
+    const int seen = c->n_obs[n_tokens]++;
+    if (seen == 0 || (seen < COST_MIN_OBS && seconds < *v)) *v = seconds;
+    else if (seen >= COST_MIN_OBS)
+        *v += COST_EMA * ((seconds < 1.5 * *v ? seconds : 1.5 * *v) - *v);
+}
+
+void spec_cost_observe_draft(spec_cost *c, int positions, double seconds) {
+    if (c->frozen || positions < 1 || !(seconds > 0)) return;
+    double per = seconds / positions;
+    c->draft_s = c->draft_obs++ ? c->draft_s + COST_EMA * (per - c->draft_s) : per;
+}
+
+double spec_cost_at(const spec_cost *c, int64_t n) {
+    if (n < 1) n = 1;
+    int64_t top = n < SPEC_COST_N ? n : SPEC_COST_N - 1;
+    int lo = 0, hi = 0;
+    for (int64_t i = top; i >= 1 && !lo; i--)
+        if (c->n_obs[i] >= COST_MIN_OBS) lo = (int)i;
+    if (lo == n) return c->s[lo];
+    for (int64_t i = n + 1; i < SPEC_COST_N && !hi; i++)
+        if (c->n_obs[i] >= COST_MIN_OBS) hi = (int)i;
+    if (lo && hi) return c->s[lo] + (c->s[hi] - c->s[lo]) * (double)(n - lo) / (hi - lo);
+    if (lo) return c->s[lo] * (1 + COST_PRIOR_SLOPE * (double)(n - lo));
+    if (hi) return c->s[hi] / (1 + COST_PRIOR_SLOPE * (double)(hi - n));
+    return 1 + COST_PRIOR_SLOPE * (double)(n - 1);
+}
+
+/* ---------------------------------------------------------- adaptation -- */
+
+enum { PROBE_WAIT = 8, PROBE_WAIT_MAX = 256, EXPLORE_EVERY = 16 };
+#define ACC_DECAY 0.85f /* per verification: about the last dozen count */
+/* Drafting must promise this much more throughput than not (measurement noise). */
+#define GAIN_MARGIN 1.05
+
+/* Prior counts (accepted, rejected) per class: longer matches start more trusted. */
+static const float PRIOR_ACC[SPEC_CLASSES] = {0.5f, 1.0f, 1.5f};
+static const float PRIOR_REJ[SPEC_CLASSES] = {1.0f, 1.0f, 1.0f};
+
+void spec_adapt_init(spec_adapt *a) {
+    memset(a, 0, sizeof *a);
+    for (int i = 0; i < SPEC_CLASSES; i++) a->backoff[i] = PROBE_WAIT;
+}
+
+int spec_adapt_choose(spec_adapt *a, const spec_cost *c, int64_t base, int m, int matched,
+                      bool draft_model) {
+    if (m <= 0) return 0;
+    if (base < 1) base = 1;
+    const int cls = draft_model || matched >= SPEC_CLASSES ? SPEC_CLASSES - 1
+                    : matched >= 1                         ? matched - 1
+                                                           : 0;
+    const double p = (a->acc[cls] + PRIOR_ACC[cls]) /
+                     (a->acc[cls] + a->rej[cls] + PRIOR_ACC[cls] + PRIOR_REJ[cls]);
+    /* tokens per second with k drafts: (base + p + p^2 + ... + p^k) / cost */
+    const double draft_s = draft_model && c->draft_obs ? c->draft_s : 0;
+    double best = (double)base / spec_cost_at(c, base) * GAIN_MARGIN, emit = (double)base, q = 1;
+    int best_k = 0;
+    for (int k = 1; k <= m; k++) {
+        q *= p;
+        emit += q;
+        const double v = emit / (spec_cost_at(c, base + k) + draft_s * k);
+        if (v > best) {
+            best = v;
+            best_k = k;
+        }
+    }
+    a->cls = cls;
+    if (best_k > 0) {
+        a->wait[cls] = 0;
+        a->backoff[cls] = PROBE_WAIT;
+        /* now and then one more than pays, so that the next size's cost is
+         * measured again (an estimate that is too high would never be) */
+        if (best_k < m && ++a->explore >= EXPLORE_EVERY) {
+            a->explore = 0;
+            best_k++;
+        }
+        return best_k;
+    }
+    if (a->wait[cls] > 0) {
+        a->wait[cls]--;
+        return 0;
+    }
+    /* a probe now; while drafting keeps not paying, probes get rarer */
+    a->wait[cls] = a->backoff[cls];
+    if (a->backoff[cls] < PROBE_WAIT_MAX) a->backoff[cls] *= 2;
+    return 1;
+}
+
+void spec_adapt_update(spec_adapt *a, int drafted, int accepted) {
+    if (drafted <= 0) return;
+    const int cls = a->cls;
+    a->acc[cls] = a->acc[cls] * ACC_DECAY + (float)accepted;
+    a->rej[cls] = a->rej[cls] * ACC_DECAY + (accepted < drafted ? 1.0f : 0.0f);
+}
+
 /* ------------------------------------------------------------ draft model -- */
+
+enum { DRAFT_CHUNK = 256 }; /* tokens per catch-up forward */
 
 struct spec_drafter {
     model *m;
     kv_pool *kv[MODEL_MAX_KV_GROUPS];
     int32_t window[MODEL_MAX_KV_GROUPS];
     int n_groups;
-    float *logits; /* [n_vocab] */
+    /* one forward's batch, grown to the most sequences drafted together */
+    int cap_seqs;
+    int32_t *tokens, *pos, *sq; /* [DRAFT_CHUNK + cap_seqs] */
+    uint8_t *want;
+    const kv_seq **seqs; /* [cap_seqs * n_groups] */
+    int *row_job;        /* [cap_seqs] the job of each logits row */
+    float *logits;       /* [cap_seqs][n_vocab] */
 };
 
 spec_drafter *spec_drafter_create(model *draft, int block_size, int kv_dtype, int64_t n_blocks,
@@ -80,17 +195,18 @@ spec_drafter *spec_drafter_create(model *draft, int block_size, int kv_dtype, in
             return NULL;
         }
     }
-    if (!(d->logits = kvl_alloc((size_t)model_hp(draft)->n_vocab * sizeof(float)))) {
-        kvl_fail(err, "draft model: out of memory");
-        spec_drafter_destroy(d);
-        return NULL;
-    }
     return d;
 }
 
 void spec_drafter_destroy(spec_drafter *d) {
     if (!d) return;
     for (int g = 0; g < MODEL_MAX_KV_GROUPS; g++) kv_pool_destroy(d->kv[g]);
+    free(d->tokens);
+    free(d->pos);
+    free(d->sq);
+    free(d->want);
+    free(d->seqs);
+    free(d->row_job);
     kvl_free(d->logits);
     free(d);
 }
@@ -117,83 +233,128 @@ static int32_t argmax_first(const float *l, int64_t n) {
     return best;
 }
 
-/* Tables cover n_tokens positions, all groups or none. */
-static bool reserve(spec_drafter *d, spec_dseq *ds, int64_t n_tokens) {
+int spec_drafter_reserve(spec_drafter *d, spec_dseq *ds, int64_t n, int k) {
+    if (k <= 0 || n <= 0) return 0;
+    if (ds->n_computed >= n)
+        spec_drafter_rollback(d, ds, n - 1); /* the last token's logits are needed */
+    /* tables cover the n - 1 + k positions drafting computes, all groups or none */
     int64_t before[MODEL_MAX_KV_GROUPS];
     for (int g = 0; g < d->n_groups; g++) {
         kv_seq_drop_outside_window(d->kv[g], &ds->kv[g], ds->n_computed, d->window[g]);
         before[g] = ds->kv[g].n_blocks;
-        if (!kv_seq_reserve(d->kv[g], &ds->kv[g], n_tokens)) {
-            for (int k = 0; k < g; k++) kv_seq_truncate(d->kv[k], &ds->kv[k], before[k]);
-            return false;
+        if (!kv_seq_reserve(d->kv[g], &ds->kv[g], n + k - 1)) {
+            for (int h = 0; h < g; h++) kv_seq_truncate(d->kv[h], &ds->kv[h], before[h]);
+            return 0;
         }
+    }
+    return k;
+}
+
+static bool grow(spec_drafter *d, int n_jobs, kvl_error *err) {
+    if (n_jobs <= d->cap_seqs) return true;
+    const int64_t V = model_hp(d->m)->n_vocab;
+    const size_t nt = DRAFT_CHUNK + (size_t)n_jobs;
+    free(d->tokens);
+    free(d->pos);
+    free(d->sq);
+    free(d->want);
+    free(d->seqs);
+    free(d->row_job);
+    kvl_free(d->logits);
+    d->tokens = malloc(nt * sizeof *d->tokens);
+    d->pos = malloc(nt * sizeof *d->pos);
+    d->sq = malloc(nt * sizeof *d->sq);
+    d->want = malloc(nt);
+    d->seqs = malloc((size_t)n_jobs * (size_t)d->n_groups * sizeof *d->seqs);
+    d->row_job = malloc((size_t)n_jobs * sizeof *d->row_job);
+    d->logits = kvl_alloc((size_t)n_jobs * (size_t)V * sizeof(float));
+    d->cap_seqs =
+        d->tokens && d->pos && d->sq && d->want && d->seqs && d->row_job && d->logits ? n_jobs : 0;
+    return d->cap_seqs ? true : kvl_fail(err, "draft model: out of memory");
+}
+
+/* Adds job j's sequence to the batch being built (its tables); returns its index there. */
+static int batch_seq(spec_drafter *d, int *n_seqs, const spec_draft_job *job) {
+    const int si = (*n_seqs)++;
+    for (int g = 0; g < d->n_groups; g++) d->seqs[si * d->n_groups + g] = &job->ds->kv[g];
+    return si;
+}
+
+static bool run_batch(spec_drafter *d, int64_t n_tokens, int n_seqs, spec_draft_job *jobs,
+                      int n_rows, int out_index, kvl_error *err) {
+    model_batch b = {.n_tokens = n_tokens,
+                     .tokens = d->tokens,
+                     .pos = d->pos,
+                     .seq = d->sq,
+                     .want_logits = d->want,
+                     .n_seqs = n_seqs,
+                     .seqs = d->seqs};
+    if (!model_forward(d->m, d->kv, &b, d->logits, err)) return false;
+    const int64_t V = model_hp(d->m)->n_vocab;
+    for (int r = 0; r < n_rows; r++) {
+        spec_draft_job *job = &jobs[d->row_job[r]];
+        job->out[out_index] = argmax_first(d->logits + (int64_t)r * V, V);
     }
     return true;
 }
 
-typedef struct catch_up {
-    spec_drafter *d;
-    spec_dseq *ds;
-} catch_up;
-
-/* Before each chunk: what the window no longer needs goes, and n_computed says
- * how far the catch-up got if the chunk fails. */
-static void catch_up_chunk(void *user, int64_t pos) {
-    catch_up *c = user;
-    for (int g = 0; g < c->d->n_groups; g++)
-        kv_seq_drop_outside_window(c->d->kv[g], &c->ds->kv[g], pos, c->d->window[g]);
-    c->ds->n_computed = pos;
-}
-
-/* Computes toks[ds->n_computed..n) (the last one's logits into d->logits). */
-static bool forward(spec_drafter *d, spec_dseq *ds, const int32_t *toks, int64_t n,
-                    kvl_error *err) {
-    if (ds->n_computed >= n) return true;
-    const kv_seq *seqs[MODEL_MAX_KV_GROUPS];
-    for (int g = 0; g < d->n_groups; g++) seqs[g] = &ds->kv[g];
-    catch_up c = {.d = d, .ds = ds};
-    model_span span = {.tokens = toks,
-                       .from = ds->n_computed,
-                       .to = n,
-                       .want_from = n - 1,
-                       .want_to = n,
-                       .seqs = seqs,
-                       .logits = d->logits,
-                       .before_chunk = catch_up_chunk,
-                       .user = &c};
-    if (!model_forward_span(d->m, d->kv, &span, err)) return false;
-    ds->n_computed = n;
+bool spec_drafter_run(spec_drafter *d, spec_draft_job *jobs, int n_jobs, kvl_error *err) {
+    if (n_jobs <= 0) return true;
+    if (!grow(d, n_jobs, err)) return false;
+    /* Catch-up: every sequence's tokens the draft model has not seen, up to
+     * its last one (whose logits give the first draft), ragged, in chunks. */
+    for (;;) {
+        int64_t nt = 0;
+        int n_seqs = 0, n_rows = 0;
+        for (int j = 0; j < n_jobs && nt < DRAFT_CHUNK; j++) {
+            spec_dseq *ds = jobs[j].ds;
+            const int64_t t0 = ds->n_computed, n = jobs[j].n;
+            if (jobs[j].k <= 0 || t0 >= n) continue;
+            const int64_t cnt = n - t0 < DRAFT_CHUNK - nt ? n - t0 : DRAFT_CHUNK - nt;
+            for (int g = 0; g < d->n_groups; g++)
+                kv_seq_drop_outside_window(d->kv[g], &ds->kv[g], t0, d->window[g]);
+            const int si = batch_seq(d, &n_seqs, &jobs[j]);
+            for (int64_t i = 0; i < cnt; i++, nt++) {
+                d->tokens[nt] = jobs[j].toks[t0 + i];
+                d->pos[nt] = (int32_t)(t0 + i);
+                d->sq[nt] = si;
+                d->want[nt] = t0 + i == n - 1;
+            }
+            if (t0 + cnt == n) d->row_job[n_rows++] = j;
+            ds->n_computed += cnt;
+        }
+        if (nt == 0) break;
+        if (!run_batch(d, nt, n_seqs, jobs, n_rows, 0, err)) return false;
+    }
+    /* Then one forward per draft position, one token of every sequence still drafting. */
+    for (int i = 1;; i++) {
+        int64_t nt = 0;
+        int n_seqs = 0;
+        for (int j = 0; j < n_jobs; j++) {
+            if (jobs[j].k <= i) continue;
+            spec_dseq *ds = jobs[j].ds;
+            /* (no window drop here: these positions may be rolled back) */
+            const int si = batch_seq(d, &n_seqs, &jobs[j]);
+            d->tokens[nt] = jobs[j].out[i - 1];
+            d->pos[nt] = (int32_t)(jobs[j].n + i - 1);
+            d->sq[nt] = si;
+            d->want[nt] = 1;
+            d->row_job[nt] = j;
+            nt++;
+            ds->n_computed++;
+        }
+        if (nt == 0) break;
+        if (!run_batch(d, nt, n_seqs, jobs, (int)nt, i, err)) return false;
+    }
     return true;
 }
 
 int spec_drafter_propose(spec_drafter *d, spec_dseq *ds, const int32_t *toks, int64_t n, int k,
                          int32_t *out, kvl_error *err) {
-    if (k <= 0 || n <= 0) return 0;
-    if (ds->n_computed >= n)
-        spec_drafter_rollback(d, ds, n - 1); /* the last token's logits are needed */
-    if (!reserve(d, ds, n + k - 1)) return 0;
-    const int64_t V = model_hp(d->m)->n_vocab;
-    if (!forward(d, ds, toks, n, err)) return -1;
-    for (int i = 0; i < k; i++) {
-        out[i] = argmax_first(d->logits, V);
-        if (i == k - 1) break;
-        /* the draft at position n + i, for the next one's logits */
-        int32_t pos = (int32_t)(n + i), sq = 0;
-        uint8_t want = 1;
-        const kv_seq *seqs[MODEL_MAX_KV_GROUPS];
-        /* (no window drop here: these positions may be rolled back) */
-        for (int g = 0; g < d->n_groups; g++) seqs[g] = &ds->kv[g];
-        model_batch b = {.n_tokens = 1,
-                         .tokens = &out[i],
-                         .pos = &pos,
-                         .seq = &sq,
-                         .want_logits = &want,
-                         .n_seqs = 1,
-                         .seqs = seqs};
-        if (!model_forward(d->m, d->kv, &b, d->logits, err)) return -1;
-        ds->n_computed++;
-    }
-    return k;
+    spec_draft_job job = {
+        .ds = ds, .toks = toks, .n = n, .k = spec_drafter_reserve(d, ds, n, k), .out = out};
+    if (job.k == 0) return 0;
+    return spec_drafter_run(d, &job, 1, err) ? job.k : -1;
 }
 
 void spec_drafter_rollback(spec_drafter *d, spec_dseq *ds, int64_t n_valid) {

@@ -3,7 +3,9 @@
  *
  * Prompt lookup (n-gram): the last n tokens of a sequence are searched for in
  * its earlier text (prompt and output); the tokens that followed the most
- * recent earlier occurrence are the draft. n falls back from ngram_max to 1. */
+ * recent earlier occurrence are the draft. n falls back from ngram_max to 1.
+ * How many drafts a sequence verifies is decided per step from its
+ * acceptance so far and the measured cost of larger steps (spec_adapt). */
 #ifndef KVLLM_SPEC_H
 #define KVLLM_SPEC_H
 
@@ -11,21 +13,62 @@
 #include "kv.h"
 #include "model.h"
 
-/* Proposes up to k tokens continuing toks[0..n) into out; returns how many (0: no match). */
-int spec_ngram_propose(const int32_t *toks, int64_t n, int ngram_max, int k, int32_t *out);
+/* Proposes up to k tokens continuing toks[0..n) into out; returns how many
+ * (0: no match). *matched gets the length of the n-gram that matched. */
+int spec_ngram_propose(const int32_t *toks, int64_t n, int ngram_max, int k, int32_t *out,
+                       int *matched);
 
-/* Per-sequence draft length, adapted to its acceptance: k grows by one after
- * a verification that accepted every draft, halves after one that accepted
- * none; at 0 the sequence decodes plainly for a while, then tries 1 again. */
+/* What a step costs: the measured forward time of steps by their token
+ * count (an average that follows drift), and of the draft model per drafted
+ * position. One per engine; speculation adds tokens only where the
+ * measured cost says the expected extra tokens pay for them. */
+#define SPEC_COST_N 65 /* steps of up to 64 tokens are measured */
+typedef struct spec_cost {
+    double s[SPEC_COST_N]; /* seconds per forward of n tokens */
+    int n_obs[SPEC_COST_N];
+    double draft_s; /* seconds per draft-model position (all sequences at once) */
+    int draft_obs;
+    bool frozen; /* given, not measured */
+} spec_cost;
+
+/* Empty; or, for benchmarks, the fixed table of KVLLM_SPEC_COST="n:time,..."
+ * (e.g. another machine's or model's measured verify costs, so that the
+ * drafting decisions are the ones that model would make). */
+void spec_cost_init(spec_cost *c);
+void spec_cost_observe(spec_cost *c, int64_t n_tokens, double seconds);
+void spec_cost_observe_draft(spec_cost *c, int positions, double seconds);
+/* Estimated seconds (or, before any measurement, relative units) of a
+ * forward of n tokens: measured, interpolated between measured sizes, or
+ * extrapolated with a small per-token slope, which makes a size not yet
+ * measured worth trying once. */
+double spec_cost_at(const spec_cost *c, int64_t n);
+
+/* Per sequence: its acceptance so far, by how long the n-gram match was
+ * (1, 2, 3 or more; a draft model's drafts count as the last class), as
+ * decayed counts of accepted drafts and of rejections. Drafted tokens are
+ * taken as accepted one after another with probability p until the first
+ * rejection, p estimated from these counts. */
+#define SPEC_CLASSES 3
 typedef struct spec_adapt {
-    int k;        /* drafts to propose next (<= the configured maximum) */
-    int cooldown; /* plain steps left before trying again */
+    float acc[SPEC_CLASSES], rej[SPEC_CLASSES];
+    int wait[SPEC_CLASSES];    /* plain steps left before a one-token probe */
+    int backoff[SPEC_CLASSES]; /* the wait after the next probe that fails */
+    int cls;                   /* the class of the drafts being verified */
+    int explore;               /* choices since the last one-more-than-pays */
 } spec_adapt;
 
-void spec_adapt_init(spec_adapt *a, int k_max);
-/* Drafts to ask for this step (0: decode plainly; counts a cooldown step). */
-int spec_adapt_want(spec_adapt *a);
-void spec_adapt_update(spec_adapt *a, int k_max, int drafted, int accepted);
+void spec_adapt_init(spec_adapt *a);
+/* Of m drafts proposed after a match of length matched (0: a draft model),
+ * how many to verify in a step that already holds base tokens (one per other
+ * decoding sequence at least): the count that maximises expected tokens per
+ * second under the cost model (measured whole engine steps), 0 when none gains
+ * 5%. When drafting does not pay, a one-draft probe now and then (waits
+ * doubling while probes fail) keeps the estimate current, and every 16th
+ * choice that drafts takes one more than pays, so that the larger step's cost
+ * is measured again. draft_model: each draft also costs a draft position. */
+int spec_adapt_choose(spec_adapt *a, const spec_cost *c, int64_t base, int m, int matched,
+                      bool draft_model);
+void spec_adapt_update(spec_adapt *a, int drafted, int accepted);
 
 /* Draft-model speculation: a small model with the target's vocabulary drafts
  * k tokens greedily. It has pools of its own; each sequence keeps a table per
@@ -41,10 +84,26 @@ spec_drafter *spec_drafter_create(model *draft, int block_size, int kv_dtype, in
                                   kvl_error *err);
 void spec_drafter_destroy(spec_drafter *d);
 void spec_dseq_init(spec_dseq *ds);
-/* Drafts up to k tokens continuing toks[0..n) into out: computes what the
- * draft model has not seen yet, then k - 1 more forwards. Returns how many
- * (0 when its pools are full: the sequence decodes plainly), or -1 with err
- * set when the draft model fails. */
+/* Reserves the draft KV for drafting k tokens after toks[0..n) (rolling back
+ * what it computed past n - 1 first); returns k, or 0 when its pools are full
+ * (the sequence then decodes plainly). */
+int spec_drafter_reserve(spec_drafter *d, spec_dseq *ds, int64_t n, int k);
+/* One sequence's drafting: k reserved by spec_drafter_reserve, out gets k ids. */
+typedef struct spec_draft_job {
+    spec_dseq *ds;
+    const int32_t *toks;
+    int64_t n;
+    int k;
+    int32_t *out;
+} spec_draft_job;
+/* Drafts every job's k tokens greedily, all sequences in each forward: ragged
+ * forwards compute what the draft model has not seen yet of every sequence,
+ * then one forward per draft position holds one token of each sequence still
+ * drafting. False with err set when the draft model fails (outs are then
+ * partly written; the caller releases the jobs' draft KV). */
+bool spec_drafter_run(spec_drafter *d, spec_draft_job *jobs, int n_jobs, kvl_error *err);
+/* spec_drafter_reserve and spec_drafter_run for one sequence: returns how
+ * many drafts (0: pools full), or -1 with err set. */
 int spec_drafter_propose(spec_drafter *d, spec_dseq *ds, const int32_t *toks, int64_t n, int k,
                          int32_t *out, kvl_error *err);
 /* After verification: only toks[0..n_valid) are the sequence's; the draft

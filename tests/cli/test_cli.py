@@ -74,5 +74,40 @@ c = run(['run', '-m', MODEL, '-p', 'Once', '-n', '16', '--temp', '1', '--seed', 
 check(a.returncode == 0 and a.stdout == b.stdout, '-s 7 samples as --seed 7')
 check(a.stdout != c.stdout, 'and another seed samples differently')
 
+
+# serve sizes its KV pool for the draft model's pools too (same block count,
+# so --kv-memory buys half the blocks when the draft is the model itself); the
+# bytes per block come from run's own measured allocation.
+def serve_pool_line(extra):
+    p = subprocess.Popen([BIN, 'serve', '-m', MODEL, '--port', '0', '-c', '256'] + extra, cwd=ROOT,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    lines = []
+    try:
+        for line in p.stderr:
+            lines.append(line)
+            if 'KV pool ' in line and 'blocks x' in line:
+                break
+    finally:
+        p.terminate()
+        p.wait(timeout=30)
+    return ''.join(lines)
+
+
+js = run(['run', '-m', MODEL, '-p', 'Once', '-n', '4', '--json']).stdout.strip().splitlines()[-1]
+import json
+st = json.loads(js)['stats']
+bb = st['kv_allocated_bytes'] // st['kv_blocks']
+mib4 = 4 << 20
+for extra, blocks in ((['--kv-memory', '4MiB'], mib4 // bb),
+                      (['--kv-memory', '4MiB', '--model-draft', MODEL], mib4 // (2 * bb))):
+    out = serve_pool_line(extra)
+    m = re.search(r'KV pool (\d+) blocks', out)
+    check(m is not None and int(m.group(1)) == blocks,
+          f'serve {" ".join(extra)}: {blocks} blocks of {bb} bytes ({m.group(0) if m else out[-300:]})')
+out = serve_pool_line(['--model-draft', MODEL])
+m = re.search(r"draft model's KV takes (\d+) of (\d+) bytes per block", out)
+check(m is not None and int(m.group(1)) == bb and int(m.group(2)) == 2 * bb and
+      'KV pool from memory' in out, f'serve from MemAvailable counts the draft KV ({m.group(0) if m else out[-300:]})')
+
 print(f'{len(failures)} failed' if failures else 'all passed')
 sys.exit(1 if failures else 0)

@@ -17,37 +17,116 @@
 
 static void test_propose(void) {
     int32_t out[8];
+    int g;
     /* "a b c d a b" -> the last "a b" was seen followed by "c d a b" */
     const int32_t t1[] = {1, 2, 3, 4, 1, 2};
-    CHECK(spec_ngram_propose(t1, 6, 3, 4, out) == 4 && out[0] == 3 && out[1] == 4 && out[2] == 1 &&
-          out[3] == 2);
-    CHECK(spec_ngram_propose(t1, 6, 3, 2, out) == 2 && out[0] == 3 && out[1] == 4);
+    CHECK(spec_ngram_propose(t1, 6, 3, 4, out, &g) == 4 && out[0] == 3 && out[1] == 4 &&
+          out[2] == 1 && out[3] == 2 && g == 2);
+    CHECK(spec_ngram_propose(t1, 6, 3, 2, out, &g) == 2 && out[0] == 3 && out[1] == 4);
     /* the most recent earlier occurrence wins: "5 1 9 1 7 1" -> after the last 1 comes 7 */
     const int32_t t2[] = {5, 1, 9, 1, 7, 1};
-    CHECK(spec_ngram_propose(t2, 6, 3, 3, out) == 2 && out[0] == 7 && out[1] == 1);
+    CHECK(spec_ngram_propose(t2, 6, 3, 3, out, &g) == 2 && out[0] == 7 && out[1] == 1 && g == 1);
     /* the longest n-gram first: "1 2 x 2 y 1 2" -> "1 2" matched (x), not "2" (y) */
     const int32_t t3[] = {1, 2, 8, 2, 9, 1, 2};
-    CHECK(spec_ngram_propose(t3, 7, 2, 1, out) == 1 && out[0] == 8);
-    CHECK(spec_ngram_propose(t3, 7, 1, 1, out) == 1 && out[0] == 9);
+    CHECK(spec_ngram_propose(t3, 7, 2, 1, out, &g) == 1 && out[0] == 8 && g == 2);
+    CHECK(spec_ngram_propose(t3, 7, 1, 1, out, &g) == 1 && out[0] == 9 && g == 1);
     /* a draft stops at the end of the text; nothing when nothing matches */
     const int32_t t4[] = {4, 4};
-    CHECK(spec_ngram_propose(t4, 2, 3, 5, out) == 1 && out[0] == 4);
+    CHECK(spec_ngram_propose(t4, 2, 3, 5, out, &g) == 1 && out[0] == 4);
     const int32_t t5[] = {1, 2, 3};
-    CHECK(spec_ngram_propose(t5, 3, 3, 4, out) == 0 && spec_ngram_propose(t5, 1, 3, 4, out) == 0);
-    /* adaptation: all accepted grows k, none halves it down to a cool-down of plain steps */
+    CHECK(spec_ngram_propose(t5, 3, 3, 4, out, &g) == 0 && g == 0 &&
+          spec_ngram_propose(t5, 1, 3, 4, out, &g) == 0);
+}
+
+static bool near(double a, double b) { return a > b - 1e-9 && a < b + 1e-9; }
+
+/* The cost model and the choice of k, against figures worked out by hand:
+ * with acceptance p and cost c(n), k drafts give (1 + p + ... + p^k) tokens
+ * for c(1 + k), and k is the best of these (0 when none beats plain decoding
+ * by 5%). */
+static void test_adapt(void) {
+    spec_cost c;
+    spec_cost_init(&c);
+    CHECK(near(spec_cost_at(&c, 1), 1.0) && near(spec_cost_at(&c, 3), 1.1)); /* the prior slope */
+    for (int r = 0; r < 3; r++) {
+        spec_cost_observe(&c, 1, 1.0);
+        spec_cost_observe(&c, 5, r == 0 ? 9.0 : 2.0); /* the first three: their minimum */
+    }
+    spec_cost_observe(&c, 9, 50.0); /* measured once: not trusted yet */
+    spec_cost_observe(&c, 9, 50.0);
+    CHECK(near(spec_cost_at(&c, 5), 2.0) && near(spec_cost_at(&c, 3), 1.5));
+    CHECK(near(spec_cost_at(&c, 7), 2.0 * 1.1) && near(spec_cost_at(&c, 9), 2.0 * 1.2));
+    spec_cost_observe(&c, 5, 2.8); /* an average that follows: 2 + (2.8 - 2) / 8 */
+    CHECK(near(spec_cost_at(&c, 5), 2.1));
+    spec_cost_observe(&c, 5, 100.0); /* counted as 1.5 x 2.1 at most: 2.1 + 1.05 / 8 */
+    CHECK(near(spec_cost_at(&c, 5), 2.1 + 1.05 / 8));
+
+    /* flat cost: a long match (prior p = 1.5 / 2.5 = 0.6) drafts all it has */
+    spec_cost flat;
+    spec_cost_init(&flat);
+    for (int n = 1; n <= 5; n++)
+        for (int r = 0; r < 3; r++) spec_cost_observe(&flat, n, 1.0);
     spec_adapt a;
-    spec_adapt_init(&a, 4);
-    spec_adapt_update(&a, 4, 4, 4);
-    CHECK(a.k == 4);
-    spec_adapt_update(&a, 4, 4, 0);
-    spec_adapt_update(&a, 4, 2, 0);
-    spec_adapt_update(&a, 4, 1, 0);
-    CHECK(a.k == 0 && spec_adapt_want(&a) == 0);
-    int steps = 1;
-    while (spec_adapt_want(&a) == 0 && steps < 100) steps++;
-    CHECK(steps > 1 && steps < 100 && a.k == 1);
-    spec_adapt_update(&a, 4, 1, 1);
-    CHECK(a.k == 2);
+    spec_adapt_init(&a);
+    CHECK(spec_adapt_choose(&a, &flat, 1, 4, 3, false) == 4);
+    /* c(n) = 1 + 0.25 (n - 1), p = 0.6: k = 1: 1.6 / 1.25 = 1.28, k = 2: 1.96 / 1.5 = 1.307,
+     * k = 3: 2.176 / 1.75 = 1.243 -> 2 */
+    spec_cost mid;
+    spec_cost_init(&mid);
+    for (int n = 1; n <= 8; n++)
+        for (int r = 0; r < 3; r++) spec_cost_observe(&mid, n, 1.0 + 0.25 * (n - 1));
+    CHECK(spec_adapt_choose(&a, &mid, 1, 4, 5, false) == 2);
+    /* a one-token match (prior p = 1/3): 1.333 / 1.25 = 1.067 > 1.05, 1.444 / 1.5 < 1 -> 1 */
+    CHECK(spec_adapt_choose(&a, &mid, 1, 4, 1, false) == 1);
+    /* rejections bring p down (acc 0, rej 1 / (1 - 0.85) at most: p ~ 0.16) until drafting
+     * does not pay; then a one-draft probe at once, and after 8, 16, 32 plain steps */
+    CHECK(spec_adapt_choose(&a, &mid, 1, 4, 3, false) == 2);
+    for (int i = 0; i < 30; i++) spec_adapt_update(&a, 2, 0);
+    int probes[4], n_probes = 0, steps = 0;
+    for (steps = 0; steps < 100 && n_probes < 4; steps++) {
+        int k = spec_adapt_choose(&a, &mid, 1, 4, 3, false);
+        CHECK(k == 0 || k == 1);
+        if (k == 1) {
+            probes[n_probes++] = steps;
+            spec_adapt_update(&a, 1, 0);
+        }
+    }
+    CHECK(n_probes == 4);
+    if (n_probes == 4) {
+        CHECK(probes[1] - probes[0] == 9 && probes[2] - probes[1] == 17 &&
+              probes[3] - probes[2] == 33);
+    }
+    /* other classes keep their own estimate: a 2-gram match (p = 1/2) still drafts:
+     * 1.5 / 1.25 = 1.2, 1.75 / 1.5 = 1.167 -> 1 */
+    CHECK(spec_adapt_choose(&a, &mid, 1, 4, 2, false) == 1);
+    /* in a step of 8 tokens one sequence's drafts must pay for the whole step's growth:
+     * 8.6 / c(9) = 8.6 / 3 < 1.05 x 8 / 2.75 -> none (after the first probe) */
+    spec_cost big = mid;
+    for (int n = 9; n <= 12; n++)
+        for (int r = 0; r < 3; r++) spec_cost_observe(&big, n, 1.0 + 0.25 * (n - 1));
+    spec_adapt b;
+    spec_adapt_init(&b);
+    CHECK(spec_adapt_choose(&b, &big, 8, 4, 3, false) == 1);
+    CHECK(spec_adapt_choose(&b, &big, 8, 4, 3, false) == 0);
+    /* a draft model's drafts also cost their draft positions: at 0.5 per draft, k = 1 gives
+     * 1.6 / 1.75 < 1: none after the probe */
+    spec_cost dm = mid;
+    spec_cost_observe_draft(&dm, 2, 1.0);
+    spec_adapt d;
+    spec_adapt_init(&d);
+    CHECK(spec_adapt_choose(&d, &dm, 1, 4, 0, true) == 1);
+    CHECK(spec_adapt_choose(&d, &dm, 1, 4, 0, true) == 0);
+    CHECK(spec_adapt_choose(&d, &mid, 1, 4, 0, true) == 2); /* drafting free: as for a 3-gram */
+    /* every 16th choice that drafts fewer than it could takes one more */
+    spec_adapt x;
+    spec_adapt_init(&x);
+    int got3 = 0;
+    for (int i = 1; i <= 32; i++) {
+        int k = spec_adapt_choose(&x, &mid, 1, 4, 3, false);
+        CHECK(k == (i % 16 == 0 ? 3 : 2));
+        got3 += k == 3;
+    }
+    CHECK(got3 == 2);
 }
 
 #define MAX_OUT 256
@@ -86,11 +165,13 @@ typedef struct setup {
     int max_seqs;
     int64_t batch_tokens, kv_blocks;
     bool twice; /* every request again after the first round: prefix-cache hits */
+    bool fixed; /* spec_fixed: every proposal verified whole */
 } setup;
 
 static bool prefix_enabled; /* of the last run's engine */
 
 static model *draft_model; /* for ENGINE_SPEC_DRAFT */
+static bool spec_fixed;    /* always spec_k drafts, whatever they cost */
 
 static engine_metrics run(model *m, tok_vocab *v, const setup *su, const req_set *rs,
                           engine_spec_mode spec, int only, collected out[NR]) {
@@ -102,6 +183,7 @@ static engine_metrics run(model *m, tok_vocab *v, const setup *su, const req_set
     c.n_blocks = su->kv_blocks;
     c.spec = spec;
     c.draft_model = draft_model;
+    c.spec_fixed = spec_fixed || su->fixed;
     kvl_error err = {{0}};
     engine *e = engine_create(m, v, &c, &err);
     engine_metrics mt = {0};
@@ -204,7 +286,7 @@ static void compare_model(const char *path, bool story) {
     rs.stop[3] = story ? "apple" : NULL;
     rs.opt_out[4] = true;
     static collected plain[NR], alone[NR], got[NR];
-    setup solo = {"alone", 1, 2048, 0, false};
+    setup solo = {"alone", 1, 2048, 0, false, false};
     for (int i = 0; i < NR; i++) {
         run(m, v, &solo, &rs, ENGINE_SPEC_OFF, i, plain);
         run(m, v, &solo, &rs, ENGINE_SPEC_NGRAM, i, alone);
@@ -215,10 +297,11 @@ static void compare_model(const char *path, bool story) {
         }
     }
     setup setups[] = {
-        {"batched", 8, 2048, 0, false},
-        {"budget 7", 3, 7, 0, false},
-        {"tiny pool (preemption)", 8, 2048, 14, false},
-        {"prefix cache, second round", 8, 2048, 0, true},
+        {"batched", 8, 2048, 0, false, false},
+        {"budget 7", 3, 7, 0, false, false},
+        {"tiny pool (preemption)", 8, 2048, 14, false, false},
+        {"prefix cache, second round", 8, 2048, 0, true, false},
+        {"batched, fixed k", 8, 2048, 0, false, true},
     };
     int64_t drafted = 0, accepted = 0;
     for (size_t k = 0; k < sizeof setups / sizeof setups[0]; k++) {
@@ -259,10 +342,11 @@ static void compare_model(const char *path, bool story) {
          * the output is still the plain one (batched, and under preemption,
          * where the draft KV is freed and computed again). */
         draft_model = m;
+        spec_fixed = true; /* drafting with the model itself never pays: drafts all the same */
         for (int greedy = 0; greedy < NR; greedy++) rs.temp[greedy] = 0.0f;
         rs.stop[3] = NULL;
-        setup dsets[] = {{"draft: batched", 8, 2048, 0, false},
-                         {"draft: tiny pool", 8, 2048, 14, false}};
+        setup dsets[] = {{"draft: batched", 8, 2048, 0, false, false},
+                         {"draft: tiny pool", 8, 2048, 14, false, false}};
         for (size_t k = 0; k < 2; k++) {
             run(m, v, &solo, &rs, ENGINE_SPEC_OFF, -1, plain); /* max_seqs 1: one after another */
             mt = run(m, v, &dsets[k], &rs, ENGINE_SPEC_DRAFT, -1, got);
@@ -279,6 +363,7 @@ static void compare_model(const char *path, bool story) {
         }
         CHECK(mt.n_preemptions > 0);
         draft_model = NULL;
+        spec_fixed = false;
     }
     printf("%s: identical with speculation; drafted %lld, accepted %lld\n", path,
            (long long)drafted, (long long)accepted);
@@ -288,6 +373,7 @@ static void compare_model(const char *path, bool story) {
 
 int main(void) {
     test_propose();
+    test_adapt();
     compare_model("models/stories260K.gguf", true);
     compare_model("tests/data/golden/models/qwen3-f32.gguf", false);
     compare_model("tests/data/golden/models/gemma3-swa-f32.gguf", false); /* two KV groups */
