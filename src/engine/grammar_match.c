@@ -249,6 +249,18 @@ struct grammar_state {
     int memo_next;
     bool overflow;
     int32_t depth; /* expand()'s recursion */
+    /* The (stack, position) pairs expand() has met since scratch_reset, as
+     * records [len, stack..., pos] in seen_keys, found through seen_ht (offset
+     * + 1; a slot counts only when its seen_gen is this round's). Two epsilon
+     * paths that reach the same pair emit the same stacks, so the second is
+     * cut: without it k adjacent items that can each be empty two ways
+     * ("" [b-d]* ?{73}: the option empty, or the star empty) are expanded
+     * along 2^k paths, minutes for a 28-byte grammar. */
+    int32_t *seen_keys;
+    int64_t n_seen_keys, cap_seen_keys, n_seen;
+    int64_t *seen_ht;
+    uint32_t *seen_gen, gen;
+    uint32_t seen_cap;
 };
 
 static uint32_t hash_key(const int32_t *k, int32_t n) {
@@ -374,8 +386,73 @@ static void emit_stack(grammar_state *st, const int32_t *stk, int32_t len, int32
  * and expanding references until a code-point set (or nothing) is on top. */
 static void expand_at(grammar_state *st, const int32_t *stk, int32_t len, int32_t pos);
 
+static bool seen_grow(grammar_state *st) {
+    uint32_t cap = st->seen_cap ? st->seen_cap * 2 : 1024;
+    int64_t *ht = calloc(cap, sizeof *ht);
+    uint32_t *gen = calloc(cap, sizeof *gen);
+    if (!ht || !gen) {
+        free(ht);
+        free(gen);
+        return false;
+    }
+    for (uint32_t i = 0; i < st->seen_cap; i++) { /* this round's entries move over */
+        if (st->seen_gen[i] != st->gen || !st->seen_ht[i]) continue;
+        const int32_t *k = st->seen_keys + st->seen_ht[i] - 1;
+        uint32_t h = hash_key(k + 1, k[0] + 1) & (cap - 1);
+        while (ht[h]) h = (h + 1) & (cap - 1);
+        ht[h] = st->seen_ht[i];
+        gen[h] = st->gen;
+    }
+    free(st->seen_ht);
+    free(st->seen_gen);
+    st->seen_ht = ht;
+    st->seen_gen = gen;
+    st->seen_cap = cap;
+    return true;
+}
+
+/* Whether expand(stk, len, pos) already ran this round; records it if not.
+ * Out of memory counts as an overflow, like the stack buffers. */
+static bool seen_before(grammar_state *st, const int32_t *stk, int32_t len, int32_t pos) {
+    if ((uint64_t)(st->n_seen + 1) * 2 > st->seen_cap && !seen_grow(st)) {
+        st->overflow = true;
+        return true;
+    }
+    if (st->n_seen_keys + len + 2 > st->cap_seen_keys) {
+        if (st->n_seen_keys + len + 2 > MAX_STACK_WORDS) {
+            st->overflow = true;
+            return true;
+        }
+        int64_t c = st->cap_seen_keys ? st->cap_seen_keys : 1024;
+        while (c < st->n_seen_keys + len + 2) c *= 2;
+        int32_t *k = realloc(st->seen_keys, (size_t)c * sizeof *k);
+        if (!k) {
+            st->overflow = true;
+            return true;
+        }
+        st->seen_keys = k;
+        st->cap_seen_keys = c;
+    }
+    /* the candidate record, written where it would be kept */
+    int32_t *rec = st->seen_keys + st->n_seen_keys;
+    rec[0] = len;
+    if (len > 0) memcpy(rec + 1, stk, (size_t)len * sizeof *stk);
+    rec[len + 1] = pos;
+    uint32_t slot = hash_key(rec + 1, len + 1) & (st->seen_cap - 1);
+    for (; st->seen_gen[slot] == st->gen && st->seen_ht[slot];
+         slot = (slot + 1) & (st->seen_cap - 1)) {
+        const int32_t *k = st->seen_keys + st->seen_ht[slot] - 1;
+        if (k[0] == len && memcmp(k + 1, rec + 1, (size_t)(len + 1) * sizeof *k) == 0) return true;
+    }
+    st->seen_ht[slot] = st->n_seen_keys + 1;
+    st->seen_gen[slot] = st->gen;
+    st->n_seen_keys += len + 2;
+    st->n_seen++;
+    return false;
+}
+
 static void expand(grammar_state *st, const int32_t *stk, int32_t len, int32_t pos) {
-    if (st->overflow) return;
+    if (st->overflow || seen_before(st, stk, len, pos)) return;
     if (st->depth >= MAX_EXPAND_DEPTH) {
         st->overflow = true;
         return;
@@ -452,6 +529,12 @@ static void scratch_reset(grammar_state *st) {
     st->n_out = 0;
     st->n_recs = 0;
     st->overflow = false;
+    st->n_seen_keys = 0; /* a new round: the old generation's slots read as empty */
+    st->n_seen = 0;
+    if (++st->gen == 0) { /* wrapped: clear the stamps once */
+        if (st->seen_gen) memset(st->seen_gen, 0, st->seen_cap * sizeof *st->seen_gen);
+        st->gen = 1;
+    }
 }
 
 /* Advances every stack of state id whose top accepts cp (all of them when
@@ -658,6 +741,9 @@ void grammar_state_free(grammar_state *st) {
     free(st->out);
     free(st->recs);
     free(st->walk);
+    free(st->seen_keys);
+    free(st->seen_ht);
+    free(st->seen_gen);
     for (int i = 0; i < MASK_MEMO; i++) free(st->memo[i].bits);
     free(st);
 }
