@@ -1,5 +1,5 @@
 /* spec: speculative decoding's proposers. The engine verifies what they
- * propose (engine.c: plan_step drafts, sample_outputs accepts or rejects).
+ * propose (engine_sched.c: eng_plan_step drafts; engine_step.c: sample_outputs accepts or rejects).
  *
  * Prompt lookup (n-gram): the last n tokens of a sequence are searched for in
  * its earlier text (prompt and output); the tokens that followed the most

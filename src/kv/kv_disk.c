@@ -1,6 +1,10 @@
-/* kv_disk: the disk tier of the prefix cache. See kv_disk.h. */
+/* kv_disk: the disk tier of the prefix cache: opening (the directory
+ * indexed), the writer thread and the eviction hook, closing, and saved
+ * prefixes (pins). Reads (the reader thread, lookups, background loads):
+ * kv_disk_load.c. See kv_disk.h. */
 #define _GNU_SOURCE
 #include "kv_disk.h"
+#include "kv_disk_internal.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -13,108 +17,6 @@
 #include <time.h>
 #include <unistd.h>
 #include <xxhash.h>
-
-#define DISK_MAGIC "KVLLMKVB"
-/* Bumped whenever the pool's block layout or this format changes: files of
- * another version belong to another identity and are never loaded. */
-#define DISK_VERSION 1u
-
-/* The fixed header; every field is a fixed-width integer, naturally aligned. */
-typedef struct disk_header {
-    char magic[8];
-    uint32_t version;
-    uint32_t header_bytes;
-    uint8_t model_id[16];
-    int32_t dtype_k, dtype_v, block_size, n_layers, n_kv_heads, head_dim_k, head_dim_v, reserved;
-    uint64_t k_row, v_row, block_bytes;
-    /* the identity ends here */
-    uint64_t hash, parent;
-    uint64_t payload_xxh; /* XXH3-64 of the token ids and the block's bytes */
-    uint64_t header_xxh;  /* XXH3-64 of everything above */
-} disk_header;
-#define IDENTITY_BYTES offsetof(disk_header, hash)
-_Static_assert(sizeof(disk_header) == 120, "the block file header is 120 bytes, no padding");
-
-typedef struct disk_entry {
-    uint64_t hash;
-    uint64_t stamp; /* last write or hit, ns (the file's mtime after a restart) */
-    int32_t pins;   /* saved prefixes holding it: kept from the size limit while > 0 */
-    struct disk_entry *next;
-} disk_entry;
-
-/* A saved prefix (kv_disk_save): the blocks it pins. Engine thread only. */
-typedef struct pin_rec {
-    uint64_t id; /* the hash of its last block; names its pin file */
-    int64_t n;
-    uint64_t *hashes;
-    struct pin_rec *next;
-} pin_rec;
-
-/* A background read. Created, attached and freed by the thread that drives the
- * pool (the owner); the reader writes only the reserved blocks' bytes and
- * n_ok, and both sides exchange it under mu. */
-struct kv_disk_load {
-    kv_disk_load *next;  /* d->loads: every load not freed yet */
-    kv_disk_load *qnext; /* d->q_head: waiting for the reader */
-    int n;               /* blocks to read; 0: a wait for another load of the same blocks */
-    int n_ok;            /* leading blocks read and verified (set with done) */
-    bool queued, done, abandoned;
-    uint64_t gen;    /* a wait: d->settled when it began (ready once that changed) */
-    uint64_t parent; /* the chain hash before the first block */
-    int64_t first;   /* chain index of the first block */
-    int32_t *blocks; /* reserved RAM blocks, one reference each held by the load */
-    uint64_t *hashes;
-    uint8_t **dst;   /* their bytes (kv_block_k), taken by the owner */
-    int32_t *tokens; /* n * block_size expected token ids */
-};
-
-typedef struct disk_slot {
-    uint8_t *buf; /* header, tokens, payload */
-    bool busy;    /* queued or being written */
-} disk_slot;
-
-struct kv_disk {
-    kv_pool *pool;
-    char *dir;
-    uint64_t max_bytes;
-    disk_header ident;   /* identity fields filled, the rest zero */
-    uint64_t ident_hash; /* names our files */
-    size_t tok_bytes, file_bytes;
-    /* index: hash -> entry (chained), guarded by mu */
-    pthread_mutex_t mu;
-    pthread_cond_t cv_work, cv_idle;
-    disk_entry **buckets;
-    size_t n_buckets;
-    int64_t n_entries;
-    uint64_t last_stamp;
-    /* writer queue: a ring of slot indices */
-    disk_slot *slots;
-    int n_slots;
-    int *ring, ring_head, ring_len;
-    int writing; /* slots the writer holds */
-    bool stop;
-    pthread_t writer;
-    bool writer_started;
-    uint8_t *read_buf; /* engine thread: one file */
-    XXH3_state_t *read_xxh;
-    /* pins */
-    uint64_t max_pinned_bytes; /* 0: no cap */
-    int64_t n_pinned;          /* entries with pins > 0 (mu) */
-    pin_rec *pins;             /* engine thread */
-    /* background reads (mu) */
-    kv_disk_load *loads, *q_head, *q_tail;
-    uint64_t settled; /* loads attached or given back so far */
-    pthread_cond_t cv_read, cv_done;
-    bool stop_reader;
-    pthread_t reader;
-    bool reader_started;
-    void (*notify)(void *user);
-    void *notify_user;
-    int notifying;
-    uint8_t *reader_buf; /* reader thread: a header and token ids */
-    XXH3_state_t *reader_xxh;
-    kv_disk_stats st;
-};
 
 uint64_t kv_disk_file_bytes(uint64_t block_bytes, int block_size) {
     return sizeof(disk_header) + (uint64_t)block_size * sizeof(int32_t) + block_bytes;
@@ -150,20 +52,20 @@ static uint64_t now_ns(void) {
 }
 
 /* A stamp later than every earlier one (the clock may stand still or step back). */
-static uint64_t next_stamp(kv_disk *d) {
+uint64_t kvd_next_stamp(kv_disk *d) {
     uint64_t t = now_ns();
     d->last_stamp = t > d->last_stamp ? t : d->last_stamp + 1;
     return d->last_stamp;
 }
 
-static void block_path(const kv_disk *d, uint64_t hash, char *out, size_t cap) {
+void kvd_block_path(const kv_disk *d, uint64_t hash, char *out, size_t cap) {
     snprintf(out, cap, "%s/%016llx-%016llx.kvb", d->dir, (unsigned long long)d->ident_hash,
              (unsigned long long)hash);
 }
 
 /* ---- index (callers hold mu) ---- */
 
-static disk_entry **index_slot(kv_disk *d, uint64_t hash) {
+disk_entry **kvd_index_slot(kv_disk *d, uint64_t hash) {
     disk_entry **pp = &d->buckets[hash & (d->n_buckets - 1)];
     while (*pp && (*pp)->hash != hash) pp = &(*pp)->next;
     return pp;
@@ -185,7 +87,7 @@ static void index_grow(kv_disk *d) {
 }
 
 static void index_put(kv_disk *d, uint64_t hash, uint64_t stamp) {
-    disk_entry **pp = index_slot(d, hash);
+    disk_entry **pp = kvd_index_slot(d, hash);
     if (*pp) {
         (*pp)->stamp = stamp;
         return;
@@ -200,8 +102,8 @@ static void index_put(kv_disk *d, uint64_t hash, uint64_t stamp) {
     if ((size_t)d->n_entries > d->n_buckets) index_grow(d);
 }
 
-static void index_drop(kv_disk *d, uint64_t hash) {
-    disk_entry **pp = index_slot(d, hash);
+void kvd_index_drop(kv_disk *d, uint64_t hash) {
+    disk_entry **pp = kvd_index_slot(d, hash);
     if (!*pp) return;
     disk_entry *e = *pp;
     *pp = e->next;
@@ -235,9 +137,9 @@ static void enforce_limit(kv_disk *d) {
                 if (e->pins == 0 && (!old || e->stamp < old->stamp)) old = e;
         if (!old) return; /* all pinned */
         char path[4096];
-        block_path(d, old->hash, path, sizeof path);
+        kvd_block_path(d, old->hash, path, sizeof path);
         unlink(path);
-        index_drop(d, old->hash);
+        kvd_index_drop(d, old->hash);
     }
 }
 
@@ -282,7 +184,7 @@ static bool write_file(kv_disk *d, uint8_t *buf, bool sync, bool pin, kvl_error 
     uint64_t hash;
     memcpy(&hash, buf + offsetof(disk_header, hash), sizeof hash);
     char path[4096], tmp[4200];
-    block_path(d, hash, path, sizeof path);
+    kvd_block_path(d, hash, path, sizeof path);
     snprintf(tmp, sizeof tmp, "%s.%ld.%lx.tmp", path, (long)getpid(),
              (unsigned long)pthread_self());
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -296,8 +198,8 @@ static bool write_file(kv_disk *d, uint8_t *buf, bool sync, bool pin, kvl_error 
         return kvl_fail(err, "kv disk: cannot write %s: %s", path, strerror(e));
     }
     pthread_mutex_lock(&d->mu);
-    index_put(d, hash, next_stamp(d));
-    disk_entry *ent = *index_slot(d, hash);
+    index_put(d, hash, kvd_next_stamp(d));
+    disk_entry *ent = *kvd_index_slot(d, hash);
     if (pin && ent) pin_entry(d, ent, +1);
     d->st.writes++;
     enforce_limit(d);
@@ -332,9 +234,9 @@ static void *writer_main(void *arg) {
     return NULL;
 }
 
-static bool on_disk(kv_disk *d, uint64_t hash) {
+bool kvd_on_disk(kv_disk *d, uint64_t hash) {
     pthread_mutex_lock(&d->mu);
-    bool found = *index_slot(d, hash) != NULL;
+    bool found = *kvd_index_slot(d, hash) != NULL;
     pthread_mutex_unlock(&d->mu);
     return found;
 }
@@ -344,7 +246,7 @@ static void on_evict(void *user, kv_pool *p, int32_t b) {
     kv_disk *d = user;
     uint64_t hash, parent;
     const int32_t *toks;
-    if (!kv_block_prefix_info(p, b, &hash, &parent, &toks) || on_disk(d, hash)) return;
+    if (!kv_block_prefix_info(p, b, &hash, &parent, &toks) || kvd_on_disk(d, hash)) return;
     pthread_mutex_lock(&d->mu);
     int si = -1;
     for (int i = 0; i < d->n_slots && si < 0; i++)
@@ -380,7 +282,7 @@ static bool read_all(int fd, uint8_t *p, size_t n, off_t off) {
 }
 
 /* Whether a header read from disk is one of ours, intact, for this hash. */
-static bool header_ok(const kv_disk *d, const disk_header *h, uint64_t hash) {
+bool kvd_header_ok(const kv_disk *d, const disk_header *h, uint64_t hash) {
     return memcmp(h, &d->ident, IDENTITY_BYTES) == 0 && h->hash == hash &&
            h->header_xxh == XXH3_64bits(h, offsetof(disk_header, header_xxh));
 }
@@ -475,7 +377,7 @@ static void index_pins(kv_disk *d) {
             continue;
         }
         for (int64_t i = 0; i < r->n; i++) {
-            disk_entry *e = *index_slot(d, r->hashes[i]);
+            disk_entry *e = *kvd_index_slot(d, r->hashes[i]);
             if (e) pin_entry(d, e, +1);
         }
         r->next = d->pins;
@@ -510,7 +412,7 @@ static void index_dir(kv_disk *d) {
         struct stat sb;
         disk_header h;
         bool ok = fstat(fd, &sb) == 0 && (uint64_t)sb.st_size == d->file_bytes &&
-                  read_all(fd, (uint8_t *)&h, sizeof h, 0) && header_ok(d, &h, hash);
+                  read_all(fd, (uint8_t *)&h, sizeof h, 0) && kvd_header_ok(d, &h, hash);
         close(fd);
         if (!ok) { /* ours by name, but torn or damaged */
             unlink(path);
@@ -524,115 +426,6 @@ static void index_dir(kv_disk *d) {
     closedir(dir);
     index_pins(d);
     enforce_limit(d);
-}
-
-/* ---- reading a block ---- */
-
-typedef enum read_result { READ_OK, READ_MISS, READ_BAD } read_result;
-
-/* Reads n bytes from the file's current offset: plain read()s, front to back
- * (so a FIFO standing in for a block file blocks here, which the tests use to
- * hold a read at a known point). */
-static bool read_seq(int fd, uint8_t *p, size_t n) {
-    while (n > 0) {
-        ssize_t r = read(fd, p, n);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) return false;
-        p += r;
-        n -= (size_t)r;
-    }
-    return true;
-}
-
-/* Reads block `hash` (expected parent hash and token ids) with its bytes
- * straight into dst (the pool's block bytes) and verifies it: READ_BAD (the
- * file is deleted) when torn or damaged, READ_MISS when gone or another
- * prefix's (a hash collision). buf takes the header and token ids. */
-static read_result read_block(kv_disk *d, uint64_t hash, uint64_t parent, const int32_t *tokens,
-                              uint8_t *dst, uint8_t *buf, XXH3_state_t *xs) {
-    char path[4096];
-    block_path(d, hash, path, sizeof path);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) { /* deleted since (by the size limit, or by hand) */
-        const bool gone = errno == ENOENT;
-        pthread_mutex_lock(&d->mu);
-        if (gone) index_drop(d, hash);
-        pthread_mutex_unlock(&d->mu);
-        return READ_MISS;
-    }
-    const size_t head = sizeof(disk_header) + d->tok_bytes, body = d->file_bytes - head;
-    bool ok = read_seq(fd, buf, head) && read_seq(fd, dst, body);
-    uint8_t extra; /* a file one byte longer is as damaged as a short one */
-    if (ok && read(fd, &extra, 1) != 0) ok = false;
-    close(fd);
-    disk_header h;
-    memcpy(&h, buf, sizeof h);
-    if (ok) {
-        XXH3_64bits_reset(xs); /* the same value as one XXH3_64bits over tokens + bytes */
-        XXH3_64bits_update(xs, buf + sizeof h, d->tok_bytes);
-        XXH3_64bits_update(xs, dst, body);
-        ok = header_ok(d, &h, hash) && h.payload_xxh == XXH3_64bits_digest(xs);
-    }
-    pthread_mutex_lock(&d->mu);
-    d->st.reads++;
-    if (!ok) {
-        index_drop(d, hash);
-        d->st.corrupt++;
-    }
-    pthread_mutex_unlock(&d->mu);
-    if (!ok) { /* damaged: drop it; the block is recomputed */
-        unlink(path);
-        kvl_log(KVL_LOG_WARN, "kv disk: %s failed its checks and was deleted", path);
-        return READ_BAD;
-    }
-    /* Intact, but a hash collision is still a miss. */
-    if (h.parent != parent || memcmp(buf + sizeof h, tokens, d->tok_bytes) != 0) return READ_MISS;
-    pthread_mutex_lock(&d->mu);
-    disk_entry *e = *index_slot(d, hash);
-    if (e) e->stamp = next_stamp(d);
-    pthread_mutex_unlock(&d->mu);
-    utimensat(AT_FDCWD, path, NULL, 0); /* its recency survives a restart */
-    return READ_OK;
-}
-
-/* The reader thread: one load at a time, block by block, stopping at the
- * first that does not verify or when its sequence gave it up. */
-static void *reader_main(void *arg) {
-    kv_disk *d = arg;
-    const int bs = kv_pool_cfg(d->pool)->block_size;
-    pthread_mutex_lock(&d->mu);
-    for (;;) {
-        while (!d->q_head && !d->stop_reader) pthread_cond_wait(&d->cv_read, &d->mu);
-        if (d->stop_reader) break;
-        kv_disk_load *l = d->q_head;
-        d->q_head = l->qnext;
-        if (!d->q_head) d->q_tail = NULL;
-        l->queued = false;
-        int ok = 0;
-        while (ok < l->n && !l->abandoned) {
-            pthread_mutex_unlock(&d->mu);
-            read_result r =
-                read_block(d, l->hashes[ok], ok ? l->hashes[ok - 1] : l->parent,
-                           l->tokens + (size_t)ok * bs, l->dst[ok], d->reader_buf, d->reader_xxh);
-            pthread_mutex_lock(&d->mu);
-            if (r != READ_OK) break;
-            ok++;
-        }
-        l->n_ok = ok;
-        l->done = true;
-        pthread_cond_broadcast(&d->cv_done);
-        void (*fn)(void *) = d->notify;
-        void *user = d->notify_user;
-        if (fn) {
-            d->notifying++;
-            pthread_mutex_unlock(&d->mu);
-            fn(user); /* outside mu: it may take the caller's locks */
-            pthread_mutex_lock(&d->mu);
-            if (--d->notifying == 0) pthread_cond_broadcast(&d->cv_done);
-        }
-    }
-    pthread_mutex_unlock(&d->mu);
-    return NULL;
 }
 
 kv_disk *kv_disk_open(const kv_disk_config *c, kv_pool *p, kvl_error *err) {
@@ -713,7 +506,7 @@ kv_disk *kv_disk_open(const kv_disk_config *c, kv_pool *p, kvl_error *err) {
         return NULL;
     }
     d->writer_started = true;
-    if (pthread_create(&d->reader, NULL, reader_main, d) != 0) {
+    if (pthread_create(&d->reader, NULL, kvd_reader_main, d) != 0) {
         kvl_fail(err, "kv disk: cannot start the reader thread");
         kv_disk_close(d);
         return NULL;
@@ -729,15 +522,6 @@ void kv_disk_flush(kv_disk *d) {
     pthread_mutex_unlock(&d->mu);
 }
 
-static void free_load(kv_disk *d, kv_disk_load *l) {
-    for (int i = 0; i < l->n; i++) kv_block_unref(d->pool, l->blocks[i]);
-    free(l->blocks);
-    free(l->hashes);
-    free(l->dst);
-    free(l->tokens);
-    free(l);
-}
-
 void kv_disk_close(kv_disk *d) {
     if (!d) return;
     if (d->reader_started) {
@@ -750,7 +534,7 @@ void kv_disk_close(kv_disk *d) {
     while (d->loads) { /* their sequences are gone; the reader is too */
         kv_disk_load *l = d->loads;
         d->loads = l->next;
-        free_load(d, l);
+        kvd_free_load(d, l);
     }
     while (d->pins) {
         pin_rec *r = d->pins;
@@ -765,7 +549,7 @@ void kv_disk_close(kv_disk *d) {
         for (int32_t b = 0; b < n; b++) {
             uint64_t hash, parent;
             const int32_t *toks;
-            if (!kv_block_prefix_info(d->pool, b, &hash, &parent, &toks) || on_disk(d, hash))
+            if (!kv_block_prefix_info(d->pool, b, &hash, &parent, &toks) || kvd_on_disk(d, hash))
                 continue;
             kvl_error err;
             build_file(d, d->read_buf, hash, parent, toks, kv_block_k(d->pool, b, 0));
@@ -808,248 +592,6 @@ void kv_disk_close(kv_disk *d) {
     free(d);
 }
 
-/* ---- lookup ---- */
-
-/* Reads s's next block of `all` (hash, with parent s->chain_hash) into a new
- * RAM block appended to s and committed, now. False (nothing changed) when it
- * is not on disk, does not verify, or no RAM block is free. */
-static bool load_block(kv_disk *d, kv_seq *s, const int32_t *all, uint64_t hash) {
-    if (!on_disk(d, hash)) return false;
-    kv_pool *p = d->pool;
-    const int bs = kv_pool_cfg(p)->block_size;
-    int32_t b;
-    if (!kv_block_alloc(p, 1, &b)) return false;
-    read_result r = read_block(d, hash, s->chain_hash, all + s->n_hashed * bs, kv_block_k(p, b, 0),
-                               d->read_buf, d->read_xxh);
-    if (r != READ_OK || !kv_seq_append(s, b)) {
-        kv_block_unref(p, b);
-        return false;
-    }
-    kv_prefix_commit(p, s, all, (s->n_hashed + 1) * bs);
-    pthread_mutex_lock(&d->mu);
-    d->st.hits++;
-    d->st.hit_tokens += bs;
-    pthread_mutex_unlock(&d->mu);
-    return true;
-}
-
-int64_t kv_disk_prefix_match(kv_disk *d, kv_seq *s, const int32_t *tokens, int64_t n_tokens) {
-    kv_pool *p = d->pool;
-    const int bs = kv_pool_cfg(p)->block_size;
-    for (;;) {
-        int64_t have = kv_prefix_match(p, s, tokens, n_tokens);
-        if (s->n_blocks != s->n_hashed || have + bs > n_tokens) return have;
-        if (!load_block(d, s, tokens, kv_block_hash(s->chain_hash, tokens + have, bs))) return have;
-    }
-}
-
-/* ---- background reads ---- */
-
-static bool load_ready_locked(const kv_disk *d, const kv_disk_load *l) {
-    return l->n > 0 ? l->done : l->gen != d->settled;
-}
-
-bool kv_disk_load_ready(kv_disk *d, const kv_disk_load *l) {
-    pthread_mutex_lock(&d->mu);
-    bool r = load_ready_locked(d, l);
-    pthread_mutex_unlock(&d->mu);
-    return r;
-}
-
-/* Takes l out of d->loads (and the reader's queue); mu held. A wait for it
- * becomes ready. */
-static void unlink_load_locked(kv_disk *d, kv_disk_load *l) {
-    for (kv_disk_load **pp = &d->loads; *pp; pp = &(*pp)->next)
-        if (*pp == l) {
-            *pp = l->next;
-            break;
-        }
-    if (l->queued) {
-        kv_disk_load *prev = NULL;
-        for (kv_disk_load *q = d->q_head; q; prev = q, q = q->qnext)
-            if (q == l) {
-                if (prev) prev->qnext = q->qnext;
-                else d->q_head = q->qnext;
-                if (d->q_tail == q) d->q_tail = prev;
-                break;
-            }
-        l->queued = false;
-    }
-    d->settled++;
-}
-
-void kv_disk_load_cancel(kv_disk *d, kv_disk_load *l) {
-    if (!l) return;
-    pthread_mutex_lock(&d->mu);
-    if (l->n > 0) d->st.loads_abandoned++;
-    /* queued or finished: nobody else touches its blocks */
-    bool now = l->n == 0 || l->queued || l->done;
-    if (now) unlink_load_locked(d, l);
-    else l->abandoned = true; /* the reader stops after its current block */
-    pthread_mutex_unlock(&d->mu);
-    if (now) free_load(d, l);
-}
-
-void kv_disk_reap(kv_disk *d) {
-    kv_disk_load *done = NULL;
-    pthread_mutex_lock(&d->mu);
-    for (kv_disk_load *l = d->loads, *nx; l; l = nx) {
-        nx = l->next;
-        if (l->abandoned && l->done) {
-            unlink_load_locked(d, l);
-            l->next = done;
-            done = l;
-        }
-    }
-    pthread_mutex_unlock(&d->mu);
-    while (done) {
-        kv_disk_load *l = done;
-        done = l->next;
-        free_load(d, l);
-    }
-}
-
-static bool pending_locked(const kv_disk *d) {
-    if (!d->loads) return false;
-    for (const kv_disk_load *l = d->loads; l; l = l->next)
-        if (load_ready_locked(d, l)) return false; /* an abandoned one: ready to give back */
-    return true;
-}
-
-bool kv_disk_loads_pending(kv_disk *d) {
-    pthread_mutex_lock(&d->mu);
-    bool r = pending_locked(d);
-    pthread_mutex_unlock(&d->mu);
-    return r;
-}
-
-bool kv_disk_has_loads(kv_disk *d) {
-    pthread_mutex_lock(&d->mu);
-    bool r = d->loads != NULL;
-    pthread_mutex_unlock(&d->mu);
-    return r;
-}
-
-void kv_disk_wait_loads(kv_disk *d) {
-    pthread_mutex_lock(&d->mu);
-    while (pending_locked(d)) pthread_cond_wait(&d->cv_done, &d->mu);
-    pthread_mutex_unlock(&d->mu);
-}
-
-void kv_disk_set_notify(kv_disk *d, void (*fn)(void *user), void *user) {
-    pthread_mutex_lock(&d->mu);
-    d->notify = fn;
-    d->notify_user = user;
-    while (d->notifying) pthread_cond_wait(&d->cv_done, &d->mu);
-    pthread_mutex_unlock(&d->mu);
-}
-
-/* Attaches to s the blocks of a finished load that verified and still
- * continue its chain (RAM may have gained some meanwhile: those are taken
- * from RAM and ours given back). Frees l. Returns the tokens attached from it. */
-static int64_t attach_load(kv_disk *d, kv_disk_load *l, kv_seq *s, const int32_t *tokens,
-                           int64_t n_tokens) {
-    kv_pool *p = d->pool;
-    const int bs = kv_pool_cfg(p)->block_size;
-    pthread_mutex_lock(&d->mu);
-    unlink_load_locked(d, l);
-    const int n_ok = l->n_ok;
-    pthread_mutex_unlock(&d->mu);
-    int64_t got = 0;
-    if (l->n > 0) kv_prefix_match(p, s, tokens, n_tokens);
-    for (int i = 0; i < l->n; i++) {
-        const int64_t idx = l->first + i;
-        const uint64_t parent = i ? l->hashes[i - 1] : l->parent;
-        if (i < n_ok && idx == s->n_hashed && s->n_blocks == s->n_hashed &&
-            s->chain_hash == parent && (idx + 1) * bs <= n_tokens &&
-            kv_seq_append(s, l->blocks[i])) {
-            kv_prefix_commit(p, s, tokens, (idx + 1) * bs);
-            got += bs;
-            l->blocks[i] = -1; /* the table holds it now */
-        }
-    }
-    for (int i = 0; i < l->n; i++)
-        if (l->blocks[i] >= 0) kv_block_unref(p, l->blocks[i]);
-    l->n = 0;
-    free_load(d, l);
-    if (got) {
-        pthread_mutex_lock(&d->mu);
-        d->st.hits += got / bs;
-        d->st.hit_tokens += got;
-        pthread_mutex_unlock(&d->mu);
-    }
-    return got;
-}
-
-int64_t kv_disk_prefix_step(kv_disk *d, kv_seq *s, const int32_t *tokens, int64_t n_tokens,
-                            kv_disk_load **load, int64_t *from_disk) {
-    enum { LOAD_MAX = 256 }; /* blocks one load reads */
-    kv_pool *p = d->pool;
-    const int bs = kv_pool_cfg(p)->block_size;
-    kv_disk_reap(d);
-    if (*load) {
-        if (!kv_disk_load_ready(d, *load)) return s->n_hashed * bs;
-        *from_disk += attach_load(d, *load, s, tokens, n_tokens);
-        *load = NULL;
-    }
-    int64_t have = kv_prefix_match(p, s, tokens, n_tokens);
-    if (s->n_blocks != s->n_hashed) return have;
-    uint64_t hashes[LOAD_MAX], h = s->chain_hash;
-    int run = 0;
-    for (int64_t at = have; run < LOAD_MAX && at + bs <= n_tokens; at += bs) {
-        h = kv_block_hash(h, tokens + at, bs);
-        if (!on_disk(d, h)) break;
-        hashes[run++] = h;
-    }
-    if (run == 0) return have;
-    pthread_mutex_lock(&d->mu);
-    bool busy = false; /* another load reads this block already: wait for it instead */
-    for (const kv_disk_load *l = d->loads; l && !busy; l = l->next)
-        for (int i = 0; i < l->n && !busy && !l->abandoned; i++) busy = l->hashes[i] == hashes[0];
-    pthread_mutex_unlock(&d->mu);
-    int64_t n = busy ? 0 : kv_pool_n_free(p) < run ? kv_pool_n_free(p) : run;
-    if (!busy && n <= 0) return have; /* no RAM to read into: computed instead */
-    kv_disk_load *l = calloc(1, sizeof *l);
-    bool ok = l != NULL;
-    if (ok && n > 0) {
-        l->blocks = malloc((size_t)n * sizeof *l->blocks);
-        l->hashes = malloc((size_t)n * sizeof *l->hashes);
-        l->dst = malloc((size_t)n * sizeof *l->dst);
-        l->tokens = malloc((size_t)n * bs * sizeof *l->tokens);
-        ok = l->blocks && l->hashes && l->dst && l->tokens && kv_block_alloc(p, n, l->blocks);
-    }
-    if (!ok) {
-        if (l) {
-            l->n = 0; /* no blocks taken */
-            free_load(d, l);
-        }
-        return have;
-    }
-    l->n = (int)n;
-    l->parent = s->chain_hash;
-    l->first = s->n_hashed;
-    for (int64_t i = 0; i < n; i++) {
-        l->hashes[i] = hashes[i];
-        l->dst[i] = kv_block_k(p, l->blocks[i], 0);
-    }
-    if (n > 0) memcpy(l->tokens, tokens + have, (size_t)n * bs * sizeof *l->tokens);
-    pthread_mutex_lock(&d->mu);
-    l->gen = d->settled;
-    l->next = d->loads;
-    d->loads = l;
-    if (n > 0) {
-        l->queued = true;
-        if (d->q_tail) d->q_tail->qnext = l;
-        else d->q_head = l;
-        d->q_tail = l;
-        d->st.loads++;
-        pthread_cond_signal(&d->cv_read);
-    }
-    pthread_mutex_unlock(&d->mu);
-    *load = l;
-    return have;
-}
-
 /* ---- saved prefixes ---- */
 
 int64_t kv_disk_save(kv_disk *d, const kv_seq *s, int64_t n_blocks, kvl_error *err) {
@@ -1079,7 +621,7 @@ int64_t kv_disk_save(kv_disk *d, const kv_seq *s, int64_t n_blocks, kvl_error *e
     pthread_mutex_lock(&d->mu);
     int64_t fresh = 0;
     for (int64_t i = 0; r && i < r->n; i++) {
-        disk_entry *e = *index_slot(d, r->hashes[i]);
+        disk_entry *e = *kvd_index_slot(d, r->hashes[i]);
         fresh += !e || e->pins == 0;
     }
     const uint64_t want = (uint64_t)(d->n_pinned + fresh) * d->file_bytes;
@@ -1104,12 +646,12 @@ int64_t kv_disk_save(kv_disk *d, const kv_seq *s, int64_t n_blocks, kvl_error *e
         bool have = false;
         if (r) { /* pin it where it is, under the lock the size limit takes */
             pthread_mutex_lock(&d->mu);
-            disk_entry *e = *index_slot(d, hash);
+            disk_entry *e = *kvd_index_slot(d, hash);
             if (e) pin_entry(d, e, +1);
             pthread_mutex_unlock(&d->mu);
             have = e != NULL;
         } else {
-            have = on_disk(d, hash);
+            have = kvd_on_disk(d, hash);
         }
         if (!have) {
             build_file(d, d->read_buf, hash, parent, toks, kv_block_k(d->pool, b, 0));
@@ -1122,7 +664,7 @@ int64_t kv_disk_save(kv_disk *d, const kv_seq *s, int64_t n_blocks, kvl_error *e
     if (!ok && r) { /* nothing stays pinned */
         pthread_mutex_lock(&d->mu);
         for (int64_t i = 0; i < pinned; i++) {
-            disk_entry *e = *index_slot(d, r->hashes[i]);
+            disk_entry *e = *kvd_index_slot(d, r->hashes[i]);
             if (e) pin_entry(d, e, -1);
         }
         enforce_limit(d);
@@ -1157,7 +699,7 @@ int64_t kv_disk_unpin(kv_disk *d, uint64_t root, const int32_t *tokens, int64_t 
     unlink(path);
     pthread_mutex_lock(&d->mu);
     for (int64_t i = 0; i < r->n; i++) {
-        disk_entry *e = *index_slot(d, r->hashes[i]);
+        disk_entry *e = *kvd_index_slot(d, r->hashes[i]);
         if (e) pin_entry(d, e, -1);
     }
     enforce_limit(d);

@@ -241,6 +241,19 @@ void conns_notify(void *cls, struct MHD_Connection *c, void **socket_context,
 void conns_request_received(srv *s, struct MHD_Connection *c);
 void conns_response_done(srv *s, struct MHD_Connection *c);
 
+/* ------------------------------------------------------------------ HTTP -- */
+
+/* --cors ORIGIN (NULL: no CORS), set by server_run (srv_start.c); read by
+ * the functions that build responses (srv_http.c). */
+extern const char *srv_cors_origin;
+/* libmicrohttpd's request callbacks (srv_http.c), given to the daemon by
+ * server_run (srv_start.c). */
+enum MHD_Result srv_on_request(void *cls, struct MHD_Connection *c, const char *url,
+                               const char *method, const char *version, const char *upload,
+                               size_t *upload_size, void **con_cls);
+void srv_on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+                      enum MHD_RequestTerminationCode toe);
+
 /* ------------------------------------------------- engine-thread work -- */
 
 /* Work an HTTP thread hands to the engine thread, the only one that drives the

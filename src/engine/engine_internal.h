@@ -1,0 +1,106 @@
+/* engine internals shared by engine.c (lifecycle, public API),
+ * engine_sched.c (planning, admission, preemption) and engine_step.c (step
+ * execution); not an API. */
+#ifndef KVLLM_ENGINE_INTERNAL_H
+#define KVLLM_ENGINE_INTERNAL_H
+
+#include "engine.h"
+#include "spec.h"
+#include "engine_events.h"
+
+#define MAX_TOP_LOGPROBS 20
+
+typedef enum seq_state { SEQ_WAITING, SEQ_RUNNING, SEQ_DONE } seq_state;
+
+typedef struct seq {
+    int64_t id;
+    seq_state state;
+    engine_request req; /* stop strings, prompt: engine-owned copies */
+    char **stop;
+    int32_t *tokens; /* prompt followed by generated ids */
+    int64_t n_tokens, cap_tokens;
+    int64_t n_prompt;
+    int64_t n_computed;             /* tokens whose K/V are in the blocks */
+    int64_t recompute_for;          /* --no-kv-cache: n_tokens the current recompute serves */
+    kv_seq kv[MODEL_MAX_KV_GROUPS]; /* one block table per KV group (group 0: prefix chain) */
+    sampler *smp;
+    grammar_state *gst; /* the grammar's position (NULL: unconstrained); it lives
+                                with the sequence, so preemption does not touch it */
+    tok_stream stream;
+    char *text; /* generated text not yet released (held for stop strings) */
+    size_t text_len, text_cap;
+    uint64_t text_base; /* offset of text[0] in all the text generated */
+    stop_matcher stops; /* over all the text generated, one byte at a time */
+    engine_req_stats stats;
+    bool cancelled;
+    int32_t draft[ENGINE_SPEC_MAX_K]; /* this step's drafts, after tokens[n_tokens - 1] */
+    int n_draft;                      /* 0 outside a step, and for a plain decode */
+    int n_accepted;                   /* of this step's drafts */
+    spec_adapt adapt;
+    spec_dseq dseq;     /* the draft model's KV of this sequence */
+    int passed_over;    /* admissions that preferred a later request (prefix-aware) */
+    kv_disk_load *load; /* its prefix being read from the disk tier: waits until ready */
+    struct seq *next;   /* in the waiting queue or the running list */
+} seq;
+
+struct engine {
+    model *m;
+    const tok_vocab *vocab;
+    engine_config cfg;
+    kv_pool *kv[MODEL_MAX_KV_GROUPS]; /* one pool per KV group (full / sliding layers) */
+    int32_t window[MODEL_MAX_KV_GROUPS];
+    int n_groups;
+    bool prefix_cache;     /* enabled and possible for this model */
+    bool spec;             /* speculative decoding enabled and possible */
+    int64_t spec_left;     /* draft tokens still allowed this step */
+    spec_drafter *drafter; /* ENGINE_SPEC_DRAFT */
+    kv_disk *disk;         /* second tier of the prefix cache (NULL: none) */
+    bool disk_wake;        /* engine_set_disk_wake given: engine_step never sleeps on reads */
+    bool disk_stalled;     /* the last step planned nothing while reads were in flight */
+    int64_t next_id;
+    seq *waiting;  /* FIFO; preempted sequences go to the front */
+    seq **running; /* in admission order (newest last) */
+    int n_running;
+    engine_metrics metrics;
+    engine_ev_ring *events; /* the live view's log (engine_events.h) */
+    int64_t n_evicted_seen[MODEL_MAX_KV_GROUPS];
+    /* per-step batch, sized once */
+    int32_t *b_tokens, *b_pos, *b_seq;
+    uint8_t *b_want;
+    const kv_seq **b_seqs;
+    seq **b_owner;     /* running sequence of each batch seq index */
+    float *logits;     /* [max_seqs][n_vocab] */
+    float *logits_tmp; /* [n_vocab] sampler input */
+    uint32_t *mask;    /* [n_vocab bits] tokens a grammar allows this step */
+    char *piece;       /* token text scratch */
+    size_t piece_cap;
+
+    /* speculative decoding's per-step state */
+    spec_draft_job *draft_jobs; /* [max_seqs] one step's draft-model jobs */
+    spec_cost cost;             /* measured step times: what drafts cost */
+    double step_draft_s;        /* this step's draft-model time (counted apart) */
+};
+
+typedef struct step_plan {
+    int64_t n_tokens;
+    int n_seqs;
+} step_plan;
+
+/* engine.c */
+void eng_seq_free(engine *e, seq *s);
+void eng_finish_seq(engine *e, seq *s, engine_finish why, int32_t token, float lp, int n_top,
+                    const int32_t *ids, const float *lps);
+/* Handles one sampled token: stop conditions, text streaming. */
+void eng_on_token(engine *e, seq *s, int32_t tok, float lp, int n_top, const int32_t *ids,
+                  const float *lps);
+
+/* engine_sched.c */
+void eng_running_remove(engine *e, int idx);
+void eng_seq_forget_kv(engine *e, seq *s);
+bool eng_prefix_attach(engine *e, seq *s);
+bool eng_seq_loading(const engine *e, const seq *s);
+void eng_drop_cancelled(engine *e);
+void eng_draft_all(engine *e, const step_plan *p);
+void eng_plan_step(engine *e, step_plan *p);
+
+#endif

@@ -1,0 +1,140 @@
+/* engine_step: one step executed: the plan (engine_sched.c), the forward,
+ * sampling under grammars, speculative verification, and finished sequences
+ * given back. */
+#include "engine.h"
+#include "spec.h"
+#include "engine_events.h"
+#include "engine_internal.h"
+
+#include <math.h>
+#include <string.h>
+
+/* Masks e->logits_tmp to the tokens s's grammar allows. When it allows none
+ * (the grammar must end but the vocabulary has no end-of-generation token, or
+ * the vocabulary cannot spell what the grammar needs), s finishes here. */
+static bool apply_grammar(engine *e, seq *s, int32_t V) {
+    int32_t n = grammar_state_mask(s->gst, e->mask, V);
+    if (n == 0) {
+        if (!grammar_state_must_end(s->gst))
+            kvl_log(KVL_LOG_WARN,
+                    "engine: request %lld: no token of the vocabulary continues its grammar",
+                    (long long)s->id);
+        eng_finish_seq(e, s, ENGINE_FINISH_STOP, -1, 0, 0, NULL, NULL);
+        return false;
+    }
+    float *l = e->logits_tmp;
+    for (int32_t i = 0; i < V; i++)
+        if (!(e->mask[i >> 5] >> (i & 31) & 1)) l[i] = -INFINITY;
+    return true;
+}
+
+static void sample_outputs(engine *e, const step_plan *p) {
+    int64_t V = model_hp(e->m)->n_vocab, row = 0;
+    int32_t ids[MAX_TOP_LOGPROBS];
+    float lps[MAX_TOP_LOGPROBS];
+    for (int64_t t = 0; t < p->n_tokens; t++) {
+        if (!e->b_want[t]) continue;
+        seq *s = e->b_owner[e->b_seq[t]];
+        const float *lg = e->logits + row++ * V;
+        /* A draft's row counts only while every token before it was accepted:
+         * the sequence's text must be exactly what the row was computed on. */
+        const int64_t pos = e->b_pos[t];
+        if (s->state == SEQ_DONE || pos != s->n_tokens - 1 || s->tokens[pos] != e->b_tokens[t])
+            continue;
+        if (pos >= s->n_computed) { /* an accepted draft: its K/V is the sequence's now */
+            s->n_computed = pos + 1;
+            s->n_accepted++;
+            e->metrics.spec_accepted_tokens++;
+        }
+        /* exp over the whole vocabulary (128K for Llama 3) only when asked */
+        const bool want_lp = s->req.logprobs || s->req.top_logprobs > 0;
+        double lse = want_lp ? logits_logsumexp(lg, (int32_t)V) : NAN;
+        int n_top = logits_top_k(lg, (int32_t)V, s->req.top_logprobs, ids, lps);
+        memcpy(e->logits_tmp, lg, V * sizeof(float));
+        if (s->gst && !apply_grammar(e, s, (int32_t)V)) continue;
+        int32_t tok = sampler_sample(s->smp, e->logits_tmp);
+        eng_on_token(e, s, tok, want_lp ? (float)(lg[tok] - lse) : NAN, n_top, ids, lps);
+    }
+}
+
+/* After a verification: the rejected drafts' K/V is rolled back (the blocks
+ * past the accepted positions go back to the pool) and the blocks the
+ * accepted ones filled join the prefix cache. */
+static void finish_drafts(engine *e, seq *s) {
+    if (s->n_draft == 0) return;
+    const int drafted = s->n_draft, accepted = s->n_accepted;
+    s->n_draft = s->n_accepted = 0;
+    e->metrics.spec_drafts++;
+    e->metrics.spec_draft_tokens += drafted;
+    if (s->state == SEQ_DONE) return; /* its blocks are released already */
+    spec_adapt_update(&s->adapt, drafted, accepted);
+    for (int g = 0; g < e->n_groups; g++) {
+        int64_t held = kv_seq_truncate_tokens(e->kv[g], &s->kv[g], s->n_computed);
+        if (held < s->n_computed)
+            s->n_computed = held; /* cannot happen: commits cover accepted tokens only */
+    }
+    if (e->prefix_cache) kv_prefix_commit(e->kv[0], &s->kv[0], s->tokens, s->n_computed);
+    if (e->drafter) spec_drafter_rollback(e->drafter, &s->dseq, s->n_computed);
+}
+
+bool engine_step(engine *e, kvl_error *err) {
+    const double t_step = e->spec ? kvl_time_s() : 0; /* the whole step: what drafts cost */
+    e->step_draft_s = 0;
+    eng_drop_cancelled(e);
+    if (e->disk) kv_disk_reap(e->disk); /* blocks of reads cancelled mid-way */
+    step_plan p;
+    eng_plan_step(e, &p);
+    e->disk_stalled = p.n_tokens == 0 && e->disk && kv_disk_has_loads(e->disk);
+    for (int g = 0; g < e->n_groups; g++) { /* allocations evict inside kv: log how many */
+        int64_t ev = kv_pool_n_evicted(e->kv[g]);
+        if (ev > e->n_evicted_seen[g])
+            ev_ring_push(e->events, ENGINE_EV_EVICT, 0, ev - e->n_evicted_seen[g], g);
+        e->n_evicted_seen[g] = ev;
+    }
+    if (p.n_tokens == 0) {
+        if (e->disk_stalled) { /* nothing to compute until a read finishes */
+            /* Reads done but not admitted (the head of the queue waits for
+             * blocks) go to the RAM cache, where they are evictable, rather than
+             * hold their blocks meanwhile. */
+            for (seq *s = e->waiting; s; s = s->next)
+                if (s->load && !eng_seq_loading(e, s) && eng_prefix_attach(e, s))
+                    eng_seq_forget_kv(e, s);
+            if (!e->disk_wake) kv_disk_wait_loads(e->disk);
+            return true;
+        }
+        if (e->waiting && e->n_running == 0)
+            return kvl_fail(err, "engine: no KV blocks free for the next request");
+        return true;
+    }
+    if (e->drafter) eng_draft_all(e, &p);
+    model_batch b = {.n_tokens = p.n_tokens,
+                     .tokens = e->b_tokens,
+                     .pos = e->b_pos,
+                     .seq = e->b_seq,
+                     .want_logits = e->b_want,
+                     .n_seqs = p.n_seqs,
+                     .seqs = e->b_seqs};
+    if (!model_forward(e->m, e->kv, &b, e->logits, err)) return false;
+    e->metrics.steps++;
+    for (int si = 0; si < p.n_seqs; si++) {
+        seq *s = e->b_owner[si];
+        for (int64_t t = 0; t < p.n_tokens; t++)
+            if (e->b_seq[t] == si) s->n_computed++;
+        s->n_computed -= s->n_draft; /* drafts count once accepted (sample_outputs) */
+        if (e->prefix_cache) kv_prefix_commit(e->kv[0], &s->kv[0], s->tokens, s->n_computed);
+    }
+    sample_outputs(e, &p);
+    if (e->spec)
+        for (int si = 0; si < p.n_seqs; si++) finish_drafts(e, e->b_owner[si]);
+    for (int i = 0; i < e->n_running;) {
+        seq *s = e->running[i];
+        if (s->state == SEQ_DONE) {
+            eng_running_remove(e, i);
+            eng_seq_free(e, s);
+        } else {
+            i++;
+        }
+    }
+    if (e->spec) spec_cost_observe(&e->cost, p.n_tokens, kvl_time_s() - t_step - e->step_draft_s);
+    return true;
+}

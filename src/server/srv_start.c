@@ -1,0 +1,229 @@
+/* Server startup and shutdown: the chat template, the libmicrohttpd daemon
+ * (its request callbacks are in srv_http.c), the server's state, and the
+ * drain on SIGINT/SIGTERM. */
+#define _GNU_SOURCE
+#include <microhttpd.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "srv_internal.h"
+
+static void setup_chat(srv *s) {
+    const tok_vocab *v = s->vocab;
+    s->bos_text = tok_bos(v) >= 0 ? tok_piece(v, tok_bos(v)) : "";
+    s->eos_text = tok_eos(v) >= 0 ? tok_piece(v, tok_eos(v)) : "";
+    if (s->cfg.chat_template) {
+        s->chat = chat_family_from_name(s->cfg.chat_template);
+    } else if (s->cfg.chat_template_src && s->cfg.chat_template_src[0]) {
+        /* the Jinja template itself; the built-in families only if it does not compile */
+        char origin[300];
+        snprintf(origin, sizeof origin, "%s%s",
+                 s->cfg.chat_template_file ? "file " : "model's tokenizer.chat_template",
+                 s->cfg.chat_template_file ? s->cfg.chat_template_file : "");
+        if (srv_jinja_setup(s, s->cfg.chat_template_src, origin)) {
+            s->chat = CHAT_TMPL_FALLBACK; /* unused while s->jinja is set */
+            chat_caps_detect(s->cfg.chat_template_src, &s->caps);
+            fprintf(stderr, "kvllm serve: tool calls: %s format%s%s\n",
+                    tool_format_name(s->caps.format),
+                    s->caps.reads_tools
+                        ? ""
+                        : " (the template does not render tools: they go in the system message)",
+                    s->caps.thinks ? "; reasoning: <think>" : "");
+            return;
+        }
+        s->chat = chat_template_detect(s->cfg.chat_template_src);
+        if (s->chat == CHAT_TMPL_UNKNOWN) {
+            snprintf(s->chat_error, sizeof s->chat_error,
+                     "unsupported chat template: the model's tokenizer.chat_template matches none "
+                     "of the known "
+                     "families; use /v1/completions or restart with --chat-template NAME");
+            kvl_log(KVL_LOG_WARN,
+                    "the model's chat template is not recognised: /v1/chat/completions will "
+                    "answer 400 (use --chat-template chatml|llama3|llama2|mistral|gemma|"
+                    "deepseek3|deepseek2)");
+            return;
+        }
+    } else {
+        s->chat = CHAT_TMPL_FALLBACK;
+        kvl_log(KVL_LOG_WARN,
+                "the model has no tokenizer.chat_template: chat requests use the %s format",
+                chat_family_name(s->chat));
+        return;
+    }
+    fprintf(stderr, "kvllm serve: chat template: %s\n", chat_family_name(s->chat));
+}
+
+/* epoll worker threads; connections arrive from the acceptor (srv_conn.c).
+ * MHD's own limit sits above ours so that ours, with its 503, is the one met.
+ * Its inactivity timeout ends connections whose client stopped reading a
+ * response; suspended connections (waiting for the engine) never time out. */
+static struct MHD_Daemon *start_daemon(srv *s) {
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
+                     MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ERROR_LOG;
+    unsigned timeout = s->cfg.request_timeout_s > 120 ? (unsigned)s->cfg.request_timeout_s : 120;
+    struct MHD_Daemon *d = MHD_start_daemon(
+        flags, 0, NULL, NULL, srv_on_request, s, MHD_OPTION_NOTIFY_COMPLETED, srv_on_completed, s,
+        MHD_OPTION_NOTIFY_CONNECTION, conns_notify, s, MHD_OPTION_CONNECTION_TIMEOUT, timeout,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)(s->cfg.max_connections + 256),
+        MHD_OPTION_THREAD_POOL_SIZE, (unsigned)s->cfg.http_threads, MHD_OPTION_END);
+    if (!d) fprintf(stderr, "kvllm serve: cannot start the HTTP server\n");
+    return d;
+}
+
+/* 1000+ connections need as many descriptors; the soft limit is often 1024. */
+static void raise_fd_limit(int want) {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= (rlim_t)want) return;
+    rl.rlim_cur =
+        rl.rlim_max == RLIM_INFINITY || rl.rlim_max > (rlim_t)want ? (rlim_t)want : rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+    if (rl.rlim_cur < (rlim_t)want)
+        kvl_log(KVL_LOG_WARN,
+                "open-files limit %llu is below --max-connections + 64; raise it (ulimit -n)",
+                (unsigned long long)rl.rlim_cur);
+}
+
+void server_config_default(server_config *c) {
+    memset(c, 0, sizeof *c);
+    c->host = "127.0.0.1";
+    c->port = 8080;
+    c->model_id = "kvllm";
+    c->max_body_bytes = 8u << 20;
+    c->max_queue = 1024;
+    c->max_connections = 1024;
+    c->max_connections_per_ip = 256;
+    c->request_timeout_s = 30;
+    c->shutdown_timeout_s = 30;
+    c->http_threads = 4;
+}
+
+static srv *srv_new(engine *e, const tok_vocab *vocab, const server_config *cfg) {
+    srv *s = calloc(1, sizeof *s);
+    if (!s) return NULL;
+    s->cfg = *cfg;
+    s->e = e;
+    s->priority_sched = engine_cfg(e)->scheduling == ENGINE_SCHED_PRIORITY;
+    s->vocab = vocab;
+    s->listen_fd = -1;
+    const engine_config *ec = engine_cfg(e);
+    s->n_ctx = ec->n_ctx;
+    s->n_blocks = ec->n_blocks;
+    s->block_size = ec->block_size;
+    s->max_seqs = ec->max_seqs;
+    s->n_embd = model_hp(engine_model(e))->n_embd;
+    s->t_start = time(NULL);
+    atomic_init(&s->n_busy, 0);
+    atomic_init(&s->draining, false);
+    atomic_init(&s->acceptor_stop, false);
+    atomic_init(&s->n_refused, 0);
+    atomic_init(&s->n_timed_out, 0);
+    atomic_init(&s->n_evicted, 0);
+    atomic_init(&s->n_client_gone, 0);
+    pthread_mutex_init(&s->tok_mu, NULL);
+    pthread_mutex_init(&s->q_mu, NULL);
+    pthread_cond_init(&s->q_cv, NULL);
+    pthread_cond_init(&s->task_cv, NULL);
+    pthread_mutex_init(&s->conns_mu, NULL);
+    metrics_init(&s->metrics);
+    setup_chat(s);
+    return s;
+}
+
+static void srv_free(srv *s) {
+    srv_jinja_free(s);
+    keys_free(s);
+    metrics_destroy(&s->metrics);
+    pthread_mutex_destroy(&s->conns_mu);
+    pthread_cond_destroy(&s->q_cv);
+    pthread_cond_destroy(&s->task_cv);
+    pthread_mutex_destroy(&s->q_mu);
+    pthread_mutex_destroy(&s->tok_mu);
+    free(s);
+}
+
+static bool idle(srv *s) {
+    pthread_mutex_lock(&s->q_mu);
+    bool none = s->n_inflight == 0;
+    pthread_mutex_unlock(&s->q_mu);
+    return none && atomic_load(&s->n_busy) == 0;
+}
+
+/* SIGTERM/SIGINT: stop admitting (new connections and requests get 503),
+ * let what runs finish for up to shutdown_timeout_s, cancel the rest (their
+ * clients get finish_reason "abort"), give the last chunks a moment to go out,
+ * then close. A second signal skips the wait. */
+static void drain(srv *s, sigset_t *sigs) {
+    atomic_store(&s->draining, true);
+    double t0 = kvl_time_s();
+    struct timespec tick = {0, 20 * 1000 * 1000};
+    bool again = false;
+    while (!idle(s) && kvl_time_s() - t0 < s->cfg.shutdown_timeout_s) {
+        if (sigtimedwait(sigs, NULL, &tick) > 0) {
+            again = true;
+            break;
+        }
+    }
+    bool finished = idle(s);
+    fprintf(stderr, "kvllm serve: %s after %.1f s%s\n", finished ? "drained" : "shutdown timeout",
+            kvl_time_s() - t0,
+            finished ? ""
+            : again  ? " (second signal): cancelling the rest"
+                     : ": cancelling the rest");
+    engine_thread_stop(s); /* cancels what still runs; every job gets its final event */
+    /* Those final events still have to reach their clients (at most 5 s, for
+     * clients that stopped reading). */
+    for (int i = 0; i < 500 && atomic_load(&s->n_busy) > 0; i++) usleep(10 * 1000);
+}
+
+int server_run(engine *e, const tok_vocab *vocab, const server_config *cfg) {
+    srv *s = srv_new(e, vocab, cfg);
+    if (!s) return 1;
+    srv_cors_origin = cfg->cors_origin;
+    if (!keys_load(s)) {
+        srv_free(s);
+        return 1;
+    }
+    raise_fd_limit(s->cfg.max_connections + 64 + 64);
+    /* Signals go to this thread's sigwait only: block them before any thread
+     * starts so every thread inherits the mask. */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    if (!conns_listen(s)) {
+        srv_free(s);
+        return 1;
+    }
+    if (!engine_thread_start(s)) {
+        fprintf(stderr, "kvllm serve: cannot start the engine thread\n");
+        close(s->listen_fd);
+        srv_free(s);
+        return 1;
+    }
+    s->daemon = start_daemon(s);
+    if (!s->daemon || !conns_start(s)) {
+        if (s->daemon) MHD_stop_daemon(s->daemon);
+        engine_thread_stop(s);
+        close(s->listen_fd);
+        srv_free(s);
+        return 1;
+    }
+    fprintf(stderr, "kvllm serve: listening on http://%s:%d (model '%s'%s)\n", cfg->host,
+            s->bound_port, cfg->model_id, s->n_keys ? ", API keys required" : "");
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    fprintf(stderr, "kvllm serve: signal %d, draining (at most %.0f s)\n", sig,
+            s->cfg.shutdown_timeout_s);
+    drain(s, &sigs);
+    conns_stop(s);
+    MHD_stop_daemon(s->daemon);
+    srv_free(s);
+    return 0;
+}
