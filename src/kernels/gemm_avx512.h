@@ -158,6 +158,39 @@ T_512_INLINE void kavx512_k_store(int NA, const __m512 *f, float *y, size_t ldy,
     for (int a = 0; a < NA; a++) _mm512_mask_storeu_ps(y + a * ldy, mask, f[a]);
 }
 
+/* NAME(NA, fused, pf, nsb, P, A, y, ldy, mask): one panel x NA activation
+ * rows, all nsb super-blocks, of a type with 8 sub-blocks of 32, 8 mins and
+ * a d and dmin per row (Q4_K, Q5_K). SUBS(NA, h0, h1, c, P, A, s) adds
+ * sub-blocks 2c + h, h0 <= h < h1, times their scales into s[a]; fused: both
+ * of a step at once, else one at a time. The panel super-block is SB bytes,
+ * its mins, d and dmin at MN, D, DMIN; pf: prefetch PF_STEP lines per step,
+ * PF_DIST super-blocks ahead; sumi = s >> SHIFT. (A macro: as a function
+ * taking SUBS the compiler schedules the result differently.) */
+#define KAVX512_K_MINS_MICRO(NAME, SUBS, SB, PF_DIST, PF_STEP, MN, D, DMIN, SHIFT)                 \
+    T_512_INLINE void NAME(int NA, bool fused, bool pf, int64_t nsb, const char *P, const char *A, \
+                           float *y, size_t ldy, __mmask16 mask) {                                 \
+        __m512 f[KT];                                                                              \
+        UNROLL(8)                                                                                  \
+        for (int a = 0; a < NA; a++) f[a] = _mm512_setzero_ps();                                   \
+        for (int64_t sb = 0; sb < nsb; sb++, P += SB, A += KT * KT_UNIT) {                         \
+            __m512i s[KT], mm[KT];                                                                 \
+            UNROLL(8)                                                                              \
+            for (int a = 0; a < NA; a++) s[a] = _mm512_setzero_si512();                            \
+            for (int c = 0; c < 4; c++) {                                                          \
+                if (pf) pf_lines(P, SB, PF_DIST, PF_STEP *c, PF_STEP *c + PF_STEP);                \
+                if (fused) {                                                                       \
+                    SUBS(NA, 0, 2, c, P, A, s);                                                    \
+                } else {                                                                           \
+                    SUBS(NA, 0, 1, c, P, A, s);                                                    \
+                    SUBS(NA, 1, 2, c, P, A, s);                                                    \
+                }                                                                                  \
+            }                                                                                      \
+            kavx512_k_min_sums(NA, P + MN, A, mm);                                                 \
+            kavx512_k_fstep_min(NA, P + D, P + DMIN, A, s, SHIFT, mm, f);                          \
+        }                                                                                          \
+        kavx512_k_store(NA, f, y, ldy, mask);                                                      \
+    }
+
 /* One panel against the active rows of one tile: one instantiation per
  * count of rows. */
 #define KAVX512_R_PASS(name, CALL)                                                                 \

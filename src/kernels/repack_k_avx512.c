@@ -160,31 +160,7 @@ T_512_INLINE void r4k_subs(int NA, int h0, int h1, int c, const char *P, const c
  * vector is loaded once for both its sub-blocks (two accumulators per row,
  * also two dpbusd chains for overlap), else once per sub-block (for many rows,
  * so the accumulators fit in registers). */
-T_512_INLINE void r4k_micro(int NA, bool fused, bool pf, int64_t nsb, const char *P, const char *A,
-                            float *y, size_t ldy, __mmask16 mask) {
-    __m512 f[KT];
-    UNROLL(8)
-    for (int a = 0; a < NA; a++) f[a] = _mm512_setzero_ps();
-    for (int64_t sb = 0; sb < nsb; sb++, P += R4_SB, A += KT * KT_UNIT) {
-        __m512i s16[KT], mm[KT];
-        UNROLL(8)
-        for (int a = 0; a < NA; a++) s16[a] = _mm512_setzero_si512();
-        for (int c = 0; c < 4; c++) {
-            if (pf) pf_lines(P, R4_SB, R4_PF_DIST, 10 * c, 10 * c + 10);
-            if (fused) {
-                r4k_subs(NA, 0, 2, c, P, A, s16);
-            } else {
-                r4k_subs(NA, 0, 1, c, P, A, s16);
-                r4k_subs(NA, 1, 2, c, P, A, s16);
-            }
-        }
-        /* summ = sum_j min_j * S_j */
-        kavx512_k_min_sums(NA, P + R4_MN, A, mm);
-        /* the float steps of kref_vec_dot_q4_K */
-        kavx512_k_fstep_min(NA, P + R4_D, P + R4_DMIN, A, s16, 4, mm, f);
-    }
-    kavx512_k_store(NA, f, y, ldy, mask);
-}
+KAVX512_K_MINS_MICRO(r4k_micro, r4k_subs, R4_SB, R4_PF_DIST, 10, R4_MN, R4_D, R4_DMIN, 4)
 
 /* Q6_K: one panel x NA activation rows. Per sub-block j (16 elements, one
  * int8 scale) and row, acc = the dot of its unsigned values q6 + 32 with the

@@ -340,29 +340,8 @@ T_512_INLINE void q5_subs(int NA, int h0, int h1, int c, const char *P, const ch
  * 5-bit values: sumi = sum_j sc_j * dot_j (|sumi| <= 256 * 31 * 128 * 63 <
  * 2^27), summ = sum_j min_j * S_j, then the float steps of
  * kref_vec_dot_q5_K. fused: both sub-blocks of a vector per pass. */
-T_512_INLINE void q5_micro(int NA, bool fused, bool pf, int64_t nsb, const char *P, const char *A,
-                           float *y, size_t ldy, __mmask16 mask) {
-    __m512 f[KT];
-    UNROLL(8)
-    for (int a = 0; a < NA; a++) f[a] = _mm512_setzero_ps();
-    for (int64_t sb = 0; sb < nsb; sb++, P += Q5_SB, A += KT * KT_UNIT) {
-        __m512i s[KT], mm[KT];
-        UNROLL(8)
-        for (int a = 0; a < NA; a++) s[a] = _mm512_setzero_si512();
-        for (int c = 0; c < 4; c++) {
-            if (pf) pf_lines(P, Q5_SB, Q5_PF_DIST, 12 * c, 12 * c + 12);
-            if (fused) {
-                q5_subs(NA, 0, 2, c, P, A, s);
-            } else {
-                q5_subs(NA, 0, 1, c, P, A, s);
-                q5_subs(NA, 1, 2, c, P, A, s);
-            }
-        }
-        kavx512_k_min_sums(NA, P + Q5_MN, A, mm);
-        kavx512_k_fstep_min(NA, P + Q5_D, P + Q5_DMIN, A, s, 0, mm, f);
-    }
-    kavx512_k_store(NA, f, y, ldy, mask);
-}
+KAVX512_K_MINS_MICRO(q5_micro, q5_subs, Q5_SB, Q5_PF_DIST, 12, Q5_MN, Q5_D, Q5_DMIN, 0)
+
 /* Q2_K: one panel x NA activation rows. Values are taken in place, masked
  * (v & 3 << 2j: the value times 4^j), so per group and row acc = 4^j * dot,
  * exact, |dot| <= 16 * 3 * 128 < 2^15; the two groups of a pair go into the
