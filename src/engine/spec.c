@@ -198,9 +198,8 @@ spec_drafter *spec_drafter_create(model *draft, int block_size, int kv_dtype, in
     return d;
 }
 
-void spec_drafter_destroy(spec_drafter *d) {
-    if (!d) return;
-    for (int g = 0; g < MODEL_MAX_KV_GROUPS; g++) kv_pool_destroy(d->kv[g]);
+/* The per-call batch buffers, which grow() sizes to the number of jobs. */
+static void free_batch_buffers(spec_drafter *d) {
     free(d->tokens);
     free(d->pos);
     free(d->sq);
@@ -208,6 +207,12 @@ void spec_drafter_destroy(spec_drafter *d) {
     free(d->seqs);
     free(d->row_job);
     kvl_free(d->logits);
+}
+
+void spec_drafter_destroy(spec_drafter *d) {
+    if (!d) return;
+    for (int g = 0; g < MODEL_MAX_KV_GROUPS; g++) kv_pool_destroy(d->kv[g]);
+    free_batch_buffers(d);
     free(d);
 }
 
@@ -254,13 +259,7 @@ static bool grow(spec_drafter *d, int n_jobs, kvl_error *err) {
     if (n_jobs <= d->cap_seqs) return true;
     const int64_t V = model_hp(d->m)->n_vocab;
     const size_t nt = DRAFT_CHUNK + (size_t)n_jobs;
-    free(d->tokens);
-    free(d->pos);
-    free(d->sq);
-    free(d->want);
-    free(d->seqs);
-    free(d->row_job);
-    kvl_free(d->logits);
+    free_batch_buffers(d);
     d->tokens = malloc(nt * sizeof *d->tokens);
     d->pos = malloc(nt * sizeof *d->pos);
     d->sq = malloc(nt * sizeof *d->sq);

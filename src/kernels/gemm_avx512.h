@@ -96,6 +96,101 @@ T_512_INLINE void pf_lines(const char *P, size_t sb, int dist, int l0, int l1) {
         _mm_prefetch(P + dist * sb + 64 * (size_t)l, _MM_HINT_T1);
 }
 
+/* The micro-kernels' common steps, for rows 0..NA-1 of the tile
+ * super-block at A (row a's unit at A + a * KT_UNIT). */
+
+/* -(sums << shift) into nb[a][j]: with g16 the bsums[16] of the groups of
+ * 16, else the S[8] of the groups of 32 (the rest of the row is zero). */
+T_512_INLINE void kavx512_k_neg_sums(int NA, bool g16, int shift, const char *A,
+                                     int32_t (*nb)[16]) {
+    UNROLL(8)
+    for (int a = 0; a < NA; a++) {
+        const __m512i b = g16 ? _mm512_cvtepi16_epi32(ld256(A + (size_t)a * KT_UNIT + KQ_BSUMS))
+                              : _mm512_zextsi256_si512(
+                                    _mm256_cvtepi16_epi32(ld128(A + (size_t)a * KT_UNIT + KQ_S)));
+        _mm512_store_si512(nb[a],
+                           _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(b, shift)));
+    }
+}
+
+/* mm[a] = sum_j min_j S_j from the panel's 8 mins of 16 rows at mn (two
+ * sub-blocks per vpdpwssd): Q4_K, Q5_K. */
+T_512_INLINE void kavx512_k_min_sums(int NA, const char *mn, const char *A, __m512i *mm) {
+    UNROLL(8)
+    for (int a = 0; a < NA; a++) mm[a] = _mm512_setzero_si512();
+    UNROLL(4)
+    for (int t = 0; t < 4; t++) {
+        const __m512i mp = _mm512_cvtepu8_epi16(ld256(mn + 32 * t));
+        UNROLL(8)
+        for (int a = 0; a < NA; a++)
+            mm[a] = _mm512_dpwssd_epi32(mm[a], mp, bc32(A + (size_t)a * KT_UNIT + KQ_S + 4 * t));
+    }
+}
+
+/* f[a] += d * d_a * sumi[a], d the panel's 16 fp16 scales at pd. */
+T_512_INLINE void kavx512_k_fstep(int NA, const char *pd, const char *A, const __m512i *sumi,
+                                  __m512 *f) {
+    const __m512 d = _mm512_cvtph_ps(ld256(pd));
+    UNROLL(8)
+    for (int a = 0; a < NA; a++)
+        f[a] = _mm512_fmadd_ps(_mm512_mul_ps(d, bcf(A + (size_t)a * KT_UNIT + KQ_D)),
+                               _mm512_cvtepi32_ps(sumi[a]), f[a]);
+}
+
+/* f[a] += d * d_a * sumi[a] - dmin * d_a * summ[a] (types with mins), with
+ * sumi[a] = si[a] >> si_shift (a constant: Q4_K sums 16 sumi). */
+T_512_INLINE void kavx512_k_fstep_min(int NA, const char *pd, const char *pdmin, const char *A,
+                                      const __m512i *si, int si_shift, const __m512i *summ,
+                                      __m512 *f) {
+    const __m512 d = _mm512_cvtph_ps(ld256(pd)), dmin = _mm512_cvtph_ps(ld256(pdmin));
+    UNROLL(8)
+    for (int a = 0; a < NA; a++) {
+        const __m512 yd = bcf(A + (size_t)a * KT_UNIT + KQ_D);
+        const __m512i sumi = si_shift ? _mm512_srai_epi32(si[a], si_shift) : si[a];
+        f[a] = _mm512_fmadd_ps(_mm512_mul_ps(d, yd), _mm512_cvtepi32_ps(sumi), f[a]);
+        f[a] = _mm512_fnmadd_ps(_mm512_mul_ps(dmin, yd), _mm512_cvtepi32_ps(summ[a]), f[a]);
+    }
+}
+
+/* The 16 columns (mask: those that exist) of rows 0..NA-1 to y. */
+T_512_INLINE void kavx512_k_store(int NA, const __m512 *f, float *y, size_t ldy, __mmask16 mask) {
+    UNROLL(8)
+    for (int a = 0; a < NA; a++) _mm512_mask_storeu_ps(y + a * ldy, mask, f[a]);
+}
+
+/* NAME(NA, fused, pf, nsb, P, A, y, ldy, mask): one panel x NA activation
+ * rows, all nsb super-blocks, of a type with 8 sub-blocks of 32, 8 mins and
+ * a d and dmin per row (Q4_K, Q5_K). SUBS(NA, h0, h1, c, P, A, s) adds
+ * sub-blocks 2c + h, h0 <= h < h1, times their scales into s[a]; fused: both
+ * of a step at once, else one at a time. The panel super-block is SB bytes,
+ * its mins, d and dmin at MN, D, DMIN; pf: prefetch PF_STEP lines per step,
+ * PF_DIST super-blocks ahead; sumi = s >> SHIFT. (A macro: as a function
+ * taking SUBS the compiler schedules the result differently.) */
+#define KAVX512_K_MINS_MICRO(NAME, SUBS, SB, PF_DIST, PF_STEP, MN, D, DMIN, SHIFT)                 \
+    T_512_INLINE void NAME(int NA, bool fused, bool pf, int64_t nsb, const char *P, const char *A, \
+                           float *y, size_t ldy, __mmask16 mask) {                                 \
+        __m512 f[KT];                                                                              \
+        UNROLL(8)                                                                                  \
+        for (int a = 0; a < NA; a++) f[a] = _mm512_setzero_ps();                                   \
+        for (int64_t sb = 0; sb < nsb; sb++, P += SB, A += KT * KT_UNIT) {                         \
+            __m512i s[KT], mm[KT];                                                                 \
+            UNROLL(8)                                                                              \
+            for (int a = 0; a < NA; a++) s[a] = _mm512_setzero_si512();                            \
+            for (int c = 0; c < 4; c++) {                                                          \
+                if (pf) pf_lines(P, SB, PF_DIST, PF_STEP *c, PF_STEP *c + PF_STEP);                \
+                if (fused) {                                                                       \
+                    SUBS(NA, 0, 2, c, P, A, s);                                                    \
+                } else {                                                                           \
+                    SUBS(NA, 0, 1, c, P, A, s);                                                    \
+                    SUBS(NA, 1, 2, c, P, A, s);                                                    \
+                }                                                                                  \
+            }                                                                                      \
+            kavx512_k_min_sums(NA, P + MN, A, mm);                                                 \
+            kavx512_k_fstep_min(NA, P + D, P + DMIN, A, s, SHIFT, mm, f);                          \
+        }                                                                                          \
+        kavx512_k_store(NA, f, y, ldy, mask);                                                      \
+    }
+
 /* One panel against the active rows of one tile: one instantiation per
  * count of rows. */
 #define KAVX512_R_PASS(name, CALL)                                                                 \

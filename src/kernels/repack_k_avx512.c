@@ -160,58 +160,7 @@ T_512_INLINE void r4k_subs(int NA, int h0, int h1, int c, const char *P, const c
  * vector is loaded once for both its sub-blocks (two accumulators per row,
  * also two dpbusd chains for overlap), else once per sub-block (for many rows,
  * so the accumulators fit in registers). */
-T_512_INLINE void r4k_micro(int NA, bool fused, bool pf, int64_t nsb, const char *P, const char *A,
-                            float *y, size_t ldy, __mmask16 mask) {
-    __m512 f[KT];
-    UNROLL(8)
-    for (int a = 0; a < NA; a++) f[a] = _mm512_setzero_ps();
-    for (int64_t sb = 0; sb < nsb; sb++, P += R4_SB, A += KT * KT_UNIT) {
-        __m512i s16[KT], mm[KT];
-        UNROLL(8)
-        for (int a = 0; a < NA; a++) s16[a] = _mm512_setzero_si512();
-        for (int c = 0; c < 4; c++) {
-            if (pf) pf_lines(P, R4_SB, R4_PF_DIST, 10 * c, 10 * c + 10);
-            if (fused) {
-                r4k_subs(NA, 0, 2, c, P, A, s16);
-            } else {
-                r4k_subs(NA, 0, 1, c, P, A, s16);
-                r4k_subs(NA, 1, 2, c, P, A, s16);
-            }
-        }
-        /* summ = sum_j min_j * S_j, two sub-blocks per vpdpwssd */
-        UNROLL(8)
-        for (int a = 0; a < NA; a++) mm[a] = _mm512_setzero_si512();
-        UNROLL(4)
-        for (int t = 0; t < 4; t++) {
-            const __m512i mp = _mm512_cvtepu8_epi16(ld256(P + R4_MN + 32 * t));
-            UNROLL(8)
-            for (int a = 0; a < NA; a++)
-                mm[a] = _mm512_dpwssd_epi32(mm[a], mp, bc32(UNIT(a) + KQ_S + 4 * t));
-        }
-        /* the float steps of kref_vec_dot_q4_K */
-        const __m512 d = _mm512_cvtph_ps(ld256(P + R4_D)),
-                     dmin = _mm512_cvtph_ps(ld256(P + R4_DMIN));
-        UNROLL(8)
-        for (int a = 0; a < NA; a++) {
-            const __m512 yd = bcf(UNIT(a) + KQ_D);
-            const __m512i sumi = _mm512_srai_epi32(s16[a], 4);
-            f[a] = _mm512_fmadd_ps(_mm512_mul_ps(d, yd), _mm512_cvtepi32_ps(sumi), f[a]);
-            f[a] = _mm512_fnmadd_ps(_mm512_mul_ps(dmin, yd), _mm512_cvtepi32_ps(mm[a]), f[a]);
-        }
-    }
-    UNROLL(8)
-    for (int a = 0; a < NA; a++) _mm512_mask_storeu_ps(y + a * ldy, mask, f[a]);
-}
-
-/* -32 bsums[j] of rows 0..NA-1 of the tile super-block at A, into nb[a][j]. */
-T_512_INLINE void r6k_neg_bsums(int NA, const char *A, int32_t (*nb)[16]) {
-    UNROLL(8)
-    for (int a = 0; a < NA; a++) {
-        const __m512i b = _mm512_cvtepi16_epi32(ld256(UNIT(a) + KQ_BSUMS));
-        _mm512_store_si512(nb[a],
-                           _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(b, 5)));
-    }
-}
+KAVX512_K_MINS_MICRO(r4k_micro, r4k_subs, R4_SB, R4_PF_DIST, 10, R4_MN, R4_D, R4_DMIN, 4)
 
 /* Q6_K: one panel x NA activation rows. Per sub-block j (16 elements, one
  * int8 scale) and row, acc = the dot of its unsigned values q6 + 32 with the
@@ -230,9 +179,9 @@ T_512_INLINE void r6k_micro(int NA, bool pf, int64_t nsb, const char *P, const c
      * accumulator starts there with one broadcast load. Written a
      * super-block ahead, so that the loads never wait for the stores. */
     _Alignas(64) int32_t nbuf[2][KT][16];
-    r6k_neg_bsums(NA, A, nbuf[0]);
+    kavx512_k_neg_sums(NA, true, 5, A, nbuf[0]);
     for (int64_t sb = 0; sb < nsb; sb++, P += R6_SB, A += KT * KT_UNIT) {
-        if (sb + 1 < nsb) r6k_neg_bsums(NA, A + KT * KT_UNIT, nbuf[(sb + 1) & 1]);
+        if (sb + 1 < nsb) kavx512_k_neg_sums(NA, true, 5, A + KT * KT_UNIT, nbuf[(sb + 1) & 1]);
         __asm__ volatile(
             "" ::
                 : "memory"); /* read back as broadcasts, not taken apart in registers */
@@ -266,14 +215,9 @@ T_512_INLINE void r6k_micro(int NA, bool pf, int64_t nsb, const char *P, const c
             }
         }
         /* the float step of kref_vec_dot_q6_K */
-        const __m512 d = _mm512_cvtph_ps(ld256(P + R6_D));
-        UNROLL(8)
-        for (int a = 0; a < NA; a++)
-            f[a] = _mm512_fmadd_ps(_mm512_mul_ps(d, bcf(UNIT(a) + KQ_D)),
-                                   _mm512_cvtepi32_ps(sumi[a]), f[a]);
+        kavx512_k_fstep(NA, P + R6_D, A, sumi, f);
     }
-    UNROLL(8)
-    for (int a = 0; a < NA; a++) _mm512_mask_storeu_ps(y + a * ldy, mask, f[a]);
+    kavx512_k_store(NA, f, y, ldy, mask);
 }
 #undef UNIT
 

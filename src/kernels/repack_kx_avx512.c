@@ -180,20 +180,6 @@ static void q2_pack(const void *w, size_t wrow, int rows, int64_t k, void *panel
 /* Unit a of the current super-block of the tile. */
 #define UNIT(a) (A + (size_t)(a)*KT_UNIT)
 
-/* -(bias) * the activation sums of rows 0..NA-1 of the tile super-block at
- * A, into nb[a][j]: IQ4_XS (shift 7) the S[8] of its groups of 32, Q3_K
- * (shift 2) the bsums[16] of its groups of 16. */
-T_512_INLINE void neg_sums(int NA, bool g16, int shift, const char *A, int32_t (*nb)[16]) {
-    UNROLL(8)
-    for (int a = 0; a < NA; a++) {
-        const __m512i b =
-            g16 ? _mm512_cvtepi16_epi32(ld256(UNIT(a) + KQ_BSUMS))
-                : _mm512_zextsi256_si512(_mm256_cvtepi16_epi32(ld128(UNIT(a) + KQ_S)));
-        _mm512_store_si512(nb[a],
-                           _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(b, shift)));
-    }
-}
-
 /* IQ4_XS: one panel x NA activation rows, all nsb super-blocks. Per group g
  * and row, acc = -128 S_g + the dot of its 32 values + 128 with the
  * activations = the exact dot of the levels; sumi = sum_g (ls_g - 32) acc
@@ -209,9 +195,9 @@ T_512_INLINE void xs_micro(int NA, bool pf, int64_t nsb, const char *P, const ch
     UNROLL(8)
     for (int a = 0; a < NA; a++) f[a] = _mm512_setzero_ps();
     _Alignas(64) int32_t nbuf[2][KT][16];
-    neg_sums(NA, false, 7, A, nbuf[0]);
+    kavx512_k_neg_sums(NA, false, 7, A, nbuf[0]);
     for (int64_t sb = 0; sb < nsb; sb++, P += XS_SB, A += KT * KT_UNIT) {
-        if (sb + 1 < nsb) neg_sums(NA, false, 7, A + KT * KT_UNIT, nbuf[(sb + 1) & 1]);
+        if (sb + 1 < nsb) kavx512_k_neg_sums(NA, false, 7, A + KT * KT_UNIT, nbuf[(sb + 1) & 1]);
         __asm__ volatile("" ::: "memory"); /* read back as broadcasts */
         int32_t(*nb)[16] = nbuf[sb & 1];
         __m512i sumi[KT];
@@ -247,14 +233,9 @@ T_512_INLINE void xs_micro(int NA, bool pf, int64_t nsb, const char *P, const ch
             }
         }
         /* the float step of kref_vec_dot_iq4_xs */
-        const __m512 d = _mm512_cvtph_ps(ld256(P + XS_D));
-        UNROLL(8)
-        for (int a = 0; a < NA; a++)
-            f[a] = _mm512_fmadd_ps(_mm512_mul_ps(d, bcf(UNIT(a) + KQ_D)),
-                                   _mm512_cvtepi32_ps(sumi[a]), f[a]);
+        kavx512_k_fstep(NA, P + XS_D, A, sumi, f);
     }
-    UNROLL(8)
-    for (int a = 0; a < NA; a++) _mm512_mask_storeu_ps(y + a * ldy, mask, f[a]);
+    kavx512_k_store(NA, f, y, ldy, mask);
 }
 
 /* Q3_K: one panel x NA activation rows. Per group g of 16 and row, acc =
@@ -267,9 +248,9 @@ T_512_INLINE void q3_micro(int NA, bool pf, int64_t nsb, const char *P, const ch
     UNROLL(8)
     for (int a = 0; a < NA; a++) f[a] = _mm512_setzero_ps();
     _Alignas(64) int32_t nbuf[2][KT][16];
-    neg_sums(NA, true, 2, A, nbuf[0]);
+    kavx512_k_neg_sums(NA, true, 2, A, nbuf[0]);
     for (int64_t sb = 0; sb < nsb; sb++, P += Q3_SB, A += KT * KT_UNIT) {
-        if (sb + 1 < nsb) neg_sums(NA, true, 2, A + KT * KT_UNIT, nbuf[(sb + 1) & 1]);
+        if (sb + 1 < nsb) kavx512_k_neg_sums(NA, true, 2, A + KT * KT_UNIT, nbuf[(sb + 1) & 1]);
         __asm__ volatile("" ::: "memory"); /* read back as broadcasts */
         int32_t(*nb)[16] = nbuf[sb & 1];
         __m512i sumi[KT];
@@ -311,14 +292,9 @@ T_512_INLINE void q3_micro(int NA, bool pf, int64_t nsb, const char *P, const ch
             }
         }
         /* the float step of kref_vec_dot_q3_K */
-        const __m512 d = _mm512_cvtph_ps(ld256(P + Q3_D));
-        UNROLL(8)
-        for (int a = 0; a < NA; a++)
-            f[a] = _mm512_fmadd_ps(_mm512_mul_ps(d, bcf(UNIT(a) + KQ_D)),
-                                   _mm512_cvtepi32_ps(sumi[a]), f[a]);
+        kavx512_k_fstep(NA, P + Q3_D, A, sumi, f);
     }
-    UNROLL(8)
-    for (int a = 0; a < NA; a++) _mm512_mask_storeu_ps(y + a * ldy, mask, f[a]);
+    kavx512_k_store(NA, f, y, ldy, mask);
 }
 
 /* Q5_K sub-blocks 2c + h, h0 <= h < h1 (h = 0: the low nibbles of vectors
@@ -364,45 +340,8 @@ T_512_INLINE void q5_subs(int NA, int h0, int h1, int c, const char *P, const ch
  * 5-bit values: sumi = sum_j sc_j * dot_j (|sumi| <= 256 * 31 * 128 * 63 <
  * 2^27), summ = sum_j min_j * S_j, then the float steps of
  * kref_vec_dot_q5_K. fused: both sub-blocks of a vector per pass. */
-T_512_INLINE void q5_micro(int NA, bool fused, bool pf, int64_t nsb, const char *P, const char *A,
-                           float *y, size_t ldy, __mmask16 mask) {
-    __m512 f[KT];
-    UNROLL(8)
-    for (int a = 0; a < NA; a++) f[a] = _mm512_setzero_ps();
-    for (int64_t sb = 0; sb < nsb; sb++, P += Q5_SB, A += KT * KT_UNIT) {
-        __m512i s[KT], mm[KT];
-        UNROLL(8)
-        for (int a = 0; a < NA; a++) s[a] = _mm512_setzero_si512();
-        for (int c = 0; c < 4; c++) {
-            if (pf) pf_lines(P, Q5_SB, Q5_PF_DIST, 12 * c, 12 * c + 12);
-            if (fused) {
-                q5_subs(NA, 0, 2, c, P, A, s);
-            } else {
-                q5_subs(NA, 0, 1, c, P, A, s);
-                q5_subs(NA, 1, 2, c, P, A, s);
-            }
-        }
-        UNROLL(8)
-        for (int a = 0; a < NA; a++) mm[a] = _mm512_setzero_si512();
-        UNROLL(4)
-        for (int t = 0; t < 4; t++) {
-            const __m512i mp = _mm512_cvtepu8_epi16(ld256(P + Q5_MN + 32 * t));
-            UNROLL(8)
-            for (int a = 0; a < NA; a++)
-                mm[a] = _mm512_dpwssd_epi32(mm[a], mp, bc32(UNIT(a) + KQ_S + 4 * t));
-        }
-        const __m512 d = _mm512_cvtph_ps(ld256(P + Q5_D)),
-                     dmin = _mm512_cvtph_ps(ld256(P + Q5_DMIN));
-        UNROLL(8)
-        for (int a = 0; a < NA; a++) {
-            const __m512 yd = bcf(UNIT(a) + KQ_D);
-            f[a] = _mm512_fmadd_ps(_mm512_mul_ps(d, yd), _mm512_cvtepi32_ps(s[a]), f[a]);
-            f[a] = _mm512_fnmadd_ps(_mm512_mul_ps(dmin, yd), _mm512_cvtepi32_ps(mm[a]), f[a]);
-        }
-    }
-    UNROLL(8)
-    for (int a = 0; a < NA; a++) _mm512_mask_storeu_ps(y + a * ldy, mask, f[a]);
-}
+KAVX512_K_MINS_MICRO(q5_micro, q5_subs, Q5_SB, Q5_PF_DIST, 12, Q5_MN, Q5_D, Q5_DMIN, 0)
+
 /* Q2_K: one panel x NA activation rows. Values are taken in place, masked
  * (v & 3 << 2j: the value times 4^j), so per group and row acc = 4^j * dot,
  * exact, |dot| <= 16 * 3 * 128 < 2^15; the two groups of a pair go into the
@@ -452,17 +391,9 @@ T_512_INLINE void q2_micro(int NA, bool pf, int64_t nsb, const char *P, const ch
             }
         }
         /* the float steps of kref_vec_dot_q2_K */
-        const __m512 d = _mm512_cvtph_ps(ld256(P + Q2_D)),
-                     dmin = _mm512_cvtph_ps(ld256(P + Q2_DMIN));
-        UNROLL(8)
-        for (int a = 0; a < NA; a++) {
-            const __m512 yd = bcf(UNIT(a) + KQ_D);
-            f[a] = _mm512_fmadd_ps(_mm512_mul_ps(d, yd), _mm512_cvtepi32_ps(sumi[a]), f[a]);
-            f[a] = _mm512_fnmadd_ps(_mm512_mul_ps(dmin, yd), _mm512_cvtepi32_ps(summ[a]), f[a]);
-        }
+        kavx512_k_fstep_min(NA, P + Q2_D, P + Q2_DMIN, A, sumi, 0, summ, f);
     }
-    UNROLL(8)
-    for (int a = 0; a < NA; a++) _mm512_mask_storeu_ps(y + a * ldy, mask, f[a]);
+    kavx512_k_store(NA, f, y, ldy, mask);
 }
 #undef UNIT
 

@@ -431,6 +431,41 @@ static void split_digits3(span *s, size_t *pos) {
     sp_emit(s, *pos);
 }
 
+/* The alternatives Llama-3 and Kimi K2 end with, at pos after their letter
+ * alternatives failed: \p{N}{1,3} | ?[^\s\p{L}\p{N}]+[\r\n]* | \s*[\r\n]+ |
+ * \s+(?!\S) | \s+. For the punctuation run llama.cpp tests the class of the
+ * codepoint after an optional space; Llama-3's split also requires the current
+ * one to exist (same result as the regex), Kimi K2's the tested one. */
+static void split_number_punct_space(span *s, size_t *pos_io, uint32_t cpt, uint16_t f,
+                                     bool gate_on_current) {
+    size_t pos = *pos_io;
+    if (f & TOK_UF_NUMBER) {
+        split_digits3(s, pos_io);
+        return;
+    }
+    const uint16_t f2 = cpt == ' ' ? sp_flags(s, pos + 1) : f;
+    if (!(f2 & WLN) && (gate_on_current ? f : f2)) {
+        pos += cpt == ' ';
+        while (!(sp_flags(s, pos) & WLN) && sp_flags(s, pos)) pos++;
+        while (sp_cpt(s, pos) == '\r' || sp_cpt(s, pos) == '\n') pos++;
+        sp_emit(s, pos);
+        *pos_io = pos;
+        return;
+    }
+    size_t n_ws = 0, last_nl_end = 0;
+    while (sp_flags(s, pos + n_ws) & TOK_UF_WHITESPACE) {
+        uint32_t w = sp_cpt(s, pos + n_ws);
+        if (w == '\r' || w == '\n') last_nl_end = pos + n_ws + 1;
+        n_ws++;
+    }
+    if (last_nl_end > 0) { /* \s*[\r\n]+ */
+        *pos_io = last_nl_end;
+        sp_emit(s, last_nl_end);
+        return;
+    }
+    split_whitespace(s, pos_io, n_ws);
+}
+
 /* (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
  *  ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+ */
 static void split_llama3(span *s) {
@@ -450,32 +485,7 @@ static void split_llama3(span *s) {
             sp_emit(s, pos);
             continue;
         }
-        if (f & TOK_UF_NUMBER) {
-            split_digits3(s, &pos);
-            continue;
-        }
-        /* llama.cpp tests the class of the codepoint after an optional space but
-         * requires the current one to exist: same result as the regex. */
-        const uint16_t f2 = cpt == ' ' ? sp_flags(s, pos + 1) : f;
-        if (!(f2 & WLN) && f) {
-            pos += cpt == ' ';
-            while (!(sp_flags(s, pos) & WLN) && sp_flags(s, pos)) pos++;
-            while (sp_cpt(s, pos) == '\r' || sp_cpt(s, pos) == '\n') pos++;
-            sp_emit(s, pos);
-            continue;
-        }
-        size_t n_ws = 0, last_nl_end = 0;
-        while (sp_flags(s, pos + n_ws) & TOK_UF_WHITESPACE) {
-            uint32_t w = sp_cpt(s, pos + n_ws);
-            if (w == '\r' || w == '\n') last_nl_end = pos + n_ws + 1;
-            n_ws++;
-        }
-        if (last_nl_end > 0) { /* \s*[\r\n]+ */
-            pos = last_nl_end;
-            sp_emit(s, pos);
-            continue;
-        }
-        split_whitespace(s, &pos, n_ws);
+        split_number_punct_space(s, &pos, cpt, f, true);
     }
 }
 
@@ -514,30 +524,7 @@ static void split_kimi_k2(span *s) {
             sp_emit(s, pos);
             continue;
         }
-        if (f & TOK_UF_NUMBER) {
-            split_digits3(s, &pos);
-            continue;
-        }
-        const uint16_t f2 = cpt == ' ' ? sp_flags(s, pos + 1) : f;
-        if (!(f2 & WLN) && f2) {
-            pos += cpt == ' ';
-            while (!(sp_flags(s, pos) & WLN) && sp_flags(s, pos)) pos++;
-            while (sp_cpt(s, pos) == '\r' || sp_cpt(s, pos) == '\n') pos++;
-            sp_emit(s, pos);
-            continue;
-        }
-        size_t n_ws = 0, last_nl_end = 0;
-        while (sp_flags(s, pos + n_ws) & TOK_UF_WHITESPACE) {
-            uint32_t w = sp_cpt(s, pos + n_ws);
-            if (w == '\r' || w == '\n') last_nl_end = pos + n_ws + 1;
-            n_ws++;
-        }
-        if (last_nl_end > 0) { /* \s*[\r\n]+ */
-            pos = last_nl_end;
-            sp_emit(s, pos);
-            continue;
-        }
-        split_whitespace(s, &pos, n_ws);
+        split_number_punct_space(s, &pos, cpt, f, false);
     }
 }
 

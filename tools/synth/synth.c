@@ -20,6 +20,13 @@ enum { ALIGN = 32, CHUNK_FLOATS = 8 << 20 /* floats generated per slice: 32 MB *
 
 /* ------------------------------------------------------------- shapes -- */
 
+/* A small deepseek2 for tests, with and without the low-rank q. */
+#define TINY_DEEPSEEK2_FIELDS                                                                      \
+    "deepseek2", 256, 3, 4, 1, 0, 768, 1024, 2048, 10000.f, 1e-6f, false, false,                   \
+        .n_expert = 8, .n_expert_used = 2, .n_ff_exp = 256, .n_shared_exp = 1,                     \
+        .n_layer_dense_lead = 1, .kv_lora_rank = 256, .qk_nope = 64, .qk_rope = 32,                \
+        .v_head_dim = 64, .yarn_factor = 4.f, .yarn_log_mul = 0.0707f, .yarn_orig_ctx = 512
+
 /* Hyperparameters from the models' config.json. context_length is written
  * as 8192 for all: kvllm sizes scratch from it, and no benchmark goes further. */
 static const synth_shape SHAPES[] = {
@@ -70,60 +77,9 @@ static const synth_shape SHAPES[] = {
     /* small ones of the same layouts, for tests */
     {"tiny-qwen3moe", "qwen3moe", 256, 2, 4, 2, 64, 768, 1024, 2048, 1e6f, 1e-6f, false, false,
      .qk_norm = true, .n_expert = 8, .n_expert_used = 2, .n_ff_exp = 256},
-    {"tiny-deepseek2",
-     "deepseek2",
-     256,
-     3,
-     4,
-     1,
-     0,
-     768,
-     1024,
-     2048,
-     10000.f,
-     1e-6f,
-     false,
-     false,
-     .n_expert = 8,
-     .n_expert_used = 2,
-     .n_ff_exp = 256,
-     .n_shared_exp = 1,
-     .n_layer_dense_lead = 1,
-     .kv_lora_rank = 256,
-     .qk_nope = 64,
-     .qk_rope = 32,
-     .v_head_dim = 64,
-     .yarn_factor = 4.f,
-     .yarn_log_mul = 0.0707f,
-     .yarn_orig_ctx = 512},
+    {"tiny-deepseek2", TINY_DEEPSEEK2_FIELDS},
     /* the same with DeepSeek-V2 / V3's low-rank q (attn_q_a, attn_q_b) */
-    {"tiny-deepseek2-qlora",
-     "deepseek2",
-     256,
-     3,
-     4,
-     1,
-     0,
-     768,
-     1024,
-     2048,
-     10000.f,
-     1e-6f,
-     false,
-     false,
-     .n_expert = 8,
-     .n_expert_used = 2,
-     .n_ff_exp = 256,
-     .n_shared_exp = 1,
-     .n_layer_dense_lead = 1,
-     .kv_lora_rank = 256,
-     .qk_nope = 64,
-     .qk_rope = 32,
-     .v_head_dim = 64,
-     .q_lora_rank = 256,
-     .yarn_factor = 4.f,
-     .yarn_log_mul = 0.0707f,
-     .yarn_orig_ctx = 512},
+    {"tiny-deepseek2-qlora", TINY_DEEPSEEK2_FIELDS, .q_lora_rank = 256},
 };
 #define N_SHAPES ((int)(sizeof SHAPES / sizeof SHAPES[0]))
 
