@@ -341,7 +341,20 @@ static double num_f(const jv *v) {
 }
 static int64_t num_i(const jv *v) { return v->type == JV_INT ? v->u.i : (int64_t)v->u.b; }
 
-bool jv_equal(const jv *a, const jv *b) {
+enum { MAX_REPR_DEPTH = 500 }; /* nesting followed by equality, repr and tojson */
+
+/* Elements compare by identity first, as in Python (so a list that holds
+ * itself equals itself); past MAX_REPR_DEPTH levels two distinct structures
+ * count as unequal where Python raises RecursionError. */
+static bool equal_in(const jv *a, const jv *b, int depth);
+
+bool jv_equal(const jv *a, const jv *b) { return equal_in(a, b, 0); }
+
+static bool equal_item(const jv *a, const jv *b, int depth) {
+    return a == b || (depth < MAX_REPR_DEPTH && equal_in(a, b, depth + 1));
+}
+
+static bool equal_in(const jv *a, const jv *b, int depth) {
     if (is_num(a) && is_num(b)) {
         if (a->type == JV_FLOAT || b->type == JV_FLOAT) return num_f(a) == num_f(b);
         return num_i(a) == num_i(b);
@@ -356,7 +369,7 @@ bool jv_equal(const jv *a, const jv *b) {
             return a == b;
         if (a->u.list.n != b->u.list.n) return false;
         for (size_t i = 0; i < a->u.list.n; i++)
-            if (!jv_equal(a->u.list.items[i], b->u.list.items[i])) return false;
+            if (!equal_item(a->u.list.items[i], b->u.list.items[i], depth)) return false;
         return true;
     case JV_DICT:
         if (a->sub != JD_DICT || b->sub != JD_DICT) return a == b;
@@ -365,7 +378,7 @@ bool jv_equal(const jv *a, const jv *b) {
             const jv *o = NULL;
             for (size_t j = 0; j < b->u.dict.n && !o; j++)
                 if (jv_equal(a->u.dict.kv[i].key, b->u.dict.kv[j].key)) o = b->u.dict.kv[j].val;
-            if (!o || !jv_equal(a->u.dict.kv[i].val, o)) return false;
+            if (!o || !equal_item(a->u.dict.kv[i].val, o, depth)) return false;
         }
         return true;
     default: return a == b;
@@ -491,8 +504,40 @@ static void repr_str(jbuf *b, const char *s, size_t n) {
     jb_putc(b, q);
 }
 
-static void to_str(jx *x, jbuf *b, const jv *v, bool repr) {
+/* Containers being printed, innermost first: one met again is printed as
+ * Python prints a recursive container ([...], {...}); nesting past
+ * MAX_REPR_DEPTH fails as Python's repr does (RecursionError) instead of
+ * exhausting the C stack. */
+typedef struct repr_frame {
+    const jv *v;
+    const struct repr_frame *up;
+    int depth;
+} repr_frame;
+
+static void to_str_in(jx *x, jbuf *b, const jv *v, bool repr, const repr_frame *up);
+
+/* Prints item v of the container in frame f, or its placeholder when v is
+ * one of the containers around it. */
+static void to_str_item(jx *x, jbuf *b, const jv *v, const repr_frame *f) {
+    if (v->type == JV_LIST || v->type == JV_DICT)
+        for (const repr_frame *g = f; g; g = g->up)
+            if (g->v == v) {
+                if (v->type == JV_DICT) jb_puts(b, v->sub == JD_NS ? "<Namespace {...}>" : "{...}");
+                else jb_puts(b, v->sub == JL_TUPLE ? "(...)" : "[...]");
+                return;
+            }
+    if (f->depth >= MAX_REPR_DEPTH)
+        jx_fail(x, JINJA_ERR_RUNTIME,
+                "RecursionError: maximum recursion depth exceeded while getting the repr of an "
+                "object");
+    to_str_in(x, b, v, true, f);
+}
+
+static void to_str(jx *x, jbuf *b, const jv *v, bool repr) { to_str_in(x, b, v, repr, NULL); }
+
+static void to_str_in(jx *x, jbuf *b, const jv *v, bool repr, const repr_frame *up) {
     char tmp[64];
+    const repr_frame f = {v, up, up ? up->depth + 1 : 1};
     switch (v->type) {
     case JV_UNDEF: break;
     case JV_NONE: jb_puts(b, "None"); break;
@@ -518,7 +563,7 @@ static void to_str(jx *x, jbuf *b, const jv *v, bool repr) {
         jb_putc(b, v->sub == JL_TUPLE ? '(' : '[');
         for (size_t i = 0; i < v->u.list.n; i++) {
             if (i) jb_puts(b, ", ");
-            to_str(x, b, v->u.list.items[i], true);
+            to_str_item(x, b, v->u.list.items[i], &f);
         }
         if (v->sub == JL_TUPLE && v->u.list.n == 1) jb_putc(b, ',');
         jb_putc(b, v->sub == JL_TUPLE ? ')' : ']');
@@ -529,9 +574,9 @@ static void to_str(jx *x, jbuf *b, const jv *v, bool repr) {
         jb_putc(b, '{');
         for (size_t i = 0; i < v->u.dict.n; i++) {
             if (i) jb_puts(b, ", ");
-            to_str(x, b, v->u.dict.kv[i].key, true);
+            to_str_item(x, b, v->u.dict.kv[i].key, &f);
             jb_puts(b, ": ");
-            to_str(x, b, v->u.dict.kv[i].val, true);
+            to_str_item(x, b, v->u.dict.kv[i].val, &f);
         }
         jb_putc(b, '}');
         if (v->sub == JD_NS) jb_putc(b, '>');
@@ -608,6 +653,10 @@ static int kv_cmp(const void *p, const void *q) {
 static void tojson_rec(jx *x, jbuf *b, const jv *v, bool ea, const char *indent, const char *isep,
                        const char *ksep, bool sort, int level) {
     char tmp[64];
+    /* a list that holds itself (l.append(l)) would recurse forever: Python's
+     * json refuses it, and anything nested this deep */
+    if (level >= MAX_REPR_DEPTH)
+        jx_fail(x, JINJA_ERR_RUNTIME, "ValueError: Circular reference detected");
     switch (v->type) {
     case JV_NONE: jb_puts(b, "null"); return;
     case JV_BOOL: jb_puts(b, v->u.b ? "true" : "false"); return;

@@ -257,6 +257,17 @@ static void test_limits(void) {
            "'abcdefgh' %}{% endfor %}"
            "{{ ns.s | length }}",
            "160000");
+    /* found by fuzzing: a namespace holding a tuple that holds it overflowed
+     * the C stack when printed; jinja2 3.1.6 renders the first line exactly */
+    EXPECT("{% set ns = namespace(t=1) %}{% set ns.t = (ns, 2) %}{{ ns }}|{{ ns == ns }}|"
+           "{{ (ns, 1) == (ns, 1) }}",
+           "<Namespace {'t': (<Namespace {...}>, 2)}>|True|True");
+    EXPECT_FAIL("{% set ns = namespace(t=1) %}{% for i in range(2000) %}{% set ns.t = [ns.t] %}"
+                "{% endfor %}{{ ns.t }}",
+                JINJA_ERR_RUNTIME, "RecursionError");
+    EXPECT_FAIL("{% set ns = namespace(t=1) %}{% for i in range(2000) %}{% set ns.t = [ns.t] %}"
+                "{% endfor %}{{ ns.t | tojson }}",
+                JINJA_ERR_RUNTIME, "ValueError");
 }
 
 static void test_json_floats(void) {
