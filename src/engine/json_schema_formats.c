@@ -69,7 +69,10 @@ static bool number_bound(conv *c, const cJSON *s, const char *k, const char *pat
     const cJSON *x = get(s, k);
     if (!x) return false;
     if (!cJSON_IsNumber(x)) return cfail(c, path, "'%s' must be a number", k), false;
-    *v = x->valuedouble;
+    /* kept where a conversion to long long is defined: past the 16-digit
+     * rule's bound every value acts alike (9e123 as a maximum is no bound) */
+    const double far = 2.0 * (double)INT_BOUND;
+    *v = x->valuedouble > far ? far : x->valuedouble < -far ? -far : x->valuedouble;
     return true;
 }
 

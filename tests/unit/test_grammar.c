@@ -178,6 +178,12 @@ static void test_json_schema(void) {
                  (const char *[]){"{}", "{\"age\":3}", "{\"name\":\"a\",\"x\":1}",
                                   "{\"name\":\"a\",\"age\":1.5}",
                                   "{\"name\":\"a\"}                 ", NULL});
+    /* found by fuzzing: a bound beyond long long was converted to it (UB) */
+    schema_cases("{\"type\":\"integer\",\"minimum\":2,\"maximum\":9e123}",
+                 (const char *[]){"2", "9999999999999999", NULL},
+                 (const char *[]){"1", "-3", NULL});
+    schema_cases("{\"type\":\"integer\",\"minimum\":-1e300,\"exclusiveMaximum\":1e300}",
+                 (const char *[]){"-5", "0", "77", NULL}, (const char *[]){"1.5", NULL});
     /* additional properties: any name but the named ones */
     schema_cases("{\"type\":\"object\",\"properties\":{\"age\":{\"type\":\"integer\"}},"
                  "\"additionalProperties\":{\"type\":\"boolean\"}}",
