@@ -43,6 +43,7 @@ typedef struct cli_opts {
     const char *pp_layers;   /* --pp-layers 0-13,14-27 (NULL: balanced by bytes) */
     double pp_timeout;       /* --pp-timeout seconds (default 60) */
     int pp_micro;            /* --pp-micro M: micro-batches per step (0: one per rank) */
+    int pp_groups;           /* --pp-groups G: steps in flight (0: the ranks, at most 4) */
 } cli_opts;
 
 /* Parses argv (after the subcommand). Prints a message and returns false on error. */
@@ -78,6 +79,9 @@ bool cli_pp_prepare(const cli_opts *o, const gguf_file *f, model_params *mp);
 bool cli_pp_attach(const cli_opts *o, cli_model *cm);
 void cli_pp_detach(cli_model *cm);
 int cli_pp_rank(void);
+/* engine_config.step_groups for o: --pp-groups, else one group per rank (up
+ * to ENGINE_MAX_STEP_GROUPS) with --pp, else 1. */
+int cli_step_groups(const cli_opts *o);
 const gguf_file *cli_gguf(const cli_model *cm);
 
 /* A file's bytes, NUL-terminated (caller frees); "-" reads stdin to its end. */

@@ -126,6 +126,12 @@ static bool apply_flag(cli_opts *o, const char *f, const char *v, bool *unknown)
             return false;
         }
         *(IS("--pp") ? &o->pp : &o->pp_micro) = (int)i;
+    } else if (IS("--pp-groups")) {
+        if (!parse_i64(f, v, &i) || i < 1 || i > ENGINE_MAX_STEP_GROUPS) {
+            fprintf(stderr, "kvllm: --pp-groups: must be 1..%d\n", ENGINE_MAX_STEP_GROUPS);
+            return false;
+        }
+        o->pp_groups = (int)i;
     } else if (IS("--pp-layers")) o->pp_layers = v;
     else if (IS("--pp-timeout")) {
         float t;

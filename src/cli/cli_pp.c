@@ -35,6 +35,12 @@ static void on_broken(void *user) {
 
 int cli_pp_rank(void) { return g_pp_rank < 0 ? 0 : g_pp_rank; }
 
+int cli_step_groups(const cli_opts *o) {
+    if (o->pp_groups > 0) return o->pp_groups;
+    if (o->pp <= 1) return 1;
+    return o->pp < ENGINE_MAX_STEP_GROUPS ? o->pp : ENGINE_MAX_STEP_GROUPS;
+}
+
 bool cli_pp_prepare(const cli_opts *o, const gguf_file *f, model_params *mp) {
     if (o->pp <= 0) return true;
     kvl_error err = {{0}};

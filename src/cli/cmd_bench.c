@@ -332,6 +332,7 @@ static engine *make_engine(bench *b, int max_seqs, int64_t n_prompt, int64_t max
     int64_t all = no_cache ? n_prompt + max_tokens : (int64_t)max_seqs * n_prompt;
     ec.max_batch_tokens = all > o->batch_tokens ? all : o->batch_tokens;
     ec.no_kv_cache = no_cache;
+    ec.step_groups = cli_step_groups(o);
     kvl_error err = {{0}};
     engine *e = engine_create(b->cm.m, b->cm.vocab, &ec, &err);
     if (!e) fprintf(stderr, "kvllm bench: %s\n", err.msg);

@@ -287,6 +287,7 @@ static bool engine_settings(const cli_opts *o, serve_opts *so, model *m, model *
     ec->draft_model = draft;
     ec->scheduling = so->scheduling;
     ec->prefix_admission_wait = (int)so->prefix_admission_wait;
+    ec->step_groups = cli_step_groups(o);
     if ((so->kv_disk_size || so->kv_disk_pin_max) && !so->kv_disk) {
         fprintf(stderr, "kvllm: %s needs --kv-disk DIR\n",
                 so->kv_disk_size ? "--kv-disk-size" : "--kv-disk-pin-max");

@@ -28,6 +28,7 @@ void engine_config_default(engine_config *c) {
     c->kv_disk = NULL;
     c->scheduling = ENGINE_SCHED_FCFS;
     c->prefix_admission_wait = 0;
+    c->step_groups = 1;
 }
 
 bool engine_spec_parse(const char *name, engine_spec_mode *mode) {
@@ -43,14 +44,22 @@ bool engine_spec_parse(const char *name, engine_spec_mode *mode) {
 static bool alloc_batch(engine *e, kvl_error *err) {
     int64_t T = e->cfg.max_batch_tokens, S = e->cfg.max_seqs, V = model_hp(e->m)->n_vocab;
     int64_t rows = S + (e->spec ? e->cfg.spec_max_batch : 0); /* a draft's logits take a row */
-    e->b_tokens = malloc(T * sizeof(int32_t));
-    e->b_pos = malloc(T * sizeof(int32_t));
-    e->b_seq = malloc(T * sizeof(int32_t));
-    e->b_want = malloc(T);
-    e->b_seqs = malloc(S * e->n_groups * sizeof(kv_seq *));
-    e->b_owner = malloc(S * sizeof(seq *));
+    /* with groups a step holds at most ceil(S / groups) sequences, a row each */
+    if (e->n_slots > 1) rows = (S + e->n_slots - 1) / e->n_slots;
+    for (int k = 0; k < e->n_slots; k++) {
+        step_slot *b = &e->slots[k];
+        b->tokens = malloc(T * sizeof(int32_t));
+        b->pos = malloc(T * sizeof(int32_t));
+        b->seq = malloc(T * sizeof(int32_t));
+        b->want = malloc(T);
+        b->seqs = malloc(S * e->n_groups * sizeof(kv_seq *));
+        b->owner = malloc(S * sizeof(seq *));
+        b->logits = kvl_alloc(rows * V * sizeof(float));
+        if (!b->tokens || !b->pos || !b->seq || !b->want || !b->seqs || !b->owner || !b->logits)
+            return kvl_fail(err, "engine: out of memory");
+    }
+    eng_use_slot(e, 0);
     e->running = malloc(S * sizeof(seq *));
-    e->logits = kvl_alloc(rows * V * sizeof(float));
     e->logits_tmp = kvl_alloc(V * sizeof(float));
     e->mask = malloc((V + 31) / 32 * sizeof(uint32_t));
     e->piece_cap = 1024;
@@ -58,8 +67,7 @@ static bool alloc_batch(engine *e, kvl_error *err) {
     e->events = calloc(1, sizeof *e->events);
     if (e->drafter && !(e->draft_jobs = malloc(S * sizeof *e->draft_jobs)))
         return kvl_fail(err, "engine: out of memory");
-    if (!e->events || !e->b_tokens || !e->b_pos || !e->b_seq || !e->b_want || !e->b_seqs ||
-        !e->b_owner || !e->running || !e->logits || !e->logits_tmp || !e->mask || !e->piece)
+    if (!e->events || !e->running || !e->logits_tmp || !e->mask || !e->piece)
         return kvl_fail(err, "engine: out of memory");
     return true;
 }
@@ -135,6 +143,17 @@ engine *engine_create(model *m, const tok_vocab *vocab, const engine_config *c, 
         }
         if (!(e->disk = kv_disk_open(c->kv_disk, e->kv[0], err))) goto fail;
     }
+    if (e->cfg.step_groups < 1 || e->cfg.step_groups > ENGINE_MAX_STEP_GROUPS) {
+        kvl_fail(err, "engine: step groups %d: between 1 and %d", e->cfg.step_groups,
+                 ENGINE_MAX_STEP_GROUPS);
+        goto fail;
+    }
+    e->n_slots = e->cfg.step_groups;
+    if (e->n_slots > 1 && (e->spec || e->disk)) {
+        kvl_fail(err, "engine: step groups do not work with speculative decoding or the KV disk "
+                      "tier");
+        goto fail;
+    }
     if (!alloc_batch(e, err)) goto fail;
     return e;
 fail:
@@ -159,6 +178,7 @@ void eng_seq_free(engine *e, seq *s) {
 
 void engine_destroy(engine *e) {
     if (!e) return;
+    eng_drain_steps(e); /* a pipeline writes their logits into the slots */
     while (e->waiting) {
         seq *s = e->waiting;
         e->waiting = s->next;
@@ -168,14 +188,17 @@ void engine_destroy(engine *e) {
     kv_disk_close(e->disk); /* before the pool: it writes what RAM still caches */
     for (int g = 0; g < MODEL_MAX_KV_GROUPS; g++) kv_pool_destroy(e->kv[g]);
     spec_drafter_destroy(e->drafter);
-    free(e->b_tokens);
-    free(e->b_pos);
-    free(e->b_seq);
-    free(e->b_want);
-    free(e->b_seqs);
-    free(e->b_owner);
+    for (int k = 0; k < e->n_slots; k++) {
+        step_slot *b = &e->slots[k];
+        free(b->tokens);
+        free(b->pos);
+        free(b->seq);
+        free(b->want);
+        free(b->seqs);
+        free(b->owner);
+        kvl_free(b->logits);
+    }
     free(e->running);
-    kvl_free(e->logits);
     kvl_free(e->logits_tmp);
     free(e->mask);
     free(e->piece);
@@ -200,7 +223,8 @@ kv_pool *engine_kv_group(engine *e, int group) { return e->kv[group]; }
 const engine_config *engine_cfg(const engine *e) { return &e->cfg; }
 bool engine_has_work(const engine *e) {
     /* a cancelled request's read still in flight: a later step gives its blocks back */
-    return e->waiting || e->n_running > 0 || (e->disk && kv_disk_has_loads(e->disk));
+    return e->waiting || e->n_running > 0 || e->n_flight > 0 ||
+           (e->disk && kv_disk_has_loads(e->disk));
 }
 
 engine_metrics engine_get_metrics(const engine *e) {

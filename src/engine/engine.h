@@ -142,7 +142,18 @@ typedef struct engine_config {
      * next in order has already been passed over this many times (so nothing
      * starves). 0: off, strict order (default). */
     int prefix_admission_wait;
+    /* Steps in flight at once, 1..ENGINE_MAX_STEP_GROUPS (default 1). With G > 1
+     * the running sequences form up to G groups, each step holding one group
+     * (at most ceil(sequences / G) of them); a group's next step is planned
+     * once its logits are back, while the other groups' steps are still in
+     * flight: a pipeline (model_set_forward_async, --pp) keeps every stage
+     * busy. In one process the steps simply run one after the other, in the
+     * same order, so the schedule is the same. Not with speculative decoding
+     * or the disk tier. */
+    int step_groups;
 } engine_config;
+
+#define ENGINE_MAX_STEP_GROUPS 4
 
 void engine_config_default(engine_config *c);
 

@@ -40,8 +40,25 @@ typedef struct seq {
     spec_dseq dseq;     /* the draft model's KV of this sequence */
     int passed_over;    /* admissions that preferred a later request (prefix-aware) */
     kv_disk_load *load; /* its prefix being read from the disk tier: waits until ready */
+    int flight;         /* step groups: 1 + the slot of the step in flight with it, 0: none */
     struct seq *next;   /* in the waiting queue or the running list */
 } seq;
+
+typedef struct step_plan {
+    int64_t n_tokens;
+    int n_seqs;
+} step_plan;
+
+/* One step's batch and logits; engine.b_* and logits point at the slot being
+ * planned or finished (engine_config.step_groups slots). */
+typedef struct step_slot {
+    int32_t *tokens, *pos, *seq;
+    uint8_t *want;
+    const kv_seq **seqs;
+    struct seq **owner;
+    float *logits;
+    step_plan plan;
+} step_slot;
 
 struct engine {
     model *m;
@@ -79,12 +96,12 @@ struct engine {
     spec_draft_job *draft_jobs; /* [max_seqs] one step's draft-model jobs */
     spec_cost cost;             /* measured step times: what drafts cost */
     double step_draft_s;        /* this step's draft-model time (counted apart) */
+
+    /* step groups (engine_config.step_groups): steps in flight, oldest at head */
+    step_slot slots[ENGINE_MAX_STEP_GROUPS];
+    int n_slots, fl_head, n_flight;
 };
 
-typedef struct step_plan {
-    int64_t n_tokens;
-    int n_seqs;
-} step_plan;
 
 /* engine.c */
 void eng_seq_free(engine *e, seq *s);
@@ -102,5 +119,10 @@ bool eng_seq_loading(const engine *e, const seq *s);
 void eng_drop_cancelled(engine *e);
 void eng_draft_all(engine *e, const step_plan *p);
 void eng_plan_step(engine *e, step_plan *p);
+
+/* engine_step.c */
+void eng_use_slot(engine *e, int k);
+/* Finishes every step in flight (before the engine goes away). */
+void eng_drain_steps(engine *e);
 
 #endif

@@ -103,8 +103,10 @@ static seq **pick_waiting(engine *e, bool admit) {
  * of the highest priority value) by recompute: its blocks are freed and it
  * goes to the front of the queue with everything it generated so far. */
 static void preempt_newest(engine *e) {
-    seq *s = e->running[e->n_running - 1];
-    eng_running_remove(e, e->n_running - 1);
+    int i = e->n_running - 1;
+    while (e->running[i]->flight) i--; /* with step groups: the newest with no step in flight */
+    seq *s = e->running[i];
+    eng_running_remove(e, i);
     ev_ring_push(e->events, ENGINE_EV_PREEMPT, s->id, kv_seq_n_held(&s->kv[0]), s->n_tokens);
     eng_seq_forget_kv(e, s);
     s->state = SEQ_WAITING;
@@ -154,7 +156,7 @@ static int64_t reserve_chunk(engine *e, seq *s, int64_t budget) {
 void eng_drop_cancelled(engine *e) {
     for (int i = 0; i < e->n_running;) {
         seq *s = e->running[i];
-        if (!s->cancelled) {
+        if (!s->cancelled || s->flight) { /* in flight: once its step is back */
             i++;
             continue;
         }
@@ -262,9 +264,24 @@ static void preempt_for_priority(engine *e) {
     if (!pp) return;
     const seq *w = *pp;
     int64_t need = (w->n_tokens - cached_prefix(e, w) + e->cfg.block_size - 1) / e->cfg.block_size;
-    while (e->n_running > 0 && e->running[e->n_running - 1]->req.priority > w->req.priority &&
-           (e->n_running >= e->cfg.max_seqs || kv_pool_n_free(e->kv[0]) < need))
+    for (;;) {
+        int i = e->n_running - 1;
+        while (i >= 0 && e->running[i]->flight) i--;
+        if (i < 0 || e->running[i]->req.priority <= w->req.priority ||
+            (e->n_running < e->cfg.max_seqs && kv_pool_n_free(e->kv[0]) >= need))
+            break;
         preempt_newest(e);
+    }
+}
+
+/* Sequences one step may hold: with step groups, an equal share of those
+ * running and those that could be admitted, so the groups stay even (a group
+ * left small by finished sequences grows back as the others wait a step). */
+static int step_seq_cap(const engine *e) {
+    if (e->n_slots <= 1) return e->cfg.max_seqs;
+    int n = e->n_running;
+    for (const seq *s = e->waiting; s && n < e->cfg.max_seqs; s = s->next) n++;
+    return n == 0 ? 1 : (n + e->n_slots - 1) / e->n_slots;
 }
 
 void eng_plan_step(engine *e, step_plan *p) {
@@ -273,9 +290,15 @@ void eng_plan_step(engine *e, step_plan *p) {
     p->n_tokens = 0;
     p->n_seqs = 0;
     preempt_for_priority(e);
-    /* Running sequences, oldest first: decodes (and unfinished prefills). */
-    for (int i = 0; i < e->n_running && budget > 0;) {
+    const int cap = step_seq_cap(e);
+    /* Running sequences, oldest first: decodes (and unfinished prefills);
+     * with step groups those with no step in flight. */
+    for (int i = 0; i < e->n_running && budget > 0 && p->n_seqs < cap;) {
         seq *s = e->running[i];
+        if (s->flight) {
+            i++;
+            continue;
+        }
         /* No cache: once per new token, forget everything and recompute the prefix
          * (a chunked recompute that happens to stop at n_tokens-1 must go on). */
         if (e->cfg.no_kv_cache && s->n_computed == s->n_tokens - 1 && s->n_computed > 0 &&
@@ -304,7 +327,8 @@ void eng_plan_step(engine *e, step_plan *p) {
     }
     /* Admit waiting sequences while there is budget, room and memory. */
     seq **link;
-    while (budget > 0 && e->n_running < e->cfg.max_seqs && (link = pick_waiting(e, true))) {
+    while (budget > 0 && e->n_running < e->cfg.max_seqs && p->n_seqs < cap &&
+           (link = pick_waiting(e, true))) {
         seq *s = *link;
         if (leader_prefilling(e, s)) break;     /* keeps FIFO order; the leader finishes first */
         if (!eng_prefix_attach(e, s)) continue; /* reading from disk: pick_waiting skips it now */

@@ -77,7 +77,113 @@ static void finish_drafts(engine *e, seq *s) {
     if (e->drafter) spec_drafter_rollback(e->drafter, &s->dseq, s->n_computed);
 }
 
+void eng_use_slot(engine *e, int k) {
+    step_slot *b = &e->slots[k];
+    e->b_tokens = b->tokens;
+    e->b_pos = b->pos;
+    e->b_seq = b->seq;
+    e->b_want = b->want;
+    e->b_seqs = b->seqs;
+    e->b_owner = b->owner;
+    e->logits = b->logits;
+}
+
+/* Allocations evict inside kv: logs how many. */
+static void log_evictions(engine *e) {
+    for (int g = 0; g < e->n_groups; g++) {
+        int64_t ev = kv_pool_n_evicted(e->kv[g]);
+        if (ev > e->n_evicted_seen[g])
+            ev_ring_push(e->events, ENGINE_EV_EVICT, 0, ev - e->n_evicted_seen[g], g);
+        e->n_evicted_seen[g] = ev;
+    }
+}
+
+/* The step's forward is done: its tokens are computed, the outputs sampled and
+ * the sequences that finished given back. */
+static void step_done(engine *e, const step_plan *p) {
+    e->metrics.steps++;
+    for (int si = 0; si < p->n_seqs; si++) {
+        seq *s = e->b_owner[si];
+        for (int64_t t = 0; t < p->n_tokens; t++)
+            if (e->b_seq[t] == si) s->n_computed++;
+        s->n_computed -= s->n_draft; /* drafts count once accepted (sample_outputs) */
+        if (e->prefix_cache) kv_prefix_commit(e->kv[0], &s->kv[0], s->tokens, s->n_computed);
+    }
+    sample_outputs(e, p);
+    if (e->spec)
+        for (int si = 0; si < p->n_seqs; si++) finish_drafts(e, e->b_owner[si]);
+    for (int i = 0; i < e->n_running;) {
+        seq *s = e->running[i];
+        if (s->state == SEQ_DONE) {
+            eng_running_remove(e, i);
+            eng_seq_free(e, s);
+        } else {
+            i++;
+        }
+    }
+}
+
+static model_batch plan_batch(engine *e, const step_plan *p) {
+    return (model_batch){.n_tokens = p->n_tokens,
+                         .tokens = e->b_tokens,
+                         .pos = e->b_pos,
+                         .seq = e->b_seq,
+                         .want_logits = e->b_want,
+                         .n_seqs = p->n_seqs,
+                         .seqs = e->b_seqs};
+}
+
+/* Finishes the oldest step in flight. */
+static bool finish_oldest(engine *e, kvl_error *err) {
+    const int k = e->fl_head;
+    const bool ok = model_forward_wait(e->m, err);
+    e->fl_head = (k + 1) % e->n_slots;
+    e->n_flight--;
+    eng_use_slot(e, k);
+    const step_plan *p = &e->slots[k].plan;
+    for (int si = 0; si < p->n_seqs; si++) e->b_owner[si]->flight = 0;
+    if (ok) step_done(e, p);
+    return ok;
+}
+
+void eng_drain_steps(engine *e) {
+    kvl_error err = {{0}};
+    while (e->n_flight > 0)
+        if (!finish_oldest(e, &err)) kvl_log(KVL_LOG_WARN, "engine: %s", err.msg);
+}
+
+/* Step groups: plans and launches a step for every free slot (each over the
+ * sequences with no step in flight), then finishes the oldest step in
+ * flight. In a pipeline the stages compute the launched steps while this
+ * samples the oldest one's outputs and plans its group's next step. */
+static bool step_groups(engine *e, kvl_error *err) {
+    eng_drop_cancelled(e);
+    while (e->n_flight < e->n_slots) {
+        const int k = (e->fl_head + e->n_flight) % e->n_slots;
+        eng_use_slot(e, k);
+        step_plan *p = &e->slots[k].plan;
+        eng_plan_step(e, p);
+        log_evictions(e);
+        if (p->n_tokens == 0) break;
+        for (int si = 0; si < p->n_seqs; si++) e->b_owner[si]->flight = k + 1;
+        e->n_flight++;
+        model_batch b = plan_batch(e, p);
+        if (!model_forward_launch(e->m, e->kv, &b, e->logits, err)) {
+            e->n_flight--;
+            for (int si = 0; si < p->n_seqs; si++) e->b_owner[si]->flight = 0;
+            return false;
+        }
+    }
+    if (e->n_flight == 0) {
+        if (e->waiting && e->n_running == 0)
+            return kvl_fail(err, "engine: no KV blocks free for the next request");
+        return true;
+    }
+    return finish_oldest(e, err);
+}
+
 bool engine_step(engine *e, kvl_error *err) {
+    if (e->n_slots > 1) return step_groups(e, err);
     const double t_step = e->spec ? kvl_time_s() : 0; /* the whole step: what drafts cost */
     e->step_draft_s = 0;
     eng_drop_cancelled(e);
@@ -85,12 +191,7 @@ bool engine_step(engine *e, kvl_error *err) {
     step_plan p;
     eng_plan_step(e, &p);
     e->disk_stalled = p.n_tokens == 0 && e->disk && kv_disk_has_loads(e->disk);
-    for (int g = 0; g < e->n_groups; g++) { /* allocations evict inside kv: log how many */
-        int64_t ev = kv_pool_n_evicted(e->kv[g]);
-        if (ev > e->n_evicted_seen[g])
-            ev_ring_push(e->events, ENGINE_EV_EVICT, 0, ev - e->n_evicted_seen[g], g);
-        e->n_evicted_seen[g] = ev;
-    }
+    log_evictions(e);
     if (p.n_tokens == 0) {
         if (e->disk_stalled) { /* nothing to compute until a read finishes */
             /* Reads done but not admitted (the head of the queue waits for
@@ -107,34 +208,9 @@ bool engine_step(engine *e, kvl_error *err) {
         return true;
     }
     if (e->drafter) eng_draft_all(e, &p);
-    model_batch b = {.n_tokens = p.n_tokens,
-                     .tokens = e->b_tokens,
-                     .pos = e->b_pos,
-                     .seq = e->b_seq,
-                     .want_logits = e->b_want,
-                     .n_seqs = p.n_seqs,
-                     .seqs = e->b_seqs};
+    model_batch b = plan_batch(e, &p);
     if (!model_forward(e->m, e->kv, &b, e->logits, err)) return false;
-    e->metrics.steps++;
-    for (int si = 0; si < p.n_seqs; si++) {
-        seq *s = e->b_owner[si];
-        for (int64_t t = 0; t < p.n_tokens; t++)
-            if (e->b_seq[t] == si) s->n_computed++;
-        s->n_computed -= s->n_draft; /* drafts count once accepted (sample_outputs) */
-        if (e->prefix_cache) kv_prefix_commit(e->kv[0], &s->kv[0], s->tokens, s->n_computed);
-    }
-    sample_outputs(e, &p);
-    if (e->spec)
-        for (int si = 0; si < p.n_seqs; si++) finish_drafts(e, e->b_owner[si]);
-    for (int i = 0; i < e->n_running;) {
-        seq *s = e->running[i];
-        if (s->state == SEQ_DONE) {
-            eng_running_remove(e, i);
-            eng_seq_free(e, s);
-        } else {
-            i++;
-        }
-    }
+    step_done(e, &p);
     if (e->spec) spec_cost_observe(&e->cost, p.n_tokens, kvl_time_s() - t_step - e->step_draft_s);
     return true;
 }

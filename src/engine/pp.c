@@ -226,6 +226,31 @@ _Noreturn void pp_abort(int code) {
 
 /* ---------------------------------------------------------------- stage -- */
 
+/* ---------------------------------------------------------------- stage -- */
+
+/* Requests not yet complete, each with the rank whose answer it waits for (so
+ * a silent rank can be named). */
+typedef struct pp_reqs {
+    MPI_Request *r;
+    int *rank;
+    int n, cap;
+} pp_reqs;
+
+/* One step in flight: on rank 0 everything a step's sends and receives use
+ * until it is waited for; on a worker what its sends read until they
+ * complete (a worker goes on with the next step meanwhile). */
+typedef struct pp_flight {
+    int32_t *ctrl; /* rank 0: the step descriptor being sent */
+    int64_t ctrl_cap;
+    float *x_out, *logits; /* hidden states sent on; logits (rank 0: when the caller has no buffer) */
+    int64_t x_out_cap, logits_cap;
+    pp_reqs q;
+    int32_t acks[PP_MAX_RANKS]; /* rank 0: each rank's "step done"; a worker sends acks[0] */
+    int64_t step, n_tokens;
+} pp_flight;
+
+enum { PP_MAX_FLIGHT = 4 };
+
 struct pp_stage {
     model *m;
     pp_config cfg;
@@ -238,22 +263,22 @@ struct pp_stage {
     kv_pool *const *sent_pools;
     kv_pool_config sent_cfg[MODEL_MAX_KV_GROUPS];
     int n_sent;
+    /* steps in flight: rank 0's oldest at fl_head; a worker's in turn */
+    pp_flight fl[PP_MAX_FLIGHT];
+    int fl_head, n_fl;
     /* workers: their own pools */
     kv_pool *pools[MODEL_MAX_KV_GROUPS];
     int n_pools;
     /* buffers, grown as needed */
-    int32_t *ctrl;
+    int32_t *ctrl; /* a worker's step received */
     int64_t ctrl_cap;
-    float *x_in, *x_out, *logits;
-    int64_t x_in_cap, x_out_cap, logits_cap;
+    float *x_in;
+    int64_t x_in_cap;
     uint8_t *want;
     int64_t want_cap;
     kv_seq *seqs;
     const kv_seq **seq_ptrs;
     int64_t seqs_cap;
-    MPI_Request *reqs;
-    int *req_rank; /* whose answer each request is: named when it never comes */
-    int n_reqs, reqs_cap;
     /* fault injection (tests) */
     int fault_rank;
     int64_t fault_step;
@@ -285,19 +310,19 @@ static void nap(void) {
     nanosleep(&ts, NULL);
 }
 
-static bool add_req(pp_stage *p, int rank, MPI_Request r) {
-    if (p->n_reqs == p->reqs_cap) {
-        int n = p->reqs_cap ? 2 * p->reqs_cap : 64;
-        MPI_Request *q = realloc(p->reqs, (size_t)n * sizeof *q);
-        if (!q) return false;
-        p->reqs = q;
-        int *w = realloc(p->req_rank, (size_t)n * sizeof *w);
+static bool add_req(pp_reqs *q, int rank, MPI_Request r) {
+    if (q->n == q->cap) {
+        int n = q->cap ? 2 * q->cap : 64;
+        MPI_Request *a = realloc(q->r, (size_t)n * sizeof *a);
+        if (!a) return false;
+        q->r = a;
+        int *w = realloc(q->rank, (size_t)n * sizeof *w);
         if (!w) return false;
-        p->req_rank = w;
-        p->reqs_cap = n;
+        q->rank = w;
+        q->cap = n;
     }
-    p->reqs[p->n_reqs] = r;
-    p->req_rank[p->n_reqs++] = rank;
+    q->r[q->n] = r;
+    q->rank[q->n++] = rank;
     return true;
 }
 
@@ -309,21 +334,20 @@ static bool fail(pp_stage *p, kvl_error *err, const char *msg) {
     return kvl_fail(err, "%.500s", p->fail_msg);
 }
 
-/* Waits for every pending request; the deadline moves on whenever one
+/* Waits for every request of q; the deadline moves on whenever one
  * completes, so only timeout_s without any progress fails. */
-static bool wait_all(pp_stage *p, kvl_error *err) {
+static bool wait_reqs(pp_stage *p, pp_reqs *q, int64_t step, kvl_error *err) {
     const double t0 = kvl_time_s();
     double last = t0;
     int spins = 0;
     for (;;) {
         int pending = 0;
-        for (int i = 0; i < p->n_reqs; i++) {
-            if (p->reqs[i] == MPI_REQUEST_NULL) continue;
+        for (int i = 0; i < q->n; i++) {
+            if (q->r[i] == MPI_REQUEST_NULL) continue;
             int done = 0;
-            if (MPI_Test(&p->reqs[i], &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
+            if (MPI_Test(&q->r[i], &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
                 char msg[200];
-                snprintf(msg, sizeof msg, "pipeline: MPI failed talking to rank %d",
-                         p->req_rank[i]);
+                snprintf(msg, sizeof msg, "pipeline: MPI failed talking to rank %d", q->rank[i]);
                 return fail(p, err, msg);
             }
             if (done) last = kvl_time_s();
@@ -333,20 +357,20 @@ static bool wait_all(pp_stage *p, kvl_error *err) {
         double now = kvl_time_s();
         if (now - last > p->cfg.timeout_s) {
             int who = p->size;
-            for (int i = 0; i < p->n_reqs; i++)
-                if (p->reqs[i] != MPI_REQUEST_NULL && p->req_rank[i] < who) who = p->req_rank[i];
+            for (int i = 0; i < q->n; i++)
+                if (q->r[i] != MPI_REQUEST_NULL && q->rank[i] < who) who = q->rank[i];
             char msg[220];
             snprintf(msg, sizeof msg,
                      "pipeline: rank %d sent nothing for %.0f s (step %lld): it died or hangs; "
                      "ending the job",
-                     who, p->cfg.timeout_s, (long long)p->step);
+                     who, p->cfg.timeout_s, (long long)step);
             p->st.wait_s += now - t0;
             return fail(p, err, msg);
         }
         if (++spins > 50) nap();
     }
     p->st.wait_s += kvl_time_s() - t0;
-    p->n_reqs = 0;
+    q->n = 0;
     return true;
 }
 
@@ -361,16 +385,38 @@ static int64_t count_wanted(const uint8_t *want, int64_t t0, int64_t t1) {
 
 /* ----------------------------------------------------------- rank 0 side -- */
 
-static bool send_ctrl(pp_stage *p, int64_t n, kvl_error *err) {
+static bool send_ctrl(pp_stage *p, pp_flight *f, int64_t n, kvl_error *err) {
     for (int r = 1; r < p->size; r++) {
         MPI_Request rq;
-        if (MPI_Isend(p->ctrl, (int)n, MPI_INT32_T, r, TAG_CTRL, MPI_COMM_WORLD, &rq) !=
+        if (MPI_Isend(f->ctrl, (int)n, MPI_INT32_T, r, TAG_CTRL, MPI_COMM_WORLD, &rq) !=
                 MPI_SUCCESS ||
-            !add_req(p, r, rq))
+            !add_req(&f->q, r, rq))
             return fail(p, err, "pipeline: cannot send a step to the other ranks");
         p->st.ctrl_bytes += n * 4;
     }
     return true;
+}
+
+/* Rank 0: waits for the oldest step in flight (its logits and every rank's ack). */
+static bool wait_oldest(pp_stage *p, kvl_error *err) {
+    if (p->n_fl == 0) return fail(p, err, "pipeline: no step in flight to wait for");
+    pp_flight *f = &p->fl[p->fl_head];
+    if (!wait_reqs(p, &f->q, f->step, err)) return false;
+    p->fl_head = (p->fl_head + 1) % PP_MAX_FLIGHT;
+    p->n_fl--;
+    p->st.steps++;
+    p->st.tokens += f->n_tokens;
+    return true;
+}
+
+/* Rank 0: a message outside the steps (pools, stop) in the next slot, sent
+ * once every step in flight is done, and waited for. */
+static bool send_now(pp_stage *p, pp_flight *f, int64_t n, kvl_error *err) {
+    return send_ctrl(p, f, n, err) && wait_reqs(p, &f->q, p->step, err);
+}
+
+static pp_flight *next_flight(pp_stage *p) {
+    return &p->fl[(p->fl_head + p->n_fl) % PP_MAX_FLIGHT];
 }
 
 static bool sync_pools(pp_stage *p, kv_pool *const *pools, kvl_error *err) {
@@ -379,9 +425,13 @@ static bool sync_pools(pp_stage *p, kv_pool *const *pools, kvl_error *err) {
     for (int g = 0; same && g < G; g++)
         same = memcmp(&p->sent_cfg[g], kv_pool_cfg(pools[g]), sizeof(kv_pool_config)) == 0;
     if (same) return true;
-    if (!grow((void **)&p->ctrl, &p->ctrl_cap, HDR + 5 * G, sizeof(int32_t)))
+    if (p->n_fl > 0) /* the steps in flight use the old pools on the other ranks */
+        return fail(p, err, "pipeline: new KV pools while steps are in flight");
+    pp_flight *f = next_flight(p);
+    if (!grow((void **)&f->ctrl, &f->ctrl_cap, HDR + 5 * G, sizeof(int32_t)))
         return fail(p, err, "pipeline: out of memory");
-    int32_t *c = p->ctrl;
+    int32_t *c = f->ctrl;
+    memset(c, 0, HDR * sizeof *c);
     c[0] = OP_POOLS;
     c[1] = (int32_t)p->step;
     c[4] = G;
@@ -397,18 +447,18 @@ static bool sync_pools(pp_stage *p, kv_pool *const *pools, kvl_error *err) {
     }
     p->sent_pools = pools;
     p->n_sent = G;
-    return send_ctrl(p, HDR + 5 * G, err) && wait_all(p, err);
+    return send_now(p, f, HDR + 5 * G, err);
 }
 
-static bool pack_forward(pp_stage *p, const model_batch *b, const uint8_t *want, int n_micro,
-                         int64_t *len, kvl_error *err) {
+static bool pack_forward(pp_stage *p, pp_flight *f, const model_batch *b, const uint8_t *want,
+                         int n_micro, int64_t *len, kvl_error *err) {
     const int G = model_kv_n_groups(p->m);
     const int64_t n = b->n_tokens;
     int64_t need = HDR + 4 * n + (int64_t)b->n_seqs * G;
     for (int64_t s = 0; s < (int64_t)b->n_seqs * G; s++) need += b->seqs[s]->n_blocks;
-    if (need > INT32_MAX / 2 || !grow((void **)&p->ctrl, &p->ctrl_cap, need, sizeof(int32_t)))
+    if (need > INT32_MAX / 2 || !grow((void **)&f->ctrl, &f->ctrl_cap, need, sizeof(int32_t)))
         return fail(p, err, "pipeline: out of memory");
-    int32_t *c = p->ctrl;
+    int32_t *c = f->ctrl;
     c[0] = OP_FORWARD;
     c[1] = (int32_t)p->step;
     c[2] = (int32_t)n;
@@ -441,18 +491,26 @@ static model_batch sub_batch(const model_batch *b, const uint8_t *want, int64_t 
                          .seqs = b->seqs};
 }
 
-static bool forward_hook(void *user, model *m, kv_pool *const *pools, const model_batch *b,
-                         float *logits, kvl_error *err) {
+/* Rank 0: sends the step down the pipeline, posts the receives of its logits
+ * and acks, and computes its own layers, micro-batch by micro-batch, sending
+ * each part on as it is done. Returns without waiting for the answers. */
+static bool launch_hook(void *user, model *m, kv_pool *const *pools, const model_batch *b,
+                        float *logits, kvl_error *err) {
     pp_stage *p = user;
     if (p->failed) return kvl_fail(err, "%.500s", p->fail_msg);
     if (b->hidden)
         return kvl_fail(err, "pipeline: hidden states (embeddings) are not available with --pp");
     const model_hparams *hp = model_hp(m);
     const int64_t n = b->n_tokens, E = hp->n_embd, V = hp->n_vocab;
-    if (n <= 0) return true;
+    if (n <= 0) return kvl_fail(err, "pipeline: an empty step");
+    if (p->n_fl == PP_MAX_FLIGHT)
+        return fail(p, err, "pipeline: too many steps in flight");
     p->step++;
     if (!sync_pools(p, pools, err)) return false;
-    if (!grow((void **)&p->want, &p->want_cap, n, 1) || !grow_f(&p->x_out, &p->x_out_cap, n * E))
+    pp_flight *f = next_flight(p);
+    f->step = p->step;
+    f->n_tokens = n;
+    if (!grow((void **)&p->want, &p->want_cap, n, 1) || !grow_f(&f->x_out, &f->x_out_cap, n * E))
         return fail(p, err, "pipeline: out of memory");
     if (b->want_logits) memcpy(p->want, b->want_logits, (size_t)n);
     else {
@@ -462,14 +520,17 @@ static bool forward_hook(void *user, model *m, kv_pool *const *pools, const mode
     const int64_t n_want = count_wanted(p->want, 0, n);
     float *out = logits;
     if (!out) { /* the caller wants none of them, but the last rank sends what is wanted */
-        if (!grow_f(&p->logits, &p->logits_cap, n_want * V))
+        if (!grow_f(&f->logits, &f->logits_cap, n_want * V))
             return fail(p, err, "pipeline: out of memory");
-        out = p->logits;
+        out = f->logits;
     }
     int n_micro = p->cfg.micro > 0 ? p->cfg.micro : p->size;
     if (n_micro > n) n_micro = (int)n;
     int64_t len = 0;
-    if (!pack_forward(p, b, p->want, n_micro, &len, err) || !send_ctrl(p, len, err)) return false;
+    if (!pack_forward(p, f, b, p->want, n_micro, &len, err) || !send_ctrl(p, f, len, err))
+        return false;
+    p->n_fl++; /* from here on its requests are waited for */
+    if (p->n_fl > p->st.most_in_flight) p->st.most_in_flight = p->n_fl;
     /* answers first, so they land in place whenever they come */
     int64_t row = 0;
     for (int k = 0; k < n_micro; k++) {
@@ -478,39 +539,53 @@ static bool forward_hook(void *user, model *m, kv_pool *const *pools, const mode
         MPI_Request rq;
         if (MPI_Irecv(out + row * V, (int)(w * V), MPI_FLOAT, p->size - 1, TAG_LOGITS,
                       MPI_COMM_WORLD, &rq) != MPI_SUCCESS ||
-            !add_req(p, p->size - 1, rq))
+            !add_req(&f->q, p->size - 1, rq))
             return fail(p, err, "pipeline: cannot post a receive");
         row += w;
     }
-    static int32_t acks[PP_MAX_RANKS];
     for (int r = 1; r < p->size; r++) {
         MPI_Request rq;
-        if (MPI_Irecv(&acks[r], 1, MPI_INT32_T, r, TAG_ACK, MPI_COMM_WORLD, &rq) != MPI_SUCCESS ||
-            !add_req(p, r, rq))
+        if (MPI_Irecv(&f->acks[r], 1, MPI_INT32_T, r, TAG_ACK, MPI_COMM_WORLD, &rq) !=
+                MPI_SUCCESS ||
+            !add_req(&f->q, r, rq))
             return fail(p, err, "pipeline: cannot post a receive");
     }
     for (int k = 0; k < n_micro; k++) {
         const int64_t t0 = micro_start(n, n_micro, k), t1 = micro_start(n, n_micro, k + 1);
         model_batch sb = sub_batch(b, p->want, t0, t1);
-        if (!model_forward_stage(m, pools, &sb, NULL, p->x_out + t0 * E, NULL, err)) {
+        if (!model_forward_stage(m, pools, &sb, NULL, f->x_out + t0 * E, NULL, err)) {
             /* the others wait for this step: the pipeline cannot go on */
             char msg[sizeof p->fail_msg];
             snprintf(msg, sizeof msg, "pipeline: %s", err->msg);
             return fail(p, err, msg);
         }
         MPI_Request rq;
-        if (MPI_Isend(p->x_out + t0 * E, (int)((t1 - t0) * E), MPI_FLOAT, 1, TAG_HIDDEN,
+        if (MPI_Isend(f->x_out + t0 * E, (int)((t1 - t0) * E), MPI_FLOAT, 1, TAG_HIDDEN,
                       MPI_COMM_WORLD, &rq) != MPI_SUCCESS ||
-            !add_req(p, 1, rq))
+            !add_req(&f->q, 1, rq))
             return fail(p, err, "pipeline: cannot send hidden states to rank 1");
         p->st.hidden_bytes += (t1 - t0) * E * (int64_t)sizeof(float);
         int done; /* let the send start while the next part computes */
-        MPI_Test(&p->reqs[p->n_reqs - 1], &done, MPI_STATUS_IGNORE);
+        MPI_Test(&f->q.r[f->q.n - 1], &done, MPI_STATUS_IGNORE);
     }
-    if (!wait_all(p, err)) return false;
-    p->st.steps++;
-    p->st.tokens += n;
     return true;
+}
+
+static bool wait_hook(void *user, kvl_error *err) {
+    pp_stage *p = user;
+    if (p->failed) return kvl_fail(err, "%.500s", p->fail_msg);
+    return wait_oldest(p, err);
+}
+
+/* model_forward: one step alone, launched and waited for. */
+static bool forward_hook(void *user, model *m, kv_pool *const *pools, const model_batch *b,
+                         float *logits, kvl_error *err) {
+    pp_stage *p = user;
+    if (p->failed) return kvl_fail(err, "%.500s", p->fail_msg);
+    if (p->n_fl > 0)
+        return kvl_fail(err, "pipeline: a forward of its own while steps are in flight");
+    if (b->n_tokens <= 0) return true;
+    return launch_hook(user, m, pools, b, logits, err) && wait_oldest(p, err);
 }
 
 /* ----------------------------------------------------------- worker side -- */
@@ -573,6 +648,14 @@ static void maybe_fault(pp_stage *p) {
     for (;;) pause();
 }
 
+/* A worker's next slot for a step's sends: the sends it made two steps ago
+ * are waited for first. */
+static pp_flight *worker_flight(pp_stage *p, kvl_error *err) {
+    pp_flight *f = &p->fl[p->fl_head];
+    p->fl_head = (p->fl_head + 1) % 2;
+    return wait_reqs(p, &f->q, p->step, err) ? f : NULL;
+}
+
 static bool worker_forward(pp_stage *p, const int32_t *c, int64_t len, kvl_error *err) {
     const model_hparams *hp = model_hp(p->m);
     const int64_t n = c[2], E = hp->n_embd, V = hp->n_vocab;
@@ -580,6 +663,8 @@ static bool worker_forward(pp_stage *p, const int32_t *c, int64_t len, kvl_error
     if (G != p->n_pools || n <= 0 || n_seqs <= 0 || n_micro <= 0 || n_micro > n ||
         len < HDR + 4 * n + (int64_t)n_seqs * G)
         return kvl_fail(err, "pipeline: rank %d: malformed step from rank 0", p->rank);
+    pp_flight *f = worker_flight(p, err);
+    if (!f) return false;
     const int32_t *tokens = c + HDR, *pos = tokens + n, *seq = pos + n, *want32 = seq + n;
     if (!grow((void **)&p->want, &p->want_cap, n, 1) ||
         !grow((void **)&p->seqs, &p->seqs_cap, (int64_t)n_seqs * G, sizeof *p->seqs) ||
@@ -603,11 +688,11 @@ static bool worker_forward(pp_stage *p, const int32_t *c, int64_t len, kvl_error
     }
     const bool last = p->rank == p->size - 1;
     float *x_out = NULL;
-    if (!last && !grow_f(&p->x_out, &p->x_out_cap, n * E))
+    if (!last && !grow_f(&f->x_out, &f->x_out_cap, n * E))
         return kvl_fail(err, "pipeline: out of memory");
-    if (last && !grow_f(&p->logits, &p->logits_cap, count_wanted(p->want, 0, n) * V))
+    if (last && !grow_f(&f->logits, &f->logits_cap, count_wanted(p->want, 0, n) * V))
         return kvl_fail(err, "pipeline: out of memory");
-    x_out = last ? NULL : p->x_out;
+    x_out = last ? NULL : f->x_out;
     model_batch b = {
         .n_tokens = n, .tokens = tokens, .pos = pos, .seq = seq, .n_seqs = n_seqs, .seqs = sp};
     int64_t row = 0;
@@ -622,7 +707,7 @@ static bool worker_forward(pp_stage *p, const int32_t *c, int64_t len, kvl_error
         MPI_Recv(p->x_in + t0 * E, count, MPI_FLOAT, p->rank - 1, TAG_HIDDEN, MPI_COMM_WORLD,
                  MPI_STATUS_IGNORE);
         model_batch sb = sub_batch(&b, p->want, t0, t1);
-        float *rows = last ? p->logits + row * V : NULL;
+        float *rows = last ? f->logits + row * V : NULL;
         if (!model_forward_stage(p->m, p->pools, &sb, p->x_in + t0 * E,
                                  x_out ? x_out + t0 * E : NULL, rows, err))
             return false;
@@ -632,22 +717,20 @@ static bool worker_forward(pp_stage *p, const int32_t *c, int64_t len, kvl_error
             MPI_Isend(rows, (int)(w * V), MPI_FLOAT, 0, TAG_LOGITS, MPI_COMM_WORLD, &rq);
             p->st.logits_bytes += w * V * (int64_t)sizeof(float);
             row += w;
-            if (!add_req(p, 0, rq)) return kvl_fail(err, "pipeline: out of memory");
+            if (!add_req(&f->q, 0, rq)) return kvl_fail(err, "pipeline: out of memory");
         } else {
             MPI_Isend(x_out + t0 * E, (int)((t1 - t0) * E), MPI_FLOAT, p->rank + 1, TAG_HIDDEN,
                       MPI_COMM_WORLD, &rq);
             p->st.hidden_bytes += (t1 - t0) * E * (int64_t)sizeof(float);
-            if (!add_req(p, p->rank + 1, rq)) return kvl_fail(err, "pipeline: out of memory");
+            if (!add_req(&f->q, p->rank + 1, rq)) return kvl_fail(err, "pipeline: out of memory");
         }
         int done;
-        MPI_Test(&p->reqs[p->n_reqs - 1], &done, MPI_STATUS_IGNORE);
+        MPI_Test(&f->q.r[f->q.n - 1], &done, MPI_STATUS_IGNORE);
     }
-    static int32_t ack;
-    ack = (int32_t)p->step;
+    f->acks[0] = (int32_t)p->step;
     MPI_Request rq;
-    MPI_Isend(&ack, 1, MPI_INT32_T, 0, TAG_ACK, MPI_COMM_WORLD, &rq);
-    if (!add_req(p, 0, rq)) return kvl_fail(err, "pipeline: out of memory");
-    if (!wait_all(p, err)) return false;
+    MPI_Isend(&f->acks[0], 1, MPI_INT32_T, 0, TAG_ACK, MPI_COMM_WORLD, &rq);
+    if (!add_req(&f->q, 0, rq)) return kvl_fail(err, "pipeline: out of memory");
     p->st.steps++;
     p->st.tokens += n;
     return true;
@@ -662,7 +745,9 @@ bool pp_worker_run(pp_stage *p, kvl_error *err) {
             return kvl_fail(err, "pipeline: rank %d: bad message from rank 0", p->rank);
         MPI_Recv(p->ctrl, count, MPI_INT32_T, 0, TAG_CTRL, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
         const int32_t *c = p->ctrl;
-        if (c[0] == OP_STOP) return true;
+        if (c[0] == OP_STOP) /* what it sent last is received before rank 0 stops */
+            return wait_reqs(p, &p->fl[0].q, p->step, err) &&
+                   wait_reqs(p, &p->fl[1].q, p->step, err);
         p->step = c[1];
         if (c[0] == OP_POOLS) {
             if (!worker_pools(p, c, count, err)) return false;
@@ -705,7 +790,10 @@ pp_stage *pp_stage_create(model *m, const pp_config *cfg, kvl_error *err) {
         p->fault_step = step;
         p->fault_hang = strcmp(mode, "hang") == 0;
     }
-    if (p->rank == 0 && p->size > 1) model_set_forward_hook(m, forward_hook, p);
+    if (p->rank == 0 && p->size > 1) {
+        model_set_forward_hook(m, forward_hook, p);
+        model_set_forward_async(m, launch_hook, wait_hook, p);
+    }
     return p;
 }
 
@@ -713,28 +801,32 @@ void pp_stage_destroy(pp_stage *p) {
     if (!p) return;
     if (p->rank == 0 && p->size > 1) {
         model_set_forward_hook(p->m, NULL, NULL);
-        if (!p->failed) {
-            kvl_error err = {{0}};
-            int32_t *c = p->ctrl;
-            if (grow((void **)&p->ctrl, &p->ctrl_cap, HDR, sizeof(int32_t))) {
-                c = p->ctrl;
-                memset(c, 0, HDR * sizeof *c);
-                c[0] = OP_STOP;
-                if (!send_ctrl(p, HDR, &err) || !wait_all(p, &err))
-                    fprintf(stderr, "kvllm: %s\n", err.msg);
-            }
+        model_set_forward_async(p->m, NULL, NULL, NULL);
+        kvl_error err = {{0}};
+        while (!p->failed && p->n_fl > 0 && wait_oldest(p, &err)) {
         }
+        pp_flight *f = next_flight(p);
+        if (!p->failed && grow((void **)&f->ctrl, &f->ctrl_cap, HDR, sizeof(int32_t))) {
+            memset(f->ctrl, 0, HDR * sizeof *f->ctrl);
+            f->ctrl[0] = OP_STOP;
+            if (!send_now(p, f, HDR, &err)) fprintf(stderr, "kvllm: %s\n", err.msg);
+        }
+        if (p->failed && err.msg[0]) fprintf(stderr, "kvllm: %s\n", err.msg);
     }
     for (int g = 0; g < p->n_pools; g++) kv_pool_destroy(p->pools[g]);
+    for (int k = 0; k < PP_MAX_FLIGHT; k++) {
+        pp_flight *f = &p->fl[k];
+        free(f->ctrl);
+        kvl_free(f->x_out);
+        kvl_free(f->logits);
+        free(f->q.r);
+        free(f->q.rank);
+    }
     free(p->ctrl);
     kvl_free(p->x_in);
-    kvl_free(p->x_out);
-    kvl_free(p->logits);
     free(p->want);
     free(p->seqs);
     free(p->seq_ptrs);
-    free(p->reqs);
-    free(p->req_rank);
     free(p);
 }
 

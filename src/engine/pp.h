@@ -68,6 +68,7 @@ typedef struct pp_stats {
     int64_t ctrl_bytes;   /* batch descriptors this rank sent */
     int64_t logits_bytes; /* logits this rank sent (the last) */
     double wait_s;        /* time spent waiting for messages */
+    int most_in_flight;   /* rank 0: the most steps in flight at once */
 } pp_stats;
 
 typedef struct pp_stage pp_stage; /* opaque */

@@ -529,6 +529,11 @@ void model_set_forward_hook(model *m, model_forward_fn fn, void *user) {
     m->forward_hook = fn;
     m->forward_hook_user = user;
 }
+void model_set_forward_async(model *m, model_forward_fn launch, model_wait_fn wait, void *user) {
+    m->launch_hook = launch;
+    m->wait_hook = wait;
+    m->async_user = user;
+}
 
 void model_kv_group_shape(const model *m, int group, kv_pool_config *cfg, int32_t *window) {
     cfg->n_layers = m->groups[group].n_layers;

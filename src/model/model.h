@@ -123,6 +123,17 @@ bool model_forward_stage(model *m, kv_pool *const *pools, const model_batch *b, 
 typedef bool (*model_forward_fn)(void *user, model *m, kv_pool *const *pools, const model_batch *b,
                                  float *logits, kvl_error *err);
 void model_set_forward_hook(model *m, model_forward_fn fn, void *user);
+/* Forwards in flight at once (the pipeline's stages busy with several
+ * steps): launch starts the forward of b, whose logits are in logits (which
+ * must stay valid) once wait has returned for it; waits finish forwards in
+ * launch order. launch may return before the forward is done, but b is not
+ * read after it returns. Without these hooks model_forward_launch is
+ * model_forward and model_forward_wait does nothing. */
+typedef bool (*model_wait_fn)(void *user, kvl_error *err);
+void model_set_forward_async(model *m, model_forward_fn launch, model_wait_fn wait, void *user);
+bool model_forward_launch(model *m, kv_pool *const *pools, const model_batch *b, float *logits,
+                          kvl_error *err);
+bool model_forward_wait(model *m, kvl_error *err);
 
 /* The reference forward (model_ref.c): one token at pos of one sequence, whose
  * table in KV group g is seqs[g], in plain C with double accumulation and a

@@ -533,6 +533,16 @@ bool model_forward(model *m, kv_pool *const *pools, const model_batch *b, float 
     return model_forward_stage(m, pools, b, NULL, NULL, logits, err);
 }
 
+bool model_forward_launch(model *m, kv_pool *const *pools, const model_batch *b, float *logits,
+                          kvl_error *err) {
+    if (m->launch_hook) return m->launch_hook(m->async_user, m, pools, b, logits, err);
+    return model_forward(m, pools, b, logits, err);
+}
+
+bool model_forward_wait(model *m, kvl_error *err) {
+    return m->wait_hook ? m->wait_hook(m->async_user, err) : true;
+}
+
 bool model_forward_stage(model *m, kv_pool *const *pools, const model_batch *b, const float *x_in,
                          float *x_out, float *logits, kvl_error *err) {
     if (!x_in && !model_first_stage(m))

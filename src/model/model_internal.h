@@ -82,6 +82,9 @@ struct model {
     int layer_first, layer_end;
     model_forward_fn forward_hook;
     void *forward_hook_user;
+    model_forward_fn launch_hook;
+    model_wait_fn wait_hook;
+    void *async_user;
 };
 
 static inline bool model_first_stage(const model *m) { return m->layer_first == 0; }

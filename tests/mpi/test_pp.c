@@ -49,6 +49,7 @@ typedef struct setup {
     int64_t batch_tokens, kv_blocks;
     int kv_dtype;
     bool twice; /* the requests again: prefix-cache hits */
+    int groups; /* engine_config.step_groups; 0: one per rank */
 } setup;
 
 static int32_t prompts[NR][96];
@@ -65,6 +66,7 @@ static bool run(model *m, tok_vocab *v, const setup *su, collected out[NR], engi
     c.max_batch_tokens = su->batch_tokens;
     c.n_blocks = su->kv_blocks;
     c.kv_dtype = su->kv_dtype;
+    c.step_groups = su->groups ? su->groups : pp_job_size();
     kvl_error err = {{0}};
     engine *e = engine_create(m, v, &c, &err);
     if (!e) {
@@ -105,7 +107,7 @@ static bool run(model *m, tok_vocab *v, const setup *su, collected out[NR], engi
 static bool same_bits(float a, float b) { return memcmp(&a, &b, sizeof a) == 0; }
 
 static void compare(const char *model_name, const setup *su, const collected *a,
-                    const collected *b) {
+                    const collected *b, const char *what) {
     for (int i = 0; i < su->n_req; i++) {
         bool ok = a[i].n == b[i].n && a[i].n > 0 && a[i].finish == b[i].finish;
         for (int t = 0; ok && t < a[i].n; t++) {
@@ -115,8 +117,8 @@ static void compare(const char *model_name, const setup *su, const collected *a,
                      same_bits(a[i].top_lp[t][k], b[i].top_lp[t][k]);
         }
         if (!ok) {
-            fprintf(stderr, "FAIL %s / %s: request %d differs from one process (%d vs %d tokens)\n",
-                    model_name, su->name, i, a[i].n, b[i].n);
+            fprintf(stderr, "FAIL %s / %s: request %d differs from %s (%d vs %d tokens)\n",
+                    model_name, su->name, i, what, a[i].n, b[i].n);
             failures++;
         }
     }
@@ -191,14 +193,21 @@ int main(int argc, char **argv) {
             pp_abort(1);
         }
         make_prompts(model_hp(whole)->n_vocab);
+        /* with step groups (one per rank) the steps of different groups are
+         * in flight at once: the schedule is another one than with one step
+         * at a time, so the pipeline is compared with one process running
+         * the same groups (same steps, in the same order), and that one with
+         * the plain schedule ("one group" below) */
         const setup setups[] = {
-            {"alone", 1, 4, 2048, 0, GGUF_DT_F16, false},
-            {"batched", NR, 4, 48, 0, GGUF_DT_F16, true},
-            {"preempted", NR, 4, 64, 28, GGUF_DT_F32, false},
-            {"q8_0 KV", 3, 4, 2048, 0, GGUF_DT_Q8_0, false},
+            {"alone", 1, 4, 2048, 0, GGUF_DT_F16, false, 1},
+            {"batched", NR, 4, 48, 0, GGUF_DT_F16, true, 1},
+            {"batched, step groups", NR, 4, 48, 0, GGUF_DT_F16, true, 0},
+            {"preempted", NR, 4, 64, 28, GGUF_DT_F32, false, 1},
+            {"preempted, step groups", NR, 4, 64, 28, GGUF_DT_F32, false, 0},
+            {"q8_0 KV", 3, 4, 2048, 0, GGUF_DT_Q8_0, false, 1},
         };
-        static collected one[NR], pipe[NR];
-        int64_t preempted = 0, hits = 0;
+        static collected one[NR], pipe[NR], one_group[NR];
+        int64_t preempted = 0, hits = 0, grouped_preempted = 0;
         for (size_t s = 0; s < sizeof setups / sizeof setups[0]; s++) {
             engine_metrics m1 = {0}, m2 = {0};
             bool r1 = run(whole, v, &setups[s], one, &m1);
@@ -208,7 +217,12 @@ int main(int argc, char **argv) {
                         setups[s].name);
                 failures++;
             } else if (r1) {
-                compare(name, &setups[s], one, pipe);
+                compare(name, &setups[s], one, pipe, "one process");
+                if (setups[s].groups == 1) memcpy(one_group, one, sizeof one);
+                else { /* the setup before it: the same requests, one group */
+                    compare(name, &setups[s], one_group, one, "one group");
+                    grouped_preempted += m1.n_preemptions;
+                }
                 /* the same decisions: same steps, preemptions, prefix hits */
                 if (m1.steps != m2.steps || m1.n_preemptions != m2.n_preemptions ||
                     m1.prefix_cache_hits != m2.prefix_cache_hits) {
@@ -219,18 +233,25 @@ int main(int argc, char **argv) {
                 hits += m1.prefix_cache_hits;
             }
         }
-        if (preempted == 0) { /* the setups must reach what they are meant to cover */
-            fprintf(stderr, "FAIL %s: no request was preempted\n", name);
-            failures++;
-        }
         pp_stats st;
         pp_stage_stats(p, &st);
+        /* the setups must reach what they are meant to cover */
+        if (preempted == 0 || grouped_preempted == 0) {
+            fprintf(stderr, "FAIL %s: no request was preempted%s\n", name,
+                    preempted ? " with step groups" : "");
+            failures++;
+        }
+        if (st.most_in_flight < 2) { /* step groups overlapped */
+            fprintf(stderr, "FAIL %s: never two steps in flight\n", name);
+            failures++;
+        }
         printf("%s: %lld preemptions, %lld prefix-cache tokens; layers", name, (long long)preempted,
                (long long)hits);
         for (int r = 0; r < size; r++) printf("%s %d-%d", r ? "," : "", first[r], end[r] - 1);
-        printf(": %lld steps, %lld tokens, %lld hidden bytes sent by rank 0 (%lld per token)\n",
-               (long long)st.steps, (long long)st.tokens, (long long)st.hidden_bytes,
-               st.tokens ? (long long)(st.hidden_bytes / st.tokens) : 0);
+        printf(": %lld steps (%d in flight at most), %lld tokens, %lld hidden bytes sent by rank "
+               "0 (%lld per token)\n",
+               (long long)st.steps, st.most_in_flight, (long long)st.tokens,
+               (long long)st.hidden_bytes, st.tokens ? (long long)(st.hidden_bytes / st.tokens) : 0);
         fflush(stdout);
         pp_stage_destroy(p);
         model_destroy(stage);
