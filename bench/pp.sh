@@ -2,7 +2,11 @@
 # Pipeline parallelism (--pp) on one machine: what the split costs and saves.
 #   1. peak RSS of each rank against one process (weights + KV + scratch);
 #   2. decode (batch 1) and 16-stream throughput: 2 ranks x 1 thread against
-#      1 process x 2 threads (the same cores);
+#      1 process x 2 threads (the same cores), with two step groups in flight
+#      (the default with --pp 2) and with one (--pp-groups 1: each step waits
+#      for its logits); then 2 ranks x 2 threads unbound (each rank may use
+#      both cores while the other waits), with the thread pool's idle spin
+#      as is and cut to 20 us;
 #   3. hidden-state bytes sent per token between the ranks, measured, against
 #      n_embd x 4 bytes (one boundary);
 #   4. the planner for a 70B model on 4 hosts of 32 GiB.
@@ -24,7 +28,7 @@ echo "== 1 process x 2 threads"
 /usr/bin/time -f "one process: peak RSS %M KiB" "$KV" bench -m "$MODEL" $BENCH_ARGS -t 2 2>&1 |
     grep -E "^\||peak RSS"
 
-echo "== 2 ranks x 1 thread (--pp 2)"
+echo "== 2 ranks x 1 thread (--pp 2: two step groups in flight)"
 # each rank under time(1), labelled with its rank
 cat > "$TMP/timed" <<'SH'
 #!/bin/sh
@@ -35,12 +39,20 @@ mpirun --oversubscribe -np 2 -x KVLLM_PP_STATS=1 \
     "$TMP/timed" "$KV" bench -m "$MODEL" $BENCH_ARGS -t 1 --pp 2 > "$TMP/pp.txt" 2>&1
 grep -E "^\||peak RSS|pipeline of|rank [0-9]:" "$TMP/pp.txt"
 
+echo "== 2 ranks x 1 thread, one step at a time (--pp 2 --pp-groups 1)"
+mpirun --oversubscribe -np 2 "$KV" bench -m "$MODEL" $BENCH_ARGS -t 1 --pp 2 --pp-groups 1 2>&1 |
+    grep -E "^\|"
+
 # mpirun binds each rank to one core by default: threads of a rank beyond
 # the first would share it; unbound, a rank's threads use both cores while
-# the other rank waits
+# the other rank waits (its MPI waits sleep 20 us between polls; its idle
+# pool threads spin up to 1 ms, yielding, before they sleep)
 echo "== 2 ranks x 2 threads, unbound (mpirun --bind-to none, --pp 2 -t 2)"
 mpirun --oversubscribe --bind-to none -np 2 "$KV" bench -m "$MODEL" $BENCH_ARGS -t 2 --pp 2 2>&1 |
     grep -E "^\|"
+echo "== the same, idle pool threads sleep after 20 us (KVLLM_POOL_SPIN_US=20)"
+mpirun --oversubscribe --bind-to none -np 2 -x KVLLM_POOL_SPIN_US=20 "$KV" bench -m "$MODEL" \
+    $BENCH_ARGS -t 2 --pp 2 2>&1 | grep -E "^\|"
 
 echo "== bytes per token between the ranks"
 python3 - "$TMP/pp.txt" "$E" <<'PY'

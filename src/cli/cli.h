@@ -82,6 +82,8 @@ int cli_pp_rank(void);
 /* engine_config.step_groups for o: --pp-groups, else one group per rank (up
  * to ENGINE_MAX_STEP_GROUPS) with --pp, else 1. */
 int cli_step_groups(const cli_opts *o);
+/* --pp, rank 0: the request's KV blocks in bytes on each rank (stderr). */
+void cli_pp_report_kv(const cli_model *cm, const engine_req_stats *s);
 const gguf_file *cli_gguf(const cli_model *cm);
 
 /* A file's bytes, NUL-terminated (caller frees); "-" reads stdin to its end. */

@@ -108,6 +108,21 @@ bool cli_pp_attach(const cli_opts *o, cli_model *cm) {
     exit(0);
 }
 
+void cli_pp_report_kv(const cli_model *cm, const engine_req_stats *s) {
+    if (!cm->pp || g_pp_rank != 0) return;
+    int64_t all = 0;
+    fprintf(stderr, "KV allocated       by rank:");
+    for (int r = 0; r < pp_job_size(); r++) {
+        int64_t bb[MODEL_MAX_KV_GROUPS], bytes = 0;
+        int n = 0;
+        if (!pp_stage_kv_block_bytes(cm->pp, r, bb, &n)) return;
+        for (int g = 0; g < n && g < s->n_kv_groups; g++) bytes += s->kv_group[g].blocks * bb[g];
+        fprintf(stderr, "%s rank %d %lld bytes", r ? "," : "", r, (long long)bytes);
+        all += bytes;
+    }
+    fprintf(stderr, "; all ranks %lld bytes\n", (long long)all);
+}
+
 void cli_pp_detach(cli_model *cm) {
     if (!cm->pp) return;
     if (g_pp_rank == 0 && getenv("KVLLM_PP_STATS")) {

@@ -197,6 +197,7 @@ static int cmd_run_opts(const cli_opts *o) {
         }
     }
     report(&st, e, o);
+    cli_pp_report_kv(&cm, &st.stats);
     rc = 0;
 out:
     engine_destroy(e);

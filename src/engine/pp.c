@@ -14,6 +14,7 @@
 #include "pp.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -170,13 +171,20 @@ void pp_stage_stats(const pp_stage *p, pp_stats *out) {
     (void)p;
     memset(out, 0, sizeof *out);
 }
+bool pp_stage_kv_block_bytes(const pp_stage *p, int rank, int64_t *per_group, int *n_groups) {
+    (void)p;
+    (void)rank;
+    (void)per_group;
+    (void)n_groups;
+    return false;
+}
 
 #else
 
 #include <mpi.h>
 
-enum { TAG_CTRL = 1, TAG_HIDDEN, TAG_LOGITS, TAG_ACK };
-enum { OP_FORWARD = 1, OP_POOLS, OP_STOP };
+enum { TAG_CTRL = 1, TAG_HIDDEN, TAG_LOGITS, TAG_ACK, TAG_POOLS };
+enum { OP_FORWARD = 1, OP_POOLS, OP_STOP, OP_PING };
 enum { HDR = 6 }; /* op, step, n_tokens, n_seqs, n_groups, n_micro */
 
 static int g_rank = -1, g_size = 0;
@@ -263,6 +271,9 @@ struct pp_stage {
     kv_pool *const *sent_pools;
     kv_pool_config sent_cfg[MODEL_MAX_KV_GROUPS];
     int n_sent;
+    /* each rank's bytes per KV block and group (rank 0: the answers to OP_POOLS;
+     * a worker: its own, row 0, sent with the answer) */
+    int64_t block_bytes[PP_MAX_RANKS][MODEL_MAX_KV_GROUPS];
     /* steps in flight: rank 0's oldest at fl_head; a worker's in turn */
     pp_flight fl[PP_MAX_FLIGHT];
     int fl_head, n_fl;
@@ -279,6 +290,16 @@ struct pp_stage {
     kv_seq *seqs;
     const kv_seq **seq_ptrs;
     int64_t seqs_cap;
+    /* rank 0: while it is outside every pipeline call (idle, or busy with
+     * other work), a thread sends the workers a ping every timeout_s / 4, so
+     * a worker waiting for the next step tells a live rank 0 from a dead or
+     * hung one. lock serializes MPI between the two threads. */
+    pthread_t beat;
+    bool beating, beat_stop, in_call;
+    pthread_mutex_t lock;
+    double last_sent;                  /* kvl_time_s of the last message to the workers */
+    int32_t ping[HDR];
+    pp_reqs ping_q;
     /* fault injection (tests) */
     int fault_rank;
     int64_t fault_step;
@@ -394,6 +415,7 @@ static bool send_ctrl(pp_stage *p, pp_flight *f, int64_t n, kvl_error *err) {
             return fail(p, err, "pipeline: cannot send a step to the other ranks");
         p->st.ctrl_bytes += n * 4;
     }
+    p->last_sent = kvl_time_s();
     return true;
 }
 
@@ -447,7 +469,16 @@ static bool sync_pools(pp_stage *p, kv_pool *const *pools, kvl_error *err) {
     }
     p->sent_pools = pools;
     p->n_sent = G;
-    return send_now(p, f, HDR + 5 * G, err);
+    for (int g = 0; g < G; g++) p->block_bytes[0][g] = (int64_t)kv_pool_block_bytes(pools[g]);
+    if (!send_ctrl(p, f, HDR + 5 * G, err)) return false;
+    for (int r = 1; r < p->size; r++) { /* each worker answers with its block bytes */
+        MPI_Request rq;
+        if (MPI_Irecv(p->block_bytes[r], G, MPI_INT64_T, r, TAG_POOLS, MPI_COMM_WORLD, &rq) !=
+                MPI_SUCCESS ||
+            !add_req(&f->q, r, rq))
+            return fail(p, err, "pipeline: cannot post a receive");
+    }
+    return wait_reqs(p, &f->q, p->step, err);
 }
 
 static bool pack_forward(pp_stage *p, pp_flight *f, const model_batch *b, const uint8_t *want,
@@ -494,9 +525,10 @@ static model_batch sub_batch(const model_batch *b, const uint8_t *want, int64_t 
 /* Rank 0: sends the step down the pipeline, posts the receives of its logits
  * and acks, and computes its own layers, micro-batch by micro-batch, sending
  * each part on as it is done. Returns without waiting for the answers. */
-static bool launch_hook(void *user, model *m, kv_pool *const *pools, const model_batch *b,
-                        float *logits, kvl_error *err) {
-    pp_stage *p = user;
+static void maybe_fault(pp_stage *p);
+
+static bool launch(pp_stage *p, model *m, kv_pool *const *pools, const model_batch *b,
+                   float *logits, kvl_error *err) {
     if (p->failed) return kvl_fail(err, "%.500s", p->fail_msg);
     if (b->hidden)
         return kvl_fail(err, "pipeline: hidden states (embeddings) are not available with --pp");
@@ -506,6 +538,7 @@ static bool launch_hook(void *user, model *m, kv_pool *const *pools, const model
     if (p->n_fl == PP_MAX_FLIGHT)
         return fail(p, err, "pipeline: too many steps in flight");
     p->step++;
+    maybe_fault(p);
     if (!sync_pools(p, pools, err)) return false;
     pp_flight *f = next_flight(p);
     f->step = p->step;
@@ -571,10 +604,29 @@ static bool launch_hook(void *user, model *m, kv_pool *const *pools, const model
     return true;
 }
 
+static void enter(pp_stage *p) {
+    pthread_mutex_lock(&p->lock);
+    p->in_call = true;
+}
+
+static bool leave(pp_stage *p, bool ok) {
+    p->in_call = false;
+    pthread_mutex_unlock(&p->lock);
+    return ok;
+}
+
+static bool launch_hook(void *user, model *m, kv_pool *const *pools, const model_batch *b,
+                        float *logits, kvl_error *err) {
+    pp_stage *p = user;
+    enter(p);
+    return leave(p, launch(p, m, pools, b, logits, err));
+}
+
 static bool wait_hook(void *user, kvl_error *err) {
     pp_stage *p = user;
     if (p->failed) return kvl_fail(err, "%.500s", p->fail_msg);
-    return wait_oldest(p, err);
+    enter(p);
+    return leave(p, wait_oldest(p, err));
 }
 
 /* model_forward: one step alone, launched and waited for. */
@@ -585,7 +637,39 @@ static bool forward_hook(void *user, model *m, kv_pool *const *pools, const mode
     if (p->n_fl > 0)
         return kvl_fail(err, "pipeline: a forward of its own while steps are in flight");
     if (b->n_tokens <= 0) return true;
-    return launch_hook(user, m, pools, b, logits, err) && wait_oldest(p, err);
+    enter(p);
+    return leave(p, launch(p, m, pools, b, logits, err) && wait_oldest(p, err));
+}
+
+/* Rank 0's ping thread (see pp_stage.beat). A ping is a few bytes, sent
+ * eagerly: the previous one is done by the next. */
+static void *beat_main(void *arg) {
+    pp_stage *p = arg;
+    const double every = p->cfg.timeout_s / 4;
+    for (;;) {
+        struct timespec ts = {0, 50 * 1000 * 1000}; /* stops within 50 ms */
+        nanosleep(&ts, NULL);
+        pthread_mutex_lock(&p->lock);
+        if (p->beat_stop || p->failed) {
+            pthread_mutex_unlock(&p->lock);
+            return NULL;
+        }
+        if (!p->in_call && kvl_time_s() - p->last_sent >= every) {
+            for (int i = 0; i < p->ping_q.n; i++)
+                if (p->ping_q.r[i] != MPI_REQUEST_NULL)
+                    MPI_Test(&p->ping_q.r[i], &(int){0}, MPI_STATUS_IGNORE);
+            p->ping_q.n = 0;
+            p->ping[0] = OP_PING;
+            for (int r = 1; r < p->size; r++) {
+                MPI_Request rq;
+                if (MPI_Isend(p->ping, HDR, MPI_INT32_T, r, TAG_CTRL, MPI_COMM_WORLD, &rq) ==
+                    MPI_SUCCESS)
+                    add_req(&p->ping_q, r, rq);
+            }
+            p->last_sent = kvl_time_s();
+        }
+        pthread_mutex_unlock(&p->lock);
+    }
 }
 
 /* ----------------------------------------------------------- worker side -- */
@@ -608,7 +692,11 @@ static bool worker_pools(pp_stage *p, const int32_t *c, int64_t len, kvl_error *
         kc.n_blocks = o[4];
         if (!(p->pools[g] = kv_pool_create(&kc, err))) return false;
         p->n_pools = g + 1;
+        p->block_bytes[0][g] = (int64_t)kv_pool_block_bytes(p->pools[g]);
     }
+    /* a few bytes: sent at once (eagerly) */
+    if (MPI_Send(p->block_bytes[0], G, MPI_INT64_T, 0, TAG_POOLS, MPI_COMM_WORLD) != MPI_SUCCESS)
+        return kvl_fail(err, "pipeline: rank %d: cannot answer rank 0", p->rank);
     return true;
 }
 
@@ -737,14 +825,18 @@ static bool worker_forward(pp_stage *p, const int32_t *c, int64_t len, kvl_error
 }
 
 bool pp_worker_run(pp_stage *p, kvl_error *err) {
-    for (;;) {
+    for (bool first = true;; first = false) {
         int count;
-        /* idle: a server may wait for its next request for any time */
-        if (!probe(p, 0, TAG_CTRL, MPI_INT32_T, -1, &count, err)) return false;
+        /* rank 0 pings while it has no step to send: silence for timeout_s
+         * means it died or hangs (before its first message it may still be
+         * loading, for any time) */
+        if (!probe(p, 0, TAG_CTRL, MPI_INT32_T, first ? -1 : p->cfg.timeout_s, &count, err))
+            return false;
         if (count < HDR || !grow((void **)&p->ctrl, &p->ctrl_cap, count, sizeof(int32_t)))
             return kvl_fail(err, "pipeline: rank %d: bad message from rank 0", p->rank);
         MPI_Recv(p->ctrl, count, MPI_INT32_T, 0, TAG_CTRL, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
         const int32_t *c = p->ctrl;
+        if (c[0] == OP_PING) continue;
         if (c[0] == OP_STOP) /* what it sent last is received before rank 0 stops */
             return wait_reqs(p, &p->fl[0].q, p->step, err) &&
                    wait_reqs(p, &p->fl[1].q, p->step, err);
@@ -790,7 +882,16 @@ pp_stage *pp_stage_create(model *m, const pp_config *cfg, kvl_error *err) {
         p->fault_step = step;
         p->fault_hang = strcmp(mode, "hang") == 0;
     }
+    pthread_mutex_init(&p->lock, NULL);
     if (p->rank == 0 && p->size > 1) {
+        p->last_sent = kvl_time_s();
+        if (pthread_create(&p->beat, NULL, beat_main, p) != 0) {
+            kvl_fail(err, "pipeline: cannot start a thread");
+            pthread_mutex_destroy(&p->lock);
+            free(p);
+            return NULL;
+        }
+        p->beating = true;
         model_set_forward_hook(m, forward_hook, p);
         model_set_forward_async(m, launch_hook, wait_hook, p);
     }
@@ -802,7 +903,14 @@ void pp_stage_destroy(pp_stage *p) {
     if (p->rank == 0 && p->size > 1) {
         model_set_forward_hook(p->m, NULL, NULL);
         model_set_forward_async(p->m, NULL, NULL, NULL);
+        if (p->beating) {
+            pthread_mutex_lock(&p->lock);
+            p->beat_stop = true;
+            pthread_mutex_unlock(&p->lock);
+            pthread_join(p->beat, NULL);
+        }
         kvl_error err = {{0}};
+        if (!p->failed) wait_reqs(p, &p->ping_q, p->step, &err);
         while (!p->failed && p->n_fl > 0 && wait_oldest(p, &err)) {
         }
         pp_flight *f = next_flight(p);
@@ -822,6 +930,9 @@ void pp_stage_destroy(pp_stage *p) {
         free(f->q.r);
         free(f->q.rank);
     }
+    free(p->ping_q.r);
+    free(p->ping_q.rank);
+    pthread_mutex_destroy(&p->lock);
     free(p->ctrl);
     kvl_free(p->x_in);
     free(p->want);
@@ -831,5 +942,12 @@ void pp_stage_destroy(pp_stage *p) {
 }
 
 void pp_stage_stats(const pp_stage *p, pp_stats *out) { *out = p->st; }
+
+bool pp_stage_kv_block_bytes(const pp_stage *p, int rank, int64_t *per_group, int *n_groups) {
+    if (p->rank != 0 || p->n_sent == 0 || rank < 0 || rank >= p->size) return false;
+    memcpy(per_group, p->block_bytes[rank], (size_t)p->n_sent * sizeof *per_group);
+    *n_groups = p->n_sent;
+    return true;
+}
 
 #endif

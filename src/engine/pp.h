@@ -84,5 +84,9 @@ bool pp_worker_run(pp_stage *p, kvl_error *err);
  * pp_worker_run), removes the hook. Any rank: frees the stage. */
 void pp_stage_destroy(pp_stage *p);
 void pp_stage_stats(const pp_stage *p, pp_stats *out);
+/* Rank 0: the bytes of one KV block of each group on rank `rank` (its layers'
+ * share), as that rank reported when its pools were made; false before the
+ * first step. */
+bool pp_stage_kv_block_bytes(const pp_stage *p, int rank, int64_t *per_group, int *n_groups);
 
 #endif

@@ -42,9 +42,20 @@ import re
 for model, n in [(G + "qwen3moe-f32.gguf", 2), ("models/stories260K.gguf", 3)]:
     one = subprocess.run([KV] + RUN + ["-m", model], capture_output=True, text=True)
     p, _ = mpirun(n, RUN + ["-m", model, "--pp", str(n)], env=dict(os.environ, KVLLM_PP_STATS="1"))
+    info = json.loads(subprocess.run([KV, "info", "-m", model, "--json"], capture_output=True,
+                                     text=True).stdout)
     check(p.returncode == 0 and one.returncode == 0 and len(tokens(one.stdout)) == 16
           and tokens(p.stdout) == tokens(one.stdout),
           f"run --pp {n} {model}: ids and logprobs as one process\n{p.stderr[-800:]}")
+    # the KV blocks of all ranks together are one process's (each rank its layers' share)
+    kv = re.search(r"KV allocated +by rank:.*; all ranks (\d+) bytes", p.stderr)
+    done = [json.loads(l) for l in one.stdout.splitlines() if '"done"' in l]
+    check(kv is not None and done and int(kv.group(1)) == done[0]["stats"]["kv_allocated_bytes"],
+          f"run --pp {n}: KV bytes of all ranks = one process's\n{p.stderr[-400:]}")
+    # the last rank sends back only the wanted rows: one per generated token
+    lg = re.search(rf"rank {n - 1}: \d+ steps, \d+ tokens, sent \d+ hidden \+ (\d+) logits", p.stderr)
+    check(lg is not None and int(lg.group(1)) == 16 * info["n_vocab"] * 4,
+          f"run --pp {n}: logits bytes = 16 rows x n_vocab x 4")
     # hidden states cross each boundary as n_embd float32s per token
     info = json.loads(subprocess.run([KV, "info", "-m", model, "--json"], capture_output=True,
                                      text=True).stdout)
@@ -96,6 +107,17 @@ for mode in ["hang", "exit"]:
     except subprocess.TimeoutExpired:
         check(False, f"rank 1 {mode}s at step 3: the job hung")
 
+# rank 0 stops answering at step 3: rank 1, waiting for the next step, ends the job
+env = dict(os.environ, KVLLM_PP_FAULT="0:3:hang")
+try:
+    p, dt = mpirun(2, ["run", "-m", G + "qwen3-f32.gguf", "-p", "hello", "-n", "32", "-t", "1",
+                       "--pp", "2", "--pp-timeout", "3"], env=env, timeout=90)
+    check(p.returncode != 0 and "rank 1: rank 0 sent nothing" in p.stderr and dt < 60,
+          f"rank 0 hangs at step 3: rank 1 ends the job non-zero in {dt:.1f} s naming rank 0\n"
+          + p.stderr[-600:])
+except subprocess.TimeoutExpired:
+    check(False, "rank 0 hangs at step 3: the job hung")
+
 # serve --pp 2: the same completion as one process; then a rank that goes silent fails the
 # request in flight with an error and ends the job
 import socket
@@ -137,7 +159,11 @@ one, port = serve([KV] + SERVE)
 st1, r1 = complete(port, time.time() + 30)
 one.terminate()
 one.communicate(timeout=30)
-pp, port = serve([MPIRUN, "--oversubscribe", "-np", "2", KV] + SERVE + ["--pp", "2"])
+# idle for longer than --pp-timeout: rank 0's pings keep the workers waiting
+pp, port = serve([MPIRUN, "--oversubscribe", "-np", "2", KV] + SERVE + ["--pp", "2",
+                 "--pp-timeout", "2"])
+st0, _ = complete(port, time.time() + 60)
+time.sleep(3)
 st2, r2 = complete(port, time.time() + 60)
 pp.terminate()
 try:
@@ -145,8 +171,10 @@ try:
 except subprocess.TimeoutExpired:
     pp.kill()
     err = "hung on SIGTERM"
-check(st1 == 200 and st2 == 200 and r1["choices"][0]["text"] == r2["choices"][0]["text"],
-      f"serve --pp 2: the same completion as one process ({st1}, {st2})\n{err[-500:]}")
+check(st1 == 200 and st0 == 200 and st2 == 200
+      and r1["choices"][0]["text"] == r2["choices"][0]["text"],
+      f"serve --pp 2: the same completion as one process, also after idling past the timeout "
+      f"({st1}, {st0}, {st2})\n{err[-500:]}")
 
 env = dict(os.environ, KVLLM_PP_FAULT="1:2:hang")
 pp, port = serve([MPIRUN, "--oversubscribe", "-np", "2", KV] + SERVE + ["--pp", "2",
