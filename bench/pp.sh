@@ -30,14 +30,15 @@ echo "== 1 process x 2 threads"
 
 echo "== 2 ranks x 1 thread (--pp 2: two step groups in flight)"
 # each rank under time(1), labelled with its rank
-cat > "$TMP/timed" <<'SH'
+cat > "$TMP/timed" <<SH
 #!/bin/sh
-exec /usr/bin/time -f "rank $OMPI_COMM_WORLD_RANK: peak RSS %M KiB" "$@"
+exec /usr/bin/time -o "$TMP/rss.\$OMPI_COMM_WORLD_RANK" -f "rank \$OMPI_COMM_WORLD_RANK: peak RSS %M KiB" "\$@"
 SH
 chmod +x "$TMP/timed"
 mpirun --oversubscribe -np 2 -x KVLLM_PP_STATS=1 \
     "$TMP/timed" "$KV" bench -m "$MODEL" $BENCH_ARGS -t 1 --pp 2 > "$TMP/pp.txt" 2>&1
-grep -E "^\||peak RSS|pipeline of|rank [0-9]:" "$TMP/pp.txt"
+grep -E "^\||pipeline of|rank [0-9]:" "$TMP/pp.txt"
+cat "$TMP/rss.0" "$TMP/rss.1"
 
 echo "== 2 ranks x 1 thread, one step at a time (--pp 2 --pp-groups 1)"
 mpirun --oversubscribe -np 2 "$KV" bench -m "$MODEL" $BENCH_ARGS -t 1 --pp 2 --pp-groups 1 2>&1 |

@@ -22,7 +22,7 @@
 
 /* cmd_kv_plan_pp.c: the per-rank table of --pp N. */
 bool kv_plan_print_pp(const cli_opts *o, const kv_plan_model *m, const kv_plan_request *r,
-                      const char *gguf_path);
+                      const char *gguf_path, cJSON *json);
 
 _Static_assert(MODEL_MAX_KV_GROUPS <= KV_PLAN_MAX_GROUPS,
                "kv-plan --verify holds every engine KV group");
@@ -429,6 +429,7 @@ typedef struct report {
     const kv_plan_saving *sav;
     int n_sav;
     const verify_result *v;
+    cJSON *pipeline; /* --pp with --json: the per-rank plan (taken) */
 } report;
 
 static void print_json(const report *rp) {
@@ -439,6 +440,7 @@ static void print_json(const report *rp) {
     cJSON_AddStringToObject(j, "weights_source", rp->weights_source);
     cJSON_AddItemToObject(j, "savings", json_savings(rp->sav, rp->n_sav));
     if (rp->v->done) cJSON_AddItemToObject(j, "verify", json_verify(rp->v));
+    if (rp->pipeline) cJSON_AddItemToObject(j, "pipeline", rp->pipeline);
     cli_print_json(j);
 }
 
@@ -700,18 +702,22 @@ int cmd_kv_plan(int argc, char **argv) {
         fprintf(stderr, "kvllm kv-plan: %s\n", err.msg);
         return 2;
     }
-    if (o.pp && (o.json || a.verify)) {
-        fprintf(stderr, "kvllm kv-plan: --pp prints a text table; not with --json or --verify\n");
-        return 2;
-    }
     if (a.verify && !run_verify(&o, &m, &r, &v)) return 1;
     rp.r = &r;
     rp.p = &p;
     rp.sav = sav;
     rp.n_sav = kv_plan_savings(&m, &r, sav, KV_PLAN_MAX_SAVINGS);
     rp.v = &v;
+    const char *pp_file = a.config_path ? NULL : o.model_path;
+    if (o.pp && o.json) {
+        rp.pipeline = cJSON_CreateObject();
+        if (!rp.pipeline || !kv_plan_print_pp(&o, &m, &r, pp_file, rp.pipeline)) {
+            cJSON_Delete(rp.pipeline);
+            return 2;
+        }
+    }
     if (o.json) print_json(&rp);
     else print_text(&rp, &a);
-    if (o.pp && !kv_plan_print_pp(&o, &m, &r, a.config_path ? NULL : o.model_path)) return 2;
+    if (o.pp && !o.json && !kv_plan_print_pp(&o, &m, &r, pp_file, NULL)) return 2;
     return v.done && !v.agree ? 1 : 0;
 }

@@ -13,7 +13,7 @@
 #define FB(x) kvl_fmt_binary((x), (char[96]){0}, 96)
 
 bool kv_plan_print_pp(const cli_opts *o, const kv_plan_model *m, const kv_plan_request *r,
-                      const char *gguf_path) {
+                      const char *gguf_path, cJSON *json) {
     const int n = o->pp;
     int first[PP_MAX_RANKS], end[PP_MAX_RANKS];
     int64_t bytes[PP_MAX_RANKS], swa[PP_MAX_RANKS] = {0};
@@ -48,11 +48,18 @@ bool kv_plan_print_pp(const cli_opts *o, const kv_plan_model *m, const kv_plan_r
                      (m->n_swa_layers * first[k]) / m->n_layers;
         }
     }
-    printf("\npipeline       --pp %d: each rank holds its layers' weights and KV; %s\n", n,
-           exact ? "weights from the file's tensors (the last rank adds the output head)"
-                 : "weights split in proportion to the layers (no file)");
-    printf(
-        "  rank  layers       weights      KV (T x B)   total        fits  max sequences at T\n");
+    cJSON *ranks = NULL;
+    if (json) {
+        cJSON_AddNumberToObject(json, "ranks", n);
+        cJSON_AddStringToObject(json, "weights_source", exact ? "file" : "proportional");
+        ranks = cJSON_AddArrayToObject(json, "per_rank");
+    } else {
+        printf("\npipeline       --pp %d: each rank holds its layers' weights and KV; %s\n", n,
+               exact ? "weights from the file's tensors (the last rank adds the output head)"
+                     : "weights split in proportion to the layers (no file)");
+        printf("  rank  layers       weights      KV (T x B)   total        fits  max sequences "
+               "at T\n");
+    }
     int64_t worst = -1;
     bool all_fit = true;
     for (int k = 0; k < n; k++) {
@@ -66,17 +73,39 @@ bool kv_plan_print_pp(const cli_opts *o, const kv_plan_model *m, const kv_plan_r
             fprintf(stderr, "kvllm kv-plan: rank %d: %s\n", k, err.msg);
             return false;
         }
+        if (r->budget_bytes) {
+            all_fit = all_fit && pk.fits;
+            if (worst < 0 || pk.max_concurrency < worst) worst = pk.max_concurrency;
+        }
+        if (json) {
+            cJSON *jr = cJSON_CreateObject();
+            cJSON_AddNumberToObject(jr, "rank", k);
+            cJSON_AddNumberToObject(jr, "layer_first", first[k]);
+            cJSON_AddNumberToObject(jr, "layer_last", end[k] - 1);
+            cJSON_AddNumberToObject(jr, "weights_bytes", (double)pk.weights_bytes);
+            cJSON_AddNumberToObject(jr, "kv_bytes", (double)pk.allocated_bytes);
+            cJSON_AddNumberToObject(jr, "kv_metadata_bytes", (double)pk.metadata_bytes);
+            cJSON_AddNumberToObject(jr, "total_bytes", (double)pk.total_bytes);
+            if (r->budget_bytes) {
+                cJSON_AddBoolToObject(jr, "fits", pk.fits);
+                cJSON_AddNumberToObject(jr, "max_concurrency", (double)pk.max_concurrency);
+            }
+            cJSON_AddItemToArray(ranks, jr);
+            continue;
+        }
         char range[32];
         snprintf(range, sizeof range, "%d-%d", first[k], end[k] - 1);
         printf("  %-5d %-12s %-12s %-12s %-12s ", k, range, FB(pk.weights_bytes),
                FB(pk.allocated_bytes + pk.metadata_bytes), FB(pk.total_bytes));
+        if (r->budget_bytes) printf("%-5s %lld\n", pk.fits ? "yes" : "no", (long long)pk.max_concurrency);
+        else printf("-     - (no --budget)\n");
+    }
+    if (json) {
         if (r->budget_bytes) {
-            printf("%-5s %lld\n", pk.fits ? "yes" : "no", (long long)pk.max_concurrency);
-            all_fit = all_fit && pk.fits;
-            if (worst < 0 || pk.max_concurrency < worst) worst = pk.max_concurrency;
-        } else {
-            printf("-     - (no --budget)\n");
+            cJSON_AddBoolToObject(json, "fits", all_fit);
+            cJSON_AddNumberToObject(json, "max_concurrency", (double)worst);
         }
+        return true;
     }
     if (r->budget_bytes)
         printf("  the job: %s at %lld x %lld tokens; at most %lld sequences of %lld tokens (the "

@@ -557,7 +557,10 @@ static bool launch(pp_stage *p, model *m, kv_pool *const *pools, const model_bat
             return fail(p, err, "pipeline: out of memory");
         out = f->logits;
     }
-    int n_micro = p->cfg.micro > 0 ? p->cfg.micro : p->size;
+    /* by default a step is cut into one micro-batch per rank only when no
+     * other step is in flight: otherwise the stages are busy with those, and
+     * every extra part reads the stage's weights once more */
+    int n_micro = p->cfg.micro > 0 ? p->cfg.micro : p->n_fl > 0 ? 1 : p->size;
     if (n_micro > n) n_micro = (int)n;
     int64_t len = 0;
     if (!pack_forward(p, f, b, p->want, n_micro, &len, err) || !send_ctrl(p, f, len, err))

@@ -54,7 +54,8 @@ bool pp_split_layers(int n_layer, int n_ranks, const char *spec, int *first, int
 
 typedef struct pp_config {
     double timeout_s; /* longest wait for any message of a step (default 60) */
-    int micro;        /* micro-batches per step, at most (<= 0: the number of ranks) */
+    int micro;        /* micro-batches per step, at most (<= 0: the number of ranks while no
+                       * other step is in flight, else 1) */
     /* Rank 0: called once when a rank stops answering (the pipeline is
      * unusable from then on; every forward fails). NULL: nothing. */
     void (*on_broken)(void *user);

@@ -73,6 +73,25 @@ check(p.returncode == 0 and [r[1] for r in rows] == ["0-19", "20-39", "40-59", "
       and all(r[3] == "5 GiB" for r in rows) and "the job: fits" in p.stdout,
       "kv-plan --pp 4: 20 layers and 5 GiB of KV per rank\n" + p.stdout[-600:])
 
+# the same as JSON, and --verify next to --pp (it checks the one-process plan the ranks split)
+p = subprocess.run([KV, "kv-plan", "--config", "tests/kv_plan/llama-3-70b.json", "--context", "8192",
+                    "--concurrency", "8", "--weights-bytes", "42.5GB", "--budget", "32GiB", "--pp",
+                    "4", "--json"], capture_output=True, text=True)
+try:
+    pj = json.loads(p.stdout)["pipeline"]
+    ok = (pj["ranks"] == 4 and pj["fits"] is True
+          and [(x["layer_first"], x["layer_last"]) for x in pj["per_rank"]]
+          == [(0, 19), (20, 39), (40, 59), (60, 79)]
+          and all(x["kv_bytes"] == 5 << 30 for x in pj["per_rank"]))
+except (ValueError, KeyError, TypeError):
+    ok = False
+check(p.returncode == 0 and ok, "kv-plan --pp 4 --json: the same ranks\n" + p.stdout[-600:])
+p = subprocess.run([KV, "kv-plan", "-m", "models/stories260K.gguf", "--context", "128",
+                    "--concurrency", "2", "--pp", "2", "--verify"], capture_output=True, text=True,
+                   timeout=120)
+check(p.returncode == 0 and "pipeline       --pp 2" in p.stdout and "verify" in p.stdout.lower(),
+      "kv-plan --pp 2 --verify: verified, and the ranks' table\n" + p.stdout[-600:] + p.stderr[-300:])
+
 # --pp-layers, and micro-batches of one token each
 p, _ = mpirun(2, RUN + ["-m", "models/stories260K.gguf", "--pp", "2", "--pp-layers", "0-0,1-4",
                         "--pp-micro", "8"])
