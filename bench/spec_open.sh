@@ -12,6 +12,8 @@
 #    (default 500)) of stories260K off / on, twice each: a count that does not depend
 #    on the machine's load (the adaptive decisions still do, through the step times they
 #    measure; KVLLM_SPEC_COST fixes them when set).
+#  MODES (default "ngram"): the modes set against off: ngram (adaptive), fixed (--spec-fixed).
+#  EOS=1: stop at the end of the story (no --ignore-eos).
 # Usage: bench/spec_open.sh [build/kvllm]  (REPS=11 THREADS=2 SKIP_1B=1 OUT=/tmp/kvllm-spec-open)
 set -eu
 K=${1:-build/kvllm}
@@ -28,14 +30,18 @@ OUT=${OUT:-/tmp/kvllm-spec-open}
 rm -rf "$OUT"; mkdir -p "$OUT"
 echo "# $(date -u +%FT%TZ) $(uname -m) $(nproc) cpus, threads $T, load: $(cut -d' ' -f1-3 /proc/loadavg)"
 
+MODES=${MODES:-ngram}
+IGN=--ignore-eos; [ "${EOS:-0}" = 1 ] && IGN=
 one() { # model prompt-file n mode -> "tok/s drafted accepted"
-    "$K" run -m "$1" -f "$2" -n "$3" -c $(($3 + 64)) --temp 0 --ignore-eos --json -t "$T" \
-        --spec "$4" 2>/dev/null | tail -1 |
+    case $4 in fixed) a="--spec ngram --spec-fixed" ;; *) a="--spec $4" ;; esac
+    "$K" run -m "$1" -f "$2" -n "$3" -c $(($3 + 512)) --temp 0 $IGN --json -t "$T" \
+        $a 2>/dev/null | tail -1 |
         python3 -c 'import json,sys; s=json.load(sys.stdin)["stats"]; print(s["decode_tokens_per_s"], s.get("spec_draft_tokens",0), s.get("spec_accepted_tokens",0))'
 }
-pairs() { # label model prompt n reps
+pairs() { # label model prompt n reps (after one run not counted: page cache, clocks)
+    one "$2" "$3" "$4" off > /dev/null
     for i in $(seq "$5"); do
-        if [ $((i % 2)) = 1 ]; then order="off ngram"; else order="ngram off"; fi
+        if [ $((i % 2)) = 1 ]; then order="off $MODES"; else order="$MODES off"; fi
         for mode in $order; do echo "$1 $i $mode $(one "$2" "$3" "$4" "$mode")"; done
     done >> "$OUT/runs.txt"
 }
@@ -57,14 +63,16 @@ for l in open(sys.argv[1]):
 def q(v, f):
     v = sorted(v); x = f * (len(v) - 1); i = int(x)
     return v[i] if i + 1 >= len(v) else v[i] + (v[i + 1] - v[i]) * (x - i)
-print("| run | pairs | off tok/s (median) | ngram tok/s (median) | on/off median | quartiles | range | drafted | accepted |")
-print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+print("| run | mode | pairs | off tok/s (median) | on tok/s (median) | on/off median | quartiles | range | drafted | accepted |")
+print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 for lab, reps in runs.items():
-    r = [reps[i]["ngram"][0] / reps[i]["off"][0] for i in reps if "off" in reps[i] and "ngram" in reps[i]]
-    off = st.median(reps[i]["off"][0] for i in reps); on = st.median(reps[i]["ngram"][0] for i in reps)
-    d = st.median(reps[i]["ngram"][1] for i in reps); a = st.median(reps[i]["ngram"][2] for i in reps)
-    print("| %s | %d | %.0f | %.0f | x%.3f | x%.3f-%.3f | x%.3f-%.3f | %d | %d |" %
-          (lab, len(r), off, on, st.median(r), q(r, .25), q(r, .75), min(r), max(r), d, a))
+    modes = sorted({m for i in reps for m in reps[i]} - {"off"})
+    for mo in modes:
+        r = [reps[i][mo][0] / reps[i]["off"][0] for i in reps if "off" in reps[i] and mo in reps[i]]
+        off = st.median(reps[i]["off"][0] for i in reps); on = st.median(reps[i][mo][0] for i in reps)
+        d = st.median(reps[i][mo][1] for i in reps); a = st.median(reps[i][mo][2] for i in reps)
+        print("| %s | %s | %d | %.0f | %.0f | x%.3f | x%.3f-%.3f | x%.3f-%.3f | %d | %d |" %
+              (lab, mo, len(r), off, on, st.median(r), q(r, .25), q(r, .75), min(r), max(r), d, a))
 PY
 
 if [ "${CALLGRIND:-0}" = 1 ]; then
