@@ -7,7 +7,8 @@
 #  (b) stories260K (the only trained model here), greedy, measured: decode tokens/s
 #      without speculation, with --spec ngram (adaptive: as many drafts as pay) and with
 #      --spec-fixed (always --spec-k), and acceptance, on the prompts of bench/spec_prompts/
-#      (grounded: retell / quote / list; open-ended: open); beside llama.cpp on the same
+#      (grounded: list, song, knock, which stories260K copies, and retell, quote, repeat,
+#      which it does not; open-ended: open, open2, open3); beside llama.cpp on the same
 #      prompts (llama-simple: plain decoding; llama-lookup: its prompt lookup, k = 4).
 #      Prompts are given without their final newline (llama.cpp strips it).
 #  (c) draft model = stories260K itself (every draft accepted: what the machinery costs),

@@ -165,6 +165,7 @@ void eng_seq_free(engine *e, seq *s) {
     if (!s) return;
     if (s->load) kv_disk_load_cancel(e->disk, s->load); /* its reserved blocks go back */
     spec_dseq_release(e->drafter, &s->dseq, true);
+    spec_ngram_index_destroy(s->ngram);
     for (int g = 0; g < e->n_groups; g++) kv_seq_free(e->kv[g], &s->kv[g]);
     sampler_destroy(s->smp);
     grammar_state_free(s->gst);

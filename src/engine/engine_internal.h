@@ -37,6 +37,7 @@ typedef struct seq {
     int n_draft;                      /* 0 outside a step, and for a plain decode */
     int n_accepted;                   /* of this step's drafts */
     spec_adapt adapt;
+    spec_ngram_index *ngram; /* prompt lookup's index of tokens (NULL until it drafts) */
     spec_dseq dseq;     /* the draft model's KV of this sequence */
     int passed_over;    /* admissions that preferred a later request (prefix-aware) */
     kv_disk_load *load; /* its prefix being read from the disk tier: waits until ready */

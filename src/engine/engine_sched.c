@@ -8,6 +8,8 @@
 
 #include <string.h>
 
+_Static_assert(ENGINE_SPEC_MAX_NGRAM <= SPEC_NGRAM_MAX, "the n-gram index covers --spec-ngram");
+
 /* ------------------------------------------------------------ scheduler -- */
 
 void eng_running_remove(engine *e, int idx) {
@@ -208,8 +210,13 @@ static int propose_drafts(engine *e, seq *s, int64_t planned, int later, int64_t
     if (k <= 0) return 0;
     const int64_t base = planned + 1 + later; /* the step's tokens without these drafts */
     if (!e->drafter) {
-        int matched;
-        int m = spec_ngram_propose(s->tokens, s->n_tokens, e->cfg.spec_ngram, (int)k, s->draft,
+        int matched, m;
+        if (!s->ngram) s->ngram = spec_ngram_index_create(e->cfg.spec_ngram);
+        if (s->ngram)
+            m = spec_ngram_index_propose(s->ngram, s->tokens, s->n_tokens, (int)k, s->draft,
+                                         &matched);
+        else /* out of memory: the scan needs none */
+            m = spec_ngram_propose(s->tokens, s->n_tokens, e->cfg.spec_ngram, (int)k, s->draft,
                                    &matched);
         return e->cfg.spec_fixed ? m
                                  : spec_adapt_choose(&s->adapt, &e->cost, base, m, matched, false);

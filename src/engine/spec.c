@@ -58,13 +58,19 @@ void spec_cost_init(spec_cost *c) {
  * measurements of a size keep their minimum (the first step after a prompt
  * runs on cold caches), later ones count at most 1.5 times the estimate, so
  * one descheduled step cannot put a size out of use. */
+/* s[n] as of now: scaled by how the one-token cost moved since it was set. */
+static double cost_now(const spec_cost *c, int64_t n) {
+    return n > 1 && c->ref1[n] > 0 && c->n_obs[1] > 0 ? c->s[n] * (c->s[1] / c->ref1[n]) : c->s[n];
+}
+
 void spec_cost_observe(spec_cost *c, int64_t n_tokens, double seconds) {
     if (c->frozen || n_tokens < 1 || n_tokens >= SPEC_COST_N || !(seconds > 0)) return;
-    double *v = &c->s[n_tokens];
     const int seen = c->n_obs[n_tokens]++;
-    if (seen == 0 || (seen < COST_MIN_OBS && seconds < *v)) *v = seconds;
-    else if (seen >= COST_MIN_OBS)
-        *v += COST_EMA * ((seconds < 1.5 * *v ? seconds : 1.5 * *v) - *v);
+    double v = seen ? cost_now(c, n_tokens) : seconds;
+    if (seen > 0 && seen < COST_MIN_OBS && seconds < v) v = seconds;
+    else if (seen >= COST_MIN_OBS) v += COST_EMA * ((seconds < 1.5 * v ? seconds : 1.5 * v) - v);
+    c->s[n_tokens] = v;
+    c->ref1[n_tokens] = n_tokens > 1 && c->n_obs[1] > 0 ? c->s[1] : 0;
 }
 
 void spec_cost_observe_draft(spec_cost *c, int positions, double seconds) {
@@ -79,12 +85,14 @@ double spec_cost_at(const spec_cost *c, int64_t n) {
     int lo = 0, hi = 0;
     for (int64_t i = top; i >= 1 && !lo; i--)
         if (c->n_obs[i] >= COST_MIN_OBS) lo = (int)i;
-    if (lo == n) return c->s[lo];
+    const double s_lo = lo ? cost_now(c, lo) : 0;
+    if (lo == n) return s_lo;
     for (int64_t i = n + 1; i < SPEC_COST_N && !hi; i++)
         if (c->n_obs[i] >= COST_MIN_OBS) hi = (int)i;
-    if (lo && hi) return c->s[lo] + (c->s[hi] - c->s[lo]) * (double)(n - lo) / (hi - lo);
-    if (lo) return c->s[lo] * (1 + COST_PRIOR_SLOPE * (double)(n - lo));
-    if (hi) return c->s[hi] / (1 + COST_PRIOR_SLOPE * (double)(hi - n));
+    const double s_hi = hi ? cost_now(c, hi) : 0;
+    if (lo && hi) return s_lo + (s_hi - s_lo) * (double)(n - lo) / (hi - lo);
+    if (lo) return s_lo * (1 + COST_PRIOR_SLOPE * (double)(n - lo));
+    if (hi) return s_hi / (1 + COST_PRIOR_SLOPE * (double)(hi - n));
     return 1 + COST_PRIOR_SLOPE * (double)(n - 1);
 }
 

@@ -18,13 +18,26 @@
 int spec_ngram_propose(const int32_t *toks, int64_t n, int ngram_max, int k, int32_t *out,
                        int *matched);
 
+/* The same proposals from an index of the text's n-grams, kept up to date as
+ * the text grows: the work per step does not grow with the text (the scan
+ * above reads all of it when nothing matches). One per sequence; toks must
+ * extend the text of the previous call (a shorter text rebuilds the index).
+ * Out of memory it answers by the scan. ngram_max: 1..SPEC_NGRAM_MAX. */
+#define SPEC_NGRAM_MAX 8
+typedef struct spec_ngram_index spec_ngram_index; /* opaque */
+spec_ngram_index *spec_ngram_index_create(int ngram_max); /* NULL: out of memory or bad n */
+void spec_ngram_index_destroy(spec_ngram_index *x);
+int spec_ngram_index_propose(spec_ngram_index *x, const int32_t *toks, int64_t n, int k,
+                             int32_t *out, int *matched);
+
 /* What a step costs: the measured forward time of steps by their token
  * count (an average that follows drift), and of the draft model per drafted
  * position. One per engine; speculation adds tokens only where the
  * measured cost says the expected extra tokens pay for them. */
 #define SPEC_COST_N 65 /* steps of up to 64 tokens are measured */
 typedef struct spec_cost {
-    double s[SPEC_COST_N]; /* seconds per forward of n tokens */
+    double s[SPEC_COST_N];    /* seconds per forward of n tokens */
+    double ref1[SPEC_COST_N]; /* the one-token estimate when s[n] was last set (0: none) */
     int n_obs[SPEC_COST_N];
     double draft_s; /* seconds per draft-model position (all sequences at once) */
     int draft_obs;
@@ -40,7 +53,10 @@ void spec_cost_observe_draft(spec_cost *c, int positions, double seconds);
 /* Estimated seconds (or, before any measurement, relative units) of a
  * forward of n tokens: measured, interpolated between measured sizes, or
  * extrapolated with a small per-token slope, which makes a size not yet
- * measured worth trying once. */
+ * measured worth trying once. A size measured a while ago counts in
+ * proportion to the one-token cost now against then: a step's cost grows
+ * with the context (attention) and with a neighbour's load, and a size
+ * seen rarely must not look cheap for having been measured earlier. */
 double spec_cost_at(const spec_cost *c, int64_t n);
 
 /* Per sequence: its acceptance so far, by how long the n-gram match was

@@ -38,6 +38,53 @@ static void test_propose(void) {
           spec_ngram_propose(t5, 1, 3, 4, out, &g) == 0);
 }
 
+/* The index gives what the scan gives (the scan is the reference: it reads
+ * the definition directly), call after call as a text grows, over alphabets
+ * from 2 symbols (everything matches, long chains in the tables) to 200
+ * (little does), for every n-gram length, through the tables' growth, and
+ * again after the text is replaced by a shorter one (rebuilt). */
+static void test_ngram_index(void) {
+    enum { LEN = 700 };
+    static int32_t text[LEN];
+    uint32_t rng = 12345;
+    const int alphabets[] = {2, 5, 30, 200};
+    int compared = 0, matched_some = 0, matched_none = 0;
+    for (int ai = 0; ai < 4; ai++) {
+        for (int ngram = 1; ngram <= SPEC_NGRAM_MAX; ngram++) {
+            spec_ngram_index *x = spec_ngram_index_create(ngram);
+            CHECK(x != NULL);
+            if (!x) return;
+            for (int pass = 0; pass < 2; pass++) {
+                const int len = pass ? LEN / 3 : LEN;
+                for (int i = 0; i < len; i++) {
+                    rng = rng * 1664525u + 1013904223u;
+                    /* runs of repeats now and then, so that long matches occur */
+                    text[i] = i > 8 && (rng >> 28) < 6 ? text[i - 7] : (int32_t)((rng >> 8) % alphabets[ai]);
+                }
+                for (int n = 0; n <= len; n++) {
+                    const int k = 1 + n % 5;
+                    int32_t a[8] = {0}, b[8] = {0};
+                    int ga = -1, gb = -2;
+                    const int ma = spec_ngram_propose(text, n, ngram, k, a, &ga);
+                    const int mb = spec_ngram_index_propose(x, text, n, k, b, &gb);
+                    CHECK(ma == mb && ga == gb && memcmp(a, b, sizeof a) == 0);
+                    if (ma != mb || ga != gb || memcmp(a, b, sizeof a) != 0) {
+                        printf("  index differs: alphabet %d ngram %d n %d: %d/%d vs %d/%d\n",
+                               alphabets[ai], ngram, n, ma, ga, mb, gb);
+                        break;
+                    }
+                    compared++;
+                    matched_some += ga > 1;
+                    matched_none += ma == 0 && n > 1;
+                }
+            }
+            spec_ngram_index_destroy(x);
+        }
+    }
+    CHECK(compared > 10000 && matched_some > 1000 && matched_none > 100);
+    CHECK(spec_ngram_index_create(0) == NULL && spec_ngram_index_create(SPEC_NGRAM_MAX + 1) == NULL);
+}
+
 static bool near(double a, double b) { return a > b - 1e-9 && a < b + 1e-9; }
 
 /* The cost model and the choice of k, against figures worked out by hand:
@@ -60,6 +107,24 @@ static void test_adapt(void) {
     CHECK(near(spec_cost_at(&c, 5), 2.1));
     spec_cost_observe(&c, 5, 100.0); /* counted as 1.5 x 2.1 at most: 2.1 + 1.05 / 8 */
     CHECK(near(spec_cost_at(&c, 5), 2.1 + 1.05 / 8));
+    /* the one-token cost doubles (a longer context, a busier machine): sizes measured
+     * before count double too, so that a larger step does not look cheap for having
+     * been measured earlier; a new measurement of 5 is taken as it is */
+    spec_cost g;
+    spec_cost_init(&g);
+    for (int r = 0; r < 3; r++) {
+        spec_cost_observe(&g, 1, 1.0);
+        spec_cost_observe(&g, 2, 1.2);
+        spec_cost_observe(&g, 5, 2.0);
+    }
+    for (int r = 0; r < 200; r++) spec_cost_observe(&g, 1, 2.0);
+    const double g1 = spec_cost_at(&g, 1);
+    CHECK(g1 > 1.99 && g1 < 2.0);
+    CHECK(near(spec_cost_at(&g, 2), 1.2 * g1) && near(spec_cost_at(&g, 5), 2.0 * g1) &&
+          near(spec_cost_at(&g, 4), (1.2 + 0.8 * 2.0 / 3.0) * g1) &&
+          near(spec_cost_at(&g, 7), 2.0 * g1 * 1.1));
+    spec_cost_observe(&g, 5, 4.4); /* 4 + (4.4 - 4) / 8 */
+    CHECK(near(spec_cost_at(&g, 5), 2.0 * g1 + (4.4 - 2.0 * g1) / 8));
 
     /* flat cost: a long match (prior p = 1.5 / 2.5 = 0.6) drafts all it has */
     spec_cost flat;
@@ -373,6 +438,7 @@ static void compare_model(const char *path, bool story) {
 
 int main(void) {
     test_propose();
+    test_ngram_index();
     test_adapt();
     compare_model("models/stories260K.gguf", true);
     compare_model("tests/data/golden/models/qwen3-f32.gguf", false);
