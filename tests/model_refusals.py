@@ -107,62 +107,58 @@ def rename(tensors, old_suffix, new_suffix):
             t[0] = t[0][: -len(old_suffix)] + new_suffix
 
 
+# The edits of the cases: each returns what changes a file's (metadata, tensors).
+def set_u32(key, v):
+    return lambda kv, ts: set_kv(kv, key, T_U32, struct.pack("<I", v))
+
+
+def drop(key):
+    return lambda kv, ts: drop_kv(kv, key)
+
+
+def rename_tensor(old_suffix, new_suffix):
+    return lambda kv, ts: rename(ts, old_suffix, new_suffix)
+
+
 CASES = [
     # (name, base model, edit, text the message must contain)
-    ("experts_on_dense_arch", "qwen3-f32",
-     lambda kv, ts: set_kv(kv, "qwen3.expert_count", T_U32, struct.pack("<I", 8)),
+    ("experts_on_dense_arch", "qwen3-f32", set_u32("qwen3.expert_count", 8),
      "key 'qwen3.expert_count' = 8: mixture-of-experts layers are not supported for architecture 'qwen3'"),
-    ("moe_arch_without_experts", "qwen3moe-f32",
-     lambda kv, ts: drop_kv(kv, "qwen3moe.expert_count"),
+    ("moe_arch_without_experts", "qwen3moe-f32", drop("qwen3moe.expert_count"),
      "key 'qwen3moe.expert_count' missing or 0"),
-    ("router_without_expert_count", "llama-moe-f32",
-     lambda kv, ts: drop_kv(kv, "llama.expert_count"),
+    ("router_without_expert_count", "llama-moe-f32", drop("llama.expert_count"),
      "tensor 'blk.0.ffn_gate_inp.weight': a router in a layer that key 'llama.expert_count' makes dense"),
-    ("mixtral_one_tensor_per_expert", "llama-moe-f32",
-     lambda kv, ts: rename(ts, "ffn_gate_exps.weight", "ffn_gate.0.weight"),
+    ("mixtral_one_tensor_per_expert", "llama-moe-f32", rename_tensor("ffn_gate_exps.weight", "ffn_gate.0.weight"),
      "tensor 'blk.0.ffn_gate_exps.weight' missing: this file stores each expert as its own tensor"),
-    ("merged_gate_up_experts", "qwen3moe-f32",
-     lambda kv, ts: rename(ts, "ffn_gate_exps.weight", "ffn_gate_up_exps.weight"),
+    ("merged_gate_up_experts", "qwen3moe-f32", rename_tensor("ffn_gate_exps.weight", "ffn_gate_up_exps.weight"),
      "tensor 'blk.0.ffn_gate_up_exps.weight': merged gate/up experts are not supported"),
-    ("missing_expert_tensor", "qwen3moe-f32",
-     lambda kv, ts: rename(ts, "blk.1.ffn_down_exps.weight", "blk.1.ffn_down_exps.other"),
+    ("missing_expert_tensor", "qwen3moe-f32", rename_tensor("blk.1.ffn_down_exps.weight", "blk.1.ffn_down_exps.other"),
      "tensor 'blk.1.ffn_down_exps.weight' missing"),
-    ("unknown_gating", "deepseek2-moe-f32",
-     lambda kv, ts: set_kv(kv, "deepseek2.expert_gating_func", T_U32, struct.pack("<I", 3)),
+    ("unknown_gating", "deepseek2-moe-f32", set_u32("deepseek2.expert_gating_func", 3),
      "key 'deepseek2.expert_gating_func' = 3 is not supported"),
-    ("used_over_count", "qwen3moe-f32",
-     lambda kv, ts: set_kv(kv, "qwen3moe.expert_used_count", T_U32, struct.pack("<I", 9)),
+    ("used_over_count", "qwen3moe-f32", set_u32("qwen3moe.expert_used_count", 9),
      "'qwen3moe.expert_used_count' = 9: need 1 <= used <= count"),
-    ("groups_do_not_fit", "deepseek2-moe-f32",
-     lambda kv, ts: set_kv(kv, "deepseek2.expert_group_count", T_U32, struct.pack("<I", 3)),
+    ("groups_do_not_fit", "deepseek2-moe-f32", set_u32("deepseek2.expert_group_count", 3),
      "'deepseek2.expert_group_count' = 3"),
-    ("deepseek2_moe_without_experts", "deepseek2-moe-f32",
-     lambda kv, ts: drop_kv(kv, "deepseek2.expert_count"),
+    ("deepseek2_moe_without_experts", "deepseek2-moe-f32", drop("deepseek2.expert_count"),
      "key 'deepseek2.leading_dense_block_count' = 1 < 2 layers, but key 'deepseek2.expert_count' is missing"),
-    ("command_r_plus_without_qk_norm", "command-r-f32",
-     lambda kv, ts: set_kv(kv, "command-r.block_count", T_U32, struct.pack("<I", 64)),
+    ("command_r_plus_without_qk_norm", "command-r-f32", set_u32("command-r.block_count", 64),
      "tensor 'blk.0.attn_q_norm.weight' missing"),
-    ("layer_norm_without_epsilon", "command-r-f32",
-     lambda kv, ts: drop_kv(kv, "command-r.attention.layer_norm_epsilon"),
+    ("layer_norm_without_epsilon", "command-r-f32", drop("command-r.attention.layer_norm_epsilon"),
      "key 'command-r.attention.layer_norm_epsilon' missing"),
-    ("cohere2_without_window", "cohere2-swa-f32",
-     lambda kv, ts: drop_kv(kv, "cohere2.attention.sliding_window"),
+    ("cohere2_without_window", "cohere2-swa-f32", drop("cohere2.attention.sliding_window"),
      "key 'cohere2.attention.sliding_window' missing"),
-    ("granite_without_logit_scale", "granite-f32",
-     lambda kv, ts: drop_kv(kv, "granite.logit_scale"),
+    ("granite_without_logit_scale", "granite-f32", drop("granite.logit_scale"),
      "key 'granite.logit_scale' missing"),
-    ("fused_qkv_wrong_shape", "phi3-f32",
-     lambda kv, ts: set_kv(kv, "phi3.attention.head_count_kv", T_U32, struct.pack("<I", 2)),
+    ("fused_qkv_wrong_shape", "phi3-f32", set_u32("phi3.attention.head_count_kv", 2),
      "tensor 'blk.0.attn_qkv.weight': shape [32, 64, 1, 1], expected [32, 96, 1]"),
-    ("phi3_without_gate_up", "phi3-f32",
-     lambda kv, ts: rename(ts, "blk.1.ffn_up.weight", "blk.1.ffn_up.other"),
+    ("phi3_without_gate_up", "phi3-f32", rename_tensor("blk.1.ffn_up.weight", "blk.1.ffn_up.other"),
      "tensor 'blk.1.ffn_up.weight' missing"),
     ("glm4moe_mrope_sections", "glm4moe-f32",
      lambda kv, ts: set_kv(kv, "glm4moe.rope.dimension_sections", T_ARR,
                            struct.pack("<IQ", T_I32, 4) + struct.pack("<4i", 8, 4, 4, 0)),
      "key 'glm4moe.rope.dimension_sections': multimodal rope sections are not supported"),
-    ("glm4moe_all_layers_mtp", "glm4moe-f32",
-     lambda kv, ts: set_kv(kv, "glm4moe.nextn_predict_layers", T_U32, struct.pack("<I", 3)),
+    ("glm4moe_all_layers_mtp", "glm4moe-f32", set_u32("glm4moe.nextn_predict_layers", 3),
      "key 'glm4moe.nextn_predict_layers' = 3: must be below 3"),
     ("rope_scaling_unknown", "deepseek2-yarn-f32",
      lambda kv, ts: set_kv(kv, "deepseek2.rope.scaling.type", T_STR, gstr("longrope")),

@@ -355,38 +355,13 @@ out:
     return r;
 }
 
-/* Pins the blocks of every intact pin file (a damaged one is deleted). */
-static void index_pins(kv_disk *d) {
-    DIR *dir = opendir(d->dir);
-    if (!dir) return;
-    char prefix[32];
-    snprintf(prefix, sizeof prefix, "%016llx-", (unsigned long long)d->ident_hash);
-    struct dirent *de;
-    while ((de = readdir(dir))) {
-        const char *n = de->d_name;
-        unsigned long long id;
-        char tail[8];
-        if (strncmp(n, prefix, 17) != 0 || strlen(n) != 17 + 16 + 4 ||
-            sscanf(n + 17, "%16llx%7s", &id, tail) != 2 || strcmp(tail, ".pin") != 0)
-            continue;
-        char path[4096];
-        snprintf(path, sizeof path, "%s/%s", d->dir, n);
-        pin_rec *r = read_pin_file(path, id);
-        if (!r) {
-            unlink(path);
-            continue;
-        }
-        for (int64_t i = 0; i < r->n; i++) {
-            disk_entry *e = *kvd_index_slot(d, r->hashes[i]);
-            if (e) pin_entry(d, e, +1);
-        }
-        r->next = d->pins;
-        d->pins = r;
-    }
-    closedir(dir);
-}
+/* Calls visit for each of this identity's files named "<identity>-<16 hex
+ * digits><ext>" (blocks: the block hash, pins: the pin id), with its path and
+ * that number. This identity's ".tmp" files, writes a crash interrupted, are
+ * deleted on the way; other files are left alone. */
+typedef void (*file_visit)(kv_disk *d, const char *path, uint64_t id);
 
-static void index_dir(kv_disk *d) {
+static void each_file(kv_disk *d, const char *ext, file_visit visit) {
     DIR *dir = opendir(d->dir);
     if (!dir) return;
     char prefix[32];
@@ -398,33 +373,58 @@ static void index_dir(kv_disk *d) {
         if (strncmp(n, prefix, 17) != 0) continue; /* another identity's, or not ours */
         char path[4096];
         snprintf(path, sizeof path, "%s/%s", d->dir, n);
-        if (len > 4 && strcmp(n + len - 4, ".tmp") == 0) { /* a write a crash interrupted */
+        if (len > 4 && strcmp(n + len - 4, ".tmp") == 0) {
             unlink(path);
             continue;
         }
-        unsigned long long hash;
+        unsigned long long id;
         char tail[8];
-        if (len != 17 + 16 + 4 || sscanf(n + 17, "%16llx%7s", &hash, tail) != 2 ||
-            strcmp(tail, ".kvb") != 0)
+        if (len != 17 + 16 + 4 || sscanf(n + 17, "%16llx%7s", &id, tail) != 2 ||
+            strcmp(tail, ext) != 0)
             continue;
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0) continue;
-        struct stat sb;
-        disk_header h;
-        bool ok = fstat(fd, &sb) == 0 && (uint64_t)sb.st_size == d->file_bytes &&
-                  read_all(fd, (uint8_t *)&h, sizeof h, 0) && kvd_header_ok(d, &h, hash);
-        close(fd);
-        if (!ok) { /* ours by name, but torn or damaged */
-            unlink(path);
-            d->st.corrupt++;
-            continue;
-        }
-        uint64_t stamp = (uint64_t)sb.st_mtim.tv_sec * 1000000000ull + (uint64_t)sb.st_mtim.tv_nsec;
-        index_put(d, hash, stamp);
-        if (stamp > d->last_stamp) d->last_stamp = stamp;
+        visit(d, path, id);
     }
     closedir(dir);
-    index_pins(d);
+}
+
+/* A block file: indexed when intact, deleted when ours by name but torn or damaged. */
+static void index_block(kv_disk *d, const char *path, uint64_t hash) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return;
+    struct stat sb;
+    disk_header h;
+    bool ok = fstat(fd, &sb) == 0 && (uint64_t)sb.st_size == d->file_bytes &&
+              read_all(fd, (uint8_t *)&h, sizeof h, 0) && kvd_header_ok(d, &h, hash);
+    close(fd);
+    if (!ok) {
+        unlink(path);
+        d->st.corrupt++;
+        return;
+    }
+    uint64_t stamp = (uint64_t)sb.st_mtim.tv_sec * 1000000000ull + (uint64_t)sb.st_mtim.tv_nsec;
+    index_put(d, hash, stamp);
+    if (stamp > d->last_stamp) d->last_stamp = stamp;
+}
+
+/* A pin file: its blocks pinned when intact, deleted when damaged. */
+static void index_pin(kv_disk *d, const char *path, uint64_t id) {
+    pin_rec *r = read_pin_file(path, id);
+    if (!r) {
+        unlink(path);
+        return;
+    }
+    for (int64_t i = 0; i < r->n; i++) {
+        disk_entry *e = *kvd_index_slot(d, r->hashes[i]);
+        if (e) pin_entry(d, e, +1);
+    }
+    r->next = d->pins;
+    d->pins = r;
+}
+
+/* Blocks first, so that the pins find their entries. */
+static void index_dir(kv_disk *d) {
+    each_file(d, ".kvb", index_block);
+    each_file(d, ".pin", index_pin);
     enforce_limit(d);
 }
 

@@ -138,7 +138,8 @@ bool model_forward_wait(model *m, kvl_error *err);
 /* The reference forward (model_ref.c): one token at pos of one sequence, whose
  * table in KV group g is seqs[g], in plain C with double accumulation and a
  * plain softmax over the block table. Stores the token's K/V like
- * model_forward and writes its n_vocab logits. For tests: slow, and it
+ * model_forward and writes its n_vocab logits (none when logits is NULL: the
+ * output head, the largest matrix, is skipped). For tests: slow, and it
  * allocates per call. False (err set) on a token or position out of range. */
 bool model_forward_ref(model *m, kv_pool *const *pools, const kv_seq *const *seqs, int32_t token,
                        int32_t pos, float *logits, kvl_error *err);

@@ -12,12 +12,14 @@
 
 /* y[i] = W[i] . x for the ne1 rows of W (of head `head` when W is 3-D). */
 static void matvec(const mtensor *w, int64_t head, const float *x, float *y, float *row) {
-    const uint8_t *base =
-        (const uint8_t *)w->data + (size_t)head * w->ne1 * kern_row_bytes(w->dtype, w->ne0);
+    const size_t row_bytes = kern_row_bytes(w->dtype, w->ne0);
+    const uint8_t *base = (const uint8_t *)w->data + (size_t)head * w->ne1 * row_bytes;
     for (int64_t i = 0; i < w->ne1; i++) {
-        kern_get_row(base, w->dtype, w->ne0, i, row);
+        const float *r = row; /* f32 rows are read in place, others widened into row */
+        if (w->dtype == GGUF_DT_F32) r = (const float *)(base + (size_t)i * row_bytes);
+        else kern_get_row(base, w->dtype, w->ne0, i, row);
         double s = 0;
-        for (int64_t k = 0; k < w->ne0; k++) s += (double)row[k] * x[k];
+        for (int64_t k = 0; k < w->ne0; k++) s += (double)r[k] * x[k];
         y[i] = (float)s;
     }
 }
@@ -212,10 +214,12 @@ bool model_forward_ref(model *m, kv_pool *const *pools, const kv_seq *const *seq
         for (int64_t i = 0; i < E; i++) x[i] += xb[i];
     }
 
-    rmsnorm(x, x, m->output_norm.data, E, hp->rms_eps);
-    matvec(&m->output, 0, x, logits, row);
-    for (int64_t i = 0; hp->final_softcap > 0 && i < hp->n_vocab; i++)
-        logits[i] = (float)(hp->final_softcap * tanh(logits[i] / hp->final_softcap));
+    if (logits) { /* NULL: the token only goes into the KV cache */
+        rmsnorm(x, x, m->output_norm.data, E, hp->rms_eps);
+        matvec(&m->output, 0, x, logits, row);
+        for (int64_t i = 0; hp->final_softcap > 0 && i < hp->n_vocab; i++)
+            logits[i] = (float)(hp->final_softcap * tanh(logits[i] / hp->final_softcap));
+    }
     free(x);
     free(p);
     return true;

@@ -111,6 +111,22 @@ static void model_label(const char *name, char *out, size_t cap) {
     out[o] = 0;
 }
 
+/* One gauge or counter: a row of the tables below. */
+typedef enum { GAUGE, COUNTER } metric_kind;
+typedef struct {
+    metric_kind kind;
+    const char *name, *help;
+    double value;
+} metric_row;
+
+static void put_rows(kvl_buf *o, const char *label, const metric_row *rows, int n) {
+    for (int i = 0; i < n; i++) {
+        if (rows[i].kind == COUNTER)
+            put_counter(o, label, rows[i].name, rows[i].help, rows[i].value);
+        else put_gauge(o, label, rows[i].name, rows[i].help, rows[i].value);
+    }
+}
+
 void metrics_render(srv_metrics *m, const char *model_name, kvl_buf *o) {
     char label[320];
     model_label(model_name, label, sizeof label);
@@ -118,63 +134,58 @@ void metrics_render(srv_metrics *m, const char *model_name, kvl_buf *o) {
     const engine_metrics *e = &m->em;
     double usage =
         e->kv_blocks_total > 0 ? (double)e->kv_blocks_used / (double)e->kv_blocks_total : 0;
-    put_gauge(o, label, "num_requests_running", "Number of requests in model execution batches.",
-              (double)e->n_running);
-    put_gauge(o, label, "num_requests_waiting", "Number of requests waiting to be processed.",
-              (double)e->n_waiting);
-    put_gauge(o, label, "kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", usage);
-    put_gauge(o, label, "kv_blocks_used", "KV blocks held by sequences.",
-              (double)e->kv_blocks_used);
-    put_gauge(o, label, "kv_blocks_cached", "KV blocks kept for the prefix cache only.",
-              (double)e->kv_blocks_cached);
-    put_gauge(o, label, "kv_blocks_free", "KV blocks free.", (double)e->kv_blocks_free);
-    put_counter(o, label, "prefix_cache_queries",
-                "Prefix cache queries, in terms of number of queried tokens.",
-                (double)e->prefix_cache_queries);
-    put_counter(o, label, "prefix_cache_hits",
-                "Prefix cache hits, in terms of number of cached tokens.",
-                (double)e->prefix_cache_hits);
-    /* the disk tier (--kv-disk; zeros without one) */
-    put_gauge(o, label, "kv_disk_blocks", "KV blocks in the disk tier.", (double)e->kv_disk.blocks);
-    put_gauge(o, label, "kv_disk_bytes", "Bytes of the disk tier's block files.",
-              (double)e->kv_disk.bytes);
-    put_counter(o, label, "kv_disk_reads", "Block files read from the disk tier.",
-                (double)e->kv_disk.reads);
-    put_counter(o, label, "kv_disk_writes", "Block files written to the disk tier.",
-                (double)e->kv_disk.writes);
-    put_counter(o, label, "kv_disk_hits",
-                "KV blocks loaded from the disk tier instead of recomputed.",
-                (double)e->kv_disk.hits);
-    put_counter(o, label, "kv_disk_dropped",
-                "Evicted KV blocks not written: the writer's queue was full.",
-                (double)e->kv_disk.dropped);
-    put_counter(o, label, "kv_disk_corrupt",
-                "Disk tier files deleted for a bad checksum, size or header.",
-                (double)e->kv_disk.corrupt);
-    put_gauge(o, label, "kv_disk_pinned_blocks",
-              "Disk tier blocks pinned by POST /v1/kv/save (kept from the size limit).",
-              (double)e->kv_disk.pinned_blocks);
-    put_counter(o, label, "kv_disk_loads",
-                "Background reads of a waiting request's prefix from the disk tier.",
-                (double)e->kv_disk.loads);
-    put_counter(o, label, "kv_disk_loads_abandoned",
-                "Background reads given up because their request was cancelled.",
-                (double)e->kv_disk.loads_abandoned);
-    put_counter(o, label, "num_preemptions", "Cumulative number of preemptions from the engine.",
-                (double)e->n_preemptions);
-    put_counter(o, label, "prompt_tokens", "Number of prefill tokens processed.",
-                (double)e->prompt_tokens);
-    put_counter(o, label, "generation_tokens", "Number of generation tokens processed.",
-                (double)e->generation_tokens);
-    /* speculative decoding (vLLM's names); acceptance rate = accepted / draft tokens */
-    put_counter(o, label, "spec_decode_num_drafts",
-                "Verifications of drafted tokens (speculative decoding).", (double)e->spec_drafts);
-    put_counter(o, label, "spec_decode_num_draft_tokens",
-                "Tokens drafted for verification (speculative decoding).",
-                (double)e->spec_draft_tokens);
-    put_counter(o, label, "spec_decode_num_accepted_tokens",
-                "Drafted tokens the model accepted (speculative decoding).",
-                (double)e->spec_accepted_tokens);
+    const metric_row rows[] = {
+        {GAUGE, "num_requests_running", "Number of requests in model execution batches.",
+         (double)e->n_running},
+        {GAUGE, "num_requests_waiting", "Number of requests waiting to be processed.",
+         (double)e->n_waiting},
+        {GAUGE, "kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", usage},
+        {GAUGE, "kv_blocks_used", "KV blocks held by sequences.", (double)e->kv_blocks_used},
+        {GAUGE, "kv_blocks_cached", "KV blocks kept for the prefix cache only.",
+         (double)e->kv_blocks_cached},
+        {GAUGE, "kv_blocks_free", "KV blocks free.", (double)e->kv_blocks_free},
+        {COUNTER, "prefix_cache_queries",
+         "Prefix cache queries, in terms of number of queried tokens.",
+         (double)e->prefix_cache_queries},
+        {COUNTER, "prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.",
+         (double)e->prefix_cache_hits},
+        /* the disk tier (--kv-disk; zeros without one) */
+        {GAUGE, "kv_disk_blocks", "KV blocks in the disk tier.", (double)e->kv_disk.blocks},
+        {GAUGE, "kv_disk_bytes", "Bytes of the disk tier's block files.", (double)e->kv_disk.bytes},
+        {COUNTER, "kv_disk_reads", "Block files read from the disk tier.",
+         (double)e->kv_disk.reads},
+        {COUNTER, "kv_disk_writes", "Block files written to the disk tier.",
+         (double)e->kv_disk.writes},
+        {COUNTER, "kv_disk_hits", "KV blocks loaded from the disk tier instead of recomputed.",
+         (double)e->kv_disk.hits},
+        {COUNTER, "kv_disk_dropped", "Evicted KV blocks not written: the writer's queue was full.",
+         (double)e->kv_disk.dropped},
+        {COUNTER, "kv_disk_corrupt", "Disk tier files deleted for a bad checksum, size or header.",
+         (double)e->kv_disk.corrupt},
+        {GAUGE, "kv_disk_pinned_blocks",
+         "Disk tier blocks pinned by POST /v1/kv/save (kept from the size limit).",
+         (double)e->kv_disk.pinned_blocks},
+        {COUNTER, "kv_disk_loads",
+         "Background reads of a waiting request's prefix from the disk tier.",
+         (double)e->kv_disk.loads},
+        {COUNTER, "kv_disk_loads_abandoned",
+         "Background reads given up because their request was cancelled.",
+         (double)e->kv_disk.loads_abandoned},
+        {COUNTER, "num_preemptions", "Cumulative number of preemptions from the engine.",
+         (double)e->n_preemptions},
+        {COUNTER, "prompt_tokens", "Number of prefill tokens processed.", (double)e->prompt_tokens},
+        {COUNTER, "generation_tokens", "Number of generation tokens processed.",
+         (double)e->generation_tokens},
+        /* speculative decoding (vLLM's names); acceptance rate = accepted / draft tokens */
+        {COUNTER, "spec_decode_num_drafts",
+         "Verifications of drafted tokens (speculative decoding).", (double)e->spec_drafts},
+        {COUNTER, "spec_decode_num_draft_tokens",
+         "Tokens drafted for verification (speculative decoding).", (double)e->spec_draft_tokens},
+        {COUNTER, "spec_decode_num_accepted_tokens",
+         "Drafted tokens the model accepted (speculative decoding).",
+         (double)e->spec_accepted_tokens},
+    };
+    put_rows(o, label, rows, NB(rows));
     put_header(o, "request_success", "_total", "counter",
                "Count of finished requests, by finish reason.");
     static const char *reasons[3] = {"stop", "length", "abort"};
@@ -196,18 +207,20 @@ void metrics_render_conns(kvl_buf *o, const char *model_name, int open, long ref
                           long evicted, long disconnects) {
     char label[320];
     model_label(model_name, label, sizeof label);
-    put_gauge(o, label, "http_connections_open", "Open HTTP connections.", (double)open);
-    put_counter(o, label, "http_connections_refused",
-                "Connections answered 503 by the acceptor (over a connection limit, or draining).",
-                (double)refused);
-    put_counter(o, label, "http_request_timeouts",
-                "Connections closed for not delivering a whole request within --request-timeout.",
-                (double)timeouts);
-    put_counter(o, label, "http_connections_evicted",
-                "Connections still receiving a request after 1 s, closed to make room when every "
-                "slot was taken.",
-                (double)evicted);
-    put_counter(o, label, "client_disconnects",
-                "Requests cancelled because their client left before the end.",
-                (double)disconnects);
+    const metric_row rows[] = {
+        {GAUGE, "http_connections_open", "Open HTTP connections.", (double)open},
+        {COUNTER, "http_connections_refused",
+         "Connections answered 503 by the acceptor (over a connection limit, or draining).",
+         (double)refused},
+        {COUNTER, "http_request_timeouts",
+         "Connections closed for not delivering a whole request within --request-timeout.",
+         (double)timeouts},
+        {COUNTER, "http_connections_evicted",
+         "Connections still receiving a request after 1 s, closed to make room when every "
+         "slot was taken.",
+         (double)evicted},
+        {COUNTER, "client_disconnects",
+         "Requests cancelled because their client left before the end.", (double)disconnects},
+    };
+    put_rows(o, label, rows, NB(rows));
 }

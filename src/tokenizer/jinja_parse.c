@@ -381,34 +381,40 @@ static jnode *bin(parser *P, int op, jnode *a, jnode *b) {
     return x;
 }
 
-static jnode *parse_pow(parser *P) {
-    jnode *x = parse_unary(P, true);
-    while (accept_op(P, "**")) x = bin(P, OP_POW, x, parse_unary(P, true));
-    return x;
+/* Left-associative binary operators: a level's operators (symbols, or words
+ * such as "and"), NULL-ended, and parse_left reading `operand (op operand)*`. */
+typedef struct binop {
+    const char *tok;
+    int op;
+} binop;
+
+static const binop POW_OPS[] = {{"**", OP_POW}, {NULL, 0}};
+static const binop MUL_OPS[] = {
+    {"*", OP_MUL}, {"/", OP_DIV}, {"//", OP_FLOORDIV}, {"%", OP_MOD}, {NULL, 0}};
+static const binop CONCAT_OPS[] = {{"~", OP_CONCAT}, {NULL, 0}};
+static const binop ADD_OPS[] = {{"+", OP_ADD}, {"-", OP_SUB}, {NULL, 0}};
+static const binop AND_OPS[] = {{"and", OP_AND}, {NULL, 0}};
+static const binop OR_OPS[] = {{"or", OP_OR}, {NULL, 0}};
+
+static bool accept_binop(parser *P, const char *tok) {
+    return tok[0] >= 'a' && tok[0] <= 'z' ? accept_name(P, tok) : accept_op(P, tok);
 }
-static jnode *parse_math2(parser *P) {
-    jnode *x = parse_pow(P);
+
+static jnode *parse_left(parser *P, const binop *ops, jnode *(*operand)(parser *)) {
+    jnode *x = operand(P);
     for (;;) {
-        if (accept_op(P, "*")) x = bin(P, OP_MUL, x, parse_pow(P));
-        else if (accept_op(P, "/")) x = bin(P, OP_DIV, x, parse_pow(P));
-        else if (accept_op(P, "//")) x = bin(P, OP_FLOORDIV, x, parse_pow(P));
-        else if (accept_op(P, "%")) x = bin(P, OP_MOD, x, parse_pow(P));
-        else return x;
+        const binop *o = ops;
+        while (o->tok && !accept_binop(P, o->tok)) o++;
+        if (!o->tok) return x;
+        x = bin(P, o->op, x, operand(P));
     }
 }
-static jnode *parse_concat(parser *P) {
-    jnode *x = parse_math2(P);
-    while (accept_op(P, "~")) x = bin(P, OP_CONCAT, x, parse_math2(P));
-    return x;
-}
-static jnode *parse_math1(parser *P) {
-    jnode *x = parse_concat(P);
-    for (;;) {
-        if (accept_op(P, "+")) x = bin(P, OP_ADD, x, parse_concat(P));
-        else if (accept_op(P, "-")) x = bin(P, OP_SUB, x, parse_concat(P));
-        else return x;
-    }
-}
+
+static jnode *parse_filtered_unary(parser *P) { return parse_unary(P, true); }
+static jnode *parse_pow(parser *P) { return parse_left(P, POW_OPS, parse_filtered_unary); }
+static jnode *parse_math2(parser *P) { return parse_left(P, MUL_OPS, parse_pow); }
+static jnode *parse_concat(parser *P) { return parse_left(P, CONCAT_OPS, parse_math2); }
+static jnode *parse_math1(parser *P) { return parse_left(P, ADD_OPS, parse_concat); }
 static jnode *parse_compare(parser *P) {
     jnode *x = parse_math1(P);
     for (;;) {
@@ -439,16 +445,8 @@ static jnode *parse_not(parser *P) {
     }
     return parse_compare(P);
 }
-static jnode *parse_and(parser *P) {
-    jnode *x = parse_not(P);
-    while (accept_name(P, "and")) x = bin(P, OP_AND, x, parse_not(P));
-    return x;
-}
-static jnode *parse_or(parser *P) {
-    jnode *x = parse_and(P);
-    while (accept_name(P, "or")) x = bin(P, OP_OR, x, parse_and(P));
-    return x;
-}
+static jnode *parse_and(parser *P) { return parse_left(P, AND_OPS, parse_not); }
+static jnode *parse_or(parser *P) { return parse_left(P, OR_OPS, parse_and); }
 static jnode *parse_expr(parser *P, bool condexpr) {
     jnode *x = parse_or(P);
     if (!condexpr) return x;

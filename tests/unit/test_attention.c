@@ -132,7 +132,8 @@ static bool run_ref(setup *su, float *out) {
     int64_t n_out = 0;
     bool ok = logits != NULL;
     for (int t = 0; ok && t < N_TOK; t++) {
-        ok = model_forward_ref(su->m, kv.pools, kv.tables, su->tokens[t], su->pos[t], logits, &err);
+        ok = model_forward_ref(su->m, kv.pools, kv.tables, su->tokens[t], su->pos[t],
+                               su->want[t] ? logits : NULL, &err);
         if (!ok) fprintf(stderr, "model_forward_ref: %s\n", err.msg);
         if (ok && su->want[t])
             memcpy(out + n_out++ * su->vocab, logits, (size_t)su->vocab * sizeof *logits);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "engine.h"
+#include "test_model.h"
 
 #define N_REQ 6
 #define N_GEN 40
@@ -104,20 +105,9 @@ static bool run_setup(model *m, tok_vocab *v, const setup *s, int32_t prompts[N_
 }
 
 static void test_model(const char *path, int kv_dtype) {
-    kvl_error err;
-    gguf_file *f = gguf_open(path, &err);
-    if (!f) {
-        fprintf(stderr, "%s\n", err.msg);
-        failures++;
-        return;
-    }
-    tok_vocab *v = tok_vocab_create(f, &err);
-    model_params mp = {.max_ctx = 128, .max_ubatch = 32};
-    model *m = v ? model_load(f, &mp, &err) : NULL;
+    tok_vocab *v;
+    model *m = load_test_model(path, 128, 32, &v);
     if (!m) {
-        fprintf(stderr, "%s: %s\n", path, err.msg);
-        tok_vocab_destroy(v);
-        if (!v) gguf_close(f);
         failures++;
         return;
     }
@@ -177,12 +167,9 @@ static void on_event_shared(const engine_event *ev, void *user) {
  * exactly the leader's greedy ids. */
 static void test_prefix_leader(void) {
     kvl_error err;
-    gguf_file *f = gguf_open("models/stories260K.gguf", &err);
-    tok_vocab *v = f ? tok_vocab_create(f, &err) : NULL;
-    model_params mp = {.max_ctx = 128, .max_ubatch = 64};
-    model *m = v ? model_load(f, &mp, &err) : NULL;
+    tok_vocab *v;
+    model *m = load_test_model("models/stories260K.gguf", 128, 64, &v);
     if (!m) {
-        fprintf(stderr, "prefix leader: %s\n", err.msg);
         failures++;
         return;
     }
@@ -225,46 +212,25 @@ static void test_prefix_leader(void) {
     tok_vocab_destroy(v);
 }
 
-typedef struct gram_out {
-    char text[4096];
-    size_t len;
-    int32_t ids[512];
-    int n;
-    engine_finish finish;
-} gram_out;
-
-static void on_event_gram(const engine_event *ev, void *user) {
-    gram_out *o = user;
-    if (ev->text_len && o->len + ev->text_len < sizeof o->text) {
-        memcpy(o->text + o->len, ev->text, ev->text_len);
-        o->len += ev->text_len;
-    }
-    if (ev->token >= 0 && o->n < 512) o->ids[o->n++] = ev->token;
-    if (ev->finish) o->finish = ev->finish;
-}
-
 /* A grammar constrains sampled and greedy decoding alike, and survives
  * preemption by recompute: the same requests under a pool too small for them
  * all give the same ids as each alone, and every output is a sentence. */
 static void test_grammar_preemption(void) {
-    kvl_error err;
-    gguf_file *f = gguf_open("models/stories260K.gguf", &err);
-    tok_vocab *v = f ? tok_vocab_create(f, &err) : NULL;
-    model_params mp = {.max_ctx = 128, .max_ubatch = 32};
-    model *m = v ? model_load(f, &mp, &err) : NULL;
+    kvl_error err = {{0}};
+    tok_vocab *v;
+    model *m = load_test_model("models/stories260K.gguf", 128, 32, &v);
     grammar *g =
         m ? grammar_compile("root ::= \"[\" [a-z ]{20,40} (\",\" [0-9]{1,3}){3,6} \"]\"", v, &err)
           : NULL;
     if (!g) {
-        fprintf(stderr, "grammar preemption: %s\n", err.msg);
+        fprintf(stderr, "grammar preemption: %s\n", m ? err.msg : "no model");
         failures++;
         model_destroy(m);
         tok_vocab_destroy(v);
-        if (!v && f) gguf_close(f);
         return;
     }
     enum { NR = 6 };
-    static gram_out alone[NR], together[NR];
+    static text_out alone[NR], together[NR];
     int32_t prompt[4] = {1, 400, 300, 200};
     for (int round = 0; round < 2; round++) {
         engine_config c;
@@ -272,7 +238,7 @@ static void test_grammar_preemption(void) {
         c.n_ctx = 128;
         c.max_seqs = 8;
         c.n_blocks = round == 0 ? 0 : 10; /* 160 tokens for 6 requests of ~60: preemption */
-        gram_out *out = round == 0 ? alone : together;
+        text_out *out = round == 0 ? alone : together;
         for (int i = 0; i < NR; i++) {
             engine *e = round == 0 || i == 0 ? engine_create(m, v, &c, &err) : NULL;
             static engine *shared;
@@ -281,7 +247,7 @@ static void test_grammar_preemption(void) {
                                 .n_prompt = 4,
                                 .max_tokens = 100,
                                 .grammar = g,
-                                .on_event = on_event_gram,
+                                .on_event = on_text_event,
                                 .user = &out[i]};
             sampler_params_default(&r.sampling);
             r.sampling.temperature = i % 3 == 0 ? 0.0f : 1.0f; /* greedy and sampled */
@@ -344,10 +310,8 @@ static void keep_last(int64_t pos, const float *logits, void *user) {
  * pool gets every block back; bad ids are refused. */
 static void test_embed(void) {
     kvl_error err = {{0}};
-    gguf_file *f = gguf_open("models/stories260K.gguf", &err);
-    tok_vocab *v = f ? tok_vocab_create(f, &err) : NULL;
-    model_params mp = {.max_ctx = 128, .max_ubatch = 16};
-    model *m = v ? model_load(f, &mp, &err) : NULL;
+    tok_vocab *v;
+    model *m = load_test_model("models/stories260K.gguf", 128, 16, &v);
     engine_config c;
     engine_config_default(&c);
     c.n_ctx = 128;

@@ -19,6 +19,8 @@
 
 #include "check.h"
 #include "engine.h"
+#include "test_dir.h"
+#include "test_model.h"
 
 #define MODEL    "models/stories260K.gguf"
 #define N_PROMPT 80
@@ -109,30 +111,6 @@ static kv_disk_stats evict_and_rerun(engine *e, const char *salt, run_out *first
 
 static bool same(const run_out *a, const run_out *b) {
     return a->n == b->n && memcmp(a->ids, b->ids, (size_t)a->n * sizeof(int32_t)) == 0;
-}
-
-static int count_files(const char *dir, const char *suffix) {
-    DIR *d = opendir(dir);
-    int n = 0;
-    struct dirent *de;
-    while (d && (de = readdir(d))) {
-        size_t l = strlen(de->d_name), s = strlen(suffix);
-        n += l > s && strcmp(de->d_name + l - s, suffix) == 0;
-    }
-    if (d) closedir(d);
-    return n;
-}
-
-static void clear_dir(const char *dir) {
-    DIR *d = opendir(dir);
-    struct dirent *de;
-    char path[4096];
-    while (d && (de = readdir(d))) {
-        if (de->d_name[0] == '.') continue;
-        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
-        unlink(path);
-    }
-    if (d) closedir(d);
 }
 
 /* Flips one byte in the middle of the first block file (its payload). */
@@ -323,11 +301,9 @@ static void test_sigkill(const char *dir, const char *self) {
 
 int main(int argc, char **argv) {
     kvl_error err;
-    gguf_file *f = gguf_open(MODEL, &err);
-    g_vocab = f ? tok_vocab_create(f, &err) : NULL;
-    model_params mp = {.max_ctx = 128, .max_ubatch = 64};
-    g_model = g_vocab ? model_load(f, &mp, &err) : NULL;
-    if (!g_model || !kv_disk_model_id(MODEL, g_id, &err)) {
+    g_model = load_test_model(MODEL, 128, 64, &g_vocab);
+    if (!g_model) return 1;
+    if (!kv_disk_model_id(MODEL, g_id, &err)) {
         fprintf(stderr, "%s\n", err.msg);
         return 1;
     }

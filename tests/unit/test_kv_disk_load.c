@@ -22,6 +22,8 @@
 
 #include "check.h"
 #include "engine.h"
+#include "test_dir.h"
+#include "test_model.h"
 
 #define MODEL    "models/stories260K.gguf"
 #define N_PROMPT 80
@@ -111,30 +113,6 @@ static bool same(const run_out *a, const run_out *b) {
     return a->n == b->n && memcmp(a->ids, b->ids, (size_t)a->n * sizeof(int32_t)) == 0;
 }
 
-static void clear_dir(const char *dir) {
-    DIR *d = opendir(dir);
-    struct dirent *de;
-    char path[4096];
-    while (d && (de = readdir(d))) {
-        if (de->d_name[0] == '.') continue;
-        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
-        unlink(path);
-    }
-    if (d) closedir(d);
-}
-
-static int count_files(const char *dir, const char *suffix) {
-    DIR *d = opendir(dir);
-    int n = 0;
-    struct dirent *de;
-    while (d && (de = readdir(d))) {
-        size_t l = strlen(de->d_name), s = strlen(suffix);
-        n += l > s && strcmp(de->d_name + l - s, suffix) == 0;
-    }
-    if (d) closedir(d);
-    return n;
-}
-
 /* The chain hash of block k of a prompt (no cache salt). */
 static uint64_t block_hash_of(const int32_t *prompt, int k) {
     kv_seq s;
@@ -194,16 +172,26 @@ static void fill_tier(const char *dir) {
     engine_destroy(e);
 }
 
-static void test_background(const char *dir) {
+/* A tier holding prompts 0 and 2, an engine over it that wakes on_wake, and
+ * block 0 of prompt 0's file replaced by a FIFO (its path into fifo), so that
+ * the reader stays in that block's read until the test lets it go. NULL (a
+ * failure counted) when a step fails. */
+static engine *engine_with_held_block(const char *dir, char *fifo, size_t cap) {
     fill_tier(dir);
     engine *e = make_engine(dir, 0, 0);
-    char fifo[4096];
-    if (!e || !fifo_for_block0(dir, g_prompts[0], fifo, sizeof fifo)) {
+    if (!e || !fifo_for_block0(dir, g_prompts[0], fifo, cap)) {
         failures++;
         engine_destroy(e);
-        return;
+        return NULL;
     }
     engine_set_disk_wake(e, on_wake, NULL);
+    return e;
+}
+
+static void test_background(const char *dir) {
+    char fifo[4096];
+    engine *e = engine_with_held_block(dir, fifo, sizeof fifo);
+    if (!e) return;
     run_out a, b;
     CHECK(submit(e, g_prompts[0], N_PROMPT, &a) && submit(e, g_prompts[1], N_PROMPT, &b));
     step(e); /* A's read starts, B is admitted */
@@ -240,15 +228,9 @@ static void test_background(const char *dir) {
 }
 
 static void test_cancel(const char *dir) {
-    fill_tier(dir);
-    engine *e = make_engine(dir, 0, 0);
     char fifo[4096];
-    if (!e || !fifo_for_block0(dir, g_prompts[0], fifo, sizeof fifo)) {
-        failures++;
-        engine_destroy(e);
-        return;
-    }
-    engine_set_disk_wake(e, on_wake, NULL);
+    engine *e = engine_with_held_block(dir, fifo, sizeof fifo);
+    if (!e) return;
     kv_pool *p = engine_kv(e);
     run_out a, d;
     CHECK(submit(e, g_prompts[0], N_PROMPT, &a) && submit(e, g_prompts[2], N_PROMPT, &d));
@@ -361,11 +343,9 @@ static void test_pins(const char *dir) {
 
 int main(void) {
     kvl_error err;
-    gguf_file *f = gguf_open(MODEL, &err);
-    g_vocab = f ? tok_vocab_create(f, &err) : NULL;
-    model_params mp = {.max_ctx = 128, .max_ubatch = 64};
-    g_model = g_vocab ? model_load(f, &mp, &err) : NULL;
-    if (!g_model || !kv_disk_model_id(MODEL, g_id, &err)) {
+    g_model = load_test_model(MODEL, 128, 64, &g_vocab);
+    if (!g_model) return 1;
+    if (!kv_disk_model_id(MODEL, g_id, &err)) {
         fprintf(stderr, "%s\n", err.msg);
         return 1;
     }

@@ -72,72 +72,80 @@ static const char *dec(uint64_t v) {
 
 /* ------------------------------------------------ kv-figures.md rows -- */
 
-static void test_qwen3_32b(void) {
+/* The rows of docs/kv-figures.md for GQA shapes: bytes per token and the
+ * lower bound for a context T and batch B, exact, and as the document prints
+ * them in binary and decimal units (NULL: not printed there). */
+static const struct figure {
+    const char *what;
+    int64_t L, n_head, n_kv, d, T, B;
+    int dtype;
+    uint64_t per_token;
+    const char *per_token_bin;
+    uint64_t lower_bound;
+    const char *lower_bound_bin, *lower_bound_dec;
+} FIGURES[] = {
+    {"Qwen3-32B", 64, 64, 8, 128, 32768, 1, KV_PLAN_F16, 262144, "256 KiB", 8589934592ull, "8 GiB",
+     NULL},
+    /* "약 160 GB" */
+    {"Qwen3-32B x 20", 64, 64, 8, 128, 32768, 20, KV_PLAN_F16, 262144, "256 KiB", 171798691840ull,
+     "160 GiB", NULL},
+    /* MHA, 64 KV heads: 2 MiB/token, 64 GiB for one sequence, 1.25 TiB for 20. */
+    {"Qwen3-32B as MHA", 64, 64, 64, 128, 32768, 1, KV_PLAN_F16, 2097152, "2 MiB", 68719476736ull,
+     "64 GiB", NULL},
+    {"Qwen3-32B as MHA x 20", 64, 64, 64, 128, 32768, 20, KV_PLAN_F16, 2097152, "2 MiB",
+     1374389534720ull, "1.25 TiB", NULL},
+    /* FP8 KV: "160 GB -> 80 GB". */
+    {"Qwen3-32B fp8 x 20", 64, 64, 8, 128, 32768, 20, KV_PLAN_FP8, 131072, "128 KiB",
+     85899345920ull, "80 GiB", NULL},
+    /* "≈ 1.07 GB", and "34 GB" for 32 */
+    {"Llama-3-8B", 32, 32, 8, 128, 8192, 1, KV_PLAN_F16, 131072, NULL, 1073741824ull, "1 GiB",
+     "1.07 GB"},
+    {"Llama-3-8B x 32", 32, 32, 8, 128, 8192, 32, KV_PLAN_F16, 131072, "128 KiB", 34359738368ull,
+     NULL, "34.36 GB"},
+    {"Llama-2-7B", 32, 32, 32, 128, 4096, 1, KV_PLAN_F16, 524288, "512 KiB", 2147483648ull, "2 GiB",
+     NULL},
+    {"Llama-2-7B 8K", 32, 32, 32, 128, 8192, 1, KV_PLAN_F16, 524288, NULL, 4294967296ull, "4 GiB",
+     NULL},
+    /* the GQA range: one token of 48 and 80 layers; the seed's "328 KB" */
+    {"48 layers", 48, 64, 8, 128, 1, 1, KV_PLAN_F16, 196608, "192 KiB", 196608, NULL, NULL},
+    {"80 layers", 80, 64, 8, 128, 1, 1, KV_PLAN_F16, 327680, "320 KiB", 327680, NULL, "327.68 KB"},
+};
+
+static void test_figures(void) {
+    for (size_t i = 0; i < sizeof FIGURES / sizeof FIGURES[0]; i++) {
+        const struct figure *f = &FIGURES[i];
+        kv_plan_model m = gqa(f->L, f->n_head, f->n_kv, f->d);
+        kv_plan_request r = req(f->T, f->B, f->dtype);
+        kv_plan p = plan(&m, &r);
+        CHECK(p.bytes_per_token == f->per_token, "%s: %llu bytes per token, want %llu", f->what,
+              (unsigned long long)p.bytes_per_token, (unsigned long long)f->per_token);
+        CHECK(p.lower_bound_bytes == f->lower_bound, "%s: lower bound %llu, want %llu", f->what,
+              (unsigned long long)p.lower_bound_bytes, (unsigned long long)f->lower_bound);
+        if (f->per_token_bin)
+            CHECK(strcmp(bin(p.bytes_per_token), f->per_token_bin) == 0, "%s: %s per token",
+                  f->what, bin(p.bytes_per_token));
+        if (f->lower_bound_bin)
+            CHECK(strcmp(bin(p.lower_bound_bytes), f->lower_bound_bin) == 0, "%s: %s", f->what,
+                  bin(p.lower_bound_bytes));
+        if (f->lower_bound_dec)
+            CHECK(strcmp(dec(p.lower_bound_bytes), f->lower_bound_dec) == 0, "%s: %s", f->what,
+                  dec(p.lower_bound_bytes));
+    }
+}
+
+/* Qwen3-32B's blocks: T is a multiple of the block size, nothing is lost to rounding. */
+static void test_qwen3_32b_blocks(void) {
     kv_plan_model m = gqa(64, 64, 8, 128);
-    kv_plan_request r = req(32768, 1, KV_PLAN_F16);
+    kv_plan_request r = req(32768, 20, KV_PLAN_F16);
     kv_plan p = plan(&m, &r);
-    CHECK_U64(p.bytes_per_token, 262144);
-    CHECK_STR(bin(p.bytes_per_token), "256 KiB");
-    CHECK_U64(p.lower_bound_bytes, 8589934592ull);
-    CHECK_STR(bin(p.lower_bound_bytes), "8 GiB");
-    r.concurrency = 20; /* "약 160 GB" */
-    p = plan(&m, &r);
-    CHECK_U64(p.lower_bound_bytes, 171798691840ull);
-    CHECK_STR(bin(p.lower_bound_bytes), "160 GiB");
-    /* T is a multiple of the block size: nothing is lost to rounding. */
     CHECK_U64(p.allocated_bytes, p.lower_bound_bytes);
     CHECK_U64(p.blocks_per_seq, 2048);
     CHECK_U64(p.block_bytes, 64ull * 16 * 4096);
-    /* MHA, 64 KV heads: 2 MiB/token, 64 GiB for one sequence, 1.25 TiB for 20. */
-    kv_plan_model mha = gqa(64, 64, 64, 128);
-    kv_plan_request r1 = req(32768, 1, KV_PLAN_F16);
-    kv_plan q = plan(&mha, &r1);
-    CHECK_U64(q.bytes_per_token, 2097152);
-    CHECK_STR(bin(q.bytes_per_token), "2 MiB");
-    CHECK_U64(q.lower_bound_bytes, 68719476736ull);
-    CHECK_STR(bin(q.lower_bound_bytes), "64 GiB");
-    q = plan(&mha, &r);
-    CHECK_U64(q.lower_bound_bytes, 1374389534720ull);
-    CHECK_STR(bin(q.lower_bound_bytes), "1.25 TiB");
-    /* FP8 KV: "160 GB -> 80 GB". */
-    kv_plan_request r8 = req(32768, 20, KV_PLAN_FP8);
-    kv_plan f = plan(&m, &r8);
-    CHECK_U64(f.bytes_per_token, 131072);
-    CHECK_STR(bin(f.bytes_per_token), "128 KiB");
-    CHECK_U64(f.lower_bound_bytes, 85899345920ull);
-    CHECK_STR(bin(f.lower_bound_bytes), "80 GiB");
     /* fp8 is the pool's E4M3 with a static scale: 1 B per value, no scale bytes. */
-    CHECK_U64(f.block_bytes, 64ull * 16 * 2048);
-    CHECK_U64(f.allocated_bytes, f.lower_bound_bytes);
-}
-
-static void test_llama3_8b(void) {
-    kv_plan_model m = gqa(32, 32, 8, 128);
-    kv_plan_request r = req(8192, 1, KV_PLAN_F16);
-    kv_plan p = plan(&m, &r);
-    CHECK_U64(p.bytes_per_token, 131072);
-    CHECK_U64(p.lower_bound_bytes, 1073741824ull);
-    CHECK_STR(dec(p.lower_bound_bytes), "1.07 GB"); /* "≈ 1.07 GB" */
-    CHECK_STR(bin(p.lower_bound_bytes), "1 GiB");
-    r.concurrency = 32;
+    r.dtype = KV_PLAN_FP8;
     p = plan(&m, &r);
-    CHECK_U64(p.lower_bound_bytes, 34359738368ull);
-    CHECK_STR(dec(p.lower_bound_bytes), "34.36 GB"); /* "34 GB" */
-    CHECK_STR(bin(p.bytes_per_token), "128 KiB");
-}
-
-static void test_llama2_7b(void) {
-    kv_plan_model m = gqa(32, 32, 32, 128);
-    kv_plan_request r = req(4096, 1, KV_PLAN_F16);
-    kv_plan p = plan(&m, &r);
-    CHECK_U64(p.bytes_per_token, 524288);
-    CHECK_STR(bin(p.bytes_per_token), "512 KiB");
-    CHECK_U64(p.lower_bound_bytes, 2147483648ull);
-    CHECK_STR(bin(p.lower_bound_bytes), "2 GiB");
-    r.context = 8192;
-    p = plan(&m, &r);
-    CHECK_U64(p.lower_bound_bytes, 4294967296ull);
-    CHECK_STR(bin(p.lower_bound_bytes), "4 GiB");
+    CHECK_U64(p.block_bytes, 64ull * 16 * 2048);
+    CHECK_U64(p.allocated_bytes, p.lower_bound_bytes);
 }
 
 static kv_plan_model deepseek_v3(void) {
@@ -166,17 +174,6 @@ static void test_deepseek_v3_mla(void) {
     CHECK(n >= 1 && strcmp(s[0].what, "MLA") == 0);
     /* The MHA it replaces: 61 x 128 heads x (192 K + 128 V) x 2. */
     if (n >= 1) CHECK_U64(s[0].base_bytes_per_token, 61ull * 128 * 320 * 2);
-}
-
-static void test_gqa_range(void) {
-    kv_plan_request r = req(1, 1, KV_PLAN_F16);
-    kv_plan_model m48 = gqa(48, 64, 8, 128), m70 = gqa(80, 64, 8, 128);
-    kv_plan a = plan(&m48, &r), b = plan(&m70, &r);
-    CHECK_U64(a.bytes_per_token, 196608);
-    CHECK_STR(bin(a.bytes_per_token), "192 KiB");
-    CHECK_U64(b.bytes_per_token, 327680);
-    CHECK_STR(bin(b.bytes_per_token), "320 KiB");
-    CHECK_STR(dec(b.bytes_per_token), "327.68 KB"); /* the seed's "328 KB" */
 }
 
 /* ------------------------------------------------ rounding and budget -- */
@@ -361,34 +358,45 @@ static bool from_hf(const char *json, kv_plan_model *m, kvl_error *err) {
     return model_hparams_from_hf_config(json, &hp, err) && model_hparams_plan_model(&hp, m, err);
 }
 
-static bool load_config(const char *path, kv_plan_model *m) {
+/* A config.json (by its name) or a GGUF file through the model layer's
+ * readers into the planner's description. */
+static bool load_shape(const char *path, kv_plan_model *m) {
     kvl_error err = {{0}};
-    char *text = kvl_read_file(path, NULL, &err);
-    bool ok = text && from_hf(text, m, &err);
+    model_hparams hp;
+    bool ok;
+    if (strlen(path) > 5 && strcmp(path + strlen(path) - 5, ".json") == 0) {
+        char *text = kvl_read_file(path, NULL, &err);
+        ok = text && model_hparams_from_hf_config(text, &hp, &err);
+        free(text);
+    } else {
+        gguf_file *f = gguf_open(path, &err);
+        ok = f && model_hparams_from_gguf(f, &hp, &err);
+        gguf_close(f);
+    }
+    ok = ok && model_hparams_plan_model(&hp, m, &err);
     if (!ok) fprintf(stderr, "%s: %s\n", path, err.msg);
-    free(text);
     return ok;
 }
 
 static void test_hf_configs(void) {
     kv_plan_model m;
-    CHECK(load_config("tests/kv_plan/qwen3-32b.json", &m));
+    CHECK(load_shape("tests/kv_plan/qwen3-32b.json", &m));
     CHECK(m.n_layers == 64 && m.n_head == 64 && m.n_kv_heads == 8 && m.head_dim_k == 128);
     CHECK(m.n_swa_layers == 0 && m.kv_dtype == KV_PLAN_BF16 && m.param_bytes == 2);
-    CHECK(load_config("tests/kv_plan/llama-3-8b.json", &m));
+    CHECK(load_shape("tests/kv_plan/llama-3-8b.json", &m));
     CHECK(m.n_layers == 32 && m.n_kv_heads == 8 && m.head_dim_k == 128 && m.head_dim_v == 128);
-    CHECK(load_config("tests/kv_plan/llama-2-7b.json", &m));
+    CHECK(load_shape("tests/kv_plan/llama-2-7b.json", &m));
     CHECK(m.n_kv_heads == 32 && m.kv_dtype == KV_PLAN_F16);
-    CHECK(load_config("tests/kv_plan/llama-3-70b.json", &m));
+    CHECK(load_shape("tests/kv_plan/llama-3-70b.json", &m));
     CHECK(m.n_layers == 80 && m.n_kv_heads == 8 && m.head_dim_k == 128);
-    CHECK(load_config("tests/kv_plan/deepseek-v3.json", &m));
+    CHECK(load_shape("tests/kv_plan/deepseek-v3.json", &m));
     CHECK(m.n_layers == 61 && m.kv_lora_rank == 512 && m.rope_dim == 64);
     CHECK(m.mha_head_dim_k == 192 && m.mha_head_dim_v == 128 && m.n_head == 128);
     kv_plan_request r = req(1, 1, KV_PLAN_BF16);
     CHECK_U64(plan(&m, &r).bytes_per_token, 70272);
-    CHECK(load_config("tests/kv_plan/mistral-7b-v0.1.json", &m));
+    CHECK(load_shape("tests/kv_plan/mistral-7b-v0.1.json", &m));
     CHECK(m.sliding_window == 4096 && m.n_swa_layers == 32);
-    CHECK(load_config("tests/kv_plan/synthetic-layer-types.json", &m));
+    CHECK(load_shape("tests/kv_plan/synthetic-layer-types.json", &m));
     CHECK(m.sliding_window == 512 && m.n_swa_layers == 5 && m.n_layers == 6);
     kvl_error err = {{0}};
     CHECK(!from_hf("{\"num_hidden_layers\": 2}", &m, &err));
@@ -408,24 +416,14 @@ static void test_hf_configs(void) {
     CHECK(m.n_layers == 12 && m.n_swa_layers == 10); /* gemma3's default: 5 local, 1 global */
 }
 
-static bool load_gguf(const char *path, kv_plan_model *m) {
-    kvl_error err = {{0}};
-    gguf_file *f = gguf_open(path, &err);
-    model_hparams hp;
-    bool ok = f && model_hparams_from_gguf(f, &hp, &err) && model_hparams_plan_model(&hp, m, &err);
-    if (!ok) fprintf(stderr, "%s: %s\n", path, err.msg);
-    gguf_close(f);
-    return ok;
-}
-
 static void test_gguf(void) {
     kv_plan_model m;
-    CHECK(load_gguf("models/stories260K.gguf", &m));
+    CHECK(load_shape("models/stories260K.gguf", &m));
     CHECK(m.n_layers == 5 && m.n_head == 8 && m.n_kv_heads == 4 && m.head_dim_k == 8);
     CHECK(m.weights_bytes > 0 && strcmp(m.arch, "llama") == 0);
-    CHECK(load_gguf("tests/data/golden/models/gemma3-swa-f32.gguf", &m));
+    CHECK(load_shape("tests/data/golden/models/gemma3-swa-f32.gguf", &m));
     CHECK(m.sliding_window == 16 && m.n_swa_layers == 2 && m.n_layers == 4); /* pattern 2 */
-    CHECK(load_gguf("tests/data/golden/models/deepseek2-mla-f32.gguf", &m));
+    CHECK(load_shape("tests/data/golden/models/deepseek2-mla-f32.gguf", &m));
     CHECK(m.kv_lora_rank == 32 && m.rope_dim == 16 && m.mha_head_dim_k == 48 &&
           m.mha_head_dim_v == 32);
     kv_plan_request r = req(10, 1, KV_PLAN_F32);
@@ -595,11 +593,9 @@ static void test_format(void) {
 }
 
 int main(void) {
-    test_qwen3_32b();
-    test_llama3_8b();
-    test_llama2_7b();
+    test_figures();
+    test_qwen3_32b_blocks();
     test_deepseek_v3_mla();
-    test_gqa_range();
     test_block_rounding();
     test_budget();
     test_sliding_window();

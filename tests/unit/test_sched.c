@@ -9,6 +9,7 @@
 
 #include "check.h"
 #include "engine.h"
+#include "test_model.h"
 
 #define N_GEN    12
 #define N_PROMPT 40
@@ -77,14 +78,8 @@ static int position(int tag) {
 
 int main(void) {
     kvl_error err;
-    gguf_file *f = gguf_open("models/stories260K.gguf", &err);
-    g_vocab = f ? tok_vocab_create(f, &err) : NULL;
-    model_params mp = {.max_ctx = 128, .max_ubatch = 64};
-    g_model = g_vocab ? model_load(f, &mp, &err) : NULL;
-    if (!g_model) {
-        fprintf(stderr, "%s\n", err.msg);
-        return 1;
-    }
+    g_model = load_test_model("models/stories260K.gguf", 128, 64, &g_vocab);
+    if (!g_model) return 1;
     int32_t prompts[8][N_PROMPT];
     srand(5);
     for (int i = 0; i < 8; i++)

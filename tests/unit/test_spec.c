@@ -12,6 +12,7 @@
 
 #include "engine.h"
 #include "spec.h"
+#include "test_model.h"
 
 #include "check.h"
 
@@ -194,26 +195,6 @@ static void test_adapt(void) {
     CHECK(got3 == 2);
 }
 
-#define MAX_OUT 256
-
-typedef struct collected {
-    int32_t ids[MAX_OUT];
-    int n;
-    char text[4096];
-    size_t len;
-    engine_finish finish;
-} collected;
-
-static void on_event(const engine_event *ev, void *user) {
-    collected *c = user;
-    if (ev->token >= 0 && c->n < MAX_OUT) c->ids[c->n++] = ev->token;
-    if (c->len + ev->text_len < sizeof c->text) {
-        memcpy(c->text + c->len, ev->text, ev->text_len);
-        c->len += ev->text_len;
-    }
-    if (ev->finish) c->finish = ev->finish;
-}
-
 enum { NR = 6 };
 
 typedef struct req_set {
@@ -239,7 +220,7 @@ static model *draft_model; /* for ENGINE_SPEC_DRAFT */
 static bool spec_fixed;    /* always spec_k drafts, whatever they cost */
 
 static engine_metrics run(model *m, tok_vocab *v, const setup *su, const req_set *rs,
-                          engine_spec_mode spec, int only, collected out[NR]) {
+                          engine_spec_mode spec, int only, text_out out[NR]) {
     engine_config c;
     engine_config_default(&c);
     c.n_ctx = 256;
@@ -267,7 +248,7 @@ static engine_metrics run(model *m, tok_vocab *v, const setup *su, const req_set
                                 .stop = &rs->stop[i],
                                 .n_stop = rs->stop[i] ? 1 : 0,
                                 .no_speculative = rs->opt_out[i],
-                                .on_event = on_event,
+                                .on_event = on_text_event,
                                 .user = &out[i]};
             sampler_params_default(&r.sampling);
             r.sampling.temperature = rs->temp[i];
@@ -300,22 +281,17 @@ static engine_metrics run(model *m, tok_vocab *v, const setup *su, const req_set
     return mt;
 }
 
-static bool same(const collected *a, const collected *b) {
+static bool same(const text_out *a, const text_out *b) {
     return a->n == b->n && memcmp(a->ids, b->ids, (size_t)a->n * sizeof(int32_t)) == 0 &&
            a->len == b->len && memcmp(a->text, b->text, a->len) == 0 && a->finish == b->finish;
 }
 
 static void compare_model(const char *path, bool story) {
     kvl_error err = {{0}};
-    gguf_file *f = gguf_open(path, &err);
-    tok_vocab *v = f ? tok_vocab_create(f, &err) : NULL;
-    model_params mp = {.max_ctx = 256, .max_ubatch = 32};
-    model *m = v ? model_load(f, &mp, &err) : NULL;
+    tok_vocab *v;
+    model *m = load_test_model(path, 256, 32, &v);
     if (!m) {
-        fprintf(stderr, "%s: %s\n", path, err.msg);
         failures++;
-        tok_vocab_destroy(v);
-        if (!v && f) gguf_close(f);
         return;
     }
     static req_set rs;
@@ -350,7 +326,7 @@ static void compare_model(const char *path, bool story) {
     }
     rs.stop[3] = story ? "apple" : NULL;
     rs.opt_out[4] = true;
-    static collected plain[NR], alone[NR], got[NR];
+    static text_out plain[NR], alone[NR], got[NR];
     setup solo = {"alone", 1, 2048, 0, false, false};
     for (int i = 0; i < NR; i++) {
         run(m, v, &solo, &rs, ENGINE_SPEC_OFF, i, plain);

@@ -1,0 +1,49 @@
+/* What the engine-level tests share: loading a model file (vocabulary and
+ * weights) and collecting a request's tokens and text. */
+#ifndef KVLLM_TEST_MODEL_H
+#define KVLLM_TEST_MODEL_H
+
+#include <stdio.h>
+#include <string.h>
+
+#include "engine.h"
+
+/* Loads path's vocabulary into *v and its weights into the returned model,
+ * sized for max_ctx positions and max_ubatch tokens a pass; NULL, with the
+ * reason printed and nothing left open, when either fails. */
+static inline model *load_test_model(const char *path, int64_t max_ctx, int64_t max_ubatch,
+                                     tok_vocab **v) {
+    kvl_error err = {{0}};
+    gguf_file *f = gguf_open(path, &err);
+    *v = f ? tok_vocab_create(f, &err) : NULL;
+    model_params mp = {.max_ctx = max_ctx, .max_ubatch = max_ubatch};
+    model *m = *v ? model_load(f, &mp, &err) : NULL; /* owns f from here on */
+    if (m) return m;
+    fprintf(stderr, "%s: %s\n", path, err.msg);
+    if (*v) tok_vocab_destroy(*v);
+    else gguf_close(f);
+    *v = NULL;
+    return NULL;
+}
+
+/* A request's output: its ids, its text and how it finished. */
+typedef struct text_out {
+    int32_t ids[512];
+    int n;
+    char text[4096];
+    size_t len;
+    engine_finish finish;
+} text_out;
+
+static inline void on_text_event(const engine_event *ev, void *user) {
+    text_out *o = user;
+    if (ev->token >= 0 && o->n < (int)(sizeof o->ids / sizeof o->ids[0]))
+        o->ids[o->n++] = ev->token;
+    if (ev->text_len && o->len + ev->text_len < sizeof o->text) {
+        memcpy(o->text + o->len, ev->text, ev->text_len);
+        o->len += ev->text_len;
+    }
+    if (ev->finish) o->finish = ev->finish;
+}
+
+#endif
