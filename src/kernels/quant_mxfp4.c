@@ -136,9 +136,9 @@ T_AVX2 void kavx2_vec_dot_mxfp4(int64_t n, float *s, const void *vx, const void 
  * against the activations, less 128 * the activations' sums. */
 T_512_INLINE __m512i mxfp4_pair_isum(const blk_mxfp4 *x, const blk_q8_0 *y) {
     const __m256i bias = _mm256_set1_epi8((char)0x80);
-    const __m512i u = _mm512_inserti64x4(
-        _mm512_castsi256_si512(_mm256_xor_si256(mxfp4_values32(x[0].qs), bias)),
-        _mm256_xor_si256(mxfp4_values32(x[1].qs), bias), 1);
+    const __m512i u =
+        _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_xor_si256(mxfp4_values32(x[0].qs), bias)),
+                           _mm256_xor_si256(mxfp4_values32(x[1].qs), bias), 1);
     const __m512i yv =
         _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)y[0].qs)),
                            _mm256_loadu_si256((const __m256i *)y[1].qs), 1);

@@ -493,7 +493,8 @@ void op_attend_run(const attn_args *a, const kv_seq *s, int32_t pos0, int ntok, 
     const int32_t c1 = pos0 / ATTN_CHUNK; /* every token's last chunk; the first is 0 */
     float *qr = scratch;                  /* [NQ][dk]: token t's heads from row t * n_q */
     float *part = qr + (size_t)NQ * dk;   /* per chunk */
-    float *merged = part + (size_t)(c1 + 2) * cs; /* after a sink's partial */
+    /* the merged outputs, after the chunks and a sink's partial */
+    float *merged = part + (size_t)(c1 + 2) * cs;
     float *work = merged + (size_t)NQ * dv;
     for (int t = 0; t < ntok; t++)
         for (int h = 0; h < n_q; h++)
