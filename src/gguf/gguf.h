@@ -54,6 +54,7 @@ typedef enum gguf_dtype {
     GGUF_DT_I64 = 27,
     GGUF_DT_F64 = 28,
     GGUF_DT_BF16 = 30,
+    GGUF_DT_MXFP4 = 39,
     GGUF_DT_COUNT = 40, /* ggml's types are numbered below this */
     /* kvllm's own storage type, never found in (or written to) a file: FP8
      * E4M3 for the KV cache (kv_dtype.c). */

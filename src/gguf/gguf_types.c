@@ -24,6 +24,7 @@ static const gguf_dtype_traits TYPES[GGUF_DT_TABLE_SIZE] = {
     [GGUF_DT_Q8_K] = {"Q8_K",    256,   292,   -1,            NULL}, /* activations only */
     [GGUF_DT_IQ4_NL] = {"IQ4_NL", 32,  18,    GGUF_DT_Q8_0,  NULL},
     [GGUF_DT_IQ4_XS] = {"IQ4_XS", 256, 136,  GGUF_DT_Q8_K,  NULL},
+    [GGUF_DT_MXFP4] = {"MXFP4",   32,  17,    GGUF_DT_Q8_0,  NULL},
     [GGUF_DT_I8]   = {"I8",      1,     1,     -1,            NULL},
     [GGUF_DT_I16]  = {"I16",     1,     2,     -1,            NULL},
     [GGUF_DT_I32]  = {"I32",     1,     4,     -1,            NULL},
@@ -39,7 +40,6 @@ static const gguf_dtype_traits TYPES[GGUF_DT_TABLE_SIZE] = {
     [29] = {"IQ1_M",   0, 0, -1, NULL},
     [34] = {"TQ1_0",   0, 0, -1, NULL},
     [35] = {"TQ2_0",   0, 0, -1, NULL},
-    [39] = {"MXFP4",   0, 0, -1, NULL},
     /* kvllm's own, KV cache only (never in a file) */
     [GGUF_DT_FP8_E4M3] = {"FP8_E4M3", 1, 1, -1, "fp8"},
 };

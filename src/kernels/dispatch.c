@@ -47,6 +47,7 @@ static const kern_traits ref_table[GGUF_DT_COUNT] = {
     REF(Q3_K, q3_K),
     REF(Q5_K, q5_K),
     REF(IQ4_XS, iq4_xs),
+    REF(MXFP4, mxfp4),
     /* activation-only type: no kernel multiplies Q8_K weights */
     [GGUF_DT_Q8_K] = {kref_to_float_q8_K, kref_from_float_q8_K, NULL},
 };
@@ -107,6 +108,7 @@ static void install_avx2(void) {
     active[GGUF_DT_Q3_K].vec_dot = kavx2_vec_dot_q3_K;
     active[GGUF_DT_Q5_K].vec_dot = kavx2_vec_dot_q5_K;
     active[GGUF_DT_IQ4_XS].vec_dot = kavx2_vec_dot_iq4_xs;
+    active[GGUF_DT_MXFP4].vec_dot = kavx2_vec_dot_mxfp4;
     active_attn = &kavx2_attn;
 }
 
@@ -135,6 +137,7 @@ static void install_avx512(void) {
     active[GGUF_DT_Q3_K].vec_dot = kavx512_vec_dot_q3_K;
     active[GGUF_DT_Q5_K].vec_dot = kavx512_vec_dot_q5_K;
     active[GGUF_DT_IQ4_XS].vec_dot = kavx512_vec_dot_iq4_xs;
+    active[GGUF_DT_MXFP4].vec_dot = kavx512_vec_dot_mxfp4;
     active_rows[GGUF_DT_Q2_K] = kavx512_rows_q2_K;
     active_rows[GGUF_DT_Q3_K] = kavx512_rows_q3_K;
     active_rows[GGUF_DT_Q5_K] = kavx512_rows_q5_K;

@@ -57,6 +57,29 @@ _Static_assert(sizeof(blk_q5_1) == 24, "q5_1 block");
 _Static_assert(sizeof(blk_q8_1) == 36, "q8_1 block");
 _Static_assert(sizeof(blk_iq4_nl) == 18, "iq4_nl block");
 
+/* MXFP4 (quant_mxfp4.c): an E8M0 scale and 32 E2M1 codes. */
+#define QK_MXFP4 32
+typedef struct {
+    uint8_t e;
+    uint8_t qs[QK_MXFP4 / 2];
+} blk_mxfp4;
+_Static_assert(sizeof(blk_mxfp4) == 17, "mxfp4 block");
+/* ggml's kvalues_mxfp4: the E2M1 values doubled (integers). */
+extern const int8_t kern_mxfp4_values[16];
+/* Half the E8M0 scale 2^(e - 127), as ggml's GGML_E8M0_TO_FP32_HALF (exact;
+ * e < 2 gives the subnormals 2^-128 and 2^-127). */
+static inline float kern_e8m0_half(uint8_t e) {
+    const uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+void kref_to_float_mxfp4(const void *src, float *dst, int64_t n);
+void kref_from_float_mxfp4(const float *src, void *dst, int64_t n);
+void kref_vec_dot_mxfp4(int64_t n, float *s, const void *x, const void *y);
+void kavx2_vec_dot_mxfp4(int64_t n, float *s, const void *x, const void *y);
+void kavx512_vec_dot_mxfp4(int64_t n, float *s, const void *x, const void *y);
+
 /* ggml's kvalues_iq4nl: the 16 non-linear levels of IQ4_NL. */
 extern const int8_t kern_iq4nl_values[16];
 

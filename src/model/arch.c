@@ -78,6 +78,18 @@ static const arch_desc ARCHS[] = {
      .qk_norm_optional = true,
      .ffn_norm_post_attn = true,
      .nextn_layers = true},
+    {.name = "olmoe",
+     .rope_type = MODEL_ROPE_NEOX,
+     .qkv_bias_allowed = true,
+     .qk_norm_full = true,
+     .moe = ARCH_MOE_REQUIRED},
+    {.name = "gpt-oss",
+     .rope_type = MODEL_ROPE_NEOX,
+     .qkv_bias_allowed = true,
+     .moe = ARCH_MOE_REQUIRED,
+     .swa_pattern = 2,
+     .ffn_norm_post_attn = true,
+     .gpt_oss = true},
 };
 
 const arch_desc *arch_find(const char *name) {

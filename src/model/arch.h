@@ -42,6 +42,8 @@ typedef struct arch_desc {
     bool qk_norm_optional;   /* per-head q/k RMSNorm when the file has it (glm4moe) */
     bool ffn_norm_post_attn; /* the FFN's pre-norm is named post_attention_norm (glm4moe) */
     bool nextn_layers;       /* block_count counts nextn_predict_layers (MTP, skipped; glm4moe) */
+    bool gpt_oss; /* attention sinks, attn_output / router / expert biases, softmax over the
+                     selected experts' logits, the clamped SwiGLU (gpt-oss; model_moe.c) */
 } arch_desc;
 
 /* NULL if the architecture is not supported. */

@@ -358,7 +358,9 @@ static bool moe_defaults(const char *path, moe_names nm, const char *a, int64_t 
     const bool mixtral = strcmp(a, "llama") == 0 || strcmp(a, "mixtral") == 0;
     const bool glm = strcmp(a, "glm4moe") == 0 || strcmp(a, "glm4_moe") == 0;
     const bool granite = strcmp(a, "granite") == 0 || strcmp(a, "granitemoe") == 0;
-    if (!ds2 && !q2 && !q3 && !mixtral && !glm && !granite) {
+    const bool oss = strcmp(a, "gpt-oss") == 0 || strcmp(a, "gpt_oss") == 0;
+    const bool olmoe = strcmp(a, "olmoe") == 0;
+    if (!ds2 && !q2 && !q3 && !mixtral && !glm && !granite && !oss && !olmoe) {
         /* A family whose expert layout is not known here: the counts as
          * written, for reports; the loader refuses to run it. */
         mo->n_layer_moe = n_layer;
@@ -384,6 +386,12 @@ static bool moe_defaults(const char *path, moe_names nm, const char *a, int64_t 
             return kvl_fail(err, "%s: %s = %lld out of range", path, nm[MOE_SHARED],
                             (long long)n_shared);
         mo->n_ff_shexp = mo->n_ff_exp * n_shared;
+    } else if (oss) { /* gpt-oss: expert_feed_forward_length required, no shared expert */
+        if (mo->n_ff_exp == 0) return kvl_fail(err, "%s: %s missing", path, nm[MOE_FF_EXP]);
+        mo->n_ff_shexp = 0;
+    } else if (olmoe) { /* OLMoE: every expert feed_forward_length wide, no shared one */
+        mo->n_ff_exp = n_ff;
+        mo->n_ff_shexp = 0;
     } else if (granite) { /* experts feed_forward_length wide; granitemoeshared's shared one */
         mo->n_ff_exp = n_ff;
     } else {
@@ -414,7 +422,16 @@ static bool moe_defaults(const char *path, moe_names nm, const char *a, int64_t 
     } else {
         mo->n_group = mo->n_group_used = 0;
     }
-    if (glm) mo->n_group = mo->n_group_used = 0; /* glm4moe's loader reads no groups */
+    if (glm || oss) mo->n_group = mo->n_group_used = 0; /* their loaders read no groups */
+    if (olmoe) { /* softmax, top-k weights not renormalised, no scale */
+        mo->weights_norm = false;
+        mo->weights_scale = 0.0f;
+    }
+    if (oss) { /* build_moe_ffn as gpt-oss calls it: softmax of the selected logits, no norm */
+        mo->gating = MODEL_MOE_SOFTMAX_WEIGHT;
+        mo->weights_norm = false;
+        mo->weights_scale = 0.0f;
+    }
     mo->n_layer_moe = n_layer - mo->n_layer_dense_lead;
     return true;
 }

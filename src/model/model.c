@@ -186,6 +186,10 @@ static bool bind_attn_mha(model *m, int il, layer_weights *L, kvl_error *err) {
     }
     BIND(wo, "attn_output.weight", od, E, true);
     if (m->arch->granite_scales) BIND(bo, "attn_output.bias", E, 0, false);
+    if (m->arch->gpt_oss) {
+        BIND(bo, "attn_output.bias", E, 0, true);
+        BIND(attn_sinks, "attn_sinks.weight", hp->n_head, 0, true);
+    }
     if (m->arch->qk_norm || m->arch->qk_norm_optional) {
         BIND(q_norm, "attn_q_norm.weight", hp->head_dim_k, 0, m->arch->qk_norm);
         BIND(k_norm, "attn_k_norm.weight", hp->head_dim_k, 0, m->arch->qk_norm || L->q_norm.data);

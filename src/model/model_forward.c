@@ -297,7 +297,8 @@ static void attn_mha(fwd_ctx *c, int il) {
                    .dv = dv,
                    .scale = attn_scale(m),
                    .softcap = hp->attn_softcap,
-                   .window = m->groups[L->kv_group].window};
+                   .window = m->groups[L->kv_group].window,
+                   .sinks = L->attn_sinks.data};
     attention(c, L, &a, m->q, qd, m->att, hp->n_head * dv);
     op_matmul(m, &L->wo, m->att, n, m->xb);
     op_add_bias(m->xb, &L->bo, n, hp->n_embd);

@@ -39,6 +39,11 @@ typedef struct layer_weights {
     mtensor ffn_gate_shexp, ffn_up_shexp; /* [E -> ff_shexp] (optional) */
     mtensor ffn_down_shexp;               /* [ff_shexp -> E] */
     mtensor ffn_gate_inp_shexp;           /* [E -> 1] qwen2moe's shared expert gate */
+    /* gpt-oss: router and expert biases (F32), attention sinks (one logit per q head) */
+    mtensor ffn_gate_inp_b;                 /* [n_expert] */
+    mtensor ffn_gate_exps_b, ffn_up_exps_b; /* {ff_exp, n_expert} */
+    mtensor ffn_down_exps_b;                /* {E, n_expert} */
+    mtensor attn_sinks;                     /* [n_head] */
     /* attention geometry of this layer */
     bool swa;        /* sliding-window layer */
     bool rope;       /* q and k rotate (not a NoPE layer) */
@@ -138,6 +143,9 @@ typedef struct attn_args {
     float scale;    /* applied to q.k */
     float softcap;  /* 0: off; else scores = softcap * tanh(scores / softcap) */
     int32_t window; /* 0: full causal; else positions (pos - window, pos] */
+    /* NULL, or per query head (all heads) a logit added to the softmax's
+     * denominator (gpt-oss): a chunk of weight exp(sink) and no value */
+    const float *sinks;
 } attn_args;
 /* Attention of the n_q query heads that share KV head kvh, for one token at pos:
  * each block's K and V slice is widened once and used by all n_q heads. q rows

@@ -11,6 +11,12 @@
  * added in the order of the selection, then the shared expert's output
  * (qwen2moe: times sigmoid(gate_inp_shexp . x)).
  *
+ * gpt-oss (LLM_FFN_SWIGLU_OAI_MOE with LLAMA_EXPERT_GATING_FUNC_TYPE_SOFTMAX_WEIGHT):
+ * the router has a bias; the top-k experts are chosen on the raw logits and
+ * weighted by the softmax of those k logits; each expert's gate, up and down
+ * have a bias per expert, and the activation is OpenAI's clamped SwiGLU,
+ * g = min(gate, 7), u = clamp(up, -7, 7), g / (1 + exp(-1.702 g)) * (u + 1).
+ *
  * On a ragged batch the tokens are grouped by expert, so each selected
  * expert's weights are read once per pass whatever the number of sequences,
  * and experts no token selected are not read at all. A token's result does not
@@ -56,7 +62,7 @@ bool moe_check_support(const model *m, kvl_error *err) {
             err,
             "%s: key '%s.expert_count' = %lld: mixture-of-experts layers are not supported for "
             "architecture '%s' (supported: qwen3moe, qwen2moe, deepseek2, glm4moe, granite, "
-            "granitemoe, llama)",
+            "granitemoe, gpt-oss, olmoe, llama)",
             path, a, (long long)mo->n_expert, a);
     return true;
 }
@@ -104,6 +110,17 @@ bool moe_bind_layer(model *m, int il, kvl_error *err) {
         MB(ffn_down_shexp, "ffn_down_shexp.weight", mo->n_ff_shexp, E, 1, true);
     }
     if (mo->shexp_gated) MB(ffn_gate_inp_shexp, "ffn_gate_inp_shexp.weight", E, 0, 1, true);
+    if (m->arch->gpt_oss) {
+        MB(ffn_gate_inp_b, "ffn_gate_inp.bias", NE, 0, 1, true);
+        MB(ffn_gate_exps_b, "ffn_gate_exps.bias", F, NE, 1, true);
+        MB(ffn_up_exps_b, "ffn_up_exps.bias", F, NE, 1, true);
+        MB(ffn_down_exps_b, "ffn_down_exps.bias", E, NE, 1, true);
+        const mtensor *bs[] = {&L->ffn_gate_exps_b, &L->ffn_up_exps_b, &L->ffn_down_exps_b};
+        for (int i = 0; i < 3; i++)
+            if (bs[i]->dtype != GGUF_DT_F32)
+                return kvl_fail(err, "%s: blk.%d expert biases: type %s, expected F32",
+                                gguf_path(m->gguf), il, gguf_dtype_name(bs[i]->dtype));
+    }
 #undef MB
     return true;
 }
@@ -230,7 +247,8 @@ static int64_t argmax_free(const float *v, int64_t n, const uint8_t *taken) {
 static void route(const model_moe_hparams *mo, const layer_weights *L, struct moe_scratch *s,
                   float *p, int32_t *ids, float *w) {
     const int64_t NE = mo->n_expert, K = mo->n_expert_used;
-    if (mo->gating == MODEL_MOE_SIGMOID) {
+    if (mo->gating == MODEL_MOE_SOFTMAX_WEIGHT) { /* the raw logits choose */
+    } else if (mo->gating == MODEL_MOE_SIGMOID) {
         for (int64_t j = 0; j < NE; j++) p[j] = 1.0f / (1.0f + expf(-p[j]));
     } else { /* ggml's soft_max: exp(x - max), summed in double, times the float of 1/sum */
         float mx = -INFINITY;
@@ -271,6 +289,17 @@ static void route(const model_moe_hparams *mo, const layer_weights *L, struct mo
         ids[i] = (int32_t)e;
         w[i] = p[e];
     }
+    if (mo->gating == MODEL_MOE_SOFTMAX_WEIGHT) { /* ggml's soft_max over the k weights */
+        float mx = -INFINITY;
+        for (int64_t i = 0; i < K; i++) mx = w[i] > mx ? w[i] : mx;
+        double sum = 0;
+        for (int64_t i = 0; i < K; i++) {
+            w[i] = expf(w[i] - mx);
+            sum += (double)w[i];
+        }
+        const float inv = (float)(1.0 / sum);
+        for (int64_t i = 0; i < K; i++) w[i] *= inv;
+    }
     if (mo->weights_norm) { /* ggml: sum_rows (double), clamped to F16's smallest normal, divide */
         double sum = 0;
         for (int64_t i = 0; i < K; i++) sum += (double)w[i];
@@ -292,13 +321,47 @@ static mtensor expert_slice(const mtensor *t, int64_t e) {
     return s;
 }
 
-/* gate and up of the same input (one prepared x when both are repacked), SiLU(gate) * up into g. */
-static void gated(model *m, const mtensor *gate, const mtensor *up, const float *x, int64_t rows,
-                  float *g, float *u) {
+/* Adds row e of a {n, n_expert} bias (NULL data: none) to each of rows rows of y. */
+static void add_expert_bias(float *y, const mtensor *b, int64_t e, int64_t rows) {
+    if (!b->data) return;
+    const float *be = (const float *)b->data + e * b->ne0;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t i = 0; i < b->ne0; i++) y[r * b->ne0 + i] += be[i];
+}
+
+/* ggml's swiglu_oai (alpha 1.702, limit 7, as llama.cpp's gpt-oss graph sets
+ * them), in its operations: g = min(g, 7), u = clamp(u, -7, 7), g / (1 +
+ * exp(alpha * -g)) * (u + 1), into g. */
+static void swiglu_oai(float *g, const float *u, int64_t n) {
+    const float alpha = 1.702f, limit = 7.0f;
+    for (int64_t i = 0; i < n; i++) {
+        const float x = g[i] < limit ? g[i] : limit;
+        const float y = u[i] < -limit ? -limit : u[i] > limit ? limit : u[i];
+        g[i] = x / (1.0f + expf(alpha * (-x))) * (y + 1.0f);
+    }
+}
+
+/* The activation of rows rows of expert e (e < 0: the shared expert, no
+ * biases) from its gate g and up u, into g. */
+static void expert_act(const model *m, const layer_weights *L, int64_t e, float *g, float *u,
+                       int64_t rows, int64_t width) {
+    if (e >= 0 && m->arch->gpt_oss) {
+        add_expert_bias(u, &L->ffn_up_exps_b, e, rows);
+        add_expert_bias(g, &L->ffn_gate_exps_b, e, rows);
+        swiglu_oai(g, u, rows * width);
+        return;
+    }
+    op_silu_mul(g, u, rows * width);
+}
+
+/* gate and up of the same input (one prepared x when both are repacked), then
+ * expert_act into g. */
+static void gated(model *m, const layer_weights *L, int64_t e, const mtensor *gate,
+                  const mtensor *up, const float *x, int64_t rows, float *g, float *u) {
     const mtensor *ws[] = {gate, up};
     float *const ys[] = {g, u};
     op_matmul_many(m, 2, ws, x, rows, ys);
-    op_silu_mul(g, u, rows * gate->ne1);
+    expert_act(m, L, e, g, u, rows, gate->ne1);
 }
 
 void moe_ffn(model *m, const layer_weights *L, const float *x, int64_t n, float *y) {
@@ -306,6 +369,10 @@ void moe_ffn(model *m, const layer_weights *L, const float *x, int64_t n, float 
     struct moe_scratch *s = m->moe;
     const int64_t E = m->hp.n_embd, K = mo->n_expert_used, NE = mo->n_expert;
     op_matmul(m, &L->ffn_gate_inp, x, n, s->probs);
+    if (L->ffn_gate_inp_b.data)
+        for (int64_t t = 0; t < n; t++)
+            for (int64_t j = 0; j < NE; j++)
+                s->probs[t * NE + j] += ((const float *)L->ffn_gate_inp_b.data)[j];
     for (int64_t t = 0; t < n; t++)
         route(mo, L, s, s->probs + t * NE, s->ids + t * K, s->w + t * K);
     /* group the (token, slot) pairs by expert, in token order */
@@ -337,10 +404,14 @@ void moe_ffn(model *m, const layer_weights *L, const float *x, int64_t n, float 
             }
             op_matmul_many(m, nm, ws, x, 1, ys);
         }
-        op_silu_mul(s->hg, s->hu, K * F);
+        if (m->arch->gpt_oss)
+            for (int64_t i = 0; i < K; i++)
+                expert_act(m, L, s->ids[i], s->hg + i * F, s->hu + i * F, 1, F);
+        else op_silu_mul(s->hg, s->hu, K * F);
         for (int64_t i = 0; i < K; i++) {
             const mtensor down = expert_slice(&L->ffn_down_exps, s->ids[i]);
             op_matmul(m, &down, s->hg + i * F, 1, s->yg);
+            add_expert_bias(s->yg, &L->ffn_down_exps_b, s->ids[i], 1);
             for (int64_t j = 0; j < E; j++) s->out[i * E + j] = s->yg[j] * s->w[i];
         }
     }
@@ -353,8 +424,9 @@ void moe_ffn(model *m, const layer_weights *L, const float *x, int64_t n, float 
         const mtensor gate = expert_slice(&L->ffn_gate_exps, e),
                       up = expert_slice(&L->ffn_up_exps, e),
                       down = expert_slice(&L->ffn_down_exps, e);
-        gated(m, &gate, &up, s->xg, c, s->hg, s->hu);
+        gated(m, L, e, &gate, &up, s->xg, c, s->hg, s->hu);
         op_matmul(m, &down, s->hg, c, s->yg);
+        add_expert_bias(s->yg, &L->ffn_down_exps_b, e, c);
         for (int64_t r = 0; r < c; r++) {
             const float wr = s->w[rows[r]];
             const float *src = s->yg + r * E;
@@ -364,7 +436,7 @@ void moe_ffn(model *m, const layer_weights *L, const float *x, int64_t n, float 
     }
     const bool shared = L->ffn_gate_shexp.data != NULL;
     if (shared) {
-        gated(m, &L->ffn_gate_shexp, &L->ffn_up_shexp, x, n, s->hg, s->hu);
+        gated(m, L, -1, &L->ffn_gate_shexp, &L->ffn_up_shexp, x, n, s->hg, s->hu);
         op_matmul(m, &L->ffn_down_shexp, s->hg, n, s->sh);
         if (L->ffn_gate_inp_shexp.data) { /* qwen2moe: sigmoid as ggml writes it, silu(v) / v */
             op_matmul(m, &L->ffn_gate_inp_shexp, x, n, s->shg);

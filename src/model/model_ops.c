@@ -328,6 +328,22 @@ static void attend_chunk(const attn_args *a, const kv_seq *s, int32_t lo, int32_
     }
 }
 
+/* Attention sinks (gpt-oss): one more partial after the n_c chunks at part,
+ * m = the head's sink logit, l = 1, o = 0, so that the merge adds exp(sink - M)
+ * to the denominator only, as ggml's soft_max with sinks does. Row r of the
+ * nr rows is query head kvh * n_q + r % n_q. Returns the partials to merge. */
+static int32_t add_sink_chunk(const attn_args *a, int kvh, int n_q, int nr, int64_t dv, float *part,
+                              int32_t n_c) {
+    if (!a->sinks) return n_c;
+    float *P = part + (size_t)n_c * (size_t)nr * (size_t)(dv + 2);
+    for (int r = 0; r < nr; r++) {
+        P[r] = a->sinks[kvh * n_q + r % n_q];
+        P[nr + r] = 1.0f;
+    }
+    memset(P + 2 * nr, 0, (size_t)nr * (size_t)dv * sizeof(float));
+    return n_c + 1;
+}
+
 /* Like ggml's mul_mat against an f16 cache, q is rounded to f16 first (the
  * kernels' conversions: the same values as kvl_f32_to_f16). */
 static void query_row(const kv_pool_config *c, const float *qh, float *dst, int64_t dk) {
@@ -380,7 +396,8 @@ void op_attend_group(const attn_args *a, const kv_seq *s, int32_t pos, int kvh, 
     int32_t c0 = first / ATTN_CHUNK, c1 = pos / ATTN_CHUNK;
     float *qr = scratch;         /* [n_q][dk] queries as the cache's dot type sees them */
     float *part = qr + n_q * dk; /* per chunk: m[n_q], l[n_q], o[n_q][dv] */
-    float *work = part + (size_t)(c1 - c0 + 1) * cs; /* up to ATTN_SPLIT_MAX working areas */
+    /* up to ATTN_SPLIT_MAX working areas, after the chunks and a sink's partial */
+    float *work = part + (size_t)(c1 - c0 + 2) * cs;
     const group_chunks g = {.a = a,
                             .s = s,
                             .first = first,
@@ -406,7 +423,8 @@ void op_attend_group(const attn_args *a, const kv_seq *s, int32_t pos, int kvh, 
     } else {
         kvl_pool_run_upto(group_chunk_task, (void *)&g, c1 - c0 + 1, nth);
     }
-    kern_attn_merge(c1 - c0 + 1, n_q, dv, part, out, (size_t)out_stride);
+    kern_attn_merge(add_sink_chunk(a, kvh, n_q, n_q, dv, part, c1 - c0 + 1), n_q, dv, part, out,
+                    (size_t)out_stride);
 }
 
 /* The chunk holding the run's own positions, [lo, pos0 + ntok - 1]: token t
@@ -475,7 +493,8 @@ void op_attend_run(const attn_args *a, const kv_seq *s, int32_t pos0, int ntok, 
     const int32_t c1 = pos0 / ATTN_CHUNK; /* every token's last chunk; the first is 0 */
     float *qr = scratch;                  /* [NQ][dk]: token t's heads from row t * n_q */
     float *part = qr + (size_t)NQ * dk;   /* per chunk */
-    float *merged = part + (size_t)(c1 + 1) * cs;
+    /* the merged outputs, after the chunks and a sink's partial */
+    float *merged = part + (size_t)(c1 + 2) * cs;
     float *work = merged + (size_t)NQ * dv;
     for (int t = 0; t < ntok; t++)
         for (int h = 0; h < n_q; h++)
@@ -485,7 +504,8 @@ void op_attend_run(const attn_args *a, const kv_seq *s, int32_t pos0, int ntok, 
         attend_chunk(a, s, ci * ATTN_CHUNK, ci * ATTN_CHUNK + ATTN_CHUNK - 1, kvh, NQ, qr,
                      part + (size_t)ci * cs, work);
     attend_diagonal(a, s, c1 * ATTN_CHUNK, pos0, ntok, kvh, n_q, qr, part + (size_t)c1 * cs, work);
-    kern_attn_merge(c1 + 1, NQ, dv, part, merged, (size_t)dv);
+    kern_attn_merge(add_sink_chunk(a, kvh, n_q, NQ, dv, part, c1 + 1), NQ, dv, part, merged,
+                    (size_t)dv);
     for (int t = 0; t < ntok; t++)
         memcpy(out + t * out_tok_stride, merged + (size_t)t * n_q * dv,
                (size_t)n_q * dv * sizeof(float));

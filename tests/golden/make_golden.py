@@ -15,6 +15,7 @@ import json
 import math
 import os
 import random
+import socket
 import struct
 import subprocess
 import sys
@@ -68,8 +69,19 @@ def read_kv(path):
     return out
 
 
+GGML_F32, GGML_MXFP4 = 0, 39
+
+
+def tensor_bytes(vals):
+    """F32 values as bytes; bytes (MXFP4 blocks, already in ggml's layout) as they are."""
+    if isinstance(vals, (bytes, bytearray)):
+        return GGML_MXFP4, bytes(vals)
+    return GGML_F32, struct.pack(f"<{len(vals)}f", *vals)
+
+
 def write_gguf(path, kvs, tensors):
-    """kvs: [(key, type, value)]; tensors: [(name, dims (ggml order), list of floats)], all F32."""
+    """kvs: [(key, type, value)]; tensors: [(name, dims (ggml order), values)], values a list of
+    floats (F32) or the bytes of MXFP4 blocks (17 bytes per 32 values)."""
     def s(x):
         b = x.encode("utf-8")
         return struct.pack("<Q", len(b)) + b
@@ -87,13 +99,14 @@ def write_gguf(path, kvs, tensors):
         out += s(k) + struct.pack("<I", t) + val(t, v)
     offset = 0
     for name, dims, vals in tensors:
-        assert len(vals) == math.prod(dims), name
+        dtype, b = tensor_bytes(vals)
+        assert len(b) == (4 * math.prod(dims) if dtype == GGML_F32 else math.prod(dims) // 32 * 17), name
         out += s(name) + struct.pack("<I", len(dims)) + b"".join(struct.pack("<Q", d) for d in dims)
-        out += struct.pack("<IQ", 0, offset)
-        offset += (4 * len(vals) + 31) // 32 * 32
+        out += struct.pack("<IQ", dtype, offset)
+        offset += (len(b) + 31) // 32 * 32
     out += b"\0" * (-len(out) % 32)
     for _, _, vals in tensors:
-        b = struct.pack(f"<{len(vals)}f", *vals)
+        b = tensor_bytes(vals)[1]
         out += b + b"\0" * (-len(b) % 32)
     with open(path, "wb") as f:
         f.write(out)
@@ -348,10 +361,77 @@ def command_r_plus_spec():
                        f"normal 7.5e7, logit_scale 0.8333, tied output"}
 
 
+def gpt_oss_spec():
+    E, L, H, HKV, HD, V = 64, 2, 4, 2, 16, 4096
+    NE, NU, FE = 8, 2, 64
+    ts = [("token_embd.weight", [E, V], "w"), ("output_norm.weight", [E], "norm"), ("output.weight", [E, V], "w")]
+    for i in range(L):
+        b = f"blk.{i}."
+        ts += [(b + "attn_norm.weight", [E], "norm"),
+               (b + "attn_q.weight", [E, H * HD], "w"), (b + "attn_q.bias", [H * HD], "bias"),
+               (b + "attn_k.weight", [E, HKV * HD], "w"), (b + "attn_k.bias", [HKV * HD], "bias"),
+               (b + "attn_v.weight", [E, HKV * HD], "w"), (b + "attn_v.bias", [HKV * HD], "bias"),
+               (b + "attn_output.weight", [H * HD, E], "w"), (b + "attn_output.bias", [E], "bias"),
+               (b + "attn_sinks.weight", [H], "sink"),
+               (b + "post_attention_norm.weight", [E], "norm"),
+               (b + "ffn_gate_inp.weight", [E, NE], "w"), (b + "ffn_gate_inp.bias", [NE], "bias"),
+               (b + "ffn_gate_exps.weight", [E, FE, NE], "mxfp4"), (b + "ffn_gate_exps.bias", [FE, NE], "bias"),
+               (b + "ffn_up_exps.weight", [E, FE, NE], "mxfp4"), (b + "ffn_up_exps.bias", [FE, NE], "bias"),
+               (b + "ffn_down_exps.weight", [FE, E, NE], "mxfp4"), (b + "ffn_down_exps.bias", [E, NE], "bias")]
+    hp = base_hparams(E, L, H, HKV, 256, "attention.layer_norm_rms_epsilon", 1e-5) + [
+        ("attention.key_length", T_U32, HD), ("attention.value_length", T_U32, HD),
+        ("rope.dimension_count", T_U32, HD), ("rope.freq_base", T_F32, 150000.0),
+        ("attention.sliding_window", T_U32, 32), ("expert_count", T_U32, NE), ("expert_used_count", T_U32, NU),
+        ("expert_feed_forward_length", T_U32, FE), ("rope.scaling.type", T_STR, "yarn"),
+        ("rope.scaling.factor", T_F32, 4.0), ("rope.scaling.original_context_length", T_U32, 32)]
+    return {"arch": "gpt-oss", "donor": "qwen3-f32", "hparams": hp, "tensors": ts, "file_type": 38,
+            "summary": f"gpt-oss (OpenAI gpt-oss 20B / 120B layout): E{E} L{L}, GQA {H}/{HKV} x {HD}, q/k/v/o "
+                       f"biases, attention sinks (one logit per head in the softmax's denominator), sliding "
+                       f"window 32 on layer 0, full attention on layer 1 (the default pattern 2), NeoX rope "
+                       f"1.5e5 with YaRN (factor 4, original context 32) on every layer, the FFN pre-norm "
+                       f"named post_attention_norm; {NE} experts x ff {FE} in MXFP4 (random E8M0 scales and "
+                       f"E2M1 codes in ggml's block layout, as the converter copies them) with F32 biases, "
+                       f"router with bias, top-{NU} on the raw logits weighted by the softmax of the {NU}, "
+                       f"clamped SwiGLU (alpha 1.702, limit 7); untied output"}
+
+
+def olmoe_spec():
+    E, L, H, HD, FF, V = 64, 2, 4, 16, 64, 4096
+    NE, NU = 8, 2
+    ts = [("token_embd.weight", [E, V], "w"), ("output_norm.weight", [E], "norm"), ("output.weight", [E, V], "w")]
+    for i in range(L):
+        b = f"blk.{i}."
+        ts += [(b + "attn_norm.weight", [E], "norm"), (b + "attn_q.weight", [E, H * HD], "w"),
+               (b + "attn_k.weight", [E, H * HD], "w"), (b + "attn_v.weight", [E, H * HD], "w"),
+               (b + "attn_output.weight", [H * HD, E], "w"),
+               (b + "attn_q_norm.weight", [H * HD], "norm"), (b + "attn_k_norm.weight", [H * HD], "norm"),
+               (b + "ffn_norm.weight", [E], "norm"), (b + "ffn_gate_inp.weight", [E, NE], "w"),
+               (b + "ffn_gate_exps.weight", [E, FF, NE], "w"), (b + "ffn_up_exps.weight", [E, FF, NE], "w"),
+               (b + "ffn_down_exps.weight", [FF, E, NE], "w")]
+    hp = base_hparams(E, L, H, H, FF, "attention.layer_norm_rms_epsilon", 1e-5) + [
+        ("rope.freq_base", T_F32, 1e4), ("expert_count", T_U32, NE), ("expert_used_count", T_U32, NU)]
+    return {"arch": "olmoe", "donor": "qwen3-f32", "hparams": hp, "tensors": ts,
+            "summary": f"olmoe (OLMoE-1B-7B layout): E{E} L{L}, {H} heads x {HD} (kv heads = heads), q/k "
+                       f"RMSNorm over all heads ([{H * HD}]), NeoX rope 1e4; {NE} experts x ff {FF} "
+                       f"(feed_forward_length) on every layer, top-{NU} softmax, weights not renormalised; "
+                       f"untied output"}
+
+
+def mxfp4_blocks(rng, n):
+    """n values of random MXFP4 blocks: scales 2^-6.5 .. 2^-4.5 (values of rms about 0.02-0.1) and
+    uniform codes, element j in the low nibble of byte j, element j + 16 in the high one."""
+    out = bytearray()
+    for _ in range(n // 32):
+        out.append(rng.choice([121, 122, 123]))
+        out += bytes(rng.randrange(256) for _ in range(16))
+    return out
+
+
 SPECS = {"qwen2moe-f32": qwen2moe_spec, "mistral3-f32": mistral3_spec, "smollm3-f32": smollm3_spec,
          "granite-f32": granite_spec, "phi3-f32": phi3_spec, "olmo2-swa-f32": olmo2_spec,
          "command-r-f32": command_r_spec, "cohere2-swa-f32": cohere2_spec, "glm4moe-f32": glm4moe_spec,
-         "granitemoe-f32": granitemoe_spec, "command-r-plus-f32": command_r_plus_spec}
+         "granitemoe-f32": granitemoe_spec, "command-r-plus-f32": command_r_plus_spec,
+         "gpt-oss-mxfp4": gpt_oss_spec, "olmoe-f32": olmoe_spec}
 
 
 def make_model(name, golden_dir, seed):
@@ -359,7 +439,7 @@ def make_model(name, golden_dir, seed):
     arch = spec["arch"]
     donor = os.path.join(golden_dir, "models", spec["donor"] + ".gguf")
     kvs = [("general.architecture", T_STR, arch), ("general.name", T_STR, spec.get("general_name", name)),
-           ("general.file_type", T_U32, 0), ("general.alignment", T_U32, 32)]
+           ("general.file_type", T_U32, spec.get("file_type", 0)), ("general.alignment", T_U32, 32)]
     kvs += [(f"{arch}.{k}", t, v) for k, t, v in spec["hparams"]]
     kvs += [kv for kv in read_kv(donor) if kv[0].startswith("tokenizer.")]
     rng = random.Random(seed)
@@ -374,6 +454,11 @@ def make_model(name, golden_dir, seed):
             vals = [rng.uniform(1.0, 1.5) for _ in range(n)]
         elif kind == "probs_bias":  # selection bias: as large as the sigmoid scores it shifts
             vals = [rng.uniform(-0.5, 0.5) for _ in range(n)]
+        elif kind == "mxfp4":
+            tensors.append((tname, dims, mxfp4_blocks(rng, n)))
+            continue
+        elif kind == "sink":  # attention sinks: logits of the size of the scores
+            vals = [rng.uniform(-2.0, 2.0) for _ in range(n)]
         elif kind == "bias":
             vals = [0.1 * rng.uniform(-1, 1) for _ in range(n)]
         else:  # uniform with the variance of N(0, 1/fan_in) so activations stay O(1)
@@ -398,13 +483,19 @@ class Server:
     """llama-server on the model; tokenization goes through its /tokenize (add_special false: the
     donor vocabularies add no BOS), completions through /completion."""
 
-    def __init__(self, bindir, model, threads, commands, port=18791):
+    def __init__(self, bindir, model, threads, commands, port=None):
+        if port is None:  # a free one: another llama-server on a fixed port would answer instead
+            with socket.socket() as sk:
+                sk.bind(("127.0.0.1", 0))
+                port = sk.getsockname()[1]
         self.url, self.commands = f"http://127.0.0.1:{port}", commands
         cmd = [os.path.join(bindir, "llama-server"), "-m", model, "--host", "127.0.0.1", "--port", str(port),
                "-t", str(threads), "-tb", str(threads)] + SERVER_FLAGS
         commands.append(" ".join(cmd))
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         for _ in range(600):
+            if self.proc.poll() is not None:
+                raise SystemExit(f"llama-server exited ({self.proc.returncode}): {' '.join(cmd)}")
             try:
                 urllib.request.urlopen(self.url + "/health", timeout=1)
                 return
@@ -503,6 +594,10 @@ def perplexity(bindir, model, text_path, threads, commands):
     return final_ppl, running, per_chunk
 
 
+def type_name(tensor):
+    return "MXFP4" if tensor[2] == "mxfp4" else "F32"
+
+
 def make(bindir, golden_dir, name):
     spec, model, donor = make_model(name, golden_dir, seed=sum(name.encode()))
     out = os.path.join(golden_dir, name)
@@ -551,8 +646,9 @@ def make(bindir, golden_dir, name):
     json.dump({"model": name, "file": name + ".gguf", "size_bytes": len(blob),
                "sha256": hashlib.sha256(blob).hexdigest(), "arch": spec["arch"], "vocab_only": False,
                "n_vocab": len(next(v for k, t, v in read_kv(model) if k == "tokenizer.ggml.tokens")[1]),
-               "tensor_type_counts": {"F32": len(spec["tensors"])},
-               "tensor_types": {t[0]: "F32" for t in spec["tensors"]},
+               "tensor_type_counts": {k: sum(1 for t in spec["tensors"] if type_name(t) == k)
+                                      for k in sorted({type_name(t) for t in spec["tensors"]})},
+               "tensor_types": {t[0]: type_name(t) for t in spec["tensors"]},
                "tokenizer_from": spec["donor"], "llama_cpp_bin_dir": bindir,
                "summary": {"description": spec["summary"], "greedy_identical_across_threads": same,
                            "ppl_identical_across_threads": ppl1 == ppl2, "final_ppl": ppl1,

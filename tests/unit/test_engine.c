@@ -394,6 +394,8 @@ int main(void) {
     test_model("tests/data/golden/models/qwen3moe-q8_0.gguf", GGUF_DT_F16);
     test_model("tests/data/golden/models/deepseek2-moe-f32.gguf", GGUF_DT_F16);
     test_model("tests/data/golden/models/llama-moe-f32.gguf", GGUF_DT_F16);
+    /* gpt-oss: attention sinks, sliding window, MXFP4 experts with biases */
+    test_model("tests/data/golden/models/gpt-oss-mxfp4.gguf", GGUF_DT_F16);
     printf("test_engine: %s (%d failures)\n", failures ? "FAIL" : "ok", failures);
     return failures != 0;
 }

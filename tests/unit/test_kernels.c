@@ -52,7 +52,7 @@ static void fill_data(float *x, int64_t n, float scale) {
 static const int weight_types[] = {GGUF_DT_F32,  GGUF_DT_F16,  GGUF_DT_BF16,   GGUF_DT_Q8_0,
                                    GGUF_DT_Q4_0, GGUF_DT_Q4_K, GGUF_DT_Q6_K,   GGUF_DT_Q4_1,
                                    GGUF_DT_Q5_0, GGUF_DT_Q5_1, GGUF_DT_IQ4_NL, GGUF_DT_Q2_K,
-                                   GGUF_DT_Q3_K, GGUF_DT_Q5_K, GGUF_DT_IQ4_XS};
+                                   GGUF_DT_Q3_K, GGUF_DT_Q5_K, GGUF_DT_IQ4_XS, GGUF_DT_MXFP4};
 #define N_WEIGHT_TYPES ((int)(sizeof weight_types / sizeof weight_types[0]))
 
 static const char *isa_list[] = {"scalar", "avx2", "avx512"};
@@ -112,6 +112,7 @@ static void test_tables(void) {
         {GGUF_DT_IQ4_NL, 32, 18, GGUF_DT_Q8_0}, {GGUF_DT_Q6_K, 256, 210, GGUF_DT_Q8_K},
         {GGUF_DT_Q2_K, 256, 84, GGUF_DT_Q8_K},  {GGUF_DT_Q3_K, 256, 110, GGUF_DT_Q8_K},
         {GGUF_DT_Q5_K, 256, 176, GGUF_DT_Q8_K}, {GGUF_DT_IQ4_XS, 256, 136, GGUF_DT_Q8_K},
+        {GGUF_DT_MXFP4, 32, 17, GGUF_DT_Q8_0},
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         const kern_traits *t = kern_traits_of(want[i].t), *r = kern_traits_ref(want[i].t);
@@ -134,6 +135,7 @@ static void test_tables(void) {
     for (size_t i = 0; i < sizeof blocks / sizeof blocks[0]; i++)
         CHECK(gguf_dtype_traits_of(blocks[i].t)->block_bytes == blocks[i].size, "%s block struct",
               gguf_dtype_name(blocks[i].t));
+    CHECK(gguf_dtype_traits_of(GGUF_DT_MXFP4)->block_bytes == sizeof(blk_mxfp4), "MXFP4 block");
     /* Every type with kernels has geometry; a weight type's activations have kernels too. */
     for (int t = 0; t < GGUF_DT_COUNT; t++) {
         const kern_traits *r = kern_traits_ref(t);
@@ -191,6 +193,8 @@ static double roundtrip_bound(int t) {
     case GGUF_DT_Q3_K: return 1.9e-1;
     case GGUF_DT_Q2_K: return 3.6e-1;
     case GGUF_DT_IQ4_XS: return 9.5e-2;
+    /* MXFP4 measured 1.2e-1: power-of-two scales, 15 levels */
+    case GGUF_DT_MXFP4: return 1.5e-1;
     default: return 1.0e-1; /* Q4_0 */
     }
 }
@@ -219,10 +223,10 @@ static void test_roundtrip(void) {
     float *x = kvl_alloc(n * sizeof(float)), *xe = kvl_alloc(n * sizeof(float));
     for (int64_t i = 0; i < n; i++) x[i] = 0.7f * rng_gauss();
     fill_data(xe, n, 0.7f);
-    const int types[] = {GGUF_DT_F32,  GGUF_DT_F16,   GGUF_DT_BF16,   GGUF_DT_Q8_0, GGUF_DT_Q4_0,
-                         GGUF_DT_Q4_K, GGUF_DT_Q6_K,  GGUF_DT_Q8_K,   GGUF_DT_Q4_1, GGUF_DT_Q5_0,
-                         GGUF_DT_Q5_1, GGUF_DT_Q8_1,  GGUF_DT_IQ4_NL, GGUF_DT_Q2_K, GGUF_DT_Q3_K,
-                         GGUF_DT_Q5_K, GGUF_DT_IQ4_XS};
+    const int types[] = {GGUF_DT_F32,  GGUF_DT_F16,    GGUF_DT_BF16,   GGUF_DT_Q8_0, GGUF_DT_Q4_0,
+                         GGUF_DT_Q4_K, GGUF_DT_Q6_K,   GGUF_DT_Q8_K,   GGUF_DT_Q4_1, GGUF_DT_Q5_0,
+                         GGUF_DT_Q5_1, GGUF_DT_Q8_1,   GGUF_DT_IQ4_NL, GGUF_DT_Q2_K, GGUF_DT_Q3_K,
+                         GGUF_DT_Q5_K, GGUF_DT_IQ4_XS, GGUF_DT_MXFP4};
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         const int t = types[ti];
         const char *name = gguf_dtype_name(t);
@@ -271,6 +275,35 @@ static void test_q8_K_layout(void) {
         CHECK(q.qs[i] == (int8_t)roundf(z[i] * id), "q8_0 rounds with roundf (%d)", i);
 }
 
+/* MXFP4 as ggml defines it: E8M0 scale, E2M1 codes (element j low nibble,
+ * j + 16 high), the quantizer's scale floor(log2(amax)) - 2 + 127 and nearest
+ * code (the first of equals). */
+static void test_mxfp4_layout(void) {
+    blk_mxfp4 b = {.e = 127};
+    for (int j = 0; j < 16; j++) b.qs[j] = (uint8_t)(j | ((15 - j) << 4));
+    float y[32];
+    kern_traits_ref(GGUF_DT_MXFP4)->to_float(&b, y, 32);
+    static const float e2m1[16] = {0,    0.5f,  1,  1.5f,  2,  3,  4,  6,
+                                   -0.f, -0.5f, -1, -1.5f, -2, -3, -4, -6};
+    for (int j = 0; j < 16; j++)
+        CHECK(y[j] == e2m1[j] && y[j + 16] == e2m1[15 - j], "mxfp4 value %d: %g %g", j, y[j],
+              y[j + 16]);
+    b.e = 0;
+    kern_traits_ref(GGUF_DT_MXFP4)->to_float(&b, y, 32);
+    CHECK(y[7] == 6.0f * ldexpf(1.0f, -127), "mxfp4 e = 0 is 2^-127 (%g)", y[7]);
+    b.e = 1;
+    kern_traits_ref(GGUF_DT_MXFP4)->to_float(&b, y, 32);
+    CHECK(y[1] == ldexpf(1.0f, -127), "mxfp4 e = 1 is 2^-126 (%g)", y[1]);
+    float x[32] = {0};
+    x[3] = 5.0f;   /* amax 5: e = 2 - 2 + 127, d = 0.5; 4 and 6 tie: code 6 (4), the first */
+    x[20] = -1.2f; /* nearest is -1: code 10 (-2 * 0.5) */
+    blk_mxfp4 q;
+    kern_traits_ref(GGUF_DT_MXFP4)->from_float(x, &q, 32);
+    CHECK(q.e == 127, "mxfp4 scale byte %d", q.e);
+    CHECK((q.qs[3] & 15) == 6 && (q.qs[4] >> 4) == 10 && q.qs[0] == 0, "mxfp4 codes %02x %02x %02x",
+          q.qs[3], q.qs[4], q.qs[0]);
+}
+
 /* ---------- dot products ---------- */
 
 static double dot_double(const float *a, const float *b, int64_t n, double *abs_sum) {
@@ -315,6 +348,7 @@ static void randomize_codes(int t, void *q, int64_t n) {
             memcpy(blk + 2, &d, 2);
         }
         if (t == GGUF_DT_IQ4_XS) memcpy(blk, &d, 2);
+        if (t == GGUF_DT_MXFP4) blk[0] = (uint8_t)(110 + rng_u64() % 24); /* 2^-17 .. 2^6 */
     }
     if (t == GGUF_DT_F16 || t == GGUF_DT_BF16 || t == GGUF_DT_F32) {
         float *f = kvl_alloc(n * sizeof(float));
@@ -345,6 +379,7 @@ static const struct {
     {GGUF_DT_Q5_K, 1, kavx2_vec_dot_q5_K},   {GGUF_DT_IQ4_XS, 1, kavx2_vec_dot_iq4_xs},
     {GGUF_DT_Q2_K, 2, kavx512_vec_dot_q2_K}, {GGUF_DT_Q3_K, 2, kavx512_vec_dot_q3_K},
     {GGUF_DT_Q5_K, 2, kavx512_vec_dot_q5_K}, {GGUF_DT_IQ4_XS, 2, kavx512_vec_dot_iq4_xs},
+    {GGUF_DT_MXFP4, 1, kavx2_vec_dot_mxfp4}, {GGUF_DT_MXFP4, 2, kavx512_vec_dot_mxfp4},
     /* clang-format on */
 };
 
@@ -1133,6 +1168,7 @@ int main(int argc, char **argv) {
     if (common) test_tables();
     test_roundtrip();
     if (common) test_q8_K_layout();
+    if (common) test_mxfp4_layout();
     test_vec_dot();
     test_rows_kernels();
     test_matmul();
