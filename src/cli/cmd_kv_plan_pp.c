@@ -97,7 +97,8 @@ bool kv_plan_print_pp(const cli_opts *o, const kv_plan_model *m, const kv_plan_r
         snprintf(range, sizeof range, "%d-%d", first[k], end[k] - 1);
         printf("  %-5d %-12s %-12s %-12s %-12s ", k, range, FB(pk.weights_bytes),
                FB(pk.allocated_bytes + pk.metadata_bytes), FB(pk.total_bytes));
-        if (r->budget_bytes) printf("%-5s %lld\n", pk.fits ? "yes" : "no", (long long)pk.max_concurrency);
+        if (r->budget_bytes)
+            printf("%-5s %lld\n", pk.fits ? "yes" : "no", (long long)pk.max_concurrency);
         else printf("-     - (no --budget)\n");
     }
     if (json) {

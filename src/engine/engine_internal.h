@@ -38,11 +38,11 @@ typedef struct seq {
     int n_accepted;                   /* of this step's drafts */
     spec_adapt adapt;
     spec_ngram_index *ngram; /* prompt lookup's index of tokens (NULL until it drafts) */
-    spec_dseq dseq;     /* the draft model's KV of this sequence */
-    int passed_over;    /* admissions that preferred a later request (prefix-aware) */
-    kv_disk_load *load; /* its prefix being read from the disk tier: waits until ready */
-    int flight;         /* step groups: 1 + the slot of the step in flight with it, 0: none */
-    struct seq *next;   /* in the waiting queue or the running list */
+    spec_dseq dseq;          /* the draft model's KV of this sequence */
+    int passed_over;         /* admissions that preferred a later request (prefix-aware) */
+    kv_disk_load *load;      /* its prefix being read from the disk tier: waits until ready */
+    int flight;              /* step groups: 1 + the slot of the step in flight with it, 0: none */
+    struct seq *next;        /* in the waiting queue or the running list */
 } seq;
 
 typedef struct step_plan {
@@ -102,7 +102,6 @@ struct engine {
     step_slot slots[ENGINE_MAX_STEP_GROUPS];
     int n_slots, fl_head, n_flight;
 };
-
 
 /* engine.c */
 void eng_seq_free(engine *e, seq *s);

@@ -250,7 +250,8 @@ typedef struct pp_reqs {
 typedef struct pp_flight {
     int32_t *ctrl; /* rank 0: the step descriptor being sent */
     int64_t ctrl_cap;
-    float *x_out, *logits; /* hidden states sent on; logits (rank 0: when the caller has no buffer) */
+    float *x_out,
+        *logits; /* hidden states sent on; logits (rank 0: when the caller has no buffer) */
     int64_t x_out_cap, logits_cap;
     pp_reqs q;
     int32_t acks[PP_MAX_RANKS]; /* rank 0: each rank's "step done"; a worker sends acks[0] */
@@ -297,7 +298,7 @@ struct pp_stage {
     pthread_t beat;
     bool beating, beat_stop, in_call;
     pthread_mutex_t lock;
-    double last_sent;                  /* kvl_time_s of the last message to the workers */
+    double last_sent; /* kvl_time_s of the last message to the workers */
     int32_t ping[HDR];
     pp_reqs ping_q;
     /* fault injection (tests) */
@@ -535,8 +536,7 @@ static bool launch(pp_stage *p, model *m, kv_pool *const *pools, const model_bat
     const model_hparams *hp = model_hp(m);
     const int64_t n = b->n_tokens, E = hp->n_embd, V = hp->n_vocab;
     if (n <= 0) return kvl_fail(err, "pipeline: an empty step");
-    if (p->n_fl == PP_MAX_FLIGHT)
-        return fail(p, err, "pipeline: too many steps in flight");
+    if (p->n_fl == PP_MAX_FLIGHT) return fail(p, err, "pipeline: too many steps in flight");
     p->step++;
     maybe_fault(p);
     if (!sync_pools(p, pools, err)) return false;
@@ -914,8 +914,7 @@ void pp_stage_destroy(pp_stage *p) {
         }
         kvl_error err = {{0}};
         if (!p->failed) wait_reqs(p, &p->ping_q, p->step, &err);
-        while (!p->failed && p->n_fl > 0 && wait_oldest(p, &err)) {
-        }
+        while (!p->failed && p->n_fl > 0 && wait_oldest(p, &err)) {}
         pp_flight *f = next_flight(p);
         if (!p->failed && grow((void **)&f->ctrl, &f->ctrl_cap, HDR, sizeof(int32_t))) {
             memset(f->ctrl, 0, HDR * sizeof *f->ctrl);

@@ -24,7 +24,7 @@ int spec_ngram_propose(const int32_t *toks, int64_t n, int ngram_max, int k, int
  * extend the text of the previous call (a shorter text rebuilds the index).
  * Out of memory it answers by the scan. ngram_max: 1..SPEC_NGRAM_MAX. */
 #define SPEC_NGRAM_MAX 8
-typedef struct spec_ngram_index spec_ngram_index; /* opaque */
+typedef struct spec_ngram_index spec_ngram_index;         /* opaque */
 spec_ngram_index *spec_ngram_index_create(int ngram_max); /* NULL: out of memory or bad n */
 void spec_ngram_index_destroy(spec_ngram_index *x);
 int spec_ngram_index_propose(spec_ngram_index *x, const int32_t *toks, int64_t n, int k,

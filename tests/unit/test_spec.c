@@ -60,7 +60,8 @@ static void test_ngram_index(void) {
                 for (int i = 0; i < len; i++) {
                     rng = rng * 1664525u + 1013904223u;
                     /* runs of repeats now and then, so that long matches occur */
-                    text[i] = i > 8 && (rng >> 28) < 6 ? text[i - 7] : (int32_t)((rng >> 8) % alphabets[ai]);
+                    text[i] = i > 8 && (rng >> 28) < 6 ? text[i - 7]
+                                                       : (int32_t)((rng >> 8) % alphabets[ai]);
                 }
                 for (int n = 0; n <= len; n++) {
                     const int k = 1 + n % 5;
@@ -83,7 +84,8 @@ static void test_ngram_index(void) {
         }
     }
     CHECK(compared > 10000 && matched_some > 1000 && matched_none > 100);
-    CHECK(spec_ngram_index_create(0) == NULL && spec_ngram_index_create(SPEC_NGRAM_MAX + 1) == NULL);
+    CHECK(spec_ngram_index_create(0) == NULL &&
+          spec_ngram_index_create(SPEC_NGRAM_MAX + 1) == NULL);
 }
 
 static bool near(double a, double b) { return a > b - 1e-9 && a < b + 1e-9; }
