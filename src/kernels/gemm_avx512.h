@@ -89,6 +89,31 @@ size_t kavx512_k_tile_bytes(int64_t k);
  * kern_repacked_share_input holds across them) */
 void kavx512_k_prepare(const float *x, void *tile, int slot, int rows, int64_t k);
 
+/* The 16 groups of 16 of one super-block of a per-call packed Q6_K or Q2_K
+ * panel (gemm_avx512.c, gemm_kx_avx512.c: 64 vectors of unsigned values, then
+ * int32 scales per group at 4096) against the KT rows of a tile super-block
+ * at A: sumi[a] += sc_g * dot_g. */
+T_512_INLINE void kavx512_k_g16_dots(const char *P, const char *A, __m512i *sumi) {
+    __m512i acc[KT];
+    for (int g = 0; g < 16; g++) {
+        UNROLL(8)
+        for (int a = 0; a < KT; a++) acc[a] = _mm512_setzero_si512();
+        UNROLL(4)
+        for (int q = 0; q < 4; q++) {
+            const __m512i u = _mm512_loadu_si512(P + 64 * (4 * g + q));
+            UNROLL(8)
+            for (int a = 0; a < KT; a++)
+                acc[a] = _mm512_dpbusd_epi32(
+                    acc[a], u,
+                    _mm512_set1_epi32(*(const int32_t *)(A + a * KT_UNIT + KQ_QS + 16 * g + 4 * q)));
+        }
+        const __m512i sc = _mm512_loadu_si512(P + 4096 + 64 * g);
+        UNROLL(8)
+        for (int a = 0; a < KT; a++)
+            sumi[a] = _mm512_add_epi32(sumi[a], _mm512_mullo_epi32(acc[a], sc));
+    }
+}
+
 /* NAME, the kernel entry point of one weight kind (kern_gemm_ops or
  * kern_repack_ops .kernel): calls the always-inlined GENERIC with its KIND
  * constant, so every kind gets its own specialised copy. */
