@@ -457,13 +457,7 @@ T_512_INLINE void q4k_micro(int64_t nsb, const char *P, const char *A, float *y,
             for (int a = 0; a < KT; a++)
                 acc[a] = _mm512_dpwssd_epi32(acc[a], mp, ABC(a, KQ_S + 4 * t));
         }
-        const __m512 d = _mm512_loadu_ps(P + 4864), dmin = _mm512_loadu_ps(P + 4928);
-        UNROLL(8)
-        for (int a = 0; a < KT; a++) {
-            const __m512 yd = _mm512_set1_ps(*(const float *)(A + a * KT_UNIT + KQ_D));
-            f[a] = _mm512_fmadd_ps(_mm512_mul_ps(d, yd), _mm512_cvtepi32_ps(sumi[a]), f[a]);
-            f[a] = _mm512_fnmadd_ps(_mm512_mul_ps(dmin, yd), _mm512_cvtepi32_ps(acc[a]), f[a]);
-        }
+        kavx512_k_pc_fstep_min(P + 4864, P + 4928, A, sumi, acc, f);
     }
     UNROLL(8)
     for (int a = 0; a < KT; a++)

@@ -114,6 +114,20 @@ T_512_INLINE void kavx512_k_g16_dots(const char *P, const char *A, __m512i *sumi
     }
 }
 
+/* The float steps of vec_dot for one super-block of a per-call packed Q4_K or
+ * Q2_K panel (fp32 d and dmin of the 16 rows at pd, pdmin): f[a] +=
+ * d * yd * sumi[a], then -= dmin * yd * summ[a], for all KT tile rows. */
+T_512_INLINE void kavx512_k_pc_fstep_min(const char *pd, const char *pdmin, const char *A,
+                                         const __m512i *sumi, const __m512i *summ, __m512 *f) {
+    const __m512 d = _mm512_loadu_ps(pd), dmin = _mm512_loadu_ps(pdmin);
+    UNROLL(8)
+    for (int a = 0; a < KT; a++) {
+        const __m512 yd = _mm512_set1_ps(*(const float *)(A + a * KT_UNIT + KQ_D));
+        f[a] = _mm512_fmadd_ps(_mm512_mul_ps(d, yd), _mm512_cvtepi32_ps(sumi[a]), f[a]);
+        f[a] = _mm512_fnmadd_ps(_mm512_mul_ps(dmin, yd), _mm512_cvtepi32_ps(summ[a]), f[a]);
+    }
+}
+
 /* NAME, the kernel entry point of one weight kind (kern_gemm_ops or
  * kern_repack_ops .kernel): calls the always-inlined GENERIC with its KIND
  * constant, so every kind gets its own specialised copy. */

@@ -171,13 +171,7 @@ T_512_INLINE void q2k_micro(int64_t nsb, const char *P, const char *A, float *y,
                 summ[a] = _mm512_dpwssd_epi32(summ[a], mp, ABC(a, KQ_BSUMS + 4 * t));
         }
         kavx512_k_g16_dots(P, A, sumi);
-        const __m512 d = _mm512_loadu_ps(P + 5632), dmin = _mm512_loadu_ps(P + 5696);
-        UNROLL(8)
-        for (int a = 0; a < KT; a++) {
-            const __m512 yd = _mm512_set1_ps(*(const float *)(A + a * KT_UNIT + KQ_D));
-            f[a] = _mm512_fmadd_ps(_mm512_mul_ps(d, yd), _mm512_cvtepi32_ps(sumi[a]), f[a]);
-            f[a] = _mm512_fnmadd_ps(_mm512_mul_ps(dmin, yd), _mm512_cvtepi32_ps(summ[a]), f[a]);
-        }
+        kavx512_k_pc_fstep_min(P + 5632, P + 5696, A, sumi, summ, f);
     }
     UNROLL(8)
     for (int a = 0; a < KT; a++)
