@@ -105,7 +105,8 @@ T_512_INLINE void kavx512_k_g16_dots(const char *P, const char *A, __m512i *sumi
             for (int a = 0; a < KT; a++)
                 acc[a] = _mm512_dpbusd_epi32(
                     acc[a], u,
-                    _mm512_set1_epi32(*(const int32_t *)(A + a * KT_UNIT + KQ_QS + 16 * g + 4 * q)));
+                    _mm512_set1_epi32(
+                        *(const int32_t *)(A + a * KT_UNIT + KQ_QS + 16 * g + 4 * q)));
         }
         const __m512i sc = _mm512_loadu_si512(P + 4096 + 64 * g);
         UNROLL(8)

@@ -165,7 +165,8 @@ static void q5_pack(const void *w, size_t wrow, int rows, int64_t k, void *panel
                         (uint8_t)(c[8] | (c[24] & 7) << 5),
                         (uint8_t)(c[12] | (c[24] >> 3) << 5 | (c[28] >> 4) << 7),
                         (uint8_t)(c[16] | (c[28] & 7) << 5)};
-                    for (int v = 0; v < 5; v++) o[Q5_QS + 64 * (5 * j + v) + 4 * r + i] = (char)b[v];
+                    for (int v = 0; v < 5; v++)
+                        o[Q5_QS + 64 * (5 * j + v) + 4 * r + i] = (char)b[v];
                 }
             }
             for (int j = 0; j < 8; j++) {
@@ -333,19 +334,19 @@ T_512_INLINE void q5_subs(int NA, int h0, int h1, int c, const char *P, const ch
                       v4 = _mm512_loadu_si512(v + 256);
         /* the dword shifts drag in bits of the next byte, which the selects
          * (0xE4: c ? a : b) and the ands drop */
-        const __m512i b34 = _mm512_ternarylogic_epi32(_mm512_srli_epi32(v1, 4),
-                                                      _mm512_srli_epi32(v3, 3), m1, 0xE4);
+        const __m512i b34 =
+            _mm512_ternarylogic_epi32(_mm512_srli_epi32(v1, 4), _mm512_srli_epi32(v3, 3), m1, 0xE4);
         u[h][0] = _mm512_and_si512(v0, m5);
         u[h][1] = _mm512_and_si512(v1, m5);
         u[h][2] = _mm512_and_si512(v2, m5);
         u[h][3] = _mm512_and_si512(v3, m5);
         u[h][4] = _mm512_and_si512(v4, m5);
-        u[h][5] = _mm512_and_si512(_mm512_ternarylogic_epi32(_mm512_srli_epi32(v0, 5),
-                                                             _mm512_srli_epi32(v1, 2), m3, 0xE4),
-                                   m5);
-        u[h][6] = _mm512_and_si512(_mm512_ternarylogic_epi32(_mm512_srli_epi32(v2, 5),
-                                                             _mm512_srli_epi32(v3, 2), m3, 0xE4),
-                                   m5);
+        u[h][5] = _mm512_and_si512(
+            _mm512_ternarylogic_epi32(_mm512_srli_epi32(v0, 5), _mm512_srli_epi32(v1, 2), m3, 0xE4),
+            m5);
+        u[h][6] = _mm512_and_si512(
+            _mm512_ternarylogic_epi32(_mm512_srli_epi32(v2, 5), _mm512_srli_epi32(v3, 2), m3, 0xE4),
+            m5);
         u[h][7] = _mm512_and_si512(
             _mm512_ternarylogic_epi32(_mm512_srli_epi32(v4, 5), b34, m3, 0xE4), m5);
     }
