@@ -154,25 +154,7 @@ T_512_INLINE void q1_micro(int64_t nb, const char *p0, const char *p1, bool two,
     kavx512_q_store(y, ldy, na, two, m0, m1, f0, f1);
 }
 
-T_512 static void q1_kernel(int64_t k, const void *panels, size_t pb, int n_rows, const void *tiles,
-                            int64_t m, float *y, size_t ldy) {
-    const int64_t nb = k / QK8_1;
-    const int np = (n_rows + 15) / 16;
-    const size_t tb = kavx512_q_tile_bytes(k);
-    for (int64_t t = 0; t * QT < m; t++) {
-        const int na = m - t * QT < QT ? (int)(m - t * QT) : QT;
-        const char *tile = (const char *)tiles + t * tb;
-        float *yt = y + t * QT * ldy;
-        int p = 0;
-        for (; p + 2 <= np; p += 2)
-            q1_micro(nb, (const char *)panels + p * pb, (const char *)panels + (p + 1) * pb, true,
-                     tile, yt + 16 * p, ldy, na, kern_mask16(n_rows - 16 * p),
-                     kern_mask16(n_rows - 16 * (p + 1)));
-        if (p < np)
-            q1_micro(nb, (const char *)panels + p * pb, NULL, false, tile, yt + 16 * p, ldy, na,
-                     kern_mask16(n_rows - 16 * p), 0);
-    }
-}
+KAVX512_Q_KERNEL(q1_kernel, q1_micro)
 
 const kern_gemm_ops kavx512_gemm_q4_1 = {
     QT, GEMM32_MIN_M, kavx512_q_tile_bytes, q1_prepare, q1_panel_bytes, q4_1_pack, q1_kernel};

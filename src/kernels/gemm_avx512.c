@@ -224,25 +224,7 @@ T_512_INLINE void q_micro(int64_t nb, const char *p0, const char *p1, bool two, 
     kavx512_q_store(y, ldy, na, two, m0, m1, f0, f1);
 }
 
-T_512 static void q_kernel(int64_t k, const void *panels, size_t pb, int n_rows, const void *tiles,
-                           int64_t m, float *y, size_t ldy) {
-    const int64_t nb = k / QK8_0;
-    const int np = (n_rows + 15) / 16;
-    const size_t tb = q_tile_bytes(k);
-    for (int64_t t = 0; t * QT < m; t++) {
-        const int na = m - t * QT < QT ? (int)(m - t * QT) : QT;
-        const char *tile = (const char *)tiles + t * tb;
-        float *yt = y + t * QT * ldy;
-        int p = 0;
-        for (; p + 2 <= np; p += 2)
-            q_micro(nb, (const char *)panels + p * pb, (const char *)panels + (p + 1) * pb, true,
-                    tile, yt + 16 * p, ldy, na, kern_mask16(n_rows - 16 * p),
-                    kern_mask16(n_rows - 16 * (p + 1)));
-        if (p < np)
-            q_micro(nb, (const char *)panels + p * pb, NULL, false, tile, yt + 16 * p, ldy, na,
-                    kern_mask16(n_rows - 16 * p), 0);
-    }
-}
+KAVX512_Q_KERNEL(q_kernel, q_micro)
 
 /* Below this many activation rows, packing costs more than it saves. */
 #define PACKED_MIN_M 4
@@ -475,13 +457,7 @@ T_512_INLINE void q4k_micro(int64_t nsb, const char *P, const char *A, float *y,
             for (int a = 0; a < KT; a++)
                 acc[a] = _mm512_dpwssd_epi32(acc[a], mp, ABC(a, KQ_S + 4 * t));
         }
-        const __m512 d = _mm512_loadu_ps(P + 4864), dmin = _mm512_loadu_ps(P + 4928);
-        UNROLL(8)
-        for (int a = 0; a < KT; a++) {
-            const __m512 yd = _mm512_set1_ps(*(const float *)(A + a * KT_UNIT + KQ_D));
-            f[a] = _mm512_fmadd_ps(_mm512_mul_ps(d, yd), _mm512_cvtepi32_ps(sumi[a]), f[a]);
-            f[a] = _mm512_fnmadd_ps(_mm512_mul_ps(dmin, yd), _mm512_cvtepi32_ps(acc[a]), f[a]);
-        }
+        kavx512_k_pc_fstep_min(P + 4864, P + 4928, A, sumi, acc, f);
     }
     UNROLL(8)
     for (int a = 0; a < KT; a++)
@@ -496,7 +472,7 @@ T_512_INLINE void q6k_micro(int64_t nsb, const char *P, const char *A, float *y,
     UNROLL(8)
     for (int a = 0; a < KT; a++) f[a] = _mm512_setzero_ps();
     for (int64_t sb = 0; sb < nsb; sb++, P += Q6K_PB, A += KT * KT_UNIT) {
-        __m512i sumi[KT], acc[KT];
+        __m512i sumi[KT];
         UNROLL(8)
         for (int a = 0; a < KT; a++) sumi[a] = _mm512_setzero_si512();
         UNROLL(8)
@@ -506,21 +482,7 @@ T_512_INLINE void q6k_micro(int64_t nsb, const char *P, const char *A, float *y,
             for (int a = 0; a < KT; a++)
                 sumi[a] = _mm512_dpwssd_epi32(sumi[a], sp, ABC(a, KQ_BSUMS + 4 * t));
         }
-        for (int g = 0; g < 16; g++) {
-            UNROLL(8)
-            for (int a = 0; a < KT; a++) acc[a] = _mm512_setzero_si512();
-            UNROLL(4)
-            for (int q = 0; q < 4; q++) {
-                const __m512i u = _mm512_loadu_si512(P + 64 * (4 * g + q));
-                UNROLL(8)
-                for (int a = 0; a < KT; a++)
-                    acc[a] = _mm512_dpbusd_epi32(acc[a], u, ABC(a, KQ_QS + 16 * g + 4 * q));
-            }
-            const __m512i sc = _mm512_loadu_si512(P + 4096 + 64 * g);
-            UNROLL(8)
-            for (int a = 0; a < KT; a++)
-                sumi[a] = _mm512_add_epi32(sumi[a], _mm512_mullo_epi32(acc[a], sc));
-        }
+        kavx512_k_g16_dots(P, A, sumi);
         const __m512 d = _mm512_loadu_ps(P + 5632);
         UNROLL(8)
         for (int a = 0; a < KT; a++) {

@@ -49,6 +49,31 @@ T_512_INLINE void kavx512_q_store(float *y, size_t ldy, int na, bool two, __mmas
     }
 }
 
+/* NAME, the kern_gemm_ops.kernel of a Q-family layout: the tiles of QT
+ * activation rows one after another, each against the panels two at a time
+ * (32 weight rows) and an odd last one alone. MICRO(nb, p0, p1, two, tile,
+ * y, ldy, na, m0, m1) is the micro-kernel (gemm_avx512.c, gemm32_avx512.c). */
+#define KAVX512_Q_KERNEL(NAME, MICRO)                                                              \
+    T_512 static void NAME(int64_t k, const void *panels, size_t pb, int n_rows,                   \
+                           const void *tiles, int64_t m, float *y, size_t ldy) {                   \
+        const int64_t nb = k / QK8_0;                                                              \
+        const int np = (n_rows + 15) / 16;                                                         \
+        const size_t tb = kavx512_q_tile_bytes(k);                                                 \
+        for (int64_t t = 0; t * QT < m; t++) {                                                     \
+            const int na = m - t * QT < QT ? (int)(m - t * QT) : QT;                               \
+            const char *tile = (const char *)tiles + t * tb;                                       \
+            float *yt = y + t * QT * ldy;                                                          \
+            int p = 0;                                                                             \
+            for (; p + 2 <= np; p += 2)                                                            \
+                MICRO(nb, (const char *)panels + p * pb, (const char *)panels + (p + 1) * pb,      \
+                      true, tile, yt + 16 * p, ldy, na, kern_mask16(n_rows - 16 * p),              \
+                      kern_mask16(n_rows - 16 * (p + 1)));                                         \
+            if (p < np)                                                                            \
+                MICRO(nb, (const char *)panels + p * pb, NULL, false, tile, yt + 16 * p, ldy, na,  \
+                      kern_mask16(n_rows - 16 * p), 0);                                            \
+        }                                                                                          \
+    }
+
 /* K family (Q4_K, Q6_K weights) activation tile of KT rows, per 256-element
  * super-block: KT units of a blk_q8_K followed by S[8] int16,
  * S[j] = bsums[2j] + bsums[2j+1] (the sums of Q4_K's 32-value sub-blocks). */
@@ -63,6 +88,46 @@ size_t kavx512_k_tile_bytes(int64_t k);
 /* kern_gemm_ops.prepare of every K-family type (one function, so that
  * kern_repacked_share_input holds across them) */
 void kavx512_k_prepare(const float *x, void *tile, int slot, int rows, int64_t k);
+
+/* The 16 groups of 16 of one super-block of a per-call packed Q6_K or Q2_K
+ * panel (gemm_avx512.c, gemm_kx_avx512.c: 64 vectors of unsigned values, then
+ * int32 scales per group at 4096) against the KT rows of a tile super-block
+ * at A: sumi[a] += sc_g * dot_g. */
+T_512_INLINE void kavx512_k_g16_dots(const char *P, const char *A, __m512i *sumi) {
+    __m512i acc[KT];
+    for (int g = 0; g < 16; g++) {
+        UNROLL(8)
+        for (int a = 0; a < KT; a++) acc[a] = _mm512_setzero_si512();
+        UNROLL(4)
+        for (int q = 0; q < 4; q++) {
+            const __m512i u = _mm512_loadu_si512(P + 64 * (4 * g + q));
+            UNROLL(8)
+            for (int a = 0; a < KT; a++)
+                acc[a] = _mm512_dpbusd_epi32(
+                    acc[a], u,
+                    _mm512_set1_epi32(
+                        *(const int32_t *)(A + a * KT_UNIT + KQ_QS + 16 * g + 4 * q)));
+        }
+        const __m512i sc = _mm512_loadu_si512(P + 4096 + 64 * g);
+        UNROLL(8)
+        for (int a = 0; a < KT; a++)
+            sumi[a] = _mm512_add_epi32(sumi[a], _mm512_mullo_epi32(acc[a], sc));
+    }
+}
+
+/* The float steps of vec_dot for one super-block of a per-call packed Q4_K or
+ * Q2_K panel (fp32 d and dmin of the 16 rows at pd, pdmin): f[a] +=
+ * d * yd * sumi[a], then -= dmin * yd * summ[a], for all KT tile rows. */
+T_512_INLINE void kavx512_k_pc_fstep_min(const char *pd, const char *pdmin, const char *A,
+                                         const __m512i *sumi, const __m512i *summ, __m512 *f) {
+    const __m512 d = _mm512_loadu_ps(pd), dmin = _mm512_loadu_ps(pdmin);
+    UNROLL(8)
+    for (int a = 0; a < KT; a++) {
+        const __m512 yd = _mm512_set1_ps(*(const float *)(A + a * KT_UNIT + KQ_D));
+        f[a] = _mm512_fmadd_ps(_mm512_mul_ps(d, yd), _mm512_cvtepi32_ps(sumi[a]), f[a]);
+        f[a] = _mm512_fnmadd_ps(_mm512_mul_ps(dmin, yd), _mm512_cvtepi32_ps(summ[a]), f[a]);
+    }
+}
 
 /* NAME, the kernel entry point of one weight kind (kern_gemm_ops or
  * kern_repack_ops .kernel): calls the always-inlined GENERIC with its KIND

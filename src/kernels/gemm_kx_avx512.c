@@ -160,7 +160,7 @@ T_512_INLINE void q2k_micro(int64_t nsb, const char *P, const char *A, float *y,
     UNROLL(8)
     for (int a = 0; a < KT; a++) f[a] = _mm512_setzero_ps();
     for (int64_t sb = 0; sb < nsb; sb++, P += PB_Q2K, A += KT * KT_UNIT) {
-        __m512i sumi[KT], summ[KT], acc[KT];
+        __m512i sumi[KT], summ[KT];
         UNROLL(8)
         for (int a = 0; a < KT; a++) sumi[a] = summ[a] = _mm512_setzero_si512();
         UNROLL(8)
@@ -170,28 +170,8 @@ T_512_INLINE void q2k_micro(int64_t nsb, const char *P, const char *A, float *y,
             for (int a = 0; a < KT; a++)
                 summ[a] = _mm512_dpwssd_epi32(summ[a], mp, ABC(a, KQ_BSUMS + 4 * t));
         }
-        for (int g = 0; g < 16; g++) {
-            UNROLL(8)
-            for (int a = 0; a < KT; a++) acc[a] = _mm512_setzero_si512();
-            UNROLL(4)
-            for (int q = 0; q < 4; q++) {
-                const __m512i u = _mm512_loadu_si512(P + 64 * (4 * g + q));
-                UNROLL(8)
-                for (int a = 0; a < KT; a++)
-                    acc[a] = _mm512_dpbusd_epi32(acc[a], u, ABC(a, KQ_QS + 16 * g + 4 * q));
-            }
-            const __m512i sc = _mm512_loadu_si512(P + 4096 + 64 * g);
-            UNROLL(8)
-            for (int a = 0; a < KT; a++)
-                sumi[a] = _mm512_add_epi32(sumi[a], _mm512_mullo_epi32(acc[a], sc));
-        }
-        const __m512 d = _mm512_loadu_ps(P + 5632), dmin = _mm512_loadu_ps(P + 5696);
-        UNROLL(8)
-        for (int a = 0; a < KT; a++) {
-            const __m512 yd = _mm512_set1_ps(*(const float *)(A + a * KT_UNIT + KQ_D));
-            f[a] = _mm512_fmadd_ps(_mm512_mul_ps(d, yd), _mm512_cvtepi32_ps(sumi[a]), f[a]);
-            f[a] = _mm512_fnmadd_ps(_mm512_mul_ps(dmin, yd), _mm512_cvtepi32_ps(summ[a]), f[a]);
-        }
+        kavx512_k_g16_dots(P, A, sumi);
+        kavx512_k_pc_fstep_min(P + 5632, P + 5696, A, sumi, summ, f);
     }
     UNROLL(8)
     for (int a = 0; a < KT; a++)

@@ -28,11 +28,17 @@
  *
  *   Q5_K, 2880 bytes (45 lines; the GGUF rows take 2816):
  *     0..319 as Q4_K's panel (scales, mins as pairs, d, dmin)
- *     320   8 vectors w: lane r = GGUF bytes qh[4w..4w+3] of row r
- *     832   32 vectors, v = 8c + g: lane r = GGUF bytes qs[4v..4v+3] of row r
- *           (Q4_K's layout); the fifth bits of vector v are bits 2c, 2c + 1
- *           of qh vector g
- *
+ *     320   8 runs j (sub-block j, elements 32j..32j+31), 5 vectors each:
+ *           u_k (k < 8) is the dword of the values (0..31) of elements
+ *           32j + 4k .. 32j + 4k + 3, one per byte; vector 5j + k (k < 5)
+ *           holds u_k in bits 0-4 of each byte and in bits 5-7 pieces of
+ *           u_5..u_7: bits 0-2 of u_5, u_6, u_7 in vectors 0, 2, 4; bits 3-4
+ *           of u_5, u_6 in bits 5-6 of vectors 1, 3; bits 3 and 4 of u_7 in
+ *           bit 7 of vectors 1 and 3. So five values come out with one and
+ *           each, the other three with shifts and selects (19 ops for 8
+ *           vectors of values, against 28 and 4 more loads with Q4_K's
+ *           nibbles and a vector of fifth bits beside them), and each run is
+ *           read front to back
  *   Q2_K, 1344 bytes (21 lines; as the GGUF rows):
  *     0     GGUF scale bytes (scale | min << 4) as pairs, u8 [8 pairs t][16 rows][2]
  *     256   d, fp16 [16]; 288 dmin, fp16 [16]
@@ -65,8 +71,7 @@
 #define Q5_MN   128
 #define Q5_D    256
 #define Q5_DMIN 288
-#define Q5_QH   320
-#define Q5_QS   832
+#define Q5_QS   320
 #define Q5_SB   2880
 
 #define Q2_SC   0
@@ -145,8 +150,25 @@ static void q5_pack(const void *w, size_t wrow, int rows, int64_t k, void *panel
         char *o = (char *)panel + sb * Q5_SB;
         for (int r = 0; r < rows; r++) {
             const blk_q5_K *x = (const blk_q5_K *)((const char *)w + (size_t)r * wrow) + sb;
-            for (int v = 0; v < 32; v++) memcpy(o + Q5_QS + 64 * v + 4 * r, x->qs + 4 * v, 4);
-            for (int v = 0; v < 8; v++) memcpy(o + Q5_QH + 64 * v + 4 * r, x->qh + 4 * v, 4);
+            for (int j = 0; j < 8; j++) {
+                /* sub-block j: nibble j % 2 of qs[32 (j / 2) + l], fifth
+                 * bit j of qh[l] (quant_kx_ref.c) */
+                uint8_t u[32];
+                for (int l = 0; l < 32; l++)
+                    u[l] = (uint8_t)(((x->qs[32 * (j / 2) + l] >> (4 * (j % 2))) & 0xF) |
+                                     (((x->qh[l] >> j) & 1) << 4));
+                for (int i = 0; i < 4; i++) {
+                    const uint8_t *c = u + i; /* c[4 * n]: u_n, byte i */
+                    const uint8_t b[5] = {
+                        (uint8_t)(c[0] | (c[20] & 7) << 5),
+                        (uint8_t)(c[4] | (c[20] >> 3) << 5 | (c[28] >> 3 & 1) << 7),
+                        (uint8_t)(c[8] | (c[24] & 7) << 5),
+                        (uint8_t)(c[12] | (c[24] >> 3) << 5 | (c[28] >> 4) << 7),
+                        (uint8_t)(c[16] | (c[28] & 7) << 5)};
+                    for (int v = 0; v < 5; v++)
+                        o[Q5_QS + 64 * (5 * j + v) + 4 * r + i] = (char)b[v];
+                }
+            }
             for (int j = 0; j < 8; j++) {
                 uint8_t sc, mn;
                 kern_q4k_scale_min(j, x->scales, &sc, &mn);
@@ -297,42 +319,46 @@ T_512_INLINE void q3_micro(int NA, bool pf, int64_t nsb, const char *P, const ch
     kavx512_k_store(NA, f, y, ldy, mask);
 }
 
-/* Q5_K sub-blocks 2c + h, h0 <= h < h1 (h = 0: the low nibbles of vectors
- * 8c..8c+7 with bit 2c of the qh vectors, h = 1: the high ones with bit
- * 2c + 1), into s[a]: per sub-block and row the dot of its 32 values
- * (0..31) with the activations, times its scale. */
+/* Q5_K sub-blocks 2c + h, h0 <= h < h1 (runs 2c and 2c + 1 of the panel),
+ * into s[a]: per sub-block and row the dot of its 32 values (0..31) with the
+ * activations, times its scale. */
 T_512_INLINE void q5_subs(int NA, int h0, int h1, int c, const char *P, const char *A, __m512i *s) {
-    const __m512i m4 = _mm512_set1_epi8(0x0F), m5 = _mm512_set1_epi8(0x1F);
-    __m512i acc[2][KT];
-    UNROLL(2)
-    for (int h = h0; h < h1; h++) UNROLL(8)
-    for (int a = 0; a < NA; a++) acc[h][a] = _mm512_setzero_si512();
-    UNROLL(8)
-    for (int g = 0; g < 8; g++) {
-        const __m512i v = _mm512_loadu_si512(P + Q5_QS + 64 * (8 * c + g));
-        const __m512i qh = _mm512_loadu_si512(P + Q5_QH + 64 * g);
-        __m512i u[2];
-        UNROLL(2)
-        for (int h = h0; h < h1; h++) {
-            /* the fifth bit (bit 2c + h of each qh byte) to bit 4; the
-             * select (0xE4: c ? a : b) takes bits 0-3 from the nibble */
-            const int sh = 4 - 2 * c - h;
-            const __m512i hb = sh >= 0 ? _mm512_slli_epi32(qh, sh) : _mm512_srli_epi32(qh, -sh);
-            const __m512i nib = h ? _mm512_srli_epi32(v, 4) : v;
-            u[h] = _mm512_and_si512(_mm512_ternarylogic_epi32(nib, hb, m4, 0xE4), m5);
-        }
-        UNROLL(8)
-        for (int a = 0; a < NA; a++) UNROLL(2)
-        for (int h = h0; h < h1; h++)
-            acc[h][a] = _mm512_dpbusd_epi32(acc[h][a], u[h],
-                                            bc32(UNIT(a) + KQ_QS + 64 * c + 32 * h + 4 * g));
-    }
+    const __m512i m5 = _mm512_set1_epi8(0x1F), m3 = _mm512_set1_epi8(0x07),
+                  m1 = _mm512_set1_epi8(0x08);
+    __m512i u[2][8];
     UNROLL(2)
     for (int h = h0; h < h1; h++) {
-        const __m512i sc = _mm512_cvtepu8_epi32(ld128(P + Q5_SC + 16 * (2 * c + h)));
+        const char *v = P + Q5_QS + 64 * 5 * (2 * c + h);
+        const __m512i v0 = _mm512_loadu_si512(v), v1 = _mm512_loadu_si512(v + 64),
+                      v2 = _mm512_loadu_si512(v + 128), v3 = _mm512_loadu_si512(v + 192),
+                      v4 = _mm512_loadu_si512(v + 256);
+        /* the dword shifts drag in bits of the next byte, which the selects
+         * (0xE4: c ? a : b) and the ands drop */
+        const __m512i b34 =
+            _mm512_ternarylogic_epi32(_mm512_srli_epi32(v1, 4), _mm512_srli_epi32(v3, 3), m1, 0xE4);
+        u[h][0] = _mm512_and_si512(v0, m5);
+        u[h][1] = _mm512_and_si512(v1, m5);
+        u[h][2] = _mm512_and_si512(v2, m5);
+        u[h][3] = _mm512_and_si512(v3, m5);
+        u[h][4] = _mm512_and_si512(v4, m5);
+        u[h][5] = _mm512_and_si512(
+            _mm512_ternarylogic_epi32(_mm512_srli_epi32(v0, 5), _mm512_srli_epi32(v1, 2), m3, 0xE4),
+            m5);
+        u[h][6] = _mm512_and_si512(
+            _mm512_ternarylogic_epi32(_mm512_srli_epi32(v2, 5), _mm512_srli_epi32(v3, 2), m3, 0xE4),
+            m5);
+        u[h][7] = _mm512_and_si512(
+            _mm512_ternarylogic_epi32(_mm512_srli_epi32(v4, 5), b34, m3, 0xE4), m5);
+    }
+    UNROLL(8)
+    for (int a = 0; a < NA; a++) UNROLL(2)
+    for (int h = h0; h < h1; h++) {
+        const char *q = UNIT(a) + KQ_QS + 64 * c + 32 * h;
+        __m512i acc = _mm512_setzero_si512();
         UNROLL(8)
-        for (int a = 0; a < NA; a++)
-            s[a] = _mm512_add_epi32(s[a], _mm512_mullo_epi32(acc[h][a], sc));
+        for (int k = 0; k < 8; k++) acc = _mm512_dpbusd_epi32(acc, u[h][k], bc32(q + 4 * k));
+        const __m512i sc = _mm512_cvtepu8_epi32(ld128(P + Q5_SC + 16 * (2 * c + h)));
+        s[a] = _mm512_add_epi32(s[a], _mm512_mullo_epi32(acc, sc));
     }
 }
 
