@@ -355,10 +355,14 @@ static void attn_mla(fwd_ctx *c, int il) {
         kv_store(kv, seq_table(c, t, L->kv_group), L->kv_slot, pos, krow, NULL);
     }
     float *qa = m->mla_a, *qb = m->mla_b;
+    const bool heads1 = n == 1 && m->head_work; /* one row: no gathering, heads in parallel */
+    if (heads1) op_matmul_heads1(m, &L->wk_b, H, qraw, qh, m->q, dk);
     for (int64_t h = 0; h < H; h++) {
-        gather(qa, qraw, n, H * qh, h * qh, nope);
-        op_matmul_head(m, &L->wk_b, h, qa, n, qb); /* [n][r] */
-        scatter(m->q, qb, n, H * dk, h * dk, r);
+        if (!heads1) {
+            gather(qa, qraw, n, H * qh, h * qh, nope);
+            op_matmul_head(m, &L->wk_b, h, qa, n, qb); /* [n][r] */
+            scatter(m->q, qb, n, H * dk, h * dk, r);
+        }
         gather(qa, qraw, n, H * qh, h * qh + nope, rope);
         scatter(m->q, qa, n, H * dk, h * dk + r, rope);
     }
@@ -370,7 +374,8 @@ static void attn_mla(fwd_ctx *c, int il) {
                    .scale = mla_kq_scale(m, qh),
                    .window = m->groups[L->kv_group].window};
     attention(c, L, &a, m->q, H * dk, m->att, H * r);
-    for (int64_t h = 0; h < H; h++) {
+    if (heads1) op_matmul_heads1(m, &L->wv_b, H, m->att, r, m->xb2, vd);
+    for (int64_t h = 0; h < H && !heads1; h++) {
         gather(qa, m->att, n, H * r, h * r, r);
         op_matmul_head(m, &L->wv_b, h, qa, n, qb); /* [n][vd] */
         scatter(m->xb2, qb, n, H * vd, h * vd, vd);
