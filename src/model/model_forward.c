@@ -336,13 +336,15 @@ static void attn_mla(fwd_ctx *c, int il) {
     int64_t n = c->n, H = hp->n_head, r = hp->kv_lora_rank, rope = hp->n_rot;
     int64_t nope = hp->n_rot_mla_nope, qh = nope + rope, dk = r + rope, vd = hp->v_head_dim_mla;
     float *qraw = m->xb; /* the normed input is not needed once q and kv are projected */
-    op_matmul(m, &L->wkv_a_mqa, m->xb, n, m->k); /* [n][r + rope] */
+    /* the latent (+ rope key) and q (or q's low-rank half) from the same input:
+     * one prepared input, one parallel region when both are repacked alike */
+    const mtensor *proj[] = {&L->wkv_a_mqa, L->wq_a.data ? &L->wq_a : &L->wq};
+    float *const proj_out[] = {m->k /* [n][r + rope] */, m->xb2 /* [n][q_lora or H * qh] */};
+    op_matmul_many(m, 2, proj, m->xb, n, proj_out);
     if (L->wq_a.data) {
-        op_matmul(m, &L->wq_a, m->xb, n, m->xb2); /* [n][q_lora] */
         op_rms_norm(m->xb2, m->xb2, L->q_a_norm.data, n, hp->q_lora_rank, hp->rms_eps);
         op_matmul(m, &L->wq_b, m->xb2, n, qraw);
     } else {
-        op_matmul(m, &L->wq, m->xb, n, m->xb2);
         memcpy(qraw, m->xb2, n * H * qh * sizeof(float));
     }
     kv_pool *kv = c->pools[L->kv_group];
