@@ -22,7 +22,11 @@
 # BEFORE=path/to/another/kvllm (optional; e.g. a build of the commit before a
 # change) runs that binary too, alternating with the others, and the table
 # gains its t/s, the ratio after / before and its share of the roofline.
+# BEFORE_BATCH=0 runs BEFORE on the single-sequence tests only.
 # SKIP_STORIES=1 leaves out stories260K.
+# SYNTH_FLAGS: extra flags for `kvllm synth` when a file is missing (bench/moe.sh
+# passes --repeat-rows for the 30B shape). WARM=1 reads each file once before
+# its runs, so that both engines load it from the page cache.
 #
 # Usage: bench/run_vs_llamacpp.sh            (env: see the defaults below)
 set -euo pipefail
@@ -67,7 +71,7 @@ synth_file() { # shape type -> path (written once, reused by later runs)
     local f=$SYNTH_DIR/$1-$2.gguf
     if [ ! -s "$f" ]; then
         log "synth $1 $2"
-        "$KVLLM" synth --shape "$1" --type "$2" -o "$f" -t "$THREADS" >&2
+        "$KVLLM" synth --shape "$1" --type "$2" -o "$f" -t "$THREADS" ${SYNTH_FLAGS:-} >&2
     fi
     echo "$f"
 }
@@ -93,6 +97,7 @@ lbb() { # model npp ntg npl ctx
 # Repetitions alternate between the engines, so both see the same background load.
 for t in $TYPES; do
     f=$(synth_file "$SHAPE" "$t")
+    [ "${WARM:-0}" = 1 ] && { log "$t: reading $f into the page cache"; cat "$f" > /dev/null; }
     log "$t: single sequence (prefill $NPP, decode $NTG) x $REPS"
     : > "$OUT/llama-$t-single.jsonl"
     : > "$OUT/kvllm-$t-single.jsonl"
@@ -115,7 +120,7 @@ for t in $TYPES; do
             >> "$OUT/llama-$t-batch.jsonl"
         "$KVLLM" bench -m "$f" -p 0 -n $((NTG + 1)) --decode-prompt "$BATCH_PROMPT" --batch "$BATCHES" \
             -r 1 -t "$THREADS" $KVLLM_NR --json --no-progress >> "$OUT/kvllm-$t-batch.jsonl"
-        [ -z "$BEFORE" ] || "$BEFORE" bench -m "$f" -p 0 -n $((NTG + 1)) --decode-prompt "$BATCH_PROMPT" \
+        [ -z "$BEFORE" ] || [ "${BEFORE_BATCH:-1}" = 0 ] || "$BEFORE" bench -m "$f" -p 0 -n $((NTG + 1)) --decode-prompt "$BATCH_PROMPT" \
             --batch "$BATCHES" -r 1 -t "$THREADS" $KVLLM_NR --json --no-progress >> "$OUT/before-$t-batch.jsonl"
     done
 done

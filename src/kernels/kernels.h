@@ -149,6 +149,23 @@ typedef struct kern_repacked_mat {
 void kern_matmul_repacked_multi(int nw, const kern_repacked_mat *mats, int64_t k, const float *X,
                                 int64_t m, void *work);
 bool kern_repacked_share_input(int wtype_a, int wtype_b);
+/* Repacked matrices each applied to one X row of its own (decode of a
+ * mixture-of-experts layer: every selected expert's gate and up, or every
+ * expert's down after its own gate and up): each distinct (x, k, activation
+ * layout) is prepared once on the calling thread, then all products run in one
+ * parallel region, chunks guided over all of them together. Each y is exactly
+ * what kern_matmul_repacked gives for that matrix and x with m = 1. nw <=
+ * KERN_EACH_MAX; work holds kern_matmul_repacked_each_work_bytes. */
+#define KERN_EACH_MAX 40
+typedef struct kern_repacked_one {
+    const void *P;
+    int wtype;
+    int64_t n_out, k;
+    const float *x; /* [k] */
+    float *y;       /* [n_out] */
+} kern_repacked_one;
+size_t kern_matmul_repacked_each_work_bytes(int nw, const kern_repacked_one *mats);
+void kern_matmul_repacked_each(int nw, const kern_repacked_one *mats, void *work);
 
 /* Attention, over one chunk of positions of one KV head (model_ops.c). q rows
  * are floats, q_h = q + h*qs; K and V come as one row pointer per position

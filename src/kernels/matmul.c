@@ -523,6 +523,109 @@ bool kern_repacked_share_input(int wtype_a, int wtype_b) {
     return a && b && kern_repack_of(wtype_a) && kern_repack_of(wtype_b) && a->prepare == b->prepare;
 }
 
+/* ------------------------------------------ repacked, one X each -- */
+
+static size_t each_tile_bytes(const kern_repacked_one *mt) {
+    return (kern_gemm_of(mt->wtype)->tile_bytes(mt->k) + 63) & ~(size_t)63;
+}
+
+size_t kern_matmul_repacked_each_work_bytes(int nw, const kern_repacked_one *mats) {
+    size_t b = 64; /* alignment slack */
+    for (int w = 0; w < nw; w++)
+        if (kern_gemm_of(mats[w].wtype)) b += each_tile_bytes(&mats[w]);
+    return b;
+}
+
+typedef struct {
+    const kern_repacked_one *mats;
+    const void *const *tiles; /* the prepared x of each matrix */
+    const repacked_span *spans;
+} each_job;
+
+static void each_task(void *ctx, int64_t c, int thread) {
+    const each_job *j = ctx;
+    const repacked_span *sp = &j->spans[c];
+    const kern_repacked_one *mt = &j->mats[sp->mat];
+    const kern_repack_ops *r = kern_repack_of(mt->wtype);
+    const size_t pb = r->panel_bytes(mt->k);
+    const int64_t j0 = (int64_t)sp->p0 * KERN_PANEL_ROWS;
+    const int64_t j1 = (int64_t)sp->p1 * KERN_PANEL_ROWS < mt->n_out
+                           ? (int64_t)sp->p1 * KERN_PANEL_ROWS
+                           : mt->n_out;
+    r->kernel(mt->k, (const char *)mt->P + (size_t)sp->p0 * pb, pb, (int)(j1 - j0),
+              j->tiles[sp->mat], 1, mt->y + j0, (size_t)mt->n_out);
+}
+
+/* Guided over all matrices in order: each chunk about 1/(2 nth) of the bytes
+ * left in total, at least min_bytes, within one matrix; the first chunks are
+ * whole matrices, the last short, so the threads reach the barrier together.
+ * Returns the count, or 0 if more than DECODE_MAX_SPANS. */
+static int64_t each_spans(int nw, const kern_repacked_one *mats, int nth, size_t min_bytes,
+                          repacked_span *out) {
+    double left = 0;
+    for (int w = 0; w < nw; w++)
+        left += (double)((mats[w].n_out + KERN_PANEL_ROWS - 1) / KERN_PANEL_ROWS) *
+                (double)kern_repack_of(mats[w].wtype)->panel_bytes(mats[w].k);
+    int64_t n = 0;
+    for (int w = 0; w < nw; w++) {
+        const int64_t np = (mats[w].n_out + KERN_PANEL_ROWS - 1) / KERN_PANEL_ROWS;
+        const double pb = (double)kern_repack_of(mats[w].wtype)->panel_bytes(mats[w].k);
+        for (int64_t p = 0; p < np;) {
+            double want = left / (2.0 * nth);
+            if (want < (double)min_bytes) want = (double)min_bytes;
+            int64_t len = (int64_t)(want / pb + 0.5);
+            if (len < 1) len = 1;
+            if (len > np - p) len = np - p;
+            if (n == DECODE_MAX_SPANS) return 0;
+            out[n++] = (repacked_span){w, (int32_t)p, (int32_t)(p + len)};
+            p += len;
+            left -= (double)len * pb;
+        }
+    }
+    return n;
+}
+
+void kern_matmul_repacked_each(int nw, const kern_repacked_one *mats, void *work) {
+    if (nw <= 0) return;
+    bool ok = nw <= KERN_EACH_MAX && work;
+    for (int w = 0; ok && w < nw; w++)
+        ok = kern_repack_bytes(mats[w].wtype, mats[w].n_out, mats[w].k) > 0;
+    if (!ok) {
+        kvl_log(KVL_LOG_ERROR, "kern_matmul_repacked_each: too many matrices, no work buffer or "
+                               "no repacked layout");
+        for (int w = 0; w < nw; w++)
+            for (int64_t i = 0; i < mats[w].n_out; i++) mats[w].y[i] = NAN;
+        return;
+    }
+    /* each distinct input prepared once, here */
+    const void *tiles[KERN_EACH_MAX];
+    char *next = (char *)(((uintptr_t)work + 63) & ~(uintptr_t)63);
+    double macs = 0;
+    for (int w = 0; w < nw; w++) {
+        const kern_gemm_ops *g = kern_gemm_of(mats[w].wtype);
+        macs += (double)mats[w].n_out * (double)mats[w].k;
+        tiles[w] = NULL;
+        for (int v = 0; v < w && !tiles[w]; v++)
+            if (mats[v].x == mats[w].x && mats[v].k == mats[w].k &&
+                kern_gemm_of(mats[v].wtype)->prepare == g->prepare)
+                tiles[w] = tiles[v];
+        if (tiles[w]) continue;
+        g->prepare(mats[w].x, next, 0, 1, mats[w].k);
+        tiles[w] = next;
+        next += each_tile_bytes(&mats[w]);
+    }
+    const int nth = macs >= MATMUL_PARALLEL_MIN_MACS ? kvl_pool_threads() : 1;
+    repacked_span spans[DECODE_MAX_SPANS];
+    int64_t n = 0;
+    for (size_t min = DECODE_MIN_CHUNK_BYTES; !n; min *= 2) n = each_spans(nw, mats, nth, min, spans);
+    each_job j = {mats, tiles, spans};
+    if (nth == 1) {
+        for (int64_t c = 0; c < n; c++) each_task(&j, c, 0);
+        return;
+    }
+    kvl_pool_run(each_task, &j, n);
+}
+
 void kern_matmul_repacked(const void *P, int wtype, int64_t n_out, int64_t k, const float *X,
                           int64_t m, float *Y, void *work) {
     const kern_repacked_mat mat = {P, wtype, n_out, Y};

@@ -451,7 +451,21 @@ static bool alloc_scratch(model *m, kvl_error *err) {
         m->mla_a = kvl_calloc(U * (hp->n_rot_mla_nope + hp->kv_lora_rank + hp->v_head_dim_mla),
                               sizeof(float));
         m->mla_b = kvl_calloc(U * (hp->kv_lora_rank + hp->v_head_dim_mla), sizeof(float));
-        if (!m->mla_a || !m->mla_b) return kvl_fail(err, "model: out of memory");
+        size_t slot = 0; /* op_matmul_heads1: one row of wk_b's or wv_b's input per thread */
+        for (int il = 0; il < hp->n_layer; il++) {
+            const mtensor *hw[] = {&m->layers[il].wk_b, &m->layers[il].wv_b};
+            for (int i = 0; i < 2; i++) {
+                const size_t b =
+                    hw[i]->data ? kern_matmul_work_bytes(hw[i]->dtype, 1, hw[i]->ne0) : 0;
+                slot = b > slot ? b : slot;
+            }
+        }
+        m->head_work_slot = (slot + 63) & ~(size_t)63;
+        m->head_work =
+            slot ? kvl_alloc(m->head_work_slot * (size_t)(m->n_threads_max > 0 ? m->n_threads_max : 1))
+                 : NULL;
+        if (!m->mla_a || !m->mla_b || (slot && !m->head_work))
+            return kvl_fail(err, "model: out of memory");
     }
     if (od > wide) wide = od;
     m->x = kvl_calloc(U * E, sizeof(float));
@@ -519,6 +533,7 @@ void model_destroy(model *m) {
                      m->logit_rows, m->mla_a, m->mla_b,   m->par};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) kvl_free(bufs[i]);
     kvl_free(m->work);
+    kvl_free(m->head_work);
     kvl_free(m->attn_runs);
     gguf_close(m->gguf);
     free(m);

@@ -337,13 +337,15 @@ static void attn_mla(fwd_ctx *c, int il) {
     int64_t n = c->n, H = hp->n_head, r = hp->kv_lora_rank, rope = hp->n_rot;
     int64_t nope = hp->n_rot_mla_nope, qh = nope + rope, dk = r + rope, vd = hp->v_head_dim_mla;
     float *qraw = m->xb; /* the normed input is not needed once q and kv are projected */
-    op_matmul(m, &L->wkv_a_mqa, m->xb, n, m->k); /* [n][r + rope] */
+    /* the latent (+ rope key) and q (or q's low-rank half) from the same input:
+     * one prepared input, one parallel region when both are repacked alike */
+    const mtensor *proj[] = {&L->wkv_a_mqa, L->wq_a.data ? &L->wq_a : &L->wq};
+    float *const proj_out[] = {m->k /* [n][r + rope] */, m->xb2 /* [n][q_lora or H * qh] */};
+    op_matmul_many(m, 2, proj, m->xb, n, proj_out);
     if (L->wq_a.data) {
-        op_matmul(m, &L->wq_a, m->xb, n, m->xb2); /* [n][q_lora] */
         op_rms_norm(m->xb2, m->xb2, L->q_a_norm.data, n, hp->q_lora_rank, hp->rms_eps);
         op_matmul(m, &L->wq_b, m->xb2, n, qraw);
     } else {
-        op_matmul(m, &L->wq, m->xb, n, m->xb2);
         memcpy(qraw, m->xb2, n * H * qh * sizeof(float));
     }
     kv_pool *kv = c->pools[L->kv_group];
@@ -356,10 +358,14 @@ static void attn_mla(fwd_ctx *c, int il) {
         kv_store(kv, seq_table(c, t, L->kv_group), L->kv_slot, pos, krow, NULL);
     }
     float *qa = m->mla_a, *qb = m->mla_b;
+    const bool heads1 = n == 1 && m->head_work; /* one row: no gathering, heads in parallel */
+    if (heads1) op_matmul_heads1(m, &L->wk_b, H, qraw, qh, m->q, dk);
     for (int64_t h = 0; h < H; h++) {
-        gather(qa, qraw, n, H * qh, h * qh, nope);
-        op_matmul_head(m, &L->wk_b, h, qa, n, qb); /* [n][r] */
-        scatter(m->q, qb, n, H * dk, h * dk, r);
+        if (!heads1) {
+            gather(qa, qraw, n, H * qh, h * qh, nope);
+            op_matmul_head(m, &L->wk_b, h, qa, n, qb); /* [n][r] */
+            scatter(m->q, qb, n, H * dk, h * dk, r);
+        }
         gather(qa, qraw, n, H * qh, h * qh + nope, rope);
         scatter(m->q, qa, n, H * dk, h * dk + r, rope);
     }
@@ -371,7 +377,8 @@ static void attn_mla(fwd_ctx *c, int il) {
                    .scale = mla_kq_scale(m, qh),
                    .window = m->groups[L->kv_group].window};
     attention(c, L, &a, m->q, H * dk, m->att, H * r);
-    for (int64_t h = 0; h < H; h++) {
+    if (heads1) op_matmul_heads1(m, &L->wv_b, H, m->att, r, m->xb2, vd);
+    for (int64_t h = 0; h < H && !heads1; h++) {
         gather(qa, m->att, n, H * r, h * r, r);
         op_matmul_head(m, &L->wv_b, h, qa, n, qb); /* [n][vd] */
         scatter(m->xb2, qb, n, H * vd, h * vd, vd);

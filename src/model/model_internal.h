@@ -74,6 +74,8 @@ struct model {
     int n_threads_max;
     float *x, *xb, *xb2, *q, *k, *v, *att, *ff_gate, *ff_up;
     float *mla_a, *mla_b; /* MLA per-head gather buffers */
+    void *head_work;      /* [n_threads_max][head_work_slot]: op_matmul_heads1 */
+    size_t head_work_slot;
     float *par;           /* parallel blocks: the attention output while the FFN runs */
     float *attn_scratch;  /* [n_threads_max][attn_scratch_len], sized for the pools in use */
     size_t attn_scratch_len;
@@ -127,6 +129,11 @@ void op_matmul_many(model *m, int nw, const mtensor *const *ws, const float *x, 
 /* One head slice of a 3-D weight {ne0, ne1, H}: rows ne1 of ne0. */
 void op_matmul_head(model *m, const mtensor *w, int64_t head, const float *x, int64_t rows,
                     float *y);
+/* One row (decode): every head's slice of w applied to x + h * xs into
+ * y + h * ys, the heads split over the pool; the same as op_matmul_head per
+ * head. Needs m->head_work. */
+void op_matmul_heads1(model *m, const mtensor *w, int64_t n_heads, const float *x, int64_t xs,
+                      float *y, int64_t ys);
 void op_add_bias(float *y, const mtensor *b, int64_t rows, int64_t n);
 /* Rotates dims [offset, offset+n_rot) of each of n_heads heads spaced stride apart. */
 void op_rope(const model *m, const layer_weights *L, float *vec, int n_heads, int64_t stride,

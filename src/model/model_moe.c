@@ -45,6 +45,7 @@ struct moe_scratch {
     float *out;     /* [U*k][E] weighted expert outputs per (token, slot) */
     float *sh;      /* [U][E] shared expert output */
     float *shg;     /* [U] qwen2moe's shared expert gate */
+    void *each_work; /* decode's prepared inputs (kern_matmul_repacked_each) */
 };
 
 /* Whether the loader runs the experts the reader found (hparams.c reads and
@@ -189,6 +190,36 @@ size_t moe_work_bytes(const model *m, int64_t rows) {
     return best;
 }
 
+/* Work for decode_experts: a prepared input per matrix of either region, at most
+ * (the types and widths are the same in every layer but the leading dense ones). */
+static size_t each_work_bytes(const model *m) {
+    const model_moe_hparams *mo = &m->hp.moe;
+    size_t best = 64;
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        const layer_weights *L = &m->layers[il];
+        if (!moe_layer(m, il) || !L->ffn_gate_exps.data) continue; /* (before the repack) */
+        const int64_t E = m->hp.n_embd, F = mo->n_ff_exp, FS = mo->n_ff_shexp;
+        const bool shared = L->ffn_gate_shexp.data != NULL;
+        kern_repacked_one a[KERN_EACH_MAX], b[KERN_EACH_MAX];
+        int na = 0, nb = 0;
+        for (int64_t i = 0; i < mo->n_expert_used; i++) {
+            a[na++] = (kern_repacked_one){NULL, L->ffn_gate_exps.dtype, F, E, NULL, NULL};
+            a[na++] = (kern_repacked_one){NULL, L->ffn_up_exps.dtype, F, E, NULL, NULL};
+            b[nb++] = (kern_repacked_one){NULL, L->ffn_down_exps.dtype, E, F, NULL, NULL};
+        }
+        if (shared) {
+            a[na++] = (kern_repacked_one){NULL, L->ffn_gate_shexp.dtype, FS, E, NULL, NULL};
+            a[na++] = (kern_repacked_one){NULL, L->ffn_up_shexp.dtype, FS, E, NULL, NULL};
+            b[nb++] = (kern_repacked_one){NULL, L->ffn_down_shexp.dtype, E, FS, NULL, NULL};
+        }
+        const size_t ba = kern_matmul_repacked_each_work_bytes(na, a),
+                     bb = kern_matmul_repacked_each_work_bytes(nb, b);
+        best = ba > best ? ba : best;
+        best = bb > best ? bb : best;
+    }
+    return best;
+}
+
 bool moe_alloc_scratch(model *m, kvl_error *err) {
     const model_moe_hparams *mo = &m->hp.moe;
     if (!mo->n_expert) return true;
@@ -207,14 +238,17 @@ bool moe_alloc_scratch(model *m, kvl_error *err) {
     s->order = kvl_calloc((size_t)(U * K), sizeof(int32_t));
     s->xg = kvl_calloc((size_t)(U * E), sizeof(float));
     s->yg = kvl_calloc((size_t)(U * E), sizeof(float));
-    const int64_t hrows = U > K ? U : K; /* decode holds all K experts' rows at once */
+    /* decode holds all K experts' rows and the shared expert's at once */
+    const int64_t hrows = U > K + 1 ? U : K + 1;
     s->hg = kvl_calloc((size_t)(hrows * ffw), sizeof(float));
     s->hu = kvl_calloc((size_t)(hrows * ffw), sizeof(float));
     s->out = kvl_calloc((size_t)(U * K * E), sizeof(float));
     s->sh = kvl_calloc((size_t)(U * E), sizeof(float));
     s->shg = kvl_calloc((size_t)U, sizeof(float));
+    s->each_work = kvl_alloc(each_work_bytes(m));
     if (!s->probs || !s->sel || !s->gscore || !s->ids || !s->w || !s->count || !s->start ||
-        !s->order || !s->xg || !s->yg || !s->hg || !s->hu || !s->out || !s->sh || !s->shg)
+        !s->order || !s->xg || !s->yg || !s->hg || !s->hu || !s->out || !s->sh || !s->shg ||
+        !s->each_work)
         return kvl_fail(err, "model: cannot allocate expert scratch for %lld tokens", (long long)U);
     return true;
 }
@@ -228,7 +262,7 @@ void moe_free(model *m) {
     struct moe_scratch *s = m->moe;
     if (!s) return;
     void *bufs[] = {s->probs, s->sel, s->gscore, s->ids, s->w,   s->count, s->start, s->order,
-                    s->xg,    s->yg,  s->hg,     s->hu,  s->out, s->sh,    s->shg};
+                    s->xg,    s->yg,  s->hg,     s->hu,  s->out, s->sh,    s->shg, s->each_work};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) kvl_free(bufs[i]);
     free(s);
     m->moe = NULL;
@@ -364,6 +398,58 @@ static void gated(model *m, const layer_weights *L, int64_t e, const mtensor *ga
     expert_act(m, L, e, g, u, rows, gate->ne1);
 }
 
+/* Whether decode can run the layer's experts in two regions: every expert
+ * and shared-expert matrix repacked. */
+static bool decode_fused(const model *m, const layer_weights *L) {
+    const mtensor *ts[] = {&L->ffn_gate_exps,  &L->ffn_up_exps,   &L->ffn_down_exps,
+                           &L->ffn_gate_shexp, &L->ffn_up_shexp, &L->ffn_down_shexp};
+    const bool shared = L->ffn_gate_shexp.data != NULL;
+    /* gpt-oss: biases and its clamped SwiGLU; those go the general way */
+    if (m->arch->gpt_oss) return false;
+    if (2 * m->hp.moe.n_expert_used + 2 > KERN_EACH_MAX) return false;
+    for (int i = 0; i < (shared ? 6 : 3); i++)
+        if (!ts[i]->packed) return false;
+    return true;
+}
+
+/* Decode's selected experts (s->ids, s->w of token 0) and shared expert:
+ * s->out[i] = w[i] * down_i(SiLU(gate_i x) * up_i x), s->sh the shared
+ * expert's output (before qwen2moe's gate), each element computed exactly
+ * as by op_matmul one matrix at a time. */
+static void decode_experts(model *m, const layer_weights *L, const float *x) {
+    const model_moe_hparams *mo = &m->hp.moe;
+    struct moe_scratch *s = m->moe;
+    const int64_t E = m->hp.n_embd, K = mo->n_expert_used, F = mo->n_ff_exp, FS = mo->n_ff_shexp;
+    const bool shared = L->ffn_gate_shexp.data != NULL;
+    kern_repacked_one mats[KERN_EACH_MAX];
+    int nw = 0;
+    for (int64_t i = 0; i < K; i++) {
+        const mtensor g = expert_slice(&L->ffn_gate_exps, s->ids[i]),
+                      u = expert_slice(&L->ffn_up_exps, s->ids[i]);
+        mats[nw++] = (kern_repacked_one){g.packed, g.dtype, F, E, x, s->hg + i * F};
+        mats[nw++] = (kern_repacked_one){u.packed, u.dtype, F, E, x, s->hu + i * F};
+    }
+    if (shared) {
+        const mtensor *g = &L->ffn_gate_shexp, *u = &L->ffn_up_shexp;
+        mats[nw++] = (kern_repacked_one){g->packed, g->dtype, FS, E, x, s->hg + K * F};
+        mats[nw++] = (kern_repacked_one){u->packed, u->dtype, FS, E, x, s->hu + K * F};
+    }
+    kern_matmul_repacked_each(nw, mats, s->each_work);
+    op_silu_mul(s->hg, s->hu, K * F + (shared ? FS : 0));
+    nw = 0;
+    for (int64_t i = 0; i < K; i++) {
+        const mtensor d = expert_slice(&L->ffn_down_exps, s->ids[i]);
+        mats[nw++] = (kern_repacked_one){d.packed, d.dtype, E, F, s->hg + i * F, s->out + i * E};
+    }
+    if (shared) {
+        const mtensor *d = &L->ffn_down_shexp;
+        mats[nw++] = (kern_repacked_one){d->packed, d->dtype, E, FS, s->hg + K * F, s->sh};
+    }
+    kern_matmul_repacked_each(nw, mats, s->each_work);
+    for (int64_t i = 0; i < K; i++)
+        for (int64_t j = 0; j < E; j++) s->out[i * E + j] *= s->w[i];
+}
+
 void moe_ffn(model *m, const layer_weights *L, const float *x, int64_t n, float *y) {
     const model_moe_hparams *mo = &m->hp.moe;
     struct moe_scratch *s = m->moe;
@@ -384,38 +470,12 @@ void moe_ffn(model *m, const layer_weights *L, const float *x, int64_t n, float 
     }
     for (int64_t i = 0; i < n * K; i++) s->order[s->start[s->ids[i]]++] = (int32_t)i;
     for (int64_t e = 0; e < NE; e++) s->start[e] -= s->count[e];
-    /* One token (decode): every selected expert takes the same x, so gate and up
-     * of two experts at a time share one prepared x and one parallel region. */
-    const bool pair = n == 1 && K > 1 && L->ffn_gate_exps.packed && L->ffn_up_exps.packed &&
-                      KERN_REPACKED_MAX >= 4 &&
-                      kern_repacked_share_input(L->ffn_gate_exps.dtype, L->ffn_up_exps.dtype);
-    if (pair) {
-        const int64_t F = mo->n_ff_exp;
-        for (int64_t i = 0; i < K; i += 2) {
-            const int nm = i + 1 < K ? 4 : 2;
-            mtensor sl[4];
-            const mtensor *ws[4];
-            float *ys[4];
-            for (int j = 0; j < nm; j++) {
-                sl[j] =
-                    expert_slice(j % 2 ? &L->ffn_up_exps : &L->ffn_gate_exps, s->ids[i + j / 2]);
-                ws[j] = &sl[j];
-                ys[j] = (j % 2 ? s->hu : s->hg) + (i + j / 2) * F;
-            }
-            op_matmul_many(m, nm, ws, x, 1, ys);
-        }
-        if (m->arch->gpt_oss)
-            for (int64_t i = 0; i < K; i++)
-                expert_act(m, L, s->ids[i], s->hg + i * F, s->hu + i * F, 1, F);
-        else op_silu_mul(s->hg, s->hu, K * F);
-        for (int64_t i = 0; i < K; i++) {
-            const mtensor down = expert_slice(&L->ffn_down_exps, s->ids[i]);
-            op_matmul(m, &down, s->hg + i * F, 1, s->yg);
-            add_expert_bias(s->yg, &L->ffn_down_exps_b, s->ids[i], 1);
-            for (int64_t j = 0; j < E; j++) s->out[i * E + j] = s->yg[j] * s->w[i];
-        }
-    }
-    for (int64_t e = 0; e < NE && !pair; e++) {
+    /* One token (decode): two parallel regions for the whole layer, gate and up
+     * of every selected expert and of the shared expert on one prepared x, then
+     * every down on its own input; the sums below are unchanged. */
+    const bool fused = n == 1 && decode_fused(m, L);
+    if (fused) decode_experts(m, L, x);
+    for (int64_t e = 0; e < NE && !fused; e++) {
         const int64_t c = s->count[e];
         if (c == 0) continue; /* not read at all */
         const int32_t *rows = s->order + s->start[e];
@@ -436,8 +496,10 @@ void moe_ffn(model *m, const layer_weights *L, const float *x, int64_t n, float 
     }
     const bool shared = L->ffn_gate_shexp.data != NULL;
     if (shared) {
-        gated(m, L, -1, &L->ffn_gate_shexp, &L->ffn_up_shexp, x, n, s->hg, s->hu);
-        op_matmul(m, &L->ffn_down_shexp, s->hg, n, s->sh);
+        if (!fused) {
+            gated(m, L, -1, &L->ffn_gate_shexp, &L->ffn_up_shexp, x, n, s->hg, s->hu);
+            op_matmul(m, &L->ffn_down_shexp, s->hg, n, s->sh);
+        }
         if (L->ffn_gate_inp_shexp.data) { /* qwen2moe: sigmoid as ggml writes it, silu(v) / v */
             op_matmul(m, &L->ffn_gate_inp_shexp, x, n, s->shg);
             for (int64_t t = 0; t < n; t++) {

@@ -117,6 +117,34 @@ void op_matmul_head(model *m, const mtensor *w, int64_t head, const float *x, in
     kern_matmul(base, w->dtype, w->ne1, w->ne0, x, rows, y, m->work);
 }
 
+typedef struct {
+    const mtensor *w;
+    const float *x;
+    float *y;
+    int64_t xs, ys;
+    char *work;
+    size_t slot;
+} heads_job;
+
+static void heads_task(void *ctx, int64_t h, int thread) {
+    const heads_job *j = ctx;
+    const mtensor *w = j->w;
+    const uint8_t *base =
+        (const uint8_t *)w->data + (size_t)h * w->ne1 * kern_row_bytes(w->dtype, w->ne0);
+    /* inside a pool task the matmul runs on this thread alone */
+    kern_matmul(base, w->dtype, w->ne1, w->ne0, j->x + h * j->xs, 1, j->y + h * j->ys,
+                j->work + (size_t)thread * j->slot);
+}
+
+/* MLA decode's per-head products are too small to split (16 heads x 64K
+ * multiply-adds in DeepSeek-V2-Lite: each ran on one thread while the others
+ * waited); the heads themselves are split instead. */
+void op_matmul_heads1(model *m, const mtensor *w, int64_t n_heads, const float *x, int64_t xs,
+                      float *y, int64_t ys) {
+    heads_job j = {w, x, y, xs, ys, m->head_work, m->head_work_slot};
+    kvl_pool_run_upto(heads_task, &j, n_heads, m->n_threads_max);
+}
+
 void op_add_bias(float *y, const mtensor *b, int64_t rows, int64_t n) {
     if (!b->data) return;
     const float *bias = b->data;

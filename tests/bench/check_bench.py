@@ -92,6 +92,16 @@ a = open(a, "rb").read()
 check(a == open(b, "rb").read(), "synth: same seed, same bytes with 1 and 2 threads")
 check(a != open(c, "rb").read(), "synth: another seed, other bytes")
 
+# --repeat-rows: same layout and size; rows past N repeat (no effect when N covers every tensor).
+rr = {}
+for n in ("8", "100000"):
+    rr[n] = os.path.join(out, f"tiny-q4_0-7-rr{n}.gguf")
+    run(["synth", "--shape", "tiny", "--type", "q4_0", "-o", rr[n], "--seed", "7", "--repeat-rows", n])
+check(open(rr["100000"], "rb").read() == a, "synth --repeat-rows past every tensor's rows: the same bytes")
+r8 = open(rr["8"], "rb").read()
+check(len(r8) == len(a) and r8 != a, "synth --repeat-rows 8: same size, other bytes")
+run(["synth", "--shape", "tiny", "--type", "q4_0", "-o", os.path.join(out, "x.gguf"), "--repeat-rows", "0"],
+    want_rc=2)
 run(["synth", "--shape", "no-such-shape", "--type", "f16", "-o", os.path.join(out, "x.gguf")], want_rc=2)
 run(["synth", "--shape", "tiny", "--type", "q3_k", "-o", os.path.join(out, "x.gguf")], want_rc=2)
 check(not os.path.exists(os.path.join(out, "x.gguf")), "synth: bad arguments write nothing")

@@ -15,8 +15,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "model.h"
+#include "synth.h"
 
 #define N_TOK  600
 #define N_CTX  1024
@@ -244,6 +246,24 @@ int main(void) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         snprintf(path, sizeof path, "%s%s", dir, cases[i].file);
         test_model(path, cases[i].kv, cases[i].tol);
+    }
+    /* Repacked experts with a shared expert (decode runs all selected experts
+     * and the shared one in two parallel regions): DeepSeek-shaped files written
+     * here (experts differ: a pool of repeated rows would hide a wrong
+     * expert), Q8_0 and the Q4_K_M mix of types. */
+    const synth_ftype types[] = {SYNTH_Q8_0, SYNTH_Q4_K_M};
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        char tmp[] = "/tmp/kvllm-test-attn-XXXXXX";
+        const int fd = mkstemp(tmp);
+        kvl_error err = {{0}};
+        const bool ok = fd >= 0 && synth_write(synth_shape_find("tiny-deepseek2"), types[i], 7, 0,
+                                               tmp, NULL, NULL, &err);
+        EXPECT(ok, "synth tiny-deepseek2 %s: %s", synth_ftype_name(types[i]), err.msg);
+        if (ok) test_model(tmp, GGUF_DT_F16, -1);
+        if (fd >= 0) {
+            close(fd);
+            unlink(tmp);
+        }
     }
     if (failures) fprintf(stderr, "%d failure(s)\n", failures);
     return failures ? 1 : 0;

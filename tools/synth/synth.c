@@ -589,16 +589,28 @@ typedef struct writer {
     uint64_t done, total;
     synth_progress_fn progress;
     void *user;
+    int64_t pool_rows; /* 0: every row drawn and quantized */
 } writer;
 
-/* Generates, quantizes and appends one tensor, a slice of rows at a time. */
+/* Generates, quantizes and appends one tensor, a slice of rows at a time.
+ * With w->pool_rows, rows from that index on repeat the first pool_rows rows
+ * (written first as a whole slice) instead of being quantized. */
 static bool write_tensor(writer *w, const tplan *t, int ti, uint64_t seed, kvl_error *err) {
     const kern_traits *tr = kern_traits_of(t->dtype);
     size_t rb = kern_row_bytes(t->dtype, t->ne[0]);
     int64_t rows = CHUNK_FLOATS / t->ne[0] > 0 ? CHUNK_FLOATS / t->ne[0] : 1;
     const int64_t n_rows = t->ne[1] * t->ne[2];
+    int64_t pool = w->pool_rows > 0 && w->pool_rows < n_rows ? w->pool_rows : 0;
+    if (pool > rows) pool = rows; /* the pool is the first slice, still in w->q */
+    if (pool) rows = pool;
     for (int64_t r0 = 0; r0 < n_rows; r0 += rows) {
         int64_t nr = n_rows - r0 < rows ? n_rows - r0 : rows;
+        if (pool && r0 > 0) { /* w->q still holds the pool: write its first nr rows again */
+            if (!gguf_writer_put(w->g, w->q, rb * (size_t)nr, err)) return false;
+            w->done += rb * (uint64_t)nr;
+            if (w->progress) w->progress(w->done, w->total, w->user);
+            continue;
+        }
 #pragma omp parallel for schedule(static)
         for (int64_t r = 0; r < nr; r++) {
             float *row = w->f + r * t->ne[0];
@@ -649,8 +661,8 @@ static bool verify(const char *path, const plan *p, uint64_t size, kvl_error *er
     return ok || kvl_fail(err, "%s: written file does not read back as planned", path);
 }
 
-bool synth_write(const synth_shape *s, synth_ftype t, uint64_t seed, const char *path,
-                 synth_progress_fn progress, void *user, kvl_error *err) {
+bool synth_write(const synth_shape *s, synth_ftype t, uint64_t seed, int64_t pool_rows,
+                 const char *path, synth_progress_fn progress, void *user, kvl_error *err) {
     kern_init(NULL);
     if (s->n_vocab < 256 + N_MERGES + 2)
         return kvl_fail(err, "synth: shape '%s' has too small a vocabulary", s->name);
@@ -670,7 +682,11 @@ bool synth_write(const synth_shape *s, synth_ftype t, uint64_t seed, const char 
         kvl_fail(err, "synth: out of memory");
         ok = false;
     } else {
-        writer w = {.g = g, .total = p.data_bytes, .progress = progress, .user = user};
+        writer w = {.g = g,
+                    .total = p.data_bytes,
+                    .progress = progress,
+                    .user = user,
+                    .pool_rows = pool_rows};
         uint64_t size = gguf_writer_file_bytes(g);
         ok = gguf_writer_begin(g, path, err) && write_data(&w, &p, seed, err) &&
              gguf_writer_finish(g, err) && verify(path, &p, size, err);

@@ -79,8 +79,11 @@ uint64_t synth_file_bytes(const synth_shape *s, synth_ftype t);
 typedef void (*synth_progress_fn)(uint64_t done, uint64_t total, void *user);
 
 /* Writes the file (removed again on failure) and re-opens it with the GGUF
- * reader as a check. Weights ~ N(0, 0.02) (approximately), norms 1. */
-bool synth_write(const synth_shape *s, synth_ftype t, uint64_t seed, const char *path,
-                 synth_progress_fn progress, void *user, kvl_error *err);
+ * reader as a check. Weights ~ N(0, 0.02) (approximately), norms 1.
+ * pool_rows > 0: in a tensor of more rows, the rows from pool_rows on repeat
+ * the first ones (same layout, sizes and bytes read per token; quantizing
+ * every row of a 30B shape to Q2_K takes hours on two cores). 0: all drawn. */
+bool synth_write(const synth_shape *s, synth_ftype t, uint64_t seed, int64_t pool_rows,
+                 const char *path, synth_progress_fn progress, void *user, kvl_error *err);
 
 #endif
