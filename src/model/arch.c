@@ -78,6 +78,11 @@ static const arch_desc ARCHS[] = {
      .qk_norm_optional = true,
      .ffn_norm_post_attn = true,
      .nextn_layers = true},
+    {.name = "llama4",
+     .rope_type = MODEL_ROPE_NORM,
+     .moe = ARCH_MOE_REQUIRED,
+     .swa_pattern = 4,
+     .chunked = true},
 };
 
 const arch_desc *arch_find(const char *name) {

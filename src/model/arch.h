@@ -42,6 +42,8 @@ typedef struct arch_desc {
     bool qk_norm_optional;   /* per-head q/k RMSNorm when the file has it (glm4moe) */
     bool ffn_norm_post_attn; /* the FFN's pre-norm is named post_attention_norm (glm4moe) */
     bool nextn_layers;       /* block_count counts nextn_predict_layers (MTP, skipped; glm4moe) */
+    bool chunked; /* chunked attention, NoPE layers with attention temperature, q/k L2 norm,
+                     interleaved MoE weighting the experts' input (llama4; hparams.c) */
 } arch_desc;
 
 /* NULL if the architecture is not supported. */

@@ -9,7 +9,10 @@
  * (expert_weights_norm) and scaled (expert_weights_scale). Each selected
  * expert runs SiLU(gate . x) * (up . x) through down; the weighted results are
  * added in the order of the selection, then the shared expert's output
- * (qwen2moe: times sigmoid(gate_inp_shexp . x)).
+ * (qwen2moe: times sigmoid(gate_inp_shexp . x)). llama4 differs: the top-k
+ * are taken by raw router logit, and each weight (sigmoid) multiplies the
+ * expert's input instead of its output; its MoE layers are every
+ * interleave_moe_layer_step-th, the others dense.
  *
  * On a ragged batch the tokens are grouped by expert, so each selected
  * expert's weights are read once per pass whatever the number of sequences,
@@ -56,13 +59,15 @@ bool moe_check_support(const model *m, kvl_error *err) {
             err,
             "%s: key '%s.expert_count' = %lld: mixture-of-experts layers are not supported for "
             "architecture '%s' (supported: qwen3moe, qwen2moe, deepseek2, glm4moe, granite, "
-            "granitemoe, llama)",
+            "granitemoe, llama4, llama)",
             path, a, (long long)mo->n_expert, a);
     return true;
 }
 
 bool moe_layer(const model *m, int il) {
-    return m->hp.moe.n_expert > 0 && il >= m->hp.moe.n_layer_dense_lead;
+    const model_moe_hparams *mo = &m->hp.moe;
+    if (mo->n_expert == 0) return false;
+    return mo->layer_step > 0 ? (il + 1) % mo->layer_step == 0 : il >= mo->n_layer_dense_lead;
 }
 
 bool moe_bind_layer(model *m, int il, kvl_error *err) {
@@ -230,6 +235,8 @@ static int64_t argmax_free(const float *v, int64_t n, const uint8_t *taken) {
 static void route(const model_moe_hparams *mo, const layer_weights *L, struct moe_scratch *s,
                   float *p, int32_t *ids, float *w) {
     const int64_t NE = mo->n_expert, K = mo->n_expert_used;
+    float logits[MODEL_MAX_EXPERTS];
+    if (mo->weight_input) memcpy(logits, p, (size_t)NE * sizeof *p);
     if (mo->gating == MODEL_MOE_SIGMOID) {
         for (int64_t j = 0; j < NE; j++) p[j] = 1.0f / (1.0f + expf(-p[j]));
     } else { /* ggml's soft_max: exp(x - max), summed in double, times the float of 1/sum */
@@ -246,6 +253,7 @@ static void route(const model_moe_hparams *mo, const layer_weights *L, struct mo
     float *sel = s->sel;
     const float *bias = L->exp_probs_b.data;
     for (int64_t j = 0; j < NE; j++) sel[j] = bias ? p[j] + bias[j] : p[j];
+    if (mo->weight_input) memcpy(sel, logits, (size_t)NE * sizeof *sel); /* llama4: by logit */
     uint8_t taken[MODEL_MAX_EXPERTS];
     if (mo->n_group > 1) { /* keep the groups whose two best scores sum highest */
         const int64_t G = mo->n_group, per = NE / G;
@@ -319,7 +327,8 @@ void moe_ffn(model *m, const layer_weights *L, const float *x, int64_t n, float 
     for (int64_t e = 0; e < NE; e++) s->start[e] -= s->count[e];
     /* One token (decode): every selected expert takes the same x, so gate and up
      * of two experts at a time share one prepared x and one parallel region. */
-    const bool pair = n == 1 && K > 1 && L->ffn_gate_exps.packed && L->ffn_up_exps.packed &&
+    const bool pair = n == 1 && K > 1 && !mo->weight_input && L->ffn_gate_exps.packed &&
+                      L->ffn_up_exps.packed &&
                       KERN_REPACKED_MAX >= 4 &&
                       kern_repacked_share_input(L->ffn_gate_exps.dtype, L->ffn_up_exps.dtype);
     if (pair) {
@@ -349,14 +358,19 @@ void moe_ffn(model *m, const layer_weights *L, const float *x, int64_t n, float 
         if (c == 0) continue; /* not read at all */
         const int32_t *rows = s->order + s->start[e];
         for (int64_t r = 0; r < c; r++)
-            memcpy(s->xg + r * E, x + (rows[r] / K) * E, (size_t)E * sizeof(float));
+            if (mo->weight_input) { /* llama4: the weight scales the expert's input */
+                const float wr = s->w[rows[r]], *xr = x + (rows[r] / K) * E;
+                for (int64_t i = 0; i < E; i++) s->xg[r * E + i] = xr[i] * wr;
+            } else {
+                memcpy(s->xg + r * E, x + (rows[r] / K) * E, (size_t)E * sizeof(float));
+            }
         const mtensor gate = expert_slice(&L->ffn_gate_exps, e),
                       up = expert_slice(&L->ffn_up_exps, e),
                       down = expert_slice(&L->ffn_down_exps, e);
         gated(m, &gate, &up, s->xg, c, s->hg, s->hu);
         op_matmul(m, &down, s->hg, c, s->yg);
         for (int64_t r = 0; r < c; r++) {
-            const float wr = s->w[rows[r]];
+            const float wr = mo->weight_input ? 1.0f : s->w[rows[r]];
             const float *src = s->yg + r * E;
             float *dst = s->out + (size_t)rows[r] * E;
             for (int64_t i = 0; i < E; i++) dst[i] = src[i] * wr;

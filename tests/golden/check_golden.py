@@ -65,13 +65,20 @@ def check_tokenize(kv, model, gdir, failures):
     print(f"tokenize: {ok}/{len(cases)} cases exact")
 
 
+def server_ctx(greedy):
+    """The context llama-server ran with (-c in its flags; 512 in the shared set)."""
+    flags = greedy.get("settings", {}).get("server_flags", [])
+    return flags[flags.index("-c") + 1] if "-c" in flags else "512"
+
+
 def check_teacher_forced(kv, model, gdir, tol, failures):
-    cases = json.load(open(os.path.join(gdir, "greedy.json")))["cases"]
+    greedy = json.load(open(os.path.join(gdir, "greedy.json")))
+    cases, ctx = greedy["cases"], server_ctx(greedy)
     diffs = []
     for ci, c in enumerate(cases):
         seq = c["prompt_ids"] + c["ids"][:-1]
         out = run([kv, "score", "-m", model, "--ids", ",".join(map(str, seq)), "--top-logprobs", "200",
-                   "--kv-type", "f32", "--json", "-c", "512"]).stdout
+                   "--kv-type", "f32", "--json", "-c", ctx]).stdout
         rows = json_lines(out)
         for s, step in enumerate(c["steps"]):
             row = rows[len(c["prompt_ids"]) - 1 + s]
@@ -95,11 +102,12 @@ def check_teacher_forced(kv, model, gdir, tol, failures):
 
 
 def check_greedy(kv, model, gdir, tau, failures):
-    cases = json.load(open(os.path.join(gdir, "greedy.json")))["cases"]
+    greedy = json.load(open(os.path.join(gdir, "greedy.json")))
+    cases, ctx = greedy["cases"], server_ctx(greedy)
     for ci, c in enumerate(cases):
         out = run([kv, "run", "-m", model, "--prompt-ids", ",".join(map(str, c["prompt_ids"])),
                    "-n", str(len(c["ids"])), "--temp", "0", "--ignore-eos", "--kv-type", "f32",
-                   "--json", "-c", "512"]).stdout
+                   "--json", "-c", ctx]).stdout
         got = [r["id"] for r in json_lines(out) if "id" in r]
         want = c["ids"]
         for i, w in enumerate(want):

@@ -430,6 +430,7 @@ int main(void) {
     test_model("tests/data/golden/models/qwen3moe-q8_0.gguf", GGUF_DT_F16);
     test_model("tests/data/golden/models/deepseek2-moe-f32.gguf", GGUF_DT_F16);
     test_model("tests/data/golden/models/llama-moe-f32.gguf", GGUF_DT_F16);
+    test_model("tests/data/golden/models/llama4-f32.gguf", GGUF_DT_F16); /* input-weighted */
     printf("test_engine: %s (%d failures)\n", failures ? "FAIL" : "ok", failures);
     return failures != 0;
 }
