@@ -328,14 +328,18 @@ static bool bind_weights(model *m, kvl_error *err) {
     if (!model_last_stage(
             m)) /* binding touches no page; leaving it unbound keeps repacking off it */
         memset(&m->output, 0, sizeof m->output);
-    /* Frequency factors: rope_freqs, else (phi3's LongRoPE) the long factors when the
-     * context is longer than the original one, the short ones otherwise, as llama.cpp
-     * chooses them by the context of a sequence. */
+    /* Frequency factors: rope_freqs, else (phi3's LongRoPE) the long factors when a
+     * sequence's context is longer than the original one, the short ones otherwise.
+     * llama.cpp compares its n_ctx_seq, the context per sequence rounded up to a
+     * multiple of 256; kvllm's max_ctx is the context of one sequence, so it is
+     * rounded the same way (a -c 100 run with an original context of 64 takes the
+     * long factors in both). */
     const char *rf_name = "rope_freqs.weight";
+    const int64_t ctx_seq = (m->mp.max_ctx + 255) / 256 * 256;
     if (!gguf_find_tensor(m->gguf, rf_name) &&
         gguf_find_tensor(m->gguf, "rope_factors_long.weight"))
-        rf_name = m->mp.max_ctx > hp->rope_yarn.n_ctx_orig ? "rope_factors_long.weight"
-                                                           : "rope_factors_short.weight";
+        rf_name = ctx_seq > hp->rope_yarn.n_ctx_orig ? "rope_factors_long.weight"
+                                                     : "rope_factors_short.weight";
     const gguf_tensor *rf = gguf_find_tensor(m->gguf, rf_name);
     if (rf) {
         if (rf->dtype != GGUF_DT_F32 || rf->ne[0] != hp->n_rot / 2 || rf->ne[1] != 1 || !rf->data)
