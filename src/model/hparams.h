@@ -54,7 +54,7 @@ typedef struct model_moe_hparams {
     bool weights_norm;             /* top-k weights divided by their sum */
     float weights_scale;           /* 0 or 1: none */
     int64_t n_group, n_group_used; /* group-limited routing (DeepSeek V3; 0: off) */
-    bool shexp_gated; /* qwen2moe: shared expert scaled by sigmoid(gate_inp_shexp . x) */
+    bool shexp_gated;   /* qwen2moe: shared expert scaled by sigmoid(gate_inp_shexp . x) */
     int64_t layer_step; /* interleave_moe_layer_step (llama4): layers il with (il + 1) % step
                            == 0 are MoE, the others dense (0: not this rule) */
     bool weight_input;  /* llama4: top-k by router logit, sigmoid weight multiplies the

@@ -90,8 +90,10 @@ static bool read_hparams(model *m, kvl_error *err) {
         return kvl_fail(err, "%s: key '%s': multimodal rope sections are not supported",
                         gguf_path(f), key);
     if (m->arch->chunked && hp->n_rot != hp->head_dim_k)
-        return kvl_fail(err, "%s: key '%s.rope.dimension_count' = %lld: llama4 rotates whole heads "
-                        "(%lld)", gguf_path(f), a, (long long)hp->n_rot, (long long)hp->head_dim_k);
+        return kvl_fail(err,
+                        "%s: key '%s.rope.dimension_count' = %lld: llama4 rotates whole heads "
+                        "(%lld)",
+                        gguf_path(f), a, (long long)hp->n_rot, (long long)hp->head_dim_k);
     if (m->arch->attn == ARCH_ATTN_MLA && !check_mla_hparams(m, err)) return false;
     return moe_check_support(m, err);
 }

@@ -285,11 +285,11 @@ static void attn_mha(fwd_ctx *c, int il) {
         } else if (hp->nope_temp_scale != 0.0f) {
             /* llama4's NoPE layers: q scaled by llama.cpp's attention temperature,
              * computed as it does (float position, double log) */
-            const float s = (float)(log(floor(((float)pos + hp->nope_temp_offset) /
-                                              hp->nope_temp_floor) +
-                                        1.0) *
-                                        hp->nope_temp_scale +
-                                    1.0);
+            const float s =
+                (float)(log(floor(((float)pos + hp->nope_temp_offset) / hp->nope_temp_floor) +
+                            1.0) *
+                            hp->nope_temp_scale +
+                        1.0);
             for (int64_t i = 0; i < qd; i++) m->q[t * qd + i] *= s;
         }
         if (L->rope && hp->kq_l2_norm) { /* llama4: weightless RMSNorm per head, after rope */

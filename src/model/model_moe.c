@@ -328,8 +328,7 @@ void moe_ffn(model *m, const layer_weights *L, const float *x, int64_t n, float 
     /* One token (decode): every selected expert takes the same x, so gate and up
      * of two experts at a time share one prepared x and one parallel region. */
     const bool pair = n == 1 && K > 1 && !mo->weight_input && L->ffn_gate_exps.packed &&
-                      L->ffn_up_exps.packed &&
-                      KERN_REPACKED_MAX >= 4 &&
+                      L->ffn_up_exps.packed && KERN_REPACKED_MAX >= 4 &&
                       kern_repacked_share_input(L->ffn_gate_exps.dtype, L->ffn_up_exps.dtype);
     if (pair) {
         const int64_t F = mo->n_ff_exp;

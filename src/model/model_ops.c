@@ -490,8 +490,8 @@ void op_attend_run(const attn_args *a, const kv_seq *s, int32_t pos0, int ntok, 
     for (int32_t ci = c0; ci < c1; ci++)
         attend_chunk(a, s, ci * ATTN_CHUNK, ci * ATTN_CHUNK + ATTN_CHUNK - 1, kvh, NQ, qr,
                      part + (size_t)(ci - c0) * cs, work);
-    attend_diagonal(a, s, c1 * ATTN_CHUNK, pos0, ntok, kvh, n_q, qr,
-                    part + (size_t)(c1 - c0) * cs, work);
+    attend_diagonal(a, s, c1 * ATTN_CHUNK, pos0, ntok, kvh, n_q, qr, part + (size_t)(c1 - c0) * cs,
+                    work);
     kern_attn_merge(c1 - c0 + 1, NQ, dv, part, merged, (size_t)dv);
     for (int t = 0; t < ntok; t++)
         memcpy(out + t * out_tok_stride, merged + (size_t)t * n_q * dv,
