@@ -21,3 +21,8 @@ add_test(NAME stories260K_greedy256
   COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/golden/check_stories.py ${KVLLM_BIN}
           ${CMAKE_SOURCE_DIR}/models/stories260K.gguf ${KVLLM_DATA}/stories260K.greedy256.txt)
 set_tests_properties(stories260K_greedy256 PROPERTIES LABELS golden)
+
+# phi3's LongRoPE factors chosen by llama.cpp's rounded context per sequence.
+add_test(NAME golden_phi3_longrope_ctx
+  COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/golden/check_longrope_ctx.py ${KVLLM_BIN} ${KVLLM_DATA}/golden)
+set_tests_properties(golden_phi3_longrope_ctx PROPERTIES LABELS golden)

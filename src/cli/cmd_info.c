@@ -118,6 +118,10 @@ static int cmd_info_opts(const cli_opts *o) {
         cJSON_AddBoolToObject(j, "tied_output", hp->tied_output);
         cJSON_AddNumberToObject(j, "sliding_window", (double)hp->n_swa);
         cJSON_AddNumberToObject(j, "n_sliding_layers", (double)hp->n_swa_layers);
+        if (hp->n_chunk_layers) {
+            cJSON_AddNumberToObject(j, "attention_chunk", (double)hp->n_chunk);
+            cJSON_AddNumberToObject(j, "n_chunked_layers", (double)hp->n_chunk_layers);
+        }
         cJSON_AddStringToObject(j, "attention",
                                 hp->kv_lora_rank             ? "mla"
                                 : hp->n_head_kv == 1         ? "mqa"
@@ -174,6 +178,9 @@ static int cmd_info_opts(const cli_opts *o) {
         if (hp->n_swa_layers)
             printf("sliding window %lld tokens on %lld of %lld layers\n", (long long)hp->n_swa,
                    (long long)hp->n_swa_layers, (long long)hp->n_layer);
+        if (hp->n_chunk_layers)
+            printf("chunked attention %lld tokens on %lld of %lld layers (whole KV kept)\n",
+                   (long long)hp->n_chunk, (long long)hp->n_chunk_layers, (long long)hp->n_layer);
         if (hp->kv_lora_rank)
             printf("MLA           kv_lora_rank %lld + rope %lld cached per token per layer\n",
                    (long long)hp->kv_lora_rank, (long long)hp->n_rot);

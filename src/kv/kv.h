@@ -192,6 +192,14 @@ int64_t kv_seq_drop_before(kv_pool *p, kv_seq *s, int64_t first_pos);
 static inline int64_t kv_window_first(int64_t pos, int64_t window) {
     return window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
 }
+/* Chunked attention (llama4's rope layers; llama.cpp's LLAMA_SWA_TYPE_CHUNKED):
+ * a token at pos attends only to [kv_chunk_first(pos, c), pos], the start of its
+ * chunk of c positions; c 0 is none. These layers keep their whole KV (their
+ * group's window is 0, so nothing is dropped): the attention masks by this rule
+ * alone. Combined with a window, the later of the two firsts applies. */
+static inline int64_t kv_chunk_first(int64_t pos, int64_t chunk) {
+    return chunk > 0 ? pos / chunk * chunk : 0;
+}
 /* Positions the last of n_tokens written tokens attends to: min(n_tokens, w). */
 static inline int64_t kv_window_kept(int64_t n_tokens, int64_t window) {
     return n_tokens > 0 ? n_tokens - kv_window_first(n_tokens - 1, window) : 0;

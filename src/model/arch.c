@@ -90,6 +90,11 @@ static const arch_desc ARCHS[] = {
      .swa_pattern = 2,
      .ffn_norm_post_attn = true,
      .gpt_oss = true},
+    {.name = "llama4",
+     .rope_type = MODEL_ROPE_NORM,
+     .moe = ARCH_MOE_REQUIRED,
+     .swa_pattern = 4,
+     .chunked = true},
 };
 
 const arch_desc *arch_find(const char *name) {

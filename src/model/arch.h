@@ -44,6 +44,8 @@ typedef struct arch_desc {
     bool nextn_layers;       /* block_count counts nextn_predict_layers (MTP, skipped; glm4moe) */
     bool gpt_oss; /* attention sinks, attn_output / router / expert biases, softmax over the
                      selected experts' logits, the clamped SwiGLU (gpt-oss; model_moe.c) */
+    bool chunked; /* chunked attention, NoPE layers with attention temperature, q/k L2 norm,
+                     interleaved MoE weighting the experts' input (llama4; hparams.c) */
 } arch_desc;
 
 /* NULL if the architecture is not supported. */

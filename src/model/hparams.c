@@ -132,6 +132,35 @@ static bool gguf_swa_layers(const gguf_file *f, model_hparams *hp, kvl_error *er
     return true;
 }
 
+/* llama4 as llama.cpp's loader sets it up. Unless the file says
+ * attention.sliding_window = 0, the layers of the sliding-window pattern
+ * (default 4: three of every four) attend within chunks of 8192 positions
+ * (fixed: llama.cpp reads no chunk-size key), every 4th layer does not rotate
+ * and scales q by a temperature that grows every 8192 positions. With it set
+ * to 0: no chunks, no temperature, and every layer but the last rotates
+ * (llama.cpp's n_no_rope_layer_step = n_layer). No window either way. */
+static bool gguf_chunked(const gguf_file *f, model_hparams *hp, kvl_error *err) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.attention.sliding_window", hp->arch);
+    const bool off = gguf_find_key(f, key) >= 0 && hp->n_swa == 0;
+    memset(hp->chunk_layers, 0, sizeof hp->chunk_layers);
+    hp->n_chunk = hp->n_chunk_layers = 0;
+    hp->n_nope_step = off ? hp->n_layer : 4;
+    if (!off) {
+        if (!gguf_swa_layers(f, hp, err)) return false;
+        hp->n_chunk = 8192;
+        for (int64_t il = 0; il < hp->n_layer; il++) {
+            hp->chunk_layers[il] = hp->swa_layers[il];
+            hp->n_chunk_layers += hp->chunk_layers[il] != 0;
+        }
+        hp->nope_temp_floor = 8192.0f;
+        hp->nope_temp_scale = 0.1f;
+        hp->nope_temp_offset = 1.0f;
+    }
+    hp->n_swa = 0;
+    return true;
+}
+
 /* MLA as llama.cpp decides it: the file carries key_length_mla and
  * value_length_mla (is_mla); the cache then holds the latent + RoPE key. */
 static bool gguf_mla(const gguf_file *f, model_hparams *hp, kvl_error *err) {
@@ -360,7 +389,8 @@ static bool moe_defaults(const char *path, moe_names nm, const char *a, int64_t 
     const bool granite = strcmp(a, "granite") == 0 || strcmp(a, "granitemoe") == 0;
     const bool oss = strcmp(a, "gpt-oss") == 0 || strcmp(a, "gpt_oss") == 0;
     const bool olmoe = strcmp(a, "olmoe") == 0;
-    if (!ds2 && !q2 && !q3 && !mixtral && !glm && !granite && !oss && !olmoe) {
+    const bool llama4 = strcmp(a, "llama4") == 0;
+    if (!ds2 && !q2 && !q3 && !mixtral && !glm && !granite && !oss && !olmoe && !llama4) {
         /* A family whose expert layout is not known here: the counts as
          * written, for reports; the loader refuses to run it. */
         mo->n_layer_moe = n_layer;
@@ -392,6 +422,9 @@ static bool moe_defaults(const char *path, moe_names nm, const char *a, int64_t 
     } else if (olmoe) { /* OLMoE: every expert feed_forward_length wide, no shared one */
         mo->n_ff_exp = n_ff;
         mo->n_ff_shexp = 0;
+    } else if (llama4) { /* a shared expert as wide as a routed one */
+        if (mo->n_ff_exp == 0) return kvl_fail(err, "%s: %s missing", path, nm[MOE_FF_EXP]);
+        mo->n_ff_shexp = mo->n_ff_exp;
     } else if (granite) { /* experts feed_forward_length wide; granitemoeshared's shared one */
         mo->n_ff_exp = n_ff;
     } else {
@@ -402,7 +435,8 @@ static bool moe_defaults(const char *path, moe_names nm, const char *a, int64_t 
         mo->n_ff_shexp > (1 << 22))
         return kvl_fail(err, "%s: expert widths out of range (expert %lld, shared %lld)", path,
                         (long long)mo->n_ff_exp, (long long)mo->n_ff_shexp);
-    mo->gating = glm ? MODEL_MOE_SIGMOID : MODEL_MOE_SOFTMAX; /* glm4moe: sigmoid unless set */
+    /* glm4moe: sigmoid unless set; llama4: always */
+    mo->gating = glm || llama4 ? MODEL_MOE_SIGMOID : MODEL_MOE_SOFTMAX;
     if ((ds2 || glm) && gating != 0) {
         if (gating != MODEL_MOE_SOFTMAX && gating != MODEL_MOE_SIGMOID)
             return kvl_fail(err, "%s: %s = %lld is not supported (1 softmax, 2 sigmoid)", path,
@@ -422,7 +456,7 @@ static bool moe_defaults(const char *path, moe_names nm, const char *a, int64_t 
     } else {
         mo->n_group = mo->n_group_used = 0;
     }
-    if (glm || oss) mo->n_group = mo->n_group_used = 0; /* their loaders read no groups */
+    if (glm || oss || llama4) mo->n_group = mo->n_group_used = 0; /* their loaders read no groups */
     if (olmoe) { /* softmax, top-k weights not renormalised, no scale */
         mo->weights_norm = false;
         mo->weights_scale = 0.0f;
@@ -433,6 +467,17 @@ static bool moe_defaults(const char *path, moe_names nm, const char *a, int64_t 
         mo->weights_scale = 0.0f;
     }
     mo->n_layer_moe = n_layer - mo->n_layer_dense_lead;
+    if (llama4) { /* MoE every layer_step layers, the input weighted (llama.cpp's llama4) */
+        if (mo->layer_step < 1 || mo->layer_step > n_layer)
+            return kvl_fail(err, "%s: key '%s.interleave_moe_layer_step' %s", path, a,
+                            mo->layer_step < 0 ? "missing" : "out of range [1, block_count]");
+        mo->n_layer_moe = n_layer / mo->layer_step;
+        mo->weight_input = true;
+        mo->weights_norm = false;
+        mo->weights_scale = 0.0f;
+    } else {
+        mo->layer_step = 0;
+    }
     return true;
 }
 
@@ -473,6 +518,8 @@ static bool gguf_moe(const gguf_file *f, model_hparams *hp, kvl_error *err) {
         !gguf_int(f, a, "expert_group_count", &mo->n_group, err) ||
         !gguf_int(f, a, "expert_group_used_count", &mo->n_group_used, err))
         return false;
+    mo->layer_step = -1; /* absent */
+    if (!gguf_int(f, a, "interleave_moe_layer_step", &mo->layer_step, err)) return false;
     if (mo->n_expert == 0) {
         if (strcmp(a, "deepseek2") == 0 && mo->n_layer_dense_lead < hp->n_layer &&
             gguf_find_key(f, "deepseek2.leading_dense_block_count") >= 0)
@@ -505,6 +552,8 @@ static bool gguf_moe(const gguf_file *f, model_hparams *hp, kvl_error *err) {
     for (int i = 0; i < MOE_NAMES; i++) snprintf(nm[i], sizeof nm[i], "key '%s.%s'", a, KEYS[i]);
     if (!moe_defaults(path, nm, a, hp->n_ff, hp->n_layer, n_shared, gating, mo, err)) return false;
     gguf_moe_bytes(f, hp);
+    /* llama4: q/k L2 norm unless it is the 128-expert model (Maverick), as llama.cpp */
+    hp->kq_l2_norm = strcmp(a, "llama4") == 0 && mo->n_expert != 128;
     return true;
 }
 
@@ -518,6 +567,7 @@ bool model_hparams_from_gguf(const gguf_file *f, model_hparams *hp, kvl_error *e
     gguf_floats(f, hp);
     if (!gguf_rope_scaling(f, hp, err) || !gguf_mla(f, hp, err)) return false;
     if (ad && ad->no_swa) hp->n_swa = 0; /* phi3: llama.cpp disables the window */
+    if (ad && ad->chunked && !gguf_chunked(f, hp, err)) return false;
     if (hp->n_swa > 0 && !gguf_swa_layers(f, hp, err)) return false;
     finish_swa(hp);
     hp->weights_bytes = gguf_tensor_data_bytes(f);

@@ -56,7 +56,11 @@ typedef struct model_moe_hparams {
     bool weights_norm;             /* top-k weights divided by their sum */
     float weights_scale;           /* 0 or 1: none */
     int64_t n_group, n_group_used; /* group-limited routing (DeepSeek V3; 0: off) */
-    bool shexp_gated; /* qwen2moe: shared expert scaled by sigmoid(gate_inp_shexp . x) */
+    bool shexp_gated;   /* qwen2moe: shared expert scaled by sigmoid(gate_inp_shexp . x) */
+    int64_t layer_step; /* interleave_moe_layer_step (llama4): layers il with (il + 1) % step
+                           == 0 are MoE, the others dense (0: not this rule) */
+    bool weight_input;  /* llama4: top-k by router logit, sigmoid weight multiplies the
+                           expert's input, not its output */
     int64_t n_layer_moe;
     size_t expert_bytes; /* all routed experts' weights (GGUF; 0 from config.json) */
     size_t active_bytes; /* weights read per token: all but the unselected experts and
@@ -96,6 +100,16 @@ typedef struct model_hparams {
     bool rope_off;         /* granite's rope.scaling.finetuned = false: no rope at all */
     int64_t n_layer_nextn; /* nextn_predict_layers: MTP layers after the n_layer run (glm4moe;
                               not counted in n_layer, their tensors unused) */
+    /* llama4 (llama.cpp's fixed values, not file keys): chunk_layers attend only
+     * within their chunk of n_chunk positions (kv.h's kv_chunk_first); layers il with
+     * (il + 1) % n_nope_step == 0 do not rotate (0: the architecture's nope_every) and
+     * scale q by 1 + nope_temp_scale * ln(floor((pos + nope_temp_offset) /
+     * nope_temp_floor) + 1) (0: off); kq_l2_norm: the rotating layers' q and k get a
+     * weightless RMSNorm per head after rope. */
+    int64_t n_chunk, n_chunk_layers, n_nope_step;
+    uint8_t chunk_layers[MODEL_MAX_LAYERS];
+    float nope_temp_scale, nope_temp_floor, nope_temp_offset;
+    bool kq_l2_norm;
     /* Sliding window */
     int64_t n_swa;        /* window in tokens; 0: none */
     int64_t n_swa_layers; /* layers with swa_layers[il] set */

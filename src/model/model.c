@@ -89,6 +89,11 @@ static bool read_hparams(model *m, kvl_error *err) {
     if (strcmp(a, "glm4moe") == 0 && gguf_find_key(f, key) >= 0)
         return kvl_fail(err, "%s: key '%s': multimodal rope sections are not supported",
                         gguf_path(f), key);
+    if (m->arch->chunked && hp->n_rot != hp->head_dim_k)
+        return kvl_fail(err,
+                        "%s: key '%s.rope.dimension_count' = %lld: llama4 rotates whole heads "
+                        "(%lld)",
+                        gguf_path(f), a, (long long)hp->n_rot, (long long)hp->head_dim_k);
     if (m->arch->attn == ARCH_ATTN_MLA && !check_mla_hparams(m, err)) return false;
     return moe_check_support(m, err);
 }
@@ -291,10 +296,13 @@ static void assign_layer_geometry(model *m) {
         int64_t k, v, window;
         model_hparams_layer_kv(hp, il, &k, &v, &window);
         L->swa = window > 0;
-        L->rope = !hp->rope_off && !(m->arch->nope_every && (il + 1) % m->arch->nope_every == 0) &&
+        L->chunk = hp->chunk_layers[il] ? (int32_t)hp->n_chunk : 0;
+        const int64_t nope = hp->n_nope_step ? hp->n_nope_step : m->arch->nope_every;
+        L->rope = !hp->rope_off && !(nope && (il + 1) % nope == 0) &&
                   !(m->arch->rope_swa_only && !L->swa);
         L->rope_plain = L->swa && m->arch->swa_rope_plain;
-        L->rope_base = L->swa ? base_swa : hp->rope_base;
+        /* llama.cpp's is_swa layers (sliding or chunked) take rope.freq_base_swa */
+        L->rope_base = L->swa || L->chunk ? base_swa : hp->rope_base;
         L->rope_freq_scale = L->swa && (m->arch->swa_rope_scale_one || m->arch->swa_rope_plain)
                                  ? 1.0f
                                  : hp->rope_freq_scale;
@@ -326,14 +334,18 @@ static bool bind_weights(model *m, kvl_error *err) {
     if (!model_last_stage(
             m)) /* binding touches no page; leaving it unbound keeps repacking off it */
         memset(&m->output, 0, sizeof m->output);
-    /* Frequency factors: rope_freqs, else (phi3's LongRoPE) the long factors when the
-     * context is longer than the original one, the short ones otherwise, as llama.cpp
-     * chooses them by the context of a sequence. */
+    /* Frequency factors: rope_freqs, else (phi3's LongRoPE) the long factors when a
+     * sequence's context is longer than the original one, the short ones otherwise.
+     * llama.cpp compares its n_ctx_seq, the context per sequence rounded up to a
+     * multiple of 256; kvllm's max_ctx is the context of one sequence, so it is
+     * rounded the same way (a -c 100 run with an original context of 64 takes the
+     * long factors in both). */
     const char *rf_name = "rope_freqs.weight";
+    const int64_t ctx_seq = (m->mp.max_ctx + 255) / 256 * 256;
     if (!gguf_find_tensor(m->gguf, rf_name) &&
         gguf_find_tensor(m->gguf, "rope_factors_long.weight"))
-        rf_name = m->mp.max_ctx > hp->rope_yarn.n_ctx_orig ? "rope_factors_long.weight"
-                                                           : "rope_factors_short.weight";
+        rf_name = ctx_seq > hp->rope_yarn.n_ctx_orig ? "rope_factors_long.weight"
+                                                     : "rope_factors_short.weight";
     const gguf_tensor *rf = gguf_find_tensor(m->gguf, rf_name);
     if (rf) {
         if (rf->dtype != GGUF_DT_F32 || rf->ne[0] != hp->n_rot / 2 || rf->ne[1] != 1 || !rf->data)

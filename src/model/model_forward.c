@@ -230,7 +230,9 @@ static void attention(const fwd_ctx *c, const layer_weights *L, const attn_args 
     for (int64_t t = 0; t < c->n; t++) macs += (double)(c->b->pos[c->t0 + t] + 1);
     macs *= (double)m->hp.n_head * (double)(a->dk + a->dv);
     const bool par = macs >= 65536.0;
-    if (a->window == 0 && attention_runs(c, L, a, &io, par)) return;
+    /* runs share one start: full causal, or chunks aligned to the runs' */
+    if (a->window == 0 && a->chunk % OP_ATTN_CHUNK == 0 && attention_runs(c, L, a, &io, par))
+        return;
     if (par && total < kvl_pool_threads()) attention_split_pairs(c, L, a, &io, total);
     else if (!par || total <= 1) attention_serial(c, L, a, &io, total);
     else attention_parallel_pairs(c, L, a, &io, total);
@@ -280,6 +282,19 @@ static void attn_mha(fwd_ctx *c, int il) {
         if (L->rope) {
             op_rope(m, L, m->q + t * qd, (int)hp->n_head, dk, 0, pos);
             op_rope(m, L, m->k + t * kd, (int)hp->n_head_kv, dk, 0, pos);
+        } else if (hp->nope_temp_scale != 0.0f) {
+            /* llama4's NoPE layers: q scaled by llama.cpp's attention temperature,
+             * computed as it does (float position, double log) */
+            const float s =
+                (float)(log(floor(((float)pos + hp->nope_temp_offset) / hp->nope_temp_floor) +
+                            1.0) *
+                            hp->nope_temp_scale +
+                        1.0);
+            for (int64_t i = 0; i < qd; i++) m->q[t * qd + i] *= s;
+        }
+        if (L->rope && hp->kq_l2_norm) { /* llama4: weightless RMSNorm per head, after rope */
+            op_rms_norm(m->q + t * qd, m->q + t * qd, NULL, hp->n_head, dk, hp->rms_eps);
+            op_rms_norm(m->k + t * kd, m->k + t * kd, NULL, hp->n_head_kv, dk, hp->rms_eps);
         }
         if (m->arch->attn_temp && hp->attn_temp_scale != 0.0f) {
             /* llama.cpp's attention temperature, in its precisions */
@@ -298,7 +313,8 @@ static void attn_mha(fwd_ctx *c, int il) {
                    .scale = attn_scale(m),
                    .softcap = hp->attn_softcap,
                    .window = m->groups[L->kv_group].window,
-                   .sinks = L->attn_sinks.data};
+                   .sinks = L->attn_sinks.data,
+                   .chunk = L->chunk};
     attention(c, L, &a, m->q, qd, m->att, hp->n_head * dv);
     op_matmul(m, &L->wo, m->att, n, m->xb);
     op_add_bias(m->xb, &L->bo, n, hp->n_embd);

@@ -46,6 +46,7 @@ typedef struct layer_weights {
     mtensor attn_sinks;                     /* [n_head] */
     /* attention geometry of this layer */
     bool swa;        /* sliding-window layer */
+    int32_t chunk;   /* chunked attention over this many positions (llama4; 0: none) */
     bool rope;       /* q and k rotate (not a NoPE layer) */
     bool rope_plain; /* rotate without YaRN or attn_factor (olmo2's sliding layers) */
     float rope_base, rope_freq_scale;
@@ -120,6 +121,7 @@ void moe_free(model *m);
 void moe_ffn(model *m, const layer_weights *L, const float *x, int64_t n, float *y);
 
 /* ---- ops (model_ops.c) ---- */
+/* w NULL: no weight (llama4's q/k L2 norm is a weightless RMSNorm). */
 void op_rms_norm(float *out, const float *x, const float *w, int64_t rows, int64_t n, float eps);
 /* LayerNorm without bias (ggml_norm then the weight): (x - mean) / sqrt(var + eps) * w. */
 void op_layer_norm(float *out, const float *x, const float *w, int64_t rows, int64_t n, float eps);
@@ -153,6 +155,7 @@ typedef struct attn_args {
     /* NULL, or per query head (all heads) a logit added to the softmax's
      * denominator (gpt-oss): a chunk of weight exp(sink) and no value */
     const float *sinks;
+    int32_t chunk;  /* 0: none; else positions from kv_chunk_first(pos, chunk) (llama4) */
 } attn_args;
 /* Attention of the n_q query heads that share KV head kvh, for one token at pos:
  * each block's K and V slice is widened once and used by all n_q heads. q rows
@@ -165,7 +168,8 @@ void op_attend_group(const attn_args *a, const kv_seq *s, int32_t pos, int kvh, 
 /* Positions are attended in chunks of this many, fixed by absolute position. */
 #define OP_ATTN_CHUNK 256
 /* The same for ntok consecutive tokens of one sequence at positions pos0,
- * pos0 + 1, ..., all within one chunk, full causal attention (no window):
+ * pos0 + 1, ..., all within one chunk, full causal attention (no window; an
+ * attention chunk (a->chunk) only if it is a multiple of OP_ATTN_CHUNK):
  * every result is bit-identical to op_attend_group's for each token alone,
  * but each K and V row is read once for all of them (prefill). Token t's q
  * rows start at q + t * q_tok_stride (heads dk apart), its outputs at

@@ -9,7 +9,10 @@
  * (expert_weights_norm) and scaled (expert_weights_scale). Each selected
  * expert runs SiLU(gate . x) * (up . x) through down; the weighted results are
  * added in the order of the selection, then the shared expert's output
- * (qwen2moe: times sigmoid(gate_inp_shexp . x)).
+ * (qwen2moe: times sigmoid(gate_inp_shexp . x)). llama4 differs: the top-k
+ * are taken by raw router logit, and each weight (sigmoid) multiplies the
+ * expert's input instead of its output; its MoE layers are every
+ * interleave_moe_layer_step-th, the others dense.
  *
  * gpt-oss (LLM_FFN_SWIGLU_OAI_MOE with LLAMA_EXPERT_GATING_FUNC_TYPE_SOFTMAX_WEIGHT):
  * the router has a bias; the top-k experts are chosen on the raw logits and
@@ -63,13 +66,15 @@ bool moe_check_support(const model *m, kvl_error *err) {
             err,
             "%s: key '%s.expert_count' = %lld: mixture-of-experts layers are not supported for "
             "architecture '%s' (supported: qwen3moe, qwen2moe, deepseek2, glm4moe, granite, "
-            "granitemoe, gpt-oss, olmoe, llama)",
+            "granitemoe, gpt-oss, olmoe, llama4, llama)",
             path, a, (long long)mo->n_expert, a);
     return true;
 }
 
 bool moe_layer(const model *m, int il) {
-    return m->hp.moe.n_expert > 0 && il >= m->hp.moe.n_layer_dense_lead;
+    const model_moe_hparams *mo = &m->hp.moe;
+    if (mo->n_expert == 0) return false;
+    return mo->layer_step > 0 ? (il + 1) % mo->layer_step == 0 : il >= mo->n_layer_dense_lead;
 }
 
 bool moe_bind_layer(model *m, int il, kvl_error *err) {
@@ -281,6 +286,8 @@ static int64_t argmax_free(const float *v, int64_t n, const uint8_t *taken) {
 static void route(const model_moe_hparams *mo, const layer_weights *L, struct moe_scratch *s,
                   float *p, int32_t *ids, float *w) {
     const int64_t NE = mo->n_expert, K = mo->n_expert_used;
+    float logits[MODEL_MAX_EXPERTS];
+    if (mo->weight_input) memcpy(logits, p, (size_t)NE * sizeof *p);
     if (mo->gating == MODEL_MOE_SOFTMAX_WEIGHT) { /* the raw logits choose */
     } else if (mo->gating == MODEL_MOE_SIGMOID) {
         for (int64_t j = 0; j < NE; j++) p[j] = 1.0f / (1.0f + expf(-p[j]));
@@ -298,6 +305,7 @@ static void route(const model_moe_hparams *mo, const layer_weights *L, struct mo
     float *sel = s->sel;
     const float *bias = L->exp_probs_b.data;
     for (int64_t j = 0; j < NE; j++) sel[j] = bias ? p[j] + bias[j] : p[j];
+    if (mo->weight_input) memcpy(sel, logits, (size_t)NE * sizeof *sel); /* llama4: by logit */
     uint8_t taken[MODEL_MAX_EXPERTS];
     if (mo->n_group > 1) { /* keep the groups whose two best scores sum highest */
         const int64_t G = mo->n_group, per = NE / G;
@@ -404,8 +412,9 @@ static bool decode_fused(const model *m, const layer_weights *L) {
     const mtensor *ts[] = {&L->ffn_gate_exps,  &L->ffn_up_exps,   &L->ffn_down_exps,
                            &L->ffn_gate_shexp, &L->ffn_up_shexp, &L->ffn_down_shexp};
     const bool shared = L->ffn_gate_shexp.data != NULL;
-    /* gpt-oss: biases and its clamped SwiGLU; those go the general way */
-    if (m->arch->gpt_oss) return false;
+    /* gpt-oss (biases, its clamped SwiGLU) and llama4 (each expert's input
+     * weighted) go the general way */
+    if (m->arch->gpt_oss || m->hp.moe.weight_input) return false;
     if (2 * m->hp.moe.n_expert_used + 2 > KERN_EACH_MAX) return false;
     for (int i = 0; i < (shared ? 6 : 3); i++)
         if (!ts[i]->packed) return false;
@@ -480,7 +489,12 @@ void moe_ffn(model *m, const layer_weights *L, const float *x, int64_t n, float 
         if (c == 0) continue; /* not read at all */
         const int32_t *rows = s->order + s->start[e];
         for (int64_t r = 0; r < c; r++)
-            memcpy(s->xg + r * E, x + (rows[r] / K) * E, (size_t)E * sizeof(float));
+            if (mo->weight_input) { /* llama4: the weight scales the expert's input */
+                const float wr = s->w[rows[r]], *xr = x + (rows[r] / K) * E;
+                for (int64_t i = 0; i < E; i++) s->xg[r * E + i] = xr[i] * wr;
+            } else {
+                memcpy(s->xg + r * E, x + (rows[r] / K) * E, (size_t)E * sizeof(float));
+            }
         const mtensor gate = expert_slice(&L->ffn_gate_exps, e),
                       up = expert_slice(&L->ffn_up_exps, e),
                       down = expert_slice(&L->ffn_down_exps, e);
@@ -488,7 +502,7 @@ void moe_ffn(model *m, const layer_weights *L, const float *x, int64_t n, float 
         op_matmul(m, &down, s->hg, c, s->yg);
         add_expert_bias(s->yg, &L->ffn_down_exps_b, e, c);
         for (int64_t r = 0; r < c; r++) {
-            const float wr = s->w[rows[r]];
+            const float wr = mo->weight_input ? 1.0f : s->w[rows[r]];
             const float *src = s->yg + r * E;
             float *dst = s->out + (size_t)rows[r] * E;
             for (int64_t i = 0; i < E; i++) dst[i] = src[i] * wr;

@@ -36,7 +36,10 @@ static void rms_rows(float *out, const float *x, const float *w, int64_t rows, i
             const float *xr = x + (r0 + r) * n;
             float *o = out + (r0 + r) * n;
             const float scale = 1.0f / sqrtf((float)(ss[r] / n) + eps);
-            for (int64_t i = 0; i < n; i++) o[i] = (xr[i] * scale) * w[i];
+            if (w)
+                for (int64_t i = 0; i < n; i++) o[i] = (xr[i] * scale) * w[i];
+            else
+                for (int64_t i = 0; i < n; i++) o[i] = xr[i] * scale;
         }
     }
 }
@@ -420,7 +423,8 @@ void op_attend_group(const attn_args *a, const kv_seq *s, int32_t pos, int kvh, 
     const kv_pool_config *c = kv_pool_cfg(a->kv);
     int64_t dk = a->dk, dv = a->dv, w = dk > dv ? dk : dv;
     const size_t cs = (size_t)n_q * (size_t)(dv + 2);
-    int32_t first = (int32_t)kv_window_first(pos, a->window);
+    const int64_t fw = kv_window_first(pos, a->window), fc = kv_chunk_first(pos, a->chunk);
+    int32_t first = (int32_t)(fw > fc ? fw : fc);
     int32_t c0 = first / ATTN_CHUNK, c1 = pos / ATTN_CHUNK;
     float *qr = scratch;         /* [n_q][dk] queries as the cache's dot type sees them */
     float *part = qr + n_q * dk; /* per chunk: m[n_q], l[n_q], o[n_q][dv] */
@@ -518,21 +522,24 @@ void op_attend_run(const attn_args *a, const kv_seq *s, int32_t pos0, int ntok, 
     const int64_t dk = a->dk, dv = a->dv;
     const int NQ = ntok * n_q;
     const size_t cs = (size_t)NQ * (size_t)(dv + 2);
-    const int32_t c1 = pos0 / ATTN_CHUNK; /* every token's last chunk; the first is 0 */
-    float *qr = scratch;                  /* [NQ][dk]: token t's heads from row t * n_q */
-    float *part = qr + (size_t)NQ * dk;   /* per chunk */
+    const int32_t c1 = pos0 / ATTN_CHUNK; /* every token's last chunk */
+    /* the first: 0, or where the attention chunk of all the run's tokens starts */
+    const int32_t c0 = (int32_t)(kv_chunk_first(pos0, a->chunk) / ATTN_CHUNK);
+    float *qr = scratch;                /* [NQ][dk]: token t's heads from row t * n_q */
+    float *part = qr + (size_t)NQ * dk; /* per chunk, from c0 */
     /* the merged outputs, after the chunks and a sink's partial */
-    float *merged = part + (size_t)(c1 + 2) * cs;
+    float *merged = part + (size_t)(c1 - c0 + 2) * cs;
     float *work = merged + (size_t)NQ * dv;
     for (int t = 0; t < ntok; t++)
         for (int h = 0; h < n_q; h++)
             query_row(c, q + t * q_tok_stride + h * dk, qr + ((size_t)t * n_q + h) * dk, dk);
     /* every token sees the whole of the earlier chunks: all NQ rows at once */
-    for (int32_t ci = 0; ci < c1; ci++)
+    for (int32_t ci = c0; ci < c1; ci++)
         attend_chunk(a, s, ci * ATTN_CHUNK, ci * ATTN_CHUNK + ATTN_CHUNK - 1, kvh, NQ, qr,
-                     part + (size_t)ci * cs, work);
-    attend_diagonal(a, s, c1 * ATTN_CHUNK, pos0, ntok, kvh, n_q, qr, part + (size_t)c1 * cs, work);
-    kern_attn_merge(add_sink_chunk(a, kvh, n_q, NQ, dv, part, c1 + 1), NQ, dv, part, merged,
+                     part + (size_t)(ci - c0) * cs, work);
+    attend_diagonal(a, s, c1 * ATTN_CHUNK, pos0, ntok, kvh, n_q, qr, part + (size_t)(c1 - c0) * cs,
+                    work);
+    kern_attn_merge(add_sink_chunk(a, kvh, n_q, NQ, dv, part, c1 - c0 + 1), NQ, dv, part, merged,
                     (size_t)dv);
     for (int t = 0; t < ntok; t++)
         memcpy(out + t * out_tok_stride, merged + (size_t)t * n_q * dv,

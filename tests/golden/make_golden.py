@@ -427,11 +427,51 @@ def mxfp4_blocks(rng, n):
     return out
 
 
+def llama4_spec():
+    E, L, H, HKV, HD, FF, V = 32, 4, 2, 1, 16, 64, 4096
+    NE, NU, FE, STEP = 8, 1, 48, 2
+    ts = [("token_embd.weight", [E, V], "w"), ("rope_freqs.weight", [HD // 2], "factor_long"),
+          ("output_norm.weight", [E], "norm"), ("output.weight", [E, V], "w")]
+    for i in range(L):
+        b = f"blk.{i}."
+        ts += [(b + "attn_norm.weight", [E], "norm"), (b + "attn_q.weight", [E, H * HD], "w"),
+               (b + "attn_k.weight", [E, HKV * HD], "w"), (b + "attn_v.weight", [E, HKV * HD], "w"),
+               (b + "attn_output.weight", [H * HD, E], "w"), (b + "ffn_norm.weight", [E], "norm")]
+        if (i + 1) % STEP == 0:
+            ts += [(b + "ffn_gate_inp.weight", [E, NE], "w"), (b + "ffn_gate_exps.weight", [E, FE, NE], "w"),
+                   (b + "ffn_up_exps.weight", [E, FE, NE], "w"), (b + "ffn_down_exps.weight", [FE, E, NE], "w"),
+                   (b + "ffn_gate_shexp.weight", [E, FE], "w"), (b + "ffn_up_shexp.weight", [E, FE], "w"),
+                   (b + "ffn_down_shexp.weight", [FE, E], "w")]
+        else:
+            ts += [(b + "ffn_gate.weight", [E, FF], "w"), (b + "ffn_up.weight", [E, FF], "w"),
+                   (b + "ffn_down.weight", [FF, E], "w")]
+    hp = base_hparams(E, L, H, HKV, FF, "attention.layer_norm_rms_epsilon", 1e-5) + [
+        ("rope.freq_base", T_F32, 5e5), ("rope.dimension_count", T_U32, HD), ("expert_count", T_U32, NE),
+        ("expert_used_count", T_U32, NU), ("expert_feed_forward_length", T_U32, FE),
+        ("interleave_moe_layer_step", T_U32, STEP)]
+    hp[0] = ("context_length", T_U32, 16384)
+    # llama.cpp fixes the attention chunk and the temperature step at 8192 positions (no file
+    # key sets them), so the perplexity runs at a context past 8192 to reach both
+    return {"arch": "llama4", "donor": "qwen3-f32", "hparams": hp, "tensors": ts,
+            "ppl": {"n_ctx": 8320, "text_file": "ppl_text_long.txt"}, "server_ctx": 8448,
+            "long_prompt": (8250, 16),
+            "summary": f"llama4 (Llama 4 Scout / Maverick layout): E{E} L{L}, GQA {H}/{HKV} x {HD}, rope normal 5e5 "
+                       f"with rope_freqs factors on layers 0-2, which attend within chunks of 8192 positions "
+                       f"(llama.cpp's fixed size) and L2-normalise q and k per head after rope; layer 3 full "
+                       f"attention without rope, q scaled by 1 + 0.1 ln(floor((pos + 1) / 8192) + 1); layers 1 and "
+                       f"3 MoE (interleave_moe_layer_step {STEP}): {NE} experts x ff {FE}, top-{NU} by router logit, "
+                       f"sigmoid weight multiplying the expert's input, shared expert ff {FE}; layers 0 and 2 "
+                       f"dense ff {FF}; untied output; perplexity at context 8320 (2 chunks) over ppl_text_long.txt "
+                       f"(ppl_text.txt 15 times), and a 4th greedy prompt of its first 8250 tokens generating 16 (server "
+                       f"context 8448), so positions 8192+ cross a chunk and a temperature step"}
+
+
 SPECS = {"qwen2moe-f32": qwen2moe_spec, "mistral3-f32": mistral3_spec, "smollm3-f32": smollm3_spec,
          "granite-f32": granite_spec, "phi3-f32": phi3_spec, "olmo2-swa-f32": olmo2_spec,
          "command-r-f32": command_r_spec, "cohere2-swa-f32": cohere2_spec, "glm4moe-f32": glm4moe_spec,
          "granitemoe-f32": granitemoe_spec, "command-r-plus-f32": command_r_plus_spec,
-         "gpt-oss-mxfp4": gpt_oss_spec, "olmoe-f32": olmoe_spec}
+         "gpt-oss-mxfp4": gpt_oss_spec, "olmoe-f32": olmoe_spec,
+         "llama4-f32": llama4_spec}
 
 
 def make_model(name, golden_dir, seed):
@@ -483,14 +523,14 @@ class Server:
     """llama-server on the model; tokenization goes through its /tokenize (add_special false: the
     donor vocabularies add no BOS), completions through /completion."""
 
-    def __init__(self, bindir, model, threads, commands, port=None):
+    def __init__(self, bindir, model, threads, commands, port=None, flags=SERVER_FLAGS):
         if port is None:  # a free one: another llama-server on a fixed port would answer instead
             with socket.socket() as sk:
                 sk.bind(("127.0.0.1", 0))
                 port = sk.getsockname()[1]
         self.url, self.commands = f"http://127.0.0.1:{port}", commands
         cmd = [os.path.join(bindir, "llama-server"), "-m", model, "--host", "127.0.0.1", "--port", str(port),
-               "-t", str(threads), "-tb", str(threads)] + SERVER_FLAGS
+               "-t", str(threads), "-tb", str(threads)] + flags
         commands.append(" ".join(cmd))
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         for _ in range(600):
@@ -513,9 +553,10 @@ class Server:
                                        "parse_special": parse_special})["tokens"]
 
     def greedy(self, prompts):
+        """prompts: (text, ids, number of tokens to generate)."""
         cases = []
-        for text, ids in prompts:
-            res = self.post("/completion", dict(REQUEST, prompt=ids))
+        for text, ids, n_predict in prompts:
+            res = self.post("/completion", dict(REQUEST, prompt=ids, n_predict=n_predict))
             steps = []
             for p in res["completion_probabilities"]:
                 top = [{"id": t["id"], "logprob": t["logprob"], "prob": math.exp(t["logprob"])}
@@ -572,8 +613,8 @@ def incomplete_utf8_tokens(model):
     return out
 
 
-def perplexity(bindir, model, text_path, threads, commands):
-    cmd = [os.path.join(bindir, "llama-perplexity"), "-m", model, "-f", text_path, "-c", "128", "-b", "128",
+def perplexity(bindir, model, text_path, threads, commands, n_ctx=128):
+    cmd = [os.path.join(bindir, "llama-perplexity"), "-m", model, "-f", text_path, "-c", str(n_ctx), "-b", str(n_ctx),
            "-t", str(threads), "-tb", str(threads), "--ppl-output-type", "1", "-fa", "off", "-ctk", "f32",
            "-ctv", "f32", "-nr"]
     commands.append(" ".join(cmd))
@@ -607,12 +648,19 @@ def make(bindir, golden_dir, name):
     texts = ["The quick brown fox jumps over the lazy dog.",
              "def fibonacci(n):\n    if n < 2:\n        return n\n",
              "Once upon a time, in a small village by the sea, there lived"]
-    text_path = os.path.join(golden_dir, "ppl_text.txt")
-    srv = Server(bindir, model, 1, commands)
+    ppl = spec.get("ppl", {"n_ctx": 128, "text_file": "ppl_text.txt"})
+    text_path = os.path.join(golden_dir, ppl["text_file"])
+    # a spec may run the server with more context and add a long prompt cut from the
+    # perplexity text: (number of its tokens, tokens to generate)
+    flags = ["-c", str(spec.get("server_ctx", 512))] + SERVER_FLAGS[2:]
+    srv = Server(bindir, model, 1, commands, flags=flags)
     try:
         cases = [dict(c, ids=srv.tokenize(c["text"], c["parse_special"])) for c in donor_cases["cases"]]
-        prompts = [(t, srv.tokenize(t)) for t in texts]
+        prompts = [(t, srv.tokenize(t), REQUEST["n_predict"]) for t in texts]
         text_ids = srv.tokenize(open(text_path, encoding="utf-8").read())
+        if "long_prompt" in spec:
+            n, n_predict = spec["long_prompt"]
+            prompts.append((f"the first {n} tokens of {ppl['text_file']}", text_ids[:n], n_predict))
         g1 = srv.greedy(prompts)
         srv.teacher_forced(g1, incomplete_utf8_tokens(model))
     finally:
@@ -620,24 +668,24 @@ def make(bindir, golden_dir, name):
     tok = dict(donor_cases, cases=cases)
     if any(c["ids"] != d["ids"] for c, d in zip(cases, donor_cases["cases"])):
         raise SystemExit(f"{name}: tokenization differs from the donor {spec['donor']}")
-    srv = Server(bindir, model, 2, commands)
+    srv = Server(bindir, model, 2, commands, flags=flags)
     try:
         g2 = srv.greedy(prompts)
     finally:
         srv.close()
     same = all(a["ids"] == b["ids"] for a, b in zip(g1, g2))
-    ppl1, running, per_chunk = perplexity(bindir, model, text_path, 1, commands)
-    ppl2, _, _ = perplexity(bindir, model, text_path, 2, commands)
+    ppl1, running, per_chunk = perplexity(bindir, model, text_path, 1, commands, ppl["n_ctx"])
+    ppl2, _, _ = perplexity(bindir, model, text_path, 2, commands, ppl["n_ctx"])
     json.dump(tok, open(os.path.join(out, "tokenize.json"), "w"), indent=1)
     json.dump({"tool": "llama-server /completion (tokenize.json: its /tokenize)",
-               "settings": {"server_flags": ["--host", "127.0.0.1"] + SERVER_FLAGS, "request": REQUEST,
+               "settings": {"server_flags": ["--host", "127.0.0.1"] + flags, "request": REQUEST,
                             "threads_compared": [1, 2]},
                "determinism": {"identical_token_ids": same}, "cases": g1},
               open(os.path.join(out, "greedy.json"), "w"), indent=1)
-    json.dump({"tool": "llama-perplexity", "settings": {"n_ctx": 128, "n_batch": 128,
+    json.dump({"tool": "llama-perplexity", "settings": {"n_ctx": ppl["n_ctx"], "n_batch": ppl["n_ctx"],
                                                          "flags": ["-fa", "off", "-ctk", "f32", "-ctv", "f32", "-nr"],
                                                          "ppl_output_type": 1},
-               "text_file": "ppl_text.txt", "final_ppl": ppl1, "running": running,
+               "text_file": ppl["text_file"], "final_ppl": ppl1, "running": running,
                "per_chunk_mean_nll": per_chunk, "text_ids": text_ids,
                "determinism": {"threads_compared": [1, 2], "final_ppl_by_threads": {"1": ppl1, "2": ppl2}}},
               open(os.path.join(out, "perplexity.json"), "w"), indent=1)

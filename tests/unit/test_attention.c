@@ -242,7 +242,10 @@ int main(void) {
                   * expert (the reference forward is dense only: tolerance < 0 skips it) */
                  {"qwen3moe-q8_0.gguf", GGUF_DT_F16, -1},
                  {"deepseek2-moe-f32.gguf", GGUF_DT_F16, -1},
-                 {"llama-moe-f32.gguf", GGUF_DT_F16, -1}};
+                 {"llama-moe-f32.gguf", GGUF_DT_F16, -1},
+                 /* llama4: input-weighted experts, NoPE layer with temperature, q/k L2 norm,
+                  * chunked layers (chunks of 8192: the masking itself is in its golden) */
+                 {"llama4-f32.gguf", GGUF_DT_F16, -1}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         snprintf(path, sizeof path, "%s%s", dir, cases[i].file);
         test_model(path, cases[i].kv, cases[i].tol);

@@ -396,6 +396,7 @@ int main(void) {
     test_model("tests/data/golden/models/llama-moe-f32.gguf", GGUF_DT_F16);
     /* gpt-oss: attention sinks, sliding window, MXFP4 experts with biases */
     test_model("tests/data/golden/models/gpt-oss-mxfp4.gguf", GGUF_DT_F16);
+    test_model("tests/data/golden/models/llama4-f32.gguf", GGUF_DT_F16); /* input-weighted */
     printf("test_engine: %s (%d failures)\n", failures ? "FAIL" : "ok", failures);
     return failures != 0;
 }

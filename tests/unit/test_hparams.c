@@ -522,6 +522,53 @@ static void test_yarn_keys_per_family(void) {
     }
 }
 
+/* llama4 as llama.cpp's loader sets it up: chunks of 8192 on the sliding-window
+ * pattern's layers (default 4), NoPE with temperature on every 4th, the KV whole
+ * (one full-attention group); attention.sliding_window = 0 turns chunks and
+ * temperature off and leaves only the last layer without rope; a pattern key
+ * moves the chunks; 128 experts (Maverick) drop the q/k L2 norm. */
+static void test_llama4(void) {
+    static const char *const SRC = GOLDEN "llama4-f32.gguf";
+    struct {
+        edit e;
+        int64_t chunk, nope;
+        uint8_t layers[4];
+        bool l2;
+    } cases[] = {
+        {{.drop = {NULL}}, 8192, 4, {1, 1, 1, 0}, true},
+        {{.u32_key = {"llama4.attention.sliding_window"}, .u32 = {0}}, 0, 4, {0, 0, 0, 0}, true},
+        {{.u32_key = {"llama4.attention.sliding_window_pattern"}, .u32 = {2}},
+         8192,
+         4,
+         {1, 0, 1, 0},
+         true},
+        {{.u32_key = {"llama4.expert_count"}, .u32 = {128}}, 8192, 4, {1, 1, 1, 0}, false},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char path[128];
+        kvl_error err = {{0}};
+        CHECK(rewrite(SRC, &cases[i].e, path, sizeof path));
+        gguf_file *f = gguf_open(path, &err);
+        model_hparams *hp = malloc(sizeof *hp);
+        const bool ok = f && hp && model_hparams_from_gguf(f, hp, &err);
+        if (!ok) fprintf(stderr, "llama4 case %zu: %s\n", i, err.msg);
+        CHECK(ok);
+        if (ok) {
+            CHECK(hp->n_chunk == cases[i].chunk && hp->n_nope_step == cases[i].nope &&
+                  hp->n_swa == 0 && hp->n_swa_layers == 0 && hp->kq_l2_norm == cases[i].l2);
+            for (int il = 0; il < 4; il++) CHECK(hp->chunk_layers[il] == cases[i].layers[il]);
+            CHECK(cases[i].chunk ? hp->nope_temp_scale == 0.1f && hp->nope_temp_floor == 8192.0f &&
+                                       hp->nope_temp_offset == 1.0f
+                                 : hp->nope_temp_scale == 0.0f);
+            CHECK(hp->moe.layer_step == 2 && hp->moe.n_layer_moe == 2 && hp->moe.weight_input &&
+                  hp->moe.n_ff_shexp == hp->moe.n_ff_exp && hp->moe.gating == MODEL_MOE_SIGMOID);
+        }
+        free(hp);
+        gguf_close(f);
+        unlink(path);
+    }
+}
+
 int main(void) {
     for (size_t i = 0; i < sizeof GGUFS / sizeof GGUFS[0]; i++) test_gguf_agree(GGUFS[i]);
     for (size_t i = 0; i < sizeof CONFIGS / sizeof CONFIGS[0]; i++) test_config_agree(CONFIGS[i]);
@@ -530,6 +577,7 @@ int main(void) {
     test_moe_config();
     test_moe_gguf_bytes();
     test_yarn_keys_per_family();
+    test_llama4();
     if (failures) {
         fprintf(stderr, "test_hparams: %d failure(s)\n", failures);
         return 1;

@@ -26,6 +26,15 @@ static void test_rule(void) {
         }
     }
     CHECK(kv_window_kept(0, 16) == 0 && kv_window_first(5, 0) == 0);
+    /* chunked attention (llama.cpp's is_masked_swa, CHUNKED: p is masked iff
+     * p < (pos / c) * c): the first position seen is the chunk's start */
+    for (int64_t c = 0; c <= 40; c += (c < 5 ? 1 : 7))
+        for (int64_t pos = 0; pos < 100; pos++) {
+            int64_t first = 0;
+            while (c > 0 && first < pos && first < (pos / c) * c) first++;
+            CHECK(kv_chunk_first(pos, c) == first);
+            CHECK(c == 0 || (pos - kv_chunk_first(pos, c) < c && kv_chunk_first(pos, c) % c == 0));
+        }
 }
 
 /* Drop and check against a real pool: after dropping for next_pos, every
