@@ -617,7 +617,8 @@ void kern_matmul_repacked_each(int nw, const kern_repacked_one *mats, void *work
     const int nth = macs >= MATMUL_PARALLEL_MIN_MACS ? kvl_pool_threads() : 1;
     repacked_span spans[DECODE_MAX_SPANS];
     int64_t n = 0;
-    for (size_t min = DECODE_MIN_CHUNK_BYTES; !n; min *= 2) n = each_spans(nw, mats, nth, min, spans);
+    for (size_t min = DECODE_MIN_CHUNK_BYTES; !n; min *= 2)
+        n = each_spans(nw, mats, nth, min, spans);
     each_job j = {mats, tiles, spans};
     if (nth == 1) {
         for (int64_t c = 0; c < n; c++) each_task(&j, c, 0);

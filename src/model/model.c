@@ -473,9 +473,9 @@ static bool alloc_scratch(model *m, kvl_error *err) {
             }
         }
         m->head_work_slot = (slot + 63) & ~(size_t)63;
-        m->head_work =
-            slot ? kvl_alloc(m->head_work_slot * (size_t)(m->n_threads_max > 0 ? m->n_threads_max : 1))
-                 : NULL;
+        m->head_work = slot ? kvl_alloc(m->head_work_slot *
+                                        (size_t)(m->n_threads_max > 0 ? m->n_threads_max : 1))
+                            : NULL;
         if (!m->mla_a || !m->mla_b || (slot && !m->head_work))
             return kvl_fail(err, "model: out of memory");
     }

@@ -77,8 +77,8 @@ struct model {
     float *mla_a, *mla_b; /* MLA per-head gather buffers */
     void *head_work;      /* [n_threads_max][head_work_slot]: op_matmul_heads1 */
     size_t head_work_slot;
-    float *par;           /* parallel blocks: the attention output while the FFN runs */
-    float *attn_scratch;  /* [n_threads_max][attn_scratch_len], sized for the pools in use */
+    float *par;          /* parallel blocks: the attention output while the FFN runs */
+    float *attn_scratch; /* [n_threads_max][attn_scratch_len], sized for the pools in use */
     size_t attn_scratch_len;
     int32_t *attn_runs;      /* [max_ubatch][2]: first token, count of each run (attention) */
     void *work;              /* matmul activation quantization */
@@ -155,7 +155,7 @@ typedef struct attn_args {
     /* NULL, or per query head (all heads) a logit added to the softmax's
      * denominator (gpt-oss): a chunk of weight exp(sink) and no value */
     const float *sinks;
-    int32_t chunk;  /* 0: none; else positions from kv_chunk_first(pos, chunk) (llama4) */
+    int32_t chunk; /* 0: none; else positions from kv_chunk_first(pos, chunk) (llama4) */
 } attn_args;
 /* Attention of the n_q query heads that share KV head kvh, for one token at pos:
  * each block's K and V slice is widened once and used by all n_q heads. q rows

@@ -35,19 +35,19 @@
 #include "model_internal.h"
 
 struct moe_scratch {
-    float *probs;   /* [U][n_expert] router logits, then probabilities */
-    float *sel;     /* [n_expert] one token's selection scores */
-    float *gscore;  /* [n_group] */
-    int32_t *ids;   /* [U][k] selected experts, best first */
-    float *w;       /* [U][k] their weights */
-    int32_t *count; /* [n_expert] tokens per expert */
-    int32_t *start; /* [n_expert] first entry of each expert in order */
-    int32_t *order; /* [U*k] token * k + slot, grouped by expert */
-    float *xg, *yg; /* [U][E] an expert's gathered input rows, its outputs */
-    float *hg, *hu; /* [max(U, k)][max(ff_exp, ff_shexp)] */
-    float *out;     /* [U*k][E] weighted expert outputs per (token, slot) */
-    float *sh;      /* [U][E] shared expert output */
-    float *shg;     /* [U] qwen2moe's shared expert gate */
+    float *probs;    /* [U][n_expert] router logits, then probabilities */
+    float *sel;      /* [n_expert] one token's selection scores */
+    float *gscore;   /* [n_group] */
+    int32_t *ids;    /* [U][k] selected experts, best first */
+    float *w;        /* [U][k] their weights */
+    int32_t *count;  /* [n_expert] tokens per expert */
+    int32_t *start;  /* [n_expert] first entry of each expert in order */
+    int32_t *order;  /* [U*k] token * k + slot, grouped by expert */
+    float *xg, *yg;  /* [U][E] an expert's gathered input rows, its outputs */
+    float *hg, *hu;  /* [max(U, k)][max(ff_exp, ff_shexp)] */
+    float *out;      /* [U*k][E] weighted expert outputs per (token, slot) */
+    float *sh;       /* [U][E] shared expert output */
+    float *shg;      /* [U] qwen2moe's shared expert gate */
     void *each_work; /* decode's prepared inputs (kern_matmul_repacked_each) */
 };
 
@@ -267,7 +267,7 @@ void moe_free(model *m) {
     struct moe_scratch *s = m->moe;
     if (!s) return;
     void *bufs[] = {s->probs, s->sel, s->gscore, s->ids, s->w,   s->count, s->start, s->order,
-                    s->xg,    s->yg,  s->hg,     s->hu,  s->out, s->sh,    s->shg, s->each_work};
+                    s->xg,    s->yg,  s->hg,     s->hu,  s->out, s->sh,    s->shg,   s->each_work};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) kvl_free(bufs[i]);
     free(s);
     m->moe = NULL;
@@ -409,7 +409,7 @@ static void gated(model *m, const layer_weights *L, int64_t e, const mtensor *ga
 /* Whether decode can run the layer's experts in two regions: every expert
  * and shared-expert matrix repacked. */
 static bool decode_fused(const model *m, const layer_weights *L) {
-    const mtensor *ts[] = {&L->ffn_gate_exps,  &L->ffn_up_exps,   &L->ffn_down_exps,
+    const mtensor *ts[] = {&L->ffn_gate_exps,  &L->ffn_up_exps,  &L->ffn_down_exps,
                            &L->ffn_gate_shexp, &L->ffn_up_shexp, &L->ffn_down_shexp};
     const bool shared = L->ffn_gate_shexp.data != NULL;
     /* gpt-oss (biases, its clamped SwiGLU) and llama4 (each expert's input

@@ -106,8 +106,8 @@ static bool run(model *m, tok_vocab *v, const setup *su, collected out[NR], engi
 
 static bool same_bits(float a, float b) { return memcmp(&a, &b, sizeof a) == 0; }
 
-static void compare(const char *model_name, const setup *su, const collected *a,
-                    const collected *b, const char *what) {
+static void compare(const char *model_name, const setup *su, const collected *a, const collected *b,
+                    const char *what) {
     for (int i = 0; i < su->n_req; i++) {
         bool ok = a[i].n == b[i].n && a[i].n > 0 && a[i].finish == b[i].finish;
         for (int t = 0; ok && t < a[i].n; t++) {
@@ -251,7 +251,8 @@ int main(int argc, char **argv) {
         printf(": %lld steps (%d in flight at most), %lld tokens, %lld hidden bytes sent by rank "
                "0 (%lld per token)\n",
                (long long)st.steps, st.most_in_flight, (long long)st.tokens,
-               (long long)st.hidden_bytes, st.tokens ? (long long)(st.hidden_bytes / st.tokens) : 0);
+               (long long)st.hidden_bytes,
+               st.tokens ? (long long)(st.hidden_bytes / st.tokens) : 0);
         fflush(stdout);
         pp_stage_destroy(p);
         model_destroy(stage);
