@@ -4,7 +4,7 @@
  * pushdown stacks, and masks the vocabulary before each sampling step.
  *
  * The mask does not test tokens one by one: every vocabulary gets, once per
- * process, a byte trie of its token texts laid out in preorder (grammar_match.c).
+ * process, a byte trie of its token texts laid out in preorder (grammar_vocab.c).
  * A step walks that trie once, following cached byte transitions between
  * interned matcher states (a lazily built DFA over the stack sets), and skips
  * a whole subtree at the first byte the grammar refuses. Token texts are

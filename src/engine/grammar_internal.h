@@ -1,4 +1,5 @@
-/* grammar internals shared by grammar_parse.c and grammar_match.c (not an API).
+/* grammar internals shared by grammar_parse.c, grammar_match.c and grammar_vocab.c
+ * (not an API).
  *
  * A compiled grammar is a flat array of elements. Every alternative of every
  * rule is a run of elements ended by GE_END; rule r's alternatives start at
@@ -22,7 +23,33 @@ typedef struct gset {
     bool negate;
 } gset;
 
-typedef struct gvocab gvocab; /* per-vocabulary trie, grammar_match.c */
+/* The tables of one vocabulary, built in grammar_vocab.c and walked by the mask
+ * in grammar_match.c. All token texts sorted and laid out as a trie in
+ * preorder: node i's subtree is [i, end[i]); node 0 is the root (the empty
+ * prefix). Walking it is a linear scan that jumps to end[i] when byte[i] is
+ * refused. */
+typedef struct gnode {
+    uint32_t end;   /* first node after the subtree */
+    uint16_t depth; /* bytes of the text */
+    uint8_t byte;   /* the last one */
+    uint8_t has_tok;
+} gnode;
+
+typedef struct gvocab {
+    uint64_t uid;
+    int refs;
+    int32_t n_vocab;
+    int32_t n_nodes;
+    gnode *node;
+    int32_t *tok_off; /* tokens ending at node i: toks[tok_off[i] .. tok_off[i + 1]) */
+    int32_t *toks;
+    int32_t *eog;
+    int32_t n_eog;
+    int32_t max_depth;
+    char **text; /* each token's bytes (NULL: never matches text) */
+    uint32_t *text_len;
+    struct gvocab *next;
+} gvocab;
 
 struct grammar {
     gelem *elems;
@@ -93,7 +120,7 @@ static inline bool gset_covers(const grammar *g, int32_t set, uint32_t lo, uint3
     return false;
 }
 
-/* grammar_match.c: the tables of a vocabulary (shared, reference counted). */
+/* grammar_vocab.c: the tables of a vocabulary (shared, reference counted). */
 gvocab *gvocab_acquire(const tok_vocab *v, kvl_error *err);
 void gvocab_release(gvocab *gv);
 
