@@ -158,11 +158,13 @@ static bool bind_split(model *m, const char *name, int64_t ne0, int n, const int
     return true;
 }
 
-#define BIND(field, suffix, ne0, ne1, req)                                                         \
-    do {                                                                                           \
-        snprintf(n, sizeof n, "blk.%d.%s", il, suffix);                                            \
-        if (!bind(m, &L->field, n, ne0, ne1, req, err)) return false;                              \
-    } while (0)
+/* Layer il's weight blk.<il>.<suffix> (see bind). */
+static bool bind_blk(model *m, int il, mtensor *t, const char *suffix, int64_t ne0, int64_t ne1,
+                     bool required, kvl_error *err) {
+    char name[96];
+    snprintf(name, sizeof name, "blk.%d.%s", il, suffix);
+    return bind(m, t, name, ne0, ne1, required, err);
+}
 
 /* Q/K/V/O of standard multi-head (MHA/GQA/MQA) attention. */
 static bool bind_attn_mha(model *m, int il, layer_weights *L, kvl_error *err) {
@@ -180,37 +182,47 @@ static bool bind_attn_mha(model *m, int il, layer_weights *L, kvl_error *err) {
         snprintf(n, sizeof n, "blk.%d.attn_qkv.bias", il);
         if (!bind_split(m, n, 0, 3, rows, b3, &fused_bias, err)) return false;
     } else {
-        BIND(wq, "attn_q.weight", E, qd, true);
-        BIND(wk, "attn_k.weight", E, kd, true);
-        BIND(wv, "attn_v.weight", E, vd, true);
+        if (!bind_blk(m, il, &L->wq, "attn_q.weight", E, qd, true, err)) return false;
+        if (!bind_blk(m, il, &L->wk, "attn_k.weight", E, kd, true, err)) return false;
+        if (!bind_blk(m, il, &L->wv, "attn_v.weight", E, vd, true, err)) return false;
         if (m->arch->qkv_bias_allowed) {
-            BIND(bq, "attn_q.bias", qd, 0, false);
-            BIND(bk, "attn_k.bias", kd, 0, false);
-            BIND(bv, "attn_v.bias", vd, 0, false);
+            if (!bind_blk(m, il, &L->bq, "attn_q.bias", qd, 0, false, err)) return false;
+            if (!bind_blk(m, il, &L->bk, "attn_k.bias", kd, 0, false, err)) return false;
+            if (!bind_blk(m, il, &L->bv, "attn_v.bias", vd, 0, false, err)) return false;
         }
     }
-    BIND(wo, "attn_output.weight", od, E, true);
-    if (m->arch->granite_scales) BIND(bo, "attn_output.bias", E, 0, false);
+    if (!bind_blk(m, il, &L->wo, "attn_output.weight", od, E, true, err)) return false;
+    if (m->arch->granite_scales && !bind_blk(m, il, &L->bo, "attn_output.bias", E, 0, false, err))
+        return false;
     if (m->arch->gpt_oss) {
-        BIND(bo, "attn_output.bias", E, 0, true);
-        BIND(attn_sinks, "attn_sinks.weight", hp->n_head, 0, true);
+        if (!bind_blk(m, il, &L->bo, "attn_output.bias", E, 0, true, err)) return false;
+        if (!bind_blk(m, il, &L->attn_sinks, "attn_sinks.weight", hp->n_head, 0, true, err))
+            return false;
     }
     if (m->arch->qk_norm || m->arch->qk_norm_optional) {
-        BIND(q_norm, "attn_q_norm.weight", hp->head_dim_k, 0, m->arch->qk_norm);
-        BIND(k_norm, "attn_k_norm.weight", hp->head_dim_k, 0, m->arch->qk_norm || L->q_norm.data);
+        if (!bind_blk(m, il, &L->q_norm, "attn_q_norm.weight", hp->head_dim_k, 0, m->arch->qk_norm,
+                      err))
+            return false;
+        if (!bind_blk(m, il, &L->k_norm, "attn_k_norm.weight", hp->head_dim_k, 0,
+                      m->arch->qk_norm || L->q_norm.data, err))
+            return false;
     }
     if (strcmp(hp->arch, "command-r") == 0 && hp->n_layer >= 64) {
         /* Command R+ (llama.cpp: command-r of 64 layers or more): q and k LayerNorm per
          * head, with one weight row per head */
-        BIND(q_norm, "attn_q_norm.weight", hp->head_dim_k, hp->n_head, true);
-        BIND(k_norm, "attn_k_norm.weight", hp->head_dim_k, hp->n_head_kv, true);
+        if (!bind_blk(m, il, &L->q_norm, "attn_q_norm.weight", hp->head_dim_k, hp->n_head, true,
+                      err))
+            return false;
+        if (!bind_blk(m, il, &L->k_norm, "attn_k_norm.weight", hp->head_dim_k, hp->n_head_kv, true,
+                      err))
+            return false;
         if (L->q_norm.dtype != GGUF_DT_F32 || L->k_norm.dtype != GGUF_DT_F32)
             return kvl_fail(err, "%s: blk.%d.attn_q_norm / attn_k_norm: expected F32",
                             gguf_path(m->gguf), il);
     }
     if (m->arch->qk_norm_full) {
-        BIND(q_norm, "attn_q_norm.weight", qd, 0, true);
-        BIND(k_norm, "attn_k_norm.weight", kd, 0, true);
+        if (!bind_blk(m, il, &L->q_norm, "attn_q_norm.weight", qd, 0, true, err)) return false;
+        if (!bind_blk(m, il, &L->k_norm, "attn_k_norm.weight", kd, 0, true, err)) return false;
     }
     return true;
 }
@@ -223,17 +235,22 @@ static bool bind_attn_mla(model *m, int il, layer_weights *L, kvl_error *err) {
     int64_t r = hp->kv_lora_rank, vd = hp->v_head_dim_mla, qd = H * (nope + rope);
     char n[96];
     if (hp->q_lora_rank > 0) {
-        BIND(wq_a, "attn_q_a.weight", E, hp->q_lora_rank, true);
-        BIND(q_a_norm, "attn_q_a_norm.weight", hp->q_lora_rank, 0, true);
-        BIND(wq_b, "attn_q_b.weight", hp->q_lora_rank, qd, true);
+        if (!bind_blk(m, il, &L->wq_a, "attn_q_a.weight", E, hp->q_lora_rank, true, err))
+            return false;
+        if (!bind_blk(m, il, &L->q_a_norm, "attn_q_a_norm.weight", hp->q_lora_rank, 0, true, err))
+            return false;
+        if (!bind_blk(m, il, &L->wq_b, "attn_q_b.weight", hp->q_lora_rank, qd, true, err))
+            return false;
     } else {
-        BIND(wq, "attn_q.weight", E, qd, true);
+        if (!bind_blk(m, il, &L->wq, "attn_q.weight", E, qd, true, err)) return false;
     }
-    BIND(wkv_a_mqa, "attn_kv_a_mqa.weight", E, r + rope, true);
-    BIND(kv_a_norm, "attn_kv_a_norm.weight", r, 0, true);
-    BIND(wo, "attn_output.weight", H * vd, E, true);
+    if (!bind_blk(m, il, &L->wkv_a_mqa, "attn_kv_a_mqa.weight", E, r + rope, true, err))
+        return false;
+    if (!bind_blk(m, il, &L->kv_a_norm, "attn_kv_a_norm.weight", r, 0, true, err)) return false;
+    if (!bind_blk(m, il, &L->wo, "attn_output.weight", H * vd, E, true, err)) return false;
     if (!hp->mla) { /* uncompressed (older files): the joint up-projection, per head [nope | v] rows */
-        BIND(wkv_b, "attn_kv_b.weight", r, H * (nope + vd), true);
+        if (!bind_blk(m, il, &L->wkv_b, "attn_kv_b.weight", r, H * (nope + vd), true, err))
+            return false;
         return true;
     }
     snprintf(n, sizeof n, "blk.%d.attn_k_b.weight", il);
@@ -248,14 +265,16 @@ static bool bind_layer(model *m, int il, kvl_error *err) {
     int64_t E = hp->n_embd;
     char n[96];
     const bool pre_norms = !m->arch->no_pre_norms;
-    if (pre_norms) BIND(attn_norm, "attn_norm.weight", E, 0, true);
+    if (pre_norms && !bind_blk(m, il, &L->attn_norm, "attn_norm.weight", E, 0, true, err))
+        return false;
     if (!(m->arch->attn == ARCH_ATTN_MLA ? bind_attn_mla(m, il, L, err)
                                          : bind_attn_mha(m, il, L, err)))
         return false;
-    if (pre_norms && !m->arch->parallel)
-        BIND(ffn_norm,
-             m->arch->ffn_norm_post_attn ? "post_attention_norm.weight" : "ffn_norm.weight", E, 0,
-             true);
+    if (pre_norms && !m->arch->parallel &&
+        !bind_blk(m, il, &L->ffn_norm,
+                  m->arch->ffn_norm_post_attn ? "post_attention_norm.weight" : "ffn_norm.weight", E,
+                  0, true, err))
+        return false;
     snprintf(n, sizeof n, "blk.%d.ffn_gate_inp.weight", il);
     if (!moe_layer(m, il) && gguf_find_tensor(m->gguf, n))
         return kvl_fail(err, "%s: tensor '%s': a router in a layer that key '%s.%s' makes dense",
@@ -270,19 +289,20 @@ static bool bind_layer(model *m, int il, kvl_error *err) {
         snprintf(n, sizeof n, "blk.%d.ffn_up.weight", il);
         if (!bind_split(m, n, E, 2, rows, parts, &found, err)) return false;
         if (!found) return kvl_fail(err, "%s: tensor '%s' missing", gguf_path(m->gguf), n);
-        BIND(ffn_down, "ffn_down.weight", hp->n_ff, E, true);
+        if (!bind_blk(m, il, &L->ffn_down, "ffn_down.weight", hp->n_ff, E, true, err)) return false;
     } else {
-        BIND(ffn_gate, "ffn_gate.weight", E, hp->n_ff, true);
-        BIND(ffn_up, "ffn_up.weight", E, hp->n_ff, true);
-        BIND(ffn_down, "ffn_down.weight", hp->n_ff, E, true);
+        if (!bind_blk(m, il, &L->ffn_gate, "ffn_gate.weight", E, hp->n_ff, true, err)) return false;
+        if (!bind_blk(m, il, &L->ffn_up, "ffn_up.weight", E, hp->n_ff, true, err)) return false;
+        if (!bind_blk(m, il, &L->ffn_down, "ffn_down.weight", hp->n_ff, E, true, err)) return false;
     }
     if (m->arch->post_norms) {
-        BIND(post_attn_norm, "post_attention_norm.weight", E, 0, true);
-        BIND(post_ffn_norm, "post_ffw_norm.weight", E, 0, true);
+        if (!bind_blk(m, il, &L->post_attn_norm, "post_attention_norm.weight", E, 0, true, err))
+            return false;
+        if (!bind_blk(m, il, &L->post_ffn_norm, "post_ffw_norm.weight", E, 0, true, err))
+            return false;
     }
     return true;
 }
-#undef BIND
 
 /* Each layer's rope and KV group, from the reader's per-layer sliding flags. */
 static void assign_layer_geometry(model *m) {

@@ -77,18 +77,22 @@ bool moe_layer(const model *m, int il) {
     return mo->layer_step > 0 ? (il + 1) % mo->layer_step == 0 : il >= mo->n_layer_dense_lead;
 }
 
+/* Layer il's weight blk.<il>.<suffix> (see model_bind). */
+static bool bind_blk(model *m, int il, mtensor *t, const char *suffix, int64_t ne0, int64_t ne1,
+                     int64_t ne2, bool required, kvl_error *err) {
+    char name[96];
+    snprintf(name, sizeof name, "blk.%d.%s", il, suffix);
+    return model_bind(m, t, name, ne0, ne1, ne2, required, err);
+}
+
 bool moe_bind_layer(model *m, int il, kvl_error *err) {
     const model_hparams *hp = &m->hp;
     const model_moe_hparams *mo = &hp->moe;
     layer_weights *L = &m->layers[il];
     const int64_t E = hp->n_embd, NE = mo->n_expert, F = mo->n_ff_exp;
     char n[96];
-#define MB(field, suffix, ne0, ne1, ne2, req)                                                      \
-    do {                                                                                           \
-        snprintf(n, sizeof n, "blk.%d.%s", il, suffix);                                            \
-        if (!model_bind(m, &L->field, n, ne0, ne1, ne2, req, err)) return false;                   \
-    } while (0)
-    MB(ffn_gate_inp, "ffn_gate_inp.weight", E, NE, 1, true);
+    if (!bind_blk(m, il, &L->ffn_gate_inp, "ffn_gate_inp.weight", E, NE, 1, true, err))
+        return false;
     snprintf(n, sizeof n, "blk.%d.ffn_gate_exps.weight", il);
     if (!gguf_find_tensor(m->gguf, n)) {
         char alt[96];
@@ -106,28 +110,41 @@ bool moe_bind_layer(model *m, int il, kvl_error *err) {
                 "convert the model again",
                 gguf_path(m->gguf), n, alt);
     }
-    MB(ffn_gate_exps, "ffn_gate_exps.weight", E, F, NE, true);
-    MB(ffn_up_exps, "ffn_up_exps.weight", E, F, NE, true);
-    MB(ffn_down_exps, "ffn_down_exps.weight", F, E, NE, true);
-    MB(exp_probs_b, "exp_probs_b.bias", NE, 0, 1, false);
+    if (!bind_blk(m, il, &L->ffn_gate_exps, "ffn_gate_exps.weight", E, F, NE, true, err))
+        return false;
+    if (!bind_blk(m, il, &L->ffn_up_exps, "ffn_up_exps.weight", E, F, NE, true, err)) return false;
+    if (!bind_blk(m, il, &L->ffn_down_exps, "ffn_down_exps.weight", F, E, NE, true, err))
+        return false;
+    if (!bind_blk(m, il, &L->exp_probs_b, "exp_probs_b.bias", NE, 0, 1, false, err)) return false;
     if (mo->n_ff_shexp > 0) {
-        MB(ffn_gate_shexp, "ffn_gate_shexp.weight", E, mo->n_ff_shexp, 1, true);
-        MB(ffn_up_shexp, "ffn_up_shexp.weight", E, mo->n_ff_shexp, 1, true);
-        MB(ffn_down_shexp, "ffn_down_shexp.weight", mo->n_ff_shexp, E, 1, true);
+        if (!bind_blk(m, il, &L->ffn_gate_shexp, "ffn_gate_shexp.weight", E, mo->n_ff_shexp, 1,
+                      true, err))
+            return false;
+        if (!bind_blk(m, il, &L->ffn_up_shexp, "ffn_up_shexp.weight", E, mo->n_ff_shexp, 1, true,
+                      err))
+            return false;
+        if (!bind_blk(m, il, &L->ffn_down_shexp, "ffn_down_shexp.weight", mo->n_ff_shexp, E, 1,
+                      true, err))
+            return false;
     }
-    if (mo->shexp_gated) MB(ffn_gate_inp_shexp, "ffn_gate_inp_shexp.weight", E, 0, 1, true);
+    if (mo->shexp_gated &&
+        !bind_blk(m, il, &L->ffn_gate_inp_shexp, "ffn_gate_inp_shexp.weight", E, 0, 1, true, err))
+        return false;
     if (m->arch->gpt_oss) {
-        MB(ffn_gate_inp_b, "ffn_gate_inp.bias", NE, 0, 1, true);
-        MB(ffn_gate_exps_b, "ffn_gate_exps.bias", F, NE, 1, true);
-        MB(ffn_up_exps_b, "ffn_up_exps.bias", F, NE, 1, true);
-        MB(ffn_down_exps_b, "ffn_down_exps.bias", E, NE, 1, true);
+        if (!bind_blk(m, il, &L->ffn_gate_inp_b, "ffn_gate_inp.bias", NE, 0, 1, true, err))
+            return false;
+        if (!bind_blk(m, il, &L->ffn_gate_exps_b, "ffn_gate_exps.bias", F, NE, 1, true, err))
+            return false;
+        if (!bind_blk(m, il, &L->ffn_up_exps_b, "ffn_up_exps.bias", F, NE, 1, true, err))
+            return false;
+        if (!bind_blk(m, il, &L->ffn_down_exps_b, "ffn_down_exps.bias", E, NE, 1, true, err))
+            return false;
         const mtensor *bs[] = {&L->ffn_gate_exps_b, &L->ffn_up_exps_b, &L->ffn_down_exps_b};
         for (int i = 0; i < 3; i++)
             if (bs[i]->dtype != GGUF_DT_F32)
                 return kvl_fail(err, "%s: blk.%d expert biases: type %s, expected F32",
                                 gguf_path(m->gguf), il, gguf_dtype_name(bs[i]->dtype));
     }
-#undef MB
     return true;
 }
 
