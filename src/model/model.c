@@ -159,11 +159,16 @@ static bool bind_split(model *m, const char *name, int64_t ne0, int n, const int
 }
 
 /* Layer il's weight blk.<il>.<suffix> (see bind). */
-static bool bind_blk(model *m, int il, mtensor *t, const char *suffix, int64_t ne0, int64_t ne1,
-                     bool required, kvl_error *err) {
+bool model_bind_blk(model *m, int il, mtensor *t, const char *suffix, int64_t ne0, int64_t ne1,
+                    int64_t ne2, bool required, kvl_error *err) {
     char name[96];
     snprintf(name, sizeof name, "blk.%d.%s", il, suffix);
-    return bind(m, t, name, ne0, ne1, required, err);
+    return bind3(m, t, name, ne0, ne1, ne2, required, err);
+}
+
+static bool bind_blk(model *m, int il, mtensor *t, const char *suffix, int64_t ne0, int64_t ne1,
+                     bool required, kvl_error *err) {
+    return model_bind_blk(m, il, t, suffix, ne0, ne1, 1, required, err);
 }
 
 /* Q/K/V/O of standard multi-head (MHA/GQA/MQA) attention. */

@@ -102,6 +102,9 @@ static inline bool model_last_stage(const model *m) { return m->layer_end == m->
 /* Looks up a weight and checks its shape and type (ne1 0: a 1-D F32 vector). */
 bool model_bind(model *m, mtensor *t, const char *name, int64_t ne0, int64_t ne1, int64_t ne2,
                 bool required, kvl_error *err);
+/* model_bind of layer il's weight blk.<il>.<suffix>. */
+bool model_bind_blk(model *m, int il, mtensor *t, const char *suffix, int64_t ne0, int64_t ne1,
+                    int64_t ne2, bool required, kvl_error *err);
 
 /* ---- mixture of experts (model_moe.c) ---- */
 /* Refuses experts the architecture lacks, and a MoE architecture without them. */

@@ -77,21 +77,13 @@ bool moe_layer(const model *m, int il) {
     return mo->layer_step > 0 ? (il + 1) % mo->layer_step == 0 : il >= mo->n_layer_dense_lead;
 }
 
-/* Layer il's weight blk.<il>.<suffix> (see model_bind). */
-static bool bind_blk(model *m, int il, mtensor *t, const char *suffix, int64_t ne0, int64_t ne1,
-                     int64_t ne2, bool required, kvl_error *err) {
-    char name[96];
-    snprintf(name, sizeof name, "blk.%d.%s", il, suffix);
-    return model_bind(m, t, name, ne0, ne1, ne2, required, err);
-}
-
 bool moe_bind_layer(model *m, int il, kvl_error *err) {
     const model_hparams *hp = &m->hp;
     const model_moe_hparams *mo = &hp->moe;
     layer_weights *L = &m->layers[il];
     const int64_t E = hp->n_embd, NE = mo->n_expert, F = mo->n_ff_exp;
     char n[96];
-    if (!bind_blk(m, il, &L->ffn_gate_inp, "ffn_gate_inp.weight", E, NE, 1, true, err))
+    if (!model_bind_blk(m, il, &L->ffn_gate_inp, "ffn_gate_inp.weight", E, NE, 1, true, err))
         return false;
     snprintf(n, sizeof n, "blk.%d.ffn_gate_exps.weight", il);
     if (!gguf_find_tensor(m->gguf, n)) {
@@ -110,34 +102,36 @@ bool moe_bind_layer(model *m, int il, kvl_error *err) {
                 "convert the model again",
                 gguf_path(m->gguf), n, alt);
     }
-    if (!bind_blk(m, il, &L->ffn_gate_exps, "ffn_gate_exps.weight", E, F, NE, true, err))
+    if (!model_bind_blk(m, il, &L->ffn_gate_exps, "ffn_gate_exps.weight", E, F, NE, true, err))
         return false;
-    if (!bind_blk(m, il, &L->ffn_up_exps, "ffn_up_exps.weight", E, F, NE, true, err)) return false;
-    if (!bind_blk(m, il, &L->ffn_down_exps, "ffn_down_exps.weight", F, E, NE, true, err))
+    if (!model_bind_blk(m, il, &L->ffn_up_exps, "ffn_up_exps.weight", E, F, NE, true, err))
         return false;
-    if (!bind_blk(m, il, &L->exp_probs_b, "exp_probs_b.bias", NE, 0, 1, false, err)) return false;
+    if (!model_bind_blk(m, il, &L->ffn_down_exps, "ffn_down_exps.weight", F, E, NE, true, err))
+        return false;
+    if (!model_bind_blk(m, il, &L->exp_probs_b, "exp_probs_b.bias", NE, 0, 1, false, err))
+        return false;
     if (mo->n_ff_shexp > 0) {
-        if (!bind_blk(m, il, &L->ffn_gate_shexp, "ffn_gate_shexp.weight", E, mo->n_ff_shexp, 1,
-                      true, err))
+        if (!model_bind_blk(m, il, &L->ffn_gate_shexp, "ffn_gate_shexp.weight", E, mo->n_ff_shexp,
+                            1, true, err))
             return false;
-        if (!bind_blk(m, il, &L->ffn_up_shexp, "ffn_up_shexp.weight", E, mo->n_ff_shexp, 1, true,
-                      err))
+        if (!model_bind_blk(m, il, &L->ffn_up_shexp, "ffn_up_shexp.weight", E, mo->n_ff_shexp, 1,
+                            true, err))
             return false;
-        if (!bind_blk(m, il, &L->ffn_down_shexp, "ffn_down_shexp.weight", mo->n_ff_shexp, E, 1,
-                      true, err))
+        if (!model_bind_blk(m, il, &L->ffn_down_shexp, "ffn_down_shexp.weight", mo->n_ff_shexp, E,
+                            1, true, err))
             return false;
     }
-    if (mo->shexp_gated &&
-        !bind_blk(m, il, &L->ffn_gate_inp_shexp, "ffn_gate_inp_shexp.weight", E, 0, 1, true, err))
+    if (mo->shexp_gated && !model_bind_blk(m, il, &L->ffn_gate_inp_shexp,
+                                           "ffn_gate_inp_shexp.weight", E, 0, 1, true, err))
         return false;
     if (m->arch->gpt_oss) {
-        if (!bind_blk(m, il, &L->ffn_gate_inp_b, "ffn_gate_inp.bias", NE, 0, 1, true, err))
+        if (!model_bind_blk(m, il, &L->ffn_gate_inp_b, "ffn_gate_inp.bias", NE, 0, 1, true, err))
             return false;
-        if (!bind_blk(m, il, &L->ffn_gate_exps_b, "ffn_gate_exps.bias", F, NE, 1, true, err))
+        if (!model_bind_blk(m, il, &L->ffn_gate_exps_b, "ffn_gate_exps.bias", F, NE, 1, true, err))
             return false;
-        if (!bind_blk(m, il, &L->ffn_up_exps_b, "ffn_up_exps.bias", F, NE, 1, true, err))
+        if (!model_bind_blk(m, il, &L->ffn_up_exps_b, "ffn_up_exps.bias", F, NE, 1, true, err))
             return false;
-        if (!bind_blk(m, il, &L->ffn_down_exps_b, "ffn_down_exps.bias", E, NE, 1, true, err))
+        if (!model_bind_blk(m, il, &L->ffn_down_exps_b, "ffn_down_exps.bias", E, NE, 1, true, err))
             return false;
         const mtensor *bs[] = {&L->ffn_gate_exps_b, &L->ffn_up_exps_b, &L->ffn_down_exps_b};
         for (int i = 0; i < 3; i++)
@@ -298,6 +292,19 @@ static int64_t argmax_free(const float *v, int64_t n, const uint8_t *taken) {
     return best;
 }
 
+/* ggml's soft_max: exp(x - max), summed in double, times the float of 1/sum. */
+static void soft_max(float *v, int64_t n) {
+    float mx = -INFINITY;
+    for (int64_t j = 0; j < n; j++) mx = v[j] > mx ? v[j] : mx;
+    double sum = 0;
+    for (int64_t j = 0; j < n; j++) {
+        v[j] = expf(v[j] - mx);
+        sum += (double)v[j];
+    }
+    const float inv = (float)(1.0 / sum);
+    for (int64_t j = 0; j < n; j++) v[j] *= inv;
+}
+
 /* One token's routing: p holds its router logits and becomes its probabilities;
  * ids and w receive the selected experts (best first) and their weights. */
 static void route(const model_moe_hparams *mo, const layer_weights *L, struct moe_scratch *s,
@@ -308,16 +315,8 @@ static void route(const model_moe_hparams *mo, const layer_weights *L, struct mo
     if (mo->gating == MODEL_MOE_SOFTMAX_WEIGHT) { /* the raw logits choose */
     } else if (mo->gating == MODEL_MOE_SIGMOID) {
         for (int64_t j = 0; j < NE; j++) p[j] = 1.0f / (1.0f + expf(-p[j]));
-    } else { /* ggml's soft_max: exp(x - max), summed in double, times the float of 1/sum */
-        float mx = -INFINITY;
-        for (int64_t j = 0; j < NE; j++) mx = p[j] > mx ? p[j] : mx;
-        double sum = 0;
-        for (int64_t j = 0; j < NE; j++) {
-            p[j] = expf(p[j] - mx);
-            sum += (double)p[j];
-        }
-        const float inv = (float)(1.0 / sum);
-        for (int64_t j = 0; j < NE; j++) p[j] *= inv;
+    } else {
+        soft_max(p, NE);
     }
     float *sel = s->sel;
     const float *bias = L->exp_probs_b.data;
@@ -348,17 +347,7 @@ static void route(const model_moe_hparams *mo, const layer_weights *L, struct mo
         ids[i] = (int32_t)e;
         w[i] = p[e];
     }
-    if (mo->gating == MODEL_MOE_SOFTMAX_WEIGHT) { /* ggml's soft_max over the k weights */
-        float mx = -INFINITY;
-        for (int64_t i = 0; i < K; i++) mx = w[i] > mx ? w[i] : mx;
-        double sum = 0;
-        for (int64_t i = 0; i < K; i++) {
-            w[i] = expf(w[i] - mx);
-            sum += (double)w[i];
-        }
-        const float inv = (float)(1.0 / sum);
-        for (int64_t i = 0; i < K; i++) w[i] *= inv;
-    }
+    if (mo->gating == MODEL_MOE_SOFTMAX_WEIGHT) soft_max(w, K); /* over the k weights */
     if (mo->weights_norm) { /* ggml: sum_rows (double), clamped to F16's smallest normal, divide */
         double sum = 0;
         for (int64_t i = 0; i < K; i++) sum += (double)w[i];
