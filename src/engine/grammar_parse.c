@@ -405,6 +405,21 @@ static bool parse_postfix(parser *ps, int32_t r, int32_t from) {
         }
         if (ps->bodies[r].n == from)
             return fail_at(ps, at, "a repetition operator must follow an element");
+        /* Consecutive *, + and ? fold into one: (x+)+ is x+, (x?)+ and (x+)? are
+         * x*. Nested instead, they make an ambiguous grammar whose matcher keeps
+         * a number of stacks exponential in the nesting (found by fuzzing: a
+         * class followed by 21 '+' took seconds per byte). */
+        while (min <= 1 && (max == 1 || max < 0)) {
+            skip_ws(ps);
+            int64_t min2, max2;
+            if (*ps->p == '*') min2 = 0, max2 = -1;
+            else if (*ps->p == '+') min2 = 1, max2 = -1;
+            else if (*ps->p == '?') min2 = 0, max2 = 1;
+            else break;
+            ps->p++;
+            min *= min2;
+            max = max == 1 && max2 == 1 ? 1 : -1;
+        }
         if (!repeat(ps, r, from, min, max)) return false;
         /* a second operator applies to the repetition as a whole: make it one element */
         if (ps->bodies[r].n - from > 1) {

@@ -475,6 +475,20 @@ static void test_pathological(void) {
                 (const char *const[]){"", "abx", NULL});
     match_cases("root ::= \"\" [b,d-d]* ?{73}", (const char *const[]){"", "b,d", NULL},
                 (const char *const[]){"c", NULL});
+    /* consecutive *, + and ? fold into one operator: nested, 21 '+' kept
+     * exponentially many stacks (seconds per byte; found by fuzzing) */
+    char many[256];
+    memset(many, 'a', 200);
+    many[200] = 0;
+    match_cases("root ::= [a-z]+++++++++++++++++++++*",
+                (const char *const[]){"", "abc", many, NULL}, (const char *const[]){"A", NULL});
+    match_cases("root ::= \"a\" \"b\"?+ \"c\"", (const char *const[]){"ac", "abc", "abbbc", NULL},
+                (const char *const[]){"abd", NULL});
+    match_cases("root ::= \"a\" \"b\"+? \"c\"", (const char *const[]){"ac", "abbc", NULL}, NULL);
+    match_cases("root ::= \"a\" \"b\"?? \"c\"", (const char *const[]){"ac", "abc", NULL},
+                (const char *const[]){"abbc", NULL});
+    match_cases("root ::= \"a\" \"b\"++ \"c\"", (const char *const[]){"abc", "abbc", NULL},
+                (const char *const[]){"ac", NULL});
     kvl_buf b = {0};
     kvl_buf_puts(&b, "root ::= r0\n");
     for (int i = 0; i < 60000; i++) kvl_buf_printf(&b, "r%d ::= r%d\n", i, i + 1);
