@@ -115,6 +115,13 @@ def write_gguf(path, kvs, tensors):
 # ----------------------------------------------------------------- models --
 # Each spec: arch, the donor of the tokenizer, scalar hparams (key suffixes after "ARCH."),
 # and the tensors as (name, dims, kind) with kind "w" (random), "norm" (around 1) or "bias".
+def qkv_with_bias(b, E, H, HKV, HD):
+    """Layer b's q, k and v projections, each with its bias (qwen2moe, glm4moe, gpt-oss)."""
+    return [(b + "attn_q.weight", [E, H * HD], "w"), (b + "attn_q.bias", [H * HD], "bias"),
+            (b + "attn_k.weight", [E, HKV * HD], "w"), (b + "attn_k.bias", [HKV * HD], "bias"),
+            (b + "attn_v.weight", [E, HKV * HD], "w"), (b + "attn_v.bias", [HKV * HD], "bias")]
+
+
 def qwen2moe_spec():
     E, L, H, HKV, HD, V = 64, 2, 4, 2, 16, 4096
     NE, NU, FE, FS = 8, 2, 96, 128
@@ -122,9 +129,7 @@ def qwen2moe_spec():
     for i in range(L):
         b = f"blk.{i}."
         ts += [(b + "attn_norm.weight", [E], "norm"),
-               (b + "attn_q.weight", [E, H * HD], "w"), (b + "attn_q.bias", [H * HD], "bias"),
-               (b + "attn_k.weight", [E, HKV * HD], "w"), (b + "attn_k.bias", [HKV * HD], "bias"),
-               (b + "attn_v.weight", [E, HKV * HD], "w"), (b + "attn_v.bias", [HKV * HD], "bias"),
+               *qkv_with_bias(b, E, H, HKV, HD),
                (b + "attn_output.weight", [H * HD, E], "w"),
                (b + "ffn_norm.weight", [E], "norm"),
                (b + "ffn_gate_inp.weight", [E, NE], "w"),
@@ -288,9 +293,7 @@ def glm4moe_spec():
     for i in range(L + NEXTN):
         b = f"blk.{i}."
         ts += [(b + "attn_norm.weight", [E], "norm"),
-               (b + "attn_q.weight", [E, H * HD], "w"), (b + "attn_q.bias", [H * HD], "bias"),
-               (b + "attn_k.weight", [E, HKV * HD], "w"), (b + "attn_k.bias", [HKV * HD], "bias"),
-               (b + "attn_v.weight", [E, HKV * HD], "w"), (b + "attn_v.bias", [HKV * HD], "bias"),
+               *qkv_with_bias(b, E, H, HKV, HD),
                (b + "attn_output.weight", [H * HD, E], "w"), (b + "post_attention_norm.weight", [E], "norm")]
         if i == 0:
             ts += [(b + "ffn_gate.weight", [E, FF], "w"), (b + "ffn_up.weight", [E, FF], "w"),
@@ -368,9 +371,7 @@ def gpt_oss_spec():
     for i in range(L):
         b = f"blk.{i}."
         ts += [(b + "attn_norm.weight", [E], "norm"),
-               (b + "attn_q.weight", [E, H * HD], "w"), (b + "attn_q.bias", [H * HD], "bias"),
-               (b + "attn_k.weight", [E, HKV * HD], "w"), (b + "attn_k.bias", [HKV * HD], "bias"),
-               (b + "attn_v.weight", [E, HKV * HD], "w"), (b + "attn_v.bias", [HKV * HD], "bias"),
+               *qkv_with_bias(b, E, H, HKV, HD),
                (b + "attn_output.weight", [H * HD, E], "w"), (b + "attn_output.bias", [E], "bias"),
                (b + "attn_sinks.weight", [H], "sink"),
                (b + "post_attention_norm.weight", [E], "norm"),
