@@ -13,8 +13,9 @@
  *
  * Every receive has a deadline (pp_config.timeout_s): a rank that stops
  * answering fails the forward on rank 0 with an error naming it, and every
- * later forward fails the same way. All MPI calls live in pp.c; without Open
- * MPI at build time pp_available() is false and pp_init fails saying so. */
+ * later forward fails the same way. All MPI calls live in pp.c, pp_rank0.c
+ * and pp_worker.c (pp_split.c is plain arithmetic); without Open MPI at build
+ * time pp_available() is false and pp_init fails saying so. */
 #ifndef KVLLM_PP_H
 #define KVLLM_PP_H
 

@@ -1,0 +1,126 @@
+/* pp_split: the pipeline's layer split (pp.h), plain arithmetic over the
+ * file's tensors: no MPI. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hparams.h"
+#include "pp.h"
+
+/* Bytes of layer il's tensors ("blk.<il>."). */
+static void layer_bytes(const gguf_file *f, int n_layer, int64_t *bytes, int64_t *head) {
+    memset(bytes, 0, (size_t)n_layer * sizeof *bytes);
+    *head = 0;
+    for (int64_t i = 0; i < gguf_n_tensors(f); i++) {
+        const gguf_tensor *t = gguf_tensor_at(f, i);
+        int il;
+        char dot;
+        if (sscanf(t->name, "blk.%d%c", &il, &dot) == 2 && dot == '.' && il >= 0 && il < n_layer)
+            bytes[il] += (int64_t)t->nbytes;
+        else if (strcmp(t->name, "output.weight") == 0 ||
+                 strcmp(t->name, "output_norm.weight") == 0)
+            *head += (int64_t)t->nbytes;
+    }
+    if (!gguf_find_tensor(f, "output.weight")) { /* tied: the last rank repacks the embedding */
+        const gguf_tensor *te = gguf_find_tensor(f, "token_embd.weight");
+        if (te) *head += (int64_t)te->nbytes;
+    }
+}
+
+static bool parse_spec(const char *spec, int n_ranks, int n_layer, int *first, int *end,
+                       kvl_error *err) {
+    const char *s = spec;
+    for (int r = 0; r < n_ranks; r++) {
+        char *e1, *e2;
+        long a = strtol(s, &e1, 10);
+        if (e1 == s || *e1 != '-')
+            return kvl_fail(err, "--pp-layers '%s': range %d is not FIRST-LAST", spec, r + 1);
+        long b = strtol(e1 + 1, &e2, 10);
+        if (e2 == e1 + 1 || (*e2 != ',' && *e2 != '\0'))
+            return kvl_fail(err, "--pp-layers '%s': range %d is not FIRST-LAST", spec, r + 1);
+        if (a != (r ? end[r - 1] : 0) || b < a || b >= n_layer)
+            return kvl_fail(err,
+                            "--pp-layers '%s': range %d (%ld-%ld) must start at layer %d and end "
+                            "by layer %d (the ranges are contiguous, one per rank)",
+                            spec, r + 1, a, b, r ? end[r - 1] : 0, n_layer - 1);
+        first[r] = (int)a;
+        end[r] = (int)b + 1;
+        if ((*e2 == '\0') != (r == n_ranks - 1))
+            return kvl_fail(err, "--pp-layers '%s': %s ranges for %d ranks", spec,
+                            *e2 ? "more" : "fewer", n_ranks);
+        s = e2 + 1;
+    }
+    if (end[n_ranks - 1] != n_layer)
+        return kvl_fail(err, "--pp-layers '%s': the last range must end at layer %d", spec,
+                        n_layer - 1);
+    return true;
+}
+
+static bool check_ranks(int n_layer, int n_ranks, kvl_error *err) {
+    if (n_ranks < 1 || n_ranks > PP_MAX_RANKS)
+        return kvl_fail(err, "--pp %d: between 1 and %d ranks", n_ranks, PP_MAX_RANKS);
+    if (n_ranks > n_layer)
+        return kvl_fail(err, "--pp %d: the model has only %d layers (at most one rank per layer)",
+                        n_ranks, n_layer);
+    return true;
+}
+
+bool pp_split_layers(int n_layer, int n_ranks, const char *spec, int *first, int *end,
+                     kvl_error *err) {
+    if (!check_ranks(n_layer, n_ranks, err)) return false;
+    if (spec && *spec) return parse_spec(spec, n_ranks, n_layer, first, end, err);
+    for (int r = 0; r < n_ranks; r++) {
+        first[r] = (int)((int64_t)n_layer * r / n_ranks);
+        end[r] = (int)((int64_t)n_layer * (r + 1) / n_ranks);
+    }
+    return true;
+}
+
+bool pp_split_bytes(const gguf_file *f, int n_ranks, const char *spec, int *first, int *end,
+                    int64_t *rank_bytes, kvl_error *err) {
+    model_hparams hp;
+    if (!model_hparams_from_gguf(f, &hp, err)) return false;
+    const int L = (int)hp.n_layer;
+    if (!check_ranks(L, n_ranks, err)) return false;
+    int64_t *bytes = calloc((size_t)L, sizeof *bytes), head, total = 0;
+    if (!bytes) return kvl_fail(err, "pp: out of memory");
+    layer_bytes(f, L, bytes, &head);
+    for (int il = 0; il < L; il++) total += bytes[il];
+    total += head;
+    if (spec && *spec) {
+        if (!parse_spec(spec, n_ranks, L, first, end, err)) {
+            free(bytes);
+            return false;
+        }
+    } else {
+        /* Greedy over the running sum: rank r ends at the layer boundary
+         * nearest (r + 1) / N of the total, each rank keeping at least one
+         * layer and leaving one for each rank after it; the head counts on
+         * the last rank. */
+        int il = 0;
+        int64_t sum = 0;
+        for (int r = 0; r < n_ranks; r++) {
+            first[r] = il;
+            if (r == n_ranks - 1) {
+                end[r] = L;
+                break;
+            }
+            const double target = (double)total * (r + 1) / n_ranks;
+            do {
+                sum += bytes[il++];
+            } while (il < L - (n_ranks - 1 - r) && (double)sum + (double)bytes[il] / 2 < target);
+            end[r] = il;
+        }
+    }
+    for (int r = 0; rank_bytes && r < n_ranks; r++) {
+        rank_bytes[r] = r == n_ranks - 1 ? head : 0;
+        for (int il = first[r]; il < end[r]; il++) rank_bytes[r] += bytes[il];
+    }
+    free(bytes);
+    return true;
+}
+
+bool pp_split(const gguf_file *f, int n_ranks, const char *spec, int *first, int *end,
+              kvl_error *err) {
+    return pp_split_bytes(f, n_ranks, spec, first, end, NULL, err);
+}
