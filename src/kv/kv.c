@@ -94,7 +94,7 @@ kv_pool *kv_pool_create(const kv_pool_config *cfg, kvl_error *err) {
                  kv_dtype_name(k_row ? dt_v : cfg->dtype));
         return NULL;
     }
-    if (cfg->n_layers <= 0 || cfg->n_kv_heads <= 0 || cfg->head_dim_k <= 0 || cfg->head_dim_v < 0 ||
+    if (cfg->n_layers < 0 || cfg->n_kv_heads <= 0 || cfg->head_dim_k <= 0 || cfg->head_dim_v < 0 ||
         cfg->block_size <= 0 || cfg->n_blocks <= 0 || cfg->n_blocks > INT32_MAX) {
         kvl_fail(
             err,
@@ -115,7 +115,7 @@ kv_pool *kv_pool_create(const kv_pool_config *cfg, kvl_error *err) {
     p->block_bytes = p->layer_bytes * cfg->n_layers;
     size_t total;
     if (!kvl_mul_ok(p->block_bytes, (size_t)cfg->n_blocks, &total)) goto fail_free_pool;
-    p->data = kvl_alloc_huge(total);
+    p->data = kvl_alloc_huge(total ? total : 64); /* 0 layers: no storage, a valid pointer */
     p->refcount = calloc((size_t)cfg->n_blocks, sizeof *p->refcount);
     p->free_stack = malloc((size_t)cfg->n_blocks * sizeof *p->free_stack);
     if (!p->data || !p->refcount || !p->free_stack || !alloc_prefix_state(p)) goto fail_free_arrays;

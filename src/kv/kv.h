@@ -26,7 +26,7 @@ void kv_row_store(int dtype, const float *src, void *dst, int64_t n);
 void kv_row_load(int dtype, const void *src, float *dst, int64_t n);
 
 typedef struct kv_pool_config {
-    int n_layers;
+    int n_layers; /* 0: a pipeline stage with none of this group's layers (blocks of 0 bytes) */
     int n_kv_heads;
     int head_dim_k; /* per-head K width (for MLA: the latent + rope width) */
     int head_dim_v; /* per-head V width (0: V is not stored separately) */

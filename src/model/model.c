@@ -339,9 +339,8 @@ static void assign_layer_geometry(model *m) {
          * same groups in the same order, so block ids mean the same on all */
         if (il >= m->layer_first && il < m->layer_end) L->kv_slot = m->groups[g].n_layers++;
     }
-    /* A pool needs a layer: a stage without any layer of a group keeps one unused slot. */
-    for (int g = 0; g < m->n_groups; g++)
-        if (m->groups[g].n_layers == 0) m->groups[g].n_layers = 1;
+    /* a stage without any layer of a group keeps a pool of 0-byte blocks for it
+     * (the block ids still follow rank 0's) */
 }
 
 static bool bind_weights(model *m, kvl_error *err) {

@@ -39,7 +39,9 @@ RUN = ["run", "-p", "Once upon a time", "-n", "16", "-t", "1", "--temp", "0", "-
 import os
 import re
 
-for model, n in [(G + "qwen3moe-f32.gguf", 2), ("models/stories260K.gguf", 3)]:
+# gemma3-swa: two KV groups (sliding and full), and ranks holding no layer of one of them
+for model, n in [(G + "qwen3moe-f32.gguf", 2), ("models/stories260K.gguf", 3),
+                 (G + "gemma3-swa-f32.gguf", 2)]:
     one = subprocess.run([KV] + RUN + ["-m", model], capture_output=True, text=True)
     p, _ = mpirun(n, RUN + ["-m", model, "--pp", str(n)], env=dict(os.environ, KVLLM_PP_STATS="1"))
     info = json.loads(subprocess.run([KV, "info", "-m", model, "--json"], capture_output=True,

@@ -34,6 +34,21 @@ static void test_sizes(void) {
     CHECK(c - a == 4 * 64);
     CHECK(d - a == (ptrdiff_t)kv_pool_block_bytes(p));
     kv_pool_destroy(p);
+    /* a pipeline stage without any layer of a group: blocks of 0 bytes, the
+     * block ids handed out as by any pool (they follow rank 0's) */
+    kv_pool_config none = {.n_layers = 0,
+                           .n_kv_heads = 2,
+                           .head_dim_k = 8,
+                           .head_dim_v = 8,
+                           .block_size = 4,
+                           .dtype = GGUF_DT_F16,
+                           .n_blocks = 3};
+    kvl_error nerr;
+    kv_pool *z = kv_pool_create(&none, &nerr);
+    CHECK(z && kv_pool_block_bytes(z) == 0 && kv_pool_n_free(z) == 3);
+    kv_pool_destroy(z);
+    none.n_layers = -1;
+    CHECK(kv_pool_create(&none, &nerr) == NULL);
     kv_pool_config bad = {.n_layers = 1,
                           .n_kv_heads = 1,
                           .head_dim_k = 1,
