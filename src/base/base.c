@@ -182,3 +182,14 @@ uint64_t kvl_random_u64(void) {
     x *= 0xc4ceb9fe1a85ec53ull;
     return x ^ (x >> 33);
 }
+
+int64_t kvl_mem_available(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return -1;
+    char line[256];
+    long long kb = -1;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1) break;
+    fclose(f);
+    return kb < 0 ? -1 : (int64_t)kb * 1024;
+}

@@ -93,4 +93,8 @@ char *kvl_read_file(const char *path, size_t *len_out, kvl_error *err);
 /* Number of online CPUs (>= 1). */
 int kvl_cpu_count(void);
 
+/* MemAvailable of /proc/meminfo in bytes (memory the kernel can give without
+ * swapping, page cache included), or -1 when it cannot be read. */
+int64_t kvl_mem_available(void);
+
 #endif

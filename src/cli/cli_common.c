@@ -531,23 +531,11 @@ void cli_print_json(cJSON *j) {
     cJSON_Delete(j);
 }
 
-/* MemAvailable from /proc/meminfo in bytes, or -1. */
-static int64_t mem_available(void) {
-    FILE *f = fopen("/proc/meminfo", "r");
-    if (!f) return -1;
-    char line[256];
-    long long kb = -1;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1) break;
-    fclose(f);
-    return kb < 0 ? -1 : (int64_t)kb * 1024;
-}
-
 int64_t cli_kv_blocks_from_memory(size_t block_bytes, int64_t held_bytes, int64_t n_ctx,
                                   int block_size, int max_seqs, double fraction, const char *who) {
     int64_t per_seq = (n_ctx + block_size - 1) / block_size;
     int64_t want = per_seq * max_seqs;
-    int64_t avail = mem_available();
+    int64_t avail = kvl_mem_available();
     if (avail >= 0) avail = avail > held_bytes ? avail - held_bytes : 0;
     if (avail < 0 || block_bytes == 0) {
         fprintf(stderr,

@@ -47,6 +47,14 @@ bool pp_stage_kv_block_bytes(const pp_stage *p, int rank, int64_t *per_group, in
     (void)n_groups;
     return false;
 }
+bool pp_stage_kv_probe(pp_stage *p, const kv_pool_config *groups, int n_groups, pp_rank_mem *out,
+                       kvl_error *err) {
+    (void)p;
+    (void)groups;
+    (void)n_groups;
+    (void)out;
+    return kvl_fail(err, "--pp: built without Open MPI");
+}
 
 #else
 
@@ -194,6 +202,34 @@ void pp_maybe_fault(pp_stage *p) {
     fflush(stderr);
     if (!p->fault_hang) _exit(3);
     for (;;) pause();
+}
+
+/* A host id: FNV-1a of the host name (0 when it cannot be read). */
+static uint64_t host_id(void) {
+    char name[256] = "";
+    if (gethostname(name, sizeof name - 1) != 0) return 0;
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (const char *c = name; *c; c++) h = (h ^ (uint8_t)*c) * 0x100000001b3ull;
+    return h;
+}
+
+bool pp_probe_self(const model *m, const int32_t *o, int n_groups, int64_t *ans, kvl_error *err) {
+    for (int g = 0; g < n_groups; g++, o += PROBE_INTS) {
+        kv_pool_config kc;
+        model_kv_group_shape(m, g, &kc, NULL);
+        kc.block_size = o[0];
+        kc.dtype = o[1];
+        kc.split_v = o[2] != 0;
+        kc.dtype_v = o[3];
+        kc.n_blocks = 1;
+        kv_pool *pool = kv_pool_create(&kc, err);
+        if (!pool) return false;
+        ans[g] = (int64_t)kv_pool_block_bytes(pool);
+        kv_pool_destroy(pool);
+    }
+    ans[n_groups] = kvl_mem_available();
+    ans[n_groups + 1] = (int64_t)host_id();
+    return true;
 }
 
 /* --------------------------------------------------------------- stage -- */

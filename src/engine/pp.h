@@ -53,6 +53,24 @@ bool pp_split_bytes(const gguf_file *f, int n_ranks, const char *spec, int *firs
 bool pp_split_layers(int n_layer, int n_ranks, const char *spec, int *first, int *end,
                      kvl_error *err);
 
+/* One rank's share of a KV block and the memory it has (pp_stage_kv_probe). */
+typedef struct pp_rank_mem {
+    int64_t group_bytes[MODEL_MAX_KV_GROUPS]; /* one block of each KV group, its layers only */
+    int64_t block_bytes;                      /* their sum: one block index on this rank */
+    int64_t mem_available;                    /* its host's MemAvailable, bytes (-1: unknown) */
+    uint64_t host;                            /* equal for ranks sharing one host's memory */
+} pp_rank_mem;
+
+/* The KV blocks (one block index: a block of every group) each rank's memory
+ * holds, into fit[r], by the rule one process uses: kv_memory > 0 gives each
+ * rank a pool of at most kv_memory bytes; otherwise a rank's pool takes at
+ * most fraction x its host's MemAvailable, the ranks on one host sharing it in
+ * proportion to their bytes per block (with one rank per host, fraction x
+ * MemAvailable / its bytes per block). Returns the least over the ranks, the
+ * pool every rank can hold (-1: a rank's MemAvailable is unknown). */
+int64_t pp_kv_blocks_fit(const pp_rank_mem *ranks, int n_ranks, int64_t kv_memory, double fraction,
+                         int64_t *fit);
+
 typedef struct pp_config {
     double timeout_s; /* longest wait for any message of a step (default 60) */
     int micro;        /* micro-batches per step, at most (<= 0: the number of ranks while no
@@ -90,5 +108,11 @@ void pp_stage_stats(const pp_stage *p, pp_stats *out);
  * share), as that rank reported when its pools were made; false before the
  * first step. */
 bool pp_stage_kv_block_bytes(const pp_stage *p, int rank, int64_t *per_group, int *n_groups);
+/* Rank 0, before any step: asks every rank (itself too) what one KV block of
+ * each group takes on its layers with these settings (block_size, dtype,
+ * split_v, dtype_v of groups[g]; each rank's own shape for the rest), and its
+ * host's MemAvailable now, into out[0 .. pp_job_size()). */
+bool pp_stage_kv_probe(pp_stage *p, const kv_pool_config *groups, int n_groups, pp_rank_mem *out,
+                       kvl_error *err);
 
 #endif

@@ -3,7 +3,7 @@
  *               (requests with deadlines, buffers, failure, fault injection)
  *   pp_rank0.c  rank 0: steps sent down the pipeline, the forward hooks, pings
  *   pp_worker.c ranks > 0: receiving steps, running their layers, answering
- *   pp_split.c  the layer split (no MPI)
+ *   pp_split.c  the layer split and the KV sizing rule (no MPI)
  *
  * Messages (MPI_COMM_WORLD, point to point):
  *   rank 0 -> every rank, TAG_CTRL: a step descriptor (int32s: op, step, then
@@ -12,7 +12,10 @@
  *   last -> rank 0, TAG_LOGITS: one micro-batch's wanted logits, rows x n_vocab floats;
  *   rank r -> rank 0, TAG_ACK: rank r finished the step (so a silent rank can be named);
  *   rank r -> rank 0, TAG_POOLS: its bytes per KV block of each group, once its
- *     pools are made (OP_POOLS).
+ *     pools are made (OP_POOLS);
+ *   rank r -> rank 0, TAG_PROBE: its bytes per KV block of each group for
+ *     proposed pool settings, its host's MemAvailable and a host id (OP_PROBE,
+ *     before rank 0 sizes the pools).
  * No call blocks: every wait polls MPI_Test / MPI_Iprobe against a deadline,
  * and Open MPI's blocking calls would spin on a core the other ranks need.
  * Only built with MPI (KVLLM_HAVE_MPI). */
@@ -25,11 +28,13 @@
 #include "kv.h"
 #include "pp.h"
 
-enum { TAG_CTRL = 1, TAG_HIDDEN, TAG_LOGITS, TAG_ACK, TAG_POOLS };
-enum { OP_FORWARD = 1, OP_POOLS, OP_STOP, OP_PING };
+enum { TAG_CTRL = 1, TAG_HIDDEN, TAG_LOGITS, TAG_ACK, TAG_POOLS, TAG_PROBE };
+enum { OP_FORWARD = 1, OP_POOLS, OP_STOP, OP_PING, OP_PROBE };
 enum { HDR = 6 }; /* op, step, n_tokens, n_seqs, n_groups, n_micro */
-/* OP_POOLS: per group after HDR, block_size, dtype, split_v, dtype_v, n_blocks. */
-enum { POOL_INTS = 5 };
+/* OP_POOLS: per group after HDR, block_size, dtype, split_v, dtype_v, n_blocks;
+ * OP_PROBE: the same without n_blocks. The answer to OP_PROBE: int64s, the
+ * bytes of one block of each group, MemAvailable (-1: unknown), host id. */
+enum { POOL_INTS = 5, PROBE_INTS = 4 };
 
 /* Requests not yet complete, each with the rank whose answer it waits for (so
  * a silent rank can be named). */
@@ -115,6 +120,9 @@ bool pp_fail(pp_stage *p, kvl_error *err, const char *msg);
 bool pp_wait_reqs(pp_stage *p, pp_reqs *q, int64_t step, kvl_error *err);
 /* KVLLM_PP_FAULT: exits or hangs when this rank reaches the step. */
 void pp_maybe_fault(pp_stage *p);
+/* This rank's answer to OP_PROBE for the groups' settings o (PROBE_INTS
+ * each): n_groups + 2 int64s into ans. */
+bool pp_probe_self(const model *m, const int32_t *o, int n_groups, int64_t *ans, kvl_error *err);
 
 /* pp_rank0.c: rank 0's side of pp_stage_create / pp_stage_destroy. */
 bool pp_rank0_open(pp_stage *p, kvl_error *err);

@@ -300,4 +300,64 @@ void pp_rank0_close(pp_stage *p) {
     if (p->failed && err.msg[0]) fprintf(stderr, "kvllm: %s\n", err.msg);
 }
 
+/* OP_PROBE: the settings to every rank, each rank's answer (rank 0's own too). */
+static bool probe_ranks(pp_stage *p, const kv_pool_config *groups, int G, pp_rank_mem *out,
+                        kvl_error *err) {
+    if (G < 1 || G > MODEL_MAX_KV_GROUPS || G != model_kv_n_groups(p->m))
+        return kvl_fail(err, "pipeline: %d KV groups to probe, the model has %d", G,
+                        model_kv_n_groups(p->m));
+    if (p->failed) return kvl_fail(err, "%.500s", p->fail_msg);
+    if (p->n_fl > 0) return pp_fail(p, err, "pipeline: a KV probe while steps are in flight");
+    pp_flight *f = next_flight(p);
+    if (!pp_grow((void **)&f->ctrl, &f->ctrl_cap, HDR + PROBE_INTS * G, sizeof(int32_t)))
+        return pp_fail(p, err, "pipeline: out of memory");
+    int32_t *c = f->ctrl;
+    memset(c, 0, HDR * sizeof *c);
+    c[0] = OP_PROBE;
+    c[1] = (int32_t)p->step;
+    c[4] = G;
+    for (int g = 0; g < G; g++) {
+        int32_t *o = c + HDR + PROBE_INTS * g;
+        o[0] = groups[g].block_size;
+        o[1] = groups[g].dtype;
+        o[2] = groups[g].split_v;
+        o[3] = groups[g].dtype_v;
+    }
+    int64_t ans[PP_MAX_RANKS][MODEL_MAX_KV_GROUPS + 2];
+    if (!pp_probe_self(p->m, c + HDR, G, ans[0], err)) return false;
+    if (!send_ctrl(p, f, HDR + PROBE_INTS * G, err)) return false;
+    for (int r = 1; r < p->size; r++) {
+        MPI_Request rq;
+        if (MPI_Irecv(ans[r], G + 2, MPI_INT64_T, r, TAG_PROBE, MPI_COMM_WORLD, &rq) !=
+                MPI_SUCCESS ||
+            !pp_add_req(&f->q, r, rq))
+            return pp_fail(p, err, "pipeline: cannot post a receive");
+    }
+    if (!pp_wait_reqs(p, &f->q, p->step, err)) return false;
+    for (int r = 0; r < p->size; r++) {
+        memset(&out[r], 0, sizeof out[r]);
+        for (int g = 0; g < G; g++) {
+            if (ans[r][g] < 0) /* the worker could not make the pool */
+                return kvl_fail(err, "pipeline: rank %d cannot make a KV pool of these settings",
+                                r);
+            out[r].group_bytes[g] = ans[r][g];
+            out[r].block_bytes += ans[r][g];
+        }
+        out[r].mem_available = ans[r][G];
+        out[r].host = (uint64_t)ans[r][G + 1];
+    }
+    return true;
+}
+
+bool pp_stage_kv_probe(pp_stage *p, const kv_pool_config *groups, int n_groups, pp_rank_mem *out,
+                       kvl_error *err) {
+    if (p->rank != 0) return kvl_fail(err, "pipeline: only rank 0 probes the ranks");
+    pthread_mutex_lock(&p->lock);
+    p->in_call = true;
+    bool ok = probe_ranks(p, groups, n_groups, out, err);
+    p->in_call = false;
+    pthread_mutex_unlock(&p->lock);
+    return ok;
+}
+
 #endif

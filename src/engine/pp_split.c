@@ -1,5 +1,5 @@
-/* pp_split: the pipeline's layer split (pp.h), plain arithmetic over the
- * file's tensors: no MPI. */
+/* pp_split: the pipeline's layer split and its KV sizing rule (pp.h), plain
+ * arithmetic over the file's tensors and the ranks' answers: no MPI. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -123,4 +123,29 @@ bool pp_split_bytes(const gguf_file *f, int n_ranks, const char *spec, int *firs
 bool pp_split(const gguf_file *f, int n_ranks, const char *spec, int *first, int *end,
               kvl_error *err) {
     return pp_split_bytes(f, n_ranks, spec, first, end, NULL, err);
+}
+
+int64_t pp_kv_blocks_fit(const pp_rank_mem *ranks, int n_ranks, int64_t kv_memory, double fraction,
+                         int64_t *fit) {
+    int64_t least = INT64_MAX;
+    for (int r = 0; r < n_ranks; r++) {
+        const pp_rank_mem *m = &ranks[r];
+        int64_t budget = kv_memory, per_block = m->block_bytes;
+        if (kv_memory <= 0) {
+            if (m->mem_available < 0) {
+                fit[r] = -1;
+                least = -1;
+                continue;
+            }
+            /* the ranks on this host share its memory: a block index takes
+             * their bytes together */
+            per_block = 0;
+            for (int s = 0; s < n_ranks; s++)
+                if (ranks[s].host == m->host) per_block += ranks[s].block_bytes;
+            budget = (int64_t)(fraction * (double)m->mem_available);
+        }
+        fit[r] = per_block > 0 ? budget / per_block : INT64_MAX;
+        if (least >= 0 && fit[r] < least) least = fit[r];
+    }
+    return least;
 }

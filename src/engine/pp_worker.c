@@ -1,8 +1,8 @@
 /* pp_worker: the side of ranks > 0 (pp.h, messages in pp_internal.h). A
  * worker waits for rank 0's messages: a step runs its layers on the hidden
  * states from the rank before, micro-batch by micro-batch, and sends them on
- * (the last rank: the wanted logits to rank 0); OP_POOLS makes its pools;
- * OP_STOP ends pp_worker_run. */
+ * (the last rank: the wanted logits to rank 0); OP_POOLS makes its pools,
+ * OP_PROBE measures them; OP_STOP ends pp_worker_run. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +34,27 @@ static bool worker_pools(pp_stage *p, const int32_t *c, int64_t len, kvl_error *
     }
     /* a few bytes: sent at once (eagerly) */
     if (MPI_Send(p->block_bytes[0], G, MPI_INT64_T, 0, TAG_POOLS, MPI_COMM_WORLD) != MPI_SUCCESS)
+        return kvl_fail(err, "pipeline: rank %d: cannot answer rank 0", p->rank);
+    return true;
+}
+
+/* OP_PROBE: the bytes of one block of each group with rank 0's settings on
+ * this rank's layers, and this host's memory (-1 bytes for a group: this
+ * rank cannot make such a pool; rank 0 says so). */
+static bool worker_probe(pp_stage *p, const int32_t *c, int64_t len, kvl_error *err) {
+    const int G = c[4];
+    if (G < 1 || G > MODEL_MAX_KV_GROUPS || G != model_kv_n_groups(p->m) ||
+        len != HDR + PROBE_INTS * G)
+        return kvl_fail(err, "pipeline: rank 0 has %d KV groups, this rank %d", G,
+                        model_kv_n_groups(p->m));
+    int64_t ans[MODEL_MAX_KV_GROUPS + 2];
+    kvl_error perr = {{0}};
+    if (!pp_probe_self(p->m, c + HDR, G, ans, &perr)) {
+        fprintf(stderr, "kvllm: rank %d: %s\n", p->rank, perr.msg);
+        for (int g = 0; g < G; g++) ans[g] = -1;
+    }
+    /* a few bytes: sent at once (eagerly) */
+    if (MPI_Send(ans, G + 2, MPI_INT64_T, 0, TAG_PROBE, MPI_COMM_WORLD) != MPI_SUCCESS)
         return kvl_fail(err, "pipeline: rank %d: cannot answer rank 0", p->rank);
     return true;
 }
@@ -173,6 +194,8 @@ bool pp_worker_run(pp_stage *p, kvl_error *err) {
         p->step = c[1];
         if (c[0] == OP_POOLS) {
             if (!worker_pools(p, c, count, err)) return false;
+        } else if (c[0] == OP_PROBE) {
+            if (!worker_probe(p, c, count, err)) return false;
         } else if (c[0] == OP_FORWARD) {
             pp_maybe_fault(p);
             if (!worker_forward(p, c, count, err)) return false;
