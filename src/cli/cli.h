@@ -84,6 +84,16 @@ int cli_pp_rank(void);
 int cli_step_groups(const cli_opts *o);
 /* --pp, rank 0: the request's KV blocks in bytes on each rank (stderr). */
 void cli_pp_report_kv(const cli_model *cm, const engine_req_stats *s);
+/* serve --pp, rank 0, before the engine: asks every rank what one KV block
+ * of ec's pool settings takes on its layers and what memory it has. With
+ * size_pool, sets ec->n_blocks to the least that fits any rank (pp.h's
+ * pp_kv_blocks_fit: kv_memory > 0 per rank, else fraction of each host's
+ * MemAvailable; at most ec->max_seqs full-context sequences then), printing
+ * each rank's figures. rank_bytes[r * MODEL_MAX_KV_GROUPS + g]: rank r's bytes
+ * per block of group g; *n_ranks the ranks. False (message printed) when a
+ * rank cannot hold one sequence or the ranks do not answer. */
+bool cli_pp_kv_size(const cli_model *cm, engine_config *ec, bool size_pool, int64_t kv_memory,
+                    double fraction, int64_t *rank_bytes, int *n_ranks);
 const gguf_file *cli_gguf(const cli_model *cm);
 
 /* A file's bytes, NUL-terminated (caller frees); "-" reads stdin to its end. */

@@ -12,7 +12,8 @@
 #include "cli.h"
 
 static int g_pp_rank = -1;
-static pp_stage *g_open_stage; /* rank 0's, until cli_pp_detach */
+static int g_first[PP_MAX_RANKS], g_end[PP_MAX_RANKS]; /* the layer split */
+static pp_stage *g_open_stage;                         /* rank 0's, until cli_pp_detach */
 
 /* Leaving without cli_unload (an error return after loading): the other
  * ranks still wait for steps, so they are told the pipeline is closed. */
@@ -66,6 +67,8 @@ bool cli_pp_prepare(const cli_opts *o, const gguf_file *f, model_params *mp) {
             fprintf(stderr, "%s %d-%d", r ? "," : "", first[r], end[r] - 1);
         fprintf(stderr, "\n");
     }
+    memcpy(g_first, first, sizeof first);
+    memcpy(g_end, end, sizeof end);
     mp->layer_first = first[rank];
     mp->layer_end = end[rank];
     return true;
@@ -121,6 +124,83 @@ void cli_pp_report_kv(const cli_model *cm, const engine_req_stats *s) {
         all += bytes;
     }
     fprintf(stderr, "; all ranks %lld bytes\n", (long long)all);
+}
+
+bool cli_pp_kv_size(const cli_model *cm, engine_config *ec, bool size_pool, int64_t kv_memory,
+                    double fraction, int64_t *rank_bytes, int *n_ranks) {
+    const int G = model_kv_n_groups(cm->m), R = pp_job_size();
+    kv_pool_config groups[MODEL_MAX_KV_GROUPS];
+    for (int g = 0; g < G; g++) {
+        model_kv_group_shape(cm->m, g, &groups[g], NULL);
+        groups[g].block_size = ec->block_size;
+        groups[g].dtype = ec->kv_dtype;
+        groups[g].split_v = ec->kv_dtype_v >= 0;
+        groups[g].dtype_v = ec->kv_dtype_v;
+    }
+    pp_rank_mem ranks[PP_MAX_RANKS];
+    int64_t fit[PP_MAX_RANKS];
+    kvl_error err = {{0}};
+    if (!pp_stage_kv_probe(cm->pp, groups, G, ranks, &err)) {
+        fprintf(stderr, "kvllm serve: %s\n", err.msg);
+        return false;
+    }
+    *n_ranks = R;
+    for (int r = 0; r < R; r++)
+        for (int g = 0; g < MODEL_MAX_KV_GROUPS; g++)
+            rank_bytes[r * MODEL_MAX_KV_GROUPS + g] = g < G ? ranks[r].group_bytes[g] : 0;
+    if (!size_pool) return true;
+    const int64_t least = pp_kv_blocks_fit(ranks, R, kv_memory, fraction, fit);
+    const int64_t per_seq = (ec->n_ctx + ec->block_size - 1) / ec->block_size;
+    const int64_t want = per_seq * ec->max_seqs;
+    int binding = 0;
+    for (int r = 0; r < R; r++) {
+        if (fit[r] >= 0 && fit[r] < fit[binding]) binding = r;
+        int64_t host = 0; /* bytes per block of the ranks on this rank's host */
+        for (int s = 0; s < R; s++)
+            if (ranks[s].host == ranks[r].host) host += ranks[s].block_bytes;
+        char budget[160];
+        if (kv_memory > 0)
+            snprintf(budget, sizeof budget, "--kv-memory %lld bytes", (long long)kv_memory);
+        else if (ranks[r].mem_available < 0)
+            snprintf(budget, sizeof budget, "MemAvailable unknown");
+        else
+            snprintf(budget, sizeof budget,
+                     "%g x MemAvailable %.1f MiB for %lld bytes per block on its host", fraction,
+                     (double)ranks[r].mem_available / 1048576.0, (long long)host);
+        fprintf(stderr,
+                "kvllm serve: rank %d (layers %d-%d): %lld bytes per KV block; %s -> %lld "
+                "blocks fit\n",
+                r, g_first[r], g_end[r] - 1, (long long)ranks[r].block_bytes, budget,
+                (long long)fit[r]);
+    }
+    int64_t n = least;
+    if (least < 0) { /* as one process: sized for max_seqs sequences */
+        fprintf(stderr,
+                "kvllm serve: a rank cannot read MemAvailable: KV pool sized for %d "
+                "full-context sequences\n",
+                ec->max_seqs);
+        n = want;
+    } else if (kv_memory > 0 ? least < 1 : least < per_seq) {
+        fprintf(stderr,
+                "kvllm serve: rank %d holds %lld KV blocks, less than %s (%lld); lower -c, use "
+                "--kv-type q8_0, move layers off it with --pp-layers, or set --kv-memory / "
+                "--kv-blocks\n",
+                binding, (long long)least, kv_memory > 0 ? "one block" : "one sequence needs",
+                (long long)(kv_memory > 0 ? 1 : per_seq));
+        return false;
+    } else if (kv_memory <= 0 && n > want) {
+        n = want;
+    }
+    if (least >= 0 && n == least)
+        fprintf(stderr, "kvllm serve: KV pool %lld blocks on every rank: the least, rank %d's\n",
+                (long long)n, binding);
+    else if (least >= 0)
+        fprintf(stderr,
+                "kvllm serve: KV pool %lld blocks on every rank: capped at --max-seqs "
+                "full-context sequences\n",
+                (long long)n);
+    ec->n_blocks = n;
+    return true;
 }
 
 void cli_pp_detach(cli_model *cm) {

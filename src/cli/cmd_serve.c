@@ -21,6 +21,7 @@ typedef struct serve_opts {
     kv_disk_config disk;
     engine_sched scheduling;
     int64_t prefix_admission_wait;
+    int64_t kv_rank_bytes[PP_MAX_RANKS * MODEL_MAX_KV_GROUPS]; /* --pp: server_config's */
 } serve_opts;
 
 static void serve_usage(FILE *out) {
@@ -57,6 +58,11 @@ static void serve_usage(FILE *out) {
         "                           MemAvailable, measured once the weights are loaded (default "
         "0.5),\n"
         "                           and never more than --max-seqs full-context sequences need\n"
+        "                           (--pp: per rank, each rank's layers' share of a block; the "
+        "ranks\n"
+        "                           on one host share its MemAvailable; the pool is the least "
+        "any\n"
+        "                           rank holds)\n"
         "  --cors ORIGIN            CORS: Access-Control-Allow-Origin ORIGIN (or *) on every "
         "response,\n"
         "                           OPTIONS preflights answered (default: off)\n"
@@ -267,8 +273,9 @@ static int64_t draft_mapped_bytes(const model *draft) {
     return mapped > 0 ? mapped : 0;
 }
 
-static bool engine_settings(const cli_opts *o, serve_opts *so, model *m, model *draft,
+static bool engine_settings(const cli_opts *o, serve_opts *so, const cli_model *cm,
                             engine_config *ec) {
+    model *m = cm->m, *draft = cm->draft;
     engine_config_default(ec);
     const model_hparams *hp = model_hp(m);
     ec->n_ctx = o->n_ctx > 0 ? o->n_ctx : cli_default_ctx(hp);
@@ -320,7 +327,18 @@ static bool engine_settings(const cli_opts *o, serve_opts *so, model *m, model *
         so->disk.max_pinned_bytes = pin;
         ec->kv_disk = &so->disk;
     }
-    if (so->kv_memory) {
+    if (cm->pp) {
+        /* --pp: every rank's share of a block and its own memory decide (cli_pp.c) */
+        int64_t bytes = 0;
+        if (so->kv_memory && (!parse_size(so->kv_memory, &bytes) || bytes <= 0)) {
+            fprintf(stderr, "kvllm: --kv-memory: '%s' is not a size (e.g. 2GiB)\n", so->kv_memory);
+            return false;
+        }
+        if (!cli_pp_kv_size(cm, ec, so->kv_memory || ec->n_blocks <= 0, bytes,
+                            so->kv_memory_fraction, so->kv_rank_bytes, &so->sc.kv_ranks))
+            return false;
+        so->sc.kv_rank_block_bytes = so->kv_rank_bytes;
+    } else if (so->kv_memory) {
         int64_t bytes;
         size_t bb = block_bytes(m, draft, ec);
         if (!parse_size(so->kv_memory, &bytes) || bb == 0) {
@@ -348,7 +366,7 @@ static bool engine_settings(const cli_opts *o, serve_opts *so, model *m, model *
     return true;
 }
 
-static void log_pool(engine *e) {
+static void log_pool(engine *e, const serve_opts *so) {
     const engine_config *ec = engine_cfg(e);
     size_t bb = 0;
     for (int g = 0; g < engine_kv_n_groups(e); g++)
@@ -366,6 +384,15 @@ static void log_pool(engine *e) {
         engine_kv_n_groups(e) > 1 ? ", all KV groups" : "", (long long)(ec->n_blocks / per_seq),
         (long long)ec->n_ctx, ec->max_seqs, (long long)ec->max_batch_tokens,
         engine_prefix_cache_enabled(e) ? "on" : "off");
+    if (so->sc.kv_ranks > 0) { /* the figures above are rank 0's share */
+        int64_t all = 0;
+        for (int i = 0; i < so->sc.kv_ranks * MODEL_MAX_KV_GROUPS; i++) all += so->kv_rank_bytes[i];
+        fprintf(stderr,
+                "kvllm serve: KV pools of all %d ranks: %lld bytes per block (%.1f MiB); rank 0's "
+                "share above\n",
+                so->sc.kv_ranks, (long long)all,
+                (double)all * (double)ec->n_blocks / (1024.0 * 1024.0));
+    }
     if (engine_kv_disk(e)) {
         kv_disk_stats st = kv_disk_get_stats(engine_kv_disk(e));
         fprintf(stderr,
@@ -434,14 +461,14 @@ int cmd_serve(int argc, char **argv) {
     char *tmpl = NULL, id[256];
     engine_config ec;
     engine *e = NULL;
-    if (!engine_settings(&o, &so, cm.m, cm.draft, &ec)) goto out;
+    if (!engine_settings(&o, &so, &cm, &ec)) goto out;
     kvl_error err = {{0}};
     e = engine_create(cm.m, cm.vocab, &ec, &err);
     if (!e) {
         fprintf(stderr, "kvllm: %s\n", err.msg);
         goto out;
     }
-    log_pool(e);
+    log_pool(e, &so);
     default_model_id(o.model_path ? o.model_path : "models/stories260K.gguf", id, sizeof id);
     if (!so.sc.model_id) so.sc.model_id = id;
     if (so.sc.chat_template_file) {

@@ -232,11 +232,15 @@ engine_metrics engine_get_metrics(const engine *e) {
     engine_metrics m = e->metrics;
     m.n_running = e->n_running;
     m.kv_blocks_total = m.kv_blocks_free = m.kv_blocks_used = m.kv_blocks_cached = 0;
+    m.n_kv_groups = e->n_groups;
     for (int g = 0; g < e->n_groups; g++) {
-        m.kv_blocks_total += kv_pool_cfg(e->kv[g])->n_blocks;
+        m.kv_group_blocks[g] = kv_pool_cfg(e->kv[g])->n_blocks;
+        m.kv_group_used[g] = kv_pool_n_used(e->kv[g]);
+        m.kv_group_cached[g] = kv_pool_n_cached(e->kv[g]);
+        m.kv_blocks_total += m.kv_group_blocks[g];
         m.kv_blocks_free += kv_pool_n_free(e->kv[g]);
-        m.kv_blocks_used += kv_pool_n_used(e->kv[g]);
-        m.kv_blocks_cached += kv_pool_n_cached(e->kv[g]);
+        m.kv_blocks_used += m.kv_group_used[g];
+        m.kv_blocks_cached += m.kv_group_cached[g];
     }
     m.n_waiting = 0;
     for (seq *s = e->waiting; s; s = s->next) m.n_waiting++;

@@ -216,6 +216,10 @@ typedef struct engine_metrics {
     int64_t prompt_tokens, generation_tokens;
     int64_t prefix_cache_queries, prefix_cache_hits; /* tokens looked up / found */
     int64_t kv_blocks_total, kv_blocks_used, kv_blocks_cached, kv_blocks_free;
+    /* the same for each KV group (its own pool of blocks) */
+    int n_kv_groups;
+    int64_t kv_group_blocks[MODEL_MAX_KV_GROUPS], kv_group_used[MODEL_MAX_KV_GROUPS],
+        kv_group_cached[MODEL_MAX_KV_GROUPS];
     int64_t steps;
     /* speculative decoding: verifications with drafts, tokens drafted, drafts
      * accepted (acceptance rate = accepted / drafted) */

@@ -35,6 +35,12 @@ typedef struct server_config {
     double request_timeout_s;   /* to receive a whole request, headers and body (default 30) */
     double shutdown_timeout_s;  /* SIGTERM: in-flight requests may finish this long (default 30) */
     int http_threads;           /* libmicrohttpd worker threads (default 4) */
+    /* A pipeline (--pp): each rank's bytes per KV block of each group,
+     * kv_rank_block_bytes[r * MODEL_MAX_KV_GROUPS + g] for r < kv_ranks
+     * (copied at start). 0 ranks: one process, the engine's pools. /metrics
+     * reports the KV bytes of every rank and of the job from them. */
+    int kv_ranks;
+    const int64_t *kv_rank_block_bytes;
 } server_config;
 
 void server_config_default(server_config *c);

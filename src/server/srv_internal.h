@@ -17,6 +17,7 @@
 #include "server.h"
 #include "chat_template.h"
 #include "kvl_buf.h"
+#include "pp.h"
 #include "srv_tools.h"
 
 #define SRV_MAX_N    16              /* choices per request */
@@ -200,9 +201,15 @@ typedef struct srv_metrics {
     histo ttft, tpot, itl, e2e;
     histo queue, prefill, decode; /* request phases: waiting, until the first token, after it */
     uint64_t success[3];          /* finished requests: stop, length, abort */
+    /* each rank's bytes per KV block of each group (one process: rank 0's are
+     * the engine's); fixed from the start */
+    int kv_ranks, kv_groups;
+    int64_t kv_rank_bytes[PP_MAX_RANKS][MODEL_MAX_KV_GROUPS];
 } srv_metrics;
 
 void metrics_init(srv_metrics *m);
+/* The KV bytes per block of each rank: cfg's (--pp), else the engine's pools. */
+void metrics_set_kv_ranks(srv_metrics *m, const server_config *cfg, engine *e);
 void metrics_destroy(srv_metrics *m);
 void histo_observe(histo *h, double v); /* caller holds m->mu */
 /* Prometheus text exposition (format 0.0.4). */

@@ -1,5 +1,6 @@
 /* /metrics: vLLM's metric names under the kvllm: prefix, in the Prometheus
  * text format. Histogram buckets are vLLM's, so dashboards carry over. */
+#include <stdio.h>
 #include <string.h>
 
 #include "srv_internal.h"
@@ -45,6 +46,20 @@ void metrics_init(srv_metrics *m) {
 }
 
 void metrics_destroy(srv_metrics *m) { pthread_mutex_destroy(&m->mu); }
+
+void metrics_set_kv_ranks(srv_metrics *m, const server_config *cfg, engine *e) {
+    m->kv_groups = engine_kv_n_groups(e);
+    if (cfg->kv_ranks > 0 && cfg->kv_rank_block_bytes) {
+        m->kv_ranks = cfg->kv_ranks < PP_MAX_RANKS ? cfg->kv_ranks : PP_MAX_RANKS;
+        for (int r = 0; r < m->kv_ranks; r++)
+            for (int g = 0; g < MODEL_MAX_KV_GROUPS; g++)
+                m->kv_rank_bytes[r][g] = cfg->kv_rank_block_bytes[r * MODEL_MAX_KV_GROUPS + g];
+        return;
+    }
+    m->kv_ranks = 1;
+    for (int g = 0; g < m->kv_groups; g++)
+        m->kv_rank_bytes[0][g] = (int64_t)kv_pool_block_bytes(engine_kv_group(e, g));
+}
 
 void histo_observe(histo *h, double v) {
     if (v < 0) v = 0;
@@ -127,6 +142,48 @@ static void put_rows(kvl_buf *o, const char *label, const metric_row *rows, int 
     }
 }
 
+/* KV bytes: every rank holds its layers' share of each block (the block
+ * counts are the same on all), so the job's bytes are the ranks' sum. The
+ * job's figures are gauges of their own, each rank's a family with a rank
+ * label, so that neither sum counts anything twice. */
+static void put_kv_bytes(kvl_buf *o, const char *label, const srv_metrics *m,
+                         const engine_metrics *e) {
+    static const struct {
+        const char *job, *rank, *help;
+    } NAMES[4] = {
+        {"kv_cache_bytes", "kv_cache_rank_bytes", "Bytes of the KV pools (every block)"},
+        {"kv_cache_used_bytes", "kv_cache_rank_used_bytes", "Bytes of KV blocks held by sequences"},
+        {"kv_cache_cached_bytes", "kv_cache_rank_cached_bytes",
+         "Bytes of KV blocks kept for the prefix cache only"},
+        {"kv_block_bytes", "kv_block_rank_bytes", "Bytes of one KV block (of every group)"},
+    };
+    const int G = e->n_kv_groups < m->kv_groups ? e->n_kv_groups : m->kv_groups;
+    double v[PP_MAX_RANKS][4], job[4] = {0};
+    for (int r = 0; r < m->kv_ranks; r++) {
+        for (int k = 0; k < 4; k++) v[r][k] = 0;
+        for (int g = 0; g < G; g++) {
+            const double bb = (double)m->kv_rank_bytes[r][g];
+            v[r][0] += bb * (double)e->kv_group_blocks[g];
+            v[r][1] += bb * (double)e->kv_group_used[g];
+            v[r][2] += bb * (double)e->kv_group_cached[g];
+            v[r][3] += bb;
+        }
+        for (int k = 0; k < 4; k++) job[k] += v[r][k];
+    }
+    char help[160];
+    for (int k = 0; k < 4; k++) {
+        snprintf(help, sizeof help, "%s, all pipeline ranks together.", NAMES[k].help);
+        put_gauge(o, label, NAMES[k].job, help, job[k]);
+    }
+    for (int k = 0; k < 4; k++) {
+        snprintf(help, sizeof help, "%s, on each pipeline rank (its layers' share).",
+                 NAMES[k].help);
+        put_header(o, NAMES[k].rank, "", "gauge", help);
+        for (int r = 0; r < m->kv_ranks; r++)
+            kvl_buf_printf(o, "kvllm:%s{%s,rank=\"%d\"} %.17g\n", NAMES[k].rank, label, r, v[r][k]);
+    }
+}
+
 void metrics_render(srv_metrics *m, const char *model_name, kvl_buf *o) {
     char label[320];
     model_label(model_name, label, sizeof label);
@@ -186,6 +243,7 @@ void metrics_render(srv_metrics *m, const char *model_name, kvl_buf *o) {
          (double)e->spec_accepted_tokens},
     };
     put_rows(o, label, rows, NB(rows));
+    put_kv_bytes(o, label, m, e);
     put_header(o, "request_success", "_total", "counter",
                "Count of finished requests, by finish reason.");
     static const char *reasons[3] = {"stop", "length", "abort"};

@@ -130,6 +130,7 @@ static srv *srv_new(engine *e, const tok_vocab *vocab, const server_config *cfg)
     pthread_cond_init(&s->task_cv, NULL);
     pthread_mutex_init(&s->conns_mu, NULL);
     metrics_init(&s->metrics);
+    metrics_set_kv_ranks(&s->metrics, cfg, e);
     setup_chat(s);
     return s;
 }

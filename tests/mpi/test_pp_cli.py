@@ -210,5 +210,94 @@ except subprocess.TimeoutExpired:
 check(st is not None and st >= 500 and rc not in (0, None) and "rank 1 sent nothing" in err,
       f"serve --pp 2, rank 1 silent: the request fails ({st}), the job ends ({rc})\n{err[-500:]}")
 
+
+# /metrics under --pp: the job's KV bytes (the ranks' sum) are one process's for the same blocks,
+# and each rank reports its layers' share (stories260K's 5 layers are alike: 1/5 and 4/5 here)
+
+
+def get_metrics(port, deadline):
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as r:
+                text = r.read().decode()
+            out = {}
+            for m in re.finditer(r'^kvllm:(\w+)\{[^}]*?(?:rank="(\d+)")?\} (\S+)$', text, re.M):
+                out[(m.group(1), None if m.group(2) is None else int(m.group(2)))] = float(m.group(3))
+            return out, text
+        except (ConnectionError, urllib.error.URLError):
+            if time.time() > deadline:
+                return {}, ""
+            time.sleep(0.2)
+
+
+def settled_metrics(port):
+    """/metrics once the engine thread has published the finished request's step (its blocks
+    back in the pool: none used, some cached), or after 10 s."""
+    deadline = time.time() + 10
+    while True:
+        m, _ = get_metrics(port, deadline)
+        if (m.get(("kv_blocks_used", None)) == 0 and m.get(("kv_blocks_cached", None), 0) > 0) \
+                or time.time() > deadline:
+            return m
+        time.sleep(0.1)
+
+
+def stop(proc):
+    proc.terminate()
+    try:
+        return proc.communicate(timeout=60)[1]
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return "hung on SIGTERM"
+
+
+S260 = ["serve", "-m", "models/stories260K.gguf", "-t", "1"]
+PP2 = [MPIRUN, "--oversubscribe", "-np", "2", KV]
+UNEVEN = ["--pp", "2", "--pp-layers", "0-0,1-4"]
+one, port = serve([KV] + S260 + ["--kv-blocks", "64"])
+m1, _ = get_metrics(port, time.time() + 30)
+complete(port, time.time() + 30)
+m1b = settled_metrics(port)
+stop(one)
+pp, port = serve(PP2 + S260 + ["--kv-blocks", "64"] + UNEVEN)
+m2, text2 = get_metrics(port, time.time() + 60)
+complete(port, time.time() + 60)
+m2b = settled_metrics(port)
+err = stop(pp)
+J, B = m1.get(("kv_cache_bytes", None), -1), m1.get(("kv_block_bytes", None), -1)
+print("/metrics KV bytes, one process:", {k: v for k, v in m1.items() if "bytes" in k[0] and "disk" not in k[0]})
+print("/metrics KV bytes, --pp 2 --pp-layers 0-0,1-4:",
+      {k: v for k, v in m2.items() if "bytes" in k[0] and "disk" not in k[0]})
+check(J > 0 and m1.get(("kv_cache_rank_bytes", 0)) == J and m1.get(("kv_block_rank_bytes", 0)) == B,
+      f"one process: rank 0's KV bytes are the job's ({J})")
+check(m2.get(("kv_cache_bytes", None)) == J and m2.get(("kv_block_bytes", None)) == B,
+      f"serve --pp 2: the job's KV bytes are one process's ({m2.get(('kv_cache_bytes', None))} vs {J})"
+      f"\n{err[-500:]}")
+check(m2.get(("kv_cache_rank_bytes", 0)) == J / 5 and m2.get(("kv_cache_rank_bytes", 1)) == 4 * J / 5
+      and m2.get(("kv_block_rank_bytes", 0)) == B / 5 and m2.get(("kv_block_rank_bytes", 1)) == 4 * B / 5,
+      "serve --pp 2: each rank's KV bytes are its layers' share (1/5, 4/5)")
+check(m2b.get(("kv_cache_cached_bytes", None)) == m1b.get(("kv_cache_cached_bytes", None))
+      and m2b.get(("kv_cache_used_bytes", None)) == m1b.get(("kv_cache_used_bytes", None))
+      and m2b.get(("kv_cache_cached_bytes", None), 0) > 0,
+      f"after one request: cached and used KV bytes as one process's "
+      f"({m2b.get(('kv_cache_cached_bytes', None))}, {m1b.get(('kv_cache_cached_bytes', None))})")
+
+# serve --pp sizes the pool by every rank's own budget: with --kv-memory 40 blocks' bytes (one
+# process's blocks), rank 0 (1 layer) holds 200 blocks, rank 1 (4 layers) 50: the pool is 50
+pp, port = serve(PP2 + S260 + ["--kv-memory", str(int(40 * B))] + UNEVEN)
+m3, _ = get_metrics(port, time.time() + 60)
+err = stop(pp)
+check(m3.get(("kv_blocks_free", None)) == 50 and m3.get(("kv_cache_bytes", None)) == 50 * B
+      and "rank 0 (layers 0-0)" in err and "-> 200 blocks fit" in err and "-> 50 blocks fit" in err
+      and "KV pool 50 blocks on every rank: the least, rank 1's" in err,
+      f"serve --pp 2 --kv-memory: the pool is the least any rank holds (rank 1's 50, not rank 0's "
+      f"200): {m3.get(('kv_blocks_free', None))}\n{err[-900:]}")
+# from memory (each host's MemAvailable, shared by its ranks): one log line per rank, same blocks
+pp, port = serve(PP2 + S260 + UNEVEN + ["--max-seqs", "4"])
+m4, _ = get_metrics(port, time.time() + 60)
+err = stop(pp)
+check(m4.get(("kv_blocks_free", None), 0) > 0 and "x MemAvailable" in err and "rank 1 (layers 1-4)" in err,
+      f"serve --pp 2 from memory: every rank's budget reported\n{err[-900:]}")
+
 print(f"{len(failures)} failures")
 sys.exit(1 if failures else 0)
