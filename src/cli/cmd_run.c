@@ -19,6 +19,7 @@ static const char *finish_name(engine_finish f) {
     case ENGINE_FINISH_STOP: return "stop";
     case ENGINE_FINISH_LENGTH: return "length";
     case ENGINE_FINISH_CANCELLED: return "cancelled";
+    case ENGINE_FINISH_ERROR: return "error";
     default: return "none";
     }
 }

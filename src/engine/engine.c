@@ -354,6 +354,7 @@ static void emit(seq *s, int32_t token, const char *text, size_t len, float logp
                        .top_ids = top_ids,
                        .top_logprobs = top_lp,
                        .finish = finish,
+                       .error = finish == ENGINE_FINISH_ERROR ? s->error : NULL,
                        .stats = finish != ENGINE_FINISH_NONE ? &s->stats : NULL};
     s->req.on_event(&ev, s->req.user);
 }
@@ -447,8 +448,13 @@ void eng_on_token(engine *e, seq *s, int32_t tok, float lp, int n_top, const int
         eng_finish_seq(e, s, ENGINE_FINISH_STOP, -1, 0, 0, NULL, NULL);
         return;
     }
-    if (s->gst &&
-        !grammar_state_accept_token(s->gst, tok)) { /* the mask allowed it: cannot happen */
+    if (s->gst && !grammar_state_accept_token(s->gst, tok)) {
+        if ((s->error = grammar_state_error(s->gst))) { /* over a matching bound */
+            kvl_log(KVL_LOG_WARN, "engine: request %lld: %s", (long long)s->id, s->error);
+            eng_finish_seq(e, s, ENGINE_FINISH_ERROR, -1, 0, 0, NULL, NULL);
+            return;
+        }
+        /* the mask allowed it: cannot happen */
         kvl_log(KVL_LOG_WARN, "engine: request %lld: token %d does not continue its grammar",
                 (long long)s->id, tok);
         eng_finish_seq(e, s, ENGINE_FINISH_STOP, -1, 0, 0, NULL, NULL);

@@ -23,6 +23,8 @@ typedef enum engine_finish {
     ENGINE_FINISH_STOP,      /* end-of-generation token or stop string */
     ENGINE_FINISH_LENGTH,    /* max_tokens or the context limit */
     ENGINE_FINISH_CANCELLED, /* engine_cancel */
+    ENGINE_FINISH_ERROR,     /* the request cannot go on: engine_event.error says why (a
+                                grammar over its matching bounds, grammar.h) */
 } engine_finish;
 
 typedef struct engine_req_stats {
@@ -50,6 +52,7 @@ typedef struct engine_event {
     const int32_t *top_ids; /* n_top alternatives, by descending logit */
     const float *top_logprobs;
     engine_finish finish;          /* != NONE on the request's last event */
+    const char *error;             /* ENGINE_FINISH_ERROR: why (valid during the callback) */
     const engine_req_stats *stats; /* set on the last event */
 } engine_event;
 

@@ -26,6 +26,7 @@ typedef struct seq {
     sampler *smp;
     grammar_state *gst; /* the grammar's position (NULL: unconstrained); it lives
                                 with the sequence, so preemption does not touch it */
+    const char *error;  /* ENGINE_FINISH_ERROR's reason (owned by gst) */
     tok_stream stream;
     char *text; /* generated text not yet released (held for stop strings) */
     size_t text_len, text_cap;

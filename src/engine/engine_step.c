@@ -11,9 +11,17 @@
 
 /* Masks e->logits_tmp to the tokens s's grammar allows. When it allows none
  * (the grammar must end but the vocabulary has no end-of-generation token, or
- * the vocabulary cannot spell what the grammar needs), s finishes here. */
+ * the vocabulary cannot spell what the grammar needs), s finishes here; when
+ * the matcher went over its bounds (grammar.h), s ends with an error. */
 static bool apply_grammar(engine *e, seq *s, int32_t V) {
     int32_t n = grammar_state_mask(s->gst, e->mask, V);
+    if (n < 0) {
+        s->error = grammar_state_error(s->gst);
+        kvl_log(KVL_LOG_WARN, "engine: request %lld: %s", (long long)s->id,
+                s->error ? s->error : "grammar failed");
+        eng_finish_seq(e, s, ENGINE_FINISH_ERROR, -1, 0, 0, NULL, NULL);
+        return false;
+    }
     if (n == 0) {
         if (!grammar_state_must_end(s->gst))
             kvl_log(KVL_LOG_WARN,

@@ -54,12 +54,34 @@ void gbnf_append_literal(kvl_buf *out, const char *s, size_t n);
 
 typedef struct grammar_state grammar_state; /* one sequence's position; not shareable */
 
+/* Work bounds. A position is a set of distinct parse stacks (identical ones
+ * are merged every step). Ambiguous grammars can still make that set grow
+ * exponentially: nested repetitions whose alternatives share a prefix, or
+ * rules like r ::= "a" r "b" | "a" r "c" | "" (2^n stacks after n a's). The
+ * matcher never drops stacks to stay within its bounds (that would silently
+ * refuse valid output): past a bound the state fails, every call on it
+ * answers false / -1, and grammar_state_error says which bound.
+ * grammar_compile already refuses a grammar whose start position is over them;
+ * later positions fail during generation (the engine ends the request with
+ * ENGINE_FINISH_ERROR and that message).
+ *  - GRAMMAR_MAX_STACKS: distinct stacks at one position (after one byte);
+ *  - GRAMMAR_MAX_STEP_WORK: work in one call (accept, allows, or one whole
+ *    mask walk over the vocabulary): every stack expansion tried counts its
+ *    stack's words + 2, every stack built its words + 1 (bench_grammar's
+ *    JSON-schema decode loop over Qwen3's 151,669 tokens, cold caches
+ *    included, peaks near 19 K: the bound leaves a 200x margin);
+ *  - GRAMMAR_MAX_EXPAND_DEPTH: rules entered, nested, without consuming input. */
+#define GRAMMAR_MAX_STACKS       4096
+#define GRAMMAR_MAX_STEP_WORK    (1 << 22)
+#define GRAMMAR_MAX_EXPAND_DEPTH 4096
+
 /* NULL on out of memory. g must outlive the state. */
 grammar_state *grammar_state_new(const grammar *g);
 void grammar_state_free(grammar_state *st);
 /* Advances by the token's text (an end-of-generation token: accepted iff the
  * grammar can end). Returns false, leaving the state as it was, if the token
- * cannot continue a valid output. Needs a grammar compiled with a vocabulary. */
+ * cannot continue a valid output, or when a bound was exceeded (then
+ * grammar_state_error is set). Needs a grammar compiled with a vocabulary. */
 bool grammar_state_accept_token(grammar_state *st, int32_t token);
 /* Advances by raw bytes (may end inside a UTF-8 sequence). */
 bool grammar_state_accept_bytes(grammar_state *st, const char *p, size_t n);
@@ -71,11 +93,21 @@ bool grammar_state_can_end(const grammar_state *st);
 /* Whether nothing but the end can follow. */
 bool grammar_state_must_end(const grammar_state *st);
 /* Sets bit i of allowed (n_vocab bits, cleared first) for every token that may
- * come next; returns how many. Tokens past the tokenizer's vocabulary (a
+ * come next; returns how many, or -1 (none set) when the state failed
+ * (grammar_state_error). Tokens past the tokenizer's vocabulary (a
  * model's padding rows) are never allowed. */
 int32_t grammar_state_mask(grammar_state *st, uint32_t *allowed, int32_t n_vocab);
 
-/* Whether the whole of text[0..n) is a sentence of g (for tests and checks). */
+/* NULL, or why the state failed (a bound above was exceeded, or out of memory);
+ * the text lives as long as the state. */
+const char *grammar_state_error(const grammar_state *st);
+/* Lowers the bounds for this state (tests). */
+void grammar_state_set_limits(grammar_state *st, int32_t max_stacks, int64_t max_work);
+
+/* Whether the whole of text[0..n) is a sentence of g: 1 yes, 0 no, -1 a bound
+ * was exceeded (err says which: the answer is unknown). */
+int grammar_match(const grammar *g, const char *text, size_t n, kvl_error *err);
+/* grammar_match(...) == 1 (for tests and checks). */
 bool grammar_match_text(const grammar *g, const char *text, size_t n);
 
 /* Frees the cached per-vocabulary tables no grammar uses any more (they are

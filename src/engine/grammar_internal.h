@@ -120,6 +120,10 @@ static inline bool gset_covers(const grammar *g, int32_t set, uint32_t lo, uint3
     return false;
 }
 
+/* grammar_match.c: false with err when the start position is already over a
+ * bound of grammar.h (grammar_compile refuses such a grammar). */
+bool grammar_check_start(const grammar *g, kvl_error *err);
+
 /* grammar_vocab.c: the tables of a vocabulary (shared, reference counted). */
 gvocab *gvocab_acquire(const tok_vocab *v, kvl_error *err);
 void gvocab_release(gvocab *gv);

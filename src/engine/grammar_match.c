@@ -14,6 +14,7 @@
 #include "grammar_internal.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,16 +24,16 @@
  * stack: its length and its positions, bottom first], stacks sorted. */
 enum { K_PVAL = 0, K_PREM = 1, K_NST = 2, K_HDR = 3 };
 enum { T_UNKNOWN = -2, T_DEAD = -1 };
-#define P_UNIFORM        0x100 /* in key[K_PREM]: a partial code point whose bits no longer matter */
-#define STATE_SOFT_LIMIT 4096  /* states kept between steps; the cache restarts past it */
-#define MAX_STACK_WORDS  (1 << 24)
+#define P_UNIFORM 0x100 /* in key[K_PREM]: a partial code point whose bits no longer matter */
+enum { T_OVER = -3 };   /* a bound was exceeded: st->fail says which (never cached as refusal) */
+#define STATE_SOFT_LIMIT 4096      /* states kept between steps; the cache restarts past it */
+#define STATE_SOFT_WORDS (1 << 22) /* or when their keys take more words than this (16 MiB) */
 /* expand() recurses once per reference it enters and per rule end it pops: a
  * chain of thousands of nullable items (("a")?{0,9000}) would exhaust the
- * thread's stack. Past this depth the expansion counts as an overflow, like
- * MAX_STACK_WORDS: those stacks are dropped, the grammar allows less, nothing
- * crashes. Each level holds a 64-word buffer: 4096 levels stay near 1.5 MiB. */
-#define MAX_EXPAND_DEPTH 4096
-#define MASK_MEMO        4
+ * thread's stack. Past GRAMMAR_MAX_EXPAND_DEPTH the state fails with an error
+ * (grammar_compile refuses a grammar whose start already does). Each level
+ * holds a 64-word buffer: 4096 levels stay near 1.5 MiB. */
+#define MASK_MEMO 4
 
 typedef struct srec {
     int64_t key_off;
@@ -64,8 +65,14 @@ struct grammar_state {
         uint32_t *bits;
     } memo[MASK_MEMO];
     int memo_next;
-    bool overflow;
-    int32_t depth; /* expand()'s recursion */
+    int overflow; /* this round's bound exceeded (a G_* reason), 0: none */
+    int fail;     /* sticky: a bound was exceeded, the state answers nothing more */
+    char fail_msg[200];
+    int32_t max_stacks; /* the bounds (grammar.h), lowered by tests */
+    int64_t max_work, work;
+    int64_t n_bytes; /* accepted so far */
+    int64_t at_byte; /* the byte being read (1-based), for the error message */
+    int32_t depth;   /* expand()'s recursion */
     /* The (stack, position) pairs expand() has met since scratch_reset, as
      * records [len, stack..., pos] in seen_keys, found through seen_ht (offset
      * + 1; a slot counts only when its seen_gen is this round's). Two epsilon
@@ -79,6 +86,44 @@ struct grammar_state {
     uint32_t *seen_gen, gen;
     uint32_t seen_cap;
 };
+
+enum { G_STACKS = 1, G_WORK, G_DEPTH, G_MEMORY };
+
+/* Records the first bound exceeded (sticky) with its message; returns T_OVER. */
+static int32_t set_fail(grammar_state *st, int why) {
+    if (st->fail) return T_OVER;
+    st->fail = why;
+    switch (why) {
+    case G_STACKS:
+        snprintf(st->fail_msg, sizeof st->fail_msg,
+                 "grammar too ambiguous: more than %d parse stacks at one position "
+                 "(at byte %lld of the output)",
+                 (int)st->max_stacks, (long long)st->at_byte);
+        break;
+    case G_WORK:
+        snprintf(st->fail_msg, sizeof st->fail_msg,
+                 "grammar too ambiguous: matching one step took more than %lld units of work "
+                 "(at byte %lld of the output)",
+                 (long long)st->max_work, (long long)st->at_byte);
+        break;
+    case G_DEPTH:
+        snprintf(st->fail_msg, sizeof st->fail_msg,
+                 "grammar nests more than %d rules that can be entered without consuming input",
+                 GRAMMAR_MAX_EXPAND_DEPTH);
+        break;
+    default:
+        snprintf(st->fail_msg, sizeof st->fail_msg, "out of memory while matching the grammar");
+    }
+    return T_OVER;
+}
+
+/* Charges n units of work to this call; false (and the round fails) past the bound. */
+static bool charge(grammar_state *st, int64_t n) {
+    st->work += n;
+    if (st->work <= st->max_work) return true;
+    if (!st->overflow) st->overflow = G_WORK;
+    return false;
+}
 
 static uint32_t hash_key(const int32_t *k, int32_t n) {
     uint64_t h = 0x9E3779B97F4A7C15ull ^ (uint64_t)n;
@@ -160,16 +205,13 @@ static int32_t intern(grammar_state *st, const int32_t *key, int32_t len) {
 }
 
 static bool out_reserve(grammar_state *st, int64_t n) {
+    if (!charge(st, n)) return false; /* every word of every stack built counts */
     if (st->n_out + n <= st->cap_out) return true;
-    if (st->n_out + n > MAX_STACK_WORDS) {
-        st->overflow = true;
-        return false;
-    }
     int64_t c = st->cap_out ? st->cap_out : 1024;
     while (c < st->n_out + n) c *= 2;
     int32_t *o = realloc(st->out, (size_t)c * sizeof *o);
     if (!o) {
-        st->overflow = true;
+        st->overflow = G_MEMORY;
         return false;
     }
     st->out = o;
@@ -184,7 +226,7 @@ static void emit_stack(grammar_state *st, const int32_t *stk, int32_t len, int32
         int64_t c = st->cap_recs ? st->cap_recs * 2 : 256;
         int64_t *r = realloc(st->recs, (size_t)c * sizeof *r);
         if (!r) {
-            st->overflow = true;
+            st->overflow = G_MEMORY;
             return;
         }
         st->recs = r;
@@ -229,22 +271,20 @@ static bool seen_grow(grammar_state *st) {
 }
 
 /* Whether expand(stk, len, pos) already ran this round; records it if not.
- * Out of memory counts as an overflow, like the stack buffers. */
+ * Each call is charged its key's words; past the bound, or out of memory, the
+ * round fails. */
 static bool seen_before(grammar_state *st, const int32_t *stk, int32_t len, int32_t pos) {
+    if (!charge(st, len + 2)) return true;
     if ((uint64_t)(st->n_seen + 1) * 2 > st->seen_cap && !seen_grow(st)) {
-        st->overflow = true;
+        st->overflow = G_MEMORY;
         return true;
     }
     if (st->n_seen_keys + len + 2 > st->cap_seen_keys) {
-        if (st->n_seen_keys + len + 2 > MAX_STACK_WORDS) {
-            st->overflow = true;
-            return true;
-        }
         int64_t c = st->cap_seen_keys ? st->cap_seen_keys : 1024;
         while (c < st->n_seen_keys + len + 2) c *= 2;
         int32_t *k = realloc(st->seen_keys, (size_t)c * sizeof *k);
         if (!k) {
-            st->overflow = true;
+            st->overflow = G_MEMORY;
             return true;
         }
         st->seen_keys = k;
@@ -270,8 +310,8 @@ static bool seen_before(grammar_state *st, const int32_t *stk, int32_t len, int3
 
 static void expand(grammar_state *st, const int32_t *stk, int32_t len, int32_t pos) {
     if (st->overflow || seen_before(st, stk, len, pos)) return;
-    if (st->depth >= MAX_EXPAND_DEPTH) {
-        st->overflow = true;
+    if (st->depth >= GRAMMAR_MAX_EXPAND_DEPTH) {
+        st->overflow = G_DEPTH;
         return;
     }
     st->depth++;
@@ -290,7 +330,7 @@ static void expand_at(grammar_state *st, const int32_t *stk, int32_t len, int32_
     } else {
         int32_t local[64], *buf = len + 1 <= 64 ? local : malloc((size_t)(len + 1) * sizeof *buf);
         if (!buf) {
-            st->overflow = true;
+            st->overflow = G_MEMORY;
             return;
         }
         if (len > 0) memcpy(buf, stk, (size_t)len * sizeof *buf);
@@ -312,9 +352,11 @@ static int cmp_rec(const void *a, const void *b) {
 static pthread_mutex_t sort_mu = PTHREAD_MUTEX_INITIALIZER;
 
 /* Interns the stacks in st->out (sorted, duplicates dropped) with the given
- * partial code point; T_DEAD when there are none. */
+ * partial code point; T_DEAD when there are none, T_OVER when a bound was
+ * exceeded on the way (the stacks are incomplete: refusing would be wrong). */
 static int32_t intern_out(grammar_state *st, int32_t pval, int32_t prem) {
-    if (st->overflow || st->n_recs == 0) return T_DEAD;
+    if (st->overflow) return set_fail(st, st->overflow);
+    if (st->n_recs == 0) return T_DEAD;
     pthread_mutex_lock(&sort_mu);
     cmp_base = st->out;
     qsort(st->recs, (size_t)st->n_recs, sizeof *st->recs, cmp_rec);
@@ -322,7 +364,7 @@ static int32_t intern_out(grammar_state *st, int32_t pval, int32_t prem) {
     int64_t total = K_HDR;
     for (int64_t i = 0; i < st->n_recs; i++) total += 1 + st->out[st->recs[i]];
     int32_t *key = malloc((size_t)total * sizeof *key);
-    if (!key) return T_DEAD;
+    if (!key) return set_fail(st, G_MEMORY);
     int32_t n = K_HDR, ns = 0;
     const int32_t *prev = NULL;
     for (int64_t i = 0; i < st->n_recs; i++) {
@@ -337,15 +379,19 @@ static int32_t intern_out(grammar_state *st, int32_t pval, int32_t prem) {
     key[K_PVAL] = pval;
     key[K_PREM] = prem;
     key[K_NST] = ns;
+    if (ns > st->max_stacks) {
+        free(key);
+        return set_fail(st, G_STACKS);
+    }
     int32_t id = intern(st, key, n);
     free(key);
-    return id < 0 ? T_DEAD : id;
+    return id < 0 ? set_fail(st, G_MEMORY) : id;
 }
 
 static void scratch_reset(grammar_state *st) {
     st->n_out = 0;
     st->n_recs = 0;
-    st->overflow = false;
+    st->overflow = 0;
     st->n_seen_keys = 0; /* a new round: the old generation's slots read as empty */
     st->n_seen = 0;
     if (++st->gen == 0) { /* wrapped: clear the stamps once */
@@ -370,7 +416,7 @@ static int32_t advance(grammar_state *st, int32_t id, uint32_t cp, bool any_cp) 
         if (!any_cp && !gset_has(g, g->elems[top].arg, cp)) continue;
         /* expand only appends to st->out, never to the key arena p points into */
         int32_t *tmp = len - 1 <= 64 ? local : malloc((size_t)(len - 1) * sizeof *tmp);
-        if (!tmp) break;
+        if (!tmp) return set_fail(st, G_MEMORY);
         memcpy(tmp, p + 1, (size_t)(len - 1) * sizeof *tmp);
         expand(st, tmp, len - 1, top + 1);
         if (tmp != local) free(tmp);
@@ -385,7 +431,7 @@ static int32_t uniform_from(grammar_state *st, int32_t id, int32_t prem, int32_t
     const int32_t *key = key_of(st, id);
     int32_t len = st->st[id].key_len;
     int32_t *k = malloc((size_t)len * sizeof *k);
-    if (!k) return T_DEAD;
+    if (!k) return set_fail(st, G_MEMORY);
     const int32_t *p = key + K_HDR;
     int32_t n = K_HDR, ns = 0;
     for (int32_t i = 0; i < key[K_NST]; i++, p += 1 + p[0])
@@ -399,19 +445,19 @@ static int32_t uniform_from(grammar_state *st, int32_t id, int32_t prem, int32_t
     k[K_NST] = ns;
     int32_t nid = intern(st, k, n);
     free(k);
-    return nid < 0 ? T_DEAD : nid;
+    return nid < 0 ? set_fail(st, G_MEMORY) : nid;
 }
 
 /* The uniform partial state with one byte fewer to go. */
 static int32_t uniform_partial(grammar_state *st, int32_t id, int32_t prem, int32_t plen) {
     int32_t len = st->st[id].key_len;
     int32_t *k = malloc((size_t)len * sizeof *k);
-    if (!k) return T_DEAD;
+    if (!k) return set_fail(st, G_MEMORY);
     memcpy(k, key_of(st, id), (size_t)len * sizeof *k);
     k[K_PREM] = prem | plen << 4 | P_UNIFORM;
     int32_t nid = intern(st, k, len);
     free(k);
-    return nid < 0 ? T_DEAD : nid;
+    return nid < 0 ? set_fail(st, G_MEMORY) : nid;
 }
 
 /* The state after reading byte b in state id (computed, not cached). */
@@ -488,13 +534,13 @@ partial : {
     }
     int32_t len = st->st[id].key_len;
     int32_t *k = malloc((size_t)len * sizeof *k);
-    if (!k) return T_DEAD;
+    if (!k) return set_fail(st, G_MEMORY);
     memcpy(k, key, (size_t)len * sizeof *k);
     k[K_PVAL] = pval;
     k[K_PREM] = prem | plen << 4;
     int32_t nid = intern(st, k, len);
     free(k);
-    return nid < 0 ? T_DEAD : nid;
+    return nid < 0 ? set_fail(st, G_MEMORY) : nid;
 }
 }
 
@@ -513,22 +559,37 @@ static void cache_clear(grammar_state *st) {
     if (st->ht) memset(st->ht, 0xFF, (size_t)st->ht_cap * sizeof *st->ht);
 }
 
-/* Keeps the cache bounded: past the limit, forget every state but the current one. */
+/* Keeps the cache bounded: past the limits, forget every state but the current one. */
 static void maybe_restart(grammar_state *st) {
-    if (st->n_st <= STATE_SOFT_LIMIT) return;
+    if (st->n_st <= STATE_SOFT_LIMIT && st->n_keys <= STATE_SOFT_WORDS) return;
     int32_t len = st->st[st->cur].key_len;
     int32_t *k = malloc((size_t)len * sizeof *k);
-    if (!k) return;
+    if (!k) {
+        set_fail(st, G_MEMORY);
+        return;
+    }
     memcpy(k, key_of(st, st->cur), (size_t)len * sizeof *k);
     cache_clear(st);
-    st->cur = intern(st, k, len);
+    int32_t cur = intern(st, k, len); /* cannot fail: the arrays only shrank */
     free(k);
+    if (cur < 0) set_fail(st, G_MEMORY);
+    else st->cur = cur;
+}
+
+/* Each public call starts a step: a fresh work budget; false once failed. */
+static bool step_begin(grammar_state *st) {
+    if (st->fail) return false;
+    st->work = 0;
+    maybe_restart(st);
+    return !st->fail;
 }
 
 grammar_state *grammar_state_new(const grammar *g) {
     grammar_state *st = calloc(1, sizeof *st);
     if (!st) return NULL;
     st->g = g;
+    st->max_stacks = GRAMMAR_MAX_STACKS;
+    st->max_work = GRAMMAR_MAX_STEP_WORK;
     for (int i = 0; i < MASK_MEMO; i++) st->memo[i].state = -1;
     /* the start: root's alternatives expanded on an empty stack */
     scratch_reset(st);
@@ -536,8 +597,9 @@ grammar_state *grammar_state_new(const grammar *g) {
         expand(st, NULL, 0, g->alt_start[a]);
     st->cur = intern_out(st, 0, 0);
     if (st->cur < 0) {
-        /* a grammar with no sentence at all (e.g. root ::= [^\x00-\U0010FFFF]) still
-         * gets a state: no stacks, so nothing is ever allowed */
+        /* over a bound (st->fail says which; every call answers false), or a
+         * grammar with no sentence at all (e.g. root ::= [^\x00-\U0010FFFF]):
+         * either way a state with no stacks, so nothing is ever allowed */
         int32_t key[K_HDR] = {0, 0, 0};
         st->cur = intern(st, key, K_HDR);
     }
@@ -565,24 +627,40 @@ void grammar_state_free(grammar_state *st) {
     free(st);
 }
 
-bool grammar_state_accept_bytes(grammar_state *st, const char *p, size_t n) {
-    maybe_restart(st);
+void grammar_state_set_limits(grammar_state *st, int32_t max_stacks, int64_t max_work) {
+    st->max_stacks = max_stacks;
+    st->max_work = max_work;
+}
+
+const char *grammar_state_error(const grammar_state *st) { return st->fail ? st->fail_msg : NULL; }
+
+/* The state after p[0..n) from the current one: T_DEAD, or T_OVER (failed). */
+static int32_t walk_bytes(grammar_state *st, const char *p, size_t n) {
+    if (!step_begin(st)) return T_OVER;
     int32_t s = st->cur;
-    for (size_t i = 0; i < n && s >= 0; i++) s = next_state(st, s, (uint8_t)p[i]);
+    for (size_t i = 0; i < n && s >= 0; i++) {
+        st->at_byte = st->n_bytes + (int64_t)i + 1;
+        s = next_state(st, s, (uint8_t)p[i]);
+    }
+    return s;
+}
+
+bool grammar_state_accept_bytes(grammar_state *st, const char *p, size_t n) {
+    int32_t s = walk_bytes(st, p, n);
     if (s < 0) return false;
     st->cur = s;
+    st->n_bytes += (int64_t)n;
     return true;
 }
 
 bool grammar_state_allows_bytes(grammar_state *st, const char *p, size_t n) {
-    maybe_restart(st);
-    int32_t s = st->cur;
-    for (size_t i = 0; i < n && s >= 0; i++) s = next_state(st, s, (uint8_t)p[i]);
-    return s >= 0;
+    return walk_bytes(st, p, n) >= 0;
 }
 
-bool grammar_state_can_end(const grammar_state *st) { return st->st[st->cur].can_end; }
-bool grammar_state_must_end(const grammar_state *st) { return st->st[st->cur].must_end; }
+bool grammar_state_can_end(const grammar_state *st) { return !st->fail && st->st[st->cur].can_end; }
+bool grammar_state_must_end(const grammar_state *st) {
+    return !st->fail && st->st[st->cur].must_end;
+}
 
 static bool is_eog(const gvocab *gv, int32_t tok) {
     for (int32_t i = 0; i < gv->n_eog; i++)
@@ -602,17 +680,19 @@ static int32_t mask_walk(grammar_state *st, uint32_t *allowed, int32_t n_vocab);
 
 int32_t grammar_state_mask(grammar_state *st, uint32_t *allowed, int32_t n_vocab) {
     const size_t words = (size_t)(n_vocab + 31) / 32;
-    if (!st->g->vocab) {
-        memset(allowed, 0, words * sizeof *allowed);
-        return 0;
-    }
-    maybe_restart(st);
+    memset(allowed, 0, words * sizeof *allowed);
+    if (!step_begin(st)) return -1;
+    if (!st->g->vocab) return 0;
     for (int i = 0; i < MASK_MEMO; i++)
         if (st->memo[i].state == st->cur && st->memo[i].n_vocab == n_vocab) {
             memcpy(allowed, st->memo[i].bits, words * sizeof *allowed);
             return st->memo[i].count;
         }
     int32_t count = mask_walk(st, allowed, n_vocab);
+    if (count < 0) {
+        memset(allowed, 0, words * sizeof *allowed);
+        return -1;
+    }
     int k = st->memo_next;
     uint32_t *bits = st->memo[k].n_vocab == n_vocab
                          ? st->memo[k].bits
@@ -638,7 +718,9 @@ static int32_t mask_walk(grammar_state *st, uint32_t *allowed, int32_t n_vocab) 
     const gnode *node = gv->node;
     for (int32_t i = 1; i < N;) {
         const gnode nd = node[i];
+        st->at_byte = st->n_bytes + nd.depth;
         int32_t s = next_state(st, walk[nd.depth - 1], nd.byte);
+        if (s == T_OVER) return -1;
         if (s < 0) {
             i = (int32_t)nd.end;
             continue;
@@ -663,10 +745,25 @@ static int32_t mask_walk(grammar_state *st, uint32_t *allowed, int32_t n_vocab) 
     return count;
 }
 
-bool grammar_match_text(const grammar *g, const char *text, size_t n) {
+int grammar_match(const grammar *g, const char *text, size_t n, kvl_error *err) {
     grammar_state *st = grammar_state_new(g);
-    if (!st) return false;
-    bool ok = grammar_state_accept_bytes(st, text, n) && grammar_state_can_end(st);
+    if (!st) return kvl_fail(err, "out of memory while matching the grammar"), -1;
+    int r = grammar_state_accept_bytes(st, text, n) && grammar_state_can_end(st);
+    if (st->fail) r = -1, kvl_fail(err, "%s", st->fail_msg);
+    grammar_state_free(st);
+    return r;
+}
+
+bool grammar_match_text(const grammar *g, const char *text, size_t n) {
+    kvl_error err = {{0}};
+    return grammar_match(g, text, n, &err) == 1;
+}
+
+bool grammar_check_start(const grammar *g, kvl_error *err) {
+    grammar_state *st = grammar_state_new(g);
+    if (!st) return kvl_fail(err, "out of memory while compiling the grammar");
+    bool ok = !st->fail;
+    if (!ok) kvl_fail(err, "%s", st->fail_msg);
     grammar_state_free(st);
     return ok;
 }

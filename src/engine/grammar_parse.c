@@ -665,7 +665,7 @@ grammar *grammar_compile(const char *gbnf, const tok_vocab *vocab, kvl_error *er
     if (ok) g = build(&ps);
     if (g) {
         g->root = root;
-        if (!check_left_recursion(&ps, g)) {
+        if (!check_left_recursion(&ps, g) || !grammar_check_start(g, err)) {
             grammar_free(g);
             g = NULL;
         }

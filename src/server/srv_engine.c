@@ -112,6 +112,14 @@ static void on_engine_event(const engine_event *ev, void *user) {
     srv_choice *c = user;
     srv_job *j = c->job;
     observe_token(j->s, c, ev, kvl_time_s());
+    if (ev->finish == ENGINE_FINISH_ERROR) { /* a client-side cause (its grammar): a 400 */
+        pthread_mutex_lock(&j->mu);
+        if (!j->failed) {
+            j->failed = true;
+            api_fail(&j->fail, 400, NULL, "%s", ev->error ? ev->error : "generation failed");
+        }
+        pthread_mutex_unlock(&j->mu);
+    }
     if (ev->finish != ENGINE_FINISH_NONE) {
         c->done = true;
         if (--j->n_live == 0) release_inflight(j->s, j);

@@ -155,10 +155,13 @@ static bool admitted(const srv_job *j) { return j->state != JOB_QUEUED; }
 static bool answered(const srv_job *j) { return j->state == JOB_REJECTED || j->n_finished >= j->n; }
 static bool has_output(const srv_job *j) { return j->head || j->n_finished >= j->n; }
 
-static bool job_failed(srv_job *j) {
+/* Whether the job failed, and then the answer in *e. */
+static bool job_failed(srv_job *j, api_error *e) {
     pthread_mutex_lock(&j->mu);
     bool f = j->failed;
+    if (f) *e = j->fail;
     pthread_mutex_unlock(&j->mu);
+    if (f && !e->status) api_fail(e, 500, NULL, "the engine failed while generating this response");
     return f;
 }
 
@@ -189,6 +192,7 @@ static void stream_fill(stream_ctx *sc) {
     pthread_mutex_lock(&j->mu);
     bool ended = j->n_finished >= j->n;
     sc->st.failed = j->failed;
+    if (j->failed) sc->st.fail = j->fail;
     pthread_mutex_unlock(&j->mu);
     srv_event *ev = job_take(j);
     openai_stream_events(sc->s, &sc->r, &sc->st, ev, &sc->out);
@@ -300,7 +304,13 @@ static enum MHD_Result continue_generate(srv *s, struct MHD_Connection *c, conn_
         return MHD_NO;
     }
     srv_event *ev = job_take(j);
-    char *body = job_failed(j) ? NULL : openai_response(s, &cc->r, ev);
+    api_error ferr;
+    if (job_failed(j, &ferr)) {
+        events_free(ev);
+        end_generation(s, cc);
+        return send_error(c, &ferr);
+    }
+    char *body = openai_response(s, &cc->r, ev);
     events_free(ev);
     end_generation(s, cc);
     if (!body) return fail(c, 500, NULL, "the engine failed while generating this response");

@@ -141,6 +141,7 @@ struct srv_job {
     job_state state;
     api_error reject; /* when state == JOB_REJECTED */
     bool failed;      /* the engine failed while running it */
+    api_error fail;   /* when failed: the answer (status 0: a 500 for an engine failure) */
     srv_event *head, *tail;
     int n_finished;
     int refs;
@@ -418,6 +419,7 @@ typedef struct stream_state {
     int n_finished;
     int64_t completion_tokens, kv_lb, kv_alloc, cached, disk;
     bool failed;
+    api_error fail; /* when failed (status 0: a 500 for an engine failure) */
 } stream_state;
 void openai_stream_events(srv *s, const api_req *r, stream_state *st, srv_event *events,
                           kvl_buf *out);

@@ -17,6 +17,7 @@ static const char *finish_name(engine_finish f) {
     case ENGINE_FINISH_STOP: return "stop";
     case ENGINE_FINISH_LENGTH: return "length";
     case ENGINE_FINISH_CANCELLED: return "abort";
+    case ENGINE_FINISH_ERROR: return "error";
     default: return NULL;
     }
 }
@@ -142,8 +143,10 @@ static cJSON *call_json(const tool_call_out *c) {
 
 /* "tool_calls" when the answer holds calls (and was not cut off by a cancel). */
 static const char *finish_reason(engine_finish f, int n_calls) {
-    return n_calls > 0 && f != ENGINE_FINISH_CANCELLED && f != ENGINE_FINISH_NONE ? "tool_calls"
-                                                                                  : finish_name(f);
+    return n_calls > 0 && f != ENGINE_FINISH_CANCELLED && f != ENGINE_FINISH_ERROR &&
+                   f != ENGINE_FINISH_NONE
+               ? "tool_calls"
+               : finish_name(f);
 }
 
 /* The message of a chat answer whose text is split into content, reasoning
@@ -407,8 +410,8 @@ static void completion_chunk(srv *s, const api_req *r, stream_state *st, const s
 
 void openai_stream_end(srv *s, const api_req *r, stream_state *st, kvl_buf *out) {
     if (st->failed) {
-        api_error e;
-        api_fail(&e, 500, NULL, "the engine failed while generating this response");
+        api_error e = st->fail;
+        if (!e.status) api_fail(&e, 500, NULL, "the engine failed while generating this response");
         char *js = api_error_json(&e);
         kvl_buf_printf(out, "data: %s\n\n", js ? js : "{}");
         free(js);

@@ -2,8 +2,11 @@
  * a GBNF grammar, a JSON Schema or a regular expression; the schema and the
  * regex are translated to GBNF, and whatever compiles is matched against a
  * few texts and walked byte by byte with a grammar_state. Compile errors are
- * ordinary outcomes; a crash, a sanitizer report, a leak, or a translation
- * that does not compile (the translators must emit valid GBNF) is a finding.
+ * ordinary outcomes, and so is a match that goes over the matcher's bounds
+ * (grammar.h) with its error; a crash, a sanitizer report, a leak, a match
+ * that disagrees with the reference recognizer (tests/unit/grammar_ref.h), or
+ * a translation that does not compile (the translators must emit valid GBNF)
+ * is a finding.
  * One refusal of a translation is expected: a pattern that repeats something
  * that can match the empty string ((|ab){1,3}, (a?)*) is refused by the
  * compiler's ambiguity check, and the server answers it with a 400.
@@ -16,14 +19,51 @@
 
 #include "grammar.h"
 #include "srv_internal.h" /* utf8_valid */
+#include "grammar_ref.h"  /* the reference recognizer (tests/unit) */
 
 static const char *const TEXTS[] = {
     "", "a", "{}", "{\"a\": 1}", "[1, \"x\", null]", "2024-07-26", "\"\xC3\xA9\""};
 
+/* Bounds far below grammar.h's, so that inputs that reach them (the error
+ * path) cost milliseconds, not a large part of a second each. */
+#define FUZZ_STACKS 256
+#define FUZZ_WORK   (1 << 16)
+
+static grammar_state *fuzz_state(const grammar *g) {
+    grammar_state *st = grammar_state_new(g);
+    if (st) grammar_state_set_limits(st, FUZZ_STACKS, FUZZ_WORK);
+    return st;
+}
+
+/* The matcher is exact or says it went over a bound: where the reference
+ * recognizer answers (ASCII texts up to 63 bytes), they agree. */
+static void check_match(const grammar *g, const char *t, size_t n) {
+    grammar_state *st = fuzz_state(g);
+    if (!st) return;
+    int got = grammar_state_accept_bytes(st, t, n) && grammar_state_can_end(st);
+    const char *err = grammar_state_error(st);
+    if (err) got = -1;
+    int want = got < 0 ? -1 : grammar_ref_match(g, t, (int)n);
+    if (want >= 0 && got != want) {
+        fprintf(stderr, "'%.*s': the matcher says %d, the reference %d\n", (int)n, t, got, want);
+        abort();
+    }
+    grammar_state_free(st);
+}
+
 static void exercise(const grammar *g, const char *src, size_t n) {
     for (size_t i = 0; i < sizeof TEXTS / sizeof TEXTS[0]; i++)
-        grammar_match_text(g, TEXTS[i], strlen(TEXTS[i]));
-    grammar_state *st = grammar_state_new(g);
+        check_match(g, TEXTS[i], strlen(TEXTS[i]));
+    /* the text of the input's last comment ("...\n#aabb"), as a sentence */
+    const char *hash = NULL;
+    for (size_t i = 0; i < n; i++)
+        if (src[i] == '#') hash = src + i + 1;
+    if (hash) {
+        size_t len = n - (size_t)(hash - src);
+        if (len > 0 && hash[len - 1] == '\n') len--;
+        check_match(g, hash, len < 63 ? len : 63);
+    }
+    grammar_state *st = fuzz_state(g);
     if (!st) return;
     /* the input's own bytes as output, as far as the grammar allows them */
     for (size_t i = 0; i < n && i < 256; i++) {

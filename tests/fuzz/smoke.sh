@@ -24,6 +24,7 @@ work=$(cd "$work" && pwd)
 cflags="-std=gnu11 -g -O1 -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined
         -Wall -Wextra -Wno-unused-parameter -DKVLLM_SRC=\"$src\""
 for d in base gguf tokenizer server engine model kv kernels; do cflags="$cflags -I$src/src/$d"; done
+cflags="$cflags -I$src/tests/unit" # grammar_ref.h
 cflags="$cflags $(pkg-config --cflags libpcre2-8 libcjson libxxhash libmicrohttpd)"
 libs="$(pkg-config --libs libpcre2-8 libcjson libxxhash libmicrohttpd) -lm -lpthread"
 mkdir -p "$work/obj"

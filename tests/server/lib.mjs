@@ -72,6 +72,8 @@ export function rawRequest(url, { method = 'POST', path = '/v1/completions', hea
           resolve({ status: res.statusCode, headers: res.headers, text, json });
         });
         res.on('error', fail);
+        // a connection cut mid-response emits 'close' without 'end': settle, never hang
+        res.on('close', () => { if (!res.complete) fail(new Error('the response was cut before its end')); });
       },
     );
     req.on('error', fail);
@@ -152,7 +154,9 @@ export function rawSocket(port, { localAddress } = {}) {
   const sock = net.connect({ host: '127.0.0.1', port, localAddress });
   const chunks = [];
   const conn = { sock, error: null, ended: false };
-  conn.connected = new Promise((resolve) => sock.once('connect', resolve));
+  // settles on a refused connection too (conn.error then says why): a test
+  // awaiting it must not hang with nothing reported
+  conn.connected = new Promise((resolve) => { sock.once('connect', resolve); sock.once('error', resolve); });
   sock.on('data', (d) => chunks.push(d));
   sock.on('error', (e) => { conn.error = e; });
   conn.closed = new Promise((resolve) => sock.once('close', () => { conn.ended = true; resolve(); }));

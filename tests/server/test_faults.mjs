@@ -32,6 +32,8 @@ function stream(port, body) {
       res.on('end', () => resolve({ status: res.statusCode, done: text.includes('data: [DONE]'),
         finish: [...text.matchAll(/"finish_reason":"(\w+)"/g)].map((m) => m[1]) }));
       res.on('error', (e) => resolve({ error: e }));
+      // cut before its end (no 'end' then): an error, not a promise left pending
+      res.on('close', () => resolve({ error: new Error('the stream was cut before its end') }));
     });
     req.on('error', (e) => resolve({ error: e }));
     req.end(JSON.stringify({ ...body, stream: true }));

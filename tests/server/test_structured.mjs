@@ -260,6 +260,31 @@ const tests = [
     assertEq(ok.status, 200, ok.text);
     assertEq(ok.json.choices[0].text, 'ok', 'text + guided_choice');
   }],
+  ['a grammar past the matcher\'s bounds: a 400 when compiled, else an error at the step (never a silent refusal)', async () => {
+    // its start nests 5,000 rules entered without input: over the depth bound
+    let chain = 'root ::= r0\n';
+    for (let i = 0; i < 5000; i++) chain += `r${i} ::= r${i + 1}\n`;
+    chain += 'r5000 ::= "z"\n';
+    const c = await rawRequest(tiny.url, { body: JSON.stringify({ prompt: 'x', max_tokens: 4, grammar: chain }) });
+    assertEq(c.status, 400, c.text.slice(0, 200));
+    assertEq(c.json.error.param, 'grammar');
+    assert(/nests more than 4096 rules/.test(c.json.error.message), c.json.error.message);
+    // r owes one of two letters per character read: 3 * 2^n parse stacks after
+    // n bytes, past 4,096 by the 11th byte whatever the model picks
+    const amb = 'root ::= r\nr ::= [^\\x00] r [a-m] | [^\\x00] r [n-z]\n';
+    const body = { prompt: 'x', max_tokens: 64, temperature: 0, grammar: amb };
+    const r = await rawRequest(tiny.url, { body: JSON.stringify(body) });
+    assertEq(r.status, 400, r.text.slice(0, 300));
+    assert(/grammar too ambiguous: more than 4096 parse stacks/.test(r.json.error.message), r.json.error.message);
+    const st = await rawRequest(tiny.url, { body: JSON.stringify({ ...body, stream: true }) });
+    assertEq(st.status, 200);
+    assert(st.text.includes('"finish_reason":"error"'), st.text.slice(-600));
+    assert(/data: \{"error":\{"message":"grammar too ambiguous: more than 4096 parse stacks/.test(st.text), st.text.slice(-600));
+    assert(st.text.trimEnd().endsWith('data: [DONE]'), st.text.slice(-200));
+    // the server goes on: a plain request right after
+    const ok = await rawRequest(tiny.url, { body: JSON.stringify({ prompt: 'x', max_tokens: 3, grammar: 'root ::= "abc"' }) });
+    assertEq(ok.status, 200, ok.text);
+  }],
 ];
 
 let failed = await runTests(tests);

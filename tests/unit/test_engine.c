@@ -292,6 +292,82 @@ static void test_grammar_preemption(void) {
     grammar_vocab_cache_trim();
 }
 
+typedef struct err_out {
+    engine_finish finish;
+    char msg[256];
+    int n_tokens;
+} err_out;
+
+static void on_err_event(const engine_event *ev, void *user) {
+    err_out *o = user;
+    if (ev->token >= 0) o->n_tokens++;
+    if (ev->finish) {
+        o->finish = ev->finish;
+        snprintf(o->msg, sizeof o->msg, "%s", ev->error ? ev->error : "");
+    }
+}
+
+/* A grammar past the matcher's bounds (grammar.h) ends its request with
+ * ENGINE_FINISH_ERROR and the reason, never a silent stop; the request beside
+ * it finishes as usual. r owes one of two letters per character read: 3 * 2^n
+ * parse stacks after n bytes, over 4,096 by the 11th byte of output (or of a
+ * token the mask looks at), whatever the model picks. */
+static void test_grammar_bound(void) {
+    kvl_error err = {{0}};
+    tok_vocab *v;
+    model *m = load_test_model("models/stories260K.gguf", 128, 32, &v);
+    grammar *bad =
+        m ? grammar_compile("root ::= r\nr ::= [^\\x00] r [a-m] | [^\\x00] r [n-z]\n", v, &err)
+          : NULL;
+    grammar *good = bad ? grammar_compile("root ::= [a-z ]{5,20} \".\"", v, &err) : NULL;
+    engine_config c;
+    engine_config_default(&c);
+    c.n_ctx = 128;
+    engine *e = good ? engine_create(m, v, &c, &err) : NULL;
+    if (!e) {
+        fprintf(stderr, "grammar bound: %s\n", m ? err.msg : "no model");
+        failures++;
+    } else {
+        int32_t prompt[4] = {1, 400, 300, 200};
+        err_out out[2] = {{0}};
+        for (int i = 0; i < 2; i++) {
+            engine_request r = {.prompt = prompt,
+                                .n_prompt = 4,
+                                .max_tokens = 100,
+                                .grammar = i == 0 ? bad : good,
+                                .on_event = on_err_event,
+                                .user = &out[i]};
+            sampler_params_default(&r.sampling);
+            r.sampling.temperature = 0;
+            if (engine_submit(e, &r, &err) < 0) {
+                fprintf(stderr, "grammar bound: submit: %s\n", err.msg);
+                failures++;
+            }
+        }
+        for (int steps = 0; engine_has_work(e) && steps < 1000; steps++)
+            if (!engine_step(e, &err)) break;
+        if (out[0].finish != ENGINE_FINISH_ERROR ||
+            !strstr(out[0].msg, "grammar too ambiguous: more than 4096 parse stacks")) {
+            fprintf(stderr, "grammar bound: finish %d '%s' (expected the error)\n", out[0].finish,
+                    out[0].msg);
+            failures++;
+        }
+        if (out[1].finish != ENGINE_FINISH_STOP || out[1].n_tokens == 0) {
+            fprintf(stderr, "grammar bound: the other request: finish %d after %d tokens\n",
+                    out[1].finish, out[1].n_tokens);
+            failures++;
+        }
+        printf("  grammar bound: ended with '%s' after %d tokens; the other request %d tokens\n",
+               out[0].msg, out[0].n_tokens, out[1].n_tokens);
+        engine_destroy(e);
+    }
+    grammar_free(bad);
+    grammar_free(good);
+    model_destroy(m);
+    tok_vocab_destroy(v);
+    grammar_vocab_cache_trim();
+}
+
 typedef struct last_logits {
     int64_t want;
     float *out;
@@ -383,6 +459,7 @@ static void test_embed(void) {
 
 int main(void) {
     test_grammar_preemption();
+    test_grammar_bound();
     test_embed();
     test_prefix_leader();
     test_model("models/stories260K.gguf", GGUF_DT_F16);

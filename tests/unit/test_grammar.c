@@ -9,6 +9,7 @@
 
 #include "engine.h"
 #include "grammar.h"
+#include "grammar_ref.h"
 
 #include "check.h"
 
@@ -495,19 +496,128 @@ static void test_pathological(void) {
     kvl_buf_puts(&b, "r60000 ::= \"z\"\n");
     kvl_error err = {{0}};
     grammar *g = grammar_compile(b.p, NULL, &err);
-    CHECK(g != NULL, "a 60,000-deep reference chain compiles: %s", err.msg);
-    if (g) {
-        grammar_state *st = grammar_state_new(g);
-        CHECK(st != NULL, "and gets a state");
-        grammar_state_free(st);
-        grammar_free(g);
-    }
+    CHECK(g == NULL && strstr(err.msg, "nests more than 4096 rules"),
+          "a 60,000-deep reference chain is refused when compiled (its start is past the "
+          "expansion's depth bound), not matched as nothing: '%s'",
+          err.msg);
+    grammar_free(g);
     kvl_buf_free(&b);
+}
+
+/* ------------------------------------------------ ambiguity and bounds -- */
+
+/* Every string over alphabet of up to max_len bytes: the matcher (default
+ * bounds) answers, never -1, and agrees with the reference. */
+static void ambiguous_vs_reference(const char *gbnf, const char *alphabet, int max_len) {
+    grammar *g = compile(gbnf, NULL);
+    if (!g) return;
+    const int k = (int)strlen(alphabet);
+    int digits[64] = {0};
+    char s[64];
+    long n_strings = 0, n_in = 0, n_wrong = 0, n_err = 0;
+    for (int len = 0; len <= max_len; len++) {
+        memset(digits, 0, sizeof digits);
+        for (;;) {
+            for (int i = 0; i < len; i++) s[i] = alphabet[digits[i]];
+            kvl_error err = {{0}};
+            int got = grammar_match(g, s, (size_t)len, &err);
+            bool want = grammar_ref_match(g, s, len) == 1;
+            n_strings++;
+            n_in += want;
+            if (got < 0 && n_err++ < 3)
+                CHECK(got >= 0, "%s: '%.*s' went over a bound: %s", gbnf, len, s, err.msg);
+            if (got >= 0 && (got == 1) != want && n_wrong++ < 3)
+                CHECK((got == 1) == want, "%s: '%.*s' matched %d, the reference says %d", gbnf, len,
+                      s, got, want);
+            int i = 0;
+            while (i < len && ++digits[i] == k) digits[i++] = 0;
+            if (i == len) break;
+        }
+    }
+    CHECK(n_wrong == 0 && n_err == 0, "%s: %ld wrong, %ld errors in %ld strings", gbnf, n_wrong,
+          n_err, n_strings);
+    CHECK(n_in > 0 && n_in < n_strings, "%s: a trivial language (%ld of %ld)", gbnf, n_in,
+          n_strings);
+    grammar_free(g);
+}
+
+/* r ::= "a" r "b" | "a" r "c" | "": after n a's, 3 * 2^n distinct stacks
+ * (each a different sequence of b/c still owed, with either alternative's a
+ * or the last b/c on top), so no merging helps. */
+#define EMBED "root ::= r\nr ::= \"a\" r \"b\" | \"a\" r \"c\" | \"\"\n"
+
+static void test_ambiguous(void) {
+    ambiguous_vs_reference("root ::= (\"a\" | \"a\")+", "ab", 12);
+    ambiguous_vs_reference("root ::= (\"a\" | \"a\" \"a\")*", "ab", 12);
+    ambiguous_vs_reference("root ::= ((\"a\" | \"a\")+ (\"b\" | \"a\" \"b\")?)+ \"c\"?", "abc", 8);
+    ambiguous_vs_reference("root ::= ((((\"a\" | \"a\")+ | \"a\")+ \"b\"? | \"a\")+ \"c\"?)+",
+                           "abc", 8);
+    ambiguous_vs_reference("root ::= x+\nx ::= \"a\" | \"ab\" | \"a\" \"b\" | (\"a\" \"b\"?)+",
+                           "ab", 12);
+    ambiguous_vs_reference(
+        "root ::= ((((((\"a\"+ \"b\"?)+ \"c\"?)+ \"b\"?)+ \"c\"?)+ \"b\"?)+ \"c\"?)+", "abc", 8);
+    ambiguous_vs_reference("root ::= ws (item ws)*\nitem ::= [a-b]+ | [a-b]+ \"c\"? | \"a\" item?\n"
+                           "ws ::= \" \"*",
+                           "abc ", 7);
+    ambiguous_vs_reference(EMBED, "abc", 10);
+    ambiguous_vs_reference(
+        "root ::= r\nr ::= \"a\" r (\"b\" | \"c\") | \"a\" r \"b\" | \"a\" r \"c\" "
+        "| \"a\" r | \"\"",
+        "abc", 5);
+
+    /* Past the stack bound: a clear error, never a refusal. a^n (b|c)^n is in
+     * the language; after 11 a's there are 6144 stacks > 4096. The old
+     * matcher dropped them past its buffer and refused this sentence. */
+    grammar *g = compile(EMBED, NULL);
+    if (!g) return;
+    char s[64];
+    memset(s, 'a', 24);
+    for (int i = 0; i < 24; i++) s[24 + i] = i % 3 ? 'b' : 'c';
+    kvl_error err = {{0}};
+    int r = grammar_match(g, s, 48, &err);
+    CHECK(r == -1 && strstr(err.msg, "more than 4096 parse stacks at one position (at byte 11 "),
+          "a^24 (b|c)^24 past the bound: %d '%s' (expected -1 and the stack bound)", r, err.msg);
+    CHECK(!grammar_match_text(g, s, 48));
+    /* within the bound (10 a's: 3072 stacks), exact */
+    memset(s, 'a', 10);
+    for (int i = 0; i < 10; i++) s[10 + i] = i % 2 ? 'b' : 'c';
+    CHECK(grammar_match(g, s, 20, &err) == 1, "a^10 (b|c)^10: %s", err.msg);
+    CHECK(grammar_match(g, s, 19, &err) == 0, "a^10 (b|c)^9: %s", err.msg);
+    s[19] = 'a';
+    CHECK(grammar_match(g, s, 20, &err) == 0, "a^10 (b|c)^9 a: %s", err.msg);
+    /* the bound is exact: 12 stacks (2 a's) pass a limit of 12, 24 do not;
+     * the failed state answers nothing more and says why */
+    grammar_state *st = grammar_state_new(g);
+    if (st) {
+        grammar_state_set_limits(st, 12, GRAMMAR_MAX_STEP_WORK);
+        CHECK(grammar_state_accept_bytes(st, "aa", 2) && !grammar_state_error(st));
+        CHECK(grammar_state_allows_bytes(st, "cb", 2));
+        CHECK(!grammar_state_allows_bytes(st, "a", 1) && grammar_state_error(st) &&
+                  strstr(grammar_state_error(st),
+                         "more than 12 parse stacks at one position (at byte 3 "),
+              "the 3rd a: '%s'", grammar_state_error(st) ? grammar_state_error(st) : "no error");
+        CHECK(!grammar_state_accept_bytes(st, "b", 1), "failed: even a valid byte is refused");
+        CHECK(!grammar_state_can_end(st) && !grammar_state_must_end(st));
+        grammar_state_free(st);
+    }
+    /* the work bound: one call's expansions */
+    st = grammar_state_new(g);
+    if (st) {
+        grammar_state_set_limits(st, GRAMMAR_MAX_STACKS, 200);
+        CHECK(grammar_state_accept_bytes(st, "aa", 2) && !grammar_state_error(st));
+        CHECK(!grammar_state_accept_bytes(st, "aaaaaa", 6) && grammar_state_error(st) &&
+                  strstr(grammar_state_error(st), "more than 200 units of work"),
+              "6 more a's in one call: '%s'",
+              grammar_state_error(st) ? grammar_state_error(st) : "no error");
+        grammar_state_free(st);
+    }
+    grammar_free(g);
 }
 
 int main(void) {
     test_parse_errors();
     test_pathological();
+    test_ambiguous();
     test_matching();
     test_json_schema();
     test_regex();
