@@ -177,34 +177,69 @@ void kref_vec_dot_q4_0(int64_t n, float *s, const void *x, const void *y);
 void kref_vec_dot_q4_K(int64_t n, float *s, const void *x, const void *y);
 void kref_vec_dot_q6_K(int64_t n, float *s, const void *x, const void *y);
 
-/* The exact totals of a Q4_K or Q5_K super-block against Q8_K, its 256 values
- * v unpacked in element order: returns sumi = sum_j sc_j * (sum_32 v q8) and
- * sets *summ = sum_j m_j * (bsums[2j] + bsums[2j+1]). */
-static inline int32_t kern_q4k_isums(const uint8_t *scales, const uint8_t *v, const blk_q8_K *y,
-                                     int32_t *summ) {
-    int32_t sumi = 0, sm = 0;
+/* The scalar reference dot of the K family (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K,
+ * IQ4_XS) against Q8_K, one loop for all six (quant_ref.c): each type only
+ * unpacks a super-block into a kern_k_block, its QK_K values in element order,
+ * the integer scale (and, for the types with mins, the min) of each group of
+ * `group` values and the fp16 super-block scales. Per super-block, in order:
+ *   sumi = sum_g sc_g * sum_{e in g} v_e * q8_e, summ = sum_g m_g * (g's bsums),
+ *   s = fma(d*yd, sumi, s), and with mins s = fma(-(dmin*yd), summ, s),
+ * the integer sums exact, so the SIMD kernels reproduce them in any order. */
+typedef struct kern_k_block {
+    int8_t v[QK_K];
+    int32_t sc[QK_K / 16], m[QK_K / 16];
+    int group; /* values per scale: 16 or 32 */
+    bool mins; /* m and dmin apply (Q2_K, Q4_K, Q5_K) */
+    kvl_f16 d, dmin;
+} kern_k_block;
+typedef void (*kern_k_unpack_fn)(const void *x, kern_k_block *u);
+/* Inlined into each type's kref_vec_dot_<t> (KREF_K_VEC_DOT), so that its
+ * unpack and group size are constants there. */
+static inline __attribute__((always_inline)) void kern_k_vec_dot(int64_t n, float *s,
+                                                                 const void *vx, size_t x_bytes,
+                                                                 const void *vy,
+                                                                 kern_k_unpack_fn unpack) {
+    const blk_q8_K *y = vy;
+    float sumf = 0;
+    for (int64_t b = 0; b < n / QK_K; b++) {
+        kern_k_block u;
+        unpack((const char *)vx + b * x_bytes, &u);
+        int32_t sumi = 0, summ = 0;
+        for (int g = 0; g < QK_K / u.group; g++) {
+            int32_t dot = 0;
+            for (int e = u.group * g; e < u.group * (g + 1); e++) dot += u.v[e] * y[b].qs[e];
+            sumi += u.sc[g] * dot;
+            if (!u.mins) continue;
+            int32_t bsum = 0; /* the group's Q8_K sums, one per 16 values */
+            for (int k = u.group / 16 * g; k < u.group / 16 * (g + 1); k++) bsum += y[b].bsums[k];
+            summ += u.m[g] * bsum;
+        }
+        sumf = fmaf(kvl_f16_to_f32(u.d) * y[b].d, (float)sumi, sumf);
+        if (u.mins) sumf = fmaf(-(kvl_f16_to_f32(u.dmin) * y[b].d), (float)summ, sumf);
+    }
+    *s = sumf;
+}
+
+/* The 6-bit scales and mins of Q4_K and Q5_K, one pair per 32 values. */
+static inline void kern_k_q4k_scales(const uint8_t *scales, kern_k_block *u) {
     for (int j = 0; j < QK_K / 32; j++) {
         uint8_t sc, m;
         kern_q4k_scale_min(j, scales, &sc, &m);
-        int32_t dot = 0;
-        for (int e = 32 * j; e < 32 * j + 32; e++) dot += v[e] * y->qs[e];
-        sumi += sc * dot;
-        sm += m * (y->bsums[2 * j] + y->bsums[2 * j + 1]);
+        u->sc[j] = sc, u->m[j] = m;
     }
-    *summ = sm;
-    return sumi;
+    u->group = 32, u->mins = true;
 }
-
-/* The K-family step of a super-block with mins (Q2_K, Q4_K, Q5_K): d and dmin
- * are the block's fp16 scales, yd the Q8_K scale;
- * s = fma(d*yd, sumi, s), then s = fma(-(dmin*yd), summ, s). */
-static inline float kern_k_fma_min(float s, kvl_f16 d, kvl_f16 dmin, float yd, int32_t sumi,
-                                   int32_t summ) {
-    const float dall = kvl_f16_to_f32(d) * yd;
-    const float dm = kvl_f16_to_f32(dmin) * yd;
-    s = fmaf(dall, (float)sumi, s);
-    return fmaf(-dm, (float)summ, s);
-}
+/* kref_from_float_<t> of a K-family type t: quantize_<t>_block per super-block. */
+#define KREF_K_FROM_FLOAT(t)                                                                       \
+    void kref_from_float_##t(const float *src, void *dst, int64_t n) {                             \
+        blk_##t *y = dst;                                                                          \
+        for (int64_t b = 0; b < n / QK_K; b++) quantize_##t##_block(src + b * QK_K, &y[b]);        \
+    }
+/* kref_vec_dot_<t> of a K-family type t from its unpack_<t>. */
+#define KREF_K_VEC_DOT(t)                                                                          \
+    void kref_vec_dot_##t(int64_t n, float *s, const void *vx, const void *vy) {                   \
+        kern_k_vec_dot(n, s, vx, sizeof(blk_##t), vy, unpack_##t);                                 \
+    }
 
 /* Q2_K, Q3_K, Q5_K, IQ4_XS (quant_kx_ref.c, quant_kx_avx2.c, quant_kx_avx512.c). */
 float kern_make_qkx2_quants(int n, int nmax, const float *x, const float *w, uint8_t *L,

@@ -152,10 +152,7 @@ static void quantize_q2_K_block(const float *x, blk_q2_K *y) {
 }
 
 /* ggml quantize_row_q2_K_ref. */
-void kref_from_float_q2_K(const float *src, void *dst, int64_t n) {
-    blk_q2_K *y = dst;
-    for (int64_t b = 0; b < n / QK_K; b++) quantize_q2_K_block(src + b * QK_K, &y[b]);
-}
+KREF_K_FROM_FLOAT(q2_K)
 
 /* ggml make_q3_quants with do_rmse: symmetric group in [-nmax, nmax-1], refined
  * value by value with weights x^2; L receives l + nmax. Returns the scale. */
@@ -258,10 +255,7 @@ static void quantize_q3_K_block(const float *x, blk_q3_K *y) {
 }
 
 /* ggml quantize_row_q3_K_ref. */
-void kref_from_float_q3_K(const float *src, void *dst, int64_t n) {
-    blk_q3_K *y = dst;
-    for (int64_t b = 0; b < n / QK_K; b++) quantize_q3_K_block(src + b * QK_K, &y[b]);
-}
+KREF_K_FROM_FLOAT(q3_K)
 
 static void quantize_q5_K_block(const float *x, blk_q5_K *y) {
     uint8_t L[QK_K];
@@ -283,10 +277,7 @@ static void quantize_q5_K_block(const float *x, blk_q5_K *y) {
 }
 
 /* ggml quantize_row_q5_K_ref. */
-void kref_from_float_q5_K(const float *src, void *dst, int64_t n) {
-    blk_q5_K *y = dst;
-    for (int64_t b = 0; b < n / QK_K; b++) quantize_q5_K_block(src + b * QK_K, &y[b]);
-}
+KREF_K_FROM_FLOAT(q5_K)
 
 static void quantize_iq4_xs_block(const float *x, blk_iq4_xs *y) {
     const int8_t *values = kern_iq4nl_values;
@@ -370,82 +361,45 @@ static void quantize_iq4_xs_block(const float *x, blk_iq4_xs *y) {
 
 /* ggml quantize_iq4_xs without an importance matrix (=
  * quantize_row_iq4_xs_ref). */
-void kref_from_float_iq4_xs(const float *src, void *dst, int64_t n) {
-    blk_iq4_xs *y = dst;
-    for (int64_t b = 0; b < n / QK_K; b++) quantize_iq4_xs_block(src + b * QK_K, &y[b]);
-}
+KREF_K_FROM_FLOAT(iq4_xs)
 
 /* ======================= dot products ======================= */
 
-/* Q2_K: sumi = sum_g sc_g * dot16_g, summ = sum_g m_g * bsum_g, then
- * s = fma(d*yd, sumi, s); s = fma(-(dmin*yd), summ, s). */
-void kref_vec_dot_q2_K(int64_t n, float *s, const void *vx, const void *vy) {
-    const blk_q2_K *x = vx;
-    const blk_q8_K *y = vy;
-    float sumf = 0;
-    for (int64_t b = 0; b < n / QK_K; b++) {
-        int32_t sumi = 0, summ = 0;
-        for (int g = 0; g < QK_K / 16; g++) {
-            int32_t dot = 0;
-            for (int e = 16 * g; e < 16 * g + 16; e++) dot += q2_bits(x[b].qs, e) * y[b].qs[e];
-            sumi += (x[b].scales[g] & 0xF) * dot;
-            summ += (x[b].scales[g] >> 4) * y[b].bsums[g];
-        }
-        sumf = kern_k_fma_min(sumf, x[b].d, x[b].dmin, y[b].d, sumi, summ);
-    }
-    *s = sumf;
-}
+/* The dots: each type's super-block unpacked for the K family's one loop
+ * (kern_k_vec_dot, quant_ref.c). */
 
-/* Q3_K: sumi = sum_g (sc_g - 32) * dot16_g (values -4..3), s = fma(d*yd, sumi,
- * s). */
-void kref_vec_dot_q3_K(int64_t n, float *s, const void *vx, const void *vy) {
-    const blk_q3_K *x = vx;
-    const blk_q8_K *y = vy;
-    float sumf = 0;
-    for (int64_t b = 0; b < n / QK_K; b++) {
-        int32_t sumi = 0;
-        for (int g = 0; g < QK_K / 16; g++) {
-            int32_t dot = 0;
-            for (int e = 16 * g; e < 16 * g + 16; e++) dot += q3_value(&x[b], e) * y[b].qs[e];
-            sumi += (kern_q3k_scale(g, x[b].scales) - 32) * dot;
-        }
-        /* written out, not a shared helper: that cost 4.6% instructions (a spill around the fp16 call) */
-        sumf = fmaf(kvl_f16_to_f32(x[b].d) * y[b].d, (float)sumi, sumf);
-    }
-    *s = sumf;
+/* Q2_K: values 0..3, a 4-bit scale and min per 16. */
+static void unpack_q2_K(const void *vx, kern_k_block *u) {
+    const blk_q2_K *x = vx;
+    for (int e = 0; e < QK_K; e++) u->v[e] = (int8_t)q2_bits(x->qs, e);
+    for (int g = 0; g < QK_K / 16; g++) u->sc[g] = x->scales[g] & 0xF, u->m[g] = x->scales[g] >> 4;
+    u->group = 16, u->mins = true, u->d = x->d, u->dmin = x->dmin;
 }
+KREF_K_VEC_DOT(q2_K)
+
+/* Q3_K: values -4..3, a 6-bit scale - 32 per 16. */
+static void unpack_q3_K(const void *vx, kern_k_block *u) {
+    const blk_q3_K *x = vx;
+    for (int e = 0; e < QK_K; e++) u->v[e] = (int8_t)q3_value(x, e);
+    for (int g = 0; g < QK_K / 16; g++) u->sc[g] = kern_q3k_scale(g, x->scales) - 32;
+    u->group = 16, u->mins = false, u->d = x->d;
+}
+KREF_K_VEC_DOT(q3_K)
 
 /* Q5_K: as Q4_K (values 0..31). */
-void kref_vec_dot_q5_K(int64_t n, float *s, const void *vx, const void *vy) {
+static void unpack_q5_K(const void *vx, kern_k_block *u) {
     const blk_q5_K *x = vx;
-    const blk_q8_K *y = vy;
-    float sumf = 0;
-    for (int64_t b = 0; b < n / QK_K; b++) {
-        uint8_t v[QK_K];
-        for (int e = 0; e < QK_K; e++) v[e] = (uint8_t)q5_value(&x[b], e);
-        int32_t summ;
-        const int32_t sumi = kern_q4k_isums(x[b].scales, v, &y[b], &summ);
-        sumf = kern_k_fma_min(sumf, x[b].d, x[b].dmin, y[b].d, sumi, summ);
-    }
-    *s = sumf;
+    for (int e = 0; e < QK_K; e++) u->v[e] = (int8_t)q5_value(x, e);
+    kern_k_q4k_scales(x->scales, u);
+    u->d = x->d, u->dmin = x->dmin;
 }
+KREF_K_VEC_DOT(q5_K)
 
-/* IQ4_XS: sumi = sum_g (ls_g - 32) * sum_32 value * q8, s = fma(d*yd, sumi, s).
- */
-void kref_vec_dot_iq4_xs(int64_t n, float *s, const void *vx, const void *vy) {
+/* IQ4_XS: the IQ4_NL table's values, a 6-bit scale - 32 per 32. */
+static void unpack_iq4_xs(const void *vx, kern_k_block *u) {
     const blk_iq4_xs *x = vx;
-    const blk_q8_K *y = vy;
-    float sumf = 0;
-    for (int64_t b = 0; b < n / QK_K; b++) {
-        int32_t sumi = 0;
-        for (int g = 0; g < QK_K / 32; g++) {
-            int32_t dot = 0;
-            for (int e = 32 * g; e < 32 * g + 32; e++)
-                dot += kern_iq4nl_values[iq4_index(&x[b], e)] * y[b].qs[e];
-            sumi += (iq4xs_scale(&x[b], g) - 32) * dot;
-        }
-        /* written out, not a shared helper: that cost 4.6% instructions (a spill around the fp16 call) */
-        sumf = fmaf(kvl_f16_to_f32(x[b].d) * y[b].d, (float)sumi, sumf);
-    }
-    *s = sumf;
+    for (int e = 0; e < QK_K; e++) u->v[e] = kern_iq4nl_values[iq4_index(x, e)];
+    for (int g = 0; g < QK_K / 32; g++) u->sc[g] = iq4xs_scale(x, g) - 32;
+    u->group = 32, u->mins = false, u->d = x->d;
 }
+KREF_K_VEC_DOT(iq4_xs)

@@ -278,10 +278,7 @@ static void quantize_q4_K_block(const float *x, blk_q4_K *y) {
 }
 
 /* ggml quantize_row_q4_K_ref (no importance matrix). */
-void kref_from_float_q4_K(const float *src, void *dst, int64_t n) {
-    blk_q4_K *y = dst;
-    for (int64_t b = 0; b < n / QK_K; b++) quantize_q4_K_block(src + b * QK_K, &y[b]);
-}
+KREF_K_FROM_FLOAT(q4_K)
 
 /* ggml make_qx_quants with rmse_type 1 and no weights (w = x^2): symmetric
  * n-value group in [-nmax, nmax-1]; L receives l + nmax. Returns the scale. */
@@ -370,10 +367,7 @@ static void quantize_q6_K_block(const float *x, blk_q6_K *y) {
 }
 
 /* ggml quantize_row_q6_K_ref. */
-void kref_from_float_q6_K(const float *src, void *dst, int64_t n) {
-    blk_q6_K *y = dst;
-    for (int64_t b = 0; b < n / QK_K; b++) quantize_q6_K_block(src + b * QK_K, &y[b]);
-}
+KREF_K_FROM_FLOAT(q6_K)
 
 /* ggml quantize_row_q8_K_ref: the signed max-magnitude value maps to -127. */
 void kref_from_float_q8_K(const float *src, void *dst, int64_t n) {
@@ -467,46 +461,27 @@ void kref_vec_dot_q4_0(int64_t n, float *s, const void *vx, const void *vy) {
     *s = sumf;
 }
 
-/* K family, Q4_K: per super-block exact ints sumi = sum_j sc_j * dot_j and
- * summ = sum_j m_j * (bsum_2j + bsum_2j+1), then
- * s = fma(d*yd, sumi, s); s = fma(-(dmin*yd), summ, s). */
-void kref_vec_dot_q4_K(int64_t n, float *s, const void *vx, const void *vy) {
+/* Q4_K: sub-block 2c is the low nibbles of qs[32c..], 2c + 1 the high ones
+ * (values 0..15); 6-bit scales and mins per 32. */
+static void unpack_q4_K(const void *vx, kern_k_block *u) {
     const blk_q4_K *x = vx;
-    const blk_q8_K *y = vy;
-    float sumf = 0;
-    for (int64_t b = 0; b < n / QK_K; b++) {
-        uint8_t v[QK_K]; /* sub-block 2c: low nibbles of qs[32c..], 2c + 1: high */
-        for (int c = 0; c < QK_K / 64; c++)
-            for (int l = 0; l < 32; l++) {
-                v[64 * c + l] = x[b].qs[32 * c + l] & 0xF;
-                v[64 * c + 32 + l] = x[b].qs[32 * c + l] >> 4;
-            }
-        int32_t summ;
-        const int32_t sumi = kern_q4k_isums(x[b].scales, v, &y[b], &summ);
-        sumf = kern_k_fma_min(sumf, x[b].d, x[b].dmin, y[b].d, sumi, summ);
-    }
-    *s = sumf;
-}
-
-/* K family, Q6_K: sumi = sum_j sc_j * sum_16 q6*q8 (q6 in -32..31) per
- * super-block, then s = fma(d*yd, sumi, s). */
-void kref_vec_dot_q6_K(int64_t n, float *s, const void *vx, const void *vy) {
-    const blk_q6_K *x = vx;
-    const blk_q8_K *y = vy;
-    float sumf = 0;
-    for (int64_t b = 0; b < n / QK_K; b++) {
-        int32_t sumi = 0;
-        for (int h = 0; h < 2; h++) {
-            const uint8_t *ql = x[b].ql + 64 * h, *qh = x[b].qh + 32 * h;
-            const int8_t *yq = y[b].qs + 128 * h;
-            for (int g = 0; g < 8; g++) { /* 8 groups of 16 share one scale */
-                int32_t dot = 0;
-                for (int l = 16 * g; l < 16 * g + 16; l++) dot += q6_value(ql, qh, l) * yq[l];
-                sumi += x[b].scales[8 * h + g] * dot;
-            }
+    for (int c = 0; c < QK_K / 64; c++)
+        for (int l = 0; l < 32; l++) {
+            u->v[64 * c + l] = (int8_t)(x->qs[32 * c + l] & 0xF);
+            u->v[64 * c + 32 + l] = (int8_t)(x->qs[32 * c + l] >> 4);
         }
-        /* written out, not a shared helper: that cost 4.6% instructions (a spill around the fp16 call) */
-        sumf = fmaf(kvl_f16_to_f32(x[b].d) * y[b].d, (float)sumi, sumf);
-    }
-    *s = sumf;
+    kern_k_q4k_scales(x->scales, u);
+    u->d = x->d, u->dmin = x->dmin;
 }
+KREF_K_VEC_DOT(q4_K)
+
+/* Q6_K: values -32..31, an int8 scale per 16. */
+static void unpack_q6_K(const void *vx, kern_k_block *u) {
+    const blk_q6_K *x = vx;
+    for (int h = 0; h < 2; h++)
+        for (int l = 0; l < 128; l++)
+            u->v[128 * h + l] = (int8_t)q6_value(x->ql + 64 * h, x->qh + 32 * h, l);
+    for (int g = 0; g < QK_K / 16; g++) u->sc[g] = x->scales[g];
+    u->group = 16, u->mins = false, u->d = x->d;
+}
+KREF_K_VEC_DOT(q6_K)
