@@ -182,3 +182,18 @@ uint64_t kvl_random_u64(void) {
     x *= 0xc4ceb9fe1a85ec53ull;
     return x ^ (x >> 33);
 }
+
+bool kvl_grow(void **p, size_t *cap, size_t need, size_t elem, size_t first) {
+    if (need <= *cap) return true;
+    size_t c = *cap ? *cap : first;
+    while (c < need) {
+        if (c > SIZE_MAX / 2) return false;
+        c *= 2;
+    }
+    if (c > SIZE_MAX / elem) return false;
+    void *q = realloc(*p, c * elem);
+    if (!q) return false;
+    *p = q;
+    *cap = c;
+    return true;
+}

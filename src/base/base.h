@@ -41,6 +41,11 @@ void *kvl_calloc(size_t n, size_t size); /* zeroed, overflow-checked */
  * fewer times and reading them misses the TLB less. Free with kvl_free. */
 void *kvl_alloc_huge(size_t size);
 void kvl_free(void *p);
+/* The one growable-array step: makes room for need elements of elem bytes in
+ * the malloc'd array *p of *cap elements, doubling the capacity (from first
+ * when 0) until it fits. False on overflow or out of memory, *p and *cap then
+ * unchanged. Call as kvl_grow((void **)&a->v, &a->cap, a->n + 1, sizeof *a->v, 64). */
+bool kvl_grow(void **p, size_t *cap, size_t need, size_t elem, size_t first);
 
 /* Overflow-checked size arithmetic: return false on overflow. */
 static inline bool kvl_mul_ok(size_t a, size_t b, size_t *out) {
