@@ -187,6 +187,11 @@ bool cli_parse(int argc, char **argv, cli_opts *o) {
     return cli_parse_ex(argc, argv, o, NULL, NULL);
 }
 
+int cli_run_opts(int argc, char **argv, int (*fn)(const cli_opts *o)) {
+    cli_opts o;
+    return cli_parse(argc, argv, &o) ? fn(&o) : 2;
+}
+
 bool cli_parse_ex(int argc, char **argv, cli_opts *o, cli_extra_fn extra, void *ctx) {
     opts_default(o);
     for (int i = 0; i < argc; i++) {
