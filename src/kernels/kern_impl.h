@@ -177,8 +177,22 @@ void kref_vec_dot_q4_0(int64_t n, float *s, const void *x, const void *y);
 void kref_vec_dot_q4_K(int64_t n, float *s, const void *x, const void *y);
 void kref_vec_dot_q6_K(int64_t n, float *s, const void *x, const void *y);
 
+/* The value of largest magnitude, the first of equals (ggml's search in
+ * its quantizers: q4_0, q6_K, q8_K, q3_K, iq4_nl, iq4_xs); 0 when all are 0 (NaNs are passed over). */
+static inline float kern_signed_absmax(const float *x, int n) {
+    float max = 0, amax = 0;
+    for (int i = 0; i < n; i++) {
+        const float ax = fabsf(x[i]);
+        if (ax > amax) {
+            amax = ax;
+            max = x[i];
+        }
+    }
+    return max;
+}
+
 /* The scalar reference dot of the K family (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K,
- * IQ4_XS) against Q8_K, one loop for all six (quant_ref.c): each type only
+ * IQ4_XS) against Q8_K, one loop for all six (kern_k_vec_dot): each type only
  * unpacks a super-block into a kern_k_block, its QK_K values in element order,
  * the integer scale (and, for the types with mins, the min) of each group of
  * `group` values and the fp16 super-block scales. Per super-block, in order:
@@ -193,12 +207,11 @@ typedef struct kern_k_block {
     kvl_f16 d, dmin;
 } kern_k_block;
 typedef void (*kern_k_unpack_fn)(const void *x, kern_k_block *u);
-/* Inlined into each type's kref_vec_dot_<t> (KREF_K_VEC_DOT), so that its
- * unpack and group size are constants there. */
-static inline __attribute__((always_inline)) void kern_k_vec_dot(int64_t n, float *s,
-                                                                 const void *vx, size_t x_bytes,
-                                                                 const void *vy,
-                                                                 kern_k_unpack_fn unpack) {
+/* An unpack_<t> and the two loops below are always inlined into the type's
+ * functions, so its unpack and group size are constants there. */
+#define KERN_K_INLINE static inline __attribute__((always_inline))
+KERN_K_INLINE void kern_k_vec_dot(int64_t n, float *s, const void *vx, size_t x_bytes,
+                                  const void *vy, kern_k_unpack_fn unpack) {
     const blk_q8_K *y = vy;
     float sumf = 0;
     for (int64_t b = 0; b < n / QK_K; b++) {
@@ -220,25 +233,50 @@ static inline __attribute__((always_inline)) void kern_k_vec_dot(int64_t n, floa
     *s = sumf;
 }
 
-/* The 6-bit scales and mins of Q4_K and Q5_K, one pair per 32 values. */
-static inline void kern_k_q4k_scales(const uint8_t *scales, kern_k_block *u) {
+/* The K family's one reference dequantization, from the same unpack: per
+ * group dl = d * sc_g (and ml = dmin * m_g), y_e = dl * v_e (- ml), ggml's
+ * float order. */
+KERN_K_INLINE void kern_k_to_float(const void *vx, float *dst, int64_t n, size_t x_bytes,
+                                   kern_k_unpack_fn unpack) {
+    for (int64_t b = 0; b < n / QK_K; b++) {
+        kern_k_block u;
+        unpack((const char *)vx + b * x_bytes, &u);
+        const float d = kvl_f16_to_f32(u.d), dmin = u.mins ? kvl_f16_to_f32(u.dmin) : 0.0f;
+        float *y = dst + b * QK_K;
+        for (int g = 0; g < QK_K / u.group; g++) {
+            const float dl = d * u.sc[g], ml = u.mins ? dmin * u.m[g] : 0.0f;
+            for (int e = u.group * g; e < u.group * (g + 1); e++)
+                y[e] = u.mins ? dl * u.v[e] - ml : dl * u.v[e];
+        }
+    }
+}
+
+/* The scales of Q4_K and Q5_K: 6-bit scale and min pairs, one per 32 values,
+ * and the super-block's d and dmin. */
+static inline void kern_k_q4k_scales(const uint8_t *scales, kvl_f16 d, kvl_f16 dmin,
+                                     kern_k_block *u) {
     for (int j = 0; j < QK_K / 32; j++) {
         uint8_t sc, m;
         kern_q4k_scale_min(j, scales, &sc, &m);
         u->sc[j] = sc, u->m[j] = m;
     }
-    u->group = 32, u->mins = true;
+    u->group = 32, u->mins = true, u->d = d, u->dmin = dmin;
 }
+
 /* kref_from_float_<t> of a K-family type t: quantize_<t>_block per super-block. */
 #define KREF_K_FROM_FLOAT(t)                                                                       \
     void kref_from_float_##t(const float *src, void *dst, int64_t n) {                             \
         blk_##t *y = dst;                                                                          \
         for (int64_t b = 0; b < n / QK_K; b++) quantize_##t##_block(src + b * QK_K, &y[b]);        \
     }
-/* kref_vec_dot_<t> of a K-family type t from its unpack_<t>. */
-#define KREF_K_VEC_DOT(t)                                                                          \
+
+/* kref_vec_dot_<t> and kref_to_float_<t> of a K-family type t from its unpack_<t>. */
+#define KREF_K_KERNELS(t)                                                                          \
     void kref_vec_dot_##t(int64_t n, float *s, const void *vx, const void *vy) {                   \
         kern_k_vec_dot(n, s, vx, sizeof(blk_##t), vy, unpack_##t);                                 \
+    }                                                                                              \
+    void kref_to_float_##t(const void *src, float *dst, int64_t n) {                               \
+        kern_k_to_float(src, dst, n, sizeof(blk_##t), unpack_##t);                                 \
     }
 
 /* Q2_K, Q3_K, Q5_K, IQ4_XS (quant_kx_ref.c, quant_kx_avx2.c, quant_kx_avx512.c). */

@@ -9,20 +9,6 @@
 
 #include <string.h>
 
-/* The value of largest magnitude, the first of equals (ggml's search in its
- * q4_0, q6_K group and q8_K quantizers); 0 when all are 0 (NaNs are passed over). */
-static float signed_absmax(const float *x, int n) {
-    float max = 0, amax = 0;
-    for (int i = 0; i < n; i++) {
-        const float ax = fabsf(x[i]);
-        if (ax > amax) {
-            amax = ax;
-            max = x[i];
-        }
-    }
-    return max;
-}
-
 /* ======================= dequantization ======================= */
 
 void kref_to_float_f32(const void *src, float *dst, int64_t n) {
@@ -59,24 +45,6 @@ void kref_to_float_q4_0(const void *src, float *dst, int64_t n) {
     }
 }
 
-void kref_to_float_q4_K(const void *src, float *dst, int64_t n) {
-    const blk_q4_K *x = src;
-    for (int64_t b = 0; b < n / QK_K; b++) {
-        const float d = kvl_f16_to_f32(x[b].d), dmin = kvl_f16_to_f32(x[b].dmin);
-        const uint8_t *q = x[b].qs;
-        float *y = dst + b * QK_K;
-        for (int j = 0; j < QK_K / 64; j++, q += 32, y += 64) {
-            uint8_t sc, m;
-            kern_q4k_scale_min(2 * j, x[b].scales, &sc, &m);
-            const float d1 = d * sc, m1 = dmin * m;
-            kern_q4k_scale_min(2 * j + 1, x[b].scales, &sc, &m);
-            const float d2 = d * sc, m2 = dmin * m;
-            for (int l = 0; l < 32; l++) y[l] = d1 * (q[l] & 0xF) - m1;
-            for (int l = 0; l < 32; l++) y[32 + l] = d2 * (q[l] >> 4) - m2;
-        }
-    }
-}
-
 /* Value l (0..127) of a Q6_K half: 4 low bits from ql, 2 high bits from qh. */
 static inline int q6_value(const uint8_t *ql, const uint8_t *qh, int l) {
     const int quarter = l / 32, i = l % 32;
@@ -84,21 +52,6 @@ static inline int q6_value(const uint8_t *ql, const uint8_t *qh, int l) {
     const int low4 = quarter >= 2 ? lo >> 4 : lo & 0xF;
     const int high2 = (qh[i] >> (2 * quarter)) & 3;
     return (low4 | (high2 << 4)) - 32;
-}
-
-void kref_to_float_q6_K(const void *src, float *dst, int64_t n) {
-    const blk_q6_K *x = src;
-    for (int64_t b = 0; b < n / QK_K; b++) {
-        const float d = kvl_f16_to_f32(x[b].d);
-        float *y = dst + b * QK_K;
-        for (int h = 0; h < 2; h++) {
-            const uint8_t *ql = x[b].ql + 64 * h, *qh = x[b].qh + 32 * h;
-            const int8_t *sc = x[b].scales + 8 * h;
-            /* scale index 8h + 2*quarter + (i/16); same float order as ggml: (d*sc)*q */
-            for (int l = 0; l < 128; l++)
-                y[128 * h + l] = d * sc[2 * (l / 32) + (l % 32) / 16] * q6_value(ql, qh, l);
-        }
-    }
 }
 
 void kref_to_float_q8_K(const void *src, float *dst, int64_t n) {
@@ -142,7 +95,7 @@ void kref_from_float_q4_0(const float *src, void *dst, int64_t n) {
     blk_q4_0 *y = dst;
     for (int64_t b = 0; b < n / QK4_0; b++) {
         const float *x = src + b * QK4_0;
-        const float max = signed_absmax(x, QK4_0);
+        const float max = kern_signed_absmax(x, QK4_0);
         const float d = max / -8;
         const float id = d ? 1.0f / d : 0.0f;
         y[b].d = kvl_f32_to_f16(d);
@@ -283,7 +236,7 @@ KREF_K_FROM_FLOAT(q4_K)
 /* ggml make_qx_quants with rmse_type 1 and no weights (w = x^2): symmetric
  * n-value group in [-nmax, nmax-1]; L receives l + nmax. Returns the scale. */
 static float make_qx_quants(int n, int nmax, const float *x, int8_t *L) {
-    const float max = signed_absmax(x, n);
+    const float max = kern_signed_absmax(x, n);
     if (fabsf(max) < KERN_GROUP_MAX_EPS) {
         memset(L, 0, (size_t)n);
         return 0.f;
@@ -374,7 +327,7 @@ void kref_from_float_q8_K(const float *src, void *dst, int64_t n) {
     blk_q8_K *y = dst;
     for (int64_t b = 0; b < n / QK_K; b++) {
         const float *x = src + b * QK_K;
-        const float max = signed_absmax(x, QK_K);
+        const float max = kern_signed_absmax(x, QK_K);
         if (!max) { /* ggml leaves bsums stale here; zero is their true value */
             memset(&y[b], 0, sizeof y[b]);
             continue;
@@ -461,22 +414,25 @@ void kref_vec_dot_q4_0(int64_t n, float *s, const void *vx, const void *vy) {
     *s = sumf;
 }
 
+/* K family (Q4_K, Q6_K here; the others in quant_kx_ref.c): each type's
+ * super-block unpacked for the family's one dot and one dequantization
+ * (kern_k_vec_dot, kern_k_to_float in kern_impl.h). */
+
 /* Q4_K: sub-block 2c is the low nibbles of qs[32c..], 2c + 1 the high ones
  * (values 0..15); 6-bit scales and mins per 32. */
-static void unpack_q4_K(const void *vx, kern_k_block *u) {
+KERN_K_INLINE void unpack_q4_K(const void *vx, kern_k_block *u) {
     const blk_q4_K *x = vx;
     for (int c = 0; c < QK_K / 64; c++)
         for (int l = 0; l < 32; l++) {
             u->v[64 * c + l] = (int8_t)(x->qs[32 * c + l] & 0xF);
             u->v[64 * c + 32 + l] = (int8_t)(x->qs[32 * c + l] >> 4);
         }
-    kern_k_q4k_scales(x->scales, u);
-    u->d = x->d, u->dmin = x->dmin;
+    kern_k_q4k_scales(x->scales, x->d, x->dmin, u);
 }
-KREF_K_VEC_DOT(q4_K)
+KREF_K_KERNELS(q4_K)
 
 /* Q6_K: values -32..31, an int8 scale per 16. */
-static void unpack_q6_K(const void *vx, kern_k_block *u) {
+KERN_K_INLINE void unpack_q6_K(const void *vx, kern_k_block *u) {
     const blk_q6_K *x = vx;
     for (int h = 0; h < 2; h++)
         for (int l = 0; l < 128; l++)
@@ -484,4 +440,4 @@ static void unpack_q6_K(const void *vx, kern_k_block *u) {
     for (int g = 0; g < QK_K / 16; g++) u->sc[g] = x->scales[g];
     u->group = 16, u->mins = false, u->d = x->d;
 }
-KREF_K_VEC_DOT(q6_K)
+KREF_K_KERNELS(q6_K)
