@@ -191,6 +191,38 @@ static inline float kern_signed_absmax(const float *x, int n) {
     return max;
 }
 
+/* One rounding pass of ggml's symmetric group quantizers (make_qx_quants,
+ * make_q3_quants): l_i = clamp(nearest(iscale * x_i), -nmax, nmax - 1), stored
+ * as l_i + off unless L is NULL; *sumlx = sum w_i x_i l_i, *suml2 = sum w_i l_i^2
+ * with w_i = x_i^2, in ggml's order. */
+static inline void kern_sym_round(int n, int nmax, float iscale, const float *x, int8_t *L, int off,
+                                  float *sumlx, float *suml2) {
+    float slx = 0, sl2 = 0;
+    for (int i = 0; i < n; i++) {
+        int l = kern_nearest_int(iscale * x[i]);
+        l = KERN_MAX(-nmax, KERN_MIN(nmax - 1, l));
+        if (L) L[i] = (int8_t)(l + off);
+        const float w = x[i] * x[i];
+        slx += w * x[i] * l;
+        sl2 += w * l * l;
+    }
+    *sumlx = slx, *suml2 = sl2;
+}
+
+/* Their first steps: the group's signed absmax max, then a pass at iscale
+ * -nmax / max. Returns max, or 0 (L zeroed) for a group below
+ * KERN_GROUP_MAX_EPS. */
+static inline float kern_sym_first(int n, int nmax, const float *x, int8_t *L, int off,
+                                   float *sumlx, float *suml2) {
+    const float max = kern_signed_absmax(x, n);
+    if (fabsf(max) < KERN_GROUP_MAX_EPS) {
+        memset(L, 0, (size_t)n);
+        return 0.f;
+    }
+    kern_sym_round(n, nmax, -nmax / max, x, L, off, sumlx, suml2);
+    return max;
+}
+
 /* The scalar reference dot of the K family (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K,
  * IQ4_XS) against Q8_K, one loop for all six (kern_k_vec_dot): each type only
  * unpacks a super-block into a kern_k_block, its QK_K values in element order,

@@ -103,21 +103,9 @@ KREF_K_FROM_FLOAT(q2_K)
 /* ggml make_q3_quants with do_rmse: symmetric group in [-nmax, nmax-1], refined
  * value by value with weights x^2; L receives l + nmax. Returns the scale. */
 static float make_q3_quants(int n, int nmax, const float *x, int8_t *L) {
-    const float max = kern_signed_absmax(x, n);
-    if (fabsf(max) < KERN_GROUP_MAX_EPS) {
-        memset(L, 0, (size_t)n);
-        return 0.f;
-    }
-    const float iscale = -nmax / max;
-    float sumlx = 0, suml2 = 0;
-    for (int i = 0; i < n; i++) {
-        int l = kern_nearest_int(iscale * x[i]);
-        l = KERN_MAX(-nmax, KERN_MIN(nmax - 1, l));
-        L[i] = (int8_t)l;
-        const float w = x[i] * x[i];
-        sumlx += w * x[i] * l;
-        suml2 += w * l * l;
-    }
+    float sumlx, suml2;
+    const float max = kern_sym_first(n, nmax, x, L, 0, &sumlx, &suml2);
+    if (max == 0.f) return 0.f;
     for (int itry = 0; itry < 5; itry++) {
         int n_changed = 0;
         for (int i = 0; i < n; i++) {

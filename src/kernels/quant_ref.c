@@ -236,39 +236,17 @@ KREF_K_FROM_FLOAT(q4_K)
 /* ggml make_qx_quants with rmse_type 1 and no weights (w = x^2): symmetric
  * n-value group in [-nmax, nmax-1]; L receives l + nmax. Returns the scale. */
 static float make_qx_quants(int n, int nmax, const float *x, int8_t *L) {
-    const float max = kern_signed_absmax(x, n);
-    if (fabsf(max) < KERN_GROUP_MAX_EPS) {
-        memset(L, 0, (size_t)n);
-        return 0.f;
-    }
-    float iscale = -nmax / max;
-    float sumlx = 0, suml2 = 0;
-    for (int i = 0; i < n; i++) {
-        int l = kern_nearest_int(iscale * x[i]);
-        l = KERN_MAX(-nmax, KERN_MIN(nmax - 1, l));
-        L[i] = (int8_t)(l + nmax);
-        const float w = x[i] * x[i];
-        sumlx += w * x[i] * l;
-        suml2 += w * l * l;
-    }
+    float sumlx, suml2;
+    const float max = kern_sym_first(n, nmax, x, L, nmax, &sumlx, &suml2);
+    if (max == 0.f) return 0.f;
     float scale = suml2 ? sumlx / suml2 : 0.0f;
     float best = scale * sumlx;
     for (int is = -9; is <= 9; is++) {
         if (is == 0) continue;
-        iscale = -(nmax + 0.1f * is) / max;
-        sumlx = suml2 = 0;
-        for (int i = 0; i < n; i++) {
-            int l = kern_nearest_int(iscale * x[i]);
-            l = KERN_MAX(-nmax, KERN_MIN(nmax - 1, l));
-            const float w = x[i] * x[i];
-            sumlx += w * x[i] * l;
-            suml2 += w * l * l;
-        }
+        const float iscale = -(nmax + 0.1f * is) / max;
+        kern_sym_round(n, nmax, iscale, x, NULL, 0, &sumlx, &suml2);
         if (suml2 > 0 && sumlx * sumlx > best * suml2) {
-            for (int i = 0; i < n; i++) {
-                int l = kern_nearest_int(iscale * x[i]);
-                L[i] = (int8_t)(nmax + KERN_MAX(-nmax, KERN_MIN(nmax - 1, l)));
-            }
+            kern_sym_round(n, nmax, iscale, x, L, nmax, &sumlx, &suml2);
             scale = sumlx / suml2;
             best = scale * sumlx;
         }
