@@ -13,6 +13,24 @@
 
 enum { GE_END = 0, GE_CHARS = 1, GE_REF = 2 };
 
+/* The {m,n} bound of GBNF repetitions (each unit is a copy) and of the regexes
+ * json_regex.c turns into them. */
+#define GRAMMAR_MAX_REPEAT 10000
+
+/* Reads the decimal digits at *p as a repetition count: 0 when there are
+ * none, 1 with *v set, -1 once it exceeds GRAMMAR_MAX_REPEAT (*p just past
+ * the digit that made it). */
+static inline int grammar_scan_count(const char **p, int64_t *v) {
+    if (**p < '0' || **p > '9') return 0;
+    int64_t x = 0;
+    while (**p >= '0' && **p <= '9') {
+        x = x * 10 + (*(*p)++ - '0');
+        if (x > GRAMMAR_MAX_REPEAT) return -1;
+    }
+    *v = x;
+    return 1;
+}
+
 typedef struct gelem {
     int32_t kind;
     int32_t arg; /* GE_CHARS: set index; GE_REF: rule index */

@@ -13,8 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_REPEAT 10000     /* {m,n} bound: each unit is a copy */
-#define MAX_ELEMS  (4 << 20) /* elements over all rules */
+#define MAX_ELEMS (4 << 20) /* elements over all rules */
 
 typedef struct rbody {
     gelem *e;
@@ -301,14 +300,9 @@ static bool parse_class(parser *ps, int32_t r) {
 }
 
 static bool parse_int(parser *ps, int64_t *v) {
-    if (*ps->p < '0' || *ps->p > '9') return false;
-    int64_t x = 0;
-    while (*ps->p >= '0' && *ps->p <= '9') {
-        x = x * 10 + (*ps->p++ - '0');
-        if (x > MAX_REPEAT) return fail_at(ps, ps->p, "repetition count above %d", MAX_REPEAT);
-    }
-    *v = x;
-    return true;
+    const int r = grammar_scan_count(&ps->p, v);
+    if (r < 0) return fail_at(ps, ps->p, "repetition count above %d", GRAMMAR_MAX_REPEAT);
+    return r > 0;
 }
 
 /* Remembers a generated repetition rule whose first alternative begins with

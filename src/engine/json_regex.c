@@ -11,6 +11,7 @@
  * but at the ends. Lazy quantifiers are accepted: for a whole-string match
  * they describe the same strings as the greedy ones. */
 #include "grammar.h"
+#include "grammar_internal.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -335,14 +336,11 @@ static bool rx_atom(rx *r, kvl_buf *o, int depth, bool *nullable) {
 }
 
 static bool rx_int(rx *r, long *v) {
-    if (*r->p < '0' || *r->p > '9') return false;
-    long x = 0;
-    while (*r->p >= '0' && *r->p <= '9') {
-        x = x * 10 + (*r->p++ - '0');
-        if (x > 10000) return rx_fail(r, r->p, "repetition count above 10000");
-    }
-    *v = x;
-    return true;
+    int64_t x = 0;
+    const int k = grammar_scan_count(&r->p, &x);
+    if (k < 0) return rx_fail(r, r->p, "repetition count above %d", GRAMMAR_MAX_REPEAT);
+    if (k > 0) *v = (long)x;
+    return k > 0;
 }
 
 /* The quantifier after an atom, if any. *optional: it allows zero repetitions.
