@@ -525,6 +525,15 @@ static jnode *parse_block_named(parser *P, const char *end) {
     return b;
 }
 
+/* The rest of a block statement's tag ('%}'), then its body up to {% end %}
+ * into x's statements. */
+static void parse_block_into(parser *P, jnode *x, const char *end) {
+    expect_block_end(P);
+    jnode *b = parse_block_named(P, end);
+    x->v1 = b->v1;
+    x->n1 = b->n1;
+}
+
 static jnode *parse_macro_params(parser *P, jnode *x) {
     nvec params = {0};
     nvec defaults = {0};
@@ -585,10 +594,7 @@ static jnode *parse_stmt(parser *P) {
         jnode *chain = NULL;
         while (accept_op(P, "|")) chain = parse_filter_one(P, chain);
         x->c = chain;
-        expect_block_end(P);
-        jnode *b = parse_block_named(P, "endset");
-        x->v1 = b->v1;
-        x->n1 = b->n1;
+        parse_block_into(P, x, "endset");
         x->op = 1;
         return x;
     }
@@ -596,13 +602,10 @@ static jnode *parse_stmt(parser *P) {
         jnode *x = nn(P, S_MACRO);
         x->name = expect_name(P);
         parse_macro_params(P, x);
-        expect_block_end(P);
         int loops = P->loops;
-        P->loops = 0;
-        jnode *b = parse_block_named(P, "endmacro");
+        P->loops = 0; /* break/continue do not reach out of a macro */
+        parse_block_into(P, x, "endmacro");
         P->loops = loops;
-        x->v1 = b->v1;
-        x->n1 = b->n1;
         return x;
     }
     if (!strcmp(kw, "call")) {
@@ -610,10 +613,7 @@ static jnode *parse_stmt(parser *P) {
         if (is_op(cur(P), "(")) parse_macro_params(P, x);
         x->a = parse_expr(P, true);
         if (x->a->kind != N_CALL) p_fail(P, "expected a call after 'call'");
-        expect_block_end(P);
-        jnode *b = parse_block_named(P, "endcall");
-        x->v1 = b->v1;
-        x->n1 = b->n1;
+        parse_block_into(P, x, "endcall");
         return x;
     }
     if (!strcmp(kw, "filter")) {
@@ -621,10 +621,7 @@ static jnode *parse_stmt(parser *P) {
         jnode *chain = parse_filter_one(P, NULL);
         while (accept_op(P, "|")) chain = parse_filter_one(P, chain);
         x->a = chain;
-        expect_block_end(P);
-        jnode *b = parse_block_named(P, "endfilter");
-        x->v1 = b->v1;
-        x->n1 = b->n1;
+        parse_block_into(P, x, "endfilter");
         return x;
     }
     if (!strcmp(kw, "generation")) { /* transformers' AssistantTracker: renders the body */
