@@ -39,14 +39,8 @@ static _Noreturn void p_fail(parser *P, const char *fmt, ...) {
 static void nv_push(parser *P, nvec *v, jnode *x, const char *name) {
     if (v->n == v->cap) {
         int cap = v->cap ? v->cap * 2 : 8;
-        jnode **nv = ja_alloc(P->a, (size_t)cap * sizeof *nv);
-        const char **nn = ja_alloc(P->a, (size_t)cap * sizeof *nn);
-        if (v->n) {
-            memcpy(nv, v->v, (size_t)v->n * sizeof *nv);
-            memcpy(nn, v->names, (size_t)v->n * sizeof *nn);
-        }
-        v->v = nv;
-        v->names = nn;
+        v->v = ja_grow(P->a, v->v, (size_t)v->n, (size_t)cap, sizeof *v->v);
+        v->names = ja_grow(P->a, v->names, (size_t)v->n, (size_t)cap, sizeof *v->names);
         v->cap = cap;
     }
     v->names[v->n] = name;
