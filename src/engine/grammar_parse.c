@@ -193,23 +193,10 @@ static bool at_rule_start(parser *ps) {
 
 /* One UTF-8 code point from the source. */
 static bool decode_cp(parser *ps, uint32_t *cp) {
-    const unsigned char *s = (const unsigned char *)ps->p;
-    int n = s[0] < 0x80                    ? 1
-            : s[0] >= 0xC2 && s[0] <= 0xDF ? 2
-            : s[0] >= 0xE0 && s[0] <= 0xEF ? 3
-            : s[0] >= 0xF0 && s[0] <= 0xF4 ? 4
-                                           : 0;
-    if (!n) return fail_at(ps, ps->p, "invalid UTF-8 byte 0x%02X", s[0]);
-    uint32_t c = n == 1 ? s[0] : s[0] & (0x7F >> n);
-    for (int i = 1; i < n; i++) {
-        if ((s[i] & 0xC0) != 0x80) return fail_at(ps, ps->p, "invalid UTF-8 sequence");
-        c = c << 6 | (s[i] & 0x3F);
-    }
-    if ((n == 3 && c < 0x800) || (n == 4 && (c < 0x10000 || c > 0x10FFFF)) ||
-        (c >= 0xD800 && c <= 0xDFFF))
-        return fail_at(ps, ps->p, "invalid UTF-8 sequence");
+    const int n = grammar_utf8_decode(ps->p, true, cp);
+    if (n == 0) return fail_at(ps, ps->p, "invalid UTF-8 byte 0x%02X", (unsigned char)ps->p[0]);
+    if (n < 0) return fail_at(ps, ps->p, "invalid UTF-8 sequence");
     ps->p += n;
-    *cp = c;
     return true;
 }
 

@@ -148,20 +148,9 @@ static void put_char(rx *r, kvl_buf *o, uint32_t c) {
 }
 
 static bool decode_utf8(rx *r, uint32_t *cp) {
-    const unsigned char *s = (const unsigned char *)r->p;
-    int n = s[0] < 0x80                    ? 1
-            : s[0] >= 0xC2 && s[0] <= 0xDF ? 2
-            : s[0] >= 0xE0 && s[0] <= 0xEF ? 3
-            : s[0] >= 0xF0 && s[0] <= 0xF4 ? 4
-                                           : 0;
-    if (!n) return rx_fail(r, r->p, "invalid UTF-8");
-    uint32_t c = n == 1 ? s[0] : s[0] & (0x7F >> n);
-    for (int i = 1; i < n; i++) {
-        if ((s[i] & 0xC0) != 0x80) return rx_fail(r, r->p, "invalid UTF-8");
-        c = c << 6 | (s[i] & 0x3F);
-    }
+    const int n = grammar_utf8_decode(r->p, false, cp);
+    if (n <= 0) return rx_fail(r, r->p, "invalid UTF-8");
     r->p += n;
-    *cp = c;
     return true;
 }
 
