@@ -130,12 +130,7 @@ kvl_bf16 kvl_f32_to_bf16(float f) {
     return (kvl_bf16)(x >> 16);
 }
 
-char *kvl_read_file(const char *path, size_t *len_out, kvl_error *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        kvl_fail(err, "%s: cannot open: %s", path, strerror(errno));
-        return NULL;
-    }
+char *kvl_read_stream(FILE *f, const char *name, size_t *len_out, kvl_error *err) {
     size_t cap = 1 << 16, len = 0;
     char *buf = malloc(cap + 1);
     while (buf) {
@@ -151,15 +146,24 @@ char *kvl_read_file(const char *path, size_t *len_out, kvl_error *err) {
         buf = nb;
         cap *= 2;
     }
-    bool bad = ferror(f);
-    fclose(f);
-    if (!buf || bad) {
+    if (!buf || ferror(f)) {
+        kvl_fail(err, "%s: %s", name, buf ? "read failed" : "out of memory");
         free(buf);
-        kvl_fail(err, "%s: read failed", path);
         return NULL;
     }
     buf[len] = 0;
     if (len_out) *len_out = len;
+    return buf;
+}
+
+char *kvl_read_file(const char *path, size_t *len_out, kvl_error *err) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        kvl_fail(err, "%s: cannot open: %s", path, strerror(errno));
+        return NULL;
+    }
+    char *buf = kvl_read_stream(f, path, len_out, err);
+    fclose(f);
     return buf;
 }
 

@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #define KVLLM_VERSION "0.1.0"
 
@@ -94,6 +95,8 @@ kvl_bf16 kvl_f32_to_bf16(float f);
 
 /* Reads a whole file into a NUL-terminated buffer (caller frees with free()). */
 char *kvl_read_file(const char *path, size_t *len_out, kvl_error *err);
+/* Reads f (stdin, a pipe) to its end the same way; name is for messages. */
+char *kvl_read_stream(FILE *f, const char *name, size_t *len_out, kvl_error *err);
 
 /* Number of online CPUs (>= 1). */
 int kvl_cpu_count(void);
