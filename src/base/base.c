@@ -130,12 +130,7 @@ kvl_bf16 kvl_f32_to_bf16(float f) {
     return (kvl_bf16)(x >> 16);
 }
 
-char *kvl_read_file(const char *path, size_t *len_out, kvl_error *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        kvl_fail(err, "%s: cannot open: %s", path, strerror(errno));
-        return NULL;
-    }
+char *kvl_read_stream(FILE *f, const char *name, size_t *len_out, kvl_error *err) {
     size_t cap = 1 << 16, len = 0;
     char *buf = malloc(cap + 1);
     while (buf) {
@@ -151,15 +146,24 @@ char *kvl_read_file(const char *path, size_t *len_out, kvl_error *err) {
         buf = nb;
         cap *= 2;
     }
-    bool bad = ferror(f);
-    fclose(f);
-    if (!buf || bad) {
+    if (!buf || ferror(f)) {
+        kvl_fail(err, "%s: %s", name, buf ? "read failed" : "out of memory");
         free(buf);
-        kvl_fail(err, "%s: read failed", path);
         return NULL;
     }
     buf[len] = 0;
     if (len_out) *len_out = len;
+    return buf;
+}
+
+char *kvl_read_file(const char *path, size_t *len_out, kvl_error *err) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        kvl_fail(err, "%s: cannot open: %s", path, strerror(errno));
+        return NULL;
+    }
+    char *buf = kvl_read_stream(f, path, len_out, err);
+    fclose(f);
     return buf;
 }
 
@@ -192,4 +196,19 @@ int64_t kvl_mem_available(void) {
         if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1) break;
     fclose(f);
     return kb < 0 ? -1 : (int64_t)kb * 1024;
+}
+
+bool kvl_grow(void **p, size_t *cap, size_t need, size_t elem, size_t first) {
+    if (need <= *cap) return true;
+    size_t c = *cap ? *cap : first;
+    while (c < need) {
+        if (c > SIZE_MAX / 2) return false;
+        c *= 2;
+    }
+    if (c > SIZE_MAX / elem) return false;
+    void *q = realloc(*p, c * elem);
+    if (!q) return false;
+    *p = q;
+    *cap = c;
+    return true;
 }

@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #define KVLLM_VERSION "0.1.0"
 
@@ -41,6 +42,11 @@ void *kvl_calloc(size_t n, size_t size); /* zeroed, overflow-checked */
  * fewer times and reading them misses the TLB less. Free with kvl_free. */
 void *kvl_alloc_huge(size_t size);
 void kvl_free(void *p);
+/* The one growable-array step: makes room for need elements of elem bytes in
+ * the malloc'd array *p of *cap elements, doubling the capacity (from first
+ * when 0) until it fits. False on overflow or out of memory, *p and *cap then
+ * unchanged. Call as kvl_grow((void **)&a->v, &a->cap, a->n + 1, sizeof *a->v, 64). */
+bool kvl_grow(void **p, size_t *cap, size_t need, size_t elem, size_t first);
 
 /* Overflow-checked size arithmetic: return false on overflow. */
 static inline bool kvl_mul_ok(size_t a, size_t b, size_t *out) {
@@ -89,6 +95,8 @@ kvl_bf16 kvl_f32_to_bf16(float f);
 
 /* Reads a whole file into a NUL-terminated buffer (caller frees with free()). */
 char *kvl_read_file(const char *path, size_t *len_out, kvl_error *err);
+/* Reads f (stdin, a pipe) to its end the same way; name is for messages. */
+char *kvl_read_stream(FILE *f, const char *name, size_t *len_out, kvl_error *err);
 
 /* Number of online CPUs (>= 1). */
 int kvl_cpu_count(void);

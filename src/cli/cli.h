@@ -48,6 +48,9 @@ typedef struct cli_opts {
 
 /* Parses argv (after the subcommand). Prints a message and returns false on error. */
 bool cli_parse(int argc, char **argv, cli_opts *o);
+/* A subcommand taking only the common flags: parses argv and runs fn on the
+ * options (2 on a parse error, else what fn returns). */
+int cli_run_opts(int argc, char **argv, int (*fn)(const cli_opts *o));
 /* Same, letting a command take flags of its own first: extra(flag, value, ctx)
  * returns 2 if it used flag and value, 1 if it used only flag (a switch), 0 if
  * the flag is not its own, -1 on a bad value (after printing why). value may be NULL. */

@@ -187,6 +187,11 @@ bool cli_parse(int argc, char **argv, cli_opts *o) {
     return cli_parse_ex(argc, argv, o, NULL, NULL);
 }
 
+int cli_run_opts(int argc, char **argv, int (*fn)(const cli_opts *o)) {
+    cli_opts o;
+    return cli_parse(argc, argv, &o) ? fn(&o) : 2;
+}
+
 bool cli_parse_ex(int argc, char **argv, cli_opts *o, cli_extra_fn extra, void *ctx) {
     opts_default(o);
     for (int i = 0; i < argc; i++) {
@@ -426,33 +431,8 @@ bool cli_parse_ids(const char *s, int32_t **ids, int64_t *n) {
 }
 
 char *cli_read_input(const char *path, size_t *len, kvl_error *err) {
-    if (strcmp(path, "-") != 0) return kvl_read_file(path, len, err);
-    size_t cap = 1 << 16, n = 0;
-    char *p = malloc(cap);
-    for (size_t k; p && (k = fread(p + n, 1, cap - n - 1, stdin)) > 0;) {
-        n += k;
-        if (cap - n - 1 > 0) continue;
-        char *q = realloc(p, cap * 2);
-        if (!q) {
-            free(p);
-            p = NULL;
-            break;
-        }
-        p = q;
-        cap *= 2;
-    }
-    if (!p) {
-        kvl_fail(err, "stdin: out of memory");
-        return NULL;
-    }
-    if (ferror(stdin)) {
-        free(p);
-        kvl_fail(err, "stdin: read error");
-        return NULL;
-    }
-    p[n] = 0;
-    *len = n;
-    return p;
+    return strcmp(path, "-") != 0 ? kvl_read_file(path, len, err)
+                                  : kvl_read_stream(stdin, "stdin", len, err);
 }
 
 bool cli_prompt_ids(const cli_opts *o, const tok_vocab *v, bool add_bos, int32_t **ids,

@@ -51,11 +51,7 @@ static void score_position(int64_t pos, const float *logits, void *user) {
 
 static int cmd_score_opts(const cli_opts *o);
 
-int cmd_score(int argc, char **argv) {
-    cli_opts o;
-    if (!cli_parse(argc, argv, &o)) return 2;
-    return cmd_score_opts(&o);
-}
+int cmd_score(int argc, char **argv) { return cli_run_opts(argc, argv, cmd_score_opts); }
 
 static int cmd_score_opts(const cli_opts *o) {
     cli_model cm;

@@ -8,11 +8,7 @@
 
 static int cmd_tokenize_opts(const cli_opts *o);
 
-int cmd_tokenize(int argc, char **argv) {
-    cli_opts o;
-    if (!cli_parse(argc, argv, &o)) return 2;
-    return cmd_tokenize_opts(&o);
-}
+int cmd_tokenize(int argc, char **argv) { return cli_run_opts(argc, argv, cmd_tokenize_opts); }
 
 static int cmd_tokenize_opts(const cli_opts *o) {
     cli_model cm;

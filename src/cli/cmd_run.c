@@ -131,9 +131,7 @@ int cmd_run(int argc, char **argv) {
     for (int i = 0; i < argc; i++) /* llama-cli's conversation mode */
         if (strcmp(argv[i], "-cnv") == 0 || strcmp(argv[i], "--conversation") == 0)
             return cmd_chat(argc, argv);
-    cli_opts o;
-    if (!cli_parse(argc, argv, &o)) return 2;
-    return cmd_run_opts(&o);
+    return cli_run_opts(argc, argv, cmd_run_opts);
 }
 
 static int cmd_run_opts(const cli_opts *o) {

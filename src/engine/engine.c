@@ -360,14 +360,7 @@ static void emit(seq *s, int32_t token, const char *text, size_t len, float logp
 }
 
 static bool text_append(seq *s, const char *p, size_t n) {
-    if (s->text_len + n + 1 > s->text_cap) {
-        size_t cap = s->text_cap ? s->text_cap : 256;
-        while (cap < s->text_len + n + 1) cap *= 2;
-        char *t = realloc(s->text, cap);
-        if (!t) return false;
-        s->text = t;
-        s->text_cap = cap;
-    }
+    if (!kvl_grow((void **)&s->text, &s->text_cap, s->text_len + n + 1, 1, 256)) return false;
     memcpy(s->text + s->text_len, p, n);
     s->text_len += n;
     s->text[s->text_len] = 0;

@@ -13,6 +13,47 @@
 
 enum { GE_END = 0, GE_CHARS = 1, GE_REF = 2 };
 
+/* The {m,n} bound of GBNF repetitions (each unit is a copy) and of the regexes
+ * json_regex.c turns into them. */
+#define GRAMMAR_MAX_REPEAT 10000
+
+/* Decodes the UTF-8 code point at s into *cp: its length in bytes, 0 for a
+ * byte that cannot start one, -1 for a bad continuation byte or (strict) an
+ * overlong 3-byte form, a surrogate or a value past U+10FFFF. */
+static inline int grammar_utf8_decode(const char *p, bool strict, uint32_t *cp) {
+    const unsigned char *s = (const unsigned char *)p;
+    int n = s[0] < 0x80                    ? 1
+            : s[0] >= 0xC2 && s[0] <= 0xDF ? 2
+            : s[0] >= 0xE0 && s[0] <= 0xEF ? 3
+            : s[0] >= 0xF0 && s[0] <= 0xF4 ? 4
+                                           : 0;
+    if (!n) return 0;
+    uint32_t c = n == 1 ? s[0] : s[0] & (0x7F >> n);
+    for (int i = 1; i < n; i++) {
+        if ((s[i] & 0xC0) != 0x80) return -1;
+        c = c << 6 | (s[i] & 0x3F);
+    }
+    if (strict && ((n == 3 && c < 0x800) || (n == 4 && (c < 0x10000 || c > 0x10FFFF)) ||
+                   (c >= 0xD800 && c <= 0xDFFF)))
+        return -1;
+    *cp = c;
+    return n;
+}
+
+/* Reads the decimal digits at *p as a repetition count: 0 when there are
+ * none, 1 with *v set, -1 once it exceeds GRAMMAR_MAX_REPEAT (*p just past
+ * the digit that made it). */
+static inline int grammar_scan_count(const char **p, int64_t *v) {
+    if (**p < '0' || **p > '9') return 0;
+    int64_t x = 0;
+    while (**p >= '0' && **p <= '9') {
+        x = x * 10 + (*(*p)++ - '0');
+        if (x > GRAMMAR_MAX_REPEAT) return -1;
+    }
+    *v = x;
+    return 1;
+}
+
 typedef struct gelem {
     int32_t kind;
     int32_t arg; /* GE_CHARS: set index; GE_REF: rule index */

@@ -13,12 +13,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_REPEAT 10000     /* {m,n} bound: each unit is a copy */
-#define MAX_ELEMS  (4 << 20) /* elements over all rules */
+#define MAX_ELEMS (4 << 20) /* elements over all rules */
 
 typedef struct rbody {
     gelem *e;
-    int32_t n, cap;
+    int32_t n;
+    size_t cap;
 } rbody;
 
 typedef struct parser {
@@ -31,15 +31,18 @@ typedef struct parser {
     int32_t *n_gen;           /* generated rules made under each rule (for names) */
     int32_t n_rules, cap_rules;
     uint32_t *ranges;
-    int32_t n_ranges, cap_ranges; /* pairs */
+    int32_t n_ranges; /* pairs */
+    size_t cap_ranges;
     gset *sets;
-    int32_t n_sets, cap_sets;
+    int32_t n_sets;
+    size_t cap_sets;
     int64_t n_elems;
     int32_t *name_ht; /* open addressing over rule ids by name (-1: empty), cap_ht a power of two */
     int32_t cap_ht;
     int32_t *
         reps; /* (generated rule, segment length) per repetition that can match its segment twice */
-    int32_t n_reps, cap_reps;
+    int32_t n_reps;
+    size_t cap_reps;
 } parser;
 
 static bool fail_at(parser *ps, const char *at, const char *fmt, ...)
@@ -59,24 +62,13 @@ static bool fail_at(parser *ps, const char *at, const char *fmt, ...) {
     return false;
 }
 
-static bool grow(void **p, int32_t *cap, int32_t need, size_t elem) {
-    if (need <= *cap) return true;
-    int32_t c = *cap ? *cap : 16;
-    while (c < need) c *= 2;
-    void *q = realloc(*p, (size_t)c * elem);
-    if (!q) return false;
-    *p = q;
-    *cap = c;
-    return true;
-}
-
 static bool oom(parser *ps) { return fail_at(ps, ps->p, "out of memory"); }
 
 static bool push_elem(parser *ps, int32_t r, int32_t kind, int32_t arg) {
     rbody *b = &ps->bodies[r];
     if (++ps->n_elems > MAX_ELEMS)
         return fail_at(ps, ps->p, "the grammar is too large (over %d elements)", MAX_ELEMS);
-    if (!grow((void **)&b->e, &b->cap, b->n + 1, sizeof(gelem))) return oom(ps);
+    if (!kvl_grow((void **)&b->e, &b->cap, (size_t)(b->n + 1), sizeof(gelem), 16)) return oom(ps);
     b->e[b->n++] = (gelem){kind, arg};
     return true;
 }
@@ -160,8 +152,9 @@ static int32_t gen_rule(parser *ps, int32_t parent) {
 }
 
 static int32_t add_set(parser *ps, const uint32_t *pairs, int32_t n, bool negate) {
-    if (!grow((void **)&ps->sets, &ps->cap_sets, ps->n_sets + 1, sizeof(gset)) ||
-        !grow((void **)&ps->ranges, &ps->cap_ranges, ps->n_ranges + n, 2 * sizeof(uint32_t)))
+    if (!kvl_grow((void **)&ps->sets, &ps->cap_sets, (size_t)(ps->n_sets + 1), sizeof(gset), 16) ||
+        !kvl_grow((void **)&ps->ranges, &ps->cap_ranges, (size_t)(ps->n_ranges + n),
+                  2 * sizeof(uint32_t), 16))
         return oom(ps), -1;
     if (n > 0) memcpy(ps->ranges + 2 * ps->n_ranges, pairs, (size_t)n * 2 * sizeof(uint32_t));
     ps->sets[ps->n_sets] = (gset){ps->n_ranges, n, negate};
@@ -200,23 +193,10 @@ static bool at_rule_start(parser *ps) {
 
 /* One UTF-8 code point from the source. */
 static bool decode_cp(parser *ps, uint32_t *cp) {
-    const unsigned char *s = (const unsigned char *)ps->p;
-    int n = s[0] < 0x80                    ? 1
-            : s[0] >= 0xC2 && s[0] <= 0xDF ? 2
-            : s[0] >= 0xE0 && s[0] <= 0xEF ? 3
-            : s[0] >= 0xF0 && s[0] <= 0xF4 ? 4
-                                           : 0;
-    if (!n) return fail_at(ps, ps->p, "invalid UTF-8 byte 0x%02X", s[0]);
-    uint32_t c = n == 1 ? s[0] : s[0] & (0x7F >> n);
-    for (int i = 1; i < n; i++) {
-        if ((s[i] & 0xC0) != 0x80) return fail_at(ps, ps->p, "invalid UTF-8 sequence");
-        c = c << 6 | (s[i] & 0x3F);
-    }
-    if ((n == 3 && c < 0x800) || (n == 4 && (c < 0x10000 || c > 0x10FFFF)) ||
-        (c >= 0xD800 && c <= 0xDFFF))
-        return fail_at(ps, ps->p, "invalid UTF-8 sequence");
+    const int n = grammar_utf8_decode(ps->p, true, cp);
+    if (n == 0) return fail_at(ps, ps->p, "invalid UTF-8 byte 0x%02X", (unsigned char)ps->p[0]);
+    if (n < 0) return fail_at(ps, ps->p, "invalid UTF-8 sequence");
     ps->p += n;
-    *cp = c;
     return true;
 }
 
@@ -275,7 +255,8 @@ static bool parse_class(parser *ps, int32_t r) {
     bool negate = *ps->p == '^';
     if (negate) ps->p++;
     uint32_t *pairs = NULL;
-    int32_t n = 0, cap = 0;
+    int32_t n = 0;
+    size_t cap = 0;
     bool ok = true;
     while (ok && *ps->p != ']') {
         if (!*ps->p) {
@@ -292,7 +273,8 @@ static bool parse_class(parser *ps, int32_t r) {
             if (ok && hi < lo)
                 ok = fail_at(ps, at, "range end U+%04X is below its start U+%04X", hi, lo);
         }
-        if (ok && !grow((void **)&pairs, &cap, n + 1, 2 * sizeof(uint32_t))) ok = oom(ps);
+        if (ok && !kvl_grow((void **)&pairs, &cap, (size_t)(n + 1), 2 * sizeof(uint32_t), 16))
+            ok = oom(ps);
         if (ok) pairs[2 * n] = lo, pairs[2 * n + 1] = hi, n++;
     }
     if (ok) {
@@ -305,21 +287,17 @@ static bool parse_class(parser *ps, int32_t r) {
 }
 
 static bool parse_int(parser *ps, int64_t *v) {
-    if (*ps->p < '0' || *ps->p > '9') return false;
-    int64_t x = 0;
-    while (*ps->p >= '0' && *ps->p <= '9') {
-        x = x * 10 + (*ps->p++ - '0');
-        if (x > MAX_REPEAT) return fail_at(ps, ps->p, "repetition count above %d", MAX_REPEAT);
-    }
-    *v = x;
-    return true;
+    const int r = grammar_scan_count(&ps->p, v);
+    if (r < 0) return fail_at(ps, ps->p, "repetition count above %d", GRAMMAR_MAX_REPEAT);
+    return r > 0;
 }
 
 /* Remembers a generated repetition rule whose first alternative begins with
  * the repeated segment (len elements), for check_left_recursion to refuse it
  * if the segment can match the empty string. */
 static bool note_repetition(parser *ps, int32_t rule, int32_t len) {
-    if (!grow((void **)&ps->reps, &ps->cap_reps, ps->n_reps + 1, 2 * sizeof(int32_t)))
+    if (!kvl_grow((void **)&ps->reps, &ps->cap_reps, (size_t)(ps->n_reps + 1), 2 * sizeof(int32_t),
+                  16))
         return oom(ps);
     ps->reps[2 * ps->n_reps] = rule;
     ps->reps[2 * ps->n_reps + 1] = len;

@@ -11,6 +11,7 @@
  * but at the ends. Lazy quantifiers are accepted: for a whole-string match
  * they describe the same strings as the greedy ones. */
 #include "grammar.h"
+#include "grammar_internal.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -147,20 +148,9 @@ static void put_char(rx *r, kvl_buf *o, uint32_t c) {
 }
 
 static bool decode_utf8(rx *r, uint32_t *cp) {
-    const unsigned char *s = (const unsigned char *)r->p;
-    int n = s[0] < 0x80                    ? 1
-            : s[0] >= 0xC2 && s[0] <= 0xDF ? 2
-            : s[0] >= 0xE0 && s[0] <= 0xEF ? 3
-            : s[0] >= 0xF0 && s[0] <= 0xF4 ? 4
-                                           : 0;
-    if (!n) return rx_fail(r, r->p, "invalid UTF-8");
-    uint32_t c = n == 1 ? s[0] : s[0] & (0x7F >> n);
-    for (int i = 1; i < n; i++) {
-        if ((s[i] & 0xC0) != 0x80) return rx_fail(r, r->p, "invalid UTF-8");
-        c = c << 6 | (s[i] & 0x3F);
-    }
+    const int n = grammar_utf8_decode(r->p, false, cp);
+    if (n <= 0) return rx_fail(r, r->p, "invalid UTF-8");
     r->p += n;
-    *cp = c;
     return true;
 }
 
@@ -335,14 +325,11 @@ static bool rx_atom(rx *r, kvl_buf *o, int depth, bool *nullable) {
 }
 
 static bool rx_int(rx *r, long *v) {
-    if (*r->p < '0' || *r->p > '9') return false;
-    long x = 0;
-    while (*r->p >= '0' && *r->p <= '9') {
-        x = x * 10 + (*r->p++ - '0');
-        if (x > 10000) return rx_fail(r, r->p, "repetition count above 10000");
-    }
-    *v = x;
-    return true;
+    int64_t x = 0;
+    const int k = grammar_scan_count(&r->p, &x);
+    if (k < 0) return rx_fail(r, r->p, "repetition count above %d", GRAMMAR_MAX_REPEAT);
+    if (k > 0) *v = (long)x;
+    return k > 0;
 }
 
 /* The quantifier after an atom, if any. *optional: it allows zero repetitions.

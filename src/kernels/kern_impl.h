@@ -177,34 +177,139 @@ void kref_vec_dot_q4_0(int64_t n, float *s, const void *x, const void *y);
 void kref_vec_dot_q4_K(int64_t n, float *s, const void *x, const void *y);
 void kref_vec_dot_q6_K(int64_t n, float *s, const void *x, const void *y);
 
-/* The exact totals of a Q4_K or Q5_K super-block against Q8_K, its 256 values
- * v unpacked in element order: returns sumi = sum_j sc_j * (sum_32 v q8) and
- * sets *summ = sum_j m_j * (bsums[2j] + bsums[2j+1]). */
-static inline int32_t kern_q4k_isums(const uint8_t *scales, const uint8_t *v, const blk_q8_K *y,
-                                     int32_t *summ) {
-    int32_t sumi = 0, sm = 0;
+/* The value of largest magnitude, the first of equals (ggml's search in
+ * its quantizers: q4_0, q6_K, q8_K, q3_K, iq4_nl, iq4_xs); 0 when all are 0 (NaNs are passed over). */
+static inline float kern_signed_absmax(const float *x, int n) {
+    float max = 0, amax = 0;
+    for (int i = 0; i < n; i++) {
+        const float ax = fabsf(x[i]);
+        if (ax > amax) {
+            amax = ax;
+            max = x[i];
+        }
+    }
+    return max;
+}
+
+/* One rounding pass of ggml's symmetric group quantizers (make_qx_quants,
+ * make_q3_quants): l_i = clamp(nearest(iscale * x_i), -nmax, nmax - 1), stored
+ * as l_i + off unless L is NULL; *sumlx = sum w_i x_i l_i, *suml2 = sum w_i l_i^2
+ * with w_i = x_i^2, in ggml's order. */
+static inline void kern_sym_round(int n, int nmax, float iscale, const float *x, int8_t *L, int off,
+                                  float *sumlx, float *suml2) {
+    float slx = 0, sl2 = 0;
+    for (int i = 0; i < n; i++) {
+        int l = kern_nearest_int(iscale * x[i]);
+        l = KERN_MAX(-nmax, KERN_MIN(nmax - 1, l));
+        if (L) L[i] = (int8_t)(l + off);
+        const float w = x[i] * x[i];
+        slx += w * x[i] * l;
+        sl2 += w * l * l;
+    }
+    *sumlx = slx, *suml2 = sl2;
+}
+
+/* Their first steps: the group's signed absmax max, then a pass at iscale
+ * -nmax / max. Returns max, or 0 (L zeroed) for a group below
+ * KERN_GROUP_MAX_EPS. */
+static inline float kern_sym_first(int n, int nmax, const float *x, int8_t *L, int off,
+                                   float *sumlx, float *suml2) {
+    const float max = kern_signed_absmax(x, n);
+    if (fabsf(max) < KERN_GROUP_MAX_EPS) {
+        memset(L, 0, (size_t)n);
+        return 0.f;
+    }
+    kern_sym_round(n, nmax, -nmax / max, x, L, off, sumlx, suml2);
+    return max;
+}
+
+/* The scalar reference dot of the K family (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K,
+ * IQ4_XS) against Q8_K, one loop for all six (kern_k_vec_dot): each type only
+ * unpacks a super-block into a kern_k_block, its QK_K values in element order,
+ * the integer scale (and, for the types with mins, the min) of each group of
+ * `group` values and the fp16 super-block scales. Per super-block, in order:
+ *   sumi = sum_g sc_g * sum_{e in g} v_e * q8_e, summ = sum_g m_g * (g's bsums),
+ *   s = fma(d*yd, sumi, s), and with mins s = fma(-(dmin*yd), summ, s),
+ * the integer sums exact, so the SIMD kernels reproduce them in any order. */
+typedef struct kern_k_block {
+    int8_t v[QK_K];
+    int32_t sc[QK_K / 16], m[QK_K / 16];
+    int group; /* values per scale: 16 or 32 */
+    bool mins; /* m and dmin apply (Q2_K, Q4_K, Q5_K) */
+    kvl_f16 d, dmin;
+} kern_k_block;
+typedef void (*kern_k_unpack_fn)(const void *x, kern_k_block *u);
+/* An unpack_<t> and the two loops below are always inlined into the type's
+ * functions, so its unpack and group size are constants there. */
+#define KERN_K_INLINE static inline __attribute__((always_inline))
+KERN_K_INLINE void kern_k_vec_dot(int64_t n, float *s, const void *vx, size_t x_bytes,
+                                  const void *vy, kern_k_unpack_fn unpack) {
+    const blk_q8_K *y = vy;
+    float sumf = 0;
+    for (int64_t b = 0; b < n / QK_K; b++) {
+        kern_k_block u;
+        unpack((const char *)vx + b * x_bytes, &u);
+        int32_t sumi = 0, summ = 0;
+        for (int g = 0; g < QK_K / u.group; g++) {
+            int32_t dot = 0;
+            for (int e = u.group * g; e < u.group * (g + 1); e++) dot += u.v[e] * y[b].qs[e];
+            sumi += u.sc[g] * dot;
+            if (!u.mins) continue;
+            int32_t bsum = 0; /* the group's Q8_K sums, one per 16 values */
+            for (int k = u.group / 16 * g; k < u.group / 16 * (g + 1); k++) bsum += y[b].bsums[k];
+            summ += u.m[g] * bsum;
+        }
+        sumf = fmaf(kvl_f16_to_f32(u.d) * y[b].d, (float)sumi, sumf);
+        if (u.mins) sumf = fmaf(-(kvl_f16_to_f32(u.dmin) * y[b].d), (float)summ, sumf);
+    }
+    *s = sumf;
+}
+
+/* The K family's one reference dequantization, from the same unpack: per
+ * group dl = d * sc_g (and ml = dmin * m_g), y_e = dl * v_e (- ml), ggml's
+ * float order. */
+KERN_K_INLINE void kern_k_to_float(const void *vx, float *dst, int64_t n, size_t x_bytes,
+                                   kern_k_unpack_fn unpack) {
+    for (int64_t b = 0; b < n / QK_K; b++) {
+        kern_k_block u;
+        unpack((const char *)vx + b * x_bytes, &u);
+        const float d = kvl_f16_to_f32(u.d), dmin = u.mins ? kvl_f16_to_f32(u.dmin) : 0.0f;
+        float *y = dst + b * QK_K;
+        for (int g = 0; g < QK_K / u.group; g++) {
+            const float dl = d * u.sc[g], ml = u.mins ? dmin * u.m[g] : 0.0f;
+            for (int e = u.group * g; e < u.group * (g + 1); e++)
+                y[e] = u.mins ? dl * u.v[e] - ml : dl * u.v[e];
+        }
+    }
+}
+
+/* The scales of Q4_K and Q5_K: 6-bit scale and min pairs, one per 32 values,
+ * and the super-block's d and dmin. */
+static inline void kern_k_q4k_scales(const uint8_t *scales, kvl_f16 d, kvl_f16 dmin,
+                                     kern_k_block *u) {
     for (int j = 0; j < QK_K / 32; j++) {
         uint8_t sc, m;
         kern_q4k_scale_min(j, scales, &sc, &m);
-        int32_t dot = 0;
-        for (int e = 32 * j; e < 32 * j + 32; e++) dot += v[e] * y->qs[e];
-        sumi += sc * dot;
-        sm += m * (y->bsums[2 * j] + y->bsums[2 * j + 1]);
+        u->sc[j] = sc, u->m[j] = m;
     }
-    *summ = sm;
-    return sumi;
+    u->group = 32, u->mins = true, u->d = d, u->dmin = dmin;
 }
 
-/* The K-family step of a super-block with mins (Q2_K, Q4_K, Q5_K): d and dmin
- * are the block's fp16 scales, yd the Q8_K scale;
- * s = fma(d*yd, sumi, s), then s = fma(-(dmin*yd), summ, s). */
-static inline float kern_k_fma_min(float s, kvl_f16 d, kvl_f16 dmin, float yd, int32_t sumi,
-                                   int32_t summ) {
-    const float dall = kvl_f16_to_f32(d) * yd;
-    const float dm = kvl_f16_to_f32(dmin) * yd;
-    s = fmaf(dall, (float)sumi, s);
-    return fmaf(-dm, (float)summ, s);
-}
+/* kref_from_float_<t> of a K-family type t: quantize_<t>_block per super-block. */
+#define KREF_K_FROM_FLOAT(t)                                                                       \
+    void kref_from_float_##t(const float *src, void *dst, int64_t n) {                             \
+        blk_##t *y = dst;                                                                          \
+        for (int64_t b = 0; b < n / QK_K; b++) quantize_##t##_block(src + b * QK_K, &y[b]);        \
+    }
+
+/* kref_vec_dot_<t> and kref_to_float_<t> of a K-family type t from its unpack_<t>. */
+#define KREF_K_KERNELS(t)                                                                          \
+    void kref_vec_dot_##t(int64_t n, float *s, const void *vx, const void *vy) {                   \
+        kern_k_vec_dot(n, s, vx, sizeof(blk_##t), vy, unpack_##t);                                 \
+    }                                                                                              \
+    void kref_to_float_##t(const void *src, float *dst, int64_t n) {                               \
+        kern_k_to_float(src, dst, n, sizeof(blk_##t), unpack_##t);                                 \
+    }
 
 /* Q2_K, Q3_K, Q5_K, IQ4_XS (quant_kx_ref.c, quant_kx_avx2.c, quant_kx_avx512.c). */
 float kern_make_qkx2_quants(int n, int nmax, const float *x, const float *w, uint8_t *L,

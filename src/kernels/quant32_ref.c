@@ -98,17 +98,6 @@ static void block_min_max(const float *x, int n, float *mn, float *mx) {
     *mn = lo, *mx = hi;
 }
 
-/* The first value of largest magnitude (ggml's amax / max scan). */
-static float block_signed_max(const float *x, int n) {
-    float amax = 0.0f, max = 0.0f;
-    for (int j = 0; j < n; j++)
-        if (amax < fabsf(x[j])) {
-            amax = fabsf(x[j]);
-            max = x[j];
-        }
-    return max;
-}
-
 /* The scale step of Q4_1 and Q5_1: d = (max - min) / nmax and m = min of
  * the block stored; returns 1 / d (0 when d is) and the min in *min. */
 static float block_min_scale(const float *x, int n, int nmax, kvl_f16 *d16, kvl_f16 *m16,
@@ -141,7 +130,7 @@ void kref_from_float_q5_0(const float *src, void *dst, int64_t n) {
     blk_q5_0 *y = dst;
     for (int64_t b = 0; b < n / QK5_0; b++) {
         const float *x = src + b * QK5_0;
-        const float d = block_signed_max(x, QK5_0) / -16;
+        const float d = kern_signed_absmax(x, QK5_0) / -16;
         const float id = d ? 1.0f / d : 0.0f;
         y[b].d = kvl_f32_to_f16(d);
         uint8_t L[QK5_0];
@@ -216,16 +205,9 @@ static void quantize_iq4_nl_block(const float *x, blk_iq4_nl *y) {
     enum { NTRY = 7 };
     const int8_t *values = kern_iq4nl_values;
     uint8_t L[QK4_NL];
-    float amax = 0, max = 0;
-    for (int j = 0; j < QK4_NL; j++) {
-        const float ax = fabsf(x[j]);
-        if (ax > amax) {
-            amax = ax;
-            max = x[j];
-        }
-    }
+    const float max = kern_signed_absmax(x, QK4_NL);
     float d = 0;
-    if (amax >= KERN_GROUP_MAX_EPS) {
+    if (fabsf(max) >= KERN_GROUP_MAX_EPS) {
         d = -max / values[0];
         float sumqx, sumq2;
         iq4nl_fit(x, 1 / d, L, &sumqx, &sumq2);

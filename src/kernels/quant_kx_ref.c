@@ -44,60 +44,6 @@ static inline int iq4xs_scale(const blk_iq4_xs *x, int g) {
     return ((x->scales_l[g / 2] >> (4 * (g % 2))) & 0xF) | (((x->scales_h >> (2 * g)) & 3) << 4);
 }
 
-/* ======================= dequantization ======================= */
-
-void kref_to_float_q2_K(const void *src, float *dst, int64_t n) {
-    const blk_q2_K *x = src;
-    for (int64_t b = 0; b < n / QK_K; b++) {
-        const float d = kvl_f16_to_f32(x[b].d), dmin = kvl_f16_to_f32(x[b].dmin);
-        float *y = dst + b * QK_K;
-        for (int g = 0; g < QK_K / 16; g++) {
-            const uint8_t sc = x[b].scales[g];
-            const float dl = d * (sc & 0xF), ml = dmin * (sc >> 4);
-            for (int e = 16 * g; e < 16 * g + 16; e++) y[e] = dl * q2_bits(x[b].qs, e) - ml;
-        }
-    }
-}
-
-void kref_to_float_q3_K(const void *src, float *dst, int64_t n) {
-    const blk_q3_K *x = src;
-    for (int64_t b = 0; b < n / QK_K; b++) {
-        const float d = kvl_f16_to_f32(x[b].d);
-        float *y = dst + b * QK_K;
-        for (int g = 0; g < QK_K / 16; g++) {
-            const float dl = d * (kern_q3k_scale(g, x[b].scales) - 32);
-            for (int e = 16 * g; e < 16 * g + 16; e++) y[e] = dl * q3_value(&x[b], e);
-        }
-    }
-}
-
-void kref_to_float_q5_K(const void *src, float *dst, int64_t n) {
-    const blk_q5_K *x = src;
-    for (int64_t b = 0; b < n / QK_K; b++) {
-        const float d = kvl_f16_to_f32(x[b].d), dmin = kvl_f16_to_f32(x[b].dmin);
-        float *y = dst + b * QK_K;
-        for (int g = 0; g < QK_K / 32; g++) {
-            uint8_t sc, m;
-            kern_q4k_scale_min(g, x[b].scales, &sc, &m);
-            const float dl = d * sc, ml = dmin * m;
-            for (int e = 32 * g; e < 32 * g + 32; e++) y[e] = dl * q5_value(&x[b], e) - ml;
-        }
-    }
-}
-
-void kref_to_float_iq4_xs(const void *src, float *dst, int64_t n) {
-    const blk_iq4_xs *x = src;
-    for (int64_t b = 0; b < n / QK_K; b++) {
-        const float d = kvl_f16_to_f32(x[b].d);
-        float *y = dst + b * QK_K;
-        for (int g = 0; g < QK_K / 32; g++) {
-            const float dl = d * (iq4xs_scale(&x[b], g) - 32);
-            for (int e = 32 * g; e < 32 * g + 32; e++)
-                y[e] = dl * kern_iq4nl_values[iq4_index(&x[b], e)];
-        }
-    }
-}
-
 /* ======================= quantization ======================= */
 
 /* Packs 256 2-bit values in the Q2_K / Q3_K order. */
@@ -152,36 +98,14 @@ static void quantize_q2_K_block(const float *x, blk_q2_K *y) {
 }
 
 /* ggml quantize_row_q2_K_ref. */
-void kref_from_float_q2_K(const float *src, void *dst, int64_t n) {
-    blk_q2_K *y = dst;
-    for (int64_t b = 0; b < n / QK_K; b++) quantize_q2_K_block(src + b * QK_K, &y[b]);
-}
+KREF_K_FROM_FLOAT(q2_K)
 
 /* ggml make_q3_quants with do_rmse: symmetric group in [-nmax, nmax-1], refined
  * value by value with weights x^2; L receives l + nmax. Returns the scale. */
 static float make_q3_quants(int n, int nmax, const float *x, int8_t *L) {
-    float max = 0, amax = 0;
-    for (int i = 0; i < n; i++) {
-        const float ax = fabsf(x[i]);
-        if (ax > amax) {
-            amax = ax;
-            max = x[i];
-        }
-    }
-    if (amax < KERN_GROUP_MAX_EPS) {
-        memset(L, 0, (size_t)n);
-        return 0.f;
-    }
-    const float iscale = -nmax / max;
-    float sumlx = 0, suml2 = 0;
-    for (int i = 0; i < n; i++) {
-        int l = kern_nearest_int(iscale * x[i]);
-        l = KERN_MAX(-nmax, KERN_MIN(nmax - 1, l));
-        L[i] = (int8_t)l;
-        const float w = x[i] * x[i];
-        sumlx += w * x[i] * l;
-        suml2 += w * l * l;
-    }
+    float sumlx, suml2;
+    const float max = kern_sym_first(n, nmax, x, L, 0, &sumlx, &suml2);
+    if (max == 0.f) return 0.f;
     for (int itry = 0; itry < 5; itry++) {
         int n_changed = 0;
         for (int i = 0; i < n; i++) {
@@ -212,15 +136,8 @@ static float make_q3_quants(int n, int nmax, const float *x, int8_t *L) {
 static void quantize_q3_K_block(const float *x, blk_q3_K *y) {
     int8_t L[QK_K];
     float scales[QK_K / 16];
-    float max_scale = 0, amax = 0;
-    for (int j = 0; j < QK_K / 16; j++) {
-        scales[j] = make_q3_quants(16, 4, x + 16 * j, L + 16 * j);
-        const float scale = fabsf(scales[j]);
-        if (scale > amax) {
-            amax = scale;
-            max_scale = scales[j];
-        }
-    }
+    for (int j = 0; j < QK_K / 16; j++) scales[j] = make_q3_quants(16, 4, x + 16 * j, L + 16 * j);
+    const float max_scale = kern_signed_absmax(scales, QK_K / 16);
     memset(y->scales, 0, sizeof y->scales);
     if (max_scale) {
         const float iscale = -32.f / max_scale;
@@ -258,10 +175,7 @@ static void quantize_q3_K_block(const float *x, blk_q3_K *y) {
 }
 
 /* ggml quantize_row_q3_K_ref. */
-void kref_from_float_q3_K(const float *src, void *dst, int64_t n) {
-    blk_q3_K *y = dst;
-    for (int64_t b = 0; b < n / QK_K; b++) quantize_q3_K_block(src + b * QK_K, &y[b]);
-}
+KREF_K_FROM_FLOAT(q3_K)
 
 static void quantize_q5_K_block(const float *x, blk_q5_K *y) {
     uint8_t L[QK_K];
@@ -283,10 +197,7 @@ static void quantize_q5_K_block(const float *x, blk_q5_K *y) {
 }
 
 /* ggml quantize_row_q5_K_ref. */
-void kref_from_float_q5_K(const float *src, void *dst, int64_t n) {
-    blk_q5_K *y = dst;
-    for (int64_t b = 0; b < n / QK_K; b++) quantize_q5_K_block(src + b * QK_K, &y[b]);
-}
+KREF_K_FROM_FLOAT(q5_K)
 
 static void quantize_iq4_xs_block(const float *x, blk_iq4_xs *y) {
     const int8_t *values = kern_iq4nl_values;
@@ -300,15 +211,8 @@ static void quantize_iq4_xs_block(const float *x, blk_iq4_xs *y) {
         const float *xb = x + 32 * ib;
         uint8_t *Lb = L + 32 * ib;
         for (int j = 0; j < 32; j++) weight[j] = xb[j] * xb[j];
-        float amax = 0, max = 0;
-        for (int j = 0; j < 32; j++) {
-            const float ax = fabsf(xb[j]);
-            if (ax > amax) {
-                amax = ax;
-                max = xb[j];
-            }
-        }
-        if (amax < KERN_GROUP_MAX_EPS) {
+        const float max = kern_signed_absmax(xb, 32);
+        if (fabsf(max) < KERN_GROUP_MAX_EPS) {
             scales[ib] = 0;
             continue;
         }
@@ -370,82 +274,44 @@ static void quantize_iq4_xs_block(const float *x, blk_iq4_xs *y) {
 
 /* ggml quantize_iq4_xs without an importance matrix (=
  * quantize_row_iq4_xs_ref). */
-void kref_from_float_iq4_xs(const float *src, void *dst, int64_t n) {
-    blk_iq4_xs *y = dst;
-    for (int64_t b = 0; b < n / QK_K; b++) quantize_iq4_xs_block(src + b * QK_K, &y[b]);
-}
+KREF_K_FROM_FLOAT(iq4_xs)
 
-/* ======================= dot products ======================= */
+/* ================= dot products and dequantization ================= */
 
-/* Q2_K: sumi = sum_g sc_g * dot16_g, summ = sum_g m_g * bsum_g, then
- * s = fma(d*yd, sumi, s); s = fma(-(dmin*yd), summ, s). */
-void kref_vec_dot_q2_K(int64_t n, float *s, const void *vx, const void *vy) {
+/* Each type's super-block unpacked for the K family's one dot and one
+ * dequantization (kern_k_vec_dot, kern_k_to_float in kern_impl.h). */
+
+/* Q2_K: values 0..3, a 4-bit scale and min per 16. */
+KERN_K_INLINE void unpack_q2_K(const void *vx, kern_k_block *u) {
     const blk_q2_K *x = vx;
-    const blk_q8_K *y = vy;
-    float sumf = 0;
-    for (int64_t b = 0; b < n / QK_K; b++) {
-        int32_t sumi = 0, summ = 0;
-        for (int g = 0; g < QK_K / 16; g++) {
-            int32_t dot = 0;
-            for (int e = 16 * g; e < 16 * g + 16; e++) dot += q2_bits(x[b].qs, e) * y[b].qs[e];
-            sumi += (x[b].scales[g] & 0xF) * dot;
-            summ += (x[b].scales[g] >> 4) * y[b].bsums[g];
-        }
-        sumf = kern_k_fma_min(sumf, x[b].d, x[b].dmin, y[b].d, sumi, summ);
-    }
-    *s = sumf;
+    for (int e = 0; e < QK_K; e++) u->v[e] = (int8_t)q2_bits(x->qs, e);
+    for (int g = 0; g < QK_K / 16; g++) u->sc[g] = x->scales[g] & 0xF, u->m[g] = x->scales[g] >> 4;
+    u->group = 16, u->mins = true, u->d = x->d, u->dmin = x->dmin;
 }
+KREF_K_KERNELS(q2_K)
 
-/* Q3_K: sumi = sum_g (sc_g - 32) * dot16_g (values -4..3), s = fma(d*yd, sumi,
- * s). */
-void kref_vec_dot_q3_K(int64_t n, float *s, const void *vx, const void *vy) {
+/* Q3_K: values -4..3, a 6-bit scale - 32 per 16. */
+KERN_K_INLINE void unpack_q3_K(const void *vx, kern_k_block *u) {
     const blk_q3_K *x = vx;
-    const blk_q8_K *y = vy;
-    float sumf = 0;
-    for (int64_t b = 0; b < n / QK_K; b++) {
-        int32_t sumi = 0;
-        for (int g = 0; g < QK_K / 16; g++) {
-            int32_t dot = 0;
-            for (int e = 16 * g; e < 16 * g + 16; e++) dot += q3_value(&x[b], e) * y[b].qs[e];
-            sumi += (kern_q3k_scale(g, x[b].scales) - 32) * dot;
-        }
-        /* written out, not a shared helper: that cost 4.6% instructions (a spill around the fp16 call) */
-        sumf = fmaf(kvl_f16_to_f32(x[b].d) * y[b].d, (float)sumi, sumf);
-    }
-    *s = sumf;
+    for (int e = 0; e < QK_K; e++) u->v[e] = (int8_t)q3_value(x, e);
+    for (int g = 0; g < QK_K / 16; g++) u->sc[g] = kern_q3k_scale(g, x->scales) - 32;
+    u->group = 16, u->mins = false, u->d = x->d;
 }
+KREF_K_KERNELS(q3_K)
 
 /* Q5_K: as Q4_K (values 0..31). */
-void kref_vec_dot_q5_K(int64_t n, float *s, const void *vx, const void *vy) {
+KERN_K_INLINE void unpack_q5_K(const void *vx, kern_k_block *u) {
     const blk_q5_K *x = vx;
-    const blk_q8_K *y = vy;
-    float sumf = 0;
-    for (int64_t b = 0; b < n / QK_K; b++) {
-        uint8_t v[QK_K];
-        for (int e = 0; e < QK_K; e++) v[e] = (uint8_t)q5_value(&x[b], e);
-        int32_t summ;
-        const int32_t sumi = kern_q4k_isums(x[b].scales, v, &y[b], &summ);
-        sumf = kern_k_fma_min(sumf, x[b].d, x[b].dmin, y[b].d, sumi, summ);
-    }
-    *s = sumf;
+    for (int e = 0; e < QK_K; e++) u->v[e] = (int8_t)q5_value(x, e);
+    kern_k_q4k_scales(x->scales, x->d, x->dmin, u);
 }
+KREF_K_KERNELS(q5_K)
 
-/* IQ4_XS: sumi = sum_g (ls_g - 32) * sum_32 value * q8, s = fma(d*yd, sumi, s).
- */
-void kref_vec_dot_iq4_xs(int64_t n, float *s, const void *vx, const void *vy) {
+/* IQ4_XS: the IQ4_NL table's values, a 6-bit scale - 32 per 32. */
+KERN_K_INLINE void unpack_iq4_xs(const void *vx, kern_k_block *u) {
     const blk_iq4_xs *x = vx;
-    const blk_q8_K *y = vy;
-    float sumf = 0;
-    for (int64_t b = 0; b < n / QK_K; b++) {
-        int32_t sumi = 0;
-        for (int g = 0; g < QK_K / 32; g++) {
-            int32_t dot = 0;
-            for (int e = 32 * g; e < 32 * g + 32; e++)
-                dot += kern_iq4nl_values[iq4_index(&x[b], e)] * y[b].qs[e];
-            sumi += (iq4xs_scale(&x[b], g) - 32) * dot;
-        }
-        /* written out, not a shared helper: that cost 4.6% instructions (a spill around the fp16 call) */
-        sumf = fmaf(kvl_f16_to_f32(x[b].d) * y[b].d, (float)sumi, sumf);
-    }
-    *s = sumf;
+    for (int e = 0; e < QK_K; e++) u->v[e] = kern_iq4nl_values[iq4_index(x, e)];
+    for (int g = 0; g < QK_K / 32; g++) u->sc[g] = iq4xs_scale(x, g) - 32;
+    u->group = 32, u->mins = false, u->d = x->d;
 }
+KREF_K_KERNELS(iq4_xs)

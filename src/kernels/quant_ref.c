@@ -9,20 +9,6 @@
 
 #include <string.h>
 
-/* The value of largest magnitude, the first of equals (ggml's search in its
- * q4_0, q6_K group and q8_K quantizers); 0 when all are 0 (NaNs are passed over). */
-static float signed_absmax(const float *x, int n) {
-    float max = 0, amax = 0;
-    for (int i = 0; i < n; i++) {
-        const float ax = fabsf(x[i]);
-        if (ax > amax) {
-            amax = ax;
-            max = x[i];
-        }
-    }
-    return max;
-}
-
 /* ======================= dequantization ======================= */
 
 void kref_to_float_f32(const void *src, float *dst, int64_t n) {
@@ -59,24 +45,6 @@ void kref_to_float_q4_0(const void *src, float *dst, int64_t n) {
     }
 }
 
-void kref_to_float_q4_K(const void *src, float *dst, int64_t n) {
-    const blk_q4_K *x = src;
-    for (int64_t b = 0; b < n / QK_K; b++) {
-        const float d = kvl_f16_to_f32(x[b].d), dmin = kvl_f16_to_f32(x[b].dmin);
-        const uint8_t *q = x[b].qs;
-        float *y = dst + b * QK_K;
-        for (int j = 0; j < QK_K / 64; j++, q += 32, y += 64) {
-            uint8_t sc, m;
-            kern_q4k_scale_min(2 * j, x[b].scales, &sc, &m);
-            const float d1 = d * sc, m1 = dmin * m;
-            kern_q4k_scale_min(2 * j + 1, x[b].scales, &sc, &m);
-            const float d2 = d * sc, m2 = dmin * m;
-            for (int l = 0; l < 32; l++) y[l] = d1 * (q[l] & 0xF) - m1;
-            for (int l = 0; l < 32; l++) y[32 + l] = d2 * (q[l] >> 4) - m2;
-        }
-    }
-}
-
 /* Value l (0..127) of a Q6_K half: 4 low bits from ql, 2 high bits from qh. */
 static inline int q6_value(const uint8_t *ql, const uint8_t *qh, int l) {
     const int quarter = l / 32, i = l % 32;
@@ -84,21 +52,6 @@ static inline int q6_value(const uint8_t *ql, const uint8_t *qh, int l) {
     const int low4 = quarter >= 2 ? lo >> 4 : lo & 0xF;
     const int high2 = (qh[i] >> (2 * quarter)) & 3;
     return (low4 | (high2 << 4)) - 32;
-}
-
-void kref_to_float_q6_K(const void *src, float *dst, int64_t n) {
-    const blk_q6_K *x = src;
-    for (int64_t b = 0; b < n / QK_K; b++) {
-        const float d = kvl_f16_to_f32(x[b].d);
-        float *y = dst + b * QK_K;
-        for (int h = 0; h < 2; h++) {
-            const uint8_t *ql = x[b].ql + 64 * h, *qh = x[b].qh + 32 * h;
-            const int8_t *sc = x[b].scales + 8 * h;
-            /* scale index 8h + 2*quarter + (i/16); same float order as ggml: (d*sc)*q */
-            for (int l = 0; l < 128; l++)
-                y[128 * h + l] = d * sc[2 * (l / 32) + (l % 32) / 16] * q6_value(ql, qh, l);
-        }
-    }
 }
 
 void kref_to_float_q8_K(const void *src, float *dst, int64_t n) {
@@ -142,7 +95,7 @@ void kref_from_float_q4_0(const float *src, void *dst, int64_t n) {
     blk_q4_0 *y = dst;
     for (int64_t b = 0; b < n / QK4_0; b++) {
         const float *x = src + b * QK4_0;
-        const float max = signed_absmax(x, QK4_0);
+        const float max = kern_signed_absmax(x, QK4_0);
         const float d = max / -8;
         const float id = d ? 1.0f / d : 0.0f;
         y[b].d = kvl_f32_to_f16(d);
@@ -278,47 +231,22 @@ static void quantize_q4_K_block(const float *x, blk_q4_K *y) {
 }
 
 /* ggml quantize_row_q4_K_ref (no importance matrix). */
-void kref_from_float_q4_K(const float *src, void *dst, int64_t n) {
-    blk_q4_K *y = dst;
-    for (int64_t b = 0; b < n / QK_K; b++) quantize_q4_K_block(src + b * QK_K, &y[b]);
-}
+KREF_K_FROM_FLOAT(q4_K)
 
 /* ggml make_qx_quants with rmse_type 1 and no weights (w = x^2): symmetric
  * n-value group in [-nmax, nmax-1]; L receives l + nmax. Returns the scale. */
 static float make_qx_quants(int n, int nmax, const float *x, int8_t *L) {
-    const float max = signed_absmax(x, n);
-    if (fabsf(max) < KERN_GROUP_MAX_EPS) {
-        memset(L, 0, (size_t)n);
-        return 0.f;
-    }
-    float iscale = -nmax / max;
-    float sumlx = 0, suml2 = 0;
-    for (int i = 0; i < n; i++) {
-        int l = kern_nearest_int(iscale * x[i]);
-        l = KERN_MAX(-nmax, KERN_MIN(nmax - 1, l));
-        L[i] = (int8_t)(l + nmax);
-        const float w = x[i] * x[i];
-        sumlx += w * x[i] * l;
-        suml2 += w * l * l;
-    }
+    float sumlx, suml2;
+    const float max = kern_sym_first(n, nmax, x, L, nmax, &sumlx, &suml2);
+    if (max == 0.f) return 0.f;
     float scale = suml2 ? sumlx / suml2 : 0.0f;
     float best = scale * sumlx;
     for (int is = -9; is <= 9; is++) {
         if (is == 0) continue;
-        iscale = -(nmax + 0.1f * is) / max;
-        sumlx = suml2 = 0;
-        for (int i = 0; i < n; i++) {
-            int l = kern_nearest_int(iscale * x[i]);
-            l = KERN_MAX(-nmax, KERN_MIN(nmax - 1, l));
-            const float w = x[i] * x[i];
-            sumlx += w * x[i] * l;
-            suml2 += w * l * l;
-        }
+        const float iscale = -(nmax + 0.1f * is) / max;
+        kern_sym_round(n, nmax, iscale, x, NULL, 0, &sumlx, &suml2);
         if (suml2 > 0 && sumlx * sumlx > best * suml2) {
-            for (int i = 0; i < n; i++) {
-                int l = kern_nearest_int(iscale * x[i]);
-                L[i] = (int8_t)(nmax + KERN_MAX(-nmax, KERN_MIN(nmax - 1, l)));
-            }
+            kern_sym_round(n, nmax, iscale, x, L, nmax, &sumlx, &suml2);
             scale = sumlx / suml2;
             best = scale * sumlx;
         }
@@ -370,17 +298,14 @@ static void quantize_q6_K_block(const float *x, blk_q6_K *y) {
 }
 
 /* ggml quantize_row_q6_K_ref. */
-void kref_from_float_q6_K(const float *src, void *dst, int64_t n) {
-    blk_q6_K *y = dst;
-    for (int64_t b = 0; b < n / QK_K; b++) quantize_q6_K_block(src + b * QK_K, &y[b]);
-}
+KREF_K_FROM_FLOAT(q6_K)
 
 /* ggml quantize_row_q8_K_ref: the signed max-magnitude value maps to -127. */
 void kref_from_float_q8_K(const float *src, void *dst, int64_t n) {
     blk_q8_K *y = dst;
     for (int64_t b = 0; b < n / QK_K; b++) {
         const float *x = src + b * QK_K;
-        const float max = signed_absmax(x, QK_K);
+        const float max = kern_signed_absmax(x, QK_K);
         if (!max) { /* ggml leaves bsums stale here; zero is their true value */
             memset(&y[b], 0, sizeof y[b]);
             continue;
@@ -467,46 +392,30 @@ void kref_vec_dot_q4_0(int64_t n, float *s, const void *vx, const void *vy) {
     *s = sumf;
 }
 
-/* K family, Q4_K: per super-block exact ints sumi = sum_j sc_j * dot_j and
- * summ = sum_j m_j * (bsum_2j + bsum_2j+1), then
- * s = fma(d*yd, sumi, s); s = fma(-(dmin*yd), summ, s). */
-void kref_vec_dot_q4_K(int64_t n, float *s, const void *vx, const void *vy) {
-    const blk_q4_K *x = vx;
-    const blk_q8_K *y = vy;
-    float sumf = 0;
-    for (int64_t b = 0; b < n / QK_K; b++) {
-        uint8_t v[QK_K]; /* sub-block 2c: low nibbles of qs[32c..], 2c + 1: high */
-        for (int c = 0; c < QK_K / 64; c++)
-            for (int l = 0; l < 32; l++) {
-                v[64 * c + l] = x[b].qs[32 * c + l] & 0xF;
-                v[64 * c + 32 + l] = x[b].qs[32 * c + l] >> 4;
-            }
-        int32_t summ;
-        const int32_t sumi = kern_q4k_isums(x[b].scales, v, &y[b], &summ);
-        sumf = kern_k_fma_min(sumf, x[b].d, x[b].dmin, y[b].d, sumi, summ);
-    }
-    *s = sumf;
-}
+/* K family (Q4_K, Q6_K here; the others in quant_kx_ref.c): each type's
+ * super-block unpacked for the family's one dot and one dequantization
+ * (kern_k_vec_dot, kern_k_to_float in kern_impl.h). */
 
-/* K family, Q6_K: sumi = sum_j sc_j * sum_16 q6*q8 (q6 in -32..31) per
- * super-block, then s = fma(d*yd, sumi, s). */
-void kref_vec_dot_q6_K(int64_t n, float *s, const void *vx, const void *vy) {
-    const blk_q6_K *x = vx;
-    const blk_q8_K *y = vy;
-    float sumf = 0;
-    for (int64_t b = 0; b < n / QK_K; b++) {
-        int32_t sumi = 0;
-        for (int h = 0; h < 2; h++) {
-            const uint8_t *ql = x[b].ql + 64 * h, *qh = x[b].qh + 32 * h;
-            const int8_t *yq = y[b].qs + 128 * h;
-            for (int g = 0; g < 8; g++) { /* 8 groups of 16 share one scale */
-                int32_t dot = 0;
-                for (int l = 16 * g; l < 16 * g + 16; l++) dot += q6_value(ql, qh, l) * yq[l];
-                sumi += x[b].scales[8 * h + g] * dot;
-            }
+/* Q4_K: sub-block 2c is the low nibbles of qs[32c..], 2c + 1 the high ones
+ * (values 0..15); 6-bit scales and mins per 32. */
+KERN_K_INLINE void unpack_q4_K(const void *vx, kern_k_block *u) {
+    const blk_q4_K *x = vx;
+    for (int c = 0; c < QK_K / 64; c++)
+        for (int l = 0; l < 32; l++) {
+            u->v[64 * c + l] = (int8_t)(x->qs[32 * c + l] & 0xF);
+            u->v[64 * c + 32 + l] = (int8_t)(x->qs[32 * c + l] >> 4);
         }
-        /* written out, not a shared helper: that cost 4.6% instructions (a spill around the fp16 call) */
-        sumf = fmaf(kvl_f16_to_f32(x[b].d) * y[b].d, (float)sumi, sumf);
-    }
-    *s = sumf;
+    kern_k_q4k_scales(x->scales, x->d, x->dmin, u);
 }
+KREF_K_KERNELS(q4_K)
+
+/* Q6_K: values -32..31, an int8 scale per 16. */
+KERN_K_INLINE void unpack_q6_K(const void *vx, kern_k_block *u) {
+    const blk_q6_K *x = vx;
+    for (int h = 0; h < 2; h++)
+        for (int l = 0; l < 128; l++)
+            u->v[128 * h + l] = (int8_t)q6_value(x->ql + 64 * h, x->qh + 32 * h, l);
+    for (int g = 0; g < QK_K / 16; g++) u->sc[g] = x->scales[g];
+    u->group = 16, u->mins = false, u->d = x->d;
+}
+KREF_K_KERNELS(q6_K)

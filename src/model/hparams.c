@@ -1,18 +1,20 @@
-/* hparams: the one reader of model shape (GGUF metadata, config.json). See hparams.h. */
+/* hparams: the one reader of model shape. This file: GGUF metadata, the
+ * defaults and checks both readers share (hparams_internal.h: window pattern,
+ * per-family MoE defaults), and the users of the struct. config.json is read
+ * by hparams_hf.c. See hparams.h. */
 #include "hparams.h"
 
-#include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "arch.h"
+#include "hparams_internal.h"
 
-#define MAX_HEADS  65536
-#define MAX_WINDOW (1 << 24)
+#define MAX_HEADS 65536
 
-static void hparams_init(model_hparams *hp) {
+void hparams_init(model_hparams *hp) {
     memset(hp, 0, sizeof *hp);
     hp->n_ctx_train = 2048;
     hp->rope_base = 10000.0f;
@@ -24,7 +26,7 @@ static void hparams_init(model_hparams *hp) {
 /* The sliding-window pattern length of a family whose files may not carry one:
  * the architecture table's, under its GGUF name or a config.json model_type
  * naming the same family. */
-static int64_t default_swa_pattern(const char *arch) {
+int64_t hparams_default_swa_pattern(const char *arch) {
     static const char *const ALIASES[][2] = {{"gemma3_text", "gemma3"}};
     for (size_t i = 0; i < sizeof ALIASES / sizeof ALIASES[0]; i++)
         if (strcmp(arch, ALIASES[i][0]) == 0) arch = ALIASES[i][1];
@@ -33,12 +35,12 @@ static int64_t default_swa_pattern(const char *arch) {
 }
 
 /* llama.cpp's set_swa_pattern(n): layer il slides iff n == 0 or il % n < n - 1. */
-static void set_swa_pattern(model_hparams *hp, int64_t n) {
+void hparams_set_swa_pattern(model_hparams *hp, int64_t n) {
     for (int64_t il = 0; il < hp->n_layer; il++) hp->swa_layers[il] = n <= 0 || il % n < n - 1;
 }
 
 /* Counts the sliding layers; no window means none. */
-static void finish_swa(model_hparams *hp) {
+void hparams_finish_swa(model_hparams *hp) {
     hp->n_swa_layers = 0;
     for (int64_t il = 0; il < hp->n_layer; il++) {
         if (hp->n_swa == 0) hp->swa_layers[il] = 0;
@@ -110,7 +112,7 @@ static void gguf_float(const gguf_file *f, const char *arch, const char *name, f
 static bool gguf_swa_layers(const gguf_file *f, model_hparams *hp, kvl_error *err) {
     char key[128];
     snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", hp->arch);
-    int64_t idx = gguf_find_key(f, key), n = default_swa_pattern(hp->arch);
+    int64_t idx = gguf_find_key(f, key), n = hparams_default_swa_pattern(hp->arch);
     gguf_vtype et;
     uint64_t count;
     if (idx >= 0 && gguf_kv_array(f, idx, &et, &count)) {
@@ -128,7 +130,7 @@ static bool gguf_swa_layers(const gguf_file *f, model_hparams *hp, kvl_error *er
     }
     if (idx >= 0 && (!gguf_get_i64(f, key, &n) || n < 0))
         return kvl_fail(err, "%s: key '%s' is not a pattern length", gguf_path(f), key);
-    set_swa_pattern(hp, n);
+    hparams_set_swa_pattern(hp, n);
     return true;
 }
 
@@ -358,28 +360,12 @@ static bool gguf_int(const gguf_file *f, const char *arch, const char *name, int
     return true;
 }
 
-/* The MoE keys' names in messages: GGUF "key 'qwen3moe.expert_count'", or
- * config.json "'num_experts'". */
-enum {
-    MOE_COUNT,
-    MOE_USED,
-    MOE_LEAD,
-    MOE_FF_EXP,
-    MOE_SHARED,
-    MOE_GATING,
-    MOE_GROUP,
-    MOE_GROUP_USED,
-    MOE_SCALE,
-    MOE_NAMES
-};
-typedef char moe_names[MOE_NAMES][96];
-
 /* Expert widths, shared experts and gating as llama.cpp's loader sets them per
  * family (llama = Mixtral, qwen2moe, qwen3moe, deepseek2), and the counts'
  * consistency. Called only for files with experts. */
-static bool moe_defaults(const char *path, moe_names nm, const char *a, int64_t n_ff,
-                         int64_t n_layer, int64_t n_shared, int64_t gating, model_moe_hparams *mo,
-                         kvl_error *err) {
+bool hparams_moe_defaults(const char *path, moe_names nm, const char *a, int64_t n_ff,
+                          int64_t n_layer, int64_t n_shared, int64_t gating, model_moe_hparams *mo,
+                          kvl_error *err) {
     const bool ds2 = strcmp(a, "deepseek2") == 0 || strcmp(a, "deepseek_v2") == 0 ||
                      strcmp(a, "deepseek_v3") == 0;
     const bool q2 = strcmp(a, "qwen2moe") == 0 || strcmp(a, "qwen2_moe") == 0;
@@ -550,7 +536,8 @@ static bool gguf_moe(const gguf_file *f, model_hparams *hp, kvl_error *err) {
                                                 "expert_weights_scale"};
     moe_names nm;
     for (int i = 0; i < MOE_NAMES; i++) snprintf(nm[i], sizeof nm[i], "key '%s.%s'", a, KEYS[i]);
-    if (!moe_defaults(path, nm, a, hp->n_ff, hp->n_layer, n_shared, gating, mo, err)) return false;
+    if (!hparams_moe_defaults(path, nm, a, hp->n_ff, hp->n_layer, n_shared, gating, mo, err))
+        return false;
     gguf_moe_bytes(f, hp);
     /* llama4: q/k L2 norm unless it is the 128-expert model (Maverick), as llama.cpp */
     hp->kq_l2_norm = strcmp(a, "llama4") == 0 && mo->n_expert != 128;
@@ -569,210 +556,13 @@ bool model_hparams_from_gguf(const gguf_file *f, model_hparams *hp, kvl_error *e
     if (ad && ad->no_swa) hp->n_swa = 0; /* phi3: llama.cpp disables the window */
     if (ad && ad->chunked && !gguf_chunked(f, hp, err)) return false;
     if (hp->n_swa > 0 && !gguf_swa_layers(f, hp, err)) return false;
-    finish_swa(hp);
+    hparams_finish_swa(hp);
     hp->weights_bytes = gguf_tensor_data_bytes(f);
     for (int64_t i = 0; i < gguf_n_tensors(f); i++) {
         const gguf_tensor *t = gguf_tensor_at(f, i);
         hp->n_params += t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3];
     }
     return gguf_moe(f, hp, err);
-}
-
-/* ----------------------------------------------------------- config.json -- */
-
-/* An integer field: 0 absent or null, 1 read, -1 present but not a whole number. */
-static int hf_int(const cJSON *o, const char *name, int64_t *out, kvl_error *err) {
-    const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, name);
-    if (!j || cJSON_IsNull(j)) return 0;
-    double d = cJSON_IsNumber(j) ? j->valuedouble : NAN;
-    if (!(d >= 0 && d <= 9007199254740992.0 && d == floor(d))) {
-        kvl_fail(err, "config.json: '%s' is not a non-negative whole number", name);
-        return -1;
-    }
-    *out = (int64_t)d;
-    return 1;
-}
-
-/* The first of up to three names present (aliases used by different families). */
-static int hf_int_any(const cJSON *o, const char *const names[3], int64_t *out, kvl_error *err) {
-    for (int i = 0; i < 3 && names[i]; i++) {
-        int r = hf_int(o, names[i], out, err);
-        if (r != 0) return r;
-    }
-    return 0;
-}
-
-/* A field that must be there: false with "missing" or the type error. */
-static bool hf_need(int r, const char *name, kvl_error *err) {
-    return r > 0 || (r == 0 && kvl_fail(err, "config.json: missing %s", name));
-}
-
-static bool hf_heads(const cJSON *o, model_hparams *hp, kvl_error *err) {
-    static const char *const LAYERS[3] = {"num_hidden_layers", "n_layer", "num_layers"};
-    static const char *const HEADS[3] = {"num_attention_heads", "n_head", NULL};
-    static const char *const EMBD[3] = {"hidden_size", "n_embd", "d_model"};
-    if (!hf_need(hf_int_any(o, LAYERS, &hp->n_layer, err), "num_hidden_layers", err) ||
-        !hf_need(hf_int_any(o, HEADS, &hp->n_head, err), "num_attention_heads", err))
-        return false;
-    if (hp->n_head == 0) return kvl_fail(err, "config.json: num_attention_heads is 0");
-    if (hp->n_layer < 1 || hp->n_layer > MODEL_MAX_LAYERS)
-        return kvl_fail(err, "config.json: num_hidden_layers %lld: must be 1..%d",
-                        (long long)hp->n_layer, MODEL_MAX_LAYERS);
-    hp->n_head_kv = hp->n_head; /* HF: absent num_key_value_heads means MHA */
-    if (hf_int(o, "num_key_value_heads", &hp->n_head_kv, err) < 0 ||
-        hf_int_any(o, EMBD, &hp->n_embd, err) < 0 ||
-        hf_int(o, "intermediate_size", &hp->n_ff, err) < 0 ||
-        hf_int(o, "max_position_embeddings", &hp->n_ctx_train, err) < 0)
-        return false;
-    hp->head_dim_k = hp->n_embd / hp->n_head;
-    int r = hf_int(o, "head_dim", &hp->head_dim_k, err);
-    if (r < 0) return false;
-    if (r == 0 && (hp->n_embd == 0 || hp->n_embd % hp->n_head))
-        return kvl_fail(err,
-                        "config.json: no head_dim, and hidden_size %lld is not a multiple of "
-                        "%lld heads",
-                        (long long)hp->n_embd, (long long)hp->n_head);
-    hp->head_dim_v = hp->head_dim_k;
-    hp->n_rot = hp->head_dim_k;
-    return true;
-}
-
-/* DeepSeek's MLA, in the form llama.cpp's converter writes it: one cached
- * "head" of kv_lora_rank + qk_rope_head_dim (K) and kv_lora_rank (V); the
- * attention it stands for has per-head K of qk_nope + qk_rope, V of v_head_dim. */
-static bool hf_mla(const cJSON *o, model_hparams *hp, kvl_error *err) {
-    if (hf_int(o, "kv_lora_rank", &hp->kv_lora_rank, err) < 0) return false;
-    if (hp->kv_lora_rank == 0) return true;
-    hp->mla = true;
-    if (!hf_need(hf_int(o, "qk_rope_head_dim", &hp->n_rot, err), "qk_rope_head_dim (MLA)", err))
-        return false;
-    if (hf_int(o, "qk_nope_head_dim", &hp->n_rot_mla_nope, err) < 0 ||
-        hf_int(o, "v_head_dim", &hp->v_head_dim_mla, err) < 0 ||
-        hf_int(o, "q_lora_rank", &hp->q_lora_rank, err) < 0)
-        return false;
-    hp->n_head_kv = 1;
-    hp->head_dim_k = hp->kv_lora_rank + hp->n_rot;
-    hp->head_dim_v = hp->kv_lora_rank;
-    return true;
-}
-
-/* Which layers slide, in the order transformers itself decides it: an explicit
- * layer_types list; use_sliding_window false (Qwen2) disables the window;
- * Qwen2's max_window_layers (layers from that one on slide); a pattern length;
- * the family's default pattern. */
-static bool hf_swa(const cJSON *o, model_hparams *hp, kvl_error *err) {
-    int64_t pattern = default_swa_pattern(hp->arch), mwl = -1;
-    if (hf_int(o, "sliding_window", &hp->n_swa, err) < 0) return false;
-    if (cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(o, "use_sliding_window"))) hp->n_swa = 0;
-    const arch_desc *ad = arch_find(hp->arch);
-    if (ad && ad->no_swa) hp->n_swa = 0; /* phi3: llama.cpp runs it without the window */
-    if (hp->n_swa > MAX_WINDOW)
-        return kvl_fail(err, "config.json: sliding_window %lld out of range", (long long)hp->n_swa);
-    if (hp->n_swa == 0) return true;
-    const cJSON *types = cJSON_GetObjectItemCaseSensitive(o, "layer_types");
-    if (cJSON_IsArray(types)) {
-        if (cJSON_GetArraySize(types) != hp->n_layer)
-            return kvl_fail(
-                err, "config.json: layer_types has %d entries, expected one per layer (%lld)",
-                cJSON_GetArraySize(types), (long long)hp->n_layer);
-        int64_t il = 0;
-        const cJSON *t;
-        cJSON_ArrayForEach(t, types) hp->swa_layers[il++] =
-            cJSON_IsString(t) && strcmp(t->valuestring, "sliding_attention") == 0;
-        return true;
-    }
-    if (hf_int(o, "sliding_window_pattern", &pattern, err) < 0 ||
-        hf_int(o, "max_window_layers", &mwl, err) < 0)
-        return false;
-    if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "use_sliding_window")) && mwl >= 0)
-        for (int64_t il = 0; il < hp->n_layer; il++) hp->swa_layers[il] = il >= mwl;
-    else set_swa_pattern(hp, pattern);
-    return true;
-}
-
-/* Mixture of experts under transformers' names (Mixtral num_local_experts,
- * Qwen num_experts, DeepSeek n_routed_experts...). */
-static bool hf_moe(const cJSON *o, model_hparams *hp, kvl_error *err) {
-    static const char *const COUNT[3] = {"num_experts", "num_local_experts", "n_routed_experts"};
-    model_moe_hparams *mo = &hp->moe;
-    memset(mo, 0, sizeof *mo);
-    int r = hf_int_any(o, COUNT, &mo->n_expert, err);
-    if (r < 0) return false;
-    if (mo->n_expert == 0) return true;
-    int64_t n_shared = 0, gating = 0;
-    if (!hf_need(hf_int(o, "num_experts_per_tok", &mo->n_expert_used, err), "num_experts_per_tok",
-                 err) ||
-        hf_int(o, "moe_intermediate_size", &mo->n_ff_exp, err) < 0 ||
-        hf_int(o, "shared_expert_intermediate_size", &mo->n_ff_shexp, err) < 0 ||
-        hf_int(o, "n_shared_experts", &n_shared, err) < 0 ||
-        hf_int(o, "first_k_dense_replace", &mo->n_layer_dense_lead, err) < 0 ||
-        hf_int(o, "n_group", &mo->n_group, err) < 0 ||
-        hf_int(o, "topk_group", &mo->n_group_used, err) < 0)
-        return false;
-    const cJSON *sf = cJSON_GetObjectItemCaseSensitive(o, "scoring_func");
-    if (cJSON_IsString(sf))
-        gating = strcmp(sf->valuestring, "sigmoid") == 0 ? MODEL_MOE_SIGMOID : MODEL_MOE_SOFTMAX;
-    const cJSON *norm = cJSON_GetObjectItemCaseSensitive(o, "norm_topk_prob");
-    mo->weights_norm = cJSON_IsBool(norm) ? cJSON_IsTrue(norm) : strcmp(hp->arch, "mixtral") == 0;
-    const cJSON *scale = cJSON_GetObjectItemCaseSensitive(o, "routed_scaling_factor");
-    if (cJSON_IsNumber(scale)) mo->weights_scale = (float)scale->valuedouble;
-    static const char *const NAMES[MOE_NAMES] = {"num_experts",
-                                                 "num_experts_per_tok",
-                                                 "first_k_dense_replace",
-                                                 "moe_intermediate_size",
-                                                 "n_shared_experts",
-                                                 "scoring_func",
-                                                 "n_group",
-                                                 "topk_group",
-                                                 "routed_scaling_factor"};
-    moe_names nm;
-    for (int i = 0; i < MOE_NAMES; i++) snprintf(nm[i], sizeof nm[i], "'%s'", NAMES[i]);
-    return moe_defaults("config.json", nm, hp->arch, hp->n_ff, hp->n_layer, n_shared, gating, mo,
-                        err);
-}
-
-/* torch_dtype (newer files: dtype): the weights' type, and the KV type servers
- * default to ("auto": the model's). */
-static void hf_dtype(const cJSON *o, model_hparams *hp) {
-    const cJSON *d = cJSON_GetObjectItemCaseSensitive(o, "torch_dtype");
-    if (!cJSON_IsString(d)) d = cJSON_GetObjectItemCaseSensitive(o, "dtype");
-    if (!cJSON_IsString(d)) return;
-    const char *s = d->valuestring;
-    if (strcmp(s, "bfloat16") == 0) hp->param_dtype = GGUF_DT_BF16;
-    else if (strcmp(s, "float16") == 0) hp->param_dtype = GGUF_DT_F16;
-    else if (strcmp(s, "float32") == 0) hp->param_dtype = GGUF_DT_F32;
-}
-
-/* Multimodal configs (Gemma 3, Llama 4...) nest the language model's fields. */
-static const cJSON *hf_text_config(const cJSON *root) {
-    const cJSON *t = cJSON_GetObjectItemCaseSensitive(root, "text_config");
-    bool flat = cJSON_GetObjectItemCaseSensitive(root, "num_hidden_layers") != NULL;
-    return !flat && cJSON_IsObject(t) ? t : root;
-}
-
-static bool hf_fill(const cJSON *root, model_hparams *hp, kvl_error *err) {
-    const cJSON *o = hf_text_config(root);
-    const cJSON *type = cJSON_GetObjectItemCaseSensitive(o, "model_type");
-    if (!cJSON_IsString(type)) type = cJSON_GetObjectItemCaseSensitive(root, "model_type");
-    if (cJSON_IsString(type)) snprintf(hp->arch, sizeof hp->arch, "%s", type->valuestring);
-    hf_dtype(o, hp);
-    if (hp->param_dtype < 0) hf_dtype(root, hp);
-    if (!hf_heads(o, hp, err) || !hf_mla(o, hp, err) || !hf_swa(o, hp, err) || !hf_moe(o, hp, err))
-        return false;
-    finish_swa(hp);
-    return true;
-}
-
-bool model_hparams_from_hf_config(const char *json, model_hparams *hp, kvl_error *err) {
-    hparams_init(hp);
-    cJSON *root = cJSON_Parse(json);
-    if (!root || !cJSON_IsObject(root)) {
-        cJSON_Delete(root);
-        return kvl_fail(err, "config.json: not a JSON object");
-    }
-    bool ok = hf_fill(root, hp, err);
-    cJSON_Delete(root);
-    return ok;
 }
 
 /* ---------------------------------------------------------------- users -- */

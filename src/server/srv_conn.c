@@ -57,6 +57,15 @@ struct conn_rec {
 #define LINGER_MAX 512
 #define LINGER_S   1.0
 
+/* Unlinks and frees a connection record (conns_mu held). */
+static void conn_drop(srv *s, conn_rec *r) {
+    if (r->prev) r->prev->next = r->next;
+    else s->conns = r->next;
+    if (r->next) r->next->prev = r->prev;
+    s->n_conns--;
+    free(r);
+}
+
 /* Eviction when full: how long a connection must have been receiving to be
  * evicted, and how many evicted connections may still be closing (libmicrohttpd
  * closes them on its next event; until then they hold descriptors). */
@@ -134,12 +143,8 @@ void conns_notify(void *cls, struct MHD_Connection *c, void **socket_context,
     conn_rec *r = *socket_context;
     if (!r) return;
     pthread_mutex_lock(&s->conns_mu);
-    if (r->prev) r->prev->next = r->next;
-    else s->conns = r->next;
-    if (r->next) r->next->prev = r->prev;
-    s->n_conns--;
+    conn_drop(s, r);
     pthread_mutex_unlock(&s->conns_mu);
-    free(r);
     *socket_context = NULL;
 }
 
@@ -222,11 +227,7 @@ static void deadline_sweep(srv *s, double now) {
     for (conn_rec *r = s->conns, *next; r; r = next) {
         next = r->next;
         if (!r->started && now > r->deadline) {
-            if (r->prev) r->prev->next = r->next;
-            else s->conns = r->next;
-            if (r->next) r->next->prev = r->prev;
-            s->n_conns--;
-            free(r);
+            conn_drop(s, r);
             continue;
         }
         if (r->started && r->receiving && !r->cut && now > r->deadline) {
@@ -300,11 +301,7 @@ static void forget_fd(srv *s, int fd) {
     pthread_mutex_lock(&s->conns_mu);
     for (conn_rec *r = s->conns; r; r = r->next)
         if (!r->started && r->fd == fd) {
-            if (r->prev) r->prev->next = r->next;
-            else s->conns = r->next;
-            if (r->next) r->next->prev = r->prev;
-            s->n_conns--;
-            free(r);
+            conn_drop(s, r);
             break;
         }
     pthread_mutex_unlock(&s->conns_mu);

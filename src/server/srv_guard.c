@@ -34,13 +34,7 @@ typedef struct spanvec {
 } spanvec;
 
 static bool span_push(spanvec *a, size_t off, size_t len) {
-    if (a->n == a->cap) {
-        size_t cap = a->cap ? a->cap * 2 : 8;
-        tok_span *v = realloc(a->v, cap * sizeof *v);
-        if (!v) return false;
-        a->v = v;
-        a->cap = cap;
-    }
+    if (!kvl_grow((void **)&a->v, &a->cap, a->n + 1, sizeof *a->v, 8)) return false;
     a->v[a->n++] = (tok_span){off, len};
     return true;
 }

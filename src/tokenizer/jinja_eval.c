@@ -62,14 +62,8 @@ static void scope_set(jx *x, jscope *s, const char *name, jv *v) {
         }
     if (s->n == s->cap) {
         int cap = s->cap ? s->cap * 2 : 8;
-        const char **nn = ja_alloc(&x->arena, (size_t)cap * sizeof *nn);
-        jv **nv = ja_alloc(&x->arena, (size_t)cap * sizeof *nv);
-        if (s->n) {
-            memcpy(nn, s->names, (size_t)s->n * sizeof *nn);
-            memcpy(nv, s->vals, (size_t)s->n * sizeof *nv);
-        }
-        s->names = nn;
-        s->vals = nv;
+        s->names = ja_grow(&x->arena, s->names, (size_t)s->n, (size_t)cap, sizeof *s->names);
+        s->vals = ja_grow(&x->arena, s->vals, (size_t)s->n, (size_t)cap, sizeof *s->vals);
         s->cap = cap;
     }
     s->names[s->n] = name;

@@ -26,6 +26,9 @@ typedef struct jarena {
 } jarena;
 void *ja_alloc(jarena *a, size_t n); /* zeroed, 16-aligned */
 char *ja_strndup(jarena *a, const char *s, size_t n);
+/* A copy of the n first elements (elem bytes each) of p in a new arena block
+ * of cap elements: how arena arrays grow (the old block stays till the end). */
+void *ja_grow(jarena *a, const void *p, size_t n, size_t cap, size_t elem);
 void ja_free_all(jarena *a);
 
 /* ---- growable byte buffer (malloc'd) ---- */

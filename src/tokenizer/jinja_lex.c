@@ -35,9 +35,7 @@ static bool lx_err(lexer *L, const char *msg) {
 static jtok *lx_push(lexer *L, jtok_type type, const char *s, size_t n) {
     if (L->ntoks == L->cap) {
         size_t cap = L->cap ? L->cap * 2 : 256;
-        jtok *nt = ja_alloc(L->a, cap * sizeof *nt);
-        if (L->ntoks) memcpy(nt, L->toks, L->ntoks * sizeof *nt);
-        L->toks = nt;
+        L->toks = ja_grow(L->a, L->toks, L->ntoks, cap, sizeof *L->toks);
         L->cap = cap;
     }
     jtok *t = &L->toks[L->ntoks++];

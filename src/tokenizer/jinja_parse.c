@@ -39,14 +39,8 @@ static _Noreturn void p_fail(parser *P, const char *fmt, ...) {
 static void nv_push(parser *P, nvec *v, jnode *x, const char *name) {
     if (v->n == v->cap) {
         int cap = v->cap ? v->cap * 2 : 8;
-        jnode **nv = ja_alloc(P->a, (size_t)cap * sizeof *nv);
-        const char **nn = ja_alloc(P->a, (size_t)cap * sizeof *nn);
-        if (v->n) {
-            memcpy(nv, v->v, (size_t)v->n * sizeof *nv);
-            memcpy(nn, v->names, (size_t)v->n * sizeof *nn);
-        }
-        v->v = nv;
-        v->names = nn;
+        v->v = ja_grow(P->a, v->v, (size_t)v->n, (size_t)cap, sizeof *v->v);
+        v->names = ja_grow(P->a, v->names, (size_t)v->n, (size_t)cap, sizeof *v->names);
         v->cap = cap;
     }
     v->names[v->n] = name;
@@ -525,6 +519,15 @@ static jnode *parse_block_named(parser *P, const char *end) {
     return b;
 }
 
+/* The rest of a block statement's tag ('%}'), then its body up to {% end %}
+ * into x's statements. */
+static void parse_block_into(parser *P, jnode *x, const char *end) {
+    expect_block_end(P);
+    jnode *b = parse_block_named(P, end);
+    x->v1 = b->v1;
+    x->n1 = b->n1;
+}
+
 static jnode *parse_macro_params(parser *P, jnode *x) {
     nvec params = {0};
     nvec defaults = {0};
@@ -585,10 +588,7 @@ static jnode *parse_stmt(parser *P) {
         jnode *chain = NULL;
         while (accept_op(P, "|")) chain = parse_filter_one(P, chain);
         x->c = chain;
-        expect_block_end(P);
-        jnode *b = parse_block_named(P, "endset");
-        x->v1 = b->v1;
-        x->n1 = b->n1;
+        parse_block_into(P, x, "endset");
         x->op = 1;
         return x;
     }
@@ -596,13 +596,10 @@ static jnode *parse_stmt(parser *P) {
         jnode *x = nn(P, S_MACRO);
         x->name = expect_name(P);
         parse_macro_params(P, x);
-        expect_block_end(P);
         int loops = P->loops;
-        P->loops = 0;
-        jnode *b = parse_block_named(P, "endmacro");
+        P->loops = 0; /* break/continue do not reach out of a macro */
+        parse_block_into(P, x, "endmacro");
         P->loops = loops;
-        x->v1 = b->v1;
-        x->n1 = b->n1;
         return x;
     }
     if (!strcmp(kw, "call")) {
@@ -610,10 +607,7 @@ static jnode *parse_stmt(parser *P) {
         if (is_op(cur(P), "(")) parse_macro_params(P, x);
         x->a = parse_expr(P, true);
         if (x->a->kind != N_CALL) p_fail(P, "expected a call after 'call'");
-        expect_block_end(P);
-        jnode *b = parse_block_named(P, "endcall");
-        x->v1 = b->v1;
-        x->n1 = b->n1;
+        parse_block_into(P, x, "endcall");
         return x;
     }
     if (!strcmp(kw, "filter")) {
@@ -621,10 +615,7 @@ static jnode *parse_stmt(parser *P) {
         jnode *chain = parse_filter_one(P, NULL);
         while (accept_op(P, "|")) chain = parse_filter_one(P, chain);
         x->a = chain;
-        expect_block_end(P);
-        jnode *b = parse_block_named(P, "endfilter");
-        x->v1 = b->v1;
-        x->n1 = b->n1;
+        parse_block_into(P, x, "endfilter");
         return x;
     }
     if (!strcmp(kw, "generation")) { /* transformers' AssistantTracker: renders the body */

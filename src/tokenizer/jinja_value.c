@@ -45,6 +45,12 @@ char *ja_strndup(jarena *a, const char *s, size_t n) {
     return p;
 }
 
+void *ja_grow(jarena *a, const void *p, size_t n, size_t cap, size_t elem) {
+    void *q = ja_alloc(a, cap * elem);
+    if (n) memcpy(q, p, n * elem);
+    return q;
+}
+
 void ja_free_all(jarena *a) {
     ja_chunk *c = a->head;
     while (c) {
@@ -60,9 +66,7 @@ void jb_put(jbuf *b, const char *s, size_t n) {
     if (b->n + n + 1 > b->cap) {
         size_t cap = b->cap ? b->cap * 2 : 256;
         while (cap < b->n + n + 1) cap *= 2;
-        char *p = ja_alloc(b->arena, cap);
-        if (b->n) memcpy(p, b->p, b->n);
-        b->p = p;
+        b->p = ja_grow(b->arena, b->p, b->n, cap, 1);
         b->cap = cap;
     }
     if (n) memcpy(b->p + b->n, s, n);
@@ -223,9 +227,8 @@ jv *jv_list(jx *x, int sub) {
 void jv_list_push(jx *x, jv *l, jv *v) {
     if (l->u.list.n == l->u.list.cap) {
         size_t cap = l->u.list.cap ? l->u.list.cap * 2 : 4;
-        jv **items = ja_alloc(&x->arena, cap * sizeof *items);
-        if (l->u.list.n) memcpy(items, l->u.list.items, l->u.list.n * sizeof *items);
-        l->u.list.items = items;
+        l->u.list.items =
+            ja_grow(&x->arena, l->u.list.items, l->u.list.n, cap, sizeof *l->u.list.items);
         l->u.list.cap = cap;
     }
     l->u.list.items[l->u.list.n++] = v;
@@ -251,9 +254,7 @@ void jv_dict_set(jx *x, jv *d, jv *key, jv *val) {
         }
     if (d->u.dict.n == d->u.dict.cap) {
         size_t cap = d->u.dict.cap ? d->u.dict.cap * 2 : 4;
-        jkv *kv = ja_alloc(&x->arena, cap * sizeof *kv);
-        if (d->u.dict.n) memcpy(kv, d->u.dict.kv, d->u.dict.n * sizeof *kv);
-        d->u.dict.kv = kv;
+        d->u.dict.kv = ja_grow(&x->arena, d->u.dict.kv, d->u.dict.n, cap, sizeof *d->u.dict.kv);
         d->u.dict.cap = cap;
     }
     d->u.dict.kv[d->u.dict.n].key = key;

@@ -3,18 +3,14 @@
 
 #include <stdlib.h>
 
+#include "base.h"
+
 static bool before(const tok_bigram *a, const tok_bigram *b) {
     return a->prio > b->prio || (a->prio == b->prio && a->left < b->left);
 }
 
 bool tok_heap_push(tok_heap *h, tok_bigram b) {
-    if (h->n == h->cap) {
-        size_t cap = h->cap ? h->cap * 2 : 64;
-        tok_bigram *v = realloc(h->v, cap * sizeof *v);
-        if (!v) return false;
-        h->v = v;
-        h->cap = cap;
-    }
+    if (!kvl_grow((void **)&h->v, &h->cap, h->n + 1, sizeof *h->v, 64)) return false;
     size_t i = h->n++;
     while (i > 0 && before(&b, &h->v[(i - 1) / 2])) {
         h->v[i] = h->v[(i - 1) / 2];

@@ -80,13 +80,7 @@ typedef struct tok_i32vec {
 } tok_i32vec;
 
 static inline bool tok_i32vec_push(tok_i32vec *a, int32_t x) {
-    if (a->n == a->cap) {
-        size_t cap = a->cap ? a->cap * 2 : 64;
-        int32_t *v = realloc(a->v, cap * sizeof *v);
-        if (!v) return false;
-        a->v = v;
-        a->cap = cap;
-    }
+    if (!kvl_grow((void **)&a->v, &a->cap, a->n + 1, sizeof *a->v, 64)) return false;
     a->v[a->n++] = x;
     return true;
 }

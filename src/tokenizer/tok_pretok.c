@@ -165,13 +165,7 @@ struct tok_pretok {
 };
 
 bool tok_szvec_push(tok_szvec *a, size_t x) {
-    if (a->n == a->cap) {
-        size_t cap = a->cap ? a->cap * 2 : 64;
-        size_t *v = realloc(a->v, cap * sizeof *v);
-        if (!v) return false;
-        a->v = v;
-        a->cap = cap;
-    }
+    if (!kvl_grow((void **)&a->v, &a->cap, a->n + 1, sizeof *a->v, 64)) return false;
     a->v[a->n++] = x;
     return true;
 }

@@ -47,13 +47,7 @@ typedef struct fragvec {
 } fragvec;
 
 static bool frag_push(fragvec *a, int32_t id, size_t off, size_t len) {
-    if (a->n == a->cap) {
-        size_t cap = a->cap ? a->cap * 2 : 16;
-        frag *v = realloc(a->v, cap * sizeof *v);
-        if (!v) return false;
-        a->v = v;
-        a->cap = cap;
-    }
+    if (!kvl_grow((void **)&a->v, &a->cap, a->n + 1, sizeof *a->v, 16)) return false;
     a->v[a->n++] = (frag){id, off, len};
     return true;
 }
@@ -280,14 +274,7 @@ typedef struct charbuf {
 } charbuf;
 
 static bool cb_put(charbuf *b, const void *s, size_t n) {
-    if (b->n + n > b->cap) {
-        size_t cap = b->cap ? b->cap : 4096;
-        while (cap < b->n + n) cap *= 2;
-        char *p = realloc(b->v, cap);
-        if (!p) return false;
-        b->v = p;
-        b->cap = cap;
-    }
+    if (!kvl_grow((void **)&b->v, &b->cap, b->n + n, 1, 4096)) return false;
     memcpy(b->v + b->n, s, n);
     b->n += n;
     return true;
