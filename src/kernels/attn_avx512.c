@@ -31,36 +31,6 @@ T_512_INLINE __m512 dot_lanes(int t, const float *q, const void *k, int64_t dk) 
     return acc;
 }
 
-/* Level 1 and 2 of the transposed reduction: a, b -> [a lanes i + i+8 | b ...]. */
-T_512_INLINE __m512 fold8(__m512 a, __m512 b) {
-    return _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE));
-}
-T_512_INLINE __m512 fold4(__m512 a, __m512 b) {
-    return _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x88), _mm512_shuffle_f32x4(a, b, 0xDD));
-}
-
-/* v[j] holds position j's 16 lanes; returns the 16 sums, position j in lane j. */
-T_512_INLINE __m512 reduce16x16(const __m512 *v) {
-    __m512 a[8], b[4], c[2];
-    UNROLL(8)
-    for (int i = 0; i < 8; i++) a[i] = fold8(v[2 * i], v[2 * i + 1]); /* s1: lanes i + i+8 */
-    UNROLL(4)
-    for (int i = 0; i < 4; i++)
-        b[i] = fold4(a[2 * i], a[2 * i + 1]); /* quarter p: s2 of position 4i+p */
-    UNROLL(2)
-    for (int i = 0; i < 2; i++) /* s3: quarter q holds positions 8i+q, 8i+q+4 */
-        c[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(b[2 * i]),
-                                                                 _mm512_castps_pd(b[2 * i + 1]))),
-                             _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(b[2 * i]),
-                                                                 _mm512_castps_pd(b[2 * i + 1]))));
-    /* quarter q: positions q, q+4, q+8, q+12 */
-    const __m512 r =
-        _mm512_add_ps(_mm512_shuffle_ps(c[0], c[1], 0x88), _mm512_shuffle_ps(c[0], c[1], 0xDD));
-    /* position j = q + 4r sits in lane 4q + r */
-    return _mm512_permutexvar_ps(
-        _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), r);
-}
-
 /* Rows are head slices scattered over the paged cache: the hardware
  * prefetchers lose them at every block boundary, so fetch the rows ATTN_PF
  * ahead, into L2: with 16 rows into L1 the fetches came too late, and more
@@ -103,7 +73,7 @@ T_512_INLINE void scores_4x4(int t, int64_t nj, int64_t dk, const float *q, size
         }
     }
     /* reduce16x16 puts vector i in lane i: head h's 4 positions in quarter h */
-    const __m512 r = _mm512_mul_ps(reduce16x16(v), vs);
+    const __m512 r = _mm512_mul_ps(kern_reduce16x16_ps(v), vs);
     const __mmask16 m = kern_mask16(nj);
     _mm_mask_storeu_ps(s, (__mmask8)m, _mm512_castps512_ps128(r));
     _mm_mask_storeu_ps(s + ss, (__mmask8)m, _mm512_extractf32x4_ps(r, 1));
@@ -136,13 +106,77 @@ T_512_INLINE void scores_t(int t, int64_t n, int64_t dk, int n_q, const float *q
             for (int j = 0; j < 16; j++)
                 v[j] = j < nj ? dot_lanes(t, qh, k[j0 + j], dk) : _mm512_setzero_ps();
             _mm512_mask_storeu_ps(s + h * ss + j0, kern_mask16(nj),
-                                  _mm512_mul_ps(reduce16x16(v), vs));
+                                  _mm512_mul_ps(kern_reduce16x16_ps(v), vs));
+        }
+    }
+}
+
+/* Head sizes up to 8 (stories260K's 8): two positions per vector, position
+ * 2i in lanes 0..7 and 2i+1 in lanes 8..15. A product q.k there holds what
+ * dot_lanes' lanes 0..7 hold for each of the two (lanes d >= dk: +0), and
+ * kern_reduce16's first level, lane l + lane l+8 with the upper lanes +0, is
+ * an add of +0; kern_reduce16x16_s1_ps does the rest of the tree. So every
+ * score takes the same float steps as on the general path, with each K row
+ * widened once for all n_q heads and no reduction level spent on empty
+ * lanes: stories260K, 5-token verify, scores 57 -> ~25 us. */
+static const float ZERO_ROW[8];
+
+/* Rows r0 and r1 (dk <= 8 elements of type t), widened, in the two halves. */
+T_512_INLINE __m512 kv_load2(int t, const void *r0, const void *r1, __mmask8 m) {
+    if (t == GGUF_DT_F32)
+        return _mm512_castpd_ps(
+            _mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(_mm256_maskz_loadu_ps(m, r0))),
+                               _mm256_castps_pd(_mm256_maskz_loadu_ps(m, r1)), 1));
+    const __m256i h = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_maskz_loadu_epi16(m, r0)),
+                                              _mm_maskz_loadu_epi16(m, r1), 1);
+    if (t == GGUF_DT_F16) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); /* BF16 */
+}
+
+T_512_INLINE void scores8_t(int t, int64_t n, int64_t dk, int n_q, const float *q, size_t qs,
+                            const void *const *k, float scale, float *s, size_t ss) {
+    const __m512 vs = _mm512_set1_ps(scale), z = _mm512_setzero_ps();
+    const __mmask8 m8 = (__mmask8)((1u << dk) - 1);
+    for (int64_t j0 = 0; j0 < n; j0 += 16) {
+        const int64_t nj = n - j0 < 16 ? n - j0 : 16;
+        const void *pad[16], *const *r = k + j0;
+        if (nj < 16) { /* past n: rows of zeros (+0 in every type) */
+            for (int j = 0; j < 16; j++) pad[j] = j < nj ? k[j0 + j] : ZERO_ROW;
+            r = pad;
+        }
+        __m512 kv[8];
+        UNROLL(8)
+        for (int i = 0; i < 8; i++) kv[i] = kv_load2(t, r[2 * i], r[2 * i + 1], m8);
+        for (int h = 0; h < n_q; h++) {
+            const __m256 q8 = _mm256_maskz_loadu_ps(m8, q + h * qs);
+            const __m512 qq = _mm512_castpd_ps(
+                _mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(q8)),
+                                   _mm256_castps_pd(q8), 1));
+            __m512 a[8];
+            UNROLL(8)
+            for (int i = 0; i < 8; i++) {
+                a[i] = _mm512_fmadd_ps(qq, kv[i], z);
+                /* An F16 cache's q is rounded to f16 (query_row): a product
+                 * of two f16 values is exact in float, so a lane is -0 only
+                 * when the exact sum is, and fma then gives +0: adding +0
+                 * changes nothing. Other types keep the add (a product that
+                 * underflows to -0). */
+                if (t != GGUF_DT_F16) a[i] = _mm512_add_ps(a[i], z);
+            }
+            _mm512_mask_storeu_ps(s + h * ss + j0, kern_mask16(nj),
+                                  _mm512_mul_ps(kern_reduce16x16_s1_ps(a), vs));
         }
     }
 }
 
 T_512 static void scores(int64_t n, int64_t dk, int n_q, const float *q, size_t qs,
                          const void *const *k, int kt, float scale, float *s, size_t ss) {
+    if (dk <= 8 && kt != GGUF_DT_Q8_0) {
+        if (kt == GGUF_DT_F16) scores8_t(GGUF_DT_F16, n, dk, n_q, q, qs, k, scale, s, ss);
+        else if (kt == GGUF_DT_BF16) scores8_t(GGUF_DT_BF16, n, dk, n_q, q, qs, k, scale, s, ss);
+        else scores8_t(GGUF_DT_F32, n, dk, n_q, q, qs, k, scale, s, ss);
+        return;
+    }
     if (kt == GGUF_DT_F16) scores_t(GGUF_DT_F16, n, dk, n_q, q, qs, k, scale, s, ss);
     else if (kt == GGUF_DT_Q8_0) scores_t(GGUF_DT_Q8_0, n, dk, n_q, q, qs, k, scale, s, ss);
     else if (kt == GGUF_DT_BF16) scores_t(GGUF_DT_BF16, n, dk, n_q, q, qs, k, scale, s, ss);
@@ -235,8 +269,61 @@ T_512_INLINE void pv_t(int t, int64_t n, int64_t dv, int n_q, const float *p, si
     }
 }
 
+/* Head sizes up to 8: one 256-bit accumulator per head and up to 8 heads per
+ * pass over the rows, so that 8 fma chains are in flight (with 512-bit
+ * vectors and 4 heads, the chains' latency held the loop; a 256-bit fma
+ * also costs half a 512-bit one where the units are 256 bits wide). Each
+ * lane takes the same fmas in the same order as pv_tile's. */
+T_512_INLINE __m256 kv_load8(int t, const void *row, __mmask8 m) {
+    if (t == GGUF_DT_F32) return _mm256_maskz_loadu_ps(m, row);
+    const __m128i h = _mm_maskz_loadu_epi16(m, row);
+    if (t == GGUF_DT_F16) return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)); /* BF16 */
+}
+
+T_512_INLINE void pv8_tile(int t, int64_t n, int NH, __mmask8 m, const float *p, size_t ps,
+                           const void *const *v, float *o, size_t os) {
+    __m256 acc[8];
+    UNROLL(8)
+    for (int h = 0; h < NH; h++) acc[h] = _mm256_maskz_loadu_ps(m, o + h * os);
+    for (int64_t j = 0; j < n; j++) {
+        const __m256 vv = kv_load8(t, v[j], m);
+        UNROLL(8)
+        for (int h = 0; h < NH; h++)
+            acc[h] = _mm256_fmadd_ps(_mm256_set1_ps(p[h * ps + j]), vv, acc[h]);
+    }
+    UNROLL(8)
+    for (int h = 0; h < NH; h++) _mm256_mask_storeu_ps(o + h * os, m, acc[h]);
+}
+
+T_512_INLINE void pv8_t(int t, int64_t n, int64_t dv, int n_q, const float *p, size_t ps,
+                        const void *const *v, float *o, size_t os) {
+    const __mmask8 m = (__mmask8)((1u << dv) - 1);
+    for (int h0 = 0; h0 < n_q; h0 += 8) {
+        const int nh = n_q - h0 < 8 ? n_q - h0 : 8;
+        const float *ph = p + h0 * ps;
+        float *oh = o + h0 * os;
+        switch (nh) {
+        case 1: pv8_tile(t, n, 1, m, ph, ps, v, oh, os); break;
+        case 2: pv8_tile(t, n, 2, m, ph, ps, v, oh, os); break;
+        case 3: pv8_tile(t, n, 3, m, ph, ps, v, oh, os); break;
+        case 4: pv8_tile(t, n, 4, m, ph, ps, v, oh, os); break;
+        case 5: pv8_tile(t, n, 5, m, ph, ps, v, oh, os); break;
+        case 6: pv8_tile(t, n, 6, m, ph, ps, v, oh, os); break;
+        case 7: pv8_tile(t, n, 7, m, ph, ps, v, oh, os); break;
+        default: pv8_tile(t, n, 8, m, ph, ps, v, oh, os); break;
+        }
+    }
+}
+
 T_512 static void pv(int64_t n, int64_t dv, int n_q, const float *p, size_t ps,
                      const void *const *v, int vt, float *o, size_t os) {
+    if (dv <= 8 && vt != GGUF_DT_Q8_0) {
+        if (vt == GGUF_DT_F16) pv8_t(GGUF_DT_F16, n, dv, n_q, p, ps, v, o, os);
+        else if (vt == GGUF_DT_BF16) pv8_t(GGUF_DT_BF16, n, dv, n_q, p, ps, v, o, os);
+        else pv8_t(GGUF_DT_F32, n, dv, n_q, p, ps, v, o, os);
+        return;
+    }
     if (vt == GGUF_DT_F16) pv_t(GGUF_DT_F16, n, dv, n_q, p, ps, v, o, os);
     else if (vt == GGUF_DT_Q8_0) pv_t(GGUF_DT_Q8_0, n, dv, n_q, p, ps, v, o, os);
     else if (vt == GGUF_DT_BF16) pv_t(GGUF_DT_BF16, n, dv, n_q, p, ps, v, o, os);
