@@ -287,12 +287,15 @@ static int32_t load_run(const attn_args *a, const kv_seq *s, int32_t j0, int32_t
             from_k ? kv_block_k_const(a->kv, blk, a->slot) : kv_block_v_const(a->kv, blk, a->slot);
         base += head_at;
         int32_t end = (j / bs + 1) * bs < j1 ? (j / bs + 1) * bs : j1;
+        const size_t stride = L->row_stride;
+        if (direct) { /* a pointer per position, without a division each (that
+                       * was 30% of a stories260K decode step at context 300) */
+            const uint8_t *row = base + (size_t)(j % bs) * stride;
+            for (; j < end; j++, row += stride) rows[j - j0] = row;
+            continue;
+        }
         for (; j < end; j++) {
-            const uint8_t *row = base + (size_t)(j % bs) * L->row_stride;
-            if (direct) {
-                rows[j - j0] = row;
-                continue;
-            }
+            const uint8_t *row = base + (size_t)(j % bs) * stride;
             float *d = dst + (size_t)(j - j0) * width;
             if (L->split && width_whole) {
                 kv_row_load(dtype, row, d, width);
