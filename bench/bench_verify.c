@@ -85,8 +85,8 @@ int main(int argc, char **argv) {
     }
     memset(want, 1, (size_t)n_max);
     double *t = malloc((size_t)reps * sizeof *t), t1 = 0;
-    printf("# %s, context %d, %d threads, %d reps: microseconds per forward of n tokens\n",
-           argv[1], ctx, kvl_pool_threads(), reps);
+    printf("# %s, context %d, %d threads, %d reps: microseconds per forward of n tokens\n", argv[1],
+           ctx, kvl_pool_threads(), reps);
     printf("n\tmedian\tbest\tmedian/t(1)\n");
     for (const char *p = sizes; *p;) {
         const int n = (int)strtol(p, (char **)&p, 10);

@@ -337,14 +337,24 @@ T_512_INLINE void pv8_t(int t, int64_t n, int64_t dv, int n_q, const float *p, s
         const int nh = n_q - h0 < 16 ? n_q - h0 : 16;
         const float *ph = p + h0 * ps;
         float *oh = o + h0 * os;
-#define PV8_CASE(NH)                                                                               \
-    case NH: pv8_tile(t, n, NH, m, ph, ps, v, oh, os); break;
         switch (nh) {
-            PV8_CASE(1) PV8_CASE(2) PV8_CASE(3) PV8_CASE(4) PV8_CASE(5) PV8_CASE(6) PV8_CASE(7)
-            PV8_CASE(8) PV8_CASE(9) PV8_CASE(10) PV8_CASE(11) PV8_CASE(12) PV8_CASE(13)
-            PV8_CASE(14) PV8_CASE(15) default : PV8_CASE(16)
+        case 1: pv8_tile(t, n, 1, m, ph, ps, v, oh, os); break;
+        case 2: pv8_tile(t, n, 2, m, ph, ps, v, oh, os); break;
+        case 3: pv8_tile(t, n, 3, m, ph, ps, v, oh, os); break;
+        case 4: pv8_tile(t, n, 4, m, ph, ps, v, oh, os); break;
+        case 5: pv8_tile(t, n, 5, m, ph, ps, v, oh, os); break;
+        case 6: pv8_tile(t, n, 6, m, ph, ps, v, oh, os); break;
+        case 7: pv8_tile(t, n, 7, m, ph, ps, v, oh, os); break;
+        case 8: pv8_tile(t, n, 8, m, ph, ps, v, oh, os); break;
+        case 9: pv8_tile(t, n, 9, m, ph, ps, v, oh, os); break;
+        case 10: pv8_tile(t, n, 10, m, ph, ps, v, oh, os); break;
+        case 11: pv8_tile(t, n, 11, m, ph, ps, v, oh, os); break;
+        case 12: pv8_tile(t, n, 12, m, ph, ps, v, oh, os); break;
+        case 13: pv8_tile(t, n, 13, m, ph, ps, v, oh, os); break;
+        case 14: pv8_tile(t, n, 14, m, ph, ps, v, oh, os); break;
+        case 15: pv8_tile(t, n, 15, m, ph, ps, v, oh, os); break;
+        default: pv8_tile(t, n, 16, m, ph, ps, v, oh, os); break;
         }
-#undef PV8_CASE
     }
 }
 

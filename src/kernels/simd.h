@@ -305,7 +305,8 @@ T_512_INLINE __m512 kern_reduce16x16_s1_ps(const __m512 *a) {
 T_512_INLINE __m512 kern_reduce16x16_ps(const __m512 *v) {
     __m512 a[8];
     UNROLL(8)
-    for (int i = 0; i < 8; i++) a[i] = kern_fold8_ps(v[2 * i], v[2 * i + 1]); /* s1: lanes i + i+8 */
+    for (int i = 0; i < 8; i++)
+        a[i] = kern_fold8_ps(v[2 * i], v[2 * i + 1]); /* s1: lanes i + i+8 */
     return kern_reduce16x16_s1_ps(a);
 }
 

@@ -489,8 +489,8 @@ static void attend_diagonal(const attn_args *a, const kv_seq *s, int32_t lo, int
             const int32_t e = n_t < got ? n_t : got;
             if (e > s0)
                 kern_attn_scores(e - s0, dk, n_q, qr + (size_t)t * n_q * dk, (size_t)dk, rows + s0,
-                                 type, a->scale,
-                                 sc + (size_t)t * n_q * ATTN_CHUNK + (j0 - lo) + s0, ATTN_CHUNK);
+                                 type, a->scale, sc + (size_t)t * n_q * ATTN_CHUNK + (j0 - lo) + s0,
+                                 ATTN_CHUNK);
         }
         j0 += got;
     }
