@@ -31,36 +31,6 @@ T_512_INLINE __m512 dot_lanes(int t, const float *q, const void *k, int64_t dk) 
     return acc;
 }
 
-/* Level 1 and 2 of the transposed reduction: a, b -> [a lanes i + i+8 | b ...]. */
-T_512_INLINE __m512 fold8(__m512 a, __m512 b) {
-    return _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE));
-}
-T_512_INLINE __m512 fold4(__m512 a, __m512 b) {
-    return _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x88), _mm512_shuffle_f32x4(a, b, 0xDD));
-}
-
-/* v[j] holds position j's 16 lanes; returns the 16 sums, position j in lane j. */
-T_512_INLINE __m512 reduce16x16(const __m512 *v) {
-    __m512 a[8], b[4], c[2];
-    UNROLL(8)
-    for (int i = 0; i < 8; i++) a[i] = fold8(v[2 * i], v[2 * i + 1]); /* s1: lanes i + i+8 */
-    UNROLL(4)
-    for (int i = 0; i < 4; i++)
-        b[i] = fold4(a[2 * i], a[2 * i + 1]); /* quarter p: s2 of position 4i+p */
-    UNROLL(2)
-    for (int i = 0; i < 2; i++) /* s3: quarter q holds positions 8i+q, 8i+q+4 */
-        c[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(b[2 * i]),
-                                                                 _mm512_castps_pd(b[2 * i + 1]))),
-                             _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(b[2 * i]),
-                                                                 _mm512_castps_pd(b[2 * i + 1]))));
-    /* quarter q: positions q, q+4, q+8, q+12 */
-    const __m512 r =
-        _mm512_add_ps(_mm512_shuffle_ps(c[0], c[1], 0x88), _mm512_shuffle_ps(c[0], c[1], 0xDD));
-    /* position j = q + 4r sits in lane 4q + r */
-    return _mm512_permutexvar_ps(
-        _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), r);
-}
-
 /* Rows are head slices scattered over the paged cache: the hardware
  * prefetchers lose them at every block boundary, so fetch the rows ATTN_PF
  * ahead, into L2: with 16 rows into L1 the fetches came too late, and more
@@ -103,7 +73,7 @@ T_512_INLINE void scores_4x4(int t, int64_t nj, int64_t dk, const float *q, size
         }
     }
     /* reduce16x16 puts vector i in lane i: head h's 4 positions in quarter h */
-    const __m512 r = _mm512_mul_ps(reduce16x16(v), vs);
+    const __m512 r = _mm512_mul_ps(kern_reduce16x16_ps(v), vs);
     const __mmask16 m = kern_mask16(nj);
     _mm_mask_storeu_ps(s, (__mmask8)m, _mm512_castps512_ps128(r));
     _mm_mask_storeu_ps(s + ss, (__mmask8)m, _mm512_extractf32x4_ps(r, 1));
@@ -136,13 +106,110 @@ T_512_INLINE void scores_t(int t, int64_t n, int64_t dk, int n_q, const float *q
             for (int j = 0; j < 16; j++)
                 v[j] = j < nj ? dot_lanes(t, qh, k[j0 + j], dk) : _mm512_setzero_ps();
             _mm512_mask_storeu_ps(s + h * ss + j0, kern_mask16(nj),
-                                  _mm512_mul_ps(reduce16x16(v), vs));
+                                  _mm512_mul_ps(kern_reduce16x16_ps(v), vs));
+        }
+    }
+}
+
+/* Head sizes up to 8 (stories260K's 8): 16 positions in the 16 lanes. The
+ * K rows of 16 positions are transposed once for all n_q heads into
+ * T[d] = (element d of each position), and a head's scores are then
+ * p_d = fma(q[d], T[d], +0), which is lane d of dot_lanes' accumulator
+ * (lanes d >= dk and 8..15 being +0), followed by kern_reduce16's tree on
+ * those lanes: lane l + lane l+8 is p_l + 0, then
+ * ((p0 + p4) + (p2 + p6)) + ((p1 + p5) + (p3 + p7)). The same float steps
+ * per score as the general path, in 15 vector operations per head and 16
+ * positions instead of about 50: stories260K, 5-token verify at context
+ * 300, scores 57 -> ~20 us. */
+static const float ZERO_ROW[8];
+
+/* Rows r0 and r1 (dk <= 8 elements of type t), widened, in the two halves. */
+T_512_INLINE __m512 kv_load2(int t, const void *r0, const void *r1, __mmask8 m) {
+    if (t == GGUF_DT_F32)
+        return _mm512_castpd_ps(_mm512_insertf64x4(
+            _mm512_castps_pd(_mm512_castps256_ps512(_mm256_maskz_loadu_ps(m, r0))),
+            _mm256_castps_pd(_mm256_maskz_loadu_ps(m, r1)), 1));
+    const __m256i h = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_maskz_loadu_epi16(m, r0)),
+                                              _mm_maskz_loadu_epi16(m, r1), 1);
+    if (t == GGUF_DT_F16) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); /* BF16 */
+}
+
+T_512_INLINE __m512 unpack_pd(__m512 a, __m512 b, bool hi) {
+    const __m512d x = _mm512_castps_pd(a), y = _mm512_castps_pd(b);
+    return _mm512_castpd_ps(hi ? _mm512_unpackhi_pd(x, y) : _mm512_unpacklo_pd(x, y));
+}
+
+/* T[d] = element d of positions 0..15 (r[j]: position j's row), lane j. */
+T_512_INLINE void transpose16x8(int t, const void *const *r, __mmask8 m, __m512 *T) {
+    /* Slot 2i / 2i+1 = the low / high half of kv[i]; the network below puts
+     * slot (0,2,4,6,1,3,5,7,8,10,12,14,9,11,13,15)[j] in lane j, so slot s
+     * is loaded with position INV[s]. */
+    static const int INV[16] = {0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15};
+    __m512 kv[8], u[8], w[8];
+    UNROLL(8)
+    for (int i = 0; i < 8; i++) kv[i] = kv_load2(t, r[INV[2 * i]], r[INV[2 * i + 1]], m);
+    UNROLL(4)
+    for (int i = 0; i < 4; i++) { /* 32-bit interleave of slot pairs */
+        u[2 * i] = _mm512_unpacklo_ps(kv[2 * i], kv[2 * i + 1]);
+        u[2 * i + 1] = _mm512_unpackhi_ps(kv[2 * i], kv[2 * i + 1]);
+    }
+    UNROLL(2)
+    for (int g = 0; g < 2; g++) /* 64-bit: w[4g + d'] holds elements d' and d' + 4 */
+        UNROLL(2)
+    for (int c = 0; c < 2; c++) {
+        w[4 * g + 2 * c] = unpack_pd(u[4 * g + c], u[4 * g + 2 + c], false);
+        w[4 * g + 2 * c + 1] = unpack_pd(u[4 * g + c], u[4 * g + 2 + c], true);
+    }
+    UNROLL(4)
+    for (int d = 0; d < 4; d++) {
+        T[d] = _mm512_shuffle_f32x4(w[d], w[4 + d], 0x88);
+        T[d + 4] = _mm512_shuffle_f32x4(w[d], w[4 + d], 0xDD);
+    }
+}
+
+T_512_INLINE void scores8_t(int t, int64_t n, int64_t dk, int n_q, const float *q, size_t qs,
+                            const void *const *k, float scale, float *s, size_t ss) {
+    const __m512 vs = _mm512_set1_ps(scale), z = _mm512_setzero_ps();
+    const __mmask8 m8 = (__mmask8)((1u << dk) - 1);
+    for (int64_t j0 = 0; j0 < n; j0 += 16) {
+        const int64_t nj = n - j0 < 16 ? n - j0 : 16;
+        const void *pad[16], *const *r = k + j0;
+        if (nj < 16) { /* past n: rows of zeros (+0 in every type) */
+            for (int j = 0; j < 16; j++) pad[j] = j < nj ? k[j0 + j] : ZERO_ROW;
+            r = pad;
+        }
+        __m512 T[8];
+        transpose16x8(t, r, m8, T);
+        for (int h = 0; h < n_q; h++) {
+            const float *qh = q + h * qs;
+            __m512 p[8];
+            UNROLL(8)
+            for (int d = 0; d < 8; d++) {
+                p[d] = d < dk ? _mm512_fmadd_ps(_mm512_set1_ps(qh[d]), T[d], z) : z;
+                /* An F16 cache's q is rounded to f16 (query_row): a product
+                 * of two f16 values is exact in float, so p_d is -0 only
+                 * when the exact sum is, and fma then gives +0: adding +0
+                 * changes nothing. Other types keep the add (a product that
+                 * underflows to -0). */
+                if (t != GGUF_DT_F16) p[d] = _mm512_add_ps(p[d], z);
+            }
+            const __m512 r4 = _mm512_add_ps(_mm512_add_ps(p[0], p[4]), _mm512_add_ps(p[2], p[6]));
+            const __m512 r5 = _mm512_add_ps(_mm512_add_ps(p[1], p[5]), _mm512_add_ps(p[3], p[7]));
+            _mm512_mask_storeu_ps(s + h * ss + j0, kern_mask16(nj),
+                                  _mm512_mul_ps(_mm512_add_ps(r4, r5), vs));
         }
     }
 }
 
 T_512 static void scores(int64_t n, int64_t dk, int n_q, const float *q, size_t qs,
                          const void *const *k, int kt, float scale, float *s, size_t ss) {
+    if (dk <= 8 && kt != GGUF_DT_Q8_0) {
+        if (kt == GGUF_DT_F16) scores8_t(GGUF_DT_F16, n, dk, n_q, q, qs, k, scale, s, ss);
+        else if (kt == GGUF_DT_BF16) scores8_t(GGUF_DT_BF16, n, dk, n_q, q, qs, k, scale, s, ss);
+        else scores8_t(GGUF_DT_F32, n, dk, n_q, q, qs, k, scale, s, ss);
+        return;
+    }
     if (kt == GGUF_DT_F16) scores_t(GGUF_DT_F16, n, dk, n_q, q, qs, k, scale, s, ss);
     else if (kt == GGUF_DT_Q8_0) scores_t(GGUF_DT_Q8_0, n, dk, n_q, q, qs, k, scale, s, ss);
     else if (kt == GGUF_DT_BF16) scores_t(GGUF_DT_BF16, n, dk, n_q, q, qs, k, scale, s, ss);
@@ -235,8 +302,70 @@ T_512_INLINE void pv_t(int t, int64_t n, int64_t dv, int n_q, const float *p, si
     }
 }
 
+/* Head sizes up to 8: one 256-bit accumulator per head and up to 16 heads
+ * per pass over the rows (a verify run's query rows: 5 tokens x 2 heads in
+ * one pass), so that enough fma chains are in flight (with 512-bit vectors
+ * and 4 heads, the chains' latency held the loop; a 256-bit fma also costs
+ * half a 512-bit one where the units are 256 bits wide). Each lane takes the
+ * same fmas in the same order as pv_tile's. */
+T_512_INLINE __m256 kv_load8(int t, const void *row, __mmask8 m) {
+    if (t == GGUF_DT_F32) return _mm256_maskz_loadu_ps(m, row);
+    const __m128i h = _mm_maskz_loadu_epi16(m, row);
+    if (t == GGUF_DT_F16) return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)); /* BF16 */
+}
+
+T_512_INLINE void pv8_tile(int t, int64_t n, int NH, __mmask8 m, const float *p, size_t ps,
+                           const void *const *v, float *o, size_t os) {
+    __m256 acc[16];
+    UNROLL(16)
+    for (int h = 0; h < NH; h++) acc[h] = _mm256_maskz_loadu_ps(m, o + h * os);
+    for (int64_t j = 0; j < n; j++) {
+        const __m256 vv = kv_load8(t, v[j], m);
+        UNROLL(16)
+        for (int h = 0; h < NH; h++)
+            acc[h] = _mm256_fmadd_ps(_mm256_set1_ps(p[h * ps + j]), vv, acc[h]);
+    }
+    UNROLL(16)
+    for (int h = 0; h < NH; h++) _mm256_mask_storeu_ps(o + h * os, m, acc[h]);
+}
+
+T_512_INLINE void pv8_t(int t, int64_t n, int64_t dv, int n_q, const float *p, size_t ps,
+                        const void *const *v, float *o, size_t os) {
+    const __mmask8 m = (__mmask8)((1u << dv) - 1);
+    for (int h0 = 0; h0 < n_q; h0 += 16) {
+        const int nh = n_q - h0 < 16 ? n_q - h0 : 16;
+        const float *ph = p + h0 * ps;
+        float *oh = o + h0 * os;
+        switch (nh) {
+        case 1: pv8_tile(t, n, 1, m, ph, ps, v, oh, os); break;
+        case 2: pv8_tile(t, n, 2, m, ph, ps, v, oh, os); break;
+        case 3: pv8_tile(t, n, 3, m, ph, ps, v, oh, os); break;
+        case 4: pv8_tile(t, n, 4, m, ph, ps, v, oh, os); break;
+        case 5: pv8_tile(t, n, 5, m, ph, ps, v, oh, os); break;
+        case 6: pv8_tile(t, n, 6, m, ph, ps, v, oh, os); break;
+        case 7: pv8_tile(t, n, 7, m, ph, ps, v, oh, os); break;
+        case 8: pv8_tile(t, n, 8, m, ph, ps, v, oh, os); break;
+        case 9: pv8_tile(t, n, 9, m, ph, ps, v, oh, os); break;
+        case 10: pv8_tile(t, n, 10, m, ph, ps, v, oh, os); break;
+        case 11: pv8_tile(t, n, 11, m, ph, ps, v, oh, os); break;
+        case 12: pv8_tile(t, n, 12, m, ph, ps, v, oh, os); break;
+        case 13: pv8_tile(t, n, 13, m, ph, ps, v, oh, os); break;
+        case 14: pv8_tile(t, n, 14, m, ph, ps, v, oh, os); break;
+        case 15: pv8_tile(t, n, 15, m, ph, ps, v, oh, os); break;
+        default: pv8_tile(t, n, 16, m, ph, ps, v, oh, os); break;
+        }
+    }
+}
+
 T_512 static void pv(int64_t n, int64_t dv, int n_q, const float *p, size_t ps,
                      const void *const *v, int vt, float *o, size_t os) {
+    if (dv <= 8 && vt != GGUF_DT_Q8_0) {
+        if (vt == GGUF_DT_F16) pv8_t(GGUF_DT_F16, n, dv, n_q, p, ps, v, o, os);
+        else if (vt == GGUF_DT_BF16) pv8_t(GGUF_DT_BF16, n, dv, n_q, p, ps, v, o, os);
+        else pv8_t(GGUF_DT_F32, n, dv, n_q, p, ps, v, o, os);
+        return;
+    }
     if (vt == GGUF_DT_F16) pv_t(GGUF_DT_F16, n, dv, n_q, p, ps, v, o, os);
     else if (vt == GGUF_DT_Q8_0) pv_t(GGUF_DT_Q8_0, n, dv, n_q, p, ps, v, o, os);
     else if (vt == GGUF_DT_BF16) pv_t(GGUF_DT_BF16, n, dv, n_q, p, ps, v, o, os);

@@ -583,9 +583,51 @@ T_512_INLINE void f_micro(int kind, int NW, int NA, int64_t k, const char *w, si
                 acc[r][a] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(t + 16 * a), acc[r][a]);
         }
     }
-    UNROLL(6)
-    for (int a = 0; a < NA; a++) UNROLL(4)
-    for (int r = 0; r < NW; r++) y[a * ldy + r * ystep] = kern_hsum16_ps(acc[r][a]);
+    if (NW * NA < 8) {
+        UNROLL(6)
+        for (int a = 0; a < NA; a++) UNROLL(4)
+        for (int r = 0; r < NW; r++) y[a * ldy + r * ystep] = kern_hsum16_ps(acc[r][a]);
+        return;
+    }
+    /* 16 outputs at a time through one transposed reduction (kern_reduce16's
+     * tree per output, as kern_hsum16_ps): about 3 instructions per output
+     * instead of 8, which was half of a cache-resident GEMM's time
+     * (stories260K, 5 rows: 45% of f32_kernel's samples). Output f = a * NW + r. */
+    _Alignas(64) float s[16];
+    UNROLL(2)
+    for (int g = 0; g < NW * NA; g += 16) {
+        __m512 v[16];
+        UNROLL(16)
+        for (int i = 0; i < 16; i++)
+            v[i] = g + i < NW * NA ? acc[(g + i) % NW][(g + i) / NW] : _mm512_setzero_ps();
+        _mm512_store_ps(s, kern_reduce16x16_ps(v));
+        UNROLL(16)
+        for (int i = 0; i < 16; i++)
+            if (g + i < NW * NA) y[(g + i) / NW * ldy + (g + i) % NW * ystep] = s[i];
+    }
+}
+
+/* One activation row (decode) x 16 weight rows: rows r0 + i + s * q (i, s
+ * in 0..3; the four streams of the m <= 2 path below, four rows of each),
+ * outputs y[i + s * q], through one transposed reduction. */
+T_512_INLINE void f_micro1x16(int kind, int64_t k, const char *w, size_t wrow, size_t q,
+                              const float *t, float *y) {
+    __m512 acc[16];
+    UNROLL(16)
+    for (int f = 0; f < 16; f++) acc[f] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < k; i += 16, t += 16) {
+        const __mmask16 m = kern_mask16(k - i < 16 ? (int)(k - i) : 16);
+        const __m512 x = _mm512_loadu_ps(t);
+        UNROLL(16)
+        for (int f = 0; f < 16; f++)
+            acc[f] = _mm512_fmadd_ps(
+                kern_load16_ps(kind, w + ((size_t)(f / 4) + (size_t)(f % 4) * q) * wrow, i, m), x,
+                acc[f]);
+    }
+    _Alignas(64) float s[16];
+    _mm512_store_ps(s, kern_reduce16x16_ps(acc));
+    UNROLL(16)
+    for (int f = 0; f < 16; f++) y[(size_t)(f / 4) + (size_t)(f % 4) * q] = s[f];
 }
 
 /* NA, NW as constants, so the accumulators stay in registers. */
@@ -615,6 +657,9 @@ T_512_INLINE void f_kernel(int kind, int64_t k, const void *w, size_t wrow, int 
              * each streams on through consecutive rows (short interleaved
              * streams of adjacent rows defeat the prefetchers) */
             const int q = n_rows / FW;
+            if (na == 1)
+                for (; r + 4 <= q; r += 4)
+                    f_micro1x16(kind, k, wc + r * wrow, wrow, (size_t)q, tile, yt + r);
             for (; r < q; r++)
                 f_micro_na(kind, FW, na, k, wc + r * wrow, q * wrow, tile, yt + r, ldy, (size_t)q);
             r = q * FW;

@@ -271,6 +271,45 @@ T_512_INLINE float kern_hsum16_ps(__m512 v) {
                       _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))));
 }
 
+/* Level 1 and 2 of the transposed reduction: a, b -> [a lanes i + i+8 | b ...]. */
+T_512_INLINE __m512 kern_fold8_ps(__m512 a, __m512 b) {
+    return _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE));
+}
+T_512_INLINE __m512 kern_fold4_ps(__m512 a, __m512 b) {
+    return _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x88), _mm512_shuffle_f32x4(a, b, 0xDD));
+}
+
+/* The rest of kern_reduce16x16_ps from its first level: a[i] holds s1 (lane
+ * l + lane l+8, l < 8) of sum 2i in lanes 0..7 and of sum 2i+1 in lanes 8..15. */
+T_512_INLINE __m512 kern_reduce16x16_s1_ps(const __m512 *a) {
+    __m512 b[4], c[2];
+    UNROLL(4)
+    for (int i = 0; i < 4; i++)
+        b[i] = kern_fold4_ps(a[2 * i], a[2 * i + 1]); /* quarter p: s2 of position 4i+p */
+    UNROLL(2)
+    for (int i = 0; i < 2; i++) /* s3: quarter q holds positions 8i+q, 8i+q+4 */
+        c[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(b[2 * i]),
+                                                                 _mm512_castps_pd(b[2 * i + 1]))),
+                             _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(b[2 * i]),
+                                                                 _mm512_castps_pd(b[2 * i + 1]))));
+    /* quarter q: positions q, q+4, q+8, q+12 */
+    const __m512 r =
+        _mm512_add_ps(_mm512_shuffle_ps(c[0], c[1], 0x88), _mm512_shuffle_ps(c[0], c[1], 0xDD));
+    /* position j = q + 4r sits in lane 4q + r */
+    return _mm512_permutexvar_ps(
+        _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), r);
+}
+
+/* kern_reduce16 of 16 vectors at once (a transpose-and-add whose tree per vector is
+ * kern_reduce16's): v[j] holds the 16 lanes of sum j; returns the 16 sums, sum j in lane j. */
+T_512_INLINE __m512 kern_reduce16x16_ps(const __m512 *v) {
+    __m512 a[8];
+    UNROLL(8)
+    for (int i = 0; i < 8; i++)
+        a[i] = kern_fold8_ps(v[2 * i], v[2 * i + 1]); /* s1: lanes i + i+8 */
+    return kern_reduce16x16_s1_ps(a);
+}
+
 /* Sum of 16 int32 lanes (exact). */
 T_512_INLINE int32_t kern_hsum16_i32(__m512i v) {
     return kern_hsum8_i32(
