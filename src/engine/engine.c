@@ -650,13 +650,8 @@ int64_t engine_kv_save(engine *e, const int32_t *ids, int64_t n, const char *sal
 /* ------------------------------------------------------------ live view -- */
 
 static bool view_add_seq(const engine *e, engine_view *v, const seq *s) {
-    if (v->n_seqs == v->cap_seqs) {
-        int cap = v->cap_seqs ? 2 * v->cap_seqs : 64;
-        engine_seq_view *n = realloc(v->seqs, (size_t)cap * sizeof *n);
-        if (!n) return false;
-        v->seqs = n;
-        v->cap_seqs = cap;
-    }
+    if (!kvl_grow((void **)&v->seqs, &v->cap_seqs, (size_t)v->n_seqs + 1, sizeof *v->seqs, 64))
+        return false;
     engine_seq_view *o = &v->seqs[v->n_seqs++];
     bool running = s->state == SEQ_RUNNING;
     *o = (engine_seq_view){.id = s->id,
@@ -675,14 +670,9 @@ static bool view_add_seq(const engine *e, engine_view *v, const seq *s) {
         kv_usage u = kv_seq_usage(e->kv[g], &s->kv[g], kv_window_kept(s->n_computed, e->window[g]));
         kv_usage_add(&o->kv, &u);
         const kv_seq *k = &s->kv[g];
-        if (v->n_tables + k->n_blocks > v->cap_tables) {
-            int64_t cap = v->cap_tables ? v->cap_tables : 1024;
-            while (cap < v->n_tables + k->n_blocks) cap *= 2;
-            int32_t *n = realloc(v->tables, (size_t)cap * sizeof *n);
-            if (!n) return false;
-            v->tables = n;
-            v->cap_tables = cap;
-        }
+        if (!kvl_grow((void **)&v->tables, &v->cap_tables, (size_t)(v->n_tables + k->n_blocks),
+                      sizeof *v->tables, 1024))
+            return false;
         o->table_off[g] = v->n_tables;
         o->table_len[g] = k->n_blocks;
         if (k->n_blocks)
