@@ -56,7 +56,8 @@ static bool sync_pools(pp_stage *p, kv_pool *const *pools, kvl_error *err) {
     if (p->n_fl > 0) /* the steps in flight use the old pools on the other ranks */
         return pp_fail(p, err, "pipeline: new KV pools while steps are in flight");
     pp_flight *f = next_flight(p);
-    if (!pp_grow((void **)&f->ctrl, &f->ctrl_cap, HDR + POOL_INTS * G, sizeof(int32_t)))
+    if (!kvl_grow((void **)&f->ctrl, &f->ctrl_cap, (size_t)(HDR + POOL_INTS * G), sizeof(int32_t),
+                  64))
         return pp_fail(p, err, "pipeline: out of memory");
     int32_t *c = f->ctrl;
     memset(c, 0, HDR * sizeof *c);
@@ -93,7 +94,8 @@ static bool pack_forward(pp_stage *p, pp_flight *f, const model_batch *b, const 
     const int64_t n = b->n_tokens;
     int64_t need = HDR + 4 * n + (int64_t)b->n_seqs * G;
     for (int64_t s = 0; s < (int64_t)b->n_seqs * G; s++) need += b->seqs[s]->n_blocks;
-    if (need > INT32_MAX / 2 || !pp_grow((void **)&f->ctrl, &f->ctrl_cap, need, sizeof(int32_t)))
+    if (need > INT32_MAX / 2 ||
+        !kvl_grow((void **)&f->ctrl, &f->ctrl_cap, (size_t)need, sizeof(int32_t), 64))
         return pp_fail(p, err, "pipeline: out of memory");
     int32_t *c = f->ctrl;
     c[0] = OP_FORWARD;
@@ -136,7 +138,7 @@ static bool launch(pp_stage *p, model *m, kv_pool *const *pools, const model_bat
     pp_flight *f = next_flight(p);
     f->step = p->step;
     f->n_tokens = n;
-    if (!pp_grow((void **)&p->want, &p->want_cap, n, 1) ||
+    if (!kvl_grow((void **)&p->want, &p->want_cap, (size_t)n, 1, 64) ||
         !pp_grow_f(&f->x_out, &f->x_out_cap, n * E))
         return pp_fail(p, err, "pipeline: out of memory");
     if (b->want_logits) memcpy(p->want, b->want_logits, (size_t)n);
@@ -292,7 +294,7 @@ void pp_rank0_close(pp_stage *p) {
     if (!p->failed) pp_wait_reqs(p, &p->ping_q, p->step, &err);
     while (!p->failed && p->n_fl > 0 && wait_oldest(p, &err)) {}
     pp_flight *f = next_flight(p);
-    if (!p->failed && pp_grow((void **)&f->ctrl, &f->ctrl_cap, HDR, sizeof(int32_t))) {
+    if (!p->failed && kvl_grow((void **)&f->ctrl, &f->ctrl_cap, HDR, sizeof(int32_t), 64)) {
         memset(f->ctrl, 0, HDR * sizeof *f->ctrl);
         f->ctrl[0] = OP_STOP;
         if (!send_now(p, f, HDR, &err)) fprintf(stderr, "kvllm: %s\n", err.msg);
@@ -309,7 +311,8 @@ static bool probe_ranks(pp_stage *p, const kv_pool_config *groups, int G, pp_ran
     if (p->failed) return kvl_fail(err, "%.500s", p->fail_msg);
     if (p->n_fl > 0) return pp_fail(p, err, "pipeline: a KV probe while steps are in flight");
     pp_flight *f = next_flight(p);
-    if (!pp_grow((void **)&f->ctrl, &f->ctrl_cap, HDR + PROBE_INTS * G, sizeof(int32_t)))
+    if (!kvl_grow((void **)&f->ctrl, &f->ctrl_cap, (size_t)(HDR + PROBE_INTS * G), sizeof(int32_t),
+                  64))
         return pp_fail(p, err, "pipeline: out of memory");
     int32_t *c = f->ctrl;
     memset(c, 0, HDR * sizeof *c);
