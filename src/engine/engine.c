@@ -287,7 +287,7 @@ static bool validate_request(engine *e, const engine_request *r, kvl_error *err)
 static bool copy_request(seq *s, const engine_request *r, int32_t n_vocab) {
     s->req = *r;
     s->req.n_stop = 0; /* counts the copies made, for eng_seq_free */
-    s->cap_tokens = r->n_prompt + (r->max_tokens > 0 ? r->max_tokens : 256) + 1;
+    s->cap_tokens = (size_t)(r->n_prompt + (r->max_tokens > 0 ? r->max_tokens : 256) + 1);
     s->tokens = malloc(s->cap_tokens * sizeof(int32_t));
     s->smp = sampler_create(&r->sampling, n_vocab);
     s->stop = calloc(r->n_stop > 0 ? r->n_stop : 1, sizeof(char *));
@@ -477,14 +477,11 @@ void eng_on_token(engine *e, seq *s, int32_t tok, float lp, int n_top, const int
         eng_finish_seq(e, s, ENGINE_FINISH_LENGTH, tok, lp, n_top, ids, lps);
         return;
     }
-    if (s->n_tokens == s->cap_tokens) { /* only when max_tokens < 0 */
-        int32_t *t = realloc(s->tokens, s->cap_tokens * 2 * sizeof(int32_t));
-        if (!t) {
-            eng_finish_seq(e, s, ENGINE_FINISH_LENGTH, tok, lp, n_top, ids, lps);
-            return;
-        }
-        s->tokens = t;
-        s->cap_tokens *= 2;
+    /* full only when max_tokens < 0 (admission sized it for the prompt and max_tokens) */
+    if (!kvl_grow((void **)&s->tokens, &s->cap_tokens, (size_t)s->n_tokens + 1, sizeof *s->tokens,
+                  256)) {
+        eng_finish_seq(e, s, ENGINE_FINISH_LENGTH, tok, lp, n_top, ids, lps);
+        return;
     }
     size_t out = s->text_len - stop_holdback(s); /* the rest may still become a stop string */
     emit(s, tok, s->text, out, lp, n_top, ids, lps, ENGINE_FINISH_NONE);

@@ -119,7 +119,8 @@ static bool worker_forward(pp_stage *p, const int32_t *c, int64_t len, kvl_error
             return kvl_fail(err, "pipeline: rank %d: malformed block tables", p->rank);
         kv_seq *k = &p->seqs[s];
         kv_seq_init(k);
-        k->n_blocks = k->cap = *o;
+        k->n_blocks = *o;
+        k->cap = (size_t)*o;
         k->blocks = (int32_t *)(o + 1); /* borrowed from the message, read only */
         sp[s] = k;
         o += 1 + *o;
