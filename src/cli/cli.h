@@ -104,6 +104,13 @@ char *cli_read_input(const char *path, size_t *len, kvl_error *err);
 /* Prompt ids from -p/-f/--prompt-ids (-f -: stdin; any bytes: invalid UTF-8 becomes byte tokens).
  * On success the caller owns *ids; on failure *ids is NULL. */
 bool cli_prompt_ids(const cli_opts *o, const tok_vocab *v, bool add_bos, int32_t **ids, int64_t *n);
+/* Whether a prompt starts with BOS: the vocabulary says so and no --no-bos. */
+bool cli_add_bos(const cli_opts *o, const tok_vocab *v);
+/* cli_load, then the prompt's ids (cli_prompt_ids, BOS as cli_add_bos says):
+ * how score, perplexity, run and tokenize start. False (message printed,
+ * nothing loaded, *ids NULL) when either fails. */
+bool cli_load_prompt(const cli_opts *o, bool want_weights, cli_model *cm, int32_t **ids,
+                     int64_t *n);
 /* Parses "1,2,3". */
 bool cli_parse_ids(const char *s, int32_t **ids, int64_t *n);
 

@@ -462,6 +462,18 @@ bool cli_prompt_ids(const cli_opts *o, const tok_vocab *v, bool add_bos, int32_t
     return true;
 }
 
+bool cli_add_bos(const cli_opts *o, const tok_vocab *v) { return tok_add_bos(v) && !o->no_bos; }
+
+bool cli_load_prompt(const cli_opts *o, bool want_weights, cli_model *cm, int32_t **ids,
+                     int64_t *n) {
+    *ids = NULL;
+    *n = 0;
+    if (!cli_load(o, want_weights, cm)) return false;
+    if (cli_prompt_ids(o, cm->vocab, cli_add_bos(o, cm->vocab), ids, n)) return true;
+    cli_unload(cm);
+    return false;
+}
+
 cJSON *cli_bytes_json(const char *p, size_t n) {
     /* Copy valid UTF-8 sequences; replace anything else with U+FFFD. */
     char *out = malloc(n * 3 + 1);

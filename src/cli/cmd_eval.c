@@ -55,12 +55,10 @@ int cmd_score(int argc, char **argv) { return cli_run_opts(argc, argv, cmd_score
 
 static int cmd_score_opts(const cli_opts *o) {
     cli_model cm;
-    if (!cli_load(o, true, &cm)) return 1;
-    int32_t *ids = NULL;
-    int64_t n = 0;
+    int32_t *ids;
+    int64_t n;
+    if (!cli_load_prompt(o, true, &cm, &ids, &n)) return 1;
     int rc = 1;
-    bool add_bos = tok_add_bos(cm.vocab) && !o->no_bos;
-    if (!cli_prompt_ids(o, cm.vocab, add_bos, &ids, &n)) goto out;
     int64_t ctx = o->n_ctx > 0 ? o->n_ctx : cli_default_ctx(model_hp(cm.m));
     if (n == 0 || n > ctx) {
         fprintf(stderr, "kvllm: score: %lld tokens (need 1..%lld, the context size)\n",
@@ -160,13 +158,12 @@ int cmd_perplexity(int argc, char **argv) {
 
 static int cmd_perplexity_opts(const cli_opts *o) {
     cli_model cm;
-    if (!cli_load(o, true, &cm)) return 1;
-    int32_t *ids = NULL, *chunk = NULL;
-    int64_t n = 0;
+    int32_t *ids, *chunk = NULL;
+    int64_t n;
+    if (!cli_load_prompt(o, true, &cm, &ids, &n)) return 1;
     int rc = 1;
     cJSON *chunks_json = cJSON_CreateArray();
-    bool add_bos = tok_add_bos(cm.vocab) && !o->no_bos;
-    if (!cli_prompt_ids(o, cm.vocab, add_bos, &ids, &n)) goto out;
+    const bool add_bos = cli_add_bos(o, cm.vocab);
     int64_t c = o->n_ctx > 0 ? o->n_ctx : 512;
     if (n < 2 * c) {
         fprintf(

@@ -12,14 +12,9 @@ int cmd_tokenize(int argc, char **argv) { return cli_run_opts(argc, argv, cmd_to
 
 static int cmd_tokenize_opts(const cli_opts *o) {
     cli_model cm;
-    if (!cli_load(o, false, &cm)) return 1;
-    int32_t *ids = NULL;
-    int64_t n = 0;
-    bool add_bos = tok_add_bos(cm.vocab) && !o->no_bos;
-    if (!cli_prompt_ids(o, cm.vocab, add_bos, &ids, &n)) {
-        cli_unload(&cm);
-        return 1;
-    }
+    int32_t *ids;
+    int64_t n;
+    if (!cli_load_prompt(o, false, &cm, &ids, &n)) return 1;
     if (o->json) {
         cJSON *j = cJSON_CreateObject();
         cJSON *jids = cJSON_AddArrayToObject(j, "ids");

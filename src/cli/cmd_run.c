@@ -136,13 +136,11 @@ int cmd_run(int argc, char **argv) {
 
 static int cmd_run_opts(const cli_opts *o) {
     cli_model cm;
-    if (!cli_load(o, true, &cm)) return 1;
+    int32_t *ids;
+    int64_t n_ids;
+    if (!cli_load_prompt(o, true, &cm, &ids, &n_ids)) return 1;
     int rc = 1;
-    int32_t *ids = NULL;
-    int64_t n_ids = 0;
     engine *e = NULL;
-    bool add_bos = tok_add_bos(cm.vocab) && !o->no_bos;
-    if (!cli_prompt_ids(o, cm.vocab, add_bos, &ids, &n_ids)) goto out;
     if (n_ids == 0) {
         if (tok_bos(cm.vocab) < 0) {
             fprintf(stderr, "kvllm: empty prompt and the vocabulary has no BOS token\n");

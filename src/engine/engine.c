@@ -287,7 +287,7 @@ static bool validate_request(engine *e, const engine_request *r, kvl_error *err)
 static bool copy_request(seq *s, const engine_request *r, int32_t n_vocab) {
     s->req = *r;
     s->req.n_stop = 0; /* counts the copies made, for eng_seq_free */
-    s->cap_tokens = r->n_prompt + (r->max_tokens > 0 ? r->max_tokens : 256) + 1;
+    s->cap_tokens = (size_t)(r->n_prompt + (r->max_tokens > 0 ? r->max_tokens : 256) + 1);
     s->tokens = malloc(s->cap_tokens * sizeof(int32_t));
     s->smp = sampler_create(&r->sampling, n_vocab);
     s->stop = calloc(r->n_stop > 0 ? r->n_stop : 1, sizeof(char *));
@@ -477,14 +477,11 @@ void eng_on_token(engine *e, seq *s, int32_t tok, float lp, int n_top, const int
         eng_finish_seq(e, s, ENGINE_FINISH_LENGTH, tok, lp, n_top, ids, lps);
         return;
     }
-    if (s->n_tokens == s->cap_tokens) { /* only when max_tokens < 0 */
-        int32_t *t = realloc(s->tokens, s->cap_tokens * 2 * sizeof(int32_t));
-        if (!t) {
-            eng_finish_seq(e, s, ENGINE_FINISH_LENGTH, tok, lp, n_top, ids, lps);
-            return;
-        }
-        s->tokens = t;
-        s->cap_tokens *= 2;
+    /* full only when max_tokens < 0 (admission sized it for the prompt and max_tokens) */
+    if (!kvl_grow((void **)&s->tokens, &s->cap_tokens, (size_t)s->n_tokens + 1, sizeof *s->tokens,
+                  256)) {
+        eng_finish_seq(e, s, ENGINE_FINISH_LENGTH, tok, lp, n_top, ids, lps);
+        return;
     }
     size_t out = s->text_len - stop_holdback(s); /* the rest may still become a stop string */
     emit(s, tok, s->text, out, lp, n_top, ids, lps, ENGINE_FINISH_NONE);
@@ -650,13 +647,8 @@ int64_t engine_kv_save(engine *e, const int32_t *ids, int64_t n, const char *sal
 /* ------------------------------------------------------------ live view -- */
 
 static bool view_add_seq(const engine *e, engine_view *v, const seq *s) {
-    if (v->n_seqs == v->cap_seqs) {
-        int cap = v->cap_seqs ? 2 * v->cap_seqs : 64;
-        engine_seq_view *n = realloc(v->seqs, (size_t)cap * sizeof *n);
-        if (!n) return false;
-        v->seqs = n;
-        v->cap_seqs = cap;
-    }
+    if (!kvl_grow((void **)&v->seqs, &v->cap_seqs, (size_t)v->n_seqs + 1, sizeof *v->seqs, 64))
+        return false;
     engine_seq_view *o = &v->seqs[v->n_seqs++];
     bool running = s->state == SEQ_RUNNING;
     *o = (engine_seq_view){.id = s->id,
@@ -675,14 +667,9 @@ static bool view_add_seq(const engine *e, engine_view *v, const seq *s) {
         kv_usage u = kv_seq_usage(e->kv[g], &s->kv[g], kv_window_kept(s->n_computed, e->window[g]));
         kv_usage_add(&o->kv, &u);
         const kv_seq *k = &s->kv[g];
-        if (v->n_tables + k->n_blocks > v->cap_tables) {
-            int64_t cap = v->cap_tables ? v->cap_tables : 1024;
-            while (cap < v->n_tables + k->n_blocks) cap *= 2;
-            int32_t *n = realloc(v->tables, (size_t)cap * sizeof *n);
-            if (!n) return false;
-            v->tables = n;
-            v->cap_tables = cap;
-        }
+        if (!kvl_grow((void **)&v->tables, &v->cap_tables, (size_t)(v->n_tables + k->n_blocks),
+                      sizeof *v->tables, 1024))
+            return false;
         o->table_off[g] = v->n_tables;
         o->table_len[g] = k->n_blocks;
         if (k->n_blocks)

@@ -287,9 +287,11 @@ typedef struct engine_view {
     int64_t n_evicted[MODEL_MAX_KV_GROUPS];
     kv_block_info *blocks[MODEL_MAX_KV_GROUPS]; /* n_blocks each */
     engine_seq_view *seqs;
-    int n_seqs, cap_seqs;
+    int n_seqs;
+    size_t cap_seqs;
     int32_t *tables; /* block ids, -1: dropped (sliding window) */
-    int64_t n_tables, cap_tables;
+    int64_t n_tables;
+    size_t cap_tables;
     int64_t prefix_lookups, prefix_hits; /* admissions that looked up / found cached blocks */
     engine_log_event events[ENGINE_EV_RING];
     int n_events;

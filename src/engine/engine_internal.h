@@ -18,7 +18,8 @@ typedef struct seq {
     engine_request req; /* stop strings, prompt: engine-owned copies */
     char **stop;
     int32_t *tokens; /* prompt followed by generated ids */
-    int64_t n_tokens, cap_tokens;
+    int64_t n_tokens;
+    size_t cap_tokens;
     int64_t n_prompt;
     int64_t n_computed;             /* tokens whose K/V are in the blocks */
     int64_t recompute_for;          /* --no-kv-cache: n_tokens the current recompute serves */

@@ -105,53 +105,27 @@ struct grammar {
     gvocab *vocab; /* NULL without a vocabulary */
 };
 
-static inline bool gset_has(const grammar *g, int32_t set, uint32_t cp) {
-    const gset *s = &g->sets[set];
-    const uint32_t *r =
-        s->n ? g->ranges + 2 * s->off : NULL; /* a grammar may have no ranges at all */
-    bool in = false;
-    for (int32_t i = 0; i < s->n && !in; i++) in = cp >= r[2 * i] && cp <= r[2 * i + 1];
-    return in != s->negate;
+/* The set's ranges, lo and hi inclusive, in pairs (NULL when it has none: a
+ * grammar may have no ranges at all). */
+static inline const uint32_t *gset_ranges(const grammar *g, const gset *s) {
+    return s->n ? g->ranges + 2 * s->off : NULL;
 }
 
-/* Whether some code point in [lo, hi] is in the set. */
-static inline bool gset_meets(const grammar *g, int32_t set, uint32_t lo, uint32_t hi) {
-    const gset *s = &g->sets[set];
-    const uint32_t *r =
-        s->n ? g->ranges + 2 * s->off : NULL; /* a grammar may have no ranges at all */
-    if (!s->negate) {
-        for (int32_t i = 0; i < s->n; i++)
-            if (r[2 * i] <= hi && r[2 * i + 1] >= lo) return true;
-        return false;
-    }
-    /* negated: some point of [lo, hi] outside every range; walk up from lo */
-    uint32_t c = lo;
-    for (bool moved = true; moved && c <= hi;) {
-        moved = false;
-        for (int32_t i = 0; i < s->n; i++)
-            if (c >= r[2 * i] && c <= r[2 * i + 1]) {
-                if (r[2 * i + 1] >= hi) return false;
-                c = r[2 * i + 1] + 1;
-                moved = true;
-            }
-    }
-    return c <= hi;
+/* Whether one of the n ranges at r holds some code point of [lo, hi]. */
+static inline bool granges_overlap(const uint32_t *r, int32_t n, uint32_t lo, uint32_t hi) {
+    for (int32_t i = 0; i < n; i++)
+        if (r[2 * i] <= hi && r[2 * i + 1] >= lo) return true;
+    return false;
 }
 
-/* Whether every code point in [lo, hi] is in the set. */
-static inline bool gset_covers(const grammar *g, int32_t set, uint32_t lo, uint32_t hi) {
-    const gset *s = &g->sets[set];
-    const uint32_t *r =
-        s->n ? g->ranges + 2 * s->off : NULL; /* a grammar may have no ranges at all */
-    if (s->negate) {
-        for (int32_t i = 0; i < s->n; i++)
-            if (r[2 * i] <= hi && r[2 * i + 1] >= lo) return false;
-        return true;
-    }
+/* Whether the n ranges at r together hold every code point of [lo, hi]: walks
+ * up from lo, over each range that holds the point reached, till one reaches
+ * hi or none holds the point (which is then outside them all). */
+static inline bool granges_cover(const uint32_t *r, int32_t n, uint32_t lo, uint32_t hi) {
     uint32_t c = lo;
     for (bool moved = true; moved;) {
         moved = false;
-        for (int32_t i = 0; i < s->n; i++)
+        for (int32_t i = 0; i < n; i++)
             if (c >= r[2 * i] && c <= r[2 * i + 1]) {
                 if (r[2 * i + 1] >= hi) return true;
                 c = r[2 * i + 1] + 1;
@@ -159,6 +133,30 @@ static inline bool gset_covers(const grammar *g, int32_t set, uint32_t lo, uint3
             }
     }
     return false;
+}
+
+static inline bool gset_has(const grammar *g, int32_t set, uint32_t cp) {
+    const gset *s = &g->sets[set];
+    const uint32_t *r = gset_ranges(g, s);
+    bool in = false;
+    for (int32_t i = 0; i < s->n && !in; i++) in = cp >= r[2 * i] && cp <= r[2 * i + 1];
+    return in != s->negate;
+}
+
+/* Whether some code point in [lo, hi] is in the set (negated: some point of
+ * [lo, hi] outside every range). */
+static inline bool gset_meets(const grammar *g, int32_t set, uint32_t lo, uint32_t hi) {
+    const gset *s = &g->sets[set];
+    const uint32_t *r = gset_ranges(g, s);
+    return s->negate ? lo <= hi && !granges_cover(r, s->n, lo, hi)
+                     : granges_overlap(r, s->n, lo, hi);
+}
+
+/* Whether every code point in [lo, hi] is in the set. */
+static inline bool gset_covers(const grammar *g, int32_t set, uint32_t lo, uint32_t hi) {
+    const gset *s = &g->sets[set];
+    const uint32_t *r = gset_ranges(g, s);
+    return s->negate ? !granges_overlap(r, s->n, lo, hi) : granges_cover(r, s->n, lo, hi);
 }
 
 /* grammar_match.c: false with err when the start position is already over a

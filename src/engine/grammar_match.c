@@ -45,7 +45,8 @@ typedef struct srec {
 struct grammar_state {
     const grammar *g;
     int32_t *keys;
-    int64_t n_keys, cap_keys;
+    int64_t n_keys;
+    size_t cap_keys;
     srec *st;
     int32_t n_st, cap_st;
     int32_t *trans; /* [cap_st][256] byte transitions, T_UNKNOWN until computed */
@@ -54,9 +55,11 @@ struct grammar_state {
     int32_t cur;
     /* scratch: stacks being built ([len, positions...] records) and their order */
     int32_t *out;
-    int64_t n_out, cap_out;
+    int64_t n_out;
+    size_t cap_out;
     int64_t *recs;
-    int64_t n_recs, cap_recs;
+    int64_t n_recs;
+    size_t cap_recs;
     int32_t *walk; /* per trie depth */
     /* the last masks by the state they were computed in: inside a string the
      * state after each token is the same, so its mask is the same too */
@@ -81,7 +84,8 @@ struct grammar_state {
      * ("" [b-d]* ?{73}: the option empty, or the star empty) are expanded
      * along 2^k paths, minutes for a 28-byte grammar. */
     int32_t *seen_keys;
-    int64_t n_seen_keys, cap_seen_keys, n_seen;
+    int64_t n_seen_keys, n_seen;
+    size_t cap_seen_keys;
     int64_t *seen_ht;
     uint32_t *seen_gen, gen;
     uint32_t seen_cap;
@@ -177,14 +181,9 @@ static int32_t intern(grammar_state *st, const int32_t *key, int32_t len) {
         st->cap_st = c;
     }
     for (int i = 0; i < 256; i++) st->trans[(size_t)st->n_st * 256 + i] = T_UNKNOWN;
-    if (st->n_keys + len > st->cap_keys) {
-        int64_t c = st->cap_keys ? st->cap_keys : 1024;
-        while (c < st->n_keys + len) c *= 2;
-        int32_t *k = realloc(st->keys, (size_t)c * sizeof *k);
-        if (!k) return -1;
-        st->keys = k;
-        st->cap_keys = c;
-    }
+    if (!kvl_grow((void **)&st->keys, &st->cap_keys, (size_t)(st->n_keys + len), sizeof *st->keys,
+                  1024))
+        return -1;
     memcpy(st->keys + st->n_keys, key, (size_t)len * sizeof *key);
     srec *r = &st->st[st->n_st];
     *r = (srec){.key_off = st->n_keys, .key_len = len, .hash = h};
@@ -206,31 +205,19 @@ static int32_t intern(grammar_state *st, const int32_t *key, int32_t len) {
 
 static bool out_reserve(grammar_state *st, int64_t n) {
     if (!charge(st, n)) return false; /* every word of every stack built counts */
-    if (st->n_out + n <= st->cap_out) return true;
-    int64_t c = st->cap_out ? st->cap_out : 1024;
-    while (c < st->n_out + n) c *= 2;
-    int32_t *o = realloc(st->out, (size_t)c * sizeof *o);
-    if (!o) {
-        st->overflow = G_MEMORY;
-        return false;
-    }
-    st->out = o;
-    st->cap_out = c;
-    return true;
+    if (kvl_grow((void **)&st->out, &st->cap_out, (size_t)(st->n_out + n), sizeof *st->out, 1024))
+        return true;
+    st->overflow = G_MEMORY;
+    return false;
 }
 
 static void emit_stack(grammar_state *st, const int32_t *stk, int32_t len, int32_t top) {
     int32_t n = len + (top >= 0);
     if (!out_reserve(st, 1 + n)) return;
-    if (st->n_recs == st->cap_recs) {
-        int64_t c = st->cap_recs ? st->cap_recs * 2 : 256;
-        int64_t *r = realloc(st->recs, (size_t)c * sizeof *r);
-        if (!r) {
-            st->overflow = G_MEMORY;
-            return;
-        }
-        st->recs = r;
-        st->cap_recs = c;
+    if (!kvl_grow((void **)&st->recs, &st->cap_recs, (size_t)st->n_recs + 1, sizeof *st->recs,
+                  256)) {
+        st->overflow = G_MEMORY;
+        return;
     }
     st->recs[st->n_recs++] = st->n_out;
     st->out[st->n_out++] = n;
@@ -279,16 +266,10 @@ static bool seen_before(grammar_state *st, const int32_t *stk, int32_t len, int3
         st->overflow = G_MEMORY;
         return true;
     }
-    if (st->n_seen_keys + len + 2 > st->cap_seen_keys) {
-        int64_t c = st->cap_seen_keys ? st->cap_seen_keys : 1024;
-        while (c < st->n_seen_keys + len + 2) c *= 2;
-        int32_t *k = realloc(st->seen_keys, (size_t)c * sizeof *k);
-        if (!k) {
-            st->overflow = G_MEMORY;
-            return true;
-        }
-        st->seen_keys = k;
-        st->cap_seen_keys = c;
+    if (!kvl_grow((void **)&st->seen_keys, &st->cap_seen_keys, (size_t)(st->n_seen_keys + len + 2),
+                  sizeof *st->seen_keys, 1024)) {
+        st->overflow = G_MEMORY;
+        return true;
     }
     /* the candidate record, written where it would be kept */
     int32_t *rec = st->seen_keys + st->n_seen_keys;

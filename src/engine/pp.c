@@ -108,17 +108,6 @@ _Noreturn void pp_abort(int code) {
 
 /* ------------------------------------------------------------- helpers -- */
 
-bool pp_grow(void **p, int64_t *cap, int64_t need, size_t elem) {
-    if (need <= *cap) return true;
-    int64_t n = *cap ? *cap : 64;
-    while (n < need) n *= 2;
-    void *q = realloc(*p, (size_t)n * elem);
-    if (!q) return false;
-    *p = q;
-    *cap = n;
-    return true;
-}
-
 bool pp_grow_f(float **p, int64_t *cap, int64_t need) {
     if (need <= *cap) return true;
     int64_t n = need + need / 2 + 1024;

@@ -49,7 +49,7 @@ typedef struct pp_reqs {
  * complete (a worker goes on with the next step meanwhile). */
 typedef struct pp_flight {
     int32_t *ctrl; /* rank 0: the step descriptor being sent */
-    int64_t ctrl_cap;
+    size_t ctrl_cap;
     float *x_out,
         *logits; /* hidden states sent on; logits (rank 0: when the caller has no buffer) */
     int64_t x_out_cap, logits_cap;
@@ -83,14 +83,14 @@ struct pp_stage {
     int n_pools;
     /* buffers, grown as needed */
     int32_t *ctrl; /* a worker's step received */
-    int64_t ctrl_cap;
+    size_t ctrl_cap;
     float *x_in;
     int64_t x_in_cap;
     uint8_t *want;
-    int64_t want_cap;
+    size_t want_cap;
     kv_seq *seqs;
     const kv_seq **seq_ptrs;
-    int64_t seqs_cap;
+    size_t seqs_cap;
     /* rank 0: while it is outside every pipeline call (idle, or busy with
      * other work), a thread sends the workers a ping every timeout_s / 4, so
      * a worker waiting for the next step tells a live rank 0 from a dead or
@@ -109,7 +109,6 @@ struct pp_stage {
 
 /* pp.c */
 extern bool pp_g_broken; /* a rank stopped answering: MPI_Finalize would wait forever */
-bool pp_grow(void **p, int64_t *cap, int64_t need, size_t elem);
 bool pp_grow_f(float **p, int64_t *cap, int64_t need);
 void pp_nap(void);
 bool pp_add_req(pp_reqs *q, int rank, MPI_Request r);

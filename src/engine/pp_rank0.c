@@ -47,6 +47,37 @@ static pp_flight *next_flight(pp_stage *p) {
     return &p->fl[(p->fl_head + p->n_fl) % PP_MAX_FLIGHT];
 }
 
+/* Rank 0: the descriptor of an OP_POOLS or OP_PROBE message in f, room for
+ * ints words per group after the header, the header zero but for the op, the
+ * step and G. NULL (the pipeline failed) when out of memory. */
+static int32_t *start_group_msg(pp_stage *p, pp_flight *f, int32_t op, int G, int ints,
+                                kvl_error *err) {
+    if (!kvl_grow((void **)&f->ctrl, &f->ctrl_cap, (size_t)(HDR + ints * G), sizeof(int32_t), 64)) {
+        pp_fail(p, err, "pipeline: out of memory");
+        return NULL;
+    }
+    int32_t *c = f->ctrl;
+    memset(c, 0, HDR * sizeof *c);
+    c[0] = op;
+    c[1] = (int32_t)p->step;
+    c[4] = G;
+    return c;
+}
+
+/* Rank 0: posts the receive of each worker's answer, n int64 into row r of
+ * rows (row_len int64 each), in f's requests. */
+static bool post_answers(pp_stage *p, pp_flight *f, int64_t *rows, int row_len, int n, int tag,
+                         kvl_error *err) {
+    for (int r = 1; r < p->size; r++) {
+        MPI_Request rq;
+        if (MPI_Irecv(rows + (size_t)r * row_len, n, MPI_INT64_T, r, tag, MPI_COMM_WORLD, &rq) !=
+                MPI_SUCCESS ||
+            !pp_add_req(&f->q, r, rq))
+            return pp_fail(p, err, "pipeline: cannot post a receive");
+    }
+    return true;
+}
+
 static bool sync_pools(pp_stage *p, kv_pool *const *pools, kvl_error *err) {
     const int G = model_kv_n_groups(p->m);
     bool same = p->sent_pools == pools && p->n_sent == G;
@@ -56,13 +87,8 @@ static bool sync_pools(pp_stage *p, kv_pool *const *pools, kvl_error *err) {
     if (p->n_fl > 0) /* the steps in flight use the old pools on the other ranks */
         return pp_fail(p, err, "pipeline: new KV pools while steps are in flight");
     pp_flight *f = next_flight(p);
-    if (!pp_grow((void **)&f->ctrl, &f->ctrl_cap, HDR + POOL_INTS * G, sizeof(int32_t)))
-        return pp_fail(p, err, "pipeline: out of memory");
-    int32_t *c = f->ctrl;
-    memset(c, 0, HDR * sizeof *c);
-    c[0] = OP_POOLS;
-    c[1] = (int32_t)p->step;
-    c[4] = G;
+    int32_t *c = start_group_msg(p, f, OP_POOLS, G, POOL_INTS, err);
+    if (!c) return false;
     for (int g = 0; g < G; g++) {
         const kv_pool_config *k = kv_pool_cfg(pools[g]);
         int32_t *o = c + HDR + POOL_INTS * g;
@@ -76,15 +102,10 @@ static bool sync_pools(pp_stage *p, kv_pool *const *pools, kvl_error *err) {
     p->sent_pools = pools;
     p->n_sent = G;
     for (int g = 0; g < G; g++) p->block_bytes[0][g] = (int64_t)kv_pool_block_bytes(pools[g]);
-    if (!send_ctrl(p, f, HDR + POOL_INTS * G, err)) return false;
-    for (int r = 1; r < p->size; r++) { /* each worker answers with its block bytes */
-        MPI_Request rq;
-        if (MPI_Irecv(p->block_bytes[r], G, MPI_INT64_T, r, TAG_POOLS, MPI_COMM_WORLD, &rq) !=
-                MPI_SUCCESS ||
-            !pp_add_req(&f->q, r, rq))
-            return pp_fail(p, err, "pipeline: cannot post a receive");
-    }
-    return pp_wait_reqs(p, &f->q, p->step, err);
+    /* each worker answers with its block bytes */
+    return send_ctrl(p, f, HDR + POOL_INTS * G, err) &&
+           post_answers(p, f, p->block_bytes[0], MODEL_MAX_KV_GROUPS, G, TAG_POOLS, err) &&
+           pp_wait_reqs(p, &f->q, p->step, err);
 }
 
 static bool pack_forward(pp_stage *p, pp_flight *f, const model_batch *b, const uint8_t *want,
@@ -93,7 +114,8 @@ static bool pack_forward(pp_stage *p, pp_flight *f, const model_batch *b, const 
     const int64_t n = b->n_tokens;
     int64_t need = HDR + 4 * n + (int64_t)b->n_seqs * G;
     for (int64_t s = 0; s < (int64_t)b->n_seqs * G; s++) need += b->seqs[s]->n_blocks;
-    if (need > INT32_MAX / 2 || !pp_grow((void **)&f->ctrl, &f->ctrl_cap, need, sizeof(int32_t)))
+    if (need > INT32_MAX / 2 ||
+        !kvl_grow((void **)&f->ctrl, &f->ctrl_cap, (size_t)need, sizeof(int32_t), 64))
         return pp_fail(p, err, "pipeline: out of memory");
     int32_t *c = f->ctrl;
     c[0] = OP_FORWARD;
@@ -136,7 +158,7 @@ static bool launch(pp_stage *p, model *m, kv_pool *const *pools, const model_bat
     pp_flight *f = next_flight(p);
     f->step = p->step;
     f->n_tokens = n;
-    if (!pp_grow((void **)&p->want, &p->want_cap, n, 1) ||
+    if (!kvl_grow((void **)&p->want, &p->want_cap, (size_t)n, 1, 64) ||
         !pp_grow_f(&f->x_out, &f->x_out_cap, n * E))
         return pp_fail(p, err, "pipeline: out of memory");
     if (b->want_logits) memcpy(p->want, b->want_logits, (size_t)n);
@@ -292,7 +314,7 @@ void pp_rank0_close(pp_stage *p) {
     if (!p->failed) pp_wait_reqs(p, &p->ping_q, p->step, &err);
     while (!p->failed && p->n_fl > 0 && wait_oldest(p, &err)) {}
     pp_flight *f = next_flight(p);
-    if (!p->failed && pp_grow((void **)&f->ctrl, &f->ctrl_cap, HDR, sizeof(int32_t))) {
+    if (!p->failed && kvl_grow((void **)&f->ctrl, &f->ctrl_cap, HDR, sizeof(int32_t), 64)) {
         memset(f->ctrl, 0, HDR * sizeof *f->ctrl);
         f->ctrl[0] = OP_STOP;
         if (!send_now(p, f, HDR, &err)) fprintf(stderr, "kvllm: %s\n", err.msg);
@@ -309,13 +331,8 @@ static bool probe_ranks(pp_stage *p, const kv_pool_config *groups, int G, pp_ran
     if (p->failed) return kvl_fail(err, "%.500s", p->fail_msg);
     if (p->n_fl > 0) return pp_fail(p, err, "pipeline: a KV probe while steps are in flight");
     pp_flight *f = next_flight(p);
-    if (!pp_grow((void **)&f->ctrl, &f->ctrl_cap, HDR + PROBE_INTS * G, sizeof(int32_t)))
-        return pp_fail(p, err, "pipeline: out of memory");
-    int32_t *c = f->ctrl;
-    memset(c, 0, HDR * sizeof *c);
-    c[0] = OP_PROBE;
-    c[1] = (int32_t)p->step;
-    c[4] = G;
+    int32_t *c = start_group_msg(p, f, OP_PROBE, G, PROBE_INTS, err);
+    if (!c) return false;
     for (int g = 0; g < G; g++) {
         int32_t *o = c + HDR + PROBE_INTS * g;
         o[0] = groups[g].block_size;
@@ -325,15 +342,10 @@ static bool probe_ranks(pp_stage *p, const kv_pool_config *groups, int G, pp_ran
     }
     int64_t ans[PP_MAX_RANKS][MODEL_MAX_KV_GROUPS + 2];
     if (!pp_probe_self(p->m, c + HDR, G, ans[0], err)) return false;
-    if (!send_ctrl(p, f, HDR + PROBE_INTS * G, err)) return false;
-    for (int r = 1; r < p->size; r++) {
-        MPI_Request rq;
-        if (MPI_Irecv(ans[r], G + 2, MPI_INT64_T, r, TAG_PROBE, MPI_COMM_WORLD, &rq) !=
-                MPI_SUCCESS ||
-            !pp_add_req(&f->q, r, rq))
-            return pp_fail(p, err, "pipeline: cannot post a receive");
-    }
-    if (!pp_wait_reqs(p, &f->q, p->step, err)) return false;
+    if (!send_ctrl(p, f, HDR + PROBE_INTS * G, err) ||
+        !post_answers(p, f, ans[0], MODEL_MAX_KV_GROUPS + 2, G + 2, TAG_PROBE, err) ||
+        !pp_wait_reqs(p, &f->q, p->step, err))
+        return false;
     for (int r = 0; r < p->size; r++) {
         memset(&out[r], 0, sizeof out[r]);
         for (int g = 0; g < G; g++) {

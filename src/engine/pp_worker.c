@@ -104,8 +104,8 @@ static bool worker_forward(pp_stage *p, const int32_t *c, int64_t len, kvl_error
     pp_flight *f = worker_flight(p, err);
     if (!f) return false;
     const int32_t *tokens = c + HDR, *pos = tokens + n, *seq = pos + n, *want32 = seq + n;
-    if (!pp_grow((void **)&p->want, &p->want_cap, n, 1) ||
-        !pp_grow((void **)&p->seqs, &p->seqs_cap, (int64_t)n_seqs * G, sizeof *p->seqs) ||
+    if (!kvl_grow((void **)&p->want, &p->want_cap, (size_t)n, 1, 64) ||
+        !kvl_grow((void **)&p->seqs, &p->seqs_cap, (size_t)n_seqs * G, sizeof *p->seqs, 64) ||
         !pp_grow_f(&p->x_in, &p->x_in_cap, n * E))
         return kvl_fail(err, "pipeline: out of memory");
     /* seq_ptrs follows seqs' capacity */
@@ -119,7 +119,8 @@ static bool worker_forward(pp_stage *p, const int32_t *c, int64_t len, kvl_error
             return kvl_fail(err, "pipeline: rank %d: malformed block tables", p->rank);
         kv_seq *k = &p->seqs[s];
         kv_seq_init(k);
-        k->n_blocks = k->cap = *o;
+        k->n_blocks = *o;
+        k->cap = (size_t)*o;
         k->blocks = (int32_t *)(o + 1); /* borrowed from the message, read only */
         sp[s] = k;
         o += 1 + *o;
@@ -183,7 +184,8 @@ bool pp_worker_run(pp_stage *p, kvl_error *err) {
          * loading, for any time) */
         if (!probe(p, 0, TAG_CTRL, MPI_INT32_T, first ? -1 : p->cfg.timeout_s, &count, err))
             return false;
-        if (count < HDR || !pp_grow((void **)&p->ctrl, &p->ctrl_cap, count, sizeof(int32_t)))
+        if (count < HDR ||
+            !kvl_grow((void **)&p->ctrl, &p->ctrl_cap, (size_t)count, sizeof(int32_t), 64))
             return kvl_fail(err, "pipeline: rank %d: bad message from rank 0", p->rank);
         MPI_Recv(p->ctrl, count, MPI_INT32_T, 0, TAG_CTRL, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
         const int32_t *c = p->ctrl;

@@ -18,7 +18,8 @@ struct sampler {
     cand *cands;
     float *w; /* [n_vocab] exp(logit - max) of every token */
     int32_t *history;
-    int64_t n_history, cap_history;
+    int64_t n_history;
+    size_t cap_history;
     int32_t *counts; /* occurrences in the penalty window, per token */
     uint64_t rng;
 };
@@ -61,13 +62,9 @@ void sampler_destroy(sampler *s) {
 }
 
 void sampler_accept(sampler *s, int32_t token) {
-    if (s->n_history == s->cap_history) {
-        int64_t cap = s->cap_history ? s->cap_history * 2 : 64;
-        int32_t *h = realloc(s->history, (size_t)cap * sizeof *h);
-        if (!h) return; /* penalties then see a shorter history; sampling still works */
-        s->history = h;
-        s->cap_history = cap;
-    }
+    if (!kvl_grow((void **)&s->history, &s->cap_history, (size_t)s->n_history + 1,
+                  sizeof *s->history, 64))
+        return; /* penalties then see a shorter history; sampling still works */
     s->history[s->n_history++] = token;
 }
 

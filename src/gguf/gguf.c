@@ -66,9 +66,11 @@ struct gguf_file {
     size_t data_bytes;
     uint64_t n_kv_decl, n_tensors_decl;
     gguf_kv *kvs;
-    int64_t n_kv, cap_kv;
+    int64_t n_kv;
+    size_t cap_kv;
     gguf_tensor *tensors;
-    int64_t n_tensors, cap_tensors;
+    int64_t n_tensors;
+    size_t cap_tensors;
     gguf_strindex kv_ix, tensor_ix;
 };
 
@@ -174,17 +176,6 @@ static char *rd_name(rd *r, const char *what) {
     char *copy = strndup((const char *)s, (size_t)n);
     if (!copy) rfail_at(r, at, "out of memory");
     return copy;
-}
-
-/* Grows a vector to hold at least n+1 elements (doubling). */
-static bool grow(void **p, int64_t *cap, int64_t n, size_t elem) {
-    if (n < *cap) return true;
-    int64_t nc = *cap ? *cap * 2 : 16;
-    void *q = realloc(*p, (size_t)nc * elem);
-    if (!q) return false;
-    *p = q;
-    *cap = nc;
-    return true;
 }
 
 /* ---------------------------------------------------------------- header */
@@ -299,7 +290,7 @@ static bool parse_value(rd *r, gguf_kv *kv) {
 static bool parse_kv(gguf_file *f, rd *r) {
     char *key = rd_name(r, "key");
     if (!key) return false;
-    if (!grow((void **)&f->kvs, &f->cap_kv, f->n_kv, sizeof *f->kvs)) {
+    if (!kvl_grow((void **)&f->kvs, &f->cap_kv, (size_t)f->n_kv + 1, sizeof *f->kvs, 16)) {
         free(key);
         return rfail(r, "out of memory");
     }
@@ -405,7 +396,8 @@ static bool tensor_nbytes(rd *r, gguf_tensor *t, size_t at) {
 static bool parse_tensor(gguf_file *f, rd *r) {
     char *name = rd_name(r, "tensor name");
     if (!name) return false;
-    if (!grow((void **)&f->tensors, &f->cap_tensors, f->n_tensors, sizeof *f->tensors)) {
+    if (!kvl_grow((void **)&f->tensors, &f->cap_tensors, (size_t)f->n_tensors + 1,
+                  sizeof *f->tensors, 16)) {
         free(name);
         return rfail(r, "out of memory");
     }

@@ -86,16 +86,6 @@ void gguf_writer_destroy(gguf_writer *w) {
     free(w);
 }
 
-static bool grow(void **p, size_t *cap, size_t n, size_t elem) {
-    if (n < *cap) return true;
-    size_t nc = *cap ? *cap * 2 : 16;
-    void *q = realloc(*p, nc * elem);
-    if (!q) return false;
-    *p = q;
-    *cap = nc;
-    return true;
-}
-
 /* The reader derives the data layout from general.alignment; the writer
  * always pads to 32, so any other value would make the file inconsistent. */
 static bool alignment_ok(const char *key, const kvl_buf *val) {
@@ -117,7 +107,7 @@ static bool set_kv(gguf_writer *w, const char *key, kvl_buf *val) {
         return true;
     }
     char *copy = ok ? strdup(key) : NULL;
-    ok = copy && grow((void **)&w->kvs, &w->cap_kv, w->n_kv, sizeof *w->kvs) &&
+    ok = copy && kvl_grow((void **)&w->kvs, &w->cap_kv, w->n_kv + 1, sizeof *w->kvs, 16) &&
          gguf_strindex_add(&w->kv_ix, copy, (int64_t)w->n_kv);
     if (!ok) {
         free(copy);
@@ -218,7 +208,7 @@ bool gguf_writer_add_tensor(gguf_writer *w, const char *name, int dtype, int n_d
         return false;
     t.offset = w->data_size;
     t.name = strdup(name);
-    if (!t.name || !grow((void **)&w->ts, &w->cap_t, w->n_t, sizeof *w->ts) ||
+    if (!t.name || !kvl_grow((void **)&w->ts, &w->cap_t, w->n_t + 1, sizeof *w->ts, 16) ||
         !gguf_strindex_add(&w->t_ix, t.name, (int64_t)w->n_t)) {
         free(t.name);
         return false;

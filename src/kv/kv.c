@@ -482,14 +482,7 @@ int64_t kv_seq_blocks_needed(const kv_pool *p, const kv_seq *s, int64_t n_tokens
 }
 
 static bool seq_grow(kv_seq *s, int64_t want) {
-    if (want <= s->cap) return true;
-    int64_t cap = s->cap ? s->cap : 8;
-    while (cap < want) cap *= 2;
-    int32_t *nb = realloc(s->blocks, (size_t)cap * sizeof *nb);
-    if (!nb) return false;
-    s->blocks = nb;
-    s->cap = cap;
-    return true;
+    return kvl_grow((void **)&s->blocks, &s->cap, (size_t)want, sizeof *s->blocks, 8);
 }
 
 bool kv_seq_append(kv_seq *s, int32_t block) {

@@ -137,7 +137,7 @@ void kv_store_token(kv_pool *p, int32_t block, int layer, int row, const float *
 typedef struct kv_seq {
     int32_t *blocks;
     int64_t n_blocks;
-    int64_t cap;
+    size_t cap;
     uint64_t chain_root; /* the chain's root: a hash of the cache salt */
     uint64_t chain_hash; /* hash of block n_hashed-1 (chain_root if none) */
     int64_t n_hashed;    /* leading blocks found in or committed to the prefix cache */

@@ -165,13 +165,15 @@ static void seal_file(const kv_disk *d, uint8_t *buf) {
     memcpy(buf, &h, sizeof h);
 }
 
-static bool write_all(int fd, const uint8_t *p, size_t n) {
+bool kvd_io_all(int fd, void *p, size_t n, off_t off, bool out) {
+    uint8_t *q = p;
     while (n > 0) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) return false;
-        p += w;
-        n -= (size_t)w;
+        ssize_t k = out ? write(fd, q, n) : off < 0 ? read(fd, q, n) : pread(fd, q, n, off);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) return false;
+        q += k;
+        n -= (size_t)k;
+        if (off >= 0) off += k;
     }
     return true;
 }
@@ -189,7 +191,7 @@ static bool write_file(kv_disk *d, uint8_t *buf, bool sync, bool pin, kvl_error 
              (unsigned long)pthread_self());
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) return kvl_fail(err, "kv disk: cannot create %s: %s", tmp, strerror(errno));
-    bool ok = write_all(fd, buf, d->file_bytes) && (!sync || fdatasync(fd) == 0);
+    bool ok = kvd_io_all(fd, buf, d->file_bytes, -1, true) && (!sync || fdatasync(fd) == 0);
     int e = errno;
     close(fd);
     if (!ok || rename(tmp, path) != 0) {
@@ -269,18 +271,6 @@ static void on_evict(void *user, kv_pool *p, int32_t b) {
 
 /* ---- open: index the directory ---- */
 
-static bool read_all(int fd, uint8_t *p, size_t n, off_t off) {
-    while (n > 0) {
-        ssize_t r = pread(fd, p, n, off);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) return false;
-        p += r;
-        n -= (size_t)r;
-        off += r;
-    }
-    return true;
-}
-
 /* Whether a header read from disk is one of ours, intact, for this hash. */
 bool kvd_header_ok(const kv_disk *d, const disk_header *h, uint64_t hash) {
     return memcmp(h, &d->ident, IDENTITY_BYTES) == 0 && h->hash == hash &&
@@ -308,7 +298,7 @@ static bool write_pin_file(kv_disk *d, const pin_rec *r, kvl_error *err) {
     pin_path(d, r->id, path, sizeof path);
     snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    bool ok = fd >= 0 && write_all(fd, buf, bytes) && fdatasync(fd) == 0;
+    bool ok = fd >= 0 && kvd_io_all(fd, buf, bytes, -1, true) && fdatasync(fd) == 0;
     int e = errno;
     if (fd >= 0) close(fd);
     free(buf);
@@ -329,13 +319,13 @@ static pin_rec *read_pin_file(const char *path, uint64_t id) {
     pin_rec *r = NULL;
     uint8_t *buf = NULL;
     uint64_t n;
-    if (fstat(fd, &sb) != 0 || sb.st_size < 24 || !read_all(fd, head, 16, 0) ||
+    if (fstat(fd, &sb) != 0 || sb.st_size < 24 || !kvd_io_all(fd, head, 16, 0, false) ||
         memcmp(head, "KVLLMPIN", 8) != 0)
         goto out;
     memcpy(&n, head + 8, 8);
     if (n == 0 || n > (1u << 24) || (uint64_t)sb.st_size != 24 + n * 8) goto out;
     buf = malloc((size_t)sb.st_size);
-    if (!buf || !read_all(fd, buf, (size_t)sb.st_size, 0)) goto out;
+    if (!buf || !kvd_io_all(fd, buf, (size_t)sb.st_size, 0, false)) goto out;
     uint64_t x;
     memcpy(&x, buf + sb.st_size - 8, 8);
     if (x != XXH3_64bits(buf, (size_t)sb.st_size - 8)) goto out;
@@ -394,7 +384,7 @@ static void index_block(kv_disk *d, const char *path, uint64_t hash) {
     struct stat sb;
     disk_header h;
     bool ok = fstat(fd, &sb) == 0 && (uint64_t)sb.st_size == d->file_bytes &&
-              read_all(fd, (uint8_t *)&h, sizeof h, 0) && kvd_header_ok(d, &h, hash);
+              kvd_io_all(fd, &h, sizeof h, 0, false) && kvd_header_ok(d, &h, hash);
     close(fd);
     if (!ok) {
         unlink(path);

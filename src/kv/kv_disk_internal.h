@@ -7,6 +7,7 @@
 
 #include <pthread.h>
 #include <stddef.h>
+#include <sys/types.h>
 #include <xxhash.h>
 
 #define DISK_MAGIC "KVLLMKVB"
@@ -122,6 +123,10 @@ void kvd_index_drop(kv_disk *d, uint64_t hash);
 /* Whether a header read from disk is one of ours, intact, for this hash. */
 bool kvd_header_ok(const kv_disk *d, const disk_header *h, uint64_t hash);
 bool kvd_on_disk(kv_disk *d, uint64_t hash);
+/* Moves all n bytes between p and fd: write() when out, else pread() at off,
+ * or read() from the current offset when off < 0. Retries when interrupted;
+ * false on an error or an early end of file. */
+bool kvd_io_all(int fd, void *p, size_t n, off_t off, bool out);
 
 /* kv_disk_load.c */
 /* The reader thread (arg: the kv_disk). */

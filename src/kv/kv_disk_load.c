@@ -18,20 +18,6 @@
 
 typedef enum read_result { READ_OK, READ_MISS, READ_BAD } read_result;
 
-/* Reads n bytes from the file's current offset: plain read()s, front to back
- * (so a FIFO standing in for a block file blocks here, which the tests use to
- * hold a read at a known point). */
-static bool read_seq(int fd, uint8_t *p, size_t n) {
-    while (n > 0) {
-        ssize_t r = read(fd, p, n);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) return false;
-        p += r;
-        n -= (size_t)r;
-    }
-    return true;
-}
-
 /* Reads block `hash` (expected parent hash and token ids) with its bytes
  * straight into dst (the pool's block bytes) and verifies it: READ_BAD (the
  * file is deleted) when torn or damaged, READ_MISS when gone or another
@@ -49,7 +35,9 @@ static read_result read_block(kv_disk *d, uint64_t hash, uint64_t parent, const 
         return READ_MISS;
     }
     const size_t head = sizeof(disk_header) + d->tok_bytes, body = d->file_bytes - head;
-    bool ok = read_seq(fd, buf, head) && read_seq(fd, dst, body);
+    /* plain read()s, front to back (so a FIFO standing in for a block file blocks
+     * here, which the tests use to hold a read at a known point) */
+    bool ok = kvd_io_all(fd, buf, head, -1, false) && kvd_io_all(fd, dst, body, -1, false);
     uint8_t extra; /* a file one byte longer is as damaged as a short one */
     if (ok && read(fd, &extra, 1) != 0) ok = false;
     close(fd);

@@ -48,13 +48,8 @@ bool tools_add_call(out_parser *p, parse_out *o, const char *name, size_t name_l
                     const cJSON *args) {
     if (!p->tools->parallel && p->n_calls > 0)
         return true; /* parallel_tool_calls false: the first only */
-    if (o->n_calls == o->cap_calls) {
-        int cap = o->cap_calls ? 2 * o->cap_calls : 4;
-        tool_call_out *c = realloc(o->calls, (size_t)cap * sizeof *c);
-        if (!c) return false;
-        o->calls = c;
-        o->cap_calls = cap;
-    }
+    if (!kvl_grow((void **)&o->calls, &o->cap_calls, (size_t)o->n_calls + 1, sizeof *o->calls, 4))
+        return false;
     tool_call_out *c = &o->calls[o->n_calls];
     call_id(c->id);
     c->name = strndup(name, name_len);

@@ -148,7 +148,8 @@ typedef struct tool_call_out {
 typedef struct parse_out {
     kvl_buf content, reasoning;
     tool_call_out *calls;
-    int n_calls, cap_calls;
+    int n_calls;
+    size_t cap_calls;
 } parse_out;
 void parse_out_reset(parse_out *o); /* empties it, keeping its buffers */
 void parse_out_free(parse_out *o);

@@ -133,6 +133,22 @@ static bool check_alternation(const render_ctx *c, int first) {
     return true;
 }
 
+/* The index of the first turn, after an optional leading system message (0 or
+ * 1), once the turns are checked to alternate; -1 with c->err when not. */
+static int first_turn(const render_ctx *c) {
+    int first = c->n > 0 && role_is(&c->msgs[0], "system") ? 1 : 0;
+    return check_alternation(c, first) ? first : -1;
+}
+
+/* Mistral and Gemma fold the system message into the first turn: before that
+ * turn's content (turn i), SYSTEM + '\n\n'. */
+static void put_folded_system(const render_ctx *c, int i, int first) {
+    if (i == first && first == 1) {
+        kvl_buf_puts(c->out, c->msgs[0].content);
+        kvl_buf_puts(c->out, "\n\n");
+    }
+}
+
 static const char *role_name(const chat_msg *m) {
     return strcmp(m->role, "developer") == 0 ? "system" : m->role;
 }
@@ -189,8 +205,8 @@ static bool render_llama3(render_ctx *c) {
  * every user turn starts with bos_token + '[INST] ', content.strip() (after the
  * <<SYS>> block is prepended), assistant turns are ' ' + strip + ' ' + eos. */
 static bool render_llama2(render_ctx *c) {
-    int first = c->n > 0 && role_is(&c->msgs[0], "system") ? 1 : 0;
-    if (!check_alternation(c, first)) return false;
+    int first = first_turn(c);
+    if (first < 0) return false;
     for (int i = first; i < c->n; i++) {
         const chat_msg *m = &c->msgs[i];
         kvl_buf content = {0};
@@ -217,17 +233,14 @@ static bool render_llama2(render_ctx *c) {
  * system message; like Mistral's later templates we fold it into the first user
  * turn as SYSTEM + '\n\n' + USER. */
 static bool render_mistral(render_ctx *c) {
-    int first = c->n > 0 && role_is(&c->msgs[0], "system") ? 1 : 0;
-    if (!check_alternation(c, first)) return false;
+    int first = first_turn(c);
+    if (first < 0) return false;
     kvl_buf_puts(c->out, c->bos);
     for (int i = first; i < c->n; i++) {
         const chat_msg *m = &c->msgs[i];
         if (role_is(m, "user")) {
             kvl_buf_puts(c->out, "[INST] ");
-            if (i == first && first == 1) {
-                kvl_buf_puts(c->out, c->msgs[0].content);
-                kvl_buf_puts(c->out, "\n\n");
-            }
+            put_folded_system(c, i, first);
             kvl_buf_puts(c->out, m->content);
             kvl_buf_puts(c->out, " [/INST]");
         } else {
@@ -241,17 +254,14 @@ static bool render_mistral(render_ctx *c) {
 /* Gemma 3: bos_token, the system message becomes a prefix (SYSTEM + '\n\n') of
  * the first turn, assistant is called 'model', content | trim. */
 static bool render_gemma(render_ctx *c) {
-    int first = c->n > 0 && role_is(&c->msgs[0], "system") ? 1 : 0;
-    if (!check_alternation(c, first)) return false;
+    int first = first_turn(c);
+    if (first < 0) return false;
     kvl_buf_puts(c->out, c->bos);
     for (int i = first; i < c->n; i++) {
         const chat_msg *m = &c->msgs[i];
         kvl_buf_puts(c->out, "<start_of_turn>");
         kvl_buf_puts(c->out, role_is(m, "user") ? "user\n" : "model\n");
-        if (i == first && first == 1) {
-            kvl_buf_puts(c->out, c->msgs[0].content);
-            kvl_buf_puts(c->out, "\n\n");
-        }
+        put_folded_system(c, i, first);
         put_trimmed(c->out, m->content);
         kvl_buf_puts(c->out, "<end_of_turn>\n");
     }

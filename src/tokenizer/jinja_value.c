@@ -62,27 +62,41 @@ void ja_free_all(jarena *a) {
 }
 
 /* ---------------- buffers ---------------- */
+/* Room for n more bytes and the NUL after them. */
+static void jb_reserve(jbuf *b, size_t n) {
+    if (b->n + n + 1 <= b->cap) return;
+    size_t cap = b->cap ? b->cap * 2 : 256;
+    while (cap < b->n + n + 1) cap *= 2;
+    b->p = ja_grow(b->arena, b->p, b->n, cap, 1);
+    b->cap = cap;
+}
 void jb_put(jbuf *b, const char *s, size_t n) {
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap * 2 : 256;
-        while (cap < b->n + n + 1) cap *= 2;
-        b->p = ja_grow(b->arena, b->p, b->n, cap, 1);
-        b->cap = cap;
-    }
+    jb_reserve(b, n);
     if (n) memcpy(b->p + b->n, s, n);
     b->n += n;
     b->p[b->n] = 0;
 }
 void jb_puts(jbuf *b, const char *s) { jb_put(b, s, strlen(s)); }
 void jb_putc(jbuf *b, char c) { jb_put(b, &c, 1); }
+/* Formats straight into the free room; when the piece is longer, grows the
+ * buffer to its length and formats it again (any length, never cut). */
 void jb_printf(jbuf *b, const char *fmt, ...) {
-    char tmp[512];
-    va_list ap;
-    va_start(ap, fmt);
-    int k = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if (k < 0) return;
-    jb_put(b, tmp, (size_t)k < sizeof tmp ? (size_t)k : sizeof tmp - 1);
+    for (int pass = 0; pass < 2; pass++) {
+        size_t room = b->cap - b->n;
+        va_list ap;
+        va_start(ap, fmt);
+        int k = vsnprintf(room ? b->p + b->n : NULL, room, fmt, ap);
+        va_end(ap);
+        if (k < 0) {
+            if (room) b->p[b->n] = 0;
+            return;
+        }
+        if ((size_t)k < room) {
+            b->n += (size_t)k;
+            return;
+        }
+        jb_reserve(b, (size_t)k);
+    }
 }
 
 /* ---------------- UTF-8 ---------------- */

@@ -270,6 +270,17 @@ static void test_limits(void) {
                 JINJA_ERR_RUNTIME, "ValueError");
 }
 
+/* A formatted piece longer than 511 bytes (a macro's repr with a long name)
+ * comes out whole: the printf into the render buffer once cut it there. */
+static void test_long_formatted(void) {
+    char name[601], src[1400], want[700];
+    memset(name, 'm', 600);
+    name[600] = 0;
+    snprintf(src, sizeof src, "{%% macro %s() %%}{%% endmacro %%}{{ %s }}|", name, name);
+    snprintf(want, sizeof want, "<Macro '%s'>|", name);
+    EXPECT(src, want);
+}
+
 static void test_json_floats(void) {
     const char *j = "{\"a\": [1, 1.0, -0.0, 2e3, \"1.5\", {\"b\": 3.25}], \"c\": 7}";
     cJSON *v = jinja_json_parse(j, strlen(j), NULL);
@@ -294,6 +305,7 @@ int main(void) {
     test_tests();
     test_failures();
     test_limits();
+    test_long_formatted();
     test_json_floats();
     printf("test_jinja: %d renders checked, %d failures\n", n_checked, failures);
     return failures != 0;
