@@ -144,6 +144,22 @@ static void heads_task(void *ctx, int64_t h, int thread) {
  * waited); the heads themselves are split instead. */
 void op_matmul_heads1(model *m, const mtensor *w, int64_t n_heads, const float *x, int64_t xs,
                       float *y, int64_t ys) {
+    if (w->packed && m->head_each_work) { /* every head's repacked slice, up to 40 per region */
+        const size_t stride = model_head_stride(w);
+        for (int64_t h0 = 0; h0 < n_heads; h0 += KERN_EACH_MAX) {
+            const int nh = (int)(n_heads - h0 < KERN_EACH_MAX ? n_heads - h0 : KERN_EACH_MAX);
+            kern_repacked_one mats[KERN_EACH_MAX];
+            for (int i = 0; i < nh; i++)
+                mats[i] = (kern_repacked_one){(const uint8_t *)w->packed + (size_t)(h0 + i) * stride,
+                                              w->dtype,
+                                              w->ne1,
+                                              w->ne0,
+                                              x + (h0 + i) * xs,
+                                              y + (h0 + i) * ys};
+            kern_matmul_repacked_each(nh, mats, m->head_each_work);
+        }
+        return;
+    }
     heads_job j = {w, x, y, xs, ys, m->head_work, m->head_work_slot};
     kvl_pool_run_upto(heads_task, &j, n_heads, m->n_threads_max);
 }
