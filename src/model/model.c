@@ -528,8 +528,8 @@ static bool alloc_scratch(model *m, kvl_error *err) {
                 kern_repacked_one one[KERN_EACH_MAX];
                 const int64_t nh = hw[i]->ne2 < KERN_EACH_MAX ? hw[i]->ne2 : KERN_EACH_MAX;
                 for (int64_t h = 0; h < nh; h++)
-                    one[h] = (kern_repacked_one){NULL, hw[i]->dtype, hw[i]->ne1, hw[i]->ne0,
-                                                 NULL, NULL};
+                    one[h] =
+                        (kern_repacked_one){NULL, hw[i]->dtype, hw[i]->ne1, hw[i]->ne0, NULL, NULL};
                 const size_t b = kern_matmul_repacked_each_work_bytes((int)nh, one);
                 each = b > each ? b : each;
             }

@@ -150,12 +150,13 @@ void op_matmul_heads1(model *m, const mtensor *w, int64_t n_heads, const float *
             const int nh = (int)(n_heads - h0 < KERN_EACH_MAX ? n_heads - h0 : KERN_EACH_MAX);
             kern_repacked_one mats[KERN_EACH_MAX];
             for (int i = 0; i < nh; i++)
-                mats[i] = (kern_repacked_one){(const uint8_t *)w->packed + (size_t)(h0 + i) * stride,
-                                              w->dtype,
-                                              w->ne1,
-                                              w->ne0,
-                                              x + (h0 + i) * xs,
-                                              y + (h0 + i) * ys};
+                mats[i] =
+                    (kern_repacked_one){(const uint8_t *)w->packed + (size_t)(h0 + i) * stride,
+                                        w->dtype,
+                                        w->ne1,
+                                        w->ne0,
+                                        x + (h0 + i) * xs,
+                                        y + (h0 + i) * ys};
             kern_matmul_repacked_each(nh, mats, m->head_each_work);
         }
         return;
