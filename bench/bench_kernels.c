@@ -192,18 +192,24 @@ static void bench_attn(int64_t d, int n_q) {
         kv[i] = kvl_f32_to_f16((float)((int)(next_u64() % 2001) - 1000) * 1e-3f);
     for (int64_t i = 0; i < n_q * d; i++) q[i] = (float)((int)(next_u64() % 2001) - 1000) * 1e-3f;
     for (int64_t j = 0; j < n; j++) rows[j] = kv + j * d;
-    double best = 1e30;
+    double best = 1e30, best_s = 1e30, best_pv = 1e30;
     for (int rep = 0; rep < 200; rep++) {
         const double t0 = kvl_time_s();
         kern_attn_scores(n, d, n_q, q, (size_t)d, rows, GGUF_DT_F16, 0.125f, s, (size_t)n);
+        const double t1 = kvl_time_s();
         for (int h = 0; h < n_q; h++) kern_attn_softmax(n, s + h * n, &l);
         memset(o, 0, n_q * d * sizeof(float));
+        const double t2 = kvl_time_s();
         kern_attn_pv(n, d, n_q, s, (size_t)n, rows, GGUF_DT_F16, o, (size_t)d);
-        const double dt = kvl_time_s() - t0;
-        if (dt < best) best = dt;
+        const double t3 = kvl_time_s();
+        if (t3 - t0 < best) best = t3 - t0;
+        if (t1 - t0 < best_s) best_s = t1 - t0;
+        if (t3 - t2 < best_pv) best_pv = t3 - t2;
     }
-    printf("attn  d=%-4lld n_q=%d  %7.2f us per chunk of %lld  %6.1f GMAC/s\n", (long long)d, n_q,
-           best * 1e6, (long long)n, 2.0 * n_q * n * d / best / 1e9);
+    printf("attn  d=%-4lld n_q=%d  %7.2f us per chunk of %lld  %6.1f GMAC/s (q.k %.2f us, p.v %.2f "
+           "us)\n",
+           (long long)d, n_q, best * 1e6, (long long)n, 2.0 * n_q * n * d / best / 1e9,
+           best_s * 1e6, best_pv * 1e6);
     kvl_free(kv), kvl_free(rows), kvl_free(q), kvl_free(s), kvl_free(o);
 }
 

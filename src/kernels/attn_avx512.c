@@ -50,7 +50,38 @@ T_512_INLINE void prefetch_row(const void *row, int64_t bytes) {
 T_512_INLINE void scores_4x4(int t, int64_t nj, int64_t dk, const float *q, size_t qs,
                              const void *const *k, __m512 vs, float *s, size_t ss) {
     __m512 v[16];
-    UNROLL(4)
+    if (nj == 4) {
+        /* the same fma chain per (head, position), 16 values of the 4 heads'
+         * q loaded once for the 4 rows: 8 loads per 16 fmas instead of 20
+         * (the loads, not the fmas, bounded it: MLA's 16 heads x 576) */
+        UNROLL(16)
+        for (int i = 0; i < 16; i++) v[i] = _mm512_setzero_ps();
+        int64_t d = 0;
+        for (; d + 16 <= dk; d += 16) {
+            __m512 qv[4];
+            UNROLL(4)
+            for (int h = 0; h < 4; h++) qv[h] = _mm512_loadu_ps(q + h * qs + d);
+            UNROLL(4)
+            for (int j = 0; j < 4; j++) {
+                const __m512 kv = kv_load(t, k[j], d, 0xFFFF);
+                UNROLL(4)
+                for (int h = 0; h < 4; h++) v[4 * h + j] = _mm512_fmadd_ps(qv[h], kv, v[4 * h + j]);
+            }
+        }
+        if (d < dk) {
+            const __mmask16 m = kern_mask16(dk - d);
+            __m512 qv[4];
+            UNROLL(4)
+            for (int h = 0; h < 4; h++) qv[h] = _mm512_maskz_loadu_ps(m, q + h * qs + d);
+            UNROLL(4)
+            for (int j = 0; j < 4; j++) {
+                const __m512 kv = kv_load(t, k[j], d, m);
+                UNROLL(4)
+                for (int h = 0; h < 4; h++)
+                    v[4 * h + j] = _mm512_mask3_fmadd_ps(qv[h], kv, v[4 * h + j], m);
+            }
+        }
+    } else UNROLL(4)
     for (int j = 0; j < 4; j++) {
         UNROLL(4)
         for (int h = 0; h < 4; h++) v[4 * h + j] = _mm512_setzero_ps();

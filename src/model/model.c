@@ -458,6 +458,26 @@ static bool repack_weights(model *m, kvl_error *err) {
                         e0 = e & ~(uintptr_t)(page - 1);
         if (e0 > a0) madvise((void *)a0, e0 - a0, MADV_DONTNEED);
     }
+    /* MLA's per-head wk_b / wv_b: every head's slice repacked for decode
+     * (op_matmul_heads1); the GGUF rows stay for op_matmul_head (prefill) */
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        mtensor *hw[] = {&m->layers[il].wk_b, &m->layers[il].wv_b};
+        for (int i = 0; i < 2; i++) {
+            mtensor *t = hw[i];
+            const size_t one = t->data ? kern_repack_bytes(t->dtype, t->ne1, t->ne0) : 0;
+            if (!one) continue;
+            const size_t stride = model_head_stride(t),
+                         slice = kern_row_bytes(t->dtype, t->ne0) * (size_t)t->ne1;
+            t->packed = kvl_alloc_huge(stride * (size_t)t->ne2);
+            if (!t->packed)
+                return kvl_fail(err, "model: out of memory repacking weights (%zu bytes)",
+                                stride * (size_t)t->ne2);
+            for (int64_t h = 0; h < t->ne2; h++)
+                kern_repack((const uint8_t *)t->data + (size_t)h * slice, t->dtype, t->ne1, t->ne0,
+                            (uint8_t *)t->packed + (size_t)h * stride);
+            total += stride * (size_t)t->ne2;
+        }
+    }
     if (!moe_repack(m, &total, err)) return false;
     model_progress(m, 1.0);
     m->hp.repacked_bytes = (int64_t)total;
@@ -496,6 +516,25 @@ static bool alloc_scratch(model *m, kvl_error *err) {
                 slot = b > slot ? b : slot;
             }
         }
+        /* the repacked path (m->head_each_work): a prepared input per head, at
+         * most KERN_EACH_MAX heads per run */
+        size_t each = 0;
+        for (int il = 0; il < hp->n_layer; il++) {
+            const mtensor *hw[] = {&m->layers[il].wk_b, &m->layers[il].wv_b};
+            for (int i = 0; i < 2; i++) {
+                if (!hw[i]->data || !kern_repack_bytes(hw[i]->dtype, hw[i]->ne1, hw[i]->ne0))
+                    continue;
+                kern_repacked_one one[KERN_EACH_MAX];
+                const int64_t nh = hw[i]->ne2 < KERN_EACH_MAX ? hw[i]->ne2 : KERN_EACH_MAX;
+                for (int64_t h = 0; h < nh; h++)
+                    one[h] =
+                        (kern_repacked_one){NULL, hw[i]->dtype, hw[i]->ne1, hw[i]->ne0, NULL, NULL};
+                const size_t b = kern_matmul_repacked_each_work_bytes((int)nh, one);
+                each = b > each ? b : each;
+            }
+        }
+        m->head_each_work = each ? kvl_alloc(each) : NULL;
+        if (each && !m->head_each_work) return kvl_fail(err, "model: out of memory");
         m->head_work_slot = (slot + 63) & ~(size_t)63;
         m->head_work = slot ? kvl_alloc(m->head_work_slot *
                                         (size_t)(m->n_threads_max > 0 ? m->n_threads_max : 1))
@@ -562,6 +601,11 @@ void model_destroy(model *m) {
     kvl_free(m->output.packed);
     for (int il = 0; m->layers && il < m->hp.n_layer; il++)
         for (size_t i = 0; i < N_LAYER_MATMULS; i++) kvl_free(layer_matmul(m, il, i)->packed);
+    for (int il = 0; m->layers && il < m->hp.n_layer; il++) {
+        kvl_free(m->layers[il].wk_b.packed);
+        kvl_free(m->layers[il].wv_b.packed);
+    }
+    kvl_free(m->head_each_work);
     moe_free(m);
     free(m->layers);
     float *bufs[] = {m->x,          m->xb,    m->xb2,     m->q,     m->k,

@@ -77,8 +77,9 @@ struct model {
     float *mla_a, *mla_b; /* MLA per-head gather buffers */
     void *head_work;      /* [n_threads_max][head_work_slot]: op_matmul_heads1 */
     size_t head_work_slot;
-    float *par;          /* parallel blocks: the attention output while the FFN runs */
-    float *attn_scratch; /* [n_threads_max][attn_scratch_len], sized for the pools in use */
+    void *head_each_work; /* op_matmul_heads1 on repacked heads (kern_matmul_repacked_each) */
+    float *par;           /* parallel blocks: the attention output while the FFN runs */
+    float *attn_scratch;  /* [n_threads_max][attn_scratch_len], sized for the pools in use */
     size_t attn_scratch_len;
     int32_t *attn_runs;      /* [max_ubatch][2]: first token, count of each run (attention) */
     void *work;              /* matmul activation quantization */
@@ -137,6 +138,10 @@ void op_matmul_head(model *m, const mtensor *w, int64_t head, const float *x, in
 /* One row (decode): every head's slice of w applied to x + h * xs into
  * y + h * ys, the heads split over the pool; the same as op_matmul_head per
  * head. Needs m->head_work. */
+/* Bytes between two heads' repacked slices of a 3-D weight (64-byte aligned). */
+static inline size_t model_head_stride(const mtensor *t) {
+    return (kern_repack_bytes(t->dtype, t->ne1, t->ne0) + 63) & ~(size_t)63;
+}
 void op_matmul_heads1(model *m, const mtensor *w, int64_t n_heads, const float *x, int64_t xs,
                       float *y, int64_t ys);
 void op_add_bias(float *y, const mtensor *b, int64_t rows, int64_t n);

@@ -144,6 +144,23 @@ static void heads_task(void *ctx, int64_t h, int thread) {
  * waited); the heads themselves are split instead. */
 void op_matmul_heads1(model *m, const mtensor *w, int64_t n_heads, const float *x, int64_t xs,
                       float *y, int64_t ys) {
+    if (w->packed && m->head_each_work) { /* every head's repacked slice, up to 40 per region */
+        const size_t stride = model_head_stride(w);
+        for (int64_t h0 = 0; h0 < n_heads; h0 += KERN_EACH_MAX) {
+            const int nh = (int)(n_heads - h0 < KERN_EACH_MAX ? n_heads - h0 : KERN_EACH_MAX);
+            kern_repacked_one mats[KERN_EACH_MAX];
+            for (int i = 0; i < nh; i++)
+                mats[i] =
+                    (kern_repacked_one){(const uint8_t *)w->packed + (size_t)(h0 + i) * stride,
+                                        w->dtype,
+                                        w->ne1,
+                                        w->ne0,
+                                        x + (h0 + i) * xs,
+                                        y + (h0 + i) * ys};
+            kern_matmul_repacked_each(nh, mats, m->head_each_work);
+        }
+        return;
+    }
     heads_job j = {w, x, y, xs, ys, m->head_work, m->head_work_slot};
     kvl_pool_run_upto(heads_task, &j, n_heads, m->n_threads_max);
 }
@@ -334,9 +351,11 @@ static float capped_softmax(const attn_args *a, int64_t n, float *row, float *l)
     return kern_attn_softmax(n, row, l);
 }
 
-/* Chunk partial P = (m[n_q], l[n_q], o[n_q][dv]) of positions [lo, hi]. */
-static void attend_chunk(const attn_args *a, const kv_seq *s, int32_t lo, int32_t hi, int kvh,
-                         int n_q, const float *qr, float *P, float *work) {
+/* Chunk partial P = (m[n_q], l[n_q], o[n_q][dv]) of positions [lo, hi], for
+ * heads h0 .. h0 + nh - 1 of the n_q (each head's values are the same
+ * whichever heads are computed with it). */
+static void attend_heads(const attn_args *a, const kv_seq *s, int32_t lo, int32_t hi, int kvh,
+                         int n_q, int h0, int nh, const float *qr, float *P, float *work) {
     const kv_pool_config *c = kv_pool_cfg(a->kv);
     int64_t dk = a->dk, dv = a->dv, w = dk > dv ? dk : dv;
     float *kbuf = work;                     /* [ATTN_RUN][w] widened K or V of a run */
@@ -346,20 +365,25 @@ static void attend_chunk(const attn_args *a, const kv_seq *s, int32_t lo, int32_
     for (int32_t j0 = lo; j0 <= hi;) { /* scores, a run at a time */
         int type;
         int32_t got = load_run(a, s, j0, hi + 1, kvh, false, kbuf, rowbuf, rows, &type);
-        kern_attn_scores(got, dk, n_q, qr, (size_t)dk, rows, type, a->scale, sc + (j0 - lo),
-                         ATTN_CHUNK);
+        kern_attn_scores(got, dk, nh, qr + (size_t)h0 * dk, (size_t)dk, rows, type, a->scale,
+                         sc + (j0 - lo), ATTN_CHUNK);
         j0 += got;
     }
-    for (int h = 0; h < n_q; h++)
-        P[h] = capped_softmax(a, hi - lo + 1, sc + h * ATTN_CHUNK, &P[n_q + h]);
-    float *o = P + 2 * n_q;
-    memset(o, 0, (size_t)n_q * dv * sizeof(float));
+    for (int h = 0; h < nh; h++)
+        P[h0 + h] = capped_softmax(a, hi - lo + 1, sc + h * ATTN_CHUNK, &P[n_q + h0 + h]);
+    float *o = P + 2 * n_q + (size_t)h0 * dv;
+    memset(o, 0, (size_t)nh * dv * sizeof(float));
     for (int32_t j0 = lo; j0 <= hi;) { /* e . V, a run at a time */
         int type;
         int32_t got = load_run(a, s, j0, hi + 1, kvh, true, kbuf, rowbuf, rows, &type);
-        kern_attn_pv(got, dv, n_q, sc + (j0 - lo), ATTN_CHUNK, rows, type, o, (size_t)dv);
+        kern_attn_pv(got, dv, nh, sc + (j0 - lo), ATTN_CHUNK, rows, type, o, (size_t)dv);
         j0 += got;
     }
+}
+
+static void attend_chunk(const attn_args *a, const kv_seq *s, int32_t lo, int32_t hi, int kvh,
+                         int n_q, const float *qr, float *P, float *work) {
+    attend_heads(a, s, lo, hi, kvh, n_q, 0, n_q, qr, P, work);
 }
 
 /* Attention sinks (gpt-oss): one more partial after the n_c chunks at part,
@@ -405,19 +429,21 @@ typedef struct group_chunks {
     size_t cs;
     float *work; /* one working area of wf floats per thread */
     size_t wf;
+    int hsplit; /* tasks per chunk, each a share of the heads */
 } group_chunks;
 
-/* Chunk ci's partial, in the working area of thread th. */
-static void attend_group_chunk(const group_chunks *g, int32_t ci, int th) {
+/* Share hg of the heads of chunk ci's partial, in the working area of thread th. */
+static void attend_group_chunk(const group_chunks *g, int32_t ci, int hg, int th) {
     const int32_t lo = ci * ATTN_CHUNK > g->first ? ci * ATTN_CHUNK : g->first;
     const int32_t hi = (ci + 1) * ATTN_CHUNK - 1 < g->pos ? (ci + 1) * ATTN_CHUNK - 1 : g->pos;
-    attend_chunk(g->a, g->s, lo, hi, g->kvh, g->n_q, g->qr, g->part + (size_t)(ci - g->c0) * g->cs,
-                 g->work + (size_t)th * g->wf);
+    const int h0 = g->n_q * hg / g->hsplit, h1 = g->n_q * (hg + 1) / g->hsplit;
+    attend_heads(g->a, g->s, lo, hi, g->kvh, g->n_q, h0, h1 - h0, g->qr,
+                 g->part + (size_t)(ci - g->c0) * g->cs, g->work + (size_t)th * g->wf);
 }
 
 static void group_chunk_task(void *ctx, int64_t t, int thread) {
     const group_chunks *g = ctx;
-    attend_group_chunk(g, g->c0 + (int32_t)t, thread);
+    attend_group_chunk(g, g->c0 + (int32_t)(t / g->hsplit), (int)(t % g->hsplit), thread);
 }
 
 void op_attend_group(const attn_args *a, const kv_seq *s, int32_t pos, int kvh, int n_q,
@@ -433,19 +459,20 @@ void op_attend_group(const attn_args *a, const kv_seq *s, int32_t pos, int kvh, 
     float *part = qr + n_q * dk; /* per chunk: m[n_q], l[n_q], o[n_q][dv] */
     /* up to ATTN_SPLIT_MAX working areas, after the chunks and a sink's partial */
     float *work = part + (size_t)(c1 - c0 + 2) * cs;
-    const group_chunks g = {.a = a,
-                            .s = s,
-                            .first = first,
-                            .pos = pos,
-                            .c0 = c0,
-                            .c1 = c1,
-                            .kvh = kvh,
-                            .n_q = n_q,
-                            .qr = qr,
-                            .part = part,
-                            .cs = cs,
-                            .work = work,
-                            .wf = attn_work_floats(c, n_q, w)};
+    group_chunks g = {.a = a,
+                      .s = s,
+                      .first = first,
+                      .pos = pos,
+                      .c0 = c0,
+                      .c1 = c1,
+                      .kvh = kvh,
+                      .n_q = n_q,
+                      .qr = qr,
+                      .part = part,
+                      .cs = cs,
+                      .work = work,
+                      .wf = attn_work_floats(c, n_q, w),
+                      .hsplit = 1};
     for (int h = 0; h < n_q; h++) query_row(c, q + h * q_stride, qr + h * dk, dk);
     /* Chunks are fixed by position and merge in order, so how they are
      * scheduled does not change the result. */
@@ -454,9 +481,17 @@ void op_attend_group(const attn_args *a, const kv_seq *s, int32_t pos, int kvh, 
     nth = nth < c1 - c0 + 1 ? nth : c1 - c0 + 1;
     /* Alone: on this thread, without waking the pool. */
     if (nth <= 1) {
-        for (int32_t ci = c0; ci <= c1; ci++) attend_group_chunk(&g, ci, 0);
+        for (int32_t ci = c0; ci <= c1; ci++) attend_group_chunk(&g, ci, 0, 0);
     } else {
-        kvl_pool_run_upto(group_chunk_task, (void *)&g, c1 - c0 + 1, nth);
+        /* Many query heads over few chunks (MLA decode: 16 heads, 577
+         * positions = chunks of 256, 256 and 65): each chunk in two tasks of
+         * half the heads, so that the threads finish together; only where the
+         * kernels read the cache in place (a widened run would be widened
+         * twice). */
+        const kv_pool_config *kc = kv_pool_cfg(a->kv);
+        const int kt = a->v_in_k ? kc->dtype : kc->dtype == kv_pool_dtype_v(a->kv) ? kc->dtype : -1;
+        if (n_q >= 8 && kt >= 0 && attn_direct_type(kt)) g.hsplit = 2;
+        kvl_pool_run_upto(group_chunk_task, (void *)&g, (int64_t)(c1 - c0 + 1) * g.hsplit, nth);
     }
     kern_attn_merge(add_sink_chunk(a, kvh, n_q, n_q, dv, part, c1 - c0 + 1), n_q, dv, part, out,
                     (size_t)out_stride);
