@@ -59,6 +59,10 @@ static void fill_weights(int t, uint8_t *p, int64_t rows, int64_t k) {
                           : t == GGUF_DT_Q3_K ? 108
                           : t == GGUF_DT_Q2_K ? 80
                                               : 0;
+        if (t == GGUF_DT_MXFP4) { /* an E8M0 scale byte: 2^-7 */
+            blk[0] = 120;
+            continue;
+        }
         memcpy(blk + at, &d, 2);
         if (t == GGUF_DT_Q4_K || t == GGUF_DT_Q5_K || t == GGUF_DT_Q2_K || t == GGUF_DT_Q4_1 ||
             t == GGUF_DT_Q5_1)
@@ -275,7 +279,7 @@ int main(int argc, char **argv) {
     static const int types[] = {GGUF_DT_Q4_0, GGUF_DT_Q4_K, GGUF_DT_Q6_K,   GGUF_DT_Q8_0,
                                 GGUF_DT_F16,  GGUF_DT_BF16, GGUF_DT_F32,    GGUF_DT_Q4_1,
                                 GGUF_DT_Q5_0, GGUF_DT_Q5_1, GGUF_DT_IQ4_NL, GGUF_DT_Q2_K,
-                                GGUF_DT_Q3_K, GGUF_DT_Q5_K, GGUF_DT_IQ4_XS};
+                                GGUF_DT_Q3_K, GGUF_DT_Q5_K, GGUF_DT_IQ4_XS, GGUF_DT_MXFP4};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
         if (argc <= 4 || strstr(argv[4], gguf_dtype_name(types[i]))) bench_type(types[i], k, n_out);
     if (argc <= 4 || strstr(argv[4], "attn")) {

@@ -7,7 +7,9 @@
 #   more than a 23 GB machine holds beside the repacked copy). Its file is
 #   written with --repeat-rows 4096 (rows repeat within each tensor: same
 #   layout and bytes per token; quantizing 30B weights to Q2_K takes hours on
-#   two cores).
+#   two cores), and
+#   gpt-oss-20b as llama-quantize's MXFP4_MOE writes it (experts MXFP4, the
+#   rest Q8_0: 12.10 GB; also --repeat-rows 4096).
 # The roofline column: bytes read per token (kvllm bench's
 # weights_bytes_per_token: every tensor of the file, less the unselected
 # experts' share of the routed-expert tensors, less all but one row of an
@@ -15,7 +17,7 @@
 # Each file is read once before its runs (WARM=1), so both engines load from
 # the page cache.
 #
-# Usage: bench/moe.sh [ds|qwen]   (both by default; env as for run_vs_llamacpp.sh,
+# Usage: bench/moe.sh [ds|qwen|oss]   (all by default; env as for run_vs_llamacpp.sh,
 #        e.g. BEFORE=path/to/older/kvllm adds its single-sequence figures)
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -27,5 +29,9 @@ if [ "$which" = all ] || [ "$which" = ds ]; then
 fi
 if [ "$which" = all ] || [ "$which" = qwen ]; then
     SHAPE=qwen3-30b-a3b TYPES=${QWEN_TYPE:-q2_k} SYNTH_FLAGS="--repeat-rows 4096" \
+        "$ROOT/bench/run_vs_llamacpp.sh"
+fi
+if [ "$which" = all ] || [ "$which" = oss ]; then
+    SHAPE=gpt-oss-20b TYPES=mxfp4_moe SYNTH_FLAGS="--repeat-rows 4096" \
         "$ROOT/bench/run_vs_llamacpp.sh"
 fi

@@ -166,6 +166,8 @@ static void install_avx512(void) {
     active_repack[GGUF_DT_Q3_K] = &kavx512_repack_q3_K;
     active_repack[GGUF_DT_Q5_K] = &kavx512_repack_q5_K;
     active_repack[GGUF_DT_Q2_K] = &kavx512_repack_q2_K;
+    active_gemm[GGUF_DT_MXFP4] = &kavx512_gemm_mxfp4;
+    active_repack[GGUF_DT_MXFP4] = &kavx512_repack_mxfp4;
     active_attn = &kavx512_attn;
     active_gemm[GGUF_DT_F32] = &kavx512_gemm_f32;
     active_gemm[GGUF_DT_F16] = &kavx512_gemm_f16;

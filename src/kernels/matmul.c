@@ -80,7 +80,8 @@ size_t kern_gemm_work_bytes(int wtype, int64_t m, int64_t k) {
     case GGUF_DT_Q4_1:
     case GGUF_DT_Q5_0:
     case GGUF_DT_Q5_1:
-    case GGUF_DT_IQ4_NL: return rows * (size_t)(k / QK8_0) * (QK8_0 + 8); /* Q8_0 / Q8_1 tiles */
+    case GGUF_DT_IQ4_NL:
+    case GGUF_DT_MXFP4: return rows * (size_t)(k / QK8_0) * (QK8_0 + 8); /* Q8_0 / Q8_1 tiles */
     case GGUF_DT_Q2_K:
     case GGUF_DT_Q3_K:
     case GGUF_DT_Q4_K:

@@ -79,6 +79,9 @@ void kref_from_float_mxfp4(const float *src, void *dst, int64_t n);
 void kref_vec_dot_mxfp4(int64_t n, float *s, const void *x, const void *y);
 void kavx2_vec_dot_mxfp4(int64_t n, float *s, const void *x, const void *y);
 void kavx512_vec_dot_mxfp4(int64_t n, float *s, const void *x, const void *y);
+/* packed GEMM and repacked weights (repack_mxfp4_avx512.c), on Q8_0 tiles */
+extern const kern_gemm_ops kavx512_gemm_mxfp4;
+extern const kern_repack_ops kavx512_repack_mxfp4;
 
 /* ggml's kvalues_iq4nl: the 16 non-linear levels of IQ4_NL. */
 extern const int8_t kern_iq4nl_values[16];

@@ -157,8 +157,17 @@ static bool hf_moe(const cJSON *o, model_hparams *hp, kvl_error *err) {
                                                  "routed_scaling_factor"};
     moe_names nm;
     for (int i = 0; i < MOE_NAMES; i++) snprintf(nm[i], sizeof nm[i], "'%s'", NAMES[i]);
-    return hparams_moe_defaults("config.json", nm, hp->arch, hp->n_ff, hp->n_layer, n_shared,
-                                gating, mo, err);
+    /* gpt-oss and llama4: the experts are intermediate_size wide (their converters'
+     * expert_feed_forward_length); llama4's dense layers intermediate_size_mlp,
+     * its MoE layers every interleave_moe_layer_step (transformers' default 1) */
+    const bool l4 = strcmp(hp->arch, "llama4_text") == 0 || strcmp(hp->arch, "llama4") == 0;
+    if ((l4 || strcmp(hp->arch, "gpt_oss") == 0) && mo->n_ff_exp == 0) mo->n_ff_exp = hp->n_ff;
+    mo->layer_step = 1;
+    if (l4 && (hf_int(o, "interleave_moe_layer_step", &mo->layer_step, err) < 0 ||
+               hf_int(o, "intermediate_size_mlp", &hp->n_ff, err) < 0))
+        return false;
+    return hparams_moe_defaults("config.json", nm, l4 ? "llama4" : hp->arch, hp->n_ff,
+                                hp->n_layer, n_shared, gating, mo, err);
 }
 
 /* torch_dtype (newer files: dtype): the weights' type, and the KV type servers

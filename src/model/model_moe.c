@@ -418,9 +418,8 @@ static bool decode_fused(const model *m, const layer_weights *L) {
     const mtensor *ts[] = {&L->ffn_gate_exps,  &L->ffn_up_exps,  &L->ffn_down_exps,
                            &L->ffn_gate_shexp, &L->ffn_up_shexp, &L->ffn_down_shexp};
     const bool shared = L->ffn_gate_shexp.data != NULL;
-    /* gpt-oss (biases, its clamped SwiGLU) and llama4 (each expert's input
-     * weighted) go the general way */
-    if (m->arch->gpt_oss || m->hp.moe.weight_input) return false;
+    /* llama4 (each expert's input weighted) goes the general way */
+    if (m->hp.moe.weight_input) return false;
     if (2 * m->hp.moe.n_expert_used + 2 > KERN_EACH_MAX) return false;
     for (int i = 0; i < (shared ? 6 : 3); i++)
         if (!ts[i]->packed) return false;
@@ -428,7 +427,8 @@ static bool decode_fused(const model *m, const layer_weights *L) {
 }
 
 /* Decode's selected experts (s->ids, s->w of token 0) and shared expert:
- * s->out[i] = w[i] * down_i(SiLU(gate_i x) * up_i x), s->sh the shared
+ * s->out[i] = w[i] * down_i(SiLU(gate_i x) * up_i x) (gpt-oss: its biases
+ * and swiglu_oai as expert_act applies them), s->sh the shared
  * expert's output (before qwen2moe's gate), each element computed exactly
  * as by op_matmul one matrix at a time. */
 static void decode_experts(model *m, const layer_weights *L, const float *x) {
@@ -450,7 +450,12 @@ static void decode_experts(model *m, const layer_weights *L, const float *x) {
         mats[nw++] = (kern_repacked_one){u->packed, u->dtype, FS, E, x, s->hu + K * F};
     }
     kern_matmul_repacked_each(nw, mats, s->each_work);
-    op_silu_mul(s->hg, s->hu, K * F + (shared ? FS : 0));
+    if (m->arch->gpt_oss) { /* its biases and clamped SwiGLU, expert by expert (no shared one) */
+        for (int64_t i = 0; i < K; i++)
+            expert_act(m, L, s->ids[i], s->hg + i * F, s->hu + i * F, 1, F);
+    } else {
+        op_silu_mul(s->hg, s->hu, K * F + (shared ? FS : 0));
+    }
     nw = 0;
     for (int64_t i = 0; i < K; i++) {
         const mtensor d = expert_slice(&L->ffn_down_exps, s->ids[i]);
@@ -461,8 +466,10 @@ static void decode_experts(model *m, const layer_weights *L, const float *x) {
         mats[nw++] = (kern_repacked_one){d->packed, d->dtype, E, FS, s->hg + K * F, s->sh};
     }
     kern_matmul_repacked_each(nw, mats, s->each_work);
-    for (int64_t i = 0; i < K; i++)
+    for (int64_t i = 0; i < K; i++) {
+        add_expert_bias(s->out + i * E, &L->ffn_down_exps_b, s->ids[i], 1);
         for (int64_t j = 0; j < E; j++) s->out[i * E + j] *= s->w[i];
+    }
 }
 
 void moe_ffn(model *m, const layer_weights *L, const float *x, int64_t n, float *y) {

@@ -85,6 +85,15 @@ check("F32 x12 Q5_0 x3 Q4_K x26 Q6_K x3" in info and "rope scaling  yarn, factor
       "deepseek2 q4_k_m mix and YaRN keys")
 lst = run(["synth", "--list"]).stdout
 check("qwen3-30b-a3b" in lst and "8/128+0 x768" in lst and "6/64+2 x1408" in lst, "synth --list: MoE shapes")
+# gpt-oss as llama-quantize's MXFP4_MOE writes it: the 3-D experts MXFP4, every
+# other matrix Q8_0 (the output too), router, biases, sinks and norms F32.
+check("gpt-oss-20b" in lst and "4/32+0 x2880" in lst, "synth --list: gpt-oss-20b")
+path = synth("tiny-gpt-oss", "mxfp4_moe")
+info = run(["info", "-m", path]).stdout
+check("tensor types  F32 x25 Q8_0 x10 MXFP4 x6" in info and "sliding window 128 tokens on 1 of 2 layers" in info
+      and "rope scaling  yarn, factor 32, original context 4096" in info, "gpt-oss mxfp4_moe mix and keys")
+gen = run(["run", "-m", path, "-p", "the cat", "-n", "4", "--temp", "0", "--ignore-eos", "--json"])
+check(len([l for l in gen.stdout.splitlines() if '"id"' in l]) == 4, "run tiny-gpt-oss: 4 tokens generated")
 
 # Deterministic for a seed (whatever the thread count), different for another.
 a, b, c = synth("tiny", "q4_0", "7"), synth("tiny", "q4_0", "7", "1"), synth("tiny", "q4_0", "8")

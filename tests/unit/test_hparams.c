@@ -32,8 +32,9 @@ static const char *const GGUFS[] = {
     "models/stories260K.gguf", GOLDEN "llama-gqa-bpe-f32.gguf", GOLDEN "llama-gqa-bpe-q8_0.gguf",
     GOLDEN "qwen3-f32.gguf",   GOLDEN "gemma3-swa-f32.gguf",    GOLDEN "deepseek2-mla-f32.gguf"};
 static const char *const CONFIGS[] = {
-    "deepseek-v3.json",     "llama-2-7b.json", "llama-3-70b.json",          "llama-3-8b.json",
-    "mistral-7b-v0.1.json", "qwen3-32b.json",  "synthetic-layer-types.json"};
+    "deepseek-v3.json",     "llama-2-7b.json", "llama-3-70b.json",           "llama-3-8b.json",
+    "mistral-7b-v0.1.json", "qwen3-32b.json",  "synthetic-layer-types.json", "gpt-oss-20b.json",
+    "llama4-scout.json"};
 
 static model *load(const char *path, kvl_error *err) {
     gguf_file *f = gguf_open(path, err);
@@ -456,6 +457,29 @@ static void test_moe_config(void) {
     }
     free(hp);
     free(text);
+    /* gpt-oss and llama4 (nested text_config): experts intermediate_size wide */
+    static const struct {
+        const char *path;
+        int64_t n_expert, used, ff_exp, ff_shexp, n_ff, step, n_moe, swa_layers;
+    } more[] = {{"tests/kv_plan/gpt-oss-20b.json", 32, 4, 2880, 0, 2880, 0, 24, 12},
+                {"tests/kv_plan/llama4-scout.json", 16, 1, 8192, 8192, 16384, 1, 48, 0}};
+    for (size_t i = 0; i < sizeof more / sizeof more[0]; i++) {
+        char *t = kvl_read_file(more[i].path, NULL, &err);
+        model_hparams *h = malloc(sizeof *h);
+        const bool good = t && h && model_hparams_from_hf_config(t, h, &err);
+        if (!good) fprintf(stderr, "%s: %s\n", more[i].path, err.msg);
+        CHECK(good);
+        if (good) {
+            const model_moe_hparams *mo = &h->moe;
+            CHECK(mo->n_expert == more[i].n_expert && mo->n_expert_used == more[i].used);
+            CHECK(mo->n_ff_exp == more[i].ff_exp && mo->n_ff_shexp == more[i].ff_shexp &&
+                  h->n_ff == more[i].n_ff);
+            CHECK(mo->layer_step == more[i].step && mo->n_layer_moe == more[i].n_moe);
+            CHECK(h->n_swa_layers == more[i].swa_layers);
+        }
+        free(h);
+        free(t);
+    }
     /* used > count is malformed, named by its config.json key */
     const char *bad =
         "{\"model_type\":\"qwen3_moe\",\"num_hidden_layers\":2,\"num_attention_heads\":4,"

@@ -656,6 +656,9 @@ static void repack_case(int t, int64_t n, int64_t k, const int64_t *ms, size_t n
     for (int64_t j = 0; j < k; j++) X[j] = (float)(j % 32 - 16) * 0.5f;
     if (mmax > 1)
         for (int64_t j = 0; j < 256 && j < k; j++) X[k + j] = 0.0f;
+    if (t == GGUF_DT_MXFP4) /* the scale bytes 0, 1 (subnormal scales) and 2, here and there */
+        for (int64_t b = 0; b < n * (k / QK_MXFP4); b += 5)
+            ((blk_mxfp4 *)W)[b].e = (uint8_t)(b % 3);
     const size_t pbytes = kern_repack_bytes(t, n, k);
     void *P = kvl_alloc(pbytes);
     kern_repack(W, t, n, k, P);
@@ -676,6 +679,51 @@ static void repack_case(int t, int64_t n, int64_t k, const int64_t *ms, size_t n
     }
     kvl_pool_set_threads(nthreads);
     kvl_free(X), kvl_free(W), kvl_free(P), kvl_free(Y), kvl_free(Yd), kvl_free(work);
+}
+
+/* kern_matmul_repacked_each (decode of a mixture-of-experts layer): matrices
+ * of type t, each with an x of its own or one shared with the one before it
+ * (gate and up), of two widths (gate/up and down), one after the other: each
+ * y bit-identical to vec_dot, on 1 and 2 threads. */
+static void test_repack_each(int t, const char *pool) {
+    const int be = gguf_dtype_traits_of(t)->block_elems;
+    const int64_t k1 = 8 * be, k2 = 3 * be, n1 = 77, n2 = 33;
+    enum { NW = 9 };
+    kern_repacked_one mats[NW];
+    char *W[NW];
+    void *P[NW];
+    float *X[NW], *Y[NW], *Yd = kvl_alloc((n1 > n2 ? n1 : n2) * sizeof(float));
+    for (int w = 0; w < NW; w++) {
+        const bool wide = w < 6;
+        const int64_t n = wide ? n1 : n2, k = wide ? k1 : k2;
+        W[w] = kvl_alloc((size_t)n * kern_row_bytes(t, k));
+        /* a different slice of the pool per matrix */
+        memcpy(W[w], pool + (size_t)w * 16 * kern_row_bytes(t, k),
+               (size_t)n * kern_row_bytes(t, k));
+        P[w] = kvl_alloc(kern_repack_bytes(t, n, k));
+        kern_repack(W[w], t, n, k, P[w]);
+        X[w] = kvl_alloc(k * sizeof(float));
+        fill_data(X[w], k, 1.0f + 0.25f * (float)w);
+        Y[w] = kvl_alloc(n * sizeof(float));
+        const float *x = wide && w % 2 ? X[w - 1] : X[w]; /* gate and up share x */
+        mats[w] = (kern_repacked_one){P[w], t, n, k, x, Y[w]};
+    }
+    void *work = kvl_alloc(kern_matmul_repacked_each_work_bytes(NW, mats));
+    const int nthreads = kvl_pool_threads();
+    for (int th = 1; th <= 2; th++) {
+        kvl_pool_set_threads(th);
+        for (int w = 0; w < NW; w++)
+            for (int64_t i = 0; i < mats[w].n_out; i++) Y[w][i] = -1.0f;
+        kern_matmul_repacked_each(NW, mats, work);
+        for (int w = 0; w < NW; w++) {
+            matmul_direct(W[w], t, mats[w].n_out, mats[w].k, mats[w].x, 1, Yd);
+            CHECK(memcmp(Y[w], Yd, mats[w].n_out * sizeof(float)) == 0,
+                  "%s repacked each, matrix %d, threads=%d: != vec_dot", gguf_dtype_name(t), w, th);
+        }
+    }
+    kvl_pool_set_threads(nthreads);
+    for (int w = 0; w < NW; w++) kvl_free(W[w]), kvl_free(P[w]), kvl_free(X[w]), kvl_free(Y[w]);
+    kvl_free(Yd), kvl_free(work);
 }
 
 static void test_repack(void) {
@@ -737,6 +785,8 @@ static void test_repack(void) {
                 kvl_free(W[i]), kvl_free(P[i]), kvl_free(Y[i]), kvl_free(Yd[i]);
             kvl_free(X), kvl_free(work);
         }
+    for (int ti = 0; ti < N_WEIGHT_TYPES; ti++)
+        if (pool[ti]) test_repack_each(weight_types[ti], pool[ti]);
     for (int ti = 0; ti < N_WEIGHT_TYPES; ti++) kvl_free(pool[ti]);
     printf("repacked layouts tested: %d type(s) on %s\n", tested, kern_isa_name());
 }

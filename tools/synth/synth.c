@@ -74,12 +74,59 @@ static const synth_shape SHAPES[] = {
      .yarn_factor = 40.f,
      .yarn_log_mul = 0.0707f,
      .yarn_orig_ctx = 4096},
+    /* openai/gpt-oss-20b (config.json: hidden 2880, 24 layers, 64 q / 8 kv heads of
+     * head_dim 64, 32 local experts, 4 per token, intermediate 2880, vocab 201088,
+     * sliding_window 128 on alternate layers, rope_theta 150000, YaRN factor 32 over
+     * 4096, rms_norm_eps 1e-5); llama-quantize's MXFP4_MOE mix: 20.91 B
+     * parameters, 11.27 GiB as llama-bench reports ggml-org's file */
+    {"gpt-oss-20b",
+     "gpt-oss",
+     2880,
+     24,
+     64,
+     8,
+     64,
+     2880,
+     201088,
+     8192,
+     150000.f,
+     1e-5f,
+     false,
+     true,
+     .n_expert = 32,
+     .n_expert_used = 4,
+     .n_ff_exp = 2880,
+     .yarn_factor = 32.f,
+     .yarn_orig_ctx = 4096,
+     .gpt_oss = true,
+     .n_swa = 128},
     /* small ones of the same layouts, for tests */
     {"tiny-qwen3moe", "qwen3moe", 256, 2, 4, 2, 64, 768, 1024, 2048, 1e6f, 1e-6f, false, false,
      .qk_norm = true, .n_expert = 8, .n_expert_used = 2, .n_ff_exp = 256},
     {"tiny-deepseek2", TINY_DEEPSEEK2_FIELDS},
     /* the same with DeepSeek-V2 / V3's low-rank q (attn_q_a, attn_q_b) */
     {"tiny-deepseek2-qlora", TINY_DEEPSEEK2_FIELDS, .q_lora_rank = 256},
+    {"tiny-gpt-oss",
+     "gpt-oss",
+     256,
+     2,
+     4,
+     2,
+     64,
+     256,
+     1024,
+     2048,
+     150000.f,
+     1e-5f,
+     false,
+     true,
+     .n_expert = 8,
+     .n_expert_used = 2,
+     .n_ff_exp = 256,
+     .yarn_factor = 32.f,
+     .yarn_orig_ctx = 4096,
+     .gpt_oss = true,
+     .n_swa = 128},
 };
 #define N_SHAPES ((int)(sizeof SHAPES / sizeof SHAPES[0]))
 
@@ -98,7 +145,7 @@ static const struct {
               {"Q4_1", SYNTH_Q4_1},     {"Q5_0", SYNTH_Q5_0},     {"Q5_1", SYNTH_Q5_1},
               {"IQ4_NL", SYNTH_IQ4_NL}, {"Q4_K_M", SYNTH_Q4_K_M}, {"Q4_K_S", SYNTH_Q4_K_S},
               {"Q5_K_S", SYNTH_Q5_K_S}, {"Q5_K_M", SYNTH_Q5_K_M}, {"Q3_K_M", SYNTH_Q3_K_M},
-              {"Q2_K", SYNTH_Q2_K},     {"IQ4_XS", SYNTH_IQ4_XS}};
+              {"Q2_K", SYNTH_Q2_K},     {"IQ4_XS", SYNTH_IQ4_XS}, {"MXFP4_MOE", SYNTH_MXFP4_MOE}};
 
 bool synth_ftype_parse(const char *name, synth_ftype *out) {
     for (size_t i = 0; i < sizeof FTYPES / sizeof FTYPES[0]; i++)
@@ -216,6 +263,8 @@ static int64_t role_ne0(const synth_shape *s, const char *role) {
 int synth_tensor_dtype(const synth_shape *s, synth_ftype t, const char *role, int il) {
     if (t == SYNTH_F16) return GGUF_DT_F16;
     if (t == SYNTH_Q8_0) return GGUF_DT_Q8_0;
+    if (t == SYNTH_MXFP4_MOE) /* llama-quantize: 3-D (expert) tensors MXFP4, all else Q8_0 */
+        return strstr(role, "_exps.weight") ? GGUF_DT_MXFP4 : GGUF_DT_Q8_0;
     bool is_output = strcmp(role, "output.weight") == 0 ||
                      (s->tied_output && strcmp(role, "token_embd.weight") == 0);
     const int legacy = legacy_base(t);
@@ -335,7 +384,16 @@ static bool plan_attn(plan *p, const synth_shape *s, synth_ftype ft, int il) {
     if (ok && s->qk_norm)
         ok = plan_vector(p, il, "attn_q_norm.weight", s->head_dim, FILL_ONES) &&
              plan_vector(p, il, "attn_k_norm.weight", s->head_dim, FILL_ONES);
+    if (ok && s->gpt_oss) /* one sink logit per q head */
+        ok = plan_vector(p, il, "attn_sinks.weight", s->n_head, FILL_RANDOM);
     return ok;
+}
+
+/* A 2-D F32 tensor of layer il (gpt-oss's expert biases, one row per expert). */
+static bool plan_f32_2d(plan *p, int il, const char *role, int64_t ne0, int64_t ne1) {
+    char name[64];
+    snprintf(name, sizeof name, "blk.%d.%s", il, role);
+    return plan_add(p, name, GGUF_DT_F32, ne0, ne1, FILL_RANDOM);
 }
 
 /* The router stays F32 (llama-quantize never quantizes ffn_gate_inp); the
@@ -346,9 +404,14 @@ static bool plan_ffn_moe(plan *p, const synth_shape *s, synth_ftype ft, int il) 
     const int64_t E = s->n_embd, NE = s->n_expert, F = s->n_ff_exp,
                   SH = s->n_ff_exp * s->n_shared_exp;
     bool ok = plan_add(p, name, GGUF_DT_F32, E, NE, FILL_RANDOM) &&
+              (!s->gpt_oss || plan_vector(p, il, "ffn_gate_inp.bias", NE, FILL_RANDOM)) &&
               plan_stack(p, s, ft, il, "ffn_gate_exps.weight", F, NE) &&
               plan_stack(p, s, ft, il, "ffn_up_exps.weight", F, NE) &&
               plan_stack(p, s, ft, il, "ffn_down_exps.weight", E, NE);
+    if (ok && s->gpt_oss)
+        ok = plan_f32_2d(p, il, "ffn_gate_exps.bias", F, NE) &&
+             plan_f32_2d(p, il, "ffn_up_exps.bias", F, NE) &&
+             plan_f32_2d(p, il, "ffn_down_exps.bias", E, NE);
     if (ok && SH)
         ok = plan_matrix(p, s, ft, il, "ffn_gate_shexp.weight", SH) &&
              plan_matrix(p, s, ft, il, "ffn_up_shexp.weight", SH) &&
@@ -361,7 +424,9 @@ static bool plan_layer(plan *p, const synth_shape *s, synth_ftype ft, int il) {
     bool ok = plan_vector(p, il, "attn_norm.weight", s->n_embd, FILL_ONES) &&
               (s->kv_lora_rank ? plan_attn_mla(p, s, ft, il) : plan_attn(p, s, ft, il));
     ok = ok && plan_matrix(p, s, ft, il, "attn_output.weight", s->n_embd) &&
-         plan_vector(p, il, "ffn_norm.weight", s->n_embd, FILL_ONES);
+         (!s->gpt_oss || plan_vector(p, il, "attn_output.bias", s->n_embd, FILL_RANDOM)) &&
+         plan_vector(p, il, s->gpt_oss ? "post_attention_norm.weight" : "ffn_norm.weight",
+                     s->n_embd, FILL_ONES);
     if (moe_layer(s, il)) return ok && plan_ffn_moe(p, s, ft, il);
     return ok && plan_matrix(p, s, ft, il, "ffn_gate.weight", s->n_ff) &&
            plan_matrix(p, s, ft, il, "ffn_up.weight", s->n_ff) &&
@@ -514,13 +579,15 @@ static bool add_shape_meta(gguf_writer *w, const synth_shape *s) {
                  gguf_writer_set_bool(w, "deepseek2.expert_weights_norm", false) &&
                  kv_arch_u32(w, a, "expert_gating_func", 1);
     }
+    if (ok && s->n_swa) ok = kv_arch_u32(w, a, "attention.sliding_window", s->n_swa);
     if (ok && s->yarn_factor > 0) {
         char key[96];
         snprintf(key, sizeof key, "%s.rope.scaling.type", a);
         ok = gguf_writer_set_str(w, key, "yarn") &&
              kv_arch_f32(w, a, "rope.scaling.factor", s->yarn_factor) &&
              kv_arch_u32(w, a, "rope.scaling.original_context_length", s->yarn_orig_ctx) &&
-             kv_arch_f32(w, a, "rope.scaling.yarn_log_multiplier", s->yarn_log_mul);
+             (s->yarn_log_mul == 0 ||
+              kv_arch_f32(w, a, "rope.scaling.yarn_log_multiplier", s->yarn_log_mul));
     }
     return ok;
 }

@@ -35,9 +35,13 @@ typedef struct synth_shape {
      * low-rank attn_q_a / attn_q_a_norm / attn_q_b (DeepSeek-V2 / V3 full
      * size), else one attn_q (V2-Lite). */
     int64_t kv_lora_rank, qk_nope, qk_rope, v_head_dim, q_lora_rank;
-    /* YaRN rope scaling (factor 0: none) */
+    /* YaRN rope scaling (factor 0: none; yarn_log_mul 0: key not written) */
     float yarn_factor, yarn_log_mul;
     int64_t yarn_orig_ctx;
+    /* gpt-oss's layout: q/k/v/o, router and expert biases, attention sinks, the
+     * FFN pre-norm named post_attention_norm, sliding window n_swa on even layers */
+    bool gpt_oss;
+    int64_t n_swa;
 } synth_shape;
 
 /* Weight mixes, named and numbered as llama.cpp's general.file_type. */
@@ -56,6 +60,7 @@ typedef enum synth_ftype {
     SYNTH_Q5_K_M = 17,
     SYNTH_IQ4_XS = 30,
     SYNTH_IQ4_NL = 25,
+    SYNTH_MXFP4_MOE = 38, /* experts MXFP4, the other matrices Q8_0 */
 } synth_ftype;
 
 /* NULL if unknown. */
@@ -63,7 +68,7 @@ const synth_shape *synth_shape_find(const char *name);
 /* The i-th built-in shape, NULL past the end. */
 const synth_shape *synth_shape_at(int i);
 /* "f16" | "q8_0" | "q4_0" | "q4_1" | "q5_0" | "q5_1" | "iq4_nl" | "q4_k_m" | "q4_k_s" |
- * "q5_k_s" | "q5_k_m" | "q3_k_m" | "q2_k" | "iq4_xs" (case-insensitive). */
+ * "q5_k_s" | "q5_k_m" | "q3_k_m" | "q2_k" | "iq4_xs" | "mxfp4_moe" (case-insensitive). */
 bool synth_ftype_parse(const char *name, synth_ftype *out);
 const char *synth_ftype_name(synth_ftype t); /* "Q4_K_M" */
 
