@@ -166,8 +166,8 @@ static bool hf_moe(const cJSON *o, model_hparams *hp, kvl_error *err) {
     if (l4 && (hf_int(o, "interleave_moe_layer_step", &mo->layer_step, err) < 0 ||
                hf_int(o, "intermediate_size_mlp", &hp->n_ff, err) < 0))
         return false;
-    return hparams_moe_defaults("config.json", nm, l4 ? "llama4" : hp->arch, hp->n_ff,
-                                hp->n_layer, n_shared, gating, mo, err);
+    return hparams_moe_defaults("config.json", nm, l4 ? "llama4" : hp->arch, hp->n_ff, hp->n_layer,
+                                n_shared, gating, mo, err);
 }
 
 /* torch_dtype (newer files: dtype): the weights' type, and the KV type servers
