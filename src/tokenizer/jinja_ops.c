@@ -338,7 +338,8 @@ jv *jx_binop(jx *x, int op, jv *a, jv *b) {
         ((a->type == JV_STR || a->type == JV_LIST) && (b->type == JV_INT || b->type == JV_BOOL))) {
         int64_t k = num_i(b);
         size_t unit = a->type == JV_STR ? a->u.str.n : a->u.list.n * sizeof(jv *);
-        if (k > 0 && unit && (uint64_t)k > JX_MAX_OUTPUT / unit)
+        if (unit == 0) k = 0; /* '' * 10**18 is '' at once, not 10**18 empty steps */
+        if (k > 0 && (uint64_t)k > JX_MAX_OUTPUT / unit)
             jx_fail(x, JINJA_ERR_RUNTIME, "MemoryError: repetition of %zu bytes %lld times", unit,
                     (long long)k);
         if (a->type == JV_STR) {

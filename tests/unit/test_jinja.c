@@ -253,6 +253,11 @@ static void test_limits(void) {
     EXPECT_FAIL("{% for i in range(100000) %}{% for j in range(1000) %}{% endfor %}{% endfor %}",
                 JINJA_ERR_RUNTIME, "loop steps");
     EXPECT_FAIL("{{ 'x' * 100000000000 }}", JINJA_ERR_RUNTIME, "MemoryError");
+    /* found by fuzzing: an empty string or list times a huge count looped that
+     * many times (hours) putting nothing; jinja2 gives the empty value at once */
+    EXPECT("{{ 9223372036854775807 * '' }}|{{ ([] * 9223372036854775807) | length }}|"
+           "{{ '' * 3 }}|{{ [1] * 0 }}",
+           "|0||[]");
     EXPECT("{% set ns = namespace(s='') %}{% for i in range(20000) %}{% set ns.s = ns.s ~ "
            "'abcdefgh' %}{% endfor %}"
            "{{ ns.s | length }}",
