@@ -415,16 +415,19 @@ bool cli_parse_ids(const char *s, int32_t **ids, int64_t *n) {
             free(out);
             return false;
         }
-        if ((size_t)count == cap) {
-            int32_t *o2 = realloc(out, (cap *= 2) * sizeof *out);
-            if (!o2) break;
-            out = o2;
+        if (!kvl_grow((void **)&out, &cap, (size_t)count + 1, sizeof *out, 16)) {
+            free(out); /* never run a prompt cut short */
+            out = NULL;
+            break;
         }
         out[count++] = (int32_t)v;
         p = end;
         while (*p == ',' || *p == ' ') p++;
     }
-    if (!out) return false;
+    if (!out) {
+        fprintf(stderr, "kvllm: token ids: out of memory\n");
+        return false;
+    }
     *ids = out;
     *n = count;
     return true;
