@@ -39,8 +39,11 @@ chmod +x "$TMP/agent"
 ARGS="run -m $MODEL -p Hello -n 12 -t 1 --temp 0 --json --top-logprobs 3 --ignore-eos"
 "$KV" $ARGS 2>/dev/null | grep -v '"done"' > "$TMP/one.txt"
 set +e
+# rtc_hwloc_vmhole none: the daemon in the second namespace once died in Open MPI's
+# hwloc_shmem_topology_write (SIGSEGV at a stack address, from the "biggest" VM hole it
+# picked; 1 of ~20 runs, not reproduced in 12 more); no shared topology segment is made.
 ip netns exec "$NS0" timeout 120 "$MPIRUN" --host "$NS0,$NS1" -np 2 \
-    --mca plm_rsh_agent "$TMP/agent" --mca routed direct --mca btl tcp,self \
+    --mca plm_rsh_agent "$TMP/agent" --mca routed direct --mca btl tcp,self --mca rtc_hwloc_vmhole none \
     --mca btl_tcp_if_include 10.231.7.0/24 --mca oob_tcp_if_include 10.231.7.0/24 \
     -x OMPI_ALLOW_RUN_AS_ROOT -x OMPI_ALLOW_RUN_AS_ROOT_CONFIRM -x KVLLM_PP_STATS=1 \
     "$KV" $ARGS --pp 2 > "$TMP/pp.txt" 2> "$TMP/pp.err"
