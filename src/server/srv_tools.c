@@ -80,14 +80,21 @@ void chat_caps_detect(const char *src, chat_caps *c) {
 
 /* ------------------------------------------------------------- spec --- */
 
-static bool bad(char *param, size_t pcap, char *msg, size_t mcap, const char *p, const char *fmt,
-                ...) __attribute__((format(printf, 6, 7)));
-static bool bad(char *param, size_t pcap, char *msg, size_t mcap, const char *p, const char *fmt,
-                ...) {
-    snprintf(param, pcap, "%s", p);
+/* Where a failure is reported: the offending parameter and the message. */
+typedef struct spec_err {
+    char *param;
+    size_t pcap;
+    char *msg;
+    size_t mcap;
+} spec_err;
+
+static bool bad(const spec_err *e, const char *p, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static bool bad(const spec_err *e, const char *p, const char *fmt, ...) {
+    snprintf(e->param, e->pcap, "%s", p);
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, mcap, fmt, ap);
+    vsnprintf(e->msg, e->mcap, fmt, ap);
     va_end(ap);
     return false;
 }
@@ -107,80 +114,56 @@ static bool valid_name(const char *s) {
     return true;
 }
 
-bool tool_spec_parse(const cJSON *body, tool_spec *t, char *ep, size_t epc, char *em, size_t emc) {
-    memset(t, 0, sizeof *t);
-    t->parallel = true;
-    const cJSON *tools = field(body, "tools");
-    const cJSON *choice = field(body, "tool_choice");
-    const cJSON *par = field(body, "parallel_tool_calls");
-    if (par && !cJSON_IsBool(par))
-        return bad(ep, epc, em, emc, "parallel_tool_calls",
-                   "'parallel_tool_calls' must be a boolean");
-    if (par) t->parallel = cJSON_IsTrue(par);
-    if (tools && !cJSON_IsArray(tools))
-        return bad(ep, epc, em, emc, "tools",
-                   "'tools' must be an array of {\"type\": \"function\", ...}");
+/* tools[i], {"type": "function", "function": {"name", "description"?,
+ * "parameters"?, "strict"?}}, its name unused by tools[0..i). */
+static bool parse_tool(const cJSON *tool, int i, tool_spec *t, const spec_err *e) {
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(tool, "type");
+    const cJSON *fn = cJSON_GetObjectItemCaseSensitive(tool, "function");
+    char p[32];
+    snprintf(p, sizeof p, "tools[%d]", i);
+    if (!cJSON_IsObject(tool) || !cJSON_IsString(type) ||
+        strcmp(type->valuestring, "function") != 0)
+        return bad(e, p, "%s: only {\"type\": \"function\"} tools are supported", p);
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name");
+    if (!cJSON_IsObject(fn) || !cJSON_IsString(name) || !valid_name(name->valuestring))
+        return bad(e, p,
+                   "%s.function.name must be a string of 1 to 64 letters, digits, '_', '-' or '.'",
+                   p);
+    const cJSON *desc = field(fn, "description");
+    if (desc && !cJSON_IsString(desc))
+        return bad(e, p, "%s.function.description must be a string", p);
+    const cJSON *params = field(fn, "parameters");
+    if (params && !cJSON_IsObject(params))
+        return bad(e, p, "%s.function.parameters must be a JSON Schema object", p);
+    const cJSON *strict = field(fn, "strict");
+    if (strict && !cJSON_IsBool(strict))
+        return bad(e, p, "%s.function.strict must be a boolean", p);
+    for (int k = 0; k < i; k++)
+        if (!strcmp(t->names[k], name->valuestring))
+            return bad(e, p, "%s: the function name '%s' is used twice", p, name->valuestring);
+    t->names[i] = name->valuestring;
+    t->params[i] = params;
+    return true;
+}
+
+/* The "tools" array (NULL or an array), copied into t. */
+static bool parse_tools(const cJSON *tools, tool_spec *t, const spec_err *e) {
     int n = tools ? cJSON_GetArraySize(tools) : 0;
-    if (n > 0) {
-        t->tools = cJSON_Duplicate(tools, true);
-        t->names = calloc((size_t)n, sizeof *t->names);
-        t->params = calloc((size_t)n, sizeof *t->params);
-        if (!t->tools || !t->names || !t->params) {
-            bad(ep, epc, em, emc, "tools", "out of memory");
-            tool_spec_free(t);
-            return false;
-        }
-        int i = 0;
-        for (const cJSON *tool = t->tools->child; tool; tool = tool->next, i++) {
-            const cJSON *type = cJSON_GetObjectItemCaseSensitive(tool, "type");
-            const cJSON *fn = cJSON_GetObjectItemCaseSensitive(tool, "function");
-            char p[32];
-            snprintf(p, sizeof p, "tools[%d]", i);
-            if (!cJSON_IsObject(tool) || !cJSON_IsString(type) ||
-                strcmp(type->valuestring, "function") != 0) {
-                bad(ep, epc, em, emc, p, "%s: only {\"type\": \"function\"} tools are supported",
-                    p);
-                tool_spec_free(t);
-                return false;
-            }
-            const cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name");
-            if (!cJSON_IsObject(fn) || !cJSON_IsString(name) || !valid_name(name->valuestring)) {
-                bad(ep, epc, em, emc, p,
-                    "%s.function.name must be a string of 1 to 64 letters, digits, '_', '-' or '.'",
-                    p);
-                tool_spec_free(t);
-                return false;
-            }
-            const cJSON *desc = field(fn, "description");
-            if (desc && !cJSON_IsString(desc)) {
-                bad(ep, epc, em, emc, p, "%s.function.description must be a string", p);
-                tool_spec_free(t);
-                return false;
-            }
-            const cJSON *params = field(fn, "parameters");
-            if (params && !cJSON_IsObject(params)) {
-                bad(ep, epc, em, emc, p, "%s.function.parameters must be a JSON Schema object", p);
-                tool_spec_free(t);
-                return false;
-            }
-            const cJSON *strict = field(fn, "strict");
-            if (strict && !cJSON_IsBool(strict)) {
-                bad(ep, epc, em, emc, p, "%s.function.strict must be a boolean", p);
-                tool_spec_free(t);
-                return false;
-            }
-            for (int k = 0; k < i; k++)
-                if (!strcmp(t->names[k], name->valuestring)) {
-                    bad(ep, epc, em, emc, p, "%s: the function name '%s' is used twice", p,
-                        name->valuestring);
-                    tool_spec_free(t);
-                    return false;
-                }
-            t->names[i] = name->valuestring;
-            t->params[i] = params;
-        }
-        t->n = n;
-    }
+    if (n == 0) return true;
+    t->tools = cJSON_Duplicate(tools, true);
+    t->names = calloc((size_t)n, sizeof *t->names);
+    t->params = calloc((size_t)n, sizeof *t->params);
+    if (!t->tools || !t->names || !t->params) return bad(e, "tools", "out of memory");
+    int i = 0;
+    for (const cJSON *tool = t->tools->child; tool; tool = tool->next, i++)
+        if (!parse_tool(tool, i, t, e)) return false;
+    t->n = n;
+    return true;
+}
+
+/* "tool_choice": absent (auto), "auto" | "none" | "required", or
+ * {"type": "function", "function": {"name": ...}} naming one of t's tools. */
+static bool parse_choice(const cJSON *choice, tool_spec *t, const spec_err *e) {
     if (!choice) {
         t->choice = TOOL_CHOICE_AUTO;
     } else if (cJSON_IsString(choice)) {
@@ -188,27 +171,21 @@ bool tool_spec_parse(const cJSON *body, tool_spec *t, char *ep, size_t epc, char
         if (!strcmp(c, "auto")) t->choice = TOOL_CHOICE_AUTO;
         else if (!strcmp(c, "none")) t->choice = TOOL_CHOICE_NONE;
         else if (!strcmp(c, "required")) t->choice = TOOL_CHOICE_REQUIRED;
-        else {
-            bad(ep, epc, em, emc, "tool_choice",
-                "'tool_choice' must be \"auto\", \"none\", \"required\" or {\"type\": "
-                "\"function\", "
-                "\"function\": {\"name\": ...}} (got \"%.40s\")",
-                c);
-            tool_spec_free(t);
-            return false;
-        }
+        else
+            return bad(e, "tool_choice",
+                       "'tool_choice' must be \"auto\", \"none\", \"required\" or {\"type\": "
+                       "\"function\", "
+                       "\"function\": {\"name\": ...}} (got \"%.40s\")",
+                       c);
     } else if (cJSON_IsObject(choice)) {
         const cJSON *type = cJSON_GetObjectItemCaseSensitive(choice, "type");
         const cJSON *fn = cJSON_GetObjectItemCaseSensitive(choice, "function");
         const cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name");
         if (!cJSON_IsString(type) || strcmp(type->valuestring, "function") != 0 ||
-            !cJSON_IsString(name)) {
-            bad(ep, epc, em, emc, "tool_choice",
-                "'tool_choice' as an object must be {\"type\": \"function\", \"function\": "
-                "{\"name\": ...}}");
-            tool_spec_free(t);
-            return false;
-        }
+            !cJSON_IsString(name))
+            return bad(e, "tool_choice",
+                       "'tool_choice' as an object must be {\"type\": \"function\", \"function\": "
+                       "{\"name\": ...}}");
         t->choice = TOOL_CHOICE_NAMED;
         t->named = -1;
         for (int i = 0; i < t->n; i++)
@@ -216,19 +193,29 @@ bool tool_spec_parse(const cJSON *body, tool_spec *t, char *ep, size_t epc, char
         if (t->named < 0) {
             char nm[80];
             snprintf(nm, sizeof nm, "%s", name->valuestring);
-            bad(ep, epc, em, emc, "tool_choice",
-                "'tool_choice' names the function '%s', which is not in 'tools'", nm);
-            tool_spec_free(t);
-            return false;
+            return bad(e, "tool_choice",
+                       "'tool_choice' names the function '%s', which is not in 'tools'", nm);
         }
     } else {
-        bad(ep, epc, em, emc, "tool_choice", "'tool_choice' must be a string or an object");
-        tool_spec_free(t);
-        return false;
+        return bad(e, "tool_choice", "'tool_choice' must be a string or an object");
     }
-    if (t->n == 0 && (t->choice == TOOL_CHOICE_REQUIRED || t->choice == TOOL_CHOICE_NAMED)) {
-        bad(ep, epc, em, emc, "tool_choice",
-            "'tool_choice' \"required\" needs a non-empty 'tools'");
+    if (t->n == 0 && (t->choice == TOOL_CHOICE_REQUIRED || t->choice == TOOL_CHOICE_NAMED))
+        return bad(e, "tool_choice", "'tool_choice' \"required\" needs a non-empty 'tools'");
+    return true;
+}
+
+bool tool_spec_parse(const cJSON *body, tool_spec *t, char *ep, size_t epc, char *em, size_t emc) {
+    const spec_err e = {ep, epc, em, emc};
+    memset(t, 0, sizeof *t);
+    t->parallel = true;
+    const cJSON *tools = field(body, "tools");
+    const cJSON *par = field(body, "parallel_tool_calls");
+    if (par && !cJSON_IsBool(par))
+        return bad(&e, "parallel_tool_calls", "'parallel_tool_calls' must be a boolean");
+    if (par) t->parallel = cJSON_IsTrue(par);
+    if (tools && !cJSON_IsArray(tools))
+        return bad(&e, "tools", "'tools' must be an array of {\"type\": \"function\", ...}");
+    if (!parse_tools(tools, t, &e) || !parse_choice(field(body, "tool_choice"), t, &e)) {
         tool_spec_free(t);
         return false;
     }
