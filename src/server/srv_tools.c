@@ -147,7 +147,7 @@ static bool parse_tool(const cJSON *tool, int i, tool_spec *t, const spec_err *e
 }
 
 /* The "tools" array (NULL or an array), copied into t. */
-static bool parse_tools(const cJSON *tools, tool_spec *t, const spec_err *e) {
+static bool parse_tool_array(const cJSON *tools, tool_spec *t, const spec_err *e) {
     int n = tools ? cJSON_GetArraySize(tools) : 0;
     if (n == 0) return true;
     t->tools = cJSON_Duplicate(tools, true);
@@ -215,7 +215,7 @@ bool tool_spec_parse(const cJSON *body, tool_spec *t, char *ep, size_t epc, char
     if (par) t->parallel = cJSON_IsTrue(par);
     if (tools && !cJSON_IsArray(tools))
         return bad(&e, "tools", "'tools' must be an array of {\"type\": \"function\", ...}");
-    if (!parse_tools(tools, t, &e) || !parse_choice(field(body, "tool_choice"), t, &e)) {
+    if (!parse_tool_array(tools, t, &e) || !parse_choice(field(body, "tool_choice"), t, &e)) {
         tool_spec_free(t);
         return false;
     }
