@@ -74,6 +74,10 @@ bool cli_load(const cli_opts *o, bool want_weights, cli_model *cm);
 static inline int64_t cli_default_ctx(const model_hparams *hp) {
     return hp->n_ctx_train < CLI_DEFAULT_CTX ? hp->n_ctx_train : CLI_DEFAULT_CTX;
 }
+/* The engine settings of the common flags: -c (else cli_default_ctx),
+ * --block-size, --kv-type*, --kv-blocks, -b, --no-kv-cache, --spec*, the draft
+ * model; engine_config_default's for the rest. run, chat and serve start here. */
+void cli_engine_config(const cli_opts *o, const cli_model *cm, engine_config *ec);
 void cli_unload(cli_model *cm);
 /* --pp (cli_pp.c): before loading, MPI and this rank's layers into mp;
  * after loading, the stage (ranks > 0 serve rank 0 there and exit); at

@@ -388,6 +388,22 @@ bool cli_load(const cli_opts *o, bool want_weights, cli_model *cm) {
     return cli_pp_attach(o, cm); /* ranks > 0 do not return */
 }
 
+void cli_engine_config(const cli_opts *o, const cli_model *cm, engine_config *ec) {
+    engine_config_default(ec);
+    ec->n_ctx = o->n_ctx > 0 ? o->n_ctx : cli_default_ctx(model_hp(cm->m));
+    ec->block_size = o->block_size;
+    ec->kv_dtype = o->kv_dtype;
+    ec->kv_dtype_v = o->kv_dtype_v;
+    ec->n_blocks = o->kv_blocks;
+    ec->max_batch_tokens = o->batch_tokens;
+    ec->no_kv_cache = o->no_kv_cache;
+    ec->spec = (engine_spec_mode)o->spec;
+    ec->spec_k = o->spec_k;
+    ec->spec_ngram = o->spec_ngram;
+    ec->spec_fixed = o->spec_fixed;
+    ec->draft_model = cm->draft;
+}
+
 void cli_unload(cli_model *cm) {
     cli_pp_detach(cm);
     tok_vocab_destroy(cm->vocab);

@@ -269,20 +269,11 @@ int cmd_chat(int argc, char **argv) {
     size_t line_cap = 0;
     if (!setup_template(&a, &cm, &t)) goto out;
     engine_config ec;
-    engine_config_default(&ec);
-    const model_hparams *hp = model_hp(cm.m);
-    ec.n_ctx = o.n_ctx > 0 ? o.n_ctx : (hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
-    ec.block_size = o.block_size;
-    ec.kv_dtype = o.kv_dtype;
-    ec.kv_dtype_v = o.kv_dtype_v;
-    ec.n_blocks = o.kv_blocks;
+    cli_engine_config(&o, &cm, &ec);
     ec.max_seqs = 1;
-    ec.max_batch_tokens = o.batch_tokens;
-    ec.prefix_cache = true; /* what carries the conversation's KV from turn to turn */
-    ec.spec = (engine_spec_mode)o.spec;
-    ec.spec_k = o.spec_k;
-    ec.spec_ngram = o.spec_ngram;
-    ec.draft_model = cm.draft;
+    /* what carries the conversation's KV from turn to turn: --no-kv-cache does not apply */
+    ec.prefix_cache = true;
+    ec.no_kv_cache = false;
     kvl_error err = {{0}};
     if (!(e = engine_create(cm.m, cm.vocab, &ec, &err))) {
         fprintf(stderr, "kvllm chat: %s\n", err.msg);

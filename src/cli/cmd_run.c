@@ -150,21 +150,8 @@ static int cmd_run_opts(const cli_opts *o) {
         n_ids = 1;
     }
     engine_config ec;
-    engine_config_default(&ec);
-    const model_hparams *hp = model_hp(cm.m);
-    ec.n_ctx = o->n_ctx > 0 ? o->n_ctx : cli_default_ctx(hp);
-    ec.block_size = o->block_size;
-    ec.kv_dtype = o->kv_dtype;
-    ec.kv_dtype_v = o->kv_dtype_v;
-    ec.n_blocks = o->kv_blocks;
+    cli_engine_config(o, &cm, &ec);
     ec.max_seqs = 1;
-    ec.max_batch_tokens = o->batch_tokens;
-    ec.no_kv_cache = o->no_kv_cache;
-    ec.spec = (engine_spec_mode)o->spec;
-    ec.spec_k = o->spec_k;
-    ec.spec_ngram = o->spec_ngram;
-    ec.spec_fixed = o->spec_fixed;
-    ec.draft_model = cm.draft;
     kvl_error err = {{0}};
     e = engine_create(cm.m, cm.vocab, &ec, &err);
     if (!e) {

@@ -276,22 +276,10 @@ static int64_t draft_mapped_bytes(const model *draft) {
 static bool engine_settings(const cli_opts *o, serve_opts *so, const cli_model *cm,
                             engine_config *ec) {
     model *m = cm->m, *draft = cm->draft;
-    engine_config_default(ec);
-    const model_hparams *hp = model_hp(m);
-    ec->n_ctx = o->n_ctx > 0 ? o->n_ctx : cli_default_ctx(hp);
-    ec->block_size = o->block_size;
-    ec->kv_dtype = o->kv_dtype;
-    ec->kv_dtype_v = o->kv_dtype_v;
-    ec->n_blocks = o->kv_blocks;
+    cli_engine_config(o, cm, ec);
     ec->prefix_cache = !so->no_prefix_cache;
-    ec->max_batch_tokens = so->max_batch_tokens > 0 ? so->max_batch_tokens : o->batch_tokens;
+    if (so->max_batch_tokens > 0) ec->max_batch_tokens = so->max_batch_tokens;
     ec->max_seqs = (int)so->max_seqs;
-    ec->no_kv_cache = o->no_kv_cache;
-    ec->spec = (engine_spec_mode)o->spec;
-    ec->spec_k = o->spec_k;
-    ec->spec_ngram = o->spec_ngram;
-    ec->spec_fixed = o->spec_fixed;
-    ec->draft_model = draft;
     ec->scheduling = so->scheduling;
     ec->prefix_admission_wait = (int)so->prefix_admission_wait;
     ec->step_groups = cli_step_groups(o);
