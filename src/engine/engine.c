@@ -58,7 +58,7 @@ static bool alloc_batch(engine *e, kvl_error *err) {
         if (!b->tokens || !b->pos || !b->seq || !b->want || !b->seqs || !b->owner || !b->logits)
             return kvl_fail(err, "engine: out of memory");
     }
-    eng_use_slot(e, 0);
+    e->b = &e->slots[0];
     e->running = malloc(S * sizeof(seq *));
     e->logits_tmp = kvl_alloc(V * sizeof(float));
     e->mask = malloc((V + 31) / 32 * sizeof(uint32_t));

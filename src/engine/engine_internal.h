@@ -52,14 +52,14 @@ typedef struct step_plan {
     int n_seqs;
 } step_plan;
 
-/* One step's batch and logits; engine.b_* and logits point at the slot being
+/* One step's batch and logits, sized once; engine.b points at the slot being
  * planned or finished (engine_config.step_groups slots). */
 typedef struct step_slot {
     int32_t *tokens, *pos, *seq;
     uint8_t *want;
     const kv_seq **seqs;
-    struct seq **owner;
-    float *logits;
+    struct seq **owner; /* running sequence of each batch seq index */
+    float *logits;      /* [rows][n_vocab] */
     step_plan plan;
 } step_slot;
 
@@ -84,12 +84,7 @@ struct engine {
     engine_metrics metrics;
     engine_ev_ring *events; /* the live view's log (engine_events.h) */
     int64_t n_evicted_seen[MODEL_MAX_KV_GROUPS];
-    /* per-step batch, sized once */
-    int32_t *b_tokens, *b_pos, *b_seq;
-    uint8_t *b_want;
-    const kv_seq **b_seqs;
-    seq **b_owner;     /* running sequence of each batch seq index */
-    float *logits;     /* [max_seqs][n_vocab] */
+    step_slot *b;      /* the slot being planned or finished, in slots[] */
     float *logits_tmp; /* [n_vocab] sampler input */
     uint32_t *mask;    /* [n_vocab bits] tokens a grammar allows this step */
     char *piece;       /* token text scratch */
@@ -123,7 +118,6 @@ void eng_draft_all(engine *e, const step_plan *p);
 void eng_plan_step(engine *e, step_plan *p);
 
 /* engine_step.c */
-void eng_use_slot(engine *e, int k);
 /* Finishes every step in flight (before the engine goes away). */
 void eng_drain_steps(engine *e);
 

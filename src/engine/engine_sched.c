@@ -120,15 +120,16 @@ static void preempt_newest(engine *e) {
 
 /* Adds tokens [n_computed, n_computed + n) of s to the batch. */
 static void plan_add(engine *e, step_plan *p, seq *s, int64_t n) {
+    step_slot *b = e->b;
     int si = p->n_seqs++;
-    for (int g = 0; g < e->n_groups; g++) e->b_seqs[si * e->n_groups + g] = &s->kv[g];
-    e->b_owner[si] = s;
+    for (int g = 0; g < e->n_groups; g++) b->seqs[si * e->n_groups + g] = &s->kv[g];
+    b->owner[si] = s;
     for (int64_t i = 0; i < n; i++) {
         int64_t pos = s->n_computed + i;
-        e->b_tokens[p->n_tokens] = pos < s->n_tokens ? s->tokens[pos] : s->draft[pos - s->n_tokens];
-        e->b_pos[p->n_tokens] = (int32_t)pos;
-        e->b_seq[p->n_tokens] = si;
-        e->b_want[p->n_tokens] = pos >= s->n_tokens - 1; /* the last token's and every draft's */
+        b->tokens[p->n_tokens] = pos < s->n_tokens ? s->tokens[pos] : s->draft[pos - s->n_tokens];
+        b->pos[p->n_tokens] = (int32_t)pos;
+        b->seq[p->n_tokens] = si;
+        b->want[p->n_tokens] = pos >= s->n_tokens - 1; /* the last token's and every draft's */
         p->n_tokens++;
     }
 }
@@ -234,7 +235,7 @@ static int propose_drafts(engine *e, seq *s, int64_t planned, int later, int64_t
 void eng_draft_all(engine *e, const step_plan *p) {
     int n = 0;
     for (int si = 0; si < p->n_seqs; si++) {
-        seq *s = e->b_owner[si];
+        seq *s = e->b->owner[si];
         if (s->n_draft > 0)
             e->draft_jobs[n++] = (spec_draft_job){.ds = &s->dseq,
                                                   .toks = s->tokens,
@@ -257,8 +258,8 @@ void eng_draft_all(engine *e, const step_plan *p) {
         for (int j = 0; j < n; j++) spec_dseq_release(e->drafter, e->draft_jobs[j].ds, false);
     }
     for (int64_t t = 0; t < p->n_tokens; t++) {
-        const seq *s = e->b_owner[e->b_seq[t]];
-        if (e->b_pos[t] >= s->n_tokens) e->b_tokens[t] = s->draft[e->b_pos[t] - s->n_tokens];
+        const seq *s = e->b->owner[e->b->seq[t]];
+        if (e->b->pos[t] >= s->n_tokens) e->b->tokens[t] = s->draft[e->b->pos[t] - s->n_tokens];
     }
 }
 

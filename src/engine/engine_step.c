@@ -41,13 +41,13 @@ static void sample_outputs(engine *e, const step_plan *p) {
     int32_t ids[MAX_TOP_LOGPROBS];
     float lps[MAX_TOP_LOGPROBS];
     for (int64_t t = 0; t < p->n_tokens; t++) {
-        if (!e->b_want[t]) continue;
-        seq *s = e->b_owner[e->b_seq[t]];
-        const float *lg = e->logits + row++ * V;
+        if (!e->b->want[t]) continue;
+        seq *s = e->b->owner[e->b->seq[t]];
+        const float *lg = e->b->logits + row++ * V;
         /* A draft's row counts only while every token before it was accepted:
          * the sequence's text must be exactly what the row was computed on. */
-        const int64_t pos = e->b_pos[t];
-        if (s->state == SEQ_DONE || pos != s->n_tokens - 1 || s->tokens[pos] != e->b_tokens[t])
+        const int64_t pos = e->b->pos[t];
+        if (s->state == SEQ_DONE || pos != s->n_tokens - 1 || s->tokens[pos] != e->b->tokens[t])
             continue;
         if (pos >= s->n_computed) { /* an accepted draft: its K/V is the sequence's now */
             s->n_computed = pos + 1;
@@ -85,17 +85,6 @@ static void finish_drafts(engine *e, seq *s) {
     if (e->drafter) spec_drafter_rollback(e->drafter, &s->dseq, s->n_computed);
 }
 
-void eng_use_slot(engine *e, int k) {
-    step_slot *b = &e->slots[k];
-    e->b_tokens = b->tokens;
-    e->b_pos = b->pos;
-    e->b_seq = b->seq;
-    e->b_want = b->want;
-    e->b_seqs = b->seqs;
-    e->b_owner = b->owner;
-    e->logits = b->logits;
-}
-
 /* Allocations evict inside kv: logs how many. */
 static void log_evictions(engine *e) {
     for (int g = 0; g < e->n_groups; g++) {
@@ -111,15 +100,15 @@ static void log_evictions(engine *e) {
 static void step_done(engine *e, const step_plan *p) {
     e->metrics.steps++;
     for (int si = 0; si < p->n_seqs; si++) {
-        seq *s = e->b_owner[si];
+        seq *s = e->b->owner[si];
         for (int64_t t = 0; t < p->n_tokens; t++)
-            if (e->b_seq[t] == si) s->n_computed++;
+            if (e->b->seq[t] == si) s->n_computed++;
         s->n_computed -= s->n_draft; /* drafts count once accepted (sample_outputs) */
         if (e->prefix_cache) kv_prefix_commit(e->kv[0], &s->kv[0], s->tokens, s->n_computed);
     }
     sample_outputs(e, p);
     if (e->spec)
-        for (int si = 0; si < p->n_seqs; si++) finish_drafts(e, e->b_owner[si]);
+        for (int si = 0; si < p->n_seqs; si++) finish_drafts(e, e->b->owner[si]);
     for (int i = 0; i < e->n_running;) {
         seq *s = e->running[i];
         if (s->state == SEQ_DONE) {
@@ -133,12 +122,12 @@ static void step_done(engine *e, const step_plan *p) {
 
 static model_batch plan_batch(engine *e, const step_plan *p) {
     return (model_batch){.n_tokens = p->n_tokens,
-                         .tokens = e->b_tokens,
-                         .pos = e->b_pos,
-                         .seq = e->b_seq,
-                         .want_logits = e->b_want,
+                         .tokens = e->b->tokens,
+                         .pos = e->b->pos,
+                         .seq = e->b->seq,
+                         .want_logits = e->b->want,
                          .n_seqs = p->n_seqs,
-                         .seqs = e->b_seqs};
+                         .seqs = e->b->seqs};
 }
 
 /* Finishes the oldest step in flight. */
@@ -147,9 +136,9 @@ static bool finish_oldest(engine *e, kvl_error *err) {
     const bool ok = model_forward_wait(e->m, err);
     e->fl_head = (k + 1) % e->n_slots;
     e->n_flight--;
-    eng_use_slot(e, k);
+    e->b = &e->slots[k];
     const step_plan *p = &e->slots[k].plan;
-    for (int si = 0; si < p->n_seqs; si++) e->b_owner[si]->flight = 0;
+    for (int si = 0; si < p->n_seqs; si++) e->b->owner[si]->flight = 0;
     if (ok) step_done(e, p);
     return ok;
 }
@@ -168,17 +157,17 @@ static bool step_groups(engine *e, kvl_error *err) {
     eng_drop_cancelled(e);
     while (e->n_flight < e->n_slots) {
         const int k = (e->fl_head + e->n_flight) % e->n_slots;
-        eng_use_slot(e, k);
+        e->b = &e->slots[k];
         step_plan *p = &e->slots[k].plan;
         eng_plan_step(e, p);
         log_evictions(e);
         if (p->n_tokens == 0) break;
-        for (int si = 0; si < p->n_seqs; si++) e->b_owner[si]->flight = k + 1;
+        for (int si = 0; si < p->n_seqs; si++) e->b->owner[si]->flight = k + 1;
         e->n_flight++;
         model_batch b = plan_batch(e, p);
-        if (!model_forward_launch(e->m, e->kv, &b, e->logits, err)) {
+        if (!model_forward_launch(e->m, e->kv, &b, e->b->logits, err)) {
             e->n_flight--;
-            for (int si = 0; si < p->n_seqs; si++) e->b_owner[si]->flight = 0;
+            for (int si = 0; si < p->n_seqs; si++) e->b->owner[si]->flight = 0;
             return false;
         }
     }
@@ -217,7 +206,7 @@ bool engine_step(engine *e, kvl_error *err) {
     }
     if (e->drafter) eng_draft_all(e, &p);
     model_batch b = plan_batch(e, &p);
-    if (!model_forward(e->m, e->kv, &b, e->logits, err)) return false;
+    if (!model_forward(e->m, e->kv, &b, e->b->logits, err)) return false;
     step_done(e, &p);
     if (e->spec) spec_cost_observe(&e->cost, p.n_tokens, kvl_time_s() - t_step - e->step_draft_s);
     return true;
