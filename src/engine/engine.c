@@ -94,7 +94,7 @@ engine *engine_create(model *m, const tok_vocab *vocab, const engine_config *c, 
     e->n_groups = model_kv_n_groups(m);
     for (int g = 0; g < e->n_groups; g++) {
         kv_pool_config kc;
-        model_kv_group_shape(m, g, &kc, &e->window[g]);
+        model_kv_group_shape(m, g, &kc, &e->attn[g]);
         kc.block_size = e->cfg.block_size;
         kc.dtype = e->cfg.kv_dtype;
         kc.split_v = e->cfg.kv_dtype_v >= 0;
@@ -103,10 +103,11 @@ engine *engine_create(model *m, const tok_vocab *vocab, const engine_config *c, 
         e->kv[g] = kv_pool_create(&kc, err);
         if (!e->kv[g]) goto fail;
     }
-    /* Sliding-window blocks are dropped as they leave the window, so a chain of
-     * full blocks cannot be rebuilt from them: prefix caching needs one full-attention group. */
-    e->prefix_cache =
-        e->cfg.prefix_cache && !e->cfg.no_kv_cache && e->n_groups == 1 && e->window[0] == 0;
+    /* Blocks out of a sliding window or an earlier attention chunk are dropped,
+     * so a chain of full blocks cannot be rebuilt from them: prefix caching
+     * needs one full-attention group. */
+    e->prefix_cache = e->cfg.prefix_cache && !e->cfg.no_kv_cache && e->n_groups == 1 &&
+                      !kv_attn_limited(e->attn[0]);
     if (e->cfg.spec != ENGINE_SPEC_OFF &&
         (e->cfg.spec_k < 1 || e->cfg.spec_k > ENGINE_SPEC_MAX_K || e->cfg.spec_ngram < 1 ||
          e->cfg.spec_ngram > ENGINE_SPEC_MAX_NGRAM || e->cfg.spec_max_batch < 2)) {
@@ -138,7 +139,7 @@ engine *engine_create(model *m, const tok_vocab *vocab, const engine_config *c, 
     if (c->kv_disk) {
         if (!e->prefix_cache) {
             kvl_fail(err, "engine: the KV disk tier needs the prefix cache (on, a KV cache, and no "
-                          "sliding-window layers)");
+                          "sliding-window or chunked-attention layers)");
             goto fail;
         }
         if (!(e->disk = kv_disk_open(c->kv_disk, e->kv[0], err))) goto fail;
@@ -389,15 +390,16 @@ static void consume_text(seq *s, size_t n) {
     if (s->text) s->text[s->text_len] = 0;
 }
 
-/* KV held by a sequence over all groups; a sliding group's lower bound counts
- * only the window it must keep. */
+/* KV held by a sequence over all groups; a sliding or chunked group's lower
+ * bound counts only the positions its last token attends to (kv_attn_kept). */
 static kv_usage seq_usage(const engine *e, seq *s) {
     kv_usage u = {.tokens = s->n_computed};
     s->stats.n_kv_groups = e->n_groups;
     for (int g = 0; g < e->n_groups; g++) {
         s->stats.kv_group[g] =
-            kv_seq_usage(e->kv[g], &s->kv[g], kv_window_kept(s->n_computed, e->window[g]));
-        s->stats.kv_group_window[g] = e->window[g];
+            kv_seq_usage(e->kv[g], &s->kv[g], kv_attn_kept(e->attn[g], s->n_computed));
+        s->stats.kv_group_window[g] = e->attn[g].window;
+        s->stats.kv_group_chunk[g] = e->attn[g].chunk;
         kv_usage_add(&u, &s->stats.kv_group[g]);
     }
     return u;
@@ -664,7 +666,7 @@ static bool view_add_seq(const engine *e, engine_view *v, const seq *s) {
                    ? ENGINE_PHASE_PREFILLING
                    : ENGINE_PHASE_DECODING;
     for (int g = 0; g < e->n_groups; g++) {
-        kv_usage u = kv_seq_usage(e->kv[g], &s->kv[g], kv_window_kept(s->n_computed, e->window[g]));
+        kv_usage u = kv_seq_usage(e->kv[g], &s->kv[g], kv_attn_kept(e->attn[g], s->n_computed));
         kv_usage_add(&o->kv, &u);
         const kv_seq *k = &s->kv[g];
         if (!kvl_grow((void **)&v->tables, &v->cap_tables, (size_t)(v->n_tables + k->n_blocks),
@@ -685,7 +687,8 @@ bool engine_view_take(const engine *e, engine_view *v, uint64_t events_since) {
     v->prefix_cache = e->prefix_cache;
     v->block_size = e->cfg.block_size;
     for (int g = 0; g < e->n_groups; g++) {
-        v->window[g] = e->window[g];
+        v->window[g] = e->attn[g].window;
+        v->chunk[g] = e->attn[g].chunk;
         v->block_bytes[g] = kv_pool_block_bytes(e->kv[g]);
         v->n_evicted[g] = kv_pool_n_evicted(e->kv[g]);
         kv_pool_snapshot(e->kv[g], v->blocks[g]);

@@ -67,8 +67,8 @@ struct engine {
     model *m;
     const tok_vocab *vocab;
     engine_config cfg;
-    kv_pool *kv[MODEL_MAX_KV_GROUPS]; /* one pool per KV group (full / sliding layers) */
-    int32_t window[MODEL_MAX_KV_GROUPS];
+    kv_pool *kv[MODEL_MAX_KV_GROUPS];  /* one pool per KV group (full / sliding / chunked) */
+    kv_attn attn[MODEL_MAX_KV_GROUPS]; /* each group's rule: its blocks are dropped by it */
     int n_groups;
     bool prefix_cache;     /* enabled and possible for this model */
     bool spec;             /* speculative decoding enabled and possible */

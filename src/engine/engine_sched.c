@@ -141,9 +141,12 @@ static int64_t reserve_chunk(engine *e, seq *s, int64_t budget) {
     if (n <= 0) return 0;
     int64_t before[MODEL_MAX_KV_GROUPS];
     for (int g = 0; g < e->n_groups; g++) {
-        /* A sliding group keeps only what the next token's window can see. */
+        /* A sliding or chunked group keeps only what the next token can see
+         * (later tokens of this chunk see no less: kv_attn_first never decreases). */
         int64_t dropped =
-            kv_seq_drop_outside_window(e->kv[g], &s->kv[g], s->n_computed, e->window[g]);
+            e->cfg.keep_unattended_kv
+                ? 0
+                : kv_seq_drop_unattended(e->kv[g], &s->kv[g], s->n_computed, e->attn[g]);
         if (dropped > 0) ev_ring_push(e->events, ENGINE_EV_WINDOW_RELEASE, s->id, dropped, g);
         before[g] = s->kv[g].n_blocks;
         if (!kv_seq_reserve(e->kv[g], &s->kv[g], s->n_computed + n)) {

@@ -537,12 +537,12 @@ int64_t kv_seq_drop_before(kv_pool *p, kv_seq *s, int64_t first_pos) {
     return freed;
 }
 
-int64_t kv_seq_drop_outside_window(kv_pool *p, kv_seq *s, int64_t next_pos, int64_t window) {
-    return window > 0 ? kv_seq_drop_before(p, s, kv_window_first(next_pos, window)) : 0;
+int64_t kv_seq_drop_unattended(kv_pool *p, kv_seq *s, int64_t next_pos, kv_attn a) {
+    return kv_attn_limited(a) ? kv_seq_drop_before(p, s, kv_attn_first(a, next_pos)) : 0;
 }
 
-int64_t kv_seq_window_missing(const kv_pool *p, const kv_seq *s, int64_t pos, int64_t window) {
-    const int64_t bs = p->cfg.block_size, first = kv_window_first(pos, window);
+int64_t kv_seq_attn_missing(const kv_pool *p, const kv_seq *s, int64_t pos, kv_attn a) {
+    const int64_t bs = p->cfg.block_size, first = kv_attn_first(a, pos);
     for (int64_t b = first / bs; b <= pos / bs; b++)
         if (b >= s->n_blocks || s->blocks[b] < 0) return b * bs > first ? b * bs : first;
     return -1;
