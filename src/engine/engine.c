@@ -103,11 +103,24 @@ engine *engine_create(model *m, const tok_vocab *vocab, const engine_config *c, 
         e->kv[g] = kv_pool_create(&kc, err);
         if (!e->kv[g]) goto fail;
     }
-    /* Blocks out of a sliding window or an earlier attention chunk are dropped,
-     * so a chain of full blocks cannot be rebuilt from them: prefix caching
-     * needs one full-attention group. */
-    e->prefix_cache = e->cfg.prefix_cache && !e->cfg.no_kv_cache && e->n_groups == 1 &&
-                      !kv_attn_limited(e->attn[0]);
+    /* Prefix caching: every group commits its blocks to its own pool's cache
+     * under the same chain of hashes. A chunked group drops its earlier
+     * chunks' blocks, but a hit needs only those of the chunk it resumes in
+     * (kv_prefix_match_tail; none at a multiple of the chunk), so a hit never
+     * relies on a dropped block. Sliding-window blocks leave one at a time
+     * and a window rarely finds its run cached: no prefix cache with one. At
+     * most one dropping group (so one hit length suits all groups). */
+    int n_limited = 0;
+    bool windowed = false;
+    e->prefix_group = 0;
+    for (int g = e->n_groups - 1; g >= 0; g--) {
+        n_limited += kv_attn_limited(e->attn[g]);
+        windowed = windowed || e->attn[g].window > 0;
+        if (!kv_attn_limited(e->attn[g])) e->prefix_group = g;
+    }
+    e->prefix_cache =
+        e->cfg.prefix_cache && !e->cfg.no_kv_cache && !windowed && n_limited <= 1 &&
+        !(n_limited && e->cfg.keep_unattended_kv); /* the whole-KV path: no partial tables */
     if (e->cfg.spec != ENGINE_SPEC_OFF &&
         (e->cfg.spec_k < 1 || e->cfg.spec_k > ENGINE_SPEC_MAX_K || e->cfg.spec_ngram < 1 ||
          e->cfg.spec_ngram > ENGINE_SPEC_MAX_NGRAM || e->cfg.spec_max_batch < 2)) {
@@ -137,9 +150,9 @@ engine *engine_create(model *m, const tok_vocab *vocab, const engine_config *c, 
     }
     e->cfg.kv_disk = NULL; /* the caller's config is not kept */
     if (c->kv_disk) {
-        if (!e->prefix_cache) {
-            kvl_fail(err, "engine: the KV disk tier needs the prefix cache (on, a KV cache, and no "
-                          "sliding-window or chunked-attention layers)");
+        if (!e->prefix_cache || e->n_groups != 1) {
+            kvl_fail(err, "engine: the KV disk tier needs the prefix cache (on, a KV cache) and "
+                          "one KV group (no sliding-window or chunked-attention layers)");
             goto fail;
         }
         if (!(e->disk = kv_disk_open(c->kv_disk, e->kv[0], err))) goto fail;

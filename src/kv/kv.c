@@ -301,6 +301,51 @@ int64_t kv_prefix_match(kv_pool *p, kv_seq *s, const int32_t *tokens, int64_t n_
     return s->n_hashed * bs;
 }
 
+static bool seq_grow(kv_seq *s, int64_t want);
+
+int64_t kv_prefix_match_tail(kv_pool *p, kv_seq *s, const int32_t *tokens, int64_t n_tokens,
+                             kv_attn a) {
+    const int bs = p->cfg.block_size;
+    if (s->n_blocks != 0) return s->n_hashed * bs;
+    const int64_t K = n_tokens / bs;
+    /* each full block's chain hash and cached block (-1: not cached) */
+    uint64_t *hash = malloc((size_t)(K + 1) * sizeof *hash);
+    int32_t *found = malloc((size_t)(K + 1) * sizeof *found);
+    if (!hash || !found || !seq_grow(s, K)) {
+        free(hash);
+        free(found);
+        return 0;
+    }
+    uint64_t parent = s->chain_root;
+    for (int64_t k = 0; k < K; k++) {
+        hash[k] = p->block_hash(parent, tokens + k * bs, bs);
+        found[k] = prefix_find(p, hash[k], parent, tokens + k * bs);
+        parent = hash[k];
+    }
+    /* the largest k whose needed blocks [first / bs, k) are all cached */
+    int64_t k = K, lo = 0;
+    for (; k > 0; k--) {
+        lo = kv_attn_first(a, k * bs) / bs;
+        int64_t j = k;
+        while (j > lo && found[j - 1] >= 0) j--;
+        if (j == lo) break;
+    }
+    if (k == 0) lo = 0;
+    for (int64_t j = 0; j < k; j++) {
+        int32_t b = j < lo ? -1 : found[j];
+        if (b >= 0) {
+            if (p->refcount[b] == 0) lru_remove(p, b); /* revived */
+            p->refcount[b]++;
+        }
+        s->blocks[j] = b;
+    }
+    s->n_blocks = s->n_hashed = k;
+    s->chain_hash = k > 0 ? hash[k - 1] : s->chain_root;
+    free(hash);
+    free(found);
+    return k * bs;
+}
+
 int64_t kv_prefix_probe(const kv_pool *p, uint64_t root, const int32_t *tokens, int64_t n_tokens) {
     const int bs = p->cfg.block_size;
     uint64_t parent = root;

@@ -155,6 +155,14 @@ void kv_seq_set_cache_salt(kv_seq *s, const char *salt);
  * chain (an empty one, typically); otherwise, and on out of memory, attaches
  * nothing more. */
 int64_t kv_prefix_match(kv_pool *p, kv_seq *s, const int32_t *tokens, int64_t n_tokens);
+/* kv_prefix_match for a group that drops the blocks no later token attends to
+ * (rule a, kv_attn_limited; declared with the rule below): the longest n, a
+ * multiple of block_size up to n_tokens, for which the cache holds every block
+ * the token at n attends to, [kv_attn_first(a, n), n); those are attached
+ * (entries before them are -1, as if dropped) and the chain covers n tokens.
+ * A chunked group needs none at a multiple of the chunk, so n is never below
+ * the last such multiple. Only on an empty table (else its chain, unchanged);
+ * 0 on out of memory. */
 /* Tokens of tokens[0..n_tokens) whose full blocks the cache holds now, for a
  * chain rooted at root (kv_seq.chain_root); attaches nothing. */
 int64_t kv_prefix_probe(const kv_pool *p, uint64_t root, const int32_t *tokens, int64_t n_tokens);
@@ -222,6 +230,8 @@ static inline int64_t kv_attn_kept(kv_attn a, int64_t n_tokens) {
  * only positions before kv_attn_first(a, next_pos) (kv_seq_drop_before).
  * Nothing under full attention. Returns blocks freed. */
 int64_t kv_seq_drop_unattended(kv_pool *p, kv_seq *s, int64_t next_pos, kv_attn a);
+int64_t kv_prefix_match_tail(kv_pool *p, kv_seq *s, const int32_t *tokens, int64_t n_tokens,
+                             kv_attn a);
 /* The first position the token at pos attends to under a whose block the table
  * does not hold (beyond it, or dropped), or -1 when it holds them all. */
 int64_t kv_seq_attn_missing(const kv_pool *p, const kv_seq *s, int64_t pos, kv_attn a);

@@ -167,6 +167,66 @@ static void test_chunk_counts(void) {
     kv_pool_destroy(p);
 }
 
+/* The prefix cache of a chunked group (chunks of 12, blocks of 4): a sequence
+ * commits each block before dropping it, and a later one with the same tokens
+ * attaches only the blocks of the chunk it resumes in (kv_prefix_match_tail),
+ * the earlier entries -1: no hit relies on a block the group dropped. */
+static void test_chunk_prefix(void) {
+    kvl_error err;
+    kv_pool_config c = {.n_layers = 1,
+                        .n_kv_heads = 1,
+                        .head_dim_k = 4,
+                        .head_dim_v = 4,
+                        .block_size = 4,
+                        .dtype = GGUF_DT_F32,
+                        .n_blocks = 16};
+    kv_pool *p = kv_pool_create(&c, &err);
+    CHECK(p != NULL);
+    if (!p) return;
+    const kv_attn a = {0, 12};
+    int32_t toks[64];
+    for (int i = 0; i < 64; i++) toks[i] = 100 + i;
+    kv_seq s, t;
+    kv_seq_init(&s);
+    kv_seq_init(&t);
+    for (int64_t next = 0; next < 42; next++) { /* decode 0..41, committing each step */
+        kv_seq_drop_unattended(p, &s, next, a);
+        CHECK(kv_seq_reserve(p, &s, next + 1));
+        kv_prefix_commit(p, &s, toks, next + 1);
+    }
+    CHECK(s.n_hashed == 10 && kv_seq_n_held(&s) == 2); /* 36..41: blocks 9, 10 */
+    kv_seq_release(p, &s);
+    CHECK(kv_pool_n_used(p) == 0 && kv_pool_n_cached(p) == 10);
+    /* 41 tokens of prompt: 40 from the cache, resuming in chunk 36..47 */
+    CHECK(kv_prefix_match_tail(p, &t, toks, 41, a) == 40);
+    CHECK(t.n_blocks == 10 && t.n_hashed == 10 && kv_seq_n_held(&t) == 1 && t.blocks[8] < 0 &&
+          t.blocks[9] >= 0);
+    CHECK(kv_seq_reserve(p, &t, 41) && kv_seq_attn_missing(p, &t, 40, a) == -1);
+    kv_prefix_commit(p, &t, toks, 41); /* nothing new: the chain is there */
+    CHECK(kv_pool_check(p, &err));
+    kv_seq_release(p, &t);
+    /* at a multiple of the chunk no block is needed: 36 of 37 */
+    CHECK(kv_prefix_match_tail(p, &t, toks, 37, a) == 36 && kv_seq_n_held(&t) == 0);
+    kv_seq_release(p, &t);
+    /* another token in block 9 (36..39): falls back to 36 */
+    toks[38] = 7;
+    CHECK(kv_prefix_match_tail(p, &t, toks, 41, a) == 36 && t.n_blocks == 9);
+    kv_seq_release(p, &t);
+    toks[38] = 138;
+    /* block 0 evicted: the chain is gone from its start, but a resume at 40
+     * needs block 9 only */
+    int32_t all[16];
+    CHECK(kv_pool_n_free(p) - kv_pool_n_cached(p) == 6);
+    CHECK(kv_block_alloc(p, 6 + 1, all)); /* the 6 free blocks, then the oldest cached: 0 */
+    for (int i = 0; i < 7; i++) kv_block_unref(p, all[i]);
+    CHECK(kv_prefix_match_tail(p, &t, toks, 41, a) == 40 && kv_seq_n_held(&t) == 1);
+    CHECK(kv_prefix_probe(p, t.chain_root, toks, 41) == 0); /* the whole chain is not there */
+    CHECK(kv_pool_check(p, &err));
+    kv_seq_free(p, &t);
+    kv_seq_free(p, &s);
+    kv_pool_destroy(p);
+}
+
 /* gemma3 golden: layers 0 and 2 slide (W 16), 1 and 3 attend fully. */
 static void test_check_batch(void) {
     kvl_error err = {{0}};
@@ -234,6 +294,7 @@ int main(void) {
     test_rule();
     test_drop_and_missing();
     test_chunk_counts();
+    test_chunk_prefix();
     test_check_batch();
     if (failures) {
         fprintf(stderr, "test_window: %d failure(s)\n", failures);
