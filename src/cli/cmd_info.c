@@ -188,7 +188,7 @@ static int cmd_info_opts(const cli_opts *o) {
             kv_pool_config kc;
             kv_attn a;
             model_kv_group_shape(cm.m, g, &kc, &a);
-            printf("KV group %d    %d layers, %s", g, kc.n_layers,
+            printf("KV group %d    %d layer%s, %s", g, kc.n_layers, kc.n_layers == 1 ? "" : "s",
                    a.window  ? "sliding window "
                    : a.chunk ? "chunks of "
                              : "full attention\n");

@@ -652,8 +652,8 @@ static void print_tiers(const report *rp, uint64_t disk) {
     const int64_t bs = rp->r->block_size;
     printf("\ntiers (prefix cache, full blocks of %lld tokens)\n", (long long)bs);
     if (p->swa_block_bytes || p->chunk_block_bytes || !p->block_bytes) {
-        printf("  disk           none: the disk tier needs the prefix cache, which sliding-window "
-               "and chunked-attention models lack\n");
+        printf("  disk           none: the disk tier needs the prefix cache and one KV group, "
+               "which sliding-window and chunked-attention models lack\n");
         return;
     }
     uint64_t ram = p->allocated_bytes;

@@ -182,10 +182,11 @@ bool engine_step(engine *e, kvl_error *err);
  * blocks a later step still has to take back. */
 bool engine_has_work(const engine *e);
 
-/* KV group 0's pool (the only one unless the model has sliding-window layers). */
+/* KV group 0's pool (the only one unless the model has sliding-window or chunked layers). */
 kv_pool *engine_kv(engine *e);
 int engine_kv_n_groups(const engine *e);
-/* Whether prefix caching is on (asked for, and the model has no sliding-window group). */
+/* Whether prefix caching is on (asked for, and the model has no sliding-window group and at
+ * most one chunked one). */
 bool engine_prefix_cache_enabled(const engine *e);
 kv_pool *engine_kv_group(engine *e, int group);
 const engine_config *engine_cfg(const engine *e);

@@ -8,8 +8,9 @@
  * config.json (model/hparams.h), or that flags give by hand.
  *
  * The figures are kvllm's: its pool's KV types and row sizes (kv.h), its KV
- * groups (full-attention and sliding-window layers paged apart, sliding blocks
- * dropped as they leave the window), its block tables. Everything is in exact
+ * groups (full-attention, sliding-window and chunked layers paged apart, sliding
+ * blocks dropped as they leave the window, chunked ones when the next chunk
+ * begins), its block tables. Everything is in exact
  * bytes (uint64_t, overflow-checked). kv_plan_measure is the one function that
  * touches the engine: it replays sequences through the real block pools (kv.h)
  * so that the planner's allocation can be checked against them. */
