@@ -50,8 +50,7 @@ int main(int argc, char **argv) {
     const kv_seq *tables[MODEL_MAX_KV_GROUPS];
     for (int g = 0; g < ng; g++) {
         kv_pool_config kc;
-        int32_t window;
-        model_kv_group_shape(m, g, &kc, &window);
+        model_kv_group_shape(m, g, &kc, NULL);
         kc.block_size = 16;
         kc.dtype = GGUF_DT_F16;
         kc.split_v = false;

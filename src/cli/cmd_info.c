@@ -113,6 +113,17 @@ static int cmd_info_opts(const cli_opts *o) {
             cJSON_AddNumberToObject(j, "attention_chunk", (double)hp->n_chunk);
             cJSON_AddNumberToObject(j, "n_chunked_layers", (double)hp->n_chunk_layers);
         }
+        cJSON *groups = cJSON_AddArrayToObject(j, "kv_groups"); /* one KV pool each */
+        for (int g = 0; g < model_kv_n_groups(cm.m); g++) {
+            kv_pool_config kc;
+            kv_attn a;
+            model_kv_group_shape(cm.m, g, &kc, &a);
+            cJSON *jg = cJSON_CreateObject();
+            cJSON_AddNumberToObject(jg, "n_layers", kc.n_layers);
+            cJSON_AddNumberToObject(jg, "window", a.window);
+            cJSON_AddNumberToObject(jg, "chunk", a.chunk);
+            cJSON_AddItemToArray(groups, jg);
+        }
         cJSON_AddStringToObject(j, "attention",
                                 hp->kv_lora_rank             ? "mla"
                                 : hp->n_head_kv == 1         ? "mqa"
@@ -170,8 +181,19 @@ static int cmd_info_opts(const cli_opts *o) {
             printf("sliding window %lld tokens on %lld of %lld layers\n", (long long)hp->n_swa,
                    (long long)hp->n_swa_layers, (long long)hp->n_layer);
         if (hp->n_chunk_layers)
-            printf("chunked attention %lld tokens on %lld of %lld layers (whole KV kept)\n",
+            printf("chunked attention %lld tokens on %lld of %lld layers (KV of earlier chunks "
+                   "dropped)\n",
                    (long long)hp->n_chunk, (long long)hp->n_chunk_layers, (long long)hp->n_layer);
+        for (int g = 0; model_kv_n_groups(cm.m) > 1 && g < model_kv_n_groups(cm.m); g++) {
+            kv_pool_config kc;
+            kv_attn a;
+            model_kv_group_shape(cm.m, g, &kc, &a);
+            printf("KV group %d    %d layer%s, %s", g, kc.n_layers, kc.n_layers == 1 ? "" : "s",
+                   a.window  ? "sliding window "
+                   : a.chunk ? "chunks of "
+                             : "full attention\n");
+            if (a.window || a.chunk) printf("%d tokens\n", a.window ? a.window : a.chunk);
+        }
         if (hp->kv_lora_rank)
             printf("MLA           kv_lora_rank %lld + rope %lld cached per token per layer\n",
                    (long long)hp->kv_lora_rank, (long long)hp->n_rot);

@@ -30,7 +30,8 @@ _Static_assert(MODEL_MAX_KV_GROUPS <= KV_PLAN_MAX_GROUPS,
 typedef struct plan_args {
     const char *config_path;
     int64_t context, concurrency, params;
-    int64_t layers, heads, kv_heads, head_dim, head_dim_v, window, swa_layers, lora, rope;
+    int64_t layers, heads, kv_heads, head_dim, head_dim_v, window, swa_layers, lora, rope, chunk,
+        chunk_layers;
     int dtype;   /* K (and V): UNSET: the model's, else f16 */
     int dtype_v; /* UNSET: as K */
     uint64_t budget, weights, disk;
@@ -55,6 +56,7 @@ static const count_flag COUNT_FLAGS[] = {
     F("--head-dim", head_dim, 1, false),     F("--head-dim-v", head_dim_v, 0, false),
     F("--sliding-window", window, 0, false), F("--swa-layers", swa_layers, 0, false),
     F("--kv-lora-rank", lora, 0, false),     F("--rope-dim", rope, 0, false),
+    F("--attn-chunk", chunk, 0, false),      F("--chunk-layers", chunk_layers, 0, false),
 };
 #undef F
 
@@ -119,7 +121,8 @@ void cmd_kv_plan_usage(FILE *out) {
         " [--budget 80GiB] [--weights-bytes N | --params N] [--disk 20GiB] [--json] [--verify]\n"
         "  --disk SIZE: tokens per tier (RAM pool, and a --kv-disk tier of SIZE)\n"
         "  shape flags (alone or overriding the file): --layers --heads --kv-heads --head-dim\n"
-        "  --head-dim-v --sliding-window W --swa-layers N --kv-lora-rank R --rope-dim R\n");
+        "  --head-dim-v --sliding-window W --swa-layers N --kv-lora-rank R --rope-dim R\n"
+        "  --attn-chunk C --chunk-layers N (llama4's chunked attention)\n");
 }
 
 /* ------------------------------------------------------------- inputs -- */
@@ -169,6 +172,11 @@ static void apply_overrides(const plan_args *a, kv_plan_model *m) {
         m->n_swa_layers = m->n_layers;
     if (a->window == 0) m->n_swa_layers = 0;
     set_if(a->swa_layers, &m->n_swa_layers);
+    set_if(a->chunk, &m->attn_chunk);
+    if (a->chunk > 0 && a->chunk_layers == UNSET && m->n_chunk_layers == 0)
+        m->n_chunk_layers = m->n_layers - m->n_swa_layers;
+    if (a->chunk == 0) m->n_chunk_layers = 0;
+    set_if(a->chunk_layers, &m->n_chunk_layers);
 }
 
 static bool load_model(const cli_opts *o, const plan_args *a, kv_plan_model *m) {
@@ -246,11 +254,12 @@ static int verify_groups(const cli_opts *o, const kv_plan_model *m, const kv_pla
         kv_plan_group planner = groups[0]; /* K/V types and block size are the request's */
         n = model_kv_n_groups(mod);
         for (int g = 0; g < n; g++) {
-            int32_t window = 0;
+            kv_attn a = {0, 0};
             kv_pool_config c = planner.cfg;
-            model_kv_group_shape(mod, g, &c, &window);
+            model_kv_group_shape(mod, g, &c, &a);
             groups[g].cfg = c;
-            groups[g].window = window;
+            groups[g].window = a.window;
+            groups[g].chunk = a.chunk;
         }
         v->engine_shape = true;
     } else {
@@ -263,23 +272,27 @@ static int verify_groups(const cli_opts *o, const kv_plan_model *m, const kv_pla
     return n;
 }
 
-/* The planner's figures for each measured group, matched by window; false when
- * the engine has a group the planner does not (or not the same window). */
+/* The planner's figures for each measured group, matched by window and chunk;
+ * false when the engine has a group the planner does not (or not the same rule). */
 static bool match_groups(const kv_plan_model *m, const kv_plan_request *r, verify_result *v) {
     const kv_plan *p = &v->planned;
     int64_t B = r->concurrency;
-    bool ok = true, seen_full = false, seen_swa = false;
+    bool ok = true, seen[3] = {false, false, false}; /* full, sliding, chunked */
     for (int g = 0; g < v->measured.n_groups; g++) {
         const kv_plan_measured_group *mg = &v->measured.group[g];
-        bool swa = mg->window > 0;
-        v->planned_block_bytes[g] = swa ? p->swa_block_bytes : p->block_bytes;
-        v->planned_peak_blocks[g] = (swa ? p->swa_blocks_per_seq : p->blocks_per_seq) * B;
-        v->planned_end_blocks[g] = (swa ? p->swa_blocks_held : p->blocks_per_seq) * B;
-        if (swa && (m->n_swa_layers == 0 || mg->window != m->sliding_window)) ok = false;
-        if (!swa && m->n_swa_layers == m->n_layers) ok = false;
-        *(swa ? &seen_swa : &seen_full) = true;
+        int k = mg->window > 0 ? 1 : mg->chunk > 0 ? 2 : 0;
+        const uint64_t bb[3] = {p->block_bytes, p->swa_block_bytes, p->chunk_block_bytes};
+        const int64_t peak[3] = {p->blocks_per_seq, p->swa_blocks_per_seq, p->chunk_blocks_per_seq};
+        const int64_t end[3] = {p->blocks_per_seq, p->swa_blocks_held, p->chunk_blocks_held};
+        v->planned_block_bytes[g] = bb[k];
+        v->planned_peak_blocks[g] = peak[k] * B;
+        v->planned_end_blocks[g] = end[k] * B;
+        if (k == 1 && (mg->window != m->sliding_window || mg->chunk)) ok = false;
+        if (k == 2 && mg->chunk != m->attn_chunk) ok = false;
+        seen[k] = true;
     }
-    if (seen_full != (m->n_layers > m->n_swa_layers) || seen_swa != (m->n_swa_layers > 0))
+    if (seen[0] != (m->n_layers > m->n_swa_layers + m->n_chunk_layers) ||
+        seen[1] != (m->n_swa_layers > 0) || seen[2] != (m->n_chunk_layers > 0))
         ok = false;
     if (!ok) note_add(v, "the engine splits the layers into other KV groups than the planner");
     return ok;
@@ -331,6 +344,8 @@ static void json_model(cJSON *j, const kv_plan_model *m) {
     add_u64(j, "rope_dim", kv_plan_is_mla(m) ? (uint64_t)m->rope_dim : 0);
     add_u64(j, "sliding_window", (uint64_t)m->sliding_window);
     add_u64(j, "n_swa_layers", (uint64_t)m->n_swa_layers);
+    add_u64(j, "attn_chunk", (uint64_t)m->attn_chunk);
+    add_u64(j, "n_chunk_layers", (uint64_t)m->n_chunk_layers);
     add_u64(j, "n_expert", (uint64_t)m->n_expert);
     add_u64(j, "n_expert_used", (uint64_t)m->n_expert_used);
     add_u64(j, "active_weights_bytes", m->active_weights_bytes);
@@ -351,9 +366,12 @@ static void json_plan(cJSON *j, const kv_plan *p, const kv_plan_request *r) {
     add_u64(j, "blocks_per_seq", (uint64_t)p->blocks_per_seq);
     add_u64(j, "swa_block_bytes", p->swa_block_bytes);
     add_u64(j, "swa_blocks_per_seq", (uint64_t)p->swa_blocks_per_seq);
+    add_u64(j, "chunk_block_bytes", p->chunk_block_bytes);
+    add_u64(j, "chunk_blocks_per_seq", (uint64_t)p->chunk_blocks_per_seq);
     add_u64(j, "seq_allocated_bytes", p->seq_allocated_bytes);
     add_u64(j, "allocated_bytes", p->allocated_bytes);
     add_u64(j, "swa_blocks_held", (uint64_t)p->swa_blocks_held);
+    add_u64(j, "chunk_blocks_held", (uint64_t)p->chunk_blocks_held);
     add_u64(j, "seq_held_bytes", p->seq_held_bytes);
     add_u64(j, "seq_metadata_bytes", p->seq_metadata_bytes);
     add_u64(j, "metadata_bytes", p->metadata_bytes);
@@ -395,6 +413,7 @@ static cJSON *json_verify(const verify_result *v) {
         const kv_plan_measured_group *mg = &ms->group[g];
         cJSON *e = cJSON_CreateObject();
         add_u64(e, "window", (uint64_t)mg->window);
+        add_u64(e, "chunk", (uint64_t)mg->chunk);
         add_u64(e, "n_layers", (uint64_t)mg->n_layers);
         add_u64(e, "planned_block_bytes", v->planned_block_bytes[g]);
         add_u64(e, "measured_block_bytes", mg->block_bytes);
@@ -473,6 +492,9 @@ static void print_shape(const report *rp) {
     if (m->n_swa_layers)
         printf("               sliding window %lld tokens in %lld of %lld layers\n",
                (long long)m->sliding_window, (long long)m->n_swa_layers, (long long)m->n_layers);
+    if (m->n_chunk_layers)
+        printf("               chunked attention: chunks of %lld tokens in %lld of %lld layers\n",
+               (long long)m->attn_chunk, (long long)m->n_chunk_layers, (long long)m->n_layers);
     if (rp->r->split_v)
         printf("KV type        K %s, V %s, block size %lld tokens\n",
                kv_plan_dtype_name(rp->r->dtype), kv_plan_dtype_name(rp->r->dtype_v),
@@ -520,7 +542,9 @@ static void print_kv(const report *rp) {
     printf("per token      %s  (calculated)\n", FB(p->bytes_per_token));
     print_formula(rp->m, r, p);
     printf("lower bound    %s per sequence (calculated%s)\n", FB(p->seq_lower_bound_bytes),
-           rp->m->n_swa_layers ? "; sliding layers hold at most W tokens" : "");
+           rp->m->n_swa_layers     ? "; sliding layers hold at most W tokens"
+           : rp->m->n_chunk_layers ? "; chunked layers hold their current chunk"
+                                   : "");
     printf("               x %lld = %s\n", B, FB(p->lower_bound_bytes));
     const char *label = "allocated     ";
     if (p->block_bytes) {
@@ -531,11 +555,18 @@ static void print_kv(const report *rp) {
     if (p->swa_block_bytes)
         printf("%s %s sliding-layer blocks x %s per sequence (window + block rounding)\n", label,
                GR(p->swa_blocks_per_seq), FB(p->swa_block_bytes));
+    if (p->chunk_block_bytes)
+        printf("%s %s chunked-layer blocks x %s per sequence (one chunk + block rounding)\n", label,
+               GR(p->chunk_blocks_per_seq), FB(p->chunk_block_bytes));
     printf("               = %s per sequence; x %lld = %s\n", FB(p->seq_allocated_bytes), B,
            FB(p->allocated_bytes));
     printf("               allocated - lower bound: %s (unfilled block tails%s)\n",
            FB(p->allocated_bytes - p->lower_bound_bytes),
            rp->m->n_swa_layers ? ", window not block-aligned" : "");
+    if (rp->m->n_chunk_layers)
+        printf("               (chunked layers are a KV group of their own; with all %s tokens "
+               "written it holds %s chunked-layer blocks: %s per sequence)\n",
+               GR(r->context), GR(p->chunk_blocks_held), FB(p->seq_held_bytes));
     if (rp->m->n_swa_layers) {
         printf(
             "               (sliding layers are a KV group of their own, as in kvllm's engine: the "
@@ -589,6 +620,9 @@ static void print_verify(const verify_result *v) {
         if (mg->window)
             printf("  group %d: %d sliding layers, window %lld\n", g, mg->n_layers,
                    (long long)mg->window);
+        else if (mg->chunk)
+            printf("  group %d: %d chunked layers, chunks of %lld\n", g, mg->n_layers,
+                   (long long)mg->chunk);
         else printf("  group %d: %d full-attention layers\n", g, mg->n_layers);
         printf("    block bytes   planned %llu, measured %llu\n",
                (unsigned long long)v->planned_block_bytes[g], (unsigned long long)mg->block_bytes);
@@ -617,9 +651,9 @@ static void print_tiers(const report *rp, uint64_t disk) {
     const kv_plan *p = rp->p;
     const int64_t bs = rp->r->block_size;
     printf("\ntiers (prefix cache, full blocks of %lld tokens)\n", (long long)bs);
-    if (p->swa_block_bytes || !p->block_bytes) {
-        printf("  disk           none: the disk tier needs the prefix cache, which sliding-window "
-               "models lack\n");
+    if (p->swa_block_bytes || p->chunk_block_bytes || !p->block_bytes) {
+        printf("  disk           none: the disk tier needs the prefix cache and one KV group, "
+               "which sliding-window and chunked-attention models lack\n");
         return;
     }
     uint64_t ram = p->allocated_bytes;
@@ -654,7 +688,8 @@ static bool parse_args(int argc, char **argv, cli_opts *o, plan_args *a) {
     memset(a, 0, sizeof *a);
     int64_t *ints[] = {&a->context, &a->concurrency, &a->params,   &a->layers,
                        &a->heads,   &a->kv_heads,    &a->head_dim, &a->head_dim_v,
-                       &a->window,  &a->swa_layers,  &a->lora,     &a->rope};
+                       &a->window,  &a->swa_layers,  &a->lora,     &a->rope,
+                       &a->chunk,   &a->chunk_layers};
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) *ints[i] = UNSET;
     a->dtype = a->dtype_v = UNSET;
     if (!cli_parse_ex(argc, argv, o, extra_flag, a)) {

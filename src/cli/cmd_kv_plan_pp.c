@@ -16,10 +16,10 @@ bool kv_plan_print_pp(const cli_opts *o, const kv_plan_model *m, const kv_plan_r
                       const char *gguf_path, cJSON *json) {
     const int n = o->pp;
     int first[PP_MAX_RANKS], end[PP_MAX_RANKS];
-    int64_t bytes[PP_MAX_RANKS], swa[PP_MAX_RANKS] = {0};
+    int64_t bytes[PP_MAX_RANKS], swa[PP_MAX_RANKS] = {0}, chunk[PP_MAX_RANKS] = {0};
     kvl_error err = {{0}};
     bool exact = false;
-    if (gguf_path) { /* the file's own split, by bytes, and which layers slide */
+    if (gguf_path) { /* the file's own split, by bytes, and which layers slide or chunk */
         gguf_file *f = gguf_open(gguf_path, &err);
         model_hparams hp;
         bool ok = f && pp_split_bytes(f, n, o->pp_layers, first, end, bytes, &err) &&
@@ -29,6 +29,7 @@ bool kv_plan_print_pp(const cli_opts *o, const kv_plan_model *m, const kv_plan_r
                 int64_t dk, dv, w;
                 model_hparams_layer_kv(&hp, il, &dk, &dv, &w);
                 swa[k] += w > 0;
+                chunk[k] += hp.chunk_layers[il] != 0;
             }
         gguf_close(f);
         if (!ok) {
@@ -46,6 +47,8 @@ bool kv_plan_print_pp(const cli_opts *o, const kv_plan_model *m, const kv_plan_r
             bytes[k] = (int64_t)((double)r->weights_bytes * (double)lk / (double)m->n_layers);
             swa[k] = (m->n_swa_layers * end[k]) / m->n_layers -
                      (m->n_swa_layers * first[k]) / m->n_layers;
+            chunk[k] = (m->n_chunk_layers * end[k]) / m->n_layers -
+                       (m->n_chunk_layers * first[k]) / m->n_layers;
         }
     }
     cJSON *ranks = NULL;
@@ -66,6 +69,7 @@ bool kv_plan_print_pp(const cli_opts *o, const kv_plan_model *m, const kv_plan_r
         kv_plan_model mk = *m;
         mk.n_layers = end[k] - first[k];
         mk.n_swa_layers = swa[k];
+        mk.n_chunk_layers = chunk[k];
         kv_plan_request rk = *r;
         rk.weights_bytes = (uint64_t)bytes[k];
         kv_plan pk;

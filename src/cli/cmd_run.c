@@ -92,6 +92,7 @@ static void report(const run_state *st, const engine *e, const cli_opts *o) {
         for (int g = 0; g < s->n_kv_groups; g++) {
             cJSON *jg = cJSON_CreateObject();
             cJSON_AddNumberToObject(jg, "window", s->kv_group_window[g]);
+            cJSON_AddNumberToObject(jg, "chunk", s->kv_group_chunk[g]);
             cJSON_AddNumberToObject(jg, "blocks", (double)s->kv_group[g].blocks);
             cJSON_AddNumberToObject(jg, "lower_bound_bytes",
                                     (double)s->kv_group[g].lower_bound_bytes);

@@ -247,8 +247,7 @@ static size_t block_bytes(model *m, model *draft, const engine_config *ec) {
     for (int i = 0; i < (draft ? 2 : 1); i++)
         for (int g = 0; g < model_kv_n_groups(i ? draft : m); g++) {
             kv_pool_config kc;
-            int32_t window;
-            model_kv_group_shape(i ? draft : m, g, &kc, &window);
+            model_kv_group_shape(i ? draft : m, g, &kc, NULL);
             kc.block_size = ec->block_size;
             kc.dtype = ec->kv_dtype;
             kc.split_v = !i && ec->kv_dtype_v >= 0;

@@ -94,7 +94,7 @@ engine *engine_create(model *m, const tok_vocab *vocab, const engine_config *c, 
     e->n_groups = model_kv_n_groups(m);
     for (int g = 0; g < e->n_groups; g++) {
         kv_pool_config kc;
-        model_kv_group_shape(m, g, &kc, &e->window[g]);
+        model_kv_group_shape(m, g, &kc, &e->attn[g]);
         kc.block_size = e->cfg.block_size;
         kc.dtype = e->cfg.kv_dtype;
         kc.split_v = e->cfg.kv_dtype_v >= 0;
@@ -103,10 +103,24 @@ engine *engine_create(model *m, const tok_vocab *vocab, const engine_config *c, 
         e->kv[g] = kv_pool_create(&kc, err);
         if (!e->kv[g]) goto fail;
     }
-    /* Sliding-window blocks are dropped as they leave the window, so a chain of
-     * full blocks cannot be rebuilt from them: prefix caching needs one full-attention group. */
+    /* Prefix caching: every group commits its blocks to its own pool's cache
+     * under the same chain of hashes. A chunked group drops its earlier
+     * chunks' blocks, but a hit needs only those of the chunk it resumes in
+     * (kv_prefix_match_tail; none at a multiple of the chunk), so a hit never
+     * relies on a dropped block. Sliding-window blocks leave one at a time
+     * and a window rarely finds its run cached: no prefix cache with one. At
+     * most one dropping group (so one hit length suits all groups). */
+    int n_limited = 0;
+    bool windowed = false;
+    e->prefix_group = 0;
+    for (int g = e->n_groups - 1; g >= 0; g--) {
+        n_limited += kv_attn_limited(e->attn[g]);
+        windowed = windowed || e->attn[g].window > 0;
+        if (!kv_attn_limited(e->attn[g])) e->prefix_group = g;
+    }
     e->prefix_cache =
-        e->cfg.prefix_cache && !e->cfg.no_kv_cache && e->n_groups == 1 && e->window[0] == 0;
+        e->cfg.prefix_cache && !e->cfg.no_kv_cache && !windowed && n_limited <= 1 &&
+        !(n_limited && e->cfg.keep_unattended_kv); /* the whole-KV path: no partial tables */
     if (e->cfg.spec != ENGINE_SPEC_OFF &&
         (e->cfg.spec_k < 1 || e->cfg.spec_k > ENGINE_SPEC_MAX_K || e->cfg.spec_ngram < 1 ||
          e->cfg.spec_ngram > ENGINE_SPEC_MAX_NGRAM || e->cfg.spec_max_batch < 2)) {
@@ -136,9 +150,9 @@ engine *engine_create(model *m, const tok_vocab *vocab, const engine_config *c, 
     }
     e->cfg.kv_disk = NULL; /* the caller's config is not kept */
     if (c->kv_disk) {
-        if (!e->prefix_cache) {
-            kvl_fail(err, "engine: the KV disk tier needs the prefix cache (on, a KV cache, and no "
-                          "sliding-window layers)");
+        if (!e->prefix_cache || e->n_groups != 1) {
+            kvl_fail(err, "engine: the KV disk tier needs the prefix cache (on, a KV cache) and "
+                          "one KV group (no sliding-window or chunked-attention layers)");
             goto fail;
         }
         if (!(e->disk = kv_disk_open(c->kv_disk, e->kv[0], err))) goto fail;
@@ -389,15 +403,16 @@ static void consume_text(seq *s, size_t n) {
     if (s->text) s->text[s->text_len] = 0;
 }
 
-/* KV held by a sequence over all groups; a sliding group's lower bound counts
- * only the window it must keep. */
+/* KV held by a sequence over all groups; a sliding or chunked group's lower
+ * bound counts only the positions its last token attends to (kv_attn_kept). */
 static kv_usage seq_usage(const engine *e, seq *s) {
     kv_usage u = {.tokens = s->n_computed};
     s->stats.n_kv_groups = e->n_groups;
     for (int g = 0; g < e->n_groups; g++) {
         s->stats.kv_group[g] =
-            kv_seq_usage(e->kv[g], &s->kv[g], kv_window_kept(s->n_computed, e->window[g]));
-        s->stats.kv_group_window[g] = e->window[g];
+            kv_seq_usage(e->kv[g], &s->kv[g], kv_attn_kept(e->attn[g], s->n_computed));
+        s->stats.kv_group_window[g] = e->attn[g].window;
+        s->stats.kv_group_chunk[g] = e->attn[g].chunk;
         kv_usage_add(&u, &s->stats.kv_group[g]);
     }
     return u;
@@ -664,7 +679,7 @@ static bool view_add_seq(const engine *e, engine_view *v, const seq *s) {
                    ? ENGINE_PHASE_PREFILLING
                    : ENGINE_PHASE_DECODING;
     for (int g = 0; g < e->n_groups; g++) {
-        kv_usage u = kv_seq_usage(e->kv[g], &s->kv[g], kv_window_kept(s->n_computed, e->window[g]));
+        kv_usage u = kv_seq_usage(e->kv[g], &s->kv[g], kv_attn_kept(e->attn[g], s->n_computed));
         kv_usage_add(&o->kv, &u);
         const kv_seq *k = &s->kv[g];
         if (!kvl_grow((void **)&v->tables, &v->cap_tables, (size_t)(v->n_tables + k->n_blocks),
@@ -685,7 +700,8 @@ bool engine_view_take(const engine *e, engine_view *v, uint64_t events_since) {
     v->prefix_cache = e->prefix_cache;
     v->block_size = e->cfg.block_size;
     for (int g = 0; g < e->n_groups; g++) {
-        v->window[g] = e->window[g];
+        v->window[g] = e->attn[g].window;
+        v->chunk[g] = e->attn[g].chunk;
         v->block_bytes[g] = kv_pool_block_bytes(e->kv[g]);
         v->n_evicted[g] = kv_pool_n_evicted(e->kv[g]);
         kv_pool_snapshot(e->kv[g], v->blocks[g]);

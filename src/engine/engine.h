@@ -36,9 +36,10 @@ typedef struct engine_req_stats {
     double t_scheduled;                    /* first step that computed any of it (0: never) */
     double t_prefill_s;                    /* time in steps until the first token */
     kv_usage kv;                           /* at the end, before the blocks were freed */
-    int n_kv_groups;                       /* per KV group (full / sliding-window layers): */
+    int n_kv_groups; /* per KV group (full / sliding-window / chunked layers): */
     kv_usage kv_group[MODEL_MAX_KV_GROUPS];
     int32_t kv_group_window[MODEL_MAX_KV_GROUPS];
+    int32_t kv_group_chunk[MODEL_MAX_KV_GROUPS];
 } engine_req_stats;
 
 typedef struct engine_event {
@@ -123,6 +124,9 @@ typedef struct engine_config {
     int max_seqs;             /* running sequences at most */
     bool no_kv_cache;         /* recompute the whole prefix at every step */
     bool prefix_cache;        /* share full blocks of identical prefixes (default on) */
+    bool keep_unattended_kv;  /* keep the blocks no later token attends to (out of a sliding
+                                 window or an earlier attention chunk) instead of dropping
+                                 them: the whole-KV path, for tests that compare the two */
     /* Speculative decoding (spec.h): a decoding sequence proposes up to spec_k
      * tokens and one forward verifies them with its last token; the output is
      * exactly what plain decoding gives (same ids, greedy or sampled with the
@@ -178,10 +182,11 @@ bool engine_step(engine *e, kvl_error *err);
  * blocks a later step still has to take back. */
 bool engine_has_work(const engine *e);
 
-/* KV group 0's pool (the only one unless the model has sliding-window layers). */
+/* KV group 0's pool (the only one unless the model has sliding-window or chunked layers). */
 kv_pool *engine_kv(engine *e);
 int engine_kv_n_groups(const engine *e);
-/* Whether prefix caching is on (asked for, and the model has no sliding-window group). */
+/* Whether prefix caching is on (asked for, and the model has no sliding-window group and at
+ * most one chunked one). */
 bool engine_prefix_cache_enabled(const engine *e);
 kv_pool *engine_kv_group(engine *e, int group);
 const engine_config *engine_cfg(const engine *e);
@@ -282,14 +287,15 @@ typedef struct engine_view {
     bool prefix_cache;
     int n_groups, block_size;
     int64_t n_blocks;                    /* per pool */
-    int32_t window[MODEL_MAX_KV_GROUPS]; /* 0: full attention */
+    int32_t window[MODEL_MAX_KV_GROUPS]; /* 0: no sliding window */
+    int32_t chunk[MODEL_MAX_KV_GROUPS];  /* 0: no attention chunks */
     size_t block_bytes[MODEL_MAX_KV_GROUPS];
     int64_t n_evicted[MODEL_MAX_KV_GROUPS];
     kv_block_info *blocks[MODEL_MAX_KV_GROUPS]; /* n_blocks each */
     engine_seq_view *seqs;
     int n_seqs;
     size_t cap_seqs;
-    int32_t *tables; /* block ids, -1: dropped (sliding window) */
+    int32_t *tables; /* block ids, -1: dropped (out of the window or chunk) */
     int64_t n_tables;
     size_t cap_tables;
     int64_t prefix_lookups, prefix_hits; /* admissions that looked up / found cached blocks */

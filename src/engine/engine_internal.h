@@ -67,10 +67,12 @@ struct engine {
     model *m;
     const tok_vocab *vocab;
     engine_config cfg;
-    kv_pool *kv[MODEL_MAX_KV_GROUPS]; /* one pool per KV group (full / sliding layers) */
-    int32_t window[MODEL_MAX_KV_GROUPS];
+    kv_pool *kv[MODEL_MAX_KV_GROUPS];  /* one pool per KV group (full / sliding / chunked) */
+    kv_attn attn[MODEL_MAX_KV_GROUPS]; /* each group's rule: its blocks are dropped by it */
     int n_groups;
     bool prefix_cache;     /* enabled and possible for this model */
+    int prefix_group;      /* the group whose chain the scheduler probes (a full-attention
+                              one where there is one) */
     bool spec;             /* speculative decoding enabled and possible */
     int64_t spec_left;     /* draft tokens still allowed this step */
     spec_drafter *drafter; /* ENGINE_SPEC_DRAFT */

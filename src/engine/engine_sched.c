@@ -24,6 +24,28 @@ void eng_seq_forget_kv(engine *e, seq *s) {
     s->n_computed = 0;
 }
 
+/* The longest prefix every group can resume from, attached: n tokens whose
+ * full-attention groups hold all their blocks and whose chunked group (at most
+ * one) the blocks a token at n attends to. The full groups are probed first,
+ * so a chunked group that holds less makes them attach less. */
+static int64_t prefix_match_groups(engine *e, seq *s, int64_t n) {
+    for (int g = 0; g < e->n_groups; g++)
+        if (!kv_attn_limited(e->attn[g])) {
+            int64_t h = kv_prefix_probe(e->kv[g], s->kv[g].chain_root, s->tokens, n);
+            n = h < n ? h : n;
+        }
+    for (int g = 0; g < e->n_groups; g++)
+        if (kv_attn_limited(e->attn[g]))
+            n = kv_prefix_match_tail(e->kv[g], &s->kv[g], s->tokens, n, e->attn[g]);
+    bool ok = true;
+    for (int g = 0; g < e->n_groups; g++)
+        if (!kv_attn_limited(e->attn[g]))
+            ok = kv_prefix_match(e->kv[g], &s->kv[g], s->tokens, n) == n && ok;
+    if (ok) return n;
+    for (int g = 0; g < e->n_groups; g++) kv_seq_release(e->kv[g], &s->kv[g]); /* out of memory */
+    return 0;
+}
+
 /* Attaches the longest cached prefix of full blocks to a sequence about to be
  * admitted. The last token is never taken from the cache: its logits are needed.
  * False while blocks of it are being read from the disk tier (the sequence
@@ -37,7 +59,7 @@ bool eng_prefix_attach(engine *e, seq *s) {
         if (s->load) return false;
         s->n_computed = have;
     } else {
-        s->n_computed = kv_prefix_match(e->kv[0], &s->kv[0], s->tokens, s->n_tokens - 1);
+        s->n_computed = prefix_match_groups(e, s, s->n_tokens - 1);
     }
     e->metrics.prefix_cache_queries += s->n_tokens;
     e->metrics.prefix_cache_hits += s->n_computed;
@@ -67,7 +89,8 @@ static void running_add(engine *e, seq *s) {
 
 /* Prompt tokens of s the RAM prefix cache holds now (nothing attached). */
 static int64_t cached_prefix(const engine *e, const seq *s) {
-    return kv_prefix_probe(e->kv[0], s->kv[0].chain_root, s->tokens, s->n_tokens - 1);
+    const int g = e->prefix_group;
+    return kv_prefix_probe(e->kv[g], s->kv[g].chain_root, s->tokens, s->n_tokens - 1);
 }
 
 /* The link of the waiting sequence to admit next (NULL: none waits). An
@@ -142,9 +165,12 @@ static int64_t reserve_chunk(engine *e, seq *s, int64_t budget) {
     if (n <= 0) return 0;
     int64_t before[MODEL_MAX_KV_GROUPS];
     for (int g = 0; g < e->n_groups; g++) {
-        /* A sliding group keeps only what the next token's window can see. */
+        /* A sliding or chunked group keeps only what the next token can see
+         * (later tokens of this chunk see no less: kv_attn_first never decreases). */
         int64_t dropped =
-            kv_seq_drop_outside_window(e->kv[g], &s->kv[g], s->n_computed, e->window[g]);
+            e->cfg.keep_unattended_kv
+                ? 0
+                : kv_seq_drop_unattended(e->kv[g], &s->kv[g], s->n_computed, e->attn[g]);
         if (dropped > 0) ev_ring_push(e->events, ENGINE_EV_WINDOW_RELEASE, s->id, dropped, g);
         before[g] = s->kv[g].n_blocks;
         if (!kv_seq_reserve(e->kv[g], &s->kv[g], s->n_computed + n)) {
@@ -187,7 +213,7 @@ static bool leader_prefilling(const engine *e, const seq *s) {
     for (int i = 0; i < e->n_running; i++) {
         const seq *l = e->running[i];
         if (l->id == s->req.prefix_leader)
-            return l->kv[0].n_hashed < want && l->n_computed < l->n_prompt;
+            return l->kv[e->prefix_group].n_hashed < want && l->n_computed < l->n_prompt;
     }
     return false; /* finished, or queued behind s (after a preemption): do not wait */
 }
@@ -356,7 +382,7 @@ void eng_plan_step(engine *e, step_plan *p) {
             e->events->prefix_hits += s->n_computed > 0;
             if (s->n_computed > 0)
                 ev_ring_push(e->events, ENGINE_EV_PREFIX_HIT, s->id, s->n_computed,
-                             s->kv[0].n_blocks);
+                             s->kv[e->prefix_group].n_blocks);
         }
         ev_ring_push(e->events, ENGINE_EV_ADMIT, s->id, n, s->n_computed);
         plan_add(e, p, s, n);

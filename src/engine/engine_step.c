@@ -81,7 +81,8 @@ static void finish_drafts(engine *e, seq *s) {
         if (held < s->n_computed)
             s->n_computed = held; /* cannot happen: commits cover accepted tokens only */
     }
-    if (e->prefix_cache) kv_prefix_commit(e->kv[0], &s->kv[0], s->tokens, s->n_computed);
+    for (int g = 0; e->prefix_cache && g < e->n_groups; g++)
+        kv_prefix_commit(e->kv[g], &s->kv[g], s->tokens, s->n_computed);
     if (e->drafter) spec_drafter_rollback(e->drafter, &s->dseq, s->n_computed);
 }
 
@@ -104,7 +105,8 @@ static void step_done(engine *e, const step_plan *p) {
         for (int64_t t = 0; t < p->n_tokens; t++)
             if (e->b->seq[t] == si) s->n_computed++;
         s->n_computed -= s->n_draft; /* drafts count once accepted (sample_outputs) */
-        if (e->prefix_cache) kv_prefix_commit(e->kv[0], &s->kv[0], s->tokens, s->n_computed);
+        for (int g = 0; e->prefix_cache && g < e->n_groups; g++)
+            kv_prefix_commit(e->kv[g], &s->kv[g], s->tokens, s->n_computed);
     }
     sample_outputs(e, p);
     if (e->spec)

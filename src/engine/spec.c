@@ -170,7 +170,7 @@ enum { DRAFT_CHUNK = 256 }; /* tokens per catch-up forward */
 struct spec_drafter {
     model *m;
     kv_pool *kv[MODEL_MAX_KV_GROUPS];
-    int32_t window[MODEL_MAX_KV_GROUPS];
+    kv_attn attn[MODEL_MAX_KV_GROUPS];
     int n_groups;
     /* one forward's batch, grown to the most sequences drafted together */
     int cap_seqs;
@@ -192,7 +192,7 @@ spec_drafter *spec_drafter_create(model *draft, int block_size, int kv_dtype, in
     d->n_groups = model_kv_n_groups(draft);
     for (int g = 0; g < d->n_groups; g++) {
         kv_pool_config kc;
-        model_kv_group_shape(draft, g, &kc, &d->window[g]);
+        model_kv_group_shape(draft, g, &kc, &d->attn[g]);
         kc.block_size = block_size;
         kc.dtype = kv_dtype;
         kc.split_v = false;
@@ -253,7 +253,7 @@ int spec_drafter_reserve(spec_drafter *d, spec_dseq *ds, int64_t n, int k) {
     /* tables cover the n - 1 + k positions drafting computes, all groups or none */
     int64_t before[MODEL_MAX_KV_GROUPS];
     for (int g = 0; g < d->n_groups; g++) {
-        kv_seq_drop_outside_window(d->kv[g], &ds->kv[g], ds->n_computed, d->window[g]);
+        kv_seq_drop_unattended(d->kv[g], &ds->kv[g], ds->n_computed, d->attn[g]);
         before[g] = ds->kv[g].n_blocks;
         if (!kv_seq_reserve(d->kv[g], &ds->kv[g], n + k - 1)) {
             for (int h = 0; h < g; h++) kv_seq_truncate(d->kv[h], &ds->kv[h], before[h]);
@@ -319,7 +319,7 @@ bool spec_drafter_run(spec_drafter *d, spec_draft_job *jobs, int n_jobs, kvl_err
             if (jobs[j].k <= 0 || t0 >= n) continue;
             const int64_t cnt = n - t0 < DRAFT_CHUNK - nt ? n - t0 : DRAFT_CHUNK - nt;
             for (int g = 0; g < d->n_groups; g++)
-                kv_seq_drop_outside_window(d->kv[g], &ds->kv[g], t0, d->window[g]);
+                kv_seq_drop_unattended(d->kv[g], &ds->kv[g], t0, d->attn[g]);
             const int si = batch_seq(d, &n_seqs, &jobs[j]);
             for (int64_t i = 0; i < cnt; i++, nt++) {
                 d->tokens[nt] = jobs[j].toks[t0 + i];

@@ -301,6 +301,51 @@ int64_t kv_prefix_match(kv_pool *p, kv_seq *s, const int32_t *tokens, int64_t n_
     return s->n_hashed * bs;
 }
 
+static bool seq_grow(kv_seq *s, int64_t want);
+
+int64_t kv_prefix_match_tail(kv_pool *p, kv_seq *s, const int32_t *tokens, int64_t n_tokens,
+                             kv_attn a) {
+    const int bs = p->cfg.block_size;
+    if (s->n_blocks != 0) return s->n_hashed * bs;
+    const int64_t K = n_tokens / bs;
+    /* each full block's chain hash and cached block (-1: not cached) */
+    uint64_t *hash = malloc((size_t)(K + 1) * sizeof *hash);
+    int32_t *found = malloc((size_t)(K + 1) * sizeof *found);
+    if (!hash || !found || !seq_grow(s, K)) {
+        free(hash);
+        free(found);
+        return 0;
+    }
+    uint64_t parent = s->chain_root;
+    for (int64_t k = 0; k < K; k++) {
+        hash[k] = p->block_hash(parent, tokens + k * bs, bs);
+        found[k] = prefix_find(p, hash[k], parent, tokens + k * bs);
+        parent = hash[k];
+    }
+    /* the largest k whose needed blocks [first / bs, k) are all cached */
+    int64_t k = K, lo = 0;
+    for (; k > 0; k--) {
+        lo = kv_attn_first(a, k * bs) / bs;
+        int64_t j = k;
+        while (j > lo && found[j - 1] >= 0) j--;
+        if (j == lo) break;
+    }
+    if (k == 0) lo = 0;
+    for (int64_t j = 0; j < k; j++) {
+        int32_t b = j < lo ? -1 : found[j];
+        if (b >= 0) {
+            if (p->refcount[b] == 0) lru_remove(p, b); /* revived */
+            p->refcount[b]++;
+        }
+        s->blocks[j] = b;
+    }
+    s->n_blocks = s->n_hashed = k;
+    s->chain_hash = k > 0 ? hash[k - 1] : s->chain_root;
+    free(hash);
+    free(found);
+    return k * bs;
+}
+
 int64_t kv_prefix_probe(const kv_pool *p, uint64_t root, const int32_t *tokens, int64_t n_tokens) {
     const int bs = p->cfg.block_size;
     uint64_t parent = root;
@@ -537,12 +582,12 @@ int64_t kv_seq_drop_before(kv_pool *p, kv_seq *s, int64_t first_pos) {
     return freed;
 }
 
-int64_t kv_seq_drop_outside_window(kv_pool *p, kv_seq *s, int64_t next_pos, int64_t window) {
-    return window > 0 ? kv_seq_drop_before(p, s, kv_window_first(next_pos, window)) : 0;
+int64_t kv_seq_drop_unattended(kv_pool *p, kv_seq *s, int64_t next_pos, kv_attn a) {
+    return kv_attn_limited(a) ? kv_seq_drop_before(p, s, kv_attn_first(a, next_pos)) : 0;
 }
 
-int64_t kv_seq_window_missing(const kv_pool *p, const kv_seq *s, int64_t pos, int64_t window) {
-    const int64_t bs = p->cfg.block_size, first = kv_window_first(pos, window);
+int64_t kv_seq_attn_missing(const kv_pool *p, const kv_seq *s, int64_t pos, kv_attn a) {
+    const int64_t bs = p->cfg.block_size, first = kv_attn_first(a, pos);
     for (int64_t b = first / bs; b <= pos / bs; b++)
         if (b >= s->n_blocks || s->blocks[b] < 0) return b * bs > first ? b * bs : first;
     return -1;

@@ -155,6 +155,14 @@ void kv_seq_set_cache_salt(kv_seq *s, const char *salt);
  * chain (an empty one, typically); otherwise, and on out of memory, attaches
  * nothing more. */
 int64_t kv_prefix_match(kv_pool *p, kv_seq *s, const int32_t *tokens, int64_t n_tokens);
+/* kv_prefix_match for a group that drops the blocks no later token attends to
+ * (rule a, kv_attn_limited; declared with the rule below): the longest n, a
+ * multiple of block_size up to n_tokens, for which the cache holds every block
+ * the token at n attends to, [kv_attn_first(a, n), n); those are attached
+ * (entries before them are -1, as if dropped) and the chain covers n tokens.
+ * A chunked group needs none at a multiple of the chunk, so n is never below
+ * the last such multiple. Only on an empty table (else its chain, unchanged);
+ * 0 on out of memory. */
 /* Tokens of tokens[0..n_tokens) whose full blocks the cache holds now, for a
  * chain rooted at root (kv_seq.chain_root); attaches nothing. */
 int64_t kv_prefix_probe(const kv_pool *p, uint64_t root, const int32_t *tokens, int64_t n_tokens);
@@ -181,36 +189,52 @@ void kv_seq_truncate(kv_pool *p, kv_seq *s, int64_t n_blocks);
  * back into a hashed block drops it too (its cached contents stay valid), so the
  * result is the positions still held: n_tokens, or less in that case. */
 int64_t kv_seq_truncate_tokens(kv_pool *p, kv_seq *s, int64_t n_tokens);
-/* Sliding window: unrefs the blocks holding only positions < first_pos and marks
- * their table entries -1 (positions keep their indices). Returns blocks freed. */
+/* Unrefs the blocks holding only positions < first_pos and marks their table
+ * entries -1 (positions keep their indices). Returns blocks freed. */
 int64_t kv_seq_drop_before(kv_pool *p, kv_seq *s, int64_t first_pos);
-/* ---- sliding window: the one rule ----
- * A token at position pos attends to positions [kv_window_first(pos, w), pos]
- * (llama.cpp's standard SWA: position p is masked iff pos - p >= w); window 0
- * is full causal attention. The attention reads by it, the engine drops blocks
- * by it, the model checks a batch against it and the planner counts by it. */
+/* ---- what a token attends to: the one rule ----
+ * A KV group's attention rule. Sliding window (llama.cpp's standard SWA:
+ * position p is masked from pos iff pos - p >= window): a token at pos attends
+ * to [kv_window_first(pos, w), pos]. Chunked attention (llama4's rope layers;
+ * llama.cpp's LLAMA_SWA_TYPE_CHUNKED: p is masked iff p < pos / c * c): to
+ * [kv_chunk_first(pos, c), pos], the start of its chunk of c positions. Both:
+ * the later of the two firsts applies (kv_attn_first). 0 is none of either;
+ * neither is full causal attention. The attention reads by it, the engine drops
+ * blocks by it, the model checks a batch against it and the planner counts by it.
+ * Both firsts never decrease with pos, so what a token cannot see no later token
+ * sees either: a sliding group frees a block at a time as the window moves on,
+ * a chunked one all of the previous chunk's at once at each multiple of c. */
+typedef struct kv_attn {
+    int32_t window; /* 0: no sliding window */
+    int32_t chunk;  /* 0: no chunks */
+} kv_attn;
 static inline int64_t kv_window_first(int64_t pos, int64_t window) {
     return window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
 }
-/* Chunked attention (llama4's rope layers; llama.cpp's LLAMA_SWA_TYPE_CHUNKED):
- * a token at pos attends only to [kv_chunk_first(pos, c), pos], the start of its
- * chunk of c positions; c 0 is none. These layers keep their whole KV (their
- * group's window is 0, so nothing is dropped): the attention masks by this rule
- * alone. Combined with a window, the later of the two firsts applies. */
 static inline int64_t kv_chunk_first(int64_t pos, int64_t chunk) {
     return chunk > 0 ? pos / chunk * chunk : 0;
 }
-/* Positions the last of n_tokens written tokens attends to: min(n_tokens, w). */
-static inline int64_t kv_window_kept(int64_t n_tokens, int64_t window) {
-    return n_tokens > 0 ? n_tokens - kv_window_first(n_tokens - 1, window) : 0;
+/* The first position a token at pos attends to under rule a. */
+static inline int64_t kv_attn_first(kv_attn a, int64_t pos) {
+    const int64_t w = kv_window_first(pos, a.window), c = kv_chunk_first(pos, a.chunk);
+    return w > c ? w : c;
+}
+/* Whether the rule ever hides a position (else full causal: nothing is dropped). */
+static inline bool kv_attn_limited(kv_attn a) { return a.window > 0 || a.chunk > 0; }
+/* Positions the last of n_tokens written tokens attends to (sliding window w
+ * alone: min(n_tokens, w)). */
+static inline int64_t kv_attn_kept(kv_attn a, int64_t n_tokens) {
+    return n_tokens > 0 ? n_tokens - kv_attn_first(a, n_tokens - 1) : 0;
 }
 /* Drops the blocks no token at next_pos or later can attend to: those holding
- * only positions before kv_window_first(next_pos, window) (kv_seq_drop_before).
- * Nothing with window 0. Returns blocks freed. */
-int64_t kv_seq_drop_outside_window(kv_pool *p, kv_seq *s, int64_t next_pos, int64_t window);
-/* The first position the token at pos attends to whose block the table does
- * not hold (beyond it, or dropped), or -1 when it holds them all. */
-int64_t kv_seq_window_missing(const kv_pool *p, const kv_seq *s, int64_t pos, int64_t window);
+ * only positions before kv_attn_first(a, next_pos) (kv_seq_drop_before).
+ * Nothing under full attention. Returns blocks freed. */
+int64_t kv_seq_drop_unattended(kv_pool *p, kv_seq *s, int64_t next_pos, kv_attn a);
+int64_t kv_prefix_match_tail(kv_pool *p, kv_seq *s, const int32_t *tokens, int64_t n_tokens,
+                             kv_attn a);
+/* The first position the token at pos attends to under a whose block the table
+ * does not hold (beyond it, or dropped), or -1 when it holds them all. */
+int64_t kv_seq_attn_missing(const kv_pool *p, const kv_seq *s, int64_t pos, kv_attn a);
 /* Blocks actually held (entries that are not -1). */
 int64_t kv_seq_n_held(const kv_seq *s);
 /* Unrefs every block and empties the table (keeps its memory and salt). */

@@ -86,6 +86,15 @@ bool kv_plan_model_check(const kv_plan_model *m, kvl_error *err) {
                         (long long)m->n_layers);
     if (m->n_swa_layers > 0 && m->sliding_window == 0)
         return kvl_fail(err, "sliding layers given without a window size");
+    if (m->attn_chunk < 0 || m->attn_chunk > INT32_MAX || m->sliding_window > INT32_MAX ||
+        !in_range(m->n_chunk_layers, 0, m->n_layers - m->n_swa_layers))
+        return kvl_fail(err,
+                        "attention chunk %lld over %lld layers (and %lld sliding) of %lld is not "
+                        "valid",
+                        (long long)m->attn_chunk, (long long)m->n_chunk_layers,
+                        (long long)m->n_swa_layers, (long long)m->n_layers);
+    if (m->n_chunk_layers > 0 && m->attn_chunk == 0)
+        return kvl_fail(err, "chunked layers given without a chunk size");
     return true;
 }
 
@@ -168,38 +177,72 @@ static int64_t swa_blocks(int64_t window, int64_t bs, int64_t full_blocks) {
     return b < full_blocks ? b : full_blocks;
 }
 
-int64_t kv_plan_swa_blocks_held(int64_t window, int64_t bs, int64_t tokens, int64_t last_chunk) {
+/* Peak blocks of a chunked group over positions [0, tokens): the most blocks
+ * the positions [k c, min((k+1) c, tokens)) of one chunk touch. A chunk's
+ * count depends only on where it starts within a block, which repeats after
+ * at most bs chunks: the first bs full chunks and the last one say it all. At
+ * most c / bs + 1 (c / bs when c is a multiple of bs: chunks start on blocks). */
+static int64_t chunk_blocks(int64_t c, int64_t bs, int64_t tokens) {
+    int64_t peak = 0, n_full = tokens / c;
+    for (int64_t k = 0; k <= n_full && k <= bs; k++) { /* chunk n_full: partial (or empty) */
+        int64_t s = k * c, e = s + c < tokens ? s + c : tokens;
+        if (e > s && (e - 1) / bs - s / bs + 1 > peak) peak = (e - 1) / bs - s / bs + 1;
+    }
+    int64_t s = n_full * c; /* the last, partial chunk */
+    if (s < tokens && (tokens - 1) / bs - s / bs + 1 > peak) peak = (tokens - 1) / bs - s / bs + 1;
+    return peak;
+}
+
+int64_t kv_plan_blocks_peak(kv_attn a, int64_t bs, int64_t tokens) {
+    if (tokens <= 0 || bs <= 0) return 0;
+    int64_t peak = ceil_div(tokens, bs), w, c;
+    if (a.window > 0 && (w = swa_blocks(a.window, bs, peak)) < peak) peak = w;
+    if (a.chunk > 0 && (c = chunk_blocks(a.chunk, bs, tokens)) < peak) peak = c;
+    return peak;
+}
+
+int64_t kv_plan_blocks_held(kv_attn a, int64_t bs, int64_t tokens, int64_t last_chunk) {
     if (tokens <= 0 || bs <= 0) return 0;
     if (last_chunk < 1) last_chunk = 1;
     if (last_chunk > tokens) last_chunk = tokens;
-    /* engine.c reserve_chunk: kv_seq_drop_outside_window(n_computed, W),
+    /* engine_sched.c reserve_chunk: kv_seq_drop_unattended(n_computed, rule),
      * n_computed being the tokens before the step; that frees blocks [0, first / bs). */
-    int64_t dropped = kv_window_first(tokens - last_chunk, window) / bs;
+    int64_t dropped = kv_attn_first(a, tokens - last_chunk) / bs;
     return ceil_div(tokens, bs) - dropped;
 }
 
 static void plan_sequence(const kv_plan_model *m, const kv_plan_request *r, kv_plan *p, bool *ovf) {
-    int64_t L = m->n_layers, S = m->n_swa_layers, T = r->context, bs = r->block_size;
+    int64_t L = m->n_layers, S = m->n_swa_layers, C = m->n_chunk_layers, T = r->context,
+            bs = r->block_size;
     uint64_t layer_tok = p->k_row_bytes + p->v_row_bytes;
     uint64_t lbb = layer_block_bytes(bs, p->k_row_bytes, p->v_row_bytes);
-    int64_t t_swa = S > 0 ? kv_window_kept(T, m->sliding_window) : T;
+    const kv_attn sw = {.window = (int32_t)m->sliding_window},
+                  ch = {.chunk = (int32_t)m->attn_chunk};
+    int64_t t_swa = S > 0 ? kv_attn_kept(sw, T) : T, t_chunk = C > 0 ? kv_attn_kept(ch, T) : T;
 
     p->bytes_per_token = mul(layer_tok, (uint64_t)L, ovf);
     p->seq_lower_bound_bytes =
-        add(mul(mul(layer_tok, (uint64_t)(L - S), ovf), (uint64_t)T, ovf),
-            mul(mul(layer_tok, (uint64_t)S, ovf), (uint64_t)t_swa, ovf), ovf);
-    p->block_bytes = mul(lbb, (uint64_t)(L - S), ovf);
+        add(add(mul(mul(layer_tok, (uint64_t)(L - S - C), ovf), (uint64_t)T, ovf),
+                mul(mul(layer_tok, (uint64_t)S, ovf), (uint64_t)t_swa, ovf), ovf),
+            mul(mul(layer_tok, (uint64_t)C, ovf), (uint64_t)t_chunk, ovf), ovf);
+    p->block_bytes = mul(lbb, (uint64_t)(L - S - C), ovf);
     p->swa_block_bytes = mul(lbb, (uint64_t)S, ovf);
+    p->chunk_block_bytes = mul(lbb, (uint64_t)C, ovf);
     p->blocks_per_seq = ceil_div(T, bs);
-    p->swa_blocks_per_seq = S > 0 ? swa_blocks(m->sliding_window, bs, p->blocks_per_seq) : 0;
-    p->swa_blocks_held = S > 0 ? kv_plan_swa_blocks_held(m->sliding_window, bs, T, 1) : 0;
+    p->swa_blocks_per_seq = S > 0 ? kv_plan_blocks_peak(sw, bs, T) : 0;
+    p->swa_blocks_held = S > 0 ? kv_plan_blocks_held(sw, bs, T, 1) : 0;
+    p->chunk_blocks_per_seq = C > 0 ? kv_plan_blocks_peak(ch, bs, T) : 0;
+    p->chunk_blocks_held = C > 0 ? kv_plan_blocks_held(ch, bs, T, 1) : 0;
     uint64_t full = mul(p->block_bytes, (uint64_t)p->blocks_per_seq, ovf);
     p->seq_allocated_bytes =
-        add(full, mul(p->swa_block_bytes, (uint64_t)p->swa_blocks_per_seq, ovf), ovf);
-    p->seq_held_bytes = add(full, mul(p->swa_block_bytes, (uint64_t)p->swa_blocks_held, ovf), ovf);
-    /* Each group's block table covers every position (a sliding group's dropped
-     * blocks stay as -1 entries: positions keep their indices). */
-    int64_t groups = (L - S > 0) + (S > 0);
+        add(add(full, mul(p->swa_block_bytes, (uint64_t)p->swa_blocks_per_seq, ovf), ovf),
+            mul(p->chunk_block_bytes, (uint64_t)p->chunk_blocks_per_seq, ovf), ovf);
+    p->seq_held_bytes =
+        add(add(full, mul(p->swa_block_bytes, (uint64_t)p->swa_blocks_held, ovf), ovf),
+            mul(p->chunk_block_bytes, (uint64_t)p->chunk_blocks_held, ovf), ovf);
+    /* Each group's block table covers every position (a sliding or chunked
+     * group's dropped blocks stay as -1 entries: positions keep their indices). */
+    int64_t groups = (L - S - C > 0) + (S > 0) + (C > 0);
     p->seq_metadata_bytes =
         add(mul((uint64_t)(groups * p->blocks_per_seq), KV_PLAN_BLOCK_ENTRY_BYTES, ovf),
             KV_PLAN_SEQ_HEADER_BYTES, ovf);
@@ -279,6 +322,17 @@ static bool saving_mla(const kv_plan_model *m, const kv_plan_request *r, kv_plan
     return compare(m, r, &base, r, s);
 }
 
+static bool saving_chunk(const kv_plan_model *m, const kv_plan_request *r, kv_plan_saving *s) {
+    if (m->n_chunk_layers <= 0) return false;
+    kv_plan_model base = *m;
+    base.n_chunk_layers = 0;
+    snprintf(s->what, sizeof s->what, "chunked");
+    snprintf(s->baseline, sizeof s->baseline, "whole KV in all %lld layers",
+             (long long)m->n_layers);
+    s->in_plan = true;
+    return compare(m, r, &base, r, s);
+}
+
 static bool saving_swa(const kv_plan_model *m, const kv_plan_request *r, kv_plan_saving *s) {
     if (m->n_swa_layers <= 0) return false;
     kv_plan_model base = *m;
@@ -311,6 +365,7 @@ int kv_plan_savings(const kv_plan_model *m, const kv_plan_request *r, kv_plan_sa
     if (saving_heads(m, r, &s[n])) n++;
     if (saving_mla(m, r, &s[n])) n++;
     if (saving_swa(m, r, &s[n])) n++;
+    if (saving_chunk(m, r, &s[n])) n++;
     if (saving_quant(m, r, KV_PLAN_FP8, &s[n])) n++;
     if (saving_quant(m, r, KV_PLAN_Q8_0, &s[n])) n++;
     if (n > cap) n = cap;
@@ -335,16 +390,24 @@ int kv_plan_pool_groups(const kv_plan_model *m, const kv_plan_request *r, kv_pla
     c.split_v = r->split_v;
     c.dtype_v = r->split_v ? kv_plan_pool_dtype(r->dtype_v) : 0;
     int n = 0;
-    int64_t full = m->n_layers - m->n_swa_layers;
+    int64_t full = m->n_layers - m->n_swa_layers - m->n_chunk_layers;
     if (full > 0) {
         out[n].cfg = c;
         out[n].cfg.n_layers = (int)full;
+        out[n].chunk = 0;
         out[n++].window = 0;
     }
     if (m->n_swa_layers > 0) {
         out[n].cfg = c;
         out[n].cfg.n_layers = (int)m->n_swa_layers;
+        out[n].chunk = 0;
         out[n++].window = m->sliding_window;
+    }
+    if (m->n_chunk_layers > 0) {
+        out[n].cfg = c;
+        out[n].cfg.n_layers = (int)m->n_chunk_layers;
+        out[n].window = 0;
+        out[n++].chunk = m->attn_chunk;
     }
     return n;
 }
@@ -360,14 +423,21 @@ static uint64_t layout_block_bytes(const kv_pool_config *c) {
     return (uint64_t)c->n_layers * (uint64_t)c->block_size * (k + v);
 }
 
+static kv_attn group_attn(const kv_plan_group *g) {
+    return (kv_attn){.window = (int32_t)g->window, .chunk = (int32_t)g->chunk};
+}
+
 /* The next decode step after p at which a group's table can change: a new block
- * is needed (q % bs == 0), or a block leaves the window (the engine drops
+ * is needed (q % bs == 0), a block leaves the window (the engine drops
  * before kv_window_first(q, W), which frees a new block when that is a
- * positive multiple of bs); at the latest the last step, T - 1. */
+ * positive multiple of bs) or a new chunk begins (q a multiple of c: the
+ * previous chunk's blocks go); at the latest the last step, T - 1. With both
+ * a window and chunks the drop point is the later of theirs, so it moves only
+ * at one of these steps. */
 static int64_t next_event(const kv_plan_group *groups, int n_groups, int64_t p, int64_t T) {
     int64_t q = T - 1;
     for (int g = 0; g < n_groups; g++) {
-        int64_t bs = groups[g].cfg.block_size, W = groups[g].window;
+        int64_t bs = groups[g].cfg.block_size, W = groups[g].window, c = groups[g].chunk;
         int64_t r = (p / bs + 1) * bs;
         if (r < q) q = r;
         if (W > 0) {
@@ -375,6 +445,7 @@ static int64_t next_event(const kv_plan_group *groups, int n_groups, int64_t p, 
             int64_t k = kv_window_first(p, W) / bs + 1, d = k * bs + W - 1;
             if (d < q) q = d;
         }
+        if (c > 0 && (p / c + 1) * c < q) q = (p / c + 1) * c;
     }
     return q;
 }
@@ -393,13 +464,13 @@ static bool measure_step(measure_run *mr, int64_t p, kv_plan_measured *out, kvl_
     for (int64_t i = 0; i < mr->B; i++) {
         for (int g = 0; g < mr->n_groups; g++) {
             kv_seq *s = &mr->seqs[g * mr->B + i];
-            int64_t W = mr->groups[g].window;
-            kv_seq_drop_outside_window(mr->pool[g], s, p, W);
+            const kv_attn a = group_attn(&mr->groups[g]);
+            kv_seq_drop_unattended(mr->pool[g], s, p, a);
             if (!kv_seq_reserve(mr->pool[g], s, p + 1))
                 return kvl_fail(err,
-                                "kv-plan: the engine's pool (group %d, window %lld, %lld blocks) "
-                                "ran out at token %lld of sequence %lld",
-                                g, (long long)W, (long long)kv_pool_cfg(mr->pool[g])->n_blocks,
+                                "kv-plan: the engine's pool (group %d, window %d, chunk %d, %lld "
+                                "blocks) ran out at token %lld of sequence %lld",
+                                g, a.window, a.chunk, (long long)kv_pool_cfg(mr->pool[g])->n_blocks,
                                 (long long)p + 1, (long long)i);
         }
     }
@@ -412,12 +483,14 @@ static bool measure_step(measure_run *mr, int64_t p, kv_plan_measured *out, kvl_
 }
 
 /* After the T-th token: kv_seq_usage per sequence, with the engine's token
- * count for a sliding group (its lower bound keeps only the window). */
+ * count for a sliding or chunked group (its lower bound keeps only what the
+ * last token attends to). */
 static void measure_end(measure_run *mr, kv_plan_measured *out) {
     for (int g = 0; g < mr->n_groups; g++) {
         kv_plan_measured_group *mg = &out->group[g];
-        int64_t W = mr->groups[g].window, t = kv_window_kept(mr->T, W);
-        mg->window = W;
+        int64_t t = kv_attn_kept(group_attn(&mr->groups[g]), mr->T);
+        mg->window = mr->groups[g].window;
+        mg->chunk = mr->groups[g].chunk;
         mg->n_layers = mr->groups[g].cfg.n_layers;
         mg->block_bytes = kv_pool_block_bytes(mr->pool[g]);
         mg->peak_allocated_bytes = (uint64_t)mg->peak_blocks * mg->block_bytes;
@@ -445,12 +518,12 @@ static bool measure_sizes(const kv_plan_group *groups, int n_groups, int64_t T, 
     bool ovf = false;
     uint64_t pool_bytes = 0, entries = 0, work = 0;
     for (int g = 0; g < n_groups; g++) {
-        int64_t bs = groups[g].cfg.block_size, W = groups[g].window;
+        int64_t bs = groups[g].cfg.block_size, W = groups[g].window, c = groups[g].chunk;
         if (bs < 1) return kvl_fail(err, "kv-plan: measure needs a positive block size");
         int64_t per_seq = ceil_div(T, bs);
         entries = add(entries, mul((uint64_t)per_seq, (uint64_t)B, &ovf), &ovf);
-        if (W > 0) {
-            int64_t cap = ceil_div(W, bs) + 1;
+        if (W > 0 || c > 0) {
+            int64_t cap = ceil_div(W > 0 && (c <= 0 || W < c) ? W : c, bs) + 1;
             if (cap < per_seq) {
                 work = add(work,
                            mul(mul((uint64_t)per_seq, (uint64_t)per_seq, &ovf), (uint64_t)B, &ovf),

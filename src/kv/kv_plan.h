@@ -8,8 +8,9 @@
  * config.json (model/hparams.h), or that flags give by hand.
  *
  * The figures are kvllm's: its pool's KV types and row sizes (kv.h), its KV
- * groups (full-attention and sliding-window layers paged apart, sliding blocks
- * dropped as they leave the window), its block tables. Everything is in exact
+ * groups (full-attention, sliding-window and chunked layers paged apart, sliding
+ * blocks dropped as they leave the window, chunked ones when the next chunk
+ * begins), its block tables. Everything is in exact
  * bytes (uint64_t, overflow-checked). kv_plan_measure is the one function that
  * touches the engine: it replays sequences through the real block pools (kv.h)
  * so that the planner's allocation can be checked against them. */
@@ -64,6 +65,11 @@ typedef struct kv_plan_model {
     /* Sliding window: n_swa_layers layers keep only the last sliding_window tokens. */
     int64_t sliding_window; /* 0: none */
     int64_t n_swa_layers;   /* kvllm pages these apart (a second KV group; see kv_plan) */
+    /* Chunked attention (llama4): n_chunk_layers other layers attend only within
+     * their chunk of attn_chunk positions (kv.h's kv_chunk_first). kvllm pages
+     * them apart too, and drops a chunk's blocks when the next chunk begins. */
+    int64_t attn_chunk; /* 0: none */
+    int64_t n_chunk_layers;
     /* Where the file says so: the weights' bytes (GGUF tensor data), the bytes
      * per parameter (config.json torch_dtype) and the natural KV dtype. */
     uint64_t weights_bytes; /* 0: unknown */
@@ -99,11 +105,17 @@ typedef struct kv_plan {
      * ceil((W-1)/bs) + 1 blocks: the allocation (what each pool must have room
      * for) counts that peak. A prefill chunk of c tokens past the window holds
      * its c tokens' blocks as well for that step. */
-    uint64_t block_bytes;         /* full-attention group's block (0: no such layers) */
-    uint64_t swa_block_bytes;     /* sliding group's block (0: none) */
-    int64_t blocks_per_seq;       /* ceil(T / block_size) */
-    int64_t swa_blocks_per_seq;   /* peak: min(ceil(T/bs), ceil((W-1)/bs) + 1) */
-    uint64_t seq_allocated_bytes; /* peak per sequence (full group's + sliding group's) */
+    uint64_t block_bytes;       /* full-attention group's block (0: no such layers) */
+    uint64_t swa_block_bytes;   /* sliding group's block (0: none) */
+    int64_t blocks_per_seq;     /* ceil(T / block_size) */
+    int64_t swa_blocks_per_seq; /* peak: min(ceil(T/bs), ceil((W-1)/bs) + 1) */
+    /* A chunked group (llama4) drops the previous chunk's blocks when a token
+     * starts a new one: it holds the blocks of the current chunk's positions,
+     * at most c + bs - 1 positions' worth (c / bs blocks when c is a multiple
+     * of bs), never more than the whole sequence: kv_plan_blocks_peak. */
+    uint64_t chunk_block_bytes;   /* chunked group's block (0: none) */
+    int64_t chunk_blocks_per_seq; /* peak */
+    uint64_t seq_allocated_bytes; /* peak per sequence (the groups' peaks summed) */
     uint64_t allocated_bytes;     /* x B */
     /* What a sequence holds right after its T-th token's KV is written in a
      * one-token step (the engine's kv_allocated_bytes at the end of a run whose
@@ -111,6 +123,8 @@ typedef struct kv_plan {
      * [T-W, T), which can be one block fewer than the peak when the window is
      * block-aligned. Equal to the peak without sliding layers. */
     int64_t swa_blocks_held;
+    int64_t
+        chunk_blocks_held; /* the chunked group's: blocks of positions [T-1 rounded down to c, T) */
     uint64_t seq_held_bytes;
     uint64_t seq_metadata_bytes; /* table entries x 4 + header */
     uint64_t metadata_bytes;     /* x B */
@@ -123,14 +137,14 @@ typedef struct kv_plan {
 
 /* One feature's saving: the plan against the same plan without the feature. */
 typedef struct kv_plan_saving {
-    char what[16];     /* "GQA", "MQA", "MLA", "SWA", "fp8", "q8_0" */
+    char what[16];     /* "GQA", "MQA", "MLA", "SWA", "chunked", "fp8", "q8_0" */
     char baseline[64]; /* "MHA, 64 KV heads", "no window", "f16" ... */
     bool in_plan;      /* the feature is part of this plan (not hypothetical) */
     uint64_t bytes_per_token, base_bytes_per_token;
     uint64_t lower_bound_bytes, base_lower_bound_bytes;
     uint64_t allocated_bytes, base_allocated_bytes;
 } kv_plan_saving;
-#define KV_PLAN_MAX_SAVINGS 6
+#define KV_PLAN_MAX_SAVINGS 7
 
 /* "f16" <-> KV_PLAN_F16 ... (the pool's names, kv_dtype_parse; case-insensitive).
  * Parse returns false for unknown names. */
@@ -141,13 +155,18 @@ int kv_plan_pool_dtype(int dtype);
 /* Bytes of a row of n values stored as dtype: kv_row_bytes. 0 when the pool
  * refuses the row (q8_0 and n not a multiple of 32). */
 uint64_t kv_plan_row_bytes(int dtype, int64_t n_values);
-/* Blocks a sliding-window group holds for one sequence once positions
- * [0, tokens) are written, the last step having computed last_chunk tokens:
- * the engine drops the blocks holding only positions < tokens - last_chunk - W + 1
- * before that step. With last_chunk 1 (decoding) this is the blocks of the last
- * W positions; the peak over a decode is min(ceil(T/bs), ceil((W-1)/bs) + 1). */
-int64_t kv_plan_swa_blocks_held(int64_t window, int64_t block_size, int64_t tokens,
-                                int64_t last_chunk);
+/* Blocks a group with attention rule a (kv.h) holds for one sequence once
+ * positions [0, tokens) are written, the last step having computed last_chunk
+ * tokens: the engine drops the blocks holding only positions before
+ * kv_attn_first(a, tokens - last_chunk) before that step. With last_chunk 1
+ * (decoding) and a window W this is the blocks of the last W positions; with
+ * chunks of c, those of positions [(tokens-1) / c * c, tokens). */
+int64_t kv_plan_blocks_held(kv_attn a, int64_t block_size, int64_t tokens, int64_t last_chunk);
+/* The most blocks such a group holds for one sequence while decoding positions
+ * [0, tokens) one per step: a window's min(ceil(T/bs), ceil((W-1)/bs) + 1), a
+ * chunk's most blocks touched by one chunk's positions; with both, the smaller
+ * of the two (a bound). ceil(T/bs) under full attention. */
+int64_t kv_plan_blocks_peak(kv_attn a, int64_t block_size, int64_t tokens);
 
 /* An empty model (all zero, kv_dtype -1), for shapes given by hand. */
 void kv_plan_model_init(kv_plan_model *m);
@@ -164,22 +183,24 @@ int kv_plan_savings(const kv_plan_model *m, const kv_plan_request *r, kv_plan_sa
 /* ---- agreement with the engine ----
  * A KV group as the engine builds it: a pool layout (layers, heads, widths,
  * block size, K/V types; n_blocks left 0) and its attention window (0: full). */
-#define KV_PLAN_MAX_GROUPS 2
+#define KV_PLAN_MAX_GROUPS 3
 typedef struct kv_plan_group {
     kv_pool_config cfg;
-    int64_t window;
+    int64_t window; /* the group's kv_attn: 0, or a sliding window */
+    int64_t chunk;  /* 0, or an attention chunk */
 } kv_plan_group;
 
 /* The planner's own KV groups for (m, r): the full-attention layers (if any),
- * then the sliding layers (if any), as kvllm pages them. Returns how many (1 or
- * 2), or 0 with err set on an invalid shape/request or a row the KV type
- * cannot store. (The engine orders its groups by first layer; match by window.) */
+ * then the sliding layers (if any), then the chunked ones (if any), as kvllm
+ * pages them. Returns how many (1 to 3), or 0 with err set on an invalid
+ * shape/request or a row the KV type cannot store. (The engine orders its
+ * groups by first layer; match by window and chunk.) */
 int kv_plan_pool_groups(const kv_plan_model *m, const kv_plan_request *r, kv_plan_group *out,
                         kvl_error *err);
 
 /* What the engine's pools held, measured, summed over the sequences. */
 typedef struct kv_plan_measured_group {
-    int64_t window;
+    int64_t window, chunk;
     int n_layers;
     uint64_t block_bytes;
     int64_t peak_blocks;           /* the most held at once (all sequences) */

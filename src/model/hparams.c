@@ -590,6 +590,8 @@ bool model_hparams_plan_model(const model_hparams *hp, kv_plan_model *m, kvl_err
     }
     m->sliding_window = hp->n_swa;
     m->n_swa_layers = hp->n_swa_layers;
+    m->attn_chunk = hp->n_chunk_layers ? hp->n_chunk : 0;
+    m->n_chunk_layers = hp->n_chunk_layers;
     m->weights_bytes = hp->weights_bytes;
     m->n_expert = hp->moe.n_expert;
     m->n_expert_used = hp->moe.n_expert_used;

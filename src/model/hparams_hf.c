@@ -120,6 +120,41 @@ static bool hf_swa(const cJSON *o, model_hparams *hp, kvl_error *err) {
     return true;
 }
 
+/* llama4's chunked attention as transformers decides it: the layers that rotate
+ * (no_rope_layers[il] = 1; by default all but every no_rope_layer_interval-th,
+ * 4) attend within chunks of attention_chunk_size positions (default 8192, the
+ * value llama.cpp fixes); a layer_types list ("chunked_attention") overrides. */
+static bool hf_chunk(const cJSON *o, model_hparams *hp, kvl_error *err) {
+    if (strcmp(hp->arch, "llama4_text") != 0 && strcmp(hp->arch, "llama4") != 0) return true;
+    int64_t chunk = 8192, every = 4;
+    if (hf_int(o, "attention_chunk_size", &chunk, err) < 0 ||
+        hf_int(o, "no_rope_layer_interval", &every, err) < 0)
+        return false;
+    if (chunk <= 0 || chunk > MAX_WINDOW)
+        return kvl_fail(err, "config.json: attention_chunk_size %lld out of range",
+                        (long long)chunk);
+    const cJSON *types = cJSON_GetObjectItemCaseSensitive(o, "layer_types");
+    const cJSON *nope = cJSON_GetObjectItemCaseSensitive(o, "no_rope_layers");
+    const cJSON *list = cJSON_IsArray(types) ? types : nope;
+    if (cJSON_IsArray(list) && cJSON_GetArraySize(list) > 0 &&
+        cJSON_GetArraySize(list) != hp->n_layer)
+        return kvl_fail(err, "config.json: %s has %d entries, expected one per layer (%lld)",
+                        list == types ? "layer_types" : "no_rope_layers", cJSON_GetArraySize(list),
+                        (long long)hp->n_layer);
+    hp->n_chunk = chunk;
+    hp->n_chunk_layers = 0;
+    for (int64_t il = 0; il < hp->n_layer; il++) {
+        const cJSON *t = cJSON_IsArray(list) ? cJSON_GetArrayItem(list, (int)il) : NULL;
+        bool on = list == types && t
+                      ? cJSON_IsString(t) && strcmp(t->valuestring, "chunked_attention") == 0
+                  : t ? cJSON_IsNumber(t) && t->valuedouble != 0
+                      : every <= 0 || (il + 1) % every != 0;
+        hp->chunk_layers[il] = on;
+        hp->n_chunk_layers += on;
+    }
+    return true;
+}
+
 /* Mixture of experts under transformers' names (Mixtral num_local_experts,
  * Qwen num_experts, DeepSeek n_routed_experts...). */
 static bool hf_moe(const cJSON *o, model_hparams *hp, kvl_error *err) {
@@ -196,7 +231,8 @@ static bool hf_fill(const cJSON *root, model_hparams *hp, kvl_error *err) {
     if (cJSON_IsString(type)) snprintf(hp->arch, sizeof hp->arch, "%s", type->valuestring);
     hf_dtype(o, hp);
     if (hp->param_dtype < 0) hf_dtype(root, hp);
-    if (!hf_heads(o, hp, err) || !hf_mla(o, hp, err) || !hf_swa(o, hp, err) || !hf_moe(o, hp, err))
+    if (!hf_heads(o, hp, err) || !hf_mla(o, hp, err) || !hf_swa(o, hp, err) ||
+        !hf_chunk(o, hp, err) || !hf_moe(o, hp, err))
         return false;
     hparams_finish_swa(hp);
     return true;

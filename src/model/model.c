@@ -50,6 +50,7 @@ static bool read_hparams(model *m, kvl_error *err) {
     const gguf_file *f = m->gguf;
     model_hparams *hp = &m->hp;
     if (!model_hparams_from_gguf(f, hp, err)) return false;
+    if (m->mp.attn_chunk > 0 && hp->n_chunk > 0) hp->n_chunk = m->mp.attn_chunk; /* tests */
     m->arch = arch_find(hp->arch);
     if (!m->arch)
         return kvl_fail(err, "%s: architecture '%s' is not supported (supported: %s)", gguf_path(f),
@@ -332,8 +333,12 @@ static void assign_layer_geometry(model *m) {
                                  ? 1.0f
                                  : hp->rope_freq_scale;
         int g = 0;
-        while (g < m->n_groups && m->groups[g].window != window) g++;
-        if (g == m->n_groups) m->groups[m->n_groups++] = (kv_group_desc){.window = (int32_t)window};
+        /* one group per attention rule: its blocks are dropped by it (kv.h) */
+        const kv_attn rule = {.window = (int32_t)window, .chunk = L->chunk};
+        while (g < m->n_groups &&
+               (m->groups[g].attn.window != rule.window || m->groups[g].attn.chunk != rule.chunk))
+            g++;
+        if (g == m->n_groups) m->groups[m->n_groups++] = (kv_group_desc){.attn = rule};
         L->kv_group = g;
         /* a stage keeps the KV of its own layers only; every stage has the
          * same groups in the same order, so block ids mean the same on all */
@@ -634,13 +639,13 @@ void model_set_forward_async(model *m, model_forward_fn launch, model_wait_fn wa
     m->async_user = user;
 }
 
-void model_kv_group_shape(const model *m, int group, kv_pool_config *cfg, int32_t *window) {
+void model_kv_group_shape(const model *m, int group, kv_pool_config *cfg, kv_attn *attn) {
     cfg->n_layers = m->groups[group].n_layers;
     cfg->n_kv_heads = (int)m->hp.n_head_kv;
     cfg->head_dim_k = (int)m->hp.head_dim_k;
     /* MLA: V is the latent already stored at the start of each K row. */
     cfg->head_dim_v = m->hp.mla ? 0 : (int)m->hp.head_dim_v;
-    if (window) *window = m->groups[group].window;
+    if (attn) *attn = m->groups[group].attn;
 }
 
 void model_kv_shape(const model *m, kv_pool_config *cfg) { model_kv_group_shape(m, 0, cfg, NULL); }

@@ -34,6 +34,10 @@ typedef struct model_params {
      * norm and head. The other layers' pages of the mapping are never touched.
      * Both 0: the whole model. */
     int layer_first, layer_end;
+    /* > 0: the attention chunk of chunked layers (llama4) instead of llama.cpp's
+     * fixed 8192. For tests, which cross chunk boundaries in a few hundred tokens;
+     * a model so loaded no longer matches llama.cpp past that many positions. */
+    int64_t attn_chunk;
 } model_params;
 
 /* Loads a GGUF model. The gguf_file is owned by the model afterwards. */
@@ -43,9 +47,10 @@ const model_hparams *model_hp(const model *m);
 const gguf_file *model_gguf(const model *m);
 
 /* KV groups: layouts (layers, heads, widths) for kv_pool_create, and each
- * group's attention window (0: full). Group 0 always exists. */
+ * group's attention rule (kv.h's kv_attn: sliding window, chunks, or full
+ * causal). Layers of one rule share a group. Group 0 always exists. */
 int model_kv_n_groups(const model *m);
-void model_kv_group_shape(const model *m, int group, kv_pool_config *cfg, int32_t *window);
+void model_kv_group_shape(const model *m, int group, kv_pool_config *cfg, kv_attn *attn);
 /* Group 0's layout (kept for callers that know the model has one group). */
 void model_kv_shape(const model *m, kv_pool_config *cfg);
 

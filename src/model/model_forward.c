@@ -44,18 +44,19 @@ static bool check_batch(const model *m, kv_pool *const *pools, const model_batch
         if (p < 0 || p >= m->mp.max_ctx)
             return kvl_fail(err, "batch token %lld: position %d outside the context of %lld",
                             (long long)i, p, (long long)m->mp.max_ctx);
-        /* Every block the attention will read for this token (kv.h's window
-         * rule, the one load_run follows) must be in the table. */
+        /* Every block the attention will read for this token (kv.h's rule,
+         * the one the attention follows) must be in the table. */
         for (int g = 0; g < m->n_groups; g++) {
             const kv_seq *s = b->seqs[(size_t)b->seq[i] * m->n_groups + g];
-            int32_t w = m->groups[g].window;
-            int64_t miss = kv_seq_window_missing(pools[g], s, p, w);
+            const kv_attn a = m->groups[g].attn;
+            int64_t miss = kv_seq_attn_missing(pools[g], s, p, a);
             if (miss >= 0)
-                return kvl_fail(
-                    err,
-                    "batch token %lld: position %d attends to positions %lld..%d (KV group %d, "
-                    "window %d), but the block of position %lld is not in its block table",
-                    (long long)i, p, (long long)kv_window_first(p, w), p, g, w, (long long)miss);
+                return kvl_fail(err,
+                                "batch token %lld: position %d attends to positions %lld..%d (KV "
+                                "group %d, window %d, chunk %d), but the block of position %lld "
+                                "is not in its block table",
+                                (long long)i, p, (long long)kv_attn_first(a, p), p, g, a.window,
+                                a.chunk, (long long)miss);
         }
     }
     return true;
@@ -312,7 +313,7 @@ static void attn_mha(fwd_ctx *c, int il) {
                    .dv = dv,
                    .scale = attn_scale(m),
                    .softcap = hp->attn_softcap,
-                   .window = m->groups[L->kv_group].window,
+                   .window = m->groups[L->kv_group].attn.window,
                    .sinks = L->attn_sinks.data,
                    .chunk = L->chunk};
     attention(c, L, &a, m->q, qd, m->att, hp->n_head * dv);
@@ -391,7 +392,7 @@ static void attn_mla(fwd_ctx *c, int il) {
                    .dv = r,
                    .v_in_k = true,
                    .scale = mla_kq_scale(m, qh),
-                   .window = m->groups[L->kv_group].window};
+                   .window = m->groups[L->kv_group].attn.window};
     attention(c, L, &a, m->q, H * dk, m->att, H * r);
     if (heads1) op_matmul_heads1(m, &L->wv_b, H, m->att, r, m->xb2, vd);
     for (int64_t h = 0; h < H && !heads1; h++) {
@@ -446,7 +447,7 @@ static void attn_mla_uncompressed(fwd_ctx *c, int il) {
                    .dk = qh,
                    .dv = vd,
                    .scale = 1.0f / sqrtf((float)qh),
-                   .window = m->groups[L->kv_group].window};
+                   .window = m->groups[L->kv_group].attn.window};
     attention(c, L, &a, m->q, H * qh, m->att, H * vd);
     op_matmul(m, &L->wo, m->att, n, m->xb);
 }

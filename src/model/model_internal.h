@@ -55,7 +55,7 @@ typedef struct layer_weights {
 
 typedef struct kv_group_desc {
     int n_layers;
-    int32_t window; /* 0: full causal attention */
+    kv_attn attn; /* the positions a token attends to (kv.h): window, chunk, or neither */
 } kv_group_desc;
 
 struct model {

@@ -452,8 +452,8 @@ void op_attend_group(const attn_args *a, const kv_seq *s, int32_t pos, int kvh, 
     const kv_pool_config *c = kv_pool_cfg(a->kv);
     int64_t dk = a->dk, dv = a->dv, w = dk > dv ? dk : dv;
     const size_t cs = (size_t)n_q * (size_t)(dv + 2);
-    const int64_t fw = kv_window_first(pos, a->window), fc = kv_chunk_first(pos, a->chunk);
-    int32_t first = (int32_t)(fw > fc ? fw : fc);
+    const kv_attn rule = {.window = a->window, .chunk = a->chunk};
+    int32_t first = (int32_t)kv_attn_first(rule, pos);
     int32_t c0 = first / ATTN_CHUNK, c1 = pos / ATTN_CHUNK;
     float *qr = scratch;         /* [n_q][dk] queries as the cache's dot type sees them */
     float *part = qr + n_q * dk; /* per chunk: m[n_q], l[n_q], o[n_q][dv] */

@@ -76,8 +76,10 @@ static void load_row(const kv_pool *kv, const kv_seq *s, int slot, int32_t j, bo
 static void attend(const model *m, const layer_weights *L, const kv_pool *kv, const kv_seq *s,
                    int32_t pos, int kvh, const float *q, int64_t dk, int64_t dv, double scale,
                    float *out, float *krow, float *vrow, double *p) {
-    const int32_t window = m->groups[L->kv_group].window;
-    const int32_t first = window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
+    /* written out, not kv_attn_first: the reference does not share the rule it checks */
+    const kv_attn r = m->groups[L->kv_group].attn;
+    int32_t first = r.window > 0 && pos - r.window + 1 > 0 ? pos - r.window + 1 : 0;
+    if (r.chunk > 0 && pos / r.chunk * r.chunk > first) first = pos / r.chunk * r.chunk;
     const int64_t kw = kv_pool_cfg(kv)->head_dim_k, vw = kv_pool_cfg(kv)->head_dim_v;
     const double cap = m->hp.attn_softcap;
     double max = -INFINITY, sum = 0, *o = p + pos + 1;

@@ -138,10 +138,11 @@ static void put_pool(kvl_buf *o, const engine_view *v, int g) {
     states[v->n_blocks] = 0;
     kvl_buf_printf(
         o,
-        "{\"group\":%d,\"window\":%d,\"n_blocks\":%lld,\"block_bytes\":%zu,\"free\":%lld,\"used\":%"
+        "{\"group\":%d,\"window\":%d,\"chunk\":%d,\"n_blocks\":%lld,\"block_bytes\":%zu,\"free\":%"
+        "lld,\"used\":%"
         "lld,"
         "\"shared\":%lld,\"cached\":%lld,\"evicted_total\":%lld,\"states\":\"%s\",\"refcount\":[",
-        g, v->window[g], (long long)v->n_blocks, v->block_bytes[g], (long long)cnt[0],
+        g, v->window[g], v->chunk[g], (long long)v->n_blocks, v->block_bytes[g], (long long)cnt[0],
         (long long)(cnt[1] + cnt[2]), (long long)cnt[2], (long long)cnt[3],
         (long long)v->n_evicted[g], states);
     free(states);

@@ -67,8 +67,7 @@ static bool kv_open(const setup *su, kv_state *kv) {
         for (int g = 0; g < MODEL_MAX_KV_GROUPS; g++) kv_seq_init(&kv->seqs[s][g]);
     for (int g = 0; g < su->n_groups; g++) {
         kv_pool_config kc;
-        int32_t window;
-        model_kv_group_shape(su->m, g, &kc, &window);
+        model_kv_group_shape(su->m, g, &kc, NULL);
         kc.block_size = BLOCK;
         kc.dtype = su->kv_dtype;
         kc.split_v = false;

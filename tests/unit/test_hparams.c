@@ -30,7 +30,8 @@
 
 static const char *const GGUFS[] = {
     "models/stories260K.gguf", GOLDEN "llama-gqa-bpe-f32.gguf", GOLDEN "llama-gqa-bpe-q8_0.gguf",
-    GOLDEN "qwen3-f32.gguf",   GOLDEN "gemma3-swa-f32.gguf",    GOLDEN "deepseek2-mla-f32.gguf"};
+    GOLDEN "qwen3-f32.gguf",   GOLDEN "gemma3-swa-f32.gguf",    GOLDEN "deepseek2-mla-f32.gguf",
+    GOLDEN "llama4-f32.gguf"};
 static const char *const CONFIGS[] = {
     "deepseek-v3.json",     "llama-2-7b.json", "llama-3-70b.json",           "llama-3-8b.json",
     "mistral-7b-v0.1.json", "qwen3-32b.json",  "synthetic-layer-types.json", "gpt-oss-20b.json",
@@ -97,18 +98,19 @@ static void test_gguf_agree(const char *path) {
         CHECK(n == model_kv_n_groups(m));
         for (int g = 0; g < model_kv_n_groups(m); g++) {
             kv_pool_config c = {0};
-            int32_t window = -1;
-            model_kv_group_shape(m, g, &c, &window);
+            kv_attn a = {-1, -1};
+            model_kv_group_shape(m, g, &c, &a);
             bool found = false;
             for (int k = 0; k < n; k++)
-                found =
-                    found || (groups[k].window == window && groups[k].cfg.n_layers == c.n_layers &&
-                              groups[k].cfg.head_dim_k == c.head_dim_k &&
-                              groups[k].cfg.head_dim_v == c.head_dim_v &&
-                              groups[k].cfg.n_kv_heads == c.n_kv_heads);
+                found = found || (groups[k].window == a.window && groups[k].chunk == a.chunk &&
+                                  groups[k].cfg.n_layers == c.n_layers &&
+                                  groups[k].cfg.head_dim_k == c.head_dim_k &&
+                                  groups[k].cfg.head_dim_v == c.head_dim_v &&
+                                  groups[k].cfg.n_kv_heads == c.n_kv_heads);
             if (!found)
-                fprintf(stderr, "%s: model KV group %d (window %d) is not the planner's\n", path, g,
-                        window);
+                fprintf(stderr,
+                        "%s: model KV group %d (window %d, chunk %d) is not the planner's\n", path,
+                        g, a.window, a.chunk);
             CHECK(found);
         }
     }
@@ -129,14 +131,16 @@ static void test_config_agree(const char *name) {
     CHECK(ok);
     if (ok) {
         uint64_t sum = 0;
-        int64_t sliding = 0;
+        int64_t sliding = 0, chunked = 0;
         for (int64_t il = 0; il < hp->n_layer; il++) {
             int64_t k, v, w;
             model_hparams_layer_kv(hp, il, &k, &v, &w);
             sum += kv_row_bytes(GGUF_DT_F16, k) + (v ? kv_row_bytes(GGUF_DT_F16, v) : 0);
             sliding += w > 0;
+            chunked += hp->chunk_layers[il] != 0;
             CHECK(w == 0 || w == pm.sliding_window);
         }
+        CHECK(chunked == pm.n_chunk_layers && (chunked == 0 || pm.attn_chunk == hp->n_chunk));
         if (sum != p.bytes_per_token)
             fprintf(stderr, "%s: planner %llu B/token, model layout %llu\n", path,
                     (unsigned long long)p.bytes_per_token, (unsigned long long)sum);
@@ -306,11 +310,11 @@ static void test_swa_array(void) {
         const model_hparams *hp = model_hp(b);
         for (int il = 0; il < 4; il++) CHECK(hp->swa_layers[il] == odd[il]);
         kv_pool_config c;
-        int32_t w0, w1;
+        kv_attn w0, w1;
         model_kv_group_shape(b, 0, &c,
                              &w0); /* groups in order of first layer: full, then sliding */
         model_kv_group_shape(b, 1, &c, &w1);
-        CHECK(model_kv_n_groups(b) == 2 && w0 == 0 && w1 == 16 && c.n_layers == 2);
+        CHECK(model_kv_n_groups(b) == 2 && w0.window == 0 && w1.window == 16 && c.n_layers == 2);
         test_gguf_agree(path);
     }
     model_destroy(b);
@@ -460,9 +464,10 @@ static void test_moe_config(void) {
     /* gpt-oss and llama4 (nested text_config): experts intermediate_size wide */
     static const struct {
         const char *path;
-        int64_t n_expert, used, ff_exp, ff_shexp, n_ff, step, n_moe, swa_layers;
-    } more[] = {{"tests/kv_plan/gpt-oss-20b.json", 32, 4, 2880, 0, 2880, 0, 24, 12},
-                {"tests/kv_plan/llama4-scout.json", 16, 1, 8192, 8192, 16384, 1, 48, 0}};
+        int64_t n_expert, used, ff_exp, ff_shexp, n_ff, step, n_moe, swa_layers, chunk_layers;
+    } more[] = {{"tests/kv_plan/gpt-oss-20b.json", 32, 4, 2880, 0, 2880, 0, 24, 12, 0},
+                /* llama4: all but every 4th layer (no_rope_layers empty) chunked */
+                {"tests/kv_plan/llama4-scout.json", 16, 1, 8192, 8192, 16384, 1, 48, 0, 36}};
     for (size_t i = 0; i < sizeof more / sizeof more[0]; i++) {
         char *t = kvl_read_file(more[i].path, NULL, &err);
         model_hparams *h = malloc(sizeof *h);
@@ -476,6 +481,9 @@ static void test_moe_config(void) {
                   h->n_ff == more[i].n_ff);
             CHECK(mo->layer_step == more[i].step && mo->n_layer_moe == more[i].n_moe);
             CHECK(h->n_swa_layers == more[i].swa_layers);
+            CHECK(h->n_chunk_layers == more[i].chunk_layers &&
+                  (h->n_chunk_layers == 0 || (h->n_chunk == 8192 && !h->chunk_layers[3] &&
+                                              h->chunk_layers[0] && h->chunk_layers[46])));
         }
         free(h);
         free(t);
@@ -547,8 +555,8 @@ static void test_yarn_keys_per_family(void) {
 }
 
 /* llama4 as llama.cpp's loader sets it up: chunks of 8192 on the sliding-window
- * pattern's layers (default 4), NoPE with temperature on every 4th, the KV whole
- * (one full-attention group); attention.sliding_window = 0 turns chunks and
+ * pattern's layers (default 4), NoPE with temperature on every 4th (the chunked
+ * layers are a KV group of their own: test_window); attention.sliding_window = 0 turns chunks and
  * temperature off and leaves only the last layer without rope; a pattern key
  * moves the chunks; 128 experts (Maverick) drop the q/k L2 norm. */
 static void test_llama4(void) {

@@ -222,6 +222,52 @@ static void test_budget(void) {
 
 /* ---------------------------------------------------- SWA, quant, MLA -- */
 
+/* llama4-scout: 36 of 48 layers attend within chunks of 8192 and keep only
+ * the current chunk's blocks; the other 12 keep everything. bf16, 4 KiB per
+ * layer per token (8 KV heads x 128 x 2 x 2 B). */
+static void test_chunked(void) {
+    kv_plan_model m = gqa(48, 40, 8, 128);
+    m.attn_chunk = 8192;
+    m.n_chunk_layers = 36;
+    kv_plan_request r = req(32768, 1, KV_PLAN_BF16);
+    kv_plan p = plan(&m, &r);
+    CHECK_U64(p.bytes_per_token, 48 * 4096);
+    CHECK_U64(p.chunk_block_bytes, 36ull * 16 * 4096);
+    CHECK_U64(p.block_bytes, 12ull * 16 * 4096);
+    CHECK_U64(p.chunk_blocks_per_seq, 512); /* 8192 / 16: chunks start on blocks */
+    CHECK_U64(p.chunk_blocks_held, 512);    /* T = 4 chunks: the last one whole */
+    CHECK_U64(p.lower_bound_bytes, 12ull * 4096 * 32768 + 36ull * 4096 * 8192);
+    CHECK_U64(p.allocated_bytes,
+              2048ull * 16 * 12 * 4096 + 512ull * 16 * 36 * 4096); /* 2.625 GiB */
+    CHECK_U64(p.seq_metadata_bytes, 2 * 2048 * 4 + 64);            /* two KV groups, two tables */
+    r.context = 32769; /* the first token of a new chunk: the previous one is gone */
+    p = plan(&m, &r);
+    CHECK_U64(p.chunk_blocks_held, 1);
+    CHECK_U64(p.lower_bound_bytes, 12ull * 4096 * 32769 + 36ull * 4096 * 1);
+    r.context = 131072;
+    CHECK_U64(plan(&m, &r).allocated_bytes, 8192ull * 16 * 12 * 4096 + 512ull * 16 * 36 * 4096);
+    r.context = 5000; /* shorter than a chunk: nothing dropped */
+    p = plan(&m, &r);
+    CHECK_U64(p.chunk_blocks_per_seq, 313);
+    CHECK_U64(p.allocated_bytes, 313ull * 16 * 48 * 4096);
+    r.context = 32768;
+    kv_plan_saving s[KV_PLAN_MAX_SAVINGS];
+    int n = kv_plan_savings(&m, &r, s, KV_PLAN_MAX_SAVINGS);
+    bool found = false;
+    for (int i = 0; i < n; i++)
+        if (strcmp(s[i].what, "chunked") == 0) {
+            found = s[i].in_plan && s[i].base_allocated_bytes == 2048ull * 16 * 48 * 4096 &&
+                    s[i].allocated_bytes == 2048ull * 16 * 12 * 4096 + 512ull * 16 * 36 * 4096;
+        }
+    CHECK(found);
+    kvl_error err = {{0}};
+    m.n_chunk_layers = 49; /* more than the layers */
+    CHECK(!kv_plan_model_check(&m, &err) && strstr(err.msg, "attention chunk"));
+    m.n_chunk_layers = 36;
+    m.attn_chunk = 0;
+    CHECK(!kv_plan_model_check(&m, &err) && strstr(err.msg, "without a chunk size"));
+}
+
 static void test_sliding_window(void) {
     kv_plan_model m = gqa(32, 32, 8, 128); /* Mistral-7B v0.1, W = 4096 in every layer */
     m.sliding_window = 4096;
@@ -440,10 +486,12 @@ static void check_measured(const kv_plan_model *m, const kv_plan_request *r) {
     kvl_error err = {{0}};
     kv_plan p = plan(m, r);
     int n = kv_plan_pool_groups(m, r, groups, &err);
-    CHECK(n == (m->n_layers > m->n_swa_layers) + (m->n_swa_layers > 0));
+    CHECK(n == (m->n_layers > m->n_swa_layers + m->n_chunk_layers) + (m->n_swa_layers > 0) +
+                   (m->n_chunk_layers > 0));
     if (n == 0 || !kv_plan_measure(groups, n, r->context, r->concurrency, 1 << 28, &meas, &err)) {
-        fprintf(stderr, "measure (T %lld, bs %lld, W %lld): %s\n", (long long)r->context,
-                (long long)r->block_size, (long long)m->sliding_window, err.msg);
+        fprintf(stderr, "measure (T %lld, bs %lld, W %lld, C %lld): %s\n", (long long)r->context,
+                (long long)r->block_size, (long long)m->sliding_window, (long long)m->attn_chunk,
+                err.msg);
         failures++;
         return;
     }
@@ -451,10 +499,13 @@ static void check_measured(const kv_plan_model *m, const kv_plan_request *r) {
     CHECK(meas.n_groups == n);
     for (int g = 0; g < meas.n_groups; g++) {
         const kv_plan_measured_group *mg = &meas.group[g];
-        bool swa = mg->window > 0;
-        CHECK_U64(mg->block_bytes, swa ? p.swa_block_bytes : p.block_bytes);
-        CHECK_U64(mg->peak_blocks, (swa ? p.swa_blocks_per_seq : p.blocks_per_seq) * B);
-        CHECK_U64(mg->blocks, (swa ? p.swa_blocks_held : p.blocks_per_seq) * B);
+        int k = mg->window > 0 ? 1 : mg->chunk > 0 ? 2 : 0;
+        const uint64_t bb[3] = {p.block_bytes, p.swa_block_bytes, p.chunk_block_bytes};
+        const int64_t peak[3] = {p.blocks_per_seq, p.swa_blocks_per_seq, p.chunk_blocks_per_seq};
+        const int64_t end[3] = {p.blocks_per_seq, p.swa_blocks_held, p.chunk_blocks_held};
+        CHECK_U64(mg->block_bytes, bb[k]);
+        CHECK_U64(mg->peak_blocks, peak[k] * B);
+        CHECK_U64(mg->blocks, end[k] * B);
     }
     CHECK_U64(meas.lower_bound_bytes, p.lower_bound_bytes);
     CHECK_U64(meas.peak_allocated_bytes, p.allocated_bytes);
@@ -502,6 +553,24 @@ static void test_measure(void) {
             }
         }
     }
+    /* Chunked layers (llama4: 3 of 4), with and without a sliding group: chunks
+     * block-aligned (16, 32) and not (7, 24 with blocks of 7), shorter and
+     * longer than T; the peak and the blocks at T replayed through the pools. */
+    int64_t chunks[] = {7, 16, 24, 32};
+    for (int c = 0; c < 4; c++)
+        for (int t = 0; t < 8; t++) {
+            kv_plan_model s = gqa(4, 4, 2, 32);
+            s.attn_chunk = chunks[c];
+            s.n_chunk_layers = 3;
+            kv_plan_request rs = req(ctx2[t], 2, KV_PLAN_F16);
+            check_measured(&s, &rs);
+            rs.block_size = 7;
+            check_measured(&s, &rs);
+            s.sliding_window = 9; /* full, sliding and chunked: three groups */
+            s.n_swa_layers = 1;
+            s.n_chunk_layers = 2;
+            check_measured(&s, &rs);
+        }
     kv_plan_group groups[KV_PLAN_MAX_GROUPS];
     kvl_error err = {{0}};
     kv_plan_measured meas;
@@ -538,14 +607,20 @@ static void test_swa_held_chunk(void) {
             }
             kv_seq_drop_before(pool, &q, T - c - 16 + 1);
             CHECK(kv_seq_reserve(pool, &q, T));
-            CHECK_U64(kv_seq_n_held(&q), kv_plan_swa_blocks_held(16, 16, T, c));
+            CHECK_U64(kv_seq_n_held(&q), kv_plan_blocks_held((kv_attn){16, 0}, 16, T, c));
             kv_seq_free(pool, &q);
         }
     }
     kv_pool_destroy(pool);
-    CHECK_U64(kv_plan_swa_blocks_held(16, 16, 160, 1), 1); /* T = 10 W: window block-aligned */
-    CHECK_U64(kv_plan_swa_blocks_held(16, 16, 161, 1), 2);
-    CHECK_U64(kv_plan_swa_blocks_held(16, 16, 40, 40), 3); /* a 40-token prefill holds it all */
+    CHECK_U64(kv_plan_blocks_held((kv_attn){16, 0}, 16, 160, 1), 1); /* T = 10 W: aligned */
+    CHECK_U64(kv_plan_blocks_held((kv_attn){16, 0}, 16, 161, 1), 2);
+    CHECK_U64(kv_plan_blocks_held((kv_attn){16, 0}, 16, 40, 40), 3); /* a prefill holds it all */
+    /* chunks of 32: a 40-token prefill holds all 3 blocks; decoding, only the
+     * current chunk's (positions 32..39: 1 block); at 64 a new chunk begins */
+    CHECK_U64(kv_plan_blocks_held((kv_attn){0, 32}, 16, 40, 40), 3);
+    CHECK_U64(kv_plan_blocks_held((kv_attn){0, 32}, 16, 40, 1), 1);
+    CHECK_U64(kv_plan_blocks_held((kv_attn){0, 32}, 16, 64, 1), 2);
+    CHECK_U64(kv_plan_blocks_held((kv_attn){0, 32}, 16, 65, 1), 1);
 }
 
 /* ------------------------------------------------------ units, format -- */
@@ -599,6 +674,7 @@ int main(void) {
     test_block_rounding();
     test_budget();
     test_sliding_window();
+    test_chunked();
     test_quant();
     test_invalid();
     test_hf_configs();

@@ -76,7 +76,8 @@ function drawPool(state, g, host) {
   cv.dataset.counts = JSON.stringify(counts);
   cv.dataset.blocks = String(n);
   cv.dataset.group = String(g);
-  wrap.firstChild.textContent = `group ${g}${p.window ? ` (sliding window ${p.window})` : ' (full attention)'}: ` +
+  const rule = p.window ? ` (sliding window ${p.window})` : p.chunk ? ` (chunks of ${p.chunk})` : ' (full attention)';
+  wrap.firstChild.textContent = `group ${g}${rule}: ` +
     `${n} blocks of ${fmtBytes(p.block_bytes)} · used ${p.used} (shared ${p.shared}) · cached ${p.cached} · ` +
     `free ${p.free} · evicted so far ${p.evicted_total}`;
   return counts;
