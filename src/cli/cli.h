@@ -39,6 +39,8 @@ typedef struct cli_opts {
     int spec_ngram;          /* --spec-ngram: longest n-gram looked up (default 3) */
     bool spec_fixed;         /* --spec-fixed: always spec_k drafts (no adaptation) */
     const char *model_draft; /* --model-draft: the draft model of --spec draft */
+    bool chunks_keep_kv;     /* chunked layers (llama4) share the full layers' KV group and keep
+                              * all their KV: the disk tier (serve --kv-disk) needs one group */
     int pp;                  /* --pp N: pipeline of N MPI ranks (0: none) */
     const char *pp_layers;   /* --pp-layers 0-13,14-27 (NULL: balanced by bytes) */
     double pp_timeout;       /* --pp-timeout seconds (default 60) */

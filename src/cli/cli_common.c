@@ -356,6 +356,7 @@ bool cli_load(const cli_opts *o, bool want_weights, cli_model *cm) {
                        .max_ctx_cap = CLI_DEFAULT_CTX,
                        .max_ubatch = o->ubatch,
                        .no_repack = o->no_repack,
+                       .chunks_keep_kv = o->chunks_keep_kv,
                        .progress = on_load_progress,
                        .progress_user = &lp};
     if (!cli_pp_prepare(o, f, &mp)) {

@@ -442,6 +442,7 @@ int cmd_serve(int argc, char **argv) {
                         "layers' KV)\n");
         return 2;
     }
+    o.chunks_keep_kv = so.kv_disk != NULL;
     cli_model cm;
     if (!cli_load(&o, true, &cm)) return 1;
     int rc = 1;

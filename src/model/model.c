@@ -334,7 +334,8 @@ static void assign_layer_geometry(model *m) {
                                  : hp->rope_freq_scale;
         int g = 0;
         /* one group per attention rule: its blocks are dropped by it (kv.h) */
-        const kv_attn rule = {.window = (int32_t)window, .chunk = L->chunk};
+        const kv_attn rule = {.window = (int32_t)window,
+                              .chunk = m->mp.chunks_keep_kv ? 0 : L->chunk};
         while (g < m->n_groups &&
                (m->groups[g].attn.window != rule.window || m->groups[g].attn.chunk != rule.chunk))
             g++;

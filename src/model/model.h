@@ -38,6 +38,10 @@ typedef struct model_params {
      * fixed 8192. For tests, which cross chunk boundaries in a few hundred tokens;
      * a model so loaded no longer matches llama.cpp past that many positions. */
     int64_t attn_chunk;
+    /* Chunked layers join the full-attention layers' KV group (window 0, no
+     * chunk), so nothing of theirs is dropped; their attention still masks by
+     * the chunk. For the disk tier, which needs a single KV group. */
+    bool chunks_keep_kv;
 } model_params;
 
 /* Loads a GGUF model. The gguf_file is owned by the model afterwards. */

@@ -241,6 +241,26 @@ static void test_chunk(int32_t chunk) {
             }
     }
     model_destroy(m);
+    /* the disk tier's layout: one KV group, nothing dropped, the attention
+     * still masked by the chunk (same ids as the whole-KV run) */
+    gguf_file *f1 = gguf_open(MODEL, &err);
+    model_params mp1 = mp;
+    mp1.chunks_keep_kv = true;
+    model *m1 = f1 ? model_load(f1, &mp1, &err) : NULL;
+    if (!m1 || model_kv_n_groups(m1) != 1) {
+        fprintf(stderr, "chunk %d, chunks_keep_kv: %s\n", chunk,
+                m1 ? "more than one KV group" : err.msg);
+        failures++;
+    } else {
+        const variant one = {"one KV group, batched", false, 8, 4096, 0, false, false};
+        if (!run(m1, v, &one, prompts, lens, -1, got)) failures++;
+        for (int i = 0; i < N_REQ; i++)
+            if (got[i].n != N_GEN || memcmp(got[i].ids, ref[i].ids, sizeof got[i].ids)) {
+                fprintf(stderr, "  %s: request %d differs from the whole-KV run\n", one.name, i);
+                failures++;
+            }
+    }
+    model_destroy(m1);
     tok_vocab_destroy(v);
 }
 
