@@ -560,7 +560,8 @@ static bool alloc_scratch(model *m, kvl_error *err) {
         return kvl_fail(err, "model: out of memory");
     m->ff_gate = kvl_calloc(U * hp->n_ff, sizeof(float));
     m->ff_up = kvl_calloc(U * hp->n_ff, sizeof(float));
-    m->work = kvl_alloc(max_work_bytes(m, U));
+    m->work_bytes = max_work_bytes(m, U);
+    m->work = kvl_alloc(m->work_bytes);
     m->logit_rows = kvl_calloc(U * E, sizeof(float));
     m->attn_runs = kvl_calloc(2 * U, sizeof(int32_t));
     if (!m->attn_runs || !m->x || !m->xb || !m->xb2 || !m->q || !m->k || !m->v || !m->att ||

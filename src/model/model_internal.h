@@ -83,6 +83,7 @@ struct model {
     size_t attn_scratch_len;
     int32_t *attn_runs;      /* [max_ubatch][2]: first token, count of each run (attention) */
     void *work;              /* matmul activation quantization */
+    size_t work_bytes;       /* its size */
     float *logit_rows;       /* [max_ubatch][E] normed rows to project */
     struct moe_scratch *moe; /* model_moe.c; NULL for a dense model */
 

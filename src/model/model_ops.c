@@ -95,6 +95,52 @@ void op_matmul(model *m, const mtensor *w, const float *x, int64_t rows, float *
     else kern_matmul(w->data, w->dtype, w->ne1, w->ne0, x, rows, y, m->work);
 }
 
+/* kern_matmul runs a matrix of fewer multiply-adds than this on the calling
+ * thread (matmul.c's MATMUL_PARALLEL_MIN_MACS). */
+#define OPS_MATMUL_SERIAL_MACS (1 << 17)
+/* Small matrices on the same x that together make at least this many
+ * multiply-adds run side by side, one matrix per task, in one pool round. */
+#define OPS_MATMUL_SPLIT_MACS (1 << 15)
+#define OPS_MATMUL_SPLIT_MAX  4
+
+typedef struct {
+    const mtensor *const *ws;
+    const float *x;
+    int64_t rows;
+    float *const *ys;
+    char *work;
+    size_t slot[OPS_MATMUL_SPLIT_MAX];
+} split_job;
+
+static void split_task(void *ctx, int64_t i, int thread) {
+    const split_job *j = ctx;
+    const mtensor *w = j->ws[i];
+    kern_matmul(w->data, w->dtype, w->ne1, w->ne0, j->x, j->rows, j->ys[i], j->work + j->slot[i]);
+}
+
+/* Matrices that are each too small for kern_matmul to share among the threads
+ * (a few tokens through stories260K-sized F32 weights, a speculative
+ * verification) but worth a pool round together: each on a thread of its
+ * own, with its own part of m->work. Every output is what kern_matmul gives
+ * alone, so the results are the same bits. False when it does not apply. */
+static bool matmul_split(model *m, int nw, const mtensor *const *ws, const float *x, int64_t rows,
+                         float *const *ys) {
+    if (nw < 2 || nw > OPS_MATMUL_SPLIT_MAX || kvl_pool_threads() < 2) return false;
+    split_job j = {ws, x, rows, ys, m->work, {0}};
+    double total = 0;
+    size_t off = 0;
+    for (int i = 0; i < nw; i++) {
+        const double macs = (double)ws[i]->ne1 * (double)ws[i]->ne0 * (double)rows;
+        if (ws[i]->packed || macs >= OPS_MATMUL_SERIAL_MACS) return false;
+        total += macs;
+        j.slot[i] = off;
+        off += (kern_matmul_work_bytes(ws[i]->dtype, rows, ws[i]->ne0) + 63) & ~(size_t)63;
+    }
+    if (total < OPS_MATMUL_SPLIT_MACS || off > m->work_bytes) return false;
+    kvl_pool_run(split_task, &j, nw);
+    return true;
+}
+
 /* Matrices applied to the same x: one prepared x and one parallel region when
  * all are repacked with a shared activation layout, else one by one. */
 void op_matmul_many(model *m, int nw, const mtensor *const *ws, const float *x, int64_t rows,
@@ -104,7 +150,8 @@ void op_matmul_many(model *m, int nw, const mtensor *const *ws, const float *x, 
         fused = ws[i]->packed && ws[i]->ne0 == ws[0]->ne0 &&
                 kern_repacked_share_input(ws[i]->dtype, ws[0]->dtype);
     if (!fused) {
-        for (int i = 0; i < nw; i++) op_matmul(m, ws[i], x, rows, ys[i]);
+        if (!matmul_split(m, nw, ws, x, rows, ys))
+            for (int i = 0; i < nw; i++) op_matmul(m, ws[i], x, rows, ys[i]);
         return;
     }
     kern_repacked_mat mats[KERN_REPACKED_MAX];

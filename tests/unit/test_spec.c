@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "engine.h"
+#include "kvl_pool.h"
 #include "spec.h"
 #include "test_model.h"
 
@@ -414,8 +415,78 @@ static void compare_model(const char *path, bool story) {
     tok_vocab_destroy(v);
 }
 
+/* One forward of n tokens of one sequence after a prefill of ctx (every row's
+ * logits, as a verification asks), on the given thread count, into logits. */
+static bool forward_threads(model *m, int threads, int ctx, int n, float *logits) {
+    kvl_pool_set_threads(threads);
+    kvl_error err = {{0}};
+    const int ng = model_kv_n_groups(m);
+    kv_pool *pools[MODEL_MAX_KV_GROUPS] = {0};
+    kv_seq seqs[MODEL_MAX_KV_GROUPS];
+    const kv_seq *tables[MODEL_MAX_KV_GROUPS];
+    bool ok = true;
+    for (int g = 0; g < ng && ok; g++) {
+        kv_pool_config kc;
+        int32_t window;
+        model_kv_group_shape(m, g, &kc, &window);
+        kc.block_size = 16;
+        kc.dtype = GGUF_DT_F16;
+        kc.split_v = false;
+        kc.n_blocks = (ctx + n) / 16 + 2;
+        kv_seq_init(&seqs[g]);
+        ok = (pools[g] = kv_pool_create(&kc, &err)) && kv_seq_reserve(pools[g], &seqs[g], ctx + n);
+        tables[g] = &seqs[g];
+    }
+    int32_t tok[256], pos[256], sq[256] = {0};
+    uint8_t want[256];
+    for (int i = 0; i < ctx + n; i++) {
+        tok[i] = 1 + (i * 37 + 11) % 500;
+        pos[i] = i;
+        want[i] = i >= ctx - 1;
+    }
+    model_batch pre = {ctx, tok, pos, sq, want, 1, tables, NULL};
+    model_batch b = {n, tok + ctx, pos + ctx, sq, want + ctx, 1, tables, NULL};
+    ok = ok && model_forward(m, pools, &pre, logits, &err) &&
+         model_forward(m, pools, &b, logits, &err);
+    if (!ok) fprintf(stderr, "forward on %d threads: %s\n", threads, err.msg);
+    for (int g = 0; g < ng; g++)
+        if (pools[g]) {
+            kv_seq_free(pools[g], &seqs[g]);
+            kv_pool_destroy(pools[g]);
+        }
+    return ok;
+}
+
+/* A verification's forward gives the same bits on 1 and 2 threads: on 2 its
+ * small matrices on the same input run side by side (op_matmul_many) and its
+ * attention on both threads; on 1 all in order. */
+static void test_threads(void) {
+    tok_vocab *v;
+    model *m = load_test_model("models/stories260K.gguf", 256, 32, &v);
+    if (!m) {
+        failures++;
+        return;
+    }
+    const int64_t V = model_hp(m)->n_vocab;
+    const int threads = kvl_pool_threads();
+    static const int ns[] = {2, 5, 8};
+    for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++) {
+        float *l1 = calloc((size_t)ns[i] * V, sizeof(float));
+        float *l2 = calloc((size_t)ns[i] * V, sizeof(float));
+        CHECK(l1 && l2 && forward_threads(m, 1, 200, ns[i], l1) &&
+              forward_threads(m, 2, 200, ns[i], l2));
+        CHECK(l1 && l2 && memcmp(l1, l2, (size_t)ns[i] * V * sizeof(float)) == 0);
+        free(l1);
+        free(l2);
+    }
+    kvl_pool_set_threads(threads);
+    model_destroy(m);
+    tok_vocab_destroy(v);
+}
+
 int main(void) {
     test_propose();
+    test_threads();
     test_ngram_index();
     test_adapt();
     compare_model("models/stories260K.gguf", true);
