@@ -148,49 +148,14 @@ KX_PACK(q3k_pack, blk_q3_K, decode_q3_K, put_g16, PB_G16)
 KX_PACK(iq4xs_pack, blk_iq4_xs, decode_iq4_xs, put_g16, PB_G16)
 KX_PACK(q2k_pack, blk_q2_K, decode_q2_K, put_q2k, PB_Q2K)
 
-/* Broadcast dword at byte offset `at` of activation unit a of the current super-block. */
-#define ABC(a, at) _mm512_set1_epi32(*(const int32_t *)(A + (a)*KT_UNIT + (at)))
-
 /* 16 weight rows (lanes) against the KT rows of a tile: per super-block
  * sumi = sum_g sc_g * dot16_g and summ = sum_g m_g * bsum_g, exact, then
  * f = fma(d * yd, sumi, f); f = fma(-(dmin * yd), summ, f) as the vec_dot. */
 T_512_INLINE void q2k_micro(int64_t nsb, const char *P, const char *A, float *y, size_t ldy, int na,
                             __mmask16 mask) {
-    __m512 f[KT];
-    UNROLL(8)
-    for (int a = 0; a < KT; a++) f[a] = _mm512_setzero_ps();
-    for (int64_t sb = 0; sb < nsb; sb++, P += PB_Q2K, A += KT * KT_UNIT) {
-        __m512i sumi[KT], summ[KT];
-        UNROLL(8)
-        for (int a = 0; a < KT; a++) sumi[a] = summ[a] = _mm512_setzero_si512();
-        UNROLL(8)
-        for (int t = 0; t < 8; t++) {
-            const __m512i mp = _mm512_loadu_si512(P + 5120 + 64 * t);
-            UNROLL(8)
-            for (int a = 0; a < KT; a++)
-                summ[a] = _mm512_dpwssd_epi32(summ[a], mp, ABC(a, KQ_BSUMS + 4 * t));
-        }
-        kavx512_k_g16_dots(P, A, sumi);
-        kavx512_k_pc_fstep_min(P + 5632, P + 5696, A, sumi, summ, f);
-    }
-    UNROLL(8)
-    for (int a = 0; a < KT; a++)
-        if (a < na) _mm512_mask_storeu_ps(y + a * ldy, mask, f[a]);
+    kavx512_k_g16_micro(true, PB_Q2K, nsb, P, A, y, ldy, na, mask);
 }
-#undef ABC
-
-T_512 static void q2k_kernel(int64_t k, const void *panels, size_t pb, int n_rows,
-                             const void *tiles, int64_t m, float *y, size_t ldy) {
-    const int64_t nsb = k / QK_K;
-    const int np = (n_rows + 15) / 16;
-    const size_t tb = kavx512_k_tile_bytes(k);
-    for (int64_t t = 0; t * KT < m; t++) {
-        const int na = m - t * KT < KT ? (int)(m - t * KT) : KT;
-        for (int p = 0; p < np; p++)
-            q2k_micro(nsb, (const char *)panels + p * pb, (const char *)tiles + t * tb,
-                      y + t * KT * ldy + 16 * p, ldy, na, kern_mask16(n_rows - 16 * p));
-    }
-}
+KAVX512_K_KERNEL(q2k_kernel, q2k_micro)
 
 /* The activation tiles (kavx512_k_prepare) and micro-kernels of Q4_K (groups of 32) and Q6_K
  * (groups of 16). */
