@@ -161,6 +161,50 @@ T_AVX2_INLINE __m128 kern_f16x4(kvl_f16 a, kvl_f16 b, kvl_f16 c, kvl_f16 d) {
 #define KERN_Q1_STEP1(acc, d, isum, xb, yb)                                                        \
     ((acc) + fmaf(d, isum, f16_load((xb)->m) * f16_load((yb)->s)))
 
+/* The Q family's dot loop (kern_impl.h, quant32.h: one float accumulator,
+ * each block's integer sum exact, blocks in order), the body of every
+ * SIMD vec_dot(n, s, vx, vy) of that family: blocks x (XT) against y (YT)
+ * four at a time, sumf = STEP4(sumf, x + b, y + b, ...), then one at a time
+ * through STEP1 the same way; the trailing arguments go to both steps. */
+#define KERN_Q_DOT(XT, YT, STEP4, STEP1, ...)                                                      \
+    const XT *x = vx;                                                                              \
+    const YT *y = vy;                                                                              \
+    const int64_t nb = n / 32;                                                                     \
+    float sumf = 0;                                                                                \
+    int64_t b = 0;                                                                                 \
+    for (; b + 4 <= nb; b += 4) sumf = STEP4(sumf, x + b, y + b, ##__VA_ARGS__);                   \
+    for (; b < nb; b++) sumf = STEP1(sumf, x + b, y + b, ##__VA_ARGS__);                           \
+    *s = sumf
+
+/* The exact int32 sums of 4 blocks' 8-lane vectors, as [s0, s1, s2, s3]. */
+T_AVX2_INLINE __m128i kern_hsum4x8_i32(__m256i v0, __m256i v1, __m256i v2, __m256i v3) {
+    const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(v0, v1), _mm256_hadd_epi32(v2, v3));
+    return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+}
+
+/* KERN_Q_DOT's AVX2 steps: LANES(x, y) gives block x's 8 int32 lane sums
+ * against y (exact), D4(x, y) the d_x * d_y of 4 blocks and D1 of one
+ * (KERN_F16_D4 / D1 for fp16 scales), STEP is KERN_Q_STEP or KERN_Q1_STEP. */
+#define KAVX2_Q_STEP4(acc, x, y, LANES, D4, D1, STEP)                                              \
+    ({                                                                                             \
+        const __m128i isum_ = kern_hsum4x8_i32(LANES(x, y), LANES((x) + 1, (y) + 1),               \
+                                               LANES((x) + 2, (y) + 2), LANES((x) + 3, (y) + 3));  \
+        const __m128 d_ = D4(x, y);                                                                \
+        STEP##4(acc, d_, isum_, x, y);                                                             \
+    })
+#define KAVX2_Q_STEP1(acc, x, y, LANES, D4, D1, STEP)                                              \
+    STEP##1(acc, D1(x, y), (float)kern_hsum8_i32(LANES(x, y)), x, y)
+#define KERN_F16_D4(x, y)                                                                          \
+    _mm_mul_ps(kern_f16x4((x)[0].d, (x)[1].d, (x)[2].d, (x)[3].d),                                 \
+               kern_f16x4((y)[0].d, (y)[1].d, (y)[2].d, (y)[3].d))
+#define KERN_F16_D1(x, y) (f16_load((x)->d) * f16_load((y)->d))
+
+/* 8 int32 lane sums of u * y, u unsigned (0..255), y signed: no int16
+ * saturation where |u * y| + |u' * y'| <= 32767, true for every caller. */
+T_AVX2_INLINE __m256i kern_dot_u8s8(__m256i u, __m256i y) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, y), _mm256_set1_epi16(1));
+}
+
 /* Two 8-lane int32 vectors reduced together: {sum a, sum b} (exact). */
 T_AVX2_INLINE void kern_hsum2_i32(__m256i a, __m256i b, int32_t *sa, int32_t *sb) {
     const __m256i h = _mm256_hadd_epi32(a, b); /* a01 a23 b01 b23 | a45 a67 b45 b67 */
