@@ -69,32 +69,12 @@ T_AVX2 void kavx2_vec_dot_q5_1(int64_t n, float *s, const void *vx, const void *
 
 /* ======================= Q8_1 activations ======================= */
 
-T_AVX2_INLINE float hmax_ps(__m256 v) {
-    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-    m = _mm_max_ss(m, _mm_movehdup_ps(m));
-    return _mm_cvtss_f32(m);
-}
-
-/* 32 int32 (four vectors, in order) -> 32 int8 with signed saturation. */
-T_AVX2_INLINE __m256i pack_i32_to_i8(__m256i a, __m256i b, __m256i c, __m256i d) {
-    const __m256i ab = _mm256_packs_epi32(a, b), cd = _mm256_packs_epi32(c, d);
-    return _mm256_permutevar8x32_epi32(_mm256_packs_epi16(ab, cd),
-                                       _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-}
-
 /* Same bytes as kref_from_float_q8_1: q = rint(x * (127 / amax)), s = fp16(d * sum). */
 T_AVX2 void kavx2_from_float_q8_1(const float *src, void *dst, int64_t n) {
     blk_q8_1 *y = dst;
-    const __m256 sign = _mm256_set1_ps(-0.0f);
     for (int64_t b = 0; b < n / QK8_1; b++) {
-        const float *x = src + b * QK8_1;
-        __m256 v[4], amax = _mm256_setzero_ps();
-        for (int k = 0; k < 4; k++) {
-            v[k] = _mm256_loadu_ps(x + 8 * k);
-            amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v[k]));
-        }
-        const float am = hmax_ps(amax);
+        __m256 v[4];
+        const float am = kern_load32_amax(src + b * QK8_1, v);
         const float d = am / 127.f;
         const float id = am != 0.0f ? 127.f / am : 0.0f;
         y[b].d = kvl_f32_to_f16(d);
@@ -106,6 +86,6 @@ T_AVX2 void kavx2_from_float_q8_1(const float *src, void *dst, int64_t n) {
         const int32_t sum = kern_hsum8_i32(
             _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3])));
         y[b].s = kvl_f32_to_f16(d * (float)sum);
-        _mm256_storeu_si256((__m256i *)y[b].qs, pack_i32_to_i8(q[0], q[1], q[2], q[3]));
+        _mm256_storeu_si256((__m256i *)y[b].qs, kern_pack32_i8(q[0], q[1], q[2], q[3]));
     }
 }

@@ -36,39 +36,18 @@ T_AVX2_INLINE __m256 roundf_ps(__m256 v) {
     return _mm256_add_ps(t, _mm256_and_ps(big, one));
 }
 
-/* 32 int32 (four vectors, in order) -> 32 int8 with signed saturation. */
-T_AVX2_INLINE __m256i pack_i32_to_i8(__m256i a, __m256i b, __m256i c, __m256i d) {
-    const __m256i ab = _mm256_packs_epi32(a, b), cd = _mm256_packs_epi32(c, d);
-    /* the packs work per 128-bit lane: restore element order */
-    return _mm256_permutevar8x32_epi32(_mm256_packs_epi16(ab, cd),
-                                       _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-}
-
-T_AVX2_INLINE float hmax_ps(__m256 v) {
-    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-    m = _mm_max_ss(m, _mm_movehdup_ps(m));
-    return _mm_cvtss_f32(m);
-}
-
 /* Same bytes as kref_from_float_q8_0 (d = amax/127, id = 1/d, roundf). */
 T_AVX2 void kavx2_from_float_q8_0(const float *src, void *dst, int64_t n) {
     blk_q8_0 *y = dst;
-    const __m256 sign = _mm256_set1_ps(-0.0f);
     for (int64_t b = 0; b < n / QK8_0; b++) {
-        const float *x = src + b * QK8_0;
-        __m256 v[4], amax = _mm256_setzero_ps();
-        for (int k = 0; k < 4; k++) {
-            v[k] = _mm256_loadu_ps(x + 8 * k);
-            amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v[k]));
-        }
-        const float d = hmax_ps(amax) / 127;
+        __m256 v[4];
+        const float d = kern_load32_amax(src + b * QK8_0, v) / 127;
         const float id = d ? 1.0f / d : 0.0f;
         y[b].d = kvl_f32_to_f16(d);
         __m256i q[4];
         for (int k = 0; k < 4; k++)
             q[k] = _mm256_cvtps_epi32(roundf_ps(_mm256_mul_ps(v[k], _mm256_set1_ps(id))));
-        _mm256_storeu_si256((__m256i *)y[b].qs, pack_i32_to_i8(q[0], q[1], q[2], q[3]));
+        _mm256_storeu_si256((__m256i *)y[b].qs, kern_pack32_i8(q[0], q[1], q[2], q[3]));
     }
 }
 
@@ -90,7 +69,7 @@ T_AVX2_INLINE float q8k_signed_max(const float *x, float *amax_out) {
     __m256 m = _mm256_setzero_ps();
     for (int j = 0; j < QK_K; j += 8)
         m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + j)));
-    const float amax = hmax_ps(m);
+    const float amax = kern_hmax8_ps(m);
     *amax_out = amax;
     for (int j = 0; j < QK_K; j++)
         if (fabsf(x[j]) == amax) return x[j];
@@ -117,7 +96,7 @@ T_AVX2 void kavx2_from_float_q8_K(const float *src, void *dst, int64_t n) {
             for (int k = 0; k < 4; k++)
                 q[k] = _mm256_min_epi32(
                     hi, _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + j + 8 * k), vs)));
-            _mm256_storeu_si256((__m256i *)(y[b].qs + j), pack_i32_to_i8(q[0], q[1], q[2], q[3]));
+            _mm256_storeu_si256((__m256i *)(y[b].qs + j), kern_pack32_i8(q[0], q[1], q[2], q[3]));
         }
         q8k_bsums(y[b].qs, y[b].bsums);
         y[b].d = 1 / iscale;

@@ -205,6 +205,34 @@ T_AVX2_INLINE __m256i kern_dot_u8s8(__m256i u, __m256i y) {
     return _mm256_madd_epi16(_mm256_maddubs_epi16(u, y), _mm256_set1_epi16(1));
 }
 
+/* The largest of 8 lanes. */
+T_AVX2_INLINE float kern_hmax8_ps(__m256 v) {
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    return _mm_cvtss_f32(m);
+}
+
+/* The 32 floats of a block at x into v[0..3], and their largest magnitude
+ * (the first step of the Q8_0 and Q8_1 activation quantizers). */
+T_AVX2_INLINE float kern_load32_amax(const float *x, __m256 *v) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 amax = _mm256_setzero_ps();
+    for (int k = 0; k < 4; k++) {
+        v[k] = _mm256_loadu_ps(x + 8 * k);
+        amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v[k]));
+    }
+    return kern_hmax8_ps(amax);
+}
+
+/* 32 int32 (four vectors, in order) -> 32 int8 with signed saturation. */
+T_AVX2_INLINE __m256i kern_pack32_i8(__m256i a, __m256i b, __m256i c, __m256i d) {
+    const __m256i ab = _mm256_packs_epi32(a, b), cd = _mm256_packs_epi32(c, d);
+    /* the packs work per 128-bit lane: restore element order */
+    return _mm256_permutevar8x32_epi32(_mm256_packs_epi16(ab, cd),
+                                       _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
 /* Two 8-lane int32 vectors reduced together: {sum a, sum b} (exact). */
 T_AVX2_INLINE void kern_hsum2_i32(__m256i a, __m256i b, int32_t *sa, int32_t *sb) {
     const __m256i h = _mm256_hadd_epi32(a, b); /* a01 a23 b01 b23 | a45 a67 b45 b67 */
