@@ -19,17 +19,16 @@ const int8_t kern_mxfp4_values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4
 
 /* ======================= scalar reference ======================= */
 
-void kref_to_float_mxfp4(const void *src, float *dst, int64_t n) {
-    const blk_mxfp4 *x = src;
-    for (int64_t b = 0; b < n / QK_MXFP4; b++) {
-        const float d = kern_e8m0_half(x[b].e);
-        float *y = dst + b * QK_MXFP4;
-        for (int j = 0; j < QK_MXFP4 / 2; j++) {
-            y[j] = (float)kern_mxfp4_values[x[b].qs[j] & 0x0F] * d;
-            y[j + QK_MXFP4 / 2] = (float)kern_mxfp4_values[x[b].qs[j] >> 4] * d;
-        }
+/* The codes as their doubled E2M1 values, d = kern_e8m0_half(e). */
+KERN_K_INLINE void unpack_mxfp4(const void *blk, kern_q32_block *u) {
+    const blk_mxfp4 *x = blk;
+    for (int j = 0; j < QK_MXFP4 / 2; j++) {
+        u->v[j] = kern_mxfp4_values[x->qs[j] & 0x0F];
+        u->v[j + QK_MXFP4 / 2] = kern_mxfp4_values[x->qs[j] >> 4];
     }
+    u->d = kern_e8m0_half(x->e), u->m = 0;
 }
+KREF_Q32_TO_FLOAT(mxfp4, false)
 
 /* ggml's best_index_mxfp4: the first code whose value * d is nearest to x. */
 static int mxfp4_best_index(float x, float d) {
