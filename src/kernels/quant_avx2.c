@@ -196,51 +196,11 @@ T_AVX2 void kavx2_vec_dot_q4_0(int64_t n, float *s, const void *x, const void *y
 
 /* ======================= K family dot products ======================= */
 
-/* Unpacks the 8 scales and 8 mins of a Q4_K block (ggml's 12-byte packing). */
-T_AVX2_INLINE void q4k_unpack(const uint8_t *s, uint8_t *sc, uint8_t *mn) {
-    for (int j = 0; j < 8; j++) kern_q4k_scale_min(j, s, &sc[j], &mn[j]);
+T_AVX2_INLINE float q4k_step(float sumf, const blk_q4_K *x, const blk_q8_K *y) {
+    return kern_q45k_step(sumf, x->scales, x->qs, NULL, &x->d, &x->dmin, y);
 }
-
-/* sum_j mn[j] * (bsums[2j] + bsums[2j+1]) */
-T_AVX2_INLINE int32_t q4k_summ(const uint8_t *mn, const int16_t *bsums) {
-    __m128i m = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)mn));
-    const __m256i m2 = _mm256_set_m128i(_mm_unpackhi_epi16(m, m), _mm_unpacklo_epi16(m, m));
-    return kern_hsum8_i32(_mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)bsums), m2));
-}
-
-T_AVX2_INLINE int32_t q4k_sumi(const blk_q4_K *x, const blk_q8_K *y, const uint8_t *sc) {
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
-    __m256i sum = _mm256_setzero_si256();
-    for (int j = 0; j < QK_K / 64; j++) {
-        const __m256i q = _mm256_loadu_si256((const __m256i *)(x->qs + 32 * j));
-        const __m256i lo = _mm256_and_si256(q, m4);
-        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-        const __m256i y0 = _mm256_loadu_si256((const __m256i *)(y->qs + 64 * j));
-        const __m256i y1 = _mm256_loadu_si256((const __m256i *)(y->qs + 64 * j + 32));
-        const __m256i p0 =
-            _mm256_madd_epi16(_mm256_maddubs_epi16(lo, y0), _mm256_set1_epi16(sc[2 * j]));
-        const __m256i p1 =
-            _mm256_madd_epi16(_mm256_maddubs_epi16(hi, y1), _mm256_set1_epi16(sc[2 * j + 1]));
-        sum = _mm256_add_epi32(sum, _mm256_add_epi32(p0, p1));
-    }
-    return kern_hsum8_i32(sum);
-}
-
 T_AVX2 void kavx2_vec_dot_q4_K(int64_t n, float *s, const void *vx, const void *vy) {
-    const blk_q4_K *x = vx;
-    const blk_q8_K *y = vy;
-    float sumf = 0;
-    for (int64_t b = 0; b < n / QK_K; b++) {
-        uint8_t sc[8], mn[8];
-        q4k_unpack(x[b].scales, sc, mn);
-        const int32_t sumi = q4k_sumi(&x[b], &y[b], sc);
-        const int32_t summ = q4k_summ(mn, y[b].bsums);
-        const float dall = f16_load(x[b].d) * y[b].d;
-        const float dmin = f16_load(x[b].dmin) * y[b].d;
-        sumf = fmaf(dall, (float)sumi, sumf);
-        sumf = fmaf(-dmin, (float)summ, sumf);
-    }
-    *s = sumf;
+    KERN_K_DOT(blk_q4_K, q4k_step);
 }
 
 /* The four 32-value quarters of a Q6_K half as unsigned 0..63 bytes. */
@@ -286,11 +246,9 @@ T_AVX2_INLINE int32_t q6k_sumi(const blk_q6_K *x, const blk_q8_K *y) {
     return kern_hsum8_i32(sum);
 }
 
+T_AVX2_INLINE float q6k_step(float sumf, const blk_q6_K *x, const blk_q8_K *y) {
+    return fmaf(f16_load(x->d) * y->d, (float)q6k_sumi(x, y), sumf);
+}
 T_AVX2 void kavx2_vec_dot_q6_K(int64_t n, float *s, const void *vx, const void *vy) {
-    const blk_q6_K *x = vx;
-    const blk_q8_K *y = vy;
-    float sumf = 0;
-    for (int64_t b = 0; b < n / QK_K; b++)
-        sumf = fmaf(f16_load(x[b].d) * y[b].d, (float)q6k_sumi(&x[b], &y[b]), sumf);
-    *s = sumf;
+    KERN_K_DOT(blk_q6_K, q6k_step);
 }

@@ -276,14 +276,6 @@ T_512_INLINE void q_prows(bool q4, int64_t n, float *s, size_t ss, const void *x
     ROWS_LOOP
     for (int r = 0; r < nr; r++) s[r * ss] = acc[r];
 }
-T_512_INLINE void q4_0_prows(int64_t n, float *s, size_t ss, const void *x, const void *y,
-                             size_t ys, int nr) {
-    q_prows(true, n, s, ss, x, y, ys, nr);
-}
-T_512_INLINE void q8_0_prows(int64_t n, float *s, size_t ss, const void *x, const void *y,
-                             size_t ys, int nr) {
-    q_prows(false, n, s, ss, x, y, ys, nr);
-}
 
 /* Four weight rows at once (xr bytes apart, outputs sr apart) against nr
  * prepared rows: four independent fma chains per activation row, so the
@@ -375,33 +367,18 @@ T_512_INLINE void q_prows4(bool q4, int64_t n, float *s, size_t sr, size_t ss, c
     }
 }
 
-#define ROWS4_SWITCH(q4, n, s, sr, ss, x, xr, y, ys, nr)                                           \
-    do {                                                                                           \
-        switch (nr) {                                                                              \
-        case 1: q_prows4(q4, n, s, sr, ss, x, xr, y, ys, 1); break;                                \
-        case 2: q_prows4(q4, n, s, sr, ss, x, xr, y, ys, 2); break;                                \
-        case 3: q_prows4(q4, n, s, sr, ss, x, xr, y, ys, 3); break;                                \
-        default: q_prows4(q4, n, s, sr, ss, x, xr, y, ys, KERN_ROWS_MAX); break;                   \
-        }                                                                                          \
-    } while (0)
-
-T_512 void kavx512_prows4_q4_0(int64_t n, float *s, size_t sr, size_t ss, const void *x, size_t xr,
-                               const void *y, size_t ys, int nr) {
-    ROWS4_SWITCH(true, n, s, sr, ss, x, xr, y, ys, nr);
-}
-T_512 void kavx512_prows4_q8_0(int64_t n, float *s, size_t sr, size_t ss, const void *x, size_t xr,
-                               const void *y, size_t ys, int nr) {
-    ROWS4_SWITCH(false, n, s, sr, ss, x, xr, y, ys, nr);
-}
-
-T_512 void kavx512_prows_q4_0(int64_t n, float *s, size_t ss, const void *x, const void *y,
-                              size_t ys, int nr) {
-    KERN_ROWS_SWITCH(q4_0_prows, n, s, ss, x, y, ys, nr);
-}
-T_512 void kavx512_prows_q8_0(int64_t n, float *s, size_t ss, const void *x, const void *y,
-                              size_t ys, int nr) {
-    KERN_ROWS_SWITCH(q8_0_prows, n, s, ss, x, y, ys, nr);
-}
+/* kavx512_prows4_T and kavx512_prows_T of Q4_0 (q4) and Q8_0. */
+#define Q_PROWS_ENTRIES(T, q4)                                                                     \
+    T_512 void kavx512_prows4_##T(int64_t n, float *s, size_t sr, size_t ss, const void *x,        \
+                                  size_t xr, const void *y, size_t ys, int nr) {                   \
+        KERN_NR_SWITCH(q_prows4, nr, q4, n, s, sr, ss, x, xr, y, ys);                              \
+    }                                                                                              \
+    T_512 void kavx512_prows_##T(int64_t n, float *s, size_t ss, const void *x, const void *y,     \
+                                 size_t ys, int nr) {                                              \
+        KERN_NR_SWITCH(q_prows, nr, q4, n, s, ss, x, y, ys);                                       \
+    }
+Q_PROWS_ENTRIES(q4_0, true)
+Q_PROWS_ENTRIES(q8_0, false)
 
 /* ======================= K family ======================= */
 

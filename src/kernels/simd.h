@@ -28,18 +28,19 @@
 #define KERN_PRAGMA(x) _Pragma(#x)
 #define UNROLL(n)      KERN_PRAGMA(GCC unroll n)
 
-/* Calls fn(n, s, ss, x, y, ys, NR) with NR = nr as a constant (1, 2, 3 or
- * KERN_ROWS_MAX), so that fn's per-row loops unroll into registers (the
- * *rows kernels of quant_avx512.c and quant_kx_avx512.c). */
-#define KERN_ROWS_SWITCH(fn, n, s, ss, x, y, ys, nr)                                               \
+/* Calls fn(..., NR), the arguments after nr then NR = nr as a constant (1,
+ * 2, 3 or KERN_ROWS_MAX), so that fn's per-row loops unroll into registers
+ * (the *rows kernels of quant_avx512.c and quant_kx_avx512.c). */
+#define KERN_NR_SWITCH(fn, nr, ...)                                                                \
     do {                                                                                           \
         switch (nr) {                                                                              \
-        case 1: fn(n, s, ss, x, y, ys, 1); break;                                                  \
-        case 2: fn(n, s, ss, x, y, ys, 2); break;                                                  \
-        case 3: fn(n, s, ss, x, y, ys, 3); break;                                                  \
-        default: fn(n, s, ss, x, y, ys, KERN_ROWS_MAX); break;                                     \
+        case 1: fn(__VA_ARGS__, 1); break;                                                         \
+        case 2: fn(__VA_ARGS__, 2); break;                                                         \
+        case 3: fn(__VA_ARGS__, 3); break;                                                         \
+        default: fn(__VA_ARGS__, KERN_ROWS_MAX); break;                                            \
         }                                                                                          \
     } while (0)
+#define KERN_ROWS_SWITCH(fn, n, s, ss, x, y, ys, nr) KERN_NR_SWITCH(fn, nr, n, s, ss, x, y, ys)
 
 /* The two AVX-512 entry points of a rows kernel NAME_rows(n, s, ss, x, y, ys,
  * nr): kavx512_vec_dot_NAME (one activation row) and kavx512_rows_NAME (nr
@@ -175,6 +176,65 @@ T_AVX2_INLINE __m128 kern_f16x4(kvl_f16 a, kvl_f16 b, kvl_f16 c, kvl_f16 d) {
     for (; b + 4 <= nb; b += 4) sumf = STEP4(sumf, x + b, y + b, ##__VA_ARGS__);                   \
     for (; b < nb; b++) sumf = STEP1(sumf, x + b, y + b, ##__VA_ARGS__);                           \
     *s = sumf
+
+/* The K family's dot loop (kern_impl.h: one float accumulator, super-blocks
+ * in order), the body of a vec_dot(n, s, vx, vy) against Q8_K: sumf =
+ * STEP(sumf, x + b, y + b) for super-block b of x (XT). */
+#define KERN_K_DOT(XT, STEP)                                                                       \
+    const XT *x = vx;                                                                              \
+    const blk_q8_K *y = vy;                                                                        \
+    float sumf = 0;                                                                                \
+    for (int64_t b = 0; b < n / QK_K; b++) sumf = STEP(sumf, x + b, y + b);                        \
+    *s = sumf
+
+/* The float steps of a K-family super-block with mins (Q2_K, Q4_K, Q5_K;
+ * kern_impl.h): s = fma(d * yd, sumi, s), then s = fma(-(dmin * yd), summ, s). */
+T_AVX2_INLINE float kern_k_fma_min(float s, kvl_f16 d, kvl_f16 dmin, float yd, int32_t sumi,
+                                   int32_t summ) {
+    const float dall = f16_load(d) * yd, dm = f16_load(dmin) * yd;
+    s = fmaf(dall, (float)sumi, s);
+    return fmaf(-dm, (float)summ, s);
+}
+
+/* The AVX2 step of a Q4_K (qh NULL) or Q5_K super-block (quant_avx2.c,
+ * quant_kx_avx2.c): its 8 scales and mins from the 12-byte packing, sumi =
+ * sum_j sc_j * the dot of group j's 32 values (the low / high nibbles of
+ * qs[32c..] for j = 2c / 2c + 1, with Q5_K's bit j of qh[l] as bit 4) with
+ * q8, summ = sum_j mn_j * (bsums[2j] + bsums[2j+1]), then kern_k_fma_min (d
+ * and dmin read there, last: as values the compiler held them in registers
+ * through the loop, 1% more instructions). */
+T_AVX2_INLINE float kern_q45k_step(float sumf, const uint8_t *scales, const uint8_t *qs,
+                                   const uint8_t *qh, const kvl_f16 *d, const kvl_f16 *dmin,
+                                   const blk_q8_K *y) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
+    uint8_t sc[8], mn[8];
+    for (int j = 0; j < 8; j++) kern_q4k_scale_min(j, scales, &sc[j], &mn[j]);
+    const __m256i h = qh ? _mm256_loadu_si256((const __m256i *)qh) : _mm256_setzero_si256();
+    __m256i acc = _mm256_setzero_si256();
+    for (int c = 0; c < 4; c++) {
+        const __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
+        __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+        if (qh) {
+            const __m256i h0 = _mm256_and_si256(_mm256_srli_epi16(h, 2 * c), one);
+            const __m256i h1 = _mm256_and_si256(_mm256_srli_epi16(h, 2 * c + 1), one);
+            lo = _mm256_or_si256(lo, _mm256_slli_epi16(h0, 4));
+            hi = _mm256_or_si256(hi, _mm256_slli_epi16(h1, 4));
+        }
+        const __m256i y0 = _mm256_loadu_si256((const __m256i *)(y->qs + 64 * c));
+        const __m256i y1 = _mm256_loadu_si256((const __m256i *)(y->qs + 64 * c + 32));
+        const __m256i p0 =
+            _mm256_madd_epi16(_mm256_maddubs_epi16(lo, y0), _mm256_set1_epi16(sc[2 * c]));
+        const __m256i p1 =
+            _mm256_madd_epi16(_mm256_maddubs_epi16(hi, y1), _mm256_set1_epi16(sc[2 * c + 1]));
+        acc = _mm256_add_epi32(acc, _mm256_add_epi32(p0, p1));
+    }
+    const int32_t sumi = kern_hsum8_i32(acc);
+    const __m128i m = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)mn));
+    const __m256i m2 = _mm256_set_m128i(_mm_unpackhi_epi16(m, m), _mm_unpacklo_epi16(m, m));
+    const int32_t summ =
+        kern_hsum8_i32(_mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), m2));
+    return kern_k_fma_min(sumf, *d, *dmin, y->d, sumi, summ);
+}
 
 /* The exact int32 sums of 4 blocks' 8-lane vectors, as [s0, s1, s2, s3]. */
 T_AVX2_INLINE __m128i kern_hsum4x8_i32(__m256i v0, __m256i v1, __m256i v2, __m256i v3) {
