@@ -64,8 +64,10 @@ static float block_min_scale(const float *x, int n, int nmax, kvl_f16 *d16, kvl_
 
 /* The values of ggml quantize_row_q4_1_ref (nmax 15) and _q5_1_ref (31): d =
  * (max - min) / nmax, m = min, L = (x - min) / d + 0.5 truncated (clamped to
- * 15 for Q4_1; ggml leaves Q5_1's unclamped). */
-static void min_block_levels(const float *x, int nmax, kvl_f16 *d16, kvl_f16 *m16, uint8_t *L) {
+ * 15 for Q4_1; ggml leaves Q5_1's unclamped). Inlined with nmax constant:
+ * called, it cost the two quantizers 16% and 39% more instructions. */
+KERN_K_INLINE void min_block_levels(const float *x, int nmax, kvl_f16 *d16, kvl_f16 *m16,
+                                    uint8_t *L) {
     float min;
     const float id = block_min_scale(x, 32, nmax, d16, m16, &min);
     for (int j = 0; j < 32; j++) {
