@@ -332,7 +332,8 @@ T_AVX2_INLINE __m256i kern_iq4nl_u8(const uint8_t *qs) {
 }
 
 /* kern_expf on 8 lanes, the same steps (max/min return -87 and 0 for NaN,
- * as the scalar comparisons do). */
+ * as the scalar comparisons do). Per-ISA twin of kern_exp16_ps: not shared,
+ * since the two differ only in vector type and intrinsic names. */
 T_AVX2_INLINE __m256 kern_exp8_ps(__m256 x) {
     x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
     x = _mm256_min_ps(x, _mm256_setzero_ps());
@@ -448,7 +449,8 @@ T_512_INLINE int32_t kern_hsum16_i32(__m512i v) {
         _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1)));
 }
 
-/* kern_expf on 16 lanes, the same steps as kern_exp8_ps (its per-ISA twin). */
+/* kern_expf on 16 lanes, the same steps as kern_exp8_ps (its per-ISA twin:
+ * not shared, since the two differ only in vector type and intrinsic names). */
 T_512_INLINE __m512 kern_exp16_ps(__m512 x) {
     x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
     x = _mm512_min_ps(x, _mm512_setzero_ps());
