@@ -37,29 +37,26 @@ typedef struct {
     float d, dmin;
 } kx_row;
 
-/* Writes row r (0..15) of a super-block's panel. */
-static void put_g32(char *out, int r, const kx_row *x) {
+/* Writes row r (0..15) of a super-block's panel of G groups (8: the Q4_K
+ * layout, 16: the Q6_K one): the values, the int32 group scales at 4096, the
+ * G / 2 int16 pairs of bias factors (or mins) after them, then the float d
+ * and, with dmin, dmin 64 bytes on. */
+static inline __attribute__((always_inline)) void put_groups(char *out, int r, const kx_row *x,
+                                                             int G, bool dmin) {
     for (int q = 0; q < 64; q++) memcpy(out + 64 * q + 4 * r, x->u + 4 * q, 4);
-    for (int j = 0; j < 8; j++) memcpy(out + 4096 + 64 * j + 4 * r, &x->sc[j], 4);
-    for (int t = 0; t < 4; t++) {
-        const int32_t mp =
-            (int32_t)((uint16_t)x->bias[2 * t] | ((uint32_t)(uint16_t)x->bias[2 * t + 1] << 16));
-        memcpy(out + 4608 + 64 * t + 4 * r, &mp, 4);
-    }
-    memcpy(out + 4864 + 4 * r, &x->d, 4);
-    memcpy(out + 4928 + 4 * r, &x->dmin, 4);
-}
-
-static void put_g16(char *out, int r, const kx_row *x) {
-    for (int q = 0; q < 64; q++) memcpy(out + 64 * q + 4 * r, x->u + 4 * q, 4);
-    for (int g = 0; g < 16; g++) memcpy(out + 4096 + 64 * g + 4 * r, &x->sc[g], 4);
-    for (int t = 0; t < 8; t++) {
+    for (int g = 0; g < G; g++) memcpy(out + 4096 + 64 * g + 4 * r, &x->sc[g], 4);
+    char *o = out + 4096 + 64 * G;
+    for (int t = 0; t < G / 2; t++) {
         const int32_t bp =
             (int32_t)((uint16_t)x->bias[2 * t] | ((uint32_t)(uint16_t)x->bias[2 * t + 1] << 16));
-        memcpy(out + 5120 + 64 * t + 4 * r, &bp, 4);
+        memcpy(o + 64 * t + 4 * r, &bp, 4);
     }
-    memcpy(out + 5632 + 4 * r, &x->d, 4);
+    o += 32 * G; /* 4864 (G = 8), 5632 (G = 16) */
+    memcpy(o + 4 * r, &x->d, 4);
+    if (dmin) memcpy(o + 64 + 4 * r, &x->dmin, 4);
 }
+static void put_g32(char *out, int r, const kx_row *x) { put_groups(out, r, x, 8, true); }
+static void put_g16(char *out, int r, const kx_row *x) { put_groups(out, r, x, 16, false); }
 
 static void decode_q5_K(const blk_q5_K *x, kx_row *o) {
     for (int c = 0; c < 4; c++)
@@ -125,10 +122,7 @@ static void decode_q2_K(const blk_q2_K *x, kx_row *o) {
     o->dmin = kvl_f16_to_f32(x->dmin);
 }
 
-static void put_q2k(char *out, int r, const kx_row *x) {
-    put_g16(out, r, x);
-    memcpy(out + 5696 + 4 * r, &x->dmin, 4);
-}
+static void put_q2k(char *out, int r, const kx_row *x) { put_groups(out, r, x, 16, true); }
 
 /* rows (<= 16) rows of W, wrow bytes apart; missing rows are zeros. */
 #define KX_PACK(name, blk, decode, put, pb)                                                        \
