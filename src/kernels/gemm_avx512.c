@@ -429,13 +429,15 @@ T_512_INLINE void q6k_micro(int64_t nsb, const char *P, const char *A, float *y,
     kavx512_k_g16_micro(false, Q6K_PB, nsb, P, A, y, ldy, na, mask);
 }
 
-KAVX512_K_KERNEL(q4k_kernel, q4k_micro)
-KAVX512_K_KERNEL(q6k_kernel, q6k_micro)
+KAVX512_K_KERNEL(extern, kavx512_k_g32_kernel, q4k_micro)
+KAVX512_K_KERNEL(extern, kavx512_k_g16_kernel, q6k_micro)
 
 const kern_gemm_ops kavx512_gemm_q4_K = {
-    KT, PACKED_MIN_M, k_tile_bytes, kavx512_k_prepare, q4k_panel_bytes, q4k_pack, q4k_kernel};
+    KT,       PACKED_MIN_M,        k_tile_bytes, kavx512_k_prepare, q4k_panel_bytes,
+    q4k_pack, kavx512_k_g32_kernel};
 const kern_gemm_ops kavx512_gemm_q6_K = {
-    KT, PACKED_MIN_M, k_tile_bytes, kavx512_k_prepare, q6k_panel_bytes, q6k_pack, q6k_kernel};
+    KT,       PACKED_MIN_M,        k_tile_bytes, kavx512_k_prepare, q6k_panel_bytes,
+    q6k_pack, kavx512_k_g16_kernel};
 
 /* ======================= FP family (F32, F16, BF16) =======================
  * Weights are read in place, FW rows at a time; activation tile of na <= FT

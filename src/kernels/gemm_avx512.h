@@ -209,6 +209,14 @@ size_t kavx512_k_tile_bytes(int64_t k);
  * kern_repacked_share_input holds across them) */
 void kavx512_k_prepare(const float *x, void *tile, int slot, int rows, int64_t k);
 
+/* The kernels of the per-call packed Q4_K panel (groups of 32) and Q6_K panel
+ * (groups of 16), gemm_avx512.c; gemm_kx_avx512.c packs Q5_K into the first
+ * and Q3_K and IQ4_XS into the second. */
+void kavx512_k_g32_kernel(int64_t k, const void *panels, size_t pb, int n_rows, const void *tiles,
+                          int64_t m, float *y, size_t ldy);
+void kavx512_k_g16_kernel(int64_t k, const void *panels, size_t pb, int n_rows, const void *tiles,
+                          int64_t m, float *y, size_t ldy);
+
 /* The dword at byte offset `at` of row a's unit of the tile super-block at
  * A, in all 16 lanes. */
 #define KAVX512_ABC(A, a, at) _mm512_set1_epi32(*(const int32_t *)((A) + (a)*KT_UNIT + (at)))
@@ -303,10 +311,11 @@ T_512_INLINE void kavx512_k_g16_micro(bool mins, size_t pb, int64_t nsb, const c
 
 /* NAME, the kern_gemm_ops.kernel of a per-call packed K-family layout: the
  * tiles of KT activation rows one after another, each against every panel
- * through MICRO(nsb, panel, tile, y, ldy, na, mask). */
-#define KAVX512_K_KERNEL(NAME, MICRO)                                                              \
-    T_512 static void NAME(int64_t k, const void *panels, size_t pb, int n_rows,                   \
-                           const void *tiles, int64_t m, float *y, size_t ldy) {                   \
+ * through MICRO(nsb, panel, tile, y, ldy, na, mask); LINKAGE static or
+ * extern. */
+#define KAVX512_K_KERNEL(LINKAGE, NAME, MICRO)                                                     \
+    LINKAGE T_512 void NAME(int64_t k, const void *panels, size_t pb, int n_rows,                  \
+                            const void *tiles, int64_t m, float *y, size_t ldy) {                  \
         KAVX512_PANEL_LOOP(KT, QK_K, kavx512_k_tile_bytes, KAVX512_CALL_NA, MICRO, k, panels, pb,  \
                            n_rows, tiles, m, y, ldy);                                              \
     }

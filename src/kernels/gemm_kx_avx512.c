@@ -149,28 +149,17 @@ T_512_INLINE void q2k_micro(int64_t nsb, const char *P, const char *A, float *y,
                             __mmask16 mask) {
     kavx512_k_g16_micro(true, PB_Q2K, nsb, P, A, y, ldy, na, mask);
 }
-KAVX512_K_KERNEL(q2k_kernel, q2k_micro)
-
-/* The activation tiles (kavx512_k_prepare) and micro-kernels of Q4_K (groups of 32) and Q6_K
- * (groups of 16). */
-static void g32_kernel(int64_t k, const void *w, size_t wstride, int n_rows, const void *tiles,
-                       int64_t m, float *y, size_t ldy) {
-    kavx512_gemm_q4_K.kernel(k, w, wstride, n_rows, tiles, m, y, ldy);
-}
-static void g16_kernel(int64_t k, const void *w, size_t wstride, int n_rows, const void *tiles,
-                       int64_t m, float *y, size_t ldy) {
-    kavx512_gemm_q6_K.kernel(k, w, wstride, n_rows, tiles, m, y, ldy);
-}
+KAVX512_K_KERNEL(static, q2k_kernel, q2k_micro)
 
 const kern_gemm_ops kavx512_gemm_q5_K = {
-    KT,       KX_GEMM_MIN_M, kavx512_k_tile_bytes, kavx512_k_prepare, g32_panel_bytes,
-    q5k_pack, g32_kernel};
+    KT,       KX_GEMM_MIN_M,       kavx512_k_tile_bytes, kavx512_k_prepare, g32_panel_bytes,
+    q5k_pack, kavx512_k_g32_kernel};
 const kern_gemm_ops kavx512_gemm_q3_K = {
-    KT,       KX_GEMM_MIN_M, kavx512_k_tile_bytes, kavx512_k_prepare, g16_panel_bytes,
-    q3k_pack, g16_kernel};
+    KT,       KX_GEMM_MIN_M,       kavx512_k_tile_bytes, kavx512_k_prepare, g16_panel_bytes,
+    q3k_pack, kavx512_k_g16_kernel};
 const kern_gemm_ops kavx512_gemm_q2_K = {
     KT,       KX_GEMM_MIN_M, kavx512_k_tile_bytes, kavx512_k_prepare, q2k_panel_bytes,
     q2k_pack, q2k_kernel};
 const kern_gemm_ops kavx512_gemm_iq4_xs = {
-    KT,         KX_GEMM_MIN_M, kavx512_k_tile_bytes, kavx512_k_prepare, g16_panel_bytes,
-    iq4xs_pack, g16_kernel};
+    KT,         KX_GEMM_MIN_M,       kavx512_k_tile_bytes, kavx512_k_prepare, g16_panel_bytes,
+    iq4xs_pack, kavx512_k_g16_kernel};
