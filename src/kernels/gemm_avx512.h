@@ -447,6 +447,23 @@ T_512_INLINE void kavx512_k_store(int NA, const __m512 *f, float *y, size_t ldy,
         kavx512_k_store(NA, f, y, ldy, mask);                                                      \
     }
 
+/* PFX_panel_bytes and PFX_pack, the kern_repack_ops.panel_bytes and .pack of
+ * a repacked K-family layout of SB bytes a super-block (repack_k_avx512.c,
+ * repack_kx_avx512.c): the panel zeroed (rows past `rows` read as 0), then
+ * PUT(o, r, x) for each super-block o of the panel and row r's block x there
+ * (BLK). Scalar code, run when a model loads. */
+#define KAVX512_R_PACK(PFX, BLK, SB, PUT)                                                          \
+    static size_t PFX##_panel_bytes(int64_t k) { return (size_t)(k / QK_K) * (SB); }               \
+    static void PFX##_pack(const void *w, size_t wrow, int rows, int64_t k, void *panel) {         \
+        const int64_t nsb = k / QK_K;                                                              \
+        memset(panel, 0, (size_t)nsb *(SB));                                                       \
+        for (int64_t sb = 0; sb < nsb; sb++) {                                                     \
+            char *o = (char *)panel + sb * (SB);                                                   \
+            for (int r = 0; r < rows; r++)                                                         \
+                PUT(o, r, (const BLK *)((const char *)w + (size_t)r * wrow) + sb);                 \
+        }                                                                                          \
+    }
+
 /* One panel against the active rows of one tile: one instantiation per
  * count of rows. */
 #define KAVX512_R_PASS(name, CALL)                                                                 \
