@@ -223,7 +223,6 @@ const kern_gemm_ops kavx512_gemm_q4_0 = {
 #define Q6K_PB (4096 + 16 * 64 + 8 * 64 + 64)
 
 size_t kavx512_k_tile_bytes(int64_t k) { return (size_t)(k / QK_K) * KT * KT_UNIT; }
-#define k_tile_bytes kavx512_k_tile_bytes
 static size_t q4k_panel_bytes(int64_t k) { return (size_t)(k / QK_K) * Q4K_PB; }
 static size_t q6k_panel_bytes(int64_t k) { return (size_t)(k / QK_K) * Q6K_PB; }
 
@@ -432,12 +431,10 @@ T_512_INLINE void q6k_micro(int64_t nsb, const char *P, const char *A, float *y,
 KAVX512_K_KERNEL(extern, kavx512_k_g32_kernel, q4k_micro)
 KAVX512_K_KERNEL(extern, kavx512_k_g16_kernel, q6k_micro)
 
-const kern_gemm_ops kavx512_gemm_q4_K = {
-    KT,       PACKED_MIN_M,        k_tile_bytes, kavx512_k_prepare, q4k_panel_bytes,
-    q4k_pack, kavx512_k_g32_kernel};
-const kern_gemm_ops kavx512_gemm_q6_K = {
-    KT,       PACKED_MIN_M,        k_tile_bytes, kavx512_k_prepare, q6k_panel_bytes,
-    q6k_pack, kavx512_k_g16_kernel};
+const kern_gemm_ops kavx512_gemm_q4_K =
+    KAVX512_K_GEMM_OPS(PACKED_MIN_M, q4k_panel_bytes, q4k_pack, kavx512_k_g32_kernel);
+const kern_gemm_ops kavx512_gemm_q6_K =
+    KAVX512_K_GEMM_OPS(PACKED_MIN_M, q6k_panel_bytes, q6k_pack, kavx512_k_g16_kernel);
 
 /* ======================= FP family (F32, F16, BF16) =======================
  * Weights are read in place, FW rows at a time; activation tile of na <= FT

@@ -209,6 +209,11 @@ size_t kavx512_k_tile_bytes(int64_t k);
  * kern_repacked_share_input holds across them) */
 void kavx512_k_prepare(const float *x, void *tile, int slot, int rows, int64_t k);
 
+/* The kern_gemm_ops of a K-family type packed per call: KT-row Q8_K tiles
+ * (kavx512_k_prepare), packed from MIN_M activation rows on. */
+#define KAVX512_K_GEMM_OPS(MIN_M, PANEL_BYTES, PACK, KERNEL)                                       \
+    { KT, MIN_M, kavx512_k_tile_bytes, kavx512_k_prepare, PANEL_BYTES, PACK, KERNEL }
+
 /* The kernels of the per-call packed Q4_K panel (groups of 32) and Q6_K panel
  * (groups of 16), gemm_avx512.c; gemm_kx_avx512.c packs Q5_K into the first
  * and Q3_K and IQ4_XS into the second. */

@@ -151,15 +151,11 @@ T_512_INLINE void q2k_micro(int64_t nsb, const char *P, const char *A, float *y,
 }
 KAVX512_K_KERNEL(static, q2k_kernel, q2k_micro)
 
-const kern_gemm_ops kavx512_gemm_q5_K = {
-    KT,       KX_GEMM_MIN_M,       kavx512_k_tile_bytes, kavx512_k_prepare, g32_panel_bytes,
-    q5k_pack, kavx512_k_g32_kernel};
-const kern_gemm_ops kavx512_gemm_q3_K = {
-    KT,       KX_GEMM_MIN_M,       kavx512_k_tile_bytes, kavx512_k_prepare, g16_panel_bytes,
-    q3k_pack, kavx512_k_g16_kernel};
-const kern_gemm_ops kavx512_gemm_q2_K = {
-    KT,       KX_GEMM_MIN_M, kavx512_k_tile_bytes, kavx512_k_prepare, q2k_panel_bytes,
-    q2k_pack, q2k_kernel};
-const kern_gemm_ops kavx512_gemm_iq4_xs = {
-    KT,         KX_GEMM_MIN_M,       kavx512_k_tile_bytes, kavx512_k_prepare, g16_panel_bytes,
-    iq4xs_pack, kavx512_k_g16_kernel};
+const kern_gemm_ops kavx512_gemm_q5_K =
+    KAVX512_K_GEMM_OPS(KX_GEMM_MIN_M, g32_panel_bytes, q5k_pack, kavx512_k_g32_kernel);
+const kern_gemm_ops kavx512_gemm_q3_K =
+    KAVX512_K_GEMM_OPS(KX_GEMM_MIN_M, g16_panel_bytes, q3k_pack, kavx512_k_g16_kernel);
+const kern_gemm_ops kavx512_gemm_q2_K =
+    KAVX512_K_GEMM_OPS(KX_GEMM_MIN_M, q2k_panel_bytes, q2k_pack, q2k_kernel);
+const kern_gemm_ops kavx512_gemm_iq4_xs =
+    KAVX512_K_GEMM_OPS(KX_GEMM_MIN_M, g16_panel_bytes, iq4xs_pack, kavx512_k_g16_kernel);
