@@ -452,6 +452,14 @@ T_512_INLINE void kavx512_k_store(int NA, const __m512 *f, float *y, size_t ldy,
         kavx512_k_store(NA, f, y, ldy, mask);                                                      \
     }
 
+/* Row r's part of nv panel vectors at dst (64 bytes each): lane r of vector
+ * v = the dword v of src (the packers of gemm_kx_avx512.c, repack_k_avx512.c,
+ * repack_kx_avx512.c). */
+static inline __attribute__((always_inline)) void kavx512_put_lanes(char *dst, int r,
+                                                                    const uint8_t *src, int nv) {
+    for (int v = 0; v < nv; v++) memcpy(dst + 64 * v + 4 * r, src + 4 * v, 4);
+}
+
 /* PFX_panel_bytes and PFX_pack, the kern_repack_ops.panel_bytes and .pack of
  * a repacked K-family layout of SB bytes a super-block (repack_k_avx512.c,
  * repack_kx_avx512.c): the panel zeroed (rows past `rows` read as 0), then

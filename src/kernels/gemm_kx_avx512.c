@@ -43,7 +43,7 @@ typedef struct {
  * and, with dmin, dmin 64 bytes on. */
 static inline __attribute__((always_inline)) void put_groups(char *out, int r, const kx_row *x,
                                                              int G, bool dmin) {
-    for (int q = 0; q < 64; q++) memcpy(out + 64 * q + 4 * r, x->u + 4 * q, 4);
+    kavx512_put_lanes(out, r, x->u, 64);
     for (int g = 0; g < G; g++) memcpy(out + 4096 + 64 * g + 4 * r, &x->sc[g], 4);
     char *o = out + 4096 + 64 * G;
     for (int t = 0; t < G / 2; t++) {

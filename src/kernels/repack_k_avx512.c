@@ -57,7 +57,7 @@
 
 /* Row r of the blk_q4_K super-block o (KAVX512_R_PACK). */
 KERN_K_INLINE void r4k_put(char *o, int r, const blk_q4_K *x) {
-    for (int v = 0; v < 32; v++) memcpy(o + R4_QS + 64 * v + 4 * r, x->qs + 4 * v, 4);
+    kavx512_put_lanes(o + R4_QS, r, x->qs, 32);
     for (int j = 0; j < 8; j++) {
         uint8_t sc, mn;
         kern_q4k_scale_min(j, x->scales, &sc, &mn);

@@ -90,7 +90,7 @@
 
 /* Row r of the blk_iq4_xs super-block o (KAVX512_R_PACK). */
 KERN_K_INLINE void xs_put(char *o, int r, const blk_iq4_xs *x) {
-    for (int v = 0; v < 32; v++) memcpy(o + XS_QS + 64 * v + 4 * r, x->qs + 4 * v, 4);
+    kavx512_put_lanes(o + XS_QS, r, x->qs, 32);
     for (int g = 0; g < 8; g++) {
         const int ls =
             ((x->scales_l[g / 2] >> (4 * (g % 2))) & 0xF) | (((x->scales_h >> (2 * g)) & 3) << 4);
@@ -157,7 +157,7 @@ KAVX512_R_PACK(q5, blk_q5_K, Q5_SB, q5_put)
 
 /* Row r of the blk_q2_K super-block o (KAVX512_R_PACK). */
 KERN_K_INLINE void q2_put(char *o, int r, const blk_q2_K *x) {
-    for (int v = 0; v < 16; v++) memcpy(o + Q2_QS + 64 * v + 4 * r, x->qs + 4 * v, 4);
+    kavx512_put_lanes(o + Q2_QS, r, x->qs, 16);
     for (int g = 0; g < 16; g++) o[Q2_SC + 32 * (g / 2) + 2 * r + g % 2] = (char)x->scales[g];
     memcpy(o + Q2_D + 2 * r, &x->d, 2);
     memcpy(o + Q2_DMIN + 2 * r, &x->dmin, 2);
