@@ -125,6 +125,7 @@ T_AVX2_INLINE void pv_t(int t, int64_t n, int64_t dv, int n_q, const float *p, s
     }
 }
 
+/* Per-ISA twin of attn_avx512.c's pv: each dispatches to its own ISA's pv_t. */
 T_AVX2 static void pv(int64_t n, int64_t dv, int n_q, const float *p, size_t ps,
                       const void *const *v, int vt, float *o, size_t os) {
     if (vt == GGUF_DT_F16) pv_t(GGUF_DT_F16, n, dv, n_q, p, ps, v, o, os);

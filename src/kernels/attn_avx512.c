@@ -389,6 +389,8 @@ T_512_INLINE void pv8_t(int t, int64_t n, int64_t dv, int n_q, const float *p, s
     }
 }
 
+/* Per-ISA twin of attn_avx2.c's pv (each dispatches to its own ISA's pv_t),
+ * plus a pv8_t path for heads of <= 8 values. */
 T_512 static void pv(int64_t n, int64_t dv, int n_q, const float *p, size_t ps,
                      const void *const *v, int vt, float *o, size_t os) {
     if (dv <= 8 && vt != GGUF_DT_Q8_0) {

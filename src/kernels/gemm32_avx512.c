@@ -12,9 +12,8 @@
  * once per panel. Every output is bit-identical to vec_dot. */
 #include "gemm_avx512.h"
 
-/* The Q8_0 panel's block: 8 x 64 bytes of values, then 16 floats. */
+/* The Q8_0 panel's block (QP_BLK): 8 x 64 bytes of values, then 16 floats. */
 #define P8_VALS 512
-#define P8_BLK  (P8_VALS + 64)
 
 /* Q5_0 block values v (-16..15) as v + 128. */
 T_512_INLINE __m256i q5_0_bytes(const void *blk) {
@@ -28,10 +27,9 @@ T_512_INLINE __m256i iq4_nl_bytes(const void *blk) {
     return kern_iq4nl_u8(((const blk_iq4_nl *)blk)->qs);
 }
 
-/* rows (<= 16) rows of W into Q8_0 panels (with_min: Q8_1 panels, P1_BLK,
+/* rows (<= 16) rows of W into Q8_0 panels (with_min: Q8_1 panels, QP1_BLK,
  * the block's m from its bytes 2..3 after d); rows past `rows` read as 0. The
  * block's fp16 scale is its first two bytes in every type. */
-#define P1_BLK (P8_VALS + 128)
 T_512_INLINE void pack32(const void *w, size_t wrow, int rows, int64_t k, void *panel, size_t bb,
                          __m256i (*bytes)(const void *), bool with_min) {
     _Alignas(64) uint8_t tmp[KERN_PANEL_ROWS][32];
@@ -43,7 +41,7 @@ T_512_INLINE void pack32(const void *w, size_t wrow, int rows, int64_t k, void *
     memset(sd, 0, sizeof sd);
     if (with_min) memset(sm, 0, sizeof sm);
     char *out = panel;
-    for (int64_t b = 0; b < k / QK8_0; b++, out += with_min ? P1_BLK : P8_BLK) {
+    for (int64_t b = 0; b < k / QK8_0; b++, out += with_min ? QP1_BLK : QP_BLK) {
         for (int r = 0; r < rows; r++) {
             const char *blk = (const char *)w + r * wrow + b * bb;
             _mm256_store_si256((__m256i *)tmp[r], bytes(blk));
@@ -69,7 +67,7 @@ T_512 static void iq4_nl_pack(const void *w, size_t wrow, int rows, int64_t k, v
 }
 
 /* The Q8_0 GEMM's pieces. */
-static size_t panel_bytes(int64_t k) { return (size_t)(k / QK8_0) * P8_BLK; }
+static size_t panel_bytes(int64_t k) { return (size_t)(k / QK8_0) * QP_BLK; }
 static void prepare(const float *x, void *tile, int slot, int rows, int64_t k) {
     kavx512_gemm_q8_0.prepare(x, tile, slot, rows, k);
 }
@@ -93,7 +91,7 @@ const kern_gemm_ops kavx512_gemm_iq4_nl = {
  * s[QT], the Q8_1 block's fp16 d and s widened to float. A lane then runs the
  * canonical steps of quant32.h: v = fma(d_x * d_y, isum, m_x * s_y), f = f + v. */
 
-static size_t q1_panel_bytes(int64_t k) { return (size_t)(k / QK8_1) * P1_BLK; }
+static size_t q1_panel_bytes(int64_t k) { return (size_t)(k / QK8_1) * QP1_BLK; }
 
 T_512_INLINE __m256i q4_1_bytes(const void *blk) {
     return kern_nibbles32(((const blk_q4_1 *)blk)->qs);
@@ -126,32 +124,7 @@ T_512 static void q1_prepare(const float *x, void *tile, int slot, int rows, int
 /* 16 (or 32 with two) weight rows x QT activation rows over all nb blocks. */
 T_512_INLINE void q1_micro(int64_t nb, const char *p0, const char *p1, bool two, const char *t,
                            float *y, size_t ldy, int na, __mmask16 m0, __mmask16 m1) {
-    __m512 f0[QT], f1[QT];
-    UNROLL(6)
-    for (int a = 0; a < QT; a++) f0[a] = f1[a] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < nb; b++, p0 += P1_BLK, p1 += P1_BLK, t += QT_BLK) {
-        __m512i i0[QT], i1[QT];
-        UNROLL(6)
-        for (int a = 0; a < QT; a++) i0[a] = i1[a] = _mm512_setzero_si512();
-        kavx512_q_block_dots(i0, i1, p0, p1, two, t);
-        const float *dy = (const float *)(t + QT * QK8_1),
-                    *sy = (const float *)(t + QT * (QK8_1 + 4));
-        const __m512 d0 = _mm512_loadu_ps(p0 + P8_VALS), n0 = _mm512_loadu_ps(p0 + P8_VALS + 64);
-        const __m512 d1 = two ? _mm512_loadu_ps(p1 + P8_VALS) : d0;
-        const __m512 n1 = two ? _mm512_loadu_ps(p1 + P8_VALS + 64) : n0;
-        UNROLL(6)
-        for (int a = 0; a < QT; a++) {
-            const __m512 dd = _mm512_set1_ps(dy[a]), ss = _mm512_set1_ps(sy[a]);
-            f0[a] = _mm512_add_ps(f0[a],
-                                  _mm512_fmadd_ps(_mm512_mul_ps(d0, dd), _mm512_cvtepi32_ps(i0[a]),
-                                                  _mm512_mul_ps(n0, ss)));
-            if (two)
-                f1[a] = _mm512_add_ps(f1[a], _mm512_fmadd_ps(_mm512_mul_ps(d1, dd),
-                                                             _mm512_cvtepi32_ps(i1[a]),
-                                                             _mm512_mul_ps(n1, ss)));
-        }
-    }
-    kavx512_q_store(y, ldy, na, two, m0, m1, f0, f1);
+    kavx512_q_micro(true, nb, p0, p1, two, t, y, ldy, na, m0, m1);
 }
 
 KAVX512_Q_KERNEL(q1_kernel, q1_micro)

@@ -38,8 +38,6 @@ T_512_INLINE __m512 gather_f16(__m512i off, __mmask16 valid, const void *base) {
  * 4g..4g+3, Q8_0 as x ^ 0x80, Q4_0 as nibbles 0..15), then 16 float scales.
  * Activation tile (QT rows), per block: qs[QT][32], d[QT] floats, c[QT] int32
  * with c = -bias * sum(qs) as in the prepared rows of quant_avx512.c. */
-#define QP_BLK (8 * 64 + 64)
-
 size_t kavx512_q_tile_bytes(int64_t k) { return (size_t)(k / QK8_0) * QT_BLK; }
 #define q_tile_bytes kavx512_q_tile_bytes
 static size_t q_panel_bytes(int64_t k) { return (size_t)(k / QK8_0) * QP_BLK; }
@@ -201,27 +199,7 @@ T_512 static void q4_0_pack(const void *w, size_t wrow, int rows, int64_t k, voi
 /* 16 (or 32 with two) weight rows x QT activation rows over all nb blocks. */
 T_512_INLINE void q_micro(int64_t nb, const char *p0, const char *p1, bool two, const char *t,
                           float *y, size_t ldy, int na, __mmask16 m0, __mmask16 m1) {
-    __m512 f0[QT], f1[QT];
-    UNROLL(6)
-    for (int a = 0; a < QT; a++) f0[a] = f1[a] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < nb; b++, p0 += QP_BLK, p1 += QP_BLK, t += QT_BLK) {
-        const int32_t *c = (const int32_t *)(t + QT * (QK8_0 + 4));
-        __m512i i0[QT], i1[QT];
-        UNROLL(6)
-        for (int a = 0; a < QT; a++) i0[a] = i1[a] = _mm512_set1_epi32(c[a]);
-        kavx512_q_block_dots(i0, i1, p0, p1, two, t);
-        const float *dy = (const float *)(t + QT * QK8_0);
-        const __m512 d0 = _mm512_loadu_ps(p0 + 512);
-        const __m512 d1 = two ? _mm512_loadu_ps(p1 + 512) : d0;
-        UNROLL(6)
-        for (int a = 0; a < QT; a++) {
-            const __m512 dd = _mm512_set1_ps(dy[a]);
-            f0[a] = _mm512_fmadd_ps(_mm512_mul_ps(d0, dd), _mm512_cvtepi32_ps(i0[a]), f0[a]);
-            if (two)
-                f1[a] = _mm512_fmadd_ps(_mm512_mul_ps(d1, dd), _mm512_cvtepi32_ps(i1[a]), f1[a]);
-        }
-    }
-    kavx512_q_store(y, ldy, na, two, m0, m1, f0, f1);
+    kavx512_q_micro(false, nb, p0, p1, two, t, y, ldy, na, m0, m1);
 }
 
 KAVX512_Q_KERNEL(q_kernel, q_micro)
@@ -245,7 +223,6 @@ const kern_gemm_ops kavx512_gemm_q4_0 = {
 #define Q6K_PB (4096 + 16 * 64 + 8 * 64 + 64)
 
 size_t kavx512_k_tile_bytes(int64_t k) { return (size_t)(k / QK_K) * KT * KT_UNIT; }
-#define k_tile_bytes kavx512_k_tile_bytes
 static size_t q4k_panel_bytes(int64_t k) { return (size_t)(k / QK_K) * Q4K_PB; }
 static size_t q6k_panel_bytes(int64_t k) { return (size_t)(k / QK_K) * Q6K_PB; }
 
@@ -421,9 +398,6 @@ T_512 static void q6k_pack(const void *w, size_t wrow, int rows, int64_t k, void
 }
 #undef GATHER
 
-/* Broadcast dword at byte offset `at` of activation unit a of the current super-block. */
-#define ABC(a, at) _mm512_set1_epi32(*(const int32_t *)(A + (a)*KT_UNIT + (at)))
-
 T_512_INLINE void q4k_micro(int64_t nsb, const char *P, const char *A, float *y, size_t ldy, int na,
                             __mmask16 mask) {
     __m512 f[KT];
@@ -433,21 +407,7 @@ T_512_INLINE void q4k_micro(int64_t nsb, const char *P, const char *A, float *y,
         __m512i sumi[KT], acc[KT];
         UNROLL(8)
         for (int a = 0; a < KT; a++) sumi[a] = _mm512_setzero_si512();
-        for (int j = 0; j < 8; j++) {
-            UNROLL(8)
-            for (int a = 0; a < KT; a++) acc[a] = _mm512_setzero_si512();
-            UNROLL(8)
-            for (int gg = 0; gg < 8; gg++) {
-                const __m512i u = _mm512_loadu_si512(P + 64 * (8 * j + gg));
-                UNROLL(8)
-                for (int a = 0; a < KT; a++)
-                    acc[a] = _mm512_dpbusd_epi32(acc[a], u, ABC(a, KQ_QS + 32 * j + 4 * gg));
-            }
-            const __m512i sc = _mm512_loadu_si512(P + 4096 + 64 * j);
-            UNROLL(8)
-            for (int a = 0; a < KT; a++)
-                sumi[a] = _mm512_add_epi32(sumi[a], _mm512_mullo_epi32(acc[a], sc));
-        }
+        kavx512_k_group_dots(8, P, A, sumi);
         UNROLL(8)
         for (int a = 0; a < KT; a++) acc[a] = _mm512_setzero_si512();
         UNROLL(4)
@@ -455,67 +415,26 @@ T_512_INLINE void q4k_micro(int64_t nsb, const char *P, const char *A, float *y,
             const __m512i mp = _mm512_loadu_si512(P + 4608 + 64 * t);
             UNROLL(8)
             for (int a = 0; a < KT; a++)
-                acc[a] = _mm512_dpwssd_epi32(acc[a], mp, ABC(a, KQ_S + 4 * t));
+                acc[a] = _mm512_dpwssd_epi32(acc[a], mp, KAVX512_ABC(A, a, KQ_S + 4 * t));
         }
         kavx512_k_pc_fstep_min(P + 4864, P + 4928, A, sumi, acc, f);
     }
-    UNROLL(8)
-    for (int a = 0; a < KT; a++)
-        if (a < na) _mm512_mask_storeu_ps(y + a * ldy, mask, f[a]);
+    kavx512_k_pc_store(f, y, ldy, na, mask);
 }
 
-/* Alike q4k_micro in shape only: Q6_K panels hold 16 groups of 16 with the
- * -32 offset folded into bsums, Q4_K 8 groups of 32 with separate mins. */
+/* Q6_K panels hold 16 groups of 16 with the -32 offset folded into bsums. */
 T_512_INLINE void q6k_micro(int64_t nsb, const char *P, const char *A, float *y, size_t ldy, int na,
                             __mmask16 mask) {
-    __m512 f[KT];
-    UNROLL(8)
-    for (int a = 0; a < KT; a++) f[a] = _mm512_setzero_ps();
-    for (int64_t sb = 0; sb < nsb; sb++, P += Q6K_PB, A += KT * KT_UNIT) {
-        __m512i sumi[KT];
-        UNROLL(8)
-        for (int a = 0; a < KT; a++) sumi[a] = _mm512_setzero_si512();
-        UNROLL(8)
-        for (int t = 0; t < 8; t++) { /* -32 * sum_g sc_g * bsum_g */
-            const __m512i sp = _mm512_loadu_si512(P + 5120 + 64 * t);
-            UNROLL(8)
-            for (int a = 0; a < KT; a++)
-                sumi[a] = _mm512_dpwssd_epi32(sumi[a], sp, ABC(a, KQ_BSUMS + 4 * t));
-        }
-        kavx512_k_g16_dots(P, A, sumi);
-        const __m512 d = _mm512_loadu_ps(P + 5632);
-        UNROLL(8)
-        for (int a = 0; a < KT; a++) {
-            const __m512 yd = _mm512_set1_ps(*(const float *)(A + a * KT_UNIT + KQ_D));
-            f[a] = _mm512_fmadd_ps(_mm512_mul_ps(d, yd), _mm512_cvtepi32_ps(sumi[a]), f[a]);
-        }
-    }
-    UNROLL(8)
-    for (int a = 0; a < KT; a++)
-        if (a < na) _mm512_mask_storeu_ps(y + a * ldy, mask, f[a]);
+    kavx512_k_g16_micro(false, Q6K_PB, nsb, P, A, y, ldy, na, mask);
 }
-#undef ABC
 
-#define K_KERNEL(name, micro)                                                                      \
-    T_512 static void name(int64_t k, const void *panels, size_t pb, int n_rows,                   \
-                           const void *tiles, int64_t m, float *y, size_t ldy) {                   \
-        const int64_t nsb = k / QK_K;                                                              \
-        const int np = (n_rows + 15) / 16;                                                         \
-        const size_t tb = k_tile_bytes(k);                                                         \
-        for (int64_t t = 0; t * KT < m; t++) {                                                     \
-            const int na = m - t * KT < KT ? (int)(m - t * KT) : KT;                               \
-            for (int p = 0; p < np; p++)                                                           \
-                micro(nsb, (const char *)panels + p * pb, (const char *)tiles + t * tb,            \
-                      y + t * KT * ldy + 16 * p, ldy, na, kern_mask16(n_rows - 16 * p));           \
-        }                                                                                          \
-    }
-K_KERNEL(q4k_kernel, q4k_micro)
-K_KERNEL(q6k_kernel, q6k_micro)
+KAVX512_K_KERNEL(extern, kavx512_k_g32_kernel, q4k_micro)
+KAVX512_K_KERNEL(extern, kavx512_k_g16_kernel, q6k_micro)
 
-const kern_gemm_ops kavx512_gemm_q4_K = {
-    KT, PACKED_MIN_M, k_tile_bytes, kavx512_k_prepare, q4k_panel_bytes, q4k_pack, q4k_kernel};
-const kern_gemm_ops kavx512_gemm_q6_K = {
-    KT, PACKED_MIN_M, k_tile_bytes, kavx512_k_prepare, q6k_panel_bytes, q6k_pack, q6k_kernel};
+const kern_gemm_ops kavx512_gemm_q4_K =
+    KAVX512_K_GEMM_OPS(PACKED_MIN_M, q4k_panel_bytes, q4k_pack, kavx512_k_g32_kernel);
+const kern_gemm_ops kavx512_gemm_q6_K =
+    KAVX512_K_GEMM_OPS(PACKED_MIN_M, q6k_panel_bytes, q6k_pack, kavx512_k_g16_kernel);
 
 /* ======================= FP family (F32, F16, BF16) =======================
  * Weights are read in place, FW rows at a time; activation tile of na <= FT

@@ -17,6 +17,10 @@
  * dot is c + sum(unsigned weight * qs). Rows past m read as zeros. */
 #define QT     6
 #define QT_BLK (QT * (QK8_0 + 4 + 4))
+/* A Q-family panel's block: 8 x 64 bytes of values, the 16 rows' float d,
+ * and for the types with a min (QP1_BLK) their float m. */
+#define QP_BLK  (8 * 64 + 64)
+#define QP1_BLK (QP_BLK + 64)
 size_t kavx512_q_tile_bytes(int64_t k);
 
 /* One 32-value block of a Q-family micro-kernel (gemm_avx512.c,
@@ -48,6 +52,122 @@ T_512_INLINE void kavx512_q_store(float *y, size_t ldy, int na, bool two, __mmas
         if (two) _mm512_mask_storeu_ps(y + a * ldy + 16, m1, f1[a]);
     }
 }
+
+/* 16 (or 32 with two) weight rows x QT activation rows over all nb blocks of
+ * a Q-family panel: per block the 8 x 64 bytes of values, 16 float d, and
+ * with min (Q4_1, Q5_1 against Q8_1 tiles, gemm32_avx512.c) 16 float m.
+ * Without min (Q8_0, Q4_0 and the types on their panels, gemm_avx512.c) a
+ * block's sums start from the tile's c and f = fma(d * dy, isum, f); with
+ * min they start from 0 and f = f + fma(d * dy, isum, m * sy) (quant32.h). */
+T_512_INLINE void kavx512_q_micro(bool min, int64_t nb, const char *p0, const char *p1, bool two,
+                                  const char *t, float *y, size_t ldy, int na, __mmask16 m0,
+                                  __mmask16 m1) {
+    const size_t pb = min ? QP1_BLK : QP_BLK;
+    __m512 f0[QT], f1[QT];
+    UNROLL(6)
+    for (int a = 0; a < QT; a++) f0[a] = f1[a] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++, p0 += pb, p1 += pb, t += QT_BLK) {
+        const int32_t *c = (const int32_t *)(t + QT * (QK8_0 + 4));
+        __m512i i0[QT], i1[QT];
+        UNROLL(6)
+        for (int a = 0; a < QT; a++)
+            i0[a] = i1[a] = min ? _mm512_setzero_si512() : _mm512_set1_epi32(c[a]);
+        kavx512_q_block_dots(i0, i1, p0, p1, two, t);
+        const float *dy = (const float *)(t + QT * QK8_0),
+                    *sy = (const float *)(t + QT * (QK8_0 + 4));
+        const __m512 d0 = _mm512_loadu_ps(p0 + 512);
+        const __m512 n0 = min ? _mm512_loadu_ps(p0 + 576) : d0; /* the m (unused without) */
+        const __m512 d1 = two ? _mm512_loadu_ps(p1 + 512) : d0;
+        const __m512 n1 = min && two ? _mm512_loadu_ps(p1 + 576) : n0;
+        if (min) {
+            UNROLL(6)
+            for (int a = 0; a < QT; a++) {
+                const __m512 dd = _mm512_set1_ps(dy[a]), ss = _mm512_set1_ps(sy[a]);
+                f0[a] = _mm512_add_ps(f0[a], _mm512_fmadd_ps(_mm512_mul_ps(d0, dd),
+                                                             _mm512_cvtepi32_ps(i0[a]),
+                                                             _mm512_mul_ps(n0, ss)));
+                if (two)
+                    f1[a] = _mm512_add_ps(f1[a], _mm512_fmadd_ps(_mm512_mul_ps(d1, dd),
+                                                                 _mm512_cvtepi32_ps(i1[a]),
+                                                                 _mm512_mul_ps(n1, ss)));
+            }
+        } else {
+            UNROLL(6)
+            for (int a = 0; a < QT; a++) {
+                const __m512 dd = _mm512_set1_ps(dy[a]);
+                f0[a] = _mm512_fmadd_ps(_mm512_mul_ps(d0, dd), _mm512_cvtepi32_ps(i0[a]), f0[a]);
+                if (two)
+                    f1[a] =
+                        _mm512_fmadd_ps(_mm512_mul_ps(d1, dd), _mm512_cvtepi32_ps(i1[a]), f1[a]);
+            }
+        }
+    }
+    kavx512_q_store(y, ldy, na, two, m0, m1, f0, f1);
+}
+
+/* The tile x panel loop of a kernel (kern_gemm_ops or kern_repack_ops
+ * .kernel) whose micro-kernel takes one 16-row panel: the tiles of TR
+ * activation rows (TILE_BYTES(k) bytes each, over k / QB blocks) one after
+ * another, each against every panel through CALL(MICRO, na, nb, panel, tile,
+ * y, ldy, mask), CALL one of the two below. */
+#define KAVX512_PANEL_LOOP(TR, QB, TILE_BYTES, CALL, MICRO, k, panels, pb, n_rows, tiles, m, y,    \
+                           ldy)                                                                    \
+    do {                                                                                           \
+        const int64_t nb_ = (k) / (QB);                                                            \
+        const int np_ = ((n_rows) + 15) / 16;                                                      \
+        const size_t tb_ = TILE_BYTES(k);                                                          \
+        for (int64_t ti_ = 0; ti_ * (TR) < (m); ti_++) {                                           \
+            const int na_ = (m)-ti_ * (TR) < (TR) ? (int)((m)-ti_ * (TR)) : (TR);                  \
+            for (int p_ = 0; p_ < np_; p_++)                                                       \
+                CALL(MICRO, na_, nb_, (const char *)(panels) + p_ * (pb),                          \
+                     (const char *)(tiles) + ti_ * tb_, (y) + ti_ * (TR) * (ldy) + 16 * p_, ldy,   \
+                     kern_mask16((n_rows)-16 * p_));                                               \
+        }                                                                                          \
+    } while (0)
+/* MICRO(nb, panel, tile, y, ldy, na, mask): the per-call K-family kernels. */
+#define KAVX512_CALL_NA(MICRO, na, nb, p, t, y, ldy, mask) MICRO(nb, p, t, y, ldy, na, mask)
+/* MICRO(NA, nb, panel, tile, y, ldy, mask) with NA = na as a constant 1..QT,
+ * so that its per-row arrays stay in registers: the repacked Q5_0, IQ4_NL,
+ * Q4_1, Q5_1 and MXFP4 kernels, on Q-family tiles. */
+#define KAVX512_CALL_QT(MICRO, na, nb, p, t, y, ldy, mask)                                         \
+    do {                                                                                           \
+        const char *p_q = (p), *t_q = (t);                                                         \
+        float *y_q = (y);                                                                          \
+        const __mmask16 m_q = (mask);                                                              \
+        switch (na) {                                                                              \
+        case 1: MICRO(1, nb, p_q, t_q, y_q, ldy, m_q); break;                                      \
+        case 2: MICRO(2, nb, p_q, t_q, y_q, ldy, m_q); break;                                      \
+        case 3: MICRO(3, nb, p_q, t_q, y_q, ldy, m_q); break;                                      \
+        case 4: MICRO(4, nb, p_q, t_q, y_q, ldy, m_q); break;                                      \
+        case 5: MICRO(5, nb, p_q, t_q, y_q, ldy, m_q); break;                                      \
+        default: MICRO(QT, nb, p_q, t_q, y_q, ldy, m_q); break;                                    \
+        }                                                                                          \
+    } while (0)
+/* The kernel of such a repacked Q-family layout. */
+#define KAVX512_Q_PANEL_LOOP(MICRO, k, panels, pb, n_rows, tiles, m, y, ldy)                       \
+    KAVX512_PANEL_LOOP(QT, QK8_0, kavx512_q_tile_bytes, KAVX512_CALL_QT, MICRO, k, panels, pb,     \
+                       n_rows, tiles, m, y, ldy)
+
+/* Group g of a block of a repacked nibble panel (repack32_avx512.c,
+ * repack_mxfp4_avx512.c) against the NA rows of a Q-family tile block at t:
+ * i[a] += the dpbusd of lo (elements 4g..4g+3 of the 16 rows, unsigned
+ * bytes) with row a's activations 4g.. and of hi (elements 16+4g..) with its
+ * 16+4g..; then the float step f[a] = fma(d * dy[a], i[a], f[a]). (Macros:
+ * as inline functions the compiler allocates the kernels' registers
+ * differently.) */
+#define KAVX512_Q_NIB_DOTS(NA, i, lo, hi, t, g)                                                    \
+    UNROLL(6)                                                                                      \
+    for (int a_ = 0; a_ < (NA); a_++) {                                                            \
+        const __m512i xl_ = _mm512_set1_epi32(*(const int32_t *)((t) + QK8_0 * a_ + 4 * (g)));     \
+        const __m512i xh_ =                                                                        \
+            _mm512_set1_epi32(*(const int32_t *)((t) + QK8_0 * a_ + 16 + 4 * (g)));                \
+        (i)[a_] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32((i)[a_], lo, xl_), hi, xh_);             \
+    }
+#define KAVX512_Q_FSTEP(NA, f, d, dy, i)                                                           \
+    UNROLL(6)                                                                                      \
+    for (int a_ = 0; a_ < (NA); a_++)                                                              \
+    (f)[a_] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps((dy)[a_])),                          \
+                              _mm512_cvtepi32_ps((i)[a_]), (f)[a_])
 
 /* NAME, the kern_gemm_ops.kernel of a Q-family layout: the tiles of QT
  * activation rows one after another, each against the panels two at a time
@@ -89,30 +209,55 @@ size_t kavx512_k_tile_bytes(int64_t k);
  * kern_repacked_share_input holds across them) */
 void kavx512_k_prepare(const float *x, void *tile, int slot, int rows, int64_t k);
 
-/* The 16 groups of 16 of one super-block of a per-call packed Q6_K or Q2_K
- * panel (gemm_avx512.c, gemm_kx_avx512.c: 64 vectors of unsigned values, then
- * int32 scales per group at 4096) against the KT rows of a tile super-block
- * at A: sumi[a] += sc_g * dot_g. */
-T_512_INLINE void kavx512_k_g16_dots(const char *P, const char *A, __m512i *sumi) {
+/* The kern_gemm_ops of a K-family type packed per call: KT-row Q8_K tiles
+ * (kavx512_k_prepare), packed from MIN_M activation rows on. */
+#define KAVX512_K_GEMM_OPS(MIN_M, PANEL_BYTES, PACK, KERNEL)                                       \
+    { KT, MIN_M, kavx512_k_tile_bytes, kavx512_k_prepare, PANEL_BYTES, PACK, KERNEL }
+
+/* The kernels of the per-call packed Q4_K panel (groups of 32) and Q6_K panel
+ * (groups of 16), gemm_avx512.c; gemm_kx_avx512.c packs Q5_K into the first
+ * and Q3_K and IQ4_XS into the second. */
+void kavx512_k_g32_kernel(int64_t k, const void *panels, size_t pb, int n_rows, const void *tiles,
+                          int64_t m, float *y, size_t ldy);
+void kavx512_k_g16_kernel(int64_t k, const void *panels, size_t pb, int n_rows, const void *tiles,
+                          int64_t m, float *y, size_t ldy);
+
+/* The dword at byte offset `at` of row a's unit of the tile super-block at
+ * A, in all 16 lanes. */
+#define KAVX512_ABC(A, a, at) _mm512_set1_epi32(*(const int32_t *)((A) + (a)*KT_UNIT + (at)))
+
+/* The groups of one super-block of a per-call packed K-family panel
+ * (gemm_avx512.c, gemm_kx_avx512.c: 64 vectors of unsigned values, then int32
+ * scales per group at 4096), G vectors a group (8: Q4_K's groups of 32, 4:
+ * Q6_K's of 16), against the KT rows of a tile super-block at A:
+ * sumi[a] += sc_g * dot_g. */
+T_512_INLINE void kavx512_k_group_dots(int G, const char *P, const char *A, __m512i *sumi) {
     __m512i acc[KT];
-    for (int g = 0; g < 16; g++) {
+    for (int g = 0; g < 64 / G; g++) {
         UNROLL(8)
         for (int a = 0; a < KT; a++) acc[a] = _mm512_setzero_si512();
-        UNROLL(4)
-        for (int q = 0; q < 4; q++) {
-            const __m512i u = _mm512_loadu_si512(P + 64 * (4 * g + q));
+        UNROLL(8)
+        for (int q = 0; q < G; q++) {
+            const __m512i u = _mm512_loadu_si512(P + 64 * (G * g + q));
             UNROLL(8)
             for (int a = 0; a < KT; a++)
-                acc[a] = _mm512_dpbusd_epi32(
-                    acc[a], u,
-                    _mm512_set1_epi32(
-                        *(const int32_t *)(A + a * KT_UNIT + KQ_QS + 16 * g + 4 * q)));
+                acc[a] =
+                    _mm512_dpbusd_epi32(acc[a], u, KAVX512_ABC(A, a, KQ_QS + 4 * G * g + 4 * q));
         }
         const __m512i sc = _mm512_loadu_si512(P + 4096 + 64 * g);
         UNROLL(8)
         for (int a = 0; a < KT; a++)
             sumi[a] = _mm512_add_epi32(sumi[a], _mm512_mullo_epi32(acc[a], sc));
     }
+}
+
+/* The first na (<= KT) rows of a per-call packed K-family micro-kernel to y,
+ * columns under mask. */
+T_512_INLINE void kavx512_k_pc_store(const __m512 *f, float *y, size_t ldy, int na,
+                                     __mmask16 mask) {
+    UNROLL(8)
+    for (int a = 0; a < KT; a++)
+        if (a < na) _mm512_mask_storeu_ps(y + a * ldy, mask, f[a]);
 }
 
 /* The float steps of vec_dot for one super-block of a per-call packed Q4_K or
@@ -128,6 +273,57 @@ T_512_INLINE void kavx512_k_pc_fstep_min(const char *pd, const char *pdmin, cons
         f[a] = _mm512_fnmadd_ps(_mm512_mul_ps(dmin, yd), _mm512_cvtepi32_ps(summ[a]), f[a]);
     }
 }
+
+/* A per-call packed Q6_K-layout panel (groups of 16: values at 0, int32
+ * scales at 4096, int16 bias pairs against the bsums at 5120, float d at
+ * 5632) x the KT rows of a tile, all nsb super-blocks, pb bytes each. Q6_K,
+ * Q3_K, IQ4_XS (mins false): the pairs fold the bias into sumi, f = fma(d *
+ * yd, sumi, f). Q2_K (mins): they are its mins, summ = sum_g m_g * bsum_g,
+ * and the float dmin at 5696 enters as in kavx512_k_pc_fstep_min. */
+T_512_INLINE void kavx512_k_g16_micro(bool mins, size_t pb, int64_t nsb, const char *P,
+                                      const char *A, float *y, size_t ldy, int na, __mmask16 mask) {
+    __m512 f[KT];
+    UNROLL(8)
+    for (int a = 0; a < KT; a++) f[a] = _mm512_setzero_ps();
+    for (int64_t sb = 0; sb < nsb; sb++, P += pb, A += KT * KT_UNIT) {
+        __m512i sumi[KT], summ[KT];
+        UNROLL(8)
+        for (int a = 0; a < KT; a++) sumi[a] = summ[a] = _mm512_setzero_si512();
+        UNROLL(8)
+        for (int t = 0; t < 8; t++) {
+            const __m512i sp = _mm512_loadu_si512(P + 5120 + 64 * t);
+            UNROLL(8)
+            for (int a = 0; a < KT; a++) {
+                const __m512i bs = KAVX512_ABC(A, a, KQ_BSUMS + 4 * t);
+                if (mins) summ[a] = _mm512_dpwssd_epi32(summ[a], sp, bs);
+                else sumi[a] = _mm512_dpwssd_epi32(sumi[a], sp, bs);
+            }
+        }
+        kavx512_k_group_dots(4, P, A, sumi);
+        if (mins) {
+            kavx512_k_pc_fstep_min(P + 5632, P + 5696, A, sumi, summ, f);
+        } else {
+            const __m512 d = _mm512_loadu_ps(P + 5632);
+            UNROLL(8)
+            for (int a = 0; a < KT; a++) {
+                const __m512 yd = _mm512_set1_ps(*(const float *)(A + a * KT_UNIT + KQ_D));
+                f[a] = _mm512_fmadd_ps(_mm512_mul_ps(d, yd), _mm512_cvtepi32_ps(sumi[a]), f[a]);
+            }
+        }
+    }
+    kavx512_k_pc_store(f, y, ldy, na, mask);
+}
+
+/* NAME, the kern_gemm_ops.kernel of a per-call packed K-family layout: the
+ * tiles of KT activation rows one after another, each against every panel
+ * through MICRO(nsb, panel, tile, y, ldy, na, mask); LINKAGE static or
+ * extern. */
+#define KAVX512_K_KERNEL(LINKAGE, NAME, MICRO)                                                     \
+    LINKAGE T_512 void NAME(int64_t k, const void *panels, size_t pb, int n_rows,                  \
+                            const void *tiles, int64_t m, float *y, size_t ldy) {                  \
+        KAVX512_PANEL_LOOP(KT, QK_K, kavx512_k_tile_bytes, KAVX512_CALL_NA, MICRO, k, panels, pb,  \
+                           n_rows, tiles, m, y, ldy);                                              \
+    }
 
 /* NAME, the kernel entry point of one weight kind (kern_gemm_ops or
  * kern_repack_ops .kernel): calls the always-inlined GENERIC with its KIND
@@ -254,6 +450,31 @@ T_512_INLINE void kavx512_k_store(int NA, const __m512 *f, float *y, size_t ldy,
             kavx512_k_fstep_min(NA, P + D, P + DMIN, A, s, SHIFT, mm, f);                          \
         }                                                                                          \
         kavx512_k_store(NA, f, y, ldy, mask);                                                      \
+    }
+
+/* Row r's part of nv panel vectors at dst (64 bytes each): lane r of vector
+ * v = the dword v of src (the packers of gemm_kx_avx512.c, repack_k_avx512.c,
+ * repack_kx_avx512.c). */
+static inline __attribute__((always_inline)) void kavx512_put_lanes(char *dst, int r,
+                                                                    const uint8_t *src, int nv) {
+    for (int v = 0; v < nv; v++) memcpy(dst + 64 * v + 4 * r, src + 4 * v, 4);
+}
+
+/* PFX_panel_bytes and PFX_pack, the kern_repack_ops.panel_bytes and .pack of
+ * a repacked K-family layout of SB bytes a super-block (repack_k_avx512.c,
+ * repack_kx_avx512.c): the panel zeroed (rows past `rows` read as 0), then
+ * PUT(o, r, x) for each super-block o of the panel and row r's block x there
+ * (BLK). Scalar code, run when a model loads. */
+#define KAVX512_R_PACK(PFX, BLK, SB, PUT)                                                          \
+    static size_t PFX##_panel_bytes(int64_t k) { return (size_t)(k / QK_K) * (SB); }               \
+    static void PFX##_pack(const void *w, size_t wrow, int rows, int64_t k, void *panel) {         \
+        const int64_t nsb = k / QK_K;                                                              \
+        memset(panel, 0, (size_t)nsb *(SB));                                                       \
+        for (int64_t sb = 0; sb < nsb; sb++) {                                                     \
+            char *o = (char *)panel + sb * (SB);                                                   \
+            for (int r = 0; r < rows; r++)                                                         \
+                PUT(o, r, (const BLK *)((const char *)w + (size_t)r * wrow) + sb);                 \
+        }                                                                                          \
     }
 
 /* One panel against the active rows of one tile: one instantiation per

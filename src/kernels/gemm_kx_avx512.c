@@ -37,29 +37,26 @@ typedef struct {
     float d, dmin;
 } kx_row;
 
-/* Writes row r (0..15) of a super-block's panel. */
-static void put_g32(char *out, int r, const kx_row *x) {
-    for (int q = 0; q < 64; q++) memcpy(out + 64 * q + 4 * r, x->u + 4 * q, 4);
-    for (int j = 0; j < 8; j++) memcpy(out + 4096 + 64 * j + 4 * r, &x->sc[j], 4);
-    for (int t = 0; t < 4; t++) {
-        const int32_t mp =
-            (int32_t)((uint16_t)x->bias[2 * t] | ((uint32_t)(uint16_t)x->bias[2 * t + 1] << 16));
-        memcpy(out + 4608 + 64 * t + 4 * r, &mp, 4);
-    }
-    memcpy(out + 4864 + 4 * r, &x->d, 4);
-    memcpy(out + 4928 + 4 * r, &x->dmin, 4);
-}
-
-static void put_g16(char *out, int r, const kx_row *x) {
-    for (int q = 0; q < 64; q++) memcpy(out + 64 * q + 4 * r, x->u + 4 * q, 4);
-    for (int g = 0; g < 16; g++) memcpy(out + 4096 + 64 * g + 4 * r, &x->sc[g], 4);
-    for (int t = 0; t < 8; t++) {
+/* Writes row r (0..15) of a super-block's panel of G groups (8: the Q4_K
+ * layout, 16: the Q6_K one): the values, the int32 group scales at 4096, the
+ * G / 2 int16 pairs of bias factors (or mins) after them, then the float d
+ * and, with dmin, dmin 64 bytes on. */
+static inline __attribute__((always_inline)) void put_groups(char *out, int r, const kx_row *x,
+                                                             int G, bool dmin) {
+    kavx512_put_lanes(out, r, x->u, 64);
+    for (int g = 0; g < G; g++) memcpy(out + 4096 + 64 * g + 4 * r, &x->sc[g], 4);
+    char *o = out + 4096 + 64 * G;
+    for (int t = 0; t < G / 2; t++) {
         const int32_t bp =
             (int32_t)((uint16_t)x->bias[2 * t] | ((uint32_t)(uint16_t)x->bias[2 * t + 1] << 16));
-        memcpy(out + 5120 + 64 * t + 4 * r, &bp, 4);
+        memcpy(o + 64 * t + 4 * r, &bp, 4);
     }
-    memcpy(out + 5632 + 4 * r, &x->d, 4);
+    o += 32 * G; /* 4864 (G = 8), 5632 (G = 16) */
+    memcpy(o + 4 * r, &x->d, 4);
+    if (dmin) memcpy(o + 64 + 4 * r, &x->dmin, 4);
 }
+static void put_g32(char *out, int r, const kx_row *x) { put_groups(out, r, x, 8, true); }
+static void put_g16(char *out, int r, const kx_row *x) { put_groups(out, r, x, 16, false); }
 
 static void decode_q5_K(const blk_q5_K *x, kx_row *o) {
     for (int c = 0; c < 4; c++)
@@ -125,10 +122,7 @@ static void decode_q2_K(const blk_q2_K *x, kx_row *o) {
     o->dmin = kvl_f16_to_f32(x->dmin);
 }
 
-static void put_q2k(char *out, int r, const kx_row *x) {
-    put_g16(out, r, x);
-    memcpy(out + 5696 + 4 * r, &x->dmin, 4);
-}
+static void put_q2k(char *out, int r, const kx_row *x) { put_groups(out, r, x, 16, true); }
 
 /* rows (<= 16) rows of W, wrow bytes apart; missing rows are zeros. */
 #define KX_PACK(name, blk, decode, put, pb)                                                        \
@@ -148,70 +142,20 @@ KX_PACK(q3k_pack, blk_q3_K, decode_q3_K, put_g16, PB_G16)
 KX_PACK(iq4xs_pack, blk_iq4_xs, decode_iq4_xs, put_g16, PB_G16)
 KX_PACK(q2k_pack, blk_q2_K, decode_q2_K, put_q2k, PB_Q2K)
 
-/* Broadcast dword at byte offset `at` of activation unit a of the current super-block. */
-#define ABC(a, at) _mm512_set1_epi32(*(const int32_t *)(A + (a)*KT_UNIT + (at)))
-
 /* 16 weight rows (lanes) against the KT rows of a tile: per super-block
  * sumi = sum_g sc_g * dot16_g and summ = sum_g m_g * bsum_g, exact, then
  * f = fma(d * yd, sumi, f); f = fma(-(dmin * yd), summ, f) as the vec_dot. */
 T_512_INLINE void q2k_micro(int64_t nsb, const char *P, const char *A, float *y, size_t ldy, int na,
                             __mmask16 mask) {
-    __m512 f[KT];
-    UNROLL(8)
-    for (int a = 0; a < KT; a++) f[a] = _mm512_setzero_ps();
-    for (int64_t sb = 0; sb < nsb; sb++, P += PB_Q2K, A += KT * KT_UNIT) {
-        __m512i sumi[KT], summ[KT];
-        UNROLL(8)
-        for (int a = 0; a < KT; a++) sumi[a] = summ[a] = _mm512_setzero_si512();
-        UNROLL(8)
-        for (int t = 0; t < 8; t++) {
-            const __m512i mp = _mm512_loadu_si512(P + 5120 + 64 * t);
-            UNROLL(8)
-            for (int a = 0; a < KT; a++)
-                summ[a] = _mm512_dpwssd_epi32(summ[a], mp, ABC(a, KQ_BSUMS + 4 * t));
-        }
-        kavx512_k_g16_dots(P, A, sumi);
-        kavx512_k_pc_fstep_min(P + 5632, P + 5696, A, sumi, summ, f);
-    }
-    UNROLL(8)
-    for (int a = 0; a < KT; a++)
-        if (a < na) _mm512_mask_storeu_ps(y + a * ldy, mask, f[a]);
+    kavx512_k_g16_micro(true, PB_Q2K, nsb, P, A, y, ldy, na, mask);
 }
-#undef ABC
+KAVX512_K_KERNEL(static, q2k_kernel, q2k_micro)
 
-T_512 static void q2k_kernel(int64_t k, const void *panels, size_t pb, int n_rows,
-                             const void *tiles, int64_t m, float *y, size_t ldy) {
-    const int64_t nsb = k / QK_K;
-    const int np = (n_rows + 15) / 16;
-    const size_t tb = kavx512_k_tile_bytes(k);
-    for (int64_t t = 0; t * KT < m; t++) {
-        const int na = m - t * KT < KT ? (int)(m - t * KT) : KT;
-        for (int p = 0; p < np; p++)
-            q2k_micro(nsb, (const char *)panels + p * pb, (const char *)tiles + t * tb,
-                      y + t * KT * ldy + 16 * p, ldy, na, kern_mask16(n_rows - 16 * p));
-    }
-}
-
-/* The activation tiles (kavx512_k_prepare) and micro-kernels of Q4_K (groups of 32) and Q6_K
- * (groups of 16). */
-static void g32_kernel(int64_t k, const void *w, size_t wstride, int n_rows, const void *tiles,
-                       int64_t m, float *y, size_t ldy) {
-    kavx512_gemm_q4_K.kernel(k, w, wstride, n_rows, tiles, m, y, ldy);
-}
-static void g16_kernel(int64_t k, const void *w, size_t wstride, int n_rows, const void *tiles,
-                       int64_t m, float *y, size_t ldy) {
-    kavx512_gemm_q6_K.kernel(k, w, wstride, n_rows, tiles, m, y, ldy);
-}
-
-const kern_gemm_ops kavx512_gemm_q5_K = {
-    KT,       KX_GEMM_MIN_M, kavx512_k_tile_bytes, kavx512_k_prepare, g32_panel_bytes,
-    q5k_pack, g32_kernel};
-const kern_gemm_ops kavx512_gemm_q3_K = {
-    KT,       KX_GEMM_MIN_M, kavx512_k_tile_bytes, kavx512_k_prepare, g16_panel_bytes,
-    q3k_pack, g16_kernel};
-const kern_gemm_ops kavx512_gemm_q2_K = {
-    KT,       KX_GEMM_MIN_M, kavx512_k_tile_bytes, kavx512_k_prepare, q2k_panel_bytes,
-    q2k_pack, q2k_kernel};
-const kern_gemm_ops kavx512_gemm_iq4_xs = {
-    KT,         KX_GEMM_MIN_M, kavx512_k_tile_bytes, kavx512_k_prepare, g16_panel_bytes,
-    iq4xs_pack, g16_kernel};
+const kern_gemm_ops kavx512_gemm_q5_K =
+    KAVX512_K_GEMM_OPS(KX_GEMM_MIN_M, g32_panel_bytes, q5k_pack, kavx512_k_g32_kernel);
+const kern_gemm_ops kavx512_gemm_q3_K =
+    KAVX512_K_GEMM_OPS(KX_GEMM_MIN_M, g16_panel_bytes, q3k_pack, kavx512_k_g16_kernel);
+const kern_gemm_ops kavx512_gemm_q2_K =
+    KAVX512_K_GEMM_OPS(KX_GEMM_MIN_M, q2k_panel_bytes, q2k_pack, q2k_kernel);
+const kern_gemm_ops kavx512_gemm_iq4_xs =
+    KAVX512_K_GEMM_OPS(KX_GEMM_MIN_M, g16_panel_bytes, iq4xs_pack, kavx512_k_g16_kernel);

@@ -171,6 +171,21 @@ static void gemm_prepare_row(const kern_gemm_ops *g, const float *X, int64_t k, 
                m - t0 < T ? (int)(m - t0) : T, k);
 }
 
+/* The activation rows of a packed product (plain or repacked) for the
+ * pool: one task per row. */
+typedef struct {
+    const kern_gemm_ops *g;
+    const float *X;
+    int64_t k, m;
+    void *work;
+    size_t tb;
+} prepare_job;
+
+static void prepare_task(void *ctx, int64_t i, int thread) {
+    const prepare_job *j = ctx;
+    gemm_prepare_row(j->g, j->X, j->k, j->m, i, j->work, j->tb);
+}
+
 /* Chunk c of nchunks: its panels packed into this thread's buffer, then all m rows past them. */
 static void gemm_chunk(const kern_gemm_ops *g, const char *W, size_t wrow, int64_t n_out, int64_t k,
                        int64_t m, float *Y, const void *work, size_t pb, int64_t npanels,
@@ -197,24 +212,17 @@ static void gemm_chunk(const kern_gemm_ops *g, const char *W, size_t wrow, int64
     g->kernel(k, panels, pb, (int)(j1 - j0), work, m, Y + j0, (size_t)n_out);
 }
 
-/* One packed GEMM for the pool's tasks: its rows to prepare, then its chunks. */
+/* The chunks of one packed GEMM for the pool's tasks. */
 typedef struct {
     const kern_gemm_ops *g;
     const char *W;
     size_t wrow;
-    int64_t n_out, k;
-    const float *X;
-    int64_t m;
+    int64_t n_out, k, m;
     float *Y;
     void *work;
-    size_t tb, pb;
+    size_t pb;
     int64_t npanels, nchunks;
 } gemm_job;
-
-static void gemm_prepare_task(void *ctx, int64_t i, int thread) {
-    const gemm_job *j = ctx;
-    gemm_prepare_row(j->g, j->X, j->k, j->m, i, j->work, j->tb);
-}
 
 static void gemm_chunk_task(void *ctx, int64_t c, int thread) {
     const gemm_job *j = ctx;
@@ -247,8 +255,9 @@ static void mm_gemm(const kern_gemm_ops *g, const char *W, size_t wrow, int64_t 
             gemm_chunk(g, W, wrow, n_out, k, m, Y, work, pb, npanels, nchunks, c);
         return;
     }
-    gemm_job j = {g, W, wrow, n_out, k, X, m, Y, work, tb, pb, npanels, nchunks};
-    kvl_pool_run(gemm_prepare_task, &j, m);
+    prepare_job pj = {g, X, k, m, work, tb};
+    kvl_pool_run(prepare_task, &pj, m);
+    gemm_job j = {g, W, wrow, n_out, k, m, Y, work, pb, npanels, nchunks};
     kvl_pool_run(gemm_chunk_task, &j, nchunks);
 }
 
@@ -425,20 +434,11 @@ static int64_t guided_spans(int nw, const kern_repacked_mat *mats, int64_t k, in
 typedef struct {
     int nw;
     const kern_repacked_mat *mats;
-    int64_t k;
-    const float *X;
-    int64_t m;
+    int64_t k, m;
     void *work;
-    const kern_gemm_ops *g;
-    size_t tb;
     const int64_t *first;
     const repacked_span *guided; /* NULL: linear_span */
 } repacked_job;
-
-static void repacked_prepare_task(void *ctx, int64_t i, int thread) {
-    const repacked_job *j = ctx;
-    gemm_prepare_row(j->g, j->X, j->k, j->m, i, j->work, j->tb);
-}
 
 static void repacked_task(void *ctx, int64_t c, int thread) {
     const repacked_job *j = ctx;
@@ -488,12 +488,13 @@ static void repacked_run(int nw, const kern_repacked_mat *mats, int64_t k, const
     const bool serial_prepare = ntiles == 1 || !par;
     if (serial_prepare)
         for (int64_t i = 0; i < m; i++) gemm_prepare_row(g, X, k, m, i, work, tb);
-    repacked_job j = {nw, mats, k, X, m, work, g, tb, first, n_guided ? guided : NULL};
+    repacked_job j = {nw, mats, k, m, work, first, n_guided ? guided : NULL};
     if (!par) { /* on this thread: waking the pool would cost more */
         for (int64_t c = 0; c < n_chunks; c++) repacked_task(&j, c, 0);
         return;
     }
-    if (!serial_prepare) kvl_pool_run(repacked_prepare_task, &j, m);
+    prepare_job pj = {g, X, k, m, work, tb};
+    if (!serial_prepare) kvl_pool_run(prepare_task, &pj, m);
     kvl_pool_run(repacked_task, &j, n_chunks);
 }
 

@@ -124,4 +124,64 @@ extern const kern_gemm_ops kavx512_gemm_q5_0, kavx512_gemm_iq4_nl, kavx512_gemm_
 extern const kern_repack_ops kavx512_repack_q5_0, kavx512_repack_iq4_nl, kavx512_repack_q4_1,
     kavx512_repack_q5_1;
 
+/* The scalar reference of the 32-value block types (Q8_0, Q4_0 in
+ * quant_ref.c; Q4_1, Q5_0, Q5_1, IQ4_NL in quant32_ref.c; MXFP4), one
+ * dequantization and one dot for all, as the K family's (kern_impl.h): each
+ * type only unpacks a block into its 32 values as integers in element
+ * order, its scale d and, for the types with a min (Q4_1, Q5_1, against
+ * Q8_1), m. Always inlined with the unpack and with_min constant. */
+typedef struct kern_q32_block {
+    int8_t v[32]; /* every type's values fit: -128..127 */
+    float d, m;
+} kern_q32_block;
+typedef void (*kern_q32_unpack_fn)(const void *x, kern_q32_block *u);
+
+/* y_e = v_e * d (+ m): ggml's float steps. */
+KERN_K_INLINE void kern_q32_to_float(const void *vx, float *dst, int64_t n, size_t x_bytes,
+                                     kern_q32_unpack_fn unpack, bool with_min) {
+    for (int64_t b = 0; b < n / 32; b++) {
+        kern_q32_block u;
+        unpack((const char *)vx + b * x_bytes, &u);
+        float *y = dst + b * 32;
+        for (int j = 0; j < 32; j++)
+            y[j] = with_min ? (float)u.v[j] * u.d + u.m : (float)u.v[j] * u.d;
+    }
+}
+
+/* Against Q8_0 (with_min false: s = fma(d * yd, isum, s)) or Q8_1 (with_min:
+ * s = s + fma(d * yd, isum, m * ys)), blocks in order, isum exact. */
+KERN_K_INLINE void kern_q32_vec_dot(int64_t n, float *s, const void *vx, size_t x_bytes,
+                                    kern_q32_unpack_fn unpack, bool with_min, const void *vy) {
+    float sumf = 0;
+    for (int64_t b = 0; b < n / 32; b++) {
+        kern_q32_block u;
+        unpack((const char *)vx + b * x_bytes, &u);
+        const int8_t *yq = with_min ? ((const blk_q8_1 *)vy)[b].qs : ((const blk_q8_0 *)vy)[b].qs;
+        int32_t isum = 0;
+        for (int j = 0; j < 32; j++) isum += u.v[j] * yq[j];
+        if (with_min) {
+            const blk_q8_1 *y = (const blk_q8_1 *)vy + b;
+            sumf = sumf + fmaf(u.d * kvl_f16_to_f32(y->d), (float)isum, u.m * kvl_f16_to_f32(y->s));
+        } else {
+            const blk_q8_0 *y = (const blk_q8_0 *)vy + b;
+            sumf = fmaf(u.d * kvl_f16_to_f32(y->d), (float)isum, sumf);
+        }
+    }
+    *s = sumf;
+}
+
+/* kref_to_float_<t> of a 32-value type t from its unpack_<t>, and
+ * kref_vec_dot_<t> (Q4_1, Q5_0, Q5_1, IQ4_NL: Q8_0, Q4_0 and MXFP4 keep
+ * their own loops, which take their values in place: through the unpack
+ * they cost 2-10% more instructions, callgrind). */
+#define KREF_Q32_TO_FLOAT(t, with_min)                                                             \
+    void kref_to_float_##t(const void *src, float *dst, int64_t n) {                               \
+        kern_q32_to_float(src, dst, n, sizeof(blk_##t), unpack_##t, with_min);                     \
+    }
+#define KREF_Q32_KERNELS(t, with_min)                                                              \
+    KREF_Q32_TO_FLOAT(t, with_min)                                                                 \
+    void kref_vec_dot_##t(int64_t n, float *s, const void *vx, const void *vy) {                   \
+        kern_q32_vec_dot(n, s, vx, sizeof(blk_##t), unpack_##t, with_min, vy);                     \
+    }
+
 #endif

@@ -7,12 +7,6 @@
  * their float steps then run in the canonical order of quant32.h. */
 #include "simd.h" /* target attributes, f16_load, the canonical float steps */
 
-/* The exact int32 sums of 4 blocks' 8-lane vectors, as [s0, s1, s2, s3]. */
-T_AVX2_INLINE __m128i hsum4_i32(__m256i v0, __m256i v1, __m256i v2, __m256i v3) {
-    const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(v0, v1), _mm256_hadd_epi32(v2, v3));
-    return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
-}
-
 /* Bit j of the 32-bit qh as 0x10 in byte j (the fifth bit of value j). */
 T_AVX2_INLINE __m256i high_bits32(const uint8_t *qh) {
     uint32_t h;
@@ -24,12 +18,6 @@ T_AVX2_INLINE __m256i high_bits32(const uint8_t *qh) {
     const __m256i bit = _mm256_set1_epi64x(0x8040201008040201LL);
     return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit),
                             _mm256_set1_epi8(0x10));
-}
-
-/* 8 int32 lane sums of u * y, u unsigned (0..255), y signed; no int16
- * saturation for the callers' |u| <= 31 (and |v| <= 127 below). */
-T_AVX2_INLINE __m256i dot_u8s8(__m256i u, __m256i y) {
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, y), _mm256_set1_epi16(1));
 }
 
 T_AVX2_INLINE __m256i yload(const int8_t *qs) { return _mm256_loadu_si256((const __m256i *)qs); }
@@ -48,38 +36,23 @@ T_AVX2_INLINE __m256i iq4_nl_lanes(const blk_iq4_nl *x, const blk_q8_0 *y) {
     const __m256i table =
         _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)kern_iq4nl_values));
     const __m256i v = _mm256_shuffle_epi8(table, kern_nibbles32(x->qs)); /* signed, |v| <= 127 */
-    return dot_u8s8(_mm256_sign_epi8(v, v), _mm256_sign_epi8(yload(y->qs), v));
+    return kern_dot_u8s8(_mm256_sign_epi8(v, v), _mm256_sign_epi8(yload(y->qs), v));
 }
 
 T_AVX2_INLINE __m256i q4_1_lanes(const blk_q4_1 *x, const blk_q8_1 *y) {
-    return dot_u8s8(kern_nibbles32(x->qs), yload(y->qs));
+    return kern_dot_u8s8(kern_nibbles32(x->qs), yload(y->qs));
 }
 
 T_AVX2_INLINE __m256i q5_1_lanes(const blk_q5_1 *x, const blk_q8_1 *y) {
-    return dot_u8s8(_mm256_or_si256(kern_nibbles32(x->qs), high_bits32(x->qh)), yload(y->qs));
+    return kern_dot_u8s8(_mm256_or_si256(kern_nibbles32(x->qs), high_bits32(x->qh)), yload(y->qs));
 }
 
 /* ---- the canonical float steps ---- */
 
-/* The generic loop: LANES(x + b, y + b) gives block b's lanes, YT is blk_q8_0
- * or blk_q8_1 and STEP KERN_Q_STEP or KERN_Q1_STEP (simd.h). */
+/* KERN_Q_DOT with LANES(x, y), block x's lane sums, and STEP KERN_Q_STEP
+ * (against Q8_0) or KERN_Q1_STEP (against Q8_1). */
 #define FAMILY_DOT(XT, YT, LANES, STEP)                                                            \
-    const XT *x = vx;                                                                              \
-    const YT *y = vy;                                                                              \
-    const int64_t nb = n / 32;                                                                     \
-    float sumf = 0;                                                                                \
-    int64_t b = 0;                                                                                 \
-    for (; b + 4 <= nb; b += 4) {                                                                  \
-        const __m128i isum = hsum4_i32(LANES(x + b, y + b), LANES(x + b + 1, y + b + 1),           \
-                                       LANES(x + b + 2, y + b + 2), LANES(x + b + 3, y + b + 3));  \
-        const __m128 d = _mm_mul_ps(kern_f16x4(x[b].d, x[b + 1].d, x[b + 2].d, x[b + 3].d),        \
-                                    kern_f16x4(y[b].d, y[b + 1].d, y[b + 2].d, y[b + 3].d));       \
-        sumf = STEP##4(sumf, d, isum, x + b, y + b);                                               \
-    }                                                                                              \
-    for (; b < nb; b++)                                                                            \
-        sumf = STEP##1(sumf, f16_load(x[b].d) * f16_load(y[b].d),                                  \
-                       (float)kern_hsum8_i32(LANES(x + b, y + b)), x + b, y + b);                  \
-    *s = sumf
+    KERN_Q_DOT(XT, YT, KAVX2_Q_STEP4, KAVX2_Q_STEP1, LANES, KERN_F16_D4, KERN_F16_D1, STEP)
 
 T_AVX2 void kavx2_vec_dot_q5_0(int64_t n, float *s, const void *vx, const void *vy) {
     FAMILY_DOT(blk_q5_0, blk_q8_0, q5_0_lanes, KERN_Q_STEP);
@@ -96,32 +69,12 @@ T_AVX2 void kavx2_vec_dot_q5_1(int64_t n, float *s, const void *vx, const void *
 
 /* ======================= Q8_1 activations ======================= */
 
-T_AVX2_INLINE float hmax_ps(__m256 v) {
-    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-    m = _mm_max_ss(m, _mm_movehdup_ps(m));
-    return _mm_cvtss_f32(m);
-}
-
-/* 32 int32 (four vectors, in order) -> 32 int8 with signed saturation. */
-T_AVX2_INLINE __m256i pack_i32_to_i8(__m256i a, __m256i b, __m256i c, __m256i d) {
-    const __m256i ab = _mm256_packs_epi32(a, b), cd = _mm256_packs_epi32(c, d);
-    return _mm256_permutevar8x32_epi32(_mm256_packs_epi16(ab, cd),
-                                       _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-}
-
 /* Same bytes as kref_from_float_q8_1: q = rint(x * (127 / amax)), s = fp16(d * sum). */
 T_AVX2 void kavx2_from_float_q8_1(const float *src, void *dst, int64_t n) {
     blk_q8_1 *y = dst;
-    const __m256 sign = _mm256_set1_ps(-0.0f);
     for (int64_t b = 0; b < n / QK8_1; b++) {
-        const float *x = src + b * QK8_1;
-        __m256 v[4], amax = _mm256_setzero_ps();
-        for (int k = 0; k < 4; k++) {
-            v[k] = _mm256_loadu_ps(x + 8 * k);
-            amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v[k]));
-        }
-        const float am = hmax_ps(amax);
+        __m256 v[4];
+        const float am = kern_load32_amax(src + b * QK8_1, v);
         const float d = am / 127.f;
         const float id = am != 0.0f ? 127.f / am : 0.0f;
         y[b].d = kvl_f32_to_f16(d);
@@ -133,6 +86,6 @@ T_AVX2 void kavx2_from_float_q8_1(const float *src, void *dst, int64_t n) {
         const int32_t sum = kern_hsum8_i32(
             _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3])));
         y[b].s = kvl_f32_to_f16(d * (float)sum);
-        _mm256_storeu_si256((__m256i *)y[b].qs, pack_i32_to_i8(q[0], q[1], q[2], q[3]));
+        _mm256_storeu_si256((__m256i *)y[b].qs, kern_pack32_i8(q[0], q[1], q[2], q[3]));
     }
 }

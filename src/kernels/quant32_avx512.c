@@ -41,31 +41,22 @@ T_512_INLINE int32_t one_isum(__m256i u, __m256i y, int bias) {
     return kern_hsum8_i32(s);
 }
 
-/* Four blocks' exact sums from their unsigned bytes U(x + i) and activations. */
-#define ISUM4(U, BIAS)                                                                             \
-    kern_red4_i32(                                                                                 \
-        pair_isum(pair(U(x + b), U(x + b + 1)), pair(yload(y[b].qs), yload(y[b + 1].qs)), BIAS),   \
-        pair_isum(pair(U(x + b + 2), U(x + b + 3)), pair(yload(y[b + 2].qs), yload(y[b + 3].qs)),  \
-                  BIAS))
-
-/* The generic loop: U(x + b) gives block b's unsigned bytes (BIAS above the
- * values), YT is blk_q8_0 or blk_q8_1 and STEP KERN_Q_STEP or KERN_Q1_STEP
- * (simd.h). */
+/* KERN_Q_DOT's steps: U(x) gives block x's unsigned bytes (BIAS above its
+ * values), STEP is KERN_Q_STEP or KERN_Q1_STEP (simd.h). */
+#define FAMILY_STEP4(acc, x, y, U, BIAS, STEP)                                                     \
+    ({                                                                                             \
+        const __m128 d_ = KERN_F16_D4(x, y);                                                       \
+        STEP##4(acc, d_,                                                                           \
+                kern_red4_i32(pair_isum(pair(U(x), U((x) + 1)),                                    \
+                                        pair(yload((y)[0].qs), yload((y)[1].qs)), BIAS),           \
+                              pair_isum(pair(U((x) + 2), U((x) + 3)),                              \
+                                        pair(yload((y)[2].qs), yload((y)[3].qs)), BIAS)),          \
+                x, y);                                                                             \
+    })
+#define FAMILY_STEP1(acc, x, y, U, BIAS, STEP)                                                     \
+    STEP##1(acc, KERN_F16_D1(x, y), (float)one_isum(U(x), yload((y)->qs), BIAS), x, y)
 #define FAMILY_DOT(XT, YT, U, BIAS, STEP)                                                          \
-    const XT *x = vx;                                                                              \
-    const YT *y = vy;                                                                              \
-    const int64_t nb = n / 32;                                                                     \
-    float sumf = 0;                                                                                \
-    int64_t b = 0;                                                                                 \
-    for (; b + 4 <= nb; b += 4) {                                                                  \
-        const __m128 d = _mm_mul_ps(kern_f16x4(x[b].d, x[b + 1].d, x[b + 2].d, x[b + 3].d),        \
-                                    kern_f16x4(y[b].d, y[b + 1].d, y[b + 2].d, y[b + 3].d));       \
-        sumf = STEP##4(sumf, d, ISUM4(U, BIAS), x + b, y + b);                                     \
-    }                                                                                              \
-    for (; b < nb; b++)                                                                            \
-        sumf = STEP##1(sumf, f16_load(x[b].d) * f16_load(y[b].d),                                  \
-                       (float)one_isum(U(x + b), yload(y[b].qs), BIAS), x + b, y + b);             \
-    *s = sumf
+    KERN_Q_DOT(XT, YT, FAMILY_STEP4, FAMILY_STEP1, U, BIAS, STEP)
 
 T_512 void kavx512_vec_dot_q5_0(int64_t n, float *s, const void *vx, const void *vy) {
     FAMILY_DOT(blk_q5_0, blk_q8_0, u_q5_0, 16, KERN_Q_STEP);

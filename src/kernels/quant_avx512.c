@@ -69,24 +69,22 @@ T_512_INLINE int32_t q8_0_block_isum(const blk_q8_0 *x, const blk_q8_0 *y) {
     return kern_hsum8_i32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(xv), sy));
 }
 
+/* KERN_Q_DOT's steps for Q8_0 (KERN_Q_STEP's float steps). Macros: as
+ * inline functions they compile to other registers and order. */
+#define Q8_0_STEP4(acc, x, y)                                                                      \
+    ({                                                                                             \
+        const __m512i a_ = q8_0_pair_isum(load_pair256((x)[0].qs, (x)[1].qs),                      \
+                                          load_pair256((y)[0].qs, (y)[1].qs));                     \
+        const __m512i c_ = q8_0_pair_isum(load_pair256((x)[2].qs, (x)[3].qs),                      \
+                                          load_pair256((y)[2].qs, (y)[3].qs));                     \
+        kern_q_fma4(acc, _mm_mul_ps(q8_0_quad_d(x), q8_0_quad_d(y)), kern_red4_i32(a_, c_));       \
+    })
+#define Q8_0_STEP1(acc, x, y)                                                                      \
+    fmaf(f16_load((x)->d) * f16_load((y)->d), (float)q8_0_block_isum(x, y), acc)
+
 /* Canonical Q order: one float accumulator, exact block sums (kern_impl.h). */
 T_512 void kavx512_vec_dot_q8_0(int64_t n, float *s, const void *vx, const void *vy) {
-    const blk_q8_0 *x = vx, *y = vy;
-    const int64_t nb = n / QK8_0;
-    float sumf = 0;
-    int64_t b = 0;
-    for (; b + 4 <= nb; b += 4) {
-        const __m512i a =
-            q8_0_pair_isum(load_pair256(x[b].qs, x[b + 1].qs), load_pair256(y[b].qs, y[b + 1].qs));
-        const __m512i c = q8_0_pair_isum(load_pair256(x[b + 2].qs, x[b + 3].qs),
-                                         load_pair256(y[b + 2].qs, y[b + 3].qs));
-        sumf = kern_q_fma4(sumf, _mm_mul_ps(q8_0_quad_d(x + b), q8_0_quad_d(y + b)),
-                           kern_red4_i32(a, c));
-    }
-    for (; b < nb; b++)
-        sumf =
-            fmaf(f16_load(x[b].d) * f16_load(y[b].d), (float)q8_0_block_isum(x + b, y + b), sumf);
-    *s = sumf;
+    KERN_Q_DOT(blk_q8_0, blk_q8_0, Q8_0_STEP4, Q8_0_STEP1);
 }
 
 /* Nibbles of two Q4_0 blocks as bytes 0..15, in the order of their Q8_0 partners:
@@ -138,25 +136,21 @@ T_512_INLINE int32_t q4_0_block_isum(const blk_q4_0 *x, const blk_q8_0 *y) {
     return kern_hsum8_i32(_mm512_castsi512_si256(s));
 }
 
+#define Q4_0_STEP4(acc, x, y)                                                                      \
+    ({                                                                                             \
+        const __m512i va_ = _mm512_loadu_si512(x);                                                 \
+        const __m512i vb_ = _mm512_maskz_loadu_epi8(Q4_0_TAIL_MASK, (x) + 2);                      \
+        const __m512i a_ =                                                                         \
+            q4_0_pair_isum(q4_0_nibbles_from(va_), load_pair256((y)[0].qs, (y)[1].qs));            \
+        const __m512i c_ =                                                                         \
+            q4_0_pair_isum(q4_0_nibbles_from(vb_), load_pair256((y)[2].qs, (y)[3].qs));            \
+        kern_q_fma4(acc, _mm_mul_ps(q4_0_quad_d(va_), q8_0_quad_d(y)), kern_red4_i32(a_, c_));     \
+    })
+#define Q4_0_STEP1(acc, x, y)                                                                      \
+    fmaf(f16_load((x)->d) * f16_load((y)->d), (float)q4_0_block_isum(x, y), acc)
+
 T_512 void kavx512_vec_dot_q4_0(int64_t n, float *s, const void *vx, const void *vy) {
-    const blk_q4_0 *x = vx;
-    const blk_q8_0 *y = vy;
-    const int64_t nb = n / QK4_0;
-    float sumf = 0;
-    int64_t b = 0;
-    for (; b + 4 <= nb; b += 4) {
-        const __m512i va = _mm512_loadu_si512(x + b);
-        const __m512i vb = _mm512_maskz_loadu_epi8(Q4_0_TAIL_MASK, x + b + 2);
-        const __m512i a = q4_0_pair_isum(q4_0_nibbles_from(va), load_pair256(y[b].qs, y[b + 1].qs));
-        const __m512i c =
-            q4_0_pair_isum(q4_0_nibbles_from(vb), load_pair256(y[b + 2].qs, y[b + 3].qs));
-        sumf =
-            kern_q_fma4(sumf, _mm_mul_ps(q4_0_quad_d(va), q8_0_quad_d(y + b)), kern_red4_i32(a, c));
-    }
-    for (; b < nb; b++)
-        sumf =
-            fmaf(f16_load(x[b].d) * f16_load(y[b].d), (float)q4_0_block_isum(x + b, y + b), sumf);
-    *s = sumf;
+    KERN_Q_DOT(blk_q4_0, blk_q8_0, Q4_0_STEP4, Q4_0_STEP1);
 }
 
 /* ======================= rows kernels ======================= */
@@ -282,14 +276,6 @@ T_512_INLINE void q_prows(bool q4, int64_t n, float *s, size_t ss, const void *x
     ROWS_LOOP
     for (int r = 0; r < nr; r++) s[r * ss] = acc[r];
 }
-T_512_INLINE void q4_0_prows(int64_t n, float *s, size_t ss, const void *x, const void *y,
-                             size_t ys, int nr) {
-    q_prows(true, n, s, ss, x, y, ys, nr);
-}
-T_512_INLINE void q8_0_prows(int64_t n, float *s, size_t ss, const void *x, const void *y,
-                             size_t ys, int nr) {
-    q_prows(false, n, s, ss, x, y, ys, nr);
-}
 
 /* Four weight rows at once (xr bytes apart, outputs sr apart) against nr
  * prepared rows: four independent fma chains per activation row, so the
@@ -381,33 +367,18 @@ T_512_INLINE void q_prows4(bool q4, int64_t n, float *s, size_t sr, size_t ss, c
     }
 }
 
-#define ROWS4_SWITCH(q4, n, s, sr, ss, x, xr, y, ys, nr)                                           \
-    do {                                                                                           \
-        switch (nr) {                                                                              \
-        case 1: q_prows4(q4, n, s, sr, ss, x, xr, y, ys, 1); break;                                \
-        case 2: q_prows4(q4, n, s, sr, ss, x, xr, y, ys, 2); break;                                \
-        case 3: q_prows4(q4, n, s, sr, ss, x, xr, y, ys, 3); break;                                \
-        default: q_prows4(q4, n, s, sr, ss, x, xr, y, ys, KERN_ROWS_MAX); break;                   \
-        }                                                                                          \
-    } while (0)
-
-T_512 void kavx512_prows4_q4_0(int64_t n, float *s, size_t sr, size_t ss, const void *x, size_t xr,
-                               const void *y, size_t ys, int nr) {
-    ROWS4_SWITCH(true, n, s, sr, ss, x, xr, y, ys, nr);
-}
-T_512 void kavx512_prows4_q8_0(int64_t n, float *s, size_t sr, size_t ss, const void *x, size_t xr,
-                               const void *y, size_t ys, int nr) {
-    ROWS4_SWITCH(false, n, s, sr, ss, x, xr, y, ys, nr);
-}
-
-T_512 void kavx512_prows_q4_0(int64_t n, float *s, size_t ss, const void *x, const void *y,
-                              size_t ys, int nr) {
-    KERN_ROWS_SWITCH(q4_0_prows, n, s, ss, x, y, ys, nr);
-}
-T_512 void kavx512_prows_q8_0(int64_t n, float *s, size_t ss, const void *x, const void *y,
-                              size_t ys, int nr) {
-    KERN_ROWS_SWITCH(q8_0_prows, n, s, ss, x, y, ys, nr);
-}
+/* kavx512_prows4_T and kavx512_prows_T of Q4_0 (q4) and Q8_0. */
+#define Q_PROWS_ENTRIES(T, q4)                                                                     \
+    T_512 void kavx512_prows4_##T(int64_t n, float *s, size_t sr, size_t ss, const void *x,        \
+                                  size_t xr, const void *y, size_t ys, int nr) {                   \
+        KERN_NR_SWITCH(q_prows4, nr, q4, n, s, sr, ss, x, xr, y, ys);                              \
+    }                                                                                              \
+    T_512 void kavx512_prows_##T(int64_t n, float *s, size_t ss, const void *x, const void *y,     \
+                                 size_t ys, int nr) {                                              \
+        KERN_NR_SWITCH(q_prows, nr, q4, n, s, ss, x, y, ys);                                       \
+    }
+Q_PROWS_ENTRIES(q4_0, true)
+Q_PROWS_ENTRIES(q8_0, false)
 
 /* ======================= K family ======================= */
 

@@ -19,17 +19,16 @@ const int8_t kern_mxfp4_values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4
 
 /* ======================= scalar reference ======================= */
 
-void kref_to_float_mxfp4(const void *src, float *dst, int64_t n) {
-    const blk_mxfp4 *x = src;
-    for (int64_t b = 0; b < n / QK_MXFP4; b++) {
-        const float d = kern_e8m0_half(x[b].e);
-        float *y = dst + b * QK_MXFP4;
-        for (int j = 0; j < QK_MXFP4 / 2; j++) {
-            y[j] = (float)kern_mxfp4_values[x[b].qs[j] & 0x0F] * d;
-            y[j + QK_MXFP4 / 2] = (float)kern_mxfp4_values[x[b].qs[j] >> 4] * d;
-        }
+/* The codes as their doubled E2M1 values, d = kern_e8m0_half(e). */
+KERN_K_INLINE void unpack_mxfp4(const void *blk, kern_q32_block *u) {
+    const blk_mxfp4 *x = blk;
+    for (int j = 0; j < QK_MXFP4 / 2; j++) {
+        u->v[j] = kern_mxfp4_values[x->qs[j] & 0x0F];
+        u->v[j + QK_MXFP4 / 2] = kern_mxfp4_values[x->qs[j] >> 4];
     }
+    u->d = kern_e8m0_half(x->e), u->m = 0;
 }
+KREF_Q32_TO_FLOAT(mxfp4, false)
 
 /* ggml's best_index_mxfp4: the first code whose value * d is nearest to x. */
 static int mxfp4_best_index(float x, float d) {
@@ -107,27 +106,12 @@ T_AVX2_INLINE __m256i mxfp4_lanes(const blk_mxfp4 *x, const blk_q8_0 *y) {
                              _mm256_set1_epi16(1));
 }
 
-T_AVX2_INLINE __m128i mxfp4_hsum4(__m256i v0, __m256i v1, __m256i v2, __m256i v3) {
-    const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(v0, v1), _mm256_hadd_epi32(v2, v3));
-    return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
-}
+/* d_x * d_y of one block. */
+#define MXFP4_D1(x, y) (kern_e8m0_half((x)->e) * f16_load((y)->d))
 
 T_AVX2 void kavx2_vec_dot_mxfp4(int64_t n, float *s, const void *vx, const void *vy) {
-    const blk_mxfp4 *x = vx;
-    const blk_q8_0 *y = vy;
-    const int64_t nb = n / QK_MXFP4;
-    float sumf = 0;
-    int64_t b = 0;
-    for (; b + 4 <= nb; b += 4) {
-        const __m128i isum =
-            mxfp4_hsum4(mxfp4_lanes(x + b, y + b), mxfp4_lanes(x + b + 1, y + b + 1),
-                        mxfp4_lanes(x + b + 2, y + b + 2), mxfp4_lanes(x + b + 3, y + b + 3));
-        sumf = kern_q_fma4(sumf, mxfp4_d4(x + b, y + b), isum);
-    }
-    for (; b < nb; b++)
-        sumf = fmaf(kern_e8m0_half(x[b].e) * f16_load(y[b].d),
-                    (float)kern_hsum8_i32(mxfp4_lanes(x + b, y + b)), sumf);
-    *s = sumf;
+    KERN_Q_DOT(blk_mxfp4, blk_q8_0, KAVX2_Q_STEP4, KAVX2_Q_STEP1, mxfp4_lanes, mxfp4_d4, MXFP4_D1,
+               KERN_Q_STEP);
 }
 
 /* ======================= AVX-512 VNNI ======================= */
@@ -147,24 +131,20 @@ T_512_INLINE __m512i mxfp4_pair_isum(const blk_mxfp4 *x, const blk_q8_0 *y) {
         uy, _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8((char)0x80), yv));
 }
 
+/* KERN_Q_DOT's steps (the float steps of KERN_Q_STEP). */
+T_512_INLINE float mxfp4_step4(float sumf, const blk_mxfp4 *x, const blk_q8_0 *y) {
+    const __m128i isum = kern_red4_i32(mxfp4_pair_isum(x, y), mxfp4_pair_isum(x + 2, y + 2));
+    return kern_q_fma4(sumf, mxfp4_d4(x, y), isum);
+}
+T_512_INLINE float mxfp4_step1(float sumf, const blk_mxfp4 *x, const blk_q8_0 *y) {
+    const __m256i u = _mm256_xor_si256(mxfp4_values32(x->qs), _mm256_set1_epi8((char)0x80));
+    const __m256i yv = _mm256_loadu_si256((const __m256i *)y->qs);
+    const __m256i si = _mm256_sub_epi32(
+        _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, yv),
+        _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8((char)0x80), yv));
+    return fmaf(MXFP4_D1(x, y), (float)kern_hsum8_i32(si), sumf);
+}
+
 T_512 void kavx512_vec_dot_mxfp4(int64_t n, float *s, const void *vx, const void *vy) {
-    const blk_mxfp4 *x = vx;
-    const blk_q8_0 *y = vy;
-    const int64_t nb = n / QK_MXFP4;
-    float sumf = 0;
-    int64_t b = 0;
-    for (; b + 4 <= nb; b += 4) {
-        const __m128i isum =
-            kern_red4_i32(mxfp4_pair_isum(x + b, y + b), mxfp4_pair_isum(x + b + 2, y + b + 2));
-        sumf = kern_q_fma4(sumf, mxfp4_d4(x + b, y + b), isum);
-    }
-    for (; b < nb; b++) {
-        const __m256i u = _mm256_xor_si256(mxfp4_values32(x[b].qs), _mm256_set1_epi8((char)0x80));
-        const __m256i yv = _mm256_loadu_si256((const __m256i *)y[b].qs);
-        const __m256i si = _mm256_sub_epi32(
-            _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, yv),
-            _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8((char)0x80), yv));
-        sumf = fmaf(kern_e8m0_half(x[b].e) * f16_load(y[b].d), (float)kern_hsum8_i32(si), sumf);
-    }
-    *s = sumf;
+    KERN_Q_DOT(blk_mxfp4, blk_q8_0, mxfp4_step4, mxfp4_step1);
 }

@@ -25,26 +25,6 @@ void kref_to_float_bf16(const void *src, float *dst, int64_t n) {
     for (int64_t i = 0; i < n; i++) dst[i] = kvl_bf16_to_f32(x[i]);
 }
 
-void kref_to_float_q8_0(const void *src, float *dst, int64_t n) {
-    const blk_q8_0 *x = src;
-    for (int64_t b = 0; b < n / QK8_0; b++) {
-        const float d = kvl_f16_to_f32(x[b].d);
-        for (int j = 0; j < QK8_0; j++) dst[b * QK8_0 + j] = x[b].qs[j] * d;
-    }
-}
-
-void kref_to_float_q4_0(const void *src, float *dst, int64_t n) {
-    const blk_q4_0 *x = src;
-    for (int64_t b = 0; b < n / QK4_0; b++) {
-        const float d = kvl_f16_to_f32(x[b].d);
-        float *y = dst + b * QK4_0;
-        for (int j = 0; j < QK4_0 / 2; j++) {
-            y[j] = ((x[b].qs[j] & 0x0F) - 8) * d;
-            y[j + QK4_0 / 2] = ((x[b].qs[j] >> 4) - 8) * d;
-        }
-    }
-}
-
 /* Value l (0..127) of a Q6_K half: 4 low bits from ql, 2 high bits from qh. */
 static inline int q6_value(const uint8_t *ql, const uint8_t *qh, int l) {
     const int quarter = l / 32, i = l % 32;
@@ -359,8 +339,25 @@ void kref_vec_dot_bf16(int64_t n, float *s, const void *x, const void *y) {
     *s = dot_fp(n, widen_bf16, x, y);
 }
 
-/* Q family: the exact int32 sum of block b's 32 products enters one float
- * accumulator through s = fma(d_x * d_y, sum, s), blocks in order. */
+/* Q family (kern_q32_block, quant32.h): the exact int32 sum of block b's
+ * 32 products enters one float accumulator through s = fma(d_x * d_y, sum,
+ * s), blocks in order. */
+KERN_K_INLINE void unpack_q8_0(const void *blk, kern_q32_block *u) {
+    const blk_q8_0 *x = blk;
+    for (int j = 0; j < QK8_0; j++) u->v[j] = x->qs[j];
+    u->d = kvl_f16_to_f32(x->d), u->m = 0;
+}
+KERN_K_INLINE void unpack_q4_0(const void *blk, kern_q32_block *u) {
+    const blk_q4_0 *x = blk;
+    for (int j = 0; j < QK4_0 / 2; j++) {
+        u->v[j] = (int8_t)((x->qs[j] & 0x0F) - 8);
+        u->v[j + QK4_0 / 2] = (int8_t)((x->qs[j] >> 4) - 8);
+    }
+    u->d = kvl_f16_to_f32(x->d), u->m = 0;
+}
+KREF_Q32_TO_FLOAT(q8_0, false)
+KREF_Q32_TO_FLOAT(q4_0, false)
+
 static inline int32_t q_block_isum(const int8_t *xq, const int8_t *yq) {
     int32_t isum = 0;
     for (int j = 0; j < QK8_0; j++) isum += xq[j] * yq[j];

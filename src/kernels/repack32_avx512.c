@@ -125,13 +125,7 @@ T_512_INLINE void micro(enum rp_kind kind, int NA, int64_t nb, const char *p, co
                 lo = _mm512_shuffle_epi8(lv, lo);
                 hi = _mm512_shuffle_epi8(lv, hi);
             }
-            UNROLL(6)
-            for (int a = 0; a < NA; a++) {
-                const __m512i xl = _mm512_set1_epi32(*(const int32_t *)(t + QK8_0 * a + 4 * g));
-                const __m512i xh =
-                    _mm512_set1_epi32(*(const int32_t *)(t + QK8_0 * a + 16 + 4 * g));
-                i[a] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(i[a], lo, xl), hi, xh);
-            }
+            KAVX512_Q_NIB_DOTS(NA, i, lo, hi, t, g);
         }
         /* Q8_0 tiles: d[QT] then c[QT]; Q8_1 tiles: d[QT] then s[QT], as floats */
         const float *dy = (const float *)(t + QT * QK8_0),
@@ -147,41 +141,17 @@ T_512_INLINE void micro(enum rp_kind kind, int NA, int64_t nb, const char *p, co
                                                         _mm512_cvtepi32_ps(i[a]),
                                                         _mm512_mul_ps(mn, _mm512_set1_ps(sy[a]))));
         } else {
-            UNROLL(6)
-            for (int a = 0; a < NA; a++)
-                f[a] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(dy[a])),
-                                       _mm512_cvtepi32_ps(i[a]), f[a]);
+            KAVX512_Q_FSTEP(NA, f, d, dy, i);
         }
     }
     UNROLL(6)
     for (int a = 0; a < NA; a++) _mm512_mask_storeu_ps(y + a * ldy, m0, f[a]);
 }
 
-#define RP_CASE(kind, na)                                                                          \
-    case na: micro(kind, na, nb, pp, tile, y, ldy, m0); break;
-
+#define RP_MICRO(NA, nb, p, t, y, ldy, m0) micro(kind, NA, nb, p, t, y, ldy, m0)
 T_512_INLINE void kernel(enum rp_kind kind, int64_t k, const void *panels, size_t pb, int n_rows,
-                         const void *tiles, int64_t m, float *yall, size_t ldy) {
-    const int64_t nb = k / QK8_0;
-    const int np = (n_rows + 15) / 16;
-    const size_t tb = kavx512_q_tile_bytes(k);
-    for (int64_t ti = 0; ti * QT < m; ti++) {
-        const int na = m - ti * QT < QT ? (int)(m - ti * QT) : QT;
-        const char *tile = (const char *)tiles + ti * tb;
-        for (int p = 0; p < np; p++) {
-            const char *pp = (const char *)panels + (size_t)p * pb;
-            float *y = yall + ti * QT * ldy + 16 * p;
-            const __mmask16 m0 = kern_mask16(n_rows - 16 * p);
-            switch (na) {
-                RP_CASE(kind, 1)
-                RP_CASE(kind, 2)
-                RP_CASE(kind, 3)
-                RP_CASE(kind, 4)
-                RP_CASE(kind, 5)
-            default: micro(kind, QT, nb, pp, tile, y, ldy, m0); break;
-            }
-        }
-    }
+                         const void *tiles, int64_t m, float *y, size_t ldy) {
+    KAVX512_Q_PANEL_LOOP(RP_MICRO, k, panels, pb, n_rows, tiles, m, y, ldy);
 }
 
 KAVX512_KERNEL_ENTRY(q5_kernel, kernel, RP_Q5_0)

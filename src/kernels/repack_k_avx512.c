@@ -53,69 +53,54 @@
 #define R4_PF_DIST 3
 #define R6_PF_DIST 2
 
-static size_t r4k_panel_bytes(int64_t k) { return (size_t)(k / QK_K) * R4_SB; }
-static size_t r6k_panel_bytes(int64_t k) { return (size_t)(k / QK_K) * R6_SB; }
-
 /* ------------------------------------------------------------- packing -- */
 
-T_512 static void r4k_pack(const void *w, size_t wrow, int rows, int64_t k, void *panel) {
-    const int64_t nsb = k / QK_K;
-    memset(panel, 0, (size_t)nsb * R4_SB); /* rows past `rows` read as 0 */
-    for (int64_t sb = 0; sb < nsb; sb++) {
-        char *o = (char *)panel + sb * R4_SB;
-        for (int r = 0; r < rows; r++) {
-            const blk_q4_K *x = (const blk_q4_K *)((const char *)w + (size_t)r * wrow) + sb;
-            for (int v = 0; v < 32; v++) memcpy(o + R4_QS + 64 * v + 4 * r, x->qs + 4 * v, 4);
-            for (int j = 0; j < 8; j++) {
-                uint8_t sc, mn;
-                kern_q4k_scale_min(j, x->scales, &sc, &mn);
-                o[R4_SC + 16 * j + r] = (char)sc;
-                o[R4_MN + 32 * (j / 2) + 2 * r + j % 2] = (char)mn;
-            }
-            memcpy(o + R4_D + 2 * r, &x->d, 2);
-            memcpy(o + R4_DMIN + 2 * r, &x->dmin, 2);
-        }
+/* Row r of the blk_q4_K super-block o (KAVX512_R_PACK). */
+KERN_K_INLINE void r4k_put(char *o, int r, const blk_q4_K *x) {
+    kavx512_put_lanes(o + R4_QS, r, x->qs, 32);
+    for (int j = 0; j < 8; j++) {
+        uint8_t sc, mn;
+        kern_q4k_scale_min(j, x->scales, &sc, &mn);
+        o[R4_SC + 16 * j + r] = (char)sc;
+        o[R4_MN + 32 * (j / 2) + 2 * r + j % 2] = (char)mn;
     }
+    memcpy(o + R4_D + 2 * r, &x->d, 2);
+    memcpy(o + R4_DMIN + 2 * r, &x->dmin, 2);
 }
+KAVX512_R_PACK(r4k, blk_q4_K, R4_SB, r4k_put)
 
-T_512 static void r6k_pack(const void *w, size_t wrow, int rows, int64_t k, void *panel) {
-    const int64_t nsb = k / QK_K;
-    memset(panel, 0, (size_t)nsb * R6_SB);
-    for (int64_t sb = 0; sb < nsb; sb++) {
-        char *o = (char *)panel + sb * R6_SB;
-        for (int r = 0; r < rows; r++) {
-            const blk_q6_K *x = (const blk_q6_K *)((const char *)w + (size_t)r * wrow) + sb;
-            /* the values q6 + 32 in element order (kref_to_float_q6_K), 8 at
-             * a time in a word: every shift is masked back into its byte */
-            uint8_t q[QK_K];
-            const uint64_t m4 = 0x0F0F0F0F0F0F0F0Full, m2 = 0x0303030303030303ull;
-            for (int h = 0; h < 2; h++)
-                for (int l = 0; l < 32; l += 8) {
-                    uint64_t l0, l1, hb, v[4];
-                    memcpy(&l0, x->ql + 64 * h + l, 8);
-                    memcpy(&l1, x->ql + 64 * h + 32 + l, 8);
-                    memcpy(&hb, x->qh + 32 * h + l, 8);
-                    v[0] = (l0 & m4) | (hb & m2) << 4;
-                    v[1] = (l1 & m4) | (hb >> 2 & m2) << 4;
-                    v[2] = (l0 >> 4 & m4) | (hb >> 4 & m2) << 4;
-                    v[3] = (l1 >> 4 & m4) | (hb >> 6 & m2) << 4;
-                    for (int i = 0; i < 4; i++) memcpy(q + 128 * h + 32 * i + l, &v[i], 8);
-                }
-            for (int j = 0; j < 16; j++) {
-                uint32_t d4;
-                memcpy(&d4, q + 16 * j + 12, 4);
-                for (int qq = 0; qq < 3; qq++) {
-                    uint32_t v;
-                    memcpy(&v, q + 16 * j + 4 * qq, 4);
-                    v |= (d4 >> 2 * qq & 0x03030303u) << 6;
-                    memcpy(o + R6_QS + 64 * (3 * j + qq) + 4 * r, &v, 4);
-                }
-                o[R6_SC + 16 * j + r] = (char)x->scales[j];
-            }
-            memcpy(o + R6_D + 2 * r, &x->d, 2);
+/* Row r of the blk_q6_K super-block o (KAVX512_R_PACK). */
+KERN_K_INLINE void r6k_put(char *o, int r, const blk_q6_K *x) {
+    /* the values q6 + 32 in element order (kref_to_float_q6_K), 8 at
+     * a time in a word: every shift is masked back into its byte */
+    uint8_t q[QK_K];
+    const uint64_t m4 = 0x0F0F0F0F0F0F0F0Full, m2 = 0x0303030303030303ull;
+    for (int h = 0; h < 2; h++)
+        for (int l = 0; l < 32; l += 8) {
+            uint64_t l0, l1, hb, v[4];
+            memcpy(&l0, x->ql + 64 * h + l, 8);
+            memcpy(&l1, x->ql + 64 * h + 32 + l, 8);
+            memcpy(&hb, x->qh + 32 * h + l, 8);
+            v[0] = (l0 & m4) | (hb & m2) << 4;
+            v[1] = (l1 & m4) | (hb >> 2 & m2) << 4;
+            v[2] = (l0 >> 4 & m4) | (hb >> 4 & m2) << 4;
+            v[3] = (l1 >> 4 & m4) | (hb >> 6 & m2) << 4;
+            for (int i = 0; i < 4; i++) memcpy(q + 128 * h + 32 * i + l, &v[i], 8);
         }
+    for (int j = 0; j < 16; j++) {
+        uint32_t d4;
+        memcpy(&d4, q + 16 * j + 12, 4);
+        for (int qq = 0; qq < 3; qq++) {
+            uint32_t v;
+            memcpy(&v, q + 16 * j + 4 * qq, 4);
+            v |= (d4 >> 2 * qq & 0x03030303u) << 6;
+            memcpy(o + R6_QS + 64 * (3 * j + qq) + 4 * r, &v, 4);
+        }
+        o[R6_SC + 16 * j + r] = (char)x->scales[j];
     }
+    memcpy(o + R6_D + 2 * r, &x->d, 2);
 }
+KAVX512_R_PACK(r6k, blk_q6_K, R6_SB, r6k_put)
 
 /* ------------------------------------------------------------- kernels -- */
 

@@ -86,116 +86,83 @@
 #define Q5_PF_DIST 3
 #define Q2_PF_DIST 5
 
-static size_t xs_panel_bytes(int64_t k) { return (size_t)(k / QK_K) * XS_SB; }
-static size_t q3_panel_bytes(int64_t k) { return (size_t)(k / QK_K) * Q3_SB; }
-static size_t q5_panel_bytes(int64_t k) { return (size_t)(k / QK_K) * Q5_SB; }
-static size_t q2_panel_bytes(int64_t k) { return (size_t)(k / QK_K) * Q2_SB; }
-
 /* ------------------------------------------------------------- packing -- */
 
-static void xs_pack(const void *w, size_t wrow, int rows, int64_t k, void *panel) {
-    const int64_t nsb = k / QK_K;
-    memset(panel, 0, (size_t)nsb * XS_SB); /* rows past `rows` read as 0 */
-    for (int64_t sb = 0; sb < nsb; sb++) {
-        char *o = (char *)panel + sb * XS_SB;
-        for (int r = 0; r < rows; r++) {
-            const blk_iq4_xs *x = (const blk_iq4_xs *)((const char *)w + (size_t)r * wrow) + sb;
-            for (int v = 0; v < 32; v++) memcpy(o + XS_QS + 64 * v + 4 * r, x->qs + 4 * v, 4);
-            for (int g = 0; g < 8; g++) {
-                const int ls = ((x->scales_l[g / 2] >> (4 * (g % 2))) & 0xF) |
-                               (((x->scales_h >> (2 * g)) & 3) << 4);
-                o[XS_SC + 16 * g + r] = (char)(ls - 32);
-            }
-            memcpy(o + XS_D + 2 * r, &x->d, 2);
-        }
+/* Row r of the blk_iq4_xs super-block o (KAVX512_R_PACK). */
+KERN_K_INLINE void xs_put(char *o, int r, const blk_iq4_xs *x) {
+    kavx512_put_lanes(o + XS_QS, r, x->qs, 32);
+    for (int g = 0; g < 8; g++) {
+        const int ls =
+            ((x->scales_l[g / 2] >> (4 * (g % 2))) & 0xF) | (((x->scales_h >> (2 * g)) & 3) << 4);
+        o[XS_SC + 16 * g + r] = (char)(ls - 32);
     }
+    memcpy(o + XS_D + 2 * r, &x->d, 2);
 }
+KAVX512_R_PACK(xs, blk_iq4_xs, XS_SB, xs_put)
 
-static void q3_pack(const void *w, size_t wrow, int rows, int64_t k, void *panel) {
-    const int64_t nsb = k / QK_K;
-    memset(panel, 0, (size_t)nsb * Q3_SB);
-    for (int64_t sb = 0; sb < nsb; sb++) {
-        char *o = (char *)panel + sb * Q3_SB;
-        for (int r = 0; r < rows; r++) {
-            const blk_q3_K *x = (const blk_q3_K *)((const char *)w + (size_t)r * wrow) + sb;
-            uint8_t u[QK_K]; /* q + 4 in element order (quant_kx_ref.c) */
-            for (int e = 0; e < QK_K; e++) {
-                const int h = e / 128, j = (e % 128) / 32, l = e % 32;
-                const int low = (x->qs[32 * h + l] >> (2 * j)) & 3;
-                const int hb = (x->hmask[l] >> (4 * h + j)) & 1;
-                u[e] = (uint8_t)(low | (hb << 2));
-            }
-            for (int run = 0; run < 8; run++)
-                for (int i = 0; i < 4; i++) {
-                    const uint8_t *c = u + 32 * run + i; /* c[4 * n]: u_n, byte i */
-                    const uint8_t b0 = (uint8_t)(c[0] | c[4] << 3 | (c[24] & 3) << 6);
-                    const uint8_t b1 = (uint8_t)(c[8] | c[12] << 3 | (c[28] & 3) << 6);
-                    const uint8_t b2 =
-                        (uint8_t)(c[16] | c[20] << 3 | (c[24] >> 2) << 6 | (c[28] >> 2) << 7);
-                    o[Q3_QS + 64 * (3 * run) + 4 * r + i] = (char)b0;
-                    o[Q3_QS + 64 * (3 * run + 1) + 4 * r + i] = (char)b1;
-                    o[Q3_QS + 64 * (3 * run + 2) + 4 * r + i] = (char)b2;
-                }
-            for (int g = 0; g < 16; g++)
-                o[Q3_SC + 16 * g + r] = (char)(kern_q3k_scale(g, x->scales) - 32);
-            memcpy(o + Q3_D + 2 * r, &x->d, 2);
-        }
+/* Row r of the blk_q3_K super-block o (KAVX512_R_PACK). */
+KERN_K_INLINE void q3_put(char *o, int r, const blk_q3_K *x) {
+    uint8_t u[QK_K]; /* q + 4 in element order (quant_kx_ref.c) */
+    for (int e = 0; e < QK_K; e++) {
+        const int h = e / 128, j = (e % 128) / 32, l = e % 32;
+        const int low = (x->qs[32 * h + l] >> (2 * j)) & 3;
+        const int hb = (x->hmask[l] >> (4 * h + j)) & 1;
+        u[e] = (uint8_t)(low | (hb << 2));
     }
+    for (int run = 0; run < 8; run++)
+        for (int i = 0; i < 4; i++) {
+            const uint8_t *c = u + 32 * run + i; /* c[4 * n]: u_n, byte i */
+            const uint8_t b0 = (uint8_t)(c[0] | c[4] << 3 | (c[24] & 3) << 6);
+            const uint8_t b1 = (uint8_t)(c[8] | c[12] << 3 | (c[28] & 3) << 6);
+            const uint8_t b2 =
+                (uint8_t)(c[16] | c[20] << 3 | (c[24] >> 2) << 6 | (c[28] >> 2) << 7);
+            o[Q3_QS + 64 * (3 * run) + 4 * r + i] = (char)b0;
+            o[Q3_QS + 64 * (3 * run + 1) + 4 * r + i] = (char)b1;
+            o[Q3_QS + 64 * (3 * run + 2) + 4 * r + i] = (char)b2;
+        }
+    for (int g = 0; g < 16; g++) o[Q3_SC + 16 * g + r] = (char)(kern_q3k_scale(g, x->scales) - 32);
+    memcpy(o + Q3_D + 2 * r, &x->d, 2);
 }
+KAVX512_R_PACK(q3, blk_q3_K, Q3_SB, q3_put)
 
-static void q5_pack(const void *w, size_t wrow, int rows, int64_t k, void *panel) {
-    const int64_t nsb = k / QK_K;
-    memset(panel, 0, (size_t)nsb * Q5_SB);
-    for (int64_t sb = 0; sb < nsb; sb++) {
-        char *o = (char *)panel + sb * Q5_SB;
-        for (int r = 0; r < rows; r++) {
-            const blk_q5_K *x = (const blk_q5_K *)((const char *)w + (size_t)r * wrow) + sb;
-            for (int j = 0; j < 8; j++) {
-                /* sub-block j: nibble j % 2 of qs[32 (j / 2) + l], fifth
-                 * bit j of qh[l] (quant_kx_ref.c) */
-                uint8_t u[32];
-                for (int l = 0; l < 32; l++)
-                    u[l] = (uint8_t)(((x->qs[32 * (j / 2) + l] >> (4 * (j % 2))) & 0xF) |
-                                     (((x->qh[l] >> j) & 1) << 4));
-                for (int i = 0; i < 4; i++) {
-                    const uint8_t *c = u + i; /* c[4 * n]: u_n, byte i */
-                    const uint8_t b[5] = {
-                        (uint8_t)(c[0] | (c[20] & 7) << 5),
-                        (uint8_t)(c[4] | (c[20] >> 3) << 5 | (c[28] >> 3 & 1) << 7),
-                        (uint8_t)(c[8] | (c[24] & 7) << 5),
-                        (uint8_t)(c[12] | (c[24] >> 3) << 5 | (c[28] >> 4) << 7),
-                        (uint8_t)(c[16] | (c[28] & 7) << 5)};
-                    for (int v = 0; v < 5; v++)
-                        o[Q5_QS + 64 * (5 * j + v) + 4 * r + i] = (char)b[v];
-                }
-            }
-            for (int j = 0; j < 8; j++) {
-                uint8_t sc, mn;
-                kern_q4k_scale_min(j, x->scales, &sc, &mn);
-                o[Q5_SC + 16 * j + r] = (char)sc;
-                o[Q5_MN + 32 * (j / 2) + 2 * r + j % 2] = (char)mn;
-            }
-            memcpy(o + Q5_D + 2 * r, &x->d, 2);
-            memcpy(o + Q5_DMIN + 2 * r, &x->dmin, 2);
+/* Row r of the blk_q5_K super-block o (KAVX512_R_PACK). */
+KERN_K_INLINE void q5_put(char *o, int r, const blk_q5_K *x) {
+    for (int j = 0; j < 8; j++) {
+        /* sub-block j: nibble j % 2 of qs[32 (j / 2) + l], fifth
+         * bit j of qh[l] (quant_kx_ref.c) */
+        uint8_t u[32];
+        for (int l = 0; l < 32; l++)
+            u[l] = (uint8_t)(((x->qs[32 * (j / 2) + l] >> (4 * (j % 2))) & 0xF) |
+                             (((x->qh[l] >> j) & 1) << 4));
+        for (int i = 0; i < 4; i++) {
+            const uint8_t *c = u + i; /* c[4 * n]: u_n, byte i */
+            const uint8_t b[5] = {(uint8_t)(c[0] | (c[20] & 7) << 5),
+                                  (uint8_t)(c[4] | (c[20] >> 3) << 5 | (c[28] >> 3 & 1) << 7),
+                                  (uint8_t)(c[8] | (c[24] & 7) << 5),
+                                  (uint8_t)(c[12] | (c[24] >> 3) << 5 | (c[28] >> 4) << 7),
+                                  (uint8_t)(c[16] | (c[28] & 7) << 5)};
+            for (int v = 0; v < 5; v++) o[Q5_QS + 64 * (5 * j + v) + 4 * r + i] = (char)b[v];
         }
     }
+    for (int j = 0; j < 8; j++) {
+        uint8_t sc, mn;
+        kern_q4k_scale_min(j, x->scales, &sc, &mn);
+        o[Q5_SC + 16 * j + r] = (char)sc;
+        o[Q5_MN + 32 * (j / 2) + 2 * r + j % 2] = (char)mn;
+    }
+    memcpy(o + Q5_D + 2 * r, &x->d, 2);
+    memcpy(o + Q5_DMIN + 2 * r, &x->dmin, 2);
 }
+KAVX512_R_PACK(q5, blk_q5_K, Q5_SB, q5_put)
 
-static void q2_pack(const void *w, size_t wrow, int rows, int64_t k, void *panel) {
-    const int64_t nsb = k / QK_K;
-    memset(panel, 0, (size_t)nsb * Q2_SB);
-    for (int64_t sb = 0; sb < nsb; sb++) {
-        char *o = (char *)panel + sb * Q2_SB;
-        for (int r = 0; r < rows; r++) {
-            const blk_q2_K *x = (const blk_q2_K *)((const char *)w + (size_t)r * wrow) + sb;
-            for (int v = 0; v < 16; v++) memcpy(o + Q2_QS + 64 * v + 4 * r, x->qs + 4 * v, 4);
-            for (int g = 0; g < 16; g++)
-                o[Q2_SC + 32 * (g / 2) + 2 * r + g % 2] = (char)x->scales[g];
-            memcpy(o + Q2_D + 2 * r, &x->d, 2);
-            memcpy(o + Q2_DMIN + 2 * r, &x->dmin, 2);
-        }
-    }
+/* Row r of the blk_q2_K super-block o (KAVX512_R_PACK). */
+KERN_K_INLINE void q2_put(char *o, int r, const blk_q2_K *x) {
+    kavx512_put_lanes(o + Q2_QS, r, x->qs, 16);
+    for (int g = 0; g < 16; g++) o[Q2_SC + 32 * (g / 2) + 2 * r + g % 2] = (char)x->scales[g];
+    memcpy(o + Q2_D + 2 * r, &x->d, 2);
+    memcpy(o + Q2_DMIN + 2 * r, &x->dmin, 2);
 }
+KAVX512_R_PACK(q2, blk_q2_K, Q2_SB, q2_put)
 
 /* ------------------------------------------------------------- kernels -- */
 

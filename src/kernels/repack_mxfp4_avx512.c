@@ -88,20 +88,11 @@ T_512_INLINE void mx_micro(int NA, int64_t nb, const char *p, const char *t, flo
                 const __m512i lo = _mm512_shuffle_epi8(lv, _mm512_and_si512(v, m4));
                 const __m512i hi =
                     _mm512_shuffle_epi8(lv, _mm512_and_si512(_mm512_srli_epi32(v, 4), m4));
-                UNROLL(6)
-                for (int a = 0; a < NA; a++) {
-                    const __m512i xl = _mm512_set1_epi32(*(const int32_t *)(t + QK8_0 * a + 4 * g));
-                    const __m512i xh =
-                        _mm512_set1_epi32(*(const int32_t *)(t + QK8_0 * a + 16 + 4 * g));
-                    i[a] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(i[a], lo, xl), hi, xh);
-                }
+                KAVX512_Q_NIB_DOTS(NA, i, lo, hi, t, g);
             }
             const float *dy = (const float *)(t + QT * QK8_0);
             const __m512 d = mx_scales(sc + 16 * j);
-            UNROLL(6)
-            for (int a = 0; a < NA; a++)
-                f[a] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(dy[a])),
-                                       _mm512_cvtepi32_ps(i[a]), f[a]);
+            KAVX512_Q_FSTEP(NA, f, d, dy, i);
         }
         p += 64; /* the group's scales */
     }
@@ -109,31 +100,9 @@ T_512_INLINE void mx_micro(int NA, int64_t nb, const char *p, const char *t, flo
     for (int a = 0; a < NA; a++) _mm512_mask_storeu_ps(y + a * ldy, m0, f[a]);
 }
 
-#define MX_CASE(na)                                                                                \
-    case na: mx_micro(na, nb, pp, tile, y, ldy, m0); break;
-
 T_512 static void mx_kernel(int64_t k, const void *panels, size_t pb, int n_rows, const void *tiles,
-                            int64_t m, float *yall, size_t ldy) {
-    const int64_t nb = k / QK_MXFP4;
-    const int np = (n_rows + 15) / 16;
-    const size_t tb = kavx512_q_tile_bytes(k);
-    for (int64_t ti = 0; ti * QT < m; ti++) {
-        const int na = m - ti * QT < QT ? (int)(m - ti * QT) : QT;
-        const char *tile = (const char *)tiles + ti * tb;
-        for (int p = 0; p < np; p++) {
-            const char *pp = (const char *)panels + (size_t)p * pb;
-            float *y = yall + ti * QT * ldy + 16 * p;
-            const __mmask16 m0 = kern_mask16(n_rows - 16 * p);
-            switch (na) {
-                MX_CASE(1)
-                MX_CASE(2)
-                MX_CASE(3)
-                MX_CASE(4)
-                MX_CASE(5)
-            default: mx_micro(QT, nb, pp, tile, y, ldy, m0); break;
-            }
-        }
-    }
+                            int64_t m, float *y, size_t ldy) {
+    KAVX512_Q_PANEL_LOOP(mx_micro, k, panels, pb, n_rows, tiles, m, y, ldy);
 }
 
 /* The Q8_0 GEMM's activation tiles (c = -128 * sum). */

@@ -28,18 +28,19 @@
 #define KERN_PRAGMA(x) _Pragma(#x)
 #define UNROLL(n)      KERN_PRAGMA(GCC unroll n)
 
-/* Calls fn(n, s, ss, x, y, ys, NR) with NR = nr as a constant (1, 2, 3 or
- * KERN_ROWS_MAX), so that fn's per-row loops unroll into registers (the
- * *rows kernels of quant_avx512.c and quant_kx_avx512.c). */
-#define KERN_ROWS_SWITCH(fn, n, s, ss, x, y, ys, nr)                                               \
+/* Calls fn(..., NR), the arguments after nr then NR = nr as a constant (1,
+ * 2, 3 or KERN_ROWS_MAX), so that fn's per-row loops unroll into registers
+ * (the *rows kernels of quant_avx512.c and quant_kx_avx512.c). */
+#define KERN_NR_SWITCH(fn, nr, ...)                                                                \
     do {                                                                                           \
         switch (nr) {                                                                              \
-        case 1: fn(n, s, ss, x, y, ys, 1); break;                                                  \
-        case 2: fn(n, s, ss, x, y, ys, 2); break;                                                  \
-        case 3: fn(n, s, ss, x, y, ys, 3); break;                                                  \
-        default: fn(n, s, ss, x, y, ys, KERN_ROWS_MAX); break;                                     \
+        case 1: fn(__VA_ARGS__, 1); break;                                                         \
+        case 2: fn(__VA_ARGS__, 2); break;                                                         \
+        case 3: fn(__VA_ARGS__, 3); break;                                                         \
+        default: fn(__VA_ARGS__, KERN_ROWS_MAX); break;                                            \
         }                                                                                          \
     } while (0)
+#define KERN_ROWS_SWITCH(fn, n, s, ss, x, y, ys, nr) KERN_NR_SWITCH(fn, nr, n, s, ss, x, y, ys)
 
 /* The two AVX-512 entry points of a rows kernel NAME_rows(n, s, ss, x, y, ys,
  * nr): kavx512_vec_dot_NAME (one activation row) and kavx512_rows_NAME (nr
@@ -161,6 +162,137 @@ T_AVX2_INLINE __m128 kern_f16x4(kvl_f16 a, kvl_f16 b, kvl_f16 c, kvl_f16 d) {
 #define KERN_Q1_STEP1(acc, d, isum, xb, yb)                                                        \
     ((acc) + fmaf(d, isum, f16_load((xb)->m) * f16_load((yb)->s)))
 
+/* The Q family's dot loop (kern_impl.h, quant32.h: one float accumulator,
+ * each block's integer sum exact, blocks in order), the body of every
+ * SIMD vec_dot(n, s, vx, vy) of that family: blocks x (XT) against y (YT)
+ * four at a time, sumf = STEP4(sumf, x + b, y + b, ...), then one at a time
+ * through STEP1 the same way; the trailing arguments go to both steps. */
+#define KERN_Q_DOT(XT, YT, STEP4, STEP1, ...)                                                      \
+    const XT *x = vx;                                                                              \
+    const YT *y = vy;                                                                              \
+    const int64_t nb = n / 32;                                                                     \
+    float sumf = 0;                                                                                \
+    int64_t b = 0;                                                                                 \
+    for (; b + 4 <= nb; b += 4) sumf = STEP4(sumf, x + b, y + b, ##__VA_ARGS__);                   \
+    for (; b < nb; b++) sumf = STEP1(sumf, x + b, y + b, ##__VA_ARGS__);                           \
+    *s = sumf
+
+/* The K family's dot loop (kern_impl.h: one float accumulator, super-blocks
+ * in order), the body of a vec_dot(n, s, vx, vy) against Q8_K: sumf =
+ * STEP(sumf, x + b, y + b) for super-block b of x (XT). */
+#define KERN_K_DOT(XT, STEP)                                                                       \
+    const XT *x = vx;                                                                              \
+    const blk_q8_K *y = vy;                                                                        \
+    float sumf = 0;                                                                                \
+    for (int64_t b = 0; b < n / QK_K; b++) sumf = STEP(sumf, x + b, y + b);                        \
+    *s = sumf
+
+/* The float steps of a K-family super-block with mins (Q2_K, Q4_K, Q5_K;
+ * kern_impl.h): s = fma(d * yd, sumi, s), then s = fma(-(dmin * yd), summ, s). */
+T_AVX2_INLINE float kern_k_fma_min(float s, kvl_f16 d, kvl_f16 dmin, float yd, int32_t sumi,
+                                   int32_t summ) {
+    const float dall = f16_load(d) * yd, dm = f16_load(dmin) * yd;
+    s = fmaf(dall, (float)sumi, s);
+    return fmaf(-dm, (float)summ, s);
+}
+
+/* The AVX2 step of a Q4_K (qh NULL) or Q5_K super-block (quant_avx2.c,
+ * quant_kx_avx2.c): its 8 scales and mins from the 12-byte packing, sumi =
+ * sum_j sc_j * the dot of group j's 32 values (the low / high nibbles of
+ * qs[32c..] for j = 2c / 2c + 1, with Q5_K's bit j of qh[l] as bit 4) with
+ * q8, summ = sum_j mn_j * (bsums[2j] + bsums[2j+1]), then kern_k_fma_min (d
+ * and dmin read there, last: as values the compiler held them in registers
+ * through the loop, 1% more instructions). */
+T_AVX2_INLINE float kern_q45k_step(float sumf, const uint8_t *scales, const uint8_t *qs,
+                                   const uint8_t *qh, const kvl_f16 *d, const kvl_f16 *dmin,
+                                   const blk_q8_K *y) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
+    uint8_t sc[8], mn[8];
+    for (int j = 0; j < 8; j++) kern_q4k_scale_min(j, scales, &sc[j], &mn[j]);
+    const __m256i h = qh ? _mm256_loadu_si256((const __m256i *)qh) : _mm256_setzero_si256();
+    __m256i acc = _mm256_setzero_si256();
+    for (int c = 0; c < 4; c++) {
+        const __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
+        __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+        if (qh) {
+            const __m256i h0 = _mm256_and_si256(_mm256_srli_epi16(h, 2 * c), one);
+            const __m256i h1 = _mm256_and_si256(_mm256_srli_epi16(h, 2 * c + 1), one);
+            lo = _mm256_or_si256(lo, _mm256_slli_epi16(h0, 4));
+            hi = _mm256_or_si256(hi, _mm256_slli_epi16(h1, 4));
+        }
+        const __m256i y0 = _mm256_loadu_si256((const __m256i *)(y->qs + 64 * c));
+        const __m256i y1 = _mm256_loadu_si256((const __m256i *)(y->qs + 64 * c + 32));
+        const __m256i p0 =
+            _mm256_madd_epi16(_mm256_maddubs_epi16(lo, y0), _mm256_set1_epi16(sc[2 * c]));
+        const __m256i p1 =
+            _mm256_madd_epi16(_mm256_maddubs_epi16(hi, y1), _mm256_set1_epi16(sc[2 * c + 1]));
+        acc = _mm256_add_epi32(acc, _mm256_add_epi32(p0, p1));
+    }
+    const int32_t sumi = kern_hsum8_i32(acc);
+    const __m128i m = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)mn));
+    const __m256i m2 = _mm256_set_m128i(_mm_unpackhi_epi16(m, m), _mm_unpacklo_epi16(m, m));
+    const int32_t summ =
+        kern_hsum8_i32(_mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), m2));
+    return kern_k_fma_min(sumf, *d, *dmin, y->d, sumi, summ);
+}
+
+/* The exact int32 sums of 4 blocks' 8-lane vectors, as [s0, s1, s2, s3]. */
+T_AVX2_INLINE __m128i kern_hsum4x8_i32(__m256i v0, __m256i v1, __m256i v2, __m256i v3) {
+    const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(v0, v1), _mm256_hadd_epi32(v2, v3));
+    return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+}
+
+/* KERN_Q_DOT's AVX2 steps: LANES(x, y) gives block x's 8 int32 lane sums
+ * against y (exact), D4(x, y) the d_x * d_y of 4 blocks and D1 of one
+ * (KERN_F16_D4 / D1 for fp16 scales), STEP is KERN_Q_STEP or KERN_Q1_STEP. */
+#define KAVX2_Q_STEP4(acc, x, y, LANES, D4, D1, STEP)                                              \
+    ({                                                                                             \
+        const __m128i isum_ = kern_hsum4x8_i32(LANES(x, y), LANES((x) + 1, (y) + 1),               \
+                                               LANES((x) + 2, (y) + 2), LANES((x) + 3, (y) + 3));  \
+        const __m128 d_ = D4(x, y);                                                                \
+        STEP##4(acc, d_, isum_, x, y);                                                             \
+    })
+#define KAVX2_Q_STEP1(acc, x, y, LANES, D4, D1, STEP)                                              \
+    STEP##1(acc, D1(x, y), (float)kern_hsum8_i32(LANES(x, y)), x, y)
+#define KERN_F16_D4(x, y)                                                                          \
+    _mm_mul_ps(kern_f16x4((x)[0].d, (x)[1].d, (x)[2].d, (x)[3].d),                                 \
+               kern_f16x4((y)[0].d, (y)[1].d, (y)[2].d, (y)[3].d))
+#define KERN_F16_D1(x, y) (f16_load((x)->d) * f16_load((y)->d))
+
+/* 8 int32 lane sums of u * y, u unsigned (0..255), y signed: no int16
+ * saturation where |u * y| + |u' * y'| <= 32767, true for every caller. */
+T_AVX2_INLINE __m256i kern_dot_u8s8(__m256i u, __m256i y) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, y), _mm256_set1_epi16(1));
+}
+
+/* The largest of 8 lanes. */
+T_AVX2_INLINE float kern_hmax8_ps(__m256 v) {
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    return _mm_cvtss_f32(m);
+}
+
+/* The 32 floats of a block at x into v[0..3], and their largest magnitude
+ * (the first step of the Q8_0 and Q8_1 activation quantizers). */
+T_AVX2_INLINE float kern_load32_amax(const float *x, __m256 *v) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 amax = _mm256_setzero_ps();
+    for (int k = 0; k < 4; k++) {
+        v[k] = _mm256_loadu_ps(x + 8 * k);
+        amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v[k]));
+    }
+    return kern_hmax8_ps(amax);
+}
+
+/* 32 int32 (four vectors, in order) -> 32 int8 with signed saturation. */
+T_AVX2_INLINE __m256i kern_pack32_i8(__m256i a, __m256i b, __m256i c, __m256i d) {
+    const __m256i ab = _mm256_packs_epi32(a, b), cd = _mm256_packs_epi32(c, d);
+    /* the packs work per 128-bit lane: restore element order */
+    return _mm256_permutevar8x32_epi32(_mm256_packs_epi16(ab, cd),
+                                       _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
 /* Two 8-lane int32 vectors reduced together: {sum a, sum b} (exact). */
 T_AVX2_INLINE void kern_hsum2_i32(__m256i a, __m256i b, int32_t *sa, int32_t *sb) {
     const __m256i h = _mm256_hadd_epi32(a, b); /* a01 a23 b01 b23 | a45 a67 b45 b67 */
@@ -200,7 +332,8 @@ T_AVX2_INLINE __m256i kern_iq4nl_u8(const uint8_t *qs) {
 }
 
 /* kern_expf on 8 lanes, the same steps (max/min return -87 and 0 for NaN,
- * as the scalar comparisons do). */
+ * as the scalar comparisons do). Per-ISA twin of kern_exp16_ps: not shared,
+ * since the two differ only in vector type and intrinsic names. */
 T_AVX2_INLINE __m256 kern_exp8_ps(__m256 x) {
     x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
     x = _mm256_min_ps(x, _mm256_setzero_ps());
@@ -316,7 +449,8 @@ T_512_INLINE int32_t kern_hsum16_i32(__m512i v) {
         _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1)));
 }
 
-/* kern_expf on 16 lanes, the same steps as kern_exp8_ps (its per-ISA twin). */
+/* kern_expf on 16 lanes, the same steps as kern_exp8_ps (its per-ISA twin:
+ * not shared, since the two differ only in vector type and intrinsic names). */
 T_512_INLINE __m512 kern_exp16_ps(__m512 x) {
     x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
     x = _mm512_min_ps(x, _mm512_setzero_ps());
