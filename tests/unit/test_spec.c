@@ -427,8 +427,7 @@ static bool forward_threads(model *m, int threads, int ctx, int n, float *logits
     bool ok = true;
     for (int g = 0; g < ng && ok; g++) {
         kv_pool_config kc;
-        int32_t window;
-        model_kv_group_shape(m, g, &kc, &window);
+        model_kv_group_shape(m, g, &kc, NULL);
         kc.block_size = 16;
         kc.dtype = GGUF_DT_F16;
         kc.split_v = false;
