@@ -12,7 +12,9 @@
  * subset, json_regex.c), format date / time / date-time / uuid / email / ipv4, integer
  * minimum / maximum / exclusiveMinimum / exclusiveMaximum, number minimum 0,
  * anyOf, oneOf (as anyOf), allOf of objects, $ref to #, #/$defs/... and
- * #/definitions/.... Annotations (title, description, default, examples, ...)
+ * #/definitions/... (recursive, but a $ref that reaches itself through $ref,
+ * anyOf and oneOf alone, before any value begins, is refused: it would be a
+ * left-recursive grammar). Annotations (title, description, default, examples, ...)
  * are ignored; any other keyword is an error naming it.
  *
  * Where JSON Schema allows more than a grammar can say simply, the grammar
@@ -384,11 +386,23 @@ static const cJSON *resolve(conv *c, const char *ref, const char *path) {
     return cur;
 }
 
+/* Notes that the rule being written reaches target `to` before consuming
+ * input, from the $ref at path. */
+static bool head_edge(conv *c, int to, const char *path) {
+    if (!c->head || c->cur < 0) return true;
+    if (!kvl_grow((void **)&c->edges, &c->cap_edges, c->n_edges + 1, sizeof *c->edges, 16))
+        return cfail(c, path, "out of memory");
+    char *site = strdup(path);
+    if (!site) return cfail(c, path, "out of memory");
+    c->edges[c->n_edges++] = (struct head_ref){c->cur, to, site};
+    return true;
+}
+
 static bool ref_rule(conv *c, const char *ref, const char *path, kvl_buf *e) {
     for (int i = 0; i < c->n_refs; i++)
         if (strcmp(c->refs[i].ref, ref) == 0) {
             kvl_buf_puts(e, c->refs[i].rule);
-            return true;
+            return head_edge(c, i, path);
         }
     const cJSON *t = resolve(c, ref, path);
     if (!t) return false;
@@ -399,13 +413,57 @@ static bool ref_rule(conv *c, const char *ref, const char *path, kvl_buf *e) {
     c->refs[c->n_refs].ref = strdup(ref);
     c->refs[c->n_refs].rule = strdup(name);
     if (!c->refs[c->n_refs].ref || !c->refs[c->n_refs].rule) return cfail(c, path, "out of memory");
-    c->n_refs++;
+    const int idx = c->n_refs++;
+    if (!head_edge(c, idx, path)) return false;
+    const int cur = c->cur;
+    const bool head = c->head;
+    c->cur = idx;
+    c->head = true;
     kvl_buf body = {0};
     bool ok = visit(c, t, ref, &body);
+    c->cur = cur;
+    c->head = head;
     if (ok) kvl_buf_printf(c->out, "%s ::= %s\n", name, body.p);
     kvl_buf_free(&body);
     kvl_buf_puts(e, name);
     return ok;
+}
+
+/* A $ref rule that reaches itself through $refs met before any input is
+ * consumed would be left-recursive GBNF (a rule that can expand forever
+ * without reading a byte), which grammar_compile refuses: refuse the schema
+ * instead, naming the $refs of the cycle, e.g. "#/anyOf/2 -> #". A depth-first
+ * walk of the head edges; color 0 unseen, 1 on the walk, 2 done. */
+static bool head_cycle_from(conv *c, int node, char *color, size_t *stack, int depth) {
+    color[node] = 1;
+    for (size_t i = 0; i < c->n_edges; i++) {
+        if (c->edges[i].from != node) continue;
+        const int to = c->edges[i].to;
+        stack[depth] = i;
+        if (color[to] == 1) {
+            int first = depth;
+            while (first > 0 && c->edges[stack[first]].from != to) first--;
+            kvl_buf chain = {0};
+            for (int k = first; k <= depth; k++)
+                kvl_buf_printf(&chain, "%s -> ", c->edges[stack[k]].site);
+            kvl_buf_puts(&chain, c->refs[to].ref);
+            cfail(c, c->edges[stack[first]].site, "recursion without consuming input: %s",
+                  chain.oom ? "?" : chain.p);
+            kvl_buf_free(&chain);
+            return true;
+        }
+        if (color[to] == 0 && head_cycle_from(c, to, color, stack, depth + 1)) return true;
+    }
+    color[node] = 2;
+    return false;
+}
+
+static bool check_head_cycles(conv *c) {
+    char color[256] = {0};
+    size_t stack[256];
+    for (int r = 0; r < c->n_refs; r++)
+        if (color[r] == 0 && head_cycle_from(c, r, color, stack, 0)) return false;
+    return true;
 }
 
 /* ------------------------------------------------------------- visit -- */
@@ -524,7 +582,7 @@ static const char *implied_type(const cJSON *s) {
     return NULL;
 }
 
-static bool visit(conv *c, const cJSON *s, const char *path, kvl_buf *e) {
+static bool visit_node(conv *c, const cJSON *s, const char *path, kvl_buf *e) {
     if (c->failed) return false;
     if (cJSON_IsTrue(s)) return kvl_buf_printf(e, "%svalue", c->prefix), true;
     if (cJSON_IsFalse(s)) return cfail(c, path, "the schema 'false' allows no value");
@@ -584,6 +642,17 @@ static bool visit(conv *c, const cJSON *s, const char *path, kvl_buf *e) {
     return typed(c, s, t, path, e);
 }
 
+/* Every schema but a $ref or an anyOf/oneOf begins by consuming input (a
+ * value's first character): below it, a $ref is no longer at the head. */
+static bool visit(conv *c, const cJSON *s, const char *path, kvl_buf *e) {
+    const bool head = c->head;
+    if (head && !(cJSON_IsObject(s) && (get(s, "$ref") || get(s, "anyOf") || get(s, "oneOf"))))
+        c->head = false;
+    bool ok = visit_node(c, s, path, e);
+    c->head = head;
+    return ok;
+}
+
 bool json_schema_to_gbnf(const char *schema_json, const char *prefix, kvl_buf *out,
                          kvl_error *err) {
     const char *end = NULL;
@@ -592,9 +661,9 @@ bool json_schema_to_gbnf(const char *schema_json, const char *prefix, kvl_buf *o
         return kvl_fail(err, "JSON schema: not valid JSON (near offset %d)",
                         end ? (int)(end - schema_json) : 0);
     }
-    conv c = {.prefix = prefix ? prefix : "", .out = out, .err = err, .root = root};
+    conv c = {.prefix = prefix ? prefix : "", .out = out, .err = err, .root = root, .cur = -1};
     kvl_buf body = {0};
-    bool ok = visit(&c, root, "#", &body);
+    bool ok = visit(&c, root, "#", &body) && check_head_cycles(&c);
     if (ok) {
         kvl_buf_printf(out, "%sroot ::= %s\n", c.prefix, body.p);
         js_primitives(&c);
@@ -602,6 +671,8 @@ bool json_schema_to_gbnf(const char *schema_json, const char *prefix, kvl_buf *o
     }
     kvl_buf_free(&body);
     for (int i = 0; i < c.n_refs; i++) free(c.refs[i].ref), free(c.refs[i].rule);
+    for (size_t i = 0; i < c.n_edges; i++) free(c.edges[i].site);
+    free(c.edges);
     cJSON_Delete(root);
     return ok;
 }

@@ -233,6 +233,8 @@ const tests = [
       [{ guided_regex: '(?<=a)b' }, 'guided_regex', /lookaround/],
       [{ json_schema: { type: 'string', format: 'uri' } }, 'json_schema', /format 'uri' is not supported/],
       [{ guided_json: '{"type": "object", ' }, 'guided_json', /not valid JSON/],
+      [{ json_schema: { anyOf: [{ type: 'null' }, { type: 'null' }, { $ref: '#' }] } }, 'json_schema',
+        /JSON schema at #\/anyOf\/2: recursion without consuming input: #\/anyOf\/2 -> #/],
       [{ guided_json: { type: 'object', properties: { a: { type: 'string', pattern: 'x\\by' } } } }, 'guided_json', /word boundaries/],
       [{ response_format: { type: 'json_schema', json_schema: { name: 'n', schema: { type: 'array', uniqueItems: true } } } },
         'response_format.json_schema.schema', /uniqueItems/],

@@ -274,6 +274,38 @@ static void test_json_schema(void) {
     schema_error("{\"type\":\"integer\",\"minimum\":5,\"maximum\":4}", "no integer");
     schema_error("{\"type\":", "not valid JSON");
     schema_error("false", "allows no value");
+    /* a $ref reached again before anything consumes input would be a
+     * left-recursive grammar: refused in schema terms (found by fuzzing) */
+    schema_error("{\"anyOf\":[{\"type\":\"null\"},{\"type\":\"null\"},{\"$ref\":\"#\"}]}",
+                 "JSON schema at #/anyOf/2: recursion without consuming input: #/anyOf/2 -> #");
+    schema_error("{\"$ref\":\"#\"}", "recursion without consuming input: # -> #");
+    schema_error("{\"oneOf\":[{\"anyOf\":[{\"$ref\":\"#\"}]}]}",
+                 "recursion without consuming input: #/oneOf/0/anyOf/0 -> #");
+    schema_error("{\"anyOf\":[{\"$ref\":\"#/$defs/a\"}],\"$defs\":{\"a\":{\"$ref\":\"#\"}}}",
+                 "recursion without consuming input: #/$defs/a -> #/anyOf/0 -> #/$defs/a");
+    schema_error("{\"$ref\":\"#/$defs/a\",\"$defs\":{\"a\":{\"anyOf\":[{\"type\":\"null\"},{"
+                 "\"$ref\":\"#/$defs/b\"}]},\"b\":{\"$ref\":\"#/$defs/a\"}}}",
+                 "recursion without consuming input: #/$defs/a/anyOf/1 -> #/$defs/b -> #/$defs/a");
+    /* the cycle first met through a consuming path (a is an array item of b
+     * before b is reached at a's head) is still found */
+    schema_error("{\"$ref\":\"#/$defs/a\",\"$defs\":{\"a\":{\"anyOf\":[{\"type\":\"array\","
+                 "\"items\":{\"$ref\":\"#/$defs/b\"}},{\"$ref\":\"#/$defs/b\"}]},"
+                 "\"b\":{\"anyOf\":[{\"type\":\"null\"},{\"$ref\":\"#/$defs/a\"}]}}}",
+                 "recursion without consuming input: #/$defs/a/anyOf/1 -> #/$defs/b/anyOf/1 -> "
+                 "#/$defs/a");
+    /* allOf resolves its members' $refs itself, into one object */
+    schema_error("{\"allOf\":[{\"$ref\":\"#\"}]}", "only supported for object schemas");
+    /* recursion under something that consumes input is fine */
+    schema_cases("{\"type\":\"object\",\"properties\":{\"child\":{\"$ref\":\"#\"}}}",
+                 (const char *[]){"{}", "{\"child\":{\"child\":{}}}", NULL},
+                 (const char *[]){"{\"child\":null}", NULL});
+    schema_cases("{\"anyOf\":[{\"type\":\"integer\"},{\"type\":\"array\",\"items\":{\"$ref\":"
+                 "\"#\"}}]}",
+                 (const char *[]){"1", "[]", "[1,[2,[]],3]", NULL}, (const char *[]){"[[]", NULL});
+    schema_cases("{\"$ref\":\"#/$defs/a\",\"$defs\":{\"a\":{\"anyOf\":[{\"$ref\":\"#/$defs/b\"},"
+                 "{\"type\":\"null\"}]},\"b\":{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/"
+                 "a\"}}}}",
+                 (const char *[]){"null", "[null,[]]", NULL}, (const char *[]){"[1]", NULL});
 }
 
 static void regex_cases(const char *re, const char *const *accept, const char *const *reject) {
