@@ -501,8 +501,9 @@ static bool check_left_recursion(parser *ps, grammar *g) {
     int32_t R = g->n_rules;
     bool *nullable = calloc((size_t)R, 1);
     int8_t *color = calloc((size_t)R, 1);
-    int32_t *path = malloc((size_t)R * sizeof *path), *iter = malloc((size_t)R * sizeof *iter);
-    bool ok = nullable && color && path && iter;
+    int32_t *path = malloc((size_t)R * sizeof *path), *ialt = malloc((size_t)R * sizeof *ialt),
+            *ipos = malloc((size_t)R * sizeof *ipos);
+    bool ok = nullable && color && path && ialt && ipos;
     if (!ok) oom(ps);
     for (bool changed = ok; changed;) {
         changed = false;
@@ -528,24 +529,28 @@ static bool check_left_recursion(parser *ps, grammar *g) {
                 "part instead",
                 g->rule_names[q]);
     }
-    /* iterative DFS over "r can begin with t" edges; iter[r] = the next element to scan */
+    /* Iterative DFS over "r can begin with t" edges: the references at the
+     * start of each alternative, and the one after each nullable one. r's
+     * walk resumes at alternative ialt[r], element ipos[r] (-1: its start),
+     * so a rule of A alternatives costs O(A), not O(A^2) (64,000 alternatives
+     * took 4 s). */
     for (int32_t start = 0; ok && start < R; start++) {
         if (color[start]) continue;
         int32_t depth = 0;
         path[depth] = start;
-        iter[start] = 0;
+        ialt[start] = g->rule_alt[start];
+        ipos[start] = -1;
         color[start] = 1;
         while (ok && depth >= 0) {
             int32_t r = path[depth], next = -1;
-            /* enumerate first-position references of r: flatten (alt, elem) into iter */
-            int32_t k = iter[r];
-            for (int32_t a = g->rule_alt[r], seen = 0; a < g->rule_alt[r + 1] && next < 0; a++) {
-                for (int32_t p = g->alt_start[a]; g->elems[p].kind == GE_REF; p++) {
-                    if (seen++ == k) {
-                        next = g->elems[p].arg;
-                        break;
-                    }
-                    if (!nullable[g->elems[p].arg]) break;
+            while (next < 0 && ialt[r] < g->rule_alt[r + 1]) {
+                const int32_t a = ialt[r], p = ipos[r] < 0 ? g->alt_start[a] : ipos[r];
+                if (g->elems[p].kind == GE_REF) next = g->elems[p].arg;
+                if (next >= 0 && nullable[next]) {
+                    ipos[r] = p + 1;
+                } else {
+                    ialt[r] = a + 1;
+                    ipos[r] = -1;
                 }
             }
             if (next < 0) {
@@ -553,7 +558,6 @@ static bool check_left_recursion(parser *ps, grammar *g) {
                 depth--;
                 continue;
             }
-            iter[r] = k + 1;
             if (color[next] == 1) {
                 kvl_buf b = {0};
                 int32_t from = depth;
@@ -567,7 +571,8 @@ static bool check_left_recursion(parser *ps, grammar *g) {
                 kvl_buf_free(&b);
             } else if (color[next] == 0) {
                 color[next] = 1;
-                iter[next] = 0;
+                ialt[next] = g->rule_alt[next];
+                ipos[next] = -1;
                 path[++depth] = next;
             }
         }
@@ -575,7 +580,8 @@ static bool check_left_recursion(parser *ps, grammar *g) {
     free(nullable);
     free(color);
     free(path);
-    free(iter);
+    free(ialt);
+    free(ipos);
     return ok;
 }
 
