@@ -554,6 +554,30 @@ static bool all_of(conv *c, const cJSON *s, const char *path, kvl_buf *e) {
     return ok;
 }
 
+/* enum: the values' JSON texts, as one tree of literals by common prefix
+ * (gbnf_append_choice), so that thousands of values stay within the
+ * matcher's bounds. */
+static bool enum_rule(conv *c, const cJSON *en, const char *path, kvl_buf *e) {
+    if (!cJSON_IsArray(en) || !en->child) return cfail(c, path, "'enum' must be a non-empty array");
+    const size_t n = (size_t)cJSON_GetArraySize(en);
+    char **txt = calloc(n, sizeof *txt);
+    size_t *len = calloc(n, sizeof *len), i = 0;
+    bool ok = txt && len;
+    for (const cJSON *x = en->child; ok && x; x = x->next, i++) {
+        ok = (txt[i] = cJSON_PrintUnformatted(x)) != NULL;
+        if (ok) len[i] = strlen(txt[i]);
+    }
+    if (ok) {
+        kvl_buf_puts(e, "(");
+        gbnf_append_choice(e, (const char *const *)txt, len, n);
+        kvl_buf_printf(e, ") %sspace", c->prefix);
+    }
+    for (i = 0; txt && i < n; i++) cJSON_free(txt[i]);
+    free(txt);
+    free(len);
+    return ok || cfail(c, path, "out of memory");
+}
+
 static bool typed(conv *c, const cJSON *s, const char *type, const char *path, kvl_buf *e) {
     if (strcmp(type, "object") == 0) return object_rule(c, s, path, e);
     if (strcmp(type, "array") == 0) return array_rule(c, s, path, e);
@@ -611,17 +635,7 @@ static bool visit_node(conv *c, const cJSON *s, const char *path, kvl_buf *e) {
         kvl_buf_printf(e, ") %sspace", c->prefix);
         return true;
     }
-    if (en) {
-        if (!cJSON_IsArray(en) || !en->child)
-            return cfail(c, path, "'enum' must be a non-empty array");
-        kvl_buf_puts(e, "(");
-        for (const cJSON *x = en->child; x; x = x->next) {
-            if (x != en->child) kvl_buf_puts(e, " | ");
-            json_literal(e, x);
-        }
-        kvl_buf_printf(e, ") %sspace", c->prefix);
-        return true;
-    }
+    if (en) return enum_rule(c, en, path, e);
     if (any) return alternatives(c, any, path, kw, e);
     if (get(s, "allOf")) return all_of(c, s, path, e);
     if (type && cJSON_IsArray(type)) {

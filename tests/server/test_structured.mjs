@@ -212,6 +212,15 @@ const tests = [
       grammar: 'root ::= "a"{10}' });
     assertEq(cut.choices[0].finish_reason, 'length', 'cut by max_tokens');
     assert(/^a+$/.test(cut.choices[0].text), `cut output ${cut.choices[0].text}`);
+    // 5,000 choices or enum values: a tree by common prefix, within the
+    // matcher's 4,096 parse stacks (one alternative each was a 400)
+    const many = Array.from({ length: 5000 }, (_, i) => `item-${i * 7}`);
+    for (const extra of [{ guided_choice: many }, { json_schema: { enum: many } }]) {
+      const big = await tinyClient.completions.create({ model: TINY, prompt: 'Pick:', max_tokens: 40, temperature: 1, seed: 5, ...extra });
+      const text = extra.json_schema ? JSON.parse(big.choices[0].text) : big.choices[0].text;
+      assert(many.includes(text), `${Object.keys(extra)[0]} of 5,000 gave ${big.choices[0].text}`);
+      assertEq(big.choices[0].finish_reason, 'stop', 'finish');
+    }
   }],
 
   ['n > 1 and logprobs under a grammar', async () => {

@@ -655,7 +655,74 @@ static void test_ambiguous(void) {
     grammar_free(g);
 }
 
+/* gbnf_append_choice: "root ::= " + the choice of strs, compiled. */
+static grammar *choice_grammar(const char *const *strs, size_t n, kvl_buf *b) {
+    size_t *len = malloc(n * sizeof *len);
+    for (size_t i = 0; i < n; i++) len[i] = strlen(strs[i]);
+    kvl_buf_puts(b, "root ::= ");
+    gbnf_append_choice(b, strs, len, n);
+    kvl_buf_puts(b, "\n");
+    free(len);
+    return compile(b->p, NULL);
+}
+
+/* Literal sets (enum, guided_choice) as a tree by common prefix: the same
+ * strings, and thousands of them within the matcher's bounds. */
+static void test_choice(void) {
+    kvl_buf b = {0};
+    const char *const s1[] = {"abc", "b", "abd", "ab", "abc"};
+    grammar *g = choice_grammar(s1, 5, &b);
+    CHECK(b.p && strcmp(b.p, "root ::= (\"ab\" (\"c\" | \"d\")? | \"b\")\n") == 0, "tree: %s", b.p);
+    const char *const no1[] = {"", "a", "abcd", "bb", "ac", "c"};
+    for (size_t i = 0; g && i < 5; i++)
+        CHECK(grammar_match_text(g, s1[i], strlen(s1[i])), "%s should accept '%s'", b.p, s1[i]);
+    for (size_t i = 0; g && i < 6; i++)
+        CHECK(!grammar_match_text(g, no1[i], strlen(no1[i])), "%s should reject '%s'", b.p, no1[i]);
+    grammar_free(g);
+    kvl_buf_free(&b);
+    /* é and ê share their first byte: branches are cut at characters */
+    const char *const s2[] = {"\xC3\xA9", "\xC3\xAA",
+                              "\xC3\xA9"
+                              "a",
+                              "", "x\"\\"};
+    g = choice_grammar(s2, 5, &b);
+    const char *const no2[] = {"e",
+                               "\xC3\xAA"
+                               "a",
+                               "a", "x"};
+    for (size_t i = 0; g && i < 5; i++)
+        CHECK(grammar_match_text(g, s2[i], strlen(s2[i])), "%s should accept '%s'", b.p, s2[i]);
+    for (size_t i = 0; g && i < 4; i++)
+        CHECK(!grammar_match_text(g, no2[i], strlen(no2[i])), "%s should reject '%s'", b.p, no2[i]);
+    grammar_free(g);
+    kvl_buf_free(&b);
+    /* 6,000 strings: one alternative each would be 6,000 parse stacks at the
+     * start, past GRAMMAR_MAX_STACKS (4,096) */
+    enum { N = 6000 };
+    char(*names)[16] = malloc(N * sizeof *names);
+    const char **ptr = malloc(N * sizeof *ptr);
+    for (int i = 0; i < N; i++)
+        snprintf(names[i], sizeof names[i], "id-%d", i * 7), ptr[i] = names[i];
+    g = choice_grammar(ptr, N, &b);
+    CHECK(g && grammar_match_text(g, "id-41993", 8) && grammar_match_text(g, "id-0", 4) &&
+              !grammar_match_text(g, "id-41994", 8) && !grammar_match_text(g, "id-", 3),
+          "6,000 choices");
+    grammar_free(g);
+    kvl_buf_free(&b);
+    free(ptr);
+    free(names);
+    /* and as a JSON schema enum (the server's guided_choice takes the same path) */
+    kvl_buf en = {0};
+    kvl_buf_puts(&en, "{\"enum\":[");
+    for (int i = 0; i < N; i++) kvl_buf_printf(&en, "%s%d", i ? "," : "", i * 3);
+    kvl_buf_puts(&en, ",\"x\",null,{\"a\":[1]}]}");
+    schema_cases(en.p, (const char *[]){"0", "17997", "\"x\"", "null", "{\"a\":[1]}", NULL},
+                 (const char *[]){"1", "18000", "\"y\"", "{}", NULL});
+    kvl_buf_free(&en);
+}
+
 int main(void) {
+    test_choice();
     test_parse_errors();
     test_pathological();
     test_ambiguous();
