@@ -28,7 +28,8 @@ typedef struct grammar grammar; /* compiled GBNF + its per-vocabulary tables; im
 /* Compiles a GBNF grammar (rules `name ::= ...`, "literals", [char classes],
  * [^...], ., ( ), |, * + ? {m} {m,} {m,n}, # comments; the start rule is `root`)
  * for this vocabulary (NULL: text matching only, no masking). Errors name the
- * line and column, undefined rules and left recursion. */
+ * line and column, undefined rules and left recursion. Groups nest at most
+ * 1,024 deep (GRAMMAR_MAX_NEST). */
 grammar *grammar_compile(const char *gbnf, const tok_vocab *vocab, kvl_error *err);
 void grammar_free(grammar *g);
 

@@ -43,6 +43,7 @@ typedef struct parser {
         reps; /* (generated rule, segment length) per repetition that can match its segment twice */
     int32_t n_reps;
     size_t cap_reps;
+    int32_t nest; /* groups open around the current position */
 } parser;
 
 static bool fail_at(parser *ps, const char *at, const char *fmt, ...)
@@ -434,9 +435,15 @@ static bool parse_sequence(parser *ps, int32_t r, bool nested) {
             int32_t s = add_set(ps, NULL, 0, true);
             if (s < 0 || !push_elem(ps, r, GE_CHARS, s)) return false;
         } else if (c == '(') {
+            /* the parser recurses per group: bounded, so that a deep nesting
+             * fails here rather than overflow the stack (200,000 '(' did) */
+            if (ps->nest == GRAMMAR_MAX_NEST)
+                return fail_at(ps, at, "groups nested more than %d deep", GRAMMAR_MAX_NEST);
             ps->p++;
             int32_t g = gen_rule(ps, r);
+            ps->nest++;
             if (g < 0 || !parse_alternates(ps, g, true)) return false;
+            ps->nest--;
             skip_ws(ps);
             if (*ps->p != ')') return fail_at(ps, at, "unclosed '('");
             ps->p++;

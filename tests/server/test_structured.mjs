@@ -238,6 +238,8 @@ const tests = [
       [{ grammar: 'root ::= undefined-rule' }, 'grammar', /undefined rule 'undefined-rule'/],
       [{ grammar: 'root ::= "a" |\n  "b" [z-a]' }, 'grammar', /line 2, column \d+: range end/],
       [{ guided_grammar: 'root ::= root "x"' }, 'guided_grammar', /left recursion/],
+      // 100,000 nested groups overflowed the parser's stack: the server died
+      [{ grammar: `root ::= ${'('.repeat(100000)}"a"${')'.repeat(100000)}` }, 'grammar', /groups nested more than 1024 deep/],
       [{ guided_regex: '(a)\\1' }, 'guided_regex', /backreferences/],
       [{ guided_regex: '(?<=a)b' }, 'guided_regex', /lookaround/],
       [{ json_schema: { type: 'string', format: 'uri' } }, 'json_schema', /format 'uri' is not supported/],

@@ -500,6 +500,20 @@ static void test_pathological(void) {
     for (int i = 0; i < 200000; i++) kvl_buf_puts(&alts, i ? " | (\"a\")" : "(\"a\")");
     expect_error(alts.p, "more than 4096 parse stacks");
     kvl_buf_free(&alts);
+    /* groups nested 200,000 deep overflowed the parser's stack (a 400 KB
+     * request crashed the server); 1,024 deep are fine */
+    kvl_buf deep = {0};
+    for (int k = 0; k < 2; k++) {
+        const int n = k ? 200000 : 1024;
+        deep.len = 0;
+        kvl_buf_puts(&deep, "root ::= ");
+        for (int i = 0; i < n; i++) kvl_buf_puts(&deep, "(");
+        kvl_buf_puts(&deep, "\"a\"");
+        for (int i = 0; i < n; i++) kvl_buf_puts(&deep, ")");
+        if (!k) match_cases(deep.p, (const char *const[]){"a", NULL}, NULL);
+        else expect_error(deep.p, "line 1, column 1034: groups nested more than 1024 deep");
+    }
+    kvl_buf_free(&deep);
     expect_error("root ::= \"a\" (\"b\")?{0,9999} \"c\"", "can match the empty string");
     expect_error("root ::= \"a\" [b-d]* ?{,210}", "can match the empty string");
     expect_error("root ::= (\"x\"?)*", "can match the empty string");
