@@ -274,6 +274,59 @@ static void test_json_schema(void) {
     schema_error("{\"type\":\"integer\",\"minimum\":5,\"maximum\":4}", "no integer");
     schema_error("{\"type\":", "not valid JSON");
     schema_error("false", "allows no value");
+    schema_cases(
+        "{\"type\":\"array\",\"prefixItems\":[{\"type\":\"integer\"},{\"type\":\"string\"}]}",
+        (const char *[]){"[]", "[1]", "[1,\"a\"]", "[1,\"a\",null,{}]", NULL},
+        (const char *[]){"[\"a\"]", "[1,2]", "[,1]", NULL});
+    /* 3,000 prefix items, 2 required: a rule per optional one (nested groups
+     * were 2,998 deep, past the parser's 1,024, and took quadratic time) */
+    kvl_buf pre = {0}, big = {0};
+    kvl_buf_puts(&pre, "{\"type\":\"array\",\"items\":false,\"minItems\":2,\"prefixItems\":[");
+    kvl_buf_puts(&big, "[");
+    for (int i = 0; i < 3000; i++) {
+        kvl_buf_printf(&pre, "%s{\"const\":%d}", i ? "," : "", i);
+        kvl_buf_printf(&big, "%s%d", i ? "," : "", i);
+    }
+    kvl_buf_puts(&pre, "]}");
+    kvl_buf_puts(&big, "]");
+    schema_cases(pre.p, (const char *[]){"[0,1]", "[0,1,2]", big.p, NULL},
+                 (const char *[]){"[0]", "[0,2]", "[0,1,3]", NULL});
+    big.p[big.len - 1] = ',';
+    kvl_buf_puts(&big, "3000]");
+    schema_cases(pre.p, NULL, (const char *[]){big.p, NULL});
+    kvl_buf_free(&pre);
+    kvl_buf_free(&big);
+    /* allOf: a property named again takes the later member's schema and place */
+    schema_cases(
+        "{\"allOf\":[{\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{\"type\":\"integer\"}},"
+        "\"required\":[\"a\",\"b\"]},{\"properties\":{\"a\":{\"type\":\"string\"}}}]}",
+        (const char *[]){"{\"b\":1,\"a\":\"x\"}", NULL},
+        (const char *[]){"{\"a\":\"x\",\"b\":1}", "{\"b\":1,\"a\":1}", NULL});
+    schema_error("{\"allOf\":[{\"properties\":{\"a\":{}}},{\"properties\":[1]}]}",
+                 "'properties' must be an object");
+    /* 1,000 optional properties: a tree of halves, linear (one rule per
+     * property listing all later ones was 28 MB of GBNF, refused as too large) */
+    kvl_buf many = {0};
+    kvl_buf_puts(&many, "{\"type\":\"object\",\"properties\":{");
+    for (int i = 0; i < 1000; i++)
+        kvl_buf_printf(&many, "%s\"p%d\":{\"type\":\"integer\"}", i ? "," : "", i);
+    kvl_buf_puts(&many, "}}");
+    schema_cases(many.p,
+                 (const char *[]){"{}", "{\"p0\":1}", "{\"p999\":2}",
+                                  "{\"p1\":1,\"p500\":2,\"p999\":3}", "{ \"p7\": 1, \"p8\": 2 }",
+                                  NULL},
+                 (const char *[]){"{\"p500\":1,\"p1\":2}", "{\"p1\":1,\"p1\":1}", "{\"p1000\":1}",
+                                  "{,\"p1\":1}", "{\"p1\":1,}", NULL});
+    many.len = 0;
+    /* and with additional properties after them */
+    kvl_buf_puts(&many, "{\"type\":\"object\",\"additionalProperties\":true,\"properties\":{");
+    for (int i = 0; i < 1000; i++)
+        kvl_buf_printf(&many, "%s\"p%d\":{\"type\":\"integer\"}", i ? "," : "", i);
+    kvl_buf_puts(&many, "}}");
+    schema_cases(many.p,
+                 (const char *[]){"{}", "{\"x\":true}", "{\"p3\":1,\"x\":[],\"y\":null}", NULL},
+                 (const char *[]){"{\"x\":true,\"p3\":1}", "{\"p3\":\"a\"}", NULL});
+    kvl_buf_free(&many);
     /* a $ref reached again before anything consumes input would be a
      * left-recursive grammar: refused in schema terms (found by fuzzing) */
     schema_error("{\"anyOf\":[{\"type\":\"null\"},{\"type\":\"null\"},{\"$ref\":\"#\"}]}",
