@@ -177,7 +177,7 @@ static bool has_name(const char **v, int n, const char *s) {
 }
 
 /* The optional properties kv[opt[lo..hi)], each present or not, in order:
- * appended to r, each with its comma (may be empty); to s, at least one,
+ * appended to r (unless NULL), each with its comma (may be empty); to s, at least one,
  * the first without its comma. A tree of halves, s = s_lo r_hi | s_hi and
  * r = r_lo r_hi: rules linear in the number of properties, nested as deep as
  * its logarithm (one rule per k, "k then any later ones", was quadratic:
@@ -185,21 +185,23 @@ static bool has_name(const char **v, int n, const char *s) {
 static void optional_tree(conv *c, const kvl_buf *kv, const int *opt, int lo, int hi, kvl_buf *r,
                           kvl_buf *s) {
     if (hi - lo == 1) {
-        kvl_buf_printf(r, "(\",\" %sspace %s)?", c->prefix, kv[opt[lo]].p);
+        if (r) kvl_buf_printf(r, "(\",\" %sspace %s)?", c->prefix, kv[opt[lo]].p);
         kvl_buf_puts(s, kv[opt[lo]].p);
         return;
     }
     const int mid = lo + (hi - lo) / 2;
     kvl_buf rl = {0}, sl = {0}, rh = {0}, sh = {0};
-    optional_tree(c, kv, opt, lo, mid, &rl, &sl);
+    optional_tree(c, kv, opt, lo, mid, r ? &rl : NULL, &sl);
     optional_tree(c, kv, opt, mid, hi, &rh, &sh);
-    char rn[96], sn[96];
-    new_name(c, "opt", rn, sizeof rn);
-    new_name(c, "props", sn, sizeof sn);
-    kvl_buf_printf(c->out, "%s ::= %s %s\n%s ::= %s %s | %s\n", rn, rl.p, rh.p, sn, sl.p, rh.p,
-                   sh.p);
-    kvl_buf_puts(r, rn);
-    kvl_buf_puts(s, sn);
+    char name[96];
+    if (r) { /* r is not needed at the top */
+        new_name(c, "opt", name, sizeof name);
+        kvl_buf_printf(c->out, "%s ::= %s %s\n", name, rl.p, rh.p);
+        kvl_buf_puts(r, name);
+    }
+    new_name(c, "props", name, sizeof name);
+    kvl_buf_printf(c->out, "%s ::= %s %s | %s\n", name, sl.p, rh.p, sh.p);
+    kvl_buf_puts(s, name);
     kvl_buf_free(&rl), kvl_buf_free(&sl), kvl_buf_free(&rh), kvl_buf_free(&sh);
 }
 
@@ -301,9 +303,7 @@ static bool object_rule(conv *c, const cJSON *s, const char *path, kvl_buf *e) {
             /* no required property: the first one present has no comma */
             kvl_buf_puts(e, "(");
             if (n_opt > 0) {
-                kvl_buf r = {0};
-                optional_tree(c, kv, opt, 0, n_opt, &r, e);
-                kvl_buf_free(&r);
+                optional_tree(c, kv, opt, 0, n_opt, NULL, e);
                 if (addkv[0]) kvl_buf_printf(e, " (\",\" %sspace %s)* | ", c->prefix, addkv);
             }
             if (addkv[0]) kvl_buf_printf(e, "%s (\",\" %sspace %s)*", addkv, c->prefix, addkv);
