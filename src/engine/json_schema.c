@@ -102,56 +102,69 @@ static bool sub_rule(conv *c, const cJSON *s, const char *path, const char *hint
 /* Property names other than the named ones: a trie of the names, each node a
  * rule that may end the name (unless a named one ends there), take a child's
  * character, or any other character and then anything. No escapes, so that
- * "\u0061ge" cannot spell "age". */
-static void other_key_node(conv *c, const char *base, char **keys, int nk, int depth, int *id,
-                           char *name, size_t cap) {
-    snprintf(name, cap, "%s-k%d", base, (*id)++);
-    kvl_buf body = {0};
-    bool ends = false;
-    uint32_t seen[256];
-    int n_seen = 0;
-    kvl_buf_puts(&body, "(");
-    bool first = true;
-    for (int i = 0; i < nk; i++) {
-        if ((int)strlen(keys[i]) == depth) ends = true;
+ * "\u0061ge" cannot spell "age". Built breadth-first from the sorted names
+ * (a node is a range of them and a depth) with a queue, not a call per
+ * character: that recursion overflowed the stack on a 100 KB name, and
+ * measuring every name at every depth was quadratic in its length. */
+typedef struct {
+    const char *s;
+    size_t n;
+} okey;
+
+static int okey_cmp(const void *a, const void *b) {
+    return strcmp(((const okey *)a)->s, ((const okey *)b)->s);
+}
+
+static void other_keys(conv *c, const char *base, char **keys, int nk, char *name, size_t cap) {
+    struct node {
+        int lo, hi, id;
+        size_t depth;
+    } *q = NULL;
+    size_t n_q = 0, cap_q = 0;
+    int next_id = 1;
+    snprintf(name, cap, "%s-k0", base);
+    okey *v = malloc((size_t)(nk > 0 ? nk : 1) * sizeof *v);
+    if (!v || !kvl_grow((void **)&q, &cap_q, 1, sizeof *q, 64)) {
+        c->out->oom = true;
+        free(v);
+        return;
     }
-    if (!ends) {
-        kvl_buf_puts(&body, "\"\\\"\"");
-        first = false;
+    for (int i = 0; i < nk; i++) v[i] = (okey){keys[i], strlen(keys[i])};
+    qsort(v, (size_t)nk, sizeof *v, okey_cmp);
+    q[n_q++] = (struct node){0, nk, 0, 0};
+    for (size_t h = 0; h < n_q; h++) {
+        const struct node nd = q[h];
+        int i = nd.lo;
+        bool ends = false, seen[128] = {0}; /* names ending here sort first */
+        for (; i < nd.hi && v[i].n == nd.depth; i++) ends = true;
+        kvl_buf body = {0};
+        kvl_buf_puts(&body, ends ? "(" : "(\"\\\"\" | ");
+        while (i < nd.hi) { /* the names going on with byte b */
+            const unsigned char b = (unsigned char)v[i].s[nd.depth];
+            int j = i + 1;
+            while (j < nd.hi && (unsigned char)v[j].s[nd.depth] == b) j++;
+            if (!kvl_grow((void **)&q, &cap_q, n_q + 1, sizeof *q, 64)) {
+                c->out->oom = true;
+                break;
+            }
+            q[n_q++] = (struct node){i, j, next_id, nd.depth + 1};
+            seen[b & 0x7F] = true; /* plain names are ASCII */
+            const char lit[1] = {(char)b};
+            gbnf_append_literal(&body, lit, 1);
+            kvl_buf_printf(&body, " %s-k%d | ", base, next_id++);
+            i = j;
+        }
+        /* any other next character: an ASCII one not among the children
+         * (names with non-ASCII characters are left out of the "other" set) */
+        kvl_buf_puts(&body, "[^\"\\\\\\x00-\\x1F\\x80-\\U0010FFFF");
+        for (int k = 0; k < 128; k++)
+            if (seen[k]) kvl_buf_printf(&body, "\\x%02X", k);
+        kvl_buf_printf(&body, "] %s-rest)", base);
+        kvl_buf_printf(c->out, "%s-k%d ::= %s\n", base, nd.id, body.p);
+        kvl_buf_free(&body);
     }
-    for (int i = 0; i < nk; i++) {
-        if ((int)strlen(keys[i]) <= depth) continue;
-        unsigned char b = (unsigned char)keys[i][depth];
-        bool dup = false;
-        for (int k = 0; k < n_seen; k++) dup |= seen[k] == b;
-        if (dup || n_seen == 256) continue;
-        seen[n_seen++] = b;
-        /* the keys sharing this next byte */
-        char **sub = malloc((size_t)nk * sizeof *sub);
-        int ns = 0;
-        for (int k = 0; sub && k < nk; k++)
-            if ((int)strlen(keys[k]) > depth && (unsigned char)keys[k][depth] == b &&
-                strncmp(keys[k], keys[i], (size_t)depth) == 0)
-                sub[ns++] = keys[k];
-        char child[128];
-        if (sub) other_key_node(c, base, sub, ns, depth + 1, id, child, sizeof child);
-        free(sub);
-        if (!first) kvl_buf_puts(&body, " | ");
-        first = false;
-        char lit[2] = {(char)b, 0};
-        gbnf_append_literal(&body, lit, 1);
-        kvl_buf_printf(&body, " %s", child);
-    }
-    /* any other first character: an ASCII one not among the children (names
-     * with non-ASCII characters are left out of the "other" set entirely) */
-    if (!first) kvl_buf_puts(&body, " | ");
-    kvl_buf_puts(&body, "[^\"\\\\\\x00-\\x1F\\x80-\\U0010FFFF");
-    for (int k = 0; k < n_seen; k++)
-        if (seen[k] < 0x80) kvl_buf_printf(&body, "\\x%02X", seen[k]);
-    kvl_buf_printf(&body, "] %s-rest", base);
-    kvl_buf_puts(&body, ")");
-    kvl_buf_printf(c->out, "%s ::= %s\n", name, body.p);
-    kvl_buf_free(&body);
+    free(q);
+    free(v);
 }
 
 /* Name look-ups for objects of many properties without a scan per name
@@ -273,8 +286,7 @@ static bool object_rule(conv *c, const cJSON *s, const char *path, kvl_buf *e) {
                     simple &= *q >= 0x20 && *q < 0x80 && *q != '"' && *q != '\\';
                 if (simple) plain[n_plain++] = keys[k];
             }
-            int id = 0;
-            other_key_node(c, base, plain, n_plain, 0, &id, first, sizeof first);
+            other_keys(c, base, plain, n_plain, first, sizeof first);
             free(plain);
             kvl_buf_printf(c->out, "%s-rest ::= [^\"\\\\\\x00-\\x1F]* \"\\\"\"\n", base);
             kvl_buf_printf(c->out, "%s ::= \"\\\"\" %s %sspace \":\" %sspace %s\n", addkv, first,

@@ -221,6 +221,12 @@ const tests = [
       assert(many.includes(text), `${Object.keys(extra)[0]} of 5,000 gave ${big.choices[0].text}`);
       assertEq(big.choices[0].finish_reason, 'stop', 'finish');
     }
+    // a 100,000-character property name beside additional properties: the
+    // translator recursed per character and the server died
+    const long = { type: 'object', properties: { ['k'.repeat(100000)]: { type: 'integer' } }, additionalProperties: { type: 'string' } };
+    const lr = await rawRequest(tiny.url, { body: JSON.stringify({ prompt: 'x', max_tokens: 3, json_schema: long }) });
+    assertEq(lr.status, 200, lr.text.slice(0, 200));
+    assert(lr.json.choices[0].text.startsWith('{'), lr.json.choices[0].text);
   }],
 
   ['n > 1 and logprobs under a grammar', async () => {

@@ -296,6 +296,47 @@ static void test_json_schema(void) {
     schema_cases(pre.p, NULL, (const char *[]){big.p, NULL});
     kvl_buf_free(&pre);
     kvl_buf_free(&big);
+    /* a 100,000-byte property name beside additional properties: the trie of
+     * names other than it was built by a call per character (a stack
+     * overflow: the server died) */
+    {
+        enum { L = 100000 };
+        kvl_buf sch = {0}, t[4] = {{0}};
+        char *name = malloc(L + 1);
+        memset(name, 'k', L);
+        name[L] = 0;
+        kvl_buf_printf(&sch,
+                       "{\"properties\":{\"%s\":{\"type\":\"integer\"}},"
+                       "\"additionalProperties\":{\"type\":\"string\"}}",
+                       name);
+        kvl_buf_printf(&t[0], "{\"%s\":1}", name);
+        kvl_buf_printf(&t[1], "{\"%.*s\":\"s\",\"%sk\":\"s\"}", L - 1, name, name);
+        kvl_buf_printf(&t[2], "{\"%s\":\"s\"}", name);
+        kvl_buf_printf(&t[3], "{\"%s\":1,\"%s\":\"s\"}", name, name);
+        /* matched 1 KB per call, as generation feeds it (one call of 100 KB is
+         * over the matcher's work bound per call) */
+        kvl_buf gb = {0};
+        kvl_error err = {{0}};
+        kvl_buf_puts(&gb, "root ::= s-root\n");
+        CHECK(json_schema_to_gbnf(sch.p, "s-", &gb, &err), "long name: %.100s", err.msg);
+        grammar *g = compile(gb.p, NULL);
+        for (int k = 0; g && k < 4; k++) {
+            grammar_state *st = grammar_state_new(g);
+            bool ok = true;
+            for (size_t at = 0; ok && at < t[k].len; at += 1000)
+                ok = grammar_state_accept_bytes(st, t[k].p + at,
+                                                t[k].len - at < 1000 ? t[k].len - at : 1000);
+            ok = ok && grammar_state_can_end(st);
+            CHECK(!grammar_state_error(st) && ok == (k < 2), "long name, text %d: %d (%s)", k, ok,
+                  grammar_state_error(st) ? grammar_state_error(st) : "");
+            grammar_state_free(st);
+        }
+        grammar_free(g);
+        kvl_buf_free(&gb);
+        free(name);
+        kvl_buf_free(&sch);
+        for (int i = 0; i < 4; i++) kvl_buf_free(&t[i]);
+    }
     /* allOf: a property named again takes the later member's schema and place */
     schema_cases(
         "{\"allOf\":[{\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{\"type\":\"integer\"}},"
