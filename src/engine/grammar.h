@@ -28,7 +28,8 @@ typedef struct grammar grammar; /* compiled GBNF + its per-vocabulary tables; im
 /* Compiles a GBNF grammar (rules `name ::= ...`, "literals", [char classes],
  * [^...], ., ( ), |, * + ? {m} {m,} {m,n}, # comments; the start rule is `root`)
  * for this vocabulary (NULL: text matching only, no masking). Errors name the
- * line and column, undefined rules and left recursion. */
+ * line and column, undefined rules and left recursion. Groups nest at most
+ * 1,024 deep (GRAMMAR_MAX_NEST). */
 grammar *grammar_compile(const char *gbnf, const tok_vocab *vocab, kvl_error *err);
 void grammar_free(grammar *g);
 
@@ -49,6 +50,11 @@ bool regex_to_gbnf(const char *regex, const char *prefix, bool json_string, kvl_
 
 /* For composing grammars as text: a GBNF string literal for s (quoted, escaped). */
 void gbnf_append_literal(kvl_buf *out, const char *s, size_t n);
+/* Any one of count literals s[i] (n[i] bytes), as one expression: a tree of
+ * nested groups by common prefix (grammar_choice.c), so that the matcher keeps
+ * one parse stack per distinct next character rather than one per string (an
+ * enum of 5,000 values would be past GRAMMAR_MAX_STACKS before its first byte). */
+void gbnf_append_choice(kvl_buf *out, const char *const *s, const size_t *n, size_t count);
 
 /* ---------------------------------------------------------- matching -- */
 

@@ -16,6 +16,8 @@ enum { GE_END = 0, GE_CHARS = 1, GE_REF = 2 };
 /* The {m,n} bound of GBNF repetitions (each unit is a copy) and of the regexes
  * json_regex.c turns into them. */
 #define GRAMMAR_MAX_REPEAT 10000
+/* How deep groups ( ) may nest in GBNF text (the parser recurses per group). */
+#define GRAMMAR_MAX_NEST 1024
 
 /* Decodes the UTF-8 code point at s into *cp: its length in bytes, 0 for a
  * byte that cannot start one, -1 for a bad continuation byte or (strict) an

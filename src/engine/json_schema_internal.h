@@ -28,6 +28,18 @@ typedef struct conv {
     } refs[256];
     int n_refs;
     int counter;
+    /* Left recursion: while a $ref target's rule is being written, cur is its
+     * index in refs (-1 in the root rule) and head says nothing consumes
+     * input yet at this point of it (only $ref and anyOf/oneOf lead there);
+     * every $ref met at the head is an edge of the graph that must have no
+     * cycle. */
+    int cur;
+    bool head;
+    struct head_ref {
+        int from, to;
+        char *site; /* the path of the schema holding the $ref */
+    } * edges;
+    size_t n_edges, cap_edges;
     bool date, time, uuid, email, ipv4;
 } conv;
 

@@ -251,9 +251,16 @@ static void watch_clients(srv *s) {
     }
 }
 
+/* Cancels the jobs whose client left (all of them when stopping), and the
+ * other choices of a job one of whose choices failed (n > 1: its grammar went
+ * over the matcher's bounds, grammar.h): the answer is that error whatever the
+ * siblings produce (a 400; streaming: an error event), so they end as "abort"
+ * at the start of the next step instead of running to their end for nobody,
+ * as llama-server cancels a multi-task request's other tasks on an error.
+ * j->failed is only written on this thread. */
 static void cancel_marked(srv *s, bool all) {
     for (srv_job *j = s->active; j; j = j->next) {
-        if (j->cancel_sent || !(all || atomic_load(&j->cancelled))) continue;
+        if (j->cancel_sent || !(all || atomic_load(&j->cancelled) || j->failed)) continue;
         for (int i = 0; i < j->n; i++)
             if (j->choices[i].engine_id >= 0 && !j->choices[i].done)
                 engine_cancel(s->e, j->choices[i].engine_id);

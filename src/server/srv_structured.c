@@ -80,6 +80,30 @@ static bool response_format(const cJSON *rf, kvl_buf *g, bool *none, api_error *
         t);
 }
 
+/* guided_choice: any one of the strings, as a tree of literals by common
+ * prefix (gbnf_append_choice), so that thousands of them stay within the
+ * matcher's bounds. */
+static bool choice_gbnf(const cJSON *v, const char *f, kvl_buf *g, api_error *err) {
+    const size_t n = (size_t)cJSON_GetArraySize(v);
+    const char **s = calloc(n, sizeof *s);
+    size_t *len = calloc(n, sizeof *len), i = 0;
+    bool ok = s && len;
+    if (!ok) api_fail(err, 500, NULL, "out of memory");
+    for (const cJSON *c = v->child; ok && c; c = c->next, i++) {
+        if (!cJSON_IsString(c))
+            ok = api_fail(err, 400, f, "'guided_choice' must be a non-empty array of strings");
+        else s[i] = c->valuestring, len[i] = strlen(c->valuestring);
+    }
+    if (ok) {
+        kvl_buf_puts(g, "root ::= ");
+        gbnf_append_choice(g, s, len, n);
+        kvl_buf_puts(g, "\n");
+    }
+    free(s);
+    free(len);
+    return ok;
+}
+
 bool parse_structured(srv *s, const cJSON *b, srv_job *j, api_error *err) {
     static const char *const fields[] = {"response_format", "grammar",       "json_schema",
                                          "guided_json",     "guided_choice", "guided_regex",
@@ -103,17 +127,7 @@ bool parse_structured(srv *s, const cJSON *b, srv_job *j, api_error *err) {
         } else if (strcmp(f, "guided_choice") == 0) {
             if (!cJSON_IsArray(v) || !v->child)
                 ok = api_fail(err, 400, f, "'guided_choice' must be a non-empty array of strings");
-            kvl_buf_puts(&one, "root ::= ");
-            for (const cJSON *c = v->child; ok && c; c = c->next) {
-                if (!cJSON_IsString(c)) {
-                    ok = api_fail(err, 400, f,
-                                  "'guided_choice' must be a non-empty array of strings");
-                    break;
-                }
-                if (c != v->child) kvl_buf_puts(&one, " | ");
-                gbnf_append_literal(&one, c->valuestring, strlen(c->valuestring));
-            }
-            kvl_buf_puts(&one, "\n");
+            else ok = choice_gbnf(v, f, &one, err);
         } else { /* guided_regex */
             kvl_error e = {{0}};
             if (!cJSON_IsString(v)) ok = api_fail(err, 400, f, "'guided_regex' must be a string");

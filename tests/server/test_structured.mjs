@@ -7,7 +7,7 @@
 // usage: node test_structured.mjs BUILD/kvllm REPO_ROOT
 import OpenAI from 'openai';
 import { execFileSync } from 'node:child_process';
-import { startServer, rawRequest, assert, assertEq, runTests } from './lib.mjs';
+import { startServer, rawRequest, metrics, waitMetrics, assert, assertEq, runTests } from './lib.mjs';
 
 const [bin, root] = process.argv.slice(2);
 
@@ -212,6 +212,21 @@ const tests = [
       grammar: 'root ::= "a"{10}' });
     assertEq(cut.choices[0].finish_reason, 'length', 'cut by max_tokens');
     assert(/^a+$/.test(cut.choices[0].text), `cut output ${cut.choices[0].text}`);
+    // 5,000 choices or enum values: a tree by common prefix, within the
+    // matcher's 4,096 parse stacks (one alternative each was a 400)
+    const many = Array.from({ length: 5000 }, (_, i) => `item-${i * 7}`);
+    for (const extra of [{ guided_choice: many }, { json_schema: { enum: many } }]) {
+      const big = await tinyClient.completions.create({ model: TINY, prompt: 'Pick:', max_tokens: 40, temperature: 1, seed: 5, ...extra });
+      const text = extra.json_schema ? JSON.parse(big.choices[0].text) : big.choices[0].text;
+      assert(many.includes(text), `${Object.keys(extra)[0]} of 5,000 gave ${big.choices[0].text}`);
+      assertEq(big.choices[0].finish_reason, 'stop', 'finish');
+    }
+    // a 100,000-character property name beside additional properties: the
+    // translator recursed per character and the server died
+    const long = { type: 'object', properties: { ['k'.repeat(100000)]: { type: 'integer' } }, additionalProperties: { type: 'string' } };
+    const lr = await rawRequest(tiny.url, { body: JSON.stringify({ prompt: 'x', max_tokens: 3, json_schema: long }) });
+    assertEq(lr.status, 200, lr.text.slice(0, 200));
+    assert(lr.json.choices[0].text.startsWith('{'), lr.json.choices[0].text);
   }],
 
   ['n > 1 and logprobs under a grammar', async () => {
@@ -229,10 +244,14 @@ const tests = [
       [{ grammar: 'root ::= undefined-rule' }, 'grammar', /undefined rule 'undefined-rule'/],
       [{ grammar: 'root ::= "a" |\n  "b" [z-a]' }, 'grammar', /line 2, column \d+: range end/],
       [{ guided_grammar: 'root ::= root "x"' }, 'guided_grammar', /left recursion/],
+      // 100,000 nested groups overflowed the parser's stack: the server died
+      [{ grammar: `root ::= ${'('.repeat(100000)}"a"${')'.repeat(100000)}` }, 'grammar', /groups nested more than 1024 deep/],
       [{ guided_regex: '(a)\\1' }, 'guided_regex', /backreferences/],
       [{ guided_regex: '(?<=a)b' }, 'guided_regex', /lookaround/],
       [{ json_schema: { type: 'string', format: 'uri' } }, 'json_schema', /format 'uri' is not supported/],
       [{ guided_json: '{"type": "object", ' }, 'guided_json', /not valid JSON/],
+      [{ json_schema: { anyOf: [{ type: 'null' }, { type: 'null' }, { $ref: '#' }] } }, 'json_schema',
+        /JSON schema at #\/anyOf\/2: recursion without consuming input: #\/anyOf\/2 -> #/],
       [{ guided_json: { type: 'object', properties: { a: { type: 'string', pattern: 'x\\by' } } } }, 'guided_json', /word boundaries/],
       [{ response_format: { type: 'json_schema', json_schema: { name: 'n', schema: { type: 'array', uniqueItems: true } } } },
         'response_format.json_schema.schema', /uniqueItems/],
@@ -284,6 +303,71 @@ const tests = [
     // the server goes on: a plain request right after
     const ok = await rawRequest(tiny.url, { body: JSON.stringify({ prompt: 'x', max_tokens: 3, grammar: 'root ::= "abc"' }) });
     assertEq(ok.status, 200, ok.text);
+  }],
+  ['n > 1: a choice past the matcher\'s bounds cancels its siblings at the next step (400; streamed: error + abort)', async () => {
+    // A choice whose first letter is a-m goes on with 24 letters, then r, past
+    // 4,096 parse stacks by r's 12th byte (the 24 letters keep r out of reach
+    // of the first steps' token masks, which look a whole token ahead: without
+    // them every choice fails at once); one that starts with n-z enters f,
+    // which never ends: left alone it would run to max_tokens. Which choices
+    // go which way depends on the seed (temperature 1, seed + i per choice):
+    // seeds are tried until a request has both kinds.
+    const grammar = 'root ::= [a-m] [a-z]{24} r | [n-z] f\nr ::= [^\\x00] r [a-m] | [^\\x00] r [n-z]\nf ::= [a-z ] f\n';
+    const N = 8, MAX = 300;
+    const body = { prompt: 'x', n: N, max_tokens: MAX, temperature: 1, grammar };
+    const count = (m, reason) => {
+      for (const [k, v] of m) if (k.startsWith('kvllm:request_success_total{') && k.includes(`"${reason}"`)) return v;
+      return 0;
+    };
+    const idle = (m) => m.get('kvllm:num_requests_running') === 0 && m.get('kvllm:num_requests_waiting') === 0;
+    let streamed = false, answered = false;
+    for (let seed = 1; seed <= 12 && !(streamed && answered); seed++) {
+      const m0 = await waitMetrics(tiny.url, idle);
+      if (!streamed) {
+        const st = await rawRequest(tiny.url, { body: JSON.stringify({ ...body, seed, stream: true }) });
+        assertEq(st.status, 200);
+        const finish = new Array(N).fill(null), tokens = new Array(N).fill(0);
+        let errorEvent = null;
+        for (const line of st.text.split('\n')) {
+          if (!line.startsWith('data: {')) continue;
+          const ev = JSON.parse(line.slice(6));
+          if (ev.error) errorEvent = ev.error;
+          for (const c of ev.choices ?? []) {
+            if (c.text) tokens[c.index]++;
+            if (c.finish_reason) finish[c.index] = c.finish_reason;
+          }
+        }
+        const failedN = finish.filter((f) => f === 'error').length;
+        if (failedN > 0 && failedN < N) {
+          streamed = true;
+          console.log(`  seed ${seed}, streamed: finish ${finish.join(' ')}; tokens ${tokens.join(' ')}`);
+          assert(/grammar too ambiguous: more than 4096 parse stacks/.test(errorEvent?.message), st.text.slice(-400));
+          assert(st.text.trimEnd().endsWith('data: [DONE]'), st.text.slice(-200));
+          const lastError = Math.max(...tokens.filter((_, i) => finish[i] === 'error'));
+          finish.forEach((f, i) => {
+            // a sibling ends as abort a step after the error (or by then ended
+            // by itself: f never ends, so not here)
+            if (f !== 'error') assertEq(f, 'abort', `choice ${i} (tokens ${tokens.join(' ')})`);
+            assert(tokens[i] <= lastError + 2, `choice ${i}: ${tokens[i]} tokens, the failing ones ${lastError} at most`);
+          });
+        }
+      } else {
+        const r = await rawRequest(tiny.url, { body: JSON.stringify({ ...body, seed }) });
+        const m1 = await waitMetrics(tiny.url, idle);
+        const dAbort = count(m1, 'abort') - count(m0, 'abort'), dLength = count(m1, 'length') - count(m0, 'length');
+        if (dAbort + dLength === 0) continue; // every choice failed: nothing to cancel
+        answered = true;
+        const gen = m1.get('kvllm:generation_tokens_total') - m0.get('kvllm:generation_tokens_total');
+        console.log(`  seed ${seed}, non-streaming: ${dAbort} aborted, ${dLength} ran to max_tokens, ${gen} tokens in all`);
+        assertEq(r.status, 400, r.text.slice(0, 300));
+        assert(/grammar too ambiguous: more than 4096 parse stacks/.test(r.json.error.message), r.json.error.message);
+        assertEq(dLength, 0, 'no sibling ran to max_tokens');
+        assert(gen < MAX, `${gen} tokens generated for the request (one sibling left alone: ${MAX})`);
+        const back = await waitMetrics(tiny.url, (m) => m.get('kvllm:kv_blocks_used') === m0.get('kvllm:kv_blocks_used'));
+        assertEq(back.get('kvllm:kv_blocks_used'), m0.get('kvllm:kv_blocks_used'), 'KV blocks back in the pool');
+      }
+    }
+    assert(streamed && answered, `no seed in 1..12 gave both kinds of choices (streamed ${streamed}, answered ${answered})`);
   }],
 ];
 

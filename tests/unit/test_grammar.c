@@ -274,6 +274,132 @@ static void test_json_schema(void) {
     schema_error("{\"type\":\"integer\",\"minimum\":5,\"maximum\":4}", "no integer");
     schema_error("{\"type\":", "not valid JSON");
     schema_error("false", "allows no value");
+    schema_cases(
+        "{\"type\":\"array\",\"prefixItems\":[{\"type\":\"integer\"},{\"type\":\"string\"}]}",
+        (const char *[]){"[]", "[1]", "[1,\"a\"]", "[1,\"a\",null,{}]", NULL},
+        (const char *[]){"[\"a\"]", "[1,2]", "[,1]", NULL});
+    /* 3,000 prefix items, 2 required: a rule per optional one (nested groups
+     * were 2,998 deep, past the parser's 1,024, and took quadratic time) */
+    kvl_buf pre = {0}, big = {0};
+    kvl_buf_puts(&pre, "{\"type\":\"array\",\"items\":false,\"minItems\":2,\"prefixItems\":[");
+    kvl_buf_puts(&big, "[");
+    for (int i = 0; i < 3000; i++) {
+        kvl_buf_printf(&pre, "%s{\"const\":%d}", i ? "," : "", i);
+        kvl_buf_printf(&big, "%s%d", i ? "," : "", i);
+    }
+    kvl_buf_puts(&pre, "]}");
+    kvl_buf_puts(&big, "]");
+    schema_cases(pre.p, (const char *[]){"[0,1]", "[0,1,2]", big.p, NULL},
+                 (const char *[]){"[0]", "[0,2]", "[0,1,3]", NULL});
+    big.p[big.len - 1] = ',';
+    kvl_buf_puts(&big, "3000]");
+    schema_cases(pre.p, NULL, (const char *[]){big.p, NULL});
+    kvl_buf_free(&pre);
+    kvl_buf_free(&big);
+    /* a 100,000-byte property name beside additional properties: the trie of
+     * names other than it was built by a call per character (a stack
+     * overflow: the server died) */
+    {
+        enum { L = 100000 };
+        kvl_buf sch = {0}, t[4] = {{0}};
+        char *name = malloc(L + 1);
+        memset(name, 'k', L);
+        name[L] = 0;
+        kvl_buf_printf(&sch,
+                       "{\"properties\":{\"%s\":{\"type\":\"integer\"}},"
+                       "\"additionalProperties\":{\"type\":\"string\"}}",
+                       name);
+        kvl_buf_printf(&t[0], "{\"%s\":1}", name);
+        kvl_buf_printf(&t[1], "{\"%.*s\":\"s\",\"%sk\":\"s\"}", L - 1, name, name);
+        kvl_buf_printf(&t[2], "{\"%s\":\"s\"}", name);
+        kvl_buf_printf(&t[3], "{\"%s\":1,\"%s\":\"s\"}", name, name);
+        /* matched 1 KB per call, as generation feeds it (one call of 100 KB is
+         * over the matcher's work bound per call) */
+        kvl_buf gb = {0};
+        kvl_error err = {{0}};
+        kvl_buf_puts(&gb, "root ::= s-root\n");
+        CHECK(json_schema_to_gbnf(sch.p, "s-", &gb, &err), "long name: %.100s", err.msg);
+        grammar *g = compile(gb.p, NULL);
+        for (int k = 0; g && k < 4; k++) {
+            grammar_state *st = grammar_state_new(g);
+            bool ok = true;
+            for (size_t at = 0; ok && at < t[k].len; at += 1000)
+                ok = grammar_state_accept_bytes(st, t[k].p + at,
+                                                t[k].len - at < 1000 ? t[k].len - at : 1000);
+            ok = ok && grammar_state_can_end(st);
+            CHECK(!grammar_state_error(st) && ok == (k < 2), "long name, text %d: %d (%s)", k, ok,
+                  grammar_state_error(st) ? grammar_state_error(st) : "");
+            grammar_state_free(st);
+        }
+        grammar_free(g);
+        kvl_buf_free(&gb);
+        free(name);
+        kvl_buf_free(&sch);
+        for (int i = 0; i < 4; i++) kvl_buf_free(&t[i]);
+    }
+    /* allOf: a property named again takes the later member's schema and place */
+    schema_cases(
+        "{\"allOf\":[{\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{\"type\":\"integer\"}},"
+        "\"required\":[\"a\",\"b\"]},{\"properties\":{\"a\":{\"type\":\"string\"}}}]}",
+        (const char *[]){"{\"b\":1,\"a\":\"x\"}", NULL},
+        (const char *[]){"{\"a\":\"x\",\"b\":1}", "{\"b\":1,\"a\":1}", NULL});
+    schema_error("{\"allOf\":[{\"properties\":{\"a\":{}}},{\"properties\":[1]}]}",
+                 "'properties' must be an object");
+    /* 1,000 optional properties: a tree of halves, linear (one rule per
+     * property listing all later ones was 28 MB of GBNF, refused as too large) */
+    kvl_buf many = {0};
+    kvl_buf_puts(&many, "{\"type\":\"object\",\"properties\":{");
+    for (int i = 0; i < 1000; i++)
+        kvl_buf_printf(&many, "%s\"p%d\":{\"type\":\"integer\"}", i ? "," : "", i);
+    kvl_buf_puts(&many, "}}");
+    schema_cases(many.p,
+                 (const char *[]){"{}", "{\"p0\":1}", "{\"p999\":2}",
+                                  "{\"p1\":1,\"p500\":2,\"p999\":3}", "{ \"p7\": 1, \"p8\": 2 }",
+                                  NULL},
+                 (const char *[]){"{\"p500\":1,\"p1\":2}", "{\"p1\":1,\"p1\":1}", "{\"p1000\":1}",
+                                  "{,\"p1\":1}", "{\"p1\":1,}", NULL});
+    many.len = 0;
+    /* and with additional properties after them */
+    kvl_buf_puts(&many, "{\"type\":\"object\",\"additionalProperties\":true,\"properties\":{");
+    for (int i = 0; i < 1000; i++)
+        kvl_buf_printf(&many, "%s\"p%d\":{\"type\":\"integer\"}", i ? "," : "", i);
+    kvl_buf_puts(&many, "}}");
+    schema_cases(many.p,
+                 (const char *[]){"{}", "{\"x\":true}", "{\"p3\":1,\"x\":[],\"y\":null}", NULL},
+                 (const char *[]){"{\"x\":true,\"p3\":1}", "{\"p3\":\"a\"}", NULL});
+    kvl_buf_free(&many);
+    /* a $ref reached again before anything consumes input would be a
+     * left-recursive grammar: refused in schema terms (found by fuzzing) */
+    schema_error("{\"anyOf\":[{\"type\":\"null\"},{\"type\":\"null\"},{\"$ref\":\"#\"}]}",
+                 "JSON schema at #/anyOf/2: recursion without consuming input: #/anyOf/2 -> #");
+    schema_error("{\"$ref\":\"#\"}", "recursion without consuming input: # -> #");
+    schema_error("{\"oneOf\":[{\"anyOf\":[{\"$ref\":\"#\"}]}]}",
+                 "recursion without consuming input: #/oneOf/0/anyOf/0 -> #");
+    schema_error("{\"anyOf\":[{\"$ref\":\"#/$defs/a\"}],\"$defs\":{\"a\":{\"$ref\":\"#\"}}}",
+                 "recursion without consuming input: #/$defs/a -> #/anyOf/0 -> #/$defs/a");
+    schema_error("{\"$ref\":\"#/$defs/a\",\"$defs\":{\"a\":{\"anyOf\":[{\"type\":\"null\"},{"
+                 "\"$ref\":\"#/$defs/b\"}]},\"b\":{\"$ref\":\"#/$defs/a\"}}}",
+                 "recursion without consuming input: #/$defs/a/anyOf/1 -> #/$defs/b -> #/$defs/a");
+    /* the cycle first met through a consuming path (a is an array item of b
+     * before b is reached at a's head) is still found */
+    schema_error("{\"$ref\":\"#/$defs/a\",\"$defs\":{\"a\":{\"anyOf\":[{\"type\":\"array\","
+                 "\"items\":{\"$ref\":\"#/$defs/b\"}},{\"$ref\":\"#/$defs/b\"}]},"
+                 "\"b\":{\"anyOf\":[{\"type\":\"null\"},{\"$ref\":\"#/$defs/a\"}]}}}",
+                 "recursion without consuming input: #/$defs/a/anyOf/1 -> #/$defs/b/anyOf/1 -> "
+                 "#/$defs/a");
+    /* allOf resolves its members' $refs itself, into one object */
+    schema_error("{\"allOf\":[{\"$ref\":\"#\"}]}", "only supported for object schemas");
+    /* recursion under something that consumes input is fine */
+    schema_cases("{\"type\":\"object\",\"properties\":{\"child\":{\"$ref\":\"#\"}}}",
+                 (const char *[]){"{}", "{\"child\":{\"child\":{}}}", NULL},
+                 (const char *[]){"{\"child\":null}", NULL});
+    schema_cases("{\"anyOf\":[{\"type\":\"integer\"},{\"type\":\"array\",\"items\":{\"$ref\":"
+                 "\"#\"}}]}",
+                 (const char *[]){"1", "[]", "[1,[2,[]],3]", NULL}, (const char *[]){"[[]", NULL});
+    schema_cases("{\"$ref\":\"#/$defs/a\",\"$defs\":{\"a\":{\"anyOf\":[{\"$ref\":\"#/$defs/b\"},"
+                 "{\"type\":\"null\"}]},\"b\":{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/"
+                 "a\"}}}}",
+                 (const char *[]){"null", "[null,[]]", NULL}, (const char *[]){"[1]", NULL});
 }
 
 static void regex_cases(const char *re, const char *const *accept, const char *const *reject) {
@@ -459,6 +585,29 @@ static void test_masks(const char *path, bool check_partial) {
  * and its expansion must not follow every path to the same place; a chain of 60,000 rule references, each entered before anything
  * is consumed, stops at the expansion's depth limit instead of the stack. */
 static void test_pathological(void) {
+    /* a rule of many alternatives that each begin with a reference (a regex
+     * a|a|...|a translates so): the left-recursion walk rescanned the rule
+     * from its first alternative for each one, 4 s for 64,000 of them and
+     * about 40 s for these 200,000 (a 1.6 MB request); now tens of ms */
+    kvl_buf alts = {0};
+    kvl_buf_puts(&alts, "root ::= ");
+    for (int i = 0; i < 200000; i++) kvl_buf_puts(&alts, i ? " | (\"a\")" : "(\"a\")");
+    expect_error(alts.p, "more than 4096 parse stacks");
+    kvl_buf_free(&alts);
+    /* groups nested 200,000 deep overflowed the parser's stack (a 400 KB
+     * request crashed the server); 1,024 deep are fine */
+    kvl_buf deep = {0};
+    for (int k = 0; k < 2; k++) {
+        const int n = k ? 200000 : 1024;
+        deep.len = 0;
+        kvl_buf_puts(&deep, "root ::= ");
+        for (int i = 0; i < n; i++) kvl_buf_puts(&deep, "(");
+        kvl_buf_puts(&deep, "\"a\"");
+        for (int i = 0; i < n; i++) kvl_buf_puts(&deep, ")");
+        if (!k) match_cases(deep.p, (const char *const[]){"a", NULL}, NULL);
+        else expect_error(deep.p, "line 1, column 1034: groups nested more than 1024 deep");
+    }
+    kvl_buf_free(&deep);
     expect_error("root ::= \"a\" (\"b\")?{0,9999} \"c\"", "can match the empty string");
     expect_error("root ::= \"a\" [b-d]* ?{,210}", "can match the empty string");
     expect_error("root ::= (\"x\"?)*", "can match the empty string");
@@ -614,7 +763,74 @@ static void test_ambiguous(void) {
     grammar_free(g);
 }
 
+/* gbnf_append_choice: "root ::= " + the choice of strs, compiled. */
+static grammar *choice_grammar(const char *const *strs, size_t n, kvl_buf *b) {
+    size_t *len = malloc(n * sizeof *len);
+    for (size_t i = 0; i < n; i++) len[i] = strlen(strs[i]);
+    kvl_buf_puts(b, "root ::= ");
+    gbnf_append_choice(b, strs, len, n);
+    kvl_buf_puts(b, "\n");
+    free(len);
+    return compile(b->p, NULL);
+}
+
+/* Literal sets (enum, guided_choice) as a tree by common prefix: the same
+ * strings, and thousands of them within the matcher's bounds. */
+static void test_choice(void) {
+    kvl_buf b = {0};
+    const char *const s1[] = {"abc", "b", "abd", "ab", "abc"};
+    grammar *g = choice_grammar(s1, 5, &b);
+    CHECK(b.p && strcmp(b.p, "root ::= (\"ab\" (\"c\" | \"d\")? | \"b\")\n") == 0, "tree: %s", b.p);
+    const char *const no1[] = {"", "a", "abcd", "bb", "ac", "c"};
+    for (size_t i = 0; g && i < 5; i++)
+        CHECK(grammar_match_text(g, s1[i], strlen(s1[i])), "%s should accept '%s'", b.p, s1[i]);
+    for (size_t i = 0; g && i < 6; i++)
+        CHECK(!grammar_match_text(g, no1[i], strlen(no1[i])), "%s should reject '%s'", b.p, no1[i]);
+    grammar_free(g);
+    kvl_buf_free(&b);
+    /* é and ê share their first byte: branches are cut at characters */
+    const char *const s2[] = {"\xC3\xA9", "\xC3\xAA",
+                              "\xC3\xA9"
+                              "a",
+                              "", "x\"\\"};
+    g = choice_grammar(s2, 5, &b);
+    const char *const no2[] = {"e",
+                               "\xC3\xAA"
+                               "a",
+                               "a", "x"};
+    for (size_t i = 0; g && i < 5; i++)
+        CHECK(grammar_match_text(g, s2[i], strlen(s2[i])), "%s should accept '%s'", b.p, s2[i]);
+    for (size_t i = 0; g && i < 4; i++)
+        CHECK(!grammar_match_text(g, no2[i], strlen(no2[i])), "%s should reject '%s'", b.p, no2[i]);
+    grammar_free(g);
+    kvl_buf_free(&b);
+    /* 6,000 strings: one alternative each would be 6,000 parse stacks at the
+     * start, past GRAMMAR_MAX_STACKS (4,096) */
+    enum { N = 6000 };
+    char(*names)[16] = malloc(N * sizeof *names);
+    const char **ptr = malloc(N * sizeof *ptr);
+    for (int i = 0; i < N; i++)
+        snprintf(names[i], sizeof names[i], "id-%d", i * 7), ptr[i] = names[i];
+    g = choice_grammar(ptr, N, &b);
+    CHECK(g && grammar_match_text(g, "id-41993", 8) && grammar_match_text(g, "id-0", 4) &&
+              !grammar_match_text(g, "id-41994", 8) && !grammar_match_text(g, "id-", 3),
+          "6,000 choices");
+    grammar_free(g);
+    kvl_buf_free(&b);
+    free(ptr);
+    free(names);
+    /* and as a JSON schema enum (the server's guided_choice takes the same path) */
+    kvl_buf en = {0};
+    kvl_buf_puts(&en, "{\"enum\":[");
+    for (int i = 0; i < N; i++) kvl_buf_printf(&en, "%s%d", i ? "," : "", i * 3);
+    kvl_buf_puts(&en, ",\"x\",null,{\"a\":[1]}]}");
+    schema_cases(en.p, (const char *[]){"0", "17997", "\"x\"", "null", "{\"a\":[1]}", NULL},
+                 (const char *[]){"1", "18000", "\"y\"", "{}", NULL});
+    kvl_buf_free(&en);
+}
+
 int main(void) {
+    test_choice();
     test_parse_errors();
     test_pathological();
     test_ambiguous();
