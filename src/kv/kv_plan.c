@@ -322,26 +322,30 @@ static bool saving_mla(const kv_plan_model *m, const kv_plan_request *r, kv_plan
     return compare(m, r, &base, r, s);
 }
 
+/* A saving of the plan itself against the same model with every layer
+ * holding its whole KV (base: m with the sliding or chunked layers off). */
+static bool saving_vs_all_layers(const kv_plan_model *m, const kv_plan_request *r,
+                                 const kv_plan_model *base, const char *what, const char *baseline,
+                                 kv_plan_saving *s) {
+    snprintf(s->what, sizeof s->what, "%s", what);
+    snprintf(s->baseline, sizeof s->baseline, "%s in all %lld layers", baseline,
+             (long long)m->n_layers);
+    s->in_plan = true;
+    return compare(m, r, base, r, s);
+}
+
 static bool saving_chunk(const kv_plan_model *m, const kv_plan_request *r, kv_plan_saving *s) {
     if (m->n_chunk_layers <= 0) return false;
     kv_plan_model base = *m;
     base.n_chunk_layers = 0;
-    snprintf(s->what, sizeof s->what, "chunked");
-    snprintf(s->baseline, sizeof s->baseline, "whole KV in all %lld layers",
-             (long long)m->n_layers);
-    s->in_plan = true;
-    return compare(m, r, &base, r, s);
+    return saving_vs_all_layers(m, r, &base, "chunked", "whole KV", s);
 }
 
 static bool saving_swa(const kv_plan_model *m, const kv_plan_request *r, kv_plan_saving *s) {
     if (m->n_swa_layers <= 0) return false;
     kv_plan_model base = *m;
     base.n_swa_layers = 0;
-    snprintf(s->what, sizeof s->what, "SWA");
-    snprintf(s->baseline, sizeof s->baseline, "full attention in all %lld layers",
-             (long long)m->n_layers);
-    s->in_plan = true;
-    return compare(m, r, &base, r, s);
+    return saving_vs_all_layers(m, r, &base, "SWA", "full attention", s);
 }
 
 /* KV quantization against f16, with everything else as planned. */
