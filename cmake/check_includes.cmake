@@ -14,7 +14,7 @@ file(GLOB_RECURSE files RELATIVE ${ROOT}
 # The public headers of each module; every other header in src/<module> is private.
 set(public_base      base.h kvl_buf.h kvl_pool.h units.h)
 set(public_gguf      gguf.h)
-set(public_kernels   kernels.h)
+set(public_kernels   kernels.h kernels_grouped.h)
 set(public_tokenizer tokenizer.h chat_template.h jinja.h)
 set(public_kv        kv.h kv_plan.h kv_disk.h)
 set(public_model     model.h arch.h hparams.h)

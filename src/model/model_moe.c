@@ -32,6 +32,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "kernels_grouped.h"
 #include "model_internal.h"
 
 struct moe_scratch {
@@ -49,6 +50,16 @@ struct moe_scratch {
     float *sh;       /* [U][E] shared expert output */
     float *shg;      /* [U] qwen2moe's shared expert gate */
     void *each_work; /* decode's prepared inputs (kern_matmul_repacked_each) */
+    /* grouped_experts (a few tokens, every matrix repacked): up to gmax tokens */
+    int64_t gmax;
+    const float **gx; /* [gmax*K + gmax] input row pointers: experts' rows, then the shared */
+    float **gh;       /* [gmax*K + gmax] the down inputs' rows (in gg) */
+    float *gg, *gu;   /* [gmax*K*F + gmax*FS] gate and up outputs, grouped by expert */
+    float *gy;        /* [gmax*K][E] down outputs, grouped by expert */
+    void *gwork;      /* kern_matmul_repacked_rows */
+    kern_repacked_rows *gmats; /* [2 * n_expert + 2] */
+    int32_t *gexp;             /* [n_expert + 1] a down matrix's expert (-1: shared) */
+    int64_t *goff, *gwid;      /* [n_expert + 1] its rows' offset in gg / gu, their width */
 };
 
 /* Whether the loader runs the experts the reader found (hparams.c reads and
@@ -236,6 +247,33 @@ static size_t each_work_bytes(const model *m) {
     return best;
 }
 
+/* Tokens up to which a step runs its experts through grouped_experts (a
+ * batched decode); more (prefill) go expert by expert, each a GEMM of many rows. */
+#define MOE_GROUPED_MAX_TOKENS 64
+
+/* Work for grouped_experts of up to t tokens: the larger of its two calls. */
+static size_t grouped_work_bytes(const model *m, int64_t t) {
+    const model_moe_hparams *mo = &m->hp.moe;
+    const int64_t E = m->hp.n_embd, F = mo->n_ff_exp, FS = mo->n_ff_shexp, K = mo->n_expert_used;
+    const int64_t pairs = t * K, inputs = pairs < mo->n_expert ? pairs : mo->n_expert;
+    size_t best = 64;
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        const layer_weights *L = &m->layers[il];
+        if (!moe_layer(m, il) || !L->ffn_gate_exps.data) continue;
+        size_t a = kern_matmul_repacked_rows_work_bound(L->ffn_gate_exps.dtype, E, pairs, inputs) +
+                   kern_matmul_repacked_rows_work_bound(L->ffn_up_exps.dtype, E, pairs, inputs);
+        size_t b = kern_matmul_repacked_rows_work_bound(L->ffn_down_exps.dtype, F, pairs, inputs);
+        if (L->ffn_gate_shexp.data) {
+            a += kern_matmul_repacked_rows_work_bound(L->ffn_gate_shexp.dtype, E, t, 1) +
+                 kern_matmul_repacked_rows_work_bound(L->ffn_up_shexp.dtype, E, t, 1);
+            b += kern_matmul_repacked_rows_work_bound(L->ffn_down_shexp.dtype, FS, t, 1);
+        }
+        best = a > best ? a : best;
+        best = b > best ? b : best;
+    }
+    return best;
+}
+
 bool moe_alloc_scratch(model *m, kvl_error *err) {
     const model_moe_hparams *mo = &m->hp.moe;
     if (!mo->n_expert) return true;
@@ -262,9 +300,22 @@ bool moe_alloc_scratch(model *m, kvl_error *err) {
     s->sh = kvl_calloc((size_t)(U * E), sizeof(float));
     s->shg = kvl_calloc((size_t)U, sizeof(float));
     s->each_work = kvl_alloc(each_work_bytes(m));
+    const int64_t G = U < MOE_GROUPED_MAX_TOKENS ? U : MOE_GROUPED_MAX_TOKENS;
+    s->gmax = G;
+    s->gx = kvl_calloc((size_t)(G * K + G), sizeof *s->gx);
+    s->gh = kvl_calloc((size_t)(G * K + G), sizeof *s->gh);
+    s->gg = kvl_calloc((size_t)(G * K * mo->n_ff_exp + G * mo->n_ff_shexp), sizeof(float));
+    s->gu = kvl_calloc((size_t)(G * K * mo->n_ff_exp + G * mo->n_ff_shexp), sizeof(float));
+    s->gy = kvl_calloc((size_t)(G * K * E), sizeof(float));
+    s->gwork = kvl_alloc(grouped_work_bytes(m, G));
+    s->gmats = kvl_calloc((size_t)(2 * NE + 2), sizeof *s->gmats);
+    s->gexp = kvl_calloc((size_t)(NE + 1), sizeof *s->gexp);
+    s->goff = kvl_calloc((size_t)(NE + 1), sizeof *s->goff);
+    s->gwid = kvl_calloc((size_t)(NE + 1), sizeof *s->gwid);
     if (!s->probs || !s->sel || !s->gscore || !s->ids || !s->w || !s->count || !s->start ||
         !s->order || !s->xg || !s->yg || !s->hg || !s->hu || !s->out || !s->sh || !s->shg ||
-        !s->each_work)
+        !s->each_work || !s->gx || !s->gh || !s->gg || !s->gu || !s->gy || !s->gwork || !s->gmats ||
+        !s->gexp || !s->goff || !s->gwid)
         return kvl_fail(err, "model: cannot allocate expert scratch for %lld tokens", (long long)U);
     return true;
 }
@@ -277,8 +328,10 @@ void moe_free(model *m) {
     }
     struct moe_scratch *s = m->moe;
     if (!s) return;
-    void *bufs[] = {s->probs, s->sel, s->gscore, s->ids, s->w,   s->count, s->start, s->order,
-                    s->xg,    s->yg,  s->hg,     s->hu,  s->out, s->sh,    s->shg,   s->each_work};
+    void *bufs[] = {s->probs, s->sel,       s->gscore,     s->ids,  s->w,   s->count, s->start,
+                    s->order, s->xg,        s->yg,         s->hg,   s->hu,  s->out,   s->sh,
+                    s->shg,   s->each_work, (void *)s->gx, s->gh,   s->gg,  s->gu,    s->gy,
+                    s->gwork, s->gmats,     s->gexp,       s->goff, s->gwid};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) kvl_free(bufs[i]);
     free(s);
     m->moe = NULL;
@@ -472,6 +525,83 @@ static void decode_experts(model *m, const layer_weights *L, const float *x) {
     }
 }
 
+/* grouped_experts' hook: the activation of one down input row (mat: the
+ * matrix of that input in the down call), in place, as expert_act gives it. */
+typedef struct {
+    model *m;
+    const layer_weights *L;
+    const int32_t *mat_expert; /* [mat] expert, -1: the shared one */
+    const int64_t *mat_off;    /* [mat] offset of its first row in gg / gu */
+    const int64_t *mat_width;
+} grouped_act;
+
+static void grouped_act_row(void *vctx, int mat, int64_t row) {
+    const grouped_act *a = vctx;
+    const int64_t w = a->mat_width[mat], off = a->mat_off[mat] + row * w;
+    struct moe_scratch *s = a->m->moe;
+    expert_act(a->m, a->L, a->mat_expert[mat], s->gg + off, s->gu + off, 1, w);
+}
+
+/* A few tokens (a batched decode step), every expert matrix repacked: the
+ * selected experts' gate and up (and the shared expert's) in one call of
+ * kern_matmul_repacked_rows, each expert on the rows of the tokens that chose
+ * it; then every down, its input rows activated as they are prepared; the
+ * weighted outputs to s->out, the shared expert's to s->sh. Each element is
+ * what the expert-by-expert path computes. */
+static void grouped_experts(model *m, const layer_weights *L, const float *x, int64_t n) {
+    const model_moe_hparams *mo = &m->hp.moe;
+    struct moe_scratch *s = m->moe;
+    const int64_t E = m->hp.n_embd, K = mo->n_expert_used, NE = mo->n_expert, F = mo->n_ff_exp,
+                  FS = mo->n_ff_shexp, P = n * K;
+    const bool shared = L->ffn_gate_shexp.data != NULL;
+    kern_repacked_rows *mats = s->gmats;
+    int32_t *mat_expert = s->gexp;
+    int64_t *mat_off = s->goff, *mat_width = s->gwid;
+    for (int64_t o = 0; o < P; o++) s->gx[o] = x + (s->order[o] / K) * E;
+    for (int64_t t = 0; t < n; t++) s->gx[P + t] = x + t * E;
+    int nw = 0;
+    for (int64_t e = 0; e < NE; e++) {
+        const int64_t c = s->count[e], o = s->start[e];
+        if (c == 0) continue;
+        const mtensor g = expert_slice(&L->ffn_gate_exps, e), u = expert_slice(&L->ffn_up_exps, e);
+        mats[nw++] = (kern_repacked_rows){g.packed, g.dtype, F, E, c, s->gx + o, s->gg + o * F};
+        mats[nw++] = (kern_repacked_rows){u.packed, u.dtype, F, E, c, s->gx + o, s->gu + o * F};
+    }
+    if (shared) {
+        const mtensor *g = &L->ffn_gate_shexp, *u = &L->ffn_up_shexp;
+        mats[nw++] = (kern_repacked_rows){g->packed, g->dtype, FS, E, n, s->gx + P, s->gg + P * F};
+        mats[nw++] = (kern_repacked_rows){u->packed, u->dtype, FS, E, n, s->gx + P, s->gu + P * F};
+    }
+    kern_matmul_repacked_rows(nw, mats, NULL, NULL, s->gwork);
+    for (int64_t o = 0; o < P; o++) s->gh[o] = s->gg + o * F;
+    for (int64_t t = 0; t < n; t++) s->gh[P + t] = s->gg + P * F + t * FS;
+    nw = 0;
+    for (int64_t e = 0; e < NE; e++) {
+        const int64_t c = s->count[e], o = s->start[e];
+        if (c == 0) continue;
+        const mtensor d = expert_slice(&L->ffn_down_exps, e);
+        mat_expert[nw] = (int32_t)e, mat_off[nw] = o * F, mat_width[nw] = F;
+        mats[nw++] = (kern_repacked_rows){
+            d.packed, d.dtype, E, F, c, (const float *const *)s->gh + o, s->gy + o * E};
+    }
+    if (shared) {
+        const mtensor *d = &L->ffn_down_shexp;
+        mat_expert[nw] = -1, mat_off[nw] = P * F, mat_width[nw] = FS;
+        mats[nw++] = (kern_repacked_rows){
+            d->packed, d->dtype, E, FS, n, (const float *const *)s->gh + P, s->sh};
+    }
+    grouped_act act = {m, L, mat_expert, mat_off, mat_width};
+    kern_matmul_repacked_rows(nw, mats, grouped_act_row, &act, s->gwork);
+    for (int64_t e = 0; e < NE; e++)
+        for (int64_t r = 0; r < s->count[e]; r++) {
+            const int64_t o = s->start[e] + r;
+            float *src = s->gy + o * E, *dst = s->out + (size_t)s->order[o] * E;
+            add_expert_bias(src, &L->ffn_down_exps_b, e, 1);
+            const float wr = s->w[s->order[o]];
+            for (int64_t i = 0; i < E; i++) dst[i] = src[i] * wr;
+        }
+}
+
 void moe_ffn(model *m, const layer_weights *L, const float *x, int64_t n, float *y) {
     const model_moe_hparams *mo = &m->hp.moe;
     struct moe_scratch *s = m->moe;
@@ -495,8 +625,10 @@ void moe_ffn(model *m, const layer_weights *L, const float *x, int64_t n, float 
     /* One token (decode): two parallel regions for the whole layer, gate and up
      * of every selected expert and of the shared expert on one prepared x, then
      * every down on its own input; the sums below are unchanged. */
-    const bool fused = n == 1 && decode_fused(m, L);
-    if (fused) decode_experts(m, L, x);
+    const int64_t sel = n * K < NE ? n * K : NE; /* at most this many experts selected */
+    const bool fused = n <= s->gmax && 2 * sel + 2 <= KERN_ROWS_MAX_MATS && decode_fused(m, L);
+    if (fused && n == 1) decode_experts(m, L, x);
+    else if (fused) grouped_experts(m, L, x, n);
     for (int64_t e = 0; e < NE && !fused; e++) {
         const int64_t c = s->count[e];
         if (c == 0) continue; /* not read at all */

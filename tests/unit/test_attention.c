@@ -198,7 +198,11 @@ static void test_model(const char *path, int kv_dtype, double tol) {
         bool twin;
     } ways[] = {{"one token per forward", 1, false},
                 {"slices of 100", 100, false},
-                {"with a second sequence", 300, true}};
+                {"with a second sequence", 300, true},
+                /* a batched decode's few tokens (mixture of experts: grouped_experts) */
+                {"slices of 7 with a second sequence", 7, true},
+                {"slices of 40", 40, false}, /* several activation tiles per expert */
+                {"slices of 2", 2, false}};
     for (size_t w = 0; w < sizeof ways / sizeof ways[0] && ref && got; w++) {
         memset(got, 0, bytes);
         const bool ok = run(su, ways[w].slice, ways[w].twin, got);
@@ -242,6 +246,8 @@ int main(void) {
                  {"qwen3moe-q8_0.gguf", GGUF_DT_F16, -1},
                  {"deepseek2-moe-f32.gguf", GGUF_DT_F16, -1},
                  {"llama-moe-f32.gguf", GGUF_DT_F16, -1},
+                 /* gpt-oss: MXFP4 experts with biases, clamped SwiGLU, sinks, sliding window */
+                 {"gpt-oss-mxfp4.gguf", GGUF_DT_F16, -1},
                  /* llama4: input-weighted experts, NoPE layer with temperature, q/k L2 norm,
                   * chunked layers (chunks of 8192: the masking itself is in its golden) */
                  {"llama4-f32.gguf", GGUF_DT_F16, -1}};
@@ -250,17 +256,23 @@ int main(void) {
         test_model(path, cases[i].kv, cases[i].tol);
     }
     /* Repacked experts with a shared expert (decode runs all selected experts
-     * and the shared one in two parallel regions): DeepSeek-shaped files written
+     * and the shared one in two parallel regions, a few tokens all their
+     * experts in two calls of grouped products): DeepSeek-shaped files written
      * here (experts differ: a pool of repeated rows would hide a wrong
-     * expert), Q8_0 and the Q4_K_M mix of types. */
-    const synth_ftype types[] = {SYNTH_Q8_0, SYNTH_Q4_K_M};
-    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+     * expert), Q8_0 and the Q4_K_M mix of types; and gpt-oss's MXFP4 experts. */
+    const struct {
+        const char *shape;
+        synth_ftype type;
+    } synths[] = {{"tiny-deepseek2", SYNTH_Q8_0},
+                  {"tiny-deepseek2", SYNTH_Q4_K_M},
+                  {"tiny-gpt-oss", SYNTH_MXFP4_MOE}};
+    for (size_t i = 0; i < sizeof synths / sizeof synths[0]; i++) {
         char tmp[] = "/tmp/kvllm-test-attn-XXXXXX";
         const int fd = mkstemp(tmp);
         kvl_error err = {{0}};
-        const bool ok = fd >= 0 && synth_write(synth_shape_find("tiny-deepseek2"), types[i], 7, 0,
-                                               tmp, NULL, NULL, &err);
-        EXPECT(ok, "synth tiny-deepseek2 %s: %s", synth_ftype_name(types[i]), err.msg);
+        const bool ok = fd >= 0 && synth_write(synth_shape_find(synths[i].shape), synths[i].type, 7,
+                                               0, tmp, NULL, NULL, &err);
+        EXPECT(ok, "synth %s %s: %s", synths[i].shape, synth_ftype_name(synths[i].type), err.msg);
         if (ok) test_model(tmp, GGUF_DT_F16, -1);
         if (fd >= 0) {
             close(fd);
