@@ -20,11 +20,13 @@ void engine_config_default(engine_config *c) {
     c->max_seqs = 64;
     c->no_kv_cache = false;
     c->prefix_cache = true;
+    c->keep_unattended_kv = false;
     c->spec = ENGINE_SPEC_OFF;
     c->spec_k = 4;
     c->spec_ngram = 3;
     c->spec_max_batch = 32;
     c->spec_fixed = false;
+    c->draft_model = NULL;
     c->kv_disk = NULL;
     c->scheduling = ENGINE_SCHED_FCFS;
     c->prefix_admission_wait = 0;
