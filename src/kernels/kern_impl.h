@@ -456,6 +456,19 @@ typedef struct kern_repack_ops {
 } kern_repack_ops;
 /* The active repacked layout of a weight type, or NULL. */
 const kern_repack_ops *kern_repack_of(int dtype);
+/* Panels [p0, p1) of a repacked matrix (n_out rows of k) times the m prepared
+ * activation rows in tiles: y[i * n_out + r] for those panels' rows r. The one
+ * chunk step of every repacked product (matmul.c, matmul_grouped.c). */
+static inline void kern_repacked_panels(int wtype, const void *P, int64_t n_out, int64_t k,
+                                        int64_t p0, int64_t p1, const void *tiles, int64_t m,
+                                        float *y) {
+    const kern_repack_ops *r = kern_repack_of(wtype);
+    const size_t pb = r->panel_bytes(k);
+    const int64_t j0 = p0 * KERN_PANEL_ROWS;
+    const int64_t j1 = p1 * KERN_PANEL_ROWS < n_out ? p1 * KERN_PANEL_ROWS : n_out;
+    r->kernel(k, (const char *)P + (size_t)p0 * pb, pb, (int)(j1 - j0), tiles, m, y + j0,
+              (size_t)n_out);
+}
 /* Bytes of work buffer a GEMM of m rows may need (any ISA). */
 size_t kern_gemm_work_bytes(int wtype, int64_t m, int64_t k);
 

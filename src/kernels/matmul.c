@@ -383,13 +383,7 @@ typedef struct {
 static void repacked_chunk(const kern_repacked_mat *mats, const repacked_span *sp, int64_t k,
                            int64_t m, const void *work) {
     const kern_repacked_mat *mt = &mats[sp->mat];
-    const kern_repack_ops *r = kern_repack_of(mt->wtype);
-    const size_t pb = r->panel_bytes(k);
-    const int64_t p0 = sp->p0, p1 = sp->p1;
-    const int64_t j0 = p0 * KERN_PANEL_ROWS;
-    const int64_t j1 = p1 * KERN_PANEL_ROWS < mt->n_out ? p1 * KERN_PANEL_ROWS : mt->n_out;
-    r->kernel(k, (const char *)mt->P + (size_t)p0 * pb, pb, (int)(j1 - j0), work, m, mt->Y + j0,
-              (size_t)mt->n_out);
+    kern_repacked_panels(mt->wtype, mt->P, mt->n_out, k, sp->p0, sp->p1, work, m, mt->Y);
 }
 
 /* Chunk c of matrices split evenly, first[w] being matrix w's first chunk. */
@@ -548,14 +542,8 @@ static void each_task(void *ctx, int64_t c, int thread) {
     const each_job *j = ctx;
     const repacked_span *sp = &j->spans[c];
     const kern_repacked_one *mt = &j->mats[sp->mat];
-    const kern_repack_ops *r = kern_repack_of(mt->wtype);
-    const size_t pb = r->panel_bytes(mt->k);
-    const int64_t j0 = (int64_t)sp->p0 * KERN_PANEL_ROWS;
-    const int64_t j1 = (int64_t)sp->p1 * KERN_PANEL_ROWS < mt->n_out
-                           ? (int64_t)sp->p1 * KERN_PANEL_ROWS
-                           : mt->n_out;
-    r->kernel(mt->k, (const char *)mt->P + (size_t)sp->p0 * pb, pb, (int)(j1 - j0),
-              j->tiles[sp->mat], 1, mt->y + j0, (size_t)mt->n_out);
+    kern_repacked_panels(mt->wtype, mt->P, mt->n_out, mt->k, sp->p0, sp->p1, j->tiles[sp->mat], 1,
+                         mt->y);
 }
 
 /* Guided over all matrices in order: each chunk about 1/(2 nth) of the bytes

@@ -78,14 +78,8 @@ static void product_task(void *vctx, int64_t c, int thread) {
     const rows_job *j = vctx;
     const rows_span *sp = &j->spans[c];
     const kern_repacked_rows *mt = &j->mats[sp->mat];
-    const kern_repack_ops *r = kern_repack_of(mt->wtype);
-    const size_t pb = r->panel_bytes(mt->k);
-    const int64_t j0 = (int64_t)sp->p0 * KERN_PANEL_ROWS;
-    const int64_t j1 = (int64_t)sp->p1 * KERN_PANEL_ROWS < mt->n_out
-                           ? (int64_t)sp->p1 * KERN_PANEL_ROWS
-                           : mt->n_out;
-    r->kernel(mt->k, (const char *)mt->P + (size_t)sp->p0 * pb, pb, (int)(j1 - j0),
-              j->tiles[sp->mat], mt->m, mt->y + j0, (size_t)mt->n_out);
+    kern_repacked_panels(mt->wtype, mt->P, mt->n_out, mt->k, sp->p0, sp->p1, j->tiles[sp->mat],
+                         mt->m, mt->y);
 }
 
 /* The chunks: over the matrices in order, each about 1/(2 nth) of the work
