@@ -16,6 +16,20 @@
 #include "check.h"
 
 /* The definition, position by position. */
+/* A pool of one layer and one F32 KV head of width d: the rules under test
+ * depend only on block_size and n_blocks. */
+static kv_pool *one_layer_pool(int d, int block_size, int64_t n_blocks) {
+    kvl_error err;
+    kv_pool_config c = {.n_layers = 1,
+                        .n_kv_heads = 1,
+                        .head_dim_k = d,
+                        .head_dim_v = d,
+                        .block_size = block_size,
+                        .dtype = GGUF_DT_F32,
+                        .n_blocks = n_blocks};
+    return kv_pool_create(&c, &err);
+}
+
 static bool sees(int64_t pos, int64_t p, int64_t w) { return p <= pos && (w == 0 || pos - p < w); }
 static bool sees2(int64_t pos, int64_t p, kv_attn a) {
     return sees(pos, p, a.window) && (a.chunk == 0 || p / a.chunk == pos / a.chunk);
@@ -64,15 +78,7 @@ static void test_rule(void) {
  * token from next_pos on still finds its window, and each dropped block held
  * only positions no such token sees. */
 static void test_drop_and_missing(void) {
-    kvl_error err;
-    kv_pool_config c = {.n_layers = 1,
-                        .n_kv_heads = 1,
-                        .head_dim_k = 8,
-                        .head_dim_v = 8,
-                        .block_size = 5,
-                        .dtype = GGUF_DT_F32,
-                        .n_blocks = 64};
-    kv_pool *p = kv_pool_create(&c, &err);
+    kv_pool *p = one_layer_pool(8, 5, 64);
     CHECK(p != NULL);
     /* windows, chunks (block-aligned 10 and 15, and not: 7, 12) and both */
     static const kv_attn RULES[] = {{1, 0},  {4, 0},  {7, 0},  {10, 0},  {13, 0},
@@ -105,15 +111,7 @@ static void test_drop_and_missing(void) {
  * chunks of 12 (block-aligned) and of 10 (not). A chunked group frees the
  * whole previous chunk at once when the first token of a new one comes. */
 static void test_chunk_counts(void) {
-    kvl_error err;
-    kv_pool_config c = {.n_layers = 1,
-                        .n_kv_heads = 1,
-                        .head_dim_k = 4,
-                        .head_dim_v = 4,
-                        .block_size = 4,
-                        .dtype = GGUF_DT_F32,
-                        .n_blocks = 32};
-    kv_pool *p = kv_pool_create(&c, &err);
+    kv_pool *p = one_layer_pool(4, 4, 32);
     CHECK(p != NULL);
     if (!p) return;
     /* held after decoding positions [0, next] one a step (drop for next, reserve) */
@@ -173,14 +171,7 @@ static void test_chunk_counts(void) {
  * the earlier entries -1: no hit relies on a block the group dropped. */
 static void test_chunk_prefix(void) {
     kvl_error err;
-    kv_pool_config c = {.n_layers = 1,
-                        .n_kv_heads = 1,
-                        .head_dim_k = 4,
-                        .head_dim_v = 4,
-                        .block_size = 4,
-                        .dtype = GGUF_DT_F32,
-                        .n_blocks = 16};
-    kv_pool *p = kv_pool_create(&c, &err);
+    kv_pool *p = one_layer_pool(4, 4, 16);
     CHECK(p != NULL);
     if (!p) return;
     const kv_attn a = {0, 12};
