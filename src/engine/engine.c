@@ -10,27 +10,24 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+/* Every field not named is zero (false, NULL, 0, ENGINE_SPEC_OFF,
+ * ENGINE_SCHED_FCFS): a field added to engine_config starts off, never
+ * uninitialised. */
 void engine_config_default(engine_config *c) {
-    c->n_ctx = 0;
-    c->block_size = 16;
-    c->kv_dtype = GGUF_DT_F16;
-    c->kv_dtype_v = -1;
-    c->n_blocks = 0;
-    c->max_batch_tokens = 2048;
-    c->max_seqs = 64;
-    c->no_kv_cache = false;
-    c->prefix_cache = true;
-    c->keep_unattended_kv = false;
-    c->spec = ENGINE_SPEC_OFF;
-    c->spec_k = 4;
-    c->spec_ngram = 3;
-    c->spec_max_batch = 32;
-    c->spec_fixed = false;
-    c->draft_model = NULL;
-    c->kv_disk = NULL;
-    c->scheduling = ENGINE_SCHED_FCFS;
-    c->prefix_admission_wait = 0;
-    c->step_groups = 1;
+    *c = (engine_config){
+        .block_size = 16,
+        .kv_dtype = GGUF_DT_F16,
+        .kv_dtype_v = -1,
+        .max_batch_tokens = 2048,
+        .max_seqs = 64,
+        .prefix_cache = true,
+        .spec = ENGINE_SPEC_OFF,
+        .spec_k = 4,
+        .spec_ngram = 3,
+        .spec_max_batch = 32,
+        .scheduling = ENGINE_SCHED_FCFS,
+        .step_groups = 1,
+    };
 }
 
 bool engine_spec_parse(const char *name, engine_spec_mode *mode) {
