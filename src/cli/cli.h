@@ -48,12 +48,8 @@ typedef struct cli_opts {
     int pp_groups;           /* --pp-groups G: steps in flight (0: the ranks, at most 4) */
 } cli_opts;
 
-/* Parses argv (after the subcommand). Prints a message and returns false on error. */
-bool cli_parse(int argc, char **argv, cli_opts *o);
-/* A subcommand taking only the common flags: parses argv and runs fn on the
- * options (2 on a parse error, else what fn returns). */
-int cli_run_opts(int argc, char **argv, int (*fn)(const cli_opts *o));
-/* Same, letting a command take flags of its own first: extra(flag, value, ctx)
+/* Parses argv (after the subcommand). Prints a message and returns false on error.
+ * A command may take flags of its own first: extra(flag, value, ctx) (or NULL)
  * returns 2 if it used flag and value, 1 if it used only flag (a switch), 0 if
  * the flag is not its own, -1 on a bad value (after printing why). value may be NULL. */
 typedef int (*cli_extra_fn)(const char *flag, const char *value, void *ctx);
@@ -112,11 +108,15 @@ char *cli_read_input(const char *path, size_t *len, kvl_error *err);
 bool cli_prompt_ids(const cli_opts *o, const tok_vocab *v, bool add_bos, int32_t **ids, int64_t *n);
 /* Whether a prompt starts with BOS: the vocabulary says so and no --no-bos. */
 bool cli_add_bos(const cli_opts *o, const tok_vocab *v);
-/* cli_load, then the prompt's ids (cli_prompt_ids, BOS as cli_add_bos says):
- * how score, perplexity, run and tokenize start. False (message printed,
- * nothing loaded, *ids NULL) when either fails. */
-bool cli_load_prompt(const cli_opts *o, bool want_weights, cli_model *cm, int32_t **ids,
-                     int64_t *n);
+/* A command on one prompt (score, perplexity, run, tokenize): parses argv as
+ * cli_parse_ex does (extra may be NULL), cli_load, the prompt's ids
+ * (cli_prompt_ids, BOS as cli_add_bos says), runs fn on the model and the ids
+ * (fn may change them in place), then frees the ids and unloads. Returns 2 on
+ * a parse error, 1 when loading either fails (message printed), else what fn
+ * returns. */
+typedef int (*cli_prompt_fn)(const cli_opts *o, cli_model *cm, int32_t *ids, int64_t n);
+int cli_run_prompt(int argc, char **argv, cli_extra_fn extra, void *ctx, bool want_weights,
+                   cli_prompt_fn fn);
 /* Parses "1,2,3". */
 bool cli_parse_ids(const char *s, int32_t **ids, int64_t *n);
 

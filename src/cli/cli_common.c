@@ -183,15 +183,6 @@ static bool apply_switch(cli_opts *o, const char *f) {
     return true;
 }
 
-bool cli_parse(int argc, char **argv, cli_opts *o) {
-    return cli_parse_ex(argc, argv, o, NULL, NULL);
-}
-
-int cli_run_opts(int argc, char **argv, int (*fn)(const cli_opts *o)) {
-    cli_opts o;
-    return cli_parse(argc, argv, &o) ? fn(&o) : 2;
-}
-
 bool cli_parse_ex(int argc, char **argv, cli_opts *o, cli_extra_fn extra, void *ctx) {
     opts_default(o);
     for (int i = 0; i < argc; i++) {
@@ -484,14 +475,19 @@ bool cli_prompt_ids(const cli_opts *o, const tok_vocab *v, bool add_bos, int32_t
 
 bool cli_add_bos(const cli_opts *o, const tok_vocab *v) { return tok_add_bos(v) && !o->no_bos; }
 
-bool cli_load_prompt(const cli_opts *o, bool want_weights, cli_model *cm, int32_t **ids,
-                     int64_t *n) {
-    *ids = NULL;
-    *n = 0;
-    if (!cli_load(o, want_weights, cm)) return false;
-    if (cli_prompt_ids(o, cm->vocab, cli_add_bos(o, cm->vocab), ids, n)) return true;
-    cli_unload(cm);
-    return false;
+int cli_run_prompt(int argc, char **argv, cli_extra_fn extra, void *ctx, bool want_weights,
+                   cli_prompt_fn fn) {
+    cli_opts o;
+    if (!cli_parse_ex(argc, argv, &o, extra, ctx)) return 2;
+    cli_model cm;
+    if (!cli_load(&o, want_weights, &cm)) return 1;
+    int32_t *ids = NULL;
+    int64_t n = 0;
+    int rc = 1;
+    if (cli_prompt_ids(&o, cm.vocab, cli_add_bos(&o, cm.vocab), &ids, &n)) rc = fn(&o, &cm, ids, n);
+    free(ids);
+    cli_unload(&cm);
+    return rc;
 }
 
 cJSON *cli_bytes_json(const char *p, size_t n) {

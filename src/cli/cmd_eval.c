@@ -49,42 +49,36 @@ static void score_position(int64_t pos, const float *logits, void *user) {
     cli_print_json(j);
 }
 
-static int cmd_score_opts(const cli_opts *o);
-
-int cmd_score(int argc, char **argv) { return cli_run_opts(argc, argv, cmd_score_opts); }
-
-static int cmd_score_opts(const cli_opts *o) {
-    cli_model cm;
-    int32_t *ids;
-    int64_t n;
-    if (!cli_load_prompt(o, true, &cm, &ids, &n)) return 1;
-    int rc = 1;
-    int64_t ctx = o->n_ctx > 0 ? o->n_ctx : cli_default_ctx(model_hp(cm.m));
+static int score(const cli_opts *o, cli_model *cm, int32_t *ids, int64_t n) {
+    int64_t ctx = o->n_ctx > 0 ? o->n_ctx : cli_default_ctx(model_hp(cm->m));
     if (n == 0 || n > ctx) {
         fprintf(stderr, "kvllm: score: %lld tokens (need 1..%lld, the context size)\n",
                 (long long)n, (long long)ctx);
-        goto out;
+        return 1;
     }
-    score_state st = {
-        .o = o, .vocab = cm.vocab, .ids = ids, .n = n, .n_vocab = (int32_t)model_hp(cm.m)->n_vocab};
+    int rc = 1;
+    score_state st = {.o = o,
+                      .vocab = cm->vocab,
+                      .ids = ids,
+                      .n = n,
+                      .n_vocab = (int32_t)model_hp(cm->m)->n_vocab};
     st.top_ids = malloc((o->top_logprobs + 1) * sizeof(int32_t));
     st.top_lp = malloc((o->top_logprobs + 1) * sizeof(float));
     kvl_error err = {{0}};
     if (!st.top_ids || !st.top_lp) {
         fprintf(stderr, "kvllm: out of memory\n");
-    } else if (!engine_eval(cm.m, o->kv_dtype, o->kv_dtype_v, o->block_size, ids, n, score_position,
-                            &st, &err)) {
+    } else if (!engine_eval(cm->m, o->kv_dtype, o->kv_dtype_v, o->block_size, ids, n,
+                            score_position, &st, &err)) {
         fprintf(stderr, "kvllm: %s\n", err.msg);
     } else {
         rc = 0;
     }
     free(st.top_ids);
     free(st.top_lp);
-out:
-    free(ids);
-    cli_unload(&cm);
     return rc;
 }
+
+int cmd_score(int argc, char **argv) { return cli_run_prompt(argc, argv, NULL, NULL, true, score); }
 
 /* Perplexity, llama-perplexity's way: the text is tokenized once; chunk k is
  * tokens [k*c, (k+1)*c) with its first token replaced by BOS when the vocab adds
@@ -136,8 +130,6 @@ static void ppl_position(int64_t pos, const float *logits, void *user) {
     st->nll -= logits[st->chunk[pos + 1]] - lse;
     st->count++;
 }
-static int cmd_perplexity_opts(const cli_opts *o);
-
 static int kl_base_dtype = -1;
 
 static int perplexity_flag(const char *flag, const char *value, void *ctx) {
@@ -150,20 +142,11 @@ static int perplexity_flag(const char *flag, const char *value, void *ctx) {
     return 2;
 }
 
-int cmd_perplexity(int argc, char **argv) {
-    cli_opts o;
-    if (!cli_parse_ex(argc, argv, &o, perplexity_flag, NULL)) return 2;
-    return cmd_perplexity_opts(&o);
-}
-
-static int cmd_perplexity_opts(const cli_opts *o) {
-    cli_model cm;
-    int32_t *ids, *chunk = NULL;
-    int64_t n;
-    if (!cli_load_prompt(o, true, &cm, &ids, &n)) return 1;
+static int perplexity(const cli_opts *o, cli_model *cm, int32_t *ids, int64_t n) {
+    int32_t *chunk = NULL;
     int rc = 1;
     cJSON *chunks_json = cJSON_CreateArray();
-    const bool add_bos = cli_add_bos(o, cm.vocab);
+    const bool add_bos = cli_add_bos(o, cm->vocab);
     int64_t c = o->n_ctx > 0 ? o->n_ctx : 512;
     if (n < 2 * c) {
         fprintf(
@@ -176,7 +159,7 @@ static int cmd_perplexity_opts(const cli_opts *o) {
     chunk = malloc(c * sizeof *chunk);
     double total_nll = 0, total_kl = 0;
     int64_t total_count = 0, total_agree = 0;
-    int32_t V = (int32_t)model_hp(cm.m)->n_vocab;
+    int32_t V = (int32_t)model_hp(cm->m)->n_vocab;
     float *base_lp = kl_base_dtype >= 0 ? malloc((size_t)(c - c / 2) * V * sizeof(float)) : NULL;
     if (kl_base_dtype >= 0 && !base_lp) {
         fprintf(stderr, "kvllm: out of memory\n");
@@ -184,13 +167,13 @@ static int cmd_perplexity_opts(const cli_opts *o) {
     }
     for (int64_t k = 0; chunk && k < n_chunks; k++) {
         memcpy(chunk, ids + k * c, c * sizeof *chunk);
-        if (add_bos) chunk[0] = tok_bos(cm.vocab);
+        if (add_bos) chunk[0] = tok_bos(cm->vocab);
         ppl_state st = {.chunk = chunk, .c = c, .first = c / 2, .n_vocab = V, .base_lp = base_lp};
         kvl_error err = {{0}};
-        bool ok = !base_lp || engine_eval(cm.m, kl_base_dtype, -1, o->block_size, chunk, c,
+        bool ok = !base_lp || engine_eval(cm->m, kl_base_dtype, -1, o->block_size, chunk, c,
                                           ppl_position, &st, &err);
         st.comparing = true;
-        ok = ok && engine_eval(cm.m, o->kv_dtype, o->kv_dtype_v, o->block_size, chunk, c,
+        ok = ok && engine_eval(cm->m, o->kv_dtype, o->kv_dtype_v, o->block_size, chunk, c,
                                ppl_position, &st, &err);
         if (!ok) {
             fprintf(stderr, "kvllm: %s\n", err.msg);
@@ -235,7 +218,9 @@ static int cmd_perplexity_opts(const cli_opts *o) {
 out:
     cJSON_Delete(chunks_json);
     free(chunk);
-    free(ids);
-    cli_unload(&cm);
     return rc;
+}
+
+int cmd_perplexity(int argc, char **argv) {
+    return cli_run_prompt(argc, argv, perplexity_flag, NULL, true, perplexity);
 }

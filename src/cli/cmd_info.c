@@ -6,32 +6,26 @@
 #include "arch.h"
 #include "cli.h"
 
-static int cmd_tokenize_opts(const cli_opts *o);
-
-int cmd_tokenize(int argc, char **argv) { return cli_run_opts(argc, argv, cmd_tokenize_opts); }
-
-static int cmd_tokenize_opts(const cli_opts *o) {
-    cli_model cm;
-    int32_t *ids;
-    int64_t n;
-    if (!cli_load_prompt(o, false, &cm, &ids, &n)) return 1;
+static int tokenize(const cli_opts *o, cli_model *cm, int32_t *ids, int64_t n) {
     if (o->json) {
         cJSON *j = cJSON_CreateObject();
         cJSON *jids = cJSON_AddArrayToObject(j, "ids");
         cJSON *jp = cJSON_AddArrayToObject(j, "pieces");
         for (int64_t i = 0; i < n; i++) {
             cJSON_AddItemToArray(jids, cJSON_CreateNumber(ids[i]));
-            cJSON_AddItemToArray(jp, cJSON_CreateString(tok_piece(cm.vocab, ids[i])));
+            cJSON_AddItemToArray(jp, cJSON_CreateString(tok_piece(cm->vocab, ids[i])));
         }
         cJSON_AddNumberToObject(j, "n_tokens", (double)n);
         cli_print_json(j);
     } else {
         for (int64_t i = 0; i < n; i++)
-            printf("%6d -> '%s'\n", ids[i], tok_piece(cm.vocab, ids[i]));
+            printf("%6d -> '%s'\n", ids[i], tok_piece(cm->vocab, ids[i]));
     }
-    free(ids);
-    cli_unload(&cm);
     return 0;
+}
+
+int cmd_tokenize(int argc, char **argv) {
+    return cli_run_prompt(argc, argv, NULL, NULL, false, tokenize);
 }
 
 static void count_types(const gguf_file *f, int64_t counts[GGUF_DT_COUNT]) {

@@ -126,40 +126,26 @@ static void report(const run_state *st, const engine *e, const cli_opts *o) {
                 (long long)em.spec_drafts);
 }
 
-static int cmd_run_opts(const cli_opts *o);
-
-int cmd_run(int argc, char **argv) {
-    for (int i = 0; i < argc; i++) /* llama-cli's conversation mode */
-        if (strcmp(argv[i], "-cnv") == 0 || strcmp(argv[i], "--conversation") == 0)
-            return cmd_chat(argc, argv);
-    return cli_run_opts(argc, argv, cmd_run_opts);
-}
-
-static int cmd_run_opts(const cli_opts *o) {
-    cli_model cm;
-    int32_t *ids;
-    int64_t n_ids;
-    if (!cli_load_prompt(o, true, &cm, &ids, &n_ids)) return 1;
-    int rc = 1;
-    engine *e = NULL;
+static int run(const cli_opts *o, cli_model *cm, int32_t *ids, int64_t n_ids) {
     if (n_ids == 0) {
-        if (tok_bos(cm.vocab) < 0) {
+        if (tok_bos(cm->vocab) < 0) {
             fprintf(stderr, "kvllm: empty prompt and the vocabulary has no BOS token\n");
-            goto out;
+            return 1;
         }
-        ids[0] = tok_bos(cm.vocab); /* generate from BOS alone */
+        ids[0] = tok_bos(cm->vocab); /* generate from BOS alone */
         n_ids = 1;
     }
+    int rc = 1;
     engine_config ec;
-    cli_engine_config(o, &cm, &ec);
+    cli_engine_config(o, cm, &ec);
     ec.max_seqs = 1;
     kvl_error err = {{0}};
-    e = engine_create(cm.m, cm.vocab, &ec, &err);
+    engine *e = engine_create(cm->m, cm->vocab, &ec, &err);
     if (!e) {
         fprintf(stderr, "kvllm: %s\n", err.msg);
-        goto out;
+        return 1;
     }
-    run_state st = {.o = o, .vocab = cm.vocab};
+    run_state st = {.o = o, .vocab = cm->vocab};
     engine_request r = {.prompt = ids,
                         .n_prompt = n_ids,
                         .max_tokens = o->n_predict,
@@ -182,11 +168,16 @@ static int cmd_run_opts(const cli_opts *o) {
         }
     }
     report(&st, e, o);
-    cli_pp_report_kv(&cm, &st.stats);
+    cli_pp_report_kv(cm, &st.stats);
     rc = 0;
 out:
     engine_destroy(e);
-    free(ids);
-    cli_unload(&cm);
     return rc;
+}
+
+int cmd_run(int argc, char **argv) {
+    for (int i = 0; i < argc; i++) /* llama-cli's conversation mode */
+        if (strcmp(argv[i], "-cnv") == 0 || strcmp(argv[i], "--conversation") == 0)
+            return cmd_chat(argc, argv);
+    return cli_run_prompt(argc, argv, NULL, NULL, true, run);
 }

@@ -8,29 +8,27 @@
 #include "engine_internal.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+/* Every field not named is zero (false, NULL, 0, ENGINE_SPEC_OFF,
+ * ENGINE_SCHED_FCFS): a field added to engine_config starts off, never
+ * uninitialised. */
 void engine_config_default(engine_config *c) {
-    c->n_ctx = 0;
-    c->block_size = 16;
-    c->kv_dtype = GGUF_DT_F16;
-    c->kv_dtype_v = -1;
-    c->n_blocks = 0;
-    c->max_batch_tokens = 2048;
-    c->max_seqs = 64;
-    c->no_kv_cache = false;
-    c->prefix_cache = true;
-    c->keep_unattended_kv = false;
-    c->spec = ENGINE_SPEC_OFF;
-    c->spec_k = 4;
-    c->spec_ngram = 3;
-    c->spec_max_batch = 32;
-    c->spec_fixed = false;
-    c->draft_model = NULL;
-    c->kv_disk = NULL;
-    c->scheduling = ENGINE_SCHED_FCFS;
-    c->prefix_admission_wait = 0;
-    c->step_groups = 1;
+    *c = (engine_config){
+        .block_size = 16,
+        .kv_dtype = GGUF_DT_F16,
+        .kv_dtype_v = -1,
+        .max_batch_tokens = 2048,
+        .max_seqs = 64,
+        .prefix_cache = true,
+        .spec = ENGINE_SPEC_OFF,
+        .spec_k = 4,
+        .spec_ngram = 3,
+        .spec_max_batch = 32,
+        .scheduling = ENGINE_SCHED_FCFS,
+        .step_groups = 1,
+    };
 }
 
 bool engine_spec_parse(const char *name, engine_spec_mode *mode) {
@@ -506,6 +504,26 @@ void eng_on_token(engine *e, seq *s, int32_t tok, float lp, int n_top, const int
 }
 /* ----------------------------------------------------------------- eval -- */
 
+/* Runs span on a sequence of its own in each of the engine's pools (span->seqs
+ * set here, for the call only), reserved for span->to tokens and given back at once: never
+ * committed to the prefix cache. Fails with no_room when the pools cannot hold
+ * it, else with model_forward_span's error. */
+static bool forward_alone(engine *e, model_span *span, const char *no_room, kvl_error *err) {
+    kv_seq s[MODEL_MAX_KV_GROUPS];
+    const kv_seq *seqs[MODEL_MAX_KV_GROUPS];
+    bool ok = true;
+    for (int g = 0; g < e->n_groups; g++) {
+        kv_seq_init(&s[g]);
+        seqs[g] = &s[g];
+        if (ok && !kv_seq_reserve(e->kv[g], &s[g], span->to)) ok = kvl_fail(err, "%s", no_room);
+    }
+    span->seqs = seqs;
+    ok = ok && model_forward_span(e->m, e->kv, span, err);
+    span->seqs = NULL; /* they end here */
+    for (int g = 0; g < e->n_groups; g++) kv_seq_free(e->kv[g], &s[g]);
+    return ok;
+}
+
 /* Hands model_forward_span's logits rows to the caller's on_logits one by one. */
 typedef struct eval_ctx {
     engine_logits_fn on_logits;
@@ -534,26 +552,12 @@ bool engine_eval(model *m, int kv_dtype, int kv_dtype_v, int block_size, const i
     if (!e) return false;
     const model_hparams *hp = model_hp(m);
     float *logits = kvl_alloc(MODEL_SPAN_CHUNK * hp->n_vocab * sizeof(float));
-    kv_seq s[MODEL_MAX_KV_GROUPS];
-    const kv_seq *seqs[MODEL_MAX_KV_GROUPS];
     bool ok = logits != NULL;
     if (!ok) kvl_fail(err, "eval: out of memory");
-    for (int g = 0; g < e->n_groups; g++) {
-        kv_seq_init(&s[g]);
-        seqs[g] = &s[g];
-        if (ok && !kv_seq_reserve(e->kv[g], &s[g], n))
-            ok = kvl_fail(err, "eval: cannot reserve KV");
-    }
     eval_ctx ec = {.on_logits = on_logits, .user = user, .n_vocab = hp->n_vocab};
-    model_span span = {.tokens = ids,
-                       .to = n,
-                       .want_to = n,
-                       .seqs = seqs,
-                       .logits = logits,
-                       .on_rows = eval_rows,
-                       .user = &ec};
-    ok = ok && model_forward_span(m, e->kv, &span, err);
-    for (int g = 0; g < e->n_groups; g++) kv_seq_free(e->kv[g], &s[g]);
+    model_span span = {
+        .tokens = ids, .to = n, .want_to = n, .logits = logits, .on_rows = eval_rows, .user = &ec};
+    ok = ok && forward_alone(e, &span, "eval: cannot reserve KV", err);
     kvl_free(logits);
     engine_destroy(e);
     return ok;
@@ -587,30 +591,20 @@ bool engine_embed(engine *e, const int32_t *ids, int64_t n, engine_pooling pooli
                             (long long)i, ids[i]);
     float *rows = kvl_alloc(MODEL_SPAN_CHUNK * E * sizeof(float));
     double *acc = calloc((size_t)E, sizeof *acc);
-    kv_seq s[MODEL_MAX_KV_GROUPS];
-    const kv_seq *seqs[MODEL_MAX_KV_GROUPS];
     bool ok = rows && acc;
     if (!ok) kvl_fail(err, "embedding: out of memory");
-    /* A sequence of its own in the engine's pools, computed in full and given
-     * back at once; never committed to the prefix cache. */
-    for (int g = 0; g < e->n_groups; g++) {
-        kv_seq_init(&s[g]);
-        seqs[g] = &s[g];
-        if (ok && !kv_seq_reserve(e->kv[g], &s[g], n))
-            ok = kvl_fail(err, "embedding: not enough free KV blocks for %lld tokens right now",
-                          (long long)n);
-    }
     embed_ctx ec = {.acc = acc, .n_embd = E};
     model_span span = {.tokens = ids,
                        .to = n,
                        .want_from = pooling == ENGINE_POOL_LAST ? n - 1 : 0,
                        .want_to = pooling == ENGINE_POOL_CLS ? 1 : n,
-                       .seqs = seqs,
                        .hidden = rows,
                        .on_rows = embed_rows,
                        .user = &ec};
-    ok = ok && model_forward_span(e->m, e->kv, &span, err);
-    for (int g = 0; g < e->n_groups; g++) kv_seq_free(e->kv[g], &s[g]);
+    char no_room[96];
+    snprintf(no_room, sizeof no_room,
+             "embedding: not enough free KV blocks for %lld tokens right now", (long long)n);
+    ok = ok && forward_alone(e, &span, no_room, err);
     if (ok) {
         double div = pooling == ENGINE_POOL_MEAN ? (double)n : 1.0, norm = 0;
         for (int64_t k = 0; k < E; k++) norm += (acc[k] / div) * (acc[k] / div);

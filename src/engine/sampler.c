@@ -25,15 +25,17 @@ struct sampler {
 };
 
 void sampler_params_default(sampler_params *p) {
-    p->temperature = 0.8f;
-    p->top_k = 40;
-    p->top_p = 0.95f;
-    p->min_p = 0.05f;
-    p->repeat_penalty = 1.0f;
-    p->presence_penalty = 0.0f;
-    p->frequency_penalty = 0.0f;
-    p->penalty_last_n = 64;
-    p->seed = 0xC0FFEE;
+    *p = (sampler_params){
+        .temperature = 0.8f,
+        .top_k = 40,
+        .top_p = 0.95f,
+        .min_p = 0.05f,
+        .repeat_penalty = 1.0f,
+        .presence_penalty = 0.0f,
+        .frequency_penalty = 0.0f,
+        .penalty_last_n = 64,
+        .seed = 0xC0FFEE,
+    };
 }
 
 sampler *sampler_create(const sampler_params *p, int32_t n_vocab) {

@@ -6,6 +6,17 @@
 
 #include "model.h"
 
+/* What a family's rows share, named once; a row adds its own fields to them
+ * and never sets one of them again. */
+#define QWEN2_BASE .rope_type = MODEL_ROPE_NEOX, .qkv_bias_allowed = true
+#define QWEN3_BASE .rope_type = MODEL_ROPE_NEOX, .qk_norm = true
+#define GEMMA_BASE                                                                                 \
+    .rope_type = MODEL_ROPE_NEOX, .ffn_act = ARCH_ACT_GELU, .embd_scale = true, .post_norms = true
+#define GRANITE_BASE .rope_type = MODEL_ROPE_NORM, .granite_scales = true
+#define COMMAND_R_BASE                                                                             \
+    .rope_type = MODEL_ROPE_NORM, .norm = ARCH_NORM_LAYER, .parallel = true, .logit_scale = true,  \
+    .tied_always = true
+
 static const arch_desc ARCHS[] = {
     {.name = "llama",
      .rope_type = MODEL_ROPE_NORM,
@@ -14,25 +25,13 @@ static const arch_desc ARCHS[] = {
     {.name = "mistral", .rope_type = MODEL_ROPE_NORM},
     {.name = "mistral3", .rope_type = MODEL_ROPE_NORM, .attn_temp = true, .yarn_beta_keys = true},
     {.name = "smollm3", .rope_type = MODEL_ROPE_NORM, .nope_every = 4},
-    {.name = "qwen2", .rope_type = MODEL_ROPE_NEOX, .qkv_bias_allowed = true},
-    {.name = "qwen3", .rope_type = MODEL_ROPE_NEOX, .qk_norm = true},
-    {.name = "qwen2moe",
-     .rope_type = MODEL_ROPE_NEOX,
-     .qkv_bias_allowed = true,
-     .moe = ARCH_MOE_REQUIRED},
-    {.name = "qwen3moe", .rope_type = MODEL_ROPE_NEOX, .qk_norm = true, .moe = ARCH_MOE_REQUIRED},
-    {.name = "gemma2",
-     .rope_type = MODEL_ROPE_NEOX,
-     .ffn_act = ARCH_ACT_GELU,
-     .embd_scale = true,
-     .post_norms = true,
-     .swa_pattern = 2,
-     .n_layer_27b = 46},
+    {.name = "qwen2", QWEN2_BASE},
+    {.name = "qwen3", QWEN3_BASE},
+    {.name = "qwen2moe", QWEN2_BASE, .moe = ARCH_MOE_REQUIRED},
+    {.name = "qwen3moe", QWEN3_BASE, .moe = ARCH_MOE_REQUIRED},
+    {.name = "gemma2", GEMMA_BASE, .swa_pattern = 2, .n_layer_27b = 46},
     {.name = "gemma3",
-     .rope_type = MODEL_ROPE_NEOX,
-     .ffn_act = ARCH_ACT_GELU,
-     .embd_scale = true,
-     .post_norms = true,
+     GEMMA_BASE,
      .qk_norm = true,
      .swa_pattern = 6,
      .n_layer_27b = 62,
@@ -41,14 +40,8 @@ static const arch_desc ARCHS[] = {
      .rope_type = MODEL_ROPE_NORM,
      .attn = ARCH_ATTN_MLA,
      .moe = ARCH_MOE_OPTIONAL},
-    {.name = "granite",
-     .rope_type = MODEL_ROPE_NORM,
-     .granite_scales = true,
-     .moe = ARCH_MOE_OPTIONAL},
-    {.name = "granitemoe",
-     .rope_type = MODEL_ROPE_NORM,
-     .granite_scales = true,
-     .moe = ARCH_MOE_REQUIRED},
+    {.name = "granite", GRANITE_BASE, .moe = ARCH_MOE_OPTIONAL},
+    {.name = "granitemoe", GRANITE_BASE, .moe = ARCH_MOE_REQUIRED},
     {.name = "phi3", .rope_type = MODEL_ROPE_NEOX, .no_swa = true, .fused_gate_up = true},
     {.name = "olmo2",
      .rope_type = MODEL_ROPE_NEOX,
@@ -57,20 +50,8 @@ static const arch_desc ARCHS[] = {
      .qk_norm_full = true,
      .swa_pattern = 4,
      .swa_rope_plain = true},
-    {.name = "command-r",
-     .rope_type = MODEL_ROPE_NORM,
-     .norm = ARCH_NORM_LAYER,
-     .parallel = true,
-     .logit_scale = true,
-     .tied_always = true},
-    {.name = "cohere2",
-     .rope_type = MODEL_ROPE_NORM,
-     .norm = ARCH_NORM_LAYER,
-     .parallel = true,
-     .logit_scale = true,
-     .tied_always = true,
-     .swa_pattern = 4,
-     .rope_swa_only = true},
+    {.name = "command-r", COMMAND_R_BASE},
+    {.name = "cohere2", COMMAND_R_BASE, .swa_pattern = 4, .rope_swa_only = true},
     {.name = "glm4moe",
      .rope_type = MODEL_ROPE_NEOX,
      .qkv_bias_allowed = true,

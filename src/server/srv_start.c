@@ -88,18 +88,20 @@ static void raise_fd_limit(int want) {
                 (unsigned long long)rl.rlim_cur);
 }
 
+/* Every field not named is zero or NULL (no key, no CORS, no pipeline ranks). */
 void server_config_default(server_config *c) {
-    memset(c, 0, sizeof *c);
-    c->host = "127.0.0.1";
-    c->port = 8080;
-    c->model_id = "kvllm";
-    c->max_body_bytes = 8u << 20;
-    c->max_queue = 1024;
-    c->max_connections = 1024;
-    c->max_connections_per_ip = 256;
-    c->request_timeout_s = 30;
-    c->shutdown_timeout_s = 30;
-    c->http_threads = 4;
+    *c = (server_config){
+        .host = "127.0.0.1",
+        .port = 8080,
+        .model_id = "kvllm",
+        .max_body_bytes = 8u << 20,
+        .max_queue = 1024,
+        .max_connections = 1024,
+        .max_connections_per_ip = 256,
+        .request_timeout_s = 30,
+        .shutdown_timeout_s = 30,
+        .http_threads = 4,
+    };
 }
 
 static srv *srv_new(engine *e, const tok_vocab *vocab, const server_config *cfg) {
