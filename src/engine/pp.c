@@ -123,19 +123,14 @@ void pp_nap(void) {
 }
 
 bool pp_add_req(pp_reqs *q, int rank, MPI_Request r) {
-    if (q->n == q->cap) {
-        int n = q->cap ? 2 * q->cap : 64;
-        MPI_Request *a = realloc(q->r, (size_t)n * sizeof *a);
-        if (!a) return false;
-        q->r = a;
-        int *w = realloc(q->rank, (size_t)n * sizeof *w);
-        if (!w) return false;
-        q->rank = w;
-        q->cap = n;
-    }
-    q->r[q->n] = r;
-    q->rank[q->n++] = rank;
+    if (!kvl_grow((void **)&q->v, &q->cap, (size_t)q->n + 1, sizeof *q->v, 64)) return false;
+    q->v[q->n++] = (pp_req){.r = r, .rank = rank};
     return true;
+}
+
+void pp_reqs_free(pp_reqs *q) {
+    free(q->v);
+    *q = (pp_reqs){0};
 }
 
 bool pp_fail(pp_stage *p, kvl_error *err, const char *msg) {
@@ -153,11 +148,11 @@ bool pp_wait_reqs(pp_stage *p, pp_reqs *q, int64_t step, kvl_error *err) {
     for (;;) {
         int pending = 0;
         for (int i = 0; i < q->n; i++) {
-            if (q->r[i] == MPI_REQUEST_NULL) continue;
+            if (q->v[i].r == MPI_REQUEST_NULL) continue;
             int done = 0;
-            if (MPI_Test(&q->r[i], &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
+            if (MPI_Test(&q->v[i].r, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
                 char msg[200];
-                snprintf(msg, sizeof msg, "pipeline: MPI failed talking to rank %d", q->rank[i]);
+                snprintf(msg, sizeof msg, "pipeline: MPI failed talking to rank %d", q->v[i].rank);
                 return pp_fail(p, err, msg);
             }
             if (done) last = kvl_time_s();
@@ -168,7 +163,7 @@ bool pp_wait_reqs(pp_stage *p, pp_reqs *q, int64_t step, kvl_error *err) {
         if (now - last > p->cfg.timeout_s) {
             int who = p->size;
             for (int i = 0; i < q->n; i++)
-                if (q->r[i] != MPI_REQUEST_NULL && q->rank[i] < who) who = q->rank[i];
+                if (q->v[i].r != MPI_REQUEST_NULL && q->v[i].rank < who) who = q->v[i].rank;
             char msg[220];
             snprintf(msg, sizeof msg,
                      "pipeline: rank %d sent nothing for %.0f s (step %lld): it died or hangs; "
@@ -272,11 +267,9 @@ void pp_stage_destroy(pp_stage *p) {
         free(f->ctrl);
         kvl_free(f->x_out);
         kvl_free(f->logits);
-        free(f->q.r);
-        free(f->q.rank);
+        pp_reqs_free(&f->q);
     }
-    free(p->ping_q.r);
-    free(p->ping_q.rank);
+    pp_reqs_free(&p->ping_q);
     pthread_mutex_destroy(&p->lock);
     free(p->ctrl);
     kvl_free(p->x_in);

@@ -36,12 +36,17 @@ enum { HDR = 6 }; /* op, step, n_tokens, n_seqs, n_groups, n_micro */
  * bytes of one block of each group, MemAvailable (-1: unknown), host id. */
 enum { POOL_INTS = 5, PROBE_INTS = 4 };
 
-/* Requests not yet complete, each with the rank whose answer it waits for (so
- * a silent rank can be named). */
+/* A request not yet complete, with the rank whose answer it waits for (so a
+ * silent rank can be named). */
+typedef struct pp_req {
+    MPI_Request r;
+    int rank;
+} pp_req;
+
 typedef struct pp_reqs {
-    MPI_Request *r;
-    int *rank;
-    int n, cap;
+    pp_req *v;
+    int n;
+    size_t cap;
 } pp_reqs;
 
 /* One step in flight: on rank 0 everything a step's sends and receives use
@@ -112,6 +117,7 @@ extern bool pp_g_broken; /* a rank stopped answering: MPI_Finalize would wait fo
 bool pp_grow_f(float **p, int64_t *cap, int64_t need);
 void pp_nap(void);
 bool pp_add_req(pp_reqs *q, int rank, MPI_Request r);
+void pp_reqs_free(pp_reqs *q);
 /* Marks the pipeline broken (calls on_broken once) and fails with msg. */
 bool pp_fail(pp_stage *p, kvl_error *err, const char *msg);
 /* Waits for every request of q; the deadline moves on whenever one

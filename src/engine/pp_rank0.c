@@ -218,7 +218,7 @@ static bool launch(pp_stage *p, model *m, kv_pool *const *pools, const model_bat
             return pp_fail(p, err, "pipeline: cannot send hidden states to rank 1");
         p->st.hidden_bytes += (t1 - t0) * E * (int64_t)sizeof(float);
         int done; /* let the send start while the next part computes */
-        MPI_Test(&f->q.r[f->q.n - 1], &done, MPI_STATUS_IGNORE);
+        MPI_Test(&f->q.v[f->q.n - 1].r, &done, MPI_STATUS_IGNORE);
     }
     return true;
 }
@@ -275,8 +275,8 @@ static void *beat_main(void *arg) {
         }
         if (!p->in_call && kvl_time_s() - p->last_sent >= every) {
             for (int i = 0; i < p->ping_q.n; i++)
-                if (p->ping_q.r[i] != MPI_REQUEST_NULL)
-                    MPI_Test(&p->ping_q.r[i], &(int){0}, MPI_STATUS_IGNORE);
+                if (p->ping_q.v[i].r != MPI_REQUEST_NULL)
+                    MPI_Test(&p->ping_q.v[i].r, &(int){0}, MPI_STATUS_IGNORE);
             p->ping_q.n = 0;
             p->ping[0] = OP_PING;
             for (int r = 1; r < p->size; r++) {

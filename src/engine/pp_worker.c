@@ -165,7 +165,7 @@ static bool worker_forward(pp_stage *p, const int32_t *c, int64_t len, kvl_error
                 return kvl_fail(err, "pipeline: out of memory");
         }
         int done;
-        MPI_Test(&f->q.r[f->q.n - 1], &done, MPI_STATUS_IGNORE);
+        MPI_Test(&f->q.v[f->q.n - 1].r, &done, MPI_STATUS_IGNORE);
     }
     f->acks[0] = (int32_t)p->step;
     MPI_Request rq;
