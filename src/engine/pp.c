@@ -108,13 +108,18 @@ _Noreturn void pp_abort(int code) {
 
 /* ------------------------------------------------------------- helpers -- */
 
-bool pp_grow_f(float **p, int64_t *cap, int64_t need) {
-    if (need <= *cap) return true;
+bool pp_floats_grow(pp_floats *b, int64_t need) {
+    if (need <= b->cap) return true;
     int64_t n = need + need / 2 + 1024;
-    kvl_free(*p);
-    *p = kvl_alloc((size_t)n * sizeof(float));
-    *cap = *p ? n : 0;
-    return *p != NULL;
+    kvl_free(b->v);
+    b->v = kvl_alloc((size_t)n * sizeof *b->v);
+    b->cap = b->v ? n : 0;
+    return b->v != NULL;
+}
+
+void pp_floats_free(pp_floats *b) {
+    kvl_free(b->v);
+    *b = (pp_floats){0};
 }
 
 void pp_nap(void) {
@@ -265,14 +270,14 @@ void pp_stage_destroy(pp_stage *p) {
     for (int k = 0; k < PP_MAX_FLIGHT; k++) {
         pp_flight *f = &p->fl[k];
         free(f->ctrl);
-        kvl_free(f->x_out);
-        kvl_free(f->logits);
+        pp_floats_free(&f->x_out);
+        pp_floats_free(&f->logits);
         pp_reqs_free(&f->q);
     }
     pp_reqs_free(&p->ping_q);
     pthread_mutex_destroy(&p->lock);
     free(p->ctrl);
-    kvl_free(p->x_in);
+    pp_floats_free(&p->x_in);
     free(p->want);
     free(p->seqs);
     free(p->seq_ptrs);

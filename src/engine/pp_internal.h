@@ -49,15 +49,21 @@ typedef struct pp_reqs {
     size_t cap;
 } pp_reqs;
 
+/* A float buffer (hidden states, logits), 64-byte aligned, grown by
+ * pp_floats_grow (its contents are not kept) and freed by pp_floats_free. */
+typedef struct pp_floats {
+    float *v;
+    int64_t cap;
+} pp_floats;
+
 /* One step in flight: on rank 0 everything a step's sends and receives use
  * until it is waited for; on a worker what its sends read until they
  * complete (a worker goes on with the next step meanwhile). */
 typedef struct pp_flight {
     int32_t *ctrl; /* rank 0: the step descriptor being sent */
     size_t ctrl_cap;
-    float *x_out,
-        *logits; /* hidden states sent on; logits (rank 0: when the caller has no buffer) */
-    int64_t x_out_cap, logits_cap;
+    pp_floats x_out;  /* hidden states sent on */
+    pp_floats logits; /* rank 0: when the caller has no buffer */
     pp_reqs q;
     int32_t acks[PP_MAX_RANKS]; /* rank 0: each rank's "step done"; a worker sends acks[0] */
     int64_t step, n_tokens;
@@ -89,8 +95,7 @@ struct pp_stage {
     /* buffers, grown as needed */
     int32_t *ctrl; /* a worker's step received */
     size_t ctrl_cap;
-    float *x_in;
-    int64_t x_in_cap;
+    pp_floats x_in;
     uint8_t *want;
     size_t want_cap;
     kv_seq *seqs;
@@ -114,7 +119,8 @@ struct pp_stage {
 
 /* pp.c */
 extern bool pp_g_broken; /* a rank stopped answering: MPI_Finalize would wait forever */
-bool pp_grow_f(float **p, int64_t *cap, int64_t need);
+bool pp_floats_grow(pp_floats *b, int64_t need);
+void pp_floats_free(pp_floats *b);
 void pp_nap(void);
 bool pp_add_req(pp_reqs *q, int rank, MPI_Request r);
 void pp_reqs_free(pp_reqs *q);
