@@ -48,14 +48,8 @@ static bool alloc_batch(engine *e, kvl_error *err) {
     if (e->n_slots > 1) rows = (S + e->n_slots - 1) / e->n_slots;
     for (int k = 0; k < e->n_slots; k++) {
         step_slot *b = &e->slots[k];
-        b->tokens = malloc(T * sizeof(int32_t));
-        b->pos = malloc(T * sizeof(int32_t));
-        b->seq = malloc(T * sizeof(int32_t));
-        b->want = malloc(T);
-        b->seqs = malloc(S * e->n_groups * sizeof(kv_seq *));
         b->owner = malloc(S * sizeof(seq *));
-        b->logits = kvl_alloc(rows * V * sizeof(float));
-        if (!b->tokens || !b->pos || !b->seq || !b->want || !b->seqs || !b->owner || !b->logits)
+        if (!batch_buf_alloc(&b->in, T, S, e->n_groups, rows, V) || !b->owner)
             return kvl_fail(err, "engine: out of memory");
     }
     e->b = &e->slots[0];
@@ -204,14 +198,8 @@ void engine_destroy(engine *e) {
     for (int g = 0; g < MODEL_MAX_KV_GROUPS; g++) kv_pool_destroy(e->kv[g]);
     spec_drafter_destroy(e->drafter);
     for (int k = 0; k < e->n_slots; k++) {
-        step_slot *b = &e->slots[k];
-        free(b->tokens);
-        free(b->pos);
-        free(b->seq);
-        free(b->want);
-        free(b->seqs);
-        free(b->owner);
-        kvl_free(b->logits);
+        batch_buf_free(&e->slots[k].in);
+        free(e->slots[k].owner);
     }
     free(e->running);
     kvl_free(e->logits_tmp);

@@ -7,6 +7,7 @@
 #include "engine.h"
 #include "spec.h"
 #include "engine_events.h"
+#include "batch_buf.h"
 
 #define MAX_TOP_LOGPROBS 20
 
@@ -55,11 +56,8 @@ typedef struct step_plan {
 /* One step's batch and logits, sized once; engine.b points at the slot being
  * planned or finished (engine_config.step_groups slots). */
 typedef struct step_slot {
-    int32_t *tokens, *pos, *seq;
-    uint8_t *want;
-    const kv_seq **seqs;
+    batch_buf in;       /* the batch; logits [rows][n_vocab] */
     struct seq **owner; /* running sequence of each batch seq index */
-    float *logits;      /* [rows][n_vocab] */
     step_plan plan;
 } step_slot;
 

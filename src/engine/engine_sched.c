@@ -145,15 +145,13 @@ static void preempt_newest(engine *e) {
 static void plan_add(engine *e, step_plan *p, seq *s, int64_t n) {
     step_slot *b = e->b;
     int si = p->n_seqs++;
-    for (int g = 0; g < e->n_groups; g++) b->seqs[si * e->n_groups + g] = &s->kv[g];
+    batch_buf_set_seq(&b->in, si, s->kv);
     b->owner[si] = s;
     for (int64_t i = 0; i < n; i++) {
         int64_t pos = s->n_computed + i;
-        b->tokens[p->n_tokens] = pos < s->n_tokens ? s->tokens[pos] : s->draft[pos - s->n_tokens];
-        b->pos[p->n_tokens] = (int32_t)pos;
-        b->seq[p->n_tokens] = si;
-        b->want[p->n_tokens] = pos >= s->n_tokens - 1; /* the last token's and every draft's */
-        p->n_tokens++;
+        int32_t tok = pos < s->n_tokens ? s->tokens[pos] : s->draft[pos - s->n_tokens];
+        /* the last token's logits are wanted, and every draft's */
+        batch_buf_set_token(&b->in, p->n_tokens++, tok, pos, si, pos >= s->n_tokens - 1);
     }
 }
 
@@ -283,9 +281,10 @@ void eng_draft_all(engine *e, const step_plan *p) {
         kvl_log(KVL_LOG_WARN, "engine: draft model: %s", err.msg);
         for (int j = 0; j < n; j++) spec_dseq_release(e->drafter, e->draft_jobs[j].ds, false);
     }
+    batch_buf *in = &e->b->in;
     for (int64_t t = 0; t < p->n_tokens; t++) {
-        const seq *s = e->b->owner[e->b->seq[t]];
-        if (e->b->pos[t] >= s->n_tokens) e->b->tokens[t] = s->draft[e->b->pos[t] - s->n_tokens];
+        const seq *s = e->b->owner[in->seq[t]];
+        if (in->pos[t] >= s->n_tokens) in->tokens[t] = s->draft[in->pos[t] - s->n_tokens];
     }
 }
 

@@ -40,14 +40,15 @@ static void sample_outputs(engine *e, const step_plan *p) {
     int64_t V = model_hp(e->m)->n_vocab, row = 0;
     int32_t ids[MAX_TOP_LOGPROBS];
     float lps[MAX_TOP_LOGPROBS];
+    const batch_buf *in = &e->b->in;
     for (int64_t t = 0; t < p->n_tokens; t++) {
-        if (!e->b->want[t]) continue;
-        seq *s = e->b->owner[e->b->seq[t]];
-        const float *lg = e->b->logits + row++ * V;
+        if (!in->want[t]) continue;
+        seq *s = e->b->owner[in->seq[t]];
+        const float *lg = in->logits + row++ * V;
         /* A draft's row counts only while every token before it was accepted:
          * the sequence's text must be exactly what the row was computed on. */
-        const int64_t pos = e->b->pos[t];
-        if (s->state == SEQ_DONE || pos != s->n_tokens - 1 || s->tokens[pos] != e->b->tokens[t])
+        const int64_t pos = in->pos[t];
+        if (s->state == SEQ_DONE || pos != s->n_tokens - 1 || s->tokens[pos] != in->tokens[t])
             continue;
         if (pos >= s->n_computed) { /* an accepted draft: its K/V is the sequence's now */
             s->n_computed = pos + 1;
@@ -103,7 +104,7 @@ static void step_done(engine *e, const step_plan *p) {
     for (int si = 0; si < p->n_seqs; si++) {
         seq *s = e->b->owner[si];
         for (int64_t t = 0; t < p->n_tokens; t++)
-            if (e->b->seq[t] == si) s->n_computed++;
+            if (e->b->in.seq[t] == si) s->n_computed++;
         s->n_computed -= s->n_draft; /* drafts count once accepted (sample_outputs) */
         for (int g = 0; e->prefix_cache && g < e->n_groups; g++)
             kv_prefix_commit(e->kv[g], &s->kv[g], s->tokens, s->n_computed);
@@ -120,16 +121,6 @@ static void step_done(engine *e, const step_plan *p) {
             i++;
         }
     }
-}
-
-static model_batch plan_batch(engine *e, const step_plan *p) {
-    return (model_batch){.n_tokens = p->n_tokens,
-                         .tokens = e->b->tokens,
-                         .pos = e->b->pos,
-                         .seq = e->b->seq,
-                         .want_logits = e->b->want,
-                         .n_seqs = p->n_seqs,
-                         .seqs = e->b->seqs};
 }
 
 /* Finishes the oldest step in flight. */
@@ -166,8 +157,8 @@ static bool step_groups(engine *e, kvl_error *err) {
         if (p->n_tokens == 0) break;
         for (int si = 0; si < p->n_seqs; si++) e->b->owner[si]->flight = k + 1;
         e->n_flight++;
-        model_batch b = plan_batch(e, p);
-        if (!model_forward_launch(e->m, e->kv, &b, e->b->logits, err)) {
+        model_batch b = batch_buf_batch(&e->b->in, p->n_tokens, p->n_seqs);
+        if (!model_forward_launch(e->m, e->kv, &b, e->b->in.logits, err)) {
             e->n_flight--;
             for (int si = 0; si < p->n_seqs; si++) e->b->owner[si]->flight = 0;
             return false;
@@ -207,8 +198,8 @@ bool engine_step(engine *e, kvl_error *err) {
         return true;
     }
     if (e->drafter) eng_draft_all(e, &p);
-    model_batch b = plan_batch(e, &p);
-    if (!model_forward(e->m, e->kv, &b, e->b->logits, err)) return false;
+    model_batch b = batch_buf_batch(&e->b->in, p.n_tokens, p.n_seqs);
+    if (!model_forward(e->m, e->kv, &b, e->b->in.logits, err)) return false;
     step_done(e, &p);
     if (e->spec) spec_cost_observe(&e->cost, p.n_tokens, kvl_time_s() - t_step - e->step_draft_s);
     return true;

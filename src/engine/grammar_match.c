@@ -35,6 +35,12 @@ enum { T_OVER = -3 };   /* a bound was exceeded: st->fail says which (never cach
  * holds a 64-word buffer: 4096 levels stay near 1.5 MiB. */
 #define MASK_MEMO 4
 
+/* A slot of the set of (stack, position) pairs met this round (see seen_keys). */
+typedef struct seen_slot {
+    int64_t at;   /* 1 + the offset of its record in seen_keys, 0: empty */
+    uint32_t gen; /* the round that wrote it: a slot of another round reads as empty */
+} seen_slot;
+
 typedef struct srec {
     int64_t key_off;
     int32_t key_len;
@@ -77,8 +83,8 @@ struct grammar_state {
     int64_t at_byte; /* the byte being read (1-based), for the error message */
     int32_t depth;   /* expand()'s recursion */
     /* The (stack, position) pairs expand() has met since scratch_reset, as
-     * records [len, stack..., pos] in seen_keys, found through seen_ht (offset
-     * + 1; a slot counts only when its seen_gen is this round's). Two epsilon
+     * records [len, stack..., pos] in seen_keys, found through the hash table
+     * seen (a slot counts only when its gen is this round's). Two epsilon
      * paths that reach the same pair emit the same stacks, so the second is
      * cut: without it k adjacent items that can each be empty two ways
      * ("" [b-d]* ?{73}: the option empty, or the star empty) are expanded
@@ -86,8 +92,8 @@ struct grammar_state {
     int32_t *seen_keys;
     int64_t n_seen_keys, n_seen;
     size_t cap_seen_keys;
-    int64_t *seen_ht;
-    uint32_t *seen_gen, gen;
+    seen_slot *seen;
+    uint32_t gen;
     uint32_t seen_cap;
 };
 
@@ -234,25 +240,17 @@ static void expand_at(grammar_state *st, const int32_t *stk, int32_t len, int32_
 
 static bool seen_grow(grammar_state *st) {
     uint32_t cap = st->seen_cap ? st->seen_cap * 2 : 1024;
-    int64_t *ht = calloc(cap, sizeof *ht);
-    uint32_t *gen = calloc(cap, sizeof *gen);
-    if (!ht || !gen) {
-        free(ht);
-        free(gen);
-        return false;
-    }
+    seen_slot *tab = calloc(cap, sizeof *tab);
+    if (!tab) return false;
     for (uint32_t i = 0; i < st->seen_cap; i++) { /* this round's entries move over */
-        if (st->seen_gen[i] != st->gen || !st->seen_ht[i]) continue;
-        const int32_t *k = st->seen_keys + st->seen_ht[i] - 1;
+        if (st->seen[i].gen != st->gen || !st->seen[i].at) continue;
+        const int32_t *k = st->seen_keys + st->seen[i].at - 1;
         uint32_t h = hash_key(k + 1, k[0] + 1) & (cap - 1);
-        while (ht[h]) h = (h + 1) & (cap - 1);
-        ht[h] = st->seen_ht[i];
-        gen[h] = st->gen;
+        while (tab[h].at) h = (h + 1) & (cap - 1);
+        tab[h] = st->seen[i];
     }
-    free(st->seen_ht);
-    free(st->seen_gen);
-    st->seen_ht = ht;
-    st->seen_gen = gen;
+    free(st->seen);
+    st->seen = tab;
     st->seen_cap = cap;
     return true;
 }
@@ -277,13 +275,12 @@ static bool seen_before(grammar_state *st, const int32_t *stk, int32_t len, int3
     if (len > 0) memcpy(rec + 1, stk, (size_t)len * sizeof *stk);
     rec[len + 1] = pos;
     uint32_t slot = hash_key(rec + 1, len + 1) & (st->seen_cap - 1);
-    for (; st->seen_gen[slot] == st->gen && st->seen_ht[slot];
+    for (; st->seen[slot].gen == st->gen && st->seen[slot].at;
          slot = (slot + 1) & (st->seen_cap - 1)) {
-        const int32_t *k = st->seen_keys + st->seen_ht[slot] - 1;
+        const int32_t *k = st->seen_keys + st->seen[slot].at - 1;
         if (k[0] == len && memcmp(k + 1, rec + 1, (size_t)(len + 1) * sizeof *k) == 0) return true;
     }
-    st->seen_ht[slot] = st->n_seen_keys + 1;
-    st->seen_gen[slot] = st->gen;
+    st->seen[slot] = (seen_slot){.at = st->n_seen_keys + 1, .gen = st->gen};
     st->n_seen_keys += len + 2;
     st->n_seen++;
     return false;
@@ -376,7 +373,7 @@ static void scratch_reset(grammar_state *st) {
     st->n_seen_keys = 0; /* a new round: the old generation's slots read as empty */
     st->n_seen = 0;
     if (++st->gen == 0) { /* wrapped: clear the stamps once */
-        if (st->seen_gen) memset(st->seen_gen, 0, st->seen_cap * sizeof *st->seen_gen);
+        if (st->seen) memset(st->seen, 0, st->seen_cap * sizeof *st->seen);
         st->gen = 1;
     }
 }
@@ -602,8 +599,7 @@ void grammar_state_free(grammar_state *st) {
     free(st->recs);
     free(st->walk);
     free(st->seen_keys);
-    free(st->seen_ht);
-    free(st->seen_gen);
+    free(st->seen);
     for (int i = 0; i < MASK_MEMO; i++) free(st->memo[i].bits);
     free(st);
 }

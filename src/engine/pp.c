@@ -108,13 +108,18 @@ _Noreturn void pp_abort(int code) {
 
 /* ------------------------------------------------------------- helpers -- */
 
-bool pp_grow_f(float **p, int64_t *cap, int64_t need) {
-    if (need <= *cap) return true;
+bool pp_floats_grow(pp_floats *b, int64_t need) {
+    if (need <= b->cap) return true;
     int64_t n = need + need / 2 + 1024;
-    kvl_free(*p);
-    *p = kvl_alloc((size_t)n * sizeof(float));
-    *cap = *p ? n : 0;
-    return *p != NULL;
+    kvl_free(b->v);
+    b->v = kvl_alloc((size_t)n * sizeof *b->v);
+    b->cap = b->v ? n : 0;
+    return b->v != NULL;
+}
+
+void pp_floats_free(pp_floats *b) {
+    kvl_free(b->v);
+    *b = (pp_floats){0};
 }
 
 void pp_nap(void) {
@@ -123,19 +128,14 @@ void pp_nap(void) {
 }
 
 bool pp_add_req(pp_reqs *q, int rank, MPI_Request r) {
-    if (q->n == q->cap) {
-        int n = q->cap ? 2 * q->cap : 64;
-        MPI_Request *a = realloc(q->r, (size_t)n * sizeof *a);
-        if (!a) return false;
-        q->r = a;
-        int *w = realloc(q->rank, (size_t)n * sizeof *w);
-        if (!w) return false;
-        q->rank = w;
-        q->cap = n;
-    }
-    q->r[q->n] = r;
-    q->rank[q->n++] = rank;
+    if (!kvl_grow((void **)&q->v, &q->cap, (size_t)q->n + 1, sizeof *q->v, 64)) return false;
+    q->v[q->n++] = (pp_req){.r = r, .rank = rank};
     return true;
+}
+
+void pp_reqs_free(pp_reqs *q) {
+    free(q->v);
+    *q = (pp_reqs){0};
 }
 
 bool pp_fail(pp_stage *p, kvl_error *err, const char *msg) {
@@ -153,11 +153,11 @@ bool pp_wait_reqs(pp_stage *p, pp_reqs *q, int64_t step, kvl_error *err) {
     for (;;) {
         int pending = 0;
         for (int i = 0; i < q->n; i++) {
-            if (q->r[i] == MPI_REQUEST_NULL) continue;
+            if (q->v[i].r == MPI_REQUEST_NULL) continue;
             int done = 0;
-            if (MPI_Test(&q->r[i], &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
+            if (MPI_Test(&q->v[i].r, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
                 char msg[200];
-                snprintf(msg, sizeof msg, "pipeline: MPI failed talking to rank %d", q->rank[i]);
+                snprintf(msg, sizeof msg, "pipeline: MPI failed talking to rank %d", q->v[i].rank);
                 return pp_fail(p, err, msg);
             }
             if (done) last = kvl_time_s();
@@ -168,7 +168,7 @@ bool pp_wait_reqs(pp_stage *p, pp_reqs *q, int64_t step, kvl_error *err) {
         if (now - last > p->cfg.timeout_s) {
             int who = p->size;
             for (int i = 0; i < q->n; i++)
-                if (q->r[i] != MPI_REQUEST_NULL && q->rank[i] < who) who = q->rank[i];
+                if (q->v[i].r != MPI_REQUEST_NULL && q->v[i].rank < who) who = q->v[i].rank;
             char msg[220];
             snprintf(msg, sizeof msg,
                      "pipeline: rank %d sent nothing for %.0f s (step %lld): it died or hangs; "
@@ -270,16 +270,14 @@ void pp_stage_destroy(pp_stage *p) {
     for (int k = 0; k < PP_MAX_FLIGHT; k++) {
         pp_flight *f = &p->fl[k];
         free(f->ctrl);
-        kvl_free(f->x_out);
-        kvl_free(f->logits);
-        free(f->q.r);
-        free(f->q.rank);
+        pp_floats_free(&f->x_out);
+        pp_floats_free(&f->logits);
+        pp_reqs_free(&f->q);
     }
-    free(p->ping_q.r);
-    free(p->ping_q.rank);
+    pp_reqs_free(&p->ping_q);
     pthread_mutex_destroy(&p->lock);
     free(p->ctrl);
-    kvl_free(p->x_in);
+    pp_floats_free(&p->x_in);
     free(p->want);
     free(p->seqs);
     free(p->seq_ptrs);

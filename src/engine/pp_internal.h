@@ -36,13 +36,25 @@ enum { HDR = 6 }; /* op, step, n_tokens, n_seqs, n_groups, n_micro */
  * bytes of one block of each group, MemAvailable (-1: unknown), host id. */
 enum { POOL_INTS = 5, PROBE_INTS = 4 };
 
-/* Requests not yet complete, each with the rank whose answer it waits for (so
- * a silent rank can be named). */
+/* A request not yet complete, with the rank whose answer it waits for (so a
+ * silent rank can be named). */
+typedef struct pp_req {
+    MPI_Request r;
+    int rank;
+} pp_req;
+
 typedef struct pp_reqs {
-    MPI_Request *r;
-    int *rank;
-    int n, cap;
+    pp_req *v;
+    int n;
+    size_t cap;
 } pp_reqs;
+
+/* A float buffer (hidden states, logits), 64-byte aligned, grown by
+ * pp_floats_grow (its contents are not kept) and freed by pp_floats_free. */
+typedef struct pp_floats {
+    float *v;
+    int64_t cap;
+} pp_floats;
 
 /* One step in flight: on rank 0 everything a step's sends and receives use
  * until it is waited for; on a worker what its sends read until they
@@ -50,9 +62,8 @@ typedef struct pp_reqs {
 typedef struct pp_flight {
     int32_t *ctrl; /* rank 0: the step descriptor being sent */
     size_t ctrl_cap;
-    float *x_out,
-        *logits; /* hidden states sent on; logits (rank 0: when the caller has no buffer) */
-    int64_t x_out_cap, logits_cap;
+    pp_floats x_out;  /* hidden states sent on */
+    pp_floats logits; /* rank 0: when the caller has no buffer */
     pp_reqs q;
     int32_t acks[PP_MAX_RANKS]; /* rank 0: each rank's "step done"; a worker sends acks[0] */
     int64_t step, n_tokens;
@@ -84,8 +95,7 @@ struct pp_stage {
     /* buffers, grown as needed */
     int32_t *ctrl; /* a worker's step received */
     size_t ctrl_cap;
-    float *x_in;
-    int64_t x_in_cap;
+    pp_floats x_in;
     uint8_t *want;
     size_t want_cap;
     kv_seq *seqs;
@@ -109,9 +119,11 @@ struct pp_stage {
 
 /* pp.c */
 extern bool pp_g_broken; /* a rank stopped answering: MPI_Finalize would wait forever */
-bool pp_grow_f(float **p, int64_t *cap, int64_t need);
+bool pp_floats_grow(pp_floats *b, int64_t need);
+void pp_floats_free(pp_floats *b);
 void pp_nap(void);
 bool pp_add_req(pp_reqs *q, int rank, MPI_Request r);
+void pp_reqs_free(pp_reqs *q);
 /* Marks the pipeline broken (calls on_broken once) and fails with msg. */
 bool pp_fail(pp_stage *p, kvl_error *err, const char *msg);
 /* Waits for every request of q; the deadline moves on whenever one

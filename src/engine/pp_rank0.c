@@ -159,7 +159,7 @@ static bool launch(pp_stage *p, model *m, kv_pool *const *pools, const model_bat
     f->step = p->step;
     f->n_tokens = n;
     if (!kvl_grow((void **)&p->want, &p->want_cap, (size_t)n, 1, 64) ||
-        !pp_grow_f(&f->x_out, &f->x_out_cap, n * E))
+        !pp_floats_grow(&f->x_out, n * E))
         return pp_fail(p, err, "pipeline: out of memory");
     if (b->want_logits) memcpy(p->want, b->want_logits, (size_t)n);
     else {
@@ -169,9 +169,9 @@ static bool launch(pp_stage *p, model *m, kv_pool *const *pools, const model_bat
     const int64_t n_want = pp_count_wanted(p->want, 0, n);
     float *out = logits;
     if (!out) { /* the caller wants none of them, but the last rank sends what is wanted */
-        if (!pp_grow_f(&f->logits, &f->logits_cap, n_want * V))
+        if (!pp_floats_grow(&f->logits, n_want * V))
             return pp_fail(p, err, "pipeline: out of memory");
-        out = f->logits;
+        out = f->logits.v;
     }
     /* by default a step is cut into one micro-batch per rank only when no
      * other step is in flight: otherwise the stages are busy with those, and
@@ -205,20 +205,20 @@ static bool launch(pp_stage *p, model *m, kv_pool *const *pools, const model_bat
     for (int k = 0; k < n_micro; k++) {
         const int64_t t0 = pp_micro_start(n, n_micro, k), t1 = pp_micro_start(n, n_micro, k + 1);
         model_batch sb = pp_sub_batch(b, p->want, t0, t1);
-        if (!model_forward_stage(m, pools, &sb, NULL, f->x_out + t0 * E, NULL, err)) {
+        if (!model_forward_stage(m, pools, &sb, NULL, f->x_out.v + t0 * E, NULL, err)) {
             /* the others wait for this step: the pipeline cannot go on */
             char msg[sizeof p->fail_msg];
             snprintf(msg, sizeof msg, "pipeline: %s", err->msg);
             return pp_fail(p, err, msg);
         }
         MPI_Request rq;
-        if (MPI_Isend(f->x_out + t0 * E, (int)((t1 - t0) * E), MPI_FLOAT, 1, TAG_HIDDEN,
+        if (MPI_Isend(f->x_out.v + t0 * E, (int)((t1 - t0) * E), MPI_FLOAT, 1, TAG_HIDDEN,
                       MPI_COMM_WORLD, &rq) != MPI_SUCCESS ||
             !pp_add_req(&f->q, 1, rq))
             return pp_fail(p, err, "pipeline: cannot send hidden states to rank 1");
         p->st.hidden_bytes += (t1 - t0) * E * (int64_t)sizeof(float);
         int done; /* let the send start while the next part computes */
-        MPI_Test(&f->q.r[f->q.n - 1], &done, MPI_STATUS_IGNORE);
+        MPI_Test(&f->q.v[f->q.n - 1].r, &done, MPI_STATUS_IGNORE);
     }
     return true;
 }
@@ -275,8 +275,8 @@ static void *beat_main(void *arg) {
         }
         if (!p->in_call && kvl_time_s() - p->last_sent >= every) {
             for (int i = 0; i < p->ping_q.n; i++)
-                if (p->ping_q.r[i] != MPI_REQUEST_NULL)
-                    MPI_Test(&p->ping_q.r[i], &(int){0}, MPI_STATUS_IGNORE);
+                if (p->ping_q.v[i].r != MPI_REQUEST_NULL)
+                    MPI_Test(&p->ping_q.v[i].r, &(int){0}, MPI_STATUS_IGNORE);
             p->ping_q.n = 0;
             p->ping[0] = OP_PING;
             for (int r = 1; r < p->size; r++) {

@@ -106,7 +106,7 @@ static bool worker_forward(pp_stage *p, const int32_t *c, int64_t len, kvl_error
     const int32_t *tokens = c + HDR, *pos = tokens + n, *seq = pos + n, *want32 = seq + n;
     if (!kvl_grow((void **)&p->want, &p->want_cap, (size_t)n, 1, 64) ||
         !kvl_grow((void **)&p->seqs, &p->seqs_cap, (size_t)n_seqs * G, sizeof *p->seqs, 64) ||
-        !pp_grow_f(&p->x_in, &p->x_in_cap, n * E))
+        !pp_floats_grow(&p->x_in, n * E))
         return kvl_fail(err, "pipeline: out of memory");
     /* seq_ptrs follows seqs' capacity */
     const kv_seq **sp = realloc(p->seq_ptrs, (size_t)p->seqs_cap * sizeof *sp);
@@ -127,11 +127,10 @@ static bool worker_forward(pp_stage *p, const int32_t *c, int64_t len, kvl_error
     }
     const bool last = p->rank == p->size - 1;
     float *x_out = NULL;
-    if (!last && !pp_grow_f(&f->x_out, &f->x_out_cap, n * E))
+    if (!last && !pp_floats_grow(&f->x_out, n * E)) return kvl_fail(err, "pipeline: out of memory");
+    if (last && !pp_floats_grow(&f->logits, pp_count_wanted(p->want, 0, n) * V))
         return kvl_fail(err, "pipeline: out of memory");
-    if (last && !pp_grow_f(&f->logits, &f->logits_cap, pp_count_wanted(p->want, 0, n) * V))
-        return kvl_fail(err, "pipeline: out of memory");
-    x_out = last ? NULL : f->x_out;
+    x_out = last ? NULL : f->x_out.v;
     model_batch b = {
         .n_tokens = n, .tokens = tokens, .pos = pos, .seq = seq, .n_seqs = n_seqs, .seqs = sp};
     int64_t row = 0;
@@ -143,11 +142,11 @@ static bool worker_forward(pp_stage *p, const int32_t *c, int64_t len, kvl_error
         if (count != (t1 - t0) * E)
             return kvl_fail(err, "pipeline: rank %d: %d hidden values from rank %d, expected %lld",
                             p->rank, count, p->rank - 1, (long long)((t1 - t0) * E));
-        MPI_Recv(p->x_in + t0 * E, count, MPI_FLOAT, p->rank - 1, TAG_HIDDEN, MPI_COMM_WORLD,
+        MPI_Recv(p->x_in.v + t0 * E, count, MPI_FLOAT, p->rank - 1, TAG_HIDDEN, MPI_COMM_WORLD,
                  MPI_STATUS_IGNORE);
         model_batch sb = pp_sub_batch(&b, p->want, t0, t1);
-        float *rows = last ? f->logits + row * V : NULL;
-        if (!model_forward_stage(p->m, p->pools, &sb, p->x_in + t0 * E,
+        float *rows = last ? f->logits.v + row * V : NULL;
+        if (!model_forward_stage(p->m, p->pools, &sb, p->x_in.v + t0 * E,
                                  x_out ? x_out + t0 * E : NULL, rows, err))
             return false;
         MPI_Request rq;
@@ -165,7 +164,7 @@ static bool worker_forward(pp_stage *p, const int32_t *c, int64_t len, kvl_error
                 return kvl_fail(err, "pipeline: out of memory");
         }
         int done;
-        MPI_Test(&f->q.r[f->q.n - 1], &done, MPI_STATUS_IGNORE);
+        MPI_Test(&f->q.v[f->q.n - 1].r, &done, MPI_STATUS_IGNORE);
     }
     f->acks[0] = (int32_t)p->step;
     MPI_Request rq;

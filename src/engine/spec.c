@@ -1,5 +1,6 @@
 /* spec: see spec.h. */
 #include "spec.h"
+#include "batch_buf.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -172,13 +173,11 @@ struct spec_drafter {
     kv_pool *kv[MODEL_MAX_KV_GROUPS];
     kv_attn attn[MODEL_MAX_KV_GROUPS];
     int n_groups;
-    /* one forward's batch, grown to the most sequences drafted together */
+    /* one forward's batch, grown to the most sequences drafted together:
+     * DRAFT_CHUNK + cap_seqs tokens, cap_seqs sequences and logits rows */
     int cap_seqs;
-    int32_t *tokens, *pos, *sq; /* [DRAFT_CHUNK + cap_seqs] */
-    uint8_t *want;
-    const kv_seq **seqs; /* [cap_seqs * n_groups] */
-    int *row_job;        /* [cap_seqs] the job of each logits row */
-    float *logits;       /* [cap_seqs][n_vocab] */
+    batch_buf in;
+    int *row_job; /* [cap_seqs] the job of each logits row */
 };
 
 spec_drafter *spec_drafter_create(model *draft, int block_size, int kv_dtype, int64_t n_blocks,
@@ -206,21 +205,11 @@ spec_drafter *spec_drafter_create(model *draft, int block_size, int kv_dtype, in
     return d;
 }
 
-/* The per-call batch buffers, which grow() sizes to the number of jobs. */
-static void free_batch_buffers(spec_drafter *d) {
-    free(d->tokens);
-    free(d->pos);
-    free(d->sq);
-    free(d->want);
-    free(d->seqs);
-    free(d->row_job);
-    kvl_free(d->logits);
-}
-
 void spec_drafter_destroy(spec_drafter *d) {
     if (!d) return;
     for (int g = 0; g < MODEL_MAX_KV_GROUPS; g++) kv_pool_destroy(d->kv[g]);
-    free_batch_buffers(d);
+    batch_buf_free(&d->in);
+    free(d->row_job);
     free(d);
 }
 
@@ -266,41 +255,31 @@ int spec_drafter_reserve(spec_drafter *d, spec_dseq *ds, int64_t n, int k) {
 static bool grow(spec_drafter *d, int n_jobs, kvl_error *err) {
     if (n_jobs <= d->cap_seqs) return true;
     const int64_t V = model_hp(d->m)->n_vocab;
-    const size_t nt = DRAFT_CHUNK + (size_t)n_jobs;
-    free_batch_buffers(d);
-    d->tokens = malloc(nt * sizeof *d->tokens);
-    d->pos = malloc(nt * sizeof *d->pos);
-    d->sq = malloc(nt * sizeof *d->sq);
-    d->want = malloc(nt);
-    d->seqs = malloc((size_t)n_jobs * (size_t)d->n_groups * sizeof *d->seqs);
+    batch_buf_free(&d->in);
+    free(d->row_job);
     d->row_job = malloc((size_t)n_jobs * sizeof *d->row_job);
-    d->logits = kvl_alloc((size_t)n_jobs * (size_t)V * sizeof(float));
-    d->cap_seqs =
-        d->tokens && d->pos && d->sq && d->want && d->seqs && d->row_job && d->logits ? n_jobs : 0;
-    return d->cap_seqs ? true : kvl_fail(err, "draft model: out of memory");
+    const bool ok =
+        batch_buf_alloc(&d->in, DRAFT_CHUNK + (int64_t)n_jobs, n_jobs, d->n_groups, n_jobs, V) &&
+        d->row_job;
+    d->cap_seqs = ok ? n_jobs : 0;
+    return ok || kvl_fail(err, "draft model: out of memory");
 }
 
 /* Adds job j's sequence to the batch being built (its tables); returns its index there. */
 static int batch_seq(spec_drafter *d, int *n_seqs, const spec_draft_job *job) {
     const int si = (*n_seqs)++;
-    for (int g = 0; g < d->n_groups; g++) d->seqs[si * d->n_groups + g] = &job->ds->kv[g];
+    batch_buf_set_seq(&d->in, si, job->ds->kv);
     return si;
 }
 
 static bool run_batch(spec_drafter *d, int64_t n_tokens, int n_seqs, spec_draft_job *jobs,
                       int n_rows, int out_index, kvl_error *err) {
-    model_batch b = {.n_tokens = n_tokens,
-                     .tokens = d->tokens,
-                     .pos = d->pos,
-                     .seq = d->sq,
-                     .want_logits = d->want,
-                     .n_seqs = n_seqs,
-                     .seqs = d->seqs};
-    if (!model_forward(d->m, d->kv, &b, d->logits, err)) return false;
+    model_batch b = batch_buf_batch(&d->in, n_tokens, n_seqs);
+    if (!model_forward(d->m, d->kv, &b, d->in.logits, err)) return false;
     const int64_t V = model_hp(d->m)->n_vocab;
     for (int r = 0; r < n_rows; r++) {
         spec_draft_job *job = &jobs[d->row_job[r]];
-        job->out[out_index] = argmax_first(d->logits + (int64_t)r * V, V);
+        job->out[out_index] = argmax_first(d->in.logits + (int64_t)r * V, V);
     }
     return true;
 }
@@ -321,12 +300,8 @@ bool spec_drafter_run(spec_drafter *d, spec_draft_job *jobs, int n_jobs, kvl_err
             for (int g = 0; g < d->n_groups; g++)
                 kv_seq_drop_unattended(d->kv[g], &ds->kv[g], t0, d->attn[g]);
             const int si = batch_seq(d, &n_seqs, &jobs[j]);
-            for (int64_t i = 0; i < cnt; i++, nt++) {
-                d->tokens[nt] = jobs[j].toks[t0 + i];
-                d->pos[nt] = (int32_t)(t0 + i);
-                d->sq[nt] = si;
-                d->want[nt] = t0 + i == n - 1;
-            }
+            for (int64_t i = 0; i < cnt; i++, nt++)
+                batch_buf_set_token(&d->in, nt, jobs[j].toks[t0 + i], t0 + i, si, t0 + i == n - 1);
             if (t0 + cnt == n) d->row_job[n_rows++] = j;
             ds->n_computed += cnt;
         }
@@ -342,10 +317,7 @@ bool spec_drafter_run(spec_drafter *d, spec_draft_job *jobs, int n_jobs, kvl_err
             spec_dseq *ds = jobs[j].ds;
             /* (no window drop here: these positions may be rolled back) */
             const int si = batch_seq(d, &n_seqs, &jobs[j]);
-            d->tokens[nt] = jobs[j].out[i - 1];
-            d->pos[nt] = (int32_t)(jobs[j].n + i - 1);
-            d->sq[nt] = si;
-            d->want[nt] = 1;
+            batch_buf_set_token(&d->in, nt, jobs[j].out[i - 1], jobs[j].n + i - 1, si, true);
             d->row_job[nt] = j;
             nt++;
             ds->n_computed++;

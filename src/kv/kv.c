@@ -5,6 +5,16 @@
 #include <string.h>
 #include <xxhash.h>
 
+/* One block's bookkeeping, read and written together (vLLM's KVCacheBlock):
+ * its references and, for the prefix cache, its hash state and its links in
+ * the LRU list of unreferenced cached blocks. */
+typedef struct kv_block_meta {
+    uint64_t hash, parent; /* while hashed: its chain hash and its parent's */
+    int32_t refcount;
+    int32_t lru_prev, lru_next;
+    uint8_t hashed;
+} kv_block_meta;
+
 struct kv_pool {
     kv_pool_config cfg;
     size_t k_row, v_row; /* bytes per token per layer */
@@ -12,15 +22,13 @@ struct kv_pool {
     size_t layer_bytes; /* K and V of one layer within a block */
     size_t block_bytes;
     uint8_t *data;       /* n_blocks * block_bytes */
-    int32_t *refcount;   /* per block */
+    kv_block_meta *blk;  /* [n_blocks] */
     int32_t *free_stack; /* free block ids; top at n_free-1 */
     int64_t n_free;      /* truly free (not cached) */
-    /* prefix cache: per-block hash state, an LRU list of unreferenced hashed
-     * blocks (head = evicted first), and an open-addressing map hash -> block. */
-    uint64_t *hash, *parent;
-    uint8_t *hashed;
+    /* prefix cache: the hashed blocks' token ids, an LRU list of unreferenced
+     * hashed blocks (head = evicted first; linked through blk), and an
+     * open-addressing map hash -> block. */
     int32_t *tokens; /* [n_blocks][block_size] ids of hashed blocks */
-    int32_t *lru_prev, *lru_next;
     int32_t lru_head, lru_tail;
     int64_t n_cached;
     int64_t n_evicted; /* cached blocks evicted so far */
@@ -35,16 +43,9 @@ static bool alloc_prefix_state(kv_pool *p) {
     size_t n = (size_t)p->cfg.n_blocks;
     size_t cap = 16;
     while (cap < 2 * n) cap *= 2;
-    p->hash = calloc(n, sizeof *p->hash);
-    p->parent = calloc(n, sizeof *p->parent);
-    p->hashed = calloc(n, 1);
     p->tokens = malloc(n * p->cfg.block_size * sizeof *p->tokens);
-    p->lru_prev = malloc(n * sizeof *p->lru_prev);
-    p->lru_next = malloc(n * sizeof *p->lru_next);
     p->map = malloc(cap * sizeof *p->map);
-    if (!p->hash || !p->parent || !p->hashed || !p->tokens || !p->lru_prev || !p->lru_next ||
-        !p->map)
-        return false;
+    if (!p->tokens || !p->map) return false;
     memset(p->map, 0xff, cap * sizeof *p->map);
     p->map_mask = cap - 1;
     p->lru_head = p->lru_tail = -1;
@@ -54,14 +55,9 @@ static bool alloc_prefix_state(kv_pool *p) {
 
 static void free_arrays(kv_pool *p) {
     kvl_free(p->data);
-    free(p->refcount);
+    free(p->blk);
     free(p->free_stack);
-    free(p->hash);
-    free(p->parent);
-    free(p->hashed);
     free(p->tokens);
-    free(p->lru_prev);
-    free(p->lru_next);
     free(p->map);
 }
 
@@ -116,9 +112,9 @@ kv_pool *kv_pool_create(const kv_pool_config *cfg, kvl_error *err) {
     size_t total;
     if (!kvl_mul_ok(p->block_bytes, (size_t)cfg->n_blocks, &total)) goto fail_free_pool;
     p->data = kvl_alloc_huge(total ? total : 64); /* 0 layers: no storage, a valid pointer */
-    p->refcount = calloc((size_t)cfg->n_blocks, sizeof *p->refcount);
+    p->blk = calloc((size_t)cfg->n_blocks, sizeof *p->blk);
     p->free_stack = malloc((size_t)cfg->n_blocks * sizeof *p->free_stack);
-    if (!p->data || !p->refcount || !p->free_stack || !alloc_prefix_state(p)) goto fail_free_arrays;
+    if (!p->data || !p->blk || !p->free_stack || !alloc_prefix_state(p)) goto fail_free_arrays;
     /* Push in reverse so that block 0 is handed out first (easier to read in logs). */
     for (int64_t i = 0; i < cfg->n_blocks; i++) p->free_stack[i] = (int32_t)(cfg->n_blocks - 1 - i);
     p->n_free = cfg->n_blocks;
@@ -155,19 +151,20 @@ int64_t kv_pool_n_cached(const kv_pool *p) { return p->n_cached; }
 /* ---- LRU of unreferenced cached blocks ---- */
 
 static void lru_push_tail(kv_pool *p, int32_t b) {
-    p->lru_prev[b] = p->lru_tail;
-    p->lru_next[b] = -1;
-    if (p->lru_tail >= 0) p->lru_next[p->lru_tail] = b;
+    p->blk[b].lru_prev = p->lru_tail;
+    p->blk[b].lru_next = -1;
+    if (p->lru_tail >= 0) p->blk[p->lru_tail].lru_next = b;
     else p->lru_head = b;
     p->lru_tail = b;
     p->n_cached++;
 }
 
 static void lru_remove(kv_pool *p, int32_t b) {
-    if (p->lru_prev[b] >= 0) p->lru_next[p->lru_prev[b]] = p->lru_next[b];
-    else p->lru_head = p->lru_next[b];
-    if (p->lru_next[b] >= 0) p->lru_prev[p->lru_next[b]] = p->lru_prev[b];
-    else p->lru_tail = p->lru_prev[b];
+    const int32_t prev = p->blk[b].lru_prev, next = p->blk[b].lru_next;
+    if (prev >= 0) p->blk[prev].lru_next = next;
+    else p->lru_head = next;
+    if (next >= 0) p->blk[next].lru_prev = prev;
+    else p->lru_tail = prev;
     p->n_cached--;
 }
 
@@ -177,12 +174,12 @@ static int64_t map_find_slot(const kv_pool *p, uint64_t h) {
     for (uint64_t i = h & p->map_mask;; i = (i + 1) & p->map_mask) {
         int32_t b = p->map[i];
         if (b < 0) return -1;
-        if (p->hash[b] == h) return (int64_t)i;
+        if (p->blk[b].hash == h) return (int64_t)i;
     }
 }
 
 static void map_insert(kv_pool *p, int32_t b) {
-    uint64_t i = p->hash[b] & p->map_mask;
+    uint64_t i = p->blk[b].hash & p->map_mask;
     while (p->map[i] >= 0) i = (i + 1) & p->map_mask;
     p->map[i] = b;
 }
@@ -191,7 +188,7 @@ static void map_delete(kv_pool *p, uint64_t slot) {
     p->map[slot] = -1;
     for (uint64_t j = (slot + 1) & p->map_mask; p->map[j] >= 0; j = (j + 1) & p->map_mask) {
         int32_t b = p->map[j];
-        uint64_t home = p->hash[b] & p->map_mask;
+        uint64_t home = p->blk[b].hash & p->map_mask;
         /* move b back into the hole if its home is not in (slot, j] cyclically */
         bool between = slot <= j ? (home > slot && home <= j) : (home > slot || home <= j);
         if (!between) {
@@ -203,10 +200,10 @@ static void map_delete(kv_pool *p, uint64_t slot) {
 }
 
 static void unhash(kv_pool *p, int32_t b) {
-    if (!p->hashed[b]) return;
-    int64_t slot = map_find_slot(p, p->hash[b]);
+    if (!p->blk[b].hashed) return;
+    int64_t slot = map_find_slot(p, p->blk[b].hash);
     if (slot >= 0 && p->map[slot] == b) map_delete(p, (uint64_t)slot);
-    p->hashed[b] = 0;
+    p->blk[b].hashed = 0;
 }
 
 bool kv_block_alloc(kv_pool *p, int64_t n, int32_t *out) {
@@ -222,18 +219,18 @@ bool kv_block_alloc(kv_pool *p, int64_t n, int32_t *out) {
             unhash(p, b);
             p->n_evicted++;
         }
-        p->refcount[b] = 1;
+        p->blk[b].refcount = 1;
         out[i] = b;
     }
     return true;
 }
 
-void kv_block_ref(kv_pool *p, int32_t block) { p->refcount[block]++; }
+void kv_block_ref(kv_pool *p, int32_t block) { p->blk[block].refcount++; }
 
 void kv_block_unref(kv_pool *p, int32_t block) {
-    if (p->refcount[block] <= 0) return; /* double free: ignore rather than corrupt the lists */
-    if (--p->refcount[block] > 0) return;
-    if (p->hashed[block]) lru_push_tail(p, block); /* stays findable until evicted */
+    if (p->blk[block].refcount <= 0) return; /* double free: ignore rather than corrupt the lists */
+    if (--p->blk[block].refcount > 0) return;
+    if (p->blk[block].hashed) lru_push_tail(p, block); /* stays findable until evicted */
     else p->free_stack[p->n_free++] = block;
 }
 
@@ -255,9 +252,9 @@ void kv_pool_set_evict_hook(kv_pool *p, kv_evict_fn fn, void *user) {
 
 bool kv_block_prefix_info(const kv_pool *p, int32_t block, uint64_t *hash, uint64_t *parent,
                           const int32_t **tokens) {
-    if (block < 0 || block >= p->cfg.n_blocks || !p->hashed[block]) return false;
-    *hash = p->hash[block];
-    *parent = p->parent[block];
+    if (block < 0 || block >= p->cfg.n_blocks || !p->blk[block].hashed) return false;
+    *hash = p->blk[block].hash;
+    *parent = p->blk[block].parent;
     *tokens = p->tokens + (size_t)block * p->cfg.block_size;
     return true;
 }
@@ -280,7 +277,7 @@ static int32_t prefix_find(const kv_pool *p, uint64_t hash, uint64_t parent,
     if (slot < 0) return -1;
     int32_t b = p->map[slot];
     size_t bs = (size_t)p->cfg.block_size;
-    if (p->parent[b] != parent || memcmp(p->tokens + b * bs, tokens, bs * sizeof *tokens) != 0)
+    if (p->blk[b].parent != parent || memcmp(p->tokens + b * bs, tokens, bs * sizeof *tokens) != 0)
         return -1;
     return b;
 }
@@ -293,8 +290,8 @@ int64_t kv_prefix_match(kv_pool *p, kv_seq *s, const int32_t *tokens, int64_t n_
         uint64_t h = p->block_hash(s->chain_hash, toks, bs);
         int32_t b = prefix_find(p, h, s->chain_hash, toks);
         if (b < 0 || !kv_seq_append(s, b)) break;
-        if (p->refcount[b] == 0) lru_remove(p, b); /* revived */
-        p->refcount[b]++;
+        if (p->blk[b].refcount == 0) lru_remove(p, b); /* revived */
+        p->blk[b].refcount++;
         s->chain_hash = h;
         s->n_hashed++;
     }
@@ -334,8 +331,8 @@ int64_t kv_prefix_match_tail(kv_pool *p, kv_seq *s, const int32_t *tokens, int64
     for (int64_t j = 0; j < k; j++) {
         int32_t b = j < lo ? -1 : found[j];
         if (b >= 0) {
-            if (p->refcount[b] == 0) lru_remove(p, b); /* revived */
-            p->refcount[b]++;
+            if (p->blk[b].refcount == 0) lru_remove(p, b); /* revived */
+            p->blk[b].refcount++;
         }
         s->blocks[j] = b;
     }
@@ -369,11 +366,11 @@ void kv_prefix_commit(kv_pool *p, kv_seq *s, const int32_t *tokens, int64_t n_co
         uint64_t h = p->block_hash(s->chain_hash, toks, bs);
         /* A block already cached stays as it is; so does this one if another
          * block holds its hash (the same prefix computed twice, or a collision). */
-        if (!p->hashed[b] && map_find_slot(p, h) < 0) {
-            p->hash[b] = h;
-            p->parent[b] = s->chain_hash;
+        if (!p->blk[b].hashed && map_find_slot(p, h) < 0) {
+            p->blk[b].hash = h;
+            p->blk[b].parent = s->chain_hash;
             memcpy(p->tokens + (size_t)b * bs, toks, (size_t)bs * sizeof *toks);
-            p->hashed[b] = 1;
+            p->blk[b].hashed = 1;
             map_insert(p, b);
         }
         s->chain_hash = h;
@@ -403,7 +400,7 @@ bool kv_pool_check(const kv_pool *p, kvl_error *err) {
     }
     for (int64_t i = 0; i < p->n_free; i++) {
         int32_t b = p->free_stack[i];
-        if (b < 0 || b >= n || seen[b] || p->refcount[b] != 0 || p->hashed[b]) {
+        if (b < 0 || b >= n || seen[b] || p->blk[b].refcount != 0 || p->blk[b].hashed) {
             kvl_fail(err,
                      "kv check: free stack entry %lld (block %d) is out of range, twice there, "
                      "referenced or hashed",
@@ -413,9 +410,9 @@ bool kv_pool_check(const kv_pool *p, kvl_error *err) {
         seen[b] = 1;
     }
     int64_t n_lru = 0;
-    for (int32_t b = p->lru_head, prev = -1; b >= 0; prev = b, b = p->lru_next[b]) {
-        if (b >= n || seen[b] || p->lru_prev[b] != prev || p->refcount[b] != 0 || !p->hashed[b] ||
-            ++n_lru > p->n_cached) {
+    for (int32_t b = p->lru_head, prev = -1; b >= 0; prev = b, b = p->blk[b].lru_next) {
+        if (b >= n || seen[b] || p->blk[b].lru_prev != prev || p->blk[b].refcount != 0 ||
+            !p->blk[b].hashed || ++n_lru > p->n_cached) {
             kvl_fail(
                 err,
                 "kv check: LRU entry %lld (block %d) is out of range, listed twice, badly linked, "
@@ -424,7 +421,7 @@ bool kv_pool_check(const kv_pool *p, kvl_error *err) {
             goto done;
         }
         seen[b] = 2;
-        if (p->lru_next[b] < 0 && p->lru_tail != b) {
+        if (p->blk[b].lru_next < 0 && p->lru_tail != b) {
             kvl_fail(err, "kv check: the LRU list ends at block %d, not at its tail %d", b,
                      p->lru_tail);
             goto done;
@@ -437,14 +434,14 @@ bool kv_pool_check(const kv_pool *p, kvl_error *err) {
     }
     int64_t n_hashed = 0;
     for (int64_t b = 0; b < n; b++) {
-        if (p->refcount[b] < 0 || (p->refcount[b] == 0) != (seen[b] != 0)) {
+        if (p->blk[b].refcount < 0 || (p->blk[b].refcount == 0) != (seen[b] != 0)) {
             kvl_fail(err, "kv check: block %lld has refcount %d but is%s free or cached",
-                     (long long)b, p->refcount[b], seen[b] ? "" : " neither");
+                     (long long)b, p->blk[b].refcount, seen[b] ? "" : " neither");
             goto done;
         }
-        if (!p->hashed[b]) continue;
+        if (!p->blk[b].hashed) continue;
         n_hashed++;
-        int64_t slot = map_find_slot(p, p->hash[b]);
+        int64_t slot = map_find_slot(p, p->blk[b].hash);
         if (slot < 0 || p->map[slot] != b) {
             kvl_fail(err, "kv check: hashed block %lld is not what its hash finds", (long long)b);
             goto done;
@@ -455,7 +452,7 @@ bool kv_pool_check(const kv_pool *p, kvl_error *err) {
         int32_t b = p->map[i];
         if (b < 0) continue;
         n_map++;
-        if (b >= n || !p->hashed[b]) {
+        if (b >= n || !p->blk[b].hashed) {
             kvl_fail(err, "kv check: hash index slot %llu holds block %d, which is not hashed",
                      (unsigned long long)i, b);
             goto done;
@@ -472,7 +469,7 @@ done:
     return ok;
 }
 
-int32_t kv_block_refcount(const kv_pool *p, int32_t block) { return p->refcount[block]; }
+int32_t kv_block_refcount(const kv_pool *p, int32_t block) { return p->blk[block].refcount; }
 
 void *kv_block_k(kv_pool *p, int32_t block, int layer) {
     return p->data + (size_t)block * p->block_bytes + (size_t)layer * p->layer_bytes;
@@ -629,15 +626,15 @@ void kv_pool_snapshot(const kv_pool *p, kv_block_info *out) {
     const int64_t n = p->cfg.n_blocks;
     for (int64_t b = 0; b < n; b++) {
         kv_block_info *o = &out[b];
-        o->refcount = p->refcount[b];
-        o->hashed = p->hashed[b];
-        o->hash = o->hashed ? p->hash[b] : 0;
-        o->parent = o->hashed ? p->parent[b] : 0;
+        o->refcount = p->blk[b].refcount;
+        o->hashed = p->blk[b].hashed;
+        o->hash = o->hashed ? p->blk[b].hash : 0;
+        o->parent = o->hashed ? p->blk[b].parent : 0;
         o->state = o->refcount > 0 ? KV_BLOCK_USED : KV_BLOCK_FREE; /* cached ones below */
         o->lru_rank = -1;
     }
     int32_t rank = 0;
-    for (int32_t b = p->lru_head; b >= 0; b = p->lru_next[b]) {
+    for (int32_t b = p->lru_head; b >= 0; b = p->blk[b].lru_next) {
         out[b].state = KV_BLOCK_CACHED;
         out[b].lru_rank = rank++;
     }

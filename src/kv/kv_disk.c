@@ -418,6 +418,17 @@ static void index_dir(kv_disk *d) {
     enforce_limit(d);
 }
 
+static bool io_init(disk_io *io, size_t bytes) {
+    io->buf = malloc(bytes);
+    io->xxh = XXH3_createState();
+    return io->buf && io->xxh;
+}
+
+static void io_free(disk_io *io) {
+    free(io->buf);
+    XXH3_freeState(io->xxh);
+}
+
 kv_disk *kv_disk_open(const kv_disk_config *c, kv_pool *p, kvl_error *err) {
     if (!kv_pool_default_hash(p)) {
         kvl_fail(err, "kv disk: the pool uses a test block hash");
@@ -467,15 +478,11 @@ kv_disk *kv_disk_open(const kv_disk_config *c, kv_pool *p, kvl_error *err) {
     d->buckets = calloc(d->n_buckets, sizeof *d->buckets);
     d->slots = calloc((size_t)d->n_slots, sizeof *d->slots);
     d->ring = calloc((size_t)d->n_slots, sizeof *d->ring);
-    d->read_buf = malloc(d->file_bytes);
-    d->reader_buf = malloc(sizeof(disk_header) + d->tok_bytes);
-    d->read_xxh = XXH3_createState();
-    d->reader_xxh = XXH3_createState();
     d->max_pinned_bytes = c->max_pinned_bytes ? c->max_pinned_bytes : d->max_bytes / 2;
     if (d->max_bytes && (!d->max_pinned_bytes || d->max_pinned_bytes > d->max_bytes))
         d->max_pinned_bytes = d->max_bytes;
-    bool ok = d->dir && d->buckets && d->slots && d->ring && d->read_buf && d->reader_buf &&
-              d->read_xxh && d->reader_xxh;
+    bool ok = d->dir && d->buckets && d->slots && d->ring && io_init(&d->io, d->file_bytes) &&
+              io_init(&d->reader_io, sizeof(disk_header) + d->tok_bytes);
     for (int i = 0; ok && i < d->n_slots; i++)
         ok = (d->slots[i].buf = malloc(d->file_bytes)) != NULL;
     pthread_mutex_init(&d->mu, NULL);
@@ -542,8 +549,8 @@ void kv_disk_close(kv_disk *d) {
             if (!kv_block_prefix_info(d->pool, b, &hash, &parent, &toks) || kvd_on_disk(d, hash))
                 continue;
             kvl_error err;
-            build_file(d, d->read_buf, hash, parent, toks, kv_block_k(d->pool, b, 0));
-            if (!write_file(d, d->read_buf, false, false, &err)) {
+            build_file(d, d->io.buf, hash, parent, toks, kv_block_k(d->pool, b, 0));
+            if (!write_file(d, d->io.buf, false, false, &err)) {
                 kvl_log(KVL_LOG_WARN, "%s", err.msg);
                 break;
             }
@@ -571,13 +578,11 @@ void kv_disk_close(kv_disk *d) {
     pthread_cond_destroy(&d->cv_idle);
     pthread_cond_destroy(&d->cv_read);
     pthread_cond_destroy(&d->cv_done);
-    XXH3_freeState(d->read_xxh);
-    XXH3_freeState(d->reader_xxh);
-    free(d->reader_buf);
+    io_free(&d->io);
+    io_free(&d->reader_io);
     free(d->buckets);
     free(d->slots);
     free(d->ring);
-    free(d->read_buf);
     free(d->dir);
     free(d);
 }
@@ -644,8 +649,8 @@ int64_t kv_disk_save(kv_disk *d, const kv_seq *s, int64_t n_blocks, kvl_error *e
             have = kvd_on_disk(d, hash);
         }
         if (!have) {
-            build_file(d, d->read_buf, hash, parent, toks, kv_block_k(d->pool, b, 0));
-            ok = write_file(d, d->read_buf, true, r != NULL, err);
+            build_file(d, d->io.buf, hash, parent, toks, kv_block_k(d->pool, b, 0));
+            ok = write_file(d, d->io.buf, true, r != NULL, err);
         }
         if (ok) saved++;
         pinned += ok && r;

@@ -64,6 +64,12 @@ struct kv_disk_load {
     int32_t *tokens; /* n * block_size expected token ids */
 };
 
+/* What one thread reads (and checks) block files with. */
+typedef struct disk_io {
+    uint8_t *buf;
+    XXH3_state_t *xxh;
+} disk_io;
+
 typedef struct disk_slot {
     uint8_t *buf; /* header, tokens, payload */
     bool busy;    /* queued or being written */
@@ -91,8 +97,7 @@ struct kv_disk {
     bool stop;
     pthread_t writer;
     bool writer_started;
-    uint8_t *read_buf; /* engine thread: one file */
-    XXH3_state_t *read_xxh;
+    disk_io io; /* engine thread: buf holds one file */
     /* pins */
     uint64_t max_pinned_bytes; /* 0: no cap */
     int64_t n_pinned;          /* entries with pins > 0 (mu) */
@@ -107,8 +112,7 @@ struct kv_disk {
     void (*notify)(void *user);
     void *notify_user;
     int notifying;
-    uint8_t *reader_buf; /* reader thread: a header and token ids */
-    XXH3_state_t *reader_xxh;
+    disk_io reader_io; /* reader thread: buf holds a header and token ids */
     kv_disk_stats st;
 };
 

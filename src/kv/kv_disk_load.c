@@ -21,9 +21,9 @@ typedef enum read_result { READ_OK, READ_MISS, READ_BAD } read_result;
 /* Reads block `hash` (expected parent hash and token ids) with its bytes
  * straight into dst (the pool's block bytes) and verifies it: READ_BAD (the
  * file is deleted) when torn or damaged, READ_MISS when gone or another
- * prefix's (a hash collision). buf takes the header and token ids. */
+ * prefix's (a hash collision). io->buf takes the header and token ids. */
 static read_result read_block(kv_disk *d, uint64_t hash, uint64_t parent, const int32_t *tokens,
-                              uint8_t *dst, uint8_t *buf, XXH3_state_t *xs) {
+                              uint8_t *dst, disk_io *io) {
     char path[4096];
     kvd_block_path(d, hash, path, sizeof path);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -37,17 +37,17 @@ static read_result read_block(kv_disk *d, uint64_t hash, uint64_t parent, const 
     const size_t head = sizeof(disk_header) + d->tok_bytes, body = d->file_bytes - head;
     /* plain read()s, front to back (so a FIFO standing in for a block file blocks
      * here, which the tests use to hold a read at a known point) */
-    bool ok = kvd_io_all(fd, buf, head, -1, false) && kvd_io_all(fd, dst, body, -1, false);
+    bool ok = kvd_io_all(fd, io->buf, head, -1, false) && kvd_io_all(fd, dst, body, -1, false);
     uint8_t extra; /* a file one byte longer is as damaged as a short one */
     if (ok && read(fd, &extra, 1) != 0) ok = false;
     close(fd);
     disk_header h;
-    memcpy(&h, buf, sizeof h);
+    memcpy(&h, io->buf, sizeof h);
     if (ok) {
-        XXH3_64bits_reset(xs); /* the same value as one XXH3_64bits over tokens + bytes */
-        XXH3_64bits_update(xs, buf + sizeof h, d->tok_bytes);
-        XXH3_64bits_update(xs, dst, body);
-        ok = kvd_header_ok(d, &h, hash) && h.payload_xxh == XXH3_64bits_digest(xs);
+        XXH3_64bits_reset(io->xxh); /* the same value as one XXH3_64bits over tokens + bytes */
+        XXH3_64bits_update(io->xxh, io->buf + sizeof h, d->tok_bytes);
+        XXH3_64bits_update(io->xxh, dst, body);
+        ok = kvd_header_ok(d, &h, hash) && h.payload_xxh == XXH3_64bits_digest(io->xxh);
     }
     pthread_mutex_lock(&d->mu);
     d->st.reads++;
@@ -62,7 +62,8 @@ static read_result read_block(kv_disk *d, uint64_t hash, uint64_t parent, const 
         return READ_BAD;
     }
     /* Intact, but a hash collision is still a miss. */
-    if (h.parent != parent || memcmp(buf + sizeof h, tokens, d->tok_bytes) != 0) return READ_MISS;
+    if (h.parent != parent || memcmp(io->buf + sizeof h, tokens, d->tok_bytes) != 0)
+        return READ_MISS;
     pthread_mutex_lock(&d->mu);
     disk_entry *e = *kvd_index_slot(d, hash);
     if (e) e->stamp = kvd_next_stamp(d);
@@ -87,9 +88,8 @@ void *kvd_reader_main(void *arg) {
         int ok = 0;
         while (ok < l->n && !l->abandoned) {
             pthread_mutex_unlock(&d->mu);
-            read_result r =
-                read_block(d, l->hashes[ok], ok ? l->hashes[ok - 1] : l->parent,
-                           l->tokens + (size_t)ok * bs, l->dst[ok], d->reader_buf, d->reader_xxh);
+            read_result r = read_block(d, l->hashes[ok], ok ? l->hashes[ok - 1] : l->parent,
+                                       l->tokens + (size_t)ok * bs, l->dst[ok], &d->reader_io);
             pthread_mutex_lock(&d->mu);
             if (r != READ_OK) break;
             ok++;
@@ -131,8 +131,8 @@ static bool load_block(kv_disk *d, kv_seq *s, const int32_t *all, uint64_t hash)
     const int bs = kv_pool_cfg(p)->block_size;
     int32_t b;
     if (!kv_block_alloc(p, 1, &b)) return false;
-    read_result r = read_block(d, hash, s->chain_hash, all + s->n_hashed * bs, kv_block_k(p, b, 0),
-                               d->read_buf, d->read_xxh);
+    read_result r =
+        read_block(d, hash, s->chain_hash, all + s->n_hashed * bs, kv_block_k(p, b, 0), &d->io);
     if (r != READ_OK || !kv_seq_append(s, b)) {
         kv_block_unref(p, b);
         return false;
