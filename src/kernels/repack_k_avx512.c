@@ -36,12 +36,9 @@
 
 #include <string.h>
 
-#define R4_SC   0
-#define R4_MN   128
-#define R4_D    256
-#define R4_DMIN 288
-#define R4_QS   320
-#define R4_SB   2368
+/* scales, mins, d, dmin at KR_SC .. (gemm_avx512.h) */
+#define R4_QS 320
+#define R4_SB 2368
 
 #define R6_SC 0
 #define R6_D  256
@@ -58,14 +55,7 @@
 /* Row r of the blk_q4_K super-block o (KAVX512_R_PACK). */
 KERN_K_INLINE void r4k_put(char *o, int r, const blk_q4_K *x) {
     kavx512_put_lanes(o + R4_QS, r, x->qs, 32);
-    for (int j = 0; j < 8; j++) {
-        uint8_t sc, mn;
-        kern_q4k_scale_min(j, x->scales, &sc, &mn);
-        o[R4_SC + 16 * j + r] = (char)sc;
-        o[R4_MN + 32 * (j / 2) + 2 * r + j % 2] = (char)mn;
-    }
-    memcpy(o + R4_D + 2 * r, &x->d, 2);
-    memcpy(o + R4_DMIN + 2 * r, &x->dmin, 2);
+    kavx512_put_mins_head(o, r, x->scales, x->d, x->dmin);
 }
 KAVX512_R_PACK(r4k, blk_q4_K, R4_SB, r4k_put)
 
@@ -128,7 +118,7 @@ T_512_INLINE void r4k_subs(int NA, int h0, int h1, int c, const char *P, const c
     }
     UNROLL(2)
     for (int h = h0; h < h1; h++) {
-        __m512i sc = _mm512_cvtepu8_epi32(ld128(P + R4_SC + 16 * (2 * c + h)));
+        __m512i sc = _mm512_cvtepu8_epi32(ld128(P + KR_SC + 16 * (2 * c + h)));
         if (h == 0) sc = _mm512_slli_epi32(sc, 4);
         UNROLL(8)
         for (int a = 0; a < NA; a++)
@@ -145,7 +135,7 @@ T_512_INLINE void r4k_subs(int NA, int h0, int h1, int c, const char *P, const c
  * vector is loaded once for both its sub-blocks (two accumulators per row,
  * also two dpbusd chains for overlap), else once per sub-block (for many rows,
  * so the accumulators fit in registers). */
-KAVX512_K_MINS_MICRO(r4k_micro, r4k_subs, R4_SB, R4_PF_DIST, 10, R4_MN, R4_D, R4_DMIN, 4)
+KAVX512_K_MINS_MICRO(r4k_micro, r4k_subs, R4_SB, R4_PF_DIST, 10, 4)
 
 /* Q6_K: one panel x NA activation rows. Per sub-block j (16 elements, one
  * int8 scale) and row, acc = the dot of its unsigned values q6 + 32 with the

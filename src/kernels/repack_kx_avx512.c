@@ -67,12 +67,9 @@
 #define Q3_QS 320
 #define Q3_SB 1856
 
-#define Q5_SC   0
-#define Q5_MN   128
-#define Q5_D    256
-#define Q5_DMIN 288
-#define Q5_QS   320
-#define Q5_SB   2880
+/* scales, mins, d, dmin at KR_SC .. (gemm_avx512.h) */
+#define Q5_QS 320
+#define Q5_SB 2880
 
 #define Q2_SC   0
 #define Q2_D    256
@@ -144,14 +141,7 @@ KERN_K_INLINE void q5_put(char *o, int r, const blk_q5_K *x) {
             for (int v = 0; v < 5; v++) o[Q5_QS + 64 * (5 * j + v) + 4 * r + i] = (char)b[v];
         }
     }
-    for (int j = 0; j < 8; j++) {
-        uint8_t sc, mn;
-        kern_q4k_scale_min(j, x->scales, &sc, &mn);
-        o[Q5_SC + 16 * j + r] = (char)sc;
-        o[Q5_MN + 32 * (j / 2) + 2 * r + j % 2] = (char)mn;
-    }
-    memcpy(o + Q5_D + 2 * r, &x->d, 2);
-    memcpy(o + Q5_DMIN + 2 * r, &x->dmin, 2);
+    kavx512_put_mins_head(o, r, x->scales, x->d, x->dmin);
 }
 KAVX512_R_PACK(q5, blk_q5_K, Q5_SB, q5_put)
 
@@ -324,7 +314,7 @@ T_512_INLINE void q5_subs(int NA, int h0, int h1, int c, const char *P, const ch
         __m512i acc = _mm512_setzero_si512();
         UNROLL(8)
         for (int k = 0; k < 8; k++) acc = _mm512_dpbusd_epi32(acc, u[h][k], bc32(q + 4 * k));
-        const __m512i sc = _mm512_cvtepu8_epi32(ld128(P + Q5_SC + 16 * (2 * c + h)));
+        const __m512i sc = _mm512_cvtepu8_epi32(ld128(P + KR_SC + 16 * (2 * c + h)));
         s[a] = _mm512_add_epi32(s[a], _mm512_mullo_epi32(acc, sc));
     }
 }
@@ -333,7 +323,7 @@ T_512_INLINE void q5_subs(int NA, int h0, int h1, int c, const char *P, const ch
  * 5-bit values: sumi = sum_j sc_j * dot_j (|sumi| <= 256 * 31 * 128 * 63 <
  * 2^27), summ = sum_j min_j * S_j, then the float steps of
  * kref_vec_dot_q5_K. fused: both sub-blocks of a vector per pass. */
-KAVX512_K_MINS_MICRO(q5_micro, q5_subs, Q5_SB, Q5_PF_DIST, 12, Q5_MN, Q5_D, Q5_DMIN, 0)
+KAVX512_K_MINS_MICRO(q5_micro, q5_subs, Q5_SB, Q5_PF_DIST, 12, 0)
 
 /* Q2_K: one panel x NA activation rows. Values are taken in place, masked
  * (v & 3 << 2j: the value times 4^j), so per group and row acc = 4^j * dot,
