@@ -432,6 +432,25 @@ static inline void kern_repacked_panels(int wtype, const void *P, int64_t n_out,
     r->kernel(k, (const char *)P + (size_t)p0 * pb, pb, (int)(j1 - j0), tiles, m, y + j0,
               (size_t)n_out);
 }
+/* One chunk of a repacked product: panels [p0, p1) of matrix mat. */
+typedef struct kern_span {
+    int32_t mat, p0, p1;
+} kern_span;
+/* A matrix to split into chunks: np panels of pb bytes, ntiles tiles of
+ * activation rows. */
+typedef struct kern_span_mat {
+    int64_t np;
+    double pb;
+    int64_t ntiles;
+} kern_span_mat;
+/* The guided chunks of nw matrices (matmul.c): over the matrices in order,
+ * each about 1/(2 nth) of the work left in total (bytes of panels x tiles)
+ * and at least min_bytes of panels, a matrix of several tiles at most an L2's
+ * share; so the first chunks are long and the last short, and the threads
+ * reach the barrier together. min_bytes is doubled until they fit in max;
+ * returns their count. */
+int64_t kern_guided_spans(int nw, const kern_span_mat *mats, int nth, size_t min_bytes, int64_t max,
+                          kern_span *out);
 /* Bytes of work buffer a GEMM of m rows may need (any ISA). */
 size_t kern_gemm_work_bytes(int wtype, int64_t m, int64_t k);
 
