@@ -461,6 +461,57 @@ T_512_INLINE void kavx512_k_store(int NA, const __m512 *f, float *y, size_t ldy,
         kavx512_k_store(NA, f, y, ldy, mask);                                                      \
     }
 
+/* One group g of 16 values of such a type (Q6_K, Q3_K), its 4 vectors u[0..3]
+ * (elements 16g + 4c .. of the 16 rows, unsigned bytes) and its int8 scales
+ * at sc16 + 16g: per row, acc = nb[a][g] + the dot with the activations,
+ * sumi[a] += sc_g * acc. */
+T_512_INLINE void kavx512_k_bias_group(int NA, int g, const __m512i *u, const char *sc16,
+                                       const char *A, int32_t (*nb)[16], __m512i *sumi) {
+    const __m512i sc = _mm512_cvtepi8_epi32(ld128(sc16 + 16 * g));
+    UNROLL(8)
+    for (int a = 0; a < NA; a++) {
+        __m512i acc = _mm512_set1_epi32(nb[a][g]);
+        UNROLL(4)
+        for (int c = 0; c < 4; c++)
+            acc = _mm512_dpbusd_epi32(acc, u[c],
+                                      bc32(A + (size_t)a * KT_UNIT + KQ_QS + 16 * g + 4 * c));
+        sumi[a] = _mm512_add_epi32(sumi[a], _mm512_mullo_epi32(acc, sc));
+    }
+}
+
+/* NAME(NA, pf, nsb, P, A, y, ldy, mask): one panel x NA activation rows, all
+ * nsb super-blocks, of a type whose values are stored biased to be unsigned
+ * for vpdpbusd (Q6_K q + 32, Q3_K q + 4, IQ4_XS level + 128). Each group's
+ * accumulator starts at -(bias x the sum of its activations), one broadcast
+ * load from a small table (kavx512_k_neg_sums(G16, SHIFT): no multiply, the
+ * dpbusd port is the bottleneck, and vpmulld, vpdpwssd and the FMAs take it
+ * too), written a super-block ahead so that the loads never wait for the
+ * stores. STEPS(NA, pf, P, A, nb, sumi) adds the super-block's groups, from
+ * their accumulators' starts nb[a][g], times their scales into sumi[a]; the
+ * panel super-block is SB bytes, its fp16 d at D. (A macro, as
+ * KAVX512_K_MINS_MICRO.) */
+#define KAVX512_K_BIAS_MICRO(NAME, STEPS, SB, G16, SHIFT, D)                                       \
+    T_512_INLINE void NAME(int NA, bool pf, int64_t nsb, const char *P, const char *A, float *y,   \
+                           size_t ldy, __mmask16 mask) {                                           \
+        __m512 f[KT];                                                                              \
+        UNROLL(8)                                                                                  \
+        for (int a = 0; a < NA; a++) f[a] = _mm512_setzero_ps();                                   \
+        _Alignas(64) int32_t nbuf[2][KT][16];                                                      \
+        kavx512_k_neg_sums(NA, G16, SHIFT, A, nbuf[0]);                                            \
+        for (int64_t sb = 0; sb < nsb; sb++, P += SB, A += KT * KT_UNIT) {                         \
+            if (sb + 1 < nsb)                                                                      \
+                kavx512_k_neg_sums(NA, G16, SHIFT, A + KT * KT_UNIT, nbuf[(sb + 1) & 1]);          \
+            /* read back as broadcasts, not taken apart in registers */                            \
+            __asm__ volatile("" ::: "memory");                                                     \
+            __m512i sumi[KT];                                                                      \
+            UNROLL(8)                                                                              \
+            for (int a = 0; a < NA; a++) sumi[a] = _mm512_setzero_si512();                         \
+            STEPS(NA, pf, P, A, nbuf[sb & 1], sumi);                                               \
+            kavx512_k_fstep(NA, P + (D), A, sumi, f);                                              \
+        }                                                                                          \
+        kavx512_k_store(NA, f, y, ldy, mask);                                                      \
+    }
+
 /* Row r's part of nv panel vectors at dst (64 bytes each): lane r of vector
  * v = the dword v of src (the packers of gemm_kx_avx512.c, repack_k_avx512.c,
  * repack_kx_avx512.c). */
