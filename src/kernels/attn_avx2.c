@@ -134,6 +134,7 @@ T_AVX2 static void pv(int64_t n, int64_t dv, int n_q, const float *p, size_t ps,
     else pv_t(GGUF_DT_F32, n, dv, n_q, p, ps, v, o, os);
 }
 
+/* Per-ISA twin of attn_avx512.c's merge_axpy (kern_merge_heads' axpy). */
 T_AVX2_INLINE void merge_axpy(float *o, const float *x, float w, int64_t n) {
     const __m256 vw = _mm256_set1_ps(w);
     for (int64_t d = 0; d < n; d += 8) {

@@ -405,6 +405,7 @@ T_512 static void pv(int64_t n, int64_t dv, int n_q, const float *p, size_t ps,
     else pv_t(GGUF_DT_F32, n, dv, n_q, p, ps, v, o, os);
 }
 
+/* Per-ISA twin of attn_avx2.c's merge_axpy (kern_merge_heads' axpy). */
 T_512_INLINE void merge_axpy(float *o, const float *x, float w, int64_t n) {
     const __m512 vw = _mm512_set1_ps(w);
     for (int64_t d = 0; d < n; d += 16) {

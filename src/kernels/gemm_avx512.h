@@ -419,15 +419,24 @@ T_512_INLINE void kavx512_k_store(int NA, const __m512 *f, float *y, size_t ldy,
     for (int a = 0; a < NA; a++) _mm512_mask_storeu_ps(y + a * ldy, mask, f[a]);
 }
 
+/* The first 320 bytes of a repacked super-block of a type with 8 sub-blocks
+ * of 32, 8 mins and a d and dmin per row (Q4_K, Q5_K): scales, u8 [8
+ * sub-blocks][16 rows]; mins, u8 [4 pairs t][16 rows][2] (widened to int16,
+ * lane r is the pair (min 2t, min 2t+1) for vpdpwssd against the tile's S[]);
+ * d, fp16 [16]; dmin, fp16 [16]. */
+#define KR_SC   0
+#define KR_MN   128
+#define KR_D    256
+#define KR_DMIN 288
+
 /* NAME(NA, fused, pf, nsb, P, A, y, ldy, mask): one panel x NA activation
- * rows, all nsb super-blocks, of a type with 8 sub-blocks of 32, 8 mins and
- * a d and dmin per row (Q4_K, Q5_K). SUBS(NA, h0, h1, c, P, A, s) adds
- * sub-blocks 2c + h, h0 <= h < h1, times their scales into s[a]; fused: both
- * of a step at once, else one at a time. The panel super-block is SB bytes,
- * its mins, d and dmin at MN, D, DMIN; pf: prefetch PF_STEP lines per step,
- * PF_DIST super-blocks ahead; sumi = s >> SHIFT. (A macro: as a function
- * taking SUBS the compiler schedules the result differently.) */
-#define KAVX512_K_MINS_MICRO(NAME, SUBS, SB, PF_DIST, PF_STEP, MN, D, DMIN, SHIFT)                 \
+ * rows, all nsb super-blocks, of such a type. SUBS(NA, h0, h1, c, P, A, s)
+ * adds sub-blocks 2c + h, h0 <= h < h1, times their scales into s[a]; fused:
+ * both of a step at once, else one at a time. The panel super-block is SB
+ * bytes; pf: prefetch PF_STEP lines per step, PF_DIST super-blocks ahead;
+ * sumi = s >> SHIFT. (A macro: as a function taking SUBS the compiler
+ * schedules the result differently.) */
+#define KAVX512_K_MINS_MICRO(NAME, SUBS, SB, PF_DIST, PF_STEP, SHIFT)                              \
     T_512_INLINE void NAME(int NA, bool fused, bool pf, int64_t nsb, const char *P, const char *A, \
                            float *y, size_t ldy, __mmask16 mask) {                                 \
         __m512 f[KT];                                                                              \
@@ -446,8 +455,59 @@ T_512_INLINE void kavx512_k_store(int NA, const __m512 *f, float *y, size_t ldy,
                     SUBS(NA, 1, 2, c, P, A, s);                                                    \
                 }                                                                                  \
             }                                                                                      \
-            kavx512_k_min_sums(NA, P + MN, A, mm);                                                 \
-            kavx512_k_fstep_min(NA, P + D, P + DMIN, A, s, SHIFT, mm, f);                          \
+            kavx512_k_min_sums(NA, P + KR_MN, A, mm);                                              \
+            kavx512_k_fstep_min(NA, P + KR_D, P + KR_DMIN, A, s, SHIFT, mm, f);                    \
+        }                                                                                          \
+        kavx512_k_store(NA, f, y, ldy, mask);                                                      \
+    }
+
+/* One group g of 16 values of such a type (Q6_K, Q3_K), its 4 vectors u[0..3]
+ * (elements 16g + 4c .. of the 16 rows, unsigned bytes) and its int8 scales
+ * at sc16 + 16g: per row, acc = nb[a][g] + the dot with the activations,
+ * sumi[a] += sc_g * acc. */
+T_512_INLINE void kavx512_k_bias_group(int NA, int g, const __m512i *u, const char *sc16,
+                                       const char *A, int32_t (*nb)[16], __m512i *sumi) {
+    const __m512i sc = _mm512_cvtepi8_epi32(ld128(sc16 + 16 * g));
+    UNROLL(8)
+    for (int a = 0; a < NA; a++) {
+        __m512i acc = _mm512_set1_epi32(nb[a][g]);
+        UNROLL(4)
+        for (int c = 0; c < 4; c++)
+            acc = _mm512_dpbusd_epi32(acc, u[c],
+                                      bc32(A + (size_t)a * KT_UNIT + KQ_QS + 16 * g + 4 * c));
+        sumi[a] = _mm512_add_epi32(sumi[a], _mm512_mullo_epi32(acc, sc));
+    }
+}
+
+/* NAME(NA, pf, nsb, P, A, y, ldy, mask): one panel x NA activation rows, all
+ * nsb super-blocks, of a type whose values are stored biased to be unsigned
+ * for vpdpbusd (Q6_K q + 32, Q3_K q + 4, IQ4_XS level + 128). Each group's
+ * accumulator starts at -(bias x the sum of its activations), one broadcast
+ * load from a small table (kavx512_k_neg_sums(G16, SHIFT): no multiply, the
+ * dpbusd port is the bottleneck, and vpmulld, vpdpwssd and the FMAs take it
+ * too), written a super-block ahead so that the loads never wait for the
+ * stores. STEPS(NA, pf, P, A, nb, sumi) adds the super-block's groups, from
+ * their accumulators' starts nb[a][g], times their scales into sumi[a]; the
+ * panel super-block is SB bytes, its fp16 d at D. (A macro, as
+ * KAVX512_K_MINS_MICRO.) */
+#define KAVX512_K_BIAS_MICRO(NAME, STEPS, SB, G16, SHIFT, D)                                       \
+    T_512_INLINE void NAME(int NA, bool pf, int64_t nsb, const char *P, const char *A, float *y,   \
+                           size_t ldy, __mmask16 mask) {                                           \
+        __m512 f[KT];                                                                              \
+        UNROLL(8)                                                                                  \
+        for (int a = 0; a < NA; a++) f[a] = _mm512_setzero_ps();                                   \
+        _Alignas(64) int32_t nbuf[2][KT][16];                                                      \
+        kavx512_k_neg_sums(NA, G16, SHIFT, A, nbuf[0]);                                            \
+        for (int64_t sb = 0; sb < nsb; sb++, P += SB, A += KT * KT_UNIT) {                         \
+            if (sb + 1 < nsb)                                                                      \
+                kavx512_k_neg_sums(NA, G16, SHIFT, A + KT * KT_UNIT, nbuf[(sb + 1) & 1]);          \
+            /* read back as broadcasts, not taken apart in registers */                            \
+            __asm__ volatile("" ::: "memory");                                                     \
+            __m512i sumi[KT];                                                                      \
+            UNROLL(8)                                                                              \
+            for (int a = 0; a < NA; a++) sumi[a] = _mm512_setzero_si512();                         \
+            STEPS(NA, pf, P, A, nbuf[sb & 1], sumi);                                               \
+            kavx512_k_fstep(NA, P + (D), A, sumi, f);                                              \
         }                                                                                          \
         kavx512_k_store(NA, f, y, ldy, mask);                                                      \
     }
@@ -458,6 +518,21 @@ T_512_INLINE void kavx512_k_store(int NA, const __m512 *f, float *y, size_t ldy,
 static inline __attribute__((always_inline)) void kavx512_put_lanes(char *dst, int r,
                                                                     const uint8_t *src, int nv) {
     for (int v = 0; v < nv; v++) memcpy(dst + 64 * v + 4 * r, src + 4 * v, 4);
+}
+
+/* Row r's part of the first 320 bytes (KR_SC ..) of the super-block o of a
+ * repacked Q4_K or Q5_K panel, from its GGUF block's scales[12]
+ * (kern_q4k_scale_min), d and dmin. */
+static inline __attribute__((always_inline)) void
+kavx512_put_mins_head(char *o, int r, const uint8_t *scales, kvl_f16 d, kvl_f16 dmin) {
+    for (int j = 0; j < 8; j++) {
+        uint8_t sc, mn;
+        kern_q4k_scale_min(j, scales, &sc, &mn);
+        o[KR_SC + 16 * j + r] = (char)sc;
+        o[KR_MN + 32 * (j / 2) + 2 * r + j % 2] = (char)mn;
+    }
+    memcpy(o + KR_D + 2 * r, &d, 2);
+    memcpy(o + KR_DMIN + 2 * r, &dmin, 2);
 }
 
 /* PFX_panel_bytes and PFX_pack, the kern_repack_ops.panel_bytes and .pack of

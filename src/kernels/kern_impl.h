@@ -150,32 +150,24 @@ static inline void kern_q4k_scale_min(int j, const uint8_t *q, uint8_t *sc, uint
     }
 }
 
+/* The signatures of the rows kernels (KERN_ROWS_MAX, kern_prep_ops below), as
+ * function types like kernels.h's kern_*_sig: the implementations below are
+ * declared with them. */
+typedef void kern_vec_dot_rows_sig(int64_t n, float *s, size_t ss, const void *x, const void *y,
+                                   size_t ys, int nr);
+typedef void kern_rows4_sig(int64_t n, float *s, size_t sr, size_t ss, const void *x, size_t xr,
+                            const void *y, size_t ys, int nr);
+
 /* ---- scalar reference (quant_ref.c) ---- */
-void kref_to_float_f32(const void *src, float *dst, int64_t n);
-void kref_to_float_f16(const void *src, float *dst, int64_t n);
-void kref_to_float_bf16(const void *src, float *dst, int64_t n);
-void kref_to_float_q8_0(const void *src, float *dst, int64_t n);
-void kref_to_float_q4_0(const void *src, float *dst, int64_t n);
-void kref_to_float_q4_K(const void *src, float *dst, int64_t n);
-void kref_to_float_q6_K(const void *src, float *dst, int64_t n);
-void kref_to_float_q8_K(const void *src, float *dst, int64_t n);
+kern_to_float_sig kref_to_float_f32, kref_to_float_f16, kref_to_float_bf16, kref_to_float_q8_0,
+    kref_to_float_q4_0, kref_to_float_q4_K, kref_to_float_q6_K, kref_to_float_q8_K;
 
-void kref_from_float_f32(const float *src, void *dst, int64_t n);
-void kref_from_float_f16(const float *src, void *dst, int64_t n);
-void kref_from_float_bf16(const float *src, void *dst, int64_t n);
-void kref_from_float_q8_0(const float *src, void *dst, int64_t n);
-void kref_from_float_q4_0(const float *src, void *dst, int64_t n);
-void kref_from_float_q4_K(const float *src, void *dst, int64_t n);
-void kref_from_float_q6_K(const float *src, void *dst, int64_t n);
-void kref_from_float_q8_K(const float *src, void *dst, int64_t n);
+kern_from_float_sig kref_from_float_f32, kref_from_float_f16, kref_from_float_bf16,
+    kref_from_float_q8_0, kref_from_float_q4_0, kref_from_float_q4_K, kref_from_float_q6_K,
+    kref_from_float_q8_K;
 
-void kref_vec_dot_f32(int64_t n, float *s, const void *x, const void *y);
-void kref_vec_dot_f16(int64_t n, float *s, const void *x, const void *y);
-void kref_vec_dot_bf16(int64_t n, float *s, const void *x, const void *y);
-void kref_vec_dot_q8_0(int64_t n, float *s, const void *x, const void *y);
-void kref_vec_dot_q4_0(int64_t n, float *s, const void *x, const void *y);
-void kref_vec_dot_q4_K(int64_t n, float *s, const void *x, const void *y);
-void kref_vec_dot_q6_K(int64_t n, float *s, const void *x, const void *y);
+kern_vec_dot_sig kref_vec_dot_f32, kref_vec_dot_f16, kref_vec_dot_bf16, kref_vec_dot_q8_0,
+    kref_vec_dot_q4_0, kref_vec_dot_q4_K, kref_vec_dot_q6_K;
 
 /* The value of largest magnitude, the first of equals (ggml's search in
  * its quantizers: q4_0, q6_K, q8_K, q3_K, iq4_nl, iq4_xs); 0 when all are 0 (NaNs are passed over). */
@@ -330,54 +322,26 @@ static inline int kern_q3k_scale(int g, const uint8_t *s) {
     const int lo = g < 8 ? s[g] & 0xF : s[g - 8] >> 4;
     return lo | (((s[8 + g % 4] >> (2 * (g / 4))) & 3) << 4);
 }
-void kref_to_float_q2_K(const void *src, float *dst, int64_t n);
-void kref_to_float_q3_K(const void *src, float *dst, int64_t n);
-void kref_to_float_q5_K(const void *src, float *dst, int64_t n);
-void kref_to_float_iq4_xs(const void *src, float *dst, int64_t n);
-void kref_from_float_q2_K(const float *src, void *dst, int64_t n);
-void kref_from_float_q3_K(const float *src, void *dst, int64_t n);
-void kref_from_float_q5_K(const float *src, void *dst, int64_t n);
-void kref_from_float_iq4_xs(const float *src, void *dst, int64_t n);
-void kref_vec_dot_q2_K(int64_t n, float *s, const void *x, const void *y);
-void kref_vec_dot_q3_K(int64_t n, float *s, const void *x, const void *y);
-void kref_vec_dot_q5_K(int64_t n, float *s, const void *x, const void *y);
-void kref_vec_dot_iq4_xs(int64_t n, float *s, const void *x, const void *y);
-void kavx2_vec_dot_q2_K(int64_t n, float *s, const void *x, const void *y);
-void kavx2_vec_dot_q3_K(int64_t n, float *s, const void *x, const void *y);
-void kavx2_vec_dot_q5_K(int64_t n, float *s, const void *x, const void *y);
-void kavx2_vec_dot_iq4_xs(int64_t n, float *s, const void *x, const void *y);
-void kavx512_vec_dot_q2_K(int64_t n, float *s, const void *x, const void *y);
-void kavx512_vec_dot_q3_K(int64_t n, float *s, const void *x, const void *y);
-void kavx512_vec_dot_q5_K(int64_t n, float *s, const void *x, const void *y);
-void kavx512_vec_dot_iq4_xs(int64_t n, float *s, const void *x, const void *y);
-void kavx512_rows_q2_K(int64_t n, float *s, size_t ss, const void *x, const void *y, size_t ys,
-                       int nr);
-void kavx512_rows_q3_K(int64_t n, float *s, size_t ss, const void *x, const void *y, size_t ys,
-                       int nr);
-void kavx512_rows_q5_K(int64_t n, float *s, size_t ss, const void *x, const void *y, size_t ys,
-                       int nr);
-void kavx512_rows_iq4_xs(int64_t n, float *s, size_t ss, const void *x, const void *y, size_t ys,
-                         int nr);
+kern_to_float_sig kref_to_float_q2_K, kref_to_float_q3_K, kref_to_float_q5_K, kref_to_float_iq4_xs;
+kern_from_float_sig kref_from_float_q2_K, kref_from_float_q3_K, kref_from_float_q5_K,
+    kref_from_float_iq4_xs;
+kern_vec_dot_sig kref_vec_dot_q2_K, kref_vec_dot_q3_K, kref_vec_dot_q5_K, kref_vec_dot_iq4_xs;
+kern_vec_dot_sig kavx2_vec_dot_q2_K, kavx2_vec_dot_q3_K, kavx2_vec_dot_q5_K, kavx2_vec_dot_iq4_xs;
+kern_vec_dot_sig kavx512_vec_dot_q2_K, kavx512_vec_dot_q3_K, kavx512_vec_dot_q5_K,
+    kavx512_vec_dot_iq4_xs;
+kern_vec_dot_rows_sig kavx512_rows_q2_K, kavx512_rows_q3_K, kavx512_rows_q5_K, kavx512_rows_iq4_xs;
 
 /* ---- AVX2 + FMA + F16C (quant_avx2.c) ---- */
-void kavx2_to_float_f16(const void *src, float *dst, int64_t n);
-void kavx2_from_float_f16(const float *src, void *dst, int64_t n);
-void kavx2_from_float_q8_0(const float *src, void *dst, int64_t n);
-void kavx2_from_float_q8_K(const float *src, void *dst, int64_t n);
-void kavx2_vec_dot_f32(int64_t n, float *s, const void *x, const void *y);
-void kavx2_vec_dot_f16(int64_t n, float *s, const void *x, const void *y);
-void kavx2_vec_dot_bf16(int64_t n, float *s, const void *x, const void *y);
-void kavx2_vec_dot_q8_0(int64_t n, float *s, const void *x, const void *y);
-void kavx2_vec_dot_q4_0(int64_t n, float *s, const void *x, const void *y);
-void kavx2_vec_dot_q4_K(int64_t n, float *s, const void *x, const void *y);
-void kavx2_vec_dot_q6_K(int64_t n, float *s, const void *x, const void *y);
+kern_to_float_sig kavx2_to_float_f16;
+kern_from_float_sig kavx2_from_float_f16, kavx2_from_float_q8_0, kavx2_from_float_q8_K;
+kern_vec_dot_sig kavx2_vec_dot_f32, kavx2_vec_dot_f16, kavx2_vec_dot_bf16, kavx2_vec_dot_q8_0,
+    kavx2_vec_dot_q4_0, kavx2_vec_dot_q4_K, kavx2_vec_dot_q6_K;
 
 /* One weight row against up to KERN_ROWS_MAX activation rows:
  * s[r * ss] = dot(x, y + r * ys) for r < nr, each bit-identical to vec_dot.
  * matmul uses it for m > 1 so the weights are decoded once per group of rows. */
 #define KERN_ROWS_MAX 4
-typedef void (*kern_vec_dot_rows_fn)(int64_t n, float *s, size_t ss, const void *x, const void *y,
-                                     size_t ys, int nr);
+typedef kern_vec_dot_rows_sig *kern_vec_dot_rows_fn;
 /* The active rows kernel of a weight type, or NULL (then matmul loops vec_dot). */
 kern_vec_dot_rows_fn kern_rows_of(int dtype);
 
@@ -386,8 +350,7 @@ kern_vec_dot_rows_fn kern_rows_of(int dtype);
  * identical to from_float + vec_dot). `rows` works on prepared rows. */
 /* rows4: four weight rows at once, xr bytes apart, s[r * sr + i * ss] for
  * weight row r and activation row i. */
-typedef void (*kern_rows4_fn)(int64_t n, float *s, size_t sr, size_t ss, const void *x, size_t xr,
-                              const void *y, size_t ys, int nr);
+typedef kern_rows4_sig *kern_rows4_fn;
 typedef struct kern_prep_ops {
     void (*prepare)(const float *x, void *dst, int64_t k);
     kern_vec_dot_rows_fn rows;
@@ -469,31 +432,36 @@ static inline void kern_repacked_panels(int wtype, const void *P, int64_t n_out,
     r->kernel(k, (const char *)P + (size_t)p0 * pb, pb, (int)(j1 - j0), tiles, m, y + j0,
               (size_t)n_out);
 }
+/* One chunk of a repacked product: panels [p0, p1) of matrix mat. */
+typedef struct kern_span {
+    int32_t mat, p0, p1;
+} kern_span;
+/* A matrix to split into chunks: np panels of pb bytes, ntiles tiles of
+ * activation rows. */
+typedef struct kern_span_mat {
+    int64_t np;
+    double pb;
+    int64_t ntiles;
+} kern_span_mat;
+/* The guided chunks of nw matrices (matmul.c): over the matrices in order,
+ * each about 1/(2 nth) of the work left in total (bytes of panels x tiles)
+ * and at least min_bytes of panels, a matrix of several tiles at most an L2's
+ * share; so the first chunks are long and the last short, and the threads
+ * reach the barrier together. min_bytes is doubled until they fit in max;
+ * returns their count. */
+int64_t kern_guided_spans(int nw, const kern_span_mat *mats, int nth, size_t min_bytes, int64_t max,
+                          kern_span *out);
 /* Bytes of work buffer a GEMM of m rows may need (any ISA). */
 size_t kern_gemm_work_bytes(int wtype, int64_t m, int64_t k);
 
 /* ---- AVX-512 F/BW/VL + VNNI (quant_avx512.c) ---- */
-void kavx512_vec_dot_f32(int64_t n, float *s, const void *x, const void *y);
-void kavx512_vec_dot_f16(int64_t n, float *s, const void *x, const void *y);
-void kavx512_vec_dot_bf16(int64_t n, float *s, const void *x, const void *y);
-void kavx512_vec_dot_q8_0(int64_t n, float *s, const void *x, const void *y);
-void kavx512_vec_dot_q4_0(int64_t n, float *s, const void *x, const void *y);
-void kavx512_vec_dot_q4_K(int64_t n, float *s, const void *x, const void *y);
-void kavx512_vec_dot_q6_K(int64_t n, float *s, const void *x, const void *y);
+kern_vec_dot_sig kavx512_vec_dot_f32, kavx512_vec_dot_f16, kavx512_vec_dot_bf16,
+    kavx512_vec_dot_q8_0, kavx512_vec_dot_q4_0, kavx512_vec_dot_q4_K, kavx512_vec_dot_q6_K;
 void kavx512_prepare_q8_0(const float *x, void *dst, int64_t k);
 void kavx512_prepare_q4_0(const float *x, void *dst, int64_t k);
-void kavx512_prows_q8_0(int64_t n, float *s, size_t ss, const void *x, const void *y, size_t ys,
-                        int nr);
-void kavx512_prows_q4_0(int64_t n, float *s, size_t ss, const void *x, const void *y, size_t ys,
-                        int nr);
-void kavx512_prows4_q8_0(int64_t n, float *s, size_t sr, size_t ss, const void *x, size_t xr,
-                         const void *y, size_t ys, int nr);
-void kavx512_prows4_q4_0(int64_t n, float *s, size_t sr, size_t ss, const void *x, size_t xr,
-                         const void *y, size_t ys, int nr);
-void kavx512_rows_q4_K(int64_t n, float *s, size_t ss, const void *x, const void *y, size_t ys,
-                       int nr);
-void kavx512_rows_q6_K(int64_t n, float *s, size_t ss, const void *x, const void *y, size_t ys,
-                       int nr);
+kern_vec_dot_rows_sig kavx512_prows_q8_0, kavx512_prows_q4_0;
+kern_rows4_sig kavx512_prows4_q8_0, kavx512_prows4_q4_0;
+kern_vec_dot_rows_sig kavx512_rows_q4_K, kavx512_rows_q6_K;
 
 /* ---- AVX-512 packed GEMM (gemm_avx512.c) ---- */
 extern const kern_gemm_ops kavx512_gemm_q8_0, kavx512_gemm_q4_0, kavx512_gemm_q4_K,

@@ -91,10 +91,15 @@ _Static_assert(sizeof(blk_iq4_xs) == 136, "iq4_xs block");
 
 /* n is the number of elements; it must be a multiple of the type's
  * block_elems (gguf_dtype_traits_of). vec_dot: *s = dot(x, y) where x is a row
- * of this type and y a row of its vec_dot_type (same n). */
-typedef void (*kern_to_float_fn)(const void *src, float *dst, int64_t n);
-typedef void (*kern_from_float_fn)(const float *src, void *dst, int64_t n);
-typedef void (*kern_vec_dot_fn)(int64_t n, float *s, const void *x, const void *y);
+ * of this type and y a row of its vec_dot_type (same n). The signatures as
+ * function types (the implementations are declared with them: kern_impl.h),
+ * then as the pointers of the tables. */
+typedef void kern_to_float_sig(const void *src, float *dst, int64_t n);
+typedef void kern_from_float_sig(const float *src, void *dst, int64_t n);
+typedef void kern_vec_dot_sig(int64_t n, float *s, const void *x, const void *y);
+typedef kern_to_float_sig *kern_to_float_fn;
+typedef kern_from_float_sig *kern_from_float_fn;
+typedef kern_vec_dot_sig *kern_vec_dot_fn;
 
 /* The kernels of one type, indexed by its gguf_dtype. The facts about the type
  * (name, block geometry, vec_dot_type) are gguf's (gguf_dtype_traits_of). */

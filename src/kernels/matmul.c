@@ -22,8 +22,9 @@
 /* With a four-row kernel (decode), chunks of about this many bytes: each of
  * its four streams then runs through a quarter of the chunk. */
 #define MATMUL_CHUNK4_BYTES (256 * 1024)
-/* Packed panels per GEMM chunk: about this many bytes, so the chunk stays in
- * L2 while the activation tiles stream past it. */
+/* Packed panels per GEMM chunk (and at most per guided chunk of a repacked
+ * matrix of several tiles, kern_guided_spans): about this many bytes, so the
+ * chunk stays in L2 while the activation tiles stream past it. */
 #define GEMM_CHUNK_BYTES (256 * 1024)
 /* Below this many multiply-adds a matmul runs on the calling thread: waking
  * the pool would cost more than it saves. */
@@ -375,26 +376,21 @@ void kern_repack(const void *W, int wtype, int64_t n_out, int64_t k, void *dst) 
     kvl_pool_run(repack_task, &j, (np + REPACK_TASK_PANELS - 1) / REPACK_TASK_PANELS);
 }
 
-/* One chunk of a product: panels [p0, p1) of matrix mat. */
-typedef struct {
-    int32_t mat, p0, p1;
-} repacked_span;
-
-static void repacked_chunk(const kern_repacked_mat *mats, const repacked_span *sp, int64_t k,
-                           int64_t m, const void *work) {
+static void repacked_chunk(const kern_repacked_mat *mats, const kern_span *sp, int64_t k, int64_t m,
+                           const void *work) {
     const kern_repacked_mat *mt = &mats[sp->mat];
     kern_repacked_panels(mt->wtype, mt->P, mt->n_out, k, sp->p0, sp->p1, work, m, mt->Y);
 }
 
 /* Chunk c of matrices split evenly, first[w] being matrix w's first chunk. */
-static repacked_span linear_span(int nw, const kern_repacked_mat *mats, const int64_t *first,
-                                 int64_t c) {
+static kern_span linear_span(int nw, const kern_repacked_mat *mats, const int64_t *first,
+                             int64_t c) {
     int w = 0;
     while (w + 1 < nw && c >= first[w + 1]) w++;
     const int64_t np = (mats[w].n_out + KERN_PANEL_ROWS - 1) / KERN_PANEL_ROWS,
                   nc = first[w + 1] - first[w];
-    return (repacked_span){w, (int32_t)(np * (c - first[w]) / nc),
-                           (int32_t)(np * (c - first[w] + 1) / nc)};
+    return (kern_span){w, (int32_t)(np * (c - first[w]) / nc),
+                       (int32_t)(np * (c - first[w] + 1) / nc)};
 }
 
 /* Decode's chunks, guided: each a 1/(2 nth) share of what is left of its
@@ -405,7 +401,7 @@ static repacked_span linear_span(int nw, const kern_repacked_mat *mats, const in
  * 1-4% faster, F16 14%). Returns how many, or 0 when they would not fit in
  * DECODE_MAX_SPANS (then the even split). */
 static int64_t guided_spans(int nw, const kern_repacked_mat *mats, int64_t k, int nth,
-                            repacked_span *out) {
+                            kern_span *out) {
     int64_t n = 0;
     for (int w = 0; w < nw; w++) {
         const int64_t np = (mats[w].n_out + KERN_PANEL_ROWS - 1) / KERN_PANEL_ROWS;
@@ -417,7 +413,7 @@ static int64_t guided_spans(int nw, const kern_repacked_mat *mats, int64_t k, in
             if (len < minp) len = minp;
             if (len > np - p) len = np - p;
             if (n == DECODE_MAX_SPANS) return 0;
-            out[n++] = (repacked_span){w, (int32_t)p, (int32_t)(p + len)};
+            out[n++] = (kern_span){w, (int32_t)p, (int32_t)(p + len)};
             p += len;
         }
     }
@@ -431,12 +427,12 @@ typedef struct {
     int64_t k, m;
     void *work;
     const int64_t *first;
-    const repacked_span *guided; /* NULL: linear_span */
+    const kern_span *guided; /* NULL: linear_span */
 } repacked_job;
 
 static void repacked_task(void *ctx, int64_t c, int thread) {
     const repacked_job *j = ctx;
-    const repacked_span sp = j->guided ? j->guided[c] : linear_span(j->nw, j->mats, j->first, c);
+    const kern_span sp = j->guided ? j->guided[c] : linear_span(j->nw, j->mats, j->first, c);
     repacked_chunk(j->mats, &sp, j->k, j->m, j->work);
 }
 
@@ -473,7 +469,7 @@ static void repacked_run(int nw, const kern_repacked_mat *mats, int64_t k, const
         }
         first[w + 1] = first[w] + (nc < np ? nc : np);
     }
-    repacked_span guided[DECODE_MAX_SPANS];
+    kern_span guided[DECODE_MAX_SPANS];
     const int64_t n_guided = ntiles == 1 && par ? guided_spans(nw, mats, k, nth, guided) : 0;
     const int64_t n_chunks = n_guided ? n_guided : first[nw];
     /* (no zeroing of the last tile's unused rows: the repacked kernels are
@@ -535,43 +531,45 @@ size_t kern_matmul_repacked_each_work_bytes(int nw, const kern_repacked_one *mat
 typedef struct {
     const kern_repacked_one *mats;
     const void *const *tiles; /* the prepared x of each matrix */
-    const repacked_span *spans;
+    const kern_span *spans;
 } each_job;
 
 static void each_task(void *ctx, int64_t c, int thread) {
     const each_job *j = ctx;
-    const repacked_span *sp = &j->spans[c];
+    const kern_span *sp = &j->spans[c];
     const kern_repacked_one *mt = &j->mats[sp->mat];
     kern_repacked_panels(mt->wtype, mt->P, mt->n_out, mt->k, sp->p0, sp->p1, j->tiles[sp->mat], 1,
                          mt->y);
 }
 
-/* Guided over all matrices in order: each chunk about 1/(2 nth) of the bytes
- * left in total, at least min_bytes, within one matrix; the first chunks are
- * whole matrices, the last short, so the threads reach the barrier together.
- * Returns the count, or 0 if more than DECODE_MAX_SPANS. */
-static int64_t each_spans(int nw, const kern_repacked_one *mats, int nth, size_t min_bytes,
-                          repacked_span *out) {
+/* kern_guided_spans for one min_bytes: the count, or 0 if more than max. */
+static int64_t guided_spans_at(int nw, const kern_span_mat *mats, int nth, size_t min_bytes,
+                               int64_t max, kern_span *out) {
     double left = 0;
-    for (int w = 0; w < nw; w++)
-        left += (double)((mats[w].n_out + KERN_PANEL_ROWS - 1) / KERN_PANEL_ROWS) *
-                (double)kern_repack_of(mats[w].wtype)->panel_bytes(mats[w].k);
+    for (int w = 0; w < nw; w++) left += (double)mats[w].np * mats[w].pb * (double)mats[w].ntiles;
     int64_t n = 0;
     for (int w = 0; w < nw; w++) {
-        const int64_t np = (mats[w].n_out + KERN_PANEL_ROWS - 1) / KERN_PANEL_ROWS;
-        const double pb = (double)kern_repack_of(mats[w].wtype)->panel_bytes(mats[w].k);
-        for (int64_t p = 0; p < np;) {
-            double want = left / (2.0 * nth);
+        const kern_span_mat *mt = &mats[w];
+        for (int64_t p = 0; p < mt->np;) {
+            double want = left / (2.0 * nth) / (double)mt->ntiles; /* bytes of panels */
+            if (mt->ntiles > 1 && want > GEMM_CHUNK_BYTES) want = GEMM_CHUNK_BYTES;
             if (want < (double)min_bytes) want = (double)min_bytes;
-            int64_t len = (int64_t)(want / pb + 0.5);
+            int64_t len = (int64_t)(want / mt->pb + 0.5);
             if (len < 1) len = 1;
-            if (len > np - p) len = np - p;
-            if (n == DECODE_MAX_SPANS) return 0;
-            out[n++] = (repacked_span){w, (int32_t)p, (int32_t)(p + len)};
+            if (len > mt->np - p) len = mt->np - p;
+            if (n == max) return 0;
+            out[n++] = (kern_span){w, (int32_t)p, (int32_t)(p + len)};
             p += len;
-            left -= (double)len * pb;
+            left -= (double)len * mt->pb * (double)mt->ntiles;
         }
     }
+    return n;
+}
+
+int64_t kern_guided_spans(int nw, const kern_span_mat *mats, int nth, size_t min_bytes, int64_t max,
+                          kern_span *out) {
+    int64_t n = 0;
+    for (; !n; min_bytes *= 2) n = guided_spans_at(nw, mats, nth, min_bytes, max, out);
     return n;
 }
 
@@ -605,10 +603,13 @@ void kern_matmul_repacked_each(int nw, const kern_repacked_one *mats, void *work
         next += each_tile_bytes(&mats[w]);
     }
     const int nth = macs >= MATMUL_PARALLEL_MIN_MACS ? kvl_pool_threads() : 1;
-    repacked_span spans[DECODE_MAX_SPANS];
-    int64_t n = 0;
-    for (size_t min = DECODE_MIN_CHUNK_BYTES; !n; min *= 2)
-        n = each_spans(nw, mats, nth, min, spans);
+    kern_span_mat sm[KERN_EACH_MAX];
+    for (int w = 0; w < nw; w++)
+        sm[w] = (kern_span_mat){(mats[w].n_out + KERN_PANEL_ROWS - 1) / KERN_PANEL_ROWS,
+                                (double)kern_repack_of(mats[w].wtype)->panel_bytes(mats[w].k), 1};
+    kern_span spans[DECODE_MAX_SPANS];
+    const int64_t n =
+        kern_guided_spans(nw, sm, nth, DECODE_MIN_CHUNK_BYTES, DECODE_MAX_SPANS, spans);
     each_job j = {mats, tiles, spans};
     if (nth == 1) {
         for (int64_t c = 0; c < n; c++) each_task(&j, c, 0);

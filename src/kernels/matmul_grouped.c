@@ -20,10 +20,7 @@
 #define ROWS_PARALLEL_MIN_MACS (1 << 17)
 /* One-tile matrices stream in guided runs of at least this many bytes. */
 #define ROWS_MIN_CHUNK_BYTES (160 * 1024)
-/* A matrix of several tiles: chunks of about this many bytes of panels stay in
- * L2 while its tiles pass. */
-#define ROWS_L2_CHUNK_BYTES (256 * 1024)
-#define ROWS_MAX_SPANS      4096
+#define ROWS_MAX_SPANS       4096
 
 /* An input's tiles lie tile_bytes apart (as the kernels step through them),
  * each input's first at a 64-byte boundary. */
@@ -45,10 +42,6 @@ size_t kern_matmul_repacked_rows_work_bound(int wtype, int64_t k, int64_t rows, 
 }
 
 typedef struct {
-    int32_t mat, p0, p1;
-} rows_span;
-
-typedef struct {
     const kern_repacked_rows *mats;
     const void *const *tiles; /* [nw] the prepared input of each matrix */
     const int32_t *owner;     /* [nw] the first matrix with the same input */
@@ -57,7 +50,7 @@ typedef struct {
     int nw;
     kern_rows_hook hook;
     void *ctx;
-    const rows_span *spans;
+    const kern_span *spans;
 } rows_job;
 
 static void prepare_task(void *vctx, int64_t t, int thread) {
@@ -76,46 +69,10 @@ static void prepare_task(void *vctx, int64_t t, int thread) {
 
 static void product_task(void *vctx, int64_t c, int thread) {
     const rows_job *j = vctx;
-    const rows_span *sp = &j->spans[c];
+    const kern_span *sp = &j->spans[c];
     const kern_repacked_rows *mt = &j->mats[sp->mat];
     kern_repacked_panels(mt->wtype, mt->P, mt->n_out, mt->k, sp->p0, sp->p1, j->tiles[sp->mat],
                          mt->m, mt->y);
-}
-
-/* The chunks: over the matrices in order, each about 1/(2 nth) of the work
- * left in total (bytes of panels x tiles) and at least min_bytes of panels, a
- * matrix of several tiles at most ROWS_L2_CHUNK_BYTES; so the first chunks
- * are long and the last short, and the threads reach the barrier together.
- * Returns the count, or 0 if more than ROWS_MAX_SPANS. */
-static int64_t make_spans(int nw, const kern_repacked_rows *mats, int nth, size_t min_bytes,
-                          rows_span *out) {
-    double left = 0;
-    for (int w = 0; w < nw; w++) {
-        const int T = kern_gemm_of(mats[w].wtype)->tile_rows;
-        left += (double)((mats[w].n_out + KERN_PANEL_ROWS - 1) / KERN_PANEL_ROWS) *
-                (double)kern_repack_of(mats[w].wtype)->panel_bytes(mats[w].k) *
-                (double)((mats[w].m + T - 1) / T);
-    }
-    int64_t n = 0;
-    for (int w = 0; w < nw; w++) {
-        const int64_t np = (mats[w].n_out + KERN_PANEL_ROWS - 1) / KERN_PANEL_ROWS;
-        const int T = kern_gemm_of(mats[w].wtype)->tile_rows;
-        const int64_t ntiles = (mats[w].m + T - 1) / T;
-        const double pb = (double)kern_repack_of(mats[w].wtype)->panel_bytes(mats[w].k);
-        for (int64_t p = 0; p < np;) {
-            double want = left / (2.0 * nth) / (double)ntiles; /* bytes of panels */
-            if (ntiles > 1 && want > ROWS_L2_CHUNK_BYTES) want = ROWS_L2_CHUNK_BYTES;
-            if (want < (double)min_bytes) want = (double)min_bytes; /* (doubles until they fit) */
-            int64_t len = (int64_t)(want / pb + 0.5);
-            if (len < 1) len = 1;
-            if (len > np - p) len = np - p;
-            if (n == ROWS_MAX_SPANS) return 0;
-            out[n++] = (rows_span){w, (int32_t)p, (int32_t)(p + len)};
-            p += len;
-            left -= (double)len * pb * (double)ntiles;
-        }
-    }
-    return n;
 }
 
 static void rows_fail(int nw, const kern_repacked_rows *mats, const char *why) {
@@ -162,9 +119,16 @@ void kern_matmul_repacked_rows(int nw, const kern_repacked_rows *mats, kern_rows
         row0[w + 1] = row0[w] + mt->m;
     }
     const int nth = macs >= ROWS_PARALLEL_MIN_MACS ? kvl_pool_threads() : 1;
-    rows_span spans[ROWS_MAX_SPANS];
-    int64_t n = 0;
-    for (size_t min = ROWS_MIN_CHUNK_BYTES; !n; min *= 2) n = make_spans(nw, mats, nth, min, spans);
+    /* the chunks, guided over all matrices (bytes of panels x tiles) */
+    kern_span_mat sm[KERN_ROWS_MAX_MATS];
+    for (int w = 0; w < nw; w++) {
+        const int T = kern_gemm_of(mats[w].wtype)->tile_rows;
+        sm[w] = (kern_span_mat){(mats[w].n_out + KERN_PANEL_ROWS - 1) / KERN_PANEL_ROWS,
+                                (double)kern_repack_of(mats[w].wtype)->panel_bytes(mats[w].k),
+                                (mats[w].m + T - 1) / T};
+    }
+    kern_span spans[ROWS_MAX_SPANS];
+    const int64_t n = kern_guided_spans(nw, sm, nth, ROWS_MIN_CHUNK_BYTES, ROWS_MAX_SPANS, spans);
     rows_job j = {mats, tiles, owner, row0, nw, hook, ctx, spans};
     if (nth == 1) {
         for (int64_t t = 0; t < row0[nw]; t++) prepare_task(&j, t, 0);

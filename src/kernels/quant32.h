@@ -74,11 +74,9 @@ static inline float kern_e8m0_half(uint8_t e) {
     memcpy(&f, &bits, sizeof f);
     return f;
 }
-void kref_to_float_mxfp4(const void *src, float *dst, int64_t n);
-void kref_from_float_mxfp4(const float *src, void *dst, int64_t n);
-void kref_vec_dot_mxfp4(int64_t n, float *s, const void *x, const void *y);
-void kavx2_vec_dot_mxfp4(int64_t n, float *s, const void *x, const void *y);
-void kavx512_vec_dot_mxfp4(int64_t n, float *s, const void *x, const void *y);
+kern_to_float_sig kref_to_float_mxfp4;
+kern_from_float_sig kref_from_float_mxfp4;
+kern_vec_dot_sig kref_vec_dot_mxfp4, kavx2_vec_dot_mxfp4, kavx512_vec_dot_mxfp4;
 /* packed GEMM and repacked weights (repack_mxfp4_avx512.c), on Q8_0 tiles */
 extern const kern_gemm_ops kavx512_gemm_mxfp4;
 extern const kern_repack_ops kavx512_repack_mxfp4;
@@ -87,35 +85,21 @@ extern const kern_repack_ops kavx512_repack_mxfp4;
 extern const int8_t kern_iq4nl_values[16];
 
 /* ---- scalar reference (quant32_ref.c) ---- */
-void kref_to_float_q4_1(const void *src, float *dst, int64_t n);
-void kref_to_float_q5_0(const void *src, float *dst, int64_t n);
-void kref_to_float_q5_1(const void *src, float *dst, int64_t n);
-void kref_to_float_q8_1(const void *src, float *dst, int64_t n);
-void kref_to_float_iq4_nl(const void *src, float *dst, int64_t n);
+kern_to_float_sig kref_to_float_q4_1, kref_to_float_q5_0, kref_to_float_q5_1, kref_to_float_q8_1,
+    kref_to_float_iq4_nl;
 
-void kref_from_float_q4_1(const float *src, void *dst, int64_t n);
-void kref_from_float_q5_0(const float *src, void *dst, int64_t n);
-void kref_from_float_q5_1(const float *src, void *dst, int64_t n);
-void kref_from_float_q8_1(const float *src, void *dst, int64_t n);
-void kref_from_float_iq4_nl(const float *src, void *dst, int64_t n);
+kern_from_float_sig kref_from_float_q4_1, kref_from_float_q5_0, kref_from_float_q5_1,
+    kref_from_float_q8_1, kref_from_float_iq4_nl;
 
-void kref_vec_dot_q4_1(int64_t n, float *s, const void *x, const void *y);
-void kref_vec_dot_q5_0(int64_t n, float *s, const void *x, const void *y);
-void kref_vec_dot_q5_1(int64_t n, float *s, const void *x, const void *y);
-void kref_vec_dot_iq4_nl(int64_t n, float *s, const void *x, const void *y);
+kern_vec_dot_sig kref_vec_dot_q4_1, kref_vec_dot_q5_0, kref_vec_dot_q5_1, kref_vec_dot_iq4_nl;
 
 /* ---- AVX2 + FMA + F16C (quant32_avx2.c) ---- */
-void kavx2_from_float_q8_1(const float *src, void *dst, int64_t n);
-void kavx2_vec_dot_q4_1(int64_t n, float *s, const void *x, const void *y);
-void kavx2_vec_dot_q5_0(int64_t n, float *s, const void *x, const void *y);
-void kavx2_vec_dot_q5_1(int64_t n, float *s, const void *x, const void *y);
-void kavx2_vec_dot_iq4_nl(int64_t n, float *s, const void *x, const void *y);
+kern_from_float_sig kavx2_from_float_q8_1;
+kern_vec_dot_sig kavx2_vec_dot_q4_1, kavx2_vec_dot_q5_0, kavx2_vec_dot_q5_1, kavx2_vec_dot_iq4_nl;
 
 /* ---- AVX-512 VNNI (quant32_avx512.c) ---- */
-void kavx512_vec_dot_q4_1(int64_t n, float *s, const void *x, const void *y);
-void kavx512_vec_dot_q5_0(int64_t n, float *s, const void *x, const void *y);
-void kavx512_vec_dot_q5_1(int64_t n, float *s, const void *x, const void *y);
-void kavx512_vec_dot_iq4_nl(int64_t n, float *s, const void *x, const void *y);
+kern_vec_dot_sig kavx512_vec_dot_q4_1, kavx512_vec_dot_q5_0, kavx512_vec_dot_q5_1,
+    kavx512_vec_dot_iq4_nl;
 /* packed GEMM (gemm32_avx512.c): Q5_0 and IQ4_NL through Q8_0's panels,
  * tiles and kernel; Q4_1 and Q5_1 with Q8_1 tiles */
 extern const kern_gemm_ops kavx512_gemm_q5_0, kavx512_gemm_iq4_nl, kavx512_gemm_q4_1,

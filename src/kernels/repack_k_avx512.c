@@ -36,12 +36,9 @@
 
 #include <string.h>
 
-#define R4_SC   0
-#define R4_MN   128
-#define R4_D    256
-#define R4_DMIN 288
-#define R4_QS   320
-#define R4_SB   2368
+/* scales, mins, d, dmin at KR_SC .. (gemm_avx512.h) */
+#define R4_QS 320
+#define R4_SB 2368
 
 #define R6_SC 0
 #define R6_D  256
@@ -58,14 +55,7 @@
 /* Row r of the blk_q4_K super-block o (KAVX512_R_PACK). */
 KERN_K_INLINE void r4k_put(char *o, int r, const blk_q4_K *x) {
     kavx512_put_lanes(o + R4_QS, r, x->qs, 32);
-    for (int j = 0; j < 8; j++) {
-        uint8_t sc, mn;
-        kern_q4k_scale_min(j, x->scales, &sc, &mn);
-        o[R4_SC + 16 * j + r] = (char)sc;
-        o[R4_MN + 32 * (j / 2) + 2 * r + j % 2] = (char)mn;
-    }
-    memcpy(o + R4_D + 2 * r, &x->d, 2);
-    memcpy(o + R4_DMIN + 2 * r, &x->dmin, 2);
+    kavx512_put_mins_head(o, r, x->scales, x->d, x->dmin);
 }
 KAVX512_R_PACK(r4k, blk_q4_K, R4_SB, r4k_put)
 
@@ -128,7 +118,7 @@ T_512_INLINE void r4k_subs(int NA, int h0, int h1, int c, const char *P, const c
     }
     UNROLL(2)
     for (int h = h0; h < h1; h++) {
-        __m512i sc = _mm512_cvtepu8_epi32(ld128(P + R4_SC + 16 * (2 * c + h)));
+        __m512i sc = _mm512_cvtepu8_epi32(ld128(P + KR_SC + 16 * (2 * c + h)));
         if (h == 0) sc = _mm512_slli_epi32(sc, 4);
         UNROLL(8)
         for (int a = 0; a < NA; a++)
@@ -145,65 +135,37 @@ T_512_INLINE void r4k_subs(int NA, int h0, int h1, int c, const char *P, const c
  * vector is loaded once for both its sub-blocks (two accumulators per row,
  * also two dpbusd chains for overlap), else once per sub-block (for many rows,
  * so the accumulators fit in registers). */
-KAVX512_K_MINS_MICRO(r4k_micro, r4k_subs, R4_SB, R4_PF_DIST, 10, R4_MN, R4_D, R4_DMIN, 4)
+KAVX512_K_MINS_MICRO(r4k_micro, r4k_subs, R4_SB, R4_PF_DIST, 10, 4)
 
-/* Q6_K: one panel x NA activation rows. Per sub-block j (16 elements, one
- * int8 scale) and row, acc = the dot of its unsigned values q6 + 32 with the
- * activations, sumi = sum_j sc_j * (acc_j - 32 bsum_j) (|sumi| <= 2^27). Each
- * acc_j starts at -32 bsum_j, one broadcast load from a small table that the
- * previous super-block wrote (no multiply: the dpbusd port is the bottleneck,
- * and vpmulld, vpdpwssd and the FMAs take it too). pf: prefetch ahead. */
-T_512_INLINE void r6k_micro(int NA, bool pf, int64_t nsb, const char *P, const char *A, float *y,
-                            size_t ldy, __mmask16 mask) {
+/* Q6_K: per sub-block j (16 elements, one int8 scale) and row, acc = the dot
+ * of its unsigned values q6 + 32 with the activations, from -32 bsum_j;
+ * sumi += sc_j * acc (|sumi| <= 2^27). */
+T_512_INLINE void r6k_steps(int NA, bool pf, const char *P, const char *A, int32_t (*nb)[16],
+                            __m512i *sumi) {
     const __m512i m3f = _mm512_set1_epi8(0x3F), m03 = _mm512_set1_epi8(0x03),
                   m0f = _mm512_set1_epi8(0x0F);
-    __m512 f[KT];
-    UNROLL(8)
-    for (int a = 0; a < NA; a++) f[a] = _mm512_setzero_ps();
-    /* -32 bsum_j of each row, as int32 in memory: each sub-block's
-     * accumulator starts there with one broadcast load. Written a
-     * super-block ahead, so that the loads never wait for the stores. */
-    _Alignas(64) int32_t nbuf[2][KT][16];
-    kavx512_k_neg_sums(NA, true, 5, A, nbuf[0]);
-    for (int64_t sb = 0; sb < nsb; sb++, P += R6_SB, A += KT * KT_UNIT) {
-        if (sb + 1 < nsb) kavx512_k_neg_sums(NA, true, 5, A + KT * KT_UNIT, nbuf[(sb + 1) & 1]);
-        __asm__ volatile(
-            "" ::
-                : "memory"); /* read back as broadcasts, not taken apart in registers */
-        int32_t(*nb)[16] = nbuf[sb & 1];
-        __m512i sumi[KT];
-        UNROLL(8)
-        for (int a = 0; a < NA; a++) sumi[a] = _mm512_setzero_si512();
-        for (int j = 0; j < 16; j++) {
-            if (pf) pf_lines(P, R6_SB, R6_PF_DIST, 4 * j, 4 * j + 4);
-            /* q[g]: the values of elements 16j + 4g .. 16j + 4g + 3 */
-            const char *v = P + R6_QS + 64 * 3 * j;
-            const __m512i v0 = _mm512_loadu_si512(v), v1 = _mm512_loadu_si512(v + 64),
-                          v2 = _mm512_loadu_si512(v + 128);
-            /* bits 6-7 of v0, v1, v2 to bits 0-1, 2-3, 4-5 of q[3]: the
-             * dword shifts drag in bits of the next byte, which the
-             * selects (0xE4: c ? a : b) and the last and drop */
-            const __m512i lo = _mm512_ternarylogic_epi32(_mm512_srli_epi32(v0, 6),
-                                                         _mm512_srli_epi32(v1, 4), m03, 0xE4);
-            const __m512i q[4] = {
-                _mm512_and_si512(v0, m3f), _mm512_and_si512(v1, m3f), _mm512_and_si512(v2, m3f),
-                _mm512_and_si512(_mm512_ternarylogic_epi32(lo, _mm512_srli_epi32(v2, 2), m0f, 0xE4),
-                                 m3f)};
-            const __m512i sc = _mm512_cvtepi8_epi32(ld128(P + R6_SC + 16 * j));
-            UNROLL(8)
-            for (int a = 0; a < NA; a++) {
-                __m512i acc = _mm512_set1_epi32(nb[a][j]);
-                UNROLL(4)
-                for (int g = 0; g < 4; g++)
-                    acc = _mm512_dpbusd_epi32(acc, q[g], bc32(UNIT(a) + KQ_QS + 16 * j + 4 * g));
-                sumi[a] = _mm512_add_epi32(sumi[a], _mm512_mullo_epi32(acc, sc));
-            }
-        }
-        /* the float step of kref_vec_dot_q6_K */
-        kavx512_k_fstep(NA, P + R6_D, A, sumi, f);
+    for (int j = 0; j < 16; j++) {
+        if (pf) pf_lines(P, R6_SB, R6_PF_DIST, 4 * j, 4 * j + 4);
+        /* q[g]: the values of elements 16j + 4g .. 16j + 4g + 3 */
+        const char *v = P + R6_QS + 64 * 3 * j;
+        const __m512i v0 = _mm512_loadu_si512(v), v1 = _mm512_loadu_si512(v + 64),
+                      v2 = _mm512_loadu_si512(v + 128);
+        /* bits 6-7 of v0, v1, v2 to bits 0-1, 2-3, 4-5 of q[3]: the
+         * dword shifts drag in bits of the next byte, which the
+         * selects (0xE4: c ? a : b) and the last and drop */
+        const __m512i lo = _mm512_ternarylogic_epi32(_mm512_srli_epi32(v0, 6),
+                                                     _mm512_srli_epi32(v1, 4), m03, 0xE4);
+        const __m512i q[4] = {
+            _mm512_and_si512(v0, m3f), _mm512_and_si512(v1, m3f), _mm512_and_si512(v2, m3f),
+            _mm512_and_si512(_mm512_ternarylogic_epi32(lo, _mm512_srli_epi32(v2, 2), m0f, 0xE4),
+                             m3f)};
+        kavx512_k_bias_group(NA, j, q, P + R6_SC, A, nb, sumi);
     }
-    kavx512_k_store(NA, f, y, ldy, mask);
 }
+
+/* Q6_K: one panel x NA activation rows, all nsb super-blocks (pf: prefetch
+ * ahead); the float step of kref_vec_dot_q6_K. */
+KAVX512_K_BIAS_MICRO(r6k_micro, r6k_steps, R6_SB, true, 5, R6_D)
 #undef UNIT
 
 /* Q4_K: fused for up to 4 rows (2 accumulators per row), else per sub-block */

@@ -67,12 +67,9 @@
 #define Q3_QS 320
 #define Q3_SB 1856
 
-#define Q5_SC   0
-#define Q5_MN   128
-#define Q5_D    256
-#define Q5_DMIN 288
-#define Q5_QS   320
-#define Q5_SB   2880
+/* scales, mins, d, dmin at KR_SC .. (gemm_avx512.h) */
+#define Q5_QS 320
+#define Q5_SB 2880
 
 #define Q2_SC   0
 #define Q2_D    256
@@ -144,14 +141,7 @@ KERN_K_INLINE void q5_put(char *o, int r, const blk_q5_K *x) {
             for (int v = 0; v < 5; v++) o[Q5_QS + 64 * (5 * j + v) + 4 * r + i] = (char)b[v];
         }
     }
-    for (int j = 0; j < 8; j++) {
-        uint8_t sc, mn;
-        kern_q4k_scale_min(j, x->scales, &sc, &mn);
-        o[Q5_SC + 16 * j + r] = (char)sc;
-        o[Q5_MN + 32 * (j / 2) + 2 * r + j % 2] = (char)mn;
-    }
-    memcpy(o + Q5_D + 2 * r, &x->d, 2);
-    memcpy(o + Q5_DMIN + 2 * r, &x->dmin, 2);
+    kavx512_put_mins_head(o, r, x->scales, x->d, x->dmin);
 }
 KAVX512_R_PACK(q5, blk_q5_K, Q5_SB, q5_put)
 
@@ -227,64 +217,39 @@ T_512_INLINE void xs_micro(int NA, bool pf, int64_t nsb, const char *P, const ch
     kavx512_k_store(NA, f, y, ldy, mask);
 }
 
-/* Q3_K: one panel x NA activation rows. Per group g of 16 and row, acc =
- * -4 bsum_g + the dot of its values q + 4 = the exact dot of q;
- * sumi = sum_g (sc_g - 32) acc (|sumi| < 2^23). */
-T_512_INLINE void q3_micro(int NA, bool pf, int64_t nsb, const char *P, const char *A, float *y,
-                           size_t ldy, __mmask16 mask) {
+/* Q3_K: per group g of 16 and row, acc = -4 bsum_g + the dot of its values
+ * q + 4 = the exact dot of q; sumi += (sc_g - 32) acc (|sumi| < 2^23). */
+T_512_INLINE void q3_steps(int NA, bool pf, const char *P, const char *A, int32_t (*nb)[16],
+                           __m512i *sumi) {
     const __m512i m7 = _mm512_set1_epi8(0x07), m3 = _mm512_set1_epi8(0x03);
-    __m512 f[KT];
-    UNROLL(8)
-    for (int a = 0; a < NA; a++) f[a] = _mm512_setzero_ps();
-    _Alignas(64) int32_t nbuf[2][KT][16];
-    kavx512_k_neg_sums(NA, true, 2, A, nbuf[0]);
-    for (int64_t sb = 0; sb < nsb; sb++, P += Q3_SB, A += KT * KT_UNIT) {
-        if (sb + 1 < nsb) kavx512_k_neg_sums(NA, true, 2, A + KT * KT_UNIT, nbuf[(sb + 1) & 1]);
-        __asm__ volatile("" ::: "memory"); /* read back as broadcasts */
-        int32_t(*nb)[16] = nbuf[sb & 1];
-        __m512i sumi[KT];
-        UNROLL(8)
-        for (int a = 0; a < NA; a++) sumi[a] = _mm512_setzero_si512();
-        for (int run = 0; run < 8; run++) {
-            if (pf) pf_lines(P, Q3_SB, Q3_PF_DIST, 4 * run, 4 * run + 4);
-            const char *v = P + Q3_QS + 64 * 3 * run;
-            const __m512i v0 = _mm512_loadu_si512(v), v1 = _mm512_loadu_si512(v + 64),
-                          v2 = _mm512_loadu_si512(v + 128);
-            /* the dword shifts drag in bits of the next byte, which the
-             * selects (0xE4: c ? a : b) and the ands drop */
-            const __m512i u[8] = {
-                _mm512_and_si512(v0, m7),
-                _mm512_and_si512(_mm512_srli_epi32(v0, 3), m7),
-                _mm512_and_si512(v1, m7),
-                _mm512_and_si512(_mm512_srli_epi32(v1, 3), m7),
-                _mm512_and_si512(v2, m7),
-                _mm512_and_si512(_mm512_srli_epi32(v2, 3), m7),
-                _mm512_and_si512(_mm512_ternarylogic_epi32(_mm512_srli_epi32(v0, 6),
-                                                           _mm512_srli_epi32(v2, 4), m3, 0xE4),
-                                 m7),
-                _mm512_and_si512(_mm512_ternarylogic_epi32(_mm512_srli_epi32(v1, 6),
-                                                           _mm512_srli_epi32(v2, 5), m3, 0xE4),
-                                 m7)};
-            UNROLL(2)
-            for (int h = 0; h < 2; h++) {
-                const int g = 2 * run + h;
-                const __m512i sc = _mm512_cvtepi8_epi32(ld128(P + Q3_SC + 16 * g));
-                UNROLL(8)
-                for (int a = 0; a < NA; a++) {
-                    __m512i acc = _mm512_set1_epi32(nb[a][g]);
-                    UNROLL(4)
-                    for (int c = 0; c < 4; c++)
-                        acc = _mm512_dpbusd_epi32(acc, u[4 * h + c],
-                                                  bc32(UNIT(a) + KQ_QS + 16 * g + 4 * c));
-                    sumi[a] = _mm512_add_epi32(sumi[a], _mm512_mullo_epi32(acc, sc));
-                }
-            }
-        }
-        /* the float step of kref_vec_dot_q3_K */
-        kavx512_k_fstep(NA, P + Q3_D, A, sumi, f);
+    for (int run = 0; run < 8; run++) {
+        if (pf) pf_lines(P, Q3_SB, Q3_PF_DIST, 4 * run, 4 * run + 4);
+        const char *v = P + Q3_QS + 64 * 3 * run;
+        const __m512i v0 = _mm512_loadu_si512(v), v1 = _mm512_loadu_si512(v + 64),
+                      v2 = _mm512_loadu_si512(v + 128);
+        /* the dword shifts drag in bits of the next byte, which the
+         * selects (0xE4: c ? a : b) and the ands drop */
+        const __m512i u[8] = {
+            _mm512_and_si512(v0, m7),
+            _mm512_and_si512(_mm512_srli_epi32(v0, 3), m7),
+            _mm512_and_si512(v1, m7),
+            _mm512_and_si512(_mm512_srli_epi32(v1, 3), m7),
+            _mm512_and_si512(v2, m7),
+            _mm512_and_si512(_mm512_srli_epi32(v2, 3), m7),
+            _mm512_and_si512(_mm512_ternarylogic_epi32(_mm512_srli_epi32(v0, 6),
+                                                       _mm512_srli_epi32(v2, 4), m3, 0xE4),
+                             m7),
+            _mm512_and_si512(_mm512_ternarylogic_epi32(_mm512_srli_epi32(v1, 6),
+                                                       _mm512_srli_epi32(v2, 5), m3, 0xE4),
+                             m7)};
+        UNROLL(2)
+        for (int h = 0; h < 2; h++)
+            kavx512_k_bias_group(NA, 2 * run + h, u + 4 * h, P + Q3_SC, A, nb, sumi);
     }
-    kavx512_k_store(NA, f, y, ldy, mask);
 }
+
+/* Q3_K: one panel x NA activation rows; the float step of kref_vec_dot_q3_K. */
+KAVX512_K_BIAS_MICRO(q3_micro, q3_steps, Q3_SB, true, 2, Q3_D)
 
 /* Q5_K sub-blocks 2c + h, h0 <= h < h1 (runs 2c and 2c + 1 of the panel),
  * into s[a]: per sub-block and row the dot of its 32 values (0..31) with the
@@ -324,7 +289,7 @@ T_512_INLINE void q5_subs(int NA, int h0, int h1, int c, const char *P, const ch
         __m512i acc = _mm512_setzero_si512();
         UNROLL(8)
         for (int k = 0; k < 8; k++) acc = _mm512_dpbusd_epi32(acc, u[h][k], bc32(q + 4 * k));
-        const __m512i sc = _mm512_cvtepu8_epi32(ld128(P + Q5_SC + 16 * (2 * c + h)));
+        const __m512i sc = _mm512_cvtepu8_epi32(ld128(P + KR_SC + 16 * (2 * c + h)));
         s[a] = _mm512_add_epi32(s[a], _mm512_mullo_epi32(acc, sc));
     }
 }
@@ -333,7 +298,7 @@ T_512_INLINE void q5_subs(int NA, int h0, int h1, int c, const char *P, const ch
  * 5-bit values: sumi = sum_j sc_j * dot_j (|sumi| <= 256 * 31 * 128 * 63 <
  * 2^27), summ = sum_j min_j * S_j, then the float steps of
  * kref_vec_dot_q5_K. fused: both sub-blocks of a vector per pass. */
-KAVX512_K_MINS_MICRO(q5_micro, q5_subs, Q5_SB, Q5_PF_DIST, 12, Q5_MN, Q5_D, Q5_DMIN, 0)
+KAVX512_K_MINS_MICRO(q5_micro, q5_subs, Q5_SB, Q5_PF_DIST, 12, 0)
 
 /* Q2_K: one panel x NA activation rows. Values are taken in place, masked
  * (v & 3 << 2j: the value times 4^j), so per group and row acc = 4^j * dot,
