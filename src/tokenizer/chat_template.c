@@ -1,6 +1,7 @@
-/* chat_template: see chat_template.h. Each render_* function follows its
- * family's official Jinja template line by line; comments quote the parts
- * whose behaviour is easy to get wrong (trimming, where BOS/EOS go). */
+/* chat_template: see chat_template.h. Each render_* function, or the
+ * header_family / folded_family entry that drives one, follows its family's
+ * official Jinja template line by line; comments quote the parts whose
+ * behaviour is easy to get wrong (trimming, where BOS/EOS go). */
 #define _GNU_SOURCE
 #include "chat_template.h"
 
@@ -21,6 +22,12 @@ static void put_trimmed(kvl_buf *b, const char *s) {
     while (n && is_space(*s)) s++, n--;
     while (n && is_space(s[n - 1])) n--;
     kvl_buf_put(b, s, n);
+}
+
+/* A message's content, `| trim`med where the template says so. */
+static void put_content(kvl_buf *b, const char *s, bool trim) {
+    if (trim) put_trimmed(b, s);
+    else kvl_buf_puts(b, s);
 }
 
 /* ------------------------------------------------------------ families -- */
@@ -172,32 +179,40 @@ static bool check_named_roles(const render_ctx *c) {
     return true;
 }
 
+/* ChatML and Llama 3 open each turn with a header that names the role:
+ * PRE + role + MID, then content + POST; the generation prompt is the header of
+ * an assistant turn. */
+typedef struct header_family {
+    const char *pre, *mid, *post;
+    bool trim; /* content | trim */
+    bool bos;  /* bos_token before the first message */
+} header_family;
+
 /* {% for m %}'<|im_start|>' + role + '\n' + content + '<|im_end|>\n'{% endfor %} */
-static bool render_chatml(render_ctx *c) {
-    if (!check_named_roles(c)) return false;
-    for (int i = 0; i < c->n; i++) {
-        kvl_buf_puts(c->out, "<|im_start|>");
-        kvl_buf_puts(c->out, role_name(&c->msgs[i]));
-        kvl_buf_puts(c->out, "\n");
-        kvl_buf_puts(c->out, c->msgs[i].content);
-        kvl_buf_puts(c->out, "<|im_end|>\n");
-    }
-    if (c->add_gen) kvl_buf_puts(c->out, "<|im_start|>assistant\n");
-    return true;
-}
+static const header_family CHATML = {.pre = "<|im_start|>", .mid = "\n", .post = "<|im_end|>\n"};
 
 /* bos_token before the first message; content | trim. */
-static bool render_llama3(render_ctx *c) {
+static const header_family LLAMA3 = {.pre = "<|start_header_id|>",
+                                     .mid = "<|end_header_id|>\n\n",
+                                     .post = "<|eot_id|>",
+                                     .trim = true,
+                                     .bos = true};
+
+static void put_header(render_ctx *c, const header_family *fam, const char *role) {
+    kvl_buf_puts(c->out, fam->pre);
+    kvl_buf_puts(c->out, role);
+    kvl_buf_puts(c->out, fam->mid);
+}
+
+static bool render_headed(render_ctx *c, const header_family *fam) {
     if (!check_named_roles(c)) return false;
     for (int i = 0; i < c->n; i++) {
-        if (i == 0) kvl_buf_puts(c->out, c->bos);
-        kvl_buf_puts(c->out, "<|start_header_id|>");
-        kvl_buf_puts(c->out, role_name(&c->msgs[i]));
-        kvl_buf_puts(c->out, "<|end_header_id|>\n\n");
-        put_trimmed(c->out, c->msgs[i].content);
-        kvl_buf_puts(c->out, "<|eot_id|>");
+        if (i == 0 && fam->bos) kvl_buf_puts(c->out, c->bos);
+        put_header(c, fam, role_name(&c->msgs[i]));
+        put_content(c->out, c->msgs[i].content, fam->trim);
+        kvl_buf_puts(c->out, fam->post);
     }
-    if (c->add_gen) kvl_buf_puts(c->out, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+    if (c->add_gen) put_header(c, fam, "assistant");
     return true;
 }
 
@@ -228,44 +243,46 @@ static bool render_llama2(render_ctx *c) {
     return true;
 }
 
-/* Mistral-7B-Instruct v0.1/v0.2: bos_token once, '[INST] ' + content + ' [/INST]',
- * assistant content + eos_token, nothing trimmed. The official template rejects a
- * system message; like Mistral's later templates we fold it into the first user
- * turn as SYSTEM + '\n\n' + USER. */
-static bool render_mistral(render_ctx *c) {
-    int first = first_turn(c);
-    if (first < 0) return false;
-    kvl_buf_puts(c->out, c->bos);
-    for (int i = first; i < c->n; i++) {
-        const chat_msg *m = &c->msgs[i];
-        if (role_is(m, "user")) {
-            kvl_buf_puts(c->out, "[INST] ");
-            put_folded_system(c, i, first);
-            kvl_buf_puts(c->out, m->content);
-            kvl_buf_puts(c->out, " [/INST]");
-        } else {
-            kvl_buf_puts(c->out, m->content);
-            kvl_buf_puts(c->out, c->eos);
-        }
-    }
-    return true;
-}
+/* Mistral and Gemma write bos_token once, then the alternating turns, each
+ * PRE + content + POST by role, with the system message folded into the first
+ * turn (put_folded_system, between PRE and content). */
+typedef struct folded_family {
+    const char *user_pre, *user_post;
+    const char *assistant_pre, *assistant_post; /* NULL post: eos_token */
+    bool trim;                                  /* content | trim */
+    const char *gen;                            /* generation prompt, or NULL */
+} folded_family;
 
-/* Gemma 3: bos_token, the system message becomes a prefix (SYSTEM + '\n\n') of
- * the first turn, assistant is called 'model', content | trim. */
-static bool render_gemma(render_ctx *c) {
+/* Mistral-7B-Instruct v0.1/v0.2: '[INST] ' + content + ' [/INST]', assistant
+ * content + eos_token, nothing trimmed. The official template rejects a system
+ * message; like Mistral's later templates we fold it into the first user turn
+ * as SYSTEM + '\n\n' + USER. */
+static const folded_family MISTRAL = {
+    .user_pre = "[INST] ", .user_post = " [/INST]", .assistant_pre = "", .assistant_post = NULL};
+
+/* Gemma 3: the system message becomes a prefix (SYSTEM + '\n\n') of the first
+ * turn, assistant is called 'model', content | trim. */
+static const folded_family GEMMA = {.user_pre = "<start_of_turn>user\n",
+                                    .user_post = "<end_of_turn>\n",
+                                    .assistant_pre = "<start_of_turn>model\n",
+                                    .assistant_post = "<end_of_turn>\n",
+                                    .trim = true,
+                                    .gen = "<start_of_turn>model\n"};
+
+static bool render_folded(render_ctx *c, const folded_family *fam) {
     int first = first_turn(c);
     if (first < 0) return false;
     kvl_buf_puts(c->out, c->bos);
     for (int i = first; i < c->n; i++) {
         const chat_msg *m = &c->msgs[i];
-        kvl_buf_puts(c->out, "<start_of_turn>");
-        kvl_buf_puts(c->out, role_is(m, "user") ? "user\n" : "model\n");
+        bool user = role_is(m, "user");
+        kvl_buf_puts(c->out, user ? fam->user_pre : fam->assistant_pre);
         put_folded_system(c, i, first);
-        put_trimmed(c->out, m->content);
-        kvl_buf_puts(c->out, "<end_of_turn>\n");
+        put_content(c->out, m->content, fam->trim);
+        const char *post = user ? fam->user_post : fam->assistant_post;
+        kvl_buf_puts(c->out, post ? post : c->eos);
     }
-    if (c->add_gen) kvl_buf_puts(c->out, "<start_of_turn>model\n");
+    if (c->add_gen && fam->gen) kvl_buf_puts(c->out, fam->gen);
     return true;
 }
 
@@ -329,11 +346,11 @@ static bool render_deepseek2(render_ctx *c) {
 
 static bool render_family(chat_family f, render_ctx *c) {
     switch (f) {
-    case CHAT_TMPL_CHATML: return render_chatml(c);
-    case CHAT_TMPL_LLAMA3: return render_llama3(c);
+    case CHAT_TMPL_CHATML: return render_headed(c, &CHATML);
+    case CHAT_TMPL_LLAMA3: return render_headed(c, &LLAMA3);
     case CHAT_TMPL_LLAMA2: return render_llama2(c);
-    case CHAT_TMPL_MISTRAL: return render_mistral(c);
-    case CHAT_TMPL_GEMMA: return render_gemma(c);
+    case CHAT_TMPL_MISTRAL: return render_folded(c, &MISTRAL);
+    case CHAT_TMPL_GEMMA: return render_folded(c, &GEMMA);
     case CHAT_TMPL_DEEPSEEK3: return render_deepseek3(c);
     case CHAT_TMPL_DEEPSEEK2: return render_deepseek2(c);
     default:

@@ -320,6 +320,16 @@ static int exec_for(jx *x, jscope *sc, const jnode *n) {
     return 0;
 }
 
+/* The callable that a {% macro %} defines, or the `caller` of a {% call %}
+ * block: node n, closed over the scope sc it is defined in. */
+static jv *macro_value(jx *x, jscope *sc, const jnode *n) {
+    jv *m = ja_alloc(&x->arena, sizeof *m);
+    m->type = JV_MACRO;
+    m->u.mac.def = n;
+    m->u.mac.closure = sc;
+    return m;
+}
+
 static int exec_stmt(jx *x, jscope *sc, const jnode *n) {
     switch (n->kind) {
     case S_TEXT: jb_put(x->out, n->lit->u.str.s, n->lit->u.str.n); return 0;
@@ -343,19 +353,9 @@ static int exec_stmt(jx *x, jscope *sc, const jnode *n) {
         } else assign_targets(x, sc, n, v);
         return 0;
     }
-    case S_MACRO: {
-        jv *m = ja_alloc(&x->arena, sizeof *m);
-        m->type = JV_MACRO;
-        m->u.mac.def = n;
-        m->u.mac.closure = sc;
-        scope_set(x, sc, n->name, m);
-        return 0;
-    }
+    case S_MACRO: scope_set(x, sc, n->name, macro_value(x, sc, n)); return 0;
     case S_CALLBLOCK: {
-        jv *caller = ja_alloc(&x->arena, sizeof *caller);
-        caller->type = JV_MACRO;
-        caller->u.mac.def = n;
-        caller->u.mac.closure = sc;
+        jv *caller = macro_value(x, sc, n);
         jv *f = eval(x, sc, n->a->a);
         jargs a;
         eval_args(x, sc, n->a, &a);

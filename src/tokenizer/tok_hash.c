@@ -5,18 +5,18 @@
 #include <string.h>
 #include <xxhash.h>
 
-static size_t table_size(size_t max_keys) {
+/* The (uninitialised) slots of a table for up to max_keys keys, and its mask. */
+static void *table_new(size_t max_keys, size_t slot_size, size_t *mask) {
     size_t n = 16;
     while (n < max_keys * 2 + 1) n *= 2;
-    return n;
+    *mask = n - 1;
+    return malloc(n * slot_size);
 }
 
 bool tok_strmap_init(tok_strmap *m, size_t max_keys) {
-    size_t n = table_size(max_keys);
-    m->slots = malloc(n * sizeof *m->slots);
+    m->slots = table_new(max_keys, sizeof *m->slots, &m->mask);
     if (!m->slots) return false;
-    for (size_t i = 0; i < n; i++) m->slots[i].id = -1;
-    m->mask = n - 1;
+    for (size_t i = 0; i <= m->mask; i++) m->slots[i].id = -1;
     return true;
 }
 
@@ -52,11 +52,9 @@ int32_t tok_strmap_put(tok_strmap *m, const char *const *strs, const uint32_t *l
 }
 
 bool tok_pairmap_init(tok_pairmap *m, size_t max_keys) {
-    size_t n = table_size(max_keys);
-    m->slots = malloc(n * sizeof *m->slots);
+    m->slots = table_new(max_keys, sizeof *m->slots, &m->mask);
     if (!m->slots) return false;
-    for (size_t i = 0; i < n; i++) m->slots[i].key = UINT64_MAX;
-    m->mask = n - 1;
+    for (size_t i = 0; i <= m->mask; i++) m->slots[i].key = UINT64_MAX;
     return true;
 }
 

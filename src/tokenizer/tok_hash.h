@@ -8,16 +8,22 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Both maps are the same open-addressing table over their own slot type: a
+ * power-of-two array of slots probed linearly from hash & mask. TOK_HASH_TABLE
+ * declares the map type for a slot type. */
+#define TOK_HASH_TABLE(map, slot)                                                                  \
+    typedef struct map {                                                                           \
+        slot *slots;                                                                               \
+        size_t mask;                                                                               \
+    } map
+
 /* String -> id. The map stores ids only; strs[id]/lens[id] give the key text. */
 typedef struct tok_strslot {
     uint32_t hash;
     int32_t id; /* -1: empty */
 } tok_strslot;
 
-typedef struct tok_strmap {
-    tok_strslot *slots;
-    size_t mask;
-} tok_strmap;
+TOK_HASH_TABLE(tok_strmap, tok_strslot);
 
 /* Room for up to max_keys keys (load factor <= 1/2). */
 bool tok_strmap_init(tok_strmap *m, size_t max_keys);
@@ -34,10 +40,7 @@ typedef struct tok_pairslot {
     int32_t val;
 } tok_pairslot;
 
-typedef struct tok_pairmap {
-    tok_pairslot *slots;
-    size_t mask;
-} tok_pairmap;
+TOK_HASH_TABLE(tok_pairmap, tok_pairslot);
 
 bool tok_pairmap_init(tok_pairmap *m, size_t max_keys);
 void tok_pairmap_free(tok_pairmap *m);

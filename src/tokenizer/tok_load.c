@@ -49,9 +49,12 @@ static bool read_model(tok_vocab *v, const gguf_file *f, kvl_error *err) {
     return true;
 }
 
-/* A numeric array of at least n elements of one of the accepted types. */
+/* An optional array of at least n 32-bit numbers of type t1 or t2: *data is
+ * NULL when the key is absent, false (with err) when it is there but unusable. */
 static bool get_num_array(const gguf_file *f, const char *key, int64_t n, gguf_vtype t1,
                           gguf_vtype t2, gguf_vtype *t, const void **data, kvl_error *err) {
+    *data = NULL;
+    if (gguf_find_key(f, key) < 0) return true;
     uint64_t count;
     if (!gguf_get_arr(f, key, t, &count, data) || (*t != t1 && *t != t2))
         return kvl_fail(err, "%s: tokenizer: '%s' has the wrong type", gguf_path(f), key);
@@ -61,6 +64,13 @@ static bool get_num_array(const gguf_file *f, const char *key, int64_t n, gguf_v
     return true;
 }
 
+/* Element i of such an array, as its raw 32 bits (the data need not be aligned). */
+static uint32_t word_at(const void *data, int32_t i) {
+    uint32_t w;
+    memcpy(&w, (const char *)data + 4 * (size_t)i, 4);
+    return w;
+}
+
 static bool read_scores_and_types(tok_vocab *v, const gguf_file *f, kvl_error *err) {
     const int32_t n = v->n_tokens;
     v->scores = calloc((size_t)n, sizeof *v->scores);
@@ -68,30 +78,21 @@ static bool read_scores_and_types(tok_vocab *v, const gguf_file *f, kvl_error *e
     v->eog = calloc((size_t)n, 1);
     if (!v->scores || !v->attrs || !v->eog) return kvl_fail(err, "tokenizer: out of memory");
     gguf_vtype t;
-    const void *data;
-    if (gguf_find_key(f, KEY_SCORES) >= 0) {
-        if (!get_num_array(f, KEY_SCORES, n, GGUF_VT_FLOAT32, GGUF_VT_INT32, &t, &data, err))
-            return false;
-        for (int32_t i = 0; i < n; i++) {
-            uint32_t bits;
-            memcpy(&bits, (const char *)data + 4 * (size_t)i, 4);
-            if (t == GGUF_VT_FLOAT32) {
-                memcpy(&v->scores[i], &bits, 4);
-            } else {
-                v->scores[i] = (float)(int32_t)bits;
-            }
+    const void *scores, *types;
+    if (!get_num_array(f, KEY_SCORES, n, GGUF_VT_FLOAT32, GGUF_VT_INT32, &t, &scores, err))
+        return false;
+    for (int32_t i = 0; scores && i < n; i++) {
+        uint32_t bits = word_at(scores, i);
+        if (t == GGUF_VT_FLOAT32) {
+            memcpy(&v->scores[i], &bits, 4);
+        } else {
+            v->scores[i] = (float)(int32_t)bits;
         }
     }
-    for (int32_t i = 0; i < n; i++) v->attrs[i] = TOK_ATTR_NORMAL;
-    if (gguf_find_key(f, KEY_TYPES) >= 0) {
-        if (!get_num_array(f, KEY_TYPES, n, GGUF_VT_INT32, GGUF_VT_INT32, &t, &data, err))
-            return false;
-        for (int32_t i = 0; i < n; i++) {
-            int32_t tt;
-            memcpy(&tt, (const char *)data + 4 * (size_t)i, 4);
-            v->attrs[i] = attr_of_type(tt);
-        }
-    }
+    if (!get_num_array(f, KEY_TYPES, n, GGUF_VT_INT32, GGUF_VT_INT32, &t, &types, err))
+        return false;
+    for (int32_t i = 0; i < n; i++)
+        v->attrs[i] = types ? attr_of_type((int32_t)word_at(types, i)) : TOK_ATTR_NORMAL;
     return true;
 }
 
