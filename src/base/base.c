@@ -71,6 +71,23 @@ void *kvl_alloc_huge(size_t size) {
 
 void kvl_free(void *p) { free(p); }
 
+void *kvl_alloc_parts(const kvl_part *parts, int n_parts) {
+    size_t total = 0, bytes;
+    for (int i = 0; i < n_parts; i++) {
+        if (!kvl_mul_ok(parts[i].n, parts[i].elem, &bytes) || !kvl_add_ok(bytes, 63, &bytes) ||
+            !kvl_add_ok(total, bytes & ~(size_t)63, &total))
+            return NULL;
+    }
+    char *block = kvl_calloc(1, total);
+    if (!block) return NULL;
+    size_t at = 0;
+    for (int i = 0; i < n_parts; i++) {
+        *parts[i].ptr = block + at;
+        at += (parts[i].n * parts[i].elem + 63) & ~(size_t)63;
+    }
+    return block;
+}
+
 double kvl_time_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

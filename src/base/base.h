@@ -48,6 +48,21 @@ void kvl_free(void *p);
  * unchanged. Call as kvl_grow((void **)&a->v, &a->cap, a->n + 1, sizeof *a->v, 64). */
 bool kvl_grow(void **p, size_t *cap, size_t need, size_t elem, size_t first);
 
+/* One allocation for arrays whose sizes are all fixed when their owner is
+ * created: one free instead of one per array, and one failure path. Each
+ * part gets n elements of elem bytes at *ptr, 64-byte aligned and zeroed.
+ * The block starts at the first part, so kvl_free of the first part's
+ * pointer frees them all. Returns the block, or NULL (no *ptr set) on
+ * overflow or out of memory. Parts with n == 0 get a valid, empty place.
+ * Write a part as KVL_PART(a->v, n): the array and its element count. */
+typedef struct kvl_part {
+    void **ptr;
+    size_t n, elem;
+} kvl_part;
+#define KVL_PART(array, count)                                                                     \
+    { (void **)&(array), (size_t)(count), sizeof *(array) }
+void *kvl_alloc_parts(const kvl_part *parts, int n_parts);
+
 /* Overflow-checked size arithmetic: return false on overflow. */
 static inline bool kvl_mul_ok(size_t a, size_t b, size_t *out) {
     return !__builtin_mul_overflow(a, b, out);

@@ -1,5 +1,5 @@
 /* base: the byte buffer (growth, NUL termination, formatted appends, the
- * sticky failure). */
+ * sticky failure); one allocation carved into arrays. */
 #include <stdint.h>
 #include <string.h>
 
@@ -45,8 +45,43 @@ static void test_buf(void) {
     CHECK(!b.oom);
 }
 
+static void test_parts(void) {
+    double *a = NULL;
+    char *b = NULL;
+    int32_t *c = NULL, *d = NULL;
+    kvl_part parts[] = {KVL_PART(a, 3), KVL_PART(b, 1), KVL_PART(c, 0), KVL_PART(d, 100)};
+    void *block = kvl_alloc_parts(parts, 4);
+    CHECK(block && (void *)a == block);
+    /* aligned, zeroed, in order and apart: writing one part leaves the others */
+    CHECK((uintptr_t)a % 64 == 0 && (uintptr_t)b % 64 == 0 && (uintptr_t)c % 64 == 0 &&
+          (uintptr_t)d % 64 == 0);
+    CHECK((char *)b >= (char *)(a + 3) && (char *)c >= b + 1 && (char *)d >= (char *)c);
+    bool zero = a[0] == 0 && a[2] == 0 && b[0] == 0;
+    for (int i = 0; i < 100; i++) zero = zero && d[i] == 0;
+    CHECK(zero);
+    for (int i = 0; i < 3; i++) a[i] = -1.0;
+    b[0] = 'x';
+    for (int i = 0; i < 100; i++) d[i] = i;
+    CHECK(a[2] == -1.0 && b[0] == 'x' && d[0] == 0 && d[99] == 99);
+    kvl_free(a); /* the first part's pointer frees the block */
+
+    /* a size that overflows: NULL, and no pointer set */
+    char *e = NULL, *f = NULL;
+    int32_t *g = NULL;
+    kvl_part big[] = {KVL_PART(e, 16), KVL_PART(g, SIZE_MAX / 2)}; /* n x elem overflows */
+    CHECK(kvl_alloc_parts(big, 2) == NULL && !e && !g);
+    kvl_part sum[] = {KVL_PART(e, SIZE_MAX / 2 - 8), KVL_PART(f, SIZE_MAX / 2 - 8)};
+    CHECK(kvl_alloc_parts(sum, 2) == NULL && !e && !f); /* the total overflows */
+
+    /* no parts at all: still a block to free */
+    void *none = kvl_alloc_parts(NULL, 0);
+    CHECK(none != NULL);
+    kvl_free(none);
+}
+
 int main(void) {
     test_buf();
+    test_parts();
     printf("test_base: %s (%d failures)\n", failures ? "FAIL" : "ok", failures);
     return failures != 0;
 }
