@@ -53,16 +53,12 @@ static bool alloc_batch(engine *e, kvl_error *err) {
             return kvl_fail(err, "engine: out of memory");
     }
     e->b = &e->slots[0];
-    e->running = malloc(S * sizeof(seq *));
-    e->logits_tmp = kvl_alloc(V * sizeof(float));
-    e->mask = malloc((V + 31) / 32 * sizeof(uint32_t));
+    const kvl_part parts[] = {KVL_PART(e->running, S), KVL_PART(e->logits_tmp, V),
+                              KVL_PART(e->mask, (V + 31) / 32), KVL_PART(e->events, 1),
+                              KVL_PART(e->draft_jobs, e->drafter ? S : 0)};
     e->piece_cap = 1024;
     e->piece = malloc(e->piece_cap);
-    e->events = calloc(1, sizeof *e->events);
-    if (e->drafter && !(e->draft_jobs = malloc(S * sizeof *e->draft_jobs)))
-        return kvl_fail(err, "engine: out of memory");
-    if (!e->events || !e->running || !e->logits_tmp || !e->mask || !e->piece)
-        return kvl_fail(err, "engine: out of memory");
+    if (!kvl_alloc_parts(parts, 5) || !e->piece) return kvl_fail(err, "engine: out of memory");
     return true;
 }
 
@@ -201,12 +197,8 @@ void engine_destroy(engine *e) {
         batch_buf_free(&e->slots[k].in);
         free(e->slots[k].owner);
     }
-    free(e->running);
-    kvl_free(e->logits_tmp);
-    free(e->mask);
+    kvl_free(e->running); /* and the other arrays sized at creation: one block */
     free(e->piece);
-    free(e->events);
-    free(e->draft_jobs);
     free(e);
 }
 

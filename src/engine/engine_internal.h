@@ -78,8 +78,10 @@ struct engine {
     bool disk_wake;        /* engine_set_disk_wake given: engine_step never sleeps on reads */
     bool disk_stalled;     /* the last step planned nothing while reads were in flight */
     int64_t next_id;
-    seq *waiting;  /* FIFO; preempted sequences go to the front */
-    seq **running; /* in admission order (newest last) */
+    seq *waiting; /* FIFO; preempted sequences go to the front */
+    /* running, events, logits_tmp, mask and draft_jobs: one block, sized at
+     * creation (kvl_alloc_parts), that starts at running */
+    seq **running; /* [max_seqs] in admission order (newest last) */
     int n_running;
     engine_metrics metrics;
     engine_ev_ring *events; /* the live view's log (engine_events.h) */

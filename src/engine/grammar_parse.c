@@ -596,11 +596,7 @@ void grammar_free(grammar *g) {
     if (!g) return;
     for (int32_t i = 0; i < g->n_rules; i++) free(g->rule_names[i]);
     free(g->rule_names);
-    free(g->elems);
-    free(g->alt_start);
-    free(g->rule_alt);
-    free(g->sets);
-    free(g->ranges);
+    kvl_free(g->elems); /* and the other tables: one block */
     gvocab_release(g->vocab);
     free(g);
 }
@@ -611,11 +607,12 @@ static grammar *build(parser *ps) {
     int64_t n_alts = 0;
     for (int32_t r = 0; r < ps->n_rules; r++)
         for (int32_t i = 0; i < ps->bodies[r].n; i++) n_alts += ps->bodies[r].e[i].kind == GE_END;
-    g->elems = malloc((size_t)(ps->n_elems + 1) * sizeof *g->elems);
-    g->alt_start = malloc((size_t)(n_alts + 1) * sizeof *g->alt_start);
-    g->rule_alt = malloc((size_t)(ps->n_rules + 1) * sizeof *g->rule_alt);
-    if (!g->elems || !g->alt_start || !g->rule_alt) {
-        grammar_free(g);
+    const kvl_part parts[] = {KVL_PART(g->elems, ps->n_elems + 1),
+                              KVL_PART(g->alt_start, n_alts + 1),
+                              KVL_PART(g->rule_alt, ps->n_rules + 1), KVL_PART(g->sets, ps->n_sets),
+                              KVL_PART(g->ranges, 2 * (int64_t)ps->n_ranges)};
+    if (!kvl_alloc_parts(parts, 5)) {
+        free(g);
         return oom(ps), NULL;
     }
     int32_t ne = 0, na = 0;
@@ -632,11 +629,9 @@ static grammar *build(parser *ps) {
     g->n_rules = ps->n_rules;
     g->rule_names = ps->names;
     ps->names = NULL;
-    g->sets = ps->sets;
     g->n_sets = ps->n_sets;
-    g->ranges = ps->ranges;
-    ps->sets = NULL;
-    ps->ranges = NULL;
+    if (ps->n_sets) memcpy(g->sets, ps->sets, (size_t)ps->n_sets * sizeof *g->sets);
+    if (ps->n_ranges) memcpy(g->ranges, ps->ranges, 2 * (size_t)ps->n_ranges * sizeof *g->ranges);
     return g;
 }
 

@@ -15,12 +15,13 @@ typedef struct cand {
 struct sampler {
     sampler_params p;
     int32_t n_vocab;
+    /* [n_vocab] each, in the sampler's own allocation (kvl_alloc_parts) */
     cand *cands;
-    float *w; /* [n_vocab] exp(logit - max) of every token */
+    float *w;        /* exp(logit - max) of every token */
+    int32_t *counts; /* occurrences in the penalty window, per token */
     int32_t *history;
     int64_t n_history;
     size_t cap_history;
-    int32_t *counts; /* occurrences in the penalty window, per token */
     uint64_t rng;
 };
 
@@ -39,28 +40,22 @@ void sampler_params_default(sampler_params *p) {
 }
 
 sampler *sampler_create(const sampler_params *p, int32_t n_vocab) {
-    sampler *s = calloc(1, sizeof *s);
-    if (!s) return NULL;
-    s->p = *p;
-    s->n_vocab = n_vocab;
-    s->cands = malloc((size_t)n_vocab * sizeof *s->cands);
-    s->w = kvl_alloc((size_t)n_vocab * sizeof *s->w);
-    s->counts = calloc((size_t)n_vocab, sizeof *s->counts);
+    sampler *s;
+    cand *cands;
+    float *w;
+    int32_t *counts;
+    const kvl_part parts[] = {KVL_PART(s, 1), KVL_PART(cands, n_vocab), KVL_PART(w, n_vocab),
+                              KVL_PART(counts, n_vocab)};
+    if (!kvl_alloc_parts(parts, 4)) return NULL;
+    *s = (sampler){.p = *p, .n_vocab = n_vocab, .cands = cands, .w = w, .counts = counts};
     s->rng = p->seed ? p->seed : 0x9E3779B97F4A7C15ull;
-    if (!s->cands || !s->w || !s->counts) {
-        sampler_destroy(s);
-        return NULL;
-    }
     return s;
 }
 
 void sampler_destroy(sampler *s) {
     if (!s) return;
-    free(s->cands);
-    kvl_free(s->w);
-    free(s->counts);
     free(s->history);
-    free(s);
+    kvl_free(s); /* and its arrays */
 }
 
 void sampler_accept(sampler *s, int32_t token) {
