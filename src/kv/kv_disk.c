@@ -199,27 +199,27 @@ static bool write_file(kv_disk *d, uint8_t *buf, bool sync, bool pin, kvl_error 
         unlink(tmp);
         return kvl_fail(err, "kv disk: cannot write %s: %s", path, strerror(e));
     }
-    pthread_mutex_lock(&d->mu);
+    pthread_mutex_lock(&d->sync.mu);
     index_put(d, hash, kvd_next_stamp(d));
     disk_entry *ent = *kvd_index_slot(d, hash);
     if (pin && ent) pin_entry(d, ent, +1);
     d->st.writes++;
     enforce_limit(d);
-    pthread_mutex_unlock(&d->mu);
+    pthread_mutex_unlock(&d->sync.mu);
     return true;
 }
 
 static void *writer_main(void *arg) {
     kv_disk *d = arg;
-    pthread_mutex_lock(&d->mu);
+    pthread_mutex_lock(&d->sync.mu);
     for (;;) {
-        while (!d->ring_len && !d->stop) pthread_cond_wait(&d->cv_work, &d->mu);
+        while (!d->ring_len && !d->stop) pthread_cond_wait(&d->sync.work, &d->sync.mu);
         if (!d->ring_len) break; /* stopping and drained */
         int si = d->ring[d->ring_head];
         d->ring_head = (d->ring_head + 1) % d->n_slots;
         d->ring_len--;
         d->writing++;
-        pthread_mutex_unlock(&d->mu);
+        pthread_mutex_unlock(&d->sync.mu);
         kvl_error err;
         /* No sync per file: a kill leaves the renamed file whole (the page
          * cache has it), and a file a power loss tore fails its checks and is
@@ -227,19 +227,19 @@ static void *writer_main(void *arg) {
          * and drop most evictions (bench/README.md). */
         if (!write_file(d, d->slots[si].buf, false, false, &err))
             kvl_log(KVL_LOG_WARN, "%s", err.msg);
-        pthread_mutex_lock(&d->mu);
+        pthread_mutex_lock(&d->sync.mu);
         d->slots[si].busy = false;
         d->writing--;
-        if (!d->ring_len && !d->writing) pthread_cond_broadcast(&d->cv_idle);
+        if (!d->ring_len && !d->writing) pthread_cond_broadcast(&d->sync.idle);
     }
-    pthread_mutex_unlock(&d->mu);
+    pthread_mutex_unlock(&d->sync.mu);
     return NULL;
 }
 
 bool kvd_on_disk(kv_disk *d, uint64_t hash) {
-    pthread_mutex_lock(&d->mu);
+    pthread_mutex_lock(&d->sync.mu);
     bool found = *kvd_index_slot(d, hash) != NULL;
-    pthread_mutex_unlock(&d->mu);
+    pthread_mutex_unlock(&d->sync.mu);
     return found;
 }
 
@@ -249,24 +249,24 @@ static void on_evict(void *user, kv_pool *p, int32_t b) {
     uint64_t hash, parent;
     const int32_t *toks;
     if (!kv_block_prefix_info(p, b, &hash, &parent, &toks) || kvd_on_disk(d, hash)) return;
-    pthread_mutex_lock(&d->mu);
+    pthread_mutex_lock(&d->sync.mu);
     int si = -1;
     for (int i = 0; i < d->n_slots && si < 0; i++)
         if (!d->slots[i].busy) si = i;
     if (si < 0) {
         d->st.dropped++;
-        pthread_mutex_unlock(&d->mu);
+        pthread_mutex_unlock(&d->sync.mu);
         return;
     }
     d->slots[si].busy = true;
-    pthread_mutex_unlock(&d->mu);
+    pthread_mutex_unlock(&d->sync.mu);
     /* The copy happens outside the lock: the slot is ours until queued. */
     build_file(d, d->slots[si].buf, hash, parent, toks, kv_block_k(p, b, 0));
-    pthread_mutex_lock(&d->mu);
+    pthread_mutex_lock(&d->sync.mu);
     d->ring[(d->ring_head + d->ring_len) % d->n_slots] = si;
     d->ring_len++;
-    pthread_cond_signal(&d->cv_work);
-    pthread_mutex_unlock(&d->mu);
+    pthread_cond_signal(&d->sync.work);
+    pthread_mutex_unlock(&d->sync.mu);
 }
 
 /* ---- open: index the directory ---- */
@@ -418,6 +418,22 @@ static void index_dir(kv_disk *d) {
     enforce_limit(d);
 }
 
+static void kvd_sync_init(kvd_sync *y) {
+    pthread_mutex_init(&y->mu, NULL);
+    pthread_cond_init(&y->work, NULL);
+    pthread_cond_init(&y->idle, NULL);
+    pthread_cond_init(&y->read, NULL);
+    pthread_cond_init(&y->done, NULL);
+}
+
+static void kvd_sync_destroy(kvd_sync *y) {
+    pthread_mutex_destroy(&y->mu);
+    pthread_cond_destroy(&y->work);
+    pthread_cond_destroy(&y->idle);
+    pthread_cond_destroy(&y->read);
+    pthread_cond_destroy(&y->done);
+}
+
 static bool io_init(disk_io *io, size_t bytes) {
     io->buf = malloc(bytes);
     io->xxh = XXH3_createState();
@@ -474,22 +490,18 @@ kv_disk *kv_disk_open(const kv_disk_config *c, kv_pool *p, kvl_error *err) {
     d->file_bytes = kv_disk_file_bytes(kv_pool_block_bytes(p), pc->block_size);
     d->n_slots = c->queue_blocks > 0 ? c->queue_blocks : 256;
     d->n_buckets = 1024;
-    d->dir = strdup(c->dir);
     d->buckets = calloc(d->n_buckets, sizeof *d->buckets);
-    d->slots = calloc((size_t)d->n_slots, sizeof *d->slots);
-    d->ring = calloc((size_t)d->n_slots, sizeof *d->ring);
+    const kvl_part parts[] = {KVL_PART(d->slots, d->n_slots), KVL_PART(d->ring, d->n_slots),
+                              KVL_PART(d->dir, strlen(c->dir) + 1)};
     d->max_pinned_bytes = c->max_pinned_bytes ? c->max_pinned_bytes : d->max_bytes / 2;
     if (d->max_bytes && (!d->max_pinned_bytes || d->max_pinned_bytes > d->max_bytes))
         d->max_pinned_bytes = d->max_bytes;
-    bool ok = d->dir && d->buckets && d->slots && d->ring && io_init(&d->io, d->file_bytes) &&
+    bool ok = d->buckets && kvl_alloc_parts(parts, 3) && io_init(&d->io, d->file_bytes) &&
               io_init(&d->reader_io, sizeof(disk_header) + d->tok_bytes);
+    if (ok) strcpy(d->dir, c->dir);
     for (int i = 0; ok && i < d->n_slots; i++)
         ok = (d->slots[i].buf = malloc(d->file_bytes)) != NULL;
-    pthread_mutex_init(&d->mu, NULL);
-    pthread_cond_init(&d->cv_work, NULL);
-    pthread_cond_init(&d->cv_idle, NULL);
-    pthread_cond_init(&d->cv_read, NULL);
-    pthread_cond_init(&d->cv_done, NULL);
+    kvd_sync_init(&d->sync);
     if (!ok) {
         kvl_fail(err, "kv disk: out of memory for %d staging blocks of %zu bytes", d->n_slots,
                  d->file_bytes);
@@ -514,18 +526,18 @@ kv_disk *kv_disk_open(const kv_disk_config *c, kv_pool *p, kvl_error *err) {
 }
 
 void kv_disk_flush(kv_disk *d) {
-    pthread_mutex_lock(&d->mu);
-    while (d->ring_len || d->writing) pthread_cond_wait(&d->cv_idle, &d->mu);
-    pthread_mutex_unlock(&d->mu);
+    pthread_mutex_lock(&d->sync.mu);
+    while (d->ring_len || d->writing) pthread_cond_wait(&d->sync.idle, &d->sync.mu);
+    pthread_mutex_unlock(&d->sync.mu);
 }
 
 void kv_disk_close(kv_disk *d) {
     if (!d) return;
     if (d->reader_started) {
-        pthread_mutex_lock(&d->mu);
+        pthread_mutex_lock(&d->sync.mu);
         d->stop_reader = true;
-        pthread_cond_signal(&d->cv_read);
-        pthread_mutex_unlock(&d->mu);
+        pthread_cond_signal(&d->sync.read);
+        pthread_mutex_unlock(&d->sync.mu);
         pthread_join(d->reader, NULL);
     }
     while (d->loads) { /* their sequences are gone; the reader is too */
@@ -561,10 +573,10 @@ void kv_disk_close(kv_disk *d) {
             syncfs(dfd);
             close(dfd);
         }
-        pthread_mutex_lock(&d->mu);
+        pthread_mutex_lock(&d->sync.mu);
         d->stop = true;
-        pthread_cond_signal(&d->cv_work);
-        pthread_mutex_unlock(&d->mu);
+        pthread_cond_signal(&d->sync.work);
+        pthread_mutex_unlock(&d->sync.mu);
         pthread_join(d->writer, NULL);
     }
     for (size_t i = 0; d->buckets && i < d->n_buckets; i++)
@@ -573,17 +585,11 @@ void kv_disk_close(kv_disk *d) {
             free(e);
         }
     for (int i = 0; d->slots && i < d->n_slots; i++) free(d->slots[i].buf);
-    pthread_mutex_destroy(&d->mu);
-    pthread_cond_destroy(&d->cv_work);
-    pthread_cond_destroy(&d->cv_idle);
-    pthread_cond_destroy(&d->cv_read);
-    pthread_cond_destroy(&d->cv_done);
+    kvd_sync_destroy(&d->sync);
     io_free(&d->io);
     io_free(&d->reader_io);
     free(d->buckets);
-    free(d->slots);
-    free(d->ring);
-    free(d->dir);
+    kvl_free(d->slots); /* and the ring and dir */
     free(d);
 }
 
@@ -613,7 +619,7 @@ int64_t kv_disk_save(kv_disk *d, const kv_seq *s, int64_t n_blocks, kvl_error *e
             break;
         }
     /* The blocks this save would pin for the first time must fit the cap. */
-    pthread_mutex_lock(&d->mu);
+    pthread_mutex_lock(&d->sync.mu);
     int64_t fresh = 0;
     for (int64_t i = 0; r && i < r->n; i++) {
         disk_entry *e = *kvd_index_slot(d, r->hashes[i]);
@@ -621,7 +627,7 @@ int64_t kv_disk_save(kv_disk *d, const kv_seq *s, int64_t n_blocks, kvl_error *e
     }
     const uint64_t want = (uint64_t)(d->n_pinned + fresh) * d->file_bytes;
     const bool over = d->max_pinned_bytes && want > d->max_pinned_bytes;
-    pthread_mutex_unlock(&d->mu);
+    pthread_mutex_unlock(&d->sync.mu);
     if (over) {
         kvl_fail(err,
                  "pinning this prefix would pin %llu bytes of the KV disk tier, over its cap of "
@@ -640,10 +646,10 @@ int64_t kv_disk_save(kv_disk *d, const kv_seq *s, int64_t n_blocks, kvl_error *e
         if (b < 0 || !kv_block_prefix_info(d->pool, b, &hash, &parent, &toks)) continue;
         bool have = false;
         if (r) { /* pin it where it is, under the lock the size limit takes */
-            pthread_mutex_lock(&d->mu);
+            pthread_mutex_lock(&d->sync.mu);
             disk_entry *e = *kvd_index_slot(d, hash);
             if (e) pin_entry(d, e, +1);
-            pthread_mutex_unlock(&d->mu);
+            pthread_mutex_unlock(&d->sync.mu);
             have = e != NULL;
         } else {
             have = kvd_on_disk(d, hash);
@@ -657,13 +663,13 @@ int64_t kv_disk_save(kv_disk *d, const kv_seq *s, int64_t n_blocks, kvl_error *e
     }
     if (ok && r) ok = write_pin_file(d, r, err);
     if (!ok && r) { /* nothing stays pinned */
-        pthread_mutex_lock(&d->mu);
+        pthread_mutex_lock(&d->sync.mu);
         for (int64_t i = 0; i < pinned; i++) {
             disk_entry *e = *kvd_index_slot(d, r->hashes[i]);
             if (e) pin_entry(d, e, -1);
         }
         enforce_limit(d);
-        pthread_mutex_unlock(&d->mu);
+        pthread_mutex_unlock(&d->sync.mu);
     }
     if (ok && r) {
         r->next = d->pins;
@@ -692,13 +698,13 @@ int64_t kv_disk_unpin(kv_disk *d, uint64_t root, const int32_t *tokens, int64_t 
     char path[4096];
     pin_path(d, r->id, path, sizeof path);
     unlink(path);
-    pthread_mutex_lock(&d->mu);
+    pthread_mutex_lock(&d->sync.mu);
     for (int64_t i = 0; i < r->n; i++) {
         disk_entry *e = *kvd_index_slot(d, r->hashes[i]);
         if (e) pin_entry(d, e, -1);
     }
     enforce_limit(d);
-    pthread_mutex_unlock(&d->mu);
+    pthread_mutex_unlock(&d->sync.mu);
     int64_t n = r->n;
     free(r->hashes);
     free(r);
@@ -706,8 +712,8 @@ int64_t kv_disk_unpin(kv_disk *d, uint64_t root, const int32_t *tokens, int64_t 
 }
 
 kv_disk_stats kv_disk_get_stats(kv_disk *d) {
-    pthread_mutex_lock(&d->mu);
+    pthread_mutex_lock(&d->sync.mu);
     kv_disk_stats st = d->st;
-    pthread_mutex_unlock(&d->mu);
+    pthread_mutex_unlock(&d->sync.mu);
     return st;
 }

@@ -75,16 +75,23 @@ typedef struct disk_slot {
     bool busy;    /* queued or being written */
 } disk_slot;
 
+/* The disk tier's lock (over what is marked mu below) and the conditions
+ * waited on under it; kvd_sync_init / kvd_sync_destroy. */
+typedef struct kvd_sync {
+    pthread_mutex_t mu;
+    pthread_cond_t work, idle; /* the writer: a slot queued / the queue drained */
+    pthread_cond_t read, done; /* the reader: a load queued / a load settled or notified */
+} kvd_sync;
+
 struct kv_disk {
     kv_pool *pool;
-    char *dir;
+    kvd_sync sync;
+    char *dir; /* dir, slots and ring: one block, sized at open, that starts at slots */
     uint64_t max_bytes;
     disk_header ident;   /* identity fields filled, the rest zero */
     uint64_t ident_hash; /* names our files */
     size_t tok_bytes, file_bytes;
     /* index: hash -> entry (chained), guarded by mu */
-    pthread_mutex_t mu;
-    pthread_cond_t cv_work, cv_idle;
     disk_entry **buckets;
     size_t n_buckets;
     int64_t n_entries;
@@ -105,7 +112,6 @@ struct kv_disk {
     /* background reads (mu) */
     kv_disk_load *loads, *q_head, *q_tail;
     uint64_t settled; /* loads attached or given back so far */
-    pthread_cond_t cv_read, cv_done;
     bool stop_reader;
     pthread_t reader;
     bool reader_started;

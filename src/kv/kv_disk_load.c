@@ -29,9 +29,9 @@ static read_result read_block(kv_disk *d, uint64_t hash, uint64_t parent, const 
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) { /* deleted since (by the size limit, or by hand) */
         const bool gone = errno == ENOENT;
-        pthread_mutex_lock(&d->mu);
+        pthread_mutex_lock(&d->sync.mu);
         if (gone) kvd_index_drop(d, hash);
-        pthread_mutex_unlock(&d->mu);
+        pthread_mutex_unlock(&d->sync.mu);
         return READ_MISS;
     }
     const size_t head = sizeof(disk_header) + d->tok_bytes, body = d->file_bytes - head;
@@ -49,13 +49,13 @@ static read_result read_block(kv_disk *d, uint64_t hash, uint64_t parent, const 
         XXH3_64bits_update(io->xxh, dst, body);
         ok = kvd_header_ok(d, &h, hash) && h.payload_xxh == XXH3_64bits_digest(io->xxh);
     }
-    pthread_mutex_lock(&d->mu);
+    pthread_mutex_lock(&d->sync.mu);
     d->st.reads++;
     if (!ok) {
         kvd_index_drop(d, hash);
         d->st.corrupt++;
     }
-    pthread_mutex_unlock(&d->mu);
+    pthread_mutex_unlock(&d->sync.mu);
     if (!ok) { /* damaged: drop it; the block is recomputed */
         unlink(path);
         kvl_log(KVL_LOG_WARN, "kv disk: %s failed its checks and was deleted", path);
@@ -64,10 +64,10 @@ static read_result read_block(kv_disk *d, uint64_t hash, uint64_t parent, const 
     /* Intact, but a hash collision is still a miss. */
     if (h.parent != parent || memcmp(io->buf + sizeof h, tokens, d->tok_bytes) != 0)
         return READ_MISS;
-    pthread_mutex_lock(&d->mu);
+    pthread_mutex_lock(&d->sync.mu);
     disk_entry *e = *kvd_index_slot(d, hash);
     if (e) e->stamp = kvd_next_stamp(d);
-    pthread_mutex_unlock(&d->mu);
+    pthread_mutex_unlock(&d->sync.mu);
     utimensat(AT_FDCWD, path, NULL, 0); /* its recency survives a restart */
     return READ_OK;
 }
@@ -77,9 +77,9 @@ static read_result read_block(kv_disk *d, uint64_t hash, uint64_t parent, const 
 void *kvd_reader_main(void *arg) {
     kv_disk *d = arg;
     const int bs = kv_pool_cfg(d->pool)->block_size;
-    pthread_mutex_lock(&d->mu);
+    pthread_mutex_lock(&d->sync.mu);
     for (;;) {
-        while (!d->q_head && !d->stop_reader) pthread_cond_wait(&d->cv_read, &d->mu);
+        while (!d->q_head && !d->stop_reader) pthread_cond_wait(&d->sync.read, &d->sync.mu);
         if (d->stop_reader) break;
         kv_disk_load *l = d->q_head;
         d->q_head = l->qnext;
@@ -87,27 +87,27 @@ void *kvd_reader_main(void *arg) {
         l->queued = false;
         int ok = 0;
         while (ok < l->n && !l->abandoned) {
-            pthread_mutex_unlock(&d->mu);
+            pthread_mutex_unlock(&d->sync.mu);
             read_result r = read_block(d, l->hashes[ok], ok ? l->hashes[ok - 1] : l->parent,
                                        l->tokens + (size_t)ok * bs, l->dst[ok], &d->reader_io);
-            pthread_mutex_lock(&d->mu);
+            pthread_mutex_lock(&d->sync.mu);
             if (r != READ_OK) break;
             ok++;
         }
         l->n_ok = ok;
         l->done = true;
-        pthread_cond_broadcast(&d->cv_done);
+        pthread_cond_broadcast(&d->sync.done);
         void (*fn)(void *) = d->notify;
         void *user = d->notify_user;
         if (fn) {
             d->notifying++;
-            pthread_mutex_unlock(&d->mu);
+            pthread_mutex_unlock(&d->sync.mu);
             fn(user); /* outside mu: it may take the caller's locks */
-            pthread_mutex_lock(&d->mu);
-            if (--d->notifying == 0) pthread_cond_broadcast(&d->cv_done);
+            pthread_mutex_lock(&d->sync.mu);
+            if (--d->notifying == 0) pthread_cond_broadcast(&d->sync.done);
         }
     }
-    pthread_mutex_unlock(&d->mu);
+    pthread_mutex_unlock(&d->sync.mu);
     return NULL;
 }
 
@@ -138,10 +138,10 @@ static bool load_block(kv_disk *d, kv_seq *s, const int32_t *all, uint64_t hash)
         return false;
     }
     kv_prefix_commit(p, s, all, (s->n_hashed + 1) * bs);
-    pthread_mutex_lock(&d->mu);
+    pthread_mutex_lock(&d->sync.mu);
     d->st.hits++;
     d->st.hit_tokens += bs;
-    pthread_mutex_unlock(&d->mu);
+    pthread_mutex_unlock(&d->sync.mu);
     return true;
 }
 
@@ -162,9 +162,9 @@ static bool load_ready_locked(const kv_disk *d, const kv_disk_load *l) {
 }
 
 bool kv_disk_load_ready(kv_disk *d, const kv_disk_load *l) {
-    pthread_mutex_lock(&d->mu);
+    pthread_mutex_lock(&d->sync.mu);
     bool r = load_ready_locked(d, l);
-    pthread_mutex_unlock(&d->mu);
+    pthread_mutex_unlock(&d->sync.mu);
     return r;
 }
 
@@ -192,19 +192,19 @@ static void unlink_load_locked(kv_disk *d, kv_disk_load *l) {
 
 void kv_disk_load_cancel(kv_disk *d, kv_disk_load *l) {
     if (!l) return;
-    pthread_mutex_lock(&d->mu);
+    pthread_mutex_lock(&d->sync.mu);
     if (l->n > 0) d->st.loads_abandoned++;
     /* queued or finished: nobody else touches its blocks */
     bool now = l->n == 0 || l->queued || l->done;
     if (now) unlink_load_locked(d, l);
     else l->abandoned = true; /* the reader stops after its current block */
-    pthread_mutex_unlock(&d->mu);
+    pthread_mutex_unlock(&d->sync.mu);
     if (now) kvd_free_load(d, l);
 }
 
 void kv_disk_reap(kv_disk *d) {
     kv_disk_load *done = NULL;
-    pthread_mutex_lock(&d->mu);
+    pthread_mutex_lock(&d->sync.mu);
     for (kv_disk_load *l = d->loads, *nx; l; l = nx) {
         nx = l->next;
         if (l->abandoned && l->done) {
@@ -213,7 +213,7 @@ void kv_disk_reap(kv_disk *d) {
             done = l;
         }
     }
-    pthread_mutex_unlock(&d->mu);
+    pthread_mutex_unlock(&d->sync.mu);
     while (done) {
         kv_disk_load *l = done;
         done = l->next;
@@ -229,31 +229,31 @@ static bool pending_locked(const kv_disk *d) {
 }
 
 bool kv_disk_loads_pending(kv_disk *d) {
-    pthread_mutex_lock(&d->mu);
+    pthread_mutex_lock(&d->sync.mu);
     bool r = pending_locked(d);
-    pthread_mutex_unlock(&d->mu);
+    pthread_mutex_unlock(&d->sync.mu);
     return r;
 }
 
 bool kv_disk_has_loads(kv_disk *d) {
-    pthread_mutex_lock(&d->mu);
+    pthread_mutex_lock(&d->sync.mu);
     bool r = d->loads != NULL;
-    pthread_mutex_unlock(&d->mu);
+    pthread_mutex_unlock(&d->sync.mu);
     return r;
 }
 
 void kv_disk_wait_loads(kv_disk *d) {
-    pthread_mutex_lock(&d->mu);
-    while (pending_locked(d)) pthread_cond_wait(&d->cv_done, &d->mu);
-    pthread_mutex_unlock(&d->mu);
+    pthread_mutex_lock(&d->sync.mu);
+    while (pending_locked(d)) pthread_cond_wait(&d->sync.done, &d->sync.mu);
+    pthread_mutex_unlock(&d->sync.mu);
 }
 
 void kv_disk_set_notify(kv_disk *d, void (*fn)(void *user), void *user) {
-    pthread_mutex_lock(&d->mu);
+    pthread_mutex_lock(&d->sync.mu);
     d->notify = fn;
     d->notify_user = user;
-    while (d->notifying) pthread_cond_wait(&d->cv_done, &d->mu);
-    pthread_mutex_unlock(&d->mu);
+    while (d->notifying) pthread_cond_wait(&d->sync.done, &d->sync.mu);
+    pthread_mutex_unlock(&d->sync.mu);
 }
 
 /* Attaches to s the blocks of a finished load that verified and still
@@ -263,10 +263,10 @@ static int64_t attach_load(kv_disk *d, kv_disk_load *l, kv_seq *s, const int32_t
                            int64_t n_tokens) {
     kv_pool *p = d->pool;
     const int bs = kv_pool_cfg(p)->block_size;
-    pthread_mutex_lock(&d->mu);
+    pthread_mutex_lock(&d->sync.mu);
     unlink_load_locked(d, l);
     const int n_ok = l->n_ok;
-    pthread_mutex_unlock(&d->mu);
+    pthread_mutex_unlock(&d->sync.mu);
     int64_t got = 0;
     if (l->n > 0) kv_prefix_match(p, s, tokens, n_tokens);
     for (int i = 0; i < l->n; i++) {
@@ -285,10 +285,10 @@ static int64_t attach_load(kv_disk *d, kv_disk_load *l, kv_seq *s, const int32_t
     l->n = 0;
     kvd_free_load(d, l);
     if (got) {
-        pthread_mutex_lock(&d->mu);
+        pthread_mutex_lock(&d->sync.mu);
         d->st.hits += got / bs;
         d->st.hit_tokens += got;
-        pthread_mutex_unlock(&d->mu);
+        pthread_mutex_unlock(&d->sync.mu);
     }
     return got;
 }
@@ -314,11 +314,11 @@ int64_t kv_disk_prefix_step(kv_disk *d, kv_seq *s, const int32_t *tokens, int64_
         hashes[run++] = h;
     }
     if (run == 0) return have;
-    pthread_mutex_lock(&d->mu);
+    pthread_mutex_lock(&d->sync.mu);
     bool busy = false; /* another load reads this block already: wait for it instead */
     for (const kv_disk_load *l = d->loads; l && !busy; l = l->next)
         for (int i = 0; i < l->n && !busy && !l->abandoned; i++) busy = l->hashes[i] == hashes[0];
-    pthread_mutex_unlock(&d->mu);
+    pthread_mutex_unlock(&d->sync.mu);
     int64_t n = busy ? 0 : kv_pool_n_free(p) < run ? kv_pool_n_free(p) : run;
     if (!busy && n <= 0) return have; /* no RAM to read into: computed instead */
     kv_disk_load *l = calloc(1, sizeof *l);
@@ -345,7 +345,7 @@ int64_t kv_disk_prefix_step(kv_disk *d, kv_seq *s, const int32_t *tokens, int64_
         l->dst[i] = kv_block_k(p, l->blocks[i], 0);
     }
     if (n > 0) memcpy(l->tokens, tokens + have, (size_t)n * bs * sizeof *l->tokens);
-    pthread_mutex_lock(&d->mu);
+    pthread_mutex_lock(&d->sync.mu);
     l->gen = d->settled;
     l->next = d->loads;
     d->loads = l;
@@ -355,9 +355,9 @@ int64_t kv_disk_prefix_step(kv_disk *d, kv_seq *s, const int32_t *tokens, int64_
         else d->q_head = l;
         d->q_tail = l;
         d->st.loads++;
-        pthread_cond_signal(&d->cv_read);
+        pthread_cond_signal(&d->sync.read);
     }
-    pthread_mutex_unlock(&d->mu);
+    pthread_mutex_unlock(&d->sync.mu);
     *load = l;
     return have;
 }
