@@ -223,6 +223,21 @@ bool pp_probe_self(const model *m, const int32_t *o, int n_groups, int64_t *ans,
 
 /* --------------------------------------------------------------- stage -- */
 
+/* KVLLM_PP_FAULT=RANK:STEP:exit|hang (tests): the rank that fails on purpose, and when. */
+static bool read_fault(pp_stage *p, kvl_error *err) {
+    p->fault_rank = -1;
+    const char *f = getenv("KVLLM_PP_FAULT");
+    if (!f || !*f) return true;
+    char mode[16] = "";
+    long long step = 0;
+    if (sscanf(f, "%d:%lld:%15s", &p->fault_rank, &step, mode) != 3 ||
+        (strcmp(mode, "exit") != 0 && strcmp(mode, "hang") != 0))
+        return kvl_fail(err, "KVLLM_PP_FAULT='%s': expected RANK:STEP:exit|hang", f);
+    p->fault_step = step;
+    p->fault_hang = strcmp(mode, "hang") == 0;
+    return true;
+}
+
 pp_stage *pp_stage_create(model *m, const pp_config *cfg, kvl_error *err) {
     if (!g_inited) {
         kvl_fail(err, "pipeline: pp_init first");
@@ -238,34 +253,17 @@ pp_stage *pp_stage_create(model *m, const pp_config *cfg, kvl_error *err) {
     if (p->cfg.timeout_s <= 0) p->cfg.timeout_s = 60;
     p->rank = g_rank;
     p->size = g_size;
-    p->fault_rank = -1;
-    const char *f = getenv("KVLLM_PP_FAULT");
-    if (f && *f) {
-        char mode[16] = "";
-        long long step = 0;
-        if (sscanf(f, "%d:%lld:%15s", &p->fault_rank, &step, mode) != 3 ||
-            (strcmp(mode, "exit") != 0 && strcmp(mode, "hang") != 0)) {
-            kvl_fail(err, "KVLLM_PP_FAULT='%s': expected RANK:STEP:exit|hang", f);
-            free(p);
-            return NULL;
-        }
-        p->fault_step = step;
-        p->fault_hang = strcmp(mode, "hang") == 0;
-    }
     pthread_mutex_init(&p->lock, NULL);
-    if (p->rank == 0 && p->size > 1) {
-        if (!pp_rank0_open(p, err)) {
-            pthread_mutex_destroy(&p->lock);
-            free(p);
-            return NULL;
-        }
+    if (!read_fault(p, err) || (p->rank == 0 && p->size > 1 && !pp_rank0_open(p, err))) {
+        pp_stage_destroy(p); /* one teardown, also for a stage not fully made */
+        return NULL;
     }
     return p;
 }
 
 void pp_stage_destroy(pp_stage *p) {
     if (!p) return;
-    if (p->rank == 0 && p->size > 1) pp_rank0_close(p);
+    if (p->beating) pp_rank0_close(p); /* rank 0 of a pipeline, once pp_rank0_open succeeded */
     for (int g = 0; g < p->n_pools; g++) kv_pool_destroy(p->pools[g]);
     for (int k = 0; k < PP_MAX_FLIGHT; k++) {
         pp_flight *f = &p->fl[k];
