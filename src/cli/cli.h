@@ -126,6 +126,44 @@ cJSON *cli_token_text_json(const tok_vocab *v, int32_t id);
 cJSON *cli_bytes_json(const char *p, size_t n);
 void cli_print_json(cJSON *j); /* prints one line and deletes j */
 
+/* JSON members written from a struct's fields by a table (cli_json.c), so a
+ * field is named once and its type decides how it is written:
+ * CLI_JSON(type, field) writes field under its own name, CLI_JSON_AS("name",
+ * type, field) under another. Fields: bool, int, int64_t, uint64_t (size_t),
+ * float, and char arrays (written as the string in them). */
+typedef enum cli_json_kind {
+    CLI_JSON_BOOL,
+    CLI_JSON_INT,
+    CLI_JSON_I64,
+    CLI_JSON_U64,
+    CLI_JSON_F32,
+    CLI_JSON_CHARS,
+} cli_json_kind;
+#define CLI_JSON_KIND(x)                                                                           \
+    _Generic((x),                                                                                \
+        bool: CLI_JSON_BOOL,                                                                     \
+        int: CLI_JSON_INT,                                                                       \
+        int64_t: CLI_JSON_I64,                                                                   \
+        uint64_t: CLI_JSON_U64,                                                                  \
+        float: CLI_JSON_F32,                                                                     \
+        char *: CLI_JSON_CHARS)
+typedef struct cli_json_field {
+    const char *name;
+    size_t offset;
+    cli_json_kind kind;
+} cli_json_field;
+#define CLI_JSON_AS(name, type, field)                                                             \
+    { name, offsetof(type, field), CLI_JSON_KIND(((type *)0)->field) }
+#define CLI_JSON(type, field) CLI_JSON_AS(#field, type, field)
+/* Adds the n fields of the struct at base to j, in table order. Integers are
+ * JSON numbers (doubles: exact only to 2^53), or with exact their decimal
+ * digits (as cli_json_u64 writes them). CLI_JSON_TABLE: a whole array. */
+void cli_json_fields(cJSON *j, const void *base, const cli_json_field *f, size_t n, bool exact);
+#define CLI_JSON_TABLE(j, base, table, exact)                                                      \
+    cli_json_fields(j, base, table, sizeof table / sizeof *table, exact)
+/* Adds v to j as its exact decimal digits. */
+void cli_json_u64(cJSON *j, const char *name, uint64_t v);
+
 /* KV pool sizing from the memory available (cli_common.c): the blocks that
  * fraction x MemAvailable (read now, after the weights are loaded) holds, at
  * most max_seqs full-context sequences, at least one. held_bytes is memory

@@ -66,6 +66,39 @@ int cmd_info(int argc, char **argv) {
     return archs ? print_archs(&o) : cmd_info_opts(&o);
 }
 
+/* `info --json`: the hyperparameters in output order, in tables between the
+ * members that cmd_info_opts writes itself. */
+#define HP(field)          CLI_JSON(model_hparams, field)
+#define HP_AS(name, field) CLI_JSON_AS(name, model_hparams, field)
+static const cli_json_field HP_SHAPE[] = {HP_AS("architecture", arch),
+                                          HP(n_vocab),
+                                          HP(n_embd),
+                                          HP(n_layer),
+                                          HP(n_head),
+                                          HP(n_head_kv),
+                                          HP(head_dim_k),
+                                          HP(head_dim_v),
+                                          HP(n_ff),
+                                          HP(n_ctx_train),
+                                          HP(n_rot),
+                                          HP_AS("rope_freq_base", rope_base)};
+static const cli_json_field HP_NORM_WINDOW[] = {HP(rms_eps), HP(tied_output),
+                                                HP_AS("sliding_window", n_swa),
+                                                HP_AS("n_sliding_layers", n_swa_layers)};
+static const cli_json_field HP_CHUNK[] = {HP_AS("attention_chunk", n_chunk),
+                                          HP_AS("n_chunked_layers", n_chunk_layers)};
+static const cli_json_field HP_SIZE[] = {HP(n_params), HP(weights_bytes)};
+#undef HP
+#undef HP_AS
+#define MOE(name, field) CLI_JSON_AS(name, model_moe_hparams, field)
+static const cli_json_field MOE_SHAPE[] = {MOE("count", n_expert), MOE("used", n_expert_used),
+                                           MOE("shared_ff", n_ff_shexp), MOE("expert_ff", n_ff_exp),
+                                           MOE("moe_layers", n_layer_moe)};
+static const cli_json_field MOE_ROUTING[] = {
+    MOE("groups", n_group), MOE("groups_used", n_group_used),
+    MOE("expert_weights_bytes", expert_bytes), MOE("active_weights_bytes_per_token", active_bytes)};
+#undef MOE
+
 static int cmd_info_opts(const cli_opts *o) {
     /* Open the file alone first so that a malformed file is reported as such. */
     cli_model cm;
@@ -85,28 +118,11 @@ static int cmd_info_opts(const cli_opts *o) {
         cJSON *j = cJSON_CreateObject();
         cJSON_AddStringToObject(j, "file", gguf_path(f));
         cJSON_AddNumberToObject(j, "gguf_version", gguf_version(f));
-        cJSON_AddStringToObject(j, "architecture", hp->arch);
-        cJSON_AddNumberToObject(j, "n_vocab", (double)hp->n_vocab);
-        cJSON_AddNumberToObject(j, "n_embd", (double)hp->n_embd);
-        cJSON_AddNumberToObject(j, "n_layer", (double)hp->n_layer);
-        cJSON_AddNumberToObject(j, "n_head", (double)hp->n_head);
-        cJSON_AddNumberToObject(j, "n_head_kv", (double)hp->n_head_kv);
-        cJSON_AddNumberToObject(j, "head_dim_k", (double)hp->head_dim_k);
-        cJSON_AddNumberToObject(j, "head_dim_v", (double)hp->head_dim_v);
-        cJSON_AddNumberToObject(j, "n_ff", (double)hp->n_ff);
-        cJSON_AddNumberToObject(j, "n_ctx_train", (double)hp->n_ctx_train);
-        cJSON_AddNumberToObject(j, "n_rot", (double)hp->n_rot);
-        cJSON_AddNumberToObject(j, "rope_freq_base", hp->rope_base);
+        CLI_JSON_TABLE(j, hp, HP_SHAPE, false);
         cJSON_AddStringToObject(j, "rope_type",
                                 hp->rope_type == MODEL_ROPE_NEOX ? "neox" : "normal");
-        cJSON_AddNumberToObject(j, "rms_eps", hp->rms_eps);
-        cJSON_AddBoolToObject(j, "tied_output", hp->tied_output);
-        cJSON_AddNumberToObject(j, "sliding_window", (double)hp->n_swa);
-        cJSON_AddNumberToObject(j, "n_sliding_layers", (double)hp->n_swa_layers);
-        if (hp->n_chunk_layers) {
-            cJSON_AddNumberToObject(j, "attention_chunk", (double)hp->n_chunk);
-            cJSON_AddNumberToObject(j, "n_chunked_layers", (double)hp->n_chunk_layers);
-        }
+        CLI_JSON_TABLE(j, hp, HP_NORM_WINDOW, false);
+        if (hp->n_chunk_layers) CLI_JSON_TABLE(j, hp, HP_CHUNK, false);
         cJSON *groups = cJSON_AddArrayToObject(j, "kv_groups"); /* one KV pool each */
         for (int g = 0; g < model_kv_n_groups(cm.m); g++) {
             kv_pool_config kc;
@@ -123,22 +139,14 @@ static int cmd_info_opts(const cli_opts *o) {
                                 : hp->n_head_kv == 1         ? "mqa"
                                 : hp->n_head_kv < hp->n_head ? "gqa"
                                                              : "mha");
-        cJSON_AddNumberToObject(j, "n_params", (double)hp->n_params);
-        cJSON_AddNumberToObject(j, "weights_bytes", (double)hp->weights_bytes);
+        CLI_JSON_TABLE(j, hp, HP_SIZE, false);
         if (hp->moe.n_expert) {
             const model_moe_hparams *mo = &hp->moe;
             cJSON *e = cJSON_AddObjectToObject(j, "experts");
-            cJSON_AddNumberToObject(e, "count", (double)mo->n_expert);
-            cJSON_AddNumberToObject(e, "used", (double)mo->n_expert_used);
-            cJSON_AddNumberToObject(e, "shared_ff", (double)mo->n_ff_shexp);
-            cJSON_AddNumberToObject(e, "expert_ff", (double)mo->n_ff_exp);
-            cJSON_AddNumberToObject(e, "moe_layers", (double)mo->n_layer_moe);
+            CLI_JSON_TABLE(e, mo, MOE_SHAPE, false);
             cJSON_AddStringToObject(e, "gating",
                                     mo->gating == MODEL_MOE_SIGMOID ? "sigmoid" : "softmax");
-            cJSON_AddNumberToObject(e, "groups", (double)mo->n_group);
-            cJSON_AddNumberToObject(e, "groups_used", (double)mo->n_group_used);
-            cJSON_AddNumberToObject(e, "expert_weights_bytes", (double)mo->expert_bytes);
-            cJSON_AddNumberToObject(e, "active_weights_bytes_per_token", (double)mo->active_bytes);
+            CLI_JSON_TABLE(e, mo, MOE_ROUTING, false);
         }
         cJSON_AddStringToObject(j, "tokenizer", tok_model_name(cm.vocab));
         cJSON_AddStringToObject(j, "tokenizer_pre", tok_pre_name(cm.vocab));

@@ -326,76 +326,68 @@ static bool run_verify(const cli_opts *o, const kv_plan_model *m, const kv_plan_
 
 /* --------------------------------------------------------------- JSON -- */
 
-/* Exact integers (cJSON numbers are doubles: exact only to 2^53). */
-static void add_u64(cJSON *j, const char *name, uint64_t v) {
-    char buf[32];
-    snprintf(buf, sizeof buf, "%llu", (unsigned long long)v);
-    cJSON_AddRawToObject(j, name, buf);
-}
+/* The members of kv-plan --json that are fields, in output order (integers
+ * written exactly). */
+#define MODEL(field) CLI_JSON(kv_plan_model, field)
+static const cli_json_field MODEL_FIELDS[] = {
+    MODEL(arch),         MODEL(n_layers),      MODEL(n_head),
+    MODEL(n_kv_heads),   MODEL(head_dim_k),    MODEL(head_dim_v),
+    MODEL(kv_lora_rank), MODEL(rope_dim),      MODEL(sliding_window),
+    MODEL(n_swa_layers), MODEL(attn_chunk),    MODEL(n_chunk_layers),
+    MODEL(n_expert),     MODEL(n_expert_used), MODEL(active_weights_bytes)};
+#undef MODEL
+#define PLAN(field) CLI_JSON(kv_plan, field)
+#define REQ(field)  CLI_JSON(kv_plan_request, field)
+static const cli_json_field PLAN_ROWS[] = {PLAN(k_row_bytes), PLAN(v_row_bytes)};
+static const cli_json_field REQUEST_SHAPE[] = {REQ(block_size), REQ(context), REQ(concurrency)};
+static const cli_json_field PLAN_BYTES[] = {
+    PLAN(bytes_per_token),     PLAN(seq_lower_bound_bytes), PLAN(lower_bound_bytes),
+    PLAN(block_bytes),         PLAN(blocks_per_seq),        PLAN(swa_block_bytes),
+    PLAN(swa_blocks_per_seq),  PLAN(chunk_block_bytes),     PLAN(chunk_blocks_per_seq),
+    PLAN(seq_allocated_bytes), PLAN(allocated_bytes),       PLAN(swa_blocks_held),
+    PLAN(chunk_blocks_held),   PLAN(seq_held_bytes),        PLAN(seq_metadata_bytes),
+    PLAN(metadata_bytes),      PLAN(weights_bytes),         PLAN(total_bytes)};
+static const cli_json_field PLAN_FIT[] = {PLAN(fits), PLAN(max_concurrency)};
+#undef PLAN
+#undef REQ
+#define SAV(field)          CLI_JSON(kv_plan_saving, field)
+#define SAV_AS(name, field) CLI_JSON_AS(name, kv_plan_saving, field)
+static const cli_json_field SAVING[] = {
+    SAV(what),
+    SAV(baseline),
+    SAV(in_plan),
+    SAV(bytes_per_token),
+    SAV_AS("baseline_bytes_per_token", base_bytes_per_token),
+    SAV(lower_bound_bytes),
+    SAV_AS("baseline_lower_bound_bytes", base_lower_bound_bytes),
+    SAV(allocated_bytes),
+    SAV_AS("baseline_allocated_bytes", base_allocated_bytes)};
+#undef SAV
+#undef SAV_AS
 
 static void json_model(cJSON *j, const kv_plan_model *m) {
-    cJSON_AddStringToObject(j, "arch", m->arch);
-    add_u64(j, "n_layers", (uint64_t)m->n_layers);
-    add_u64(j, "n_head", (uint64_t)m->n_head);
-    add_u64(j, "n_kv_heads", kv_plan_is_mla(m) ? 0 : (uint64_t)m->n_kv_heads);
-    add_u64(j, "head_dim_k", (uint64_t)m->head_dim_k);
-    add_u64(j, "head_dim_v", (uint64_t)m->head_dim_v);
-    add_u64(j, "kv_lora_rank", (uint64_t)m->kv_lora_rank);
-    add_u64(j, "rope_dim", kv_plan_is_mla(m) ? (uint64_t)m->rope_dim : 0);
-    add_u64(j, "sliding_window", (uint64_t)m->sliding_window);
-    add_u64(j, "n_swa_layers", (uint64_t)m->n_swa_layers);
-    add_u64(j, "attn_chunk", (uint64_t)m->attn_chunk);
-    add_u64(j, "n_chunk_layers", (uint64_t)m->n_chunk_layers);
-    add_u64(j, "n_expert", (uint64_t)m->n_expert);
-    add_u64(j, "n_expert_used", (uint64_t)m->n_expert_used);
-    add_u64(j, "active_weights_bytes", m->active_weights_bytes);
+    kv_plan_model shown = *m; /* MLA caches no KV heads; rope_dim counts only with MLA */
+    if (kv_plan_is_mla(m)) shown.n_kv_heads = 0;
+    else shown.rope_dim = 0;
+    CLI_JSON_TABLE(j, &shown, MODEL_FIELDS, true);
 }
 
 static void json_plan(cJSON *j, const kv_plan *p, const kv_plan_request *r) {
     cJSON_AddStringToObject(j, "kv_type", kv_plan_dtype_name(r->dtype));
     cJSON_AddStringToObject(j, "kv_type_v", kv_plan_dtype_name(r->split_v ? r->dtype_v : r->dtype));
-    add_u64(j, "k_row_bytes", p->k_row_bytes);
-    add_u64(j, "v_row_bytes", p->v_row_bytes);
-    add_u64(j, "block_size", (uint64_t)r->block_size);
-    add_u64(j, "context", (uint64_t)r->context);
-    add_u64(j, "concurrency", (uint64_t)r->concurrency);
-    add_u64(j, "bytes_per_token", p->bytes_per_token);
-    add_u64(j, "seq_lower_bound_bytes", p->seq_lower_bound_bytes);
-    add_u64(j, "lower_bound_bytes", p->lower_bound_bytes);
-    add_u64(j, "block_bytes", p->block_bytes);
-    add_u64(j, "blocks_per_seq", (uint64_t)p->blocks_per_seq);
-    add_u64(j, "swa_block_bytes", p->swa_block_bytes);
-    add_u64(j, "swa_blocks_per_seq", (uint64_t)p->swa_blocks_per_seq);
-    add_u64(j, "chunk_block_bytes", p->chunk_block_bytes);
-    add_u64(j, "chunk_blocks_per_seq", (uint64_t)p->chunk_blocks_per_seq);
-    add_u64(j, "seq_allocated_bytes", p->seq_allocated_bytes);
-    add_u64(j, "allocated_bytes", p->allocated_bytes);
-    add_u64(j, "swa_blocks_held", (uint64_t)p->swa_blocks_held);
-    add_u64(j, "chunk_blocks_held", (uint64_t)p->chunk_blocks_held);
-    add_u64(j, "seq_held_bytes", p->seq_held_bytes);
-    add_u64(j, "seq_metadata_bytes", p->seq_metadata_bytes);
-    add_u64(j, "metadata_bytes", p->metadata_bytes);
-    add_u64(j, "weights_bytes", p->weights_bytes);
-    add_u64(j, "total_bytes", p->total_bytes);
+    CLI_JSON_TABLE(j, p, PLAN_ROWS, true);
+    CLI_JSON_TABLE(j, r, REQUEST_SHAPE, true);
+    CLI_JSON_TABLE(j, p, PLAN_BYTES, true);
     if (!r->budget_bytes) return;
-    add_u64(j, "budget_bytes", r->budget_bytes);
-    cJSON_AddBoolToObject(j, "fits", p->fits);
-    add_u64(j, "max_concurrency", (uint64_t)p->max_concurrency);
+    cli_json_u64(j, "budget_bytes", r->budget_bytes);
+    CLI_JSON_TABLE(j, p, PLAN_FIT, true);
 }
 
 static cJSON *json_savings(const kv_plan_saving *s, int n) {
     cJSON *arr = cJSON_CreateArray();
     for (int i = 0; i < n; i++) {
         cJSON *e = cJSON_CreateObject();
-        cJSON_AddStringToObject(e, "what", s[i].what);
-        cJSON_AddStringToObject(e, "baseline", s[i].baseline);
-        cJSON_AddBoolToObject(e, "in_plan", s[i].in_plan);
-        add_u64(e, "bytes_per_token", s[i].bytes_per_token);
-        add_u64(e, "baseline_bytes_per_token", s[i].base_bytes_per_token);
-        add_u64(e, "lower_bound_bytes", s[i].lower_bound_bytes);
-        add_u64(e, "baseline_lower_bound_bytes", s[i].base_lower_bound_bytes);
-        add_u64(e, "allocated_bytes", s[i].allocated_bytes);
-        add_u64(e, "baseline_allocated_bytes", s[i].base_allocated_bytes);
+        CLI_JSON_TABLE(e, &s[i], SAVING, true);
         cJSON_AddItemToArray(arr, e);
     }
     return arr;
@@ -412,30 +404,30 @@ static cJSON *json_verify(const verify_result *v) {
     for (int g = 0; g < ms->n_groups; g++) {
         const kv_plan_measured_group *mg = &ms->group[g];
         cJSON *e = cJSON_CreateObject();
-        add_u64(e, "window", (uint64_t)mg->window);
-        add_u64(e, "chunk", (uint64_t)mg->chunk);
-        add_u64(e, "n_layers", (uint64_t)mg->n_layers);
-        add_u64(e, "planned_block_bytes", v->planned_block_bytes[g]);
-        add_u64(e, "measured_block_bytes", mg->block_bytes);
-        add_u64(e, "planned_peak_blocks", (uint64_t)v->planned_peak_blocks[g]);
-        add_u64(e, "measured_peak_blocks", (uint64_t)mg->peak_blocks);
-        add_u64(e, "planned_end_blocks", (uint64_t)v->planned_end_blocks[g]);
-        add_u64(e, "measured_end_blocks", (uint64_t)mg->blocks);
-        add_u64(e, "measured_lower_bound_bytes", mg->lower_bound_bytes);
-        add_u64(e, "measured_peak_allocated_bytes", mg->peak_allocated_bytes);
-        add_u64(e, "measured_end_allocated_bytes", mg->allocated_bytes);
+        cli_json_u64(e, "window", (uint64_t)mg->window);
+        cli_json_u64(e, "chunk", (uint64_t)mg->chunk);
+        cli_json_u64(e, "n_layers", (uint64_t)mg->n_layers);
+        cli_json_u64(e, "planned_block_bytes", v->planned_block_bytes[g]);
+        cli_json_u64(e, "measured_block_bytes", mg->block_bytes);
+        cli_json_u64(e, "planned_peak_blocks", (uint64_t)v->planned_peak_blocks[g]);
+        cli_json_u64(e, "measured_peak_blocks", (uint64_t)mg->peak_blocks);
+        cli_json_u64(e, "planned_end_blocks", (uint64_t)v->planned_end_blocks[g]);
+        cli_json_u64(e, "measured_end_blocks", (uint64_t)mg->blocks);
+        cli_json_u64(e, "measured_lower_bound_bytes", mg->lower_bound_bytes);
+        cli_json_u64(e, "measured_peak_allocated_bytes", mg->peak_allocated_bytes);
+        cli_json_u64(e, "measured_end_allocated_bytes", mg->allocated_bytes);
         cJSON_AddItemToArray(groups, e);
         planned_blocks += v->planned_peak_blocks[g];
     }
-    add_u64(j, "planned_blocks", (uint64_t)planned_blocks);
-    add_u64(j, "measured_blocks", (uint64_t)ms->peak_blocks);
-    add_u64(j, "planned_lower_bound_bytes", v->planned.lower_bound_bytes);
-    add_u64(j, "measured_lower_bound_bytes", ms->lower_bound_bytes);
-    add_u64(j, "planned_allocated_bytes", v->planned.allocated_bytes);
-    add_u64(j, "measured_allocated_bytes", ms->peak_allocated_bytes);
-    add_u64(j, "planned_end_bytes", v->planned_end_bytes);
-    add_u64(j, "measured_end_bytes", ms->allocated_bytes);
-    add_u64(j, "measured_table_bytes", ms->table_bytes);
+    cli_json_u64(j, "planned_blocks", (uint64_t)planned_blocks);
+    cli_json_u64(j, "measured_blocks", (uint64_t)ms->peak_blocks);
+    cli_json_u64(j, "planned_lower_bound_bytes", v->planned.lower_bound_bytes);
+    cli_json_u64(j, "measured_lower_bound_bytes", ms->lower_bound_bytes);
+    cli_json_u64(j, "planned_allocated_bytes", v->planned.allocated_bytes);
+    cli_json_u64(j, "measured_allocated_bytes", ms->peak_allocated_bytes);
+    cli_json_u64(j, "planned_end_bytes", v->planned_end_bytes);
+    cli_json_u64(j, "measured_end_bytes", ms->allocated_bytes);
+    cli_json_u64(j, "measured_table_bytes", ms->table_bytes);
     cJSON_AddBoolToObject(j, "agree", v->agree);
     return j;
 }
