@@ -20,14 +20,14 @@ typedef struct cli_opts {
     const char *prompt;      /* -p */
     const char *prompt_file; /* -f */
     const char *prompt_ids;  /* --prompt-ids / --ids */
-    int64_t n_predict;       /* -n */
     int64_t n_ctx;           /* -c */
     int n_threads;           /* -t */
-    sampler_params sampling;
+    /* Parsed straight into the engine's request: -n (max_tokens), the sampling
+     * flags, --top-logprobs, --ignore-eos and the count of --stop strings (the
+     * strings are in stop: point req.stop there when submitting). */
+    engine_request req;
     const char *stop[CLI_MAX_STOP];
-    int n_stop;
-    int top_logprobs;
-    bool json, no_bos, parse_special, ignore_eos, no_kv_cache, no_repack, verbose;
+    bool json, no_bos, parse_special, no_kv_cache, no_repack, verbose;
     int block_size;
     int kv_dtype; /* K (and V unless kv_dtype_v >= 0) */
     int kv_dtype_v;

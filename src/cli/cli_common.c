@@ -46,9 +46,9 @@ static bool parse_kv_type(const char *flag, const char *v, int *out) {
 
 static void opts_default(cli_opts *o) {
     memset(o, 0, sizeof *o);
-    o->n_predict = 128;
+    o->req.max_tokens = 128;
     o->n_threads = 0;
-    sampler_params_default(&o->sampling);
+    sampler_params_default(&o->req.sampling);
     o->block_size = 16;
     o->kv_dtype = GGUF_DT_F16;
     o->kv_dtype_v = -1;
@@ -70,7 +70,7 @@ static bool apply_flag(cli_opts *o, const char *f, const char *v, bool *unknown)
     else if (IS("-p") || IS("--prompt")) o->prompt = v;
     else if (IS("-f") || IS("--file")) o->prompt_file = v;
     else if (IS("--prompt-ids") || IS("--ids")) o->prompt_ids = v;
-    else if (IS("-n") || IS("--n-predict")) return parse_i64(f, v, &o->n_predict);
+    else if (IS("-n") || IS("--n-predict")) return parse_i64(f, v, &o->req.max_tokens);
     else if (IS("-c") || IS("--ctx-size")) return parse_i64(f, v, &o->n_ctx);
     else if (IS("-t") || IS("--threads")) {
         if (!parse_i64(f, v, &i)) return false;
@@ -79,33 +79,33 @@ static bool apply_flag(cli_opts *o, const char *f, const char *v, bool *unknown)
             return false;
         }
         o->n_threads = (int)i;
-    } else if (IS("--temp")) return parse_f32(f, v, &o->sampling.temperature);
+    } else if (IS("--temp")) return parse_f32(f, v, &o->req.sampling.temperature);
     else if (IS("--top-k")) {
         if (!parse_i64(f, v, &i)) return false;
-        o->sampling.top_k = (int32_t)i;
-    } else if (IS("--top-p")) return parse_f32(f, v, &o->sampling.top_p);
-    else if (IS("--min-p")) return parse_f32(f, v, &o->sampling.min_p);
-    else if (IS("--repeat-penalty")) return parse_f32(f, v, &o->sampling.repeat_penalty);
-    else if (IS("--presence-penalty")) return parse_f32(f, v, &o->sampling.presence_penalty);
-    else if (IS("--frequency-penalty")) return parse_f32(f, v, &o->sampling.frequency_penalty);
+        o->req.sampling.top_k = (int32_t)i;
+    } else if (IS("--top-p")) return parse_f32(f, v, &o->req.sampling.top_p);
+    else if (IS("--min-p")) return parse_f32(f, v, &o->req.sampling.min_p);
+    else if (IS("--repeat-penalty")) return parse_f32(f, v, &o->req.sampling.repeat_penalty);
+    else if (IS("--presence-penalty")) return parse_f32(f, v, &o->req.sampling.presence_penalty);
+    else if (IS("--frequency-penalty")) return parse_f32(f, v, &o->req.sampling.frequency_penalty);
     else if (IS("--repeat-last-n")) {
         if (!parse_i64(f, v, &i)) return false;
-        o->sampling.penalty_last_n = (int32_t)i;
+        o->req.sampling.penalty_last_n = (int32_t)i;
     } else if (IS("--seed") || IS("-s")) {
         if (!parse_i64(f, v, &i)) return false;
-        o->sampling.seed = (uint64_t)i;
+        o->req.sampling.seed = (uint64_t)i;
     } else if (IS("--stop")) {
-        if (o->n_stop == CLI_MAX_STOP) {
+        if (o->req.n_stop == CLI_MAX_STOP) {
             fprintf(stderr, "kvllm: at most %d --stop strings\n", CLI_MAX_STOP);
             return false;
         }
-        o->stop[o->n_stop++] = v;
+        o->stop[o->req.n_stop++] = v;
     } else if (IS("--top-logprobs")) {
         if (!parse_i64(f, v, &i) || i < 0 || i > 1000) {
             fprintf(stderr, "kvllm: --top-logprobs: must be 0..1000 (run: 0..20)\n");
             return false;
         }
-        o->top_logprobs = (int)i;
+        o->req.top_logprobs = (int)i;
     } else if (IS("--block-size")) {
         if (!parse_i64(f, v, &i) || i < 1 || i > 4096) {
             fprintf(stderr, "kvllm: --block-size: must be 1..4096\n");
@@ -173,7 +173,7 @@ static bool apply_switch(cli_opts *o, const char *f) {
     if (IS("--json")) o->json = true;
     else if (IS("--no-bos")) o->no_bos = true;
     else if (IS("--parse-special")) o->parse_special = true;
-    else if (IS("--ignore-eos")) o->ignore_eos = true;
+    else if (IS("--ignore-eos")) o->req.ignore_eos = true;
     else if (IS("--no-kv-cache")) o->no_kv_cache = true;
     else if (IS("--spec-fixed")) o->spec_fixed = true;
     else if (IS("--no-repack") || IS("-nr")) o->no_repack = true;

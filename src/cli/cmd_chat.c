@@ -216,11 +216,12 @@ static bool run_turn(engine *e, const cli_opts *o, const cli_model *cm, const ch
     turn tr = {0};
     engine_request r = {.prompt = ids,
                         .n_prompt = n,
-                        .max_tokens =
-                            o->n_predict < 0 || n + o->n_predict > n_ctx ? n_ctx - n : o->n_predict,
-                        .sampling = o->sampling,
+                        .max_tokens = o->req.max_tokens < 0 || n + o->req.max_tokens > n_ctx
+                                          ? n_ctx - n
+                                          : o->req.max_tokens,
+                        .sampling = o->req.sampling,
                         .stop = o->stop,
-                        .n_stop = o->n_stop,
+                        .n_stop = o->req.n_stop,
                         .on_event = on_event,
                         .user = &tr};
     bool ok = engine_submit(e, &r, &err) >= 0;

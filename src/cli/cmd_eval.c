@@ -20,7 +20,7 @@ static void score_position(int64_t pos, const float *logits, void *user) {
     score_state *st = user;
     int32_t *top_ids = st->top_ids;
     float *top_lp = st->top_lp;
-    int k = logits_top_k(logits, st->n_vocab, st->o->top_logprobs, top_ids, top_lp);
+    int k = logits_top_k(logits, st->n_vocab, st->o->req.top_logprobs, top_ids, top_lp);
     double lse = logits_logsumexp(logits, st->n_vocab);
     bool has_next = pos + 1 < st->n;
     if (!st->o->json) {
@@ -62,8 +62,8 @@ static int score(const cli_opts *o, cli_model *cm, int32_t *ids, int64_t n) {
                       .ids = ids,
                       .n = n,
                       .n_vocab = (int32_t)model_hp(cm->m)->n_vocab};
-    st.top_ids = malloc((o->top_logprobs + 1) * sizeof(int32_t));
-    st.top_lp = malloc((o->top_logprobs + 1) * sizeof(float));
+    st.top_ids = malloc((o->req.top_logprobs + 1) * sizeof(int32_t));
+    st.top_lp = malloc((o->req.top_logprobs + 1) * sizeof(float));
     kvl_error err = {{0}};
     if (!st.top_ids || !st.top_lp) {
         fprintf(stderr, "kvllm: out of memory\n");

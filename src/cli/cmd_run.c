@@ -146,17 +146,13 @@ static int run(const cli_opts *o, cli_model *cm, int32_t *ids, int64_t n_ids) {
         return 1;
     }
     run_state st = {.o = o, .vocab = cm->vocab};
-    engine_request r = {.prompt = ids,
-                        .n_prompt = n_ids,
-                        .max_tokens = o->n_predict,
-                        .sampling = o->sampling,
-                        .stop = o->stop,
-                        .n_stop = o->n_stop,
-                        .top_logprobs = o->top_logprobs,
-                        .logprobs = o->json,
-                        .ignore_eos = o->ignore_eos,
-                        .on_event = on_event,
-                        .user = &st};
+    engine_request r = o->req; /* -n, the sampling flags, --stop, --top-logprobs, --ignore-eos */
+    r.prompt = ids;
+    r.n_prompt = n_ids;
+    r.stop = o->stop;
+    r.logprobs = o->json;
+    r.on_event = on_event;
+    r.user = &st;
     if (engine_submit(e, &r, &err) < 0) {
         fprintf(stderr, "kvllm: %s\n", err.msg);
         goto out;
