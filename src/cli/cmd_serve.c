@@ -24,12 +24,22 @@ typedef struct serve_opts {
     int64_t kv_rank_bytes[PP_MAX_RANKS * MODEL_MAX_KV_GROUPS]; /* --pp: server_config's */
 } serve_opts;
 
+/* Help lines of server_settings[from, to): "  --FLAG M   DESC (default N; NOTE)". */
+static void print_settings(FILE *out, int from, int to) {
+    for (int i = from; i < to; i++) {
+        const server_setting *st = &server_settings[i];
+        int n = fprintf(out, "  %s %s", st->flag, st->metavar);
+        fprintf(out, "%*s%s (default %lld%s%s)\n", n < 25 ? 27 - n : 2, "", st->desc,
+                (long long)st->def, st->note ? "; " : "", st->note ? st->note : "");
+    }
+}
+
 static void serve_usage(FILE *out) {
-    fprintf(
-        out,
-        "usage: kvllm serve -m MODEL [options]\n\n"
-        "  --host ADDR              address to bind (default 127.0.0.1)\n"
-        "  --port N                 port (default 8080; 0: any free port, printed at start)\n"
+    fputs("usage: kvllm serve -m MODEL [options]\n\n"
+          "  --host ADDR              address to bind (default 127.0.0.1)\n",
+          out);
+    print_settings(out, 0, 1); /* --port */
+    fputs(
         "  --api-key KEY            require 'Authorization: Bearer KEY' on /v1/* and /metrics\n"
         "  --api-key-file FILE      several keys, one a line: 'KEY [TENANT]' ('#' comments); each "
         "key\n"
@@ -67,16 +77,12 @@ static void serve_usage(FILE *out) {
         "response,\n"
         "                           OPTIONS preflights answered (default: off)\n"
         "  --max-batch-tokens N     tokens per engine step (default 2048; also -b)\n"
-        "  --max-seqs N             running sequences at most (default 64)\n"
-        "  --max-queue N            waiting requests beyond --max-seqs before 503 (default 1024)\n"
-        "  --max-body BYTES         largest request body (default 8 MiB; larger: 413)\n"
-        "  --max-connections N      open connections at most (default 1024; beyond: 503 + "
-        "Retry-After)\n"
-        "  --max-connections-per-ip N  from one client address (default 256; 0: no limit)\n"
-        "  --request-timeout S      seconds to send a whole request, headers and body (default "
-        "30)\n"
-        "  --shutdown-timeout S     on SIGTERM, seconds running requests may finish (default 30)\n"
-        "  --http-threads N         HTTP worker threads (default 4)\n"
+        "  --max-seqs N             running sequences at most (default 64)\n",
+        out);
+    print_settings(out, 1, 2); /* --max-queue */
+    fputs("  --max-body BYTES         largest request body (default 8 MiB; larger: 413)\n", out);
+    print_settings(out, 2, server_n_settings);
+    fputs(
         "  --no-prefix-cache        disable prefix caching\n"
         "  --spec off|ngram|draft   speculative decoding (default off; draft: --model-draft FILE; "
         "a request opts out with\n"
@@ -102,7 +108,8 @@ static void serve_usage(FILE *out) {
         "first,\n"
         "                           unless the next in order was passed over N times (default 0: "
         "off)\n"
-        "  -t N                     threads;  -v  log every request\n");
+        "  -t N                     threads;  -v  log every request\n",
+        out);
 }
 
 /* "2GiB", "512MiB", "1.5G", "100000": binary units (K, M, G, T, with or
@@ -157,20 +164,24 @@ static int serve_flag(const char *f, const char *v, void *ctx) {
     int sw = serve_switch(f, so);
     if (sw) return sw;
 #define IS(name) (strcmp(f, name) == 0)
-    bool ours = IS("--host") || IS("--port") || IS("--api-key") || IS("--served-model-name") ||
+    const server_setting *st = NULL;
+    for (int i = 0; i < server_n_settings && !st; i++)
+        if (IS(server_settings[i].flag)) st = &server_settings[i];
+    bool ours = st || IS("--host") || IS("--api-key") || IS("--served-model-name") ||
                 IS("--chat-template") || IS("--chat-template-file") || IS("--kv-memory") ||
-                IS("--max-batch-tokens") || IS("--max-seqs") || IS("--max-queue") ||
-                IS("--max-body") || IS("--cors") || IS("--kv-memory-fraction") ||
-                IS("--api-key-file") || IS("--max-connections") || IS("--max-connections-per-ip") ||
-                IS("--request-timeout") || IS("--shutdown-timeout") || IS("--http-threads") ||
-                IS("--kv-disk") || IS("--kv-disk-size") || IS("--scheduling-policy") ||
-                IS("--kv-disk-pin-max") || IS("--prefix-admission-wait");
+                IS("--max-batch-tokens") || IS("--max-seqs") || IS("--max-body") || IS("--cors") ||
+                IS("--kv-memory-fraction") || IS("--api-key-file") || IS("--kv-disk") ||
+                IS("--kv-disk-size") || IS("--scheduling-policy") || IS("--kv-disk-pin-max") ||
+                IS("--prefix-admission-wait");
     if (!ours) return 0;
     if (!v) {
         fprintf(stderr, "kvllm: %s: missing value\n", f);
         return -1;
     }
-    if (IS("--host")) so->sc.host = v;
+    if (st) {
+        if (!parse_int(f, v, st->lo, st->hi, &x)) return -1;
+        server_setting_set(&so->sc, st, x);
+    } else if (IS("--host")) so->sc.host = v;
     else if (IS("--api-key")) so->sc.api_key = v;
     else if (IS("--api-key-file")) so->sc.api_key_file = v;
     else if (IS("--served-model-name")) so->sc.model_id = v;
@@ -203,31 +214,10 @@ static int serve_flag(const char *f, const char *v, void *ctx) {
             return -1;
         }
         so->sc.chat_template = v;
-    } else if (IS("--port")) {
-        if (!parse_int(f, v, 0, 65535, &x)) return -1;
-        so->sc.port = (int)x;
     } else if (IS("--max-batch-tokens")) {
         if (!parse_int(f, v, 1, 1 << 20, &so->max_batch_tokens)) return -1;
     } else if (IS("--max-seqs")) {
         if (!parse_int(f, v, 1, 4096, &so->max_seqs)) return -1;
-    } else if (IS("--max-queue")) {
-        if (!parse_int(f, v, 0, 1 << 20, &x)) return -1;
-        so->sc.max_queue = (int)x;
-    } else if (IS("--max-connections")) {
-        if (!parse_int(f, v, 1, 1 << 20, &x)) return -1;
-        so->sc.max_connections = (int)x;
-    } else if (IS("--max-connections-per-ip")) {
-        if (!parse_int(f, v, 0, 1 << 20, &x)) return -1;
-        so->sc.max_connections_per_ip = (int)x;
-    } else if (IS("--request-timeout")) {
-        if (!parse_int(f, v, 1, 86400, &x)) return -1;
-        so->sc.request_timeout_s = (double)x;
-    } else if (IS("--shutdown-timeout")) {
-        if (!parse_int(f, v, 0, 86400, &x)) return -1;
-        so->sc.shutdown_timeout_s = (double)x;
-    } else if (IS("--http-threads")) {
-        if (!parse_int(f, v, 1, 256, &x)) return -1;
-        so->sc.http_threads = (int)x;
     } else if (IS("--max-body")) {
         if (!parse_size(v, &x) || x < 1024) {
             fprintf(stderr, "kvllm: --max-body: expected a size of at least 1024 bytes\n");

@@ -14,7 +14,7 @@
 
 typedef struct server_config {
     const char *host;              /* address to bind (default 127.0.0.1) */
-    int port;                      /* default 8080; 0: any free port */
+    int port;                      /* 0: any free port */
     const char *api_key;           /* NULL: no authentication (unless api_key_file) */
     const char *api_key_file;      /* keys, one a line: "KEY [TENANT]" ('#' comments) */
     bool metrics_public;           /* /metrics without a key even when keys are set */
@@ -30,11 +30,11 @@ typedef struct server_config {
     const char
         *cors_origin; /* --cors: Access-Control-Allow-Origin on every response; NULL: no CORS */
     engine_pooling pooling;     /* /v1/embeddings: how hidden states are pooled */
-    int max_connections;        /* open connections in all; beyond: 503 (default 1024) */
-    int max_connections_per_ip; /* from one client address; 0: no limit (default 256) */
-    double request_timeout_s;   /* to receive a whole request, headers and body (default 30) */
-    double shutdown_timeout_s;  /* SIGTERM: in-flight requests may finish this long (default 30) */
-    int http_threads;           /* libmicrohttpd worker threads (default 4) */
+    int max_connections;        /* open connections in all; beyond: 503 */
+    int max_connections_per_ip; /* from one client address; 0: no limit */
+    double request_timeout_s;   /* to receive a whole request, headers and body */
+    double shutdown_timeout_s;  /* SIGTERM: in-flight requests may finish this long */
+    int http_threads;           /* libmicrohttpd worker threads */
     /* A pipeline (--pp): each rank's bytes per KV block of each group,
      * kv_rank_block_bytes[r * MODEL_MAX_KV_GROUPS + g] for r < kv_ranks
      * (copied at start). 0 ranks: one process, the engine's pools. /metrics
@@ -42,6 +42,21 @@ typedef struct server_config {
     int kv_ranks;
     const int64_t *kv_rank_block_bytes;
 } server_config;
+
+/* The numeric settings of server_config, each once: the `kvllm serve` flag
+ * that sets it, its default (server_config_default), its range and its line
+ * of help, "DESC (default N; NOTE)". The field is an int or a double. */
+typedef struct server_setting {
+    const char *flag, *metavar; /* "--port", "N" */
+    size_t offset;              /* in server_config */
+    bool is_double;
+    int64_t def, lo, hi;
+    const char *desc, *note; /* note: NULL for none */
+} server_setting;
+extern const server_setting server_settings[];
+extern const int server_n_settings;
+/* Sets setting st of c to v (in st's range). */
+void server_setting_set(server_config *c, const server_setting *st, int64_t v);
 
 void server_config_default(server_config *c);
 

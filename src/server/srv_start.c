@@ -88,20 +88,43 @@ static void raise_fd_limit(int want) {
                 (unsigned long long)rl.rlim_cur);
 }
 
-/* Every field not named is zero or NULL (no key, no CORS, no pipeline ranks). */
+#define SETTING(flag, metavar, field, def, lo, hi, desc, note)                                     \
+    {                                                                                              \
+        flag, metavar, offsetof(server_config, field),                                             \
+            _Generic(((server_config *)0)->field, int                                              \
+                     : false, double                                                               \
+                     : true),                                                                      \
+            def, lo, hi, desc, note                                                                \
+    }
+const server_setting server_settings[] = {
+    SETTING("--port", "N", port, 8080, 0, 65535, "port", "0: any free port, printed at start"),
+    SETTING("--max-queue", "N", max_queue, 1024, 0, 1 << 20,
+            "waiting requests beyond --max-seqs before 503", NULL),
+    SETTING("--max-connections", "N", max_connections, 1024, 1, 1 << 20, "open connections at most",
+            "beyond: 503 + Retry-After"),
+    SETTING("--max-connections-per-ip", "N", max_connections_per_ip, 256, 0, 1 << 20,
+            "from one client address", "0: no limit"),
+    SETTING("--request-timeout", "S", request_timeout_s, 30, 1, 86400,
+            "seconds to send a whole request, headers and body", NULL),
+    SETTING("--shutdown-timeout", "S", shutdown_timeout_s, 30, 0, 86400,
+            "on SIGTERM, seconds running requests may finish", NULL),
+    SETTING("--http-threads", "N", http_threads, 4, 1, 256, "HTTP worker threads", NULL),
+};
+#undef SETTING
+const int server_n_settings = sizeof server_settings / sizeof server_settings[0];
+
+void server_setting_set(server_config *c, const server_setting *st, int64_t v) {
+    char *at = (char *)c + st->offset;
+    if (st->is_double) *(double *)at = (double)v;
+    else *(int *)at = (int)v;
+}
+
+/* Every field neither named nor in server_settings is zero or NULL (no key,
+ * no CORS, no pipeline ranks). */
 void server_config_default(server_config *c) {
-    *c = (server_config){
-        .host = "127.0.0.1",
-        .port = 8080,
-        .model_id = "kvllm",
-        .max_body_bytes = 8u << 20,
-        .max_queue = 1024,
-        .max_connections = 1024,
-        .max_connections_per_ip = 256,
-        .request_timeout_s = 30,
-        .shutdown_timeout_s = 30,
-        .http_threads = 4,
-    };
+    *c = (server_config){.host = "127.0.0.1", .model_id = "kvllm", .max_body_bytes = 8u << 20};
+    for (int i = 0; i < server_n_settings; i++)
+        server_setting_set(c, &server_settings[i], server_settings[i].def);
 }
 
 static srv *srv_new(engine *e, const tok_vocab *vocab, const server_config *cfg) {
