@@ -633,9 +633,27 @@ static bool scalar_f64(gguf_vtype t, const uint8_t *p, double *out) {
     return true;
 }
 
-bool gguf_get_i64(const gguf_file *f, const char *key, int64_t *out) {
+/* The numeric value of key (elem NULL) or element *elem of its array, as an
+ * int64 (as_i64) or a double (as_f64): the one lookup behind the i64 and f64
+ * getters, scalar and array alike. Strings, arrays read as scalars and string
+ * arrays do not convert. */
+static bool get_number(const gguf_file *f, const char *key, const uint64_t *elem, int64_t *as_i64,
+                       double *as_f64) {
     const gguf_kv *kv = kv_by_key(f, key);
-    return kv && scalar_i64(kv->type, kv->data, out);
+    if (!kv) return false;
+    gguf_vtype t = kv->type;
+    const uint8_t *p = kv->data;
+    if (elem) {
+        if (t != GGUF_VT_ARRAY || kv->elem_type == GGUF_VT_STRING || *elem >= kv->count)
+            return false;
+        t = kv->elem_type;
+        p += *elem * gguf_vtype_size(t);
+    }
+    return as_i64 ? scalar_i64(t, p, as_i64) : scalar_f64(t, p, as_f64);
+}
+
+bool gguf_get_i64(const gguf_file *f, const char *key, int64_t *out) {
+    return get_number(f, key, NULL, out, NULL);
 }
 
 bool gguf_get_u32(const gguf_file *f, const char *key, uint32_t *out) {
@@ -646,8 +664,7 @@ bool gguf_get_u32(const gguf_file *f, const char *key, uint32_t *out) {
 }
 
 bool gguf_get_f64(const gguf_file *f, const char *key, double *out) {
-    const gguf_kv *kv = kv_by_key(f, key);
-    return kv && scalar_f64(kv->type, kv->data, out);
+    return get_number(f, key, NULL, NULL, out);
 }
 
 /* Finite doubles beyond float range do not convert (the cast would be UB). */
@@ -695,25 +712,12 @@ bool gguf_get_arr(const gguf_file *f, const char *key, gguf_vtype *elem_type, ui
     return true;
 }
 
-/* Element i of a numeric array, or NULL. */
-static const uint8_t *arr_elem(const gguf_file *f, const char *key, uint64_t i, gguf_vtype *t) {
-    const gguf_kv *kv = kv_by_key(f, key);
-    if (!kv || kv->type != GGUF_VT_ARRAY || kv->elem_type == GGUF_VT_STRING || i >= kv->count)
-        return NULL;
-    *t = kv->elem_type;
-    return kv->data + i * gguf_vtype_size(kv->elem_type);
-}
-
 bool gguf_get_arr_i64(const gguf_file *f, const char *key, uint64_t i, int64_t *out) {
-    gguf_vtype t;
-    const uint8_t *p = arr_elem(f, key, i, &t);
-    return p && scalar_i64(t, p, out);
+    return get_number(f, key, &i, out, NULL);
 }
 
 bool gguf_get_arr_f64(const gguf_file *f, const char *key, uint64_t i, double *out) {
-    gguf_vtype t;
-    const uint8_t *p = arr_elem(f, key, i, &t);
-    return p && scalar_f64(t, p, out);
+    return get_number(f, key, &i, NULL, out);
 }
 
 bool gguf_get_arr_str(const gguf_file *f, const char *key, uint64_t i, const char **s,
