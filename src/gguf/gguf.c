@@ -31,18 +31,19 @@
 
 /* ---------------------------------------------------------------- types */
 
-static const char *const VT_NAMES[GGUF_VT_COUNT] = {
-    "u8", "i8", "u16", "i16", "u32", "i32", "f32", "bool", "string", "array", "u64", "i64", "f64",
-};
+/* Both tables are indexed by the type's number. */
+#define VT_NAME(name, num, str, size) [num] = str,
+#define VT_SIZE(name, num, str, size) [num] = size,
+static const char *const VT_NAMES[GGUF_VT_COUNT] = {GGUF_VTYPES(VT_NAME)};
+static const uint8_t VT_SIZES[GGUF_VT_COUNT] = {GGUF_VTYPES(VT_SIZE)};
+#undef VT_NAME
+#undef VT_SIZE
 
 const char *gguf_vtype_name(gguf_vtype t) {
     return (unsigned)t < GGUF_VT_COUNT ? VT_NAMES[t] : "unknown";
 }
 
-size_t gguf_vtype_size(gguf_vtype t) {
-    static const uint8_t sizes[GGUF_VT_COUNT] = {1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8};
-    return (unsigned)t < GGUF_VT_COUNT ? sizes[t] : 0;
-}
+size_t gguf_vtype_size(gguf_vtype t) { return (unsigned)t < GGUF_VT_COUNT ? VT_SIZES[t] : 0; }
 
 /* ---------------------------------------------------------------- file object */
 
