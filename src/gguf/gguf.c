@@ -59,11 +59,8 @@ typedef struct gguf_kv {
 struct gguf_file {
     char *path;
     const uint8_t *buf;
-    size_t size;
+    gguf_layout layout;
     void *map; /* our mmap, or NULL for gguf_open_memory */
-    uint32_t version;
-    size_t alignment;
-    size_t data_offset;
     size_t data_bytes;
     uint64_t n_kv_decl, n_tensors_decl;
     gguf_kv *kvs;
@@ -210,7 +207,8 @@ static bool parse_header(gguf_file *f, rd *r) {
                         show(shown, (const char *)r->buf, 4));
     }
     r->pos = 4;
-    if (!rd_u32(r, &f->version, "version") || !check_version(r, f->version)) return false;
+    if (!rd_u32(r, &f->layout.version, "version") || !check_version(r, f->layout.version))
+        return false;
     if (!rd_u64(r, &f->n_tensors_decl, "tensor count")) return false;
     if (!rd_u64(r, &f->n_kv_decl, "metadata count")) return false;
     return check_count(r, 16, f->n_kv_decl, MIN_KV_BYTES, "metadata count") &&
@@ -309,7 +307,7 @@ static bool parse_kv(gguf_file *f, rd *r) {
 
 /* general.alignment: optional, an integer that is a nonzero power of two. */
 static bool read_alignment(gguf_file *f, rd *r) {
-    f->alignment = 32;
+    f->layout.alignment = 32;
     if (gguf_find_key(f, "general.alignment") < 0) return true;
     uint32_t a;
     if (!gguf_get_u32(f, "general.alignment", &a))
@@ -320,7 +318,7 @@ static bool read_alignment(gguf_file *f, rd *r) {
         return kvl_fail(r->err,
                         "%s: key 'general.alignment': %" PRIu32 " is not a nonzero power of two",
                         r->file, a);
-    f->alignment = a;
+    f->layout.alignment = a;
     return true;
 }
 
@@ -420,14 +418,14 @@ static bool parse_tensor(gguf_file *f, rd *r) {
  * must be aligned and lie entirely inside the file. Overlap is not checked:
  * it cannot cause an out-of-bounds read. */
 static bool place_tensors(gguf_file *f, rd *r) {
-    size_t a = f->alignment, start;
+    size_t a = f->layout.alignment, start;
     if (!kvl_add_ok(r->pos, a - 1, &start)) return rfail(r, "data offset overflows");
-    f->data_offset = start & ~(a - 1);
+    f->layout.data_offset = start & ~(a - 1);
     if (f->n_tensors == 0) return true; /* vocab-only: the data section may be absent */
-    if (f->data_offset > r->len)
+    if (f->layout.data_offset > r->len)
         return rfail(r, "data section would start at %zu, past the end of the file (%zu bytes)",
-                     f->data_offset, r->len);
-    size_t avail = r->len - f->data_offset;
+                     f->layout.data_offset, r->len);
+    size_t avail = r->len - f->layout.data_offset;
     for (int64_t i = 0; i < f->n_tensors; i++) {
         gguf_tensor *t = &f->tensors[i];
         char nm[96];
@@ -443,7 +441,7 @@ static bool place_tensors(gguf_file *f, rd *r) {
                             " + %zu bytes runs past the end "
                             "of the file (%zu bytes of data)",
                             r->file, shown, t->offset, t->nbytes, avail);
-        t->data = r->buf + f->data_offset + t->offset;
+        t->data = r->buf + f->layout.data_offset + t->offset;
         f->data_bytes += t->nbytes; /* each <= avail and count <= len/32: cannot overflow */
     }
     return true;
@@ -469,7 +467,7 @@ static gguf_file *parse(const void *buf, size_t len, const char *name, kvl_error
         return NULL;
     }
     f->buf = buf;
-    f->size = len;
+    f->layout.file_size = len;
     rd r = {.buf = buf, .len = len, .file = f->path, .err = err};
     if (!parse_all(f, &r)) {
         gguf_close(f);
@@ -533,16 +531,13 @@ void gguf_close(gguf_file *f) {
     free(f->tensors);
     gguf_strindex_free(&f->kv_ix);
     gguf_strindex_free(&f->tensor_ix);
-    if (f->map) munmap(f->map, f->size);
+    if (f->map) munmap(f->map, f->layout.file_size);
     free(f->path);
     free(f);
 }
 
 const char *gguf_path(const gguf_file *f) { return f->path; }
-uint32_t gguf_version(const gguf_file *f) { return f->version; }
-size_t gguf_file_size(const gguf_file *f) { return f->size; }
-size_t gguf_alignment(const gguf_file *f) { return f->alignment; }
-size_t gguf_data_offset(const gguf_file *f) { return f->data_offset; }
+const gguf_layout *gguf_file_layout(const gguf_file *f) { return &f->layout; }
 
 /* ---------------------------------------------------------------- metadata access */
 

@@ -127,11 +127,15 @@ gguf_file *gguf_open_memory(const void *buf, size_t len, const char *name, kvl_e
 void gguf_close(gguf_file *f);
 
 const char *gguf_path(const gguf_file *f);
-uint32_t gguf_version(const gguf_file *f);
-size_t gguf_file_size(const gguf_file *f);
-size_t gguf_alignment(const gguf_file *f);
-/* Absolute file offset of the (aligned) start of the tensor data section. */
-size_t gguf_data_offset(const gguf_file *f);
+
+/* Where the file puts things, as its header and metadata say. */
+typedef struct gguf_layout {
+    uint32_t version;   /* 2 or 3 */
+    size_t file_size;   /* bytes */
+    size_t alignment;   /* of each tensor's data (general.alignment, 32 if absent) */
+    size_t data_offset; /* absolute file offset of the (aligned) tensor data section */
+} gguf_layout;
+const gguf_layout *gguf_file_layout(const gguf_file *f);
 
 /* ---- metadata ---- */
 int64_t gguf_n_kv(const gguf_file *f);
