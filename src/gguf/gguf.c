@@ -248,13 +248,21 @@ static bool parse_str_array(rd *r, gguf_kv *kv) {
     return true;
 }
 
-static bool parse_array(rd *r, gguf_kv *kv) {
-    uint32_t et;
+/* A value type (u32) that the spec defines; `what` names it in errors. */
+static bool rd_vtype(rd *r, gguf_vtype *out, const char *what) {
+    uint32_t t;
     size_t at = r->pos;
-    if (!rd_u32(r, &et, "array element type")) return false;
-    if (et >= GGUF_VT_COUNT) return rfail_at(r, at, "unknown array element type %" PRIu32, et);
+    if (!rd_u32(r, &t, what)) return false;
+    if (t >= GGUF_VT_COUNT) return rfail_at(r, at, "unknown %s %" PRIu32, what, t);
+    *out = (gguf_vtype)t;
+    return true;
+}
+
+static bool parse_array(rd *r, gguf_kv *kv) {
+    size_t at = r->pos;
+    if (!rd_vtype(r, &kv->elem_type, "array element type")) return false;
+    const gguf_vtype et = kv->elem_type;
     if (et == GGUF_VT_ARRAY) return rfail_at(r, at, "nested arrays are not supported");
-    kv->elem_type = (gguf_vtype)et;
     at = r->pos;
     if (!rd_u64(r, &kv->count, "array count")) return false;
     size_t esize = et == GGUF_VT_STRING ? 8 : gguf_vtype_size(kv->elem_type);
@@ -271,11 +279,8 @@ static bool parse_array(rd *r, gguf_kv *kv) {
 }
 
 static bool parse_value(rd *r, gguf_kv *kv) {
-    uint32_t t;
-    size_t at = r->pos;
-    if (!rd_u32(r, &t, "value type")) return false;
-    if (t >= GGUF_VT_COUNT) return rfail_at(r, at, "unknown value type %" PRIu32, t);
-    kv->type = (gguf_vtype)t;
+    if (!rd_vtype(r, &kv->type, "value type")) return false;
+    const gguf_vtype t = kv->type;
     if (t == GGUF_VT_ARRAY) return parse_array(r, kv);
     if (t == GGUF_VT_STRING) return rd_str(r, &kv->data, &kv->count, "string value");
     size_t n = gguf_vtype_size(kv->type);
