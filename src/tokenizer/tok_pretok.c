@@ -91,35 +91,37 @@ static const char *const SET_UFAKZEKA[] = {
 typedef struct pre_def {
     const char *names; /* '|'-separated */
     const char *const *set;
-    bool ignore_merges, add_bos, no_bos;
+    tok_pre_info info; /* {0}: none of llama.cpp's overrides */
 } pre_def;
 
 static const pre_def PRE_DEFS[] = {
-    {"default", SET_DEFAULT, false, false, false},
-    {"llama3|llama-v3|llama-bpe|falcon3|falcon-h1|pixtral|midm-2.0|lfm2|jina-v5-nano", SET_LLAMA3,
-     true, true, false},
-    {"dbrx|smaug-bpe", SET_LLAMA3, false, false, false},
-    {"glm4|chatglm-bpe", SET_LLAMA3, false, false, true},
-    {"deepseek-llm", SET_DEEPSEEK_LLM, false, false, false},
-    {"deepseek-coder", SET_DEEPSEEK_CODER, false, false, false},
-    {"deepseek-v3|hunyuan-dense|joyai-llm|hy_v4", SET_DEEPSEEK3, false, false, false},
-    {"falcon", SET_FALCON, false, false, false},
+    {"default", SET_DEFAULT, {0}},
+    {"llama3|llama-v3|llama-bpe|falcon3|falcon-h1|pixtral|midm-2.0|lfm2|jina-v5-nano",
+     SET_LLAMA3,
+     {.ignore_merges = true, .add_bos = true}},
+    {"dbrx|smaug-bpe", SET_LLAMA3, {0}},
+    {"glm4|chatglm-bpe", SET_LLAMA3, {.no_bos = true}},
+    {"deepseek-llm", SET_DEEPSEEK_LLM, {0}},
+    {"deepseek-coder", SET_DEEPSEEK_CODER, {0}},
+    {"deepseek-v3|hunyuan-dense|joyai-llm|hy_v4", SET_DEEPSEEK3, {0}},
+    {"falcon", SET_FALCON, {0}},
     {"gpt-2|phi-2|jina-es|jina-de|gigachat|jina-v2-es|jina-v2-de|a.x-4.0|mellum|modern-bert|"
      "jina-v1-en|jina-v2-code|roberta-bpe|exaone4|mpt|olmo|jais|trillion|granite-docling",
-     SET_GPT2, false, false, false},
-    {"starcoder|refact|command-r|smollm|codeshell|exaone|minerva-7b|mellum2", SET_STARCODER, false,
-     false, false},
-    {"qwen2|deepseek-r1-qwen|kormo|f2llmv2|megrez|stablelm2|hunyuan|solar-open|grok-2", SET_QWEN2,
-     false, false, false},
-    {"qwen35", SET_QWEN35, false, false, false},
-    {"poro-chat|bloom|gpt3-finnish", SET_PORO, false, false, false},
-    {"tekken", SET_TEKKEN, true, true, false},
-    {"gpt-4o|llama4|kanana2|talkie|minimax-m2", SET_GPT4O, false, false, false},
-    {"seed-coder", SET_SEED_CODER, false, false, false},
-    {"bailingmoe|bailingmoe2|llada-moe", SET_BAILINGMOE, false, false, false},
-    {"minicpm5", SET_MINICPM5, true, false, false},
-    {"ufakzeka", SET_UFAKZEKA, false, false, false},
-    {"kimi-k2", SET_KIMI_K2, false, false, false},
+     SET_GPT2,
+     {0}},
+    {"starcoder|refact|command-r|smollm|codeshell|exaone|minerva-7b|mellum2", SET_STARCODER, {0}},
+    {"qwen2|deepseek-r1-qwen|kormo|f2llmv2|megrez|stablelm2|hunyuan|solar-open|grok-2",
+     SET_QWEN2,
+     {0}},
+    {"qwen35", SET_QWEN35, {0}},
+    {"poro-chat|bloom|gpt3-finnish", SET_PORO, {0}},
+    {"tekken", SET_TEKKEN, {.ignore_merges = true, .add_bos = true}},
+    {"gpt-4o|llama4|kanana2|talkie|minimax-m2", SET_GPT4O, {0}},
+    {"seed-coder", SET_SEED_CODER, {0}},
+    {"bailingmoe|bailingmoe2|llada-moe", SET_BAILINGMOE, {0}},
+    {"minicpm5", SET_MINICPM5, {.ignore_merges = true}},
+    {"ufakzeka", SET_UFAKZEKA, {0}},
+    {"kimi-k2", SET_KIMI_K2, {0}},
 };
 
 static bool name_in_list(const char *list, const char *name) {
@@ -308,9 +310,7 @@ tok_pretok *tok_pretok_create(const char *pre_name, tok_pre_info *info, kvl_erro
         p->need_collapse |= p->rx[p->n_rx].kind == RX_KIND_COLLAPSED;
         p->n_rx++;
     }
-    info->ignore_merges = d->ignore_merges;
-    info->add_bos = d->add_bos;
-    info->no_bos = d->no_bos;
+    *info = d->info;
     return p;
 }
 
