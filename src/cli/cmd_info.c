@@ -117,7 +117,7 @@ static int cmd_info_opts(const cli_opts *o) {
     if (o->json) {
         cJSON *j = cJSON_CreateObject();
         cJSON_AddStringToObject(j, "file", gguf_path(f));
-        cJSON_AddNumberToObject(j, "gguf_version", gguf_version(f));
+        cJSON_AddNumberToObject(j, "gguf_version", gguf_file_layout(f)->version);
         CLI_JSON_TABLE(j, hp, HP_SHAPE, false);
         cJSON_AddStringToObject(j, "rope_type",
                                 hp->rope_type == MODEL_ROPE_NEOX ? "neox" : "normal");
@@ -158,7 +158,7 @@ static int cmd_info_opts(const cli_opts *o) {
         cJSON_AddNumberToObject(kv, "f16", (double)kv_tok_f16);
         cli_print_json(j);
     } else {
-        printf("file          %s (GGUF v%u)\n", gguf_path(f), gguf_version(f));
+        printf("file          %s (GGUF v%u)\n", gguf_path(f), gguf_file_layout(f)->version);
         printf("architecture  %s\n", hp->arch);
         printf("parameters    %lld (%zu bytes of weights)\n", (long long)hp->n_params,
                hp->weights_bytes);

@@ -246,7 +246,7 @@ static size_t block_bytes(model *m, model *draft, const engine_config *ec) {
             kvl_error err = {{0}};
             kv_pool *p = kv_pool_create(&kc, &err);
             if (!p) return 0;
-            total += kv_pool_block_bytes(p);
+            total += kv_pool_geometry(p)->block_bytes;
             kv_pool_destroy(p);
         }
     return total;
@@ -347,7 +347,7 @@ static void log_pool(engine *e, const serve_opts *so) {
     const engine_config *ec = engine_cfg(e);
     size_t bb = 0;
     for (int g = 0; g < engine_kv_n_groups(e); g++)
-        bb += kv_pool_block_bytes(engine_kv_group(e, g));
+        bb += kv_pool_geometry(engine_kv_group(e, g))->block_bytes;
     int64_t tokens = ec->n_blocks * ec->block_size;
     int64_t per_seq = (ec->n_ctx + ec->block_size - 1) / ec->block_size;
     fprintf(

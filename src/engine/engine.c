@@ -678,7 +678,7 @@ bool engine_view_take(const engine *e, engine_view *v, uint64_t events_since) {
     for (int g = 0; g < e->n_groups; g++) {
         v->window[g] = e->attn[g].window;
         v->chunk[g] = e->attn[g].chunk;
-        v->block_bytes[g] = kv_pool_block_bytes(e->kv[g]);
+        v->block_bytes[g] = kv_pool_geometry(e->kv[g])->block_bytes;
         v->n_evicted[g] = kv_pool_n_evicted(e->kv[g]);
         kv_pool_snapshot(e->kv[g], v->blocks[g]);
     }

@@ -213,7 +213,7 @@ bool pp_probe_self(const model *m, const int32_t *o, int n_groups, int64_t *ans,
         kc.n_blocks = 1;
         kv_pool *pool = kv_pool_create(&kc, err);
         if (!pool) return false;
-        ans[g] = (int64_t)kv_pool_block_bytes(pool);
+        ans[g] = (int64_t)kv_pool_geometry(pool)->block_bytes;
         kv_pool_destroy(pool);
     }
     ans[n_groups] = kvl_mem_available();

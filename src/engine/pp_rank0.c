@@ -101,7 +101,8 @@ static bool sync_pools(pp_stage *p, kv_pool *const *pools, kvl_error *err) {
     }
     p->sent_pools = pools;
     p->n_sent = G;
-    for (int g = 0; g < G; g++) p->block_bytes[0][g] = (int64_t)kv_pool_block_bytes(pools[g]);
+    for (int g = 0; g < G; g++)
+        p->block_bytes[0][g] = (int64_t)kv_pool_geometry(pools[g])->block_bytes;
     /* each worker answers with its block bytes */
     return send_ctrl(p, f, HDR + POOL_INTS * G, err) &&
            post_answers(p, f, p->block_bytes[0], MODEL_MAX_KV_GROUPS, G, TAG_POOLS, err) &&

@@ -30,7 +30,7 @@ static bool worker_pools(pp_stage *p, const int32_t *c, int64_t len, kvl_error *
         kc.n_blocks = o[4];
         if (!(p->pools[g] = kv_pool_create(&kc, err))) return false;
         p->n_pools = g + 1;
-        p->block_bytes[0][g] = (int64_t)kv_pool_block_bytes(p->pools[g]);
+        p->block_bytes[0][g] = (int64_t)kv_pool_geometry(p->pools[g])->block_bytes;
     }
     /* a few bytes: sent at once (eagerly) */
     if (MPI_Send(p->block_bytes[0], G, MPI_INT64_T, 0, TAG_POOLS, MPI_COMM_WORLD) != MPI_SUCCESS)

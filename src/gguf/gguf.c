@@ -31,18 +31,19 @@
 
 /* ---------------------------------------------------------------- types */
 
-static const char *const VT_NAMES[GGUF_VT_COUNT] = {
-    "u8", "i8", "u16", "i16", "u32", "i32", "f32", "bool", "string", "array", "u64", "i64", "f64",
-};
+/* Both tables are indexed by the type's number. */
+#define VT_NAME(name, num, str, size) [num] = str,
+#define VT_SIZE(name, num, str, size) [num] = size,
+static const char *const VT_NAMES[GGUF_VT_COUNT] = {GGUF_VTYPES(VT_NAME)};
+static const uint8_t VT_SIZES[GGUF_VT_COUNT] = {GGUF_VTYPES(VT_SIZE)};
+#undef VT_NAME
+#undef VT_SIZE
 
 const char *gguf_vtype_name(gguf_vtype t) {
     return (unsigned)t < GGUF_VT_COUNT ? VT_NAMES[t] : "unknown";
 }
 
-size_t gguf_vtype_size(gguf_vtype t) {
-    static const uint8_t sizes[GGUF_VT_COUNT] = {1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8};
-    return (unsigned)t < GGUF_VT_COUNT ? sizes[t] : 0;
-}
+size_t gguf_vtype_size(gguf_vtype t) { return (unsigned)t < GGUF_VT_COUNT ? VT_SIZES[t] : 0; }
 
 /* ---------------------------------------------------------------- file object */
 
@@ -58,11 +59,8 @@ typedef struct gguf_kv {
 struct gguf_file {
     char *path;
     const uint8_t *buf;
-    size_t size;
+    gguf_layout layout;
     void *map; /* our mmap, or NULL for gguf_open_memory */
-    uint32_t version;
-    size_t alignment;
-    size_t data_offset;
     size_t data_bytes;
     uint64_t n_kv_decl, n_tensors_decl;
     gguf_kv *kvs;
@@ -209,7 +207,8 @@ static bool parse_header(gguf_file *f, rd *r) {
                         show(shown, (const char *)r->buf, 4));
     }
     r->pos = 4;
-    if (!rd_u32(r, &f->version, "version") || !check_version(r, f->version)) return false;
+    if (!rd_u32(r, &f->layout.version, "version") || !check_version(r, f->layout.version))
+        return false;
     if (!rd_u64(r, &f->n_tensors_decl, "tensor count")) return false;
     if (!rd_u64(r, &f->n_kv_decl, "metadata count")) return false;
     return check_count(r, 16, f->n_kv_decl, MIN_KV_BYTES, "metadata count") &&
@@ -249,13 +248,21 @@ static bool parse_str_array(rd *r, gguf_kv *kv) {
     return true;
 }
 
-static bool parse_array(rd *r, gguf_kv *kv) {
-    uint32_t et;
+/* A value type (u32) that the spec defines; `what` names it in errors. */
+static bool rd_vtype(rd *r, gguf_vtype *out, const char *what) {
+    uint32_t t;
     size_t at = r->pos;
-    if (!rd_u32(r, &et, "array element type")) return false;
-    if (et >= GGUF_VT_COUNT) return rfail_at(r, at, "unknown array element type %" PRIu32, et);
+    if (!rd_u32(r, &t, what)) return false;
+    if (t >= GGUF_VT_COUNT) return rfail_at(r, at, "unknown %s %" PRIu32, what, t);
+    *out = (gguf_vtype)t;
+    return true;
+}
+
+static bool parse_array(rd *r, gguf_kv *kv) {
+    size_t at = r->pos;
+    if (!rd_vtype(r, &kv->elem_type, "array element type")) return false;
+    const gguf_vtype et = kv->elem_type;
     if (et == GGUF_VT_ARRAY) return rfail_at(r, at, "nested arrays are not supported");
-    kv->elem_type = (gguf_vtype)et;
     at = r->pos;
     if (!rd_u64(r, &kv->count, "array count")) return false;
     size_t esize = et == GGUF_VT_STRING ? 8 : gguf_vtype_size(kv->elem_type);
@@ -272,11 +279,8 @@ static bool parse_array(rd *r, gguf_kv *kv) {
 }
 
 static bool parse_value(rd *r, gguf_kv *kv) {
-    uint32_t t;
-    size_t at = r->pos;
-    if (!rd_u32(r, &t, "value type")) return false;
-    if (t >= GGUF_VT_COUNT) return rfail_at(r, at, "unknown value type %" PRIu32, t);
-    kv->type = (gguf_vtype)t;
+    if (!rd_vtype(r, &kv->type, "value type")) return false;
+    const gguf_vtype t = kv->type;
     if (t == GGUF_VT_ARRAY) return parse_array(r, kv);
     if (t == GGUF_VT_STRING) return rd_str(r, &kv->data, &kv->count, "string value");
     size_t n = gguf_vtype_size(kv->type);
@@ -308,7 +312,7 @@ static bool parse_kv(gguf_file *f, rd *r) {
 
 /* general.alignment: optional, an integer that is a nonzero power of two. */
 static bool read_alignment(gguf_file *f, rd *r) {
-    f->alignment = 32;
+    f->layout.alignment = 32;
     if (gguf_find_key(f, "general.alignment") < 0) return true;
     uint32_t a;
     if (!gguf_get_u32(f, "general.alignment", &a))
@@ -319,7 +323,7 @@ static bool read_alignment(gguf_file *f, rd *r) {
         return kvl_fail(r->err,
                         "%s: key 'general.alignment': %" PRIu32 " is not a nonzero power of two",
                         r->file, a);
-    f->alignment = a;
+    f->layout.alignment = a;
     return true;
 }
 
@@ -419,14 +423,14 @@ static bool parse_tensor(gguf_file *f, rd *r) {
  * must be aligned and lie entirely inside the file. Overlap is not checked:
  * it cannot cause an out-of-bounds read. */
 static bool place_tensors(gguf_file *f, rd *r) {
-    size_t a = f->alignment, start;
+    size_t a = f->layout.alignment, start;
     if (!kvl_add_ok(r->pos, a - 1, &start)) return rfail(r, "data offset overflows");
-    f->data_offset = start & ~(a - 1);
+    f->layout.data_offset = start & ~(a - 1);
     if (f->n_tensors == 0) return true; /* vocab-only: the data section may be absent */
-    if (f->data_offset > r->len)
+    if (f->layout.data_offset > r->len)
         return rfail(r, "data section would start at %zu, past the end of the file (%zu bytes)",
-                     f->data_offset, r->len);
-    size_t avail = r->len - f->data_offset;
+                     f->layout.data_offset, r->len);
+    size_t avail = r->len - f->layout.data_offset;
     for (int64_t i = 0; i < f->n_tensors; i++) {
         gguf_tensor *t = &f->tensors[i];
         char nm[96];
@@ -442,7 +446,7 @@ static bool place_tensors(gguf_file *f, rd *r) {
                             " + %zu bytes runs past the end "
                             "of the file (%zu bytes of data)",
                             r->file, shown, t->offset, t->nbytes, avail);
-        t->data = r->buf + f->data_offset + t->offset;
+        t->data = r->buf + f->layout.data_offset + t->offset;
         f->data_bytes += t->nbytes; /* each <= avail and count <= len/32: cannot overflow */
     }
     return true;
@@ -468,7 +472,7 @@ static gguf_file *parse(const void *buf, size_t len, const char *name, kvl_error
         return NULL;
     }
     f->buf = buf;
-    f->size = len;
+    f->layout.file_size = len;
     rd r = {.buf = buf, .len = len, .file = f->path, .err = err};
     if (!parse_all(f, &r)) {
         gguf_close(f);
@@ -532,16 +536,13 @@ void gguf_close(gguf_file *f) {
     free(f->tensors);
     gguf_strindex_free(&f->kv_ix);
     gguf_strindex_free(&f->tensor_ix);
-    if (f->map) munmap(f->map, f->size);
+    if (f->map) munmap(f->map, f->layout.file_size);
     free(f->path);
     free(f);
 }
 
 const char *gguf_path(const gguf_file *f) { return f->path; }
-uint32_t gguf_version(const gguf_file *f) { return f->version; }
-size_t gguf_file_size(const gguf_file *f) { return f->size; }
-size_t gguf_alignment(const gguf_file *f) { return f->alignment; }
-size_t gguf_data_offset(const gguf_file *f) { return f->data_offset; }
+const gguf_layout *gguf_file_layout(const gguf_file *f) { return &f->layout; }
 
 /* ---------------------------------------------------------------- metadata access */
 
@@ -633,9 +634,27 @@ static bool scalar_f64(gguf_vtype t, const uint8_t *p, double *out) {
     return true;
 }
 
-bool gguf_get_i64(const gguf_file *f, const char *key, int64_t *out) {
+/* The numeric value of key (elem NULL) or element *elem of its array, as an
+ * int64 (as_i64) or a double (as_f64): the one lookup behind the i64 and f64
+ * getters, scalar and array alike. Strings, arrays read as scalars and string
+ * arrays do not convert. */
+static bool get_number(const gguf_file *f, const char *key, const uint64_t *elem, int64_t *as_i64,
+                       double *as_f64) {
     const gguf_kv *kv = kv_by_key(f, key);
-    return kv && scalar_i64(kv->type, kv->data, out);
+    if (!kv) return false;
+    gguf_vtype t = kv->type;
+    const uint8_t *p = kv->data;
+    if (elem) {
+        if (t != GGUF_VT_ARRAY || kv->elem_type == GGUF_VT_STRING || *elem >= kv->count)
+            return false;
+        t = kv->elem_type;
+        p += *elem * gguf_vtype_size(t);
+    }
+    return as_i64 ? scalar_i64(t, p, as_i64) : scalar_f64(t, p, as_f64);
+}
+
+bool gguf_get_i64(const gguf_file *f, const char *key, int64_t *out) {
+    return get_number(f, key, NULL, out, NULL);
 }
 
 bool gguf_get_u32(const gguf_file *f, const char *key, uint32_t *out) {
@@ -646,8 +665,7 @@ bool gguf_get_u32(const gguf_file *f, const char *key, uint32_t *out) {
 }
 
 bool gguf_get_f64(const gguf_file *f, const char *key, double *out) {
-    const gguf_kv *kv = kv_by_key(f, key);
-    return kv && scalar_f64(kv->type, kv->data, out);
+    return get_number(f, key, NULL, NULL, out);
 }
 
 /* Finite doubles beyond float range do not convert (the cast would be UB). */
@@ -695,25 +713,12 @@ bool gguf_get_arr(const gguf_file *f, const char *key, gguf_vtype *elem_type, ui
     return true;
 }
 
-/* Element i of a numeric array, or NULL. */
-static const uint8_t *arr_elem(const gguf_file *f, const char *key, uint64_t i, gguf_vtype *t) {
-    const gguf_kv *kv = kv_by_key(f, key);
-    if (!kv || kv->type != GGUF_VT_ARRAY || kv->elem_type == GGUF_VT_STRING || i >= kv->count)
-        return NULL;
-    *t = kv->elem_type;
-    return kv->data + i * gguf_vtype_size(kv->elem_type);
-}
-
 bool gguf_get_arr_i64(const gguf_file *f, const char *key, uint64_t i, int64_t *out) {
-    gguf_vtype t;
-    const uint8_t *p = arr_elem(f, key, i, &t);
-    return p && scalar_i64(t, p, out);
+    return get_number(f, key, &i, out, NULL);
 }
 
 bool gguf_get_arr_f64(const gguf_file *f, const char *key, uint64_t i, double *out) {
-    gguf_vtype t;
-    const uint8_t *p = arr_elem(f, key, i, &t);
-    return p && scalar_f64(t, p, out);
+    return get_number(f, key, &i, NULL, out);
 }
 
 bool gguf_get_arr_str(const gguf_file *f, const char *key, uint64_t i, const char **s,

@@ -10,23 +10,33 @@
 
 #include "base.h"
 
-/* Metadata value types, numbered as in the GGUF spec. */
+/* Metadata value types, numbered as in the GGUF spec: the one list of them,
+ * X(name, number, short name, packed size of a scalar; 0 for string and
+ * array), from which the enum and gguf_vtype_name/gguf_vtype_size are made.
+ * A bool is stored as one byte. */
+// clang-format off
+#define GGUF_VTYPES(X)                           \
+    X(UINT8,    0, "u8",     sizeof(uint8_t))    \
+    X(INT8,     1, "i8",     sizeof(int8_t))     \
+    X(UINT16,   2, "u16",    sizeof(uint16_t))   \
+    X(INT16,    3, "i16",    sizeof(int16_t))    \
+    X(UINT32,   4, "u32",    sizeof(uint32_t))   \
+    X(INT32,    5, "i32",    sizeof(int32_t))    \
+    X(FLOAT32,  6, "f32",    sizeof(float))      \
+    X(BOOL,     7, "bool",   sizeof(uint8_t))    \
+    X(STRING,   8, "string", 0)                  \
+    X(ARRAY,    9, "array",  0)                  \
+    X(UINT64,  10, "u64",    sizeof(uint64_t))   \
+    X(INT64,   11, "i64",    sizeof(int64_t))    \
+    X(FLOAT64, 12, "f64",    sizeof(double))
+
 typedef enum gguf_vtype {
-    GGUF_VT_UINT8 = 0,
-    GGUF_VT_INT8 = 1,
-    GGUF_VT_UINT16 = 2,
-    GGUF_VT_INT16 = 3,
-    GGUF_VT_UINT32 = 4,
-    GGUF_VT_INT32 = 5,
-    GGUF_VT_FLOAT32 = 6,
-    GGUF_VT_BOOL = 7,
-    GGUF_VT_STRING = 8,
-    GGUF_VT_ARRAY = 9,
-    GGUF_VT_UINT64 = 10,
-    GGUF_VT_INT64 = 11,
-    GGUF_VT_FLOAT64 = 12,
+#define GGUF_VT_ENUM(name, num, str, size) GGUF_VT_##name = num,
+    GGUF_VTYPES(GGUF_VT_ENUM)
+#undef GGUF_VT_ENUM
     GGUF_VT_COUNT
 } gguf_vtype;
+// clang-format on
 
 /* Tensor element types, numbered as ggml numbers them. Only the ones whose
  * block geometry is known (gguf_types.c) are accepted by the reader; others
@@ -117,11 +127,15 @@ gguf_file *gguf_open_memory(const void *buf, size_t len, const char *name, kvl_e
 void gguf_close(gguf_file *f);
 
 const char *gguf_path(const gguf_file *f);
-uint32_t gguf_version(const gguf_file *f);
-size_t gguf_file_size(const gguf_file *f);
-size_t gguf_alignment(const gguf_file *f);
-/* Absolute file offset of the (aligned) start of the tensor data section. */
-size_t gguf_data_offset(const gguf_file *f);
+
+/* Where the file puts things, as its header and metadata say. */
+typedef struct gguf_layout {
+    uint32_t version;   /* 2 or 3 */
+    size_t file_size;   /* bytes */
+    size_t alignment;   /* of each tensor's data (general.alignment, 32 if absent) */
+    size_t data_offset; /* absolute file offset of the (aligned) tensor data section */
+} gguf_layout;
+const gguf_layout *gguf_file_layout(const gguf_file *f);
 
 /* ---- metadata ---- */
 int64_t gguf_n_kv(const gguf_file *f);

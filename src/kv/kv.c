@@ -17,10 +17,8 @@ typedef struct kv_block_meta {
 
 struct kv_pool {
     kv_pool_config cfg;
-    size_t k_row, v_row; /* bytes per token per layer */
+    kv_pool_geom g;
     kv_block_layout k_layout, v_layout;
-    size_t layer_bytes; /* K and V of one layer within a block */
-    size_t block_bytes;
     uint8_t *data;       /* n_blocks * block_bytes */
     kv_block_meta *blk;  /* [n_blocks] */
     int32_t *free_stack; /* free block ids; top at n_free-1 */
@@ -102,15 +100,16 @@ kv_pool *kv_pool_create(const kv_pool_config *cfg, kvl_error *err) {
     kv_pool *p = calloc(1, sizeof *p);
     if (!p) goto fail_oom;
     p->cfg = *cfg;
-    p->k_row = k_row;
-    p->v_row = v_row;
     p->k_layout = block_layout(cfg->dtype, cfg->n_kv_heads, cfg->head_dim_k, cfg->block_size);
     p->v_layout = vn ? block_layout(dt_v, cfg->n_kv_heads, cfg->head_dim_v, cfg->block_size)
                      : (kv_block_layout){0};
-    p->layer_bytes = (p->k_row + p->v_row) * cfg->block_size;
-    p->block_bytes = p->layer_bytes * cfg->n_layers;
+    p->g = (kv_pool_geom){.k_row = k_row,
+                          .v_row = v_row,
+                          .layer_bytes = (k_row + v_row) * cfg->block_size,
+                          .block_bytes = (k_row + v_row) * cfg->block_size * cfg->n_layers,
+                          .token_bytes = (k_row + v_row) * cfg->n_layers};
     size_t total;
-    if (!kvl_mul_ok(p->block_bytes, (size_t)cfg->n_blocks, &total)) goto fail_free_pool;
+    if (!kvl_mul_ok(p->g.block_bytes, (size_t)cfg->n_blocks, &total)) goto fail_free_pool;
     p->data = kvl_alloc_huge(total ? total : 64); /* 0 layers: no storage, a valid pointer */
     p->blk = calloc((size_t)cfg->n_blocks, sizeof *p->blk);
     p->free_stack = malloc((size_t)cfg->n_blocks * sizeof *p->free_stack);
@@ -124,7 +123,7 @@ fail_free_arrays:
     free_arrays(p);
 fail_free_pool:
     kvl_fail(err, "kv: cannot allocate %lld blocks of %zu bytes", (long long)cfg->n_blocks,
-             p->block_bytes);
+             p->g.block_bytes);
     free(p);
     return NULL;
 fail_oom:
@@ -140,10 +139,7 @@ void kv_pool_destroy(kv_pool *p) {
 
 const kv_pool_config *kv_pool_cfg(const kv_pool *p) { return &p->cfg; }
 int kv_pool_dtype_v(const kv_pool *p) { return p->cfg.split_v ? p->cfg.dtype_v : p->cfg.dtype; }
-size_t kv_pool_block_bytes(const kv_pool *p) { return p->block_bytes; }
-size_t kv_pool_k_row_bytes(const kv_pool *p) { return p->k_row; }
-size_t kv_pool_v_row_bytes(const kv_pool *p) { return p->v_row; }
-size_t kv_pool_bytes_per_token(const kv_pool *p) { return (p->k_row + p->v_row) * p->cfg.n_layers; }
+const kv_pool_geom *kv_pool_geometry(const kv_pool *p) { return &p->g; }
 int64_t kv_pool_n_free(const kv_pool *p) { return p->n_free + p->n_cached; }
 int64_t kv_pool_n_used(const kv_pool *p) { return p->cfg.n_blocks - p->n_free - p->n_cached; }
 int64_t kv_pool_n_cached(const kv_pool *p) { return p->n_cached; }
@@ -472,10 +468,10 @@ done:
 int32_t kv_block_refcount(const kv_pool *p, int32_t block) { return p->blk[block].refcount; }
 
 void *kv_block_k(kv_pool *p, int32_t block, int layer) {
-    return p->data + (size_t)block * p->block_bytes + (size_t)layer * p->layer_bytes;
+    return p->data + (size_t)block * p->g.block_bytes + (size_t)layer * p->g.layer_bytes;
 }
 void *kv_block_v(kv_pool *p, int32_t block, int layer) {
-    return (uint8_t *)kv_block_k(p, block, layer) + p->k_row * p->cfg.block_size;
+    return (uint8_t *)kv_block_k(p, block, layer) + p->g.k_row * p->cfg.block_size;
 }
 const kv_block_layout *kv_pool_k_layout(const kv_pool *p) { return &p->k_layout; }
 const kv_block_layout *kv_pool_v_layout(const kv_pool *p) { return &p->v_layout; }
@@ -496,7 +492,7 @@ void kv_store_token(kv_pool *p, int32_t block, int layer, int row, const float *
     const kv_pool_config *c = &p->cfg;
     store_token_part(&p->k_layout, c->dtype, kv_block_k(p, block, layer), row, k, c->n_kv_heads,
                      c->head_dim_k);
-    if (p->v_row)
+    if (p->g.v_row)
         store_token_part(&p->v_layout, kv_pool_dtype_v(p), kv_block_v(p, block, layer), row, v,
                          c->n_kv_heads, c->head_dim_v);
 }
@@ -609,8 +605,8 @@ kv_usage kv_seq_usage(const kv_pool *p, const kv_seq *s, int64_t n_tokens) {
     kv_usage u;
     u.tokens = n_tokens;
     u.blocks = kv_seq_n_held(s);
-    u.lower_bound_bytes = kv_pool_bytes_per_token(p) * (size_t)n_tokens;
-    u.allocated_bytes = p->block_bytes * (size_t)u.blocks;
+    u.lower_bound_bytes = p->g.token_bytes * (size_t)n_tokens;
+    u.allocated_bytes = p->g.block_bytes * (size_t)u.blocks;
     return u;
 }
 

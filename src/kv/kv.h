@@ -43,12 +43,14 @@ kv_pool *kv_pool_create(const kv_pool_config *cfg, kvl_error *err);
 void kv_pool_destroy(kv_pool *p);
 const kv_pool_config *kv_pool_cfg(const kv_pool *p);
 
-/* Bytes of one block (all layers, K and V) and of one token's K row / V row in one layer. */
-size_t kv_pool_block_bytes(const kv_pool *p);
-size_t kv_pool_k_row_bytes(const kv_pool *p);
-size_t kv_pool_v_row_bytes(const kv_pool *p);
-/* Bytes per token over all layers (K+V), as stored. */
-size_t kv_pool_bytes_per_token(const kv_pool *p);
+/* The byte sizes a pool's configuration implies, fixed at creation. */
+typedef struct kv_pool_geom {
+    size_t k_row, v_row; /* one token's K row / V row in one layer (v_row 0: V not stored) */
+    size_t layer_bytes;  /* one layer's K and V within a block */
+    size_t block_bytes;  /* one block: all layers, K and V */
+    size_t token_bytes;  /* one token over all layers (K+V), as stored */
+} kv_pool_geom;
+const kv_pool_geom *kv_pool_geometry(const kv_pool *p);
 
 /* Blocks that can be handed out: truly free plus cached-but-unused (evictable). */
 int64_t kv_pool_n_free(const kv_pool *p);
@@ -102,7 +104,7 @@ void kv_prefix_clear(kv_pool *p);
  * with err saying which invariant broke. O(n_blocks); for tests. */
 bool kv_pool_check(const kv_pool *p, kvl_error *err);
 
-/* A block's bytes are contiguous: kv_pool_block_bytes from kv_block_k(p, b, 0)
+/* A block's bytes are contiguous: block_bytes from kv_block_k(p, b, 0)
  * (layer after layer, each K then V). */
 /* K/V storage of `block` for `layer`: block_size tokens of k_row_bytes
  * (v_row_bytes), arranged as kv_block_layout says. */

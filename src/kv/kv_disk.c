@@ -482,12 +482,12 @@ kv_disk *kv_disk_open(const kv_disk_config *c, kv_pool *p, kvl_error *err) {
     d->ident.n_kv_heads = pc->n_kv_heads;
     d->ident.head_dim_k = pc->head_dim_k;
     d->ident.head_dim_v = pc->head_dim_v;
-    d->ident.k_row = kv_pool_k_row_bytes(p);
-    d->ident.v_row = kv_pool_v_row_bytes(p);
-    d->ident.block_bytes = kv_pool_block_bytes(p);
+    d->ident.k_row = kv_pool_geometry(p)->k_row;
+    d->ident.v_row = kv_pool_geometry(p)->v_row;
+    d->ident.block_bytes = kv_pool_geometry(p)->block_bytes;
     d->ident_hash = XXH3_64bits(&d->ident, IDENTITY_BYTES);
     d->tok_bytes = (size_t)pc->block_size * sizeof(int32_t);
-    d->file_bytes = kv_disk_file_bytes(kv_pool_block_bytes(p), pc->block_size);
+    d->file_bytes = kv_disk_file_bytes(kv_pool_geometry(p)->block_bytes, pc->block_size);
     d->n_slots = c->queue_blocks > 0 ? c->queue_blocks : 256;
     d->n_buckets = 1024;
     d->buckets = calloc(d->n_buckets, sizeof *d->buckets);

@@ -496,7 +496,7 @@ static void measure_end(measure_run *mr, kv_plan_measured *out) {
         mg->window = mr->groups[g].window;
         mg->chunk = mr->groups[g].chunk;
         mg->n_layers = mr->groups[g].cfg.n_layers;
-        mg->block_bytes = kv_pool_block_bytes(mr->pool[g]);
+        mg->block_bytes = kv_pool_geometry(mr->pool[g])->block_bytes;
         mg->peak_allocated_bytes = (uint64_t)mg->peak_blocks * mg->block_bytes;
         for (int64_t i = 0; i < mr->B; i++) {
             const kv_seq *s = &mr->seqs[g * mr->B + i];

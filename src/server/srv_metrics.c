@@ -58,7 +58,7 @@ void metrics_set_kv_ranks(srv_metrics *m, const server_config *cfg, engine *e) {
     }
     m->kv_ranks = 1;
     for (int g = 0; g < m->kv_groups; g++)
-        m->kv_rank_bytes[0][g] = (int64_t)kv_pool_block_bytes(engine_kv_group(e, g));
+        m->kv_rank_bytes[0][g] = (int64_t)kv_pool_geometry(engine_kv_group(e, g))->block_bytes;
 }
 
 void histo_observe(histo *h, double v) {

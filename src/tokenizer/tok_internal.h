@@ -34,6 +34,18 @@ typedef struct tok_specials {
     int32_t fim_pre, fim_suf, fim_mid, fim_pad, fim_rep, fim_sep;
 } tok_specials;
 
+/* Interned strings: ids [0, n_tokens) are the tokens, ids above are merge
+ * halves that are not tokens. All NUL-terminated, in an arena sized once at
+ * load that shares one allocation with s and len. */
+typedef struct tok_strings {
+    const char **s; /* [id] its text */
+    uint32_t *len;  /* [id] its length */
+    char *arena;
+    size_t used;    /* arena bytes taken */
+    int32_t n;      /* strings interned */
+    tok_strmap ids; /* text -> id */
+} tok_strings;
+
 struct tok_vocab {
     int kind; /* tok_kind */
     char model[16];
@@ -41,23 +53,19 @@ struct tok_vocab {
     int32_t n_tokens;
     uint64_t uid; /* tok_vocab_uid */
 
-    /* Interned strings: ids [0, n_tokens) are the tokens, ids above are merge
-     * halves that are not tokens. All NUL-terminated, in one arena. */
-    char *arena;
-    const char **strs;
-    uint32_t *lens;
-    int32_t n_strs;
-    tok_strmap str_ids; /* string -> interned id */
+    tok_strings str;
     tok_pairmap merges; /* (left id, right id) -> rank; BPE only */
 
-    float *scores;   /* per token */
-    uint16_t *attrs; /* per token, TOK_ATTR_* */
-    uint8_t *eog;    /* per token: 1 if it ends generation */
-
-    /* Decoded bytes of every token (llama.cpp's piece cache, special = true). */
-    char *pieces;
+    /* Per token, [n_tokens] each, carved from one allocation (per_token). */
+    void *per_token;
+    float *scores;
+    uint16_t *attrs; /* TOK_ATTR_* */
+    uint8_t *eog;    /* 1 if it ends generation */
+    /* Decoded bytes of every token (llama.cpp's piece cache, special = true):
+     * piece_len[id] bytes at pieces + piece_off[id]. */
     size_t *piece_off;
     uint32_t *piece_len;
+    char *pieces;
 
     tok_specials sp;
     bool add_bos, add_eos, add_space_prefix, ignore_merges;
@@ -87,7 +95,7 @@ static inline bool tok_i32vec_push(tok_i32vec *a, int32_t x) {
 
 /* Id of the interned string s[0..len), or -1. */
 static inline int32_t tok_str_id(const tok_vocab *v, const char *s, size_t len) {
-    return tok_strmap_get(&v->str_ids, v->strs, v->lens, s, len);
+    return tok_strmap_get(&v->str.ids, v->str.s, v->str.len, s, len);
 }
 
 /* Token id of s[0..len), or -1 (interned merge halves are not tokens). */

@@ -71,12 +71,32 @@ static uint32_t word_at(const void *data, int32_t i) {
     return w;
 }
 
+/* The next n elements of `size` bytes from the block at *p. Parts are taken
+ * largest element first, so each stays aligned. */
+static void *carve(char **p, size_t n, size_t size) {
+    void *part = *p;
+    *p += n * size;
+    return part;
+}
+
+/* The per-token arrays, zeroed, in one block. */
+static bool alloc_per_token(tok_vocab *v) {
+    const size_t n = (size_t)v->n_tokens;
+    char *p = v->per_token =
+        calloc(n, sizeof *v->piece_off + sizeof *v->scores + sizeof *v->piece_len +
+                      sizeof *v->attrs + sizeof *v->eog);
+    if (!p) return false;
+    v->piece_off = carve(&p, n, sizeof *v->piece_off);
+    v->scores = carve(&p, n, sizeof *v->scores);
+    v->piece_len = carve(&p, n, sizeof *v->piece_len);
+    v->attrs = carve(&p, n, sizeof *v->attrs);
+    v->eog = carve(&p, n, sizeof *v->eog);
+    return true;
+}
+
 static bool read_scores_and_types(tok_vocab *v, const gguf_file *f, kvl_error *err) {
     const int32_t n = v->n_tokens;
-    v->scores = calloc((size_t)n, sizeof *v->scores);
-    v->attrs = malloc((size_t)n * sizeof *v->attrs);
-    v->eog = calloc((size_t)n, 1);
-    if (!v->scores || !v->attrs || !v->eog) return kvl_fail(err, "tokenizer: out of memory");
+    if (!alloc_per_token(v)) return kvl_fail(err, "tokenizer: out of memory");
     gguf_vtype t;
     const void *scores, *types;
     if (!get_num_array(f, KEY_SCORES, n, GGUF_VT_FLOAT32, GGUF_VT_INT32, &t, &scores, err))
@@ -140,17 +160,34 @@ static bool count_strings(const gguf_file *f, int64_t n_tok, uint64_t n_merges, 
     return true;
 }
 
-/* Copies s into the arena as interned string id (not yet in the map). */
-static void arena_add(tok_vocab *v, size_t *used, int32_t id, const char *s, size_t len) {
-    char *dst = v->arena + *used;
-    memcpy(dst, s, len);
-    dst[len] = '\0';
-    v->strs[id] = dst;
-    v->lens[id] = (uint32_t)len;
-    *used += len + 1;
+/* Room for max strings of `bytes` in all (their NULs included): the pointer
+ * and length arrays and the arena in one block, owned by s. */
+static bool strings_init(tok_strings *t, size_t max, size_t bytes) {
+    char *p = malloc(max * (sizeof *t->s + sizeof *t->len) + bytes);
+    if (!p) return false;
+    t->s = carve(&p, max, sizeof *t->s);
+    t->len = carve(&p, max, sizeof *t->len);
+    t->arena = p;
+    return tok_strmap_init(&t->ids, max);
 }
 
-static bool load_tokens(tok_vocab *v, const gguf_file *f, size_t *used, kvl_error *err) {
+static void strings_free(tok_strings *t) {
+    free(t->s); /* the lengths and the arena with it */
+    tok_strmap_free(&t->ids);
+}
+
+/* Copies s into the arena as the next string id (not yet in the map). */
+static int32_t strings_add(tok_strings *t, const char *s, size_t len) {
+    char *dst = t->arena + t->used;
+    memcpy(dst, s, len);
+    dst[len] = '\0';
+    t->s[t->n] = dst;
+    t->len[t->n] = (uint32_t)len;
+    t->used += len + 1;
+    return t->n++;
+}
+
+static bool load_tokens(tok_vocab *v, const gguf_file *f, kvl_error *err) {
     for (int32_t i = 0; i < v->n_tokens; i++) {
         const char *s;
         size_t len;
@@ -163,28 +200,25 @@ static bool load_tokens(tok_vocab *v, const gguf_file *f, size_t *used, kvl_erro
         }
         if (len > UINT32_MAX / 2)
             return kvl_fail(err, "%s: token %d too long", gguf_path(f), (int)i);
-        arena_add(v, used, i, s, len);
-        int32_t dup = tok_strmap_put(&v->str_ids, v->strs, v->lens, i);
+        tok_strings *t = &v->str;
+        int32_t dup = tok_strmap_put(&t->ids, t->s, t->len, strings_add(t, s, len));
         if (dup >= 0)
             return kvl_fail(err, "%s: tokenizer: duplicate token '%s' has ids %d and %d",
-                            gguf_path(f), v->strs[i], (int)dup, (int)i);
+                            gguf_path(f), t->s[i], (int)dup, (int)i);
     }
-    v->n_strs = v->n_tokens;
     return true;
 }
 
 /* Interned id of a merge half, adding it if it is not a token. */
-static int32_t intern(tok_vocab *v, size_t *used, const merge_half *h) {
+static int32_t intern(tok_vocab *v, const merge_half *h) {
     int32_t id = tok_str_id(v, h->s, h->len);
     if (id >= 0) return id;
-    id = v->n_strs++;
-    arena_add(v, used, id, h->s, h->len);
-    tok_strmap_put(&v->str_ids, v->strs, v->lens, id);
+    id = strings_add(&v->str, h->s, h->len);
+    tok_strmap_put(&v->str.ids, v->str.s, v->str.len, id);
     return id;
 }
 
-static bool load_merges(tok_vocab *v, const gguf_file *f, uint64_t n_merges, size_t *used,
-                        kvl_error *err) {
+static bool load_merges(tok_vocab *v, const gguf_file *f, uint64_t n_merges, kvl_error *err) {
     if (!tok_pairmap_init(&v->merges, n_merges)) return kvl_fail(err, "tokenizer: out of memory");
     for (uint64_t i = 0; i < n_merges; i++) {
         const char *s;
@@ -192,8 +226,8 @@ static bool load_merges(tok_vocab *v, const gguf_file *f, uint64_t n_merges, siz
         gguf_get_arr_str(f, KEY_MERGES, i, &s, &len);
         merge_half a, b;
         split_merge(s, len, &a, &b);
-        int32_t ia = intern(v, used, &a);
-        int32_t ib = intern(v, used, &b);
+        int32_t ia = intern(v, &a);
+        int32_t ib = intern(v, &b);
         tok_pairmap_put_first(&v->merges, ia, ib, (int32_t)(i > INT32_MAX ? INT32_MAX : i));
     }
     return true;
@@ -217,14 +251,10 @@ static bool load_strings(tok_vocab *v, const gguf_file *f, kvl_error *err) {
     v->n_tokens = (int32_t)n_tok;
     size_t bytes = 0, max_strs = (size_t)n_tok + 2 * (size_t)n_merges;
     if (!count_strings(f, (int64_t)n_tok, n_merges, &bytes, err)) return false;
-    v->arena = malloc(bytes + 1);
-    v->strs = malloc(max_strs * sizeof *v->strs);
-    v->lens = malloc(max_strs * sizeof *v->lens);
-    if (!v->arena || !v->strs || !v->lens || !tok_strmap_init(&v->str_ids, max_strs))
+    if (!strings_init(&v->str, max_strs, bytes + 1))
         return kvl_fail(err, "tokenizer: out of memory");
-    size_t used = 0;
-    if (!load_tokens(v, f, &used, err)) return false;
-    return v->kind != TOK_KIND_BPE || load_merges(v, f, n_merges, &used, err);
+    if (!load_tokens(v, f, err)) return false;
+    return v->kind != TOK_KIND_BPE || load_merges(v, f, n_merges, err);
 }
 
 /* Byte fallback tables: SPM's <0xNN> tokens, BPE's byte-to-character map. */
@@ -256,6 +286,15 @@ static bool setup_pretok(tok_vocab *v, kvl_error *err) {
     return true;
 }
 
+/* The loading steps in order; false (with err) at the first that fails. */
+static bool load(tok_vocab *v, const gguf_file *f, kvl_error *err) {
+    if (!read_model(v, f, err) || !load_strings(v, f, err) || !read_scores_and_types(v, f, err))
+        return false;
+    build_byte_tables(v);
+    return setup_pretok(v, err) && tok_load_specials(v, f, err) &&
+           (tok_build_pieces(v) || kvl_fail(err, "tokenizer: out of memory"));
+}
+
 tok_vocab *tok_vocab_create(const gguf_file *f, kvl_error *err) {
     if (!f) {
         kvl_fail(err, "tokenizer: no GGUF file");
@@ -268,33 +307,18 @@ tok_vocab *tok_vocab_create(const gguf_file *f, kvl_error *err) {
         kvl_fail(err, "tokenizer: out of memory");
         return NULL;
     }
-    bool ok = read_model(v, f, err) && load_strings(v, f, err) && read_scores_and_types(v, f, err);
-    if (ok) {
-        build_byte_tables(v);
-        ok = setup_pretok(v, err) && tok_load_specials(v, f, err) &&
-             (tok_build_pieces(v) || kvl_fail(err, "tokenizer: out of memory"));
-    }
-    if (!ok) {
-        tok_vocab_destroy(v);
-        return NULL;
-    }
-    return v;
+    if (load(v, f, err)) return v;
+    tok_vocab_destroy(v);
+    return NULL;
 }
 
 void tok_vocab_destroy(tok_vocab *v) {
     if (!v) return;
     tok_pretok_destroy(v->pretok);
-    tok_strmap_free(&v->str_ids);
+    strings_free(&v->str);
     tok_pairmap_free(&v->merges);
-    free(v->arena);
-    free(v->strs);
-    free(v->lens);
-    free(v->scores);
-    free(v->attrs);
-    free(v->eog);
+    free(v->per_token);
     free(v->pieces);
-    free(v->piece_off);
-    free(v->piece_len);
     free(v->special_ids);
     free(v);
 }

@@ -91,35 +91,37 @@ static const char *const SET_UFAKZEKA[] = {
 typedef struct pre_def {
     const char *names; /* '|'-separated */
     const char *const *set;
-    bool ignore_merges, add_bos, no_bos;
+    tok_pre_info info; /* {0}: none of llama.cpp's overrides */
 } pre_def;
 
 static const pre_def PRE_DEFS[] = {
-    {"default", SET_DEFAULT, false, false, false},
-    {"llama3|llama-v3|llama-bpe|falcon3|falcon-h1|pixtral|midm-2.0|lfm2|jina-v5-nano", SET_LLAMA3,
-     true, true, false},
-    {"dbrx|smaug-bpe", SET_LLAMA3, false, false, false},
-    {"glm4|chatglm-bpe", SET_LLAMA3, false, false, true},
-    {"deepseek-llm", SET_DEEPSEEK_LLM, false, false, false},
-    {"deepseek-coder", SET_DEEPSEEK_CODER, false, false, false},
-    {"deepseek-v3|hunyuan-dense|joyai-llm|hy_v4", SET_DEEPSEEK3, false, false, false},
-    {"falcon", SET_FALCON, false, false, false},
+    {"default", SET_DEFAULT, {0}},
+    {"llama3|llama-v3|llama-bpe|falcon3|falcon-h1|pixtral|midm-2.0|lfm2|jina-v5-nano",
+     SET_LLAMA3,
+     {.ignore_merges = true, .add_bos = true}},
+    {"dbrx|smaug-bpe", SET_LLAMA3, {0}},
+    {"glm4|chatglm-bpe", SET_LLAMA3, {.no_bos = true}},
+    {"deepseek-llm", SET_DEEPSEEK_LLM, {0}},
+    {"deepseek-coder", SET_DEEPSEEK_CODER, {0}},
+    {"deepseek-v3|hunyuan-dense|joyai-llm|hy_v4", SET_DEEPSEEK3, {0}},
+    {"falcon", SET_FALCON, {0}},
     {"gpt-2|phi-2|jina-es|jina-de|gigachat|jina-v2-es|jina-v2-de|a.x-4.0|mellum|modern-bert|"
      "jina-v1-en|jina-v2-code|roberta-bpe|exaone4|mpt|olmo|jais|trillion|granite-docling",
-     SET_GPT2, false, false, false},
-    {"starcoder|refact|command-r|smollm|codeshell|exaone|minerva-7b|mellum2", SET_STARCODER, false,
-     false, false},
-    {"qwen2|deepseek-r1-qwen|kormo|f2llmv2|megrez|stablelm2|hunyuan|solar-open|grok-2", SET_QWEN2,
-     false, false, false},
-    {"qwen35", SET_QWEN35, false, false, false},
-    {"poro-chat|bloom|gpt3-finnish", SET_PORO, false, false, false},
-    {"tekken", SET_TEKKEN, true, true, false},
-    {"gpt-4o|llama4|kanana2|talkie|minimax-m2", SET_GPT4O, false, false, false},
-    {"seed-coder", SET_SEED_CODER, false, false, false},
-    {"bailingmoe|bailingmoe2|llada-moe", SET_BAILINGMOE, false, false, false},
-    {"minicpm5", SET_MINICPM5, true, false, false},
-    {"ufakzeka", SET_UFAKZEKA, false, false, false},
-    {"kimi-k2", SET_KIMI_K2, false, false, false},
+     SET_GPT2,
+     {0}},
+    {"starcoder|refact|command-r|smollm|codeshell|exaone|minerva-7b|mellum2", SET_STARCODER, {0}},
+    {"qwen2|deepseek-r1-qwen|kormo|f2llmv2|megrez|stablelm2|hunyuan|solar-open|grok-2",
+     SET_QWEN2,
+     {0}},
+    {"qwen35", SET_QWEN35, {0}},
+    {"poro-chat|bloom|gpt3-finnish", SET_PORO, {0}},
+    {"tekken", SET_TEKKEN, {.ignore_merges = true, .add_bos = true}},
+    {"gpt-4o|llama4|kanana2|talkie|minimax-m2", SET_GPT4O, {0}},
+    {"seed-coder", SET_SEED_CODER, {0}},
+    {"bailingmoe|bailingmoe2|llada-moe", SET_BAILINGMOE, {0}},
+    {"minicpm5", SET_MINICPM5, {.ignore_merges = true}},
+    {"ufakzeka", SET_UFAKZEKA, {0}},
+    {"kimi-k2", SET_KIMI_K2, {0}},
 };
 
 static bool name_in_list(const char *list, const char *name) {
@@ -308,9 +310,7 @@ tok_pretok *tok_pretok_create(const char *pre_name, tok_pre_info *info, kvl_erro
         p->need_collapse |= p->rx[p->n_rx].kind == RX_KIND_COLLAPSED;
         p->n_rx++;
     }
-    info->ignore_merges = d->ignore_merges;
-    info->add_bos = d->add_bos;
-    info->no_bos = d->no_bos;
+    *info = d->info;
     return p;
 }
 
@@ -381,38 +381,6 @@ static void split_whitespace(span *s, size_t *pos, size_t n_ws) {
     sp_emit(s, *pos);
 }
 
-/* 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+ */
-static void split_gpt2(span *s) {
-    for (size_t pos = s->ini; pos < s->end;) {
-        size_t c = contraction_len(s, pos, false);
-        if (c) {
-            pos += c;
-            sp_emit(s, pos);
-            continue;
-        }
-        const uint32_t cpt = sp_cpt(s, pos);
-        const uint16_t f2 = cpt == ' ' ? sp_flags(s, pos + 1) : sp_flags(s, pos);
-        uint16_t cls = 0;
-        if (f2 & TOK_UF_LETTER) cls = TOK_UF_LETTER;
-        else if (f2 & TOK_UF_NUMBER) cls = TOK_UF_NUMBER;
-        if (cls) {
-            pos += cpt == ' ';
-            while (sp_flags(s, pos) & cls) pos++;
-            sp_emit(s, pos);
-            continue;
-        }
-        if (!(f2 & WLN) && f2) {
-            pos += cpt == ' ';
-            while (!(sp_flags(s, pos) & WLN) && sp_flags(s, pos)) pos++;
-            sp_emit(s, pos);
-            continue;
-        }
-        size_t n_ws = 0;
-        while (sp_flags(s, pos + n_ws) & TOK_UF_WHITESPACE) n_ws++;
-        split_whitespace(s, &pos, n_ws);
-    }
-}
-
 /* \p{N}{1,3}: digits in groups of three. */
 static void split_digits3(span *s, size_t *pos) {
     size_t ini = *pos;
@@ -460,32 +428,61 @@ static void split_number_punct_space(span *s, size_t *pos_io, uint32_t cpt, uint
     split_whitespace(s, pos_io, n_ws);
 }
 
-/* (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
- *  ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
- * Opens like split_gpt2 (a contraction is a word of its own). That step is
- * written out in both loops on purpose: taken into a helper that advances pos
- * through a pointer, or into one loop shared by both patterns, it made these
- * loops run 2-10% more instructions (callgrind, GCC -O2). */
-static void split_llama3(span *s) {
+/* The loop of the two patterns that open with a contraction ('s 't 're 've
+ * 'm 'll 'd, case-insensitive for Llama-3), which is a word of its own; else
+ * the pattern's other alternatives take the next word:
+ *   GPT-2:   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+ *   Llama-3: (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
+ *             ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+ * Always inlined with a constant `llama3`, so each pattern gets a loop of its
+ * own with no test of the flag in it: sharing the loop through a run-time
+ * flag, or moving a step into a function that advances pos through a pointer,
+ * made it run 2-10% more instructions (callgrind, GCC -O2). */
+static inline __attribute__((always_inline)) void split_contraction_first(span *s, bool llama3) {
     for (size_t pos = s->ini; pos < s->end;) {
-        size_t c = contraction_len(s, pos, true);
+        size_t c = contraction_len(s, pos, llama3);
         if (c) {
             pos += c;
             sp_emit(s, pos);
             continue;
         }
         const uint32_t cpt = sp_cpt(s, pos);
-        const uint16_t f = sp_flags(s, pos);
-        if (!(cpt == '\r' || cpt == '\n' || (f & TOK_UF_NUMBER)) &&
-            ((f & TOK_UF_LETTER) || (sp_flags(s, pos + 1) & TOK_UF_LETTER))) {
-            pos++;
-            while (sp_flags(s, pos) & TOK_UF_LETTER) pos++;
+        if (llama3) {
+            const uint16_t f = sp_flags(s, pos);
+            if (!(cpt == '\r' || cpt == '\n' || (f & TOK_UF_NUMBER)) &&
+                ((f & TOK_UF_LETTER) || (sp_flags(s, pos + 1) & TOK_UF_LETTER))) {
+                pos++;
+                while (sp_flags(s, pos) & TOK_UF_LETTER) pos++;
+                sp_emit(s, pos);
+                continue;
+            }
+            split_number_punct_space(s, &pos, cpt, f, true);
+            continue;
+        }
+        const uint16_t f2 = cpt == ' ' ? sp_flags(s, pos + 1) : sp_flags(s, pos);
+        uint16_t cls = 0;
+        if (f2 & TOK_UF_LETTER) cls = TOK_UF_LETTER;
+        else if (f2 & TOK_UF_NUMBER) cls = TOK_UF_NUMBER;
+        if (cls) {
+            pos += cpt == ' ';
+            while (sp_flags(s, pos) & cls) pos++;
             sp_emit(s, pos);
             continue;
         }
-        split_number_punct_space(s, &pos, cpt, f, true);
+        if (!(f2 & WLN) && f2) {
+            pos += cpt == ' ';
+            while (!(sp_flags(s, pos) & WLN) && sp_flags(s, pos)) pos++;
+            sp_emit(s, pos);
+            continue;
+        }
+        size_t n_ws = 0;
+        while (sp_flags(s, pos + n_ws) & TOK_UF_WHITESPACE) n_ws++;
+        split_whitespace(s, &pos, n_ws);
     }
 }
+
+static void split_gpt2(span *s) { split_contraction_first(s, false); }
+static void split_llama3(span *s) { split_contraction_first(s, true); }
 
 /* Han as llama.cpp's unicode_cpt_is_han counts it: the CJK unified ideographs
  * (extensions A to F) and the compatibility ideographs, not all of \p{Han}. */

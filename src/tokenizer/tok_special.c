@@ -8,7 +8,7 @@
 #include "tok_internal.h"
 
 static bool has_text(const tok_vocab *v, int32_t id, const char *s) {
-    return strlen(s) == v->lens[id] && memcmp(v->strs[id], s, v->lens[id]) == 0;
+    return strlen(s) == v->str.len[id] && memcmp(v->str.s[id], s, v->str.len[id]) == 0;
 }
 
 static bool text_in(const tok_vocab *v, int32_t id, const char *const *list) {
@@ -254,7 +254,7 @@ static bool build_special_list(tok_vocab *v) {
     }
     n = 0;
     for (int32_t i = 0; i < v->n_tokens; i++) {
-        if (v->attrs[i] & want) tmp[n++] = (len_id){v->lens[i], i};
+        if (v->attrs[i] & want) tmp[n++] = (len_id){v->str.len[i], i};
     }
     qsort(tmp, (size_t)n, sizeof *tmp, cmp_len_id);
     for (int32_t i = 0; i < n; i++) v->special_ids[i] = tmp[i].id;

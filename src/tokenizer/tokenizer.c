@@ -27,7 +27,9 @@ bool tok_is_control(const tok_vocab *v, int32_t id) {
     return valid_id(v, id) && (v->attrs[id] & TOK_ATTR_CONTROL);
 }
 
-const char *tok_piece(const tok_vocab *v, int32_t id) { return valid_id(v, id) ? v->strs[id] : ""; }
+const char *tok_piece(const tok_vocab *v, int32_t id) {
+    return valid_id(v, id) ? v->str.s[id] : "";
+}
 
 int32_t tok_token_id(const tok_vocab *v, const char *text, size_t len) {
     return tok_text_to_token(v, text, len);
@@ -87,8 +89,8 @@ static bool overlaps_guard(const guards *g, size_t at, size_t n) {
 /* The next occurrence of token id in f from pos that may become the token. */
 static const char *next_match(const tok_vocab *v, const char *text, const frag *f, size_t pos,
                               int32_t id, const guards *g) {
-    const char *s = v->strs[id];
-    const size_t n = v->lens[id];
+    const char *s = v->str.s[id];
+    const size_t n = v->str.len[id];
     const bool check = g && g->n && is_guarded_token(v, id);
     for (const char *m; (m = find_in(text, f, pos, s, n)) != NULL; pos = (size_t)(m - text) + 1)
         if (!check || !overlaps_guard(g, (size_t)(m - text), n)) return m;
@@ -99,7 +101,7 @@ static const char *next_match(const tok_vocab *v, const char *text, const frag *
  * first, applying the token's LSTRIP/RSTRIP to the text beside it. */
 static bool split_at(const tok_vocab *v, const char *text, const frag *f, int32_t id,
                      const guards *g, fragvec *out) {
-    const size_t n = v->lens[id], end = f->off + f->len;
+    const size_t n = v->str.len[id], end = f->off + f->len;
     size_t pos = f->off;
     bool ok = true;
     for (const char *m; ok && (m = next_match(v, text, f, pos, id, g)) != NULL;) {
@@ -331,8 +333,8 @@ static bool byte_piece(const char *s, size_t len, charbuf *b) {
 /* The bytes of token id with special = true (llama.cpp's piece cache). */
 static bool token_piece(const tok_vocab *v, int32_t id, charbuf *b) {
     const uint16_t a = v->attrs[id];
-    const char *s = v->strs[id];
-    const size_t len = v->lens[id];
+    const char *s = v->str.s[id];
+    const size_t len = v->str.len[id];
     if (a & (TOK_ATTR_UNKNOWN | TOK_ATTR_CONTROL | TOK_ATTR_USER_DEFINED)) return cb_put(b, s, len);
     if (a & TOK_ATTR_NORMAL)
         return v->kind == TOK_KIND_SPM ? spm_piece(s, len, b) : bpe_piece(s, len, b);
@@ -342,9 +344,7 @@ static bool token_piece(const tok_vocab *v, int32_t id, charbuf *b) {
 
 bool tok_build_pieces(tok_vocab *v) {
     charbuf b = {0};
-    v->piece_off = malloc((size_t)v->n_tokens * sizeof *v->piece_off);
-    v->piece_len = malloc((size_t)v->n_tokens * sizeof *v->piece_len);
-    bool ok = v->piece_off && v->piece_len;
+    bool ok = true;
     for (int32_t i = 0; ok && i < v->n_tokens; i++) {
         v->piece_off[i] = b.n;
         ok = token_piece(v, i, &b);

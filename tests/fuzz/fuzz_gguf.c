@@ -81,7 +81,7 @@ static void walk_tensor(const gguf_file *f, int64_t i, const uint8_t *base, size
     ENSURE(t->ne[0] % be == 0 && gguf_tensor_nelements(t) >= 0);
     const uint8_t *d = t->data;
     ENSURE(d >= base && (size_t)(d - base) <= size && t->nbytes <= size - (size_t)(d - base));
-    ENSURE((size_t)(d - base) % gguf_alignment(f) == 0);
+    ENSURE((size_t)(d - base) % gguf_file_layout(f)->alignment == 0);
     touch(d, t->nbytes);
 }
 
@@ -93,9 +93,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         ENSURE(strncmp(err.msg, "fuzz: ", 6) == 0 && !strchr(err.msg, '\n'));
         return 0;
     }
-    ENSURE(gguf_version(f) == 2 || gguf_version(f) == 3);
-    size_t a = gguf_alignment(f);
-    ENSURE(a && (a & (a - 1)) == 0 && gguf_file_size(f) == size);
+    const gguf_layout *lay = gguf_file_layout(f);
+    ENSURE(lay->version == 2 || lay->version == 3);
+    size_t a = lay->alignment;
+    ENSURE(a && (a & (a - 1)) == 0 && lay->file_size == size);
     for (int64_t i = 0; i < gguf_n_kv(f); i++) walk_kv(f, i);
     size_t total = 0;
     for (int64_t i = 0; i < gguf_n_tensors(f); i++) {

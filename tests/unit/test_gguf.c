@@ -83,9 +83,9 @@ static void check_tensor_placement(const gguf_file *f, const void *base) {
     for (int64_t i = 0; i < gguf_n_tensors(f); i++) {
         const gguf_tensor *t = gguf_tensor_at(f, i);
         size_t off = (size_t)((const char *)t->data - (const char *)base);
-        CHECK(off % gguf_alignment(f) == 0, "%s misaligned at %zu", t->name, off);
-        CHECK(off + t->nbytes <= gguf_file_size(f), "%s past end", t->name);
-        CHECK(off == gguf_data_offset(f) + t->offset, "%s offset", t->name);
+        CHECK(off % gguf_file_layout(f)->alignment == 0, "%s misaligned at %zu", t->name, off);
+        CHECK(off + t->nbytes <= gguf_file_layout(f)->file_size, "%s past end", t->name);
+        CHECK(off == gguf_file_layout(f)->data_offset + t->offset, "%s offset", t->name);
         total += t->nbytes;
     }
     CHECK(total == gguf_tensor_data_bytes(f), "data bytes %zu vs %zu", total,
@@ -99,7 +99,8 @@ static void test_stories(void) {
     gguf_file *f = gguf_open("models/stories260K.gguf", &err);
     CHECK(f, "open: %s", err.msg);
     if (!f) return;
-    CHECK(gguf_version(f) == 3 && gguf_alignment(f) == 32, "version/alignment");
+    CHECK(gguf_file_layout(f)->version == 3 && gguf_file_layout(f)->alignment == 32,
+          "version/alignment");
     CHECK(gguf_n_kv(f) == 19 && gguf_n_tensors(f) == 48, "counts %lld %lld",
           (long long)gguf_n_kv(f), (long long)gguf_n_tensors(f));
     CHECK(str_eq(f, "general.architecture", "llama"), "architecture");
@@ -126,9 +127,10 @@ static void test_stories(void) {
     CHECK(t && t->dtype == GGUF_DT_F32 && t->n_dims == 2 && t->ne[0] == 64 && t->ne[1] == 512 &&
               t->ne[2] == 1 && t->nbytes == 64 * 512 * 4,
           "token_embd");
-    check_tensor_placement(f, (const char *)gguf_tensor_at(f, 0)->data - gguf_data_offset(f) -
-                                  gguf_tensor_at(f, 0)->offset);
-    CHECK(gguf_data_offset(f) == 14176, "data offset %zu", gguf_data_offset(f));
+    check_tensor_placement(f, (const char *)gguf_tensor_at(f, 0)->data -
+                                  gguf_file_layout(f)->data_offset - gguf_tensor_at(f, 0)->offset);
+    CHECK(gguf_file_layout(f)->data_offset == 14176, "data offset %zu",
+          gguf_file_layout(f)->data_offset);
     walk_all(f);
     gguf_close(f);
 }
@@ -177,7 +179,8 @@ static void check_manifest_entry(const cJSON *m) {
     gguf_file *f = gguf_open(path, &err);
     CHECK(f, "open: %s", err.msg);
     if (!f) return;
-    CHECK(gguf_file_size(f) == (size_t)cJSON_GetNumberValue(cJSON_GetObjectItem(m, "size_bytes")),
+    CHECK(gguf_file_layout(f)->file_size ==
+              (size_t)cJSON_GetNumberValue(cJSON_GetObjectItem(m, "size_bytes")),
           "%s size", path);
     CHECK(arch && str_eq(f, "general.architecture", arch), "%s arch", path);
     uint64_t n = 0;
@@ -208,7 +211,8 @@ static void check_manifest_entry(const cJSON *m) {
     }
     if (gguf_n_tensors(f) > 0) {
         check_oracle(f, path);
-        check_tensor_placement(f, (const char *)gguf_tensor_at(f, 0)->data - gguf_data_offset(f) -
+        check_tensor_placement(f, (const char *)gguf_tensor_at(f, 0)->data -
+                                      gguf_file_layout(f)->data_offset -
                                       gguf_tensor_at(f, 0)->offset);
     } else {
         CHECK(gguf_tensor_data_bytes(f) == 0, "%s vocab-only data bytes", path);
@@ -428,8 +432,8 @@ static void check_round_trip(const gguf_file *f, const rt_data *d) {
     int64_t iv;
     uint32_t u;
     bool b;
-    CHECK(gguf_version(f) == 3 && gguf_file_size(f) % 32 == 0 && gguf_n_kv(f) == 18 &&
-              gguf_n_tensors(f) == 5,
+    CHECK(gguf_file_layout(f)->version == 3 && gguf_file_layout(f)->file_size % 32 == 0 &&
+              gguf_n_kv(f) == 18 && gguf_n_tensors(f) == 5,
           "rt header %lld", (long long)gguf_n_kv(f));
     CHECK(strcmp(gguf_key_name(f, 3), "t.replaced") == 0 && str_eq(f, "t.replaced", "second"),
           "rt replaced");
@@ -502,7 +506,7 @@ static void test_writer_stream(void) {
     gguf_writer_destroy(w);
     gguf_file *f = gguf_open(path, &err);
     const gguf_tensor *t = f ? gguf_find_tensor(f, "b") : NULL;
-    CHECK(f && gguf_file_size(f) == size && t && memcmp(t->data, b, sizeof b) == 0,
+    CHECK(f && gguf_file_layout(f)->file_size == size && t && memcmp(t->data, b, sizeof b) == 0,
           "stream read back: %s", err.msg);
     gguf_close(f);
     w = gguf_writer_create();
@@ -547,7 +551,7 @@ static void test_writer_round_trip(void) {
     if (buf) {
         buf[4] = 2;
         f = gguf_open_memory(buf, len, "v2", &err);
-        CHECK(f && gguf_version(f) == 2, "v2: %s", err.msg);
+        CHECK(f && gguf_file_layout(f)->version == 2, "v2: %s", err.msg);
         gguf_close(f);
         free(buf);
     }
@@ -745,7 +749,7 @@ static void test_malformed_memory(void) {
     gguf_file *f = gguf_open_memory(e.b, e.n, "mem.gguf", &err);
     CHECK(f && gguf_n_tensors(f) == 2 && gguf_find_tensor(f, "blk.0.w")->nbytes == 68, "base: %s",
           err.msg);
-    size_t data_end = f ? gguf_data_offset(f) + 64 + 68 : e.n;
+    size_t data_end = f ? gguf_file_layout(f)->data_offset + 64 + 68 : e.n;
     gguf_close(f);
 #define VARIANT(field, value, want)                                                                \
     do {                                                                                           \

@@ -64,7 +64,7 @@ static uint64_t model_pool_bytes_per_token(const model *m, int dt) {
         kvl_error err;
         kv_pool *p = kv_pool_create(&c, &err);
         if (!p) return 0;
-        sum += kv_pool_bytes_per_token(p);
+        sum += kv_pool_geometry(p)->token_bytes;
         kv_pool_destroy(p);
     }
     return sum;

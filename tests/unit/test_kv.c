@@ -24,15 +24,15 @@ static kv_pool *make_pool(int64_t n_blocks, int dtype) {
 
 static void test_sizes(void) {
     kv_pool *p = make_pool(10, GGUF_DT_F16);
-    CHECK(kv_pool_k_row_bytes(p) == 2 * 8 * 2);
-    CHECK(kv_pool_block_bytes(p) == 3 * 4 * (32 + 32));
-    CHECK(kv_pool_bytes_per_token(p) == 3 * 64);
+    CHECK(kv_pool_geometry(p)->k_row == 2 * 8 * 2);
+    CHECK(kv_pool_geometry(p)->block_bytes == 3 * 4 * (32 + 32));
+    CHECK(kv_pool_geometry(p)->token_bytes == 3 * 64);
     /* distinct blocks/layers do not overlap */
     uint8_t *a = kv_block_k(p, 0, 0), *b = kv_block_v(p, 0, 0), *c = kv_block_k(p, 0, 1),
             *d = kv_block_k(p, 1, 0);
     CHECK(b - a == 4 * 32);
     CHECK(c - a == 4 * 64);
-    CHECK(d - a == (ptrdiff_t)kv_pool_block_bytes(p));
+    CHECK(d - a == (ptrdiff_t)kv_pool_geometry(p)->block_bytes);
     kv_pool_destroy(p);
     /* a pipeline stage without any layer of a group: blocks of 0 bytes, the
      * block ids handed out as by any pool (they follow rank 0's) */
@@ -45,7 +45,7 @@ static void test_sizes(void) {
                            .n_blocks = 3};
     kvl_error nerr;
     kv_pool *z = kv_pool_create(&none, &nerr);
-    CHECK(z && kv_pool_block_bytes(z) == 0 && kv_pool_n_free(z) == 3);
+    CHECK(z && kv_pool_geometry(z)->block_bytes == 0 && kv_pool_n_free(z) == 3);
     kv_pool_destroy(z);
     none.n_layers = -1;
     CHECK(kv_pool_create(&none, &nerr) == NULL);
@@ -105,8 +105,8 @@ static void test_exhaustion(void) {
     CHECK(kv_seq_reserve(p, &s, 20)); /* exactly 5 */
     CHECK(kv_pool_n_free(p) == 0);
     kv_usage u = kv_seq_usage(p, &s, 18);
-    CHECK(u.lower_bound_bytes == 18 * kv_pool_bytes_per_token(p));
-    CHECK(u.allocated_bytes == 5 * kv_pool_block_bytes(p));
+    CHECK(u.lower_bound_bytes == 18 * kv_pool_geometry(p)->token_bytes);
+    CHECK(u.allocated_bytes == 5 * kv_pool_geometry(p)->block_bytes);
     kv_seq_free(p, &s);
     CHECK(kv_pool_n_free(p) == 5);
     kv_pool_destroy(p);
@@ -189,12 +189,12 @@ static void test_layout(void) {
             CHECK(L->head_bytes == kv_row_bytes(dt, D) && L->row_stride == L->head_bytes);
             CHECK(L->head_stride == (size_t)BS * L->head_bytes);
         } else {
-            CHECK(L->row_stride == kv_pool_k_row_bytes(p));
+            CHECK(L->row_stride == kv_pool_geometry(p)->k_row);
         }
         for (int b = 0; b < 3; b++)
             for (int l = 0; l < 2; l++) {
-                memset(kv_block_k(p, b, l), 0xA5, kv_pool_k_row_bytes(p) * BS);
-                memset(kv_block_v(p, b, l), 0xA5, kv_pool_v_row_bytes(p) * BS);
+                memset(kv_block_k(p, b, l), 0xA5, kv_pool_geometry(p)->k_row * BS);
+                memset(kv_block_v(p, b, l), 0xA5, kv_pool_geometry(p)->v_row * BS);
             }
         float k[2 * 64], v[2 * 64], want[2 * 64], got[2 * 64];
         uint8_t tmp[2 * 64 * 4];
@@ -225,7 +225,7 @@ static void test_layout(void) {
             }
         }
         /* nothing outside block 1, layer 1 changed */
-        const size_t kb = kv_pool_k_row_bytes(p) * BS, vb = kv_pool_v_row_bytes(p) * BS;
+        const size_t kb = kv_pool_geometry(p)->k_row * BS, vb = kv_pool_geometry(p)->v_row * BS;
         for (int b = 0; b < 3; b++)
             for (int l = 0; l < 2; l++) {
                 if (b == 1 && l == 1) continue;

@@ -290,7 +290,7 @@ static void test_pins(const char *dir) {
     clear_dir(dir);
     engine *probe = make_engine(NULL, 0, 0);
     if (!probe) return failures++, (void)0;
-    const uint64_t fb = kv_disk_file_bytes(kv_pool_block_bytes(engine_kv(probe)), BS);
+    const uint64_t fb = kv_disk_file_bytes(kv_pool_geometry(engine_kv(probe))->block_bytes, BS);
     engine_destroy(probe);
     const uint64_t max = 10 * fb, pin_max = 4 * fb;
     engine *e = make_engine(dir, max, pin_max);

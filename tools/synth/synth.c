@@ -723,7 +723,7 @@ uint64_t synth_file_bytes(const synth_shape *s, synth_ftype t) {
 static bool verify(const char *path, const plan *p, uint64_t size, kvl_error *err) {
     gguf_file *f = gguf_open(path, err);
     if (!f) return false;
-    bool ok = gguf_n_tensors(f) == p->n && gguf_file_size(f) == size;
+    bool ok = gguf_n_tensors(f) == p->n && gguf_file_layout(f)->file_size == size;
     gguf_close(f);
     return ok || kvl_fail(err, "%s: written file does not read back as planned", path);
 }
