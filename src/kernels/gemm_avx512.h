@@ -429,25 +429,38 @@ T_512_INLINE void kavx512_k_store(int NA, const __m512 *f, float *y, size_t ldy,
 #define KR_D    256
 #define KR_DMIN 288
 
+/* The layout of a repacked K-family panel (repack_k_avx512.c,
+ * repack_kx_avx512.c), the one place its numbers are written: byte offsets in
+ * a super-block of the int8 scales, the fp16 d and dmin (0 for the types
+ * without) and the values; the super-block's bytes, a whole number of cache
+ * lines; and how many super-blocks ahead batched products prefetch into L2
+ * (about 7 KiB, see KAVX512_R_KERNEL). Read as constants: the kernels fold
+ * them. */
+typedef struct {
+    int sc, d, dmin, qs;
+    int sb;
+    int pf_dist;
+} kavx512_r_layout;
+
 /* NAME(NA, fused, pf, nsb, P, A, y, ldy, mask): one panel x NA activation
- * rows, all nsb super-blocks, of such a type. SUBS(NA, h0, h1, c, P, A, s)
- * adds sub-blocks 2c + h, h0 <= h < h1, times their scales into s[a]; fused:
- * both of a step at once, else one at a time. The panel super-block is SB
- * bytes; pf: prefetch PF_STEP lines per step, PF_DIST super-blocks ahead;
- * sumi = s >> SHIFT. (A macro: as a function taking SUBS the compiler
- * schedules the result differently.) */
-#define KAVX512_K_MINS_MICRO(NAME, SUBS, SB, PF_DIST, PF_STEP, SHIFT)                              \
+ * rows, all nsb super-blocks, of such a type, laid out as L (a
+ * kavx512_r_layout). SUBS(NA, h0, h1, c, P, A, s) adds sub-blocks 2c + h,
+ * h0 <= h < h1, times their scales into s[a]; fused: both of a step at once,
+ * else one at a time. pf: prefetch PF_STEP lines per step, L.pf_dist
+ * super-blocks ahead; sumi = s >> SHIFT. (A macro: as a function taking SUBS
+ * the compiler schedules the result differently.) */
+#define KAVX512_K_MINS_MICRO(NAME, SUBS, L, PF_STEP, SHIFT)                                        \
     T_512_INLINE void NAME(int NA, bool fused, bool pf, int64_t nsb, const char *P, const char *A, \
                            float *y, size_t ldy, __mmask16 mask) {                                 \
         __m512 f[KT];                                                                              \
         UNROLL(8)                                                                                  \
         for (int a = 0; a < NA; a++) f[a] = _mm512_setzero_ps();                                   \
-        for (int64_t sb = 0; sb < nsb; sb++, P += SB, A += KT * KT_UNIT) {                         \
+        for (int64_t sb = 0; sb < nsb; sb++, P += (L).sb, A += KT * KT_UNIT) {                     \
             __m512i s[KT], mm[KT];                                                                 \
             UNROLL(8)                                                                              \
             for (int a = 0; a < NA; a++) s[a] = _mm512_setzero_si512();                            \
             for (int c = 0; c < 4; c++) {                                                          \
-                if (pf) pf_lines(P, SB, PF_DIST, PF_STEP *c, PF_STEP *c + PF_STEP);                \
+                if (pf) pf_lines(P, (L).sb, (L).pf_dist, PF_STEP *c, PF_STEP *c + PF_STEP);        \
                 if (fused) {                                                                       \
                     SUBS(NA, 0, 2, c, P, A, s);                                                    \
                 } else {                                                                           \
@@ -456,7 +469,7 @@ T_512_INLINE void kavx512_k_store(int NA, const __m512 *f, float *y, size_t ldy,
                 }                                                                                  \
             }                                                                                      \
             kavx512_k_min_sums(NA, P + KR_MN, A, mm);                                              \
-            kavx512_k_fstep_min(NA, P + KR_D, P + KR_DMIN, A, s, SHIFT, mm, f);                    \
+            kavx512_k_fstep_min(NA, P + (L).d, P + (L).dmin, A, s, SHIFT, mm, f);                  \
         }                                                                                          \
         kavx512_k_store(NA, f, y, ldy, mask);                                                      \
     }
@@ -488,9 +501,9 @@ T_512_INLINE void kavx512_k_bias_group(int NA, int g, const __m512i *u, const ch
  * too), written a super-block ahead so that the loads never wait for the
  * stores. STEPS(NA, pf, P, A, nb, sumi) adds the super-block's groups, from
  * their accumulators' starts nb[a][g], times their scales into sumi[a]; the
- * panel super-block is SB bytes, its fp16 d at D. (A macro, as
+ * panel is laid out as L, its fp16 d at L.d. (A macro, as
  * KAVX512_K_MINS_MICRO.) */
-#define KAVX512_K_BIAS_MICRO(NAME, STEPS, SB, G16, SHIFT, D)                                       \
+#define KAVX512_K_BIAS_MICRO(NAME, STEPS, L, G16, SHIFT)                                           \
     T_512_INLINE void NAME(int NA, bool pf, int64_t nsb, const char *P, const char *A, float *y,   \
                            size_t ldy, __mmask16 mask) {                                           \
         __m512 f[KT];                                                                              \
@@ -498,7 +511,7 @@ T_512_INLINE void kavx512_k_bias_group(int NA, int g, const __m512i *u, const ch
         for (int a = 0; a < NA; a++) f[a] = _mm512_setzero_ps();                                   \
         _Alignas(64) int32_t nbuf[2][KT][16];                                                      \
         kavx512_k_neg_sums(NA, G16, SHIFT, A, nbuf[0]);                                            \
-        for (int64_t sb = 0; sb < nsb; sb++, P += SB, A += KT * KT_UNIT) {                         \
+        for (int64_t sb = 0; sb < nsb; sb++, P += (L).sb, A += KT * KT_UNIT) {                     \
             if (sb + 1 < nsb)                                                                      \
                 kavx512_k_neg_sums(NA, G16, SHIFT, A + KT * KT_UNIT, nbuf[(sb + 1) & 1]);          \
             /* read back as broadcasts, not taken apart in registers */                            \
@@ -507,7 +520,7 @@ T_512_INLINE void kavx512_k_bias_group(int NA, int g, const __m512i *u, const ch
             UNROLL(8)                                                                              \
             for (int a = 0; a < NA; a++) sumi[a] = _mm512_setzero_si512();                         \
             STEPS(NA, pf, P, A, nbuf[sb & 1], sumi);                                               \
-            kavx512_k_fstep(NA, P + (D), A, sumi, f);                                              \
+            kavx512_k_fstep(NA, P + (L).d, A, sumi, f);                                            \
         }                                                                                          \
         kavx512_k_store(NA, f, y, ldy, mask);                                                      \
     }
@@ -536,17 +549,17 @@ kavx512_put_mins_head(char *o, int r, const uint8_t *scales, kvl_f16 d, kvl_f16 
 }
 
 /* PFX_panel_bytes and PFX_pack, the kern_repack_ops.panel_bytes and .pack of
- * a repacked K-family layout of SB bytes a super-block (repack_k_avx512.c,
- * repack_kx_avx512.c): the panel zeroed (rows past `rows` read as 0), then
- * PUT(o, r, x) for each super-block o of the panel and row r's block x there
- * (BLK). Scalar code, run when a model loads. */
-#define KAVX512_R_PACK(PFX, BLK, SB, PUT)                                                          \
-    static size_t PFX##_panel_bytes(int64_t k) { return (size_t)(k / QK_K) * (SB); }               \
+ * a repacked K-family layout L (repack_k_avx512.c, repack_kx_avx512.c): the
+ * panel zeroed (rows past `rows` read as 0), then PUT(o, r, x) for each
+ * super-block o of the panel and row r's block x there (BLK). Scalar code,
+ * run when a model loads. */
+#define KAVX512_R_PACK(PFX, BLK, L, PUT)                                                           \
+    static size_t PFX##_panel_bytes(int64_t k) { return (size_t)(k / QK_K) * (L).sb; }             \
     static void PFX##_pack(const void *w, size_t wrow, int rows, int64_t k, void *panel) {         \
         const int64_t nsb = k / QK_K;                                                              \
-        memset(panel, 0, (size_t)nsb *(SB));                                                       \
+        memset(panel, 0, (size_t)nsb *(L).sb);                                                     \
         for (int64_t sb = 0; sb < nsb; sb++) {                                                     \
-            char *o = (char *)panel + sb * (SB);                                                   \
+            char *o = (char *)panel + sb * (L).sb;                                                 \
             for (int r = 0; r < rows; r++)                                                         \
                 PUT(o, r, (const BLK *)((const char *)w + (size_t)r * wrow) + sb);                 \
         }                                                                                          \
