@@ -219,8 +219,8 @@ const kern_gemm_ops kavx512_gemm_q4_0 = {
  * unsigned bytes in element order, Q6_K as q + 32), the per-sub-block int32
  * scales, int16 pairs for the bias terms, then the float scales. The integer
  * sums are exact, so per output the float steps are those of vec_dot. */
-#define Q4K_PB (4096 + 8 * 64 + 4 * 64 + 2 * 64)
-#define Q6K_PB (4096 + 16 * 64 + 8 * 64 + 64)
+#define Q4K_PB KPC_PB(8, true)
+#define Q6K_PB KPC_PB(16, false)
 
 size_t kavx512_k_tile_bytes(int64_t k) { return (size_t)(k / QK_K) * KT * KT_UNIT; }
 static size_t q4k_panel_bytes(int64_t k) { return (size_t)(k / QK_K) * Q4K_PB; }
@@ -398,34 +398,15 @@ T_512 static void q6k_pack(const void *w, size_t wrow, int rows, int64_t k, void
 }
 #undef GATHER
 
+/* Q4_K panels hold 8 groups of 32 and the mins; Q6_K panels 16 groups of 16
+ * with the -32 offset folded into bsums. */
 T_512_INLINE void q4k_micro(int64_t nsb, const char *P, const char *A, float *y, size_t ldy, int na,
                             __mmask16 mask) {
-    __m512 f[KT];
-    UNROLL(8)
-    for (int a = 0; a < KT; a++) f[a] = _mm512_setzero_ps();
-    for (int64_t sb = 0; sb < nsb; sb++, P += Q4K_PB, A += KT * KT_UNIT) {
-        __m512i sumi[KT], acc[KT];
-        UNROLL(8)
-        for (int a = 0; a < KT; a++) sumi[a] = _mm512_setzero_si512();
-        kavx512_k_group_dots(8, P, A, sumi);
-        UNROLL(8)
-        for (int a = 0; a < KT; a++) acc[a] = _mm512_setzero_si512();
-        UNROLL(4)
-        for (int t = 0; t < 4; t++) {
-            const __m512i mp = _mm512_loadu_si512(P + 4608 + 64 * t);
-            UNROLL(8)
-            for (int a = 0; a < KT; a++)
-                acc[a] = _mm512_dpwssd_epi32(acc[a], mp, KAVX512_ABC(A, a, KQ_S + 4 * t));
-        }
-        kavx512_k_pc_fstep_min(P + 4864, P + 4928, A, sumi, acc, f);
-    }
-    kavx512_k_pc_store(f, y, ldy, na, mask);
+    kavx512_k_pc_micro(8, true, nsb, P, A, y, ldy, na, mask);
 }
-
-/* Q6_K panels hold 16 groups of 16 with the -32 offset folded into bsums. */
 T_512_INLINE void q6k_micro(int64_t nsb, const char *P, const char *A, float *y, size_t ldy, int na,
                             __mmask16 mask) {
-    kavx512_k_g16_micro(false, Q6K_PB, nsb, P, A, y, ldy, na, mask);
+    kavx512_k_pc_micro(16, false, nsb, P, A, y, ldy, na, mask);
 }
 
 KAVX512_K_KERNEL(extern, kavx512_k_g32_kernel, q4k_micro)

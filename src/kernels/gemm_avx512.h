@@ -214,6 +214,17 @@ void kavx512_k_prepare(const float *x, void *tile, int slot, int rows, int64_t k
 #define KAVX512_K_GEMM_OPS(MIN_M, PANEL_BYTES, PACK, KERNEL)                                       \
     { KT, MIN_M, kavx512_k_tile_bytes, kavx512_k_prepare, PANEL_BYTES, PACK, KERNEL }
 
+/* A super-block of a per-call packed K-family panel of ng groups (8 of 32
+ * values: the Q4_K layout; 16 of 16: the Q6_K one): 64 vectors of unsigned
+ * values in element order, ng vectors of int32 group scales at KPC_SC, ng / 2
+ * of int16 pairs at KPC_PAIRS (bias factors or mins, against the tile's sums
+ * of the groups), the float d at KPC_D and, for types with mins, the float
+ * dmin 64 bytes on: KPC_PB bytes in all. */
+#define KPC_SC           4096
+#define KPC_PAIRS(ng)    (KPC_SC + 64 * (ng))
+#define KPC_D(ng)        (KPC_PAIRS(ng) + 32 * (ng))
+#define KPC_PB(ng, mins) (KPC_D(ng) + 64 + ((mins) ? 64 : 0))
+
 /* The kernels of the per-call packed Q4_K panel (groups of 32) and Q6_K panel
  * (groups of 16), gemm_avx512.c; gemm_kx_avx512.c packs Q5_K into the first
  * and Q3_K and IQ4_XS into the second. */
@@ -274,36 +285,44 @@ T_512_INLINE void kavx512_k_pc_fstep_min(const char *pd, const char *pdmin, cons
     }
 }
 
-/* A per-call packed Q6_K-layout panel (groups of 16: values at 0, int32
- * scales at 4096, int16 bias pairs against the bsums at 5120, float d at
- * 5632) x the KT rows of a tile, all nsb super-blocks, pb bytes each. Q6_K,
- * Q3_K, IQ4_XS (mins false): the pairs fold the bias into sumi, f = fma(d *
- * yd, sumi, f). Q2_K (mins): they are its mins, summ = sum_g m_g * bsum_g,
- * and the float dmin at 5696 enters as in kavx512_k_pc_fstep_min. */
-T_512_INLINE void kavx512_k_g16_micro(bool mins, size_t pb, int64_t nsb, const char *P,
-                                      const char *A, float *y, size_t ldy, int na, __mmask16 mask) {
+/* acc[a] += the products of the ng / 2 vectors of int16 pairs of a per-call
+ * packed K-family panel's super-block at P with the tile's sums of the
+ * groups' activations (S[] of 32 for 8 groups, bsums[] of 16 for 16), for
+ * all KT rows of the tile super-block at A. */
+T_512_INLINE void kavx512_k_pc_pairs(int ng, const char *P, const char *A, __m512i *acc) {
+    const size_t sums = ng == 8 ? KQ_S : KQ_BSUMS;
+    UNROLL(8)
+    for (int t = 0; t < ng / 2; t++) {
+        const __m512i sp = _mm512_loadu_si512(P + KPC_PAIRS(ng) + 64 * t);
+        UNROLL(8)
+        for (int a = 0; a < KT; a++)
+            acc[a] = _mm512_dpwssd_epi32(acc[a], sp, KAVX512_ABC(A, a, sums + 4 * t));
+    }
+}
+
+/* A per-call packed K-family panel of ng groups x the KT rows of a tile,
+ * all nsb super-blocks (KPC_PB(ng, mins) bytes each). The pairs' products:
+ * with mins (Q4_K, Q5_K, Q2_K) the mins against the tile's sums, summ =
+ * sum_g m_g * sum_g, and the float steps of kavx512_k_pc_fstep_min; without
+ * (Q6_K, Q3_K, IQ4_XS) the bias folded into sumi, f = fma(d * yd, sumi, f). */
+T_512_INLINE void kavx512_k_pc_micro(int ng, bool mins, int64_t nsb, const char *P, const char *A,
+                                     float *y, size_t ldy, int na, __mmask16 mask) {
     __m512 f[KT];
     UNROLL(8)
     for (int a = 0; a < KT; a++) f[a] = _mm512_setzero_ps();
-    for (int64_t sb = 0; sb < nsb; sb++, P += pb, A += KT * KT_UNIT) {
+    for (int64_t sb = 0; sb < nsb; sb++, P += KPC_PB(ng, mins), A += KT * KT_UNIT) {
         __m512i sumi[KT], summ[KT];
         UNROLL(8)
         for (int a = 0; a < KT; a++) sumi[a] = summ[a] = _mm512_setzero_si512();
-        UNROLL(8)
-        for (int t = 0; t < 8; t++) {
-            const __m512i sp = _mm512_loadu_si512(P + 5120 + 64 * t);
-            UNROLL(8)
-            for (int a = 0; a < KT; a++) {
-                const __m512i bs = KAVX512_ABC(A, a, KQ_BSUMS + 4 * t);
-                if (mins) summ[a] = _mm512_dpwssd_epi32(summ[a], sp, bs);
-                else sumi[a] = _mm512_dpwssd_epi32(sumi[a], sp, bs);
-            }
-        }
-        kavx512_k_group_dots(4, P, A, sumi);
+        /* (Q4_K's pairs after its groups, the others' before: the order each
+         * kernel was tuned in; the sums are exact either way) */
+        if (ng == 16) kavx512_k_pc_pairs(ng, P, A, mins ? summ : sumi);
+        kavx512_k_group_dots(64 / ng, P, A, sumi);
+        if (ng == 8) kavx512_k_pc_pairs(ng, P, A, summ);
         if (mins) {
-            kavx512_k_pc_fstep_min(P + 5632, P + 5696, A, sumi, summ, f);
+            kavx512_k_pc_fstep_min(P + KPC_D(ng), P + KPC_D(ng) + 64, A, sumi, summ, f);
         } else {
-            const __m512 d = _mm512_loadu_ps(P + 5632);
+            const __m512 d = _mm512_loadu_ps(P + KPC_D(ng));
             UNROLL(8)
             for (int a = 0; a < KT; a++) {
                 const __m512 yd = _mm512_set1_ps(*(const float *)(A + a * KT_UNIT + KQ_D));

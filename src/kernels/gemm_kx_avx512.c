@@ -17,9 +17,9 @@
 
 #include <string.h>
 
-/* Panel bytes per super-block (gemm_avx512.c's Q4K_PB and Q6K_PB). */
-#define PB_G32 (4096 + 8 * 64 + 4 * 64 + 2 * 64)
-#define PB_G16 (4096 + 16 * 64 + 8 * 64 + 64)
+/* Panel bytes per super-block (gemm_avx512.h) */
+#define PB_G32 KPC_PB(8, true)
+#define PB_G16 KPC_PB(16, false)
 
 /* Smallest batch the packed GEMM takes (below, the rows kernels decode the
  * weights once per 4 rows, cheaper than packing them). */
@@ -108,7 +108,7 @@ static void decode_iq4_xs(const blk_iq4_xs *x, kx_row *o) {
 
 /* Q2_K: the Q6_K panel's groups of 16 (u = q, no bias) plus 16 mins as int16
  * pairs against the bsums, and dmin: its own micro-kernel (below). */
-#define PB_Q2K (PB_G16 + 64)
+#define PB_Q2K KPC_PB(16, true)
 static size_t q2k_panel_bytes(int64_t k) { return (size_t)(k / QK_K) * PB_Q2K; }
 
 static void decode_q2_K(const blk_q2_K *x, kx_row *o) {
@@ -147,7 +147,7 @@ KX_PACK(q2k_pack, blk_q2_K, decode_q2_K, put_q2k, PB_Q2K)
  * f = fma(d * yd, sumi, f); f = fma(-(dmin * yd), summ, f) as the vec_dot. */
 T_512_INLINE void q2k_micro(int64_t nsb, const char *P, const char *A, float *y, size_t ldy, int na,
                             __mmask16 mask) {
-    kavx512_k_g16_micro(true, PB_Q2K, nsb, P, A, y, ldy, na, mask);
+    kavx512_k_pc_micro(16, true, nsb, P, A, y, ldy, na, mask);
 }
 KAVX512_K_KERNEL(static, q2k_kernel, q2k_micro)
 
