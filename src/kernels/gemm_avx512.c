@@ -196,13 +196,7 @@ T_512 static void q4_0_pack(const void *w, size_t wrow, int rows, int64_t k, voi
     }
 }
 
-/* 16 (or 32 with two) weight rows x QT activation rows over all nb blocks. */
-T_512_INLINE void q_micro(int64_t nb, const char *p0, const char *p1, bool two, const char *t,
-                          float *y, size_t ldy, int na, __mmask16 m0, __mmask16 m1) {
-    kavx512_q_micro(false, nb, p0, p1, two, t, y, ldy, na, m0, m1);
-}
-
-KAVX512_Q_KERNEL(q_kernel, q_micro)
+KAVX512_KERNEL_ENTRY(q_kernel, kavx512_q_kernel, false)
 
 /* Below this many activation rows, packing costs more than it saves. */
 #define PACKED_MIN_M 4

@@ -169,30 +169,29 @@ T_512_INLINE void kavx512_q_micro(bool min, int64_t nb, const char *p0, const ch
     (f)[a_] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps((dy)[a_])),                          \
                               _mm512_cvtepi32_ps((i)[a_]), (f)[a_])
 
-/* NAME, the kern_gemm_ops.kernel of a Q-family layout: the tiles of QT
- * activation rows one after another, each against the panels two at a time
- * (32 weight rows) and an odd last one alone. MICRO(nb, p0, p1, two, tile,
- * y, ldy, na, m0, m1) is the micro-kernel (gemm_avx512.c, gemm32_avx512.c). */
-#define KAVX512_Q_KERNEL(NAME, MICRO)                                                              \
-    T_512 static void NAME(int64_t k, const void *panels, size_t pb, int n_rows,                   \
-                           const void *tiles, int64_t m, float *y, size_t ldy) {                   \
-        const int64_t nb = k / QK8_0;                                                              \
-        const int np = (n_rows + 15) / 16;                                                         \
-        const size_t tb = kavx512_q_tile_bytes(k);                                                 \
-        for (int64_t t = 0; t * QT < m; t++) {                                                     \
-            const int na = m - t * QT < QT ? (int)(m - t * QT) : QT;                               \
-            const char *tile = (const char *)tiles + t * tb;                                       \
-            float *yt = y + t * QT * ldy;                                                          \
-            int p = 0;                                                                             \
-            for (; p + 2 <= np; p += 2)                                                            \
-                MICRO(nb, (const char *)panels + p * pb, (const char *)panels + (p + 1) * pb,      \
-                      true, tile, yt + 16 * p, ldy, na, kern_mask16(n_rows - 16 * p),              \
-                      kern_mask16(n_rows - 16 * (p + 1)));                                         \
-            if (p < np)                                                                            \
-                MICRO(nb, (const char *)panels + p * pb, NULL, false, tile, yt + 16 * p, ldy, na,  \
-                      kern_mask16(n_rows - 16 * p), 0);                                            \
-        }                                                                                          \
+/* The kern_gemm_ops.kernel of a Q-family layout, with or without min as in
+ * kavx512_q_micro (an entry per value: KAVX512_KERNEL_ENTRY): the tiles of
+ * QT activation rows one after another, each against the panels two at a
+ * time (32 weight rows) and an odd last one alone. */
+T_512_INLINE void kavx512_q_kernel(bool min, int64_t k, const void *panels, size_t pb, int n_rows,
+                                   const void *tiles, int64_t m, float *y, size_t ldy) {
+    const int64_t nb = k / QK8_0;
+    const int np = (n_rows + 15) / 16;
+    const size_t tb = kavx512_q_tile_bytes(k);
+    for (int64_t t = 0; t * QT < m; t++) {
+        const int na = m - t * QT < QT ? (int)(m - t * QT) : QT;
+        const char *tile = (const char *)tiles + t * tb;
+        float *yt = y + t * QT * ldy;
+        int p = 0;
+        for (; p + 2 <= np; p += 2)
+            kavx512_q_micro(min, nb, (const char *)panels + p * pb,
+                            (const char *)panels + (p + 1) * pb, true, tile, yt + 16 * p, ldy, na,
+                            kern_mask16(n_rows - 16 * p), kern_mask16(n_rows - 16 * (p + 1)));
+        if (p < np)
+            kavx512_q_micro(min, nb, (const char *)panels + p * pb, NULL, false, tile, yt + 16 * p,
+                            ldy, na, kern_mask16(n_rows - 16 * p), 0);
     }
+}
 
 /* K family (Q4_K, Q6_K weights) activation tile of KT rows, per 256-element
  * super-block: KT units of a blk_q8_K followed by S[8] int16,
