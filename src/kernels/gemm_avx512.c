@@ -322,14 +322,15 @@ T_512_INLINE void q4k_pack_sb(const char *base, size_t wrow, int rows, __mmask16
         mn[j + 4] = _mm512_or_si512(hi4, _mm512_slli_epi32(m2, 4));
     }
     UNROLL(8)
-    for (int j = 0; j < 8; j++) _mm512_storeu_si512(out + 4096 + 64 * j, sc[j]);
+    for (int j = 0; j < 8; j++) _mm512_storeu_si512(out + KPC_SC + 64 * j, sc[j]);
     UNROLL(4)
     for (int t = 0; t < 4; t++)
-        _mm512_storeu_si512(out + 4608 + 64 * t,
+        _mm512_storeu_si512(out + KPC_PAIRS(8) + 64 * t,
                             _mm512_or_si512(mn[2 * t], _mm512_slli_epi32(mn[2 * t + 1], 16)));
     const __m512i dd = GATHER(0);
-    _mm512_storeu_ps(out + 4864, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dd)));
-    _mm512_storeu_ps(out + 4928, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dd, 16))));
+    _mm512_storeu_ps(out + KPC_D(8), _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dd)));
+    _mm512_storeu_ps(out + KPC_D(8) + 64,
+                     _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dd, 16))));
 }
 
 /* One super-block of the Q6_K panel (KPC_PACK). */
@@ -379,17 +380,17 @@ T_512_INLINE void q6k_pack_sb(const char *base, size_t wrow, int rows, __mmask16
             sc[4 * i + b] = _mm512_srai_epi32(_mm512_slli_epi32(v, 24 - 8 * b), 24);
     }
     UNROLL(16)
-    for (int g = 0; g < 16; g++) _mm512_storeu_si512(out + 4096 + 64 * g, sc[g]);
+    for (int g = 0; g < 16; g++) _mm512_storeu_si512(out + KPC_SC + 64 * g, sc[g]);
     UNROLL(8)
     for (int t = 0; t < 8; t++) { /* (-32 sc_2t, -32 sc_2t+1) as int16 */
         const __m512i lo = _mm512_and_si512(_mm512_mullo_epi32(sc[2 * t], _mm512_set1_epi32(-32)),
                                             _mm512_set1_epi32(0xFFFF));
         const __m512i hi =
             _mm512_slli_epi32(_mm512_mullo_epi32(sc[2 * t + 1], _mm512_set1_epi32(-32)), 16);
-        _mm512_storeu_si512(out + 5120 + 64 * t, _mm512_or_si512(lo, hi));
+        _mm512_storeu_si512(out + KPC_PAIRS(16) + 64 * t, _mm512_or_si512(lo, hi));
     }
     /* d is the last 2 bytes of the 210-byte block: read the dword ending there */
-    _mm512_storeu_ps(out + 5632,
+    _mm512_storeu_ps(out + KPC_D(16),
                      _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(GATHER(206), 16))));
 }
 #undef GATHER

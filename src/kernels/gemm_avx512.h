@@ -238,7 +238,7 @@ void kavx512_k_g16_kernel(int64_t k, const void *panels, size_t pb, int n_rows, 
 
 /* The groups of one super-block of a per-call packed K-family panel
  * (gemm_avx512.c, gemm_kx_avx512.c: 64 vectors of unsigned values, then int32
- * scales per group at 4096), G vectors a group (8: Q4_K's groups of 32, 4:
+ * scales per group at KPC_SC), G vectors a group (8: Q4_K's groups of 32, 4:
  * Q6_K's of 16), against the KT rows of a tile super-block at A:
  * sumi[a] += sc_g * dot_g. */
 T_512_INLINE void kavx512_k_group_dots(int G, const char *P, const char *A, __m512i *sumi) {
@@ -254,7 +254,7 @@ T_512_INLINE void kavx512_k_group_dots(int G, const char *P, const char *A, __m5
                 acc[a] =
                     _mm512_dpbusd_epi32(acc[a], u, KAVX512_ABC(A, a, KQ_QS + 4 * G * g + 4 * q));
         }
-        const __m512i sc = _mm512_loadu_si512(P + 4096 + 64 * g);
+        const __m512i sc = _mm512_loadu_si512(P + KPC_SC + 64 * g);
         UNROLL(8)
         for (int a = 0; a < KT; a++)
             sumi[a] = _mm512_add_epi32(sumi[a], _mm512_mullo_epi32(acc[a], sc));

@@ -38,20 +38,20 @@ typedef struct {
 } kx_row;
 
 /* Writes row r (0..15) of a super-block's panel of G groups (8: the Q4_K
- * layout, 16: the Q6_K one): the values, the int32 group scales at 4096, the
- * G / 2 int16 pairs of bias factors (or mins) after them, then the float d
- * and, with dmin, dmin 64 bytes on. */
+ * layout, 16: the Q6_K one; KPC_SC .. in gemm_avx512.h): the values, the
+ * int32 group scales, the G / 2 int16 pairs of bias factors (or mins), then
+ * the float d and, with dmin, dmin 64 bytes on. */
 static inline __attribute__((always_inline)) void put_groups(char *out, int r, const kx_row *x,
                                                              int G, bool dmin) {
     kavx512_put_lanes(out, r, x->u, 64);
-    for (int g = 0; g < G; g++) memcpy(out + 4096 + 64 * g + 4 * r, &x->sc[g], 4);
-    char *o = out + 4096 + 64 * G;
+    for (int g = 0; g < G; g++) memcpy(out + KPC_SC + 64 * g + 4 * r, &x->sc[g], 4);
+    char *o = out + KPC_PAIRS(G);
     for (int t = 0; t < G / 2; t++) {
         const int32_t bp =
             (int32_t)((uint16_t)x->bias[2 * t] | ((uint32_t)(uint16_t)x->bias[2 * t + 1] << 16));
         memcpy(o + 64 * t + 4 * r, &bp, 4);
     }
-    o += 32 * G; /* 4864 (G = 8), 5632 (G = 16) */
+    o = out + KPC_D(G);
     memcpy(o + 4 * r, &x->d, 4);
     if (dmin) memcpy(o + 64 + 4 * r, &x->dmin, 4);
 }
