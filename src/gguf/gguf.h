@@ -72,6 +72,34 @@ typedef enum gguf_dtype {
     GGUF_DT_TABLE_SIZE /* entries of the type table */
 } gguf_dtype;
 
+/* The geometry of the block types, the one place it is written:
+ * X(TYPE, type, elems, bytes) for GGUF_DT_TYPE, a block of elems elements in
+ * bytes bytes; `type` is ggml's lower-case name, which the kernels' block
+ * struct carries (blk_type). The type table (gguf_types.c) takes its
+ * block_elems and block_bytes from here, and the kernels check each struct's
+ * size against it (src/kernels/dispatch.c). */
+#define GGUF_BLOCK_TYPES(X)                                                                        \
+    X(Q4_0, q4_0, 32, 18)                                                                          \
+    X(Q4_1, q4_1, 32, 20)                                                                          \
+    X(Q5_0, q5_0, 32, 22)                                                                          \
+    X(Q5_1, q5_1, 32, 24)                                                                          \
+    X(Q8_0, q8_0, 32, 34)                                                                          \
+    X(Q8_1, q8_1, 32, 36)                                                                          \
+    X(Q2_K, q2_K, 256, 84)                                                                         \
+    X(Q3_K, q3_K, 256, 110)                                                                        \
+    X(Q4_K, q4_K, 256, 144)                                                                        \
+    X(Q5_K, q5_K, 256, 176)                                                                        \
+    X(Q6_K, q6_K, 256, 210)                                                                        \
+    X(Q8_K, q8_K, 256, 292)                                                                        \
+    X(IQ4_NL, iq4_nl, 32, 18)                                                                      \
+    X(IQ4_XS, iq4_xs, 256, 136)                                                                    \
+    X(MXFP4, mxfp4, 32, 17)
+/* GGUF_BLOCK_ELEMS_TYPE and GGUF_BLOCK_BYTES_TYPE as constants. */
+#define GGUF_BLOCK_GEOMETRY(TYPE, type, elems, bytes)                                              \
+    GGUF_BLOCK_ELEMS_##TYPE = (elems), GGUF_BLOCK_BYTES_##TYPE = (bytes),
+enum { GGUF_BLOCK_TYPES(GGUF_BLOCK_GEOMETRY) };
+#undef GGUF_BLOCK_GEOMETRY
+
 /* The facts about one element type, the one place they are written
  * (gguf_types.c): the GGUF reader and writer, the kernels (which keep only
  * function pointers indexed by the same number, src/kernels/dispatch.c) and

@@ -1,35 +1,39 @@
 /* gguf: the element type table, one entry per type (see gguf_dtype_traits in
- * gguf.h). Geometry as ggml defines it (ggml-common.h); vec_dot_type is the
- * activation type of the kernels that exist (src/kernels/dispatch.c); kv_name
- * marks the KV cache's storage types (src/kv/kv_dtype.c). */
+ * gguf.h). Geometry as ggml defines it (ggml-common.h), the block types' taken
+ * from GGUF_BLOCK_TYPES (gguf.h); vec_dot_type is the activation type of the
+ * kernels that exist (src/kernels/dispatch.c); kv_name marks the KV cache's
+ * storage types (src/kv/kv_dtype.c). */
 #include "gguf.h"
+
+/* A block type's elems and bytes (GGUF_BLOCK_TYPES, gguf.h) */
+#define BLOCK(TYPE) GGUF_BLOCK_ELEMS_##TYPE, GGUF_BLOCK_BYTES_##TYPE
 
 /* clang-format off */
 static const gguf_dtype_traits TYPES[GGUF_DT_TABLE_SIZE] = {
-    /*                 name      elems  bytes  vec_dot_type   kv_name */
-    [GGUF_DT_F32]  = {"F32",     1,     4,     GGUF_DT_F32,   "f32"},
-    [GGUF_DT_F16]  = {"F16",     1,     2,     GGUF_DT_F16,   "f16"},
-    [GGUF_DT_BF16] = {"BF16",    1,     2,     GGUF_DT_BF16,  "bf16"},
-    [GGUF_DT_Q4_0] = {"Q4_0",    32,    18,    GGUF_DT_Q8_0,  NULL},
-    [GGUF_DT_Q4_1] = {"Q4_1",    32,    20,    GGUF_DT_Q8_1,          NULL},
-    [GGUF_DT_Q5_0] = {"Q5_0",    32,    22,    GGUF_DT_Q8_0,          NULL},
-    [GGUF_DT_Q5_1] = {"Q5_1",    32,    24,    GGUF_DT_Q8_1,          NULL},
-    [GGUF_DT_Q8_0] = {"Q8_0",    32,    34,    GGUF_DT_Q8_0,  "q8_0"},
-    [GGUF_DT_Q8_1] = {"Q8_1",    32,    36,    -1,            NULL}, /* activations only */
-    [GGUF_DT_Q2_K] = {"Q2_K",    256,   84,    GGUF_DT_Q8_K,  NULL},
-    [GGUF_DT_Q3_K] = {"Q3_K",    256,   110,   GGUF_DT_Q8_K,  NULL},
-    [GGUF_DT_Q4_K] = {"Q4_K",    256,   144,   GGUF_DT_Q8_K,  NULL},
-    [GGUF_DT_Q5_K] = {"Q5_K",    256,   176,   GGUF_DT_Q8_K,  NULL},
-    [GGUF_DT_Q6_K] = {"Q6_K",    256,   210,   GGUF_DT_Q8_K,  NULL},
-    [GGUF_DT_Q8_K] = {"Q8_K",    256,   292,   -1,            NULL}, /* activations only */
-    [GGUF_DT_IQ4_NL] = {"IQ4_NL", 32,  18,    GGUF_DT_Q8_0,  NULL},
-    [GGUF_DT_IQ4_XS] = {"IQ4_XS", 256, 136,  GGUF_DT_Q8_K,  NULL},
-    [GGUF_DT_MXFP4] = {"MXFP4",   32,  17,    GGUF_DT_Q8_0,  NULL},
-    [GGUF_DT_I8]   = {"I8",      1,     1,     -1,            NULL},
-    [GGUF_DT_I16]  = {"I16",     1,     2,     -1,            NULL},
-    [GGUF_DT_I32]  = {"I32",     1,     4,     -1,            NULL},
-    [GGUF_DT_I64]  = {"I64",     1,     8,     -1,            NULL},
-    [GGUF_DT_F64]  = {"F64",     1,     8,     -1,            NULL},
+    /*                   name      elems, bytes    vec_dot_type   kv_name */
+    [GGUF_DT_F32]    = {"F32",     1, 4,           GGUF_DT_F32,   "f32"},
+    [GGUF_DT_F16]    = {"F16",     1, 2,           GGUF_DT_F16,   "f16"},
+    [GGUF_DT_BF16]   = {"BF16",    1, 2,           GGUF_DT_BF16,  "bf16"},
+    [GGUF_DT_Q4_0]   = {"Q4_0",    BLOCK(Q4_0),    GGUF_DT_Q8_0,  NULL},
+    [GGUF_DT_Q4_1]   = {"Q4_1",    BLOCK(Q4_1),    GGUF_DT_Q8_1,  NULL},
+    [GGUF_DT_Q5_0]   = {"Q5_0",    BLOCK(Q5_0),    GGUF_DT_Q8_0,  NULL},
+    [GGUF_DT_Q5_1]   = {"Q5_1",    BLOCK(Q5_1),    GGUF_DT_Q8_1,  NULL},
+    [GGUF_DT_Q8_0]   = {"Q8_0",    BLOCK(Q8_0),    GGUF_DT_Q8_0,  "q8_0"},
+    [GGUF_DT_Q8_1]   = {"Q8_1",    BLOCK(Q8_1),    -1,            NULL}, /* activations only */
+    [GGUF_DT_Q2_K]   = {"Q2_K",    BLOCK(Q2_K),    GGUF_DT_Q8_K,  NULL},
+    [GGUF_DT_Q3_K]   = {"Q3_K",    BLOCK(Q3_K),    GGUF_DT_Q8_K,  NULL},
+    [GGUF_DT_Q4_K]   = {"Q4_K",    BLOCK(Q4_K),    GGUF_DT_Q8_K,  NULL},
+    [GGUF_DT_Q5_K]   = {"Q5_K",    BLOCK(Q5_K),    GGUF_DT_Q8_K,  NULL},
+    [GGUF_DT_Q6_K]   = {"Q6_K",    BLOCK(Q6_K),    GGUF_DT_Q8_K,  NULL},
+    [GGUF_DT_Q8_K]   = {"Q8_K",    BLOCK(Q8_K),    -1,            NULL}, /* activations only */
+    [GGUF_DT_IQ4_NL] = {"IQ4_NL",  BLOCK(IQ4_NL),  GGUF_DT_Q8_0,  NULL},
+    [GGUF_DT_IQ4_XS] = {"IQ4_XS",  BLOCK(IQ4_XS),  GGUF_DT_Q8_K,  NULL},
+    [GGUF_DT_MXFP4]  = {"MXFP4",   BLOCK(MXFP4),   GGUF_DT_Q8_0,  NULL},
+    [GGUF_DT_I8]     = {"I8",      1, 1,           -1,            NULL},
+    [GGUF_DT_I16]    = {"I16",     1, 2,           -1,            NULL},
+    [GGUF_DT_I32]    = {"I32",     1, 4,           -1,            NULL},
+    [GGUF_DT_I64]    = {"I64",     1, 8,           -1,            NULL},
+    [GGUF_DT_F64]    = {"F64",     1, 8,           -1,            NULL},
     /* ggml types known by name only, so that an error can say what a file holds. */
     [16] = {"IQ2_XXS", 0, 0, -1, NULL},
     [17] = {"IQ2_XS",  0, 0, -1, NULL},
@@ -44,6 +48,7 @@ static const gguf_dtype_traits TYPES[GGUF_DT_TABLE_SIZE] = {
     [GGUF_DT_FP8_E4M3] = {"FP8_E4M3", 1, 1, -1, "fp8"},
 };
 /* clang-format on */
+#undef BLOCK
 
 const gguf_dtype_traits *gguf_dtype_traits_of(int dtype) {
     if (dtype < 0 || dtype >= GGUF_DT_TABLE_SIZE || !TYPES[dtype].name) return NULL;

@@ -8,8 +8,10 @@
  * The tables hold functions only, indexed by gguf_dtype; what a type is (name,
  * block geometry, the type its activations are quantized to) is written once,
  * in gguf's type table (src/gguf/gguf_types.c). Adding kernels for a type:
- *  1. its entry in gguf_types.c has its geometry and vec_dot_type;
- *  2. kernels.h: its block struct, with a _Static_assert on its size;
+ *  1. its entry in gguf_types.c has its geometry (a block type's in
+ *     GGUF_BLOCK_TYPES, gguf.h) and vec_dot_type;
+ *  2. kernels.h: its block struct blk_<t>, whose size is checked below
+ *     against that geometry;
  *  3. quant_ref.c: kref_to_float_<t>, kref_from_float_<t>, kref_vec_dot_<t>,
  *     declared in kern_impl.h, and one REF(<T>, <t>) line in ref_table below
  *     (an entry written out, like Q8_K's, where one of them is NULL);
@@ -24,6 +26,13 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* Every block struct (kernels.h, quant32.h) is the size that its type's
+ * geometry says. */
+#define BLOCK_SIZE_OK(TYPE, type, elems, bytes)                                                    \
+    _Static_assert(sizeof(blk_##type) == (bytes), #type " block");
+GGUF_BLOCK_TYPES(BLOCK_SIZE_OK)
+#undef BLOCK_SIZE_OK
 
 /* The scalar reference kernels of a type. */
 #define REF(ty, sfx)                                                                               \

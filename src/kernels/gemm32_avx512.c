@@ -121,13 +121,7 @@ T_512 static void q1_prepare(const float *x, void *tile, int slot, int rows, int
     }
 }
 
-/* 16 (or 32 with two) weight rows x QT activation rows over all nb blocks. */
-T_512_INLINE void q1_micro(int64_t nb, const char *p0, const char *p1, bool two, const char *t,
-                           float *y, size_t ldy, int na, __mmask16 m0, __mmask16 m1) {
-    kavx512_q_micro(true, nb, p0, p1, two, t, y, ldy, na, m0, m1);
-}
-
-KAVX512_Q_KERNEL(q1_kernel, q1_micro)
+KAVX512_KERNEL_ENTRY(q1_kernel, kavx512_q_kernel, true)
 
 const kern_gemm_ops kavx512_gemm_q4_1 = {
     QT, GEMM32_MIN_M, kavx512_q_tile_bytes, q1_prepare, q1_panel_bytes, q4_1_pack, q1_kernel};

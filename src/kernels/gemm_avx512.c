@@ -196,13 +196,7 @@ T_512 static void q4_0_pack(const void *w, size_t wrow, int rows, int64_t k, voi
     }
 }
 
-/* 16 (or 32 with two) weight rows x QT activation rows over all nb blocks. */
-T_512_INLINE void q_micro(int64_t nb, const char *p0, const char *p1, bool two, const char *t,
-                          float *y, size_t ldy, int na, __mmask16 m0, __mmask16 m1) {
-    kavx512_q_micro(false, nb, p0, p1, two, t, y, ldy, na, m0, m1);
-}
-
-KAVX512_Q_KERNEL(q_kernel, q_micro)
+KAVX512_KERNEL_ENTRY(q_kernel, kavx512_q_kernel, false)
 
 /* Below this many activation rows, packing costs more than it saves. */
 #define PACKED_MIN_M 4
@@ -219,8 +213,8 @@ const kern_gemm_ops kavx512_gemm_q4_0 = {
  * unsigned bytes in element order, Q6_K as q + 32), the per-sub-block int32
  * scales, int16 pairs for the bias terms, then the float scales. The integer
  * sums are exact, so per output the float steps are those of vec_dot. */
-#define Q4K_PB (4096 + 8 * 64 + 4 * 64 + 2 * 64)
-#define Q6K_PB (4096 + 16 * 64 + 8 * 64 + 64)
+#define Q4K_PB KPC_PB(8, true)
+#define Q6K_PB KPC_PB(16, false)
 
 size_t kavx512_k_tile_bytes(int64_t k) { return (size_t)(k / QK_K) * KT * KT_UNIT; }
 static size_t q4k_panel_bytes(int64_t k) { return (size_t)(k / QK_K) * Q4K_PB; }
@@ -276,156 +270,143 @@ T_512 void kavx512_k_prepare(const float *x, void *tile, int slot, int rows, int
     }
 }
 
+/* NAME, the kern_gemm_ops.pack of a per-call packed K-family type: the
+ * panel's super-blocks (PB bytes each) one after another, each through
+ * SB(base, wrow, rows, valid, off, out) from the rows' BLK blocks, base row
+ * 0's: all 16 rows are loaded whole and transposed, fewer gathered (the lanes
+ * under valid, at base + off). */
+#define KPC_PACK(NAME, BLK, PB, SB)                                                                \
+    T_512 static void NAME(const void *w, size_t wrow, int rows, int64_t k, void *panel) {         \
+        const __mmask16 valid = kern_mask16(rows);                                                 \
+        const __m512i off = row_offsets(wrow);                                                     \
+        char *out = panel;                                                                         \
+        for (int64_t sb = 0; sb < k / QK_K; sb++, out += (PB))                                     \
+            SB((const char *)w + sb * sizeof(BLK), wrow, rows, valid, off, out);                   \
+    }
+
 /* Gathered dword at byte offset `at` of each row's block. */
 #define GATHER(at) _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), valid, off, base + (at), 1)
 
-T_512 static void q4k_pack(const void *w, size_t wrow, int rows, int64_t k, void *panel) {
-    const __mmask16 valid = kern_mask16(rows);
-    const __m512i off = row_offsets(wrow);
+/* One super-block of the Q4_K panel (KPC_PACK). */
+T_512_INLINE void q4k_pack_sb(const char *base, size_t wrow, int rows, __mmask16 valid, __m512i off,
+                              char *out) {
     const __m512i m4 = _mm512_set1_epi8(0x0F), m6 = _mm512_set1_epi32(63);
-    char *out = panel;
-    for (int64_t sb = 0; sb < k / QK_K; sb++, out += Q4K_PB) {
-        const char *base = (const char *)w + sb * sizeof(blk_q4_K);
-        for (int c = 0; c < 4; c++) {
-            __m512i v[8];
-            if (rows == 16) {
-                load_t32(base, wrow, 16 + 32 * c, v);
-            } else {
-                UNROLL(8)
-                for (int gg = 0; gg < 8; gg++) v[gg] = GATHER(16 + 32 * c + 4 * gg);
-            }
+    for (int c = 0; c < 4; c++) {
+        __m512i v[8];
+        if (rows == 16) {
+            load_t32(base, wrow, 16 + 32 * c, v);
+        } else {
             UNROLL(8)
-            for (int gg = 0; gg < 8; gg++) {
-                _mm512_storeu_si512(out + 64 * (16 * c + gg), _mm512_and_si512(v[gg], m4));
-                _mm512_storeu_si512(out + 64 * (16 * c + 8 + gg),
-                                    _mm512_and_si512(_mm512_srli_epi32(v[gg], 4), m4));
-            }
-        }
-        /* kern_q4k_scale_min on 16 rows at once */
-        const __m512i w0 = GATHER(4), w1 = GATHER(8), w2 = GATHER(12);
-        __m512i sc[8], mn[8];
-        UNROLL(4)
-        for (int j = 0; j < 4; j++) {
-            sc[j] = _mm512_and_si512(_mm512_srli_epi32(w0, 8 * j), m6);
-            mn[j] = _mm512_and_si512(_mm512_srli_epi32(w1, 8 * j), m6);
-            const __m512i lo4 =
-                _mm512_and_si512(_mm512_srli_epi32(w2, 8 * j), _mm512_set1_epi32(15));
-            const __m512i hi4 =
-                _mm512_and_si512(_mm512_srli_epi32(w2, 8 * j + 4), _mm512_set1_epi32(15));
-            const __m512i s2 =
-                _mm512_and_si512(_mm512_srli_epi32(w0, 8 * j + 6), _mm512_set1_epi32(3));
-            const __m512i m2 =
-                _mm512_and_si512(_mm512_srli_epi32(w1, 8 * j + 6), _mm512_set1_epi32(3));
-            sc[j + 4] = _mm512_or_si512(lo4, _mm512_slli_epi32(s2, 4));
-            mn[j + 4] = _mm512_or_si512(hi4, _mm512_slli_epi32(m2, 4));
+            for (int gg = 0; gg < 8; gg++) v[gg] = GATHER(16 + 32 * c + 4 * gg);
         }
         UNROLL(8)
-        for (int j = 0; j < 8; j++) _mm512_storeu_si512(out + 4096 + 64 * j, sc[j]);
-        UNROLL(4)
-        for (int t = 0; t < 4; t++)
-            _mm512_storeu_si512(out + 4608 + 64 * t,
-                                _mm512_or_si512(mn[2 * t], _mm512_slli_epi32(mn[2 * t + 1], 16)));
-        const __m512i dd = GATHER(0);
-        _mm512_storeu_ps(out + 4864, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dd)));
-        _mm512_storeu_ps(out + 4928,
-                         _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dd, 16))));
+        for (int gg = 0; gg < 8; gg++) {
+            _mm512_storeu_si512(out + 64 * (16 * c + gg), _mm512_and_si512(v[gg], m4));
+            _mm512_storeu_si512(out + 64 * (16 * c + 8 + gg),
+                                _mm512_and_si512(_mm512_srli_epi32(v[gg], 4), m4));
+        }
     }
+    /* kern_q4k_scale_min on 16 rows at once */
+    const __m512i w0 = GATHER(4), w1 = GATHER(8), w2 = GATHER(12);
+    __m512i sc[8], mn[8];
+    UNROLL(4)
+    for (int j = 0; j < 4; j++) {
+        sc[j] = _mm512_and_si512(_mm512_srli_epi32(w0, 8 * j), m6);
+        mn[j] = _mm512_and_si512(_mm512_srli_epi32(w1, 8 * j), m6);
+        const __m512i lo4 = _mm512_and_si512(_mm512_srli_epi32(w2, 8 * j), _mm512_set1_epi32(15));
+        const __m512i hi4 =
+            _mm512_and_si512(_mm512_srli_epi32(w2, 8 * j + 4), _mm512_set1_epi32(15));
+        const __m512i s2 = _mm512_and_si512(_mm512_srli_epi32(w0, 8 * j + 6), _mm512_set1_epi32(3));
+        const __m512i m2 = _mm512_and_si512(_mm512_srli_epi32(w1, 8 * j + 6), _mm512_set1_epi32(3));
+        sc[j + 4] = _mm512_or_si512(lo4, _mm512_slli_epi32(s2, 4));
+        mn[j + 4] = _mm512_or_si512(hi4, _mm512_slli_epi32(m2, 4));
+    }
+    UNROLL(8)
+    for (int j = 0; j < 8; j++) _mm512_storeu_si512(out + KPC_SC + 64 * j, sc[j]);
+    UNROLL(4)
+    for (int t = 0; t < 4; t++)
+        _mm512_storeu_si512(out + KPC_PAIRS(8) + 64 * t,
+                            _mm512_or_si512(mn[2 * t], _mm512_slli_epi32(mn[2 * t + 1], 16)));
+    const __m512i dd = GATHER(0);
+    _mm512_storeu_ps(out + KPC_D(8), _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dd)));
+    _mm512_storeu_ps(out + KPC_D(8) + 64,
+                     _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dd, 16))));
 }
 
-T_512 static void q6k_pack(const void *w, size_t wrow, int rows, int64_t k, void *panel) {
-    const __mmask16 valid = kern_mask16(rows);
-    const __m512i off = row_offsets(wrow);
+/* One super-block of the Q6_K panel (KPC_PACK). */
+T_512_INLINE void q6k_pack_sb(const char *base, size_t wrow, int rows, __mmask16 valid, __m512i off,
+                              char *out) {
     const __m512i m4 = _mm512_set1_epi8(0x0F), m2 = _mm512_set1_epi8(0x03);
-    char *out = panel;
-    for (int64_t sb = 0; sb < k / QK_K; sb++, out += Q6K_PB) {
-        const char *base = (const char *)w + sb * sizeof(blk_q6_K);
-        for (int h = 0; h < 2; h++) {
-            __m512i L0[8], L1[8], HB[8];
-            if (rows == 16) {
-                load_t32(base, wrow, 64 * h, L0);
-                load_t32(base, wrow, 64 * h + 32, L1);
-                load_t32(base, wrow, 128 + 32 * h, HB);
-            } else {
-                UNROLL(8)
-                for (int i4 = 0; i4 < 8; i4++) {
-                    L0[i4] = GATHER(64 * h + 4 * i4), L1[i4] = GATHER(64 * h + 32 + 4 * i4);
-                    HB[i4] = GATHER(128 + 32 * h + 4 * i4);
-                }
-            }
+    for (int h = 0; h < 2; h++) {
+        __m512i L0[8], L1[8], HB[8];
+        if (rows == 16) {
+            load_t32(base, wrow, 64 * h, L0);
+            load_t32(base, wrow, 64 * h + 32, L1);
+            load_t32(base, wrow, 128 + 32 * h, HB);
+        } else {
             UNROLL(8)
             for (int i4 = 0; i4 < 8; i4++) {
-                const __m512i l0 = L0[i4], l1 = L1[i4], hb = HB[i4];
-                /* element 128h + 32q + 4i4.. is group 32h + 8q + i4 */
-                const __m512i q[4] = {
-                    _mm512_or_si512(_mm512_and_si512(l0, m4),
-                                    _mm512_slli_epi32(_mm512_and_si512(hb, m2), 4)),
-                    _mm512_or_si512(
-                        _mm512_and_si512(l1, m4),
-                        _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(hb, 2), m2), 4)),
-                    _mm512_or_si512(
-                        _mm512_and_si512(_mm512_srli_epi32(l0, 4), m4),
-                        _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(hb, 4), m2), 4)),
-                    _mm512_or_si512(
-                        _mm512_and_si512(_mm512_srli_epi32(l1, 4), m4),
-                        _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(hb, 6), m2), 4))};
-                UNROLL(4)
-                for (int qq = 0; qq < 4; qq++)
-                    _mm512_storeu_si512(out + 64 * (32 * h + 8 * qq + i4), q[qq]);
+                L0[i4] = GATHER(64 * h + 4 * i4), L1[i4] = GATHER(64 * h + 32 + 4 * i4);
+                HB[i4] = GATHER(128 + 32 * h + 4 * i4);
             }
         }
-        __m512i sc[16];
-        UNROLL(4)
-        for (int i = 0; i < 4; i++) {
-            const __m512i v = GATHER(192 + 4 * i);
-            UNROLL(4)
-            for (int b = 0; b < 4; b++) /* sign-extended byte b */
-                sc[4 * i + b] = _mm512_srai_epi32(_mm512_slli_epi32(v, 24 - 8 * b), 24);
-        }
-        UNROLL(16)
-        for (int g = 0; g < 16; g++) _mm512_storeu_si512(out + 4096 + 64 * g, sc[g]);
         UNROLL(8)
-        for (int t = 0; t < 8; t++) { /* (-32 sc_2t, -32 sc_2t+1) as int16 */
-            const __m512i lo = _mm512_and_si512(
-                _mm512_mullo_epi32(sc[2 * t], _mm512_set1_epi32(-32)), _mm512_set1_epi32(0xFFFF));
-            const __m512i hi =
-                _mm512_slli_epi32(_mm512_mullo_epi32(sc[2 * t + 1], _mm512_set1_epi32(-32)), 16);
-            _mm512_storeu_si512(out + 5120 + 64 * t, _mm512_or_si512(lo, hi));
+        for (int i4 = 0; i4 < 8; i4++) {
+            const __m512i l0 = L0[i4], l1 = L1[i4], hb = HB[i4];
+            /* element 128h + 32q + 4i4.. is group 32h + 8q + i4 */
+            const __m512i q[4] = {
+                _mm512_or_si512(_mm512_and_si512(l0, m4),
+                                _mm512_slli_epi32(_mm512_and_si512(hb, m2), 4)),
+                _mm512_or_si512(
+                    _mm512_and_si512(l1, m4),
+                    _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(hb, 2), m2), 4)),
+                _mm512_or_si512(
+                    _mm512_and_si512(_mm512_srli_epi32(l0, 4), m4),
+                    _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(hb, 4), m2), 4)),
+                _mm512_or_si512(
+                    _mm512_and_si512(_mm512_srli_epi32(l1, 4), m4),
+                    _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(hb, 6), m2), 4))};
+            UNROLL(4)
+            for (int qq = 0; qq < 4; qq++)
+                _mm512_storeu_si512(out + 64 * (32 * h + 8 * qq + i4), q[qq]);
         }
-        /* d is the last 2 bytes of the 210-byte block: read the dword ending there */
-        _mm512_storeu_ps(
-            out + 5632, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(GATHER(206), 16))));
     }
+    __m512i sc[16];
+    UNROLL(4)
+    for (int i = 0; i < 4; i++) {
+        const __m512i v = GATHER(192 + 4 * i);
+        UNROLL(4)
+        for (int b = 0; b < 4; b++) /* sign-extended byte b */
+            sc[4 * i + b] = _mm512_srai_epi32(_mm512_slli_epi32(v, 24 - 8 * b), 24);
+    }
+    UNROLL(16)
+    for (int g = 0; g < 16; g++) _mm512_storeu_si512(out + KPC_SC + 64 * g, sc[g]);
+    UNROLL(8)
+    for (int t = 0; t < 8; t++) { /* (-32 sc_2t, -32 sc_2t+1) as int16 */
+        const __m512i lo = _mm512_and_si512(_mm512_mullo_epi32(sc[2 * t], _mm512_set1_epi32(-32)),
+                                            _mm512_set1_epi32(0xFFFF));
+        const __m512i hi =
+            _mm512_slli_epi32(_mm512_mullo_epi32(sc[2 * t + 1], _mm512_set1_epi32(-32)), 16);
+        _mm512_storeu_si512(out + KPC_PAIRS(16) + 64 * t, _mm512_or_si512(lo, hi));
+    }
+    /* d is the last 2 bytes of the 210-byte block: read the dword ending there */
+    _mm512_storeu_ps(out + KPC_D(16),
+                     _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(GATHER(206), 16))));
 }
 #undef GATHER
+KPC_PACK(q4k_pack, blk_q4_K, Q4K_PB, q4k_pack_sb)
+KPC_PACK(q6k_pack, blk_q6_K, Q6K_PB, q6k_pack_sb)
+#undef KPC_PACK
 
+/* Q4_K panels hold 8 groups of 32 and the mins; Q6_K panels 16 groups of 16
+ * with the -32 offset folded into bsums. */
 T_512_INLINE void q4k_micro(int64_t nsb, const char *P, const char *A, float *y, size_t ldy, int na,
                             __mmask16 mask) {
-    __m512 f[KT];
-    UNROLL(8)
-    for (int a = 0; a < KT; a++) f[a] = _mm512_setzero_ps();
-    for (int64_t sb = 0; sb < nsb; sb++, P += Q4K_PB, A += KT * KT_UNIT) {
-        __m512i sumi[KT], acc[KT];
-        UNROLL(8)
-        for (int a = 0; a < KT; a++) sumi[a] = _mm512_setzero_si512();
-        kavx512_k_group_dots(8, P, A, sumi);
-        UNROLL(8)
-        for (int a = 0; a < KT; a++) acc[a] = _mm512_setzero_si512();
-        UNROLL(4)
-        for (int t = 0; t < 4; t++) {
-            const __m512i mp = _mm512_loadu_si512(P + 4608 + 64 * t);
-            UNROLL(8)
-            for (int a = 0; a < KT; a++)
-                acc[a] = _mm512_dpwssd_epi32(acc[a], mp, KAVX512_ABC(A, a, KQ_S + 4 * t));
-        }
-        kavx512_k_pc_fstep_min(P + 4864, P + 4928, A, sumi, acc, f);
-    }
-    kavx512_k_pc_store(f, y, ldy, na, mask);
+    kavx512_k_pc_micro(8, true, nsb, P, A, y, ldy, na, mask);
 }
-
-/* Q6_K panels hold 16 groups of 16 with the -32 offset folded into bsums. */
 T_512_INLINE void q6k_micro(int64_t nsb, const char *P, const char *A, float *y, size_t ldy, int na,
                             __mmask16 mask) {
-    kavx512_k_g16_micro(false, Q6K_PB, nsb, P, A, y, ldy, na, mask);
+    kavx512_k_pc_micro(16, false, nsb, P, A, y, ldy, na, mask);
 }
 
 KAVX512_K_KERNEL(extern, kavx512_k_g32_kernel, q4k_micro)

@@ -169,30 +169,29 @@ T_512_INLINE void kavx512_q_micro(bool min, int64_t nb, const char *p0, const ch
     (f)[a_] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps((dy)[a_])),                          \
                               _mm512_cvtepi32_ps((i)[a_]), (f)[a_])
 
-/* NAME, the kern_gemm_ops.kernel of a Q-family layout: the tiles of QT
- * activation rows one after another, each against the panels two at a time
- * (32 weight rows) and an odd last one alone. MICRO(nb, p0, p1, two, tile,
- * y, ldy, na, m0, m1) is the micro-kernel (gemm_avx512.c, gemm32_avx512.c). */
-#define KAVX512_Q_KERNEL(NAME, MICRO)                                                              \
-    T_512 static void NAME(int64_t k, const void *panels, size_t pb, int n_rows,                   \
-                           const void *tiles, int64_t m, float *y, size_t ldy) {                   \
-        const int64_t nb = k / QK8_0;                                                              \
-        const int np = (n_rows + 15) / 16;                                                         \
-        const size_t tb = kavx512_q_tile_bytes(k);                                                 \
-        for (int64_t t = 0; t * QT < m; t++) {                                                     \
-            const int na = m - t * QT < QT ? (int)(m - t * QT) : QT;                               \
-            const char *tile = (const char *)tiles + t * tb;                                       \
-            float *yt = y + t * QT * ldy;                                                          \
-            int p = 0;                                                                             \
-            for (; p + 2 <= np; p += 2)                                                            \
-                MICRO(nb, (const char *)panels + p * pb, (const char *)panels + (p + 1) * pb,      \
-                      true, tile, yt + 16 * p, ldy, na, kern_mask16(n_rows - 16 * p),              \
-                      kern_mask16(n_rows - 16 * (p + 1)));                                         \
-            if (p < np)                                                                            \
-                MICRO(nb, (const char *)panels + p * pb, NULL, false, tile, yt + 16 * p, ldy, na,  \
-                      kern_mask16(n_rows - 16 * p), 0);                                            \
-        }                                                                                          \
+/* The kern_gemm_ops.kernel of a Q-family layout, with or without min as in
+ * kavx512_q_micro (an entry per value: KAVX512_KERNEL_ENTRY): the tiles of
+ * QT activation rows one after another, each against the panels two at a
+ * time (32 weight rows) and an odd last one alone. */
+T_512_INLINE void kavx512_q_kernel(bool min, int64_t k, const void *panels, size_t pb, int n_rows,
+                                   const void *tiles, int64_t m, float *y, size_t ldy) {
+    const int64_t nb = k / QK8_0;
+    const int np = (n_rows + 15) / 16;
+    const size_t tb = kavx512_q_tile_bytes(k);
+    for (int64_t t = 0; t * QT < m; t++) {
+        const int na = m - t * QT < QT ? (int)(m - t * QT) : QT;
+        const char *tile = (const char *)tiles + t * tb;
+        float *yt = y + t * QT * ldy;
+        int p = 0;
+        for (; p + 2 <= np; p += 2)
+            kavx512_q_micro(min, nb, (const char *)panels + p * pb,
+                            (const char *)panels + (p + 1) * pb, true, tile, yt + 16 * p, ldy, na,
+                            kern_mask16(n_rows - 16 * p), kern_mask16(n_rows - 16 * (p + 1)));
+        if (p < np)
+            kavx512_q_micro(min, nb, (const char *)panels + p * pb, NULL, false, tile, yt + 16 * p,
+                            ldy, na, kern_mask16(n_rows - 16 * p), 0);
     }
+}
 
 /* K family (Q4_K, Q6_K weights) activation tile of KT rows, per 256-element
  * super-block: KT units of a blk_q8_K followed by S[8] int16,
@@ -214,6 +213,17 @@ void kavx512_k_prepare(const float *x, void *tile, int slot, int rows, int64_t k
 #define KAVX512_K_GEMM_OPS(MIN_M, PANEL_BYTES, PACK, KERNEL)                                       \
     { KT, MIN_M, kavx512_k_tile_bytes, kavx512_k_prepare, PANEL_BYTES, PACK, KERNEL }
 
+/* A super-block of a per-call packed K-family panel of ng groups (8 of 32
+ * values: the Q4_K layout; 16 of 16: the Q6_K one): 64 vectors of unsigned
+ * values in element order, ng vectors of int32 group scales at KPC_SC, ng / 2
+ * of int16 pairs at KPC_PAIRS (bias factors or mins, against the tile's sums
+ * of the groups), the float d at KPC_D and, for types with mins, the float
+ * dmin 64 bytes on: KPC_PB bytes in all. */
+#define KPC_SC           4096
+#define KPC_PAIRS(ng)    (KPC_SC + 64 * (ng))
+#define KPC_D(ng)        (KPC_PAIRS(ng) + 32 * (ng))
+#define KPC_PB(ng, mins) (KPC_D(ng) + 64 + ((mins) ? 64 : 0))
+
 /* The kernels of the per-call packed Q4_K panel (groups of 32) and Q6_K panel
  * (groups of 16), gemm_avx512.c; gemm_kx_avx512.c packs Q5_K into the first
  * and Q3_K and IQ4_XS into the second. */
@@ -228,7 +238,7 @@ void kavx512_k_g16_kernel(int64_t k, const void *panels, size_t pb, int n_rows, 
 
 /* The groups of one super-block of a per-call packed K-family panel
  * (gemm_avx512.c, gemm_kx_avx512.c: 64 vectors of unsigned values, then int32
- * scales per group at 4096), G vectors a group (8: Q4_K's groups of 32, 4:
+ * scales per group at KPC_SC), G vectors a group (8: Q4_K's groups of 32, 4:
  * Q6_K's of 16), against the KT rows of a tile super-block at A:
  * sumi[a] += sc_g * dot_g. */
 T_512_INLINE void kavx512_k_group_dots(int G, const char *P, const char *A, __m512i *sumi) {
@@ -244,7 +254,7 @@ T_512_INLINE void kavx512_k_group_dots(int G, const char *P, const char *A, __m5
                 acc[a] =
                     _mm512_dpbusd_epi32(acc[a], u, KAVX512_ABC(A, a, KQ_QS + 4 * G * g + 4 * q));
         }
-        const __m512i sc = _mm512_loadu_si512(P + 4096 + 64 * g);
+        const __m512i sc = _mm512_loadu_si512(P + KPC_SC + 64 * g);
         UNROLL(8)
         for (int a = 0; a < KT; a++)
             sumi[a] = _mm512_add_epi32(sumi[a], _mm512_mullo_epi32(acc[a], sc));
@@ -274,36 +284,44 @@ T_512_INLINE void kavx512_k_pc_fstep_min(const char *pd, const char *pdmin, cons
     }
 }
 
-/* A per-call packed Q6_K-layout panel (groups of 16: values at 0, int32
- * scales at 4096, int16 bias pairs against the bsums at 5120, float d at
- * 5632) x the KT rows of a tile, all nsb super-blocks, pb bytes each. Q6_K,
- * Q3_K, IQ4_XS (mins false): the pairs fold the bias into sumi, f = fma(d *
- * yd, sumi, f). Q2_K (mins): they are its mins, summ = sum_g m_g * bsum_g,
- * and the float dmin at 5696 enters as in kavx512_k_pc_fstep_min. */
-T_512_INLINE void kavx512_k_g16_micro(bool mins, size_t pb, int64_t nsb, const char *P,
-                                      const char *A, float *y, size_t ldy, int na, __mmask16 mask) {
+/* acc[a] += the products of the ng / 2 vectors of int16 pairs of a per-call
+ * packed K-family panel's super-block at P with the tile's sums of the
+ * groups' activations (S[] of 32 for 8 groups, bsums[] of 16 for 16), for
+ * all KT rows of the tile super-block at A. */
+T_512_INLINE void kavx512_k_pc_pairs(int ng, const char *P, const char *A, __m512i *acc) {
+    const size_t sums = ng == 8 ? KQ_S : KQ_BSUMS;
+    UNROLL(8)
+    for (int t = 0; t < ng / 2; t++) {
+        const __m512i sp = _mm512_loadu_si512(P + KPC_PAIRS(ng) + 64 * t);
+        UNROLL(8)
+        for (int a = 0; a < KT; a++)
+            acc[a] = _mm512_dpwssd_epi32(acc[a], sp, KAVX512_ABC(A, a, sums + 4 * t));
+    }
+}
+
+/* A per-call packed K-family panel of ng groups x the KT rows of a tile,
+ * all nsb super-blocks (KPC_PB(ng, mins) bytes each). The pairs' products:
+ * with mins (Q4_K, Q5_K, Q2_K) the mins against the tile's sums, summ =
+ * sum_g m_g * sum_g, and the float steps of kavx512_k_pc_fstep_min; without
+ * (Q6_K, Q3_K, IQ4_XS) the bias folded into sumi, f = fma(d * yd, sumi, f). */
+T_512_INLINE void kavx512_k_pc_micro(int ng, bool mins, int64_t nsb, const char *P, const char *A,
+                                     float *y, size_t ldy, int na, __mmask16 mask) {
     __m512 f[KT];
     UNROLL(8)
     for (int a = 0; a < KT; a++) f[a] = _mm512_setzero_ps();
-    for (int64_t sb = 0; sb < nsb; sb++, P += pb, A += KT * KT_UNIT) {
+    for (int64_t sb = 0; sb < nsb; sb++, P += KPC_PB(ng, mins), A += KT * KT_UNIT) {
         __m512i sumi[KT], summ[KT];
         UNROLL(8)
         for (int a = 0; a < KT; a++) sumi[a] = summ[a] = _mm512_setzero_si512();
-        UNROLL(8)
-        for (int t = 0; t < 8; t++) {
-            const __m512i sp = _mm512_loadu_si512(P + 5120 + 64 * t);
-            UNROLL(8)
-            for (int a = 0; a < KT; a++) {
-                const __m512i bs = KAVX512_ABC(A, a, KQ_BSUMS + 4 * t);
-                if (mins) summ[a] = _mm512_dpwssd_epi32(summ[a], sp, bs);
-                else sumi[a] = _mm512_dpwssd_epi32(sumi[a], sp, bs);
-            }
-        }
-        kavx512_k_group_dots(4, P, A, sumi);
+        /* (Q4_K's pairs after its groups, the others' before: the order each
+         * kernel was tuned in; the sums are exact either way) */
+        if (ng == 16) kavx512_k_pc_pairs(ng, P, A, mins ? summ : sumi);
+        kavx512_k_group_dots(64 / ng, P, A, sumi);
+        if (ng == 8) kavx512_k_pc_pairs(ng, P, A, summ);
         if (mins) {
-            kavx512_k_pc_fstep_min(P + 5632, P + 5696, A, sumi, summ, f);
+            kavx512_k_pc_fstep_min(P + KPC_D(ng), P + KPC_D(ng) + 64, A, sumi, summ, f);
         } else {
-            const __m512 d = _mm512_loadu_ps(P + 5632);
+            const __m512 d = _mm512_loadu_ps(P + KPC_D(ng));
             UNROLL(8)
             for (int a = 0; a < KT; a++) {
                 const __m512 yd = _mm512_set1_ps(*(const float *)(A + a * KT_UNIT + KQ_D));
@@ -429,25 +447,38 @@ T_512_INLINE void kavx512_k_store(int NA, const __m512 *f, float *y, size_t ldy,
 #define KR_D    256
 #define KR_DMIN 288
 
+/* The layout of a repacked K-family panel (repack_k_avx512.c,
+ * repack_kx_avx512.c), the one place its numbers are written: byte offsets in
+ * a super-block of the int8 scales, the fp16 d and dmin (0 for the types
+ * without) and the values; the super-block's bytes, a whole number of cache
+ * lines; and how many super-blocks ahead batched products prefetch into L2
+ * (about 7 KiB, see KAVX512_R_KERNEL). Read as constants: the kernels fold
+ * them. */
+typedef struct {
+    int sc, d, dmin, qs;
+    int sb;
+    int pf_dist;
+} kavx512_r_layout;
+
 /* NAME(NA, fused, pf, nsb, P, A, y, ldy, mask): one panel x NA activation
- * rows, all nsb super-blocks, of such a type. SUBS(NA, h0, h1, c, P, A, s)
- * adds sub-blocks 2c + h, h0 <= h < h1, times their scales into s[a]; fused:
- * both of a step at once, else one at a time. The panel super-block is SB
- * bytes; pf: prefetch PF_STEP lines per step, PF_DIST super-blocks ahead;
- * sumi = s >> SHIFT. (A macro: as a function taking SUBS the compiler
- * schedules the result differently.) */
-#define KAVX512_K_MINS_MICRO(NAME, SUBS, SB, PF_DIST, PF_STEP, SHIFT)                              \
+ * rows, all nsb super-blocks, of such a type, laid out as L (a
+ * kavx512_r_layout). SUBS(NA, h0, h1, c, P, A, s) adds sub-blocks 2c + h,
+ * h0 <= h < h1, times their scales into s[a]; fused: both of a step at once,
+ * else one at a time. pf: prefetch PF_STEP lines per step, L.pf_dist
+ * super-blocks ahead; sumi = s >> SHIFT. (A macro: as a function taking SUBS
+ * the compiler schedules the result differently.) */
+#define KAVX512_K_MINS_MICRO(NAME, SUBS, L, PF_STEP, SHIFT)                                        \
     T_512_INLINE void NAME(int NA, bool fused, bool pf, int64_t nsb, const char *P, const char *A, \
                            float *y, size_t ldy, __mmask16 mask) {                                 \
         __m512 f[KT];                                                                              \
         UNROLL(8)                                                                                  \
         for (int a = 0; a < NA; a++) f[a] = _mm512_setzero_ps();                                   \
-        for (int64_t sb = 0; sb < nsb; sb++, P += SB, A += KT * KT_UNIT) {                         \
+        for (int64_t sb = 0; sb < nsb; sb++, P += (L).sb, A += KT * KT_UNIT) {                     \
             __m512i s[KT], mm[KT];                                                                 \
             UNROLL(8)                                                                              \
             for (int a = 0; a < NA; a++) s[a] = _mm512_setzero_si512();                            \
             for (int c = 0; c < 4; c++) {                                                          \
-                if (pf) pf_lines(P, SB, PF_DIST, PF_STEP *c, PF_STEP *c + PF_STEP);                \
+                if (pf) pf_lines(P, (L).sb, (L).pf_dist, PF_STEP *c, PF_STEP *c + PF_STEP);        \
                 if (fused) {                                                                       \
                     SUBS(NA, 0, 2, c, P, A, s);                                                    \
                 } else {                                                                           \
@@ -456,7 +487,7 @@ T_512_INLINE void kavx512_k_store(int NA, const __m512 *f, float *y, size_t ldy,
                 }                                                                                  \
             }                                                                                      \
             kavx512_k_min_sums(NA, P + KR_MN, A, mm);                                              \
-            kavx512_k_fstep_min(NA, P + KR_D, P + KR_DMIN, A, s, SHIFT, mm, f);                    \
+            kavx512_k_fstep_min(NA, P + (L).d, P + (L).dmin, A, s, SHIFT, mm, f);                  \
         }                                                                                          \
         kavx512_k_store(NA, f, y, ldy, mask);                                                      \
     }
@@ -488,9 +519,9 @@ T_512_INLINE void kavx512_k_bias_group(int NA, int g, const __m512i *u, const ch
  * too), written a super-block ahead so that the loads never wait for the
  * stores. STEPS(NA, pf, P, A, nb, sumi) adds the super-block's groups, from
  * their accumulators' starts nb[a][g], times their scales into sumi[a]; the
- * panel super-block is SB bytes, its fp16 d at D. (A macro, as
+ * panel is laid out as L, its fp16 d at L.d. (A macro, as
  * KAVX512_K_MINS_MICRO.) */
-#define KAVX512_K_BIAS_MICRO(NAME, STEPS, SB, G16, SHIFT, D)                                       \
+#define KAVX512_K_BIAS_MICRO(NAME, STEPS, L, G16, SHIFT)                                           \
     T_512_INLINE void NAME(int NA, bool pf, int64_t nsb, const char *P, const char *A, float *y,   \
                            size_t ldy, __mmask16 mask) {                                           \
         __m512 f[KT];                                                                              \
@@ -498,7 +529,7 @@ T_512_INLINE void kavx512_k_bias_group(int NA, int g, const __m512i *u, const ch
         for (int a = 0; a < NA; a++) f[a] = _mm512_setzero_ps();                                   \
         _Alignas(64) int32_t nbuf[2][KT][16];                                                      \
         kavx512_k_neg_sums(NA, G16, SHIFT, A, nbuf[0]);                                            \
-        for (int64_t sb = 0; sb < nsb; sb++, P += SB, A += KT * KT_UNIT) {                         \
+        for (int64_t sb = 0; sb < nsb; sb++, P += (L).sb, A += KT * KT_UNIT) {                     \
             if (sb + 1 < nsb)                                                                      \
                 kavx512_k_neg_sums(NA, G16, SHIFT, A + KT * KT_UNIT, nbuf[(sb + 1) & 1]);          \
             /* read back as broadcasts, not taken apart in registers */                            \
@@ -507,7 +538,7 @@ T_512_INLINE void kavx512_k_bias_group(int NA, int g, const __m512i *u, const ch
             UNROLL(8)                                                                              \
             for (int a = 0; a < NA; a++) sumi[a] = _mm512_setzero_si512();                         \
             STEPS(NA, pf, P, A, nbuf[sb & 1], sumi);                                               \
-            kavx512_k_fstep(NA, P + (D), A, sumi, f);                                              \
+            kavx512_k_fstep(NA, P + (L).d, A, sumi, f);                                            \
         }                                                                                          \
         kavx512_k_store(NA, f, y, ldy, mask);                                                      \
     }
@@ -536,17 +567,17 @@ kavx512_put_mins_head(char *o, int r, const uint8_t *scales, kvl_f16 d, kvl_f16 
 }
 
 /* PFX_panel_bytes and PFX_pack, the kern_repack_ops.panel_bytes and .pack of
- * a repacked K-family layout of SB bytes a super-block (repack_k_avx512.c,
- * repack_kx_avx512.c): the panel zeroed (rows past `rows` read as 0), then
- * PUT(o, r, x) for each super-block o of the panel and row r's block x there
- * (BLK). Scalar code, run when a model loads. */
-#define KAVX512_R_PACK(PFX, BLK, SB, PUT)                                                          \
-    static size_t PFX##_panel_bytes(int64_t k) { return (size_t)(k / QK_K) * (SB); }               \
+ * a repacked K-family layout L (repack_k_avx512.c, repack_kx_avx512.c): the
+ * panel zeroed (rows past `rows` read as 0), then PUT(o, r, x) for each
+ * super-block o of the panel and row r's block x there (BLK). Scalar code,
+ * run when a model loads. */
+#define KAVX512_R_PACK(PFX, BLK, L, PUT)                                                           \
+    static size_t PFX##_panel_bytes(int64_t k) { return (size_t)(k / QK_K) * (L).sb; }             \
     static void PFX##_pack(const void *w, size_t wrow, int rows, int64_t k, void *panel) {         \
         const int64_t nsb = k / QK_K;                                                              \
-        memset(panel, 0, (size_t)nsb *(SB));                                                       \
+        memset(panel, 0, (size_t)nsb *(L).sb);                                                     \
         for (int64_t sb = 0; sb < nsb; sb++) {                                                     \
-            char *o = (char *)panel + sb * (SB);                                                   \
+            char *o = (char *)panel + sb * (L).sb;                                                 \
             for (int r = 0; r < rows; r++)                                                         \
                 PUT(o, r, (const BLK *)((const char *)w + (size_t)r * wrow) + sb);                 \
         }                                                                                          \

@@ -17,9 +17,9 @@
 
 #include <string.h>
 
-/* Panel bytes per super-block (gemm_avx512.c's Q4K_PB and Q6K_PB). */
-#define PB_G32 (4096 + 8 * 64 + 4 * 64 + 2 * 64)
-#define PB_G16 (4096 + 16 * 64 + 8 * 64 + 64)
+/* Panel bytes per super-block (gemm_avx512.h) */
+#define PB_G32 KPC_PB(8, true)
+#define PB_G16 KPC_PB(16, false)
 
 /* Smallest batch the packed GEMM takes (below, the rows kernels decode the
  * weights once per 4 rows, cheaper than packing them). */
@@ -38,20 +38,20 @@ typedef struct {
 } kx_row;
 
 /* Writes row r (0..15) of a super-block's panel of G groups (8: the Q4_K
- * layout, 16: the Q6_K one): the values, the int32 group scales at 4096, the
- * G / 2 int16 pairs of bias factors (or mins) after them, then the float d
- * and, with dmin, dmin 64 bytes on. */
+ * layout, 16: the Q6_K one; KPC_SC .. in gemm_avx512.h): the values, the
+ * int32 group scales, the G / 2 int16 pairs of bias factors (or mins), then
+ * the float d and, with dmin, dmin 64 bytes on. */
 static inline __attribute__((always_inline)) void put_groups(char *out, int r, const kx_row *x,
                                                              int G, bool dmin) {
     kavx512_put_lanes(out, r, x->u, 64);
-    for (int g = 0; g < G; g++) memcpy(out + 4096 + 64 * g + 4 * r, &x->sc[g], 4);
-    char *o = out + 4096 + 64 * G;
+    for (int g = 0; g < G; g++) memcpy(out + KPC_SC + 64 * g + 4 * r, &x->sc[g], 4);
+    char *o = out + KPC_PAIRS(G);
     for (int t = 0; t < G / 2; t++) {
         const int32_t bp =
             (int32_t)((uint16_t)x->bias[2 * t] | ((uint32_t)(uint16_t)x->bias[2 * t + 1] << 16));
         memcpy(o + 64 * t + 4 * r, &bp, 4);
     }
-    o += 32 * G; /* 4864 (G = 8), 5632 (G = 16) */
+    o = out + KPC_D(G);
     memcpy(o + 4 * r, &x->d, 4);
     if (dmin) memcpy(o + 64 + 4 * r, &x->dmin, 4);
 }
@@ -108,7 +108,7 @@ static void decode_iq4_xs(const blk_iq4_xs *x, kx_row *o) {
 
 /* Q2_K: the Q6_K panel's groups of 16 (u = q, no bias) plus 16 mins as int16
  * pairs against the bsums, and dmin: its own micro-kernel (below). */
-#define PB_Q2K (PB_G16 + 64)
+#define PB_Q2K KPC_PB(16, true)
 static size_t q2k_panel_bytes(int64_t k) { return (size_t)(k / QK_K) * PB_Q2K; }
 
 static void decode_q2_K(const blk_q2_K *x, kx_row *o) {
@@ -147,7 +147,7 @@ KX_PACK(q2k_pack, blk_q2_K, decode_q2_K, put_q2k, PB_Q2K)
  * f = fma(d * yd, sumi, f); f = fma(-(dmin * yd), summ, f) as the vec_dot. */
 T_512_INLINE void q2k_micro(int64_t nsb, const char *P, const char *A, float *y, size_t ldy, int na,
                             __mmask16 mask) {
-    kavx512_k_g16_micro(true, PB_Q2K, nsb, P, A, y, ldy, na, mask);
+    kavx512_k_pc_micro(16, true, nsb, P, A, y, ldy, na, mask);
 }
 KAVX512_K_KERNEL(static, q2k_kernel, q2k_micro)
 

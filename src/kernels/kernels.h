@@ -79,16 +79,6 @@ typedef struct {
     int16_t bsums[QK_K / 16];
 } blk_q8_K;
 
-_Static_assert(sizeof(blk_q8_0) == 34, "q8_0 block");
-_Static_assert(sizeof(blk_q4_0) == 18, "q4_0 block");
-_Static_assert(sizeof(blk_q4_K) == 144, "q4_K block");
-_Static_assert(sizeof(blk_q6_K) == 210, "q6_K block");
-_Static_assert(sizeof(blk_q8_K) == 292, "q8_K block");
-_Static_assert(sizeof(blk_q2_K) == 84, "q2_K block");
-_Static_assert(sizeof(blk_q3_K) == 110, "q3_K block");
-_Static_assert(sizeof(blk_q5_K) == 176, "q5_K block");
-_Static_assert(sizeof(blk_iq4_xs) == 136, "iq4_xs block");
-
 /* n is the number of elements; it must be a multiple of the type's
  * block_elems (gguf_dtype_traits_of). vec_dot: *s = dot(x, y) where x is a row
  * of this type and y a row of its vec_dot_type (same n). The signatures as

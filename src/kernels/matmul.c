@@ -163,29 +163,27 @@ static void *panel_buffer(size_t bytes) {
     return tl_panels;
 }
 
-/* Row i of X into its slot of its tile. */
-static void gemm_prepare_row(const kern_gemm_ops *g, const float *X, int64_t k, int64_t m,
-                             int64_t i, void *work, size_t tb) {
-    const int T = g->tile_rows;
-    const int64_t t0 = i / T * T;
-    g->prepare(X + i * k, (char *)work + (i / T) * tb, (int)(i - t0),
-               m - t0 < T ? (int)(m - t0) : T, k);
-}
-
-/* The activation rows of a packed product (plain or repacked) for the
- * pool: one task per row. */
+/* The activation tiles of a product: the m rows of X (k each) as g prepares
+ * them, tile after tile, tb bytes each, in work. The serial loops and the
+ * pool's prepare tasks read the same one. */
 typedef struct {
     const kern_gemm_ops *g;
     const float *X;
     int64_t k, m;
     void *work;
     size_t tb;
-} prepare_job;
+} gemm_tiles;
 
-static void prepare_task(void *ctx, int64_t i, int thread) {
-    const prepare_job *j = ctx;
-    gemm_prepare_row(j->g, j->X, j->k, j->m, i, j->work, j->tb);
+/* Row i of X into its slot of its tile. */
+static inline void tiles_prepare_row(const gemm_tiles *t, int64_t i) {
+    const int T = t->g->tile_rows;
+    const int64_t t0 = i / T * T;
+    t->g->prepare(t->X + i * t->k, (char *)t->work + (i / T) * t->tb, (int)(i - t0),
+                  t->m - t0 < T ? (int)(t->m - t0) : T, t->k);
 }
+
+/* The same for the pool: one task per row of the gemm_tiles at ctx. */
+static void prepare_task(void *ctx, int64_t i, int thread) { tiles_prepare_row(ctx, i); }
 
 /* Chunk c of nchunks: its panels packed into this thread's buffer, then all m rows past them. */
 static void gemm_chunk(const kern_gemm_ops *g, const char *W, size_t wrow, int64_t n_out, int64_t k,
@@ -236,6 +234,7 @@ static void mm_gemm(const kern_gemm_ops *g, const char *W, size_t wrow, int64_t 
     const int T = g->tile_rows;
     const int64_t ntiles = (m + T - 1) / T;
     const size_t tb = g->tile_bytes(k);
+    gemm_tiles tiles = {g, X, k, m, work, tb};
     /* bytes of KERN_PANEL_ROWS weight rows as the kernel reads them */
     const size_t pb = g->panel_bytes ? g->panel_bytes(k) : KERN_PANEL_ROWS * wrow;
     /* panels per chunk: about GEMM_CHUNK_BYTES, and a chunk count that is a
@@ -251,13 +250,12 @@ static void mm_gemm(const kern_gemm_ops *g, const char *W, size_t wrow, int64_t 
     memset((char *)work + (ntiles - 1) * tb, 0, tb);
 
     if (!par) { /* on this thread: waking the pool would cost more */
-        for (int64_t i = 0; i < m; i++) gemm_prepare_row(g, X, k, m, i, work, tb);
+        for (int64_t i = 0; i < m; i++) tiles_prepare_row(&tiles, i);
         for (int64_t c = 0; c < nchunks; c++)
             gemm_chunk(g, W, wrow, n_out, k, m, Y, work, pb, npanels, nchunks, c);
         return;
     }
-    prepare_job pj = {g, X, k, m, work, tb};
-    kvl_pool_run(prepare_task, &pj, m);
+    kvl_pool_run(prepare_task, &tiles, m);
     gemm_job j = {g, W, wrow, n_out, k, m, Y, work, pb, npanels, nchunks};
     kvl_pool_run(gemm_chunk_task, &j, nchunks);
 }
@@ -444,6 +442,7 @@ static void repacked_run(int nw, const kern_repacked_mat *mats, int64_t k, const
     const int T = g->tile_rows;
     const int64_t ntiles = (m + T - 1) / T;
     const size_t tb = g->tile_bytes(k);
+    gemm_tiles tiles = {g, X, k, m, work, tb};
     double macs = 0;
     for (int w = 0; w < nw; w++) macs += (double)mats[w].n_out * (double)k * (double)m;
     const bool par = macs >= MATMUL_PARALLEL_MIN_MACS;
@@ -477,14 +476,13 @@ static void repacked_run(int nw, const kern_repacked_mat *mats, int64_t k, const
     /* one tile is prepared here, saving the pool a round */
     const bool serial_prepare = ntiles == 1 || !par;
     if (serial_prepare)
-        for (int64_t i = 0; i < m; i++) gemm_prepare_row(g, X, k, m, i, work, tb);
+        for (int64_t i = 0; i < m; i++) tiles_prepare_row(&tiles, i);
     repacked_job j = {nw, mats, k, m, work, first, n_guided ? guided : NULL};
     if (!par) { /* on this thread: waking the pool would cost more */
         for (int64_t c = 0; c < n_chunks; c++) repacked_task(&j, c, 0);
         return;
     }
-    prepare_job pj = {g, X, k, m, work, tb};
-    if (!serial_prepare) kvl_pool_run(prepare_task, &pj, m);
+    if (!serial_prepare) kvl_pool_run(prepare_task, &tiles, m);
     kvl_pool_run(repacked_task, &j, n_chunks);
 }
 

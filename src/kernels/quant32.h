@@ -51,19 +51,12 @@ typedef struct {
     uint8_t qs[QK4_NL / 2];
 } blk_iq4_nl;
 
-_Static_assert(sizeof(blk_q4_1) == 20, "q4_1 block");
-_Static_assert(sizeof(blk_q5_0) == 22, "q5_0 block");
-_Static_assert(sizeof(blk_q5_1) == 24, "q5_1 block");
-_Static_assert(sizeof(blk_q8_1) == 36, "q8_1 block");
-_Static_assert(sizeof(blk_iq4_nl) == 18, "iq4_nl block");
-
 /* MXFP4 (quant_mxfp4.c): an E8M0 scale and 32 E2M1 codes. */
 #define QK_MXFP4 32
 typedef struct {
     uint8_t e;
     uint8_t qs[QK_MXFP4 / 2];
 } blk_mxfp4;
-_Static_assert(sizeof(blk_mxfp4) == 17, "mxfp4 block");
 /* ggml's kvalues_mxfp4: the E2M1 values doubled (integers). */
 extern const int8_t kern_mxfp4_values[16];
 /* Half the E8M0 scale 2^(e - 127), as ggml's GGML_E8M0_TO_FP32_HALF (exact;

@@ -36,28 +36,20 @@
 
 #include <string.h>
 
-/* scales, mins, d, dmin at KR_SC .. (gemm_avx512.h) */
-#define R4_QS 320
-#define R4_SB 2368
-
-#define R6_SC 0
-#define R6_D  256
-#define R6_QS 320
-#define R6_SB 3392
-
-/* Batched products prefetch the super-block this far ahead (about 7 KiB) into
- * L2 as they go (see KAVX512_R_KERNEL in gemm_avx512.h). */
-#define R4_PF_DIST 3
-#define R6_PF_DIST 2
+/* The two layouts above (kavx512_r_layout); Q4_K's scales, mins, d, dmin at
+ * KR_SC .. (gemm_avx512.h) */
+static const kavx512_r_layout R4 = {
+    .sc = KR_SC, .d = KR_D, .dmin = KR_DMIN, .qs = 320, .sb = 2368, .pf_dist = 3};
+static const kavx512_r_layout R6 = {.sc = 0, .d = 256, .qs = 320, .sb = 3392, .pf_dist = 2};
 
 /* ------------------------------------------------------------- packing -- */
 
 /* Row r of the blk_q4_K super-block o (KAVX512_R_PACK). */
 KERN_K_INLINE void r4k_put(char *o, int r, const blk_q4_K *x) {
-    kavx512_put_lanes(o + R4_QS, r, x->qs, 32);
+    kavx512_put_lanes(o + R4.qs, r, x->qs, 32);
     kavx512_put_mins_head(o, r, x->scales, x->d, x->dmin);
 }
-KAVX512_R_PACK(r4k, blk_q4_K, R4_SB, r4k_put)
+KAVX512_R_PACK(r4k, blk_q4_K, R4, r4k_put)
 
 /* Row r of the blk_q6_K super-block o (KAVX512_R_PACK). */
 KERN_K_INLINE void r6k_put(char *o, int r, const blk_q6_K *x) {
@@ -77,6 +69,7 @@ KERN_K_INLINE void r6k_put(char *o, int r, const blk_q6_K *x) {
             v[3] = (l1 >> 4 & m4) | (hb >> 6 & m2) << 4;
             for (int i = 0; i < 4; i++) memcpy(q + 128 * h + 32 * i + l, &v[i], 8);
         }
+    char *const qs = o + R6.qs;
     for (int j = 0; j < 16; j++) {
         uint32_t d4;
         memcpy(&d4, q + 16 * j + 12, 4);
@@ -84,13 +77,13 @@ KERN_K_INLINE void r6k_put(char *o, int r, const blk_q6_K *x) {
             uint32_t v;
             memcpy(&v, q + 16 * j + 4 * qq, 4);
             v |= (d4 >> 2 * qq & 0x03030303u) << 6;
-            memcpy(o + R6_QS + 64 * (3 * j + qq) + 4 * r, &v, 4);
+            memcpy(qs + 64 * (3 * j + qq) + 4 * r, &v, 4);
         }
-        o[R6_SC + 16 * j + r] = (char)x->scales[j];
+        o[R6.sc + 16 * j + r] = (char)x->scales[j];
     }
-    memcpy(o + R6_D + 2 * r, &x->d, 2);
+    memcpy(o + R6.d + 2 * r, &x->d, 2);
 }
-KAVX512_R_PACK(r6k, blk_q6_K, R6_SB, r6k_put)
+KAVX512_R_PACK(r6k, blk_q6_K, R6, r6k_put)
 
 /* ------------------------------------------------------------- kernels -- */
 
@@ -108,7 +101,7 @@ T_512_INLINE void r4k_subs(int NA, int h0, int h1, int c, const char *P, const c
     for (int a = 0; a < NA; a++) acc[h][a] = _mm512_setzero_si512();
     UNROLL(8)
     for (int g = 0; g < 8; g++) {
-        const __m512i v = _mm512_loadu_si512(P + R4_QS + 64 * (8 * c + g));
+        const __m512i v = _mm512_loadu_si512(P + R4.qs + 64 * (8 * c + g));
         const __m512i u[2] = {_mm512_and_si512(v, m4), _mm512_andnot_si512(m4, v)};
         UNROLL(8)
         for (int a = 0; a < NA; a++) UNROLL(2)
@@ -118,7 +111,7 @@ T_512_INLINE void r4k_subs(int NA, int h0, int h1, int c, const char *P, const c
     }
     UNROLL(2)
     for (int h = h0; h < h1; h++) {
-        __m512i sc = _mm512_cvtepu8_epi32(ld128(P + KR_SC + 16 * (2 * c + h)));
+        __m512i sc = _mm512_cvtepu8_epi32(ld128(P + R4.sc + 16 * (2 * c + h)));
         if (h == 0) sc = _mm512_slli_epi32(sc, 4);
         UNROLL(8)
         for (int a = 0; a < NA; a++)
@@ -135,7 +128,7 @@ T_512_INLINE void r4k_subs(int NA, int h0, int h1, int c, const char *P, const c
  * vector is loaded once for both its sub-blocks (two accumulators per row,
  * also two dpbusd chains for overlap), else once per sub-block (for many rows,
  * so the accumulators fit in registers). */
-KAVX512_K_MINS_MICRO(r4k_micro, r4k_subs, R4_SB, R4_PF_DIST, 10, 4)
+KAVX512_K_MINS_MICRO(r4k_micro, r4k_subs, R4, 10, 4)
 
 /* Q6_K: per sub-block j (16 elements, one int8 scale) and row, acc = the dot
  * of its unsigned values q6 + 32 with the activations, from -32 bsum_j;
@@ -145,9 +138,9 @@ T_512_INLINE void r6k_steps(int NA, bool pf, const char *P, const char *A, int32
     const __m512i m3f = _mm512_set1_epi8(0x3F), m03 = _mm512_set1_epi8(0x03),
                   m0f = _mm512_set1_epi8(0x0F);
     for (int j = 0; j < 16; j++) {
-        if (pf) pf_lines(P, R6_SB, R6_PF_DIST, 4 * j, 4 * j + 4);
+        if (pf) pf_lines(P, R6.sb, R6.pf_dist, 4 * j, 4 * j + 4);
         /* q[g]: the values of elements 16j + 4g .. 16j + 4g + 3 */
-        const char *v = P + R6_QS + 64 * 3 * j;
+        const char *v = P + R6.qs + 64 * 3 * j;
         const __m512i v0 = _mm512_loadu_si512(v), v1 = _mm512_loadu_si512(v + 64),
                       v2 = _mm512_loadu_si512(v + 128);
         /* bits 6-7 of v0, v1, v2 to bits 0-1, 2-3, 4-5 of q[3]: the
@@ -159,13 +152,13 @@ T_512_INLINE void r6k_steps(int NA, bool pf, const char *P, const char *A, int32
             _mm512_and_si512(v0, m3f), _mm512_and_si512(v1, m3f), _mm512_and_si512(v2, m3f),
             _mm512_and_si512(_mm512_ternarylogic_epi32(lo, _mm512_srli_epi32(v2, 2), m0f, 0xE4),
                              m3f)};
-        kavx512_k_bias_group(NA, j, q, P + R6_SC, A, nb, sumi);
+        kavx512_k_bias_group(NA, j, q, P + R6.sc, A, nb, sumi);
     }
 }
 
 /* Q6_K: one panel x NA activation rows, all nsb super-blocks (pf: prefetch
  * ahead); the float step of kref_vec_dot_q6_K. */
-KAVX512_K_BIAS_MICRO(r6k_micro, r6k_steps, R6_SB, true, 5, R6_D)
+KAVX512_K_BIAS_MICRO(r6k_micro, r6k_steps, R6, true, 5)
 #undef UNIT
 
 /* Q4_K: fused for up to 4 rows (2 accumulators per row), else per sub-block */

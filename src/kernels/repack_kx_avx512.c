@@ -57,45 +57,28 @@
  * active activation rows. */
 #include "gemm_avx512.h"
 
-#define XS_SC 0
-#define XS_D  128
-#define XS_QS 192
-#define XS_SB 2240
-
-#define Q3_SC 0
-#define Q3_D  256
-#define Q3_QS 320
-#define Q3_SB 1856
-
-/* scales, mins, d, dmin at KR_SC .. (gemm_avx512.h) */
-#define Q5_QS 320
-#define Q5_SB 2880
-
-#define Q2_SC   0
-#define Q2_D    256
-#define Q2_DMIN 288
-#define Q2_QS   320
-#define Q2_SB   1344
-
-/* prefetch distance in super-blocks for batched products (about 7 KiB) */
-#define XS_PF_DIST 3
-#define Q3_PF_DIST 4
-#define Q5_PF_DIST 3
-#define Q2_PF_DIST 5
+/* The four layouts above (kavx512_r_layout); Q5_K's scales, mins, d, dmin
+ * at KR_SC .. (gemm_avx512.h) */
+static const kavx512_r_layout XS = {.sc = 0, .d = 128, .qs = 192, .sb = 2240, .pf_dist = 3};
+static const kavx512_r_layout Q3 = {.sc = 0, .d = 256, .qs = 320, .sb = 1856, .pf_dist = 4};
+static const kavx512_r_layout Q5 = {
+    .sc = KR_SC, .d = KR_D, .dmin = KR_DMIN, .qs = 320, .sb = 2880, .pf_dist = 3};
+static const kavx512_r_layout Q2 = {
+    .sc = 0, .d = 256, .dmin = 288, .qs = 320, .sb = 1344, .pf_dist = 5};
 
 /* ------------------------------------------------------------- packing -- */
 
 /* Row r of the blk_iq4_xs super-block o (KAVX512_R_PACK). */
 KERN_K_INLINE void xs_put(char *o, int r, const blk_iq4_xs *x) {
-    kavx512_put_lanes(o + XS_QS, r, x->qs, 32);
+    kavx512_put_lanes(o + XS.qs, r, x->qs, 32);
     for (int g = 0; g < 8; g++) {
         const int ls =
             ((x->scales_l[g / 2] >> (4 * (g % 2))) & 0xF) | (((x->scales_h >> (2 * g)) & 3) << 4);
-        o[XS_SC + 16 * g + r] = (char)(ls - 32);
+        o[XS.sc + 16 * g + r] = (char)(ls - 32);
     }
-    memcpy(o + XS_D + 2 * r, &x->d, 2);
+    memcpy(o + XS.d + 2 * r, &x->d, 2);
 }
-KAVX512_R_PACK(xs, blk_iq4_xs, XS_SB, xs_put)
+KAVX512_R_PACK(xs, blk_iq4_xs, XS, xs_put)
 
 /* Row r of the blk_q3_K super-block o (KAVX512_R_PACK). */
 KERN_K_INLINE void q3_put(char *o, int r, const blk_q3_K *x) {
@@ -113,14 +96,14 @@ KERN_K_INLINE void q3_put(char *o, int r, const blk_q3_K *x) {
             const uint8_t b1 = (uint8_t)(c[8] | c[12] << 3 | (c[28] & 3) << 6);
             const uint8_t b2 =
                 (uint8_t)(c[16] | c[20] << 3 | (c[24] >> 2) << 6 | (c[28] >> 2) << 7);
-            o[Q3_QS + 64 * (3 * run) + 4 * r + i] = (char)b0;
-            o[Q3_QS + 64 * (3 * run + 1) + 4 * r + i] = (char)b1;
-            o[Q3_QS + 64 * (3 * run + 2) + 4 * r + i] = (char)b2;
+            o[Q3.qs + 64 * (3 * run) + 4 * r + i] = (char)b0;
+            o[Q3.qs + 64 * (3 * run + 1) + 4 * r + i] = (char)b1;
+            o[Q3.qs + 64 * (3 * run + 2) + 4 * r + i] = (char)b2;
         }
-    for (int g = 0; g < 16; g++) o[Q3_SC + 16 * g + r] = (char)(kern_q3k_scale(g, x->scales) - 32);
-    memcpy(o + Q3_D + 2 * r, &x->d, 2);
+    for (int g = 0; g < 16; g++) o[Q3.sc + 16 * g + r] = (char)(kern_q3k_scale(g, x->scales) - 32);
+    memcpy(o + Q3.d + 2 * r, &x->d, 2);
 }
-KAVX512_R_PACK(q3, blk_q3_K, Q3_SB, q3_put)
+KAVX512_R_PACK(q3, blk_q3_K, Q3, q3_put)
 
 /* Row r of the blk_q5_K super-block o (KAVX512_R_PACK). */
 KERN_K_INLINE void q5_put(char *o, int r, const blk_q5_K *x) {
@@ -138,21 +121,21 @@ KERN_K_INLINE void q5_put(char *o, int r, const blk_q5_K *x) {
                                   (uint8_t)(c[8] | (c[24] & 7) << 5),
                                   (uint8_t)(c[12] | (c[24] >> 3) << 5 | (c[28] >> 4) << 7),
                                   (uint8_t)(c[16] | (c[28] & 7) << 5)};
-            for (int v = 0; v < 5; v++) o[Q5_QS + 64 * (5 * j + v) + 4 * r + i] = (char)b[v];
+            for (int v = 0; v < 5; v++) o[Q5.qs + 64 * (5 * j + v) + 4 * r + i] = (char)b[v];
         }
     }
     kavx512_put_mins_head(o, r, x->scales, x->d, x->dmin);
 }
-KAVX512_R_PACK(q5, blk_q5_K, Q5_SB, q5_put)
+KAVX512_R_PACK(q5, blk_q5_K, Q5, q5_put)
 
 /* Row r of the blk_q2_K super-block o (KAVX512_R_PACK). */
 KERN_K_INLINE void q2_put(char *o, int r, const blk_q2_K *x) {
-    kavx512_put_lanes(o + Q2_QS, r, x->qs, 16);
-    for (int g = 0; g < 16; g++) o[Q2_SC + 32 * (g / 2) + 2 * r + g % 2] = (char)x->scales[g];
-    memcpy(o + Q2_D + 2 * r, &x->d, 2);
-    memcpy(o + Q2_DMIN + 2 * r, &x->dmin, 2);
+    kavx512_put_lanes(o + Q2.qs, r, x->qs, 16);
+    for (int g = 0; g < 16; g++) o[Q2.sc + 32 * (g / 2) + 2 * r + g % 2] = (char)x->scales[g];
+    memcpy(o + Q2.d + 2 * r, &x->d, 2);
+    memcpy(o + Q2.dmin + 2 * r, &x->dmin, 2);
 }
-KAVX512_R_PACK(q2, blk_q2_K, Q2_SB, q2_put)
+KAVX512_R_PACK(q2, blk_q2_K, Q2, q2_put)
 
 /* ------------------------------------------------------------- kernels -- */
 
@@ -175,7 +158,7 @@ T_512_INLINE void xs_micro(int NA, bool pf, int64_t nsb, const char *P, const ch
     for (int a = 0; a < NA; a++) f[a] = _mm512_setzero_ps();
     _Alignas(64) int32_t nbuf[2][KT][16];
     kavx512_k_neg_sums(NA, false, 7, A, nbuf[0]);
-    for (int64_t sb = 0; sb < nsb; sb++, P += XS_SB, A += KT * KT_UNIT) {
+    for (int64_t sb = 0; sb < nsb; sb++, P += XS.sb, A += KT * KT_UNIT) {
         if (sb + 1 < nsb) kavx512_k_neg_sums(NA, false, 7, A + KT * KT_UNIT, nbuf[(sb + 1) & 1]);
         __asm__ volatile("" ::: "memory"); /* read back as broadcasts */
         int32_t(*nb)[16] = nbuf[sb & 1];
@@ -183,7 +166,7 @@ T_512_INLINE void xs_micro(int NA, bool pf, int64_t nsb, const char *P, const ch
         UNROLL(8)
         for (int a = 0; a < NA; a++) sumi[a] = _mm512_setzero_si512();
         for (int g = 0; g < 8; g++) {
-            if (pf) pf_lines(P, XS_SB, XS_PF_DIST, 5 * g, 5 * g + 5);
+            if (pf) pf_lines(P, XS.sb, XS.pf_dist, 5 * g, 5 * g + 5);
             __m512i acc[KT], acc2[KT];
             UNROLL(8)
             for (int a = 0; a < NA; a++) {
@@ -192,7 +175,7 @@ T_512_INLINE void xs_micro(int NA, bool pf, int64_t nsb, const char *P, const ch
             }
             UNROLL(4)
             for (int i = 0; i < 4; i++) {
-                const __m512i v = _mm512_loadu_si512(P + XS_QS + 64 * (4 * g + i));
+                const __m512i v = _mm512_loadu_si512(P + XS.qs + 64 * (4 * g + i));
                 const __m512i lo = _mm512_shuffle_epi8(lv, _mm512_and_si512(v, m4));
                 const __m512i hi =
                     _mm512_shuffle_epi8(lv, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
@@ -204,7 +187,7 @@ T_512_INLINE void xs_micro(int NA, bool pf, int64_t nsb, const char *P, const ch
                     else acc[a] = _mm512_dpbusd_epi32(acc[a], hi, bc32(q + 16));
                 }
             }
-            const __m512i sc = _mm512_cvtepi8_epi32(ld128(P + XS_SC + 16 * g));
+            const __m512i sc = _mm512_cvtepi8_epi32(ld128(P + XS.sc + 16 * g));
             UNROLL(8)
             for (int a = 0; a < NA; a++) {
                 const __m512i t = two ? _mm512_add_epi32(acc[a], acc2[a]) : acc[a];
@@ -212,7 +195,7 @@ T_512_INLINE void xs_micro(int NA, bool pf, int64_t nsb, const char *P, const ch
             }
         }
         /* the float step of kref_vec_dot_iq4_xs */
-        kavx512_k_fstep(NA, P + XS_D, A, sumi, f);
+        kavx512_k_fstep(NA, P + XS.d, A, sumi, f);
     }
     kavx512_k_store(NA, f, y, ldy, mask);
 }
@@ -223,8 +206,8 @@ T_512_INLINE void q3_steps(int NA, bool pf, const char *P, const char *A, int32_
                            __m512i *sumi) {
     const __m512i m7 = _mm512_set1_epi8(0x07), m3 = _mm512_set1_epi8(0x03);
     for (int run = 0; run < 8; run++) {
-        if (pf) pf_lines(P, Q3_SB, Q3_PF_DIST, 4 * run, 4 * run + 4);
-        const char *v = P + Q3_QS + 64 * 3 * run;
+        if (pf) pf_lines(P, Q3.sb, Q3.pf_dist, 4 * run, 4 * run + 4);
+        const char *v = P + Q3.qs + 64 * 3 * run;
         const __m512i v0 = _mm512_loadu_si512(v), v1 = _mm512_loadu_si512(v + 64),
                       v2 = _mm512_loadu_si512(v + 128);
         /* the dword shifts drag in bits of the next byte, which the
@@ -244,12 +227,12 @@ T_512_INLINE void q3_steps(int NA, bool pf, const char *P, const char *A, int32_
                              m7)};
         UNROLL(2)
         for (int h = 0; h < 2; h++)
-            kavx512_k_bias_group(NA, 2 * run + h, u + 4 * h, P + Q3_SC, A, nb, sumi);
+            kavx512_k_bias_group(NA, 2 * run + h, u + 4 * h, P + Q3.sc, A, nb, sumi);
     }
 }
 
 /* Q3_K: one panel x NA activation rows; the float step of kref_vec_dot_q3_K. */
-KAVX512_K_BIAS_MICRO(q3_micro, q3_steps, Q3_SB, true, 2, Q3_D)
+KAVX512_K_BIAS_MICRO(q3_micro, q3_steps, Q3, true, 2)
 
 /* Q5_K sub-blocks 2c + h, h0 <= h < h1 (runs 2c and 2c + 1 of the panel),
  * into s[a]: per sub-block and row the dot of its 32 values (0..31) with the
@@ -260,7 +243,7 @@ T_512_INLINE void q5_subs(int NA, int h0, int h1, int c, const char *P, const ch
     __m512i u[2][8];
     UNROLL(2)
     for (int h = h0; h < h1; h++) {
-        const char *v = P + Q5_QS + 64 * 5 * (2 * c + h);
+        const char *v = P + Q5.qs + 64 * 5 * (2 * c + h);
         const __m512i v0 = _mm512_loadu_si512(v), v1 = _mm512_loadu_si512(v + 64),
                       v2 = _mm512_loadu_si512(v + 128), v3 = _mm512_loadu_si512(v + 192),
                       v4 = _mm512_loadu_si512(v + 256);
@@ -289,7 +272,7 @@ T_512_INLINE void q5_subs(int NA, int h0, int h1, int c, const char *P, const ch
         __m512i acc = _mm512_setzero_si512();
         UNROLL(8)
         for (int k = 0; k < 8; k++) acc = _mm512_dpbusd_epi32(acc, u[h][k], bc32(q + 4 * k));
-        const __m512i sc = _mm512_cvtepu8_epi32(ld128(P + KR_SC + 16 * (2 * c + h)));
+        const __m512i sc = _mm512_cvtepu8_epi32(ld128(P + Q5.sc + 16 * (2 * c + h)));
         s[a] = _mm512_add_epi32(s[a], _mm512_mullo_epi32(acc, sc));
     }
 }
@@ -298,7 +281,7 @@ T_512_INLINE void q5_subs(int NA, int h0, int h1, int c, const char *P, const ch
  * 5-bit values: sumi = sum_j sc_j * dot_j (|sumi| <= 256 * 31 * 128 * 63 <
  * 2^27), summ = sum_j min_j * S_j, then the float steps of
  * kref_vec_dot_q5_K. fused: both sub-blocks of a vector per pass. */
-KAVX512_K_MINS_MICRO(q5_micro, q5_subs, Q5_SB, Q5_PF_DIST, 12, 0)
+KAVX512_K_MINS_MICRO(q5_micro, q5_subs, Q5, 12, 0)
 
 /* Q2_K: one panel x NA activation rows. Values are taken in place, masked
  * (v & 3 << 2j: the value times 4^j), so per group and row acc = 4^j * dot,
@@ -313,19 +296,19 @@ T_512_INLINE void q2_micro(int NA, bool pf, int64_t nsb, const char *P, const ch
     __m512 f[KT];
     UNROLL(8)
     for (int a = 0; a < NA; a++) f[a] = _mm512_setzero_ps();
-    for (int64_t sb = 0; sb < nsb; sb++, P += Q2_SB, A += KT * KT_UNIT) {
+    for (int64_t sb = 0; sb < nsb; sb++, P += Q2.sb, A += KT * KT_UNIT) {
         __m512i sumi[KT], summ[KT];
         UNROLL(8)
         for (int a = 0; a < NA; a++) sumi[a] = summ[a] = _mm512_setzero_si512();
         for (int h = 0; h < 2; h++) {
-            if (pf) pf_lines(P, Q2_SB, Q2_PF_DIST, 11 * h, 11 * h + 11);
+            if (pf) pf_lines(P, Q2.sb, Q2.pf_dist, 11 * h, 11 * h + 11);
             __m512i v[8];
             UNROLL(8)
-            for (int w = 0; w < 8; w++) v[w] = _mm512_loadu_si512(P + Q2_QS + 64 * (8 * h + w));
+            for (int w = 0; w < 8; w++) v[w] = _mm512_loadu_si512(P + Q2.qs + 64 * (8 * h + w));
             UNROLL(4)
             for (int j = 0; j < 4; j++) {
                 const int t = 4 * h + j; /* the pair of groups 2t, 2t + 1 */
-                const __m512i sp = _mm512_cvtepu8_epi16(ld256(P + Q2_SC + 32 * t));
+                const __m512i sp = _mm512_cvtepu8_epi16(ld256(P + Q2.sc + 32 * t));
                 const __m512i sc = _mm512_and_si512(sp, m16), mn = _mm512_srli_epi16(sp, 4);
                 const __m512i msk = _mm512_set1_epi8((char)(3 << (2 * j)));
                 __m512i u[8];
@@ -349,7 +332,7 @@ T_512_INLINE void q2_micro(int NA, bool pf, int64_t nsb, const char *P, const ch
             }
         }
         /* the float steps of kref_vec_dot_q2_K */
-        kavx512_k_fstep_min(NA, P + Q2_D, P + Q2_DMIN, A, sumi, 0, summ, f);
+        kavx512_k_fstep_min(NA, P + Q2.d, P + Q2.dmin, A, sumi, 0, summ, f);
     }
     kavx512_k_store(NA, f, y, ldy, mask);
 }
