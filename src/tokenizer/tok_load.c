@@ -71,27 +71,14 @@ static uint32_t word_at(const void *data, int32_t i) {
     return w;
 }
 
-/* The next n elements of `size` bytes from the block at *p. Parts are taken
- * largest element first, so each stays aligned. */
-static void *carve(char **p, size_t n, size_t size) {
-    void *part = *p;
-    *p += n * size;
-    return part;
-}
-
 /* The per-token arrays, zeroed, in one block. */
 static bool alloc_per_token(tok_vocab *v) {
     const size_t n = (size_t)v->n_tokens;
-    char *p = v->per_token =
-        calloc(n, sizeof *v->piece_off + sizeof *v->scores + sizeof *v->piece_len +
-                      sizeof *v->attrs + sizeof *v->eog);
-    if (!p) return false;
-    v->piece_off = carve(&p, n, sizeof *v->piece_off);
-    v->scores = carve(&p, n, sizeof *v->scores);
-    v->piece_len = carve(&p, n, sizeof *v->piece_len);
-    v->attrs = carve(&p, n, sizeof *v->attrs);
-    v->eog = carve(&p, n, sizeof *v->eog);
-    return true;
+    const kvl_part parts[] = {KVL_PART(v->piece_off, n), KVL_PART(v->scores, n),
+                              KVL_PART(v->piece_len, n), KVL_PART(v->attrs, n),
+                              KVL_PART(v->eog, n)};
+    v->per_token = kvl_alloc_parts(parts, (int)(sizeof parts / sizeof *parts));
+    return v->per_token != NULL;
 }
 
 static bool read_scores_and_types(tok_vocab *v, const gguf_file *f, kvl_error *err) {
@@ -163,16 +150,14 @@ static bool count_strings(const gguf_file *f, int64_t n_tok, uint64_t n_merges, 
 /* Room for max strings of `bytes` in all (their NULs included): the pointer
  * and length arrays and the arena in one block, owned by s. */
 static bool strings_init(tok_strings *t, size_t max, size_t bytes) {
-    char *p = malloc(max * (sizeof *t->s + sizeof *t->len) + bytes);
-    if (!p) return false;
-    t->s = carve(&p, max, sizeof *t->s);
-    t->len = carve(&p, max, sizeof *t->len);
-    t->arena = p;
+    const kvl_part parts[] = {KVL_PART(t->s, max), KVL_PART(t->len, max),
+                              KVL_PART(t->arena, bytes)};
+    if (!kvl_alloc_parts(parts, (int)(sizeof parts / sizeof *parts))) return false;
     return tok_strmap_init(&t->ids, max);
 }
 
 static void strings_free(tok_strings *t) {
-    free(t->s); /* the lengths and the arena with it */
+    kvl_free(t->s); /* the lengths and the arena with it */
     tok_strmap_free(&t->ids);
 }
 
@@ -317,7 +302,7 @@ void tok_vocab_destroy(tok_vocab *v) {
     tok_pretok_destroy(v->pretok);
     strings_free(&v->str);
     tok_pairmap_free(&v->merges);
-    free(v->per_token);
+    kvl_free(v->per_token);
     free(v->pieces);
     free(v->special_ids);
     free(v);
