@@ -62,6 +62,8 @@ typedef struct kvl_part {
 #define KVL_PART(array, count)                                                                     \
     { (void **)&(array), (size_t)(count), sizeof *(array) }
 void *kvl_alloc_parts(const kvl_part *parts, int n_parts);
+/* kvl_alloc_parts over a whole array of parts, its count taken from the array. */
+#define KVL_ALLOC_PARTS(parts) kvl_alloc_parts(parts, (int)(sizeof(parts) / sizeof *(parts)))
 
 /* Overflow-checked size arithmetic: return false on overflow. */
 static inline bool kvl_mul_ok(size_t a, size_t b, size_t *out) {

@@ -58,7 +58,7 @@ static bool alloc_batch(engine *e, kvl_error *err) {
                               KVL_PART(e->draft_jobs, e->drafter ? S : 0)};
     e->piece_cap = 1024;
     e->piece = malloc(e->piece_cap);
-    if (!kvl_alloc_parts(parts, 5) || !e->piece) return kvl_fail(err, "engine: out of memory");
+    if (!KVL_ALLOC_PARTS(parts) || !e->piece) return kvl_fail(err, "engine: out of memory");
     return true;
 }
 

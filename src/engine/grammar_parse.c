@@ -611,7 +611,7 @@ static grammar *build(parser *ps) {
                               KVL_PART(g->alt_start, n_alts + 1),
                               KVL_PART(g->rule_alt, ps->n_rules + 1), KVL_PART(g->sets, ps->n_sets),
                               KVL_PART(g->ranges, 2 * (int64_t)ps->n_ranges)};
-    if (!kvl_alloc_parts(parts, 5)) {
+    if (!KVL_ALLOC_PARTS(parts)) {
         free(g);
         return oom(ps), NULL;
     }

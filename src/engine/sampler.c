@@ -46,7 +46,7 @@ sampler *sampler_create(const sampler_params *p, int32_t n_vocab) {
     int32_t *counts;
     const kvl_part parts[] = {KVL_PART(s, 1), KVL_PART(cands, n_vocab), KVL_PART(w, n_vocab),
                               KVL_PART(counts, n_vocab)};
-    if (!kvl_alloc_parts(parts, 4)) return NULL;
+    if (!KVL_ALLOC_PARTS(parts)) return NULL;
     *s = (sampler){.p = *p, .n_vocab = n_vocab, .cands = cands, .w = w, .counts = counts};
     s->rng = p->seed ? p->seed : 0x9E3779B97F4A7C15ull;
     return s;

@@ -482,12 +482,13 @@ kv_disk *kv_disk_open(const kv_disk_config *c, kv_pool *p, kvl_error *err) {
     d->ident.n_kv_heads = pc->n_kv_heads;
     d->ident.head_dim_k = pc->head_dim_k;
     d->ident.head_dim_v = pc->head_dim_v;
-    d->ident.k_row = kv_pool_geometry(p)->k_row;
-    d->ident.v_row = kv_pool_geometry(p)->v_row;
-    d->ident.block_bytes = kv_pool_geometry(p)->block_bytes;
+    const kv_pool_geom *geom = kv_pool_geometry(p);
+    d->ident.k_row = geom->k_row;
+    d->ident.v_row = geom->v_row;
+    d->ident.block_bytes = geom->block_bytes;
     d->ident_hash = XXH3_64bits(&d->ident, IDENTITY_BYTES);
     d->tok_bytes = (size_t)pc->block_size * sizeof(int32_t);
-    d->file_bytes = kv_disk_file_bytes(kv_pool_geometry(p)->block_bytes, pc->block_size);
+    d->file_bytes = kv_disk_file_bytes(geom->block_bytes, pc->block_size);
     d->n_slots = c->queue_blocks > 0 ? c->queue_blocks : 256;
     d->n_buckets = 1024;
     d->buckets = calloc(d->n_buckets, sizeof *d->buckets);
@@ -496,7 +497,7 @@ kv_disk *kv_disk_open(const kv_disk_config *c, kv_pool *p, kvl_error *err) {
     d->max_pinned_bytes = c->max_pinned_bytes ? c->max_pinned_bytes : d->max_bytes / 2;
     if (d->max_bytes && (!d->max_pinned_bytes || d->max_pinned_bytes > d->max_bytes))
         d->max_pinned_bytes = d->max_bytes;
-    bool ok = d->buckets && kvl_alloc_parts(parts, 3) && io_init(&d->io, d->file_bytes) &&
+    bool ok = d->buckets && KVL_ALLOC_PARTS(parts) && io_init(&d->io, d->file_bytes) &&
               io_init(&d->reader_io, sizeof(disk_header) + d->tok_bytes);
     if (ok) strcpy(d->dir, c->dir);
     for (int i = 0; ok && i < d->n_slots; i++)

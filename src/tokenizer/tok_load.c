@@ -77,7 +77,7 @@ static bool alloc_per_token(tok_vocab *v) {
     const kvl_part parts[] = {KVL_PART(v->piece_off, n), KVL_PART(v->scores, n),
                               KVL_PART(v->piece_len, n), KVL_PART(v->attrs, n),
                               KVL_PART(v->eog, n)};
-    v->per_token = kvl_alloc_parts(parts, (int)(sizeof parts / sizeof *parts));
+    v->per_token = KVL_ALLOC_PARTS(parts);
     return v->per_token != NULL;
 }
 
@@ -152,7 +152,7 @@ static bool count_strings(const gguf_file *f, int64_t n_tok, uint64_t n_merges, 
 static bool strings_init(tok_strings *t, size_t max, size_t bytes) {
     const kvl_part parts[] = {KVL_PART(t->s, max), KVL_PART(t->len, max),
                               KVL_PART(t->arena, bytes)};
-    if (!kvl_alloc_parts(parts, (int)(sizeof parts / sizeof *parts))) return false;
+    if (!KVL_ALLOC_PARTS(parts)) return false;
     return tok_strmap_init(&t->ids, max);
 }
 
