@@ -604,15 +604,19 @@ kavx512_put_mins_head(char *o, int r, const uint8_t *scales, kvl_f16 d, kvl_f16 
  * slower from DRAM: 11-13 against 21-22 GB/s on one Zen 4 thread), and for
  * few rows the independent sub-blocks give the overlap.
  *
- * With several rows the pass that first meets a panel is compute-bound, and
- * on its own the core fetched the weights only as the arithmetic reached
- * them: memory and arithmetic took turns (bench_kernels BENCH_STREAM=1, one
- * thread: m = 8 at 60% of its rate from L2). So that pass prefetches the
- * stream about 7 KiB ahead into L2, a few lines per step, running on into the
- * next panel (m = 4..16 +10-80%; into L1, or one super-block ahead, gained
- * less or lost; decode, memory-bound, lost and does not). The panels of a
- * chunk are contiguous, and so are the chunks of a matrix; a prefetch past
- * the end never faults. */
+ * Left to itself the core fetched the weights only as the arithmetic reached
+ * them, so memory and arithmetic took turns: with several rows (bench_kernels
+ * BENCH_STREAM=1, one thread: m = 8 at 60% of its rate from L2), and in
+ * decode too wherever unpacking the values costs more than Q4_K's nibbles.
+ * So the pass that first meets a panel, decode's only one included,
+ * prefetches the stream about 7 KiB ahead into L2, a few lines per step,
+ * running on into the next panel (m = 4..16 +10-80%; into L1, or one
+ * super-block ahead, gained less or lost). Decode with it, per token, the
+ * two alternating in one process (llama-3.2-1b synth, 2 threads, 512 of
+ * context): Q5_K_M -21%, Q2_K -12%, Q3_K_M -12%, Q4_K_M -6%, IQ4_XS -6%;
+ * qwen3-30b-a3b Q2_K -11%, deepseek-v2-lite Q4_K_M -7% (bench/README.md).
+ * The panels of a chunk are contiguous, and so are the chunks of a matrix;
+ * a prefetch past the end never faults. */
 #define KAVX512_R_KERNEL(name, PASS)                                                                 \
     T_512 static void name(int64_t k, const void *panels, size_t pb, int n_rows,                     \
                            const void *tiles, int64_t m, float *y, size_t ldy) {                     \
@@ -628,7 +632,7 @@ kavx512_put_mins_head(char *o, int r, const uint8_t *scales, kvl_f16 d, kvl_f16 
             for (int64_t inner = 0; inner < (panel_outer ? ntiles : np); inner++) {                  \
                 const int64_t ti = panel_outer ? inner : outer, p = panel_outer ? outer : inner;     \
                 const int na = m - ti * KT < KT ? (int)(m - ti * KT) : KT;                           \
-                PASS(na, m > 1 && ti == 0, nsb, (const char *)panels + p * pb,                       \
+                PASS(na, ti == 0, nsb, (const char *)panels + p * pb,                                \
                      (const char *)tiles + ti * tb, y + ti * KT * ldy + 16 * p, ldy,                 \
                      kern_mask16(n_rows - 16 * (int)p));                                             \
             }                                                                                        \
