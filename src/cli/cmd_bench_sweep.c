@@ -11,31 +11,16 @@
 #include <string.h>
 
 #include "cmd_bench.h"
+#include "kernels.h"
 
 /* ------------------------------------------------------ memory bandwidth -- */
 
-typedef uint64_t v2u64 __attribute__((vector_size(16)));
-
-/* Sums a buffer with four independent vector accumulators per thread: one
- * read stream per thread, nothing written, so the limit is read bandwidth. */
-static uint64_t sum_range(const v2u64 *p, size_t n) {
-    v2u64 s0 = {0, 0}, s1 = s0, s2 = s0, s3 = s0;
-    size_t i = 0;
-    for (; i + 4 <= n; i += 4) {
-        s0 += p[i];
-        s1 += p[i + 1];
-        s2 += p[i + 2];
-        s3 += p[i + 3];
-    }
-    for (; i < n; i++) s0 += p[i];
-    v2u64 s = s0 + s1 + s2 + s3;
-    return s[0] + s[1];
-}
-
-/* Best of 5 passes over a buffer of `mb` MiB (far beyond the caches). */
+/* Best of 5 passes over a buffer of `mb` MiB (far beyond the caches), each
+ * thread reading its share as one stream with kern_read_sum: nothing
+ * written, so the limit is read bandwidth. */
 double bench_membw_gbps(int64_t mb) {
-    size_t bytes = (size_t)mb << 20, n = bytes / sizeof(v2u64);
-    v2u64 *buf = kvl_alloc(bytes);
+    size_t bytes = (size_t)mb << 20;
+    char *buf = kvl_alloc(bytes);
     if (!buf) return 0;
     int nt = omp_get_max_threads();
 #pragma omp parallel for schedule(static)
@@ -49,8 +34,10 @@ double bench_membw_gbps(int64_t mb) {
 #pragma omp parallel reduction(+ : total)
         {
             int t = omp_get_thread_num(), k = omp_get_num_threads();
-            size_t lo = n / k * t, hi = t == k - 1 ? n : n / k * (t + 1);
-            total += sum_range(buf + lo, hi - lo);
+            /* one read stream per thread, 4 KiB aligned, nothing written */
+            size_t lo = bytes / k * t & ~(size_t)4095,
+                   hi = t == k - 1 ? bytes : bytes / k * (t + 1) & ~(size_t)4095;
+            total += kern_read_sum(buf + lo, hi - lo);
         }
         double dt = kvl_time_s() - t0;
         sink += total;

@@ -20,7 +20,7 @@
  *     kern_prep_of, kern_gemm_of, kern_repack_of) likewise;
  *  5. tests/unit/test_kernels.c: the type in its lists (reference against
  *     llama.cpp's bytes, SIMD against the reference). */
-#include "kern_impl.h"
+#include "simd.h"
 
 #include <cpuid.h>
 #include <pthread.h>
@@ -74,6 +74,7 @@ static const kern_prep_ops prep512_q4_0 = {kavx512_prepare_q4_0, kavx512_prows_q
 
 static const kern_attn_ops *active_attn = &kref_attn;
 static const char *active_isa = "scalar";
+static bool active_avx512; /* kern_read_sum's loads */
 static pthread_once_t auto_once = PTHREAD_ONCE_INIT;
 
 enum isa_level { ISA_SCALAR = 0, ISA_AVX2 = 1, ISA_AVX512 = 2 };
@@ -199,6 +200,7 @@ static void select_level(enum isa_level want) {
     if (want >= ISA_AVX2) install_avx2();
     if (want >= ISA_AVX512) install_avx512();
     active_isa = isa_names[want];
+    active_avx512 = want >= ISA_AVX512;
 }
 
 /* "scalar" | "avx2" | "avx512" | NULL or "" or "auto" (best available). */
@@ -254,4 +256,36 @@ size_t kern_row_bytes(int dtype, int64_t n) {
     const gguf_dtype_traits *t = gguf_dtype_traits_of(dtype);
     if (!kern_traits_ref(dtype) || n < 0) return 0;
     return (size_t)(n / t->block_elems) * t->block_bytes;
+}
+
+/* kern_read_sum: four accumulators of the widest loads, 256 bytes a step. */
+typedef uint64_t v2u64 __attribute__((vector_size(16)));
+static uint64_t read_sum_128(const char *p, size_t bytes) {
+    v2u64 s0 = {0, 0}, s1 = s0, s2 = s0, s3 = s0;
+    for (size_t o = 0; o + 64 <= bytes; o += 64) {
+        const v2u64 *v = (const v2u64 *)(p + o);
+        s0 += v[0];
+        s1 += v[1];
+        s2 += v[2];
+        s3 += v[3];
+    }
+    const v2u64 s = s0 + s1 + s2 + s3;
+    return s[0] + s[1];
+}
+T_512 static uint64_t read_sum_512(const char *p, size_t bytes) {
+    __m512i s0 = _mm512_setzero_si512(), s1 = s0, s2 = s0, s3 = s0;
+    size_t o = 0;
+    for (; o + 256 <= bytes; o += 256) {
+        s0 = _mm512_add_epi64(s0, _mm512_load_si512(p + o));
+        s1 = _mm512_add_epi64(s1, _mm512_load_si512(p + o + 64));
+        s2 = _mm512_add_epi64(s2, _mm512_load_si512(p + o + 128));
+        s3 = _mm512_add_epi64(s3, _mm512_load_si512(p + o + 192));
+    }
+    const __m512i s = _mm512_add_epi64(_mm512_add_epi64(s0, s1), _mm512_add_epi64(s2, s3));
+    return (uint64_t)_mm512_reduce_add_epi64(s) + read_sum_128(p + o, bytes - o);
+}
+
+uint64_t kern_read_sum(const void *p, size_t bytes) {
+    pthread_once(&auto_once, auto_init);
+    return active_avx512 ? read_sum_512(p, bytes) : read_sum_128(p, bytes);
 }

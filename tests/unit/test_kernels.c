@@ -911,6 +911,24 @@ static bool same_floats(const float *a, const float *b, int64_t n) {
     return memcmp(a, b, n * sizeof(float)) == 0;
 }
 
+/* kern_read_sum (the bandwidth probe's stream) on every ISA: the wrapping
+ * sum of the 64-bit words, whatever the loads (lengths with and without a
+ * partial step of 256 bytes). */
+static void test_read_sum(void) {
+    const size_t n = 4096 + 192;
+    uint64_t *w = kvl_alloc(n);
+    for (size_t i = 0; i < n / 8; i++) w[i] = rng_u64();
+    for (size_t len = 0; len <= n; len += 64) {
+        uint64_t want = 0;
+        for (size_t i = 0; i < len / 8; i++) want += w[i];
+        for (int a = 0; a < 3; a++)
+            if (use_isa(a))
+                CHECK(kern_read_sum(w, len) == want, "read_sum on %s, %zu bytes", isa_list[a], len);
+    }
+    kern_init("auto");
+    kvl_free(w);
+}
+
 /* kern_silu_mul against double math, and every ISA against the reference. */
 static void test_silu(void) {
     const int64_t n = 1037;
@@ -1329,6 +1347,7 @@ int main(int argc, char **argv) {
     if (common) test_attn_exp();
     test_attn();
     test_silu();
+    test_read_sum();
     if (common) test_get_row();
     if (common) test_golden();
     if (failures) {
