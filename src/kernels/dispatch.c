@@ -281,8 +281,10 @@ T_512 static uint64_t read_sum_512(const char *p, size_t bytes) {
         s2 = _mm512_add_epi64(s2, _mm512_load_si512(p + o + 128));
         s3 = _mm512_add_epi64(s3, _mm512_load_si512(p + o + 192));
     }
-    const __m512i s = _mm512_add_epi64(_mm512_add_epi64(s0, s1), _mm512_add_epi64(s2, s3));
-    return (uint64_t)_mm512_reduce_add_epi64(s) + read_sum_128(p + o, bytes - o);
+    uint64_t lane[8], sum = read_sum_128(p + o, bytes - o);
+    _mm512_storeu_si512(lane, _mm512_add_epi64(_mm512_add_epi64(s0, s1), _mm512_add_epi64(s2, s3)));
+    for (int i = 0; i < 8; i++) sum += lane[i]; /* unsigned: the reduce intrinsic adds signed */
+    return sum;
 }
 
 uint64_t kern_read_sum(const void *p, size_t bytes) {
