@@ -258,7 +258,8 @@ size_t kern_row_bytes(int dtype, int64_t n) {
     return (size_t)(n / t->block_elems) * t->block_bytes;
 }
 
-/* kern_read_sum: four accumulators of the widest loads, 256 bytes a step. */
+/* kern_read_sum: four accumulators, 64 bytes a step with 128-bit loads, 256
+ * with 512-bit ones (the tail of the latter by the former). */
 typedef uint64_t v2u64 __attribute__((vector_size(16)));
 static uint64_t read_sum_128(const char *p, size_t bytes) {
     v2u64 s0 = {0, 0}, s1 = s0, s2 = s0, s3 = s0;
