@@ -46,9 +46,15 @@ def main():
     d = json.load(open(js))
     tps = d["decode_tokens_per_s"]
     ms_tok = 1000.0 / tps
-    times = subprocess.run(["perf", "script", "-i", data, "-F", "time"], capture_output=True,
-                           text=True).stdout.split()
-    end = float(times[-1].rstrip(":"))
+    # the window ends 0.4 s before the last sample of a kernel: `--membw`
+    # probes the bandwidth again after the runs
+    samples = subprocess.run(["perf", "script", "-i", data, "-G", "-F", "time,ip,sym"],
+                             capture_output=True, text=True).stdout.splitlines()
+    end = None
+    for line in samples:
+        f = line.split()
+        if len(f) >= 3 and f[0].endswith(":") and group(f[2], False) == 0:
+            end = float(f[0].rstrip(":"))
     t1 = end - 0.4
     t0 = t1 - 60.0 / tps
     out = subprocess.run(["perf", "report", "-i", data, "--time", f"{t0:.3f},{t1:.3f}",
