@@ -28,7 +28,7 @@
 #define RQ4_VALS  256
 #define RQ8_VALS  512
 #define RQ_SCALES 32
-/* how far ahead Q4_0 decode prefetches each of its two streams */
+/* how far ahead decode prefetches each of its two streams */
 #define RQ_DECODE_AHEAD 2048
 
 static size_t rq_panel_bytes(int64_t k, size_t vals) {
@@ -210,14 +210,16 @@ T_512_INLINE void rq_pass(bool q4, int64_t nb, const void *panels, size_t pb, in
      * fetches the next two itself, into L2, so memory works while the
      * arithmetic does (the hardware prefetchers run only a little ahead of
      * the demand). bench_kernels BENCH_STREAM=1: m = 4 about +40%, m = 16
-     * +10%; into L1 instead, m = 4 gained nothing. Q8_0 decode (m = 1) does
-     * the same: +10-20% over two streams without prefetch (Q4_0: -5%). */
-    const char *pf = (m > 2 || !q4) && ti == 0 && pq == p + 1 && p + 3 < np ? p0 + 2 * pb : NULL;
-    /* Q4_0 decode's two streams (rq_kernel) each prefetch themselves
-     * RQ_DECODE_AHEAD bytes ahead: per matrix (bench_kernels, 4096 x 4096
-     * from DRAM, with and without alternating in one process) -2 to -6% time
-     * on 2 threads, -13% on one */
-    const bool dpf = q4 && m <= 2;
+     * +10%; into L1 instead, m = 4 gained nothing. */
+    const char *pf = m > 2 && ti == 0 && pq == p + 1 && p + 3 < np ? p0 + 2 * pb : NULL;
+    /* Decode's two streams (rq_kernel) each prefetch themselves
+     * RQ_DECODE_AHEAD bytes ahead. Per matrix (bench_kernels from DRAM, the
+     * two alternating call by call in one process, median of 400 pairs):
+     * Q4_0 (4096 x 4096) -2 to -6% time on 2 threads, -13% on one; Q8_0,
+     * against its earlier decode (neighbouring panels prefetching the next
+     * two, as pf), -15% (4096 x 4096) and -20% (2048 x 1408, a DeepSeek
+     * expert's down projection) on 2 threads, -21% on one. */
+    const bool dpf = m <= 2;
     if (pq < np) {
         RQ_SWITCH(q4, true)
     } else {
@@ -238,11 +240,10 @@ T_512_INLINE void rq_kernel(bool q4, int64_t k, const void *panels, size_t pb, i
     const size_t tb = kavx512_q_tile_bytes(k);
     const int64_t ntiles = (m + QT - 1) / QT;
     /* Two panels per pass. With many rows they are neighbours and share each
-     * activation broadcast; for Q4_0 decode (one or two rows) they come from
+     * activation broadcast; for decode (one or two rows) they come from
      * the two halves of the run, so each thread reads two long streams at
-     * once (more requests in flight than one stream gets); Q8_0 decode does
-     * better as one stream with the prefetch below. */
-    if (m <= 2 && q4) {
+     * once (more requests in flight than one stream gets). */
+    if (m <= 2) {
         const int64_t half = (np + 1) / 2;
         for (int64_t p = 0; p < half; p++)
             rq_pass(q4, nb, panels, pb, np, n_rows, tiles, tb, m, 0, p, p + half, yall, ldy);
