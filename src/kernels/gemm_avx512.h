@@ -148,6 +148,24 @@ T_512_INLINE void kavx512_q_micro(bool min, int64_t nb, const char *p0, const ch
     KAVX512_PANEL_LOOP(QT, QK8_0, kavx512_q_tile_bytes, KAVX512_CALL_QT, MICRO, k, panels, pb,     \
                        n_rows, tiles, m, y, ldy)
 
+/* Decode (one activation row) of such a layout with a two-panel micro-kernel
+ * (repack32_avx512.c, repack_mxfp4_avx512.c): panels p and p + half
+ * together, two streams, through PAIR(nb, p0, p1, tile, y0, y1, mask0,
+ * mask1), an odd last one alone through MICRO(1, nb, panel, tile, y, ldy, mask). */
+#define KAVX512_Q_DECODE_PAIRS(PAIR, MICRO, k, panels, pb, n_rows, tiles, y, ldy)                  \
+    do {                                                                                           \
+        const int64_t nb_ = (k) / QK8_0;                                                           \
+        const int np_ = ((n_rows) + 15) / 16, half_ = np_ / 2;                                     \
+        const char *P_ = (const char *)(panels);                                                   \
+        for (int p_ = 0; p_ < half_; p_++)                                                         \
+            PAIR(nb_, P_ + p_ * (pb), P_ + (p_ + half_) * (pb), (const char *)(tiles),             \
+                 (y) + 16 * p_, (y) + 16 * (p_ + half_), kern_mask16((n_rows)-16 * p_),            \
+                 kern_mask16((n_rows)-16 * (p_ + half_)));                                         \
+        if (np_ % 2)                                                                               \
+            MICRO(1, nb_, P_ + (np_ - 1) * (pb), (const char *)(tiles), (y) + 16 * (np_ - 1), ldy, \
+                  kern_mask16((n_rows)-16 * (np_ - 1)));                                           \
+    } while (0)
+
 /* Group g of a block of a repacked nibble panel (repack32_avx512.c,
  * repack_mxfp4_avx512.c) against the NA rows of a Q-family tile block at t:
  * i[a] += the dpbusd of lo (elements 4g..4g+3 of the 16 rows, unsigned

@@ -210,24 +210,13 @@ T_512_INLINE void micro_pair(enum rp_kind kind, int64_t nb, const char *p0, cons
     _mm512_mask_storeu_ps(y1, m1, f1);
 }
 
-#define RP_MICRO(NA, nb, p, t, y, ldy, m0) micro(kind, NA, nb, p, t, y, ldy, m0)
+#define RP_MICRO(NA, nb, p, t, y, ldy, m0)     micro(kind, NA, nb, p, t, y, ldy, m0)
+#define RP_PAIR(nb, p0, p1, t, y0, y1, m0, m1) micro_pair(kind, nb, p0, p1, t, y0, y1, m0, m1)
 T_512_INLINE void kernel(enum rp_kind kind, int64_t k, const void *panels, size_t pb, int n_rows,
                          const void *tiles, int64_t m, float *y, size_t ldy) {
-    if (m == 1) {
-        /* decode: panels p and p + half together, two streams (as Q4_0's,
-         * repack_avx512.c), an odd last one alone */
-        const int np = (n_rows + 15) / 16, half = np / 2;
-        const char *P = panels;
-        for (int p = 0; p < half; p++)
-            micro_pair(kind, k / QK8_0, P + p * pb, P + (p + half) * pb, tiles, y + 16 * p,
-                       y + 16 * (p + half), kern_mask16(n_rows - 16 * p),
-                       kern_mask16(n_rows - 16 * (p + half)));
-        if (np % 2)
-            micro(kind, 1, k / QK8_0, P + (np - 1) * pb, tiles, y + 16 * (np - 1), ldy,
-                  kern_mask16(n_rows - 16 * (np - 1)));
-        return;
-    }
-    KAVX512_Q_PANEL_LOOP(RP_MICRO, k, panels, pb, n_rows, tiles, m, y, ldy);
+    if (m == 1) /* decode: two streams, as Q4_0's (repack_avx512.c) */
+        KAVX512_Q_DECODE_PAIRS(RP_PAIR, RP_MICRO, k, panels, pb, n_rows, tiles, y, ldy);
+    else KAVX512_Q_PANEL_LOOP(RP_MICRO, k, panels, pb, n_rows, tiles, m, y, ldy);
 }
 
 KAVX512_KERNEL_ENTRY(q5_kernel, kernel, RP_Q5_0)

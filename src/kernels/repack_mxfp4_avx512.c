@@ -154,19 +154,9 @@ T_512_INLINE void mx_pair(int64_t nb, const char *p0, const char *p1, const char
 
 T_512 static void mx_kernel(int64_t k, const void *panels, size_t pb, int n_rows, const void *tiles,
                             int64_t m, float *y, size_t ldy) {
-    if (m == 1) { /* decode: panels p and p + half together, an odd last one alone */
-        const int np = (n_rows + 15) / 16, half = np / 2;
-        const char *P = panels;
-        for (int p = 0; p < half; p++)
-            mx_pair(k / QK_MXFP4, P + p * pb, P + (p + half) * pb, tiles, y + 16 * p,
-                    y + 16 * (p + half), kern_mask16(n_rows - 16 * p),
-                    kern_mask16(n_rows - 16 * (p + half)));
-        if (np % 2)
-            mx_micro(1, k / QK_MXFP4, P + (np - 1) * pb, tiles, y + 16 * (np - 1), ldy,
-                     kern_mask16(n_rows - 16 * (np - 1)));
-        return;
-    }
-    KAVX512_Q_PANEL_LOOP(mx_micro, k, panels, pb, n_rows, tiles, m, y, ldy);
+    if (m == 1) /* decode */
+        KAVX512_Q_DECODE_PAIRS(mx_pair, mx_micro, k, panels, pb, n_rows, tiles, y, ldy);
+    else KAVX512_Q_PANEL_LOOP(mx_micro, k, panels, pb, n_rows, tiles, m, y, ldy);
 }
 
 /* The Q8_0 GEMM's activation tiles (c = -128 * sum). */
