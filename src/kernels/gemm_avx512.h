@@ -109,7 +109,8 @@ T_512_INLINE void kavx512_q_micro(bool min, int64_t nb, const char *p0, const ch
  * .kernel) whose micro-kernel takes one 16-row panel: the tiles of TR
  * activation rows (TILE_BYTES(k) bytes each, over k / QB blocks) one after
  * another, each against every panel through CALL(MICRO, na, nb, panel, tile,
- * y, ldy, mask), CALL one of the two below. */
+ * y, ldy, mask), CALL one of the two below. MICRO may read first_pass_: true
+ * on tile 0's pass, the one that meets the panels first (from memory). */
 #define KAVX512_PANEL_LOOP(TR, QB, TILE_BYTES, CALL, MICRO, k, panels, pb, n_rows, tiles, m, y,    \
                            ldy)                                                                    \
     do {                                                                                           \
@@ -118,6 +119,8 @@ T_512_INLINE void kavx512_q_micro(bool min, int64_t nb, const char *p0, const ch
         const size_t tb_ = TILE_BYTES(k);                                                          \
         for (int64_t ti_ = 0; ti_ * (TR) < (m); ti_++) {                                           \
             const int na_ = (m)-ti_ * (TR) < (TR) ? (int)((m)-ti_ * (TR)) : (TR);                  \
+            const bool first_pass_ = ti_ == 0;                                                     \
+            (void)first_pass_;                                                                     \
             for (int p_ = 0; p_ < np_; p_++)                                                       \
                 CALL(MICRO, na_, nb_, (const char *)(panels) + p_ * (pb),                          \
                      (const char *)(tiles) + ti_ * tb_, (y) + ti_ * (TR) * (ldy) + 16 * p_, ldy,   \
