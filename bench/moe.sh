@@ -3,8 +3,9 @@
 # files, 2 threads): decode 64 after a 512-token prompt, prefill 512, and the
 # aggregate decode of 16 sequences, on
 #   deepseek-v2-lite Q4_K_M (MLA; 64 routed experts, 6 used, 2 shared), and
-#   qwen3-30b-a3b at $QWEN_TYPE (default q2_k: 11.3 GB; Q4_K_M is 18.6 GB,
-#   more than a 23 GB machine holds beside the repacked copy). Its file is
+#   qwen3-30b-a3b at $QWEN_TYPE (default q4_k_m: 18.6 GB; kvllm peaks at 19.9
+#   GB resident on it, the GGUF pages of repacked tensors dropped, so it runs
+#   on a 23 GiB machine; QWEN_TYPE=q2_k, 11.3 GB, for smaller ones). Its file is
 #   written with --repeat-rows 4096 (rows repeat within each tensor: same
 #   layout and bytes per token; quantizing 30B weights to Q2_K takes hours on
 #   two cores), and
@@ -28,7 +29,7 @@ if [ "$which" = all ] || [ "$which" = ds ]; then
     SHAPE=deepseek-v2-lite TYPES=q4_k_m "$ROOT/bench/run_vs_llamacpp.sh"
 fi
 if [ "$which" = all ] || [ "$which" = qwen ]; then
-    SHAPE=qwen3-30b-a3b TYPES=${QWEN_TYPE:-q2_k} SYNTH_FLAGS="--repeat-rows 4096" \
+    SHAPE=qwen3-30b-a3b TYPES=${QWEN_TYPE:-q4_k_m} SYNTH_FLAGS="--repeat-rows 4096" \
         "$ROOT/bench/run_vs_llamacpp.sh"
 fi
 if [ "$which" = all ] || [ "$which" = oss ]; then
