@@ -71,7 +71,9 @@ def main():
         tot[g] += p
         top[g].append((p, sym))
     print(f"decode {tps:.2f} t/s = {ms_tok:.2f} ms/token; read bandwidth "
-          f"{d.get('membw_gb_per_s', 0):.1f} GB/s; roofline {d.get('roofline_pct', 0):.0f}%")
+          f"{d.get('membw_gb_per_s', 0):.1f} GB/s; roofline {d.get('roofline_pct', 0):.0f}%"
+          + (f" (weights), {d['roofline_read_pct']:.0f}% with the KV cache's "
+             f"{d['kv_read_bytes_per_token'] / 1e6:.1f} MB a token" if 'roofline_read_pct' in d else ""))
     print("| part | share | ms/token | largest symbols (%) |")
     print("|---|---:|---:|---|")
     for g, name in enumerate(NAMES):

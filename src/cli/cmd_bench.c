@@ -14,7 +14,10 @@
  *            probe before the runs and one after them
  * Every figure is the mean +- sd over -r repetitions, after one warm-up that
  * pages the weights in. Decode is reported with the bytes of weights read per
- * decoding step (all weight matrices once per step) and the implied GB/s.
+ * decoding step (all weight matrices once per step) and the implied GB/s, and
+ * in the JSON also with the KV cache's reads added (kv_read_bytes_per_token,
+ * calculated from the context of each step: at long contexts attention reads
+ * more than the weights).
  * The memory-bandwidth probe and the sweep's CSV/SVG files are in
  * cmd_bench_sweep.c; this file holds the options, the engine runs, the
  * repetition statistics and the JSON/text report, which all share them. */
@@ -207,7 +210,9 @@ typedef struct bench {
     cli_model cm;
     progress prog;
     uint64_t rng;
-    size_t weights_per_step; /* bytes of weights one forward pass reads */
+    size_t weights_per_step;  /* bytes of weights one forward pass reads */
+    double kv_read_per_token; /* bytes of K and V one decoding step's attention reads, per
+                               * sequence: the mean over the timed steps (0: not known) */
 } bench;
 
 typedef struct batch_result {
@@ -233,6 +238,35 @@ static size_t weights_per_step(const model *m) {
     const gguf_tensor *te = gguf_find_tensor(f, "token_embd.weight");
     if (te && !model_hp(m)->tied_output) total -= te->nbytes - te->nbytes / (size_t)te->ne[1];
     return total;
+}
+
+/* K and V bytes the attention of one decoding step reads for one sequence,
+ * the mean over the timed steps of the decode test: the step after the
+ * first token attends over P + k positions (k = 1 .. n - 1), and reads the
+ * KV cache's lower bound at that length (kv_plan: every layer's K and V rows
+ * as stored, sliding and chunked layers only their window; MLA the latent).
+ * Calculated, not measured; 0 when the planner cannot describe the model. */
+static double kv_read_per_token(const model *m, const cli_opts *o, int64_t prompt, int64_t n) {
+    kv_plan_model pm;
+    kvl_error err = {0};
+    int dk, dv = -1;
+    if (n < 2 || !model_hparams_plan_model(model_hp(m), &pm, &err) ||
+        !kv_plan_dtype_parse(kv_dtype_name(o->kv_dtype), &dk) ||
+        (o->kv_dtype_v >= 0 && !kv_plan_dtype_parse(kv_dtype_name(o->kv_dtype_v), &dv)))
+        return 0;
+    double sum = 0;
+    for (int64_t k = 1; k < n; k++) {
+        const kv_plan_request r = {.context = prompt + k,
+                                   .concurrency = 1,
+                                   .dtype = dk,
+                                   .split_v = dv >= 0,
+                                   .dtype_v = dv >= 0 ? dv : dk,
+                                   .block_size = 16};
+        kv_plan p;
+        if (!kv_plan_compute(&pm, &r, &p, &err)) return 0;
+        sum += (double)p.seq_lower_bound_bytes;
+    }
+    return sum / (double)(n - 1);
 }
 
 /* --------------------------------------------------------- one run -- */
@@ -459,6 +493,21 @@ static double batch_gbps(const bench *b, const batch_result *br) {
     return (double)b->weights_per_step * samples_mean(&br->tps) / (double)br->batch / 1e9;
 }
 
+/* The decode figures with the KV cache's reads added to the weights' (per
+ * token: the weights once per step shared by the batch, each sequence its own
+ * KV): kv_read_bytes_per_token (calculated), read_bytes_per_token,
+ * read_gb_per_s and, with a probe, roofline_read_pct. */
+static void json_kv_read(cJSON *e, const bench *b, const batch_result *br, const results *res) {
+    if (b->kv_read_per_token <= 0) return;
+    const double bytes = (double)b->weights_per_step / (double)br->batch + b->kv_read_per_token,
+                 gbps = bytes * samples_mean(&br->tps) / 1e9;
+    cJSON_AddNumberToObject(e, "kv_read_bytes_per_token", b->kv_read_per_token);
+    cJSON_AddNumberToObject(e, "read_bytes_per_token", bytes);
+    cJSON_AddNumberToObject(e, "read_gb_per_s", gbps);
+    if (res->membw_gbps > 0)
+        cJSON_AddNumberToObject(e, "roofline_read_pct", 100 * gbps / res->membw_gbps);
+}
+
 static void json_batches(cJSON *j, const bench *b, const results *res) {
     cJSON *arr = cJSON_AddArrayToObject(j, "batches");
     for (int i = 0; i < b->a->n_batch && b->a->n_decode > 1; i++) {
@@ -474,6 +523,7 @@ static void json_batches(cJSON *j, const bench *b, const results *res) {
         cJSON_AddNumberToObject(e, "weights_gb_per_s", gbps);
         if (res->membw_gbps > 0)
             cJSON_AddNumberToObject(e, "roofline_pct", 100 * gbps / res->membw_gbps);
+        json_kv_read(e, b, br, res);
         cJSON_AddItemToArray(arr, e);
     }
 }
@@ -530,6 +580,7 @@ static void print_json(const bench *b, const results *res) {
     cJSON_AddNumberToObject(j, "weights_gb_per_s", batch_gbps(b, b1));
     if (res->membw_gbps > 0)
         cJSON_AddNumberToObject(j, "roofline_pct", 100 * batch_gbps(b, b1) / res->membw_gbps);
+    if (a->n_decode > 1) json_kv_read(j, b, b1, res);
     json_batches(j, b, res);
     json_sweep(j, b, res);
     cli_print_json(j);
@@ -558,6 +609,11 @@ static void print_text(const bench *b, const results *res) {
         gguf_path(f), hp->arch, model_type_name(f), gguf_tensor_data_bytes(f) / 1e9,
         hp->n_params / 1e9, kvl_pool_threads(), kern_isa_name(), kv_dtype_name(b->o->kv_dtype),
         a->reps, b->weights_per_step / 1e9);
+    if (b->kv_read_per_token > 0 && a->n_decode > 1)
+        printf("  KV read per decoding step and sequence: %.4f GB (calculated, mean over contexts "
+               "%lld..%lld)\n",
+               b->kv_read_per_token / 1e9, (long long)a->decode_prompt + 1,
+               (long long)(a->decode_prompt + a->n_decode - 1));
     if (res->membw_gbps > 0) printf("  memory read bandwidth: %.2f GB/s\n", res->membw_gbps);
     printf("\n| %-22s | %10s | %8s | %12s | %8s |\n", "test", "t/s", "sd", "weights GB/s",
            "roofline");
@@ -651,6 +707,7 @@ int cmd_bench(int argc, char **argv) {
     if (a.membw) res->membw_gbps = bench_membw_gbps(a.membw_mb);
     if (b.cm.m) {
         b.weights_per_step = weights_per_step(b.cm.m);
+        b.kv_read_per_token = kv_read_per_token(b.cm.m, &o, a.decode_prompt, a.n_decode);
         b.prog = (progress){.on = a.progress,
                             .tty = isatty(STDERR_FILENO),
                             .n_runs = count_runs(&a),

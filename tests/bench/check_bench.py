@@ -132,6 +132,17 @@ check(j.get("prefill_tokens_per_s", 0) > 0 and j.get("decode_tokens_per_s", 0) >
 check(j.get("type") == "Q4_K_M" and j.get("threads") == 2 and j.get("reps") == 2, "bench json: type, threads, reps")
 check([x.get("batch") for x in j.get("batches", [])] == [1, 4, 2], "bench json: batch 1 first, then 4 and 2")
 check(all(x.get("decode_tokens_per_s", 0) > 0 for x in j.get("batches", [])), "bench json: batch rates > 0")
+# The KV cache's reads, calculated: per token of the decode test, the f16 K and V
+# of every layer at each timed step's context (prompt + k, k = 1 .. n - 1).
+kv_tok = json.loads(run(["info", "-m", model, "--json"]).stdout or "{}").get("kv_bytes_per_token", {}).get("f16", 0)
+want = kv_tok * (j.get("decode_prompt", 0) + j.get("n_decode", 0) / 2)
+check(kv_tok > 0 and j.get("kv_read_bytes_per_token") == want,
+      f"bench json: kv_read_bytes_per_token {j.get('kv_read_bytes_per_token')} = {kv_tok} x mean context ({want})")
+for x in [j] + j.get("batches", []):
+    w = j.get("weights_bytes_per_token", 0) / x.get("batch", 1)
+    check(abs(x.get("read_bytes_per_token", 0) - (w + want)) < 1e-6 * (w + want) and
+          x.get("roofline_read_pct", 0) > x.get("roofline_pct", 1e9) - 1e-9,
+          f"bench json batch {x.get('batch', 1)}: read bytes = weights / batch + KV, its roofline share >= the weights'")
 sweep = j.get("context_sweep", [])
 check([x.get("context") for x in sweep] == [16, 48] and all(x["kv_cache_ms_per_token"] > 0 for x in sweep),
       "bench json: context sweep with the cache")
