@@ -14,37 +14,33 @@
  * does not change any result). */
 #define OPS_PARALLEL_MIN (1 << 16)
 
-/* The sum of a row's squares: each square in float, summed in double as ggml
- * sums it, but on RMS_LANES chains (element i on chain i % RMS_LANES) added
- * at the end in a fixed tree. ggml's one chain in element order was
- * latency-bound (about 4 cycles an element: 2.5 us a 2048-wide row, nearly
- * 1 ms of a qwen3-30b-a3b decode step's 48 ms, the other thread idle); the
- * chains give the same double up to its last bits (exactly the same while the
- * squares lie within 2^18 of each other), so the float scale built from it
- * is ggml's but in the rarest roundings; every row takes the same order, so
- * batch invariance holds. */
-enum { RMS_LANES = 16 };
-static double sum_squares(const float *x, int64_t n) {
-    double acc[RMS_LANES] = {0};
-    int64_t i = 0;
-    for (; i + RMS_LANES <= n; i += RMS_LANES)
-        for (int l = 0; l < RMS_LANES; l++) acc[l] += (double)(x[i + l] * x[i + l]);
-    for (int l = 0; i < n; i++, l++) acc[l] += (double)(x[i] * x[i]);
-    for (int w = RMS_LANES / 2; w > 0; w /= 2)
-        for (int l = 0; l < w; l++) acc[l] += acc[l + w];
-    return acc[0];
-}
-
 static void rms_rows(float *out, const float *x, const float *w, int64_t rows, int64_t n,
                      float eps) {
-    for (int64_t r = 0; r < rows; r++) {
-        const float *xr = x + r * n;
-        float *o = out + r * n;
-        const float scale = 1.0f / sqrtf((float)(sum_squares(xr, n) / n) + eps);
-        if (w)
-            for (int64_t i = 0; i < n; i++) o[i] = (xr[i] * scale) * w[i];
-        else
-            for (int64_t i = 0; i < n; i++) o[i] = xr[i] * scale;
+    /* Each row's sum runs in order (one chain of double adds, latency-bound),
+     * so RMS_ROWS rows at a time give the core independent chains to overlap;
+     * every sum is the same as one row alone. */
+    enum { RMS_ROWS = 8 };
+    for (int64_t r0 = 0; r0 < rows; r0 += RMS_ROWS) {
+        const int nr = rows - r0 < RMS_ROWS ? (int)(rows - r0) : RMS_ROWS;
+        double ss[RMS_ROWS] = {0};
+        if (nr == RMS_ROWS) { /* a constant count, so the 8 sums can stay in registers */
+            for (int64_t i = 0; i < n; i++)
+                for (int r = 0; r < RMS_ROWS; r++)
+                    ss[r] += (double)(x[(r0 + r) * n + i] * x[(r0 + r) * n + i]);
+        } else {
+            for (int r = 0; r < nr; r++)
+                for (int64_t i = 0; i < n; i++)
+                    ss[r] += (double)(x[(r0 + r) * n + i] * x[(r0 + r) * n + i]);
+        }
+        for (int r = 0; r < nr; r++) {
+            const float *xr = x + (r0 + r) * n;
+            float *o = out + (r0 + r) * n;
+            const float scale = 1.0f / sqrtf((float)(ss[r] / n) + eps);
+            if (w)
+                for (int64_t i = 0; i < n; i++) o[i] = (xr[i] * scale) * w[i];
+            else
+                for (int64_t i = 0; i < n; i++) o[i] = xr[i] * scale;
+        }
     }
 }
 
