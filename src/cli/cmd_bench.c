@@ -610,9 +610,9 @@ static void print_text(const bench *b, const results *res) {
         hp->n_params / 1e9, kvl_pool_threads(), kern_isa_name(), kv_dtype_name(b->o->kv_dtype),
         a->reps, b->weights_per_step / 1e9);
     if (b->kv_read_per_token > 0 && a->n_decode > 1)
-        printf("  KV read per decoding step and sequence: %.4f GB (calculated, mean over contexts "
-               "%lld..%lld)\n",
-               b->kv_read_per_token / 1e9, (long long)a->decode_prompt + 1,
+        printf("  KV read per decoding step and sequence: %.0f bytes (calculated, mean over "
+               "contexts %lld..%lld)\n",
+               b->kv_read_per_token, (long long)a->decode_prompt + 1,
                (long long)(a->decode_prompt + a->n_decode - 1));
     if (res->membw_gbps > 0) printf("  memory read bandwidth: %.2f GB/s\n", res->membw_gbps);
     printf("\n| %-22s | %10s | %8s | %12s | %8s |\n", "test", "t/s", "sd", "weights GB/s",
