@@ -110,7 +110,10 @@ T_512_INLINE void kavx512_q_micro(bool min, int64_t nb, const char *p0, const ch
  * activation rows (TILE_BYTES(k) bytes each, over k / QB blocks) one after
  * another, each against every panel through CALL(MICRO, na, nb, panel, tile,
  * y, ldy, mask), CALL one of the two below. MICRO may read first_pass_: true
- * on tile 0's pass, the one that meets the panels first (from memory). */
+ * on tile 0's pass, the one that meets the panels first (from memory); that
+ * pass prefetches the stream KAVX512_BATCH_AHEAD bytes ahead into L2, about
+ * as far as the K family's (KAVX512_R_KERNEL). */
+#define KAVX512_BATCH_AHEAD 7168
 #define KAVX512_PANEL_LOOP(TR, QB, TILE_BYTES, CALL, MICRO, k, panels, pb, n_rows, tiles, m, y,    \
                            ldy)                                                                    \
     do {                                                                                           \

@@ -17,11 +17,10 @@
  * Bytes per row and block as in the file: Q5_0 22, IQ4_NL 18, Q4_1 20, Q5_1 24. */
 #include "gemm_avx512.h"
 
-#define RP_NIB         256  /* 4 x 64 bytes of nibbles */
-#define RP_HB          64   /* Q5_0's fifth bits */
-#define RP_SC          32   /* 16 fp16 scales */
-#define RP_PF_AHEAD    2048 /* bytes decode prefetches ahead (micro_pair) */
-#define RP_BATCH_AHEAD 7168 /* bytes a batched product's first pass prefetches ahead (micro) */
+#define RP_NIB      256  /* 4 x 64 bytes of nibbles */
+#define RP_HB       64   /* Q5_0's fifth bits */
+#define RP_SC       32   /* 16 fp16 scales */
+#define RP_PF_AHEAD 2048 /* bytes decode prefetches ahead (micro_pair) */
 
 /* The four layouts: Q4_1 and Q5_1 add the rows' fp16 mins after the scales
  * and run on Q8_1 tiles (gemm32_avx512.c), values unsigned as stored. */
@@ -142,7 +141,7 @@ T_512_INLINE __m512i isum0(enum rp_kind kind, int32_t c) {
 }
 
 /* 16 weight rows x NA activation rows of one tile, all blocks. pf: the pass
- * that meets the panel first fetches the stream RP_BATCH_AHEAD bytes ahead
+ * that meets the panel first fetches the stream KAVX512_BATCH_AHEAD bytes ahead
  * into L2 (running on into the next panel), as the K family's does; per
  * matrix (bench_kernels, 4096 x 4096 from DRAM, with and without alternating
  * call by call in one process, median of 400 pairs), without it m = 4 took
@@ -155,7 +154,8 @@ T_512_INLINE void micro(enum rp_kind kind, int NA, int64_t nb, const char *p, co
     for (int a = 0; a < NA; a++) f[a] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++, p += bb, t += QT_BLK) {
         if (pf)
-            for (size_t l = 0; l < bb; l += 64) _mm_prefetch(p + RP_BATCH_AHEAD + l, _MM_HINT_T1);
+            for (size_t l = 0; l < bb; l += 64)
+                _mm_prefetch(p + KAVX512_BATCH_AHEAD + l, _MM_HINT_T1);
         const int32_t *c = (const int32_t *)(t + QT * (QK8_0 + 4));
         __m512i i[QT];
         UNROLL(6)

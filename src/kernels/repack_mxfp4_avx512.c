@@ -65,12 +65,11 @@ T_512_INLINE __m512 mx_scales(const char *s) {
 }
 
 /* 16 weight rows x NA activation rows of one tile, all blocks. pf: the pass
- * that meets the panel first fetches the stream MX_BATCH_AHEAD bytes ahead
+ * that meets the panel first fetches the stream KAVX512_BATCH_AHEAD bytes ahead
  * into L2, as repack32_avx512.c's micro does: per 2880 x 2880 matrix
  * (bench_kernels from DRAM, with and without alternating call by call in one
  * process, median of 400 pairs, 2 threads) without it m = 4 took x1.28 as
  * long, m = 16 x1.21. */
-#define MX_BATCH_AHEAD 7168
 T_512_INLINE void mx_micro(int NA, int64_t nb, const char *p, const char *t, float *y, size_t ldy,
                            __mmask16 m0, bool pf) {
     const __m512i m4 = _mm512_set1_epi8(0x0F);
@@ -86,7 +85,7 @@ T_512_INLINE void mx_micro(int NA, int64_t nb, const char *p, const char *t, flo
         for (int j = 0; j < nbg; j++, p += MX_NIB, t += QT_BLK) {
             if (pf) /* the group's 17 lines: 5 at its first block, 4 at the others */
                 for (int l = 0; l < (j ? 4 : 5); l++)
-                    _mm_prefetch(p + MX_BATCH_AHEAD + 64 * l, _MM_HINT_T1);
+                    _mm_prefetch(p + KAVX512_BATCH_AHEAD + 64 * l, _MM_HINT_T1);
             const int32_t *c = (const int32_t *)(t + QT * (QK8_0 + 4));
             __m512i i[QT];
             UNROLL(6)
