@@ -10,6 +10,14 @@
 #include <stddef.h>
 #include <string.h>
 
+/* v, held in a register: the compiler may no longer fold the load that made
+ * it into each instruction that reads it (a 64-byte load per use, two when
+ * it straddles a cache line). */
+T_512_INLINE __m512i kavx512_in_reg(__m512i v) {
+    __asm__("" : "+v"(v));
+    return v;
+}
+
 /* Q family (Q8_0, Q4_0 weights) activation tile of QT rows, per 32-element
  * block: qs[QT][32] int8, d[QT] float (the fp16 scale widened), c[QT] int32
  * with c = -bias * sum(qs), bias 128 for Q8_0 weights (stored as x ^ 0x80,

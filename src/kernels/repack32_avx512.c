@@ -183,7 +183,14 @@ T_512_INLINE void micro(enum rp_kind kind, int NA, int64_t nb, const char *p, co
  * the old path took longer by x1.08-1.10 (Q5_0), x1.15-1.20 (IQ4_NL),
  * x1.10-1.19 (Q4_1), x1.11-1.23 (Q5_1) on 2 threads, x1.14-1.19 on one.
  * One stream with the same prefetch took x1.08-1.44 longer than two;
- * 1, 4 or 7 KiB ahead did less than 2 KiB. */
+ * 1, 4 or 7 KiB ahead did less than 2 KiB. The nibble and fifth-bit vectors
+ * are loaded once into registers (kavx512_in_reg): left to itself gcc folded
+ * them into the shifts as memory operands, loading Q5_0's fifth bits 7 times
+ * and each nibble vector twice a block. Against that (two builds of this
+ * file alternating call by call, 400 pairs) the folded loads took Q5_0
+ * x1.02-1.07 as long from DRAM on 1 and 2 threads, x1.08-1.10 from L2
+ * (Q5_1 x1.05, IQ4_NL x1.03 from L2, the same from DRAM; Q4_1 the same);
+ * the batched micro gained nothing from it (m = 4, 16). */
 T_512_INLINE void micro_pair(enum rp_kind kind, int64_t nb, const char *p0, const char *p1,
                              const char *t, float *y0, float *y1, __mmask16 m0, __mmask16 m1) {
     const size_t bb = blk_bytes(kind);
@@ -196,16 +203,18 @@ T_512_INLINE void micro_pair(enum rp_kind kind, int64_t nb, const char *p0, cons
         const int32_t *c = (const int32_t *)(t + QT * (QK8_0 + 4));
         __m512i i0[2] = {isum0(kind, c[0]), _mm512_setzero_si512()};
         __m512i i1[2] = {i0[0], _mm512_setzero_si512()};
-        const __m512i hb0 = HAS_HB(kind) ? _mm512_loadu_si512(p0 + RP_NIB) : _mm512_setzero_si512();
-        const __m512i hb1 = HAS_HB(kind) ? _mm512_loadu_si512(p1 + RP_NIB) : _mm512_setzero_si512();
+        const __m512i hb0 =
+            kavx512_in_reg(HAS_HB(kind) ? _mm512_loadu_si512(p0 + RP_NIB) : _mm512_setzero_si512());
+        const __m512i hb1 =
+            kavx512_in_reg(HAS_HB(kind) ? _mm512_loadu_si512(p1 + RP_NIB) : _mm512_setzero_si512());
         UNROLL(4)
         for (int g = 0; g < 4; g++) {
             const __m512i xl = _mm512_set1_epi32(*(const int32_t *)(t + 4 * g));
             const __m512i xh = _mm512_set1_epi32(*(const int32_t *)(t + 16 + 4 * g));
             __m512i lo, hi;
-            widen(kind, g, _mm512_loadu_si512(p0 + 64 * g), hb0, &lo, &hi);
+            widen(kind, g, kavx512_in_reg(_mm512_loadu_si512(p0 + 64 * g)), hb0, &lo, &hi);
             i0[g & 1] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(i0[g & 1], lo, xl), hi, xh);
-            widen(kind, g, _mm512_loadu_si512(p1 + 64 * g), hb1, &lo, &hi);
+            widen(kind, g, kavx512_in_reg(_mm512_loadu_si512(p1 + 64 * g)), hb1, &lo, &hi);
             i1[g & 1] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(i1[g & 1], lo, xl), hi, xh);
         }
         i0[0] = _mm512_add_epi32(i0[0], i0[1]);

@@ -141,8 +141,14 @@ T_512_INLINE void r6k_steps(int NA, bool pf, const char *P, const char *A, int32
         if (pf) pf_lines(P, R6.sb, R6.pf_dist, 4 * j, 4 * j + 4);
         /* q[g]: the values of elements 16j + 4g .. 16j + 4g + 3 */
         const char *v = P + R6.qs + 64 * 3 * j;
-        const __m512i v0 = _mm512_loadu_si512(v), v1 = _mm512_loadu_si512(v + 64),
-                      v2 = _mm512_loadu_si512(v + 128);
+        /* each vector read three times: in registers, not folded into the
+         * shifts as three loads (kavx512_in_reg; bench_kernels, 4096 x
+         * 4096, the two builds alternating call by call, 400 pairs: folded
+         * the same at m = 1 from DRAM, x1.07 as long from L2, x1.01-1.04 at
+         * m = 4..64) */
+        const __m512i v0 = kavx512_in_reg(_mm512_loadu_si512(v)),
+                      v1 = kavx512_in_reg(_mm512_loadu_si512(v + 64)),
+                      v2 = kavx512_in_reg(_mm512_loadu_si512(v + 128));
         /* bits 6-7 of v0, v1, v2 to bits 0-1, 2-3, 4-5 of q[3]: the
          * dword shifts drag in bits of the next byte, which the
          * selects (0xE4: c ? a : b) and the last and drop */
