@@ -5,6 +5,9 @@
  *       src/base/kvl_pool.c src/gguf/gguf_types.c src/kernels/[a-z]*.c bench/bench_kernels.c \
  *       -o build/bench_kernels -lm -lpthread
  * Run:   OMP_NUM_THREADS=2 ./build/bench_kernels [isa] [k] [n_out] [types, e.g. Q8_0,Q4_K,attn]
+ * Built by bench/kernel_ab.sh with -DBENCH_AB_BASE and another revision's
+ * kernels, BENCH_AB=1 replaces the figures below by an A/B of the two
+ * (bench_ab).
  *
  * Per type, in the GGUF layout and (where the ISA has one) repacked: m = 1
  * (decode, weights streamed from memory), then m = 4, 16, 64 and 512 (batched
@@ -121,6 +124,87 @@ static void matmul_any(bool repacked, const void *W, int t, int64_t n_out, int64
     else kern_matmul(W, t, n_out, k, X, m, Y, work);
 }
 
+#ifdef BENCH_AB_BASE
+/* The kernels of another revision, built by bench/kernel_ab.sh with every
+ * symbol they define prefixed base_ (the layers below them are this tree's). */
+void base_kern_init(const char *force);
+size_t base_kern_repack_bytes(int wtype, int64_t n_out, int64_t k);
+void base_kern_repack(const void *W, int wtype, int64_t n_out, int64_t k, void *dst);
+size_t base_kern_matmul_work_bytes(int wtype, int64_t m, int64_t k);
+void base_kern_matmul(const void *W, int wtype, int64_t n_out, int64_t k, const float *X, int64_t m,
+                      float *Y, void *work);
+void base_kern_matmul_repacked(const void *P, int wtype, int64_t n_out, int64_t k, const float *X,
+                               int64_t m, float *Y, void *work);
+
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* This tree's kernels against the base revision's on the same weights (the
+ * copies W, filled from ab_seed + c, and Wb repacked by the base, whose
+ * layout may differ), m
+ * activation rows (BENCH_AB_M, default 1) over every copy per timing, the
+ * two alternating call by call and the order swapped every pair, so that
+ * the machine's drift falls on both: the median and quartiles of time(this
+ * tree) / time(base) over BENCH_AB_PAIRS pairs (default 400), after checking
+ * that the outputs are bit-identical (or saying how many differ). */
+static void bench_ab(int t, int64_t k, int64_t n_out, bool repacked, int copies, uint8_t **W,
+                     uint64_t ab_seed, const float *X, float *Y, void *work) {
+    const size_t wbytes = kern_row_bytes(t, k) * n_out;
+    const size_t bbytes = repacked ? base_kern_repack_bytes(t, n_out, k) : wbytes;
+    if (!bbytes) {
+        printf("%-5s %s: the base has no such layout\n", gguf_dtype_name(t),
+               repacked ? "repacked" : "gguf");
+        return;
+    }
+    const int64_t m = getenv("BENCH_AB_M") ? atoll(getenv("BENCH_AB_M")) : 1;
+    const int pairs = getenv("BENCH_AB_PAIRS") ? atoi(getenv("BENCH_AB_PAIRS")) : 400;
+    if (m < 1 || m > 512 || pairs < 1) return;
+    /* the same GGUF rows as W: refilled from the same seed */
+    uint8_t **Wb = calloc((size_t)copies, sizeof *Wb);
+    uint8_t *src = kvl_alloc(wbytes);
+    void *bwork = kvl_alloc(base_kern_matmul_work_bytes(t, 512, k) + 64);
+    double *r = calloc((size_t)pairs, sizeof *r);
+    float *Yb = kvl_alloc((size_t)m * n_out * sizeof(float));
+    for (int c = 0; c < copies; c++) {
+        Wb[c] = alloc_weights(bbytes);
+        rng = ab_seed + (uint64_t)c;
+        fill_weights(t, src, n_out, k);
+        if (repacked) base_kern_repack(src, t, n_out, k, Wb[c]);
+        else memcpy(Wb[c], src, wbytes);
+    }
+    int differ = 0;
+    matmul_any(repacked, W[0], t, n_out, k, X, m, Y, work);
+    if (repacked) base_kern_matmul_repacked(Wb[0], t, n_out, k, X, m, Yb, bwork);
+    else base_kern_matmul(Wb[0], t, n_out, k, X, m, Yb, bwork);
+    for (int64_t i = 0; i < m * n_out; i++) differ += memcmp(&Y[i], &Yb[i], sizeof(float)) != 0;
+    for (int p = 0; p < pairs; p++) {
+        double dt[2];
+        for (int h = 0; h < 2; h++) {
+            const int base = (p + h) & 1;
+            const double t0 = kvl_time_s();
+            for (int c = 0; c < copies; c++) {
+                if (!base) matmul_any(repacked, W[c], t, n_out, k, X, m, Y, work);
+                else if (repacked) base_kern_matmul_repacked(Wb[c], t, n_out, k, X, m, Yb, bwork);
+                else base_kern_matmul(Wb[c], t, n_out, k, X, m, Yb, bwork);
+            }
+            dt[base] = kvl_time_s() - t0;
+        }
+        r[p] = dt[0] / dt[1];
+    }
+    qsort(r, (size_t)pairs, sizeof *r, cmp_double);
+    printf("%-5s %s m=%lld: time this tree / base: median %.3f, quartiles %.3f %.3f (%d pairs); "
+           "outputs %s\n",
+           gguf_dtype_name(t), repacked ? "repacked" : "gguf    ", (long long)m, r[pairs / 2],
+           r[pairs / 4], r[3 * pairs / 4], pairs, differ ? "DIFFER" : "bit-identical");
+    if (differ) printf("      %d of %lld outputs differ\n", differ, (long long)(m * n_out));
+    for (int c = 0; c < copies; c++) kvl_free(Wb[c]);
+    free(Wb), free(r);
+    kvl_free(src), kvl_free(bwork), kvl_free(Yb);
+}
+#endif
+
 static void bench_layout(int t, int64_t k, int64_t n_out, bool repacked) {
     const size_t wbytes = kern_row_bytes(t, k) * n_out;
     const size_t pbytes = repacked ? kern_repack_bytes(t, n_out, k) : wbytes;
@@ -131,8 +215,10 @@ static void bench_layout(int t, int64_t k, int64_t n_out, bool repacked) {
     if (copies < 2) copies = 2;
     uint8_t **W = calloc((size_t)copies, sizeof *W);
     uint8_t *src = repacked ? kvl_alloc(wbytes) : NULL;
+    const uint64_t ab_seed = rng;
     for (int c = 0; c < copies; c++) {
         W[c] = alloc_weights(pbytes);
+        rng = ab_seed + (uint64_t)c; /* copy c's values again for the A/B */
         fill_weights(t, repacked ? src : W[c], n_out, k);
         if (repacked) kern_repack(src, t, n_out, k, W[c]);
     }
@@ -142,6 +228,12 @@ static void bench_layout(int t, int64_t k, int64_t n_out, bool repacked) {
     for (int64_t i = 0; i < mmax * k; i++) X[i] = (float)((int)(next_u64() % 2001) - 1000) * 1e-3f;
     void *work = kvl_alloc(kern_matmul_work_bytes(t, mmax, k) + 64);
 
+#ifdef BENCH_AB_BASE
+    if (getenv("BENCH_AB")) {
+        bench_ab(t, k, n_out, repacked, copies, W, ab_seed, X, Y, work);
+        goto done;
+    }
+#endif
     /* decode: m = 1, cycling through the copies; best of a few sweeps */
     double best = 1e30;
     const int sweeps = getenv("BENCH_SWEEPS") ? atoi(getenv("BENCH_SWEEPS")) : 12;
@@ -181,6 +273,9 @@ static void bench_layout(int t, int64_t k, int64_t n_out, bool repacked) {
         printf("  m=%-3lld %6.1f GMAC/s", (long long)ms[mi], (double)n_out * k * ms[mi] / b2 / 1e9);
     }
     printf("\n");
+#ifdef BENCH_AB_BASE
+done:
+#endif
     for (int c = 0; c < copies; c++) kvl_free(W[c]);
     free(W);
     kvl_free(X), kvl_free(Y), kvl_free(work);
@@ -280,6 +375,9 @@ static void bench_attn_stream(int64_t d, int n_q, int n_kv, int64_t ctx, int lay
 
 int main(int argc, char **argv) {
     kern_init(argc > 1 ? argv[1] : NULL);
+#ifdef BENCH_AB_BASE
+    base_kern_init(argc > 1 ? argv[1] : NULL);
+#endif
     const int64_t k = argc > 2 ? atoll(argv[2]) : 4096, n_out = argc > 3 ? atoll(argv[3]) : 4096;
     printf("isa %s, %d threads, W %lldx%lld; stream read %.1f GB/s\n", kern_isa_name(),
            omp_get_max_threads(), (long long)n_out, (long long)k, stream_read_gbs());
