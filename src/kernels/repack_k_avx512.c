@@ -141,8 +141,8 @@ T_512_INLINE void r6k_steps(int NA, bool pf, const char *P, const char *A, int32
         if (pf) pf_lines(P, R6.sb, R6.pf_dist, 4 * j, 4 * j + 4);
         /* q[g]: the values of elements 16j + 4g .. 16j + 4g + 3 */
         const char *v = P + R6.qs + 64 * 3 * j;
-        /* each vector read three times: in registers, not folded into the
-         * shifts as three loads (kavx512_in_reg; bench_kernels, 4096 x
+        /* each vector read twice: in registers, not folded into the
+         * shift as a second load (kavx512_in_reg; bench_kernels, 4096 x
          * 4096, the two builds alternating call by call, 400 pairs: folded
          * the same at m = 1 from DRAM, x1.07 as long from L2, x1.01-1.04 at
          * m = 4..64) */

@@ -208,8 +208,8 @@ T_512_INLINE void q3_steps(int NA, bool pf, const char *P, const char *A, int32_
     for (int run = 0; run < 8; run++) {
         if (pf) pf_lines(P, Q3.sb, Q3.pf_dist, 4 * run, 4 * run + 4);
         const char *v = P + Q3.qs + 64 * 3 * run;
-        /* each vector read three times: in registers, not folded into the
-         * shifts as three loads (kavx512_in_reg; bench_kernels, 4096 x
+        /* each vector read three or four times: in registers, not folded
+         * into the shifts as more loads (kavx512_in_reg; bench_kernels, 4096 x
          * 4096, the two builds alternating call by call, 400 pairs: folded
          * x1.02-1.04 as long at m = 1 from DRAM, x1.16-1.18 at m = 4,
          * x1.04-1.06 at m = 16..64; Q4_K, Q5_K, IQ4_XS and Q2_K gained
