@@ -143,12 +143,12 @@ static int cmp_double(const void *a, const void *b) {
 
 /* This tree's kernels against the base revision's on the same weights (the
  * copies W, filled from ab_seed + c, and Wb repacked by the base, whose
- * layout may differ), m
- * activation rows (BENCH_AB_M, default 1) over every copy per timing, the
- * two alternating call by call and the order swapped every pair, so that
- * the machine's drift falls on both: the median and quartiles of time(this
- * tree) / time(base) over BENCH_AB_PAIRS pairs (default 400), after checking
- * that the outputs are bit-identical (or saying how many differ). */
+ * layout may differ), m activation rows (BENCH_AB_M, default 1) over every
+ * copy per timing, the two alternating call by call and the order swapped
+ * every pair, so that the machine's drift falls on both: the median and
+ * quartiles of time(this tree) / time(base) over BENCH_AB_PAIRS pairs
+ * (default 400), after checking that the outputs are bit-identical (or
+ * saying how many differ). */
 static void bench_ab(int t, int64_t k, int64_t n_out, bool repacked, int copies, uint8_t **W,
                      uint64_t ab_seed, const float *X, float *Y, void *work) {
     const size_t wbytes = kern_row_bytes(t, k) * n_out;

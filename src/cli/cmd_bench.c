@@ -609,7 +609,7 @@ static void print_text(const bench *b, const results *res) {
         gguf_path(f), hp->arch, model_type_name(f), gguf_tensor_data_bytes(f) / 1e9,
         hp->n_params / 1e9, kvl_pool_threads(), kern_isa_name(), kv_dtype_name(b->o->kv_dtype),
         a->reps, b->weights_per_step / 1e9);
-    if (b->kv_read_per_token > 0 && a->n_decode > 1)
+    if (b->kv_read_per_token > 0) /* 0 below two decoding steps */
         printf("  KV read per decoding step and sequence: %.0f bytes (calculated, mean over "
                "contexts %lld..%lld)\n",
                b->kv_read_per_token, (long long)a->decode_prompt + 1,
