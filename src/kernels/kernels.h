@@ -103,13 +103,14 @@ typedef struct kern_traits {
  * the first call returns. `force` = "scalar" | "avx2" | "avx512" | NULL (auto). */
 void kern_init(const char *force);
 const char *kern_isa_name(void); /* what kern_init chose */
-/* The memory-bandwidth probe's read stream (kvllm bench --membw, the decode
+/* The memory-bandwidth probe's read (kvllm bench --membw, the decode
  * roofline): the wrapping sum of the 64-bit words of bytes (a multiple of
  * 64) at p (64-byte aligned), which only keeps the loads alive; four
- * accumulators of the widest loads the chosen ISA has. With 128-bit loads
- * the probe read 42-48 GB/s where 512-bit loads read 51-57 (Zen 4, 2
- * threads, the two alternating): less than the prefetching decode kernels
- * reach, so no roofline. */
+ * accumulators of the widest loads the chosen ISA has, with 512-bit loads in
+ * two streams. With 128-bit loads the probe read 42-48 GB/s where 512-bit
+ * loads read 51-57 (Zen 4, 2 threads, the two alternating): less than the
+ * prefetching decode kernels reach, so no roofline; one 512-bit stream reads
+ * 5-7% less than two. */
 uint64_t kern_read_sum(const void *p, size_t bytes);
 /* NULL for types without kernels. */
 const kern_traits *kern_traits_of(int dtype);
