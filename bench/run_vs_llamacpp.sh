@@ -24,6 +24,11 @@
 # gains its t/s, the ratio after / before and its share of the roofline.
 # BEFORE_BATCH=0 runs BEFORE on the single-sequence tests only.
 # SKIP_STORIES=1 leaves out stories260K.
+# STEP_PROBES=1 (the default) runs kvllm's single-sequence tests with
+# --membw-steps: a bandwidth probe after each timed decoding step, outside its
+# time, and the table is followed by kvllm's decode share of the bandwidth
+# those probes read (the same seconds as the decode; the probes at the start
+# and the end may catch another minute's). STEP_PROBES=0: without.
 # SYNTH_FLAGS: extra flags for `kvllm synth` when a file is missing (bench/moe.sh
 # passes --repeat-rows for the 30B shape). WARM=1 reads each file once before
 # its runs, so that both engines load it from the page cache.
@@ -51,6 +56,7 @@ LLAMA_REPACK=${LLAMA_REPACK:-1}
 KVLLM_REPACK=${KVLLM_REPACK:-1}
 LLAMA_NR=; [ "$LLAMA_REPACK" = 0 ] && LLAMA_NR=-nr
 KVLLM_NR=; [ "$KVLLM_REPACK" = 0 ] && KVLLM_NR=--no-repack
+KVLLM_SP=; [ "${STEP_PROBES:-1}" = 1 ] && KVLLM_SP=--membw-steps
 BEFORE=${BEFORE:-}
 [ -z "$BEFORE" ] || [ -x "$BEFORE" ] || { echo "missing $BEFORE" >&2; exit 2; }
 [ "${SKIP_STORIES:-0}" = 1 ] && STORIES=/nonexistent
@@ -106,7 +112,7 @@ for t in $TYPES; do
         lbb "$f" "$NPP" "$NTG" 1 $((NPP + NTG + 16)) >> "$OUT/llama-$t-single.jsonl"
         # -n NTG+1: the first token comes from the prefill, then NTG decoding steps as above.
         "$KVLLM" bench -m "$f" -p "$NPP" -n $((NTG + 1)) --decode-prompt "$NPP" -r 1 -t "$THREADS" \
-            $KVLLM_NR --json --no-progress >> "$OUT/kvllm-$t-single.jsonl"
+            $KVLLM_NR $KVLLM_SP --json --no-progress >> "$OUT/kvllm-$t-single.jsonl"
         [ -z "$BEFORE" ] || "$BEFORE" bench -m "$f" -p "$NPP" -n $((NTG + 1)) --decode-prompt "$NPP" -r 1 \
             -t "$THREADS" $KVLLM_NR --json --no-progress >> "$OUT/before-$t-single.jsonl"
     done

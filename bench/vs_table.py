@@ -75,4 +75,16 @@ if ls and ks:
         ms([x["prefill_tokens_per_s"] for x in ks]))
     row("stories260K F32", "decode 64", ms([x["avg_ts"] for x in ls if x["n_gen"] > 0]),
         ms([x["decode_tokens_per_s"] for x in ks]), ks[0]["weights_bytes_per_token"])
+steps = [(t, ks) for t in types for ks in [jl(f"{out}/kvllm-{t}-single.jsonl")]
+         if ks and all("membw_between_steps_gb_per_s" in x for x in ks)]
+if steps:
+    print("\nkvllm's single-sequence decode against the bandwidth read by probes between its steps "
+          "(`--membw-steps`; the same seconds as the decode), mean ± sd over the repetitions:\n")
+    print("| model | kvllm decode t/s | bandwidth between steps GB/s | roofline kvllm, between steps |")
+    print("|---|---:|---:|---:|")
+    for t, ks in steps:
+        d, bwx = ms([x["decode_tokens_per_s"] for x in ks]), ms([x["membw_between_steps_gb_per_s"] for x in ks])
+        r = ms([x["roofline_between_steps_pct"] for x in ks])
+        print(f"| {shape} {ks[0]['type']} | {d[0]:.2f} ± {d[1]:.2f} | {bwx[0]:.1f} ± {bwx[1]:.1f} | "
+              f"{r[0]:.0f}% ± {r[1]:.0f} |")
 print(f"\nraw results: {out}")

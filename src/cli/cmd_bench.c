@@ -12,6 +12,10 @@
  *            the KV cache and without it (recompute), as CSV and SVG
  *   --membw  memory read bandwidth, the roofline for decode: the better of a
  *            probe before the runs and one after them
+ *   --membw-steps  also a short probe after every timed decoding step (not
+ *            counted in the step's time): the bandwidth of the same seconds
+ *            as the decode, a steadier roofline on a machine whose bandwidth
+ *            moves minute to minute
  * Every figure is the mean +- sd over -r repetitions, after one warm-up that
  * pages the weights in. Decode is reported with the bytes of weights read per
  * decoding step (all weight matrices once per step) and the implied GB/s, and
@@ -47,8 +51,8 @@ typedef struct bench_args {
     int64_t sweep_tokens;    /* tokens decoded at each sweep point with the cache */
     double nocache_budget_s; /* time allowed to the whole no-cache sweep */
     const char *out;         /* --out PREFIX for the sweep's .csv and .svg */
-    bool membw;
-    int64_t membw_mb;
+    bool membw, membw_steps;
+    int64_t membw_mb, membw_step_mb;
     bool progress;
 } bench_args;
 
@@ -96,6 +100,7 @@ static void batch_with_one(bench_args *a) {
 
 static int bench_switch(bench_args *a, const char *f) {
     if (strcmp(f, "--membw") == 0) a->membw = true;
+    else if (strcmp(f, "--membw-steps") == 0) a->membw = a->membw_steps = true;
     else if (strcmp(f, "--no-progress") == 0) a->progress = false;
     else return 0;
     return 1;
@@ -112,6 +117,7 @@ static int bench_flag(const char *f, const char *v, void *ctx) {
     if (IS("--decode-prompt")) return parse_int(f, v, 1, &a->decode_prompt) ? 2 : -1;
     if (IS("--sweep-tokens")) return parse_int(f, v, 2, &a->sweep_tokens) ? 2 : -1;
     if (IS("--membw-mb")) return parse_int(f, v, 1, &a->membw_mb) ? 2 : -1;
+    if (IS("--membw-step-mb")) return parse_int(f, v, 4, &a->membw_step_mb) ? 2 : -1;
     if (IS("--batch")) return parse_list(f, v, a->batch, &a->n_batch) ? 2 : -1;
     if (IS("--context-sweep")) return parse_list(f, v, a->sweep, &a->n_sweep) ? 2 : -1;
     if (IS("--out")) {
@@ -137,7 +143,8 @@ void cmd_bench_usage(FILE *out) {
                  "                   [--decode-prompt 16] [--kv-type f16|...] [--json]\n"
                  "                   [--context-sweep 128,512,2048 [--sweep-tokens 16] "
                  "[--no-cache-budget 120]\n"
-                 "                    [--out PREFIX]] [--membw [--membw-mb 1024]] [--no-progress]\n"
+                 "                    [--out PREFIX]] [--membw [--membw-mb 1024]]\n"
+                 "                   [--membw-steps [--membw-step-mb 256]] [--no-progress]\n"
                  "       kvllm bench --membw        (memory read bandwidth only)\n");
 }
 
@@ -213,11 +220,13 @@ typedef struct bench {
     size_t weights_per_step;  /* bytes of weights one forward pass reads */
     double kv_read_per_token; /* bytes of K and V one decoding step's attention reads, per
                                * sequence: the mean over the timed steps (0: not known) */
+    step_probe *probe;        /* --membw-steps: read after every timed decoding step */
 } bench;
 
 typedef struct batch_result {
     int64_t batch;
-    samples tps; /* aggregate decode tokens/s */
+    samples tps;                 /* aggregate decode tokens/s */
+    double probe_bytes, probe_s; /* --membw-steps: read between this test's steps, and when */
 } batch_result;
 
 typedef struct results {
@@ -294,9 +303,10 @@ static void on_event(const engine_event *ev, void *user) {
 }
 
 typedef struct run_result {
-    double prefill_s;   /* time to the first token (longest over the sequences) */
-    int64_t dec_tokens; /* tokens generated after every sequence had its first */
-    double dec_s;
+    double prefill_s;            /* time to the first token (longest over the sequences) */
+    int64_t dec_tokens;          /* tokens generated after every sequence had its first */
+    double dec_s;                /* their time, less the probes' */
+    double probe_bytes, probe_s; /* read by the probes between the steps (--membw-steps) */
 } run_result;
 
 static bool submit_all(bench *b, engine *e, run_state *st, int64_t n_prompt, int64_t max_tokens) {
@@ -331,8 +341,8 @@ static bool run_requests(bench *b, engine *e, int n_seqs, int64_t n_prompt, int6
                          run_result *r) {
     run_state st = {.n_seqs = n_seqs};
     if (n_seqs > (int)sizeof st.first || !submit_all(b, e, &st, n_prompt, max_tokens)) return false;
-    double t_all = 0;
-    int64_t tok_at = 0, total = (int64_t)n_seqs * max_tokens;
+    double t_all = 0, probe_s = 0;
+    int64_t tok_at = 0, total = (int64_t)n_seqs * max_tokens, probes = 0;
     kvl_error err = {{0}};
     while (st.n_done < n_seqs) {
         if (!engine_step(e, &err)) {
@@ -342,12 +352,17 @@ static bool run_requests(bench *b, engine *e, int n_seqs, int64_t n_prompt, int6
         if (t_all == 0 && st.n_first == n_seqs) {
             t_all = kvl_time_s();
             tok_at = st.n_tokens;
+        } else if (t_all > 0 && b->probe) { /* after a timed step */
+            probe_s += bench_step_probe_run(b->probe);
+            probes++;
         }
         prog_draw(&b->prog, st.n_tokens, total);
     }
     r->prefill_s = st.prefill_s;
     r->dec_tokens = st.n_tokens - tok_at;
-    r->dec_s = kvl_time_s() - t_all;
+    r->dec_s = kvl_time_s() - t_all - probe_s;
+    r->probe_s = probe_s;
+    r->probe_bytes = b->probe ? (double)probes * (double)bench_step_probe_bytes(b->probe) : 0;
     return true;
 }
 
@@ -391,6 +406,12 @@ static bool fused_single(const bench_args *a) {
     return a->n_prefill > 0 && a->decode_prompt == a->n_prefill && a->n_decode > 1;
 }
 
+static void batch_add(batch_result *br, const run_result *r) {
+    br->tps.v[br->tps.n++] = (double)r->dec_tokens / r->dec_s;
+    br->probe_bytes += r->probe_bytes;
+    br->probe_s += r->probe_s;
+}
+
 static bool phase_prefill(bench *b, results *res) {
     const bench_args *a = b->a;
     int64_t n_out = fused_single(a) ? a->n_decode : 1;
@@ -401,8 +422,8 @@ static bool phase_prefill(bench *b, results *res) {
         run_result r;
         ok = run_requests(b, e, 1, a->n_prefill, n_out, &r);
         if (ok) res->prefill_tps.v[res->prefill_tps.n++] = a->n_prefill / r.prefill_s;
-        samples *dec = &res->batch[0].tps; /* batch 1 */
-        if (ok && n_out > 1 && r.dec_s > 0) dec->v[dec->n++] = r.dec_tokens / r.dec_s;
+        batch_result *dec = &res->batch[0]; /* batch 1 */
+        if (ok && n_out > 1 && r.dec_s > 0) batch_add(dec, &r);
     }
     engine_destroy(e);
     return ok;
@@ -423,7 +444,7 @@ static bool phase_decode(bench *b, results *res) {
                       a->reps);
             run_result r;
             ok = run_requests(b, e, B, a->decode_prompt, a->n_decode, &r);
-            if (ok && r.dec_s > 0) br->tps.v[br->tps.n++] = r.dec_tokens / r.dec_s;
+            if (ok && r.dec_s > 0) batch_add(br, &r);
         }
         engine_destroy(e);
     }
@@ -493,6 +514,25 @@ static double batch_gbps(const bench *b, const batch_result *br) {
     return (double)b->weights_per_step * samples_mean(&br->tps) / (double)br->batch / 1e9;
 }
 
+/* --membw-steps: the bandwidth the probes between this test's steps read (0: none). */
+static double steps_membw(const batch_result *br) {
+    return br->probe_s > 0 ? br->probe_bytes / br->probe_s / 1e9 : 0;
+}
+
+/* The test's roofline shares against the probes between its steps:
+ * membw_between_steps_gb_per_s, roofline_between_steps_pct (weights) and,
+ * with the KV cache's reads known, roofline_read_between_steps_pct. */
+static void json_steps_roofline(cJSON *e, const bench *b, const batch_result *br) {
+    const double bw = steps_membw(br);
+    if (bw <= 0) return;
+    cJSON_AddNumberToObject(e, "membw_between_steps_gb_per_s", bw);
+    cJSON_AddNumberToObject(e, "roofline_between_steps_pct", 100 * batch_gbps(b, br) / bw);
+    if (b->kv_read_per_token <= 0) return;
+    const double bytes = (double)b->weights_per_step / (double)br->batch + b->kv_read_per_token;
+    cJSON_AddNumberToObject(e, "roofline_read_between_steps_pct",
+                            100 * bytes * samples_mean(&br->tps) / 1e9 / bw);
+}
+
 /* The decode figures with the KV cache's reads added to the weights' (per
  * token: the weights once per step shared by the batch, each sequence its own
  * KV): kv_read_bytes_per_token (calculated), read_bytes_per_token,
@@ -524,6 +564,7 @@ static void json_batches(cJSON *j, const bench *b, const results *res) {
         if (res->membw_gbps > 0)
             cJSON_AddNumberToObject(e, "roofline_pct", 100 * gbps / res->membw_gbps);
         json_kv_read(e, b, br, res);
+        json_steps_roofline(e, b, br);
         cJSON_AddItemToArray(arr, e);
     }
 }
@@ -581,6 +622,7 @@ static void print_json(const bench *b, const results *res) {
     if (res->membw_gbps > 0)
         cJSON_AddNumberToObject(j, "roofline_pct", 100 * batch_gbps(b, b1) / res->membw_gbps);
     if (a->n_decode > 1) json_kv_read(j, b, b1, res);
+    if (a->n_decode > 1) json_steps_roofline(j, b, b1);
     json_batches(j, b, res);
     json_sweep(j, b, res);
     cli_print_json(j);
@@ -631,6 +673,14 @@ static void print_text(const bench *b, const results *res) {
         else snprintf(name, sizeof name, "tg%lld", (long long)a->n_decode);
         print_row(name, &br->tps, batch_gbps(b, br), res->membw_gbps);
     }
+    for (int i = 0; i < a->n_batch && a->n_decode > 1; i++) {
+        const batch_result *br = &res->batch[i];
+        const double bw = steps_membw(br);
+        if (bw > 0)
+            printf("%s  batch %3lld: %.2f GB/s read between its steps, roofline %.0f%%\n",
+                   i ? "" : "\nprobes between decoding steps (--membw-steps):\n",
+                   (long long)br->batch, bw, 100 * batch_gbps(b, br) / bw);
+    }
     for (int i = 0; i < a->n_sweep; i++) {
         const sweep_point *sp = &res->sweep[i];
         printf("%s  context %6lld: %9.2f ms/token with KV cache, ", i ? "" : "\ncontext sweep:\n",
@@ -674,6 +724,7 @@ static bool parse_args(int argc, char **argv, cli_opts *o, bench_args *a) {
                       .sweep_tokens = 16,
                       .nocache_budget_s = 120,
                       .membw_mb = 1024,
+                      .membw_step_mb = 256,
                       .progress = true};
     if (!cli_parse_ex(argc, argv, o, bench_flag, a)) {
         cmd_bench_usage(stderr);
@@ -712,7 +763,10 @@ int cmd_bench(int argc, char **argv) {
                             .tty = isatty(STDERR_FILENO),
                             .n_runs = count_runs(&a),
                             .t0 = kvl_time_s()};
-        bool ok = run_phases(&b, res);
+        if (a.membw_steps && !(b.probe = bench_step_probe_new(a.membw_step_mb)))
+            fprintf(stderr, "kvllm bench: --membw-steps: cannot allocate %lld MiB\n",
+                    (long long)a.membw_step_mb);
+        bool ok = (!a.membw_steps || b.probe) && run_phases(&b, res);
         prog_end(&b.prog);
         /* the bandwidth moves minute to minute: the roofline is the better
          * of the probes before and after the runs */
@@ -725,6 +779,7 @@ int cmd_bench(int argc, char **argv) {
     else print_text(&b, res);
     rc = 0;
 out:
+    bench_step_probe_free(b.probe);
     cli_unload(&b.cm);
     free(res);
     return rc;

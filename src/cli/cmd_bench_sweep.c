@@ -12,6 +12,7 @@
 
 #include "cmd_bench.h"
 #include "kernels.h"
+#include "kvl_pool.h"
 
 /* ------------------------------------------------------ memory bandwidth -- */
 
@@ -46,6 +47,57 @@ double bench_membw_gbps(int64_t mb) {
     (void)sink;
     kvl_free(buf);
     return best;
+}
+
+/* The probe between decoding steps: one pass over a smaller buffer, read
+ * through the engine's own thread pool (the pool's workers would otherwise
+ * spin beside OpenMP's threads on the same cores), in chunks the threads
+ * claim as they go. */
+#define STEP_PROBE_CHUNK ((size_t)4 << 20)
+
+struct step_probe {
+    char *buf;
+    size_t bytes;
+    _Atomic uint64_t sum;
+};
+
+static void step_probe_touch(void *ctx, int64_t c, int thread) {
+    (void)thread;
+    step_probe *p = ctx;
+    memset(p->buf + (size_t)c * STEP_PROBE_CHUNK, 1, STEP_PROBE_CHUNK);
+}
+
+static void step_probe_read(void *ctx, int64_t c, int thread) {
+    (void)thread;
+    step_probe *p = ctx;
+    p->sum += kern_read_sum(p->buf + (size_t)c * STEP_PROBE_CHUNK, STEP_PROBE_CHUNK);
+}
+
+step_probe *bench_step_probe_new(int64_t mb) {
+    step_probe *p = calloc(1, sizeof *p);
+    if (!p) return NULL;
+    p->bytes = ((size_t)mb << 20) / STEP_PROBE_CHUNK * STEP_PROBE_CHUNK;
+    p->buf = p->bytes ? kvl_alloc(p->bytes) : NULL;
+    if (!p->buf) {
+        free(p);
+        return NULL;
+    }
+    kvl_pool_run(step_probe_touch, p, (int64_t)(p->bytes / STEP_PROBE_CHUNK));
+    return p;
+}
+
+double bench_step_probe_run(step_probe *p) {
+    const double t0 = kvl_time_s();
+    kvl_pool_run(step_probe_read, p, (int64_t)(p->bytes / STEP_PROBE_CHUNK));
+    return kvl_time_s() - t0;
+}
+
+size_t bench_step_probe_bytes(const step_probe *p) { return p->bytes; }
+
+void bench_step_probe_free(step_probe *p) {
+    if (!p) return;
+    kvl_free(p->buf);
+    free(p);
 }
 
 /* ------------------------------------------------------- sweep files -- */

@@ -153,6 +153,22 @@ check(len(csv) == 3 and csv[0].startswith("context,"), "sweep csv: header and tw
 svg = open(prefix + ".svg").read() if os.path.exists(prefix + ".svg") else ""
 check(svg.startswith("<svg") and svg.rstrip().endswith("</svg>") and "<polyline" in svg, "sweep svg written")
 
+# --membw-steps: a probe after every timed decoding step; each test's decode
+# GB/s over what those probes read is its roofline share against them.
+p = run(["bench", "-m", model, "-p", "0", "-n", "6", "-r", "1", "-t", "2", "--batch", "2", "--membw-steps",
+         "--membw-mb", "16", "--membw-step-mb", "8", "--json", "--no-progress"])
+j = json.loads(p.stdout or "{}")
+for x in [j] + j.get("batches", []):
+    bw, pct = x.get("membw_between_steps_gb_per_s", 0), x.get("roofline_between_steps_pct", 0)
+    check(bw > 0 and abs(pct - 100 * x.get("weights_gb_per_s", 0) / bw) < 1e-6 * pct and
+          x.get("roofline_read_between_steps_pct", 0) > pct,
+          f"bench --membw-steps batch {x.get('batch', 1)}: bandwidth between steps and the shares against it")
+check(j.get("membw_gb_per_s", 0) > 0, "bench --membw-steps implies --membw")
+p = run(["bench", "-m", model, "-p", "0", "-n", "4", "-r", "1", "--membw-steps", "--membw-mb", "16",
+         "--membw-step-mb", "8", "--no-progress"])
+check("read between its steps" in p.stdout, "bench --membw-steps: text report")
+run(["bench", "-m", model, "--membw-steps", "--membw-step-mb", "3"], want_rc=2)
+
 # A zero budget skips the recompute sweep and says so.
 p = run(["bench", "-m", model, "-p", "0", "-n", "0", "-r", "1", "--context-sweep", "16", "--sweep-tokens", "3",
          "--no-cache-budget", "0", "--out", prefix, "--json"])
