@@ -1,8 +1,9 @@
 /* kvllm bench: the parts that need neither the engine nor the bench's options:
- * the memory-bandwidth probe (--membw, the decode roofline) and the context
- * sweep's output files (--context-sweep: CSV and a log-log SVG plot). Split
- * from cmd_bench.c, which runs the engine and reports; the two share only
- * sweep_point and these entry points (cmd_bench.h). */
+ * the memory-bandwidth probes (--membw, the decode roofline; --membw-steps,
+ * the probe between decoding steps) and the context sweep's output files
+ * (--context-sweep: CSV and a log-log SVG plot). Split from cmd_bench.c, which
+ * runs the engine and reports; the two share only sweep_point and these entry
+ * points (cmd_bench.h). */
 #define _GNU_SOURCE
 #include <math.h>
 #include <omp.h>
