@@ -514,6 +514,12 @@ static double batch_gbps(const bench *b, const batch_result *br) {
     return (double)b->weights_per_step * samples_mean(&br->tps) / (double)br->batch / 1e9;
 }
 
+/* Bytes a decoding step reads per token with the KV cache's reads: the
+ * weights once per step shared by the batch, each sequence its own KV. */
+static double read_bytes_per_token(const bench *b, const batch_result *br) {
+    return (double)b->weights_per_step / (double)br->batch + b->kv_read_per_token;
+}
+
 /* --membw-steps: the bandwidth the probes between this test's steps read (0: none). */
 static double steps_membw(const batch_result *br) {
     return br->probe_s > 0 ? br->probe_bytes / br->probe_s / 1e9 : 0;
@@ -528,19 +534,16 @@ static void json_steps_roofline(cJSON *e, const bench *b, const batch_result *br
     cJSON_AddNumberToObject(e, "membw_between_steps_gb_per_s", bw);
     cJSON_AddNumberToObject(e, "roofline_between_steps_pct", 100 * batch_gbps(b, br) / bw);
     if (b->kv_read_per_token <= 0) return;
-    const double bytes = (double)b->weights_per_step / (double)br->batch + b->kv_read_per_token;
-    cJSON_AddNumberToObject(e, "roofline_read_between_steps_pct",
-                            100 * bytes * samples_mean(&br->tps) / 1e9 / bw);
+    const double read_gbps = read_bytes_per_token(b, br) * samples_mean(&br->tps) / 1e9;
+    cJSON_AddNumberToObject(e, "roofline_read_between_steps_pct", 100 * read_gbps / bw);
 }
 
-/* The decode figures with the KV cache's reads added to the weights' (per
- * token: the weights once per step shared by the batch, each sequence its own
- * KV): kv_read_bytes_per_token (calculated), read_bytes_per_token,
- * read_gb_per_s and, with a probe, roofline_read_pct. */
+/* The decode figures with the KV cache's reads added to the weights'
+ * (read_bytes_per_token): kv_read_bytes_per_token (calculated),
+ * read_bytes_per_token, read_gb_per_s and, with a probe, roofline_read_pct. */
 static void json_kv_read(cJSON *e, const bench *b, const batch_result *br, const results *res) {
     if (b->kv_read_per_token <= 0) return;
-    const double bytes = (double)b->weights_per_step / (double)br->batch + b->kv_read_per_token,
-                 gbps = bytes * samples_mean(&br->tps) / 1e9;
+    const double bytes = read_bytes_per_token(b, br), gbps = bytes * samples_mean(&br->tps) / 1e9;
     cJSON_AddNumberToObject(e, "kv_read_bytes_per_token", b->kv_read_per_token);
     cJSON_AddNumberToObject(e, "read_bytes_per_token", bytes);
     cJSON_AddNumberToObject(e, "read_gb_per_s", gbps);
@@ -621,8 +624,10 @@ static void print_json(const bench *b, const results *res) {
     cJSON_AddNumberToObject(j, "weights_gb_per_s", batch_gbps(b, b1));
     if (res->membw_gbps > 0)
         cJSON_AddNumberToObject(j, "roofline_pct", 100 * batch_gbps(b, b1) / res->membw_gbps);
-    if (a->n_decode > 1) json_kv_read(j, b, b1, res);
-    if (a->n_decode > 1) json_steps_roofline(j, b, b1);
+    if (a->n_decode > 1) {
+        json_kv_read(j, b, b1, res);
+        json_steps_roofline(j, b, b1);
+    }
     json_batches(j, b, res);
     json_sweep(j, b, res);
     cli_print_json(j);
