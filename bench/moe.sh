@@ -14,7 +14,9 @@
 # The roofline column: bytes read per token (kvllm bench's
 # weights_bytes_per_token: every tensor of the file, less the unselected
 # experts' share of the routed-expert tensors, less all but one row of an
-# untied token embedding) x tokens/s / the read bandwidth measured in the run.
+# untied token embedding) x tokens/s / the read bandwidth measured in the run;
+# a second table gives kvllm's decode share of the bandwidth read between its
+# own decoding steps (run_vs_llamacpp.sh's STEP_PROBES, on by default).
 # Each file is read once before its runs (WARM=1), so both engines load from
 # the page cache.
 #
