@@ -12,10 +12,10 @@
  *            the KV cache and without it (recompute), as CSV and SVG
  *   --membw  memory read bandwidth, the roofline for decode: the better of a
  *            probe before the runs and one after them
- *   --membw-steps  also a short probe after every timed decoding step (not
- *            counted in the step's time): the bandwidth of the same seconds
- *            as the decode, a steadier roofline on a machine whose bandwidth
- *            moves minute to minute
+ *   --membw-steps  also a short probe after every timed decoding step of the
+ *            prefill and decode tests (not counted in the step's time): the
+ *            bandwidth of the same seconds as the decode, a steadier
+ *            roofline on a machine whose bandwidth moves minute to minute
  * Every figure is the mean +- sd over -r repetitions, after one warm-up that
  * pages the weights in. Decode is reported with the bytes of weights read per
  * decoding step (all weight matrices once per step) and the implied GB/s, and
@@ -220,7 +220,7 @@ typedef struct bench {
     size_t weights_per_step;  /* bytes of weights one forward pass reads */
     double kv_read_per_token; /* bytes of K and V one decoding step's attention reads, per
                                * sequence: the mean over the timed steps (0: not known) */
-    step_probe *probe;        /* --membw-steps: read after every timed decoding step */
+    step_probe *probe;        /* --membw-steps: read after every timed step of the decode tests */
 } bench;
 
 typedef struct batch_result {
@@ -336,9 +336,11 @@ static bool submit_all(bench *b, engine *e, run_state *st, int64_t n_prompt, int
     return ok;
 }
 
-/* Runs n_seqs requests of n_prompt random tokens and max_tokens outputs to the end. */
+/* Runs n_seqs requests of n_prompt random tokens and max_tokens outputs to the
+ * end; with a probe (the prefill and decode tests under --membw-steps), it
+ * reads after every timed step. */
 static bool run_requests(bench *b, engine *e, int n_seqs, int64_t n_prompt, int64_t max_tokens,
-                         run_result *r) {
+                         step_probe *probe, run_result *r) {
     run_state st = {.n_seqs = n_seqs};
     if (n_seqs > (int)sizeof st.first || !submit_all(b, e, &st, n_prompt, max_tokens)) return false;
     double t_all = 0, probe_s = 0;
@@ -352,8 +354,8 @@ static bool run_requests(bench *b, engine *e, int n_seqs, int64_t n_prompt, int6
         if (t_all == 0 && st.n_first == n_seqs) {
             t_all = kvl_time_s();
             tok_at = st.n_tokens;
-        } else if (t_all > 0 && b->probe) { /* after a timed step */
-            probe_s += bench_step_probe_run(b->probe);
+        } else if (t_all > 0 && probe) { /* after a timed step */
+            probe_s += bench_step_probe_run(probe);
             probes++;
         }
         prog_draw(&b->prog, st.n_tokens, total);
@@ -362,7 +364,7 @@ static bool run_requests(bench *b, engine *e, int n_seqs, int64_t n_prompt, int6
     r->dec_tokens = st.n_tokens - tok_at;
     r->dec_s = kvl_time_s() - t_all - probe_s;
     r->probe_s = probe_s;
-    r->probe_bytes = b->probe ? (double)probes * (double)bench_step_probe_bytes(b->probe) : 0;
+    r->probe_bytes = probe ? (double)probes * (double)bench_step_probe_bytes(probe) : 0;
     return true;
 }
 
@@ -389,11 +391,12 @@ static engine *make_engine(bench *b, int max_seqs, int64_t n_prompt, int64_t max
     return e;
 }
 
-/* One engine, one request per repetition (or a batch of them). */
+/* One engine, one request per repetition (or a batch of them); no probes
+ * between its steps (the warm-up and the context sweep). */
 static bool run_once(bench *b, int n_seqs, int64_t n_prompt, int64_t max_tokens, bool no_cache,
                      run_result *r) {
     engine *e = make_engine(b, n_seqs, n_prompt, max_tokens, no_cache);
-    bool ok = e && run_requests(b, e, n_seqs, n_prompt, max_tokens, r);
+    bool ok = e && run_requests(b, e, n_seqs, n_prompt, max_tokens, NULL, r);
     engine_destroy(e);
     return ok;
 }
@@ -420,7 +423,7 @@ static bool phase_prefill(bench *b, results *res) {
     for (int rep = 0; ok && rep < a->reps; rep++) {
         prog_next(&b->prog, "prefill %lld, rep %d/%d", (long long)a->n_prefill, rep + 1, a->reps);
         run_result r;
-        ok = run_requests(b, e, 1, a->n_prefill, n_out, &r);
+        ok = run_requests(b, e, 1, a->n_prefill, n_out, b->probe, &r);
         if (ok) res->prefill_tps.v[res->prefill_tps.n++] = a->n_prefill / r.prefill_s;
         batch_result *dec = &res->batch[0]; /* batch 1 */
         if (ok && n_out > 1 && r.dec_s > 0) batch_add(dec, &r);
@@ -443,7 +446,7 @@ static bool phase_decode(bench *b, results *res) {
             prog_next(&b->prog, "decode %lld x%d, rep %d/%d", (long long)a->n_decode, B, rep + 1,
                       a->reps);
             run_result r;
-            ok = run_requests(b, e, B, a->decode_prompt, a->n_decode, &r);
+            ok = run_requests(b, e, B, a->decode_prompt, a->n_decode, b->probe, &r);
             if (ok && r.dec_s > 0) batch_add(br, &r);
         }
         engine_destroy(e);
