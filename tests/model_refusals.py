@@ -130,8 +130,9 @@ CASES = [
      "tensor 'blk.0.ffn_gate_inp.weight': a router in a layer that key 'llama.expert_count' makes dense"),
     ("mixtral_one_tensor_per_expert", "llama-moe-f32", rename_tensor("ffn_gate_exps.weight", "ffn_gate.0.weight"),
      "tensor 'blk.0.ffn_gate_exps.weight' missing: this file stores each expert as its own tensor"),
-    ("merged_gate_up_experts", "qwen3moe-f32", rename_tensor("ffn_gate_exps.weight", "ffn_gate_up_exps.weight"),
-     "tensor 'blk.0.ffn_gate_up_exps.weight': merged gate/up experts are not supported"),
+    ("fused_gate_up_experts_wrong_shape", "qwen3moe-f32",
+     rename_tensor("ffn_gate_exps.weight", "ffn_gate_up_exps.weight"),
+     "tensor 'blk.0.ffn_gate_up_exps.weight': shape [256, 256, 8, 1], expected [256, 512, 8]"),
     ("missing_expert_tensor", "qwen3moe-f32", rename_tensor("blk.1.ffn_down_exps.weight", "blk.1.ffn_down_exps.other"),
      "tensor 'blk.1.ffn_down_exps.weight' missing"),
     ("unknown_gating", "deepseek2-moe-f32", set_u32("deepseek2.expert_gating_func", 3),
@@ -203,6 +204,52 @@ def qwen2moe_from_qwen3moe(models, path):
     save(path, version, kvs, tensors, data)
 
 
+BLOCK = {0: (4, 1), 8: (34, 32)}  # F32, Q8_0: bytes per block, values per block
+
+
+def fuse_gate_up(models, base, path):
+    """BASE with each layer's ffn_gate_exps and ffn_up_exps fused into one ffn_gate_up_exps
+    {E, 2F, n_expert}, as convert_hf_to_gguf --fuse-gate-up-exps writes it: expert e's F gate
+    rows, then its F up rows."""
+    version, kvs, tensors, data = load(os.path.join(models, base + ".gguf"))
+    data = bytearray(data)
+    by = {t[0]: t for t in tensors}
+    for gate in [t for t in tensors if t[0].endswith("ffn_gate_exps.weight")]:
+        up = by[gate[0].replace("ffn_gate_exps", "ffn_up_exps")]
+        (E, F, NE), dt = gate[1], gate[2]
+        bpb, vpb = BLOCK[dt]
+        half = E * F // vpb * bpb
+        fused = b"".join(data[t[3] + e * half:t[3] + (e + 1) * half] for e in range(NE) for t in (gate, up))
+        data += bytes((32 - len(data) % 32) % 32)
+        tensors.append([gate[0].replace("ffn_gate_exps", "ffn_gate_up_exps"), [E, 2 * F, NE], dt, len(data)])
+        data += fused
+        tensors.remove(gate)
+        tensors.remove(up)
+    save(path, version, kvs, tensors, bytes(data))
+
+
+def check_fused_gate_up(kv_bin, models, out):
+    """A fused gate+up expert file computes exactly what the unfused one does: the same greedy
+    ids and log-probabilities (F32: the plain kernels; Q8_0: the repacked ones)."""
+    failures = 0
+    for base in ("deepseek2-moe-f32", "qwen3moe-q8_0"):
+        fused = os.path.join(out, base + "-fused-gate-up.gguf")
+        fuse_gate_up(models, base, fused)
+        runs = []
+        for path in (os.path.join(models, base + ".gguf"), fused):
+            r = subprocess.run([kv_bin, "run", "-m", path, "--prompt-ids", "1,2,3,4,5", "-n", "12", "--temp", "0",
+                                "--ignore-eos", "--json", "--top-logprobs", "4", "-t", "2"],
+                               capture_output=True, text=True)
+            runs.append((r.returncode, [l for l in r.stdout.splitlines() if '"id"' in l], r.stderr))
+        if runs[0][0] != 0 or runs[1][0] != 0 or len(runs[0][1]) != 12 or runs[0][1] != runs[1][1]:
+            print(f"FAIL fused gate/up {base}: exits {runs[0][0]} / {runs[1][0]}, outputs equal "
+                  f"{runs[0][1] == runs[1][1]}\n{runs[1][2]}")
+            failures += 1
+        else:
+            print(f"ok   fused gate/up {base}: 12 ids and log-probabilities equal to the unfused file's")
+    return failures
+
+
 def main():
     kv_bin, models, out = sys.argv[1], sys.argv[2], sys.argv[3]
     os.makedirs(out, exist_ok=True)
@@ -239,6 +286,7 @@ def main():
         failures += 1
     else:
         print("ok   qwen2moe (from qwen3moe): loads, shared expert reported, 8 ids generated")
+    failures += check_fused_gate_up(kv_bin, models, out)
     print("PASS" if not failures else f"{failures} failure(s)")
     return 1 if failures else 0
 

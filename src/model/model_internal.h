@@ -12,6 +12,9 @@ typedef struct mtensor {
     void *packed; /* owned: the kernels' repacked layout of data, or NULL */
     int dtype;
     int64_t ne0, ne1, ne2; /* ne0: row length (input dim), ne1: rows (output dim), ne2: heads */
+    /* bytes from one expert's (ne2 slice's) rows in data to the next; 0: ne1 rows. A view
+     * into a fused gate+up expert tensor sets it (model_moe.c). */
+    size_t expert_stride;
 } mtensor;
 
 typedef struct layer_weights {

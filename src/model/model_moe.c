@@ -97,13 +97,16 @@ bool moe_bind_layer(model *m, int il, kvl_error *err) {
     if (!model_bind_blk(m, il, &L->ffn_gate_inp, "ffn_gate_inp.weight", E, NE, 1, true, err))
         return false;
     snprintf(n, sizeof n, "blk.%d.ffn_gate_exps.weight", il);
+    bool fused = false;
     if (!gguf_find_tensor(m->gguf, n)) {
         char alt[96];
         snprintf(alt, sizeof alt, "blk.%d.ffn_gate_up_exps.weight", il);
-        if (gguf_find_tensor(m->gguf, alt))
-            return kvl_fail(
-                err, "%s: tensor '%s': merged gate/up experts are not supported (expected '%s')",
-                gguf_path(m->gguf), alt, n);
+        fused = gguf_find_tensor(m->gguf, alt) != NULL;
+        if (fused && m->arch->gpt_oss) /* its expert biases would be fused too */
+            return kvl_fail(err,
+                            "%s: tensor '%s': fused gate/up experts are not supported for "
+                            "gpt-oss (expected '%s')",
+                            gguf_path(m->gguf), alt, n);
         snprintf(alt, sizeof alt, "blk.%d.ffn_gate.0.weight", il);
         if (gguf_find_tensor(m->gguf, alt))
             return kvl_fail(
@@ -113,10 +116,23 @@ bool moe_bind_layer(model *m, int il, kvl_error *err) {
                 "convert the model again",
                 gguf_path(m->gguf), n, alt);
     }
-    if (!model_bind_blk(m, il, &L->ffn_gate_exps, "ffn_gate_exps.weight", E, F, NE, true, err))
-        return false;
-    if (!model_bind_blk(m, il, &L->ffn_up_exps, "ffn_up_exps.weight", E, F, NE, true, err))
-        return false;
+    if (fused) {
+        /* convert_hf_to_gguf --fuse-gate-up-exps: each expert's F gate rows, then its F up
+         * rows, in one {E, 2F, n_expert} tensor; gate and up become views of it */
+        if (!model_bind_blk(m, il, &L->ffn_gate_exps, "ffn_gate_up_exps.weight", E, 2 * F, NE, true,
+                            err))
+            return false;
+        const size_t half = kern_row_bytes(L->ffn_gate_exps.dtype, E) * (size_t)F;
+        L->ffn_gate_exps.ne1 = F;
+        L->ffn_gate_exps.expert_stride = 2 * half;
+        L->ffn_up_exps = L->ffn_gate_exps;
+        L->ffn_up_exps.data = (const uint8_t *)L->ffn_gate_exps.data + half;
+    } else {
+        if (!model_bind_blk(m, il, &L->ffn_gate_exps, "ffn_gate_exps.weight", E, F, NE, true, err))
+            return false;
+        if (!model_bind_blk(m, il, &L->ffn_up_exps, "ffn_up_exps.weight", E, F, NE, true, err))
+            return false;
+    }
     if (!model_bind_blk(m, il, &L->ffn_down_exps, "ffn_down_exps.weight", F, E, NE, true, err))
         return false;
     if (!model_bind_blk(m, il, &L->exp_probs_b, "exp_probs_b.bias", NE, 0, 1, false, err))
@@ -164,6 +180,11 @@ static void moe_matmuls(layer_weights *L, mtensor *out[7]) {
     out[6] = NULL;
 }
 
+/* Bytes between two experts' slices in t->data. */
+static size_t data_stride(const mtensor *t) {
+    return t->expert_stride ? t->expert_stride : kern_row_bytes(t->dtype, t->ne0) * (size_t)t->ne1;
+}
+
 /* Bytes between two experts' slices in a repacked tensor (kern_repack wants 64-byte aligned dst). */
 static size_t packed_stride(const mtensor *t) {
     return (kern_repack_bytes(t->dtype, t->ne1, t->ne0) + 63) & ~(size_t)63;
@@ -179,8 +200,7 @@ bool moe_repack(model *m, size_t *total, kvl_error *err) {
         for (int i = 0; ts[i]; i++) {
             mtensor *t = ts[i];
             if (!t->data || !kern_repack_bytes(t->dtype, t->ne1, t->ne0)) continue;
-            const size_t stride = packed_stride(t),
-                         slice = kern_row_bytes(t->dtype, t->ne0) * (size_t)t->ne1;
+            const size_t stride = packed_stride(t), slice = data_stride(t);
             t->packed = kvl_alloc_huge(stride * (size_t)t->ne2);
             if (!t->packed)
                 return kvl_fail(
@@ -191,8 +211,11 @@ bool moe_repack(model *m, size_t *total, kvl_error *err) {
                 kern_repack((const uint8_t *)t->data + (size_t)e * slice, t->dtype, t->ne1, t->ne0,
                             (uint8_t *)t->packed + (size_t)e * stride);
             *total += stride * (size_t)t->ne2;
-            /* the GGUF pages are read again from the page cache only if touched */
-            const uintptr_t a = (uintptr_t)t->data, end = a + slice * (size_t)t->ne2;
+            /* the GGUF pages are read again from the page cache only if touched (a fused
+             * gate+up tensor's up view is repacked next, from pages dropped here) */
+            const uintptr_t a = (uintptr_t)t->data,
+                            end = a + slice * (size_t)(t->ne2 - 1) +
+                                  kern_row_bytes(t->dtype, t->ne0) * (size_t)t->ne1;
             const uintptr_t a0 = (a + page - 1) & ~(uintptr_t)(page - 1),
                             e0 = end & ~(uintptr_t)(page - 1);
             if (e0 > a0) madvise((void *)a0, e0 - a0, MADV_DONTNEED);
@@ -415,8 +438,7 @@ static void route(const model_moe_hparams *mo, const layer_weights *L, struct mo
 /* Expert e's 2-D slice of a 3-D expert tensor, repacked or not. */
 static mtensor expert_slice(const mtensor *t, int64_t e) {
     mtensor s = *t;
-    s.data =
-        (const uint8_t *)t->data + (size_t)e * kern_row_bytes(t->dtype, t->ne0) * (size_t)t->ne1;
+    s.data = (const uint8_t *)t->data + (size_t)e * data_stride(t);
     s.packed = t->packed ? (uint8_t *)t->packed + (size_t)e * packed_stride(t) : NULL;
     s.ne2 = 1;
     return s;
