@@ -4,11 +4,13 @@ writes a tiny random-weight F32 GGUF of that architecture, then records what an 
 llama.cpp build computes on it, in the layout tests/golden/check_golden.py reads
 (tokenize.json, greedy.json, perplexity.json, meta.json; README "How to compare").
 
-Usage: make_golden.py LLAMA_CPP_BIN_DIR GOLDEN_DIR NAME [NAME ...]   (names: see SPECS)
+Usage: make_golden.py LLAMA_CPP_BIN_DIR GOLDEN_DIR NAME [NAME ...]
+NAME: a spec (see SPECS), or BASE-TYPE (qwen3moe-q4_k_m): llama-quantize of the golden model
+BASE-f32 already in GOLDEN_DIR/models to that file type.
 
 The tokenizer (all tokenizer.* keys) is copied from an existing golden model, so the
 tokenization cases are those of that model. Pure Python (no numpy); it never builds
-llama.cpp: LLAMA_CPP_BIN_DIR must hold llama-tokenize, llama-server and llama-perplexity.
+llama.cpp: LLAMA_CPP_BIN_DIR must hold llama-server, llama-perplexity and llama-quantize.
 """
 import hashlib
 import json
@@ -29,8 +31,9 @@ SCALAR = {T_U8: "B", T_I8: "b", T_U16: "H", T_I16: "h", T_U32: "I", T_I32: "i", 
           T_BOOL: "?", T_U64: "Q", T_I64: "q", T_F64: "d"}
 
 
-def read_kv(path):
-    """general/tokenizer metadata of a GGUF as [(key, type, value)] (value: python, arrays as (elem_type, list))."""
+def read_kv(path, with_tensors=False):
+    """general/tokenizer metadata of a GGUF as [(key, type, value)] (value: python, arrays as (elem_type, list));
+    with_tensors: also {tensor name: type name}."""
     with open(path, "rb") as f:
         data = f.read(64 << 20)
     pos = 0
@@ -59,17 +62,30 @@ def read_kv(path):
     assert data[:4] == b"GGUF", path
     pos = 4
     take("I")
-    take("Q")
+    n_tensors = take("Q")
     n_kv = take("Q")
     out = []
     for _ in range(n_kv):
         k = string()
         t = take("I")
         out.append((k, t, value(t)))
-    return out
+    if not with_tensors:
+        return out
+    types = {}
+    for _ in range(n_tensors):
+        name = string()
+        n_dims = take("I")
+        for _ in range(n_dims):
+            take("Q")
+        types[name] = GGML_TYPE_NAMES.get(take("I"), "?")
+        take("Q")
+    return out, types
 
 
 GGML_F32, GGML_MXFP4 = 0, 39
+GGML_TYPE_NAMES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 6: "Q5_0", 7: "Q5_1", 8: "Q8_0", 10: "Q2_K",
+                   11: "Q3_K", 12: "Q4_K", 13: "Q5_K", 14: "Q6_K", 20: "IQ4_NL", 23: "IQ4_XS", 30: "BF16",
+                   39: "MXFP4"}
 
 
 def tensor_bytes(vals):
@@ -467,12 +483,56 @@ def llama4_spec():
                        f"context 8448), so positions 8192+ cross a chunk and a temperature step"}
 
 
+def deepseek2_lite_spec():
+    """DeepSeek-V2-Lite's layout, which the shared deepseek2 goldens (V3-style) do not cover:
+    q projected directly (q_lora_rank 0: attn_q, no attn_q_a / attn_q_b), softmax routing
+    without expert_gating_func (the default V2 files rely on), weights neither renormalised nor
+    scaled, 2 shared experts, YaRN with V2-Lite's yarn_log_multiplier."""
+    E, L, H, V = 256, 2, 8, 4096
+    R, NOPE, ROPE, VH = 32, 32, 16, 32  # kv_lora, q/k without rope, rope, v per head
+    FF, NE, NU, FE, NS = 512, 8, 3, 128, 2
+    ts = [("token_embd.weight", [E, V], "w"), ("output_norm.weight", [E], "norm")]
+    for i in range(L):
+        b = f"blk.{i}."
+        ts += [(b + "attn_norm.weight", [E], "norm"), (b + "attn_q.weight", [E, H * (NOPE + ROPE)], "w"),
+               (b + "attn_kv_a_mqa.weight", [E, R + ROPE], "w"), (b + "attn_kv_a_norm.weight", [R], "norm"),
+               (b + "attn_k_b.weight", [NOPE, R, H], "w"), (b + "attn_v_b.weight", [R, VH, H], "w"),
+               (b + "attn_output.weight", [H * VH, E], "w"), (b + "ffn_norm.weight", [E], "norm")]
+        if i == 0:
+            ts += [(b + "ffn_gate.weight", [E, FF], "w"), (b + "ffn_up.weight", [E, FF], "w"),
+                   (b + "ffn_down.weight", [FF, E], "w")]
+        else:
+            ts += [(b + "ffn_gate_inp.weight", [E, NE], "w"),
+                   (b + "ffn_gate_exps.weight", [E, FE, NE], "w"), (b + "ffn_up_exps.weight", [E, FE, NE], "w"),
+                   (b + "ffn_down_exps.weight", [FE, E, NE], "w"),
+                   (b + "ffn_gate_shexp.weight", [E, FE * NS], "w"), (b + "ffn_up_shexp.weight", [E, FE * NS], "w"),
+                   (b + "ffn_down_shexp.weight", [FE * NS, E], "w")]
+    hp = base_hparams(E, L, H, 1, FF, "attention.layer_norm_rms_epsilon", 1e-6) + [
+        ("rope.freq_base", T_F32, 1e4), ("rope.dimension_count", T_U32, ROPE),
+        ("attention.q_lora_rank", T_U32, 0), ("attention.kv_lora_rank", T_U32, R),
+        ("attention.key_length", T_U32, R + ROPE), ("attention.value_length", T_U32, R),
+        ("attention.key_length_mla", T_U32, NOPE + ROPE), ("attention.value_length_mla", T_U32, VH),
+        ("leading_dense_block_count", T_U32, 1), ("expert_count", T_U32, NE), ("expert_used_count", T_U32, NU),
+        ("expert_feed_forward_length", T_U32, FE), ("expert_shared_count", T_U32, NS),
+        ("expert_weights_scale", T_F32, 1.0), ("rope.scaling.type", T_STR, "yarn"),
+        ("rope.scaling.factor", T_F32, 4.0), ("rope.scaling.original_context_length", T_U32, 128),
+        ("rope.scaling.yarn_log_multiplier", T_F32, 0.0707)]
+    return {"arch": "deepseek2", "donor": "qwen3-f32", "hparams": hp, "tensors": ts,
+            "summary": f"deepseek2 as DeepSeek-V2-Lite lays it out: E{E} L{L}, MLA {H} heads, q projected "
+                       f"directly (q_lora_rank 0: attn_q), kv_lora {R}, nope {NOPE} + rope {ROPE}, v {VH}, "
+                       f"absorbed attn_k_b / attn_v_b; YaRN factor 4, original context 128, yarn_log_multiplier "
+                       f"0.0707; layer 0 dense ff {FF}, layer 1 {NE} experts x ff {FE}, top-{NU} softmax (no "
+                       f"expert_gating_func key: the V2 default), weights neither renormalised nor scaled "
+                       f"(scale 1), {NS} shared experts (ff {FE * NS}); tied output (V2-Lite's is untied: "
+                       f"the loader takes both)"}
+
+
 SPECS = {"qwen2moe-f32": qwen2moe_spec, "mistral3-f32": mistral3_spec, "smollm3-f32": smollm3_spec,
          "granite-f32": granite_spec, "phi3-f32": phi3_spec, "olmo2-swa-f32": olmo2_spec,
          "command-r-f32": command_r_spec, "cohere2-swa-f32": cohere2_spec, "glm4moe-f32": glm4moe_spec,
          "granitemoe-f32": granitemoe_spec, "command-r-plus-f32": command_r_plus_spec,
          "gpt-oss-mxfp4": gpt_oss_spec, "olmoe-f32": olmoe_spec,
-         "llama4-f32": llama4_spec}
+         "llama4-f32": llama4_spec, "deepseek2-lite-f32": deepseek2_lite_spec}
 
 
 def make_model(name, golden_dir, seed):
@@ -640,11 +700,36 @@ def type_name(tensor):
     return "MXFP4" if tensor[2] == "mxfp4" else "F32"
 
 
+def quantize_model(bindir, golden_dir, name, commands):
+    """NAME = BASE-TYPE, not a spec: llama-quantize of the existing golden model BASE-f32 to
+    TYPE (q4_k_m, iq4_xs, ...), with the type mix llama-quantize chooses for that file type
+    (its fallbacks where rows are not a multiple of 256 included). The spec is the base's."""
+    base, qtype = name.rsplit("-", 1)
+    src = os.path.join(golden_dir, "models", base + "-f32.gguf")
+    if not os.path.exists(src):
+        raise SystemExit(f"{name}: neither a spec ({', '.join(SPECS)}) nor BASE-TYPE with {src}")
+    path = os.path.join(golden_dir, "models", name + ".gguf")
+    cmd = [os.path.join(bindir, "llama-quantize"), src, path, qtype.upper(), "1"]
+    commands.append(" ".join(cmd))
+    subprocess.run(cmd, capture_output=True, check=True)
+    kvs, types = read_kv(path, with_tensors=True)
+    arch = next(v for k, t, v in kvs if k == "general.architecture")
+    spec = dict(SPECS[base + "-f32"]()) if base + "-f32" in SPECS else {"arch": arch}
+    spec.update(donor=base + "-f32", tensor_types=types,
+                summary=f"llama-quantize {qtype.upper()} of {base}-f32 (the same weights; the file type's "
+                        f"own mix of tensor types, see tensor_types)")
+    return spec, path
+
+
 def make(bindir, golden_dir, name):
-    spec, model, donor = make_model(name, golden_dir, seed=sum(name.encode()))
+    commands = []
+    if name in SPECS:
+        spec, model, _ = make_model(name, golden_dir, seed=sum(name.encode()))
+        spec["tensor_types"] = {t[0]: type_name(t) for t in spec["tensors"]}
+    else:
+        spec, model = quantize_model(bindir, golden_dir, name, commands)
     out = os.path.join(golden_dir, name)
     os.makedirs(out, exist_ok=True)
-    commands = []
     donor_cases = json.load(open(os.path.join(golden_dir, spec["donor"], "tokenize.json")))
     texts = ["The quick brown fox jumps over the lazy dog.",
              "def fibonacci(n):\n    if n < 2:\n        return n\n",
@@ -695,9 +780,9 @@ def make(bindir, golden_dir, name):
     json.dump({"model": name, "file": name + ".gguf", "size_bytes": len(blob),
                "sha256": hashlib.sha256(blob).hexdigest(), "arch": spec["arch"], "vocab_only": False,
                "n_vocab": len(next(v for k, t, v in read_kv(model) if k == "tokenizer.ggml.tokens")[1]),
-               "tensor_type_counts": {k: sum(1 for t in spec["tensors"] if type_name(t) == k)
-                                      for k in sorted({type_name(t) for t in spec["tensors"]})},
-               "tensor_types": {t[0]: type_name(t) for t in spec["tensors"]},
+               "tensor_type_counts": {k: sum(1 for v in spec["tensor_types"].values() if v == k)
+                                      for k in sorted(set(spec["tensor_types"].values()))},
+               "tensor_types": spec["tensor_types"],
                "tokenizer_from": spec["donor"], "llama_cpp_bin_dir": bindir,
                "summary": {"description": spec["summary"], "greedy_identical_across_threads": same,
                            "ppl_identical_across_threads": ppl1 == ppl2, "final_ppl": ppl1,
