@@ -42,7 +42,8 @@ static const kern_traits ref_table[GGUF_DT_COUNT] = {
     REF(F32, f32),
     REF(F16, f16),
     REF(BF16, bf16),
-    REF(Q8_0, q8_0),
+    [GGUF_DT_Q8_0] = {kref_to_float_q8_0, kref_from_float_q8_0, kref_vec_dot_q8_0,
+                      kref_act_from_float_q8_0},
     REF(Q4_0, q4_0),
     REF(Q4_K, q4_K),
     REF(Q6_K, q6_K),
@@ -101,6 +102,7 @@ static void install_avx2(void) {
     active[GGUF_DT_F16].to_float = kavx2_to_float_f16;
     active[GGUF_DT_F16].from_float = kavx2_from_float_f16;
     active[GGUF_DT_Q8_0].from_float = kavx2_from_float_q8_0;
+    active[GGUF_DT_Q8_0].act_from_float = kavx2_act_from_float_q8_0;
     active[GGUF_DT_Q8_K].from_float = kavx2_from_float_q8_K;
     active[GGUF_DT_F32].vec_dot = kavx2_vec_dot_f32;
     active[GGUF_DT_F16].vec_dot = kavx2_vec_dot_f16;

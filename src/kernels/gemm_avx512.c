@@ -42,32 +42,21 @@ size_t kavx512_q_tile_bytes(int64_t k) { return (size_t)(k / QK8_0) * QT_BLK; }
 #define q_tile_bytes kavx512_q_tile_bytes
 static size_t q_panel_bytes(int64_t k) { return (size_t)(k / QK8_0) * QP_BLK; }
 
-/* roundf on 16 lanes (half away from zero), as roundf_ps of quant_avx2.c. */
-T_512_INLINE __m512 q8_round16(__m512 v) {
-    const __m512 t = _mm512_roundscale_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-    const __mmask16 big =
-        _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_sub_ps(v, t)), _mm512_set1_ps(0.5f), _CMP_GE_OQ);
-    const __m512 one = _mm512_castsi512_ps(_mm512_or_si512(
-        _mm512_castps_si512(_mm512_set1_ps(1.0f)),
-        _mm512_and_si512(_mm512_castps_si512(v),
-                         _mm512_set1_epi32((int)0x80000000u)))); /* +-1, the sign of v */
-    return _mm512_mask_add_ps(t, big, t, one);
-}
-
-/* Row x into slot `slot` of the tile, block by block: the bytes of every Q8_0
- * quantizer (kref_from_float_q8_0: d = amax/127, q = roundf(x / d)), d as the
- * float of its fp16, and c = -bias * sum(q), in one pass over registers. */
+/* Row x into slot `slot` of the tile, block by block: the bytes of the run-time
+ * Q8_0 quantizer (kref_act_from_float_q8_0: d = amax/127, q = x * (127 / amax)
+ * rounded half to even), d as the float of its fp16, and c = -bias * sum(q),
+ * in one pass over registers. */
 T_512_INLINE void q_prepare(const float *x, void *tile, int slot, int64_t k, int bias) {
     char *t = tile;
     for (int64_t b = 0; b < k / QK8_0; b++, t += QT_BLK, x += QK8_0) {
         const __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
         const float amax =
             _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
-        const float d = amax / 127;
-        const float id = d ? 1.0f / d : 0.0f;
-        const __m512 vid = _mm512_set1_ps(id);
-        const __m512i q0 = _mm512_cvtps_epi32(q8_round16(_mm512_mul_ps(v0, vid)));
-        const __m512i q1 = _mm512_cvtps_epi32(q8_round16(_mm512_mul_ps(v1, vid)));
+        const float d = amax / 127.f;
+        const __m512 vid = _mm512_set1_ps(amax != 0.0f ? 127.f / amax : 0.0f);
+        /* cvtps rounds half to even (the default MXCSR mode) */
+        const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, vid));
+        const __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, vid));
         _mm_storeu_si128((__m128i *)(t + QK8_0 * slot), _mm512_cvtsepi32_epi8(q0));
         _mm_storeu_si128((__m128i *)(t + QK8_0 * slot + 16), _mm512_cvtsepi32_epi8(q1));
         /* finite d: the F16C conversion rounds as kvl_f32_to_f16 */

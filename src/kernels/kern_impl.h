@@ -162,6 +162,7 @@ typedef void kern_rows4_sig(int64_t n, float *s, size_t sr, size_t ss, const voi
 kern_to_float_sig kref_to_float_f32, kref_to_float_f16, kref_to_float_bf16, kref_to_float_q8_0,
     kref_to_float_q4_0, kref_to_float_q4_K, kref_to_float_q6_K, kref_to_float_q8_K;
 
+kern_from_float_sig kref_act_from_float_q8_0;
 kern_from_float_sig kref_from_float_f32, kref_from_float_f16, kref_from_float_bf16,
     kref_from_float_q8_0, kref_from_float_q4_0, kref_from_float_q4_K, kref_from_float_q6_K,
     kref_from_float_q8_K;
@@ -333,7 +334,8 @@ kern_vec_dot_rows_sig kavx512_rows_q2_K, kavx512_rows_q3_K, kavx512_rows_q5_K, k
 
 /* ---- AVX2 + FMA + F16C (quant_avx2.c) ---- */
 kern_to_float_sig kavx2_to_float_f16;
-kern_from_float_sig kavx2_from_float_f16, kavx2_from_float_q8_0, kavx2_from_float_q8_K;
+kern_from_float_sig kavx2_from_float_f16, kavx2_from_float_q8_0, kavx2_act_from_float_q8_0,
+    kavx2_from_float_q8_K;
 kern_vec_dot_sig kavx2_vec_dot_f32, kavx2_vec_dot_f16, kavx2_vec_dot_bf16, kavx2_vec_dot_q8_0,
     kavx2_vec_dot_q4_0, kavx2_vec_dot_q4_K, kavx2_vec_dot_q6_K;
 

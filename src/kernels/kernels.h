@@ -95,9 +95,19 @@ typedef kern_vec_dot_sig *kern_vec_dot_fn;
  * (name, block geometry, vec_dot_type) are gguf's (gguf_dtype_traits_of). */
 typedef struct kern_traits {
     kern_to_float_fn to_float;     /* dequantize */
-    kern_from_float_fn from_float; /* quantize (NULL if not supported) */
+    kern_from_float_fn from_float; /* quantize as llama-quantize does (NULL if not supported) */
     kern_vec_dot_fn vec_dot;       /* NULL if this type cannot be a matmul weight */
+    /* quantize as llama.cpp's CPU backend does at run time (activations, cache rows), where
+     * that differs from from_float (NULL: the same). Q8_0: its x86 quantize_row_q8_0 takes
+     * 127 / amax and rounds half to even, the reference (weights) 1 / (amax / 127) and half
+     * away from zero; a byte that differs from llama.cpp's flips a product in every row. */
+    kern_from_float_fn act_from_float;
 } kern_traits;
+
+/* The run-time quantizer of t (activations, cache rows). */
+static inline kern_from_float_fn kern_act_quantizer(const kern_traits *t) {
+    return t->act_from_float ? t->act_from_float : t->from_float;
+}
 
 /* Chooses the best implementation for this CPU. Idempotent, thread-safe after
  * the first call returns. `force` = "scalar" | "avx2" | "avx512" | NULL (auto). */

@@ -51,7 +51,7 @@ static bool mm_make_plan(int wtype, int64_t k, int64_t m, mm_plan *p) {
     const kern_prep_ops *prep = kern_prep_of(wtype);
     const kern_vec_dot_rows_fn rows = kern_rows_of(wtype);
     const kern_gemm_ops *gemm = kern_gemm_of(wtype);
-    *p = (mm_plan){kern_traits_of(vdt)->from_float,
+    *p = (mm_plan){kern_act_quantizer(kern_traits_of(vdt)),
                    kern_row_bytes(vdt, k),
                    kern_row_bytes(wtype, k),
                    t->vec_dot,

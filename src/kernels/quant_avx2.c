@@ -51,6 +51,22 @@ T_AVX2 void kavx2_from_float_q8_0(const float *src, void *dst, int64_t n) {
     }
 }
 
+/* Same bytes as kref_act_from_float_q8_0 (id = 127/amax, half to even). */
+T_AVX2 void kavx2_act_from_float_q8_0(const float *src, void *dst, int64_t n) {
+    blk_q8_0 *y = dst;
+    for (int64_t b = 0; b < n / QK8_0; b++) {
+        __m256 v[4];
+        const float amax = kern_load32_amax(src + b * QK8_0, v);
+        const __m256 id = _mm256_set1_ps(amax != 0.0f ? 127.f / amax : 0.0f);
+        y[b].d = kvl_f32_to_f16(amax / 127.f);
+        __m256i q[4];
+        for (int k = 0; k < 4; k++)
+            q[k] = _mm256_cvtps_epi32(_mm256_round_ps(
+                _mm256_mul_ps(v[k], id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        _mm256_storeu_si256((__m256i *)y[b].qs, kern_pack32_i8(q[0], q[1], q[2], q[3]));
+    }
+}
+
 /* Sums of 16 int8: bias to unsigned so psadbw can add them, then unbias. */
 T_AVX2_INLINE void q8k_bsums(const int8_t *qs, int16_t *bsums) {
     for (int j = 0; j < QK_K / 32; j++) {

@@ -182,7 +182,7 @@ T_512_INLINE void q8p_prepare(const float *x, void *dst, int64_t k, int bias) {
     kern_q8p_row r = kern_q8p_at(dst, nb);
     for (int64_t b = 0; b < nb; b++) {
         blk_q8_0 t;
-        kavx2_from_float_q8_0(x + b * QK8_0, &t, QK8_0); /* same bytes as every Q8_0 quantizer */
+        kavx2_act_from_float_q8_0(x + b * QK8_0, &t, QK8_0); /* kern_act_quantizer's bytes */
         memcpy((int8_t *)r.qs + QK8_0 * b, t.qs, QK8_0);
         r.d[b] = f16_load(t.d);
         int32_t sum = 0;

@@ -70,6 +70,20 @@ void kref_from_float_q8_0(const float *src, void *dst, int64_t n) {
     }
 }
 
+/* ggml's x86 quantize_row_q8_0 (what llama.cpp quantizes activations and cache
+ * rows with): d = amax/127, q = x * (127 / amax) rounded half to even. */
+void kref_act_from_float_q8_0(const float *src, void *dst, int64_t n) {
+    blk_q8_0 *y = dst;
+    for (int64_t b = 0; b < n / QK8_0; b++) {
+        const float *x = src + b * QK8_0;
+        float amax = 0.0f;
+        for (int j = 0; j < QK8_0; j++) amax = KERN_MAX(amax, fabsf(x[j]));
+        const float id = amax != 0.0f ? 127.f / amax : 0.0f;
+        y[b].d = kvl_f32_to_f16(amax / 127.f);
+        for (int j = 0; j < QK8_0; j++) y[b].qs[j] = (int8_t)kern_nearest_int(x[j] * id);
+    }
+}
+
 /* ggml quantize_row_q4_0_ref: d = (signed max-magnitude value) / -8. */
 void kref_from_float_q4_0(const float *src, void *dst, int64_t n) {
     blk_q4_0 *y = dst;

@@ -74,7 +74,7 @@ void kv_row_store(int dtype, const float *src, void *dst, int64_t n) {
         uint8_t *d = dst;
         for (int64_t i = 0; i < n; i++) d[i] = fp8_encode(src[i]);
     } else {
-        kern_traits_of(dtype)->from_float(src, dst, n);
+        kern_act_quantizer(kern_traits_of(dtype))(src, dst, n);
     }
 }
 

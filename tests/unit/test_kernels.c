@@ -200,22 +200,26 @@ static double roundtrip_bound(int t) {
     }
 }
 
-/* Every ISA's from_float / to_float is byte-identical to the reference. */
+/* Every ISA's from_float / act_from_float / to_float is byte-identical to the reference. */
 static void check_isa_conversions(int t, const float *x, const void *q, const float *y, int64_t n) {
     const size_t rb = kern_row_bytes(t, n);
-    void *q2 = kvl_calloc(1, rb + 64);
+    void *q2 = kvl_calloc(1, rb + 64), *qa = kvl_calloc(1, rb + 64), *qa2 = kvl_calloc(1, rb + 64);
     float *y2 = kvl_alloc(n * sizeof(float));
+    kern_act_quantizer(kern_traits_ref(t))(x, qa, n);
     for (int a = 1; a < 3; a++) {
         if (!use_isa(a)) continue;
         kern_traits_of(t)->from_float(x, q2, n);
+        kern_act_quantizer(kern_traits_of(t))(x, qa2, n);
         kern_traits_of(t)->to_float(q, y2, n);
         CHECK(memcmp(q, q2, rb) == 0, "%s from_float %s differs from reference", gguf_dtype_name(t),
               isa_list[a]);
+        CHECK(memcmp(qa, qa2, rb) == 0, "%s act_from_float %s differs from reference",
+              gguf_dtype_name(t), isa_list[a]);
         CHECK(memcmp(y, y2, n * sizeof(float)) == 0, "%s to_float %s differs", gguf_dtype_name(t),
               isa_list[a]);
     }
     kern_init("auto");
-    kvl_free(q2);
+    kvl_free(q2), kvl_free(qa), kvl_free(qa2);
     kvl_free(y2);
 }
 
@@ -274,6 +278,17 @@ static void test_q8_K_layout(void) {
     const float id = 1.0f / (18.3f / 127);
     for (int i = 0; i < QK8_0; i++)
         CHECK(q.qs[i] == (int8_t)roundf(z[i] * id), "q8_0 rounds with roundf (%d)", i);
+    /* at run time (activations, cache rows) llama.cpp's x86 quantize_row_q8_0 rounds
+     * x * (127 / amax) half to even: amax 127 makes the ties exact */
+    for (int i = 0; i < QK8_0; i++) z[i] = 0.5f * (float)(i - 16);
+    z[31] = 127.0f;
+    kern_act_quantizer(kern_traits_ref(GGUF_DT_Q8_0))(z, &q, QK8_0);
+    CHECK(kvl_f16_to_f32(q.d) == kvl_f16_to_f32(kvl_f32_to_f16(1.0f)), "q8_0 act d = 127/127");
+    for (int i = 0; i < 31; i++)
+        CHECK(q.qs[i] == (int8_t)rintf(z[i]), "q8_0 act rounds half to even (%d: %g -> %d)", i,
+              (double)z[i], q.qs[i]);
+    CHECK(q.qs[1] == -8 && q.qs[3] == -6 && q.qs[17] == 0 && q.qs[19] == 2,
+          "q8_0 act ties: -7.5 -> -8, -6.5 -> -6, 0.5 -> 0, 1.5 -> 2");
 }
 
 /* MXFP4 as ggml defines it: E8M0 scale, E2M1 codes (element j low nibble,
@@ -470,7 +485,7 @@ static void test_rows_kernels(void) {
             void *qx = quantize_ref(rk[v].t, x, n);
             for (int i = 0; i < KERN_ROWS_MAX; i++) {
                 fill_data(yf, n, 1.0f + i);
-                qt->from_float(yf, qstd + i * qrow, n);
+                kern_act_quantizer(qt)(yf, qstd + i * qrow, n);
                 if (rk[v].prepare) rk[v].prepare(yf, qy + i * ys, n);
                 else memcpy(qy + i * ys, qstd + i * qrow, qrow);
             }
@@ -528,7 +543,7 @@ static void matmul_direct(const void *W, int t, int64_t n_out, int64_t k, const 
     const size_t xrow = kern_row_bytes(vdt, k), wrow = kern_row_bytes(t, k);
     char *xq = kvl_alloc(xrow + 64);
     for (int64_t i = 0; i < m; i++) {
-        qt->from_float(X + i * k, xq, k);
+        kern_act_quantizer(qt)(X + i * k, xq, k);
         for (int64_t j = 0; j < n_out; j++)
             tr->vec_dot(k, &Y[i * n_out + j], (const char *)W + j * wrow, xq);
     }
@@ -547,6 +562,13 @@ static void test_matmul_type(int t) {
     float *wf, *X = kvl_alloc(M * k * sizeof(float));
     char *W = random_weights(t, n_out, k, &wf);
     fill_data(X, M * k, 1.0f);
+    /* even rows of halves with 127 in every block: x * (127 / amax) is then exact and
+     * often a tie, where a quantizer that rounds half away from zero (the weights' one)
+     * or scales by 1 / (amax / 127) gives other bytes than the run-time one */
+    for (int64_t i = 0; i < M; i += 2)
+        for (int64_t j = 0; j < k; j++)
+            X[i * k + j] =
+                j % 32 == 0 ? 127.0f : 0.5f * (float)((int)((i * 131 + j * 29) % 255) - 127);
     float *Y = kvl_alloc(M * n_out * sizeof(float)), *Yd = kvl_alloc(M * n_out * sizeof(float));
     float *Y1 = kvl_alloc(n_out * sizeof(float)), *Ys = kvl_alloc(M * n_out * sizeof(float));
     const char *name = gguf_dtype_name(t);
