@@ -12,8 +12,9 @@
 
 #define DISK_MAGIC "KVLLMKVB"
 /* Bumped whenever the pool's block layout or this format changes: files of
- * another version belong to another identity and are never loaded. */
-#define DISK_VERSION 1u
+ * another version belong to another identity and are never loaded. 2: Q8_0
+ * caches hold K and V rotated (model_forward.c, kv_rotation). */
+#define DISK_VERSION 2u
 
 /* The fixed header; every field is a fixed-width integer, naturally aligned. */
 typedef struct disk_header {

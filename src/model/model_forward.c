@@ -248,6 +248,19 @@ static float attn_scale(const model *m) {
 }
 
 /* Standard attention (MHA/GQA/MQA): result in m->xb [n][E], before the residual. */
+/* The Walsh-Hadamard rotation llama.cpp applies to q and K (and V, and back on
+ * the attention output) when the cache of that type is quantized and a head
+ * is a multiple of 64 values: the size of each rotated run (K: the largest
+ * power of two from 64 dividing the head, V: 64), or 0 for none. Rotated
+ * values quantize with less error; q.k and p.V are unchanged in exact math.
+ * Q8_0 is the quantized type both share (fp8 is kvllm's own: not rotated). */
+static int64_t kv_rotation(int dtype, int64_t head, bool k) {
+    if (dtype != GGUF_DT_Q8_0 || head % 64 != 0) return 0;
+    int64_t n = 64;
+    while (k && head % (2 * n) == 0) n *= 2;
+    return n;
+}
+
 static void attn_mha(fwd_ctx *c, int il) {
     model *m = c->m;
     const model_hparams *hp = &m->hp;
@@ -278,6 +291,8 @@ static void attn_mha(fwd_ctx *c, int il) {
         op_rms_norm(m->k, m->k, L->k_norm.data, n * hp->n_head_kv, dk, hp->rms_eps);
     }
     kv_pool *kv = c->pools[L->kv_group];
+    const int64_t rot_k = kv_rotation(kv_pool_cfg(kv)->dtype, dk, true),
+                  rot_v = kv_rotation(kv_pool_dtype_v(kv), dv, false);
     for (int64_t t = 0; t < n; t++) {
         int32_t pos = c->b->pos[c->t0 + t];
         if (L->rope) {
@@ -305,6 +320,11 @@ static void attn_mha(fwd_ctx *c, int il) {
                         1.0);
             for (int64_t i = 0; i < qd; i++) m->q[t * qd + i] *= s;
         }
+        if (rot_k) {
+            op_hadamard(m->q + t * qd, qd, rot_k);
+            op_hadamard(m->k + t * kd, kd, rot_k);
+        }
+        if (rot_v) op_hadamard(m->v + t * vd, vd, rot_v);
         kv_store(kv, seq_table(c, t, L->kv_group), L->kv_slot, pos, m->k + t * kd, m->v + t * vd);
     }
     attn_args a = {.kv = kv,
@@ -317,6 +337,7 @@ static void attn_mha(fwd_ctx *c, int il) {
                    .sinks = L->attn_sinks.data,
                    .chunk = L->chunk};
     attention(c, L, &a, m->q, qd, m->att, hp->n_head * dv);
+    if (rot_v) op_hadamard(m->att, n * hp->n_head * dv, rot_v); /* back: H is its own inverse */
     op_matmul(m, &L->wo, m->att, n, m->xb);
     op_add_bias(m->xb, &L->bo, n, hp->n_embd);
 }
@@ -433,6 +454,9 @@ static void attn_mla_uncompressed(fwd_ctx *c, int il) {
     gather(lat, kvc, n, r + rope, 0, r);
     op_matmul(m, &L->wkv_b, lat, n, kv); /* [n][H][nope + v] */
     kv_pool *pool = c->pools[L->kv_group];
+    /* a plain K/V cache in llama.cpp too: rotated where it is quantized */
+    const int64_t rot_k = kv_rotation(kv_pool_cfg(pool)->dtype, qh, true),
+                  rot_v = kv_rotation(kv_pool_dtype_v(pool), vd, false);
     for (int64_t t = 0; t < n; t++) {
         float *k = m->k + t * H * qh, *v = m->v + t * H * vd;
         for (int64_t h = 0; h < H; h++) {
@@ -440,6 +464,11 @@ static void attn_mla_uncompressed(fwd_ctx *c, int il) {
             memcpy(k + h * qh + nope, kvc + t * (r + rope) + r, rope * sizeof(float));
             memcpy(v + h * vd, kv + (t * H + h) * kvb + nope, vd * sizeof(float));
         }
+        if (rot_k) {
+            op_hadamard(m->q + t * H * qh, H * qh, rot_k);
+            op_hadamard(k, H * qh, rot_k);
+        }
+        if (rot_v) op_hadamard(v, H * vd, rot_v);
         kv_store(pool, seq_table(c, t, L->kv_group), L->kv_slot, c->b->pos[c->t0 + t], k, v);
     }
     attn_args a = {.kv = pool,
@@ -449,6 +478,7 @@ static void attn_mla_uncompressed(fwd_ctx *c, int il) {
                    .scale = 1.0f / sqrtf((float)qh),
                    .window = m->groups[L->kv_group].attn.window};
     attention(c, L, &a, m->q, H * qh, m->att, H * vd);
+    if (rot_v) op_hadamard(m->att, n * H * vd, rot_v);
     op_matmul(m, &L->wo, m->att, n, m->xb);
 }
 

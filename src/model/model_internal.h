@@ -153,6 +153,9 @@ void op_add_bias(float *y, const mtensor *b, int64_t rows, int64_t n);
 void op_rope(const model *m, const layer_weights *L, float *vec, int n_heads, int64_t stride,
              int64_t offset, int32_t pos);
 void op_gelu_mul(float *g, const float *u, int64_t n);
+/* Each run of n values of x[count] (n a power of two) times the orthonormal
+ * Walsh-Hadamard matrix, in place, as ggml's fwht computes it. */
+void op_hadamard(float *x, int64_t count, int64_t n);
 void op_silu_mul(float *g, const float *u, int64_t n);
 
 /* Attention of one query head over its sequence's paged KV. */

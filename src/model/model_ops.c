@@ -9,6 +9,24 @@
 #include "kvl_pool.h"
 #include "model_internal.h"
 
+void op_hadamard(float *x, int64_t count, int64_t n) {
+    /* ggml_compute_forward_fwht: scale by 1/sqrt(n) first, then the butterflies
+     * (u + v, u - v) at spans 1, 2, 4, ...; its SIMD passes take u - v as
+     * fma(v, -1, u), the same rounding */
+    const float scale = 1.0f / sqrtf((float)n);
+    for (int64_t r = 0; r + n <= count; r += n) {
+        float *v = x + r;
+        for (int64_t j = 0; j < n; j++) v[j] *= scale;
+        for (int64_t len = 1; len < n; len <<= 1)
+            for (int64_t i = 0; i < n; i += 2 * len)
+                for (int64_t j = i; j < i + len; j++) {
+                    const float a = v[j], b = v[j + len];
+                    v[j] = a + b;
+                    v[j + len] = a - b;
+                }
+    }
+}
+
 /* Elementwise work below this many elements stays on the calling thread:
  * waking the team costs more (rows and elements are independent, so the split
  * does not change any result). */

@@ -6,7 +6,8 @@ llama.cpp build computes on it, in the layout tests/golden/check_golden.py reads
 
 Usage: make_golden.py LLAMA_CPP_BIN_DIR GOLDEN_DIR NAME [NAME ...]
 NAME: a spec (see SPECS), or BASE-TYPE (qwen3moe-q4_k_m): llama-quantize of the golden model
-BASE-f32 already in GOLDEN_DIR/models to that file type.
+BASE-f32 already in GOLDEN_DIR/models to that file type, or BASE-kv_TYPE (qwen3-f32-kv_q8_0):
+the golden model BASE with a TYPE KV cache (f16, bf16, q8_0; flash attention on).
 
 The tokenizer (all tokenizer.* keys) is copied from an existing golden model, so the
 tokenization cases are those of that model. Pure Python (no numpy); it never builds
@@ -674,10 +675,15 @@ def incomplete_utf8_tokens(model):
     return out
 
 
-def perplexity(bindir, model, text_path, threads, commands, n_ctx=128):
+def cache_flags(kv_type):
+    """llama.cpp's attention and cache flags: f32 without flash attention (the goldens' default);
+    another cache type with flash attention, which quantized V needs."""
+    return ["-fa", "off" if kv_type == "f32" else "on", "-ctk", kv_type, "-ctv", kv_type, "-nr"]
+
+
+def perplexity(bindir, model, text_path, threads, commands, n_ctx=128, kv_type="f32"):
     cmd = [os.path.join(bindir, "llama-perplexity"), "-m", model, "-f", text_path, "-c", str(n_ctx), "-b", str(n_ctx),
-           "-t", str(threads), "-tb", str(threads), "--ppl-output-type", "1", "-fa", "off", "-ctk", "f32",
-           "-ctv", "f32", "-nr"]
+           "-t", str(threads), "-tb", str(threads), "--ppl-output-type", "1"] + cache_flags(kv_type)
     commands.append(" ".join(cmd))
     for _ in range(10):  # its asynchronous logger sometimes loses the last lines at exit: run again
         p = subprocess.run(cmd, capture_output=True, text=True, check=True)
@@ -723,7 +729,17 @@ def quantize_model(bindir, golden_dir, name, commands):
 
 def make(bindir, golden_dir, name):
     commands = []
-    if name in SPECS:
+    kv_type = "f32"
+    if "-kv_" in name:  # BASE-kv_TYPE: the golden model BASE with a TYPE cache (f16, bf16, q8_0)
+        base, kv_type = name.split("-kv_")
+        spec = dict(SPECS[base]()) if base in SPECS else {}
+        model = os.path.join(golden_dir, "models", base + ".gguf")
+        base_meta = json.load(open(os.path.join(golden_dir, base, "meta.json")))
+        spec.update(arch=base_meta["arch"], donor=base, tensor_types=base_meta["tensor_types"],
+                    file=base + ".gguf",
+                    summary=f"{base} with a {kv_type} KV cache (llama.cpp: flash attention, -ctk / -ctv "
+                            f"{kv_type}); the same model file")
+    elif name in SPECS:
         spec, model, _ = make_model(name, golden_dir, seed=sum(name.encode()))
         spec["tensor_types"] = {t[0]: type_name(t) for t in spec["tensors"]}
     else:
@@ -738,7 +754,7 @@ def make(bindir, golden_dir, name):
     text_path = os.path.join(golden_dir, ppl["text_file"])
     # a spec may run the server with more context and add a long prompt cut from the
     # perplexity text: (number of its tokens, tokens to generate)
-    flags = ["-c", str(spec.get("server_ctx", 512))] + SERVER_FLAGS[2:]
+    flags = ["-c", str(spec.get("server_ctx", 512))] + SERVER_FLAGS[2:-7] + cache_flags(kv_type)
     srv = Server(bindir, model, 1, commands, flags=flags)
     try:
         cases = [dict(c, ids=srv.tokenize(c["text"], c["parse_special"])) for c in donor_cases["cases"]]
@@ -760,8 +776,8 @@ def make(bindir, golden_dir, name):
     finally:
         srv.close()
     same = all(a["ids"] == b["ids"] for a, b in zip(g1, g2))
-    ppl1, running, per_chunk = perplexity(bindir, model, text_path, 1, commands, ppl["n_ctx"])
-    ppl2, _, _ = perplexity(bindir, model, text_path, 2, commands, ppl["n_ctx"])
+    ppl1, running, per_chunk = perplexity(bindir, model, text_path, 1, commands, ppl["n_ctx"], kv_type)
+    ppl2, _, _ = perplexity(bindir, model, text_path, 2, commands, ppl["n_ctx"], kv_type)
     json.dump(tok, open(os.path.join(out, "tokenize.json"), "w"), indent=1)
     json.dump({"tool": "llama-server /completion (tokenize.json: its /tokenize)",
                "settings": {"server_flags": ["--host", "127.0.0.1"] + flags, "request": REQUEST,
@@ -769,7 +785,7 @@ def make(bindir, golden_dir, name):
                "determinism": {"identical_token_ids": same}, "cases": g1},
               open(os.path.join(out, "greedy.json"), "w"), indent=1)
     json.dump({"tool": "llama-perplexity", "settings": {"n_ctx": ppl["n_ctx"], "n_batch": ppl["n_ctx"],
-                                                         "flags": ["-fa", "off", "-ctk", "f32", "-ctv", "f32", "-nr"],
+                                                         "flags": cache_flags(kv_type),
                                                          "ppl_output_type": 1},
                "text_file": ppl["text_file"], "final_ppl": ppl1, "running": running,
                "per_chunk_mean_nll": per_chunk, "text_ids": text_ids,
@@ -777,7 +793,7 @@ def make(bindir, golden_dir, name):
               open(os.path.join(out, "perplexity.json"), "w"), indent=1)
     blob = open(model, "rb").read()
     gaps = [min(s["top1_top2_logit_gap"] for s in c["steps"]) for c in g1]
-    json.dump({"model": name, "file": name + ".gguf", "size_bytes": len(blob),
+    json.dump({"model": name, "file": spec.get("file", name + ".gguf"), "kv_type": kv_type, "size_bytes": len(blob),
                "sha256": hashlib.sha256(blob).hexdigest(), "arch": spec["arch"], "vocab_only": False,
                "n_vocab": len(next(v for k, t, v in read_kv(model) if k == "tokenizer.ggml.tokens")[1]),
                "tensor_type_counts": {k: sum(1 for v in spec["tensor_types"].values() if v == k)
