@@ -66,7 +66,23 @@ static void ref_silu_mul(float *g, const float *u, int64_t n) {
     }
 }
 
-const kern_attn_ops kref_attn = {ref_scores, ref_softmax, ref_pv, ref_merge, ref_silu_mul};
+void kref_hadamard(float *x, int64_t runs, int64_t n) {
+    const float scale = 1.0f / sqrtf((float)n);
+    for (int64_t r = 0; r < runs; r++) {
+        float *v = x + r * n;
+        for (int64_t j = 0; j < n; j++) v[j] *= scale;
+        for (int64_t len = 1; len < n; len <<= 1)
+            for (int64_t i = 0; i < n; i += 2 * len)
+                for (int64_t j = i; j < i + len; j++) {
+                    const float a = v[j], b = v[j + len];
+                    v[j] = a + b;
+                    v[j + len] = a - b;
+                }
+    }
+}
+
+const kern_attn_ops kref_attn = {ref_scores, ref_softmax,  ref_pv,
+                                 ref_merge,  ref_silu_mul, kref_hadamard};
 
 void kern_attn_scores(int64_t n, int64_t dk, int n_q, const float *q, size_t qs,
                       const void *const *k, int kvtype, float scale, float *s, size_t ss) {
@@ -83,3 +99,6 @@ void kern_attn_merge(int nc, int n_q, int64_t dv, const float *part, float *out,
     kern_attn_active()->merge(nc, n_q, dv, part, out, os);
 }
 void kern_silu_mul(float *g, const float *u, int64_t n) { kern_attn_active()->silu_mul(g, u, n); }
+void kern_hadamard(float *x, int64_t runs, int64_t n) {
+    if (runs > 0) kern_attn_active()->hadamard(x, runs, n);
+}

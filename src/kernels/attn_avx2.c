@@ -172,4 +172,4 @@ T_AVX2 static void silu_mul(float *g, const float *u, int64_t n) {
     }
 }
 
-const kern_attn_ops kavx2_attn = {scores, softmax, pv, merge, silu_mul};
+const kern_attn_ops kavx2_attn = {scores, softmax, pv, merge, silu_mul, kref_hadamard};

@@ -442,4 +442,33 @@ T_512 static void silu_mul(float *g, const float *u, int64_t n) {
     }
 }
 
-const kern_attn_ops kavx512_attn = {scores, softmax, pv, merge, silu_mul};
+/* The butterflies of spans 1..8 inside one vector of 16 (the partner of lane j
+ * is lane j ^ span: a + b in the lower lane, a - b in the upper, as the
+ * reference computes them), then those of 16 and more between vectors. */
+T_512 static void hadamard(float *x, int64_t runs, int64_t n) {
+    const __m512 scale = _mm512_set1_ps(1.0f / sqrtf((float)n));
+    for (int64_t r = 0; r < runs; r++) {
+        float *v = x + r * n;
+        for (int64_t j = 0; j < n; j += 16) {
+            __m512 a = _mm512_mul_ps(_mm512_loadu_ps(v + j), scale), p;
+            p = _mm512_permute_ps(a, 0xB1); /* span 1 */
+            a = _mm512_mask_blend_ps(0xAAAA, _mm512_add_ps(a, p), _mm512_sub_ps(p, a));
+            p = _mm512_permute_ps(a, 0x4E); /* span 2 */
+            a = _mm512_mask_blend_ps(0xCCCC, _mm512_add_ps(a, p), _mm512_sub_ps(p, a));
+            p = _mm512_shuffle_f32x4(a, a, 0xB1); /* span 4 */
+            a = _mm512_mask_blend_ps(0xF0F0, _mm512_add_ps(a, p), _mm512_sub_ps(p, a));
+            p = _mm512_shuffle_f32x4(a, a, 0x4E); /* span 8 */
+            a = _mm512_mask_blend_ps(0xFF00, _mm512_add_ps(a, p), _mm512_sub_ps(p, a));
+            _mm512_storeu_ps(v + j, a);
+        }
+        for (int64_t len = 16; len < n; len <<= 1)
+            for (int64_t i = 0; i < n; i += 2 * len)
+                for (int64_t j = i; j < i + len; j += 16) {
+                    const __m512 a = _mm512_loadu_ps(v + j), b = _mm512_loadu_ps(v + j + len);
+                    _mm512_storeu_ps(v + j, _mm512_add_ps(a, b));
+                    _mm512_storeu_ps(v + j + len, _mm512_sub_ps(a, b));
+                }
+    }
+}
+
+const kern_attn_ops kavx512_attn = {scores, softmax, pv, merge, silu_mul, hadamard};

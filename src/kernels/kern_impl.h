@@ -107,8 +107,11 @@ typedef struct kern_attn_ops {
                int kvtype, float *o, size_t os);
     void (*merge)(int nc, int n_q, int64_t dv, const float *part, float *out, size_t os);
     void (*silu_mul)(float *g, const float *u, int64_t n); /* kern_silu_mul */
+    void (*hadamard)(float *x, int64_t runs, int64_t n);   /* kern_hadamard */
 } kern_attn_ops;
 extern const kern_attn_ops kref_attn, kavx2_attn, kavx512_attn;
+/* The reference Walsh-Hadamard transform (attn.c), also AVX2's. */
+void kref_hadamard(float *x, int64_t runs, int64_t n);
 
 /* kern_attn_merge's order, the one every ISA follows (part holds per chunk
  * cs = n_q * (dv + 2) floats: the n_q maxima m, the n_q sums l, then the n_q

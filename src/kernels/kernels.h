@@ -204,6 +204,12 @@ void kern_attn_merge(int nc, int n_q, int64_t dv, const float *part, float *out,
  * Bit-identical across ISAs. */
 void kern_silu_mul(float *g, const float *u, int64_t n);
 
+/* Each of `runs` consecutive runs of n values at x (n a power of two, >= 16)
+ * times the orthonormal Walsh-Hadamard matrix, in place, as ggml's fwht:
+ * scaled by 1/sqrt(n) first, then the butterflies (u + v, u - v) at spans 1,
+ * 2, 4, ... Bit-identical across ISAs (each value takes the same adds). */
+void kern_hadamard(float *x, int64_t runs, int64_t n);
+
 /* Dequantize row `row` of a [rows][n] tensor of dtype into dst[n]. */
 void kern_get_row(const void *data, int dtype, int64_t n, int64_t row, float *dst);
 

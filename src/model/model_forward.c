@@ -320,13 +320,15 @@ static void attn_mha(fwd_ctx *c, int il) {
                         1.0);
             for (int64_t i = 0; i < qd; i++) m->q[t * qd + i] *= s;
         }
-        if (rot_k) {
-            op_hadamard(m->q + t * qd, qd, rot_k);
-            op_hadamard(m->k + t * kd, kd, rot_k);
-        }
-        if (rot_v) op_hadamard(m->v + t * vd, vd, rot_v);
-        kv_store(kv, seq_table(c, t, L->kv_group), L->kv_slot, pos, m->k + t * kd, m->v + t * vd);
     }
+    if (rot_k) {
+        op_hadamard(m->q, n * qd, rot_k);
+        op_hadamard(m->k, n * kd, rot_k);
+    }
+    if (rot_v) op_hadamard(m->v, n * vd, rot_v);
+    for (int64_t t = 0; t < n; t++)
+        kv_store(kv, seq_table(c, t, L->kv_group), L->kv_slot, c->b->pos[c->t0 + t], m->k + t * kd,
+                 m->v + t * vd);
     attn_args a = {.kv = kv,
                    .slot = L->kv_slot,
                    .dk = dk,

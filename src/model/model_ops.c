@@ -9,28 +9,33 @@
 #include "kvl_pool.h"
 #include "model_internal.h"
 
-void op_hadamard(float *x, int64_t count, int64_t n) {
-    /* ggml_compute_forward_fwht: scale by 1/sqrt(n) first, then the butterflies
-     * (u + v, u - v) at spans 1, 2, 4, ...; its SIMD passes take u - v as
-     * fma(v, -1, u), the same rounding */
-    const float scale = 1.0f / sqrtf((float)n);
-    for (int64_t r = 0; r + n <= count; r += n) {
-        float *v = x + r;
-        for (int64_t j = 0; j < n; j++) v[j] *= scale;
-        for (int64_t len = 1; len < n; len <<= 1)
-            for (int64_t i = 0; i < n; i += 2 * len)
-                for (int64_t j = i; j < i + len; j++) {
-                    const float a = v[j], b = v[j + len];
-                    v[j] = a + b;
-                    v[j + len] = a - b;
-                }
-    }
-}
-
 /* Elementwise work below this many elements stays on the calling thread:
  * waking the team costs more (rows and elements are independent, so the split
  * does not change any result). */
 #define OPS_PARALLEL_MIN (1 << 16)
+
+typedef struct {
+    float *x;
+    int64_t runs, n, parts;
+} hadamard_job;
+
+static void hadamard_task(void *ctx, int64_t t, int thread) {
+    (void)thread;
+    const hadamard_job *j = ctx;
+    const int64_t r0 = j->runs * t / j->parts, r1 = j->runs * (t + 1) / j->parts;
+    kern_hadamard(j->x + r0 * j->n, r1 - r0, j->n);
+}
+
+void op_hadamard(float *x, int64_t count, int64_t n) {
+    const int64_t runs = count / n;
+    const int nt = kvl_pool_threads();
+    if (count >= OPS_PARALLEL_MIN && nt > 1) { /* a prompt's rows: runs are independent */
+        hadamard_job j = {x, runs, n, runs < 4 * nt ? runs : 4 * nt};
+        kvl_pool_run(hadamard_task, &j, j.parts);
+        return;
+    }
+    kern_hadamard(x, runs, n);
+}
 
 static void rms_rows(float *out, const float *x, const float *w, int64_t rows, int64_t n,
                      float eps) {

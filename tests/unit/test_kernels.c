@@ -979,6 +979,43 @@ static void test_silu(void) {
     kvl_free(g), kvl_free(u), kvl_free(r0), kvl_free(r1);
 }
 
+/* kern_hadamard: the reference against the Sylvester matrix in double (and
+ * twice = the identity), every ISA against the reference bit for bit. */
+static void test_hadamard(void) {
+    static const int64_t sizes[] = {16, 64, 128, 256, 512};
+    for (int si = 0; si < 5; si++) {
+        const int64_t n = sizes[si], runs = 3;
+        float *x = kvl_alloc(runs * n * sizeof(float)), *r0 = kvl_alloc(runs * n * sizeof(float)),
+              *r1 = kvl_alloc(runs * n * sizeof(float));
+        fill_data(x, runs * n, 2.0f);
+        memcpy(r0, x, runs * n * sizeof(float));
+        kref_attn.hadamard(r0, runs, n);
+        double err = 0;
+        for (int64_t r = 0; r < runs; r++)
+            for (int64_t i = 0; i < n; i++) {
+                double want = 0; /* H[i][j] = (-1)^popcount(i & j) / sqrt(n) */
+                for (int64_t j = 0; j < n; j++)
+                    want += (__builtin_popcountll((unsigned long long)(i & j)) & 1 ? -1.0 : 1.0) *
+                            x[r * n + j];
+                err = fmax(err, fabs(r0[r * n + i] - want / sqrt((double)n)));
+            }
+        CHECK(err < 1e-5, "hadamard n=%lld: |error| %g against the matrix", (long long)n, err);
+        memcpy(r1, r0, runs * n * sizeof(float));
+        kref_attn.hadamard(r1, runs, n);
+        double back = 0;
+        for (int64_t i = 0; i < runs * n; i++) back = fmax(back, fabs(r1[i] - x[i]));
+        CHECK(back < 1e-5, "hadamard n=%lld twice: |error| %g", (long long)n, back);
+        for (int isa = 1; isa <= 2; isa++) {
+            if (!isa_ok[isa]) continue;
+            memcpy(r1, x, runs * n * sizeof(float));
+            (isa == 1 ? &kavx2_attn : &kavx512_attn)->hadamard(r1, runs, n);
+            CHECK(same_floats(r0, r1, runs * n), "hadamard on %s (n=%lld) differs", isa_list[isa],
+                  (long long)n);
+        }
+        kvl_free(x), kvl_free(r0), kvl_free(r1);
+    }
+}
+
 /* Each attention kernel on every ISA against the reference, bit for bit, and
  * the reference against double-precision math. */
 /* A SIMD set's scores and e.V over cache rows of type kt read in place,
@@ -1369,6 +1406,7 @@ int main(int argc, char **argv) {
     if (common) test_attn_exp();
     test_attn();
     test_silu();
+    test_hadamard();
     test_read_sum();
     if (common) test_get_row();
     if (common) test_golden();
