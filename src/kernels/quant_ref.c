@@ -56,14 +56,19 @@ void kref_from_float_bf16(const float *src, void *dst, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] = kvl_f32_to_bf16(src[i]);
 }
 
+/* The largest magnitude of a Q8_0 block's 32 values. */
+static float q8_0_amax(const float *x) {
+    float amax = 0.0f;
+    for (int j = 0; j < QK8_0; j++) amax = KERN_MAX(amax, fabsf(x[j]));
+    return amax;
+}
+
 /* ggml quantize_row_q8_0_ref: d = amax/127, q = roundf(x / d). */
 void kref_from_float_q8_0(const float *src, void *dst, int64_t n) {
     blk_q8_0 *y = dst;
     for (int64_t b = 0; b < n / QK8_0; b++) {
         const float *x = src + b * QK8_0;
-        float amax = 0.0f;
-        for (int j = 0; j < QK8_0; j++) amax = KERN_MAX(amax, fabsf(x[j]));
-        const float d = amax / 127;
+        const float d = q8_0_amax(x) / 127;
         const float id = d ? 1.0f / d : 0.0f;
         y[b].d = kvl_f32_to_f16(d);
         for (int j = 0; j < QK8_0; j++) y[b].qs[j] = (int8_t)roundf(x[j] * id);
@@ -75,9 +80,7 @@ void kref_from_float_q8_0(const float *src, void *dst, int64_t n) {
 void kref_act_from_float_q8_0(const float *src, void *dst, int64_t n) {
     blk_q8_0 *y = dst;
     for (int64_t b = 0; b < n / QK8_0; b++) {
-        const float *x = src + b * QK8_0;
-        float amax = 0.0f;
-        for (int j = 0; j < QK8_0; j++) amax = KERN_MAX(amax, fabsf(x[j]));
+        const float *x = src + b * QK8_0, amax = q8_0_amax(x);
         const float id = amax != 0.0f ? 127.f / amax : 0.0f;
         y[b].d = kvl_f32_to_f16(amax / 127.f);
         for (int j = 0; j < QK8_0; j++) y[b].qs[j] = (int8_t)kern_nearest_int(x[j] * id);

@@ -247,7 +247,6 @@ static float attn_scale(const model *m) {
     return 1.0f / sqrtf((float)hp->head_dim_k);
 }
 
-/* Standard attention (MHA/GQA/MQA): result in m->xb [n][E], before the residual. */
 /* The Walsh-Hadamard rotation llama.cpp applies to q and K (and V, and back on
  * the attention output) when the cache of that type is quantized and a head
  * is a multiple of 64 values: the size of each rotated run (K: the largest
@@ -261,6 +260,7 @@ static int64_t kv_rotation(int dtype, int64_t head, bool k) {
     return n;
 }
 
+/* Standard attention (MHA/GQA/MQA): result in m->xb [n][E], before the residual. */
 static void attn_mha(fwd_ctx *c, int il) {
     model *m = c->m;
     const model_hparams *hp = &m->hp;
@@ -466,13 +466,15 @@ static void attn_mla_uncompressed(fwd_ctx *c, int il) {
             memcpy(k + h * qh + nope, kvc + t * (r + rope) + r, rope * sizeof(float));
             memcpy(v + h * vd, kv + (t * H + h) * kvb + nope, vd * sizeof(float));
         }
-        if (rot_k) {
-            op_hadamard(m->q + t * H * qh, H * qh, rot_k);
-            op_hadamard(k, H * qh, rot_k);
-        }
-        if (rot_v) op_hadamard(v, H * vd, rot_v);
-        kv_store(pool, seq_table(c, t, L->kv_group), L->kv_slot, c->b->pos[c->t0 + t], k, v);
     }
+    if (rot_k) {
+        op_hadamard(m->q, n * H * qh, rot_k);
+        op_hadamard(m->k, n * H * qh, rot_k);
+    }
+    if (rot_v) op_hadamard(m->v, n * H * vd, rot_v);
+    for (int64_t t = 0; t < n; t++)
+        kv_store(pool, seq_table(c, t, L->kv_group), L->kv_slot, c->b->pos[c->t0 + t],
+                 m->k + t * H * qh, m->v + t * H * vd);
     attn_args a = {.kv = pool,
                    .slot = L->kv_slot,
                    .dk = qh,
