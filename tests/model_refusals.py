@@ -6,8 +6,9 @@ Usage: model_refusals.py KVLLM_BIN GOLDEN_MODELS_DIR OUT_DIR
 Each case rewrites one of the golden models (tests/data/golden/models) with a
 metadata key set, removed or a tensor renamed, runs `kvllm info -m` on it and
 checks exit status 1 and the expected text in the message. The unmodified
-mixture-of-experts files must load and report their experts, and a qwen2moe
-file made from qwen3moe-f32 must load and generate.
+mixture-of-experts files must load and report their experts, a qwen2moe
+file made from qwen3moe-f32 must load and generate, and copies with fused
+gate+up expert tensors must give the unfused files' outputs.
 Standard library only.
 """
 import os
@@ -133,6 +134,9 @@ CASES = [
     ("fused_gate_up_experts_wrong_shape", "qwen3moe-f32",
      rename_tensor("ffn_gate_exps.weight", "ffn_gate_up_exps.weight"),
      "tensor 'blk.0.ffn_gate_up_exps.weight': shape [256, 256, 8, 1], expected [256, 512, 8]"),
+    ("fused_gate_up_experts_gpt_oss", "gpt-oss-mxfp4",
+     rename_tensor("ffn_gate_exps.weight", "ffn_gate_up_exps.weight"),
+     "tensor 'blk.0.ffn_gate_up_exps.weight': fused gate/up experts are not supported for gpt-oss"),
     ("missing_expert_tensor", "qwen3moe-f32", rename_tensor("blk.1.ffn_down_exps.weight", "blk.1.ffn_down_exps.other"),
      "tensor 'blk.1.ffn_down_exps.weight' missing"),
     ("unknown_gating", "deepseek2-moe-f32", set_u32("deepseek2.expert_gating_func", 3),
