@@ -528,12 +528,42 @@ def deepseek2_lite_spec():
                        f"the loader takes both)"}
 
 
+def deepseek2_kvb_spec():
+    """deepseek2 as older DeepSeek-V2 GGUFs store it: the joint up-projection attn_kv_b and no
+    key_length_mla / value_length_mla, so llama.cpp (and kvllm) run it as plain attention with
+    H K/V heads of nope + rope and v; heads of 64 so that a quantized cache is rotated."""
+    E, L, H, V, FF = 128, 2, 4, 4096, 256
+    R, NOPE, ROPE, VH = 32, 48, 16, 64
+    ts = [("token_embd.weight", [E, V], "w"), ("output_norm.weight", [E], "norm")]
+    for i in range(L):
+        b = f"blk.{i}."
+        ts += [(b + "attn_norm.weight", [E], "norm"), (b + "attn_q.weight", [E, H * (NOPE + ROPE)], "w"),
+               (b + "attn_kv_a_mqa.weight", [E, R + ROPE], "w"), (b + "attn_kv_a_norm.weight", [R], "norm"),
+               (b + "attn_kv_b.weight", [R, H * (NOPE + VH)], "w"),
+               (b + "attn_output.weight", [H * VH, E], "w"), (b + "ffn_norm.weight", [E], "norm"),
+               (b + "ffn_gate.weight", [E, FF], "w"), (b + "ffn_up.weight", [E, FF], "w"),
+               (b + "ffn_down.weight", [FF, E], "w")]
+    hp = base_hparams(E, L, H, H, FF, "attention.layer_norm_rms_epsilon", 1e-6) + [
+        ("rope.freq_base", T_F32, 1e4), ("rope.dimension_count", T_U32, ROPE),
+        ("attention.q_lora_rank", T_U32, 0), ("attention.kv_lora_rank", T_U32, R),
+        ("attention.key_length", T_U32, NOPE + ROPE), ("attention.value_length", T_U32, VH),
+        ("leading_dense_block_count", T_U32, L), ("expert_feed_forward_length", T_U32, FF),
+        ("expert_shared_count", T_U32, 0)]
+    return {"arch": "deepseek2", "donor": "qwen3-f32", "hparams": hp, "tensors": ts,
+            "summary": f"deepseek2 in the older uncompressed layout: E{E} L{L}, {H} heads, q projected directly, "
+                       f"kv_lora {R} + rope {ROPE} through attn_kv_a_mqa, then attn_kv_b [{R} -> {H} x "
+                       f"({NOPE} nope + {VH} v)]; no key_length_mla / value_length_mla, so plain attention over "
+                       f"K heads of {NOPE + ROPE} and V heads of {VH} (both multiples of 64: a quantized cache "
+                       f"is Hadamard-rotated); dense FFN; tied output"}
+
+
 SPECS = {"qwen2moe-f32": qwen2moe_spec, "mistral3-f32": mistral3_spec, "smollm3-f32": smollm3_spec,
          "granite-f32": granite_spec, "phi3-f32": phi3_spec, "olmo2-swa-f32": olmo2_spec,
          "command-r-f32": command_r_spec, "cohere2-swa-f32": cohere2_spec, "glm4moe-f32": glm4moe_spec,
          "granitemoe-f32": granitemoe_spec, "command-r-plus-f32": command_r_plus_spec,
          "gpt-oss-mxfp4": gpt_oss_spec, "olmoe-f32": olmoe_spec,
-         "llama4-f32": llama4_spec, "deepseek2-lite-f32": deepseek2_lite_spec}
+         "llama4-f32": llama4_spec, "deepseek2-lite-f32": deepseek2_lite_spec,
+         "deepseek2-kvb-f32": deepseek2_kvb_spec}
 
 
 def make_model(name, golden_dir, seed):
