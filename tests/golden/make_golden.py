@@ -484,6 +484,20 @@ def llama4_spec():
                        f"context 8448), so positions 8192+ cross a chunk and a temperature step"}
 
 
+def deepseek2_q_kv_a(b, E, H, R, NOPE, ROPE):
+    """Layer b's norm, direct q projection (q_lora_rank 0) and latent down-projection of a
+    DeepSeek-V2 layout (deepseek2_lite_spec, deepseek2_kvb_spec)."""
+    return [(b + "attn_norm.weight", [E], "norm"), (b + "attn_q.weight", [E, H * (NOPE + ROPE)], "w"),
+            (b + "attn_kv_a_mqa.weight", [E, R + ROPE], "w"), (b + "attn_kv_a_norm.weight", [R], "norm")]
+
+
+def deepseek2_attn_hparams(R, ROPE, key_length, value_length):
+    """The rope and attention keys of those layouts, q projected directly."""
+    return [("rope.freq_base", T_F32, 1e4), ("rope.dimension_count", T_U32, ROPE),
+            ("attention.q_lora_rank", T_U32, 0), ("attention.kv_lora_rank", T_U32, R),
+            ("attention.key_length", T_U32, key_length), ("attention.value_length", T_U32, value_length)]
+
+
 def deepseek2_lite_spec():
     """DeepSeek-V2-Lite's layout, which the shared deepseek2 goldens (V3-style) do not cover:
     q projected directly (q_lora_rank 0: attn_q, no attn_q_a / attn_q_b), softmax routing
@@ -495,8 +509,7 @@ def deepseek2_lite_spec():
     ts = [("token_embd.weight", [E, V], "w"), ("output_norm.weight", [E], "norm")]
     for i in range(L):
         b = f"blk.{i}."
-        ts += [(b + "attn_norm.weight", [E], "norm"), (b + "attn_q.weight", [E, H * (NOPE + ROPE)], "w"),
-               (b + "attn_kv_a_mqa.weight", [E, R + ROPE], "w"), (b + "attn_kv_a_norm.weight", [R], "norm"),
+        ts += [*deepseek2_q_kv_a(b, E, H, R, NOPE, ROPE),
                (b + "attn_k_b.weight", [NOPE, R, H], "w"), (b + "attn_v_b.weight", [R, VH, H], "w"),
                (b + "attn_output.weight", [H * VH, E], "w"), (b + "ffn_norm.weight", [E], "norm")]
         if i == 0:
@@ -508,10 +521,8 @@ def deepseek2_lite_spec():
                    (b + "ffn_down_exps.weight", [FE, E, NE], "w"),
                    (b + "ffn_gate_shexp.weight", [E, FE * NS], "w"), (b + "ffn_up_shexp.weight", [E, FE * NS], "w"),
                    (b + "ffn_down_shexp.weight", [FE * NS, E], "w")]
-    hp = base_hparams(E, L, H, 1, FF, "attention.layer_norm_rms_epsilon", 1e-6) + [
-        ("rope.freq_base", T_F32, 1e4), ("rope.dimension_count", T_U32, ROPE),
-        ("attention.q_lora_rank", T_U32, 0), ("attention.kv_lora_rank", T_U32, R),
-        ("attention.key_length", T_U32, R + ROPE), ("attention.value_length", T_U32, R),
+    hp = base_hparams(E, L, H, 1, FF, "attention.layer_norm_rms_epsilon", 1e-6) + \
+        deepseek2_attn_hparams(R, ROPE, R + ROPE, R) + [
         ("attention.key_length_mla", T_U32, NOPE + ROPE), ("attention.value_length_mla", T_U32, VH),
         ("leading_dense_block_count", T_U32, 1), ("expert_count", T_U32, NE), ("expert_used_count", T_U32, NU),
         ("expert_feed_forward_length", T_U32, FE), ("expert_shared_count", T_U32, NS),
@@ -537,16 +548,13 @@ def deepseek2_kvb_spec():
     ts = [("token_embd.weight", [E, V], "w"), ("output_norm.weight", [E], "norm")]
     for i in range(L):
         b = f"blk.{i}."
-        ts += [(b + "attn_norm.weight", [E], "norm"), (b + "attn_q.weight", [E, H * (NOPE + ROPE)], "w"),
-               (b + "attn_kv_a_mqa.weight", [E, R + ROPE], "w"), (b + "attn_kv_a_norm.weight", [R], "norm"),
+        ts += [*deepseek2_q_kv_a(b, E, H, R, NOPE, ROPE),
                (b + "attn_kv_b.weight", [R, H * (NOPE + VH)], "w"),
                (b + "attn_output.weight", [H * VH, E], "w"), (b + "ffn_norm.weight", [E], "norm"),
                (b + "ffn_gate.weight", [E, FF], "w"), (b + "ffn_up.weight", [E, FF], "w"),
                (b + "ffn_down.weight", [FF, E], "w")]
-    hp = base_hparams(E, L, H, H, FF, "attention.layer_norm_rms_epsilon", 1e-6) + [
-        ("rope.freq_base", T_F32, 1e4), ("rope.dimension_count", T_U32, ROPE),
-        ("attention.q_lora_rank", T_U32, 0), ("attention.kv_lora_rank", T_U32, R),
-        ("attention.key_length", T_U32, NOPE + ROPE), ("attention.value_length", T_U32, VH),
+    hp = base_hparams(E, L, H, H, FF, "attention.layer_norm_rms_epsilon", 1e-6) + \
+        deepseek2_attn_hparams(R, ROPE, NOPE + ROPE, VH) + [
         ("leading_dense_block_count", T_U32, L), ("expert_feed_forward_length", T_U32, FF),
         ("expert_shared_count", T_U32, 0)]
     return {"arch": "deepseek2", "donor": "qwen3-f32", "hparams": hp, "tensors": ts,
