@@ -124,7 +124,12 @@ static void install_avx2(void) {
     active_attn = &kavx2_attn;
 }
 
+bool kavx512_decode_nta = false;
+
 static void install_avx512(void) {
+    /* gemm_avx512.h (kavx512_decode_prefetch): non-temporal on AMD, into L2
+     * elsewhere */
+    kavx512_decode_nta = __builtin_cpu_is("amd");
     /* AMD (Zen 4) splits 512-bit operations in two, and there its 512-bit
      * fp16 conversions lose to the AVX2 loop; the float dots gain nothing else
      * from AVX-512. Results are identical either way (kern_impl.h). */

@@ -122,17 +122,27 @@ T_512_INLINE void kavx512_q_micro(bool min, int64_t nb, const char *p0, const ch
  * pass prefetches the stream KAVX512_BATCH_AHEAD bytes ahead into L2, about
  * as far as the K family's (KAVX512_R_KERNEL). */
 #define KAVX512_BATCH_AHEAD 7168
-/* The hint of the two-stream decode kernels' own prefetches (Q4_0 and Q8_0
- * in repack_avx512.c, Q5_0 / IQ4_NL / Q4_1 / Q5_1 in repack32_avx512.c,
- * MXFP4): non-temporal, as the weights are read once a token. Against T1
- * (into L2), per decode step with the two alternating step by step in one
- * process (temporary switch, 2 threads, 512 of context, 96-128 pairs):
- * llama-3.2-1b synth Q5_0 time x0.968-0.975, Q4_0 x0.943-0.958, Q8_0
+/* The two-stream decode kernels' own prefetches (Q4_0 and Q8_0 in
+ * repack_avx512.c, Q5_0 / IQ4_NL / Q4_1 / Q5_1 in repack32_avx512.c, MXFP4):
+ * their hint is the CPU's, chosen at start-up (kavx512_decode_nta, set by
+ * dispatch.c). On AMD (Zen 4) non-temporal, as the weights are read once a
+ * token. Against T1 (into L2), per decode step with the two alternating step
+ * by step in one process (temporary switch, 2 threads, 512 of context, 96-128
+ * pairs): llama-3.2-1b synth Q5_0 time x0.968-0.975, Q4_0 x0.943-0.958, Q8_0
  * x0.939-0.953, gpt-oss-20b MXFP4 x0.939-0.947; per matrix (bench/kernel_ab.sh,
  * 4096 x 4096 from DRAM) x0.86-0.99 across those types, about 1.0 in the
  * fastest minutes. The K family's one stream (pf_lines) lost with it: per
- * step x1.12 (llama-3.2-1b Q4_K_M), x1.06 (qwen3-30b-a3b Q4_K_M). */
-#define KAVX512_DECODE_HINT _MM_HINT_NTA
+ * step x1.12 (llama-3.2-1b Q4_K_M), x1.06 (qwen3-30b-a3b Q4_K_M). On Intel
+ * (a Xeon with AVX-512 and AMX, KVM, 2 threads) NTA is the slow one: those
+ * kernels read 10-13 GB/s from DRAM with it against 29-34 GB/s with T1 (the
+ * stream probe 24-27; bench_kernels 4096 x 4096 Q4_0, Q8_0, Q5_0, MXFP4), and
+ * 7-18 GB/s from L2 against 40-85: the lines it brings bypass L2, where that
+ * core's streamer would have followed them. T0 read within a few percent of
+ * T1 there. */
+T_512_INLINE void kavx512_decode_prefetch(const char *p, bool nta) {
+    if (nta) _mm_prefetch(p, _MM_HINT_NTA);
+    else _mm_prefetch(p, _MM_HINT_T1);
+}
 #define KAVX512_PANEL_LOOP(TR, QB, TILE_BYTES, CALL, MICRO, k, panels, pb, n_rows, tiles, m, y,    \
                            ldy)                                                                    \
     do {                                                                                           \

@@ -176,7 +176,7 @@ T_512_INLINE void micro(enum rp_kind kind, int NA, int64_t nb, const char *p, co
 /* Decode (one activation row): panels p0 and p1 at once, each block's sum
  * split over two accumulators (the groups alternate; integers, so the sum is
  * the same), and each stream prefetched RP_PF_AHEAD bytes ahead
- * (KAVX512_DECODE_HINT: non-temporally; the figures here are of T1, into L2).
+ * (kavx512_decode_prefetch, the CPU's hint; the figures here are of T1, into L2).
  * Left to one panel at a time the core fetched the weights only as the
  * arithmetic reached them (perf: the samples on each block's first loads).
  * Per matrix (bench_kernels, 4096 x 4096 from DRAM; this against one panel
@@ -195,11 +195,12 @@ T_512_INLINE void micro(enum rp_kind kind, int NA, int64_t nb, const char *p, co
 T_512_INLINE void micro_pair(enum rp_kind kind, int64_t nb, const char *p0, const char *p1,
                              const char *t, float *y0, float *y1, __mmask16 m0, __mmask16 m1) {
     const size_t bb = blk_bytes(kind);
+    const bool nta = kavx512_decode_nta;
     __m512 f0 = _mm512_setzero_ps(), f1 = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++, p0 += bb, p1 += bb, t += QT_BLK) {
         for (size_t l = 0; l < bb; l += 64) {
-            _mm_prefetch(p0 + RP_PF_AHEAD + l, KAVX512_DECODE_HINT);
-            _mm_prefetch(p1 + RP_PF_AHEAD + l, KAVX512_DECODE_HINT);
+            kavx512_decode_prefetch(p0 + RP_PF_AHEAD + l, nta);
+            kavx512_decode_prefetch(p1 + RP_PF_AHEAD + l, nta);
         }
         const int32_t *c = (const int32_t *)(t + QT * (QK8_0 + 4));
         __m512i i0[2] = {isum0(kind, c[0]), _mm512_setzero_si512()};

@@ -94,6 +94,7 @@ T_512_INLINE void rq_micro(bool q4, int NA, int64_t nb, const char *p0, const ch
     const size_t vals = q4 ? RQ4_VALS : RQ8_VALS;
     const char *const q0 = p0, *const q1 = p1;
     const __m512i m4 = _mm512_set1_epi8(0x0F);
+    const bool nta = kavx512_decode_nta;
     __m512 f0[QT], f1[QT];
     UNROLL(6)
     for (int a = 0; a < NA; a++) f0[a] = f1[a] = _mm512_setzero_ps();
@@ -104,10 +105,9 @@ T_512_INLINE void rq_micro(bool q4, int NA, int64_t nb, const char *p0, const ch
                 _mm_prefetch(pf + (size_t)b * 2 * (vals + RQ_SCALES) + l, _MM_HINT_T1);
         if (dpf && b % 2 == 0) /* decode: each stream RQ_DECODE_AHEAD bytes ahead */
             for (size_t l = 0; l < 2 * (vals + RQ_SCALES); l += 64) {
-                _mm_prefetch(q0 + rq_scales_at(b, vals) + RQ_DECODE_AHEAD + l, KAVX512_DECODE_HINT);
+                kavx512_decode_prefetch(q0 + rq_scales_at(b, vals) + RQ_DECODE_AHEAD + l, nta);
                 if (two)
-                    _mm_prefetch(q1 + rq_scales_at(b, vals) + RQ_DECODE_AHEAD + l,
-                                 KAVX512_DECODE_HINT);
+                    kavx512_decode_prefetch(q1 + rq_scales_at(b, vals) + RQ_DECODE_AHEAD + l, nta);
             }
         const int32_t *c = (const int32_t *)(t + QT * (QK8_0 + 4));
         /* With few activation rows the dpbusd chains are short of work to
@@ -214,7 +214,7 @@ T_512_INLINE void rq_pass(bool q4, int64_t nb, const void *panels, size_t pb, in
      * +10%; into L1 instead, m = 4 gained nothing. */
     const char *pf = m > 2 && ti == 0 && pq == p + 1 && p + 3 < np ? p0 + 2 * pb : NULL;
     /* Decode's two streams (rq_kernel) each prefetch themselves
-     * RQ_DECODE_AHEAD bytes ahead (KAVX512_DECODE_HINT; these figures are of
+     * RQ_DECODE_AHEAD bytes ahead (kavx512_decode_prefetch; these figures are of
      * T1, into L2). Per matrix (bench_kernels from DRAM, the
      * two alternating call by call in one process, median of 400 pairs):
      * Q4_0 (4096 x 4096) -2 to -6% time on 2 threads, -13% on one; Q8_0,

@@ -110,7 +110,7 @@ T_512_INLINE void mx_micro(int NA, int64_t nb, const char *p, const char *t, flo
 
 /* Decode (one activation row): panels p0 and p1 at once, each block's sum
  * split over two accumulators, each stream prefetched MX_DECODE_AHEAD bytes
- * ahead (KAVX512_DECODE_HINT), as repack32_avx512.c's micro_pair (which
+ * ahead (kavx512_decode_prefetch), as repack32_avx512.c's micro_pair (which
  * see); per matrix (bench_kernels, 2880 x 2880, gpt-oss-20b's expert shape, from DRAM,
  * alternating call by call with one panel at a time in one process, median of
  * 400 pairs) the one-panel path took x1.28 as long on 2 threads, x1.34 on one. */
@@ -120,6 +120,7 @@ T_512_INLINE void mx_pair(int64_t nb, const char *p0, const char *p1, const char
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     const __m512i lv = _mm512_broadcast_i32x4(_mm_xor_si128(
         _mm_loadu_si128((const __m128i *)kern_mxfp4_values), _mm_set1_epi8((char)0x80)));
+    const bool nta = kavx512_decode_nta;
     __m512 f0 = _mm512_setzero_ps(), f1 = _mm512_setzero_ps();
     for (int64_t b0 = 0; b0 < nb; b0 += MX_GROUP) {
         const int nbg = nb - b0 < MX_GROUP ? (int)(nb - b0) : MX_GROUP;
@@ -127,8 +128,8 @@ T_512_INLINE void mx_pair(int64_t nb, const char *p0, const char *p1, const char
         for (int j = 0; j < nbg; j++, p0 += MX_NIB, p1 += MX_NIB, t += QT_BLK) {
             /* the group's 17 lines: 5 at its first block, 4 at the others */
             for (int l = 0; l < (j ? 4 : 5); l++) {
-                _mm_prefetch(p0 + MX_DECODE_AHEAD + 64 * l, KAVX512_DECODE_HINT);
-                _mm_prefetch(p1 + MX_DECODE_AHEAD + 64 * l, KAVX512_DECODE_HINT);
+                kavx512_decode_prefetch(p0 + MX_DECODE_AHEAD + 64 * l, nta);
+                kavx512_decode_prefetch(p1 + MX_DECODE_AHEAD + 64 * l, nta);
             }
             const int32_t c = *(const int32_t *)(t + QT * (QK8_0 + 4));
             __m512i i0[2] = {_mm512_set1_epi32(c), _mm512_setzero_si512()};
