@@ -610,6 +610,8 @@ static void print_json(const bench *b, const results *res) {
     if (b->cm.m) json_model(j, b);
     cJSON_AddNumberToObject(j, "threads", kvl_pool_threads());
     cJSON_AddStringToObject(j, "isa", kern_isa_name());
+    cJSON_AddStringToObject(j, "cpu", kern_cpu_name());
+    cJSON_AddStringToObject(j, "decode_prefetch", kern_decode_prefetch_name());
     cJSON_AddNumberToObject(j, "reps", a->reps);
     if (res->membw_gbps > 0) cJSON_AddNumberToObject(j, "membw_gb_per_s", res->membw_gbps);
     if (!b->cm.m) {
@@ -655,10 +657,11 @@ static void print_text(const bench *b, const results *res) {
     const gguf_file *f = model_gguf(b->cm.m);
     printf(
         "kvllm bench: %s\n  %s %s, %.3f GB, %.3f B params, %d threads, %s kernels, KV %s, %d reps\n"
+        "  CPU: %s (decode prefetch: %s)\n"
         "  weights read per decoding step: %.3f GB\n",
         gguf_path(f), hp->arch, model_type_name(f), gguf_tensor_data_bytes(f) / 1e9,
         hp->n_params / 1e9, kvl_pool_threads(), kern_isa_name(), kv_dtype_name(b->o->kv_dtype),
-        a->reps, b->weights_per_step / 1e9);
+        a->reps, kern_cpu_name(), kern_decode_prefetch_name(), b->weights_per_step / 1e9);
     if (b->kv_read_per_token > 0) /* 0 below two decoding steps */
         printf("  KV read per decoding step and sequence: %.0f bytes (calculated, mean over "
                "contexts %lld..%lld)\n",

@@ -232,6 +232,38 @@ const char *kern_isa_name(void) {
     return active_isa;
 }
 
+const char *kern_decode_prefetch_name(void) {
+    pthread_once(&auto_once, auto_init);
+    if (strcmp(active_isa, "avx512") != 0) return "none";
+    return kavx512_decode_nta ? "nta" : "t1";
+}
+
+static char cpu_name[49];
+static pthread_once_t cpu_name_once = PTHREAD_ONCE_INIT;
+
+/* CPUID leaves 0x80000002-4: 48 bytes of brand string, space-padded on some
+ * CPUs; leading and trailing blanks dropped. */
+static void read_cpu_name(void) {
+    unsigned r[12] = {0}, top = __get_cpuid_max(0x80000000u, NULL);
+    if (top < 0x80000004u) return;
+    for (unsigned i = 0; i < 3; i++)
+        __get_cpuid(0x80000002u + i, &r[4 * i], &r[4 * i + 1], &r[4 * i + 2], &r[4 * i + 3]);
+    char raw[49];
+    memcpy(raw, r, 48);
+    raw[48] = '\0';
+    const char *b = raw;
+    while (*b == ' ') b++;
+    size_t n = strlen(b);
+    while (n > 0 && b[n - 1] == ' ') n--;
+    memcpy(cpu_name, b, n);
+    cpu_name[n] = '\0';
+}
+
+const char *kern_cpu_name(void) {
+    pthread_once(&cpu_name_once, read_cpu_name);
+    return cpu_name;
+}
+
 /* True for a type number the tables have, after the default selection ran. */
 static bool selected(int dtype) {
     if (dtype < 0 || dtype >= GGUF_DT_COUNT) return false;

@@ -113,6 +113,13 @@ static inline kern_from_float_fn kern_act_quantizer(const kern_traits *t) {
  * the first call returns. `force` = "scalar" | "avx2" | "avx512" | NULL (auto). */
 void kern_init(const char *force);
 const char *kern_isa_name(void); /* what kern_init chose */
+/* The CPU's brand string (CPUID), "" where it has none: benchmark reports
+ * name the machine their figures come from. */
+const char *kern_cpu_name(void);
+/* The hint of the two-stream decode kernels' own prefetches as kern_init set
+ * it for this CPU: "nta" (non-temporal), "t1" (into L2), or "none" where the
+ * chosen kernels do not prefetch themselves (below AVX-512). */
+const char *kern_decode_prefetch_name(void);
 /* The memory-bandwidth probe's read (kvllm bench --membw, the decode
  * roofline): the wrapping sum of the 64-bit words of bytes (a multiple of
  * 64) at p (64-byte aligned), which only keeps the loads alive; four

@@ -13,8 +13,9 @@ os.makedirs(out, exist_ok=True)
 failures = []
 
 
-def run(args, want_rc=0):
-    p = subprocess.run([kv] + args, capture_output=True, text=True, timeout=240)
+def run(args, want_rc=0, env=None):
+    p = subprocess.run([kv] + args, capture_output=True, text=True, timeout=240,
+                       env=dict(os.environ, **env) if env else None)
     if p.returncode != want_rc:
         failures.append(f"{' '.join(args)}: exit {p.returncode}, wanted {want_rc}\n{p.stderr[-2000:]}")
     return p
@@ -175,9 +176,27 @@ p = run(["bench", "-m", model, "-p", "0", "-n", "0", "-r", "1", "--context-sweep
 j = json.loads(p.stdout or "{}")
 check(j.get("context_sweep", [{}])[0].get("no_kv_cache_skipped") is True, "sweep: over budget -> skipped")
 
+# The machine the figures come from: the CPU's name as the kernel reports it
+# (/proc/cpuinfo's "model name", where there is one) and the decode kernels'
+# prefetch hint, non-temporal on AMD with AVX-512, into L2 on other AVX-512
+# CPUs, none below AVX-512.
+cpuinfo = open("/proc/cpuinfo").read() if os.path.exists("/proc/cpuinfo") else ""
+model_name = next((l.split(":", 1)[1].strip() for l in cpuinfo.splitlines() if l.startswith("model name")), None)
+vendor = next((l.split(":", 1)[1].strip() for l in cpuinfo.splitlines() if l.startswith("vendor_id")), "")
+if model_name is not None:
+    check(" ".join(str(j.get("cpu")).split()) == " ".join(model_name.split()), f"bench json: cpu {j.get('cpu')!r} = {model_name!r}")
+want = ("nta" if vendor == "AuthenticAMD" else "t1") if j.get("isa") == "avx512" else "none"
+check(j.get("decode_prefetch") == want, f"bench json: decode_prefetch {j.get('decode_prefetch')!r} ({want})")
+p = run(["bench", "-m", model, "-p", "8", "-n", "2", "-r", "1", "--json", "--no-progress"],
+        env={"KVLLM_KERNELS": "avx2"})
+j2 = json.loads(p.stdout or "{}")
+check(j2.get("isa") in ("avx2", "scalar") and j2.get("decode_prefetch") == "none",
+      "bench json: decode_prefetch none below AVX-512")
+
 # Text table, and the bandwidth-only mode.
 p = run(["bench", "-m", model, "-p", "16", "-n", "4", "-r", "1"])
 check("| pp16" in p.stdout and "| tg4 " in p.stdout, "bench text table")
+check("  CPU: " in p.stdout and "(decode prefetch: " in p.stdout, "bench text: the CPU line")
 p = run(["bench", "--membw", "--membw-mb", "32", "--json"])
 check(json.loads(p.stdout or "{}").get("membw_gb_per_s", 0) > 0, "bench --membw alone")
 run(["bench", "-m", model, "--batch", "0"], want_rc=2)
