@@ -478,13 +478,13 @@ extern const kern_gemm_ops kavx512_gemm_q2_K, kavx512_gemm_q3_K, kavx512_gemm_q5
 
 /* ---- AVX-512 repacked weights (repack_avx512.c, repack_k_avx512.c, repack_kx_avx512.c) ---- */
 extern const kern_repack_ops kavx512_repack_q8_0, kavx512_repack_q4_0;
-/* The two-stream decode kernels' prefetch hint: non-temporal (true) or into
- * L2; set by kern_init for this CPU (gemm_avx512.h, kavx512_decode_prefetch). */
-extern bool kavx512_decode_nta;
 extern const kern_repack_ops kavx512_repack_q4_K, kavx512_repack_q6_K;
 /* (repack_kx_avx512.c) */
 extern const kern_repack_ops kavx512_repack_iq4_xs, kavx512_repack_q3_K, kavx512_repack_q5_K,
     kavx512_repack_q2_K;
+/* The two-stream decode kernels' prefetch hint: non-temporal (true) or into
+ * L2; set by kern_init for this CPU (gemm_avx512.h, kavx512_decode_prefetch). */
+extern bool kavx512_decode_nta;
 
 /* Q4_1, Q5_0, Q5_1, IQ4_NL and Q8_1 (their blocks and implementations) */
 #include "quant32.h"
