@@ -19,10 +19,15 @@
 
 /* Best of 5 passes over a buffer of `mb` MiB (far beyond the caches), each
  * thread reading its share as one stream with kern_read_sum: nothing
- * written, so the limit is read bandwidth. */
+ * written, so the limit is read bandwidth. Both probes read huge pages, as
+ * decode reads the repacked weights (kvl_alloc_huge): on 4 KiB pages the
+ * Intel Xeon VM of 2026-12-06 read 29.05 GB/s on average against 30.6 (four
+ * runs of each alternating), and between decoding steps 21.0-25.1 against
+ * 24.4-29.5 (llama-3.2-1b Q4_K_M, three runs of each alternating), so every
+ * roofline share measured before was too high by that much. */
 double bench_membw_gbps(int64_t mb) {
     size_t bytes = (size_t)mb << 20;
-    char *buf = kvl_alloc(bytes);
+    char *buf = kvl_alloc_huge(bytes);
     if (!buf) return 0;
     int nt = omp_get_max_threads();
 #pragma omp parallel for schedule(static)
@@ -78,7 +83,7 @@ step_probe *bench_step_probe_new(int64_t mb) {
     step_probe *p = calloc(1, sizeof *p);
     if (!p) return NULL;
     p->bytes = ((size_t)mb << 20) / STEP_PROBE_CHUNK * STEP_PROBE_CHUNK;
-    p->buf = p->bytes ? kvl_alloc(p->bytes) : NULL;
+    p->buf = p->bytes ? kvl_alloc_huge(p->bytes) : NULL;
     if (!p->buf) {
         free(p);
         return NULL;
