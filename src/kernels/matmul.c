@@ -255,7 +255,11 @@ static void mm_gemm(const kern_gemm_ops *g, const char *W, size_t wrow, int64_t 
             gemm_chunk(g, W, wrow, n_out, k, m, Y, work, pb, npanels, nchunks, c);
         return;
     }
-    kvl_pool_run(prepare_task, &tiles, m);
+    /* one tile (decode: an F32 MoE router, an F16 model) is prepared here,
+     * saving the pool a round */
+    if (ntiles == 1)
+        for (int64_t i = 0; i < m; i++) tiles_prepare_row(&tiles, i);
+    else kvl_pool_run(prepare_task, &tiles, m);
     gemm_job j = {g, W, wrow, n_out, k, m, Y, work, pb, npanels, nchunks};
     kvl_pool_run(gemm_chunk_task, &j, nchunks);
 }
@@ -391,31 +395,21 @@ static kern_span linear_span(int nw, const kern_repacked_mat *mats, const int64_
                        (int32_t)(np * (c - first[w] + 1) / nc)};
 }
 
-/* Decode's chunks, guided: each a 1/(2 nth) share of what is left of its
- * matrix, at least DECODE_MIN_CHUNK_BYTES, so that the first ones stream long
- * and the last are short and the threads reach the barrier together (with
- * 4 even chunks per thread the one that took the last waited on average
- * half a chunk: 1B decode, in-process A/B, 2 threads: Q4_0, Q8_0, Q4_K_M
- * 1-4% faster, F16 14%). Returns how many, or 0 when they would not fit in
- * DECODE_MAX_SPANS (then the even split). */
+/* Decode's chunks, guided (kern_guided_spans): each a 1/(2 nth) share of
+ * what is left of all the matrices, at least DECODE_MIN_CHUNK_BYTES, so that
+ * the first ones stream long and the last are short and the threads reach
+ * the barrier together (with 4 even chunks per thread the one that took the
+ * last waited on average half a chunk: 1B decode, in-process A/B, 2 threads:
+ * Q4_0, Q8_0, Q4_K_M 1-4% faster, F16 14%). Shares of the whole, not of each
+ * matrix: a matrix of several (q, k and v) no longer ends in short chunks
+ * of its own before the next begins. */
 static int64_t guided_spans(int nw, const kern_repacked_mat *mats, int64_t k, int nth,
                             kern_span *out) {
-    int64_t n = 0;
-    for (int w = 0; w < nw; w++) {
-        const int64_t np = (mats[w].n_out + KERN_PANEL_ROWS - 1) / KERN_PANEL_ROWS;
-        int64_t minp =
-            (int64_t)(DECODE_MIN_CHUNK_BYTES / kern_repack_of(mats[w].wtype)->panel_bytes(k));
-        if (minp < 1) minp = 1;
-        for (int64_t p = 0; p < np;) {
-            int64_t len = (np - p + 2 * nth - 1) / (2 * nth);
-            if (len < minp) len = minp;
-            if (len > np - p) len = np - p;
-            if (n == DECODE_MAX_SPANS) return 0;
-            out[n++] = (kern_span){w, (int32_t)p, (int32_t)(p + len)};
-            p += len;
-        }
-    }
-    return n;
+    kern_span_mat sm[KERN_REPACKED_MAX];
+    for (int w = 0; w < nw; w++)
+        sm[w] = (kern_span_mat){(mats[w].n_out + KERN_PANEL_ROWS - 1) / KERN_PANEL_ROWS,
+                                (double)kern_repack_of(mats[w].wtype)->panel_bytes(k), 1};
+    return kern_guided_spans(nw, sm, nth, DECODE_MIN_CHUNK_BYTES, DECODE_MAX_SPANS, out);
 }
 
 /* Products over one prepared activation set for the pool's tasks. */
