@@ -17,7 +17,9 @@
  * cache of 8192 positions in memory (Llama-3.2-1B's 8 KV heads of 64), in the
  * pool's layout: BENCH_ATTN_HEAD_MAJOR=0 rows of every head (the layout before
  * kv_block_layout), =1 head-major blocks; BENCH_ATTN_BS the block size (8192:
- * contiguous); BENCH_ATTN_CHUNK_MAJOR=1 threads split positions, not heads.
+ * contiguous); BENCH_ATTN_CHUNK_MAJOR=1 threads split positions, not heads;
+ * BENCH_ATTN_SHAPE=d,n_q,n_kv,ctx,layers another model's (qwen3-30b-a3b at 512
+ * of context: 128,8,4,512,48).
  *
  * Weights cycle through enough copies to exceed the L3 cache, so the decode
  * figures are DRAM bandwidth, comparable to the machine's stream bandwidth
@@ -390,13 +392,18 @@ int main(int argc, char **argv) {
     if (argc <= 4 || strstr(argv[4], "attn")) {
         bench_attn(64, 4);
         bench_attn(128, 4);
+        bench_attn(128, 8);
         bench_attn(576, 16);
     }
     if (argc > 4 && strstr(argv[4], "astream")) {
         const char *hm = getenv("BENCH_ATTN_HEAD_MAJOR");
         const char *cm = getenv("BENCH_ATTN_CHUNK_MAJOR");
         const char *bs = getenv("BENCH_ATTN_BS");
-        bench_attn_stream(64, 4, 8, 8192, 16, bs ? atoi(bs) : 16, hm && atoi(hm), cm && atoi(cm));
+        const char *shape = getenv("BENCH_ATTN_SHAPE"); /* d,n_q,n_kv,ctx,layers */
+        int d = 64, nq = 4, nkv = 8, ctx = 8192, layers = 16;
+        if (shape) sscanf(shape, "%d,%d,%d,%d,%d", &d, &nq, &nkv, &ctx, &layers);
+        bench_attn_stream(d, nq, nkv, ctx, layers, bs ? atoi(bs) : 16, hm && atoi(hm),
+                          cm && atoi(cm));
     }
     return 0;
 }
