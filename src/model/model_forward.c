@@ -11,6 +11,7 @@
 
 #include "kvl_pool.h"
 #include "model_internal.h"
+#include "model_phases.h"
 
 typedef struct fwd_ctx {
     model *m;
@@ -269,7 +270,11 @@ static void attn_mha(fwd_ctx *c, int il) {
     int64_t qd = hp->n_head * dk, kd = hp->n_head_kv * dk, vd = hp->n_head_kv * dv;
     const mtensor *qkv[] = {&L->wq, &L->wk, &L->wv};
     float *const qkv_out[] = {m->q, m->k, m->v};
+    PHASE_BEGIN(t_qkv);
     op_matmul_many(m, 3, qkv, m->xb, n, qkv_out);
+    PHASE_END(t_qkv, PHASE_QKV,
+              mtensor_slice_bytes(&L->wq) + mtensor_slice_bytes(&L->wk) +
+                  mtensor_slice_bytes(&L->wv));
     op_add_bias(m->q, &L->bq, n, qd);
     op_add_bias(m->k, &L->bk, n, kd);
     op_add_bias(m->v, &L->bv, n, vd);
@@ -340,7 +345,9 @@ static void attn_mha(fwd_ctx *c, int il) {
                    .chunk = L->chunk};
     attention(c, L, &a, m->q, qd, m->att, hp->n_head * dv);
     if (rot_v) op_hadamard(m->att, n * hp->n_head * dv, rot_v); /* back: H is its own inverse */
+    PHASE_BEGIN(t_wo);
     op_matmul(m, &L->wo, m->att, n, m->xb);
+    PHASE_END(t_wo, PHASE_WO, mtensor_slice_bytes(&L->wo));
     op_add_bias(m->xb, &L->bo, n, hp->n_embd);
 }
 
@@ -495,10 +502,14 @@ static void ffn(fwd_ctx *c, const layer_weights *L) {
     }
     const mtensor *gate_up[] = {&L->ffn_gate, &L->ffn_up};
     float *const gate_up_out[] = {m->ff_gate, m->ff_up};
+    PHASE_BEGIN(t_dense);
     op_matmul_many(m, 2, gate_up, m->xb, n, gate_up_out);
     if (m->arch->ffn_act == ARCH_ACT_GELU) op_gelu_mul(m->ff_gate, m->ff_up, n * F);
     else op_silu_mul(m->ff_gate, m->ff_up, n * F);
     op_matmul(m, &L->ffn_down, m->ff_gate, n, m->xb);
+    PHASE_END(t_dense, PHASE_FFN_DENSE,
+              mtensor_slice_bytes(&L->ffn_gate) + mtensor_slice_bytes(&L->ffn_up) +
+                  mtensor_slice_bytes(&L->ffn_down));
 }
 
 static void add_residual(model *m, const mtensor *post_norm, int64_t n) {
@@ -525,22 +536,27 @@ static void layer_forward(fwd_ctx *c, int il) {
     const layer_weights *L = &m->layers[il];
     const int64_t n = c->n, E = m->hp.n_embd;
     const size_t bytes = (size_t)(n * E) * sizeof(float);
+    PHASE_BEGIN(t_attn);
     norm_rows(m, m->xb, m->x, &L->attn_norm, n);
     if (m->arch->parallel) memcpy(m->xb2, m->xb, bytes); /* the FFN's input too */
     if (m->arch->attn == ARCH_ATTN_MLA && m->hp.mla) attn_mla(c, il);
     else if (m->arch->attn == ARCH_ATTN_MLA) attn_mla_uncompressed(c, il);
     else attn_mha(c, il);
+    PHASE_END(t_attn, PHASE_ATTN_LAYER, 0);
+    PHASE_BEGIN(t_ffn);
     if (m->arch->parallel) { /* command-r: x + FFN(h) + attention(h), in llama.cpp's order */
         memcpy(m->par, m->xb, bytes);
         memcpy(m->xb, m->xb2, bytes);
         ffn(c, L);
         for (int64_t i = 0; i < n * E; i++) m->x[i] = (m->xb[i] + m->x[i]) + m->par[i];
+        PHASE_END(t_ffn, PHASE_FFN_LAYER, 0);
         return;
     }
     add_residual(m, &L->post_attn_norm, n);
     norm_rows(m, m->xb, m->x, &L->ffn_norm, n);
     ffn(c, L);
     add_residual(m, &L->post_ffn_norm, n);
+    PHASE_END(t_ffn, PHASE_FFN_LAYER, 0);
 }
 
 static bool wants_logits(const model_batch *b, int64_t i) {
@@ -570,9 +586,13 @@ static int64_t project_logits(fwd_ctx *c, float *logits, float *hidden) {
         if (wants_logits(c->b, c->t0 + t))
             memcpy(m->logit_rows + (n_out++) * E, m->x + t * E, E * sizeof(float));
     if (n_out == 0) return 0;
+    PHASE_BEGIN(t_out);
     norm_rows(m, m->logit_rows, m->logit_rows, &m->output_norm, n_out);
     if (hidden) memcpy(hidden, m->logit_rows, (size_t)(n_out * E) * sizeof(float));
-    if (!logits) return n_out;
+    if (!logits) {
+        PHASE_END(t_out, PHASE_OUTPUT, logits ? mtensor_slice_bytes(&m->output) : 0);
+        return n_out;
+    }
     op_matmul(m, &m->output, m->logit_rows, n_out, logits);
     /* granite divides by its logit scale, command-r multiplies (llama.cpp's ggml_scale) */
     float ls = 0.0f;
@@ -583,6 +603,7 @@ static int64_t project_logits(fwd_ctx *c, float *logits, float *hidden) {
     if (hp->final_softcap > 0)
         for (int64_t i = 0; i < n_out * hp->n_vocab; i++)
             logits[i] = hp->final_softcap * tanhf(logits[i] / hp->final_softcap);
+    PHASE_END(t_out, PHASE_OUTPUT, logits ? mtensor_slice_bytes(&m->output) : 0);
     return n_out;
 }
 
@@ -613,6 +634,8 @@ bool model_forward_stage(model *m, kv_pool *const *pools, const model_batch *b, 
     if (!check_batch(m, pools, b, err) || !ensure_attn_scratch(m, pools, err)) return false;
     const int64_t E = m->hp.n_embd;
     int64_t out_rows = 0;
+    PHASE_FORWARD_BEGIN(b->n_tokens);
+    PHASE_BEGIN(t_fwd);
     for (int64_t t0 = 0; t0 < b->n_tokens; t0 += m->mp.max_ubatch) {
         fwd_ctx c = {.m = m,
                      .pools = pools,
@@ -630,5 +653,6 @@ bool model_forward_stage(model *m, kv_pool *const *pools, const model_batch *b, 
         out_rows += project_logits(&c, logits ? logits + out_rows * m->hp.n_vocab : NULL,
                                    b->hidden ? b->hidden + out_rows * m->hp.n_embd : NULL);
     }
+    PHASE_END(t_fwd, PHASE_FORWARD, 0);
     return true;
 }

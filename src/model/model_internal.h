@@ -17,6 +17,12 @@ typedef struct mtensor {
     size_t expert_stride;
 } mtensor;
 
+/* Bytes of one 2-D slice of t (a matrix, or one expert of a 3-D tensor) in
+ * its file type; 0 where absent. */
+static inline double mtensor_slice_bytes(const mtensor *t) {
+    return t->data ? (double)kern_row_bytes(t->dtype, t->ne0) * (double)t->ne1 : 0.0;
+}
+
 typedef struct layer_weights {
     mtensor attn_norm;        /* [E] */
     mtensor wq, wk, wv, wo;   /* [E -> Hq*dk], [E -> Hkv*dk], [E -> Hkv*dv], [Hq*dv -> E] */

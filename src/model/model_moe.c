@@ -34,6 +34,7 @@
 
 #include "kernels_grouped.h"
 #include "model_internal.h"
+#include "model_phases.h"
 
 struct moe_scratch {
     float *probs;    /* [U][n_expert] router logits, then probabilities */
@@ -524,7 +525,12 @@ static void decode_experts(model *m, const layer_weights *L, const float *x) {
         mats[nw++] = (kern_repacked_one){g->packed, g->dtype, FS, E, x, s->hg + K * F};
         mats[nw++] = (kern_repacked_one){u->packed, u->dtype, FS, E, x, s->hu + K * F};
     }
+    PHASE_BEGIN(t_gu);
     kern_matmul_repacked_each(nw, mats, s->each_work);
+    PHASE_END(t_gu, PHASE_EXPERTS_GU,
+              K * (mtensor_slice_bytes(&L->ffn_gate_exps) + mtensor_slice_bytes(&L->ffn_up_exps)) +
+                  mtensor_slice_bytes(&L->ffn_gate_shexp) + mtensor_slice_bytes(&L->ffn_up_shexp));
+    PHASE_BEGIN(t_down);
     if (m->arch->gpt_oss) { /* its biases and clamped SwiGLU, expert by expert (no shared one) */
         for (int64_t i = 0; i < K; i++)
             expert_act(m, L, s->ids[i], s->hg + i * F, s->hu + i * F, 1, F);
@@ -541,6 +547,8 @@ static void decode_experts(model *m, const layer_weights *L, const float *x) {
         mats[nw++] = (kern_repacked_one){d->packed, d->dtype, E, FS, s->hg + K * F, s->sh};
     }
     kern_matmul_repacked_each(nw, mats, s->each_work);
+    PHASE_END(t_down, PHASE_EXPERTS_DN,
+              K * mtensor_slice_bytes(&L->ffn_down_exps) + mtensor_slice_bytes(&L->ffn_down_shexp));
     for (int64_t i = 0; i < K; i++) {
         add_expert_bias(s->out + i * E, &L->ffn_down_exps_b, s->ids[i], 1);
         for (int64_t j = 0; j < E; j++) s->out[i * E + j] *= s->w[i];
@@ -628,6 +636,7 @@ void moe_ffn(model *m, const layer_weights *L, const float *x, int64_t n, float 
     const model_moe_hparams *mo = &m->hp.moe;
     struct moe_scratch *s = m->moe;
     const int64_t E = m->hp.n_embd, K = mo->n_expert_used, NE = mo->n_expert;
+    PHASE_BEGIN(t_router);
     op_matmul(m, &L->ffn_gate_inp, x, n, s->probs);
     if (L->ffn_gate_inp_b.data)
         for (int64_t t = 0; t < n; t++)
@@ -649,6 +658,7 @@ void moe_ffn(model *m, const layer_weights *L, const float *x, int64_t n, float 
      * every down on its own input; the sums below are unchanged. */
     const int64_t sel = n * K < NE ? n * K : NE; /* at most this many experts selected */
     const bool fused = n <= s->gmax && 2 * sel + 2 <= KERN_ROWS_MAX_MATS && decode_fused(m, L);
+    PHASE_END(t_router, PHASE_ROUTER, mtensor_slice_bytes(&L->ffn_gate_inp));
     if (fused && n == 1) decode_experts(m, L, x);
     else if (fused) grouped_experts(m, L, x, n);
     for (int64_t e = 0; e < NE && !fused; e++) {
