@@ -262,6 +262,17 @@ static int64_t kv_rotation(int dtype, int64_t head, bool k) {
 }
 
 /* Standard attention (MHA/GQA/MQA): result in m->xb [n][E], before the residual. */
+#ifdef KVLLM_PHASE_TIMERS
+/* The K and V bytes one token at pos reads from the cache (the phase timers). */
+static double attn_read_bytes(const kv_pool *kv, const attn_args *a, int32_t pos) {
+    const kv_pool_config *cf = kv_pool_cfg(kv);
+    const kv_attn rule = {.window = a->window, .chunk = a->chunk};
+    const double n = (double)(pos + 1 - kv_attn_first(rule, pos));
+    return n * (double)(kv_row_bytes(cf->dtype, cf->n_kv_heads * a->dk) +
+                        kv_row_bytes(kv_pool_dtype_v(kv), cf->n_kv_heads * a->dv));
+}
+#endif
+
 static void attn_mha(fwd_ctx *c, int il) {
     model *m = c->m;
     const model_hparams *hp = &m->hp;
@@ -343,7 +354,9 @@ static void attn_mha(fwd_ctx *c, int il) {
                    .window = m->groups[L->kv_group].attn.window,
                    .sinks = L->attn_sinks.data,
                    .chunk = L->chunk};
+    PHASE_BEGIN(t_att);
     attention(c, L, &a, m->q, qd, m->att, hp->n_head * dv);
+    PHASE_END(t_att, PHASE_ATTENTION, attn_read_bytes(kv, &a, c->b->pos[c->t0]));
     if (rot_v) op_hadamard(m->att, n * hp->n_head * dv, rot_v); /* back: H is its own inverse */
     PHASE_BEGIN(t_wo);
     op_matmul(m, &L->wo, m->att, n, m->xb);

@@ -12,9 +12,11 @@ static double phase_s[PHASE_COUNT], phase_bytes[PHASE_COUNT];
 static long phase_forwards;
 
 static const char *const PHASE_NAMES[PHASE_COUNT] = {
-    "forward (one token)",    "  attention sublayer",  "    qkv projections",
-    "    output projection",  "  FFN sublayer",        "    dense FFN",
-    "    router and routing", "    experts: gate, up", "    experts: act, down",
+    "forward (one token)",   "  attention sublayer",
+    "    qkv projections",   "    attention over the KV cache",
+    "    output projection", "  FFN sublayer",
+    "    dense FFN",         "    router and routing",
+    "    experts: gate, up", "    experts: act, down",
     "  output norm and head"};
 
 static void phase_report(void) {
@@ -22,7 +24,7 @@ static void phase_report(void) {
     const double total = phase_s[PHASE_FORWARD];
     fprintf(stderr, "phase timers: %ld single-token forwards, %.3f ms each\n", phase_forwards,
             1e3 * total / (double)phase_forwards);
-    fprintf(stderr, "| phase | ms per forward | share | weights read, MB | GB/s |\n"
+    fprintf(stderr, "| phase | ms per forward | share | MB read | GB/s |\n"
                     "|---|---:|---:|---:|---:|\n");
     for (int p = 0; p < PHASE_COUNT; p++) {
         if (phase_s[p] <= 0) continue;

@@ -10,8 +10,9 @@
  * Only the calling thread reads the clock, around whole parallel regions, so
  * a phase is the wall time both threads spend in it. The matmul phases also
  * count the weight bytes they read (one 2-D slice per matrix or selected
- * expert, in the file's type), which gives their rate against the machine's
- * bandwidth (kvllm bench --membw). */
+ * expert, in the file's type), attention the K and V bytes of the positions it
+ * attends to, which gives their rate against the machine's bandwidth (kvllm
+ * bench --membw). */
 #ifndef KVLLM_MODEL_PHASES_H
 #define KVLLM_MODEL_PHASES_H
 
@@ -19,6 +20,7 @@ enum {
     PHASE_FORWARD,    /* the whole forward of one token */
     PHASE_ATTN_LAYER, /* attention sublayer: pre-norm to output projection */
     PHASE_QKV,        /* MHA: q, k, v projections */
+    PHASE_ATTENTION,  /* MHA: attention over the cache (bytes: the K and V it reads) */
     PHASE_WO,         /* MHA: output projection */
     PHASE_FFN_LAYER,  /* residual, FFN norm, FFN, residual */
     PHASE_FFN_DENSE,  /* dense FFN: gate and up, activation, down */
