@@ -268,8 +268,9 @@ static double attn_read_bytes(const kv_pool *kv, const attn_args *a, int32_t pos
     const kv_pool_config *cf = kv_pool_cfg(kv);
     const kv_attn rule = {.window = a->window, .chunk = a->chunk};
     const double n = (double)(pos + 1 - kv_attn_first(rule, pos));
-    return n * (double)(kv_row_bytes(cf->dtype, cf->n_kv_heads * a->dk) +
-                        kv_row_bytes(kv_pool_dtype_v(kv), cf->n_kv_heads * a->dv));
+    const double v =
+        a->v_in_k ? 0.0 : (double)kv_row_bytes(kv_pool_dtype_v(kv), cf->n_kv_heads * a->dv);
+    return n * ((double)kv_row_bytes(cf->dtype, cf->n_kv_heads * a->dk) + v);
 }
 #endif
 
@@ -401,6 +402,7 @@ static void attn_mla(fwd_ctx *c, int il) {
      * one prepared input, one parallel region when both are repacked alike */
     const mtensor *proj[] = {&L->wkv_a_mqa, L->wq_a.data ? &L->wq_a : &L->wq};
     float *const proj_out[] = {m->k /* [n][r + rope] */, m->xb2 /* [n][q_lora or H * qh] */};
+    PHASE_BEGIN(t_qkv);
     op_matmul_many(m, 2, proj, m->xb, n, proj_out);
     if (L->wq_a.data) {
         op_rms_norm(m->xb2, m->xb2, L->q_a_norm.data, n, hp->q_lora_rank, hp->rms_eps);
@@ -408,6 +410,9 @@ static void attn_mla(fwd_ctx *c, int il) {
     } else {
         memcpy(qraw, m->xb2, n * H * qh * sizeof(float));
     }
+    PHASE_END(t_qkv, PHASE_QKV,
+              mtensor_slice_bytes(&L->wkv_a_mqa) + mtensor_slice_bytes(&L->wq_a) +
+                  mtensor_slice_bytes(&L->wq_b) + mtensor_slice_bytes(&L->wq));
     kv_pool *kv = c->pools[L->kv_group];
     for (int64_t t = 0; t < n; t++) {
         int32_t pos = c->b->pos[c->t0 + t];
@@ -419,7 +424,9 @@ static void attn_mla(fwd_ctx *c, int il) {
     }
     float *qa = m->mla_a, *qb = m->mla_b;
     const bool heads1 = n == 1 && m->head_work; /* one row: no gathering, heads in parallel */
+    PHASE_BEGIN(t_kb);
     if (heads1) op_matmul_heads1(m, &L->wk_b, H, qraw, qh, m->q, dk);
+    PHASE_END(t_kb, PHASE_MLA_HEADS, (double)H * mtensor_slice_bytes(&L->wk_b));
     for (int64_t h = 0; h < H; h++) {
         if (!heads1) {
             gather(qa, qraw, n, H * qh, h * qh, nope);
@@ -436,14 +443,20 @@ static void attn_mla(fwd_ctx *c, int il) {
                    .v_in_k = true,
                    .scale = mla_kq_scale(m, qh),
                    .window = m->groups[L->kv_group].attn.window};
+    PHASE_BEGIN(t_att);
     attention(c, L, &a, m->q, H * dk, m->att, H * r);
+    PHASE_END(t_att, PHASE_ATTENTION, attn_read_bytes(kv, &a, c->b->pos[c->t0]));
+    PHASE_BEGIN(t_vb);
     if (heads1) op_matmul_heads1(m, &L->wv_b, H, m->att, r, m->xb2, vd);
     for (int64_t h = 0; h < H && !heads1; h++) {
         gather(qa, m->att, n, H * r, h * r, r);
         op_matmul_head(m, &L->wv_b, h, qa, n, qb); /* [n][vd] */
         scatter(m->xb2, qb, n, H * vd, h * vd, vd);
     }
+    PHASE_END(t_vb, PHASE_MLA_HEADS, (double)H * mtensor_slice_bytes(&L->wv_b));
+    PHASE_BEGIN(t_wo);
     op_matmul(m, &L->wo, m->xb2, n, m->xb);
+    PHASE_END(t_wo, PHASE_WO, mtensor_slice_bytes(&L->wo));
 }
 
 /* MLA as files converted before llama.cpp's MLA rework store it (llama.cpp's

@@ -11,13 +11,18 @@ int phase_on;
 static double phase_s[PHASE_COUNT], phase_bytes[PHASE_COUNT];
 static long phase_forwards;
 
-static const char *const PHASE_NAMES[PHASE_COUNT] = {
-    "forward (one token)",   "  attention sublayer",
-    "    qkv projections",   "    attention over the KV cache",
-    "    output projection", "  FFN sublayer",
-    "    dense FFN",         "    router and routing",
-    "    experts: gate, up", "    experts: act, down",
-    "  output norm and head"};
+static const char *const PHASE_NAMES[PHASE_COUNT] = {"forward (one token)",
+                                                     "  attention sublayer",
+                                                     "    qkv projections",
+                                                     "    MLA per-head k_b, v_b",
+                                                     "    attention over the KV cache",
+                                                     "    output projection",
+                                                     "  FFN sublayer",
+                                                     "    dense FFN",
+                                                     "    router and routing",
+                                                     "    experts: gate, up",
+                                                     "    experts: act, down",
+                                                     "  output norm and head"};
 
 static void phase_report(void) {
     if (!phase_forwards) return;

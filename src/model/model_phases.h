@@ -5,8 +5,9 @@
  * timers read the clock about 10 times a layer); otherwise every macro is
  * empty. At exit the process prints, on stderr, each phase's milliseconds per
  * forward and its share. Phases nest in layer_forward: the attention
- * sublayer holds qkv and wo (MHA: the rest of it is norms, rope, the KV store
- * and attention itself), the FFN sublayer holds the router and the experts.
+ * sublayer holds the projections, attention over the cache and the output
+ * projection (the rest of it: norms, rope, the KV store), the FFN sublayer
+ * the dense FFN or the router and the experts.
  * Only the calling thread reads the clock, around whole parallel regions, so
  * a phase is the wall time both threads spend in it. The matmul phases also
  * count the weight bytes they read (one 2-D slice per matrix or selected
@@ -19,9 +20,10 @@
 enum {
     PHASE_FORWARD,    /* the whole forward of one token */
     PHASE_ATTN_LAYER, /* attention sublayer: pre-norm to output projection */
-    PHASE_QKV,        /* MHA: q, k, v projections */
-    PHASE_ATTENTION,  /* MHA: attention over the cache (bytes: the K and V it reads) */
-    PHASE_WO,         /* MHA: output projection */
+    PHASE_QKV,        /* q, k, v projections (MLA: q and the latent) */
+    PHASE_MLA_HEADS,  /* MLA decode: the per-head absorbed k_b and v_b products */
+    PHASE_ATTENTION,  /* attention over the cache (bytes: the K and V it reads) */
+    PHASE_WO,         /* output projection */
     PHASE_FFN_LAYER,  /* residual, FFN norm, FFN, residual */
     PHASE_FFN_DENSE,  /* dense FFN: gate and up, activation, down */
     PHASE_ROUTER,     /* MoE: router matmul, routing, grouping */
