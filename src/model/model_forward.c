@@ -261,7 +261,6 @@ static int64_t kv_rotation(int dtype, int64_t head, bool k) {
     return n;
 }
 
-/* Standard attention (MHA/GQA/MQA): result in m->xb [n][E], before the residual. */
 #ifdef KVLLM_PHASE_TIMERS
 /* The K and V bytes one token at pos reads from the cache (the phase timers). */
 static double attn_read_bytes(const kv_pool *kv, const attn_args *a, int32_t pos) {
@@ -274,6 +273,7 @@ static double attn_read_bytes(const kv_pool *kv, const attn_args *a, int32_t pos
 }
 #endif
 
+/* Standard attention (MHA/GQA/MQA): result in m->xb [n][E], before the residual. */
 static void attn_mha(fwd_ctx *c, int il) {
     model *m = c->m;
     const model_hparams *hp = &m->hp;
@@ -616,7 +616,7 @@ static int64_t project_logits(fwd_ctx *c, float *logits, float *hidden) {
     norm_rows(m, m->logit_rows, m->logit_rows, &m->output_norm, n_out);
     if (hidden) memcpy(hidden, m->logit_rows, (size_t)(n_out * E) * sizeof(float));
     if (!logits) {
-        PHASE_END(t_out, PHASE_OUTPUT, logits ? mtensor_slice_bytes(&m->output) : 0);
+        PHASE_END(t_out, PHASE_OUTPUT, 0); /* no head read */
         return n_out;
     }
     op_matmul(m, &m->output, m->logit_rows, n_out, logits);
@@ -629,7 +629,7 @@ static int64_t project_logits(fwd_ctx *c, float *logits, float *hidden) {
     if (hp->final_softcap > 0)
         for (int64_t i = 0; i < n_out * hp->n_vocab; i++)
             logits[i] = hp->final_softcap * tanhf(logits[i] / hp->final_softcap);
-    PHASE_END(t_out, PHASE_OUTPUT, logits ? mtensor_slice_bytes(&m->output) : 0);
+    PHASE_END(t_out, PHASE_OUTPUT, mtensor_slice_bytes(&m->output));
     return n_out;
 }
 
