@@ -12,7 +12,10 @@ symbol into: the repacked matmul kernels (weights), attention, the pool's
 waiting (spin, yield, scheduler), serial code on the calling thread, and the
 rest. Shares are of both threads' samples; ms per token = share x the
 measured ms per token (both threads run the whole step, so this is the wall
-time the part stands for)."""
+time the part stands for). The split is by symbol, so a kernel's time is not told
+apart by the matrix it ran on: for the wall time and bytes of each phase of the step (q/k/v,
+attention, output projection, router, experts, head) build with -DKVLLM_PHASE_TIMERS=ON
+instead (bench/README.md)."""
 import json
 import re
 import subprocess
