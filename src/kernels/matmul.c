@@ -249,17 +249,16 @@ static void mm_gemm(const kern_gemm_ops *g, const char *W, size_t wrow, int64_t 
     /* padded rows of the last tile read as zeros */
     memset((char *)work + (ntiles - 1) * tb, 0, tb);
 
-    if (!par) { /* on this thread: waking the pool would cost more */
+    /* one tile (decode: an F32 MoE router, an F16 model) is prepared here,
+     * saving the pool a round, as is everything without the pool */
+    if (ntiles == 1 || !par)
         for (int64_t i = 0; i < m; i++) tiles_prepare_row(&tiles, i);
+    else kvl_pool_run(prepare_task, &tiles, m);
+    if (!par) { /* on this thread: waking the pool would cost more */
         for (int64_t c = 0; c < nchunks; c++)
             gemm_chunk(g, W, wrow, n_out, k, m, Y, work, pb, npanels, nchunks, c);
         return;
     }
-    /* one tile (decode: an F32 MoE router, an F16 model) is prepared here,
-     * saving the pool a round */
-    if (ntiles == 1)
-        for (int64_t i = 0; i < m; i++) tiles_prepare_row(&tiles, i);
-    else kvl_pool_run(prepare_task, &tiles, m);
     gemm_job j = {g, W, wrow, n_out, k, m, Y, work, pb, npanels, nchunks};
     kvl_pool_run(gemm_chunk_task, &j, nchunks);
 }
