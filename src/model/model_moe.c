@@ -47,7 +47,7 @@ struct moe_scratch {
     int32_t *order;  /* [U*k] token * k + slot, grouped by expert */
     float *xg, *yg;  /* [U][E] an expert's gathered input rows, its outputs */
     float *hg, *hu;  /* [max(U, k)][max(ff_exp, ff_shexp)] */
-    float *out;      /* [U*k][E] weighted expert outputs per (token, slot) */
+    float *out;      /* [U*k][E] expert outputs per (token, slot), before their weights */
     float *sh;       /* [U][E] shared expert output */
     float *shg;      /* [U] qwen2moe's shared expert gate */
     void *each_work; /* decode's prepared inputs (kern_matmul_repacked_each) */
@@ -503,8 +503,9 @@ static bool decode_fused(const model *m, const layer_weights *L) {
 }
 
 /* Decode's selected experts (s->ids, s->w of token 0) and shared expert:
- * s->out[i] = w[i] * down_i(SiLU(gate_i x) * up_i x) (gpt-oss: its biases
- * and swiglu_oai as expert_act applies them), s->sh the shared
+ * s->out[i] = down_i(SiLU(gate_i x) * up_i x) (gpt-oss: its biases
+ * and swiglu_oai as expert_act applies them; the weight w[i] comes in
+ * moe_ffn's sum), s->sh the shared
  * expert's output (before qwen2moe's gate), each element computed exactly
  * as by op_matmul one matrix at a time. */
 static void decode_experts(model *m, const layer_weights *L, const float *x) {
@@ -549,10 +550,8 @@ static void decode_experts(model *m, const layer_weights *L, const float *x) {
     kern_matmul_repacked_each(nw, mats, s->each_work);
     PHASE_END(t_down, PHASE_EXPERTS_DN,
               K * mtensor_slice_bytes(&L->ffn_down_exps) + mtensor_slice_bytes(&L->ffn_down_shexp));
-    for (int64_t i = 0; i < K; i++) {
+    for (int64_t i = 0; i < K; i++)
         add_expert_bias(s->out + i * E, &L->ffn_down_exps_b, s->ids[i], 1);
-        for (int64_t j = 0; j < E; j++) s->out[i * E + j] *= s->w[i];
-    }
 }
 
 /* grouped_experts' hook: the activation of one down input row (mat: the
@@ -576,7 +575,7 @@ static void grouped_act_row(void *vctx, int mat, int64_t row) {
  * selected experts' gate and up (and the shared expert's) in one call of
  * kern_matmul_repacked_rows, each expert on the rows of the tokens that chose
  * it; then every down, its input rows activated as they are prepared; the
- * weighted outputs to s->out, the shared expert's to s->sh. Each element is
+ * outputs (unweighted) to s->out, the shared expert's to s->sh. Each element is
  * what the expert-by-expert path computes. */
 static void grouped_experts(model *m, const layer_weights *L, const float *x, int64_t n) {
     const model_moe_hparams *mo = &m->hp.moe;
@@ -625,10 +624,9 @@ static void grouped_experts(model *m, const layer_weights *L, const float *x, in
     for (int64_t e = 0; e < NE; e++)
         for (int64_t r = 0; r < s->count[e]; r++) {
             const int64_t o = s->start[e] + r;
-            float *src = s->gy + o * E, *dst = s->out + (size_t)s->order[o] * E;
+            float *src = s->gy + o * E;
             add_expert_bias(src, &L->ffn_down_exps_b, e, 1);
-            const float wr = s->w[s->order[o]];
-            for (int64_t i = 0; i < E; i++) dst[i] = src[i] * wr;
+            memcpy(s->out + (size_t)s->order[o] * E, src, (size_t)E * sizeof(float));
         }
 }
 
@@ -678,12 +676,8 @@ void moe_ffn(model *m, const layer_weights *L, const float *x, int64_t n, float 
         gated(m, L, e, &gate, &up, s->xg, c, s->hg, s->hu);
         op_matmul(m, &down, s->hg, c, s->yg);
         add_expert_bias(s->yg, &L->ffn_down_exps_b, e, c);
-        for (int64_t r = 0; r < c; r++) {
-            const float wr = mo->weight_input ? 1.0f : s->w[rows[r]];
-            const float *src = s->yg + r * E;
-            float *dst = s->out + (size_t)rows[r] * E;
-            for (int64_t i = 0; i < E; i++) dst[i] = src[i] * wr;
-        }
+        for (int64_t r = 0; r < c; r++)
+            memcpy(s->out + (size_t)rows[r] * E, s->yg + r * E, (size_t)E * sizeof(float));
     }
     const bool shared = L->ffn_gate_shexp.data != NULL;
     if (shared) {
@@ -699,14 +693,23 @@ void moe_ffn(model *m, const layer_weights *L, const float *x, int64_t n, float 
             }
         }
     }
-    /* the experts' outputs added in selection order, then the shared expert (y may alias x) */
+    /* the experts' outputs times their weights (llama4 weighted the input
+     * instead), added in selection order, then the shared expert (y may alias
+     * x: no longer read). The weights are applied here, in the one pass over
+     * the outputs the workers wrote, not in one of their own. */
     for (int64_t t = 0; t < n; t++) {
-        const float *o = s->out + (size_t)t * K * E;
+        const float *o = s->out + (size_t)t * K * E, *wt = s->w + t * K;
         float *yt = y + t * E;
-        for (int64_t i = 0; i < E; i++) {
-            float v = o[i];
-            for (int64_t k = 1; k < K; k++) v += o[k * E + i];
-            yt[i] = shared ? v + s->sh[t * E + i] : v;
+        if (mo->weight_input) {
+            memcpy(yt, o, (size_t)E * sizeof(float));
+            for (int64_t k = 1; k < K; k++)
+                for (int64_t i = 0; i < E; i++) yt[i] += o[k * E + i];
+        } else {
+            for (int64_t i = 0; i < E; i++) yt[i] = o[i] * wt[0];
+            for (int64_t k = 1; k < K; k++)
+                for (int64_t i = 0; i < E; i++) yt[i] += o[k * E + i] * wt[k];
         }
+        if (shared)
+            for (int64_t i = 0; i < E; i++) yt[i] += s->sh[t * E + i];
     }
 }
