@@ -67,6 +67,17 @@ typedef struct kv_group_desc {
     kv_attn attn; /* the positions a token attends to (kv.h): window, chunk, or neither */
 } kv_group_desc;
 
+/* op_rope's cosines and sines (times mscale) for the last position and layer
+ * parameters it rotated by: q and k of a token, and the layers that share a
+ * base, reuse them instead of n_rot sinf/cosf each. The rest the table
+ * depends on (n_rot, YaRN, rope_freqs) is fixed at load. */
+typedef struct {
+    bool valid, plain;
+    int32_t pos;
+    float base, freq_scale;
+    float cs[512], sn[512]; /* n_rot <= head_dim <= 1024: at most 512 pairs */
+} rope_table;
+
 struct model {
     gguf_file *gguf;
     const arch_desc *arch;
@@ -95,6 +106,7 @@ struct model {
     size_t work_bytes;       /* its size */
     float *logit_rows;       /* [max_ubatch][E] normed rows to project */
     struct moe_scratch *moe; /* model_moe.c; NULL for a dense model */
+    rope_table rope_tab;     /* op_rope's last table */
 
     /* Pipeline stage: layers [layer_first, layer_end) are bound; the others'
      * layer_weights stay zero. */
@@ -156,7 +168,7 @@ void op_matmul_heads1(model *m, const mtensor *w, int64_t n_heads, const float *
                       float *y, int64_t ys);
 void op_add_bias(float *y, const mtensor *b, int64_t rows, int64_t n);
 /* Rotates dims [offset, offset+n_rot) of each of n_heads heads spaced stride apart. */
-void op_rope(const model *m, const layer_weights *L, float *vec, int n_heads, int64_t stride,
+void op_rope(model *m, const layer_weights *L, float *vec, int n_heads, int64_t stride,
              int64_t offset, int32_t pos);
 void op_gelu_mul(float *g, const float *u, int64_t n);
 /* Each run of n values of x[count] (n a power of two) times the orthonormal

@@ -37,33 +37,33 @@ void op_hadamard(float *x, int64_t count, int64_t n) {
     kern_hadamard(x, runs, n);
 }
 
+/* The sum of squares of a row in double, as ggml_rms_norm sums it, but in
+ * RMS_LANES interleaved partial sums (element i into lane i % RMS_LANES, the
+ * lanes then added pairwise): one chain of 4096 double adds took 3-4 us a
+ * layer at decode on the Xeon, twice a layer, latency-bound. The double result
+ * differs from the sequential sum in its last bits only, below the float the
+ * norm takes from it; every row is summed this way, whatever the batch. */
+enum { RMS_LANES = 8 };
+static double sum_squares(const float *x, int64_t n) {
+    double lane[RMS_LANES] = {0};
+    int64_t i = 0;
+    for (; i + RMS_LANES <= n; i += RMS_LANES)
+        for (int l = 0; l < RMS_LANES; l++) lane[l] += (double)(x[i + l] * x[i + l]);
+    for (int l = 0; i < n; i++, l++) lane[l] += (double)(x[i] * x[i]);
+    return ((lane[0] + lane[1]) + (lane[2] + lane[3])) +
+           ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+}
+
 static void rms_rows(float *out, const float *x, const float *w, int64_t rows, int64_t n,
                      float eps) {
-    /* Each row's sum runs in order (one chain of double adds, latency-bound),
-     * so RMS_ROWS rows at a time give the core independent chains to overlap;
-     * every sum is the same as one row alone. */
-    enum { RMS_ROWS = 8 };
-    for (int64_t r0 = 0; r0 < rows; r0 += RMS_ROWS) {
-        const int nr = rows - r0 < RMS_ROWS ? (int)(rows - r0) : RMS_ROWS;
-        double ss[RMS_ROWS] = {0};
-        if (nr == RMS_ROWS) { /* a constant count, so the 8 sums can stay in registers */
-            for (int64_t i = 0; i < n; i++)
-                for (int r = 0; r < RMS_ROWS; r++)
-                    ss[r] += (double)(x[(r0 + r) * n + i] * x[(r0 + r) * n + i]);
-        } else {
-            for (int r = 0; r < nr; r++)
-                for (int64_t i = 0; i < n; i++)
-                    ss[r] += (double)(x[(r0 + r) * n + i] * x[(r0 + r) * n + i]);
-        }
-        for (int r = 0; r < nr; r++) {
-            const float *xr = x + (r0 + r) * n;
-            float *o = out + (r0 + r) * n;
-            const float scale = 1.0f / sqrtf((float)(ss[r] / n) + eps);
-            if (w)
-                for (int64_t i = 0; i < n; i++) o[i] = (xr[i] * scale) * w[i];
-            else
-                for (int64_t i = 0; i < n; i++) o[i] = xr[i] * scale;
-        }
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * n;
+        float *o = out + r * n;
+        const float scale = 1.0f / sqrtf((float)(sum_squares(xr, n) / n) + eps);
+        if (w)
+            for (int64_t i = 0; i < n; i++) o[i] = (xr[i] * scale) * w[i];
+        else
+            for (int64_t i = 0; i < n; i++) o[i] = xr[i] * scale;
     }
 }
 
@@ -252,13 +252,14 @@ static float yarn_corr_dim(int64_t n_dims, int64_t n_ctx_orig, float n_turns, fl
     return (float)n_dims * logf((float)n_ctx_orig / (n_turns * 2 * (float)M_PI)) / (2 * logf(base));
 }
 
-void op_rope(const model *m, const layer_weights *L, float *vec, int n_heads, int64_t stride,
-             int64_t offset, int32_t pos) {
+/* The table of one position and layer: cs[i], sn[i] of pair i, as ggml's
+ * rope (YaRN's ramp and mscale included) computes them. */
+static void rope_compute(const model *m, const layer_weights *L, int32_t pos, float *cs,
+                         float *sn) {
     const model_hparams *hp = &m->hp;
     const model_rope_yarn *rs = &hp->rope_yarn;
     int64_t n_rot = hp->n_rot;
     float theta_scale = powf(L->rope_base, -2.0f / (float)n_rot);
-    float cs[512], sn[512]; /* n_rot <= head_dim <= 1024: at most 512 pairs */
     float theta = (float)pos;
     float corr0 = 0, corr1 = 0, mscale = L->rope_plain ? 1.0f : rs->attn_factor;
     const float fs = L->rope_freq_scale, ext_factor = L->rope_plain ? 0.0f : rs->ext_factor;
@@ -283,6 +284,20 @@ void op_rope(const model *m, const layer_weights *L, float *vec, int n_heads, in
         sn[i] = sinf(t) * mscale;
         theta *= theta_scale;
     }
+}
+
+void op_rope(model *m, const layer_weights *L, float *vec, int n_heads, int64_t stride,
+             int64_t offset, int32_t pos) {
+    const model_hparams *hp = &m->hp;
+    const int64_t n_rot = hp->n_rot;
+    rope_table *tab = &m->rope_tab;
+    if (!tab->valid || tab->pos != pos || tab->base != L->rope_base ||
+        tab->freq_scale != L->rope_freq_scale || tab->plain != L->rope_plain) {
+        rope_compute(m, L, pos, tab->cs, tab->sn);
+        tab->valid = true, tab->plain = L->rope_plain, tab->pos = pos;
+        tab->base = L->rope_base, tab->freq_scale = L->rope_freq_scale;
+    }
+    const float *cs = tab->cs, *sn = tab->sn;
     bool neox = hp->rope_type == MODEL_ROPE_NEOX;
     for (int h = 0; h < n_heads; h++) {
         float *v = vec + h * stride + offset;
