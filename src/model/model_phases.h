@@ -6,8 +6,9 @@
  * empty. At exit the process prints, on stderr, each phase's milliseconds per
  * forward and its share. Phases nest in layer_forward: the attention
  * sublayer holds the projections, attention over the cache and the output
- * projection (the rest of it: norms, rope, the KV store), the FFN sublayer
- * the dense FFN or the router and the experts.
+ * projection, the FFN sublayer the dense FFN or the router and the experts;
+ * each sublayer's time outside its phases (norms, rope, the KV store, the
+ * experts' sum) is printed after them as "the rest".
  * Only the calling thread reads the clock, around whole parallel regions, so
  * a phase is the wall time both threads spend in it. The matmul phases also
  * count the weight bytes they read (one 2-D slice per matrix or selected
