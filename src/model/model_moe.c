@@ -502,12 +502,11 @@ static bool decode_fused(const model *m, const layer_weights *L) {
     return true;
 }
 
-/* Decode's selected experts (s->ids, s->w of token 0) and shared expert:
- * s->out[i] = down_i(SiLU(gate_i x) * up_i x) (gpt-oss: its biases
- * and swiglu_oai as expert_act applies them; the weight w[i] comes in
- * moe_ffn's sum), s->sh the shared
- * expert's output (before qwen2moe's gate), each element computed exactly
- * as by op_matmul one matrix at a time. */
+/* Decode's selected experts (s->ids of token 0) and shared expert: s->out[i]
+ * = down_i(SiLU(gate_i x) * up_i x) (gpt-oss: its biases and swiglu_oai as
+ * expert_act applies them; the weight s->w[i] comes in moe_ffn's sum), s->sh
+ * the shared expert's output (before qwen2moe's gate), each element computed
+ * exactly as by op_matmul one matrix at a time. */
 static void decode_experts(model *m, const layer_weights *L, const float *x) {
     const model_moe_hparams *mo = &m->hp.moe;
     struct moe_scratch *s = m->moe;
