@@ -522,8 +522,8 @@ static bool alloc_scratch(model *m, kvl_error *err) {
                 slot = b > slot ? b : slot;
             }
         }
-        /* the repacked path (m->head_each_work): a prepared input per head, at
-         * most KERN_EACH_MAX heads per run */
+        /* the repacked path (m->head_each_work): per thread, a prepared input
+         * per head, at most KERN_EACH_MAX heads per call */
         size_t each = 0;
         for (int il = 0; il < hp->n_layer; il++) {
             const mtensor *hw[] = {&m->layers[il].wk_b, &m->layers[il].wv_b};
@@ -539,7 +539,10 @@ static bool alloc_scratch(model *m, kvl_error *err) {
                 each = b > each ? b : each;
             }
         }
-        m->head_each_work = each ? kvl_alloc(each) : NULL;
+        m->head_each_slot = (each + 63) & ~(size_t)63;
+        m->head_each_work = each ? kvl_alloc(m->head_each_slot *
+                                             (size_t)(m->n_threads_max > 0 ? m->n_threads_max : 1))
+                                 : NULL;
         if (each && !m->head_each_work) return kvl_fail(err, "model: out of memory");
         m->head_work_slot = (slot + 63) & ~(size_t)63;
         m->head_work = slot ? kvl_alloc(m->head_work_slot *

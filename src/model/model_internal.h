@@ -97,9 +97,10 @@ struct model {
     float *mla_a, *mla_b; /* MLA per-head gather buffers */
     void *head_work;      /* [n_threads_max][head_work_slot]: op_matmul_heads1 */
     size_t head_work_slot;
-    void *head_each_work; /* op_matmul_heads1 on repacked heads (kern_matmul_repacked_each) */
-    float *par;           /* parallel blocks: the attention output while the FFN runs */
-    float *attn_scratch;  /* [n_threads_max][attn_scratch_len], sized for the pools in use */
+    void *head_each_work; /* [n_threads_max][head_each_slot]: op_matmul_heads1 on repacked heads */
+    size_t head_each_slot;
+    float *par;          /* parallel blocks: the attention output while the FFN runs */
+    float *attn_scratch; /* [n_threads_max][attn_scratch_len], sized for the pools in use */
     size_t attn_scratch_len;
     int32_t *attn_runs;      /* [max_ubatch][2]: first token, count of each run (attention) */
     void *work;              /* matmul activation quantization */
