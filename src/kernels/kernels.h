@@ -187,6 +187,20 @@ typedef struct kern_repacked_one {
 } kern_repacked_one;
 size_t kern_matmul_repacked_each_work_bytes(int nw, const kern_repacked_one *mats);
 void kern_matmul_repacked_each(int nw, const kern_repacked_one *mats, void *work);
+/* The gated FFNs of ne experts (decode of a mixture-of-experts layer) in one
+ * parallel region: gu[2e] and gu[2e + 1] are expert e's gate and up, then
+ * act(ctx, e) makes down[e].x from their outputs, on the thread that finishes
+ * the last chunk of the two, and down[e] runs once that input is prepared:
+ * no barrier between the experts' gate/up and down, and the activations run
+ * on both threads. Every y is exactly what kern_matmul_repacked_each gives
+ * (gate and up of all, act of each, then down of all); with more than
+ * KERN_EACH_MAX matrices it runs as those three steps. work holds
+ * kern_matmul_repacked_gated_work_bytes. */
+typedef void (*kern_gated_act_fn)(void *ctx, int e);
+size_t kern_matmul_repacked_gated_work_bytes(int ne, const kern_repacked_one *gu,
+                                             const kern_repacked_one *down);
+void kern_matmul_repacked_gated(int ne, const kern_repacked_one *gu, const kern_repacked_one *down,
+                                kern_gated_act_fn act, void *ctx, void *work);
 
 /* Attention, over one chunk of positions of one KV head (model_ops.c). q rows
  * are floats, q_h = q + h*qs; K and V come as one row pointer per position

@@ -13,6 +13,7 @@
 
 #include "kvl_pool.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -564,21 +565,21 @@ int64_t kern_guided_spans(int nw, const kern_span_mat *mats, int nth, size_t min
     return n;
 }
 
-void kern_matmul_repacked_each(int nw, const kern_repacked_one *mats, void *work) {
-    if (nw <= 0) return;
+/* Whether kern_matmul_repacked_each can run mats (else their y are NaN and the error logged). */
+static bool each_usable(int nw, const kern_repacked_one *mats, const void *work, const char *who) {
     bool ok = nw <= KERN_EACH_MAX && work;
     for (int w = 0; ok && w < nw; w++)
         ok = kern_repack_bytes(mats[w].wtype, mats[w].n_out, mats[w].k) > 0;
-    if (!ok) {
-        kvl_log(KVL_LOG_ERROR, "kern_matmul_repacked_each: too many matrices, no work buffer or "
-                               "no repacked layout");
-        for (int w = 0; w < nw; w++)
-            for (int64_t i = 0; i < mats[w].n_out; i++) mats[w].y[i] = NAN;
-        return;
-    }
-    /* each distinct input prepared once, here */
-    const void *tiles[KERN_EACH_MAX];
-    char *next = (char *)(((uintptr_t)work + 63) & ~(uintptr_t)63);
+    if (ok) return true;
+    kvl_log(KVL_LOG_ERROR, "%s: too many matrices, no work buffer or no repacked layout", who);
+    for (int w = 0; w < nw; w++)
+        for (int64_t i = 0; i < mats[w].n_out; i++) mats[w].y[i] = NAN;
+    return false;
+}
+
+/* Prepares each distinct input of mats once, from *next on (64-byte
+ * aligned), into tiles[w]; returns the multiply-adds of all. */
+static double each_prepare(int nw, const kern_repacked_one *mats, const void **tiles, char **next) {
     double macs = 0;
     for (int w = 0; w < nw; w++) {
         const kern_gemm_ops *g = kern_gemm_of(mats[w].wtype);
@@ -589,24 +590,125 @@ void kern_matmul_repacked_each(int nw, const kern_repacked_one *mats, void *work
                 kern_gemm_of(mats[v].wtype)->prepare == g->prepare)
                 tiles[w] = tiles[v];
         if (tiles[w]) continue;
-        g->prepare(mats[w].x, next, 0, 1, mats[w].k);
-        tiles[w] = next;
-        next += each_tile_bytes(&mats[w]);
+        g->prepare(mats[w].x, *next, 0, 1, mats[w].k);
+        tiles[w] = *next;
+        *next += each_tile_bytes(&mats[w]);
     }
-    const int nth = macs >= MATMUL_PARALLEL_MIN_MACS ? kvl_pool_threads() : 1;
+    return macs;
+}
+
+/* Decode's guided chunks over mats (in order); returns how many. */
+static int64_t each_spans(int nw, const kern_repacked_one *mats, int nth, kern_span *spans) {
     kern_span_mat sm[KERN_EACH_MAX];
     for (int w = 0; w < nw; w++)
         sm[w] = (kern_span_mat){(mats[w].n_out + KERN_PANEL_ROWS - 1) / KERN_PANEL_ROWS,
                                 (double)kern_repack_of(mats[w].wtype)->panel_bytes(mats[w].k), 1};
+    return kern_guided_spans(nw, sm, nth, DECODE_MIN_CHUNK_BYTES, DECODE_MAX_SPANS, spans);
+}
+
+void kern_matmul_repacked_each(int nw, const kern_repacked_one *mats, void *work) {
+    if (nw <= 0 || !each_usable(nw, mats, work, "kern_matmul_repacked_each")) return;
+    /* each distinct input prepared once, here */
+    const void *tiles[KERN_EACH_MAX];
+    char *next = (char *)(((uintptr_t)work + 63) & ~(uintptr_t)63);
+    const double macs = each_prepare(nw, mats, tiles, &next);
+    const int nth = macs >= MATMUL_PARALLEL_MIN_MACS ? kvl_pool_threads() : 1;
     kern_span spans[DECODE_MAX_SPANS];
-    const int64_t n =
-        kern_guided_spans(nw, sm, nth, DECODE_MIN_CHUNK_BYTES, DECODE_MAX_SPANS, spans);
+    const int64_t n = each_spans(nw, mats, nth, spans);
     each_job j = {mats, tiles, spans};
     if (nth == 1) {
         for (int64_t c = 0; c < n; c++) each_task(&j, c, 0);
         return;
     }
     kvl_pool_run(each_task, &j, n);
+}
+
+size_t kern_matmul_repacked_gated_work_bytes(int ne, const kern_repacked_one *gu,
+                                             const kern_repacked_one *down) {
+    return kern_matmul_repacked_each_work_bytes(2 * ne, gu) +
+           kern_matmul_repacked_each_work_bytes(ne, down);
+}
+
+/* kern_matmul_repacked_gated's region: the chunks of gu's matrices, then
+ * those of down's (mat 2 ne + e: down[e]). */
+typedef struct {
+    const kern_repacked_one *mats; /* gu[0 .. 2 ne), then down[0 .. ne) */
+    const void **tiles;            /* each matrix's prepared x (down's: once ready) */
+    const kern_span *spans;
+    int ne;
+    _Atomic int32_t *left;  /* [ne]: chunks of expert e's gate and up not yet done */
+    _Atomic int32_t *ready; /* [ne]: down[e]'s input prepared in tiles[2 ne + e] */
+    kern_gated_act_fn act;
+    void *ctx;
+} gated_job;
+
+static inline void spin_pause(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+static void gated_task(void *vctx, int64_t c, int thread) {
+    const gated_job *j = vctx;
+    const kern_span *sp = &j->spans[c];
+    const kern_repacked_one *mt = &j->mats[sp->mat];
+    const int down = sp->mat >= 2 * j->ne, e = down ? sp->mat - 2 * j->ne : sp->mat / 2;
+    /* Every gate/up chunk comes before any down chunk in the region's order,
+     * so when a thread takes a down chunk each chunk it may wait for is
+     * running on another thread, or done: the wait always ends. */
+    if (down)
+        while (!atomic_load_explicit(&j->ready[e], memory_order_acquire)) spin_pause();
+    kern_repacked_panels(mt->wtype, mt->P, mt->n_out, mt->k, sp->p0, sp->p1, j->tiles[sp->mat], 1,
+                         mt->y);
+    /* the last of expert e's gate/up chunks (acq_rel: it sees the others' y) */
+    if (!down && atomic_fetch_sub_explicit(&j->left[e], 1, memory_order_acq_rel) == 1) {
+        const kern_repacked_one *d = &j->mats[2 * j->ne + e];
+        j->act(j->ctx, e);
+        kern_gemm_of(d->wtype)->prepare(d->x, (void *)j->tiles[2 * j->ne + e], 0, 1, d->k);
+        atomic_store_explicit(&j->ready[e], 1, memory_order_release);
+    }
+    (void)thread;
+}
+
+void kern_matmul_repacked_gated(int ne, const kern_repacked_one *gu, const kern_repacked_one *down,
+                                kern_gated_act_fn act, void *ctx, void *work) {
+    if (ne <= 0) return;
+    if (3 * ne > KERN_EACH_MAX) { /* the three steps, each in its own region */
+        const size_t first = kern_matmul_repacked_each_work_bytes(2 * ne, gu);
+        kern_matmul_repacked_each(2 * ne, gu, work);
+        for (int e = 0; e < ne; e++) act(ctx, e);
+        kern_matmul_repacked_each(ne, down, work ? (char *)work + first : NULL);
+        return;
+    }
+    kern_repacked_one mats[KERN_EACH_MAX];
+    memcpy(mats, gu, (size_t)(2 * ne) * sizeof *mats);
+    memcpy(mats + 2 * ne, down, (size_t)ne * sizeof *mats);
+    if (!each_usable(3 * ne, mats, work, "kern_matmul_repacked_gated")) return;
+    /* gate and up's inputs prepared here; each down input gets its place */
+    const void *tiles[KERN_EACH_MAX];
+    char *next = (char *)(((uintptr_t)work + 63) & ~(uintptr_t)63);
+    double macs = each_prepare(2 * ne, mats, tiles, &next);
+    for (int e = 0; e < ne; e++) {
+        tiles[2 * ne + e] = next;
+        next += each_tile_bytes(&mats[2 * ne + e]);
+        macs += (double)down[e].n_out * (double)down[e].k;
+    }
+    const int nth = macs >= MATMUL_PARALLEL_MIN_MACS ? kvl_pool_threads() : 1;
+    kern_span spans[DECODE_MAX_SPANS];
+    const int64_t n = each_spans(3 * ne, mats, nth, spans);
+    _Atomic int32_t left[KERN_EACH_MAX], ready[KERN_EACH_MAX];
+    for (int e = 0; e < ne; e++) {
+        atomic_init(&left[e], 0);
+        atomic_init(&ready[e], 0);
+    }
+    for (int64_t c = 0; c < n && spans[c].mat < 2 * ne; c++)
+        atomic_fetch_add(&left[spans[c].mat / 2], 1);
+    gated_job j = {mats, tiles, spans, ne, left, ready, act, ctx};
+    if (nth == 1) { /* in order: every gate/up chunk before any down chunk */
+        for (int64_t c = 0; c < n; c++) gated_task(&j, c, 0);
+        return;
+    }
+    kvl_pool_run(gated_task, &j, n);
 }
 
 void kern_matmul_repacked(const void *P, int wtype, int64_t n_out, int64_t k, const float *X,

@@ -241,7 +241,7 @@ size_t moe_work_bytes(const model *m, int64_t rows) {
     return best;
 }
 
-/* Work for decode_experts: a prepared input per matrix of either region, at most
+/* Work for decode_experts: a prepared input per matrix of its region, at most
  * (the types and widths are the same in every layer but the leading dense ones). */
 static size_t each_work_bytes(const model *m) {
     const model_moe_hparams *mo = &m->hp.moe;
@@ -263,10 +263,9 @@ static size_t each_work_bytes(const model *m) {
             a[na++] = (kern_repacked_one){NULL, L->ffn_up_shexp.dtype, FS, E, NULL, NULL};
             b[nb++] = (kern_repacked_one){NULL, L->ffn_down_shexp.dtype, E, FS, NULL, NULL};
         }
-        const size_t ba = kern_matmul_repacked_each_work_bytes(na, a),
-                     bb = kern_matmul_repacked_each_work_bytes(nb, b);
-        best = ba > best ? ba : best;
-        best = bb > best ? bb : best;
+        const size_t bytes = kern_matmul_repacked_gated_work_bytes(nb, a, b);
+        best = bytes > best ? bytes : best;
+        (void)na;
     }
     return best;
 }
@@ -488,8 +487,8 @@ static void gated(model *m, const layer_weights *L, int64_t e, const mtensor *ga
     expert_act(m, L, e, g, u, rows, gate->ne1);
 }
 
-/* Whether decode can run the layer's experts in two regions: every expert
- * and shared-expert matrix repacked. */
+/* Whether decode can run the layer's experts in one region (decode_experts)
+ * or two (grouped_experts): every expert and shared-expert matrix repacked. */
 static bool decode_fused(const model *m, const layer_weights *L) {
     const mtensor *ts[] = {&L->ffn_gate_exps,  &L->ffn_up_exps,  &L->ffn_down_exps,
                            &L->ffn_gate_shexp, &L->ffn_up_shexp, &L->ffn_down_shexp};
@@ -502,53 +501,58 @@ static bool decode_fused(const model *m, const layer_weights *L) {
     return true;
 }
 
+/* decode_experts' activation of expert slot e (the shared expert after the
+ * K selected ones), called by kern_matmul_repacked_gated once its gate and up
+ * are done. */
+typedef struct {
+    const model *m;
+    const layer_weights *L;
+    struct moe_scratch *s;
+} decode_act_ctx;
+
+static void decode_act(void *vctx, int e) {
+    const decode_act_ctx *a = vctx;
+    const int64_t K = a->m->hp.moe.n_expert_used, F = a->m->hp.moe.n_ff_exp;
+    const bool shared = e == K;
+    expert_act(a->m, a->L, shared ? -1 : a->s->ids[e], a->s->hg + e * F, a->s->hu + e * F, 1,
+               shared ? a->m->hp.moe.n_ff_shexp : F);
+}
+
 /* Decode's selected experts (s->ids of token 0) and shared expert: s->out[i]
- * = down_i(SiLU(gate_i x) * up_i x) (gpt-oss: its biases and swiglu_oai as
- * expert_act applies them; the weight s->w[i] comes in moe_ffn's sum), s->sh
+ * = down_i(act(gate_i x, up_i x)) (SiLU, or gpt-oss's biases and swiglu_oai
+ * as expert_act applies them; the weight s->w[i] comes in moe_ffn's sum), s->sh
  * the shared expert's output (before qwen2moe's gate), each element computed
- * exactly as by op_matmul one matrix at a time. */
+ * exactly as by op_matmul one matrix at a time, all in one parallel region
+ * (kern_matmul_repacked_gated). */
 static void decode_experts(model *m, const layer_weights *L, const float *x) {
     const model_moe_hparams *mo = &m->hp.moe;
     struct moe_scratch *s = m->moe;
     const int64_t E = m->hp.n_embd, K = mo->n_expert_used, F = mo->n_ff_exp, FS = mo->n_ff_shexp;
     const bool shared = L->ffn_gate_shexp.data != NULL;
-    kern_repacked_one mats[KERN_EACH_MAX];
-    int nw = 0;
-    for (int64_t i = 0; i < K; i++) {
+    kern_repacked_one gu[KERN_EACH_MAX], down[KERN_EACH_MAX];
+    int ne = 0;
+    for (int64_t i = 0; i < K; i++, ne++) {
         const mtensor g = expert_slice(&L->ffn_gate_exps, s->ids[i]),
-                      u = expert_slice(&L->ffn_up_exps, s->ids[i]);
-        mats[nw++] = (kern_repacked_one){g.packed, g.dtype, F, E, x, s->hg + i * F};
-        mats[nw++] = (kern_repacked_one){u.packed, u.dtype, F, E, x, s->hu + i * F};
+                      u = expert_slice(&L->ffn_up_exps, s->ids[i]),
+                      d = expert_slice(&L->ffn_down_exps, s->ids[i]);
+        gu[2 * ne] = (kern_repacked_one){g.packed, g.dtype, F, E, x, s->hg + i * F};
+        gu[2 * ne + 1] = (kern_repacked_one){u.packed, u.dtype, F, E, x, s->hu + i * F};
+        down[ne] = (kern_repacked_one){d.packed, d.dtype, E, F, s->hg + i * F, s->out + i * E};
     }
     if (shared) {
-        const mtensor *g = &L->ffn_gate_shexp, *u = &L->ffn_up_shexp;
-        mats[nw++] = (kern_repacked_one){g->packed, g->dtype, FS, E, x, s->hg + K * F};
-        mats[nw++] = (kern_repacked_one){u->packed, u->dtype, FS, E, x, s->hu + K * F};
+        const mtensor *g = &L->ffn_gate_shexp, *u = &L->ffn_up_shexp, *d = &L->ffn_down_shexp;
+        gu[2 * ne] = (kern_repacked_one){g->packed, g->dtype, FS, E, x, s->hg + K * F};
+        gu[2 * ne + 1] = (kern_repacked_one){u->packed, u->dtype, FS, E, x, s->hu + K * F};
+        down[ne++] = (kern_repacked_one){d->packed, d->dtype, E, FS, s->hg + K * F, s->sh};
     }
-    PHASE_BEGIN(t_gu);
-    kern_matmul_repacked_each(nw, mats, s->each_work);
-    PHASE_END(t_gu, PHASE_EXPERTS_GU,
-              K * (mtensor_slice_bytes(&L->ffn_gate_exps) + mtensor_slice_bytes(&L->ffn_up_exps)) +
-                  mtensor_slice_bytes(&L->ffn_gate_shexp) + mtensor_slice_bytes(&L->ffn_up_shexp));
-    PHASE_BEGIN(t_down);
-    if (m->arch->gpt_oss) { /* its biases and clamped SwiGLU, expert by expert (no shared one) */
-        for (int64_t i = 0; i < K; i++)
-            expert_act(m, L, s->ids[i], s->hg + i * F, s->hu + i * F, 1, F);
-    } else {
-        op_silu_mul(s->hg, s->hu, K * F + (shared ? FS : 0));
-    }
-    nw = 0;
-    for (int64_t i = 0; i < K; i++) {
-        const mtensor d = expert_slice(&L->ffn_down_exps, s->ids[i]);
-        mats[nw++] = (kern_repacked_one){d.packed, d.dtype, E, F, s->hg + i * F, s->out + i * E};
-    }
-    if (shared) {
-        const mtensor *d = &L->ffn_down_shexp;
-        mats[nw++] = (kern_repacked_one){d->packed, d->dtype, E, FS, s->hg + K * F, s->sh};
-    }
-    kern_matmul_repacked_each(nw, mats, s->each_work);
-    PHASE_END(t_down, PHASE_EXPERTS_DN,
-              K * mtensor_slice_bytes(&L->ffn_down_exps) + mtensor_slice_bytes(&L->ffn_down_shexp));
+    decode_act_ctx act = {m, L, s};
+    PHASE_BEGIN(t_experts);
+    kern_matmul_repacked_gated(ne, gu, down, decode_act, &act, s->each_work);
+    PHASE_END(t_experts, PHASE_EXPERTS,
+              K * (mtensor_slice_bytes(&L->ffn_gate_exps) + mtensor_slice_bytes(&L->ffn_up_exps) +
+                   mtensor_slice_bytes(&L->ffn_down_exps)) +
+                  mtensor_slice_bytes(&L->ffn_gate_shexp) + mtensor_slice_bytes(&L->ffn_up_shexp) +
+                  mtensor_slice_bytes(&L->ffn_down_shexp));
     for (int64_t i = 0; i < K; i++)
         add_expert_bias(s->out + i * E, &L->ffn_down_exps_b, s->ids[i], 1);
 }
@@ -650,9 +654,10 @@ void moe_ffn(model *m, const layer_weights *L, const float *x, int64_t n, float 
     }
     for (int64_t i = 0; i < n * K; i++) s->order[s->start[s->ids[i]]++] = (int32_t)i;
     for (int64_t e = 0; e < NE; e++) s->start[e] -= s->count[e];
-    /* One token (decode): two parallel regions for the whole layer, gate and up
-     * of every selected expert and of the shared expert on one prepared x, then
-     * every down on its own input; the sums below are unchanged. */
+    /* One token (decode): one parallel region for the whole layer, gate and up
+     * of every selected expert and of the shared expert on one prepared x, each
+     * down on its own input as soon as its expert's activation is made; a few
+     * tokens: two (grouped_experts); the sums below are unchanged. */
     const int64_t sel = n * K < NE ? n * K : NE; /* at most this many experts selected */
     const bool fused = n <= s->gmax && 2 * sel + 2 <= KERN_ROWS_MAX_MATS && decode_fused(m, L);
     PHASE_END(t_router, PHASE_ROUTER, mtensor_slice_bytes(&L->ffn_gate_inp));

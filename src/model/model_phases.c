@@ -20,8 +20,7 @@ static const char *const PHASE_NAMES[PHASE_COUNT] = {"forward (one token)",
                                                      "  FFN sublayer",
                                                      "    dense FFN",
                                                      "    router and routing",
-                                                     "    experts: gate, up",
-                                                     "    experts: act, down",
+                                                     "    experts: gate, up, act, down",
                                                      "  output norm and head"};
 
 /* The sublayer each phase belongs to (-1: none); a sublayer's time less its
@@ -37,8 +36,7 @@ static const int PHASE_PARENT[PHASE_COUNT] = {[PHASE_FORWARD] = -1,
                                               [PHASE_FFN_LAYER] = -1,
                                               [PHASE_FFN_DENSE] = PHASE_FFN_LAYER,
                                               [PHASE_ROUTER] = PHASE_FFN_LAYER,
-                                              [PHASE_EXPERTS_GU] = PHASE_FFN_LAYER,
-                                              [PHASE_EXPERTS_DN] = PHASE_FFN_LAYER,
+                                              [PHASE_EXPERTS] = PHASE_FFN_LAYER,
                                               [PHASE_OUTPUT] = -1};
 
 static void print_row(const char *name, double s, double bytes, double total) {

@@ -28,8 +28,7 @@ enum {
     PHASE_FFN_LAYER,  /* residual, FFN norm, FFN, residual */
     PHASE_FFN_DENSE,  /* dense FFN: gate and up, activation, down */
     PHASE_ROUTER,     /* MoE: router matmul, routing, grouping */
-    PHASE_EXPERTS_GU, /* MoE decode: gate and up of the selected (and shared) experts */
-    PHASE_EXPERTS_DN, /* MoE decode: activation and down */
+    PHASE_EXPERTS,    /* MoE decode: the selected (and shared) experts, one region */
     PHASE_OUTPUT,     /* output norm and head */
     PHASE_COUNT
 };
