@@ -241,31 +241,20 @@ size_t moe_work_bytes(const model *m, int64_t rows) {
     return best;
 }
 
+static int decode_mats(const model *m, const layer_weights *L, const struct moe_scratch *s,
+                       const float *x, kern_repacked_one *gu, kern_repacked_one *down);
+
 /* Work for decode_experts: a prepared input per matrix of its region, at most
  * (the types and widths are the same in every layer but the leading dense ones). */
 static size_t each_work_bytes(const model *m) {
-    const model_moe_hparams *mo = &m->hp.moe;
     size_t best = 64;
     for (int il = 0; il < m->hp.n_layer; il++) {
         const layer_weights *L = &m->layers[il];
         if (!moe_layer(m, il) || !L->ffn_gate_exps.data) continue; /* (before the repack) */
-        const int64_t E = m->hp.n_embd, F = mo->n_ff_exp, FS = mo->n_ff_shexp;
-        const bool shared = L->ffn_gate_shexp.data != NULL;
-        kern_repacked_one a[KERN_EACH_MAX], b[KERN_EACH_MAX];
-        int na = 0, nb = 0;
-        for (int64_t i = 0; i < mo->n_expert_used; i++) {
-            a[na++] = (kern_repacked_one){NULL, L->ffn_gate_exps.dtype, F, E, NULL, NULL};
-            a[na++] = (kern_repacked_one){NULL, L->ffn_up_exps.dtype, F, E, NULL, NULL};
-            b[nb++] = (kern_repacked_one){NULL, L->ffn_down_exps.dtype, E, F, NULL, NULL};
-        }
-        if (shared) {
-            a[na++] = (kern_repacked_one){NULL, L->ffn_gate_shexp.dtype, FS, E, NULL, NULL};
-            a[na++] = (kern_repacked_one){NULL, L->ffn_up_shexp.dtype, FS, E, NULL, NULL};
-            b[nb++] = (kern_repacked_one){NULL, L->ffn_down_shexp.dtype, E, FS, NULL, NULL};
-        }
-        const size_t bytes = kern_matmul_repacked_gated_work_bytes(nb, a, b);
+        kern_repacked_one gu[KERN_EACH_MAX], down[KERN_EACH_MAX];
+        const int ne = decode_mats(m, L, NULL, NULL, gu, down);
+        const size_t bytes = kern_matmul_repacked_gated_work_bytes(ne, gu, down);
         best = bytes > best ? bytes : best;
-        (void)na;
     }
     return best;
 }
@@ -501,6 +490,37 @@ static bool decode_fused(const model *m, const layer_weights *L) {
     return true;
 }
 
+/* decode_experts' matrices for layer L: gu[2e] and gu[2e + 1] the gate and up
+ * of expert slot e (s->ids[e] of token 0; the shared expert last), down[e]
+ * its down, on x and s's buffers; with s NULL their types and shapes only
+ * (sizing the work before the weights are repacked). Returns the slots. */
+static int decode_mats(const model *m, const layer_weights *L, const struct moe_scratch *s,
+                       const float *x, kern_repacked_one *gu, kern_repacked_one *down) {
+    const model_moe_hparams *mo = &m->hp.moe;
+    const int64_t E = m->hp.n_embd, K = mo->n_expert_used, F = mo->n_ff_exp, FS = mo->n_ff_shexp;
+    const bool shared = L->ffn_gate_shexp.data != NULL;
+    const mtensor *gt = &L->ffn_gate_exps, *ut = &L->ffn_up_exps, *dt = &L->ffn_down_exps;
+    int ne = 0;
+    for (int64_t i = 0; i < K; i++, ne++) {
+        const int64_t e = s ? s->ids[i] : 0;
+        float *g = s ? s->hg + i * F : NULL, *u = s ? s->hu + i * F : NULL;
+        gu[2 * ne] =
+            (kern_repacked_one){s ? expert_slice(gt, e).packed : NULL, gt->dtype, F, E, x, g};
+        gu[2 * ne + 1] =
+            (kern_repacked_one){s ? expert_slice(ut, e).packed : NULL, ut->dtype, F, E, x, u};
+        down[ne] = (kern_repacked_one){
+            s ? expert_slice(dt, e).packed : NULL, dt->dtype, E, F, g, s ? s->out + i * E : NULL};
+    }
+    if (shared) {
+        const mtensor *g = &L->ffn_gate_shexp, *u = &L->ffn_up_shexp, *d = &L->ffn_down_shexp;
+        float *hg = s ? s->hg + K * F : NULL, *hu = s ? s->hu + K * F : NULL;
+        gu[2 * ne] = (kern_repacked_one){g->packed, g->dtype, FS, E, x, hg};
+        gu[2 * ne + 1] = (kern_repacked_one){u->packed, u->dtype, FS, E, x, hu};
+        down[ne++] = (kern_repacked_one){d->packed, d->dtype, E, FS, hg, s ? s->sh : NULL};
+    }
+    return ne;
+}
+
 /* decode_experts' activation of expert slot e (the shared expert after the
  * K selected ones), called by kern_matmul_repacked_gated once its gate and up
  * are done. */
@@ -525,26 +545,10 @@ static void decode_act(void *vctx, int e) {
  * exactly as by op_matmul one matrix at a time, all in one parallel region
  * (kern_matmul_repacked_gated). */
 static void decode_experts(model *m, const layer_weights *L, const float *x) {
-    const model_moe_hparams *mo = &m->hp.moe;
     struct moe_scratch *s = m->moe;
-    const int64_t E = m->hp.n_embd, K = mo->n_expert_used, F = mo->n_ff_exp, FS = mo->n_ff_shexp;
-    const bool shared = L->ffn_gate_shexp.data != NULL;
+    const int64_t E = m->hp.n_embd, K = m->hp.moe.n_expert_used;
     kern_repacked_one gu[KERN_EACH_MAX], down[KERN_EACH_MAX];
-    int ne = 0;
-    for (int64_t i = 0; i < K; i++, ne++) {
-        const mtensor g = expert_slice(&L->ffn_gate_exps, s->ids[i]),
-                      u = expert_slice(&L->ffn_up_exps, s->ids[i]),
-                      d = expert_slice(&L->ffn_down_exps, s->ids[i]);
-        gu[2 * ne] = (kern_repacked_one){g.packed, g.dtype, F, E, x, s->hg + i * F};
-        gu[2 * ne + 1] = (kern_repacked_one){u.packed, u.dtype, F, E, x, s->hu + i * F};
-        down[ne] = (kern_repacked_one){d.packed, d.dtype, E, F, s->hg + i * F, s->out + i * E};
-    }
-    if (shared) {
-        const mtensor *g = &L->ffn_gate_shexp, *u = &L->ffn_up_shexp, *d = &L->ffn_down_shexp;
-        gu[2 * ne] = (kern_repacked_one){g->packed, g->dtype, FS, E, x, s->hg + K * F};
-        gu[2 * ne + 1] = (kern_repacked_one){u->packed, u->dtype, FS, E, x, s->hu + K * F};
-        down[ne++] = (kern_repacked_one){d->packed, d->dtype, E, FS, s->hg + K * F, s->sh};
-    }
+    const int ne = decode_mats(m, L, s, x, gu, down);
     decode_act_ctx act = {m, L, s};
     PHASE_BEGIN(t_experts);
     kern_matmul_repacked_gated(ne, gu, down, decode_act, &act, s->each_work);
