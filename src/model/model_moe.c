@@ -50,7 +50,7 @@ struct moe_scratch {
     float *out;      /* [U*k][E] expert outputs per (token, slot), before their weights */
     float *sh;       /* [U][E] shared expert output */
     float *shg;      /* [U] qwen2moe's shared expert gate */
-    void *each_work; /* decode's prepared inputs (kern_matmul_repacked_each) */
+    void *each_work; /* decode's prepared inputs (kern_matmul_repacked_gated) */
     /* grouped_experts (a few tokens, every matrix repacked): up to gmax tokens */
     int64_t gmax;
     const float **gx; /* [gmax*K + gmax] input row pointers: experts' rows, then the shared */
