@@ -6,6 +6,11 @@
 add_test(NAME chat_templates
   COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/chat_templates.py ${KVLLM_BIN} ${KVLLM_DATA}/chat-templates -v)
 set_tests_properties(chat_templates PROPERTIES TIMEOUT 600)
+# The same over 20 more of llama.cpp's templates (tests/data/chat-templates-more,
+# rendered by tests/chat_template_oracle.py under the same rules).
+add_test(NAME chat_templates_more
+  COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/chat_templates.py ${KVLLM_BIN} ${KVLLM_DATA}/chat-templates-more -v)
+set_tests_properties(chat_templates_more PROPERTIES TIMEOUT 600)
 # -m: the template from a GGUF's tokenizer.chat_template, BOS/EOS from its vocabulary.
 add_test(NAME chat_template_gguf
   COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/chat_template_gguf.py ${KVLLM_BIN}
