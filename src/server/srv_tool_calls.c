@@ -356,6 +356,9 @@ const char *const *tools_start_markers(tool_format f, int *n) {
     static const char *const minimax[] = {"<minimax:tool_call>"};
     static const char *const minicpm[] = {"<function name=\""};
     static const char *const dsml[] = {DSML "tool_calls>"};
+    static const char *const dsml_v32[] = {DSML "function_calls>"};
+    static const char *const gigachat[] = {"<|function_call|>"};
+    static const char *const solar[] = {"<|tool_calls|>", "<|tool_call:begin|>"};
     switch (f) {
     case TOOL_FMT_HERMES:
     case TOOL_FMT_QWEN_XML:
@@ -375,6 +378,9 @@ const char *const *tools_start_markers(tool_format f, int *n) {
     case TOOL_FMT_MINIMAX: *n = 1; return minimax;
     case TOOL_FMT_MINICPM: *n = 1; return minicpm;
     case TOOL_FMT_DSML: *n = 1; return dsml;
+    case TOOL_FMT_DSML_V32: *n = 1; return dsml_v32;
+    case TOOL_FMT_GIGACHAT: *n = 1; return gigachat;
+    case TOOL_FMT_SOLAR_OPEN: *n = 2; return solar;
     default: *n = 0; return NULL;
     }
 }
@@ -403,6 +409,7 @@ size_t tools_region_len(tool_format f, const char *m, const char *s, size_t n, b
     case TOOL_FMT_SEED_OSS: endm = "</seed:tool_call>"; break;
     case TOOL_FMT_MINIMAX: endm = "</minimax:tool_call>"; break;
     case TOOL_FMT_DSML: endm = "</" DSML_BARE "tool_calls>"; break;
+    case TOOL_FMT_DSML_V32: endm = "</" DSML_BARE "function_calls>"; break;
     case TOOL_FMT_DEEPSEEK:
     case TOOL_FMT_DEEPSEEK_R1:
         endm = !strcmp(m, DS_CALLS_BEGIN) ? DS_CALLS_END : DS_CALL_END;
@@ -410,6 +417,9 @@ size_t tools_region_len(tool_format f, const char *m, const char *s, size_t n, b
     case TOOL_FMT_KIMI:
         endm = !strcmp(m, "<|tool_calls_section_begin|>") ? "<|tool_calls_section_end|>"
                                                           : "<|tool_call_end|>";
+        break;
+    case TOOL_FMT_SOLAR_OPEN:
+        endm = !strcmp(m, "<|tool_calls|>") ? "<|calls|>" : "<|tool_call:end|>";
         break;
     case TOOL_FMT_MISTRAL_V11: {
         while (k < n && is_ws(s[k])) k++;
@@ -464,7 +474,8 @@ int tools_parse_region(out_parser *p, parse_out *o, const char *m, const char *s
     case TOOL_FMT_SEED_OSS: add_calls_xml(p, o, &XML_QWEN, s, n); break;
     case TOOL_FMT_MINIMAX: add_calls_xml(p, o, &XML_MINIMAX, s, n); break;
     case TOOL_FMT_MINICPM: add_calls_xml(p, o, &XML_MINICPM, s, n); break;
-    case TOOL_FMT_DSML: add_calls_xml(p, o, &XML_DSML, s, n); break;
+    case TOOL_FMT_DSML:
+    case TOOL_FMT_DSML_V32: add_calls_xml(p, o, &XML_DSML, s, n); break;
     case TOOL_FMT_GLM: {
         const char *e = find_n(b, bn, "</tool_call>");
         if (e) bn = (size_t)(e - b);
@@ -487,7 +498,8 @@ int tools_parse_region(out_parser *p, parse_out *o, const char *m, const char *s
     }
     case TOOL_FMT_LLAMA3:
     case TOOL_FMT_MISTRAL:
-    case TOOL_FMT_GRANITE: tools_add_calls_json(p, o, b, bn, false); break;
+    case TOOL_FMT_GRANITE:
+    case TOOL_FMT_GIGACHAT: tools_add_calls_json(p, o, b, bn, false); break;
     case TOOL_FMT_APRIEL:
     case TOOL_FMT_COMMAND_R7B:
     case TOOL_FMT_APERTUS: {
@@ -515,13 +527,18 @@ int tools_parse_region(out_parser *p, parse_out *o, const char *m, const char *s
     }
     case TOOL_FMT_DEEPSEEK:
     case TOOL_FMT_DEEPSEEK_R1:
-    case TOOL_FMT_KIMI: {
-        bool kimi = p->fmt == TOOL_FMT_KIMI;
-        const char *cb = kimi ? "<|tool_call_begin|>" : DS_CALL_BEGIN;
-        const char *sep = kimi ? "<|tool_call_argument_begin|>" : DS_SEP;
-        const char *ce = kimi ? "<|tool_call_end|>" : DS_CALL_END;
+    case TOOL_FMT_KIMI:
+    case TOOL_FMT_SOLAR_OPEN: {
+        bool kimi = p->fmt == TOOL_FMT_KIMI, solar = p->fmt == TOOL_FMT_SOLAR_OPEN;
+        const char *cb = kimi    ? "<|tool_call_begin|>"
+                         : solar ? "<|tool_call:name|>"
+                                 : DS_CALL_BEGIN;
+        const char *sep = kimi    ? "<|tool_call_argument_begin|>"
+                          : solar ? "<|tool_call:args|>"
+                                  : DS_SEP;
+        const char *ce = kimi ? "<|tool_call_end|>" : solar ? "<|tool_call:end|>" : DS_CALL_END;
         const char *q = s, *end = s + n;
-        for (;;) {
+        for (;;) { /* (Solar Open: from the name on, past <|tool_call:begin|> and the id) */
             const char *c = find_n(q, (size_t)(end - q), cb);
             if (!c) break;
             c += strlen(cb);

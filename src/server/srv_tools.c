@@ -16,10 +16,12 @@
 
 const char *tool_format_name(tool_format f) {
     static const char *const names[] = {
-        "none",    "generic",     "hermes",       "qwen-xml",    "glm",     "llama3",
-        "mistral", "mistral-v11", "deepseek",     "deepseek-r1", "kimi",    "functionary",
-        "gpt-oss", "apriel",      "command-r7b",  "apertus",     "granite", "seed-oss",
-        "minimax", "minicpm",     "deepseek-dsml"};
+        "none",          "generic",     "hermes",      "qwen-xml",
+        "glm",           "llama3",      "mistral",     "mistral-v11",
+        "deepseek",      "deepseek-r1", "kimi",        "functionary",
+        "gpt-oss",       "apriel",      "command-r7b", "apertus",
+        "granite",       "seed-oss",    "minimax",     "minicpm",
+        "deepseek-dsml", "gigachat",    "solar-open",  "deepseek-dsml-v3.2"};
     return (unsigned)f < sizeof names / sizeof names[0] ? names[f] : "?";
 }
 
@@ -52,13 +54,17 @@ void chat_caps_detect(const char *src, chat_caps *c) {
     else if (has(src, "[THINK]"))
         c->think_open = "[THINK]", c->think_close = "[/THINK]"; /* Magistral, Ministral 3 */
     c->thinks = has(src, c->think_open) || has(src, c->think_close);
-    /* The most specific markers first: Qwen3.5 writes <function=...> inside <tool_call>. */
-    if (has(src, "<tool_call>") && has(src, "<function=")) c->format = TOOL_FMT_QWEN_XML;
+    /* The most specific markers first: Qwen3.5 writes <function=...> inside <tool_call>;
+     * Apriel 1.5 names <tool_call></tool_call> in its instructions but writes a
+     * <tool_calls>[...] list. */
+    if (has(src, "<tool_calls>[")) c->format = TOOL_FMT_APRIEL;
+    else if (has(src, "<tool_call>") && has(src, "<function=")) c->format = TOOL_FMT_QWEN_XML;
     else if (has(src, "<tool_call>") && has(src, "<arg_key>")) c->format = TOOL_FMT_GLM;
     else if (has(src, "<tool_call>")) c->format = TOOL_FMT_HERMES;
     else if (has(src, "<seed:tool_call>")) c->format = TOOL_FMT_SEED_OSS;
     else if (has(src, "<minimax:tool_call>")) c->format = TOOL_FMT_MINIMAX;
-    else if (has(src, DSML_BARE)) c->format = TOOL_FMT_DSML; /* '<' + dsml_token + 'tool_calls>' */
+    else if (has(src, DSML_BARE)) /* '<' + dsml_token + 'tool_calls>' (V3.2: 'function_calls>') */
+        c->format = has(src, "function_calls>") ? TOOL_FMT_DSML_V32 : TOOL_FMT_DSML;
     else if (has(src, "<function name=")) c->format = TOOL_FMT_MINICPM;
     else if (has(src, "[TOOL_CALLS]") && has(src, "[ARGS]")) c->format = TOOL_FMT_MISTRAL_V11;
     else if (has(src, "[TOOL_CALLS]")) c->format = TOOL_FMT_MISTRAL;
@@ -72,6 +78,8 @@ void chat_caps_detect(const char *src, chat_caps *c) {
     else if (has(src, "<|START_ACTION|>")) c->format = TOOL_FMT_COMMAND_R7B;
     else if (has(src, "<|tools_prefix|>")) c->format = TOOL_FMT_APERTUS;
     else if (has(src, "<|tool_call|>")) c->format = TOOL_FMT_GRANITE;
+    else if (has(src, "<|tool_call:begin|>")) c->format = TOOL_FMT_SOLAR_OPEN;
+    else if (has(src, "<|function_call|>")) c->format = TOOL_FMT_GIGACHAT; /* GigaChat 3.1 */
     else if (has(src, "<function=")) c->format = TOOL_FMT_FUNCTIONARY;
     else if (has(src, "<|python_tag|>") ||
              (has(src, "<|start_header_id|>") && has(src, "\"parameters\"")))
@@ -326,6 +334,25 @@ static call_shape shape_of(tool_format f) {
                             "\n",
                             "\n</" DSML_BARE "tool_calls>",
                             true};
+    case TOOL_FMT_DSML_V32:
+        return (call_shape){DSML "function_calls>\n",
+                            DSML "invoke name=\"",
+                            "\">\n",
+                            "\n</" DSML_BARE "invoke>",
+                            "\n",
+                            "\n</" DSML_BARE "function_calls>",
+                            true};
+    case TOOL_FMT_GIGACHAT: /* one call a message: the template renders tool_calls[0] only */
+        return (call_shape){
+            "", "<|function_call|>{\"name\": \"", "\", \"arguments\": ", "}", "", "", false};
+    case TOOL_FMT_SOLAR_OPEN: /* each call carries an id; a constrained call writes "0" */
+        return (call_shape){"<|tool_calls|>",
+                            "<|tool_call:begin|>0<|tool_call:name|>",
+                            "<|tool_call:args|>",
+                            "<|tool_call:end|>",
+                            "",
+                            "<|calls|>",
+                            true};
     default: return (call_shape){"", "{\"name\": \"", "\", \"arguments\": ", "}", "", "", false};
     }
 }
@@ -350,6 +377,10 @@ int tool_format_markers(tool_format f, const char **out, int cap) {
     static const char *const granite[] = {"<|tool_call|>"};
     static const char *const seed[] = {"<seed:tool_call>", "</seed:tool_call>"};
     static const char *const minimax[] = {"<minimax:tool_call>", "</minimax:tool_call>"};
+    static const char *const gigachat[] = {"<|function_call|>"};
+    static const char *const solar[] = {"<|tool_calls|>",      "<|calls|>",
+                                        "<|tool_call:begin|>", "<|tool_call:name|>",
+                                        "<|tool_call:args|>",  "<|tool_call:end|>"};
     const char *const *m = NULL;
     int n = 0;
     switch (f) {
@@ -369,6 +400,8 @@ int tool_format_markers(tool_format f, const char **out, int cap) {
     case TOOL_FMT_GRANITE: m = granite, n = 1; break;
     case TOOL_FMT_SEED_OSS: m = seed, n = 2; break;
     case TOOL_FMT_MINIMAX: m = minimax, n = 2; break;
+    case TOOL_FMT_GIGACHAT: m = gigachat, n = 1; break;
+    case TOOL_FMT_SOLAR_OPEN: m = solar, n = 6; break;
     default: break;
     }
     int k = 0;

@@ -70,6 +70,10 @@ typedef enum tool_format {
     TOOL_FMT_MINIMAX,
     TOOL_FMT_MINICPM,
     TOOL_FMT_DSML,
+    TOOL_FMT_GIGACHAT,
+    TOOL_FMT_SOLAR_OPEN,
+    TOOL_FMT_DSML_V32, /* DeepSeek V3.2: DSML with function_calls (V4: tool_calls) */
+    TOOL_FMT_COUNT     /* not a format: how many there are */
 } tool_format;
 
 const char *tool_format_name(tool_format f);
