@@ -648,8 +648,8 @@ class Server:
         r = urllib.request.Request(self.url + path, json.dumps(req).encode(), {"Content-Type": "application/json"})
         return json.loads(urllib.request.urlopen(r, timeout=600).read())
 
-    def tokenize(self, text, parse_special=True):
-        return self.post("/tokenize", {"content": text, "add_special": False,
+    def tokenize(self, text, parse_special=True, add_special=False):
+        return self.post("/tokenize", {"content": text, "add_special": add_special,
                                        "parse_special": parse_special})["tokens"]
 
     def greedy(self, prompts):
@@ -693,8 +693,14 @@ class Server:
 
 
 def incomplete_utf8_tokens(model):
-    """Ids of byte-level BPE tokens whose bytes are not valid UTF-8 on their own."""
+    """Ids of the tokens whose bytes are not valid UTF-8 on their own: byte-level BPE tokens
+    that decode to such bytes, or SentencePiece byte tokens <0x80>..<0xFF> (its normal pieces
+    are text)."""
     kv = {k: v for k, t, v in read_kv(model)}
+    if kv.get("tokenizer.ggml.model") == "llama":  # SentencePiece: byte fallback, type 6
+        types = kv.get("tokenizer.ggml.token_type", (0, []))[1]
+        return [i for i, piece in enumerate(kv["tokenizer.ggml.tokens"][1])
+                if types and types[i] == 6 and len(piece) == 6 and int(piece[3:5], 16) >= 0x80]
     printable = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
     byte_of, n = {chr(b): b for b in printable}, 0
     for b in range(256):
@@ -795,9 +801,13 @@ def make(bindir, golden_dir, name):
     flags = ["-c", str(spec.get("server_ctx", 512))] + SERVER_FLAGS[2:-7] + cache_flags(kv_type)
     srv = Server(bindir, model, 1, commands, flags=flags)
     try:
-        cases = [dict(c, ids=srv.tokenize(c["text"], c["parse_special"])) for c in donor_cases["cases"]]
-        prompts = [(t, srv.tokenize(t), REQUEST["n_predict"]) for t in texts]
-        text_ids = srv.tokenize(open(text_path, encoding="utf-8").read())
+        # a vocabulary that adds BOS (SentencePiece's) has it in every id list, as the shared
+        # goldens do (tokenize.json's bos_added)
+        bos = any(c.get("bos_added") for c in donor_cases["cases"])
+        cases = [dict(c, ids=srv.tokenize(c["text"], c["parse_special"], c.get("bos_added", False)))
+                 for c in donor_cases["cases"]]
+        prompts = [(t, srv.tokenize(t, add_special=bos), REQUEST["n_predict"]) for t in texts]
+        text_ids = srv.tokenize(open(text_path, encoding="utf-8").read(), add_special=bos)
         if "long_prompt" in spec:
             n, n_predict = spec["long_prompt"]
             prompts.append((f"the first {n} tokens of {ppl['text_file']}", text_ids[:n], n_predict))
