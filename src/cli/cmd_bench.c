@@ -227,6 +227,7 @@ typedef struct batch_result {
     int64_t batch;
     samples tps;                 /* aggregate decode tokens/s */
     double probe_bytes, probe_s; /* --membw-steps: read between this test's steps, and when */
+    double routed_bytes, tokens; /* routed-expert bytes read in the timed steps, their tokens */
 } batch_result;
 
 typedef struct results {
@@ -239,7 +240,8 @@ typedef struct results {
 /* Weights a decoding step reads: every tensor once, except an untied token
  * embedding, of which only the looked-up rows are read. A mixture-of-experts
  * model reads only the selected experts: one token's worth is counted (a
- * batch's tokens may select more, so batched figures are lower bounds). */
+ * batch's tokens may select more, so batched figures are lower bounds;
+ * measured_bytes_per_token has what they did select). */
 static size_t weights_per_step(const model *m) {
     if (model_hp(m)->moe.n_expert) return model_hp(m)->moe.active_bytes;
     const gguf_file *f = model_gguf(m);
@@ -307,6 +309,7 @@ typedef struct run_result {
     int64_t dec_tokens;          /* tokens generated after every sequence had its first */
     double dec_s;                /* their time, less the probes' */
     double probe_bytes, probe_s; /* read by the probes between the steps (--membw-steps) */
+    double routed_bytes;         /* routed-expert weights read by the timed steps (measured) */
 } run_result;
 
 static bool submit_all(bench *b, engine *e, run_state *st, int64_t n_prompt, int64_t max_tokens) {
@@ -345,6 +348,7 @@ static bool run_requests(bench *b, engine *e, int n_seqs, int64_t n_prompt, int6
     if (n_seqs > (int)sizeof st.first || !submit_all(b, e, &st, n_prompt, max_tokens)) return false;
     double t_all = 0, probe_s = 0;
     int64_t tok_at = 0, total = (int64_t)n_seqs * max_tokens, probes = 0;
+    uint64_t routed_at = 0;
     kvl_error err = {{0}};
     while (st.n_done < n_seqs) {
         if (!engine_step(e, &err)) {
@@ -354,6 +358,7 @@ static bool run_requests(bench *b, engine *e, int n_seqs, int64_t n_prompt, int6
         if (t_all == 0 && st.n_first == n_seqs) {
             t_all = kvl_time_s();
             tok_at = st.n_tokens;
+            routed_at = model_moe_routed_bytes(b->cm.m);
         } else if (t_all > 0 && probe) { /* after a timed step */
             probe_s += bench_step_probe_run(probe);
             probes++;
@@ -365,6 +370,7 @@ static bool run_requests(bench *b, engine *e, int n_seqs, int64_t n_prompt, int6
     r->dec_s = kvl_time_s() - t_all - probe_s;
     r->probe_s = probe_s;
     r->probe_bytes = probe ? (double)probes * (double)bench_step_probe_bytes(probe) : 0;
+    r->routed_bytes = (double)(model_moe_routed_bytes(b->cm.m) - routed_at);
     return true;
 }
 
@@ -413,6 +419,8 @@ static void batch_add(batch_result *br, const run_result *r) {
     br->tps.v[br->tps.n++] = (double)r->dec_tokens / r->dec_s;
     br->probe_bytes += r->probe_bytes;
     br->probe_s += r->probe_s;
+    br->routed_bytes += r->routed_bytes;
+    br->tokens += (double)r->dec_tokens;
 }
 
 static bool phase_prefill(bench *b, results *res) {
@@ -554,6 +562,34 @@ static void json_kv_read(cJSON *e, const bench *b, const batch_result *br, const
         cJSON_AddNumberToObject(e, "roofline_read_pct", 100 * gbps / res->membw_gbps);
 }
 
+/* A mixture-of-experts model's weights per decoded token as measured: the
+ * rest of the weights once a step, shared by the batch's tokens, plus the
+ * routed experts the steps' routing selected (a batch's tokens select more
+ * experts than one token's active_bytes counts, and share those they pick
+ * alike). 0 for a dense model. */
+static double measured_bytes_per_token(const bench *b, const batch_result *br) {
+    const model_moe_hparams *mo = &model_hp(b->cm.m)->moe;
+    if (!mo->n_expert || br->tokens <= 0) return 0;
+    const double one_token =
+        (double)mo->expert_bytes * (double)mo->n_expert_used / (double)mo->n_expert;
+    return ((double)mo->active_bytes - one_token) / (double)br->batch +
+           br->routed_bytes / br->tokens;
+}
+
+/* measured_bytes_per_token's fields of one decode test (nothing for a dense model). */
+static void json_moe_measured(cJSON *e, const bench *b, const batch_result *br,
+                              const results *res) {
+    const double bytes = measured_bytes_per_token(b, br);
+    if (bytes <= 0) return;
+    const double gbps = bytes * samples_mean(&br->tps) / 1e9;
+    cJSON_AddNumberToObject(e, "moe_routed_bytes_per_token_measured",
+                            br->routed_bytes / br->tokens);
+    cJSON_AddNumberToObject(e, "weights_bytes_per_token_measured", bytes);
+    cJSON_AddNumberToObject(e, "weights_gb_per_s_measured", gbps);
+    if (res->membw_gbps > 0)
+        cJSON_AddNumberToObject(e, "roofline_pct_measured", 100 * gbps / res->membw_gbps);
+}
+
 static void json_batches(cJSON *j, const bench *b, const results *res) {
     cJSON *arr = cJSON_AddArrayToObject(j, "batches");
     for (int i = 0; i < b->a->n_batch && b->a->n_decode > 1; i++) {
@@ -571,6 +607,7 @@ static void json_batches(cJSON *j, const bench *b, const results *res) {
             cJSON_AddNumberToObject(e, "roofline_pct", 100 * gbps / res->membw_gbps);
         json_kv_read(e, b, br, res);
         json_steps_roofline(e, b, br);
+        json_moe_measured(e, b, br, res);
         cJSON_AddItemToArray(arr, e);
     }
 }
@@ -683,6 +720,17 @@ static void print_text(const bench *b, const results *res) {
                      (long long)br->batch);
         else snprintf(name, sizeof name, "tg%lld", (long long)a->n_decode);
         print_row(name, &br->tps, batch_gbps(b, br), res->membw_gbps);
+    }
+    for (int i = 0; i < a->n_batch && a->n_decode > 1; i++) {
+        const batch_result *br = &res->batch[i];
+        const double bytes = measured_bytes_per_token(b, br);
+        if (bytes > 0)
+            printf("%s  batch %3lld: %.1f MB of routed experts a token, %.3f GB of weights a step "
+                   "(%.2f GB/s)\n",
+                   i ? ""
+                     : "\nweights read, measured from the routing (one token's selection above):\n",
+                   (long long)br->batch, br->routed_bytes / br->tokens / 1e6,
+                   bytes * (double)br->batch / 1e9, bytes * samples_mean(&br->tps) / 1e9);
     }
     for (int i = 0; i < a->n_batch && a->n_decode > 1; i++) {
         const batch_result *br = &res->batch[i];

@@ -631,6 +631,7 @@ void model_destroy(model *m) {
 
 const model_hparams *model_hp(const model *m) { return &m->hp; }
 const gguf_file *model_gguf(const model *m) { return m->gguf; }
+uint64_t model_moe_routed_bytes(const model *m) { return m->moe_routed_bytes; }
 int model_kv_n_groups(const model *m) { return m->n_groups; }
 int model_layer_first(const model *m) { return m->layer_first; }
 int model_layer_end(const model *m) { return m->layer_end; }

@@ -49,6 +49,11 @@ model *model_load(gguf_file *f, const model_params *mp, kvl_error *err);
 void model_destroy(model *m);
 const model_hparams *model_hp(const model *m);
 const gguf_file *model_gguf(const model *m);
+/* The routed experts' weight bytes (gate, up and down of each expert a layer's
+ * tokens selected, once a layer and forward, in the file's types) read by the
+ * forwards since the model was loaded: measured from the routing, where
+ * moe.active_bytes counts what one token selects. 0 without experts. */
+uint64_t model_moe_routed_bytes(const model *m);
 
 /* KV groups: layouts (layers, heads, widths) for kv_pool_create, and each
  * group's attention rule (kv.h's kv_attn: sliding window, chunks, or full

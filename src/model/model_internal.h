@@ -102,12 +102,13 @@ struct model {
     float *par;          /* parallel blocks: the attention output while the FFN runs */
     float *attn_scratch; /* [n_threads_max][attn_scratch_len], sized for the pools in use */
     size_t attn_scratch_len;
-    int32_t *attn_runs;      /* [max_ubatch][2]: first token, count of each run (attention) */
-    void *work;              /* matmul activation quantization */
-    size_t work_bytes;       /* its size */
-    float *logit_rows;       /* [max_ubatch][E] normed rows to project */
-    struct moe_scratch *moe; /* model_moe.c; NULL for a dense model */
-    rope_table rope_tab;     /* op_rope's last table */
+    int32_t *attn_runs;        /* [max_ubatch][2]: first token, count of each run (attention) */
+    void *work;                /* matmul activation quantization */
+    size_t work_bytes;         /* its size */
+    float *logit_rows;         /* [max_ubatch][E] normed rows to project */
+    struct moe_scratch *moe;   /* model_moe.c; NULL for a dense model */
+    uint64_t moe_routed_bytes; /* model_moe_routed_bytes */
+    rope_table rope_tab;       /* op_rope's last table */
 
     /* Pipeline stage: layers [layer_first, layer_end) are bound; the others'
      * layer_weights stay zero. */

@@ -658,6 +658,11 @@ void moe_ffn(model *m, const layer_weights *L, const float *x, int64_t n, float 
     }
     for (int64_t i = 0; i < n * K; i++) s->order[s->start[s->ids[i]]++] = (int32_t)i;
     for (int64_t e = 0; e < NE; e++) s->start[e] -= s->count[e];
+    const double per_expert = mtensor_slice_bytes(&L->ffn_gate_exps) +
+                              mtensor_slice_bytes(&L->ffn_up_exps) +
+                              mtensor_slice_bytes(&L->ffn_down_exps);
+    for (int64_t e = 0; e < NE; e++) /* each selected expert's weights are read once */
+        if (s->count[e]) m->moe_routed_bytes += (uint64_t)per_expert;
     /* One token (decode): one parallel region for the whole layer, gate and up
      * of every selected expert and of the shared expert on one prepared x, each
      * down on its own input as soon as its expert's activation is made; a few

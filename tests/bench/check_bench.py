@@ -154,6 +154,26 @@ check(len(csv) == 3 and csv[0].startswith("context,"), "sweep csv: header and tw
 svg = open(prefix + ".svg").read() if os.path.exists(prefix + ".svg") else ""
 check(svg.startswith("<svg") and svg.rstrip().endswith("</svg>") and "<polyline" in svg, "sweep svg written")
 
+# A mixture-of-experts model's weights per token, measured from the routing:
+# one sequence reads exactly one token's selection (the calculated figure); four
+# share the experts they pick alike, so a token reads between a quarter of that
+# and all of it; a dense model has no such fields.
+moe = os.path.join(out, "tiny-qwen3moe-q4_k_m-1-t2.gguf")
+ex = json.loads(run(["info", "-m", moe, "--json"]).stdout or "{}").get("experts", {})
+one = ex.get("expert_weights_bytes", 0) * ex.get("used", 0) / max(ex.get("count", 1), 1)
+p = run(["bench", "-m", moe, "-p", "0", "-n", "6", "-r", "1", "-t", "2", "--batch", "1,4", "--json",
+         "--no-progress"])
+jm = json.loads(p.stdout or "{}")
+bt = {x.get("batch"): x for x in jm.get("batches", [])}
+r1, r4 = bt.get(1, {}), bt.get(4, {})
+check(one > 0 and r1.get("moe_routed_bytes_per_token_measured") == one and
+      r1.get("weights_bytes_per_token_measured") == jm.get("weights_bytes_per_token"),
+      f"bench moe batch 1: routed bytes measured {r1.get('moe_routed_bytes_per_token_measured')} = one token's {one}")
+check(one / 4 <= r4.get("moe_routed_bytes_per_token_measured", 0) <= one and
+      r4.get("weights_gb_per_s_measured", 0) > 0,
+      f"bench moe batch 4: {r4.get('moe_routed_bytes_per_token_measured')} routed bytes a token, within [{one / 4}, {one}]")
+check("moe_routed_bytes_per_token_measured" not in json.dumps(j), "bench json: no routed-expert fields for a dense model")
+
 # --membw-steps: a probe after every timed decoding step; each test's decode
 # GB/s over what those probes read is its roofline share against them.
 p = run(["bench", "-m", model, "-p", "0", "-n", "6", "-r", "1", "-t", "2", "--batch", "2", "--membw-steps",
