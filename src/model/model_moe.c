@@ -521,6 +521,12 @@ static int decode_mats(const model *m, const layer_weights *L, const struct moe_
     return ne;
 }
 
+/* Bytes of one routed expert's gate, up and down slices in layer L (file types). */
+static double expert_bytes(const layer_weights *L) {
+    return mtensor_slice_bytes(&L->ffn_gate_exps) + mtensor_slice_bytes(&L->ffn_up_exps) +
+           mtensor_slice_bytes(&L->ffn_down_exps);
+}
+
 /* decode_experts' activation of expert slot e (the shared expert after the
  * K selected ones), called by kern_matmul_repacked_gated once its gate and up
  * are done. */
@@ -553,10 +559,8 @@ static void decode_experts(model *m, const layer_weights *L, const float *x) {
     PHASE_BEGIN(t_experts);
     kern_matmul_repacked_gated(ne, gu, down, decode_act, &act, s->each_work);
     PHASE_END(t_experts, PHASE_EXPERTS,
-              K * (mtensor_slice_bytes(&L->ffn_gate_exps) + mtensor_slice_bytes(&L->ffn_up_exps) +
-                   mtensor_slice_bytes(&L->ffn_down_exps)) +
-                  mtensor_slice_bytes(&L->ffn_gate_shexp) + mtensor_slice_bytes(&L->ffn_up_shexp) +
-                  mtensor_slice_bytes(&L->ffn_down_shexp));
+              K * expert_bytes(L) + mtensor_slice_bytes(&L->ffn_gate_shexp) +
+                  mtensor_slice_bytes(&L->ffn_up_shexp) + mtensor_slice_bytes(&L->ffn_down_shexp));
     for (int64_t i = 0; i < K; i++)
         add_expert_bias(s->out + i * E, &L->ffn_down_exps_b, s->ids[i], 1);
 }
@@ -658,11 +662,9 @@ void moe_ffn(model *m, const layer_weights *L, const float *x, int64_t n, float 
     }
     for (int64_t i = 0; i < n * K; i++) s->order[s->start[s->ids[i]]++] = (int32_t)i;
     for (int64_t e = 0; e < NE; e++) s->start[e] -= s->count[e];
-    const double per_expert = mtensor_slice_bytes(&L->ffn_gate_exps) +
-                              mtensor_slice_bytes(&L->ffn_up_exps) +
-                              mtensor_slice_bytes(&L->ffn_down_exps);
+    const uint64_t per_expert = (uint64_t)expert_bytes(L);
     for (int64_t e = 0; e < NE; e++) /* each selected expert's weights are read once */
-        if (s->count[e]) m->moe_routed_bytes += (uint64_t)per_expert;
+        if (s->count[e]) m->moe_routed_bytes += per_expert;
     /* One token (decode): one parallel region for the whole layer, gate and up
      * of every selected expert and of the shared expert on one prepared x, each
      * down on its own input as soon as its expert's activation is made; a few
