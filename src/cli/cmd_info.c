@@ -169,6 +169,15 @@ static int cmd_info_opts(const cli_opts *o) {
             (long long)hp->n_embd, (long long)hp->n_layer, (long long)hp->n_head,
             (long long)hp->n_head_kv, (long long)hp->head_dim_k, (long long)hp->head_dim_v,
             (long long)hp->n_ff, (long long)hp->n_ctx_train);
+        if (hp->n_swa_layers &&
+            (hp->n_head_kv_swa != hp->n_head_kv || hp->head_dim_k_swa != hp->head_dim_k ||
+             hp->head_dim_v_swa != hp->head_dim_v || hp->n_rot_swa != hp->n_rot))
+            printf("sliding layers kv %lld, head dim %lld/%lld, rope dims %lld\n",
+                   (long long)hp->n_head_kv_swa, (long long)hp->head_dim_k_swa,
+                   (long long)hp->head_dim_v_swa, (long long)hp->n_rot_swa);
+        if (hp->n_layer_kv < hp->n_layer)
+            printf("shared KV     layers %lld-%lld read earlier layers' caches\n",
+                   (long long)hp->n_layer_kv, (long long)hp->n_layer - 1);
         printf("rope          %s, base %g, dims %lld%s\n",
                hp->rope_type == MODEL_ROPE_NEOX ? "neox" : "normal", hp->rope_base,
                (long long)hp->n_rot, hp->has_rope_freqs ? ", frequency factors" : "");

@@ -484,6 +484,11 @@ static void print_shape(const report *rp) {
     if (m->n_swa_layers)
         printf("               sliding window %lld tokens in %lld of %lld layers\n",
                (long long)m->sliding_window, (long long)m->n_swa_layers, (long long)m->n_layers);
+    if (m->n_swa_layers && (m->n_kv_heads_swa || m->head_dim_k_swa || m->head_dim_v_swa))
+        printf("               sliding layers: %lld KV heads, head dim %lld/%lld\n",
+               (long long)(m->n_kv_heads_swa ? m->n_kv_heads_swa : m->n_kv_heads),
+               (long long)(m->head_dim_k_swa ? m->head_dim_k_swa : m->head_dim_k),
+               (long long)(m->head_dim_v_swa ? m->head_dim_v_swa : m->head_dim_v));
     if (m->n_chunk_layers)
         printf("               chunked attention: chunks of %lld tokens in %lld of %lld layers\n",
                (long long)m->attn_chunk, (long long)m->n_chunk_layers, (long long)m->n_layers);
@@ -509,6 +514,13 @@ static void print_formula(const kv_plan_model *m, const kv_plan_request *r, cons
         printf("               = %lld layers x (%lld latent + %lld rope) as %s: %llu B\n",
                (long long)m->n_layers, (long long)m->kv_lora_rank, (long long)m->rope_dim,
                kv_plan_dtype_name(r->dtype), (unsigned long long)p->k_row_bytes);
+    else if (m->n_swa_layers && p->swa_k_row_bytes + p->swa_v_row_bytes !=
+                                    p->k_row_bytes + p->v_row_bytes) /* gemma4 */
+        printf("               = %lld full layers x (K %llu B + V %llu B) + %lld sliding layers x "
+               "(K %llu B + V %llu B)\n",
+               (long long)(m->n_layers - m->n_swa_layers), (unsigned long long)p->k_row_bytes,
+               (unsigned long long)p->v_row_bytes, (long long)m->n_swa_layers,
+               (unsigned long long)p->swa_k_row_bytes, (unsigned long long)p->swa_v_row_bytes);
     else if (r->split_v || !vb)
         printf("               = %lld layers x (K %llu B as %s + V %llu B as %s)%s\n",
                (long long)m->n_layers, (unsigned long long)p->k_row_bytes,

@@ -112,6 +112,25 @@ bool pp_split_bytes(const gguf_file *f, int n_ranks, const char *spec, int *firs
             end[r] = il;
         }
     }
+    /* A layer reading another layer's KV cache (gemma4's shared KV layers)
+     * runs on that layer's rank: a computed boundary past such a source moves
+     * back to it; a given one is refused. */
+    for (int r = n_ranks - 1; r >= 1; r--) {
+        int lo = first[r];
+        for (int il = L - 1; il >= lo; il--) { /* lo falls as the range takes in more layers */
+            const int src = (int)model_hparams_kv_source(&hp, il);
+            lo = src < lo ? src : lo;
+        }
+        if (lo == first[r]) continue;
+        if ((spec && *spec) || lo <= first[r - 1]) {
+            free(bytes);
+            return kvl_fail(err,
+                            "pp: rank %d's layers %d-%d read the KV cache of layer %d, which rank "
+                            "%d holds; layers sharing a cache must stay on one rank",
+                            r + 1, first[r], end[r] - 1, lo, r);
+        }
+        first[r] = end[r - 1] = lo;
+    }
     for (int r = 0; rank_bytes && r < n_ranks; r++) {
         rank_bytes[r] = r == n_ranks - 1 ? head : 0;
         for (int il = first[r]; il < end[r]; il++) rank_bytes[r] += bytes[il];

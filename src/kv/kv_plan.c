@@ -95,6 +95,11 @@ bool kv_plan_model_check(const kv_plan_model *m, kvl_error *err) {
                         (long long)m->n_swa_layers, (long long)m->n_layers);
     if (m->n_chunk_layers > 0 && m->attn_chunk == 0)
         return kvl_fail(err, "chunked layers given without a chunk size");
+    if (!in_range(m->n_kv_heads_swa, 0, MAX_HEADS) || !in_range(m->head_dim_k_swa, 0, MAX_DIM) ||
+        !in_range(m->head_dim_v_swa, 0, MAX_DIM))
+        return kvl_fail(err, "sliding layers' KV heads / head dims out of range (%lld, %lld, %lld)",
+                        (long long)m->n_kv_heads_swa, (long long)m->head_dim_k_swa,
+                        (long long)m->head_dim_v_swa);
     return true;
 }
 
@@ -137,21 +142,26 @@ static int v_dtype(const kv_plan_request *r) { return r->split_v ? r->dtype_v : 
 /* Values in one token's K and V row of one layer. MLA stores the latent + RoPE
  * key as the "K" row and no V row: V (and the no-RoPE part of K) is recomputed
  * from it. */
-static void layer_values(const kv_plan_model *m, int64_t *k, int64_t *v) {
+static void layer_values(const kv_plan_model *m, bool swa, int64_t *k, int64_t *v) {
     if (kv_plan_is_mla(m)) {
         *k = m->kv_lora_rank + m->rope_dim;
         *v = 0;
-    } else {
-        *k = m->n_kv_heads * m->head_dim_k;
-        *v = m->n_kv_heads * m->head_dim_v;
+        return;
     }
+    int64_t h = m->n_kv_heads, dk = m->head_dim_k, dv = m->head_dim_v;
+    if (swa && m->n_kv_heads_swa) h = m->n_kv_heads_swa;
+    if (swa && m->head_dim_k_swa) dk = m->head_dim_k_swa;
+    if (swa && m->head_dim_v_swa) dv = m->head_dim_v_swa;
+    *k = h * dk;
+    *v = h * dv;
 }
 
-/* Row bytes as the pool stores them; false (err set) for a row it refuses. */
-static bool layer_rows(const kv_plan_model *m, const kv_plan_request *r, uint64_t *k, uint64_t *v,
-                       kvl_error *err) {
+/* Row bytes as the pool stores them (a sliding layer's when swa); false (err
+ * set) for a row it refuses. */
+static bool layer_rows(const kv_plan_model *m, const kv_plan_request *r, bool swa, uint64_t *k,
+                       uint64_t *v, kvl_error *err) {
     int64_t kn, vn;
-    layer_values(m, &kn, &vn);
+    layer_values(m, swa, &kn, &vn);
     *k = kv_plan_row_bytes(r->dtype, kn);
     *v = vn > 0 ? kv_plan_row_bytes(v_dtype(r), vn) : 0;
     if (*k && (vn == 0 || *v)) return true;
@@ -214,19 +224,22 @@ int64_t kv_plan_blocks_held(kv_attn a, int64_t bs, int64_t tokens, int64_t last_
 static void plan_sequence(const kv_plan_model *m, const kv_plan_request *r, kv_plan *p, bool *ovf) {
     int64_t L = m->n_layers, S = m->n_swa_layers, C = m->n_chunk_layers, T = r->context,
             bs = r->block_size;
-    uint64_t layer_tok = p->k_row_bytes + p->v_row_bytes;
-    uint64_t lbb = layer_block_bytes(bs, p->k_row_bytes, p->v_row_bytes);
+    uint64_t layer_tok = p->k_row_bytes + p->v_row_bytes,
+             swa_tok = p->swa_k_row_bytes + p->swa_v_row_bytes;
+    uint64_t lbb = layer_block_bytes(bs, p->k_row_bytes, p->v_row_bytes),
+             swa_lbb = layer_block_bytes(bs, p->swa_k_row_bytes, p->swa_v_row_bytes);
     const kv_attn sw = {.window = (int32_t)m->sliding_window},
                   ch = {.chunk = (int32_t)m->attn_chunk};
     int64_t t_swa = S > 0 ? kv_attn_kept(sw, T) : T, t_chunk = C > 0 ? kv_attn_kept(ch, T) : T;
 
-    p->bytes_per_token = mul(layer_tok, (uint64_t)L, ovf);
+    p->bytes_per_token =
+        add(mul(layer_tok, (uint64_t)(L - S), ovf), mul(swa_tok, (uint64_t)S, ovf), ovf);
     p->seq_lower_bound_bytes =
         add(add(mul(mul(layer_tok, (uint64_t)(L - S - C), ovf), (uint64_t)T, ovf),
-                mul(mul(layer_tok, (uint64_t)S, ovf), (uint64_t)t_swa, ovf), ovf),
+                mul(mul(swa_tok, (uint64_t)S, ovf), (uint64_t)t_swa, ovf), ovf),
             mul(mul(layer_tok, (uint64_t)C, ovf), (uint64_t)t_chunk, ovf), ovf);
     p->block_bytes = mul(lbb, (uint64_t)(L - S - C), ovf);
-    p->swa_block_bytes = mul(lbb, (uint64_t)S, ovf);
+    p->swa_block_bytes = mul(swa_lbb, (uint64_t)S, ovf);
     p->chunk_block_bytes = mul(lbb, (uint64_t)C, ovf);
     p->blocks_per_seq = ceil_div(T, bs);
     p->swa_blocks_per_seq = S > 0 ? kv_plan_blocks_peak(sw, bs, T) : 0;
@@ -264,7 +277,9 @@ bool kv_plan_compute(const kv_plan_model *m, const kv_plan_request *r, kv_plan *
     kv_plan p;
     memset(&p, 0, sizeof p);
     bool ovf = false;
-    if (!layer_rows(m, r, &p.k_row_bytes, &p.v_row_bytes, err)) return false;
+    if (!layer_rows(m, r, false, &p.k_row_bytes, &p.v_row_bytes, err) ||
+        !layer_rows(m, r, true, &p.swa_k_row_bytes, &p.swa_v_row_bytes, err))
+        return false;
     plan_sequence(m, r, &p, &ovf);
     uint64_t B = (uint64_t)r->concurrency;
     p.lower_bound_bytes = mul(p.seq_lower_bound_bytes, B, &ovf);
@@ -302,6 +317,7 @@ static bool saving_heads(const kv_plan_model *m, const kv_plan_request *r, kv_pl
     if (kv_plan_is_mla(m) || m->n_head <= m->n_kv_heads) return false;
     kv_plan_model base = *m;
     base.n_kv_heads = m->n_head;
+    if (m->n_kv_heads_swa) base.n_kv_heads_swa = m->n_head;
     snprintf(s->what, sizeof s->what, "%s", m->n_kv_heads == 1 ? "MQA" : "GQA");
     snprintf(s->baseline, sizeof s->baseline, "MHA, %lld KV heads", (long long)m->n_head);
     s->in_plan = true;
@@ -382,7 +398,8 @@ int kv_plan_savings(const kv_plan_model *m, const kv_plan_request *r, kv_plan_sa
 int kv_plan_pool_groups(const kv_plan_model *m, const kv_plan_request *r, kv_plan_group *out,
                         kvl_error *err) {
     uint64_t k, v;
-    if (!kv_plan_model_check(m, err) || !request_check(r, err) || !layer_rows(m, r, &k, &v, err))
+    if (!kv_plan_model_check(m, err) || !request_check(r, err) ||
+        !layer_rows(m, r, false, &k, &v, err) || !layer_rows(m, r, true, &k, &v, err))
         return 0;
     kv_pool_config c;
     memset(&c, 0, sizeof c);
@@ -403,6 +420,9 @@ int kv_plan_pool_groups(const kv_plan_model *m, const kv_plan_request *r, kv_pla
     }
     if (m->n_swa_layers > 0) {
         out[n].cfg = c;
+        if (!kv_plan_is_mla(m) && m->n_kv_heads_swa) out[n].cfg.n_kv_heads = (int)m->n_kv_heads_swa;
+        if (!kv_plan_is_mla(m) && m->head_dim_k_swa) out[n].cfg.head_dim_k = (int)m->head_dim_k_swa;
+        if (!kv_plan_is_mla(m) && m->head_dim_v_swa) out[n].cfg.head_dim_v = (int)m->head_dim_v_swa;
         out[n].cfg.n_layers = (int)m->n_swa_layers;
         out[n].chunk = 0;
         out[n++].window = m->sliding_window;

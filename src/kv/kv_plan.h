@@ -65,6 +65,8 @@ typedef struct kv_plan_model {
     /* Sliding window: n_swa_layers layers keep only the last sliding_window tokens. */
     int64_t sliding_window; /* 0: none */
     int64_t n_swa_layers;   /* kvllm pages these apart (a second KV group; see kv_plan) */
+    /* The sliding layers' own KV heads and head widths (gemma4); 0: the values above */
+    int64_t n_kv_heads_swa, head_dim_k_swa, head_dim_v_swa;
     /* Chunked attention (llama4): n_chunk_layers other layers attend only within
      * their chunk of attn_chunk positions (kv.h's kv_chunk_first). kvllm pages
      * them apart too, and drops a chunk's blocks when the next chunk begins. */
@@ -93,10 +95,12 @@ typedef struct kv_plan_request {
 } kv_plan_request;
 
 typedef struct kv_plan {
-    uint64_t k_row_bytes, v_row_bytes; /* one token, one layer, as stored */
-    uint64_t bytes_per_token;          /* all layers, K + V (the formula, no window) */
-    uint64_t seq_lower_bound_bytes;    /* one sequence of T tokens, windows applied */
-    uint64_t lower_bound_bytes;        /* x B */
+    uint64_t k_row_bytes, v_row_bytes;         /* one token, one layer, as stored */
+    uint64_t swa_k_row_bytes, swa_v_row_bytes; /* a sliding layer's (= the above unless the
+                                                  model gives sliding layers their own shape) */
+    uint64_t bytes_per_token;                  /* all layers, K + V (the formula, no window) */
+    uint64_t seq_lower_bound_bytes;            /* one sequence of T tokens, windows applied */
+    uint64_t lower_bound_bytes;                /* x B */
     /* Allocation, as kvllm's engine pages it: full-attention layers and sliding
      * layers are separate KV groups, each with its own pool (a block holds
      * block_size tokens of every layer of its group). A sliding group drops a

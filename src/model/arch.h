@@ -46,6 +46,9 @@ typedef struct arch_desc {
                      selected experts' logits, the clamped SwiGLU (gpt-oss; model_moe.c) */
     bool chunked; /* chunked attention, NoPE layers with attention temperature, q/k L2 norm,
                      interleaved MoE weighting the experts' input (llama4; hparams.c) */
+    bool gemma4;  /* q.k unscaled, V RMS-normed (and K itself where attn_v is absent),
+                    rope_freqs on the full layers only, sliding layers of their own shape,
+                    KV shared by the last layers, a per-layer output scale (gemma4) */
 } arch_desc;
 
 /* NULL if the architecture is not supported. */

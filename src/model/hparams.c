@@ -39,8 +39,15 @@ void hparams_set_swa_pattern(model_hparams *hp, int64_t n) {
     for (int64_t il = 0; il < hp->n_layer; il++) hp->swa_layers[il] = n <= 0 || il % n < n - 1;
 }
 
-/* Counts the sliding layers; no window means none. */
+/* Counts the sliding layers; no window means none. Where a reader set no
+ * sliding-layer shape or KV sharing: the full layers' shape, every layer its
+ * own cache. */
 void hparams_finish_swa(model_hparams *hp) {
+    if (!hp->n_head_kv_swa) hp->n_head_kv_swa = hp->n_head_kv;
+    if (!hp->head_dim_k_swa) hp->head_dim_k_swa = hp->head_dim_k;
+    if (!hp->head_dim_v_swa) hp->head_dim_v_swa = hp->head_dim_v;
+    if (!hp->n_rot_swa) hp->n_rot_swa = hp->n_rot;
+    if (!hp->n_layer_kv) hp->n_layer_kv = hp->n_layer;
     hp->n_swa_layers = 0;
     for (int64_t il = 0; il < hp->n_layer; il++) {
         if (hp->n_swa == 0) hp->swa_layers[il] = 0;
@@ -87,6 +94,15 @@ static int gguf_uniform(const gguf_file *f, const char *arch, const char *name, 
         *out = v;
     }
     return 1;
+}
+
+static bool gguf_is_array(const gguf_file *f, const char *arch, const char *name) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, name);
+    int64_t idx = gguf_find_key(f, key);
+    gguf_vtype et;
+    uint64_t n;
+    return idx >= 0 && gguf_kv_array(f, idx, &et, &n);
 }
 
 static bool gguf_opt(const gguf_file *f, const char *arch, const char *name, int64_t *out,
@@ -201,9 +217,11 @@ static bool gguf_range(const gguf_file *f, const model_hparams *hp, kvl_error *e
     if (hp->n_head < 1 || hp->n_head > MAX_HEADS)
         return kvl_fail(err, "%s: key '%s.attention.head_count' = %lld: must be 1..%d",
                         gguf_path(f), hp->arch, (long long)hp->n_head, MAX_HEADS);
-    const int64_t *dims[] = {&hp->n_embd,      &hp->n_ff,         &hp->n_head_kv,
-                             &hp->head_dim_k,  &hp->head_dim_v,   &hp->n_rot,
-                             &hp->n_ctx_train, &hp->kv_lora_rank, &hp->q_lora_rank};
+    const int64_t *dims[] = {&hp->n_embd,          &hp->n_ff,           &hp->n_head_kv,
+                             &hp->head_dim_k,      &hp->head_dim_v,     &hp->n_rot,
+                             &hp->n_ctx_train,     &hp->kv_lora_rank,   &hp->q_lora_rank,
+                             &hp->head_dim_k_swa,  &hp->head_dim_v_swa, &hp->n_rot_swa,
+                             &hp->n_embd_per_layer};
     for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++)
         if (*dims[i] < 0)
             return kvl_fail(err, "%s: negative hyperparameter (%lld)", gguf_path(f),
@@ -220,7 +238,8 @@ static bool gguf_shape(const gguf_file *f, model_hparams *hp, kvl_error *err) {
         !gguf_req(f, a, "attention.head_count", &hp->n_head, err) ||
         !gguf_opt(f, a, "embedding_length", &hp->n_embd, err) ||
         !gguf_opt(f, a, "feed_forward_length", &hp->n_ff, err) ||
-        !gguf_opt(f, a, "attention.head_count_kv", &hp->n_head_kv, err) ||
+        (!gguf_is_array(f, a, "attention.head_count_kv") &&
+         !gguf_opt(f, a, "attention.head_count_kv", &hp->n_head_kv, err)) ||
         !gguf_opt(f, a, "attention.key_length", &hp->head_dim_k, err) ||
         !gguf_opt(f, a, "attention.value_length", &hp->head_dim_v, err) ||
         !gguf_opt(f, a, "rope.dimension_count", &hp->n_rot, err) ||
@@ -235,12 +254,55 @@ static bool gguf_shape(const gguf_file *f, model_hparams *hp, kvl_error *err) {
                             gguf_path(f), a, (long long)hp->n_layer_nextn, (long long)hp->n_layer);
         hp->n_layer -= hp->n_layer_nextn;
     }
+    int64_t shared_kv = 0;
+    if (!gguf_opt(f, a, "attention.key_length_swa", &hp->head_dim_k_swa, err) ||
+        !gguf_opt(f, a, "attention.value_length_swa", &hp->head_dim_v_swa, err) ||
+        !gguf_opt(f, a, "rope.dimension_count_swa", &hp->n_rot_swa, err) ||
+        !gguf_opt(f, a, "attention.shared_kv_layers", &shared_kv, err) ||
+        !gguf_opt(f, a, "embedding_length_per_layer_input", &hp->n_embd_per_layer, err))
+        return false;
     if (!gguf_range(f, hp, err)) return false;
-    /* llama.cpp's defaults */
+    if (shared_kv < 0 || shared_kv >= hp->n_layer)
+        return kvl_fail(err, "%s: key '%s.attention.shared_kv_layers' = %lld: must be below %lld",
+                        gguf_path(f), a, (long long)shared_kv, (long long)hp->n_layer);
+    hp->n_layer_kv = hp->n_layer - shared_kv;
+    /* llama.cpp's defaults; the sliding layers' shape is the full layers' unless given */
     if (hp->n_head_kv == 0) hp->n_head_kv = hp->n_head;
     if (hp->head_dim_k == 0) hp->head_dim_k = hp->n_embd / hp->n_head;
     if (hp->head_dim_v == 0) hp->head_dim_v = hp->n_embd / hp->n_head;
     if (hp->n_rot == 0) hp->n_rot = hp->head_dim_k;
+    return true; /* the sliding layers' shape: hparams_finish_swa */
+}
+
+/* A head_count_kv array (gemma4: one count for the sliding layers, another for
+ * the full ones), read once the sliding flags are known: the counts must agree
+ * within each kind. */
+static bool gguf_kv_heads_per_layer(const gguf_file *f, model_hparams *hp, kvl_error *err) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.attention.head_count_kv", hp->arch);
+    int64_t idx = gguf_find_key(f, key);
+    gguf_vtype et;
+    uint64_t n;
+    if (idx < 0 || !gguf_kv_array(f, idx, &et, &n)) return true;
+    if (n != (uint64_t)hp->n_layer)
+        return kvl_fail(err, "%s: key '%s' has %llu entries, expected one per layer (%lld)",
+                        gguf_path(f), key, (unsigned long long)n, (long long)hp->n_layer);
+    int64_t kind[2] = {0, 0}; /* full, sliding */
+    for (uint64_t i = 0; i < n; i++) {
+        int64_t v;
+        if (!gguf_get_arr_i64(f, key, i, &v) || v < 1 || v > MAX_HEADS)
+            return kvl_fail(err, "%s: key '%s': entry %llu is not a head count", gguf_path(f), key,
+                            (unsigned long long)i);
+        int64_t *k = &kind[hp->swa_layers[i] != 0];
+        if (*k && *k != v)
+            return kvl_fail(err,
+                            "%s: key '%s' differs between layers of one kind (%lld, then %lld at "
+                            "layer %llu); per-layer values are not supported",
+                            gguf_path(f), key, (long long)*k, (long long)v, (unsigned long long)i);
+        *k = v;
+    }
+    hp->n_head_kv = kind[0] ? kind[0] : kind[1];
+    hp->n_head_kv_swa = kind[1] ? kind[1] : kind[0];
     return true;
 }
 
@@ -376,7 +438,9 @@ bool hparams_moe_defaults(const char *path, moe_names nm, const char *a, int64_t
     const bool oss = strcmp(a, "gpt-oss") == 0 || strcmp(a, "gpt_oss") == 0;
     const bool olmoe = strcmp(a, "olmoe") == 0;
     const bool llama4 = strcmp(a, "llama4") == 0;
-    if (!ds2 && !q2 && !q3 && !mixtral && !glm && !granite && !oss && !olmoe && !llama4) {
+    const bool gemma4 = strcmp(a, "gemma4") == 0;
+    if (!ds2 && !q2 && !q3 && !mixtral && !glm && !granite && !oss && !olmoe && !llama4 &&
+        !gemma4) {
         /* A family whose expert layout is not known here: the counts as
          * written, for reports; the loader refuses to run it. */
         mo->n_layer_moe = n_layer;
@@ -407,6 +471,9 @@ bool hparams_moe_defaults(const char *path, moe_names nm, const char *a, int64_t
         mo->n_ff_shexp = 0;
     } else if (olmoe) { /* OLMoE: every expert feed_forward_length wide, no shared one */
         mo->n_ff_exp = n_ff;
+        mo->n_ff_shexp = 0;
+    } else if (gemma4) { /* the layer's dense FFN runs beside the experts (model_forward.c) */
+        if (mo->n_ff_exp == 0) return kvl_fail(err, "%s: %s missing", path, nm[MOE_FF_EXP]);
         mo->n_ff_shexp = 0;
     } else if (llama4) { /* a shared expert as wide as a routed one */
         if (mo->n_ff_exp == 0) return kvl_fail(err, "%s: %s missing", path, nm[MOE_FF_EXP]);
@@ -442,7 +509,12 @@ bool hparams_moe_defaults(const char *path, moe_names nm, const char *a, int64_t
     } else {
         mo->n_group = mo->n_group_used = 0;
     }
-    if (glm || oss || llama4) mo->n_group = mo->n_group_used = 0; /* their loaders read no groups */
+    if (glm || oss || llama4 || gemma4) /* their loaders read no groups */
+        mo->n_group = mo->n_group_used = 0;
+    if (gemma4) { /* build_moe_ffn as gemma4 calls it: softmax, renormalised, no scale */
+        mo->weights_norm = true;
+        mo->weights_scale = 0.0f;
+    }
     if (olmoe) { /* softmax, top-k weights not renormalised, no scale */
         mo->weights_norm = false;
         mo->weights_scale = 0.0f;
@@ -557,6 +629,7 @@ bool model_hparams_from_gguf(const gguf_file *f, model_hparams *hp, kvl_error *e
     if (ad && ad->chunked && !gguf_chunked(f, hp, err)) return false;
     if (hp->n_swa > 0 && !gguf_swa_layers(f, hp, err)) return false;
     hparams_finish_swa(hp);
+    if (!gguf_kv_heads_per_layer(f, hp, err)) return false;
     hp->weights_bytes = gguf_tensor_data_bytes(f);
     for (int64_t i = 0; i < gguf_n_tensors(f); i++) {
         const gguf_tensor *t = gguf_tensor_at(f, i);
@@ -567,21 +640,44 @@ bool model_hparams_from_gguf(const gguf_file *f, model_hparams *hp, kvl_error *e
 
 /* ---------------------------------------------------------------- users -- */
 
+model_layer_attn model_hparams_layer_attn(const model_hparams *hp, int64_t il) {
+    if (il >= 0 && il < hp->n_layer && hp->swa_layers[il])
+        return (model_layer_attn){hp->n_head_kv_swa, hp->head_dim_k_swa, hp->head_dim_v_swa,
+                                  hp->n_rot_swa};
+    return (model_layer_attn){hp->n_head_kv, hp->head_dim_k, hp->head_dim_v, hp->n_rot};
+}
+
+int64_t model_hparams_kv_source(const model_hparams *hp, int64_t il) {
+    if (il < hp->n_layer_kv || il >= hp->n_layer) return il;
+    /* llama.cpp's rule (gemma3n / gemma4 files end their cached layers with a
+     * sliding one, then a full one); the loader checks the kinds agree */
+    return hp->n_layer_kv - (hp->swa_layers[il] ? 2 : 1);
+}
+
 void model_hparams_layer_kv(const model_hparams *hp, int64_t il, int64_t *k_values,
                             int64_t *v_values, int64_t *window) {
-    *k_values = hp->n_head_kv * hp->head_dim_k;
-    *v_values = hp->mla ? 0 : hp->n_head_kv * hp->head_dim_v; /* MLA: V is the latent in K's row */
+    const model_layer_attn la = model_hparams_layer_attn(hp, il);
+    const bool own = model_hparams_kv_source(hp, il) == il;
+    *k_values = own ? la.n_head_kv * la.head_dim_k : 0;
+    /* MLA: V is the latent in K's row */
+    *v_values = own && !hp->mla ? la.n_head_kv * la.head_dim_v : 0;
     *window = il >= 0 && il < hp->n_layer && hp->swa_layers[il] ? hp->n_swa : 0;
 }
 
 bool model_hparams_plan_model(const model_hparams *hp, kv_plan_model *m, kvl_error *err) {
     kv_plan_model_init(m);
     snprintf(m->arch, sizeof m->arch, "%s", hp->arch);
-    m->n_layers = hp->n_layer;
+    m->n_layers = hp->n_layer_kv; /* layers sharing an earlier layer's cache keep none */
     m->n_head = hp->n_head;
     m->n_kv_heads = hp->n_head_kv;
     m->head_dim_k = hp->head_dim_k;
     m->head_dim_v = hp->head_dim_v;
+    if (!hp->mla && (hp->n_head_kv_swa != hp->n_head_kv || hp->head_dim_k_swa != hp->head_dim_k ||
+                     hp->head_dim_v_swa != hp->head_dim_v)) {
+        m->n_kv_heads_swa = hp->n_head_kv_swa;
+        m->head_dim_k_swa = hp->head_dim_k_swa;
+        m->head_dim_v_swa = hp->head_dim_v_swa;
+    }
     if (hp->mla) {
         m->kv_lora_rank = hp->kv_lora_rank;
         m->rope_dim = hp->n_rot;
@@ -589,7 +685,8 @@ bool model_hparams_plan_model(const model_hparams *hp, kv_plan_model *m, kvl_err
         m->mha_head_dim_v = hp->v_head_dim_mla;
     }
     m->sliding_window = hp->n_swa;
-    m->n_swa_layers = hp->n_swa_layers;
+    m->n_swa_layers = 0;
+    for (int64_t il = 0; il < hp->n_layer_kv; il++) m->n_swa_layers += hp->swa_layers[il] != 0;
     m->attn_chunk = hp->n_chunk_layers ? hp->n_chunk : 0;
     m->n_chunk_layers = hp->n_chunk_layers;
     m->weights_bytes = hp->weights_bytes;

@@ -83,7 +83,18 @@ typedef struct model_hparams {
     int64_t n_embd, n_layer, n_head, n_head_kv, n_ff, n_ctx_train;
     int64_t head_dim_k, head_dim_v; /* key_length / value_length (default n_embd / n_head) */
     int64_t n_rot;                  /* rope.dimension_count (default head_dim_k) */
-    int rope_type;                  /* MODEL_ROPE_*: the architecture's (arch.c); 0 if unknown */
+    /* The sliding layers' own attention shape where the file gives one (gemma4:
+     * attention.key_length_swa / value_length_swa, rope.dimension_count_swa, a
+     * head_count_kv array), else the values above, which are the full layers'.
+     * model_hparams_layer_attn gives layer il's. */
+    int64_t n_head_kv_swa, head_dim_k_swa, head_dim_v_swa, n_rot_swa;
+    /* Layers [n_layer_kv, n_layer) keep no KV of their own: each attends over an
+     * earlier layer's cache (model_hparams_kv_source; gemma4's
+     * attention.shared_kv_layers; n_layer when absent). */
+    int64_t n_layer_kv;
+    int64_t n_embd_per_layer; /* embedding_length_per_layer_input: each layer's slice of a
+                                 per-token embedding (gemma4 E2B / E4B; 0: none) */
+    int rope_type;            /* MODEL_ROPE_*: the architecture's (arch.c); 0 if unknown */
     float rope_base, rope_freq_scale;
     float rope_base_swa;   /* rope.freq_base_swa; 0: absent */
     char rope_scaling[16]; /* rope.scaling.type as written ("" absent: linear); the factor
@@ -139,8 +150,19 @@ bool model_hparams_from_hf_config(const char *json, model_hparams *hp, kvl_error
  * the config's dtype. Checked with kv_plan_model_check. */
 bool model_hparams_plan_model(const model_hparams *hp, kv_plan_model *out, kvl_error *err);
 
+/* Layer il's attention shape: KV heads, K and V head widths, rotated dims. */
+typedef struct model_layer_attn {
+    int64_t n_head_kv, head_dim_k, head_dim_v, n_rot;
+} model_layer_attn;
+model_layer_attn model_hparams_layer_attn(const model_hparams *hp, int64_t il);
+/* The layer whose cache layer il reads: il itself, or for a layer past
+ * n_layer_kv llama.cpp's choice, n_layer_kv - 2 for a sliding layer and
+ * n_layer_kv - 1 for a full one. */
+int64_t model_hparams_kv_source(const model_hparams *hp, int64_t il);
+
 /* The KV layout the model gives layer il's cache: K and V values per token
- * (all heads), and its attention window (0: full). */
+ * (all heads; 0 for a layer that shares another's), and its attention window
+ * (0: full). */
 void model_hparams_layer_kv(const model_hparams *hp, int64_t il, int64_t *k_values,
                             int64_t *v_values, int64_t *window);
 

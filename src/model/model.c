@@ -65,13 +65,32 @@ static bool read_hparams(model *m, kvl_error *err) {
             err, "%s: implausible hyperparameters (embd %lld, layers %lld, heads %lld, ff %lld)",
             gguf_path(f), (long long)hp->n_embd, (long long)hp->n_layer, (long long)hp->n_head,
             (long long)hp->n_ff);
-    if (hp->n_head_kv <= 0 || hp->n_head % hp->n_head_kv != 0)
-        return kvl_fail(err, "%s: head_count %lld is not a multiple of head_count_kv %lld",
-                        gguf_path(f), (long long)hp->n_head, (long long)hp->n_head_kv);
-    if (hp->head_dim_k <= 0 || hp->head_dim_k > 1024 || hp->head_dim_v <= 0 ||
-        hp->head_dim_v > 1024 || hp->n_rot > hp->head_dim_k || hp->n_rot % 2)
-        return kvl_fail(err, "%s: bad head dims (k %lld, v %lld, rope %lld)", gguf_path(f),
-                        (long long)hp->head_dim_k, (long long)hp->head_dim_v, (long long)hp->n_rot);
+    for (int swa = 0; swa < 2; swa++) { /* the full layers' shape, then the sliding ones' */
+        int64_t h = swa ? hp->n_head_kv_swa : hp->n_head_kv,
+                k = swa ? hp->head_dim_k_swa : hp->head_dim_k,
+                v = swa ? hp->head_dim_v_swa : hp->head_dim_v, r = swa ? hp->n_rot_swa : hp->n_rot;
+        if (h <= 0 || hp->n_head % h != 0)
+            return kvl_fail(err, "%s: head_count %lld is not a multiple of head_count_kv %lld%s",
+                            gguf_path(f), (long long)hp->n_head, (long long)h,
+                            swa ? " (sliding layers)" : "");
+        if (k <= 0 || k > 1024 || v <= 0 || v > 1024 || r > k || r % 2)
+            return kvl_fail(err, "%s: bad head dims%s (k %lld, v %lld, rope %lld)", gguf_path(f),
+                            swa ? " of the sliding layers" : "", (long long)k, (long long)v,
+                            (long long)r);
+    }
+    for (int64_t il = hp->n_layer_kv; il < hp->n_layer; il++) {
+        const int64_t src = model_hparams_kv_source(hp, il);
+        if (src < 0 || hp->swa_layers[src] != hp->swa_layers[il])
+            return kvl_fail(err,
+                            "%s: key '%s.attention.shared_kv_layers': layer %lld would read the "
+                            "cache of layer %lld, which is not of its kind (sliding or full)",
+                            gguf_path(f), a, (long long)il, (long long)src);
+    }
+    if (hp->n_embd_per_layer > 0)
+        return kvl_fail(err,
+                        "%s: key '%s.embedding_length_per_layer_input' = %lld: per-layer "
+                        "embeddings (Gemma 4 E2B / E4B) are not supported",
+                        gguf_path(f), a, (long long)hp->n_embd_per_layer);
     const char *rs = hp->rope_scaling;
     if (rs[0] && strcmp(rs, "none") != 0 && strcmp(rs, "linear") != 0 && strcmp(rs, "yarn") != 0)
         return kvl_fail(
@@ -175,8 +194,9 @@ static bool bind_blk(model *m, int il, mtensor *t, const char *suffix, int64_t n
 /* Q/K/V/O of standard multi-head (MHA/GQA/MQA) attention. */
 static bool bind_attn_mha(model *m, int il, layer_weights *L, kvl_error *err) {
     const model_hparams *hp = &m->hp;
-    int64_t E = hp->n_embd, qd = hp->n_head * hp->head_dim_k, kd = hp->n_head_kv * hp->head_dim_k,
-            vd = hp->n_head_kv * hp->head_dim_v, od = hp->n_head * hp->head_dim_v;
+    const model_layer_attn la = model_hparams_layer_attn(hp, il);
+    int64_t E = hp->n_embd, dk = la.head_dim_k, qd = hp->n_head * dk, kd = la.n_head_kv * dk,
+            vd = la.n_head_kv * la.head_dim_v, od = hp->n_head * la.head_dim_v;
     char n[96];
     /* llama.cpp takes a fused attn_qkv (phi3's layout) wherever q, k and v may be */
     const int64_t rows[3] = {qd, kd, vd};
@@ -188,9 +208,22 @@ static bool bind_attn_mha(model *m, int il, layer_weights *L, kvl_error *err) {
         snprintf(n, sizeof n, "blk.%d.attn_qkv.bias", il);
         if (!bind_split(m, n, 0, 3, rows, b3, &fused_bias, err)) return false;
     } else {
+        /* gemma4: a layer sharing another's cache needs no K; V is K where
+         * attn_v is absent (llama.cpp's use_alternative_attention) */
+        const bool own_kv = model_hparams_kv_source(hp, il) == il;
         if (!bind_blk(m, il, &L->wq, "attn_q.weight", E, qd, true, err)) return false;
-        if (!bind_blk(m, il, &L->wk, "attn_k.weight", E, kd, true, err)) return false;
-        if (!bind_blk(m, il, &L->wv, "attn_v.weight", E, vd, true, err)) return false;
+        if (!bind_blk(m, il, &L->wk, "attn_k.weight", E, kd, own_kv || !m->arch->gemma4, err))
+            return false;
+        if (!bind_blk(m, il, &L->wv, "attn_v.weight", E, vd, !m->arch->gemma4, err)) return false;
+        if (!own_kv && m->arch->gemma4) { /* present or not, never read */
+            memset(&L->wk, 0, sizeof L->wk);
+            memset(&L->wv, 0, sizeof L->wv);
+        }
+        if (!L->wv.data && own_kv && m->arch->gemma4 && la.head_dim_v != dk)
+            return kvl_fail(err,
+                            "%s: tensor 'blk.%d.attn_v.weight' missing (V is K only where "
+                            "the head widths agree: K %lld, V %lld)",
+                            gguf_path(m->gguf), il, (long long)dk, (long long)la.head_dim_v);
         if (m->arch->qkv_bias_allowed) {
             if (!bind_blk(m, il, &L->bq, "attn_q.bias", qd, 0, false, err)) return false;
             if (!bind_blk(m, il, &L->bk, "attn_k.bias", kd, 0, false, err)) return false;
@@ -206,21 +239,18 @@ static bool bind_attn_mha(model *m, int il, layer_weights *L, kvl_error *err) {
             return false;
     }
     if (m->arch->qk_norm || m->arch->qk_norm_optional) {
-        if (!bind_blk(m, il, &L->q_norm, "attn_q_norm.weight", hp->head_dim_k, 0, m->arch->qk_norm,
-                      err))
+        if (!bind_blk(m, il, &L->q_norm, "attn_q_norm.weight", dk, 0, m->arch->qk_norm, err))
             return false;
-        if (!bind_blk(m, il, &L->k_norm, "attn_k_norm.weight", hp->head_dim_k, 0,
-                      m->arch->qk_norm || L->q_norm.data, err))
+        if (!bind_blk(m, il, &L->k_norm, "attn_k_norm.weight", dk, 0,
+                      (m->arch->qk_norm || L->q_norm.data) && L->wk.data, err))
             return false;
     }
     if (strcmp(hp->arch, "command-r") == 0 && hp->n_layer >= 64) {
         /* Command R+ (llama.cpp: command-r of 64 layers or more): q and k LayerNorm per
          * head, with one weight row per head */
-        if (!bind_blk(m, il, &L->q_norm, "attn_q_norm.weight", hp->head_dim_k, hp->n_head, true,
-                      err))
+        if (!bind_blk(m, il, &L->q_norm, "attn_q_norm.weight", dk, hp->n_head, true, err))
             return false;
-        if (!bind_blk(m, il, &L->k_norm, "attn_k_norm.weight", hp->head_dim_k, hp->n_head_kv, true,
-                      err))
+        if (!bind_blk(m, il, &L->k_norm, "attn_k_norm.weight", dk, la.n_head_kv, true, err))
             return false;
         if (L->q_norm.dtype != GGUF_DT_F32 || L->k_norm.dtype != GGUF_DT_F32)
             return kvl_fail(err, "%s: blk.%d.attn_q_norm / attn_k_norm: expected F32",
@@ -288,6 +318,15 @@ static bool bind_layer(model *m, int il, kvl_error *err) {
                         hp->moe.n_expert ? "leading_dense_block_count" : "expert_count");
     if (moe_layer(m, il)) {
         if (!moe_bind_layer(m, il, err)) return false;
+        if (m->arch->gemma4) { /* the dense FFN beside the experts, and their norms */
+            if (!bind_blk(m, il, &L->ffn_gate, "ffn_gate.weight", E, hp->n_ff, true, err) ||
+                !bind_blk(m, il, &L->ffn_up, "ffn_up.weight", E, hp->n_ff, true, err) ||
+                !bind_blk(m, il, &L->ffn_down, "ffn_down.weight", hp->n_ff, E, true, err) ||
+                !bind_blk(m, il, &L->ffn_pre_norm_2, "pre_ffw_norm_2.weight", E, 0, true, err) ||
+                !bind_blk(m, il, &L->ffn_post_norm_1, "post_ffw_norm_1.weight", E, 0, true, err) ||
+                !bind_blk(m, il, &L->ffn_post_norm_2, "post_ffw_norm_2.weight", E, 0, true, err))
+                return false;
+        }
     } else if (m->arch->fused_gate_up) { /* phi3: ffn_up is [gate; up], 2 * n_ff rows */
         const int64_t rows[2] = {hp->n_ff, hp->n_ff};
         mtensor *parts[2] = {&L->ffn_gate, &L->ffn_up};
@@ -307,6 +346,9 @@ static bool bind_layer(model *m, int il, kvl_error *err) {
         if (!bind_blk(m, il, &L->post_ffn_norm, "post_ffw_norm.weight", E, 0, true, err))
             return false;
     }
+    if (m->arch->gemma4 &&
+        !bind_blk(m, il, &L->out_scale, "layer_output_scale.weight", 1, 0, false, err))
+        return false;
     return true;
 }
 
@@ -332,14 +374,32 @@ static void assign_layer_geometry(model *m) {
         L->rope_freq_scale = L->swa && (m->arch->swa_rope_scale_one || m->arch->swa_rope_plain)
                                  ? 1.0f
                                  : hp->rope_freq_scale;
+        L->rope_freqs = m->rope_freqs && !(L->swa && m->arch->gemma4);
+        const model_layer_attn la = model_hparams_layer_attn(hp, il);
+        L->n_head_kv = la.n_head_kv, L->dk = la.head_dim_k, L->dv = la.head_dim_v;
+        L->n_rot = la.n_rot;
+        const int64_t src = model_hparams_kv_source(hp, il);
+        if (src != il) { /* gemma4: attends over an earlier layer's cache */
+            L->kv_shared = true;
+            L->kv_group = m->layers[src].kv_group;
+            L->kv_slot = m->layers[src].kv_slot;
+            continue;
+        }
         int g = 0;
-        /* one group per attention rule: its blocks are dropped by it (kv.h) */
-        const kv_attn rule = {.window = (int32_t)window,
-                              .chunk = m->mp.chunks_keep_kv ? 0 : L->chunk};
-        while (g < m->n_groups &&
-               (m->groups[g].attn.window != rule.window || m->groups[g].attn.chunk != rule.chunk))
+        /* one group per attention rule and KV shape: its blocks are dropped by
+         * the rule (kv.h), and a pool's layers share one row layout */
+        const kv_group_desc want = {
+            .attn = {.window = (int32_t)window, .chunk = m->mp.chunks_keep_kv ? 0 : L->chunk},
+            .n_kv_heads = (int)L->n_head_kv,
+            .head_dim_k = (int)L->dk,
+            .head_dim_v = hp->mla ? 0 : (int)L->dv};
+        while (g < m->n_groups && (m->groups[g].attn.window != want.attn.window ||
+                                   m->groups[g].attn.chunk != want.attn.chunk ||
+                                   m->groups[g].n_kv_heads != want.n_kv_heads ||
+                                   m->groups[g].head_dim_k != want.head_dim_k ||
+                                   m->groups[g].head_dim_v != want.head_dim_v))
             g++;
-        if (g == m->n_groups) m->groups[m->n_groups++] = (kv_group_desc){.attn = rule};
+        if (g == m->n_groups) m->groups[m->n_groups++] = want;
         L->kv_group = g;
         /* a stage keeps the KV of its own layers only; every stage has the
          * same groups in the same order, so block ids mean the same on all */
@@ -497,8 +557,16 @@ static bool alloc_scratch(model *m, kvl_error *err) {
     const model_hparams *hp = &m->hp;
     int64_t U = m->mp.max_ubatch, E = hp->n_embd;
     m->n_threads_max = kvl_pool_threads();
-    int64_t qd = hp->n_head * hp->head_dim_k, kd = hp->n_head_kv * hp->head_dim_k,
-            vd = hp->n_head_kv * hp->head_dim_v, od = hp->n_head * hp->head_dim_v;
+    int64_t qd = 0, kd = 0, vd = 0, od = 0; /* the widest of the full and sliding layers' */
+    for (int swa = 0; swa < 2; swa++) {
+        const int64_t h = swa ? hp->n_head_kv_swa : hp->n_head_kv,
+                      dk = swa ? hp->head_dim_k_swa : hp->head_dim_k,
+                      dv = swa ? hp->head_dim_v_swa : hp->head_dim_v;
+        qd = hp->n_head * dk > qd ? hp->n_head * dk : qd;
+        kd = h * dk > kd ? h * dk : kd;
+        vd = h * dv > vd ? h * dv : vd;
+        od = hp->n_head * dv > od ? hp->n_head * dv : od;
+    }
     int64_t wide = E;
     if (hp->kv_lora_rank) { /* MLA: q before absorption, latent outputs, v_b outputs */
         int64_t qraw = hp->n_head * (hp->n_rot_mla_nope + hp->n_rot);
@@ -559,7 +627,9 @@ static bool alloc_scratch(model *m, kvl_error *err) {
     m->k = kvl_calloc(U * kd, sizeof(float));
     m->v = kvl_calloc(U * (vd ? vd : 1), sizeof(float));
     m->att = kvl_calloc(U * od, sizeof(float));
-    if (m->arch->parallel && !(m->par = kvl_calloc(U * E, sizeof(float))))
+    /* par: command-r's attention output while its FFN runs; gemma4's router input */
+    if ((m->arch->parallel || (m->arch->gemma4 && hp->moe.n_expert)) &&
+        !(m->par = kvl_calloc(U * E, sizeof(float))))
         return kvl_fail(err, "model: out of memory");
     m->ff_gate = kvl_calloc(U * hp->n_ff, sizeof(float));
     m->ff_up = kvl_calloc(U * hp->n_ff, sizeof(float));
@@ -593,6 +663,13 @@ model *model_load(gguf_file *f, const model_params *mp, kvl_error *err) {
                  m->layer_first, m->layer_end - 1, (long long)m->hp.n_layer);
         goto fail;
     }
+    for (int il = m->layer_first; il < m->layer_end; il++)
+        if (model_hparams_kv_source(&m->hp, il) < m->layer_first) {
+            kvl_fail(err, "%s: layer %d reads the KV cache of layer %lld, outside layers %d-%d",
+                     gguf_path(f), il, (long long)model_hparams_kv_source(&m->hp, il),
+                     m->layer_first, m->layer_end - 1);
+            goto fail;
+        }
     if (m->mp.max_ctx <= 0) {
         m->mp.max_ctx = m->hp.n_ctx_train;
         if (m->mp.max_ctx_cap > 0 && m->mp.max_ctx > m->mp.max_ctx_cap)
@@ -647,10 +724,10 @@ void model_set_forward_async(model *m, model_forward_fn launch, model_wait_fn wa
 
 void model_kv_group_shape(const model *m, int group, kv_pool_config *cfg, kv_attn *attn) {
     cfg->n_layers = m->groups[group].n_layers;
-    cfg->n_kv_heads = (int)m->hp.n_head_kv;
-    cfg->head_dim_k = (int)m->hp.head_dim_k;
-    /* MLA: V is the latent already stored at the start of each K row. */
-    cfg->head_dim_v = m->hp.mla ? 0 : (int)m->hp.head_dim_v;
+    cfg->n_kv_heads = m->groups[group].n_kv_heads;
+    cfg->head_dim_k = m->groups[group].head_dim_k;
+    /* MLA: V is the latent already stored at the start of each K row (0 here). */
+    cfg->head_dim_v = m->groups[group].head_dim_v;
     if (attn) *attn = m->groups[group].attn;
 }
 

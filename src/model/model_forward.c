@@ -76,9 +76,11 @@ static bool ensure_attn_scratch(model *m, kv_pool *const *pools, kvl_error *err)
     const model_hparams *hp = &m->hp;
     size_t need = 0;
     for (int g = 0; g < m->n_groups; g++) {
-        size_t n =
-            op_attend_scratch_floats(kv_pool_cfg(pools[g]), (int)(hp->n_head / hp->n_head_kv),
-                                     hp->head_dim_k, hp->head_dim_v, m->mp.max_ctx);
+        const kv_pool_config *pc = kv_pool_cfg(pools[g]);
+        /* MLA's pool keeps no V: its attention's V is the K row's latent */
+        size_t n = op_attend_scratch_floats(pc, (int)(hp->n_head / pc->n_kv_heads), pc->head_dim_k,
+                                            pc->head_dim_v ? pc->head_dim_v : hp->head_dim_v,
+                                            m->mp.max_ctx);
         need = n > need ? n : need;
     }
     /* The pool may have been resized (-t) since the model was loaded. */
@@ -111,8 +113,7 @@ static float *thread_scratch(const model *m, int thread) {
  * w % n_kv), its chunks spread over up to max_threads threads. */
 static void attend_pair(const fwd_ctx *c, const layer_weights *L, const attn_args *a,
                         const attn_io *io, int64_t w, float *scratch, int max_threads) {
-    const model *m = c->m;
-    const int64_t G = m->hp.n_head / m->hp.n_head_kv, n_kv = m->hp.n_head_kv, t = w / n_kv,
+    const int64_t G = c->m->hp.n_head / L->n_head_kv, n_kv = L->n_head_kv, t = w / n_kv,
                   g = w % n_kv;
     op_attend_group(a, seq_table(c, t, L->kv_group), c->b->pos[c->t0 + t], (int)g, (int)G,
                     io->q + t * io->q_stride + g * G * a->dk, a->dk,
@@ -146,8 +147,7 @@ static attn_runs find_runs(const fwd_ctx *c, int max_tokens) {
 /* Attention of (run, KV head) item w: run w / n_kv, KV head w % n_kv. */
 static void attend_run_item(const fwd_ctx *c, const layer_weights *L, const attn_args *a,
                             const attn_io *io, const attn_runs *r, int64_t w, float *scratch) {
-    const model *m = c->m;
-    const int64_t G = m->hp.n_head / m->hp.n_head_kv, n_kv = m->hp.n_head_kv;
+    const int64_t G = c->m->hp.n_head / L->n_head_kv, n_kv = L->n_head_kv;
     const int64_t ri = w / n_kv, g = w % n_kv, t = r->runs[2 * ri];
     op_attend_run(a, seq_table(c, t, L->kv_group), c->b->pos[c->t0 + t], r->runs[2 * ri + 1],
                   (int)g, (int)G, io->q + t * io->q_stride + g * G * a->dk, io->q_stride,
@@ -183,7 +183,7 @@ static void attend_pair_task(void *ctx, int64_t w, int thread) {
 static bool attention_runs(const fwd_ctx *c, const layer_weights *L, const attn_args *a,
                            const attn_io *io, bool par) {
     model *m = c->m;
-    const int64_t G = m->hp.n_head / m->hp.n_head_kv, n_kv = m->hp.n_head_kv;
+    const int64_t G = m->hp.n_head / L->n_head_kv, n_kv = L->n_head_kv;
     const attn_runs r = find_runs(c, op_attend_run_max_tokens((int)G, a->dv, m->mp.max_ctx));
     const int64_t total = r.n * n_kv;
     if (r.longest < 2 || (par && total < kvl_pool_threads())) return false;
@@ -226,7 +226,7 @@ static void attention(const fwd_ctx *c, const layer_weights *L, const attn_args 
                       int64_t q_stride, float *out, int64_t out_stride) {
     const model *m = c->m;
     const attn_io io = {.q = q, .q_stride = q_stride, .out = out, .out_stride = out_stride};
-    const int64_t total = c->n * m->hp.n_head_kv;
+    const int64_t total = c->n * L->n_head_kv;
     /* Waking the pool costs microseconds: only worth it for real work. */
     double macs = 0;
     for (int64_t t = 0; t < c->n; t++) macs += (double)(c->b->pos[c->t0 + t] + 1);
@@ -240,12 +240,13 @@ static void attention(const fwd_ctx *c, const layer_weights *L, const attn_args 
     else attention_parallel_pairs(c, L, a, &io, total);
 }
 
-static float attn_scale(const model *m) {
+static float attn_scale(const model *m, const layer_weights *L) {
     const model_hparams *hp = &m->hp;
     if (m->arch->granite_scales && hp->attn_scale != 0.0f) return hp->attn_scale;
+    if (m->arch->gemma4) return 1.0f; /* its q and k are RMS-normed instead */
     if (m->arch->n_layer_27b && hp->n_layer == m->arch->n_layer_27b)
         return 1.0f / sqrtf((float)(hp->n_embd / hp->n_head));
-    return 1.0f / sqrtf((float)hp->head_dim_k);
+    return 1.0f / sqrtf((float)L->dk);
 }
 
 /* The Walsh-Hadamard rotation llama.cpp applies to q and K (and V, and back on
@@ -278,15 +279,19 @@ static void attn_mha(fwd_ctx *c, int il) {
     model *m = c->m;
     const model_hparams *hp = &m->hp;
     const layer_weights *L = &m->layers[il];
-    int64_t n = c->n, dk = hp->head_dim_k, dv = hp->head_dim_v;
-    int64_t qd = hp->n_head * dk, kd = hp->n_head_kv * dk, vd = hp->n_head_kv * dv;
+    const int64_t n = c->n, dk = L->dk, dv = L->dv, n_kv = L->n_head_kv;
+    const int64_t qd = hp->n_head * dk, kd = n_kv * dk, vd = n_kv * dv;
+    /* q, k, v as the layer has them: no k or v for a layer reading another's
+     * cache, K itself as V where attn_v is absent (gemma4) */
     const mtensor *qkv[] = {&L->wq, &L->wk, &L->wv};
     float *const qkv_out[] = {m->q, m->k, m->v};
+    const int n_proj = L->kv_shared ? 1 : L->wv.data ? 3 : 2;
     PHASE_BEGIN(t_qkv);
-    op_matmul_many(m, 3, qkv, m->xb, n, qkv_out);
+    op_matmul_many(m, n_proj, qkv, m->xb, n, qkv_out);
     PHASE_END(t_qkv, PHASE_QKV,
               mtensor_slice_bytes(&L->wq) + mtensor_slice_bytes(&L->wk) +
                   mtensor_slice_bytes(&L->wv));
+    if (n_proj == 2) memcpy(m->v, m->k, (size_t)(n * kd) * sizeof(float));
     op_add_bias(m->q, &L->bq, n, qd);
     op_add_bias(m->k, &L->bk, n, kd);
     op_add_bias(m->v, &L->bv, n, vd);
@@ -296,17 +301,18 @@ static void attn_mha(fwd_ctx *c, int il) {
             op_layer_norm(m->q + r * dk, m->q + r * dk,
                           (const float *)L->q_norm.data + (r % hp->n_head) * dk, 1, dk,
                           hp->norm_eps);
-        for (int64_t r = 0; r < n * hp->n_head_kv; r++)
+        for (int64_t r = 0; r < n * n_kv; r++)
             op_layer_norm(m->k + r * dk, m->k + r * dk,
-                          (const float *)L->k_norm.data + (r % hp->n_head_kv) * dk, 1, dk,
-                          hp->norm_eps);
+                          (const float *)L->k_norm.data + (r % n_kv) * dk, 1, dk, hp->norm_eps);
     } else if (L->q_norm.data && m->arch->qk_norm_full) { /* olmo2: over all heads at once */
         op_rms_norm(m->q, m->q, L->q_norm.data, n, qd, hp->rms_eps);
         op_rms_norm(m->k, m->k, L->k_norm.data, n, kd, hp->rms_eps);
     } else if (L->q_norm.data) {
         op_rms_norm(m->q, m->q, L->q_norm.data, n * hp->n_head, dk, hp->rms_eps);
-        op_rms_norm(m->k, m->k, L->k_norm.data, n * hp->n_head_kv, dk, hp->rms_eps);
+        if (!L->kv_shared) op_rms_norm(m->k, m->k, L->k_norm.data, n * n_kv, dk, hp->rms_eps);
     }
+    if (m->arch->gemma4 && !L->kv_shared) /* V: a weightless RMSNorm per head */
+        op_rms_norm(m->v, m->v, NULL, n * n_kv, dv, hp->rms_eps);
     kv_pool *kv = c->pools[L->kv_group];
     const int64_t rot_k = kv_rotation(kv_pool_cfg(kv)->dtype, dk, true),
                   rot_v = kv_rotation(kv_pool_dtype_v(kv), dv, false);
@@ -314,7 +320,7 @@ static void attn_mha(fwd_ctx *c, int il) {
         int32_t pos = c->b->pos[c->t0 + t];
         if (L->rope) {
             op_rope(m, L, m->q + t * qd, (int)hp->n_head, dk, 0, pos);
-            op_rope(m, L, m->k + t * kd, (int)hp->n_head_kv, dk, 0, pos);
+            if (!L->kv_shared) op_rope(m, L, m->k + t * kd, (int)n_kv, dk, 0, pos);
         } else if (hp->nope_temp_scale != 0.0f) {
             /* llama4's NoPE layers: q scaled by llama.cpp's attention temperature,
              * computed as it does (float position, double log) */
@@ -327,7 +333,7 @@ static void attn_mha(fwd_ctx *c, int il) {
         }
         if (L->rope && hp->kq_l2_norm) { /* llama4: weightless RMSNorm per head, after rope */
             op_rms_norm(m->q + t * qd, m->q + t * qd, NULL, hp->n_head, dk, hp->rms_eps);
-            op_rms_norm(m->k + t * kd, m->k + t * kd, NULL, hp->n_head_kv, dk, hp->rms_eps);
+            op_rms_norm(m->k + t * kd, m->k + t * kd, NULL, n_kv, dk, hp->rms_eps);
         }
         if (m->arch->attn_temp && hp->attn_temp_scale != 0.0f) {
             /* llama.cpp's attention temperature, in its precisions */
@@ -343,14 +349,14 @@ static void attn_mha(fwd_ctx *c, int il) {
         op_hadamard(m->k, n * kd, rot_k);
     }
     if (rot_v) op_hadamard(m->v, n * vd, rot_v);
-    for (int64_t t = 0; t < n; t++)
+    for (int64_t t = 0; t < n && !L->kv_shared; t++)
         kv_store(kv, seq_table(c, t, L->kv_group), L->kv_slot, c->b->pos[c->t0 + t], m->k + t * kd,
                  m->v + t * vd);
     attn_args a = {.kv = kv,
                    .slot = L->kv_slot,
                    .dk = dk,
                    .dv = dv,
-                   .scale = attn_scale(m),
+                   .scale = attn_scale(m, L),
                    .softcap = hp->attn_softcap,
                    .window = m->groups[L->kv_group].attn.window,
                    .sinks = L->attn_sinks.data,
@@ -519,13 +525,10 @@ static void attn_mla_uncompressed(fwd_ctx *c, int il) {
     op_matmul(m, &L->wo, m->att, n, m->xb);
 }
 
-static void ffn(fwd_ctx *c, const layer_weights *L) {
+/* The gated FFN of the normed rows in m->xb, in place. */
+static void dense_ffn(fwd_ctx *c, const layer_weights *L) {
     model *m = c->m;
     int64_t n = c->n, F = m->hp.n_ff;
-    if (L->ffn_gate_inp.data) {
-        moe_ffn(m, L, m->xb, n, m->xb);
-        return;
-    }
     const mtensor *gate_up[] = {&L->ffn_gate, &L->ffn_up};
     float *const gate_up_out[] = {m->ff_gate, m->ff_up};
     PHASE_BEGIN(t_dense);
@@ -536,6 +539,33 @@ static void ffn(fwd_ctx *c, const layer_weights *L) {
     PHASE_END(t_dense, PHASE_FFN_DENSE,
               mtensor_slice_bytes(&L->ffn_gate) + mtensor_slice_bytes(&L->ffn_up) +
                   mtensor_slice_bytes(&L->ffn_down));
+}
+
+/* gemma4's MoE layer, from the residual stream m->x into m->xb: the dense FFN
+ * (ffn_norm, post_ffw_norm_1) plus the experts (pre_ffw_norm_2 on their input,
+ * post_ffw_norm_2 on their sum), the router reading the weightless RMSNorm of
+ * m->x / sqrt(E) times ffn_gate_inp.scale, as llama.cpp's gemma4 graph. */
+static void gemma4_moe_ffn(fwd_ctx *c, const layer_weights *L) {
+    model *m = c->m;
+    const int64_t n = c->n, E = m->hp.n_embd;
+    const float eps = m->hp.rms_eps, inv_sqrt_e = 1.0f / sqrtf((float)E);
+    const float *gs = L->ffn_gate_inp_s.data;
+    float *mlp = m->xb2, *rx = m->par;
+    op_rms_norm(m->xb, m->x, L->ffn_norm.data, n, E, eps);
+    dense_ffn(c, L);
+    op_rms_norm(mlp, m->xb, L->ffn_post_norm_1.data, n, E, eps);
+    op_rms_norm(rx, m->x, NULL, n, E, eps);
+    for (int64_t t = 0; t < n; t++)
+        for (int64_t i = 0; i < E; i++) rx[t * E + i] = rx[t * E + i] * inv_sqrt_e * gs[i];
+    op_rms_norm(m->xb, m->x, L->ffn_pre_norm_2.data, n, E, eps);
+    moe_ffn(m, L, m->xb, rx, n, m->xb);
+    op_rms_norm(m->xb, m->xb, L->ffn_post_norm_2.data, n, E, eps);
+    for (int64_t i = 0; i < n * E; i++) m->xb[i] = mlp[i] + m->xb[i];
+}
+
+static void ffn(fwd_ctx *c, const layer_weights *L) {
+    if (L->ffn_gate_inp.data) moe_ffn(c->m, L, c->m->xb, NULL, c->n, c->m->xb);
+    else dense_ffn(c, L);
 }
 
 static void add_residual(model *m, const mtensor *post_norm, int64_t n) {
@@ -579,9 +609,17 @@ static void layer_forward(fwd_ctx *c, int il) {
         return;
     }
     add_residual(m, &L->post_attn_norm, n);
-    norm_rows(m, m->xb, m->x, &L->ffn_norm, n);
-    ffn(c, L);
+    if (m->arch->gemma4 && L->ffn_gate_inp.data) {
+        gemma4_moe_ffn(c, L);
+    } else {
+        norm_rows(m, m->xb, m->x, &L->ffn_norm, n);
+        ffn(c, L);
+    }
     add_residual(m, &L->post_ffn_norm, n);
+    if (L->out_scale.data) { /* gemma4: the layer's whole output scaled */
+        const float s = *(const float *)L->out_scale.data;
+        for (int64_t i = 0; i < n * E; i++) m->x[i] *= s;
+    }
     PHASE_END(t_ffn, PHASE_FFN_LAYER, 0);
 }
 

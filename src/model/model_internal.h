@@ -34,6 +34,7 @@ typedef struct layer_weights {
     mtensor ffn_gate, ffn_up; /* [E -> F] */
     mtensor ffn_down;         /* [F -> E] */
     mtensor post_ffn_norm;    /* gemma: [E] */
+    mtensor out_scale;        /* gemma4: [1], the layer's output (the residual stream) scale */
     /* MLA (deepseek2), llama.cpp's absorbed layout */
     mtensor wq_a, q_a_norm, wq_b; /* [E -> q_lora], [q_lora], [q_lora -> H*(nope+rope)] */
     mtensor wkv_a_mqa, kv_a_norm; /* [E -> kv_lora+rope], [kv_lora] */
@@ -53,27 +54,38 @@ typedef struct layer_weights {
     mtensor ffn_gate_exps_b, ffn_up_exps_b; /* {ff_exp, n_expert} */
     mtensor ffn_down_exps_b;                /* {E, n_expert} */
     mtensor attn_sinks;                     /* [n_head] */
+    /* gemma4: the router's input scale, each expert's output scale, and the
+     * norms around the experts and the dense FFN that runs beside them */
+    mtensor ffn_gate_inp_s;  /* [E] */
+    mtensor ffn_down_exps_s; /* [n_expert] (optional) */
+    mtensor ffn_pre_norm_2;  /* [E] the experts' input */
+    mtensor ffn_post_norm_1; /* [E] the dense FFN's output */
+    mtensor ffn_post_norm_2; /* [E] the experts' output */
     /* attention geometry of this layer */
     bool swa;        /* sliding-window layer */
     int32_t chunk;   /* chunked attention over this many positions (llama4; 0: none) */
     bool rope;       /* q and k rotate (not a NoPE layer) */
     bool rope_plain; /* rotate without YaRN or attn_factor (olmo2's sliding layers) */
+    bool rope_freqs; /* the model's rope_freqs apply (gemma4: its full layers only) */
     float rope_base, rope_freq_scale;
-    int kv_group, kv_slot; /* which pool and which layer within it */
+    int64_t n_head_kv, dk, dv, n_rot; /* model_hparams_layer_attn */
+    int kv_group, kv_slot;            /* which pool and which layer within it */
+    bool kv_shared; /* reads another layer's cache (that layer's group and slot), stores none */
 } layer_weights;
 
 typedef struct kv_group_desc {
     int n_layers;
     kv_attn attn; /* the positions a token attends to (kv.h): window, chunk, or neither */
+    int n_kv_heads, head_dim_k, head_dim_v; /* its layers' KV shape (head_dim_v 0: MLA) */
 } kv_group_desc;
 
 /* op_rope's cosines and sines (times mscale) for the last position and layer
  * parameters it rotated by: q and k of a token, and the layers that share a
  * base, reuse them instead of n_rot sinf/cosf each. The rest the table
- * depends on (n_rot, YaRN, rope_freqs) is fixed at load. */
+ * depends on (YaRN, the rope_freqs values) is fixed at load. */
 typedef struct {
-    bool valid, plain;
-    int32_t pos;
+    bool valid, plain, freqs;
+    int32_t pos, n_rot;
     float base, freq_scale;
     float cs[512], sn[512]; /* n_rot <= head_dim <= 1024: at most 512 pairs */
 } rope_table;
@@ -145,8 +157,10 @@ void model_progress(const model *m, double done);
 size_t moe_work_bytes(const model *m, int64_t rows);
 bool moe_alloc_scratch(model *m, kvl_error *err);
 void moe_free(model *m);
-/* The MoE FFN of layer il on n normed rows x [n][E]: result in y [n][E]. */
-void moe_ffn(model *m, const layer_weights *L, const float *x, int64_t n, float *y);
+/* The MoE FFN of layer il on n normed rows x [n][E]: result in y [n][E]. The
+ * router reads router_x [n][E] (gemma4's own input), or x when NULL. */
+void moe_ffn(model *m, const layer_weights *L, const float *x, const float *router_x, int64_t n,
+             float *y);
 
 /* ---- ops (model_ops.c) ---- */
 /* w NULL: no weight (llama4's q/k L2 norm is a weightless RMSNorm). */

@@ -78,7 +78,7 @@ bool moe_check_support(const model *m, kvl_error *err) {
             err,
             "%s: key '%s.expert_count' = %lld: mixture-of-experts layers are not supported for "
             "architecture '%s' (supported: qwen3moe, qwen2moe, deepseek2, glm4moe, granite, "
-            "granitemoe, gpt-oss, olmoe, llama4, llama)",
+            "granitemoe, gpt-oss, olmoe, llama4, gemma4, llama)",
             path, a, (long long)mo->n_expert, a);
     return true;
 }
@@ -151,6 +151,10 @@ bool moe_bind_layer(model *m, int il, kvl_error *err) {
     }
     if (mo->shexp_gated && !model_bind_blk(m, il, &L->ffn_gate_inp_shexp,
                                            "ffn_gate_inp_shexp.weight", E, 0, 1, true, err))
+        return false;
+    if (m->arch->gemma4 &&
+        (!model_bind_blk(m, il, &L->ffn_gate_inp_s, "ffn_gate_inp.scale", E, 0, 1, true, err) ||
+         !model_bind_blk(m, il, &L->ffn_down_exps_s, "ffn_down_exps.scale", NE, 0, 1, false, err)))
         return false;
     if (m->arch->gpt_oss) {
         if (!model_bind_blk(m, il, &L->ffn_gate_inp_b, "ffn_gate_inp.bias", NE, 0, 1, true, err))
@@ -463,7 +467,8 @@ static void expert_act(const model *m, const layer_weights *L, int64_t e, float 
         swiglu_oai(g, u, rows * width);
         return;
     }
-    op_silu_mul(g, u, rows * width);
+    if (m->arch->ffn_act == ARCH_ACT_GELU) op_gelu_mul(g, u, rows * width); /* gemma4 */
+    else op_silu_mul(g, u, rows * width);
 }
 
 /* gate and up of the same input (one prepared x when both are repacked), then
@@ -641,12 +646,13 @@ static void grouped_experts(model *m, const layer_weights *L, const float *x, in
         }
 }
 
-void moe_ffn(model *m, const layer_weights *L, const float *x, int64_t n, float *y) {
+void moe_ffn(model *m, const layer_weights *L, const float *x, const float *router_x, int64_t n,
+             float *y) {
     const model_moe_hparams *mo = &m->hp.moe;
     struct moe_scratch *s = m->moe;
     const int64_t E = m->hp.n_embd, K = mo->n_expert_used, NE = mo->n_expert;
     PHASE_BEGIN(t_router);
-    op_matmul(m, &L->ffn_gate_inp, x, n, s->probs);
+    op_matmul(m, &L->ffn_gate_inp, router_x ? router_x : x, n, s->probs);
     if (L->ffn_gate_inp_b.data)
         for (int64_t t = 0; t < n; t++)
             for (int64_t j = 0; j < NE; j++)
@@ -712,9 +718,15 @@ void moe_ffn(model *m, const layer_weights *L, const float *x, int64_t n, float 
      * instead), added in selection order, then the shared expert (y may alias
      * x: no longer read). The weights are applied here, in the one pass over
      * the outputs the workers wrote, not in one of their own. */
+    const float *down_s = L->ffn_down_exps_s.data; /* gemma4: each expert's output scaled */
     for (int64_t t = 0; t < n; t++) {
-        const float *o = s->out + (size_t)t * K * E, *wt = s->w + t * K;
+        float *o = s->out + (size_t)t * K * E;
+        const float *wt = s->w + t * K;
         float *yt = y + t * E;
+        for (int64_t k = 0; k < K && down_s; k++) {
+            const float sc = down_s[s->ids[t * K + k]];
+            for (int64_t i = 0; i < E; i++) o[k * E + i] *= sc;
+        }
         if (mo->weight_input) {
             memcpy(yt, o, (size_t)E * sizeof(float));
             for (int64_t k = 1; k < K; k++)

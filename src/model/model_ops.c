@@ -286,7 +286,8 @@ static void rope_compute(const model *m, const layer_weights *L, int32_t pos, fl
                          float *sn) {
     const model_hparams *hp = &m->hp;
     const model_rope_yarn *rs = &hp->rope_yarn;
-    int64_t n_rot = hp->n_rot;
+    const int64_t n_rot = L->n_rot;
+    const float *freqs = L->rope_freqs ? m->rope_freqs : NULL;
     float theta_scale = powf(L->rope_base, -2.0f / (float)n_rot);
     float theta = (float)pos;
     float corr0 = 0, corr1 = 0, mscale = L->rope_plain ? 1.0f : rs->attn_factor;
@@ -300,7 +301,7 @@ static void rope_compute(const model *m, const layer_weights *L, int32_t pos, fl
     }
     for (int64_t i = 0; i < n_rot / 2; i++) {
         float t = theta;
-        if (m->rope_freqs) t /= m->rope_freqs[i];
+        if (freqs) t /= freqs[i];
         const float extrap = t;
         t *= fs;
         if (ext_factor != 0.0f) {
@@ -317,13 +318,15 @@ static void rope_compute(const model *m, const layer_weights *L, int32_t pos, fl
 void op_rope(model *m, const layer_weights *L, float *vec, int n_heads, int64_t stride,
              int64_t offset, int32_t pos) {
     const model_hparams *hp = &m->hp;
-    const int64_t n_rot = hp->n_rot;
+    const int64_t n_rot = L->n_rot;
     rope_table *tab = &m->rope_tab;
     if (!tab->valid || tab->pos != pos || tab->base != L->rope_base ||
-        tab->freq_scale != L->rope_freq_scale || tab->plain != L->rope_plain) {
+        tab->freq_scale != L->rope_freq_scale || tab->plain != L->rope_plain ||
+        tab->n_rot != n_rot || tab->freqs != L->rope_freqs) {
         rope_compute(m, L, pos, tab->cs, tab->sn);
         tab->valid = true, tab->plain = L->rope_plain, tab->pos = pos;
         tab->base = L->rope_base, tab->freq_scale = L->rope_freq_scale;
+        tab->n_rot = (int32_t)n_rot, tab->freqs = L->rope_freqs;
     }
     const float *cs = tab->cs, *sn = tab->sn;
     bool neox = hp->rope_type == MODEL_ROPE_NEOX;

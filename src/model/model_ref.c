@@ -38,12 +38,12 @@ static void rmsnorm(float *out, const float *x, const float *w, int64_t n, float
 /* Rotates dims [offset, offset + n_rot) of n_heads heads `stride` apart by pos. */
 static void rope(const model *m, const layer_weights *L, float *v, int64_t n_heads, int64_t stride,
                  int64_t offset, int32_t pos) {
-    const int64_t n_rot = m->hp.n_rot;
+    const int64_t n_rot = L->n_rot;
     const bool neox = m->hp.rope_type == MODEL_ROPE_NEOX;
     for (int64_t h = 0; h < n_heads; h++)
         for (int64_t i = 0; i < n_rot / 2; i++) {
             double theta = pos * pow(L->rope_base, -2.0 * i / n_rot);
-            if (m->rope_freqs) theta /= m->rope_freqs[i];
+            if (L->rope_freqs) theta /= m->rope_freqs[i];
             theta *= L->rope_freq_scale;
             float *a = v + h * stride + offset + (neox ? i : 2 * i),
                   *b = neox ? a + n_rot / 2 : a + 1;
@@ -137,7 +137,7 @@ bool model_forward_ref(model *m, kv_pool *const *pools, const kv_seq *const *seq
     const arch_desc *ad = m->arch;
     if (ad->norm != ARCH_NORM_RMS || ad->parallel || ad->no_pre_norms || ad->qk_norm_full ||
         ad->granite_scales || ad->logit_scale || ad->fused_gate_up || ad->nope_every ||
-        ad->rope_swa_only || ad->attn_temp || hp->rope_off)
+        ad->rope_swa_only || ad->attn_temp || ad->gemma4 || hp->rope_off)
         return kvl_fail(err, "reference forward: architecture '%s' is not implemented here",
                         ad->name);
     for (int g = 0; g < m->n_groups; g++) {

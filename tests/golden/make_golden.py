@@ -565,7 +565,68 @@ def deepseek2_kvb_spec():
                        f"is Hadamard-rotated); dense FFN; tied output"}
 
 
-SPECS = {"qwen2moe-f32": qwen2moe_spec, "mistral3-f32": mistral3_spec, "smollm3-f32": smollm3_spec,
+def gemma4_spec(moe=False, shared_kv=0):
+    """Gemma 4 as llama.cpp's gemma4 graph runs it (31B dense, or 26B-A4B with moe): sliding
+    layers of their own head width and KV head count, full layers with wider heads, a
+    proportional rope (rope_freqs leaves 3/4 of the pairs unrotated) and some without attn_v
+    (V is K), V RMS-normed, q.k unscaled, a per-layer output scale, final soft-capping."""
+    E, H, V, FF = 64, 4, 4096, 128
+    SWA = [True, False, True, False] + [True, False] * (shared_kv // 2)
+    L = len(SWA)
+    HKV = {True: 2, False: 1}
+    HD = {True: 16, False: 32}
+    NE, NU, FE = 8, 2, 48
+    ts = [("token_embd.weight", [E, V], "w"), ("rope_freqs.weight", [HD[False] // 2], "prop_rope"),
+          ("output_norm.weight", [E], "norm")]
+    for i, swa in enumerate(SWA):
+        b, hd, hkv = f"blk.{i}.", HD[swa], HKV[swa]
+        ts += [(b + "attn_norm.weight", [E], "norm"), (b + "attn_q.weight", [E, H * hd], "w"),
+               (b + "attn_k.weight", [E, hkv * hd], "w")]
+        if swa or i >= 3:  # layer 1 has no attn_v: V is K
+            ts.append((b + "attn_v.weight", [E, hkv * hd], "w"))
+        ts += [(b + "attn_output.weight", [H * hd, E], "w"), (b + "attn_q_norm.weight", [hd], "norm"),
+               (b + "attn_k_norm.weight", [hd], "norm"), (b + "post_attention_norm.weight", [E], "norm"),
+               (b + "ffn_norm.weight", [E], "norm"), (b + "ffn_gate.weight", [E, FF], "w"),
+               (b + "ffn_up.weight", [E, FF], "w"), (b + "ffn_down.weight", [FF, E], "w"),
+               (b + "post_ffw_norm.weight", [E], "norm"), (b + "layer_output_scale.weight", [1], "scale")]
+        if moe:
+            ts += [(b + "ffn_gate_inp.weight", [E, NE], "w"), (b + "ffn_gate_inp.scale", [E], "norm"),
+                   (b + "pre_ffw_norm_2.weight", [E], "norm"), (b + "post_ffw_norm_1.weight", [E], "norm"),
+                   (b + "post_ffw_norm_2.weight", [E], "norm"),
+                   (b + "ffn_gate_exps.weight", [E, FE, NE], "w"), (b + "ffn_up_exps.weight", [E, FE, NE], "w"),
+                   (b + "ffn_down_exps.weight", [FE, E, NE], "w"), (b + "ffn_down_exps.scale", [NE], "scale")]
+    hp = base_hparams(E, L, H, 1, FF, "attention.layer_norm_rms_epsilon", 1e-6)
+    hp[5] = ("attention.head_count_kv", T_ARR, (T_U32, [HKV[w] for w in SWA]))
+    hp += [("attention.key_length", T_U32, HD[False]), ("attention.value_length", T_U32, HD[False]),
+           ("attention.key_length_swa", T_U32, HD[True]), ("attention.value_length_swa", T_U32, HD[True]),
+           ("rope.dimension_count", T_U32, HD[False]), ("rope.dimension_count_swa", T_U32, HD[True]),
+           ("rope.freq_base", T_F32, 1e6), ("rope.freq_base_swa", T_F32, 1e4),
+           ("attention.sliding_window", T_U32, 16),
+           ("attention.sliding_window_pattern", T_ARR, (T_BOOL, SWA)),
+           ("attention.shared_kv_layers", T_U32, shared_kv), ("embedding_length_per_layer_input", T_U32, 0),
+           ("final_logit_softcapping", T_F32, 30.0)]
+    if moe:
+        hp += [("expert_count", T_U32, NE), ("expert_used_count", T_U32, NU),
+               ("expert_feed_forward_length", T_U32, FE)]
+    return {"arch": "gemma4", "donor": "qwen3-f32", "hparams": hp, "tensors": ts,
+            "summary": f"gemma4 (Gemma 4 {'26B-A4B' if moe else '31B'} layout): E{E} L{L}, layers 0 and 2 "
+                       f"sliding (window 16, {HKV[True]} KV heads x {HD[True]}, rope 1e4 over all {HD[True]} "
+                       f"dims), layers 1 and 3 full ({HKV[False]} KV head x {HD[False]}, rope 1e6 with "
+                       f"rope_freqs leaving 12 of 16 pairs unrotated), layer 1 without attn_v (V = K); "
+                       f"q/k RMSNorm, V weightless RMSNorm, q.k unscaled, GELU FFN ff {FF}, post-norms, "
+                       f"layer_output_scale, final soft-capping 30, tied output"
+                       + (f"; every layer also MoE: {NE} experts x ff {FE}, top-{NU} softmax renormalised, "
+                          f"router on the RMS-normed residual / sqrt(E) x ffn_gate_inp.scale, "
+                          f"per-expert ffn_down_exps.scale, the dense FFN as shared expert, "
+                          f"post_ffw_norm_1 / _2 on the two, pre_ffw_norm_2 on the experts' input"
+                          if moe else "")
+                       + (f"; layers 4 (sliding) and 5 (full) keep no KV: attention.shared_kv_layers "
+                          f"{shared_kv} makes them read the caches of layers 2 and 3 (their k and v "
+                          f"projections are in the file and unused)" if shared_kv else "")}
+
+
+SPECS = {"gemma4-f32": gemma4_spec, "gemma4-moe-f32": lambda: gemma4_spec(moe=True),
+         "gemma4-kvshare-f32": lambda: gemma4_spec(shared_kv=2), "qwen2moe-f32": qwen2moe_spec, "mistral3-f32": mistral3_spec, "smollm3-f32": smollm3_spec,
          "granite-f32": granite_spec, "phi3-f32": phi3_spec, "olmo2-swa-f32": olmo2_spec,
          "command-r-f32": command_r_spec, "cohere2-swa-f32": cohere2_spec, "glm4moe-f32": glm4moe_spec,
          "granitemoe-f32": granitemoe_spec, "command-r-plus-f32": command_r_plus_spec,
@@ -592,6 +653,10 @@ def make_model(name, golden_dir, seed):
             vals = [rng.uniform(1.0, 8.0) for _ in range(n)]
         elif kind == "factor_short":
             vals = [rng.uniform(1.0, 1.5) for _ in range(n)]
+        elif kind == "prop_rope":  # gemma4's proportional rope: a quarter of the pairs rotate
+            vals = [1.0 if j < n // 4 else 1e30 for j in range(n)]
+        elif kind == "scale":  # per-layer or per-expert output scales
+            vals = [rng.uniform(0.5, 1.5) for _ in range(n)]
         elif kind == "probs_bias":  # selection bias: as large as the sigmoid scores it shifts
             vals = [rng.uniform(-0.5, 0.5) for _ in range(n)]
         elif kind == "mxfp4":
