@@ -70,11 +70,15 @@ struct tok_vocab {
     tok_specials sp;
     bool add_bos, add_eos, add_space_prefix, ignore_merges;
     bool pre_no_bos; /* the pre-tokenizer clears the default BOS id */
+    /* gemma4 (tok_pre_info): raw UTF-8 words with U+2581 for spaces and <0xNN>
+     * byte fallback; whole newline runs; BOS always added. */
+    bool spm_pieces, newline_words, force_bos;
 
     int32_t *special_ids; /* partition candidates, longest text first */
     int32_t n_special;
 
     int32_t byte_tok[256]; /* SPM byte fallback (<0xNN> or the raw byte), -1 if none */
+    int32_t hex_tok[256];  /* the <0xNN> token alone (gemma4 byte fallback), -1 if none */
     char gpt2_chr[256][2]; /* BPE: UTF-8 of the codepoint standing for each byte */
     uint8_t gpt2_len[256];
 

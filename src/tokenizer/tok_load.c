@@ -32,12 +32,18 @@ static bool read_model(tok_vocab *v, const gguf_file *f, kvl_error *err) {
         return kvl_fail(err, "%s: tokenizer: missing or non-string '%s'", gguf_path(f), KEY_MODEL);
     if (strcmp(v->model, "llama") == 0) {
         v->kind = TOK_KIND_SPM;
-    } else if (strcmp(v->model, "gpt2") == 0) {
+    } else if (strcmp(v->model, "gpt2") == 0 || strcmp(v->model, "gemma4") == 0) {
         v->kind = TOK_KIND_BPE;
     } else {
-        return kvl_fail(err,
-                        "%s: tokenizer: unsupported tokenizer model '%s' (supported: llama, gpt2)",
-                        gguf_path(f), v->model);
+        return kvl_fail(
+            err, "%s: tokenizer: unsupported tokenizer model '%s' (supported: llama, gpt2, gemma4)",
+            gguf_path(f), v->model);
+    }
+    if (strcmp(v->model, "gemma4") == 0) {
+        /* llama.cpp takes the pre-tokenizer from the model name here, whatever
+         * tokenizer.ggml.pre says (Gemma 4 files do not write it). */
+        snprintf(v->pre, sizeof v->pre, "gemma4");
+        return true;
     }
     if (!gguf_get_str_buf(f, KEY_PRE, v->pre, sizeof v->pre) || !v->pre[0]) {
         if (v->kind == TOK_KIND_BPE)
@@ -242,12 +248,14 @@ static bool load_strings(tok_vocab *v, const gguf_file *f, kvl_error *err) {
     return v->kind != TOK_KIND_BPE || load_merges(v, f, n_merges, err);
 }
 
-/* Byte fallback tables: SPM's <0xNN> tokens, BPE's byte-to-character map. */
+/* Byte fallback tables: SPM's <0xNN> tokens (or raw bytes), gemma4's <0xNN>
+ * tokens only, byte-level BPE's byte-to-character map. */
 static void build_byte_tables(tok_vocab *v) {
     for (int b = 0; b < 256; b++) {
         char hex[8];
         int n = snprintf(hex, sizeof hex, "<0x%02X>", b);
         int32_t id = tok_text_to_token(v, hex, (size_t)n);
+        v->hex_tok[b] = id;
         if (id < 0) {
             char raw = (char)b;
             id = tok_text_to_token(v, &raw, 1);
@@ -268,6 +276,9 @@ static bool setup_pretok(tok_vocab *v, kvl_error *err) {
     v->ignore_merges = info.ignore_merges;
     v->add_bos = info.add_bos;
     v->pre_no_bos = info.no_bos;
+    v->spm_pieces = info.spm_pieces;
+    v->newline_words = info.newline_words;
+    v->force_bos = info.force_bos;
     return true;
 }
 

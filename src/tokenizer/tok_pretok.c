@@ -87,6 +87,10 @@ static const char *const SET_UFAKZEKA[] = {
     "\\s+",
     NULL};
 
+/* Gemma 4 cuts only at newlines: the merges run over whole lines, spaces
+ * (as U+2581) included. */
+static const char *const SET_GEMMA4[] = {"[^\\n]+|[\\n]+", NULL};
+
 /* Pre-tokenizer names (tokenizer.ggml.pre) as llama.cpp maps them. */
 typedef struct pre_def {
     const char *names; /* '|'-separated */
@@ -122,6 +126,9 @@ static const pre_def PRE_DEFS[] = {
     {"minicpm5", SET_MINICPM5, {.ignore_merges = true}},
     {"ufakzeka", SET_UFAKZEKA, {0}},
     {"kimi-k2", SET_KIMI_K2, {0}},
+    {"gemma4|granite-embed-multi-311m",
+     SET_GEMMA4,
+     {.spm_pieces = true, .newline_words = true, .force_bos = true}},
 };
 
 static bool name_in_list(const char *list, const char *name) {

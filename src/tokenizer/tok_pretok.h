@@ -18,6 +18,12 @@ typedef struct tok_pre_info {
     bool ignore_merges; /* a word that is itself a token is emitted whole */
     bool add_bos;       /* default for tokenizer.ggml.add_bos_token */
     bool no_bos;        /* the default BOS id is cleared */
+    /* llama.cpp's GEMMA4 type: SentencePiece-style BPE. Words are raw UTF-8 (no
+     * GPT-2 byte map) with spaces written as U+2581, and bytes that are no token
+     * fall back to <0xNN> tokens. */
+    bool spm_pieces;
+    bool newline_words; /* a word of only newlines that is a token is taken whole */
+    bool force_bos;     /* BOS is added even where tokenizer.ggml.add_bos_token is false */
 } tok_pre_info;
 
 /* NULL with err filled if the name is unknown or a regex fails to compile. */

@@ -25,7 +25,7 @@ static void set_defaults(tok_vocab *v) {
         sp->bos = 1;
         sp->eos = 2;
         sp->unk = 0;
-    } else {
+    } else if (strcmp(v->model, "gemma4") != 0) { /* gemma4: only what the file names */
         sp->bos = v->pre_no_bos ? -1 : 11;
         sp->eos = 11;
     }
@@ -74,8 +74,16 @@ static bool read_flags(tok_vocab *v, const gguf_file *f, kvl_error *err) {
     if (gguf_get_bool(f, "tokenizer.ggml.add_bos_token", &b)) v->add_bos = b;
     if (gguf_get_bool(f, "tokenizer.ggml.add_eos_token", &b)) v->add_eos = b;
     if (gguf_get_bool(f, "tokenizer.ggml.add_space_prefix", &b)) v->add_space_prefix = b;
+    if (v->force_bos && !v->add_bos) {
+        /* llama.cpp overrides a false here: Gemma 4 prompts start with BOS. */
+        kvl_log(KVL_LOG_WARN, "%s: tokenizer.ggml.add_bos_token is false; using true for %s",
+                gguf_path(f), v->pre);
+        v->add_bos = true;
+    }
     if (v->add_bos && v->sp.bos < 0)
-        return kvl_fail(err, "%s: tokenizer: add_bos_token is true but there is no BOS id",
+        return kvl_fail(err,
+                        "%s: tokenizer: add_bos_token is true but there is no BOS id "
+                        "(tokenizer.ggml.bos_token_id)",
                         gguf_path(f));
     if (v->add_eos && v->sp.eos < 0)
         return kvl_fail(err, "%s: tokenizer: add_eos_token is true but there is no EOS id",

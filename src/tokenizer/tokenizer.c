@@ -336,8 +336,9 @@ static bool token_piece(const tok_vocab *v, int32_t id, charbuf *b) {
     const char *s = v->str.s[id];
     const size_t len = v->str.len[id];
     if (a & (TOK_ATTR_UNKNOWN | TOK_ATTR_CONTROL | TOK_ATTR_USER_DEFINED)) return cb_put(b, s, len);
-    if (a & TOK_ATTR_NORMAL)
-        return v->kind == TOK_KIND_SPM ? spm_piece(s, len, b) : bpe_piece(s, len, b);
+    if (a & TOK_ATTR_NORMAL) /* gemma4 pieces are SentencePiece-style text */
+        return v->kind == TOK_KIND_SPM || v->spm_pieces ? spm_piece(s, len, b)
+                                                        : bpe_piece(s, len, b);
     if (a & TOK_ATTR_BYTE) return byte_piece(s, len, b);
     return true; /* unused / undefined tokens decode to nothing */
 }

@@ -1,11 +1,14 @@
 /* tokenizer: text <-> token ids from GGUF metadata (tokenizer.ggml.*).
  *
- * Two families, matching llama.cpp:
+ * The families of llama.cpp that kvllm reads, with its exact results:
  *  - "llama": SentencePiece-style (scores, byte fallback <0xNN>, the leading-space
  *    rule: a space is prepended and spaces become U+2581).
  *  - "gpt2": byte-level BPE with merges, pre-tokenized by the regexes selected by
  *    tokenizer.ggml.pre (gpt-2, llama-bpe, qwen2, deepseek-coder, deepseek-llm,
  *    starcoder, falcon, refact, mpt, default, ...), via PCRE2 with Unicode classes.
+ *  - "gemma4" (Gemma 4): BPE with merges over whole lines of UTF-8 text with
+ *    spaces as U+2581 (no leading space added), runs of newlines taken whole,
+ *    byte fallback <0xNN>; BOS always added.
  * Special/control tokens are recognised in text only when parse_special is set.
  * Works for vocab-only GGUF files. */
 #ifndef KVLLM_TOKENIZER_H
@@ -23,14 +26,15 @@ int32_t tok_n_vocab(const tok_vocab *v);
 /* A number no other vocabulary of this process has had (a key for tables built
  * per vocabulary: an address can be reused after tok_vocab_destroy). */
 uint64_t tok_vocab_uid(const tok_vocab *v);
-int32_t tok_bos(const tok_vocab *v);  /* -1 if none */
-int32_t tok_eos(const tok_vocab *v);  /* -1 if none */
-bool tok_add_bos(const tok_vocab *v); /* tokenizer.ggml.add_bos_token, or the family default */
+int32_t tok_bos(const tok_vocab *v); /* -1 if none */
+int32_t tok_eos(const tok_vocab *v); /* -1 if none */
+/* tokenizer.ggml.add_bos_token, or the family default; always true for gemma4 */
+bool tok_add_bos(const tok_vocab *v);
 /* End of generation: EOS, EOT, <|im_end|>, <|eot_id|>, ... (token types and known names). */
 bool tok_is_eog(const tok_vocab *v, int32_t id);
 bool tok_is_control(const tok_vocab *v, int32_t id);
-const char *tok_model_name(const tok_vocab *v); /* "llama" | "gpt2" */
-const char *tok_pre_name(const tok_vocab *v);   /* tokenizer.ggml.pre or "default" */
+const char *tok_model_name(const tok_vocab *v); /* "llama" | "gpt2" | "gemma4" */
+const char *tok_pre_name(const tok_vocab *v);   /* tokenizer.ggml.pre, "default" or "gemma4" */
 
 /* Encodes len bytes of text. Writes up to cap ids into out and returns the total
  * number of ids (which may exceed cap: call again with a larger buffer), or -1 on

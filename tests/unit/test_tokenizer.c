@@ -160,8 +160,20 @@ static bool has_unk(const tok_vocab *v, const int32_t *ids, int64_t n) {
     return false;
 }
 
-/* decode(encode(x)) == x for BPE; SPM adds the leading space (skipped when a
- * character had to become the unknown token). */
+/* x with each U+2581 written as a space (gemma4 decodes it so, even where the
+ * input had one); returns the new length. */
+static size_t unescape_2581(const char *x, size_t len, char *out) {
+    size_t k = 0;
+    for (size_t i = 0; i < len;) {
+        bool esc = len - i >= 3 && memcmp(x + i, "\xE2\x96\x81", 3) == 0;
+        out[k++] = esc ? ' ' : x[i];
+        i += esc ? 3 : 1;
+    }
+    return k;
+}
+
+/* decode(encode(x)) == x for BPE (gemma4: with U+2581 as a space); SPM adds the
+ * leading space (skipped when a character had to become the unknown token). */
 static bool round_trips(const tok_vocab *v, const vec_case *c, const int32_t *ids, int64_t n) {
     size_t dl;
     char *d = decode(v, ids, n, true, &dl);
@@ -171,6 +183,11 @@ static bool round_trips(const tok_vocab *v, const vec_case *c, const int32_t *id
         ok = has_unk(v, ids, n) ||
              (c->len == 0 ? dl == 0
                           : (dl == c->len + 1 && d[0] == ' ' && !memcmp(d + 1, c->text, c->len)));
+    } else if (strcmp(tok_model_name(v), "gemma4") == 0) {
+        char *want = malloc(c->len + 1);
+        size_t wl = unescape_2581(c->text, c->len, want);
+        ok = dl == wl && !memcmp(d, want, dl);
+        free(want);
     } else {
         ok = dl == c->len && !memcmp(d, c->text, dl);
     }
@@ -178,7 +195,11 @@ static bool round_trips(const tok_vocab *v, const vec_case *c, const int32_t *id
     return ok;
 }
 
-static void run_vectors(const char *gguf, const char *inp, const char *out, const char *label) {
+/* Runs one .inp/.out pair: by default as llama.cpp's test-tokenizer-0 (no BOS,
+ * special text not parsed); with `special`, BOS added and special text parsed
+ * (the round trip then leaves the BOS out). */
+static void run_vectors_as(const char *gguf, const char *inp, const char *out, const char *label,
+                           bool special) {
     tok_vocab *v = load_vocab(gguf);
     kvl_error err = {{0}};
     size_t ilen, olen;
@@ -199,7 +220,7 @@ static void run_vectors(const char *gguf, const char *inp, const char *out, cons
     bool shown = false;
     for (size_t i = 0; i < n; i++) {
         int64_t ng;
-        int32_t *got = encode(v, cases[i].text, cases[i].len, false, false, &ng);
+        int32_t *got = encode(v, cases[i].text, cases[i].len, special, special, &ng);
         if (same_ids(cases[i].ids, cases[i].n, got, ng)) {
             pass++;
         } else if (!shown) {
@@ -207,7 +228,8 @@ static void run_vectors(const char *gguf, const char *inp, const char *out, cons
                            ng);
             shown = true;
         }
-        rt += round_trips(v, &cases[i], got, ng);
+        const int skip = special && tok_add_bos(v) && ng > 0 && got[0] == tok_bos(v);
+        rt += round_trips(v, &cases[i], got + skip, ng - skip);
         free(got);
         free(cases[i].ids);
     }
@@ -218,6 +240,10 @@ done:
     free(ibuf);
     free(obuf);
     tok_vocab_destroy(v);
+}
+
+static void run_vectors(const char *gguf, const char *inp, const char *out, const char *label) {
+    run_vectors_as(gguf, inp, out, label, false);
 }
 
 static bool file_exists(const char *p) { return access(p, R_OK) == 0; }
@@ -252,6 +278,8 @@ static void test_vector_files(void) {
                 TOKDIR "/tests-without-gguf/ggml-vocab-qwen2.gguf.inp",
                 TOKDIR "/tests-without-gguf/ggml-vocab-qwen2.gguf.out",
                 "qwen2 vectors on ggml-vocab-qwen3.gguf");
+    run_vectors_as(TOKDIR "/ggml-vocab-gemma4.gguf", TOKDIR "/gemma4-special.inp",
+                   TOKDIR "/gemma4-special.out", "gemma4 with BOS, special text parsed", true);
 }
 
 /* ---------------------------------------------------------------- golden tokenize.json */
@@ -448,8 +476,9 @@ static void test_invalid_utf8(void) {
     static const char fixed[] =
         "ab\xef\xbf\xbd\xef\xbf\xbd cd \xef\xbf\xbd \xef\xbf\xbd\xef\xbf\xbd"
         " x\xef\xbf\xbdy \xef\xbf\xbd \xed\xa0\x80 end\xef\xbf\xbd";
-    const char *bpe[] = {"ggml-vocab-gpt-2.gguf", "ggml-vocab-llama3.gguf", "ggml-vocab-qwen3.gguf",
-                         "ggml-vocab-deepseek-llm.gguf", "ggml-vocab-falcon.gguf"};
+    const char *bpe[] = {"ggml-vocab-gpt-2.gguf",  "ggml-vocab-llama3.gguf",
+                         "ggml-vocab-qwen3.gguf",  "ggml-vocab-deepseek-llm.gguf",
+                         "ggml-vocab-falcon.gguf", "ggml-vocab-gemma4.gguf"};
     for (size_t k = 0; k < sizeof bpe / sizeof bpe[0]; k++) {
         char p[300];
         snprintf(p, sizeof p, TOKDIR "/%s", bpe[k]);
@@ -518,9 +547,9 @@ static size_t llama_sanitize(const unsigned char *s, size_t n, char *out) {
 /* Random bytes (mostly text-like, some invalid): encoding never fails and BPE
  * decodes back to the llama.cpp reading of the input. */
 static void test_random_bytes(void) {
-    const char *names[] = {"ggml-vocab-gpt-2.gguf", "ggml-vocab-llama3.gguf",
+    const char *names[] = {"ggml-vocab-gpt-2.gguf",        "ggml-vocab-llama3.gguf",
                            "ggml-vocab-deepseek-llm.gguf", "ggml-vocab-llama-spm.gguf",
-                           "ggml-vocab-phi-3.gguf"};
+                           "ggml-vocab-phi-3.gguf",        "ggml-vocab-gemma4.gguf"};
     static const char *const bits[] = {" ",
                                        "  ",
                                        "\n",
@@ -656,6 +685,36 @@ static void test_specials(void) {
         free(plain);
         tok_vocab_destroy(v);
     }
+    v = load_vocab(TOKDIR "/ggml-vocab-gemma4.gguf");
+    if (v) {
+        int32_t eos = tok_token_id(v, "<eos>", 5), turn = tok_token_id(v, "<|turn>", 7),
+                turn_end = tok_token_id(v, "<turn|>", 7),
+                tool_resp = tok_token_id(v, "<|tool_response>", 16),
+                s_end = tok_token_id(v, "</s>", 4), quote = tok_token_id(v, "<|\"|>", 5);
+        CHECK(tok_is_eog(v, eos) && tok_is_eog(v, turn_end) && tok_is_eog(v, tool_resp),
+              "gemma4 EOG tokens");
+        /* </s> is plain text in a gemma4 vocab (llama.cpp drops it from EOG) */
+        CHECK(s_end >= 0 && !tok_is_eog(v, s_end) && !tok_is_control(v, s_end) &&
+                  !tok_is_eog(v, turn) && tok_is_control(v, turn),
+              "gemma4 </s> and <|turn>");
+        CHECK(tok_add_bos(v) && tok_bos(v) == 2 && tok_eos(v) == 1 &&
+                  strcmp(tok_model_name(v), "gemma4") == 0 &&
+                  strcmp(tok_pre_name(v), "gemma4") == 0,
+              "gemma4 bos/eos/names");
+        /* user-defined tokens are always text; control ones only when asked */
+        char buf[32];
+        CHECK(tok_token_bytes(v, quote, false, buf, sizeof buf) == 5 && !memcmp(buf, "<|\"|>", 5),
+              "gemma4 <|\"|> is text");
+        CHECK(tok_token_bytes(v, turn_end, false, buf, sizeof buf) == 0 &&
+                  tok_token_bytes(v, tool_resp, false, buf, sizeof buf) == 0 &&
+                  tok_token_bytes(v, tool_resp, true, buf, sizeof buf) == 16,
+              "gemma4 control token bytes");
+        int32_t byte_a = tok_token_id(v, "<0x41>", 6), space = tok_token_id(v, "\xE2\x96\x81", 3);
+        CHECK(tok_token_bytes(v, byte_a, false, buf, sizeof buf) == 1 && buf[0] == 'A' &&
+                  tok_token_bytes(v, space, false, buf, sizeof buf) == 1 && buf[0] == ' ',
+              "gemma4 byte and space tokens");
+        tok_vocab_destroy(v);
+    }
     printf("%-58s done\n", "special tokens");
 }
 
@@ -714,6 +773,91 @@ static void test_load_errors(void) {
     printf("%-58s done\n", "load errors / hand-made vocab");
 }
 
+/* A tiny gemma4 vocab-only GGUF, whole or with one thing wrong. */
+enum g4_flaw {
+    G4_NONE,
+    G4_ADD_BOS_FALSE,
+    G4_ODD_MERGES,
+    G4_NO_MERGES,
+    G4_INT_MERGES,
+    G4_NO_BOS_ID,
+    G4_BAD_BOS_ID,
+    G4_NO_TOKENS,
+    G4_SHORT_TYPES
+};
+
+static gguf_file *make_gemma4(enum g4_flaw flaw, const char *path) {
+    const char *toks[] = {"<eos>",
+                          "<bos>",
+                          "a",
+                          "b",
+                          "ab",
+                          "\xE2\x96\x81",
+                          "\xE2\x96\x81"
+                          "ab",
+                          "\n\n",
+                          "<0x63>"};
+    const int32_t types[] = {3, 3, 1, 1, 1, 1, 1, 1, 6};
+    const char *merges[] = {"a b", "\xE2\x96\x81 ab"};
+    const char *odd[] = {"ab", "", "a b", "\xE2\x96\x81 ab", "zz yy"};
+    const int32_t nums[] = {1, 2};
+    gguf_writer *w = gguf_writer_create();
+    gguf_writer_set_str(w, "tokenizer.ggml.model", "gemma4");
+    if (flaw != G4_NO_TOKENS) gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", toks, 9);
+    if (flaw == G4_ODD_MERGES) gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", odd, 5);
+    else if (flaw == G4_INT_MERGES)
+        gguf_writer_set_arr(w, "tokenizer.ggml.merges", GGUF_VT_INT32, nums, 2);
+    else if (flaw != G4_NO_MERGES) gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", merges, 2);
+    gguf_writer_set_arr(w, "tokenizer.ggml.token_type", GGUF_VT_INT32, types,
+                        flaw == G4_SHORT_TYPES ? 2 : 9);
+    if (flaw != G4_NO_BOS_ID)
+        gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", flaw == G4_BAD_BOS_ID ? 99 : 1);
+    gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 0);
+    gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", flaw != G4_ADD_BOS_FALSE);
+    kvl_error err;
+    bool ok = gguf_writer_write(w, path, &err);
+    gguf_writer_destroy(w);
+    return ok ? gguf_open(path, &err) : NULL;
+}
+
+/* Loads a tiny gemma4 vocab with the given flaw: an error containing `needle`
+ * is expected (needle NULL: it must load and tokenize). */
+static void check_gemma4_load(enum g4_flaw flaw, const char *needle) {
+    char path[] = "/tmp/kvllm_tok_XXXXXX";
+    int fd = mkstemp(path);
+    if (fd >= 0) close(fd);
+    gguf_file *f = make_gemma4(flaw, path);
+    kvl_error err = {{0}};
+    tok_vocab *v = f ? tok_vocab_create(f, &err) : NULL;
+    if (needle) {
+        CHECK(f && !v && strstr(err.msg, needle), "gemma4 flaw %d: got '%s'", (int)flaw, err.msg);
+    } else if (v) {
+        /* merges (a b, then U+2581 ab), a newline run taken whole, 'c' as <0x63>;
+         * BOS although the file may say not to add it */
+        const int32_t want[] = {1, 4, 6, 7, 8};
+        expect_ids(v, "ab ab\n\nc", tok_add_bos(v), false, want, 5, "tiny gemma4 vocab");
+        CHECK(tok_add_bos(v), "gemma4 flaw %d: BOS not forced", (int)flaw);
+    } else {
+        CHECK(0, "gemma4 flaw %d: %s", (int)flaw, err.msg);
+    }
+    tok_vocab_destroy(v);
+    gguf_close(f);
+    unlink(path);
+}
+
+static void test_gemma4_load(void) {
+    check_gemma4_load(G4_NONE, NULL);
+    check_gemma4_load(G4_ADD_BOS_FALSE, NULL);
+    check_gemma4_load(G4_ODD_MERGES, NULL); /* lines without a space are ignored, as in llama.cpp */
+    check_gemma4_load(G4_NO_MERGES, "'tokenizer.ggml.merges'");
+    check_gemma4_load(G4_INT_MERGES, "'tokenizer.ggml.merges'");
+    check_gemma4_load(G4_NO_BOS_ID, "tokenizer.ggml.bos_token_id");
+    check_gemma4_load(G4_BAD_BOS_ID, "tokenizer.ggml.bos_token_id");
+    check_gemma4_load(G4_NO_TOKENS, "'tokenizer.ggml.tokens'");
+    check_gemma4_load(G4_SHORT_TYPES, "'tokenizer.ggml.token_type' has 2 entries for 9 tokens");
+    printf("%-58s done\n", "gemma4 load errors / hand-made vocab");
+}
+
 /* Encoding throughput on the Llama 3 vocab (the largest merge table). */
 static void test_throughput(void) {
     kvl_error err;
@@ -768,6 +912,7 @@ int main(int argc, char **argv) {
     test_random_bytes();
     test_specials();
     test_load_errors();
+    test_gemma4_load();
     if (!quick) test_throughput();
     printf("%s: %d failure(s)\n", failures ? "FAILED" : "OK", failures);
     return failures ? 1 : 0;
