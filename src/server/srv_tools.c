@@ -53,6 +53,8 @@ void chat_caps_detect(const char *src, chat_caps *c) {
         c->think_open = "<|START_THINKING|>", c->think_close = "<|END_THINKING|>";
     else if (has(src, "[THINK]"))
         c->think_open = "[THINK]", c->think_close = "[/THINK]"; /* Magistral, Ministral 3 */
+    else if (has(src, "<|channel>thought"))
+        c->think_open = "<|channel>thought", c->think_close = "<channel|>"; /* Gemma 4 */
     c->thinks = has(src, c->think_open) || has(src, c->think_close);
     /* The most specific markers first: Qwen3.5 writes <function=...> inside <tool_call>;
      * Apriel 1.5 names <tool_call></tool_call> in its instructions but writes a
@@ -370,7 +372,7 @@ int tool_format_markers(tool_format f, const char **out, int cap) {
                                       "<|start|>",   "<|end|>",     "<|call|>"};
     static const char *const think[] = {
         "<think>",          "</think>", "<seed:think>", "</seed:think>", "<|START_THINKING|>",
-        "<|END_THINKING|>", "[THINK]",  "[/THINK]"};
+        "<|END_THINKING|>", "[THINK]",  "[/THINK]",     "<|channel>",    "<channel|>"};
     static const char *const apriel[] = {"<tool_calls>", "</tool_calls>"};
     static const char *const cohere[] = {"<|START_ACTION|>", "<|END_ACTION|>"};
     static const char *const apertus[] = {"<|tools_prefix|>", "<|tools_suffix|>"};
@@ -406,7 +408,7 @@ int tool_format_markers(tool_format f, const char **out, int cap) {
     }
     int k = 0;
     for (int i = 0; i < n && k < cap; i++) out[k++] = m[i];
-    for (int i = 0; i < 8 && k < cap; i++) out[k++] = think[i];
+    for (int i = 0; i < (int)(sizeof think / sizeof think[0]) && k < cap; i++) out[k++] = think[i];
     return k;
 }
 

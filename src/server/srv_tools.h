@@ -85,7 +85,7 @@ typedef struct chat_caps {
     bool thinks;        /* reasoning between think_open and think_close */
     const char *think_open,
         *think_close; /* <think> </think>; Seed-OSS's <seed:think>, Command R7B's
-                                             <|START_THINKING|> */
+                                             <|START_THINKING|>, Gemma 4's <|channel>thought */
 } chat_caps;
 
 /* src NULL or "": no Jinja template (GENERIC, no tools, no reasoning). */
