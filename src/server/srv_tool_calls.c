@@ -359,6 +359,7 @@ const char *const *tools_start_markers(tool_format f, int *n) {
     static const char *const dsml_v32[] = {DSML "function_calls>"};
     static const char *const gigachat[] = {"<|function_call|>"};
     static const char *const solar[] = {"<|tool_calls|>", "<|tool_call:begin|>"};
+    static const char *const gemma4[] = {"<|tool_call>"};
     switch (f) {
     case TOOL_FMT_HERMES:
     case TOOL_FMT_QWEN_XML:
@@ -381,6 +382,7 @@ const char *const *tools_start_markers(tool_format f, int *n) {
     case TOOL_FMT_DSML_V32: *n = 1; return dsml_v32;
     case TOOL_FMT_GIGACHAT: *n = 1; return gigachat;
     case TOOL_FMT_SOLAR_OPEN: *n = 2; return solar;
+    case TOOL_FMT_GEMMA4: *n = 1; return gemma4;
     default: *n = 0; return NULL;
     }
 }
@@ -410,6 +412,7 @@ size_t tools_region_len(tool_format f, const char *m, const char *s, size_t n, b
     case TOOL_FMT_MINIMAX: endm = "</minimax:tool_call>"; break;
     case TOOL_FMT_DSML: endm = "</" DSML_BARE "tool_calls>"; break;
     case TOOL_FMT_DSML_V32: endm = "</" DSML_BARE "function_calls>"; break;
+    case TOOL_FMT_GEMMA4: endm = "<tool_call|>"; break;
     case TOOL_FMT_DEEPSEEK:
     case TOOL_FMT_DEEPSEEK_R1:
         endm = !strcmp(m, DS_CALLS_BEGIN) ? DS_CALLS_END : DS_CALL_END;
@@ -476,6 +479,7 @@ int tools_parse_region(out_parser *p, parse_out *o, const char *m, const char *s
     case TOOL_FMT_MINICPM: add_calls_xml(p, o, &XML_MINICPM, s, n); break;
     case TOOL_FMT_DSML:
     case TOOL_FMT_DSML_V32: add_calls_xml(p, o, &XML_DSML, s, n); break;
+    case TOOL_FMT_GEMMA4: tools_gemma_call(p, o, s, n); break;
     case TOOL_FMT_GLM: {
         const char *e = find_n(b, bn, "</tool_call>");
         if (e) bn = (size_t)(e - b);

@@ -21,7 +21,8 @@ const char *tool_format_name(tool_format f) {
         "deepseek",      "deepseek-r1", "kimi",        "functionary",
         "gpt-oss",       "apriel",      "command-r7b", "apertus",
         "granite",       "seed-oss",    "minimax",     "minicpm",
-        "deepseek-dsml", "gigachat",    "solar-open",  "deepseek-dsml-v3.2"};
+        "deepseek-dsml", "gigachat",    "solar-open",  "deepseek-dsml-v3.2",
+        "gemma4"};
     return (unsigned)f < sizeof names / sizeof names[0] ? names[f] : "?";
 }
 
@@ -53,11 +54,14 @@ void chat_caps_detect(const char *src, chat_caps *c) {
         c->think_open = "<|START_THINKING|>", c->think_close = "<|END_THINKING|>";
     else if (has(src, "[THINK]"))
         c->think_open = "[THINK]", c->think_close = "[/THINK]"; /* Magistral, Ministral 3 */
+    else if (has(src, "<|channel>thought"))
+        c->think_open = "<|channel>thought", c->think_close = "<channel|>"; /* Gemma 4 */
     c->thinks = has(src, c->think_open) || has(src, c->think_close);
     /* The most specific markers first: Qwen3.5 writes <function=...> inside <tool_call>;
      * Apriel 1.5 names <tool_call></tool_call> in its instructions but writes a
      * <tool_calls>[...] list. */
-    if (has(src, "<tool_calls>[")) c->format = TOOL_FMT_APRIEL;
+    if (has(src, "<|tool_call>call:")) c->format = TOOL_FMT_GEMMA4;
+    else if (has(src, "<tool_calls>[")) c->format = TOOL_FMT_APRIEL;
     else if (has(src, "<tool_call>") && has(src, "<function=")) c->format = TOOL_FMT_QWEN_XML;
     else if (has(src, "<tool_call>") && has(src, "<arg_key>")) c->format = TOOL_FMT_GLM;
     else if (has(src, "<tool_call>")) c->format = TOOL_FMT_HERMES;
@@ -353,6 +357,8 @@ static call_shape shape_of(tool_format f) {
                             "",
                             "<|calls|>",
                             true};
+    case TOOL_FMT_GEMMA4: /* the arguments in its own syntax (tools_gemma_write) */
+        return (call_shape){"", "<|tool_call>call:", "", "<tool_call|>", "", "", true};
     default: return (call_shape){"", "{\"name\": \"", "\", \"arguments\": ", "}", "", "", false};
     }
 }
@@ -370,7 +376,7 @@ int tool_format_markers(tool_format f, const char **out, int cap) {
                                       "<|start|>",   "<|end|>",     "<|call|>"};
     static const char *const think[] = {
         "<think>",          "</think>", "<seed:think>", "</seed:think>", "<|START_THINKING|>",
-        "<|END_THINKING|>", "[THINK]",  "[/THINK]"};
+        "<|END_THINKING|>", "[THINK]",  "[/THINK]",     "<|channel>",    "<channel|>"};
     static const char *const apriel[] = {"<tool_calls>", "</tool_calls>"};
     static const char *const cohere[] = {"<|START_ACTION|>", "<|END_ACTION|>"};
     static const char *const apertus[] = {"<|tools_prefix|>", "<|tools_suffix|>"};
@@ -381,6 +387,7 @@ int tool_format_markers(tool_format f, const char **out, int cap) {
     static const char *const solar[] = {"<|tool_calls|>",      "<|calls|>",
                                         "<|tool_call:begin|>", "<|tool_call:name|>",
                                         "<|tool_call:args|>",  "<|tool_call:end|>"};
+    static const char *const gemma4[] = {"<|tool_call>", "<tool_call|>", "<|\"|>"};
     const char *const *m = NULL;
     int n = 0;
     switch (f) {
@@ -402,11 +409,12 @@ int tool_format_markers(tool_format f, const char **out, int cap) {
     case TOOL_FMT_MINIMAX: m = minimax, n = 2; break;
     case TOOL_FMT_GIGACHAT: m = gigachat, n = 1; break;
     case TOOL_FMT_SOLAR_OPEN: m = solar, n = 6; break;
+    case TOOL_FMT_GEMMA4: m = gemma4, n = 3; break;
     default: break;
     }
     int k = 0;
     for (int i = 0; i < n && k < cap; i++) out[k++] = m[i];
-    for (int i = 0; i < 8 && k < cap; i++) out[k++] = think[i];
+    for (int i = 0; i < (int)(sizeof think / sizeof think[0]) && k < cap; i++) out[k++] = think[i];
     return k;
 }
 
@@ -416,7 +424,10 @@ void tool_calls_text(tool_format f, const char *const *names, const char *const 
     kvl_buf_puts(out, c.open);
     for (int i = 0; i < n; i++) {
         if (i) kvl_buf_puts(out, c.sep);
-        kvl_buf_printf(out, "%s%s%s%s%s", c.pre, names[i], c.mid, args[i], c.post);
+        kvl_buf_printf(out, "%s%s%s", c.pre, names[i], c.mid);
+        if (f == TOOL_FMT_GEMMA4) tools_gemma_write(args[i], out);
+        else kvl_buf_puts(out, args[i]);
+        kvl_buf_puts(out, c.post);
     }
     kvl_buf_puts(out, c.close);
 }
@@ -445,7 +456,7 @@ char *tool_system_prompt(tool_format f, const tool_spec *t) {
 
 /* ----------------------------------------------------------- grammar -- */
 
-static void gbnf_literal(kvl_buf *out, const char *s) {
+void tools_gbnf_literal(kvl_buf *out, const char *s) {
     kvl_buf_puts(out, "\"");
     for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
         if (*p == '"' || *p == '\\') kvl_buf_printf(out, "\\%c", *p);
@@ -460,7 +471,7 @@ static void gbnf_literal(kvl_buf *out, const char *s) {
 /* A literal, skipped when empty (GBNF has no empty string literal in every dialect). */
 static void gbnf_lit_opt(kvl_buf *out, const char *s) {
     if (!s[0]) return;
-    gbnf_literal(out, s);
+    tools_gbnf_literal(out, s);
     kvl_buf_puts(out, " ");
 }
 
@@ -495,6 +506,7 @@ static void close_objects(cJSON *sch, int depth) {
 bool tool_grammar(tool_format f, const tool_spec *t, const char *close_think,
                   schema_rules_fn schema_rules, kvl_buf *out, char *err, size_t err_cap) {
     call_shape c = shape_of(f);
+    if (f == TOOL_FMT_GEMMA4) schema_rules = tools_gemma_rules; /* not JSON: its own syntax */
     /* A named function is called once (vLLM and llama-server constrain it to one call too). */
     bool many = t->parallel && c.parallel && t->choice != TOOL_CHOICE_NAMED;
     kvl_buf_puts(out, "root ::= ");
@@ -524,7 +536,7 @@ bool tool_grammar(tool_format f, const tool_spec *t, const char *close_think,
         if (t->choice == TOOL_CHOICE_NAMED && i != t->named) continue;
         kvl_buf_printf(out, "fn%d ::= ", i);
         gbnf_lit_opt(out, c.pre);
-        gbnf_literal(out, t->names[i]);
+        tools_gbnf_literal(out, t->names[i]);
         kvl_buf_puts(out, " ");
         gbnf_lit_opt(out, c.mid);
         kvl_buf_printf(out, "t%d-root ", i);

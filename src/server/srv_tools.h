@@ -35,6 +35,10 @@
  *                </｜DSML｜parameter></｜DSML｜invoke></｜DSML｜tool_calls>   (DeepSeek V4)
  *                In these XML-like formats a value is JSON unless the schema says string;
  *                a JSON object as the whole body is read as the arguments (constrained calls).
+ *   GEMMA4       <|tool_call>call:N{k:<|"|>text<|"|>,n:3,b:true,o:{...},a:[...]}<tool_call|>...
+ *                (Gemma 4: bare keys, strings between <|"|> tokens, no whitespace; its
+ *                reasoning is <|channel>thought\n...<channel|>). srv_tool_gemma.c reads and
+ *                writes these values and builds their grammar from the schema.
  *   GENERIC      {"name": N, "arguments": {...}} (or an array of them) as the whole answer:
  *                for templates with no tool syntax; the tools are then described in a
  *                system message (tool_system_prompt), as llama-server does. */
@@ -73,6 +77,7 @@ typedef enum tool_format {
     TOOL_FMT_GIGACHAT,
     TOOL_FMT_SOLAR_OPEN,
     TOOL_FMT_DSML_V32, /* DeepSeek V3.2: DSML with function_calls (V4: tool_calls) */
+    TOOL_FMT_GEMMA4,   /* Gemma 4: <|tool_call>call:N{k:v,...}<tool_call|> */
     TOOL_FMT_COUNT     /* not a format: how many there are */
 } tool_format;
 
@@ -85,7 +90,7 @@ typedef struct chat_caps {
     bool thinks;        /* reasoning between think_open and think_close */
     const char *think_open,
         *think_close; /* <think> </think>; Seed-OSS's <seed:think>, Command R7B's
-                                             <|START_THINKING|> */
+                                             <|START_THINKING|>, Gemma 4's <|channel>thought */
 } chat_caps;
 
 /* src NULL or "": no Jinja template (GENERIC, no tools, no reasoning). */

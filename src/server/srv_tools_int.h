@@ -1,7 +1,8 @@
 /* srv_tools_int.h: what the three tool-calling files share and nothing else
  * needs (srv_tools.c writes calls, srv_tool_calls.c reads them per format,
  * srv_tool_stream.c finds them in a stream): the formats' marker spellings and
- * the call-region functions the stream parser drives. Private to src/server. */
+ * the call-region functions the stream parser drives, and srv_tool_gemma.c's
+ * Gemma 4 value syntax. Private to src/server. */
 #ifndef KVLLM_SRV_TOOLS_INT_H
 #define KVLLM_SRV_TOOLS_INT_H
 
@@ -64,5 +65,22 @@ const char *const *tools_start_markers(tool_format f, int *n);
 size_t tools_region_len(tool_format f, const char *m, const char *s, size_t n, bool final);
 /* Parses one region into calls; returns how many it held. */
 int tools_parse_region(out_parser *p, parse_out *o, const char *m, const char *s, size_t n);
+
+/* ---- srv_tools.c ---- */
+
+/* s as a GBNF string literal, appended to out. */
+void tools_gbnf_literal(kvl_buf *out, const char *s);
+
+/* ---- srv_tool_gemma.c: Gemma 4's values ({key:<|"|>text<|"|>,n:1}) ---- */
+
+/* The call region s[0..n) (<|tool_call>call:NAME{...}[<tool_call|>]) added to
+ * o; returns 1, or 0 if it is not one well-formed call. */
+int tools_gemma_call(out_parser *p, parse_out *o, const char *s, size_t n);
+/* The arguments JSON json as Gemma's template writes them (text that is not a
+ * JSON object is appended as it is). */
+void tools_gemma_write(const char *json, kvl_buf *out);
+/* A schema_rules_fn: the arguments' grammar in Gemma's syntax. */
+bool tools_gemma_rules(const char *schema_json, const char *prefix, kvl_buf *out, char *err,
+                       size_t err_cap);
 
 #endif

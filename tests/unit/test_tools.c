@@ -225,6 +225,11 @@ static const sample SAMPLES[] = {
      "of\xe2\x96\x81"
      "sentence\xef\xbd\x9c>",
      true},
+    /* Gemma 4: the turn ends where the template opens the tool responses */
+    {"google-gemma-4-31B-it", "c11_parallel_tool_calls", TOOL_FMT_GEMMA4, "<|turn>model\n",
+     "<|tool_response>", true},
+    {"google-gemma-4-31B-it", "c07a_tool_roundtrip_args_object", TOOL_FMT_GEMMA4, "<|turn>model\n",
+     "<|tool_response>", true},
     {"ibm-granite-granite-3.3-2B-Instruct", NULL, TOOL_FMT_GRANITE, NULL, NULL, true},
     {"deepseek-ai-DeepSeek-R1-Distill-Llama-8B", NULL, TOOL_FMT_DEEPSEEK_R1, NULL, NULL, true},
     {"google-gemma-2-2b-it", NULL, TOOL_FMT_GENERIC, NULL, NULL, false},
@@ -263,6 +268,8 @@ static const sample SAMPLES_MORE[] = {
     /* one call a message (the template renders the first) */
     {"GigaChat3.1-10B-A1.8B", "c07a_tool_roundtrip_args_object", TOOL_FMT_GIGACHAT,
      "assistant<|role_sep|>\n", "<|message_sep|>", false},
+    {"google-gemma-4-31B-it-interleaved", "c11_parallel_tool_calls", TOOL_FMT_GEMMA4,
+     "<|turn>model\n", "<turn|>", true},
 };
 
 static void check_same(const result *a, const result *b, const char *what) {
@@ -502,6 +509,226 @@ static void test_handwritten(void) {
     CHECK(!prompt_opens_think("no tags", 7, "<think>", "</think>"), "none");
 }
 
+static bool real_rules(const char *schema, const char *prefix, kvl_buf *out, char *err, size_t cap);
+
+/* Gemma 4: its values, its reasoning channel, and what is not a call. */
+static const chat_caps GEMMA_CAPS = {
+    .thinks = true, .think_open = "<|channel>thought", .think_close = "<channel|>"};
+
+/* text parsed whole and one byte at a time with Gemma 4's tags: the same
+ * result (returned: the whole one). */
+static void run_gemma(result *r, tool_format f, const tool_spec *t, bool in_think, const char *text,
+                      const char *what) {
+    result bytes;
+    RUN_CAPS = &GEMMA_CAPS;
+    run(r, f, t, true, in_think, text, 0);
+    run(&bytes, f, t, true, in_think, text, 1);
+    RUN_CAPS = NULL;
+    check_same(r, &bytes, what);
+    result_free(&bytes);
+}
+
+static void check_call(const result *r, int i, const char *name, const char *args_json,
+                       const char *what) {
+    const cJSON *c = cJSON_GetArrayItem(r->calls, i);
+    cJSON *want = cJSON_Parse(args_json);
+    char *got = c ? cJSON_PrintUnformatted(cJSON_GetObjectItem(c, "arguments")) : NULL;
+    CHECK(c && !strcmp(cJSON_GetObjectItem(c, "name")->valuestring, name) &&
+              cJSON_Compare(cJSON_GetObjectItem(c, "arguments"), want, true),
+          "%s: call %d is %s", what, i, got ? got : "missing");
+    free(got);
+    cJSON_Delete(want);
+}
+
+static void test_gemma(void) {
+    char *src = read_file(DIR "google-gemma-4-31B-it.jinja");
+    chat_caps caps;
+    chat_caps_detect(src, &caps);
+    free(src);
+    CHECK(caps.format == TOOL_FMT_GEMMA4 && caps.thinks &&
+              !strcmp(caps.think_open, GEMMA_CAPS.think_open) &&
+              !strcmp(caps.think_close, GEMMA_CAPS.think_close),
+          "gemma 4 caps: %s, think %s", tool_format_name(caps.format), caps.think_open);
+    tool_spec t = spec_of(cJSON_GetObjectItem(find_case("c06_tools"), "tools"));
+    result r;
+
+    /* An assistant turn with reasoning_content and a call as the template renders it (jinja2,
+     * enable_thinking): every kind of value, a string with quotes, a backslash and a line break,
+     * Python's None. */
+    run_gemma(&r, TOOL_FMT_GEMMA4, &t, false,
+              "<|channel>thought\nThe user wants Oslo's weather, so get_weather.\n<channel|>"
+              "<|tool_call>call:get_weather{days:3,hourly:true,location:{city:<|\"|>Oslo<|\"|>,"
+              "country:<|\"|>NO<|\"|>},note:None,path:<|\"|>C:\\tmp\nx<|\"|>,tags:[<|\"|>a "
+              "\"q\"<|\"|>,1.5,false]}<tool_call|>",
+              "gemma reasoning + call");
+    CHECK(buf_is(&r.reasoning, "The user wants Oslo's weather, so get_weather.") &&
+              r.content.len == 0 && cJSON_GetArraySize(r.calls) == 1,
+          "gemma: reasoning '%.*s', content '%.*s'", (int)r.reasoning.len, r.reasoning.p,
+          (int)r.content.len, r.content.p);
+    check_call(&r, 0, "get_weather",
+               "{\"days\": 3, \"hourly\": true, \"location\": {\"city\": \"Oslo\", \"country\": "
+               "\"NO\"}, \"note\": null, \"path\": \"C:\\\\tmp\\nx\", \"tags\": [\"a \\\"q\\\"\", "
+               "1.5, false]}",
+               "gemma values");
+    result_free(&r);
+
+    /* Numbers as written, nesting, empty containers, whitespace and JSON strings a model may
+     * add, content before the calls, two calls. */
+    run_gemma(&r, TOOL_FMT_GEMMA4, &t, false,
+              "Checking both.<|tool_call>call:search_flights{ dates: [<|\"|>2024-08-01<|\"|>], "
+              "n:-0.5e3, big:12345678901234567890, e:{}, l:[], m:[[1,{k:null}]], \"q\":\"\\u00e9\" "
+              "}<tool_call|>\n<|tool_call>call:get_weather{}<tool_call|>",
+              "gemma two calls");
+    CHECK(buf_is(&r.content, "Checking both.") && cJSON_GetArraySize(r.calls) == 2,
+          "gemma two calls: content '%.*s', %d calls", (int)r.content.len, r.content.p,
+          cJSON_GetArraySize(r.calls));
+    check_call(&r, 0, "search_flights",
+               "{\"dates\": [\"2024-08-01\"], \"n\": -0.5e3, \"big\": 12345678901234567890, \"e\": "
+               "{}, \"l\": [], \"m\": [[1, {\"k\": null}]], \"q\": \"\\u00e9\"}",
+               "gemma two calls");
+    check_call(&r, 1, "get_weather", "{}", "gemma two calls");
+    result_free(&r);
+
+    /* Thinking off: the prompt wrote an empty channel, so the answer is content; the model may
+     * write an empty one itself. Reasoning without tools too. */
+    const char *off = "<|turn>model\n<|channel>thought\n<channel|>";
+    CHECK(!prompt_opens_think(off, strlen(off), GEMMA_CAPS.think_open, GEMMA_CAPS.think_close),
+          "gemma: thinking off closes the channel");
+    const char *on = "<|turn>model\n<|channel>thought\n";
+    CHECK(prompt_opens_think(on, strlen(on), GEMMA_CAPS.think_open, GEMMA_CAPS.think_close),
+          "gemma: an open channel");
+    run_gemma(&r, TOOL_FMT_GEMMA4, &t, false, "<|channel>thought\n<channel|>Paris.", "empty");
+    CHECK(r.reasoning.len == 0 && buf_is(&r.content, "Paris."), "gemma empty thought: '%.*s'",
+          (int)r.content.len, r.content.p);
+    result_free(&r);
+    run_gemma(&r, TOOL_FMT_NONE, &t, false,
+              "<|channel>thought\nThe capital of France is Paris.\n<channel|>It is Paris.",
+              "gemma reasoning");
+    CHECK(buf_is(&r.reasoning, "The capital of France is Paris.") &&
+              buf_is(&r.content, "It is Paris."),
+          "gemma reasoning: '%.*s' / '%.*s'", (int)r.reasoning.len, r.reasoning.p,
+          (int)r.content.len, r.content.p);
+    result_free(&r);
+
+    /* Not calls: they stay content, as written. */
+    static const char *const bad[] = {
+        "<|tool_call>call:get_weather{location:{city:<|\"|>Par",           /* cut off */
+        "<|tool_call>call:get_weather{location:{city Paris}}<tool_call|>", /* no ':' */
+        "<|tool_call>call:get_weather{location:<|\"|>Paris}<tool_call|>",  /* open string */
+        "<|tool_call>call:get_weather{unit:celsius}<tool_call|>",          /* bare word */
+        "<|tool_call>call:get_weather{a:1}}<tool_call|>",                  /* extra brace */
+        "<|tool_call>call:get_weather{a:[1,2}<tool_call|>",                /* bad nesting */
+        "<|tool_call>call:get_weather{a:01}<tool_call|>",                  /* not a number */
+        "<|tool_call>get_weather{a:1}<tool_call|>",                        /* no call: */
+        "<|tool_call>call:{a:1}<tool_call|>",                              /* no name */
+        "<|tool_call>call:get_weather[1]<tool_call|>",                     /* not an object */
+        "<|tool_call>call:get_weather{a:1} and more<tool_call|>",          /* text after */
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        run_gemma(&r, TOOL_FMT_GEMMA4, &t, false, bad[i], bad[i]);
+        CHECK(cJSON_GetArraySize(r.calls) == 0 && buf_is(&r.content, bad[i]),
+              "gemma: not a call, content '%.*s'", (int)r.content.len, r.content.p);
+        result_free(&r);
+    }
+    kvl_buf deep = {0}; /* nested deeper than the reader goes */
+    kvl_buf_puts(&deep, "<|tool_call>call:get_weather{");
+    for (int i = 0; i < 80; i++) kvl_buf_puts(&deep, "a:{");
+    for (int i = 0; i < 81; i++) kvl_buf_puts(&deep, "}");
+    kvl_buf_puts(&deep, "<tool_call|>");
+    run_gemma(&r, TOOL_FMT_GEMMA4, &t, false, deep.p, "deep");
+    CHECK(cJSON_GetArraySize(r.calls) == 0 && buf_is(&r.content, deep.p), "gemma: too deep");
+    result_free(&r);
+    kvl_buf_free(&deep);
+    /* A complete call the output ended before closing is a call, as in the other formats. */
+    run_gemma(&r, TOOL_FMT_GEMMA4, &t, false, "<|tool_call>call:get_weather{a:1}", "unclosed");
+    CHECK(cJSON_GetArraySize(r.calls) == 1 && r.content.len == 0, "gemma: unclosed call");
+    result_free(&r);
+
+    /* The constrained grammar takes the template's own rendering of the calls (c11) and keeps
+     * to the schema: an enum, a required property, the sorted order, strings. */
+    t.choice = TOOL_CHOICE_REQUIRED;
+    kvl_buf g = {0};
+    char err[400] = "";
+    CHECK(tool_grammar(TOOL_FMT_GEMMA4, &t, NULL, real_rules, &g, err, sizeof err), "%s", err);
+    kvl_error ke = {{0}};
+    grammar *gr = grammar_compile(g.p, NULL, &ke);
+    CHECK(gr, "gemma grammar: %s\n%s", ke.msg, g.p);
+    static const struct {
+        const char *text;
+        bool ok;
+    } texts[] = {
+        {"<|tool_call>call:get_weather{location:{city:<|\"|>Paris<|\"|>}}<tool_call|><|tool_call>"
+         "call:get_weather{location:{city:<|\"|>\xec\x84\x9c\xec\x9a\xb8<|\"|>,country:<|\"|>KR<|"
+         "\"|>},unit:<|\"|>celsius<|\"|>}<tool_call|>",
+         true},
+        {"<|tool_call>call:search_flights{cabin:<|\"|>first<|\"|>,dates:[<|\"|>a<|\"|>,<|\"|>b<|"
+         "\"|>],destination:<|\"|>CDG<|\"|>,origin:<|\"|>I<C<|\"|>,passengers:2}<tool_call|>",
+         true},
+        {"<|tool_call>call:get_weather{location:{city:<|\"|>a<<|\"|>}}<tool_call|>", true},
+        {"<|tool_call>call:get_weather{location:{city:<|\"|>Paris<|\"|>},unit:<|\"|>kelvin<|\"|>}"
+         "<tool_call|>",
+         false},
+        {"<|tool_call>call:get_weather{unit:<|\"|>celsius<|\"|>}<tool_call|>", false},
+        {"<|tool_call>call:get_weather{unit:<|\"|>celsius<|\"|>,location:{city:<|\"|>P<|\"|>}}"
+         "<tool_call|>",
+         false},
+        {"<|tool_call>call:get_weather{\"location\": {\"city\": \"Paris\"}}<tool_call|>", false},
+        {"<|tool_call>call:search_flights{dates:[],destination:<|\"|>C<|\"|>,origin:<|\"|>I<|\"|>,"
+         "passengers:2.5}<tool_call|>",
+         false},
+        {"<|tool_call>call:get_time{}<tool_call|>", false},
+    };
+    for (size_t i = 0; gr && i < sizeof texts / sizeof texts[0]; i++)
+        CHECK(grammar_match_text(gr, texts[i].text, strlen(texts[i].text)) == texts[i].ok,
+              "gemma grammar %s\n%s", texts[i].ok ? "refuses" : "matches", texts[i].text);
+    grammar_free(gr);
+    kvl_buf_free(&g);
+    tool_spec_free(&t);
+
+    /* Optional keys only (any of them left out), type lists, anyOf, const, keys sorted
+     * without case as jinja's dictsort does. */
+    cJSON *tools = cJSON_Parse(
+        "[{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": "
+        "{\"type\": \"object\", \"properties\": {\"C\": {\"const\": \"x\"}, \"a\": "
+        "{\"type\": [\"integer\", \"null\"]}, \"b\": {\"anyOf\": [{\"type\": \"boolean\"}, "
+        "{\"type\": \"array\", \"items\": {\"type\": \"number\"}}]}}}}}]");
+    t = spec_of(tools);
+    cJSON_Delete(tools);
+    t.choice = TOOL_CHOICE_REQUIRED;
+    CHECK(tool_grammar(TOOL_FMT_GEMMA4, &t, NULL, real_rules, &g, err, sizeof err), "%s", err);
+    gr = grammar_compile(g.p, NULL, &ke);
+    CHECK(gr, "gemma grammar: %s\n%s", ke.msg, g.p);
+    static const struct {
+        const char *args;
+        bool ok;
+    } args[] = {{"{}", true},
+                {"{a:null}", true},
+                {"{a:-3,b:[1.5,2e3]}", true},
+                {"{b:true}", true},
+                {"{C:<|\"|>x<|\"|>}", true},
+                {"{a:1,b:false,C:<|\"|>x<|\"|>}", true},
+                {"{C:<|\"|>x<|\"|>,a:1}", false},
+                {"{a:1.5}", false},
+                {"{b:<|\"|>x<|\"|>}", false},
+                {"{C:<|\"|>y<|\"|>}", false},
+                {"{a:1,}", false},
+                {"{d:1}", false}};
+    for (size_t i = 0; gr && i < sizeof args / sizeof args[0]; i++) {
+        char text[128];
+        snprintf(text, sizeof text, "<|tool_call>call:f%s<tool_call|>", args[i].args);
+        CHECK(grammar_match_text(gr, text, strlen(text)) == args[i].ok, "gemma grammar %s %s",
+              args[i].ok ? "refuses" : "matches", text);
+        if (args[i].ok) { /* and the parser reads it */
+            run_gemma(&r, TOOL_FMT_GEMMA4, &t, false, text, text);
+            CHECK(cJSON_GetArraySize(r.calls) == 1 && r.content.len == 0, "gemma: %s", text);
+            result_free(&r);
+        }
+    }
+    grammar_free(gr);
+    kvl_buf_free(&g);
+    tool_spec_free(&t);
+}
+
 /* Random text made of the formats' markers, pieces of them, JSON and words,
  * cut at random points: streamed, the parser must decide exactly what it
  * decides on the whole text (and never crash on its way). */
@@ -559,7 +786,17 @@ static void test_soup(void) {
         "\n",
         "Hello",
         "x<y",
-        "\xc3\xa9"};
+        "\xc3\xa9",
+        "<|tool_call>",
+        "<tool_call|>",
+        "call:get_weather{",
+        "location:{city:",
+        "<|\"|>",
+        "<|channel>thought\n",
+        "<channel|>",
+        "None",
+        "-1.5e3",
+        "true,"};
     const int n_pieces = (int)(sizeof pieces / sizeof pieces[0]);
     tool_spec t = spec_of(cJSON_GetObjectItem(find_case("c06_tools"), "tools"));
     uint64_t rng = 0x9E3779B97F4A7C15ull;
@@ -580,8 +817,10 @@ static void test_soup(void) {
             text[len] = 0;
             bool think = iter & 1, in_think = think && (iter & 2);
             result whole, cut;
+            if (f == TOOL_FMT_GEMMA4) RUN_CAPS = &GEMMA_CAPS; /* its reasoning channel */
             run(&whole, (tool_format)f, &t, think, in_think, text, 0);
             run(&cut, (tool_format)f, &t, think, in_think, text, 1 + (rng >> 40) % 7);
+            RUN_CAPS = NULL;
             bool same = whole.content.len == cut.content.len &&
                         whole.reasoning.len == cut.reasoning.len &&
                         (!whole.content.len ||
@@ -777,6 +1016,7 @@ int main(void) {
     }
     test_templates();
     test_handwritten();
+    test_gemma();
     test_soup();
     test_request();
     test_grammar_text();
