@@ -243,12 +243,7 @@ typedef struct results {
  * batch's tokens may select more, so batched figures are lower bounds;
  * measured_bytes_per_token has what they did select). */
 static size_t weights_per_step(const model *m) {
-    if (model_hp(m)->moe.n_expert) return model_hp(m)->moe.active_bytes;
-    const gguf_file *f = model_gguf(m);
-    size_t total = gguf_tensor_data_bytes(f);
-    const gguf_tensor *te = gguf_find_tensor(f, "token_embd.weight");
-    if (te && !model_hp(m)->tied_output) total -= te->nbytes - te->nbytes / (size_t)te->ne[1];
-    return total;
+    return model_hparams_read_bytes(model_gguf(m), model_hp(m));
 }
 
 /* K and V bytes the attention of one decoding step reads for one sequence,

@@ -85,6 +85,12 @@ static const cli_json_field HP_SHAPE[] = {HP_AS("architecture", arch),
 static const cli_json_field HP_NORM_WINDOW[] = {HP(rms_eps), HP(tied_output),
                                                 HP_AS("sliding_window", n_swa),
                                                 HP_AS("n_sliding_layers", n_swa_layers)};
+/* the sliding layers' own shape (gemma4; the full layers' otherwise), KV sharing and
+ * per-layer inputs */
+static const cli_json_field HP_LAYER_KINDS[] = {
+    HP_AS("n_head_kv_sliding", n_head_kv_swa),   HP_AS("head_dim_k_sliding", head_dim_k_swa),
+    HP_AS("head_dim_v_sliding", head_dim_v_swa), HP_AS("n_rot_sliding", n_rot_swa),
+    HP_AS("n_layers_with_kv", n_layer_kv),       HP_AS("n_embd_per_layer_input", n_embd_per_layer)};
 static const cli_json_field HP_CHUNK[] = {HP_AS("attention_chunk", n_chunk),
                                           HP_AS("n_chunked_layers", n_chunk_layers)};
 static const cli_json_field HP_SIZE[] = {HP(n_params), HP(weights_bytes)};
@@ -122,6 +128,7 @@ static int cmd_info_opts(const cli_opts *o) {
         cJSON_AddStringToObject(j, "rope_type",
                                 hp->rope_type == MODEL_ROPE_NEOX ? "neox" : "normal");
         CLI_JSON_TABLE(j, hp, HP_NORM_WINDOW, false);
+        CLI_JSON_TABLE(j, hp, HP_LAYER_KINDS, false);
         if (hp->n_chunk_layers) CLI_JSON_TABLE(j, hp, HP_CHUNK, false);
         cJSON *groups = cJSON_AddArrayToObject(j, "kv_groups"); /* one KV pool each */
         for (int g = 0; g < model_kv_n_groups(cm.m); g++) {
@@ -175,6 +182,9 @@ static int cmd_info_opts(const cli_opts *o) {
             printf("sliding layers kv %lld, head dim %lld/%lld, rope dims %lld\n",
                    (long long)hp->n_head_kv_swa, (long long)hp->head_dim_k_swa,
                    (long long)hp->head_dim_v_swa, (long long)hp->n_rot_swa);
+        if (hp->n_embd_per_layer)
+            printf("per-layer in  %lld values a layer and token (per_layer_token_embd)\n",
+                   (long long)hp->n_embd_per_layer);
         if (hp->n_layer_kv < hp->n_layer)
             printf("shared KV     layers %lld-%lld read earlier layers' caches\n",
                    (long long)hp->n_layer_kv, (long long)hp->n_layer - 1);

@@ -232,12 +232,36 @@ static bool gguf_range(const gguf_file *f, const model_hparams *hp, kvl_error *e
     return true;
 }
 
+/* A feed_forward_length array: one width per layer, n_ff the widest. */
+static bool gguf_ff_per_layer(const gguf_file *f, model_hparams *hp, kvl_error *err) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.feed_forward_length", hp->arch);
+    int64_t idx = gguf_find_key(f, key);
+    gguf_vtype et;
+    uint64_t n;
+    if (idx < 0 || !gguf_kv_array(f, idx, &et, &n)) return true;
+    if (n != (uint64_t)hp->n_layer)
+        return kvl_fail(err, "%s: key '%s' has %llu entries, expected one per layer (%lld)",
+                        gguf_path(f), key, (unsigned long long)n, (long long)hp->n_layer);
+    hp->n_ff = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        int64_t v;
+        if (!gguf_get_arr_i64(f, key, i, &v) || v < 1 || v > (1 << 22))
+            return kvl_fail(err, "%s: key '%s': entry %llu is not a width in 1..%d", gguf_path(f),
+                            key, (unsigned long long)i, 1 << 22);
+        hp->n_ff_layer[i] = (int32_t)v;
+        hp->n_ff = v > hp->n_ff ? v : hp->n_ff;
+    }
+    return true;
+}
+
 static bool gguf_shape(const gguf_file *f, model_hparams *hp, kvl_error *err) {
     const char *a = hp->arch;
     if (!gguf_req(f, a, "block_count", &hp->n_layer, err) ||
         !gguf_req(f, a, "attention.head_count", &hp->n_head, err) ||
         !gguf_opt(f, a, "embedding_length", &hp->n_embd, err) ||
-        !gguf_opt(f, a, "feed_forward_length", &hp->n_ff, err) ||
+        (!gguf_is_array(f, a, "feed_forward_length") &&
+         !gguf_opt(f, a, "feed_forward_length", &hp->n_ff, err)) ||
         (!gguf_is_array(f, a, "attention.head_count_kv") &&
          !gguf_opt(f, a, "attention.head_count_kv", &hp->n_head_kv, err)) ||
         !gguf_opt(f, a, "attention.key_length", &hp->head_dim_k, err) ||
@@ -261,7 +285,7 @@ static bool gguf_shape(const gguf_file *f, model_hparams *hp, kvl_error *err) {
         !gguf_opt(f, a, "attention.shared_kv_layers", &shared_kv, err) ||
         !gguf_opt(f, a, "embedding_length_per_layer_input", &hp->n_embd_per_layer, err))
         return false;
-    if (!gguf_range(f, hp, err)) return false;
+    if (!gguf_range(f, hp, err) || !gguf_ff_per_layer(f, hp, err)) return false;
     if (shared_kv < 0 || shared_kv >= hp->n_layer)
         return kvl_fail(err, "%s: key '%s.attention.shared_kv_layers' = %lld: must be below %lld",
                         gguf_path(f), a, (long long)shared_kv, (long long)hp->n_layer);
@@ -539,26 +563,42 @@ bool hparams_moe_defaults(const char *path, moe_names nm, const char *a, int64_t
     return true;
 }
 
-/* Bytes of the routed experts, and of the weights one token reads: all but
- * the experts it does not select, and one row of an untied embedding. */
-static void gguf_moe_bytes(const gguf_file *f, model_hparams *hp) {
-    model_moe_hparams *mo = &hp->moe;
+size_t model_hparams_read_bytes(const gguf_file *f, const model_hparams *hp) {
+    const model_moe_hparams *mo = &hp->moe;
     size_t unread = 0;
-    mo->expert_bytes = 0;
     for (int64_t i = 0; i < gguf_n_tensors(f); i++) {
         const gguf_tensor *t = gguf_tensor_at(f, i);
-        if (strncmp(t->name, "blk.", 4) == 0 && atoll(t->name + 4) >= hp->n_layer) {
+        int il = -1;
+        char what[32] = "";
+        if (strncmp(t->name, "blk.", 4) == 0) sscanf(t->name, "blk.%d.%31s", &il, what);
+        if (il >= hp->n_layer) {
             unread += t->nbytes; /* an MTP layer past n_layer (glm4moe): never run */
-            continue;
+        } else if (il >= 0 && mo->n_expert > 0 && strstr(what, "_exps.weight")) {
+            unread += t->nbytes / (size_t)mo->n_expert * (size_t)(mo->n_expert - mo->n_expert_used);
+        } else if (il >= hp->n_layer_kv &&
+                   (strcmp(what, "attn_k.weight") == 0 || strcmp(what, "attn_v.weight") == 0)) {
+            unread += t->nbytes; /* a layer reading another's KV cache (gemma4) */
+        } else if (strcmp(t->name, "per_layer_token_embd.weight") == 0 && t->ne[1] > 0) {
+            unread += t->nbytes - t->nbytes / (size_t)t->ne[1]; /* one row a token */
         }
-        if (strncmp(t->name, "blk.", 4) != 0 || !strstr(t->name, "_exps.weight")) continue;
-        mo->expert_bytes += t->nbytes;
-        unread += t->nbytes / (size_t)mo->n_expert * (size_t)(mo->n_expert - mo->n_expert_used);
     }
     const gguf_tensor *emb = gguf_find_tensor(f, "token_embd.weight");
     if (emb && gguf_find_tensor(f, "output.weight") && emb->ne[1] > 0)
         unread += emb->nbytes - emb->nbytes / (size_t)emb->ne[1];
-    mo->active_bytes = hp->weights_bytes > unread ? hp->weights_bytes - unread : 0;
+    return hp->weights_bytes > unread ? hp->weights_bytes - unread : 0;
+}
+
+/* The routed experts' bytes, and (model_hparams_read_bytes) the weights one token reads. */
+static void gguf_moe_bytes(const gguf_file *f, model_hparams *hp) {
+    model_moe_hparams *mo = &hp->moe;
+    mo->expert_bytes = 0;
+    for (int64_t i = 0; i < gguf_n_tensors(f); i++) {
+        const gguf_tensor *t = gguf_tensor_at(f, i);
+        if (strncmp(t->name, "blk.", 4) == 0 && atoll(t->name + 4) < hp->n_layer &&
+            strstr(t->name, "_exps.weight"))
+            mo->expert_bytes += t->nbytes;
+    }
+    mo->active_bytes = model_hparams_read_bytes(f, hp);
 }
 
 static bool gguf_moe(const gguf_file *f, model_hparams *hp, kvl_error *err) {
@@ -639,6 +679,10 @@ bool model_hparams_from_gguf(const gguf_file *f, model_hparams *hp, kvl_error *e
 }
 
 /* ---------------------------------------------------------------- users -- */
+
+int64_t model_hparams_n_ff(const model_hparams *hp, int64_t il) {
+    return il >= 0 && il < hp->n_layer && hp->n_ff_layer[il] ? hp->n_ff_layer[il] : hp->n_ff;
+}
 
 model_layer_attn model_hparams_layer_attn(const model_hparams *hp, int64_t il) {
     if (il >= 0 && il < hp->n_layer && hp->swa_layers[il])

@@ -92,9 +92,13 @@ typedef struct model_hparams {
      * earlier layer's cache (model_hparams_kv_source; gemma4's
      * attention.shared_kv_layers; n_layer when absent). */
     int64_t n_layer_kv;
-    int64_t n_embd_per_layer; /* embedding_length_per_layer_input: each layer's slice of a
-                                 per-token embedding (gemma4 E2B / E4B; 0: none) */
-    int rope_type;            /* MODEL_ROPE_*: the architecture's (arch.c); 0 if unknown */
+    int64_t n_embd_per_layer; /* embedding_length_per_layer_input: each layer's per-token
+                                 input (gemma4 E2B / E4B; 0: none) */
+    /* feed_forward_length given per layer (gemma4 E2B's wider FFN on its shared-KV
+     * layers): each layer's width, n_ff then being the widest; all 0 for a scalar.
+     * model_hparams_n_ff gives layer il's. */
+    int32_t n_ff_layer[MODEL_MAX_LAYERS];
+    int rope_type; /* MODEL_ROPE_*: the architecture's (arch.c); 0 if unknown */
     float rope_base, rope_freq_scale;
     float rope_base_swa;   /* rope.freq_base_swa; 0: absent */
     char rope_scaling[16]; /* rope.scaling.type as written ("" absent: linear); the factor
@@ -141,6 +145,11 @@ typedef struct model_hparams {
 /* Reads a GGUF's metadata. False (err names the file and key) on a malformed
  * or missing required key (general.architecture, block_count, head_count). */
 bool model_hparams_from_gguf(const gguf_file *f, model_hparams *hp, kvl_error *err);
+/* The weights one decoded token reads (GGUF): all tensor data but the experts it
+ * does not select, the rows of an untied embedding and of gemma4's per-layer
+ * embedding table other than its own, layers past n_layer (MTP), and the k / v
+ * projections of layers that read another layer's cache. */
+size_t model_hparams_read_bytes(const gguf_file *f, const model_hparams *hp);
 /* Reads the text of a Hugging Face config.json (NUL-terminated); messages
  * start with "config.json: ". Multimodal configs: the text_config's fields. */
 bool model_hparams_from_hf_config(const char *json, model_hparams *hp, kvl_error *err);
@@ -155,6 +164,8 @@ typedef struct model_layer_attn {
     int64_t n_head_kv, head_dim_k, head_dim_v, n_rot;
 } model_layer_attn;
 model_layer_attn model_hparams_layer_attn(const model_hparams *hp, int64_t il);
+/* Layer il's FFN width. */
+int64_t model_hparams_n_ff(const model_hparams *hp, int64_t il);
 /* The layer whose cache layer il reads: il itself, or for a layer past
  * n_layer_kv llama.cpp's choice, n_layer_kv - 2 for a sliding layer and
  * n_layer_kv - 1 for a full one. */

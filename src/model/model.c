@@ -86,10 +86,10 @@ static bool read_hparams(model *m, kvl_error *err) {
                             "cache of layer %lld, which is not of its kind (sliding or full)",
                             gguf_path(f), a, (long long)il, (long long)src);
     }
-    if (hp->n_embd_per_layer > 0)
+    if (hp->n_embd_per_layer > 0 && !m->arch->gemma4)
         return kvl_fail(err,
                         "%s: key '%s.embedding_length_per_layer_input' = %lld: per-layer "
-                        "embeddings (Gemma 4 E2B / E4B) are not supported",
+                        "embeddings are supported for gemma4 only",
                         gguf_path(f), a, (long long)hp->n_embd_per_layer);
     const char *rs = hp->rope_scaling;
     if (rs[0] && strcmp(rs, "none") != 0 && strcmp(rs, "linear") != 0 && strcmp(rs, "yarn") != 0)
@@ -298,7 +298,7 @@ static bool bind_attn_mla(model *m, int il, layer_weights *L, kvl_error *err) {
 static bool bind_layer(model *m, int il, kvl_error *err) {
     const model_hparams *hp = &m->hp;
     layer_weights *L = &m->layers[il];
-    int64_t E = hp->n_embd;
+    const int64_t E = hp->n_embd, n_ff = model_hparams_n_ff(hp, il);
     char n[96];
     const bool pre_norms = !m->arch->no_pre_norms;
     if (pre_norms && !bind_blk(m, il, &L->attn_norm, "attn_norm.weight", E, 0, true, err))
@@ -319,26 +319,26 @@ static bool bind_layer(model *m, int il, kvl_error *err) {
     if (moe_layer(m, il)) {
         if (!moe_bind_layer(m, il, err)) return false;
         if (m->arch->gemma4) { /* the dense FFN beside the experts, and their norms */
-            if (!bind_blk(m, il, &L->ffn_gate, "ffn_gate.weight", E, hp->n_ff, true, err) ||
-                !bind_blk(m, il, &L->ffn_up, "ffn_up.weight", E, hp->n_ff, true, err) ||
-                !bind_blk(m, il, &L->ffn_down, "ffn_down.weight", hp->n_ff, E, true, err) ||
+            if (!bind_blk(m, il, &L->ffn_gate, "ffn_gate.weight", E, n_ff, true, err) ||
+                !bind_blk(m, il, &L->ffn_up, "ffn_up.weight", E, n_ff, true, err) ||
+                !bind_blk(m, il, &L->ffn_down, "ffn_down.weight", n_ff, E, true, err) ||
                 !bind_blk(m, il, &L->ffn_pre_norm_2, "pre_ffw_norm_2.weight", E, 0, true, err) ||
                 !bind_blk(m, il, &L->ffn_post_norm_1, "post_ffw_norm_1.weight", E, 0, true, err) ||
                 !bind_blk(m, il, &L->ffn_post_norm_2, "post_ffw_norm_2.weight", E, 0, true, err))
                 return false;
         }
     } else if (m->arch->fused_gate_up) { /* phi3: ffn_up is [gate; up], 2 * n_ff rows */
-        const int64_t rows[2] = {hp->n_ff, hp->n_ff};
+        const int64_t rows[2] = {n_ff, n_ff};
         mtensor *parts[2] = {&L->ffn_gate, &L->ffn_up};
         bool found;
         snprintf(n, sizeof n, "blk.%d.ffn_up.weight", il);
         if (!bind_split(m, n, E, 2, rows, parts, &found, err)) return false;
         if (!found) return kvl_fail(err, "%s: tensor '%s' missing", gguf_path(m->gguf), n);
-        if (!bind_blk(m, il, &L->ffn_down, "ffn_down.weight", hp->n_ff, E, true, err)) return false;
+        if (!bind_blk(m, il, &L->ffn_down, "ffn_down.weight", n_ff, E, true, err)) return false;
     } else {
-        if (!bind_blk(m, il, &L->ffn_gate, "ffn_gate.weight", E, hp->n_ff, true, err)) return false;
-        if (!bind_blk(m, il, &L->ffn_up, "ffn_up.weight", E, hp->n_ff, true, err)) return false;
-        if (!bind_blk(m, il, &L->ffn_down, "ffn_down.weight", hp->n_ff, E, true, err)) return false;
+        if (!bind_blk(m, il, &L->ffn_gate, "ffn_gate.weight", E, n_ff, true, err)) return false;
+        if (!bind_blk(m, il, &L->ffn_up, "ffn_up.weight", E, n_ff, true, err)) return false;
+        if (!bind_blk(m, il, &L->ffn_down, "ffn_down.weight", n_ff, E, true, err)) return false;
     }
     if (m->arch->post_norms) {
         if (!bind_blk(m, il, &L->post_attn_norm, "post_attention_norm.weight", E, 0, true, err))
@@ -348,6 +348,11 @@ static bool bind_layer(model *m, int il, kvl_error *err) {
     }
     if (m->arch->gemma4 &&
         !bind_blk(m, il, &L->out_scale, "layer_output_scale.weight", 1, 0, false, err))
+        return false;
+    const int64_t np = hp->n_embd_per_layer;
+    if (np > 0 && (!bind_blk(m, il, &L->pl_inp_gate, "inp_gate.weight", E, np, true, err) ||
+                   !bind_blk(m, il, &L->pl_proj, "proj.weight", np, E, true, err) ||
+                   !bind_blk(m, il, &L->pl_post_norm, "post_norm.weight", E, 0, true, err)))
         return false;
     return true;
 }
@@ -419,6 +424,12 @@ static bool bind_weights(model *m, kvl_error *err) {
         (!m->arch->tied_always &&
          !bind(m, &m->output, "output.weight", hp->n_embd, hp->n_vocab, false, err)))
         return false;
+    const int64_t np = hp->n_embd_per_layer, npl = np * hp->n_layer;
+    if (np > 0 &&
+        (!bind(m, &m->pl_tok_embd, "per_layer_token_embd.weight", npl, hp->n_vocab, true, err) ||
+         !bind(m, &m->pl_model_proj, "per_layer_model_proj.weight", hp->n_embd, npl, true, err) ||
+         !bind(m, &m->pl_proj_norm, "per_layer_proj_norm.weight", np, 0, true, err)))
+        return false;
     hp->tied_output = m->output.data == NULL;
     if (hp->tied_output) m->output = m->tok_embd;
     if (!model_last_stage(
@@ -455,13 +466,17 @@ static bool bind_weights(model *m, kvl_error *err) {
 static size_t max_work_bytes(const model *m, int64_t rows) {
     const model_hparams *hp = &m->hp;
     size_t best = kern_matmul_work_bytes(m->output.dtype, rows, hp->n_embd);
+    if (m->pl_model_proj.data) {
+        const size_t b = kern_matmul_work_bytes(m->pl_model_proj.dtype, rows, hp->n_embd);
+        best = b > best ? b : best;
+    }
     const size_t moe = moe_work_bytes(m, rows);
     best = moe > best ? moe : best;
     for (int il = 0; il < hp->n_layer; il++) {
         const layer_weights *L = &m->layers[il];
-        const mtensor *ts[] = {&L->wq,     &L->wk,       &L->wv,   &L->wo,   &L->ffn_gate,
-                               &L->ffn_up, &L->ffn_down, &L->wq_a, &L->wq_b, &L->wkv_a_mqa,
-                               &L->wk_b,   &L->wv_b,     &L->wkv_b};
+        const mtensor *ts[] = {&L->wq,     &L->wk,       &L->wv,    &L->wo,          &L->ffn_gate,
+                               &L->ffn_up, &L->ffn_down, &L->wq_a,  &L->wq_b,        &L->wkv_a_mqa,
+                               &L->wk_b,   &L->wv_b,     &L->wkv_b, &L->pl_inp_gate, &L->pl_proj};
         for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) {
             if (!ts[i]->data) continue;
             size_t b = kern_matmul_work_bytes(ts[i]->dtype, rows, ts[i]->ne0);
@@ -479,7 +494,8 @@ static const size_t LAYER_MATMULS[] = {
     offsetof(layer_weights, ffn_gate), offsetof(layer_weights, ffn_up),
     offsetof(layer_weights, ffn_down), offsetof(layer_weights, wq_a),
     offsetof(layer_weights, wq_b),     offsetof(layer_weights, wkv_a_mqa),
-    offsetof(layer_weights, wkv_b)};
+    offsetof(layer_weights, wkv_b),    offsetof(layer_weights, pl_inp_gate),
+    offsetof(layer_weights, pl_proj)};
 #define N_LAYER_MATMULS (sizeof LAYER_MATMULS / sizeof LAYER_MATMULS[0])
 
 /* Matmul tensor i of layer il, i < N_LAYER_MATMULS. */
@@ -633,6 +649,14 @@ static bool alloc_scratch(model *m, kvl_error *err) {
         return kvl_fail(err, "model: out of memory");
     m->ff_gate = kvl_calloc(U * hp->n_ff, sizeof(float));
     m->ff_up = kvl_calloc(U * hp->n_ff, sizeof(float));
+    if (hp->n_embd_per_layer > 0) {
+        const size_t npl = (size_t)(hp->n_embd_per_layer * hp->n_layer);
+        m->pl_in = kvl_calloc((size_t)U * npl, sizeof(float));
+        m->pl_row = kvl_calloc(npl, sizeof(float));
+        m->pl_tmp = kvl_calloc((size_t)(U * hp->n_embd_per_layer), sizeof(float));
+        if (!m->pl_in || !m->pl_row || !m->pl_tmp)
+            return kvl_fail(err, "model: cannot allocate per-layer input scratch");
+    }
     m->work_bytes = max_work_bytes(m, U);
     m->work = kvl_alloc(m->work_bytes);
     m->logit_rows = kvl_calloc(U * E, sizeof(float));
@@ -697,7 +721,8 @@ void model_destroy(model *m) {
     free(m->layers);
     float *bufs[] = {m->x,          m->xb,    m->xb2,     m->q,     m->k,
                      m->v,          m->att,   m->ff_gate, m->ff_up, m->attn_scratch,
-                     m->logit_rows, m->mla_a, m->mla_b,   m->par};
+                     m->logit_rows, m->mla_a, m->mla_b,   m->par,   m->pl_in,
+                     m->pl_row,     m->pl_tmp};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) kvl_free(bufs[i]);
     kvl_free(m->work);
     kvl_free(m->head_work);

@@ -528,7 +528,7 @@ static void attn_mla_uncompressed(fwd_ctx *c, int il) {
 /* The gated FFN of the normed rows in m->xb, in place. */
 static void dense_ffn(fwd_ctx *c, const layer_weights *L) {
     model *m = c->m;
-    int64_t n = c->n, F = m->hp.n_ff;
+    const int64_t n = c->n, F = L->ffn_gate.ne1; /* this layer's width */
     const mtensor *gate_up[] = {&L->ffn_gate, &L->ffn_up};
     float *const gate_up_out[] = {m->ff_gate, m->ff_up};
     PHASE_BEGIN(t_dense);
@@ -616,6 +616,17 @@ static void layer_forward(fwd_ctx *c, int il) {
         ffn(c, L);
     }
     add_residual(m, &L->post_ffn_norm, n);
+    if (L->pl_inp_gate.data) { /* gemma4 E2B / E4B: the layer's per-token input */
+        const int64_t np = m->hp.n_embd_per_layer, npl = np * m->hp.n_layer;
+        op_matmul(m, &L->pl_inp_gate, m->x, n, m->pl_tmp);
+        op_gelu_mul(m->pl_tmp, NULL, n * np);
+        for (int64_t t = 0; t < n; t++)
+            for (int64_t i = 0; i < np; i++)
+                m->pl_tmp[t * np + i] *= m->pl_in[t * npl + il * np + i];
+        op_matmul(m, &L->pl_proj, m->pl_tmp, n, m->xb);
+        op_rms_norm(m->xb, m->xb, L->pl_post_norm.data, n, E, m->hp.rms_eps);
+        for (int64_t i = 0; i < n * E; i++) m->x[i] = m->x[i] + m->xb[i];
+    }
     if (L->out_scale.data) { /* gemma4: the layer's whole output scaled */
         const float s = *(const float *)L->out_scale.data;
         for (int64_t i = 0; i < n * E; i++) m->x[i] *= s;
@@ -638,6 +649,35 @@ static void embed(fwd_ctx *c) {
     }
     if (m->arch->granite_scales && m->hp.embd_scale != 0.0f)
         for (int64_t i = 0; i < c->n * E; i++) m->x[i] *= m->hp.embd_scale;
+}
+
+/* gemma4 E2B / E4B: every layer's input for each token of the ubatch, into
+ * m->pl_in [n][n_layer][n_pl], as llama.cpp's gemma4 graph computes them: the
+ * token's row of per_layer_token_embd times sqrt(n_pl), plus the scaled input
+ * embedding projected by per_layer_model_proj, times 1/sqrt(E), RMS-normed per
+ * layer by per_layer_proj_norm; the sum times 1/sqrt(2). Every stage of a
+ * pipeline computes them from the token ids (the embedding rows are bound on
+ * all stages). */
+static void per_layer_inputs(fwd_ctx *c) {
+    model *m = c->m;
+    const model_hparams *hp = &m->hp;
+    const int64_t E = hp->n_embd, np = hp->n_embd_per_layer, npl = np * hp->n_layer;
+    const float emb_scale = sqrtf((float)E), proj_scale = 1.0f / sqrtf((float)E),
+                row_scale = sqrtf((float)np), in_scale = 1.0f / sqrtf(2.0f);
+    float *e = m->xb; /* the scaled input embeddings, as embed() makes them */
+    for (int64_t t = 0; t < c->n; t++) {
+        kern_get_row(m->tok_embd.data, m->tok_embd.dtype, E, c->b->tokens[c->t0 + t], e + t * E);
+        for (int64_t i = 0; i < E; i++) e[t * E + i] *= emb_scale;
+    }
+    op_matmul(m, &m->pl_model_proj, e, c->n, m->pl_in);
+    for (int64_t t = 0; t < c->n; t++) {
+        float *p = m->pl_in + t * npl;
+        for (int64_t i = 0; i < npl; i++) p[i] *= proj_scale;
+        op_rms_norm(p, p, m->pl_proj_norm.data, hp->n_layer, np, hp->rms_eps);
+        kern_get_row(m->pl_tok_embd.data, m->pl_tok_embd.dtype, npl, c->b->tokens[c->t0 + t],
+                     m->pl_row);
+        for (int64_t i = 0; i < npl; i++) p[i] = (p[i] + m->pl_row[i] * row_scale) * in_scale;
+    }
 }
 
 /* Final norm and LM head for the wanted rows; returns how many were written.
@@ -707,6 +747,7 @@ bool model_forward_stage(model *m, kv_pool *const *pools, const model_batch *b, 
                      .t0 = t0,
                      .n =
                          b->n_tokens - t0 < m->mp.max_ubatch ? b->n_tokens - t0 : m->mp.max_ubatch};
+        if (m->pl_tok_embd.data) per_layer_inputs(&c);
         if (x_in) memcpy(m->x, x_in + t0 * E, (size_t)(c.n * E) * sizeof(float));
         else embed(&c);
         for (int il = m->layer_first; il < m->layer_end; il++) layer_forward(&c, il);

@@ -35,6 +35,9 @@ typedef struct layer_weights {
     mtensor ffn_down;         /* [F -> E] */
     mtensor post_ffn_norm;    /* gemma: [E] */
     mtensor out_scale;        /* gemma4: [1], the layer's output (the residual stream) scale */
+    mtensor pl_inp_gate;      /* gemma4 E2B / E4B: [E -> n_pl] gate of the per-layer input */
+    mtensor pl_proj;          /* [n_pl -> E] */
+    mtensor pl_post_norm;     /* [E] */
     /* MLA (deepseek2), llama.cpp's absorbed layout */
     mtensor wq_a, q_a_norm, wq_b; /* [E -> q_lora], [q_lora], [q_lora -> H*(nope+rope)] */
     mtensor wkv_a_mqa, kv_a_norm; /* [E -> kv_lora+rope], [kv_lora] */
@@ -95,9 +98,13 @@ struct model {
     const arch_desc *arch;
     model_hparams hp;
     model_params mp;
-    mtensor tok_embd;        /* [E] x n_vocab */
-    mtensor output_norm;     /* [E] */
-    mtensor output;          /* [E -> n_vocab] (token_embd when tied) */
+    mtensor tok_embd;    /* [E] x n_vocab */
+    mtensor output_norm; /* [E] */
+    mtensor output;      /* [E -> n_vocab] (token_embd when tied) */
+    /* gemma4 E2B / E4B: per-token inputs of every layer (n_embd_per_layer each) */
+    mtensor pl_tok_embd;     /* [n_layer * n_pl] x n_vocab */
+    mtensor pl_model_proj;   /* [E -> n_layer * n_pl] */
+    mtensor pl_proj_norm;    /* [n_pl] */
     const float *rope_freqs; /* [n_rot/2] or NULL */
     layer_weights *layers;
     kv_group_desc groups[MODEL_MAX_KV_GROUPS];
@@ -111,7 +118,11 @@ struct model {
     size_t head_work_slot;
     void *head_each_work; /* [n_threads_max][head_each_slot]: op_matmul_heads1 on repacked heads */
     size_t head_each_slot;
-    float *par;          /* parallel blocks: the attention output while the FFN runs */
+    float *par;          /* command-r: the attention output while the FFN runs; gemma4: the
+                            router's input */
+    float *pl_in;        /* [max_ubatch][n_layer][n_pl] gemma4's per-layer inputs */
+    float *pl_row;       /* [n_layer * n_pl] one token's per-layer embedding row */
+    float *pl_tmp;       /* [max_ubatch][n_pl] */
     float *attn_scratch; /* [n_threads_max][attn_scratch_len], sized for the pools in use */
     size_t attn_scratch_len;
     int32_t *attn_runs;        /* [max_ubatch][2]: first token, count of each run (attention) */
@@ -186,6 +197,7 @@ void op_add_bias(float *y, const mtensor *b, int64_t rows, int64_t n);
 /* Rotates dims [offset, offset+n_rot) of each of n_heads heads spaced stride apart. */
 void op_rope(model *m, const layer_weights *L, float *vec, int n_heads, int64_t stride,
              int64_t offset, int32_t pos);
+/* g = GELU(g) * u, or GELU(g) with u NULL (llama.cpp's f16-table GELU). */
 void op_gelu_mul(float *g, const float *u, int64_t n);
 /* Each run of n values of x[count] (n a power of two) times the orthonormal
  * Walsh-Hadamard matrix, in place, as ggml's fwht computes it. */

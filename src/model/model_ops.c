@@ -390,9 +390,10 @@ void op_gelu_mul(float *g, const float *u, int64_t n) {
     pthread_once(&gelu_once, gelu_table_init);
     for (int64_t i = 0; i < n; i++) {
         const float x = g[i];
-        if (x <= -10.0f) g[i] = 0.0f;
-        else if (x >= 10.0f) g[i] = x * u[i];
-        else g[i] = kvl_f16_to_f32(gelu_table[kvl_f32_to_f16(x)]) * u[i];
+        const float y = x <= -10.0f  ? 0.0f
+                        : x >= 10.0f ? x
+                                     : kvl_f16_to_f32(gelu_table[kvl_f32_to_f16(x)]);
+        g[i] = u ? y * u[i] : y;
     }
 }
 

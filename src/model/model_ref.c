@@ -137,7 +137,7 @@ bool model_forward_ref(model *m, kv_pool *const *pools, const kv_seq *const *seq
     const arch_desc *ad = m->arch;
     if (ad->norm != ARCH_NORM_RMS || ad->parallel || ad->no_pre_norms || ad->qk_norm_full ||
         ad->granite_scales || ad->logit_scale || ad->fused_gate_up || ad->nope_every ||
-        ad->rope_swa_only || ad->attn_temp || ad->gemma4 || hp->rope_off)
+        ad->rope_swa_only || ad->attn_temp || ad->gemma4 || hp->rope_off || hp->n_ff_layer[0])
         return kvl_fail(err, "reference forward: architecture '%s' is not implemented here",
                         ad->name);
     for (int g = 0; g < m->n_groups; g++) {

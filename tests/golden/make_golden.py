@@ -565,7 +565,7 @@ def deepseek2_kvb_spec():
                        f"is Hadamard-rotated); dense FFN; tied output"}
 
 
-def gemma4_spec(moe=False, shared_kv=0):
+def gemma4_spec(moe=False, shared_kv=0, per_layer=0):
     """Gemma 4 as llama.cpp's gemma4 graph runs it (31B dense, or 26B-A4B with moe): sliding
     layers of their own head width and KV head count, full layers with wider heads, a
     proportional rope (rope_freqs leaves 3/4 of the pairs unrotated) and some without attn_v
@@ -578,17 +578,26 @@ def gemma4_spec(moe=False, shared_kv=0):
     NE, NU, FE = 8, 2, 48
     ts = [("token_embd.weight", [E, V], "w"), ("rope_freqs.weight", [HD[False] // 2], "prop_rope"),
           ("output_norm.weight", [E], "norm")]
+    # E2B's layout: per-layer inputs, and a twice as wide FFN on the layers sharing KV
+    FFS = [FF * (2 if per_layer and i >= L - shared_kv else 1) for i in range(L)]
+    if per_layer:
+        ts += [("per_layer_token_embd.weight", [per_layer * L, V], "w"),
+               ("per_layer_model_proj.weight", [E, per_layer * L], "w"),
+               ("per_layer_proj_norm.weight", [per_layer], "norm")]
     for i, swa in enumerate(SWA):
-        b, hd, hkv = f"blk.{i}.", HD[swa], HKV[swa]
+        b, hd, hkv, ff = f"blk.{i}.", HD[swa], HKV[swa], FFS[i]
         ts += [(b + "attn_norm.weight", [E], "norm"), (b + "attn_q.weight", [E, H * hd], "w"),
                (b + "attn_k.weight", [E, hkv * hd], "w")]
         if swa or i >= 3:  # layer 1 has no attn_v: V is K
             ts.append((b + "attn_v.weight", [E, hkv * hd], "w"))
         ts += [(b + "attn_output.weight", [H * hd, E], "w"), (b + "attn_q_norm.weight", [hd], "norm"),
                (b + "attn_k_norm.weight", [hd], "norm"), (b + "post_attention_norm.weight", [E], "norm"),
-               (b + "ffn_norm.weight", [E], "norm"), (b + "ffn_gate.weight", [E, FF], "w"),
-               (b + "ffn_up.weight", [E, FF], "w"), (b + "ffn_down.weight", [FF, E], "w"),
+               (b + "ffn_norm.weight", [E], "norm"), (b + "ffn_gate.weight", [E, ff], "w"),
+               (b + "ffn_up.weight", [E, ff], "w"), (b + "ffn_down.weight", [ff, E], "w"),
                (b + "post_ffw_norm.weight", [E], "norm"), (b + "layer_output_scale.weight", [1], "scale")]
+        if per_layer:
+            ts += [(b + "inp_gate.weight", [E, per_layer], "w"), (b + "proj.weight", [per_layer, E], "w"),
+                   (b + "post_norm.weight", [E], "norm")]
         if moe:
             ts += [(b + "ffn_gate_inp.weight", [E, NE], "w"), (b + "ffn_gate_inp.scale", [E], "norm"),
                    (b + "pre_ffw_norm_2.weight", [E], "norm"), (b + "post_ffw_norm_1.weight", [E], "norm"),
@@ -603,8 +612,11 @@ def gemma4_spec(moe=False, shared_kv=0):
            ("rope.freq_base", T_F32, 1e6), ("rope.freq_base_swa", T_F32, 1e4),
            ("attention.sliding_window", T_U32, 16),
            ("attention.sliding_window_pattern", T_ARR, (T_BOOL, SWA)),
-           ("attention.shared_kv_layers", T_U32, shared_kv), ("embedding_length_per_layer_input", T_U32, 0),
+           ("attention.shared_kv_layers", T_U32, shared_kv),
+           ("embedding_length_per_layer_input", T_U32, per_layer),
            ("final_logit_softcapping", T_F32, 30.0)]
+    if per_layer:
+        hp[3] = ("feed_forward_length", T_ARR, (T_U32, FFS))
     if moe:
         hp += [("expert_count", T_U32, NE), ("expert_used_count", T_U32, NU),
                ("expert_feed_forward_length", T_U32, FE)]
@@ -622,11 +634,16 @@ def gemma4_spec(moe=False, shared_kv=0):
                           if moe else "")
                        + (f"; layers 4 (sliding) and 5 (full) keep no KV: attention.shared_kv_layers "
                           f"{shared_kv} makes them read the caches of layers 2 and 3 (their k and v "
-                          f"projections are in the file and unused)" if shared_kv else "")}
+                          f"projections are in the file and unused)" if shared_kv else "")
+                       + (f"; per-layer inputs of {per_layer} values (per_layer_token_embd, per_layer_model_proj, "
+                          f"per_layer_proj_norm; each layer's inp_gate, GELU, proj, post_norm) and "
+                          f"feed_forward_length per layer {FFS} (E2B's wider FFN on the shared-KV layers)"
+                          if per_layer else "")}
 
 
 SPECS = {"gemma4-f32": gemma4_spec, "gemma4-moe-f32": lambda: gemma4_spec(moe=True),
-         "gemma4-kvshare-f32": lambda: gemma4_spec(shared_kv=2), "qwen2moe-f32": qwen2moe_spec, "mistral3-f32": mistral3_spec, "smollm3-f32": smollm3_spec,
+         "gemma4-kvshare-f32": lambda: gemma4_spec(shared_kv=2),
+         "gemma4-e2b-f32": lambda: gemma4_spec(shared_kv=2, per_layer=16), "qwen2moe-f32": qwen2moe_spec, "mistral3-f32": mistral3_spec, "smollm3-f32": smollm3_spec,
          "granite-f32": granite_spec, "phi3-f32": phi3_spec, "olmo2-swa-f32": olmo2_spec,
          "command-r-f32": command_r_spec, "cohere2-swa-f32": cohere2_spec, "glm4moe-f32": glm4moe_spec,
          "granitemoe-f32": granitemoe_spec, "command-r-plus-f32": command_r_plus_spec,
