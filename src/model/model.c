@@ -414,6 +414,31 @@ static void assign_layer_geometry(model *m) {
      * (the block ids still follow rank 0's) */
 }
 
+/* gemma4: tokenizer.ggml.suppress_tokens, the ids llama.cpp's gemma4 graph
+ * gives a logit of -inf (Gemma 4's unified checkpoints list their image and
+ * audio markers there, as transformers' generation config does). */
+static bool read_suppressed(model *m, kvl_error *err) {
+    const char *key = "tokenizer.ggml.suppress_tokens";
+    const int64_t idx = gguf_find_key(m->gguf, key);
+    gguf_vtype et;
+    uint64_t n;
+    if (idx < 0) return true;
+    if (!gguf_kv_array(m->gguf, idx, &et, &n) || n > (uint64_t)m->hp.n_vocab)
+        return kvl_fail(err, "%s: key '%s': expected an array of at most %lld token ids",
+                        gguf_path(m->gguf), key, (long long)m->hp.n_vocab);
+    m->suppress = kvl_calloc(n ? n : 1, sizeof *m->suppress);
+    if (!m->suppress) return kvl_fail(err, "model: out of memory");
+    for (uint64_t i = 0; i < n; i++) {
+        int64_t id;
+        if (!gguf_get_arr_i64(m->gguf, key, i, &id) || id < 0 || id >= m->hp.n_vocab)
+            return kvl_fail(err, "%s: key '%s': entry %llu is not a token id below %lld",
+                            gguf_path(m->gguf), key, (unsigned long long)i,
+                            (long long)m->hp.n_vocab);
+        m->suppress[m->n_suppress++] = (int32_t)id;
+    }
+    return true;
+}
+
 static bool bind_weights(model *m, kvl_error *err) {
     model_hparams *hp = &m->hp;
     const gguf_tensor *te = gguf_find_tensor(m->gguf, "token_embd.weight");
@@ -430,6 +455,7 @@ static bool bind_weights(model *m, kvl_error *err) {
          !bind(m, &m->pl_model_proj, "per_layer_model_proj.weight", hp->n_embd, npl, true, err) ||
          !bind(m, &m->pl_proj_norm, "per_layer_proj_norm.weight", np, 0, true, err)))
         return false;
+    if (m->arch->gemma4 && !read_suppressed(m, err)) return false;
     hp->tied_output = m->output.data == NULL;
     if (hp->tied_output) m->output = m->tok_embd;
     if (!model_last_stage(
@@ -725,6 +751,7 @@ void model_destroy(model *m) {
                      m->pl_row,     m->pl_tmp};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) kvl_free(bufs[i]);
     kvl_free(m->work);
+    kvl_free(m->suppress);
     kvl_free(m->head_work);
     kvl_free(m->attn_runs);
     gguf_close(m->gguf);

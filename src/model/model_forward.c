@@ -707,6 +707,9 @@ static int64_t project_logits(fwd_ctx *c, float *logits, float *hidden) {
     if (hp->final_softcap > 0)
         for (int64_t i = 0; i < n_out * hp->n_vocab; i++)
             logits[i] = hp->final_softcap * tanhf(logits[i] / hp->final_softcap);
+    for (int64_t r = 0; r < n_out; r++) /* gemma4's suppressed tokens */
+        for (int64_t i = 0; i < m->n_suppress; i++)
+            logits[r * hp->n_vocab + m->suppress[i]] = -INFINITY;
     PHASE_END(t_out, PHASE_OUTPUT, mtensor_slice_bytes(&m->output));
     return n_out;
 }

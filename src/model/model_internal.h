@@ -102,9 +102,11 @@ struct model {
     mtensor output_norm; /* [E] */
     mtensor output;      /* [E -> n_vocab] (token_embd when tied) */
     /* gemma4 E2B / E4B: per-token inputs of every layer (n_embd_per_layer each) */
-    mtensor pl_tok_embd;     /* [n_layer * n_pl] x n_vocab */
-    mtensor pl_model_proj;   /* [E -> n_layer * n_pl] */
-    mtensor pl_proj_norm;    /* [n_pl] */
+    mtensor pl_tok_embd;   /* [n_layer * n_pl] x n_vocab */
+    mtensor pl_model_proj; /* [E -> n_layer * n_pl] */
+    mtensor pl_proj_norm;  /* [n_pl] */
+    int32_t *suppress;     /* gemma4: tokenizer.ggml.suppress_tokens, whose logits are -inf */
+    int64_t n_suppress;
     const float *rope_freqs; /* [n_rot/2] or NULL */
     layer_weights *layers;
     kv_group_desc groups[MODEL_MAX_KV_GROUPS];

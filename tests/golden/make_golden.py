@@ -643,7 +643,11 @@ def gemma4_spec(moe=False, shared_kv=0, per_layer=0):
 
 SPECS = {"gemma4-f32": gemma4_spec, "gemma4-moe-f32": lambda: gemma4_spec(moe=True),
          "gemma4-kvshare-f32": lambda: gemma4_spec(shared_kv=2),
-         "gemma4-e2b-f32": lambda: gemma4_spec(shared_kv=2, per_layer=16), "qwen2moe-f32": qwen2moe_spec, "mistral3-f32": mistral3_spec, "smollm3-f32": smollm3_spec,
+         "gemma4-e2b-f32": lambda: gemma4_spec(shared_kv=2, per_layer=16), 
+         "gemma4-suppress-f32": lambda: dict(
+             gemma4_spec(), extra_kvs=[("tokenizer.ggml.suppress_tokens", T_ARR, (T_I32, [3513, 4092, 1415, 883, 108, 1585, 1782, 3571]))],
+             summary="gemma4-f32's layout and weights with tokenizer.ggml.suppress_tokens [3513, 4092, 1415, 883, 108, 1585, 1782, 3571] "
+                     "(tokens gemma4-f32 greedily picks that the perplexity text lacks): their logits are -inf (llama.cpp's gemma4 graph)"), "qwen2moe-f32": qwen2moe_spec, "mistral3-f32": mistral3_spec, "smollm3-f32": smollm3_spec,
          "granite-f32": granite_spec, "phi3-f32": phi3_spec, "olmo2-swa-f32": olmo2_spec,
          "command-r-f32": command_r_spec, "cohere2-swa-f32": cohere2_spec, "glm4moe-f32": glm4moe_spec,
          "granitemoe-f32": granitemoe_spec, "command-r-plus-f32": command_r_plus_spec,
@@ -660,6 +664,7 @@ def make_model(name, golden_dir, seed):
            ("general.file_type", T_U32, spec.get("file_type", 0)), ("general.alignment", T_U32, 32)]
     kvs += [(f"{arch}.{k}", t, v) for k, t, v in spec["hparams"]]
     kvs += [kv for kv in read_kv(donor) if kv[0].startswith("tokenizer.")]
+    kvs += spec.get("extra_kvs", [])
     rng = random.Random(seed)
     tensors = []
     for tname, dims, kind in spec["tensors"]:
