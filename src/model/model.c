@@ -544,11 +544,12 @@ static bool repack_weights(model *m, kvl_error *err) {
     const int64_t n = m->hp.n_layer * (int64_t)N_LAYER_MATMULS;
     /* experts hold most of a mixture-of-experts model's bytes: moe_repack reports the rest */
     const double share = m->hp.moe.n_expert ? 0.1 : 1.0;
-    for (int64_t i = -1; i < n; i++) {
+    for (int64_t i = -2; i < n; i++) { /* -2: gemma4's per_layer_model_proj, -1: the head */
         if (i % (int64_t)N_LAYER_MATMULS == 0) model_progress(m, share * (double)i / (double)n);
         mtensor *t =
-            i < 0 ? &m->output
-                  : layer_matmul(m, (int)(i / N_LAYER_MATMULS), (size_t)(i % N_LAYER_MATMULS));
+            i == -2 ? &m->pl_model_proj
+            : i < 0 ? &m->output
+                    : layer_matmul(m, (int)(i / N_LAYER_MATMULS), (size_t)(i % N_LAYER_MATMULS));
         if (!t->data || t->ne2 > 1) continue;
         const size_t bytes = kern_repack_bytes(t->dtype, t->ne1, t->ne0);
         if (!bytes) continue;
@@ -736,6 +737,7 @@ fail:
 void model_destroy(model *m) {
     if (!m) return;
     kvl_free(m->output.packed);
+    kvl_free(m->pl_model_proj.packed);
     for (int il = 0; m->layers && il < m->hp.n_layer; il++)
         for (size_t i = 0; i < N_LAYER_MATMULS; i++) kvl_free(layer_matmul(m, il, i)->packed);
     for (int il = 0; m->layers && il < m->hp.n_layer; il++) {
