@@ -123,28 +123,42 @@ static void gguf_float(const gguf_file *f, const char *arch, const char *name, f
     gguf_get_f32(f, key, out);
 }
 
+/* "<arch>.<name>" given per layer: 1 for an array of block_count entries (key
+ * holds its name), 0 when absent or a scalar, -1 (err set) for an array of
+ * another length (llama.cpp's get_key_or_arr). */
+static int gguf_layer_array(const gguf_file *f, const model_hparams *hp, const char *name,
+                            char key[128], kvl_error *err) {
+    snprintf(key, 128, "%s.%s", hp->arch, name);
+    int64_t idx = gguf_find_key(f, key);
+    gguf_vtype et;
+    uint64_t n;
+    if (idx < 0 || !gguf_kv_array(f, idx, &et, &n)) return 0;
+    if (n != (uint64_t)hp->n_layer) {
+        kvl_fail(err, "%s: key '%s' has %llu entries, expected one per layer (%lld)", gguf_path(f),
+                 key, (unsigned long long)n, (long long)hp->n_layer);
+        return -1;
+    }
+    return 1;
+}
+
 /* Which layers slide: attention.sliding_window_pattern as per-layer flags (an
  * array of block_count entries) or a pattern length; else the family's. */
 static bool gguf_swa_layers(const gguf_file *f, model_hparams *hp, kvl_error *err) {
     char key[128];
-    snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", hp->arch);
-    int64_t idx = gguf_find_key(f, key), n = hparams_default_swa_pattern(hp->arch);
-    gguf_vtype et;
-    uint64_t count;
-    if (idx >= 0 && gguf_kv_array(f, idx, &et, &count)) {
-        if (count != (uint64_t)hp->n_layer)
-            return kvl_fail(err, "%s: key '%s' has %llu entries, expected one per layer (%lld)",
-                            gguf_path(f), key, (unsigned long long)count, (long long)hp->n_layer);
-        for (uint64_t i = 0; i < count; i++) {
+    const int per_layer = gguf_layer_array(f, hp, "attention.sliding_window_pattern", key, err);
+    int64_t n = hparams_default_swa_pattern(hp->arch);
+    if (per_layer < 0) return false;
+    if (per_layer) {
+        for (int64_t i = 0; i < hp->n_layer; i++) {
             int64_t v;
-            if (!gguf_get_arr_i64(f, key, i, &v))
-                return kvl_fail(err, "%s: key '%s': entry %llu is not a flag", gguf_path(f), key,
-                                (unsigned long long)i);
+            if (!gguf_get_arr_i64(f, key, (uint64_t)i, &v))
+                return kvl_fail(err, "%s: key '%s': entry %lld is not a flag", gguf_path(f), key,
+                                (long long)i);
             hp->swa_layers[i] = v != 0;
         }
         return true;
     }
-    if (idx >= 0 && (!gguf_get_i64(f, key, &n) || n < 0))
+    if (gguf_find_key(f, key) >= 0 && (!gguf_get_i64(f, key, &n) || n < 0))
         return kvl_fail(err, "%s: key '%s' is not a pattern length", gguf_path(f), key);
     hparams_set_swa_pattern(hp, n);
     return true;
@@ -235,20 +249,14 @@ static bool gguf_range(const gguf_file *f, const model_hparams *hp, kvl_error *e
 /* A feed_forward_length array: one width per layer, n_ff the widest. */
 static bool gguf_ff_per_layer(const gguf_file *f, model_hparams *hp, kvl_error *err) {
     char key[128];
-    snprintf(key, sizeof key, "%s.feed_forward_length", hp->arch);
-    int64_t idx = gguf_find_key(f, key);
-    gguf_vtype et;
-    uint64_t n;
-    if (idx < 0 || !gguf_kv_array(f, idx, &et, &n)) return true;
-    if (n != (uint64_t)hp->n_layer)
-        return kvl_fail(err, "%s: key '%s' has %llu entries, expected one per layer (%lld)",
-                        gguf_path(f), key, (unsigned long long)n, (long long)hp->n_layer);
+    const int per_layer = gguf_layer_array(f, hp, "feed_forward_length", key, err);
+    if (per_layer <= 0) return per_layer == 0;
     hp->n_ff = 0;
-    for (uint64_t i = 0; i < n; i++) {
+    for (int64_t i = 0; i < hp->n_layer; i++) {
         int64_t v;
-        if (!gguf_get_arr_i64(f, key, i, &v) || v < 1 || v > (1 << 22))
-            return kvl_fail(err, "%s: key '%s': entry %llu is not a width in 1..%d", gguf_path(f),
-                            key, (unsigned long long)i, 1 << 22);
+        if (!gguf_get_arr_i64(f, key, (uint64_t)i, &v) || v < 1 || v > (1 << 22))
+            return kvl_fail(err, "%s: key '%s': entry %lld is not a width in 1..%d", gguf_path(f),
+                            key, (long long)i, 1 << 22);
         hp->n_ff_layer[i] = (int32_t)v;
         hp->n_ff = v > hp->n_ff ? v : hp->n_ff;
     }
@@ -303,26 +311,20 @@ static bool gguf_shape(const gguf_file *f, model_hparams *hp, kvl_error *err) {
  * within each kind. */
 static bool gguf_kv_heads_per_layer(const gguf_file *f, model_hparams *hp, kvl_error *err) {
     char key[128];
-    snprintf(key, sizeof key, "%s.attention.head_count_kv", hp->arch);
-    int64_t idx = gguf_find_key(f, key);
-    gguf_vtype et;
-    uint64_t n;
-    if (idx < 0 || !gguf_kv_array(f, idx, &et, &n)) return true;
-    if (n != (uint64_t)hp->n_layer)
-        return kvl_fail(err, "%s: key '%s' has %llu entries, expected one per layer (%lld)",
-                        gguf_path(f), key, (unsigned long long)n, (long long)hp->n_layer);
+    const int per_layer = gguf_layer_array(f, hp, "attention.head_count_kv", key, err);
+    if (per_layer <= 0) return per_layer == 0;
     int64_t kind[2] = {0, 0}; /* full, sliding */
-    for (uint64_t i = 0; i < n; i++) {
+    for (int64_t i = 0; i < hp->n_layer; i++) {
         int64_t v;
-        if (!gguf_get_arr_i64(f, key, i, &v) || v < 1 || v > MAX_HEADS)
-            return kvl_fail(err, "%s: key '%s': entry %llu is not a head count", gguf_path(f), key,
-                            (unsigned long long)i);
+        if (!gguf_get_arr_i64(f, key, (uint64_t)i, &v) || v < 1 || v > MAX_HEADS)
+            return kvl_fail(err, "%s: key '%s': entry %lld is not a head count", gguf_path(f), key,
+                            (long long)i);
         int64_t *k = &kind[hp->swa_layers[i] != 0];
         if (*k && *k != v)
             return kvl_fail(err,
                             "%s: key '%s' differs between layers of one kind (%lld, then %lld at "
-                            "layer %llu); per-layer values are not supported",
-                            gguf_path(f), key, (long long)*k, (long long)v, (unsigned long long)i);
+                            "layer %lld); per-layer values are not supported",
+                            gguf_path(f), key, (long long)*k, (long long)v, (long long)i);
         *k = v;
     }
     hp->n_head_kv = kind[0] ? kind[0] : kind[1];
