@@ -330,15 +330,17 @@ static bool run_verify(const cli_opts *o, const kv_plan_model *m, const kv_plan_
  * written exactly). */
 #define MODEL(field) CLI_JSON(kv_plan_model, field)
 static const cli_json_field MODEL_FIELDS[] = {
-    MODEL(arch),         MODEL(n_layers),      MODEL(n_head),
-    MODEL(n_kv_heads),   MODEL(head_dim_k),    MODEL(head_dim_v),
-    MODEL(kv_lora_rank), MODEL(rope_dim),      MODEL(sliding_window),
-    MODEL(n_swa_layers), MODEL(attn_chunk),    MODEL(n_chunk_layers),
-    MODEL(n_expert),     MODEL(n_expert_used), MODEL(active_weights_bytes)};
+    MODEL(arch),           MODEL(n_layers),       MODEL(n_head),
+    MODEL(n_kv_heads),     MODEL(head_dim_k),     MODEL(head_dim_v),
+    MODEL(kv_lora_rank),   MODEL(rope_dim),       MODEL(sliding_window),
+    MODEL(n_swa_layers),   MODEL(attn_chunk),     MODEL(n_chunk_layers),
+    MODEL(n_expert),       MODEL(n_expert_used),  MODEL(active_weights_bytes),
+    MODEL(n_kv_heads_swa), MODEL(head_dim_k_swa), MODEL(head_dim_v_swa)};
 #undef MODEL
 #define PLAN(field) CLI_JSON(kv_plan, field)
 #define REQ(field)  CLI_JSON(kv_plan_request, field)
-static const cli_json_field PLAN_ROWS[] = {PLAN(k_row_bytes), PLAN(v_row_bytes)};
+static const cli_json_field PLAN_ROWS[] = {PLAN(k_row_bytes), PLAN(v_row_bytes),
+                                           PLAN(swa_k_row_bytes), PLAN(swa_v_row_bytes)};
 static const cli_json_field REQUEST_SHAPE[] = {REQ(block_size), REQ(context), REQ(concurrency)};
 static const cli_json_field PLAN_BYTES[] = {
     PLAN(bytes_per_token),     PLAN(seq_lower_bound_bytes), PLAN(lower_bound_bytes),

@@ -311,6 +311,35 @@ static void test_sliding_window(void) {
     CHECK(found);
 }
 
+/* Sliding layers of their own shape (Gemma 4 31B's layout: 10 full layers of 4 KV heads x
+ * 512, 50 sliding ones of 16 x 256, window 1024), by hand: f16 rows of 4096 B (full K or V)
+ * and 8192 B (sliding K or V). */
+static void test_sliding_own_shape(void) {
+    kv_plan_model m = gqa(60, 32, 4, 512);
+    m.sliding_window = 1024;
+    m.n_swa_layers = 50;
+    m.n_kv_heads_swa = 16;
+    m.head_dim_k_swa = m.head_dim_v_swa = 256;
+    kv_plan_request r = req(32768, 1, KV_PLAN_F16);
+    kv_plan p = plan(&m, &r);
+    CHECK_U64(p.k_row_bytes, 4096);
+    CHECK_U64(p.swa_k_row_bytes, 8192);
+    CHECK_U64(p.bytes_per_token, 10ull * 8192 + 50ull * 16384);
+    CHECK_U64(p.seq_lower_bound_bytes, 10ull * 8192 * 32768 + 50ull * 16384 * 1024);
+    CHECK_U64(p.block_bytes, 16ull * 10 * 8192);
+    CHECK_U64(p.swa_block_bytes, 16ull * 50 * 16384);
+    kv_plan_group g[4];
+    kvl_error err = {{0}};
+    CHECK(kv_plan_pool_groups(&m, &r, g, &err) == 2);
+    CHECK(g[0].cfg.n_kv_heads == 4 && g[0].cfg.head_dim_k == 512 && g[0].window == 0);
+    CHECK(g[1].cfg.n_kv_heads == 16 && g[1].cfg.head_dim_k == 256 && g[1].window == 1024);
+    /* without the sliding shape: every layer as the full ones */
+    kv_plan_model u = gqa(60, 32, 4, 512);
+    u.sliding_window = 1024;
+    u.n_swa_layers = 50;
+    CHECK_U64(plan(&u, &r).swa_k_row_bytes, 4096);
+}
+
 static void test_quant(void) {
     CHECK_U64(kv_plan_row_bytes(KV_PLAN_Q8_0, 1024), 32 * 34);
     CHECK_U64(kv_plan_row_bytes(KV_PLAN_Q8_0, 33), 0); /* the pool refuses a partial block */
@@ -676,6 +705,7 @@ int main(void) {
     test_sliding_window();
     test_chunked();
     test_quant();
+    test_sliding_own_shape();
     test_invalid();
     test_hf_configs();
     test_gguf();
