@@ -183,6 +183,24 @@ CASES = [
     ("rope_scaling_unknown", "deepseek2-yarn-f32",
      lambda kv, ts: set_kv(kv, "deepseek2.rope.scaling.type", T_STR, gstr("longrope")),
      "key 'deepseek2.rope.scaling.type': rope scaling 'longrope' is not supported"),
+    # gemma4-f32's layers slide as [yes, no, yes, no]
+    ("kv_heads_differ_within_kind", "gemma4-f32",
+     lambda kv, ts: set_kv(kv, "gemma4.attention.head_count_kv", T_ARR,
+                           struct.pack("<IQ4I", T_U32, 4, 2, 1, 4, 1)),
+     "key 'gemma4.attention.head_count_kv' differs between layers of one kind (2, then 4 at layer 2)"),
+    ("kv_heads_array_length", "gemma4-f32",
+     lambda kv, ts: set_kv(kv, "gemma4.attention.head_count_kv", T_ARR,
+                           struct.pack("<IQ3I", T_U32, 3, 2, 1, 2)),
+     "key 'gemma4.attention.head_count_kv' has 3 entries, expected one per layer (4)"),
+    ("shared_kv_all_layers", "gemma4-f32", set_u32("gemma4.attention.shared_kv_layers", 4),
+     "key 'gemma4.attention.shared_kv_layers' = 4: must be below 4"),
+    ("shared_kv_other_kind", "gemma4-kvshare-f32", set_u32("gemma4.attention.shared_kv_layers", 3),
+     "layer 3 would read the cache of layer 2, which is not of its kind"),
+    ("per_layer_inputs_elsewhere", "qwen3-f32", set_u32("qwen3.embedding_length_per_layer_input", 8),
+     "per-layer embeddings are supported for gemma4 only"),
+    ("gemma4_full_layer_without_v_mismatched", "gemma4-f32",
+     set_u32("gemma4.attention.value_length", 16),
+     "tensor 'blk.1.attn_v.weight' missing (V is K only where the head widths agree"),
 ]
 
 
