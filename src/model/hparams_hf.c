@@ -37,6 +37,32 @@ static bool hf_need(int r, const char *name, kvl_error *err) {
     return r > 0 || (r == 0 && kvl_fail(err, "config.json: missing %s", name));
 }
 
+/* Gemma 4: the full layers' own head width and KV head count (global_head_dim,
+ * num_global_key_value_heads; head_dim and num_key_value_heads are the sliding
+ * layers'), and the last num_kv_shared_layers layers keeping no cache, as
+ * llama.cpp's converter writes them into the GGUF keys. */
+static bool hf_layer_kinds(const cJSON *o, model_hparams *hp, kvl_error *err) {
+    int64_t global_dim = 0, global_kv = 0, shared = 0;
+    if (hf_int(o, "global_head_dim", &global_dim, err) < 0 ||
+        hf_int(o, "num_global_key_value_heads", &global_kv, err) < 0 ||
+        hf_int(o, "num_kv_shared_layers", &shared, err) < 0 ||
+        hf_int(o, "hidden_size_per_layer_input", &hp->n_embd_per_layer, err) < 0)
+        return false;
+    if (global_dim > 0) {
+        hp->head_dim_k_swa = hp->head_dim_v_swa = hp->n_rot_swa = hp->head_dim_k;
+        hp->head_dim_k = hp->head_dim_v = hp->n_rot = global_dim;
+    }
+    if (global_kv > 0) {
+        hp->n_head_kv_swa = hp->n_head_kv;
+        hp->n_head_kv = global_kv;
+    }
+    if (shared >= hp->n_layer)
+        return kvl_fail(err, "config.json: num_kv_shared_layers %lld: must be below %lld",
+                        (long long)shared, (long long)hp->n_layer);
+    hp->n_layer_kv = hp->n_layer - shared;
+    return true;
+}
+
 static bool hf_heads(const cJSON *o, model_hparams *hp, kvl_error *err) {
     static const char *const LAYERS[3] = {"num_hidden_layers", "n_layer", "num_layers"};
     static const char *const HEADS[3] = {"num_attention_heads", "n_head", NULL};
@@ -64,7 +90,7 @@ static bool hf_heads(const cJSON *o, model_hparams *hp, kvl_error *err) {
                         (long long)hp->n_embd, (long long)hp->n_head);
     hp->head_dim_v = hp->head_dim_k;
     hp->n_rot = hp->head_dim_k;
-    return true;
+    return hf_layer_kinds(o, hp, err);
 }
 
 /* DeepSeek's MLA, in the form llama.cpp's converter writes it: one cached

@@ -473,6 +473,18 @@ static void test_hf_configs(void) {
     CHECK(m.sliding_window == 4096 && m.n_swa_layers == 32);
     CHECK(load_shape("tests/kv_plan/synthetic-layer-types.json", &m));
     CHECK(m.sliding_window == 512 && m.n_swa_layers == 5 && m.n_layers == 6);
+    /* Gemma 4's fields: 8 layers with a cache, 6 of them sliding (layers 0-4, 6), full ones of
+     * 2 x 512, sliding ones of 8 x 256; bf16: 2 x 2 x 512 x 2 B a full layer, 2 x 8 x 256 x 2 B
+     * a sliding one */
+    CHECK(load_shape("tests/kv_plan/synthetic-gemma4.json", &m));
+    CHECK(m.n_layers == 8 && m.n_swa_layers == 6 && m.sliding_window == 1024);
+    CHECK(m.n_kv_heads == 2 && m.head_dim_k == 512 && m.n_kv_heads_swa == 8 &&
+          m.head_dim_k_swa == 256 && m.head_dim_v_swa == 256);
+    {
+        kv_plan_request rg = req(4096, 1, KV_PLAN_BF16);
+        CHECK_U64(plan(&m, &rg).bytes_per_token, 2ull * 4096 + 6ull * 8192);
+        CHECK_U64(plan(&m, &rg).seq_lower_bound_bytes, 2ull * 4096 * 4096 + 6ull * 8192 * 1024);
+    }
     kvl_error err = {{0}};
     CHECK(!from_hf("{\"num_hidden_layers\": 2}", &m, &err));
     CHECK(strstr(err.msg, "num_attention_heads") != NULL);
