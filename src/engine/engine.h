@@ -59,7 +59,7 @@ typedef struct engine_event {
 
 typedef void (*engine_event_fn)(const engine_event *ev, void *user);
 
-#define ENGINE_MAX_KEEP_SPECIAL 16
+#define ENGINE_MAX_KEEP_SPECIAL 32
 
 typedef struct engine_request {
     const int32_t *prompt; /* copied */

@@ -347,8 +347,8 @@ static bool build_tool_grammar(srv *s, srv_job *j, api_error *err) {
 /* The control tokens of the call format's markers (and <think>) are printed,
  * so that the parser sees them: a marker that is one token is kept. */
 static void keep_marker_tokens(srv *s, srv_job *j) {
-    const char *m[16];
-    int n = tool_format_markers(j->parse_fmt, m, 16);
+    const char *m[ENGINE_MAX_KEEP_SPECIAL];
+    int n = tool_format_markers(j->parse_fmt, m, ENGINE_MAX_KEEP_SPECIAL);
     for (int i = 0; i < n && j->n_keep_special < ENGINE_MAX_KEEP_SPECIAL; i++) {
         int32_t ids[4];
         kvl_error kerr = {{0}};

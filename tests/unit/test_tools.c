@@ -16,6 +16,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "engine.h"
 #include "grammar.h"
 #include "srv_tools.h"
 
@@ -1021,6 +1022,14 @@ int main(void) {
     test_request();
     test_grammar_text();
     test_grammar_roundtrip();
+    /* every format's markers (and the reasoning tags) fit the engine's kept control tokens:
+     * one dropped would be printed as nothing and the call never parsed */
+    for (int f = TOOL_FMT_NONE; f < TOOL_FMT_COUNT; f++) {
+        const char *m[ENGINE_MAX_KEEP_SPECIAL + 1];
+        CHECK(tool_format_markers((tool_format)f, m, ENGINE_MAX_KEEP_SPECIAL + 1) <=
+                  ENGINE_MAX_KEEP_SPECIAL,
+              "format %d: more markers than ENGINE_MAX_KEEP_SPECIAL", f);
+    }
     CHECK(n_ids > 20 && n_ids_last_a * 4 < n_ids, "%d of %d ids end with 'A'", n_ids_last_a, n_ids);
     cJSON_Delete(CASES);
     if (failures) fprintf(stderr, "test_tools: %d failure(s)\n", failures);
