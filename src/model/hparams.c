@@ -338,7 +338,13 @@ static void gguf_floats(const gguf_file *f, model_hparams *hp) {
     gguf_float(f, a, "rope.freq_base_swa", &hp->rope_base_swa);
     gguf_float(f, a, "attention.layer_norm_rms_epsilon", &hp->rms_eps);
     gguf_float(f, a, "attn_logit_softcapping", &hp->attn_softcap);
-    gguf_float(f, a, "final_logit_softcapping", &hp->final_softcap);
+    /* llama.cpp's default of 30 where its loader leaves the key optional (gemma4) or does
+     * not read it (gemma3n) */
+    char sc_key[128];
+    snprintf(sc_key, sizeof sc_key, "%s.final_logit_softcapping", a);
+    if (strcmp(a, "gemma3n") == 0 || (strcmp(a, "gemma4") == 0 && gguf_find_key(f, sc_key) < 0))
+        hp->final_softcap = 30.0f;
+    else gguf_float(f, a, "final_logit_softcapping", &hp->final_softcap);
     gguf_float(f, a, "attention.temperature_scale", &hp->attn_temp_scale);
     gguf_float(f, a, "attention.layer_norm_epsilon", &hp->norm_eps);
     gguf_float(f, a, "embedding_scale", &hp->embd_scale);
