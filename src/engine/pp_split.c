@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "arch.h"
 #include "hparams.h"
 #include "pp.h"
 
@@ -82,6 +83,10 @@ bool pp_split_bytes(const gguf_file *f, int n_ranks, const char *spec, int *firs
     if (!model_hparams_from_gguf(f, &hp, err)) return false;
     const int L = (int)hp.n_layer;
     if (!check_ranks(L, n_ranks, err)) return false;
+    const arch_desc *ad = arch_find(hp.arch);
+    if (n_ranks > 1 && ad && ad->altup) /* the loader refuses such a stage too */
+        return kvl_fail(err, "pp: %s keeps four residual streams: its layers are not split",
+                        hp.arch);
     int64_t *bytes = calloc((size_t)L, sizeof *bytes), head, total = 0;
     if (!bytes) return kvl_fail(err, "pp: out of memory");
     layer_bytes(f, L, bytes, &head);

@@ -48,7 +48,10 @@ typedef struct arch_desc {
                      interleaved MoE weighting the experts' input (llama4; hparams.c) */
     bool gemma4;  /* q.k unscaled, V RMS-normed (and K itself where attn_v is absent),
                     rope_freqs on the full layers only, sliding layers of their own shape,
-                    KV shared by the last layers, a per-layer output scale (gemma4) */
+                    KV shared by the last layers, per-layer inputs, a per-layer output scale
+                    (gemma4; gemma3n shares all of it that its files use) */
+    bool altup;   /* four AltUp streams of the residual, LAuReL, Gaussian top-k activation
+                    sparsity on the first layers (gemma3n; model_altup.c) */
 } arch_desc;
 
 /* NULL if the architecture is not supported. */

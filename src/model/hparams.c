@@ -298,6 +298,10 @@ static bool gguf_shape(const gguf_file *f, model_hparams *hp, kvl_error *err) {
         return kvl_fail(err, "%s: key '%s.attention.shared_kv_layers' = %lld: must be below %lld",
                         gguf_path(f), a, (long long)shared_kv, (long long)hp->n_layer);
     hp->n_layer_kv = hp->n_layer - shared_kv;
+    if (strcmp(a, "gemma3n") == 0) { /* llama.cpp's fixed values, not file keys */
+        hp->n_layer_kv = hp->n_layer < 20 ? hp->n_layer : 20;
+        hp->n_embd_per_layer = 256;
+    }
     /* llama.cpp's defaults; the sliding layers' shape is the full layers' unless given */
     if (hp->n_head_kv == 0) hp->n_head_kv = hp->n_head;
     if (hp->head_dim_k == 0) hp->head_dim_k = hp->n_embd / hp->n_head;

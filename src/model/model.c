@@ -354,6 +354,23 @@ static bool bind_layer(model *m, int il, kvl_error *err) {
                    !bind_blk(m, il, &L->pl_proj, "proj.weight", np, E, true, err) ||
                    !bind_blk(m, il, &L->pl_post_norm, "post_norm.weight", E, 0, true, err)))
         return false;
+    const int A = ALTUP_N;
+    if (m->arch->altup &&
+        (!bind_blk(m, il, &L->altup_router, "altup_router.weight", E, A, true, err) ||
+         !bind_blk(m, il, &L->altup_router_norm, "altup_router_norm.weight", E, 0, true, err) ||
+         !bind_blk(m, il, &L->altup_predict_coef, "altup_predict_coef.weight", A, A * A, true,
+                   err) ||
+         !bind_blk(m, il, &L->altup_correct_coef, "altup_correct_coef.weight", A, A, true, err) ||
+         !bind_blk(m, il, &L->altup_correct_scale, "altup_correct_scale.weight", E, 0, true, err) ||
+         !bind_blk(m, il, &L->laurel_l, "laurel_l.weight", E, LAUREL_RANK, true, err) ||
+         !bind_blk(m, il, &L->laurel_r, "laurel_r.weight", LAUREL_RANK, E, true, err) ||
+         !bind_blk(m, il, &L->laurel_post_norm, "laurel_post_norm.weight", E, 0, true, err)))
+        return false;
+    /* the coefficients are read as floats (4-value products, model_altup.c) */
+    if (m->arch->altup &&
+        (L->altup_predict_coef.dtype != GGUF_DT_F32 || L->altup_correct_coef.dtype != GGUF_DT_F32))
+        return kvl_fail(err, "%s: blk.%d.altup_predict_coef / altup_correct_coef: expected F32",
+                        gguf_path(m->gguf), il);
     return true;
 }
 
@@ -456,6 +473,11 @@ static bool bind_weights(model *m, kvl_error *err) {
          !bind(m, &m->pl_proj_norm, "per_layer_proj_norm.weight", np, 0, true, err)))
         return false;
     if (m->arch->gemma4 && !read_suppressed(m, err)) return false;
+    if (m->arch->altup && (!bind3(m, &m->altup_proj, "altup_proj.weight", hp->n_embd, hp->n_embd,
+                                  ALTUP_N - 1, true, err) ||
+                           !bind3(m, &m->altup_unembd_proj, "altup_unembd_proj.weight", hp->n_embd,
+                                  hp->n_embd, ALTUP_N - 1, true, err)))
+        return false;
     hp->tied_output = m->output.data == NULL;
     if (hp->tied_output) m->output = m->tok_embd;
     if (!model_last_stage(
@@ -676,6 +698,8 @@ static bool alloc_scratch(model *m, kvl_error *err) {
         return kvl_fail(err, "model: out of memory");
     m->ff_gate = kvl_calloc(U * hp->n_ff, sizeof(float));
     m->ff_up = kvl_calloc(U * hp->n_ff, sizeof(float));
+    if (m->arch->altup && !(m->alt = kvl_calloc(altup_scratch_floats(m), sizeof(float))))
+        return kvl_fail(err, "model: cannot allocate AltUp scratch");
     if (hp->n_embd_per_layer > 0) {
         const size_t npl = (size_t)(hp->n_embd_per_layer * hp->n_layer);
         m->pl_in = kvl_calloc((size_t)U * npl, sizeof(float));
@@ -714,6 +738,13 @@ model *model_load(gguf_file *f, const model_params *mp, kvl_error *err) {
                  m->layer_first, m->layer_end - 1, (long long)m->hp.n_layer);
         goto fail;
     }
+    if (m->arch->altup && (m->layer_first != 0 || m->layer_end != m->hp.n_layer)) {
+        kvl_fail(err,
+                 "%s: gemma3n keeps four residual streams: its layers are not split into "
+                 "pipeline stages",
+                 gguf_path(f));
+        goto fail;
+    }
     for (int il = m->layer_first; il < m->layer_end; il++)
         if (model_hparams_kv_source(&m->hp, il) < m->layer_first) {
             kvl_fail(err, "%s: layer %d reads the KV cache of layer %lld, outside layers %d-%d",
@@ -747,10 +778,10 @@ void model_destroy(model *m) {
     kvl_free(m->head_each_work);
     moe_free(m);
     free(m->layers);
-    float *bufs[] = {m->x,          m->xb,    m->xb2,     m->q,     m->k,
-                     m->v,          m->att,   m->ff_gate, m->ff_up, m->attn_scratch,
-                     m->logit_rows, m->mla_a, m->mla_b,   m->par,   m->pl_in,
-                     m->pl_row,     m->pl_tmp};
+    float *bufs[] = {m->x,          m->xb,     m->xb2,     m->q,     m->k,
+                     m->v,          m->att,    m->ff_gate, m->ff_up, m->attn_scratch,
+                     m->logit_rows, m->mla_a,  m->mla_b,   m->par,   m->pl_in,
+                     m->pl_row,     m->pl_tmp, m->alt};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) kvl_free(bufs[i]);
     kvl_free(m->work);
     kvl_free(m->suppress);

@@ -533,6 +533,8 @@ static void dense_ffn(fwd_ctx *c, const layer_weights *L) {
     float *const gate_up_out[] = {m->ff_gate, m->ff_up};
     PHASE_BEGIN(t_dense);
     op_matmul_many(m, 2, gate_up, m->xb, n, gate_up_out);
+    if (m->arch->altup && L - m->layers < 10) /* gemma3n's first 10 layers (llama.cpp's) */
+        altup_gaussian_topk(m->ff_gate, n, F);
     if (m->arch->ffn_act == ARCH_ACT_GELU) op_gelu_mul(m->ff_gate, m->ff_up, n * F);
     else op_silu_mul(m->ff_gate, m->ff_up, n * F);
     op_matmul(m, &L->ffn_down, m->ff_gate, n, m->xb);
@@ -632,6 +634,29 @@ static void layer_forward(fwd_ctx *c, int il) {
         for (int64_t i = 0; i < n * E; i++) m->x[i] *= s;
     }
     PHASE_END(t_ffn, PHASE_FFN_LAYER, 0);
+}
+
+/* gemma3n's layer (llama.cpp's gemma3n graph): on stream 0's prediction,
+ * attention beside LAuReL, their mean (x 1/sqrt(2)) through the FFN (with
+ * its activation sparsity), then the streams corrected (model_altup.c). */
+static void layer_forward_altup(fwd_ctx *c, int il) {
+    model *m = c->m;
+    const layer_weights *L = &m->layers[il];
+    const int64_t n = c->n, E = m->hp.n_embd;
+    const float inv_sqrt2 = 1.0f / sqrtf(2.0f);
+    float *active = m->x, *laurel = m->xb2;
+    altup_predict(m, L, n, active);
+    norm_rows(m, m->xb, active, &L->attn_norm, n);
+    altup_laurel(m, L, m->xb, n, laurel);
+    attn_mha(c, il);
+    op_rms_norm(m->xb, m->xb, L->post_attn_norm.data, n, E, m->hp.rms_eps);
+    for (int64_t i = 0; i < n * E; i++) /* (attention + its input) with LAuReL, averaged */
+        m->x[i] = ((m->xb[i] + active[i]) + laurel[i]) * inv_sqrt2;
+    norm_rows(m, m->xb, m->x, &L->ffn_norm, n);
+    dense_ffn(c, L);
+    op_rms_norm(m->xb, m->xb, L->post_ffn_norm.data, n, E, m->hp.rms_eps);
+    for (int64_t i = 0; i < n * E; i++) m->xb[i] = m->xb[i] + m->x[i];
+    altup_correct(m, L, il, m->xb, n);
 }
 
 static bool wants_logits(const model_batch *b, int64_t i) {
@@ -753,7 +778,13 @@ bool model_forward_stage(model *m, kv_pool *const *pools, const model_batch *b, 
         if (m->pl_tok_embd.data) per_layer_inputs(&c);
         if (x_in) memcpy(m->x, x_in + t0 * E, (size_t)(c.n * E) * sizeof(float));
         else embed(&c);
-        for (int il = m->layer_first; il < m->layer_end; il++) layer_forward(&c, il);
+        if (m->arch->altup) { /* gemma3n: one stage (model_load), four streams */
+            altup_embed(m, m->x, c.n);
+            for (int il = 0; il < m->layer_end; il++) layer_forward_altup(&c, il);
+            altup_unembed(m, m->x, c.n);
+        }
+        for (int il = m->layer_first; il < m->layer_end && !m->arch->altup; il++)
+            layer_forward(&c, il);
         if (x_out) {
             memcpy(x_out + t0 * E, m->x, (size_t)(c.n * E) * sizeof(float));
             continue;

@@ -38,6 +38,12 @@ typedef struct layer_weights {
     mtensor pl_inp_gate;      /* gemma4 E2B / E4B: [E -> n_pl] gate of the per-layer input */
     mtensor pl_proj;          /* [n_pl -> E] */
     mtensor pl_post_norm;     /* [E] */
+    /* gemma3n: AltUp's router and coefficients, LAuReL's low-rank residual */
+    mtensor altup_router, altup_router_norm;      /* [E -> 4], [E] */
+    mtensor altup_predict_coef;                   /* [4 -> 16] */
+    mtensor altup_correct_coef;                   /* [4 -> 4] */
+    mtensor altup_correct_scale;                  /* [E] */
+    mtensor laurel_l, laurel_r, laurel_post_norm; /* [E -> 64], [64 -> E], [E] */
     /* MLA (deepseek2), llama.cpp's absorbed layout */
     mtensor wq_a, q_a_norm, wq_b; /* [E -> q_lora], [q_lora], [q_lora -> H*(nope+rope)] */
     mtensor wkv_a_mqa, kv_a_norm; /* [E -> kv_lora+rope], [kv_lora] */
@@ -102,10 +108,11 @@ struct model {
     mtensor output_norm; /* [E] */
     mtensor output;      /* [E -> n_vocab] (token_embd when tied) */
     /* gemma4 E2B / E4B: per-token inputs of every layer (n_embd_per_layer each) */
-    mtensor pl_tok_embd;   /* [n_layer * n_pl] x n_vocab */
-    mtensor pl_model_proj; /* [E -> n_layer * n_pl] */
-    mtensor pl_proj_norm;  /* [n_pl] */
-    int32_t *suppress;     /* gemma4: tokenizer.ggml.suppress_tokens, whose logits are -inf */
+    mtensor pl_tok_embd;                   /* [n_layer * n_pl] x n_vocab */
+    mtensor pl_model_proj;                 /* [E -> n_layer * n_pl] */
+    mtensor pl_proj_norm;                  /* [n_pl] */
+    mtensor altup_proj, altup_unembd_proj; /* gemma3n: {E, E, 3}, the extra streams in and out */
+    int32_t *suppress; /* gemma4: tokenizer.ggml.suppress_tokens, whose logits are -inf */
     int64_t n_suppress;
     const float *rope_freqs; /* [n_rot/2] or NULL */
     layer_weights *layers;
@@ -125,6 +132,7 @@ struct model {
     float *pl_in;        /* [max_ubatch][n_layer][n_pl] gemma4's per-layer inputs */
     float *pl_row;       /* [n_layer * n_pl] one token's per-layer embedding row */
     float *pl_tmp;       /* [max_ubatch][n_pl] */
+    float *alt;          /* gemma3n (model_altup.c): streams, predictions, LAuReL rows */
     float *attn_scratch; /* [n_threads_max][attn_scratch_len], sized for the pools in use */
     size_t attn_scratch_len;
     int32_t *attn_runs;        /* [max_ubatch][2]: first token, count of each run (attention) */
@@ -174,6 +182,26 @@ void moe_free(model *m);
  * router reads router_x [n][E] (gemma4's own input), or x when NULL. */
 void moe_ffn(model *m, const layer_weights *L, const float *x, const float *router_x, int64_t n,
              float *y);
+
+/* ---- gemma3n's AltUp and LAuReL (model_altup.c) ---- */
+#define ALTUP_N     4  /* streams (llama.cpp's n_altup) */
+#define LAUREL_RANK 64 /* llama.cpp's laurel_rank */
+/* The scratch the functions below need for max_ubatch tokens (floats). */
+size_t altup_scratch_floats(const model *m);
+/* The four streams [n][4][E] of a ubatch from its embeddings x [n][E]. */
+void altup_embed(model *m, const float *x, int64_t n);
+/* The layer's predictions of every stream (into the predictions buffer); the
+ * active one (stream 0) into x [n][E]. */
+void altup_predict(model *m, const layer_weights *L, int64_t n, float *x);
+/* LAuReL of the normed rows h [n][E]: out = RMSNorm(r (l h)) + h. */
+void altup_laurel(model *m, const layer_weights *L, const float *h, int64_t n, float *out);
+/* The streams corrected by the layer's output y [n][E], then the per-layer
+ * input added to streams 1-3 (m->pl_in). */
+void altup_correct(model *m, const layer_weights *L, int il, const float *y, int64_t n);
+/* The streams merged back into x [n][E] (the model's output rows). */
+void altup_unembed(model *m, float *x, int64_t n);
+/* The FFN gate's Gaussian top-k: x - (mean + 1.6448533 std), floored at 0, per row. */
+void altup_gaussian_topk(float *x, int64_t rows, int64_t n);
 
 /* ---- ops (model_ops.c) ---- */
 /* w NULL: no weight (llama4's q/k L2 norm is a weightless RMSNorm). */

@@ -641,7 +641,46 @@ def gemma4_spec(moe=False, shared_kv=0, per_layer=0):
                           if per_layer else "")}
 
 
-SPECS = {"gemma4-f32": gemma4_spec, "gemma4-moe-f32": lambda: gemma4_spec(moe=True),
+def gemma3n_spec():
+    """Gemma 3n (E2B / E4B) as llama.cpp's gemma3n graph runs it: 4 AltUp streams of the
+    residual (altup_proj / altup_unembd_proj, a tanh router predicting and correcting them),
+    LAuReL, Gaussian top-k activation sparsity on the first 10 layers, per-layer inputs of 256
+    values, V RMS-normed, q.k unscaled, soft-capping 30 whatever the file says; llama.cpp fixes
+    the AltUp and LAuReL sizes (4 streams, rank 64, 256) and the first 20 layers' own KV."""
+    E, L, H, HKV, HD, FF, V, A, R, NP = 64, 2, 4, 2, 16, 128, 4096, 4, 64, 256
+    ts = [("token_embd.weight", [E, V], "w"), ("output_norm.weight", [E], "norm"),
+          ("altup_proj.weight", [E, E, A - 1], "w"), ("altup_unembd_proj.weight", [E, E, A - 1], "w"),
+          ("per_layer_token_embd.weight", [NP * L, V], "w"),
+          ("per_layer_model_proj.weight", [E, NP * L], "w"), ("per_layer_proj_norm.weight", [NP], "norm")]
+    for i in range(L):
+        b = f"blk.{i}."
+        ts += [(b + "attn_norm.weight", [E], "norm"), (b + "attn_q.weight", [E, H * HD], "w"),
+               (b + "attn_k.weight", [E, HKV * HD], "w"), (b + "attn_v.weight", [E, HKV * HD], "w"),
+               (b + "attn_output.weight", [H * HD, E], "w"), (b + "attn_q_norm.weight", [HD], "norm"),
+               (b + "attn_k_norm.weight", [HD], "norm"), (b + "post_attention_norm.weight", [E], "norm"),
+               (b + "ffn_norm.weight", [E], "norm"), (b + "ffn_gate.weight", [E, FF], "w"),
+               (b + "ffn_up.weight", [E, FF], "w"), (b + "ffn_down.weight", [FF, E], "w"),
+               (b + "post_ffw_norm.weight", [E], "norm"),
+               (b + "inp_gate.weight", [E, NP], "w"), (b + "proj.weight", [NP, E], "w"),
+               (b + "post_norm.weight", [E], "norm"),
+               (b + "altup_correct_coef.weight", [A, A], "w"), (b + "altup_correct_scale.weight", [E], "norm"),
+               (b + "altup_predict_coef.weight", [A, A * A], "w"), (b + "altup_router.weight", [E, A], "w"),
+               (b + "altup_router_norm.weight", [E], "norm"), (b + "laurel_l.weight", [E, R], "w"),
+               (b + "laurel_r.weight", [R, E], "w"), (b + "laurel_post_norm.weight", [E], "norm")]
+    hp = base_hparams(E, L, H, HKV, FF, "attention.layer_norm_rms_epsilon", 1e-6) + [
+        ("attention.key_length", T_U32, HD), ("attention.value_length", T_U32, HD),
+        ("rope.freq_base", T_F32, 1e6), ("rope.freq_base_swa", T_F32, 1e4),
+        ("attention.sliding_window", T_U32, 16), ("attention.sliding_window_pattern", T_U32, 2),
+        ("embedding_length_per_layer_input", T_U32, NP)]
+    return {"arch": "gemma3n", "donor": "qwen3-f32", "hparams": hp, "tensors": ts,
+            "summary": f"gemma3n (Gemma 3n E2B / E4B layout): E{E} L{L}, layer 0 sliding (window 16, rope 1e4), "
+                       f"layer 1 full (rope 1e6), GQA {H}/{HKV} x {HD}, q/k RMSNorm, V weightless RMSNorm, q.k "
+                       f"unscaled; {A} AltUp streams, LAuReL rank {R}, per-layer inputs of {NP}, Gaussian top-k "
+                       f"sparsity (both layers are among the first 10), GELU FFN ff {FF}, soft-capping 30, "
+                       f"tied output"}
+
+
+SPECS = {"gemma3n-f32": gemma3n_spec, "gemma4-f32": gemma4_spec, "gemma4-moe-f32": lambda: gemma4_spec(moe=True),
          "gemma4-kvshare-f32": lambda: gemma4_spec(shared_kv=2),
          "gemma4-e2b-f32": lambda: gemma4_spec(shared_kv=2, per_layer=16), 
          "gemma4-suppress-f32": lambda: dict(
