@@ -167,14 +167,8 @@ void altup_gaussian_topk(float *x, int64_t rows, int64_t n) {
     const float std_mul = 1.6448533535003662f; /* the normal distribution's 95% point */
     for (int64_t r = 0; r < rows; r++) {
         float *v = x + r * n;
-        double sum = 0;
-        for (int64_t i = 0; i < n; i++) sum += (double)v[i];
-        const float mean = (float)sum / (float)n;
-        double ss = 0;
-        for (int64_t i = 0; i < n; i++) {
-            const float d = v[i] - mean;
-            ss += (double)(d * d);
-        }
+        double ss;
+        const float mean = op_row_moments(v, n, &ss);
         const float sd = sqrtf((float)ss * (1.0f / (float)(n - 1)));
         const float cut = mean + sd * std_mul;
         for (int64_t i = 0; i < n; i++) {

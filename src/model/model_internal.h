@@ -206,6 +206,9 @@ void altup_gaussian_topk(float *x, int64_t rows, int64_t n);
 /* ---- ops (model_ops.c) ---- */
 /* w NULL: no weight (llama4's q/k L2 norm is a weightless RMSNorm). */
 void op_rms_norm(float *out, const float *x, const float *w, int64_t rows, int64_t n, float eps);
+/* A row's mean as ggml takes it (double sum, float divide), and the double sum of
+ * its centred values' float squares (ggml_norm's variance, gemma3n's Gaussian top-k). */
+float op_row_moments(const float *x, int64_t n, double *centred_ss);
 /* LayerNorm without bias (ggml_norm then the weight): (x - mean) / sqrt(var + eps) * w. */
 void op_layer_norm(float *out, const float *x, const float *w, int64_t rows, int64_t n, float eps);
 void op_matmul(model *m, const mtensor *w, const float *x, int64_t rows, float *y);

@@ -95,6 +95,19 @@ void op_rms_norm(float *out, const float *x, const float *w, int64_t rows, int64
     rms_rows(out, x, w, rows, n, eps);
 }
 
+float op_row_moments(const float *x, int64_t n, double *centred_ss) {
+    double sum = 0;
+    for (int64_t i = 0; i < n; i++) sum += (double)x[i];
+    const float mean = (float)sum / (float)n;
+    double ss = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const float d = x[i] - mean;
+        ss += (double)(d * d);
+    }
+    *centred_ss = ss;
+    return mean;
+}
+
 /* As ggml_norm: the mean and the variance of the centred row summed in double,
  * the scale in float; then the weight. Rows are few and the op cheap next to
  * the matmuls around it, so it stays on this thread. */
@@ -102,17 +115,10 @@ void op_layer_norm(float *out, const float *x, const float *w, int64_t rows, int
     for (int64_t r = 0; r < rows; r++) {
         const float *xr = x + r * n;
         float *o = out + r * n;
-        double sum = 0;
-        for (int64_t i = 0; i < n; i++) sum += (double)xr[i];
-        const float mean = (float)sum / (float)n;
-        double var = 0;
-        for (int64_t i = 0; i < n; i++) {
-            const float d = xr[i] - mean;
-            o[i] = d;
-            var += (double)(d * d);
-        }
+        double var;
+        const float mean = op_row_moments(xr, n, &var);
         const float scale = 1.0f / sqrtf((float)(var / (double)n) + eps);
-        for (int64_t i = 0; i < n; i++) o[i] = (o[i] * scale) * w[i];
+        for (int64_t i = 0; i < n; i++) o[i] = ((xr[i] - mean) * scale) * w[i];
     }
 }
 
