@@ -119,7 +119,7 @@ void altup_laurel(model *m, const layer_weights *L, const float *h, int64_t n, f
 }
 
 void altup_correct(model *m, const layer_weights *L, int il, const float *y, int64_t n) {
-    const int64_t E = m->hp.n_embd, np = m->hp.n_embd_per_layer, npl = np * m->hp.n_layer;
+    const int64_t E = m->hp.n_embd;
     const altup_bufs b = bufs(m);
     route(m, L, y, n, b.t, b.mod);
     const float *cc = L->altup_correct_coef.data, *cs = L->altup_correct_scale.data; /* [4][4] */
@@ -134,12 +134,7 @@ void altup_correct(model *m, const layer_weights *L, int il, const float *y, int
         for (int64_t e = 0; e < E; e++) b.t[t * E + e] = s[e] * cs[e];
     }
     /* the per-layer input, gated by the corrected stream 0, into streams 1-3 */
-    op_matmul(m, &L->pl_inp_gate, b.t, n, m->pl_tmp);
-    op_gelu_mul(m->pl_tmp, NULL, n * np);
-    for (int64_t t = 0; t < n; t++)
-        for (int64_t i = 0; i < np; i++) m->pl_tmp[t * np + i] *= m->pl_in[t * npl + il * np + i];
-    op_matmul(m, &L->pl_proj, m->pl_tmp, n, b.q);
-    op_rms_norm(b.q, b.q, L->pl_post_norm.data, n, E, m->hp.rms_eps);
+    per_layer_branch(m, L, il, b.t, n, b.q);
     for (int64_t t = 0; t < n; t++)
         for (int j = 1; j < ALTUP_N; j++)
             for (int64_t e = 0; e < E; e++)

@@ -619,14 +619,7 @@ static void layer_forward(fwd_ctx *c, int il) {
     }
     add_residual(m, &L->post_ffn_norm, n);
     if (L->pl_inp_gate.data) { /* gemma4 E2B / E4B: the layer's per-token input */
-        const int64_t np = m->hp.n_embd_per_layer, npl = np * m->hp.n_layer;
-        op_matmul(m, &L->pl_inp_gate, m->x, n, m->pl_tmp);
-        op_gelu_mul(m->pl_tmp, NULL, n * np);
-        for (int64_t t = 0; t < n; t++)
-            for (int64_t i = 0; i < np; i++)
-                m->pl_tmp[t * np + i] *= m->pl_in[t * npl + il * np + i];
-        op_matmul(m, &L->pl_proj, m->pl_tmp, n, m->xb);
-        op_rms_norm(m->xb, m->xb, L->pl_post_norm.data, n, E, m->hp.rms_eps);
+        per_layer_branch(m, L, il, m->x, n, m->xb);
         for (int64_t i = 0; i < n * E; i++) m->x[i] = m->x[i] + m->xb[i];
     }
     if (L->out_scale.data) { /* gemma4: the layer's whole output scaled */
@@ -674,6 +667,17 @@ static void embed(fwd_ctx *c) {
     }
     if (m->arch->granite_scales && m->hp.embd_scale != 0.0f)
         for (int64_t i = 0; i < c->n * E; i++) m->x[i] *= m->hp.embd_scale;
+}
+
+void per_layer_branch(model *m, const layer_weights *L, int il, const float *g, int64_t n,
+                      float *out) {
+    const int64_t np = m->hp.n_embd_per_layer, npl = np * m->hp.n_layer;
+    op_matmul(m, &L->pl_inp_gate, g, n, m->pl_tmp);
+    op_gelu_mul(m->pl_tmp, NULL, n * np);
+    for (int64_t t = 0; t < n; t++)
+        for (int64_t i = 0; i < np; i++) m->pl_tmp[t * np + i] *= m->pl_in[t * npl + il * np + i];
+    op_matmul(m, &L->pl_proj, m->pl_tmp, n, out);
+    op_rms_norm(out, out, L->pl_post_norm.data, n, m->hp.n_embd, m->hp.rms_eps);
 }
 
 /* gemma4 E2B / E4B: every layer's input for each token of the ubatch, into

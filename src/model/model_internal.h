@@ -183,6 +183,11 @@ void moe_free(model *m);
 void moe_ffn(model *m, const layer_weights *L, const float *x, const float *router_x, int64_t n,
              float *y);
 
+/* The per-layer input branch of gemma4 E2B / E4B and gemma3n (model_forward.c):
+ * out [n][E] = RMSNorm(proj (GELU(inp_gate g) x layer il's slice of m->pl_in)). */
+void per_layer_branch(model *m, const layer_weights *L, int il, const float *g, int64_t n,
+                      float *out);
+
 /* ---- gemma3n's AltUp and LAuReL (model_altup.c) ---- */
 #define ALTUP_N     4  /* streams (llama.cpp's n_altup) */
 #define LAUREL_RANK 64 /* llama.cpp's laurel_rank */
