@@ -333,6 +333,20 @@ static void test_sliding_own_shape(void) {
     CHECK(kv_plan_pool_groups(&m, &r, g, &err) == 2);
     CHECK(g[0].cfg.n_kv_heads == 4 && g[0].cfg.head_dim_k == 512 && g[0].window == 0);
     CHECK(g[1].cfg.n_kv_heads == 16 && g[1].cfg.head_dim_k == 256 && g[1].window == 1024);
+    /* SWA's saving: the same layers, each of its own shape, holding all 32768 positions (not
+     * every layer in the full layers' shape, which would fold the shapes' difference into it) */
+    kv_plan_saving s[KV_PLAN_MAX_SAVINGS];
+    const int n = kv_plan_savings(&m, &r, s, KV_PLAN_MAX_SAVINGS);
+    bool found = false;
+    for (int i = 0; i < n; i++) {
+        if (strcmp(s[i].what, "SWA") != 0) continue;
+        found = true;
+        CHECK_U64(s[i].base_bytes_per_token, p.bytes_per_token);
+        CHECK_U64(s[i].base_lower_bound_bytes, (10ull * 8192 + 50ull * 16384) * 32768);
+        CHECK_U64(s[i].lower_bound_bytes, p.lower_bound_bytes);
+        CHECK(s[i].allocated_bytes < s[i].base_allocated_bytes);
+    }
+    CHECK(found);
     /* without the sliding shape: every layer as the full ones */
     kv_plan_model u = gqa(60, 32, 4, 512);
     u.sliding_window = 1024;
