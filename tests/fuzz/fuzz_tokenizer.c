@@ -1,16 +1,18 @@
 #define _GNU_SOURCE /* memmem */
 /* libFuzzer target for the tokenizer: arbitrary bytes encoded with each vocab
  * type (SentencePiece with byte fallback; byte-level BPE with the GPT-2, Llama
- * 3 and Qwen pre-tokenizers), then decoded, token by token and through the
- * streaming detokenizer. Input: byte 0 picks the vocab (bits 0-1), special-
- * token parsing (bit 2) and a guarded range over the middle third (bit 3,
- * tok_encode_guarded); the rest is the text.
+ * 3 and Qwen pre-tokenizers; Gemma 4's BPE over lines with U+2581 spaces and
+ * byte fallback), then decoded, token by token and through the streaming
+ * detokenizer. Input: byte 0 picks the vocab (bits 0-1, or Gemma 4's when bit
+ * 4 is set), special-token parsing (bit 2) and a guarded range over the
+ * middle third (bit 3, tok_encode_guarded); the rest is the text.
  *
  * Checked beyond "no crash, no sanitizer report": every id is in the vocab;
  * the stream's output is valid UTF-8; and without special tokens the round
  * trip gives the text back: for BPE with each invalid UTF-8 byte as U+FFFD
- * (llama.cpp's unicode_cpts_from_utf8 rule), for SPM exactly for valid UTF-8,
- * after the one leading space it adds (byte fallback keeps every byte). */
+ * (llama.cpp's unicode_cpts_from_utf8 rule; Gemma 4's then with each U+2581
+ * read back as a space), for SPM exactly for valid UTF-8, after the one
+ * leading space it adds (byte fallback keeps every byte). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,13 +24,15 @@
 #define KVLLM_SRC "."
 #endif
 
-static const char *const VOCABS[4] = {"ggml-vocab-llama-spm.gguf", "ggml-vocab-gpt-2.gguf",
-                                      "ggml-vocab-llama3.gguf", "ggml-vocab-qwen3.gguf"};
-static tok_vocab *vocab[4];
-static gguf_file *files[4]; /* open while the vocabularies live (they may point into them) */
+#define N_VOCABS 5
+static const char *const VOCABS[N_VOCABS] = {"ggml-vocab-llama-spm.gguf", "ggml-vocab-gpt-2.gguf",
+                                             "ggml-vocab-llama3.gguf", "ggml-vocab-qwen3.gguf",
+                                             "ggml-vocab-gemma4.gguf"};
+static tok_vocab *vocab[N_VOCABS];
+static gguf_file *files[N_VOCABS]; /* open while the vocabularies live (they may point into them) */
 
 static void load(void) {
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < N_VOCABS; i++) {
         char path[1024];
         snprintf(path, sizeof path, "%s/tests/data/tokenizer/%s", KVLLM_SRC, VOCABS[i]);
         kvl_error err = {{0}};
@@ -79,6 +83,18 @@ static size_t replace_invalid(const unsigned char *s, size_t n, char *out) {
     return o;
 }
 
+/* s with each U+2581 written as a space, in place (Gemma 4 decodes it so);
+ * returns the new length. */
+static size_t unescape_2581(char *s, size_t n) {
+    size_t k = 0;
+    for (size_t i = 0; i < n;) {
+        const bool esc = n - i >= 3 && memcmp(s + i, "\xE2\x96\x81", 3) == 0;
+        s[k++] = esc ? ' ' : s[i];
+        i += esc ? 3 : 1;
+    }
+    return k;
+}
+
 static bool utf8_ok(const unsigned char *s, size_t n) {
     for (size_t i = 0; i < n;) {
         unsigned b = s[i];
@@ -104,7 +120,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
 
 int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size) {
     if (size < 1 || size > 4096) return 0;
-    const int which = data[0] & 3;
+    const int which = data[0] & 16 ? 4 : data[0] & 3;
     const bool special = data[0] & 4, guarded = data[0] & 8;
     const tok_vocab *v = vocab[which];
     const char *text = (const char *)data + 1;
@@ -159,6 +175,7 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size) {
             want_len = len ? len + 1 : 0;
         } else {
             want_len = replace_invalid((const unsigned char *)text, len, want);
+            if (strcmp(tok_model_name(v), "gemma4") == 0) want_len = unescape_2581(want, want_len);
         }
         if (check && (want_len != dec_len || memcmp(want, dec, dec_len) != 0)) {
             fprintf(stderr, "round trip differs (%s): %zu bytes in, %zu expected, %zu decoded\n",
