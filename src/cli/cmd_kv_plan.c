@@ -329,13 +329,25 @@ static bool run_verify(const cli_opts *o, const kv_plan_model *m, const kv_plan_
 /* The members of kv-plan --json that are fields, in output order (integers
  * written exactly). */
 #define MODEL(field) CLI_JSON(kv_plan_model, field)
-static const cli_json_field MODEL_FIELDS[] = {
-    MODEL(arch),           MODEL(n_layers),       MODEL(n_head),
-    MODEL(n_kv_heads),     MODEL(head_dim_k),     MODEL(head_dim_v),
-    MODEL(kv_lora_rank),   MODEL(rope_dim),       MODEL(sliding_window),
-    MODEL(n_swa_layers),   MODEL(attn_chunk),     MODEL(n_chunk_layers),
-    MODEL(n_expert),       MODEL(n_expert_used),  MODEL(active_weights_bytes),
-    MODEL(n_kv_heads_swa), MODEL(head_dim_k_swa), MODEL(head_dim_v_swa)};
+static const cli_json_field MODEL_FIELDS[] = {MODEL(arch),
+                                              MODEL(n_layers),
+                                              MODEL(n_head),
+                                              MODEL(n_kv_heads),
+                                              MODEL(head_dim_k),
+                                              MODEL(head_dim_v),
+                                              MODEL(kv_lora_rank),
+                                              MODEL(rope_dim),
+                                              MODEL(sliding_window),
+                                              MODEL(n_swa_layers),
+                                              MODEL(attn_chunk),
+                                              MODEL(n_chunk_layers),
+                                              MODEL(n_expert),
+                                              MODEL(n_expert_used),
+                                              MODEL(active_weights_bytes),
+                                              MODEL(n_kv_heads_swa),
+                                              MODEL(head_dim_k_swa),
+                                              MODEL(head_dim_v_swa),
+                                              MODEL(n_layers_shared_kv)};
 #undef MODEL
 #define PLAN(field) CLI_JSON(kv_plan, field)
 #define REQ(field)  CLI_JSON(kv_plan_request, field)
@@ -473,7 +485,12 @@ static const char *grouped(int64_t v, char *buf, size_t cap) {
 
 static void print_shape(const report *rp) {
     const kv_plan_model *m = rp->m;
-    printf("model          %s (%s): %lld layers, ", rp->source, m->arch, (long long)m->n_layers);
+    printf("model          %s (%s): ", rp->source, m->arch);
+    if (m->n_layers_shared_kv)
+        printf("%lld layers, %lld with a KV cache (the last %lld read earlier layers'), ",
+               (long long)(m->n_layers + m->n_layers_shared_kv), (long long)m->n_layers,
+               (long long)m->n_layers_shared_kv);
+    else printf("%lld layers, ", (long long)m->n_layers);
     if (kv_plan_is_mla(m))
         printf("MLA: latent %lld + RoPE key %lld per layer (%lld query heads)\n",
                (long long)m->kv_lora_rank, (long long)m->rope_dim, (long long)m->n_head);
@@ -516,8 +533,8 @@ static void print_formula(const kv_plan_model *m, const kv_plan_request *r, cons
         printf("               = %lld layers x (%lld latent + %lld rope) as %s: %llu B\n",
                (long long)m->n_layers, (long long)m->kv_lora_rank, (long long)m->rope_dim,
                kv_plan_dtype_name(r->dtype), (unsigned long long)p->k_row_bytes);
-    else if (m->n_swa_layers && p->swa_k_row_bytes + p->swa_v_row_bytes !=
-                                    p->k_row_bytes + p->v_row_bytes) /* gemma4 */
+    else if (m->n_swa_layers &&
+             (m->n_kv_heads_swa || m->head_dim_k_swa || m->head_dim_v_swa)) /* gemma4 */
         printf("               = %lld full layers x (K %llu B + V %llu B) + %lld sliding layers x "
                "(K %llu B + V %llu B)\n",
                (long long)(m->n_layers - m->n_swa_layers), (unsigned long long)p->k_row_bytes,

@@ -65,6 +65,9 @@ static bool in_range(int64_t v, int64_t lo, int64_t hi) { return v >= lo && v <=
 bool kv_plan_model_check(const kv_plan_model *m, kvl_error *err) {
     if (!in_range(m->n_layers, 1, MAX_LAYERS))
         return kvl_fail(err, "layers must be 1..%d (got %lld)", MAX_LAYERS, (long long)m->n_layers);
+    if (!in_range(m->n_layers_shared_kv, 0, MAX_LAYERS))
+        return kvl_fail(err, "layers reading another layer's cache must be 0..%d (got %lld)",
+                        MAX_LAYERS, (long long)m->n_layers_shared_kv);
     if (!in_range(m->n_head, 0, MAX_HEADS))
         return kvl_fail(err, "query heads must be 0..%d (got %lld)", MAX_HEADS,
                         (long long)m->n_head);

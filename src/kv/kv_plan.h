@@ -51,8 +51,11 @@ typedef enum kv_plan_dtype {
 
 /* Attention shape. All per-layer widths are uniform across layers. */
 typedef struct kv_plan_model {
-    char arch[32]; /* general.architecture / model_type (informational) */
-    int64_t n_layers;
+    char arch[32];    /* general.architecture / model_type (informational) */
+    int64_t n_layers; /* layers that keep a KV cache */
+    /* Layers that read an earlier layer's cache and keep none (Gemma 4 E2B / E4B,
+     * Gemma 3n: shared_kv_layers); informational, not in n_layers. */
+    int64_t n_layers_shared_kv;
     int64_t n_head; /* query heads: the MHA baseline has this many KV heads */
     int64_t n_kv_heads;
     int64_t head_dim_k, head_dim_v;

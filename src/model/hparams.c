@@ -724,6 +724,7 @@ bool model_hparams_plan_model(const model_hparams *hp, kv_plan_model *m, kvl_err
     kv_plan_model_init(m);
     snprintf(m->arch, sizeof m->arch, "%s", hp->arch);
     m->n_layers = hp->n_layer_kv; /* layers sharing an earlier layer's cache keep none */
+    m->n_layers_shared_kv = hp->n_layer - hp->n_layer_kv;
     m->n_head = hp->n_head;
     m->n_kv_heads = hp->n_head_kv;
     m->head_dim_k = hp->head_dim_k;

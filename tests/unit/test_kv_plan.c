@@ -492,6 +492,7 @@ static void test_hf_configs(void) {
      * a sliding one */
     CHECK(load_shape("tests/kv_plan/synthetic-gemma4.json", &m));
     CHECK(m.n_layers == 8 && m.n_swa_layers == 6 && m.sliding_window == 1024);
+    CHECK(m.n_layers_shared_kv == 4); /* num_kv_shared_layers: no cache of their own */
     CHECK(m.n_kv_heads == 2 && m.head_dim_k == 512 && m.n_kv_heads_swa == 8 &&
           m.head_dim_k_swa == 256 && m.head_dim_v_swa == 256);
     {
@@ -524,6 +525,13 @@ static void test_gguf(void) {
     CHECK(m.weights_bytes > 0 && strcmp(m.arch, "llama") == 0);
     CHECK(load_shape("tests/data/golden/models/gemma3-swa-f32.gguf", &m));
     CHECK(m.sliding_window == 16 && m.n_swa_layers == 2 && m.n_layers == 4); /* pattern 2 */
+    CHECK(m.n_layers_shared_kv == 0);
+    /* Gemma 4 E2B's layout: 6 layers, the last 2 reading layers 2 and 3's caches; 2 sliding
+     * layers of 2 KV heads x 16 and 2 full ones of 1 x 32 keep one */
+    CHECK(load_shape("tests/data/golden/models/gemma4-e2b-f32.gguf", &m));
+    CHECK(m.n_layers == 4 && m.n_layers_shared_kv == 2 && m.n_swa_layers == 2);
+    CHECK(m.n_kv_heads == 1 && m.head_dim_k == 32 && m.n_kv_heads_swa == 2 &&
+          m.head_dim_k_swa == 16);
     CHECK(load_shape("tests/data/golden/models/deepseek2-mla-f32.gguf", &m));
     CHECK(m.kv_lora_rank == 32 && m.rope_dim == 16 && m.mha_head_dim_k == 48 &&
           m.mha_head_dim_v == 32);
