@@ -106,9 +106,14 @@ static const cli_json_field MOE_ROUTING[] = {
 #undef MOE
 
 static int cmd_info_opts(const cli_opts *o) {
-    /* Open the file alone first so that a malformed file is reported as such. */
+    /* Open the file alone first so that a malformed file is reported as such.
+     * The weights stay as the file maps them: info computes nothing, and
+     * repacking read every byte (a minute for an 18.5 GB MoE file, against
+     * 0.14 s). */
+    cli_opts oi = *o;
+    oi.no_repack = true;
     cli_model cm;
-    if (!cli_load(o, true, &cm)) return 1;
+    if (!cli_load(&oi, true, &cm)) return 1;
     const model_hparams *hp = model_hp(cm.m);
     const gguf_file *f = model_gguf(cm.m);
     int64_t counts[GGUF_DT_COUNT];
