@@ -329,25 +329,16 @@ static bool run_verify(const cli_opts *o, const kv_plan_model *m, const kv_plan_
 /* The members of kv-plan --json that are fields, in output order (integers
  * written exactly). */
 #define MODEL(field) CLI_JSON(kv_plan_model, field)
-static const cli_json_field MODEL_FIELDS[] = {MODEL(arch),
-                                              MODEL(n_layers),
-                                              MODEL(n_head),
-                                              MODEL(n_kv_heads),
-                                              MODEL(head_dim_k),
-                                              MODEL(head_dim_v),
-                                              MODEL(kv_lora_rank),
-                                              MODEL(rope_dim),
-                                              MODEL(sliding_window),
-                                              MODEL(n_swa_layers),
-                                              MODEL(attn_chunk),
-                                              MODEL(n_chunk_layers),
-                                              MODEL(n_expert),
-                                              MODEL(n_expert_used),
-                                              MODEL(active_weights_bytes),
-                                              MODEL(n_kv_heads_swa),
-                                              MODEL(head_dim_k_swa),
-                                              MODEL(head_dim_v_swa),
-                                              MODEL(n_layers_shared_kv)};
+/* clang-format off */
+static const cli_json_field MODEL_FIELDS[] = {
+    MODEL(arch),           MODEL(n_layers),       MODEL(n_layers_shared_kv),
+    MODEL(n_head),         MODEL(n_kv_heads),     MODEL(head_dim_k),
+    MODEL(head_dim_v),     MODEL(kv_lora_rank),   MODEL(rope_dim),
+    MODEL(sliding_window), MODEL(n_swa_layers),   MODEL(attn_chunk),
+    MODEL(n_chunk_layers), MODEL(n_expert),       MODEL(n_expert_used),
+    MODEL(active_weights_bytes),                  MODEL(n_kv_heads_swa),
+    MODEL(head_dim_k_swa), MODEL(head_dim_v_swa)};
+/* clang-format on */
 #undef MODEL
 #define PLAN(field) CLI_JSON(kv_plan, field)
 #define REQ(field)  CLI_JSON(kv_plan_request, field)
@@ -503,7 +494,7 @@ static void print_shape(const report *rp) {
     if (m->n_swa_layers)
         printf("               sliding window %lld tokens in %lld of %lld layers\n",
                (long long)m->sliding_window, (long long)m->n_swa_layers, (long long)m->n_layers);
-    if (m->n_swa_layers && (m->n_kv_heads_swa || m->head_dim_k_swa || m->head_dim_v_swa))
+    if (kv_plan_swa_own_shape(m))
         printf("               sliding layers: %lld KV heads, head dim %lld/%lld\n",
                (long long)(m->n_kv_heads_swa ? m->n_kv_heads_swa : m->n_kv_heads),
                (long long)(m->head_dim_k_swa ? m->head_dim_k_swa : m->head_dim_k),
@@ -533,8 +524,7 @@ static void print_formula(const kv_plan_model *m, const kv_plan_request *r, cons
         printf("               = %lld layers x (%lld latent + %lld rope) as %s: %llu B\n",
                (long long)m->n_layers, (long long)m->kv_lora_rank, (long long)m->rope_dim,
                kv_plan_dtype_name(r->dtype), (unsigned long long)p->k_row_bytes);
-    else if (m->n_swa_layers &&
-             (m->n_kv_heads_swa || m->head_dim_k_swa || m->head_dim_v_swa)) /* gemma4 */
+    else if (kv_plan_swa_own_shape(m))
         printf("               = %lld full layers x (K %llu B + V %llu B) + %lld sliding layers x "
                "(K %llu B + V %llu B)\n",
                (long long)(m->n_layers - m->n_swa_layers), (unsigned long long)p->k_row_bytes,

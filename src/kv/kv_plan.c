@@ -363,7 +363,7 @@ static bool saving_chunk(const kv_plan_model *m, const kv_plan_request *r, kv_pl
 static bool saving_swa(const kv_plan_model *m, const kv_plan_request *r, kv_plan_saving *s) {
     if (m->n_swa_layers <= 0) return false;
     kv_plan_model base = *m;
-    if (m->n_kv_heads_swa || m->head_dim_k_swa || m->head_dim_v_swa)
+    if (kv_plan_swa_own_shape(m))
         base.sliding_window = INT32_MAX; /* each sliding layer keeps its own shape, all of T */
     else base.n_swa_layers = 0;
     return saving_vs_all_layers(m, r, &base, "SWA", "full attention", s);

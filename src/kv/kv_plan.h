@@ -180,6 +180,10 @@ void kv_plan_model_init(kv_plan_model *m);
 /* Checks that the shape is complete and within sane bounds. */
 bool kv_plan_model_check(const kv_plan_model *m, kvl_error *err);
 static inline bool kv_plan_is_mla(const kv_plan_model *m) { return m->kv_lora_rank > 0; }
+/* Whether the sliding layers have a KV shape of their own (gemma4). */
+static inline bool kv_plan_swa_own_shape(const kv_plan_model *m) {
+    return m->n_swa_layers > 0 && (m->n_kv_heads_swa || m->head_dim_k_swa || m->head_dim_v_swa);
+}
 
 /* The plan for r. False (err set) on an invalid shape/request or on overflow. */
 bool kv_plan_compute(const kv_plan_model *m, const kv_plan_request *r, kv_plan *out,
