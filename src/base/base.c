@@ -69,6 +69,17 @@ void *kvl_alloc_huge(size_t size) {
     return p;
 }
 
+void kvl_drop_file_pages(const void *p, size_t size, bool reclaim) {
+#ifndef MADV_PAGEOUT
+#define MADV_PAGEOUT 21 /* Linux 5.4 */
+#endif
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), a = (uintptr_t)p;
+    const uintptr_t a0 = (a + page - 1) & ~(page - 1), e0 = (a + size) & ~(page - 1);
+    if (e0 <= a0) return;
+    if (reclaim) madvise((void *)a0, e0 - a0, MADV_PAGEOUT); /* advisory: older kernels refuse */
+    madvise((void *)a0, e0 - a0, MADV_DONTNEED);
+}
+
 void kvl_free(void *p) { free(p); }
 
 void *kvl_alloc_parts(const kvl_part *parts, int n_parts) {

@@ -41,6 +41,12 @@ void *kvl_calloc(size_t n, size_t size); /* zeroed, overflow-checked */
  * transparent huge pages where the system allows, so filling them faults 512x
  * fewer times and reading them misses the TLB less. Free with kvl_free. */
 void *kvl_alloc_huge(size_t size);
+/* Gives back the whole pages inside [p, p + size) of a read-only file mapping
+ * (read again from the file if touched). Always unmapped (MADV_DONTNEED); with
+ * `reclaim`, their page cache is freed too where no other mapping holds them
+ * (MADV_PAGEOUT): memory then stays free for what is written next instead of
+ * filling with pages of a file read once. */
+void kvl_drop_file_pages(const void *p, size_t size, bool reclaim);
 void kvl_free(void *p);
 /* The one growable-array step: makes room for need elements of elem bytes in
  * the malloc'd array *p of *cap elements, doubling the capacity (from first

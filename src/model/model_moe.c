@@ -29,8 +29,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include "kernels_grouped.h"
 #include "model_internal.h"
@@ -195,9 +193,8 @@ static size_t packed_stride(const mtensor *t) {
     return (kern_repack_bytes(t->dtype, t->ne1, t->ne0) + 63) & ~(size_t)63;
 }
 
-bool moe_repack(model *m, size_t *total, kvl_error *err) {
+bool moe_repack(model *m, bool reclaim, size_t *total, kvl_error *err) {
     if (!m->hp.moe.n_expert) return true;
-    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
     for (int il = 0; il < m->hp.n_layer; il++) {
         model_progress(m, 0.1 + 0.9 * (double)il / (double)m->hp.n_layer);
         mtensor *ts[7];
@@ -218,12 +215,10 @@ bool moe_repack(model *m, size_t *total, kvl_error *err) {
             *total += stride * (size_t)t->ne2;
             /* the GGUF pages are read again from the page cache only if touched (a fused
              * gate+up tensor's up view is repacked next, from pages dropped here) */
-            const uintptr_t a = (uintptr_t)t->data,
-                            end = a + slice * (size_t)(t->ne2 - 1) +
-                                  kern_row_bytes(t->dtype, t->ne0) * (size_t)t->ne1;
-            const uintptr_t a0 = (a + page - 1) & ~(uintptr_t)(page - 1),
-                            e0 = end & ~(uintptr_t)(page - 1);
-            if (e0 > a0) madvise((void *)a0, e0 - a0, MADV_DONTNEED);
+            kvl_drop_file_pages(t->data,
+                                slice * (size_t)(t->ne2 - 1) +
+                                    kern_row_bytes(t->dtype, t->ne0) * (size_t)t->ne1,
+                                reclaim);
         }
     }
     return true;

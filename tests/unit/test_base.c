@@ -1,7 +1,14 @@
 /* base: the byte buffer (growth, NUL termination, formatted appends, the
- * sticky failure); one allocation carved into arrays. */
+ * sticky failure); one allocation carved into arrays; giving back a file
+ * mapping's pages. */
+#define _GNU_SOURCE /* mkstemp */
+#include <fcntl.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "base.h"
 #include "kvl_buf.h"
@@ -79,9 +86,41 @@ static void test_parts(void) {
     kvl_free(none);
 }
 
+/* A file mapping's pages given back (unmapped, and with reclaim their page
+ * cache freed) read the file's bytes again, whatever the range's alignment;
+ * the pages around an unaligned range stay as they are. */
+static void test_drop_file_pages(void) {
+    const long page = sysconf(_SC_PAGESIZE);
+    const size_t n = (size_t)page * 5 + 123;
+    char path[] = "/tmp/kvllm_test_base_XXXXXX";
+    const int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    if (fd < 0) return;
+    unlink(path);
+    unsigned char *want = malloc(n);
+    for (size_t i = 0; i < n; i++) want[i] = (unsigned char)(i * 7 + i / 4096);
+    CHECK(write(fd, want, n) == (ssize_t)n);
+    const unsigned char *p = mmap(NULL, n, PROT_READ, MAP_PRIVATE, fd, 0);
+    CHECK(p != MAP_FAILED);
+    if (p != MAP_FAILED) {
+        for (int reclaim = 0; reclaim < 2; reclaim++) {
+            CHECK(memcmp(p, want, n) == 0);                 /* every page mapped in */
+            kvl_drop_file_pages(p + 100, n - 200, reclaim); /* pages 1..4 whole */
+            kvl_drop_file_pages(p + 10, 20, reclaim);       /* no whole page: nothing */
+            CHECK(memcmp(p, want, n) == 0);
+            kvl_drop_file_pages(p, n, reclaim);
+            CHECK(memcmp(p, want, n) == 0);
+        }
+        munmap((void *)p, n);
+    }
+    free(want);
+    close(fd);
+}
+
 int main(void) {
     test_buf();
     test_parts();
+    test_drop_file_pages();
     printf("test_base: %s (%d failures)\n", failures ? "FAIL" : "ok", failures);
     return failures != 0;
 }
