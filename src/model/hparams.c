@@ -696,11 +696,15 @@ int64_t model_hparams_n_ff(const model_hparams *hp, int64_t il) {
     return il >= 0 && il < hp->n_layer && hp->n_ff_layer[il] ? hp->n_ff_layer[il] : hp->n_ff;
 }
 
-model_layer_attn model_hparams_layer_attn(const model_hparams *hp, int64_t il) {
-    if (il >= 0 && il < hp->n_layer && hp->swa_layers[il])
+model_layer_attn model_hparams_kind_attn(const model_hparams *hp, bool sliding) {
+    if (sliding)
         return (model_layer_attn){hp->n_head_kv_swa, hp->head_dim_k_swa, hp->head_dim_v_swa,
                                   hp->n_rot_swa};
     return (model_layer_attn){hp->n_head_kv, hp->head_dim_k, hp->head_dim_v, hp->n_rot};
+}
+
+model_layer_attn model_hparams_layer_attn(const model_hparams *hp, int64_t il) {
+    return model_hparams_kind_attn(hp, il >= 0 && il < hp->n_layer && hp->swa_layers[il]);
 }
 
 int64_t model_hparams_kv_source(const model_hparams *hp, int64_t il) {

@@ -164,6 +164,8 @@ typedef struct model_layer_attn {
     int64_t n_head_kv, head_dim_k, head_dim_v, n_rot;
 } model_layer_attn;
 model_layer_attn model_hparams_layer_attn(const model_hparams *hp, int64_t il);
+/* The attention shape of the full layers (sliding false) or of the sliding ones. */
+model_layer_attn model_hparams_kind_attn(const model_hparams *hp, bool sliding);
 /* Layer il's FFN width. */
 int64_t model_hparams_n_ff(const model_hparams *hp, int64_t il);
 /* The layer whose cache layer il reads: il itself, or for a layer past

@@ -64,9 +64,8 @@ static bool read_hparams(model *m, kvl_error *err) {
             gguf_path(f), (long long)hp->n_embd, (long long)hp->n_layer, (long long)hp->n_head,
             (long long)hp->n_ff);
     for (int swa = 0; swa < 2; swa++) { /* the full layers' shape, then the sliding ones' */
-        int64_t h = swa ? hp->n_head_kv_swa : hp->n_head_kv,
-                k = swa ? hp->head_dim_k_swa : hp->head_dim_k,
-                v = swa ? hp->head_dim_v_swa : hp->head_dim_v, r = swa ? hp->n_rot_swa : hp->n_rot;
+        const model_layer_attn la = model_hparams_kind_attn(hp, swa);
+        const int64_t h = la.n_head_kv, k = la.head_dim_k, v = la.head_dim_v, r = la.n_rot;
         if (h <= 0 || hp->n_head % h != 0)
             return kvl_fail(err, "%s: head_count %lld is not a multiple of head_count_kv %lld%s",
                             gguf_path(f), (long long)hp->n_head, (long long)h,
@@ -630,9 +629,8 @@ static bool alloc_scratch(model *m, kvl_error *err) {
     m->n_threads_max = kvl_pool_threads();
     int64_t qd = 0, kd = 0, vd = 0, od = 0; /* the widest of the full and sliding layers' */
     for (int swa = 0; swa < 2; swa++) {
-        const int64_t h = swa ? hp->n_head_kv_swa : hp->n_head_kv,
-                      dk = swa ? hp->head_dim_k_swa : hp->head_dim_k,
-                      dv = swa ? hp->head_dim_v_swa : hp->head_dim_v;
+        const model_layer_attn la = model_hparams_kind_attn(hp, swa);
+        const int64_t h = la.n_head_kv, dk = la.head_dim_k, dv = la.head_dim_v;
         qd = hp->n_head * dk > qd ? hp->n_head * dk : qd;
         kd = h * dk > kd ? h * dk : kd;
         vd = h * dv > vd ? h * dv : vd;
