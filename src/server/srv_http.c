@@ -25,6 +25,7 @@ typedef enum route {
     R_MODEL,
     R_COMPLETIONS,
     R_CHAT,
+    R_RESPONSES,
     R_EMBEDDINGS,
     R_TOKENIZE,
     R_DETOKENIZE,
@@ -52,6 +53,7 @@ static const struct {
     {"/v1/models/", "GET", R_MODEL, AUTH_KEY, true},
     {"/v1/completions", "POST", R_COMPLETIONS, AUTH_KEY, false},
     {"/v1/chat/completions", "POST", R_CHAT, AUTH_KEY, false},
+    {"/v1/responses", "POST", R_RESPONSES, AUTH_KEY, false},
     {"/v1/embeddings", "POST", R_EMBEDDINGS, AUTH_KEY, false},
     {"/v1/kv/save", "POST", R_KV_SAVE, AUTH_KEY, false},
     {"/v1/kv/unpin", "POST", R_KV_UNPIN, AUTH_KEY, false},
@@ -195,12 +197,14 @@ static void stream_fill(stream_ctx *sc) {
     if (j->failed) sc->st.fail = j->fail;
     pthread_mutex_unlock(&j->mu);
     srv_event *ev = job_take(j);
-    openai_stream_events(sc->s, &sc->r, &sc->st, ev, &sc->out);
+    if (sc->r.resp) responses_stream_events(sc->s, &sc->r, &sc->st, ev, &sc->out);
+    else openai_stream_events(sc->s, &sc->r, &sc->st, ev, &sc->out);
     if (sc->st.n_finished >= j->n) {
         sc->done = true;
     } else if (!ev && ended) { /* final events lost to an allocation failure */
         sc->st.failed = true;
-        openai_stream_end(sc->s, &sc->r, &sc->st, &sc->out);
+        if (sc->r.resp) responses_stream_end(sc->s, &sc->r, &sc->st, &sc->out);
+        else openai_stream_end(sc->s, &sc->r, &sc->st, &sc->out);
         sc->done = true;
     }
     events_free(ev);
@@ -310,7 +314,7 @@ static enum MHD_Result continue_generate(srv *s, struct MHD_Connection *c, conn_
         end_generation(s, cc);
         return send_error(c, &ferr);
     }
-    char *body = openai_response(s, &cc->r, ev);
+    char *body = cc->r.resp ? responses_response(s, &cc->r, ev) : openai_response(s, &cc->r, ev);
     events_free(ev);
     end_generation(s, cc);
     if (!body) return fail(c, 500, NULL, "the engine failed while generating this response");
@@ -318,18 +322,19 @@ static enum MHD_Result continue_generate(srv *s, struct MHD_Connection *c, conn_
 }
 
 /* Body -> api_req: JSON checks (srv_json.c), then the OpenAI fields. */
-static bool parse_request(srv *s, const conn_ctx *cc, bool chat, api_req *r, api_error *err) {
+static bool parse_request(srv *s, const conn_ctx *cc, route rt, api_req *r, api_error *err) {
     cJSON *body = json_parse_body(cc->body.p ? cc->body.p : "", cc->body.len, err);
     if (!body) return false;
-    bool ok = openai_parse(s, body, chat, r, err);
+    bool ok = rt == R_RESPONSES ? responses_parse(s, body, r, err)
+                                : openai_parse(s, body, rt == R_CHAT, r, err);
     cJSON_Delete(body);
     return ok;
 }
 
-static enum MHD_Result handle_generate(srv *s, struct MHD_Connection *c, conn_ctx *cc, bool chat) {
+static enum MHD_Result handle_generate(srv *s, struct MHD_Connection *c, conn_ctx *cc, route rt) {
     api_req *r = &cc->r;
     api_error err;
-    if (!parse_request(s, cc, chat, r, &err)) return send_error(c, &err);
+    if (!parse_request(s, cc, rt, r, &err)) return send_error(c, &err);
     srv_job *j = r->job;
     /* The tenant's namespace goes in front of the request's own cache_salt. */
     bool oom;
@@ -431,8 +436,9 @@ static enum MHD_Result dispatch(srv *s, struct MHD_Connection *c, const char *ur
         MHD_add_response_header(r, "Cache-Control", "no-cache");
         return queue(c, MHD_HTTP_OK, r);
     }
-    case R_COMPLETIONS: return handle_generate(s, c, cc, false);
-    case R_CHAT: return handle_generate(s, c, cc, true);
+    case R_COMPLETIONS:
+    case R_CHAT:
+    case R_RESPONSES: return handle_generate(s, c, cc, ROUTES[cc->route].r);
     default: return MHD_NO;
     }
 }

@@ -366,6 +366,8 @@ extern const int SRV_WEB_N_ASSETS;
 
 /* ------------------------------------------------------------- OpenAI -- */
 
+typedef struct resp_req resp_req; /* a /v1/responses request's own state (below) */
+
 typedef struct api_req {
     bool chat;
     bool stream, include_usage;
@@ -374,6 +376,7 @@ typedef struct api_req {
     char id[40];
     long created;
     srv_job *job;
+    resp_req *resp; /* NULL but for /v1/responses */
 } api_req;
 
 /* srv_structured.c: response_format, grammar, json_schema, guided_json,
@@ -426,6 +429,40 @@ void openai_stream_events(srv *s, const api_req *r, stream_state *st, srv_event 
 void stream_state_free(stream_state *st);
 /* Ends a stream early: an error chunk if st->failed, the usage chunk, [DONE]. */
 void openai_stream_end(srv *s, const api_req *r, stream_state *st, kvl_buf *out);
+
+/* srv_responses.c, srv_responses_out.c: POST /v1/responses on the chat path.
+ * responses_parse is openai_parse for a Responses body (r->resp set); the
+ * others stand for openai_response, openai_stream_events and
+ * openai_stream_end, writing the Responses API's object and events. A
+ * request's own state: what the chat request does not carry (echoed in the
+ * response object), and the conversion of its chunks. */
+struct resp_req {
+    cJSON *echo;              /* instructions, tools, tool_choice, text, reasoning, ... as sent */
+    bool logprobs;            /* include: message.output_text.logprobs */
+    kvl_buf sse;              /* chat chunks not yet converted */
+    int seq;                  /* sequence_number of the next event */
+    bool started;             /* response.created sent */
+    cJSON *output;            /* the finished output items */
+    int open;                 /* the open item's kind (srv_responses_out.c), 0: none */
+    cJSON *item;              /* the open item (its id, call_id, name) */
+    kvl_buf text;             /* the open item's text or arguments */
+    cJSON *item_lps;          /* the open message's logprobs */
+    cJSON *pending_lps;       /* logprobs of tokens whose text is held back (a marker, maybe) */
+    engine_finish finish;     /* why the engine stopped (the chat finish_reason says
+                           * tool_calls also when max_output_tokens cut the output) */
+    cJSON *usage;             /* the chat usage */
+    int64_t reasoning_tokens; /* output tokens whose text went to the reasoning */
+    int64_t tokens_pending;   /* tokens not yet counted with any output */
+    bool ended;
+    bool failed;     /* ended with an error: */
+    api_error error; /* this one */
+};
+bool responses_parse(srv *s, const cJSON *body, api_req *r, api_error *err);
+char *responses_response(srv *s, const api_req *r, srv_event *events);
+void responses_stream_events(srv *s, const api_req *r, stream_state *st, srv_event *events,
+                             kvl_buf *out);
+void responses_stream_end(srv *s, const api_req *r, stream_state *st, kvl_buf *out);
+void responses_req_free(resp_req *q);
 
 /* srv_endpoints.c. Each returns a malloc'd JSON body, or NULL with err set. */
 char *openai_models(srv *s);                                              /* GET /v1/models */

@@ -690,4 +690,6 @@ bool openai_parse(srv *s, const cJSON *body, bool chat, api_req *r, api_error *e
 void api_req_free(api_req *r) {
     job_release(r->job);
     r->job = NULL;
+    responses_req_free(r->resp);
+    r->resp = NULL;
 }
