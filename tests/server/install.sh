@@ -1,6 +1,6 @@
 #!/bin/sh
 # Setup step of the server tests (ctest fixture): installs the pinned client
-# packages (openai, LangChain, the AI SDK; package-lock.json) into
+# packages (openai, the OpenAI Agents SDK, LangChain, the AI SDK; package-lock.json) into
 # tests/server/node_modules, again whenever package.json or the lock file
 # changed since the last install (their checksum is kept in node_modules). It
 # never fails: when npm or the registry is unreachable, the tests themselves

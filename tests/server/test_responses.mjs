@@ -1,5 +1,6 @@
 // POST /v1/responses (OpenAI's Responses API) through the official OpenAI
-// client and LangChain's Responses mode.
+// client, the OpenAI Agents SDK (whose default it is) and LangChain's
+// Responses mode.
 // - The same conversation gives the same prompt as /v1/chat/completions and as
 //   transformers' rendering of it (tests/data/chat-templates): input items
 //   (messages, function_call, function_call_output, reasoning) and
@@ -16,6 +17,7 @@
 import fs from 'node:fs';
 import OpenAI from 'openai';
 import { ChatOpenAI } from '@langchain/openai';
+import { Agent, run, tool, setDefaultOpenAIClient, setOpenAIAPI, setTracingDisabled } from '@openai/agents';
 import { z } from 'zod';
 import { startServer, rawRequest, assert, assertEq, runTests } from './lib.mjs';
 
@@ -231,6 +233,33 @@ const failed = await runTests([
     const t = await withTool.invoke(user);
     assertEq(t.tool_calls.length, 1, `one call: ${JSON.stringify(t.tool_calls)}`);
     weatherArgs.parse(t.tool_calls[0].args);
+  }],
+  ['OpenAI Agents SDK: an agent calls a tool, gets its result, answers (whole and streamed)', async () => {
+    setTracingDisabled(true);
+    setDefaultOpenAIClient(clientOf(qwen));
+    setOpenAIAPI('responses');
+    const cities = [];
+    const getWeather = tool({ name: 'get_weather', description: 'Get the weather for a city.',
+      parameters: z.object({ city: z.string().max(12) }),
+      execute: async ({ city }) => { cities.push(city); return `Sunny in ${city}`; } });
+    // tool_choice required for the first turn (the SDK resets it after a call);
+    // the answer ends at a stop string: the SDK's streamed runs need
+    // response.completed, which a max_output_tokens cut does not send (OpenAI
+    // sends response.incomplete there too)
+    const agent = new Agent({ name: 'weather', instructions: 'Answer with the weather.', model: MODEL, tools: [getWeather],
+      modelSettings: { toolChoice: 'required', maxTokens: 200, temperature: 0, parallelToolCalls: false,
+        providerData: { stop: ['.'] } } });
+    const whole = await run(agent, user, { maxTurns: 4 });
+    assertEq(JSON.stringify(whole.newItems.map((i) => i.type)),
+      JSON.stringify(['tool_call_item', 'tool_call_output_item', 'message_output_item']), 'call, result, answer');
+    assertEq(cities.length, 1, 'the tool ran once');
+    assert(typeof whole.finalOutput === 'string' && whole.finalOutput.length > 0, 'an answer');
+    const streamed = await run(agent, user, { maxTurns: 4, stream: true });
+    let text = '';
+    for await (const t of streamed.toTextStream()) text += t;
+    await streamed.completed;
+    assertEq(text, whole.finalOutput, 'streamed answer = whole (greedy)');
+    assertEq(cities[1], cities[0], 'same call');
   }],
   ['what kvllm does not do is a 400 naming the field', async () => {
     const bad = async (body, param) => {
