@@ -306,10 +306,16 @@ static bool convert_text_reasoning(const cJSON *b, cJSON *chat, api_error *err) 
     const cJSON *text = req_field(b, "text");
     if (text && !cJSON_IsObject(text))
         return api_fail(err, 400, "text", "'text' must be an object");
-    for (const cJSON *v = text ? text->child : NULL; v; v = v->next)
-        if (!cJSON_IsNull(v) && strcmp(v->string, "format"))
-            return api_fail(err, 400, "text", "text.%.40s is not supported (text.format is)",
+    for (const cJSON *v = text ? text->child : NULL; v; v = v->next) {
+        /* verbosity "medium" is the default, what every answer here is */
+        const bool medium = !strcmp(v->string, "verbosity") && cJSON_IsString(v) &&
+                            !strcmp(v->valuestring, "medium");
+        if (!cJSON_IsNull(v) && strcmp(v->string, "format") && !medium)
+            return api_fail(err, 400, "text",
+                            "text.%.40s is not supported (text.format is, and verbosity "
+                            "\"medium\")",
                             v->string);
+    }
     const cJSON *f = text ? req_field(text, "format") : NULL;
     const char *ft = f ? str_member(f, "type") : NULL;
     if (f && !ft) return api_fail(err, 400, "text.format", "text.format.type must be a string");

@@ -276,6 +276,8 @@ const failed = await runTests([
     await bad({ tool_choice: { type: 'function' } }, 'tool_choice');
     await bad({ include: ['file_search_call.results'] }, 'include');
     await bad({ text: { verbosity: 'low' } }, 'text');
+    assertEq((await post(qwen, '/v1/responses', { input: 'hi', max_output_tokens: 1, text: { verbosity: 'medium' } })).status, 200,
+      'verbosity medium: the default');
     await bad({ reasoning: { effort: 'extreme' } }, 'reasoning.effort');
     await bad({ max_output_tokens: 0 }, 'max_output_tokens');
     await bad({ input: [{ role: 'user', content: [{ type: 'input_image', image_url: 'http://x/y.png' }] }] }, 'input');
