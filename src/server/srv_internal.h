@@ -430,6 +430,23 @@ void stream_state_free(stream_state *st);
 /* Ends a stream early: an error chunk if st->failed, the usage chunk, [DONE]. */
 void openai_stream_end(srv *s, const api_req *r, stream_state *st, kvl_buf *out);
 
+/* srv_chunks.c: chat SSE chunks (as openai_stream_events writes them) read
+ * back, part by part, for the endpoints that answer in another API's shape.
+ * content gets "" with a token's logprobs when the parser held its text
+ * back; end gets NULL at [DONE], else the error chunk's message. */
+typedef struct chunk_sink {
+    void *ctx;
+    void (*reasoning)(void *ctx, const char *text);
+    void (*content)(void *ctx, const char *text, const cJSON *logprobs);
+    void (*call)(void *ctx, const char *id, const char *name); /* a new tool call */
+    void (*call_args)(void *ctx, const char *text);
+    void (*usage)(void *ctx, const cJSON *usage);
+    void (*end)(void *ctx, const char *error);
+} chunk_sink;
+/* Reads (and consumes) the complete chunks of sse until the end (*ended set);
+ * false when out of memory. */
+bool chat_chunks_read(kvl_buf *sse, const chunk_sink *k, bool *ended);
+
 /* srv_responses.c, srv_responses_out.c: POST /v1/responses on the chat path.
  * responses_parse is openai_parse for a Responses body (r->resp set); the
  * others stand for openai_response, openai_stream_events and

@@ -268,39 +268,6 @@ static void start(srv *s, const api_req *r, kvl_buf *out) {
     emit(q, out, "response.in_progress", ev);
 }
 
-/* One chat chunk's choice. */
-static void choice_chunk(resp_req *q, const cJSON *ch, kvl_buf *out) {
-    const cJSON *d = cJSON_GetObjectItem(ch, "delta");
-    const cJSON *lps = cJSON_GetObjectItem(cJSON_GetObjectItem(ch, "logprobs"), "content");
-    const char *reasoning = str_member(d, "reasoning_content"), *content = str_member(d, "content");
-    if (reasoning && reasoning[0]) {
-        add_text(q, out, OPEN_REASONING, reasoning, NULL);
-        q->reasoning_tokens += q->tokens_pending;
-        q->tokens_pending = 0;
-    }
-    if ((content && content[0]) || cJSON_GetArraySize(cJSON_GetObjectItem(d, "tool_calls")))
-        q->tokens_pending = 0;
-    if (content && content[0]) {
-        add_text(q, out, OPEN_MESSAGE, content, lps);
-    } else if (lps && q->logprobs && !(reasoning && reasoning[0])) {
-        /* a token whose text the parser holds back: its logprobs go with the
-         * text when it comes (dropped if it turns out to be a call's) */
-        if (!q->pending_lps) q->pending_lps = cJSON_CreateArray();
-        for (const cJSON *e = lps->child; e; e = e->next)
-            cJSON_AddItemToArray(q->pending_lps, cJSON_Duplicate(e, true));
-    }
-    const cJSON *calls = cJSON_GetObjectItem(d, "tool_calls");
-    for (const cJSON *c = calls ? calls->child : NULL; c; c = c->next) {
-        const cJSON *fn = cJSON_GetObjectItem(c, "function");
-        const char *id = str_member(c, "id"), *args = str_member(fn, "arguments");
-        if (id) {
-            open_item(q, out, OPEN_CALL, id, str_member(fn, "name"));
-            cJSON_Delete(q->pending_lps);
-            q->pending_lps = NULL;
-        } else if (args && args[0]) add_text(q, out, OPEN_CALL, args, NULL);
-    }
-}
-
 /* The response's status from why the engine stopped. */
 static const char *status_of(const resp_req *q) {
     switch (q->finish) {
@@ -315,7 +282,6 @@ static const char *status_of(const resp_req *q) {
  * (cut by max_output_tokens) or an error and response.failed. */
 static void finish(srv *s, const api_req *r, const api_error *e, kvl_buf *out) {
     resp_req *q = r->resp;
-    q->ended = true;
     if (q->open == OPEN_REASONING) q->reasoning_tokens += q->tokens_pending; /* cut inside it */
     const char *status = status_of(q);
     api_error engine_err;
@@ -346,45 +312,72 @@ static void finish(srv *s, const api_req *r, const api_error *e, kvl_buf *out) {
     emit(q, out, strcmp(status, "incomplete") ? "response.completed" : "response.incomplete", ev);
 }
 
+/* The sink's side of a conversion. */
+typedef struct conv {
+    srv *s;
+    const api_req *r;
+    resp_req *q;
+    kvl_buf *out;
+} conv;
+
+static void on_reasoning(void *ctx, const char *text) {
+    conv *c = ctx;
+    add_text(c->q, c->out, OPEN_REASONING, text, NULL);
+    c->q->reasoning_tokens += c->q->tokens_pending;
+    c->q->tokens_pending = 0;
+}
+
+static void on_content(void *ctx, const char *text, const cJSON *lps) {
+    conv *c = ctx;
+    resp_req *q = c->q;
+    if (text[0]) {
+        q->tokens_pending = 0;
+        add_text(q, c->out, OPEN_MESSAGE, text, lps);
+    } else if (q->logprobs) {
+        /* a token whose text the parser holds back: its logprobs go with the
+         * text when it comes (dropped if it turns out to be a call's) */
+        if (!q->pending_lps) q->pending_lps = cJSON_CreateArray();
+        for (const cJSON *e = lps->child; e; e = e->next)
+            cJSON_AddItemToArray(q->pending_lps, cJSON_Duplicate(e, true));
+    }
+}
+
+static void on_call(void *ctx, const char *id, const char *name) {
+    conv *c = ctx;
+    c->q->tokens_pending = 0;
+    open_item(c->q, c->out, OPEN_CALL, id, name ? name : "");
+    cJSON_Delete(c->q->pending_lps);
+    c->q->pending_lps = NULL;
+}
+
+static void on_call_args(void *ctx, const char *text) {
+    conv *c = ctx;
+    c->q->tokens_pending = 0;
+    add_text(c->q, c->out, OPEN_CALL, text, NULL);
+}
+
+static void on_usage(void *ctx, const cJSON *u) {
+    conv *c = ctx;
+    cJSON_Delete(c->q->usage);
+    c->q->usage = cJSON_Duplicate(u, true);
+}
+
+static void on_end(void *ctx, const char *error) {
+    conv *c = ctx;
+    api_error ae;
+    if (error) {
+        api_fail(&ae, 500, NULL, "%s", error);
+        ae.code = "server_error";
+    }
+    finish(c->s, c->r, error ? &ae : NULL, c->out);
+}
+
 /* The chat chunks in q->sse -> Responses events in out. */
 static void convert(srv *s, const api_req *r, kvl_buf *out) {
-    resp_req *q = r->resp;
     start(s, r, out);
-    const char *p = q->sse.p ? q->sse.p : "", *end = p + q->sse.len;
-    while (p < end && !q->ended) {
-        const char *nl = strstr(p, "\n\n");
-        if (!nl) break;
-        if (!strncmp(p, "data: ", 6)) {
-            p += 6;
-            if (!strncmp(p, "[DONE]", 6)) {
-                finish(s, r, NULL, out);
-            } else {
-                cJSON *c = cJSON_ParseWithLength(p, (size_t)(nl - p));
-                const cJSON *e = cJSON_GetObjectItem(c, "error");
-                if (!c) {
-                    out->oom = true;
-                } else if (e) {
-                    api_error ae;
-                    api_fail(&ae, 500, NULL, "%s",
-                             str_member(e, "message") ? str_member(e, "message") : "failed");
-                    ae.code = "server_error";
-                    finish(s, r, &ae, out);
-                } else {
-                    const cJSON *u = cJSON_GetObjectItem(c, "usage");
-                    if (cJSON_IsObject(u)) {
-                        cJSON_Delete(q->usage);
-                        q->usage = cJSON_Duplicate(u, true);
-                    }
-                    const cJSON *chs = cJSON_GetObjectItem(c, "choices");
-                    for (const cJSON *ch = chs ? chs->child : NULL; ch; ch = ch->next)
-                        choice_chunk(q, ch, out);
-                }
-                cJSON_Delete(c);
-            }
-        }
-        p = nl + 2;
-    }
-    q->sse.len = 0;
+    conv c = {s, r, r->resp, out};
+    const chunk_sink k = {&c, on_reasoning, on_content, on_call, on_call_args, on_usage, on_end};
+    if (!chat_chunks_read(&r->resp->sse, &k, &r->resp->ended)) out->oom = true;
 }
 
 /* Event by event, so that each token is counted with the output its text
