@@ -318,6 +318,7 @@ int64_t engine_submit(engine *e, const engine_request *r, kvl_error *err) {
     s->state = SEQ_WAITING;
     s->stats.n_prompt = r->n_prompt;
     s->stats.t_submit = kvl_time_s();
+    s->stats.stop_index = -1;
     spec_adapt_init(&s->adapt);
     spec_dseq_init(&s->dseq);
     seq **tail = &e->waiting;
@@ -405,6 +406,8 @@ void eng_finish_seq(engine *e, seq *s, engine_finish why, int32_t token, float l
     text_append(s, tail, nt);
     int64_t stop_at = why == ENGINE_FINISH_CANCELLED ? -1 : find_stop(s);
     size_t len = stop_at >= 0 ? (size_t)stop_at : s->text_len;
+    for (int i = 0; stop_at >= 0 && i < s->req.n_stop; i++)
+        if (s->stop[i] == s->stops.first_pat) s->stats.stop_index = i;
     s->stats.t_end = kvl_time_s();
     if (s->stats.t_first_token == 0) s->stats.t_first_token = s->stats.t_end;
     s->stats.kv = seq_usage(e, s);

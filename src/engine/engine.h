@@ -36,6 +36,7 @@ typedef struct engine_req_stats {
     double t_scheduled;                    /* first step that computed any of it (0: never) */
     double t_prefill_s;                    /* time in steps until the first token */
     kv_usage kv;                           /* at the end, before the blocks were freed */
+    int stop_index;  /* the request's stop string that ended it (engine_request.stop), -1: none */
     int n_kv_groups; /* per KV group (full / sliding-window / chunked layers): */
     kv_usage kv_group[MODEL_MAX_KV_GROUPS];
     int32_t kv_group_window[MODEL_MAX_KV_GROUPS];

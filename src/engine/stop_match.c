@@ -62,7 +62,7 @@ int64_t stop_matcher_feed(stop_matcher *m, const char *p, size_t n) {
             m->state[i] = k;
             if (k == m->len[i]) {
                 int64_t start = (int64_t)(m->fed - k);
-                if (m->first < 0 || start < m->first) m->first = start;
+                if (m->first < 0 || start < m->first) m->first = start, m->first_pat = pat;
             }
         }
     }

@@ -21,10 +21,11 @@ typedef struct stop_matcher {
     int n;
     const char **pat; /* borrowed: the caller keeps the strings alive */
     size_t *len;
-    uint32_t **fail; /* fail[i][j]: longest proper border of pat[i][0..j] */
-    size_t *state;   /* bytes of pat[i] matched at the end of the text */
-    uint64_t fed;    /* bytes fed so far */
-    int64_t first;   /* start of the earliest match found, -1 while none */
+    uint32_t **fail;       /* fail[i][j]: longest proper border of pat[i][0..j] */
+    size_t *state;         /* bytes of pat[i] matched at the end of the text */
+    uint64_t fed;          /* bytes fed so far */
+    int64_t first;         /* start of the earliest match found, -1 while none */
+    const char *first_pat; /* the string matched there (one of pats), NULL while none */
 } stop_matcher;
 
 /* Empty strings are ignored (they would match everywhere). False when out of memory. */
