@@ -106,6 +106,11 @@ const srv_key *keys_match(const srv *s, const char *h) {
     if (!h || strncasecmp(h, "Bearer ", 7) != 0) return NULL;
     h += 7;
     while (*h == ' ') h++;
+    return keys_match_key(s, h);
+}
+
+const srv_key *keys_match_key(const srv *s, const char *h) {
+    if (!h) return NULL;
     /* Every key is compared, so the time does not say which one came close. */
     const srv_key *found = NULL;
     for (int i = 0; i < s->n_keys; i++)

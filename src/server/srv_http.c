@@ -26,6 +26,8 @@ typedef enum route {
     R_COMPLETIONS,
     R_CHAT,
     R_RESPONSES,
+    R_MESSAGES,
+    R_MESSAGES_COUNT,
     R_EMBEDDINGS,
     R_TOKENIZE,
     R_DETOKENIZE,
@@ -54,6 +56,8 @@ static const struct {
     {"/v1/completions", "POST", R_COMPLETIONS, AUTH_KEY, false},
     {"/v1/chat/completions", "POST", R_CHAT, AUTH_KEY, false},
     {"/v1/responses", "POST", R_RESPONSES, AUTH_KEY, false},
+    {"/v1/messages", "POST", R_MESSAGES, AUTH_KEY, false},
+    {"/v1/messages/count_tokens", "POST", R_MESSAGES_COUNT, AUTH_KEY, false},
     {"/v1/embeddings", "POST", R_EMBEDDINGS, AUTH_KEY, false},
     {"/v1/kv/save", "POST", R_KV_SAVE, AUTH_KEY, false},
     {"/v1/kv/unpin", "POST", R_KV_UNPIN, AUTH_KEY, false},
@@ -138,6 +142,15 @@ static enum MHD_Result send_error(struct MHD_Connection *c, const api_error *e) 
     return send_text(c, (unsigned)e->status, "application/json", api_error_json(e), hdr, val);
 }
 
+/* An error of a route answering in Anthropic's shape, or OpenAI's. */
+static enum MHD_Result send_error_as(struct MHD_Connection *c, route rt, const api_error *e) {
+    if (rt != R_MESSAGES && rt != R_MESSAGES_COUNT) return send_error(c, e);
+    const char *hdr = NULL, *val = NULL;
+    if (e->status == 429 || e->status == 503) hdr = "Retry-After", val = "1";
+    kvl_log(KVL_LOG_INFO, "-> %d %s", e->status, e->msg);
+    return send_text(c, (unsigned)e->status, "application/json", anthropic_error_json(e), hdr, val);
+}
+
 static enum MHD_Result fail(struct MHD_Connection *c, int status, const char *param,
                             const char *msg) {
     api_error e;
@@ -198,12 +211,14 @@ static void stream_fill(stream_ctx *sc) {
     pthread_mutex_unlock(&j->mu);
     srv_event *ev = job_take(j);
     if (sc->r.resp) responses_stream_events(sc->s, &sc->r, &sc->st, ev, &sc->out);
+    else if (sc->r.anth) anthropic_stream_events(sc->s, &sc->r, &sc->st, ev, &sc->out);
     else openai_stream_events(sc->s, &sc->r, &sc->st, ev, &sc->out);
     if (sc->st.n_finished >= j->n) {
         sc->done = true;
     } else if (!ev && ended) { /* final events lost to an allocation failure */
         sc->st.failed = true;
         if (sc->r.resp) responses_stream_end(sc->s, &sc->r, &sc->st, &sc->out);
+        else if (sc->r.anth) anthropic_stream_end(sc->s, &sc->r, &sc->st, &sc->out);
         else openai_stream_end(sc->s, &sc->r, &sc->st, &sc->out);
         sc->done = true;
     }
@@ -298,9 +313,10 @@ static enum MHD_Result continue_generate(srv *s, struct MHD_Connection *c, conn_
     srv_job *j = cc->r.job;
     api_error err;
     if (!job_ready_or_suspend(j, c, cc->r.stream ? admitted : answered)) return MHD_YES;
+    const route rt = ROUTES[cc->route].r;
     if (!job_accepted(j, &err)) {
         end_generation(s, cc);
-        return send_error(c, &err);
+        return send_error_as(c, rt, &err);
     }
     if (cc->r.stream) return start_stream(s, c, cc);
     if (atomic_load(&j->cancelled)) { /* the client left */
@@ -312,12 +328,15 @@ static enum MHD_Result continue_generate(srv *s, struct MHD_Connection *c, conn_
     if (job_failed(j, &ferr)) {
         events_free(ev);
         end_generation(s, cc);
-        return send_error(c, &ferr);
+        return send_error_as(c, rt, &ferr);
     }
-    char *body = cc->r.resp ? responses_response(s, &cc->r, ev) : openai_response(s, &cc->r, ev);
+    api_fail(&err, 500, NULL, "the engine failed while generating this response");
+    char *body = cc->r.resp   ? responses_response(s, &cc->r, ev)
+                 : cc->r.anth ? anthropic_response(s, &cc->r, ev, &err)
+                              : openai_response(s, &cc->r, ev);
     events_free(ev);
     end_generation(s, cc);
-    if (!body) return fail(c, 500, NULL, "the engine failed while generating this response");
+    if (!body) return send_error_as(c, rt, &err);
     return send_json(c, MHD_HTTP_OK, body);
 }
 
@@ -325,8 +344,9 @@ static enum MHD_Result continue_generate(srv *s, struct MHD_Connection *c, conn_
 static bool parse_request(srv *s, const conn_ctx *cc, route rt, api_req *r, api_error *err) {
     cJSON *body = json_parse_body(cc->body.p ? cc->body.p : "", cc->body.len, err);
     if (!body) return false;
-    bool ok = rt == R_RESPONSES ? responses_parse(s, body, r, err)
-                                : openai_parse(s, body, rt == R_CHAT, r, err);
+    bool ok = rt == R_RESPONSES  ? responses_parse(s, body, r, err)
+              : rt == R_MESSAGES ? anthropic_parse(s, body, r, err)
+                                 : openai_parse(s, body, rt == R_CHAT, r, err);
     cJSON_Delete(body);
     return ok;
 }
@@ -334,7 +354,7 @@ static bool parse_request(srv *s, const conn_ctx *cc, route rt, api_req *r, api_
 static enum MHD_Result handle_generate(srv *s, struct MHD_Connection *c, conn_ctx *cc, route rt) {
     api_req *r = &cc->r;
     api_error err;
-    if (!parse_request(s, cc, rt, r, &err)) return send_error(c, &err);
+    if (!parse_request(s, cc, rt, r, &err)) return send_error_as(c, rt, &err);
     srv_job *j = r->job;
     /* The tenant's namespace goes in front of the request's own cache_salt. */
     bool oom;
@@ -349,7 +369,7 @@ static enum MHD_Result handle_generate(srv *s, struct MHD_Connection *c, conn_ct
     j->fd = conn_fd(c); /* before the engine thread can see the job */
     if (!srv_enqueue(s, j, &err)) {
         api_req_free(r);
-        return send_error(c, &err);
+        return send_error_as(c, rt, &err);
     }
     atomic_fetch_add(&s->n_busy, 1);
     cc->generating = true;
@@ -438,7 +458,12 @@ static enum MHD_Result dispatch(srv *s, struct MHD_Connection *c, const char *ur
     }
     case R_COMPLETIONS:
     case R_CHAT:
-    case R_RESPONSES: return handle_generate(s, c, cc, ROUTES[cc->route].r);
+    case R_RESPONSES:
+    case R_MESSAGES: return handle_generate(s, c, cc, ROUTES[cc->route].r);
+    case R_MESSAGES_COUNT: {
+        char *js = anthropic_count_tokens(s, body, cc->body.len, &err);
+        return js ? send_json(c, MHD_HTTP_OK, js) : send_error_as(c, R_MESSAGES_COUNT, &err);
+    }
     default: return MHD_NO;
     }
 }
@@ -499,8 +524,13 @@ static bool check_headers(srv *s, struct MHD_Connection *c, const char *url, con
         ROUTES[i].auth == AUTH_KEY || (ROUTES[i].auth == AUTH_OPS && !s->cfg.metrics_public);
     if (s->n_keys > 0) {
         cc->key = keys_match(s, MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization"));
+        if (!cc->key) /* the Anthropic SDKs' header */
+            cc->key =
+                keys_match_key(s, MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key"));
         if (needs_key && !cc->key) {
-            api_fail(e, 401, NULL, "invalid or missing API key (send 'Authorization: Bearer KEY')");
+            api_fail(e, 401, NULL,
+                     "invalid or missing API key (send 'Authorization: Bearer KEY' or "
+                     "'x-api-key: KEY')");
             e->code = "invalid_api_key";
             return false;
         }

@@ -44,6 +44,11 @@ typedef struct api_error {
 } api_error;
 bool api_fail(api_error *e, int status, const char *param, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+/* The field names of an error as another API names them: the param (or its
+ * prefix up to a '.') and each quoted name in the message ('name' or
+ * 'name.) of map[i][0] become map[i][1]; map longest first. For the
+ * endpoints that translate their requests into chat requests. */
+void api_error_rename(api_error *err, const char *const (*map)[2], size_t n_map);
 /* {"error":{"message","type","param","code"}} as a malloc'd string. */
 char *api_error_json(const api_error *e);
 
@@ -232,6 +237,8 @@ bool keys_load(srv *s);
 void keys_free(srv *s);
 /* The key an Authorization header names (NULL: none matches). */
 const srv_key *keys_match(const srv *s, const char *authorization);
+/* The key itself (an x-api-key header, as the Anthropic SDKs send it). */
+const srv_key *keys_match_key(const srv *s, const char *key);
 /* The cache salt for a tenant's request: "ns:salt" (or ns alone), or a copy
  * of salt when tenants share the cache (k NULL). NULL on no memory. */
 char *tenant_salt(const srv *s, const srv_key *k, const char *salt, bool *oom);
@@ -367,6 +374,7 @@ extern const int SRV_WEB_N_ASSETS;
 /* ------------------------------------------------------------- OpenAI -- */
 
 typedef struct resp_req resp_req; /* a /v1/responses request's own state (below) */
+typedef struct anth_req anth_req; /* a /v1/messages request's own state (below) */
 
 typedef struct api_req {
     bool chat;
@@ -377,6 +385,7 @@ typedef struct api_req {
     long created;
     srv_job *job;
     resp_req *resp; /* NULL but for /v1/responses */
+    anth_req *anth; /* NULL but for /v1/messages */
 } api_req;
 
 /* srv_structured.c: response_format, grammar, json_schema, guided_json,
@@ -480,6 +489,35 @@ void responses_stream_events(srv *s, const api_req *r, stream_state *st, srv_eve
                              kvl_buf *out);
 void responses_stream_end(srv *s, const api_req *r, stream_state *st, kvl_buf *out);
 void responses_req_free(resp_req *q);
+
+/* srv_anthropic.c, srv_anthropic_out.c: POST /v1/messages (Anthropic's
+ * Messages API) on the chat path, as /v1/responses. anthropic_response
+ * returns NULL with err set when the answer is an error (Anthropic's error
+ * body: anthropic_error_json). count_tokens: {"input_tokens": N} of the
+ * prompt the same body renders to. A request's own state: */
+struct anth_req {
+    kvl_buf sse;          /* chat chunks not yet converted */
+    bool started, ended;  /* message_start sent; the end read */
+    int n_blocks;         /* content blocks opened */
+    int open;             /* the open block's kind (srv_anthropic_out.c), 0: none */
+    cJSON *block;         /* the open block as content_block_start showed it */
+    kvl_buf text;         /* the open block's text, thinking or arguments */
+    cJSON *content;       /* the closed blocks */
+    cJSON *usage;         /* the chat usage */
+    bool called;          /* a tool_use block was written */
+    engine_finish finish; /* why the engine stopped */
+    int stop_index;       /* the request's stop string that ended it, -1: none */
+    bool failed;
+    api_error error; /* when failed */
+};
+bool anthropic_parse(srv *s, const cJSON *body, api_req *r, api_error *err);
+char *anthropic_response(srv *s, const api_req *r, srv_event *events, api_error *err);
+void anthropic_stream_events(srv *s, const api_req *r, stream_state *st, srv_event *events,
+                             kvl_buf *out);
+void anthropic_stream_end(srv *s, const api_req *r, stream_state *st, kvl_buf *out);
+void anthropic_req_free(anth_req *q);
+char *anthropic_error_json(const api_error *e);
+char *anthropic_count_tokens(srv *s, const char *body, size_t len, api_error *err);
 
 /* srv_endpoints.c. Each returns a malloc'd JSON body, or NULL with err set. */
 char *openai_models(srv *s);                                              /* GET /v1/models */

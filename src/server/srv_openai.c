@@ -692,4 +692,6 @@ void api_req_free(api_req *r) {
     r->job = NULL;
     responses_req_free(r->resp);
     r->resp = NULL;
+    anthropic_req_free(r->anth);
+    r->anth = NULL;
 }

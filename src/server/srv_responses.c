@@ -398,46 +398,8 @@ static const char *const RENAMES[][2] = {
     {"reasoning_effort", "reasoning.effort"},       {"messages", "input"},
 };
 
-/* s with each quoted chat name ('name' or 'name.) written as the Responses
- * request names it, in place (cut at cap). */
-static void rename_quoted(char *s, size_t cap) {
-    char out[sizeof((api_error *)0)->msg];
-    size_t n = 0;
-    for (const char *p = s; *p && n + 1 < sizeof out;) {
-        size_t i = 0, len = 0;
-        if (*p == '\'')
-            for (; i < N_OF(RENAMES); i++) {
-                len = strlen(RENAMES[i][0]);
-                if (!strncmp(p + 1, RENAMES[i][0], len) &&
-                    (p[1 + len] == '\'' || p[1 + len] == '.'))
-                    break;
-            }
-        if (*p == '\'' && i < N_OF(RENAMES)) {
-            n += (size_t)snprintf(out + n, sizeof out - n, "'%s", RENAMES[i][1]);
-            if (n >= sizeof out) n = sizeof out - 1;
-            p += 1 + len;
-        } else {
-            out[n++] = *p++;
-        }
-    }
-    out[n] = 0;
-    snprintf(s, cap, "%s", out);
-}
-
 /* An error of the chat parser in the Responses request's terms. */
-static void rename_error(api_error *err) {
-    for (size_t i = 0; i < N_OF(RENAMES); i++) {
-        size_t len = strlen(RENAMES[i][0]);
-        if (!strncmp(err->param, RENAMES[i][0], len) &&
-            (err->param[len] == 0 || err->param[len] == '.')) {
-            char rest[sizeof err->param];
-            snprintf(rest, sizeof rest, "%s", err->param + len);
-            snprintf(err->param, sizeof err->param, "%s%s", RENAMES[i][1], rest);
-            break;
-        }
-    }
-    rename_quoted(err->msg, sizeof err->msg);
-}
+static void rename_error(api_error *err) { api_error_rename(err, RENAMES, N_OF(RENAMES)); }
 
 static cJSON *chat_request(const cJSON *b, bool *logprobs, api_error *err) {
     for (const cJSON *v = b->child; v; v = v->next)

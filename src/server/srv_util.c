@@ -161,3 +161,42 @@ int32_t *srv_encode(srv *s, const char *text, size_t len, bool add_bos, tok_mode
     if (!ids) api_fail(err, 400, param, "cannot tokenize the text: %s", kerr.msg);
     return ids;
 }
+
+/* s with each quoted name ('name' or 'name.) of map[i][0] written as
+ * map[i][1], in place (cut at cap). */
+static void rename_quoted(char *s, size_t cap, const char *const (*map)[2], size_t n_map) {
+    char out[sizeof((api_error *)0)->msg];
+    size_t n = 0;
+    for (const char *p = s; *p && n + 1 < sizeof out;) {
+        size_t i = 0, len = 0;
+        if (*p == '\'')
+            for (; i < n_map; i++) {
+                len = strlen(map[i][0]);
+                if (!strncmp(p + 1, map[i][0], len) && (p[1 + len] == '\'' || p[1 + len] == '.'))
+                    break;
+            }
+        if (*p == '\'' && i < n_map) {
+            n += (size_t)snprintf(out + n, sizeof out - n, "'%s", map[i][1]);
+            if (n >= sizeof out) n = sizeof out - 1;
+            p += 1 + len;
+        } else {
+            out[n++] = *p++;
+        }
+    }
+    out[n] = 0;
+    snprintf(s, cap, "%s", out);
+}
+
+void api_error_rename(api_error *err, const char *const (*map)[2], size_t n_map) {
+    for (size_t i = 0; i < n_map; i++) {
+        size_t len = strlen(map[i][0]);
+        if (!strncmp(err->param, map[i][0], len) &&
+            (err->param[len] == 0 || err->param[len] == '.')) {
+            char rest[sizeof err->param];
+            snprintf(rest, sizeof rest, "%s", err->param + len);
+            snprintf(err->param, sizeof err->param, "%s%s", map[i][1], rest);
+            break;
+        }
+    }
+    rename_quoted(err->msg, sizeof err->msg, map, n_map);
+}

@@ -3,16 +3,18 @@
  * responses_parse) into a job, against two servers built as srv_new builds
  * them minus the engine: stories260K's SentencePiece vocab with the built-in
  * ChatML family, and Qwen 3's byte-level BPE vocab with its Jinja template.
- * Input: byte 0 picks the server (bit 0) and the endpoint (bit 1: chat, bit
- * 2: /v1/responses); the rest is the body.
+ * Input: byte 0 picks the server (bit 0) and the endpoint (bit 1: chat, else
+ * completions; bits 2-3: 1 /v1/responses, 2 /v1/messages, 3
+ * /v1/messages/count_tokens instead); the rest is the body.
  *
  * Checked beyond "no crash, no leak, no sanitizer report": a refusal has a
  * 4xx/5xx status and a message; an accepted job has a non-empty prompt of ids
  * in the vocabulary that fits the context with its max_tokens, 1..16 choices
- * and stop strings within the documented limits. An accepted /v1/responses
- * job is also answered, from made-up output (the body's last bytes, split in
- * two tokens' text: any bytes a model may write), and the answer must be a
- * JSON response object. */
+ * and stop strings within the documented limits. An accepted /v1/responses or
+ * /v1/messages job is also answered, from made-up output (the body's last
+ * bytes, split in two tokens' text: any bytes a model may write), and the
+ * answer must be a JSON response object / message; a count is a JSON object
+ * with input_tokens. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,7 +96,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
 
 /* Two events (a token's text, then the last with the finish) from the tail
  * of the input; the answer must parse as a response object. */
-static void answer(srv *s, const api_req *r, const char *p, size_t len) {
+static void answer(srv *s, const api_req *r, const char *p, size_t len, bool messages) {
     const size_t n = len < 48 ? len : 48, a = n / 2;
     srv_event *ev[2];
     for (int i = 0; i < 2; i++) {
@@ -107,10 +109,13 @@ static void answer(srv *s, const api_req *r, const char *p, size_t len) {
     }
     ev[0]->next = ev[1];
     ev[1]->finish = (p[len - 1] & 1) ? ENGINE_FINISH_LENGTH : ENGINE_FINISH_STOP;
-    char *js = responses_response(s, r, ev[0]);
+    ev[1]->stats.stop_index = -1;
+    api_error err = {0};
+    char *js = messages ? anthropic_response(s, r, ev[0], &err) : responses_response(s, r, ev[0]);
     cJSON *o = js ? cJSON_Parse(js) : NULL;
-    const char *obj = cJSON_GetStringValue(cJSON_GetObjectItem(o, "object"));
-    if (!obj || strcmp(obj, "response") || !cJSON_IsArray(cJSON_GetObjectItem(o, "output")))
+    const char *obj = cJSON_GetStringValue(cJSON_GetObjectItem(o, messages ? "type" : "object"));
+    if (!obj || strcmp(obj, messages ? "message" : "response") ||
+        !cJSON_IsArray(cJSON_GetObjectItem(o, messages ? "content" : "output")))
         abort();
     cJSON_Delete(o);
     free(js);
@@ -121,15 +126,27 @@ static void answer(srv *s, const api_req *r, const char *p, size_t len) {
 int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size) {
     if (size < 1) return 0;
     srv *s = &S[data[0] & 1];
-    const bool chat = data[0] & 2, responses = data[0] & 4;
+    const bool chat = data[0] & 2;
+    const int api = (data[0] >> 2) & 3; /* 1 responses, 2 messages, 3 count_tokens */
     const char *p = (const char *)data + 1;
     const size_t len = size - 1;
     api_req r;
     api_error err = {0};
     bool ok = false;
+    if (api == 3) { /* count_tokens parses the body itself */
+        char *js = anthropic_count_tokens(s, p, len, &err);
+        cJSON *o = js ? cJSON_Parse(js) : NULL;
+        if (js && !cJSON_IsNumber(cJSON_GetObjectItem(o, "input_tokens"))) abort();
+        if (!js && (err.status < 400 || err.status > 599 || !err.msg[0])) abort();
+        cJSON_Delete(o);
+        free(js);
+        return 0;
+    }
     cJSON *body = json_parse_body(p, len, &err);
     if (body)
-        ok = responses ? responses_parse(s, body, &r, &err) : openai_parse(s, body, chat, &r, &err);
+        ok = api == 1   ? responses_parse(s, body, &r, &err)
+             : api == 2 ? anthropic_parse(s, body, &r, &err)
+                        : openai_parse(s, body, chat, &r, &err);
     cJSON_Delete(body);
     if (!ok) {
         if (err.status && (err.status < 400 || err.status > 599 || !err.msg[0])) abort();
@@ -143,7 +160,7 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size) {
         if (j->prompt[i] < 0 || j->prompt[i] >= tok_n_vocab(s->vocab)) abort();
     for (int i = 0; i < j->n_stop; i++)
         if (strlen(j->stop[i]) > ENGINE_MAX_STOP_BYTES) abort();
-    if (responses) answer(s, &r, p, len);
+    if (api) answer(s, &r, p, len, api == 2);
     api_req_free(&r);
     return 0;
 }
