@@ -54,13 +54,10 @@ static bool block_known(const cJSON *b, const char *where, api_error *err) {
     const char *type = str_member(b, "type");
     for (size_t t = 0; type && t < N_OF(BLOCK_KEYS); t++) {
         if (strcmp(type, BLOCK_KEYS[t][0])) continue;
-        for (const cJSON *v = b->child; v; v = v->next) {
-            size_t k = 1;
-            while (k < 7 && BLOCK_KEYS[t][k] && strcmp(v->string, BLOCK_KEYS[t][k])) k++;
-            if (k == 7 || !BLOCK_KEYS[t][k])
-                return api_fail(err, 400, "messages", "%s: unsupported field '%.60s' in a %s block",
-                                where, v->string, type);
-        }
+        const char *bad = json_unknown_key(b, BLOCK_KEYS[t] + 1);
+        if (bad)
+            return api_fail(err, 400, "messages", "%s: unsupported field '%.60s' in a %s block",
+                            where, bad, type);
         return true;
     }
     return api_fail(err, 400, "messages",
@@ -253,13 +250,10 @@ static bool convert_tools(const cJSON *b, cJSON *chat, api_error *err) {
                             "tools[%d]: type '%.40s' is not supported (kvllm runs no server tools: "
                             "client tools with name and input_schema are)",
                             i, type);
-        for (const cJSON *v = t->child; v; v = v->next)
-            if (!listed(v->string,
-                        (const char *const[]){"type", "name", "description", "input_schema",
-                                              "cache_control"},
-                        5))
-                return api_fail(err, 400, "tools", "tools[%d]: unsupported field '%.60s'", i,
-                                v->string);
+        static const char *const keys[] = {"type",         "name",          "description",
+                                           "input_schema", "cache_control", NULL};
+        const char *bad = json_unknown_key(t, keys);
+        if (bad) return api_fail(err, 400, "tools", "tools[%d]: unsupported field '%.60s'", i, bad);
         cJSON *fn = cJSON_CreateObject();
         static const char *const map[][2] = {
             {"name", "name"}, {"description", "description"}, {"input_schema", "parameters"}};
@@ -267,10 +261,7 @@ static bool convert_tools(const cJSON *b, cJSON *chat, api_error *err) {
             const cJSON *v = cJSON_GetObjectItem(t, map[k][0]);
             if (v) cJSON_AddItemToObject(fn, map[k][1], cJSON_Duplicate(v, true));
         }
-        cJSON *c = cJSON_CreateObject();
-        cJSON_AddStringToObject(c, "type", "function");
-        cJSON_AddItemToObject(c, "function", fn);
-        cJSON_AddItemToArray(out, c);
+        cJSON_AddItemToArray(out, chat_function_tool(fn));
     }
     const cJSON *tc = req_field(b, "tool_choice");
     if (!tc) return true;
@@ -285,10 +276,7 @@ static bool convert_tools(const cJSON *b, cJSON *chat, api_error *err) {
     } else if (!strcmp(type, "any")) {
         cJSON_AddStringToObject(chat, "tool_choice", "required");
     } else if (!strcmp(type, "tool") && str_member(tc, "name")) {
-        cJSON *c = cJSON_AddObjectToObject(chat, "tool_choice");
-        cJSON_AddStringToObject(c, "type", "function");
-        cJSON_AddStringToObject(cJSON_AddObjectToObject(c, "function"), "name",
-                                str_member(tc, "name"));
+        chat_tool_choice_named(chat, str_member(tc, "name"));
     } else {
         return api_fail(err, 400, "tool_choice",
                         "tool_choice.type must be \"auto\", \"any\", \"none\" or \"tool\" (with "

@@ -49,6 +49,14 @@ bool api_fail(api_error *e, int status, const char *param, const char *fmt, ...)
  * 'name.) of map[i][0] become map[i][1]; map longest first. For the
  * endpoints that translate their requests into chat requests. */
 void api_error_rename(api_error *err, const char *const (*map)[2], size_t n_map);
+/* A chat request's pieces, for the endpoints that build one: a tools[] entry
+ * {"type": "function", "function": fn} (taking fn), and a tool_choice naming
+ * one function. */
+cJSON *chat_function_tool(cJSON *fn);
+void chat_tool_choice_named(cJSON *chat, const char *name);
+/* The first member of o whose name is not in allowed (NULL-terminated), or
+ * NULL when there is none. */
+const char *json_unknown_key(const cJSON *o, const char *const *allowed);
 /* {"error":{"message","type","param","code"}} as a malloc'd string. */
 char *api_error_json(const api_error *e);
 

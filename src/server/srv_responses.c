@@ -75,14 +75,15 @@ static cJSON *text_parts(const cJSON *content, const char *where, const char *fi
             cJSON_Delete(parts);
             return NULL;
         }
-        for (const cJSON *v = p->child; v; v = v->next) /* what output_text parts carry back */
-            if (strcmp(v->string, "type") && strcmp(v->string, "text") &&
-                strcmp(v->string, "annotations") && strcmp(v->string, "logprobs")) {
-                api_fail(err, 400, "input", "%s.%s[%d]: unsupported field '%.60s'", where, field, i,
-                         v->string);
-                cJSON_Delete(parts);
-                return NULL;
-            }
+        /* what output_text parts carry back besides their text */
+        static const char *const keys[] = {"type", "text", "annotations", "logprobs", NULL};
+        const char *bad = json_unknown_key(p, keys);
+        if (bad) {
+            api_fail(err, 400, "input", "%s.%s[%d]: unsupported field '%.60s'", where, field, i,
+                     bad);
+            cJSON_Delete(parts);
+            return NULL;
+        }
         cJSON *q = cJSON_CreateObject();
         cJSON_AddStringToObject(q, "type", "text");
         cJSON_AddStringToObject(q, "text", text->valuestring);
@@ -134,13 +135,10 @@ static const char *const ITEM_KEYS[][8] = {
 static bool item_keys_known(const cJSON *it, const char *type, const char *where, api_error *err) {
     for (size_t t = 0; t < N_OF(ITEM_KEYS); t++) {
         if (strcmp(type, ITEM_KEYS[t][0])) continue;
-        for (const cJSON *v = it->child; v; v = v->next) {
-            size_t k = 1;
-            while (k < 8 && ITEM_KEYS[t][k] && strcmp(v->string, ITEM_KEYS[t][k])) k++;
-            if (k == 8 || !ITEM_KEYS[t][k])
-                return api_fail(err, 400, "input", "%s: unsupported field '%.60s' in a %s item",
-                                where, v->string, type);
-        }
+        const char *bad = json_unknown_key(it, ITEM_KEYS[t] + 1);
+        if (bad)
+            return api_fail(err, 400, "input", "%s: unsupported field '%.60s' in a %s item", where,
+                            bad, type);
     }
     return true;
 }
@@ -278,10 +276,7 @@ static bool convert_tools(const cJSON *b, cJSON *chat, api_error *err) {
             for (const cJSON *v = t->child; v; v = v->next)
                 if (strcmp(v->string, "type"))
                     cJSON_AddItemToObject(fn, v->string, cJSON_Duplicate(v, true));
-            cJSON *c = cJSON_CreateObject();
-            cJSON_AddStringToObject(c, "type", "function");
-            cJSON_AddItemToObject(c, "function", fn);
-            cJSON_AddItemToArray(out, c);
+            cJSON_AddItemToArray(out, chat_function_tool(fn));
         }
     }
     const cJSON *tc = req_field(b, "tool_choice");
@@ -295,9 +290,7 @@ static bool convert_tools(const cJSON *b, cJSON *chat, api_error *err) {
         return api_fail(err, 400, "tool_choice",
                         "'tool_choice' must be \"none\", \"auto\", \"required\" or "
                         "{\"type\": \"function\", \"name\": ...}");
-    cJSON *c = cJSON_AddObjectToObject(chat, "tool_choice");
-    cJSON_AddStringToObject(c, "type", "function");
-    cJSON_AddStringToObject(cJSON_AddObjectToObject(c, "function"), "name", name);
+    chat_tool_choice_named(chat, name);
     return true;
 }
 

@@ -200,3 +200,25 @@ void api_error_rename(api_error *err, const char *const (*map)[2], size_t n_map)
     }
     rename_quoted(err->msg, sizeof err->msg, map, n_map);
 }
+
+const char *json_unknown_key(const cJSON *o, const char *const *allowed) {
+    for (const cJSON *v = o ? o->child : NULL; v; v = v->next) {
+        const char *const *a = allowed;
+        while (*a && strcmp(v->string, *a)) a++;
+        if (!*a) return v->string;
+    }
+    return NULL;
+}
+
+cJSON *chat_function_tool(cJSON *fn) {
+    cJSON *c = cJSON_CreateObject();
+    cJSON_AddStringToObject(c, "type", "function");
+    cJSON_AddItemToObject(c, "function", fn);
+    return c;
+}
+
+void chat_tool_choice_named(cJSON *chat, const char *name) {
+    cJSON *c = cJSON_AddObjectToObject(chat, "tool_choice");
+    cJSON_AddStringToObject(c, "type", "function");
+    cJSON_AddStringToObject(cJSON_AddObjectToObject(c, "function"), "name", name);
+}
