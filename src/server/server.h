@@ -35,6 +35,7 @@ typedef struct server_config {
     double request_timeout_s;   /* to receive a whole request, headers and body */
     double shutdown_timeout_s;  /* SIGTERM: in-flight requests may finish this long */
     int http_threads;           /* libmicrohttpd worker threads */
+    int responses_store;        /* /v1/responses answers kept for previous_response_id */
     /* A pipeline (--pp): each rank's bytes per KV block of each group,
      * kv_rank_block_bytes[r * MODEL_MAX_KV_GROUPS + g] for r < kv_ranks
      * (copied at start). 0 ranks: one process, the engine's pools. /metrics

@@ -26,6 +26,8 @@ typedef enum route {
     R_COMPLETIONS,
     R_CHAT,
     R_RESPONSES,
+    R_RESPONSE_GET,
+    R_RESPONSE_DELETE,
     R_MESSAGES,
     R_MESSAGES_COUNT,
     R_EMBEDDINGS,
@@ -56,6 +58,8 @@ static const struct {
     {"/v1/completions", "POST", R_COMPLETIONS, AUTH_KEY, false},
     {"/v1/chat/completions", "POST", R_CHAT, AUTH_KEY, false},
     {"/v1/responses", "POST", R_RESPONSES, AUTH_KEY, false},
+    {"/v1/responses/", "GET", R_RESPONSE_GET, AUTH_KEY, true},
+    {"/v1/responses/", "DELETE", R_RESPONSE_DELETE, AUTH_KEY, true},
     {"/v1/messages", "POST", R_MESSAGES, AUTH_KEY, false},
     {"/v1/messages/count_tokens", "POST", R_MESSAGES_COUNT, AUTH_KEY, false},
     {"/v1/embeddings", "POST", R_EMBEDDINGS, AUTH_KEY, false},
@@ -344,7 +348,8 @@ static enum MHD_Result continue_generate(srv *s, struct MHD_Connection *c, conn_
 static bool parse_request(srv *s, const conn_ctx *cc, route rt, api_req *r, api_error *err) {
     cJSON *body = json_parse_body(cc->body.p ? cc->body.p : "", cc->body.len, err);
     if (!body) return false;
-    bool ok = rt == R_RESPONSES  ? responses_parse(s, body, r, err)
+    const char *tenant = cc->key ? cc->key->ns : ""; /* whose kept responses it may continue */
+    bool ok = rt == R_RESPONSES  ? responses_parse(s, body, tenant, r, err)
               : rt == R_MESSAGES ? anthropic_parse(s, body, r, err)
                                  : openai_parse(s, body, rt == R_CHAT, r, err);
     cJSON_Delete(body);
@@ -460,6 +465,18 @@ static enum MHD_Result dispatch(srv *s, struct MHD_Connection *c, const char *ur
     case R_CHAT:
     case R_RESPONSES:
     case R_MESSAGES: return handle_generate(s, c, cc, ROUTES[cc->route].r);
+    case R_RESPONSE_GET:
+    case R_RESPONSE_DELETE: {
+        const char *id = url + strlen(ROUTES[cc->route].path), *tenant = cc->key ? cc->key->ns : "";
+        char *js = NULL;
+        if (ROUTES[cc->route].r == R_RESPONSE_GET) js = rstore_response(s->responses, tenant, id);
+        else if (rstore_delete(s->responses, tenant, id) &&
+                 asprintf(&js, "{\"id\":\"%s\",\"object\":\"response\",\"deleted\":true}", id) < 0)
+            js = NULL;
+        if (js) return send_json(c, MHD_HTTP_OK, js);
+        api_fail(&err, 404, NULL, "no kept response '%.60s'", id);
+        return send_error(c, &err);
+    }
     case R_MESSAGES_COUNT: {
         char *js = anthropic_count_tokens(s, body, cc->body.len, &err);
         return js ? send_json(c, MHD_HTTP_OK, js) : send_error_as(c, R_MESSAGES_COUNT, &err);
@@ -509,6 +526,11 @@ static bool check_headers(srv *s, struct MHD_Connection *c, const char *url, con
     size_t i = 0;
     while (i < N_ROUTES && !route_matches(i, url)) i++;
     if (i == N_ROUTES) return api_fail(e, 404, NULL, "no route for %.200s", url);
+    for (size_t j = i; j < N_ROUTES; j++) /* a path with a route per method */
+        if (route_matches(j, url) && !strcmp(method, ROUTES[j].method)) {
+            i = j;
+            break;
+        }
     cc->route = i;
     if (!check_framing(c, e)) return false;
     if (srv_cors_origin && strcmp(method, "OPTIONS") == 0) { /* a CORS preflight: no key, no body */

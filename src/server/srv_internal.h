@@ -81,6 +81,7 @@ typedef struct tok_mode {
     size_t n_guard;
 } tok_mode;
 typedef struct srv srv;
+typedef struct rstore rstore; /* kept /v1/responses answers (srv_rstore.c) */
 /* Text -> ids (malloc'd, *n of them) under the tokenizer lock, or NULL with
  * err set (400 naming param when the tokenizer refuses the text). */
 int32_t *srv_encode(srv *s, const char *text, size_t len, bool add_bos, tok_mode mode, int64_t *n,
@@ -351,6 +352,7 @@ struct srv {
     atomic_long n_timed_out; /* connections cut for missing the request deadline */
     atomic_long n_evicted;   /* receiving connections cut to make room when every slot was taken */
     atomic_long n_client_gone; /* jobs cancelled because their client left */
+    rstore *responses;         /* kept /v1/responses answers; NULL: none kept */
     /* Engine thread only. */
     srv_job *active;
     pthread_t engine_thread;
@@ -464,6 +466,16 @@ typedef struct chunk_sink {
  * false when out of memory. */
 bool chat_chunks_read(kvl_buf *sse, const chunk_sink *k, bool *ended);
 
+/* srv_rstore.c: kept /v1/responses answers (the last --responses-store of
+ * them, per tenant). rstore_new(0) is NULL: nothing kept; every function
+ * takes a NULL store. put takes conversation and response (freed on failure). */
+rstore *rstore_new(int cap);
+void rstore_free(rstore *r);
+bool rstore_put(rstore *r, const char *tenant, const char *id, cJSON *conversation, char *response);
+cJSON *rstore_conversation(rstore *r, const char *tenant, const char *id); /* a copy, or NULL */
+char *rstore_response(rstore *r, const char *tenant, const char *id);      /* a copy, or NULL */
+bool rstore_delete(rstore *r, const char *tenant, const char *id);
+
 /* srv_responses.c, srv_responses_out.c: POST /v1/responses on the chat path.
  * responses_parse is openai_parse for a Responses body (r->resp set); the
  * others stand for openai_response, openai_stream_events and
@@ -488,10 +500,15 @@ struct resp_req {
     int64_t reasoning_tokens; /* output tokens whose text went to the reasoning */
     int64_t tokens_pending;   /* tokens not yet counted with any output */
     bool ended;
-    bool failed;     /* ended with an error: */
-    api_error error; /* this one */
+    bool failed;         /* ended with an error: */
+    api_error error;     /* this one */
+    bool store;          /* kept when it ends (store: true and a store to keep it in) */
+    char *tenant;        /* the caller's, for the store */
+    cJSON *conversation; /* what it continued and its input, as chat messages */
+    char *previous;      /* previous_response_id, or NULL */
 };
-bool responses_parse(srv *s, const cJSON *body, api_req *r, api_error *err);
+/* tenant: the caller's (its key's namespace, "" without keys): what it may continue. */
+bool responses_parse(srv *s, const cJSON *body, const char *tenant, api_req *r, api_error *err);
 char *responses_response(srv *s, const api_req *r, srv_event *events);
 void responses_stream_events(srv *s, const api_req *r, stream_state *st, srv_event *events,
                              kvl_buf *out);

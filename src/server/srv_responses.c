@@ -227,16 +227,23 @@ static bool input_item(const cJSON *it, int i, cJSON *msgs, kvl_buf *reasoning, 
                     where, type);
 }
 
-static bool input_messages(const cJSON *b, cJSON *msgs, api_error *err) {
+/* instructions (a system message), the kept conversation this request
+ * continues (previous, may be NULL: taken), then the input items. */
+static bool input_messages(const cJSON *b, cJSON *previous, cJSON *msgs, api_error *err) {
     const cJSON *ins = req_field(b, "instructions");
-    if (ins && !cJSON_IsString(ins))
+    if (ins && !cJSON_IsString(ins)) {
+        cJSON_Delete(previous);
         return api_fail(err, 400, "instructions", "'instructions' must be a string");
+    }
     if (ins) {
         cJSON *m = cJSON_CreateObject();
         cJSON_AddStringToObject(m, "role", "system");
         cJSON_AddStringToObject(m, "content", ins->valuestring);
         cJSON_AddItemToArray(msgs, m);
     }
+    while (previous && previous->child)
+        cJSON_AddItemToArray(msgs, cJSON_DetachItemViaPointer(previous, previous->child));
+    cJSON_Delete(previous);
     const cJSON *in = req_field(b, "input");
     if (!in) return api_fail(err, 400, "input", "'input' is required");
     if (cJSON_IsString(in)) {
@@ -338,11 +345,10 @@ static bool convert_text_reasoning(const cJSON *b, cJSON *chat, api_error *err) 
 
 /* Fields refused unless absent or at their default, with why. */
 static bool refuse_unsupported(const cJSON *b, api_error *err) {
-    if (req_field(b, "previous_response_id") || req_field(b, "conversation"))
-        return api_fail(err, 400,
-                        req_field(b, "conversation") ? "conversation" : "previous_response_id",
-                        "kvllm keeps no responses or conversations: send the whole conversation "
-                        "in 'input'");
+    if (req_field(b, "conversation"))
+        return api_fail(err, 400, "conversation",
+                        "kvllm keeps no conversation objects: continue a response with "
+                        "'previous_response_id', or send the whole conversation in 'input'");
     if (req_field(b, "prompt"))
         return api_fail(err, 400, "prompt", "stored prompt templates are not supported");
     if (req_field(b, "max_tool_calls"))
@@ -394,7 +400,32 @@ static const char *const RENAMES[][2] = {
 /* An error of the chat parser in the Responses request's terms. */
 static void rename_error(api_error *err) { api_error_rename(err, RENAMES, N_OF(RENAMES)); }
 
-static cJSON *chat_request(const cJSON *b, bool *logprobs, api_error *err) {
+/* The kept conversation previous_response_id names (a copy), NULL when there
+ * is none to continue; *err set when it names one that is not kept. */
+static bool previous_conversation(srv *s, const cJSON *b, const char *tenant, cJSON **conv,
+                                  api_error *err) {
+    *conv = NULL;
+    const cJSON *prev = req_field(b, "previous_response_id");
+    if (!prev) return true;
+    if (!cJSON_IsString(prev))
+        return api_fail(err, 400, "previous_response_id",
+                        "'previous_response_id' must be a string");
+    if (!s->responses)
+        return api_fail(err, 400, "previous_response_id",
+                        "this server keeps no responses (--responses-store 0): send the whole "
+                        "conversation in 'input'");
+    if (!(*conv = rstore_conversation(s->responses, tenant, prev->valuestring))) {
+        api_fail(err, 404, "previous_response_id",
+                 "no kept response '%.60s' (kvllm keeps the last %d responses stored with "
+                 "store: true, in memory, per API key)",
+                 prev->valuestring, s->cfg.responses_store);
+        err->code = "previous_response_not_found";
+        return false;
+    }
+    return true;
+}
+
+static cJSON *chat_request(const cJSON *b, cJSON *previous, bool *logprobs, api_error *err) {
     for (const cJSON *v = b->child; v; v = v->next)
         if (!cJSON_IsNull(v) && !listed(v->string, PASS_FIELDS, N_OF(PASS_FIELDS)) &&
             !listed(v->string, OWN_FIELDS, N_OF(OWN_FIELDS))) {
@@ -403,7 +434,10 @@ static cJSON *chat_request(const cJSON *b, bool *logprobs, api_error *err) {
                      v->string);
             return NULL;
         }
-    if (!refuse_unsupported(b, err) || !parse_include(b, logprobs, err)) return NULL;
+    if (!refuse_unsupported(b, err) || !parse_include(b, logprobs, err)) {
+        cJSON_Delete(previous);
+        return NULL;
+    }
     cJSON *chat = cJSON_CreateObject();
     for (const cJSON *v = b->child; v; v = v->next)
         if (listed(v->string, PASS_FIELDS, N_OF(PASS_FIELDS)))
@@ -418,7 +452,7 @@ static cJSON *chat_request(const cJSON *b, bool *logprobs, api_error *err) {
         *logprobs = true;
         cJSON_AddBoolToObject(chat, "logprobs", true);
     }
-    if (!input_messages(b, msgs, err) || !convert_tools(b, chat, err) ||
+    if (!input_messages(b, previous, msgs, err) || !convert_tools(b, chat, err) ||
         !convert_text_reasoning(b, chat, err)) {
         cJSON_Delete(chat);
         return NULL;
@@ -448,25 +482,43 @@ static cJSON *request_echo(const cJSON *b) {
     return e;
 }
 
-bool responses_parse(srv *s, const cJSON *body, api_req *r, api_error *err) {
+/* The chat messages of the conversation as a continuation will see it: all
+ * but the instructions' system message. */
+static cJSON *conversation_of(const cJSON *body, const cJSON *chat) {
+    cJSON *c = cJSON_Duplicate(cJSON_GetObjectItem(chat, "messages"), true);
+    if (c && req_field(body, "instructions")) cJSON_DeleteItemFromArray(c, 0);
+    return c;
+}
+
+bool responses_parse(srv *s, const cJSON *body, const char *tenant, api_req *r, api_error *err) {
     memset(r, 0, sizeof *r);
     if (!cJSON_IsObject(body))
         return api_fail(err, 400, NULL, "the request body must be a JSON object");
-    bool logprobs = false;
-    cJSON *chat = chat_request(body, &logprobs, err);
+    bool logprobs = false, store = true;
+    cJSON *previous;
+    if (!req_bool(body, "store", &store, err) ||
+        !previous_conversation(s, body, tenant, &previous, err))
+        return false;
+    cJSON *chat = chat_request(body, previous, &logprobs, err);
     if (!chat) return false;
     bool ok = openai_parse(s, chat, true, r, err);
+    cJSON *conv = ok ? conversation_of(body, chat) : NULL;
     cJSON_Delete(chat);
     if (!ok) {
         rename_error(err);
         return false;
     }
     r->resp = calloc(1, sizeof *r->resp);
+    const cJSON *prev = req_field(body, "previous_response_id");
     if (!r->resp || !(r->resp->echo = request_echo(body)) ||
-        !(r->resp->output = cJSON_CreateArray())) {
+        !(r->resp->output = cJSON_CreateArray()) || !conv || !(r->resp->tenant = strdup(tenant)) ||
+        (prev && !(r->resp->previous = strdup(prev->valuestring)))) {
+        cJSON_Delete(conv);
         api_req_free(r);
         return api_fail(err, 500, NULL, "out of memory");
     }
+    r->resp->conversation = conv;
+    r->resp->store = store && s->responses;
     r->resp->logprobs = logprobs;
     r->include_usage = true; /* the final response carries usage */
     snprintf(r->id, sizeof r->id, "resp_%016llx%08llx", (unsigned long long)kvl_random_u64(),
@@ -482,6 +534,9 @@ void responses_req_free(resp_req *q) {
     cJSON_Delete(q->item_lps);
     cJSON_Delete(q->pending_lps);
     cJSON_Delete(q->usage);
+    cJSON_Delete(q->conversation);
+    free(q->tenant);
+    free(q->previous);
     kvl_buf_free(&q->sse);
     kvl_buf_free(&q->text);
     free(q);

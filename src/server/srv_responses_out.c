@@ -79,14 +79,15 @@ static cJSON *response_object(srv *s, const api_req *r, const char *status, cons
     cJSON_AddStringToObject(o, "model", s->cfg.model_id);
     cJSON_AddItemToObject(o, "output", cJSON_Duplicate(q->output, true));
     echo_or(o, echo, "parallel_tool_calls", cJSON_CreateTrue());
-    cJSON_AddNullToObject(o, "previous_response_id");
+    if (q->previous) cJSON_AddStringToObject(o, "previous_response_id", q->previous);
+    else cJSON_AddNullToObject(o, "previous_response_id");
     cJSON *rs = cJSON_CreateObject();
     const cJSON *re = cJSON_GetObjectItem(echo, "reasoning");
     const cJSON *eff = re ? cJSON_GetObjectItem(re, "effort") : NULL;
     cJSON_AddItemToObject(rs, "effort", eff ? cJSON_Duplicate(eff, false) : cJSON_CreateNull());
     cJSON_AddNullToObject(rs, "summary");
     cJSON_AddItemToObject(o, "reasoning", rs);
-    cJSON_AddBoolToObject(o, "store", false); /* kept nowhere */
+    cJSON_AddBoolToObject(o, "store", q->store);
     echo_or(o, echo, "temperature", cJSON_CreateNumber(1));
     cJSON *text = cJSON_CreateObject();
     const cJSON *te = cJSON_GetObjectItem(echo, "text");
@@ -278,6 +279,51 @@ static const char *status_of(const resp_req *q) {
     }
 }
 
+/* The answer as the chat message a continuation will see: reasoning,
+ * text and calls of the output items in one assistant message. */
+static cJSON *answer_message(const resp_req *q) {
+    cJSON *m = cJSON_CreateObject(), *calls = NULL;
+    kvl_buf text = {0}, reasoning = {0};
+    kvl_buf_puts(&text, "");
+    for (const cJSON *it = q->output->child; it; it = it->next) {
+        const char *type = str_member(it, "type");
+        const cJSON *part = cJSON_GetArrayItem(cJSON_GetObjectItem(it, "content"), 0);
+        if (!strcmp(type, "function_call")) {
+            if (!calls) calls = cJSON_CreateArray();
+            cJSON *c = cJSON_CreateObject();
+            cJSON_AddStringToObject(c, "id", str_member(it, "call_id"));
+            cJSON_AddStringToObject(c, "type", "function");
+            cJSON *fn = cJSON_AddObjectToObject(c, "function");
+            cJSON_AddStringToObject(fn, "name", str_member(it, "name"));
+            cJSON_AddStringToObject(fn, "arguments", str_member(it, "arguments"));
+            cJSON_AddItemToArray(calls, c);
+        } else if (str_member(part, "text")) {
+            kvl_buf_puts(!strcmp(type, "reasoning") ? &reasoning : &text, str_member(part, "text"));
+        }
+    }
+    cJSON_AddStringToObject(m, "role", "assistant");
+    cJSON_AddStringToObject(m, "content", text.p);
+    if (reasoning.len) cJSON_AddStringToObject(m, "reasoning_content", reasoning.p);
+    if (calls) cJSON_AddItemToObject(m, "tool_calls", calls);
+    kvl_buf_free(&text);
+    kvl_buf_free(&reasoning);
+    return m;
+}
+
+/* A finished response with store: true is kept: its conversation with the
+ * answer, and its response object. */
+static void keep(srv *s, const api_req *r, const char *status) {
+    resp_req *q = r->resp;
+    if (!q->store) return;
+    cJSON *o = response_object(s, r, status, NULL);
+    char *js = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    cJSON_AddItemToArray(q->conversation, answer_message(q));
+    if (!js || !rstore_put(s->responses, q->tenant, r->id, q->conversation, js))
+        kvl_log(KVL_LOG_WARN, "responses: %s could not be kept (out of memory)", r->id);
+    q->conversation = NULL; /* taken */
+}
+
 /* The end: the open item closed, then response.completed / .incomplete
  * (cut by max_output_tokens) or an error and response.failed. */
 static void finish(srv *s, const api_req *r, const api_error *e, kvl_buf *out) {
@@ -308,6 +354,7 @@ static void finish(srv *s, const api_req *r, const api_error *e, kvl_buf *out) {
         emit(q, out, "response.failed", ev);
         return;
     }
+    keep(s, r, status);
     cJSON_AddItemToObject(ev, "response", response_object(s, r, status, NULL));
     emit(q, out, strcmp(status, "incomplete") ? "response.completed" : "response.incomplete", ev);
 }

@@ -109,6 +109,9 @@ const server_setting server_settings[] = {
     SETTING("--shutdown-timeout", "S", shutdown_timeout_s, 30, 0, 86400,
             "on SIGTERM, seconds running requests may finish", NULL),
     SETTING("--http-threads", "N", http_threads, 4, 1, 256, "HTTP worker threads", NULL),
+    SETTING("--responses-store", "N", responses_store, 1024, 0, 1 << 20,
+            "/v1/responses answers kept in memory for previous_response_id and GET",
+            "the oldest dropped first; 0: none kept"),
 };
 #undef SETTING
 const int server_n_settings = sizeof server_settings / sizeof server_settings[0];
@@ -157,10 +160,12 @@ static srv *srv_new(engine *e, const tok_vocab *vocab, const server_config *cfg)
     metrics_init(&s->metrics);
     metrics_set_kv_ranks(&s->metrics, cfg, e);
     setup_chat(s);
+    s->responses = rstore_new(cfg->responses_store); /* NULL when 0: refused as unkept */
     return s;
 }
 
 static void srv_free(srv *s) {
+    rstore_free(s->responses);
     srv_jinja_free(s);
     keys_free(s);
     metrics_destroy(&s->metrics);

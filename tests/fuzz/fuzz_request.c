@@ -71,6 +71,8 @@ static void setup(srv *s, int i, const char *model) {
     s->bos_text = tok_bos(v) >= 0 ? tok_piece(v, tok_bos(v)) : "";
     s->eos_text = tok_eos(v) >= 0 ? tok_piece(v, tok_eos(v)) : "";
     pthread_mutex_init(&s->tok_mu, NULL);
+    s->cfg.responses_store = 4; /* answered /v1/responses requests are kept */
+    s->responses = rstore_new(s->cfg.responses_store);
 }
 
 static void load(void) {
@@ -144,7 +146,7 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size) {
     }
     cJSON *body = json_parse_body(p, len, &err);
     if (body)
-        ok = api == 1   ? responses_parse(s, body, &r, &err)
+        ok = api == 1   ? responses_parse(s, body, "", &r, &err)
              : api == 2 ? anthropic_parse(s, body, &r, &err)
                         : openai_parse(s, body, chat, &r, &err);
     cJSON_Delete(body);

@@ -31,7 +31,10 @@ const start = (name, extra) => startServer(bin, ['-m', 'models/stories260K.gguf'
   { cwd: root, name });
 const qwen = await start('qwen3', ['--chat-template-file', `${DIR}/Qwen-Qwen3-0.6B.jinja`]);
 const r1 = await start('r1', ['--chat-template-file', `${DIR}/deepseek-ai-DeepSeek-R1-Distill-Llama-8B.jinja`]);
-const servers = [qwen, r1];
+const keyFile = `${fs.mkdtempSync('/tmp/kvllm-resp-')}/keys`;
+fs.writeFileSync(keyFile, 'sk-alice alice\nsk-bob bob\n');
+const keyed = await start('keyed', ['--chat-template-file', `${DIR}/Qwen-Qwen3-0.6B.jinja`, '--api-key-file', keyFile]);
+const servers = [qwen, r1, keyed];
 const clientOf = (s) => new OpenAI({ baseURL: `${s.url}/v1`, apiKey: 'none', maxRetries: 0, timeout: 120000 });
 const post = (s, path, body) => rawRequest(s.url, { path, body: JSON.stringify(body) });
 const MODEL = 'stories260K';
@@ -261,13 +264,58 @@ const failed = await runTests([
     assertEq(text, whole.finalOutput, 'streamed answer = whole (greedy)');
     assertEq(cities[1], cities[0], 'same call');
   }],
+  ['previous_response_id continues a kept response; retrieve and delete', async () => {
+    const client = clientOf(qwen);
+    const hello = [{ role: 'user', content: 'Hello there' }];
+    const first = await client.responses.create({ model: MODEL, input: 'Hello there', instructions: 'Be brief.',
+      max_output_tokens: 8, temperature: 0 });
+    assertEq(first.store, true, 'kept by default');
+    const next = await client.responses.create({ model: MODEL, previous_response_id: first.id, input: 'And then?',
+      max_output_tokens: 1 });
+    assertEq(next.previous_response_id, first.id, 'echoed');
+    // the same prompt as the whole conversation sent to the chat endpoint
+    // (without the first request's instructions: a continuation does not inherit them)
+    const chat = await post(qwen, '/v1/chat/completions', { max_tokens: 1, messages: [...hello,
+      { role: 'assistant', content: first.output_text }, { role: 'user', content: 'And then?' }] });
+    assertEq(next.usage.input_tokens, chat.json.usage.prompt_tokens, 'continued prompt = the whole conversation');
+    // a tool call continued with only its result
+    const call = await client.responses.create({ model: MODEL, input: user, tools: [WEATHER], tool_choice: 'required',
+      parallel_tool_calls: false, max_output_tokens: 300, temperature: 0, chat_template_kwargs: { enable_thinking: false } });
+    const fc = call.output.find((o) => o.type === 'function_call');
+    const after = await client.responses.create({ model: MODEL, previous_response_id: call.id, tools: [WEATHER], max_output_tokens: 1,
+      input: [{ type: 'function_call_output', call_id: fc.call_id, output: '{"temp": 21}' }] });
+    const whole = await client.responses.create({ model: MODEL, tools: [WEATHER], max_output_tokens: 1, store: false,
+      input: [{ role: 'user', content: user }, fc, { type: 'function_call_output', call_id: fc.call_id, output: '{"temp": 21}' }] });
+    assertEq(after.usage.input_tokens, whole.usage.input_tokens, 'continued = sent whole');
+    // GET and DELETE
+    const got = await client.responses.retrieve(first.id);
+    assertEq(JSON.stringify(got.output), JSON.stringify(first.output), 'retrieved output');
+    assertEq(got.status, first.status, 'retrieved status');
+    const del = await client.responses.delete(first.id).catch((e) => e);
+    assert(!(del instanceof Error), `delete: ${del}`);
+    assertEq((await rawRequest(qwen.url, { method: 'GET', path: `/v1/responses/${first.id}` })).status, 404, 'gone');
+    const cont = await post(qwen, '/v1/responses', { previous_response_id: first.id, input: 'x' });
+    assertEq(cont.status, 404, 'a deleted one cannot be continued');
+    assertEq(cont.json.error.param, 'previous_response_id', 'param');
+    // store: false keeps nothing
+    assertEq(whole.store, false, 'store false echoed');
+    assertEq((await rawRequest(qwen.url, { method: 'GET', path: `/v1/responses/${whole.id}` })).status, 404, 'not kept');
+    // one tenant's responses are not another's
+    const alice = new OpenAI({ baseURL: `${keyed.url}/v1`, apiKey: 'sk-alice', maxRetries: 0 });
+    const a = await alice.responses.create({ model: MODEL, input: 'Hello there', max_output_tokens: 2 });
+    const asBob = await rawRequest(keyed.url, { path: '/v1/responses', headers: { Authorization: 'Bearer sk-bob' },
+      body: JSON.stringify({ previous_response_id: a.id, input: 'x', max_output_tokens: 1 }) });
+    assertEq(asBob.status, 404, 'bob cannot continue alice\'s response');
+    const getBob = await rawRequest(keyed.url, { method: 'GET', path: `/v1/responses/${a.id}`, headers: { Authorization: 'Bearer sk-bob' } });
+    assertEq(getBob.status, 404, 'nor read it');
+    assertEq((await alice.responses.retrieve(a.id)).id, a.id, 'alice can');
+  }],
   ['what kvllm does not do is a 400 naming the field', async () => {
     const bad = async (body, param) => {
       const r = await post(qwen, '/v1/responses', { input: 'hi', ...body });
       assertEq(r.status, 400, `${JSON.stringify(body)}: ${r.text}`);
       assertEq(r.json.error.param, param, `${JSON.stringify(body)}: ${r.text}`);
     };
-    await bad({ previous_response_id: 'resp_123' }, 'previous_response_id');
     await bad({ conversation: 'conv_1' }, 'conversation');
     await bad({ background: true }, 'background');
     await bad({ truncation: 'auto' }, 'truncation');
@@ -292,7 +340,7 @@ const failed = await runTests([
     // the SDK raises the error
     let raised = null;
     try {
-      await clientOf(qwen).responses.create({ model: MODEL, input: 'hi', previous_response_id: 'resp_1' });
+      await clientOf(qwen).responses.create({ model: MODEL, input: 'hi', background: true });
     } catch (e) {
       raised = e;
     }

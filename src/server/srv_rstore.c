@@ -1,0 +1,122 @@
+/* srv_rstore: the /v1/responses answers kept in memory (store: true, the
+ * Responses API's default), so that a later request can continue one
+ * (previous_response_id) and GET / DELETE /v1/responses/{id} can read or drop
+ * it: the last `cap` of them, oldest dropped first, each visible only to the
+ * tenant (API key) that made it. A kept response is its conversation as chat
+ * messages (what it continued, its input and its answer; not its
+ * instructions, which a continuation does not inherit) and its response
+ * object as sent. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "srv_internal.h"
+
+typedef struct rentry {
+    char id[40];
+    char *tenant;
+    cJSON *conversation;
+    char *response;
+    uint64_t seq; /* insertion order: the smallest is dropped first */
+} rentry;
+
+struct rstore {
+    pthread_mutex_t mu;
+    int cap, n;
+    uint64_t next_seq;
+    rentry *e;
+};
+
+rstore *rstore_new(int cap) {
+    if (cap <= 0) return NULL;
+    rstore *r = calloc(1, sizeof *r);
+    if (!r || !(r->e = calloc((size_t)cap, sizeof *r->e))) {
+        free(r);
+        return NULL;
+    }
+    pthread_mutex_init(&r->mu, NULL);
+    r->cap = cap;
+    return r;
+}
+
+static void entry_clear(rentry *e) {
+    free(e->tenant);
+    cJSON_Delete(e->conversation);
+    free(e->response);
+    memset(e, 0, sizeof *e);
+}
+
+void rstore_free(rstore *r) {
+    if (!r) return;
+    for (int i = 0; i < r->n; i++) entry_clear(&r->e[i]);
+    pthread_mutex_destroy(&r->mu);
+    free(r->e);
+    free(r);
+}
+
+/* Under mu: the entry of id for tenant, or NULL. */
+static rentry *find(rstore *r, const char *tenant, const char *id) {
+    for (int i = 0; i < r->n; i++)
+        if (!strcmp(r->e[i].id, id) && !strcmp(r->e[i].tenant, tenant)) return &r->e[i];
+    return NULL;
+}
+
+bool rstore_put(rstore *r, const char *tenant, const char *id, cJSON *conversation,
+                char *response) {
+    char *t = strdup(tenant);
+    if (!r || !t || strlen(id) >= sizeof r->e[0].id) {
+        free(t);
+        cJSON_Delete(conversation);
+        free(response);
+        return false;
+    }
+    pthread_mutex_lock(&r->mu);
+    rentry *e;
+    if (r->n < r->cap) {
+        e = &r->e[r->n++];
+    } else { /* full: the oldest goes */
+        e = &r->e[0];
+        for (int i = 1; i < r->n; i++)
+            if (r->e[i].seq < e->seq) e = &r->e[i];
+    }
+    entry_clear(e);
+    snprintf(e->id, sizeof e->id, "%s", id);
+    e->tenant = t;
+    e->conversation = conversation;
+    e->response = response;
+    e->seq = ++r->next_seq;
+    pthread_mutex_unlock(&r->mu);
+    return true;
+}
+
+cJSON *rstore_conversation(rstore *r, const char *tenant, const char *id) {
+    if (!r) return NULL;
+    pthread_mutex_lock(&r->mu);
+    rentry *e = find(r, tenant, id);
+    cJSON *c = e ? cJSON_Duplicate(e->conversation, true) : NULL;
+    pthread_mutex_unlock(&r->mu);
+    return c;
+}
+
+char *rstore_response(rstore *r, const char *tenant, const char *id) {
+    if (!r) return NULL;
+    pthread_mutex_lock(&r->mu);
+    rentry *e = find(r, tenant, id);
+    char *c = e ? strdup(e->response) : NULL;
+    pthread_mutex_unlock(&r->mu);
+    return c;
+}
+
+bool rstore_delete(rstore *r, const char *tenant, const char *id) {
+    if (!r) return false;
+    pthread_mutex_lock(&r->mu);
+    rentry *e = find(r, tenant, id);
+    if (e) {
+        entry_clear(e);
+        *e = r->e[--r->n]; /* the last one fills the hole */
+        memset(&r->e[r->n], 0, sizeof r->e[r->n]);
+    }
+    pthread_mutex_unlock(&r->mu);
+    return e != NULL;
+}
