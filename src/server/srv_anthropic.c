@@ -285,10 +285,9 @@ static bool convert_tools(const cJSON *b, cJSON *chat, api_error *err) {
     return true;
 }
 
-/* max_tokens, stop_sequences, thinking, metadata. */
+/* stop_sequences, thinking, metadata (max_tokens: anthropic_parse). */
 static bool convert_rest(const cJSON *b, cJSON *chat, api_error *err) {
-    const cJSON *mt = req_field(b, "max_tokens"), *ss = req_field(b, "stop_sequences");
-    if (mt) cJSON_AddItemToObject(chat, "max_completion_tokens", cJSON_Duplicate(mt, false));
+    const cJSON *ss = req_field(b, "stop_sequences");
     if (ss) cJSON_AddItemToObject(chat, "stop", cJSON_Duplicate(ss, true));
     const cJSON *md = req_field(b, "metadata");
     for (const cJSON *v = cJSON_IsObject(md) ? md->child : NULL; v; v = v->next)
@@ -353,8 +352,15 @@ static cJSON *chat_request(const cJSON *b, bool counting, api_error *err) {
     return chat;
 }
 
+/* max_tokens is a bound on the answer, not a demand for room: clients send
+ * their model's largest (Claude Code: 32,000 and more), so it is capped at
+ * what the context leaves after the prompt (the chat default) instead of
+ * refused as a chat request asking for more than the context would be. */
 bool anthropic_parse(srv *s, const cJSON *body, api_req *r, api_error *err) {
     memset(r, 0, sizeof *r);
+    int64_t max_tokens = -1;
+    if (cJSON_IsObject(body) && !req_int(body, "max_tokens", 1, INT32_MAX, &max_tokens, err))
+        return false;
     cJSON *chat = chat_request(body, false, err);
     if (!chat) return false;
     bool ok = openai_parse(s, chat, true, r, err);
@@ -363,6 +369,7 @@ bool anthropic_parse(srv *s, const cJSON *body, api_req *r, api_error *err) {
         rename_error(err);
         return false;
     }
+    if (max_tokens > 0 && max_tokens < r->job->max_tokens) r->job->max_tokens = max_tokens;
     if (!(r->anth = calloc(1, sizeof *r->anth))) {
         api_req_free(r);
         return api_fail(err, 500, NULL, "out of memory");

@@ -184,6 +184,11 @@ const failed = await runTests([
     await bad({ messages: [{ role: 'user', content: [{ type: 'text', text: 'x', color: 'red' }] }] }, 'color');
     await bad({ thinking: { type: 'sometimes' } }, 'thinking');
     await bad({ max_tokens: 0 }, 'max_tokens');
+    // more than the context leaves: capped, not refused (clients send their model's largest)
+    const big = await post(qwen, '/v1/messages', { max_tokens: 100000, temperature: 0, stop_sequences: ['.'],
+      messages: [{ role: 'user', content: 'hi' }] });
+    assertEq(big.status, 200, big.text);
+    assert(big.json.usage.output_tokens <= 2048, 'within the context');
     let raised = null;
     try {
       await clientOf(qwen).messages.create({ model: MODEL, max_tokens: 4, messages: [{ role: 'user', content: [{ type: 'image', source: { type: 'url', url: 'http://x/y.png' } }] }] });
