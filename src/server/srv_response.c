@@ -126,7 +126,17 @@ typedef struct choice_acc {
     kvl_buf text;
     cJSON *logprobs;
     engine_finish finish;
+    int stop_index; /* the stop string that ended it, -1: none */
 } choice_acc;
+
+/* vLLM's stop_reason beside finish_reason: the stop string that ended the
+ * choice, null for anything else (end of generation, length). On the last
+ * chunk of a stream and in a whole answer. */
+static void add_stop_reason(cJSON *ch, const srv_job *j, engine_finish f, int stop_index) {
+    if (f == ENGINE_FINISH_STOP && stop_index >= 0 && stop_index < j->n_stop)
+        cJSON_AddStringToObject(ch, "stop_reason", j->stop[stop_index]);
+    else cJSON_AddNullToObject(ch, "stop_reason");
+}
 
 static bool job_parses(const srv_job *j) { return j->parse_fmt != TOOL_FMT_NONE || j->think; }
 
@@ -196,6 +206,7 @@ static cJSON *final_choice(const api_req *r, int i, choice_acc *c) {
     const char *fin = finish_reason(c->finish, n_calls);
     if (fin) cJSON_AddStringToObject(ch, "finish_reason", fin);
     else cJSON_AddNullToObject(ch, "finish_reason");
+    add_stop_reason(ch, r->job, c->finish, c->stop_index);
     c->logprobs = NULL;
     return ch;
 }
@@ -216,6 +227,7 @@ static void accumulate(srv *s, const api_req *r, choice_acc *acc, stream_state *
     kvl_buf_put(&c->text, ev->text, ev->text_len);
     if (ev->finish != ENGINE_FINISH_NONE) {
         c->finish = ev->finish;
+        c->stop_index = ev->stats.stop_index;
         add_stats(st, ev);
     }
 }
@@ -262,10 +274,11 @@ static cJSON *chunk_choice(cJSON *chunk, int index) {
     return ch;
 }
 
-static void put_finish(cJSON *ch, engine_finish f) {
-    const char *fin = finish_name(f);
+static void put_finish(cJSON *ch, const srv_job *j, const srv_event *ev) {
+    const char *fin = finish_name(ev->finish);
     if (fin) cJSON_AddStringToObject(ch, "finish_reason", fin);
     else cJSON_AddNullToObject(ch, "finish_reason");
+    if (fin) add_stop_reason(ch, j, ev->finish, ev->stats.stop_index);
 }
 
 /* A chat chunk of choice index with an empty delta (the caller fills it). */
@@ -343,6 +356,7 @@ static void chat_chunk_parsed(srv *s, const api_req *r, stream_state *st, const 
     const char *fin = finish_reason(ev->finish, st->n_calls[ev->index]);
     if (fin) cJSON_AddStringToObject(ch, "finish_reason", fin);
     else cJSON_AddNullToObject(ch, "finish_reason");
+    if (fin) add_stop_reason(ch, r->job, ev->finish, ev->stats.stop_index);
     put_sse(out, c);
 }
 
@@ -381,7 +395,7 @@ static void chat_chunk(srv *s, const api_req *r, stream_state *st, const srv_eve
     } else {
         cJSON_AddNullToObject(ch, "logprobs");
     }
-    put_finish(ch, ev->finish);
+    put_finish(ch, r->job, ev);
     put_sse(out, c);
 }
 
@@ -403,7 +417,7 @@ static void completion_chunk(srv *s, const api_req *r, stream_state *st, const s
     } else {
         cJSON_AddNullToObject(ch, "logprobs");
     }
-    put_finish(ch, ev->finish);
+    put_finish(ch, r->job, ev);
     put_sse(out, c);
     st->text_off[ev->index] += ev->text_len;
 }

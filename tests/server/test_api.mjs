@@ -144,22 +144,36 @@ const tests = [
     }
   }],
 
-  ['stop: string and list, finish_reason stop', async () => {
+  ['stop: string and list, finish_reason stop, stop_reason the string (vLLM)', async () => {
     const base = await client.completions.create({ model, prompt: 'Once upon a time', max_tokens: 40, temperature: 0 });
     const text = base.choices[0].text;
     const words = text.split(' ').filter((w) => w.length >= 3);
     assert(words.length >= 3, `enough words in '${text}'`);
     const stop = words[2];
     const cut = text.slice(0, text.indexOf(stop));
-    for (const s of [stop, [stop, 'zzzz-not-there']]) {
+    for (const s of [stop, ['zzzz-not-there', stop]]) {
       const r = await client.completions.create({ model, prompt: 'Once upon a time', max_tokens: 40, temperature: 0, stop: s });
       assertEq(r.choices[0].text, cut, 'text before the stop string');
       assertEq(r.choices[0].finish_reason, 'stop', 'finish_reason');
+      assertEq(r.choices[0].stop_reason, stop, 'stop_reason: which string');
     }
-    let streamed = '';
+    assertEq(base.choices[0].stop_reason, null, 'no stop string: null');
+    let streamed = '', last = null;
     for await (const ch of await client.completions.create({ model, prompt: 'Once upon a time', max_tokens: 40, temperature: 0,
-      stop, stream: true })) streamed += ch.choices.map((c) => c.text).join('');
+      stop, stream: true })) {
+      streamed += ch.choices.map((c) => c.text).join('');
+      if (ch.choices[0]?.finish_reason) last = ch.choices[0];
+    }
     assertEq(streamed, cut, 'streamed text before the stop string');
+    assertEq(last.stop_reason, stop, 'streamed stop_reason');
+    const chat = await client.chat.completions.create({ model, messages: [{ role: 'user', content: 'Once upon a time' }],
+      max_tokens: 40, temperature: 0 });
+    const ctext = chat.choices[0].message.content, cstop = ctext.split(' ').filter((w) => w.length >= 3)[1];
+    if (cstop) {
+      const c2 = await client.chat.completions.create({ model, messages: [{ role: 'user', content: 'Once upon a time' }],
+        max_tokens: 40, temperature: 0, stop: [cstop] });
+      assertEq(c2.choices[0].stop_reason, cstop, 'chat stop_reason');
+    }
   }],
 
   ['authentication: missing or wrong key -> 401', async () => {
