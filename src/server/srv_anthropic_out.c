@@ -215,12 +215,6 @@ static void on_call_args(void *ctx, const char *text) {
     add_delta(c->q, c->out, BLOCK_TOOL, text);
 }
 
-static void on_usage(void *ctx, const cJSON *u) {
-    conv *c = ctx;
-    cJSON_Delete(c->q->usage);
-    c->q->usage = cJSON_Duplicate(u, true);
-}
-
 /* The end: the open block closed, then message_delta and message_stop, or
  * an error event. */
 static void on_end(void *ctx, const char *error) {
@@ -255,7 +249,7 @@ static void convert(srv *s, const api_req *r, kvl_buf *out) {
         emit(out, "message_start", ev);
     }
     conv c = {s, r, q, out};
-    const chunk_sink k = {&c, on_reasoning, on_content, on_call, on_call_args, on_usage, on_end};
+    const chunk_sink k = {&c, on_reasoning, on_content, on_call, on_call_args, on_end, &q->usage};
     if (!chat_chunks_read(&q->sse, &k, &q->ended)) out->oom = true;
 }
 

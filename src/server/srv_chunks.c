@@ -52,7 +52,10 @@ bool chat_chunks_read(kvl_buf *sse, const chunk_sink *k, bool *ended) {
                     k->end(k->ctx, str_of(e, "message") ? str_of(e, "message") : "failed");
                 } else {
                     const cJSON *u = cJSON_GetObjectItem(c, "usage");
-                    if (cJSON_IsObject(u)) k->usage(k->ctx, u);
+                    if (cJSON_IsObject(u)) {
+                        cJSON_Delete(*k->usage);
+                        *k->usage = cJSON_Duplicate(u, true);
+                    }
                     const cJSON *chs = cJSON_GetObjectItem(c, "choices");
                     for (const cJSON *ch = chs ? chs->child : NULL; ch; ch = ch->next)
                         choice(ch, k);

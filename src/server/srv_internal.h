@@ -459,8 +459,8 @@ typedef struct chunk_sink {
     void (*content)(void *ctx, const char *text, const cJSON *logprobs);
     void (*call)(void *ctx, const char *id, const char *name); /* a new tool call */
     void (*call_args)(void *ctx, const char *text);
-    void (*usage)(void *ctx, const cJSON *usage);
     void (*end)(void *ctx, const char *error);
+    cJSON **usage; /* the usage chunk's usage is kept here (replacing what was) */
 } chunk_sink;
 /* Reads (and consumes) the complete chunks of sse until the end (*ended set);
  * false when out of memory. */

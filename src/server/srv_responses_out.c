@@ -403,12 +403,6 @@ static void on_call_args(void *ctx, const char *text) {
     add_text(c->q, c->out, OPEN_CALL, text, NULL);
 }
 
-static void on_usage(void *ctx, const cJSON *u) {
-    conv *c = ctx;
-    cJSON_Delete(c->q->usage);
-    c->q->usage = cJSON_Duplicate(u, true);
-}
-
 static void on_end(void *ctx, const char *error) {
     conv *c = ctx;
     api_error ae;
@@ -423,7 +417,8 @@ static void on_end(void *ctx, const char *error) {
 static void convert(srv *s, const api_req *r, kvl_buf *out) {
     start(s, r, out);
     conv c = {s, r, r->resp, out};
-    const chunk_sink k = {&c, on_reasoning, on_content, on_call, on_call_args, on_usage, on_end};
+    const chunk_sink k = {&c,           on_reasoning, on_content,     on_call,
+                          on_call_args, on_end,       &r->resp->usage};
     if (!chat_chunks_read(&r->resp->sse, &k, &r->resp->ended)) out->oom = true;
 }
 
