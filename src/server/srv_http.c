@@ -468,7 +468,18 @@ static enum MHD_Result dispatch(srv *s, struct MHD_Connection *c, const char *ur
     case R_RESPONSE_GET:
     case R_RESPONSE_DELETE: {
         const char *id = url + strlen(ROUTES[cc->route].path), *tenant = cc->key ? cc->key->ns : "";
+        const char *slash = strchr(id, '/');
         char *js = NULL;
+        if (slash && ROUTES[cc->route].r == R_RESPONSE_GET && !strcmp(slash, "/input_items")) {
+            char rid[64];
+            snprintf(rid, sizeof rid, "%.*s", (int)(slash - id), id);
+            js = rstore_input_list(s->responses, tenant, rid,
+                                   MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "order"),
+                                   MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "limit"),
+                                   MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "after"),
+                                   &err);
+            return send_result(c, js, &err);
+        }
         if (ROUTES[cc->route].r == R_RESPONSE_GET) js = rstore_response(s->responses, tenant, id);
         else if (rstore_delete(s->responses, tenant, id) &&
                  asprintf(&js, "{\"id\":\"%s\",\"object\":\"response\",\"deleted\":true}", id) < 0)

@@ -468,10 +468,17 @@ bool chat_chunks_read(kvl_buf *sse, const chunk_sink *k, bool *ended);
 
 /* srv_rstore.c: kept /v1/responses answers (the last --responses-store of
  * them, per tenant). rstore_new(0) is NULL: nothing kept; every function
- * takes a NULL store. put takes conversation and response (freed on failure). */
+ * takes a NULL store. put takes conversation, input (the request's input items
+ * with their ids) and response (freed on failure). */
 rstore *rstore_new(int cap);
 void rstore_free(rstore *r);
-bool rstore_put(rstore *r, const char *tenant, const char *id, cJSON *conversation, char *response);
+bool rstore_put(rstore *r, const char *tenant, const char *id, cJSON *conversation, cJSON *input,
+                char *response);
+cJSON *rstore_input(rstore *r, const char *tenant, const char *id); /* a copy, or NULL */
+/* GET /v1/responses/{id}/input_items: the list object (order "desc" by default,
+ * limit 1..100, default 20, after an item id), or NULL with err. */
+char *rstore_input_list(rstore *r, const char *tenant, const char *id, const char *order,
+                        const char *limit, const char *after, api_error *err);
 cJSON *rstore_conversation(rstore *r, const char *tenant, const char *id); /* a copy, or NULL */
 char *rstore_response(rstore *r, const char *tenant, const char *id);      /* a copy, or NULL */
 bool rstore_delete(rstore *r, const char *tenant, const char *id);
@@ -505,6 +512,7 @@ struct resp_req {
     bool store;          /* kept when it ends (store: true and a store to keep it in) */
     char *tenant;        /* the caller's, for the store */
     cJSON *conversation; /* what it continued and its input, as chat messages */
+    cJSON *input;        /* its input items, each with an id (GET .../input_items) */
     char *previous;      /* previous_response_id, or NULL */
 };
 /* tenant: the caller's (its key's namespace, "" without keys): what it may continue. */

@@ -482,6 +482,37 @@ static cJSON *request_echo(const cJSON *b) {
     return e;
 }
 
+/* The request's input as items with ids, as GET /v1/responses/{id}/input_items
+ * lists them: a string is one user message; an item without an id gets one. */
+static cJSON *input_items(const cJSON *body) {
+    const cJSON *in = req_field(body, "input");
+    cJSON *items = cJSON_CreateArray();
+    if (cJSON_IsString(in)) {
+        cJSON *m = cJSON_CreateObject(), *part = cJSON_CreateObject();
+        cJSON_AddStringToObject(m, "type", "message");
+        cJSON_AddStringToObject(m, "role", "user");
+        cJSON_AddStringToObject(part, "type", "input_text");
+        cJSON_AddStringToObject(part, "text", in->valuestring);
+        cJSON_AddItemToArray(cJSON_AddArrayToObject(m, "content"), part);
+        cJSON_AddItemToArray(items, m);
+    } else {
+        for (const cJSON *it = in ? in->child : NULL; it; it = it->next)
+            cJSON_AddItemToArray(items, cJSON_Duplicate(it, true));
+    }
+    for (cJSON *it = items->child; it; it = it->next)
+        if (!str_member(it, "id")) {
+            char id[40];
+            snprintf(id, sizeof id, "%s_%016llx%08llx",
+                     str_member(it, "type") && strcmp(str_member(it, "type"), "message") ? "item"
+                                                                                         : "msg",
+                     (unsigned long long)kvl_random_u64(),
+                     (unsigned long long)(kvl_random_u64() & 0xffffffffu));
+            cJSON_DeleteItemFromObject(it, "id"); /* an explicit null */
+            cJSON_AddStringToObject(it, "id", id);
+        }
+    return items;
+}
+
 /* The chat messages of the conversation as a continuation will see it: all
  * but the instructions' system message. */
 static cJSON *conversation_of(const cJSON *body, const cJSON *chat) {
@@ -518,6 +549,10 @@ bool responses_parse(srv *s, const cJSON *body, const char *tenant, api_req *r, 
         return api_fail(err, 500, NULL, "out of memory");
     }
     r->resp->conversation = conv;
+    if (!(r->resp->input = input_items(body))) {
+        api_req_free(r);
+        return api_fail(err, 500, NULL, "out of memory");
+    }
     r->resp->store = store && s->responses;
     r->resp->logprobs = logprobs;
     r->include_usage = true; /* the final response carries usage */
@@ -535,6 +570,7 @@ void responses_req_free(resp_req *q) {
     cJSON_Delete(q->pending_lps);
     cJSON_Delete(q->usage);
     cJSON_Delete(q->conversation);
+    cJSON_Delete(q->input);
     free(q->tenant);
     free(q->previous);
     kvl_buf_free(&q->sse);

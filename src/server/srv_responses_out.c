@@ -319,9 +319,9 @@ static void keep(srv *s, const api_req *r, const char *status) {
     char *js = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     cJSON_AddItemToArray(q->conversation, answer_message(q));
-    if (!js || !rstore_put(s->responses, q->tenant, r->id, q->conversation, js))
+    if (!js || !rstore_put(s->responses, q->tenant, r->id, q->conversation, q->input, js))
         kvl_log(KVL_LOG_WARN, "responses: %s could not be kept (out of memory)", r->id);
-    q->conversation = NULL; /* taken */
+    q->conversation = q->input = NULL; /* taken */
 }
 
 /* The end: the open item closed, then response.completed / .incomplete

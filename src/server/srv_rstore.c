@@ -17,6 +17,7 @@ typedef struct rentry {
     char id[40];
     char *tenant;
     cJSON *conversation;
+    cJSON *input; /* the request's input items, as GET .../input_items lists them */
     char *response;
     uint64_t seq; /* insertion order: the smallest is dropped first */
 } rentry;
@@ -43,6 +44,7 @@ rstore *rstore_new(int cap) {
 static void entry_clear(rentry *e) {
     free(e->tenant);
     cJSON_Delete(e->conversation);
+    cJSON_Delete(e->input);
     free(e->response);
     memset(e, 0, sizeof *e);
 }
@@ -62,12 +64,13 @@ static rentry *find(rstore *r, const char *tenant, const char *id) {
     return NULL;
 }
 
-bool rstore_put(rstore *r, const char *tenant, const char *id, cJSON *conversation,
+bool rstore_put(rstore *r, const char *tenant, const char *id, cJSON *conversation, cJSON *input,
                 char *response) {
     char *t = strdup(tenant);
     if (!r || !t || strlen(id) >= sizeof r->e[0].id) {
         free(t);
         cJSON_Delete(conversation);
+        cJSON_Delete(input);
         free(response);
         return false;
     }
@@ -84,6 +87,7 @@ bool rstore_put(rstore *r, const char *tenant, const char *id, cJSON *conversati
     snprintf(e->id, sizeof e->id, "%s", id);
     e->tenant = t;
     e->conversation = conversation;
+    e->input = input;
     e->response = response;
     e->seq = ++r->next_seq;
     pthread_mutex_unlock(&r->mu);
@@ -106,6 +110,70 @@ char *rstore_response(rstore *r, const char *tenant, const char *id) {
     char *c = e ? strdup(e->response) : NULL;
     pthread_mutex_unlock(&r->mu);
     return c;
+}
+
+cJSON *rstore_input(rstore *r, const char *tenant, const char *id) {
+    if (!r) return NULL;
+    pthread_mutex_lock(&r->mu);
+    rentry *e = find(r, tenant, id);
+    cJSON *c = e ? cJSON_Duplicate(e->input, true) : NULL;
+    pthread_mutex_unlock(&r->mu);
+    return c;
+}
+
+char *rstore_input_list(rstore *r, const char *tenant, const char *id, const char *order,
+                        const char *limit, const char *after, api_error *err) {
+    const bool asc = order && !strcmp(order, "asc");
+    if (order && !asc && strcmp(order, "desc")) {
+        api_fail(err, 400, "order", "'order' must be \"asc\" or \"desc\"");
+        return NULL;
+    }
+    char *end = NULL;
+    long n = limit ? strtol(limit, &end, 10) : 20;
+    if (limit && (*end || n < 1 || n > 100)) {
+        api_fail(err, 400, "limit", "'limit' must be an integer from 1 to 100");
+        return NULL;
+    }
+    cJSON *items = rstore_input(r, tenant, id);
+    if (!items) {
+        api_fail(err, 404, NULL, "no kept response '%.60s'", id);
+        return NULL;
+    }
+    const int count = cJSON_GetArraySize(items);
+    int at = 0; /* position in the listing order */
+    if (after) {
+        while (at < count && strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(
+                                        cJSON_GetArrayItem(items, asc ? at : count - 1 - at), "id"))
+                                        ?: "",
+                                    after))
+            at++;
+        if (at == count) {
+            cJSON_Delete(items);
+            api_fail(err, 400, "after", "no input item '%.60s' in response '%.60s'", after, id);
+            return NULL;
+        }
+        at++;
+    }
+    cJSON *o = cJSON_CreateObject(), *data = cJSON_CreateArray();
+    cJSON_AddStringToObject(o, "object", "list");
+    cJSON_AddItemToObject(o, "data", data);
+    for (int k = at; k < count && k - at < n; k++)
+        cJSON_AddItemToArray(
+            data, cJSON_Duplicate(cJSON_GetArrayItem(items, asc ? k : count - 1 - k), true));
+    const cJSON *first = data->child,
+                *last = cJSON_GetArrayItem(data, cJSON_GetArraySize(data) - 1);
+    cJSON_AddItemToObject(o, "first_id",
+                          first ? cJSON_Duplicate(cJSON_GetObjectItem(first, "id"), false)
+                                : cJSON_CreateNull());
+    cJSON_AddItemToObject(o, "last_id",
+                          last ? cJSON_Duplicate(cJSON_GetObjectItem(last, "id"), false)
+                               : cJSON_CreateNull());
+    cJSON_AddBoolToObject(o, "has_more", at + n < count);
+    char *js = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    cJSON_Delete(items);
+    if (!js) api_fail(err, 500, NULL, "out of memory");
+    return js;
 }
 
 bool rstore_delete(rstore *r, const char *tenant, const char *id) {

@@ -60,7 +60,7 @@ export function rawRequest(url, { method = 'POST', path = '/v1/completions', hea
     const fail = settle ? (e) => resolve({ error: e }) : reject;
     const u = new URL(path, url);
     const req = http.request(
-      { host: u.hostname, port: u.port, path: u.pathname, method, agent,
+      { host: u.hostname, port: u.port, path: u.pathname + u.search, method, agent,
         headers: { 'Content-Type': 'application/json', ...headers } },
       (res) => {
         const chunks = [];

@@ -287,6 +287,22 @@ const failed = await runTests([
     const whole = await client.responses.create({ model: MODEL, tools: [WEATHER], max_output_tokens: 1, store: false,
       input: [{ role: 'user', content: user }, fc, { type: 'function_call_output', call_id: fc.call_id, output: '{"temp": 21}' }] });
     assertEq(after.usage.input_tokens, whole.usage.input_tokens, 'continued = sent whole');
+    // input items: as sent, each with an id; the SDK pages through them (limit 1)
+    const listed = [];
+    for await (const it of client.responses.inputItems.list(call.id, { order: 'asc', limit: 1 })) listed.push(it);
+    assertEq(listed.length, 1, 'one input item');
+    assertEq(listed[0].content[0].text, user, 'the string input as a user message');
+    assert(/^msg_/.test(listed[0].id), `id ${listed[0].id}`);
+    const items = [{ role: 'user', content: user }, fc, { type: 'function_call_output', call_id: fc.call_id, output: '{"temp": 21}' }];
+    const many = await client.responses.create({ model: MODEL, tools: [WEATHER], max_output_tokens: 1, input: items });
+    const asc = [];
+    for await (const it of client.responses.inputItems.list(many.id, { order: 'asc', limit: 2 })) asc.push(it);
+    assertEq(JSON.stringify(asc.map((i) => i.type ?? 'message')), JSON.stringify(['message', 'function_call', 'function_call_output']),
+      'all three, in order, across pages');
+    assertEq(asc[1].id, fc.id, 'an item keeps its id');
+    const desc = await rawRequest(qwen.url, { method: 'GET', path: `/v1/responses/${many.id}/input_items` });
+    assertEq(JSON.stringify(desc.json.data.map((i) => i.id)), JSON.stringify(asc.map((i) => i.id).reverse()), 'desc by default');
+    assertEq((await rawRequest(qwen.url, { method: 'GET', path: `/v1/responses/${many.id}/input_items?limit=0` })).status, 400, 'limit 0');
     // GET and DELETE
     const got = await client.responses.retrieve(first.id);
     assertEq(JSON.stringify(got.output), JSON.stringify(first.output), 'retrieved output');
