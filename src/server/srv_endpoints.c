@@ -55,6 +55,9 @@ static bool parse_body(const char *p, size_t n, cJSON **out, api_error *err) {
 
 /* ------------------------------------------------------------- models -- */
 
+/* OpenAI's model object (vLLM's max_model_len beside), with the members
+ * Anthropic's has (type, display_name, created_at), so that both SDKs'
+ * models.list and models.retrieve read it. */
 static cJSON *model_object(srv *s) {
     cJSON *m = cJSON_CreateObject();
     cJSON_AddStringToObject(m, "id", s->cfg.model_id);
@@ -62,6 +65,13 @@ static cJSON *model_object(srv *s) {
     cJSON_AddNumberToObject(m, "created", (double)s->t_start);
     cJSON_AddStringToObject(m, "owned_by", "kvllm");
     cJSON_AddNumberToObject(m, "max_model_len", (double)s->n_ctx);
+    cJSON_AddStringToObject(m, "type", "model");
+    cJSON_AddStringToObject(m, "display_name", s->cfg.model_id);
+    char when[32];
+    struct tm tm;
+    gmtime_r(&s->t_start, &tm);
+    strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    cJSON_AddStringToObject(m, "created_at", when);
     return m;
 }
 
@@ -69,6 +79,10 @@ char *openai_models(srv *s) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "object", "list");
     cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "data"), model_object(s));
+    /* Anthropic's page members */
+    cJSON_AddBoolToObject(o, "has_more", false);
+    cJSON_AddStringToObject(o, "first_id", s->cfg.model_id);
+    cJSON_AddStringToObject(o, "last_id", s->cfg.model_id);
     return print_delete(o);
 }
 

@@ -211,6 +211,12 @@ const failed = await runTests([
     }
     assertEq(raised?.status, 400, 'the SDK raises a 400');
     assert(raised instanceof Anthropic.BadRequestError, 'as BadRequestError');
+    // the model list as the Anthropic SDK reads it
+    const models = [];
+    for await (const m of clientOf(keyed, KEY).models.list()) models.push(m);
+    assertEq(models.map((m) => [m.id, m.type, m.display_name]).flat().join(), `${MODEL},model,${MODEL}`, 'models.list');
+    assert(!Number.isNaN(Date.parse(models[0].created_at)), `created_at ${models[0].created_at}`);
+    assertEq((await clientOf(keyed, KEY).models.retrieve(MODEL)).id, MODEL, 'models.retrieve');
     const ok = await clientOf(keyed, KEY).messages.create({ model: MODEL, max_tokens: 2, messages: [{ role: 'user', content: 'hi' }] });
     assertEq(ok.type, 'message', 'x-api-key accepted');
     const no = await post(keyed, '/v1/messages', { max_tokens: 2, messages: [{ role: 'user', content: 'hi' }] }, { 'x-api-key': 'wrong' });
