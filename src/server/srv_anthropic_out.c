@@ -47,20 +47,7 @@ char *anthropic_error_json(const api_error *e) {
     return js;
 }
 
-static void emit(kvl_buf *out, const char *type, cJSON *ev) {
-    cJSON *t = cJSON_CreateString(type); /* "type" first, as Anthropic writes it */
-    t->string = strdup("type");
-    if (ev->child) cJSON_InsertItemInArray(ev, 0, t);
-    else cJSON_AddItemToArray(ev, t);
-    char *js = cJSON_PrintUnformatted(ev);
-    cJSON_Delete(ev);
-    if (!js) {
-        out->oom = true;
-        return;
-    }
-    kvl_buf_printf(out, "event: %s\ndata: %s\n\n", type, js);
-    free(js);
-}
+static void emit(kvl_buf *out, const char *type, cJSON *ev) { sse_event(out, type, ev, -1); }
 
 /* The open block as it ends (tool_use: its arguments parsed into input). */
 static cJSON *block_done(const anth_req *q) {

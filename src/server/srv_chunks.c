@@ -3,6 +3,7 @@
  * (srv_responses_out.c, srv_anthropic_out.c): each chunk's parts go to a
  * sink in the order the chunk has them. One parser of our own output, so the
  * two converters see the same things the chat clients see. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "srv_internal.h"
@@ -67,4 +68,24 @@ bool chat_chunks_read(kvl_buf *sse, const chunk_sink *k, bool *ended) {
     }
     sse->len = 0;
     return ok;
+}
+
+void sse_event(kvl_buf *out, const char *type, cJSON *ev, int64_t seq) {
+    /* "type" (and the number) first, as both APIs write them */
+    cJSON *head[2] = {cJSON_CreateString(type), seq >= 0 ? cJSON_CreateNumber((double)seq) : NULL};
+    static const char *const keys[2] = {"type", "sequence_number"};
+    for (int i = 1; i >= 0; i--) {
+        if (!head[i]) continue;
+        head[i]->string = strdup(keys[i]);
+        if (ev->child) cJSON_InsertItemInArray(ev, 0, head[i]);
+        else cJSON_AddItemToArray(ev, head[i]);
+    }
+    char *js = cJSON_PrintUnformatted(ev);
+    cJSON_Delete(ev);
+    if (!js) {
+        out->oom = true;
+        return;
+    }
+    kvl_buf_printf(out, "event: %s\ndata: %s\n\n", type, js);
+    free(js);
 }

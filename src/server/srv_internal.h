@@ -465,6 +465,10 @@ typedef struct chunk_sink {
 /* Reads (and consumes) the complete chunks of sse until the end (*ended set);
  * false when out of memory. */
 bool chat_chunks_read(kvl_buf *sse, const chunk_sink *k, bool *ended);
+/* An SSE event "event: TYPE" whose data is ev (taken) with "type" (and, when
+ * seq >= 0, "sequence_number") as its first members, as the Responses and
+ * Messages APIs write their events. */
+void sse_event(kvl_buf *out, const char *type, cJSON *ev, int64_t seq);
 
 /* srv_rstore.c: kept /v1/responses answers (the last --responses-store of
  * them, per tenant). rstore_new(0) is NULL: nothing kept; every function

@@ -110,22 +110,7 @@ static cJSON *response_object(srv *s, const api_req *r, const char *status, cons
 /* ------------------------------------------------------------- events -- */
 
 static void emit(resp_req *q, kvl_buf *out, const char *type, cJSON *ev) {
-    /* type and sequence_number first, as OpenAI writes them */
-    cJSON *head[2] = {cJSON_CreateString(type), cJSON_CreateNumber(q->seq++)};
-    static const char *const keys[2] = {"type", "sequence_number"};
-    for (int i = 1; i >= 0; i--) {
-        head[i]->string = strdup(keys[i]);
-        if (ev->child) cJSON_InsertItemInArray(ev, 0, head[i]);
-        else cJSON_AddItemToArray(ev, head[i]);
-    }
-    char *js = cJSON_PrintUnformatted(ev);
-    cJSON_Delete(ev);
-    if (!js) {
-        out->oom = true;
-        return;
-    }
-    kvl_buf_printf(out, "event: %s\ndata: %s\n\n", type, js);
-    free(js);
+    sse_event(out, type, ev, q->seq++);
 }
 
 static cJSON *item_event(const resp_req *q, bool with_content_index) {
