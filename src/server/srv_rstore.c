@@ -94,31 +94,31 @@ bool rstore_put(rstore *r, const char *tenant, const char *id, cJSON *conversati
     return true;
 }
 
-cJSON *rstore_conversation(rstore *r, const char *tenant, const char *id) {
+/* A copy of what copy takes from the entry of id for tenant, or NULL. */
+static void *copy_of(rstore *r, const char *tenant, const char *id,
+                     void *(*copy)(const rentry *e)) {
     if (!r) return NULL;
     pthread_mutex_lock(&r->mu);
     rentry *e = find(r, tenant, id);
-    cJSON *c = e ? cJSON_Duplicate(e->conversation, true) : NULL;
+    void *c = e ? copy(e) : NULL;
     pthread_mutex_unlock(&r->mu);
     return c;
+}
+
+static void *conversation_copy(const rentry *e) { return cJSON_Duplicate(e->conversation, true); }
+static void *response_copy(const rentry *e) { return strdup(e->response); }
+static void *input_copy(const rentry *e) { return cJSON_Duplicate(e->input, true); }
+
+cJSON *rstore_conversation(rstore *r, const char *tenant, const char *id) {
+    return copy_of(r, tenant, id, conversation_copy);
 }
 
 char *rstore_response(rstore *r, const char *tenant, const char *id) {
-    if (!r) return NULL;
-    pthread_mutex_lock(&r->mu);
-    rentry *e = find(r, tenant, id);
-    char *c = e ? strdup(e->response) : NULL;
-    pthread_mutex_unlock(&r->mu);
-    return c;
+    return copy_of(r, tenant, id, response_copy);
 }
 
 cJSON *rstore_input(rstore *r, const char *tenant, const char *id) {
-    if (!r) return NULL;
-    pthread_mutex_lock(&r->mu);
-    rentry *e = find(r, tenant, id);
-    cJSON *c = e ? cJSON_Duplicate(e->input, true) : NULL;
-    pthread_mutex_unlock(&r->mu);
-    return c;
+    return copy_of(r, tenant, id, input_copy);
 }
 
 char *rstore_input_list(rstore *r, const char *tenant, const char *id, const char *order,

@@ -115,6 +115,21 @@ export async function waitMetrics(url, pred, timeoutMs = 10000, key) {
   return m;
 }
 
+// A client that leaves a stream after its third delta (isDelta(event)):
+// afterwards the request counts as aborted, nothing runs and no KV block is used.
+export async function leaveMidStream(url, openStream, isDelta) {
+  const idle = (m) => m.get('kvllm:num_requests_running') === 0 && m.get('kvllm:kv_blocks_used') === 0;
+  const aborts = (m) => [...m.entries()].find(([k]) => k.startsWith('kvllm:request_success_total{') && k.includes('"abort"'))[1];
+  const before = aborts(await waitMetrics(url, idle));
+  let deltas = 0;
+  for await (const ev of await openStream()) {
+    if (isDelta(ev) && ++deltas === 3) break; /* leaves: the SDK aborts */
+  }
+  const m = await waitMetrics(url, (x) => idle(x) && aborts(x) === before + 1);
+  assert(idle(m), `running ${m.get('kvllm:num_requests_running')}, blocks ${m.get('kvllm:kv_blocks_used')}`);
+  assertEq(aborts(m), before + 1, 'cancelled (finished_reason abort), not finished');
+}
+
 export function assert(cond, msg) {
   if (!cond) throw new Error(`assertion failed: ${msg}`);
 }
