@@ -46,6 +46,13 @@ typedef struct cli_opts {
     double pp_timeout;       /* --pp-timeout seconds (default 60) */
     int pp_micro;            /* --pp-micro M: micro-batches per step (0: one per rank) */
     int pp_groups;           /* --pp-groups G: steps in flight (0: the ranks, at most 4) */
+    /* --lora FILE[,FILE...] / --lora-scaled FILE:SCALE[,...] (llama.cpp's flags): LoRA
+     * adapters attached at load with these default scales; --lora-init-without-apply:
+     * with 0 instead (a server request or POST /lora-adapters sets them) */
+    int n_lora;
+    char lora_path[MODEL_MAX_LORA][1024];
+    float lora_scale[MODEL_MAX_LORA];
+    bool lora_init_without_apply;
 } cli_opts;
 
 /* Parses argv (after the subcommand). Prints a message and returns false on error.

@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,6 +63,48 @@ static void opts_default(cli_opts *o) {
 
 /* One flag with its value. Returns false on a bad value (message printed);
  * *unknown is set when f is not a flag at all. */
+/* --lora FILE[,FILE...] or --lora-scaled FILE:SCALE[,...]: appended to o's adapters. */
+static bool parse_lora(cli_opts *o, const char *flag, const char *v, bool scaled) {
+    for (const char *p = v; *p;) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        const char *next = end ? end + 1 : p + len;
+        float scale = 1.0f;
+        if (scaled) {
+            const char *colon = NULL;
+            for (const char *c = p; c < p + len; c++)
+                if (*c == ':') colon = c;
+            char num[64], *stop = NULL;
+            const size_t nl = colon ? (size_t)(p + len - colon - 1) : 0;
+            if (!colon || nl == 0 || nl >= sizeof num) {
+                fprintf(stderr, "kvllm: %s: expected FILE:SCALE, got '%.*s'\n", flag, (int)len, p);
+                return false;
+            }
+            memcpy(num, colon + 1, nl);
+            num[nl] = '\0';
+            scale = strtof(num, &stop);
+            if (*stop || !isfinite(scale)) {
+                fprintf(stderr, "kvllm: %s: scale '%s' is not a number\n", flag, num);
+                return false;
+            }
+            len = (size_t)(colon - p);
+        }
+        if (len == 0 || len >= sizeof o->lora_path[0]) {
+            fprintf(stderr, "kvllm: %s: empty or too long file name\n", flag);
+            return false;
+        }
+        if (o->n_lora >= MODEL_MAX_LORA) {
+            fprintf(stderr, "kvllm: %s: at most %d adapters\n", flag, MODEL_MAX_LORA);
+            return false;
+        }
+        memcpy(o->lora_path[o->n_lora], p, len);
+        o->lora_path[o->n_lora][len] = '\0';
+        o->lora_scale[o->n_lora++] = scale;
+        p = next;
+    }
+    return true;
+}
+
 static bool apply_flag(cli_opts *o, const char *f, const char *v, bool *unknown) {
     int64_t i;
 #define IS(name) (strcmp(f, name) == 0)
@@ -160,6 +203,8 @@ static bool apply_flag(cli_opts *o, const char *f, const char *v, bool *unknown)
             return false;
         }
         o->spec_ngram = (int)i;
+    } else if (IS("--lora") || IS("--lora-scaled")) {
+        return parse_lora(o, f, v, IS("--lora-scaled"));
     } else {
         *unknown = true;
         return false;
@@ -177,6 +222,7 @@ static bool apply_switch(cli_opts *o, const char *f) {
     else if (IS("--no-kv-cache")) o->no_kv_cache = true;
     else if (IS("--spec-fixed")) o->spec_fixed = true;
     else if (IS("--no-repack") || IS("-nr")) o->no_repack = true;
+    else if (IS("--lora-init-without-apply")) o->lora_init_without_apply = true;
     else if (IS("-v") || IS("--verbose")) o->verbose = true;
     else return false;
 #undef IS
@@ -372,6 +418,15 @@ bool cli_load(const cli_opts *o, bool want_weights, cli_model *cm) {
                 tok_n_vocab(cm->vocab), (long long)model_hp(cm->m)->n_vocab);
         cli_unload(cm);
         return false;
+    }
+    for (int i = 0; i < o->n_lora; i++) {
+        gguf_file *lf = gguf_open(o->lora_path[i], &err);
+        const float scale = o->lora_init_without_apply ? 0.0f : o->lora_scale[i];
+        if (!lf || model_lora_add(cm->m, lf, scale, &err) < 0) { /* takes lf */
+            fprintf(stderr, "kvllm: %s\n", err.msg);
+            cli_unload(cm);
+            return false;
+        }
     }
     if (o->model_draft && !load_draft(o, path, cm)) {
         cli_unload(cm);

@@ -22,6 +22,9 @@ typedef struct serve_opts {
     engine_sched scheduling;
     int64_t prefix_admission_wait;
     int64_t kv_rank_bytes[PP_MAX_RANKS * MODEL_MAX_KV_GROUPS]; /* --pp: server_config's */
+    const char *lora_modules[MODEL_MAX_LORA];                  /* --lora-modules values, as given */
+    int n_lora_modules;
+    char lora_names[MODEL_MAX_LORA][128];
 } serve_opts;
 
 /* Help lines of server_settings[from, to): "  --FLAG M   DESC (default N; NOTE)". */
@@ -84,6 +87,14 @@ static void serve_usage(FILE *out) {
     print_settings(out, 2, server_n_settings);
     fputs(
         "  --no-prefix-cache        disable prefix caching\n"
+        "  --lora FILE[,FILE]       LoRA adapters (llama.cpp's GGUF adapters; --lora-scaled "
+        "FILE:SCALE[,...]),\n"
+        "                           applied to requests that name none; a request's \"lora\": "
+        "[{\"id\", \"scale\"}]\n"
+        "                           picks its own, GET / POST /lora-adapters lists / sets them\n"
+        "  --lora-modules NAME=FILE[,NAME=FILE]  adapters a request applies by \"model\": NAME "
+        "(vLLM's way;\n"
+        "                           listed by /v1/models; not applied otherwise)\n"
         "  --spec off|ngram|draft   speculative decoding (default off; draft: --model-draft FILE; "
         "a request opts out with\n"
         "                           \"speculative\": false)  --spec-k N (default 4)  --spec-ngram "
@@ -172,7 +183,7 @@ static int serve_flag(const char *f, const char *v, void *ctx) {
                 IS("--max-batch-tokens") || IS("--max-seqs") || IS("--max-body") || IS("--cors") ||
                 IS("--kv-memory-fraction") || IS("--api-key-file") || IS("--kv-disk") ||
                 IS("--kv-disk-size") || IS("--scheduling-policy") || IS("--kv-disk-pin-max") ||
-                IS("--prefix-admission-wait");
+                IS("--prefix-admission-wait") || IS("--lora-modules");
     if (!ours) return 0;
     if (!v) {
         fprintf(stderr, "kvllm: %s: missing value\n", f);
@@ -190,7 +201,13 @@ static int serve_flag(const char *f, const char *v, void *ctx) {
     else if (IS("--kv-disk")) so->kv_disk = v;
     else if (IS("--kv-disk-size")) so->kv_disk_size = v;
     else if (IS("--kv-disk-pin-max")) so->kv_disk_pin_max = v;
-    else if (IS("--prefix-admission-wait")) {
+    else if (IS("--lora-modules")) {
+        if (so->n_lora_modules == MODEL_MAX_LORA) {
+            fprintf(stderr, "kvllm: --lora-modules: at most %d\n", MODEL_MAX_LORA);
+            return -1;
+        }
+        so->lora_modules[so->n_lora_modules++] = v;
+    } else if (IS("--prefix-admission-wait")) {
         if (!parse_int(f, v, 0, 1 << 20, &so->prefix_admission_wait)) return -1;
     } else if (IS("--scheduling-policy")) {
         if (strcmp(v, "fcfs") == 0) so->scheduling = ENGINE_SCHED_FCFS;
@@ -416,6 +433,41 @@ static void reexec_with_passive_wait(int argc, char **argv) {
     free(args); /* exec failed: carry on with the default policy */
 }
 
+/* --lora-modules NAME=FILE[,...]: each adapter after the --lora ones, at scale
+ * 0 (a request applies it by naming it), its name for the server. */
+static bool lora_modules(serve_opts *so, cli_opts *o) {
+    for (int k = 0; k < so->n_lora_modules; k++)
+        for (const char *p = so->lora_modules[k]; *p;) {
+            const char *end = strchr(p, ','), *eq = strchr(p, '=');
+            const size_t len = end ? (size_t)(end - p) : strlen(p);
+            if (!eq || eq >= p + len || eq == p || eq + 1 == p + len ||
+                (size_t)(eq - p) >= sizeof so->lora_names[0] ||
+                (size_t)(p + len - eq - 1) >= sizeof o->lora_path[0]) {
+                fprintf(stderr, "kvllm: --lora-modules: expected NAME=FILE, got '%.*s'\n", (int)len,
+                        p);
+                return false;
+            }
+            if (o->n_lora == MODEL_MAX_LORA) {
+                fprintf(stderr, "kvllm: at most %d LoRA adapters\n", MODEL_MAX_LORA);
+                return false;
+            }
+            const int i = o->n_lora++;
+            memcpy(so->lora_names[i], p, (size_t)(eq - p));
+            so->lora_names[i][eq - p] = '\0';
+            for (int j = 0; j < i; j++)
+                if (so->sc.lora_names[j] && !strcmp(so->sc.lora_names[j], so->lora_names[i])) {
+                    fprintf(stderr, "kvllm: --lora-modules: '%s' named twice\n", so->lora_names[i]);
+                    return false;
+                }
+            so->sc.lora_names[i] = so->lora_names[i];
+            memcpy(o->lora_path[i], eq + 1, (size_t)(p + len - eq - 1));
+            o->lora_path[i][p + len - eq - 1] = '\0';
+            o->lora_scale[i] = 0.0f;
+            p = end ? end + 1 : p + len;
+        }
+    return true;
+}
+
 int cmd_serve(int argc, char **argv) {
     reexec_with_passive_wait(argc, argv);
     serve_opts so = {.max_seqs = 64, .kv_memory_fraction = CLI_KV_MEMORY_FRACTION};
@@ -433,6 +485,7 @@ int cmd_serve(int argc, char **argv) {
         return 2;
     }
     o.chunks_keep_kv = so.kv_disk != NULL;
+    if (!lora_modules(&so, &o)) return 2;
     cli_model cm;
     if (!cli_load(&o, true, &cm)) return 1;
     int rc = 1;

@@ -11,6 +11,7 @@ typedef struct batch_buf {
     int32_t *tokens, *pos, *seq; /* [max_tokens] each, one allocation; seq: the token's sequence */
     uint8_t *want;               /* [max_tokens] 1: the token's logits are wanted */
     const kv_seq **seqs;         /* [max_seqs][n_groups] each sequence's block tables */
+    const float **lora;          /* [max_seqs] each sequence's LoRA scales (model_batch.lora) */
     float *logits;               /* [rows][n_vocab] */
     int n_groups;
 } batch_buf;
@@ -26,6 +27,11 @@ void batch_buf_free(batch_buf *b);
 /* Batch sequence si: the block tables kv[0..n_groups). */
 static inline void batch_buf_set_seq(batch_buf *b, int si, const kv_seq *kv) {
     for (int g = 0; g < b->n_groups; g++) b->seqs[si * b->n_groups + g] = &kv[g];
+}
+
+/* Batch sequence si's LoRA adapter scales (NULL: the model's defaults). */
+static inline void batch_buf_set_lora(batch_buf *b, int si, const float *lora) {
+    b->lora[si] = lora;
 }
 
 /* Batch token t: id token at position pos of batch sequence si. */
@@ -45,7 +51,8 @@ static inline model_batch batch_buf_batch(const batch_buf *b, int64_t n_tokens, 
                          .seq = b->seq,
                          .want_logits = b->want,
                          .n_seqs = n_seqs,
-                         .seqs = b->seqs};
+                         .seqs = b->seqs,
+                         .lora = b->lora};
 }
 
 #endif

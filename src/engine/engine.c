@@ -252,6 +252,10 @@ static bool validate_request(engine *e, const engine_request *r, kvl_error *err)
             return kvl_fail(err, "prompt token %lld: id %d is not in the vocabulary (0..%lld)",
                             (long long)i, r->prompt[i], (long long)hp->n_vocab - 1);
     if (r->grammar && !e->vocab) return kvl_fail(err, "a grammar needs the engine's vocabulary");
+    if (r->lora && model_lora_count(e->m) == 0)
+        return kvl_fail(err, "LoRA scales given, but the model has no adapter");
+    for (int i = 0; r->lora && i < model_lora_count(e->m); i++)
+        if (!isfinite(r->lora[i])) return kvl_fail(err, "LoRA adapter %d: scale is not finite", i);
     if (r->n_stop < 0 || r->n_stop > ENGINE_MAX_STOP)
         return kvl_fail(err, "%d stop strings: at most %d are supported", r->n_stop,
                         ENGINE_MAX_STOP);
@@ -297,8 +301,32 @@ static bool copy_request(seq *s, const engine_request *r, int32_t n_vocab) {
     s->req.prompt = NULL;
     s->req.stop = NULL;
     s->req.cache_salt = NULL;
+    s->req.lora = NULL;    /* the scales are in s->lora (engine_submit) */
     s->req.grammar = NULL; /* the state holds it */
     return true;
+}
+
+/* The sequence's adapter scales (the request's, else the model's defaults now)
+ * and the cache salt they make with the request's: the adapters in use (by
+ * their data's hash) and their scales, so that blocks computed with other
+ * adapters, or none, are never shared. NULL without adapters (or no memory). */
+static char *lora_scales(engine *e, const engine_request *r, seq *s) {
+    s->n_lora = model_lora_count(e->m);
+    if (!s->n_lora) return NULL;
+    const char *user = r->cache_salt ? r->cache_salt : "";
+    const size_t cap = strlen(user) + 8 + (size_t)s->n_lora * 64;
+    char *salt = malloc(cap);
+    if (!salt) return NULL;
+    size_t at = (size_t)snprintf(salt, cap, "%s", user);
+    for (int i = 0; i < s->n_lora; i++) {
+        model_lora_info info;
+        model_lora_get(e->m, i, &info);
+        s->lora[i] = r->lora ? r->lora[i] : info.scale;
+        if (s->lora[i] != 0.0f)
+            at += (size_t)snprintf(salt + at, cap - at, "\x1flora %016llx %a",
+                                   (unsigned long long)info.fingerprint, (double)s->lora[i]);
+    }
+    return salt;
 }
 
 int64_t engine_submit(engine *e, const engine_request *r, kvl_error *err) {
@@ -309,10 +337,17 @@ int64_t engine_submit(engine *e, const engine_request *r, kvl_error *err) {
         kvl_fail(err, "engine: out of memory");
         return -1;
     }
+    char *salt = lora_scales(e, r, s);
+    if (s->n_lora && !salt) {
+        eng_seq_free(e, s);
+        kvl_fail(err, "engine: out of memory");
+        return -1;
+    }
     for (int g = 0; g < MODEL_MAX_KV_GROUPS; g++) {
         kv_seq_init(&s->kv[g]);
-        kv_seq_set_cache_salt(&s->kv[g], r->cache_salt);
+        kv_seq_set_cache_salt(&s->kv[g], s->n_lora ? salt : r->cache_salt);
     }
+    free(salt);
     tok_stream_init(&s->stream);
     s->id = ++e->next_id; /* ids start at 1 so that 0 can mean "none" */
     s->state = SEQ_WAITING;
@@ -560,8 +595,8 @@ static void embed_rows(void *user, int64_t pos, int64_t n, const float *logits,
         for (int64_t k = 0; k < c->n_embd; k++) c->acc[k] += hidden[r * c->n_embd + k];
 }
 
-bool engine_embed(engine *e, const int32_t *ids, int64_t n, engine_pooling pooling, float *out,
-                  kvl_error *err) {
+bool engine_embed(engine *e, const int32_t *ids, int64_t n, engine_pooling pooling,
+                  const float *lora, float *out, kvl_error *err) {
     const model_hparams *hp = model_hp(e->m);
     const int64_t E = hp->n_embd;
     if (n < 1) return kvl_fail(err, "embedding: the input is empty");
@@ -583,7 +618,8 @@ bool engine_embed(engine *e, const int32_t *ids, int64_t n, engine_pooling pooli
                        .want_to = pooling == ENGINE_POOL_CLS ? 1 : n,
                        .hidden = rows,
                        .on_rows = embed_rows,
-                       .user = &ec};
+                       .user = &ec,
+                       .lora = lora};
     char no_room[96];
     snprintf(no_room, sizeof no_room,
              "embedding: not enough free KV blocks for %lld tokens right now", (long long)n);

@@ -79,6 +79,11 @@ typedef struct engine_request {
     int32_t keep_special[ENGINE_MAX_KEEP_SPECIAL];
     int n_keep_special;
     const char *cache_salt; /* prefix-cache isolation key (copied); NULL: none */
+    /* The model's LoRA adapters (model_lora_add): NULL for their default scales
+     * as they are at submit, else model_lora_count() scales (copied). The
+     * request's cached prefix blocks are shared only with requests of the same
+     * adapters and scales: K and V depend on them. */
+    const float *lora;
     /* For n > 1 completions of one prompt: the id of the request whose prompt
      * this one shares (set 0 for none; ids start at 1). It is admitted only once
      * the leader's full prompt blocks are in the prefix cache, so it reuses them
@@ -324,7 +329,8 @@ bool engine_eval(model *m, int kv_dtype, int kv_dtype_v, int block_size, const i
  * so it must be called by the thread that drives engine_step, between steps.
  * False with err set when ids are invalid or the pool has no room right now. */
 typedef enum engine_pooling { ENGINE_POOL_LAST, ENGINE_POOL_MEAN, ENGINE_POOL_CLS } engine_pooling;
-bool engine_embed(engine *e, const int32_t *ids, int64_t n, engine_pooling pooling, float *out,
-                  kvl_error *err);
+/* lora: the LoRA adapters' scales (model_batch.lora), NULL for the model's defaults. */
+bool engine_embed(engine *e, const int32_t *ids, int64_t n, engine_pooling pooling,
+                  const float *lora, float *out, kvl_error *err);
 
 #endif

@@ -25,6 +25,8 @@ typedef struct seq {
     int64_t n_computed;             /* tokens whose K/V are in the blocks */
     int64_t recompute_for;          /* --no-kv-cache: n_tokens the current recompute serves */
     kv_seq kv[MODEL_MAX_KV_GROUPS]; /* one block table per KV group (group 0: prefix chain) */
+    float lora[MODEL_MAX_LORA];     /* its LoRA adapters' scales, fixed at submit */
+    int n_lora;                     /* model_lora_count() (0: no adapters) */
     sampler *smp;
     grammar_state *gst; /* the grammar's position (NULL: unconstrained); it lives
                                 with the sequence, so preemption does not touch it */

@@ -146,6 +146,7 @@ static void plan_add(engine *e, step_plan *p, seq *s, int64_t n) {
     step_slot *b = e->b;
     int si = p->n_seqs++;
     batch_buf_set_seq(&b->in, si, s->kv);
+    batch_buf_set_lora(&b->in, si, s->n_lora ? s->lora : NULL);
     b->owner[si] = s;
     for (int64_t i = 0; i < n; i++) {
         int64_t pos = s->n_computed + i;

@@ -81,6 +81,10 @@ typedef struct model_batch {
      * order. With hidden set, logits may be NULL: the LM head is skipped.
      * This is what embeddings pool. */
     float *hidden;
+    /* LoRA adapters (model_lora_add): NULL, or per sequence (n_seqs entries)
+     * model_lora_count() scales, one per adapter, 0 leaving it out; an entry
+     * NULL, or lora NULL, means the model's default scales. */
+    const float *const *lora;
 } model_batch;
 
 /* Runs the batch. Logits of the tokens with want_logits set are written to
@@ -110,11 +114,46 @@ typedef struct model_span {
     /* Optional: after each chunk with wanted rows: n rows, the first at pos. */
     void (*on_rows)(void *user, int64_t pos, int64_t n, const float *logits, const float *hidden);
     void *user;
+    const float *lora; /* the adapters' scales (see model_batch.lora); NULL: the defaults */
 } model_span;
 
 /* Runs the span; false (err set) as model_forward, with the chunks before the
  * failing one computed. */
 bool model_forward_span(model *m, kv_pool *const *pools, const model_span *s, kvl_error *err);
+
+/* ---- LoRA adapters ----
+ * llama.cpp's GGUF adapter files (convert_lora_to_gguf.py): general.type
+ * "adapter", adapter.type "lora", adapter.lora.alpha, and for each adapted
+ * base tensor NAME a pair NAME.lora_a {n_in, rank}, NAME.lora_b {rank, n_out}
+ * (token_embd: lora_a {rank, n_vocab}, rows looked up by token). Every
+ * adapted matrix W gives W x + s B (A x) per token, s = scale * alpha / rank
+ * (scale when alpha is 0), for each adapter whose scale is not 0: the
+ * arithmetic of llama.cpp's graph. Adapted here: attention projections (q, k,
+ * v, output; MLA's q_a, q_b, kv_a_mqa, kv_b), dense FFN projections, the MoE
+ * router, the output head and the token embedding; an adapter naming any
+ * other tensor is refused by name, as is one whose architecture or shapes
+ * do not match the model. */
+#define MODEL_MAX_LORA 16
+/* Attaches the adapter in f (owned by the model afterwards, closed on
+ * failure too) with this default scale. Its index (0, 1, ...) or -1 (err
+ * set). Not while a forward runs. */
+int model_lora_add(model *m, gguf_file *f, float scale, kvl_error *err);
+int model_lora_count(const model *m);
+typedef struct model_lora_info {
+    const char *path;
+    float alpha;
+    int64_t rank;         /* the largest of its pairs' ranks */
+    int n_pairs;          /* tensors it adapts */
+    size_t bytes;         /* its A and B data */
+    uint64_t fingerprint; /* a hash of its data: what a cache of K and V computed with it
+                           * is keyed by */
+    float scale;          /* the default scale */
+} model_lora_info;
+bool model_lora_get(const model *m, int i, model_lora_info *out);
+/* Adapter i's file (its metadata: adapter.lora.task_name, ...), or NULL. */
+const gguf_file *model_lora_gguf(const model *m, int i);
+/* The default scale of adapter i (what batches without their own use). */
+void model_lora_set_scale(model *m, int i, float scale);
 
 /* ---- pipeline stages ----
  * The layers this model holds: [first, end) (all of them unless loaded as a

@@ -661,6 +661,7 @@ static void embed(fwd_ctx *c) {
     int64_t E = m->hp.n_embd;
     for (int64_t t = 0; t < c->n; t++)
         kern_get_row(m->tok_embd.data, m->tok_embd.dtype, E, c->b->tokens[c->t0 + t], m->x + t * E);
+    lora_embed(m, c->b->tokens + c->t0, c->n, m->x);
     if (m->arch->embd_scale) {
         float s = sqrtf((float)E);
         for (int64_t i = 0; i < c->n * E; i++) m->x[i] *= s;
@@ -726,6 +727,7 @@ static int64_t project_logits(fwd_ctx *c, float *logits, float *hidden) {
         PHASE_END(t_out, PHASE_OUTPUT, 0); /* no head read */
         return n_out;
     }
+    lora_rows_head(m, c->b, c->t0, c->n);
     op_matmul(m, &m->output, m->logit_rows, n_out, logits);
     /* granite divides by its logit scale, command-r multiplies (llama.cpp's ggml_scale) */
     float ls = 0.0f;
@@ -779,6 +781,7 @@ bool model_forward_stage(model *m, kv_pool *const *pools, const model_batch *b, 
                      .t0 = t0,
                      .n =
                          b->n_tokens - t0 < m->mp.max_ubatch ? b->n_tokens - t0 : m->mp.max_ubatch};
+        lora_rows_tokens(m, b, t0, c.n);
         if (m->pl_tok_embd.data) per_layer_inputs(&c);
         if (x_in) memcpy(m->x, x_in + t0 * E, (size_t)(c.n * E) * sizeof(float));
         else embed(&c);

@@ -15,6 +15,9 @@ typedef struct mtensor {
     /* bytes from one expert's (ne2 slice's) rows in data to the next; 0: ne1 rows. A view
      * into a fused gate+up expert tensor sets it (model_moe.c). */
     size_t expert_stride;
+    /* LoRA adapters that adapt this matrix (model_lora.c), in adapter order;
+     * NULL: none. op_matmul adds their products to its output. */
+    struct lora_link *lora;
 } mtensor;
 
 /* Bytes of one 2-D slice of t (a matrix, or one expert of a 3-D tensor) in
@@ -142,6 +145,7 @@ struct model {
     struct moe_scratch *moe;   /* model_moe.c; NULL for a dense model */
     uint64_t moe_routed_bytes; /* model_moe_routed_bytes */
     rope_table rope_tab;       /* op_rope's last table */
+    struct lora_state *lora;   /* model_lora.c; NULL: no adapter attached */
 
     /* Pipeline stage: layers [layer_first, layer_end) are bound; the others'
      * layer_weights stay zero. */
@@ -208,6 +212,21 @@ void altup_correct(model *m, const layer_weights *L, int il, const float *y, int
 void altup_unembed(model *m, float *x, int64_t n);
 /* The FFN gate's Gaussian top-k: x - (mean + 1.6448533 std), floored at 0, per row. */
 void altup_gaussian_topk(float *x, int64_t rows, int64_t n);
+
+/* ---- LoRA adapters (model_lora.c) ---- */
+/* Before a ubatch's layers: each of its n tokens' adapter scales (the batch's
+ * per-sequence ones, or the model's defaults), the rows op_matmul's adapted
+ * matrices see until lora_rows_head. Nothing without adapters. */
+void lora_rows_tokens(model *m, const model_batch *b, int64_t t0, int64_t n);
+/* Before the LM head: the rows are the wanted tokens of the ubatch, in order. */
+void lora_rows_head(model *m, const model_batch *b, int64_t t0, int64_t n);
+/* y [rows][w->ne1] += every adapter's scale * B (A x) for each row whose scale
+ * for it is not 0 (llama.cpp's build_lora_mm), x [rows][w->ne0]. */
+void lora_apply(model *m, const mtensor *w, const float *x, int64_t rows, float *y);
+/* The token embedding's adapters for the ubatch's rows x [n][E] (before any
+ * embedding scale, as llama.cpp's build_inp_embd adds them). */
+void lora_embed(model *m, const int32_t *tokens, int64_t n, float *x);
+void lora_free(model *m);
 
 /* ---- ops (model_ops.c) ---- */
 /* w NULL: no weight (llama4's q/k L2 norm is a weightless RMSNorm). */

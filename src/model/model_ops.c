@@ -125,6 +125,7 @@ void op_layer_norm(float *out, const float *x, const float *w, int64_t rows, int
 void op_matmul(model *m, const mtensor *w, const float *x, int64_t rows, float *y) {
     if (w->packed) kern_matmul_repacked(w->packed, w->dtype, w->ne1, w->ne0, x, rows, y, m->work);
     else kern_matmul(w->data, w->dtype, w->ne1, w->ne0, x, rows, y, m->work);
+    if (w->lora) lora_apply(m, w, x, rows, y);
 }
 
 /* kern_matmul runs a matrix of fewer multiply-adds than this on the calling
@@ -184,12 +185,17 @@ void op_matmul_many(model *m, int nw, const mtensor *const *ws, const float *x, 
     if (!fused) {
         if (!matmul_split(m, nw, ws, x, rows, ys))
             for (int i = 0; i < nw; i++) op_matmul(m, ws[i], x, rows, ys[i]);
+        else
+            for (int i = 0; i < nw; i++)
+                if (ws[i]->lora) lora_apply(m, ws[i], x, rows, ys[i]);
         return;
     }
-    kern_repacked_mat mats[KERN_REPACKED_MAX];
+    kern_repacked_mat mats[KERN_REPACKED_MAX] = {{0}};
     for (int i = 0; i < nw; i++)
         mats[i] = (kern_repacked_mat){ws[i]->packed, ws[i]->dtype, ws[i]->ne1, ys[i]};
     kern_matmul_repacked_multi(nw, mats, ws[0]->ne0, x, rows, m->work);
+    for (int i = 0; i < nw; i++)
+        if (ws[i]->lora) lora_apply(m, ws[i], x, rows, ys[i]);
 }
 
 void op_matmul_head(model *m, const mtensor *w, int64_t head, const float *x, int64_t rows,

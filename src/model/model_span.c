@@ -8,6 +8,7 @@
 bool model_forward_span(model *m, kv_pool *const *pools, const model_span *s, kvl_error *err) {
     int32_t pos[MODEL_SPAN_CHUNK], sq[MODEL_SPAN_CHUNK] = {0};
     uint8_t want[MODEL_SPAN_CHUNK];
+    const float *const lora[1] = {s->lora};
     for (int64_t t0 = s->from; t0 < s->to; t0 += MODEL_SPAN_CHUNK) {
         int64_t cnt = s->to - t0 < MODEL_SPAN_CHUNK ? s->to - t0 : MODEL_SPAN_CHUNK, n_rows = 0;
         for (int64_t i = 0; i < cnt; i++) {
@@ -23,7 +24,8 @@ bool model_forward_span(model *m, kv_pool *const *pools, const model_span *s, kv
                          .want_logits = want,
                          .n_seqs = 1,
                          .seqs = s->seqs,
-                         .hidden = s->hidden};
+                         .hidden = s->hidden,
+                         .lora = s->lora ? lora : NULL};
         if (!model_forward(m, pools, &b, s->logits, err)) return false;
         if (s->on_rows && n_rows > 0) {
             int64_t first = t0 > s->want_from ? t0 : s->want_from;

@@ -42,6 +42,8 @@ typedef struct server_config {
      * reports the KV bytes of every rank and of the job from them. */
     int kv_ranks;
     const int64_t *kv_rank_block_bytes;
+    /* --lora-modules: adapter i's model name (vLLM's), NULL where unnamed */
+    const char *lora_names[MODEL_MAX_LORA];
 } server_config;
 
 /* The numeric settings of server_config, each once: the `kvllm serve` flag

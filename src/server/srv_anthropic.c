@@ -34,7 +34,7 @@ static const char *str_member(const cJSON *o, const char *k) {
 static const char *const PASS_FIELDS[] = {
     "model", "temperature", "top_p", "top_k", "stream", "service_tier",
     "seed", "min_p", "repetition_penalty", "presence_penalty", "frequency_penalty",
-    "ignore_eos", "cache_salt", "priority", "speculative",
+    "ignore_eos", "cache_salt", "lora", "priority", "speculative",
 };
 static const char *const OWN_FIELDS[] = {
     "messages", "system", "max_tokens", "stop_sequences", "tools", "tool_choice", "thinking",

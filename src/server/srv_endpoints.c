@@ -35,7 +35,7 @@ static bool check_model(srv *s, const cJSON *b, api_error *err) {
     const cJSON *m = req_field(b, "model");
     if (!m) return true;
     if (!cJSON_IsString(m)) return api_fail(err, 400, "model", "'model' must be a string");
-    if (strcmp(m->valuestring, s->cfg.model_id) == 0) return true;
+    if (srv_model_known(s, m->valuestring)) return true; /* an adapter: the same vocabulary */
     api_fail(err, 404, "model", "The model `%.200s` does not exist.", m->valuestring);
     err->code = "model_not_found";
     return false;
@@ -58,15 +58,15 @@ static bool parse_body(const char *p, size_t n, cJSON **out, api_error *err) {
 /* OpenAI's model object (vLLM's max_model_len beside), with the members
  * Anthropic's has (type, display_name, created_at), so that both SDKs'
  * models.list and models.retrieve read it. */
-static cJSON *model_object(srv *s) {
+static cJSON *model_object_named(const srv *s, const char *id) {
     cJSON *m = cJSON_CreateObject();
-    cJSON_AddStringToObject(m, "id", s->cfg.model_id);
+    cJSON_AddStringToObject(m, "id", id);
     cJSON_AddStringToObject(m, "object", "model");
     cJSON_AddNumberToObject(m, "created", (double)s->t_start);
     cJSON_AddStringToObject(m, "owned_by", "kvllm");
     cJSON_AddNumberToObject(m, "max_model_len", (double)s->n_ctx);
     cJSON_AddStringToObject(m, "type", "model");
-    cJSON_AddStringToObject(m, "display_name", s->cfg.model_id);
+    cJSON_AddStringToObject(m, "display_name", id);
     char when[32];
     struct tm tm;
     gmtime_r(&s->t_start, &tm);
@@ -75,18 +75,32 @@ static cJSON *model_object(srv *s) {
     return m;
 }
 
+static cJSON *model_object(srv *s) { return model_object_named(s, s->cfg.model_id); }
+
 char *openai_models(srv *s) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "object", "list");
-    cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "data"), model_object(s));
+    cJSON *data = cJSON_AddArrayToObject(o, "data");
+    cJSON_AddItemToArray(data, model_object(s));
+    srv_lora_models(s, data, model_object_named); /* vLLM lists the adapters beside */
     /* Anthropic's page members */
     cJSON_AddBoolToObject(o, "has_more", false);
     cJSON_AddStringToObject(o, "first_id", s->cfg.model_id);
-    cJSON_AddStringToObject(o, "last_id", s->cfg.model_id);
+    const cJSON *last = cJSON_GetArrayItem(data, cJSON_GetArraySize(data) - 1);
+    cJSON_AddStringToObject(o, "last_id", cJSON_GetObjectItem(last, "id")->valuestring);
     return print_delete(o);
 }
 
 char *openai_model_get(srv *s, const char *id, api_error *err) {
+    if (strcmp(id, s->cfg.model_id) != 0 && srv_model_known(s, id)) {
+        cJSON *data = cJSON_CreateArray(), *o = NULL;
+        srv_lora_models(s, data, model_object_named);
+        for (cJSON *e = data->child; e && !o; e = e->next)
+            if (!strcmp(cJSON_GetObjectItem(e, "id")->valuestring, id))
+                o = cJSON_DetachItemViaPointer(data, e);
+        cJSON_Delete(data);
+        return print_delete(o);
+    }
     if (strcmp(id, s->cfg.model_id) != 0) {
         api_fail(err, 404, "model", "The model `%.200s` does not exist.", id);
         err->code = "model_not_found";
@@ -246,7 +260,7 @@ static bool run_embedding(srv *s, srv_engine_task *t, api_error *err) {
     for (int i = 0; i < em->n_inputs; i++) {
         kvl_error kerr = {{0}};
         if (!engine_embed(
-                s->e, em->ids[i], em->n_ids[i], s->cfg.pooling,
+                s->e, em->ids[i], em->n_ids[i], s->cfg.pooling, em->n_lora ? em->lora : NULL,
                 em->out + (size_t)i * (size_t)s->n_embd,
                 &kerr)) /* the inputs were checked, so what is left is a full pool: retry later */
             return api_fail(err, 503, NULL, "input[%d]: %s", i, kerr.msg);
@@ -391,6 +405,9 @@ char *srv_embeddings(srv *s, const char *body, size_t len, api_error *err) {
     char *out = NULL;
     bool b64 = false;
     if (!only_fields(b, NAMES, 5, "/v1/embeddings", err) || !check_model(s, b, err)) goto done;
+    const cJSON *model = req_field(b, "model"); /* an adapter's name: embeddings through it */
+    if (!srv_lora_scales(s, b, model ? model->valuestring : NULL, em.lora, &em.n_lora, err))
+        goto done;
     const cJSON *fmt = req_field(b, "encoding_format"), *dim = req_field(b, "dimensions"),
                 *in = req_field(b, "input");
     if (fmt && (!cJSON_IsString(fmt) ||

@@ -186,6 +186,7 @@ static void admit(srv *s, srv_job *j) {
                         .logprobs = j->logprobs,
                         .ignore_eos = j->ignore_eos,
                         .cache_salt = j->cache_salt,
+                        .lora = j->n_lora ? j->lora : NULL,
                         .grammar = j->grammar,
                         .no_speculative = j->no_speculative,
                         .priority = j->priority,

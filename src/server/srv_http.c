@@ -37,6 +37,8 @@ typedef enum route {
     R_KV_SAVE,
     R_KV_UNPIN,
     R_KV_STATE,
+    R_LORA_GET,
+    R_LORA_SET,
     R_PAGE
 } route;
 
@@ -69,6 +71,8 @@ static const struct {
     {"/detokenize", "POST", R_DETOKENIZE, AUTH_KEY, false},
     {"/props", "GET", R_PROPS, AUTH_KEY, false},
     {"/v1/kv/state", "GET", R_KV_STATE, AUTH_KEY, false},
+    {"/lora-adapters", "GET", R_LORA_GET, AUTH_KEY, false},
+    {"/lora-adapters", "POST", R_LORA_SET, AUTH_KEY, false},
     /* The built-in pages hold no data: they ask for the key themselves. */
     {"/", "GET", R_PAGE, AUTH_NONE, false},
     {"/kv", "GET", R_PAGE, AUTH_NONE, false},
@@ -441,6 +445,8 @@ static enum MHD_Result dispatch(srv *s, struct MHD_Connection *c, const char *ur
     case R_DETOKENIZE: return send_result(c, srv_detokenize(s, body, cc->body.len, &err), &err);
     case R_EMBEDDINGS: return send_result(c, srv_embeddings(s, body, cc->body.len, &err), &err);
     case R_PROPS: return send_json(c, MHD_HTTP_OK, srv_props(s));
+    case R_LORA_GET: return send_json(c, MHD_HTTP_OK, srv_lora_list(s));
+    case R_LORA_SET: return send_result(c, srv_lora_set(s, body, cc->body.len, &err), &err);
     case R_KV_SAVE: return send_result(c, srv_kv_save(s, body, cc->body.len, cc->key, &err), &err);
     case R_KV_UNPIN:
         return send_result(c, srv_kv_unpin(s, body, cc->body.len, cc->key, &err), &err);

@@ -130,6 +130,8 @@ struct srv_job {
     bool ignore_eos;
     bool no_speculative; /* "speculative": false */
     char *cache_salt;
+    float lora[MODEL_MAX_LORA]; /* the adapters' scales (srv_lora_job) */
+    int n_lora;                 /* how many (0: the model has none) */
     int priority; /* engine_request.priority (0 unless --scheduling-policy priority) */
     grammar
         *grammar; /* structured output or a required tool call (NULL: none); freed with the job */
@@ -301,7 +303,9 @@ typedef struct srv_embed {
     int n_inputs;
     int32_t **ids; /* [n_inputs] */
     int64_t *n_ids;
-    float *out; /* [n_inputs][n_embd] */
+    float *out;                 /* [n_inputs][n_embd] */
+    float lora[MODEL_MAX_LORA]; /* the adapters' scales (srv_lora_scales) */
+    int n_lora;
 } srv_embed;
 
 /* ------------------------------------------------------------- server -- */
@@ -353,6 +357,10 @@ struct srv {
     atomic_long n_evicted;   /* receiving connections cut to make room when every slot was taken */
     atomic_long n_client_gone; /* jobs cancelled because their client left */
     rstore *responses;         /* kept /v1/responses answers; NULL: none kept */
+    /* LoRA adapters' scales for requests that name none (srv_lora.c) */
+    pthread_mutex_t lora_mu;
+    float lora_scale[MODEL_MAX_LORA];
+    int n_lora; /* the model's adapters (model_lora_count) */
     /* Engine thread only. */
     srv_job *active;
     pthread_t engine_thread;
@@ -568,5 +576,22 @@ char *srv_kv_save(srv *s, const char *body, size_t len, const srv_key *key, api_
 /* POST /v1/kv/unpin: the same body -> that saved prefix's pin dropped (srv_kv.c) */
 char *srv_kv_unpin(srv *s, const char *body, size_t len, const srv_key *key, api_error *err);
 char *srv_props(srv *s); /* GET /props */
+
+/* LoRA adapters (srv_lora.c). */
+void srv_lora_init(srv *s);
+void srv_lora_free(srv *s);
+/* Whether a request's "model" may be name: the served model or an adapter's
+ * --lora-modules name. */
+bool srv_model_known(const srv *s, const char *name);
+/* The request's adapter scales into j (its "lora", the adapter its "model"
+ * names, or the server's); false with a 400 naming the field. */
+bool srv_lora_job(srv *s, const cJSON *b, const char *model, srv_job *j, api_error *err);
+/* The same into out (MODEL_MAX_LORA floats), *n of them (0: no adapters). */
+bool srv_lora_scales(srv *s, const cJSON *b, const char *model, float *out, int *n, api_error *err);
+char *srv_lora_list(srv *s);                                              /* GET /lora-adapters */
+char *srv_lora_set(srv *s, const char *body, size_t len, api_error *err); /* POST */
+/* /v1/models' entries for the named adapters, each object(s, name) plus
+ * vLLM's root and parent, appended to data. */
+void srv_lora_models(const srv *s, cJSON *data, cJSON *(*object)(const srv *, const char *));
 
 #endif

@@ -40,7 +40,7 @@ static const known_field KNOWN_FIELDS[] = {
     {"echo", F_COMPL}, {"best_of", F_COMPL}, /* only false / 1 (parse_unsupported) */
     /* vLLM / llama-server extensions, read here */
     {"top_k", F_BOTH}, {"min_p", F_BOTH}, {"repetition_penalty", F_BOTH},
-    {"ignore_eos", F_BOTH}, {"cache_salt", F_BOTH}, {"return_tokens_as_token_ids", F_BOTH},
+    {"ignore_eos", F_BOTH}, {"cache_salt", F_BOTH}, {"lora", F_BOTH}, {"return_tokens_as_token_ids", F_BOTH},
     {"speculative", F_BOTH}, /* own: false opts out of --spec (same output, plain decode) */
     {"add_generation_prompt", F_CHAT},
     {"priority", F_BOTH},
@@ -643,7 +643,7 @@ static bool parse_body(srv *s, const cJSON *b, bool chat, api_req *r, api_error 
     const char *model = NULL, *salt = NULL;
     int64_t n = 1, prio = 0;
     if (!req_string(b, "model", &model, err)) return false;
-    if (model && strcmp(model, s->cfg.model_id) != 0) {
+    if (model && !srv_model_known(s, model)) {
         api_fail(err, 404, "model", "The model `%s` does not exist.", model);
         err->code = "model_not_found";
         return false;
@@ -656,6 +656,7 @@ static bool parse_body(srv *s, const cJSON *b, bool chat, api_req *r, api_error 
               req_int(b, "priority", -2147483647, 2147483647, &prio, err);
     bool speculative = true;
     ok = ok && req_bool(b, "speculative", &speculative, err);
+    ok = ok && srv_lora_job(s, b, model, j, err);
     if (!ok) return false;
     j->no_speculative = !speculative;
     /* vLLM's rule: a priority means nothing to first-come-first-served, so it is refused */

@@ -28,7 +28,7 @@ static const char *const PASS_FIELDS[] = {
     "model", "temperature", "top_p", "parallel_tool_calls",
     "user", "metadata", "store", "service_tier", "prompt_cache_key", "safety_identifier",
     "seed", "stop", "top_k", "min_p", "repetition_penalty", "presence_penalty",
-    "frequency_penalty", "cache_salt", "priority", "ignore_eos", "speculative",
+    "frequency_penalty", "cache_salt", "lora", "priority", "ignore_eos", "speculative",
     "chat_template_kwargs",
 };
 // clang-format on

@@ -161,11 +161,13 @@ static srv *srv_new(engine *e, const tok_vocab *vocab, const server_config *cfg)
     metrics_set_kv_ranks(&s->metrics, cfg, e);
     setup_chat(s);
     s->responses = rstore_new(cfg->responses_store); /* NULL when 0: refused as unkept */
+    srv_lora_init(s);
     return s;
 }
 
 static void srv_free(srv *s) {
     rstore_free(s->responses);
+    srv_lora_free(s);
     srv_jinja_free(s);
     keys_free(s);
     metrics_destroy(&s->metrics);

@@ -72,6 +72,11 @@ static void setup(srv *s, int i, const char *model) {
     s->eos_text = tok_eos(v) >= 0 ? tok_piece(v, tok_eos(v)) : "";
     pthread_mutex_init(&s->tok_mu, NULL);
     s->cfg.responses_store = 4; /* answered /v1/responses requests are kept */
+    /* two LoRA adapters, the second one named for requests' "model" (srv_lora.c) */
+    pthread_mutex_init(&s->lora_mu, NULL);
+    s->n_lora = 2;
+    s->lora_scale[0] = 0.5f;
+    s->cfg.lora_names[1] = "tuned";
     s->responses = rstore_new(s->cfg.responses_store);
 }
 

@@ -39,6 +39,8 @@ def run(cmd, check=True):
 
 # the KV cache type the golden was made with (meta.json "kv_type"; f32 unless set)
 KV_TYPE = "f32"
+# the LoRA adapter flags of a golden made with one (meta.json "lora": its file beside the model)
+LORA = []
 
 
 def json_lines(out):
@@ -46,7 +48,7 @@ def json_lines(out):
 
 
 def tolerance(name, meta):
-    types = set(meta.get("tensor_type_counts", {}).keys())
+    types = set(meta.get("tensor_type_counts", {}).keys()) | set(meta.get("lora", {}).get("tensor_types", {}).values())
     if meta.get("kv_type", "f32") != "f32" and types <= {"F32"}:
         # F32 weights, a bf16 / q8_0 cache: q converted to the cache's type as llama.cpp does
         # lands ~1e-6 (a systematic slip, such as q left in f32, shows at 1e-2); a Q8_0
@@ -101,7 +103,7 @@ def check_teacher_forced(kv, model, gdir, tol, failures):
         # keeps the output at MBs, not 90 (a golden id outside it still fails)
         k = "200" if len(seq) <= 2048 else "20"
         out = run([kv, "score", "-m", model, "--ids", ",".join(map(str, seq)), "--top-logprobs", k,
-                   "--kv-type", KV_TYPE, "--json", "-c", ctx]).stdout
+                   "--kv-type", KV_TYPE, "--json", "-c", ctx] + LORA).stdout
         rows = json_lines(out)
         for s, step in enumerate(c["steps"]):
             row = rows[len(c["prompt_ids"]) - 1 + s]
@@ -130,7 +132,7 @@ def check_greedy(kv, model, gdir, tau, failures):
     for ci, c in enumerate(cases):
         out = run([kv, "run", "-m", model, "--prompt-ids", ",".join(map(str, c["prompt_ids"])),
                    "-n", str(len(c["ids"])), "--temp", "0", "--ignore-eos", "--kv-type", KV_TYPE,
-                   "--json", "-c", ctx]).stdout
+                   "--json", "-c", ctx] + LORA).stdout
         got = [r["id"] for r in json_lines(out) if "id" in r]
         want = c["ids"]
         for i, w in enumerate(want):
@@ -155,7 +157,7 @@ def check_perplexity(kv, model, gdir, exact_f32, failures):
     g = json.load(open(os.path.join(gdir, "perplexity.json")))
     text = os.path.join(os.path.dirname(gdir.rstrip("/")), g.get("text_file", "ppl_text.txt"))
     out = run([kv, "perplexity", "-m", model, "-f", text, "-c", str(g["settings"]["n_ctx"]),
-               "--kv-type", KV_TYPE, "--json"]).stdout
+               "--kv-type", KV_TYPE, "--json"] + LORA).stdout
     r = json.loads(out.strip().splitlines()[-1])
     rel = abs(r["final_ppl"] - g["final_ppl"]) / g["final_ppl"]
     print(f"perplexity: {r['final_ppl']:.4f} vs {g['final_ppl']:.4f} (rel {rel:.3g}, tol 0.005)")
@@ -175,6 +177,11 @@ def main():
     meta = json.load(open(os.path.join(gdir, "meta.json")))
     global KV_TYPE
     KV_TYPE = meta.get("kv_type", "f32")
+    global LORA
+    if "lora" in meta:
+        lpath = os.path.join(golden_root, "models", meta["lora"]["file"])
+        scale = meta["lora"].get("scale", 1.0)
+        LORA = ["--lora-scaled", f"{lpath}:{scale!r}"] if scale != 1.0 else ["--lora", lpath]
     model = os.path.join(golden_root, "models", meta.get("file", name + ".gguf"))
     failures = []
     check_tokenize(kv, model, gdir, failures, one_per_flags=sanitizer)
@@ -197,7 +204,8 @@ def main():
                 check_greedy(kv, model, gdir, tol[1], failures)
             elif tol[0] == "kv":  # a near tie may go the other way after a cache rounding step
                 check_greedy(kv, model, gdir, tol[2], failures)
-            check_perplexity(kv, model, gdir, set(meta.get("tensor_type_counts", {})) <= {"F32"}, failures)
+            check_perplexity(kv, model, gdir, set(meta.get("tensor_type_counts", {})) <= {"F32"} and
+                             set(meta.get("lora", {}).get("tensor_types", {}).values()) <= {"F32"}, failures)
     for f in failures:
         print("FAIL:", f)
     print("PASS" if not failures else f"{len(failures)} failure(s)")

@@ -7,7 +7,9 @@ llama.cpp build computes on it, in the layout tests/golden/check_golden.py reads
 Usage: make_golden.py LLAMA_CPP_BIN_DIR GOLDEN_DIR NAME [NAME ...]
 NAME: a spec (see SPECS), or BASE-TYPE (qwen3moe-q4_k_m): llama-quantize of the golden model
 BASE-f32 already in GOLDEN_DIR/models to that file type, or BASE-kv_TYPE (qwen3-f32-kv_q8_0):
-the golden model BASE with a TYPE KV cache (f16, bf16, q8_0; flash attention on).
+the golden model BASE with a TYPE KV cache (f16, bf16, q8_0; flash attention on), or
+BASE-lora_TYPE[_xSCALE] (llama-gqa-bpe-f32-lora_f32, llama-moe-f32-lora_f16_x0.5): the golden model
+BASE with a random LoRA adapter of TYPE (f32, f16) written beside it (make_lora), at that scale.
 
 The tokenizer (all tokenizer.* keys) is copied from an existing golden model, so the
 tokenization cases are those of that model. Pure Python (no numpy); it never builds
@@ -32,9 +34,9 @@ SCALAR = {T_U8: "B", T_I8: "b", T_U16: "H", T_I16: "h", T_U32: "I", T_I32: "i", 
           T_BOOL: "?", T_U64: "Q", T_I64: "q", T_F64: "d"}
 
 
-def read_kv(path, with_tensors=False):
+def read_kv(path, with_tensors=False, dims_out=None):
     """general/tokenizer metadata of a GGUF as [(key, type, value)] (value: python, arrays as (elem_type, list));
-    with_tensors: also {tensor name: type name}."""
+    with_tensors: also {tensor name: type name}; dims_out (a dict): filled with {tensor name: dims}."""
     with open(path, "rb") as f:
         data = f.read(64 << 20)
     pos = 0
@@ -76,8 +78,9 @@ def read_kv(path, with_tensors=False):
     for _ in range(n_tensors):
         name = string()
         n_dims = take("I")
-        for _ in range(n_dims):
-            take("Q")
+        dims = [take("Q") for _ in range(n_dims)]
+        if dims_out is not None:
+            dims_out[name] = dims
         types[name] = GGML_TYPE_NAMES.get(take("I"), "?")
         take("Q")
     return out, types
@@ -89,10 +92,16 @@ GGML_TYPE_NAMES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 6: "Q5_0", 7: "Q5_1
                    39: "MXFP4"}
 
 
+GGML_F16 = 1
+
+
 def tensor_bytes(vals):
-    """F32 values as bytes; bytes (MXFP4 blocks, already in ggml's layout) as they are."""
+    """F32 values as bytes; bytes (MXFP4 blocks, already in ggml's layout) as they are;
+    ("F16", values) as F16."""
     if isinstance(vals, (bytes, bytearray)):
         return GGML_MXFP4, bytes(vals)
+    if isinstance(vals, tuple) and vals[0] == "F16":
+        return GGML_F16, struct.pack(f"<{len(vals[1])}e", *vals[1])
     return GGML_F32, struct.pack(f"<{len(vals)}f", *vals)
 
 
@@ -117,7 +126,8 @@ def write_gguf(path, kvs, tensors):
     offset = 0
     for name, dims, vals in tensors:
         dtype, b = tensor_bytes(vals)
-        assert len(b) == (4 * math.prod(dims) if dtype == GGML_F32 else math.prod(dims) // 32 * 17), name
+        want = {GGML_F32: 4 * math.prod(dims), GGML_F16: 2 * math.prod(dims)}.get(dtype, math.prod(dims) // 32 * 17)
+        assert len(b) == want, name
         out += s(name) + struct.pack("<I", len(dims)) + b"".join(struct.pack("<Q", d) for d in dims)
         out += struct.pack("<IQ", dtype, offset)
         offset += (len(b) + 31) // 32 * 32
@@ -851,9 +861,9 @@ def cache_flags(kv_type):
     return ["-fa", "off" if kv_type == "f32" else "on", "-ctk", kv_type, "-ctv", kv_type, "-nr"]
 
 
-def perplexity(bindir, model, text_path, threads, commands, n_ctx=128, kv_type="f32"):
+def perplexity(bindir, model, text_path, threads, commands, n_ctx=128, kv_type="f32", extra=()):
     cmd = [os.path.join(bindir, "llama-perplexity"), "-m", model, "-f", text_path, "-c", str(n_ctx), "-b", str(n_ctx),
-           "-t", str(threads), "-tb", str(threads), "--ppl-output-type", "1"] + cache_flags(kv_type)
+           "-t", str(threads), "-tb", str(threads), "--ppl-output-type", "1"] + cache_flags(kv_type) + list(extra)
     commands.append(" ".join(cmd))
     for _ in range(10):  # its asynchronous logger sometimes loses the last lines at exit: run again
         p = subprocess.run(cmd, capture_output=True, text=True, check=True)
@@ -897,10 +907,65 @@ def quantize_model(bindir, golden_dir, name, commands):
     return spec, path
 
 
+LORA_TARGETS = ("attn_q.weight", "attn_k.weight", "attn_v.weight", "attn_output.weight", "ffn_gate.weight",
+                "ffn_up.weight", "ffn_down.weight", "ffn_gate_inp.weight")
+LORA_RANK, LORA_ALPHA = 8, 16.0
+
+
+def make_lora(golden_dir, base, dtype, name):
+    """A random LoRA adapter in llama.cpp's GGUF adapter layout (convert_lora_to_gguf.py's) for the
+    golden model BASE: a pair NAME.lora_a {n_in, rank}, NAME.lora_b {rank, n_out} for every attention
+    and dense FFN projection and router of each layer, and, when the model has its own output head,
+    for the head and the token embedding (lora_a {rank, n_vocab}, rows by token: llama.cpp applies
+    a token_embd pair to the head too when the two are tied, which its shapes cannot do).
+    A has the variance of N(0, 1/n_in), B of N(0, 1/(16 rank)), so with alpha / rank = 2 the
+    adapters' products are about as large as the base's: an engine that skips one fails."""
+    kvs, dims = read_kv(os.path.join(golden_dir, "models", base + ".gguf")), {}
+    read_kv(os.path.join(golden_dir, "models", base + ".gguf"), True, dims)
+    arch = next(v for k, t, v in kvs if k == "general.architecture")
+    rng = random.Random(sum(name.encode()))
+    targets = [n for n in dims if n.startswith("blk.") and n.split(".", 2)[2] in LORA_TARGETS]
+    if "output.weight" in dims:  # llama.cpp's deepseek2 graph multiplies by its head without adapters
+        targets += ([] if arch == "deepseek2" else ["output.weight"]) + ["token_embd.weight"]
+    tensors, types = [], {}
+    for t in targets:
+        n_in, n_out = dims[t][0], dims[t][1]
+        a_dims, a_fan = ([LORA_RANK, n_out], LORA_RANK) if t == "token_embd.weight" else ([n_in, LORA_RANK], n_in)
+        b_dims = [LORA_RANK, n_in if t == "token_embd.weight" else n_out]
+        ra, rb = math.sqrt(3.0 / a_fan), math.sqrt(3.0 / (16 * LORA_RANK))
+        for suffix, d, r in ((".lora_a", a_dims, ra), (".lora_b", b_dims, rb)):
+            vals = [rng.uniform(-r, r) for _ in range(math.prod(d))]
+            tensors.append((t + suffix, d, ("F16", vals) if dtype == "f16" else vals))
+            types[t + suffix] = dtype.upper()
+    path = os.path.join(golden_dir, "models", name + ".gguf")
+    write_gguf(path, [("general.architecture", T_STR, arch), ("general.type", T_STR, "adapter"),
+                      ("general.name", T_STR, name), ("adapter.type", T_STR, "lora"),
+                      ("adapter.lora.alpha", T_F32, LORA_ALPHA)], tensors)
+    return path, types
+
+
 def make(bindir, golden_dir, name):
     commands = []
     kv_type = "f32"
-    if "-kv_" in name:  # BASE-kv_TYPE: the golden model BASE with a TYPE cache (f16, bf16, q8_0)
+    lora = None
+    if "-lora_" in name:  # BASE-lora_TYPE[_xSCALE]: the golden model BASE with a random TYPE adapter
+        base, rest = name.split("-lora_")
+        dtype, _, scale = rest.partition("_x")
+        scale = float(scale) if scale else 1.0
+        lpath, ltypes = make_lora(golden_dir, base, dtype, name)
+        spec = dict(SPECS[base]()) if base in SPECS else {}
+        model = os.path.join(golden_dir, "models", base + ".gguf")
+        base_meta = json.load(open(os.path.join(golden_dir, base, "meta.json")))
+        lora = {"file": os.path.basename(lpath), "scale": scale, "rank": LORA_RANK, "alpha": LORA_ALPHA,
+                "tensor_types": ltypes,
+                "flags": ["--lora-scaled", f"{lpath}:{scale}"] if scale != 1.0 else ["--lora", lpath]}
+        spec.update(arch=base_meta["arch"], donor=base,
+                    tensor_types=base_meta["tensor_types"], file=base + ".gguf",
+                    summary=f"{base} with a random LoRA adapter ({dtype.upper()}, rank {LORA_RANK}, alpha "
+                            f"{LORA_ALPHA:g}, scale {scale:g}) on its attention and FFN projections"
+                            + (", router" if any("ffn_gate_inp" in t for t in ltypes) else "")
+                            + (", output head and token embedding" if "output.weight.lora_a" in ltypes else ""))
+    elif "-kv_" in name:  # BASE-kv_TYPE: the golden model BASE with a TYPE cache (f16, bf16, q8_0)
         base, kv_type = name.split("-kv_")
         spec = dict(SPECS[base]()) if base in SPECS else {}
         model = os.path.join(golden_dir, "models", base + ".gguf")
@@ -925,6 +990,8 @@ def make(bindir, golden_dir, name):
     # a spec may run the server with more context and add a long prompt cut from the
     # perplexity text: (number of its tokens, tokens to generate)
     flags = ["-c", str(spec.get("server_ctx", 512))] + SERVER_FLAGS[2:-7] + cache_flags(kv_type)
+    if lora:
+        flags += lora["flags"]
     srv = Server(bindir, model, 1, commands, flags=flags)
     try:
         # a vocabulary that adds BOS (SentencePiece's) has it in every id list, as the shared
@@ -950,8 +1017,9 @@ def make(bindir, golden_dir, name):
     finally:
         srv.close()
     same = all(a["ids"] == b["ids"] for a, b in zip(g1, g2))
-    ppl1, running, per_chunk = perplexity(bindir, model, text_path, 1, commands, ppl["n_ctx"], kv_type)
-    ppl2, _, _ = perplexity(bindir, model, text_path, 2, commands, ppl["n_ctx"], kv_type)
+    extra = lora["flags"] if lora else ()
+    ppl1, running, per_chunk = perplexity(bindir, model, text_path, 1, commands, ppl["n_ctx"], kv_type, extra)
+    ppl2, _, _ = perplexity(bindir, model, text_path, 2, commands, ppl["n_ctx"], kv_type, extra)
     json.dump(tok, open(os.path.join(out, "tokenize.json"), "w"), indent=1)
     json.dump({"tool": "llama-server /completion (tokenize.json: its /tokenize)",
                "settings": {"server_flags": ["--host", "127.0.0.1"] + flags, "request": REQUEST,
@@ -974,6 +1042,7 @@ def make(bindir, golden_dir, name):
                                       for k in sorted(set(spec["tensor_types"].values()))},
                "tensor_types": spec["tensor_types"],
                "tokenizer_from": spec["donor"], "llama_cpp_bin_dir": bindir,
+               **({"lora": {k: v for k, v in lora.items() if k != "flags"}} if lora else {}),
                "summary": {"description": spec["summary"], "greedy_identical_across_threads": same,
                            "ppl_identical_across_threads": ppl1 == ppl2, "final_ppl": ppl1,
                            "greedy_min_logit_gap": gaps},

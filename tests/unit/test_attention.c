@@ -113,7 +113,7 @@ static bool run(setup *su, int slice, bool twin, float *out) {
                 seq[k] = copy == 0 ? 1 : 0;
                 want[k] = copy == 1 && su->want[t0 + i];
             }
-        model_batch b = {k, tok, pos, seq, want, 2, kv.tables, NULL};
+        model_batch b = {k, tok, pos, seq, want, 2, kv.tables, NULL, NULL};
         if (!model_forward(su->m, kv.pools, &b, out + n_out * su->vocab, &err)) {
             fprintf(stderr, "model_forward: %s\n", err.msg);
             goto done;

@@ -263,7 +263,7 @@ static bool forward_all(model *m, int n, float *out) {
         ok = ok && pools[g] && kv_seq_reserve(pools[g], &seqs[g], n);
     }
     for (int i = 0; i < n; i++) tok[i] = 3 + 37 * i % 4000, pos[i] = i, seq[i] = 0, want[i] = 1;
-    model_batch b = {n, tok, pos, seq, want, 1, tables, NULL};
+    model_batch b = {n, tok, pos, seq, want, 1, tables, NULL, NULL};
     ok = ok && model_forward(m, pools, &b, out, &err);
     for (int g = 0; g < ng; g++) {
         if (pools[g]) kv_seq_free(pools[g], &seqs[g]);

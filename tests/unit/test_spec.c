@@ -443,8 +443,8 @@ static bool forward_threads(model *m, int threads, int ctx, int n, float *logits
         pos[i] = i;
         want[i] = i >= ctx - 1;
     }
-    model_batch pre = {ctx, tok, pos, sq, want, 1, tables, NULL};
-    model_batch b = {n, tok + ctx, pos + ctx, sq, want + ctx, 1, tables, NULL};
+    model_batch pre = {ctx, tok, pos, sq, want, 1, tables, NULL, NULL};
+    model_batch b = {n, tok + ctx, pos + ctx, sq, want + ctx, 1, tables, NULL, NULL};
     ok = ok && model_forward(m, pools, &pre, logits, &err) &&
          model_forward(m, pools, &b, logits, &err);
     if (!ok) fprintf(stderr, "forward on %d threads: %s\n", threads, err.msg);

@@ -247,7 +247,7 @@ static void test_check_batch(void) {
     float *logits = malloc((size_t)model_hp(m)->n_vocab * sizeof(float));
     int32_t tok = 7, pos = 0, seq = 0;
     uint8_t want = 1;
-    model_batch b = {1, &tok, &pos, &seq, &want, 1, tables, NULL};
+    model_batch b = {1, &tok, &pos, &seq, &want, 1, tables, NULL, NULL};
     /* Decode 40 tokens as the engine does: drop for the next position, reserve. */
     bool ok = pools[0] && pools[1] && logits;
     for (pos = 0; ok && pos < 40; pos++) {

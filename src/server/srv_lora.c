@@ -1,0 +1,106 @@
+/* srv_lora: LoRA adapters over HTTP, as llama.cpp's server and vLLM offer
+ * them. The adapters are attached at start (--lora, --lora-scaled,
+ * --lora-modules NAME=FILE); which a request uses, and at what scale:
+ *  - "lora": [{"id": N, "scale": S}, ...] (llama.cpp): those, the others at 0;
+ *  - "model": a --lora-modules name (vLLM): that adapter at 1, the others at 0;
+ *  - neither: the server's scales, from the flags, then POST /lora-adapters.
+ * The request's scales are fixed when it is parsed; the engine keys the
+ * prefix cache by them (engine_request.lora), so no answer reads K and V
+ * computed under other adapters. This half reads only the server's own
+ * fields (the request fuzzer runs it without an engine); srv_lora_info.c
+ * reads the adapters themselves. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "srv_internal.h"
+
+static int n_adapters(const srv *s) { return s->n_lora; }
+
+/* The adapter --lora-modules named name, or -1. */
+static int adapter_named(const srv *s, const char *name) {
+    for (int i = 0; name && i < n_adapters(s); i++)
+        if (s->cfg.lora_names[i] && strcmp(s->cfg.lora_names[i], name) == 0) return i;
+    return -1;
+}
+
+bool srv_model_known(const srv *s, const char *name) {
+    return strcmp(name, s->cfg.model_id) == 0 || adapter_named(s, name) >= 0;
+}
+
+/* [{"id": N, "scale": S}, ...] into scales (the adapters not listed at 0). */
+static bool parse_list(const srv *s, const cJSON *list, const char *param, float *scales,
+                       api_error *err) {
+    const int n = n_adapters(s);
+    if (!cJSON_IsArray(list))
+        return api_fail(err, 400, param, "'%s' must be an array of {\"id\", \"scale\"} objects",
+                        param);
+    if (n == 0 && cJSON_GetArraySize(list) > 0)
+        return api_fail(err, 400, param,
+                        "'%s': the server has no LoRA adapter (start it with --lora FILE)", param);
+    for (int i = 0; i < n; i++) scales[i] = 0.0f;
+    int k = 0;
+    for (const cJSON *e = list->child; e; e = e->next, k++) {
+        static const char *const allowed[] = {"id", "scale", NULL};
+        const char *bad = cJSON_IsObject(e) ? json_unknown_key(e, allowed) : NULL;
+        if (bad)
+            return api_fail(err, 400, param, "'%s[%d]': unknown member '%.64s'", param, k, bad);
+        const cJSON *id = cJSON_IsObject(e) ? cJSON_GetObjectItemCaseSensitive(e, "id") : NULL;
+        const cJSON *sc = cJSON_IsObject(e) ? cJSON_GetObjectItemCaseSensitive(e, "scale") : NULL;
+        if (!cJSON_IsNumber(id) || !cJSON_IsNumber(sc))
+            return api_fail(err, 400, param,
+                            "'%s[%d]' must be an object with a number 'id' and a number 'scale'",
+                            param, k);
+        const double v = id->valuedouble;
+        if (v != floor(v) || v < 0 || v >= n)
+            return api_fail(err, 400, param, "'%s[%d].id' %g: no such adapter (ids 0..%d)", param,
+                            k, v, n - 1);
+        if (!isfinite(sc->valuedouble) || fabs(sc->valuedouble) > 1e6)
+            return api_fail(err, 400, param, "'%s[%d].scale' must be a finite number", param, k);
+        scales[(int)v] = (float)sc->valuedouble;
+    }
+    return true;
+}
+
+bool srv_lora_scales(srv *s, const cJSON *b, const char *model, float *out, int *n_out,
+                     api_error *err) {
+    const int n = n_adapters(s), named = adapter_named(s, model);
+    const cJSON *list = req_field(b, "lora");
+    if (list && named >= 0)
+        return api_fail(err, 400, "lora",
+                        "'lora' and a 'model' naming an adapter (`%.200s`) were both given: use "
+                        "one",
+                        model);
+    if (list) {
+        if (!parse_list(s, list, "lora", out, err)) return false;
+    } else if (named >= 0) {
+        for (int i = 0; i < n; i++) out[i] = i == named ? 1.0f : 0.0f;
+    } else {
+        pthread_mutex_lock(&s->lora_mu);
+        memcpy(out, s->lora_scale, (size_t)n * sizeof *out);
+        pthread_mutex_unlock(&s->lora_mu);
+    }
+    *n_out = n;
+    return true;
+}
+
+bool srv_lora_job(srv *s, const cJSON *b, const char *model, srv_job *j, api_error *err) {
+    return srv_lora_scales(s, b, model, j->lora, &j->n_lora, err);
+}
+
+char *srv_lora_set(srv *s, const char *body, size_t len, api_error *err) {
+    cJSON *b = json_parse_body(body, len, err);
+    if (!b) return NULL;
+    float scales[MODEL_MAX_LORA];
+    char *out = NULL;
+    if (!cJSON_IsArray(b))
+        api_fail(err, 400, NULL, "the request body must be an array of {\"id\", \"scale\"}");
+    else if (parse_list(s, b, "body", scales, err)) {
+        pthread_mutex_lock(&s->lora_mu);
+        memcpy(s->lora_scale, scales, (size_t)n_adapters(s) * sizeof *scales);
+        pthread_mutex_unlock(&s->lora_mu);
+        if (!(out = strdup("{\"success\":true}"))) api_fail(err, 500, NULL, "out of memory");
+    }
+    cJSON_Delete(b);
+    return out;
+}
