@@ -159,7 +159,7 @@ static cJSON *message(srv *s, const api_req *r, bool final) {
     cJSON_AddStringToObject(m, "id", r->id);
     cJSON_AddStringToObject(m, "type", "message");
     cJSON_AddStringToObject(m, "role", "assistant");
-    cJSON_AddStringToObject(m, "model", s->cfg.model_id);
+    cJSON_AddStringToObject(m, "model", job_model_name(s, r->job));
     cJSON_AddItemToObject(m, "content",
                           final ? cJSON_Duplicate(r->anth->content, true) : cJSON_CreateArray());
     if (final) {

@@ -130,6 +130,8 @@ struct srv_job {
     bool ignore_eos;
     bool no_speculative; /* "speculative": false */
     char *cache_salt;
+    const char *model_name;     /* the "model" answers name: the served model's or an adapter's
+                                   (--lora-modules; static strings of the config), NULL: the served */
     float lora[MODEL_MAX_LORA]; /* the adapters' scales (srv_lora_job) */
     int n_lora;                 /* how many (0: the model has none) */
     int priority; /* engine_request.priority (0 unless --scheduling-policy priority) */
@@ -586,6 +588,10 @@ bool srv_model_known(const srv *s, const char *name);
 /* The request's adapter scales into j (its "lora", the adapter its "model"
  * names, or the server's); false with a 400 naming the field. */
 bool srv_lora_job(srv *s, const cJSON *b, const char *model, srv_job *j, api_error *err);
+/* The model name a job's answers carry (vLLM's: an adapter's when the request named it). */
+static inline const char *job_model_name(const srv *s, const srv_job *j) {
+    return j && j->model_name ? j->model_name : s->cfg.model_id;
+}
 /* The same into out (MODEL_MAX_LORA floats), *n of them (0: no adapters). */
 bool srv_lora_scales(srv *s, const cJSON *b, const char *model, float *out, int *n, api_error *err);
 char *srv_lora_list(srv *s);                                              /* GET /lora-adapters */

@@ -85,6 +85,8 @@ bool srv_lora_scales(srv *s, const cJSON *b, const char *model, float *out, int 
 }
 
 bool srv_lora_job(srv *s, const cJSON *b, const char *model, srv_job *j, api_error *err) {
+    const int named = adapter_named(s, model);
+    j->model_name = named >= 0 ? s->cfg.lora_names[named] : NULL;
     return srv_lora_scales(s, b, model, j->lora, &j->n_lora, err);
 }
 

@@ -118,7 +118,7 @@ static cJSON *envelope(srv *s, const api_req *r, const char *object) {
     cJSON_AddStringToObject(o, "id", r->id);
     cJSON_AddStringToObject(o, "object", object);
     cJSON_AddNumberToObject(o, "created", (double)r->created);
-    cJSON_AddStringToObject(o, "model", s->cfg.model_id);
+    cJSON_AddStringToObject(o, "model", job_model_name(s, r->job));
     return o;
 }
 

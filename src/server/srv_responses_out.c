@@ -76,7 +76,7 @@ static cJSON *response_object(srv *s, const api_req *r, const char *status, cons
     echo_or(o, echo, "instructions", cJSON_CreateNull());
     echo_or(o, echo, "max_output_tokens", cJSON_CreateNull());
     cJSON_AddNullToObject(o, "max_tool_calls");
-    cJSON_AddStringToObject(o, "model", s->cfg.model_id);
+    cJSON_AddStringToObject(o, "model", job_model_name(s, r->job));
     cJSON_AddItemToObject(o, "output", cJSON_Duplicate(q->output, true));
     echo_or(o, echo, "parallel_tool_calls", cJSON_CreateTrue());
     if (q->previous) cJSON_AddStringToObject(o, "previous_response_id", q->previous);
