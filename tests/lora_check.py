@@ -13,7 +13,8 @@ what they cannot:
   (here, in float64) gives the same log-probabilities as base + adapter, within float rounding
   (which this random model amplifies along the sequence: 1e-6 at the first positions, 1e-3
   by the tenth; the adapter itself moves them by units);
-- two adapters add: the adapter loaded twice is the adapter at scale 2.
+- two adapters add: the adapter loaded twice is the adapter at scale 2 (within the same
+  rounding as the merge).
 Standard library only.
 """
 import json
@@ -181,9 +182,9 @@ def main():
     twice = score(kv, base, ["--lora", f"{adapter},{adapter}"])
     doubled = score(kv, base, ["--lora-scaled", adapter + ":2"])
     d2 = max_diff(twice, doubled)
-    print(f"adapter twice vs scale 2: max |logprob diff| {d2:.3g} (tol 2e-4)")
-    if d2 > 2e-4:
-        failures.append(f"adapter twice vs scale 2: {d2:.4g} > 2e-4")
+    print(f"adapter twice vs scale 2: max |logprob diff| {d2:.3g} (tol 2e-3)")
+    if d2 > 2e-3:
+        failures.append(f"adapter twice vs scale 2: {d2:.4g} > 2e-3")
     for f in failures:
         print("FAIL:", f)
     return 1 if failures else 0

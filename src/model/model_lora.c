@@ -17,10 +17,13 @@
 
 #include "model_internal.h"
 
-/* Rows per pair of products: bounds the scratch (B's output is as wide as
- * the vocabulary for the head). The kernels give each row the same bits
- * whatever the row count, so the chunking changes no result. */
-#define LORA_CHUNK 16
+/* Rows per pair of products: as many as the ubatch has, unless B's outputs
+ * would take more than LORA_OUT_FLOATS (the head's are as wide as the
+ * vocabulary), but at least LORA_MIN_ROWS. The kernels give each row the
+ * same bits whatever the row count, so the passes change no result; few
+ * passes keep prefill's products the blocked GEMMs they are meant to be. */
+#define LORA_MIN_ROWS   16
+#define LORA_OUT_FLOATS ((int64_t)1 << 22)
 
 typedef struct lora_link {
     int adapter;
@@ -47,7 +50,7 @@ struct lora_state {
     const float **tok, **out; /* [max_ubatch] each token's / wanted row's scales */
     const float *const *rows; /* what op_matmul's rows are now: tok or out */
     lora_link *embd;          /* the token embedding's links */
-    float *ta, *tb;           /* [LORA_CHUNK][widest rank], [LORA_CHUNK][widest output] */
+    float *ta, *tb;           /* A's and B's outputs of one pass (pass_rows) */
     int64_t ta_len, tb_len;   /* their lengths in floats */
 };
 
@@ -238,6 +241,13 @@ static bool check_header(const model *m, gguf_file *f, float *alpha, kvl_error *
     return true;
 }
 
+/* Rows a pass of a product with out outputs a row takes (see LORA_MIN_ROWS). */
+static int64_t pass_rows(const model *m, int64_t out) {
+    int64_t r = LORA_OUT_FLOATS / (out > 0 ? out : 1);
+    if (r > m->mp.max_ubatch) r = m->mp.max_ubatch;
+    return r > LORA_MIN_ROWS ? r : LORA_MIN_ROWS;
+}
+
 /* The scratch and matmul work the adapters' products need. */
 static bool size_scratch(model *m, const lora_adapter *ad, kvl_error *err) {
     struct lora_state *st = m->lora;
@@ -245,13 +255,13 @@ static bool size_scratch(model *m, const lora_adapter *ad, kvl_error *err) {
     size_t work = m->work_bytes;
     for (int i = 0; i < ad->n_pairs; i++) {
         const lora_link *l = &ad->links[i];
-        const int64_t rank = l->b.ne0, out = l->b.ne1;
-        ta = LORA_CHUNK * rank > ta ? LORA_CHUNK * rank : ta;
-        tb = LORA_CHUNK * out > tb ? LORA_CHUNK * out : tb;
-        size_t w = kern_matmul_work_bytes(l->b.dtype, LORA_CHUNK, l->b.ne0);
+        const int64_t rank = l->b.ne0, out = l->b.ne1, rows = pass_rows(m, out);
+        ta = rows * rank > ta ? rows * rank : ta;
+        tb = rows * out > tb ? rows * out : tb;
+        size_t w = kern_matmul_work_bytes(l->b.dtype, rows, l->b.ne0);
         work = w > work ? w : work;
         if (l->target) {
-            w = kern_matmul_work_bytes(l->a.dtype, LORA_CHUNK, l->a.ne0);
+            w = kern_matmul_work_bytes(l->a.dtype, rows, l->a.ne0);
             work = w > work ? w : work;
         }
     }
@@ -410,16 +420,18 @@ static float link_scale(const lora_link *l, float scale) {
     return l->alpha != 0.0f ? scale * l->alpha / l->rank : scale;
 }
 
-/* y [n][out] += s * B (A x) for n rows x [n][in], LORA_CHUNK rows a pass. */
+/* y [n][out] += s * B (A x) for n rows x [n][in], pass_rows rows a pass. */
 static void rows_delta(model *m, const lora_link *l, float s, const float *x, int64_t n, float *y) {
     struct lora_state *st = m->lora;
     const int64_t in = l->a.ne0, out = l->b.ne1;
-    for (int64_t r0 = 0; r0 < n; r0 += LORA_CHUNK) {
-        const int64_t c = n - r0 < LORA_CHUNK ? n - r0 : LORA_CHUNK;
+    const int64_t rows = pass_rows(m, out);
+    for (int64_t r0 = 0; r0 < n; r0 += rows) {
+        const int64_t c = n - r0 < rows ? n - r0 : rows;
         kern_matmul(l->a.data, l->a.dtype, l->a.ne1, in, x + r0 * in, c, st->ta, m->work);
         kern_matmul(l->b.data, l->b.dtype, out, l->b.ne0, st->ta, c, st->tb, m->work);
-        float *yr = y + r0 * out;
-        for (int64_t i = 0; i < c * out; i++) yr[i] += st->tb[i] * s;
+        float *restrict yr = y + r0 * out;
+        const float *restrict tb = st->tb;
+        for (int64_t i = 0; i < c * out; i++) yr[i] += tb[i] * s;
     }
 }
 

@@ -912,35 +912,43 @@ LORA_TARGETS = ("attn_q.weight", "attn_k.weight", "attn_v.weight", "attn_output.
 LORA_RANK, LORA_ALPHA = 8, 16.0
 
 
-def make_lora(golden_dir, base, dtype, name):
+def write_lora(model_path, out_path, dtype, rank=LORA_RANK, alpha=LORA_ALPHA, seed=0, name="lora"):
     """A random LoRA adapter in llama.cpp's GGUF adapter layout (convert_lora_to_gguf.py's) for the
-    golden model BASE: a pair NAME.lora_a {n_in, rank}, NAME.lora_b {rank, n_out} for every attention
+    model at model_path: a pair NAME.lora_a {n_in, rank}, NAME.lora_b {rank, n_out} for every attention
     and dense FFN projection and router of each layer, and, when the model has its own output head,
     for the head and the token embedding (lora_a {rank, n_vocab}, rows by token: llama.cpp applies
     a token_embd pair to the head too when the two are tied, which its shapes cannot do).
     A has the variance of N(0, 1/n_in), B of N(0, 1/(16 rank)), so with alpha / rank = 2 the
-    adapters' products are about as large as the base's: an engine that skips one fails."""
-    kvs, dims = read_kv(os.path.join(golden_dir, "models", base + ".gguf")), {}
-    read_kv(os.path.join(golden_dir, "models", base + ".gguf"), True, dims)
+    adapters' products are about as large as the base's: an engine that skips one fails.
+    Returns {tensor name: type name}."""
+    kvs, dims = read_kv(model_path), {}
+    read_kv(model_path, True, dims)
     arch = next(v for k, t, v in kvs if k == "general.architecture")
-    rng = random.Random(sum(name.encode()))
+    rng = random.Random(seed)
     targets = [n for n in dims if n.startswith("blk.") and n.split(".", 2)[2] in LORA_TARGETS]
     if "output.weight" in dims:  # llama.cpp's deepseek2 graph multiplies by its head without adapters
         targets += ([] if arch == "deepseek2" else ["output.weight"]) + ["token_embd.weight"]
     tensors, types = [], {}
     for t in targets:
         n_in, n_out = dims[t][0], dims[t][1]
-        a_dims, a_fan = ([LORA_RANK, n_out], LORA_RANK) if t == "token_embd.weight" else ([n_in, LORA_RANK], n_in)
-        b_dims = [LORA_RANK, n_in if t == "token_embd.weight" else n_out]
-        ra, rb = math.sqrt(3.0 / a_fan), math.sqrt(3.0 / (16 * LORA_RANK))
+        a_dims, a_fan = ([rank, n_out], rank) if t == "token_embd.weight" else ([n_in, rank], n_in)
+        b_dims = [rank, n_in if t == "token_embd.weight" else n_out]
+        ra, rb = math.sqrt(3.0 / a_fan), math.sqrt(3.0 / (16 * rank))
         for suffix, d, r in ((".lora_a", a_dims, ra), (".lora_b", b_dims, rb)):
             vals = [rng.uniform(-r, r) for _ in range(math.prod(d))]
             tensors.append((t + suffix, d, ("F16", vals) if dtype == "f16" else vals))
             types[t + suffix] = dtype.upper()
+    write_gguf(out_path, [("general.architecture", T_STR, arch), ("general.type", T_STR, "adapter"),
+                          ("general.name", T_STR, name), ("adapter.type", T_STR, "lora"),
+                          ("adapter.lora.alpha", T_F32, float(alpha))], tensors)
+    return types
+
+
+def make_lora(golden_dir, base, dtype, name):
+    """write_lora for the golden model BASE, beside it as NAME.gguf: (its path, its tensor types)."""
     path = os.path.join(golden_dir, "models", name + ".gguf")
-    write_gguf(path, [("general.architecture", T_STR, arch), ("general.type", T_STR, "adapter"),
-                      ("general.name", T_STR, name), ("adapter.type", T_STR, "lora"),
-                      ("adapter.lora.alpha", T_F32, LORA_ALPHA)], tensors)
+    types = write_lora(os.path.join(golden_dir, "models", base + ".gguf"), path, dtype,
+                       seed=sum(name.encode()), name=name)
     return path, types
 
 
