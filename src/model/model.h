@@ -130,7 +130,7 @@ bool model_forward_span(model *m, kv_pool *const *pools, const model_span *s, kv
  * (scale when alpha is 0), for each adapter whose scale is not 0: the
  * arithmetic of llama.cpp's graph. Adapted here: attention projections (q, k,
  * v, output; MLA's q_a, q_b, kv_a_mqa, kv_b), dense FFN projections, the MoE
- * router, the output head and the token embedding; an adapter naming any
+ * router and shared expert, the output head and the token embedding; an adapter naming any
  * other tensor is refused by name, as is one whose architecture or shapes
  * do not match the model. */
 #define MODEL_MAX_LORA 16

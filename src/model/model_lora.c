@@ -72,6 +72,12 @@ static const struct {
     {"attn_kv_a_mqa.weight", offsetof(layer_weights, wkv_a_mqa)},
     {"attn_kv_b.weight", offsetof(layer_weights, wkv_b)},
     {"ffn_gate_inp.weight", offsetof(layer_weights, ffn_gate_inp)},
+    /* the shared expert: the fused decode of the experts leaves out a layer whose shared
+     * expert is adapted (moe_ffn's general path runs it through op_matmul) */
+    {"ffn_gate_shexp.weight", offsetof(layer_weights, ffn_gate_shexp)},
+    {"ffn_up_shexp.weight", offsetof(layer_weights, ffn_up_shexp)},
+    {"ffn_down_shexp.weight", offsetof(layer_weights, ffn_down_shexp)},
+    {"ffn_gate_inp_shexp.weight", offsetof(layer_weights, ffn_gate_inp_shexp)},
 };
 
 static bool ends_with(const char *s, const char *suffix) {
@@ -101,8 +107,8 @@ static mtensor *adapted_target(model *m, const char *path, const char *name, kvl
     if (!t || t->data != gt->data || t->ne2 != 1) {
         kvl_fail(err,
                  "%s: LoRA on '%s' is not supported (kvllm adapts the attention projections, "
-                 "the dense FFN projections, the MoE router, the output head and the token "
-                 "embedding)",
+                 "the dense FFN projections, the MoE router and shared expert, the output head "
+                 "and the token embedding)",
                  path, name);
         return NULL;
     }

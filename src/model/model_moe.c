@@ -485,6 +485,8 @@ static bool decode_fused(const model *m, const layer_weights *L) {
     /* llama4 (each expert's input weighted) goes the general way */
     if (m->hp.moe.weight_input) return false;
     if (2 * m->hp.moe.n_expert_used + 2 > KERN_EACH_MAX) return false;
+    /* an adapted shared expert (model_lora.c) goes through op_matmul */
+    if (L->ffn_gate_shexp.lora || L->ffn_up_shexp.lora || L->ffn_down_shexp.lora) return false;
     for (int i = 0; i < (shared ? 6 : 3); i++)
         if (!ts[i]->packed) return false;
     return true;

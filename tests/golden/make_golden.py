@@ -908,7 +908,8 @@ def quantize_model(bindir, golden_dir, name, commands):
 
 
 LORA_TARGETS = ("attn_q.weight", "attn_k.weight", "attn_v.weight", "attn_output.weight", "ffn_gate.weight",
-                "ffn_up.weight", "ffn_down.weight", "ffn_gate_inp.weight")
+                "ffn_up.weight", "ffn_down.weight", "ffn_gate_inp.weight", "ffn_gate_shexp.weight",
+                "ffn_up_shexp.weight", "ffn_down_shexp.weight", "ffn_gate_inp_shexp.weight")
 LORA_RANK, LORA_ALPHA = 8, 16.0
 
 
@@ -930,7 +931,7 @@ def write_lora(model_path, out_path, dtype, rank=LORA_RANK, alpha=LORA_ALPHA, se
         targets += ([] if arch == "deepseek2" else ["output.weight"]) + ["token_embd.weight"]
     tensors, types = [], {}
     for t in targets:
-        n_in, n_out = dims[t][0], dims[t][1]
+        n_in, n_out = dims[t][0], (dims[t] + [1])[1]  # a 1-D weight (ffn_gate_inp_shexp) has one output
         a_dims, a_fan = ([rank, n_out], rank) if t == "token_embd.weight" else ([n_in, rank], n_in)
         b_dims = [rank, n_in if t == "token_embd.weight" else n_out]
         ra, rb = math.sqrt(3.0 / a_fan), math.sqrt(3.0 / (16 * rank))
