@@ -163,6 +163,9 @@ static bool pair_tensors(model *m, lora_adapter *ad, int index, kvl_error *err) 
         const gguf_tensor *b = gguf_find_tensor(ad->f, bname);
         if (!b) return kvl_fail(err, "%s: LoRA pair for '%s' is missing '%s'", path, base, bname);
         if (!check_matrix(path, a, err) || !check_matrix(path, b, err)) return false;
+        if (b->ne[0] < 1)
+            return kvl_fail(err, "%s: LoRA tensor '%s' has rank %lld", path, b->name,
+                            (long long)b->ne[0]);
         lora_link *l = &ad->links[ad->n_pairs];
         const bool embd = strcmp(base, "token_embd.weight") == 0;
         const gguf_tensor *w = gguf_find_tensor(m->gguf, base);
