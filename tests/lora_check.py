@@ -159,6 +159,11 @@ def main():
     p = run(kv, ["run", "-m", base, "--lora", with_norm, "-p", "Hello", "-n", "2"])
     if "tensor 'blk.0.attn_norm.weight' left out" not in p.stderr or plain != normed:
         failures.append(f"norm vector: warning or numbers wrong ({p.stderr.strip()[-200:]})")
+    # kvllm info reports the adapter as the file has it (14 pairs of rank 8, alpha 16)
+    p = run(kv, ["info", "-m", base, "--lora-scaled", adapter + ":0.25", "--json"])
+    info = json.loads(p.stdout)["lora"][0] if p.returncode == 0 else {}
+    if [info.get(k) for k in ("n_tensors", "rank", "alpha", "scale")] != [14, 8, 16, 0.25]:
+        failures.append(f"kvllm info --lora: {info or p.stderr.strip()[-200:]}")
     # scale 0: the base model's numbers, exactly
     b = score(kv, base, [])
     z = score(kv, base, ["--lora-scaled", adapter + ":0"])

@@ -168,6 +168,21 @@ static int cmd_info_opts(const cli_opts *o) {
         cJSON *kv = cJSON_AddObjectToObject(j, "kv_bytes_per_token");
         cJSON_AddNumberToObject(kv, "f32", (double)kv_tok_f32);
         cJSON_AddNumberToObject(kv, "f16", (double)kv_tok_f16);
+        if (model_lora_count(cm.m)) {
+            cJSON *la = cJSON_AddArrayToObject(j, "lora");
+            for (int i = 0; i < model_lora_count(cm.m); i++) {
+                model_lora_info li;
+                model_lora_get(cm.m, i, &li);
+                cJSON *e = cJSON_CreateObject();
+                cJSON_AddStringToObject(e, "path", li.path);
+                cJSON_AddNumberToObject(e, "scale", li.scale);
+                cJSON_AddNumberToObject(e, "alpha", li.alpha);
+                cJSON_AddNumberToObject(e, "rank", (double)li.rank);
+                cJSON_AddNumberToObject(e, "n_tensors", li.n_pairs);
+                cJSON_AddNumberToObject(e, "bytes", (double)li.bytes);
+                cJSON_AddItemToArray(la, e);
+            }
+        }
         cli_print_json(j);
     } else {
         printf("file          %s (GGUF v%u)\n", gguf_path(f), gguf_file_layout(f)->version);
@@ -243,6 +258,13 @@ static int cmd_info_opts(const cli_opts *o) {
         printf("\nKV per token  %zu bytes f16, %zu bytes f32 (calculated: 2 x L x n_kv x d_head x "
                "bytes)\n",
                kv_tok_f16, kv_tok_f32);
+        for (int i = 0; i < model_lora_count(cm.m); i++) {
+            model_lora_info li;
+            model_lora_get(cm.m, i, &li);
+            printf("LoRA %d        %s: %d matrices, rank %lld, alpha %g, scale %g, %zu bytes\n", i,
+                   li.path, li.n_pairs, (long long)li.rank, (double)li.alpha, (double)li.scale,
+                   li.bytes);
+        }
     }
     cli_unload(&cm);
     return 0;
