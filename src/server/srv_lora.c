@@ -1,7 +1,8 @@
 /* srv_lora: LoRA adapters over HTTP, as llama.cpp's server and vLLM offer
  * them. The adapters are attached at start (--lora, --lora-scaled,
  * --lora-modules NAME=FILE); which a request uses, and at what scale:
- *  - "lora": [{"id": N, "scale": S}, ...] (llama.cpp): those, the others at 0;
+ *  - "lora": [{"id": N, "scale": S}, ...] (llama.cpp): those, the others at 0
+ *    (an empty list counts as none, as in llama-server);
  *  - "model": a --lora-modules name (vLLM): that adapter at 1, the others at 0;
  *  - neither: the server's scales, from the flags, then POST /lora-adapters.
  * The request's scales are fixed when it is parsed; the engine keys the
@@ -66,6 +67,9 @@ bool srv_lora_scales(srv *s, const cJSON *b, const char *model, float *out, int 
                      api_error *err) {
     const int n = n_adapters(s), named = adapter_named(s, model);
     const cJSON *list = req_field(b, "lora");
+    if (list && !cJSON_IsArray(list))
+        return api_fail(err, 400, "lora", "'lora' must be an array of {\"id\", \"scale\"} objects");
+    if (list && !list->child) list = NULL; /* llama-server's rule: an empty list is no list */
     if (list && named >= 0)
         return api_fail(err, 400, "lora",
                         "'lora' and a 'model' naming an adapter (`%.200s`) were both given: use "

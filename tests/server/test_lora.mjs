@@ -63,7 +63,7 @@ const failed = await runTests([
     assertEq((await ids({ lora: [{ id: 0, scale: 1 }] })).ids.join(), withAdapter.join(), '"lora": [{id 0, scale 1}]');
     assertEq((await ids({ model: 'tuned' })).ids.join(), withAdapter.join(), '"model": "tuned"');
     assertEq((await ids({ lora: [{ id: 2, scale: 1 }, { id: 0, scale: 0 }] })).ids.join(), withAdapter.join(), 'adapter 2');
-    assertEq((await ids({ lora: [] })).ids.join(), plain.join(), 'an empty list: none');
+    assertEq((await ids({ lora: [] })).ids.join(), plain.join(), 'an empty list: the server\'s (0)');
     const c = await client.completions.create({ model: 'tuned', prompt: PROMPT, max_tokens: N, temperature: 0,
       ignore_eos: true });
     const cli = execFileSync(bin, ['run', '-m', BASE, '-p', PROMPT, '-n', String(N), '--temp', '0', '--ignore-eos',
@@ -79,7 +79,8 @@ const failed = await runTests([
     assertEq((await get('/lora-adapters')).json.map((a) => a.scale).join(), '1,0,0', 'listed scales');
     assertEq((await ids({})).ids.join(), withAdapter.join(), 'applied by default now');
     assertEq((await ids({ model: 'half' })).ids.join(), withAdapter.join(), 'a named adapter: only it');
-    assertEq((await ids({ lora: [] })).ids.join(), plain.join(), 'a request\'s own list still wins');
+    assertEq((await ids({ lora: [{ id: 0, scale: 0 }] })).ids.join(), plain.join(), 'a request\'s own list still wins');
+    assertEq((await ids({ lora: [] })).ids.join(), withAdapter.join(), 'an empty list: the server\'s scales (llama-server\'s rule)');
     assertEq((await post('/lora-adapters', [])).status, 200, 'all off');
     assertEq((await ids({})).ids.join(), plain.join(), 'off again');
   }],
@@ -112,7 +113,7 @@ const failed = await runTests([
       [{ lora: [{ id: 0, scale: 1, x: 2 }] }, 400, 'unknown member'],
       [{ lora: { id: 0 } }, 400, 'must be an array'],
       [{ lora: [{ id: 0.5, scale: 1 }] }, 400, 'no such adapter'],
-      [{ model: 'tuned', lora: [] }, 400, 'both given'],
+      [{ model: 'tuned', lora: [{ id: 1, scale: 1 }] }, 400, 'both given'],
       [{ model: 'nope' }, 404, 'does not exist'],
     ];
     for (const [body, status, text] of cases) {
