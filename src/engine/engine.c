@@ -306,27 +306,25 @@ static bool copy_request(seq *s, const engine_request *r, int32_t n_vocab) {
     return true;
 }
 
-/* The sequence's adapter scales (the request's, else the model's defaults now)
- * and the cache salt they make with the request's: the adapters in use (by
- * their data's hash) and their scales, so that blocks computed with other
- * adapters, or none, are never shared. NULL without adapters (or no memory). */
-static char *lora_scales(engine *e, const engine_request *r, seq *s) {
-    s->n_lora = model_lora_count(e->m);
-    if (!s->n_lora) return NULL;
-    const char *user = r->cache_salt ? r->cache_salt : "";
-    const size_t cap = strlen(user) + 8 + (size_t)s->n_lora * 64;
-    char *salt = malloc(cap);
-    if (!salt) return NULL;
-    size_t at = (size_t)snprintf(salt, cap, "%s", user);
-    for (int i = 0; i < s->n_lora; i++) {
+char *engine_cache_salt(const engine *e, const char *salt, const float *lora, float *scales,
+                        int *n_scales) {
+    const int n = model_lora_count(e->m);
+    const char *user = salt ? salt : "";
+    const size_t cap = strlen(user) + 8 + (size_t)n * 64;
+    char *out = malloc(cap);
+    if (!out) return NULL;
+    size_t at = (size_t)snprintf(out, cap, "%s", user);
+    for (int i = 0; i < n; i++) {
         model_lora_info info;
         model_lora_get(e->m, i, &info);
-        s->lora[i] = r->lora ? r->lora[i] : info.scale;
-        if (s->lora[i] != 0.0f)
-            at += (size_t)snprintf(salt + at, cap - at, "\x1flora %016llx %a",
-                                   (unsigned long long)info.fingerprint, (double)s->lora[i]);
+        const float sc = lora ? lora[i] : info.scale;
+        if (scales) scales[i] = sc;
+        if (sc != 0.0f)
+            at += (size_t)snprintf(out + at, cap - at, "\x1flora %016llx %a",
+                                   (unsigned long long)info.fingerprint, (double)sc);
     }
-    return salt;
+    if (n_scales) *n_scales = n;
+    return out;
 }
 
 int64_t engine_submit(engine *e, const engine_request *r, kvl_error *err) {
@@ -337,15 +335,15 @@ int64_t engine_submit(engine *e, const engine_request *r, kvl_error *err) {
         kvl_fail(err, "engine: out of memory");
         return -1;
     }
-    char *salt = lora_scales(e, r, s);
-    if (s->n_lora && !salt) {
+    char *salt = engine_cache_salt(e, r->cache_salt, r->lora, s->lora, &s->n_lora);
+    if (!salt) {
         eng_seq_free(e, s);
         kvl_fail(err, "engine: out of memory");
         return -1;
     }
     for (int g = 0; g < MODEL_MAX_KV_GROUPS; g++) {
         kv_seq_init(&s->kv[g]);
-        kv_seq_set_cache_salt(&s->kv[g], s->n_lora ? salt : r->cache_salt);
+        kv_seq_set_cache_salt(&s->kv[g], salt);
     }
     free(salt);
     tok_stream_init(&s->stream);
@@ -638,7 +636,8 @@ bool engine_embed(engine *e, const int32_t *ids, int64_t n, engine_pooling pooli
 
 const model *engine_model(const engine *e) { return e->m; }
 
-int64_t engine_kv_save(engine *e, const int32_t *ids, int64_t n, const char *salt, kvl_error *err) {
+int64_t engine_kv_save(engine *e, const int32_t *ids, int64_t n, const char *salt,
+                       const float *lora, kvl_error *err) {
     if (!e->disk) {
         kvl_fail(err, "the KV disk tier is off (start with --kv-disk DIR)");
         return -1;
@@ -654,17 +653,23 @@ int64_t engine_kv_save(engine *e, const int32_t *ids, int64_t n, const char *sal
             kvl_fail(err, "token %lld (id %d) is not in the vocabulary", (long long)i, ids[i]);
             return -1;
         }
-    const int64_t bs = e->cfg.block_size, full = n / bs * bs; /* only full blocks are cached */
+    const int64_t bs = e->cfg.block_size, full = n / bs * bs;   /* only full blocks are cached */
+    char *chain = engine_cache_salt(e, salt, lora, NULL, NULL); /* as engine_submit salts */
+    if (!chain) {
+        kvl_fail(err, "engine: out of memory");
+        return -1;
+    }
     kv_seq s;
     kv_seq_init(&s);
-    kv_seq_set_cache_salt(&s, salt);
+    kv_seq_set_cache_salt(&s, chain);
+    free(chain);
     const kv_seq *seqs[1] = {&s};
     /* What RAM or the tier holds already is attached, the rest computed like
      * a prompt, committed to the prefix cache and written out. */
     int64_t done = kv_disk_prefix_match(e->disk, &s, ids, full), saved = -1;
     bool ok = kv_seq_reserve(e->kv[0], &s, full);
     if (!ok) kvl_fail(err, "not enough free KV blocks for %lld tokens right now", (long long)full);
-    model_span span = {.tokens = ids, .from = done, .to = full, .seqs = seqs};
+    model_span span = {.tokens = ids, .from = done, .to = full, .seqs = seqs, .lora = lora};
     ok = ok && model_forward_span(e->m, e->kv, &span, err);
     if (ok) {
         kv_prefix_commit(e->kv[0], &s, ids, full);

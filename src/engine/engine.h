@@ -212,17 +212,29 @@ void engine_set_disk_wake(engine *e, void (*fn)(void *user), void *user);
 /* The last step computed nothing and only reads in flight can change that. */
 bool engine_waiting_on_disk(engine *e);
 
-/* Puts the full blocks of ids (a prefix, under this cache salt) in the disk
+/* The prefix-chain salt of a request with this cache salt and these LoRA
+ * scales (engine_request.lora; NULL: the model's defaults): the salt, then
+ * each adapter in use by its data's hash and scale, so that blocks computed
+ * under other adapters, or none, are never shared. The scales used go to
+ * scales[] and their count to *n_scales when those are not NULL. malloc'd;
+ * NULL when out of memory. */
+char *engine_cache_salt(const engine *e, const char *salt, const float *lora, float *scales,
+                        int *n_scales);
+
+/* Puts the full blocks of ids (a prefix, under this cache salt and these LoRA
+ * scales, engine_cache_salt's) in the disk
  * tier: blocks RAM or the tier holds are reused, the rest computed, then all
  * written synchronously, and pinned as one saved prefix (kv_disk_save).
  * Returns the blocks on disk, or -1 with err (no tier, bad ids, no free blocks
  * now, a write failure), or KV_DISK_OVER_PIN_CAP with err. Same thread rule
  * as engine_embed. */
-int64_t engine_kv_save(engine *e, const int32_t *ids, int64_t n, const char *salt, kvl_error *err);
+int64_t engine_kv_save(engine *e, const int32_t *ids, int64_t n, const char *salt,
+                       const float *lora, kvl_error *err);
 /* Drops the pin an engine_kv_save of exactly these ids (full blocks, same
- * salt) put on the disk tier (engine_kv_pin.c). Returns the blocks it pinned,
- * or -1 with err (no tier, or no such saved prefix). */
-int64_t engine_kv_unpin(engine *e, const int32_t *ids, int64_t n, const char *salt, kvl_error *err);
+ * salt and LoRA scales) put on the disk tier (engine_kv_pin.c). Returns the
+ * blocks it pinned, or -1 with err (no tier, or no such saved prefix). */
+int64_t engine_kv_unpin(engine *e, const int32_t *ids, int64_t n, const char *salt,
+                        const float *lora, kvl_error *err);
 
 typedef struct engine_metrics {
     int64_t n_running, n_waiting;

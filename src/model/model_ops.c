@@ -182,19 +182,17 @@ void op_matmul_many(model *m, int nw, const mtensor *const *ws, const float *x, 
     for (int i = 0; i < nw && fused; i++)
         fused = ws[i]->packed && ws[i]->ne0 == ws[0]->ne0 &&
                 kern_repacked_share_input(ws[i]->dtype, ws[0]->dtype);
-    if (!fused) {
-        if (!matmul_split(m, nw, ws, x, rows, ys))
-            for (int i = 0; i < nw; i++) op_matmul(m, ws[i], x, rows, ys[i]);
-        else
-            for (int i = 0; i < nw; i++)
-                if (ws[i]->lora) lora_apply(m, ws[i], x, rows, ys[i]);
+    if (!fused && !matmul_split(m, nw, ws, x, rows, ys)) {
+        for (int i = 0; i < nw; i++) op_matmul(m, ws[i], x, rows, ys[i]); /* adapters included */
         return;
     }
-    kern_repacked_mat mats[KERN_REPACKED_MAX] = {{0}};
-    for (int i = 0; i < nw; i++)
-        mats[i] = (kern_repacked_mat){ws[i]->packed, ws[i]->dtype, ws[i]->ne1, ys[i]};
-    kern_matmul_repacked_multi(nw, mats, ws[0]->ne0, x, rows, m->work);
-    for (int i = 0; i < nw; i++)
+    if (fused) {
+        kern_repacked_mat mats[KERN_REPACKED_MAX] = {{0}};
+        for (int i = 0; i < nw; i++)
+            mats[i] = (kern_repacked_mat){ws[i]->packed, ws[i]->dtype, ws[i]->ne1, ys[i]};
+        kern_matmul_repacked_multi(nw, mats, ws[0]->ne0, x, rows, m->work);
+    }
+    for (int i = 0; i < nw; i++) /* the LoRA adapters' products, as op_matmul adds them */
         if (ws[i]->lora) lora_apply(m, ws[i], x, rows, ys[i]);
 }
 

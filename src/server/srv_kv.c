@@ -20,6 +20,7 @@ typedef struct kv_save_task {
     const int32_t *ids;
     int64_t n;
     const char *salt;
+    const float *lora; /* the request's adapter scales (srv_lora_job), NULL: none */
     bool unpin;
     int64_t blocks;
 } kv_save_task;
@@ -30,11 +31,11 @@ static bool run_kv_task(srv *s, srv_engine_task *t, api_error *err) {
     kv_save_task *k = (kv_save_task *)t;
     kvl_error kerr = {{0}};
     if (k->unpin) {
-        k->blocks = engine_kv_unpin(s->e, k->ids, k->n, k->salt, &kerr);
+        k->blocks = engine_kv_unpin(s->e, k->ids, k->n, k->salt, k->lora, &kerr);
         return k->blocks >= 0 ||
                api_fail(err, engine_kv_disk(s->e) ? 404 : 400, NULL, "%s", kerr.msg);
     }
-    k->blocks = engine_kv_save(s->e, k->ids, k->n, k->salt, &kerr);
+    k->blocks = engine_kv_save(s->e, k->ids, k->n, k->salt, k->lora, &kerr);
     if (k->blocks == KV_DISK_OVER_PIN_CAP) {
         api_fail(err, 413, NULL, "%s", kerr.msg);
         err->code = "kv_pin_limit";
@@ -61,7 +62,12 @@ static char *kv_request(srv *s, const char *body, size_t len, const srv_key *key
     }
     int32_t *ids = r.job->prompt;
     int64_t n = r.job->n_prompt;
-    kv_save_task kt = {.task.run = run_kv_task, .ids = ids, .n = n, .salt = salt, .unpin = unpin};
+    kv_save_task kt = {.task.run = run_kv_task,
+                       .ids = ids,
+                       .n = n,
+                       .salt = salt,
+                       .lora = r.job->n_lora ? r.job->lora : NULL,
+                       .unpin = unpin};
     if (srv_engine_call(s, &kt.task, err)) {
         const int64_t bs = engine_cfg(s->e)->block_size;
         cJSON *o = cJSON_CreateObject();

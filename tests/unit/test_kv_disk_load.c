@@ -297,18 +297,18 @@ static void test_pins(const char *dir) {
     if (!e) return failures++, (void)0;
     kvl_error err;
     kv_disk *d = engine_kv_disk(e);
-    int64_t r = engine_kv_save(e, g_prompts[0], N_PROMPT, NULL, &err);
+    int64_t r = engine_kv_save(e, g_prompts[0], N_PROMPT, NULL, NULL, &err);
     CHECK(r == KV_DISK_OVER_PIN_CAP && kv_disk_get_stats(d).pinned_blocks == 0,
           "5 blocks over a 4-block cap: %lld, %lld pinned", (long long)r,
           (long long)kv_disk_get_stats(d).pinned_blocks);
-    r = engine_kv_save(e, g_prompts[0], 64, NULL, &err);
+    r = engine_kv_save(e, g_prompts[0], 64, NULL, NULL, &err);
     CHECK(r == 4 && kv_disk_get_stats(d).pinned_blocks == 4, "save 4 blocks: %lld, %lld pinned",
           (long long)r, (long long)kv_disk_get_stats(d).pinned_blocks);
-    r = engine_kv_save(e, g_prompts[0], 64, NULL, &err);
+    r = engine_kv_save(e, g_prompts[0], 64, NULL, NULL, &err);
     CHECK(r == 4 && kv_disk_get_stats(d).pinned_blocks == 4 && count_files(dir, ".pin") == 1,
           "the same save again: %lld, %lld pinned, %d pin files", (long long)r,
           (long long)kv_disk_get_stats(d).pinned_blocks, count_files(dir, ".pin"));
-    r = engine_kv_save(e, g_prompts[1], 32, NULL, &err);
+    r = engine_kv_save(e, g_prompts[1], 32, NULL, NULL, &err);
     CHECK(r == KV_DISK_OVER_PIN_CAP, "2 more blocks past the cap: %lld", (long long)r);
     churn(e, 1);
     engine_destroy(e); /* what RAM caches is written too: well past 10 files */
@@ -323,14 +323,15 @@ static void test_pins(const char *dir) {
     run_one(e, g_prompts[0], &o);
     CHECK(same(&o, &g_refs[0]) && o.disk == 64, "the pinned prefix: ids %s, %lld from disk",
           same(&o, &g_refs[0]) ? "same" : "differ", (long long)o.disk);
-    CHECK(engine_kv_unpin(e, g_prompts[0], 64, "other-salt", &err) < 0, "unpin under another salt");
-    CHECK(engine_kv_unpin(e, g_prompts[0], 48, NULL, &err) < 0, "unpin of a shorter prefix");
-    r = engine_kv_unpin(e, g_prompts[0], 64, NULL, &err);
+    CHECK(engine_kv_unpin(e, g_prompts[0], 64, "other-salt", NULL, &err) < 0,
+          "unpin under another salt");
+    CHECK(engine_kv_unpin(e, g_prompts[0], 48, NULL, NULL, &err) < 0, "unpin of a shorter prefix");
+    r = engine_kv_unpin(e, g_prompts[0], 64, NULL, NULL, &err);
     CHECK(r == 4 && kv_disk_get_stats(d).pinned_blocks == 0 && count_files(dir, ".pin") == 0,
           "unpin: %lld, %lld pinned, %d pin files", (long long)r,
           (long long)kv_disk_get_stats(d).pinned_blocks, count_files(dir, ".pin"));
-    CHECK(engine_kv_unpin(e, g_prompts[0], 64, NULL, &err) < 0, "unpin twice");
-    r = engine_kv_save(e, g_prompts[1], 32, NULL, &err);
+    CHECK(engine_kv_unpin(e, g_prompts[0], 64, NULL, NULL, &err) < 0, "unpin twice");
+    r = engine_kv_save(e, g_prompts[1], 32, NULL, NULL, &err);
     CHECK(r == 2, "a save that fits after the unpin: %lld (%s)", (long long)r,
           r < 0 ? err.msg : "");
     churn(e, 2);

@@ -8,6 +8,7 @@
  *   adapters and scales: K and V depend on them;
  * - an adapter the model refuses leaves the model as it was. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "engine.h"
@@ -133,6 +134,15 @@ static void test_prefix_cache(model *m, tok_vocab *v) {
         CHECK(o[i].cached == want[i], "request %d (scale %g): %lld prompt tokens cached, want %lld",
               i, (double)*scales[i], (long long)o[i].cached, (long long)want[i]);
     }
+    /* the chain salts every prefix-cache user shares (submit, /v1/kv/save, unpin): the
+     * model's default (1 here) is the explicit 1; scale 0 is no adapter at all */
+    char *def = engine_cache_salt(e, "t", NULL, NULL, NULL),
+         *one_s = engine_cache_salt(e, "t", &one, NULL, NULL),
+         *zero_s = engine_cache_salt(e, "t", &zero, NULL, NULL),
+         *half_s = engine_cache_salt(e, "t", &half, NULL, NULL);
+    CHECK(def && one_s && zero_s && half_s && !strcmp(def, one_s) && !strcmp(zero_s, "t") &&
+          strcmp(half_s, one_s) && strcmp(half_s, zero_s));
+    free(def), free(one_s), free(zero_s), free(half_s);
     /* a request's scales must be finite and need adapters */
     const float nan = 0.0f / 0.0f;
     engine_request bad = {.prompt = p, .n_prompt = N_PROMPT, .max_tokens = 1, .lora = &nan};
