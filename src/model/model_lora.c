@@ -257,6 +257,17 @@ static int64_t pass_rows(const model *m, int64_t out) {
     return r > LORA_MIN_ROWS ? r : LORA_MIN_ROWS;
 }
 
+/* *p holds at least need floats (a new zeroed buffer when *len is short). */
+static bool grow_floats(float **p, int64_t *len, int64_t need) {
+    if (need <= *len) return true;
+    float *q = kvl_calloc((size_t)need, sizeof(float));
+    if (!q) return false;
+    kvl_free(*p);
+    *p = q;
+    *len = need;
+    return true;
+}
+
 /* The scratch and matmul work the adapters' products need. */
 static bool size_scratch(model *m, const lora_adapter *ad, kvl_error *err) {
     struct lora_state *st = m->lora;
@@ -274,20 +285,8 @@ static bool size_scratch(model *m, const lora_adapter *ad, kvl_error *err) {
             work = w > work ? w : work;
         }
     }
-    if (ta > st->ta_len) {
-        float *p = kvl_calloc((size_t)ta, sizeof(float));
-        if (!p) return kvl_fail(err, "model: out of memory for LoRA scratch");
-        kvl_free(st->ta);
-        st->ta = p;
-        st->ta_len = ta;
-    }
-    if (tb > st->tb_len) {
-        float *p = kvl_calloc((size_t)tb, sizeof(float));
-        if (!p) return kvl_fail(err, "model: out of memory for LoRA scratch");
-        kvl_free(st->tb);
-        st->tb = p;
-        st->tb_len = tb;
-    }
+    if (!grow_floats(&st->ta, &st->ta_len, ta) || !grow_floats(&st->tb, &st->tb_len, tb))
+        return kvl_fail(err, "model: out of memory for LoRA scratch");
     if (work > m->work_bytes) {
         void *p = kvl_alloc(work);
         if (!p) return kvl_fail(err, "model: out of memory for LoRA work");

@@ -140,6 +140,19 @@ export function assertEq(a, b, msg) {
 }
 
 // Runs the tests in order, prints one line each, returns the failure count.
+// Stops every server; how many did not exit with 0 (their logs printed).
+export async function stopAll(servers) {
+  let bad = 0;
+  for (const s of servers) {
+    const code = await s.stop();
+    if (code !== 0) {
+      console.log(`server exit code ${code}; log:\n${s.log()}`);
+      bad++;
+    }
+  }
+  return bad;
+}
+
 export async function runTests(tests) {
   let failed = 0;
   for (const [name, fn] of tests) {

@@ -15,7 +15,7 @@
 import fs from 'node:fs';
 import Anthropic from '@anthropic-ai/sdk';
 import { z } from 'zod';
-import { startServer, rawRequest, leaveMidStream, assert, assertEq, runTests } from './lib.mjs';
+import { startServer, rawRequest, leaveMidStream, assert, assertEq, runTests, stopAll } from './lib.mjs';
 
 const [bin, root] = process.argv.slice(2);
 const DIR = `${root}/tests/data/chat-templates`;
@@ -215,12 +215,4 @@ const failed = await runTests([
   }],
 ]);
 
-let bad = 0;
-for (const s of servers) {
-  const code = await s.stop();
-  if (code !== 0) {
-    console.log(`server exit code ${code}; log:\n${s.log()}`);
-    bad++;
-  }
-}
-process.exit(failed || bad ? 1 : 0);
+process.exit(failed || (await stopAll(servers)) ? 1 : 0);

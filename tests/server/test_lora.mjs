@@ -11,7 +11,7 @@
 // usage: node test_lora.mjs BUILD/kvllm REPO_ROOT
 import { execFileSync } from 'node:child_process';
 import OpenAI from 'openai';
-import { startServer, rawRequest, assert, assertEq, runTests } from './lib.mjs';
+import { startServer, rawRequest, assert, assertEq, runTests, stopAll } from './lib.mjs';
 
 const [bin, root] = process.argv.slice(2);
 const MODELS = `${root}/tests/data/golden/models`;
@@ -129,6 +129,4 @@ const failed = await runTests([
   }],
 ]);
 
-const code = await srv.stop();
-if (code !== 0) console.log(`server exit code ${code}; log:\n${srv.log()}`);
-process.exit(failed || code !== 0 ? 1 : 0);
+process.exit(failed || (await stopAll([srv])) ? 1 : 0);

@@ -19,7 +19,7 @@ import OpenAI from 'openai';
 import { ChatOpenAI } from '@langchain/openai';
 import { Agent, run, tool, setDefaultOpenAIClient, setOpenAIAPI, setTracingDisabled } from '@openai/agents';
 import { z } from 'zod';
-import { startServer, rawRequest, leaveMidStream, assert, assertEq, runTests } from './lib.mjs';
+import { startServer, rawRequest, leaveMidStream, assert, assertEq, runTests, stopAll } from './lib.mjs';
 
 const [bin, root] = process.argv.slice(2);
 const DIR = `${root}/tests/data/chat-templates`;
@@ -369,12 +369,4 @@ const failed = await runTests([
   }],
 ]);
 
-let bad = 0;
-for (const s of servers) {
-  const code = await s.stop();
-  if (code !== 0) {
-    console.log(`server exit code ${code}; log:\n${s.log()}`);
-    bad++;
-  }
-}
-process.exit(failed || bad ? 1 : 0);
+process.exit(failed || (await stopAll(servers)) ? 1 : 0);
