@@ -16,7 +16,7 @@ import struct
 import sys
 
 ALIGN = 32
-F32, Q8_0, IQ2_XXS = 0, 8, 16
+F32, Q8_0, TQ1_0 = 0, 8, 34  # TQ1_0: a ggml type kvllm knows by name only
 T_U32, T_F32, T_BOOL, T_STR, T_ARR = 4, 6, 7, 8, 9
 
 
@@ -158,7 +158,7 @@ def cases():
     yield "bad_bytes_overflow.gguf", with_tensor(0, dims=[1 << 31, 1 << 31]), "overflows"
     yield "bad_row_not_block_multiple.gguf", with_tensor(1, dims=[33, 2]), "not a multiple of the Q8_0 block"
     yield "bad_unknown_tensor_type.gguf", with_tensor(0, dtype=99), "unknown tensor type 99"
-    yield "bad_unsupported_tensor_type.gguf", with_tensor(0, dtype=IQ2_XXS), "unsupported tensor type 16"
+    yield "bad_unsupported_tensor_type.gguf", with_tensor(0, dtype=TQ1_0), "unsupported tensor type 34 (TQ1_0)"
     yield "bad_misaligned_offset.gguf", with_tensor(1, offset=52), "not a multiple of the alignment"
     yield "bad_offset_past_end.gguf", with_tensor(1, offset=1 << 20), "past the end"
     yield "bad_offset_overflow.gguf", with_tensor(1, offset=(1 << 64) - 32), "past the end"

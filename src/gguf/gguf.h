@@ -56,13 +56,20 @@ typedef enum gguf_dtype {
     GGUF_DT_Q5_K = 13,
     GGUF_DT_Q6_K = 14,
     GGUF_DT_Q8_K = 15,
+    GGUF_DT_IQ2_XXS = 16,
+    GGUF_DT_IQ2_XS = 17,
+    GGUF_DT_IQ3_XXS = 18,
+    GGUF_DT_IQ1_S = 19,
     GGUF_DT_IQ4_NL = 20,
+    GGUF_DT_IQ3_S = 21,
+    GGUF_DT_IQ2_S = 22,
     GGUF_DT_IQ4_XS = 23,
     GGUF_DT_I8 = 24,
     GGUF_DT_I16 = 25,
     GGUF_DT_I32 = 26,
     GGUF_DT_I64 = 27,
     GGUF_DT_F64 = 28,
+    GGUF_DT_IQ1_M = 29,
     GGUF_DT_BF16 = 30,
     GGUF_DT_MXFP4 = 39,
     GGUF_DT_COUNT = 40, /* ggml's types are numbered below this */
@@ -93,6 +100,13 @@ typedef enum gguf_dtype {
     X(Q8_K, q8_K, 256, 292)                                                                        \
     X(IQ4_NL, iq4_nl, 32, 18)                                                                      \
     X(IQ4_XS, iq4_xs, 256, 136)                                                                    \
+    X(IQ2_XXS, iq2_xxs, 256, 66)                                                                   \
+    X(IQ2_XS, iq2_xs, 256, 74)                                                                     \
+    X(IQ2_S, iq2_s, 256, 82)                                                                       \
+    X(IQ3_XXS, iq3_xxs, 256, 98)                                                                   \
+    X(IQ3_S, iq3_s, 256, 110)                                                                      \
+    X(IQ1_S, iq1_s, 256, 50)                                                                       \
+    X(IQ1_M, iq1_m, 256, 56)                                                                       \
     X(MXFP4, mxfp4, 32, 17)
 /* GGUF_BLOCK_ELEMS_TYPE and GGUF_BLOCK_BYTES_TYPE as constants. */
 #define GGUF_BLOCK_GEOMETRY(TYPE, type, elems, bytes)                                              \

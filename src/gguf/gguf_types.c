@@ -28,6 +28,13 @@ static const gguf_dtype_traits TYPES[GGUF_DT_TABLE_SIZE] = {
     [GGUF_DT_Q8_K]   = {"Q8_K",    BLOCK(Q8_K),    -1,            NULL}, /* activations only */
     [GGUF_DT_IQ4_NL] = {"IQ4_NL",  BLOCK(IQ4_NL),  GGUF_DT_Q8_0,  NULL},
     [GGUF_DT_IQ4_XS] = {"IQ4_XS",  BLOCK(IQ4_XS),  GGUF_DT_Q8_K,  NULL},
+    [GGUF_DT_IQ2_XXS]= {"IQ2_XXS", BLOCK(IQ2_XXS), GGUF_DT_Q8_K,  NULL},
+    [GGUF_DT_IQ2_XS] = {"IQ2_XS",  BLOCK(IQ2_XS),  GGUF_DT_Q8_K,  NULL},
+    [GGUF_DT_IQ2_S]  = {"IQ2_S",   BLOCK(IQ2_S),   GGUF_DT_Q8_K,  NULL},
+    [GGUF_DT_IQ3_XXS]= {"IQ3_XXS", BLOCK(IQ3_XXS), GGUF_DT_Q8_K,  NULL},
+    [GGUF_DT_IQ3_S]  = {"IQ3_S",   BLOCK(IQ3_S),   GGUF_DT_Q8_K,  NULL},
+    [GGUF_DT_IQ1_S]  = {"IQ1_S",   BLOCK(IQ1_S),   GGUF_DT_Q8_K,  NULL},
+    [GGUF_DT_IQ1_M]  = {"IQ1_M",   BLOCK(IQ1_M),   GGUF_DT_Q8_K,  NULL},
     [GGUF_DT_MXFP4]  = {"MXFP4",   BLOCK(MXFP4),   GGUF_DT_Q8_0,  NULL},
     [GGUF_DT_I8]     = {"I8",      1, 1,           -1,            NULL},
     [GGUF_DT_I16]    = {"I16",     1, 2,           -1,            NULL},
@@ -35,13 +42,6 @@ static const gguf_dtype_traits TYPES[GGUF_DT_TABLE_SIZE] = {
     [GGUF_DT_I64]    = {"I64",     1, 8,           -1,            NULL},
     [GGUF_DT_F64]    = {"F64",     1, 8,           -1,            NULL},
     /* ggml types known by name only, so that an error can say what a file holds. */
-    [16] = {"IQ2_XXS", 0, 0, -1, NULL},
-    [17] = {"IQ2_XS",  0, 0, -1, NULL},
-    [18] = {"IQ3_XXS", 0, 0, -1, NULL},
-    [19] = {"IQ1_S",   0, 0, -1, NULL},
-    [21] = {"IQ3_S",   0, 0, -1, NULL},
-    [22] = {"IQ2_S",   0, 0, -1, NULL},
-    [29] = {"IQ1_M",   0, 0, -1, NULL},
     [34] = {"TQ1_0",   0, 0, -1, NULL},
     [35] = {"TQ2_0",   0, 0, -1, NULL},
     /* kvllm's own, KV cache only (never in a file) */

@@ -38,6 +38,8 @@ GGUF_BLOCK_TYPES(BLOCK_SIZE_OK)
 #define REF(ty, sfx)                                                                               \
     [GGUF_DT_##ty] = {kref_to_float_##sfx, kref_from_float_##sfx, kref_vec_dot_##sfx}
 
+#define REF_NO_QUANTIZER(ty, sfx) [GGUF_DT_##ty] = {kref_to_float_##sfx, NULL, kref_vec_dot_##sfx}
+
 static const kern_traits ref_table[GGUF_DT_COUNT] = {
     REF(F32, f32),
     REF(F16, f16),
@@ -58,6 +60,15 @@ static const kern_traits ref_table[GGUF_DT_COUNT] = {
     REF(Q5_K, q5_K),
     REF(IQ4_XS, iq4_xs),
     REF(MXFP4, mxfp4),
+    /* the lattice types: no quantizer (llama-quantize needs an importance
+     * matrix for most of them) */
+    REF_NO_QUANTIZER(IQ2_XXS, iq2_xxs),
+    REF_NO_QUANTIZER(IQ2_XS, iq2_xs),
+    REF_NO_QUANTIZER(IQ2_S, iq2_s),
+    REF_NO_QUANTIZER(IQ3_XXS, iq3_xxs),
+    REF_NO_QUANTIZER(IQ3_S, iq3_s),
+    REF_NO_QUANTIZER(IQ1_S, iq1_s),
+    REF_NO_QUANTIZER(IQ1_M, iq1_m),
     /* activation-only type: no kernel multiplies Q8_K weights */
     [GGUF_DT_Q8_K] = {kref_to_float_q8_K, kref_from_float_q8_K, NULL},
 };
@@ -121,6 +132,9 @@ static void install_avx2(void) {
     active[GGUF_DT_Q5_K].vec_dot = kavx2_vec_dot_q5_K;
     active[GGUF_DT_IQ4_XS].vec_dot = kavx2_vec_dot_iq4_xs;
     active[GGUF_DT_MXFP4].vec_dot = kavx2_vec_dot_mxfp4;
+#define IQ_AVX2(T, t) active[GGUF_DT_##T].vec_dot = kavx2_vec_dot_##t;
+    KERN_IQ_TYPES(IQ_AVX2)
+#undef IQ_AVX2
     active_attn = &kavx2_attn;
 }
 
@@ -185,6 +199,10 @@ static void install_avx512(void) {
     active_repack[GGUF_DT_Q2_K] = &kavx512_repack_q2_K;
     active_gemm[GGUF_DT_MXFP4] = &kavx512_gemm_mxfp4;
     active_repack[GGUF_DT_MXFP4] = &kavx512_repack_mxfp4;
+#define IQ_AVX512(T, t)                                                                            \
+    active[GGUF_DT_##T].vec_dot = kavx512_vec_dot_##t, active_rows[GGUF_DT_##T] = kavx512_rows_##t;
+    KERN_IQ_TYPES(IQ_AVX512)
+#undef IQ_AVX512
     active_attn = &kavx512_attn;
     active_gemm[GGUF_DT_F32] = &kavx512_gemm_f32;
     active_gemm[GGUF_DT_F16] = &kavx512_gemm_f16;

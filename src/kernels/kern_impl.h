@@ -225,14 +225,19 @@ static inline float kern_sym_first(int n, int nmax, const float *x, int8_t *L, i
  * the integer scale (and, for the types with mins, the min) of each group of
  * `group` values and the fp16 super-block scales. Per super-block, in order:
  *   sumi = sum_g sc_g * sum_{e in g} v_e * q8_e, summ = sum_g m_g * (g's bsums),
- *   s = fma(d*yd, sumi, s), and with mins s = fma(-(dmin*yd), summ, s),
- * the integer sums exact, so the SIMD kernels reproduce them in any order. */
+ *   s = fma(d*dmul*yd, sumi, s), and with mins s = fma(-(dmin*yd), summ, s),
+ * the integer sums exact, so the SIMD kernels reproduce them in any order
+ * (dmul, a power of two, is 1 but for the lattice types: quant_iq_ref.c). */
 typedef struct kern_k_block {
     int8_t v[QK_K];
     int32_t sc[QK_K / 16], m[QK_K / 16];
     int group; /* values per scale: 16 or 32 */
     bool mins; /* m and dmin apply (Q2_K, Q4_K, Q5_K) */
     kvl_f16 d, dmin;
+    /* a power of two the block's d is multiplied by, exactly, before anything
+     * else (the lattice types' 1/8 and 1/4: quant_iq_ref.c); 1 unless the
+     * unpack sets it */
+    float dmul;
 } kern_k_block;
 typedef void (*kern_k_unpack_fn)(const void *x, kern_k_block *u);
 /* An unpack_<t> and the two loops below are always inlined into the type's
@@ -244,6 +249,7 @@ KERN_K_INLINE void kern_k_vec_dot(int64_t n, float *s, const void *vx, size_t x_
     float sumf = 0;
     for (int64_t b = 0; b < n / QK_K; b++) {
         kern_k_block u;
+        u.dmul = 1.0f;
         unpack((const char *)vx + b * x_bytes, &u);
         int32_t sumi = 0, summ = 0;
         for (int g = 0; g < QK_K / u.group; g++) {
@@ -255,7 +261,7 @@ KERN_K_INLINE void kern_k_vec_dot(int64_t n, float *s, const void *vx, size_t x_
             for (int k = u.group / 16 * g; k < u.group / 16 * (g + 1); k++) bsum += y[b].bsums[k];
             summ += u.m[g] * bsum;
         }
-        sumf = fmaf(kvl_f16_to_f32(u.d) * y[b].d, (float)sumi, sumf);
+        sumf = fmaf(kvl_f16_to_f32(u.d) * u.dmul * y[b].d, (float)sumi, sumf);
         if (u.mins) sumf = fmaf(-(kvl_f16_to_f32(u.dmin) * y[b].d), (float)summ, sumf);
     }
     *s = sumf;
@@ -268,8 +274,9 @@ KERN_K_INLINE void kern_k_to_float(const void *vx, float *dst, int64_t n, size_t
                                    kern_k_unpack_fn unpack) {
     for (int64_t b = 0; b < n / QK_K; b++) {
         kern_k_block u;
+        u.dmul = 1.0f;
         unpack((const char *)vx + b * x_bytes, &u);
-        const float d = kvl_f16_to_f32(u.d), dmin = u.mins ? kvl_f16_to_f32(u.dmin) : 0.0f;
+        const float d = kvl_f16_to_f32(u.d) * u.dmul, dmin = u.mins ? kvl_f16_to_f32(u.dmin) : 0.0f;
         float *y = dst + b * QK_K;
         for (int g = 0; g < QK_K / u.group; g++) {
             const float dl = d * u.sc[g], ml = u.mins ? dmin * u.m[g] : 0.0f;
@@ -334,6 +341,26 @@ kern_vec_dot_sig kavx2_vec_dot_q2_K, kavx2_vec_dot_q3_K, kavx2_vec_dot_q5_K, kav
 kern_vec_dot_sig kavx512_vec_dot_q2_K, kavx512_vec_dot_q3_K, kavx512_vec_dot_q5_K,
     kavx512_vec_dot_iq4_xs;
 kern_vec_dot_rows_sig kavx512_rows_q2_K, kavx512_rows_q3_K, kavx512_rows_q5_K, kavx512_rows_iq4_xs;
+
+/* The lattice types (quant_iq_ref.c, quant_iq_avx2.c, quant_iq_avx512.c): their
+ * codebooks, filled before main, and signs[i] = the 8 signs of 7 stored bits i
+ * (the eighth makes their count even). */
+typedef struct kern_iq_grids_t {
+    uint64_t iq2xxs[256], iq2xs[512], iq2s[1024], iq1s[2048];
+    uint32_t iq3xxs[256], iq3s[512];
+    uint8_t signs[128];
+} kern_iq_grids_t;
+extern kern_iq_grids_t kern_iq_grids;
+#define KERN_IQ_TYPES(X)                                                                           \
+    X(IQ2_XXS, iq2_xxs)                                                                            \
+    X(IQ2_XS, iq2_xs)                                                                              \
+    X(IQ2_S, iq2_s) X(IQ3_XXS, iq3_xxs) X(IQ3_S, iq3_s) X(IQ1_S, iq1_s) X(IQ1_M, iq1_m)
+#define KERN_IQ_DECLARE(T, t)                                                                      \
+    kern_to_float_sig kref_to_float_##t;                                                           \
+    kern_vec_dot_sig kref_vec_dot_##t, kavx2_vec_dot_##t, kavx512_vec_dot_##t;                     \
+    kern_vec_dot_rows_sig kavx512_rows_##t;
+KERN_IQ_TYPES(KERN_IQ_DECLARE)
+#undef KERN_IQ_DECLARE
 
 /* ---- AVX2 + FMA + F16C (quant_avx2.c) ---- */
 kern_to_float_sig kavx2_to_float_f16;

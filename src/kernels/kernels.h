@@ -72,6 +72,59 @@ typedef struct {
     uint8_t scales_l[QK_K / 64];
     uint8_t qs[QK_K / 2];
 } blk_iq4_xs;
+/* The lattice ("i-quant") types: runs of 8 (IQ3: 4) values are indices into a
+ * codebook of magnitudes (kern_iq_grids, quant_iq_ref.c) with a sign per
+ * value, 8 groups of 32 with odd integer scales; quant_iq_ref.c gives each
+ * bit's meaning.
+ * IQ2_XXS: per group, 4 one-byte grid indices then 4 x 7 sign bits and a
+ * 4-bit scale, as two little-endian uint32. */
+typedef struct {
+    kvl_f16 d;
+    uint16_t qs[QK_K / 8];
+} blk_iq2_xxs;
+/* IQ2_XS: per 8 values a 9-bit grid index and 7 sign bits; 4-bit scales per 16. */
+typedef struct {
+    kvl_f16 d;
+    uint16_t qs[QK_K / 8];
+    uint8_t scales[QK_K / 32];
+} blk_iq2_xs;
+/* IQ2_S: 10-bit grid indices (low 8 in qs, 2 high bits in qh), the 8 sign
+ * bits of each 8 values stored whole after them in qs; 4-bit scales per 16. */
+typedef struct {
+    kvl_f16 d;
+    uint8_t qs[QK_K / 4];
+    uint8_t qh[QK_K / 32];
+    uint8_t scales[QK_K / 32];
+} blk_iq2_s;
+/* IQ3_XXS: one-byte grid indices of 4 values, then per group 4 x 7 sign bits
+ * and a 4-bit scale (uint32). */
+typedef struct {
+    kvl_f16 d;
+    uint8_t qs[3 * QK_K / 8];
+} blk_iq3_xxs;
+/* IQ3_S: 9-bit grid indices of 4 values (high bits in qh), signs stored
+ * whole, 4-bit scales per 32. */
+typedef struct {
+    kvl_f16 d;
+    uint8_t qs[QK_K / 4];
+    uint8_t qh[QK_K / 32];
+    uint8_t signs[QK_K / 8];
+    uint8_t scales[QK_K / 64];
+} blk_iq3_s;
+/* IQ1_S: 11-bit indices into a codebook of -1 / 0 / 1 (low 8 bits in qs; qh per
+ * group: 3 x 4 high bits, a 3-bit scale, the sign of the group's +-1/8 shift). */
+typedef struct {
+    kvl_f16 d;
+    uint8_t qs[QK_K / 8];
+    uint16_t qh[QK_K / 32];
+} blk_iq1_s;
+/* IQ1_M: IQ1_S's codebook, a shift sign per 8 values, 3-bit scales per 16; the
+ * fp16 super-block scale is spread over the scales' top 4 bits. */
+typedef struct {
+    uint8_t qs[QK_K / 8];
+    uint8_t qh[QK_K / 16];
+    uint8_t scales[QK_K / 32];
+} blk_iq1_m;
 /* Activation format for K-quants: float scale, int8 values, sums of 16. */
 typedef struct {
     float d;

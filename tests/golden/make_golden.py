@@ -13,7 +13,8 @@ BASE with a random LoRA adapter of TYPE (f32, f16) written beside it (make_lora)
 
 The tokenizer (all tokenizer.* keys) is copied from an existing golden model, so the
 tokenization cases are those of that model. Pure Python (no numpy); it never builds
-llama.cpp: LLAMA_CPP_BIN_DIR must hold llama-server, llama-perplexity and llama-quantize.
+llama.cpp: LLAMA_CPP_BIN_DIR must hold llama-server, llama-perplexity and llama-quantize (and
+llama-imatrix for the IQ1 / IQ2 / IQ3 types).
 """
 import hashlib
 import json
@@ -88,7 +89,8 @@ def read_kv(path, with_tensors=False, dims_out=None):
 
 GGML_F32, GGML_MXFP4 = 0, 39
 GGML_TYPE_NAMES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 6: "Q5_0", 7: "Q5_1", 8: "Q8_0", 10: "Q2_K",
-                   11: "Q3_K", 12: "Q4_K", 13: "Q5_K", 14: "Q6_K", 20: "IQ4_NL", 23: "IQ4_XS", 30: "BF16",
+                   11: "Q3_K", 12: "Q4_K", 13: "Q5_K", 14: "Q6_K", 16: "IQ2_XXS", 17: "IQ2_XS", 18: "IQ3_XXS",
+                   19: "IQ1_S", 20: "IQ4_NL", 21: "IQ3_S", 22: "IQ2_S", 23: "IQ4_XS", 29: "IQ1_M", 30: "BF16",
                    39: "MXFP4"}
 
 
@@ -896,6 +898,16 @@ def quantize_model(bindir, golden_dir, name, commands):
         raise SystemExit(f"{name}: neither a spec ({', '.join(SPECS)}) nor BASE-TYPE with {src}")
     path = os.path.join(golden_dir, "models", name + ".gguf")
     cmd = [os.path.join(bindir, "llama-quantize"), src, path, qtype.upper(), "1"]
+    if qtype.startswith(("iq1", "iq2", "iq3")):
+        # the lattice types want an importance matrix (llama-quantize refuses IQ1 / IQ2 without
+        # one): llama-imatrix of the base model over the perplexity text, kept beside the model
+        imatrix = os.path.join(golden_dir, "models", base + "-f32.imatrix.gguf")
+        if not os.path.exists(imatrix):
+            icmd = [os.path.join(bindir, "llama-imatrix"), "-m", src, "-f",
+                    os.path.join(golden_dir, "ppl_text.txt"), "-c", "128", "-o", imatrix]
+            commands.append(" ".join(icmd))
+            subprocess.run(icmd, capture_output=True, check=True)
+        cmd[1:1] = ["--imatrix", imatrix]
     commands.append(" ".join(cmd))
     subprocess.run(cmd, capture_output=True, check=True)
     kvs, types = read_kv(path, with_tensors=True)

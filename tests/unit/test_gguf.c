@@ -294,13 +294,35 @@ static void test_dtypes(void) {
         int be;
         size_t bb;
     } want[] = {
-        {0, "F32", 1, 4},       {1, "F16", 1, 2},       {2, "Q4_0", 32, 18},
-        {3, "Q4_1", 32, 20},    {6, "Q5_0", 32, 22},    {7, "Q5_1", 32, 24},
-        {8, "Q8_0", 32, 34},    {9, "Q8_1", 32, 36},    {10, "Q2_K", 256, 84},
-        {11, "Q3_K", 256, 110}, {12, "Q4_K", 256, 144}, {13, "Q5_K", 256, 176},
-        {14, "Q6_K", 256, 210}, {15, "Q8_K", 256, 292}, {24, "I8", 1, 1},
-        {25, "I16", 1, 2},      {26, "I32", 1, 4},      {27, "I64", 1, 8},
-        {28, "F64", 1, 8},      {30, "BF16", 1, 2},     {20, "IQ4_NL", 32, 18},
+        {0, "F32", 1, 4},
+        {1, "F16", 1, 2},
+        {2, "Q4_0", 32, 18},
+        {3, "Q4_1", 32, 20},
+        {6, "Q5_0", 32, 22},
+        {7, "Q5_1", 32, 24},
+        {8, "Q8_0", 32, 34},
+        {9, "Q8_1", 32, 36},
+        {10, "Q2_K", 256, 84},
+        {11, "Q3_K", 256, 110},
+        {12, "Q4_K", 256, 144},
+        {13, "Q5_K", 256, 176},
+        {14, "Q6_K", 256, 210},
+        {15, "Q8_K", 256, 292},
+        {24, "I8", 1, 1},
+        {25, "I16", 1, 2},
+        {26, "I32", 1, 4},
+        {27, "I64", 1, 8},
+        {28, "F64", 1, 8},
+        {30, "BF16", 1, 2},
+        {20, "IQ4_NL", 32, 18},
+        /* ggml-common.h's sizes of the lattice types (block_iq2_xxs ... block_iq1_m) */
+        {16, "IQ2_XXS", 256, 66},
+        {17, "IQ2_XS", 256, 74},
+        {22, "IQ2_S", 256, 82},
+        {18, "IQ3_XXS", 256, 98},
+        {21, "IQ3_S", 256, 110},
+        {19, "IQ1_S", 256, 50},
+        {29, "IQ1_M", 256, 56},
     };
     for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
         int be = 0;
@@ -309,8 +331,8 @@ static void test_dtypes(void) {
                   strcmp(gguf_dtype_name(want[i].id), want[i].name) == 0,
               "dtype %d", want[i].id);
     }
-    CHECK(!gguf_dtype_geometry(16, NULL, NULL) && strcmp(gguf_dtype_name(16), "IQ2_XXS") == 0,
-          "IQ2_XXS");
+    CHECK(!gguf_dtype_geometry(34, NULL, NULL) && strcmp(gguf_dtype_name(34), "TQ1_0") == 0,
+          "TQ1_0");
     CHECK(!gguf_dtype_geometry(4, NULL, NULL) && !gguf_dtype_geometry(-1, NULL, NULL) &&
               !gguf_dtype_geometry(GGUF_DT_COUNT, NULL, NULL) &&
               strcmp(gguf_dtype_name(99), "unknown") == 0,
@@ -322,12 +344,12 @@ static void test_dtypes(void) {
               !gguf_dtype_geometry(GGUF_DT_FP8_E4M3, NULL, NULL),
           "fp8");
     CHECK(!gguf_dtype_traits_of(99) && !gguf_dtype_traits_of(-1) &&
-              !gguf_dtype_traits_of(GGUF_DT_TABLE_SIZE) && gguf_dtype_traits_of(16) &&
-              gguf_dtype_traits_of(16)->block_elems == 0,
+              !gguf_dtype_traits_of(GGUF_DT_TABLE_SIZE) && gguf_dtype_traits_of(34) &&
+              gguf_dtype_traits_of(34)->block_elems == 0,
           "traits of unknown and name-only types");
     CHECK(gguf_row_bytes(GGUF_DT_Q4_K, 512) == 288 && gguf_row_bytes(GGUF_DT_Q4_K, 100) == 0 &&
               gguf_row_bytes(GGUF_DT_F16, 3) == 6 && gguf_row_bytes(GGUF_DT_FP8_E4M3, 5) == 5 &&
-              gguf_row_bytes(16, 256) == 0 && gguf_row_bytes(GGUF_DT_F32, -1) == 0,
+              gguf_row_bytes(34, 256) == 0 && gguf_row_bytes(GGUF_DT_F32, -1) == 0,
           "row bytes");
     CHECK(strcmp(gguf_vtype_name(GGUF_VT_UINT32), "u32") == 0 &&
               gguf_vtype_size(GGUF_VT_FLOAT64) == 8 && gguf_vtype_size(GGUF_VT_STRING) == 0 &&
@@ -774,7 +796,7 @@ static void test_malformed_memory(void) {
     VARIANT(dims0, 0, "invalid number of dimensions 0");
     VARIANT(dims0, 5, "invalid number of dimensions 5");
     VARIANT(dtype1, 99, "unknown tensor type 99");
-    VARIANT(dtype1, 21, "unsupported tensor type 21 (IQ3_S)");
+    VARIANT(dtype1, 35, "unsupported tensor type 35 (TQ2_0)");
     VARIANT(dtype1, GGUF_DT_FP8_E4M3, "unknown tensor type 64");
     VARIANT(ne0_1, 48, "not a multiple of the Q8_0 block size 32");
     VARIANT(ne0_1, 1ull << 63, "invalid size");

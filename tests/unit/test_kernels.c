@@ -1292,6 +1292,129 @@ static void test_get_row(void) {
     kvl_free(x), kvl_free(y);
 }
 
+/* ---------- the lattice types (IQ2_XXS .. IQ1_M) ----------
+ * They have no quantizer: blocks are random bytes with a finite d. */
+
+static const int iq_types[] = {GGUF_DT_IQ2_XXS, GGUF_DT_IQ2_XS, GGUF_DT_IQ2_S, GGUF_DT_IQ3_XXS,
+                               GGUF_DT_IQ3_S,   GGUF_DT_IQ1_S,  GGUF_DT_IQ1_M};
+#define N_IQ_TYPES ((int)(sizeof iq_types / sizeof iq_types[0]))
+
+static void random_iq_blocks(int t, uint8_t *p, int64_t nb) {
+    const size_t bb = gguf_dtype_traits_of(t)->block_bytes;
+    for (size_t i = 0; i < (size_t)nb * bb; i++) p[i] = (uint8_t)rng_u64();
+    for (int64_t b = 0; b < nb; b++) {
+        uint8_t *blk = p + b * bb;
+        const kvl_f16 d =
+            kvl_f32_to_f16((rng_u64() & 1 ? -0.01f : 0.01f) * (float)(1 + rng_u64() % 100));
+        if (t != GGUF_DT_IQ1_M) {
+            memcpy(blk, &d, 2);
+            continue;
+        }
+        for (int k = 0; k < 4; k++) { /* IQ1_M: d in the scales' top nibbles */
+            uint16_t w;
+            memcpy(&w, blk + 48 + 2 * k, 2);
+            w = (uint16_t)((w & 0x0FFF) | ((d >> (4 * k)) & 0xF) << 12);
+            memcpy(blk + 48 + 2 * k, &w, 2);
+        }
+    }
+}
+
+/* kvllm's dequantization against llama.cpp's Python package's, bit for bit,
+ * on blocks whose indices sweep each codebook (tests/data/iq_dequant,
+ * tests/unit/make_iq_fixtures.py). */
+static void test_iq_dequant(void) {
+    for (int ti = 0; ti < N_IQ_TYPES; ti++) {
+        const int t = iq_types[ti];
+        const gguf_dtype_traits *f = gguf_dtype_traits_of(t);
+        char path[256];
+        snprintf(path, sizeof path, "tests/data/iq_dequant/%s.bin", f->name);
+        FILE *fp = fopen(path, "rb");
+        CHECK(fp, "%s: cannot open %s", f->name, path);
+        if (!fp) continue;
+        fseek(fp, 0, SEEK_END);
+        const long size = ftell(fp);
+        fseek(fp, 0, SEEK_SET);
+        const int64_t nb = size / (long)(f->block_bytes + 256 * sizeof(float));
+        CHECK(nb > 0 && size == nb * (long)(f->block_bytes + 256 * sizeof(float)), "%s: size %ld",
+              f->name, size);
+        uint8_t *buf = kvl_alloc((size_t)size + 1);
+        CHECK(fread(buf, 1, (size_t)size, fp) == (size_t)size, "%s: short read", f->name);
+        fclose(fp);
+        const float *want = (const float *)(buf + nb * f->block_bytes);
+        float *got = kvl_alloc((size_t)nb * 256 * sizeof(float));
+        kern_traits_ref(t)->to_float(buf, got, nb * 256);
+        int64_t bad = 0, first = -1;
+        for (int64_t i = 0; i < nb * 256; i++) {
+            float w;
+            memcpy(&w, want + i, sizeof w);
+            if (!same_bits(got[i], w) && bad++ == 0) first = i;
+        }
+        CHECK(bad == 0, "%s: %lld of %lld values differ from llama.cpp's, first at %lld (%g vs %g)",
+              f->name, (long long)bad, (long long)(nb * 256), (long long)first,
+              first >= 0 ? got[first] : 0.0, first >= 0 ? want[first] : 0.0);
+        kvl_free(got), kvl_free(buf);
+    }
+}
+
+/* Dot products: the reference against exact math on its own dequantization,
+ * every SIMD vec_dot and the AVX-512 rows kernels against the reference. */
+static void test_iq_dots(void) {
+    static const int64_t blocks[] = {1, 2, 3, 5, 16};
+    static const kern_vec_dot_fn avx2[] = {
+        kavx2_vec_dot_iq2_xxs, kavx2_vec_dot_iq2_xs, kavx2_vec_dot_iq2_s, kavx2_vec_dot_iq3_xxs,
+        kavx2_vec_dot_iq3_s,   kavx2_vec_dot_iq1_s,  kavx2_vec_dot_iq1_m};
+    static const kern_vec_dot_fn avx512[] = {kavx512_vec_dot_iq2_xxs, kavx512_vec_dot_iq2_xs,
+                                             kavx512_vec_dot_iq2_s,   kavx512_vec_dot_iq3_xxs,
+                                             kavx512_vec_dot_iq3_s,   kavx512_vec_dot_iq1_s,
+                                             kavx512_vec_dot_iq1_m};
+    static const kern_vec_dot_rows_fn rows[] = {
+        kavx512_rows_iq2_xxs, kavx512_rows_iq2_xs, kavx512_rows_iq2_s, kavx512_rows_iq3_xxs,
+        kavx512_rows_iq3_s,   kavx512_rows_iq1_s,  kavx512_rows_iq1_m};
+    for (int ti = 0; ti < N_IQ_TYPES; ti++) {
+        const int t = iq_types[ti];
+        const char *name = gguf_dtype_name(t);
+        const kern_traits *r = kern_traits_ref(t);
+        CHECK(kern_traits_of(t) && kern_traits_of(t)->vec_dot, "%s: no kernel installed", name);
+        for (int si = 0; si < 5; si++) {
+            const int64_t n = blocks[si] * QK_K;
+            const size_t qrow = kern_row_bytes(GGUF_DT_Q8_K, n);
+            uint8_t *qx = kvl_alloc(kern_row_bytes(t, n));
+            char *qy = kvl_alloc(KERN_ROWS_MAX * qrow);
+            float *y = kvl_alloc(n * sizeof(float));
+            random_iq_blocks(t, qx, blocks[si]);
+            for (int i = 0; i < KERN_ROWS_MAX; i++) {
+                fill_data(y, n, 1.0f + i);
+                kern_traits_ref(GGUF_DT_Q8_K)->from_float(y, qy + i * qrow, n);
+            }
+            float *dx = dequantize_ref(t, qx, n), *dy = dequantize_ref(GGUF_DT_Q8_K, qy, n);
+            float want;
+            r->vec_dot(n, &want, qx, qy);
+            double abs_sum;
+            const double exact = dot_double(dx, dy, n, &abs_sum);
+            CHECK(fabs(want - exact) <= 2e-6 * abs_sum + 1e-30, "%s n=%lld: ref %.9g exact %.9g",
+                  name, (long long)n, want, exact);
+            for (int a = 1; a < 3; a++) {
+                if (!isa_ok[a]) continue;
+                float s;
+                (a == 1 ? avx2 : avx512)[ti](n, &s, qx, qy);
+                CHECK(same_bits(s, want), "%s n=%lld %s: %.9g vs reference %.9g", name,
+                      (long long)n, isa_list[a], s, want);
+            }
+            if (isa_ok[2])
+                for (int nr = 1; nr <= KERN_ROWS_MAX; nr++) {
+                    float s[2 * KERN_ROWS_MAX] = {0};
+                    rows[ti](n, s, 2, qx, qy, qrow, nr);
+                    for (int i = 0; i < nr; i++) {
+                        r->vec_dot(n, &want, qx, qy + i * qrow);
+                        CHECK(same_bits(s[2 * i], want), "%s rows nr=%d row %d n=%lld: %g vs %g",
+                              name, nr, i, (long long)n, s[2 * i], want);
+                    }
+                }
+            kvl_free(qx), kvl_free(qy), kvl_free(y), kvl_free(dx), kvl_free(dy);
+        }
+    }
+}
+
 /* ---------- byte-exactness against llama-quantize output ----------
  * A minimal GGUF walk (the gguf module is tested elsewhere): just enough to find
  * tensor data by name. */
@@ -1483,6 +1606,8 @@ int main(int argc, char **argv) {
     if (common) test_mxfp4_layout();
     test_vec_dot();
     test_rows_kernels();
+    if (common) test_iq_dequant();
+    test_iq_dots();
     test_matmul();
     test_matmul_shapes();
     test_repack();
