@@ -4,9 +4,9 @@
  * 32 values at a time: their codebook magnitudes (unsigned bytes) times the
  * Q8_K values negated where the weight is negative, summed in pairs
  * (maddubs; no int16 saturation for magnitudes <= 62) and then times the
- * group scales (madd). IQ1's values 8 * grid + shift are signed: their
- * magnitude times the Q8_K value with the weight's sign. The integer totals
- * are exact, the float step is quant_iq_ref.c's: bit-identical to it. */
+ * group scales (madd), which leaves llama.cpp's 8 lanes (lane i: values
+ * 4i..4i+3 of every 32). The integer sums are exact and the float steps are
+ * quant_iq_ref.c's: bit-identical to it. */
 #include "simd.h"
 
 #include <string.h>
@@ -64,7 +64,7 @@ T_AVX2_INLINE uint32_t signs4(const uint8_t *t, uint32_t b) { /* 4 runs' 7-bit s
 
 /* ======================= IQ2_XXS ======================= */
 
-T_AVX2_INLINE float iq2xxs_step(float sumf, const blk_iq2_xxs *x, const blk_q8_K *y) {
+T_AVX2_INLINE __m256i iq2xxs_lanes(const blk_iq2_xxs *x, const blk_q8_K *y) {
     const uint64_t *g = kern_iq_grids.iq2xxs;
     __m256i acc = _mm256_setzero_si256();
     for (int k = 0; k < 8; k++) {
@@ -73,12 +73,12 @@ T_AVX2_INLINE float iq2xxs_step(float sumf, const blk_iq2_xxs *x, const blk_q8_K
         acc = _mm256_add_epi32(acc, dot32(u, signs4(kern_iq_grids.signs, b), y->qs + 32 * k,
                                           sc32((int)(2 * (b >> 28) + 1))));
     }
-    return fmaf(_cvtsh_ss(x->d) * 0.125f * y->d, (float)kern_hsum8_i32(acc), sumf);
+    return acc;
 }
 
 /* ======================= IQ2_XS ======================= */
 
-T_AVX2_INLINE float iq2xs_step(float sumf, const blk_iq2_xs *x, const blk_q8_K *y) {
+T_AVX2_INLINE __m256i iq2xs_lanes(const blk_iq2_xs *x, const blk_q8_K *y) {
     const uint64_t *g = kern_iq_grids.iq2xs;
     const uint8_t *t = kern_iq_grids.signs;
     __m256i acc = _mm256_setzero_si256();
@@ -91,12 +91,12 @@ T_AVX2_INLINE float iq2xs_step(float sumf, const blk_iq2_xs *x, const blk_q8_K *
             acc, dot32(u, s, y->qs + 32 * k,
                        sc16(2 * (x->scales[k] & 0xF) + 1, 2 * (x->scales[k] >> 4) + 1)));
     }
-    return fmaf(_cvtsh_ss(x->d) * 0.125f * y->d, (float)kern_hsum8_i32(acc), sumf);
+    return acc;
 }
 
 /* ======================= IQ2_S ======================= */
 
-T_AVX2_INLINE float iq2s_step(float sumf, const blk_iq2_s *x, const blk_q8_K *y) {
+T_AVX2_INLINE __m256i iq2s_lanes(const blk_iq2_s *x, const blk_q8_K *y) {
     const uint64_t *g = kern_iq_grids.iq2s;
     __m256i acc = _mm256_setzero_si256();
     for (int k = 0; k < 8; k++) {
@@ -108,12 +108,12 @@ T_AVX2_INLINE float iq2s_step(float sumf, const blk_iq2_s *x, const blk_q8_K *y)
             acc, dot32(u, le32(x->qs + 32 + 4 * k), y->qs + 32 * k,
                        sc16(2 * (x->scales[k] & 0xF) + 1, 2 * (x->scales[k] >> 4) + 1)));
     }
-    return fmaf(_cvtsh_ss(x->d) * 0.125f * y->d, (float)kern_hsum8_i32(acc), sumf);
+    return acc;
 }
 
 /* ======================= IQ3_XXS ======================= */
 
-T_AVX2_INLINE float iq3xxs_step(float sumf, const blk_iq3_xxs *x, const blk_q8_K *y) {
+T_AVX2_INLINE __m256i iq3xxs_lanes(const blk_iq3_xxs *x, const blk_q8_K *y) {
     __m256i acc = _mm256_setzero_si256();
     for (int k = 0; k < 8; k++) {
         const uint32_t b = le32(x->qs + 64 + 4 * k);
@@ -121,12 +121,12 @@ T_AVX2_INLINE float iq3xxs_step(float sumf, const blk_iq3_xxs *x, const blk_q8_K
                                           signs4(kern_iq_grids.signs, b), y->qs + 32 * k,
                                           sc32((int)(2 * (b >> 28) + 1))));
     }
-    return fmaf(_cvtsh_ss(x->d) * 0.25f * y->d, (float)kern_hsum8_i32(acc), sumf);
+    return acc;
 }
 
 /* ======================= IQ3_S ======================= */
 
-T_AVX2_INLINE float iq3s_step(float sumf, const blk_iq3_s *x, const blk_q8_K *y) {
+T_AVX2_INLINE __m256i iq3s_lanes(const blk_iq3_s *x, const blk_q8_K *y) {
     __m256i acc = _mm256_setzero_si256();
     for (int k = 0; k < 8; k++) {
         const int ls = x->scales[k / 2] >> (4 * (k % 2)) & 0xF;
@@ -134,42 +134,43 @@ T_AVX2_INLINE float iq3s_step(float sumf, const blk_iq3_s *x, const blk_q8_K *y)
             _mm256_add_epi32(acc, dot32(grid8(kern_iq_grids.iq3s, x->qs + 8 * k, x->qh[k]),
                                         le32(x->signs + 4 * k), y->qs + 32 * k, sc32(2 * ls + 1)));
     }
-    return fmaf(_cvtsh_ss(x->d) * 1.0f * y->d, (float)kern_hsum8_i32(acc), sumf);
+    return acc;
 }
 
 /* ======================= IQ1_S, IQ1_M ======================= */
 
-/* sum over 32 values of sc * ((8 * grid + shift) * y): g the 4 entries (bytes
- * -1, 0, 1), sh each value's shift (+1 or -1). */
-T_AVX2_INLINE __m256i iq1_dot32(__m256i g, __m256i sh, const int8_t *yq, __m256i sc) {
-    const __m256i g2 = _mm256_add_epi8(g, g), g4 = _mm256_add_epi8(g2, g2);
-    const __m256i v = _mm256_add_epi8(_mm256_add_epi8(g4, g4), sh);
+/* sum over 32 values of sc * (g * y), g the 4 entries' bytes (-1, 0, 1). */
+T_AVX2_INLINE __m256i iq1_dot32(__m256i g, const int8_t *yq, __m256i sc) {
     const __m256i y = _mm256_loadu_si256((const __m256i *)yq);
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(v), _mm256_sign_epi8(y, v)), sc);
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(g), _mm256_sign_epi8(y, g)), sc);
 }
 static inline long long iq1_shift(bool minus) {
     return minus ? -1LL /* 0xFF bytes */ : 0x0101010101010101LL;
 }
 
-T_AVX2_INLINE float iq1s_step(float sumf, const blk_iq1_s *x, const blk_q8_K *y) {
+/* The codebook lanes, and in *sh the shifts' sum sum_g shift_g sc_g (bsums). */
+T_AVX2_INLINE __m256i iq1s_lanes(const blk_iq1_s *x, const blk_q8_K *y, int32_t *sh) {
     const uint64_t *g = kern_iq_grids.iq1s;
     __m256i acc = _mm256_setzero_si256();
+    int32_t sum = 0;
     for (int k = 0; k < 8; k++) {
         const uint8_t *q = x->qs + 4 * k;
         const unsigned h = x->qh[k];
+        const int ls = (int)(2 * (h >> 12 & 7) + 1);
         const __m256i e = grid4(g, q[0] | (h & 7) << 8, q[1] | (h >> 3 & 7) << 8,
                                 q[2] | (h >> 6 & 7) << 8, q[3] | (h >> 9 & 7) << 8);
-        acc = _mm256_add_epi32(acc, iq1_dot32(e, _mm256_set1_epi64x(iq1_shift(h & 0x8000)),
-                                              y->qs + 32 * k, sc32((int)(2 * (h >> 12 & 7) + 1))));
+        acc = _mm256_add_epi32(acc, iq1_dot32(e, y->qs + 32 * k, sc32(ls)));
+        sum += (h & 0x8000 ? -ls : ls) * (y->bsums[2 * k] + y->bsums[2 * k + 1]);
     }
-    return fmaf(_cvtsh_ss(x->d) * 0.125f * y->d, (float)kern_hsum8_i32(acc), sumf);
+    *sh = sum;
+    return acc;
 }
 
-T_AVX2_INLINE float iq1m_step(float sumf, const blk_iq1_m *x, const blk_q8_K *y) {
+/* The codebook lanes, and in *sh2 the shifts' lanes. */
+T_AVX2_INLINE __m256i iq1m_lanes(const blk_iq1_m *x, const blk_q8_K *y, const uint16_t *s,
+                                 __m256i *sh2) {
     const uint64_t *g = kern_iq_grids.iq1s;
-    uint16_t s[4];
-    memcpy(s, x->scales, sizeof s);
-    __m256i acc = _mm256_setzero_si256();
+    __m256i acc = _mm256_setzero_si256(), acc2 = _mm256_setzero_si256();
     for (int k = 0; k < 8; k++) {
         const uint8_t *q = x->qs + 4 * k;
         const unsigned h0 = x->qh[2 * k], h1 = x->qh[2 * k + 1];
@@ -178,22 +179,61 @@ T_AVX2_INLINE float iq1m_step(float sumf, const blk_iq1_m *x, const blk_q8_K *y)
         const __m256i sh = _mm256_setr_epi64x(iq1_shift(h0 & 0x08), iq1_shift(h0 & 0x80),
                                               iq1_shift(h1 & 0x08), iq1_shift(h1 & 0x80));
         const int w = s[k / 2] >> (6 * (k % 2));
-        acc = _mm256_add_epi32(
-            acc, iq1_dot32(e, sh, y->qs + 32 * k, sc16(2 * (w & 7) + 1, 2 * (w >> 3 & 7) + 1)));
+        const __m256i sc = sc16(2 * (w & 7) + 1, 2 * (w >> 3 & 7) + 1);
+        acc = _mm256_add_epi32(acc, iq1_dot32(e, y->qs + 32 * k, sc));
+        acc2 = _mm256_add_epi32(acc2, iq1_dot32(sh, y->qs + 32 * k, sc));
     }
-    const kvl_f16 dh =
-        (kvl_f16)((s[0] >> 12) | (s[1] >> 8 & 0x00F0) | (s[2] >> 4 & 0x0F00) | (s[3] & 0xF000));
-    return fmaf(_cvtsh_ss(dh) * 0.125f * y->d, (float)kern_hsum8_i32(acc), sumf);
+    *sh2 = acc2;
+    return acc;
 }
 
-#define IQ_AVX2_DOT(t, STEP)                                                                       \
+/* kavx2_vec_dot_<t> of a type without shifts: acc = fma(d * yd, lanes, acc)
+ * per super-block, POST * hsum8(acc) (quant_iq_ref.c). */
+#define IQ_AVX2_DOT(t, LANES, POST)                                                                \
     T_AVX2 void kavx2_vec_dot_##t(int64_t n, float *s, const void *vx, const void *vy) {           \
-        KERN_K_DOT(blk_##t, STEP);                                                                 \
+        const blk_##t *x = vx;                                                                     \
+        const blk_q8_K *y = vy;                                                                    \
+        __m256 acc = _mm256_setzero_ps();                                                          \
+        for (int64_t b = 0; b < n / QK_K; b++)                                                     \
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(x[b].d) * y[b].d),                      \
+                                  _mm256_cvtepi32_ps(LANES(x + b, y + b)), acc);                   \
+        *s = POST * kern_hsum8_ps(acc);                                                            \
     }
-IQ_AVX2_DOT(iq2_xxs, iq2xxs_step)
-IQ_AVX2_DOT(iq2_xs, iq2xs_step)
-IQ_AVX2_DOT(iq2_s, iq2s_step)
-IQ_AVX2_DOT(iq3_xxs, iq3xxs_step)
-IQ_AVX2_DOT(iq3_s, iq3s_step)
-IQ_AVX2_DOT(iq1_s, iq1s_step)
-IQ_AVX2_DOT(iq1_m, iq1m_step)
+IQ_AVX2_DOT(iq2_xxs, iq2xxs_lanes, 0.125f)
+IQ_AVX2_DOT(iq2_xs, iq2xs_lanes, 0.125f)
+IQ_AVX2_DOT(iq2_s, iq2s_lanes, 0.125f)
+IQ_AVX2_DOT(iq3_xxs, iq3xxs_lanes, 0.25f)
+IQ_AVX2_DOT(iq3_s, iq3s_lanes, 1.0f)
+
+T_AVX2 void kavx2_vec_dot_iq1_s(int64_t n, float *s, const void *vx, const void *vy) {
+    const blk_iq1_s *x = vx;
+    const blk_q8_K *y = vy;
+    __m256 acc = _mm256_setzero_ps();
+    float acc1 = 0;
+    for (int64_t b = 0; b < n / QK_K; b++) {
+        int32_t sh;
+        const __m256i lanes = iq1s_lanes(x + b, y + b, &sh);
+        const float d = _cvtsh_ss(x[b].d) * y[b].d;
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(lanes), acc);
+        acc1 = fmaf(d, (float)sh, acc1);
+    }
+    *s = fmaf(0.125f, acc1, kern_hsum8_ps(acc));
+}
+
+T_AVX2 void kavx2_vec_dot_iq1_m(int64_t n, float *s, const void *vx, const void *vy) {
+    const blk_iq1_m *x = vx;
+    const blk_q8_K *y = vy;
+    __m256 acc = _mm256_setzero_ps(), acc2 = _mm256_setzero_ps();
+    for (int64_t b = 0; b < n / QK_K; b++) {
+        uint16_t sc[4];
+        memcpy(sc, x[b].scales, sizeof sc);
+        __m256i sh2;
+        const __m256i lanes = iq1m_lanes(x + b, y + b, sc, &sh2);
+        const kvl_f16 dh = (kvl_f16)((sc[0] >> 12) | (sc[1] >> 8 & 0x00F0) | (sc[2] >> 4 & 0x0F00) |
+                                     (sc[3] & 0xF000));
+        const __m256 d = _mm256_set1_ps(_cvtsh_ss(dh) * y[b].d);
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(lanes), acc);
+        acc2 = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sh2), acc2);
+    }
+    *s = fmaf(0.125f, kern_hsum8_ps(acc2), kern_hsum8_ps(acc));
+}

@@ -6,8 +6,9 @@
  * (quant_kx_avx512.h): the codebook entries of a chunk gathered into one
  * vector of magnitudes, its 64 signs as the chunk's negation mask (IQ1: the
  * values 8 * grid + shift, split into magnitude and sign the same way), and
- * the int16 group scales. The integer totals are exact and the float step is
- * quant_iq_ref.c's, fma(d * dmul * yd, sumi, s): bit-identical to it. */
+ * the int16 group scales. The integer sums of the 16 lanes fold into
+ * llama.cpp's 8 (lane i: values 4i..4i+3 of every 32), and the float steps
+ * are quant_iq_ref.c's: bit-identical to it. */
 #include "quant_kx_avx512.h"
 
 #include <string.h>
@@ -76,7 +77,7 @@ T_512_INLINE float iq2xxs_decode(const blk_iq2_xxs *x, kx_dec *d) {
         d->neg[c] = signs7(s7);
     }
     put_scales(d, scales_list(sc), false);
-    return f16_load(x->d) * 0.125f;
+    return f16_load(x->d);
 }
 
 /* ======================= IQ2_XS ======================= */
@@ -92,7 +93,7 @@ T_512_INLINE float iq2xs_decode(const blk_iq2_xs *x, kx_dec *d) {
         d->neg[c] = signs7(s7);
     }
     put_scales(d, scales_nib16(x->scales), true);
-    return f16_load(x->d) * 0.125f;
+    return f16_load(x->d);
 }
 
 /* ======================= IQ2_S ======================= */
@@ -109,7 +110,7 @@ T_512_INLINE float iq2s_decode(const blk_iq2_s *x, kx_dec *d) {
         d->neg[c] = (__mmask64)le64(x->qs + 32 + 8 * c);
     }
     put_scales(d, scales_nib16(x->scales), true);
-    return f16_load(x->d) * 0.125f;
+    return f16_load(x->d);
 }
 
 /* ======================= IQ3_XXS ======================= */
@@ -133,7 +134,7 @@ T_512_INLINE float iq3xxs_decode(const blk_iq3_xxs *x, kx_dec *d) {
         sc[2 * c] = (int16_t)(2 * (b0 >> 28) + 1), sc[2 * c + 1] = (int16_t)(2 * (b1 >> 28) + 1);
     }
     put_scales(d, scales_list(sc), false);
-    return f16_load(x->d) * 0.25f;
+    return f16_load(x->d);
 }
 
 /* ======================= IQ3_S ======================= */
@@ -157,93 +158,151 @@ T_512_INLINE float iq3s_decode(const blk_iq3_s *x, kx_dec *d) {
 
 /* ======================= IQ1_S, IQ1_M ======================= */
 
-/* 8 IQ1 entries (bytes -1, 0, 1) with each run's shift (+1 or -1, as the
- * bytes of sh) as 8 * grid + shift, split into magnitudes and signs. */
-T_512_INLINE void iq1_chunk(kx_dec *d, int c, const uint32_t *idx, __m512i sh) {
+/* The shift part of an IQ1 block: IQ1_S's per-group factor shift * scale
+ * for the pairs of Q8_K bsums (c16), IQ1_M's per-value shift signs with
+ * the scales (sh: magnitudes 1). */
+typedef struct {
+    kx_dec k, sh;
+    __m256i c16;
+} iq1_dec;
+
+/* 8 IQ1 codebook entries (bytes -1, 0, 1) as magnitudes and signs. */
+T_512_INLINE void iq1_chunk(kx_dec *d, int c, const uint32_t *idx) {
     const __m512i g = gather8(kern_iq_grids.iq1s, idx);
-    const __m512i g2 = _mm512_add_epi8(g, g), g4 = _mm512_add_epi8(g2, g2);
-    const __m512i v = _mm512_add_epi8(_mm512_add_epi8(g4, g4), sh);
-    d->u[c] = _mm512_abs_epi8(v);
-    d->neg[c] = _mm512_movepi8_mask(v);
-}
-static inline long long iq1_shift(bool minus) {
-    return minus ? -1LL /* 0xFF bytes */ : 0x0101010101010101LL;
+    d->u[c] = _mm512_abs_epi8(g);
+    d->neg[c] = _mm512_movepi8_mask(g);
 }
 
-T_512_INLINE float iq1s_decode(const blk_iq1_s *x, kx_dec *d) {
-    int16_t sc[16] = {0};
+T_512_INLINE float iq1s_decode(const blk_iq1_s *x, iq1_dec *d) {
+    int16_t sc[16] = {0}, c[16];
     UNROLL(4)
-    for (int c = 0; c < 4; c++) {
+    for (int ch = 0; ch < 4; ch++) {
         uint32_t idx[8];
-        long long shift[2];
         for (int h = 0; h < 2; h++) {
-            const int g = 2 * c + h;
+            const int g = 2 * ch + h;
             const unsigned q = x->qh[g];
             for (int l = 0; l < 4; l++) idx[4 * h + l] = x->qs[4 * g + l] | (q >> (3 * l) & 7) << 8;
             sc[g] = (int16_t)(2 * (q >> 12 & 7) + 1);
-            shift[h] = iq1_shift(q & 0x8000);
+            c[2 * g] = c[2 * g + 1] = (int16_t)(q & 0x8000 ? -sc[g] : sc[g]);
         }
-        iq1_chunk(d, c, idx,
-                  _mm512_setr_epi64(shift[0], shift[0], shift[0], shift[0], shift[1], shift[1],
-                                    shift[1], shift[1]));
+        iq1_chunk(&d->k, ch, idx);
     }
-    put_scales(d, scales_list(sc), false);
-    return f16_load(x->d) * 0.125f;
+    put_scales(&d->k, scales_list(sc), false);
+    d->c16 = _mm256_loadu_si256((const __m256i *)c);
+    return f16_load(x->d);
 }
 
-T_512_INLINE float iq1m_decode(const blk_iq1_m *x, kx_dec *d) {
+T_512_INLINE float iq1m_decode(const blk_iq1_m *x, iq1_dec *d) {
     uint16_t s[4];
     memcpy(s, x->scales, sizeof s);
     UNROLL(4)
     for (int c = 0; c < 4; c++) {
         uint32_t idx[8];
-        long long shift[8];
+        uint64_t minus = 0;
         for (int r = 0; r < 8; r++) { /* run 8c + r: group 2c + r / 4, l = r % 4 */
             const unsigned nib = x->qh[4 * c + r / 2] >> (4 * (r % 2)) & 0xF;
             idx[r] = x->qs[8 * c + r] | (nib & 7) << 8;
-            shift[r] = iq1_shift(nib & 8);
+            if (nib & 8) minus |= 0xFFull << (8 * r);
         }
-        iq1_chunk(d, c, idx,
-                  _mm512_setr_epi64(shift[0], shift[1], shift[2], shift[3], shift[4], shift[5],
-                                    shift[6], shift[7]));
+        iq1_chunk(&d->k, c, idx);
+        d->sh.u[c] = _mm512_set1_epi8(1);
+        d->sh.neg[c] = (__mmask64)minus;
     }
     int16_t sc[16];
     for (int g = 0; g < 8; g++) {
         sc[2 * g] = (int16_t)(2 * (s[g / 2] >> (6 * (g % 2)) & 7) + 1);
         sc[2 * g + 1] = (int16_t)(2 * (s[g / 2] >> (6 * (g % 2) + 3) & 7) + 1);
     }
-    put_scales(d, scales_list(sc), true);
+    put_scales(&d->k, scales_list(sc), true);
+    put_scales(&d->sh, scales_list(sc), true);
     const kvl_f16 dh =
         (kvl_f16)((s[0] >> 12) | (s[1] >> 8 & 0x00F0) | (s[2] >> 4 & 0x0F00) | (s[3] & 0xF000));
-    return f16_load(dh) * 0.125f;
+    return f16_load(dh);
+}
+
+/* The 8 lanes of a decoded super-block against Q8_K values yq. */
+T_512_INLINE __m256 iq_lanes(const kx_dec *d, const int8_t *yq) {
+    return _mm256_cvtepi32_ps(fold512(kx_chunks(d, yq, true)));
 }
 
 /* NAME_rows of a lattice type: each super-block decoded once (DECODE returns
- * d * dmul), then per activation row s = fma(d * dmul * yd, sumi, s). */
-#define IQ_ROWS(NAME, BLK, DECODE)                                                                 \
+ * its fp16 d), then per activation row the lanes acc = fma(d * yd, lanes,
+ * acc), and at the end POST * hsum8(acc) (quant_iq_ref.c). */
+#define IQ_ROWS(NAME, BLK, DECODE, POST)                                                           \
     T_512_INLINE void NAME##_rows(int64_t n, float *s, size_t ss, const void *vx, const void *y,   \
                                   size_t ys, int nr) {                                             \
         const BLK *x = vx;                                                                         \
-        float sumf[KERN_ROWS_MAX] = {0};                                                           \
+        __m256 acc[KERN_ROWS_MAX];                                                                 \
+        UNROLL(4)                                                                                  \
+        for (int r = 0; r < KERN_ROWS_MAX; r++) acc[r] = _mm256_setzero_ps();                      \
         for (int64_t b = 0; b < n / QK_K; b++) {                                                   \
             kx_dec dec;                                                                            \
             const float xd = DECODE(&x[b], &dec);                                                  \
             UNROLL(4)                                                                              \
             for (int r = 0; r < nr; r++) {                                                         \
                 const blk_q8_K *yr = (const blk_q8_K *)((const char *)y + (size_t)r * ys) + b;     \
-                const int32_t sumi = kern_hsum8_i32(fold512(kx_chunks(&dec, yr->qs, true)));       \
-                sumf[r] = fmaf(xd * yr->d, (float)sumi, sumf[r]);                                  \
+                acc[r] =                                                                           \
+                    _mm256_fmadd_ps(_mm256_set1_ps(xd * yr->d), iq_lanes(&dec, yr->qs), acc[r]);   \
             }                                                                                      \
         }                                                                                          \
         UNROLL(4)                                                                                  \
-        for (int r = 0; r < nr; r++) s[r * ss] = sumf[r];                                          \
+        for (int r = 0; r < nr; r++) s[r * ss] = POST * kern_hsum8_ps(acc[r]);                     \
     }                                                                                              \
     KAVX512_ROWS_ENTRIES(NAME)
 
-IQ_ROWS(iq2_xxs, blk_iq2_xxs, iq2xxs_decode)
-IQ_ROWS(iq2_xs, blk_iq2_xs, iq2xs_decode)
-IQ_ROWS(iq2_s, blk_iq2_s, iq2s_decode)
-IQ_ROWS(iq3_xxs, blk_iq3_xxs, iq3xxs_decode)
-IQ_ROWS(iq3_s, blk_iq3_s, iq3s_decode)
-IQ_ROWS(iq1_s, blk_iq1_s, iq1s_decode)
-IQ_ROWS(iq1_m, blk_iq1_m, iq1m_decode)
+IQ_ROWS(iq2_xxs, blk_iq2_xxs, iq2xxs_decode, 0.125f)
+IQ_ROWS(iq2_xs, blk_iq2_xs, iq2xs_decode, 0.125f)
+IQ_ROWS(iq2_s, blk_iq2_s, iq2s_decode, 0.125f)
+IQ_ROWS(iq3_xxs, blk_iq3_xxs, iq3xxs_decode, 0.25f)
+IQ_ROWS(iq3_s, blk_iq3_s, iq3s_decode, 1.0f)
+
+/* IQ1_S: the shifts' sum S = sum_g shift_g sc_g (bsums 2g, 2g + 1) into its
+ * own accumulator; the result fma(1/8, acc1, hsum8(acc)). */
+T_512_INLINE void iq1_s_rows(int64_t n, float *s, size_t ss, const void *vx, const void *y,
+                             size_t ys, int nr) {
+    const blk_iq1_s *x = vx;
+    __m256 acc[KERN_ROWS_MAX];
+    float acc1[KERN_ROWS_MAX] = {0};
+    UNROLL(4)
+    for (int r = 0; r < KERN_ROWS_MAX; r++) acc[r] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < n / QK_K; b++) {
+        iq1_dec dec;
+        const float xd = iq1s_decode(&x[b], &dec);
+        UNROLL(4)
+        for (int r = 0; r < nr; r++) {
+            const blk_q8_K *yr = (const blk_q8_K *)((const char *)y + (size_t)r * ys) + b;
+            const float d = xd * yr->d;
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d), iq_lanes(&dec.k, yr->qs), acc[r]);
+            const int32_t sh = kern_hsum8_i32(
+                _mm256_madd_epi16(dec.c16, _mm256_loadu_si256((const __m256i *)yr->bsums)));
+            acc1[r] = fmaf(d, (float)sh, acc1[r]);
+        }
+    }
+    UNROLL(4)
+    for (int r = 0; r < nr; r++) s[r * ss] = fmaf(0.125f, acc1[r], kern_hsum8_ps(acc[r]));
+}
+KAVX512_ROWS_ENTRIES(iq1_s)
+
+/* IQ1_M: the shifts in lanes of their own; fma(1/8, hsum8(acc2), hsum8(acc)). */
+T_512_INLINE void iq1_m_rows(int64_t n, float *s, size_t ss, const void *vx, const void *y,
+                             size_t ys, int nr) {
+    const blk_iq1_m *x = vx;
+    __m256 acc[KERN_ROWS_MAX], acc2[KERN_ROWS_MAX];
+    UNROLL(4)
+    for (int r = 0; r < KERN_ROWS_MAX; r++) acc[r] = acc2[r] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < n / QK_K; b++) {
+        iq1_dec dec;
+        const float xd = iq1m_decode(&x[b], &dec);
+        UNROLL(4)
+        for (int r = 0; r < nr; r++) {
+            const blk_q8_K *yr = (const blk_q8_K *)((const char *)y + (size_t)r * ys) + b;
+            const __m256 d = _mm256_set1_ps(xd * yr->d);
+            acc[r] = _mm256_fmadd_ps(d, iq_lanes(&dec.k, yr->qs), acc[r]);
+            acc2[r] = _mm256_fmadd_ps(d, iq_lanes(&dec.sh, yr->qs), acc2[r]);
+        }
+    }
+    UNROLL(4)
+    for (int r = 0; r < nr; r++)
+        s[r * ss] = fmaf(0.125f, kern_hsum8_ps(acc2[r]), kern_hsum8_ps(acc[r]));
+}
+KAVX512_ROWS_ENTRIES(iq1_m)

@@ -17,8 +17,8 @@
  *    1): llama.cpp scales the sum (or the value) by it;
  *  - IQ1_S / IQ1_M: value = grid (-1, 0, 1) + delta (+-1/8 per group or per
  *    8 values); kept in integers as 8 * grid + sign(delta), with dmul 1/8.
- * llama.cpp's sums are the same integers (sumi + delta * sum of q8 for IQ1),
- * so results differ from its only in float rounding. */
+ * Dequantization is the K family's; the dot products follow llama.cpp's float
+ * steps (below), bit for bit. */
 #include "kern_impl.h"
 
 #include <stdlib.h>
@@ -494,10 +494,73 @@ KERN_K_INLINE void unpack_iq1_m(const void *vx, kern_k_block *u) {
     u->group = 16, u->mins = false, u->dmul = 0.125f;
 }
 
-KREF_K_KERNELS(iq2_xxs)
-KREF_K_KERNELS(iq2_xs)
-KREF_K_KERNELS(iq2_s)
-KREF_K_KERNELS(iq3_xxs)
-KREF_K_KERNELS(iq3_s)
-KREF_K_KERNELS(iq1_s)
-KREF_K_KERNELS(iq1_m)
+/* ======================= dot products =======================
+ *
+ * The float steps are llama.cpp's (its AVX2 kernels, which every x86 build of
+ * it runs), so that activations rounded into Q8_K near a boundary round the
+ * same way here: a difference in the last bit of one product flips a Q8_K
+ * value of the next layer now and then, and a model with 2-bit weights turns
+ * that into logprobs 0.1 apart (llama-gqa-bpe-iq2_xxs: median 0.01 with one
+ * float accumulator, 3e-6 with llama.cpp's eight).
+ *   lanes:  L_i = sum over e with (e % 32) / 4 == i of sc(e) * w_e * q8_e,
+ *           i < 8, w the signed codebook value (IQ1: without its shift);
+ *   per super-block: acc_i = fma(fp16(d) * yd, L_i, acc_i);
+ *   result: post * hsum8(acc), post 1/8 (IQ2), 1/4 (IQ3_XXS), 1 (IQ3_S);
+ *   IQ1_S:  also acc1 = fma(fp16(d) * yd, S, acc1) with S = sum_e sc(e) *
+ *           shift_e * q8_e, and the result fma(1/8, acc1, hsum8(acc));
+ *   IQ1_M:  the shifts in lanes M_i like L_i, acc2_i = fma(d * yd, M_i,
+ *           acc2_i), the result fma(1/8, hsum8(acc2), hsum8(acc));
+ *   hsum8(a) = ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)).
+ * The integer sums are exact, so the SIMD kernels form them in any order. */
+typedef enum { IQ_NO_SHIFT, IQ_SHIFT_SUM, IQ_SHIFT_LANES } iq_shift;
+
+static inline float hsum8(const float *a) {
+    return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
+}
+
+KERN_K_INLINE void iq_vec_dot(int64_t n, float *s, const void *vx, size_t x_bytes, const void *vy,
+                              kern_k_unpack_fn unpack, float post, iq_shift shift) {
+    const blk_q8_K *y = vy;
+    float acc[8] = {0}, acc2[8] = {0}, acc1 = 0;
+    for (int64_t b = 0; b < n / QK_K; b++) {
+        kern_k_block u;
+        u.dmul = 1.0f;
+        unpack((const char *)vx + b * x_bytes, &u);
+        int32_t L[8] = {0}, M[8] = {0};
+        for (int e = 0; e < QK_K; e++) {
+            int w = u.v[e], sh = 0;
+            if (shift != IQ_NO_SHIFT) { /* v = 8 * grid + shift, grid -1..1, shift +-1 */
+                w = (w + (w > 0 ? 4 : -4)) / 8;
+                sh = u.v[e] - 8 * w;
+            }
+            const int32_t sq = u.sc[e / u.group] * y[b].qs[e];
+            L[e % 32 / 4] += sq * w;
+            M[e % 32 / 4] += sq * sh;
+        }
+        const float d = kvl_f16_to_f32(u.d) * y[b].d;
+        for (int i = 0; i < 8; i++) {
+            acc[i] = fmaf(d, (float)L[i], acc[i]);
+            acc2[i] = fmaf(d, (float)M[i], acc2[i]);
+        }
+        if (shift == IQ_SHIFT_SUM)
+            acc1 = fmaf(d, (float)(M[0] + M[1] + M[2] + M[3] + M[4] + M[5] + M[6] + M[7]), acc1);
+    }
+    if (shift == IQ_SHIFT_SUM) *s = fmaf(0.125f, acc1, hsum8(acc));
+    else if (shift == IQ_SHIFT_LANES) *s = fmaf(0.125f, hsum8(acc2), hsum8(acc));
+    else *s = post * hsum8(acc);
+}
+
+#define IQ_KERNELS(t, POST, SHIFT)                                                                 \
+    void kref_vec_dot_##t(int64_t n, float *s, const void *vx, const void *vy) {                   \
+        iq_vec_dot(n, s, vx, sizeof(blk_##t), vy, unpack_##t, POST, SHIFT);                        \
+    }                                                                                              \
+    void kref_to_float_##t(const void *src, float *dst, int64_t n) {                               \
+        kern_k_to_float(src, dst, n, sizeof(blk_##t), unpack_##t);                                 \
+    }
+IQ_KERNELS(iq2_xxs, 0.125f, IQ_NO_SHIFT)
+IQ_KERNELS(iq2_xs, 0.125f, IQ_NO_SHIFT)
+IQ_KERNELS(iq2_s, 0.125f, IQ_NO_SHIFT)
+IQ_KERNELS(iq3_xxs, 0.25f, IQ_NO_SHIFT)
+IQ_KERNELS(iq3_s, 1.0f, IQ_NO_SHIFT)
+IQ_KERNELS(iq1_s, 1.0f, IQ_SHIFT_SUM)
+IQ_KERNELS(iq1_m, 1.0f, IQ_SHIFT_LANES)

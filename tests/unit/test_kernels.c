@@ -1356,6 +1356,48 @@ static void test_iq_dequant(void) {
     }
 }
 
+/* Dot products against llama.cpp's own (tests/data/iq_dot/<TYPE>.bin: per
+ * record a block count nb, nb random blocks, a Q8_K row that llama.cpp
+ * quantized, and what llama.cpp 81ff7abe's CPU vec_dot (its AVX2 kernels)
+ * returned for them): the same float steps, so the same bits, on every ISA. */
+static void test_iq_llama_dots(void) {
+    for (int ti = 0; ti < N_IQ_TYPES; ti++) {
+        const int t = iq_types[ti];
+        const gguf_dtype_traits *f = gguf_dtype_traits_of(t);
+        char path[256];
+        snprintf(path, sizeof path, "tests/data/iq_dot/%s.bin", f->name);
+        FILE *fp = fopen(path, "rb");
+        CHECK(fp, "%s: cannot open %s", f->name, path);
+        if (!fp) continue;
+        int records = 0;
+        uint32_t nb;
+        while (fread(&nb, sizeof nb, 1, fp) == 1) {
+            CHECK(nb >= 1 && nb <= 16, "%s: record %d: %u blocks", f->name, records, nb);
+            if (nb < 1 || nb > 16) break;
+            const int64_t n = (int64_t)nb * QK_K;
+            const size_t xb = kern_row_bytes(t, n), yb = kern_row_bytes(GGUF_DT_Q8_K, n);
+            char *x = kvl_alloc(xb), *y = kvl_alloc(yb);
+            float want, got;
+            const bool ok = fread(x, 1, xb, fp) == xb && fread(y, 1, yb, fp) == yb &&
+                            fread(&want, sizeof want, 1, fp) == 1;
+            CHECK(ok, "%s: record %d truncated", f->name, records);
+            if (ok) {
+                for (int active = 0; active < 2; active++) {
+                    (active ? kern_traits_of(t) : kern_traits_ref(t))->vec_dot(n, &got, x, y);
+                    CHECK(same_bits(got, want), "%s record %d (n=%lld, %s): %.9g, llama.cpp %.9g",
+                          f->name, records, (long long)n, active ? kern_isa_name() : "reference",
+                          got, want);
+                }
+            }
+            kvl_free(x), kvl_free(y);
+            records++;
+            if (!ok) break;
+        }
+        fclose(fp);
+        CHECK(records == 8, "%s: %d records in %s", f->name, records, path);
+    }
+}
+
 /* Dot products: the reference against exact math on its own dequantization,
  * every SIMD vec_dot and the AVX-512 rows kernels against the reference. */
 static void test_iq_dots(void) {
@@ -1608,6 +1650,7 @@ int main(int argc, char **argv) {
     test_rows_kernels();
     if (common) test_iq_dequant();
     test_iq_dots();
+    test_iq_llama_dots();
     test_matmul();
     test_matmul_shapes();
     test_repack();
