@@ -24,20 +24,36 @@ static inline uint64_t le64(const void *p) {
     return v;
 }
 
-/* 8 entries of an 8-byte codebook, idx[r] for run r of the chunk. */
-T_512_INLINE __m512i gather8(const uint64_t *grid, const uint32_t *idx) {
-    return _mm512_i32gather_epi64(_mm256_loadu_si256((const __m256i *)idx), (const void *)grid, 8);
+/* Every index, sign and scale is formed in registers: a vector assembled
+ * from scalar stores and read back whole stalls on store forwarding (the
+ * first version of these decoders: 28-140 ns a super-block, against 10-30). */
+
+/* 8 entries of an 8-byte codebook, lane r's index for run r of the chunk. */
+T_512_INLINE __m512i gather8(const uint64_t *grid, __m256i idx) {
+    return _mm512_i32gather_epi64(idx, (const void *)grid, 8);
 }
 /* 16 entries of a 4-byte codebook. */
 T_512_INLINE __m512i gather16(const uint32_t *grid, __m512i idx) {
     return _mm512_i32gather_epi32(idx, (const void *)grid, 4);
 }
 
-/* The 64 signs of a chunk from 8 stored 7-bit indices into kern_iq_grids.signs. */
-T_512_INLINE __mmask64 signs7(const uint32_t *s7) {
-    uint64_t m = 0;
-    for (int r = 0; r < 8; r++) m |= (uint64_t)kern_iq_grids.signs[s7[r]] << (8 * r);
-    return (__mmask64)m;
+/* The 64 signs of a chunk from its 8 runs' 7-bit sign fields, one per byte
+ * of s7: the eighth sign of each run makes the count of minus signs even
+ * (kern_iq_grids.signs), computed here as the byte's parity. */
+static inline __mmask64 signs7(uint64_t s7) {
+    uint64_t p = s7 ^ (s7 >> 4); /* bits 0..3 of each byte: its two nibbles xored */
+    p ^= p >> 2;
+    p ^= p >> 1;
+    return (__mmask64)(s7 | (p & 0x0101010101010101ull) << 7);
+}
+/* The four 7-bit fields of w0 (bits 0, 7, 14, 21) then those of w1, as bytes. */
+T_512_INLINE uint64_t fields7(uint32_t w0, uint32_t w1) {
+    const __m256i w =
+        _mm256_setr_epi32((int)w0, (int)w0, (int)w0, (int)w0, (int)w1, (int)w1, (int)w1, (int)w1);
+    const __m256i f =
+        _mm256_and_si256(_mm256_srlv_epi32(w, _mm256_setr_epi32(0, 7, 14, 21, 0, 7, 14, 21)),
+                         _mm256_set1_epi32(127));
+    return (uint64_t)_mm_cvtsi128_si64(_mm256_cvtepi32_epi8(f));
 }
 
 /* 16 int16 scales 2 s + 1 from 16 4-bit fields s (nibbles of 8 bytes, low first). */
@@ -49,34 +65,29 @@ T_512_INLINE __m512i scales_nib16(const uint8_t *b) {
     return _mm512_castsi256_si512(_mm256_add_epi16(_mm256_slli_epi16(s, 1), _mm256_set1_epi16(1)));
 }
 
-/* Scales of groups of 32 (sc[g], g < 8) or 16 (g < 16) into the chunk vectors. */
-T_512_INLINE void put_scales(kx_dec *d, __m512i sc, bool g16) {
+/* Scales of groups of 16 (lanes of sc) into the chunk vectors. */
+T_512_INLINE void put_scales16(kx_dec *d, __m512i sc) {
     UNROLL(4)
-    for (int c = 0; c < 4; c++)
-        d->sc[c] = _mm512_permutexvar_epi16(g16 ? idx_g16(c) : idx_g32(c), sc);
+    for (int c = 0; c < 4; c++) d->sc[c] = _mm512_permutexvar_epi16(idx_g16(c), sc);
 }
-T_512_INLINE __m512i scales_list(const int16_t *s) {
-    return _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)s));
+/* Chunk c's scale vector for its two groups of 32 with scales s0, s1. */
+T_512_INLINE __m512i scale_pair(int s0, int s1) {
+    return _mm512_inserti64x4(_mm512_set1_epi16((short)s0), _mm256_set1_epi16((short)s1), 1);
 }
 
 /* ======================= IQ2_XXS ======================= */
 
 T_512_INLINE float iq2xxs_decode(const blk_iq2_xxs *x, kx_dec *d) {
-    int16_t sc[16] = {0};
     UNROLL(4)
     for (int c = 0; c < 4; c++) {
-        uint32_t idx[8], s7[8];
-        for (int h = 0; h < 2; h++) {
-            const int g = 2 * c + h;
-            const uint32_t a = le32(&x->qs[4 * g]), b = le32(&x->qs[4 * g + 2]);
-            for (int l = 0; l < 4; l++)
-                idx[4 * h + l] = a >> (8 * l) & 0xFF, s7[4 * h + l] = b >> (7 * l) & 127;
-            sc[g] = (int16_t)(2 * (b >> 28) + 1);
-        }
+        const uint32_t a0 = le32(&x->qs[8 * c]), b0 = le32(&x->qs[8 * c + 2]);
+        const uint32_t a1 = le32(&x->qs[8 * c + 4]), b1 = le32(&x->qs[8 * c + 6]);
+        const __m256i idx = _mm256_cvtepu8_epi32(
+            _mm_cvtsi64_si128((long long)((uint64_t)a1 << 32 | a0))); /* the 8 index bytes */
         d->u[c] = gather8(kern_iq_grids.iq2xxs, idx);
-        d->neg[c] = signs7(s7);
+        d->neg[c] = signs7(fields7(b0, b1));
+        d->sc[c] = scale_pair((int)(2 * (b0 >> 28) + 1), (int)(2 * (b1 >> 28) + 1));
     }
-    put_scales(d, scales_list(sc), false);
     return f16_load(x->d);
 }
 
@@ -85,14 +96,12 @@ T_512_INLINE float iq2xxs_decode(const blk_iq2_xxs *x, kx_dec *d) {
 T_512_INLINE float iq2xs_decode(const blk_iq2_xs *x, kx_dec *d) {
     UNROLL(4)
     for (int c = 0; c < 4; c++) {
-        const __m256i q = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)&x->qs[8 * c]));
-        uint32_t idx[8], s7[8];
-        _mm256_storeu_si256((__m256i *)idx, _mm256_and_si256(q, _mm256_set1_epi32(511)));
-        _mm256_storeu_si256((__m256i *)s7, _mm256_srli_epi32(q, 9));
-        d->u[c] = gather8(kern_iq_grids.iq2xs, idx);
-        d->neg[c] = signs7(s7);
+        const __m128i q = _mm_loadu_si128((const __m128i *)&x->qs[8 * c]);
+        d->u[c] = gather8(kern_iq_grids.iq2xs,
+                          _mm256_cvtepu16_epi32(_mm_and_si128(q, _mm_set1_epi16(511))));
+        d->neg[c] = signs7((uint64_t)_mm_cvtsi128_si64(_mm_cvtepi16_epi8(_mm_srli_epi16(q, 9))));
     }
-    put_scales(d, scales_nib16(x->scales), true);
+    put_scales16(d, scales_nib16(x->scales));
     return f16_load(x->d);
 }
 
@@ -101,39 +110,31 @@ T_512_INLINE float iq2xs_decode(const blk_iq2_xs *x, kx_dec *d) {
 T_512_INLINE float iq2s_decode(const blk_iq2_s *x, kx_dec *d) {
     UNROLL(4)
     for (int c = 0; c < 4; c++) {
-        uint32_t idx[8];
-        for (int r = 0; r < 8; r++) {
-            const int g = 2 * c + r / 4, l = r % 4;
-            idx[r] = x->qs[8 * c + r] | (uint32_t)(x->qh[g] >> (2 * l) & 3) << 8;
-        }
-        d->u[c] = gather8(kern_iq_grids.iq2s, idx);
+        uint16_t h; /* qh of groups 2c, 2c + 1: bits 2r, 2r + 1 for run r of the chunk */
+        memcpy(&h, x->qh + 2 * c, 2);
+        const __m256i hi = _mm256_and_si256(
+            _mm256_srlv_epi32(_mm256_set1_epi32(h), _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14)),
+            _mm256_set1_epi32(3));
+        const __m256i lo = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(x->qs + 8 * c)));
+        d->u[c] = gather8(kern_iq_grids.iq2s, _mm256_or_si256(lo, _mm256_slli_epi32(hi, 8)));
         d->neg[c] = (__mmask64)le64(x->qs + 32 + 8 * c);
     }
-    put_scales(d, scales_nib16(x->scales), true);
+    put_scales16(d, scales_nib16(x->scales));
     return f16_load(x->d);
 }
 
 /* ======================= IQ3_XXS ======================= */
 
-/* 8 runs' signs (two groups' words, 4 runs each). */
-T_512_INLINE __mmask64 iq3xxs_signs(uint32_t b0, uint32_t b1) {
-    uint32_t s7[8];
-    for (int l = 0; l < 4; l++) s7[l] = b0 >> (7 * l) & 127, s7[4 + l] = b1 >> (7 * l) & 127;
-    return signs7(s7);
-}
-
 T_512_INLINE float iq3xxs_decode(const blk_iq3_xxs *x, kx_dec *d) {
-    int16_t sc[16] = {0};
     UNROLL(4)
     for (int c = 0; c < 4; c++) {
         const __m512i idx =
             _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(x->qs + 16 * c)));
         d->u[c] = gather16(kern_iq_grids.iq3xxs, idx);
         const uint32_t b0 = le32(x->qs + 64 + 8 * c), b1 = le32(x->qs + 68 + 8 * c);
-        d->neg[c] = iq3xxs_signs(b0, b1);
-        sc[2 * c] = (int16_t)(2 * (b0 >> 28) + 1), sc[2 * c + 1] = (int16_t)(2 * (b1 >> 28) + 1);
+        d->neg[c] = signs7(fields7(b0, b1));
+        d->sc[c] = scale_pair((int)(2 * (b0 >> 28) + 1), (int)(2 * (b1 >> 28) + 1));
     }
-    put_scales(d, scales_list(sc), false);
     return f16_load(x->d);
 }
 
@@ -148,11 +149,8 @@ T_512_INLINE float iq3s_decode(const blk_iq3_s *x, kx_dec *d) {
         idx = _mm512_mask_add_epi32(idx, (__mmask16)h, idx, _mm512_set1_epi32(256));
         d->u[c] = gather16(kern_iq_grids.iq3s, idx);
         d->neg[c] = (__mmask64)le64(x->signs + 8 * c);
+        d->sc[c] = scale_pair(2 * (x->scales[c] & 0xF) + 1, 2 * (x->scales[c] >> 4) + 1);
     }
-    int16_t sc[16] = {0};
-    for (int g = 0; g < 8; g++)
-        sc[g] = (int16_t)(2 * (x->scales[g / 2] >> (4 * (g % 2)) & 0xF) + 1);
-    put_scales(d, scales_list(sc), false);
     return f16_load(x->d);
 }
 
@@ -162,61 +160,78 @@ T_512_INLINE float iq3s_decode(const blk_iq3_s *x, kx_dec *d) {
  * for the pairs of Q8_K bsums (c16), IQ1_M's per-value shift signs with
  * the scales (sh: magnitudes 1). */
 typedef struct {
-    kx_dec k, sh;
+    kx_dec k;
+    __m512i scd[4]; /* IQ1_M: chunk c's scales, negated for the runs shifted down */
     __m256i c16;
 } iq1_dec;
 
 /* 8 IQ1 codebook entries (bytes -1, 0, 1) as magnitudes and signs. */
-T_512_INLINE void iq1_chunk(kx_dec *d, int c, const uint32_t *idx) {
+T_512_INLINE void iq1_chunk(kx_dec *d, int c, __m256i idx) {
     const __m512i g = gather8(kern_iq_grids.iq1s, idx);
     d->u[c] = _mm512_abs_epi8(g);
     d->neg[c] = _mm512_movepi8_mask(g);
 }
 
 T_512_INLINE float iq1s_decode(const blk_iq1_s *x, iq1_dec *d) {
-    int16_t sc[16] = {0}, c[16];
+    /* qh: per group 3 x 3 high index bits, the scale in bits 12..14, the shift's sign in 15 */
+    const __m128i qh = _mm_loadu_si128((const __m128i *)x->qh);
+    const __m128i sc =
+        _mm_add_epi16(_mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(qh, 12), _mm_set1_epi16(7)), 1),
+                      _mm_set1_epi16(1));
+    const __m128i neg = _mm_srai_epi16(qh, 15); /* -1 where the shift is negative */
+    const __m256i c8 = _mm256_cvtepu16_epi32(_mm_sub_epi16(_mm_xor_si128(sc, neg), neg));
+    d->c16 = _mm256_or_si256(c8, _mm256_slli_epi32(c8, 16)); /* each for its two bsums */
     UNROLL(4)
-    for (int ch = 0; ch < 4; ch++) {
-        uint32_t idx[8];
-        for (int h = 0; h < 2; h++) {
-            const int g = 2 * ch + h;
-            const unsigned q = x->qh[g];
-            for (int l = 0; l < 4; l++) idx[4 * h + l] = x->qs[4 * g + l] | (q >> (3 * l) & 7) << 8;
-            sc[g] = (int16_t)(2 * (q >> 12 & 7) + 1);
-            c[2 * g] = c[2 * g + 1] = (int16_t)(q & 0x8000 ? -sc[g] : sc[g]);
-        }
-        iq1_chunk(&d->k, ch, idx);
+    for (int c = 0; c < 4; c++) {
+        const __m256i h = _mm256_setr_epi32(x->qh[2 * c], x->qh[2 * c], x->qh[2 * c], x->qh[2 * c],
+                                            x->qh[2 * c + 1], x->qh[2 * c + 1], x->qh[2 * c + 1],
+                                            x->qh[2 * c + 1]);
+        const __m256i hi = _mm256_and_si256(
+            _mm256_srlv_epi32(h, _mm256_setr_epi32(0, 3, 6, 9, 0, 3, 6, 9)), _mm256_set1_epi32(7));
+        const __m256i lo = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(x->qs + 8 * c)));
+        iq1_chunk(&d->k, c, _mm256_or_si256(lo, _mm256_slli_epi32(hi, 8)));
     }
-    put_scales(&d->k, scales_list(sc), false);
-    d->c16 = _mm256_loadu_si256((const __m256i *)c);
+    const __m512i sc16 = _mm512_castsi128_si512(sc);
+    UNROLL(4)
+    for (int c = 0; c < 4; c++) d->k.sc[c] = _mm512_permutexvar_epi16(idx_g32(c), sc16);
     return f16_load(x->d);
 }
 
 T_512_INLINE float iq1m_decode(const blk_iq1_m *x, iq1_dec *d) {
-    uint16_t s[4];
-    memcpy(s, x->scales, sizeof s);
+    __mmask32 minus[4];
+    uint64_t s64;
+    memcpy(&s64, x->scales, 8);
     UNROLL(4)
     for (int c = 0; c < 4; c++) {
-        uint32_t idx[8];
-        uint64_t minus = 0;
-        for (int r = 0; r < 8; r++) { /* run 8c + r: group 2c + r / 4, l = r % 4 */
-            const unsigned nib = x->qh[4 * c + r / 2] >> (4 * (r % 2)) & 0xF;
-            idx[r] = x->qs[8 * c + r] | (nib & 7) << 8;
-            if (nib & 8) minus |= 0xFFull << (8 * r);
-        }
-        iq1_chunk(&d->k, c, idx);
-        d->sh.u[c] = _mm512_set1_epi8(1);
-        d->sh.neg[c] = (__mmask64)minus;
+        /* run r of the chunk: nibble r of qh[4c..4c+3], its low 3 bits the index's high
+         * bits, bit 3 the shift's sign */
+        const __m256i nib =
+            _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)le32(x->qh + 4 * c)),
+                                               _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
+                             _mm256_set1_epi32(0xF));
+        const __m256i lo = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(x->qs + 8 * c)));
+        iq1_chunk(
+            &d->k, c,
+            _mm256_or_si256(lo, _mm256_slli_epi32(_mm256_and_si256(nib, _mm256_set1_epi32(7)), 8)));
+        /* the runs shifted down: their 4 int16 pairs each */
+        minus[c] = _mm512_movepi16_mask(_mm512_maskz_mov_epi64(
+            _mm256_test_epi32_mask(nib, _mm256_set1_epi32(8)), _mm512_set1_epi8(-1)));
     }
-    int16_t sc[16];
-    for (int g = 0; g < 8; g++) {
-        sc[2 * g] = (int16_t)(2 * (s[g / 2] >> (6 * (g % 2)) & 7) + 1);
-        sc[2 * g + 1] = (int16_t)(2 * (s[g / 2] >> (6 * (g % 2) + 3) & 7) + 1);
-    }
-    put_scales(&d->k, scales_list(sc), true);
-    put_scales(&d->sh, scales_list(sc), true);
-    const kvl_f16 dh =
-        (kvl_f16)((s[0] >> 12) | (s[1] >> 8 & 0x00F0) | (s[2] >> 4 & 0x0F00) | (s[3] & 0xF000));
+    /* the 16 3-bit scales: scale j at bit 16 (j / 4) + 6 ((j / 2) % 2) + 3 (j % 2) */
+    const __m256i w =
+        _mm256_permutexvar_epi16(_mm256_setr_epi16(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3),
+                                 _mm256_castsi128_si256(_mm_cvtsi64_si128((long long)s64)));
+    const __m256i f = _mm256_and_si256(
+        _mm256_srlv_epi16(w, _mm256_setr_epi16(0, 3, 6, 9, 0, 3, 6, 9, 0, 3, 6, 9, 0, 3, 6, 9)),
+        _mm256_set1_epi16(7));
+    const __m512i sc =
+        _mm512_castsi256_si512(_mm256_add_epi16(_mm256_slli_epi16(f, 1), _mm256_set1_epi16(1)));
+    put_scales16(&d->k, sc);
+    UNROLL(4)
+    for (int c = 0; c < 4; c++)
+        d->scd[c] = _mm512_mask_sub_epi16(d->k.sc[c], minus[c], _mm512_setzero_si512(), d->k.sc[c]);
+    const kvl_f16 dh = (kvl_f16)((s64 >> 12 & 0x000F) | (s64 >> 24 & 0x00F0) |
+                                 (s64 >> 36 & 0x0F00) | (s64 >> 48 & 0xF000));
     return f16_load(dh);
 }
 
@@ -283,7 +298,8 @@ T_512_INLINE void iq1_s_rows(int64_t n, float *s, size_t ss, const void *vx, con
 }
 KAVX512_ROWS_ENTRIES(iq1_s)
 
-/* IQ1_M: the shifts in lanes of their own; fma(1/8, hsum8(acc2), hsum8(acc)). */
+/* IQ1_M: the shifts in lanes of their own, from the Q8_K pair sums times the
+ * signed scales; fma(1/8, hsum8(acc2), hsum8(acc)). */
 T_512_INLINE void iq1_m_rows(int64_t n, float *s, size_t ss, const void *vx, const void *y,
                              size_t ys, int nr) {
     const blk_iq1_m *x = vx;
@@ -296,9 +312,19 @@ T_512_INLINE void iq1_m_rows(int64_t n, float *s, size_t ss, const void *vx, con
         UNROLL(4)
         for (int r = 0; r < nr; r++) {
             const blk_q8_K *yr = (const blk_q8_K *)((const char *)y + (size_t)r * ys) + b;
+            __m512i a = _mm512_setzero_si512(), sh = a;
+            UNROLL(4)
+            for (int c = 0; c < 4; c++) {
+                const __m512i yv = _mm512_loadu_si512(yr->qs + 64 * c);
+                const __m512i ys =
+                    _mm512_mask_sub_epi8(yv, dec.k.neg[c], _mm512_setzero_si512(), yv);
+                a = _mm512_dpwssd_epi32(a, _mm512_maddubs_epi16(dec.k.u[c], ys), dec.k.sc[c]);
+                sh = _mm512_dpwssd_epi32(sh, _mm512_maddubs_epi16(_mm512_set1_epi8(1), yv),
+                                         dec.scd[c]);
+            }
             const __m256 d = _mm256_set1_ps(xd * yr->d);
-            acc[r] = _mm256_fmadd_ps(d, iq_lanes(&dec.k, yr->qs), acc[r]);
-            acc2[r] = _mm256_fmadd_ps(d, iq_lanes(&dec.sh, yr->qs), acc2[r]);
+            acc[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(fold512(a)), acc[r]);
+            acc2[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(fold512(sh)), acc2[r]);
         }
     }
     UNROLL(4)
