@@ -70,6 +70,12 @@ static void fill_weights(int t, uint8_t *p, int64_t rows, int64_t k) {
             blk[0] = 120;
             continue;
         }
+        if (t == GGUF_DT_IQ1_M) { /* d in the top nibbles of the four scale words */
+            for (int w = 0; w < 4; w++)
+                blk[48 + 2 * w + 1] =
+                    (uint8_t)((blk[48 + 2 * w + 1] & 0x0F) | (d >> (4 * w) & 0xF) << 4);
+            continue;
+        }
         memcpy(blk + at, &d, 2);
         if (t == GGUF_DT_Q4_K || t == GGUF_DT_Q5_K || t == GGUF_DT_Q2_K || t == GGUF_DT_Q4_1 ||
             t == GGUF_DT_Q5_1)
@@ -401,10 +407,12 @@ int main(int argc, char **argv) {
     const int64_t k = argc > 2 ? atoll(argv[2]) : 4096, n_out = argc > 3 ? atoll(argv[3]) : 4096;
     printf("isa %s, %d threads, W %lldx%lld; stream read %.1f GB/s\n", kern_isa_name(),
            omp_get_max_threads(), (long long)n_out, (long long)k, stream_read_gbs());
-    static const int types[] = {GGUF_DT_Q4_0, GGUF_DT_Q4_K, GGUF_DT_Q6_K,   GGUF_DT_Q8_0,
-                                GGUF_DT_F16,  GGUF_DT_BF16, GGUF_DT_F32,    GGUF_DT_Q4_1,
-                                GGUF_DT_Q5_0, GGUF_DT_Q5_1, GGUF_DT_IQ4_NL, GGUF_DT_Q2_K,
-                                GGUF_DT_Q3_K, GGUF_DT_Q5_K, GGUF_DT_IQ4_XS, GGUF_DT_MXFP4};
+    static const int types[] = {GGUF_DT_Q4_0,    GGUF_DT_Q4_K,   GGUF_DT_Q6_K,   GGUF_DT_Q8_0,
+                                GGUF_DT_F16,     GGUF_DT_BF16,   GGUF_DT_F32,    GGUF_DT_Q4_1,
+                                GGUF_DT_Q5_0,    GGUF_DT_Q5_1,   GGUF_DT_IQ4_NL, GGUF_DT_Q2_K,
+                                GGUF_DT_Q3_K,    GGUF_DT_Q5_K,   GGUF_DT_IQ4_XS, GGUF_DT_MXFP4,
+                                GGUF_DT_IQ2_XXS, GGUF_DT_IQ2_XS, GGUF_DT_IQ2_S,  GGUF_DT_IQ3_XXS,
+                                GGUF_DT_IQ3_S,   GGUF_DT_IQ1_S,  GGUF_DT_IQ1_M};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
         if (argc <= 4 || strstr(argv[4], gguf_dtype_name(types[i]))) bench_type(types[i], k, n_out);
     if (argc <= 4 || strstr(argv[4], "attn")) {
