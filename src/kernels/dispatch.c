@@ -75,6 +75,7 @@ static const kern_traits ref_table[GGUF_DT_COUNT] = {
 
 static kern_traits active[GGUF_DT_COUNT];
 static kern_vec_dot_rows_fn active_rows[GGUF_DT_COUNT];
+static int active_rows_max[GGUF_DT_COUNT]; /* 0: KERN_ROWS_MAX */
 static const kern_prep_ops *active_prep[GGUF_DT_COUNT];
 static const kern_gemm_ops *active_gemm[GGUF_DT_COUNT];
 static const kern_repack_ops *active_repack[GGUF_DT_COUNT];
@@ -200,7 +201,8 @@ static void install_avx512(void) {
     active_gemm[GGUF_DT_MXFP4] = &kavx512_gemm_mxfp4;
     active_repack[GGUF_DT_MXFP4] = &kavx512_repack_mxfp4;
 #define IQ_AVX512(T, t)                                                                            \
-    active[GGUF_DT_##T].vec_dot = kavx512_vec_dot_##t, active_rows[GGUF_DT_##T] = kavx512_rows_##t;
+    active[GGUF_DT_##T].vec_dot = kavx512_vec_dot_##t,                                             \
+    active_rows[GGUF_DT_##T] = kavx512_rows_##t, active_rows_max[GGUF_DT_##T] = KERN_ROWS_WIDE;
     KERN_IQ_TYPES(IQ_AVX512)
 #undef IQ_AVX512
     active_attn = &kavx512_attn;
@@ -218,6 +220,7 @@ static void select_level(enum isa_level want) {
     }
     memcpy(active, ref_table, sizeof active);
     memset(active_rows, 0, sizeof active_rows);
+    memset(active_rows_max, 0, sizeof active_rows_max);
     memset(active_prep, 0, sizeof active_prep);
     memset(active_gemm, 0, sizeof active_gemm);
     memset(active_repack, 0, sizeof active_repack);
@@ -293,6 +296,9 @@ const kern_traits *kern_traits_of(int dtype) {
     return selected(dtype) && active[dtype].to_float ? &active[dtype] : NULL;
 }
 kern_vec_dot_rows_fn kern_rows_of(int dtype) { return selected(dtype) ? active_rows[dtype] : NULL; }
+int kern_rows_max_of(int dtype) {
+    return selected(dtype) && active_rows_max[dtype] ? active_rows_max[dtype] : KERN_ROWS_MAX;
+}
 const kern_prep_ops *kern_prep_of(int dtype) { return selected(dtype) ? active_prep[dtype] : NULL; }
 const kern_gemm_ops *kern_gemm_of(int dtype) { return selected(dtype) ? active_gemm[dtype] : NULL; }
 const kern_repack_ops *kern_repack_of(int dtype) {

@@ -373,9 +373,15 @@ kern_vec_dot_sig kavx2_vec_dot_f32, kavx2_vec_dot_f16, kavx2_vec_dot_bf16, kavx2
  * s[r * ss] = dot(x, y + r * ys) for r < nr, each bit-identical to vec_dot.
  * matmul uses it for m > 1 so the weights are decoded once per group of rows. */
 #define KERN_ROWS_MAX 4
+/* The lattice types' AVX-512 rows kernels take up to this many: their decode
+ * (codebook gathers, signs) costs more than a row's dot products, so prefill
+ * shares it among more rows (kern_rows_max_of). */
+#define KERN_ROWS_WIDE 16
 typedef kern_vec_dot_rows_sig *kern_vec_dot_rows_fn;
-/* The active rows kernel of a weight type, or NULL (then matmul loops vec_dot). */
+/* The active rows kernel of a weight type, or NULL (then matmul loops vec_dot),
+ * and the most activation rows it takes in one call. */
 kern_vec_dot_rows_fn kern_rows_of(int dtype);
+int kern_rows_max_of(int dtype);
 
 /* Prepared activations: a matmul-internal layout of the quantized activations
  * that a kernel reads faster than GGUF blocks (quantization and results are

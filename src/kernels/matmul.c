@@ -43,6 +43,7 @@ typedef struct {
     kern_vec_dot_rows_fn rows;
     kern_rows4_fn rows4;       /* four weight rows at once, when set */
     const kern_gemm_ops *gemm; /* the packed path, when set */
+    int rows_max;              /* activation rows per call of rows */
 } mm_plan;
 
 static bool mm_make_plan(int wtype, int64_t k, int64_t m, mm_plan *p) {
@@ -58,12 +59,14 @@ static bool mm_make_plan(int wtype, int64_t k, int64_t m, mm_plan *p) {
                    t->vec_dot,
                    rows && m > 1 ? rows : NULL,
                    NULL,
-                   gemm && m >= gemm->min_m ? gemm : NULL};
+                   gemm && m >= gemm->min_m ? gemm : NULL,
+                   rows ? kern_rows_max_of(wtype) : KERN_ROWS_MAX};
     if (prep) {
         p->quantize = prep->prepare;
         p->xrow = kern_q8p_row_bytes(k);
         p->rows = prep->rows;
         p->rows4 = prep->rows4;
+        p->rows_max = KERN_ROWS_MAX;
     } else if (vdt == GGUF_DT_F32) {
         p->quantize = NULL;
         p->xrow = (size_t)k * sizeof(float);
@@ -121,7 +124,7 @@ static int64_t chunk_rows(const mm_plan *p, int64_t n_out, int nth) {
 }
 
 /* Output rows j0..j1 for all m activation rows. With a rows kernel each weight
- * row is decoded once per group of up to KERN_ROWS_MAX activation rows. */
+ * row is decoded once per group of up to rows_max activation rows. */
 static void mm_chunk(const mm_plan *p, const char *w, int64_t j0, int64_t j1, int64_t k,
                      const char *xq, int64_t m, float *Y, int64_t n_out) {
     if (!p->rows) {
@@ -130,8 +133,8 @@ static void mm_chunk(const mm_plan *p, const char *w, int64_t j0, int64_t j1, in
                 p->dot(k, &Y[i * n_out + j], w + (size_t)j * p->wrow, xq + (size_t)i * p->xrow);
         return;
     }
-    for (int64_t i = 0; i < m; i += KERN_ROWS_MAX) {
-        const int nr = m - i < KERN_ROWS_MAX ? (int)(m - i) : KERN_ROWS_MAX;
+    for (int64_t i = 0; i < m; i += p->rows_max) {
+        const int nr = m - i < p->rows_max ? (int)(m - i) : p->rows_max;
         int64_t j = j0;
         if (p->rows4) {
             /* the four rows of a call a quarter of the chunk apart: each streams

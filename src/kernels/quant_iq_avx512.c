@@ -1,6 +1,6 @@
 /* kernels: AVX-512 (F, BW, VL, VNNI) dot products of the lattice types
  * (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M) against Q8_K, one
- * weight row against 1..KERN_ROWS_MAX activation rows.
+ * weight row against 1..KERN_ROWS_WIDE activation rows.
  *
  * A super-block is decoded once into the K family's four 64-value chunks
  * (quant_kx_avx512.h): the codebook entries of a chunk gathered into one
@@ -240,6 +240,23 @@ T_512_INLINE __m256 iq_lanes(const kx_dec *d, const int8_t *yq) {
     return _mm256_cvtepi32_ps(fold512(kx_chunks(d, yq, true)));
 }
 
+/* The entry points of a lattice rows kernel: up to KERN_ROWS_WIDE rows, the
+ * counts of decode and small batches as constants (their loops unroll). */
+#define IQ_ROWS_ENTRIES(NAME)                                                                      \
+    T_512 void kavx512_vec_dot_##NAME(int64_t n, float *s, const void *x, const void *y) {         \
+        NAME##_rows(n, s, 0, x, y, 0, 1);                                                          \
+    }                                                                                              \
+    T_512 void kavx512_rows_##NAME(int64_t n, float *s, size_t ss, const void *x, const void *y,   \
+                                   size_t ys, int nr) {                                            \
+        switch (nr) {                                                                              \
+        case 1: NAME##_rows(n, s, ss, x, y, ys, 1); break;                                         \
+        case 2: NAME##_rows(n, s, ss, x, y, ys, 2); break;                                         \
+        case 4: NAME##_rows(n, s, ss, x, y, ys, 4); break;                                         \
+        case KERN_ROWS_WIDE: NAME##_rows(n, s, ss, x, y, ys, KERN_ROWS_WIDE); break;               \
+        default: NAME##_rows(n, s, ss, x, y, ys, nr < KERN_ROWS_WIDE ? nr : KERN_ROWS_WIDE);       \
+        }                                                                                          \
+    }
+
 /* NAME_rows of a lattice type: each super-block decoded once (DECODE returns
  * its fp16 d), then per activation row the lanes acc = fma(d * yd, lanes,
  * acc), and at the end POST * hsum8(acc) (quant_iq_ref.c). */
@@ -247,9 +264,8 @@ T_512_INLINE __m256 iq_lanes(const kx_dec *d, const int8_t *yq) {
     T_512_INLINE void NAME##_rows(int64_t n, float *s, size_t ss, const void *vx, const void *y,   \
                                   size_t ys, int nr) {                                             \
         const BLK *x = vx;                                                                         \
-        __m256 acc[KERN_ROWS_MAX];                                                                 \
-        UNROLL(4)                                                                                  \
-        for (int r = 0; r < KERN_ROWS_MAX; r++) acc[r] = _mm256_setzero_ps();                      \
+        __m256 acc[KERN_ROWS_WIDE];                                                                \
+        for (int r = 0; r < nr; r++) acc[r] = _mm256_setzero_ps();                                 \
         for (int64_t b = 0; b < n / QK_K; b++) {                                                   \
             kx_dec dec;                                                                            \
             const float xd = DECODE(&x[b], &dec);                                                  \
@@ -263,7 +279,7 @@ T_512_INLINE __m256 iq_lanes(const kx_dec *d, const int8_t *yq) {
         UNROLL(4)                                                                                  \
         for (int r = 0; r < nr; r++) s[r * ss] = POST * kern_hsum8_ps(acc[r]);                     \
     }                                                                                              \
-    KAVX512_ROWS_ENTRIES(NAME)
+    IQ_ROWS_ENTRIES(NAME)
 
 IQ_ROWS(iq2_xxs, blk_iq2_xxs, iq2xxs_decode, 0.125f)
 IQ_ROWS(iq2_xs, blk_iq2_xs, iq2xs_decode, 0.125f)
@@ -276,10 +292,9 @@ IQ_ROWS(iq3_s, blk_iq3_s, iq3s_decode, 1.0f)
 T_512_INLINE void iq1_s_rows(int64_t n, float *s, size_t ss, const void *vx, const void *y,
                              size_t ys, int nr) {
     const blk_iq1_s *x = vx;
-    __m256 acc[KERN_ROWS_MAX];
-    float acc1[KERN_ROWS_MAX] = {0};
-    UNROLL(4)
-    for (int r = 0; r < KERN_ROWS_MAX; r++) acc[r] = _mm256_setzero_ps();
+    __m256 acc[KERN_ROWS_WIDE];
+    float acc1[KERN_ROWS_WIDE] = {0};
+    for (int r = 0; r < nr; r++) acc[r] = _mm256_setzero_ps();
     for (int64_t b = 0; b < n / QK_K; b++) {
         iq1_dec dec;
         const float xd = iq1s_decode(&x[b], &dec);
@@ -296,16 +311,15 @@ T_512_INLINE void iq1_s_rows(int64_t n, float *s, size_t ss, const void *vx, con
     UNROLL(4)
     for (int r = 0; r < nr; r++) s[r * ss] = fmaf(0.125f, acc1[r], kern_hsum8_ps(acc[r]));
 }
-KAVX512_ROWS_ENTRIES(iq1_s)
+IQ_ROWS_ENTRIES(iq1_s)
 
 /* IQ1_M: the shifts in lanes of their own, from the Q8_K pair sums times the
  * signed scales; fma(1/8, hsum8(acc2), hsum8(acc)). */
 T_512_INLINE void iq1_m_rows(int64_t n, float *s, size_t ss, const void *vx, const void *y,
                              size_t ys, int nr) {
     const blk_iq1_m *x = vx;
-    __m256 acc[KERN_ROWS_MAX], acc2[KERN_ROWS_MAX];
-    UNROLL(4)
-    for (int r = 0; r < KERN_ROWS_MAX; r++) acc[r] = acc2[r] = _mm256_setzero_ps();
+    __m256 acc[KERN_ROWS_WIDE], acc2[KERN_ROWS_WIDE];
+    for (int r = 0; r < nr; r++) acc[r] = acc2[r] = _mm256_setzero_ps();
     for (int64_t b = 0; b < n / QK_K; b++) {
         iq1_dec dec;
         const float xd = iq1m_decode(&x[b], &dec);
@@ -331,4 +345,4 @@ T_512_INLINE void iq1_m_rows(int64_t n, float *s, size_t ss, const void *vx, con
     for (int r = 0; r < nr; r++)
         s[r * ss] = fmaf(0.125f, kern_hsum8_ps(acc2[r]), kern_hsum8_ps(acc[r]));
 }
-KAVX512_ROWS_ENTRIES(iq1_m)
+IQ_ROWS_ENTRIES(iq1_m)

@@ -1356,6 +1356,30 @@ static void test_iq_dequant(void) {
     }
 }
 
+/* kern_matmul on the active kernels (the rows kernels up to KERN_ROWS_WIDE
+ * rows at once, the threads' chunks) = vec_dot row by row, for m across the
+ * rows kernels' group sizes. */
+static void test_iq_matmul(void) {
+    static const int64_t ms[] = {1, 3, 4, 5, 16, 17, 40};
+    const int64_t n_out = 37, k = 768;
+    for (int ti = 0; ti < N_IQ_TYPES; ti++) {
+        const int t = iq_types[ti];
+        uint8_t *W = kvl_alloc(n_out * kern_row_bytes(t, k));
+        random_iq_blocks(t, W, n_out * k / QK_K);
+        float *X = kvl_alloc(40 * k * sizeof(float)), *Y = kvl_alloc(40 * n_out * sizeof(float)),
+              *want = kvl_alloc(40 * n_out * sizeof(float));
+        fill_data(X, 40 * k, 1.0f);
+        for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++) {
+            const int64_t m = ms[mi];
+            run_matmul(W, t, n_out, k, X, m, Y);
+            matmul_direct(W, t, n_out, k, X, m, want);
+            CHECK(memcmp(Y, want, (size_t)(m * n_out) * sizeof(float)) == 0, "%s matmul m=%lld",
+                  gguf_dtype_name(t), (long long)m);
+        }
+        kvl_free(W), kvl_free(X), kvl_free(Y), kvl_free(want);
+    }
+}
+
 /* Dot products against llama.cpp's own (tests/data/iq_dot/<TYPE>.bin: per
  * record a block count nb, nb random blocks, a Q8_K row that llama.cpp
  * quantized, and what llama.cpp 81ff7abe's CPU vec_dot (its AVX2 kernels)
@@ -1421,10 +1445,10 @@ static void test_iq_dots(void) {
             const int64_t n = blocks[si] * QK_K;
             const size_t qrow = kern_row_bytes(GGUF_DT_Q8_K, n);
             uint8_t *qx = kvl_alloc(kern_row_bytes(t, n));
-            char *qy = kvl_alloc(KERN_ROWS_MAX * qrow);
+            char *qy = kvl_alloc(KERN_ROWS_WIDE * qrow);
             float *y = kvl_alloc(n * sizeof(float));
             random_iq_blocks(t, qx, blocks[si]);
-            for (int i = 0; i < KERN_ROWS_MAX; i++) {
+            for (int i = 0; i < KERN_ROWS_WIDE; i++) {
                 fill_data(y, n, 1.0f + i);
                 kern_traits_ref(GGUF_DT_Q8_K)->from_float(y, qy + i * qrow, n);
             }
@@ -1443,8 +1467,8 @@ static void test_iq_dots(void) {
                       (long long)n, isa_list[a], s, want);
             }
             if (isa_ok[2])
-                for (int nr = 1; nr <= KERN_ROWS_MAX; nr++) {
-                    float s[2 * KERN_ROWS_MAX] = {0};
+                for (int nr = 1; nr <= KERN_ROWS_WIDE; nr++) {
+                    float s[2 * KERN_ROWS_WIDE] = {0};
                     rows[ti](n, s, 2, qx, qy, qrow, nr);
                     for (int i = 0; i < nr; i++) {
                         r->vec_dot(n, &want, qx, qy + i * qrow);
@@ -1651,6 +1675,7 @@ int main(int argc, char **argv) {
     if (common) test_iq_dequant();
     test_iq_dots();
     test_iq_llama_dots();
+    test_iq_matmul();
     test_matmul();
     test_matmul_shapes();
     test_repack();
