@@ -349,6 +349,7 @@ typedef struct kern_iq_grids_t {
     uint64_t iq2xxs[256], iq2xs[512], iq2s[1024], iq1s[2048];
     uint32_t iq3xxs[256], iq3s[512];
     uint8_t signs[128];
+    uint64_t signs64[128]; /* the same 8 signs as bytes, +1 (0x01) or -1 (0xFF) */
 } kern_iq_grids_t;
 extern kern_iq_grids_t kern_iq_grids;
 #define KERN_IQ_TYPES(X)                                                                           \

@@ -352,8 +352,13 @@ __attribute__((constructor)) static void iq_grids_init(void) {
     expand(iq1s_points, 3, 8, LEVELS_IQ1, kern_iq_grids.iq1s, 2048);
     expand(iq3xxs_points, 8, 4, LEVELS_IQ3XXS, kern_iq_grids.iq3xxs, 256);
     expand(iq3s_points, 8, 4, LEVELS_IQ3S, kern_iq_grids.iq3s, 512);
-    for (int i = 0; i < 128; i++) /* the eighth sign makes the count of minus signs even */
-        kern_iq_grids.signs[i] = (uint8_t)(i | (__builtin_popcount((unsigned)i) & 1) << 7);
+    for (int i = 0; i < 128; i++) { /* the eighth sign makes the count of minus signs even */
+        const unsigned sg = (unsigned)i | (__builtin_popcount((unsigned)i) & 1) << 7;
+        kern_iq_grids.signs[i] = (uint8_t)sg;
+        uint64_t b = 0;
+        for (int j = 0; j < 8; j++) b |= (uint64_t)(sg >> j & 1 ? 0xFF : 0x01) << (8 * j);
+        kern_iq_grids.signs64[i] = b;
+    }
 }
 
 /* ======================= unpacking ======================= */
