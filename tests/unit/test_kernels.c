@@ -1319,6 +1319,15 @@ static void random_iq_blocks(int t, uint8_t *p, int64_t nb) {
     }
 }
 
+/* tests/data/DIR/TYPE.bin, or NULL (counted as a failure). */
+static FILE *open_iq_fixture(const char *dir, const char *type) {
+    char path[256];
+    snprintf(path, sizeof path, "tests/data/%s/%s.bin", dir, type);
+    FILE *fp = fopen(path, "rb");
+    CHECK(fp, "%s: cannot open %s", type, path);
+    return fp;
+}
+
 /* kvllm's dequantization against llama.cpp's Python package's, bit for bit,
  * on blocks whose indices sweep each codebook (tests/data/iq_dequant,
  * tests/unit/make_iq_fixtures.py). */
@@ -1326,10 +1335,7 @@ static void test_iq_dequant(void) {
     for (int ti = 0; ti < N_IQ_TYPES; ti++) {
         const int t = iq_types[ti];
         const gguf_dtype_traits *f = gguf_dtype_traits_of(t);
-        char path[256];
-        snprintf(path, sizeof path, "tests/data/iq_dequant/%s.bin", f->name);
-        FILE *fp = fopen(path, "rb");
-        CHECK(fp, "%s: cannot open %s", f->name, path);
+        FILE *fp = open_iq_fixture("iq_dequant", f->name);
         if (!fp) continue;
         fseek(fp, 0, SEEK_END);
         const long size = ftell(fp);
@@ -1388,10 +1394,7 @@ static void test_iq_llama_dots(void) {
     for (int ti = 0; ti < N_IQ_TYPES; ti++) {
         const int t = iq_types[ti];
         const gguf_dtype_traits *f = gguf_dtype_traits_of(t);
-        char path[256];
-        snprintf(path, sizeof path, "tests/data/iq_dot/%s.bin", f->name);
-        FILE *fp = fopen(path, "rb");
-        CHECK(fp, "%s: cannot open %s", f->name, path);
+        FILE *fp = open_iq_fixture("iq_dot", f->name);
         if (!fp) continue;
         int records = 0;
         uint32_t nb;
@@ -1418,7 +1421,7 @@ static void test_iq_llama_dots(void) {
             if (!ok) break;
         }
         fclose(fp);
-        CHECK(records == 8, "%s: %d records in %s", f->name, records, path);
+        CHECK(records == 8, "%s: %d records in tests/data/iq_dot", f->name, records);
     }
 }
 
