@@ -225,18 +225,19 @@ static inline float kern_sym_first(int n, int nmax, const float *x, int8_t *L, i
  * the integer scale (and, for the types with mins, the min) of each group of
  * `group` values and the fp16 super-block scales. Per super-block, in order:
  *   sumi = sum_g sc_g * sum_{e in g} v_e * q8_e, summ = sum_g m_g * (g's bsums),
- *   s = fma(d*dmul*yd, sumi, s), and with mins s = fma(-(dmin*yd), summ, s),
- * the integer sums exact, so the SIMD kernels reproduce them in any order
- * (dmul, a power of two, is 1 but for the lattice types: quant_iq_ref.c). */
+ *   s = fma(d*yd, sumi, s), and with mins s = fma(-(dmin*yd), summ, s),
+ * the integer sums exact, so the SIMD kernels reproduce them in any order.
+ * The lattice types (quant_iq_ref.c) unpack into it too, for the shared
+ * dequantization; their dot products follow llama.cpp's steps instead. */
 typedef struct kern_k_block {
     int8_t v[QK_K];
     int32_t sc[QK_K / 16], m[QK_K / 16];
     int group; /* values per scale: 16 or 32 */
     bool mins; /* m and dmin apply (Q2_K, Q4_K, Q5_K) */
     kvl_f16 d, dmin;
-    /* a power of two the block's d is multiplied by, exactly, before anything
-     * else (the lattice types' 1/8 and 1/4: quant_iq_ref.c); 1 unless the
-     * unpack sets it */
+    /* dequantization only: a power of two the block's d is multiplied by,
+     * exactly, before anything else (the lattice types' 1/8 and 1/4:
+     * quant_iq_ref.c); 1 unless the unpack sets it */
     float dmul;
 } kern_k_block;
 typedef void (*kern_k_unpack_fn)(const void *x, kern_k_block *u);
@@ -249,7 +250,6 @@ KERN_K_INLINE void kern_k_vec_dot(int64_t n, float *s, const void *vx, size_t x_
     float sumf = 0;
     for (int64_t b = 0; b < n / QK_K; b++) {
         kern_k_block u;
-        u.dmul = 1.0f;
         unpack((const char *)vx + b * x_bytes, &u);
         int32_t sumi = 0, summ = 0;
         for (int g = 0; g < QK_K / u.group; g++) {
@@ -261,7 +261,7 @@ KERN_K_INLINE void kern_k_vec_dot(int64_t n, float *s, const void *vx, size_t x_
             for (int k = u.group / 16 * g; k < u.group / 16 * (g + 1); k++) bsum += y[b].bsums[k];
             summ += u.m[g] * bsum;
         }
-        sumf = fmaf(kvl_f16_to_f32(u.d) * u.dmul * y[b].d, (float)sumi, sumf);
+        sumf = fmaf(kvl_f16_to_f32(u.d) * y[b].d, (float)sumi, sumf);
         if (u.mins) sumf = fmaf(-(kvl_f16_to_f32(u.dmin) * y[b].d), (float)summ, sumf);
     }
     *s = sumf;

@@ -528,8 +528,7 @@ KERN_K_INLINE void iq_vec_dot(int64_t n, float *s, const void *vx, size_t x_byte
     const blk_q8_K *y = vy;
     float acc[8] = {0}, acc2[8] = {0}, acc1 = 0;
     for (int64_t b = 0; b < n / QK_K; b++) {
-        kern_k_block u;
-        u.dmul = 1.0f;
+        kern_k_block u; /* its dmul is left out: post carries that factor */
         unpack((const char *)vx + b * x_bytes, &u);
         int32_t L[8] = {0}, M[8] = {0};
         for (int e = 0; e < QK_K; e++) {
