@@ -85,11 +85,13 @@ static void list_shapes(FILE *out) {
 void cmd_synth_usage(FILE *out) {
     fprintf(out, "usage: kvllm synth --shape NAME --type "
                  "f16|q8_0|q4_0|q4_1|q5_0|q5_1|iq4_nl|q4_k_m|q4_k_s|q5_k_s|q5_k_m|q3_k_m|q2_k|iq4_"
-                 "xs|mxfp4_moe -o FILE.gguf [--seed N] "
+                 "xs|iq2_xxs|mxfp4_moe -o FILE.gguf [--seed N] "
                  "[--repeat-rows N] [-t N]\n       kvllm synth --list\n\n"
                  "--repeat-rows N: rows of a tensor from the N-th on repeat the first N (same\n"
                  "  layout and bytes read per token, written in minutes instead of hours; for\n"
-                 "  speed runs of big shapes only)\n\n");
+                 "  speed runs of big shapes only)\n"
+                 "iq2_xxs: llama-quantize's IQ2_XXS mix with random codes in its IQ2_XXS\n"
+                 "  tensors (kvllm has no quantizer for the lattice types)\n\n");
     list_shapes(out);
 }
 
@@ -152,7 +154,7 @@ int cmd_synth(int argc, char **argv) {
     if (!synth_ftype_parse(a.type, &ft)) {
         fprintf(stderr,
                 "kvllm synth: unknown type '%s' (f16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, "
-                "q4_k_m, q4_k_s, q5_k_s, q5_k_m, q3_k_m, q2_k, iq4_xs, mxfp4_moe)\n",
+                "q4_k_m, q4_k_s, q5_k_s, q5_k_m, q3_k_m, q2_k, iq4_xs, iq2_xxs, mxfp4_moe)\n",
                 a.type);
         return 2;
     }

@@ -57,10 +57,12 @@ for typ in ("q4_1", "q5_0", "q5_1", "iq4_nl"):
 info = run(["info", "-m", os.path.join(out, "tiny-q4_k_m-1-t2.gguf")]).stdout
 check("Q4_K x12 Q6_K x3" in info, "q4_k_m mix: token_embd + layer-1 attn_v/ffn_down in Q6_K")
 
-# The K-quant and IQ4_XS mixes as llama-quantize picks them for this shape (2 layers, GQA 2).
+# The K-quant, IQ4_XS and IQ2_XXS mixes as llama-quantize picks them for this shape (2 layers,
+# GQA 2; IQ2_XXS with an importance matrix: attn_v Q2_K, the tied output Q5_K; its codes random).
 for typ, mix in (("q2_k", "Q2_K x8 Q3_K x6 Q6_K x1"), ("q3_k_m", "Q3_K x8 Q4_K x4 Q5_K x2 Q6_K x1"),
                  ("q4_k_s", "Q4_K x12 Q5_K x2 Q6_K x1"), ("q5_k_s", "Q5_K x14 Q6_K x1"),
-                 ("q5_k_m", "Q5_K x12 Q6_K x3"), ("iq4_xs", "Q6_K x1 IQ4_XS x14")):
+                 ("q5_k_m", "Q5_K x12 Q6_K x3"), ("iq4_xs", "Q6_K x1 IQ4_XS x14"),
+                 ("iq2_xxs", "Q2_K x2 Q5_K x1 IQ2_XXS x12")):
     path = synth("tiny", typ)
     check(mix in run(["info", "-m", path]).stdout, f"{typ} mix: {mix}")
     gen = run(["run", "-m", path, "-p", "the cat", "-n", "4", "--temp", "0", "--ignore-eos", "--json"])

@@ -141,11 +141,14 @@ const synth_shape *synth_shape_find(const char *name) {
 static const struct {
     const char *name;
     synth_ftype t;
-} FTYPES[] = {{"F16", SYNTH_F16},       {"Q8_0", SYNTH_Q8_0},     {"Q4_0", SYNTH_Q4_0},
-              {"Q4_1", SYNTH_Q4_1},     {"Q5_0", SYNTH_Q5_0},     {"Q5_1", SYNTH_Q5_1},
-              {"IQ4_NL", SYNTH_IQ4_NL}, {"Q4_K_M", SYNTH_Q4_K_M}, {"Q4_K_S", SYNTH_Q4_K_S},
-              {"Q5_K_S", SYNTH_Q5_K_S}, {"Q5_K_M", SYNTH_Q5_K_M}, {"Q3_K_M", SYNTH_Q3_K_M},
-              {"Q2_K", SYNTH_Q2_K},     {"IQ4_XS", SYNTH_IQ4_XS}, {"MXFP4_MOE", SYNTH_MXFP4_MOE}};
+} FTYPES[] = {{"F16", SYNTH_F16},         {"Q8_0", SYNTH_Q8_0},
+              {"Q4_0", SYNTH_Q4_0},       {"Q4_1", SYNTH_Q4_1},
+              {"Q5_0", SYNTH_Q5_0},       {"Q5_1", SYNTH_Q5_1},
+              {"IQ4_NL", SYNTH_IQ4_NL},   {"Q4_K_M", SYNTH_Q4_K_M},
+              {"Q4_K_S", SYNTH_Q4_K_S},   {"Q5_K_S", SYNTH_Q5_K_S},
+              {"Q5_K_M", SYNTH_Q5_K_M},   {"Q3_K_M", SYNTH_Q3_K_M},
+              {"Q2_K", SYNTH_Q2_K},       {"IQ4_XS", SYNTH_IQ4_XS},
+              {"IQ2_XXS", SYNTH_IQ2_XXS}, {"MXFP4_MOE", SYNTH_MXFP4_MOE}};
 
 bool synth_ftype_parse(const char *name, synth_ftype *out) {
     for (size_t i = 0; i < sizeof FTYPES / sizeof FTYPES[0]; i++)
@@ -171,7 +174,7 @@ static bool use_more_bits(int il, int n) {
 }
 
 /* The type llama-quantize falls back to when a row does not fit the type's
- * block (llama_tensor_get_type): Q2_K, Q3_K, IQ4_XS -> IQ4_NL, Q4_K -> Q5_0,
+ * block (llama_tensor_get_type): Q2_K, Q3_K, IQ2_XXS, IQ4_XS -> IQ4_NL, Q4_K -> Q5_0,
  * Q5_K -> Q5_1, Q6_K -> Q8_0 (the only block types of 256 synth writes). */
 static int fit_row(int dtype, int64_t ne0) {
     int be = 1;
@@ -180,6 +183,7 @@ static int fit_row(int dtype, int64_t ne0) {
     switch (dtype) {
     case GGUF_DT_Q2_K:
     case GGUF_DT_Q3_K:
+    case GGUF_DT_IQ2_XXS:
     case GGUF_DT_IQ4_XS: return GGUF_DT_IQ4_NL;
     case GGUF_DT_Q4_K: return GGUF_DT_Q5_0;
     case GGUF_DT_Q5_K: return GGUF_DT_Q5_1;
@@ -206,6 +210,14 @@ static int n_ffn_down(const synth_shape *s) {
 static int kmix_dtype(const synth_shape *s, synth_ftype t, const char *role, int il, int base) {
     const int n = (int)s->n_layer;
     const bool gqa4 = s->n_head / s->n_head_kv >= 4;
+    if (t == SYNTH_IQ2_XXS) { /* llama_tensor_get_type's branch of the IQ1 / IQ2 mixes */
+        if (strcmp(role, "attn_v.weight") == 0)
+            return gqa4 || s->n_expert >= 4 ? GGUF_DT_Q4_K : GGUF_DT_Q2_K;
+        if (s->n_expert == 8 && strcmp(role, "attn_k.weight") == 0) return GGUF_DT_Q4_K;
+        if (strncmp(role, "ffn_down", 8) == 0) return il < n_ffn_down(s) / 8 ? GGUF_DT_Q2_K : base;
+        if (s->n_expert == 8 && strcmp(role, "attn_output.weight") == 0) return GGUF_DT_Q5_K;
+        return base;
+    }
     if (strcmp(role, "attn_v.weight") == 0) {
         switch (t) {
         case SYNTH_Q2_K: return gqa4 ? GGUF_DT_Q4_K : GGUF_DT_Q3_K;
@@ -273,10 +285,13 @@ int synth_tensor_dtype(const synth_shape *s, synth_ftype t, const char *role, in
                      : t == SYNTH_Q3_K_M                      ? GGUF_DT_Q3_K
                      : t == SYNTH_Q5_K_S || t == SYNTH_Q5_K_M ? GGUF_DT_Q5_K
                      : t == SYNTH_IQ4_XS                      ? GGUF_DT_IQ4_XS
+                     : t == SYNTH_IQ2_XXS                     ? GGUF_DT_IQ2_XXS
                                                               : GGUF_DT_Q4_K;
     int dt = base;
     if (is_output) {
-        dt = GGUF_DT_Q6_K;
+        dt = t == SYNTH_IQ2_XXS ? GGUF_DT_Q5_K : GGUF_DT_Q6_K;
+    } else if (t == SYNTH_IQ2_XXS && strcmp(role, "token_embd.weight") == 0) {
+        dt = GGUF_DT_Q2_K;
     } else if (legacy < 0 && il >= 0) {
         dt = kmix_dtype(s, t, role, il, base);
     } else if (t == SYNTH_IQ4_NL && il >= 0 && strcmp(role, "attn_v.weight") == 0 &&
@@ -649,6 +664,23 @@ static void fill_row(float *dst, int64_t n, fill_kind fill, uint64_t seed, int t
     }
 }
 
+/* A row of a type kvllm cannot quantize (IQ2_XXS): random codebook indices,
+ * signs and scales, each block's d set so that the weights come out near the
+ * N(0, 0.02) of the other rows (an IQ2_XXS value is d * (2 s + 1) / 8 * grid,
+ * grid 8..43, s 0..15). Speed runs only: the weights are random either way. */
+static void random_codes(int dtype, uint8_t *dst, int64_t n, uint64_t seed, int ti, int64_t r) {
+    uint64_t st = seed * 0x100000001B3ull ^ ((uint64_t)ti << 40) ^ (uint64_t)r ^ 0x5A5A5A5Aull;
+    const size_t bytes = kern_row_bytes(dtype, n);
+    for (size_t i = 0; i < bytes; i += 8) {
+        const uint64_t z = splitmix(&st);
+        memcpy(dst + i, &z, bytes - i < 8 ? bytes - i : 8);
+    }
+    const kvl_f16 d = kvl_f32_to_f16(0.02f / (2.0f * 25.0f));
+    const size_t bb = (size_t)gguf_dtype_traits_of(dtype)->block_bytes;
+    for (size_t b = 0; b < bytes / bb; b++)
+        memcpy(dst + b * bb, &d, sizeof d); /* d leads the block */
+}
+
 typedef struct writer {
     gguf_writer *g;
     float *f;   /* CHUNK_FLOATS */
@@ -680,6 +712,10 @@ static bool write_tensor(writer *w, const tplan *t, int ti, uint64_t seed, kvl_e
         }
 #pragma omp parallel for schedule(static)
         for (int64_t r = 0; r < nr; r++) {
+            if (!tr->from_float) {
+                random_codes(t->dtype, w->q + r * rb, t->ne[0], seed, ti, r0 + r);
+                continue;
+            }
             float *row = w->f + r * t->ne[0];
             fill_row(row, t->ne[0], t->fill, seed, ti, r0 + r);
             tr->from_float(row, w->q + r * rb, t->ne[0]);
@@ -737,7 +773,7 @@ bool synth_write(const synth_shape *s, synth_ftype t, uint64_t seed, int64_t poo
     bool ok = plan_build(&p, s, t);
     for (int i = 0; ok && i < p.n; i++) {
         const kern_traits *tr = kern_traits_of(p.t[i].dtype);
-        if (!tr || !tr->from_float) {
+        if (!tr || (!tr->from_float && p.t[i].dtype != GGUF_DT_IQ2_XXS)) {
             kvl_fail(err, "synth: %s of the %s mix is %s, which this build cannot quantize",
                      p.t[i].name, synth_ftype_name(t), gguf_dtype_name(p.t[i].dtype));
             free(p.t);

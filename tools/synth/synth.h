@@ -60,6 +60,7 @@ typedef enum synth_ftype {
     SYNTH_Q5_K_M = 17,
     SYNTH_IQ4_XS = 30,
     SYNTH_IQ4_NL = 25,
+    SYNTH_IQ2_XXS = 19,   /* random codes: kvllm has no lattice quantizer */
     SYNTH_MXFP4_MOE = 38, /* experts MXFP4, the other matrices Q8_0 */
 } synth_ftype;
 
@@ -68,7 +69,8 @@ const synth_shape *synth_shape_find(const char *name);
 /* The i-th built-in shape, NULL past the end. */
 const synth_shape *synth_shape_at(int i);
 /* "f16" | "q8_0" | "q4_0" | "q4_1" | "q5_0" | "q5_1" | "iq4_nl" | "q4_k_m" | "q4_k_s" |
- * "q5_k_s" | "q5_k_m" | "q3_k_m" | "q2_k" | "iq4_xs" | "mxfp4_moe" (case-insensitive). */
+ * "q5_k_s" | "q5_k_m" | "q3_k_m" | "q2_k" | "iq4_xs" | "iq2_xxs" | "mxfp4_moe"
+ * (case-insensitive). */
 bool synth_ftype_parse(const char *name, synth_ftype *out);
 const char *synth_ftype_name(synth_ftype t); /* "Q4_K_M" */
 
