@@ -46,16 +46,6 @@ static inline __mmask64 signs7(uint64_t s7) {
     p ^= p >> 1;
     return (__mmask64)(s7 | (p & 0x0101010101010101ull) << 7);
 }
-/* The four 7-bit fields of w0 (bits 0, 7, 14, 21) then those of w1, as bytes. */
-T_512_INLINE uint64_t fields7(uint32_t w0, uint32_t w1) {
-    const __m256i w =
-        _mm256_setr_epi32((int)w0, (int)w0, (int)w0, (int)w0, (int)w1, (int)w1, (int)w1, (int)w1);
-    const __m256i f =
-        _mm256_and_si256(_mm256_srlv_epi32(w, _mm256_setr_epi32(0, 7, 14, 21, 0, 7, 14, 21)),
-                         _mm256_set1_epi32(127));
-    return (uint64_t)_mm_cvtsi128_si64(_mm256_cvtepi32_epi8(f));
-}
-
 /* 16 int16 scales 2 s + 1 from 16 4-bit fields s (nibbles of 8 bytes, low first). */
 T_512_INLINE __m512i scales_nib16(const uint8_t *b) {
     const __m128i v = _mm_loadl_epi64((const __m128i *)b);
@@ -77,16 +67,51 @@ T_512_INLINE __m512i scale_pair(int s0, int s1) {
 
 /* ======================= IQ2_XXS ======================= */
 
+/* The 32 sign bytes of a super-block whose 8 groups' words w (4 x 7 sign bits
+ * each, bits 0, 7, 14, 21) are the dwords of w8 (IQ2_XXS, IQ3_XXS): run 4g + k
+ * in byte 4g + k, each with its parity as the eighth sign. */
+T_512_INLINE __m256i signs7x32(__m256i w8) {
+    const __m512i sh = _mm512_setr_epi32(0, 7, 14, 21, 0, 7, 14, 21, 0, 7, 14, 21, 0, 7, 14, 21);
+    const __m512i lo = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    const __m512i w = _mm512_castsi256_si512(w8), m = _mm512_set1_epi32(127);
+    const __m512i f0 = _mm512_and_si512(_mm512_srlv_epi32(_mm512_permutexvar_epi32(lo, w), sh), m);
+    const __m512i f1 = _mm512_and_si512(
+        _mm512_srlv_epi32(_mm512_permutexvar_epi32(_mm512_add_epi32(lo, _mm512_set1_epi32(4)), w),
+                          sh),
+        m);
+    const __m256i f = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm512_cvtepi32_epi8(f0)),
+                                              _mm512_cvtepi32_epi8(f1), 1);
+    /* parity of each byte's 7 bits: a nibble table looked up twice */
+    const __m256i par = _mm256_setr_epi8(0, 1, 1, 0, 1, 0, 0, 1, 1, 0, 0, 1, 0, 1, 1, 0, 0, 1, 1, 0,
+                                         1, 0, 0, 1, 1, 0, 0, 1, 0, 1, 1, 0);
+    const __m256i nib = _mm256_set1_epi8(0xF);
+    const __m256i p =
+        _mm256_xor_si256(_mm256_shuffle_epi8(par, _mm256_and_si256(f, nib)),
+                         _mm256_shuffle_epi8(par, _mm256_and_si256(_mm256_srli_epi16(f, 4), nib)));
+    return _mm256_or_si256(f, _mm256_slli_epi16(p, 7)); /* p is 0 or 1: no carry across bytes */
+}
+
 T_512_INLINE float iq2xxs_decode(const blk_iq2_xxs *x, kx_dec *d) {
+    /* group g: 4 index bytes at 8g, then its word (signs, scale) at 8g + 4 */
+    const __m512i q = _mm512_loadu_si512(x->qs);
+    const __m256i w8 = _mm512_cvtepi64_epi32(_mm512_srli_epi64(q, 32));
+    const __m256i sg = signs7x32(w8);
+    /* the index bytes of each 128-bit lane (groups 2c, 2c + 1) to its front */
+    const __m512i ix = _mm512_shuffle_epi8(
+        q, _mm512_broadcast_i32x4(_mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 0, 0, 0, 0, 0, 0, 0, 0)));
+    const __m512i sc8 = _mm512_castsi128_si512(_mm256_cvtepi32_epi16(
+        _mm256_add_epi32(_mm256_slli_epi32(_mm256_srli_epi32(w8, 28), 1), _mm256_set1_epi32(1))));
+    uint64_t m[4];
+    _mm256_storeu_si256((__m256i *)m, sg); /* one store, read back as four words */
     UNROLL(4)
     for (int c = 0; c < 4; c++) {
-        const uint32_t a0 = le32(&x->qs[8 * c]), b0 = le32(&x->qs[8 * c + 2]);
-        const uint32_t a1 = le32(&x->qs[8 * c + 4]), b1 = le32(&x->qs[8 * c + 6]);
-        const __m256i idx = _mm256_cvtepu8_epi32(
-            _mm_cvtsi64_si128((long long)((uint64_t)a1 << 32 | a0))); /* the 8 index bytes */
-        d->u[c] = gather8(kern_iq_grids.iq2xxs, idx);
-        d->neg[c] = signs7(fields7(b0, b1));
-        d->sc[c] = scale_pair((int)(2 * (b0 >> 28) + 1), (int)(2 * (b1 >> 28) + 1));
+        const __m128i lane = c == 0   ? _mm512_castsi512_si128(ix)
+                             : c == 1 ? _mm512_extracti32x4_epi32(ix, 1)
+                             : c == 2 ? _mm512_extracti32x4_epi32(ix, 2)
+                                      : _mm512_extracti32x4_epi32(ix, 3);
+        d->u[c] = gather8(kern_iq_grids.iq2xxs, _mm256_cvtepu8_epi32(lane));
+        d->neg[c] = (__mmask64)m[c];
+        d->sc[c] = _mm512_permutexvar_epi16(idx_g32(c), sc8);
     }
     return f16_load(x->d);
 }
@@ -126,14 +151,18 @@ T_512_INLINE float iq2s_decode(const blk_iq2_s *x, kx_dec *d) {
 /* ======================= IQ3_XXS ======================= */
 
 T_512_INLINE float iq3xxs_decode(const blk_iq3_xxs *x, kx_dec *d) {
+    const __m256i w8 = _mm256_loadu_si256((const __m256i *)(x->qs + 64)); /* the groups' words */
+    uint64_t m[4];
+    _mm256_storeu_si256((__m256i *)m, signs7x32(w8)); /* one store, read back as four words */
+    const __m512i sc8 = _mm512_castsi128_si512(_mm256_cvtepi32_epi16(
+        _mm256_add_epi32(_mm256_slli_epi32(_mm256_srli_epi32(w8, 28), 1), _mm256_set1_epi32(1))));
     UNROLL(4)
     for (int c = 0; c < 4; c++) {
         const __m512i idx =
             _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(x->qs + 16 * c)));
         d->u[c] = gather16(kern_iq_grids.iq3xxs, idx);
-        const uint32_t b0 = le32(x->qs + 64 + 8 * c), b1 = le32(x->qs + 68 + 8 * c);
-        d->neg[c] = signs7(fields7(b0, b1));
-        d->sc[c] = scale_pair((int)(2 * (b0 >> 28) + 1), (int)(2 * (b1 >> 28) + 1));
+        d->neg[c] = (__mmask64)m[c];
+        d->sc[c] = _mm512_permutexvar_epi16(idx_g32(c), sc8);
     }
     return f16_load(x->d);
 }
