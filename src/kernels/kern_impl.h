@@ -352,6 +352,17 @@ typedef struct kern_iq_grids_t {
     uint64_t signs64[128]; /* the same 8 signs as bytes, +1 (0x01) or -1 (0xFF) */
 } kern_iq_grids_t;
 extern kern_iq_grids_t kern_iq_grids;
+/* Little-endian words of a block at any alignment (the lattice blocks' packed fields). */
+static inline uint32_t kern_le32(const void *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+static inline uint64_t kern_le64(const void *p) {
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return v;
+}
 #define KERN_IQ_TYPES(X)                                                                           \
     X(IQ2_XXS, iq2_xxs)                                                                            \
     X(IQ2_XS, iq2_xs)                                                                              \

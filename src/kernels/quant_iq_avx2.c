@@ -11,12 +11,6 @@
 
 #include <string.h>
 
-static inline uint32_t le32(const void *p) {
-    uint32_t v;
-    memcpy(&v, p, 4);
-    return v;
-}
-
 /* Byte i of the result: 0xFF where bit i of m is set, else 0. */
 T_AVX2_INLINE __m256i bits_to_bytes(uint32_t m) {
     const __m256i sel = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2,
@@ -81,7 +75,7 @@ T_AVX2_INLINE __m256i iq2xxs_lanes(const blk_iq2_xxs *x, const blk_q8_K *y) {
     const uint64_t *g = kern_iq_grids.iq2xxs;
     __m256i acc = _mm256_setzero_si256();
     for (int k = 0; k < 8; k++) {
-        const uint32_t a = le32(&x->qs[4 * k]), b = le32(&x->qs[4 * k + 2]);
+        const uint32_t a = kern_le32(&x->qs[4 * k]), b = kern_le32(&x->qs[4 * k + 2]);
         const __m256i u = grid4(g, a & 0xFF, a >> 8 & 0xFF, a >> 16 & 0xFF, a >> 24);
         acc = _mm256_add_epi32(acc, dot32s(u, b & 127, b >> 7 & 127, b >> 14 & 127, b >> 21 & 127,
                                            y->qs + 32 * k, sc32((int)(2 * (b >> 28) + 1))));
@@ -115,7 +109,7 @@ T_AVX2_INLINE __m256i iq2s_lanes(const blk_iq2_s *x, const blk_q8_K *y) {
         const __m256i u = grid4(g, q[0] | (h & 3) << 8, q[1] | (h >> 2 & 3) << 8,
                                 q[2] | (h >> 4 & 3) << 8, q[3] | (h >> 6 & 3) << 8);
         acc = _mm256_add_epi32(
-            acc, dot32(u, le32(x->qs + 32 + 4 * k), y->qs + 32 * k,
+            acc, dot32(u, kern_le32(x->qs + 32 + 4 * k), y->qs + 32 * k,
                        sc16(2 * (x->scales[k] & 0xF) + 1, 2 * (x->scales[k] >> 4) + 1)));
     }
     return acc;
@@ -126,7 +120,7 @@ T_AVX2_INLINE __m256i iq2s_lanes(const blk_iq2_s *x, const blk_q8_K *y) {
 T_AVX2_INLINE __m256i iq3xxs_lanes(const blk_iq3_xxs *x, const blk_q8_K *y) {
     __m256i acc = _mm256_setzero_si256();
     for (int k = 0; k < 8; k++) {
-        const uint32_t b = le32(x->qs + 64 + 4 * k);
+        const uint32_t b = kern_le32(x->qs + 64 + 4 * k);
         acc = _mm256_add_epi32(acc, dot32(grid8(kern_iq_grids.iq3xxs, x->qs + 8 * k, 0),
                                           signs4(kern_iq_grids.signs, b), y->qs + 32 * k,
                                           sc32((int)(2 * (b >> 28) + 1))));
@@ -140,9 +134,9 @@ T_AVX2_INLINE __m256i iq3s_lanes(const blk_iq3_s *x, const blk_q8_K *y) {
     __m256i acc = _mm256_setzero_si256();
     for (int k = 0; k < 8; k++) {
         const int ls = x->scales[k / 2] >> (4 * (k % 2)) & 0xF;
-        acc =
-            _mm256_add_epi32(acc, dot32(grid8(kern_iq_grids.iq3s, x->qs + 8 * k, x->qh[k]),
-                                        le32(x->signs + 4 * k), y->qs + 32 * k, sc32(2 * ls + 1)));
+        acc = _mm256_add_epi32(acc, dot32(grid8(kern_iq_grids.iq3s, x->qs + 8 * k, x->qh[k]),
+                                          kern_le32(x->signs + 4 * k), y->qs + 32 * k,
+                                          sc32(2 * ls + 1)));
     }
     return acc;
 }

@@ -13,17 +13,6 @@
 
 #include <string.h>
 
-static inline uint32_t le32(const void *p) {
-    uint32_t v;
-    memcpy(&v, p, 4);
-    return v;
-}
-static inline uint64_t le64(const void *p) {
-    uint64_t v;
-    memcpy(&v, p, 8);
-    return v;
-}
-
 /* Every index, sign and scale is formed in registers: a vector assembled
  * from scalar stores and read back whole stalls on store forwarding (the
  * first version of these decoders: 28-140 ns a super-block, against 10-30). */
@@ -142,7 +131,7 @@ T_512_INLINE float iq2s_decode(const blk_iq2_s *x, kx_dec *d) {
             _mm256_set1_epi32(3));
         const __m256i lo = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(x->qs + 8 * c)));
         d->u[c] = gather8(kern_iq_grids.iq2s, _mm256_or_si256(lo, _mm256_slli_epi32(hi, 8)));
-        d->neg[c] = (__mmask64)le64(x->qs + 32 + 8 * c);
+        d->neg[c] = (__mmask64)kern_le64(x->qs + 32 + 8 * c);
     }
     put_scales16(d, scales_nib16(x->scales));
     return f16_load(x->d);
@@ -177,7 +166,7 @@ T_512_INLINE float iq3s_decode(const blk_iq3_s *x, kx_dec *d) {
         __m512i idx = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(x->qs + 16 * c)));
         idx = _mm512_mask_add_epi32(idx, (__mmask16)h, idx, _mm512_set1_epi32(256));
         d->u[c] = gather16(kern_iq_grids.iq3s, idx);
-        d->neg[c] = (__mmask64)le64(x->signs + 8 * c);
+        d->neg[c] = (__mmask64)kern_le64(x->signs + 8 * c);
         d->sc[c] = scale_pair(2 * (x->scales[c] & 0xF) + 1, 2 * (x->scales[c] >> 4) + 1);
     }
     return f16_load(x->d);
@@ -235,7 +224,7 @@ T_512_INLINE float iq1m_decode(const blk_iq1_m *x, iq1_dec *d) {
         /* run r of the chunk: nibble r of qh[4c..4c+3], its low 3 bits the index's high
          * bits, bit 3 the shift's sign */
         const __m256i nib =
-            _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)le32(x->qh + 4 * c)),
+            _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)kern_le32(x->qh + 4 * c)),
                                                _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
                              _mm256_set1_epi32(0xF));
         const __m256i lo = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(x->qs + 8 * c)));

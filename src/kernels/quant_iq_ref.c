@@ -377,18 +377,13 @@ static inline void put4(int8_t *v, uint32_t g, unsigned s) {
         v[j] = (int8_t)(s >> j & 1 ? -m : m);
     }
 }
-static inline uint32_t le32(const void *p) {
-    uint32_t v;
-    memcpy(&v, p, 4);
-    return v;
-}
 
 /* IQ2_XXS, group g of 32: a = indices (byte l = run l), b = 4 x 7 sign bits
  * (run l at bit 7l) and the scale in bits 28..31. */
 KERN_K_INLINE void unpack_iq2_xxs(const void *vx, kern_k_block *u) {
     const blk_iq2_xxs *x = vx;
     for (int g = 0; g < 8; g++) {
-        const uint32_t a = le32(&x->qs[4 * g]), b = le32(&x->qs[4 * g + 2]);
+        const uint32_t a = kern_le32(&x->qs[4 * g]), b = kern_le32(&x->qs[4 * g + 2]);
         for (int l = 0; l < 4; l++)
             put8(u->v + 32 * g + 8 * l, kern_iq_grids.iq2xxs[a >> (8 * l) & 0xFF],
                  kern_iq_grids.signs[b >> (7 * l) & 127]);
@@ -431,7 +426,7 @@ KERN_K_INLINE void unpack_iq2_s(const void *vx, kern_k_block *u) {
 KERN_K_INLINE void unpack_iq3_xxs(const void *vx, kern_k_block *u) {
     const blk_iq3_xxs *x = vx;
     for (int g = 0; g < 8; g++) {
-        const uint32_t b = le32(x->qs + 64 + 4 * g);
+        const uint32_t b = kern_le32(x->qs + 64 + 4 * g);
         for (int l = 0; l < 4; l++) {
             const unsigned s = kern_iq_grids.signs[b >> (7 * l) & 127];
             int8_t *v = u->v + 32 * g + 8 * l;
