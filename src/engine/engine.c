@@ -176,6 +176,7 @@ void eng_seq_free(engine *e, seq *s) {
     stop_matcher_free(&s->stops);
     for (int i = 0; i < s->req.n_stop; i++) free(s->stop[i]);
     free(s->stop);
+    free(s->bias);
     free(s->tokens);
     free(s->text);
     free(s);
@@ -263,6 +264,18 @@ static bool validate_request(engine *e, const engine_request *r, kvl_error *err)
         if (strlen(r->stop[i]) > ENGINE_MAX_STOP_BYTES)
             return kvl_fail(err, "stop string %d is %zu bytes long: at most %d are supported", i,
                             strlen(r->stop[i]), ENGINE_MAX_STOP_BYTES);
+    if (r->n_logit_bias < 0 || r->n_logit_bias > hp->n_vocab || (r->n_logit_bias && !r->logit_bias))
+        return kvl_fail(err, "%d logit biases: between 0 and the vocabulary size (%lld)",
+                        r->n_logit_bias, (long long)hp->n_vocab);
+    for (int i = 0; i < r->n_logit_bias; i++) {
+        const engine_logit_bias *b = &r->logit_bias[i];
+        if (b->token < 0 || b->token >= hp->n_vocab)
+            return kvl_fail(err, "logit bias %d: id %d is not in the vocabulary (0..%lld)", i,
+                            b->token, (long long)hp->n_vocab - 1);
+        if (isnan(b->bias) || b->bias == INFINITY)
+            return kvl_fail(err, "logit bias %d (token %d): not a number or +infinity", i,
+                            b->token);
+    }
     if (r->top_logprobs < 0 || r->top_logprobs > MAX_TOP_LOGPROBS)
         return kvl_fail(err, "top_logprobs must be between 0 and %d", MAX_TOP_LOGPROBS);
     if (r->priority != 0 && e->cfg.scheduling != ENGINE_SCHED_PRIORITY)
@@ -293,6 +306,15 @@ static bool copy_request(seq *s, const engine_request *r, int32_t n_vocab) {
     if (!s->tokens || !s->smp || !s->stop) return false;
     memcpy(s->tokens, r->prompt, r->n_prompt * sizeof(int32_t));
     s->n_tokens = s->n_prompt = r->n_prompt;
+    if (r->n_logit_bias) {
+        if (!(s->bias = malloc((size_t)r->n_logit_bias * sizeof *s->bias))) return false;
+        memcpy(s->bias, r->logit_bias, (size_t)r->n_logit_bias * sizeof *s->bias);
+    }
+    if (r->penalize_prompt) { /* only the window's last tokens can ever count */
+        const int64_t w = r->sampling.penalty_last_n;
+        for (int64_t i = w < 0 || w > r->n_prompt ? 0 : r->n_prompt - w; i < r->n_prompt; i++)
+            sampler_accept(s->smp, r->prompt[i]);
+    }
     for (int i = 0; i < r->n_stop; i++) {
         if (!(s->stop[i] = strdup(r->stop[i]))) return false;
         s->req.n_stop = i + 1; /* eng_seq_free frees the strings copied so far */
@@ -301,8 +323,9 @@ static bool copy_request(seq *s, const engine_request *r, int32_t n_vocab) {
     s->req.prompt = NULL;
     s->req.stop = NULL;
     s->req.cache_salt = NULL;
-    s->req.lora = NULL;    /* the scales are in s->lora (engine_submit) */
-    s->req.grammar = NULL; /* the state holds it */
+    s->req.logit_bias = NULL; /* s->bias */
+    s->req.lora = NULL;       /* the scales are in s->lora (engine_submit) */
+    s->req.grammar = NULL;    /* the state holds it */
     return true;
 }
 

@@ -61,6 +61,12 @@ typedef struct engine_event {
 typedef void (*engine_event_fn)(const engine_event *ev, void *user);
 
 #define ENGINE_MAX_KEEP_SPECIAL 32
+/* A token's logit bias: added to its logit before the grammar and the sampler
+ * see it (OpenAI's and llama-server's logit_bias); -INFINITY bans it. */
+typedef struct engine_logit_bias {
+    int32_t token;
+    float bias;
+} engine_logit_bias;
 
 typedef struct engine_request {
     const int32_t *prompt; /* copied */
@@ -79,6 +85,13 @@ typedef struct engine_request {
     int32_t keep_special[ENGINE_MAX_KEEP_SPECIAL];
     int n_keep_special;
     const char *cache_salt; /* prefix-cache isolation key (copied); NULL: none */
+    /* Biases (copied; at most one per token): what is sampled changes, the
+     * reported logprobs and top_logprobs stay the model's. */
+    const engine_logit_bias *logit_bias;
+    int n_logit_bias;
+    /* The penalties' window (sampling.penalty_last_n) starts with the prompt,
+     * as llama-server's does; otherwise it holds the generated tokens only. */
+    bool penalize_prompt;
     /* The model's LoRA adapters (model_lora_add): NULL for their default scales
      * as they are at submit, else model_lora_count() scales (copied). The
      * request's cached prefix blocks are shared only with requests of the same

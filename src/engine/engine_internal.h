@@ -18,7 +18,8 @@ typedef struct seq {
     seq_state state;
     engine_request req; /* stop strings, prompt: engine-owned copies */
     char **stop;
-    int32_t *tokens; /* prompt followed by generated ids */
+    engine_logit_bias *bias; /* req.n_logit_bias of them */
+    int32_t *tokens;         /* prompt followed by generated ids */
     int64_t n_tokens;
     size_t cap_tokens;
     int64_t n_prompt;

@@ -60,6 +60,8 @@ static void sample_outputs(engine *e, const step_plan *p) {
         double lse = want_lp ? logits_logsumexp(lg, (int32_t)V) : NAN;
         int n_top = logits_top_k(lg, (int32_t)V, s->req.top_logprobs, ids, lps);
         memcpy(e->logits_tmp, lg, V * sizeof(float));
+        for (int i = 0; i < s->req.n_logit_bias; i++)
+            e->logits_tmp[s->bias[i].token] += s->bias[i].bias;
         if (s->gst && !apply_grammar(e, s, (int32_t)V)) continue;
         int32_t tok = sampler_sample(s->smp, e->logits_tmp);
         eng_on_token(e, s, tok, want_lp ? (float)(lg[tok] - lse) : NAN, n_top, ids, lps);

@@ -25,8 +25,9 @@ typedef struct sampler sampler; /* opaque */
 /* n_vocab sizes the scratch; NULL on out of memory. */
 sampler *sampler_create(const sampler_params *p, int32_t n_vocab);
 void sampler_destroy(sampler *s);
-/* Records a token in the penalty history (prompt tokens too, as llama.cpp does not:
- * only generated tokens are passed by the engine). */
+/* Records a token in the penalty history: the generated ones, and the
+ * prompt's first when the request asks for llama-server's window
+ * (engine_request.penalize_prompt). */
 void sampler_accept(sampler *s, int32_t token);
 /* Samples from logits (modified in place by penalties). */
 int32_t sampler_sample(sampler *s, float *logits);

@@ -90,6 +90,11 @@ int32_t *srv_encode(srv *s, const char *text, size_t len, bool add_bos, tok_mode
 /* -------------------------------------------------------------- jobs -- */
 
 typedef struct srv_job srv_job;
+/* Adds a logit bias for token to j (a token given twice: the biases add up);
+ * false with a 400 naming param for an id outside the vocabulary or a NaN /
+ * +infinity bias. -INFINITY bans the token. */
+bool job_add_logit_bias(srv *s, srv_job *j, int64_t token, double bias, const char *param,
+                        api_error *err);
 
 typedef struct srv_event {
     struct srv_event *next;
@@ -128,7 +133,10 @@ struct srv_job {
     int top_logprobs;
     bool logprobs;
     bool ignore_eos;
-    bool no_speculative; /* "speculative": false */
+    engine_logit_bias *logit_bias; /* n_logit_bias of them (malloc'd; one per token) */
+    int n_logit_bias;
+    bool penalize_prompt; /* the penalty window starts with the prompt (llama-server's) */
+    bool no_speculative;  /* "speculative": false */
     char *cache_salt;
     const char *model_name;     /* the "model" answers name: the served model's or an adapter's
                                    (--lora-modules; static strings of the config), NULL: the served */

@@ -36,7 +36,7 @@ static const known_field KNOWN_FIELDS[] = {
     {"stop", F_BOTH}, {"stream", F_BOTH}, {"stream_options", F_BOTH},
     {"frequency_penalty", F_BOTH}, {"presence_penalty", F_BOTH},
     {"logprobs", F_BOTH}, {"top_logprobs", F_CHAT},
-    {"logit_bias", F_BOTH},                 /* only empty (parse_unsupported) */
+    {"logit_bias", F_BOTH},
     {"echo", F_COMPL}, {"best_of", F_COMPL}, /* only false / 1 (parse_unsupported) */
     /* vLLM / llama-server extensions, read here */
     {"top_k", F_BOTH}, {"min_p", F_BOTH}, {"repetition_penalty", F_BOTH},
@@ -582,9 +582,30 @@ static bool parse_unsupported(const cJSON *b, bool chat, api_error *err) {
         return false;
     if (echo) return api_fail(err, 400, "echo", "'echo' is not supported");
     if (best_of > 1) return api_fail(err, 400, "best_of", "'best_of' is not supported");
+    return true;
+}
+
+/* logit_bias: {"token id": bias in -100..100}, added to the logits before
+ * sampling (OpenAI's rule; -100 all but bans a token, 100 all but forces it). */
+static bool parse_logit_bias(srv *s, const cJSON *b, srv_job *j, api_error *err) {
     const cJSON *lb = req_field(b, "logit_bias");
-    if (lb && (!cJSON_IsObject(lb) || lb->child))
-        return api_fail(err, 400, "logit_bias", "'logit_bias' is not supported");
+    if (!lb) return true;
+    if (!cJSON_IsObject(lb))
+        return api_fail(err, 400, "logit_bias",
+                        "'logit_bias' must be an object of token ids (as strings) and biases");
+    for (const cJSON *e = lb->child; e; e = e->next) {
+        char *end = NULL;
+        errno = 0;
+        long long id = strtoll(e->string, &end, 10);
+        if (!e->string[0] || *end || errno)
+            return api_fail(err, 400, "logit_bias", "'logit_bias': key \"%.40s\" is not a token id",
+                            e->string);
+        if (!cJSON_IsNumber(e) || !(e->valuedouble >= -100 && e->valuedouble <= 100))
+            return api_fail(err, 400, "logit_bias",
+                            "'logit_bias': token %lld's bias must be a number from -100 to 100",
+                            id);
+        if (!job_add_logit_bias(s, j, id, e->valuedouble, "logit_bias", err)) return false;
+    }
     return true;
 }
 
@@ -649,8 +670,8 @@ static bool parse_body(srv *s, const cJSON *b, bool chat, api_req *r, api_error 
         return false;
     }
     bool ok = parse_unsupported(b, chat, err) && parse_sampling(b, j, err) &&
-              parse_stop(b, j, err) && parse_stream(b, r, err) && parse_logprobs(b, chat, r, err) &&
-              req_int(b, "n", 1, SRV_MAX_N, &n, err) &&
+              parse_logit_bias(s, b, j, err) && parse_stop(b, j, err) && parse_stream(b, r, err) &&
+              parse_logprobs(b, chat, r, err) && req_int(b, "n", 1, SRV_MAX_N, &n, err) &&
               req_bool(b, "ignore_eos", &j->ignore_eos, err) &&
               req_string(b, "cache_salt", &salt, err) && parse_structured(s, b, j, err) &&
               req_int(b, "priority", -2147483647, 2147483647, &prio, err);

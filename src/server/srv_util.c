@@ -222,3 +222,24 @@ void chat_tool_choice_named(cJSON *chat, const char *name) {
     cJSON_AddStringToObject(c, "type", "function");
     cJSON_AddStringToObject(cJSON_AddObjectToObject(c, "function"), "name", name);
 }
+
+bool job_add_logit_bias(srv *s, srv_job *j, int64_t token, double bias, const char *param,
+                        api_error *err) {
+    const int32_t n_vocab = tok_n_vocab(s->vocab);
+    if (token < 0 || token >= n_vocab)
+        return api_fail(err, 400, param, "'%s': %lld is not a token id (0..%d)", param,
+                        (long long)token, n_vocab - 1);
+    if (isnan(bias) || bias == INFINITY)
+        return api_fail(err, 400, param, "'%s': token %lld's bias is not a number", param,
+                        (long long)token);
+    for (int i = 0; i < j->n_logit_bias; i++)
+        if (j->logit_bias[i].token == token) { /* a repeat adds to it, as llama.cpp applies each */
+            j->logit_bias[i].bias += (float)bias;
+            return true;
+        }
+    engine_logit_bias *b = realloc(j->logit_bias, (size_t)(j->n_logit_bias + 1) * sizeof *b);
+    if (!b) return api_fail(err, 500, NULL, "out of memory");
+    b[j->n_logit_bias++] = (engine_logit_bias){(int32_t)token, (float)bias};
+    j->logit_bias = b;
+    return true;
+}

@@ -212,6 +212,113 @@ static void test_prefix_leader(void) {
     tok_vocab_destroy(v);
 }
 
+/* The first token and its top 20 alternatives of one greedy request. */
+typedef struct first_out {
+    int32_t tok, top[20];
+    int n_top;
+} first_out;
+
+static void on_event_first(const engine_event *ev, void *user) {
+    first_out *o = user;
+    if (ev->token < 0 || o->tok >= 0) return;
+    o->tok = ev->token;
+    o->n_top = ev->n_top;
+    memcpy(o->top, ev->top_ids, (size_t)ev->n_top * sizeof *o->top);
+}
+
+static first_out first_token(engine *e, const int32_t *prompt, int n, const engine_logit_bias *b,
+                             int nb, float presence, int32_t last_n, bool penalize_prompt) {
+    first_out o = {.tok = -1};
+    engine_request r = {.prompt = prompt,
+                        .n_prompt = n,
+                        .max_tokens = 1,
+                        .ignore_eos = true,
+                        .top_logprobs = 20,
+                        .logit_bias = b,
+                        .n_logit_bias = nb,
+                        .penalize_prompt = penalize_prompt,
+                        .on_event = on_event_first,
+                        .user = &o};
+    sampler_params_default(&r.sampling);
+    r.sampling.temperature = 0;
+    r.sampling.presence_penalty = presence;
+    r.sampling.penalty_last_n = last_n;
+    kvl_error err;
+    if (engine_submit(e, &r, &err) < 0) fprintf(stderr, "first token: %s\n", err.msg);
+    while (engine_has_work(e)) engine_step(e, &err);
+    return o;
+}
+
+static bool in_ids(int32_t t, const int32_t *ids, int n) {
+    for (int i = 0; i < n; i++)
+        if (ids[i] == t) return true;
+    return false;
+}
+
+/* Logit biases and llama-server's penalty window, predicted from the
+ * unbiased request's own ranking (top_logprobs are the model's, before any
+ * bias): a banned top token gives way to the second, a +50 bias makes the
+ * 6th the choice, and a presence penalty of 1000 over the prompt's last n
+ * tokens picks the best-ranked token outside them (none without
+ * penalize_prompt: the history is empty at the first token). */
+static void test_logit_bias(void) {
+    kvl_error err;
+    tok_vocab *v;
+    model *m = load_test_model("models/stories260K.gguf", 128, 64, &v);
+    if (!m) {
+        failures++;
+        return;
+    }
+    engine_config c;
+    engine_config_default(&c);
+    c.n_ctx = 128;
+    engine *e = engine_create(m, v, &c, &err);
+    /* a prompt whose greedy token is in it, but not among its last 2 tokens */
+    static const char *const texts[] = {
+        "One day, a little girl named Lily went to the park. She saw a big tree. She",
+        "Tom had a red ball. He liked to play with his ball. One day, Tom",
+        "Lily and Tom were friends. They liked to play. Lily said to Tom, \"Let's",
+        "The sun was hot. The dog was hot too. The dog",
+    };
+    int32_t prompt[64];
+    int n = 0;
+    for (size_t k = 0; k < sizeof texts / sizeof *texts; k++) {
+        n = (int)tok_encode(v, texts[k], strlen(texts[k]), true, false, prompt, 64, &err);
+        first_out o = first_token(e, prompt, n, NULL, 0, 0, -1, false);
+        if (n > 2 && in_ids(o.tok, prompt, n - 2) && !in_ids(o.tok, prompt + n - 2, 2)) break;
+        n = 0;
+    }
+    if (n == 0) {
+        fprintf(stderr, "logit bias: no prompt has its greedy token early in it\n");
+        failures++;
+        n = 3;
+    }
+    first_out base = first_token(e, prompt, n, NULL, 0, 0, -1, false);
+    int bad = base.tok < 0 || base.n_top < 20 || base.top[0] != base.tok;
+    engine_logit_bias ban = {base.tok, -INFINITY}, lift = {base.top[5], 50.0f};
+    bad += first_token(e, prompt, n, &ban, 1, 0, -1, false).tok != base.top[1];
+    bad += first_token(e, prompt, n, &lift, 1, 0, -1, false).tok != base.top[5];
+    bad += first_token(e, prompt, n, NULL, 0, 1000, -1, false).tok != base.tok;
+    for (int last_n = 2; last_n <= n; last_n += n - 2) {
+        int32_t want = -1;
+        for (int k = 0; k < base.n_top && want < 0; k++)
+            if (!in_ids(base.top[k], prompt + n - last_n, last_n)) want = base.top[k];
+        int32_t got = first_token(e, prompt, n, NULL, 0, 1000, last_n, true).tok;
+        if (got != want) {
+            fprintf(stderr, "penalty window %d: token %d, want %d\n", last_n, got, want);
+            bad++;
+        }
+    }
+    if (bad) {
+        fprintf(stderr, "logit bias / penalty window: %d wrong first tokens\n", bad);
+        failures++;
+    }
+    printf("logit bias and penalty window: %s (first token %d)\n", bad ? "FAIL" : "ok", base.tok);
+    engine_destroy(e);
+    model_destroy(m);
+    tok_vocab_destroy(v);
+}
+
 /* A grammar constrains sampled and greedy decoding alike, and survives
  * preemption by recompute: the same requests under a pool too small for them
  * all give the same ids as each alone, and every output is a sentence. */
@@ -462,6 +569,7 @@ int main(void) {
     test_grammar_bound();
     test_embed();
     test_prefix_leader();
+    test_logit_bias();
     test_model("models/stories260K.gguf", GGUF_DT_F16);
     test_model("tests/data/golden/models/llama-gqa-bpe-q8_0.gguf", GGUF_DT_F32);
     test_model("tests/data/golden/models/qwen3-f32.gguf", GGUF_DT_F16);

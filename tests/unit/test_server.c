@@ -115,6 +115,15 @@ static void test_completion_parse(void) {
         CHECK(!r.job->no_speculative);
         api_req_free(&r);
     }
+    /* logit_bias: ids as strings; a repeated id's biases add up (cJSON keeps both). */
+    CHECK(
+        parse("{\"prompt\":[1,2,3],\"logit_bias\":{\"7\":-100,\"9\":2.5,\"7\":1}}", false, &r, &e));
+    if (r.job) {
+        CHECK(r.job->n_logit_bias == 2 && r.job->logit_bias[0].token == 7 &&
+              r.job->logit_bias[0].bias == -99.0f && r.job->logit_bias[1].token == 9 &&
+              r.job->logit_bias[1].bias == 2.5f && !r.job->penalize_prompt);
+        api_req_free(&r);
+    }
     CHECK(parse("{\"prompt\":[1,2,3],\"speculative\":false}", false, &r, &e));
     if (r.job) {
         CHECK(r.job->no_speculative);
@@ -156,7 +165,12 @@ static void test_completion_refused(void) {
     refused("{\"prompt\":\"x\",\"seed\":1.5}", false, 400, "seed", NULL);
     refused("{\"prompt\":\"x\",\"echo\":true}", false, 400, "echo", NULL);
     refused("{\"prompt\":\"x\",\"best_of\":2}", false, 400, "best_of", NULL);
-    refused("{\"prompt\":\"x\",\"logit_bias\":{\"1\":5}}", false, 400, "logit_bias", NULL);
+    refused("{\"prompt\":\"x\",\"logit_bias\":[[1,5]]}", false, 400, "logit_bias", NULL);
+    refused("{\"prompt\":\"x\",\"logit_bias\":{\"a\":5}}", false, 400, "logit_bias", NULL);
+    refused("{\"prompt\":\"x\",\"logit_bias\":{\"1\":101}}", false, 400, "logit_bias", NULL);
+    refused("{\"prompt\":\"x\",\"logit_bias\":{\"-1\":1}}", false, 400, "logit_bias", NULL);
+    snprintf(buf, sizeof buf, "{\"prompt\":\"x\",\"logit_bias\":{\"%d\":1}}", nv);
+    refused(buf, false, 400, "logit_bias", NULL);
     refused("{\"prompt\":\"x\",\"stop\":[1]}", false, 400, "stop", NULL);
     refused("{\"prompt\":\"x\",\"stop\":[\"1\",\"2\",\"3\",\"4\",\"5\",\"6\",\"7\",\"8\",\"9\","
             "\"10\",\"11\",\"12\","
