@@ -24,6 +24,7 @@ typedef enum route {
     R_MODELS,
     R_MODEL,
     R_COMPLETIONS,
+    R_LLAMA_COMPLETION,
     R_CHAT,
     R_RESPONSES,
     R_RESPONSE_GET,
@@ -58,6 +59,8 @@ static const struct {
     {"/v1/models", "GET", R_MODELS, AUTH_KEY, false},
     {"/v1/models/", "GET", R_MODEL, AUTH_KEY, true},
     {"/v1/completions", "POST", R_COMPLETIONS, AUTH_KEY, false},
+    {"/completion", "POST", R_LLAMA_COMPLETION, AUTH_KEY, false}, /* llama-server's own */
+    {"/completions", "POST", R_LLAMA_COMPLETION, AUTH_KEY, false},
     {"/v1/chat/completions", "POST", R_CHAT, AUTH_KEY, false},
     {"/v1/responses", "POST", R_RESPONSES, AUTH_KEY, false},
     {"/v1/responses/", "GET", R_RESPONSE_GET, AUTH_KEY, true},
@@ -220,6 +223,7 @@ static void stream_fill(stream_ctx *sc) {
     srv_event *ev = job_take(j);
     if (sc->r.resp) responses_stream_events(sc->s, &sc->r, &sc->st, ev, &sc->out);
     else if (sc->r.anth) anthropic_stream_events(sc->s, &sc->r, &sc->st, ev, &sc->out);
+    else if (sc->r.llama) llama_stream_events(sc->s, &sc->r, &sc->st, ev, &sc->out);
     else openai_stream_events(sc->s, &sc->r, &sc->st, ev, &sc->out);
     if (sc->st.n_finished >= j->n) {
         sc->done = true;
@@ -227,6 +231,7 @@ static void stream_fill(stream_ctx *sc) {
         sc->st.failed = true;
         if (sc->r.resp) responses_stream_end(sc->s, &sc->r, &sc->st, &sc->out);
         else if (sc->r.anth) anthropic_stream_end(sc->s, &sc->r, &sc->st, &sc->out);
+        else if (sc->r.llama) llama_stream_end(sc->s, &sc->r, &sc->st, &sc->out);
         else openai_stream_end(sc->s, &sc->r, &sc->st, &sc->out);
         sc->done = true;
     }
@@ -339,9 +344,10 @@ static enum MHD_Result continue_generate(srv *s, struct MHD_Connection *c, conn_
         return send_error_as(c, rt, &ferr);
     }
     api_fail(&err, 500, NULL, "the engine failed while generating this response");
-    char *body = cc->r.resp   ? responses_response(s, &cc->r, ev)
-                 : cc->r.anth ? anthropic_response(s, &cc->r, ev, &err)
-                              : openai_response(s, &cc->r, ev);
+    char *body = cc->r.resp    ? responses_response(s, &cc->r, ev)
+                 : cc->r.anth  ? anthropic_response(s, &cc->r, ev, &err)
+                 : cc->r.llama ? llama_response(s, &cc->r, ev)
+                               : openai_response(s, &cc->r, ev);
     events_free(ev);
     end_generation(s, cc);
     if (!body) return send_error_as(c, rt, &err);
@@ -353,9 +359,10 @@ static bool parse_request(srv *s, const conn_ctx *cc, route rt, api_req *r, api_
     cJSON *body = json_parse_body(cc->body.p ? cc->body.p : "", cc->body.len, err);
     if (!body) return false;
     const char *tenant = cc->key ? cc->key->ns : ""; /* whose kept responses it may continue */
-    bool ok = rt == R_RESPONSES  ? responses_parse(s, body, tenant, r, err)
-              : rt == R_MESSAGES ? anthropic_parse(s, body, r, err)
-                                 : openai_parse(s, body, rt == R_CHAT, r, err);
+    bool ok = rt == R_RESPONSES          ? responses_parse(s, body, tenant, r, err)
+              : rt == R_MESSAGES         ? anthropic_parse(s, body, r, err)
+              : rt == R_LLAMA_COMPLETION ? llama_parse(s, body, r, err)
+                                         : openai_parse(s, body, rt == R_CHAT, r, err);
     cJSON_Delete(body);
     return ok;
 }
@@ -468,6 +475,7 @@ static enum MHD_Result dispatch(srv *s, struct MHD_Connection *c, const char *ur
         return queue(c, MHD_HTTP_OK, r);
     }
     case R_COMPLETIONS:
+    case R_LLAMA_COMPLETION:
     case R_CHAT:
     case R_RESPONSES:
     case R_MESSAGES: return handle_generate(s, c, cc, ROUTES[cc->route].r);

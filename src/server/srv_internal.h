@@ -401,8 +401,9 @@ extern const int SRV_WEB_N_ASSETS;
 
 /* ------------------------------------------------------------- OpenAI -- */
 
-typedef struct resp_req resp_req; /* a /v1/responses request's own state (below) */
-typedef struct anth_req anth_req; /* a /v1/messages request's own state (below) */
+typedef struct resp_req resp_req;   /* a /v1/responses request's own state (below) */
+typedef struct anth_req anth_req;   /* a /v1/messages request's own state (below) */
+typedef struct llama_req llama_req; /* a /completion request's own state (srv_llama.c) */
 
 typedef struct api_req {
     bool chat;
@@ -412,8 +413,9 @@ typedef struct api_req {
     char id[40];
     long created;
     srv_job *job;
-    resp_req *resp; /* NULL but for /v1/responses */
-    anth_req *anth; /* NULL but for /v1/messages */
+    resp_req *resp;   /* NULL but for /v1/responses */
+    anth_req *anth;   /* NULL but for /v1/messages */
+    llama_req *llama; /* NULL but for /completion */
 } api_req;
 
 /* srv_structured.c: response_format, grammar, json_schema, guided_json,
@@ -573,6 +575,17 @@ void anthropic_stream_end(srv *s, const api_req *r, stream_state *st, kvl_buf *o
 void anthropic_req_free(anth_req *q);
 char *anthropic_error_json(const api_error *e);
 char *anthropic_count_tokens(srv *s, const char *body, size_t len, api_error *err);
+
+/* srv_llama.c: POST /completion (llama-server's own API) on the completions
+ * path, as /v1/messages on the chat path: llama_parse is openai_parse for its
+ * body (r->llama set); the others stand for openai_response,
+ * openai_stream_events and openai_stream_end, in llama-server's shapes. */
+bool llama_parse(srv *s, const cJSON *body, api_req *r, api_error *err);
+char *llama_response(srv *s, const api_req *r, srv_event *events);
+void llama_stream_events(srv *s, const api_req *r, stream_state *st, srv_event *events,
+                         kvl_buf *out);
+void llama_stream_end(srv *s, const api_req *r, stream_state *st, kvl_buf *out);
+void llama_req_free(llama_req *q);
 
 /* srv_endpoints.c. Each returns a malloc'd JSON body, or NULL with err set. */
 char *openai_models(srv *s);                                              /* GET /v1/models */

@@ -716,4 +716,6 @@ void api_req_free(api_req *r) {
     r->resp = NULL;
     anthropic_req_free(r->anth);
     r->anth = NULL;
+    llama_req_free(r->llama);
+    r->llama = NULL;
 }

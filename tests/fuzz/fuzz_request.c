@@ -5,7 +5,8 @@
  * ChatML family, and Qwen 3's byte-level BPE vocab with its Jinja template.
  * Input: byte 0 picks the server (bit 0) and the endpoint (bit 1: chat, else
  * completions; bits 2-3: 1 /v1/responses, 2 /v1/messages, 3
- * /v1/messages/count_tokens instead); the rest is the body.
+ * /v1/messages/count_tokens instead; with bits 2-3 clear, bit 4: llama-server's
+ * /completion); the rest is the body.
  *
  * Checked beyond "no crash, no leak, no sanitizer report": a refusal has a
  * 4xx/5xx status and a message; an accepted job has a non-empty prompt of ids
@@ -15,6 +16,7 @@
  * bytes, split in two tokens' text: any bytes a model may write), and the
  * answer must be a JSON response object / message; a count is a JSON object
  * with input_tokens. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -130,11 +132,33 @@ static void answer(srv *s, const api_req *r, const char *p, size_t len, bool mes
     free(ev[1]);
 }
 
+/* llama-server's /completion answer from one final event: an object (in an
+ * array for n > 1) whose content, if not left out by response_fields, is a
+ * string. */
+static void answer_llama(srv *s, const api_req *r, const char *p, size_t len) {
+    srv_event *ev = calloc(1, sizeof *ev + len + 1);
+    if (!ev) abort();
+    ev->token = -1;
+    ev->text_len = len < 48 ? len : 48;
+    memcpy(ev->text, p, ev->text_len);
+    ev->finish = (p[0] & 1) ? ENGINE_FINISH_LENGTH : ENGINE_FINISH_STOP;
+    ev->stats.stop_index = r->job->n_stop && (p[0] & 2) ? 0 : -1;
+    char *js = llama_response(s, r, ev);
+    cJSON *o = js ? cJSON_Parse(js) : NULL;
+    const cJSON *one = cJSON_IsArray(o) ? cJSON_GetArrayItem(o, 0) : o;
+    const cJSON *content = cJSON_GetObjectItem(one, "content"); /* response_fields may omit it */
+    if (!cJSON_IsObject(one) || (content && !cJSON_IsString(content))) abort();
+    cJSON_Delete(o);
+    free(js);
+    free(ev);
+}
+
 int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size) {
     if (size < 1) return 0;
     srv *s = &S[data[0] & 1];
     const bool chat = data[0] & 2;
-    const int api = (data[0] >> 2) & 3; /* 1 responses, 2 messages, 3 count_tokens */
+    const int api = (data[0] >> 2) & 3;            /* 1 responses, 2 messages, 3 count_tokens */
+    const bool llama = api == 0 && (data[0] & 16); /* llama-server's /completion */
     const char *p = (const char *)data + 1;
     const size_t len = size - 1;
     api_req r;
@@ -151,7 +175,8 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size) {
     }
     cJSON *body = json_parse_body(p, len, &err);
     if (body)
-        ok = api == 1   ? responses_parse(s, body, "", &r, &err)
+        ok = llama      ? llama_parse(s, body, &r, &err)
+             : api == 1 ? responses_parse(s, body, "", &r, &err)
              : api == 2 ? anthropic_parse(s, body, &r, &err)
                         : openai_parse(s, body, chat, &r, &err);
     cJSON_Delete(body);
@@ -167,7 +192,12 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size) {
         if (j->prompt[i] < 0 || j->prompt[i] >= tok_n_vocab(s->vocab)) abort();
     for (int i = 0; i < j->n_stop; i++)
         if (strlen(j->stop[i]) > ENGINE_MAX_STOP_BYTES) abort();
+    for (int i = 0; i < j->n_logit_bias; i++)
+        if (j->logit_bias[i].token < 0 || j->logit_bias[i].token >= tok_n_vocab(s->vocab) ||
+            isnan(j->logit_bias[i].bias))
+            abort();
     if (api) answer(s, &r, p, len, api == 2);
+    if (llama) answer_llama(s, &r, p, len);
     api_req_free(&r);
     return 0;
 }

@@ -1,0 +1,823 @@
+/* llama-server's own completion API: POST /completion (and /completions),
+ * which llama.cpp's clients and scripts call. Request side: the prompt (a
+ * string, token ids, or ids and strings mixed), stop strings, grammar and
+ * adapters go through the OpenAI completions parser, in a body rebuilt with
+ * only the fields it reads; the sampling is llama-server's own: its defaults
+ * (temperature 0.8, top_k 40, top_p 0.95, min_p 0.05), its sampler list, its
+ * penalty window over the prompt's last repeat_last_n tokens, its logit_bias
+ * forms. Its samplers kvllm does not have (mirostat, DRY, XTC, typical,
+ * dynamic temperature, top-n-sigma) are accepted only at their "off" values;
+ * the fields that change nothing in the output (cache_prompt, id_slot, n_keep,
+ * ...) are accepted. Response side: llama-server's object (content, tokens,
+ * stop_type, stopping_word, timings, completion_probabilities,
+ * generation_settings, response_fields) and its stream, one data: line per
+ * token and a final one with stop: true, and no [DONE]. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "srv_internal.h"
+
+struct llama_req {
+    int n_probs;        /* completion_probabilities with this many alternatives (0: none) */
+    bool return_tokens; /* "tokens" holds the ids (a stream always sends them) */
+    bool random_seed;   /* no seed given: generation_settings says 4294967295, as llama's */
+    cJSON *settings;    /* generation_settings */
+    cJSON *samplers;    /* the request's sampler list by llama's names (NULL: its default) */
+    cJSON *fields;      /* response_fields (NULL: every field) */
+    cJSON *prompt_text; /* the prompt's tokens as text, specials included */
+    /* per choice, until its final event */
+    kvl_buf content[SRV_MAX_N];
+    cJSON *tokens[SRV_MAX_N];
+    cJSON *probs[SRV_MAX_N];
+    int64_t n_decoded[SRV_MAX_N];
+};
+
+void llama_req_free(llama_req *q) {
+    if (!q) return;
+    cJSON_Delete(q->settings);
+    cJSON_Delete(q->samplers);
+    cJSON_Delete(q->fields);
+    cJSON_Delete(q->prompt_text);
+    for (int i = 0; i < SRV_MAX_N; i++) {
+        kvl_buf_free(&q->content[i]);
+        cJSON_Delete(q->tokens[i]);
+        cJSON_Delete(q->probs[i]);
+    }
+    free(q);
+}
+
+/* ------------------------------------------------------------ request -- */
+
+/* Fields of llama's samplers that kvllm does not have: accepted at the
+ * value (or range) that switches them off, refused otherwise. */
+typedef enum off_kind { OFF_EQ, OFF_LE, OFF_LT, OFF_FALSE } off_kind;
+static const struct {
+    const char *name;
+    off_kind kind;
+    double value;
+    const char *what;
+} OFF_FIELDS[] = {
+    {"typical_p", OFF_EQ, 1, "locally typical sampling"},
+    {"dynatemp_range", OFF_EQ, 0, "dynamic temperature"},
+    {"xtc_probability", OFF_EQ, 0, "XTC sampling"},
+    {"dry_multiplier", OFF_EQ, 0, "DRY sampling"},
+    {"mirostat", OFF_EQ, 0, "Mirostat sampling"},
+    {"top_n_sigma", OFF_LE, 0, "top-n-sigma sampling"},
+    {"adaptive_target", OFF_LT, 0, "adaptive-p sampling"},
+    {"min_keep", OFF_EQ, 0, "min_keep"},
+    {"n_indent", OFF_EQ, 0, "n_indent (minimum indentation)"},
+    {"t_max_predict_ms", OFF_LE, 0, "a prediction time limit"},
+    {"post_sampling_probs", OFF_FALSE, 0, "post-sampling probabilities"},
+    {"return_progress", OFF_FALSE, 0, "prompt progress events"},
+    {"timings_per_token", OFF_FALSE, 0, "per-token timings"},
+    {"verbose", OFF_FALSE, 0, "the __verbose field"},
+    {"backend_sampling", OFF_FALSE, 0, "backend sampling"},
+    {"grammar_lazy", OFF_FALSE, 0, "lazy grammars"},
+};
+
+/* Fields that change nothing in the output here: the prefix cache is always
+ * on and exact (cache_prompt, n_cache_reuse, id_slot), a context is never
+ * shifted (n_keep, n_discard: a request that does not fit is refused), and
+ * the parameters of samplers that are off. */
+static const char *const NEUTRAL_FIELDS[] = {"cache_prompt",
+                                             "id_slot",
+                                             "n_keep",
+                                             "n_discard",
+                                             "n_cache_reuse",
+                                             "sse_ping_interval",
+                                             "dynatemp_exponent",
+                                             "dry_base",
+                                             "dry_allowed_length",
+                                             "dry_penalty_last_n",
+                                             "dry_sequence_breakers",
+                                             "xtc_threshold",
+                                             "mirostat_tau",
+                                             "mirostat_eta",
+                                             "adaptive_decay",
+                                             "stream_options"};
+
+/* Read here or passed on to the OpenAI parser. */
+static const char *const OWN_FIELDS[] = {"prompt",
+                                         "n_predict",
+                                         "max_tokens",
+                                         "max_completion_tokens",
+                                         "n_cmpl",
+                                         "n",
+                                         "seed",
+                                         "n_probs",
+                                         "logprobs",
+                                         "temperature",
+                                         "top_k",
+                                         "top_p",
+                                         "min_p",
+                                         "repeat_penalty",
+                                         "repeat_last_n",
+                                         "presence_penalty",
+                                         "frequency_penalty",
+                                         "samplers",
+                                         "logit_bias",
+                                         "return_tokens",
+                                         "response_fields",
+                                         "chat_parser",
+                                         "model",
+                                         "stop",
+                                         "stream",
+                                         "grammar",
+                                         "json_schema",
+                                         "ignore_eos",
+                                         "lora",
+                                         "cache_salt"};
+
+static bool in(const char *k, const char *const *list, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(k, list[i]) == 0) return true;
+    return false;
+}
+#define IN(k, list) in(k, list, sizeof list / sizeof *list)
+
+static bool check_fields(const cJSON *b, api_error *err) {
+    for (const cJSON *f = b->child; f; f = f->next) {
+        const char *k = f->string;
+        if (cJSON_IsNull(f) || IN(k, OWN_FIELDS) || IN(k, NEUTRAL_FIELDS)) continue;
+        size_t i = 0;
+        while (i < sizeof OFF_FIELDS / sizeof *OFF_FIELDS && strcmp(OFF_FIELDS[i].name, k)) i++;
+        if (i == sizeof OFF_FIELDS / sizeof *OFF_FIELDS)
+            return api_fail(err, 400, k, "Unrecognized request argument supplied: %s", k);
+        bool off;
+        if (OFF_FIELDS[i].kind == OFF_FALSE) {
+            if (!cJSON_IsBool(f)) return api_fail(err, 400, k, "'%s' must be a boolean", k);
+            off = cJSON_IsFalse(f);
+        } else {
+            if (!cJSON_IsNumber(f)) return api_fail(err, 400, k, "'%s' must be a number", k);
+            const double v = f->valuedouble, w = OFF_FIELDS[i].value;
+            off = OFF_FIELDS[i].kind == OFF_EQ   ? v == w
+                  : OFF_FIELDS[i].kind == OFF_LE ? v <= w
+                                                 : v < w;
+        }
+        if (!off)
+            return api_fail(err, 400, k, "%s is not supported: leave '%s' at its default (off)",
+                            OFF_FIELDS[i].what, k);
+    }
+    return true;
+}
+
+/* llama's chat_parser field, which its tools put on /completion requests
+ * too: only the parser that accepts anything is accepted (it leaves the
+ * content as generated). */
+static bool check_chat_parser(const cJSON *b, api_error *err) {
+    const cJSON *p = req_field(b, "chat_parser");
+    if (!p) return true;
+    cJSON *want = cJSON_Parse("{\"parsers\":[{\"type\":\"epsilon\"}],\"rules\":{},\"root\":0}");
+    cJSON *got = cJSON_IsString(p) ? cJSON_Parse(p->valuestring) : NULL;
+    bool ok = want && got && cJSON_Compare(want, got, true);
+    cJSON_Delete(want);
+    cJSON_Delete(got);
+    return ok ? true
+              : api_fail(err, 400, "chat_parser",
+                         "'chat_parser': only the no-op parser ({\"parsers\": [{\"type\": "
+                         "\"epsilon\"}], ...}) is supported on /completion");
+}
+
+/* The prompt as the OpenAI parser takes it: a string (tokenized there, with
+ * BOS as the vocabulary says and special tokens parsed, llama's way), or ids.
+ * Ids and strings mixed are tokenized here, each string without BOS but the
+ * first element's (llama's tokenize_mixed). Several prompts are refused. */
+static bool put_prompt(srv *s, const cJSON *b, cJSON *o, api_error *err) {
+    const cJSON *p = req_field(b, "prompt");
+    if (!p) return api_fail(err, 400, "prompt", "'prompt' is required");
+    if (cJSON_IsObject(p)) { /* {"prompt_string", "multimodal_data"} */
+        const char *k =
+            json_unknown_key(p, (const char *const[]){"prompt_string", "multimodal_data", NULL});
+        const cJSON *mm = req_field(p, "multimodal_data");
+        if (k) return api_fail(err, 400, "prompt", "'prompt': unknown field '%.60s'", k);
+        if (mm && (!cJSON_IsArray(mm) || mm->child))
+            return api_fail(err, 400, "prompt", "multimodal data is not supported (a text model)");
+        p = req_field(p, "prompt_string");
+        if (!cJSON_IsString(p))
+            return api_fail(err, 400, "prompt", "'prompt.prompt_string' must be a string");
+    }
+    if (cJSON_IsString(p)) {
+        cJSON_AddItemToObject(o, "prompt", cJSON_Duplicate(p, false));
+        cJSON_AddBoolToObject(o, "parse_special", true);
+        return true;
+    }
+    if (!cJSON_IsArray(p) || !p->child)
+        return api_fail(err, 400, "prompt",
+                        "'prompt' must be a string, token ids, or ids and strings mixed");
+    bool strings = false, numbers = false;
+    for (const cJSON *e = p->child; e; e = e->next)
+        strings |= cJSON_IsString(e), numbers |= cJSON_IsNumber(e);
+    if (!numbers) { /* an array of prompts: one is taken, as a prompt of its own */
+        if (p->child->next)
+            return api_fail(err, 400, "prompt",
+                            "several prompts in one request are not supported: send one each");
+        cJSON *one = cJSON_CreateObject();
+        cJSON_AddItemToObject(one, "prompt", cJSON_Duplicate(p->child, true));
+        bool ok = put_prompt(s, one, o, err);
+        cJSON_Delete(one);
+        return ok;
+    }
+    if (!strings) {
+        cJSON_AddItemToObject(o, "prompt", cJSON_Duplicate(p, true));
+        return true;
+    }
+    cJSON *ids = cJSON_AddArrayToObject(o, "prompt");
+    bool first = true;
+    const bool add_bos = tok_add_bos(s->vocab) && tok_bos(s->vocab) >= 0;
+    int i = 0;
+    for (const cJSON *e = p->child; e; e = e->next, i++) {
+        if (cJSON_IsNumber(e)) {
+            cJSON_AddItemToArray(ids, cJSON_CreateNumber(e->valuedouble)); /* checked there */
+        } else if (cJSON_IsString(e)) {
+            int64_t n = 0;
+            int32_t *t = srv_encode(s, e->valuestring, strlen(e->valuestring), first && add_bos,
+                                    (tok_mode){.parse_special = true}, &n, "prompt", err);
+            if (!t) return false;
+            for (int64_t k = 0; k < n; k++) cJSON_AddItemToArray(ids, cJSON_CreateNumber(t[k]));
+            free(t);
+        } else {
+            return api_fail(err, 400, "prompt", "prompt[%d] is neither a token id nor a string", i);
+        }
+        first = false;
+    }
+    return true;
+}
+
+/* The OpenAI completions body for what that parser reads. */
+static cJSON *openai_body(srv *s, const cJSON *b, api_error *err) {
+    cJSON *o = cJSON_CreateObject();
+    if (!o) return api_fail(err, 500, NULL, "out of memory"), NULL;
+    static const char *const PASS[] = {"model",      "stream", "grammar",   "json_schema",
+                                       "ignore_eos", "lora",   "cache_salt"};
+    for (size_t i = 0; i < sizeof PASS / sizeof *PASS; i++) {
+        const cJSON *v = req_field(b, PASS[i]);
+        if (v) cJSON_AddItemToObject(o, PASS[i], cJSON_Duplicate(v, true));
+    }
+    const cJSON *stop = req_field(b, "stop");
+    if (cJSON_IsArray(stop)) { /* llama drops empty stop strings */
+        cJSON *a = cJSON_AddArrayToObject(o, "stop");
+        for (const cJSON *w = stop->child; w; w = w->next)
+            if (!cJSON_IsString(w) || w->valuestring[0])
+                cJSON_AddItemToArray(a, cJSON_Duplicate(w, true));
+    } else if (stop && !(cJSON_IsString(stop) && !stop->valuestring[0])) {
+        cJSON_AddItemToObject(o, "stop", cJSON_Duplicate(stop, true));
+    }
+    const cJSON *n = req_field(b, "n_cmpl") ? req_field(b, "n_cmpl") : req_field(b, "n");
+    if (n) cJSON_AddItemToObject(o, "n", cJSON_Duplicate(n, true));
+    const cJSON *np = req_field(b, "n_probs") ? req_field(b, "n_probs") : req_field(b, "logprobs");
+    if (np && !(cJSON_IsNumber(np) && np->valuedouble == 0))
+        cJSON_AddItemToObject(o, "logprobs", cJSON_Duplicate(np, true));
+    if (!put_prompt(s, b, o, err)) {
+        cJSON_Delete(o);
+        return NULL;
+    }
+    return o;
+}
+
+/* llama's sampler names (and its aliases) and characters. */
+typedef enum smp {
+    SMP_PENALTIES,
+    SMP_TOP_K,
+    SMP_TOP_P,
+    SMP_MIN_P,
+    SMP_TEMPERATURE,
+    SMP_OFF, /* samplers whose parameters are at "off" here (OFF_FIELDS) */
+    SMP_INFILL,
+    SMP_UNKNOWN
+} smp;
+
+/* llama's name of each smp, and of the samplers that are off here (by letter). */
+static const char *const SMP_NAMES[] = {"penalties", "top_k", "top_p", "min_p", "temperature"};
+static const char *off_name(char c) {
+    switch (c) {
+    case 'd': return "dry";
+    case 's': return "top_n_sigma";
+    case 'y': return "typ_p";
+    case 'x': return "xtc";
+    default: return "adaptive_p";
+    }
+}
+
+static smp sampler_named(const char *name, char *letter) {
+    char low[32];
+    size_t n = 0;
+    for (; name[n] && n + 1 < sizeof low; n++)
+        low[n] = (char)(name[n] >= 'A' && name[n] <= 'Z' ? name[n] + 32 : name[n]);
+    low[n] = 0;
+    if (name[n]) return SMP_UNKNOWN;
+    static const struct {
+        const char *name;
+        smp s;
+        char letter; /* of the samplers that are off here */
+    } NAMES[] = {{"penalties", SMP_PENALTIES, 0}, {"top_k", SMP_TOP_K, 0},
+                 {"top-k", SMP_TOP_K, 0},         {"topk", SMP_TOP_K, 0},
+                 {"top_p", SMP_TOP_P, 0},         {"top-p", SMP_TOP_P, 0},
+                 {"topp", SMP_TOP_P, 0},          {"nucleus", SMP_TOP_P, 0},
+                 {"min_p", SMP_MIN_P, 0},         {"min-p", SMP_MIN_P, 0},
+                 {"minp", SMP_MIN_P, 0},          {"temperature", SMP_TEMPERATURE, 0},
+                 {"temp", SMP_TEMPERATURE, 0},    {"dry", SMP_OFF, 'd'},
+                 {"top_n_sigma", SMP_OFF, 's'},   {"top-n-sigma", SMP_OFF, 's'},
+                 {"topnsigma", SMP_OFF, 's'},     {"typ_p", SMP_OFF, 'y'},
+                 {"typ-p", SMP_OFF, 'y'},         {"typp", SMP_OFF, 'y'},
+                 {"typ", SMP_OFF, 'y'},           {"xtc", SMP_OFF, 'x'},
+                 {"adaptive_p", SMP_OFF, 'a'},    {"adaptive-p", SMP_OFF, 'a'},
+                 {"adaptivep", SMP_OFF, 'a'},     {"infill", SMP_INFILL, 0}};
+    for (size_t i = 0; i < sizeof NAMES / sizeof *NAMES; i++)
+        if (strcmp(low, NAMES[i].name) == 0) {
+            *letter = NAMES[i].letter;
+            return NAMES[i].s;
+        }
+    return SMP_UNKNOWN;
+}
+
+static smp sampler_char(char c) {
+    switch (c) {
+    case 'e': return SMP_PENALTIES;
+    case 'k': return SMP_TOP_K;
+    case 'p': return SMP_TOP_P;
+    case 'm': return SMP_MIN_P;
+    case 't': return SMP_TEMPERATURE;
+    case 'd':
+    case 's':
+    case 'y':
+    case 'x':
+    case 'a': return SMP_OFF;
+    case 'i': return SMP_INFILL;
+    default: return SMP_UNKNOWN;
+    }
+}
+
+/* samplers: which of penalties, top_k, top_p, min_p, temperature run. kvllm
+ * runs them in that order, llama's default, so a list that names them in
+ * another order is refused; one left out is off (temperature: sampling at 1,
+ * as llama's chain then samples from the logits as they are). */
+static bool parse_samplers(const cJSON *b, llama_req *q, bool on[SMP_OFF], api_error *err) {
+    const cJSON *v = req_field(b, "samplers");
+    for (int i = 0; i < SMP_OFF; i++) on[i] = !v;
+    if (!v) return true;
+    cJSON *names = q->samplers = cJSON_CreateArray();
+    if (!cJSON_IsArray(v) && !cJSON_IsString(v))
+        return api_fail(
+            err, 400, "samplers",
+            "'samplers' must be an array of sampler names or a string of their letters");
+    int last = -1, i = 0;
+    const cJSON *e = cJSON_IsArray(v) ? v->child : NULL;
+    for (const char *c = cJSON_IsString(v) ? v->valuestring : ""; e || *c; i++) {
+        smp s;
+        char letter = 0;
+        if (e) {
+            if (!cJSON_IsString(e))
+                return api_fail(err, 400, "samplers", "samplers[%d] must be a sampler name", i);
+            s = sampler_named(e->valuestring, &letter);
+            e = e->next;
+        } else {
+            letter = *c;
+            s = sampler_char(*c++);
+        }
+        if (s == SMP_UNKNOWN)
+            return api_fail(err, 400, "samplers", "samplers[%d]: unknown sampler", i);
+        if (s == SMP_INFILL)
+            return api_fail(err, 400, "samplers", "the infill sampler is not supported");
+        cJSON_AddItemToArray(names,
+                             cJSON_CreateString(s == SMP_OFF ? off_name(letter) : SMP_NAMES[s]));
+        if (s == SMP_OFF) continue; /* its parameters keep it off (check_fields) */
+        if ((int)s <= last)
+            return api_fail(err, 400, "samplers",
+                            "samplers run here in the order penalties, top_k, top_p, min_p, "
+                            "temperature (llama's default): samplers[%d] is out of that order",
+                            i);
+        last = (int)s;
+        on[s] = true;
+    }
+    return true;
+}
+
+/* llama's logit_bias: [[id or text, bias or false], ...] or {"id or text":
+ * bias or false}; a text biases each of its tokens; false bans. */
+static bool bias_entry(srv *s, srv_job *j, const cJSON *key_num, const char *key_text,
+                       const cJSON *val, api_error *err) {
+    double bias;
+    if (cJSON_IsNumber(val)) bias = val->valuedouble;
+    else if (cJSON_IsFalse(val)) bias = -INFINITY;
+    else return api_fail(err, 400, "logit_bias", "'logit_bias': a bias must be a number or false");
+    if (key_num) {
+        if (key_num->valuedouble != floor(key_num->valuedouble))
+            return api_fail(err, 400, "logit_bias", "'logit_bias': %g is not a token id",
+                            key_num->valuedouble);
+        return job_add_logit_bias(s, j, (int64_t)key_num->valuedouble, bias, "logit_bias", err);
+    }
+    char *end = NULL;
+    errno = 0;
+    long long id = strtoll(key_text, &end, 10);
+    if (key_text[0] && !*end && !errno)
+        return job_add_logit_bias(s, j, id, bias, "logit_bias", err);
+    int64_t n = 0;
+    int32_t *t =
+        srv_encode(s, key_text, strlen(key_text), false, (tok_mode){0}, &n, "logit_bias", err);
+    if (!t) return false;
+    bool ok = true;
+    for (int64_t k = 0; ok && k < n; k++)
+        ok = job_add_logit_bias(s, j, t[k], bias, "logit_bias", err);
+    free(t);
+    return ok;
+}
+
+static bool parse_logit_bias(srv *s, const cJSON *b, srv_job *j, api_error *err) {
+    const cJSON *lb = req_field(b, "logit_bias");
+    if (!lb) return true;
+    if (cJSON_IsObject(lb)) {
+        for (const cJSON *e = lb->child; e; e = e->next)
+            if (!bias_entry(s, j, NULL, e->string, e, err)) return false;
+        return true;
+    }
+    if (!cJSON_IsArray(lb))
+        return api_fail(err, 400, "logit_bias",
+                        "'logit_bias' must be an array of [token, bias] pairs or an object");
+    for (const cJSON *e = lb->child; e; e = e->next) {
+        const cJSON *k = cJSON_IsArray(e) ? e->child : NULL, *v = k ? k->next : NULL;
+        if (!v || v->next || !(cJSON_IsNumber(k) || cJSON_IsString(k)))
+            return api_fail(err, 400, "logit_bias",
+                            "'logit_bias': each entry must be [token id or text, bias or false]");
+        if (!bias_entry(s, j, cJSON_IsNumber(k) ? k : NULL, k->valuestring, v, err)) return false;
+    }
+    return true;
+}
+
+/* The sampling: llama's defaults, then the request's values, then the
+ * samplers its list leaves out switched off. */
+static bool parse_sampling(const cJSON *b, llama_req *q, srv_job *j, api_error *err) {
+    sampler_params *p = &j->sampling;
+    const uint64_t seed = p->seed; /* the OpenAI parser's: the request's or a random one */
+    sampler_params_default(p);     /* llama-server's defaults */
+    p->seed = seed;
+    double temp = p->temperature;
+    int64_t top_k = p->top_k, last_n = p->penalty_last_n;
+    bool on[SMP_OFF];
+    bool ok = req_number(b, "temperature", -1e30, 1e30, &temp, err) &&
+              req_int(b, "top_k", -1, INT32_MAX, &top_k, err) &&
+              req_float(b, "top_p", 0, 1, &p->top_p, err) &&
+              req_float(b, "min_p", 0, 1, &p->min_p, err) &&
+              req_float(b, "repeat_penalty", 0, 1e30, &p->repeat_penalty, err) &&
+              req_int(b, "repeat_last_n", -1, INT32_MAX, &last_n, err) &&
+              req_float(b, "presence_penalty", -1e30, 1e30, &p->presence_penalty, err) &&
+              req_float(b, "frequency_penalty", -1e30, 1e30, &p->frequency_penalty, err) &&
+              parse_samplers(b, q, on, err);
+    if (!ok) return false;
+    if (p->repeat_penalty <= 0)
+        return api_fail(err, 400, "repeat_penalty", "'repeat_penalty' must be positive");
+    p->temperature = temp < 0 ? 0.0f : (float)temp; /* llama: below 0 is greedy too */
+    p->top_k = (int32_t)(top_k < 0 ? 0 : top_k);
+    p->penalty_last_n = (int32_t)last_n; /* -1: the whole context, as here the history */
+    if (!on[SMP_PENALTIES]) p->repeat_penalty = 1, p->presence_penalty = p->frequency_penalty = 0;
+    if (!on[SMP_TOP_K]) p->top_k = 0;
+    if (!on[SMP_TOP_P]) p->top_p = 1;
+    if (!on[SMP_MIN_P]) p->min_p = 0;
+    if (!on[SMP_TEMPERATURE]) p->temperature = 1;
+    j->penalize_prompt = true;
+    j->vary_seed = p->temperature > 0;
+    const cJSON *given = req_field(b, "seed");
+    q->random_seed = !given || (cJSON_IsNumber(given) && given->valuedouble == -1);
+    return true;
+}
+
+static cJSON *settings_json(srv *s, const cJSON *b, const llama_req *q, const srv_job *j,
+                            bool stream) {
+    const sampler_params *p = &j->sampling;
+    cJSON *g = cJSON_CreateObject();
+    cJSON_AddNumberToObject(g, "seed", q->random_seed ? 4294967295.0 : (double)p->seed);
+    cJSON_AddNumberToObject(g, "temperature", p->temperature);
+    cJSON_AddNumberToObject(g, "dynatemp_range", 0);
+    cJSON_AddNumberToObject(g, "dynatemp_exponent", 1);
+    cJSON_AddNumberToObject(g, "top_k", p->top_k);
+    cJSON_AddNumberToObject(g, "top_p", p->top_p);
+    cJSON_AddNumberToObject(g, "min_p", p->min_p);
+    cJSON_AddNumberToObject(g, "top_n_sigma", -1);
+    cJSON_AddNumberToObject(g, "xtc_probability", 0);
+    cJSON_AddNumberToObject(g, "xtc_threshold", 0.1);
+    cJSON_AddNumberToObject(g, "typical_p", 1);
+    cJSON_AddNumberToObject(g, "repeat_last_n",
+                            p->penalty_last_n < 0 ? (double)s->n_ctx : p->penalty_last_n);
+    cJSON_AddNumberToObject(g, "repeat_penalty", p->repeat_penalty);
+    cJSON_AddNumberToObject(g, "presence_penalty", p->presence_penalty);
+    cJSON_AddNumberToObject(g, "frequency_penalty", p->frequency_penalty);
+    cJSON_AddNumberToObject(g, "dry_multiplier", 0);
+    cJSON_AddNumberToObject(g, "dry_base", 1.75);
+    cJSON_AddNumberToObject(g, "dry_allowed_length", 2);
+    cJSON_AddNumberToObject(g, "dry_penalty_last_n", (double)s->n_ctx);
+    cJSON_AddItemToObject(g, "dry_sequence_breakers",
+                          cJSON_CreateStringArray((const char *const[]){"\n", ":", "\"", "*"}, 4));
+    cJSON_AddNumberToObject(g, "mirostat", 0);
+    cJSON_AddNumberToObject(g, "mirostat_tau", 5);
+    cJSON_AddNumberToObject(g, "mirostat_eta", 0.1);
+    cJSON *stop = cJSON_AddArrayToObject(g, "stop");
+    for (int i = 0; i < j->n_stop; i++) cJSON_AddItemToArray(stop, cJSON_CreateString(j->stop[i]));
+    cJSON_AddNumberToObject(g, "max_tokens", (double)j->max_tokens);
+    cJSON_AddNumberToObject(g, "n_predict", (double)j->max_tokens);
+    cJSON_AddNumberToObject(g, "n_keep", 0);
+    cJSON_AddNumberToObject(g, "n_discard", 0);
+    cJSON_AddBoolToObject(g, "ignore_eos", j->ignore_eos);
+    cJSON_AddBoolToObject(g, "stream", stream);
+    cJSON *bias = cJSON_AddArrayToObject(g, "logit_bias");
+    for (int i = 0; i < j->n_logit_bias; i++) {
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddNumberToObject(e, "bias",
+                                isinf(j->logit_bias[i].bias) ? -1e30 : j->logit_bias[i].bias);
+        cJSON_AddNumberToObject(e, "token", j->logit_bias[i].token);
+        cJSON_AddItemToArray(bias, e);
+    }
+    cJSON_AddNumberToObject(g, "n_probs", q->n_probs);
+    cJSON_AddNumberToObject(g, "min_keep", 0);
+    const cJSON *gr = req_field(b, "grammar");
+    cJSON_AddStringToObject(g, "grammar", cJSON_IsString(gr) ? gr->valuestring : "");
+    cJSON_AddBoolToObject(g, "grammar_lazy", false);
+    cJSON_AddArrayToObject(g, "grammar_triggers");
+    cJSON_AddArrayToObject(g, "preserved_tokens");
+    cJSON_AddStringToObject(g, "chat_format", "Content-only"); /* the text as generated */
+    cJSON_AddStringToObject(g, "reasoning_format", "none");
+    cJSON_AddBoolToObject(g, "reasoning_in_content", false);
+    cJSON_AddStringToObject(g, "generation_prompt", "");
+    if (q->samplers) {
+        cJSON_AddItemToObject(g, "samplers", cJSON_Duplicate(q->samplers, true));
+    } else {
+        static const char *const ALL[] = {"penalties", "dry",   "top_n_sigma",
+                                          "top_k",     "typ_p", "top_p",
+                                          "min_p",     "xtc",   "temperature"};
+        cJSON_AddItemToObject(g, "samplers", cJSON_CreateStringArray(ALL, 9));
+    }
+    cJSON_AddStringToObject(g, "speculative.types", "none");
+    cJSON_AddBoolToObject(g, "timings_per_token", false);
+    cJSON_AddBoolToObject(g, "post_sampling_probs", false);
+    cJSON_AddBoolToObject(g, "backend_sampling", false);
+    cJSON *lora = cJSON_AddArrayToObject(g, "lora");
+    for (int i = 0; i < j->n_lora; i++) {
+        cJSON *a = cJSON_CreateObject();
+        cJSON_AddNumberToObject(a, "id", i);
+        cJSON_AddNumberToObject(a, "scale", j->lora[i]);
+        cJSON_AddItemToArray(lora, a);
+    }
+    return g;
+}
+
+static cJSON *prompt_text(srv *s, const srv_job *j) {
+    kvl_buf t = {0};
+    char buf[256];
+    for (int64_t i = 0; i < j->n_prompt; i++) {
+        size_t n = tok_token_bytes(s->vocab, j->prompt[i], true, buf, sizeof buf);
+        kvl_buf_put(&t, buf, n < sizeof buf ? n : sizeof buf);
+    }
+    cJSON *o = json_text(t.p ? t.p : "", t.len);
+    kvl_buf_free(&t);
+    return o;
+}
+
+/* After the OpenAI parser: llama's sampling, logit_bias, response options
+ * and n_predict, on the job it made. */
+static bool llama_finish(srv *s, const cJSON *body, int64_t n_predict, api_req *r, api_error *err) {
+    srv_job *j = r->job;
+    llama_req *q = r->llama = calloc(1, sizeof *q);
+    if (!q) return api_fail(err, 500, NULL, "out of memory");
+    q->n_probs = j->top_logprobs;
+    j->logprobs = r->logprobs = q->n_probs > 0;
+    bool ok = parse_sampling(body, q, j, err) && parse_logit_bias(s, body, j, err) &&
+              req_bool(body, "return_tokens", &q->return_tokens, err);
+    if (!ok) return false;
+    const cJSON *rf = req_field(body, "response_fields");
+    if (rf) {
+        bool strings = cJSON_IsArray(rf);
+        for (const cJSON *e = strings ? rf->child : NULL; e; e = e->next)
+            strings &= cJSON_IsString(e);
+        if (!strings)
+            return api_fail(err, 400, "response_fields",
+                            "'response_fields' must be an array of field paths");
+        q->fields = cJSON_Duplicate(rf, true);
+    }
+    /* n_predict -1 (or more than fits): until the context is full, as llama's
+     * slot stops there (the OpenAI parser's 16 is its own default) */
+    const int64_t room =
+        (s->n_ctx < s->n_blocks * s->block_size ? s->n_ctx : s->n_blocks * s->block_size) -
+        j->n_prompt;
+    j->max_tokens = n_predict < 0 || n_predict > room ? (room > 0 ? room : 1) : n_predict;
+    q->settings = settings_json(s, body, q, j, r->stream);
+    q->prompt_text = prompt_text(s, j);
+    return q->settings && q->prompt_text ? true : api_fail(err, 500, NULL, "out of memory");
+}
+
+bool llama_parse(srv *s, const cJSON *body, api_req *r, api_error *err) {
+    memset(r, 0, sizeof *r);
+    if (!cJSON_IsObject(body))
+        return api_fail(err, 400, NULL, "the request body must be a JSON object");
+    if (!check_fields(body, err) || !check_chat_parser(body, err)) return false;
+    int64_t n_predict = -1, seed = -1;
+    bool ok = req_int(body, "n_predict", -1, INT32_MAX, &n_predict, err) &&
+              req_int(body, "max_tokens", -1, INT32_MAX, &n_predict, err) &&
+              req_int(body, "max_completion_tokens", -1, INT32_MAX, &n_predict, err) &&
+              req_int(body, "seed", -1, 4294967295LL, &seed, err);
+    if (!ok) return false;
+    if (req_field(body, "n_predict")) req_int(body, "n_predict", -1, INT32_MAX, &n_predict, err);
+    if (n_predict == 0)
+        return api_fail(err, 400, "n_predict",
+                        "n_predict 0 (evaluate the prompt only) is not supported: use "
+                        "/v1/kv/save to keep a prompt's KV");
+    cJSON *o = openai_body(s, body, err);
+    if (!o) return false;
+    if (seed >= 0) cJSON_AddNumberToObject(o, "seed", (double)seed);
+    ok = openai_parse(s, o, false, r, err);
+    cJSON_Delete(o);
+    if (!ok) {
+        static const char *const map[][2] = {{"logprobs", "n_probs"}};
+        if (!req_field(body, "logprobs")) api_error_rename(err, map, 1);
+        return false;
+    }
+    if (llama_finish(s, body, n_predict, r, err)) return true;
+    api_req_free(r); /* the job, and what llama_finish made */
+    return false;
+}
+
+/* ----------------------------------------------------------- response -- */
+
+static cJSON *token_entry(srv *s, int32_t id, float logprob) {
+    char buf[256];
+    size_t n = tok_token_bytes(s->vocab, id, true, buf, sizeof buf);
+    if (n > sizeof buf) n = sizeof buf;
+    cJSON *e = cJSON_CreateObject();
+    cJSON_AddNumberToObject(e, "id", id);
+    size_t valid = n; /* llama cuts the text at an incomplete UTF-8 sequence */
+    while (valid > 0 && !utf8_valid(buf, valid)) valid--;
+    cJSON_AddItemToObject(e, "token", json_text(buf, valid));
+    cJSON *bytes = cJSON_AddArrayToObject(e, "bytes");
+    for (size_t i = 0; i < n; i++)
+        cJSON_AddItemToArray(bytes, cJSON_CreateNumber((unsigned char)buf[i]));
+    cJSON_AddNumberToObject(e, "logprob", logprob);
+    return e;
+}
+
+static cJSON *probs_entry(srv *s, const srv_event *ev) {
+    cJSON *e = token_entry(s, ev->token, ev->logprob);
+    cJSON *top = cJSON_AddArrayToObject(e, "top_logprobs");
+    for (int k = 0; k < ev->n_top; k++)
+        cJSON_AddItemToArray(top, token_entry(s, ev->top_ids[k], ev->top_lps[k]));
+    return e;
+}
+
+static const char *stop_type(const srv_event *ev) {
+    switch (ev->finish) {
+    case ENGINE_FINISH_STOP: return ev->stats.stop_index >= 0 ? "word" : "eos";
+    case ENGINE_FINISH_LENGTH: return "limit";
+    default: return "none";
+    }
+}
+
+static cJSON *timings_json(const engine_req_stats *st) {
+    cJSON *t = cJSON_CreateObject();
+    const double prompt_n = (double)(st->n_prompt - st->n_cached_prompt),
+                 prompt_ms = st->t_prefill_s * 1e3, pred_n = (double)st->n_generated,
+                 pred_ms = st->t_first_token > 0 ? (st->t_end - st->t_first_token) * 1e3 : 0;
+    cJSON_AddNumberToObject(t, "cache_n", (double)st->n_cached_prompt);
+    cJSON_AddNumberToObject(t, "prompt_n", prompt_n);
+    cJSON_AddNumberToObject(t, "prompt_ms", prompt_ms);
+    cJSON_AddNumberToObject(t, "prompt_per_token_ms", prompt_n > 0 ? prompt_ms / prompt_n : 0);
+    cJSON_AddNumberToObject(t, "prompt_per_second", prompt_ms > 0 ? prompt_n * 1e3 / prompt_ms : 0);
+    cJSON_AddNumberToObject(t, "predicted_n", pred_n);
+    cJSON_AddNumberToObject(t, "predicted_ms", pred_ms);
+    cJSON_AddNumberToObject(t, "predicted_per_token_ms", pred_n > 0 ? pred_ms / pred_n : 0);
+    cJSON_AddNumberToObject(t, "predicted_per_second", pred_ms > 0 ? pred_n * 1e3 / pred_ms : 0);
+    return t;
+}
+
+/* response_fields: only those paths ("a/b" reads b inside a), each under its
+ * path as the key; a path that is not there is left out. */
+static cJSON *pick_fields(cJSON *o, const cJSON *fields) {
+    if (!fields) return o;
+    cJSON *out = cJSON_CreateObject();
+    for (const cJSON *f = fields->child; f; f = f->next) {
+        const cJSON *cur = o;
+        char *path = strdup(f->valuestring), *save = NULL;
+        for (char *k = path ? strtok_r(path, "/", &save) : NULL; cur && k;
+             k = strtok_r(NULL, "/", &save))
+            cur = cJSON_IsObject(cur) ? cJSON_GetObjectItemCaseSensitive(cur, k) : NULL;
+        if (cur && path && !cJSON_GetObjectItemCaseSensitive(out, f->valuestring))
+            cJSON_AddItemToObject(out, f->valuestring, cJSON_Duplicate(cur, true));
+        free(path);
+    }
+    cJSON_Delete(o);
+    return out;
+}
+
+/* The object of a finished choice (its text, ids and probabilities: the
+ * whole answer's, or nothing at the end of a stream, as llama's). */
+static cJSON *final_object(srv *s, const api_req *r, const srv_event *ev, const char *content,
+                           size_t len, cJSON *tokens, cJSON *probs) {
+    const llama_req *q = r->llama;
+    const srv_job *j = r->job;
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "index", ev->index);
+    cJSON_AddItemToObject(o, "content", json_text(content, len));
+    cJSON_AddItemToObject(o, "tokens", tokens && (q->return_tokens) ? tokens : cJSON_CreateArray());
+    if (tokens && !q->return_tokens) cJSON_Delete(tokens);
+    cJSON_AddNumberToObject(o, "id_slot", ev->index);
+    cJSON_AddBoolToObject(o, "stop", true);
+    cJSON_AddStringToObject(o, "model", job_model_name(s, j));
+    cJSON_AddNumberToObject(o, "tokens_predicted", (double)ev->stats.n_generated);
+    cJSON_AddNumberToObject(o, "tokens_evaluated", (double)j->n_prompt);
+    cJSON_AddItemToObject(o, "generation_settings", cJSON_Duplicate(q->settings, true));
+    cJSON_AddItemToObject(o, "prompt", cJSON_Duplicate(q->prompt_text, true));
+    cJSON_AddBoolToObject(o, "has_new_line", len && memchr(content, '\n', len));
+    cJSON_AddBoolToObject(o, "truncated", false);
+    cJSON_AddStringToObject(o, "stop_type", stop_type(ev));
+    const int si = ev->stats.stop_index;
+    cJSON_AddStringToObject(
+        o, "stopping_word",
+        ev->finish == ENGINE_FINISH_STOP && si >= 0 && si < j->n_stop ? j->stop[si] : "");
+    const int64_t cached = j->n_prompt + ev->stats.n_generated - (ev->stats.n_generated > 0);
+    cJSON_AddNumberToObject(o, "tokens_cached", (double)cached);
+    cJSON_AddItemToObject(o, "timings", timings_json(&ev->stats));
+    if (probs) cJSON_AddItemToObject(o, "completion_probabilities", probs);
+    return pick_fields(o, q->fields);
+}
+
+static void take_event(srv *s, const api_req *r, const srv_event *ev) {
+    llama_req *q = r->llama;
+    const int i = ev->index;
+    kvl_buf_put(&q->content[i], ev->text, ev->text_len);
+    if (ev->token < 0) return;
+    q->n_decoded[i]++;
+    if (!q->tokens[i]) q->tokens[i] = cJSON_CreateArray();
+    cJSON_AddItemToArray(q->tokens[i], cJSON_CreateNumber(ev->token));
+    if (q->n_probs > 0) {
+        if (!q->probs[i]) q->probs[i] = cJSON_CreateArray();
+        cJSON_AddItemToArray(q->probs[i], probs_entry(s, ev));
+    }
+}
+
+char *llama_response(srv *s, const api_req *r, srv_event *events) {
+    llama_req *q = r->llama;
+    cJSON *out = r->job->n > 1 ? cJSON_CreateArray() : NULL, *one = NULL;
+    for (const srv_event *ev = events; ev; ev = ev->next) {
+        take_event(s, r, ev);
+        if (ev->finish == ENGINE_FINISH_NONE) continue;
+        const int i = ev->index;
+        one = final_object(s, r, ev, q->content[i].p ? q->content[i].p : "", q->content[i].len,
+                           q->tokens[i] ? q->tokens[i] : cJSON_CreateArray(), q->probs[i]);
+        q->tokens[i] = q->probs[i] = NULL;
+        if (out) cJSON_AddItemToArray(out, one);
+    }
+    cJSON *o = out ? out : one;
+    char *js = o ? cJSON_PrintUnformatted(o) : NULL;
+    cJSON_Delete(o);
+    return js;
+}
+
+/* ------------------------------------------------------------- stream -- */
+
+static void put_data(kvl_buf *out, cJSON *o) {
+    char *js = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    if (!js) {
+        out->oom = true;
+        return;
+    }
+    kvl_buf_printf(out, "data: %s\n\n", js);
+    free(js);
+}
+
+void llama_stream_end(srv *s, const api_req *r, stream_state *st, kvl_buf *out) {
+    (void)s, (void)r;
+    if (!st->failed) return; /* llama's stream just ends */
+    api_error e = st->fail;
+    if (!e.status) api_fail(&e, 500, NULL, "the engine failed while generating this response");
+    char *js = api_error_json(&e); /* {"error": {...}}, as llama sends it */
+    kvl_buf_printf(out, "data: %s\n\n", js ? js : "{}");
+    free(js);
+}
+
+void llama_stream_events(srv *s, const api_req *r, stream_state *st, srv_event *events,
+                         kvl_buf *out) {
+    llama_req *q = r->llama;
+    for (const srv_event *ev = events; ev; ev = ev->next) {
+        const int i = ev->index;
+        if (ev->token >= 0 || ev->text_len) {
+            if (ev->token >= 0) q->n_decoded[i]++;
+            cJSON *c = cJSON_CreateObject();
+            cJSON_AddNumberToObject(c, "index", i);
+            cJSON_AddItemToObject(c, "content", json_text(ev->text, ev->text_len));
+            cJSON *ids = cJSON_AddArrayToObject(c, "tokens");
+            if (ev->token >= 0) cJSON_AddItemToArray(ids, cJSON_CreateNumber(ev->token));
+            cJSON_AddBoolToObject(c, "stop", false);
+            cJSON_AddNumberToObject(c, "id_slot", -1);
+            cJSON_AddNumberToObject(c, "tokens_predicted", (double)q->n_decoded[i]);
+            cJSON_AddNumberToObject(c, "tokens_evaluated", (double)r->job->n_prompt);
+            if (q->n_probs > 0 && ev->token >= 0)
+                cJSON_AddItemToArray(cJSON_AddArrayToObject(c, "completion_probabilities"),
+                                     probs_entry(s, ev));
+            put_data(out, c);
+        }
+        if (ev->finish == ENGINE_FINISH_NONE) continue;
+        put_data(out, final_object(s, r, ev, "", 0, NULL, NULL));
+        st->n_finished++;
+        if (st->n_finished == r->job->n) llama_stream_end(s, r, st, out);
+    }
+}

@@ -1,0 +1,216 @@
+// llama-server's own API, POST /completion, checked against llama.cpp itself:
+// the golden requests replayed (tests/data/golden/qwen3-f32: llama-server's
+// /completion answers, ids and top-10 logprobs), the answer's and the stream's
+// shapes against ones llama-server wrote (tests/data/llama_server), its stop
+// types, sampling defaults, logit_bias forms, mixed prompts, response_fields,
+// several completions, and what it refuses.
+// usage: node test_llama_api.mjs BUILD/kvllm REPO_ROOT
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
+import { startServer, rawRequest, assert, assertEq, runTests, stopAll } from './lib.mjs';
+
+const [bin, root] = process.argv.slice(2);
+const GOLDEN = path.join(root, 'tests/data/golden/qwen3-f32');
+const greedy = JSON.parse(readFileSync(path.join(GOLDEN, 'greedy.json'), 'utf8'));
+const shapes = JSON.parse(readFileSync(path.join(root, 'tests/data/llama_server/completion_shapes.json'), 'utf8'));
+
+// The golden's flags: an F32 cache, as llama-server ran (-ctk f32 -ctv f32).
+const server = await startServer(bin, ['-m', 'tests/data/golden/models/qwen3-f32.gguf', '-c', '512',
+  '--kv-type', 'f32'], { cwd: root, name: 'qwen3' });
+
+const post = (body, p = '/completion') => rawRequest(server.url, { path: p, body: JSON.stringify(body) });
+async function ok(body, p) {
+  const r = await post(body, p);
+  assert(r.status === 200, `status ${r.status}: ${r.text.slice(0, 300)}`);
+  return r;
+}
+async function refused(body, param, what) {
+  const r = await post(body);
+  assert(r.status === 400, `${what}: status ${r.status} (${r.text.slice(0, 200)})`);
+  assertEq(r.json.error.param, param, `${what}: param`);
+  return r;
+}
+const events = (text) => text.split('\n').filter((l) => l.startsWith('data: ')).map((l) => JSON.parse(l.slice(6)));
+
+// Every key of want is in got with the same JSON type, recursively into objects.
+function sameShape(want, got, where) {
+  const kind = (v) => (v === null ? 'null' : Array.isArray(v) ? 'array' : typeof v);
+  for (const [k, v] of Object.entries(want)) {
+    assert(k in got, `${where}: no '${k}'`);
+    assertEq(kind(got[k]), kind(v), `${where}.${k}: type`);
+    if (kind(v) === 'object') sameShape(v, got[k], `${where}.${k}`);
+  }
+  for (const k of Object.keys(got)) assert(k in want, `${where}: '${k}' is not llama-server's`);
+}
+
+const greedyBody = (ids, extra = {}) => ({
+  prompt: ids, n_predict: 8, temperature: 0, samplers: ['temperature'], n_probs: 5, return_tokens: true, ...extra,
+});
+
+const tests = [
+  ['the golden requests replayed: llama.cpp\'s ids and logprobs', async () => {
+    // the request each golden case was made with (meta.json "commands")
+    const parser = JSON.stringify({ parsers: [{ type: 'epsilon' }], rules: {}, root: 0 });
+    let compared = 0;
+    for (const [ci, c] of greedy.cases.entries()) {
+      const r = await ok({ prompt: c.prompt_ids, n_predict: 48, temperature: 0.0, samplers: ['temperature'],
+        repeat_penalty: 1.0, n_probs: 10, post_sampling_probs: false, cache_prompt: false, return_tokens: true,
+        seed: 0, chat_parser: parser });
+      const got = r.json;
+      // F32: every id, or a first difference where the golden's top two were within 1e-3 (README rule 3)
+      let s = 0;
+      while (s < c.ids.length && got.tokens[s] === c.ids[s]) s++;
+      if (s < c.ids.length) {
+        assert(c.steps[s].top1_top2_logit_gap < 1e-3 && got.tokens[s] === c.steps[s].top[1].id,
+          `case ${ci}: id ${s} is ${got.tokens[s]}, llama.cpp's ${c.ids[s]} (gap ${c.steps[s].top1_top2_logit_gap})`);
+      } else {
+        assertEq([got.stop_type, got.tokens_predicted], [c.stop_type, c.n_generated], `case ${ci}: stop`);
+      }
+      assertEq(got.tokens_evaluated, c.prompt_ids.length, `case ${ci}: tokens_evaluated`);
+      for (let k = 0; k < s; k++) {
+        if (c.steps[k].source !== 'generation') continue; // llama-server's own answer, not a recomputed step
+        const ours = new Map(got.completion_probabilities[k].top_logprobs.map((t) => [t.id, t.logprob]));
+        for (const t of c.steps[k].top) {
+          assert(ours.has(t.id), `case ${ci} step ${k}: id ${t.id} not in our top 10`);
+          const d = Math.abs(ours.get(t.id) - t.logprob);
+          assert(d <= 1e-3, `case ${ci} step ${k}: id ${t.id} logprob ${ours.get(t.id)} vs ${t.logprob}`);
+          compared++;
+        }
+      }
+    }
+    assert(compared >= 100, `only ${compared} logprobs compared`);
+  }],
+
+  ['the answer has llama-server\'s shape, ids and text', async () => {
+    const got = (await ok(shapes.request)).json;
+    sameShape(shapes.response, got, 'answer');
+    sameShape(shapes.response.completion_probabilities[0], got.completion_probabilities[0], 'probs[0]');
+    sameShape(shapes.response.completion_probabilities[0].top_logprobs[0],
+      got.completion_probabilities[0].top_logprobs[0], 'probs[0].top_logprobs[0]');
+    assertEq(got.tokens, shapes.response.tokens, 'ids');
+    assertEq(got.content, shapes.response.content, 'content');
+    assertEq(got.prompt, shapes.response.prompt, 'prompt');
+    assertEq([got.stop_type, got.stopping_word, got.tokens_predicted, got.tokens_evaluated],
+      ['limit', '', 4, shapes.response.tokens_evaluated], 'stop');
+    assertEq(got.tokens_cached, got.tokens_evaluated + 3, 'tokens_cached: prompt + all but the last token');
+    for (const [k, v] of Object.entries(shapes.response.generation_settings)) {
+      if (['seed', 'model', 'dry_penalty_last_n', 'chat_format', 'reasoning_format'].includes(k)) continue;
+      if (typeof v === 'number') assert(Math.abs(got.generation_settings[k] - v) < 1e-6, `settings.${k}`);
+    }
+    assert(got.timings.prompt_n + got.timings.cache_n === got.tokens_evaluated, 'timings: prompt + cache');
+  }],
+
+  ['stream: a data line a token, then the final object; no [DONE]', async () => {
+    const r = await ok(shapes.stream_request);
+    assert(/text\/event-stream/.test(r.headers['content-type']), 'content type');
+    assert(!r.text.includes('[DONE]'), 'llama-server ends its stream without [DONE]');
+    const ev = events(r.text), want = shapes.stream_events;
+    sameShape(want[0], ev[0], 'first event');
+    sameShape(want[want.length - 1], ev[ev.length - 1], 'last event');
+    const last = ev.pop();
+    assert(last.stop === true && last.content === '' && last.tokens.length === 0, 'final: no text of its own');
+    assert(ev.every((e) => e.stop === false && e.completion_probabilities.length === 1), 'partials');
+    assertEq(ev.flatMap((e) => e.tokens), shapes.response.tokens, 'ids, one event each');
+    assertEq(ev.map((e) => e.tokens_predicted), [1, 2, 3, 4], 'tokens_predicted counts');
+    assertEq(ev.map((e) => e.content).join(''), shapes.response.content, 'the text');
+  }],
+
+  ['stop words: stop_type word and the stopping word, left out of the content', async () => {
+    const c = greedy.cases[0];
+    const full = (await ok(greedyBody(c.prompt_ids, { n_predict: 12 }))).json;
+    const word = full.content.slice(8, 11);
+    const at = full.content.indexOf(word);
+    const got = (await ok(greedyBody(c.prompt_ids, { n_predict: 12, stop: ['', 'zzzz', word] }))).json;
+    assertEq([got.stop_type, got.stopping_word, got.content], ['word', word, full.content.slice(0, at)], 'word stop');
+    assertEq(got.generation_settings.stop, ['zzzz', word], 'empty stop strings dropped, as llama-server does');
+  }],
+
+  ['llama-server\'s sampling defaults; a seed repeats a sampled answer', async () => {
+    const a = (await ok({ prompt: 'Once upon a time', n_predict: 12, seed: 7 })).json;
+    const g = a.generation_settings;
+    assertEq([g.temperature, g.top_k, g.repeat_last_n, g.repeat_penalty, g.seed],
+      [0.800000011920929, 40, 64, 1, 7], 'defaults');
+    assert(Math.abs(g.top_p - 0.95) < 1e-6 && Math.abs(g.min_p - 0.05) < 1e-6, 'top_p / min_p defaults');
+    const b = (await ok({ prompt: 'Once upon a time', n_predict: 12, seed: 7 })).json;
+    assertEq(b.content, a.content, 'the same seed, the same answer');
+    assertEq((await ok({ prompt: 'x', n_predict: 1 })).json.generation_settings.seed, 4294967295, 'no seed: random');
+    const sm = (await ok({ prompt: 'x', n_predict: 1, samplers: 'kt' })).json.generation_settings.samplers;
+    assertEq(sm, ['top_k', 'temperature'], 'samplers by letter');
+    // top_k 1 leaves only the greedy token, unless the list leaves top_k out
+    const c = greedy.cases[0], hot = { n_predict: 16, temperature: 1.5, top_k: 1, seed: 3 };
+    const g1 = (await ok(greedyBody(c.prompt_ids, { ...hot, samplers: ['top_k', 'temperature'] }))).json;
+    assertEq(g1.tokens, c.ids.slice(0, 16), 'top_k 1: the greedy ids');
+    const g2 = (await ok(greedyBody(c.prompt_ids, { ...hot, samplers: ['temperature'] }))).json;
+    assert(JSON.stringify(g2.tokens) !== JSON.stringify(g1.tokens), 'top_k left out of samplers: off');
+  }],
+
+  ['logit_bias: pairs, objects, text keys and false; OpenAI\'s on /v1/completions', async () => {
+    const c = greedy.cases[0], first = c.ids[0], second = c.steps[0].top[1].id;
+    const one = async (extra) => (await ok(greedyBody(c.prompt_ids, { n_predict: 1, ...extra }))).json.tokens[0];
+    assertEq(await one({}), first, 'unbiased');
+    assertEq(await one({ logit_bias: [[first, false]] }), second, '[[id, false]] bans');
+    assertEq(await one({ logit_bias: { [first]: -1e9 } }), second, '{"id": -1e9}');
+    assertEq(await one({ logit_bias: [[c.steps[0].top[4].id, 100]] }), c.steps[0].top[4].id, '+100 chooses');
+    const piece = (await ok({ prompt: [first], n_predict: 1 }, '/completion')).json.prompt;
+    assertEq(await one({ logit_bias: { [piece]: false } }), second, 'a text key bans its tokens');
+    const oai = await ok({ prompt: c.prompt_ids, max_tokens: 1, temperature: 0, logit_bias: { [first]: -100 },
+      logprobs: 1, return_tokens_as_token_ids: true }, '/v1/completions');
+    assertEq(oai.json.choices[0].logprobs.tokens[0], `token_id:${second}`, 'OpenAI logit_bias');
+    // the reported logprob is the model's, before the bias
+    const lp = (await ok(greedyBody(c.prompt_ids, { n_predict: 1, logit_bias: [[first, false]] }))).json;
+    assert(Math.abs(lp.completion_probabilities[0].top_logprobs[0].logprob - c.steps[0].top[0].logprob) < 1e-3,
+      'top_logprobs unbiased');
+  }],
+
+  ['prompts: text, ids, ids and text mixed, {prompt_string}', async () => {
+    const tok = async (content) => (await ok({ content }, '/tokenize')).json.tokens;
+    const a = await tok('The quick'), b = await tok(' brown fox');
+    const mixed = (await ok({ prompt: ['The quick', ...b], n_predict: 1 })).json;
+    assertEq(mixed.tokens_evaluated, a.length + b.length, 'mixed prompt tokens');
+    assertEq(mixed.prompt, 'The quick brown fox', 'its text');
+    const obj = (await ok({ prompt: { prompt_string: 'The quick brown fox' }, n_predict: 1 })).json;
+    assertEq(obj.tokens_evaluated, a.length + b.length, '{prompt_string}');
+    const special = (await ok({ prompt: '<|im_start|>user', n_predict: 1 })).json;
+    assertEq(special.tokens_evaluated, (await ok({ content: '<|im_start|>user', parse_special: true },
+      '/tokenize')).json.tokens.length, 'special tokens in a text prompt are parsed, as llama-server does');
+  }],
+
+  ['response_fields, several completions, n_predict -1', async () => {
+    const r = (await ok({ prompt: 'The', n_predict: 3, response_fields: ['content', 'generation_settings/n_predict',
+      'no/such'] })).json;
+    assertEq(Object.keys(r).sort(), ['content', 'generation_settings/n_predict'], 'fields');
+    assertEq(r['generation_settings/n_predict'], 3, 'a nested field under its path');
+    const many = (await ok({ prompt: 'The', n_predict: 3, n_cmpl: 2, temperature: 0 })).json;
+    assert(Array.isArray(many) && many.length === 2, 'two answers');
+    assertEq(many.map((m) => m.index), [0, 1], 'their indices');
+    const long = (await ok({ prompt: greedy.cases[0].prompt_ids, n_predict: -1, ignore_eos: true, temperature: 0 })).json;
+    assertEq([long.stop_type, long.tokens_predicted], ['limit', 512 - greedy.cases[0].prompt_ids.length],
+      'until the context is full');
+  }],
+
+  ['what /completion refuses, and what it accepts unchanged', async () => {
+    await refused({ prompt: 'a', mirostat: 2 }, 'mirostat', 'mirostat');
+    await refused({ prompt: 'a', typical_p: 0.5 }, 'typical_p', 'typical sampling');
+    await refused({ prompt: 'a', dry_multiplier: 0.8 }, 'dry_multiplier', 'DRY');
+    await refused({ prompt: 'a', post_sampling_probs: true }, 'post_sampling_probs', 'post-sampling probs');
+    await refused({ prompt: 'a', frobnicate: 1 }, 'frobnicate', 'unknown field');
+    await refused({ prompt: 'a', samplers: ['temperature', 'top_k'] }, 'samplers', 'an order kvllm does not run');
+    await refused({ prompt: 'a', samplers: ['infill'] }, 'samplers', 'infill sampler');
+    await refused({ prompt: 'a', samplers: ['bogus'] }, 'samplers', 'unknown sampler');
+    await refused({ prompt: ['a', 'b'] }, 'prompt', 'several prompts');
+    await refused({ prompt: 'a', n_predict: 0 }, 'n_predict', 'n_predict 0');
+    await refused({ prompt: 'a', chat_parser: '{"parsers":[]}' }, 'chat_parser', 'a parser');
+    await refused({ prompt: 'a', logit_bias: [[1]] }, 'logit_bias', 'a malformed bias');
+    await refused({ prompt: 'a', logit_bias: [[1e9, 1]] }, 'logit_bias', 'an id outside the vocabulary');
+    await refused({ prompt: 'a', n_probs: 50 }, 'n_probs', 'n_probs beyond 20');
+    await refused({ prompt: { prompt_string: 'a', multimodal_data: ['AAAA'] } }, 'prompt', 'multimodal data');
+    // the samplers' off values and the fields that change nothing are taken
+    await ok({ prompt: 'a', n_predict: 1, mirostat: 0, typical_p: 1, dry_multiplier: 0, xtc_probability: 0,
+      top_n_sigma: -1, min_keep: 0, cache_prompt: true, id_slot: -1, n_keep: 4, n_discard: 0, n_cache_reuse: 0,
+      dry_base: 1.75, mirostat_tau: 5, timings_per_token: false, stream_options: { include_usage: true } });
+  }],
+];
+
+const failed = await runTests(tests);
+const bad = await stopAll([server]);
+process.exit(failed || bad ? 1 : 0);
