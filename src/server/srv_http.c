@@ -25,6 +25,7 @@ typedef enum route {
     R_MODEL,
     R_COMPLETIONS,
     R_LLAMA_COMPLETION,
+    R_LLAMA_INFILL,
     R_CHAT,
     R_RESPONSES,
     R_RESPONSE_GET,
@@ -61,6 +62,7 @@ static const struct {
     {"/v1/completions", "POST", R_COMPLETIONS, AUTH_KEY, false},
     {"/completion", "POST", R_LLAMA_COMPLETION, AUTH_KEY, false}, /* llama-server's own */
     {"/completions", "POST", R_LLAMA_COMPLETION, AUTH_KEY, false},
+    {"/infill", "POST", R_LLAMA_INFILL, AUTH_KEY, false},
     {"/v1/chat/completions", "POST", R_CHAT, AUTH_KEY, false},
     {"/v1/responses", "POST", R_RESPONSES, AUTH_KEY, false},
     {"/v1/responses/", "GET", R_RESPONSE_GET, AUTH_KEY, true},
@@ -362,6 +364,7 @@ static bool parse_request(srv *s, const conn_ctx *cc, route rt, api_req *r, api_
     bool ok = rt == R_RESPONSES          ? responses_parse(s, body, tenant, r, err)
               : rt == R_MESSAGES         ? anthropic_parse(s, body, r, err)
               : rt == R_LLAMA_COMPLETION ? llama_parse(s, body, r, err)
+              : rt == R_LLAMA_INFILL     ? llama_infill_parse(s, body, r, err)
                                          : openai_parse(s, body, rt == R_CHAT, r, err);
     cJSON_Delete(body);
     return ok;
@@ -476,6 +479,7 @@ static enum MHD_Result dispatch(srv *s, struct MHD_Connection *c, const char *ur
     }
     case R_COMPLETIONS:
     case R_LLAMA_COMPLETION:
+    case R_LLAMA_INFILL:
     case R_CHAT:
     case R_RESPONSES:
     case R_MESSAGES: return handle_generate(s, c, cc, ROUTES[cc->route].r);

@@ -581,6 +581,9 @@ char *anthropic_count_tokens(srv *s, const char *body, size_t len, api_error *er
  * body (r->llama set); the others stand for openai_response,
  * openai_stream_events and openai_stream_end, in llama-server's shapes. */
 bool llama_parse(srv *s, const cJSON *body, api_req *r, api_error *err);
+/* POST /infill: the fill-in-the-middle prompt llama-server lays out from
+ * input_prefix, input_suffix, input_extra and prompt, then as /completion. */
+bool llama_infill_parse(srv *s, const cJSON *body, api_req *r, api_error *err);
 char *llama_response(srv *s, const api_req *r, srv_event *events);
 void llama_stream_events(srv *s, const api_req *r, stream_state *st, srv_event *events,
                          kvl_buf *out);

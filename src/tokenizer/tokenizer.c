@@ -14,6 +14,10 @@ uint64_t tok_vocab_uid(const tok_vocab *v) { return v->uid; }
 int32_t tok_bos(const tok_vocab *v) { return v->sp.bos; }
 int32_t tok_eos(const tok_vocab *v) { return v->sp.eos; }
 int32_t tok_eot(const tok_vocab *v) { return v->sp.eot; }
+tok_fim tok_fim_ids(const tok_vocab *v) {
+    return (tok_fim){v->sp.fim_pre, v->sp.fim_suf, v->sp.fim_mid,
+                     v->sp.fim_pad, v->sp.fim_rep, v->sp.fim_sep};
+}
 bool tok_add_bos(const tok_vocab *v) { return v->add_bos; }
 bool tok_add_eos(const tok_vocab *v) { return v->add_eos; }
 const char *tok_model_name(const tok_vocab *v) { return v->model; }

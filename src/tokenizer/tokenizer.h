@@ -28,6 +28,12 @@ int32_t tok_n_vocab(const tok_vocab *v);
 uint64_t tok_vocab_uid(const tok_vocab *v);
 int32_t tok_bos(const tok_vocab *v); /* -1 if none */
 int32_t tok_eos(const tok_vocab *v); /* -1 if none */
+/* Fill-in-the-middle tokens (tokenizer.ggml.fim_*_token_id, else found by
+ * their usual texts, as llama.cpp does): -1 where the vocabulary has none. */
+typedef struct tok_fim {
+    int32_t pre, suf, mid, pad, rep, sep;
+} tok_fim;
+tok_fim tok_fim_ids(const tok_vocab *v);
 /* tokenizer.ggml.add_bos_token, or the family default; always true for gemma4 */
 bool tok_add_bos(const tok_vocab *v);
 /* End of generation: EOS, EOT, <|im_end|>, <|eot_id|>, ... (token types and known names). */

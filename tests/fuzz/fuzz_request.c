@@ -6,7 +6,7 @@
  * Input: byte 0 picks the server (bit 0) and the endpoint (bit 1: chat, else
  * completions; bits 2-3: 1 /v1/responses, 2 /v1/messages, 3
  * /v1/messages/count_tokens instead; with bits 2-3 clear, bit 4: llama-server's
- * /completion); the rest is the body.
+ * /completion, and with bit 5 too its /infill); the rest is the body.
  *
  * Checked beyond "no crash, no leak, no sanitizer report": a refusal has a
  * 4xx/5xx status and a message; an accepted job has a non-empty prompt of ids
@@ -159,6 +159,7 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size) {
     const bool chat = data[0] & 2;
     const int api = (data[0] >> 2) & 3;            /* 1 responses, 2 messages, 3 count_tokens */
     const bool llama = api == 0 && (data[0] & 16); /* llama-server's /completion */
+    const bool infill = llama && (data[0] & 32);   /* its /infill */
     const char *p = (const char *)data + 1;
     const size_t len = size - 1;
     api_req r;
@@ -175,7 +176,8 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size) {
     }
     cJSON *body = json_parse_body(p, len, &err);
     if (body)
-        ok = llama      ? llama_parse(s, body, &r, &err)
+        ok = infill     ? llama_infill_parse(s, body, &r, &err)
+             : llama    ? llama_parse(s, body, &r, &err)
              : api == 1 ? responses_parse(s, body, "", &r, &err)
              : api == 2 ? anthropic_parse(s, body, &r, &err)
                         : openai_parse(s, body, chat, &r, &err);

@@ -5,7 +5,9 @@
 // types, sampling defaults, logit_bias forms, mixed prompts, response_fields,
 // several completions, and what it refuses.
 // usage: node test_llama_api.mjs BUILD/kvllm REPO_ROOT
-import { readFileSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import { readFileSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { startServer, rawRequest, assert, assertEq, runTests, stopAll } from './lib.mjs';
 
@@ -13,10 +15,19 @@ const [bin, root] = process.argv.slice(2);
 const GOLDEN = path.join(root, 'tests/data/golden/qwen3-f32');
 const greedy = JSON.parse(readFileSync(path.join(GOLDEN, 'greedy.json'), 'utf8'));
 const shapes = JSON.parse(readFileSync(path.join(root, 'tests/data/llama_server/completion_shapes.json'), 'utf8'));
+const infill = JSON.parse(readFileSync(path.join(root, 'tests/data/llama_server/infill.json'), 'utf8'));
 
 // The golden's flags: an F32 cache, as llama-server ran (-ctk f32 -ctv f32).
 const server = await startServer(bin, ['-m', 'tests/data/golden/models/qwen3-f32.gguf', '-c', '512',
   '--kv-type', 'f32'], { cwd: root, name: 'qwen3' });
+
+// /infill needs fill-in-the-middle tokens: the same model with them named in its metadata,
+// as llama-server read it when it answered tests/data/llama_server/infill.json
+const fimModel = path.join(mkdtempSync(path.join(tmpdir(), 'kvllm-fim-')), 'qwen3-fim.gguf');
+execFileSync('python3', [path.join(root, 'tests/server/gguf_add_keys.py'),
+  path.join(root, 'tests/data/golden/models/qwen3-f32.gguf'), fimModel,
+  ...Object.entries(infill.keys).map(([k, v]) => `${k}=${v}`)]);
+const fim = await startServer(bin, ['-m', fimModel, '-c', '2600', '--kv-type', 'f32'], { cwd: root, name: 'fim' });
 
 const post = (body, p = '/completion') => rawRequest(server.url, { path: p, body: JSON.stringify(body) });
 async function ok(body, p) {
@@ -188,6 +199,27 @@ const tests = [
       'until the context is full');
   }],
 
+  ['/infill: llama-server\'s fill-in-the-middle prompt and answer', async () => {
+    for (const [i, c] of infill.cases.entries()) {
+      const r = await rawRequest(fim.url, { path: '/infill', body: JSON.stringify(c.request) });
+      assert(r.status === 200, `case ${i}: status ${r.status}: ${r.text.slice(0, 300)}`);
+      for (const k of Object.keys(c.response)) assertEq(r.json[k], c.response[k], `case ${i}: ${k}`);
+    }
+    const bad = async (body, status, param, what) => {
+      const r = await rawRequest(fim.url, { path: '/infill', body: JSON.stringify(body) });
+      assert(r.status === status, `${what}: status ${r.status} (${r.text.slice(0, 200)})`);
+      if (param) assertEq(r.json.error.param, param, `${what}: param`);
+    };
+    await bad({ input_prefix: 'a' }, 400, 'input_suffix', 'no suffix');
+    await bad({ input_suffix: 'a' }, 400, 'input_prefix', 'no prefix');
+    await bad({ input_prefix: 'a', input_suffix: 'b', input_extra: [{ filename: 'x' }] }, 400, 'input_extra',
+      'a chunk without text');
+    await bad({ input_prefix: 'a', input_suffix: 'b', prompt: [1] }, 400, 'prompt', 'a prompt of ids');
+    await bad({ input_prefix: 'a', input_suffix: 'b', n_indent: 4 }, 400, 'n_indent', 'n_indent');
+    const none = await post({ input_prefix: 'a', input_suffix: 'b' }, '/infill');
+    assert(none.status === 501 && /prefix token is missing/.test(none.text), `no FIM tokens: ${none.status}`);
+  }],
+
   ['what /completion refuses, and what it accepts unchanged', async () => {
     await refused({ prompt: 'a', mirostat: 2 }, 'mirostat', 'mirostat');
     await refused({ prompt: 'a', typical_p: 0.5 }, 'typical_p', 'typical sampling');
@@ -212,5 +244,6 @@ const tests = [
 ];
 
 const failed = await runTests(tests);
-const bad = await stopAll([server]);
+const bad = await stopAll([server, fim]);
+rmSync(path.dirname(fimModel), { recursive: true, force: true });
 process.exit(failed || bad ? 1 : 0);
