@@ -276,6 +276,12 @@ static bool validate_request(engine *e, const engine_request *r, kvl_error *err)
             return kvl_fail(err, "logit bias %d (token %d): not a number or +infinity", i,
                             b->token);
     }
+    if (r->sampling.infill &&
+        (!e->vocab || r->sampling.top_k < 1 || r->sampling.top_k > SAMPLER_INFILL_MAX_K))
+        return kvl_fail(err, "the infill sampler needs the vocabulary and top_k 1..%d before it",
+                        SAMPLER_INFILL_MAX_K);
+    if (r->n_indent < 0 || !(r->max_predict_s >= 0))
+        return kvl_fail(err, "n_indent and the prediction time limit must not be negative");
     if (r->top_logprobs < 0 || r->top_logprobs > MAX_TOP_LOGPROBS)
         return kvl_fail(err, "top_logprobs must be between 0 and %d", MAX_TOP_LOGPROBS);
     if (r->priority != 0 && e->cfg.scheduling != ENGINE_SCHED_PRIORITY)
@@ -295,7 +301,8 @@ static bool validate_request(engine *e, const engine_request *r, kvl_error *err)
     return true;
 }
 
-static bool copy_request(seq *s, const engine_request *r, int32_t n_vocab) {
+static bool copy_request(seq *s, const engine_request *r, int32_t n_vocab,
+                         const tok_vocab *e_vocab) {
     s->req = *r;
     s->req.n_stop = 0; /* counts the copies made, for eng_seq_free */
     s->cap_tokens = (size_t)(r->n_prompt + (r->max_tokens > 0 ? r->max_tokens : 256) + 1);
@@ -304,6 +311,8 @@ static bool copy_request(seq *s, const engine_request *r, int32_t n_vocab) {
     s->stop = calloc(r->n_stop > 0 ? r->n_stop : 1, sizeof(char *));
     if (r->grammar && !(s->gst = grammar_state_new(r->grammar))) return false;
     if (!s->tokens || !s->smp || !s->stop) return false;
+    if (r->sampling.infill) sampler_set_vocab(s->smp, e_vocab);
+    s->cut_at = -1;
     memcpy(s->tokens, r->prompt, r->n_prompt * sizeof(int32_t));
     s->n_tokens = s->n_prompt = r->n_prompt;
     if (r->n_logit_bias) {
@@ -353,7 +362,7 @@ char *engine_cache_salt(const engine *e, const char *salt, const float *lora, fl
 int64_t engine_submit(engine *e, const engine_request *r, kvl_error *err) {
     if (!validate_request(e, r, err)) return -1;
     seq *s = calloc(1, sizeof *s);
-    if (!s || !copy_request(s, r, (int32_t)model_hp(e->m)->n_vocab)) {
+    if (!s || !copy_request(s, r, (int32_t)model_hp(e->m)->n_vocab, e->vocab)) {
         eng_seq_free(e, s);
         kvl_fail(err, "engine: out of memory");
         return -1;
@@ -375,6 +384,7 @@ int64_t engine_submit(engine *e, const engine_request *r, kvl_error *err) {
     s->stats.n_prompt = r->n_prompt;
     s->stats.t_submit = kvl_time_s();
     s->stats.stop_index = -1;
+    s->stats.eog_token = -1;
     spec_adapt_init(&s->adapt);
     spec_dseq_init(&s->dseq);
     seq **tail = &e->waiting;
@@ -462,6 +472,7 @@ void eng_finish_seq(engine *e, seq *s, engine_finish why, int32_t token, float l
     text_append(s, tail, nt);
     int64_t stop_at = why == ENGINE_FINISH_CANCELLED ? -1 : find_stop(s);
     size_t len = stop_at >= 0 ? (size_t)stop_at : s->text_len;
+    if (s->cut_at >= 0 && (size_t)s->cut_at < len) len = (size_t)s->cut_at;
     for (int i = 0; stop_at >= 0 && i < s->req.n_stop; i++)
         if (s->stop[i] == s->stops.first_pat) s->stats.stop_index = i;
     s->stats.t_end = kvl_time_s();
@@ -480,6 +491,30 @@ static bool keeps_special(const seq *s, int32_t tok) {
     return false;
 }
 
+/* llama-server's code-completion stops (engine_request.n_indent,
+ * max_predict_s) over the bytes [from, text_len) the token added: true when
+ * they end the request, s->cut_at set where a short indentation cut it. */
+static bool completion_stops(seq *s, size_t from) {
+    bool newline = false;
+    for (size_t i = from; i < s->text_len; i++) {
+        const char ch = s->text[i];
+        if (s->req.n_indent > 0 && s->line_start) {
+            if (ch == ' ' || ch == '\t') {
+                s->indent++;
+                continue;
+            }
+            s->line_start = false;
+            if (s->indent < s->req.n_indent) {
+                s->cut_at = (int64_t)i;
+                return true;
+            }
+        }
+        if (ch == '\n') newline = true, s->line_start = true, s->indent = 0;
+    }
+    return newline && s->req.max_predict_s > 0 &&
+           kvl_time_s() - s->stats.t_first_token > s->req.max_predict_s;
+}
+
 /* Handles one sampled token: stop conditions, text streaming. */
 void eng_on_token(engine *e, seq *s, int32_t tok, float lp, int n_top, const int32_t *ids,
                   const float *lps) {
@@ -492,6 +527,7 @@ void eng_on_token(engine *e, seq *s, int32_t tok, float lp, int n_top, const int
     /* Under a grammar, an end-of-generation token was only sampled because the
      * grammar can end here: it ends the request even with ignore_eos. */
     if ((s->gst || !s->req.ignore_eos) && tok_is_eog(e->vocab, tok)) {
+        s->stats.eog_token = tok;
         eng_finish_seq(e, s, ENGINE_FINISH_STOP, -1, 0, 0, NULL, NULL);
         return;
     }
@@ -520,9 +556,14 @@ void eng_on_token(engine *e, seq *s, int32_t tok, float lp, int n_top, const int
         }
     }
     size_t n = tok_stream_push(&s->stream, e->vocab, tok, special, e->piece, e->piece_cap);
+    const size_t from = s->text_len;
     text_append(s, e->piece, n);
     if (find_stop(s) >= 0) {
         eng_finish_seq(e, s, ENGINE_FINISH_STOP, tok, lp, n_top, ids, lps);
+        return;
+    }
+    if ((s->req.n_indent > 0 || s->req.max_predict_s > 0) && completion_stops(s, from)) {
+        eng_finish_seq(e, s, ENGINE_FINISH_LENGTH, tok, lp, n_top, ids, lps);
         return;
     }
     bool at_max = s->req.max_tokens > 0 && s->stats.n_generated >= s->req.max_tokens;

@@ -36,8 +36,9 @@ typedef struct engine_req_stats {
     double t_scheduled;                    /* first step that computed any of it (0: never) */
     double t_prefill_s;                    /* time in steps until the first token */
     kv_usage kv;                           /* at the end, before the blocks were freed */
-    int stop_index;  /* the request's stop string that ended it (engine_request.stop), -1: none */
-    int n_kv_groups; /* per KV group (full / sliding-window / chunked layers): */
+    int stop_index;    /* the request's stop string that ended it (engine_request.stop), -1: none */
+    int32_t eog_token; /* the end-of-generation token that ended it (not an event's), -1: none */
+    int n_kv_groups;   /* per KV group (full / sliding-window / chunked layers): */
     kv_usage kv_group[MODEL_MAX_KV_GROUPS];
     int32_t kv_group_window[MODEL_MAX_KV_GROUPS];
     int32_t kv_group_chunk[MODEL_MAX_KV_GROUPS];
@@ -92,6 +93,13 @@ typedef struct engine_request {
     /* The penalties' window (sampling.penalty_last_n) starts with the prompt,
      * as llama-server's does; otherwise it holds the generated tokens only. */
     bool penalize_prompt;
+    /* llama-server's code-completion stops (its /infill and /completion
+     * fields): with n_indent > 0, a line after the first newline whose
+     * indentation (spaces, tabs) is shorter ends the output there, its
+     * indentation kept; with max_predict_s > 0, a newline generated later than
+     * that after the first token ends it after that token. ENGINE_FINISH_LENGTH. */
+    int n_indent;
+    double max_predict_s;
     /* The model's LoRA adapters (model_lora_add): NULL for their default scales
      * as they are at submit, else model_lora_count() scales (copied). The
      * request's cached prefix blocks are shared only with requests of the same

@@ -37,6 +37,9 @@ typedef struct seq {
     size_t text_len, text_cap;
     uint64_t text_base; /* offset of text[0] in all the text generated */
     stop_matcher stops; /* over all the text generated, one byte at a time */
+    bool line_start;    /* n_indent: in a line's indentation, after the first newline */
+    int indent;         /* its spaces and tabs so far */
+    int64_t cut_at;     /* n_indent: the held text ends here (-1: nowhere) */
     engine_req_stats stats;
     bool cancelled;
     int32_t draft[ENGINE_SPEC_MAX_K]; /* this step's drafts, after tokens[n_tokens - 1] */

@@ -2,6 +2,7 @@
 #include "sampler.h"
 
 #include "kernels.h"
+#include "tokenizer.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -23,6 +24,8 @@ struct sampler {
     int64_t n_history;
     size_t cap_history;
     uint64_t rng;
+    const tok_vocab *vocab; /* the infill sampler's */
+    float *probs;           /* [SAMPLER_INFILL_MAX_K]: its probabilities */
 };
 
 void sampler_params_default(sampler_params *p) {
@@ -48,12 +51,19 @@ sampler *sampler_create(const sampler_params *p, int32_t n_vocab) {
                               KVL_PART(counts, n_vocab)};
     if (!KVL_ALLOC_PARTS(parts)) return NULL;
     *s = (sampler){.p = *p, .n_vocab = n_vocab, .cands = cands, .w = w, .counts = counts};
+    if (p->infill && !(s->probs = malloc(SAMPLER_INFILL_MAX_K * sizeof *s->probs))) {
+        kvl_free(s);
+        return NULL;
+    }
     s->rng = p->seed ? p->seed : 0x9E3779B97F4A7C15ull;
     return s;
 }
 
+void sampler_set_vocab(sampler *s, const tok_vocab *v) { s->vocab = v; }
+
 void sampler_destroy(sampler *s) {
     if (!s) return;
+    free(s->probs);
     free(s->history);
     kvl_free(s); /* and its arrays */
 }
@@ -201,6 +211,71 @@ static int32_t draw_sorted(sampler *s, const cand *c, int32_t n, double maxl, fl
     return c[n - 1].id;
 }
 
+/* A token's text as llama.cpp's infill sampler compares them (control
+ * tokens print as nothing); its length, at most cap. */
+static size_t piece(const sampler *s, int32_t id, char *buf, size_t cap) {
+    size_t n = tok_token_bytes(s->vocab, id, false, buf, cap);
+    return n < cap ? n : cap;
+}
+
+/* llama.cpp's infill sampler over the sorted candidates c[0..n) (its
+ * steps, in float as it computes them): p = softmax of the logits; if end of
+ * generation carries enough (3 p_eog n > p_text), only the EOG tokens stay;
+ * else each token whose text is a prefix of another's is folded into the
+ * likelier of the two, tokens below p 0.2 dropped (EOG kept), renormalised,
+ * and those below 1 / (texts kept + 1) dropped. The candidates left are drawn
+ * from by their logits, as llama's dist does; when no text token is left the
+ * answer is EOT (or EOS): *forced is set to it. Returns how many are left. */
+static int32_t infill_filter(sampler *s, cand *c, int32_t n, int32_t *forced) {
+    float *p = s->probs, sum = 0, p_txt = 0, p_eog = 0;
+    *forced = -1;
+    for (int32_t i = 0; i < n; i++) sum += p[i] = expf(c[i].logit - c[0].logit);
+    for (int32_t i = 0; i < n; i++) {
+        p[i] /= sum;
+        if (tok_is_eog(s->vocab, c[i].id)) p_eog += p[i];
+        else p_txt += p[i];
+    }
+    int32_t m = 0;
+    if (3 * p_eog * (float)n > p_txt) {
+        for (int32_t i = 0; i < n; i++)
+            if (tok_is_eog(s->vocab, c[i].id)) c[m++] = c[i];
+        return m;
+    }
+    char b0[256], b1[256];
+    for (int32_t i0 = 0; i0 < n; i0++) {
+        for (int32_t i1 = 0; i1 < n; i1++) {
+            if (c[i0].logit == -INFINITY) break;
+            if (i0 == i1 || c[i1].logit == -INFINITY) continue;
+            const size_t l0 = piece(s, c[i0].id, b0, sizeof b0),
+                         l1 = piece(s, c[i1].id, b1, sizeof b1);
+            if (l0 == 0 || l0 > l1 || memcmp(b0, b1, l0) != 0) continue;
+            int32_t dst = i0, src = i1;
+            if (p[i1] > p[i0]) dst = i1, src = i0;
+            p[dst] += p[src];
+            c[src].logit = -INFINITY;
+            p[src] = 0;
+        }
+    }
+    int32_t n_txt = 0;
+    float kept = 0;
+    for (int32_t i = 0; i < n; i++) {
+        const bool eog = tok_is_eog(s->vocab, c[i].id);
+        if (p[i] < 0.2f && !eog) continue;
+        n_txt += !eog;
+        kept += p[i];
+        p[m] = p[i], c[m++] = c[i];
+    }
+    if (n_txt == 0) {
+        *forced = tok_eot(s->vocab) >= 0 ? tok_eot(s->vocab) : tok_eos(s->vocab);
+        return 0;
+    }
+    const float thold = 1.0f / (float)(n_txt + 1);
+    n = m, m = 0;
+    for (int32_t i = 0; i < n; i++)
+        if (p[i] / kept >= thold || tok_is_eog(s->vocab, c[i].id)) c[m++] = c[i];
+    return m;
+}
+
 /* Penalties -> top-k -> top-p -> min-p -> temperature -> draw, as llama.cpp's
  * chain, without sorting the vocabulary: top-k selects its k with a heap; top-p
  * and min-p only ever keep a prefix of the sorted order, so only the tokens
@@ -211,7 +286,9 @@ static int32_t draw_sorted(sampler *s, const cand *c, int32_t n, double maxl, fl
 int32_t sampler_sample(sampler *s, float *logits) {
     const sampler_params *p = &s->p;
     apply_penalties(s, logits);
-    if (p->temperature <= 0.0f) return argmax(logits, s->n_vocab);
+    const bool infill =
+        p->infill && s->vocab && s->probs && p->top_k > 0 && p->top_k <= SAMPLER_INFILL_MAX_K;
+    if (p->temperature <= 0.0f && !infill) return argmax(logits, s->n_vocab);
 
     const int32_t V = s->n_vocab;
     const bool top_p = p->top_p<1.0f, min_p = p->min_p> 0.0f;
@@ -265,6 +342,13 @@ int32_t sampler_sample(sampler *s, float *logits) {
         int32_t keep = 1;
         while (keep < n && c[keep].logit >= floor_l) keep++;
         n = keep;
+    }
+    if (infill) { /* llama's temperature 0 then keeps the likeliest left */
+        int32_t forced;
+        n = infill_filter(s, c, n, &forced);
+        if (n == 0) return forced >= 0 ? forced : c[0].id;
+        if (p->temperature <= 0.0f) return c[0].id;
+        maxl = c[0].logit;
     }
     return draw_sorted(s, c, n, maxl, p->temperature);
 }

@@ -15,8 +15,14 @@ typedef struct sampler_params {
     float presence_penalty;
     float frequency_penalty;
     int32_t penalty_last_n; /* tokens of history the penalties look at (-1: all) */
+    /* llama.cpp's infill sampler, after min-p (code completion): end the text
+     * when end-of-generation outweighs it, fold tokens that are prefixes of
+     * others into the likelier, keep the likely ones. Needs the vocabulary
+     * (sampler_set_vocab) and top_k in 1..SAMPLER_INFILL_MAX_K before it. */
+    bool infill;
     uint64_t seed;
 } sampler_params;
+#define SAMPLER_INFILL_MAX_K 1024
 
 void sampler_params_default(sampler_params *p);
 
@@ -25,6 +31,9 @@ typedef struct sampler sampler; /* opaque */
 /* n_vocab sizes the scratch; NULL on out of memory. */
 sampler *sampler_create(const sampler_params *p, int32_t n_vocab);
 void sampler_destroy(sampler *s);
+/* The vocabulary the infill sampler reads (token texts, end of generation). */
+struct tok_vocab;
+void sampler_set_vocab(sampler *s, const struct tok_vocab *v);
 /* Records a token in the penalty history: the generated ones, and the
  * prompt's first when the request asks for llama-server's window
  * (engine_request.penalize_prompt). */

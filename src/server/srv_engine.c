@@ -189,6 +189,8 @@ static void admit(srv *s, srv_job *j) {
                         .logit_bias = j->logit_bias,
                         .n_logit_bias = j->n_logit_bias,
                         .penalize_prompt = j->penalize_prompt,
+                        .n_indent = j->n_indent,
+                        .max_predict_s = j->max_predict_s,
                         .lora = j->n_lora ? j->lora : NULL,
                         .grammar = j->grammar,
                         .no_speculative = j->no_speculative,

@@ -136,7 +136,9 @@ struct srv_job {
     engine_logit_bias *logit_bias; /* n_logit_bias of them (malloc'd; one per token) */
     int n_logit_bias;
     bool penalize_prompt; /* the penalty window starts with the prompt (llama-server's) */
-    bool no_speculative;  /* "speculative": false */
+    int n_indent;         /* llama-server's code-completion stops (engine_request) */
+    double max_predict_s;
+    bool no_speculative; /* "speculative": false */
     char *cache_salt;
     const char *model_name;     /* the "model" answers name: the served model's or an adapter's
                                    (--lora-modules; static strings of the config), NULL: the served */

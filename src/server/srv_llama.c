@@ -25,6 +25,7 @@
 
 struct llama_req {
     int n_probs;        /* completion_probabilities with this many alternatives (0: none) */
+    bool prompt_only;   /* n_predict 0: the prompt goes into the cache, nothing is answered */
     bool return_tokens; /* "tokens" holds the ids (a stream always sends them) */
     bool random_seed;   /* no seed given: generation_settings says 4294967295, as llama's */
     cJSON *settings;    /* generation_settings */
@@ -71,8 +72,6 @@ static const struct {
     {"top_n_sigma", OFF_LE, 0, "top-n-sigma sampling"},
     {"adaptive_target", OFF_LT, 0, "adaptive-p sampling"},
     {"min_keep", OFF_EQ, 0, "min_keep"},
-    {"n_indent", OFF_EQ, 0, "n_indent (minimum indentation)"},
-    {"t_max_predict_ms", OFF_LE, 0, "a prediction time limit"},
     {"post_sampling_probs", OFF_FALSE, 0, "post-sampling probabilities"},
     {"return_progress", OFF_FALSE, 0, "prompt progress events"},
     {"timings_per_token", OFF_FALSE, 0, "per-token timings"},
@@ -85,25 +84,29 @@ static const struct {
  * on and exact (cache_prompt, n_cache_reuse, id_slot), a context is never
  * shifted (n_keep, n_discard: a request that does not fit is refused), and
  * the parameters of samplers that are off. */
-static const char *const NEUTRAL_FIELDS[] = {"cache_prompt",
-                                             "id_slot",
-                                             "n_keep",
-                                             "n_discard",
-                                             "n_cache_reuse",
-                                             "sse_ping_interval",
-                                             "dynatemp_exponent",
-                                             "dry_base",
-                                             "dry_allowed_length",
-                                             "dry_penalty_last_n",
-                                             "dry_sequence_breakers",
-                                             "xtc_threshold",
-                                             "mirostat_tau",
-                                             "mirostat_eta",
-                                             "adaptive_decay",
-                                             "stream_options"};
+static const char *const NEUTRAL_FIELDS[] = {
+    "cache_prompt",
+    "id_slot",
+    "n_keep",
+    "n_discard",
+    "n_cache_reuse",
+    "sse_ping_interval",
+    "dynatemp_exponent",
+    "dry_base",
+    "dry_allowed_length",
+    "dry_penalty_last_n",
+    "dry_sequence_breakers",
+    "xtc_threshold",
+    "mirostat_tau",
+    "mirostat_eta",
+    "adaptive_decay",
+    "stream_options",
+    "t_max_prompt_ms"}; /* llama.vscode sends it; llama-server reads it nowhere (a TODO there) */
 
 /* Read here or passed on to the OpenAI parser. */
 static const char *const OWN_FIELDS[] = {"prompt",
+                                         "n_indent",
+                                         "t_max_predict_ms",
                                          "n_predict",
                                          "max_tokens",
                                          "max_completion_tokens",
@@ -286,14 +289,15 @@ typedef enum smp {
     SMP_TOP_K,
     SMP_TOP_P,
     SMP_MIN_P,
+    SMP_INFILL,
     SMP_TEMPERATURE,
     SMP_OFF, /* samplers whose parameters are at "off" here (OFF_FIELDS) */
-    SMP_INFILL,
     SMP_UNKNOWN
 } smp;
 
 /* llama's name of each smp, and of the samplers that are off here (by letter). */
-static const char *const SMP_NAMES[] = {"penalties", "top_k", "top_p", "min_p", "temperature"};
+static const char *const SMP_NAMES[] = {"penalties", "top_k",  "top_p",
+                                        "min_p",     "infill", "temperature"};
 static const char *off_name(char c) {
     switch (c) {
     case 'd': return "dry";
@@ -353,13 +357,15 @@ static smp sampler_char(char c) {
     }
 }
 
-/* samplers: which of penalties, top_k, top_p, min_p, temperature run. kvllm
- * runs them in that order, llama's default, so a list that names them in
- * another order is refused; one left out is off (temperature: sampling at 1,
- * as llama's chain then samples from the logits as they are). */
+/* samplers: which of penalties, top_k, top_p, min_p, infill, temperature
+ * run. kvllm runs them in that order (llama's default, with its infill sampler
+ * where llama.vscode puts it), so a list that names them in another order is
+ * refused; one left out is off (temperature: sampling at 1, as llama's chain
+ * then samples from the logits as they are). Without a list: llama's default,
+ * which has no infill sampler. */
 static bool parse_samplers(const cJSON *b, llama_req *q, bool on[SMP_OFF], api_error *err) {
     const cJSON *v = req_field(b, "samplers");
-    for (int i = 0; i < SMP_OFF; i++) on[i] = !v;
+    for (int i = 0; i < SMP_OFF; i++) on[i] = !v && i != SMP_INFILL;
     if (!v) return true;
     cJSON *names = q->samplers = cJSON_CreateArray();
     if (!cJSON_IsArray(v) && !cJSON_IsString(v))
@@ -382,15 +388,14 @@ static bool parse_samplers(const cJSON *b, llama_req *q, bool on[SMP_OFF], api_e
         }
         if (s == SMP_UNKNOWN)
             return api_fail(err, 400, "samplers", "samplers[%d]: unknown sampler", i);
-        if (s == SMP_INFILL)
-            return api_fail(err, 400, "samplers", "the infill sampler is not supported");
         cJSON_AddItemToArray(names,
                              cJSON_CreateString(s == SMP_OFF ? off_name(letter) : SMP_NAMES[s]));
         if (s == SMP_OFF) continue; /* its parameters keep it off (check_fields) */
         if ((int)s <= last)
             return api_fail(err, 400, "samplers",
                             "samplers run here in the order penalties, top_k, top_p, min_p, "
-                            "temperature (llama's default): samplers[%d] is out of that order",
+                            "infill, temperature (llama's default): samplers[%d] is out of that "
+                            "order",
                             i);
         last = (int)s;
         on[s] = true;
@@ -479,6 +484,11 @@ static bool parse_sampling(const cJSON *b, llama_req *q, srv_job *j, api_error *
     if (!on[SMP_TOP_P]) p->top_p = 1;
     if (!on[SMP_MIN_P]) p->min_p = 0;
     if (!on[SMP_TEMPERATURE]) p->temperature = 1;
+    p->infill = on[SMP_INFILL];
+    if (p->infill && (p->top_k < 1 || p->top_k > SAMPLER_INFILL_MAX_K))
+        return api_fail(err, 400, "samplers",
+                        "the infill sampler needs top_k (1..%d) before it, as llama.vscode sends",
+                        SAMPLER_INFILL_MAX_K);
     j->penalize_prompt = true;
     j->vary_seed = p->temperature > 0;
     const cJSON *given = req_field(b, "seed");
@@ -603,6 +613,17 @@ static bool llama_finish(srv *s, const cJSON *body, int64_t n_predict, api_req *
         (s->n_ctx < s->n_blocks * s->block_size ? s->n_ctx : s->n_blocks * s->block_size) -
         j->n_prompt;
     j->max_tokens = n_predict < 0 || n_predict > room ? (room > 0 ? room : 1) : n_predict;
+    /* n_predict 0 (llama.vscode's cache warm-up): the prompt is computed and
+     * cached as for any request; the one token its last logits give is not
+     * answered */
+    q->prompt_only = n_predict == 0;
+    if (q->prompt_only) j->max_tokens = 1;
+    int64_t n_indent = 0, t_max = 0;
+    if (!req_int(body, "n_indent", 0, INT32_MAX, &n_indent, err) ||
+        !req_int(body, "t_max_predict_ms", -1, INT32_MAX, &t_max, err))
+        return false;
+    j->n_indent = (int)n_indent;
+    j->max_predict_s = t_max > 0 ? (double)t_max / 1e3 : 0;
     q->settings = settings_json(s, body, q, j, r->stream);
     q->prompt_text = prompt_text(s, j);
     return q->settings && q->prompt_text ? true : api_fail(err, 500, NULL, "out of memory");
@@ -620,10 +641,6 @@ bool llama_parse(srv *s, const cJSON *body, api_req *r, api_error *err) {
               req_int(body, "seed", -1, 4294967295LL, &seed, err);
     if (!ok) return false;
     if (req_field(body, "n_predict")) req_int(body, "n_predict", -1, INT32_MAX, &n_predict, err);
-    if (n_predict == 0)
-        return api_fail(err, 400, "n_predict",
-                        "n_predict 0 (evaluate the prompt only) is not supported: use "
-                        "/v1/kv/save to keep a prompt's KV");
     cJSON *o = openai_body(s, body, err);
     if (!o) return false;
     if (seed >= 0) cJSON_AddNumberToObject(o, "seed", (double)seed);
@@ -723,20 +740,22 @@ static cJSON *final_object(srv *s, const api_req *r, const srv_event *ev, const 
     cJSON_AddNumberToObject(o, "id_slot", ev->index);
     cJSON_AddBoolToObject(o, "stop", true);
     cJSON_AddStringToObject(o, "model", job_model_name(s, j));
-    cJSON_AddNumberToObject(o, "tokens_predicted", (double)ev->stats.n_generated);
+    engine_req_stats st = ev->stats; /* n_predict 0: its one token is not part of the answer */
+    if (q->prompt_only) st.n_generated = 0, st.t_end = st.t_first_token;
+    cJSON_AddNumberToObject(o, "tokens_predicted", (double)st.n_generated);
     cJSON_AddNumberToObject(o, "tokens_evaluated", (double)j->n_prompt);
     cJSON_AddItemToObject(o, "generation_settings", cJSON_Duplicate(q->settings, true));
     cJSON_AddItemToObject(o, "prompt", cJSON_Duplicate(q->prompt_text, true));
     cJSON_AddBoolToObject(o, "has_new_line", len && memchr(content, '\n', len));
     cJSON_AddBoolToObject(o, "truncated", false);
-    cJSON_AddStringToObject(o, "stop_type", stop_type(ev));
+    cJSON_AddStringToObject(o, "stop_type", q->prompt_only ? "limit" : stop_type(ev));
     const int si = ev->stats.stop_index;
     cJSON_AddStringToObject(
         o, "stopping_word",
         ev->finish == ENGINE_FINISH_STOP && si >= 0 && si < j->n_stop ? j->stop[si] : "");
-    const int64_t cached = j->n_prompt + ev->stats.n_generated - (ev->stats.n_generated > 0);
+    const int64_t cached = j->n_prompt + st.n_generated - (st.n_generated > 0);
     cJSON_AddNumberToObject(o, "tokens_cached", (double)cached);
-    cJSON_AddItemToObject(o, "timings", timings_json(&ev->stats));
+    cJSON_AddItemToObject(o, "timings", timings_json(&st));
     if (probs) cJSON_AddItemToObject(o, "completion_probabilities", probs);
     return pick_fields(o, q->fields);
 }
@@ -744,6 +763,7 @@ static cJSON *final_object(srv *s, const api_req *r, const srv_event *ev, const 
 static void take_event(srv *s, const api_req *r, const srv_event *ev) {
     llama_req *q = r->llama;
     const int i = ev->index;
+    if (q->prompt_only) return;
     kvl_buf_put(&q->content[i], ev->text, ev->text_len);
     if (ev->token < 0) return;
     q->n_decoded[i]++;
@@ -762,8 +782,11 @@ char *llama_response(srv *s, const api_req *r, srv_event *events) {
         take_event(s, r, ev);
         if (ev->finish == ENGINE_FINISH_NONE) continue;
         const int i = ev->index;
-        one = final_object(s, r, ev, q->content[i].p ? q->content[i].p : "", q->content[i].len,
-                           q->tokens[i] ? q->tokens[i] : cJSON_CreateArray(), q->probs[i]);
+        cJSON *ids = q->tokens[i] ? q->tokens[i] : cJSON_CreateArray();
+        if (ev->stats.eog_token >= 0 && !q->prompt_only) /* llama lists it with the others */
+            cJSON_AddItemToArray(ids, cJSON_CreateNumber(ev->stats.eog_token));
+        one = final_object(s, r, ev, q->content[i].p ? q->content[i].p : "", q->content[i].len, ids,
+                           q->probs[i]);
         q->tokens[i] = q->probs[i] = NULL;
         if (out) cJSON_AddItemToArray(out, one);
     }
@@ -801,7 +824,7 @@ void llama_stream_events(srv *s, const api_req *r, stream_state *st, srv_event *
     llama_req *q = r->llama;
     for (const srv_event *ev = events; ev; ev = ev->next) {
         const int i = ev->index;
-        if (ev->token >= 0 || ev->text_len) {
+        if ((ev->token >= 0 || ev->text_len) && !q->prompt_only) {
             if (ev->token >= 0) q->n_decoded[i]++;
             cJSON *c = cJSON_CreateObject();
             cJSON_AddNumberToObject(c, "index", i);

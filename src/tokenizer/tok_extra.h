@@ -7,8 +7,6 @@
 
 /* Id of the vocabulary string text[0..len) exactly as stored (e.g. "<|im_start|>"), or -1. */
 int32_t tok_token_id(const tok_vocab *v, const char *text, size_t len);
-/* End-of-turn token (tokenizer.ggml.eot_token_id, or detected by name), -1 if none. */
-int32_t tok_eot(const tok_vocab *v);
 /* tokenizer.ggml.add_eos_token (tok_encode never appends EOS; callers do). */
 bool tok_add_eos(const tok_vocab *v);
 

@@ -28,6 +28,8 @@ int32_t tok_n_vocab(const tok_vocab *v);
 uint64_t tok_vocab_uid(const tok_vocab *v);
 int32_t tok_bos(const tok_vocab *v); /* -1 if none */
 int32_t tok_eos(const tok_vocab *v); /* -1 if none */
+/* End-of-turn token (tokenizer.ggml.eot_token_id, or detected by name), -1 if none. */
+int32_t tok_eot(const tok_vocab *v);
 /* Fill-in-the-middle tokens (tokenizer.ggml.fim_*_token_id, else found by
  * their usual texts, as llama.cpp does): -1 where the vocabulary has none. */
 typedef struct tok_fim {
