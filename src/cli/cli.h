@@ -12,7 +12,8 @@
 #include "pp.h"
 #include "tokenizer.h"
 
-#define CLI_MAX_STOP 16
+#define CLI_MAX_STOP        16
+#define CLI_MAX_OVERRIDE_KV 32
 
 typedef struct cli_opts {
     const char *cmd;
@@ -53,7 +54,14 @@ typedef struct cli_opts {
     char lora_path[MODEL_MAX_LORA][1024];
     float lora_scale[MODEL_MAX_LORA];
     bool lora_init_without_apply;
+    /* --override-kv KEY=TYPE:VALUE (llama.cpp's flag, repeatable): the model
+     * file's metadata as if it held these values (gguf_override_kv) */
+    int n_override_kv;
+    const char *override_kv[CLI_MAX_OVERRIDE_KV];
 } cli_opts;
+
+/* Applies o's --override-kv specs to f (the model file): false with a message. */
+bool cli_apply_overrides(const cli_opts *o, gguf_file *f);
 
 /* Parses argv (after the subcommand). Prints a message and returns false on error.
  * A command may take flags of its own first: extra(flag, value, ctx) (or NULL)

@@ -205,6 +205,12 @@ static bool apply_flag(cli_opts *o, const char *f, const char *v, bool *unknown)
         o->spec_ngram = (int)i;
     } else if (IS("--lora") || IS("--lora-scaled")) {
         return parse_lora(o, f, v, IS("--lora-scaled"));
+    } else if (IS("--override-kv")) {
+        if (o->n_override_kv == CLI_MAX_OVERRIDE_KV) {
+            fprintf(stderr, "kvllm: --override-kv: at most %d of them\n", CLI_MAX_OVERRIDE_KV);
+            return false;
+        }
+        o->override_kv[o->n_override_kv++] = v;
     } else {
         *unknown = true;
         return false;
@@ -365,6 +371,17 @@ static bool load_draft(const cli_opts *o, const char *main_path, cli_model *cm) 
     return ok;
 }
 
+bool cli_apply_overrides(const cli_opts *o, gguf_file *f) {
+    for (int i = 0; i < o->n_override_kv; i++) {
+        kvl_error err = {{0}};
+        if (!gguf_override_kv(f, o->override_kv[i], &err)) {
+            fprintf(stderr, "kvllm: %s: %s\n", gguf_path(f), err.msg);
+            return false;
+        }
+    }
+    return true;
+}
+
 bool cli_load(const cli_opts *o, bool want_weights, cli_model *cm) {
     memset(cm, 0, sizeof *cm);
     char buf[PATH_MAX + 64];
@@ -373,6 +390,10 @@ bool cli_load(const cli_opts *o, bool want_weights, cli_model *cm) {
     gguf_file *f = gguf_open(path, &err);
     if (!f) {
         fprintf(stderr, "kvllm: %s\n", err.msg);
+        return false;
+    }
+    if (!cli_apply_overrides(o, f)) {
+        gguf_close(f);
         return false;
     }
     cm->vocab = tok_vocab_create(f, &err);

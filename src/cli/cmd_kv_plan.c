@@ -129,10 +129,14 @@ void cmd_kv_plan_usage(FILE *out) {
 
 /* The shape from the model layer's one reader (the engine's own), turned
  * into the planner's description. */
-static bool load_gguf(const char *path, kv_plan_model *m) {
+static bool load_gguf(const cli_opts *o, const char *path, kv_plan_model *m) {
     kvl_error err = {{0}}, why = {{0}};
     model_hparams hp;
     gguf_file *f = gguf_open(path, &err);
+    if (f && !cli_apply_overrides(o, f)) {
+        gguf_close(f);
+        return false;
+    }
     bool ok = f && model_hparams_from_gguf(f, &hp, &err);
     if (ok && !model_hparams_plan_model(&hp, m, &why)) ok = kvl_fail(&err, "%s: %s", path, why.msg);
     gguf_close(f);
@@ -190,7 +194,7 @@ static bool load_model(const cli_opts *o, const plan_args *a, kv_plan_model *m) 
                         "or --layers/--kv-heads/--head-dim\n");
         return false;
     }
-    if (o->model_path && !load_gguf(o->model_path, m)) return false;
+    if (o->model_path && !load_gguf(o, o->model_path, m)) return false;
     if (a->config_path && !load_config(a->config_path, m)) return false;
     if (!o->model_path && !a->config_path) snprintf(m->arch, sizeof m->arch, "by hand");
     apply_overrides(a, m);
@@ -247,6 +251,10 @@ static int verify_groups(const cli_opts *o, const kv_plan_model *m, const kv_pla
     }
     if (!o->model_path) return n;
     gguf_file *f = gguf_open(o->model_path, &err);
+    if (f && !cli_apply_overrides(o, f)) {
+        gguf_close(f);
+        return 0;
+    }
     model_params mp = {
         .max_ctx = 1, .max_ubatch = 1, .no_repack = true}; /* shape only: minimal scratch */
     model *mod = f ? model_load(f, &mp, &err) : NULL;

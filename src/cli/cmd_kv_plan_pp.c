@@ -22,6 +22,10 @@ bool kv_plan_print_pp(const cli_opts *o, const kv_plan_model *m, const kv_plan_r
     if (gguf_path) { /* the file's own split, by bytes, and which layers slide or chunk */
         gguf_file *f = gguf_open(gguf_path, &err);
         model_hparams hp;
+        if (f && !cli_apply_overrides(o, f)) {
+            gguf_close(f);
+            return false;
+        }
         bool ok = f && pp_split_bytes(f, n, o->pp_layers, first, end, bytes, &err) &&
                   model_hparams_from_gguf(f, &hp, &err);
         for (int k = 0; ok && k < n; k++)

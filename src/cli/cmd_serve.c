@@ -307,6 +307,8 @@ static bool engine_settings(const cli_opts *o, serve_opts *so, const cli_model *
             fprintf(stderr, "kvllm: --kv-disk: %s\n", err.msg);
             return false;
         }
+        /* the file read with other metadata computes other K/V */
+        kv_disk_model_id_extend(so->disk.model_id, o->override_kv, o->n_override_kv);
         uint64_t pin = 0;
         if (so->kv_disk_pin_max &&
             (!kvl_parse_size(so->kv_disk_pin_max, &pin) || pin == 0 || pin > bytes)) {

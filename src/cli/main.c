@@ -78,6 +78,8 @@ static void common_options(FILE *out) {
             "  --lora-scaled FILE:SCALE[,...]  the same with a scale each\n"
             "  --lora-init-without-apply  load them with scale 0 (serve: set per request or by\n"
             "                     POST /lora-adapters)\n"
+            "  --override-kv KEY=TYPE:VALUE  the model's metadata as if KEY held VALUE (TYPE int,\n"
+            "                     float, bool, str; repeatable), as llama.cpp's flag\n"
             "  -b N               max tokens per scheduler step (default 2048)\n"
             "  --spec off|ngram|draft  speculative decoding (default off): ngram drafts by prompt\n"
             "                     lookup, draft by --model-draft FILE (same vocabulary; implies\n"

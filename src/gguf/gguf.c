@@ -70,6 +70,8 @@ struct gguf_file {
     int64_t n_tensors;
     size_t cap_tensors;
     gguf_strindex kv_ix, tensor_ix;
+    void **owned; /* --override-kv values (gguf_override_kv) */
+    size_t n_owned;
 };
 
 /* Smallest possible encodings, used to bound counts by the bytes left:
@@ -536,6 +538,8 @@ void gguf_close(gguf_file *f) {
     free(f->tensors);
     gguf_strindex_free(&f->kv_ix);
     gguf_strindex_free(&f->tensor_ix);
+    for (size_t i = 0; i < f->n_owned; i++) free(f->owned[i]);
+    free(f->owned);
     if (f->map) munmap(f->map, f->layout.file_size);
     free(f->path);
     free(f);
@@ -750,4 +754,100 @@ size_t gguf_tensor_data_bytes(const gguf_file *f) { return f->data_bytes; }
 
 int64_t gguf_tensor_nelements(const gguf_tensor *t) {
     return t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3]; /* checked not to overflow at load */
+}
+
+/* ------------------------------------------------------------- overrides */
+
+static bool is_int_type(gguf_vtype t) {
+    return t != GGUF_VT_FLOAT32 && t != GGUF_VT_FLOAT64 && t != GGUF_VT_BOOL &&
+           t != GGUF_VT_STRING && t != GGUF_VT_ARRAY;
+}
+
+bool gguf_override_kv(gguf_file *f, const char *spec, kvl_error *err) {
+    const char *eq = strchr(spec, '='), *colon = eq ? strchr(eq + 1, ':') : NULL;
+    if (!eq || eq == spec || !colon)
+        return kvl_fail(err,
+                        "--override-kv %.200s: expected KEY=TYPE:VALUE (TYPE int, float, "
+                        "bool or str)",
+                        spec);
+    const size_t klen = (size_t)(eq - spec), tlen = (size_t)(colon - eq - 1);
+    const char *val = colon + 1, *t = eq + 1;
+    if (klen >= 128)
+        return kvl_fail(err, "--override-kv: the key is %zu bytes long (at most 127)", klen);
+    gguf_vtype type;
+    union {
+        int64_t i;
+        double d;
+        uint8_t b;
+    } v;
+    size_t n = 8;
+    char *end = NULL;
+    errno = 0;
+    if (tlen == 3 && !strncmp(t, "int", 3)) {
+        type = GGUF_VT_INT64, v.i = strtoll(val, &end, 10);
+        if (!*val || *end || errno)
+            return kvl_fail(err, "--override-kv %.200s: '%.60s' is not an integer", spec, val);
+    } else if (tlen == 5 && !strncmp(t, "float", 5)) {
+        type = GGUF_VT_FLOAT64, v.d = strtod(val, &end);
+        if (!*val || *end || !isfinite(v.d))
+            return kvl_fail(err, "--override-kv %.200s: '%.60s' is not a finite number", spec, val);
+    } else if (tlen == 4 && !strncmp(t, "bool", 4)) {
+        type = GGUF_VT_BOOL, n = 1;
+        if (strcmp(val, "true") && strcmp(val, "false"))
+            return kvl_fail(err, "--override-kv %.200s: a bool is true or false", spec);
+        v.b = val[0] == 't';
+    } else if (tlen == 3 && !strncmp(t, "str", 3)) {
+        type = GGUF_VT_STRING, n = strlen(val);
+        if (n > 127)
+            return kvl_fail(err, "--override-kv: the string is %zu bytes long (at most 127)", n);
+    } else {
+        return kvl_fail(err, "--override-kv %.200s: unknown type '%.*s' (int, float, bool or str)",
+                        spec, (int)(tlen < 20 ? tlen : 20), t);
+    }
+    char key[128];
+    memcpy(key, spec, klen);
+    key[klen] = 0;
+    const int64_t at = gguf_find_key(f, key);
+    if (at >= 0) { /* the file's kind of value stays */
+        const gguf_vtype had = f->kvs[at].type;
+        const bool fits = had == GGUF_VT_ARRAY ? false
+                          : type == GGUF_VT_INT64
+                              ? is_int_type(had) || had == GGUF_VT_FLOAT32 || had == GGUF_VT_FLOAT64
+                          : type == GGUF_VT_FLOAT64
+                              ? had == GGUF_VT_FLOAT32 || had == GGUF_VT_FLOAT64
+                              : had == type;
+        if (!fits)
+            return kvl_fail(err, "--override-kv %.200s: the file's %s is %s", spec, key,
+                            had == GGUF_VT_ARRAY    ? "an array (not overridable)"
+                            : had == GGUF_VT_STRING ? "a string: use str:"
+                            : had == GGUF_VT_BOOL   ? "a bool: use bool:"
+                            : is_int_type(had)      ? "an integer: use int:"
+                                                    : "a float: use float: (or int:)");
+    }
+    void **owned = realloc(f->owned, (f->n_owned + 1) * sizeof *owned);
+    if (owned) f->owned = owned;
+    uint8_t *mem = owned ? malloc(n ? n : 1) : NULL;
+    if (!mem) return kvl_fail(err, "--override-kv: out of memory");
+    f->owned[f->n_owned++] = mem;
+    memcpy(mem, type == GGUF_VT_STRING ? (const void *)val : (const void *)&v, n);
+    gguf_kv *kv;
+    if (at >= 0) {
+        kv = &f->kvs[at];
+    } else {
+        char *copy = strdup(key);
+        if (!copy ||
+            !kvl_grow((void **)&f->kvs, &f->cap_kv, (size_t)f->n_kv + 1, sizeof *f->kvs, 16) ||
+            !gguf_strindex_add(&f->kv_ix, copy, f->n_kv)) {
+            free(copy);
+            return kvl_fail(err, "--override-kv: out of memory");
+        }
+        kv = &f->kvs[f->n_kv++];
+        *kv = (gguf_kv){.key = copy};
+    }
+    free(kv->str_offs);
+    kv->str_offs = NULL;
+    kv->type = type;
+    kv->count = type == GGUF_VT_STRING ? n : 0;
+    kv->data = mem;
+    return true;
 }

@@ -170,6 +170,13 @@ void gguf_close(gguf_file *f);
 
 const char *gguf_path(const gguf_file *f);
 
+/* llama.cpp's --override-kv: spec "KEY=TYPE:VALUE", TYPE int, float, bool or
+ * str (at most 127 bytes), replaces KEY's value (or adds KEY) for every reader
+ * of f from now on. A key the file has keeps its kind: an integer key takes
+ * int, a float key float (or int), a bool key bool, a string key str; arrays
+ * are not overridden. False with err naming the spec and why. */
+bool gguf_override_kv(gguf_file *f, const char *spec, kvl_error *err);
+
 /* Where the file puts things, as its header and metadata say. */
 typedef struct gguf_layout {
     uint32_t version;   /* 2 or 3 */

@@ -45,6 +45,23 @@ bool kv_disk_model_id(const char *path, uint8_t id[16], kvl_error *err) {
     return ok;
 }
 
+void kv_disk_model_id_extend(uint8_t id[16], const char *const *extra, int n) {
+    if (n <= 0) return;
+    XXH3_state_t *h = XXH3_createState();
+    if (!h) { /* then no file of ours can match: a new identity of zeros but the first byte */
+        memset(id, 0, 16);
+        id[0] = 0xFF;
+        return;
+    }
+    XXH3_128bits_reset(h);
+    XXH3_128bits_update(h, id, 16);
+    for (int i = 0; i < n; i++) XXH3_128bits_update(h, extra[i], strlen(extra[i]) + 1);
+    XXH128_canonical_t c;
+    XXH128_canonicalFromHash(&c, XXH3_128bits_digest(h));
+    memcpy(id, c.digest, 16);
+    XXH3_freeState(h);
+}
+
 static uint64_t now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);

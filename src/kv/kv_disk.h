@@ -78,6 +78,9 @@ uint64_t kv_disk_file_bytes(uint64_t block_bytes, int block_size);
 
 /* The XXH3-128 of the model file's bytes: different files, different tiers. */
 bool kv_disk_model_id(const char *path, uint8_t id[16], kvl_error *err);
+/* Folds n strings (the --override-kv specs the model was loaded with) into
+ * id: a model read with other metadata is another identity. */
+void kv_disk_model_id_extend(uint8_t id[16], const char *const *extra, int n);
 
 /* Opens (creating) the tier for pool p and hooks it into p's evictions. The
  * pool must outlive it and have the default block hash. Indexes the files

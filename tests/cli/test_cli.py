@@ -109,5 +109,17 @@ m = re.search(r"draft model's KV takes (\d+) of (\d+) bytes per block", out)
 check(m is not None and int(m.group(1)) == bb and int(m.group(2)) == 2 * bb and
       'KV pool from memory' in out, f'serve from MemAvailable counts the draft KV ({m.group(0) if m else out[-300:]})')
 
+# --override-kv (llama.cpp's flag): info and kv-plan read the overridden metadata; a bad spec
+# is an error that names it
+MOE = 'tests/data/golden/models/qwen3moe-f32.gguf'
+r = run(['info', '-m', MOE, '--override-kv', 'qwen3moe.expert_used_count=int:1'])
+check(r.returncode == 0 and '1 used per token' in r.stdout, f'info --override-kv ({r.stdout[-300:]})')
+r = run(['kv-plan', '-m', MOE, '--override-kv', 'qwen3moe.block_count=int:1', '--context', '128', '--json'])
+check(r.returncode == 0 and '"n_layers":1' in r.stdout.replace(' ', ''), f'kv-plan --override-kv ({r.stdout[-300:]})')
+for spec, why in (('qwen3moe.expert_used_count=float:1', 'use int:'), ('nokey', 'KEY=TYPE:VALUE'),
+                  ('general.architecture=int:3', 'use str:')):
+    r = run(['run', '-m', MOE, '-p', 'x', '-n', '1', '--override-kv', spec])
+    check(r.returncode != 0 and why in r.stderr and spec in r.stderr, f'--override-kv {spec}: refused ({r.stderr[-300:]})')
+
 print(f'{len(failures)} failed' if failures else 'all passed')
 sys.exit(1 if failures else 0)

@@ -16,6 +16,7 @@ const GOLDEN = path.join(root, 'tests/data/golden/qwen3-f32');
 const greedy = JSON.parse(readFileSync(path.join(GOLDEN, 'greedy.json'), 'utf8'));
 const shapes = JSON.parse(readFileSync(path.join(root, 'tests/data/llama_server/completion_shapes.json'), 'utf8'));
 const infill = JSON.parse(readFileSync(path.join(root, 'tests/data/llama_server/infill.json'), 'utf8'));
+const override = JSON.parse(readFileSync(path.join(root, 'tests/data/llama_server/override_kv.json'), 'utf8'));
 
 // The golden's flags: an F32 cache, as llama-server ran (-ctk f32 -ctv f32).
 const server = await startServer(bin, ['-m', 'tests/data/golden/models/qwen3-f32.gguf', '-c', '512',
@@ -28,6 +29,10 @@ execFileSync('python3', [path.join(root, 'tests/server/gguf_add_keys.py'),
   path.join(root, 'tests/data/golden/models/qwen3-f32.gguf'), fimModel,
   ...Object.entries(infill.keys).map(([k, v]) => `${k}=${v}`)]);
 const fim = await startServer(bin, ['-m', fimModel, '-c', '2600', '--kv-type', 'f32'], { cwd: root, name: 'fim' });
+
+// --override-kv, as llama-server was started for override_kv.json (one expert of 8, BOS added)
+const overridden = await startServer(bin, ['-m', override.model, '-c', '512', '--kv-type', 'f32',
+  ...override.overrides.flatMap((o) => ['--override-kv', o])], { cwd: root, name: 'override' });
 
 const post = (body, p = '/completion') => rawRequest(server.url, { path: p, body: JSON.stringify(body) });
 async function ok(body, p) {
@@ -230,6 +235,43 @@ const tests = [
     assert(none.status === 501 && /prefix token is missing/.test(none.text), `no FIM tokens: ${none.status}`);
   }],
 
+  ['--override-kv: llama-server\'s answers with the same overrides', async () => {
+    let compared = 0;
+    for (const [i, c] of override.cases.entries()) {
+      // our top 20 against llama's top 5 (its 5th may be our 6th by a last-bit difference)
+      const r = await rawRequest(overridden.url, { path: '/completion', body: JSON.stringify({ ...c.request,
+        n_probs: 20 }) });
+      assert(r.status === 200, `case ${i}: status ${r.status}: ${r.text.slice(0, 200)}`);
+      const got = r.json, want = c.response;
+      assertEq(got.tokens_evaluated, want.tokens_evaluated, `case ${i}: BOS added (the bool override)`);
+      let s = 0;
+      while (s < want.tokens.length && got.tokens[s] === want.tokens[s]) s++;
+      if (s < want.tokens.length) { // only where llama.cpp's top two were within 1e-3
+        const top = want.completion_probabilities[s].top_logprobs;
+        assert(top[0].logprob - top[1].logprob < 1e-3 && got.tokens[s] === top[1].id,
+          `case ${i}: id ${s} is ${got.tokens[s]}, llama.cpp's ${want.tokens[s]}`);
+      }
+      // llama's entries follow its text pieces: a byte token held for the next one gets none, so
+      // each entry is matched to our token of its id, in order
+      let k = 0;
+      for (const w of want.completion_probabilities) {
+        while (k < s && got.tokens[k] !== w.id) k++;
+        if (k >= s) break;
+        const ours = new Map(got.completion_probabilities[k++].top_logprobs.map((t) => [t.id, t.logprob]));
+        for (const t of w.top_logprobs) {
+          assert(ours.has(t.id) && Math.abs(ours.get(t.id) - t.logprob) <= 1e-3,
+            `case ${i}: id ${t.id}: ${ours.get(t.id)} vs ${t.logprob}`);
+          compared++;
+        }
+      }
+    }
+    assert(compared >= 100, `only ${compared} logprobs compared`);
+    // without the overrides the same file routes to 2 experts: another answer
+    const plain = await post(override.cases[0].request);
+    assert(JSON.stringify(plain.json.tokens) !== JSON.stringify(override.cases[0].response.tokens) ||
+      plain.json.tokens_evaluated !== override.cases[0].response.tokens_evaluated, 'the overrides matter');
+  }],
+
   ['what /completion refuses, and what it accepts unchanged', async () => {
     await refused({ prompt: 'a', mirostat: 2 }, 'mirostat', 'mirostat');
     await refused({ prompt: 'a', typical_p: 0.5 }, 'typical_p', 'typical sampling');
@@ -252,6 +294,6 @@ const tests = [
 ];
 
 const failed = await runTests(tests);
-const bad = await stopAll([server, fim]);
+const bad = await stopAll([server, fim, overridden]);
 rmSync(path.dirname(fimModel), { recursive: true, force: true });
 process.exit(failed || bad ? 1 : 0);

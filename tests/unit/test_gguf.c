@@ -883,6 +883,56 @@ static int check_dir(const char *dir) {
     return failures != 0;
 }
 
+/* --override-kv: values replaced or added for every reader, the file's kind
+ * of value kept, bad specs refused with the reason. */
+static void test_override(void) {
+    kvl_error err = {{0}};
+    gguf_file *f = gguf_open("models/stories260K.gguf", &err);
+    CHECK(f, "open: %s", err.msg);
+    if (!f) return;
+    CHECK(gguf_override_kv(f, "llama.block_count=int:3", &err), "int: %s", err.msg);
+    CHECK(get_i64(f, "llama.block_count") == 3, "block_count overridden");
+    float eps = 0;
+    CHECK(gguf_override_kv(f, "llama.attention.layer_norm_rms_epsilon=float:2.5e-6", &err) &&
+              gguf_get_f32(f, "llama.attention.layer_norm_rms_epsilon", &eps) && eps == 2.5e-6f,
+          "float: %s", err.msg);
+    CHECK(gguf_override_kv(f, "llama.attention.layer_norm_rms_epsilon=int:1", &err),
+          "int into a float key: %s", err.msg);
+    bool b = true;
+    CHECK(gguf_override_kv(f, "tokenizer.ggml.add_bos_token=bool:false", &err) &&
+              gguf_get_bool(f, "tokenizer.ggml.add_bos_token", &b) && !b,
+          "bool: %s", err.msg);
+    CHECK(gguf_override_kv(f, "general.name=str:renamed", &err) &&
+              str_eq(f, "general.name", "renamed"),
+          "str: %s", err.msg);
+    const int64_t n_kv = gguf_n_kv(f);
+    CHECK(gguf_override_kv(f, "kvllm.test.new_key=int:-7", &err) &&
+              get_i64(f, "kvllm.test.new_key") == -7 && gguf_n_kv(f) == n_kv + 1,
+          "a new key: %s", err.msg);
+    CHECK(gguf_override_kv(f, "kvllm.test.new_key=int:8", &err) &&
+              get_i64(f, "kvllm.test.new_key") == 8 && gguf_n_kv(f) == n_kv + 1,
+          "twice: %s", err.msg);
+    static const char *const bad[][2] = {
+        {"llama.block_count", "expected KEY=TYPE:VALUE"},
+        {"=int:3", "expected KEY=TYPE:VALUE"},
+        {"llama.block_count=int:x", "not an integer"},
+        {"llama.block_count=int:", "not an integer"},
+        {"llama.block_count=float:1.5", "an integer: use int:"},
+        {"llama.block_count=long:1", "unknown type"},
+        {"general.name=int:1", "a string: use str:"},
+        {"tokenizer.ggml.tokens=str:x", "an array"},
+        {"tokenizer.ggml.add_bos_token=bool:yes", "true or false"},
+        {"llama.rope.dimension_count=float:nan", "not a finite number"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        err.msg[0] = 0;
+        CHECK(!gguf_override_kv(f, bad[i][0], &err) && strstr(err.msg, bad[i][1]),
+              "%s: refused naming '%s' (got '%s')", bad[i][0], bad[i][1], err.msg);
+    }
+    CHECK(get_i64(f, "llama.block_count") == 3, "a refused override changes nothing");
+    gguf_close(f);
+}
+
 int main(int argc, char **argv) {
     if (argc == 3 && strcmp(argv[1], "--check-dir") == 0) return check_dir(argv[2]);
     test_dtypes();
@@ -893,6 +943,7 @@ int main(int argc, char **argv) {
     test_writer_round_trip();
     test_writer_stream();
     test_getters();
+    test_override();
     test_malformed_memory();
     test_byte_mutations();
     if (failures) {
