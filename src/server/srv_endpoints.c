@@ -447,3 +447,20 @@ done:
     cJSON_Delete(b);
     return out;
 }
+
+char *srv_apply_template(srv *s, const char *body, size_t len, api_error *err) {
+    cJSON *b = json_parse_body(body, len, err);
+    if (!b) return NULL;
+    api_req r;
+    const bool ok = openai_parse(s, b, true, &r, err); /* every chat field, as a chat request */
+    cJSON_Delete(b);
+    if (!ok) return NULL;
+    cJSON *o = cJSON_CreateObject();
+    const char *text = r.job->prompt_text ? r.job->prompt_text : "";
+    cJSON_AddItemToObject(o, "prompt", json_text(text, strlen(text)));
+    char *js = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    api_req_free(&r);
+    if (!js) api_fail(err, 500, NULL, "out of memory");
+    return js;
+}

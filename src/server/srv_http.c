@@ -36,6 +36,7 @@ typedef enum route {
     R_TOKENIZE,
     R_DETOKENIZE,
     R_PROPS,
+    R_APPLY_TEMPLATE,
     R_KV_SAVE,
     R_KV_UNPIN,
     R_KV_STATE,
@@ -75,6 +76,7 @@ static const struct {
     {"/tokenize", "POST", R_TOKENIZE, AUTH_KEY, false},
     {"/detokenize", "POST", R_DETOKENIZE, AUTH_KEY, false},
     {"/props", "GET", R_PROPS, AUTH_KEY, false},
+    {"/apply-template", "POST", R_APPLY_TEMPLATE, AUTH_KEY, false},
     {"/v1/kv/state", "GET", R_KV_STATE, AUTH_KEY, false},
     {"/lora-adapters", "GET", R_LORA_GET, AUTH_KEY, false},
     {"/lora-adapters", "POST", R_LORA_SET, AUTH_KEY, false},
@@ -455,6 +457,8 @@ static enum MHD_Result dispatch(srv *s, struct MHD_Connection *c, const char *ur
     case R_DETOKENIZE: return send_result(c, srv_detokenize(s, body, cc->body.len, &err), &err);
     case R_EMBEDDINGS: return send_result(c, srv_embeddings(s, body, cc->body.len, &err), &err);
     case R_PROPS: return send_json(c, MHD_HTTP_OK, srv_props(s));
+    case R_APPLY_TEMPLATE:
+        return send_result(c, srv_apply_template(s, body, cc->body.len, &err), &err);
     case R_LORA_GET: return send_json(c, MHD_HTTP_OK, srv_lora_list(s));
     case R_LORA_SET: return send_result(c, srv_lora_set(s, body, cc->body.len, &err), &err);
     case R_KV_SAVE: return send_result(c, srv_kv_save(s, body, cc->body.len, cc->key, &err), &err);

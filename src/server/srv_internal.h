@@ -125,6 +125,7 @@ struct srv_job {
     /* Set by the HTTP thread before the job is queued; read-only afterwards. */
     int32_t *prompt;
     int64_t n_prompt;
+    char *prompt_text; /* chat: the rendered prompt, as tokenized (NULL for completions) */
     int64_t max_tokens;
     sampler_params sampling;
     bool vary_seed; /* n > 1 with sampling: choice i uses seed + i */
@@ -604,6 +605,8 @@ char *srv_kv_save(srv *s, const char *body, size_t len, const srv_key *key, api_
 /* POST /v1/kv/unpin: the same body -> that saved prefix's pin dropped (srv_kv.c) */
 char *srv_kv_unpin(srv *s, const char *body, size_t len, const srv_key *key, api_error *err);
 char *srv_props(srv *s); /* GET /props */
+/* POST /apply-template: a chat request's body -> {"prompt": the text its template renders} */
+char *srv_apply_template(srv *s, const char *body, size_t len, api_error *err);
 
 /* LoRA adapters (srv_lora.c). */
 void srv_lora_init(srv *s);

@@ -46,6 +46,7 @@ void events_free(srv_event *ev) {
 static void job_free(srv_job *j) {
     events_free(j->head);
     free(j->prompt);
+    free(j->prompt_text);
     for (int i = 0; i < j->n_stop; i++) free(j->stop[i]);
     free(j->cache_salt);
     free(j->logit_bias);

@@ -390,11 +390,12 @@ static bool parse_tools(srv *s, const cJSON *body, srv_job *j, api_error *err) {
 /* Tokenizes a rendered chat prompt: the client's strings were marked before
  * rendering (srv_guard.c), so only the template's markup becomes special
  * tokens. BOS only if the template did not write it already. */
-static bool tokenize_chat(srv *s, char *text, size_t len, srv_job *j, api_error *err) {
+static bool tokenize_chat(srv *s, char *text, size_t *text_len, srv_job *j, api_error *err) {
     tok_span *guard = NULL;
-    size_t n_guard = 0;
-    if (!srv_unguard(text, &len, &guard, &n_guard))
-        return api_fail(err, 500, NULL, "out of memory");
+    size_t n_guard = 0, len = *text_len;
+    const bool unguarded = srv_unguard(text, &len, &guard, &n_guard);
+    *text_len = len;
+    if (!unguarded) return api_fail(err, 500, NULL, "out of memory");
     bool template_bos = starts_with(text, s->bos_text) && !(n_guard > 0 && guard[0].off == 0);
     bool add_bos = tok_add_bos(s->vocab) && tok_bos(s->vocab) >= 0 && !template_bos;
     tok_mode mode = {
@@ -453,8 +454,9 @@ static bool parse_chat_prompt(srv *s, const cJSON *body, srv_job *j, api_error *
     }
     j->in_think =
         j->think && prompt_opens_think(text, len, s->caps.think_open, s->caps.think_close);
-    bool ok = tokenize_chat(s, text, len, j, err);
-    free(text);
+    bool ok = tokenize_chat(s, text, &len, j, err);
+    j->prompt_text = text; /* unguarded: the text tokenized */
+    text[len] = 0;
     if (ok && (j->tools.choice == TOOL_CHOICE_REQUIRED || j->tools.choice == TOOL_CHOICE_NAMED))
         ok = build_tool_grammar(s, j, err);
     return ok;

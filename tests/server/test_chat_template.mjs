@@ -42,6 +42,17 @@ const failed = await runTests([
   ['chat prompt = transformers rendering (system + multi-turn)', async () => {
     await samePrompt('c03_multi_turn', {}, {});
   }],
+  ['/apply-template: the prompt is transformers\' text (llama-server\'s endpoint)', async () => {
+    for (const [id, kwargs] of [['c03_multi_turn', {}], ['c01_single_user', { enable_thinking: false }]]) {
+      const body = { messages: cases[id].messages };
+      if (Object.keys(kwargs).length) body.chat_template_kwargs = kwargs;
+      const r = await post('/apply-template', body);
+      assertEq(r.status, 200, `${id}: ${r.text.slice(0, 200)}`);
+      assertEq(r.json.prompt, rendered(id, kwargs), `${id}: rendered text`);
+    }
+    const bad = await post('/apply-template', { messages: [] });
+    assertEq([bad.status, bad.json.error.param], [400, 'messages'], 'no messages');
+  }],
   ['chat_template_kwargs: enable_thinking false', async () => {
     await samePrompt('c01_single_user', { enable_thinking: false }, { chat_template_kwargs: { enable_thinking: false } });
   }],
