@@ -488,6 +488,9 @@ typedef struct chunk_sink {
 /* Reads (and consumes) the complete chunks of sse until the end (*ended set);
  * false when out of memory. */
 bool chat_chunks_read(kvl_buf *sse, const chunk_sink *k, bool *ended);
+/* An SSE "data: JSON" event of o (taken), as the OpenAI API and llama-server
+ * write their streams; out->oom set when out of memory. */
+void sse_data(kvl_buf *out, cJSON *o);
 /* An SSE event "event: TYPE" whose data is ev (taken) with "type" (and, when
  * seq >= 0, "sequence_number") as its first members, as the Responses and
  * Messages APIs write their events. */

@@ -798,17 +798,6 @@ char *llama_response(srv *s, const api_req *r, srv_event *events) {
 
 /* ------------------------------------------------------------- stream -- */
 
-static void put_data(kvl_buf *out, cJSON *o) {
-    char *js = cJSON_PrintUnformatted(o);
-    cJSON_Delete(o);
-    if (!js) {
-        out->oom = true;
-        return;
-    }
-    kvl_buf_printf(out, "data: %s\n\n", js);
-    free(js);
-}
-
 void llama_stream_end(srv *s, const api_req *r, stream_state *st, kvl_buf *out) {
     (void)s, (void)r;
     if (!st->failed) return; /* llama's stream just ends */
@@ -838,10 +827,10 @@ void llama_stream_events(srv *s, const api_req *r, stream_state *st, srv_event *
             if (q->n_probs > 0 && ev->token >= 0)
                 cJSON_AddItemToArray(cJSON_AddArrayToObject(c, "completion_probabilities"),
                                      probs_entry(s, ev));
-            put_data(out, c);
+            sse_data(out, c);
         }
         if (ev->finish == ENGINE_FINISH_NONE) continue;
-        put_data(out, final_object(s, r, ev, "", 0, NULL, NULL));
+        sse_data(out, final_object(s, r, ev, "", 0, NULL, NULL));
         st->n_finished++;
         if (st->n_finished == r->job->n) llama_stream_end(s, r, st, out);
     }

@@ -253,7 +253,7 @@ char *openai_response(srv *s, const api_req *r, srv_event *events) {
 
 /* ------------------------------------------------------------ streams -- */
 
-static void put_sse(kvl_buf *out, cJSON *o) {
+void sse_data(kvl_buf *out, cJSON *o) {
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     if (!s) {
@@ -313,7 +313,7 @@ static void put_calls(srv *s, const api_req *r, stream_state *st, int index, con
             cJSON_AddItemToArray(cJSON_AddArrayToObject(d, "tool_calls"), call);
             cJSON_AddNullToObject(ch, "logprobs");
             cJSON_AddNullToObject(ch, "finish_reason");
-            put_sse(out, c);
+            sse_data(out, c);
         }
         st->n_calls[index]++;
     }
@@ -346,7 +346,7 @@ static void chat_chunk_parsed(srv *s, const api_req *r, stream_state *st, const 
             cJSON_AddNullToObject(ch, "logprobs");
         }
         cJSON_AddNullToObject(ch, "finish_reason");
-        put_sse(out, c);
+        sse_data(out, c);
     }
     put_calls(s, r, st, ev->index, o, out);
     if (!final) return;
@@ -357,7 +357,7 @@ static void chat_chunk_parsed(srv *s, const api_req *r, stream_state *st, const 
     if (fin) cJSON_AddStringToObject(ch, "finish_reason", fin);
     else cJSON_AddNullToObject(ch, "finish_reason");
     if (fin) add_stop_reason(ch, r->job, ev->finish, ev->stats.stop_index);
-    put_sse(out, c);
+    sse_data(out, c);
 }
 
 static void chat_chunk(srv *s, const api_req *r, stream_state *st, const srv_event *ev,
@@ -378,7 +378,7 @@ static void chat_chunk(srv *s, const api_req *r, stream_state *st, const srv_eve
         cJSON_AddStringToObject(d, "content", "");
         cJSON_AddNullToObject(ch, "logprobs");
         cJSON_AddNullToObject(ch, "finish_reason");
-        put_sse(out, c);
+        sse_data(out, c);
     }
     if (parsed) {
         chat_chunk_parsed(s, r, st, ev, out);
@@ -396,7 +396,7 @@ static void chat_chunk(srv *s, const api_req *r, stream_state *st, const srv_eve
         cJSON_AddNullToObject(ch, "logprobs");
     }
     put_finish(ch, r->job, ev);
-    put_sse(out, c);
+    sse_data(out, c);
 }
 
 void stream_state_free(stream_state *st) {
@@ -418,7 +418,7 @@ static void completion_chunk(srv *s, const api_req *r, stream_state *st, const s
         cJSON_AddNullToObject(ch, "logprobs");
     }
     put_finish(ch, r->job, ev);
-    put_sse(out, c);
+    sse_data(out, c);
     st->text_off[ev->index] += ev->text_len;
 }
 
@@ -435,7 +435,7 @@ void openai_stream_end(srv *s, const api_req *r, stream_state *st, kvl_buf *out)
         cJSON_AddItemToObject(c, "usage",
                               usage_json(r->job->n_prompt, st->completion_tokens, st->cached,
                                          st->disk, st->kv_lb, st->kv_alloc));
-        put_sse(out, c);
+        sse_data(out, c);
     }
     kvl_buf_puts(out, "data: [DONE]\n\n");
 }

@@ -4,11 +4,14 @@ fill-in-the-middle token ids a test gives a golden model that has none:
     gguf_add_keys.py IN OUT tokenizer.ggml.fim_pre_token_id=4000 ...
 Pure Python; the tensors are copied as they are (their offsets are relative
 to the data section, which is re-aligned after the longer header)."""
+import os
 import struct
 import sys
 
-SIZES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}  # scalar types
-T_STR, T_ARR, T_U32 = 8, 9, 4
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from chat_template_gguf import skip_value  # noqa: E402  (tests/: one GGUF value walker)
+
+T_U32 = 4
 
 
 def main():
@@ -22,18 +25,6 @@ def main():
         k, v = p.split("=", 1)
         add[k] = int(v)
 
-    def skip_value(t, pos):
-        if t == T_STR:
-            (n,) = struct.unpack_from("<Q", data, pos)
-            return pos + 8 + n
-        if t == T_ARR:
-            et, n = struct.unpack_from("<IQ", data, pos)
-            pos += 12
-            for _ in range(n):
-                pos = skip_value(et, pos)
-            return pos
-        return pos + SIZES[t]
-
     kept, alignment = [], 32
     for _ in range(n_kv):
         start = pos
@@ -43,7 +34,7 @@ def main():
         (t,) = struct.unpack_from("<I", data, pos)
         if key == "general.alignment":
             (alignment,) = struct.unpack_from("<I", data, pos + 4)
-        pos = skip_value(t, pos + 4)
+        pos = skip_value(data, pos + 4, t)
         if key not in add:
             kept.append(data[start:pos])
     infos_start = pos

@@ -163,20 +163,36 @@ static void on_event_shared(const engine_event *ev, void *user) {
     if (ev->finish) o->cached = ev->stats->n_cached_prompt;
 }
 
+/* stories260K in an engine of 128 tokens of context (NULL, counted as a
+ * failure, when it does not load). */
+static engine *stories_engine(model **m, tok_vocab **v) {
+    kvl_error err;
+    *m = load_test_model("models/stories260K.gguf", 128, 64, v);
+    if (!*m) {
+        failures++;
+        return NULL;
+    }
+    engine_config c;
+    engine_config_default(&c);
+    c.n_ctx = 128;
+    engine *e = engine_create(*m, *v, &c, &err);
+    if (!e) {
+        fprintf(stderr, "engine: %s\n", err.msg);
+        failures++;
+        model_destroy(*m);
+        tok_vocab_destroy(*v);
+    }
+    return e;
+}
+
 /* n > 1: followers of a prefix leader reuse its prompt blocks and still produce
  * exactly the leader's greedy ids. */
 static void test_prefix_leader(void) {
     kvl_error err;
     tok_vocab *v;
-    model *m = load_test_model("models/stories260K.gguf", 128, 64, &v);
-    if (!m) {
-        failures++;
-        return;
-    }
-    engine_config c;
-    engine_config_default(&c);
-    c.n_ctx = 128;
-    engine *e = engine_create(m, v, &c, &err);
+    model *m;
+    engine *e = stories_engine(&m, &v);
+    if (!e) return;
     int32_t prompt[40];
     for (int i = 0; i < 40; i++) prompt[i] = 10 + (i * 37) % 400;
     shared_out out[3];
@@ -264,15 +280,9 @@ static bool in_ids(int32_t t, const int32_t *ids, int n) {
 static void test_logit_bias(void) {
     kvl_error err;
     tok_vocab *v;
-    model *m = load_test_model("models/stories260K.gguf", 128, 64, &v);
-    if (!m) {
-        failures++;
-        return;
-    }
-    engine_config c;
-    engine_config_default(&c);
-    c.n_ctx = 128;
-    engine *e = engine_create(m, v, &c, &err);
+    model *m;
+    engine *e = stories_engine(&m, &v);
+    if (!e) return;
     /* a prompt whose greedy token is in it, but not among its last 2 tokens */
     static const char *const texts[] = {
         "One day, a little girl named Lily went to the park. She saw a big tree. She",
