@@ -643,6 +643,68 @@ bool engine_eval(model *m, int kv_dtype, int kv_dtype_v, int block_size, const i
     return ok;
 }
 
+/* Each logits row of a prompt's span -> the next token's logprob and the top k. */
+typedef struct prompt_lp_ctx {
+    const int32_t *ids;
+    int64_t n_vocab;
+    int top_k;
+    float *lp;
+    int32_t *top_ids;
+    float *top_lps;
+} prompt_lp_ctx;
+
+static void prompt_lp_rows(void *user, int64_t pos, int64_t n, const float *logits,
+                           const float *hidden) {
+    (void)hidden;
+    const prompt_lp_ctx *c = user;
+    for (int64_t r = 0; r < n; r++) {
+        const float *row = logits + r * c->n_vocab;
+        const int64_t p = pos + r + 1; /* the row predicts the token after pos + r */
+        c->lp[p] = (float)(row[c->ids[p]] - logits_logsumexp(row, (int32_t)c->n_vocab));
+        if (c->top_k > 0)
+            logits_top_k(row, (int32_t)c->n_vocab, c->top_k, c->top_ids + p * c->top_k,
+                         c->top_lps + p * c->top_k);
+    }
+}
+
+bool engine_prompt_logprobs(engine *e, const int32_t *ids, int64_t n, const float *lora, int top_k,
+                            float *lp, int32_t *top_ids, float *top_lps, kvl_error *err) {
+    const model_hparams *hp = model_hp(e->m);
+    if (n < 1 || n > e->cfg.n_ctx)
+        return kvl_fail(err, "prompt logprobs: %lld tokens (1..%lld)", (long long)n,
+                        (long long)e->cfg.n_ctx);
+    if (top_k < 0 || top_k > MAX_TOP_LOGPROBS || top_k > hp->n_vocab)
+        return kvl_fail(err, "prompt logprobs: top_k %d (0..%d)", top_k, MAX_TOP_LOGPROBS);
+    for (int64_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= hp->n_vocab)
+            return kvl_fail(err, "prompt logprobs: token %lld (id %d) is not in the vocabulary",
+                            (long long)i, ids[i]);
+    lp[0] = NAN;
+    if (n == 1) return true;
+    float *rows = kvl_alloc(MODEL_SPAN_CHUNK * hp->n_vocab * sizeof(float));
+    if (!rows) return kvl_fail(err, "prompt logprobs: out of memory");
+    prompt_lp_ctx c = {.ids = ids,
+                       .n_vocab = hp->n_vocab,
+                       .top_k = top_k,
+                       .lp = lp,
+                       .top_ids = top_ids,
+                       .top_lps = top_lps};
+    model_span span = {.tokens = ids,
+                       .to = n,
+                       .want_from = 0,
+                       .want_to = n - 1,
+                       .logits = rows,
+                       .on_rows = prompt_lp_rows,
+                       .user = &c,
+                       .lora = lora};
+    char no_room[96];
+    snprintf(no_room, sizeof no_room,
+             "prompt logprobs: not enough free KV blocks for %lld tokens right now", (long long)n);
+    bool ok = forward_alone(e, &span, no_room, err);
+    kvl_free(rows);
+    return ok;
+}
+
 /* Sums model_forward_span's hidden rows for pooling. */
 typedef struct embed_ctx {
     double *acc;

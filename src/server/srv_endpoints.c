@@ -464,3 +464,46 @@ char *srv_apply_template(srv *s, const char *body, size_t len, api_error *err) {
     if (!js) api_fail(err, 500, NULL, "out of memory");
     return js;
 }
+
+/* ------------------------------------------------- completions' echo -- */
+
+typedef struct echo_task {
+    srv_engine_task task;
+    api_req *r;
+} echo_task;
+
+static bool run_echo(srv *s, srv_engine_task *t, api_error *err) {
+    api_req *r = ((echo_task *)t)->r;
+    const srv_job *j = r->job;
+    kvl_error kerr = {{0}};
+    if (!engine_prompt_logprobs(s->e, j->prompt, j->n_prompt, j->n_lora ? j->lora : NULL,
+                                j->top_logprobs, r->echo_lp, r->echo_top_ids, r->echo_top_lps,
+                                &kerr))
+        return api_fail(err, 503, NULL, "%s", kerr.msg);
+    return true;
+}
+
+bool srv_echo_prepare(srv *s, api_req *r, api_error *err) {
+    const srv_job *j = r->job;
+    kvl_buf t = {0};
+    if (!r->echo_text) {
+        char buf[256];
+        for (int64_t i = 0; i < j->n_prompt; i++) {
+            size_t n = tok_token_bytes(s->vocab, j->prompt[i], true, buf, sizeof buf);
+            kvl_buf_put(&t, buf, n < sizeof buf ? n : sizeof buf);
+        }
+        r->echo_len = t.len;
+        kvl_buf_put(&t, "", 1);
+        r->echo_text = t.p;
+        if (t.oom || !t.p) return api_fail(err, 500, NULL, "out of memory");
+    }
+    if (!r->logprobs) return true;
+    const size_t n = (size_t)j->n_prompt, k = (size_t)j->top_logprobs;
+    r->echo_lp = malloc(n * sizeof *r->echo_lp);
+    r->echo_top_ids = malloc((n * k + 1) * sizeof *r->echo_top_ids);
+    r->echo_top_lps = malloc((n * k + 1) * sizeof *r->echo_top_lps);
+    if (!r->echo_lp || !r->echo_top_ids || !r->echo_top_lps)
+        return api_fail(err, 500, NULL, "out of memory");
+    echo_task et = {.task.run = run_echo, .r = r};
+    return srv_engine_call(s, &et.task, err);
+}

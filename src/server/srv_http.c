@@ -376,6 +376,20 @@ static enum MHD_Result handle_generate(srv *s, struct MHD_Connection *c, conn_ct
     api_req *r = &cc->r;
     api_error err;
     if (!parse_request(s, cc, rt, r, &err)) return send_error_as(c, rt, &err);
+    if (r->echo) { /* the prompt's text and logprobs, before the job is queued */
+        if (!srv_echo_prepare(s, r, &err)) {
+            api_req_free(r);
+            return send_error_as(c, rt, &err);
+        }
+        if (r->job->max_tokens == 0) { /* the prompt alone: nothing to generate */
+            const bool stream = r->stream;
+            char *out = openai_echo_only(s, r);
+            api_req_free(r);
+            if (!out) return fail(c, 500, NULL, "out of memory");
+            return stream ? send_text(c, MHD_HTTP_OK, "text/event-stream", out, NULL, NULL)
+                          : send_json(c, MHD_HTTP_OK, out);
+        }
+    }
     srv_job *j = r->job;
     /* The tenant's namespace goes in front of the request's own cache_salt. */
     bool oom;

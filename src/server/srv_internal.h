@@ -419,6 +419,14 @@ typedef struct api_req {
     resp_req *resp;   /* NULL but for /v1/responses */
     anth_req *anth;   /* NULL but for /v1/messages */
     llama_req *llama; /* NULL but for /completion */
+    /* /v1/completions "echo": each choice's text starts with the prompt, and
+     * with logprobs its tokens come first (srv_echo_prepare) */
+    bool echo;
+    char *echo_text; /* the prompt as text: as sent, or its ids' bytes (any bytes) */
+    size_t echo_len;
+    float *echo_lp;        /* [n_prompt]: log P(token p | the tokens before), [0] NAN */
+    int32_t *echo_top_ids; /* [n_prompt][job->top_logprobs] */
+    float *echo_top_lps;
 } api_req;
 
 /* srv_structured.c: response_format, grammar, json_schema, guided_json,
@@ -428,6 +436,13 @@ bool parse_structured(srv *s, const cJSON *body, srv_job *j, api_error *err);
 
 /* Parses a request body (a cJSON object) into r and a new job (r->job). */
 bool openai_parse(srv *s, const cJSON *body, bool chat, api_req *r, api_error *err);
+/* HTTP thread, for an "echo" request: the prompt's text, and with logprobs
+ * its log-probabilities computed on the engine thread (engine_prompt_logprobs);
+ * false with err (503 when the pool has no room right now). */
+bool srv_echo_prepare(srv *s, api_req *r, api_error *err);
+/* The answer of an echo request with max_tokens 0 (no generation): the
+ * prompt alone in each choice, as JSON or (stream) as SSE chunks and [DONE]. */
+char *openai_echo_only(srv *s, const api_req *r);
 
 /* srv_chat_jinja.c: the Jinja chat template. setup compiles src (origin names
  * it in messages) and returns false, with a warning, if it does not compile;
@@ -457,6 +472,7 @@ char *openai_response(srv *s, const api_req *r, srv_event *events);
  * also the usage chunk (if asked) and "data: [DONE]". */
 typedef struct stream_state {
     bool started[SRV_MAX_N];      /* chat: the role delta was sent */
+    bool echoed[SRV_MAX_N];       /* completions with echo: the prompt was sent */
     out_parser parser[SRV_MAX_N]; /* chat with tools or reasoning: set up with the role delta */
     int n_calls[SRV_MAX_N];       /* tool calls sent per choice */
     parse_out po;                 /* scratch */

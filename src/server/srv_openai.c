@@ -37,7 +37,7 @@ static const known_field KNOWN_FIELDS[] = {
     {"frequency_penalty", F_BOTH}, {"presence_penalty", F_BOTH},
     {"logprobs", F_BOTH}, {"top_logprobs", F_CHAT},
     {"logit_bias", F_BOTH},
-    {"echo", F_COMPL}, {"best_of", F_COMPL}, /* only false / 1 (parse_unsupported) */
+    {"echo", F_COMPL}, {"best_of", F_COMPL}, /* best_of: only 1 (parse_unsupported) */
     /* vLLM / llama-server extensions, read here */
     {"top_k", F_BOTH}, {"min_p", F_BOTH}, {"repetition_penalty", F_BOTH},
     {"ignore_eos", F_BOTH}, {"cache_salt", F_BOTH}, {"lora", F_BOTH}, {"return_tokens_as_token_ids", F_BOTH},
@@ -578,11 +578,8 @@ static bool parse_unsupported(const cJSON *b, bool chat, api_error *err) {
         if (req_field(b, chat_only[i]))
             return api_fail(err, 400, chat_only[i],
                             "'%s' is only supported by /v1/chat/completions", chat_only[i]);
-    bool echo = false;
     int64_t best_of = 1;
-    if (!req_bool(b, "echo", &echo, err) || !req_int(b, "best_of", 1, SRV_MAX_N, &best_of, err))
-        return false;
-    if (echo) return api_fail(err, 400, "echo", "'echo' is not supported");
+    if (!req_int(b, "best_of", 1, SRV_MAX_N, &best_of, err)) return false;
     if (best_of > 1) return api_fail(err, 400, "best_of", "'best_of' is not supported");
     return true;
 }
@@ -623,11 +620,19 @@ static bool parse_stream(const cJSON *b, api_req *r, api_error *err) {
 /* max_tokens: checked against the context; when absent, completions default
  * to 16 (OpenAI's default) and chat to whatever room the context and the pool
  * leave, so that a request never needs more blocks than the pool has. */
-static bool parse_max_tokens(srv *s, const cJSON *b, bool chat, srv_job *j, api_error *err) {
+static bool parse_max_tokens(srv *s, const cJSON *b, bool chat, bool echo, srv_job *j,
+                             api_error *err) {
     const char *key =
         chat && req_field(b, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
     const char *pkey = chat ? "messages" : "prompt";
     const cJSON *v = req_field(b, key);
+    if (echo && v && cJSON_IsNumber(v) && v->valuedouble == 0) { /* the prompt's logprobs alone */
+        if (j->n_prompt > s->n_ctx)
+            return api_fail(err, 400, pkey, "the prompt (%lld tokens) is longer than the context",
+                            (long long)j->n_prompt);
+        j->max_tokens = 0;
+        return true;
+    }
     if (v && cJSON_IsNumber(v) && v->valuedouble < 1)
         return api_fail(err, 400, key, "'%s' must be at least 1 (got %g)", key, v->valuedouble);
     int64_t max_tokens = -1;
@@ -694,7 +699,15 @@ static bool parse_body(srv *s, const cJSON *b, bool chat, api_req *r, api_error 
     if (salt && !(j->cache_salt = strdup(salt))) return api_fail(err, 500, NULL, "out of memory");
     j->n = (int)n;
     ok = chat ? parse_chat_prompt(s, b, j, err) : parse_prompt(s, b, j, err);
-    return ok && parse_max_tokens(s, b, chat, j, err);
+    ok = ok && req_bool(b, "echo", &r->echo, err);
+    if (ok && r->echo) { /* a text prompt is echoed as sent; ids as their text (srv_echo_prepare) */
+        const cJSON *p = req_field(b, "prompt");
+        if (cJSON_IsArray(p) && cJSON_IsString(p->child)) p = p->child;
+        if (cJSON_IsString(p) && !(r->echo_text = strdup(p->valuestring)))
+            return api_fail(err, 500, NULL, "out of memory");
+        if (r->echo_text) r->echo_len = strlen(r->echo_text);
+    }
+    return ok && parse_max_tokens(s, b, chat, r->echo, j, err);
 }
 
 bool openai_parse(srv *s, const cJSON *body, bool chat, api_req *r, api_error *err) {
@@ -720,4 +733,6 @@ void api_req_free(api_req *r) {
     r->anth = NULL;
     llama_req_free(r->llama);
     r->llama = NULL;
+    free(r->echo_text), free(r->echo_lp), free(r->echo_top_ids), free(r->echo_top_lps);
+    r->echo_text = NULL, r->echo_lp = NULL, r->echo_top_ids = NULL, r->echo_top_lps = NULL;
 }

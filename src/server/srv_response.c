@@ -87,6 +87,36 @@ static void completion_logprobs_add(srv *s, const api_req *r, cJSON *lp, const s
     cJSON_AddItemToArray(cJSON_GetObjectItem(lp, "top_logprobs"), top);
 }
 
+/* An echo's prompt in a completion's logprobs: its tokens, their
+ * log-probabilities and top alternatives (none for the first token, which
+ * nothing predicts: null, as OpenAI and vLLM give it). */
+static cJSON *echo_logprobs(srv *s, const api_req *r) {
+    cJSON *lp = completion_logprobs_new();
+    const srv_job *j = r->job;
+    const int k = j->top_logprobs;
+    size_t off = 0;
+    for (int64_t p = 0; p < j->n_prompt; p++) {
+        cJSON_AddItemToArray(cJSON_GetObjectItem(lp, "text_offset"),
+                             cJSON_CreateNumber((double)off));
+        cJSON_AddItemToArray(cJSON_GetObjectItem(lp, "token_logprobs"),
+                             p ? cJSON_CreateNumber(r->echo_lp[p]) : cJSON_CreateNull());
+        cJSON_AddItemToArray(cJSON_GetObjectItem(lp, "tokens"), token_text(s, r, j->prompt[p]));
+        cJSON *top = p ? cJSON_CreateObject() : cJSON_CreateNull();
+        for (int i = 0; p && i < k; i++) {
+            cJSON *t = token_text(s, r, r->echo_top_ids[p * k + i]);
+            const char *key = cJSON_GetStringValue(t);
+            if (key && !cJSON_GetObjectItemCaseSensitive(top, key))
+                cJSON_AddNumberToObject(top, key, r->echo_top_lps[p * k + i]);
+            cJSON_Delete(t);
+        }
+        cJSON_AddItemToArray(cJSON_GetObjectItem(lp, "top_logprobs"), top);
+        char buf[256];
+        const size_t n = tok_token_bytes(s->vocab, j->prompt[p], true, buf, sizeof buf);
+        off += n < sizeof buf ? n : sizeof buf;
+    }
+    return lp;
+}
+
 static cJSON *usage_json(int64_t prompt, int64_t completion, int64_t cached, int64_t disk,
                          int64_t lb, int64_t alloc) {
     cJSON *u = cJSON_CreateObject();
@@ -236,6 +266,10 @@ char *openai_response(srv *s, const api_req *r, srv_event *events) {
     choice_acc acc[SRV_MAX_N];
     memset(acc, 0, sizeof acc);
     stream_state st = {0};
+    for (int i = 0; r->echo && i < r->job->n; i++) { /* the prompt first */
+        kvl_buf_put(&acc[i].text, r->echo_text, r->echo_len);
+        if (r->logprobs) acc[i].logprobs = echo_logprobs(s, r);
+    }
     for (const srv_event *ev = events; ev; ev = ev->next) accumulate(s, r, acc, &st, ev);
     cJSON *o = envelope(s, r, r->chat ? "chat.completion" : "text_completion");
     cJSON *choices = cJSON_AddArrayToObject(o, "choices");
@@ -407,6 +441,17 @@ void stream_state_free(stream_state *st) {
 
 static void completion_chunk(srv *s, const api_req *r, stream_state *st, const srv_event *ev,
                              kvl_buf *out) {
+    if (r->echo && !st->echoed[ev->index]) { /* the prompt, in the choice's first chunk */
+        st->echoed[ev->index] = true;
+        cJSON *c = envelope(s, r, "text_completion");
+        cJSON *ch = chunk_choice(c, ev->index);
+        cJSON_AddItemToObject(ch, "text", json_text(r->echo_text, r->echo_len));
+        if (r->logprobs) cJSON_AddItemToObject(ch, "logprobs", echo_logprobs(s, r));
+        else cJSON_AddNullToObject(ch, "logprobs");
+        cJSON_AddNullToObject(ch, "finish_reason");
+        sse_data(out, c);
+        st->text_off[ev->index] = r->echo_len;
+    }
     cJSON *c = envelope(s, r, "text_completion");
     cJSON *ch = chunk_choice(c, ev->index);
     cJSON_AddItemToObject(ch, "text", json_text(ev->text, ev->text_len));
@@ -449,4 +494,46 @@ void openai_stream_events(srv *s, const api_req *r, stream_state *st, srv_event 
         add_stats(st, ev);
         if (st->n_finished == r->job->n) openai_stream_end(s, r, st, out);
     }
+}
+
+char *openai_echo_only(srv *s, const api_req *r) {
+    const srv_job *j = r->job;
+    kvl_buf sse = {0};
+    cJSON *o = r->stream ? NULL : envelope(s, r, "text_completion");
+    cJSON *choices = o ? cJSON_AddArrayToObject(o, "choices") : NULL;
+    for (int i = 0; i < j->n; i++) {
+        cJSON *c = r->stream ? envelope(s, r, "text_completion") : NULL;
+        cJSON *ch = c ? chunk_choice(c, i) : cJSON_CreateObject();
+        if (!c) {
+            cJSON_AddNumberToObject(ch, "index", i);
+            cJSON_AddItemToArray(choices, ch);
+        }
+        cJSON_AddItemToObject(ch, "text", json_text(r->echo_text, r->echo_len));
+        if (r->logprobs) cJSON_AddItemToObject(ch, "logprobs", echo_logprobs(s, r));
+        else cJSON_AddNullToObject(ch, "logprobs");
+        cJSON_AddStringToObject(ch, "finish_reason", "length");
+        cJSON_AddNullToObject(ch, "stop_reason");
+        if (c) sse_data(&sse, c);
+    }
+    cJSON *usage = usage_json(j->n_prompt, 0, 0, 0, 0, 0);
+    if (o) {
+        cJSON_AddItemToObject(o, "usage", usage);
+        char *js = cJSON_PrintUnformatted(o);
+        cJSON_Delete(o);
+        return js;
+    }
+    if (r->include_usage) {
+        cJSON *c = envelope(s, r, "text_completion");
+        cJSON_AddArrayToObject(c, "choices");
+        cJSON_AddItemToObject(c, "usage", usage);
+        sse_data(&sse, c);
+    } else {
+        cJSON_Delete(usage);
+    }
+    kvl_buf_puts(&sse, "data: [DONE]\n\n");
+    if (sse.oom) {
+        kvl_buf_free(&sse);
+        return NULL;
+    }
+    return sse.p;
 }

@@ -187,7 +187,7 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size) {
         return 0;
     }
     const srv_job *j = r.job;
-    if (!j || j->n_prompt <= 0 || j->n < 1 || j->n > SRV_MAX_N || j->max_tokens < 1 ||
+    if (!j || j->n_prompt <= 0 || j->n < 1 || j->n > SRV_MAX_N || (j->max_tokens < 1 && !r.echo) ||
         j->n_prompt + j->max_tokens > s->n_ctx || j->n_stop < 0 || j->n_stop > ENGINE_MAX_STOP)
         abort();
     for (int64_t i = 0; i < j->n_prompt; i++)

@@ -272,6 +272,45 @@ const tests = [
       plain.json.tokens_evaluated !== override.cases[0].response.tokens_evaluated, 'the overrides matter');
   }],
 
+  ['/v1/completions echo + logprobs (lm-eval\'s loglikelihood requests): the prompt\'s logprobs are llama.cpp\'s',
+    async () => {
+      let compared = 0;
+      for (const [ci, c] of greedy.cases.entries()) {
+        const seq = [...c.prompt_ids, ...c.ids];
+        for (const max_tokens of [0, 1]) {
+          const r = await ok({ prompt: seq, max_tokens, echo: true, logprobs: 5, temperature: 0 }, '/v1/completions');
+          const ch = r.json.choices[0], lp = ch.logprobs;
+          assertEq(lp.tokens.length, seq.length + max_tokens, `case ${ci}: the prompt's tokens, then the output's`);
+          assertEq([lp.token_logprobs[0], lp.top_logprobs[0]], [null, null], 'nothing predicts the first token');
+          assertEq([ch.finish_reason, r.json.usage.prompt_tokens, r.json.usage.completion_tokens],
+            ['length', seq.length, max_tokens], `case ${ci}: finish and usage`);
+          for (const [s, st] of c.steps.entries()) { // teacher-forced: llama.cpp's logprob of each golden id
+            const pos = c.prompt_ids.length + s;
+            assert(Math.abs(lp.token_logprobs[pos] - st.logprob) <= 1e-3,
+              `case ${ci} position ${pos}: ${lp.token_logprobs[pos]} vs llama.cpp's ${st.logprob}`);
+            const n = Object.keys(lp.top_logprobs[pos]).length; // tokens of the same text share a key
+            assert(n >= 1 && n <= 5, `five alternatives at most (${n})`);
+            compared++;
+          }
+          assert(lp.text_offset.every((o, i) => i === 0 || o >= lp.text_offset[i - 1]), 'offsets grow');
+        }
+      }
+      assert(compared >= 200, `only ${compared} compared`);
+      // a text prompt is echoed as sent; without logprobs only the text; streamed, the prompt comes first
+      const t = await ok({ prompt: 'The quick brown fox', max_tokens: 3, echo: true, temperature: 0 }, '/v1/completions');
+      assert(t.json.choices[0].text.startsWith('The quick brown fox') && t.json.choices[0].logprobs === null, 'text echo');
+      const st = await ok({ prompt: 'The quick brown fox', max_tokens: 3, echo: true, temperature: 0, stream: true },
+        '/v1/completions');
+      const chunks = events(st.text.replace('data: [DONE]', ''));
+      assertEq(chunks[0].choices[0].text, 'The quick brown fox', 'first chunk: the prompt');
+      assertEq(chunks.map((x) => x.choices[0]?.text ?? '').join(''), t.json.choices[0].text, 'streamed = whole');
+      const z = await ok({ prompt: 'The quick', max_tokens: 0, echo: true, stream: true }, '/v1/completions');
+      assert(z.text.endsWith('data: [DONE]\n\n') && events(z.text.replace('data: [DONE]', ''))[0].choices[0].text ===
+        'The quick', 'max_tokens 0, streamed');
+      const noEcho = await post({ prompt: 'x', max_tokens: 0 }, '/v1/completions');
+      assertEq(noEcho.status, 400, 'max_tokens 0 without echo');
+    }],
+
   ['what /completion refuses, and what it accepts unchanged', async () => {
     await refused({ prompt: 'a', mirostat: 2 }, 'mirostat', 'mirostat');
     await refused({ prompt: 'a', typical_p: 0.5 }, 'typical_p', 'typical sampling');

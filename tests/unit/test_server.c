@@ -163,7 +163,9 @@ static void test_completion_refused(void) {
     refused("{\"prompt\":\"x\",\"temperature\":\"hot\"}", false, 400, "temperature", NULL);
     refused("{\"prompt\":\"x\",\"top_p\":0}", false, 400, "top_p", NULL);
     refused("{\"prompt\":\"x\",\"seed\":1.5}", false, 400, "seed", NULL);
-    refused("{\"prompt\":\"x\",\"echo\":true}", false, 400, "echo", NULL);
+    refused("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"echo\":true}", true, 400,
+            "echo", NULL);
+    refused("{\"prompt\":\"x\",\"echo\":1}", false, 400, "echo", NULL);
     refused("{\"prompt\":\"x\",\"best_of\":2}", false, 400, "best_of", NULL);
     refused("{\"prompt\":\"x\",\"logit_bias\":[[1,5]]}", false, 400, "logit_bias", NULL);
     refused("{\"prompt\":\"x\",\"logit_bias\":{\"a\":5}}", false, 400, "logit_bias", NULL);
