@@ -90,11 +90,14 @@ int32_t *srv_encode(srv *s, const char *text, size_t len, bool add_bos, tok_mode
 /* -------------------------------------------------------------- jobs -- */
 
 typedef struct srv_job srv_job;
-/* Adds a logit bias for token to j (a token given twice: the biases add up);
- * false with a 400 naming param for an id outside the vocabulary or a NaN /
- * +infinity bias. -INFINITY bans the token. */
+/* Adds a logit bias for token to j; false with a 400 naming param for an id
+ * outside the vocabulary or a NaN / +infinity bias. -INFINITY bans the token.
+ * job_logit_bias_finish, once all are added, sorts them and adds up the
+ * biases of a token given twice (one per token, as the engine takes them;
+ * O(n log n), as a body can hold a million entries). */
 bool job_add_logit_bias(srv *s, srv_job *j, int64_t token, double bias, const char *param,
                         api_error *err);
+void job_logit_bias_finish(srv_job *j);
 
 typedef struct srv_event {
     struct srv_event *next;
@@ -136,6 +139,7 @@ struct srv_job {
     bool ignore_eos;
     engine_logit_bias *logit_bias; /* n_logit_bias of them (malloc'd; one per token) */
     int n_logit_bias;
+    size_t cap_logit_bias;
     bool penalize_prompt; /* the penalty window starts with the prompt (llama-server's) */
     int n_indent;         /* llama-server's code-completion stops (engine_request) */
     double max_predict_s;

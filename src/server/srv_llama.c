@@ -439,6 +439,7 @@ static bool parse_logit_bias(srv *s, const cJSON *b, srv_job *j, api_error *err)
     if (cJSON_IsObject(lb)) {
         for (const cJSON *e = lb->child; e; e = e->next)
             if (!bias_entry(s, j, NULL, e->string, e, err)) return false;
+        job_logit_bias_finish(j);
         return true;
     }
     if (!cJSON_IsArray(lb))
@@ -451,6 +452,7 @@ static bool parse_logit_bias(srv *s, const cJSON *b, srv_job *j, api_error *err)
                             "'logit_bias': each entry must be [token id or text, bias or false]");
         if (!bias_entry(s, j, cJSON_IsNumber(k) ? k : NULL, k->valuestring, v, err)) return false;
     }
+    job_logit_bias_finish(j);
     return true;
 }
 

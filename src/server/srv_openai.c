@@ -605,6 +605,7 @@ static bool parse_logit_bias(srv *s, const cJSON *b, srv_job *j, api_error *err)
                             id);
         if (!job_add_logit_bias(s, j, id, e->valuedouble, "logit_bias", err)) return false;
     }
+    job_logit_bias_finish(j);
     return true;
 }
 

@@ -232,14 +232,29 @@ bool job_add_logit_bias(srv *s, srv_job *j, int64_t token, double bias, const ch
     if (isnan(bias) || bias == INFINITY)
         return api_fail(err, 400, param, "'%s': token %lld's bias is not a number", param,
                         (long long)token);
-    for (int i = 0; i < j->n_logit_bias; i++)
-        if (j->logit_bias[i].token == token) { /* a repeat adds to it, as llama.cpp applies each */
-            j->logit_bias[i].bias += (float)bias;
-            return true;
-        }
-    engine_logit_bias *b = realloc(j->logit_bias, (size_t)(j->n_logit_bias + 1) * sizeof *b);
-    if (!b) return api_fail(err, 500, NULL, "out of memory");
-    b[j->n_logit_bias++] = (engine_logit_bias){(int32_t)token, (float)bias};
-    j->logit_bias = b;
+    size_t cap = j->cap_logit_bias;
+    if (!kvl_grow((void **)&j->logit_bias, &cap, (size_t)j->n_logit_bias + 1, sizeof *j->logit_bias,
+                  16))
+        return api_fail(err, 500, NULL, "out of memory");
+    j->cap_logit_bias = cap;
+    j->logit_bias[j->n_logit_bias++] = (engine_logit_bias){(int32_t)token, (float)bias};
     return true;
+}
+
+static int cmp_bias(const void *a, const void *b) {
+    const engine_logit_bias *x = a, *y = b;
+    return (x->token > y->token) - (x->token < y->token);
+}
+
+void job_logit_bias_finish(srv_job *j) {
+    if (j->n_logit_bias < 2) return;
+    /* stable for equal tokens is not needed: their biases add up */
+    qsort(j->logit_bias, (size_t)j->n_logit_bias, sizeof *j->logit_bias, cmp_bias);
+    int m = 0;
+    for (int i = 0; i < j->n_logit_bias; i++) {
+        if (m > 0 && j->logit_bias[m - 1].token == j->logit_bias[i].token)
+            j->logit_bias[m - 1].bias += j->logit_bias[i].bias;
+        else j->logit_bias[m++] = j->logit_bias[i];
+    }
+    j->n_logit_bias = m;
 }

@@ -307,6 +307,10 @@ const tests = [
       const z = await ok({ prompt: 'The quick', max_tokens: 0, echo: true, stream: true }, '/v1/completions');
       assert(z.text.endsWith('data: [DONE]\n\n') && events(z.text.replace('data: [DONE]', ''))[0].choices[0].text ===
         'The quick', 'max_tokens 0, streamed');
+      // a body of 300k biases (the even ids, each many times over: they add up) is taken whole
+      const pairs = Array.from({ length: 300000 }, (_, i) => [(i % 2048) * 2, -0.25]);
+      const biased = await ok({ prompt: 'x', n_predict: 1, logit_bias: pairs });
+      assertEq(biased.json.generation_settings.logit_bias.length, 2048, 'one entry per token');
       const noEcho = await post({ prompt: 'x', max_tokens: 0 }, '/v1/completions');
       assertEq(noEcho.status, 400, 'max_tokens 0 without echo');
     }],
