@@ -8,7 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gguf.h"
 #include "sampler.h"
+#include "tokenizer.h"
 
 #include "check.h"
 
@@ -226,7 +228,72 @@ static void test_penalties(void) {
     sampler_destroy(s);
 }
 
+/* The tokens a sampler draws from logits over many seeds (bit t of seen[t / 64]). */
+static void draws(const sampler_params *p, const tok_vocab *v, const float *logits, int32_t V,
+                  uint64_t *seen, int n_seen_words) {
+    memset(seen, 0, (size_t)n_seen_words * sizeof *seen);
+    float *l = malloc((size_t)V * sizeof *l);
+    for (uint64_t seed = 1; l && seed <= 400; seed++) {
+        sampler_params q = *p;
+        q.seed = seed * 0x9E3779B97F4A7C15ull;
+        sampler *s = sampler_create(&q, V);
+        if (!s) break;
+        sampler_set_vocab(s, v);
+        memcpy(l, logits, (size_t)V * sizeof *l);
+        const int32_t t = sampler_sample(s, l);
+        if (t >= 0 && t < 64 * n_seen_words) seen[t / 64] |= 1ull << (t % 64);
+        sampler_destroy(s);
+    }
+    free(l);
+}
+#define SEEN(t) (seen[(t) / 64] >> ((t) % 64) & 1)
+
+/* llama.cpp's infill sampler, its steps worked out by hand on stories260K's
+ * pieces: " th" (308) is a prefix of " the" (265). Five candidates, " th" and
+ * " the" at logit 0 (p 0.165 each), " a" / " b" / " c" at 0.3 (0.223): " the"
+ * folds into " th" (the first of two equals keeps it), which then holds 0.33
+ * and stays; alone each would fall under the 0.2 floor. So " th", " a", " b",
+ * " c" are drawn and " the" never; without the sampler " the" is. With </s>
+ * at -0.3 among six (p 0.109: 3 x 0.109 x 6 > 0.89) only end of generation is
+ * left. */
+static void test_infill(void) {
+    kvl_error err = {{0}};
+    gguf_file *f = gguf_open("models/stories260K.gguf", &err);
+    tok_vocab *v = f ? tok_vocab_create(f, &err) : NULL;
+    CHECK(v, "stories260K's vocabulary: %s", err.msg);
+    if (!v) {
+        gguf_close(f);
+        return;
+    }
+    const int32_t V = tok_n_vocab(v), TH = 308, THE = 265, A = 261, B = 268, C = 280, EOS = 2;
+    uint64_t seen[16];
+    CHECK(V <= 64 * 16, "vocabulary of %d", V);
+    float *l = malloc((size_t)V * sizeof *l);
+    for (int32_t i = 0; i < V; i++) l[i] = -INFINITY;
+    l[TH] = l[THE] = 0.0f, l[A] = l[B] = l[C] = 0.3f;
+    sampler_params p;
+    sampler_params_default(&p);
+    p.temperature = 1, p.top_k = 5, p.top_p = 1, p.min_p = 0, p.infill = true;
+    draws(&p, v, l, V, seen, 16);
+    CHECK(SEEN(TH) && SEEN(A) && SEEN(B) && SEEN(C) && !SEEN(THE),
+          "merged: th %d a %d b %d c %d the %d", (int)SEEN(TH), (int)SEEN(A), (int)SEEN(B),
+          (int)SEEN(C), (int)SEEN(THE));
+    p.infill = false;
+    draws(&p, v, l, V, seen, 16);
+    CHECK(SEEN(THE), "without the infill sampler \" the\" is drawn");
+    l[EOS] = -0.3f;
+    p.infill = true, p.top_k = 6;
+    draws(&p, v, l, V, seen, 16);
+    int others = 0;
+    for (int32_t t = 0; t < V; t++) others += t != EOS && SEEN(t);
+    CHECK(SEEN(EOS) && others == 0, "end of generation outweighs the text: %d others", others);
+    free(l);
+    tok_vocab_destroy(v);
+    gguf_close(f);
+}
+
 int main(void) {
+    test_infill();
     test_penalties();
     test_greedy();
     test_temperature_only();
