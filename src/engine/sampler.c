@@ -300,7 +300,7 @@ int32_t sampler_sample(sampler *s, float *logits) {
         maxl = c[0].logit;
         for (int32_t i = 0; i < n; i++) sum += exp(c[i].logit - maxl);
         if (top_p) n = top_p_cut(c, n, maxl, sum, p->top_p);
-    } else if (!top_p && !min_p) {
+    } else if (!top_p && !min_p && !infill) {
         /* temperature alone: weights exp((l - max) / T) of every token, drawn
          * in vocabulary order (masked tokens, -inf, never) */
         const float inv_t = 1.0f / p->temperature;
