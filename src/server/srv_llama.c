@@ -846,6 +846,7 @@ typedef struct ids {
 } ids;
 
 static bool ids_push(ids *a, const int32_t *t, int64_t n) {
+    if (n == 0) return true; /* t may be NULL then (an empty part) */
     if (a->n + n > a->cap) {
         int64_t cap = (a->n + n) * 2 + 16;
         int32_t *p = realloc(a->p, (size_t)cap * sizeof *p);
