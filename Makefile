@@ -39,7 +39,8 @@ test: deps
 	$(MAKE) --no-print-directory sanitize
 
 # Sanitizers: the unit and golden tests again with ASan + UBSan (build-asan;
-# no recovery: any report fails), and the server tests with TSan (build-tsan;
+# no recovery: any report fails; two server tests too, label asan_server),
+# and the server tests with TSan (build-tsan;
 # one compute thread, OMP_NUM_THREADS=1 also sizing the kvl_pool: the threads
 # to check there are the server's own) plus test_pool, which checks the pool
 # with several threads. `make test` runs all of them. What kept that within
@@ -54,7 +55,7 @@ SAN_ASAN_EXCLUDE :=
 sanitize: deps
 	cmake -S . -B build-asan $(SAN_TYPE) -DKVLLM_SANITIZE=ON >/dev/null
 	cmake --build build-asan -j $(JOBS)
-	ctest --test-dir build-asan --output-on-failure -j $(JOBS) -L 'unit|golden' $(if $(SAN_ASAN_EXCLUDE),-E '$(SAN_ASAN_EXCLUDE)')
+	ctest --test-dir build-asan --output-on-failure -j $(JOBS) -L 'unit|golden|asan_server' $(if $(SAN_ASAN_EXCLUDE),-E '$(SAN_ASAN_EXCLUDE)')
 	cmake -S . -B build-tsan $(SAN_TYPE) -DKVLLM_TSAN=ON >/dev/null
 	cmake --build build-tsan -j $(JOBS) --target kvllm test_server test_pool test_kv_disk_load
 	TSAN_OPTIONS=halt_on_error=1 OMP_NUM_THREADS=1 ctest --test-dir build-tsan --output-on-failure -L 'server|threads'

@@ -11,3 +11,6 @@ foreach(t api batch chat_template structured endpoints tools responses anthropic
     COMMAND sh ${KVLLM_SERVER_TESTS}/run.sh ${KVLLM_SERVER_TESTS}/test_${t}.mjs ${KVLLM_BIN} ${CMAKE_SOURCE_DIR})
   set_tests_properties(server_${t} PROPERTIES FIXTURES_REQUIRED server_npm SKIP_RETURN_CODE 77 TIMEOUT 300 LABELS server)
 endforeach()
+# Under ASan + UBSan too (make sanitize): the request paths of the OpenAI and
+# llama-server APIs, whose parsers and answers are the server's largest new code.
+set_property(TEST server_api server_llama_api APPEND PROPERTY LABELS asan_server)
