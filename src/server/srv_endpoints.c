@@ -475,35 +475,43 @@ typedef struct echo_task {
 static bool run_echo(srv *s, srv_engine_task *t, api_error *err) {
     api_req *r = ((echo_task *)t)->r;
     const srv_job *j = r->job;
-    kvl_error kerr = {{0}};
-    if (!engine_prompt_logprobs(s->e, j->prompt, j->n_prompt, j->n_lora ? j->lora : NULL,
-                                j->top_logprobs, r->echo_lp, r->echo_top_ids, r->echo_top_lps,
-                                &kerr))
-        return api_fail(err, 503, NULL, "%s", kerr.msg);
+    for (int k = 0; k < j->n_prompts; k++) {
+        kvl_error kerr = {{0}};
+        int64_t n;
+        const int32_t *ids = job_prompt(j, k, &n);
+        if (!engine_prompt_logprobs(s->e, ids, n, j->n_lora ? j->lora : NULL, j->top_logprobs,
+                                    r->echo_lp[k], r->echo_top_ids[k], r->echo_top_lps[k], &kerr))
+            return api_fail(err, 503, NULL, "prompt %d: %s", k, kerr.msg);
+    }
     return true;
 }
 
 bool srv_echo_prepare(srv *s, api_req *r, api_error *err) {
     const srv_job *j = r->job;
-    kvl_buf t = {0};
-    if (!r->echo_text) {
-        char buf[256];
-        for (int64_t i = 0; i < j->n_prompt; i++) {
-            size_t n = tok_token_bytes(s->vocab, j->prompt[i], true, buf, sizeof buf);
-            kvl_buf_put(&t, buf, n < sizeof buf ? n : sizeof buf);
+    for (int p = 0; p < j->n_prompts; p++) {
+        int64_t n;
+        const int32_t *ids = job_prompt(j, p, &n);
+        if (!r->echo_text[p]) { /* a prompt of ids: their text */
+            kvl_buf t = {0};
+            char buf[256];
+            for (int64_t i = 0; i < n; i++) {
+                size_t b = tok_token_bytes(s->vocab, ids[i], true, buf, sizeof buf);
+                kvl_buf_put(&t, buf, b < sizeof buf ? b : sizeof buf);
+            }
+            r->echo_len[p] = t.len;
+            kvl_buf_put(&t, "", 1);
+            r->echo_text[p] = t.p;
+            if (t.oom || !t.p) return api_fail(err, 500, NULL, "out of memory");
         }
-        r->echo_len = t.len;
-        kvl_buf_put(&t, "", 1);
-        r->echo_text = t.p;
-        if (t.oom || !t.p) return api_fail(err, 500, NULL, "out of memory");
+        if (!r->logprobs) continue;
+        const size_t k = (size_t)j->top_logprobs;
+        r->echo_lp[p] = malloc((size_t)n * sizeof *r->echo_lp[p]);
+        r->echo_top_ids[p] = malloc(((size_t)n * k + 1) * sizeof *r->echo_top_ids[p]);
+        r->echo_top_lps[p] = malloc(((size_t)n * k + 1) * sizeof *r->echo_top_lps[p]);
+        if (!r->echo_lp[p] || !r->echo_top_ids[p] || !r->echo_top_lps[p])
+            return api_fail(err, 500, NULL, "out of memory");
     }
     if (!r->logprobs) return true;
-    const size_t n = (size_t)j->n_prompt, k = (size_t)j->top_logprobs;
-    r->echo_lp = malloc(n * sizeof *r->echo_lp);
-    r->echo_top_ids = malloc((n * k + 1) * sizeof *r->echo_top_ids);
-    r->echo_top_lps = malloc((n * k + 1) * sizeof *r->echo_top_lps);
-    if (!r->echo_lp || !r->echo_top_ids || !r->echo_top_lps)
-        return api_fail(err, 500, NULL, "out of memory");
     echo_task et = {.task.run = run_echo, .r = r};
     return srv_engine_call(s, &et.task, err);
 }

@@ -201,6 +201,9 @@ static void admit(srv *s, srv_job *j) {
     for (int i = 0; i < j->n; i++) {
         r.user = &j->choices[i];
         if (j->vary_seed) r.sampling.seed = j->sampling.seed + (uint64_t)i;
+        /* several prompts: choices prompt-major; the first choice of each prompt leads */
+        r.prompt = job_prompt(j, i / j->per_prompt, &r.n_prompt);
+        if (i % j->per_prompt == 0) r.prefix_leader = 0;
         kvl_error err = {{0}};
         int64_t id = engine_submit(s->e, &r, &err);
         if (id < 0) {
@@ -213,8 +216,8 @@ static void admit(srv *s, srv_job *j) {
         }
         j->choices[i].engine_id = id;
         j->n_live++;
-        r.prefix_leader =
-            j->choices[0].engine_id; /* choices 1..n-1 reuse choice 0's prompt blocks */
+        /* the prompt's other choices reuse its first choice's prompt blocks */
+        r.prefix_leader = j->choices[i - i % j->per_prompt].engine_id;
     }
     set_state(j, JOB_RUNNING);
 }

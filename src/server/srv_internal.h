@@ -129,6 +129,13 @@ struct srv_job {
     int32_t *prompt;
     int64_t n_prompt;
     char *prompt_text; /* chat: the rendered prompt, as tokenized (NULL for completions) */
+    /* /v1/completions with several prompts (vLLM's batch): prompt k of n_prompts
+     * (prompt 0 is prompt / n_prompt); choices are prompt-major, choice c of
+     * prompt c / per_prompt (job_prompt) */
+    int n_prompts;  /* 1 unless several */
+    int per_prompt; /* choices per prompt: the request's n */
+    int32_t *prompts[SRV_MAX_N];
+    int64_t prompt_lens[SRV_MAX_N];
     int64_t max_tokens;
     sampler_params sampling;
     bool vary_seed; /* n > 1 with sampling: choice i uses seed + i */
@@ -189,6 +196,12 @@ struct srv_job {
 };
 
 srv_job *job_new(srv *s);
+/* Prompt k of j (0 .. n_prompts - 1) and its length; the prompt tokens of all. */
+static inline const int32_t *job_prompt(const srv_job *j, int k, int64_t *n) {
+    *n = k ? j->prompt_lens[k] : j->n_prompt;
+    return k ? j->prompts[k] : j->prompt;
+}
+int64_t job_prompt_tokens(const srv_job *j);
 void job_release(srv_job *j); /* drops one reference; frees at zero */
 /* Engine thread: appends an event and wakes the HTTP thread. */
 void job_push(srv_job *j, srv_event *ev);
@@ -423,14 +436,15 @@ typedef struct api_req {
     resp_req *resp;   /* NULL but for /v1/responses */
     anth_req *anth;   /* NULL but for /v1/messages */
     llama_req *llama; /* NULL but for /completion */
-    /* /v1/completions "echo": each choice's text starts with the prompt, and
-     * with logprobs its tokens come first (srv_echo_prepare) */
+    /* /v1/completions "echo": each choice's text starts with its prompt, and
+     * with logprobs that prompt's tokens come first (srv_echo_prepare); per
+     * prompt k of the job (job_prompt): */
     bool echo;
-    char *echo_text; /* the prompt as text: as sent, or its ids' bytes (any bytes) */
-    size_t echo_len;
-    float *echo_lp;        /* [n_prompt]: log P(token p | the tokens before), [0] NAN */
-    int32_t *echo_top_ids; /* [n_prompt][job->top_logprobs] */
-    float *echo_top_lps;
+    char *echo_text[SRV_MAX_N]; /* the prompt as text: as sent, or its ids' bytes (any bytes) */
+    size_t echo_len[SRV_MAX_N];
+    float *echo_lp[SRV_MAX_N];        /* [its length]: log P(token p | the ones before), [0] NAN */
+    int32_t *echo_top_ids[SRV_MAX_N]; /* [its length][job->top_logprobs] */
+    float *echo_top_lps[SRV_MAX_N];
 } api_req;
 
 /* srv_structured.c: response_format, grammar, json_schema, guided_json,

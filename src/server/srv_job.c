@@ -17,6 +17,8 @@ srv_job *job_new(srv *s) {
     j->s = s;
     j->refs = 1;
     j->n = 1;
+    j->n_prompts = 1;
+    j->per_prompt = 1;
     j->state = JOB_QUEUED;
     j->fd = -1;
     atomic_init(&j->cancelled, false);
@@ -46,6 +48,7 @@ void events_free(srv_event *ev) {
 static void job_free(srv_job *j) {
     events_free(j->head);
     free(j->prompt);
+    for (int k = 1; k < j->n_prompts; k++) free(j->prompts[k]);
     free(j->prompt_text);
     for (int i = 0; i < j->n_stop; i++) free(j->stop[i]);
     free(j->cache_salt);
@@ -141,4 +144,10 @@ bool peer_closed(int fd) {
         return r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
     }
     return false;
+}
+
+int64_t job_prompt_tokens(const srv_job *j) {
+    int64_t n = j->n_prompt;
+    for (int k = 1; k < j->n_prompts; k++) n += j->prompt_lens[k];
+    return n;
 }

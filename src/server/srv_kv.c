@@ -60,6 +60,12 @@ static char *kv_request(srv *s, const char *body, size_t len, const srv_key *key
         api_fail(err, 500, NULL, "out of memory");
         return NULL;
     }
+    if (r.job->n_prompts > 1) {
+        api_req_free(&r);
+        free(salt);
+        api_fail(err, 400, "prompt", "one prompt at a time: this saves one prefix");
+        return NULL;
+    }
     int32_t *ids = r.job->prompt;
     int64_t n = r.job->n_prompt;
     kv_save_task kt = {.task.run = run_kv_task,

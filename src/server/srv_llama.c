@@ -928,9 +928,11 @@ static bool infill_prompt(srv *s, const cJSON *b, ids *out, api_error *err) {
     for (const cJSON *c = extra ? extra->child : NULL; ok && c; c = c->next, i++) {
         const cJSON *text = cJSON_GetObjectItemCaseSensitive(c, "text"),
                     *name = cJSON_GetObjectItemCaseSensitive(c, "filename");
-        const char *k = cJSON_IsObject(c)
-                            ? json_unknown_key(c, (const char *const[]){"text", "filename", NULL})
-                            : NULL;
+        const char *k =
+            cJSON_IsObject(c)
+                ? json_unknown_key(c, (const char *const[]){"text", "filename", "time", NULL})
+                : NULL;
+        /* "time": when llama.vim saw the chunk; llama-server reads it nowhere either */
         if (!cJSON_IsObject(c) || !cJSON_IsString(text) || (name && !cJSON_IsString(name)) || k) {
             ok = api_fail(err, 400, "input_extra",
                           "input_extra[%d] must be {\"text\": string, \"filename\": string}", i);

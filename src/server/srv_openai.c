@@ -147,31 +147,58 @@ static bool set_ids(srv *s, const cJSON *arr, srv_job *j, api_error *err) {
     return true;
 }
 
-/* prompt: "text", [ids], ["text"] or [[ids]] (one prompt per request). A text
- * prompt is plain text: "</s>" in it is four characters, not EOS, unless the
- * request sets "parse_special": true (llama.cpp's /completion always parses
- * them) for prompts formatted by the client. */
+/* One prompt, a string or ids, into j->prompt / j->n_prompt. */
+static bool one_prompt(srv *s, const cJSON *p, bool add_bos, tok_mode mode, srv_job *j,
+                       api_error *err) {
+    if (cJSON_IsString(p))
+        return tokenize(s, p->valuestring, strlen(p->valuestring), add_bos, mode, j, "prompt", err);
+    if (cJSON_IsArray(p) && p->child && cJSON_IsNumber(p->child)) return set_ids(s, p, j, err);
+    return api_fail(err, 400, "prompt",
+                    "'prompt' must be a string, token ids, or an array of strings or of token "
+                    "id arrays");
+}
+
+/* prompt: "text", [ids], or an array of them: several prompts (vLLM's batch),
+ * each with its own n choices, prompt-major (j->prompts; at most SRV_MAX_N
+ * choices in all). A text prompt is plain text: "</s>" in it is four
+ * characters, not EOS, unless the request sets "parse_special": true
+ * (llama.cpp's /completion always parses them) for prompts formatted by the
+ * client. */
 static bool parse_prompt(srv *s, const cJSON *body, srv_job *j, api_error *err) {
     const cJSON *p = req_field(body, "prompt");
     if (!p) return api_fail(err, 400, "prompt", "'prompt' is required");
     tok_mode mode = {0};
     if (!req_bool(body, "parse_special", &mode.parse_special, err)) return false;
     bool add_bos = tok_add_bos(s->vocab) && tok_bos(s->vocab) >= 0;
-    if (cJSON_IsString(p))
-        return tokenize(s, p->valuestring, strlen(p->valuestring), add_bos, mode, j, "prompt", err);
+    if (cJSON_IsString(p) || (cJSON_IsArray(p) && cJSON_IsNumber(p->child)))
+        return one_prompt(s, p, add_bos, mode, j, err);
     if (!cJSON_IsArray(p) || !p->child)
         return api_fail(err, 400, "prompt",
                         "'prompt' must be a string or a non-empty array of token ids");
-    if (cJSON_IsNumber(p->child)) return set_ids(s, p, j, err);
-    if (p->child->next)
+    const int np = cJSON_GetArraySize(p);
+    if ((int64_t)np * j->n > SRV_MAX_N)
         return api_fail(err, 400, "prompt",
-                        "batched prompts are not supported: send one prompt per request");
-    if (cJSON_IsString(p->child))
-        return tokenize(s, p->child->valuestring, strlen(p->child->valuestring), add_bos, mode, j,
-                        "prompt", err);
-    if (cJSON_IsArray(p->child) && p->child->child) return set_ids(s, p->child, j, err);
-    return api_fail(err, 400, "prompt",
-                    "'prompt' must be a string or a non-empty array of token ids");
+                        "%d prompts of %d choices each: at most %d choices in one request", np,
+                        j->n, SRV_MAX_N);
+    int32_t *first = NULL;
+    int64_t n_first = 0;
+    int k = 0;
+    for (const cJSON *e = p->child; e; e = e->next, k++) {
+        j->prompt = NULL, j->n_prompt = 0;
+        bool ok = one_prompt(s, e, add_bos, mode, j, err);
+        if (ok && j->n_prompt == 0) ok = api_fail(err, 400, "prompt", "prompt %d is empty", k);
+        if (!ok) {
+            if (k) free(j->prompt); /* the first stays in j->prompt for job_free */
+            j->prompt = first ? first : j->prompt;
+            j->n_prompt = n_first;
+            return false;
+        }
+        if (k == 0) first = j->prompt, n_first = j->n_prompt;
+        j->prompts[k] = j->prompt, j->prompt_lens[k] = j->n_prompt;
+        j->n_prompts = k + 1;
+    }
+    j->prompt = first, j->n_prompt = n_first;
+    return true;
 }
 
 /* Message content: a string, or an array of {"type":"text","text":...} parts
@@ -627,10 +654,16 @@ static bool parse_max_tokens(srv *s, const cJSON *b, bool chat, bool echo, srv_j
         chat && req_field(b, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
     const char *pkey = chat ? "messages" : "prompt";
     const cJSON *v = req_field(b, key);
+    int64_t n_prompt = 0; /* the longest of the request's prompts */
+    for (int k = 0; k < j->n_prompts; k++) {
+        int64_t n;
+        job_prompt(j, k, &n);
+        if (n > n_prompt) n_prompt = n;
+    }
     if (echo && v && cJSON_IsNumber(v) && v->valuedouble == 0) { /* the prompt's logprobs alone */
-        if (j->n_prompt > s->n_ctx)
+        if (n_prompt > s->n_ctx)
             return api_fail(err, 400, pkey, "the prompt (%lld tokens) is longer than the context",
-                            (long long)j->n_prompt);
+                            (long long)n_prompt);
         j->max_tokens = 0;
         return true;
     }
@@ -638,21 +671,21 @@ static bool parse_max_tokens(srv *s, const cJSON *b, bool chat, bool echo, srv_j
         return api_fail(err, 400, key, "'%s' must be at least 1 (got %g)", key, v->valuedouble);
     int64_t max_tokens = -1;
     if (!req_int(b, key, 1, INT32_MAX, &max_tokens, err)) return false;
-    if (j->n_prompt == 0) return api_fail(err, 400, pkey, "the prompt is empty");
+    if (n_prompt == 0) return api_fail(err, 400, pkey, "the prompt is empty");
     int64_t room = s->n_ctx < s->n_blocks * s->block_size ? s->n_ctx : s->n_blocks * s->block_size;
-    if (j->n_prompt >= s->n_ctx || (max_tokens > 0 && j->n_prompt + max_tokens > s->n_ctx)) {
-        api_fail(err, 400, max_tokens > 0 && j->n_prompt < s->n_ctx ? key : pkey,
+    if (n_prompt >= s->n_ctx || (max_tokens > 0 && n_prompt + max_tokens > s->n_ctx)) {
+        api_fail(err, 400, max_tokens > 0 && n_prompt < s->n_ctx ? key : pkey,
                  "This model's maximum context length is %lld tokens. However, you requested %lld "
                  "tokens "
                  "(%lld in the prompt, %lld for the completion). Please reduce the prompt or the "
                  "completion.",
-                 (long long)s->n_ctx, (long long)(j->n_prompt + (max_tokens > 0 ? max_tokens : 0)),
-                 (long long)j->n_prompt, (long long)(max_tokens > 0 ? max_tokens : 0));
+                 (long long)s->n_ctx, (long long)(n_prompt + (max_tokens > 0 ? max_tokens : 0)),
+                 (long long)n_prompt, (long long)(max_tokens > 0 ? max_tokens : 0));
         err->code = "context_length_exceeded";
         return false;
     }
     if (max_tokens < 0) {
-        max_tokens = room - j->n_prompt;
+        max_tokens = room - n_prompt;
         if (!chat && max_tokens > 16) max_tokens = 16;
         if (max_tokens < 1) max_tokens = 1; /* the engine explains why it cannot run */
     }
@@ -700,13 +733,18 @@ static bool parse_body(srv *s, const cJSON *b, bool chat, api_req *r, api_error 
     if (salt && !(j->cache_salt = strdup(salt))) return api_fail(err, 500, NULL, "out of memory");
     j->n = (int)n;
     ok = chat ? parse_chat_prompt(s, b, j, err) : parse_prompt(s, b, j, err);
+    j->per_prompt = j->n;
+    j->n *= j->n_prompts; /* several prompts: n choices each, prompt-major */
     ok = ok && req_bool(b, "echo", &r->echo, err);
     if (ok && r->echo) { /* a text prompt is echoed as sent; ids as their text (srv_echo_prepare) */
         const cJSON *p = req_field(b, "prompt");
-        if (cJSON_IsArray(p) && cJSON_IsString(p->child)) p = p->child;
-        if (cJSON_IsString(p) && !(r->echo_text = strdup(p->valuestring)))
-            return api_fail(err, 500, NULL, "out of memory");
-        if (r->echo_text) r->echo_len = strlen(r->echo_text);
+        const cJSON *e = cJSON_IsArray(p) && !cJSON_IsNumber(p->child) ? p->child : p;
+        for (int k = 0; e && k < j->n_prompts; e = e->next, k++) {
+            if (!cJSON_IsString(e)) continue;
+            if (!(r->echo_text[k] = strdup(e->valuestring)))
+                return api_fail(err, 500, NULL, "out of memory");
+            r->echo_len[k] = strlen(e->valuestring);
+        }
     }
     return ok && parse_max_tokens(s, b, chat, r->echo, j, err);
 }
@@ -734,6 +772,10 @@ void api_req_free(api_req *r) {
     r->anth = NULL;
     llama_req_free(r->llama);
     r->llama = NULL;
-    free(r->echo_text), free(r->echo_lp), free(r->echo_top_ids), free(r->echo_top_lps);
-    r->echo_text = NULL, r->echo_lp = NULL, r->echo_top_ids = NULL, r->echo_top_lps = NULL;
+    for (int k = 0; k < SRV_MAX_N; k++) {
+        free(r->echo_text[k]), free(r->echo_lp[k]), free(r->echo_top_ids[k]),
+            free(r->echo_top_lps[k]);
+        r->echo_text[k] = NULL, r->echo_lp[k] = NULL, r->echo_top_ids[k] = NULL;
+        r->echo_top_lps[k] = NULL;
+    }
 }

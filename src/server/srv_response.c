@@ -90,29 +90,33 @@ static void completion_logprobs_add(srv *s, const api_req *r, cJSON *lp, const s
 /* An echo's prompt in a completion's logprobs: its tokens, their
  * log-probabilities and top alternatives (none for the first token, which
  * nothing predicts: null, as OpenAI and vLLM give it). */
-static cJSON *echo_logprobs(srv *s, const api_req *r) {
+static cJSON *echo_logprobs(srv *s, const api_req *r, int prompt) {
     cJSON *lp = completion_logprobs_new();
     const srv_job *j = r->job;
     const int k = j->top_logprobs;
+    int64_t n;
+    const int32_t *ids = job_prompt(j, prompt, &n);
+    const float *lps = r->echo_lp[prompt], *top_lps = r->echo_top_lps[prompt];
+    const int32_t *top_ids = r->echo_top_ids[prompt];
     size_t off = 0;
-    for (int64_t p = 0; p < j->n_prompt; p++) {
+    for (int64_t p = 0; p < n; p++) {
         cJSON_AddItemToArray(cJSON_GetObjectItem(lp, "text_offset"),
                              cJSON_CreateNumber((double)off));
         cJSON_AddItemToArray(cJSON_GetObjectItem(lp, "token_logprobs"),
-                             p ? cJSON_CreateNumber(r->echo_lp[p]) : cJSON_CreateNull());
-        cJSON_AddItemToArray(cJSON_GetObjectItem(lp, "tokens"), token_text(s, r, j->prompt[p]));
+                             p ? cJSON_CreateNumber(lps[p]) : cJSON_CreateNull());
+        cJSON_AddItemToArray(cJSON_GetObjectItem(lp, "tokens"), token_text(s, r, ids[p]));
         cJSON *top = p ? cJSON_CreateObject() : cJSON_CreateNull();
         for (int i = 0; p && i < k; i++) {
-            cJSON *t = token_text(s, r, r->echo_top_ids[p * k + i]);
+            cJSON *t = token_text(s, r, top_ids[p * k + i]);
             const char *key = cJSON_GetStringValue(t);
             if (key && !cJSON_GetObjectItemCaseSensitive(top, key))
-                cJSON_AddNumberToObject(top, key, r->echo_top_lps[p * k + i]);
+                cJSON_AddNumberToObject(top, key, top_lps[p * k + i]);
             cJSON_Delete(t);
         }
         cJSON_AddItemToArray(cJSON_GetObjectItem(lp, "top_logprobs"), top);
         char buf[256];
-        const size_t n = tok_token_bytes(s->vocab, j->prompt[p], true, buf, sizeof buf);
-        off += n < sizeof buf ? n : sizeof buf;
+        const size_t b = tok_token_bytes(s->vocab, ids[p], true, buf, sizeof buf);
+        off += b < sizeof buf ? b : sizeof buf;
     }
     return lp;
 }
@@ -266,9 +270,10 @@ char *openai_response(srv *s, const api_req *r, srv_event *events) {
     choice_acc acc[SRV_MAX_N];
     memset(acc, 0, sizeof acc);
     stream_state st = {0};
-    for (int i = 0; r->echo && i < r->job->n; i++) { /* the prompt first */
-        kvl_buf_put(&acc[i].text, r->echo_text, r->echo_len);
-        if (r->logprobs) acc[i].logprobs = echo_logprobs(s, r);
+    for (int i = 0; r->echo && i < r->job->n; i++) { /* the choice's prompt first */
+        const int k = i / r->job->per_prompt;
+        kvl_buf_put(&acc[i].text, r->echo_text[k], r->echo_len[k]);
+        if (r->logprobs) acc[i].logprobs = echo_logprobs(s, r, k);
     }
     for (const srv_event *ev = events; ev; ev = ev->next) accumulate(s, r, acc, &st, ev);
     cJSON *o = envelope(s, r, r->chat ? "chat.completion" : "text_completion");
@@ -278,8 +283,8 @@ char *openai_response(srv *s, const api_req *r, srv_event *events) {
         kvl_buf_free(&acc[i].text);
     }
     cJSON_AddItemToObject(o, "usage",
-                          usage_json(r->job->n_prompt, st.completion_tokens, st.cached, st.disk,
-                                     st.kv_lb, st.kv_alloc));
+                          usage_json(job_prompt_tokens(r->job), st.completion_tokens, st.cached,
+                                     st.disk, st.kv_lb, st.kv_alloc));
     char *out = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     return out;
@@ -442,15 +447,16 @@ void stream_state_free(stream_state *st) {
 static void completion_chunk(srv *s, const api_req *r, stream_state *st, const srv_event *ev,
                              kvl_buf *out) {
     if (r->echo && !st->echoed[ev->index]) { /* the prompt, in the choice's first chunk */
+        const int k = ev->index / r->job->per_prompt;
         st->echoed[ev->index] = true;
         cJSON *c = envelope(s, r, "text_completion");
         cJSON *ch = chunk_choice(c, ev->index);
-        cJSON_AddItemToObject(ch, "text", json_text(r->echo_text, r->echo_len));
-        if (r->logprobs) cJSON_AddItemToObject(ch, "logprobs", echo_logprobs(s, r));
+        cJSON_AddItemToObject(ch, "text", json_text(r->echo_text[k], r->echo_len[k]));
+        if (r->logprobs) cJSON_AddItemToObject(ch, "logprobs", echo_logprobs(s, r, k));
         else cJSON_AddNullToObject(ch, "logprobs");
         cJSON_AddNullToObject(ch, "finish_reason");
         sse_data(out, c);
-        st->text_off[ev->index] = r->echo_len;
+        st->text_off[ev->index] = r->echo_len[k];
     }
     cJSON *c = envelope(s, r, "text_completion");
     cJSON *ch = chunk_choice(c, ev->index);
@@ -478,8 +484,8 @@ void openai_stream_end(srv *s, const api_req *r, stream_state *st, kvl_buf *out)
         cJSON *c = envelope(s, r, r->chat ? "chat.completion.chunk" : "text_completion");
         cJSON_AddArrayToObject(c, "choices");
         cJSON_AddItemToObject(c, "usage",
-                              usage_json(r->job->n_prompt, st->completion_tokens, st->cached,
-                                         st->disk, st->kv_lb, st->kv_alloc));
+                              usage_json(job_prompt_tokens(r->job), st->completion_tokens,
+                                         st->cached, st->disk, st->kv_lb, st->kv_alloc));
         sse_data(out, c);
     }
     kvl_buf_puts(out, "data: [DONE]\n\n");
@@ -508,14 +514,15 @@ char *openai_echo_only(srv *s, const api_req *r) {
             cJSON_AddNumberToObject(ch, "index", i);
             cJSON_AddItemToArray(choices, ch);
         }
-        cJSON_AddItemToObject(ch, "text", json_text(r->echo_text, r->echo_len));
-        if (r->logprobs) cJSON_AddItemToObject(ch, "logprobs", echo_logprobs(s, r));
+        const int k = i / j->per_prompt;
+        cJSON_AddItemToObject(ch, "text", json_text(r->echo_text[k], r->echo_len[k]));
+        if (r->logprobs) cJSON_AddItemToObject(ch, "logprobs", echo_logprobs(s, r, k));
         else cJSON_AddNullToObject(ch, "logprobs");
         cJSON_AddStringToObject(ch, "finish_reason", "length");
         cJSON_AddNullToObject(ch, "stop_reason");
         if (c) sse_data(&sse, c);
     }
-    cJSON *usage = usage_json(j->n_prompt, 0, 0, 0, 0, 0);
+    cJSON *usage = usage_json(job_prompt_tokens(j), 0, 0, 0, 0, 0);
     if (o) {
         cJSON_AddItemToObject(o, "usage", usage);
         char *js = cJSON_PrintUnformatted(o);

@@ -210,6 +210,11 @@ const tests = [
       assert(r.status === 200, `case ${i}: status ${r.status}: ${r.text.slice(0, 300)}`);
       for (const k of c.compare || Object.keys(c.response)) assertEq(r.json[k], c.response[k], `case ${i}: ${k}`);
     }
+    // llama.vim's chunks carry "time" as well (llama-server reads it nowhere): the same prompt
+    const c0 = infill.cases[0];
+    const timed = { ...c0.request, input_extra: c0.request.input_extra.map((x) => ({ ...x, time: 1733 })) };
+    const t = await rawRequest(fim.url, { path: '/infill', body: JSON.stringify(timed) });
+    assertEq([t.status, t.json.prompt], [200, c0.response.prompt], 'chunks with a time');
     const bad = async (body, status, param, what) => {
       const r = await rawRequest(fim.url, { path: '/infill', body: JSON.stringify(body) });
       assert(r.status === status, `${what}: status ${r.status} (${r.text.slice(0, 200)})`);
@@ -311,6 +316,24 @@ const tests = [
       const pairs = Array.from({ length: 300000 }, (_, i) => [(i % 2048) * 2, -0.25]);
       const biased = await ok({ prompt: 'x', n_predict: 1, logit_bias: pairs });
       assertEq(biased.json.generation_settings.logit_bias.length, 2048, 'one entry per token');
+      // several prompts in one request (lm-eval's batches, vLLM's answer): choices prompt-major,
+      // each prompt's as if alone, usage over all; with echo each choice starts with its prompt
+      const seqs = greedy.cases.map((c) => [...c.prompt_ids, ...c.ids]);
+      const batch = await ok({ prompt: seqs, max_tokens: 1, echo: true, logprobs: 2, temperature: 0, n: 2 },
+        '/v1/completions');
+      assertEq(batch.json.choices.map((ch) => ch.index), [0, 1, 2, 3, 4, 5], 'prompt-major indices');
+      assertEq(batch.json.usage.prompt_tokens, seqs.reduce((a, q) => a + q.length, 0), 'prompt tokens of all');
+      for (const [k, q] of seqs.entries()) {
+        const alone = await ok({ prompt: q, max_tokens: 1, echo: true, logprobs: 2, temperature: 0 },
+          '/v1/completions');
+        for (const i of [2 * k, 2 * k + 1])
+          assertEq(batch.json.choices[i].logprobs.token_logprobs, alone.json.choices[0].logprobs.token_logprobs,
+            `prompt ${k}, choice ${i}: as alone`);
+      }
+      const texts = await ok({ prompt: ['The quick', 'brown fox'], max_tokens: 2, echo: true, temperature: 0,
+        stream: true }, '/v1/completions');
+      const firsts = events(texts.text.replace('data: [DONE]', '')).filter((x) => x.choices?.length);
+      assert(firsts.some((x) => x.choices[0].index === 1 && x.choices[0].text === 'brown fox'), 'streamed echo of prompt 1');
       const noEcho = await post({ prompt: 'x', max_tokens: 0 }, '/v1/completions');
       assertEq(noEcho.status, 400, 'max_tokens 0 without echo');
     }],

@@ -124,6 +124,17 @@ static void test_completion_parse(void) {
               r.job->logit_bias[1].bias == 2.5f && !r.job->penalize_prompt);
         api_req_free(&r);
     }
+    /* several prompts (vLLM's batch): n choices each, prompt-major */
+    CHECK(parse("{\"prompt\":[\"Once\",[5,6,7],\"upon a time\"],\"n\":2}", false, &r, &e));
+    if (r.job) {
+        int64_t n1, n2;
+        const int32_t *p1 = job_prompt(r.job, 1, &n1);
+        job_prompt(r.job, 2, &n2);
+        CHECK(r.job->n_prompts == 3 && r.job->per_prompt == 2 && r.job->n == 6);
+        CHECK(n1 == 3 && p1[0] == 5 && p1[2] == 7 && n2 > 1);
+        CHECK(job_prompt_tokens(r.job) == r.job->n_prompt + n1 + n2);
+        api_req_free(&r);
+    }
     CHECK(parse("{\"prompt\":[1,2,3],\"speculative\":false}", false, &r, &e));
     if (r.job) {
         CHECK(r.job->no_speculative);
@@ -156,7 +167,9 @@ static void test_completion_refused(void) {
     refused("{\"prompt\":[-1]}", false, 400, "prompt", NULL);
     snprintf(buf, sizeof buf, "{\"prompt\":[%d]}", nv);
     refused(buf, false, 400, "prompt", NULL);
-    refused("{\"prompt\":[\"a\",\"b\"]}", false, 400, "prompt", NULL);
+    refused("{\"prompt\":[\"a\",\"b\"],\"n\":9}", false, 400, "prompt", NULL); /* 18 > 16 */
+    refused("{\"prompt\":[\"a\",[]]}", false, 400, "prompt", NULL);
+    refused("{\"prompt\":[\"a\",7]}", false, 400, "prompt", NULL);
     refused("{\"prompt\":\"x\",\"n\":17}", false, 400, "n", NULL);
     refused("{\"prompt\":\"x\",\"n\":0}", false, 400, "n", NULL);
     refused("{\"prompt\":\"x\",\"temperature\":-1}", false, 400, "temperature", NULL);
