@@ -758,8 +758,7 @@ bool openai_parse(srv *s, const cJSON *body, bool chat, api_req *r, api_error *e
     if (!r->job) return api_fail(err, 500, NULL, "out of memory");
     make_id(r);
     if (check_fields(body, chat, err) && parse_body(s, body, chat, r, err)) return true;
-    job_release(r->job);
-    r->job = NULL;
+    api_req_free(r); /* the job, and what parse_body made beside it (echo texts) */
     return false;
 }
 

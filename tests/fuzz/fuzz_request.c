@@ -190,8 +190,14 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size) {
     if (!j || j->n_prompt <= 0 || j->n < 1 || j->n > SRV_MAX_N || (j->max_tokens < 1 && !r.echo) ||
         j->n_prompt + j->max_tokens > s->n_ctx || j->n_stop < 0 || j->n_stop > ENGINE_MAX_STOP)
         abort();
-    for (int64_t i = 0; i < j->n_prompt; i++)
-        if (j->prompt[i] < 0 || j->prompt[i] >= tok_n_vocab(s->vocab)) abort();
+    if (j->n_prompts < 1 || j->n_prompts * j->per_prompt != j->n) abort();
+    for (int k = 0; k < j->n_prompts; k++) { /* every prompt of a batch */
+        int64_t n;
+        const int32_t *ids = job_prompt(j, k, &n);
+        if (n <= 0 || (j->max_tokens > 0 && n + j->max_tokens > s->n_ctx)) abort();
+        for (int64_t i = 0; i < n; i++)
+            if (ids[i] < 0 || ids[i] >= tok_n_vocab(s->vocab)) abort();
+    }
     for (int i = 0; i < j->n_stop; i++)
         if (strlen(j->stop[i]) > ENGINE_MAX_STOP_BYTES) abort();
     for (int i = 0; i < j->n_logit_bias; i++)
