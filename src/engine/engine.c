@@ -586,9 +586,12 @@ void eng_on_token(engine *e, seq *s, int32_t tok, float lp, int n_top, const int
 
 /* Runs span on a sequence of its own in each of the engine's pools (span->seqs
  * set here, for the call only), reserved for span->to tokens and given back at once: never
- * committed to the prefix cache. Fails with no_room when the pools cannot hold
- * it, else with model_forward_span's error. */
-static bool forward_alone(engine *e, model_span *span, const char *no_room, kvl_error *err) {
+ * committed to the prefix cache. Fails with "what: not enough free KV blocks"
+ * when the pools cannot hold it, else with model_forward_span's error. */
+static bool forward_alone(engine *e, model_span *span, const char *what, kvl_error *err) {
+    char no_room[96];
+    snprintf(no_room, sizeof no_room, "%s: not enough free KV blocks for %lld tokens right now",
+             what, (long long)span->to);
     kv_seq s[MODEL_MAX_KV_GROUPS];
     const kv_seq *seqs[MODEL_MAX_KV_GROUPS];
     bool ok = true;
@@ -637,10 +640,26 @@ bool engine_eval(model *m, int kv_dtype, int kv_dtype_v, int block_size, const i
     eval_ctx ec = {.on_logits = on_logits, .user = user, .n_vocab = hp->n_vocab};
     model_span span = {
         .tokens = ids, .to = n, .want_to = n, .logits = logits, .on_rows = eval_rows, .user = &ec};
-    ok = ok && forward_alone(e, &span, "eval: cannot reserve KV", err);
+    ok = ok && forward_alone(e, &span, "eval", err);
     kvl_free(logits);
     engine_destroy(e);
     return ok;
+}
+
+/* The ids a sequence of its own runs (forward_alone): 1..n_ctx of them, each
+ * in the vocabulary; what names the caller in the message. */
+static bool check_alone_ids(const engine *e, const char *what, const int32_t *ids, int64_t n,
+                            kvl_error *err) {
+    const int64_t V = model_hp(e->m)->n_vocab;
+    if (n < 1) return kvl_fail(err, "%s: the input is empty", what);
+    if (n > e->cfg.n_ctx)
+        return kvl_fail(err, "%s: the input has %lld tokens, more than the context of %lld", what,
+                        (long long)n, (long long)e->cfg.n_ctx);
+    for (int64_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= V)
+            return kvl_fail(err, "%s: token %lld (id %d) is not in the vocabulary", what,
+                            (long long)i, ids[i]);
+    return true;
 }
 
 /* Each logits row of a prompt's span -> the next token's logprob and the top k. */
@@ -670,15 +689,9 @@ static void prompt_lp_rows(void *user, int64_t pos, int64_t n, const float *logi
 bool engine_prompt_logprobs(engine *e, const int32_t *ids, int64_t n, const float *lora, int top_k,
                             float *lp, int32_t *top_ids, float *top_lps, kvl_error *err) {
     const model_hparams *hp = model_hp(e->m);
-    if (n < 1 || n > e->cfg.n_ctx)
-        return kvl_fail(err, "prompt logprobs: %lld tokens (1..%lld)", (long long)n,
-                        (long long)e->cfg.n_ctx);
+    if (!check_alone_ids(e, "prompt logprobs", ids, n, err)) return false;
     if (top_k < 0 || top_k > MAX_TOP_LOGPROBS || top_k > hp->n_vocab)
         return kvl_fail(err, "prompt logprobs: top_k %d (0..%d)", top_k, MAX_TOP_LOGPROBS);
-    for (int64_t i = 0; i < n; i++)
-        if (ids[i] < 0 || ids[i] >= hp->n_vocab)
-            return kvl_fail(err, "prompt logprobs: token %lld (id %d) is not in the vocabulary",
-                            (long long)i, ids[i]);
     lp[0] = NAN;
     if (n == 1) return true;
     float *rows = kvl_alloc(MODEL_SPAN_CHUNK * hp->n_vocab * sizeof(float));
@@ -697,10 +710,7 @@ bool engine_prompt_logprobs(engine *e, const int32_t *ids, int64_t n, const floa
                        .on_rows = prompt_lp_rows,
                        .user = &c,
                        .lora = lora};
-    char no_room[96];
-    snprintf(no_room, sizeof no_room,
-             "prompt logprobs: not enough free KV blocks for %lld tokens right now", (long long)n);
-    bool ok = forward_alone(e, &span, no_room, err);
+    bool ok = forward_alone(e, &span, "prompt logprobs", err);
     kvl_free(rows);
     return ok;
 }
@@ -723,14 +733,7 @@ bool engine_embed(engine *e, const int32_t *ids, int64_t n, engine_pooling pooli
                   const float *lora, float *out, kvl_error *err) {
     const model_hparams *hp = model_hp(e->m);
     const int64_t E = hp->n_embd;
-    if (n < 1) return kvl_fail(err, "embedding: the input is empty");
-    if (n > e->cfg.n_ctx)
-        return kvl_fail(err, "embedding: the input has %lld tokens, more than the context of %lld",
-                        (long long)n, (long long)e->cfg.n_ctx);
-    for (int64_t i = 0; i < n; i++)
-        if (ids[i] < 0 || ids[i] >= hp->n_vocab)
-            return kvl_fail(err, "embedding: token %lld (id %d) is not in the vocabulary",
-                            (long long)i, ids[i]);
+    if (!check_alone_ids(e, "embedding", ids, n, err)) return false;
     float *rows = kvl_alloc(MODEL_SPAN_CHUNK * E * sizeof(float));
     double *acc = calloc((size_t)E, sizeof *acc);
     bool ok = rows && acc;
@@ -744,10 +747,7 @@ bool engine_embed(engine *e, const int32_t *ids, int64_t n, engine_pooling pooli
                        .on_rows = embed_rows,
                        .user = &ec,
                        .lora = lora};
-    char no_room[96];
-    snprintf(no_room, sizeof no_room,
-             "embedding: not enough free KV blocks for %lld tokens right now", (long long)n);
-    ok = ok && forward_alone(e, &span, no_room, err);
+    ok = ok && forward_alone(e, &span, "embedding", err);
     if (ok) {
         double div = pooling == ENGINE_POOL_MEAN ? (double)n : 1.0, norm = 0;
         for (int64_t k = 0; k < E; k++) norm += (acc[k] / div) * (acc[k] / div);
