@@ -616,10 +616,26 @@ void anthropic_req_free(anth_req *q);
 char *anthropic_error_json(const api_error *e);
 char *anthropic_count_tokens(srv *s, const char *body, size_t len, api_error *err);
 
-/* srv_llama.c: POST /completion (llama-server's own API) on the completions
- * path, as /v1/messages on the chat path: llama_parse is openai_parse for its
- * body (r->llama set); the others stand for openai_response,
- * openai_stream_events and openai_stream_end, in llama-server's shapes. */
+/* srv_llama.c, srv_llama_out.c, srv_infill.c: POST /completion
+ * (llama-server's own API) on the completions path, as /v1/messages on the
+ * chat path: llama_parse is openai_parse for its body (r->llama set); the
+ * others stand for openai_response, openai_stream_events and
+ * openai_stream_end, in llama-server's shapes. A request's own state: */
+struct llama_req {
+    int n_probs;        /* completion_probabilities with this many alternatives (0: none) */
+    bool prompt_only;   /* n_predict 0: the prompt goes into the cache, nothing is answered */
+    bool return_tokens; /* "tokens" holds the ids (a stream always sends them) */
+    bool random_seed;   /* no seed given: generation_settings says 4294967295, as llama's */
+    cJSON *settings;    /* generation_settings */
+    cJSON *samplers;    /* the request's sampler list by llama's names (NULL: its default) */
+    cJSON *fields;      /* response_fields (NULL: every field) */
+    cJSON *prompt_text; /* the prompt's tokens as text, specials included */
+    /* per choice, until its final event */
+    kvl_buf content[SRV_MAX_N];
+    cJSON *tokens[SRV_MAX_N];
+    cJSON *probs[SRV_MAX_N];
+    int64_t n_decoded[SRV_MAX_N];
+};
 bool llama_parse(srv *s, const cJSON *body, api_req *r, api_error *err);
 /* POST /infill: the fill-in-the-middle prompt llama-server lays out from
  * input_prefix, input_suffix, input_extra and prompt, then as /completion. */
