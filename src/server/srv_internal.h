@@ -629,7 +629,7 @@ struct llama_req {
     cJSON *settings;    /* generation_settings */
     cJSON *samplers;    /* the request's sampler list by llama's names (NULL: its default) */
     cJSON *fields;      /* response_fields (NULL: every field) */
-    cJSON *prompt_text; /* the prompt's tokens as text, specials included */
+    cJSON *prompt_text[SRV_MAX_N]; /* each prompt's tokens as text, specials included */
     /* per choice, until its final event */
     kvl_buf content[SRV_MAX_N];
     cJSON *tokens[SRV_MAX_N];

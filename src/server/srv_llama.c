@@ -24,7 +24,7 @@ void llama_req_free(llama_req *q) {
     cJSON_Delete(q->settings);
     cJSON_Delete(q->samplers);
     cJSON_Delete(q->fields);
-    cJSON_Delete(q->prompt_text);
+    for (int k = 0; k < SRV_MAX_N; k++) cJSON_Delete(q->prompt_text[k]);
     for (int i = 0; i < SRV_MAX_N; i++) {
         kvl_buf_free(&q->content[i]);
         cJSON_Delete(q->tokens[i]);
@@ -167,50 +167,32 @@ static bool check_chat_parser(const cJSON *b, api_error *err) {
                          "\"epsilon\"}], ...}) is supported on /completion");
 }
 
-/* The prompt as the OpenAI parser takes it: a string (tokenized there, with
+/* One prompt as the OpenAI parser takes it: a string (tokenized there, with
  * BOS as the vocabulary says and special tokens parsed, llama's way), or ids.
  * Ids and strings mixed are tokenized here, each string without BOS but the
- * first element's (llama's tokenize_mixed). Several prompts are refused. */
-static bool put_prompt(srv *s, const cJSON *b, cJSON *o, api_error *err) {
-    const cJSON *p = req_field(b, "prompt");
-    if (!p) return api_fail(err, 400, "prompt", "'prompt' is required");
+ * first element's (llama's tokenize_mixed). NULL with err otherwise. */
+static cJSON *one_prompt(srv *s, const cJSON *p, api_error *err) {
     if (cJSON_IsObject(p)) { /* {"prompt_string", "multimodal_data"} */
         const char *k =
             json_unknown_key(p, (const char *const[]){"prompt_string", "multimodal_data", NULL});
         const cJSON *mm = req_field(p, "multimodal_data");
-        if (k) return api_fail(err, 400, "prompt", "'prompt': unknown field '%.60s'", k);
+        if (k) return api_fail(err, 400, "prompt", "'prompt': unknown field '%.60s'", k), NULL;
         if (mm && (!cJSON_IsArray(mm) || mm->child))
-            return api_fail(err, 400, "prompt", "multimodal data is not supported (a text model)");
+            return api_fail(err, 400, "prompt", "multimodal data is not supported (a text model)"),
+                   NULL;
         p = req_field(p, "prompt_string");
         if (!cJSON_IsString(p))
-            return api_fail(err, 400, "prompt", "'prompt.prompt_string' must be a string");
+            return api_fail(err, 400, "prompt", "'prompt.prompt_string' must be a string"), NULL;
     }
-    if (cJSON_IsString(p)) {
-        cJSON_AddItemToObject(o, "prompt", cJSON_Duplicate(p, false));
-        cJSON_AddBoolToObject(o, "parse_special", true);
-        return true;
-    }
+    if (cJSON_IsString(p)) return cJSON_Duplicate(p, false);
     if (!cJSON_IsArray(p) || !p->child)
         return api_fail(err, 400, "prompt",
-                        "'prompt' must be a string, token ids, or ids and strings mixed");
-    bool strings = false, numbers = false;
-    for (const cJSON *e = p->child; e; e = e->next)
-        strings |= cJSON_IsString(e), numbers |= cJSON_IsNumber(e);
-    if (!numbers) { /* an array of prompts: one is taken, as a prompt of its own */
-        if (p->child->next)
-            return api_fail(err, 400, "prompt",
-                            "several prompts in one request are not supported: send one each");
-        cJSON *one = cJSON_CreateObject();
-        cJSON_AddItemToObject(one, "prompt", cJSON_Duplicate(p->child, true));
-        bool ok = put_prompt(s, one, o, err);
-        cJSON_Delete(one);
-        return ok;
-    }
-    if (!strings) {
-        cJSON_AddItemToObject(o, "prompt", cJSON_Duplicate(p, true));
-        return true;
-    }
-    cJSON *ids = cJSON_AddArrayToObject(o, "prompt");
+                        "'prompt' must be a string, token ids, or ids and strings mixed"),
+               NULL;
+    bool strings = false;
+    for (const cJSON *e = p->child; e; e = e->next) strings |= cJSON_IsString(e);
+    if (!strings) return cJSON_Duplicate(p, true); /* ids (checked there) */
+    cJSON *ids = cJSON_CreateArray();
     bool first = true;
     const bool add_bos = tok_add_bos(s->vocab) && tok_bos(s->vocab) >= 0;
     int i = 0;
@@ -221,14 +203,48 @@ static bool put_prompt(srv *s, const cJSON *b, cJSON *o, api_error *err) {
             int64_t n = 0;
             int32_t *t = srv_encode(s, e->valuestring, strlen(e->valuestring), first && add_bos,
                                     (tok_mode){.parse_special = true}, &n, "prompt", err);
-            if (!t) return false;
+            if (!t) {
+                cJSON_Delete(ids);
+                return NULL;
+            }
             for (int64_t k = 0; k < n; k++) cJSON_AddItemToArray(ids, cJSON_CreateNumber(t[k]));
             free(t);
         } else {
-            return api_fail(err, 400, "prompt", "prompt[%d] is neither a token id nor a string", i);
+            cJSON_Delete(ids);
+            return api_fail(err, 400, "prompt", "prompt[%d] is neither a token id nor a string", i),
+                   NULL;
         }
         first = false;
     }
+    return ids;
+}
+
+/* prompt into o: one prompt, or an array of them (llama's several prompts:
+ * strings, ids, mixed arrays or {prompt_string}), each as one_prompt makes it;
+ * special tokens in text are parsed. An array with any number in it is one
+ * prompt of ids (and strings), as llama reads it. */
+static bool put_prompt(srv *s, const cJSON *b, cJSON *o, api_error *err) {
+    const cJSON *p = req_field(b, "prompt");
+    if (!p) return api_fail(err, 400, "prompt", "'prompt' is required");
+    bool numbers = false;
+    for (const cJSON *e = cJSON_IsArray(p) ? p->child : NULL; e; e = e->next)
+        numbers |= cJSON_IsNumber(e);
+    cJSON *out;
+    if (cJSON_IsArray(p) && p->child && !numbers) { /* several prompts */
+        out = cJSON_CreateArray();
+        for (const cJSON *e = p->child; out && e; e = e->next) {
+            cJSON *one = one_prompt(s, e, err);
+            if (!one) {
+                cJSON_Delete(out);
+                return false;
+            }
+            cJSON_AddItemToArray(out, one);
+        }
+    } else if (!(out = one_prompt(s, p, err))) {
+        return false;
+    }
+    cJSON_AddItemToObject(o, "prompt", out);
+    cJSON_AddBoolToObject(o, "parse_special", true);
     return true;
 }
 
@@ -556,11 +572,13 @@ static cJSON *settings_json(srv *s, const cJSON *b, const llama_req *q, const sr
     return g;
 }
 
-static cJSON *prompt_text(srv *s, const srv_job *j) {
+static cJSON *prompt_text(srv *s, const srv_job *j, int k) {
     kvl_buf t = {0};
     char buf[256];
-    for (int64_t i = 0; i < j->n_prompt; i++) {
-        size_t n = tok_token_bytes(s->vocab, j->prompt[i], true, buf, sizeof buf);
+    int64_t len;
+    const int32_t *ids = job_prompt(j, k, &len);
+    for (int64_t i = 0; i < len; i++) {
+        size_t n = tok_token_bytes(s->vocab, ids[i], true, buf, sizeof buf);
         kvl_buf_put(&t, buf, n < sizeof buf ? n : sizeof buf);
     }
     cJSON *o = json_text(t.p ? t.p : "", t.len);
@@ -591,9 +609,14 @@ static bool llama_finish(srv *s, const cJSON *body, int64_t n_predict, api_req *
     }
     /* n_predict -1 (or more than fits): until the context is full, as llama's
      * slot stops there (the OpenAI parser's 16 is its own default) */
+    int64_t longest = 0; /* of the request's prompts */
+    for (int k = 0; k < j->n_prompts; k++) {
+        int64_t n;
+        job_prompt(j, k, &n);
+        longest = n > longest ? n : longest;
+    }
     const int64_t room =
-        (s->n_ctx < s->n_blocks * s->block_size ? s->n_ctx : s->n_blocks * s->block_size) -
-        j->n_prompt;
+        (s->n_ctx < s->n_blocks * s->block_size ? s->n_ctx : s->n_blocks * s->block_size) - longest;
     j->max_tokens = n_predict < 0 || n_predict > room ? (room > 0 ? room : 1) : n_predict;
     /* n_predict 0 (llama.vscode's cache warm-up): the prompt is computed and
      * cached as for any request; the one token its last logits give is not
@@ -607,8 +630,10 @@ static bool llama_finish(srv *s, const cJSON *body, int64_t n_predict, api_req *
     j->n_indent = (int)n_indent;
     j->max_predict_s = t_max > 0 ? (double)t_max / 1e3 : 0;
     q->settings = settings_json(s, body, q, j, r->stream);
-    q->prompt_text = prompt_text(s, j);
-    return q->settings && q->prompt_text ? true : api_fail(err, 500, NULL, "out of memory");
+    bool made = q->settings != NULL;
+    for (int k = 0; k < j->n_prompts; k++)
+        made = made && (q->prompt_text[k] = prompt_text(s, j, k));
+    return made ? true : api_fail(err, 500, NULL, "out of memory");
 }
 
 bool llama_parse(srv *s, const cJSON *body, api_req *r, api_error *err) {

@@ -97,9 +97,12 @@ static cJSON *final_object(srv *s, const api_req *r, const srv_event *ev, const 
     engine_req_stats st = ev->stats; /* n_predict 0: its one token is not part of the answer */
     if (q->prompt_only) st.n_generated = 0, st.t_end = st.t_first_token;
     cJSON_AddNumberToObject(o, "tokens_predicted", (double)st.n_generated);
-    cJSON_AddNumberToObject(o, "tokens_evaluated", (double)j->n_prompt);
+    const int k = ev->index / j->per_prompt; /* the choice's prompt */
+    int64_t n_prompt;
+    job_prompt(j, k, &n_prompt);
+    cJSON_AddNumberToObject(o, "tokens_evaluated", (double)n_prompt);
     cJSON_AddItemToObject(o, "generation_settings", cJSON_Duplicate(q->settings, true));
-    cJSON_AddItemToObject(o, "prompt", cJSON_Duplicate(q->prompt_text, true));
+    cJSON_AddItemToObject(o, "prompt", cJSON_Duplicate(q->prompt_text[k], true));
     cJSON_AddBoolToObject(o, "has_new_line", len && memchr(content, '\n', len));
     cJSON_AddBoolToObject(o, "truncated", false);
     cJSON_AddStringToObject(o, "stop_type", q->prompt_only ? "limit" : stop_type(ev));
@@ -107,7 +110,7 @@ static cJSON *final_object(srv *s, const api_req *r, const srv_event *ev, const 
     cJSON_AddStringToObject(
         o, "stopping_word",
         ev->finish == ENGINE_FINISH_STOP && si >= 0 && si < j->n_stop ? j->stop[si] : "");
-    const int64_t cached = j->n_prompt + st.n_generated - (st.n_generated > 0);
+    const int64_t cached = n_prompt + st.n_generated - (st.n_generated > 0);
     cJSON_AddNumberToObject(o, "tokens_cached", (double)cached);
     cJSON_AddItemToObject(o, "timings", timings_json(&st));
     if (probs) cJSON_AddItemToObject(o, "completion_probabilities", probs);
@@ -177,7 +180,9 @@ void llama_stream_events(srv *s, const api_req *r, stream_state *st, srv_event *
             cJSON_AddBoolToObject(c, "stop", false);
             cJSON_AddNumberToObject(c, "id_slot", -1);
             cJSON_AddNumberToObject(c, "tokens_predicted", (double)q->n_decoded[i]);
-            cJSON_AddNumberToObject(c, "tokens_evaluated", (double)r->job->n_prompt);
+            int64_t n_prompt;
+            job_prompt(r->job, i / r->job->per_prompt, &n_prompt);
+            cJSON_AddNumberToObject(c, "tokens_evaluated", (double)n_prompt);
             if (q->n_probs > 0 && ev->token >= 0)
                 cJSON_AddItemToArray(cJSON_AddArrayToObject(c, "completion_probabilities"),
                                      probs_entry(s, ev));

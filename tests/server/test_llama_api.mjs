@@ -191,6 +191,18 @@ const tests = [
       '/tokenize')).json.tokens.length, 'special tokens in a text prompt are parsed, as llama-server does');
   }],
 
+  ['several prompts: an array of answers, each as if alone', async () => {
+    const c = greedy.cases[0];
+    const prompts = ['The quick brown fox', c.prompt_ids, ['The quick', ...c.prompt_ids.slice(0, 3)]];
+    const many = (await ok({ prompt: prompts, n_predict: 6, temperature: 0, return_tokens: true })).json;
+    assert(Array.isArray(many) && many.length === 3, 'three answers');
+    for (const [k, p] of prompts.entries()) {
+      const one = (await ok({ prompt: p, n_predict: 6, temperature: 0, return_tokens: true })).json;
+      assertEq([many[k].index, many[k].tokens, many[k].tokens_evaluated, many[k].prompt],
+        [k, one.tokens, one.tokens_evaluated, one.prompt], `prompt ${k}`);
+    }
+  }],
+
   ['response_fields, several completions, n_predict -1', async () => {
     const r = (await ok({ prompt: 'The', n_predict: 3, response_fields: ['content', 'generation_settings/n_predict',
       'no/such'] })).json;
@@ -346,7 +358,6 @@ const tests = [
     await refused({ prompt: 'a', frobnicate: 1 }, 'frobnicate', 'unknown field');
     await refused({ prompt: 'a', samplers: ['temperature', 'top_k'] }, 'samplers', 'an order kvllm does not run');
     await refused({ prompt: 'a', samplers: ['bogus'] }, 'samplers', 'unknown sampler');
-    await refused({ prompt: ['a', 'b'] }, 'prompt', 'several prompts');
     await refused({ prompt: 'a', chat_parser: '{"parsers":[]}' }, 'chat_parser', 'a parser');
     await refused({ prompt: 'a', logit_bias: [[1]] }, 'logit_bias', 'a malformed bias');
     await refused({ prompt: 'a', logit_bias: [[1e9, 1]] }, 'logit_bias', 'an id outside the vocabulary');
