@@ -260,20 +260,7 @@ T_512_INLINE __m256 iq_lanes(const kx_dec *d, const int8_t *yq) {
 
 /* The entry points of a lattice rows kernel: up to KERN_ROWS_WIDE rows, the
  * counts of decode and small batches as constants (their loops unroll). */
-#define IQ_ROWS_ENTRIES(NAME)                                                                      \
-    T_512 void kavx512_vec_dot_##NAME(int64_t n, float *s, const void *x, const void *y) {         \
-        NAME##_rows(n, s, 0, x, y, 0, 1);                                                          \
-    }                                                                                              \
-    T_512 void kavx512_rows_##NAME(int64_t n, float *s, size_t ss, const void *x, const void *y,   \
-                                   size_t ys, int nr) {                                            \
-        switch (nr) {                                                                              \
-        case 1: NAME##_rows(n, s, ss, x, y, ys, 1); break;                                         \
-        case 2: NAME##_rows(n, s, ss, x, y, ys, 2); break;                                         \
-        case 4: NAME##_rows(n, s, ss, x, y, ys, 4); break;                                         \
-        case KERN_ROWS_WIDE: NAME##_rows(n, s, ss, x, y, ys, KERN_ROWS_WIDE); break;               \
-        default: NAME##_rows(n, s, ss, x, y, ys, nr < KERN_ROWS_WIDE ? nr : KERN_ROWS_WIDE);       \
-        }                                                                                          \
-    }
+#define IQ_ROWS_ENTRIES(NAME) KAVX512_ROWS_ENTRIES_BY(NAME, KERN_ROWS_WIDE_SWITCH)
 
 /* NAME_rows of a lattice type: each super-block decoded once (DECODE returns
  * its fp16 d), then per activation row the lanes acc = fma(d * yd, lanes,

@@ -41,18 +41,32 @@
         }                                                                                          \
     } while (0)
 #define KERN_ROWS_SWITCH(fn, n, s, ss, x, y, ys, nr) KERN_NR_SWITCH(fn, nr, n, s, ss, x, y, ys)
+/* The same for the kernels that take up to KERN_ROWS_WIDE rows (the lattice
+ * types): decode's and small batches' counts as constants, the rest as given. */
+#define KERN_ROWS_WIDE_SWITCH(fn, n, s, ss, x, y, ys, nr)                                          \
+    do {                                                                                           \
+        switch (nr) {                                                                              \
+        case 1: fn(n, s, ss, x, y, ys, 1); break;                                                  \
+        case 2: fn(n, s, ss, x, y, ys, 2); break;                                                  \
+        case 4: fn(n, s, ss, x, y, ys, 4); break;                                                  \
+        case KERN_ROWS_WIDE: fn(n, s, ss, x, y, ys, KERN_ROWS_WIDE); break;                        \
+        default: fn(n, s, ss, x, y, ys, nr < KERN_ROWS_WIDE ? nr : KERN_ROWS_WIDE);                \
+        }                                                                                          \
+    } while (0)
 
 /* The two AVX-512 entry points of a rows kernel NAME_rows(n, s, ss, x, y, ys,
  * nr): kavx512_vec_dot_NAME (one activation row) and kavx512_rows_NAME (nr
- * rows through KERN_ROWS_SWITCH), declared in kern_impl.h. */
-#define KAVX512_ROWS_ENTRIES(NAME)                                                                 \
+ * rows through SWITCH: KERN_ROWS_SWITCH, or KERN_ROWS_WIDE_SWITCH), declared
+ * in kern_impl.h. */
+#define KAVX512_ROWS_ENTRIES_BY(NAME, SWITCH)                                                      \
     T_512 void kavx512_vec_dot_##NAME(int64_t n, float *s, const void *x, const void *y) {         \
         NAME##_rows(n, s, 0, x, y, 0, 1);                                                          \
     }                                                                                              \
     T_512 void kavx512_rows_##NAME(int64_t n, float *s, size_t ss, const void *x, const void *y,   \
                                    size_t ys, int nr) {                                            \
-        KERN_ROWS_SWITCH(NAME##_rows, n, s, ss, x, y, ys, nr);                                     \
+        SWITCH(NAME##_rows, n, s, ss, x, y, ys, nr);                                               \
     }
+#define KAVX512_ROWS_ENTRIES(NAME) KAVX512_ROWS_ENTRIES_BY(NAME, KERN_ROWS_SWITCH)
 
 /* NAME_rows of a K type and its entry points (quant_avx512.c,
  * quant_kx_avx512.c): each super-block of BLK is decoded once into a DEC by
