@@ -3,7 +3,6 @@
  * request goes on as POST /completion (srv_llama.c) with those ids as its
  * prompt. */
 #define _GNU_SOURCE
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,23 +13,19 @@
 
 typedef struct ids {
     int32_t *p;
-    int64_t n, cap;
+    int64_t n;
+    size_t cap;
 } ids;
 
 static bool ids_push(ids *a, const int32_t *t, int64_t n) {
     if (n == 0) return true; /* t may be NULL then (an empty part) */
-    if (a->n + n > a->cap) {
-        int64_t cap = (a->n + n) * 2 + 16;
-        int32_t *p = realloc(a->p, (size_t)cap * sizeof *p);
-        if (!p) return false;
-        a->p = p, a->cap = cap;
-    }
+    if (!kvl_grow((void **)&a->p, &a->cap, (size_t)(a->n + n), sizeof *a->p, 64)) return false;
     memcpy(a->p + a->n, t, (size_t)n * sizeof *t);
     a->n += n;
     return true;
 }
 
-/* text's tokens appended to a (no BOS) */
+/* a text's tokens appended to a (no BOS) */
 static bool ids_text(srv *s, ids *a, const char *text, bool special, const char *param,
                      api_error *err) {
     int64_t n = 0;
@@ -42,28 +37,16 @@ static bool ids_text(srv *s, ids *a, const char *text, bool special, const char 
     return ok ? true : api_fail(err, 500, NULL, "out of memory");
 }
 
-/* input_prefix / input_suffix: a string, or ids and strings mixed (special
- * tokens not parsed, as llama's tokenize_mixed is called there). */
+/* input_prefix / input_suffix appended to a: a string, or ids and strings
+ * mixed (llama_tokenize_mixed: no BOS, special tokens not parsed, as
+ * llama-server tokenizes them there). */
 static bool ids_mixed(srv *s, ids *a, const cJSON *v, const char *param, api_error *err) {
-    if (cJSON_IsString(v)) return ids_text(s, a, v->valuestring, false, param, err);
-    if (!cJSON_IsArray(v))
-        return api_fail(err, 400, param, "'%s' must be a string, or token ids and strings", param);
-    const int32_t n_vocab = tok_n_vocab(s->vocab);
-    for (const cJSON *e = v->child; e; e = e->next) {
-        if (cJSON_IsString(e)) {
-            if (!ids_text(s, a, e->valuestring, false, param, err)) return false;
-        } else if (cJSON_IsNumber(e) && e->valuedouble == floor(e->valuedouble) &&
-                   e->valuedouble >= 0 && e->valuedouble < n_vocab) {
-            int32_t t = (int32_t)e->valuedouble;
-            if (!ids_push(a, &t, 1)) return api_fail(err, 500, NULL, "out of memory");
-        } else {
-            return api_fail(err, 400, param,
-                            "'%s' holds something that is neither a token id "
-                            "(0..%d) nor a string",
-                            param, n_vocab - 1);
-        }
-    }
-    return true;
+    int64_t n = 0;
+    int32_t *t = llama_tokenize_mixed(s, v, false, false, param, &n, err);
+    if (!t) return false;
+    bool ok = ids_push(a, t, n);
+    free(t);
+    return ok ? true : api_fail(err, 500, NULL, "out of memory");
 }
 
 /* llama-server's batch (its -b default): the prefix keeps its last 3/4 of

@@ -637,6 +637,12 @@ struct llama_req {
     int64_t n_decoded[SRV_MAX_N];
 };
 bool llama_parse(srv *s, const cJSON *body, api_req *r, api_error *err);
+/* llama's tokenize_mixed: a string, or token ids and strings mixed, into ids
+ * (malloc'd, *n of them): each string's tokens in its place, BOS before the
+ * first element when that is a string and add_bos; NULL with a 400 naming
+ * param (an id outside the vocabulary, another kind of element). */
+int32_t *llama_tokenize_mixed(srv *s, const cJSON *v, bool add_bos, bool parse_special,
+                              const char *param, int64_t *n, api_error *err);
 /* POST /infill: the fill-in-the-middle prompt llama-server lays out from
  * input_prefix, input_suffix, input_extra and prompt, then as /completion. */
 bool llama_infill_parse(srv *s, const cJSON *body, api_req *r, api_error *err);

@@ -167,10 +167,51 @@ static bool check_chat_parser(const cJSON *b, api_error *err) {
                          "\"epsilon\"}], ...}) is supported on /completion");
 }
 
+int32_t *llama_tokenize_mixed(srv *s, const cJSON *v, bool add_bos, bool parse_special,
+                              const char *param, int64_t *n_out, api_error *err) {
+    const tok_mode mode = {.parse_special = parse_special};
+    if (cJSON_IsString(v))
+        return srv_encode(s, v->valuestring, strlen(v->valuestring), add_bos, mode, n_out, param,
+                          err);
+    if (!cJSON_IsArray(v))
+        return api_fail(err, 400, param, "'%s' must be a string, or token ids and strings", param),
+               NULL;
+    const int32_t n_vocab = tok_n_vocab(s->vocab);
+    int32_t *ids = NULL;
+    size_t n = 0, cap = 0;
+    bool first = true, ok = true;
+    for (const cJSON *e = v->child; ok && e; e = e->next, first = false) {
+        int64_t m = 1;
+        int32_t one, *t = &one;
+        if (cJSON_IsString(e)) {
+            t = srv_encode(s, e->valuestring, strlen(e->valuestring), first && add_bos, mode, &m,
+                           param, err);
+            ok = t != NULL;
+        } else if (cJSON_IsNumber(e) && e->valuedouble == floor(e->valuedouble) &&
+                   e->valuedouble >= 0 && e->valuedouble < n_vocab) {
+            one = (int32_t)e->valuedouble;
+        } else {
+            ok = api_fail(err, 400, param,
+                          "'%s' holds something that is neither a token id (0..%d) nor a string",
+                          param, n_vocab - 1);
+        }
+        if (ok && m > 0 && !kvl_grow((void **)&ids, &cap, n + (size_t)m, sizeof *ids, 64))
+            ok = api_fail(err, 500, NULL, "out of memory");
+        if (ok && m > 0) memcpy(ids + n, t, (size_t)m * sizeof *ids), n += (size_t)m;
+        if (t != &one) free(t);
+    }
+    if (!ok) {
+        free(ids);
+        return NULL;
+    }
+    *n_out = (int64_t)n;
+    return ids ? ids : malloc(sizeof *ids); /* an empty array: no ids, not a failure */
+}
+
 /* One prompt as the OpenAI parser takes it: a string (tokenized there, with
  * BOS as the vocabulary says and special tokens parsed, llama's way), or ids.
- * Ids and strings mixed are tokenized here, each string without BOS but the
- * first element's (llama's tokenize_mixed). NULL with err otherwise. */
+ * Ids and strings mixed are tokenized here (llama_tokenize_mixed). NULL with
+ * err otherwise. */
 static cJSON *one_prompt(srv *s, const cJSON *p, api_error *err) {
     if (cJSON_IsObject(p)) { /* {"prompt_string", "multimodal_data"} */
         const char *k =
@@ -192,30 +233,13 @@ static cJSON *one_prompt(srv *s, const cJSON *p, api_error *err) {
     bool strings = false;
     for (const cJSON *e = p->child; e; e = e->next) strings |= cJSON_IsString(e);
     if (!strings) return cJSON_Duplicate(p, true); /* ids (checked there) */
-    cJSON *ids = cJSON_CreateArray();
-    bool first = true;
+    int64_t n = 0;
     const bool add_bos = tok_add_bos(s->vocab) && tok_bos(s->vocab) >= 0;
-    int i = 0;
-    for (const cJSON *e = p->child; e; e = e->next, i++) {
-        if (cJSON_IsNumber(e)) {
-            cJSON_AddItemToArray(ids, cJSON_CreateNumber(e->valuedouble)); /* checked there */
-        } else if (cJSON_IsString(e)) {
-            int64_t n = 0;
-            int32_t *t = srv_encode(s, e->valuestring, strlen(e->valuestring), first && add_bos,
-                                    (tok_mode){.parse_special = true}, &n, "prompt", err);
-            if (!t) {
-                cJSON_Delete(ids);
-                return NULL;
-            }
-            for (int64_t k = 0; k < n; k++) cJSON_AddItemToArray(ids, cJSON_CreateNumber(t[k]));
-            free(t);
-        } else {
-            cJSON_Delete(ids);
-            return api_fail(err, 400, "prompt", "prompt[%d] is neither a token id nor a string", i),
-                   NULL;
-        }
-        first = false;
-    }
+    int32_t *t = llama_tokenize_mixed(s, p, add_bos, true, "prompt", &n, err);
+    if (!t) return NULL;
+    cJSON *ids = cJSON_CreateArray();
+    for (int64_t k = 0; k < n; k++) cJSON_AddItemToArray(ids, cJSON_CreateNumber(t[k]));
+    free(t);
     return ids;
 }
 
