@@ -493,11 +493,7 @@ bool srv_echo_prepare(srv *s, api_req *r, api_error *err) {
         const int32_t *ids = job_prompt(j, p, &n);
         if (!r->echo_text[p]) { /* a prompt of ids: their text */
             kvl_buf t = {0};
-            char buf[256];
-            for (int64_t i = 0; i < n; i++) {
-                size_t b = tok_token_bytes(s->vocab, ids[i], true, buf, sizeof buf);
-                kvl_buf_put(&t, buf, b < sizeof buf ? b : sizeof buf);
-            }
+            srv_ids_text(s, ids, n, &t);
             r->echo_len[p] = t.len;
             kvl_buf_put(&t, "", 1);
             r->echo_text[p] = t.p;

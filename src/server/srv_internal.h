@@ -30,6 +30,10 @@
 bool utf8_valid(const char *p, size_t n);
 /* A cJSON string of p[0..n) with invalid bytes and NULs replaced by U+FFFD. */
 cJSON *json_text(const char *p, size_t n);
+/* ids' bytes appended to out, control tokens as their text (a prompt echoed
+ * or shown as llama-server shows it); out->oom on failure. */
+typedef struct srv srv;
+void srv_ids_text(srv *s, const int32_t *ids, int64_t n, kvl_buf *out);
 /* Compares in time independent of where the strings differ. */
 bool secret_equal(const char *a, const char *b);
 
@@ -80,7 +84,6 @@ typedef struct tok_mode {
     const tok_span *guard;
     size_t n_guard;
 } tok_mode;
-typedef struct srv srv;
 typedef struct rstore rstore; /* kept /v1/responses answers (srv_rstore.c) */
 /* Text -> ids (malloc'd, *n of them) under the tokenizer lock, or NULL with
  * err set (400 naming param when the tokenizer refuses the text). */

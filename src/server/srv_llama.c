@@ -598,14 +598,10 @@ static cJSON *settings_json(srv *s, const cJSON *b, const llama_req *q, const sr
 
 static cJSON *prompt_text(srv *s, const srv_job *j, int k) {
     kvl_buf t = {0};
-    char buf[256];
     int64_t len;
     const int32_t *ids = job_prompt(j, k, &len);
-    for (int64_t i = 0; i < len; i++) {
-        size_t n = tok_token_bytes(s->vocab, ids[i], true, buf, sizeof buf);
-        kvl_buf_put(&t, buf, n < sizeof buf ? n : sizeof buf);
-    }
-    cJSON *o = json_text(t.p ? t.p : "", t.len);
+    srv_ids_text(s, ids, len, &t);
+    cJSON *o = t.oom ? NULL : json_text(t.p ? t.p : "", t.len);
     kvl_buf_free(&t);
     return o;
 }

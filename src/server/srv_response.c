@@ -114,9 +114,7 @@ static cJSON *echo_logprobs(srv *s, const api_req *r, int prompt) {
             cJSON_Delete(t);
         }
         cJSON_AddItemToArray(cJSON_GetObjectItem(lp, "top_logprobs"), top);
-        char buf[256];
-        const size_t b = tok_token_bytes(s->vocab, ids[p], true, buf, sizeof buf);
-        off += b < sizeof buf ? b : sizeof buf;
+        off += tok_token_bytes(s->vocab, ids[p], true, NULL, 0); /* as srv_ids_text writes it */
     }
     return lp;
 }

@@ -258,3 +258,22 @@ void job_logit_bias_finish(srv_job *j) {
     }
     j->n_logit_bias = m;
 }
+
+void srv_ids_text(srv *s, const int32_t *ids, int64_t n, kvl_buf *out) {
+    char buf[256];
+    for (int64_t i = 0; i < n; i++) {
+        const size_t len = tok_token_bytes(s->vocab, ids[i], true, buf, sizeof buf);
+        if (len <= sizeof buf) {
+            kvl_buf_put(out, buf, len);
+            continue;
+        }
+        char *big = malloc(len); /* a piece longer than buf (rare) */
+        if (!big) {
+            out->oom = true;
+            return;
+        }
+        tok_token_bytes(s->vocab, ids[i], true, big, len);
+        kvl_buf_put(out, big, len);
+        free(big);
+    }
+}
