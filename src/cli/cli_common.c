@@ -656,9 +656,11 @@ engine_pooling cli_pooling(const gguf_file *f) {
     case 1: return ENGINE_POOL_MEAN;
     case 2: return ENGINE_POOL_CLS;
     case 3: return ENGINE_POOL_LAST;
+    case 4: /* rank: a reranker (POST /rerank); its hidden states pool as the last token's */
+        return ENGINE_POOL_LAST;
     default:
         fprintf(stderr,
-                "kvllm: %s = %u (none or rank) is not supported for /v1/embeddings: using the last "
+                "kvllm: %s = %u (none) is not supported for /v1/embeddings: using the last "
                 "token\n",
                 key, t);
         return ENGINE_POOL_LAST;

@@ -93,7 +93,8 @@ static const cli_json_field HP_LAYER_KINDS[] = {
     HP_AS("n_layers_with_kv", n_layer_kv),       HP_AS("n_embd_per_layer_input", n_embd_per_layer)};
 static const cli_json_field HP_CHUNK[] = {HP_AS("attention_chunk", n_chunk),
                                           HP_AS("n_chunked_layers", n_chunk_layers)};
-static const cli_json_field HP_SIZE[] = {HP(n_params), HP(weights_bytes)};
+static const cli_json_field HP_SIZE[] = {HP(n_params), HP(weights_bytes),
+                                         HP_AS("n_classifier_outputs", n_cls_out)};
 #undef HP
 #undef HP_AS
 #define MOE(name, field) CLI_JSON_AS(name, model_moe_hparams, field)
@@ -218,6 +219,9 @@ static int cmd_info_opts(const cli_opts *o) {
         else if (hp->rope_freq_scale != 1.0f)
             printf("rope scaling  linear, factor %g\n", 1.0 / hp->rope_freq_scale);
         printf("output        %s\n", hp->tied_output ? "tied to token_embd" : "separate");
+        if (hp->n_cls_out)
+            printf("classifier    cls.output, %lld scores: a reranker (POST /rerank)\n",
+                   (long long)hp->n_cls_out);
         if (hp->n_swa_layers)
             printf("sliding window %lld tokens on %lld of %lld layers\n", (long long)hp->n_swa,
                    (long long)hp->n_swa_layers, (long long)hp->n_layer);

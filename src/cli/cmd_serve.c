@@ -17,6 +17,7 @@ typedef struct serve_opts {
     double kv_memory_fraction;
     int64_t max_seqs, max_batch_tokens;
     bool no_prefix_cache, help;
+    bool reranking; /* --reranking: refuse a model without a classifier head */
     const char *kv_disk, *kv_disk_size, *kv_disk_pin_max; /* the disk tier (kv_disk.h) */
     kv_disk_config disk;
     engine_sched scheduling;
@@ -87,6 +88,9 @@ static void serve_usage(FILE *out) {
     print_settings(out, 2, server_n_settings);
     fputs(
         "  --no-prefix-cache        disable prefix caching\n"
+        "  --reranking              insist on a reranker (a classifier head: Qwen3-Reranker "
+        "files); POST\n"
+        "                           /rerank and /v1/rerank serve any such model without it\n"
         "  --lora FILE[,FILE]       LoRA adapters (llama.cpp's GGUF adapters; --lora-scaled "
         "FILE:SCALE[,...]),\n"
         "                           applied to requests that name none; a request's \"lora\": "
@@ -163,6 +167,7 @@ static int serve_switch(const char *f, serve_opts *so) {
     if (strcmp(f, "--no-prefix-cache") == 0) so->no_prefix_cache = true;
     else if (strcmp(f, "--metrics-public") == 0) so->sc.metrics_public = true;
     else if (strcmp(f, "--prefix-cache-shared") == 0) so->sc.prefix_cache_shared = true;
+    else if (strcmp(f, "--reranking") == 0 || strcmp(f, "--rerank") == 0) so->reranking = true;
     else if (strcmp(f, "-h") == 0 || strcmp(f, "--help") == 0) so->help = true;
     else return 0;
     return 1;
@@ -398,11 +403,12 @@ static void log_pool(engine *e, const serve_opts *so) {
     }
 }
 
-/* The model's Jinja chat template, NUL-terminated (caller frees), or NULL. */
-static char *chat_template_src(const cli_model *cm) {
+/* A template of the model's (tokenizer.chat_template, or a named one such as
+ * tokenizer.chat_template.rerank), NUL-terminated (caller frees), or NULL. */
+static char *gguf_template(const cli_model *cm, const char *key) {
     const char *s;
     size_t len;
-    if (!gguf_get_str(cli_gguf(cm), "tokenizer.chat_template", &s, &len)) return NULL;
+    if (!gguf_get_str(cli_gguf(cm), key, &s, &len)) return NULL;
     char *out = malloc(len + 1);
     if (!out) return NULL;
     memcpy(out, s, len);
@@ -491,7 +497,7 @@ int cmd_serve(int argc, char **argv) {
     cli_model cm;
     if (!cli_load(&o, true, &cm)) return 1;
     int rc = 1;
-    char *tmpl = NULL, id[256];
+    char *tmpl = NULL, *rerank_tmpl = NULL, id[256];
     engine_config ec;
     engine *e = NULL;
     if (!engine_settings(&o, &so, &cm, &ec)) goto out;
@@ -512,12 +518,22 @@ int cmd_serve(int argc, char **argv) {
             fprintf(stderr, "kvllm: --chat-template-file: %s\n", ferr.msg);
             goto out;
         }
-    } else tmpl = chat_template_src(&cm);
+    } else tmpl = gguf_template(&cm, "tokenizer.chat_template");
     so.sc.chat_template_src = tmpl;
     so.sc.model_path = o.model_path ? o.model_path : "models/stories260K.gguf";
     so.sc.pooling = cli_pooling(cli_gguf(&cm));
+    if (so.reranking && model_hp(cm.m)->n_cls_out == 0) {
+        fprintf(stderr,
+                "kvllm: --reranking: %s has no classifier head (tensor 'cls.output.weight' of a "
+                "qwen3 reranker)\n",
+                so.sc.model_path);
+        goto out;
+    }
+    rerank_tmpl = gguf_template(&cm, "tokenizer.chat_template.rerank");
+    so.sc.rerank_template = rerank_tmpl;
     rc = server_run(e, cm.vocab, &so.sc);
 out:
+    free(rerank_tmpl);
     free(tmpl);
     engine_destroy(e);
     cli_unload(&cm);

@@ -760,6 +760,23 @@ bool engine_embed(engine *e, const int32_t *ids, int64_t n, engine_pooling pooli
     return ok;
 }
 
+bool engine_rank(engine *e, const int32_t *ids, int64_t n, const float *lora, float *out,
+                 kvl_error *err) {
+    const model_hparams *hp = model_hp(e->m);
+    if (hp->n_cls_out == 0)
+        return kvl_fail(err, "rerank: the model has no classifier head (tensor "
+                             "'cls.output.weight', as Qwen3-Reranker files carry)");
+    if (!check_alone_ids(e, "rerank", ids, n, err)) return false;
+    float *row = kvl_alloc((size_t)hp->n_embd * sizeof(float));
+    if (!row) return kvl_fail(err, "rerank: out of memory");
+    /* one wanted row: the last token's, left in row after the span */
+    model_span span = {
+        .tokens = ids, .to = n, .want_from = n - 1, .want_to = n, .hidden = row, .lora = lora};
+    bool ok = forward_alone(e, &span, "rerank", err) && model_classify(e->m, row, out, err);
+    kvl_free(row);
+    return ok;
+}
+
 const model *engine_model(const engine *e) { return e->m; }
 
 int64_t engine_kv_save(engine *e, const int32_t *ids, int64_t n, const char *salt,

@@ -374,5 +374,10 @@ typedef enum engine_pooling { ENGINE_POOL_LAST, ENGINE_POOL_MEAN, ENGINE_POOL_CL
 /* lora: the LoRA adapters' scales (model_batch.lora), NULL for the model's defaults. */
 bool engine_embed(engine *e, const int32_t *ids, int64_t n, engine_pooling pooling,
                   const float *lora, float *out, kvl_error *err);
+/* Reranking (llama.cpp's rank pooling): the scores of the model's classifier
+ * head on the last token's final hidden state, model_hp()->n_cls_out floats
+ * into out (model_classify). Called as engine_embed. */
+bool engine_rank(engine *e, const int32_t *ids, int64_t n, const float *lora, float *out,
+                 kvl_error *err);
 
 #endif

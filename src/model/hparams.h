@@ -140,6 +140,9 @@ typedef struct model_hparams {
     int64_t repacked_bytes; /* the loader's: weights held in the kernels' layout */
     int param_dtype;        /* config.json torch_dtype as GGUF_DT_F32/F16/BF16; -1 unknown */
     bool tied_output, has_rope_freqs; /* the loader's (from tensors) */
+    /* The loader's: classes the classifier head (cls.output, model_classify)
+     * scores, 0 without one */
+    int64_t n_cls_out;
 } model_hparams;
 
 /* Reads a GGUF's metadata. False (err names the file and key) on a malformed

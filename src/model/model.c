@@ -453,6 +453,31 @@ static bool read_suppressed(model *m, kvl_error *err) {
     return true;
 }
 
+/* Qwen3-Reranker's classifier head, llama.cpp's cls_out (which it reads for
+ * qwen3 alone): its converter copies the LM head's rows of the labels in
+ * <arch>.classifier.output_labels ("yes", "no") into cls.output, and rank
+ * pooling scores the last token's hidden state with them (model_classify). */
+static bool bind_classifier(model *m, kvl_error *err) {
+    const char *name = "cls.output.weight";
+    if (strcmp(m->hp.arch, "qwen3") != 0 || !gguf_find_tensor(m->gguf, name)) return true;
+    char key[128];
+    snprintf(key, sizeof key, "%s.classifier.output_labels", m->hp.arch);
+    int64_t n = 1; /* llama.cpp's count without labels */
+    const int64_t idx = gguf_find_key(m->gguf, key);
+    gguf_vtype et;
+    uint64_t count;
+    if (idx >= 0) {
+        if (!gguf_kv_array(m->gguf, idx, &et, &count) || et != GGUF_VT_STRING || count == 0 ||
+            count > 4096)
+            return kvl_fail(err, "%s: key '%s': expected 1 to 4096 label strings",
+                            gguf_path(m->gguf), key);
+        n = (int64_t)count;
+    }
+    if (!bind(m, &m->cls_out, name, m->hp.n_embd, n, true, err)) return false;
+    m->hp.n_cls_out = n;
+    return true;
+}
+
 static bool bind_weights(model *m, kvl_error *err) {
     model_hparams *hp = &m->hp;
     const gguf_tensor *te = gguf_find_tensor(m->gguf, "token_embd.weight");
@@ -470,6 +495,7 @@ static bool bind_weights(model *m, kvl_error *err) {
          !bind(m, &m->pl_proj_norm, "per_layer_proj_norm.weight", np, 0, true, err)))
         return false;
     if (m->arch->gemma4 && !read_suppressed(m, err)) return false;
+    if (model_last_stage(m) && !bind_classifier(m, err)) return false;
     if (m->arch->altup && (!bind3(m, &m->altup_proj, "altup_proj.weight", hp->n_embd, hp->n_embd,
                                   ALTUP_N - 1, true, err) ||
                            !bind3(m, &m->altup_unembd_proj, "altup_unembd_proj.weight", hp->n_embd,
@@ -794,6 +820,24 @@ void model_destroy(model *m) {
     kvl_free(m->attn_runs);
     gguf_close(m->gguf);
     free(m);
+}
+
+bool model_classify(const model *m, const float *hidden, float *out, kvl_error *err) {
+    const mtensor *w = &m->cls_out;
+    if (!w->data) return kvl_fail(err, "model: no classifier head (tensor 'cls.output.weight')");
+    void *work = kvl_alloc(kern_matmul_work_bytes(w->dtype, 1, w->ne0) + 64);
+    if (!work) return kvl_fail(err, "model: out of memory");
+    kern_matmul(w->data, w->dtype, w->ne1, w->ne0, hidden, 1, out, work);
+    kvl_free(work);
+    /* llama.cpp's soft_max over the scores: exp in float, the sum in double,
+     * then one scale by its float reciprocal */
+    float mx = -INFINITY;
+    for (int64_t i = 0; i < w->ne1; i++) mx = out[i] > mx ? out[i] : mx;
+    double sum = 0;
+    for (int64_t i = 0; i < w->ne1; i++) sum += (double)(out[i] = expf(out[i] - mx));
+    const float scale = (float)(1.0 / sum);
+    for (int64_t i = 0; i < w->ne1; i++) out[i] *= scale;
+    return true;
 }
 
 const model_hparams *model_hp(const model *m) { return &m->hp; }

@@ -49,6 +49,11 @@ model *model_load(gguf_file *f, const model_params *mp, kvl_error *err);
 void model_destroy(model *m);
 const model_hparams *model_hp(const model *m);
 const gguf_file *model_gguf(const model *m);
+/* A reranker's scores from one final hidden state (model_batch.hidden, the
+ * last token's: llama.cpp's rank pooling for qwen3): softmax(cls.output .
+ * hidden), hp.n_cls_out floats ("yes" first in Qwen3-Reranker files). False
+ * (err set) when the model has no classifier head (hp.n_cls_out 0). */
+bool model_classify(const model *m, const float *hidden, float *out, kvl_error *err);
 /* The routed experts' weight bytes (gate, up and down of each expert a layer's
  * tokens selected, once a layer and forward, in the file's types) read by the
  * forwards since the model was loaded: measured from the routing, where

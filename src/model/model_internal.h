@@ -110,6 +110,7 @@ struct model {
     mtensor tok_embd;    /* [E] x n_vocab */
     mtensor output_norm; /* [E] */
     mtensor output;      /* [E -> n_vocab] (token_embd when tied) */
+    mtensor cls_out;     /* [E -> n_cls_out]: qwen3 rerankers' head, or none */
     /* gemma4 E2B / E4B: per-token inputs of every layer (n_embd_per_layer each) */
     mtensor pl_tok_embd;                   /* [n_layer * n_pl] x n_vocab */
     mtensor pl_model_proj;                 /* [E -> n_layer * n_pl] */

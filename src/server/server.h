@@ -29,7 +29,10 @@ typedef struct server_config {
     const char *model_path; /* the GGUF file (GET /props) */
     const char
         *cors_origin; /* --cors: Access-Control-Allow-Origin on every response; NULL: no CORS */
-    engine_pooling pooling;     /* /v1/embeddings: how hidden states are pooled */
+    engine_pooling pooling; /* /v1/embeddings: how hidden states are pooled */
+    /* /rerank's prompt: the GGUF's tokenizer.chat_template.rerank, {query} and
+     * {document} in it, or NULL (llama-server's layout without one) */
+    const char *rerank_template;
     int max_connections;        /* open connections in all; beyond: 503 */
     int max_connections_per_ip; /* from one client address; 0: no limit */
     double request_timeout_s;   /* to receive a whole request, headers and body */

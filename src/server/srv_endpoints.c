@@ -1,7 +1,8 @@
 /* The endpoints besides generation, in llama-server's and OpenAI's shapes:
  * GET /v1/models/{id}, POST /tokenize, POST /detokenize, GET /props and
- * POST /v1/embeddings. Embeddings run on the engine thread (srv_engine.c),
- * between engine steps, since only that thread may touch the engine. */
+ * POST /v1/embeddings and POST /rerank (its request: srv_rerank.c).
+ * Embeddings and scores run on the engine thread (srv_engine.c), between
+ * engine steps, since only that thread may touch the engine. */
 #define _GNU_SOURCE
 #include <math.h>
 #include <stdio.h>
@@ -17,40 +18,6 @@ static char *print_delete(cJSON *o) {
     char *out = o ? cJSON_PrintUnformatted(o) : NULL;
     cJSON_Delete(o);
     return out;
-}
-
-/* Same rule as the generation endpoints: a field nobody reads is a 400. */
-static bool only_fields(const cJSON *b, const char *const *names, int n, const char *ep,
-                        api_error *err) {
-    for (const cJSON *v = b->child; v; v = v->next) {
-        int i = 0;
-        while (i < n && strcmp(v->string, names[i]) != 0) i++;
-        if (i == n && !cJSON_IsNull(v))
-            return api_fail(err, 400, v->string, "unsupported field '%.60s' for %s", v->string, ep);
-    }
-    return true;
-}
-
-static bool check_model(srv *s, const cJSON *b, api_error *err) {
-    const cJSON *m = req_field(b, "model");
-    if (!m) return true;
-    if (!cJSON_IsString(m)) return api_fail(err, 400, "model", "'model' must be a string");
-    if (srv_model_known(s, m->valuestring)) return true; /* an adapter: the same vocabulary */
-    api_fail(err, 404, "model", "The model `%.200s` does not exist.", m->valuestring);
-    err->code = "model_not_found";
-    return false;
-}
-
-/* The same strict parse as generation requests (json_parse_body: UTF-8, no
- * NUL, nothing after the value), then an object. */
-static bool parse_body(const char *p, size_t n, cJSON **out, api_error *err) {
-    *out = json_parse_body(p, n, err);
-    if (!*out) return false;
-    if (!cJSON_IsObject(*out)) {
-        cJSON_Delete(*out);
-        return api_fail(err, 400, NULL, "the request body must be a JSON object");
-    }
-    return true;
 }
 
 /* ------------------------------------------------------------- models -- */
@@ -143,13 +110,13 @@ char *srv_tokenize(srv *s, const char *body, size_t len, api_error *err) {
     static const char *const NAMES[] = {"content", "add_special", "with_pieces", "parse_special",
                                         "model"};
     cJSON *b;
-    if (!parse_body(body, len, &b, err)) return NULL;
+    if (!srv_parse_object(body, len, &b, err)) return NULL;
     bool add_special = false, with_pieces = false, parse_special = true;
     const cJSON *c = req_field(b, "content");
     char *out = NULL;
     int32_t *ids = NULL;
     int64_t n = 0;
-    if (!only_fields(b, NAMES, 5, "/tokenize", err) || !check_model(s, b, err) ||
+    if (!srv_only_fields(b, NAMES, 5, "/tokenize", err) || !srv_check_model(s, b, err) ||
         !req_bool(b, "add_special", &add_special, err) ||
         !req_bool(b, "with_pieces", &with_pieces, err) ||
         !req_bool(b, "parse_special", &parse_special, err))
@@ -184,11 +151,11 @@ done:
 char *srv_detokenize(srv *s, const char *body, size_t len, api_error *err) {
     static const char *const NAMES[] = {"tokens", "model"};
     cJSON *b;
-    if (!parse_body(body, len, &b, err)) return NULL;
+    if (!srv_parse_object(body, len, &b, err)) return NULL;
     char *out = NULL;
     kvl_buf text = {0};
     const cJSON *t = req_field(b, "tokens");
-    if (!only_fields(b, NAMES, 2, "/detokenize", err) || !check_model(s, b, err)) goto done;
+    if (!srv_only_fields(b, NAMES, 2, "/detokenize", err) || !srv_check_model(s, b, err)) goto done;
     if (!cJSON_IsArray(t)) {
         api_fail(err, 400, "tokens", "'tokens' must be an array of token ids");
         goto done;
@@ -400,11 +367,12 @@ static char *embed_response(srv *s, const srv_embed *em, bool b64) {
 char *srv_embeddings(srv *s, const char *body, size_t len, api_error *err) {
     static const char *const NAMES[] = {"input", "model", "encoding_format", "dimensions", "user"};
     cJSON *b;
-    if (!parse_body(body, len, &b, err)) return NULL;
+    if (!srv_parse_object(body, len, &b, err)) return NULL;
     srv_embed em = {.task.run = run_embedding};
     char *out = NULL;
     bool b64 = false;
-    if (!only_fields(b, NAMES, 5, "/v1/embeddings", err) || !check_model(s, b, err)) goto done;
+    if (!srv_only_fields(b, NAMES, 5, "/v1/embeddings", err) || !srv_check_model(s, b, err))
+        goto done;
     const cJSON *model = req_field(b, "model"); /* an adapter's name: embeddings through it */
     if (!srv_lora_scales(s, b, model ? model->valuestring : NULL, em.lora, &em.n_lora, err))
         goto done;
@@ -444,6 +412,50 @@ char *srv_embeddings(srv *s, const char *body, size_t len, api_error *err) {
     if (!(out = embed_response(s, &em, b64))) api_fail(err, 500, NULL, "out of memory");
 done:
     free_inputs(&em);
+    cJSON_Delete(b);
+    return out;
+}
+
+/* ------------------------------------------------------------- rerank -- */
+
+/* Engine thread: each prompt's scores; the first (Qwen3-Reranker's "yes") is
+ * the document's, as llama-server reports it. */
+static bool run_rerank(srv *s, srv_engine_task *t, api_error *err) {
+    rerank_req *rj = (rerank_req *)t;
+    const int64_t n_cls = model_hp(engine_model(s->e))->n_cls_out;
+    float *cls = malloc((size_t)(n_cls > 0 ? n_cls : 1) * sizeof *cls);
+    if (!cls) return api_fail(err, 500, NULL, "out of memory");
+    for (int i = 0; i < rj->n_docs; i++) {
+        kvl_error kerr = {{0}};
+        /* the prompts were checked, so what is left is a full pool: retry later */
+        if (!engine_rank(s->e, rj->ids[i], rj->n_ids[i], rj->n_lora ? rj->lora : NULL, cls,
+                         &kerr)) {
+            free(cls);
+            return api_fail(err, 503, NULL, "documents[%d]: %s", i, kerr.msg);
+        }
+        rj->score[i] = cls[0];
+    }
+    free(cls);
+    return true;
+}
+
+char *srv_rerank(srv *s, const char *body, size_t len, api_error *err) {
+    cJSON *b;
+    if (!srv_parse_object(body, len, &b, err)) return NULL;
+    rerank_req rj;
+    char *out = NULL;
+    if (model_hp(engine_model(s->e))->n_cls_out == 0) {
+        api_fail(err, 501, NULL,
+                 "this model cannot rerank: it has no classifier head (tensor "
+                 "'cls.output.weight', as Qwen3-Reranker GGUF files carry)");
+        err->type = "not_supported_error";
+        rj = (rerank_req){0};
+    } else if (rerank_parse(s, b, &rj, err)) {
+        rj.task.run = run_rerank;
+        if (srv_engine_call(s, &rj.task, err) && !(out = rerank_answer(s, b, &rj)))
+            api_fail(err, 500, NULL, "out of memory");
+    }
+    rerank_req_free(&rj);
     cJSON_Delete(b);
     return out;
 }

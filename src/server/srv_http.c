@@ -33,6 +33,7 @@ typedef enum route {
     R_MESSAGES,
     R_MESSAGES_COUNT,
     R_EMBEDDINGS,
+    R_RERANK,
     R_TOKENIZE,
     R_DETOKENIZE,
     R_PROPS,
@@ -71,6 +72,11 @@ static const struct {
     {"/v1/messages", "POST", R_MESSAGES, AUTH_KEY, false},
     {"/v1/messages/count_tokens", "POST", R_MESSAGES_COUNT, AUTH_KEY, false},
     {"/v1/embeddings", "POST", R_EMBEDDINGS, AUTH_KEY, false},
+    {"/rerank", "POST", R_RERANK, AUTH_KEY, false}, /* llama-server's four, vLLM's v2 */
+    {"/reranking", "POST", R_RERANK, AUTH_KEY, false},
+    {"/v1/rerank", "POST", R_RERANK, AUTH_KEY, false},
+    {"/v1/reranking", "POST", R_RERANK, AUTH_KEY, false},
+    {"/v2/rerank", "POST", R_RERANK, AUTH_KEY, false},
     {"/v1/kv/save", "POST", R_KV_SAVE, AUTH_KEY, false},
     {"/v1/kv/unpin", "POST", R_KV_UNPIN, AUTH_KEY, false},
     {"/tokenize", "POST", R_TOKENIZE, AUTH_KEY, false},
@@ -470,6 +476,7 @@ static enum MHD_Result dispatch(srv *s, struct MHD_Connection *c, const char *ur
     case R_TOKENIZE: return send_result(c, srv_tokenize(s, body, cc->body.len, &err), &err);
     case R_DETOKENIZE: return send_result(c, srv_detokenize(s, body, cc->body.len, &err), &err);
     case R_EMBEDDINGS: return send_result(c, srv_embeddings(s, body, cc->body.len, &err), &err);
+    case R_RERANK: return send_result(c, srv_rerank(s, body, cc->body.len, &err), &err);
     case R_PROPS: return send_json(c, MHD_HTTP_OK, srv_props(s));
     case R_APPLY_TEMPLATE:
         return send_result(c, srv_apply_template(s, body, cc->body.len, &err), &err);

@@ -330,6 +330,27 @@ typedef struct srv_engine_task {
  * filled when it failed, or when the server is shutting down (it did not run). */
 bool srv_engine_call(srv *s, srv_engine_task *t, api_error *err);
 
+/* One rerank request (srv_rerank.c): rerank_parse reads the body b (which
+ * must outlive it: docs points into it) into one prompt a document, the
+ * engine task scores them, rerank_answer writes the answer (malloc'd JSON,
+ * NULL when out of memory); rerank_req_free frees what parse made, also
+ * after a refusal. */
+typedef struct rerank_req {
+    srv_engine_task task;
+    int n_docs;
+    int32_t **ids; /* [n_docs]: each document's prompt */
+    int64_t *n_ids;
+    float *score;               /* [n_docs] */
+    float lora[MODEL_MAX_LORA]; /* the adapters' scales (srv_lora_scales) */
+    int n_lora;
+    const cJSON *docs;   /* the body's documents (or texts) */
+    bool tei, with_text; /* TEI's answer; the texts in it */
+    int64_t top_n;       /* results kept */
+} rerank_req;
+bool rerank_parse(srv *s, const cJSON *b, rerank_req *rj, api_error *err);
+char *rerank_answer(srv *s, const cJSON *b, const rerank_req *rj);
+void rerank_req_free(rerank_req *rj);
+
 /* One /v1/embeddings request (srv_endpoints.c). */
 typedef struct srv_embed {
     srv_engine_task task;
@@ -656,6 +677,13 @@ void llama_stream_end(srv *s, const api_req *r, stream_state *st, kvl_buf *out);
 void llama_req_free(llama_req *q);
 
 /* srv_endpoints.c. Each returns a malloc'd JSON body, or NULL with err set. */
+/* Request helpers of theirs and /rerank's (srv_util.c): a field outside names (n of them) is a 400 naming
+ * it (ep: the endpoint, for the message); "model" must be the served model or
+ * an adapter's name (404 otherwise); the body must be one JSON object. */
+bool srv_only_fields(const cJSON *b, const char *const *names, int n, const char *ep,
+                     api_error *err);
+bool srv_check_model(srv *s, const cJSON *b, api_error *err);
+bool srv_parse_object(const char *p, size_t n, cJSON **out, api_error *err);
 char *openai_models(srv *s);                                              /* GET /v1/models */
 char *openai_model_get(srv *s, const char *id, api_error *err);           /* GET /v1/models/{id} */
 char *srv_tokenize(srv *s, const char *body, size_t len, api_error *err); /* POST /tokenize */
@@ -667,6 +695,8 @@ char *srv_kv_save(srv *s, const char *body, size_t len, const srv_key *key, api_
 /* POST /v1/kv/unpin: the same body -> that saved prefix's pin dropped (srv_kv.c) */
 char *srv_kv_unpin(srv *s, const char *body, size_t len, const srv_key *key, api_error *err);
 char *srv_props(srv *s); /* GET /props */
+/* POST /rerank, /v1/rerank, ...: a query and documents -> their scores (srv_rerank.c) */
+char *srv_rerank(srv *s, const char *body, size_t len, api_error *err);
 /* POST /apply-template: a chat request's body -> {"prompt": the text its template renders} */
 char *srv_apply_template(srv *s, const char *body, size_t len, api_error *err);
 

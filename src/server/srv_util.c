@@ -277,3 +277,37 @@ void srv_ids_text(srv *s, const int32_t *ids, int64_t n, kvl_buf *out) {
         free(big);
     }
 }
+
+/* Same rule as the generation endpoints: a field nobody reads is a 400. */
+bool srv_only_fields(const cJSON *b, const char *const *names, int n, const char *ep,
+                     api_error *err) {
+    for (const cJSON *v = b->child; v; v = v->next) {
+        int i = 0;
+        while (i < n && strcmp(v->string, names[i]) != 0) i++;
+        if (i == n && !cJSON_IsNull(v))
+            return api_fail(err, 400, v->string, "unsupported field '%.60s' for %s", v->string, ep);
+    }
+    return true;
+}
+
+bool srv_check_model(srv *s, const cJSON *b, api_error *err) {
+    const cJSON *m = req_field(b, "model");
+    if (!m) return true;
+    if (!cJSON_IsString(m)) return api_fail(err, 400, "model", "'model' must be a string");
+    if (srv_model_known(s, m->valuestring)) return true; /* an adapter: the same vocabulary */
+    api_fail(err, 404, "model", "The model `%.200s` does not exist.", m->valuestring);
+    err->code = "model_not_found";
+    return false;
+}
+
+/* The same strict parse as generation requests (json_parse_body: UTF-8, no
+ * NUL, nothing after the value), then an object. */
+bool srv_parse_object(const char *p, size_t n, cJSON **out, api_error *err) {
+    *out = json_parse_body(p, n, err);
+    if (!*out) return false;
+    if (!cJSON_IsObject(*out)) {
+        cJSON_Delete(*out);
+        return api_fail(err, 400, NULL, "the request body must be a JSON object");
+    }
+    return true;
+}

@@ -7,7 +7,5 @@
 
 /* Id of the vocabulary string text[0..len) exactly as stored (e.g. "<|im_start|>"), or -1. */
 int32_t tok_token_id(const tok_vocab *v, const char *text, size_t len);
-/* tokenizer.ggml.add_eos_token (tok_encode never appends EOS; callers do). */
-bool tok_add_eos(const tok_vocab *v);
 
 #endif

@@ -68,7 +68,7 @@ struct tok_vocab {
     char *pieces;
 
     tok_specials sp;
-    bool add_bos, add_eos, add_space_prefix, ignore_merges;
+    bool add_bos, add_eos, add_sep, add_space_prefix, ignore_merges;
     bool pre_no_bos; /* the pre-tokenizer clears the default BOS id */
     /* gemma4 (tok_pre_info): raw UTF-8 words with U+2581 for spaces and <0xNN>
      * byte fallback; whole newline runs; BOS always added. */

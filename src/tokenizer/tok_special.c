@@ -73,6 +73,7 @@ static bool read_flags(tok_vocab *v, const gguf_file *f, kvl_error *err) {
     bool b;
     if (gguf_get_bool(f, "tokenizer.ggml.add_bos_token", &b)) v->add_bos = b;
     if (gguf_get_bool(f, "tokenizer.ggml.add_eos_token", &b)) v->add_eos = b;
+    if (gguf_get_bool(f, "tokenizer.ggml.add_sep_token", &b)) v->add_sep = b;
     if (gguf_get_bool(f, "tokenizer.ggml.add_space_prefix", &b)) v->add_space_prefix = b;
     if (v->force_bos && !v->add_bos) {
         /* llama.cpp overrides a false here: Gemma 4 prompts start with BOS. */
@@ -87,6 +88,11 @@ static bool read_flags(tok_vocab *v, const gguf_file *f, kvl_error *err) {
                         gguf_path(f));
     if (v->add_eos && v->sp.eos < 0)
         return kvl_fail(err, "%s: tokenizer: add_eos_token is true but there is no EOS id",
+                        gguf_path(f));
+    if (v->add_sep && v->sp.sep < 0)
+        return kvl_fail(err,
+                        "%s: tokenizer: add_sep_token is true but there is no separator id "
+                        "(tokenizer.ggml.seperator_token_id)",
                         gguf_path(f));
     return true;
 }

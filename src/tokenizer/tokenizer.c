@@ -20,6 +20,8 @@ tok_fim tok_fim_ids(const tok_vocab *v) {
 }
 bool tok_add_bos(const tok_vocab *v) { return v->add_bos; }
 bool tok_add_eos(const tok_vocab *v) { return v->add_eos; }
+bool tok_add_sep(const tok_vocab *v) { return v->add_sep; }
+int32_t tok_sep(const tok_vocab *v) { return v->sp.sep; }
 const char *tok_model_name(const tok_vocab *v) { return v->model; }
 const char *tok_pre_name(const tok_vocab *v) { return v->pre; }
 

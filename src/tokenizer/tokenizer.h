@@ -38,6 +38,13 @@ typedef struct tok_fim {
 tok_fim tok_fim_ids(const tok_vocab *v);
 /* tokenizer.ggml.add_bos_token, or the family default; always true for gemma4 */
 bool tok_add_bos(const tok_vocab *v);
+/* tokenizer.ggml.add_eos_token (tok_encode never appends EOS; callers do). */
+bool tok_add_eos(const tok_vocab *v);
+/* tokenizer.ggml.add_sep_token (false when absent: no decoder family adds it)
+ * and the separator id (tokenizer.ggml.seperator_token_id, llama.cpp's
+ * spelling), -1 if none: llama-server's rerank prompts without a template. */
+bool tok_add_sep(const tok_vocab *v);
+int32_t tok_sep(const tok_vocab *v);
 /* End of generation: EOS, EOT, <|im_end|>, <|eot_id|>, ... (token types and known names). */
 bool tok_is_eog(const tok_vocab *v, int32_t id);
 bool tok_is_control(const tok_vocab *v, int32_t id);

@@ -6,7 +6,9 @@
  * Input: byte 0 picks the server (bit 0) and the endpoint (bit 1: chat, else
  * completions; bits 2-3: 1 /v1/responses, 2 /v1/messages, 3
  * /v1/messages/count_tokens instead; with bits 2-3 clear, bit 4: llama-server's
- * /completion, and with bit 5 too its /infill); the rest is the body.
+ * /completion, and with bit 5 too its /infill; bit 5 alone: /rerank, whose
+ * prompts come from the Qwen server's rerank template, or from the stories
+ * server's vocabulary without one); the rest is the body.
  *
  * Checked beyond "no crash, no leak, no sanitizer report": a refusal has a
  * 4xx/5xx status and a message; an accepted job has a non-empty prompt of ids
@@ -15,7 +17,8 @@
  * /v1/messages job is also answered, from made-up output (the body's last
  * bytes, split in two tokens' text: any bytes a model may write), and the
  * answer must be a JSON response object / message; a count is a JSON object
- * with input_tokens. */
+ * with input_tokens. An accepted rerank has one prompt a document, each of
+ * 1..n_ctx ids in the vocabulary, and is answered from made-up scores. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -90,6 +93,13 @@ static void load(void) {
     char *src = slurp(path), err[256];
     S[1].jinja = src ? jinja_template_create(src, strlen(src), err, sizeof err) : NULL;
     free(src);
+    /* Qwen3-Reranker's rerank template, as llama.cpp's converter writes it */
+    S[1].cfg.rerank_template =
+        "<|im_start|>system\nJudge whether the Document meets the requirements based on the Query "
+        "and the Instruct provided. Note that the answer can only be \"yes\" or "
+        "\"no\".<|im_end|>\n<|im_start|>user\n<Instruct>: Given a web search query, retrieve "
+        "relevant passages that answer the query\n<Query>: {query}\n<Document>: "
+        "{document}<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n";
     if (!S[1].jinja) {
         fprintf(stderr, "fuzz_request: %s does not load\n", path);
         abort();
@@ -153,6 +163,35 @@ static void answer_llama(srv *s, const api_req *r, const char *p, size_t len) {
     free(ev);
 }
 
+/* /rerank: parsed as srv_rerank parses it, answered from scores made of the body's bytes. */
+static void rerank(srv *s, const char *p, size_t len) {
+    api_error err = {0};
+    rerank_req rj;
+    cJSON *body = json_parse_body(p, len, &err);
+    if (!body) return;
+    if (!cJSON_IsObject(body) || !rerank_parse(s, body, &rj, &err)) {
+        if (cJSON_IsObject(body) && (err.status < 400 || err.status > 599 || !err.msg[0])) abort();
+        if (cJSON_IsObject(body)) rerank_req_free(&rj);
+        cJSON_Delete(body);
+        return;
+    }
+    if (rj.n_docs < 1 || rj.n_docs != cJSON_GetArraySize(rj.docs) || rj.top_n < 0) abort();
+    for (int i = 0; i < rj.n_docs; i++) {
+        if (rj.n_ids[i] < 1 || rj.n_ids[i] > s->n_ctx) abort();
+        for (int64_t k = 0; k < rj.n_ids[i]; k++)
+            if (rj.ids[i][k] < 0 || rj.ids[i][k] >= tok_n_vocab(s->vocab)) abort();
+        rj.score[i] = (float)(unsigned char)p[(size_t)i % len] / 255.0f;
+    }
+    char *js = rerank_answer(s, body, &rj);
+    cJSON *o = js ? cJSON_Parse(js) : NULL;
+    const cJSON *res = cJSON_IsArray(o) ? o : cJSON_GetObjectItem(o, "results");
+    if (!js || !cJSON_IsArray(res) || cJSON_GetArraySize(res) > rj.n_docs) abort();
+    cJSON_Delete(o);
+    free(js);
+    rerank_req_free(&rj);
+    cJSON_Delete(body);
+}
+
 int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size) {
     if (size < 1) return 0;
     srv *s = &S[data[0] & 1];
@@ -165,6 +204,10 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size) {
     api_req r;
     api_error err = {0};
     bool ok = false;
+    if (api == 0 && !llama && (data[0] & 32)) {
+        rerank(s, p, len);
+        return 0;
+    }
     if (api == 3) { /* count_tokens parses the body itself */
         char *js = anthropic_count_tokens(s, p, len, &err);
         cJSON *o = js ? cJSON_Parse(js) : NULL;

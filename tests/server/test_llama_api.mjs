@@ -25,7 +25,7 @@ const server = await startServer(bin, ['-m', 'tests/data/golden/models/qwen3-f32
 // /infill needs fill-in-the-middle tokens: the same model with them named in its metadata,
 // as llama-server read it when it answered tests/data/llama_server/infill.json
 const fimModel = path.join(mkdtempSync(path.join(tmpdir(), 'kvllm-fim-')), 'qwen3-fim.gguf');
-execFileSync('python3', [path.join(root, 'tests/server/gguf_add_keys.py'),
+execFileSync('python3', [path.join(root, 'tests/server/gguf_edit.py'),
   path.join(root, 'tests/data/golden/models/qwen3-f32.gguf'), fimModel,
   ...Object.entries(infill.keys).map(([k, v]) => `${k}=${v}`)]);
 const fim = await startServer(bin, ['-m', fimModel, '-c', '2600', '--kv-type', 'f32'], { cwd: root, name: 'fim' });
