@@ -58,8 +58,13 @@ static const struct {
     bool prefix; /* path is a prefix; the rest of the URL is the argument */
 } ROUTES[] = {
     {"/health", "GET", R_HEALTH, AUTH_NONE, false},
+    {"/v1/health", "GET", R_HEALTH, AUTH_NONE, false},
     {"/metrics", "GET", R_METRICS, AUTH_OPS, false},
     {"/v1/models", "GET", R_MODELS, AUTH_KEY, false},
+    /* llama-server's paths without /v1: clients whose base URL is the bare host */
+    {"/models", "GET", R_MODELS, AUTH_KEY, false},
+    {"/chat/completions", "POST", R_CHAT, AUTH_KEY, false},
+    {"/responses", "POST", R_RESPONSES, AUTH_KEY, false},
     {"/v1/models/", "GET", R_MODEL, AUTH_KEY, true},
     {"/v1/completions", "POST", R_COMPLETIONS, AUTH_KEY, false},
     {"/completion", "POST", R_LLAMA_COMPLETION, AUTH_KEY, false}, /* llama-server's own */

@@ -56,6 +56,17 @@ const tests = [
     assertEq([e.status, e.code, e.param], [404, 'model_not_found', 'model'], 'unknown model');
   }],
 
+  ['llama-server\'s paths without /v1: a client whose base URL is the bare host', async () => {
+    const bare = new OpenAI({ baseURL: server.url, apiKey: 'none', maxRetries: 0, timeout: 60000 });
+    assertEq((await bare.models.list()).data[0].id, model, '/models');
+    const req = { model, messages: [{ role: 'user', content: 'Hi' }], max_tokens: 4, temperature: 0 };
+    const a = await bare.chat.completions.create(req), b = await client.chat.completions.create(req);
+    assertEq(a.choices[0].message.content, b.choices[0].message.content, '/chat/completions = /v1/chat/completions');
+    const r = await bare.responses.create({ model, input: 'Hi', max_output_tokens: 4, temperature: 0 });
+    assertEq(r.object, 'response', '/responses');
+    assertEq((await fetch(`${server.url}/v1/health`)).status, 200, '/v1/health');
+  }],
+
   ['unknown request fields: 400 naming them', async () => {
     const base = { model, messages: [{ role: 'user', content: 'Hi' }], max_tokens: 2 };
     const e = await sdkError(() => client.chat.completions.create({ ...base, frobnicate: 1 }));
