@@ -729,10 +729,33 @@ static void embed_rows(void *user, int64_t pos, int64_t n, const float *logits,
         for (int64_t k = 0; k < c->n_embd; k++) c->acc[k] += hidden[r * c->n_embd + k];
 }
 
-bool engine_embed(engine *e, const int32_t *ids, int64_t n, engine_pooling pooling,
+/* llama.cpp's common_embd_normalize, its float and double steps: the scale
+ * is -1 none, 0 the largest magnitude to 32760 (int16's range), 2 the
+ * Euclidean norm (squares in float, summed in double), p the p-norm. */
+static void embd_normalize(const float *in, float *out, int64_t n, int p) {
+    double sum = 0.0;
+    if (p == -1) sum = 1.0;
+    else if (p == 0) {
+        for (int64_t i = 0; i < n; i++)
+            if (sum < fabsf(in[i])) sum = fabsf(in[i]);
+        sum /= 32760.0;
+    } else if (p == 2) {
+        for (int64_t i = 0; i < n; i++) sum += in[i] * in[i];
+        sum = sqrt(sum);
+    } else {
+        for (int64_t i = 0; i < n; i++) sum += pow(fabsf(in[i]), p);
+        sum = pow(sum, 1.0 / p);
+    }
+    const float scale = sum > 0.0 ? (float)(1.0 / sum) : 0.0f;
+    for (int64_t i = 0; i < n; i++) out[i] = in[i] * scale;
+}
+
+bool engine_embed(engine *e, const int32_t *ids, int64_t n, engine_pooling pooling, int normalize,
                   const float *lora, float *out, kvl_error *err) {
     const model_hparams *hp = model_hp(e->m);
     const int64_t E = hp->n_embd;
+    if (normalize < -1)
+        return kvl_fail(err, "embedding: normalisation %d is not -1, 0 or p > 0", normalize);
     if (!check_alone_ids(e, "embedding", ids, n, err)) return false;
     float *rows = kvl_alloc(MODEL_SPAN_CHUNK * E * sizeof(float));
     double *acc = calloc((size_t)E, sizeof *acc);
@@ -749,11 +772,10 @@ bool engine_embed(engine *e, const int32_t *ids, int64_t n, engine_pooling pooli
                        .lora = lora};
     ok = ok && forward_alone(e, &span, "embedding", err);
     if (ok) {
-        double div = pooling == ENGINE_POOL_MEAN ? (double)n : 1.0, norm = 0;
-        for (int64_t k = 0; k < E; k++) norm += (acc[k] / div) * (acc[k] / div);
-        norm = sqrt(norm);
-        /* L2-normalised, as llama-server and vLLM return them */
-        for (int64_t k = 0; k < E; k++) out[k] = (float)(norm > 0 ? acc[k] / div / norm : 0.0);
+        /* the pooled row (one row's values exactly; a mean summed in double) */
+        const double div = pooling == ENGINE_POOL_MEAN ? (double)n : 1.0;
+        for (int64_t k = 0; k < E; k++) rows[k] = (float)(acc[k] / div);
+        embd_normalize(rows, out, E, normalize);
     }
     kvl_free(rows);
     free(acc);

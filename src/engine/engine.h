@@ -366,13 +366,15 @@ bool engine_prompt_logprobs(engine *e, const int32_t *ids, int64_t n, const floa
                             float *lp, int32_t *top_ids, float *top_lps, kvl_error *err);
 
 /* Embeddings: the model's final hidden state (after the output norm) pooled
- * over ids and L2-normalised into out (n_embd floats). Runs one sequence of
+ * over ids and normalised into out (n_embd floats) as llama.cpp's
+ * embd_normalize says: 2 L2 (what embedding endpoints return by default), -1
+ * none, 0 the largest magnitude to 32760, p > 0 the p-norm. Runs one sequence of
  * its own through this engine's pools and frees its blocks before returning,
  * so it must be called by the thread that drives engine_step, between steps.
  * False with err set when ids are invalid or the pool has no room right now. */
 typedef enum engine_pooling { ENGINE_POOL_LAST, ENGINE_POOL_MEAN, ENGINE_POOL_CLS } engine_pooling;
 /* lora: the LoRA adapters' scales (model_batch.lora), NULL for the model's defaults. */
-bool engine_embed(engine *e, const int32_t *ids, int64_t n, engine_pooling pooling,
+bool engine_embed(engine *e, const int32_t *ids, int64_t n, engine_pooling pooling, int normalize,
                   const float *lora, float *out, kvl_error *err);
 /* Reranking (llama.cpp's rank pooling): the scores of the model's classifier
  * head on the last token's final hidden state, model_hp()->n_cls_out floats

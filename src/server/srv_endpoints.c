@@ -129,6 +129,15 @@ char *srv_tokenize(srv *s, const char *body, size_t len, api_error *err) {
     if (!(ids = srv_encode(s, c->valuestring, strlen(c->valuestring), bos,
                            (tok_mode){.parse_special = parse_special}, &n, "content", err)))
         goto done;
+    if (add_special && tok_add_eos(s->vocab) && tok_eos(s->vocab) >= 0) { /* llama's add_special */
+        int32_t *grown = realloc(ids, (size_t)(n + 1) * sizeof *ids);
+        if (!grown) {
+            api_fail(err, 500, NULL, "out of memory");
+            goto done;
+        }
+        ids = grown;
+        ids[n++] = tok_eos(s->vocab);
+    }
     cJSON *o = cJSON_CreateObject();
     cJSON *arr = cJSON_AddArrayToObject(o, "tokens");
     for (int64_t i = 0; i < n; i++) {
@@ -227,8 +236,8 @@ static bool run_embedding(srv *s, srv_engine_task *t, api_error *err) {
     for (int i = 0; i < em->n_inputs; i++) {
         kvl_error kerr = {{0}};
         if (!engine_embed(
-                s->e, em->ids[i], em->n_ids[i], s->cfg.pooling, em->n_lora ? em->lora : NULL,
-                em->out + (size_t)i * (size_t)s->n_embd,
+                s->e, em->ids[i], em->n_ids[i], s->cfg.pooling, em->normalize,
+                em->n_lora ? em->lora : NULL, em->out + (size_t)i * (size_t)s->n_embd,
                 &kerr)) /* the inputs were checked, so what is left is a full pool: retry later */
             return api_fail(err, 503, NULL, "input[%d]: %s", i, kerr.msg);
     }
@@ -244,7 +253,7 @@ static void free_inputs(srv_embed *em) {
 
 static bool add_ids(srv *s, srv_embed *em, const cJSON *arr, int idx, api_error *err) {
     int n = cJSON_GetArraySize(arr);
-    if (n == 0) return api_fail(err, 400, "input", "input[%d] is empty", idx);
+    if (n == 0) return api_fail(err, 400, em->field, "%s[%d] is empty", em->field, idx);
     int32_t *ids = malloc((size_t)n * sizeof *ids);
     if (!ids) return api_fail(err, 500, NULL, "out of memory");
     int32_t n_vocab = tok_n_vocab(s->vocab);
@@ -253,8 +262,8 @@ static bool add_ids(srv *s, srv_embed *em, const cJSON *arr, int idx, api_error 
         if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < 0 ||
             v->valuedouble >= n_vocab) {
             free(ids);
-            return api_fail(err, 400, "input", "input[%d][%d] is not a token id (0..%d)", idx, i,
-                            n_vocab - 1);
+            return api_fail(err, 400, em->field, "%s[%d][%d] is not a token id (0..%d)", em->field,
+                            idx, i, n_vocab - 1);
         }
         ids[i] = (int32_t)v->valuedouble;
     }
@@ -263,18 +272,33 @@ static bool add_ids(srv *s, srv_embed *em, const cJSON *arr, int idx, api_error 
     return true;
 }
 
+/* A text as llama-server tokenizes embedding inputs: special tokens parsed,
+ * BOS and EOS added as the vocabulary says (embedding models such as
+ * Qwen3-Embedding add EOS, and last-token pooling reads that token). */
 static bool add_text(srv *s, srv_embed *em, const char *text, int idx, api_error *err) {
     size_t len = strlen(text);
-    if (len == 0) return api_fail(err, 400, "input", "input[%d] is an empty string", idx);
     if (len > (size_t)s->n_ctx * 256)
-        return api_fail(err, 400, "input", "input[%d] is too long for the context of %lld tokens",
-                        idx, (long long)s->n_ctx);
+        return api_fail(err, 400, em->field, "%s[%d] is too long for the context of %lld tokens",
+                        em->field, idx, (long long)s->n_ctx);
     bool bos = tok_add_bos(s->vocab) && tok_bos(s->vocab) >= 0;
+    const bool eos = tok_add_eos(s->vocab) && tok_eos(s->vocab) >= 0;
     int64_t n = 0;
-    /* special tokens in the text are parsed, as llama-server and vLLM's tokenizers do */
     int32_t *ids =
-        srv_encode(s, text, len, bos, (tok_mode){.parse_special = true}, &n, "input", err);
+        srv_encode(s, text, len, bos, (tok_mode){.parse_special = true}, &n, em->field, err);
     if (!ids) return false;
+    if (eos) {
+        int32_t *grown = realloc(ids, (size_t)(n + 1) * sizeof *ids);
+        if (!grown) {
+            free(ids);
+            return api_fail(err, 500, NULL, "out of memory");
+        }
+        ids = grown;
+        ids[n++] = tok_eos(s->vocab);
+    }
+    if (n == 0) {
+        free(ids);
+        return api_fail(err, 400, em->field, "%s[%d]: the input is empty", em->field, idx);
+    }
     em->ids[em->n_inputs] = ids;
     em->n_ids[em->n_inputs++] = n;
     return true;
@@ -285,14 +309,14 @@ static bool parse_inputs(srv *s, const cJSON *in, srv_embed *em, api_error *err)
     int n = 1;
     if (cJSON_IsArray(in)) {
         n = cJSON_GetArraySize(in);
-        if (n == 0) return api_fail(err, 400, "input", "'input' must not be empty");
+        if (n == 0) return api_fail(err, 400, em->field, "'%s' must not be empty", em->field);
         if (cJSON_IsNumber(in->child)) n = 1;
     } else if (!cJSON_IsString(in)) {
-        return api_fail(err, 400, "input",
-                        "'input' must be a string, an array of strings, or token ids");
+        return api_fail(err, 400, em->field,
+                        "'%s' must be a string, an array of strings, or token ids", em->field);
     }
     if (n > MAX_EMBED_INPUTS)
-        return api_fail(err, 400, "input", "at most %d inputs per request", MAX_EMBED_INPUTS);
+        return api_fail(err, 400, em->field, "at most %d inputs per request", MAX_EMBED_INPUTS);
     em->ids = calloc((size_t)n, sizeof *em->ids);
     em->n_ids = calloc((size_t)n, sizeof *em->n_ids);
     if (!em->ids || !em->n_ids) return api_fail(err, 500, NULL, "out of memory");
@@ -303,7 +327,8 @@ static bool parse_inputs(srv *s, const cJSON *in, srv_embed *em, api_error *err)
         bool ok = cJSON_IsString(v) ? add_text(s, em, v->valuestring, i, err)
                   : cJSON_IsArray(v)
                       ? add_ids(s, em, v, i, err)
-                      : api_fail(err, 400, "input", "input[%d] must be a string or token ids", i);
+                      : api_fail(err, 400, em->field, "%s[%d] must be a string or token ids",
+                                 em->field, i);
         if (!ok) return false;
     }
     return true;
@@ -364,26 +389,59 @@ static char *embed_response(srv *s, const srv_embed *em, bool b64) {
     return print_delete(o);
 }
 
-char *srv_embeddings(srv *s, const char *body, size_t len, api_error *err) {
-    static const char *const NAMES[] = {"input", "model", "encoding_format", "dimensions", "user"};
+/* llama-server's own shape (/embedding, /embeddings, or "content" instead of
+ * "input"): [{index, embedding: [[values]]}], one row a pooled input. */
+static char *embed_response_llama(srv *s, const srv_embed *em) {
+    cJSON *o = cJSON_CreateArray();
+    for (int i = 0; i < em->n_inputs; i++) {
+        cJSON *d = cJSON_CreateObject(), *rows = cJSON_AddArrayToObject(d, "embedding");
+        cJSON_AddNumberToObject(d, "index", i);
+        cJSON_AddItemToArray(
+            rows, cJSON_CreateFloatArray(em->out + (size_t)i * (size_t)s->n_embd, (int)s->n_embd));
+        cJSON_AddItemToArray(o, d);
+    }
+    return print_delete(o);
+}
+
+char *srv_embeddings(srv *s, const char *body, size_t len, bool llama, api_error *err) {
+    static const char *const NAMES[] = {"input",      "content", "model",         "encoding_format",
+                                        "dimensions", "user",    "embd_normalize"};
     cJSON *b;
     if (!srv_parse_object(body, len, &b, err)) return NULL;
-    srv_embed em = {.task.run = run_embedding};
+    srv_embed em = {.task.run = run_embedding, .field = "input", .normalize = 2};
     char *out = NULL;
     bool b64 = false;
-    if (!srv_only_fields(b, NAMES, 5, "/v1/embeddings", err) || !srv_check_model(s, b, err))
+    int64_t norm = 2;
+    const char *ep = llama ? "/embedding" : "/v1/embeddings";
+    if (!srv_only_fields(b, NAMES, 7, ep, err) || !srv_check_model(s, b, err) ||
+        !req_int(b, "embd_normalize", -1, 64, &norm, err))
         goto done;
+    em.normalize = (int)norm;
     const cJSON *model = req_field(b, "model"); /* an adapter's name: embeddings through it */
     if (!srv_lora_scales(s, b, model ? model->valuestring : NULL, em.lora, &em.n_lora, err))
         goto done;
     const cJSON *fmt = req_field(b, "encoding_format"), *dim = req_field(b, "dimensions"),
-                *in = req_field(b, "input");
+                *in = req_field(b, "input"), *content = req_field(b, "content");
+    if (in && content) {
+        api_fail(err, 400, "content", "send 'input' or 'content', not both");
+        goto done;
+    }
+    if (content) { /* llama-server: "content" answers in its own shape */
+        in = content;
+        em.field = "content";
+        llama = true;
+    }
     if (fmt && (!cJSON_IsString(fmt) ||
                 (strcmp(fmt->valuestring, "float") && strcmp(fmt->valuestring, "base64")))) {
         api_fail(err, 400, "encoding_format", "'encoding_format' must be \"float\" or \"base64\"");
         goto done;
     }
     b64 = fmt && strcmp(fmt->valuestring, "base64") == 0;
+    if (b64 && llama) {
+        api_fail(err, 400, "encoding_format",
+                 "'encoding_format' base64 is for OpenAI's answer: /v1/embeddings with 'input'");
+        goto done;
+    }
     if (dim && (!cJSON_IsNumber(dim) || dim->valuedouble != (double)s->n_embd)) {
         api_fail(err, 400, "dimensions",
                  "'dimensions' is not supported: this model's embeddings have %lld dimensions "
@@ -393,14 +451,14 @@ char *srv_embeddings(srv *s, const char *body, size_t len, api_error *err) {
         goto done;
     }
     if (!in) {
-        api_fail(err, 400, "input", "'input' is required");
+        api_fail(err, 400, "input", "'input' (or 'content') is required");
         goto done;
     }
     if (!parse_inputs(s, in, &em, err)) goto done;
     for (int i = 0; i < em.n_inputs; i++)
         if (em.n_ids[i] > s->n_ctx) {
-            api_fail(err, 400, "input", "input[%d] has %lld tokens, more than the context of %lld",
-                     i, (long long)em.n_ids[i], (long long)s->n_ctx);
+            api_fail(err, 400, em.field, "%s[%d] has %lld tokens, more than the context of %lld",
+                     em.field, i, (long long)em.n_ids[i], (long long)s->n_ctx);
             goto done;
         }
     em.out = malloc((size_t)em.n_inputs * (size_t)s->n_embd * sizeof(float));
@@ -409,7 +467,8 @@ char *srv_embeddings(srv *s, const char *body, size_t len, api_error *err) {
         goto done;
     }
     if (!srv_engine_call(s, &em.task, err)) goto done;
-    if (!(out = embed_response(s, &em, b64))) api_fail(err, 500, NULL, "out of memory");
+    if (!(out = llama ? embed_response_llama(s, &em) : embed_response(s, &em, b64)))
+        api_fail(err, 500, NULL, "out of memory");
 done:
     free_inputs(&em);
     cJSON_Delete(b);

@@ -33,6 +33,7 @@ typedef enum route {
     R_MESSAGES,
     R_MESSAGES_COUNT,
     R_EMBEDDINGS,
+    R_LLAMA_EMBEDDING,
     R_RERANK,
     R_TOKENIZE,
     R_DETOKENIZE,
@@ -77,6 +78,8 @@ static const struct {
     {"/v1/messages", "POST", R_MESSAGES, AUTH_KEY, false},
     {"/v1/messages/count_tokens", "POST", R_MESSAGES_COUNT, AUTH_KEY, false},
     {"/v1/embeddings", "POST", R_EMBEDDINGS, AUTH_KEY, false},
+    {"/embedding", "POST", R_LLAMA_EMBEDDING, AUTH_KEY, false}, /* llama-server's shape */
+    {"/embeddings", "POST", R_LLAMA_EMBEDDING, AUTH_KEY, false},
     {"/rerank", "POST", R_RERANK, AUTH_KEY, false}, /* llama-server's four, vLLM's v2 */
     {"/reranking", "POST", R_RERANK, AUTH_KEY, false},
     {"/v1/rerank", "POST", R_RERANK, AUTH_KEY, false},
@@ -480,7 +483,12 @@ static enum MHD_Result dispatch(srv *s, struct MHD_Connection *c, const char *ur
                            &err);
     case R_TOKENIZE: return send_result(c, srv_tokenize(s, body, cc->body.len, &err), &err);
     case R_DETOKENIZE: return send_result(c, srv_detokenize(s, body, cc->body.len, &err), &err);
-    case R_EMBEDDINGS: return send_result(c, srv_embeddings(s, body, cc->body.len, &err), &err);
+    case R_EMBEDDINGS:
+    case R_LLAMA_EMBEDDING:
+        return send_result(
+            c,
+            srv_embeddings(s, body, cc->body.len, ROUTES[cc->route].r == R_LLAMA_EMBEDDING, &err),
+            &err);
     case R_RERANK: return send_result(c, srv_rerank(s, body, cc->body.len, &err), &err);
     case R_PROPS: return send_json(c, MHD_HTTP_OK, srv_props(s));
     case R_APPLY_TEMPLATE:

@@ -360,6 +360,8 @@ typedef struct srv_embed {
     float *out;                 /* [n_inputs][n_embd] */
     float lora[MODEL_MAX_LORA]; /* the adapters' scales (srv_lora_scales) */
     int n_lora;
+    const char *field; /* the request's "input", or llama-server's "content" */
+    int normalize;     /* embd_normalize (engine_embed) */
 } srv_embed;
 
 /* ------------------------------------------------------------- server -- */
@@ -688,8 +690,8 @@ char *openai_models(srv *s);                                              /* GET
 char *openai_model_get(srv *s, const char *id, api_error *err);           /* GET /v1/models/{id} */
 char *srv_tokenize(srv *s, const char *body, size_t len, api_error *err); /* POST /tokenize */
 char *srv_detokenize(srv *s, const char *body, size_t len, api_error *err); /* POST /detokenize */
-char *srv_embeddings(srv *s, const char *body, size_t len,
-                     api_error *err); /* POST /v1/embeddings */
+/* POST /v1/embeddings; llama: /embedding and /embeddings, llama-server's shape */
+char *srv_embeddings(srv *s, const char *body, size_t len, bool llama, api_error *err);
 /* POST /v1/kv/save: {prompt} or {messages} -> its full blocks in the disk tier (srv_kv.c) */
 char *srv_kv_save(srv *s, const char *body, size_t len, const srv_key *key, api_error *err);
 /* POST /v1/kv/unpin: the same body -> that saved prefix's pin dropped (srv_kv.c) */

@@ -523,9 +523,9 @@ static void test_embed(void) {
           *again = malloc(E * sizeof(float));
     float *logits = malloc(V * sizeof(float));
     int64_t free0 = kv_pool_n_free(engine_kv(e));
-    bool ok = engine_embed(e, ids, n, ENGINE_POOL_LAST, NULL, last, &err) &&
-              engine_embed(e, ids, n, ENGINE_POOL_MEAN, NULL, mean, &err) &&
-              engine_embed(e, ids, n, ENGINE_POOL_LAST, NULL, again, &err);
+    bool ok = engine_embed(e, ids, n, ENGINE_POOL_LAST, 2, NULL, last, &err) &&
+              engine_embed(e, ids, n, ENGINE_POOL_MEAN, 2, NULL, mean, &err) &&
+              engine_embed(e, ids, n, ENGINE_POOL_LAST, 2, NULL, again, &err);
     last_logits ll = {.want = n - 1, .out = logits, .n_vocab = V};
     ok = ok && engine_eval(m, GGUF_DT_F16, -1, 16, ids, n, keep_last, &ll, &err);
     if (!ok) {
@@ -560,8 +560,8 @@ static void test_embed(void) {
         }
     }
     int32_t bad = (int32_t)V;
-    if (engine_embed(e, &bad, 1, ENGINE_POOL_LAST, NULL, last, &err) ||
-        engine_embed(e, ids, 0, ENGINE_POOL_LAST, NULL, last, &err)) {
+    if (engine_embed(e, &bad, 1, ENGINE_POOL_LAST, 2, NULL, last, &err) ||
+        engine_embed(e, ids, 0, ENGINE_POOL_LAST, 2, NULL, last, &err)) {
         fprintf(stderr, "embed: a bad id or an empty input was accepted\n");
         failures++;
     }

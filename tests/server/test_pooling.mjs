@@ -1,5 +1,9 @@
-// Reranking (POST /rerank, /reranking, /v1/rerank, /v1/reranking, /v2/rerank)
-// checked against llama-server itself: tests/data/llama_server/rerank.json holds
+// Pooled outputs checked against llama-server itself: embeddings
+// (tests/data/llama_server/embeddings.json: /v1/embeddings, llama-server's
+// /embedding and /embeddings shapes, embd_normalize, EOS added as embedding
+// vocabularies ask, last and mean pooling, on the qwen3-f32 golden made an
+// embedding model) and reranking (POST /rerank, /reranking, /v1/rerank,
+// /v1/reranking, /v2/rerank): tests/data/llama_server/rerank.json holds
 // its answers on the qwen3-f32 golden model made a Qwen3-Reranker the way
 // llama.cpp's converter makes one (classifier head = the LM head's "yes" and
 // "no" rows, rank pooling, the converter's rerank template; and a file without
@@ -7,7 +11,7 @@
 // made here (gguf_edit.py) and every recorded request replayed: the same
 // prompt token counts, the same order, scores within 1e-4. Then what kvllm
 // adds or refuses.
-// usage: node test_rerank.mjs BUILD/kvllm REPO_ROOT
+// usage: node test_pooling.mjs BUILD/kvllm REPO_ROOT
 import { execFileSync, spawnSync } from 'node:child_process';
 import { readFileSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -16,10 +20,11 @@ import { startServer, rawRequest, assert, assertEq, runTests, stopAll } from './
 
 const [bin, root] = process.argv.slice(2);
 const fixture = JSON.parse(readFileSync(path.join(root, 'tests/data/llama_server/rerank.json'), 'utf8'));
+const embFixture = JSON.parse(readFileSync(path.join(root, 'tests/data/llama_server/embeddings.json'), 'utf8'));
 const base = path.join(root, 'tests/data/golden/models/qwen3-f32.gguf');
 const dir = mkdtempSync(path.join(tmpdir(), 'kvllm-rerank-'));
 const files = {};
-for (const [name, edits] of Object.entries(fixture.models)) {
+for (const [name, edits] of [...Object.entries(fixture.models), ...Object.entries(embFixture.models)]) {
   files[name] = path.join(dir, `${name}.gguf`);
   execFileSync('python3', [path.join(root, 'tests/server/gguf_edit.py'), base, files[name], ...edits]);
 }
@@ -35,7 +40,52 @@ const post = (srv, p, body) => rawRequest(srv.url, { path: p, body: JSON.stringi
 const results = (json) => (Array.isArray(json) ? json : json.results);
 const scoreOf = (e) => e.relevance_score ?? e.score;
 
+// One row a pooled input, whichever shape the answer has.
+const embRows = (json) => (Array.isArray(json) ? json.map((e) => e.embedding[0]) : json.data.map((d) => d.embedding));
+
 const tests = Object.entries({
+  async 'embeddings: llama-server\'s answers replayed (shapes, token counts, normalisations, EOS)'() {
+    let worst = 0;
+    for (const c of embFixture.cases) {
+      const r = await post(servers[c.model], c.path, c.body);
+      const what = `${c.model} ${c.path} ${JSON.stringify(c.body).slice(0, 70)}`;
+      assertEq(r.status, c.status, `${what}: status (${r.text.slice(0, 200)})`);
+      if (c.path === '/tokenize') {
+        assertEq(JSON.stringify(r.json), JSON.stringify(c.response), `${what}: ids (EOS added)`);
+        continue;
+      }
+      assertEq(Array.isArray(r.json), Array.isArray(c.response), `${what}: llama-server's array or OpenAI's object`);
+      if (Array.isArray(c.response)) {
+        r.json.forEach((e, i) => assertEq(Object.keys(e).sort().join(), Object.keys(c.response[i]).sort().join(), `${what}: keys`));
+      } else {
+        assertEq(JSON.stringify(r.json.usage), JSON.stringify(c.response.usage), `${what}: usage (token counts)`);
+      }
+      const got = embRows(r.json), want = embRows(c.response);
+      assertEq(got.length, want.length, `${what}: rows`);
+      got.forEach((row, i) => {
+        const scale = Math.max(...want[i].map(Math.abs));
+        assertEq(row.length, want[i].length, `${what}: width`);
+        row.forEach((x, k) => { worst = Math.max(worst, Math.abs(x - want[i][k]) / scale); });
+      });
+    }
+    assert(worst < 1e-4, `worst difference ${worst} of the row's largest value`);
+  },
+
+  async 'embeddings: what kvllm refuses'() {
+    const refusals = [
+      [{ input: 'a', content: 'b' }, 'content'],
+      [{ content: 'a', encoding_format: 'base64' }, 'encoding_format'],
+      [{ input: 'a', embd_normalize: -2 }, 'embd_normalize'],
+      [{ input: 'a', embd_normalize: 'l2' }, 'embd_normalize'],
+      [{ content: 7 }, 'content'],
+    ];
+    for (const [body, param] of refusals) {
+      const r = await post(servers.embed, '/embedding', body);
+      assertEq(r.status, 400, `${JSON.stringify(body)}: ${r.text.slice(0, 200)}`);
+      assertEq(r.json.error.param, param, `${JSON.stringify(body)}: param`);
+    }
+  },
+
   async 'llama-server answers replayed: order, token counts, scores, shapes'() {
     let worst = 0;
     for (const c of fixture.cases) {
