@@ -125,19 +125,9 @@ char *srv_tokenize(srv *s, const char *body, size_t len, api_error *err) {
         api_fail(err, 400, "content", "'content' must be a string");
         goto done;
     }
-    bool bos = add_special && tok_add_bos(s->vocab) && tok_bos(s->vocab) >= 0;
-    if (!(ids = srv_encode(s, c->valuestring, strlen(c->valuestring), bos,
-                           (tok_mode){.parse_special = parse_special}, &n, "content", err)))
+    if (!(ids = srv_encode_special(s, c->valuestring, strlen(c->valuestring), add_special,
+                                   (tok_mode){.parse_special = parse_special}, &n, "content", err)))
         goto done;
-    if (add_special && tok_add_eos(s->vocab) && tok_eos(s->vocab) >= 0) { /* llama's add_special */
-        int32_t *grown = realloc(ids, (size_t)(n + 1) * sizeof *ids);
-        if (!grown) {
-            api_fail(err, 500, NULL, "out of memory");
-            goto done;
-        }
-        ids = grown;
-        ids[n++] = tok_eos(s->vocab);
-    }
     cJSON *o = cJSON_CreateObject();
     cJSON *arr = cJSON_AddArrayToObject(o, "tokens");
     for (int64_t i = 0; i < n; i++) {
@@ -280,21 +270,10 @@ static bool add_text(srv *s, srv_embed *em, const char *text, int idx, api_error
     if (len > (size_t)s->n_ctx * 256)
         return api_fail(err, 400, em->field, "%s[%d] is too long for the context of %lld tokens",
                         em->field, idx, (long long)s->n_ctx);
-    bool bos = tok_add_bos(s->vocab) && tok_bos(s->vocab) >= 0;
-    const bool eos = tok_add_eos(s->vocab) && tok_eos(s->vocab) >= 0;
     int64_t n = 0;
-    int32_t *ids =
-        srv_encode(s, text, len, bos, (tok_mode){.parse_special = true}, &n, em->field, err);
+    int32_t *ids = srv_encode_special(s, text, len, true, (tok_mode){.parse_special = true}, &n,
+                                      em->field, err);
     if (!ids) return false;
-    if (eos) {
-        int32_t *grown = realloc(ids, (size_t)(n + 1) * sizeof *ids);
-        if (!grown) {
-            free(ids);
-            return api_fail(err, 500, NULL, "out of memory");
-        }
-        ids = grown;
-        ids[n++] = tok_eos(s->vocab);
-    }
     if (n == 0) {
         free(ids);
         return api_fail(err, 400, em->field, "%s[%d]: the input is empty", em->field, idx);

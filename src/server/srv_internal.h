@@ -89,6 +89,11 @@ typedef struct rstore rstore; /* kept /v1/responses answers (srv_rstore.c) */
  * err set (400 naming param when the tokenizer refuses the text). */
 int32_t *srv_encode(srv *s, const char *text, size_t len, bool add_bos, tok_mode mode, int64_t *n,
                     const char *param, api_error *err);
+/* The same with llama.cpp's add_special: BOS and EOS where the vocabulary adds
+ * them (tokenizer.ggml.add_bos_token / add_eos_token), as llama-server
+ * tokenizes /completion prompts, embedding inputs and /tokenize. */
+int32_t *srv_encode_special(srv *s, const char *text, size_t len, bool add_special, tok_mode mode,
+                            int64_t *n, const char *param, api_error *err);
 
 /* -------------------------------------------------------------- jobs -- */
 
@@ -664,10 +669,11 @@ struct llama_req {
 };
 bool llama_parse(srv *s, const cJSON *body, api_req *r, api_error *err);
 /* llama's tokenize_mixed: a string, or token ids and strings mixed, into ids
- * (malloc'd, *n of them): each string's tokens in its place, BOS before the
- * first element when that is a string and add_bos; NULL with a 400 naming
- * param (an id outside the vocabulary, another kind of element). */
-int32_t *llama_tokenize_mixed(srv *s, const cJSON *v, bool add_bos, bool parse_special,
+ * (malloc'd, *n of them): each string's tokens in its place, the first
+ * element's with add_special (srv_encode_special) when it is a string; NULL
+ * with a 400 naming param (an id outside the vocabulary, another kind of
+ * element). */
+int32_t *llama_tokenize_mixed(srv *s, const cJSON *v, bool add_special, bool parse_special,
                               const char *param, int64_t *n, api_error *err);
 /* POST /infill: the fill-in-the-middle prompt llama-server lays out from
  * input_prefix, input_suffix, input_extra and prompt, then as /completion. */

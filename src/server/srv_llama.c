@@ -167,15 +167,23 @@ static bool check_chat_parser(const cJSON *b, api_error *err) {
                          "\"epsilon\"}], ...}) is supported on /completion");
 }
 
-int32_t *llama_tokenize_mixed(srv *s, const cJSON *v, bool add_bos, bool parse_special,
+int32_t *llama_tokenize_mixed(srv *s, const cJSON *v, bool add_special, bool parse_special,
                               const char *param, int64_t *n_out, api_error *err) {
     const tok_mode mode = {.parse_special = parse_special};
-    if (cJSON_IsString(v))
-        return srv_encode(s, v->valuestring, strlen(v->valuestring), add_bos, mode, n_out, param,
-                          err);
-    if (!cJSON_IsArray(v))
+    if (!cJSON_IsString(v) && !cJSON_IsArray(v))
         return api_fail(err, 400, param, "'%s' must be a string, or token ids and strings", param),
                NULL;
+    /* a token covers a byte at least: more text could not fit; bounds the work */
+    size_t bytes = cJSON_IsString(v) ? strlen(v->valuestring) : 0;
+    for (const cJSON *e = cJSON_IsArray(v) ? v->child : NULL; e; e = e->next)
+        if (cJSON_IsString(e)) bytes += strlen(e->valuestring);
+    if (bytes > (size_t)s->n_ctx * 256)
+        return api_fail(err, 400, param,
+                        "'%s' is too long (%zu bytes) for the context of %lld tokens", param, bytes,
+                        (long long)s->n_ctx),
+               NULL;
+    if (cJSON_IsString(v))
+        return srv_encode_special(s, v->valuestring, bytes, add_special, mode, n_out, param, err);
     const int32_t n_vocab = tok_n_vocab(s->vocab);
     int32_t *ids = NULL;
     size_t n = 0, cap = 0;
@@ -184,8 +192,8 @@ int32_t *llama_tokenize_mixed(srv *s, const cJSON *v, bool add_bos, bool parse_s
         int64_t m = 1;
         int32_t one, *t = &one;
         if (cJSON_IsString(e)) {
-            t = srv_encode(s, e->valuestring, strlen(e->valuestring), first && add_bos, mode, &m,
-                           param, err);
+            t = srv_encode_special(s, e->valuestring, strlen(e->valuestring), first && add_special,
+                                   mode, &m, param, err);
             ok = t != NULL;
         } else if (cJSON_IsNumber(e) && e->valuedouble == floor(e->valuedouble) &&
                    e->valuedouble >= 0 && e->valuedouble < n_vocab) {
@@ -208,10 +216,10 @@ int32_t *llama_tokenize_mixed(srv *s, const cJSON *v, bool add_bos, bool parse_s
     return ids ? ids : malloc(sizeof *ids); /* an empty array: no ids, not a failure */
 }
 
-/* One prompt as the OpenAI parser takes it: a string (tokenized there, with
- * BOS as the vocabulary says and special tokens parsed, llama's way), or ids.
- * Ids and strings mixed are tokenized here (llama_tokenize_mixed). NULL with
- * err otherwise. */
+/* One prompt as the OpenAI parser takes it: ids. Text, alone or mixed with
+ * ids, is tokenized here as llama's tokenize_mixed does it
+ * (llama_tokenize_mixed: special tokens parsed, BOS and EOS where the
+ * vocabulary adds them). NULL with err otherwise. */
 static cJSON *one_prompt(srv *s, const cJSON *p, api_error *err) {
     if (cJSON_IsObject(p)) { /* {"prompt_string", "multimodal_data"} */
         const char *k =
@@ -225,17 +233,17 @@ static cJSON *one_prompt(srv *s, const cJSON *p, api_error *err) {
         if (!cJSON_IsString(p))
             return api_fail(err, 400, "prompt", "'prompt.prompt_string' must be a string"), NULL;
     }
-    if (cJSON_IsString(p)) return cJSON_Duplicate(p, false);
-    if (!cJSON_IsArray(p) || !p->child)
+    if (!cJSON_IsString(p) && (!cJSON_IsArray(p) || !p->child))
         return api_fail(err, 400, "prompt",
                         "'prompt' must be a string, token ids, or ids and strings mixed"),
                NULL;
-    bool strings = false;
-    for (const cJSON *e = p->child; e; e = e->next) strings |= cJSON_IsString(e);
+    bool strings = cJSON_IsString(p);
+    for (const cJSON *e = strings ? NULL : p->child; e; e = e->next) strings |= cJSON_IsString(e);
     if (!strings) return cJSON_Duplicate(p, true); /* ids (checked there) */
+    /* text tokenized here, as llama's tokenize_mixed: BOS and EOS where the
+     * vocabulary adds them (EOS after a string prompt: embedding vocabularies) */
     int64_t n = 0;
-    const bool add_bos = tok_add_bos(s->vocab) && tok_bos(s->vocab) >= 0;
-    int32_t *t = llama_tokenize_mixed(s, p, add_bos, true, "prompt", &n, err);
+    int32_t *t = llama_tokenize_mixed(s, p, true, true, "prompt", &n, err);
     if (!t) return NULL;
     cJSON *ids = cJSON_CreateArray();
     for (int64_t k = 0; k < n; k++) cJSON_AddItemToArray(ids, cJSON_CreateNumber(t[k]));

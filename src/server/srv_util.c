@@ -162,6 +162,22 @@ int32_t *srv_encode(srv *s, const char *text, size_t len, bool add_bos, tok_mode
     return ids;
 }
 
+int32_t *srv_encode_special(srv *s, const char *text, size_t len, bool add_special, tok_mode mode,
+                            int64_t *n, const char *param, api_error *err) {
+    const bool bos = add_special && tok_add_bos(s->vocab) && tok_bos(s->vocab) >= 0,
+               eos = add_special && tok_add_eos(s->vocab) && tok_eos(s->vocab) >= 0;
+    int32_t *ids = srv_encode(s, text, len, bos, mode, n, param, err);
+    if (!ids || !eos) return ids;
+    int32_t *grown = realloc(ids, (size_t)(*n + 1) * sizeof *ids);
+    if (!grown) {
+        free(ids);
+        api_fail(err, 500, NULL, "out of memory");
+        return NULL;
+    }
+    grown[(*n)++] = tok_eos(s->vocab);
+    return grown;
+}
+
 /* s with each quoted name ('name' or 'name.) of map[i][0] written as
  * map[i][1], in place (cut at cap). */
 static void rename_quoted(char *s, size_t cap, const char *const (*map)[2], size_t n_map) {

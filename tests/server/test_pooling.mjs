@@ -1,16 +1,16 @@
-// Pooled outputs checked against llama-server itself: embeddings
-// (tests/data/llama_server/embeddings.json: /v1/embeddings, llama-server's
-// /embedding and /embeddings shapes, embd_normalize, EOS added as embedding
-// vocabularies ask, last and mean pooling, on the qwen3-f32 golden made an
-// embedding model) and reranking (POST /rerank, /reranking, /v1/rerank,
-// /v1/reranking, /v2/rerank): tests/data/llama_server/rerank.json holds
-// its answers on the qwen3-f32 golden model made a Qwen3-Reranker the way
-// llama.cpp's converter makes one (classifier head = the LM head's "yes" and
-// "no" rows, rank pooling, the converter's rerank template; and a file without
-// the template, whose prompt llama-server lays out itself). The same edits are
-// made here (gguf_edit.py) and every recorded request replayed: the same
-// prompt token counts, the same order, scores within 1e-4. Then what kvllm
-// adds or refuses.
+// Pooled outputs checked against llama-server itself.
+// Embeddings (tests/data/llama_server/embeddings.json): /v1/embeddings,
+// llama-server's /embedding and /embeddings shapes, embd_normalize, EOS added
+// where the vocabulary asks (as Qwen3-Embedding files do), last and mean
+// pooling, on the qwen3-f32 golden made an embedding model; /completion's
+// text prompts get that EOS too. Reranking (POST /rerank, /reranking,
+// /v1/rerank, /v1/reranking, /v2/rerank; tests/data/llama_server/rerank.json):
+// the same golden made a Qwen3-Reranker the way llama.cpp's converter makes
+// one (classifier head = the LM head's "yes" and "no" rows, rank pooling, the
+// converter's rerank template; and a file without the template, whose prompt
+// llama-server lays out itself). The same edits are made here (gguf_edit.py)
+// and every recorded request replayed: the same token counts, the same
+// order, values within 1e-4. Then what kvllm adds or refuses.
 // usage: node test_pooling.mjs BUILD/kvllm REPO_ROOT
 import { execFileSync, spawnSync } from 'node:child_process';
 import { readFileSync, mkdtempSync, rmSync } from 'node:fs';
@@ -52,6 +52,11 @@ const tests = Object.entries({
       assertEq(r.status, c.status, `${what}: status (${r.text.slice(0, 200)})`);
       if (c.path === '/tokenize') {
         assertEq(JSON.stringify(r.json), JSON.stringify(c.response), `${what}: ids (EOS added)`);
+        continue;
+      }
+      if (c.path === '/completion') { /* a prompt tokenized with EOS, as llama's tokenize_mixed */
+        for (const k of Object.keys(c.response))
+          assertEq(JSON.stringify(r.json[k]), JSON.stringify(c.response[k]), `${what}: ${k}`);
         continue;
       }
       assertEq(Array.isArray(r.json), Array.isArray(c.response), `${what}: llama-server's array or OpenAI's object`);
