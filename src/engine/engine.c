@@ -159,6 +159,15 @@ engine *engine_create(model *m, const tok_vocab *vocab, const engine_config *c, 
         goto fail;
     }
     if (!alloc_batch(e, err)) goto fail;
+    if (vocab) { /* min_tokens masks them; a handful in a vocabulary */
+        e->eog_ids = malloc((size_t)hp->n_vocab * sizeof *e->eog_ids);
+        if (!e->eog_ids) {
+            kvl_fail(err, "engine: out of memory");
+            goto fail;
+        }
+        for (int32_t i = 0; i < (int32_t)hp->n_vocab; i++)
+            if (tok_is_eog(vocab, i)) e->eog_ids[e->n_eog_ids++] = i;
+    }
     return e;
 fail:
     engine_destroy(e);
@@ -177,6 +186,8 @@ void eng_seq_free(engine *e, seq *s) {
     for (int i = 0; i < s->req.n_stop; i++) free(s->stop[i]);
     free(s->stop);
     free(s->bias);
+    free(s->stop_ids);
+    free(s->allowed);
     free(s->tokens);
     free(s->text);
     free(s);
@@ -200,6 +211,7 @@ void engine_destroy(engine *e) {
     }
     kvl_free(e->running); /* and the other arrays sized at creation: one block */
     free(e->piece);
+    free(e->eog_ids);
     free(e);
 }
 
@@ -276,6 +288,21 @@ static bool validate_request(engine *e, const engine_request *r, kvl_error *err)
             return kvl_fail(err, "logit bias %d (token %d): not a number or +infinity", i,
                             b->token);
     }
+    if (r->n_stop_ids < 0 || r->n_stop_ids > ENGINE_MAX_STOP_IDS || (r->n_stop_ids && !r->stop_ids))
+        return kvl_fail(err, "%d stop token ids: at most %d are supported", r->n_stop_ids,
+                        ENGINE_MAX_STOP_IDS);
+    if (r->n_allowed < 0 || r->n_allowed > hp->n_vocab || (r->n_allowed && !r->allowed))
+        return kvl_fail(err, "%d allowed token ids: between 0 and the vocabulary size (%lld)",
+                        r->n_allowed, (long long)hp->n_vocab);
+    for (int i = 0; i < r->n_stop_ids + r->n_allowed; i++) {
+        const int32_t id = i < r->n_stop_ids ? r->stop_ids[i] : r->allowed[i - r->n_stop_ids];
+        if (id < 0 || id >= hp->n_vocab)
+            return kvl_fail(err, "%s token id %d is not in the vocabulary (0..%lld)",
+                            i < r->n_stop_ids ? "stop" : "allowed", id, (long long)hp->n_vocab - 1);
+    }
+    if (r->min_tokens < 0 || (r->max_tokens > 0 && r->min_tokens > r->max_tokens))
+        return kvl_fail(err, "min_tokens (%lld) must be between 0 and max_tokens (%lld)",
+                        (long long)r->min_tokens, (long long)r->max_tokens);
     if (r->sampling.infill &&
         (!e->vocab || r->sampling.top_k < 1 || r->sampling.top_k > SAMPLER_INFILL_MAX_K))
         return kvl_fail(err, "the infill sampler needs the vocabulary and top_k 1..%d before it",
@@ -319,6 +346,15 @@ static bool copy_request(seq *s, const engine_request *r, int32_t n_vocab,
         if (!(s->bias = malloc((size_t)r->n_logit_bias * sizeof *s->bias))) return false;
         memcpy(s->bias, r->logit_bias, (size_t)r->n_logit_bias * sizeof *s->bias);
     }
+    if (r->n_stop_ids) {
+        if (!(s->stop_ids = malloc((size_t)r->n_stop_ids * sizeof *s->stop_ids))) return false;
+        memcpy(s->stop_ids, r->stop_ids, (size_t)r->n_stop_ids * sizeof *s->stop_ids);
+    }
+    if (r->n_allowed) {
+        if (!(s->allowed = calloc(((size_t)n_vocab + 31) / 32, sizeof *s->allowed))) return false;
+        for (int i = 0; i < r->n_allowed; i++)
+            s->allowed[r->allowed[i] >> 5] |= 1u << (r->allowed[i] & 31);
+    }
     if (r->penalize_prompt) { /* only the window's last tokens can ever count */
         const int64_t w = r->sampling.penalty_last_n;
         for (int64_t i = w < 0 || w > r->n_prompt ? 0 : r->n_prompt - w; i < r->n_prompt; i++)
@@ -333,6 +369,8 @@ static bool copy_request(seq *s, const engine_request *r, int32_t n_vocab,
     s->req.stop = NULL;
     s->req.cache_salt = NULL;
     s->req.logit_bias = NULL; /* s->bias */
+    s->req.stop_ids = NULL;   /* s->stop_ids */
+    s->req.allowed = NULL;    /* s->allowed */
     s->req.lora = NULL;       /* the scales are in s->lora (engine_submit) */
     s->req.grammar = NULL;    /* the state holds it */
     return true;
@@ -385,6 +423,7 @@ int64_t engine_submit(engine *e, const engine_request *r, kvl_error *err) {
     s->stats.t_submit = kvl_time_s();
     s->stats.stop_index = -1;
     s->stats.eog_token = -1;
+    s->stats.stop_token = -1;
     spec_adapt_init(&s->adapt);
     spec_dseq_init(&s->dseq);
     seq **tail = &e->waiting;
@@ -472,6 +511,10 @@ void eng_finish_seq(engine *e, seq *s, engine_finish why, int32_t token, float l
     text_append(s, tail, nt);
     int64_t stop_at = why == ENGINE_FINISH_CANCELLED ? -1 : find_stop(s);
     size_t len = stop_at >= 0 ? (size_t)stop_at : s->text_len;
+    if (stop_at >= 0 && s->req.include_stop) { /* the stop string too */
+        len += strlen(s->stops.first_pat);
+        if (len > s->text_len) len = s->text_len;
+    }
     if (s->cut_at >= 0 && (size_t)s->cut_at < len) len = (size_t)s->cut_at;
     for (int i = 0; stop_at >= 0 && i < s->req.n_stop; i++)
         if (s->stop[i] == s->stops.first_pat) s->stats.stop_index = i;
@@ -531,6 +574,13 @@ void eng_on_token(engine *e, seq *s, int32_t tok, float lp, int n_top, const int
         eng_finish_seq(e, s, ENGINE_FINISH_STOP, -1, 0, 0, NULL, NULL);
         return;
     }
+    for (int i = 0; i < s->req.n_stop_ids; i++)
+        if (s->stop_ids[i] == tok && s->stats.n_generated >= s->req.min_tokens) {
+            s->stats.stop_token = tok;
+            if (s->req.include_stop) break; /* its text goes out first: below */
+            eng_finish_seq(e, s, ENGINE_FINISH_STOP, -1, 0, 0, NULL, NULL);
+            return;
+        }
     if (s->gst && !grammar_state_accept_token(s->gst, tok)) {
         if ((s->error = grammar_state_error(s->gst))) { /* over a matching bound */
             kvl_log(KVL_LOG_WARN, "engine: request %lld: %s", (long long)s->id, s->error);
@@ -545,7 +595,7 @@ void eng_on_token(engine *e, seq *s, int32_t tok, float lp, int n_top, const int
     }
     s->tokens[s->n_tokens++] = tok;
     sampler_accept(s->smp, tok);
-    bool special = keeps_special(s, tok);
+    bool special = s->req.keep_all_special || keeps_special(s, tok);
     size_t need =
         3 * tok_token_bytes(e->vocab, tok, special, NULL, 0) + 16; /* U+FFFD may triple bytes */
     if (need > e->piece_cap) {
@@ -558,7 +608,10 @@ void eng_on_token(engine *e, seq *s, int32_t tok, float lp, int n_top, const int
     size_t n = tok_stream_push(&s->stream, e->vocab, tok, special, e->piece, e->piece_cap);
     const size_t from = s->text_len;
     text_append(s, e->piece, n);
-    if (find_stop(s) >= 0) {
+    /* min_tokens: a stop string found this early does not count (one that
+     * ends later still does: the matcher's states carry on) */
+    if (s->stats.n_generated < s->req.min_tokens) stop_matcher_forget(&s->stops);
+    if (find_stop(s) >= 0 || s->stats.stop_token >= 0) {
         eng_finish_seq(e, s, ENGINE_FINISH_STOP, tok, lp, n_top, ids, lps);
         return;
     }

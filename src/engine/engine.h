@@ -38,7 +38,8 @@ typedef struct engine_req_stats {
     kv_usage kv;                           /* at the end, before the blocks were freed */
     int stop_index;    /* the request's stop string that ended it (engine_request.stop), -1: none */
     int32_t eog_token; /* the end-of-generation token that ended it (not an event's), -1: none */
-    int n_kv_groups;   /* per KV group (full / sliding-window / chunked layers): */
+    int32_t stop_token; /* the request's stop_ids entry that ended it, -1: none */
+    int n_kv_groups;    /* per KV group (full / sliding-window / chunked layers): */
     kv_usage kv_group[MODEL_MAX_KV_GROUPS];
     int32_t kv_group_window[MODEL_MAX_KV_GROUPS];
     int32_t kv_group_chunk[MODEL_MAX_KV_GROUPS];
@@ -62,6 +63,7 @@ typedef struct engine_event {
 typedef void (*engine_event_fn)(const engine_event *ev, void *user);
 
 #define ENGINE_MAX_KEEP_SPECIAL 32
+#define ENGINE_MAX_STOP_IDS     256
 /* A token's logit bias: added to its logit before the grammar and the sampler
  * see it (OpenAI's and llama-server's logit_bias); -INFINITY bans it. */
 typedef struct engine_logit_bias {
@@ -100,6 +102,22 @@ typedef struct engine_request {
      * that after the first token ends it after that token. ENGINE_FINISH_LENGTH. */
     int n_indent;
     double max_predict_s;
+    /* vLLM's sampling extras. stop_ids (stop_token_ids; copied): generating one
+     * ends the request (ENGINE_FINISH_STOP, stats.stop_token), its text left out
+     * unless include_stop. min_tokens: until this many tokens are out,
+     * end-of-generation tokens and stop_ids are masked and stop strings do not
+     * end it (one that ends later still does). include_stop
+     * (include_stop_str_in_output): the stop string or stop id that ended it
+     * stays in the text. allowed (allowed_token_ids; copied; NULL: all): only
+     * these may be sampled. keep_all_special (skip_special_tokens false): every
+     * control token prints its text. */
+    const int32_t *stop_ids;
+    int n_stop_ids;
+    int64_t min_tokens;
+    bool include_stop;
+    const int32_t *allowed;
+    int n_allowed;
+    bool keep_all_special;
     /* The model's LoRA adapters (model_lora_add): NULL for their default scales
      * as they are at submit, else model_lora_count() scales (copied). The
      * request's cached prefix blocks are shared only with requests of the same

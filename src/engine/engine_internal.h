@@ -19,6 +19,8 @@ typedef struct seq {
     engine_request req; /* stop strings, prompt: engine-owned copies */
     char **stop;
     engine_logit_bias *bias; /* req.n_logit_bias of them */
+    int32_t *stop_ids;       /* req.n_stop_ids of them */
+    uint32_t *allowed;       /* [n_vocab bits] req.allowed as a mask, NULL: all */
     int32_t *tokens;         /* prompt followed by generated ids */
     int64_t n_tokens;
     size_t cap_tokens;
@@ -95,7 +97,9 @@ struct engine {
     step_slot *b;      /* the slot being planned or finished, in slots[] */
     float *logits_tmp; /* [n_vocab] sampler input */
     uint32_t *mask;    /* [n_vocab bits] tokens a grammar allows this step */
-    char *piece;       /* token text scratch */
+    int32_t *eog_ids;  /* the vocabulary's end-of-generation tokens (min_tokens masks them) */
+    int32_t n_eog_ids;
+    char *piece; /* token text scratch */
     size_t piece_cap;
 
     /* speculative decoding's per-step state */

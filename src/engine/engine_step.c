@@ -36,6 +36,33 @@ static bool apply_grammar(engine *e, seq *s, int32_t V) {
     return true;
 }
 
+/* A request's own bans on the sampler's logits: allowed (vLLM's
+ * allowed_token_ids), and while fewer than min_tokens are out its stop ids
+ * and the end-of-generation tokens (not under a grammar: where it must end,
+ * it ends). True when they banned anything. */
+static bool mask_request(engine *e, const seq *s, int32_t V) {
+    float *l = e->logits_tmp;
+    bool banned = false;
+    if (s->allowed) {
+        banned = true;
+        for (int32_t i = 0; i < V; i++)
+            if (!(s->allowed[i >> 5] >> (i & 31) & 1)) l[i] = -INFINITY;
+    }
+    if (s->stats.n_generated < s->req.min_tokens) {
+        for (int32_t i = 0; !s->gst && i < e->n_eog_ids; i++) l[e->eog_ids[i]] = -INFINITY;
+        for (int i = 0; i < s->req.n_stop_ids; i++) l[s->stop_ids[i]] = -INFINITY;
+        banned = true;
+    }
+    return banned;
+}
+
+/* Whether any token is left to sample. */
+static bool any_token(const float *l, int32_t V) {
+    for (int32_t i = 0; i < V; i++)
+        if (l[i] > -INFINITY) return true;
+    return false;
+}
+
 static void sample_outputs(engine *e, const step_plan *p) {
     int64_t V = model_hp(e->m)->n_vocab, row = 0;
     int32_t ids[MAX_TOP_LOGPROBS];
@@ -62,7 +89,14 @@ static void sample_outputs(engine *e, const step_plan *p) {
         memcpy(e->logits_tmp, lg, V * sizeof(float));
         for (int i = 0; i < s->req.n_logit_bias; i++)
             e->logits_tmp[s->bias[i].token] += s->bias[i].bias;
+        const bool banned = mask_request(e, s, (int32_t)V);
         if (s->gst && !apply_grammar(e, s, (int32_t)V)) continue;
+        if (banned && !any_token(e->logits_tmp, (int32_t)V)) { /* the bans left nothing */
+            kvl_log(KVL_LOG_WARN, "engine: request %lld: no token is allowed here",
+                    (long long)s->id);
+            eng_finish_seq(e, s, ENGINE_FINISH_STOP, -1, 0, 0, NULL, NULL);
+            continue;
+        }
         int32_t tok = sampler_sample(s->smp, e->logits_tmp);
         eng_on_token(e, s, tok, want_lp ? (float)(lg[tok] - lse) : NAN, n_top, ids, lps);
     }

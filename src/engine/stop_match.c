@@ -77,3 +77,8 @@ size_t stop_matcher_pending(const stop_matcher *m) {
     }
     return hold;
 }
+
+void stop_matcher_forget(stop_matcher *m) {
+    m->first = -1;
+    m->first_pat = NULL;
+}

@@ -34,6 +34,9 @@ void stop_matcher_free(stop_matcher *m);
 /* Feeds bytes. Returns the start offset of the earliest-starting match that
  * ends within everything fed so far (once one is found it stays), or -1. */
 int64_t stop_matcher_feed(stop_matcher *m, const char *p, size_t n);
+/* Forgets the match found so far (first back to -1): the strings' states
+ * carry on, so a match that ends in a later feed is still found. */
+void stop_matcher_forget(stop_matcher *m);
 /* The longest tail of the text fed so far that is a proper prefix of some
  * string, i.e. that could still become a stop string. */
 size_t stop_matcher_pending(const stop_matcher *m);

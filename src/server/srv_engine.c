@@ -196,6 +196,13 @@ static void admit(srv *s, srv_job *j) {
                         .no_speculative = j->no_speculative,
                         .priority = j->priority,
                         .n_keep_special = j->n_keep_special,
+                        .stop_ids = j->stop_ids,
+                        .n_stop_ids = j->n_stop_ids,
+                        .min_tokens = j->min_tokens,
+                        .include_stop = j->include_stop,
+                        .allowed = j->allowed,
+                        .n_allowed = j->n_allowed,
+                        .keep_all_special = j->keep_all_special,
                         .on_event = on_engine_event};
     memcpy(r.keep_special, j->keep_special, sizeof r.keep_special);
     for (int i = 0; i < j->n; i++) {

@@ -159,6 +159,15 @@ struct srv_job {
     int n_indent;         /* llama-server's code-completion stops (engine_request) */
     double max_predict_s;
     bool no_speculative; /* "speculative": false */
+    /* vLLM's sampling extras (engine_request): stop_token_ids, min_tokens,
+     * include_stop_str_in_output, allowed_token_ids, skip_special_tokens false */
+    int32_t *stop_ids; /* malloc'd */
+    int n_stop_ids;
+    int64_t min_tokens;
+    bool include_stop;
+    int32_t *allowed; /* malloc'd */
+    int n_allowed;
+    bool keep_all_special;
     char *cache_salt;
     const char *model_name;     /* the "model" answers name: the served model's or an adapter's
                                    (--lora-modules; static strings of the config), NULL: the served */

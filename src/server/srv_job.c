@@ -53,6 +53,8 @@ static void job_free(srv_job *j) {
     for (int i = 0; i < j->n_stop; i++) free(j->stop[i]);
     free(j->cache_salt);
     free(j->logit_bias);
+    free(j->stop_ids);
+    free(j->allowed);
     tool_spec_free(&j->tools);
     grammar_free(j->grammar);
     pthread_mutex_destroy(&j->mu);

@@ -51,7 +51,11 @@ static const known_field KNOWN_FIELDS[] = {
     /* own parser: constrained decoding */
     {"response_format", F_BOTH}, {"grammar", F_BOTH}, {"json_schema", F_BOTH},
     {"guided_json", F_BOTH}, {"guided_choice", F_BOTH}, {"guided_regex", F_BOTH},
-    {"guided_grammar", F_BOTH},
+    {"guided_grammar", F_BOTH}, {"structured_outputs", F_BOTH},
+    /* vLLM's sampling extras, read here (parse_vllm) */
+    {"stop_token_ids", F_BOTH}, {"min_tokens", F_BOTH}, {"include_stop_str_in_output", F_BOTH},
+    {"allowed_token_ids", F_BOTH}, {"skip_special_tokens", F_BOTH},
+    {"truncate_prompt_tokens", F_BOTH},
     /* accepted and ignored: bookkeeping and routing hints of hosted APIs that
      * do not change the output (README's list) */
     {"user", F_BOTH}, {"metadata", F_BOTH}, {"store", F_BOTH}, {"service_tier", F_BOTH},
@@ -700,6 +704,61 @@ static void make_id(api_req *r) {
     r->created = (long)time(NULL);
 }
 
+/* A list of token ids (1..max of them, each in the vocabulary) into *out
+ * (malloc'd), as vLLM's stop_token_ids and allowed_token_ids. */
+static bool id_list(srv *s, const cJSON *b, const char *k, int max, int32_t **out, int *n,
+                    api_error *err) {
+    const cJSON *v = req_field(b, k);
+    if (!v) return true;
+    const int m = cJSON_IsArray(v) ? cJSON_GetArraySize(v) : -1;
+    if (m < 1 || m > max)
+        return api_fail(err, 400, k, "'%s' must be an array of 1 to %d token ids", k, max);
+    if (!(*out = malloc((size_t)m * sizeof **out)))
+        return api_fail(err, 500, NULL, "out of memory");
+    const int32_t V = tok_n_vocab(s->vocab);
+    for (const cJSON *e = v->child; e; e = e->next) {
+        if (!cJSON_IsNumber(e) || e->valuedouble != floor(e->valuedouble) || e->valuedouble < 0 ||
+            e->valuedouble >= V)
+            return api_fail(err, 400, k, "'%s[%d]' is not a token id (0..%d)", k, *n, V - 1);
+        (*out)[(*n)++] = (int32_t)e->valuedouble;
+    }
+    return true;
+}
+
+/* vLLM's sampling extras: stop_token_ids, min_tokens, include_stop_str_in_output,
+ * allowed_token_ids, skip_special_tokens (engine_request says what each does). */
+static bool parse_vllm(srv *s, const cJSON *b, srv_job *j, api_error *err) {
+    bool skip_special = true;
+    if (!id_list(s, b, "stop_token_ids", ENGINE_MAX_STOP_IDS, &j->stop_ids, &j->n_stop_ids, err) ||
+        !id_list(s, b, "allowed_token_ids", tok_n_vocab(s->vocab), &j->allowed, &j->n_allowed,
+                 err) ||
+        !req_int(b, "min_tokens", 0, s->n_ctx, &j->min_tokens, err) ||
+        !req_bool(b, "include_stop_str_in_output", &j->include_stop, err) ||
+        !req_bool(b, "skip_special_tokens", &skip_special, err))
+        return false;
+    j->keep_all_special = !skip_special;
+    return true;
+}
+
+/* vLLM's truncate_prompt_tokens: k keeps each prompt's last k tokens (-1: as
+ * many as the context holds). After the prompts are made. */
+static bool truncate_prompts(srv *s, const cJSON *b, srv_job *j, api_error *err) {
+    int64_t k = 0;
+    if (!req_int(b, "truncate_prompt_tokens", -1, s->n_ctx, &k, err)) return false;
+    if (k == 0 && req_field(b, "truncate_prompt_tokens"))
+        return api_fail(err, 400, "truncate_prompt_tokens",
+                        "'truncate_prompt_tokens' must be -1 (the context) or at least 1");
+    if (k == -1) k = s->n_ctx;
+    for (int p = 0; k > 0 && p < j->n_prompts; p++) {
+        int32_t *ids = p ? j->prompts[p] : j->prompt;
+        int64_t *n = p ? &j->prompt_lens[p] : &j->n_prompt;
+        if (*n <= k) continue;
+        memmove(ids, ids + (*n - k), (size_t)k * sizeof *ids);
+        *n = k;
+    }
+    return true;
+}
+
 static bool parse_body(srv *s, const cJSON *b, bool chat, api_req *r, api_error *err) {
     srv_job *j = r->job;
     const char *model = NULL, *salt = NULL;
@@ -715,7 +774,8 @@ static bool parse_body(srv *s, const cJSON *b, bool chat, api_req *r, api_error 
               parse_logprobs(b, chat, r, err) && req_int(b, "n", 1, SRV_MAX_N, &n, err) &&
               req_bool(b, "ignore_eos", &j->ignore_eos, err) &&
               req_string(b, "cache_salt", &salt, err) && parse_structured(s, b, j, err) &&
-              req_int(b, "priority", -2147483647, 2147483647, &prio, err);
+              req_int(b, "priority", -2147483647, 2147483647, &prio, err) &&
+              parse_vllm(s, b, j, err);
     bool speculative = true;
     ok = ok && req_bool(b, "speculative", &speculative, err);
     ok = ok && srv_lora_job(s, b, model, j, err);
@@ -733,6 +793,7 @@ static bool parse_body(srv *s, const cJSON *b, bool chat, api_req *r, api_error 
     if (salt && !(j->cache_salt = strdup(salt))) return api_fail(err, 500, NULL, "out of memory");
     j->n = (int)n;
     ok = chat ? parse_chat_prompt(s, b, j, err) : parse_prompt(s, b, j, err);
+    ok = ok && truncate_prompts(s, b, j, err);
     j->per_prompt = j->n;
     j->n *= j->n_prompts; /* several prompts: n choices each, prompt-major */
     ok = ok && req_bool(b, "echo", &r->echo, err);
@@ -746,7 +807,12 @@ static bool parse_body(srv *s, const cJSON *b, bool chat, api_req *r, api_error 
             r->echo_len[k] = strlen(e->valuestring);
         }
     }
-    return ok && parse_max_tokens(s, b, chat, r->echo, j, err);
+    ok = ok && parse_max_tokens(s, b, chat, r->echo, j, err);
+    if (ok && j->max_tokens > 0 && j->min_tokens > j->max_tokens)
+        return api_fail(err, 400, "min_tokens",
+                        "'min_tokens' (%lld) is more than max_tokens (%lld)",
+                        (long long)j->min_tokens, (long long)j->max_tokens);
+    return ok;
 }
 
 bool openai_parse(srv *s, const cJSON *body, bool chat, api_req *r, api_error *err) {

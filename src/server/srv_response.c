@@ -158,15 +158,20 @@ typedef struct choice_acc {
     kvl_buf text;
     cJSON *logprobs;
     engine_finish finish;
-    int stop_index; /* the stop string that ended it, -1: none */
+    int stop_index;     /* the stop string that ended it, -1: none */
+    int32_t stop_token; /* the stop_token_ids entry that ended it, -1: none */
 } choice_acc;
 
 /* vLLM's stop_reason beside finish_reason: the stop string that ended the
- * choice, null for anything else (end of generation, length). On the last
- * chunk of a stream and in a whole answer. */
-static void add_stop_reason(cJSON *ch, const srv_job *j, engine_finish f, int stop_index) {
+ * choice, or the stop_token_ids entry (a number), null for anything else
+ * (end of generation, length). On the last chunk of a stream and in a whole
+ * answer. */
+static void add_stop_reason(cJSON *ch, const srv_job *j, engine_finish f, int stop_index,
+                            int32_t stop_token) {
     if (f == ENGINE_FINISH_STOP && stop_index >= 0 && stop_index < j->n_stop)
         cJSON_AddStringToObject(ch, "stop_reason", j->stop[stop_index]);
+    else if (f == ENGINE_FINISH_STOP && stop_token >= 0)
+        cJSON_AddNumberToObject(ch, "stop_reason", stop_token);
     else cJSON_AddNullToObject(ch, "stop_reason");
 }
 
@@ -238,7 +243,7 @@ static cJSON *final_choice(const api_req *r, int i, choice_acc *c) {
     const char *fin = finish_reason(c->finish, n_calls);
     if (fin) cJSON_AddStringToObject(ch, "finish_reason", fin);
     else cJSON_AddNullToObject(ch, "finish_reason");
-    add_stop_reason(ch, r->job, c->finish, c->stop_index);
+    add_stop_reason(ch, r->job, c->finish, c->stop_index, c->stop_token);
     c->logprobs = NULL;
     return ch;
 }
@@ -260,6 +265,7 @@ static void accumulate(srv *s, const api_req *r, choice_acc *acc, stream_state *
     if (ev->finish != ENGINE_FINISH_NONE) {
         c->finish = ev->finish;
         c->stop_index = ev->stats.stop_index;
+        c->stop_token = ev->stats.stop_token;
         add_stats(st, ev);
     }
 }
@@ -315,7 +321,7 @@ static void put_finish(cJSON *ch, const srv_job *j, const srv_event *ev) {
     const char *fin = finish_name(ev->finish);
     if (fin) cJSON_AddStringToObject(ch, "finish_reason", fin);
     else cJSON_AddNullToObject(ch, "finish_reason");
-    if (fin) add_stop_reason(ch, j, ev->finish, ev->stats.stop_index);
+    if (fin) add_stop_reason(ch, j, ev->finish, ev->stats.stop_index, ev->stats.stop_token);
 }
 
 /* A chat chunk of choice index with an empty delta (the caller fills it). */
@@ -393,7 +399,7 @@ static void chat_chunk_parsed(srv *s, const api_req *r, stream_state *st, const 
     const char *fin = finish_reason(ev->finish, st->n_calls[ev->index]);
     if (fin) cJSON_AddStringToObject(ch, "finish_reason", fin);
     else cJSON_AddNullToObject(ch, "finish_reason");
-    if (fin) add_stop_reason(ch, r->job, ev->finish, ev->stats.stop_index);
+    if (fin) add_stop_reason(ch, r->job, ev->finish, ev->stats.stop_index, ev->stats.stop_token);
     sse_data(out, c);
 }
 

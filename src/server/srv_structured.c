@@ -6,6 +6,7 @@
  *   grammar          GBNF text (llama-server)       guided_grammar  GBNF text (vLLM)
  *   json_schema      a schema object (llama-server) guided_json     a schema, object or JSON text (vLLM)
  *   guided_choice    array of strings (vLLM)        guided_regex    a regular expression (vLLM)
+ *   structured_outputs  {json | regex | choice | grammar | json_object: true} (vLLM's newer form)
  *
  * At most one of them may constrain a request; a schema, regex or grammar
  * that does not compile is a 400 naming the field and the reason. */
@@ -104,10 +105,81 @@ static bool choice_gbnf(const cJSON *v, const char *f, kvl_buf *g, api_error *er
     return ok;
 }
 
+/* One constraining field f (a name of parse_structured's list) as GBNF into
+ * one; *none when it constrains nothing (response_format text). */
+static bool constraint_gbnf(const char *f, const cJSON *v, kvl_buf *one, bool *none,
+                            api_error *err) {
+    if (strcmp(f, "response_format") == 0) return response_format(v, one, none, err);
+    if (strcmp(f, "grammar") == 0 || strcmp(f, "guided_grammar") == 0) {
+        if (!cJSON_IsString(v)) return api_fail(err, 400, f, "'%s' must be a string (GBNF)", f);
+        kvl_buf_puts(one, v->valuestring);
+        return true;
+    }
+    if (strcmp(f, "json_schema") == 0 || strcmp(f, "guided_json") == 0)
+        return schema_gbnf(v, f, one, err);
+    if (strcmp(f, "guided_choice") == 0) {
+        if (!cJSON_IsArray(v) || !v->child)
+            return api_fail(err, 400, f, "'guided_choice' must be a non-empty array of strings");
+        return choice_gbnf(v, f, one, err);
+    }
+    /* guided_regex */
+    kvl_error e = {{0}};
+    if (!cJSON_IsString(v)) return api_fail(err, 400, f, "'guided_regex' must be a string");
+    kvl_buf_puts(one, "root ::= r-root\n");
+    if (!regex_to_gbnf(v->valuestring, "r-", false, one, &e))
+        return api_fail(err, 400, f, "'guided_regex': %s", e.msg);
+    return true;
+}
+
+/* vLLM's structured_outputs object (its successor of the guided_* fields):
+ * exactly one of json, regex, choice, grammar or json_object true, read as
+ * the guided_* field of that name. */
+static bool structured_outputs(const cJSON *so, kvl_buf *one, bool *none, api_error *err) {
+    static const char *const keys[][2] = {{"json", "guided_json"},
+                                          {"regex", "guided_regex"},
+                                          {"choice", "guided_choice"},
+                                          {"grammar", "guided_grammar"},
+                                          {"json_object", "response_format"}};
+    const char *f = "structured_outputs";
+    if (!cJSON_IsObject(so)) return api_fail(err, 400, f, "'%s' must be an object", f);
+    const cJSON *v = NULL;
+    const char *as = NULL;
+    for (const cJSON *m = so->child; m; m = m->next) {
+        if (cJSON_IsNull(m) || (cJSON_IsFalse(m) && !strcmp(m->string, "json_object"))) continue;
+        size_t k = 0;
+        while (k < sizeof keys / sizeof *keys && strcmp(m->string, keys[k][0])) k++;
+        if (k == sizeof keys / sizeof *keys)
+            return api_fail(err, 400, f,
+                            "'%s.%.60s' is not supported (json, regex, choice, "
+                            "grammar or json_object)",
+                            f, m->string);
+        if (v)
+            return api_fail(err, 400, f, "'%s' holds more than one constraint (%s and %s)", f, as,
+                            keys[k][0]);
+        v = m;
+        as = keys[k][0];
+    }
+    if (!v) {
+        *none = true;
+        return true;
+    }
+    if (strcmp(as, "json_object") == 0) {
+        if (!cJSON_IsTrue(v)) return api_fail(err, 400, f, "'%s.json_object' must be a boolean", f);
+        cJSON *rf = cJSON_Parse("{\"type\":\"json_object\"}");
+        bool ok =
+            rf ? response_format(rf, one, none, err) : api_fail(err, 500, NULL, "out of memory");
+        cJSON_Delete(rf);
+        return ok;
+    }
+    for (size_t k = 0; k < sizeof keys / sizeof *keys; k++)
+        if (!strcmp(as, keys[k][0])) return constraint_gbnf(keys[k][1], v, one, none, err);
+    return false; /* unreachable */
+}
+
 bool parse_structured(srv *s, const cJSON *b, srv_job *j, api_error *err) {
-    static const char *const fields[] = {"response_format", "grammar",       "json_schema",
-                                         "guided_json",     "guided_choice", "guided_regex",
-                                         "guided_grammar"};
+    static const char *const fields[] = {"response_format", "grammar",           "json_schema",
+                                         "guided_json",     "guided_choice",     "guided_regex",
+                                         "guided_grammar",  "structured_outputs"};
     const char *which = NULL;
     kvl_buf g = {0};
     bool ok = true;
@@ -117,24 +189,8 @@ bool parse_structured(srv *s, const cJSON *b, srv_job *j, api_error *err) {
         if (!v) continue;
         bool none = false;
         kvl_buf one = {0};
-        if (strcmp(f, "response_format") == 0) {
-            ok = response_format(v, &one, &none, err);
-        } else if (strcmp(f, "grammar") == 0 || strcmp(f, "guided_grammar") == 0) {
-            if (!cJSON_IsString(v)) ok = api_fail(err, 400, f, "'%s' must be a string (GBNF)", f);
-            else kvl_buf_puts(&one, v->valuestring);
-        } else if (strcmp(f, "json_schema") == 0 || strcmp(f, "guided_json") == 0) {
-            ok = schema_gbnf(v, f, &one, err);
-        } else if (strcmp(f, "guided_choice") == 0) {
-            if (!cJSON_IsArray(v) || !v->child)
-                ok = api_fail(err, 400, f, "'guided_choice' must be a non-empty array of strings");
-            else ok = choice_gbnf(v, f, &one, err);
-        } else { /* guided_regex */
-            kvl_error e = {{0}};
-            if (!cJSON_IsString(v)) ok = api_fail(err, 400, f, "'guided_regex' must be a string");
-            kvl_buf_puts(&one, "root ::= r-root\n");
-            if (ok && !regex_to_gbnf(v->valuestring, "r-", false, &one, &e))
-                ok = api_fail(err, 400, f, "'guided_regex': %s", e.msg);
-        }
+        ok = strcmp(f, "structured_outputs") == 0 ? structured_outputs(v, &one, &none, err)
+                                                  : constraint_gbnf(f, v, &one, &none, err);
         if (ok && !none) {
             if (which)
                 ok = api_fail(err, 400, f, "'%s' and '%s' both constrain the output; send only one",

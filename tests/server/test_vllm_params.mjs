@@ -1,0 +1,125 @@
+// vLLM's request extras through the official OpenAI client (extra body
+// fields, as vLLM's docs pass them): stop_token_ids (stop_reason the id, the
+// token's text left out unless include_stop_str_in_output), min_tokens (EOS,
+// stop ids and stop strings held off), include_stop_str_in_output,
+// allowed_token_ids, skip_special_tokens, truncate_prompt_tokens and
+// structured_outputs, whole and streamed, and what is refused. Each is
+// checked against the same request without it on stories260K, greedy:
+// the reference is the model's own output, the expectations vLLM's rules.
+// usage: node test_vllm_params.mjs BUILD/kvllm REPO_ROOT
+import OpenAI from 'openai';
+import { startServer, rawRequest, assert, assertEq, runTests, stopAll } from './lib.mjs';
+
+const [bin, root] = process.argv.slice(2);
+const server = await startServer(bin, ['-m', 'models/stories260K.gguf', '-c', '256'], { cwd: root, name: 'stories' });
+const client = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: 'none', maxRetries: 0, timeout: 60000 });
+const model = (await client.models.list()).data[0].id;
+const PROMPT = 'Once upon a time';
+const EOS = 2, BOS = 1; // stories260K's </s> and <s> (a control token that does not end generation)
+
+const complete = (extra) => client.completions.create({ model, prompt: PROMPT, temperature: 0, max_tokens: 24, ...extra });
+// The generated ids of a greedy run (as vLLM's return_tokens_as_token_ids writes them).
+async function ids(extra) {
+  const r = await complete({ logprobs: 1, return_tokens_as_token_ids: true, ...extra });
+  const lp = r.choices[0].logprobs; // null when nothing but the end was generated
+  return { r, ids: lp ? lp.tokens.map((t) => Number(t.slice('token_id:'.length))) : [] };
+}
+async function refused(body, param) {
+  const r = await rawRequest(server.url, { body: JSON.stringify({ model, prompt: PROMPT, ...body }) });
+  assertEq(r.status, 400, `${JSON.stringify(body)}: ${r.text.slice(0, 200)}`);
+  assertEq(r.json.error.param, param, `${JSON.stringify(body)}: param`);
+}
+
+const tests = Object.entries({
+  async 'stop_token_ids: ends at the id, stop_reason the id, its text out unless included'() {
+    const base = await ids({});
+    const stopId = base.ids[2]; // the third token of the greedy output
+    const first = base.ids.indexOf(stopId);
+    const a = await ids({ stop_token_ids: [stopId] });
+    assertEq(a.r.choices[0].finish_reason, 'stop', 'finish_reason');
+    assertEq(a.r.choices[0].stop_reason, stopId, 'stop_reason: the id');
+    assertEq(a.r.usage.completion_tokens, first + 1, 'the stop token counts');
+    const b = await complete({ stop_token_ids: [stopId], include_stop_str_in_output: true });
+    assert(b.choices[0].text.startsWith(a.r.choices[0].text) && b.choices[0].text.length > a.r.choices[0].text.length,
+      `included: '${b.choices[0].text}' after '${a.r.choices[0].text}'`);
+    assertEq(b.choices[0].text, base.r.choices[0].text.slice(0, b.choices[0].text.length), 'the same text up to it');
+    // streamed: the same text and the id in the last chunk's stop_reason
+    let text = '', last;
+    const st = await client.completions.create({ model, prompt: PROMPT, temperature: 0, max_tokens: 24, stream: true, stop_token_ids: [stopId] });
+    for await (const ch of st) { text += ch.choices[0]?.text ?? ''; if (ch.choices[0]?.finish_reason) last = ch.choices[0]; }
+    assertEq(text, a.r.choices[0].text, 'streamed text');
+    assertEq(last.stop_reason, stopId, 'streamed stop_reason');
+  },
+
+  async 'min_tokens: EOS and stop ids masked, stop strings held off until then'() {
+    const early = await ids({ logit_bias: { [EOS]: 30 }, max_tokens: 60 }); // EOS pushed: ends at once
+    assertEq(early.r.usage.completion_tokens, 1, 'EOS first without min_tokens');
+    const held = await ids({ logit_bias: { [EOS]: 30 }, max_tokens: 60, min_tokens: 10 });
+    assert(held.r.usage.completion_tokens > 10, `min_tokens 10: ${held.r.usage.completion_tokens} tokens`);
+    assert(!held.ids.slice(0, 10).includes(EOS), 'no EOS among the first 10');
+    const base = await ids({});
+    const stopId = base.ids[2];
+    const masked = await ids({ stop_token_ids: [stopId], min_tokens: 3 });
+    assert(masked.ids[2] !== stopId, 'the stop id is masked at the third token');
+    // a stop string completed before min_tokens is passed over; at min_tokens it counts
+    const word = base.r.choices[0].text.split(' ').filter(Boolean)[1]; // the output's second word
+    const at = base.r.choices[0].text.indexOf(word);
+    const plain = await complete({ stop: [word] });
+    assertEq(plain.choices[0].text, base.r.choices[0].text.slice(0, at), 'stop string');
+    const n = plain.usage.completion_tokens;
+    const later = await complete({ stop: [word], min_tokens: n + 1, max_tokens: 24 });
+    assert(later.choices[0].text.length > at, `held off: '${later.choices[0].text}'`);
+    const same = await complete({ stop: [word], min_tokens: n });
+    assertEq(same.choices[0].text, plain.choices[0].text, 'at min_tokens the stop string counts');
+    const inc = await complete({ stop: [word], include_stop_str_in_output: true });
+    assertEq(inc.choices[0].text, base.r.choices[0].text.slice(0, at + word.length), 'include_stop_str_in_output');
+    assertEq(inc.choices[0].stop_reason, word, 'stop_reason: the string');
+  },
+
+  async 'allowed_token_ids, skip_special_tokens, truncate_prompt_tokens'() {
+    const base = await ids({});
+    const allowed = [base.ids[3], base.ids[5]];
+    for (const seed of [1, 2, 3]) {
+      const r = await ids({ allowed_token_ids: allowed, temperature: 1, seed, max_tokens: 12 });
+      assert(r.ids.every((t) => allowed.includes(t)), `seed ${seed}: ${r.ids} outside ${allowed}`);
+    }
+    const hidden = await complete({ logit_bias: { [BOS]: 100 }, max_tokens: 4 });
+    assertEq(hidden.choices[0].text, '', 'control tokens print as nothing by default');
+    const shown = await complete({ logit_bias: { [BOS]: 100 }, max_tokens: 4, skip_special_tokens: false });
+    assertEq(shown.choices[0].text, '<s><s><s><s>', 'skip_special_tokens false: their text');
+    const long = 'Once upon a time there was a little girl';
+    const full = await client.completions.create({ model, prompt: long, temperature: 0, max_tokens: 8 });
+    const cut = await client.completions.create({ model, prompt: long, temperature: 0, max_tokens: 8, truncate_prompt_tokens: 4 });
+    assertEq(cut.usage.prompt_tokens, 4, 'truncated prompt');
+    assert(full.usage.prompt_tokens > 4, 'the prompt is longer than the cut');
+    const ctx = await client.completions.create({ model, prompt: long, temperature: 0, max_tokens: 8, truncate_prompt_tokens: -1 });
+    assertEq(ctx.choices[0].text, full.choices[0].text, '-1: the context, which holds it all');
+  },
+
+  async 'structured_outputs: choice, regex, json_object'() {
+    const c = await complete({ structured_outputs: { choice: ['cat', 'dog'] } });
+    assert(['cat', 'dog'].includes(c.choices[0].text), `choice: '${c.choices[0].text}'`);
+    const r = await complete({ structured_outputs: { regex: '[0-9]{3}' } });
+    assert(/^[0-9]{3}$/.test(r.choices[0].text), `regex: '${r.choices[0].text}'`);
+    const j = await complete({ structured_outputs: { json_object: true }, max_tokens: 60 });
+    if (j.choices[0].finish_reason === 'stop') JSON.parse(j.choices[0].text);
+    assert(j.choices[0].text.trimStart().startsWith('{'), `json_object: '${j.choices[0].text}'`);
+  },
+
+  async 'refusals name the field'() {
+    await refused({ stop_token_ids: [512] }, 'stop_token_ids');
+    await refused({ stop_token_ids: [] }, 'stop_token_ids');
+    await refused({ allowed_token_ids: [-1] }, 'allowed_token_ids');
+    await refused({ min_tokens: 9, max_tokens: 8 }, 'min_tokens');
+    await refused({ min_tokens: -1 }, 'min_tokens');
+    await refused({ truncate_prompt_tokens: 0 }, 'truncate_prompt_tokens');
+    await refused({ skip_special_tokens: 'no' }, 'skip_special_tokens');
+    await refused({ structured_outputs: { json: {}, regex: 'a' } }, 'structured_outputs');
+    await refused({ structured_outputs: { structural_tag: 'x' } }, 'structured_outputs');
+    await refused({ structured_outputs: { choice: ['a'] }, guided_regex: 'b' }, 'structured_outputs');
+  },
+});
+
+const failed = await runTests(tests);
+const bad = await stopAll([server]);
+process.exit(failed || bad ? 1 : 0);
