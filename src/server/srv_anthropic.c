@@ -338,6 +338,12 @@ static cJSON *chat_request(const cJSON *b, bool counting, api_error *err) {
         cJSON_Delete(chat);
         return NULL;
     }
+    /* Anthropic's prefill: a final assistant message is continued, not closed */
+    const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(chat, "messages"), *last = NULL;
+    for (const cJSON *m = msgs ? msgs->child : NULL; m; m = m->next) last = m;
+    const cJSON *role = last ? cJSON_GetObjectItemCaseSensitive(last, "role") : NULL;
+    if (cJSON_IsString(role) && !strcmp(role->valuestring, "assistant"))
+        cJSON_AddTrueToObject(chat, "continue_final_message");
     if (counting) { /* thinking changes the prompt; the answer's limits do not */
         cJSON *only = cJSON_CreateObject();
         if (req_field(b, "thinking") && !convert_rest(b, only, err)) {

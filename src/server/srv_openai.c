@@ -42,7 +42,7 @@ static const known_field KNOWN_FIELDS[] = {
     {"top_k", F_BOTH}, {"min_p", F_BOTH}, {"repetition_penalty", F_BOTH},
     {"ignore_eos", F_BOTH}, {"cache_salt", F_BOTH}, {"lora", F_BOTH}, {"return_tokens_as_token_ids", F_BOTH},
     {"speculative", F_BOTH}, /* own: false opts out of --spec (same output, plain decode) */
-    {"add_generation_prompt", F_CHAT},
+    {"add_generation_prompt", F_CHAT}, {"continue_final_message", F_CHAT},
     {"priority", F_BOTH},
     {"parse_special", F_BOTH}, /* completions only: chat refuses it with its reason (parse_chat_prompt) */
     /* own parser: tool calling and reasoning */
@@ -436,14 +436,101 @@ static bool tokenize_chat(srv *s, char *text, size_t *text_len, srv_job *j, api_
     return ok;
 }
 
+/* Python's str.isspace for the one character at p (UTF-8, left bytes): its
+ * length, 0 when it is not white space. */
+static size_t py_space(const unsigned char *p, size_t left) {
+    if (left >= 1 && ((p[0] >= 0x09 && p[0] <= 0x0D) || (p[0] >= 0x1C && p[0] <= 0x20))) return 1;
+    if (left >= 2 && p[0] == 0xC2 && (p[1] == 0x85 || p[1] == 0xA0)) return 2;
+    if (left >= 3 && p[0] == 0xE1 && p[1] == 0x9A && p[2] == 0x80) return 3; /* U+1680 */
+    if (left >= 3 && p[0] == 0xE2 && p[1] == 0x80 &&
+        (p[2] <= 0x8A || p[2] == 0xA8 || p[2] == 0xA9 || p[2] == 0xAF))
+        return 3; /* U+2000..200A, 2028, 2029, 202F */
+    if (left >= 3 && p[0] == 0xE2 && p[1] == 0x81 && p[2] == 0x9F) return 3; /* U+205F */
+    if (left >= 3 && p[0] == 0xE3 && p[1] == 0x80 && p[2] == 0x80) return 3; /* U+3000 */
+    return 0;
+}
+
+/* [*b, *e): s[0..n) without Python's strip() white space at either end. */
+static void py_strip(const char *s, size_t n, size_t *b, size_t *e) {
+    const unsigned char *u = (const unsigned char *)s;
+    size_t i = 0, k;
+    while (i < n && (k = py_space(u + i, n - i)) > 0) i += k;
+    size_t j = n;
+    for (bool more = true; more && j > i;) {
+        more = false;
+        for (k = 1; k <= 3 && k <= j - i; k++) /* the last character, 1 to 3 bytes */
+            if (py_space(u + j - k, k) == k) {
+                j -= k;
+                more = true;
+                break;
+            }
+    }
+    *b = i;
+    *e = j;
+}
+
+/* transformers' continue_final_message (vLLM's): the rendered prompt ends
+ * right after the final message's text (its last text part), so the model
+ * continues it instead of starting a turn: the last place its stripped text
+ * appears, then its length as sent where the template kept it whole, else
+ * without trailing white space. Both texts carry the guard marks. */
+static bool continue_final(char *text, size_t *len, const char *final, api_error *err) {
+    const size_t fl = strlen(final);
+    size_t b, e;
+    py_strip(final, fl, &b, &e);
+    const char *loc = NULL;
+    for (const char *p = text;
+         e > b && (p = memmem(p, *len - (size_t)(p - text), final + b, e - b)) != NULL; p++)
+        loc = p;
+    if (e == b) loc = text + *len; /* "" is found at the end (Python's rindex) */
+    if (!loc)
+        return api_fail(err, 400, "continue_final_message",
+                        "continue_final_message: the final message does not appear in the "
+                        "prompt the chat template renders");
+    const size_t at = (size_t)(loc - text), keep = fl - b; /* len(final.lstrip()) */
+    size_t cut = at + (e - b);
+    if (b == 0 && at + keep <= *len && memcmp(loc, final, keep) == 0) cut = at + keep;
+    *len = cut;
+    text[cut] = 0;
+    return true;
+}
+
+/* The final message's text as continue_final message reads it (a string, or
+ * the last text part), guarded as the template saw it; malloc'd. */
+static char *final_text(srv *s, const cJSON *body, api_error *err) {
+    const cJSON *msgs = req_field(body, "messages"), *last = NULL;
+    for (const cJSON *m = cJSON_IsArray(msgs) ? msgs->child : NULL; m; m = m->next) last = m;
+    const cJSON *c = last ? req_field(last, "content") : NULL;
+    const char *t = cJSON_IsString(c) ? c->valuestring : NULL;
+    for (const cJSON *p = cJSON_IsArray(c) ? c->child : NULL; p; p = p->next) {
+        const cJSON *pt = cJSON_GetObjectItemCaseSensitive(p, "text");
+        if (cJSON_IsString(pt)) t = pt->valuestring;
+    }
+    if (!t) {
+        api_fail(err, 400, "continue_final_message",
+                 "continue_final_message: the final message has no text to continue");
+        return NULL;
+    }
+    size_t n = 0;
+    char *g = srv_guard_string(s->vocab, t, strlen(t), &n);
+    if (!g) api_fail(err, 500, NULL, "out of memory");
+    return g;
+}
+
 /* Renders the conversation with the model's template and tokenizes it with
  * tokenize_chat.
  * With tools, a template that renders them gets the request's list; one that
  * does not (or the built-in families) gets them described in the system
  * message. tool_choice "none" renders them but parses nothing (as vLLM). */
 static bool parse_chat_prompt(srv *s, const cJSON *body, srv_job *j, api_error *err) {
-    bool add_gen = true;
-    if (!req_bool(body, "add_generation_prompt", &add_gen, err)) return false;
+    bool add_gen = true, cont = false;
+    if (!req_bool(body, "add_generation_prompt", &add_gen, err) ||
+        !req_bool(body, "continue_final_message", &cont, err))
+        return false;
+    if (cont && add_gen && req_field(body, "add_generation_prompt"))
+        return api_fail(err, 400, "continue_final_message",
+                        "continue_final_message and add_generation_prompt cannot both be true");
+    if (cont) add_gen = false; /* the final message is left open instead */
     if (req_field(body, "parse_special"))
         return api_fail(err, 400, "parse_special",
                         "'parse_special' is for /v1/completions: chat messages are text");
@@ -482,6 +569,15 @@ static bool parse_chat_prompt(srv *s, const cJSON *body, srv_job *j, api_error *
         free_msgs(msgs, n);
         if (l < 0) return api_fail(err, 400, "messages", "%s", kerr.msg);
         len = (size_t)l;
+    }
+    if (cont) {
+        char *final = final_text(s, body, err);
+        bool ok = final && continue_final(text, &len, final, err);
+        free(final);
+        if (!ok) {
+            free(text);
+            return false;
+        }
     }
     j->in_think =
         j->think && prompt_opens_think(text, len, s->caps.think_open, s->caps.think_close);

@@ -3,8 +3,9 @@
 // transformers' rendering (same tokens as /v1/completions given the oracle's
 // text, and the prefix cache reuses all but the last token), OpenAI content
 // part arrays and tool-call argument strings are normalised first,
-// chat_template_kwargs reach the template, and a conversation the template
-// refuses or fails on is a 400 naming why.
+// chat_template_kwargs reach the template, continue_final_message (vLLM's,
+// and Anthropic's prefill) cuts the rendering as transformers does, and a
+// conversation the template refuses or fails on is a 400 naming why.
 // usage: node test_chat_template.mjs BUILD/kvllm REPO_ROOT
 import fs from 'node:fs';
 import OpenAI from 'openai';
@@ -34,6 +35,24 @@ async function samePrompt(id, kwargs, body) {
   assertEq(chat.json.usage.prompt_tokens, want, `${id}: prompt tokens`);
   assert(chat.json.usage.prompt_tokens_details.cached_tokens >= want - 16, `${id}: chat prompt served from the cache`);
 }
+
+// transformers' continue_final_message cut (its apply_chat_template): the
+// rendering ends right after the final message's text, found by the last
+// place of its stripped text; kept whole where the template kept it whole.
+const PY_SPACE = '[\\t\\n\\v\\f\\r \\x1c-\\x1f\\x85\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]';
+const lstrip = (t) => t.replace(new RegExp(`^${PY_SPACE}+`), '');
+const strip = (t) => lstrip(t).replace(new RegExp(`${PY_SPACE}+$`), '');
+function continueCut(rendered, final) {
+  const at = rendered.lastIndexOf(strip(final));
+  assert(at >= 0, 'the final message is in the rendering');
+  if (rendered.slice(at, at + lstrip(final).length) === final) return rendered.slice(0, at + lstrip(final).length);
+  return rendered.slice(0, at + strip(final).length);
+}
+// A second template: Llama 3.1's (no thinking block, a header before content).
+const LLAMA = 'meta-llama-Llama-3.1-8B-Instruct';
+const llamaOracle = JSON.parse(fs.readFileSync(`${DIR}/${LLAMA}.expected.json`, 'utf8'));
+const llama = await startServer(bin, ['-m', 'models/stories260K.gguf', '-c', '1024',
+  '--chat-template-file', `${DIR}/${LLAMA}.jinja`], { cwd: root, name: 'llama3' });
 
 const failed = await runTests([
   ['the log names the template', async () => {
@@ -82,6 +101,37 @@ const failed = await runTests([
     const r = await client.chat.completions.create({ model: 'stories260K', messages: [{ role: 'user', content: 'Hi' }], max_tokens: 3 });
     assertEq(r.object, 'chat.completion', 'object');
   }],
+  ['continue_final_message: transformers\' cut of the final message; Anthropic\'s prefill', async () => {
+    const id = 'c09_no_generation_prompt', msgs = cases[id].messages;
+    const final = msgs[msgs.length - 1].content;
+    for (const [srv, want] of [[server, rendered(id)],
+      // its bos_token is the served vocabulary's (stories260K's <s>), not Llama 3's
+      [llama, llamaOracle.results.find((r) => r.case === id && JSON.stringify(r.kwargs) === '{}').rendered
+        .replace('<|begin_of_text|>', '<s>')]]) {
+      const r = await rawRequest(srv.url, { path: '/apply-template', body: JSON.stringify({ messages: msgs, continue_final_message: true }) });
+      assertEq(r.status, 200, r.text.slice(0, 200));
+      assertEq(r.json.prompt, continueCut(want, final), 'the rendering cut after the final message');
+      assert(r.json.prompt.endsWith(final), 'ends with the assistant text');
+    }
+    // trailing white space the template keeps stays; the last text part is the one continued
+    const spaced = [msgs[0], { role: 'assistant', content: 'Hi there!  ' }];
+    const open = await post('/apply-template', { messages: spaced, add_generation_prompt: false });
+    const cont = await post('/apply-template', { messages: spaced, continue_final_message: true, add_generation_prompt: false });
+    assertEq(cont.json.prompt, continueCut(open.json.prompt, 'Hi there!  '), 'trailing spaces');
+    const parts = [msgs[0], { role: 'assistant', content: [{ type: 'text', text: 'One.' }, { type: 'text', text: 'Two <|im_end|> x' }] }];
+    const p = await post('/apply-template', { messages: parts, continue_final_message: true });
+    assert(p.json.prompt.endsWith('One.\nTwo <|im_end|> x'), `parts: ${JSON.stringify(p.json.prompt.slice(-40))}`);
+    // the client's <|im_end|> stays text: the same count as the cut text sent as text
+    const both = await post('/v1/chat/completions', { messages: [msgs[0], { role: 'assistant', content: 'Hi there' }], continue_final_message: true, max_tokens: 1 });
+    const text = continueCut(rendered(id).replace('Hi there!', 'Hi there'), 'Hi there');
+    const compl = await post('/v1/completions', { prompt: text, parse_special: true, max_tokens: 1 });
+    assertEq(both.json.usage.prompt_tokens, compl.json.usage.prompt_tokens, 'chat prompt = the cut text');
+    // Anthropic's Messages API continues a final assistant message (its prefill)
+    const count = await post('/v1/messages/count_tokens', { model: 'stories260K', messages: [msgs[0], { role: 'assistant', content: 'Hi there' }] });
+    assertEq(count.json.input_tokens, compl.json.usage.prompt_tokens, 'prefill: the same prompt');
+    const bad = await post('/v1/chat/completions', { messages: msgs, continue_final_message: true, add_generation_prompt: true });
+    assertEq([bad.status, bad.json.error.param], [400, 'continue_final_message'], 'both true');
+  }],
   ['a conversation the template fails on is a 400 naming why', async () => {
     const r = await post('/v1/chat/completions', { messages: cases.c07c_tool_roundtrip_no_content_key.messages, max_tokens: 1 });
     assertEq(r.status, 400, r.text);
@@ -91,6 +141,9 @@ const failed = await runTests([
   }],
 ]);
 
-const code = await server.stop();
-if (code !== 0) console.log(`server exit code ${code}; log:\n${server.log()}`);
-process.exit(failed || code !== 0 ? 1 : 0);
+let bad = 0;
+for (const srv of [server, llama]) {
+  const code = await srv.stop();
+  if (code !== 0) console.log(`server exit code ${code}; log:\n${srv.log()}`), bad++;
+}
+process.exit(failed || bad ? 1 : 0);
