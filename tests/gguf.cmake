@@ -1,6 +1,7 @@
 # GGUF reader tests beyond tests/unit/test_gguf.c:
 #   gguf_bad_files_lib   generated corrupt files through the library (exact reasons)
 #   gguf_bad_files_cli   the same files through `kvllm info -m`: exit 1 + message naming the file
+#   gguf_split           a model split in three files (llama.cpp's gguf-split layout)
 #   (both run again under ASan + UBSan in the sanitizer stage of `make test`: build-asan, label unit)
 #   fuzz_gguf_smoke      libFuzzer over gguf_open_memory for KVLLM_FUZZ_SECONDS (default 30; slow)
 find_package(Python3 REQUIRED COMPONENTS Interpreter)
@@ -17,6 +18,13 @@ add_test(NAME gguf_bad_files_cli
           --out ${CMAKE_CURRENT_BINARY_DIR}/gguf_bad_cli --bin ${KVLLM_BIN}
           --good ${PROJECT_SOURCE_DIR}/models/stories260K.gguf)
 set_tests_properties(gguf_bad_files_lib gguf_bad_files_cli PROPERTIES LABELS unit)
+
+# A model split as llama.cpp's gguf-split does (tests/gguf_split.py): loads from its
+# first file with the whole file's logprobs; a damaged set is refused by name.
+add_test(NAME gguf_split
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_LIST_DIR}/gguf_split_check.py ${KVLLM_BIN}
+          ${PROJECT_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/gguf_split)
+set_tests_properties(gguf_split PROPERTIES LABELS unit)
 
 # Needs clang with the libFuzzer runtime (libclang-rt-14-dev); exits 77 = skipped without it.
 add_test(NAME fuzz_gguf_smoke

@@ -130,6 +130,7 @@ static int cmd_info_opts(const cli_opts *o) {
         cJSON *j = cJSON_CreateObject();
         cJSON_AddStringToObject(j, "file", gguf_path(f));
         cJSON_AddNumberToObject(j, "gguf_version", gguf_file_layout(f)->version);
+        cJSON_AddNumberToObject(j, "n_files", gguf_n_files(f));
         CLI_JSON_TABLE(j, hp, HP_SHAPE, false);
         cJSON_AddStringToObject(j, "rope_type",
                                 hp->rope_type == MODEL_ROPE_NEOX ? "neox" : "normal");
@@ -186,7 +187,9 @@ static int cmd_info_opts(const cli_opts *o) {
         }
         cli_print_json(j);
     } else {
-        printf("file          %s (GGUF v%u)\n", gguf_path(f), gguf_file_layout(f)->version);
+        printf("file          %s (GGUF v%u", gguf_path(f), gguf_file_layout(f)->version);
+        if (gguf_n_files(f) > 1) printf(", split in %d files", gguf_n_files(f));
+        printf(")\n");
         printf("architecture  %s\n", hp->arch);
         printf("parameters    %lld (%zu bytes of weights)\n", (long long)hp->n_params,
                hp->weights_bytes);

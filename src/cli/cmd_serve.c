@@ -312,6 +312,19 @@ static bool engine_settings(const cli_opts *o, serve_opts *so, const cli_model *
             fprintf(stderr, "kvllm: --kv-disk: %s\n", err.msg);
             return false;
         }
+        /* a split model: its other files' contents too */
+        const gguf_file *gf = cli_gguf(cm);
+        for (int i = 1; i < gguf_n_files(gf); i++) {
+            uint8_t part[16];
+            char hex[33];
+            if (!kv_disk_model_id(gguf_file_path_at(gf, i), part, &err)) {
+                fprintf(stderr, "kvllm: --kv-disk: %s\n", err.msg);
+                return false;
+            }
+            for (int b = 0; b < 16; b++) snprintf(hex + 2 * b, 3, "%02x", part[b]);
+            const char *one[1] = {hex};
+            kv_disk_model_id_extend(so->disk.model_id, one, 1);
+        }
         /* the file read with other metadata computes other K/V */
         kv_disk_model_id_extend(so->disk.model_id, o->override_kv, o->n_override_kv);
         uint64_t pin = 0;

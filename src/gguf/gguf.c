@@ -72,6 +72,10 @@ struct gguf_file {
     gguf_strindex kv_ix, tensor_ix;
     void **owned; /* --override-kv values (gguf_override_kv) */
     size_t n_owned;
+    /* A split model's other files (gguf_open: split.count > 1), whose
+     * tensors joined this file's table; their mappings stay until close. */
+    struct gguf_file **splits;
+    int n_splits;
 };
 
 /* Smallest possible encodings, used to bound counts by the bytes left:
@@ -490,7 +494,7 @@ gguf_file *gguf_open_memory(const void *buf, size_t len, const char *name, kvl_e
 
 /* Maps path read-only. If another process truncates the file while it is
  * mapped, access faults (SIGBUS): model files are assumed not to change. */
-gguf_file *gguf_open(const char *path, kvl_error *err) {
+static gguf_file *open_one(const char *path, kvl_error *err) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return kvl_fail(err, "%s: cannot open: %s", path, strerror(errno)), NULL;
     struct stat st;
@@ -527,8 +531,108 @@ gguf_file *gguf_open(const char *path, kvl_error *err) {
     return f;
 }
 
+/* An integer key of a split file as llama.cpp reads it (u16), -1 when absent. */
+static int64_t split_key(const gguf_file *f, const char *key) {
+    int64_t v;
+    return gguf_get_i64(f, key, &v) ? v : -1;
+}
+
+/* llama.cpp's split models (gguf-split): a first file whose split.count n > 1,
+ * named <prefix>-00001-of-<n>.gguf, holds the metadata and some tensors; files
+ * -00002- to -<n>- hold the rest, each with its split.no. Their tensors join
+ * f's table (a name twice is refused), and split.tensors.count must be the
+ * total, as llama.cpp checks. */
+static bool open_splits(gguf_file *f, kvl_error *err) {
+    const int64_t n = split_key(f, "split.count"), no = split_key(f, "split.no");
+    if (n < 0 || n == 1) return true;
+    if (n < 1 || n > 9999)
+        return kvl_fail(err, "%s: key 'split.count' = %lld is not a number of files (1..9999)",
+                        f->path, (long long)n);
+    if (no != 0)
+        return kvl_fail(err,
+                        "%s: file %lld of a model split in %lld (key 'split.no'): load it from its "
+                        "first file, ...-00001-of-%05lld.gguf",
+                        f->path, (long long)no + 1, (long long)n, (long long)n);
+    char tail[40];
+    snprintf(tail, sizeof tail, "-00001-of-%05lld.gguf", (long long)n);
+    const size_t pl = strlen(f->path), tl = strlen(tail);
+    if (pl <= tl || strcmp(f->path + pl - tl, tail) != 0)
+        return kvl_fail(err, "%s: a model split in %lld files, but the name does not end in %s",
+                        f->path, (long long)n, tail);
+    if (!(f->splits = calloc((size_t)n - 1, sizeof *f->splits)))
+        return kvl_fail(err, "%s: out of memory", f->path);
+    char *path = malloc(pl + 1);
+    if (!path) return kvl_fail(err, "%s: out of memory", f->path);
+    bool ok = true;
+    for (int64_t i = 1; ok && i < n; i++) {
+        memcpy(path, f->path, pl - tl);
+        snprintf(path + pl - tl, tl + 1, "-%05lld-of-%05lld.gguf", (long long)i + 1, (long long)n);
+        gguf_file *s = open_one(path, err);
+        if (!s) {
+            ok = false;
+            break;
+        }
+        f->splits[f->n_splits++] = s;
+        if (split_key(s, "split.no") != i || split_key(s, "split.count") != n) {
+            ok = kvl_fail(
+                err, "%s: keys 'split.no' / 'split.count' are %lld / %lld, expected %lld / %lld",
+                path, (long long)split_key(s, "split.no"), (long long)split_key(s, "split.count"),
+                (long long)i, (long long)n);
+            break;
+        }
+        for (int64_t k = 0; ok && k < s->n_tensors; k++) {
+            const gguf_tensor *t = &s->tensors[k];
+            char nm[96];
+            if (gguf_strindex_find(&f->tensor_ix, t->name) >= 0) {
+                ok = kvl_fail(err, "%s: tensor '%s' is in an earlier file of the model too", path,
+                              show(nm, t->name, strlen(t->name)));
+                break;
+            }
+            char *name = strdup(t->name);
+            if (!name || !kvl_grow((void **)&f->tensors, &f->cap_tensors, (size_t)f->n_tensors + 1,
+                                   sizeof *f->tensors, 16)) {
+                free(name);
+                ok = kvl_fail(err, "%s: out of memory", path);
+                break;
+            }
+            f->tensors[f->n_tensors] = *t;
+            f->tensors[f->n_tensors].name = name;
+            if (!gguf_strindex_add(&f->tensor_ix, name, f->n_tensors)) {
+                free(name);
+                ok = kvl_fail(err, "%s: out of memory", path);
+                break;
+            }
+            f->n_tensors++;
+            f->data_bytes += t->nbytes;
+        }
+    }
+    free(path);
+    const int64_t want = split_key(f, "split.tensors.count");
+    if (ok && want != f->n_tensors)
+        ok = kvl_fail(err,
+                      "%s: key 'split.tensors.count' = %lld, but the %lld files hold %lld tensors",
+                      f->path, (long long)want, (long long)n, (long long)f->n_tensors);
+    return ok;
+}
+
+gguf_file *gguf_open(const char *path, kvl_error *err) {
+    gguf_file *f = open_one(path, err);
+    if (f && !open_splits(f, err)) {
+        gguf_close(f);
+        return NULL;
+    }
+    return f;
+}
+
+int gguf_n_files(const gguf_file *f) { return 1 + f->n_splits; }
+const char *gguf_file_path_at(const gguf_file *f, int i) {
+    return i == 0 ? f->path : i > 0 && i <= f->n_splits ? f->splits[i - 1]->path : NULL;
+}
+
 void gguf_close(gguf_file *f) {
     if (!f) return;
+    for (int i = 0; i < f->n_splits; i++) gguf_close(f->splits[i]);
+    free(f->splits);
     for (int64_t i = 0; i < f->n_kv; i++) {
         free(f->kvs[i].key);
         free(f->kvs[i].str_offs);

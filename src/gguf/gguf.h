@@ -162,8 +162,14 @@ typedef struct gguf_tensor {
 
 typedef struct gguf_file gguf_file; /* opaque */
 
-/* Opens and validates path. Returns NULL and fills err on any problem. */
+/* Opens and validates path. Returns NULL and fills err on any problem. A
+ * model split by llama.cpp's gguf-split is opened from its first file
+ * (<prefix>-00001-of-<n>.gguf): the other files are found by their names and
+ * their tensors join the first's, as if it were one file. */
 gguf_file *gguf_open(const char *path, kvl_error *err);
+/* The files a gguf_open read: 1, or a split model's n (0: the first). */
+int gguf_n_files(const gguf_file *f);
+const char *gguf_file_path_at(const gguf_file *f, int i); /* NULL out of range */
 /* Same checks over a caller-owned buffer (used by the fuzzer); buf must outlive the result. */
 gguf_file *gguf_open_memory(const void *buf, size_t len, const char *name, kvl_error *err);
 void gguf_close(gguf_file *f);
