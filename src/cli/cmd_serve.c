@@ -6,6 +6,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <cjson/cJSON.h>
+
 #include "cli.h"
 #include "server.h"
 #include "chat_template.h"
@@ -18,6 +20,8 @@ typedef struct serve_opts {
     int64_t max_seqs, max_batch_tokens;
     bool no_prefix_cache, help;
     bool reranking; /* --reranking: refuse a model without a classifier head */
+    const char *reasoning_budget, *reasoning_format;
+    char *kwargs_owned; /* the template kwargs with --reasoning-budget 0's enable_thinking */
     const char *kv_disk, *kv_disk_size, *kv_disk_pin_max; /* the disk tier (kv_disk.h) */
     kv_disk_config disk;
     engine_sched scheduling;
@@ -88,6 +92,15 @@ static void serve_usage(FILE *out) {
     print_settings(out, 2, server_n_settings);
     fputs(
         "  --no-prefix-cache        disable prefix caching\n"
+        "  --chat-template-kwargs JSON  template variables for every chat request (also\n"
+        "                           --default-chat-template-kwargs), e.g. "
+        "'{\"enable_thinking\": false}';\n"
+        "                           a request's chat_template_kwargs win key by key\n"
+        "  --reasoning-budget N     -1 unlimited (default), 0 no thinking (enable_thinking "
+        "false)\n"
+        "  --reasoning-format F     auto (default; also deepseek): thinking in reasoning_content; "
+        "none:\n"
+        "                           left in the content\n"
         "  --reranking              insist on a reranker (a classifier head: Qwen3-Reranker "
         "files); POST\n"
         "                           /rerank and /v1/rerank serve any such model without it\n"
@@ -188,7 +201,9 @@ static int serve_flag(const char *f, const char *v, void *ctx) {
                 IS("--max-batch-tokens") || IS("--max-seqs") || IS("--max-body") || IS("--cors") ||
                 IS("--kv-memory-fraction") || IS("--api-key-file") || IS("--kv-disk") ||
                 IS("--kv-disk-size") || IS("--scheduling-policy") || IS("--kv-disk-pin-max") ||
-                IS("--prefix-admission-wait") || IS("--lora-modules");
+                IS("--prefix-admission-wait") || IS("--lora-modules") ||
+                IS("--chat-template-kwargs") || IS("--default-chat-template-kwargs") ||
+                IS("--reasoning-budget") || IS("--reasoning-format");
     if (!ours) return 0;
     if (!v) {
         fprintf(stderr, "kvllm: %s: missing value\n", f);
@@ -229,7 +244,11 @@ static int serve_flag(const char *f, const char *v, void *ctx) {
                     v);
             return -1;
         }
-    } else if (IS("--chat-template-file")) so->sc.chat_template_file = v;
+    } else if (IS("--chat-template-kwargs") || IS("--default-chat-template-kwargs")) {
+        so->sc.chat_template_kwargs = v;
+    } else if (IS("--reasoning-budget")) so->reasoning_budget = v;
+    else if (IS("--reasoning-format")) so->reasoning_format = v;
+    else if (IS("--chat-template-file")) so->sc.chat_template_file = v;
     else if (IS("--chat-template")) {
         if (chat_family_from_name(v) == CHAT_TMPL_UNKNOWN) {
             fprintf(stderr, "kvllm: --chat-template: unknown family '%s'\n", v);
@@ -489,6 +508,50 @@ static bool lora_modules(serve_opts *so, cli_opts *o) {
     return true;
 }
 
+/* --chat-template-kwargs (a JSON object), --reasoning-budget (llama-server's:
+ * -1 unlimited, 0 no thinking: enable_thinking false unless the kwargs say)
+ * and --reasoning-format (none: thinking stays in the content; auto and
+ * deepseek: reasoning_content, the default). */
+static bool reasoning_options(serve_opts *so) {
+    cJSON *kw = NULL;
+    if (so->sc.chat_template_kwargs) {
+        kw = cJSON_Parse(so->sc.chat_template_kwargs);
+        if (!cJSON_IsObject(kw)) {
+            cJSON_Delete(kw);
+            fprintf(stderr, "kvllm: --chat-template-kwargs: expected a JSON object, e.g. "
+                            "'{\"enable_thinking\": false}'\n");
+            return false;
+        }
+    }
+    const char *b = so->reasoning_budget, *f = so->reasoning_format;
+    if (b && strcmp(b, "-1") && strcmp(b, "0")) {
+        cJSON_Delete(kw);
+        fprintf(stderr, "kvllm: --reasoning-budget: -1 (unlimited) or 0 (no thinking), as "
+                        "llama-server takes it\n");
+        return false;
+    }
+    if (f && strcmp(f, "none") && strcmp(f, "auto") && strcmp(f, "deepseek")) {
+        cJSON_Delete(kw);
+        fprintf(stderr, "kvllm: --reasoning-format: none, auto or deepseek\n");
+        return false;
+    }
+    so->sc.reasoning_none = f && !strcmp(f, "none");
+    if (b && !strcmp(b, "0")) {
+        if (!kw) kw = cJSON_CreateObject();
+        if (!cJSON_GetObjectItemCaseSensitive(kw, "enable_thinking"))
+            cJSON_AddFalseToObject(kw, "enable_thinking");
+    }
+    bool ok = true;
+    if (kw) {
+        so->kwargs_owned = cJSON_PrintUnformatted(kw);
+        so->sc.chat_template_kwargs = so->kwargs_owned;
+        ok = so->kwargs_owned != NULL;
+        if (!ok) fprintf(stderr, "kvllm: out of memory\n");
+    }
+    cJSON_Delete(kw);
+    return ok;
+}
+
 int cmd_serve(int argc, char **argv) {
     reexec_with_passive_wait(argc, argv);
     serve_opts so = {.max_seqs = 64, .kv_memory_fraction = CLI_KV_MEMORY_FRACTION};
@@ -506,7 +569,10 @@ int cmd_serve(int argc, char **argv) {
         return 2;
     }
     o.chunks_keep_kv = so.kv_disk != NULL;
-    if (!lora_modules(&so, &o)) return 2;
+    if (!lora_modules(&so, &o) || !reasoning_options(&so)) {
+        free(so.kwargs_owned);
+        return 2;
+    }
     cli_model cm;
     if (!cli_load(&o, true, &cm)) return 1;
     int rc = 1;
@@ -546,6 +612,7 @@ int cmd_serve(int argc, char **argv) {
     so.sc.rerank_template = rerank_tmpl;
     rc = server_run(e, cm.vocab, &so.sc);
 out:
+    free(so.kwargs_owned);
     free(rerank_tmpl);
     free(tmpl);
     engine_destroy(e);

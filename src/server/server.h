@@ -33,6 +33,11 @@ typedef struct server_config {
     /* /rerank's prompt: the GGUF's tokenizer.chat_template.rerank, {query} and
      * {document} in it, or NULL (llama-server's layout without one) */
     const char *rerank_template;
+    /* --chat-template-kwargs (llama-server's; vLLM's --default-chat-template-kwargs):
+     * a JSON object of template variables every chat request gets, its own
+     * chat_template_kwargs winning key by key; NULL: none */
+    const char *chat_template_kwargs;
+    bool reasoning_none;        /* --reasoning-format none: thinking stays in the content */
     int max_connections;        /* open connections in all; beyond: 503 */
     int max_connections_per_ip; /* from one client address; 0: no limit */
     double request_timeout_s;   /* to receive a whole request, headers and body */

@@ -195,8 +195,10 @@ char *srv_jinja_render(srv *s, const cJSON *body, bool add_gen, const cJSON *too
     cJSON_AddBoolToObject(vars, "add_generation_prompt", add_gen);
     cJSON_AddStringToObject(vars, "bos_token", s->bos_text);
     cJSON_AddStringToObject(vars, "eos_token", s->eos_text);
-    if (cJSON_IsObject(kw))
-        for (const cJSON *c = kw->child; c; c = c->next) {
+    /* the server's defaults (--chat-template-kwargs), then the request's */
+    const cJSON *layers[2] = {s->default_kwargs, cJSON_IsObject(kw) ? kw : NULL};
+    for (int l = 0; l < 2; l++)
+        for (const cJSON *c = layers[l] ? layers[l]->child : NULL; c; c = c->next) {
             if (!strcmp(c->string, "messages")) continue; /* the conversation is the request's */
             cJSON_DeleteItemFromObjectCaseSensitive(vars, c->string);
             cJSON *copy = cJSON_Duplicate(c, true);

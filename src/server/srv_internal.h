@@ -382,6 +382,7 @@ typedef struct srv_embed {
 
 struct srv {
     server_config cfg;
+    cJSON *default_kwargs; /* cfg.chat_template_kwargs parsed (an object), or NULL */
     engine *e;
     bool
         priority_sched; /* the engine schedules by request priority (else FCFS: priority refused) */

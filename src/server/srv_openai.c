@@ -407,7 +407,7 @@ static bool parse_tools(srv *s, const cJSON *body, srv_job *j, api_error *err) {
                             "'reasoning_effort' must be \"minimal\", \"low\", "
                             "\"medium\" or \"high\"");
     }
-    j->think = s->jinja && s->caps.thinks;
+    j->think = s->jinja && s->caps.thinks && !s->cfg.reasoning_none;
     j->think_open = s->caps.think_open;
     j->think_close = s->caps.think_close;
     if (j->tools.n > 0 && j->tools.choice != TOOL_CHOICE_NONE)

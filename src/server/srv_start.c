@@ -160,12 +160,15 @@ static srv *srv_new(engine *e, const tok_vocab *vocab, const server_config *cfg)
     metrics_init(&s->metrics);
     metrics_set_kv_ranks(&s->metrics, cfg, e);
     setup_chat(s);
+    /* checked by the front end: an object */
+    if (cfg->chat_template_kwargs) s->default_kwargs = cJSON_Parse(cfg->chat_template_kwargs);
     s->responses = rstore_new(cfg->responses_store); /* NULL when 0: refused as unkept */
     srv_lora_init(s);
     return s;
 }
 
 static void srv_free(srv *s) {
+    cJSON_Delete(s->default_kwargs);
     rstore_free(s->responses);
     srv_lora_free(s);
     srv_jinja_free(s);

@@ -8,6 +8,7 @@
 // conversation the template refuses or fails on is a 400 naming why.
 // usage: node test_chat_template.mjs BUILD/kvllm REPO_ROOT
 import fs from 'node:fs';
+import { spawnSync } from 'node:child_process';
 import OpenAI from 'openai';
 import { startServer, rawRequest, assert, assertEq, runTests } from './lib.mjs';
 
@@ -53,6 +54,10 @@ const LLAMA = 'meta-llama-Llama-3.1-8B-Instruct';
 const llamaOracle = JSON.parse(fs.readFileSync(`${DIR}/${LLAMA}.expected.json`, 'utf8'));
 const llama = await startServer(bin, ['-m', 'models/stories260K.gguf', '-c', '1024',
   '--chat-template-file', `${DIR}/${LLAMA}.jinja`], { cwd: root, name: 'llama3' });
+
+// Server-wide template variables: llama-server's --reasoning-budget 0 (enable_thinking false).
+const nothink = await startServer(bin, ['-m', 'models/stories260K.gguf', '-c', '1024', '--reasoning-budget', '0',
+  '--chat-template-file', `${DIR}/${NAME}.jinja`], { cwd: root, name: 'no-thinking' });
 
 const failed = await runTests([
   ['the log names the template', async () => {
@@ -132,6 +137,19 @@ const failed = await runTests([
     const bad = await post('/v1/chat/completions', { messages: msgs, continue_final_message: true, add_generation_prompt: true });
     assertEq([bad.status, bad.json.error.param], [400, 'continue_final_message'], 'both true');
   }],
+  ['--reasoning-budget 0 / --chat-template-kwargs: defaults a request\'s kwargs override', async () => {
+    const body = { messages: cases.c01_single_user.messages };
+    const a = await rawRequest(nothink.url, { path: '/apply-template', body: JSON.stringify(body) });
+    assertEq(a.json.prompt, rendered('c01_single_user', { enable_thinking: false }), 'the server default');
+    const b = await rawRequest(nothink.url, { path: '/apply-template',
+      body: JSON.stringify({ ...body, chat_template_kwargs: { enable_thinking: true } }) });
+    assertEq(b.json.prompt, rendered('c01_single_user', {}), 'the request wins');
+    assertEq(b.json.prompt, (await post('/apply-template', body)).json.prompt, 'as without the default');
+    for (const [flag, v] of [['--chat-template-kwargs', '[1]'], ['--reasoning-budget', '7'], ['--reasoning-format', 'x']]) {
+      const p = spawnSync(bin, ['serve', flag, v], { encoding: 'utf8' });
+      assert(p.status === 2 && p.stderr.includes(flag), `${flag} ${v}: ${p.status} ${p.stderr}`);
+    }
+  }],
   ['a conversation the template fails on is a 400 naming why', async () => {
     const r = await post('/v1/chat/completions', { messages: cases.c07c_tool_roundtrip_no_content_key.messages, max_tokens: 1 });
     assertEq(r.status, 400, r.text);
@@ -142,7 +160,7 @@ const failed = await runTests([
 ]);
 
 let bad = 0;
-for (const srv of [server, llama]) {
+for (const srv of [server, llama, nothink]) {
   const code = await srv.stop();
   if (code !== 0) console.log(`server exit code ${code}; log:\n${srv.log()}`), bad++;
 }
