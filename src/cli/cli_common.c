@@ -105,6 +105,13 @@ static bool parse_lora(cli_opts *o, const char *flag, const char *v, bool scaled
     return true;
 }
 
+/* llama.cpp flags that ask for what kvllm always does, or for hardware it
+ * does not use: accepted so that a llama.cpp command line runs, each saying
+ * what it means here. */
+static void habit_note(const char *flag, const char *what) {
+    fprintf(stderr, "kvllm: note: %s: %s\n", flag, what);
+}
+
 static bool apply_flag(cli_opts *o, const char *f, const char *v, bool *unknown) {
     int64_t i;
 #define IS(name) (strcmp(f, name) == 0)
@@ -158,6 +165,20 @@ static bool apply_flag(cli_opts *o, const char *f, const char *v, bool *unknown)
     } else if (IS("--kv-type")) {
         o->kv_dtype_v = -1;
         return parse_kv_type(f, v, &o->kv_dtype);
+    } else if (IS("-ctk") || IS("--cache-type-k")) { /* llama.cpp's: K alone, V stays as it was */
+        if (o->kv_dtype_v < 0) o->kv_dtype_v = o->kv_dtype;
+        return parse_kv_type(f, v, &o->kv_dtype);
+    } else if (IS("-ctv") || IS("--cache-type-v")) return parse_kv_type(f, v, &o->kv_dtype_v);
+    else if (IS("-ngl") || IS("--n-gpu-layers") || IS("--gpu-layers"))
+        habit_note(f, "no GPU here: every layer runs on the CPU");
+    else if (IS("-fa") || IS("--flash-attn")) {
+        if (strcmp(v, "on") && strcmp(v, "off") && strcmp(v, "auto") && strcmp(v, "1") &&
+            strcmp(v, "0")) {
+            fprintf(stderr, "kvllm: %s: on, off or auto\n", f);
+            return false;
+        }
+        habit_note(f, "attention is kvllm's own kernel over the paged cache (as llama.cpp's -fa "
+                      "off computes it); the flag changes nothing");
     } else if (IS("--kv-type-k")) return parse_kv_type(f, v, &o->kv_dtype);
     else if (IS("--kv-type-v")) return parse_kv_type(f, v, &o->kv_dtype_v);
     else if (IS("--kv-blocks")) return parse_i64(f, v, &o->kv_blocks);
@@ -221,7 +242,12 @@ static bool apply_flag(cli_opts *o, const char *f, const char *v, bool *unknown)
 
 static bool apply_switch(cli_opts *o, const char *f) {
 #define IS(name) (strcmp(f, name) == 0)
-    if (IS("--json")) o->json = true;
+    if (IS("--jinja"))
+        habit_note(f, "chat templates are always rendered as Jinja (transformers' way)");
+    else if (IS("--mlock") || IS("--no-mmap"))
+        habit_note(f, "weights are repacked into memory at load (or mapped from the file); not "
+                      "changed by this flag");
+    else if (IS("--json")) o->json = true;
     else if (IS("--no-bos")) o->no_bos = true;
     else if (IS("--parse-special")) o->parse_special = true;
     else if (IS("--ignore-eos")) o->req.ignore_eos = true;

@@ -181,6 +181,14 @@ static int serve_switch(const char *f, serve_opts *so) {
     else if (strcmp(f, "--metrics-public") == 0) so->sc.metrics_public = true;
     else if (strcmp(f, "--prefix-cache-shared") == 0) so->sc.prefix_cache_shared = true;
     else if (strcmp(f, "--reranking") == 0 || strcmp(f, "--rerank") == 0) so->reranking = true;
+    else if (strcmp(f, "--no-webui") == 0) so->sc.no_webui = true;
+    else if (strcmp(f, "--metrics") == 0 || strcmp(f, "--slots") == 0 ||
+             strcmp(f, "--embedding") == 0 || strcmp(f, "--embeddings") == 0 ||
+             strcmp(f, "-cb") == 0 || strcmp(f, "--cont-batching") == 0)
+        fprintf(stderr,
+                "kvllm: note: %s: always on here (/metrics, /v1/embeddings, continuous "
+                "batching)\n",
+                f);
     else if (strcmp(f, "-h") == 0 || strcmp(f, "--help") == 0) so->help = true;
     else return 0;
     return 1;
@@ -197,8 +205,9 @@ static int serve_flag(const char *f, const char *v, void *ctx) {
     for (int i = 0; i < server_n_settings && !st; i++)
         if (IS(server_settings[i].flag)) st = &server_settings[i];
     bool ours = st || IS("--host") || IS("--api-key") || IS("--served-model-name") ||
-                IS("--chat-template") || IS("--chat-template-file") || IS("--kv-memory") ||
-                IS("--max-batch-tokens") || IS("--max-seqs") || IS("--max-body") || IS("--cors") ||
+                IS("--alias") || IS("-np") || IS("--parallel") || IS("--chat-template") ||
+                IS("--chat-template-file") || IS("--kv-memory") || IS("--max-batch-tokens") ||
+                IS("--max-seqs") || IS("--max-body") || IS("--cors") ||
                 IS("--kv-memory-fraction") || IS("--api-key-file") || IS("--kv-disk") ||
                 IS("--kv-disk-size") || IS("--scheduling-policy") || IS("--kv-disk-pin-max") ||
                 IS("--prefix-admission-wait") || IS("--lora-modules") ||
@@ -215,7 +224,7 @@ static int serve_flag(const char *f, const char *v, void *ctx) {
     } else if (IS("--host")) so->sc.host = v;
     else if (IS("--api-key")) so->sc.api_key = v;
     else if (IS("--api-key-file")) so->sc.api_key_file = v;
-    else if (IS("--served-model-name")) so->sc.model_id = v;
+    else if (IS("--served-model-name") || IS("--alias")) so->sc.model_id = v;
     else if (IS("--kv-memory")) so->kv_memory = v;
     else if (IS("--cors")) so->sc.cors_origin = v;
     else if (IS("--kv-disk")) so->kv_disk = v;
@@ -257,7 +266,7 @@ static int serve_flag(const char *f, const char *v, void *ctx) {
         so->sc.chat_template = v;
     } else if (IS("--max-batch-tokens")) {
         if (!parse_int(f, v, 1, 1 << 20, &so->max_batch_tokens)) return -1;
-    } else if (IS("--max-seqs")) {
+    } else if (IS("--max-seqs") || IS("-np") || IS("--parallel")) { /* llama-server's slots */
         if (!parse_int(f, v, 1, 4096, &so->max_seqs)) return -1;
     } else if (IS("--max-body")) {
         if (!parse_size(v, &x) || x < 1024) {

@@ -38,6 +38,7 @@ typedef struct server_config {
      * chat_template_kwargs winning key by key; NULL: none */
     const char *chat_template_kwargs;
     bool reasoning_none;        /* --reasoning-format none: thinking stays in the content */
+    bool no_webui;              /* --no-webui: the built-in pages answer 404 */
     int max_connections;        /* open connections in all; beyond: 503 */
     int max_connections_per_ip; /* from one client address; 0: no limit */
     double request_timeout_s;   /* to receive a whole request, headers and body */

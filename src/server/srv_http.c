@@ -506,7 +506,7 @@ static enum MHD_Result dispatch(srv *s, struct MHD_Connection *c, const char *ur
                   : send_error(c, &err);
     }
     case R_PAGE: {
-        const srv_asset *a = srv_asset_find(url);
+        const srv_asset *a = s->cfg.no_webui ? NULL : srv_asset_find(url);
         if (!a) return fail(c, 404, NULL, "no such page");
         struct MHD_Response *r =
             MHD_create_response_from_buffer(a->len, (void *)a->data, MHD_RESPMEM_PERSISTENT);

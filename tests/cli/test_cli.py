@@ -121,5 +121,15 @@ for spec, why in (('qwen3moe.expert_used_count=float:1', 'use int:'), ('nokey', 
     r = run(['run', '-m', MOE, '-p', 'x', '-n', '1', '--override-kv', spec])
     check(r.returncode != 0 and why in r.stderr and spec in r.stderr, f'--override-kv {spec}: refused ({r.stderr[-300:]})')
 
+# a llama-server command line: its flags do what llama-server's do (-np slots, -ctk K only,
+# --alias) or say that they change nothing here (-ngl, -fa, --jinja, --metrics, -cb)
+out = serve_pool_line(['--jinja', '-ngl', '99', '-fa', 'on', '-np', '3', '-ctk', 'q8_0', '--alias', 'm',
+                       '--metrics', '-cb', '--mlock'])
+check('K q8_0, V f16' in out and 'max 3 running' in out and all(
+    f'note: {f}:' in out for f in ('--jinja', '-ngl', '-fa', '--metrics', '-cb', '--mlock')),
+    f'serve with llama-server flags ({out[-400:]})')
+r = run(['run', '-p', 'x', '-n', '1', '-fa', 'sometimes'])
+check(r.returncode != 0 and '-fa: on, off or auto' in r.stderr, f'-fa sometimes: refused ({r.stderr[-200:]})')
+
 print(f'{len(failures)} failed' if failures else 'all passed')
 sys.exit(1 if failures else 0)
