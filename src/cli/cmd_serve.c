@@ -182,9 +182,12 @@ static int serve_switch(const char *f, serve_opts *so) {
     else if (strcmp(f, "--prefix-cache-shared") == 0) so->sc.prefix_cache_shared = true;
     else if (strcmp(f, "--reranking") == 0 || strcmp(f, "--rerank") == 0) so->reranking = true;
     else if (strcmp(f, "--no-webui") == 0) so->sc.no_webui = true;
-    else if (strcmp(f, "--metrics") == 0 || strcmp(f, "--slots") == 0 ||
-             strcmp(f, "--embedding") == 0 || strcmp(f, "--embeddings") == 0 ||
-             strcmp(f, "-cb") == 0 || strcmp(f, "--cont-batching") == 0)
+    else if (strcmp(f, "--slots") == 0)
+        fprintf(stderr, "kvllm: note: --slots: no /slots endpoint here; GET /v1/kv/state lists the "
+                        "running sequences and their KV blocks\n");
+    else if (strcmp(f, "--metrics") == 0 || strcmp(f, "--embedding") == 0 ||
+             strcmp(f, "--embeddings") == 0 || strcmp(f, "-cb") == 0 ||
+             strcmp(f, "--cont-batching") == 0)
         fprintf(stderr,
                 "kvllm: note: %s: always on here (/metrics, /v1/embeddings, continuous "
                 "batching)\n",
