@@ -106,11 +106,71 @@ static cJSON *piece_json(srv *s, int32_t id) {
     return out;
 }
 
+/* vLLM's /tokenize: {prompt, add_special_tokens} or a chat request's
+ * {messages, ...} (rendered as /v1/chat/completions renders it) ->
+ * {count, max_model_len, tokens, token_strs} (the vocabulary's strings, as
+ * transformers' convert_ids_to_tokens gives them, with return_token_strs). */
+static char *tokenize_vllm(srv *s, cJSON *b, api_error *err) {
+    bool strs = false, special = !req_field(b, "messages");
+    if (!req_bool(b, "return_token_strs", &strs, err) ||
+        !req_bool(b, "add_special_tokens", &special, err))
+        return NULL;
+    int32_t *ids = NULL;
+    int64_t n = 0;
+    const cJSON *prompt = req_field(b, "prompt");
+    if (req_field(b, "messages")) {
+        if (prompt)
+            return api_fail(err, 400, "prompt", "send 'prompt' or 'messages', not both"), NULL;
+        if (special)
+            return api_fail(err, 400, "add_special_tokens",
+                            "'add_special_tokens' is for a prompt: a chat template writes its own"),
+                   NULL;
+        cJSON_DeleteItemFromObjectCaseSensitive(b, "return_token_strs");
+        cJSON_DeleteItemFromObjectCaseSensitive(b, "add_special_tokens");
+        api_req r;
+        if (!openai_parse(s, b, true, &r, err)) return NULL; /* every chat field, checked */
+        n = r.job->n_prompt;
+        ids = malloc((size_t)(n ? n : 1) * sizeof *ids);
+        if (ids) memcpy(ids, r.job->prompt, (size_t)n * sizeof *ids);
+        api_req_free(&r);
+        if (!ids) return api_fail(err, 500, NULL, "out of memory"), NULL;
+    } else {
+        static const char *const NAMES[] = {"prompt", "add_special_tokens", "return_token_strs",
+                                            "model"};
+        if (!srv_only_fields(b, NAMES, 4, "/tokenize", err) || !srv_check_model(s, b, err))
+            return NULL;
+        if (!cJSON_IsString(prompt))
+            return api_fail(err, 400, "prompt", "'prompt' must be a string"), NULL;
+        ids = srv_encode_special(s, prompt->valuestring, strlen(prompt->valuestring), special,
+                                 (tok_mode){.parse_special = true}, &n, "prompt", err);
+        if (!ids) return NULL;
+    }
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "count", (double)n);
+    cJSON_AddNumberToObject(o, "max_model_len", (double)s->n_ctx);
+    cJSON *arr = cJSON_AddArrayToObject(o, "tokens");
+    cJSON *ts = strs ? cJSON_AddArrayToObject(o, "token_strs") : NULL;
+    if (!strs) cJSON_AddNullToObject(o, "token_strs");
+    for (int64_t i = 0; i < n; i++) {
+        cJSON_AddItemToArray(arr, cJSON_CreateNumber(ids[i]));
+        if (ts) cJSON_AddItemToArray(ts, cJSON_CreateString(tok_piece(s->vocab, ids[i])));
+    }
+    free(ids);
+    char *out = print_delete(o);
+    if (!out) api_fail(err, 500, NULL, "out of memory");
+    return out;
+}
+
 char *srv_tokenize(srv *s, const char *body, size_t len, api_error *err) {
     static const char *const NAMES[] = {"content", "add_special", "with_pieces", "parse_special",
                                         "model"};
     cJSON *b;
     if (!srv_parse_object(body, len, &b, err)) return NULL;
+    if (!req_field(b, "content") && (req_field(b, "prompt") || req_field(b, "messages"))) {
+        char *out = tokenize_vllm(s, b, err); /* vLLM's request and answer */
+        cJSON_Delete(b);
+        return out;
+    }
     bool add_special = false, with_pieces = false, parse_special = true;
     const cJSON *c = req_field(b, "content");
     char *out = NULL;
@@ -181,6 +241,7 @@ char *srv_detokenize(srv *s, const char *body, size_t len, api_error *err) {
     cJSON *o = cJSON_CreateObject();
     /* ids can end inside a UTF-8 sequence: invalid bytes become U+FFFD */
     cJSON_AddItemToObject(o, "content", json_text(text.p, text.len));
+    cJSON_AddItemToObject(o, "prompt", json_text(text.p, text.len)); /* vLLM's name for it */
     if (!(out = print_delete(o))) api_fail(err, 500, NULL, "out of memory");
 done:
     kvl_buf_free(&text);

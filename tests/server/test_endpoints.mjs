@@ -110,6 +110,23 @@ const tests = [
     }
   }],
 
+  ['vLLM\'s /tokenize (prompt or messages) and /detokenize answer', async () => {
+    const text = golden.cases[0].text;
+    const llama = await post(server, '/tokenize', { content: text, add_special: true });
+    const v = await post(server, '/tokenize', { prompt: text, return_token_strs: true });
+    assertEq(v.status, 200, v.text.slice(0, 200));
+    assertEq(JSON.stringify(v.json.tokens), JSON.stringify(llama.json.tokens), 'the same ids as llama\'s shape');
+    assertEq([v.json.count, v.json.max_model_len], [llama.json.tokens.length, 512], 'count, max_model_len');
+    assertEq(v.json.token_strs.length, v.json.count, 'token_strs');
+    const msgs = [{ role: 'user', content: 'Hello there' }];
+    const chat = await post(server, '/v1/chat/completions', { messages: msgs, max_tokens: 1 });
+    const vt = await post(server, '/tokenize', { messages: msgs });
+    assertEq(vt.json.count, chat.json.usage.prompt_tokens, 'messages: the chat prompt');
+    assertEq(vt.json.token_strs, null, 'token_strs null unless asked');
+    const d = await post(server, '/detokenize', { tokens: v.json.tokens });
+    assertEq([d.json.prompt, d.json.content], [text, text], 'detokenize: vLLM\'s prompt and llama\'s content');
+  }],
+
   ['/tokenize with_pieces: strings, or bytes where a piece is not UTF-8', async () => {
     let sawBytes = false;
     for (const c of golden.cases) {
