@@ -40,8 +40,17 @@ static bool parse_f32(const char *flag, const char *v, float *out) {
 
 static bool parse_kv_type(const char *flag, const char *v, int *out) {
     if (kv_dtype_parse(v, out)) return true;
-    fprintf(stderr, "kvllm: %s: '%s' is not a KV cache type (f32, f16, bf16, q8_0, fp8)\n", flag,
-            v);
+    if (!strcmp(v, "q4_1") || !strcmp(v, "q5_1")) {
+        fprintf(stderr,
+                "kvllm: %s: %s caches are not offered (llama.cpp takes their q.k through Q8_1 with "
+                "an f16 block sum, which kvllm does not reproduce): use q4_0 or q5_0\n",
+                flag, v);
+        return false;
+    }
+    fprintf(
+        stderr,
+        "kvllm: %s: '%s' is not a KV cache type (f32, f16, bf16, q8_0, q5_0, q4_0, iq4_nl, fp8)\n",
+        flag, v);
     return false;
 }
 

@@ -136,7 +136,8 @@ static int perplexity_flag(const char *flag, const char *value, void *ctx) {
     (void)ctx;
     if (strcmp(flag, "--kl-base") != 0) return 0;
     if (!value || !kv_dtype_parse(value, &kl_base_dtype)) {
-        fprintf(stderr, "kvllm: --kl-base: expected a KV type (f32, f16, bf16, q8_0, fp8)\n");
+        fprintf(stderr, "kvllm: --kl-base: expected a KV type (f32, f16, bf16, q8_0, q5_0, q4_0, "
+                        "iq4_nl, fp8)\n");
         return -1;
     }
     return 2;

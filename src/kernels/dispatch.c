@@ -52,7 +52,8 @@ static const kern_traits ref_table[GGUF_DT_COUNT] = {
     REF(Q4_1, q4_1),
     REF(Q5_0, q5_0),
     REF(Q5_1, q5_1),
-    REF(IQ4_NL, iq4_nl),
+    [GGUF_DT_IQ4_NL] = {kref_to_float_iq4_nl, kref_from_float_iq4_nl, kref_vec_dot_iq4_nl,
+                        kref_act_from_float_iq4_nl}, /* cache rows: no scale search */
     /* activation-only: the vec_dot_type of Q4_1 and Q5_1 */
     [GGUF_DT_Q8_1] = {kref_to_float_q8_1, kref_from_float_q8_1, NULL},
     REF(Q2_K, q2_K),

@@ -82,7 +82,7 @@ kern_to_float_sig kref_to_float_q4_1, kref_to_float_q5_0, kref_to_float_q5_1, kr
     kref_to_float_iq4_nl;
 
 kern_from_float_sig kref_from_float_q4_1, kref_from_float_q5_0, kref_from_float_q5_1,
-    kref_from_float_q8_1, kref_from_float_iq4_nl;
+    kref_from_float_q8_1, kref_from_float_iq4_nl, kref_act_from_float_iq4_nl;
 
 kern_vec_dot_sig kref_vec_dot_q4_1, kref_vec_dot_q5_0, kref_vec_dot_q5_1, kref_vec_dot_iq4_nl;
 

@@ -4,8 +4,9 @@
  * Dequantization and the weight quantizers follow ggml operation by operation,
  * so the bytes are those llama-quantize writes without an importance matrix:
  * quantize_row_{q4_1,q5_0,q5_1}_ref, and for IQ4_NL quantize_iq4_nl (the
- * search over 15 scales, ntry = 7, that llama-quantize runs; the _ref variant
- * skips it). The dot products follow the canonical orders in quant32.h. */
+ * search over 15 scales, ntry = 7, that llama-quantize runs; the run-time
+ * quantizer, kref_act_from_float_iq4_nl, skips it as quantize_row_iq4_nl_ref
+ * does). The dot products follow the canonical orders in quant32.h. */
 #include "kern_impl.h"
 
 #include <float.h>
@@ -156,36 +157,47 @@ static void iq4nl_fit(const float *xb, float id, uint8_t *L, float *sumqx, float
 }
 
 /* ggml quantize_row_iq4_nl_impl for one 32-value block, no importance
- * matrix, ntry = 7 (quantize_iq4_nl). */
-static void quantize_iq4_nl_block(const float *x, blk_iq4_nl *y) {
-    enum { NTRY = 7 };
+ * matrix: ntry 7 as llama-quantize runs it (quantize_iq4_nl), or -1, no
+ * search, as its CPU backend quantizes at run time (quantize_row_iq4_nl_ref:
+ * a cache row). */
+static void quantize_iq4_nl_block(const float *x, blk_iq4_nl *y, int ntry) {
     const int8_t *values = kern_iq4nl_values;
     uint8_t L[QK4_NL];
     const float max = kern_signed_absmax(x, QK4_NL);
     float d = 0;
     if (fabsf(max) >= KERN_GROUP_MAX_EPS) {
-        d = -max / values[0];
+        /* ggml's first scale takes the opposite sign without the search */
+        d = ntry > 0 ? -max / values[0] : max / values[0];
         float sumqx, sumq2;
         iq4nl_fit(x, 1 / d, L, &sumqx, &sumq2);
         d = sumq2 > 0 ? sumqx / sumq2 : 0.f;
         float best = d * sumqx;
-        for (int itry = -NTRY; itry <= NTRY; itry++) {
+        for (int itry = -ntry; itry <= ntry; itry++) {
             iq4nl_fit(x, (float)(itry + values[0]) / max, NULL, &sumqx, &sumq2);
             if (sumq2 > 0 && sumqx * sumqx > best * sumq2) {
                 d = sumqx / sumq2;
                 best = d * sumqx;
             }
         }
+    } else {
+        memset(L, 8, sizeof L); /* any index: d is 0 */
     }
     y->d = kvl_f32_to_f16(d);
+    /* with the search the indices are taken again for the scale it chose;
+     * without it they stay those of the first fit, as in ggml */
     const float id = d ? 1 / d : 0;
-    for (int j = 0; j < QK4_NL; j++) L[j] = (uint8_t)kern_iq4nl_best_index(id * x[j]);
+    for (int j = 0; ntry > 0 && j < QK4_NL; j++) L[j] = (uint8_t)kern_iq4nl_best_index(id * x[j]);
     for (int j = 0; j < QK4_NL / 2; j++) y->qs[j] = (uint8_t)(L[j] | (L[j + 16] << 4));
 }
 
 void kref_from_float_iq4_nl(const float *src, void *dst, int64_t n) {
     blk_iq4_nl *y = dst;
-    for (int64_t b = 0; b < n / QK4_NL; b++) quantize_iq4_nl_block(src + b * QK4_NL, &y[b]);
+    for (int64_t b = 0; b < n / QK4_NL; b++) quantize_iq4_nl_block(src + b * QK4_NL, &y[b], 7);
+}
+
+void kref_act_from_float_iq4_nl(const float *src, void *dst, int64_t n) {
+    blk_iq4_nl *y = dst;
+    for (int64_t b = 0; b < n / QK4_NL; b++) quantize_iq4_nl_block(src + b * QK4_NL, &y[b], -1);
 }
 
 /* ======================= dot products ======================= */

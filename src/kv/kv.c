@@ -74,7 +74,8 @@ static kv_block_layout block_layout(int dtype, int n_heads, int head_dim, int bl
 kv_pool *kv_pool_create(const kv_pool_config *cfg, kvl_error *err) {
     int dt_v = cfg->split_v ? cfg->dtype_v : cfg->dtype;
     if (!kv_row_bytes(cfg->dtype, 32) || !kv_row_bytes(dt_v, 32)) {
-        kvl_fail(err, "kv: %s is not a KV cache type (f32, f16, bf16, q8_0, fp8)",
+        kvl_fail(err,
+                 "kv: %s is not a KV cache type (f32, f16, bf16, q8_0, q5_0, q4_0, iq4_nl, fp8)",
                  kv_dtype_name(kv_row_bytes(cfg->dtype, 32) ? dt_v : cfg->dtype));
         return NULL;
     }
@@ -82,10 +83,12 @@ kv_pool *kv_pool_create(const kv_pool_config *cfg, kvl_error *err) {
             vn = (int64_t)cfg->n_kv_heads * cfg->head_dim_v;
     size_t k_row = kv_row_bytes(cfg->dtype, kn), v_row = vn ? kv_row_bytes(dt_v, vn) : 0;
     if (!k_row || (vn && !v_row)) {
+        const int bad = k_row ? dt_v : cfg->dtype;
+        int blk = 1;
+        gguf_dtype_geometry(bad, &blk, NULL);
         kvl_fail(err,
-                 "kv: a %s row of %lld values cannot be stored as %s (q8_0 needs a multiple of 32)",
-                 k_row ? "V" : "K", (long long)(k_row ? vn : kn),
-                 kv_dtype_name(k_row ? dt_v : cfg->dtype));
+                 "kv: a %s row of %lld values cannot be stored as %s (it needs a multiple of %d)",
+                 k_row ? "V" : "K", (long long)(k_row ? vn : kn), kv_dtype_name(bad), blk);
         return NULL;
     }
     if (cfg->n_layers < 0 || cfg->n_kv_heads <= 0 || cfg->head_dim_k <= 0 || cfg->head_dim_v < 0 ||

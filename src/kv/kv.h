@@ -13,12 +13,23 @@
 #include "gguf.h"
 
 /* KV storage types: ggml's F32, F16, BF16, Q8_0 (blocks of 32 int8 with an f16
- * scale, along each token's K or V row), plus FP8 E4M3, one byte per value with
- * a static scale of 1 (vLLM's default fp8 cache: values saturate at +-448).
- * They are the entries of gguf's type table with a kv_name (gguf_types.c). */
+ * scale, along each token's K or V row) and llama.cpp's cache types Q5_0, Q4_0
+ * and IQ4_NL (blocks of 32 as well; their q.k goes through Q8_0 as ggml's;
+ * Q4_1 and Q5_1, whose q.k ggml takes through Q8_1 with an f16 block sum, are
+ * not offered), plus FP8 E4M3, one byte per value with a static scale of 1
+ * (vLLM's default fp8 cache: values saturate at +-448). They are the entries of
+ * gguf's type table with a kv_name (gguf_types.c). */
 #define KV_DT_FP8_E4M3 GGUF_DT_FP8_E4M3
 
-bool kv_dtype_parse(const char *name, int *dtype); /* "f32" "f16" "bf16" "q8_0" "fp8" */
+bool kv_dtype_parse(const char *name,
+                    int *dtype); /* "f32" "f16" "bf16" "q8_0" "q5_0" "q4_0" "iq4_nl" "fp8" */
+/* Whether dtype is one of ggml's block-quantized types (Q8_0, Q4_0, ...): what
+ * llama.cpp rotates (Walsh-Hadamard) before storing, where a head allows. */
+bool kv_dtype_blocked(int dtype);
+/* q as ggml multiplies it with a K cache of dtype: converted to the type's
+ * vec_dot_type (f16 or bf16 rounded; Q8_0 or Q8_1 blocks quantized and read
+ * back, where n is whole blocks), else unchanged. */
+void kv_query_as_k(int dtype, const float *q, float *out, int64_t n);
 const char *kv_dtype_name(int dtype);
 /* Bytes of a row of n values; 0 if the type is not a KV type or n does not fit its blocks. */
 size_t kv_row_bytes(int dtype, int64_t n);

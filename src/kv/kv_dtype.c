@@ -88,3 +88,27 @@ void kv_row_load(int dtype, const void *src, float *dst, int64_t n) {
         kern_traits_of(dtype)->to_float(src, dst, n);
     }
 }
+
+bool kv_dtype_blocked(int dtype) {
+    const gguf_dtype_traits *t = kv_type(dtype);
+    return t && t->block_elems > 1;
+}
+
+void kv_query_as_k(int dtype, const float *q, float *out, int64_t n) {
+    const gguf_dtype_traits *t = kv_type(dtype);
+    const int vt = t ? t->vec_dot_type : -1;
+    /* a block type's q only where the whole row is blocks (ggml's rows must be) */
+    const bool convert = vt == GGUF_DT_F16 || vt == GGUF_DT_BF16 ||
+                         (t && t->block_elems > 1 && n % t->block_elems == 0);
+    if (!convert) {
+        memcpy(out, q, (size_t)n * sizeof(float));
+        return;
+    }
+    const kern_traits *k = kern_traits_of(vt);
+    _Alignas(64) uint8_t tmp[512]; /* 256 values of f16 / bf16, or 8 blocks of Q8_0 / Q8_1 */
+    for (int64_t i0 = 0; i0 < n; i0 += 256) {
+        const int64_t m = n - i0 < 256 ? n - i0 : 256;
+        kern_act_quantizer(k)(q + i0, tmp, m);
+        k->to_float(tmp, out + i0, m);
+    }
+}

@@ -254,9 +254,9 @@ static float attn_scale(const model *m, const layer_weights *L) {
  * is a multiple of 64 values: the size of each rotated run (K: the largest
  * power of two from 64 dividing the head, V: 64), or 0 for none. Rotated
  * values quantize with less error; q.k and p.V are unchanged in exact math.
- * Q8_0 is the quantized type both share (fp8 is kvllm's own: not rotated). */
+ * Every ggml block type rotates (fp8 is kvllm's own: not rotated). */
 static int64_t kv_rotation(int dtype, int64_t head, bool k) {
-    if (dtype != GGUF_DT_Q8_0 || head % 64 != 0) return 0;
+    if (!kv_dtype_blocked(dtype) || head % 64 != 0) return 0;
     int64_t n = 64;
     while (k && head % (2 * n) == 0) n *= 2;
     return n;

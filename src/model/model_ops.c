@@ -551,22 +551,10 @@ static int32_t add_sink_chunk(const attn_args *a, int kvh, int n_q, int nr, int6
 }
 
 /* As ggml's mul_mat (and flash attention) against the cache's K type, q is
- * first converted to that type's vec_dot_type: rounded to f16 or bf16, or
- * quantized to Q8_0 as at run time (kern_act_quantizer, through kv_row_store)
- * where a head is whole blocks. The kernels then multiply the same values. */
+ * first converted to that type's vec_dot_type (kv_query_as_k): the kernels
+ * then multiply the same values. */
 static void query_row(const kv_pool_config *c, const float *qh, float *dst, int64_t dk) {
-    const bool round_trip = c->dtype == GGUF_DT_F16 || c->dtype == GGUF_DT_BF16 ||
-                            (c->dtype == GGUF_DT_Q8_0 && dk % QK8_0 == 0);
-    if (!round_trip) {
-        memcpy(dst, qh, (size_t)dk * sizeof(float));
-        return;
-    }
-    _Alignas(64) uint8_t t[512]; /* 256 values of f16 / bf16, or 8 Q8_0 blocks */
-    for (int64_t i0 = 0; i0 < dk; i0 += 256) {
-        int64_t nn = dk - i0 < 256 ? dk - i0 : 256;
-        kv_row_store(c->dtype, qh + i0, t, nn);
-        kv_row_load(c->dtype, t, dst + i0, nn);
-    }
+    kv_query_as_k(c->dtype, qh, dst, dk);
 }
 
 /* op_attend_group's positions [first, pos] of one token, in chunks c0..c1,

@@ -83,18 +83,11 @@ static void attend(const model *m, const layer_weights *L, const kv_pool *kv, co
     const int64_t kw = kv_pool_cfg(kv)->head_dim_k, vw = kv_pool_cfg(kv)->head_dim_v;
     const double cap = m->hp.attn_softcap;
     double max = -INFINITY, sum = 0, *o = p + pos + 1;
-    /* q in the K type's vec_dot_type, as ggml converts it (f16, bf16; Q8_0 per whole
-     * block), written out here: one row at a time through the cache's own conversions */
+    /* q in the K type's vec_dot_type, as ggml converts it (kv_query_as_k) */
     const int kt = kv_pool_cfg(kv)->dtype;
     float *qc = malloc((size_t)dk * sizeof(float));
-    void *qt = malloc((size_t)dk * sizeof(float) + 64);
-    if (!qc || !qt) abort();
-    if (kt == GGUF_DT_F16 || kt == GGUF_DT_BF16 || (kt == GGUF_DT_Q8_0 && dk % QK8_0 == 0)) {
-        kv_row_store(kt, q, qt, dk);
-        kv_row_load(kt, qt, qc, dk);
-    } else {
-        for (int64_t i = 0; i < dk; i++) qc[i] = q[i];
-    }
+    if (!qc) abort();
+    kv_query_as_k(kt, q, qc, dk);
     for (int32_t j = first; j <= pos; j++) {
         load_row(kv, s, L->kv_slot, j, false, krow);
         double d = 0;
@@ -112,7 +105,7 @@ static void attend(const model *m, const layer_weights *L, const kv_pool *kv, co
         for (int64_t i = 0; i < dv; i++) o[i] += p[j - first] / sum * vr[i];
     }
     for (int64_t i = 0; i < dv; i++) out[i] = (float)o[i];
-    free(qc), free(qt);
+    free(qc);
 }
 
 bool model_forward_ref(model *m, kv_pool *const *pools, const kv_seq *const *seqs, int32_t token,

@@ -67,24 +67,25 @@ static void test_dtypes(void) {
         int dtype;
         int64_t n;
         size_t bytes;
-    } want[] = {{"f32", GGUF_DT_F32, 3, 12},
-                {"f16", GGUF_DT_F16, 3, 6},
-                {"bf16", GGUF_DT_BF16, 3, 6},
-                {"q8_0", GGUF_DT_Q8_0, 64, 68},
+    } want[] = {{"f32", GGUF_DT_F32, 3, 12},    {"f16", GGUF_DT_F16, 3, 6},
+                {"bf16", GGUF_DT_BF16, 3, 6},   {"q8_0", GGUF_DT_Q8_0, 64, 68},
+                {"q5_0", GGUF_DT_Q5_0, 64, 44}, /* llama.cpp's cache types: 22-byte blocks */
+                {"q4_0", GGUF_DT_Q4_0, 64, 36}, {"iq4_nl", GGUF_DT_IQ4_NL, 64, 36},
                 {"fp8", KV_DT_FP8_E4M3, 3, 3}};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         int dt = -1;
         CHECK(kv_dtype_parse(want[i].name, &dt) && dt == want[i].dtype);
         CHECK(strcmp(kv_dtype_name(want[i].dtype), want[i].name) == 0);
         CHECK(kv_row_bytes(want[i].dtype, want[i].n) == want[i].bytes);
-        CHECK(kv_dtype_bytes(want[i].dtype) ==
-              (want[i].dtype == GGUF_DT_Q8_0 ? 0 : want[i].bytes / 3));
+        CHECK(kv_dtype_bytes(want[i].dtype) == (want[i].n == 64 ? 0 : want[i].bytes / 3));
     }
     int dt = -1;
     CHECK(kv_dtype_parse("fp8_e4m3", &dt) && dt == KV_DT_FP8_E4M3);
-    CHECK(!kv_dtype_parse("q4_0", &dt) && !kv_dtype_parse("Q8_0", &dt) && !kv_dtype_parse("", &dt));
-    CHECK(kv_row_bytes(GGUF_DT_Q8_0, 48) == 0 && kv_row_bytes(GGUF_DT_Q4_0, 64) == 0 &&
-          kv_row_bytes(GGUF_DT_F16, -1) == 0);
+    /* q4_1 / q5_1: not offered (their q.k goes through Q8_1 in llama.cpp) */
+    CHECK(!kv_dtype_parse("q4_1", &dt) && !kv_dtype_parse("q5_1", &dt) &&
+          !kv_dtype_parse("Q8_0", &dt) && !kv_dtype_parse("", &dt));
+    CHECK(kv_row_bytes(GGUF_DT_Q8_0, 48) == 0 && kv_row_bytes(GGUF_DT_Q4_1, 64) == 0 &&
+          kv_row_bytes(GGUF_DT_Q4_0, 48) == 0 && kv_row_bytes(GGUF_DT_F16, -1) == 0);
     CHECK(strcmp(kv_dtype_name(GGUF_DT_Q4_K), "unknown") == 0 && kv_dtype_bytes(GGUF_DT_I8) == 0);
 }
 
