@@ -104,7 +104,8 @@ static int extra_flag(const char *f, const char *v, void *ctx) {
     if (strcmp(f, "--disk") == 0) return size_arg(f, v, &a->disk, &a->has_disk);
     bool k = strcmp(f, "--kv-type") == 0 || strcmp(f, "--kv-type-k") == 0;
     int dt;
-    if (!kv_plan_dtype_parse(v, &dt)) return bad(f, v, "is not one of f32, f16, bf16, q8_0, fp8");
+    if (!kv_plan_dtype_parse(v, &dt))
+        return bad(f, v, "is not one of f32, f16, bf16, q8_0, q5_0, q4_0, iq4_nl, fp8");
     if (strcmp(f, "--kv-type") == 0) a->dtype_v = UNSET; /* both, as for kvllm run */
     *(k ? &a->dtype : &a->dtype_v) = dt;
     return 2;
@@ -115,7 +116,8 @@ void cmd_kv_plan_usage(FILE *out) {
         out,
         "usage: kvllm kv-plan (-m MODEL.gguf | --config config.json | --layers L --kv-heads H "
         "--head-dim D) --context T\n"
-        "         [--concurrency B] [--kv-type f32|f16|bf16|q8_0|fp8] [--kv-type-k T --kv-type-v "
+        "         [--concurrency B] [--kv-type f32|f16|bf16|q8_0|q5_0|q4_0|iq4_nl|fp8] "
+        "[--kv-type-k T --kv-type-v "
         "T]\n"
         "         [--block-size 16]"
         " [--budget 80GiB] [--weights-bytes N | --params N] [--disk 20GiB] [--json] [--verify]\n"
@@ -521,6 +523,16 @@ static void print_shape(const report *rp) {
            (long long)rp->r->concurrency, rp->r->concurrency == 1 ? "" : "s");
 }
 
+/* ", q8_0: 34 B per 32 values" for a block type among the two, else "". */
+static const char *block_note(int v, int k) {
+    static char note[64];
+    const int t = kv_plan_row_bytes(k, 1) == 0 ? k : kv_plan_row_bytes(v, 1) == 0 ? v : -1;
+    if (t < 0) return "";
+    snprintf(note, sizeof note, ", %s: %llu B per 32 values", kv_plan_dtype_name(t),
+             (unsigned long long)kv_plan_row_bytes(t, 32));
+    return note;
+}
+
 /* How bytes_per_token was formed, in the seeds' notation where it applies. */
 static void print_formula(const kv_plan_model *m, const kv_plan_request *r, const kv_plan *p) {
     uint64_t vb = kv_plan_row_bytes(r->dtype, 1); /* 0 for q8_0 (block type) */
@@ -543,9 +555,7 @@ static void print_formula(const kv_plan_model *m, const kv_plan_request *r, cons
                (long long)m->n_layers, (unsigned long long)p->k_row_bytes,
                kv_plan_dtype_name(r->dtype), (unsigned long long)p->v_row_bytes,
                kv_plan_dtype_name(r->split_v ? r->dtype_v : r->dtype),
-               r->dtype == KV_PLAN_Q8_0 || (r->split_v && r->dtype_v == KV_PLAN_Q8_0)
-                   ? ", q8_0: 34 B per 32 values"
-                   : "");
+               block_note(r->split_v ? r->dtype_v : r->dtype, r->dtype));
     else if (m->head_dim_k == m->head_dim_v)
         printf("               = 2 x %lld layers x %lld KV heads x %lld x %llu B\n",
                (long long)m->n_layers, (long long)m->n_kv_heads, (long long)m->head_dim_k,

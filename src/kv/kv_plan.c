@@ -18,11 +18,10 @@
 /* ------------------------------------------------------------- dtypes -- */
 
 /* The planner's enum in the pool's ids: names and sizes are the pool's. */
-static const int POOL_DTYPE[KV_PLAN_DTYPE_COUNT] = {[KV_PLAN_F32] = GGUF_DT_F32,
-                                                    [KV_PLAN_F16] = GGUF_DT_F16,
-                                                    [KV_PLAN_BF16] = GGUF_DT_BF16,
-                                                    [KV_PLAN_FP8] = KV_DT_FP8_E4M3,
-                                                    [KV_PLAN_Q8_0] = GGUF_DT_Q8_0};
+static const int POOL_DTYPE[KV_PLAN_DTYPE_COUNT] = {
+    [KV_PLAN_F32] = GGUF_DT_F32,    [KV_PLAN_F16] = GGUF_DT_F16,      [KV_PLAN_BF16] = GGUF_DT_BF16,
+    [KV_PLAN_FP8] = KV_DT_FP8_E4M3, [KV_PLAN_Q8_0] = GGUF_DT_Q8_0,    [KV_PLAN_Q5_0] = GGUF_DT_Q5_0,
+    [KV_PLAN_Q4_0] = GGUF_DT_Q4_0,  [KV_PLAN_IQ4_NL] = GGUF_DT_IQ4_NL};
 
 int kv_plan_pool_dtype(int dtype) {
     return dtype >= 0 && dtype < KV_PLAN_DTYPE_COUNT ? POOL_DTYPE[dtype] : -1;
@@ -171,7 +170,7 @@ static bool layer_rows(const kv_plan_model *m, const kv_plan_request *r, bool sw
     bool bad_k = *k == 0;
     return kvl_fail(err,
                     "a %s row of %lld values (all KV heads of a layer) cannot be stored as %s: "
-                    "q8_0 needs a multiple of 32 values",
+                    "its blocks need a multiple of 32 values",
                     bad_k ? "K" : "V", (long long)(bad_k ? kn : vn),
                     kv_plan_dtype_name(bad_k ? r->dtype : v_dtype(r)));
 }

@@ -38,6 +38,11 @@ typedef enum kv_plan_dtype {
     KV_PLAN_BF16,
     KV_PLAN_FP8,  /* the pool's KV_DT_FP8_E4M3 */
     KV_PLAN_Q8_0, /* the pool's GGUF_DT_Q8_0 */
+    /* llama.cpp's 4- and 5-bit cache types, blocks of 32 values as q8_0's: q5_0
+     * 22 B, q4_0 and iq4_nl 18 B per 32 values */
+    KV_PLAN_Q5_0,
+    KV_PLAN_Q4_0,
+    KV_PLAN_IQ4_NL,
     KV_PLAN_DTYPE_COUNT
 } kv_plan_dtype;
 
