@@ -274,8 +274,8 @@ def errors():
     bad("unreadable config", ["--config", cfg("does-not-exist.json"), "--context", "1"], "cannot open")
     bad("bad JSON", ["--config", cfg("bad-syntax.json"), "--context", "1"], "not a JSON object")
     bad("bad field", ["--config", cfg("bad-type.json"), "--context", "1"], "num_attention_heads")
-    bad("unknown kv type", c + ["--context", "1", "--kv-type", "q4_0"], "--kv-type")
-    bad("unknown V kv type", c + ["--context", "1", "--kv-type-v", "q4_0"], "--kv-type-v")
+    bad("unknown kv type", c + ["--context", "1", "--kv-type", "q4_1"], "--kv-type")
+    bad("unknown V kv type", c + ["--context", "1", "--kv-type-v", "int4"], "--kv-type-v")
     bad("q8_0 row not whole blocks", ["-m", "tests/data/golden/models/deepseek2-mla-f32.gguf", "--context", "1",
                                       "--kv-type", "q8_0"], "multiple of 32")
     bad("q8_0 V row not whole blocks", ["--layers", "2", "--kv-heads", "1", "--head-dim", "48", "--context", "1",

@@ -715,7 +715,10 @@ static void test_parse(void) {
     CHECK(kv_plan_dtype_parse("bf16", &dt) && dt == KV_PLAN_BF16);
     CHECK_STR(kv_plan_dtype_name(KV_PLAN_Q8_0), "q8_0");
     CHECK_STR(kv_plan_dtype_name(KV_PLAN_FP8), "fp8");
-    CHECK(!kv_plan_dtype_parse("q4_0", &dt));
+    CHECK(kv_plan_dtype_parse("q4_0", &dt) && dt == KV_PLAN_Q4_0);
+    CHECK(kv_plan_row_bytes(KV_PLAN_Q4_0, 64) == 36 && kv_plan_row_bytes(KV_PLAN_Q5_0, 64) == 44 &&
+          kv_plan_row_bytes(KV_PLAN_IQ4_NL, 48) == 0);
+    CHECK(!kv_plan_dtype_parse("q4_1", &dt) && !kv_plan_dtype_parse("int4", &dt));
 }
 
 static void test_format(void) {
