@@ -3,12 +3,23 @@
  * (attn_avx512.c) reproduce them bit for bit. */
 #include "kern_impl.h"
 
-/* Element d of a cache row of type t (F32, F16, BF16 or Q8_0), widened
- * exactly: Q8_0 as its to_float does, q * d in float. */
+/* Element d of a cache row of type t (F32, F16, BF16, or a block type: Q8_0,
+ * Q5_0, Q4_0, IQ4_NL), widened exactly: a block's value as its to_float
+ * gives it, the integer level times the block's scale in float. */
 static inline float kv_elem(const void *row, int t, int64_t d) {
     if (t == GGUF_DT_Q8_0) {
         const blk_q8_0 *b = (const blk_q8_0 *)row + d / QK8_0;
         return b->qs[d % QK8_0] * kvl_f16_to_f32(b->d);
+    }
+    if (t == GGUF_DT_Q4_0 || t == GGUF_DT_IQ4_NL) { /* the same 18-byte layout */
+        const blk_q4_0 *b = (const blk_q4_0 *)row + d / 32;
+        const int j = (int)(d % 32), nib = (b->qs[j % 16] >> (j / 16 * 4)) & 15;
+        return (t == GGUF_DT_Q4_0 ? nib - 8 : kern_iq4nl_values[nib]) * kvl_f16_to_f32(b->d);
+    }
+    if (t == GGUF_DT_Q5_0) {
+        const blk_q5_0 *b = (const blk_q5_0 *)row + d / 32;
+        const int j = (int)(d % 32), hi = (b->qh[j / 8] >> (j % 8)) & 1;
+        return ((((b->qs[j % 16] >> (j / 16 * 4)) & 15) | (hi << 4)) - 16) * kvl_f16_to_f32(b->d);
     }
     if (t == GGUF_DT_F16) return kvl_f16_to_f32(((const kvl_f16 *)row)[d]);
     if (t == GGUF_DT_BF16) return kvl_bf16_to_f32(((const kvl_bf16 *)row)[d]);

@@ -15,6 +15,15 @@ T_AVX2_INLINE __m256i lanes(int64_t n) {
 
 /* 8 elements from d of a cache row of type t, widened (lanes outside m: 0). */
 T_AVX2_INLINE __m256 kv_load8(int t, const void *row, int64_t d, __m256i m, bool full) {
+    if (t == GGUF_DT_Q4_0 || t == GGUF_DT_Q5_0 || t == GGUF_DT_IQ4_NL) {
+        /* 8 values of one 32-value block (d is a multiple of 8): level * d as to_float */
+        const size_t bb = t == GGUF_DT_Q5_0 ? sizeof(blk_q5_0) : sizeof(blk_q4_0);
+        const char *blk = (const char *)row + (size_t)(d / 32) * bb;
+        const __m256 v = _mm256_mul_ps(
+            _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(kv_block_levels(t, blk, (int)(d % 32)))),
+            _mm256_set1_ps(f16_load(*(const kvl_f16 *)blk)));
+        return full ? v : _mm256_and_ps(v, _mm256_castsi256_ps(m));
+    }
     if (t == GGUF_DT_Q8_0) { /* 8 values of one block (d is a multiple of 8): q * d as to_float */
         const blk_q8_0 *b = (const blk_q8_0 *)row + d / QK8_0;
         int64_t qv;
@@ -72,6 +81,9 @@ T_AVX2 static void scores(int64_t n, int64_t dk, int n_q, const float *q, size_t
                           const void *const *k, int kt, float scale, float *s, size_t ss) {
     if (kt == GGUF_DT_F16) scores_t(GGUF_DT_F16, n, dk, n_q, q, qs, k, scale, s, ss);
     else if (kt == GGUF_DT_Q8_0) scores_t(GGUF_DT_Q8_0, n, dk, n_q, q, qs, k, scale, s, ss);
+    else if (kt == GGUF_DT_Q4_0) scores_t(GGUF_DT_Q4_0, n, dk, n_q, q, qs, k, scale, s, ss);
+    else if (kt == GGUF_DT_Q5_0) scores_t(GGUF_DT_Q5_0, n, dk, n_q, q, qs, k, scale, s, ss);
+    else if (kt == GGUF_DT_IQ4_NL) scores_t(GGUF_DT_IQ4_NL, n, dk, n_q, q, qs, k, scale, s, ss);
     else if (kt == GGUF_DT_BF16) scores_t(GGUF_DT_BF16, n, dk, n_q, q, qs, k, scale, s, ss);
     else scores_t(GGUF_DT_F32, n, dk, n_q, q, qs, k, scale, s, ss);
 }
@@ -130,6 +142,9 @@ T_AVX2 static void pv(int64_t n, int64_t dv, int n_q, const float *p, size_t ps,
                       const void *const *v, int vt, float *o, size_t os) {
     if (vt == GGUF_DT_F16) pv_t(GGUF_DT_F16, n, dv, n_q, p, ps, v, o, os);
     else if (vt == GGUF_DT_Q8_0) pv_t(GGUF_DT_Q8_0, n, dv, n_q, p, ps, v, o, os);
+    else if (vt == GGUF_DT_Q4_0) pv_t(GGUF_DT_Q4_0, n, dv, n_q, p, ps, v, o, os);
+    else if (vt == GGUF_DT_Q5_0) pv_t(GGUF_DT_Q5_0, n, dv, n_q, p, ps, v, o, os);
+    else if (vt == GGUF_DT_IQ4_NL) pv_t(GGUF_DT_IQ4_NL, n, dv, n_q, p, ps, v, o, os);
     else if (vt == GGUF_DT_BF16) pv_t(GGUF_DT_BF16, n, dv, n_q, p, ps, v, o, os);
     else pv_t(GGUF_DT_F32, n, dv, n_q, p, ps, v, o, os);
 }

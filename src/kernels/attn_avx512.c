@@ -9,6 +9,14 @@
 
 /* 16 elements from d of a cache row of type t, widened (lanes outside m: 0). */
 T_512_INLINE __m512 kv_load(int t, const void *row, int64_t d, __mmask16 m) {
+    if (t == GGUF_DT_Q4_0 || t == GGUF_DT_Q5_0 || t == GGUF_DT_IQ4_NL) {
+        /* 16 values of one 32-value block (d is a multiple of 16): level * d as to_float */
+        const size_t bb = t == GGUF_DT_Q5_0 ? sizeof(blk_q5_0) : sizeof(blk_q4_0);
+        const char *blk = (const char *)row + (size_t)(d / 32) * bb;
+        const __m512 v =
+            _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(kv_block_levels(t, blk, (int)(d % 32))));
+        return _mm512_maskz_mul_ps(m, v, _mm512_set1_ps(f16_load(*(const kvl_f16 *)blk)));
+    }
     if (t == GGUF_DT_Q8_0) { /* 16 values of one block (d is a multiple of 16): q * d as to_float */
         const blk_q8_0 *b = (const blk_q8_0 *)row + d / QK8_0;
         const __m512 v =
@@ -235,7 +243,7 @@ T_512_INLINE void scores8_t(int t, int64_t n, int64_t dk, int n_q, const float *
 
 T_512 static void scores(int64_t n, int64_t dk, int n_q, const float *q, size_t qs,
                          const void *const *k, int kt, float scale, float *s, size_t ss) {
-    if (dk <= 8 && kt != GGUF_DT_Q8_0) {
+    if (dk <= 8 && !kern_is_block_kv(kt)) {
         if (kt == GGUF_DT_F16) scores8_t(GGUF_DT_F16, n, dk, n_q, q, qs, k, scale, s, ss);
         else if (kt == GGUF_DT_BF16) scores8_t(GGUF_DT_BF16, n, dk, n_q, q, qs, k, scale, s, ss);
         else scores8_t(GGUF_DT_F32, n, dk, n_q, q, qs, k, scale, s, ss);
@@ -243,6 +251,9 @@ T_512 static void scores(int64_t n, int64_t dk, int n_q, const float *q, size_t 
     }
     if (kt == GGUF_DT_F16) scores_t(GGUF_DT_F16, n, dk, n_q, q, qs, k, scale, s, ss);
     else if (kt == GGUF_DT_Q8_0) scores_t(GGUF_DT_Q8_0, n, dk, n_q, q, qs, k, scale, s, ss);
+    else if (kt == GGUF_DT_Q4_0) scores_t(GGUF_DT_Q4_0, n, dk, n_q, q, qs, k, scale, s, ss);
+    else if (kt == GGUF_DT_Q5_0) scores_t(GGUF_DT_Q5_0, n, dk, n_q, q, qs, k, scale, s, ss);
+    else if (kt == GGUF_DT_IQ4_NL) scores_t(GGUF_DT_IQ4_NL, n, dk, n_q, q, qs, k, scale, s, ss);
     else if (kt == GGUF_DT_BF16) scores_t(GGUF_DT_BF16, n, dk, n_q, q, qs, k, scale, s, ss);
     else scores_t(GGUF_DT_F32, n, dk, n_q, q, qs, k, scale, s, ss);
 }
@@ -393,7 +404,7 @@ T_512_INLINE void pv8_t(int t, int64_t n, int64_t dv, int n_q, const float *p, s
  * plus a pv8_t path for heads of <= 8 values. */
 T_512 static void pv(int64_t n, int64_t dv, int n_q, const float *p, size_t ps,
                      const void *const *v, int vt, float *o, size_t os) {
-    if (dv <= 8 && vt != GGUF_DT_Q8_0) {
+    if (dv <= 8 && !kern_is_block_kv(vt)) {
         if (vt == GGUF_DT_F16) pv8_t(GGUF_DT_F16, n, dv, n_q, p, ps, v, o, os);
         else if (vt == GGUF_DT_BF16) pv8_t(GGUF_DT_BF16, n, dv, n_q, p, ps, v, o, os);
         else pv8_t(GGUF_DT_F32, n, dv, n_q, p, ps, v, o, os);
@@ -401,6 +412,9 @@ T_512 static void pv(int64_t n, int64_t dv, int n_q, const float *p, size_t ps,
     }
     if (vt == GGUF_DT_F16) pv_t(GGUF_DT_F16, n, dv, n_q, p, ps, v, o, os);
     else if (vt == GGUF_DT_Q8_0) pv_t(GGUF_DT_Q8_0, n, dv, n_q, p, ps, v, o, os);
+    else if (vt == GGUF_DT_Q4_0) pv_t(GGUF_DT_Q4_0, n, dv, n_q, p, ps, v, o, os);
+    else if (vt == GGUF_DT_Q5_0) pv_t(GGUF_DT_Q5_0, n, dv, n_q, p, ps, v, o, os);
+    else if (vt == GGUF_DT_IQ4_NL) pv_t(GGUF_DT_IQ4_NL, n, dv, n_q, p, ps, v, o, os);
     else if (vt == GGUF_DT_BF16) pv_t(GGUF_DT_BF16, n, dv, n_q, p, ps, v, o, os);
     else pv_t(GGUF_DT_F32, n, dv, n_q, p, ps, v, o, os);
 }

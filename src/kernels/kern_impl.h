@@ -325,6 +325,11 @@ float kern_make_qkx2_quants(int n, int nmax, const float *x, const float *w, uin
 void kern_q4k_quantize_groups(const float *x, int nmax, float rmin, int nstep, uint8_t *scales,
                               kvl_f16 *d, kvl_f16 *dmin, uint8_t *L);
 extern const int8_t kern_iq4nl_values[16];
+/* The block types the attention kernels read in place from the cache (32
+ * values a block; kernels.h's kern_attn_*). */
+static inline bool kern_is_block_kv(int t) {
+    return t == GGUF_DT_Q8_0 || t == GGUF_DT_Q5_0 || t == GGUF_DT_Q4_0 || t == GGUF_DT_IQ4_NL;
+}
 /* ggml best_index_int8 over kern_iq4nl_values: the index of the level nearest
  * to x, ties to the upper (quant32_ref.c; IQ4_NL and IQ4_XS quantizers). */
 int kern_iq4nl_best_index(float x);

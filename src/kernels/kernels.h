@@ -258,7 +258,8 @@ void kern_matmul_repacked_gated(int ne, const kern_repacked_one *gu, const kern_
 /* Attention, over one chunk of positions of one KV head (model_ops.c). q rows
  * are floats, q_h = q + h*qs; K and V come as one row pointer per position
  * (k[j], v[j]: the head's slice in the paged cache, elements of kvtype F32,
- * F16 or BF16, widened exactly). Canonical orders (kern_impl.h), bit-identical
+ * F16, BF16, or a 32-value block type Q8_0, Q5_0, Q4_0, IQ4_NL, widened exactly:
+ * level times scale as to_float). Canonical orders (kern_impl.h), bit-identical
  * across ISAs:
  *  kern_attn_scores  s[h*ss + j] = scale * dot16(q_h, k[j])        h < n_q, j < n
  *  kern_attn_softmax one row: m = max s; s[j] = kern_expf(s[j] - m); *l = sum16(s);

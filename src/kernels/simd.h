@@ -337,6 +337,32 @@ T_AVX2_INLINE __m256i kern_nibbles32(const uint8_t *qs) {
     return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m), _mm_and_si128(q, m));
 }
 
+/* The integer levels of 16 values of a 4-/5-bit cache block (Q4_0, Q5_0,
+ * IQ4_NL: 32 values, nibble j in byte j % 16, the low half first), from value
+ * p (0 or 16), as int8 in the 16 bytes: what their to_float multiplies by the
+ * block's scale. Also 8 of them (the low 8 bytes) from p = 0, 8, 16 or 24. */
+T_AVX2_INLINE __m128i kv_block_levels(int t, const void *blk, int p) {
+    const uint8_t *qs =
+        t == GGUF_DT_Q5_0 ? ((const blk_q5_0 *)blk)->qs : ((const blk_q4_0 *)blk)->qs;
+    __m128i x = _mm_loadu_si128((const __m128i *)qs); /* 16 bytes: both halves */
+    if (p >= 16) x = _mm_srli_epi16(x, 4);
+    x = _mm_and_si128(x, _mm_set1_epi8(15));
+    if (p % 16) x = _mm_srli_si128(x, 8); /* values p .. p + 7: bytes 8.. */
+    if (t == GGUF_DT_Q4_0) return _mm_sub_epi8(x, _mm_set1_epi8(8));
+    if (t == GGUF_DT_IQ4_NL)
+        return _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)kern_iq4nl_values), x);
+    uint32_t qh; /* Q5_0: bit j of qh is bit 4 of value j */
+    memcpy(&qh, ((const blk_q5_0 *)blk)->qh, 4);
+    const __m128i bits = _mm_setr_epi8(1, 2, 4, 8, 16, 32, 64, -128, 1, 2, 4, 8, 16, 32, 64, -128);
+    const uint32_t h = qh >> p; /* the 16 (or 8) values' bits from bit 0 */
+    __m128i hb =
+        _mm_setr_epi8((char)h, (char)h, (char)h, (char)h, (char)h, (char)h, (char)h, (char)h,
+                      (char)(h >> 8), (char)(h >> 8), (char)(h >> 8), (char)(h >> 8),
+                      (char)(h >> 8), (char)(h >> 8), (char)(h >> 8), (char)(h >> 8));
+    hb = _mm_and_si128(_mm_cmpeq_epi8(_mm_and_si128(hb, bits), bits), _mm_set1_epi8(16));
+    return _mm_sub_epi8(_mm_or_si128(x, hb), _mm_set1_epi8(16));
+}
+
 /* An IQ4_NL block's values (the levels of kern_iq4nl_values) as level + 128,
  * unsigned bytes 1..241. */
 T_AVX2_INLINE __m256i kern_iq4nl_u8(const uint8_t *qs) {

@@ -442,8 +442,8 @@ static int32_t load_run(const attn_args *a, const kv_seq *s, int32_t j0, int32_t
     const kv_block_layout *L = from_k ? kv_pool_k_layout(a->kv) : kv_pool_v_layout(a->kv);
     bool width_whole =
         kv_row_bytes(dtype, width) != 0; /* the first `width` values convert on their own */
-    /* F32/F16/BF16 always store heads apart; Q8_0 where a head is whole blocks */
-    bool direct = attn_direct_type(dtype) || (dtype == GGUF_DT_Q8_0 && L->split && width_whole);
+    /* F32/F16/BF16 always store heads apart; the block types where a head is whole blocks */
+    bool direct = attn_direct_type(dtype) || (kv_dtype_blocked(dtype) && L->split && width_whole);
     size_t head_at = L->split ? (size_t)kvh * L->head_stride : 0;
     if (!direct && j1 - j0 > ATTN_RUN) j1 = j0 + ATTN_RUN;
     for (int32_t j = j0; j < j1;) {

@@ -1195,35 +1195,40 @@ static void test_attn(void) {
                                                 oinit, s1, o1);
                     kvl_free(kh), kvl_free(khr);
                 }
-                /* Q8_0 rows, read in place: the same as the rows widened by
-                 * to_float (what attention did before reading them in place) */
-                if (d % QK8_0 == 0) {
-                    const size_t rb = (size_t)d / QK8_0 * sizeof(blk_q8_0);
+                /* block-type rows (Q8_0 and the 4- / 5-bit cache types), read in
+                 * place: the same as the rows widened by to_float (what attention
+                 * reads for the other types) */
+                static const int block_kv[] = {GGUF_DT_Q8_0, GGUF_DT_Q5_0, GGUF_DT_Q4_0,
+                                               GGUF_DT_IQ4_NL};
+                for (size_t bi = 0; d % 32 == 0 && bi < sizeof block_kv / sizeof *block_kv; bi++) {
+                    const int bt = block_kv[bi];
+                    const kern_traits *tr = kern_traits_of(bt);
+                    const size_t rb = kern_row_bytes(bt, d);
                     char *kq = kvl_alloc(n * rb);
                     float *kw = kvl_alloc(n * d * sizeof(float)),
                           *s2 = kvl_alloc(nq * ss * sizeof(float));
                     const void **kqr = kvl_alloc(n * sizeof *kqr),
                                **kwr = kvl_alloc(n * sizeof *kwr);
                     for (int64_t j = 0; j < n; j++) {
-                        kref_from_float_q8_0(k + j * ks, kq + j * rb, d);
-                        kref_to_float_q8_0(kq + j * rb, kw + j * d, d);
+                        kern_act_quantizer(tr)(k + j * ks, kq + j * rb, d);
+                        tr->to_float(kq + j * rb, kw + j * d, d);
                         kqr[j] = kq + j * rb, kwr[j] = kw + j * d;
                     }
-                    kref_attn.scores(n, d, nq, q, qs, kqr, GGUF_DT_Q8_0, 0.125f, s0, ss);
+                    kref_attn.scores(n, d, nq, q, qs, kqr, bt, 0.125f, s0, ss);
                     kref_attn.scores(n, d, nq, q, qs, kwr, GGUF_DT_F32, 0.125f, s2, ss);
                     memcpy(o0, oinit, nq * qs * sizeof(float));
-                    kref_attn.pv(n, d, nq, s0, ss, kqr, GGUF_DT_Q8_0, o0, qs);
+                    kref_attn.pv(n, d, nq, s0, ss, kqr, bt, o0, qs);
                     memcpy(o1, oinit, nq * qs * sizeof(float));
                     kref_attn.pv(n, d, nq, s0, ss, kwr, GGUF_DT_F32, o1, qs);
                     for (int h = 0; h < nq; h++)
                         CHECK(same_floats(s0 + h * ss, s2 + h * ss, n) &&
                                   same_floats(o0 + h * qs, o1 + h * qs, d),
-                              "attn q8_0 rows d=%lld n=%lld nq=%d differ from widened rows",
-                              (long long)d, (long long)n, nq);
+                              "attn %s rows d=%lld n=%lld nq=%d differ from widened rows",
+                              gguf_dtype_name(bt), (long long)d, (long long)n, nq);
                     for (size_t v = 0; v < sizeof simd / sizeof simd[0]; v++)
                         if (simd[v])
-                            check_rows_in_place(simd[v], n, d, nq, q, qs, kqr, GGUF_DT_Q8_0, s0, ss,
-                                                o0, oinit, s1, o1);
+                            check_rows_in_place(simd[v], n, d, nq, q, qs, kqr, bt, s0, ss, o0,
+                                                oinit, s1, o1);
                     kvl_free(kq), kvl_free(kw), kvl_free(s2), kvl_free(kqr), kvl_free(kwr);
                 }
                 kvl_free(q), kvl_free(k), kvl_free(s0), kvl_free(s1), kvl_free(o0), kvl_free(o1),
