@@ -188,6 +188,8 @@ void eng_seq_free(engine *e, seq *s) {
     free(s->bias);
     free(s->stop_ids);
     free(s->allowed);
+    free(s->bad_ids);
+    free(s->bad_lens);
     free(s->tokens);
     free(s->text);
     free(s);
@@ -300,6 +302,17 @@ static bool validate_request(engine *e, const engine_request *r, kvl_error *err)
             return kvl_fail(err, "%s token id %d is not in the vocabulary (0..%lld)",
                             i < r->n_stop_ids ? "stop" : "allowed", id, (long long)hp->n_vocab - 1);
     }
+    if (r->n_bad < 0 || r->n_bad > ENGINE_MAX_BAD || (r->n_bad && (!r->bad_ids || !r->bad_lens)))
+        return kvl_fail(err, "%d bad-word sequences: at most %d are supported", r->n_bad,
+                        ENGINE_MAX_BAD);
+    for (int i = 0, at = 0; i < r->n_bad; at += r->bad_lens[i++]) {
+        if (r->bad_lens[i] < 1 || r->bad_lens[i] > ENGINE_MAX_BAD_LEN)
+            return kvl_fail(err, "bad-word sequence %d: 1 to %d tokens", i, ENGINE_MAX_BAD_LEN);
+        for (int k = 0; k < r->bad_lens[i]; k++)
+            if (r->bad_ids[at + k] < 0 || r->bad_ids[at + k] >= hp->n_vocab)
+                return kvl_fail(err, "bad-word sequence %d: id %d is not in the vocabulary", i,
+                                r->bad_ids[at + k]);
+    }
     if (r->min_tokens < 0 || (r->max_tokens > 0 && r->min_tokens > r->max_tokens))
         return kvl_fail(err, "min_tokens (%lld) must be between 0 and max_tokens (%lld)",
                         (long long)r->min_tokens, (long long)r->max_tokens);
@@ -350,6 +363,15 @@ static bool copy_request(seq *s, const engine_request *r, int32_t n_vocab,
         if (!(s->stop_ids = malloc((size_t)r->n_stop_ids * sizeof *s->stop_ids))) return false;
         memcpy(s->stop_ids, r->stop_ids, (size_t)r->n_stop_ids * sizeof *s->stop_ids);
     }
+    if (r->n_bad) {
+        int total = 0;
+        for (int i = 0; i < r->n_bad; i++) total += r->bad_lens[i];
+        s->bad_ids = malloc((size_t)total * sizeof *s->bad_ids);
+        s->bad_lens = malloc((size_t)r->n_bad * sizeof *s->bad_lens);
+        if (!s->bad_ids || !s->bad_lens) return false;
+        memcpy(s->bad_ids, r->bad_ids, (size_t)total * sizeof *s->bad_ids);
+        memcpy(s->bad_lens, r->bad_lens, (size_t)r->n_bad * sizeof *s->bad_lens);
+    }
     if (r->n_allowed) {
         if (!(s->allowed = calloc(((size_t)n_vocab + 31) / 32, sizeof *s->allowed))) return false;
         for (int i = 0; i < r->n_allowed; i++)
@@ -371,8 +393,10 @@ static bool copy_request(seq *s, const engine_request *r, int32_t n_vocab,
     s->req.logit_bias = NULL; /* s->bias */
     s->req.stop_ids = NULL;   /* s->stop_ids */
     s->req.allowed = NULL;    /* s->allowed */
-    s->req.lora = NULL;       /* the scales are in s->lora (engine_submit) */
-    s->req.grammar = NULL;    /* the state holds it */
+    s->req.bad_ids = NULL;    /* s->bad_ids, s->bad_lens */
+    s->req.bad_lens = NULL;
+    s->req.lora = NULL;    /* the scales are in s->lora (engine_submit) */
+    s->req.grammar = NULL; /* the state holds it */
     return true;
 }
 

@@ -64,6 +64,8 @@ typedef void (*engine_event_fn)(const engine_event *ev, void *user);
 
 #define ENGINE_MAX_KEEP_SPECIAL 32
 #define ENGINE_MAX_STOP_IDS     256
+#define ENGINE_MAX_BAD          128
+#define ENGINE_MAX_BAD_LEN      64
 /* A token's logit bias: added to its logit before the grammar and the sampler
  * see it (OpenAI's and llama-server's logit_bias); -INFINITY bans it. */
 typedef struct engine_logit_bias {
@@ -118,6 +120,14 @@ typedef struct engine_request {
     const int32_t *allowed;
     int n_allowed;
     bool keep_all_special;
+    /* vLLM's bad_words as token sequences (copied): bad_ids holds them one after
+     * another, bad_lens[i] the length of the i-th. The last token of a sequence
+     * is banned wherever the generated tokens end with the rest of it (a
+     * one-token sequence always). At most ENGINE_MAX_BAD sequences of at most
+     * ENGINE_MAX_BAD_LEN tokens. */
+    const int32_t *bad_ids;
+    const int32_t *bad_lens;
+    int n_bad;
     /* The model's LoRA adapters (model_lora_add): NULL for their default scales
      * as they are at submit, else model_lora_count() scales (copied). The
      * request's cached prefix blocks are shared only with requests of the same

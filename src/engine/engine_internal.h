@@ -21,6 +21,8 @@ typedef struct seq {
     engine_logit_bias *bias; /* req.n_logit_bias of them */
     int32_t *stop_ids;       /* req.n_stop_ids of them */
     uint32_t *allowed;       /* [n_vocab bits] req.allowed as a mask, NULL: all */
+    int32_t *bad_ids;        /* req's bad-word sequences, one after another */
+    int32_t *bad_lens;       /* req.n_bad lengths */
     int32_t *tokens;         /* prompt followed by generated ids */
     int64_t n_tokens;
     size_t cap_tokens;

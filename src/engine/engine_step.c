@@ -37,7 +37,7 @@ static bool apply_grammar(engine *e, seq *s, int32_t V) {
 }
 
 /* A request's own bans on the sampler's logits: allowed (vLLM's
- * allowed_token_ids), and while fewer than min_tokens are out its stop ids
+ * allowed_token_ids), its bad words, and while fewer than min_tokens are out its stop ids
  * and the end-of-generation tokens (not under a grammar: where it must end,
  * it ends). True when they banned anything. */
 static bool mask_request(engine *e, const seq *s, int32_t V) {
@@ -47,6 +47,17 @@ static bool mask_request(engine *e, const seq *s, int32_t V) {
         banned = true;
         for (int32_t i = 0; i < V; i++)
             if (!(s->allowed[i >> 5] >> (i & 31) & 1)) l[i] = -INFINITY;
+    }
+    /* bad words: a sequence's last token where the output ends with the rest */
+    const int32_t *out = s->tokens + s->n_prompt;
+    const int64_t n_out = s->n_tokens - s->n_prompt;
+    for (int i = 0, at = 0; i < s->req.n_bad; at += s->bad_lens[i++]) {
+        const int len = s->bad_lens[i];
+        if (len - 1 > n_out ||
+            memcmp(out + n_out - (len - 1), s->bad_ids + at, (size_t)(len - 1) * sizeof *out))
+            continue;
+        l[s->bad_ids[at + len - 1]] = -INFINITY;
+        banned = true;
     }
     if (s->stats.n_generated < s->req.min_tokens) {
         for (int32_t i = 0; !s->gst && i < e->n_eog_ids; i++) l[e->eog_ids[i]] = -INFINITY;

@@ -203,6 +203,9 @@ static void admit(srv *s, srv_job *j) {
                         .allowed = j->allowed,
                         .n_allowed = j->n_allowed,
                         .keep_all_special = j->keep_all_special,
+                        .bad_ids = j->bad_ids,
+                        .bad_lens = j->bad_lens,
+                        .n_bad = j->n_bad,
                         .on_event = on_engine_event};
     memcpy(r.keep_special, j->keep_special, sizeof r.keep_special);
     for (int i = 0; i < j->n; i++) {

@@ -168,6 +168,8 @@ struct srv_job {
     int32_t *allowed; /* malloc'd */
     int n_allowed;
     bool keep_all_special;
+    int32_t *bad_ids, *bad_lens; /* bad_words as token sequences (malloc'd; engine_request) */
+    int n_bad;
     char *cache_salt;
     const char *model_name;     /* the "model" answers name: the served model's or an adapter's
                                    (--lora-modules; static strings of the config), NULL: the served */

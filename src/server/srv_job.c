@@ -55,6 +55,8 @@ static void job_free(srv_job *j) {
     free(j->logit_bias);
     free(j->stop_ids);
     free(j->allowed);
+    free(j->bad_ids);
+    free(j->bad_lens);
     tool_spec_free(&j->tools);
     grammar_free(j->grammar);
     pthread_mutex_destroy(&j->mu);

@@ -55,7 +55,7 @@ static const known_field KNOWN_FIELDS[] = {
     /* vLLM's sampling extras, read here (parse_vllm) */
     {"stop_token_ids", F_BOTH}, {"min_tokens", F_BOTH}, {"include_stop_str_in_output", F_BOTH},
     {"allowed_token_ids", F_BOTH}, {"skip_special_tokens", F_BOTH},
-    {"truncate_prompt_tokens", F_BOTH},
+    {"truncate_prompt_tokens", F_BOTH}, {"bad_words", F_BOTH},
     /* accepted and ignored: bookkeeping and routing hints of hosted APIs that
      * do not change the output (README's list) */
     {"user", F_BOTH}, {"metadata", F_BOTH}, {"store", F_BOTH}, {"service_tier", F_BOTH},
@@ -821,8 +821,59 @@ static bool id_list(srv *s, const cJSON *b, const char *k, int max, int32_t **ou
     return true;
 }
 
+/* One token sequence onto j's bad words (false: a 400 naming bad_words). */
+static bool add_bad(srv_job *j, const int32_t *ids, int64_t n, const char *word, api_error *err) {
+    if (n < 1 || n > ENGINE_MAX_BAD_LEN || j->n_bad == ENGINE_MAX_BAD)
+        return api_fail(err, 400, "bad_words",
+                        "'bad_words': '%.40s' is %lld tokens (1 to %d), or the list is over %d "
+                        "token sequences",
+                        word, (long long)n, ENGINE_MAX_BAD_LEN, ENGINE_MAX_BAD);
+    int total = 0;
+    for (int i = 0; i < j->n_bad; i++) total += j->bad_lens[i];
+    int32_t *ids2 = realloc(j->bad_ids, (size_t)(total + n) * sizeof *ids2);
+    if (ids2) j->bad_ids = ids2;
+    int32_t *lens2 = ids2 ? realloc(j->bad_lens, (size_t)(j->n_bad + 1) * sizeof *lens2) : NULL;
+    if (lens2) j->bad_lens = lens2;
+    if (!ids2 || !lens2) return api_fail(err, 500, NULL, "out of memory");
+    memcpy(j->bad_ids + total, ids, (size_t)n * sizeof *ids);
+    j->bad_lens[j->n_bad++] = (int32_t)n;
+    return true;
+}
+
+/* vLLM's bad_words: each word's tokens (stripped on the left), and those of
+ * " " + word where they begin with another token and are as many (the word in
+ * the middle of a text), as vLLM's update_from_tokenizer makes them. */
+static bool parse_bad_words(srv *s, const cJSON *b, srv_job *j, api_error *err) {
+    const cJSON *v = req_field(b, "bad_words");
+    if (!v) return true;
+    if (!cJSON_IsArray(v))
+        return api_fail(err, 400, "bad_words", "'bad_words' must be an array of strings");
+    for (const cJSON *w = v->child; w; w = w->next) {
+        if (!cJSON_IsString(w))
+            return api_fail(err, 400, "bad_words", "'bad_words' must be an array of strings");
+        const char *word = w->valuestring;
+        while (*word == ' ' || (*word >= '\t' && *word <= '\r')) word++;
+        if (!*word) return api_fail(err, 400, "bad_words", "'bad_words' holds an empty word");
+        char *spaced = malloc(strlen(word) + 2);
+        if (!spaced) return api_fail(err, 500, NULL, "out of memory");
+        spaced[0] = ' ';
+        strcpy(spaced + 1, word);
+        int64_t na = 0, nb = 0;
+        const tok_mode mode = {.parse_special = true};
+        int32_t *a = srv_encode(s, word, strlen(word), false, mode, &na, "bad_words", err);
+        int32_t *c =
+            a ? srv_encode(s, spaced, strlen(spaced), false, mode, &nb, "bad_words", err) : NULL;
+        bool ok = a && c && add_bad(j, a, na, word, err) &&
+                  (!(nb == na && c[0] != a[0]) || add_bad(j, c, nb, word, err));
+        free(a), free(c), free(spaced);
+        if (!ok) return false;
+    }
+    return true;
+}
+
 /* vLLM's sampling extras: stop_token_ids, min_tokens, include_stop_str_in_output,
- * allowed_token_ids, skip_special_tokens (engine_request says what each does). */
+ * allowed_token_ids, skip_special_tokens, bad_words (engine_request says what
+ * each does). */
 static bool parse_vllm(srv *s, const cJSON *b, srv_job *j, api_error *err) {
     bool skip_special = true;
     if (!id_list(s, b, "stop_token_ids", ENGINE_MAX_STOP_IDS, &j->stop_ids, &j->n_stop_ids, err) ||
@@ -830,7 +881,7 @@ static bool parse_vllm(srv *s, const cJSON *b, srv_job *j, api_error *err) {
                  err) ||
         !req_int(b, "min_tokens", 0, s->n_ctx, &j->min_tokens, err) ||
         !req_bool(b, "include_stop_str_in_output", &j->include_stop, err) ||
-        !req_bool(b, "skip_special_tokens", &skip_special, err))
+        !req_bool(b, "skip_special_tokens", &skip_special, err) || !parse_bad_words(s, b, j, err))
         return false;
     j->keep_all_special = !skip_special;
     return true;

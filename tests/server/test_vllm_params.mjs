@@ -2,8 +2,8 @@
 // fields, as vLLM's docs pass them): stop_token_ids (stop_reason the id, the
 // token's text left out unless include_stop_str_in_output), min_tokens (EOS,
 // stop ids and stop strings held off), include_stop_str_in_output,
-// allowed_token_ids, skip_special_tokens, truncate_prompt_tokens and
-// structured_outputs, whole and streamed, and what is refused. Each is
+// allowed_token_ids, skip_special_tokens, truncate_prompt_tokens, bad_words
+// and structured_outputs, whole and streamed, and what is refused. Each is
 // checked against the same request without it on stories260K, greedy:
 // the reference is the model's own output, the expectations vLLM's rules.
 // usage: node test_vllm_params.mjs BUILD/kvllm REPO_ROOT
@@ -94,6 +94,25 @@ const tests = Object.entries({
     assert(full.usage.prompt_tokens > 4, 'the prompt is longer than the cut');
     const ctx = await client.completions.create({ model, prompt: long, temperature: 0, max_tokens: 8, truncate_prompt_tokens: -1 });
     assertEq(ctx.choices[0].text, full.choices[0].text, '-1: the context, which holds it all');
+  },
+
+  async 'bad_words: a word\'s token sequence (and " word"\'s) never appears in the output'() {
+    const has = (hay, needle) => hay.some((_, i) => needle.every((t, k) => hay[i + k] === t));
+    const tok = async (text) => (await rawRequest(server.url, { path: '/tokenize', body: JSON.stringify({ content: text }) })).json.tokens;
+    const base = await ids({ max_tokens: 30 });
+    const seqs = [await tok('girl'), await tok(' girl')];
+    // stories260K's SentencePiece writes 'girl' as ' g' 'ir' 'l' (its dummy prefix), as in the text
+    assert(has(base.ids, seqs[0]), `the greedy output has 'girl': ${base.r.choices[0].text}`);
+    const one = await ids({ max_tokens: 30, bad_words: ['girl'] });
+    for (const q of seqs) assert(!has(one.ids, q), `${JSON.stringify(q)} banned: ${one.r.choices[0].text}`);
+    const first = base.ids.findIndex((_, i) => seqs[0].every((t, k) => base.ids[i + k] === t));
+    assertEq(one.ids.slice(0, first + seqs[0].length - 1).join(), base.ids.slice(0, first + seqs[0].length - 1).join(),
+      'the same output up to the banned last token');
+    // a two-word sequence: its last token is banned only right after the rest
+    const two = await complete({ max_tokens: 30, bad_words: ['little girl'] });
+    assert(!two.choices[0].text.includes('little girl'), `'little girl' banned: ${two.choices[0].text}`);
+    await refused({ bad_words: [''] }, 'bad_words');
+    await refused({ bad_words: 'girl' }, 'bad_words');
   },
 
   async 'structured_outputs: choice, regex, json_object'() {
