@@ -473,9 +473,8 @@ static bool bind_classifier(model *m, kvl_error *err) {
                             gguf_path(m->gguf), key);
         n = (int64_t)count;
     }
-    if (!bind(m, &m->cls_out, name, m->hp.n_embd, n, true, err)) return false;
-    m->hp.n_cls_out = n;
-    return true;
+    m->hp.n_cls_out = n; /* also on a pipeline's other stages: the model is a reranker */
+    return !model_last_stage(m) || bind(m, &m->cls_out, name, m->hp.n_embd, n, true, err);
 }
 
 static bool bind_weights(model *m, kvl_error *err) {
@@ -495,7 +494,7 @@ static bool bind_weights(model *m, kvl_error *err) {
          !bind(m, &m->pl_proj_norm, "per_layer_proj_norm.weight", np, 0, true, err)))
         return false;
     if (m->arch->gemma4 && !read_suppressed(m, err)) return false;
-    if (model_last_stage(m) && !bind_classifier(m, err)) return false;
+    if (!bind_classifier(m, err)) return false;
     if (m->arch->altup && (!bind3(m, &m->altup_proj, "altup_proj.weight", hp->n_embd, hp->n_embd,
                                   ALTUP_N - 1, true, err) ||
                            !bind3(m, &m->altup_unembd_proj, "altup_unembd_proj.weight", hp->n_embd,

@@ -453,6 +453,12 @@ char *srv_embeddings(srv *s, const char *body, size_t len, bool llama, api_error
     bool b64 = false;
     int64_t norm = 2;
     const char *ep = llama ? "/embedding" : "/v1/embeddings";
+    if (s->cfg.kv_ranks > 0) {
+        api_fail(err, 501, NULL,
+                 "embeddings are not available with --pp: the hidden states stay on the last rank");
+        err->type = "not_supported_error";
+        goto done;
+    }
     if (!srv_only_fields(b, NAMES, 7, ep, err) || !srv_check_model(s, b, err) ||
         !req_int(b, "embd_normalize", -1, 64, &norm, err))
         goto done;
@@ -543,7 +549,12 @@ char *srv_rerank(srv *s, const char *body, size_t len, api_error *err) {
     if (!srv_parse_object(body, len, &b, err)) return NULL;
     rerank_req rj;
     char *out = NULL;
-    if (model_hp(engine_model(s->e))->n_cls_out == 0) {
+    if (s->cfg.kv_ranks > 0) {
+        api_fail(err, 501, NULL,
+                 "reranking is not available with --pp: the hidden states stay on the last rank");
+        err->type = "not_supported_error";
+        rj = (rerank_req){0};
+    } else if (model_hp(engine_model(s->e))->n_cls_out == 0) {
         api_fail(err, 501, NULL,
                  "this model cannot rerank: it has no classifier head (tensor "
                  "'cls.output.weight', as Qwen3-Reranker GGUF files carry)");

@@ -186,6 +186,16 @@ pp, port = serve([MPIRUN, "--oversubscribe", "-np", "2", KV] + SERVE + ["--pp", 
 st0, _ = complete(port, time.time() + 60)
 time.sleep(3)
 st2, r2 = complete(port, time.time() + 60)
+# embeddings and reranking need the last rank's hidden states: a 501 saying so, not a 503
+pooled = []
+for path, body in (("/v1/embeddings", {"input": "Once"}), ("/rerank", {"query": "a", "documents": ["b"]})):
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", json.dumps(body).encode(),
+                                 {"Content-Type": "application/json"})
+    try:
+        urllib.request.urlopen(req, timeout=30)
+        pooled.append((path, 200, ""))
+    except urllib.error.HTTPError as e:
+        pooled.append((path, e.code, json.loads(e.read() or b"{}").get("error", {}).get("message", "")))
 pp.terminate()
 try:
     _, err = pp.communicate(timeout=60)
@@ -196,6 +206,9 @@ check(st1 == 200 and st0 == 200 and st2 == 200
       and r1["choices"][0]["text"] == r2["choices"][0]["text"],
       f"serve --pp 2: the same completion as one process, also after idling past the timeout "
       f"({st1}, {st0}, {st2})\n{err[-500:]}")
+
+check(all(code == 501 and "--pp" in msg for _, code, msg in pooled),
+      f"serve --pp 2: embeddings and /rerank refused with 501 naming --pp ({pooled})")
 
 env = dict(os.environ, KVLLM_PP_FAULT="1:2:hang")
 pp, port = serve([MPIRUN, "--oversubscribe", "-np", "2", KV] + SERVE + ["--pp", "2",
