@@ -29,11 +29,14 @@ ip -n "$NS1" addr add 10.231.7.2/24 dev veth1_$ID
 for ns in "$NS0" "$NS1"; do ip -n "$ns" link set lo up; done
 ip -n "$NS0" link set veth0_$ID up
 ip -n "$NS1" link set veth1_$ID up
-# mpirun reaches a "host" by running its daemon through this agent instead of ssh
+# mpirun reaches a "host" by running its daemon through this agent instead of ssh;
+# each "host" keeps its session directory apart (they share /tmp and the host
+# name, and two daemons creating the same directory at once failed with EEXIST)
 cat > "$TMP/agent" <<AGENT
 #!/bin/sh
 host=\$1; shift
-exec ip netns exec "\$host" sh -c "\$*"
+mkdir -p "$TMP/session-\$host"
+exec ip netns exec "\$host" env OMPI_MCA_orte_tmpdir_base="$TMP/session-\$host" sh -c "\$*"
 AGENT
 chmod +x "$TMP/agent"
 ARGS="run -m $MODEL -p Hello -n 12 -t 1 --temp 0 --json --top-logprobs 3 --ignore-eos"
