@@ -159,7 +159,7 @@ engine *engine_create(model *m, const tok_vocab *vocab, const engine_config *c, 
         goto fail;
     }
     if (!alloc_batch(e, err)) goto fail;
-    if (vocab) { /* min_tokens masks them; a handful in a vocabulary */
+    if (vocab) { /* the end-of-generation ids, which min_tokens masks */
         e->eog_ids = malloc((size_t)hp->n_vocab * sizeof *e->eog_ids);
         if (!e->eog_ids) {
             kvl_fail(err, "engine: out of memory");
@@ -167,6 +167,8 @@ engine *engine_create(model *m, const tok_vocab *vocab, const engine_config *c, 
         }
         for (int32_t i = 0; i < (int32_t)hp->n_vocab; i++)
             if (tok_is_eog(vocab, i)) e->eog_ids[e->n_eog_ids++] = i;
+        int32_t *fit = realloc(e->eog_ids, (size_t)(e->n_eog_ids ? e->n_eog_ids : 1) * sizeof *fit);
+        if (fit) e->eog_ids = fit; /* a handful of the vocabulary's ids */
     }
     return e;
 fail:
