@@ -550,13 +550,6 @@ static int32_t add_sink_chunk(const attn_args *a, int kvh, int n_q, int nr, int6
     return n_c + 1;
 }
 
-/* As ggml's mul_mat (and flash attention) against the cache's K type, q is
- * first converted to that type's vec_dot_type (kv_query_as_k): the kernels
- * then multiply the same values. */
-static void query_row(const kv_pool_config *c, const float *qh, float *dst, int64_t dk) {
-    kv_query_as_k(c->dtype, qh, dst, dk);
-}
-
 /* op_attend_group's positions [first, pos] of one token, in chunks c0..c1,
  * and where each chunk's partial and working area go. */
 typedef struct group_chunks {
@@ -613,7 +606,9 @@ void op_attend_group(const attn_args *a, const kv_seq *s, int32_t pos, int kvh, 
                       .work = work,
                       .wf = attn_work_floats(c, n_q, w),
                       .hsplit = 1};
-    for (int h = 0; h < n_q; h++) query_row(c, q + h * q_stride, qr + h * dk, dk);
+    /* q as ggml's mul_mat (and flash attention) takes it against the cache's K
+     * type: in its vec_dot_type, so the kernels multiply the same values */
+    for (int h = 0; h < n_q; h++) kv_query_as_k(c->dtype, q + h * q_stride, qr + h * dk, dk);
     /* Chunks are fixed by position and merge in order, so how they are
      * scheduled does not change the result. */
     int nth = max_threads;
@@ -723,7 +718,8 @@ void op_attend_run(const attn_args *a, const kv_seq *s, int32_t pos0, int ntok, 
     float *work = merged + (size_t)NQ * dv;
     for (int t = 0; t < ntok; t++)
         for (int h = 0; h < n_q; h++)
-            query_row(c, q + t * q_tok_stride + h * dk, qr + ((size_t)t * n_q + h) * dk, dk);
+            kv_query_as_k(c->dtype, q + t * q_tok_stride + h * dk, qr + ((size_t)t * n_q + h) * dk,
+                          dk); /* in the K type's vec_dot_type, as above */
     /* every token sees the whole of the earlier chunks: all NQ rows at once */
     for (int32_t ci = c0; ci < c1; ci++)
         attend_chunk(a, s, ci * ATTN_CHUNK, ci * ATTN_CHUNK + ATTN_CHUNK - 1, kvh, NQ, qr,

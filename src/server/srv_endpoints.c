@@ -129,11 +129,10 @@ static char *tokenize_vllm(srv *s, cJSON *b, api_error *err) {
         cJSON_DeleteItemFromObjectCaseSensitive(b, "add_special_tokens");
         api_req r;
         if (!openai_parse(s, b, true, &r, err)) return NULL; /* every chat field, checked */
-        n = r.job->n_prompt;
-        ids = malloc((size_t)(n ? n : 1) * sizeof *ids);
-        if (ids) memcpy(ids, r.job->prompt, (size_t)n * sizeof *ids);
+        n = r.job->n_prompt; /* the rendered prompt's ids, taken from the job */
+        ids = r.job->prompt;
+        r.job->prompt = NULL;
         api_req_free(&r);
-        if (!ids) return api_fail(err, 500, NULL, "out of memory"), NULL;
     } else {
         static const char *const NAMES[] = {"prompt", "add_special_tokens", "return_token_strs",
                                             "model"};
