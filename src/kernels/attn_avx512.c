@@ -1,10 +1,15 @@
 /* kernels: attention kernels for AVX-512, bit-identical to attn.c.
  *
- * Scores: 16 positions at a time; each position's 16 lane sums (lane d % 16 of
+ * Scores: 16 (head, position) pairs at a time (8 heads x 2 positions where
+ * there are 8 heads, else 4 x 4); each pair's 16 lane sums (lane d % 16 of
  * its dot product) are reduced together by a transpose-and-add whose tree per
- * position is kern_reduce16's. P.V: up to 4 heads x 64 values of the output
- * stay in registers while the positions stream past. The per-ISA twin of
- * attn_avx2.c: the same loops at 16 lanes with masks instead of 8. */
+ * pair is kern_reduce16's. P.V: 8 heads x 48 values or up to 4 heads x 64
+ * values of the output stay in registers while the positions stream past.
+ * The per-ISA twin of attn_avx2.c: the same loops at 16 lanes with masks
+ * instead of 8 (the 8-head tiles are this file's own: each widened K or V
+ * vector serves twice the fmas; bench_kernels attn, one thread, 2026-12-07:
+ * qwen3's 8 x 128 12.28 -> 11.40 us a chunk of 256, MLA's 16 x 576 87.2 ->
+ * 80.7). */
 #include "simd.h"
 
 /* 16 elements from d of a cache row of type t, widened (lanes outside m: 0). */
@@ -120,11 +125,73 @@ T_512_INLINE void scores_4x4(int t, int64_t nj, int64_t dk, const float *q, size
     _mm_mask_storeu_ps(s + 3 * ss, (__mmask8)m, _mm512_extractf32x4_ps(r, 3));
 }
 
+/* Heads h0..h0+7 x positions j0, j0+1 (nj of them): each K row is widened
+ * once for 8 heads, half as often as in scores_4x4 (the widening, not the
+ * fmas, bounded that tile: qwen3's 8 heads x 128, MLA's 16 x 576). Lane
+ * 2h + j of the reduced vector is head h0+h at position j0+j. */
+T_512_INLINE void scores_8x2(int t, int64_t nj, int64_t dk, const float *q, size_t qs,
+                             const void *const *k, __m512 vs, float *s, size_t ss) {
+    __m512 v[16];
+    UNROLL(16)
+    for (int i = 0; i < 16; i++) v[i] = _mm512_setzero_ps();
+    const void *k1 = nj > 1 ? k[1] : k[0]; /* a lone position: its row twice, one kept */
+    int64_t d = 0;
+    for (; d + 16 <= dk; d += 16) {
+        const __m512 k0v = kv_load(t, k[0], d, 0xFFFF), k1v = kv_load(t, k1, d, 0xFFFF);
+        UNROLL(8)
+        for (int h = 0; h < 8; h++) {
+            const __m512 qv = _mm512_loadu_ps(q + h * qs + d);
+            v[2 * h] = _mm512_fmadd_ps(qv, k0v, v[2 * h]);
+            v[2 * h + 1] = _mm512_fmadd_ps(qv, k1v, v[2 * h + 1]);
+        }
+    }
+    if (d < dk) {
+        const __mmask16 m = kern_mask16(dk - d);
+        const __m512 k0v = kv_load(t, k[0], d, m), k1v = kv_load(t, k1, d, m);
+        UNROLL(8)
+        for (int h = 0; h < 8; h++) {
+            const __m512 qv = _mm512_maskz_loadu_ps(m, q + h * qs + d);
+            v[2 * h] = _mm512_mask3_fmadd_ps(qv, k0v, v[2 * h], m);
+            v[2 * h + 1] = _mm512_mask3_fmadd_ps(qv, k1v, v[2 * h + 1], m);
+        }
+    }
+    const __m512 r = _mm512_mul_ps(kern_reduce16x16_ps(v), vs);
+    if (nj == 2) {
+        UNROLL(4)
+        for (int c = 0; c < 4; c++) { /* quarter c: heads 2c, 2c+1 */
+            const __m128 x = _mm512_extractf32x4_ps(r, c);
+            _mm_storel_pi((__m64 *)(s + 2 * c * ss), x);
+            _mm_storeh_pi((__m64 *)(s + (2 * c + 1) * ss), x);
+        }
+    } else {
+        float tmp[16];
+        _mm512_storeu_ps(tmp, r);
+        UNROLL(8)
+        for (int h = 0; h < 8; h++) s[h * ss] = tmp[2 * h];
+    }
+}
+
 T_512_INLINE void scores_t(int t, int64_t n, int64_t dk, int n_q, const float *q, size_t qs,
                            const void *const *k, float scale, float *s, size_t ss) {
     const __m512 vs = _mm512_set1_ps(scale);
     const int64_t bytes = (int64_t)kern_row_bytes(t, dk);
-    int h0 = 0;
+    /* every 8 heads' tile on a pair of rows before the next pair: the rows
+     * are read from L1 for all of them (MLA's 16 heads x 576: a second pass
+     * over 256 rows read them from L2 at half the rate) */
+    const int h8 = n_q / 8 * 8;
+    if (h8)
+        for (int64_t j0 = 0; j0 < n; j0 += 2) {
+            /* the rows ATTN_PF ahead, two a tile: in bursts of 16 rows (288
+             * lines of MLA's) the prefetches waited on each other and held
+             * the arithmetic (DeepSeek-V2-Lite decode, 530 positions: MLA
+             * attention 3.79-3.91 -> 3.49-3.50 ms a token) */
+            for (int64_t j = j0 + ATTN_PF; j < j0 + ATTN_PF + 2 && j < n; j++)
+                prefetch_row(k[j], bytes);
+            for (int h0 = 0; h0 < h8; h0 += 8)
+                scores_8x2(t, n - j0 < 2 ? n - j0 : 2, dk, q + h0 * qs, qs, k + j0, vs,
+                           s + h0 * ss + j0, ss);
+        }
+    int h0 = h8;
     for (; h0 + 4 <= n_q; h0 += 4)
         for (int64_t j0 = 0; j0 < n; j0 += 4) {
             if (h0 == 0 && j0 % 16 == 0)
@@ -312,6 +379,34 @@ T_512_INLINE void pv_tile(int t, int64_t n, int NH, int NC, __mmask16 last, cons
         _mm512_mask_storeu_ps(o + h * os + 16 * c, c == NC - 1 ? last : 0xFFFF, acc[h][c]);
 }
 
+/* pv_tile for 8 heads x NC <= 3 vectors: 24 accumulators. */
+T_512_INLINE void pv_tile8(int t, int64_t n, int NH, int NC, __mmask16 last, const float *p,
+                           size_t ps, const void *const *v, int64_t d0, float *o, size_t os,
+                           int64_t pf) {
+    __m512 acc[8][3];
+    UNROLL(8)
+    for (int h = 0; h < NH; h++) UNROLL(3)
+    for (int c = 0; c < NC; c++)
+        acc[h][c] = _mm512_maskz_loadu_ps(c == NC - 1 ? last : 0xFFFF, o + h * os + 16 * c);
+    for (int64_t j = 0; j < n; j++) {
+        if (pf && j + ATTN_PF < n) prefetch_row(v[j + ATTN_PF], pf);
+        __m512 vv[3];
+        UNROLL(3)
+        for (int c = 0; c < NC; c++)
+            vv[c] = kv_load(t, v[j], d0 + 16 * c, c == NC - 1 ? last : 0xFFFF);
+        UNROLL(8)
+        for (int h = 0; h < NH; h++) {
+            const __m512 pj = _mm512_set1_ps(p[h * ps + j]);
+            UNROLL(3)
+            for (int c = 0; c < NC; c++) acc[h][c] = _mm512_fmadd_ps(pj, vv[c], acc[h][c]);
+        }
+    }
+    UNROLL(8)
+    for (int h = 0; h < NH; h++) UNROLL(3)
+    for (int c = 0; c < NC; c++)
+        _mm512_mask_storeu_ps(o + h * os + 16 * c, c == NC - 1 ? last : 0xFFFF, acc[h][c]);
+}
+
 T_512_INLINE void pv_tile_nh(int t, int64_t n, int nh, int nc, __mmask16 last, const float *p,
                              size_t ps, const void *const *v, int64_t d0, float *o, size_t os,
                              int64_t pf) {
@@ -320,27 +415,40 @@ T_512_INLINE void pv_tile_nh(int t, int64_t n, int nh, int nc, __mmask16 last, c
     case NC:                                                                                       \
         pv_tile(t, n, NH, NC, last, p, ps, v, d0, o, os, pf);                                      \
         break;
+#define PV_CALL8(NC)                                                                               \
+    case NC:                                                                                       \
+        pv_tile8(t, n, 8, NC, last, p, ps, v, d0, o, os, pf);                                      \
+        break;
 #define PV_HEADS(NH)                                                                               \
     case NH:                                                                                       \
         switch (nc) { PV_CALL(NH, 1) PV_CALL(NH, 2) PV_CALL(NH, 3) default : PV_CALL(NH, 4) }      \
         break;
+    if (nh == 8) { /* 8 heads x up to 3 vectors: 24 accumulators */
+        switch (nc) { PV_CALL8(1) PV_CALL8(2) default : PV_CALL8(3) }
+        return;
+    }
     switch (nh) { PV_HEADS(1) PV_HEADS(2) PV_HEADS(3) default : PV_HEADS(4) }
 #undef PV_HEADS
+#undef PV_CALL8
 #undef PV_CALL
 }
 
 T_512_INLINE void pv_t(int t, int64_t n, int64_t dv, int n_q, const float *p, size_t ps,
                        const void *const *v, float *o, size_t os) {
-    for (int h0 = 0; h0 < n_q; h0 += 4) {
-        const int nh = n_q - h0 < 4 ? n_q - h0 : 4;
-        for (int64_t d0 = 0; d0 < dv; d0 += 64) {
-            const int64_t w = dv - d0 < 64 ? dv - d0 : 64;
+    for (int h0 = 0; h0 < n_q;) {
+        /* 8 heads x 48 values a pass where there are 8 heads: each V vector
+         * widened once for 8 heads instead of 4 */
+        const int nh = n_q - h0 >= 8 ? 8 : n_q - h0 < 4 ? n_q - h0 : 4;
+        const int64_t span = nh == 8 ? 48 : 64;
+        for (int64_t d0 = 0; d0 < dv; d0 += span) {
+            const int64_t w = dv - d0 < span ? dv - d0 : span;
             const int nc = (int)((w + 15) / 16);
             /* the first pass over the rows prefetches them (bytes of a row, else 0) */
             const int64_t pf = h0 == 0 && d0 == 0 ? (int64_t)kern_row_bytes(t, dv) : 0;
             pv_tile_nh(t, n, nh, nc, kern_mask16(w - 16 * (nc - 1)), p + h0 * ps, ps, v, d0,
                        o + h0 * os + d0, os, pf);
         }
+        h0 += nh;
     }
 }
 

@@ -1120,7 +1120,7 @@ static void check_rows_in_place(const kern_attn_ops *simd, int64_t n, int64_t d,
 static void test_attn(void) {
     static const int64_t dks[] = {1, 5, 8, 15, 16, 33, 64, 128, 576};
     static const int64_t npos[] = {1, 5, 16, 17, 40, 256};
-    static const int nqs[] = {1, 3, 4, 7, 9};
+    static const int nqs[] = {1, 3, 4, 7, 9, 12, 16, 17}; /* 8-head tiles: 9 and up */
     const kern_attn_ops *simd[] = {isa_ok[1] ? &kavx2_attn : NULL,
                                    isa_ok[2] ? &kavx512_attn : NULL};
     for (size_t di = 0; di < sizeof dks / sizeof dks[0]; di++)
