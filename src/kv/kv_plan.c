@@ -392,6 +392,9 @@ int kv_plan_savings(const kv_plan_model *m, const kv_plan_request *r, kv_plan_sa
     if (saving_chunk(m, r, &s[n])) n++;
     if (saving_quant(m, r, KV_PLAN_FP8, &s[n])) n++;
     if (saving_quant(m, r, KV_PLAN_Q8_0, &s[n])) n++;
+    /* llama.cpp's 5- and 4-bit caches (iq4_nl takes q4_0's bytes) */
+    if (saving_quant(m, r, KV_PLAN_Q5_0, &s[n])) n++;
+    if (saving_quant(m, r, KV_PLAN_Q4_0, &s[n])) n++;
     if (n > cap) n = cap;
     memcpy(out, s, (size_t)n * sizeof *s);
     return n;

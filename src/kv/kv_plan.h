@@ -156,7 +156,7 @@ typedef struct kv_plan_saving {
     uint64_t lower_bound_bytes, base_lower_bound_bytes;
     uint64_t allocated_bytes, base_allocated_bytes;
 } kv_plan_saving;
-#define KV_PLAN_MAX_SAVINGS 7
+#define KV_PLAN_MAX_SAVINGS 9
 
 /* "f16" <-> KV_PLAN_F16 ... (the pool's names, kv_dtype_parse; case-insensitive).
  * Parse returns false for unknown names. */

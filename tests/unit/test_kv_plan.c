@@ -396,15 +396,20 @@ static void test_quant(void) {
     kv_plan_request r = req(32768, 20, KV_PLAN_F16);
     kv_plan_saving s[KV_PLAN_MAX_SAVINGS];
     int n = kv_plan_savings(&m, &r, s, KV_PLAN_MAX_SAVINGS);
-    CHECK(n == 3); /* GQA, fp8, q8_0 */
-    CHECK(n == 3 && strcmp(s[0].what, "GQA") == 0 && strcmp(s[1].what, "fp8") == 0 &&
-          strcmp(s[2].what, "q8_0") == 0);
-    if (n == 3) {
+    CHECK(n == 5); /* GQA, fp8, q8_0, q5_0, q4_0 */
+    CHECK(n == 5 && strcmp(s[0].what, "GQA") == 0 && strcmp(s[1].what, "fp8") == 0 &&
+          strcmp(s[2].what, "q8_0") == 0 && strcmp(s[3].what, "q5_0") == 0 &&
+          strcmp(s[4].what, "q4_0") == 0);
+    if (n == 5) {
         CHECK_U64(s[0].base_lower_bound_bytes, 1374389534720ull);
         CHECK_U64(s[1].base_lower_bound_bytes, 171798691840ull);
         CHECK_U64(s[1].lower_bound_bytes, 85899345920ull);
         CHECK_U64(s[2].bytes_per_token, 64ull * 2 * 1088);
-        CHECK(!s[1].in_plan && !s[2].in_plan && s[0].in_plan);
+        /* ggml's blocks of 32: q5_0 2 + 4 + 16 bytes, q4_0 2 + 16; 4 a head of 128 */
+        CHECK_U64(s[3].bytes_per_token, 64ull * 2 * 8 * 4 * 22);
+        CHECK_U64(s[4].bytes_per_token, 64ull * 2 * 8 * 4 * 18);
+        CHECK_U64(s[4].base_bytes_per_token, 64ull * 2 * 8 * 128 * 2);
+        CHECK(!s[1].in_plan && !s[2].in_plan && !s[3].in_plan && !s[4].in_plan && s[0].in_plan);
     }
     kv_plan_model mqa = gqa(32, 32, 1, 128);
     n = kv_plan_savings(&mqa, &r, s, KV_PLAN_MAX_SAVINGS);
