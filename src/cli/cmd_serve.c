@@ -93,6 +93,8 @@ static void serve_usage(FILE *out) {
     print_settings(out, 2, server_n_settings);
     fputs(
         "  --no-prefix-cache        disable prefix caching\n"
+        "  --no-slots               GET /slots answers 501 (llama-server's; --slots: served, "
+        "the default)\n"
         "  --chat-template-kwargs JSON  template variables for every chat request (also\n"
         "                           --default-chat-template-kwargs), e.g. "
         "'{\"enable_thinking\": false}';\n"
@@ -183,9 +185,8 @@ static int serve_switch(const char *f, serve_opts *so) {
     else if (strcmp(f, "--prefix-cache-shared") == 0) so->sc.prefix_cache_shared = true;
     else if (strcmp(f, "--reranking") == 0 || strcmp(f, "--rerank") == 0) so->reranking = true;
     else if (strcmp(f, "--no-webui") == 0) so->sc.no_webui = true;
-    else if (strcmp(f, "--slots") == 0)
-        fprintf(stderr, "kvllm: note: --slots: no /slots endpoint here; GET /v1/kv/state lists the "
-                        "running sequences and their KV blocks\n");
+    else if (strcmp(f, "--slots") == 0) so->sc.no_slots = false; /* llama-server's default */
+    else if (strcmp(f, "--no-slots") == 0) so->sc.no_slots = true;
     else if (strcmp(f, "--metrics") == 0 || strcmp(f, "--embedding") == 0 ||
              strcmp(f, "--embeddings") == 0 || strcmp(f, "-cb") == 0 ||
              strcmp(f, "--cont-batching") == 0)

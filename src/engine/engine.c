@@ -937,7 +937,15 @@ static bool view_add_seq(const engine *e, engine_view *v, const seq *s) {
                            .n_computed = s->n_computed,
                            .n_preemptions = s->stats.n_preemptions,
                            .t_submit = s->stats.t_submit,
-                           .kv = {.tokens = s->n_computed}};
+                           .kv = {.tokens = s->n_computed},
+                           .sampling = s->req.sampling,
+                           .max_tokens = s->req.max_tokens,
+                           .top_logprobs = s->req.top_logprobs,
+                           .ignore_eos = s->req.ignore_eos,
+                           .speculative = e->cfg.spec != ENGINE_SPEC_OFF && !s->req.no_speculative,
+                           .last_token = s->stats.n_generated > 0 && s->n_tokens > s->n_prompt
+                                             ? s->tokens[s->n_tokens - 1]
+                                             : -1};
     o->phase = !running ? (s->stats.n_preemptions ? ENGINE_PHASE_PREEMPTED : ENGINE_PHASE_WAITING)
                : s->n_computed < s->n_tokens - 1 || s->stats.n_generated == 0
                    ? ENGINE_PHASE_PREFILLING

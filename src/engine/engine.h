@@ -342,6 +342,12 @@ typedef struct engine_seq_view {
     kv_usage kv; /* over all groups, as engine_req_stats.kv */
     int64_t table_off[MODEL_MAX_KV_GROUPS],
         table_len[MODEL_MAX_KV_GROUPS]; /* in engine_view.tables */
+    /* the request as submitted (llama-server's GET /slots shows them) */
+    sampler_params sampling;
+    int64_t max_tokens;
+    int top_logprobs;
+    bool ignore_eos, speculative;
+    int32_t last_token; /* the last generated id; -1 before the first */
 } engine_seq_view;
 
 /* A copy of the engine's KV state: every block of every pool, every sequence

@@ -39,6 +39,7 @@ typedef struct server_config {
     const char *chat_template_kwargs;
     bool reasoning_none;        /* --reasoning-format none: thinking stays in the content */
     bool no_webui;              /* --no-webui: the built-in pages answer 404 */
+    bool no_slots;              /* --no-slots: GET /slots answers 501, as llama-server's */
     int max_connections;        /* open connections in all; beyond: 503 */
     int max_connections_per_ip; /* from one client address; 0: no limit */
     double request_timeout_s;   /* to receive a whole request, headers and body */

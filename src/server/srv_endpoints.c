@@ -257,6 +257,8 @@ char *srv_props(srv *s) {
     cJSON_AddNumberToObject(o, "n_ctx", (double)s->n_ctx);
     cJSON_AddNumberToObject(o, "n_embd", (double)s->n_embd);
     cJSON_AddNumberToObject(o, "total_slots", s->max_seqs);
+    cJSON_AddBoolToObject(o, "endpoint_slots", !s->cfg.no_slots);
+    cJSON_AddBoolToObject(o, "endpoint_metrics", true);
     cJSON *gen = cJSON_AddObjectToObject(o, "default_generation_settings");
     cJSON_AddNumberToObject(gen, "n_ctx", (double)s->n_ctx);
     cJSON_AddStringToObject(o, "chat_template",

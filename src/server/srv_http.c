@@ -42,6 +42,8 @@ typedef enum route {
     R_KV_SAVE,
     R_KV_UNPIN,
     R_KV_STATE,
+    R_SLOTS,
+    R_SLOTS_ACTION,
     R_LORA_GET,
     R_LORA_SET,
     R_PAGE
@@ -92,6 +94,8 @@ static const struct {
     {"/props", "GET", R_PROPS, AUTH_KEY, false},
     {"/apply-template", "POST", R_APPLY_TEMPLATE, AUTH_KEY, false},
     {"/v1/kv/state", "GET", R_KV_STATE, AUTH_KEY, false},
+    {"/slots", "GET", R_SLOTS, AUTH_OPS, false}, /* llama-server's monitoring */
+    {"/slots/", "POST", R_SLOTS_ACTION, AUTH_KEY, true},
     {"/lora-adapters", "GET", R_LORA_GET, AUTH_KEY, false},
     {"/lora-adapters", "POST", R_LORA_SET, AUTH_KEY, false},
     /* The built-in pages hold no data: they ask for the key themselves. */
@@ -505,6 +509,22 @@ static enum MHD_Result dispatch(srv *s, struct MHD_Connection *c, const char *ur
         return js ? send_text(c, MHD_HTTP_OK, "application/json", js, "Cache-Control", "no-store")
                   : send_error(c, &err);
     }
+    case R_SLOTS:
+        return send_result(
+            c,
+            srv_slots(s, MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "fail_on_no_slot"),
+                      &err),
+            &err);
+    case R_SLOTS_ACTION:
+        /* llama-server's slot save / restore / erase (its --slot-save-path):
+         * kvllm keeps prompts in its prefix cache instead, saved by
+         * POST /v1/kv/save */
+        api_fail(&err, 501, NULL,
+                 "POST /slots/{id}?action=save|restore|erase is not supported: kvllm has no "
+                 "per-slot prompt files (no --slot-save-path); POST /v1/kv/save saves a "
+                 "prompt's KV blocks to the disk tier");
+        err.type = "not_supported_error";
+        return send_error(c, &err);
     case R_PAGE: {
         const srv_asset *a = s->cfg.no_webui ? NULL : srv_asset_find(url);
         if (!a) return fail(c, 404, NULL, "no such page");

@@ -452,6 +452,8 @@ bool srv_enqueue(srv *s, srv_job *j, api_error *err);
  * requests (a copy each). HTTP thread: GET /v1/kv/state's JSON (NULL with err),
  * and the built-in pages and their assets (NULL: no such page). */
 char *srv_kv_state(srv *s, const char *since, size_t *len, api_error *err);
+/* GET /slots (llama-server's shape); fail_on_no_slot: its query parameter or NULL. */
+char *srv_slots(srv *s, const char *fail_on_no_slot, api_error *err);
 typedef struct srv_asset {
     const char *path, *ctype;
     const unsigned char *data;

@@ -262,6 +262,104 @@ char *srv_kv_state(srv *s, const char *since, size_t *len, api_error *err) {
     return o.p;
 }
 
+/* --------------------------------------------------------------- slots -- */
+
+/* llama-server's GET /slots: one entry per slot (--parallel), in its shape.
+ * kvllm's slots are the engine's places for running sequences: entry i is
+ * the i-th running one, the rest idle (llama-server also keeps a finished
+ * request's entries on its slot; kvllm's idle slots show none). The prompt
+ * and generated text that llama-server adds are left out (the view keeps no
+ * text); the sampling parameters are those kvllm has. */
+static cJSON *slot_params(const engine_seq_view *q) {
+    cJSON *p = cJSON_CreateObject();
+    const sampler_params *sp = &q->sampling;
+    cJSON_AddNumberToObject(p, "n_predict", (double)q->max_tokens);
+    cJSON_AddNumberToObject(p, "seed", (double)sp->seed);
+    cJSON_AddNumberToObject(p, "temperature", sp->temperature);
+    cJSON_AddNumberToObject(p, "top_k", sp->top_k);
+    cJSON_AddNumberToObject(p, "top_p", sp->top_p);
+    cJSON_AddNumberToObject(p, "min_p", sp->min_p);
+    cJSON_AddNumberToObject(p, "repeat_last_n", sp->penalty_last_n);
+    cJSON_AddNumberToObject(p, "repeat_penalty", sp->repeat_penalty);
+    cJSON_AddNumberToObject(p, "presence_penalty", sp->presence_penalty);
+    cJSON_AddNumberToObject(p, "frequency_penalty", sp->frequency_penalty);
+    cJSON_AddNumberToObject(p, "max_tokens", (double)q->max_tokens);
+    cJSON_AddBoolToObject(p, "ignore_eos", q->ignore_eos);
+    cJSON_AddNumberToObject(p, "n_probs", q->top_logprobs);
+    /* llama.cpp's samplers kvllm does not have, as llama-server shows them off */
+    cJSON_AddNumberToObject(p, "typical_p", 1.0);
+    cJSON_AddNumberToObject(p, "top_n_sigma", -1.0);
+    cJSON_AddNumberToObject(p, "dynatemp_range", 0.0);
+    cJSON_AddNumberToObject(p, "mirostat", 0);
+    cJSON_AddNumberToObject(p, "dry_multiplier", 0.0);
+    cJSON_AddNumberToObject(p, "xtc_probability", 0.0);
+    cJSON_AddNumberToObject(p, "min_keep", 0);
+    cJSON_AddNumberToObject(p, "n_keep", 0);
+    cJSON_AddNumberToObject(p, "n_discard", 0);
+    return p;
+}
+
+static cJSON *slot_entry(srv *s, int id, const engine_seq_view *q) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "id", id);
+    cJSON_AddNumberToObject(o, "n_ctx", (double)s->n_ctx);
+    cJSON_AddBoolToObject(o, "speculative", q && q->speculative);
+    cJSON_AddBoolToObject(o, "is_processing", q != NULL);
+    if (!q) return o;
+    cJSON_AddNumberToObject(o, "id_task", (double)q->id);
+    cJSON_AddNumberToObject(o, "n_prompt_tokens", (double)q->n_prompt);
+    const int64_t done = q->n_computed < q->n_prompt ? q->n_computed : q->n_prompt;
+    cJSON_AddNumberToObject(o, "n_prompt_tokens_processed", (double)(done - q->n_cached_prompt));
+    cJSON_AddNumberToObject(o, "n_prompt_tokens_cache", (double)q->n_cached_prompt);
+    cJSON_AddItemToObject(o, "params", slot_params(q));
+    const char *piece = q->last_token >= 0 ? tok_piece(s->vocab, q->last_token) : NULL;
+    /* an array of one object, as llama-server 81ff7abe answers (its README
+     * shows the object alone) */
+    cJSON *nt = cJSON_CreateObject();
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "next_token"), nt);
+    cJSON_AddBoolToObject(nt, "has_next_token", true);
+    cJSON_AddBoolToObject(nt, "has_new_line", piece && strchr(piece, '\n'));
+    cJSON_AddNumberToObject(nt, "n_remain",
+                            q->max_tokens < 0 ? -1.0 : (double)(q->max_tokens - q->n_generated));
+    cJSON_AddNumberToObject(nt, "n_decoded", (double)q->n_generated);
+    return o;
+}
+
+char *srv_slots(srv *s, const char *fail_on_no_slot, api_error *err) {
+    if (s->cfg.no_slots) {
+        api_fail(err, 501, NULL,
+                 "This server does not support slots endpoint. Start it without --no-slots");
+        err->type = "not_supported_error"; /* llama-server's types */
+        return NULL;
+    }
+    srv_view_req *r = calloc(1, sizeof *r);
+    if (!r) {
+        api_fail(err, 500, NULL, "out of memory");
+        return NULL;
+    }
+    r->since = UINT64_MAX - 1; /* no events wanted (ev_ring_copy takes those above it) */
+    char *out = NULL;
+    if (view_run(s, r, err)) {
+        int busy = 0;
+        cJSON *a = cJSON_CreateArray();
+        for (int i = 0; i < r->v.n_seqs && busy < s->max_seqs; i++)
+            if (r->v.seqs[i].phase == ENGINE_PHASE_PREFILLING ||
+                r->v.seqs[i].phase == ENGINE_PHASE_DECODING)
+                cJSON_AddItemToArray(a, slot_entry(s, busy++, &r->v.seqs[i]));
+        for (int i = busy; i < s->max_seqs; i++) cJSON_AddItemToArray(a, slot_entry(s, i, NULL));
+        /* ?fail_on_no_slot=1: 503 when every slot is busy, as llama-server */
+        if (fail_on_no_slot && *fail_on_no_slot && busy >= s->max_seqs) {
+            api_fail(err, 503, NULL, "no slot available");
+            err->type = "unavailable_error";
+        } else out = cJSON_PrintUnformatted(a);
+        cJSON_Delete(a);
+        if (!out && !err->status) api_fail(err, 500, NULL, "out of memory");
+    }
+    engine_view_free(&r->v);
+    free(r);
+    return out;
+}
+
 /* --------------------------------------------------------------- pages -- */
 
 const srv_asset *srv_asset_find(const char *url) {
