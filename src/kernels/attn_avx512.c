@@ -361,10 +361,9 @@ T_512 static float softmax(int64_t n, float *s, float *l) {
                            int64_t pf) {                                                           \
         __m512 acc[MH][MC];                                                                        \
         UNROLL(MH)                                                                                 \
-        for (int h = 0; h < NH; h++)                                                               \
-            UNROLL(MC)                                                                             \
-            for (int c = 0; c < NC; c++) acc[h][c] =                                               \
-                _mm512_maskz_loadu_ps(c == NC - 1 ? last : 0xFFFF, o + h * os + 16 * c);           \
+        for (int h = 0; h < NH; h++) UNROLL(MC)                                                    \
+        for (int c = 0; c < NC; c++)                                                               \
+            acc[h][c] = _mm512_maskz_loadu_ps(c == NC - 1 ? last : 0xFFFF, o + h * os + 16 * c);   \
         for (int64_t j = 0; j < n; j++) {                                                          \
             if (pf && j + ATTN_PF < n) prefetch_row(v[j + ATTN_PF], pf);                           \
             __m512 vv[MC];                                                                         \
@@ -379,10 +378,9 @@ T_512 static float softmax(int64_t n, float *s, float *l) {
             }                                                                                      \
         }                                                                                          \
         UNROLL(MH)                                                                                 \
-        for (int h = 0; h < NH; h++)                                                               \
-            UNROLL(MC)                                                                             \
-            for (int c = 0; c < NC; c++) _mm512_mask_storeu_ps(                                    \
-                o + h * os + 16 * c, c == NC - 1 ? last : 0xFFFF, acc[h][c]);                      \
+        for (int h = 0; h < NH; h++) UNROLL(MC)                                                    \
+        for (int c = 0; c < NC; c++)                                                               \
+            _mm512_mask_storeu_ps(o + h * os + 16 * c, c == NC - 1 ? last : 0xFFFF, acc[h][c]);    \
     }
 PV_TILE(pv_tile, 4, 4)
 PV_TILE(pv_tile8, 8, 3)
