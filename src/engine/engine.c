@@ -749,6 +749,7 @@ typedef struct prompt_lp_ctx {
     float *lp;
     int32_t *top_ids;
     float *top_lps;
+    int32_t *rank; /* NULL: not wanted */
 } prompt_lp_ctx;
 
 static void prompt_lp_rows(void *user, int64_t pos, int64_t n, const float *logits,
@@ -759,6 +760,12 @@ static void prompt_lp_rows(void *user, int64_t pos, int64_t n, const float *logi
         const float *row = logits + r * c->n_vocab;
         const int64_t p = pos + r + 1; /* the row predicts the token after pos + r */
         c->lp[p] = (float)(row[c->ids[p]] - logits_logsumexp(row, (int32_t)c->n_vocab));
+        if (c->rank) { /* vLLM's: how many tokens are at least as likely, itself included */
+            const float x = row[c->ids[p]];
+            int32_t k = 0;
+            for (int64_t v = 0; v < c->n_vocab; v++) k += row[v] >= x;
+            c->rank[p] = k;
+        }
         if (c->top_k > 0)
             logits_top_k(row, (int32_t)c->n_vocab, c->top_k, c->top_ids + p * c->top_k,
                          c->top_lps + p * c->top_k);
@@ -766,12 +773,14 @@ static void prompt_lp_rows(void *user, int64_t pos, int64_t n, const float *logi
 }
 
 bool engine_prompt_logprobs(engine *e, const int32_t *ids, int64_t n, const float *lora, int top_k,
-                            float *lp, int32_t *top_ids, float *top_lps, kvl_error *err) {
+                            float *lp, int32_t *top_ids, float *top_lps, int32_t *rank,
+                            kvl_error *err) {
     const model_hparams *hp = model_hp(e->m);
     if (!check_alone_ids(e, "prompt logprobs", ids, n, err)) return false;
     if (top_k < 0 || top_k > MAX_TOP_LOGPROBS || top_k > hp->n_vocab)
         return kvl_fail(err, "prompt logprobs: top_k %d (0..%d)", top_k, MAX_TOP_LOGPROBS);
     lp[0] = NAN;
+    if (rank) rank[0] = 0;
     if (n == 1) return true;
     float *rows = kvl_alloc(MODEL_SPAN_CHUNK * hp->n_vocab * sizeof(float));
     if (!rows) return kvl_fail(err, "prompt logprobs: out of memory");
@@ -780,7 +789,8 @@ bool engine_prompt_logprobs(engine *e, const int32_t *ids, int64_t n, const floa
                        .top_k = top_k,
                        .lp = lp,
                        .top_ids = top_ids,
-                       .top_lps = top_lps};
+                       .top_lps = top_lps,
+                       .rank = rank};
     model_span span = {.tokens = ids,
                        .to = n,
                        .want_from = 0,

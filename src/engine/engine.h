@@ -390,14 +390,17 @@ typedef void (*engine_logits_fn)(int64_t pos, const float *logits, void *user);
 bool engine_eval(model *m, int kv_dtype, int kv_dtype_v, int block_size, const int32_t *ids,
                  int64_t n, engine_logits_fn on_logits, void *user, kvl_error *err);
 
-/* Prompt log-probabilities (OpenAI's echo with logprobs, as vLLM answers
- * it): for each position p in 1..n-1, lp[p] = log P(ids[p] | ids[0..p)),
- * lp[0] = NAN, and the top_k likeliest tokens there into top_ids / top_lps
- * (rows of top_k, by descending logit; row 0 unused). lora as engine_embed.
- * Runs like engine_embed: on the thread that drives engine_step, between
- * steps, in a sequence of its own (the prefix cache is not touched). */
+/* Prompt log-probabilities (OpenAI's echo with logprobs, vLLM's
+ * prompt_logprobs): for each position p in 1..n-1, lp[p] = log P(ids[p] |
+ * ids[0..p)), lp[0] = NAN, the top_k likeliest tokens there into top_ids /
+ * top_lps (rows of top_k, by descending logit; row 0 unused) and, unless rank
+ * is NULL, rank[p] = how many tokens are at least as likely as ids[p] (vLLM's
+ * rank; rank[0] = 0). lora as engine_embed. Runs like engine_embed: on the
+ * thread that drives engine_step, between steps, in a sequence of its own
+ * (the prefix cache is not touched). */
 bool engine_prompt_logprobs(engine *e, const int32_t *ids, int64_t n, const float *lora, int top_k,
-                            float *lp, int32_t *top_ids, float *top_lps, kvl_error *err);
+                            float *lp, int32_t *top_ids, float *top_lps, int32_t *rank,
+                            kvl_error *err);
 
 /* Embeddings: the model's final hidden state (after the output norm) pooled
  * over ids and normalised into out (n_embd floats) as llama.cpp's

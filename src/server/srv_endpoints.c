@@ -602,8 +602,14 @@ static bool run_echo(srv *s, srv_engine_task *t, api_error *err) {
         kvl_error kerr = {{0}};
         int64_t n;
         const int32_t *ids = job_prompt(j, k, &n);
-        if (!engine_prompt_logprobs(s->e, ids, n, j->n_lora ? j->lora : NULL, j->top_logprobs,
-                                    r->echo_lp[k], r->echo_top_ids[k], r->echo_top_lps[k], &kerr))
+        const float *lora = j->n_lora ? j->lora : NULL;
+        if (r->echo_lp[k] &&
+            !engine_prompt_logprobs(s->e, ids, n, lora, j->top_logprobs, r->echo_lp[k],
+                                    r->echo_top_ids[k], r->echo_top_lps[k], NULL, &kerr))
+            return api_fail(err, 503, NULL, "prompt %d: %s", k, kerr.msg);
+        if (r->plp_lp[k] &&
+            !engine_prompt_logprobs(s->e, ids, n, lora, r->prompt_logprobs, r->plp_lp[k],
+                                    r->plp_top_ids[k], r->plp_top_lps[k], r->plp_rank[k], &kerr))
             return api_fail(err, 503, NULL, "prompt %d: %s", k, kerr.msg);
     }
     return true;
@@ -614,7 +620,7 @@ bool srv_echo_prepare(srv *s, api_req *r, api_error *err) {
     for (int p = 0; p < j->n_prompts; p++) {
         int64_t n;
         const int32_t *ids = job_prompt(j, p, &n);
-        if (!r->echo_text[p]) { /* a prompt of ids: their text */
+        if (r->echo && !r->echo_text[p]) { /* a prompt of ids: their text */
             kvl_buf t = {0};
             srv_ids_text(s, ids, n, &t);
             r->echo_len[p] = t.len;
@@ -622,7 +628,16 @@ bool srv_echo_prepare(srv *s, api_req *r, api_error *err) {
             r->echo_text[p] = t.p;
             if (t.oom || !t.p) return api_fail(err, 500, NULL, "out of memory");
         }
-        if (!r->logprobs) continue;
+        if (r->prompt_logprobs >= 0 && !r->stream) { /* vLLM's: not in a stream */
+            const size_t k = (size_t)r->prompt_logprobs;
+            r->plp_lp[p] = malloc((size_t)n * sizeof *r->plp_lp[p]);
+            r->plp_rank[p] = malloc((size_t)n * sizeof *r->plp_rank[p]);
+            r->plp_top_ids[p] = malloc(((size_t)n * k + 1) * sizeof *r->plp_top_ids[p]);
+            r->plp_top_lps[p] = malloc(((size_t)n * k + 1) * sizeof *r->plp_top_lps[p]);
+            if (!r->plp_lp[p] || !r->plp_rank[p] || !r->plp_top_ids[p] || !r->plp_top_lps[p])
+                return api_fail(err, 500, NULL, "out of memory");
+        }
+        if (!r->echo || !r->logprobs) continue;
         const size_t k = (size_t)j->top_logprobs;
         r->echo_lp[p] = malloc((size_t)n * sizeof *r->echo_lp[p]);
         r->echo_top_ids[p] = malloc(((size_t)n * k + 1) * sizeof *r->echo_top_ids[p]);
@@ -630,7 +645,7 @@ bool srv_echo_prepare(srv *s, api_req *r, api_error *err) {
         if (!r->echo_lp[p] || !r->echo_top_ids[p] || !r->echo_top_lps[p])
             return api_fail(err, 500, NULL, "out of memory");
     }
-    if (!r->logprobs) return true;
+    if (!r->echo_lp[0] && !r->plp_lp[0]) return true;
     echo_task et = {.task.run = run_echo, .r = r};
     return srv_engine_call(s, &et.task, err);
 }

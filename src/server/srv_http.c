@@ -394,12 +394,13 @@ static enum MHD_Result handle_generate(srv *s, struct MHD_Connection *c, conn_ct
     api_req *r = &cc->r;
     api_error err;
     if (!parse_request(s, cc, rt, r, &err)) return send_error_as(c, rt, &err);
-    if (r->echo) { /* the prompt's text and logprobs, before the job is queued */
+    /* the prompt's text and log-probabilities, before the job is queued */
+    if (r->echo || (r->prompt_logprobs >= 0 && !r->stream)) {
         if (!srv_echo_prepare(s, r, &err)) {
             api_req_free(r);
             return send_error_as(c, rt, &err);
         }
-        if (r->job->max_tokens == 0) { /* the prompt alone: nothing to generate */
+        if (r->echo && r->job->max_tokens == 0) { /* the prompt alone: nothing to generate */
             const bool stream = r->stream;
             char *out = openai_echo_only(s, r);
             api_req_free(r);

@@ -490,6 +490,13 @@ typedef struct api_req {
     float *echo_lp[SRV_MAX_N];        /* [its length]: log P(token p | the ones before), [0] NAN */
     int32_t *echo_top_ids[SRV_MAX_N]; /* [its length][job->top_logprobs] */
     float *echo_top_lps[SRV_MAX_N];
+    /* vLLM's prompt_logprobs (-1: not asked): per prompt, its positions'
+     * log-probabilities, top k and the prompt token's rank (srv_echo_prepare) */
+    int prompt_logprobs;
+    float *plp_lp[SRV_MAX_N];
+    int32_t *plp_top_ids[SRV_MAX_N]; /* [its length][prompt_logprobs] */
+    float *plp_top_lps[SRV_MAX_N];
+    int32_t *plp_rank[SRV_MAX_N];
 } api_req;
 
 /* srv_structured.c: response_format, grammar, json_schema, guided_json,
@@ -501,7 +508,8 @@ bool parse_structured(srv *s, const cJSON *body, srv_job *j, api_error *err);
 bool openai_parse(srv *s, const cJSON *body, bool chat, api_req *r, api_error *err);
 /* HTTP thread, for an "echo" request: the prompt's text, and with logprobs
  * its log-probabilities computed on the engine thread (engine_prompt_logprobs);
- * false with err (503 when the pool has no room right now). */
+ * for prompt_logprobs those of vLLM's answer; false with err (503 when the
+ * pool has no room right now). */
 bool srv_echo_prepare(srv *s, api_req *r, api_error *err);
 /* The answer of an echo request with max_tokens 0 (no generation): the
  * prompt alone in each choice, as JSON or (stream) as SSE chunks and [DONE]. */

@@ -55,7 +55,7 @@ static const known_field KNOWN_FIELDS[] = {
     /* vLLM's sampling extras, read here (parse_vllm) */
     {"stop_token_ids", F_BOTH}, {"min_tokens", F_BOTH}, {"include_stop_str_in_output", F_BOTH},
     {"allowed_token_ids", F_BOTH}, {"skip_special_tokens", F_BOTH},
-    {"truncate_prompt_tokens", F_BOTH}, {"bad_words", F_BOTH},
+    {"truncate_prompt_tokens", F_BOTH}, {"bad_words", F_BOTH}, {"prompt_logprobs", F_BOTH},
     /* accepted and ignored: bookkeeping and routing hints of hosted APIs that
      * do not change the output (README's list) */
     {"user", F_BOTH}, {"metadata", F_BOTH}, {"store", F_BOTH}, {"service_tier", F_BOTH},
@@ -748,6 +748,25 @@ static bool parse_stream(const cJSON *b, api_req *r, api_error *err) {
 /* max_tokens: checked against the context; when absent, completions default
  * to 16 (OpenAI's default) and chat to whatever room the context and the pool
  * leave, so that a request never needs more blocks than the pool has. */
+/* vLLM's prompt_logprobs: each prompt position's log-probability, its rank
+ * and the top k there, in the answer (not in a stream, as vLLM: 400 there).
+ * -1, vLLM's whole vocabulary, is beyond the 20 alternatives kvllm gives. */
+static bool parse_prompt_logprobs(const cJSON *b, api_req *r, api_error *err) {
+    int64_t k = -1;
+    const cJSON *v = req_field(b, "prompt_logprobs");
+    if (v && cJSON_IsNumber(v) && v->valuedouble == -1)
+        return api_fail(err, 400, "prompt_logprobs",
+                        "'prompt_logprobs' -1 (the whole vocabulary) is not supported: at most "
+                        "%d alternatives a position",
+                        SRV_MAX_TOP);
+    if (!req_int(b, "prompt_logprobs", 0, SRV_MAX_TOP, &k, err)) return false;
+    if (k > 0 && r->stream)
+        return api_fail(err, 400, "prompt_logprobs",
+                        "'prompt_logprobs' are not available when stream is true (vLLM's rule)");
+    r->prompt_logprobs = (int)k;
+    return true;
+}
+
 static bool parse_max_tokens(srv *s, const cJSON *b, bool chat, bool echo, srv_job *j,
                              api_error *err) {
     const char *key =
@@ -954,6 +973,7 @@ static bool parse_body(srv *s, const cJSON *b, bool chat, api_req *r, api_error 
             r->echo_len[k] = strlen(e->valuestring);
         }
     }
+    ok = ok && parse_prompt_logprobs(b, r, err);
     ok = ok && parse_max_tokens(s, b, chat, r->echo, j, err);
     if (ok && j->max_tokens > 0 && j->min_tokens > j->max_tokens)
         return api_fail(err, 400, "min_tokens",
@@ -964,6 +984,7 @@ static bool parse_body(srv *s, const cJSON *b, bool chat, api_req *r, api_error 
 
 bool openai_parse(srv *s, const cJSON *body, bool chat, api_req *r, api_error *err) {
     memset(r, 0, sizeof *r);
+    r->prompt_logprobs = -1;
     r->chat = chat;
     if (!cJSON_IsObject(body))
         return api_fail(err, 400, NULL, "the request body must be a JSON object");
@@ -989,5 +1010,8 @@ void api_req_free(api_req *r) {
             free(r->echo_top_lps[k]);
         r->echo_text[k] = NULL, r->echo_lp[k] = NULL, r->echo_top_ids[k] = NULL;
         r->echo_top_lps[k] = NULL;
+        free(r->plp_lp[k]), free(r->plp_top_ids[k]), free(r->plp_top_lps[k]), free(r->plp_rank[k]);
+        r->plp_lp[k] = NULL, r->plp_top_ids[k] = NULL, r->plp_top_lps[k] = NULL;
+        r->plp_rank[k] = NULL;
     }
 }

@@ -119,6 +119,38 @@ static cJSON *echo_logprobs(srv *s, const api_req *r, int prompt) {
     return lp;
 }
 
+/* vLLM's prompt_logprobs of prompt k: null for the first token (nothing
+ * predicts it), then per position {id: {logprob, rank, decoded_token}}, the
+ * prompt's own token first (its rank among all tokens), then the top k with
+ * ranks 1..k (the prompt token once if it is among them), -inf as -9999.0. */
+static cJSON *prompt_logprobs_json(srv *s, const api_req *r, int prompt) {
+    cJSON *a = cJSON_CreateArray();
+    int64_t n;
+    const int32_t *ids = job_prompt(r->job, prompt, &n);
+    const int k = r->prompt_logprobs;
+    cJSON_AddItemToArray(a, cJSON_CreateNull());
+    for (int64_t p = 1; p < n; p++) {
+        cJSON *pos = cJSON_CreateObject();
+        for (int i = -1; i < k; i++) {
+            const int32_t id = i < 0 ? ids[p] : r->plp_top_ids[prompt][p * k + i];
+            const float lp = i < 0 ? r->plp_lp[prompt][p] : r->plp_top_lps[prompt][p * k + i];
+            char key[16];
+            snprintf(key, sizeof key, "%d", (int)id);
+            cJSON *e = cJSON_CreateObject();
+            cJSON_AddNumberToObject(e, "logprob", lp > -9999.0f ? lp : -9999.0);
+            cJSON_AddNumberToObject(e, "rank", i < 0 ? r->plp_rank[prompt][p] : i + 1);
+            kvl_buf t = {0};
+            srv_ids_text(s, &id, 1, &t);
+            cJSON_AddItemToObject(e, "decoded_token", json_text(t.p ? t.p : "", t.len));
+            kvl_buf_free(&t);
+            if (cJSON_GetObjectItemCaseSensitive(pos, key)) cJSON_ReplaceItemInObject(pos, key, e);
+            else cJSON_AddItemToObject(pos, key, e);
+        }
+        cJSON_AddItemToArray(a, pos);
+    }
+    return a;
+}
+
 static cJSON *usage_json(int64_t prompt, int64_t completion, int64_t cached, int64_t disk,
                          int64_t lb, int64_t alloc) {
     cJSON *u = cJSON_CreateObject();
@@ -283,9 +315,15 @@ char *openai_response(srv *s, const api_req *r, srv_event *events) {
     cJSON *o = envelope(s, r, r->chat ? "chat.completion" : "text_completion");
     cJSON *choices = cJSON_AddArrayToObject(o, "choices");
     for (int i = 0; i < r->job->n; i++) {
-        cJSON_AddItemToArray(choices, final_choice(r, i, &acc[i]));
+        cJSON *ch = final_choice(r, i, &acc[i]);
+        if (!r->chat && r->plp_lp[i / r->job->per_prompt]) /* vLLM's: each choice */
+            cJSON_AddItemToObject(ch, "prompt_logprobs",
+                                  prompt_logprobs_json(s, r, i / r->job->per_prompt));
+        cJSON_AddItemToArray(choices, ch);
         kvl_buf_free(&acc[i].text);
     }
+    if (r->chat && r->plp_lp[0]) /* vLLM's chat answer: beside the choices */
+        cJSON_AddItemToObject(o, "prompt_logprobs", prompt_logprobs_json(s, r, 0));
     cJSON_AddItemToObject(o, "usage",
                           usage_json(job_prompt_tokens(r->job), st.completion_tokens, st.cached,
                                      st.disk, st.kv_lb, st.kv_alloc));

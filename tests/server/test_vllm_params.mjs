@@ -2,8 +2,9 @@
 // fields, as vLLM's docs pass them): stop_token_ids (stop_reason the id, the
 // token's text left out unless include_stop_str_in_output), min_tokens (EOS,
 // stop ids and stop strings held off), include_stop_str_in_output,
-// allowed_token_ids, skip_special_tokens, truncate_prompt_tokens, bad_words
-// and structured_outputs, whole and streamed, and what is refused. Each is
+// allowed_token_ids, skip_special_tokens, truncate_prompt_tokens, bad_words,
+// structured_outputs and prompt_logprobs, whole and streamed, and what is
+// refused. Each is
 // checked against the same request without it on stories260K, greedy:
 // the reference is the model's own output, the expectations vLLM's rules.
 // usage: node test_vllm_params.mjs BUILD/kvllm REPO_ROOT
@@ -31,6 +32,37 @@ async function refused(body, param) {
 }
 
 const tests = Object.entries({
+  async 'prompt_logprobs: per position the prompt token (its rank) and the top k, as echo computes them'() {
+    // the reference: the same prompt's echo with logprobs (OpenAI's shape, checked against llama.cpp)
+    const r = await complete({ max_tokens: 1, echo: true, logprobs: 3, prompt_logprobs: 3, return_tokens_as_token_ids: true });
+    const c = r.choices[0], lp = c.logprobs;
+    const n = r.usage.prompt_tokens;
+    const plp = c.prompt_logprobs;
+    assertEq([plp.length, plp[0]], [n, null], 'one entry a prompt token, the first null');
+    const promptIds = lp.tokens.slice(0, n).map((t) => Number(t.slice('token_id:'.length)));
+    for (let p = 1; p < n; p++) {
+      const e = plp[p], own = e[String(promptIds[p])];
+      assert(own, `position ${p}: the prompt token ${promptIds[p]} is in the entry`);
+      assertEq(own.logprob, lp.token_logprobs[p], `position ${p}: its logprob is echo's`);
+      const keys = Object.keys(e); // (JavaScript orders integer keys: the text's order is not seen here)
+      const top = keys.filter((k) => e[k].rank <= 3).sort((a, b) => e[a].rank - e[b].rank);
+      const echoTop = Object.entries(lp.top_logprobs[p]).map(([t, v]) => [Number(t.slice('token_id:'.length)), v]);
+      assertEq(top.map((k) => [Number(k), e[k].logprob]), echoTop, `position ${p}: the top 3 and their logprobs`);
+      assert(own.rank >= 1 && (own.rank <= 3) === top.includes(String(promptIds[p])),
+        `position ${p}: rank ${own.rank} says whether it is among the top 3`);
+      assertEq(keys.length, own.rank <= 3 ? 3 : 4, `position ${p}: the prompt token once`);
+      assert(typeof own.decoded_token === 'string', 'decoded_token');
+    }
+    // chat: beside the choices, over the rendered prompt
+    const chat = await client.chat.completions.create({ model, messages: [{ role: 'user', content: PROMPT }], max_tokens: 1, prompt_logprobs: 0 });
+    assertEq(chat.prompt_logprobs.length, chat.usage.prompt_tokens, 'chat: one entry a prompt token');
+    assert(chat.prompt_logprobs.slice(1).every((e) => Object.keys(e).length === 1), 'k 0: the prompt token alone');
+    // not in a stream, not the whole vocabulary (vLLM's -1), not beyond 20
+    await refused({ prompt_logprobs: 2, stream: true }, 'prompt_logprobs');
+    await refused({ prompt_logprobs: -1 }, 'prompt_logprobs');
+    await refused({ prompt_logprobs: 21 }, 'prompt_logprobs');
+  },
+
   async 'stop_token_ids: ends at the id, stop_reason the id, its text out unless included'() {
     const base = await ids({});
     const stopId = base.ids[2]; // the third token of the greedy output
