@@ -473,8 +473,9 @@ typedef struct llama_req llama_req; /* a /completion request's own state (srv_ll
 typedef struct api_req {
     bool chat;
     bool stream, include_usage;
-    bool logprobs;      /* return logprobs */
-    bool tokens_as_ids; /* "token_id:N" instead of token text (vLLM extension) */
+    bool continuous_usage; /* vLLM's stream_options.continuous_usage_stats (with include_usage) */
+    bool logprobs;         /* return logprobs */
+    bool tokens_as_ids;    /* "token_id:N" instead of token text (vLLM extension) */
     char id[40];
     long created;
     srv_job *job;
@@ -548,6 +549,7 @@ typedef struct stream_state {
     int n_calls[SRV_MAX_N];       /* tool calls sent per choice */
     parse_out po;                 /* scratch */
     size_t text_off[SRV_MAX_N];
+    int64_t n_tok[SRV_MAX_N]; /* tokens streamed per choice (continuous usage) */
     int n_finished;
     int64_t completion_tokens, kv_lb, kv_alloc, cached, disk;
     bool failed;

@@ -78,6 +78,7 @@ static const char *const MESSAGE_FIELDS[] = {
 };
 static const char *const STREAM_OPTION_FIELDS[] = {
     "include_usage", "include_obfuscation", /* OpenAI's anti side-channel padding; ignored */
+    "continuous_usage_stats",               /* vLLM's: usage in every chunk */
 };
 
 static bool in_list(const char *k, const char *const *list, size_t n) {
@@ -104,7 +105,9 @@ static bool check_fields(const cJSON *b, bool chat, api_error *err) {
     const cJSON *so = req_field(b, "stream_options");
     if (cJSON_IsObject(so))
         for (const cJSON *v = so->child; v; v = v->next)
-            if (!cJSON_IsNull(v) && !in_list(v->string, STREAM_OPTION_FIELDS, 2))
+            if (!cJSON_IsNull(v) &&
+                !in_list(v->string, STREAM_OPTION_FIELDS,
+                         sizeof STREAM_OPTION_FIELDS / sizeof *STREAM_OPTION_FIELDS))
                 return api_fail(err, 400, "stream_options",
                                 "unsupported field 'stream_options.%.60s'", v->string);
     const cJSON *msgs = chat ? req_field(b, "messages") : NULL;
@@ -742,7 +745,12 @@ static bool parse_stream(const cJSON *b, api_req *r, api_error *err) {
     if (!so) return true;
     if (!cJSON_IsObject(so))
         return api_fail(err, 400, "stream_options", "'stream_options' must be an object");
-    return req_bool(so, "include_usage", &r->include_usage, err);
+    bool continuous = false;
+    if (!req_bool(so, "include_usage", &r->include_usage, err) ||
+        !req_bool(so, "continuous_usage_stats", &continuous, err))
+        return false;
+    r->continuous_usage = continuous && r->include_usage; /* vLLM's: only with include_usage */
+    return true;
 }
 
 /* max_tokens: checked against the context; when absent, completions default

@@ -347,6 +347,22 @@ void sse_data(kvl_buf *out, cJSON *o) {
     free(s);
 }
 
+/* A choice's chunk out; with vLLM's stream_options.continuous_usage_stats
+ * each carries the usage so far: the prompt's tokens and the choice's. */
+static void choice_out(const api_req *r, const stream_state *st, int index, cJSON *c,
+                       kvl_buf *out) {
+    if (r->continuous_usage) {
+        cJSON *u = cJSON_AddObjectToObject(c, "usage");
+        int64_t prompt = 0;
+        job_prompt(r->job, index / r->job->per_prompt, &prompt);
+        const int64_t done = st->n_tok[index];
+        cJSON_AddNumberToObject(u, "prompt_tokens", (double)prompt);
+        cJSON_AddNumberToObject(u, "completion_tokens", (double)done);
+        cJSON_AddNumberToObject(u, "total_tokens", (double)(prompt + done));
+    }
+    sse_data(out, c);
+}
+
 static cJSON *chunk_choice(cJSON *chunk, int index) {
     cJSON *choices = cJSON_AddArrayToObject(chunk, "choices");
     cJSON *ch = cJSON_CreateObject();
@@ -394,7 +410,7 @@ static void put_calls(srv *s, const api_req *r, stream_state *st, int index, con
             cJSON_AddItemToArray(cJSON_AddArrayToObject(d, "tool_calls"), call);
             cJSON_AddNullToObject(ch, "logprobs");
             cJSON_AddNullToObject(ch, "finish_reason");
-            sse_data(out, c);
+            choice_out(r, st, index, c, out);
         }
         st->n_calls[index]++;
     }
@@ -427,7 +443,7 @@ static void chat_chunk_parsed(srv *s, const api_req *r, stream_state *st, const 
             cJSON_AddNullToObject(ch, "logprobs");
         }
         cJSON_AddNullToObject(ch, "finish_reason");
-        sse_data(out, c);
+        choice_out(r, st, ev->index, c, out);
     }
     put_calls(s, r, st, ev->index, o, out);
     if (!final) return;
@@ -438,7 +454,7 @@ static void chat_chunk_parsed(srv *s, const api_req *r, stream_state *st, const 
     if (fin) cJSON_AddStringToObject(ch, "finish_reason", fin);
     else cJSON_AddNullToObject(ch, "finish_reason");
     if (fin) add_stop_reason(ch, r->job, ev->finish, ev->stats.stop_index, ev->stats.stop_token);
-    sse_data(out, c);
+    choice_out(r, st, ev->index, c, out);
 }
 
 static void chat_chunk(srv *s, const api_req *r, stream_state *st, const srv_event *ev,
@@ -459,8 +475,9 @@ static void chat_chunk(srv *s, const api_req *r, stream_state *st, const srv_eve
         cJSON_AddStringToObject(d, "content", "");
         cJSON_AddNullToObject(ch, "logprobs");
         cJSON_AddNullToObject(ch, "finish_reason");
-        sse_data(out, c);
+        choice_out(r, st, ev->index, c, out); /* before any token: 0 of them */
     }
+    if (ev->token >= 0) st->n_tok[ev->index]++;
     if (parsed) {
         chat_chunk_parsed(s, r, st, ev, out);
         return;
@@ -477,7 +494,7 @@ static void chat_chunk(srv *s, const api_req *r, stream_state *st, const srv_eve
         cJSON_AddNullToObject(ch, "logprobs");
     }
     put_finish(ch, r->job, ev);
-    sse_data(out, c);
+    choice_out(r, st, ev->index, c, out);
 }
 
 void stream_state_free(stream_state *st) {
@@ -497,9 +514,10 @@ static void completion_chunk(srv *s, const api_req *r, stream_state *st, const s
         if (r->logprobs) cJSON_AddItemToObject(ch, "logprobs", echo_logprobs(s, r, k));
         else cJSON_AddNullToObject(ch, "logprobs");
         cJSON_AddNullToObject(ch, "finish_reason");
-        sse_data(out, c);
+        choice_out(r, st, ev->index, c, out);
         st->text_off[ev->index] = r->echo_len[k];
     }
+    if (ev->token >= 0) st->n_tok[ev->index]++;
     cJSON *c = envelope(s, r, "text_completion");
     cJSON *ch = chunk_choice(c, ev->index);
     cJSON_AddItemToObject(ch, "text", json_text(ev->text, ev->text_len));
@@ -511,7 +529,7 @@ static void completion_chunk(srv *s, const api_req *r, stream_state *st, const s
         cJSON_AddNullToObject(ch, "logprobs");
     }
     put_finish(ch, r->job, ev);
-    sse_data(out, c);
+    choice_out(r, st, ev->index, c, out);
     st->text_off[ev->index] += ev->text_len;
 }
 

@@ -3,8 +3,8 @@
 // token's text left out unless include_stop_str_in_output), min_tokens (EOS,
 // stop ids and stop strings held off), include_stop_str_in_output,
 // allowed_token_ids, skip_special_tokens, truncate_prompt_tokens, bad_words,
-// structured_outputs and prompt_logprobs, whole and streamed, and what is
-// refused. Each is
+// structured_outputs, prompt_logprobs and stream_options.continuous_usage_stats,
+// whole and streamed, and what is refused. Each is
 // checked against the same request without it on stories260K, greedy:
 // the reference is the model's own output, the expectations vLLM's rules.
 // usage: node test_vllm_params.mjs BUILD/kvllm REPO_ROOT
@@ -32,6 +32,31 @@ async function refused(body, param) {
 }
 
 const tests = Object.entries({
+  async 'stream_options.continuous_usage_stats: every chunk carries the usage so far'() {
+    for (const chat of [false, true]) {
+      const body = { model, temperature: 0, max_tokens: 5, stream: true, stream_options: { include_usage: true, continuous_usage_stats: true } };
+      const st = chat ? await client.chat.completions.create({ ...body, messages: [{ role: 'user', content: PROMPT }] })
+        : await client.completions.create({ ...body, prompt: PROMPT });
+      const usages = [];
+      let final;
+      for await (const ch of st) {
+        if (ch.choices.length) usages.push(ch.usage);
+        else final = ch.usage;
+      }
+      const what = chat ? 'chat' : 'completions';
+      assert(usages.length >= 5 && usages.every((u) => u && u.prompt_tokens === final.prompt_tokens),
+        `${what}: every chunk with the prompt's count (${JSON.stringify(usages)})`);
+      const counts = usages.map((u) => u.completion_tokens);
+      assert(counts.every((c, i) => i === 0 || c >= counts[i - 1]) && counts.at(-1) === final.completion_tokens,
+        `${what}: the counts grow to the final ${final.completion_tokens}: ${counts}`);
+      assert(usages.every((u) => u.total_tokens === u.prompt_tokens + u.completion_tokens), `${what}: totals`);
+      if (chat) assertEq(counts[0], 0, 'chat: the role chunk before any token');
+    }
+    // without include_usage it changes nothing (vLLM's rule)
+    const st = await client.completions.create({ model, prompt: PROMPT, max_tokens: 3, stream: true, stream_options: { include_usage: false, continuous_usage_stats: true } });
+    for await (const ch of st) assert(!ch.usage, 'no usage without include_usage');
+  },
+
   async 'prompt_logprobs: per position the prompt token (its rank) and the top k, as echo computes them'() {
     // the reference: the same prompt's echo with logprobs (OpenAI's shape, checked against llama.cpp)
     const r = await complete({ max_tokens: 1, echo: true, logprobs: 3, prompt_logprobs: 3, return_tokens_as_token_ids: true });
