@@ -1120,7 +1120,7 @@ static void check_rows_in_place(const kern_attn_ops *simd, int64_t n, int64_t d,
 static void test_attn(void) {
     static const int64_t dks[] = {1, 5, 8, 15, 16, 33, 64, 128, 576};
     static const int64_t npos[] = {1, 5, 16, 17, 40, 256};
-    static const int nqs[] = {1, 3, 4, 7, 9, 12, 16, 17}; /* 8-head tiles: 9 and up */
+    static const int nqs[] = {1, 3, 4, 7, 9, 12, 16, 17}; /* 8-head tiles: 9 and up; m0.. hold 32 */
     const kern_attn_ops *simd[] = {isa_ok[1] ? &kavx2_attn : NULL,
                                    isa_ok[2] ? &kavx512_attn : NULL};
     for (size_t di = 0; di < sizeof dks / sizeof dks[0]; di++)
@@ -1153,7 +1153,7 @@ static void test_attn(void) {
                 CHECK(err < 1e-5, "attn scores d=%lld n=%lld: relative error %g", (long long)d,
                       (long long)n, err);
                 /* softmax of the scores row by row, pv with them as weights, v = k */
-                float m0[16], l0[16], m1[16], l1[16];
+                float m0[32], l0[32], m1[32], l1[32]; /* nqs up to 32 */
                 for (int h = 0; h < nq; h++) m0[h] = kref_attn.softmax(n, s0 + h * ss, &l0[h]);
                 kref_attn.pv(n, d, nq, s0, ss, kr, GGUF_DT_F32, o0, qs);
                 for (size_t v = 0; v < sizeof simd / sizeof simd[0]; v++) {
