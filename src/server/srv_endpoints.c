@@ -628,7 +628,7 @@ bool srv_echo_prepare(srv *s, api_req *r, api_error *err) {
             r->echo_text[p] = t.p;
             if (t.oom || !t.p) return api_fail(err, 500, NULL, "out of memory");
         }
-        if (r->prompt_logprobs >= 0 && !r->stream) { /* vLLM's: not in a stream */
+        if (r->prompt_logprobs >= 0) {
             const size_t k = (size_t)r->prompt_logprobs;
             r->plp_lp[p] = malloc((size_t)n * sizeof *r->plp_lp[p]);
             r->plp_rank[p] = malloc((size_t)n * sizeof *r->plp_rank[p]);

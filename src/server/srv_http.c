@@ -395,7 +395,7 @@ static enum MHD_Result handle_generate(srv *s, struct MHD_Connection *c, conn_ct
     api_error err;
     if (!parse_request(s, cc, rt, r, &err)) return send_error_as(c, rt, &err);
     /* the prompt's text and log-probabilities, before the job is queued */
-    if (r->echo || (r->prompt_logprobs >= 0 && !r->stream)) {
+    if (r->echo || r->prompt_logprobs >= 0) {
         if (!srv_echo_prepare(s, r, &err)) {
             api_req_free(r);
             return send_error_as(c, rt, &err);

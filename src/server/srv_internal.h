@@ -491,7 +491,7 @@ typedef struct api_req {
     float *echo_lp[SRV_MAX_N];        /* [its length]: log P(token p | the ones before), [0] NAN */
     int32_t *echo_top_ids[SRV_MAX_N]; /* [its length][job->top_logprobs] */
     float *echo_top_lps[SRV_MAX_N];
-    /* vLLM's prompt_logprobs (-1: not asked): per prompt, its positions'
+    /* vLLM's prompt_logprobs (-1: none to compute): per prompt, its positions'
      * log-probabilities, top k and the prompt token's rank (srv_echo_prepare) */
     int prompt_logprobs;
     float *plp_lp[SRV_MAX_N];

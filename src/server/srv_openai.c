@@ -753,11 +753,9 @@ static bool parse_stream(const cJSON *b, api_req *r, api_error *err) {
     return true;
 }
 
-/* max_tokens: checked against the context; when absent, completions default
- * to 16 (OpenAI's default) and chat to whatever room the context and the pool
- * leave, so that a request never needs more blocks than the pool has. */
 /* vLLM's prompt_logprobs: each prompt position's log-probability, its rank
- * and the top k there, in the answer (not in a stream, as vLLM: 400 there).
+ * and the top k there, in the answer (not in a stream, as vLLM: 400 there;
+ * r->prompt_logprobs -1 when none are to be computed).
  * -1, vLLM's whole vocabulary, is beyond the 20 alternatives kvllm gives. */
 static bool parse_prompt_logprobs(const cJSON *b, api_req *r, api_error *err) {
     int64_t k = -1;
@@ -771,10 +769,13 @@ static bool parse_prompt_logprobs(const cJSON *b, api_req *r, api_error *err) {
     if (k > 0 && r->stream)
         return api_fail(err, 400, "prompt_logprobs",
                         "'prompt_logprobs' are not available when stream is true (vLLM's rule)");
-    r->prompt_logprobs = (int)k;
+    r->prompt_logprobs = r->stream ? -1 : (int)k; /* 0 in a stream: vLLM sends none */
     return true;
 }
 
+/* max_tokens: checked against the context; when absent, completions default
+ * to 16 (OpenAI's default) and chat to whatever room the context and the pool
+ * leave, so that a request never needs more blocks than the pool has. */
 static bool parse_max_tokens(srv *s, const cJSON *b, bool chat, bool echo, srv_job *j,
                              api_error *err) {
     const char *key =
