@@ -147,7 +147,35 @@ static bool apply_flag(cli_opts *o, const char *f, const char *v, bool *unknown)
     else if (IS("--repeat-penalty")) return parse_f32(f, v, &o->req.sampling.repeat_penalty);
     else if (IS("--presence-penalty")) return parse_f32(f, v, &o->req.sampling.presence_penalty);
     else if (IS("--frequency-penalty")) return parse_f32(f, v, &o->req.sampling.frequency_penalty);
-    else if (IS("--repeat-last-n")) {
+    else if (IS("--typical") || IS("--typical-p")) {
+        if (!parse_f32(f, v, &o->req.sampling.typical_p)) return false;
+        if (o->req.sampling.typical_p <= 0) o->req.sampling.typical_p = 1e-30f; /* llama's <= 0 */
+    } else if (IS("--top-nsigma") || IS("--top-n-sigma"))
+        return parse_f32(f, v, &o->req.sampling.top_n_sigma);
+    else if (IS("--xtc-probability")) return parse_f32(f, v, &o->req.sampling.xtc_probability);
+    else if (IS("--xtc-threshold")) return parse_f32(f, v, &o->req.sampling.xtc_threshold);
+    else if (IS("--dynatemp-range")) return parse_f32(f, v, &o->req.sampling.dynatemp_range);
+    else if (IS("--dynatemp-exp")) return parse_f32(f, v, &o->req.sampling.dynatemp_exponent);
+    else if (IS("--mirostat-lr")) return parse_f32(f, v, &o->req.sampling.mirostat_eta);
+    else if (IS("--mirostat-ent")) return parse_f32(f, v, &o->req.sampling.mirostat_tau);
+    else if (IS("--min-keep") || IS("--mirostat")) {
+        if (!parse_i64(f, v, &i) || i < 0 || i > (IS("--mirostat") ? 2 : INT32_MAX)) {
+            fprintf(stderr, "kvllm: %s: must be %s\n", f, IS("--mirostat") ? "0, 1 or 2" : ">= 0");
+            return false;
+        }
+        *(IS("--mirostat") ? &o->req.sampling.mirostat : &o->req.sampling.min_keep) = (int32_t)i;
+    } else if (IS("--sampling-seq") || IS("--sampler-seq")) {
+        /* llama's sampler letters, in the order they run */
+        size_t n = strlen(v);
+        if (n == 0 || n >= sizeof o->req.sampling.order || strspn(v, "eskypmxt") != n) {
+            fprintf(stderr,
+                    "kvllm: %s: 1..15 of the letters e (penalties), s (top-n-sigma), k (top-k), "
+                    "y (typical), p (top-p), m (min-p), x (XTC), t (temperature)\n",
+                    f);
+            return false;
+        }
+        memcpy(o->req.sampling.order, v, n + 1);
+    } else if (IS("--repeat-last-n")) {
         if (!parse_i64(f, v, &i)) return false;
         o->req.sampling.penalty_last_n = (int32_t)i;
     } else if (IS("--seed") || IS("-s")) {

@@ -26,6 +26,8 @@ struct sampler {
     uint64_t rng;
     const tok_vocab *vocab; /* the infill sampler's */
     float *probs;           /* [SAMPLER_INFILL_MAX_K]: its probabilities */
+    struct pcand *pc;       /* [n_vocab]: the general chain's array, made on first use */
+    float mu;               /* mirostat's running surprise bound (2 tau at start) */
 };
 
 void sampler_params_default(sampler_params *p) {
@@ -38,6 +40,11 @@ void sampler_params_default(sampler_params *p) {
         .presence_penalty = 0.0f,
         .frequency_penalty = 0.0f,
         .penalty_last_n = 64,
+        .typical_p = 1.0f,
+        .xtc_threshold = 0.1f,
+        .dynatemp_exponent = 1.0f,
+        .mirostat_tau = 5.0f,
+        .mirostat_eta = 0.1f,
         .seed = 0xC0FFEE,
     };
 }
@@ -56,6 +63,7 @@ sampler *sampler_create(const sampler_params *p, int32_t n_vocab) {
         return NULL;
     }
     s->rng = p->seed ? p->seed : 0x9E3779B97F4A7C15ull;
+    s->mu = 2.0f * p->mirostat_tau;
     return s;
 }
 
@@ -64,6 +72,7 @@ void sampler_set_vocab(sampler *s, const tok_vocab *v) { s->vocab = v; }
 void sampler_destroy(sampler *s) {
     if (!s) return;
     free(s->probs);
+    free(s->pc);
     free(s->history);
     kvl_free(s); /* and its arrays */
 }
@@ -276,6 +285,358 @@ static int32_t infill_filter(sampler *s, cand *c, int32_t n, int32_t *forced) {
     return m;
 }
 
+/* ------------------------------------------------- the general chain -- */
+
+/* llama.cpp's llama_token_data: the general chain's candidate. */
+typedef struct pcand {
+    int32_t id;
+    float logit, p;
+} pcand;
+
+/* The candidate array the chain's steps narrow, as llama's token data array:
+ * c[0..n), sorted when in cmp_pcand's order; full while it still holds the
+ * whole vocabulary in id order (top-k then selects with a heap). */
+typedef struct chain {
+    pcand *c;
+    int32_t n;
+    bool sorted, full;
+} chain;
+
+/* Descending logit, ties by lower id (llama sorts by logit alone, in an
+ * unspecified order among ties). */
+static int cmp_pcand(const void *a, const void *b) {
+    const pcand *x = a, *y = b;
+    if (x->logit != y->logit) return x->logit < y->logit ? 1 : -1;
+    return x->id - y->id;
+}
+
+static void ch_sort(chain *h) {
+    if (!h->sorted) qsort(h->c, (size_t)h->n, sizeof *h->c, cmp_pcand);
+    h->sorted = true;
+    h->full = false;
+}
+
+static float ch_max(const chain *h) {
+    float m = h->c[0].logit;
+    for (int32_t i = 1; !h->sorted && i < h->n; i++) m = h->c[i].logit > m ? h->c[i].logit : m;
+    return m;
+}
+
+/* llama_sampler_softmax_impl: p = expf(logit - max) / their float sum. */
+static void ch_softmax(chain *h, bool sort) {
+    if (sort) ch_sort(h);
+    const float m = ch_max(h);
+    float sum = 0.0f;
+    for (int32_t i = 0; i < h->n; i++) sum += h->c[i].p = expf(h->c[i].logit - m);
+    for (int32_t i = 0; i < h->n; i++) h->c[i].p /= sum;
+}
+
+/* The repetition, frequency and presence penalties on the candidates whose
+ * token is in the window (apply_penalties' rule, on the array). */
+static void ch_penalties(sampler *s, chain *h) {
+    const sampler_params *p = &s->p;
+    if (p->repeat_penalty == 1.0f && p->presence_penalty == 0.0f && p->frequency_penalty == 0.0f)
+        return;
+    int64_t n = p->penalty_last_n < 0 || p->penalty_last_n > s->n_history ? s->n_history
+                                                                          : p->penalty_last_n;
+    if (n == 0) return; /* no history yet (s->history may still be NULL) */
+    const int32_t *win = s->history + (s->n_history - n);
+    for (int64_t i = 0; i < n; i++)
+        if (win[i] >= 0 && win[i] < s->n_vocab) s->counts[win[i]]++;
+    for (int32_t i = 0; i < h->n; i++) {
+        const int32_t c = s->counts[h->c[i].id];
+        if (c == 0) continue;
+        float *l = &h->c[i].logit;
+        *l = *l > 0 ? *l / p->repeat_penalty : *l * p->repeat_penalty;
+        *l -= (float)c * p->frequency_penalty + p->presence_penalty;
+    }
+    for (int64_t i = 0; i < n; i++)
+        if (win[i] >= 0 && win[i] < s->n_vocab) s->counts[win[i]] = 0;
+    h->sorted = false;
+}
+
+/* llama_sampler_top_n_sigma: logits below max - n * std (of the finite
+ * ones, in float as it sums them) become -inf; none is removed. */
+static void ch_top_n_sigma(chain *h, float nsig) {
+    if (nsig <= 0.0f || h->n <= 1) return;
+    float mx = h->c[0].logit, sum = 0.0f;
+    int32_t valid = 0;
+    for (int32_t i = 0; i < h->n; i++)
+        if (h->c[i].logit != -INFINITY) {
+            mx = h->c[i].logit > mx ? h->c[i].logit : mx;
+            sum += h->c[i].logit;
+            valid++;
+        }
+    const float mean = valid > 0 ? sum / (float)valid : 0.0f;
+    float acc = 0.0f;
+    for (int32_t i = 0; i < h->n; i++)
+        if (h->c[i].logit != -INFINITY) acc += (float)pow(h->c[i].logit - mean, 2);
+    const float sd = valid > 0 ? (float)sqrt(acc / (float)valid) : 0.0f;
+    for (int32_t i = 0; i < h->n; i++)
+        if (h->c[i].logit < mx - nsig * sd) h->c[i].logit = -INFINITY;
+}
+
+/* top-k: the k likeliest, sorted (a heap over the whole vocabulary while the
+ * array still is it: sorting 128K candidates took 18 ms). */
+static void ch_top_k(sampler *s, chain *h, int32_t k) {
+    if (k <= 0) return;
+    if (k > h->n) k = h->n;
+    if (h->full) {
+        for (int32_t i = 0; i < h->n; i++) s->w[i] = h->c[i].logit;
+        const int32_t m = select_top_k(s->w, h->n, k, s->cands);
+        for (int32_t i = 0; i < m; i++) h->c[i] = (pcand){s->cands[i].id, s->cands[i].logit, 0};
+        h->sorted = true;
+        h->full = false;
+    } else {
+        ch_sort(h);
+    }
+    h->n = k;
+}
+
+/* llama_sampler_top_p: the shortest sorted prefix whose float cumulative
+ * probability reaches p, at least min_keep. */
+static void ch_top_p(chain *h, float top_p, int32_t min_keep) {
+    if (top_p >= 1.0f) return;
+    ch_softmax(h, true);
+    float cum = 0.0f;
+    for (int32_t i = 0; i < h->n; i++) {
+        cum += h->c[i].p;
+        if (cum >= top_p && i + 1 >= min_keep) {
+            h->n = i + 1;
+            break;
+        }
+    }
+}
+
+/* llama_sampler_min_p: logits at least max + log(p); unsorted, the order
+ * kept, when that leaves min_keep; else over the sorted array. */
+static void ch_min_p(chain *h, float min_p, int32_t min_keep) {
+    if (min_p <= 0.0f || h->n == 0) return;
+    if (!h->sorted) {
+        const float floor_l = ch_max(h) + logf(min_p);
+        int32_t m = 0;
+        for (int32_t i = 0; i < h->n; i++)
+            if (h->c[i].logit >= floor_l) m++;
+        if (m > 0 && m >= min_keep) {
+            m = 0;
+            for (int32_t i = 0; i < h->n; i++)
+                if (h->c[i].logit >= floor_l) h->c[m++] = h->c[i];
+            h->n = m;
+            h->full = false;
+            return;
+        }
+    }
+    ch_sort(h);
+    const float floor_l = h->c[0].logit + logf(min_p);
+    int32_t i = 1;
+    while (i < h->n && !(h->c[i].logit < floor_l && i >= min_keep)) i++;
+    h->n = i;
+}
+
+/* llama_sampler_typical: the candidates ordered by how far their surprise
+ * is from the entropy, kept until their float cumulative probability passes
+ * p (at least min_keep); the array is left in that order. */
+static void ch_typical(sampler *s, chain *h, float typ_p, int32_t min_keep) {
+    if (typ_p >= 1.0f) return;
+    ch_softmax(h, true);
+    /* (a candidate of probability 0, masked before: no part of the entropy,
+     * and the least typical; llama's sums turn NaN there) */
+    float entropy = 0.0f;
+    for (int32_t i = 0; i < h->n; i++)
+        if (h->c[i].p > 0.0f) entropy += -h->c[i].p * logf(h->c[i].p);
+    cand *order = s->cands; /* (id: the index, logit: the shifted score) */
+    for (int32_t i = 0; i < h->n; i++)
+        order[i] = (cand){i, h->c[i].p > 0.0f ? -fabsf(-logf(h->c[i].p) - entropy) : -INFINITY};
+    qsort(order, (size_t)h->n, sizeof *order, cmp_cand_desc); /* ascending score, stable by index */
+    int32_t last = h->n;
+    float cum = 0.0f;
+    for (int32_t i = 0; i < h->n; i++) {
+        cum += h->c[order[i].id].p;
+        if (cum > typ_p && (min_keep == 0 || i >= min_keep - 1)) {
+            last = i + 1;
+            break;
+        }
+    }
+    pcand *tmp = h->c + h->n; /* the array's spare half (sampler_chain_buf) */
+    for (int32_t i = 0; i < last; i++) tmp[i] = h->c[order[i].id];
+    memcpy(h->c, tmp, (size_t)last * sizeof *tmp);
+    h->n = last;
+    h->sorted = false;
+}
+
+/* llama's XTC: with probability xtc_probability, the likeliest tokens at or
+ * above the threshold are removed but the last of them (min_keep left). */
+static void ch_xtc(sampler *s, chain *h) {
+    const sampler_params *p = &s->p;
+    if (p->xtc_probability <= 0.0f || p->xtc_threshold > 0.5f || h->n < 2) return;
+    if ((float)rng_uniform(s) > p->xtc_probability) return;
+    ch_softmax(h, true);
+    int32_t last = 0;
+    for (int32_t i = 0; i < h->n && h->c[i].p >= p->xtc_threshold; i++) last = i;
+    if (h->n - last >= p->min_keep && last > 0) {
+        memmove(h->c, h->c + last, (size_t)(h->n - last) * sizeof *h->c);
+        h->n -= last;
+    }
+}
+
+/* llama_sampler_temp_impl: logits / t, or at t <= 0 the first largest kept
+ * and every other -inf. */
+static void ch_temp(chain *h, float t) {
+    if (t > 0.0f) {
+        for (int32_t i = 0; i < h->n; i++) h->c[i].logit /= t;
+        return;
+    }
+    int32_t best = 0;
+    for (int32_t i = 1; i < h->n; i++)
+        if (h->c[i].logit > h->c[best].logit) {
+            h->c[best].logit = -INFINITY;
+            best = i;
+        } else {
+            h->c[i].logit = -INFINITY;
+        }
+}
+
+/* llama_sampler_temp_ext: with a range, the temperature is set by the
+ * normalised entropy of the candidates (min + (max - min) * H^exponent). */
+static void ch_temp_ext(sampler *s, chain *h) {
+    const sampler_params *p = &s->p;
+    if (p->dynatemp_range <= 0.0f) {
+        ch_temp(h, p->temperature);
+        return;
+    }
+    if (h->n <= 1) return;
+    const float lo = fmaxf(0.0f, p->temperature - p->dynatemp_range),
+                hi = p->temperature + p->dynatemp_range;
+    const float max_entropy = -logf(1.0f / (float)h->n);
+    ch_softmax(h, true);
+    float entropy = 0.0f;
+    for (int32_t i = 0; i < h->n; i++)
+        if (h->c[i].p > 0.0f) entropy -= h->c[i].p * logf(h->c[i].p);
+    ch_temp(h, lo + (hi - lo) * powf(entropy / max_entropy, p->dynatemp_exponent));
+}
+
+/* llama's dist: p = expf(logit - max) summed in double, drawn by the running
+ * sum, then normalised. */
+static int32_t ch_dist(sampler *s, chain *h) {
+    if (h->n == 1) {
+        h->c[0].p = 1.0f;
+        return 0;
+    }
+    const float m = ch_max(h);
+    double sum = 0;
+    for (int32_t i = 0; i < h->n; i++) sum += h->c[i].p = expf(h->c[i].logit - m);
+    const double target = sum * rng_uniform(s);
+    double run = 0;
+    int32_t sel = -1;
+    for (int32_t i = 0; i < h->n; i++) {
+        run += h->c[i].p;
+        if (sel < 0 && run >= target && h->c[i].p > 0.0f) sel = i;
+        h->c[i].p = (float)(h->c[i].p / sum);
+    }
+    return sel >= 0 ? sel : h->n - 1;
+}
+
+/* A draw from the normalised p (llama_sample_dist's discrete distribution). */
+static int32_t ch_draw_p(sampler *s, const chain *h) {
+    double sum = 0;
+    for (int32_t i = 0; i < h->n; i++) sum += h->c[i].p;
+    const double target = sum * rng_uniform(s);
+    double run = 0;
+    for (int32_t i = 0; i < h->n; i++) {
+        run += h->c[i].p;
+        if (run > target) return i;
+    }
+    return h->n - 1;
+}
+
+/* llama's mirostat (1: k from the estimated Zipf exponent over the top 100;
+ * 2: the tokens whose surprise is at most mu), then the running bound. */
+static int32_t ch_mirostat(sampler *s, chain *h) {
+    const sampler_params *p = &s->p;
+    ch_softmax(h, true);
+    if (p->mirostat == 1) {
+        const int32_t m = 100;
+        float sum_tb = 0.0f, sum_tt = 0.0f;
+        for (int32_t i = 0; i < m - 1 && i < h->n - 1; i++) {
+            const float t = logf((float)(i + 2) / (float)(i + 1)),
+                        b = logf(h->c[i].p / h->c[i + 1].p);
+            sum_tb += t * b;
+            sum_tt += t * t;
+        }
+        const float s_hat = sum_tb / sum_tt, eps = s_hat - 1;
+        const float k =
+            powf((eps * powf(2, s->mu)) / (1 - powf((float)s->n_vocab, -eps)), 1 / s_hat);
+        /* llama's max(int(k), 1) as x86 computes it: NaN and k past INT_MAX
+         * convert to INT_MIN, so one token */
+        if (k >= 1.0f && k < 2147483648.0f) h->n = (int32_t)k < h->n ? (int32_t)k : h->n;
+        else h->n = 1;
+    } else {
+        int32_t i = 0;
+        while (i < h->n && !(-log2f(h->c[i].p) > s->mu)) i++;
+        h->n = i > 0 ? i : 1;
+    }
+    ch_softmax(h, true);
+    const int32_t idx = ch_draw_p(s, h);
+    s->mu -= p->mirostat_eta * (-log2f(h->c[idx].p) - p->mirostat_tau);
+    return idx;
+}
+
+/* The array (twice the vocabulary: typical's reordering uses the second
+ * half), made on first use. */
+static pcand *sampler_chain_buf(sampler *s) {
+    if (!s->pc) s->pc = malloc((size_t)s->n_vocab * 2 * sizeof *s->pc);
+    return s->pc;
+}
+
+int32_t sampler_sample_chain(sampler *s, float *logits, sampler_probs *out) {
+    const sampler_params *p = &s->p;
+    pcand *c = sampler_chain_buf(s);
+    if (!c) { /* out of memory: the likeliest token */
+        if (out) out->n = 0;
+        return argmax(logits, s->n_vocab);
+    }
+    chain h = {c, s->n_vocab, false, true};
+    for (int32_t i = 0; i < h.n; i++) c[i] = (pcand){i, logits[i], 0.0f};
+    int32_t sel;
+    if (p->mirostat == 1 || p->mirostat == 2) { /* llama: temperature, then mirostat */
+        ch_temp(&h, p->temperature);
+        sel = ch_mirostat(s, &h);
+    } else {
+        const int32_t keep = p->min_keep > 0 ? p->min_keep : 0;
+        for (const char *o = p->order[0] ? p->order : "eskypmxt"; *o; o++) {
+            switch (*o) {
+            case 'e': ch_penalties(s, &h); break;
+            case 's': ch_top_n_sigma(&h, p->top_n_sigma); break;
+            case 'k': ch_top_k(s, &h, p->top_k); break;
+            case 'y': ch_typical(s, &h, p->typical_p > 0 ? p->typical_p : 1.0f, keep); break;
+            case 'p': ch_top_p(&h, p->top_p, keep); break;
+            case 'm': ch_min_p(&h, p->min_p, keep); break;
+            case 'x': ch_xtc(s, &h); break;
+            case 't': ch_temp_ext(s, &h); break;
+            default: break; /* (the server passes only these) */
+            }
+        }
+        sel = ch_dist(s, &h);
+    }
+    if (out) {
+        out->n = h.n;
+        for (int32_t i = 0; i < h.n && i < out->cap; i++) {
+            out->ids[i] = c[i].id;
+            out->probs[i] = c[i].p;
+        }
+    }
+    return c[sel].id;
+}
+
+/* Whether the parameters need the general chain: an order of their own, or
+ * a sampler the fast chain lacks. */
+bool sampler_params_general(const sampler_params *p) {
+    return p->order[0] || p->mirostat == 1 || p->mirostat == 2 ||
+           (p->typical_p > 0.0f && p->typical_p < 1.0f) || p->top_n_sigma > 0.0f ||
+           (p->xtc_probability > 0.0f && p->xtc_threshold <= 0.5f) || p->dynatemp_range > 0.0f ||
+           p->min_keep > 0;
+}
+
 /* Penalties -> top-k -> top-p -> min-p -> temperature -> draw, as llama.cpp's
  * chain, without sorting the vocabulary: top-k selects its k with a heap; top-p
  * and min-p only ever keep a prefix of the sorted order, so only the tokens
@@ -285,6 +646,7 @@ static int32_t infill_filter(sampler *s, cand *c, int32_t n, int32_t *forced) {
  * Sorting all 128K candidates of a Llama 3 vocabulary took 18 ms per token. */
 int32_t sampler_sample(sampler *s, float *logits) {
     const sampler_params *p = &s->p;
+    if (sampler_params_general(p) && !p->infill) return sampler_sample_chain(s, logits, NULL);
     apply_penalties(s, logits);
     const bool infill =
         p->infill && s->vocab && s->probs && p->top_k > 0 && p->top_k <= SAMPLER_INFILL_MAX_K;

@@ -1,6 +1,10 @@
 /* sampler: turns logits into a token, like llama.cpp's default chain:
  * penalties -> top-k -> top-p -> min-p -> temperature -> draw (or argmax when
- * temperature <= 0). Each sequence owns one sampler (its own RNG and history). */
+ * temperature <= 0). llama.cpp's other samplers (locally typical, top-n-sigma,
+ * XTC, dynamic temperature, min_keep, mirostat 1 and 2) and its chains in any
+ * order run through a general chain over the whole candidate array, as
+ * llama.cpp's own samplers compute them. Each sequence owns one sampler (its
+ * own RNG, history and mirostat state). */
 #ifndef KVLLM_SAMPLER_H
 #define KVLLM_SAMPLER_H
 
@@ -20,11 +24,30 @@ typedef struct sampler_params {
      * others into the likelier, keep the likely ones. Needs the vocabulary
      * (sampler_set_vocab) and top_k in 1..SAMPLER_INFILL_MAX_K before it. */
     bool infill;
+    /* llama.cpp's samplers beyond the default chain; zero is off for each
+     * (typical_p >= 1, xtc_threshold > 0.5 and mirostat 0 are off too) */
+    float typical_p;         /* locally typical sampling (llama's typ_p) */
+    float top_n_sigma;       /* keep logits within n standard deviations of the top */
+    float xtc_probability;   /* XTC: how often the likeliest tokens are excluded */
+    float xtc_threshold;     /* ... those at or above this probability but the last */
+    float dynatemp_range;    /* dynamic temperature: temperature +- range by entropy */
+    float dynatemp_exponent; /* its curve (1: linear) */
+    int32_t min_keep;        /* top-p, min-p, typical and XTC keep at least this many */
+    int32_t mirostat;        /* 1 or 2: temperature then mirostat instead of the chain */
+    float mirostat_tau, mirostat_eta;
+    /* llama's sampler letters in the order they run (e penalties, s top-n-sigma,
+     * k top-k, y typical, p top-p, m min-p, x XTC, t temperature); empty: the
+     * default order "eskypmxt" */
+    char order[16];
     uint64_t seed;
 } sampler_params;
 #define SAMPLER_INFILL_MAX_K 1024
 
 void sampler_params_default(sampler_params *p);
+/* Whether p runs the general chain: an order of its own, or a sampler the
+ * fast chain lacks (typical, top-n-sigma, XTC, dynamic temperature,
+ * min_keep, mirostat). */
+bool sampler_params_general(const sampler_params *p);
 
 typedef struct sampler sampler; /* opaque */
 
@@ -40,6 +63,18 @@ void sampler_set_vocab(sampler *s, const struct tok_vocab *v);
 void sampler_accept(sampler *s, int32_t token);
 /* Samples from logits (modified in place by penalties). */
 int32_t sampler_sample(sampler *s, float *logits);
+/* The candidates the general chain leaves for the draw, as llama.cpp's token
+ * data array holds them after its dist sampler: in the chain's order, each
+ * with its probability. */
+typedef struct sampler_probs {
+    int32_t cap;  /* room in ids / probs */
+    int32_t n;    /* candidates left (may exceed cap: the first cap are stored) */
+    int32_t *ids; /* [cap] */
+    float *probs; /* [cap] */
+} sampler_probs;
+/* sampler_sample through the general chain (whatever the parameters), the
+ * candidates it drew from into out (NULL: not wanted). */
+int32_t sampler_sample_chain(sampler *s, float *logits, sampler_probs *out);
 
 /* Log-softmax helpers for reporting: logprob of id, and the top k (sorted by
  * logit, ties by lower id) with their log-probabilities. */

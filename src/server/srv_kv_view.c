@@ -286,14 +286,19 @@ static cJSON *slot_params(const engine_seq_view *q) {
     cJSON_AddNumberToObject(p, "max_tokens", (double)q->max_tokens);
     cJSON_AddBoolToObject(p, "ignore_eos", q->ignore_eos);
     cJSON_AddNumberToObject(p, "n_probs", q->top_logprobs);
-    /* llama.cpp's samplers kvllm does not have, as llama-server shows them off */
-    cJSON_AddNumberToObject(p, "typical_p", 1.0);
-    cJSON_AddNumberToObject(p, "top_n_sigma", -1.0);
-    cJSON_AddNumberToObject(p, "dynatemp_range", 0.0);
-    cJSON_AddNumberToObject(p, "mirostat", 0);
+    cJSON_AddNumberToObject(p, "typical_p",
+                            sp->typical_p > 0 && sp->typical_p < 1e-20f ? 0.0 : sp->typical_p);
+    cJSON_AddNumberToObject(p, "top_n_sigma", sp->top_n_sigma > 0 ? sp->top_n_sigma : -1.0);
+    cJSON_AddNumberToObject(p, "dynatemp_range", sp->dynatemp_range);
+    cJSON_AddNumberToObject(p, "dynatemp_exponent", sp->dynatemp_exponent);
+    cJSON_AddNumberToObject(p, "mirostat", sp->mirostat);
+    cJSON_AddNumberToObject(p, "mirostat_tau", sp->mirostat_tau);
+    cJSON_AddNumberToObject(p, "mirostat_eta", sp->mirostat_eta);
+    cJSON_AddNumberToObject(p, "xtc_probability", sp->xtc_probability);
+    cJSON_AddNumberToObject(p, "xtc_threshold", sp->xtc_threshold);
+    cJSON_AddNumberToObject(p, "min_keep", sp->min_keep);
+    /* llama.cpp's DRY sampler, which kvllm does not have, as llama-server shows it off */
     cJSON_AddNumberToObject(p, "dry_multiplier", 0.0);
-    cJSON_AddNumberToObject(p, "xtc_probability", 0.0);
-    cJSON_AddNumberToObject(p, "min_keep", 0);
     cJSON_AddNumberToObject(p, "n_keep", 0);
     cJSON_AddNumberToObject(p, "n_discard", 0);
     return p;

@@ -6,8 +6,9 @@
  * only the fields it reads; the sampling is llama-server's own: its defaults
  * (temperature 0.8, top_k 40, top_p 0.95, min_p 0.05), its sampler list, its
  * penalty window over the prompt's last repeat_last_n tokens, its logit_bias
- * forms. Its samplers kvllm does not have (mirostat, DRY, XTC, typical,
- * dynamic temperature, top-n-sigma) are accepted only at their "off" values;
+ * forms, its other samplers (typical, top-n-sigma, XTC, dynamic temperature,
+ * min_keep, mirostat) and its sampler lists in any order. The samplers kvllm
+ * does not have (DRY, adaptive-p) are accepted only at their "off" values;
  * the fields that change nothing in the output (cache_prompt, id_slot, n_keep,
  * ...) are accepted. The response side is srv_llama_out.c. */
 #define _GNU_SOURCE
@@ -44,14 +45,8 @@ static const struct {
     double value;
     const char *what;
 } OFF_FIELDS[] = {
-    {"typical_p", OFF_EQ, 1, "locally typical sampling"},
-    {"dynatemp_range", OFF_EQ, 0, "dynamic temperature"},
-    {"xtc_probability", OFF_EQ, 0, "XTC sampling"},
     {"dry_multiplier", OFF_EQ, 0, "DRY sampling"},
-    {"mirostat", OFF_EQ, 0, "Mirostat sampling"},
-    {"top_n_sigma", OFF_LE, 0, "top-n-sigma sampling"},
     {"adaptive_target", OFF_LT, 0, "adaptive-p sampling"},
-    {"min_keep", OFF_EQ, 0, "min_keep"},
     {"post_sampling_probs", OFF_FALSE, 0, "post-sampling probabilities"},
     {"return_progress", OFF_FALSE, 0, "prompt progress events"},
     {"timings_per_token", OFF_FALSE, 0, "per-token timings"},
@@ -71,14 +66,10 @@ static const char *const NEUTRAL_FIELDS[] = {
     "n_discard",
     "n_cache_reuse",
     "sse_ping_interval",
-    "dynatemp_exponent",
     "dry_base",
     "dry_allowed_length",
     "dry_penalty_last_n",
     "dry_sequence_breakers",
-    "xtc_threshold",
-    "mirostat_tau",
-    "mirostat_eta",
     "adaptive_decay",
     "stream_options",
     "t_max_prompt_ms"}; /* llama.vscode sends it; llama-server reads it nowhere (a TODO there) */
@@ -104,6 +95,16 @@ static const char *const OWN_FIELDS[] = {"prompt",
                                          "presence_penalty",
                                          "frequency_penalty",
                                          "samplers",
+                                         "typical_p",
+                                         "top_n_sigma",
+                                         "xtc_probability",
+                                         "xtc_threshold",
+                                         "dynatemp_range",
+                                         "dynatemp_exponent",
+                                         "min_keep",
+                                         "mirostat",
+                                         "mirostat_tau",
+                                         "mirostat_eta",
                                          "logit_bias",
                                          "return_tokens",
                                          "response_fields",
@@ -311,7 +312,9 @@ static cJSON *openai_body(srv *s, const cJSON *b, api_error *err) {
     return o;
 }
 
-/* llama's sampler names (and its aliases) and characters. */
+/* llama's sampler names (and its aliases) and characters. The first six run
+ * in this order in kvllm's fast chain (sampler.c); a list in another order,
+ * or with the others, runs the general one. */
 typedef enum smp {
     SMP_PENALTIES,
     SMP_TOP_K,
@@ -319,22 +322,19 @@ typedef enum smp {
     SMP_MIN_P,
     SMP_INFILL,
     SMP_TEMPERATURE,
+    SMP_TOP_N_SIGMA,
+    SMP_TYPICAL,
+    SMP_XTC,
     SMP_OFF, /* samplers whose parameters are at "off" here (OFF_FIELDS) */
     SMP_UNKNOWN
 } smp;
 
-/* llama's name of each smp, and of the samplers that are off here (by letter). */
-static const char *const SMP_NAMES[] = {"penalties", "top_k",  "top_p",
-                                        "min_p",     "infill", "temperature"};
-static const char *off_name(char c) {
-    switch (c) {
-    case 'd': return "dry";
-    case 's': return "top_n_sigma";
-    case 'y': return "typ_p";
-    case 'x': return "xtc";
-    default: return "adaptive_p";
-    }
-}
+/* llama's name and letter of each smp (sampler_params.order's letters). */
+static const char *const SMP_NAMES[] = {"penalties",   "top_k",       "top_p", "min_p", "infill",
+                                        "temperature", "top_n_sigma", "typ_p", "xtc"};
+static const char SMP_LETTERS[] = "ekpmitsyx";
+/* ... and of the samplers that are off here, by letter */
+static const char *off_name(char c) { return c == 'd' ? "dry" : "adaptive_p"; }
 
 static smp sampler_named(const char *name, char *letter) {
     char low[32];
@@ -347,19 +347,32 @@ static smp sampler_named(const char *name, char *letter) {
         const char *name;
         smp s;
         char letter; /* of the samplers that are off here */
-    } NAMES[] = {{"penalties", SMP_PENALTIES, 0}, {"top_k", SMP_TOP_K, 0},
-                 {"top-k", SMP_TOP_K, 0},         {"topk", SMP_TOP_K, 0},
-                 {"top_p", SMP_TOP_P, 0},         {"top-p", SMP_TOP_P, 0},
-                 {"topp", SMP_TOP_P, 0},          {"nucleus", SMP_TOP_P, 0},
-                 {"min_p", SMP_MIN_P, 0},         {"min-p", SMP_MIN_P, 0},
-                 {"minp", SMP_MIN_P, 0},          {"temperature", SMP_TEMPERATURE, 0},
-                 {"temp", SMP_TEMPERATURE, 0},    {"dry", SMP_OFF, 'd'},
-                 {"top_n_sigma", SMP_OFF, 's'},   {"top-n-sigma", SMP_OFF, 's'},
-                 {"topnsigma", SMP_OFF, 's'},     {"typ_p", SMP_OFF, 'y'},
-                 {"typ-p", SMP_OFF, 'y'},         {"typp", SMP_OFF, 'y'},
-                 {"typ", SMP_OFF, 'y'},           {"xtc", SMP_OFF, 'x'},
-                 {"adaptive_p", SMP_OFF, 'a'},    {"adaptive-p", SMP_OFF, 'a'},
-                 {"adaptivep", SMP_OFF, 'a'},     {"infill", SMP_INFILL, 0}};
+    } NAMES[] = {{"penalties", SMP_PENALTIES, 0},
+                 {"top_k", SMP_TOP_K, 0},
+                 {"top-k", SMP_TOP_K, 0},
+                 {"topk", SMP_TOP_K, 0},
+                 {"top_p", SMP_TOP_P, 0},
+                 {"top-p", SMP_TOP_P, 0},
+                 {"topp", SMP_TOP_P, 0},
+                 {"nucleus", SMP_TOP_P, 0},
+                 {"min_p", SMP_MIN_P, 0},
+                 {"min-p", SMP_MIN_P, 0},
+                 {"minp", SMP_MIN_P, 0},
+                 {"temperature", SMP_TEMPERATURE, 0},
+                 {"temp", SMP_TEMPERATURE, 0},
+                 {"dry", SMP_OFF, 'd'},
+                 {"top_n_sigma", SMP_TOP_N_SIGMA, 0},
+                 {"top-n-sigma", SMP_TOP_N_SIGMA, 0},
+                 {"topnsigma", SMP_TOP_N_SIGMA, 0},
+                 {"typ_p", SMP_TYPICAL, 0},
+                 {"typ-p", SMP_TYPICAL, 0},
+                 {"typp", SMP_TYPICAL, 0},
+                 {"typ", SMP_TYPICAL, 0},
+                 {"xtc", SMP_XTC, 0},
+                 {"adaptive_p", SMP_OFF, 'a'},
+                 {"adaptive-p", SMP_OFF, 'a'},
+                 {"adaptivep", SMP_OFF, 'a'},
+                 {"infill", SMP_INFILL, 0}};
     for (size_t i = 0; i < sizeof NAMES / sizeof *NAMES; i++)
         if (strcmp(low, NAMES[i].name) == 0) {
             *letter = NAMES[i].letter;
@@ -369,38 +382,31 @@ static smp sampler_named(const char *name, char *letter) {
 }
 
 static smp sampler_char(char c) {
-    switch (c) {
-    case 'e': return SMP_PENALTIES;
-    case 'k': return SMP_TOP_K;
-    case 'p': return SMP_TOP_P;
-    case 'm': return SMP_MIN_P;
-    case 't': return SMP_TEMPERATURE;
-    case 'd':
-    case 's':
-    case 'y':
-    case 'x':
-    case 'a': return SMP_OFF;
-    case 'i': return SMP_INFILL;
-    default: return SMP_UNKNOWN;
-    }
+    if (c == 'd' || c == 'a') return SMP_OFF;
+    const char *at = c ? strchr(SMP_LETTERS, c) : NULL;
+    return at ? (smp)(at - SMP_LETTERS) : SMP_UNKNOWN;
 }
 
-/* samplers: which of penalties, top_k, top_p, min_p, infill, temperature
- * run. kvllm runs them in that order (llama's default, with its infill sampler
- * where llama.vscode puts it), so a list that names them in another order is
- * refused; one left out is off (temperature: sampling at 1, as llama's chain
- * then samples from the logits as they are). Without a list: llama's default,
+/* samplers: which of llama's samplers run, and in what order (llama's chain
+ * applies them as listed, each as many times as named); one left out is off
+ * (temperature: sampling at 1, as llama's chain then samples from the logits
+ * as they are). Their letters go to order; *in_order says whether the list
+ * keeps the fast chain's order (penalties, top_k, top_p, min_p, infill,
+ * temperature) with none of the others. Without a list: llama's default,
  * which has no infill sampler. */
-static bool parse_samplers(const cJSON *b, llama_req *q, bool on[SMP_OFF], api_error *err) {
+static bool parse_samplers(const cJSON *b, llama_req *q, bool on[SMP_OFF], char order[16],
+                           bool *in_order, api_error *err) {
     const cJSON *v = req_field(b, "samplers");
     for (int i = 0; i < SMP_OFF; i++) on[i] = !v && i != SMP_INFILL;
+    *in_order = true;
+    order[0] = 0;
     if (!v) return true;
     cJSON *names = q->samplers = cJSON_CreateArray();
     if (!cJSON_IsArray(v) && !cJSON_IsString(v))
         return api_fail(
             err, 400, "samplers",
             "'samplers' must be an array of sampler names or a string of their letters");
-    int last = -1, i = 0;
+    int last = -1, i = 0, n = 0;
     const cJSON *e = cJSON_IsArray(v) ? v->child : NULL;
     for (const char *c = cJSON_IsString(v) ? v->valuestring : ""; e || *c; i++) {
         smp s;
@@ -419,15 +425,40 @@ static bool parse_samplers(const cJSON *b, llama_req *q, bool on[SMP_OFF], api_e
         cJSON_AddItemToArray(names,
                              cJSON_CreateString(s == SMP_OFF ? off_name(letter) : SMP_NAMES[s]));
         if (s == SMP_OFF) continue; /* its parameters keep it off (check_fields) */
-        if ((int)s <= last)
-            return api_fail(err, 400, "samplers",
-                            "samplers run here in the order penalties, top_k, top_p, min_p, "
-                            "infill, temperature (llama's default): samplers[%d] is out of that "
-                            "order",
-                            i);
+        if (n == 15)
+            return api_fail(err, 400, "samplers", "at most 15 samplers can run in one chain");
+        order[n++] = SMP_LETTERS[s];
+        order[n] = 0;
+        *in_order &= (int)s > last && s < SMP_TOP_N_SIGMA;
         last = (int)s;
         on[s] = true;
     }
+    return true;
+}
+
+/* llama's samplers beyond the default chain, by its field names (also read
+ * on the OpenAI endpoints, as llama-server reads them there): typical_p,
+ * top_n_sigma, xtc_probability / xtc_threshold, dynatemp_range /
+ * dynatemp_exponent, min_keep, mirostat (0, 1, 2) / mirostat_tau /
+ * mirostat_eta. llama-server's values, unchecked there, within bounds here. */
+bool srv_parse_llama_samplers(const cJSON *b, sampler_params *p, api_error *err) {
+    int64_t min_keep = p->min_keep, mirostat = p->mirostat;
+    bool ok = req_float(b, "typical_p", -1e30, 1e30, &p->typical_p, err) &&
+              req_float(b, "top_n_sigma", -1e30, 1e30, &p->top_n_sigma, err) &&
+              req_float(b, "xtc_probability", -1e30, 1e30, &p->xtc_probability, err) &&
+              req_float(b, "xtc_threshold", -1e30, 1e30, &p->xtc_threshold, err) &&
+              req_float(b, "dynatemp_range", -1e30, 1e30, &p->dynatemp_range, err) &&
+              req_float(b, "dynatemp_exponent", -1e30, 1e30, &p->dynatemp_exponent, err) &&
+              req_int(b, "min_keep", 0, INT32_MAX, &min_keep, err) &&
+              req_int(b, "mirostat", 0, 2, &mirostat, err) &&
+              req_float(b, "mirostat_tau", -1e30, 1e30, &p->mirostat_tau, err) &&
+              req_float(b, "mirostat_eta", -1e30, 1e30, &p->mirostat_eta, err);
+    if (!ok) return false;
+    /* llama's typ_p at or below 0 keeps the single most typical token (the
+     * cut's first step already passes it); sampler_params' 0 means off */
+    if (p->typical_p <= 0) p->typical_p = 1e-30f;
+    p->min_keep = (int32_t)min_keep;
+    p->mirostat = (int32_t)mirostat;
     return true;
 }
 
@@ -493,7 +524,8 @@ static bool parse_sampling(const cJSON *b, llama_req *q, srv_job *j, api_error *
     p->seed = seed;
     double temp = p->temperature;
     int64_t top_k = p->top_k, last_n = p->penalty_last_n;
-    bool on[SMP_OFF];
+    bool on[SMP_OFF], in_order;
+    char order[16];
     bool ok = req_number(b, "temperature", -1e30, 1e30, &temp, err) &&
               req_int(b, "top_k", -1, INT32_MAX, &top_k, err) &&
               req_float(b, "top_p", 0, 1, &p->top_p, err) &&
@@ -502,19 +534,35 @@ static bool parse_sampling(const cJSON *b, llama_req *q, srv_job *j, api_error *
               req_int(b, "repeat_last_n", -1, INT32_MAX, &last_n, err) &&
               req_float(b, "presence_penalty", -1e30, 1e30, &p->presence_penalty, err) &&
               req_float(b, "frequency_penalty", -1e30, 1e30, &p->frequency_penalty, err) &&
-              parse_samplers(b, q, on, err);
+              srv_parse_llama_samplers(b, p, err) &&
+              parse_samplers(b, q, on, order, &in_order, err);
     if (!ok) return false;
     if (p->repeat_penalty <= 0)
         return api_fail(err, 400, "repeat_penalty", "'repeat_penalty' must be positive");
     p->temperature = temp < 0 ? 0.0f : (float)temp; /* llama: below 0 is greedy too */
     p->top_k = (int32_t)(top_k < 0 ? 0 : top_k);
     p->penalty_last_n = (int32_t)last_n; /* -1: the whole context, as here the history */
-    if (!on[SMP_PENALTIES]) p->repeat_penalty = 1, p->presence_penalty = p->frequency_penalty = 0;
-    if (!on[SMP_TOP_K]) p->top_k = 0;
-    if (!on[SMP_TOP_P]) p->top_p = 1;
-    if (!on[SMP_MIN_P]) p->min_p = 0;
-    if (!on[SMP_TEMPERATURE]) p->temperature = 1;
-    p->infill = on[SMP_INFILL];
+    /* mirostat replaces the list: llama runs temperature, then mirostat */
+    if (p->mirostat == 0) {
+        if (!on[SMP_PENALTIES])
+            p->repeat_penalty = 1, p->presence_penalty = p->frequency_penalty = 0;
+        if (!on[SMP_TOP_K]) p->top_k = 0;
+        if (!on[SMP_TOP_P]) p->top_p = 1;
+        if (!on[SMP_MIN_P]) p->min_p = 0;
+        if (!on[SMP_TEMPERATURE]) p->temperature = 1, p->dynatemp_range = 0;
+        if (!on[SMP_TOP_N_SIGMA]) p->top_n_sigma = 0;
+        if (!on[SMP_TYPICAL]) p->typical_p = 1;
+        if (!on[SMP_XTC]) p->xtc_probability = 0;
+        p->infill = on[SMP_INFILL];
+        /* the list's own order where it has one of its own, or samplers the
+         * fast chain lacks (without a list: the general chain's default) */
+        if (!in_order || sampler_params_general(p)) memcpy(p->order, order, sizeof order);
+    }
+    if (p->infill && sampler_params_general(p))
+        return api_fail(err, 400, "samplers",
+                        "the infill sampler runs here only in llama's default order (penalties, "
+                        "top_k, top_p, min_p, infill, temperature) without typical, top-n-sigma, "
+                        "XTC, dynamic temperature, min_keep or mirostat");
     if (p->infill && (p->top_k < 1 || p->top_k > SAMPLER_INFILL_MAX_K))
         return api_fail(err, 400, "samplers",
                         "the infill sampler needs top_k (1..%d) before it, as llama.vscode sends",
@@ -532,15 +580,16 @@ static cJSON *settings_json(srv *s, const cJSON *b, const llama_req *q, const sr
     cJSON *g = cJSON_CreateObject();
     cJSON_AddNumberToObject(g, "seed", q->random_seed ? 4294967295.0 : (double)p->seed);
     cJSON_AddNumberToObject(g, "temperature", p->temperature);
-    cJSON_AddNumberToObject(g, "dynatemp_range", 0);
-    cJSON_AddNumberToObject(g, "dynatemp_exponent", 1);
+    cJSON_AddNumberToObject(g, "dynatemp_range", p->dynatemp_range);
+    cJSON_AddNumberToObject(g, "dynatemp_exponent", p->dynatemp_exponent);
     cJSON_AddNumberToObject(g, "top_k", p->top_k);
     cJSON_AddNumberToObject(g, "top_p", p->top_p);
     cJSON_AddNumberToObject(g, "min_p", p->min_p);
-    cJSON_AddNumberToObject(g, "top_n_sigma", -1);
-    cJSON_AddNumberToObject(g, "xtc_probability", 0);
-    cJSON_AddNumberToObject(g, "xtc_threshold", 0.1);
-    cJSON_AddNumberToObject(g, "typical_p", 1);
+    cJSON_AddNumberToObject(g, "top_n_sigma", p->top_n_sigma > 0 ? p->top_n_sigma : -1);
+    cJSON_AddNumberToObject(g, "xtc_probability", p->xtc_probability);
+    cJSON_AddNumberToObject(g, "xtc_threshold", p->xtc_threshold);
+    cJSON_AddNumberToObject(g, "typical_p",
+                            p->typical_p > 0 && p->typical_p < 1e-20f ? 0 : p->typical_p);
     cJSON_AddNumberToObject(g, "repeat_last_n",
                             p->penalty_last_n < 0 ? (double)s->n_ctx : p->penalty_last_n);
     cJSON_AddNumberToObject(g, "repeat_penalty", p->repeat_penalty);
@@ -552,9 +601,9 @@ static cJSON *settings_json(srv *s, const cJSON *b, const llama_req *q, const sr
     cJSON_AddNumberToObject(g, "dry_penalty_last_n", (double)s->n_ctx);
     cJSON_AddItemToObject(g, "dry_sequence_breakers",
                           cJSON_CreateStringArray((const char *const[]){"\n", ":", "\"", "*"}, 4));
-    cJSON_AddNumberToObject(g, "mirostat", 0);
-    cJSON_AddNumberToObject(g, "mirostat_tau", 5);
-    cJSON_AddNumberToObject(g, "mirostat_eta", 0.1);
+    cJSON_AddNumberToObject(g, "mirostat", p->mirostat);
+    cJSON_AddNumberToObject(g, "mirostat_tau", p->mirostat_tau);
+    cJSON_AddNumberToObject(g, "mirostat_eta", p->mirostat_eta);
     cJSON *stop = cJSON_AddArrayToObject(g, "stop");
     for (int i = 0; i < j->n_stop; i++) cJSON_AddItemToArray(stop, cJSON_CreateString(j->stop[i]));
     cJSON_AddNumberToObject(g, "max_tokens", (double)j->max_tokens);
@@ -572,7 +621,7 @@ static cJSON *settings_json(srv *s, const cJSON *b, const llama_req *q, const sr
         cJSON_AddItemToArray(bias, e);
     }
     cJSON_AddNumberToObject(g, "n_probs", q->n_probs);
-    cJSON_AddNumberToObject(g, "min_keep", 0);
+    cJSON_AddNumberToObject(g, "min_keep", p->min_keep);
     const cJSON *gr = req_field(b, "grammar");
     cJSON_AddStringToObject(g, "grammar", cJSON_IsString(gr) ? gr->valuestring : "");
     cJSON_AddBoolToObject(g, "grammar_lazy", false);

@@ -40,6 +40,10 @@ static const known_field KNOWN_FIELDS[] = {
     {"echo", F_COMPL}, {"best_of", F_COMPL}, /* best_of: only 1 (parse_unsupported) */
     /* vLLM / llama-server extensions, read here */
     {"top_k", F_BOTH}, {"min_p", F_BOTH}, {"repetition_penalty", F_BOTH},
+    /* llama-server's other samplers (srv_parse_llama_samplers) */
+    {"typical_p", F_BOTH}, {"top_n_sigma", F_BOTH}, {"xtc_probability", F_BOTH},
+    {"xtc_threshold", F_BOTH}, {"dynatemp_range", F_BOTH}, {"dynatemp_exponent", F_BOTH},
+    {"min_keep", F_BOTH}, {"mirostat", F_BOTH}, {"mirostat_tau", F_BOTH}, {"mirostat_eta", F_BOTH},
     {"ignore_eos", F_BOTH}, {"cache_salt", F_BOTH}, {"lora", F_BOTH}, {"return_tokens_as_token_ids", F_BOTH},
     {"speculative", F_BOTH}, /* own: false opts out of --spec (same output, plain decode) */
     {"add_generation_prompt", F_CHAT}, {"continue_final_message", F_CHAT},
@@ -643,7 +647,7 @@ static bool parse_sampling(const cJSON *b, srv_job *j, api_error *err) {
               req_float(b, "presence_penalty", -2, 2, &p->presence_penalty, err) &&
               req_float(b, "frequency_penalty", -2, 2, &p->frequency_penalty, err) &&
               req_float(b, "repetition_penalty", 0, 100, &p->repeat_penalty, err) &&
-              opt_seed(b, &p->seed, err);
+              opt_seed(b, &p->seed, err) && srv_parse_llama_samplers(b, p, err);
     if (!ok) return false;
     if (p->top_p <= 0) return api_fail(err, 400, "top_p", "'top_p' must be in (0, 1]");
     if (p->repeat_penalty <= 0)

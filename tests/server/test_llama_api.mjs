@@ -351,12 +351,14 @@ const tests = [
     }],
 
   ['what /completion refuses, and what it accepts unchanged', async () => {
-    await refused({ prompt: 'a', mirostat: 2 }, 'mirostat', 'mirostat');
-    await refused({ prompt: 'a', typical_p: 0.5 }, 'typical_p', 'typical sampling');
+    await refused({ prompt: 'a', mirostat: 3 }, 'mirostat', 'mirostat 3');
+    await refused({ prompt: 'a', min_keep: -1 }, 'min_keep', 'a negative min_keep');
+    await refused({ prompt: 'a', typical_p: 'x' }, 'typical_p', 'a typical_p that is not a number');
     await refused({ prompt: 'a', dry_multiplier: 0.8 }, 'dry_multiplier', 'DRY');
     await refused({ prompt: 'a', post_sampling_probs: true }, 'post_sampling_probs', 'post-sampling probs');
     await refused({ prompt: 'a', frobnicate: 1 }, 'frobnicate', 'unknown field');
-    await refused({ prompt: 'a', samplers: ['temperature', 'top_k'] }, 'samplers', 'an order kvllm does not run');
+    await refused({ prompt: 'a', samplers: ['top_k', 'typ_p', 'infill'], top_k: 4, typical_p: 0.5 }, 'samplers',
+      'the infill sampler with typical sampling');
     await refused({ prompt: 'a', samplers: ['bogus'] }, 'samplers', 'unknown sampler');
     await refused({ prompt: 'a', chat_parser: '{"parsers":[]}' }, 'chat_parser', 'a parser');
     await refused({ prompt: 'a', logit_bias: [[1]] }, 'logit_bias', 'a malformed bias');
@@ -367,6 +369,57 @@ const tests = [
     await ok({ prompt: 'a', n_predict: 1, mirostat: 0, typical_p: 1, dry_multiplier: 0, xtc_probability: 0,
       top_n_sigma: -1, min_keep: 0, cache_prompt: true, id_slot: -1, n_keep: 4, n_discard: 0, n_cache_reuse: 0,
       dry_base: 1.75, mirostat_tau: 5, timings_per_token: false, stream_options: { include_usage: true } });
+  }],
+
+  ['llama\'s other samplers and its lists in any order', async () => {
+    // the step-0 top 3 and the greedy text of a prompt (temperature 0)
+    const prompt = greedy.cases[0].prompt_ids;
+    const g = await ok({ prompt, n_predict: 6, temperature: 0, n_probs: 3, return_tokens: true });
+    const top = g.json.completion_probabilities[0].top_logprobs.map((t) => t.id);
+    const firsts = async (extra, seeds = [1, 2, 3, 4, 5, 6]) => {
+      const got = [];
+      for (const seed of seeds)
+        got.push((await ok({ prompt, n_predict: 6, temperature: 1, top_k: 0, top_p: 1, min_p: 0, seed,
+          return_tokens: true, ...extra })).json.tokens);
+      return got;
+    };
+    // plain temperature 1 on a random model: the seeds disagree
+    const plain = await firsts({});
+    assert(new Set(plain.map((t) => t.join())).size > 1, 'temperature 1 alone varies with the seed');
+    // each of these leaves one candidate a step, the greedy one: every seed gives the greedy text
+    for (const [what, extra] of [
+      ['top_n_sigma 1e-6', { top_n_sigma: 1e-6 }],
+      ['mirostat 2, tau 0', { mirostat: 2, mirostat_tau: 0, mirostat_eta: 0 }],
+      ['mirostat 1, tau 0', { mirostat: 1, mirostat_tau: 0, mirostat_eta: 0 }],
+      ['temperature before top_k 1', { samplers: ['temperature', 'top_k'], top_k: 1 }],
+      ['dynamic temperature 0 +- 0', { temperature: 0, dynatemp_range: 1e-9, samplers: ['temperature'] }],
+    ]) {
+      const got = await firsts(extra, [1, 2, 3]);
+      for (const t of got) assertEq(t, g.json.tokens, `${what}: the greedy tokens`);
+    }
+    // XTC at probability 1 over the top 2 with threshold 0: the likelier is always excluded, so
+    // the first token is the step's second likeliest, whatever the seed
+    for (const t of await firsts({ top_k: 2, xtc_probability: 1, xtc_threshold: 0,
+      samplers: ['top_k', 'xtc', 'temperature'] }, [1, 2, 3]))
+      assertEq(t[0], top[1], 'XTC: the second likeliest');
+    // typical at 0 keeps the single most typical token (llama's typ_p <= 0): one answer for all seeds
+    const typ = await firsts({ typical_p: 0, top_k: 3, samplers: ['top_k', 'typ_p', 'temperature'] }, [1, 2, 3]);
+    assertEq(new Set(typ.map((t) => t.join())).size, 1, 'typical_p 0: the same tokens whatever the seed');
+    assert(top.includes(typ[0][0]), 'typical_p 0: a token of the top 3');
+    // top_p 0 keeps min_keep tokens: the first tokens stay within the step's top 2
+    for (const t of await firsts({ top_p: 0, min_keep: 2, samplers: ['top_p', 'temperature'] }))
+      assert(top.slice(0, 2).includes(t[0]), `min_keep 2: ${t[0]} within the top 2 ${top}`);
+    // the settings say what ran
+    const st = (await ok({ prompt, n_predict: 1, typical_p: 0.5, top_n_sigma: 2, xtc_probability: 0.5,
+      xtc_threshold: 0.2, dynatemp_range: 0.3, dynatemp_exponent: 2, min_keep: 3, mirostat_tau: 4,
+      samplers: 'kysxt' })).json.generation_settings;
+    assertEq([st.typical_p, st.top_n_sigma, st.xtc_probability, st.min_keep, st.mirostat_tau],
+      [0.5, 2, 0.5, 3, 4], 'generation_settings');
+    assertEq(st.samplers, ['top_k', 'typ_p', 'top_n_sigma', 'xtc', 'temperature'], 'the list by name, in its order');
+    // the same fields on the OpenAI endpoints, as llama-server reads them there
+    const oa = await ok({ prompt, max_tokens: 6, temperature: 1, top_n_sigma: 1e-6, seed: 7 }, '/v1/completions');
+    const oaGreedy = await ok({ prompt, max_tokens: 6, temperature: 0 }, '/v1/completions');
+    assertEq(oa.json.choices[0].text, oaGreedy.json.choices[0].text, '/v1/completions top_n_sigma: greedy');
   }],
 ];
 

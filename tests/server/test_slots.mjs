@@ -69,7 +69,7 @@ const tests = [
     assertEq([p.n_predict, p.max_tokens, p.seed, p.top_k, p.n_probs, p.ignore_eos], [400, 400, 42, 17, 2, true], 'params');
     assert(Math.abs(p.temperature - 0.7) < 1e-6 && Math.abs(p.top_p - 0.9) < 1e-6 &&
       Math.abs(p.presence_penalty - 0.25) < 1e-6, `float params ${JSON.stringify(p)}`);
-    assertEq([p.mirostat, p.typical_p], [0, 1], 'samplers kvllm does not have, off');
+    assertEq([p.mirostat, p.typical_p], [0, 1], 'mirostat and typical sampling off by default');
     assert(Array.isArray(s.next_token) && s.next_token.length === 1, 'next_token: an array of one');
     const nt = s.next_token[0];
     assert(nt.has_next_token === true && typeof nt.has_new_line === 'boolean', `next_token ${JSON.stringify(nt)}`);

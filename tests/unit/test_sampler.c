@@ -292,7 +292,181 @@ static void test_infill(void) {
     gguf_close(f);
 }
 
+/* ------------------------------------------ llama.cpp's sampler vectors -- */
+
+/* One step of llama.cpp's tests/test-sampling.cpp: candidates whose logits are
+ * log(probs), one sampler (order: its letter), then the dist sampler; the
+ * candidates left, in order, with their probabilities (within 1e-5, as there).
+ * Where llama's test skips the dist sampler (XTC, typical) its expected
+ * probabilities are those before normalising: the normalised ones are given
+ * here (each over their sum), with the comment's figures. penalize: tokens
+ * accepted first (the penalty window is all of them). */
+static void chain_case(const char *what, const sampler_params *p, const float *probs, int n,
+                       const int32_t *penalize, int n_pen, const float *expect, int n_expect) {
+    float logits[8];
+    int32_t ids[8];
+    float got[8];
+    for (int i = 0; i < n; i++) logits[i] = logf(probs[i]);
+    sampler *s = sampler_create(p, n);
+    for (int i = 0; i < n_pen; i++) sampler_accept(s, penalize[i]);
+    sampler_probs out = {.cap = 8, .ids = ids, .probs = got};
+    sampler_sample_chain(s, logits, &out);
+    bool ok = out.n == n_expect;
+    for (int i = 0; ok && i < n_expect; i++) ok = fabsf(got[i] - expect[i]) < 1e-5f;
+    CHECK(ok, "%s: %d candidates left (want %d), first p %g (want %g)", what, out.n, n_expect,
+          out.n > 0 ? got[0] : -1.0, expect[0]);
+    sampler_destroy(s);
+}
+
+static sampler_params one_sampler(const char *order) {
+    sampler_params p;
+    sampler_params_default(&p);
+    p.temperature = 1, p.seed = 1234;
+    snprintf(p.order, sizeof p.order, "%s", order);
+    return p;
+}
+
+#define F(...)   ((const float[]){__VA_ARGS__})
+#define COUNT(a) (int)(sizeof(a) / sizeof(float))
+#define CASE(what, p, probs, expect)                                                               \
+    chain_case(what, &p, probs, COUNT(probs), NULL, 0, expect, COUNT(expect))
+
+static void test_llama_vectors(void) {
+    sampler_params p = one_sampler("t");
+    p.temperature = 1;
+    CASE("temp 1", p, F(0.1f, 0.2f, 0.3f, 0.4f), F(0.1f, 0.2f, 0.3f, 0.4f));
+    p.temperature = 0;
+    CASE("temp 0", p, F(0.1f, 0.2f, 0.3f, 0.4f), F(0.0f, 0.0f, 0.0f, 1.0f));
+    p = one_sampler("k");
+    p.top_k = 1;
+    CASE("top_k 1", p, F(0.1f, 0.2f, 0.3f, 0.4f), F(1.0f));
+    p.top_k = 3;
+    CASE("top_k 3", p, F(0.1f, 0.2f, 0.3f, 0.4f), F(0.44444f, 0.33333f, 0.22222f));
+    p.top_k = 4;
+    CASE("top_k 4", p, F(0.1f, 0.2f, 0.3f, 0.4f), F(0.4f, 0.3f, 0.2f, 0.1f));
+    p.top_k = 0;
+    CASE("top_k 0", p, F(0.1f, 0.2f, 0.3f, 0.4f), F(0.1f, 0.2f, 0.3f, 0.4f));
+    p = one_sampler("p");
+    p.top_p = 0;
+    CASE("top_p 0", p, F(0.1f, 0.2f, 0.3f, 0.4f), F(1.0f));
+    p.top_p = 0.7f;
+    CASE("top_p 0.7", p, F(0.1f, 0.2f, 0.3f, 0.4f), F(0.571429f, 0.428571f));
+    p.top_p = 0.8f;
+    CASE("top_p 0.8", p, F(0.1f, 0.2f, 0.3f, 0.4f), F(0.44444f, 0.33333f, 0.22222f));
+    p.top_p = 1.0f;
+    CASE("top_p 1", p, F(0.1f, 0.2f, 0.3f, 0.4f), F(0.1f, 0.2f, 0.3f, 0.4f));
+    p = one_sampler("m");
+    const float mins[] = {0.0f, 0.24f, 0.26f, 0.49f, 0.51f, 0.74f, 0.76f, 1.0f, 1.05f};
+    for (int i = 0; i < 9; i++) {
+        char what[32];
+        snprintf(what, sizeof what, "min_p %.2f", mins[i]);
+        p.min_p = mins[i];
+        const float *e = i < 2   ? F(0.1f, 0.2f, 0.3f, 0.4f)
+                         : i < 4 ? F(0.2f / 0.9f, 0.3f / 0.9f, 0.4f / 0.9f)
+                         : i < 6 ? F(0.3f / 0.7f, 0.4f / 0.7f)
+                                 : F(1.0f);
+        chain_case(what, &p, F(0.1f, 0.2f, 0.3f, 0.4f), 4, NULL, 0, e,
+                   i < 2   ? 4
+                   : i < 4 ? 3
+                   : i < 6 ? 2
+                           : 1);
+    }
+    /* XTC (llama: {0.1}, {0.2, 0.1}, {0.3, 0.2, 0.1}; and not at 0.39) */
+    p = one_sampler("x");
+    p.xtc_probability = 0.99f, p.xtc_threshold = 0.09f;
+    CASE("xtc 0.09", p, F(0.4f, 0.3f, 0.2f, 0.1f), F(1.0f));
+    p.xtc_threshold = 0.19f;
+    CASE("xtc 0.19", p, F(0.4f, 0.3f, 0.2f, 0.1f), F(0.2f / 0.3f, 0.1f / 0.3f));
+    p.xtc_threshold = 0.29f;
+    CASE("xtc 0.29", p, F(0.4f, 0.3f, 0.2f, 0.1f), F(0.5f, 0.2f / 0.6f, 0.1f / 0.6f));
+    p.xtc_threshold = 0.39f;
+    CASE("xtc 0.39", p, F(0.4f, 0.3f, 0.2f, 0.1f), F(0.4f, 0.3f, 0.2f, 0.1f));
+    /* typical (llama: {0.97}; {0.2, 0.2, 0.2}) */
+    p = one_sampler("y");
+    p.typical_p = 0.5f;
+    CASE("typical 0.5", p, F(0.97f, 0.01f, 0.01f, 0.01f), F(1.0f));
+    CASE("typical 0.5 flat", p, F(0.4f, 0.2f, 0.2f, 0.2f), F(1 / 3.0f, 1 / 3.0f, 1 / 3.0f));
+    /* penalties over the accepted tokens (window: all of them) */
+    p = one_sampler("e");
+    p.repeat_penalty = 50, p.penalty_last_n = -1;
+    chain_case("repeat 50", &p, F(0.2f, 0.2f, 0.2f, 0.2f, 0.2f), 5, (const int32_t[]){0}, 1,
+               F(0, 0.25f, 0.25f, 0.25f, 0.25f), 5);
+    chain_case("repeat 50, 3 tokens", &p, F(0.2f, 0.2f, 0.2f, 0.2f, 0.2f), 5,
+               (const int32_t[]){0, 1, 2, 0, 0}, 5, F(0, 0, 0, 0.5f, 0.5f), 5);
+    p.repeat_penalty = 1, p.frequency_penalty = 5, p.presence_penalty = 5;
+    chain_case("frequency and presence", &p, F(0.2f, 0.2f, 0.2f, 0.2f, 0.2f), 5,
+               (const int32_t[]){0, 1, 2}, 3,
+               F(0.000023f, 0.000023f, 0.000023f, 0.499966f, 0.499966f), 5);
+    chain_case("frequency and presence, repeats", &p, F(0.2f, 0.2f, 0.2f, 0.2f, 0.2f), 5,
+               (const int32_t[]){0, 1, 2, 0, 0}, 5,
+               F(0.000000f, 0.000023f, 0.000023f, 0.499977f, 0.499977f), 5);
+    /* top-n-sigma (llama: 1 -> {0, 0, 0.428571, 0.571429}; 0 and 3 change nothing) */
+    p = one_sampler("s");
+    p.top_n_sigma = 1;
+    CASE("top_n_sigma 1", p, F(0.1f, 0.2f, 0.3f, 0.4f), F(0.0f, 0.0f, 0.428571f, 0.571429f));
+    p.top_n_sigma = 0;
+    CASE("top_n_sigma 0", p, F(0.1f, 0.2f, 0.3f, 0.4f), F(0.1f, 0.2f, 0.3f, 0.4f));
+    p.top_n_sigma = 3;
+    CASE("top_n_sigma 3", p, F(0.1f, 0.2f, 0.3f, 0.4f), F(0.1f, 0.2f, 0.3f, 0.4f));
+    /* dynamic temperature (no llama vector: its formula by hand, in double:
+     * T = max(0, t - r) + 2r (H / log n)^e, then p^(1 / T) normalised; the
+     * entropy's softmax leaves the candidates sorted) */
+    p = one_sampler("t");
+    p.dynatemp_range = 0.5f, p.dynatemp_exponent = 1;
+    CASE("dynatemp 0.5", p, F(0.1f, 0.2f, 0.3f, 0.4f),
+         F(0.356000614f, 0.290847118f, 0.218744616f, 0.134407653f));
+    p.dynatemp_exponent = 2;
+    CASE("dynatemp 0.5 ^2", p, F(0.1f, 0.2f, 0.3f, 0.4f),
+         F(0.361520696f, 0.292244077f, 0.216537404f, 0.129697823f));
+    p.dynatemp_range = 0, p.temperature = 0;
+    CASE("temp_ext 0", p, F(0.1f, 0.2f, 0.3f, 0.4f), F(0.0f, 0.0f, 0.0f, 1.0f));
+    /* orders: top-k then top-p against top-p then top-k (llama's chain
+     * applies them as listed) */
+    p = one_sampler("kp");
+    p.top_k = 3, p.top_p = 0.5f;
+    CASE("top_k 3, top_p 0.5", p, F(0.1f, 0.2f, 0.3f, 0.4f), F(0.571429f, 0.428571f));
+    snprintf(p.order, sizeof p.order, "pk");
+    p.top_k = 1, p.top_p = 0.8f;
+    CASE("top_p 0.8, top_k 1", p, F(0.1f, 0.2f, 0.3f, 0.4f), F(1.0f));
+    /* min_keep holds top-p's cut open */
+    p = one_sampler("p");
+    p.top_p = 0.1f, p.min_keep = 3;
+    CASE("top_p 0.1, min_keep 3", p, F(0.1f, 0.2f, 0.3f, 0.4f), F(0.44444f, 0.33333f, 0.22222f));
+}
+
+/* mirostat 2: a token more surprising than mu (2 tau at first) is never
+ * drawn, and mu moves by eta times each draw's surprise error. */
+static void test_mirostat(void) {
+    sampler_params p;
+    sampler_params_default(&p);
+    p.temperature = 1, p.mirostat = 2, p.mirostat_tau = 2, p.mirostat_eta = 0; /* mu 4: p >= 1/16 */
+    float logits[6];
+    const float probs[6] = {0.5f, 0.3f, 0.1f, 0.07f, 0.02f, 0.01f};
+    int seen[6] = {0};
+    sampler *s = sampler_create(&p, 6);
+    for (int r = 0; r < 400; r++) {
+        for (int i = 0; i < 6; i++) logits[i] = logf(probs[i]);
+        seen[sampler_sample(s, logits)]++;
+    }
+    CHECK(seen[0] && seen[1] && seen[2] && seen[3] && !seen[4] && !seen[5],
+          "mirostat 2, mu 4: drew %d %d %d %d %d %d", seen[0], seen[1], seen[2], seen[3], seen[4],
+          seen[5]);
+    sampler_destroy(s);
+    /* with eta, a draw of the top token (surprise 1 < tau 2) raises mu */
+    p.mirostat_eta = 1, p.temperature = 0; /* temperature 0: the top token only */
+    s = sampler_create(&p, 6);
+    for (int i = 0; i < 6; i++) logits[i] = logf(probs[i]);
+    int32_t ids[6];
+    float got[6];
+    sampler_probs out = {.cap = 6, .ids = ids, .probs = got};
+    const int32_t t = sampler_sample_chain(s, logits, &out);
+    CHECK(t == 0 && out.n >= 1 && got[0] == 1.0f, "mirostat 2 at temperature 0: %d", t);
+    sampler_destroy(s);
+}
+
 int main(void) {
+    test_llama_vectors();
+    test_mirostat();
     test_infill();
     test_penalties();
     test_greedy();
