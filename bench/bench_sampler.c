@@ -1,8 +1,10 @@
 /* Sampler cost per token on a Llama 3 sized vocabulary (128,256 logits).
  *
  * Build (not part of the CMake build), from the repo root, after `make`:
- *   gcc -std=gnu11 -O2 -Isrc bench/bench_sampler.c build/libkvllm.a \
- *       -o build/bench_sampler -fopenmp -lxxhash -lpcre2-8 -lm
+ *   gcc -std=gnu11 -O2 -Isrc -Isrc/base -Isrc/engine bench/bench_sampler.c \
+ *       build/libkvllm_engine.a build/libkvllm_model.a build/libkvllm_kv.a \
+ *       build/libkvllm_tokenizer.a build/libkvllm_kernels.a build/libkvllm_gguf.a \
+ *       build/libkvllm_base.a -o build/bench_sampler -fopenmp -lxxhash -lpcre2-8 -lm
  * Run:   ./build/bench_sampler [reps]
  *
  * Two kinds of logits: "peaked" (a normal body, sd 2.5, and a few leaders 8-15
@@ -39,12 +41,20 @@ int main(int argc, char **argv) {
         float temp;
         int top_k;
         float top_p, min_p;
-    } cs[] = {{"greedy", 0, 0, 1, 0},
-              {"temperature 1 alone (OpenAI default)", 1, 0, 1, 0},
-              {"top-k 40, temperature 0.8", 0.8f, 40, 1, 0},
-              {"top-p 0.95, temperature 0.8", 0.8f, 0, 0.95f, 0},
-              {"min-p 0.05, temperature 0.8", 0.8f, 0, 1, 0.05f},
-              {"llama.cpp default (40, 0.95, 0.05, 0.8)", 0.8f, 40, 0.95f, 0.05f}};
+        float typical_p, top_n_sigma, xtc; /* the general chain's (0: off) */
+        int mirostat;
+    } cs[] = {{"greedy", 0, 0, 1, 0, 0, 0, 0, 0},
+              {"temperature 1 alone (OpenAI default)", 1, 0, 1, 0, 0, 0, 0, 0},
+              {"top-k 40, temperature 0.8", 0.8f, 40, 1, 0, 0, 0, 0, 0},
+              {"top-p 0.95, temperature 0.8", 0.8f, 0, 0.95f, 0, 0, 0, 0, 0},
+              {"min-p 0.05, temperature 0.8", 0.8f, 0, 1, 0.05f, 0, 0, 0, 0},
+              {"llama.cpp default (40, 0.95, 0.05, 0.8)", 0.8f, 40, 0.95f, 0.05f, 0, 0, 0, 0},
+              /* the general chain (sampler_sample_chain) */
+              {"default + typical 0.9 (general chain)", 0.8f, 40, 0.95f, 0.05f, 0.9f, 0, 0, 0},
+              {"top-n-sigma 1, temperature 0.8", 0.8f, 0, 1, 0, 0, 1, 0, 0},
+              {"typical 0.9 alone (whole vocabulary)", 0.8f, 0, 1, 0, 0.9f, 0, 0, 0},
+              {"XTC 0.5 after top-k 40", 0.8f, 40, 1, 0, 0, 0, 0.5f, 0},
+              {"mirostat 2", 0.8f, 0, 1, 0, 0, 0, 0, 2}};
     printf("vocabulary %d, %d draws each\n%-42s %12s %12s\n", V, reps, "configuration", "peaked us",
            "flat us");
     for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
@@ -54,6 +64,9 @@ int main(int argc, char **argv) {
             sampler_params_default(&p);
             p.temperature = cs[c].temp, p.top_k = cs[c].top_k, p.top_p = cs[c].top_p,
             p.min_p = cs[c].min_p;
+            if (cs[c].typical_p > 0) p.typical_p = cs[c].typical_p;
+            p.top_n_sigma = cs[c].top_n_sigma, p.xtc_probability = cs[c].xtc;
+            p.mirostat = cs[c].mirostat;
             sampler *s = sampler_create(&p, V);
             if (!s) return 1;
             double spent = 0;
