@@ -27,6 +27,7 @@ typedef struct cli_opts {
      * flags, --top-logprobs, --ignore-eos and the count of --stop strings (the
      * strings are in stop: point req.stop there when submitting). */
     engine_request req;
+    bool dry_breakers_given; /* the first --dry-sequence-breaker replaces llama's defaults */
     const char *stop[CLI_MAX_STOP];
     bool json, no_bos, parse_special, no_kv_cache, no_repack, verbose;
     int block_size;

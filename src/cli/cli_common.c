@@ -164,13 +164,39 @@ static bool apply_flag(cli_opts *o, const char *f, const char *v, bool *unknown)
             return false;
         }
         *(IS("--mirostat") ? &o->req.sampling.mirostat : &o->req.sampling.min_keep) = (int32_t)i;
+    } else if (IS("--dry-multiplier")) return parse_f32(f, v, &o->req.sampling.dry_multiplier);
+    else if (IS("--dry-base")) return parse_f32(f, v, &o->req.sampling.dry_base);
+    else if (IS("--dry-allowed-length") || IS("--dry-penalty-last-n")) {
+        if (!parse_i64(f, v, &i) || i < (IS("--dry-allowed-length") ? 0 : -1) || i > INT32_MAX) {
+            fprintf(stderr, "kvllm: %s: must be %s\n", f,
+                    IS("--dry-allowed-length") ? ">= 0" : "-1 (the context) or more");
+            return false;
+        }
+        *(IS("--dry-allowed-length") ? &o->req.sampling.dry_allowed_length
+                                     : &o->req.sampling.dry_penalty_last_n) = (int32_t)i;
+    } else if (IS("--dry-sequence-breaker")) {
+        /* llama's: each adds one, the first replaces the defaults, "none" clears them */
+        char *b = o->req.sampling.dry_breakers;
+        if (!o->dry_breakers_given || strcmp(v, "none") == 0)
+            memset(b, 0, sizeof o->req.sampling.dry_breakers);
+        o->dry_breakers_given = true;
+        if (strcmp(v, "none") == 0) return true;
+        size_t at = 0, n = strlen(v);
+        while (at < SAMPLER_DRY_BREAKERS && b[at]) at += strlen(b + at) + 1;
+        n = n < SAMPLER_DRY_BREAKER_MAX ? n : SAMPLER_DRY_BREAKER_MAX;
+        if (n == 0 || at + n + 2 > SAMPLER_DRY_BREAKERS) {
+            fprintf(stderr, "kvllm: %s: empty, or more than %d bytes of breakers\n", f,
+                    SAMPLER_DRY_BREAKERS - 2);
+            return false;
+        }
+        memcpy(b + at, v, n);
     } else if (IS("--sampling-seq") || IS("--sampler-seq")) {
         /* llama's sampler letters, in the order they run */
         size_t n = strlen(v);
-        if (n == 0 || n >= sizeof o->req.sampling.order || strspn(v, "eskypmxt") != n) {
+        if (n == 0 || n >= sizeof o->req.sampling.order || strspn(v, "edskypmxt") != n) {
             fprintf(stderr,
-                    "kvllm: %s: 1..15 of the letters e (penalties), s (top-n-sigma), k (top-k), "
-                    "y (typical), p (top-p), m (min-p), x (XTC), t (temperature)\n",
+                    "kvllm: %s: 1..15 of the letters e (penalties), d (DRY), s (top-n-sigma), k "
+                    "(top-k), y (typical), p (top-p), m (min-p), x (XTC), t (temperature)\n",
                     f);
             return false;
         }

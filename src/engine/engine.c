@@ -343,17 +343,22 @@ static bool validate_request(engine *e, const engine_request *r, kvl_error *err)
     return true;
 }
 
-static bool copy_request(seq *s, const engine_request *r, int32_t n_vocab,
-                         const tok_vocab *e_vocab) {
+static bool copy_request(seq *s, const engine_request *r, int32_t n_vocab, const tok_vocab *e_vocab,
+                         int64_t n_ctx_train) {
     s->req = *r;
+    /* DRY's window -1 is the model's training context (llama's), unless the
+     * front end named one */
+    if (s->req.sampling.dry_context <= 0)
+        s->req.sampling.dry_context = (int32_t)(n_ctx_train < INT32_MAX ? n_ctx_train : INT32_MAX);
     s->req.n_stop = 0; /* counts the copies made, for eng_seq_free */
     s->cap_tokens = (size_t)(r->n_prompt + (r->max_tokens > 0 ? r->max_tokens : 256) + 1);
     s->tokens = malloc(s->cap_tokens * sizeof(int32_t));
-    s->smp = sampler_create(&r->sampling, n_vocab);
+    s->smp = sampler_create(&s->req.sampling, n_vocab);
     s->stop = calloc(r->n_stop > 0 ? r->n_stop : 1, sizeof(char *));
     if (r->grammar && !(s->gst = grammar_state_new(r->grammar))) return false;
     if (!s->tokens || !s->smp || !s->stop) return false;
-    if (r->sampling.infill) sampler_set_vocab(s->smp, e_vocab);
+    if (r->sampling.infill || r->sampling.dry_multiplier != 0.0f) /* DRY: its breakers' tokens */
+        sampler_set_vocab(s->smp, e_vocab);
     s->cut_at = -1;
     memcpy(s->tokens, r->prompt, r->n_prompt * sizeof(int32_t));
     s->n_tokens = s->n_prompt = r->n_prompt;
@@ -379,10 +384,20 @@ static bool copy_request(seq *s, const engine_request *r, int32_t n_vocab,
         for (int i = 0; i < r->n_allowed; i++)
             s->allowed[r->allowed[i] >> 5] |= 1u << (r->allowed[i] & 31);
     }
-    if (r->penalize_prompt) { /* only the window's last tokens can ever count */
-        const int64_t w = r->sampling.penalty_last_n;
+    /* the prompt's last tokens, as far as a window can reach: the penalties'
+     * (penalize_prompt: llama-server's window) and DRY's (-1: the context;
+     * llama's DRY sees the prompt on every API) */
+    const sampler_params *sp = &s->req.sampling;
+    const bool dry = sp->dry_multiplier != 0.0f;
+    int64_t w = r->penalize_prompt ? sp->penalty_last_n : 0;
+    if (dry && w >= 0) {
+        const int64_t d = sp->dry_penalty_last_n == -1 ? sp->dry_context : sp->dry_penalty_last_n;
+        w = d > w ? d : w;
+    }
+    if (r->penalize_prompt || dry) {
         for (int64_t i = w < 0 || w > r->n_prompt ? 0 : r->n_prompt - w; i < r->n_prompt; i++)
             sampler_accept(s->smp, r->prompt[i]);
+        if (!r->penalize_prompt) sampler_start_penalties(s->smp);
     }
     for (int i = 0; i < r->n_stop; i++) {
         if (!(s->stop[i] = strdup(r->stop[i]))) return false;
@@ -426,7 +441,8 @@ char *engine_cache_salt(const engine *e, const char *salt, const float *lora, fl
 int64_t engine_submit(engine *e, const engine_request *r, kvl_error *err) {
     if (!validate_request(e, r, err)) return -1;
     seq *s = calloc(1, sizeof *s);
-    if (!s || !copy_request(s, r, (int32_t)model_hp(e->m)->n_vocab, e->vocab)) {
+    if (!s || !copy_request(s, r, (int32_t)model_hp(e->m)->n_vocab, e->vocab,
+                            model_hp(e->m)->n_ctx_train)) {
         eng_seq_free(e, s);
         kvl_fail(err, "engine: out of memory");
         return -1;

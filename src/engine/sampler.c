@@ -1,4 +1,5 @@
 /* sampler: see sampler.h. */
+#define _GNU_SOURCE /* memmem */
 #include "sampler.h"
 
 #include "kernels.h"
@@ -22,12 +23,20 @@ struct sampler {
     int32_t *counts; /* occurrences in the penalty window, per token */
     int32_t *history;
     int64_t n_history;
+    int64_t penalty_from; /* the penalties count history[penalty_from..] only */
     size_t cap_history;
     uint64_t rng;
     const tok_vocab *vocab; /* the infill sampler's */
     float *probs;           /* [SAMPLER_INFILL_MAX_K]: its probabilities */
     struct pcand *pc;       /* [n_vocab]: the general chain's array, made on first use */
     float mu;               /* mirostat's running surprise bound (2 tau at start) */
+    /* DRY: the sequence breakers by head token (made on first use), the repeat counts */
+    struct dry_breaker *breakers;
+    int32_t n_breakers;
+    size_t cap_breakers;
+    bool breakers_ready;
+    int32_t *dry_rep;
+    size_t cap_dry_rep;
 };
 
 void sampler_params_default(sampler_params *p) {
@@ -45,6 +54,10 @@ void sampler_params_default(sampler_params *p) {
         .dynatemp_exponent = 1.0f,
         .mirostat_tau = 5.0f,
         .mirostat_eta = 0.1f,
+        .dry_base = 1.75f,
+        .dry_allowed_length = 2,
+        .dry_penalty_last_n = -1,
+        .dry_breakers = "\n\0:\0\"\0*", /* llama's: newline, colon, quote, asterisk */
         .seed = 0xC0FFEE,
     };
 }
@@ -73,9 +86,13 @@ void sampler_destroy(sampler *s) {
     if (!s) return;
     free(s->probs);
     free(s->pc);
+    free(s->breakers);
+    free(s->dry_rep);
     free(s->history);
     kvl_free(s); /* and its arrays */
 }
+
+void sampler_start_penalties(sampler *s) { s->penalty_from = s->n_history; }
 
 void sampler_accept(sampler *s, int32_t token) {
     if (!kvl_grow((void **)&s->history, &s->cap_history, (size_t)s->n_history + 1,
@@ -97,8 +114,8 @@ static void apply_penalties(sampler *s, float *logits) {
     const sampler_params *p = &s->p;
     if (p->repeat_penalty == 1.0f && p->presence_penalty == 0.0f && p->frequency_penalty == 0.0f)
         return;
-    int64_t n = p->penalty_last_n < 0 || p->penalty_last_n > s->n_history ? s->n_history
-                                                                          : p->penalty_last_n;
+    const int64_t seen = s->n_history - s->penalty_from;
+    int64_t n = p->penalty_last_n < 0 || p->penalty_last_n > seen ? seen : p->penalty_last_n;
     if (n == 0) return; /* no history yet (s->history may still be NULL) */
     const int32_t *win = s->history + (s->n_history - n);
     for (int64_t i = 0; i < n; i++)
@@ -337,8 +354,8 @@ static void ch_penalties(sampler *s, chain *h) {
     const sampler_params *p = &s->p;
     if (p->repeat_penalty == 1.0f && p->presence_penalty == 0.0f && p->frequency_penalty == 0.0f)
         return;
-    int64_t n = p->penalty_last_n < 0 || p->penalty_last_n > s->n_history ? s->n_history
-                                                                          : p->penalty_last_n;
+    const int64_t seen = s->n_history - s->penalty_from;
+    int64_t n = p->penalty_last_n < 0 || p->penalty_last_n > seen ? seen : p->penalty_last_n;
     if (n == 0) return; /* no history yet (s->history may still be NULL) */
     const int32_t *win = s->history + (s->n_history - n);
     for (int64_t i = 0; i < n; i++)
@@ -581,6 +598,180 @@ static int32_t ch_mirostat(sampler *s, chain *h) {
     return idx;
 }
 
+/* ------------------------------------------------------------------ DRY -- */
+
+/* A sequence breaker as llama's DRY keeps it: a head token whose text
+ * contains the breaker (no tail), or ends with the start of it, followed by
+ * the tail tokens of the rest (at most DRY_TAIL_MAX). */
+#define DRY_TAIL_MAX 20
+typedef struct dry_breaker {
+    int32_t head, n_tail;
+    int32_t tail[DRY_TAIL_MAX];
+} dry_breaker;
+
+static int cmp_breaker(const void *a, const void *b) {
+    const dry_breaker *x = a, *y = b;
+    return x->head != y->head ? (x->head < y->head ? -1 : 1) : 0;
+}
+
+static bool add_breaker(sampler *s, int32_t head, const int32_t *tail, int32_t n_tail) {
+    for (int32_t i = 0; i < s->n_breakers; i++) /* no duplicate (head, tail) */
+        if (s->breakers[i].head == head && s->breakers[i].n_tail == n_tail &&
+            !memcmp(s->breakers[i].tail, tail, (size_t)n_tail * sizeof *tail))
+            return true;
+    if (!kvl_grow((void **)&s->breakers, &s->cap_breakers, (size_t)s->n_breakers + 1,
+                  sizeof *s->breakers, 16))
+        return false;
+    dry_breaker *b = &s->breakers[s->n_breakers++];
+    b->head = head, b->n_tail = n_tail;
+    memcpy(b->tail, tail, (size_t)n_tail * sizeof *tail);
+    return true;
+}
+
+/* llama's get_overlapping_token_sequences for one breaker text: every token
+ * whose text (special tokens' included) holds it, or ends with a start of it
+ * (the rest tokenized, without special tokens, as the tail). */
+static bool breaker_tokens(sampler *s, const char *str, size_t len) {
+    char word[256];
+    for (int32_t id = 0; id < s->n_vocab; id++) {
+        size_t wl = tok_token_bytes(s->vocab, id, true, word, sizeof word);
+        if (wl > sizeof word) wl = sizeof word;
+        if (memmem(word, wl, str, len)) {
+            if (!add_breaker(s, id, NULL, 0)) return false;
+            continue;
+        }
+        for (size_t pos = 0; pos < wl; pos++) {
+            if (word[pos] != str[0]) continue;
+            size_t i = 1;
+            while (i < len && pos + i < wl && word[pos + i] == str[i]) i++;
+            if (i < len && pos + i < wl) continue; /* a mismatch inside the word */
+            int32_t tail[DRY_TAIL_MAX];
+            kvl_error err = {{0}};
+            int64_t n =
+                tok_encode(s->vocab, str + i, len - i, false, false, tail, DRY_TAIL_MAX, &err);
+            if (n < 0) n = 0;
+            if (!add_breaker(s, id, tail, (int32_t)(n < DRY_TAIL_MAX ? n : DRY_TAIL_MAX)))
+                return false;
+        }
+    }
+    return true;
+}
+
+/* The breakers of p, tokenized once (the first DRY step after the vocabulary
+ * is set), sorted by head. False only on out of memory. */
+static bool dry_prepare(sampler *s) {
+    if (s->breakers_ready) return true;
+    if (s->vocab)
+        for (const char *b = s->p.dry_breakers, *end = b + SAMPLER_DRY_BREAKERS; b < end && *b;
+             b += strnlen(b, (size_t)(end - b)) + 1)
+            if (!breaker_tokens(s, b, strnlen(b, (size_t)(end - b)))) return false;
+    qsort(s->breakers, (size_t)s->n_breakers, sizeof *s->breakers, cmp_breaker);
+    s->breakers_ready = true;
+    return true;
+}
+
+/* The breakers whose head is token: [*first, return). */
+static int32_t breakers_of(const sampler *s, int32_t token, int32_t *first) {
+    int32_t lo = 0, hi = s->n_breakers;
+    while (lo < hi) {
+        const int32_t mid = lo + (hi - lo) / 2;
+        if (s->breakers[mid].head < token) lo = mid + 1;
+        else hi = mid;
+    }
+    *first = lo;
+    while (hi < s->n_breakers && s->breakers[hi].head == token) hi++;
+    return hi;
+}
+
+/* llama's DRY over the history (rat(i): the i-th token from its end): the
+ * longest repeat of the history's suffix that each candidate would extend
+ * (by the Z-algorithm, up to the last sequence breaker), and a penalty of
+ * multiplier * base^(repeat - allowed) on those that reach allowed_length. */
+static void ch_dry(sampler *s, chain *h) {
+    const sampler_params *p = &s->p;
+    if (p->dry_multiplier == 0.0f || p->dry_base < 1.0f || p->dry_penalty_last_n == 0) return;
+    const int32_t ctx = p->dry_context;
+    const int64_t eff = p->dry_penalty_last_n == -1 ? ctx
+                        : p->dry_penalty_last_n > 0 ? p->dry_penalty_last_n
+                                                    : 0;
+    int64_t n_rep = s->n_history < eff ? s->n_history : eff;
+    n_rep = n_rep < ctx ? n_rep : ctx;
+    if (n_rep <= p->dry_allowed_length || !dry_prepare(s)) return;
+    const int32_t *hist = s->history + s->n_history - 1; /* rat(i) = hist[-i] */
+#define RAT(i) hist[-(i)]
+    /* 1: the last breaker limits how far back a repeat may reach */
+    int64_t rep_limit = n_rep;
+    for (int64_t i = 0; i < n_rep; i++) {
+        int32_t b0;
+        const int32_t b1 = breakers_of(s, RAT(i), &b0);
+        int64_t longest = -1;
+        for (int32_t b = b0; b < b1; b++) {
+            const int32_t len = s->breakers[b].n_tail;
+            if (len <= longest || len > i) continue;
+            int32_t o = 0;
+            while (o < len && s->breakers[b].tail[o] == RAT(i - o - 1)) o++;
+            if (o == len) longest = len;
+        }
+        if (longest >= 0) {
+            rep_limit = i - longest;
+            break;
+        }
+    }
+    if (rep_limit < p->dry_allowed_length) return;
+    /* 2: repeat counts by the reversed Z-algorithm (llama's, from Koboldcpp) */
+    if (!kvl_grow((void **)&s->dry_rep, &s->cap_dry_rep, (size_t)n_rep, sizeof *s->dry_rep, 256))
+        return;
+    int32_t *rc = s->dry_rep;
+    memset(rc, 0, (size_t)n_rep * sizeof *rc);
+    const int64_t last = n_rep - 1;
+    int64_t rt = 0, lt = 0;
+    for (int64_t k = 1; k < n_rep; k++) {
+        if (k > rt) {
+            int64_t n = 0;
+            while (n + k < n_rep && RAT(n) == RAT(n + k)) n++;
+            rc[last - k] = (int32_t)(n < rep_limit ? n : rep_limit);
+            if (n > 0) lt = k, rt = k + n - 1;
+        } else {
+            const int64_t pi = k - lt, right = rt - k + 1;
+            if (rc[last - pi] < right) {
+                rc[last - k] = (int32_t)(rc[last - pi] < rep_limit ? rc[last - pi] : rep_limit);
+            } else {
+                int64_t i = rt + 1;
+                while (i < n_rep && RAT(i) == RAT(i - k)) i++;
+                rc[last - k] = (int32_t)(i - k < rep_limit ? i - k : rep_limit);
+                lt = k, rt = i - 1;
+            }
+        }
+    }
+    /* 3: each token that would extend a repeat, its longest (counts: length + 1) */
+    for (int64_t i = 0; i < n_rep - 1; i++)
+        if (rc[i] >= p->dry_allowed_length) {
+            const int32_t t = RAT(n_rep - 2 - i);
+            if (t >= 0 && t < s->n_vocab && s->counts[t] < rc[i] + 1) s->counts[t] = rc[i] + 1;
+        }
+#undef RAT
+    /* 4: the penalties, the exponent bounded so that the power stays finite */
+    int max_exp = 0;
+    if (p->dry_base > 1.000001f) max_exp = (int)(88.7228391f / logf(p->dry_base));
+    for (int32_t i = 0; i < h->n; i++) {
+        const int32_t rep = s->counts[h->c[i].id] - 1;
+        if (rep < 0) continue;
+        int32_t b0;
+        const int32_t b1 = breakers_of(s, h->c[i].id, &b0);
+        bool single = false;
+        for (int32_t b = b0; b < b1 && !single; b++) single = s->breakers[b].n_tail == 0;
+        if (single) continue;
+        int exp_ = rep - p->dry_allowed_length;
+        if (max_exp > 0 && exp_ > max_exp) exp_ = max_exp;
+        h->c[i].logit -= (float)(p->dry_multiplier * pow(p->dry_base, exp_));
+    }
+    for (int64_t i = 0; i < n_rep; i++) { /* counts back to zero */
+        const int32_t t = hist[-i];
+        if (t >= 0 && t < s->n_vocab) s->counts[t] = 0;
+    }
+    h->sorted = false;
+}
+
 /* The array (twice the vocabulary: typical's reordering uses the second
  * half), made on first use. */
 static pcand *sampler_chain_buf(sampler *s) {
@@ -603,9 +794,10 @@ int32_t sampler_sample_chain(sampler *s, float *logits, sampler_probs *out) {
         sel = ch_mirostat(s, &h);
     } else {
         const int32_t keep = p->min_keep > 0 ? p->min_keep : 0;
-        for (const char *o = p->order[0] ? p->order : "eskypmxt"; *o; o++) {
+        for (const char *o = p->order[0] ? p->order : "edskypmxt"; *o; o++) {
             switch (*o) {
             case 'e': ch_penalties(s, &h); break;
+            case 'd': ch_dry(s, &h); break;
             case 's': ch_top_n_sigma(&h, p->top_n_sigma); break;
             case 'k': ch_top_k(s, &h, p->top_k); break;
             case 'y': ch_typical(s, &h, p->typical_p > 0 ? p->typical_p : 1.0f, keep); break;
@@ -634,7 +826,7 @@ bool sampler_params_general(const sampler_params *p) {
     return p->order[0] || p->mirostat == 1 || p->mirostat == 2 ||
            (p->typical_p > 0.0f && p->typical_p < 1.0f) || p->top_n_sigma > 0.0f ||
            (p->xtc_probability > 0.0f && p->xtc_threshold <= 0.5f) || p->dynatemp_range > 0.0f ||
-           p->min_keep > 0;
+           p->min_keep > 0 || (p->dry_multiplier != 0.0f && p->dry_base >= 1.0f);
 }
 
 /* Penalties -> top-k -> top-p -> min-p -> temperature -> draw, as llama.cpp's

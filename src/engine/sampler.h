@@ -1,7 +1,7 @@
 /* sampler: turns logits into a token, like llama.cpp's default chain:
  * penalties -> top-k -> top-p -> min-p -> temperature -> draw (or argmax when
  * temperature <= 0). llama.cpp's other samplers (locally typical, top-n-sigma,
- * XTC, dynamic temperature, min_keep, mirostat 1 and 2) and its chains in any
+ * XTC, dynamic temperature, min_keep, mirostat 1 and 2, DRY) and its chains in any
  * order run through a general chain over the whole candidate array, as
  * llama.cpp's own samplers compute them. Each sequence owns one sampler (its
  * own RNG, history and mirostat state). */
@@ -9,6 +9,9 @@
 #define KVLLM_SAMPLER_H
 
 #include "base.h"
+
+#define SAMPLER_DRY_BREAKERS    256 /* bytes of the DRY sequence breakers' texts */
+#define SAMPLER_DRY_BREAKER_MAX 40  /* bytes of one (llama cuts longer ones there) */
 
 typedef struct sampler_params {
     float temperature;    /* <= 0: greedy */
@@ -35,9 +38,21 @@ typedef struct sampler_params {
     int32_t min_keep;        /* top-p, min-p, typical and XTC keep at least this many */
     int32_t mirostat;        /* 1 or 2: temperature then mirostat instead of the chain */
     float mirostat_tau, mirostat_eta;
-    /* llama's sampler letters in the order they run (e penalties, s top-n-sigma,
-     * k top-k, y typical, p top-p, m min-p, x XTC, t temperature); empty: the
-     * default order "eskypmxt" */
+    /* DRY ("don't repeat yourself"): a token that would extend a repeat of
+     * the history longer than allowed_length loses multiplier *
+     * base^(length - allowed_length) of its logit; the repeats are looked for
+     * in the last penalty_last_n tokens (-1: context of them), and do not run
+     * across a sequence breaker (each a text; SAMPLER_DRY_BREAKERS holds
+     * them one after another, NUL-terminated, an empty one last) */
+    float dry_multiplier; /* 0: off */
+    float dry_base;
+    int32_t dry_allowed_length;
+    int32_t dry_penalty_last_n;
+    int32_t dry_context; /* the window -1 (0: the engine sets the model's training context) */
+    char dry_breakers[SAMPLER_DRY_BREAKERS];
+    /* llama's sampler letters in the order they run (e penalties, d DRY,
+     * s top-n-sigma, k top-k, y typical, p top-p, m min-p, x XTC, t
+     * temperature); empty: the default order "edskypmxt" */
     char order[16];
     uint64_t seed;
 } sampler_params;
@@ -54,13 +69,17 @@ typedef struct sampler sampler; /* opaque */
 /* n_vocab sizes the scratch; NULL on out of memory. */
 sampler *sampler_create(const sampler_params *p, int32_t n_vocab);
 void sampler_destroy(sampler *s);
-/* The vocabulary the infill sampler reads (token texts, end of generation). */
+/* The vocabulary the infill sampler reads (token texts, end of generation),
+ * and DRY (its sequence breakers' tokens). */
 struct tok_vocab;
 void sampler_set_vocab(sampler *s, const struct tok_vocab *v);
 /* Records a token in the penalty history: the generated ones, and the
  * prompt's first when the request asks for llama-server's window
  * (engine_request.penalize_prompt). */
 void sampler_accept(sampler *s, int32_t token);
+/* The tokens accepted so far are DRY's only: the penalties count what comes
+ * after (the OpenAI APIs' penalties see the output, llama's DRY the prompt). */
+void sampler_start_penalties(sampler *s);
 /* Samples from logits (modified in place by penalties). */
 int32_t sampler_sample(sampler *s, float *logits);
 /* The candidates the general chain leaves for the draw, as llama.cpp's token

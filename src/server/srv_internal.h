@@ -693,7 +693,7 @@ struct llama_req {
 };
 bool llama_parse(srv *s, const cJSON *body, api_req *r, api_error *err);
 /* llama-server's fields of its samplers beyond the default chain (typical_p,
- * top_n_sigma, xtc_*, dynatemp_*, min_keep, mirostat*) into p; 400 on a bad value. */
+ * top_n_sigma, xtc_*, dynatemp_*, min_keep, mirostat*, dry_*) into p; 400 on a bad value. */
 bool srv_parse_llama_samplers(const cJSON *b, sampler_params *p, api_error *err);
 /* llama's tokenize_mixed: a string, or token ids and strings mixed, into ids
  * (malloc'd, *n of them): each string's tokens in its place, the first

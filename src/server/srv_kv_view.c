@@ -297,8 +297,10 @@ static cJSON *slot_params(const engine_seq_view *q) {
     cJSON_AddNumberToObject(p, "xtc_probability", sp->xtc_probability);
     cJSON_AddNumberToObject(p, "xtc_threshold", sp->xtc_threshold);
     cJSON_AddNumberToObject(p, "min_keep", sp->min_keep);
-    /* llama.cpp's DRY sampler, which kvllm does not have, as llama-server shows it off */
-    cJSON_AddNumberToObject(p, "dry_multiplier", 0.0);
+    cJSON_AddNumberToObject(p, "dry_multiplier", sp->dry_multiplier);
+    cJSON_AddNumberToObject(p, "dry_base", sp->dry_base);
+    cJSON_AddNumberToObject(p, "dry_allowed_length", sp->dry_allowed_length);
+    cJSON_AddNumberToObject(p, "dry_penalty_last_n", sp->dry_penalty_last_n);
     cJSON_AddNumberToObject(p, "n_keep", 0);
     cJSON_AddNumberToObject(p, "n_discard", 0);
     return p;

@@ -7,8 +7,8 @@
  * (temperature 0.8, top_k 40, top_p 0.95, min_p 0.05), its sampler list, its
  * penalty window over the prompt's last repeat_last_n tokens, its logit_bias
  * forms, its other samplers (typical, top-n-sigma, XTC, dynamic temperature,
- * min_keep, mirostat) and its sampler lists in any order. The samplers kvllm
- * does not have (DRY, adaptive-p) are accepted only at their "off" values;
+ * min_keep, mirostat, DRY) and its sampler lists in any order. The sampler
+ * kvllm does not have (adaptive-p) is accepted only at its "off" values;
  * the fields that change nothing in the output (cache_prompt, id_slot, n_keep,
  * ...) are accepted. The response side is srv_llama_out.c. */
 #define _GNU_SOURCE
@@ -45,7 +45,6 @@ static const struct {
     double value;
     const char *what;
 } OFF_FIELDS[] = {
-    {"dry_multiplier", OFF_EQ, 0, "DRY sampling"},
     {"adaptive_target", OFF_LT, 0, "adaptive-p sampling"},
     {"post_sampling_probs", OFF_FALSE, 0, "post-sampling probabilities"},
     {"return_progress", OFF_FALSE, 0, "prompt progress events"},
@@ -59,20 +58,10 @@ static const struct {
  * on and exact (cache_prompt, n_cache_reuse, id_slot), a context is never
  * shifted (n_keep, n_discard: a request that does not fit is refused), and
  * the parameters of samplers that are off. */
-static const char *const NEUTRAL_FIELDS[] = {
-    "cache_prompt",
-    "id_slot",
-    "n_keep",
-    "n_discard",
-    "n_cache_reuse",
-    "sse_ping_interval",
-    "dry_base",
-    "dry_allowed_length",
-    "dry_penalty_last_n",
-    "dry_sequence_breakers",
-    "adaptive_decay",
-    "stream_options",
-    "t_max_prompt_ms"}; /* llama.vscode sends it; llama-server reads it nowhere (a TODO there) */
+static const char *const NEUTRAL_FIELDS
+    [] = {"cache_prompt",   "id_slot",           "n_keep",         "n_discard",
+          "n_cache_reuse",  "sse_ping_interval", "adaptive_decay", "stream_options",
+          "t_max_prompt_ms"}; /* llama.vscode sends it; llama-server reads it nowhere (a TODO there) */
 
 /* Read here or passed on to the OpenAI parser. */
 static const char *const OWN_FIELDS[] = {"prompt",
@@ -105,6 +94,11 @@ static const char *const OWN_FIELDS[] = {"prompt",
                                          "mirostat",
                                          "mirostat_tau",
                                          "mirostat_eta",
+                                         "dry_multiplier",
+                                         "dry_base",
+                                         "dry_allowed_length",
+                                         "dry_penalty_last_n",
+                                         "dry_sequence_breakers",
                                          "logit_bias",
                                          "return_tokens",
                                          "response_fields",
@@ -325,16 +319,20 @@ typedef enum smp {
     SMP_TOP_N_SIGMA,
     SMP_TYPICAL,
     SMP_XTC,
+    SMP_DRY,
     SMP_OFF, /* samplers whose parameters are at "off" here (OFF_FIELDS) */
     SMP_UNKNOWN
 } smp;
 
 /* llama's name and letter of each smp (sampler_params.order's letters). */
 static const char *const SMP_NAMES[] = {"penalties",   "top_k",       "top_p", "min_p", "infill",
-                                        "temperature", "top_n_sigma", "typ_p", "xtc"};
-static const char SMP_LETTERS[] = "ekpmitsyx";
-/* ... and of the samplers that are off here, by letter */
-static const char *off_name(char c) { return c == 'd' ? "dry" : "adaptive_p"; }
+                                        "temperature", "top_n_sigma", "typ_p", "xtc",   "dry"};
+static const char SMP_LETTERS[] = "ekpmitsyxd";
+/* ... and of the sampler that is off here (llama's adaptive-p, letter a) */
+static const char *off_name(char c) {
+    (void)c;
+    return "adaptive_p";
+}
 
 static smp sampler_named(const char *name, char *letter) {
     char low[32];
@@ -360,7 +358,7 @@ static smp sampler_named(const char *name, char *letter) {
                  {"minp", SMP_MIN_P, 0},
                  {"temperature", SMP_TEMPERATURE, 0},
                  {"temp", SMP_TEMPERATURE, 0},
-                 {"dry", SMP_OFF, 'd'},
+                 {"dry", SMP_DRY, 0},
                  {"top_n_sigma", SMP_TOP_N_SIGMA, 0},
                  {"top-n-sigma", SMP_TOP_N_SIGMA, 0},
                  {"topnsigma", SMP_TOP_N_SIGMA, 0},
@@ -382,7 +380,7 @@ static smp sampler_named(const char *name, char *letter) {
 }
 
 static smp sampler_char(char c) {
-    if (c == 'd' || c == 'a') return SMP_OFF;
+    if (c == 'a') return SMP_OFF;
     const char *at = c ? strchr(SMP_LETTERS, c) : NULL;
     return at ? (smp)(at - SMP_LETTERS) : SMP_UNKNOWN;
 }
@@ -436,13 +434,40 @@ static bool parse_samplers(const cJSON *b, llama_req *q, bool on[SMP_OFF], char 
     return true;
 }
 
+/* dry_sequence_breakers: a non-empty array of strings (llama's rule), each cut
+ * at SAMPLER_DRY_BREAKER_MAX bytes as llama cuts it, empty ones skipped. */
+static bool parse_dry_breakers(const cJSON *b, sampler_params *p, api_error *err) {
+    const cJSON *v = req_field(b, "dry_sequence_breakers");
+    if (!v) return true;
+    bool strings = cJSON_IsArray(v) && v->child;
+    for (const cJSON *e = strings ? v->child : NULL; e; e = e->next) strings &= cJSON_IsString(e);
+    if (!strings)
+        return api_fail(err, 400, "dry_sequence_breakers",
+                        "'dry_sequence_breakers' must be a non-empty array of strings");
+    char *at = p->dry_breakers, *end = at + SAMPLER_DRY_BREAKERS - 1; /* room for the last NUL */
+    memset(p->dry_breakers, 0, sizeof p->dry_breakers);
+    for (const cJSON *e = v->child; e; e = e->next) {
+        size_t n = strlen(e->valuestring);
+        if (n == 0) continue;
+        if (n > SAMPLER_DRY_BREAKER_MAX) n = SAMPLER_DRY_BREAKER_MAX; /* llama cuts there too */
+        if (n + 1 > (size_t)(end - at))
+            return api_fail(err, 400, "dry_sequence_breakers",
+                            "'dry_sequence_breakers' holds more than %d bytes of text",
+                            SAMPLER_DRY_BREAKERS - 2);
+        memcpy(at, e->valuestring, n);
+        at += n + 1;
+    }
+    return true;
+}
+
 /* llama's samplers beyond the default chain, by its field names (also read
  * on the OpenAI endpoints, as llama-server reads them there): typical_p,
  * top_n_sigma, xtc_probability / xtc_threshold, dynatemp_range /
  * dynatemp_exponent, min_keep, mirostat (0, 1, 2) / mirostat_tau /
  * mirostat_eta. llama-server's values, unchecked there, within bounds here. */
 bool srv_parse_llama_samplers(const cJSON *b, sampler_params *p, api_error *err) {
-    int64_t min_keep = p->min_keep, mirostat = p->mirostat;
+    int64_t min_keep = p->min_keep, mirostat = p->mirostat, dry_allowed = p->dry_allowed_length,
+            dry_last_n = p->dry_penalty_last_n;
     bool ok = req_float(b, "typical_p", -1e30, 1e30, &p->typical_p, err) &&
               req_float(b, "top_n_sigma", -1e30, 1e30, &p->top_n_sigma, err) &&
               req_float(b, "xtc_probability", -1e30, 1e30, &p->xtc_probability, err) &&
@@ -452,8 +477,15 @@ bool srv_parse_llama_samplers(const cJSON *b, sampler_params *p, api_error *err)
               req_int(b, "min_keep", 0, INT32_MAX, &min_keep, err) &&
               req_int(b, "mirostat", 0, 2, &mirostat, err) &&
               req_float(b, "mirostat_tau", -1e30, 1e30, &p->mirostat_tau, err) &&
-              req_float(b, "mirostat_eta", -1e30, 1e30, &p->mirostat_eta, err);
+              req_float(b, "mirostat_eta", -1e30, 1e30, &p->mirostat_eta, err) &&
+              req_float(b, "dry_multiplier", -1e30, 1e30, &p->dry_multiplier, err) &&
+              req_float(b, "dry_base", -1e30, 1e30, &p->dry_base, err) &&
+              req_int(b, "dry_allowed_length", 0, INT32_MAX, &dry_allowed, err) &&
+              req_int(b, "dry_penalty_last_n", -1, INT32_MAX, &dry_last_n, err) &&
+              parse_dry_breakers(b, p, err);
     if (!ok) return false;
+    p->dry_allowed_length = (int32_t)dry_allowed;
+    p->dry_penalty_last_n = (int32_t)dry_last_n;
     /* llama's typ_p at or below 0 keeps the single most typical token (the
      * cut's first step already passes it); sampler_params' 0 means off */
     if (p->typical_p <= 0) p->typical_p = 1e-30f;
@@ -553,6 +585,7 @@ static bool parse_sampling(const cJSON *b, llama_req *q, srv_job *j, api_error *
         if (!on[SMP_TOP_N_SIGMA]) p->top_n_sigma = 0;
         if (!on[SMP_TYPICAL]) p->typical_p = 1;
         if (!on[SMP_XTC]) p->xtc_probability = 0;
+        if (!on[SMP_DRY]) p->dry_multiplier = 0;
         p->infill = on[SMP_INFILL];
         /* the list's own order where it has one of its own, or samplers the
          * fast chain lacks (without a list: the general chain's default) */
@@ -595,12 +628,16 @@ static cJSON *settings_json(srv *s, const cJSON *b, const llama_req *q, const sr
     cJSON_AddNumberToObject(g, "repeat_penalty", p->repeat_penalty);
     cJSON_AddNumberToObject(g, "presence_penalty", p->presence_penalty);
     cJSON_AddNumberToObject(g, "frequency_penalty", p->frequency_penalty);
-    cJSON_AddNumberToObject(g, "dry_multiplier", 0);
-    cJSON_AddNumberToObject(g, "dry_base", 1.75);
-    cJSON_AddNumberToObject(g, "dry_allowed_length", 2);
-    cJSON_AddNumberToObject(g, "dry_penalty_last_n", (double)s->n_ctx);
-    cJSON_AddItemToObject(g, "dry_sequence_breakers",
-                          cJSON_CreateStringArray((const char *const[]){"\n", ":", "\"", "*"}, 4));
+    cJSON_AddNumberToObject(g, "dry_multiplier", p->dry_multiplier);
+    cJSON_AddNumberToObject(g, "dry_base", p->dry_base);
+    cJSON_AddNumberToObject(g, "dry_allowed_length", p->dry_allowed_length);
+    cJSON_AddNumberToObject(g, "dry_penalty_last_n",
+                            p->dry_penalty_last_n == -1 ? (double)s->n_ctx
+                                                        : (double)p->dry_penalty_last_n);
+    cJSON *brk = cJSON_AddArrayToObject(g, "dry_sequence_breakers");
+    for (const char *t = p->dry_breakers, *e = t + SAMPLER_DRY_BREAKERS; t < e && *t;
+         t += strnlen(t, (size_t)(e - t)) + 1)
+        cJSON_AddItemToArray(brk, cJSON_CreateString(t));
     cJSON_AddNumberToObject(g, "mirostat", p->mirostat);
     cJSON_AddNumberToObject(g, "mirostat_tau", p->mirostat_tau);
     cJSON_AddNumberToObject(g, "mirostat_eta", p->mirostat_eta);

@@ -44,6 +44,8 @@ static const known_field KNOWN_FIELDS[] = {
     {"typical_p", F_BOTH}, {"top_n_sigma", F_BOTH}, {"xtc_probability", F_BOTH},
     {"xtc_threshold", F_BOTH}, {"dynatemp_range", F_BOTH}, {"dynatemp_exponent", F_BOTH},
     {"min_keep", F_BOTH}, {"mirostat", F_BOTH}, {"mirostat_tau", F_BOTH}, {"mirostat_eta", F_BOTH},
+    {"dry_multiplier", F_BOTH}, {"dry_base", F_BOTH}, {"dry_allowed_length", F_BOTH},
+    {"dry_penalty_last_n", F_BOTH}, {"dry_sequence_breakers", F_BOTH},
     {"ignore_eos", F_BOTH}, {"cache_salt", F_BOTH}, {"lora", F_BOTH}, {"return_tokens_as_token_ids", F_BOTH},
     {"speculative", F_BOTH}, /* own: false opts out of --spec (same output, plain decode) */
     {"add_generation_prompt", F_CHAT}, {"continue_final_message", F_CHAT},

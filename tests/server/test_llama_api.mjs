@@ -354,7 +354,11 @@ const tests = [
     await refused({ prompt: 'a', mirostat: 3 }, 'mirostat', 'mirostat 3');
     await refused({ prompt: 'a', min_keep: -1 }, 'min_keep', 'a negative min_keep');
     await refused({ prompt: 'a', typical_p: 'x' }, 'typical_p', 'a typical_p that is not a number');
-    await refused({ prompt: 'a', dry_multiplier: 0.8 }, 'dry_multiplier', 'DRY');
+    await refused({ prompt: 'a', dry_multiplier: 0.8, dry_sequence_breakers: [] }, 'dry_sequence_breakers',
+      'an empty list of DRY breakers');
+    await refused({ prompt: 'a', dry_sequence_breakers: ['x', 3] }, 'dry_sequence_breakers', 'a breaker not a string');
+    await refused({ prompt: 'a', dry_allowed_length: -1 }, 'dry_allowed_length', 'a negative dry_allowed_length');
+    await refused({ prompt: 'a', adaptive_target: 0.5 }, 'adaptive_target', 'adaptive-p');
     await refused({ prompt: 'a', post_sampling_probs: true }, 'post_sampling_probs', 'post-sampling probs');
     await refused({ prompt: 'a', frobnicate: 1 }, 'frobnicate', 'unknown field');
     await refused({ prompt: 'a', samplers: ['top_k', 'typ_p', 'infill'], top_k: 4, typical_p: 0.5 }, 'samplers',
@@ -409,6 +413,27 @@ const tests = [
     // top_p 0 keeps min_keep tokens: the first tokens stay within the step's top 2
     for (const t of await firsts({ top_p: 0, min_keep: 2, samplers: ['top_p', 'temperature'] }))
       assert(top.slice(0, 2).includes(t[0]), `min_keep 2: ${t[0]} within the top 2 ${top}`);
+    // DRY: the prompt a b c d a b with c pushed to the top (logit_bias): greedy writes c, which
+    // would extend the repeat of "a b"; DRY takes multiplier * base^(2 - allowed 2) from it
+    const [a, b, c, d] = [100, 200, 300, 400];
+    const dryBody = (extra) => ({ prompt: [a, b, c, d, a, b], n_predict: 1, temperature: 0, return_tokens: true,
+      logit_bias: [[c, 30]], ...extra });
+    const first = async (extra) => (await ok(dryBody(extra))).json.tokens[0];
+    assertEq(await first({}), c, 'the biased token, without DRY');
+    assert(await first({ dry_multiplier: 1e6 }) !== c, 'DRY: the token that extends the repeat loses');
+    assertEq(await first({ dry_multiplier: 1e6, dry_allowed_length: 3 }), c, 'DRY: a repeat of 2 is allowed at 3');
+    assertEq(await first({ dry_multiplier: 1e6, dry_penalty_last_n: 3 }), c, 'DRY: the window does not reach back');
+    assertEq(await first({ dry_multiplier: 1e6, samplers: ['top_k', 'temperature'] }), c, 'DRY: not in the list');
+    // a sequence breaker: c's own text as one makes c a breaker, never penalised
+    const cText = (await ok({ tokens: [c] }, '/detokenize')).json.content;
+    assertEq(await first({ dry_multiplier: 1e6, dry_sequence_breakers: [cText] }), c, 'DRY: a breaker is free');
+    // a breaker between the repeats cuts them: b's text stops the repeat reaching back
+    const bText = (await ok({ tokens: [b] }, '/detokenize')).json.content;
+    assertEq(await first({ dry_multiplier: 1e6, dry_sequence_breakers: [bText] }), c, 'DRY: no repeat across a breaker');
+    // the same on the OpenAI endpoint, by llama-server's field names there
+    const dryOa = await ok({ prompt: [a, b, c, d, a, b], max_tokens: 1, temperature: 0, logit_bias: { [c]: 30 },
+      dry_multiplier: 1e6, logprobs: 1, return_tokens_as_token_ids: true }, '/v1/completions');
+    assert(dryOa.json.choices[0].logprobs.tokens[0] !== `token_id:${c}`, '/v1/completions: DRY as on /completion');
     // the settings say what ran
     const st = (await ok({ prompt, n_predict: 1, typical_p: 0.5, top_n_sigma: 2, xtc_probability: 0.5,
       xtc_threshold: 0.2, dynatemp_range: 0.3, dynatemp_exponent: 2, min_keep: 3, mirostat_tau: 4,

@@ -434,6 +434,59 @@ static void test_llama_vectors(void) {
     CASE("top_p 0.1, min_keep 3", p, F(0.1f, 0.2f, 0.3f, 0.4f), F(0.44444f, 0.33333f, 0.22222f));
 }
 
+/* llama.cpp's DRY vectors (test-sampling.cpp, its context 1024): penalties on
+ * the tokens that would extend a repeat of the history. Its breaker case
+ * names token 3 itself; here the breaker is a text, "</s>", which only
+ * token 2 of stories260K's vocabulary holds: that case's tokens 2 and 3 are
+ * swapped (the probabilities are all equal). */
+static void dry_case(const char *what, const tok_vocab *v, const char *breaker, const float *probs,
+                     int n, const int32_t *hist, int n_hist, const float *expect, float mult,
+                     float base, int allowed, int last_n) {
+    sampler_params p = one_sampler("d");
+    p.dry_multiplier = mult, p.dry_base = base, p.dry_allowed_length = allowed;
+    p.dry_penalty_last_n = last_n, p.dry_context = 1024;
+    memset(p.dry_breakers, 0, sizeof p.dry_breakers);
+    if (breaker) snprintf(p.dry_breakers, sizeof p.dry_breakers, "%s", breaker);
+    float logits[8], got[8];
+    int32_t ids[8];
+    for (int i = 0; i < n; i++) logits[i] = logf(probs[i]);
+    sampler *s = sampler_create(&p, n);
+    if (v) sampler_set_vocab(s, v);
+    for (int i = 0; i < n_hist; i++) sampler_accept(s, hist[i]);
+    sampler_probs out = {.cap = 8, .ids = ids, .probs = got};
+    sampler_sample_chain(s, logits, &out);
+    bool ok = out.n == n;
+    for (int i = 0; ok && i < n; i++) ok = fabsf(got[i] - expect[i]) < 1e-5f;
+    CHECK(ok, "DRY %s: %d left, p %g %g %g (want %g %g %g)", what, out.n, got[0], got[1], got[2],
+          expect[0], expect[1], expect[2]);
+    sampler_destroy(s);
+}
+
+static void test_dry(void) {
+    const float q4[] = {0.25f, 0.25f, 0.25f, 0.25f}, q5[] = {0.2f, 0.2f, 0.2f, 0.2f, 0.2f};
+    dry_case("short history", NULL, NULL, q4, 4, (const int32_t[]){0, 1}, 2, q4, 1, 1.1f, 2, 4);
+    dry_case("a b c a b", NULL, NULL, q4, 4, (const int32_t[]){0, 1, 2, 0, 1}, 5,
+             F(0.296923f, 0.296923f, 0.109232f, 0.296923f), 1, 1.1f, 2, 5);
+    dry_case("multiplier 2", NULL, NULL, q5, 5, (const int32_t[]){0, 1, 2, 0, 1}, 5,
+             F(0.241818f, 0.241818f, 0.032727f, 0.241818f, 0.241818f), 2, 1.1f, 2, 5);
+    dry_case("allowed 4", NULL, NULL, q5, 5, (const int32_t[]){0, 1, 2, 3, 4, 0, 1}, 7, q5, 1, 1.1f,
+             4, 7);
+    kvl_error err = {{0}};
+    gguf_file *f = gguf_open("models/stories260K.gguf", &err);
+    tok_vocab *v = f ? tok_vocab_create(f, &err) : NULL;
+    CHECK(v, "stories260K's vocabulary: %s", err.msg);
+    if (v) {
+        dry_case("a breaker", v, "</s>", q5, 5, (const int32_t[]){0, 1, 2, 4, 0, 1}, 6, q5, 1, 1.1f,
+                 2, 6);
+        /* without the breaker, token 2 (which would extend "0 1") loses 1 x 1.1^0 of its
+         * logit: 0.2 / e over 0.8 + 0.2 / e */
+        dry_case("no breaker", v, NULL, q5, 5, (const int32_t[]){0, 1, 2, 4, 0, 1}, 6,
+                 F(0.2289440f, 0.2289440f, 0.0842238f, 0.2289440f, 0.2289440f), 1, 1.1f, 2, 6);
+    }
+    tok_vocab_destroy(v);
+    gguf_close(f);
+}
+
 /* mirostat 2: a token more surprising than mu (2 tau at first) is never
  * drawn, and mu moves by eta times each draw's surprise error. */
 static void test_mirostat(void) {
@@ -467,6 +520,7 @@ static void test_mirostat(void) {
 int main(void) {
     test_llama_vectors();
     test_mirostat();
+    test_dry();
     test_infill();
     test_penalties();
     test_greedy();
