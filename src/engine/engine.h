@@ -83,6 +83,10 @@ typedef struct engine_request {
     int n_stop;
     int top_logprobs; /* alternatives per event, 0..20 */
     bool logprobs;    /* report each token's logprob (a pass over the vocabulary) */
+    /* llama-server's post_sampling_probs: the events' logprob and top_logprobs
+     * are probabilities after the sampler chain instead (the general chain's
+     * candidates, by descending probability; sampler_chain_top) */
+    bool post_sampling_probs;
     bool ignore_eos;
     /* Control tokens whose text is part of the output (e.g. a tool-call marker
      * such as Mistral's [TOOL_CALLS], which a parser needs to see); other

@@ -94,9 +94,10 @@ static void sample_outputs(engine *e, const step_plan *p) {
             e->metrics.spec_accepted_tokens++;
         }
         /* exp over the whole vocabulary (128K for Llama 3) only when asked */
-        const bool want_lp = s->req.logprobs || s->req.top_logprobs > 0;
+        const bool post = s->req.post_sampling_probs;
+        const bool want_lp = !post && (s->req.logprobs || s->req.top_logprobs > 0);
         double lse = want_lp ? logits_logsumexp(lg, (int32_t)V) : NAN;
-        int n_top = logits_top_k(lg, (int32_t)V, s->req.top_logprobs, ids, lps);
+        int n_top = post ? 0 : logits_top_k(lg, (int32_t)V, s->req.top_logprobs, ids, lps);
         memcpy(e->logits_tmp, lg, V * sizeof(float));
         for (int i = 0; i < s->req.n_logit_bias; i++)
             e->logits_tmp[s->bias[i].token] += s->bias[i].bias;
@@ -106,6 +107,13 @@ static void sample_outputs(engine *e, const step_plan *p) {
             kvl_log(KVL_LOG_WARN, "engine: request %lld: no token is allowed here",
                     (long long)s->id);
             eng_finish_seq(e, s, ENGINE_FINISH_STOP, -1, 0, 0, NULL, NULL);
+            continue;
+        }
+        if (post) { /* the chain's candidates and their probabilities */
+            float p_tok;
+            const int32_t tok = sampler_sample_chain(s->smp, e->logits_tmp, NULL);
+            n_top = sampler_chain_top(s->smp, s->req.top_logprobs, tok, ids, lps, &p_tok);
+            eng_on_token(e, s, tok, p_tok, n_top, ids, lps);
             continue;
         }
         int32_t tok = sampler_sample(s->smp, e->logits_tmp);

@@ -29,6 +29,7 @@ struct sampler {
     const tok_vocab *vocab; /* the infill sampler's */
     float *probs;           /* [SAMPLER_INFILL_MAX_K]: its probabilities */
     struct pcand *pc;       /* [n_vocab]: the general chain's array, made on first use */
+    int32_t pc_n;           /* candidates the last general chain left in it */
     float mu;               /* mirostat's running surprise bound (2 tau at start) */
     /* DRY: the sequence breakers by head token (made on first use), the repeat counts */
     struct dry_breaker *breakers;
@@ -810,6 +811,7 @@ int32_t sampler_sample_chain(sampler *s, float *logits, sampler_probs *out) {
         }
         sel = ch_dist(s, &h);
     }
+    s->pc_n = h.n;
     if (out) {
         out->n = h.n;
         for (int32_t i = 0; i < h.n && i < out->cap; i++) {
@@ -818,6 +820,24 @@ int32_t sampler_sample_chain(sampler *s, float *logits, sampler_probs *out) {
         }
     }
     return c[sel].id;
+}
+
+int sampler_chain_top(const sampler *s, int k, int32_t token, int32_t *ids, float *probs,
+                      float *p_token) {
+    int m = 0;
+    *p_token = 0.0f;
+    for (int32_t i = 0; s->pc && i < s->pc_n; i++) {
+        const pcand c = s->pc[i];
+        if (c.id == token) *p_token = c.p;
+        if (k <= 0 || !(c.p > 0.0f) || (m == k && !(c.p > probs[k - 1]))) continue;
+        int j = m < k ? m++ : k - 1; /* insertion into the k best so far */
+        while (j > 0 && probs[j - 1] < c.p) {
+            ids[j] = ids[j - 1], probs[j] = probs[j - 1];
+            j--;
+        }
+        ids[j] = c.id, probs[j] = c.p;
+    }
+    return m;
 }
 
 /* Whether the parameters need the general chain: an order of their own, or

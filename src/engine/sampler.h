@@ -94,6 +94,12 @@ typedef struct sampler_probs {
 /* sampler_sample through the general chain (whatever the parameters), the
  * candidates it drew from into out (NULL: not wanted). */
 int32_t sampler_sample_chain(sampler *s, float *logits, sampler_probs *out);
+/* After sampler_sample_chain: the k likeliest candidates it left, by
+ * descending probability (ties in the chain's order), none of probability 0,
+ * as llama-server's post_sampling_probs lists them; *p_token the probability
+ * of token among them (0 when the chain removed it). Returns how many. */
+int sampler_chain_top(const sampler *s, int k, int32_t token, int32_t *ids, float *probs,
+                      float *p_token);
 
 /* Log-softmax helpers for reporting: logprob of id, and the top k (sorted by
  * logit, ties by lower id) with their log-probabilities. */

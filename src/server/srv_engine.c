@@ -189,6 +189,7 @@ static void admit(srv *s, srv_job *j) {
                         .logit_bias = j->logit_bias,
                         .n_logit_bias = j->n_logit_bias,
                         .penalize_prompt = j->penalize_prompt,
+                        .post_sampling_probs = j->post_sampling_probs,
                         .n_indent = j->n_indent,
                         .max_predict_s = j->max_predict_s,
                         .lora = j->n_lora ? j->lora : NULL,

@@ -155,8 +155,9 @@ struct srv_job {
     engine_logit_bias *logit_bias; /* n_logit_bias of them (malloc'd; one per token) */
     int n_logit_bias;
     size_t cap_logit_bias;
-    bool penalize_prompt; /* the penalty window starts with the prompt (llama-server's) */
-    int n_indent;         /* llama-server's code-completion stops (engine_request) */
+    bool penalize_prompt;     /* the penalty window starts with the prompt (llama-server's) */
+    bool post_sampling_probs; /* engine_request's (llama-server's /completion) */
+    int n_indent;             /* llama-server's code-completion stops (engine_request) */
     double max_predict_s;
     bool no_speculative; /* "speculative": false */
     /* vLLM's sampling extras (engine_request): stop_token_ids, min_tokens,
@@ -681,6 +682,7 @@ struct llama_req {
     bool prompt_only;   /* n_predict 0: the prompt goes into the cache, nothing is answered */
     bool return_tokens; /* "tokens" holds the ids (a stream always sends them) */
     bool random_seed;   /* no seed given: generation_settings says 4294967295, as llama's */
+    bool post_sampling; /* post_sampling_probs: the probabilities after the sampler chain */
     cJSON *settings;    /* generation_settings */
     cJSON *samplers;    /* the request's sampler list by llama's names (NULL: its default) */
     cJSON *fields;      /* response_fields (NULL: every field) */

@@ -46,7 +46,6 @@ static const struct {
     const char *what;
 } OFF_FIELDS[] = {
     {"adaptive_target", OFF_LT, 0, "adaptive-p sampling"},
-    {"post_sampling_probs", OFF_FALSE, 0, "post-sampling probabilities"},
     {"return_progress", OFF_FALSE, 0, "prompt progress events"},
     {"timings_per_token", OFF_FALSE, 0, "per-token timings"},
     {"verbose", OFF_FALSE, 0, "the __verbose field"},
@@ -101,6 +100,7 @@ static const char *const OWN_FIELDS[] = {"prompt",
                                          "dry_sequence_breakers",
                                          "logit_bias",
                                          "return_tokens",
+                                         "post_sampling_probs",
                                          "response_fields",
                                          "chat_parser",
                                          "model",
@@ -678,7 +678,7 @@ static cJSON *settings_json(srv *s, const cJSON *b, const llama_req *q, const sr
     }
     cJSON_AddStringToObject(g, "speculative.types", "none");
     cJSON_AddBoolToObject(g, "timings_per_token", false);
-    cJSON_AddBoolToObject(g, "post_sampling_probs", false);
+    cJSON_AddBoolToObject(g, "post_sampling_probs", q->post_sampling);
     cJSON_AddBoolToObject(g, "backend_sampling", false);
     cJSON *lora = cJSON_AddArrayToObject(g, "lora");
     for (int i = 0; i < j->n_lora; i++) {
@@ -709,8 +709,15 @@ static bool llama_finish(srv *s, const cJSON *body, int64_t n_predict, api_req *
     q->n_probs = j->top_logprobs;
     j->logprobs = r->logprobs = q->n_probs > 0;
     bool ok = parse_sampling(body, q, j, err) && parse_logit_bias(s, body, j, err) &&
-              req_bool(body, "return_tokens", &q->return_tokens, err);
+              req_bool(body, "return_tokens", &q->return_tokens, err) &&
+              req_bool(body, "post_sampling_probs", &q->post_sampling, err);
     if (!ok) return false;
+    /* the chain's own probabilities: the general chain computes them (the
+     * infill sampler runs in the fast one only) */
+    if (q->post_sampling && j->sampling.infill)
+        return api_fail(err, 400, "post_sampling_probs",
+                        "post_sampling_probs is not supported with the infill sampler here");
+    j->post_sampling_probs = q->post_sampling && q->n_probs > 0;
     const cJSON *rf = req_field(body, "response_fields");
     if (rf) {
         bool strings = cJSON_IsArray(rf);

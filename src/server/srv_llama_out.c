@@ -12,7 +12,9 @@
 
 /* ----------------------------------------------------------- response -- */
 
-static cJSON *token_entry(srv *s, int32_t id, float logprob) {
+/* One token's entry: its log-probability, or with post_sampling_probs (post)
+ * its probability after the sampler chain, by llama's names for each. */
+static cJSON *token_entry(srv *s, int32_t id, float logprob, bool post) {
     char buf[256];
     size_t n = tok_token_bytes(s->vocab, id, true, buf, sizeof buf);
     if (n > sizeof buf) n = sizeof buf;
@@ -24,15 +26,16 @@ static cJSON *token_entry(srv *s, int32_t id, float logprob) {
     cJSON *bytes = cJSON_AddArrayToObject(e, "bytes");
     for (size_t i = 0; i < n; i++)
         cJSON_AddItemToArray(bytes, cJSON_CreateNumber((unsigned char)buf[i]));
-    cJSON_AddNumberToObject(e, "logprob", logprob);
+    cJSON_AddNumberToObject(e, post ? "prob" : "logprob", logprob);
     return e;
 }
 
-static cJSON *probs_entry(srv *s, const srv_event *ev) {
-    cJSON *e = token_entry(s, ev->token, ev->logprob);
-    cJSON *top = cJSON_AddArrayToObject(e, "top_logprobs");
+static cJSON *probs_entry(srv *s, const llama_req *q, const srv_event *ev) {
+    const bool post = q->post_sampling;
+    cJSON *e = token_entry(s, ev->token, ev->logprob, post);
+    cJSON *top = cJSON_AddArrayToObject(e, post ? "top_probs" : "top_logprobs");
     for (int k = 0; k < ev->n_top; k++)
-        cJSON_AddItemToArray(top, token_entry(s, ev->top_ids[k], ev->top_lps[k]));
+        cJSON_AddItemToArray(top, token_entry(s, ev->top_ids[k], ev->top_lps[k], post));
     return e;
 }
 
@@ -128,7 +131,7 @@ static void take_event(srv *s, const api_req *r, const srv_event *ev) {
     cJSON_AddItemToArray(q->tokens[i], cJSON_CreateNumber(ev->token));
     if (q->n_probs > 0) {
         if (!q->probs[i]) q->probs[i] = cJSON_CreateArray();
-        cJSON_AddItemToArray(q->probs[i], probs_entry(s, ev));
+        cJSON_AddItemToArray(q->probs[i], probs_entry(s, q, ev));
     }
 }
 
@@ -185,7 +188,7 @@ void llama_stream_events(srv *s, const api_req *r, stream_state *st, srv_event *
             cJSON_AddNumberToObject(c, "tokens_evaluated", (double)n_prompt);
             if (q->n_probs > 0 && ev->token >= 0)
                 cJSON_AddItemToArray(cJSON_AddArrayToObject(c, "completion_probabilities"),
-                                     probs_entry(s, ev));
+                                     probs_entry(s, q, ev));
             sse_data(out, c);
         }
         if (ev->finish == ENGINE_FINISH_NONE) continue;

@@ -17,6 +17,7 @@ const greedy = JSON.parse(readFileSync(path.join(GOLDEN, 'greedy.json'), 'utf8')
 const shapes = JSON.parse(readFileSync(path.join(root, 'tests/data/llama_server/completion_shapes.json'), 'utf8'));
 const infill = JSON.parse(readFileSync(path.join(root, 'tests/data/llama_server/infill.json'), 'utf8'));
 const override = JSON.parse(readFileSync(path.join(root, 'tests/data/llama_server/override_kv.json'), 'utf8'));
+const postSampling = JSON.parse(readFileSync(path.join(root, 'tests/data/llama_server/post_sampling.json'), 'utf8'));
 
 // The golden's flags: an F32 cache, as llama-server ran (-ctk f32 -ctv f32).
 const server = await startServer(bin, ['-m', 'tests/data/golden/models/qwen3-f32.gguf', '-c', '512',
@@ -359,7 +360,6 @@ const tests = [
     await refused({ prompt: 'a', dry_sequence_breakers: ['x', 3] }, 'dry_sequence_breakers', 'a breaker not a string');
     await refused({ prompt: 'a', dry_allowed_length: -1 }, 'dry_allowed_length', 'a negative dry_allowed_length');
     await refused({ prompt: 'a', adaptive_target: 0.5 }, 'adaptive_target', 'adaptive-p');
-    await refused({ prompt: 'a', post_sampling_probs: true }, 'post_sampling_probs', 'post-sampling probs');
     await refused({ prompt: 'a', frobnicate: 1 }, 'frobnicate', 'unknown field');
     await refused({ prompt: 'a', samplers: ['top_k', 'typ_p', 'infill'], top_k: 4, typical_p: 0.5 }, 'samplers',
       'the infill sampler with typical sampling');
@@ -373,6 +373,29 @@ const tests = [
     await ok({ prompt: 'a', n_predict: 1, mirostat: 0, typical_p: 1, dry_multiplier: 0, xtc_probability: 0,
       top_n_sigma: -1, min_keep: 0, cache_prompt: true, id_slot: -1, n_keep: 4, n_discard: 0, n_cache_reuse: 0,
       dry_base: 1.75, mirostat_tau: 5, timings_per_token: false, stream_options: { include_usage: true } });
+  }],
+
+  ['post_sampling_probs: the sampler chain\'s probabilities, as llama-server computed them', async () => {
+    // each case's first token: the candidates its samplers left and their probabilities
+    // (typical, top-n-sigma, min_p, dynamic temperature, min_keep, mirostat 1 and 2, penalties,
+    // XTC, DRY, orders), recorded from llama-server on the same model (tests/data/llama_server)
+    for (const c of postSampling.cases) {
+      const r = await ok(c.request);
+      const first = r.json.completion_probabilities[0];
+      assert('prob' in first && 'top_probs' in first && !('logprob' in first), `${c.name}: llama's names`);
+      const got = first.top_probs;
+      assertEq(got.map((t) => t.id), c.top_probs.map((t) => t.id), `${c.name}: the candidates, in order`);
+      for (const [k, t] of c.top_probs.entries())
+        assert(Math.abs(got[k].prob - t.prob) < 2e-5, `${c.name}: p of ${t.id} ${got[k].prob} vs ${t.prob}`);
+    }
+    // the token's own probability is its entry's among the chain's candidates
+    const r = await ok({ ...postSampling.cases[0].request, n_predict: 4 });
+    for (const e of r.json.completion_probabilities) {
+      const mine = e.top_probs.find((t) => t.id === e.id);
+      assert(mine && mine.prob === e.prob, 'the sampled token is one of the top_k 5, with its prob');
+    }
+    await refused({ prompt: 'a', n_probs: 2, post_sampling_probs: true, samplers: ['top_k', 'infill'], top_k: 4 },
+      'post_sampling_probs', 'post_sampling_probs with the infill sampler');
   }],
 
   ['llama\'s other samplers and its lists in any order', async () => {
