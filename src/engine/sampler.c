@@ -318,6 +318,7 @@ typedef struct chain {
     pcand *c;
     int32_t n;
     bool sorted, full;
+    pcand *spare; /* room for n_vocab more (the sort's and typical's) */
 } chain;
 
 /* Descending logit, ties by lower id (llama sorts by logit alone, in an
@@ -328,8 +329,43 @@ static int cmp_pcand(const void *a, const void *b) {
     return x->id - y->id;
 }
 
+/* cmp_pcand's order as one unsigned key, ascending: the logit's bits made
+ * to sort downwards, then the id. */
+static inline uint64_t pcand_key(const pcand *c) {
+    uint32_t u;
+    memcpy(&u, &c->logit, sizeof u);
+    u = u & 0x80000000u ? ~u : u | 0x80000000u; /* ascending as the floats */
+    return (uint64_t)~u << 32 | (uint32_t)c->id;
+}
+
+/* Sorts in cmp_pcand's order: qsort for a few, else a byte-wise radix sort
+ * of pcand_key through tmp (qsort's function comparator took ~30 ms for
+ * 128K candidates, the radix sort ~1 ms), skipping the bytes every key
+ * shares. */
+static void sort_pcand(pcand *c, int32_t n, pcand *tmp) {
+    if (n <= 2048) {
+        qsort(c, (size_t)n, sizeof *c, cmp_pcand);
+        return;
+    }
+    pcand *src = c, *dst = tmp;
+    for (int shift = 0; shift < 64; shift += 8) {
+        int32_t count[256] = {0};
+        for (int32_t i = 0; i < n; i++) count[pcand_key(&src[i]) >> shift & 255]++;
+        if (count[pcand_key(&src[0]) >> shift & 255] == n) continue; /* one bucket: in order */
+        for (int32_t b = 0, at = 0; b < 256; b++) {
+            const int32_t k = count[b];
+            count[b] = at;
+            at += k;
+        }
+        for (int32_t i = 0; i < n; i++) dst[count[pcand_key(&src[i]) >> shift & 255]++] = src[i];
+        pcand *t = src;
+        src = dst, dst = t;
+    }
+    if (src != c) memcpy(c, src, (size_t)n * sizeof *c);
+}
+
 static void ch_sort(chain *h) {
-    if (!h->sorted) qsort(h->c, (size_t)h->n, sizeof *h->c, cmp_pcand);
+    if (!h->sorted) sort_pcand(h->c, h->n, h->spare);
     h->sorted = true;
     h->full = false;
 }
@@ -454,7 +490,7 @@ static void ch_min_p(chain *h, float min_p, int32_t min_keep) {
 /* llama_sampler_typical: the candidates ordered by how far their surprise
  * is from the entropy, kept until their float cumulative probability passes
  * p (at least min_keep); the array is left in that order. */
-static void ch_typical(sampler *s, chain *h, float typ_p, int32_t min_keep) {
+static void ch_typical(chain *h, float typ_p, int32_t min_keep) {
     if (typ_p >= 1.0f) return;
     ch_softmax(h, true);
     /* (a candidate of probability 0, masked before: no part of the entropy,
@@ -462,23 +498,39 @@ static void ch_typical(sampler *s, chain *h, float typ_p, int32_t min_keep) {
     float entropy = 0.0f;
     for (int32_t i = 0; i < h->n; i++)
         if (h->c[i].p > 0.0f) entropy += -h->c[i].p * logf(h->c[i].p);
-    cand *order = s->cands; /* (id: the index, logit: the shifted score) */
-    for (int32_t i = 0; i < h->n; i++)
-        order[i] = (cand){i, h->c[i].p > 0.0f ? -fabsf(-logf(h->c[i].p) - entropy) : -INFINITY};
-    qsort(order, (size_t)h->n, sizeof *order, cmp_cand_desc); /* ascending score, stable by index */
-    int32_t last = h->n;
+    /* The order by ascending |-log p - H| (ties by position), without a sort:
+     * along the sorted array -log p - H only grows, so the scores fall to the
+     * first candidate where it turns >= 0 and rise after; the two runs merge
+     * from there (a left run of equal scores taken in ascending position). */
+    const int32_t n = h->n;
+    pcand *out = h->spare;
+#define SCORE(i) (h->c[i].p > 0.0f ? fabsf(-logf(h->c[i].p) - entropy) : INFINITY)
+    int32_t right = 0;
+    while (right < n && h->c[right].p > 0.0f && -logf(h->c[right].p) - entropy < 0.0f) right++;
+    int32_t left = right - 1, m = 0;
     float cum = 0.0f;
-    for (int32_t i = 0; i < h->n; i++) {
-        cum += h->c[order[i].id].p;
-        if (cum > typ_p && (min_keep == 0 || i >= min_keep - 1)) {
-            last = i + 1;
-            break;
+    bool done = false;
+    while (!done && (left >= 0 || right < n)) {
+        int32_t from, to; /* the positions taken next, ascending */
+        if (left >= 0 && (right >= n || SCORE(left) <= SCORE(right))) {
+            const float sc = SCORE(left);
+            from = left;
+            while (from > 0 && SCORE(from - 1) == sc) from--;
+            to = left;
+            left = from - 1;
+        } else {
+            from = to = right++;
+        }
+        for (int32_t i = from; i <= to && !done; i++) {
+            out[m] = h->c[i];
+            cum += out[m].p;
+            done = cum > typ_p && (min_keep == 0 || m >= min_keep - 1);
+            m++;
         }
     }
-    pcand *tmp = h->c + h->n; /* the array's spare half (sampler_chain_buf) */
-    for (int32_t i = 0; i < last; i++) tmp[i] = h->c[order[i].id];
-    memcpy(h->c, tmp, (size_t)last * sizeof *tmp);
-    h->n = last;
+#undef SCORE
+    memcpy(h->c, out, (size_t)m * sizeof *out);
+    h->n = m;
     h->sorted = false;
 }
 
@@ -787,7 +839,7 @@ int32_t sampler_sample_chain(sampler *s, float *logits, sampler_probs *out) {
         if (out) out->n = 0;
         return argmax(logits, s->n_vocab);
     }
-    chain h = {c, s->n_vocab, false, true};
+    chain h = {c, s->n_vocab, false, true, c + s->n_vocab};
     for (int32_t i = 0; i < h.n; i++) c[i] = (pcand){i, logits[i], 0.0f};
     int32_t sel;
     if (p->mirostat == 1 || p->mirostat == 2) { /* llama: temperature, then mirostat */
@@ -801,7 +853,7 @@ int32_t sampler_sample_chain(sampler *s, float *logits, sampler_probs *out) {
             case 'd': ch_dry(s, &h); break;
             case 's': ch_top_n_sigma(&h, p->top_n_sigma); break;
             case 'k': ch_top_k(s, &h, p->top_k); break;
-            case 'y': ch_typical(s, &h, p->typical_p > 0 ? p->typical_p : 1.0f, keep); break;
+            case 'y': ch_typical(&h, p->typical_p > 0 ? p->typical_p : 1.0f, keep); break;
             case 'p': ch_top_p(&h, p->top_p, keep); break;
             case 'm': ch_min_p(&h, p->min_p, keep); break;
             case 'x': ch_xtc(s, &h); break;

@@ -517,7 +517,36 @@ static void test_mirostat(void) {
     sampler_destroy(s);
 }
 
+/* The general chain's sort on a large array (the radix path, past 2048
+ * candidates) keeps cmp order: descending logit, ties by ascending id, with
+ * negative, positive, zero and -inf logits among many ties. top-p at 1 - eps
+ * sorts the whole array and keeps nearly all of it. */
+static void test_chain_sort(void) {
+    enum { V = 5000 };
+    static float logits[V], probs[V];
+    static int32_t ids[V];
+    static const float levels[] = {-3.5f, -0.0f, 0.0f, 1.25f, 7.0f, -INFINITY, 2.5f, -1e-30f};
+    uint64_t st = 99;
+    for (int i = 0; i < V; i++) logits[i] = levels[(int)(ref_uniform(&st) * 8)];
+    sampler_params p = one_sampler("p");
+    p.top_p = 0.999999f, p.min_keep = V;
+    sampler *s = sampler_create(&p, V);
+    sampler_probs out = {.cap = V, .ids = ids, .probs = probs};
+    float copy[V];
+    memcpy(copy, logits, sizeof copy);
+    sampler_sample_chain(s, copy, &out);
+    bool ok = out.n == V;
+    for (int i = 1; ok && i < V; i++) {
+        const float a = logits[ids[i - 1]], b = logits[ids[i]];
+        ok = a > b || (a == b && ids[i - 1] < ids[i]) || (a == b && a == 0.0f);
+    }
+    CHECK(ok, "the chain's sort of %d candidates: descending logit, ties by id (%d left)", V,
+          out.n);
+    sampler_destroy(s);
+}
+
 int main(void) {
+    test_chain_sort();
     test_llama_vectors();
     test_mirostat();
     test_dry();
