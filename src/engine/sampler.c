@@ -685,6 +685,16 @@ static bool add_breaker(sampler *s, int32_t head, const int32_t *tail, int32_t n
  * whose text (special tokens' included) holds it, or ends with a start of it
  * (the rest tokenized, without special tokens, as the tail). */
 static bool breaker_tokens(sampler *s, const char *str, size_t len) {
+    /* the tail after a matched start of i bytes is the same for every token:
+     * tokenized once for each i (llama tokenizes it at each match) */
+    int32_t tails[SAMPLER_DRY_BREAKER_MAX][DRY_TAIL_MAX];
+    int32_t n_tails[SAMPLER_DRY_BREAKER_MAX];
+    for (size_t i = 1; i < len && i < SAMPLER_DRY_BREAKER_MAX; i++) {
+        kvl_error err = {{0}};
+        const int64_t n =
+            tok_encode(s->vocab, str + i, len - i, false, false, tails[i], DRY_TAIL_MAX, &err);
+        n_tails[i] = n < 0 ? 0 : n < DRY_TAIL_MAX ? (int32_t)n : DRY_TAIL_MAX;
+    }
     char word[256];
     for (int32_t id = 0; id < s->n_vocab; id++) {
         size_t wl = tok_token_bytes(s->vocab, id, true, word, sizeof word);
@@ -697,14 +707,9 @@ static bool breaker_tokens(sampler *s, const char *str, size_t len) {
             if (word[pos] != str[0]) continue;
             size_t i = 1;
             while (i < len && pos + i < wl && word[pos + i] == str[i]) i++;
-            if (i < len && pos + i < wl) continue; /* a mismatch inside the word */
-            int32_t tail[DRY_TAIL_MAX];
-            kvl_error err = {{0}};
-            int64_t n =
-                tok_encode(s->vocab, str + i, len - i, false, false, tail, DRY_TAIL_MAX, &err);
-            if (n < 0) n = 0;
-            if (!add_breaker(s, id, tail, (int32_t)(n < DRY_TAIL_MAX ? n : DRY_TAIL_MAX)))
-                return false;
+            if (i < len && pos + i < wl) continue;                  /* a mismatch inside the word */
+            if (i >= len || i >= SAMPLER_DRY_BREAKER_MAX) continue; /* (held it: above) */
+            if (!add_breaker(s, id, tails[i], n_tails[i])) return false;
         }
     }
     return true;
