@@ -111,23 +111,37 @@ static double rng_uniform(sampler *s) {
     return (double)(r >> 11) * (1.0 / 9007199254740992.0);
 }
 
-static void apply_penalties(sampler *s, float *logits) {
+/* The penalty window: the last penalty_last_n tokens the penalties see
+ * (after penalty_from), each counted into s->counts; returns how many (0:
+ * the penalties are off or there is no history). */
+static int64_t penalty_window(sampler *s, const int32_t **win) {
     const sampler_params *p = &s->p;
     if (p->repeat_penalty == 1.0f && p->presence_penalty == 0.0f && p->frequency_penalty == 0.0f)
-        return;
+        return 0;
     const int64_t seen = s->n_history - s->penalty_from;
-    int64_t n = p->penalty_last_n < 0 || p->penalty_last_n > seen ? seen : p->penalty_last_n;
-    if (n == 0) return; /* no history yet (s->history may still be NULL) */
-    const int32_t *win = s->history + (s->n_history - n);
+    const int64_t n = p->penalty_last_n < 0 || p->penalty_last_n > seen ? seen : p->penalty_last_n;
+    if (n == 0) return 0; /* no history yet (s->history may still be NULL) */
+    *win = s->history + (s->n_history - n);
     for (int64_t i = 0; i < n; i++)
-        if (win[i] >= 0 && win[i] < s->n_vocab) s->counts[win[i]]++;
+        if ((*win)[i] >= 0 && (*win)[i] < s->n_vocab) s->counts[(*win)[i]]++;
+    return n;
+}
+
+/* llama.cpp's rule for a token seen count times: positive logits divided by
+ * the repeat penalty, negative ones multiplied, then the frequency and
+ * presence penalties taken off. */
+static inline void penalize(const sampler_params *p, float *l, int32_t count) {
+    *l = *l > 0 ? *l / p->repeat_penalty : *l * p->repeat_penalty;
+    *l -= (float)count * p->frequency_penalty + p->presence_penalty;
+}
+
+static void apply_penalties(sampler *s, float *logits) {
+    const int32_t *win;
+    const int64_t n = penalty_window(s, &win);
     for (int64_t i = 0; i < n; i++) {
         int32_t t = win[i];
         if (t < 0 || t >= s->n_vocab || s->counts[t] == 0) continue;
-        float *l = &logits[t];
-        /* Same rule as llama.cpp: divide positive logits, multiply negative ones. */
-        *l = *l > 0 ? *l / p->repeat_penalty : *l * p->repeat_penalty;
-        *l -= (float)s->counts[t] * p->frequency_penalty + p->presence_penalty;
+        penalize(&s->p, &logits[t], s->counts[t]);
         s->counts[t] = 0; /* apply once per distinct token */
     }
 }
@@ -388,22 +402,11 @@ static void ch_softmax(chain *h, bool sort) {
 /* The repetition, frequency and presence penalties on the candidates whose
  * token is in the window (apply_penalties' rule, on the array). */
 static void ch_penalties(sampler *s, chain *h) {
-    const sampler_params *p = &s->p;
-    if (p->repeat_penalty == 1.0f && p->presence_penalty == 0.0f && p->frequency_penalty == 0.0f)
-        return;
-    const int64_t seen = s->n_history - s->penalty_from;
-    int64_t n = p->penalty_last_n < 0 || p->penalty_last_n > seen ? seen : p->penalty_last_n;
-    if (n == 0) return; /* no history yet (s->history may still be NULL) */
-    const int32_t *win = s->history + (s->n_history - n);
-    for (int64_t i = 0; i < n; i++)
-        if (win[i] >= 0 && win[i] < s->n_vocab) s->counts[win[i]]++;
-    for (int32_t i = 0; i < h->n; i++) {
-        const int32_t c = s->counts[h->c[i].id];
-        if (c == 0) continue;
-        float *l = &h->c[i].logit;
-        *l = *l > 0 ? *l / p->repeat_penalty : *l * p->repeat_penalty;
-        *l -= (float)c * p->frequency_penalty + p->presence_penalty;
-    }
+    const int32_t *win;
+    const int64_t n = penalty_window(s, &win);
+    if (n == 0) return;
+    for (int32_t i = 0; i < h->n; i++)
+        if (s->counts[h->c[i].id]) penalize(&s->p, &h->c[i].logit, s->counts[h->c[i].id]);
     for (int64_t i = 0; i < n; i++)
         if (win[i] >= 0 && win[i] < s->n_vocab) s->counts[win[i]] = 0;
     h->sorted = false;
