@@ -28,6 +28,7 @@ typedef struct cli_opts {
      * strings are in stop: point req.stop there when submitting). */
     engine_request req;
     bool dry_breakers_given; /* the first --dry-sequence-breaker replaces llama's defaults */
+    uint32_t sampling_set;   /* SAMPLER_SET_* of the sampling flags given (serve: defaults) */
     const char *stop[CLI_MAX_STOP];
     bool json, no_bos, parse_special, no_kv_cache, no_repack, verbose;
     int block_size;

@@ -121,9 +121,73 @@ static void habit_note(const char *flag, const char *what) {
     fprintf(stderr, "kvllm: note: %s: %s\n", flag, what);
 }
 
+/* The sampling field each sampling flag sets (kvllm serve: the requests'
+ * default for it, as llama-server takes these flags). */
+static const struct {
+    const char *flag;
+    uint32_t set;
+} SAMPLING_FLAGS[] = {
+    {"--temp", SAMPLER_SET_TEMPERATURE},
+    {"--top-k", SAMPLER_SET_TOP_K},
+    {"--top-p", SAMPLER_SET_TOP_P},
+    {"--min-p", SAMPLER_SET_MIN_P},
+    {"--repeat-penalty", SAMPLER_SET_REPEAT_PENALTY},
+    {"--presence-penalty", SAMPLER_SET_PRESENCE_PENALTY},
+    {"--frequency-penalty", SAMPLER_SET_FREQUENCY_PENALTY},
+    {"--repeat-last-n", SAMPLER_SET_PENALTY_LAST_N},
+    {"--seed", SAMPLER_SET_SEED},
+    {"-s", SAMPLER_SET_SEED},
+    {"--typical", SAMPLER_SET_TYPICAL_P},
+    {"--typical-p", SAMPLER_SET_TYPICAL_P},
+    {"--top-nsigma", SAMPLER_SET_TOP_N_SIGMA},
+    {"--top-n-sigma", SAMPLER_SET_TOP_N_SIGMA},
+    {"--xtc-probability", SAMPLER_SET_XTC_PROBABILITY},
+    {"--xtc-threshold", SAMPLER_SET_XTC_THRESHOLD},
+    {"--dynatemp-range", SAMPLER_SET_DYNATEMP_RANGE},
+    {"--dynatemp-exp", SAMPLER_SET_DYNATEMP_EXPONENT},
+    {"--min-keep", SAMPLER_SET_MIN_KEEP},
+    {"--mirostat", SAMPLER_SET_MIROSTAT},
+    {"--mirostat-ent", SAMPLER_SET_MIROSTAT_TAU},
+    {"--mirostat-lr", SAMPLER_SET_MIROSTAT_ETA},
+    {"--dry-multiplier", SAMPLER_SET_DRY_MULTIPLIER},
+    {"--dry-base", SAMPLER_SET_DRY_BASE},
+    {"--dry-allowed-length", SAMPLER_SET_DRY_ALLOWED_LENGTH},
+    {"--dry-penalty-last-n", SAMPLER_SET_DRY_PENALTY_LAST_N},
+    {"--dry-sequence-breaker", SAMPLER_SET_DRY_BREAKERS},
+    {"--sampling-seq", SAMPLER_SET_ORDER},
+    {"--sampler-seq", SAMPLER_SET_ORDER},
+    {"--samplers", SAMPLER_SET_ORDER},
+};
+
+/* llama's --samplers: sampler names separated by ';' (the chain's: penalties,
+ * dry, top_n_sigma, top_k, typ_p, top_p, min_p, xtc, temperature and their
+ * aliases), into order's letters. */
+static bool parse_sampler_names(const char *flag, const char *v, char order[16]) {
+    size_t n = 0;
+    for (const char *p = v; *p;) {
+        const char *end = strchr(p, ';');
+        const size_t len = end ? (size_t)(end - p) : strlen(p);
+        char name[32] = {0};
+        const char c = len < sizeof name ? (memcpy(name, p, len), sampler_letter(name)) : 0;
+        if (!c || !strchr("edskypmxt", c) || n == 15) {
+            fprintf(stderr,
+                    "kvllm: %s: '%.*s' is not one of penalties, dry, top_n_sigma, top_k, typ_p, "
+                    "top_p, min_p, xtc, temperature (at most 15, separated by ';')\n",
+                    flag, (int)len, p);
+            return false;
+        }
+        order[n++] = c;
+        p += len + (end != NULL);
+    }
+    order[n] = 0;
+    return n > 0;
+}
+
 static bool apply_flag(cli_opts *o, const char *f, const char *v, bool *unknown) {
     int64_t i;
 #define IS(name) (strcmp(f, name) == 0)
+    for (size_t k = 0; k < sizeof SAMPLING_FLAGS / sizeof *SAMPLING_FLAGS; k++)
+        if (IS(SAMPLING_FLAGS[k].flag)) o->sampling_set |= SAMPLING_FLAGS[k].set;
     if (IS("-m") || IS("--model")) o->model_path = v;
     else if (IS("--model-draft")) o->model_draft = v;
     else if (IS("-p") || IS("--prompt")) o->prompt = v;
@@ -190,6 +254,8 @@ static bool apply_flag(cli_opts *o, const char *f, const char *v, bool *unknown)
             return false;
         }
         memcpy(b + at, v, n);
+    } else if (IS("--samplers")) {
+        return parse_sampler_names(f, v, o->req.sampling.order);
     } else if (IS("--sampling-seq") || IS("--sampler-seq")) {
         /* llama's sampler letters, in the order they run */
         size_t n = strlen(v);

@@ -624,6 +624,8 @@ int cmd_serve(int argc, char **argv) {
     }
     rerank_tmpl = gguf_template(&cm, "tokenizer.chat_template.rerank");
     so.sc.rerank_template = rerank_tmpl;
+    so.sc.sampling = o.req.sampling; /* the sampling flags: the requests' defaults */
+    so.sc.sampling_set = o.sampling_set;
     rc = server_run(e, cm.vocab, &so.sc);
 out:
     free(so.kwargs_owned);

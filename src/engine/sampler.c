@@ -63,6 +63,60 @@ void sampler_params_default(sampler_params *p) {
     };
 }
 
+char sampler_letter(const char *name) {
+    char low[32];
+    size_t n = 0;
+    for (; name[n] && n + 1 < sizeof low; n++)
+        low[n] = (char)(name[n] >= 'A' && name[n] <= 'Z' ? name[n] + 32 : name[n]);
+    low[n] = 0;
+    if (name[n]) return 0;
+    static const struct {
+        const char *name;
+        char letter;
+    } NAMES[] = {
+        {"penalties", 'e'},   {"dry", 'd'},      {"top_n_sigma", 's'}, {"top-n-sigma", 's'},
+        {"topnsigma", 's'},   {"top_k", 'k'},    {"top-k", 'k'},       {"topk", 'k'},
+        {"typ_p", 'y'},       {"typ-p", 'y'},    {"typp", 'y'},        {"typ", 'y'},
+        {"top_p", 'p'},       {"top-p", 'p'},    {"topp", 'p'},        {"nucleus", 'p'},
+        {"min_p", 'm'},       {"min-p", 'm'},    {"minp", 'm'},        {"xtc", 'x'},
+        {"temperature", 't'}, {"temp", 't'},     {"infill", 'i'},      {"adaptive_p", 'a'},
+        {"adaptive-p", 'a'},  {"adaptivep", 'a'}};
+    for (size_t i = 0; i < sizeof NAMES / sizeof *NAMES; i++)
+        if (strcmp(low, NAMES[i].name) == 0) return NAMES[i].letter;
+    return 0;
+}
+
+void sampler_params_apply(sampler_params *p, const sampler_params *from, uint32_t set) {
+#define TAKE(bit, field)                                                                           \
+    if (set & (bit)) memcpy(&p->field, &from->field, sizeof p->field)
+    TAKE(SAMPLER_SET_TEMPERATURE, temperature);
+    TAKE(SAMPLER_SET_TOP_K, top_k);
+    TAKE(SAMPLER_SET_TOP_P, top_p);
+    TAKE(SAMPLER_SET_MIN_P, min_p);
+    TAKE(SAMPLER_SET_REPEAT_PENALTY, repeat_penalty);
+    TAKE(SAMPLER_SET_PRESENCE_PENALTY, presence_penalty);
+    TAKE(SAMPLER_SET_FREQUENCY_PENALTY, frequency_penalty);
+    TAKE(SAMPLER_SET_PENALTY_LAST_N, penalty_last_n);
+    TAKE(SAMPLER_SET_SEED, seed);
+    TAKE(SAMPLER_SET_TYPICAL_P, typical_p);
+    TAKE(SAMPLER_SET_TOP_N_SIGMA, top_n_sigma);
+    TAKE(SAMPLER_SET_XTC_PROBABILITY, xtc_probability);
+    TAKE(SAMPLER_SET_XTC_THRESHOLD, xtc_threshold);
+    TAKE(SAMPLER_SET_DYNATEMP_RANGE, dynatemp_range);
+    TAKE(SAMPLER_SET_DYNATEMP_EXPONENT, dynatemp_exponent);
+    TAKE(SAMPLER_SET_MIN_KEEP, min_keep);
+    TAKE(SAMPLER_SET_MIROSTAT, mirostat);
+    TAKE(SAMPLER_SET_MIROSTAT_TAU, mirostat_tau);
+    TAKE(SAMPLER_SET_MIROSTAT_ETA, mirostat_eta);
+    TAKE(SAMPLER_SET_DRY_MULTIPLIER, dry_multiplier);
+    TAKE(SAMPLER_SET_DRY_BASE, dry_base);
+    TAKE(SAMPLER_SET_DRY_ALLOWED_LENGTH, dry_allowed_length);
+    TAKE(SAMPLER_SET_DRY_PENALTY_LAST_N, dry_penalty_last_n);
+    TAKE(SAMPLER_SET_DRY_BREAKERS, dry_breakers);
+    TAKE(SAMPLER_SET_ORDER, order);
+#undef TAKE
+}
+
 sampler *sampler_create(const sampler_params *p, int32_t n_vocab) {
     sampler *s;
     cand *cands;

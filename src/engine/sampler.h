@@ -59,6 +59,44 @@ typedef struct sampler_params {
 #define SAMPLER_INFILL_MAX_K 1024
 
 void sampler_params_default(sampler_params *p);
+
+/* llama's letter of a sampler by any of its names and aliases, in any case
+ * ("top_k", "top-k", "topk" -> 'k'; "typ_p", "typ" -> 'y'; "temp" -> 't';
+ * also 'i' infill and 'a' adaptive_p); 0 for a name it does not have. */
+char sampler_letter(const char *name);
+
+/* Which fields of sampler_params a front end set (a server's command-line
+ * sampling flags: each request's default for those fields, as llama-server
+ * takes its own). */
+enum {
+    SAMPLER_SET_TEMPERATURE = 1u << 0,
+    SAMPLER_SET_TOP_K = 1u << 1,
+    SAMPLER_SET_TOP_P = 1u << 2,
+    SAMPLER_SET_MIN_P = 1u << 3,
+    SAMPLER_SET_REPEAT_PENALTY = 1u << 4,
+    SAMPLER_SET_PRESENCE_PENALTY = 1u << 5,
+    SAMPLER_SET_FREQUENCY_PENALTY = 1u << 6,
+    SAMPLER_SET_PENALTY_LAST_N = 1u << 7,
+    SAMPLER_SET_SEED = 1u << 8,
+    SAMPLER_SET_TYPICAL_P = 1u << 9,
+    SAMPLER_SET_TOP_N_SIGMA = 1u << 10,
+    SAMPLER_SET_XTC_PROBABILITY = 1u << 11,
+    SAMPLER_SET_XTC_THRESHOLD = 1u << 12,
+    SAMPLER_SET_DYNATEMP_RANGE = 1u << 13,
+    SAMPLER_SET_DYNATEMP_EXPONENT = 1u << 14,
+    SAMPLER_SET_MIN_KEEP = 1u << 15,
+    SAMPLER_SET_MIROSTAT = 1u << 16,
+    SAMPLER_SET_MIROSTAT_TAU = 1u << 17,
+    SAMPLER_SET_MIROSTAT_ETA = 1u << 18,
+    SAMPLER_SET_DRY_MULTIPLIER = 1u << 19,
+    SAMPLER_SET_DRY_BASE = 1u << 20,
+    SAMPLER_SET_DRY_ALLOWED_LENGTH = 1u << 21,
+    SAMPLER_SET_DRY_PENALTY_LAST_N = 1u << 22,
+    SAMPLER_SET_DRY_BREAKERS = 1u << 23,
+    SAMPLER_SET_ORDER = 1u << 24,
+};
+/* The fields of from that set names, into p. */
+void sampler_params_apply(sampler_params *p, const sampler_params *from, uint32_t set);
 /* Whether p runs the general chain: an order of its own, or a sampler the
  * fast chain lacks (typical, top-n-sigma, XTC, dynamic temperature,
  * min_keep, mirostat). */

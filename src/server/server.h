@@ -52,6 +52,13 @@ typedef struct server_config {
      * reports the KV bytes of every rank and of the job from them. */
     int kv_ranks;
     const int64_t *kv_rank_block_bytes;
+    /* The command line's sampling flags: the fields sampling_set names
+     * (SAMPLER_SET_*) are every request's default for them, on /completion
+     * over llama's defaults and on the OpenAI endpoints over OpenAI's (as
+     * llama-server takes --temp, --top-k, ... for all its endpoints); a
+     * request's own value wins */
+    sampler_params sampling;
+    uint32_t sampling_set;
     /* --lora-modules: adapter i's model name (vLLM's), NULL where unnamed */
     const char *lora_names[MODEL_MAX_LORA];
 } server_config;

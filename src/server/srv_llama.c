@@ -334,56 +334,20 @@ static const char *off_name(char c) {
     return "adaptive_p";
 }
 
-static smp sampler_named(const char *name, char *letter) {
-    char low[32];
-    size_t n = 0;
-    for (; name[n] && n + 1 < sizeof low; n++)
-        low[n] = (char)(name[n] >= 'A' && name[n] <= 'Z' ? name[n] + 32 : name[n]);
-    low[n] = 0;
-    if (name[n]) return SMP_UNKNOWN;
-    static const struct {
-        const char *name;
-        smp s;
-        char letter; /* of the samplers that are off here */
-    } NAMES[] = {{"penalties", SMP_PENALTIES, 0},
-                 {"top_k", SMP_TOP_K, 0},
-                 {"top-k", SMP_TOP_K, 0},
-                 {"topk", SMP_TOP_K, 0},
-                 {"top_p", SMP_TOP_P, 0},
-                 {"top-p", SMP_TOP_P, 0},
-                 {"topp", SMP_TOP_P, 0},
-                 {"nucleus", SMP_TOP_P, 0},
-                 {"min_p", SMP_MIN_P, 0},
-                 {"min-p", SMP_MIN_P, 0},
-                 {"minp", SMP_MIN_P, 0},
-                 {"temperature", SMP_TEMPERATURE, 0},
-                 {"temp", SMP_TEMPERATURE, 0},
-                 {"dry", SMP_DRY, 0},
-                 {"top_n_sigma", SMP_TOP_N_SIGMA, 0},
-                 {"top-n-sigma", SMP_TOP_N_SIGMA, 0},
-                 {"topnsigma", SMP_TOP_N_SIGMA, 0},
-                 {"typ_p", SMP_TYPICAL, 0},
-                 {"typ-p", SMP_TYPICAL, 0},
-                 {"typp", SMP_TYPICAL, 0},
-                 {"typ", SMP_TYPICAL, 0},
-                 {"xtc", SMP_XTC, 0},
-                 {"adaptive_p", SMP_OFF, 'a'},
-                 {"adaptive-p", SMP_OFF, 'a'},
-                 {"adaptivep", SMP_OFF, 'a'},
-                 {"infill", SMP_INFILL, 0}};
-    for (size_t i = 0; i < sizeof NAMES / sizeof *NAMES; i++)
-        if (strcmp(low, NAMES[i].name) == 0) {
-            *letter = NAMES[i].letter;
-            return NAMES[i].s;
-        }
-    return SMP_UNKNOWN;
-}
-
 static smp sampler_char(char c) {
     if (c == 'a') return SMP_OFF;
     const char *at = c ? strchr(SMP_LETTERS, c) : NULL;
     return at ? (smp)(at - SMP_LETTERS) : SMP_UNKNOWN;
 }
+
+/* A sampler by llama's name or alias (sampler_letter); letter: its letter. */
+static smp sampler_named(const char *name, char *letter) {
+    *letter = sampler_letter(name);
+    return sampler_char(*letter);
+}
+
+static bool sampler_list(const cJSON *v, llama_req *q, bool on[SMP_OFF], char order[16],
+                         bool *in_order, api_error *err);
 
 /* samplers: which of llama's samplers run, and in what order (llama's chain
  * applies them as listed, each as many times as named); one left out is off
@@ -392,9 +356,19 @@ static smp sampler_char(char c) {
  * keeps the fast chain's order (penalties, top_k, top_p, min_p, infill,
  * temperature) with none of the others. Without a list: llama's default,
  * which has no infill sampler. */
-static bool parse_samplers(const cJSON *b, llama_req *q, bool on[SMP_OFF], char order[16],
-                           bool *in_order, api_error *err) {
+static bool parse_samplers(const cJSON *b, const char *server_list, llama_req *q, bool on[SMP_OFF],
+                           char order[16], bool *in_order, api_error *err) {
     const cJSON *v = req_field(b, "samplers");
+    cJSON *dflt = NULL; /* the server's --samplers, where the request has no list */
+    if (!v && server_list && server_list[0]) v = dflt = cJSON_CreateString(server_list);
+    const bool ok = sampler_list(v, q, on, order, in_order, err);
+    cJSON_Delete(dflt);
+    return ok;
+}
+
+/* parse_samplers' list v (NULL: none). */
+static bool sampler_list(const cJSON *v, llama_req *q, bool on[SMP_OFF], char order[16],
+                         bool *in_order, api_error *err) {
     for (int i = 0; i < SMP_OFF; i++) on[i] = !v && i != SMP_INFILL;
     *in_order = true;
     order[0] = 0;
@@ -549,25 +523,30 @@ static bool parse_logit_bias(srv *s, const cJSON *b, srv_job *j, api_error *err)
 
 /* The sampling: llama's defaults, then the request's values, then the
  * samplers its list leaves out switched off. */
-static bool parse_sampling(const cJSON *b, llama_req *q, srv_job *j, api_error *err) {
+static bool parse_sampling(const srv *s, const cJSON *b, llama_req *q, srv_job *j, api_error *err) {
     sampler_params *p = &j->sampling;
-    const uint64_t seed = p->seed; /* the OpenAI parser's: the request's or a random one */
-    sampler_params_default(p);     /* llama-server's defaults */
+    /* the OpenAI parser's: the request's, the server's --seed or a random one */
+    const uint64_t seed = p->seed;
+    sampler_params_default(p); /* llama-server's defaults, then the server's flags */
+    sampler_params_apply(p, &s->cfg.sampling,
+                         s->cfg.sampling_set & ~(SAMPLER_SET_SEED | SAMPLER_SET_ORDER));
     p->seed = seed;
     double temp = p->temperature;
     int64_t top_k = p->top_k, last_n = p->penalty_last_n;
     bool on[SMP_OFF], in_order;
     char order[16];
-    bool ok = req_number(b, "temperature", -1e30, 1e30, &temp, err) &&
-              req_int(b, "top_k", -1, INT32_MAX, &top_k, err) &&
-              req_float(b, "top_p", 0, 1, &p->top_p, err) &&
-              req_float(b, "min_p", 0, 1, &p->min_p, err) &&
-              req_float(b, "repeat_penalty", 0, 1e30, &p->repeat_penalty, err) &&
-              req_int(b, "repeat_last_n", -1, INT32_MAX, &last_n, err) &&
-              req_float(b, "presence_penalty", -1e30, 1e30, &p->presence_penalty, err) &&
-              req_float(b, "frequency_penalty", -1e30, 1e30, &p->frequency_penalty, err) &&
-              srv_parse_llama_samplers(b, p, err) &&
-              parse_samplers(b, q, on, order, &in_order, err);
+    bool ok =
+        req_number(b, "temperature", -1e30, 1e30, &temp, err) &&
+        req_int(b, "top_k", -1, INT32_MAX, &top_k, err) &&
+        req_float(b, "top_p", 0, 1, &p->top_p, err) &&
+        req_float(b, "min_p", 0, 1, &p->min_p, err) &&
+        req_float(b, "repeat_penalty", 0, 1e30, &p->repeat_penalty, err) &&
+        req_int(b, "repeat_last_n", -1, INT32_MAX, &last_n, err) &&
+        req_float(b, "presence_penalty", -1e30, 1e30, &p->presence_penalty, err) &&
+        req_float(b, "frequency_penalty", -1e30, 1e30, &p->frequency_penalty, err) &&
+        srv_parse_llama_samplers(b, p, err) &&
+        parse_samplers(b, s->cfg.sampling_set & SAMPLER_SET_ORDER ? s->cfg.sampling.order : NULL, q,
+                       on, order, &in_order, err);
     if (!ok) return false;
     if (p->repeat_penalty <= 0)
         return api_fail(err, 400, "repeat_penalty", "'repeat_penalty' must be positive");
@@ -603,7 +582,8 @@ static bool parse_sampling(const cJSON *b, llama_req *q, srv_job *j, api_error *
     j->penalize_prompt = true;
     j->vary_seed = p->temperature > 0;
     const cJSON *given = req_field(b, "seed");
-    q->random_seed = !given || (cJSON_IsNumber(given) && given->valuedouble == -1);
+    q->random_seed = (!given && !(s->cfg.sampling_set & SAMPLER_SET_SEED)) ||
+                     (cJSON_IsNumber(given) && given->valuedouble == -1);
     return true;
 }
 
@@ -708,7 +688,7 @@ static bool llama_finish(srv *s, const cJSON *body, int64_t n_predict, api_req *
     if (!q) return api_fail(err, 500, NULL, "out of memory");
     q->n_probs = j->top_logprobs;
     j->logprobs = r->logprobs = q->n_probs > 0;
-    bool ok = parse_sampling(body, q, j, err) && parse_logit_bias(s, body, j, err) &&
+    bool ok = parse_sampling(s, body, q, j, err) && parse_logit_bias(s, body, j, err) &&
               req_bool(body, "return_tokens", &q->return_tokens, err) &&
               req_bool(body, "post_sampling_probs", &q->post_sampling, err);
     if (!ok) return false;

@@ -631,7 +631,7 @@ static bool opt_seed(const cJSON *o, uint64_t *out, api_error *err) {
 }
 
 /* OpenAI defaults (temperature 1, nothing else), not llama.cpp's. */
-static bool parse_sampling(const cJSON *b, srv_job *j, api_error *err) {
+static bool parse_sampling(const srv *s, const cJSON *b, srv_job *j, api_error *err) {
     sampler_params *p = &j->sampling;
     sampler_params_default(p);
     p->temperature = 1.0f;
@@ -640,8 +640,10 @@ static bool parse_sampling(const cJSON *b, srv_job *j, api_error *err) {
     p->min_p = 0.0f;
     p->repeat_penalty = 1.0f;
     p->penalty_last_n = -1;
-    int64_t top_k = 0;
     p->seed = kvl_random_u64();
+    /* the server's sampling flags over OpenAI's defaults */
+    sampler_params_apply(p, &s->cfg.sampling, s->cfg.sampling_set);
+    int64_t top_k = p->top_k;
     bool ok = req_float(b, "temperature", 0, 100, &p->temperature, err) &&
               req_float(b, "top_p", 0, 1, &p->top_p, err) &&
               req_int(b, "top_k", -1, 1 << 30, &top_k, err) &&
@@ -651,7 +653,8 @@ static bool parse_sampling(const cJSON *b, srv_job *j, api_error *err) {
               req_float(b, "repetition_penalty", 0, 100, &p->repeat_penalty, err) &&
               opt_seed(b, &p->seed, err) && srv_parse_llama_samplers(b, p, err);
     if (!ok) return false;
-    if (p->top_p <= 0) return api_fail(err, 400, "top_p", "'top_p' must be in (0, 1]");
+    if (p->top_p <= 0 && req_field(b, "top_p")) /* (a server's --top-p 0 is its own) */
+        return api_fail(err, 400, "top_p", "'top_p' must be in (0, 1]");
     if (p->repeat_penalty <= 0)
         return api_fail(err, 400, "repetition_penalty", "'repetition_penalty' must be positive");
     p->top_k = (int32_t)(top_k < 0 ? 0 : top_k);
@@ -950,7 +953,7 @@ static bool parse_body(srv *s, const cJSON *b, bool chat, api_req *r, api_error 
         err->code = "model_not_found";
         return false;
     }
-    bool ok = parse_unsupported(b, chat, err) && parse_sampling(b, j, err) &&
+    bool ok = parse_unsupported(b, chat, err) && parse_sampling(s, b, j, err) &&
               parse_logit_bias(s, b, j, err) && parse_stop(b, j, err) && parse_stream(b, r, err) &&
               parse_logprobs(b, chat, r, err) && req_int(b, "n", 1, SRV_MAX_N, &n, err) &&
               req_bool(b, "ignore_eos", &j->ignore_eos, err) &&

@@ -35,6 +35,11 @@ const fim = await startServer(bin, ['-m', fimModel, '-c', '2600', '--kv-type', '
 const overridden = await startServer(bin, ['-m', override.model, '-c', '512', '--kv-type', 'f32',
   ...override.overrides.flatMap((o) => ['--override-kv', o])], { cwd: root, name: 'override' });
 
+// llama-server's sampling flags as every request's defaults
+const flagged = await startServer(bin, ['-m', 'tests/data/golden/models/qwen3-f32.gguf', '-c', '512',
+  '--kv-type', 'f32', '--temp', '0', '--samplers', 'dry;top_k;temperature', '--top-k', '5', '--seed', '7',
+  '--dry-multiplier', '1e6', '--mirostat-ent', '4'], { cwd: root, name: 'flags' });
+
 const post = (body, p = '/completion') => rawRequest(server.url, { path: p, body: JSON.stringify(body) });
 async function ok(body, p) {
   const r = await post(body, p);
@@ -398,6 +403,34 @@ const tests = [
       'post_sampling_probs', 'post_sampling_probs with the infill sampler');
   }],
 
+  ['the server\'s sampling flags: every request\'s defaults, on /completion and the OpenAI endpoints', async () => {
+    const at = (body, p = '/completion') => rawRequest(flagged.url, { path: p, body: JSON.stringify(body) });
+    const prompt = greedy.cases[0].prompt_ids;
+    const r = await at({ prompt, n_predict: 4, return_tokens: true });
+    assertEq(r.status, 200, 'status');
+    const g = r.json.generation_settings;
+    assertEq([g.temperature, g.top_k, g.seed, g.dry_multiplier, g.mirostat_tau], [0, 5, 7, 1e6, 4], 'the flags');
+    assertEq(g.samplers, ['dry', 'top_k', 'temperature'], '--samplers');
+    // temperature 0 by default: the greedy tokens, on /completion and on /v1/completions
+    const greedyTokens = (await ok({ prompt, n_predict: 4, temperature: 0, return_tokens: true })).json.tokens;
+    assertEq(r.json.tokens, greedyTokens, '/completion: greedy by the server\'s --temp 0');
+    const oa = await at({ prompt, max_tokens: 4, logprobs: 1, return_tokens_as_token_ids: true }, '/v1/completions');
+    assertEq(oa.json.choices[0].logprobs.tokens, greedyTokens.map((t) => `token_id:${t}`),
+      '/v1/completions: greedy by the server\'s --temp 0');
+    // the server's DRY by default; a request's own value wins
+    const [a, b, c, d] = [100, 200, 300, 400];
+    const first = async (extra) => (await at({ prompt: [a, b, c, d, a, b], n_predict: 1, return_tokens: true,
+      logit_bias: [[c, 30]], ...extra })).json.tokens[0];
+    assert(await first({}) !== c, 'the server\'s DRY penalises the repeat');
+    assertEq(await first({ dry_multiplier: 0 }), c, 'the request turns DRY off');
+    // a request's temperature wins over the server's
+    const warm = [];
+    for (const seed of [1, 2, 3, 4])
+      warm.push((await at({ prompt, n_predict: 4, temperature: 1.5, top_k: 0, seed, return_tokens: true,
+        samplers: ['top_k', 'temperature'] })).json.tokens.join());
+    assert(new Set(warm).size > 1, 'temperature 1.5 from the request: the seeds differ');
+  }],
+
   ['llama\'s other samplers and its lists in any order', async () => {
     // the step-0 top 3 and the greedy text of a prompt (temperature 0)
     const prompt = greedy.cases[0].prompt_ids;
@@ -472,6 +505,6 @@ const tests = [
 ];
 
 const failed = await runTests(tests);
-const bad = await stopAll([server, fim, overridden]);
+const bad = await stopAll([server, fim, overridden, flagged]);
 rmSync(path.dirname(fimModel), { recursive: true, force: true });
 process.exit(failed || bad ? 1 : 0);
