@@ -29,6 +29,7 @@ typedef struct cli_opts {
     engine_request req;
     bool dry_breakers_given; /* the first --dry-sequence-breaker replaces llama's defaults */
     uint32_t sampling_set;   /* SAMPLER_SET_* of the sampling flags given (serve: defaults) */
+    bool n_predict_given;    /* -n was given (serve: the requests' default length) */
     const char *stop[CLI_MAX_STOP];
     bool json, no_bos, parse_special, no_kv_cache, no_repack, verbose;
     int block_size;

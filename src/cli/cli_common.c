@@ -193,8 +193,10 @@ static bool apply_flag(cli_opts *o, const char *f, const char *v, bool *unknown)
     else if (IS("-p") || IS("--prompt")) o->prompt = v;
     else if (IS("-f") || IS("--file")) o->prompt_file = v;
     else if (IS("--prompt-ids") || IS("--ids")) o->prompt_ids = v;
-    else if (IS("-n") || IS("--n-predict")) return parse_i64(f, v, &o->req.max_tokens);
-    else if (IS("-c") || IS("--ctx-size")) return parse_i64(f, v, &o->n_ctx);
+    else if (IS("-n") || IS("--n-predict")) {
+        o->n_predict_given = true;
+        return parse_i64(f, v, &o->req.max_tokens);
+    } else if (IS("-c") || IS("--ctx-size")) return parse_i64(f, v, &o->n_ctx);
     else if (IS("-t") || IS("--threads")) {
         if (!parse_i64(f, v, &i)) return false;
         if (i < 1 || i > 1024) {

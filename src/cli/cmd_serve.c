@@ -577,6 +577,28 @@ int cmd_serve(int argc, char **argv) {
         serve_usage(stdout);
         return 0;
     }
+    /* kvllm run's own flags mean nothing to a server: said, not ignored */
+    const char *run_flag = o.prompt             ? "-p"
+                           : o.prompt_file      ? "-f"
+                           : o.prompt_ids       ? "--prompt-ids"
+                           : o.json             ? "--json"
+                           : o.req.top_logprobs ? "--top-logprobs"
+                           : o.req.n_stop       ? "--stop"
+                           : o.req.ignore_eos   ? "--ignore-eos"
+                           : o.no_bos           ? "--no-bos"
+                           : o.parse_special    ? "--parse-special"
+                                                : NULL;
+    if (run_flag) {
+        fprintf(stderr,
+                "kvllm: %s is a flag of kvllm run: a server's requests carry their own prompt "
+                "and options (the sampling flags and -n are their defaults)\n",
+                run_flag);
+        return 2;
+    }
+    if (o.n_predict_given && o.req.max_tokens == 0) {
+        fprintf(stderr, "kvllm: -n 0: a default length must be -1 (to the context) or more\n");
+        return 2;
+    }
     if (o.pp && so.kv_disk) {
         fprintf(stderr, "kvllm: --kv-disk is not available with --pp (each rank holds other "
                         "layers' KV)\n");
@@ -626,6 +648,7 @@ int cmd_serve(int argc, char **argv) {
     so.sc.rerank_template = rerank_tmpl;
     so.sc.sampling = o.req.sampling; /* the sampling flags: the requests' defaults */
     so.sc.sampling_set = o.sampling_set;
+    so.sc.n_predict = o.n_predict_given ? (o.req.max_tokens < 0 ? -1 : o.req.max_tokens) : 0;
     rc = server_run(e, cm.vocab, &so.sc);
 out:
     free(so.kwargs_owned);

@@ -59,6 +59,10 @@ typedef struct server_config {
      * request's own value wins */
     sampler_params sampling;
     uint32_t sampling_set;
+    /* -n: a request's length when it gives none (-1: until the context is
+     * full; 0: not given: /completion runs to the context, chat too,
+     * /v1/completions 16 tokens, OpenAI's default) */
+    int64_t n_predict;
     /* --lora-modules: adapter i's model name (vLLM's), NULL where unnamed */
     const char *lora_names[MODEL_MAX_LORA];
 } server_config;

@@ -742,7 +742,7 @@ bool llama_parse(srv *s, const cJSON *body, api_req *r, api_error *err) {
     if (!cJSON_IsObject(body))
         return api_fail(err, 400, NULL, "the request body must be a JSON object");
     if (!check_fields(body, err) || !check_chat_parser(body, err)) return false;
-    int64_t n_predict = -1, seed = -1;
+    int64_t n_predict = s->cfg.n_predict ? s->cfg.n_predict : -1, seed = -1; /* (the server's -n) */
     bool ok = req_int(body, "n_predict", -1, INT32_MAX, &n_predict, err) &&
               req_int(body, "max_tokens", -1, INT32_MAX, &n_predict, err) &&
               req_int(body, "max_completion_tokens", -1, INT32_MAX, &n_predict, err) &&

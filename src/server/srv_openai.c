@@ -782,9 +782,10 @@ static bool parse_prompt_logprobs(const cJSON *b, api_req *r, api_error *err) {
     return true;
 }
 
-/* max_tokens: checked against the context; when absent, completions default
- * to 16 (OpenAI's default) and chat to whatever room the context and the pool
- * leave, so that a request never needs more blocks than the pool has. */
+/* max_tokens: checked against the context; when absent, the server's -n, else
+ * completions default to 16 (OpenAI's default) and chat to whatever room the
+ * context and the pool leave, so that a request never needs more blocks than
+ * the pool has. */
 static bool parse_max_tokens(srv *s, const cJSON *b, bool chat, bool echo, srv_job *j,
                              api_error *err) {
     const char *key =
@@ -821,9 +822,10 @@ static bool parse_max_tokens(srv *s, const cJSON *b, bool chat, bool echo, srv_j
         err->code = "context_length_exceeded";
         return false;
     }
-    if (max_tokens < 0) {
+    if (max_tokens < 0) { /* the server's -n, else OpenAI's defaults */
         max_tokens = room - n_prompt;
-        if (!chat && max_tokens > 16) max_tokens = 16;
+        if (s->cfg.n_predict > 0 && max_tokens > s->cfg.n_predict) max_tokens = s->cfg.n_predict;
+        else if (s->cfg.n_predict == 0 && !chat && max_tokens > 16) max_tokens = 16;
         if (max_tokens < 1) max_tokens = 1; /* the engine explains why it cannot run */
     }
     j->max_tokens = max_tokens;

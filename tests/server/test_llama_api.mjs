@@ -38,7 +38,7 @@ const overridden = await startServer(bin, ['-m', override.model, '-c', '512', '-
 // llama-server's sampling flags as every request's defaults
 const flagged = await startServer(bin, ['-m', 'tests/data/golden/models/qwen3-f32.gguf', '-c', '512',
   '--kv-type', 'f32', '--temp', '0', '--samplers', 'dry;top_k;temperature', '--top-k', '5', '--seed', '7',
-  '--dry-multiplier', '1e6', '--mirostat-ent', '4'], { cwd: root, name: 'flags' });
+  '--dry-multiplier', '1e6', '--mirostat-ent', '4', '-n', '3'], { cwd: root, name: 'flags' });
 
 const post = (body, p = '/completion') => rawRequest(server.url, { path: p, body: JSON.stringify(body) });
 async function ok(body, p) {
@@ -406,6 +406,14 @@ const tests = [
   ['the server\'s sampling flags: every request\'s defaults, on /completion and the OpenAI endpoints', async () => {
     const at = (body, p = '/completion') => rawRequest(flagged.url, { path: p, body: JSON.stringify(body) });
     const prompt = greedy.cases[0].prompt_ids;
+    // -n 3: the length of a request that gives none, on every endpoint
+    const short = await at({ prompt, return_tokens: true });
+    assertEq(short.json.tokens_predicted, 3, '/completion: -n 3');
+    for (const [p, body] of [['/v1/completions', { prompt }], ['/v1/chat/completions',
+      { messages: [{ role: 'user', content: 'hi' }] }]]) {
+      const u = (await at({ ...body, ignore_eos: true }, p)).json.usage;
+      assertEq(u.completion_tokens, 3, `${p}: -n 3`);
+    }
     const r = await at({ prompt, n_predict: 4, return_tokens: true });
     assertEq(r.status, 200, 'status');
     const g = r.json.generation_settings;
