@@ -261,6 +261,7 @@ char *srv_props(srv *s) {
     cJSON_AddBoolToObject(o, "endpoint_metrics", true);
     cJSON *gen = cJSON_AddObjectToObject(o, "default_generation_settings");
     cJSON_AddNumberToObject(gen, "n_ctx", (double)s->n_ctx);
+    cJSON_AddItemToObject(gen, "params", llama_default_settings(s));
     cJSON_AddStringToObject(o, "chat_template",
                             s->jinja && s->cfg.chat_template_src ? s->cfg.chat_template_src : "");
     char src[320];

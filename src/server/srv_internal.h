@@ -694,6 +694,10 @@ struct llama_req {
     int64_t n_decoded[SRV_MAX_N];
 };
 bool llama_parse(srv *s, const cJSON *body, api_req *r, api_error *err);
+/* generation_settings as a request that sets nothing gets them: llama's
+ * defaults with the server's sampling flags and -n (/props'
+ * default_generation_settings.params, as llama-server shows them). */
+cJSON *llama_default_settings(srv *s);
 /* llama-server's fields of its samplers beyond the default chain (typical_p,
  * top_n_sigma, xtc_*, dynatemp_*, min_keep, mirostat*, dry_*) into p; 400 on a bad value. */
 bool srv_parse_llama_samplers(const cJSON *b, sampler_params *p, api_error *err);

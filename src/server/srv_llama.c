@@ -670,6 +670,23 @@ static cJSON *settings_json(srv *s, const cJSON *b, const llama_req *q, const sr
     return g;
 }
 
+cJSON *llama_default_settings(srv *s) {
+    srv_job j = {.max_tokens = s->cfg.n_predict > 0 ? s->cfg.n_predict : -1};
+    llama_req q = {.random_seed = !(s->cfg.sampling_set & SAMPLER_SET_SEED)};
+    sampler_params_default(&j.sampling); /* llama's defaults, then the server's flags */
+    sampler_params_apply(&j.sampling, &s->cfg.sampling, s->cfg.sampling_set);
+    if (s->cfg.sampling_set & SAMPLER_SET_ORDER) { /* its list by llama's names */
+        q.samplers = cJSON_CreateArray();
+        for (const char *c = j.sampling.order; *c; c++)
+            cJSON_AddItemToArray(q.samplers, cJSON_CreateString(SMP_NAMES[sampler_char(*c)]));
+    }
+    cJSON *empty = cJSON_CreateObject();
+    cJSON *g = settings_json(s, empty, &q, &j, false);
+    cJSON_Delete(empty);
+    cJSON_Delete(q.samplers);
+    return g;
+}
+
 static cJSON *prompt_text(srv *s, const srv_job *j, int k) {
     kvl_buf t = {0};
     int64_t len;

@@ -419,6 +419,15 @@ const tests = [
     const g = r.json.generation_settings;
     assertEq([g.temperature, g.top_k, g.seed, g.dry_multiplier, g.mirostat_tau], [0, 5, 7, 1e6, 4], 'the flags');
     assertEq(g.samplers, ['dry', 'top_k', 'temperature'], '--samplers');
+    // /props shows them as llama-server does (default_generation_settings.params)
+    const props = (await rawRequest(flagged.url, { method: 'GET', path: '/props' })).json;
+    const dp = props.default_generation_settings.params;
+    assertEq([dp.temperature, dp.top_k, dp.seed, dp.n_predict, dp.dry_multiplier], [0, 5, 7, 3, 1e6], '/props');
+    assertEq(dp.samplers, ['dry', 'top_k', 'temperature'], '/props: the list');
+    const plain = (await rawRequest(server.url, { method: 'GET', path: '/props' })).json;
+    const pp = plain.default_generation_settings.params;
+    assertEq([Math.fround(pp.temperature), pp.top_k, pp.n_predict, pp.samplers.length],
+      [Math.fround(0.8), 40, -1, 9], '/props of a server without flags: llama\'s defaults');
     // temperature 0 by default: the greedy tokens, on /completion and on /v1/completions
     const greedyTokens = (await ok({ prompt, n_predict: 4, temperature: 0, return_tokens: true })).json.tokens;
     assertEq(r.json.tokens, greedyTokens, '/completion: greedy by the server\'s --temp 0');
