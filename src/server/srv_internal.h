@@ -701,6 +701,9 @@ cJSON *llama_default_settings(srv *s);
 /* llama-server's fields of its samplers beyond the default chain (typical_p,
  * top_n_sigma, xtc_*, dynatemp_*, min_keep, mirostat*, dry_*) into p; 400 on a bad value. */
 bool srv_parse_llama_samplers(const cJSON *b, sampler_params *p, api_error *err);
+/* llama-server's `samplers` list on the OpenAI endpoints: the samplers it
+ * leaves out off, the chain in its order; 400 on a bad list. */
+bool srv_parse_sampler_list(const cJSON *b, sampler_params *p, api_error *err);
 /* llama's tokenize_mixed: a string, or token ids and strings mixed, into ids
  * (malloc'd, *n of them): each string's tokens in its place, the first
  * element's with add_special (srv_encode_special) when it is a string; NULL

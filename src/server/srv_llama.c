@@ -373,7 +373,8 @@ static bool sampler_list(const cJSON *v, llama_req *q, bool on[SMP_OFF], char or
     *in_order = true;
     order[0] = 0;
     if (!v) return true;
-    cJSON *names = q->samplers = cJSON_CreateArray();
+    cJSON *names = cJSON_CreateArray();
+    if (q) q->samplers = names; /* (the OpenAI endpoints keep no names) */
     if (!cJSON_IsArray(v) && !cJSON_IsString(v))
         return api_fail(
             err, 400, "samplers",
@@ -394,8 +395,9 @@ static bool sampler_list(const cJSON *v, llama_req *q, bool on[SMP_OFF], char or
         }
         if (s == SMP_UNKNOWN)
             return api_fail(err, 400, "samplers", "samplers[%d]: unknown sampler", i);
-        cJSON_AddItemToArray(names,
-                             cJSON_CreateString(s == SMP_OFF ? off_name(letter) : SMP_NAMES[s]));
+        if (names)
+            cJSON_AddItemToArray(
+                names, cJSON_CreateString(s == SMP_OFF ? off_name(letter) : SMP_NAMES[s]));
         if (s == SMP_OFF) continue; /* its parameters keep it off (check_fields) */
         if (n == 15)
             return api_fail(err, 400, "samplers", "at most 15 samplers can run in one chain");
@@ -431,6 +433,39 @@ static bool parse_dry_breakers(const cJSON *b, sampler_params *p, api_error *err
         memcpy(at, e->valuestring, n);
         at += n + 1;
     }
+    return true;
+}
+
+/* The samplers a list left out, off (temperature: sampling at 1), and the
+ * list's order where it has one of its own or samplers the fast chain lacks
+ * (without a list: the general chain's default); mirostat replaces the list
+ * (llama runs temperature, then mirostat). */
+static void use_sampler_list(sampler_params *p, const bool on[SMP_OFF], const char order[16],
+                             bool in_order) {
+    if (p->mirostat != 0) return;
+    if (!on[SMP_PENALTIES]) p->repeat_penalty = 1, p->presence_penalty = p->frequency_penalty = 0;
+    if (!on[SMP_TOP_K]) p->top_k = 0;
+    if (!on[SMP_TOP_P]) p->top_p = 1;
+    if (!on[SMP_MIN_P]) p->min_p = 0;
+    if (!on[SMP_TEMPERATURE]) p->temperature = 1, p->dynatemp_range = 0;
+    if (!on[SMP_TOP_N_SIGMA]) p->top_n_sigma = 0;
+    if (!on[SMP_TYPICAL]) p->typical_p = 1;
+    if (!on[SMP_XTC]) p->xtc_probability = 0;
+    if (!on[SMP_DRY]) p->dry_multiplier = 0;
+    p->infill = on[SMP_INFILL];
+    if (!in_order || sampler_params_general(p)) memcpy(p->order, order, 16);
+}
+
+bool srv_parse_sampler_list(const cJSON *b, sampler_params *p, api_error *err) {
+    const cJSON *v = req_field(b, "samplers");
+    if (!v) return true; /* (the server's --samplers: already in p->order) */
+    bool on[SMP_OFF], in_order;
+    char order[16];
+    if (!sampler_list(v, NULL, on, order, &in_order, err)) return false;
+    if (on[SMP_INFILL])
+        return api_fail(err, 400, "samplers",
+                        "the infill sampler is served on /completion and /infill only");
+    use_sampler_list(p, on, order, in_order);
     return true;
 }
 
@@ -553,23 +588,7 @@ static bool parse_sampling(const srv *s, const cJSON *b, llama_req *q, srv_job *
     p->temperature = temp < 0 ? 0.0f : (float)temp; /* llama: below 0 is greedy too */
     p->top_k = (int32_t)(top_k < 0 ? 0 : top_k);
     p->penalty_last_n = (int32_t)last_n; /* -1: the whole context, as here the history */
-    /* mirostat replaces the list: llama runs temperature, then mirostat */
-    if (p->mirostat == 0) {
-        if (!on[SMP_PENALTIES])
-            p->repeat_penalty = 1, p->presence_penalty = p->frequency_penalty = 0;
-        if (!on[SMP_TOP_K]) p->top_k = 0;
-        if (!on[SMP_TOP_P]) p->top_p = 1;
-        if (!on[SMP_MIN_P]) p->min_p = 0;
-        if (!on[SMP_TEMPERATURE]) p->temperature = 1, p->dynatemp_range = 0;
-        if (!on[SMP_TOP_N_SIGMA]) p->top_n_sigma = 0;
-        if (!on[SMP_TYPICAL]) p->typical_p = 1;
-        if (!on[SMP_XTC]) p->xtc_probability = 0;
-        if (!on[SMP_DRY]) p->dry_multiplier = 0;
-        p->infill = on[SMP_INFILL];
-        /* the list's own order where it has one of its own, or samplers the
-         * fast chain lacks (without a list: the general chain's default) */
-        if (!in_order || sampler_params_general(p)) memcpy(p->order, order, sizeof order);
-    }
+    use_sampler_list(p, on, order, in_order);
     if (p->infill && sampler_params_general(p))
         return api_fail(err, 400, "samplers",
                         "the infill sampler runs here only in llama's default order (penalties, "

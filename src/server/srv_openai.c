@@ -45,7 +45,7 @@ static const known_field KNOWN_FIELDS[] = {
     {"xtc_threshold", F_BOTH}, {"dynatemp_range", F_BOTH}, {"dynatemp_exponent", F_BOTH},
     {"min_keep", F_BOTH}, {"mirostat", F_BOTH}, {"mirostat_tau", F_BOTH}, {"mirostat_eta", F_BOTH},
     {"dry_multiplier", F_BOTH}, {"dry_base", F_BOTH}, {"dry_allowed_length", F_BOTH},
-    {"dry_penalty_last_n", F_BOTH}, {"dry_sequence_breakers", F_BOTH},
+    {"dry_penalty_last_n", F_BOTH}, {"dry_sequence_breakers", F_BOTH}, {"samplers", F_BOTH},
     {"ignore_eos", F_BOTH}, {"cache_salt", F_BOTH}, {"lora", F_BOTH}, {"return_tokens_as_token_ids", F_BOTH},
     {"speculative", F_BOTH}, /* own: false opts out of --spec (same output, plain decode) */
     {"add_generation_prompt", F_CHAT}, {"continue_final_message", F_CHAT},
@@ -652,12 +652,13 @@ static bool parse_sampling(const srv *s, const cJSON *b, srv_job *j, api_error *
               req_float(b, "frequency_penalty", -2, 2, &p->frequency_penalty, err) &&
               req_float(b, "repetition_penalty", 0, 100, &p->repeat_penalty, err) &&
               opt_seed(b, &p->seed, err) && srv_parse_llama_samplers(b, p, err);
+    if (ok) p->top_k = (int32_t)(top_k < 0 ? 0 : top_k); /* (before the list switches it off) */
+    ok = ok && srv_parse_sampler_list(b, p, err);
     if (!ok) return false;
     if (p->top_p <= 0 && req_field(b, "top_p")) /* (a server's --top-p 0 is its own) */
         return api_fail(err, 400, "top_p", "'top_p' must be in (0, 1]");
     if (p->repeat_penalty <= 0)
         return api_fail(err, 400, "repetition_penalty", "'repetition_penalty' must be positive");
-    p->top_k = (int32_t)(top_k < 0 ? 0 : top_k);
     j->vary_seed = p->temperature > 0;
     return true;
 }

@@ -518,6 +518,17 @@ const tests = [
     const oa = await ok({ prompt, max_tokens: 6, temperature: 1, top_n_sigma: 1e-6, seed: 7 }, '/v1/completions');
     const oaGreedy = await ok({ prompt, max_tokens: 6, temperature: 0 }, '/v1/completions');
     assertEq(oa.json.choices[0].text, oaGreedy.json.choices[0].text, '/v1/completions top_n_sigma: greedy');
+    // llama-server's samplers list there too: top_k 1 (then temperature 1.5) is greedy
+    const oaList = await ok({ prompt, max_tokens: 6, temperature: 1.5, top_k: 1, seed: 3,
+      samplers: ['top_k', 'temperature'] }, '/v1/completions');
+    assertEq(oaList.json.choices[0].text, oaGreedy.json.choices[0].text, '/v1/completions samplers: greedy');
+    const oaOff = await ok({ prompt, max_tokens: 6, temperature: 0, top_k: 1, samplers: ['top_p'] },
+      '/v1/completions'); // temperature left out of the list: sampling at 1, top_k off
+    assert(oaOff.status === 200, 'a list without temperature');
+    for (const [list, what] of [[['infill'], 'the infill sampler'], [['bogus'], 'an unknown sampler']]) {
+      const bad = await post({ prompt, max_tokens: 2, samplers: list }, '/v1/completions');
+      assertEq([bad.status, bad.json.error.param], [400, 'samplers'], `/v1/completions: ${what}`);
+    }
   }],
 ];
 
