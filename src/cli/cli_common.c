@@ -121,6 +121,94 @@ static void habit_note(const char *flag, const char *what) {
     fprintf(stderr, "kvllm: note: %s: %s\n", flag, what);
 }
 
+/* More of llama.cpp's (llama-server's) flags, with a value (takes) or not:
+ * noted as above, or refused (refuse) where they would change the output in a
+ * way kvllm does not, saying what to do instead. */
+static const char NO_GPU[] = "no GPU here: every tensor is on the CPU";
+static const char ROPE[] = "kvllm reads the rope from the GGUF: to change it, --override-kv "
+                           "ARCH.rope.freq_base=float:N (or another rope key)";
+static const struct {
+    const char *flag;
+    bool takes, refuse;
+    const char *what;
+} LLAMA_HABITS[] = {
+    {"-ot", true, false, NO_GPU},
+    {"--override-tensor", true, false, NO_GPU},
+    {"--n-cpu-moe", true, false, NO_GPU},
+    {"-ncmoe", true, false, NO_GPU},
+    {"--cpu-moe", false, false, NO_GPU},
+    {"-cmoe", false, false, NO_GPU},
+    {"-nkvo", false, false, NO_GPU},
+    {"--no-kv-offload", false, false, NO_GPU},
+    {"-sm", true, false, NO_GPU},
+    {"--split-mode", true, false, NO_GPU},
+    {"-mg", true, false, NO_GPU},
+    {"--main-gpu", true, false, NO_GPU},
+    {"-ts", true, false, NO_GPU},
+    {"--tensor-split", true, false, NO_GPU},
+    {"-dev", true, false, NO_GPU},
+    {"--device", true, false, NO_GPU},
+    {"-tb", true, false, "prefill and decode both run on -t's threads"},
+    {"--threads-batch", true, false, "prefill and decode both run on -t's threads"},
+    {"--numa", true, false, "kvllm places no memory by NUMA node"},
+    {"--cache-reuse", true, false,
+     "the prefix cache reuses a prompt's exact leading blocks; llama's reuse of shifted chunks "
+     "is not done (the output is the same)"},
+    {"--no-warmup", false, false, "kvllm runs no warm-up pass"},
+    {"--props", false, false, "GET /props always answers; POST /props is not served"},
+    {"--swa-full", false, false,
+     "sliding-window layers keep their window's blocks (the output is the same)"},
+    {"-kvu", false, false, "one paged KV pool serves every sequence already"},
+    {"--kv-unified", false, false, "one paged KV pool serves every sequence already"},
+    {"--no-context-shift", false, false,
+     "kvllm never shifts the context (a request that does not fit is refused)"},
+    {"--keep", true, false, "kvllm never shifts the context: nothing to keep"},
+    {"--defrag-thold", true, false, "a paged KV cache needs no defragmentation"},
+    {"-dt", true, false, "a paged KV cache needs no defragmentation"},
+    {"--offline", false, false, "kvllm never downloads"},
+    {"--draft-min", true, false, "drafts are --spec-k tokens long (adapted as they are accepted)"},
+    {"--draft-p-min", true, false,
+     "drafts are --spec-k tokens long (adapted as they are accepted)"},
+    {"--context-shift", false, true,
+     "kvllm does not shift the context: a request longer than it gets a 400"},
+    {"--rope-scaling", true, true, ROPE},
+    {"--rope-scale", true, true, ROPE},
+    {"--rope-freq-base", true, true, ROPE},
+    {"--rope-freq-scale", true, true, ROPE},
+    {"--yarn-orig-ctx", true, true, ROPE},
+    {"--yarn-ext-factor", true, true, ROPE},
+    {"--yarn-attn-factor", true, true, ROPE},
+    {"--yarn-beta-slow", true, true, ROPE},
+    {"--yarn-beta-fast", true, true, ROPE},
+    {"--mmproj", true, true, "kvllm serves text models only (no multimodal projector)"},
+    {"--mmproj-url", true, true, "kvllm serves text models only (no multimodal projector)"},
+    {"--special", false, true, "special tokens' text is not written into the output here"},
+    {"--path", true, true, "kvllm serves its own pages (--no-webui switches them off)"},
+    {"-hf", true, true, "kvllm does not download: give the GGUF file with -m"},
+    {"--hf-repo", true, true, "kvllm does not download: give the GGUF file with -m"},
+    {"-mu", true, true, "kvllm does not download: give the GGUF file with -m"},
+    {"--model-url", true, true, "kvllm does not download: give the GGUF file with -m"},
+};
+
+/* A flag of LLAMA_HABITS: 2 flag and value used, 1 a switch used, 0 not one,
+ * -1 refused or its value missing. */
+static int llama_habit(const char *f, const char *v) {
+    for (size_t k = 0; k < sizeof LLAMA_HABITS / sizeof *LLAMA_HABITS; k++) {
+        if (strcmp(f, LLAMA_HABITS[k].flag) != 0) continue;
+        if (LLAMA_HABITS[k].refuse) {
+            fprintf(stderr, "kvllm: %s is not supported: %s\n", f, LLAMA_HABITS[k].what);
+            return -1;
+        }
+        if (LLAMA_HABITS[k].takes && !v) {
+            fprintf(stderr, "kvllm: %s: missing value\n", f);
+            return -1;
+        }
+        habit_note(f, LLAMA_HABITS[k].what);
+        return LLAMA_HABITS[k].takes ? 2 : 1;
+    }
+    return 0;
+}
+
 /* The sampling field each sampling flag sets (kvllm serve: the requests'
  * default for it, as llama-server takes these flags). */
 static const struct {
@@ -189,7 +277,7 @@ static bool apply_flag(cli_opts *o, const char *f, const char *v, bool *unknown)
     for (size_t k = 0; k < sizeof SAMPLING_FLAGS / sizeof *SAMPLING_FLAGS; k++)
         if (IS(SAMPLING_FLAGS[k].flag)) o->sampling_set |= SAMPLING_FLAGS[k].set;
     if (IS("-m") || IS("--model")) o->model_path = v;
-    else if (IS("--model-draft")) o->model_draft = v;
+    else if (IS("--model-draft") || IS("-md")) o->model_draft = v;
     else if (IS("-p") || IS("--prompt")) o->prompt = v;
     else if (IS("-f") || IS("--file")) o->prompt_file = v;
     else if (IS("--prompt-ids") || IS("--ids")) o->prompt_ids = v;
@@ -343,9 +431,9 @@ static bool apply_flag(cli_opts *o, const char *f, const char *v, bool *unknown)
             return false;
         }
         o->spec = (int)m;
-    } else if (IS("--spec-k")) {
+    } else if (IS("--spec-k") || IS("--draft-max") || IS("--draft")) { /* (llama's names) */
         if (!parse_i64(f, v, &i) || i < 1 || i > ENGINE_SPEC_MAX_K) {
-            fprintf(stderr, "kvllm: --spec-k: must be 1..%d\n", ENGINE_SPEC_MAX_K);
+            fprintf(stderr, "kvllm: %s: must be 1..%d\n", f, ENGINE_SPEC_MAX_K);
             return false;
         }
         o->spec_k = (int)i;
@@ -385,6 +473,7 @@ static bool apply_switch(cli_opts *o, const char *f) {
     else if (IS("--no-kv-cache")) o->no_kv_cache = true;
     else if (IS("--spec-fixed")) o->spec_fixed = true;
     else if (IS("--no-repack") || IS("-nr")) o->no_repack = true;
+    else if (IS("--log-disable")) kvl_log_level = KVL_LOG_ERROR; /* llama's: errors only */
     else if (IS("--lora-init-without-apply")) o->lora_init_without_apply = true;
     else if (IS("-v") || IS("--verbose")) o->verbose = true;
     else return false;
@@ -405,6 +494,12 @@ bool cli_parse_ex(int argc, char **argv, cli_opts *o, cli_extra_fn extra, void *
             }
         }
         if (apply_switch(o, f)) continue;
+        const int habit = llama_habit(f, i + 1 < argc ? argv[i + 1] : NULL);
+        if (habit < 0) return false;
+        if (habit > 0) {
+            i += habit - 1;
+            continue;
+        }
         if (f[0] != '-') {
             fprintf(stderr, "kvllm: unexpected argument '%s'\n", f);
             return false;

@@ -207,8 +207,12 @@ static int serve_flag(const char *f, const char *v, void *ctx) {
     if (sw) return sw;
 #define IS(name) (strcmp(f, name) == 0)
     const server_setting *st = NULL;
+    /* llama-server's names of two settings */
+    const char *name = IS("--threads-http") ? "--http-threads"
+                       : IS("--timeout")    ? "--request-timeout"
+                                            : f;
     for (int i = 0; i < server_n_settings && !st; i++)
-        if (IS(server_settings[i].flag)) st = &server_settings[i];
+        if (strcmp(name, server_settings[i].flag) == 0) st = &server_settings[i];
     bool ours = st || IS("--host") || IS("--api-key") || IS("--served-model-name") ||
                 IS("--alias") || IS("-np") || IS("--parallel") || IS("--chat-template") ||
                 IS("--chat-template-file") || IS("--kv-memory") || IS("--max-batch-tokens") ||

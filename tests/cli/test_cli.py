@@ -128,6 +128,22 @@ out = serve_pool_line(['--jinja', '-ngl', '99', '-fa', 'on', '-np', '3', '-ctk',
 check('K q8_0, V f16' in out and 'max 3 running' in out and all(
     f'note: {f}:' in out for f in ('--jinja', '-ngl', '-fa', '--metrics', '-cb', '--mlock')),
     f'serve with llama-server flags ({out[-400:]})')
+# more of llama-server's habits: GPU placement, batch threads, cache reuse noted; its names of
+# two settings used (--threads-http, --timeout); what would change the output refused, naming
+# what to do instead; kvllm run's own flags refused by serve
+out = serve_pool_line(['-ot', 'exps=CPU', '--n-cpu-moe', '8', '-tb', '2', '--cache-reuse', '256',
+                       '--no-warmup', '--threads-http', '3', '--timeout', '60', '--draft-max', '8'])
+check(all(f'note: {f}:' in out for f in ('-ot', '--n-cpu-moe', '-tb', '--cache-reuse', '--no-warmup'))
+      and 'KV pool' in out, f'serve with more llama-server flags ({out[-400:]})')
+for flags, why in ((['--rope-freq-base', '1e4'], '--override-kv'), (['--mmproj', 'x.gguf'], 'text models'),
+                   (['--context-shift'], 'does not shift'), (['-hf', 'org/repo'], '-m')):
+    r = run(['serve', '-m', MODEL, '--port', '0'] + flags)
+    check(r.returncode != 0 and 'not supported' in r.stderr and why in r.stderr,
+          f'serve {flags[0]}: refused naming what to do ({r.stderr[-200:]})')
+r = run(['serve', '-m', MODEL, '--port', '0', '-p', 'hello'])
+check(r.returncode != 0 and 'kvllm run' in r.stderr, f'serve -p: refused ({r.stderr[-200:]})')
+r = run(['run', '-m', MODEL, '-p', 'x', '-n', '1', '--draft-max', '0'])
+check(r.returncode != 0 and '--draft-max: must be' in r.stderr, f'--draft-max is --spec-k ({r.stderr[-200:]})')
 r = run(['run', '-p', 'x', '-n', '1', '-fa', 'sometimes'])
 check(r.returncode != 0 and '-fa: on, off or auto' in r.stderr, f'-fa sometimes: refused ({r.stderr[-200:]})')
 
