@@ -303,7 +303,7 @@ static bool apply_flag(cli_opts *o, const char *f, const char *v, bool *unknown)
     else if (IS("--frequency-penalty")) return parse_f32(f, v, &o->req.sampling.frequency_penalty);
     else if (IS("--typical") || IS("--typical-p")) {
         if (!parse_f32(f, v, &o->req.sampling.typical_p)) return false;
-        if (o->req.sampling.typical_p <= 0) o->req.sampling.typical_p = 1e-30f; /* llama's <= 0 */
+        o->req.sampling.typical_p = sampler_typical_from_llama(o->req.sampling.typical_p);
     } else if (IS("--top-nsigma") || IS("--top-n-sigma"))
         return parse_f32(f, v, &o->req.sampling.top_n_sigma);
     else if (IS("--xtc-probability")) return parse_f32(f, v, &o->req.sampling.xtc_probability);

@@ -60,6 +60,17 @@ typedef struct sampler_params {
 
 void sampler_params_default(sampler_params *p);
 
+/* llama's typ_p as sampler_params keeps it, and back: at or below 0 llama
+ * keeps the single most typical token (its cut passes at the first step), but
+ * 0 is "off" here, so such a value is kept as the smallest positive one. */
+#define SAMPLER_TYPICAL_ONE 1e-30f
+static inline float sampler_typical_from_llama(float typ_p) {
+    return typ_p <= 0.0f ? SAMPLER_TYPICAL_ONE : typ_p;
+}
+static inline float sampler_typical_to_llama(float typical_p) {
+    return typical_p == SAMPLER_TYPICAL_ONE ? 0.0f : typical_p;
+}
+
 /* llama's letter of a sampler by any of its names and aliases, in any case
  * ("top_k", "top-k", "topk" -> 'k'; "typ_p", "typ" -> 'y'; "temp" -> 't';
  * also 'i' infill and 'a' adaptive_p); 0 for a name it does not have. */

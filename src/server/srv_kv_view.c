@@ -286,8 +286,7 @@ static cJSON *slot_params(const engine_seq_view *q) {
     cJSON_AddNumberToObject(p, "max_tokens", (double)q->max_tokens);
     cJSON_AddBoolToObject(p, "ignore_eos", q->ignore_eos);
     cJSON_AddNumberToObject(p, "n_probs", q->top_logprobs);
-    cJSON_AddNumberToObject(p, "typical_p",
-                            sp->typical_p > 0 && sp->typical_p < 1e-20f ? 0.0 : sp->typical_p);
+    cJSON_AddNumberToObject(p, "typical_p", sampler_typical_to_llama(sp->typical_p));
     cJSON_AddNumberToObject(p, "top_n_sigma", sp->top_n_sigma > 0 ? sp->top_n_sigma : -1.0);
     cJSON_AddNumberToObject(p, "dynatemp_range", sp->dynatemp_range);
     cJSON_AddNumberToObject(p, "dynatemp_exponent", sp->dynatemp_exponent);

@@ -495,9 +495,7 @@ bool srv_parse_llama_samplers(const cJSON *b, sampler_params *p, api_error *err)
     if (!ok) return false;
     p->dry_allowed_length = (int32_t)dry_allowed;
     p->dry_penalty_last_n = (int32_t)dry_last_n;
-    /* llama's typ_p at or below 0 keeps the single most typical token (the
-     * cut's first step already passes it); sampler_params' 0 means off */
-    if (p->typical_p <= 0) p->typical_p = 1e-30f;
+    p->typical_p = sampler_typical_from_llama(p->typical_p);
     p->min_keep = (int32_t)min_keep;
     p->mirostat = (int32_t)mirostat;
     return true;
@@ -620,8 +618,7 @@ static cJSON *settings_json(srv *s, const cJSON *b, const llama_req *q, const sr
     cJSON_AddNumberToObject(g, "top_n_sigma", p->top_n_sigma > 0 ? p->top_n_sigma : -1);
     cJSON_AddNumberToObject(g, "xtc_probability", p->xtc_probability);
     cJSON_AddNumberToObject(g, "xtc_threshold", p->xtc_threshold);
-    cJSON_AddNumberToObject(g, "typical_p",
-                            p->typical_p > 0 && p->typical_p < 1e-20f ? 0 : p->typical_p);
+    cJSON_AddNumberToObject(g, "typical_p", sampler_typical_to_llama(p->typical_p));
     cJSON_AddNumberToObject(g, "repeat_last_n",
                             p->penalty_last_n < 0 ? (double)s->n_ctx : p->penalty_last_n);
     cJSON_AddNumberToObject(g, "repeat_penalty", p->repeat_penalty);
