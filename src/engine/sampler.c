@@ -727,14 +727,14 @@ static int cmp_breaker(const void *a, const void *b) {
 static bool add_breaker(sampler *s, int32_t head, const int32_t *tail, int32_t n_tail) {
     for (int32_t i = 0; i < s->n_breakers; i++) /* no duplicate (head, tail) */
         if (s->breakers[i].head == head && s->breakers[i].n_tail == n_tail &&
-            !memcmp(s->breakers[i].tail, tail, (size_t)n_tail * sizeof *tail))
+            (n_tail == 0 || !memcmp(s->breakers[i].tail, tail, (size_t)n_tail * sizeof *tail)))
             return true;
     if (!kvl_grow((void **)&s->breakers, &s->cap_breakers, (size_t)s->n_breakers + 1,
                   sizeof *s->breakers, 16))
         return false;
     dry_breaker *b = &s->breakers[s->n_breakers++];
     b->head = head, b->n_tail = n_tail;
-    memcpy(b->tail, tail, (size_t)n_tail * sizeof *tail);
+    if (n_tail > 0) memcpy(b->tail, tail, (size_t)n_tail * sizeof *tail);
     return true;
 }
 
@@ -780,7 +780,8 @@ static bool dry_prepare(sampler *s) {
         for (const char *b = s->p.dry_breakers, *end = b + SAMPLER_DRY_BREAKERS; b < end && *b;
              b += strnlen(b, (size_t)(end - b)) + 1)
             if (!breaker_tokens(s, b, strnlen(b, (size_t)(end - b)))) return false;
-    qsort(s->breakers, (size_t)s->n_breakers, sizeof *s->breakers, cmp_breaker);
+    if (s->n_breakers > 1) /* (none: the array is NULL) */
+        qsort(s->breakers, (size_t)s->n_breakers, sizeof *s->breakers, cmp_breaker);
     s->breakers_ready = true;
     return true;
 }

@@ -373,8 +373,7 @@ static bool sampler_list(const cJSON *v, llama_req *q, bool on[SMP_OFF], char or
     *in_order = true;
     order[0] = 0;
     if (!v) return true;
-    cJSON *names = cJSON_CreateArray();
-    if (q) q->samplers = names; /* (the OpenAI endpoints keep no names) */
+    cJSON *names = q ? (q->samplers = cJSON_CreateArray()) : NULL; /* (OpenAI's: none kept) */
     if (!cJSON_IsArray(v) && !cJSON_IsString(v))
         return api_fail(
             err, 400, "samplers",
