@@ -30,6 +30,12 @@ typedef struct cli_opts {
     bool dry_breakers_given; /* the first --dry-sequence-breaker replaces llama's defaults */
     uint32_t sampling_set;   /* SAMPLER_SET_* of the sampling flags given (serve: defaults) */
     bool n_predict_given;    /* -n was given (serve: the requests' default length) */
+    /* llama.cpp's rope flags, turned into the GGUF keys they stand for
+     * (cli_apply_overrides): NULL / 0 where not given */
+    const char *rope_scaling; /* --rope-scaling none|linear|yarn */
+    float rope_factor;        /* --rope-scale N, or 1 / --rope-freq-scale */
+    float rope_freq_base;     /* --rope-freq-base */
+    int64_t yarn_orig_ctx;    /* --yarn-orig-ctx */
     const char *stop[CLI_MAX_STOP];
     bool json, no_bos, parse_special, no_kv_cache, no_repack, verbose;
     int block_size;
@@ -72,6 +78,10 @@ bool cli_apply_overrides(const cli_opts *o, gguf_file *f);
  * the flag is not its own, -1 on a bad value (after printing why). value may be NULL. */
 typedef int (*cli_extra_fn)(const char *flag, const char *value, void *ctx);
 bool cli_parse_ex(int argc, char **argv, cli_opts *o, cli_extra_fn extra, void *ctx);
+/* The GGUF keys llama.cpp's rope flags stand for, as --override-kv specs of
+ * f's architecture; returns how many (-1: f names no architecture, said). */
+#define CLI_ROPE_SPECS 4
+int cli_rope_overrides(const cli_opts *o, const gguf_file *f, char spec[CLI_ROPE_SPECS][192]);
 void cli_usage(FILE *out);
 
 /* Loaded model + vocab. */

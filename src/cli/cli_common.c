@@ -125,8 +125,9 @@ static void habit_note(const char *flag, const char *what) {
  * noted as above, or refused (refuse) where they would change the output in a
  * way kvllm does not, saying what to do instead. */
 static const char NO_GPU[] = "no GPU here: every tensor is on the CPU";
-static const char ROPE[] = "kvllm reads the rope from the GGUF: to change it, --override-kv "
-                           "ARCH.rope.freq_base=float:N (or another rope key)";
+static const char ROPE[] = "kvllm takes --rope-scaling, --rope-scale, --rope-freq-scale, "
+                           "--rope-freq-base and --yarn-orig-ctx; the other YaRN parameters "
+                           "through --override-kv ARCH.rope.scaling.* keys";
 static const struct {
     const char *flag;
     bool takes, refuse;
@@ -190,11 +191,6 @@ static const struct {
      "a schema is a request's field here (json_schema, response_format)"},
     {"--context-shift", false, true,
      "kvllm does not shift the context: a request longer than it gets a 400"},
-    {"--rope-scaling", true, true, ROPE},
-    {"--rope-scale", true, true, ROPE},
-    {"--rope-freq-base", true, true, ROPE},
-    {"--rope-freq-scale", true, true, ROPE},
-    {"--yarn-orig-ctx", true, true, ROPE},
     {"--yarn-ext-factor", true, true, ROPE},
     {"--yarn-attn-factor", true, true, ROPE},
     {"--yarn-beta-slow", true, true, ROPE},
@@ -363,6 +359,27 @@ static bool apply_flag(cli_opts *o, const char *f, const char *v, bool *unknown)
             return false;
         }
         memcpy(b + at, v, n);
+    } else if (IS("--rope-scaling")) { /* llama.cpp's rope flags (cli_apply_overrides) */
+        if (strcmp(v, "none") && strcmp(v, "linear") && strcmp(v, "yarn")) {
+            fprintf(stderr, "kvllm: --rope-scaling: none, linear or yarn\n");
+            return false;
+        }
+        o->rope_scaling = v;
+    } else if (IS("--rope-scale") || IS("--rope-freq-scale") || IS("--rope-freq-base")) {
+        float x;
+        if (!parse_f32(f, v, &x)) return false;
+        if (!(x > 0) || !isfinite(x)) {
+            fprintf(stderr, "kvllm: %s: must be positive\n", f);
+            return false;
+        }
+        if (IS("--rope-freq-base")) o->rope_freq_base = x;
+        else o->rope_factor = IS("--rope-scale") ? x : 1.0f / x; /* llama: scale = 1 / factor */
+    } else if (IS("--yarn-orig-ctx")) {
+        if (!parse_i64(f, v, &i) || i < 1 || i > (1 << 30)) {
+            fprintf(stderr, "kvllm: --yarn-orig-ctx: must be 1..%d\n", 1 << 30);
+            return false;
+        }
+        o->yarn_orig_ctx = i;
     } else if (IS("--samplers")) {
         return parse_sampler_names(f, v, o->req.sampling.order);
     } else if (IS("--sampling-seq") || IS("--sampler-seq")) {
@@ -642,10 +659,40 @@ static bool load_draft(const cli_opts *o, const char *main_path, cli_model *cm) 
     return ok;
 }
 
+int cli_rope_overrides(const cli_opts *o, const gguf_file *f, char spec[CLI_ROPE_SPECS][192]) {
+    int n = 0;
+    const char *arch = NULL;
+    size_t alen = 0;
+    if (!o->rope_scaling && !(o->rope_factor > 0) && !(o->rope_freq_base > 0) &&
+        o->yarn_orig_ctx <= 0)
+        return 0;
+    if (!gguf_get_str(f, "general.architecture", &arch, &alen) || alen > 64) {
+        fprintf(stderr, "kvllm: %s: no general.architecture for the rope flags\n", gguf_path(f));
+        return -1;
+    }
+    if (o->rope_scaling)
+        snprintf(spec[n++], 192, "%.*s.rope.scaling.type=str:%s", (int)alen, arch, o->rope_scaling);
+    if (o->rope_factor > 0)
+        snprintf(spec[n++], 192, "%.*s.rope.scaling.factor=float:%.9g", (int)alen, arch,
+                 o->rope_factor);
+    if (o->rope_freq_base > 0)
+        snprintf(spec[n++], 192, "%.*s.rope.freq_base=float:%.9g", (int)alen, arch,
+                 o->rope_freq_base);
+    if (o->yarn_orig_ctx > 0)
+        snprintf(spec[n++], 192, "%.*s.rope.scaling.original_context_length=int:%lld", (int)alen,
+                 arch, (long long)o->yarn_orig_ctx);
+    return n;
+}
+
 bool cli_apply_overrides(const cli_opts *o, gguf_file *f) {
-    for (int i = 0; i < o->n_override_kv; i++) {
+    /* llama.cpp's rope flags as the keys they stand for (its context params
+     * take the same values from either), then --override-kv, which wins */
+    char spec[CLI_ROPE_SPECS][192];
+    const int n = cli_rope_overrides(o, f, spec);
+    if (n < 0) return false;
+    for (int i = 0; i < n + o->n_override_kv; i++) {
         kvl_error err = {{0}};
-        if (!gguf_override_kv(f, o->override_kv[i], &err)) {
+        if (!gguf_override_kv(f, i < n ? spec[i] : o->override_kv[i - n], &err)) {
             fprintf(stderr, "kvllm: %s: %s\n", gguf_path(f), err.msg);
             return false;
         }

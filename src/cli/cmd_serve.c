@@ -362,7 +362,13 @@ static bool engine_settings(const cli_opts *o, serve_opts *so, const cli_model *
             const char *one[1] = {hex};
             kv_disk_model_id_extend(so->disk.model_id, one, 1);
         }
-        /* the file read with other metadata computes other K/V */
+        /* the file read with other metadata computes other K/V (the rope
+         * flags' keys, then --override-kv) */
+        char rope[CLI_ROPE_SPECS][192];
+        const char *specs[CLI_ROPE_SPECS];
+        const int n_rope = cli_rope_overrides(o, gf, rope);
+        for (int i = 0; i < n_rope; i++) specs[i] = rope[i];
+        kv_disk_model_id_extend(so->disk.model_id, specs, n_rope);
         kv_disk_model_id_extend(so->disk.model_id, o->override_kv, o->n_override_kv);
         uint64_t pin = 0;
         if (so->kv_disk_pin_max &&

@@ -77,6 +77,8 @@ static void common_options(FILE *out) {
             "  --sampling-seq edskypmxt (llama's samplers, in that order; --samplers "
             "\"top_k;temperature\" by name)\n"
             "  (kvllm serve: each sampling flag is every request's default for its field)\n"
+            "  --rope-scaling none|linear|yarn --rope-scale N --rope-freq-scale N\n"
+            "  --rope-freq-base N --yarn-orig-ctx N   (llama.cpp's: the GGUF's rope keys)\n"
             "  --stop STRING (repeatable)  --ignore-eos  --no-bos  --parse-special\n"
             "  --json  --top-logprobs K\n"
             "  --block-size N (default 16)  --kv-blocks N  --no-kv-cache\n"

@@ -7,6 +7,7 @@ conversation whose second turn takes the first turn's prompt from the KV cache;
 usage: test_cli.py KVLLM_BINARY REPO_ROOT
 """
 import re
+import os
 import subprocess
 import sys
 
@@ -135,7 +136,7 @@ out = serve_pool_line(['-ot', 'exps=CPU', '--n-cpu-moe', '8', '-tb', '2', '--cac
                        '--no-warmup', '--threads-http', '3', '--timeout', '60', '--draft-max', '8'])
 check(all(f'note: {f}:' in out for f in ('-ot', '--n-cpu-moe', '-tb', '--cache-reuse', '--no-warmup'))
       and 'KV pool' in out, f'serve with more llama-server flags ({out[-400:]})')
-for flags, why in ((['--rope-freq-base', '1e4'], '--override-kv'), (['--mmproj', 'x.gguf'], 'text models'),
+for flags, why in ((['--yarn-ext-factor', '1'], '--override-kv'), (['--mmproj', 'x.gguf'], 'text models'),
                    (['--context-shift'], 'does not shift'), (['-hf', 'org/repo'], '-m'),
                    (['--ssl-key-file', 'k.pem'], 'TLS proxy')):
     r = run(['serve', '-m', MODEL, '--port', '0'] + flags)
@@ -145,6 +146,22 @@ r = run(['serve', '-m', MODEL, '--port', '0', '-p', 'hello'])
 check(r.returncode != 0 and 'kvllm run' in r.stderr, f'serve -p: refused ({r.stderr[-200:]})')
 r = run(['run', '-m', MODEL, '-p', 'x', '-n', '1', '--draft-max', '0'])
 check(r.returncode != 0 and '--draft-max: must be' in r.stderr, f'--draft-max is --spec-k ({r.stderr[-200:]})')
+# llama.cpp's rope flags (--rope-scaling, --rope-scale, --rope-freq-scale, --rope-freq-base,
+# --yarn-orig-ctx) as the GGUF keys they stand for: the first token and its top 10 as
+# llama-server computed them with the same flags (tests/data/llama_server/rope_flags.json)
+rope = json.load(open(os.path.join(ROOT, 'tests/data/llama_server/rope_flags.json')))
+ids = ','.join(map(str, rope['prompt_ids']))
+firsts = set()
+for case in rope['cases']:
+    r = run(['run', '-m', 'tests/data/golden/models/qwen3-f32.gguf', '--prompt-ids', ids, '-n', '1',
+             '--temp', '0', '--top-logprobs', '10', '--json', '-c', '512', '--kv-type', 'f32'] + case['flags'])
+    ev = json.loads(r.stdout.splitlines()[0]) if r.returncode == 0 and r.stdout else {}
+    got = {t['id']: t['logprob'] for t in ev.get('top_logprobs', [])}
+    worst = max((abs(got[t['id']] - t['logprob']) if t['id'] in got else 99) for t in case['top'])
+    firsts.add(ev.get('id'))
+    check(ev.get('id') == case['id'] and worst < 1e-3,
+          f"rope flags {case['flags']}: llama-server's token {case['id']} and top 10 (worst {worst:.2g})")
+check(len(firsts) >= 4, f'the rope flags change the answer ({sorted(firsts, key=str)})')
 r = run(['run', '-p', 'x', '-n', '1', '-fa', 'sometimes'])
 check(r.returncode != 0 and '-fa: on, off or auto' in r.stderr, f'-fa sometimes: refused ({r.stderr[-200:]})')
 
