@@ -345,20 +345,15 @@ static bool apply_flag(cli_opts *o, const char *f, const char *v, bool *unknown)
                                      : &o->req.sampling.dry_penalty_last_n) = (int32_t)i;
     } else if (IS("--dry-sequence-breaker")) {
         /* llama's: each adds one, the first replaces the defaults, "none" clears them */
-        char *b = o->req.sampling.dry_breakers;
         if (!o->dry_breakers_given || strcmp(v, "none") == 0)
-            memset(b, 0, sizeof o->req.sampling.dry_breakers);
+            memset(o->req.sampling.dry_breakers, 0, sizeof o->req.sampling.dry_breakers);
         o->dry_breakers_given = true;
         if (strcmp(v, "none") == 0) return true;
-        size_t at = 0, n = strlen(v);
-        while (at < SAMPLER_DRY_BREAKERS && b[at]) at += strlen(b + at) + 1;
-        n = n < SAMPLER_DRY_BREAKER_MAX ? n : SAMPLER_DRY_BREAKER_MAX;
-        if (n == 0 || at + n + 2 > SAMPLER_DRY_BREAKERS) {
+        if (!v[0] || !sampler_dry_breaker_add(&o->req.sampling, v)) {
             fprintf(stderr, "kvllm: %s: empty, or more than %d bytes of breakers\n", f,
                     SAMPLER_DRY_BREAKERS - 2);
             return false;
         }
-        memcpy(b + at, v, n);
     } else if (IS("--rope-scaling")) { /* llama.cpp's rope flags (cli_apply_overrides) */
         if (strcmp(v, "none") && strcmp(v, "linear") && strcmp(v, "yarn")) {
             fprintf(stderr, "kvllm: --rope-scaling: none, linear or yarn\n");

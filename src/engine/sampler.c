@@ -86,6 +86,23 @@ char sampler_letter(const char *name) {
     return 0;
 }
 
+const char *sampler_dry_breaker_next(const sampler_params *p, const char *prev) {
+    const char *end = p->dry_breakers + SAMPLER_DRY_BREAKERS;
+    const char *at = prev ? prev + strnlen(prev, (size_t)(end - prev)) + 1 : p->dry_breakers;
+    return at < end && *at ? at : NULL;
+}
+
+bool sampler_dry_breaker_add(sampler_params *p, const char *text) {
+    size_t at = 0, n = strlen(text); /* at: just past the last one */
+    for (const char *b = NULL; (b = sampler_dry_breaker_next(p, b));)
+        at = (size_t)(b - p->dry_breakers) + strlen(b) + 1;
+    n = n < SAMPLER_DRY_BREAKER_MAX ? n : SAMPLER_DRY_BREAKER_MAX;
+    if (at + n + 2 > SAMPLER_DRY_BREAKERS) return false; /* (the list's closing NUL stays) */
+    memcpy(p->dry_breakers + at, text, n);
+    p->dry_breakers[at + n] = 0;
+    return true;
+}
+
 void sampler_params_apply(sampler_params *p, const sampler_params *from, uint32_t set) {
 #define TAKE(bit, field)                                                                           \
     if (set & (bit)) memcpy(&p->field, &from->field, sizeof p->field)
@@ -777,9 +794,8 @@ static bool breaker_tokens(sampler *s, const char *str, size_t len) {
 static bool dry_prepare(sampler *s) {
     if (s->breakers_ready) return true;
     if (s->vocab)
-        for (const char *b = s->p.dry_breakers, *end = b + SAMPLER_DRY_BREAKERS; b < end && *b;
-             b += strnlen(b, (size_t)(end - b)) + 1)
-            if (!breaker_tokens(s, b, strnlen(b, (size_t)(end - b)))) return false;
+        for (const char *b = NULL; (b = sampler_dry_breaker_next(&s->p, b));)
+            if (!breaker_tokens(s, b, strlen(b))) return false;
     if (s->n_breakers > 1) /* (none: the array is NULL) */
         qsort(s->breakers, (size_t)s->n_breakers, sizeof *s->breakers, cmp_breaker);
     s->breakers_ready = true;

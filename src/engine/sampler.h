@@ -60,6 +60,12 @@ typedef struct sampler_params {
 
 void sampler_params_default(sampler_params *p);
 
+/* DRY's sequence breakers in p->dry_breakers: the one after prev (NULL: the
+ * first), NULL after the last; and one more appended, cut at
+ * SAMPLER_DRY_BREAKER_MAX bytes as llama cuts it (false: no room left). */
+const char *sampler_dry_breaker_next(const sampler_params *p, const char *prev);
+bool sampler_dry_breaker_add(sampler_params *p, const char *text);
+
 /* llama's typ_p as sampler_params keeps it, and back: at or below 0 llama
  * keeps the single most typical token (its cut passes at the first step), but
  * 0 is "off" here, so such a value is kept as the smallest positive one. */

@@ -419,19 +419,12 @@ static bool parse_dry_breakers(const cJSON *b, sampler_params *p, api_error *err
     if (!strings)
         return api_fail(err, 400, "dry_sequence_breakers",
                         "'dry_sequence_breakers' must be a non-empty array of strings");
-    char *at = p->dry_breakers, *end = at + SAMPLER_DRY_BREAKERS - 1; /* room for the last NUL */
     memset(p->dry_breakers, 0, sizeof p->dry_breakers);
-    for (const cJSON *e = v->child; e; e = e->next) {
-        size_t n = strlen(e->valuestring);
-        if (n == 0) continue;
-        if (n > SAMPLER_DRY_BREAKER_MAX) n = SAMPLER_DRY_BREAKER_MAX; /* llama cuts there too */
-        if (n + 1 > (size_t)(end - at))
+    for (const cJSON *e = v->child; e; e = e->next)
+        if (e->valuestring[0] && !sampler_dry_breaker_add(p, e->valuestring))
             return api_fail(err, 400, "dry_sequence_breakers",
                             "'dry_sequence_breakers' holds more than %d bytes of text",
                             SAMPLER_DRY_BREAKERS - 2);
-        memcpy(at, e->valuestring, n);
-        at += n + 1;
-    }
     return true;
 }
 
@@ -630,8 +623,7 @@ static cJSON *settings_json(srv *s, const cJSON *b, const llama_req *q, const sr
                             p->dry_penalty_last_n == -1 ? (double)s->n_ctx
                                                         : (double)p->dry_penalty_last_n);
     cJSON *brk = cJSON_AddArrayToObject(g, "dry_sequence_breakers");
-    for (const char *t = p->dry_breakers, *e = t + SAMPLER_DRY_BREAKERS; t < e && *t;
-         t += strnlen(t, (size_t)(e - t)) + 1)
+    for (const char *t = NULL; (t = sampler_dry_breaker_next(p, t));)
         cJSON_AddItemToArray(brk, cJSON_CreateString(t));
     cJSON_AddNumberToObject(g, "mirostat", p->mirostat);
     cJSON_AddNumberToObject(g, "mirostat_tau", p->mirostat_tau);
