@@ -215,16 +215,134 @@ uint64_t kvl_random_u64(void) {
     return x ^ (x >> 33);
 }
 
-int64_t kvl_mem_available(void) {
-    FILE *f = fopen("/proc/meminfo", "r");
+/* The first number in file path (a cgroup file: memory.max holds "max" where
+ * there is no limit), or -1. */
+static int64_t read_file_i64(const char *path) {
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    long long v = -1;
+    if (fscanf(f, "%lld", &v) != 1) v = -1;
+    fclose(f);
+    return v;
+}
+
+/* The value of key in a "key value" file (memory.stat, /proc/meminfo), or -1. */
+static int64_t read_keyed_i64(const char *path, const char *key) {
+    FILE *f = fopen(path, "r");
     if (!f) return -1;
     char line[256];
-    long long kb = -1;
+    const size_t n = strlen(key);
+    long long v = -1;
     while (fgets(line, sizeof line, f))
-        if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1) break;
+        if (strncmp(line, key, n) == 0 && (line[n] == ' ' || line[n] == ':') &&
+            sscanf(line + n + 1, " %lld", &v) == 1)
+            break;
     fclose(f);
-    return kb < 0 ? -1 : (int64_t)kb * 1024;
+    return v;
 }
+
+/* v1 marks "no limit" with a page-rounded LLONG_MAX; anything this large is none. */
+#define CGROUP_NO_LIMIT ((int64_t)1 << 60)
+
+/* dir/name into p (false where it would not fit: the file is then not read). */
+static bool cgroup_file(char *p, size_t n, const char *dir, const char *name) {
+    const int k = snprintf(p, n, "%s/%s", dir, name);
+    return k > 0 && (size_t)k < n;
+}
+
+/* The number in dir/name, -1 where absent or unreadable. */
+static int64_t cgroup_i64(const char *dir, const char *name) {
+    char p[1024];
+    return cgroup_file(p, sizeof p, dir, name) ? read_file_i64(p) : -1;
+}
+
+/* The value of key in dir/memory.stat, -1 where absent. */
+static int64_t cgroup_stat(const char *dir, const char *key) {
+    char p[1024];
+    return cgroup_file(p, sizeof p, dir, "memory.stat") ? read_keyed_i64(p, key) : -1;
+}
+
+/* Folds the memory cgroup in dir (v2 files, else v1 files) into st: its page
+ * cache counts as free, as MemAvailable counts it (the cgroup's own reclaim
+ * evicts it before the limit kills anything). */
+static void fold_cgroup(const char *dir, kvl_mem_status *st) {
+    int64_t limit = cgroup_i64(dir, "memory.max"), usage, cache;
+    if (limit >= 0) { /* v2 */
+        usage = cgroup_i64(dir, "memory.current");
+        cache = cgroup_stat(dir, "file");
+    } else { /* v1: total_ counts the cgroups below too */
+        limit = cgroup_i64(dir, "memory.limit_in_bytes");
+        usage = cgroup_i64(dir, "memory.usage_in_bytes");
+        cache = cgroup_stat(dir, "total_cache");
+        if (cache < 0) cache = cgroup_stat(dir, "cache");
+    }
+    if (limit < 0 || limit >= CGROUP_NO_LIMIT || usage < 0) return;
+    int64_t free_bytes = limit - usage + (cache > 0 ? cache : 0);
+    free_bytes = free_bytes < 0 ? 0 : free_bytes > limit ? limit : free_bytes;
+    if (st->cgroup_limit < 0 || free_bytes < st->cgroup_free) {
+        st->cgroup_limit = limit;
+        st->cgroup_free = free_bytes;
+    }
+}
+
+/* Every memory cgroup from the one named in a /proc/self/cgroup line up to the
+ * hierarchy's root, mounted at mount: a level not there is skipped (inside a
+ * container the mount is the container's own cgroup, and the path names it as
+ * the host sees it). */
+static void fold_cgroup_path(const char *mount, const char *path, kvl_mem_status *st) {
+    char rel[512], dir[1024];
+    if (snprintf(rel, sizeof rel, "%s", path) >= (int)sizeof rel) return;
+    for (;;) {
+        if (snprintf(dir, sizeof dir, "%s%s", mount, strcmp(rel, "/") == 0 ? "" : rel) <
+            (int)sizeof dir)
+            fold_cgroup(dir, st);
+        if (strcmp(rel, "/") == 0) break;
+        char *slash = strrchr(rel, '/');
+        if (!slash) break;
+        slash[slash == rel ? 1 : 0] = '\0'; /* "/a/b" -> "/a", "/a" -> "/" */
+    }
+}
+
+kvl_mem_status kvl_mem_status_at(const char *root) {
+    kvl_mem_status st = {.available = -1, .meminfo = -1, .cgroup_limit = -1, .cgroup_free = -1};
+    char p[1024];
+    const int64_t kb =
+        cgroup_file(p, sizeof p, root, "proc/meminfo") ? read_keyed_i64(p, "MemAvailable") : -1;
+    st.meminfo = kb < 0 ? -1 : kb * 1024;
+    FILE *f = cgroup_file(p, sizeof p, root, "proc/self/cgroup") ? fopen(p, "r") : NULL;
+    if (f) {
+        char line[1024];
+        while (fgets(line, sizeof line, f)) {
+            /* "0::/path" (v2), "4:memory:/path" or "3:cpu,memory:/path" (v1) */
+            char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+            if (!c2) continue;
+            line[strcspn(line, "\n")] = '\0';
+            *c2 = '\0';
+            const char *ctl = c1 + 1, *path = c2 + 1;
+            char mount[1024];
+            if (*ctl == '\0') {
+                if (!cgroup_file(mount, sizeof mount, root, "sys/fs/cgroup")) continue;
+            } else {
+                bool memory = false;
+                for (const char *t = ctl; *t;) {
+                    const size_t n = strcspn(t, ",");
+                    memory |= n == 6 && strncmp(t, "memory", 6) == 0;
+                    t += n + (t[n] == ',');
+                }
+                if (!memory || !cgroup_file(mount, sizeof mount, root, "sys/fs/cgroup/memory"))
+                    continue;
+            }
+            fold_cgroup_path(mount, *path ? path : "/", &st);
+        }
+        fclose(f);
+    }
+    st.available = st.meminfo;
+    if (st.cgroup_limit >= 0 && (st.available < 0 || st.cgroup_free < st.available))
+        st.available = st.cgroup_free;
+    return st;
+}
+
+int64_t kvl_mem_available(void) { return kvl_mem_status_at("").available; }
 
 bool kvl_grow(void **p, size_t *cap, size_t need, size_t elem, size_t first) {
     if (need <= *cap) return true;

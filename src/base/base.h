@@ -124,8 +124,23 @@ char *kvl_read_stream(FILE *f, const char *name, size_t *len_out, kvl_error *err
 /* Number of online CPUs (>= 1). */
 int kvl_cpu_count(void);
 
-/* MemAvailable of /proc/meminfo in bytes (memory the kernel can give without
- * swapping, page cache included), or -1 when it cannot be read. */
+/* Memory this process can still take, in bytes: MemAvailable of /proc/meminfo
+ * (what the kernel can give without swapping, page cache included), or less
+ * where a memory cgroup holding the process allows less (a container's or a
+ * systemd unit's limit, which MemAvailable does not show): for its cgroup and
+ * each above it, limit - usage + its page cache. -1 when neither can be read. */
 int64_t kvl_mem_available(void);
+
+/* What kvl_mem_available read. */
+typedef struct kvl_mem_status {
+    int64_t available;    /* kvl_mem_available(): the smaller of the two below */
+    int64_t meminfo;      /* MemAvailable, -1 if unreadable */
+    int64_t cgroup_limit; /* the tightest cgroup limit found, -1 if none */
+    int64_t cgroup_free;  /* under that limit: limit - usage + page cache */
+} kvl_mem_status;
+
+/* kvl_mem_available's reading, with /proc and /sys read under root ("" for
+ * the system itself; a directory of the same layout for tests). */
+kvl_mem_status kvl_mem_status_at(const char *root);
 
 #endif

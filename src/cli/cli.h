@@ -193,10 +193,12 @@ void cli_json_fields(cJSON *j, const void *base, const cli_json_field *f, size_t
 void cli_json_u64(cJSON *j, const char *name, uint64_t v);
 
 /* KV pool sizing from the memory available (cli_common.c): the blocks that
- * fraction x MemAvailable (read now, after the weights are loaded) holds, at
- * most max_seqs full-context sequences, at least one. held_bytes is memory
- * MemAvailable still counts as free that will be in use (a draft model's
- * mapped weights), taken off first. block_bytes covers every pool the engine
+ * fraction x kvl_mem_available() (MemAvailable, or less under a memory
+ * cgroup's limit; read now, after the weights are loaded) holds, at most
+ * max_seqs full-context sequences, at least one. held_bytes is memory it
+ * still counts as free that will be in use (weights read through the file
+ * mapping), taken off first, up to half of it (weights larger than that
+ * stream from the file whatever the pool). block_bytes covers every pool the engine
  * sizes with n_blocks (the draft model's too). Prints what it chose on
  * stderr; returns 0 (message printed) if not even one sequence fits. */
 #define CLI_KV_MEMORY_FRACTION 0.5

@@ -932,8 +932,13 @@ int64_t cli_kv_blocks_from_memory(size_t block_bytes, int64_t held_bytes, int64_
                                   int block_size, int max_seqs, double fraction, const char *who) {
     int64_t per_seq = (n_ctx + block_size - 1) / block_size;
     int64_t want = per_seq * max_seqs;
-    int64_t avail = kvl_mem_available();
-    if (avail >= 0) avail = avail > held_bytes ? avail - held_bytes : 0;
+    const kvl_mem_status st = kvl_mem_status_at("");
+    int64_t avail = st.available;
+    /* which figure bounds it, for the messages */
+    const char *what = st.cgroup_limit >= 0 && st.available == st.cgroup_free
+                           ? "the memory cgroup's room"
+                           : "MemAvailable";
+    if (avail >= 0) avail -= held_bytes < avail / 2 ? held_bytes : avail / 2;
     if (avail < 0 || block_bytes == 0) {
         fprintf(stderr,
                 "kvllm %s: cannot read MemAvailable: KV pool sized for %d full-context sequences\n",
@@ -943,18 +948,16 @@ int64_t cli_kv_blocks_from_memory(size_t block_bytes, int64_t held_bytes, int64_
     int64_t fit = (int64_t)(fraction * (double)avail) / (int64_t)block_bytes;
     if (fit < per_seq) {
         fprintf(stderr,
-                "kvllm %s: %g x MemAvailable (%.1f MiB) holds %lld KV blocks of %zu bytes, less "
-                "than one "
+                "kvllm %s: %g x %s (%.1f MiB) holds %lld KV blocks of %zu bytes, less than one "
                 "%lld-token sequence needs (%lld); lower -c, use --kv-type q8_0, or set "
                 "--kv-memory / --kv-blocks\n",
-                who, fraction, (double)avail / 1048576.0, (long long)fit, block_bytes,
+                who, fraction, what, (double)avail / 1048576.0, (long long)fit, block_bytes,
                 (long long)n_ctx, (long long)per_seq);
         return 0;
     }
     int64_t n = fit < want ? fit : want;
-    fprintf(stderr,
-            "kvllm %s: KV pool from memory: %g x MemAvailable %.1f MiB -> %lld blocks (%s)\n", who,
-            fraction, (double)avail / 1048576.0, (long long)n,
+    fprintf(stderr, "kvllm %s: KV pool from memory: %g x %s %.1f MiB -> %lld blocks (%s)\n", who,
+            fraction, what, (double)avail / 1048576.0, (long long)n,
             n == want ? "capped at --max-seqs full-context sequences" : "limited by memory");
     return n;
 }

@@ -74,12 +74,13 @@ static void serve_usage(FILE *out) {
         "  --kv-memory SIZE         KV pool size in bytes (e.g. 2GiB, 512MiB, 100000000)\n"
         "  --kv-memory-fraction F   without --kv-memory/--kv-blocks: the KV pool takes at most F "
         "of\n"
-        "                           MemAvailable, measured once the weights are loaded (default "
+        "                           the memory available (MemAvailable, or less under a memory\n"
+        "                           cgroup's limit), measured once the weights are loaded (default "
         "0.5),\n"
         "                           and never more than --max-seqs full-context sequences need\n"
         "                           (--pp: per rank, each rank's layers' share of a block; the "
         "ranks\n"
-        "                           on one host share its MemAvailable; the pool is the least "
+        "                           on one host share its available memory; the pool is the least "
         "any\n"
         "                           rank holds)\n"
         "  --cors ORIGIN            CORS: Access-Control-Allow-Origin ORIGIN (or *) on every "
@@ -311,13 +312,13 @@ static size_t block_bytes(model *m, model *draft, const engine_config *ec) {
     return total;
 }
 
-/* The draft model's weights still in the file mapping (those not repacked
- * into the kernels' layout at load): page cache, which MemAvailable counts as
- * free, yet read at every drafting step, so not for the KV pool to take. */
-static int64_t draft_mapped_bytes(const model *draft) {
-    if (!draft) return 0;
-    int64_t mapped =
-        (int64_t)gguf_tensor_data_bytes(model_gguf(draft)) - model_hp(draft)->repacked_bytes;
+/* A model's weights still in the file mapping (those not repacked into the
+ * kernels' layout at load: a draft model's, or all of them with --no-repack or
+ * where the repacked copy did not fit): page cache, which the available memory
+ * counts as free, yet read at every step, so not for the KV pool to take. */
+static int64_t mapped_bytes(const model *m) {
+    if (!m) return 0;
+    int64_t mapped = (int64_t)gguf_tensor_data_bytes(model_gguf(m)) - model_hp(m)->repacked_bytes;
     return mapped > 0 ? mapped : 0;
 }
 
@@ -412,12 +413,12 @@ static bool engine_settings(const cli_opts *o, serve_opts *so, const cli_model *
         if (draft)
             fprintf(stderr,
                     "kvllm serve: the draft model's KV takes %zu of %zu bytes per block; %.1f MiB "
-                    "of its weights stay mapped (taken off MemAvailable)\n",
+                    "of its weights stay mapped\n",
                     block_bytes(m, draft, ec) - block_bytes(m, NULL, ec), block_bytes(m, draft, ec),
-                    (double)draft_mapped_bytes(draft) / 1048576.0);
+                    (double)mapped_bytes(draft) / 1048576.0);
         ec->n_blocks = cli_kv_blocks_from_memory(
-            block_bytes(m, draft, ec), draft_mapped_bytes(draft), ec->n_ctx, ec->block_size,
-            ec->max_seqs, so->kv_memory_fraction, "serve");
+            block_bytes(m, draft, ec), mapped_bytes(m) + mapped_bytes(draft), ec->n_ctx,
+            ec->block_size, ec->max_seqs, so->kv_memory_fraction, "serve");
         if (ec->n_blocks < 1) return false;
     }
     return true;

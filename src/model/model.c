@@ -10,6 +10,7 @@
 
 #include "kvl_pool.h"
 #include "model_internal.h"
+#include "units.h"
 
 /* ---------------------------------------------------------------- loading -- */
 
@@ -594,14 +595,17 @@ static bool drop_file_cache(const model *m) {
     return avail >= 0 && (double)avail < 2.0 * (double)gguf_tensor_data_bytes(m->gguf);
 }
 
-static bool repack_weights(model *m, kvl_error *err) {
-    const bool reclaim = drop_file_cache(m);
+/* Repacks the weights, or with count_only adds up the bytes the repacked
+ * copies would take, into *total (one walk for both, so the two agree). */
+static bool repack_weights(model *m, bool count_only, size_t *total_out, kvl_error *err) {
+    const bool reclaim = !count_only && drop_file_cache(m);
     size_t total = 0;
     const int64_t n = m->hp.n_layer * (int64_t)N_LAYER_MATMULS;
     /* experts hold most of a mixture-of-experts model's bytes: moe_repack reports the rest */
     const double share = m->hp.moe.n_expert ? 0.1 : 1.0;
     for (int64_t i = -2; i < n; i++) { /* -2: gemma4's per_layer_model_proj, -1: the head */
-        if (i % (int64_t)N_LAYER_MATMULS == 0) model_progress(m, share * (double)i / (double)n);
+        if (!count_only && i % (int64_t)N_LAYER_MATMULS == 0)
+            model_progress(m, share * (double)i / (double)n);
         mtensor *t =
             i == -2 ? &m->pl_model_proj
             : i < 0 ? &m->output
@@ -609,6 +613,10 @@ static bool repack_weights(model *m, kvl_error *err) {
         if (!t->data || t->ne2 > 1) continue;
         const size_t bytes = kern_repack_bytes(t->dtype, t->ne1, t->ne0);
         if (!bytes) continue;
+        if (count_only) {
+            total += bytes;
+            continue;
+        }
         t->packed = kvl_alloc_huge(bytes);
         if (!t->packed) {
             return kvl_fail(
@@ -629,6 +637,10 @@ static bool repack_weights(model *m, kvl_error *err) {
             if (!one) continue;
             const size_t stride = model_head_stride(t),
                          slice = kern_row_bytes(t->dtype, t->ne0) * (size_t)t->ne1;
+            if (count_only) {
+                total += stride * (size_t)t->ne2;
+                continue;
+            }
             t->packed = kvl_alloc_huge(stride * (size_t)t->ne2);
             if (!t->packed)
                 return kvl_fail(err, "model: out of memory repacking weights (%zu bytes)",
@@ -639,13 +651,53 @@ static bool repack_weights(model *m, kvl_error *err) {
             total += stride * (size_t)t->ne2;
         }
     }
-    if (!moe_repack(m, reclaim, &total, err)) return false;
+    if (!moe_repack(m, count_only, reclaim, &total, err)) return false;
+    *total_out = total;
+    if (count_only) return true;
     model_progress(m, 1.0);
     m->hp.repacked_bytes = (int64_t)total;
     if (total)
         kvl_log(KVL_LOG_INFO, "model: %.1f MiB of weights repacked for %s", total / 1048576.0,
                 kern_isa_name());
     return true;
+}
+
+/* Memory kept free beside the repacked copy for what the load and the first
+ * requests still allocate (KV pool, scratch, the server's buffers). */
+#define REPACK_HEADROOM_FRACTION 0.1
+#define REPACK_HEADROOM_MIN      ((int64_t)256 << 20)
+
+/* Whether the repacked copy of the weights fits in the memory this process
+ * may still take (kvl_mem_available: MemAvailable or a cgroup's limit). The
+ * copy is anonymous memory, which a container's limit cannot reclaim: one
+ * that does not fit would have the process killed partway through the load
+ * (a qwen3-30b-a3b Q4_K_M file, 18.5 GB, in an 8 GiB cgroup: SIGKILL at 44%).
+ * Where it does not fit the weights stay in the file's layout, read through
+ * the page cache, which the kernel can always evict and read again: slower,
+ * as llama.cpp runs a model larger than memory from its mapping. */
+static bool repack_fits(model *m) {
+    size_t need = 0;
+    kvl_error ignored;
+    if (!repack_weights(m, true, &need, &ignored) || need == 0) return true;
+    const kvl_mem_status st = kvl_mem_status_at("");
+    int64_t avail = m->mp.mem_available > 0 ? m->mp.mem_available : st.available;
+    if (avail < 0) return true; /* unknown: as before */
+    int64_t headroom = (int64_t)(REPACK_HEADROOM_FRACTION * (double)avail);
+    headroom = headroom > REPACK_HEADROOM_MIN ? headroom : REPACK_HEADROOM_MIN;
+    if ((int64_t)need <= avail - headroom) return true;
+    const bool by_cgroup =
+        m->mp.mem_available <= 0 && st.cgroup_limit >= 0 && st.cgroup_free == st.available;
+    char n[32], a[32], h[32], l[32];
+    kvl_log(KVL_LOG_WARN,
+            "model: the repacked copy of the weights (%s) does not fit in the %s this process may "
+            "still take%s%s, less %s kept for the KV cache and buffers: the weights stay in the "
+            "file's layout, read through the page cache (slower decode; --no-repack chooses this "
+            "without the check)",
+            kvl_fmt_binary(need, n, sizeof n), kvl_fmt_binary((uint64_t)avail, a, sizeof a),
+            by_cgroup ? " under its memory cgroup's limit of " : "",
+            by_cgroup ? kvl_fmt_binary((uint64_t)st.cgroup_limit, l, sizeof l) : "",
+            kvl_fmt_binary((uint64_t)headroom, h, sizeof h));
+    return false;
 }
 
 static bool alloc_scratch(model *m, kvl_error *err) {
@@ -787,7 +839,8 @@ model *model_load(gguf_file *f, const model_params *mp, kvl_error *err) {
             m->mp.max_ctx = m->mp.max_ctx_cap;
     }
     if (!bind_weights(m, err) || !alloc_scratch(m, err)) goto fail;
-    if (!m->mp.no_repack && !repack_weights(m, err)) goto fail;
+    if (!m->mp.no_repack && repack_fits(m) && !repack_weights(m, false, &(size_t){0}, err))
+        goto fail;
     return m;
 fail:
     model_destroy(m);

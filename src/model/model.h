@@ -24,6 +24,9 @@ typedef struct model_params {
                            * context_length is untrusted, and scratch grows with it */
     int64_t max_ubatch;  /* tokens processed per internal pass (scratch size) */
     bool no_repack;      /* keep matmul weights in their GGUF layout */
+    /* > 0: the bytes the load may take, instead of kvl_mem_available(): the
+     * weights are repacked only where their copy fits (repack_fits) */
+    int64_t mem_available;
     /* Optional, called during the long part of loading (reading and repacking
      * the weights) with the fraction done, 0..1, ending with 1. */
     void (*progress)(double done, void *user);

@@ -177,8 +177,9 @@ bool moe_layer(const model *m, int il);
 /* Binds layer il's router, experts and shared expert. */
 bool moe_bind_layer(model *m, int il, kvl_error *err);
 /* Repacks the experts (each expert's slice in the kernels' layout); adds the bytes. The
- * file's pages are given back as each tensor is done (kvl_drop_file_pages: reclaim). */
-bool moe_repack(model *m, bool reclaim, size_t *total, kvl_error *err);
+ * file's pages are given back as each tensor is done (kvl_drop_file_pages: reclaim).
+ * count_only: only adds the bytes the copies would take. */
+bool moe_repack(model *m, bool count_only, bool reclaim, size_t *total, kvl_error *err);
 /* Reports loading progress (mp.progress) if the caller asked for it. */
 void model_progress(const model *m, double done);
 size_t moe_work_bytes(const model *m, int64_t rows);

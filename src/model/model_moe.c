@@ -193,16 +193,20 @@ static size_t packed_stride(const mtensor *t) {
     return (kern_repack_bytes(t->dtype, t->ne1, t->ne0) + 63) & ~(size_t)63;
 }
 
-bool moe_repack(model *m, bool reclaim, size_t *total, kvl_error *err) {
+bool moe_repack(model *m, bool count_only, bool reclaim, size_t *total, kvl_error *err) {
     if (!m->hp.moe.n_expert) return true;
     for (int il = 0; il < m->hp.n_layer; il++) {
-        model_progress(m, 0.1 + 0.9 * (double)il / (double)m->hp.n_layer);
+        if (!count_only) model_progress(m, 0.1 + 0.9 * (double)il / (double)m->hp.n_layer);
         mtensor *ts[7];
         moe_matmuls(&m->layers[il], ts);
         for (int i = 0; ts[i]; i++) {
             mtensor *t = ts[i];
             if (!t->data || !kern_repack_bytes(t->dtype, t->ne1, t->ne0)) continue;
             const size_t stride = packed_stride(t), slice = data_stride(t);
+            if (count_only) {
+                *total += stride * (size_t)t->ne2;
+                continue;
+            }
             t->packed = kvl_alloc_huge(stride * (size_t)t->ne2);
             if (!t->packed)
                 return kvl_fail(

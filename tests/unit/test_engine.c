@@ -1,6 +1,8 @@
 /* Batch invariance of the engine: greedy ids of each request are identical
  * whether it runs alone, batched with others, one token per step (a sequence
- * resumed across many steps), or preempted and recomputed under a tiny pool. */
+ * resumed across many steps), or preempted and recomputed under a tiny pool;
+ * and whether the weights were repacked or, short of memory, left in the
+ * file's layout. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,10 +11,10 @@
 #include "engine.h"
 #include "test_model.h"
 
+#include "check.h"
+
 #define N_REQ 6
 #define N_GEN 40
-
-static int failures;
 
 typedef struct collected {
     int32_t ids[N_GEN + 8];
@@ -150,6 +152,65 @@ static void test_model(const char *path, int kv_dtype) {
     }
     model_destroy(m);
     tok_vocab_destroy(v);
+}
+
+/* Loads path with the load assuming avail bytes free (mp.mem_available). */
+static model *load_with_memory(const char *path, int64_t avail, tok_vocab **v) {
+    kvl_error err = {{0}};
+    gguf_file *f = gguf_open(path, &err);
+    *v = f ? tok_vocab_create(f, &err) : NULL;
+    model_params mp = {.max_ctx = 128, .max_ubatch = 32, .mem_available = avail};
+    model *m = *v ? model_load(f, &mp, &err) : NULL;
+    if (m) return m;
+    fprintf(stderr, "%s: %s\n", path, err.msg);
+    if (*v) tok_vocab_destroy(*v);
+    else gguf_close(f);
+    return NULL;
+}
+
+/* Weights whose repacked copy does not fit in the memory the load may take
+ * stay in the file's layout (where a container's limit would otherwise kill
+ * the process partway through the load), and the model computes the same
+ * tokens; with room, they are repacked. */
+static void test_repack_budget(const char *path) {
+    tok_vocab *v1, *v2, *v3;
+    model *tight = load_with_memory(path, 1, &v1), *roomy = load_with_memory(path, 0, &v2);
+    if (!tight || !roomy) {
+        failures++;
+        return;
+    }
+    const int64_t need = model_hp(roomy)->repacked_bytes;
+    CHECK(need > 0, "%s: repacked with the system's memory", path);
+    CHECK(model_hp(tight)->repacked_bytes == 0, "%s: %lld bytes repacked in 1 byte", path,
+          (long long)model_hp(tight)->repacked_bytes);
+    /* the bound: the copy plus the headroom (256 MiB at these sizes) */
+    model *edge = load_with_memory(path, need + (256 << 20), &v3);
+    CHECK(edge && model_hp(edge)->repacked_bytes == need, "%s: repacked at the bound", path);
+    model_destroy(edge);
+    tok_vocab_destroy(v3);
+    edge = load_with_memory(path, need + (256 << 20) - 1, &v3);
+    CHECK(edge && model_hp(edge)->repacked_bytes == 0, "%s: not repacked a byte below it", path);
+    model_destroy(edge);
+    tok_vocab_destroy(v3);
+    int32_t prompts[N_REQ][48];
+    int lens[N_REQ];
+    srand(11);
+    for (int i = 0; i < N_REQ; i++) {
+        lens[i] = 5 + (i * 7) % 40;
+        for (int k = 0; k < lens[i]; k++)
+            prompts[i][k] = 3 + rand() % (int)(model_hp(roomy)->n_vocab - 3);
+    }
+    collected a[N_REQ], b[N_REQ];
+    setup batched = {"repack budget", 8, 2048, 0, GGUF_DT_F16, false, false, true};
+    if (run_setup(tight, v1, &batched, prompts, lens, -1, a) &&
+        run_setup(roomy, v2, &batched, prompts, lens, -1, b))
+        for (int i = 0; i < N_REQ; i++)
+            CHECK(a[i].n == b[i].n && memcmp(a[i].ids, b[i].ids, a[i].n * sizeof(int32_t)) == 0,
+                  "%s: request %d differs between the file's layout and the repacked one", path, i);
+    model_destroy(tight);
+    model_destroy(roomy);
+    tok_vocab_destroy(v1);
+    tok_vocab_destroy(v2);
 }
 
 typedef struct shared_out {
@@ -580,6 +641,8 @@ int main(void) {
     test_embed();
     test_prefix_leader();
     test_logit_bias();
+    test_repack_budget("tests/data/golden/models/llama-gqa-bpe-q4_k_m.gguf");
+    test_repack_budget("tests/data/golden/models/qwen3moe-q8_0.gguf"); /* the experts too */
     test_model("models/stories260K.gguf", GGUF_DT_F16);
     test_model("tests/data/golden/models/llama-gqa-bpe-q8_0.gguf", GGUF_DT_F32);
     test_model("tests/data/golden/models/qwen3-f32.gguf", GGUF_DT_F16);
