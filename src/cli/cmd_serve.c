@@ -49,6 +49,8 @@ static void serve_usage(FILE *out) {
     print_settings(out, 0, 1); /* --port */
     fputs(
         "  --api-key KEY            require 'Authorization: Bearer KEY' on /v1/* and /metrics\n"
+        "  --ssl-key-file FILE      HTTPS: the server's private key (PEM), with --ssl-cert-file\n"
+        "  --ssl-cert-file FILE     HTTPS: its certificate (PEM, the chain after it)\n"
         "  --api-key-file FILE      several keys, one a line: 'KEY [TENANT]' ('#' comments); each "
         "key\n"
         "                           is a tenant (keys naming the same TENANT share one)\n"
@@ -214,15 +216,15 @@ static int serve_flag(const char *f, const char *v, void *ctx) {
                                             : f;
     for (int i = 0; i < server_n_settings && !st; i++)
         if (strcmp(name, server_settings[i].flag) == 0) st = &server_settings[i];
-    bool ours = st || IS("--host") || IS("--api-key") || IS("--served-model-name") ||
-                IS("--alias") || IS("-np") || IS("--parallel") || IS("--chat-template") ||
-                IS("--chat-template-file") || IS("--kv-memory") || IS("--max-batch-tokens") ||
-                IS("--max-seqs") || IS("--max-body") || IS("--cors") ||
-                IS("--kv-memory-fraction") || IS("--api-key-file") || IS("--kv-disk") ||
-                IS("--kv-disk-size") || IS("--scheduling-policy") || IS("--kv-disk-pin-max") ||
-                IS("--prefix-admission-wait") || IS("--lora-modules") ||
-                IS("--chat-template-kwargs") || IS("--default-chat-template-kwargs") ||
-                IS("--reasoning-budget") || IS("--reasoning-format");
+    bool ours =
+        st || IS("--host") || IS("--api-key") || IS("--served-model-name") || IS("--alias") ||
+        IS("-np") || IS("--parallel") || IS("--chat-template") || IS("--chat-template-file") ||
+        IS("--kv-memory") || IS("--max-batch-tokens") || IS("--max-seqs") || IS("--max-body") ||
+        IS("--cors") || IS("--kv-memory-fraction") || IS("--api-key-file") || IS("--kv-disk") ||
+        IS("--kv-disk-size") || IS("--scheduling-policy") || IS("--kv-disk-pin-max") ||
+        IS("--prefix-admission-wait") || IS("--lora-modules") || IS("--chat-template-kwargs") ||
+        IS("--default-chat-template-kwargs") || IS("--reasoning-budget") ||
+        IS("--reasoning-format") || IS("--ssl-key-file") || IS("--ssl-cert-file");
     if (!ours) return 0;
     if (!v) {
         fprintf(stderr, "kvllm: %s: missing value\n", f);
@@ -234,6 +236,8 @@ static int serve_flag(const char *f, const char *v, void *ctx) {
     } else if (IS("--host")) so->sc.host = v;
     else if (IS("--api-key")) so->sc.api_key = v;
     else if (IS("--api-key-file")) so->sc.api_key_file = v;
+    else if (IS("--ssl-key-file")) so->sc.tls_key_file = v;
+    else if (IS("--ssl-cert-file")) so->sc.tls_cert_file = v;
     else if (IS("--served-model-name") || IS("--alias")) so->sc.model_id = v;
     else if (IS("--kv-memory")) so->kv_memory = v;
     else if (IS("--cors")) so->sc.cors_origin = v;
@@ -617,6 +621,10 @@ int cmd_serve(int argc, char **argv) {
     }
     o.chunks_keep_kv = so.kv_disk != NULL;
     if (!lora_modules(&so, &o) || !reasoning_options(&so)) {
+        free(so.kwargs_owned);
+        return 2;
+    }
+    if (!server_config_check(&so.sc)) {
         free(so.kwargs_owned);
         return 2;
     }

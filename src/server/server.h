@@ -13,10 +13,13 @@
 #include "tokenizer.h"
 
 typedef struct server_config {
-    const char *host;              /* address to bind (default 127.0.0.1) */
-    int port;                      /* 0: any free port */
-    const char *api_key;           /* NULL: no authentication (unless api_key_file) */
-    const char *api_key_file;      /* keys, one a line: "KEY [TENANT]" ('#' comments) */
+    const char *host;         /* address to bind (default 127.0.0.1) */
+    int port;                 /* 0: any free port */
+    const char *api_key;      /* NULL: no authentication (unless api_key_file) */
+    const char *api_key_file; /* keys, one a line: "KEY [TENANT]" ('#' comments) */
+    /* HTTPS (llama-server's --ssl-key-file / --ssl-cert-file): PEM files of the
+     * private key and its certificate (chain); both NULL: plain HTTP */
+    const char *tls_key_file, *tls_cert_file;
     bool metrics_public;           /* /metrics without a key even when keys are set */
     bool prefix_cache_shared;      /* with keys: one prefix-cache namespace for all tenants */
     const char *model_id;          /* the name /v1/models lists and requests may use */
@@ -83,6 +86,11 @@ extern const int server_n_settings;
 void server_setting_set(server_config *c, const server_setting *st, int64_t v);
 
 void server_config_default(server_config *c);
+
+/* What can be told before the model loads: the files cfg names can be read
+ * (--api-key-file, --ssl-key-file, --ssl-cert-file) and HTTPS has both of its
+ * files. False with the message printed; server_run checks again. */
+bool server_config_check(const server_config *cfg);
 
 /* Serves until SIGINT/SIGTERM, then drains: new requests get 503, those in
  * flight may finish for shutdown_timeout_s, the rest are cancelled. Borrows

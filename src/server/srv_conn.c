@@ -338,7 +338,8 @@ static void *acceptor_main(void *arg) {
             const char *why = admit_conn(s, fd, &sa, len);
             if (why) {
                 atomic_fetch_add(&s->n_refused, 1);
-                if (lg) refuse(fd, why, lg, &n_lg);
+                /* over TLS a plain-text 503 would be garbage to the client: closed */
+                if (lg && !s->tls_key) refuse(fd, why, lg, &n_lg);
                 else close(fd);
                 continue;
             }

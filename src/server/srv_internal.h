@@ -417,6 +417,8 @@ struct srv {
     /* Keys (empty: no authentication). */
     srv_key *keys;
     int n_keys;
+    /* HTTPS: the PEM texts of --ssl-key-file / --ssl-cert-file (NULL: HTTP). */
+    char *tls_key, *tls_cert;
     /* Connections (srv_conn.c). */
     struct MHD_Daemon *daemon;
     int listen_fd, bound_port;

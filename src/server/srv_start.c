@@ -3,6 +3,7 @@
  * drain on SIGINT/SIGTERM. */
 #define _GNU_SOURCE
 #include <microhttpd.h>
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -66,13 +67,62 @@ static struct MHD_Daemon *start_daemon(srv *s) {
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
                      MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ERROR_LOG;
     unsigned timeout = s->cfg.request_timeout_s > 120 ? (unsigned)s->cfg.request_timeout_s : 120;
+    /* HTTPS: libmicrohttpd's TLS (GnuTLS) on the connections the acceptor hands it */
+    struct MHD_OptionItem tls[] = {{MHD_OPTION_HTTPS_MEM_KEY, 0, s->tls_key},
+                                   {MHD_OPTION_HTTPS_MEM_CERT, 0, s->tls_cert},
+                                   {MHD_OPTION_END, 0, NULL}};
+    if (s->tls_key) flags |= MHD_USE_TLS;
     struct MHD_Daemon *d = MHD_start_daemon(
         flags, 0, NULL, NULL, srv_on_request, s, MHD_OPTION_NOTIFY_COMPLETED, srv_on_completed, s,
         MHD_OPTION_NOTIFY_CONNECTION, conns_notify, s, MHD_OPTION_CONNECTION_TIMEOUT, timeout,
         MHD_OPTION_CONNECTION_LIMIT, (unsigned)(s->cfg.max_connections + 256),
-        MHD_OPTION_THREAD_POOL_SIZE, (unsigned)s->cfg.http_threads, MHD_OPTION_END);
-    if (!d) fprintf(stderr, "kvllm serve: cannot start the HTTP server\n");
+        MHD_OPTION_THREAD_POOL_SIZE, (unsigned)s->cfg.http_threads, MHD_OPTION_ARRAY,
+        s->tls_key ? tls : tls + 2, MHD_OPTION_END);
+    if (!d && s->tls_key)
+        fprintf(stderr,
+                "kvllm serve: cannot start the HTTPS server: the TLS library refused the "
+                "key or the certificate (--ssl-key-file %s, --ssl-cert-file %s: PEM, the "
+                "key the certificate's; the library's reason above)\n",
+                s->cfg.tls_key_file, s->cfg.tls_cert_file);
+    else if (!d) fprintf(stderr, "kvllm serve: cannot start the HTTP server\n");
     return d;
+}
+
+bool server_config_check(const server_config *c) {
+    if (!c->tls_key_file != !c->tls_cert_file) {
+        fprintf(stderr,
+                "kvllm serve: HTTPS needs both --ssl-key-file and --ssl-cert-file (%s "
+                "given alone)\n",
+                c->tls_key_file ? "--ssl-key-file" : "--ssl-cert-file");
+        return false;
+    }
+    const char *files[] = {c->api_key_file, c->tls_key_file, c->tls_cert_file};
+    for (size_t i = 0; i < sizeof files / sizeof *files; i++)
+        if (files[i] && access(files[i], R_OK) != 0) {
+            fprintf(stderr, "kvllm serve: %s: cannot read: %s\n", files[i], strerror(errno));
+            return false;
+        }
+    return true;
+}
+
+/* --ssl-key-file / --ssl-cert-file, read whole (PEM). */
+static bool tls_load(srv *s) {
+    const server_config *c = &s->cfg;
+    if (!server_config_check(c)) return false;
+    if (!c->tls_key_file) return true;
+    if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
+        fprintf(stderr, "kvllm serve: this libmicrohttpd was built without TLS: no HTTPS (put a "
+                        "TLS proxy in front)\n");
+        return false;
+    }
+    kvl_error err = {{0}};
+    s->tls_key = kvl_read_file(c->tls_key_file, NULL, &err);
+    if (s->tls_key) s->tls_cert = kvl_read_file(c->tls_cert_file, NULL, &err);
+    if (!s->tls_cert) {
+        fprintf(stderr, "kvllm serve: %s\n", err.msg);
+        return false;
+    }
+    return true;
 }
 
 /* 1000+ connections need as many descriptors; the soft limit is often 1024. */
@@ -168,6 +218,8 @@ static srv *srv_new(engine *e, const tok_vocab *vocab, const server_config *cfg)
 }
 
 static void srv_free(srv *s) {
+    free(s->tls_key);
+    free(s->tls_cert);
     cJSON_Delete(s->default_kwargs);
     rstore_free(s->responses);
     srv_lora_free(s);
@@ -220,7 +272,7 @@ int server_run(engine *e, const tok_vocab *vocab, const server_config *cfg) {
     srv *s = srv_new(e, vocab, cfg);
     if (!s) return 1;
     srv_cors_origin = cfg->cors_origin;
-    if (!keys_load(s)) {
+    if (!keys_load(s) || !tls_load(s)) {
         srv_free(s);
         return 1;
     }
@@ -251,8 +303,9 @@ int server_run(engine *e, const tok_vocab *vocab, const server_config *cfg) {
         srv_free(s);
         return 1;
     }
-    fprintf(stderr, "kvllm serve: listening on http://%s:%d (model '%s'%s)\n", cfg->host,
-            s->bound_port, cfg->model_id, s->n_keys ? ", API keys required" : "");
+    fprintf(stderr, "kvllm serve: listening on %s://%s:%d (model '%s'%s)\n",
+            s->tls_key ? "https" : "http", cfg->host, s->bound_port, cfg->model_id,
+            s->n_keys ? ", API keys required" : "");
     int sig = 0;
     sigwait(&sigs, &sig);
     fprintf(stderr, "kvllm serve: signal %d, draining (at most %.0f s)\n", sig,

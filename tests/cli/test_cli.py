@@ -137,8 +137,7 @@ out = serve_pool_line(['-ot', 'exps=CPU', '--n-cpu-moe', '8', '-tb', '2', '--cac
 check(all(f'note: {f}:' in out for f in ('-ot', '--n-cpu-moe', '-tb', '--cache-reuse', '--no-warmup'))
       and 'KV pool' in out, f'serve with more llama-server flags ({out[-400:]})')
 for flags, why in ((['--yarn-ext-factor', '1'], '--override-kv'), (['--mmproj', 'x.gguf'], 'text models'),
-                   (['--context-shift'], 'does not shift'), (['-hf', 'org/repo'], '-m'),
-                   (['--ssl-key-file', 'k.pem'], 'TLS proxy')):
+                   (['--context-shift'], 'does not shift'), (['-hf', 'org/repo'], '-m')):
     r = run(['serve', '-m', MODEL, '--port', '0'] + flags)
     check(r.returncode != 0 and 'not supported' in r.stderr and why in r.stderr,
           f'serve {flags[0]}: refused naming what to do ({r.stderr[-200:]})')

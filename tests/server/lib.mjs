@@ -14,15 +14,16 @@ export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 // Starts the server on a free port (--port 0; the port is read from the log).
 export async function startServer(bin, args, { cwd, name = 'server' } = {}) {
   const proc = spawn(bin, ['serve', '--port', '0', ...args], { cwd, stdio: ['ignore', 'ignore', 'pipe'] });
-  let log = '';
+  let log = '', scheme = 'http';
   const port = await new Promise((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`${name}: no 'listening' line after 60 s:\n${log}`)), 60000);
     proc.stderr.on('data', (d) => {
       log += d.toString();
-      const m = log.match(/listening on http:\/\/[^:]+:(\d+)/);
+      const m = log.match(/listening on (https?):\/\/[^:]+:(\d+)/);
       if (m) {
         clearTimeout(timer);
-        resolve(Number(m[1]));
+        scheme = m[1];
+        resolve(Number(m[2]));
       }
     });
     proc.on('exit', (code) => {
@@ -30,8 +31,10 @@ export async function startServer(bin, args, { cwd, name = 'server' } = {}) {
       reject(new Error(`${name} exited with ${code}:\n${log}`));
     });
   });
-  const url = `http://127.0.0.1:${port}`;
-  for (let i = 0; i < 100; i++) {
+  const url = `${scheme}://127.0.0.1:${port}`;
+  // (HTTPS: fetch would refuse the tests' self-signed certificate; the server
+  // listens once the line is printed)
+  for (let i = 0; scheme === 'http' && i < 100; i++) {
     try {
       if ((await fetch(`${url}/health`)).status === 200) break;
     } catch {}
