@@ -265,7 +265,8 @@ static int64_t cgroup_stat(const char *dir, const char *key) {
 /* Folds the memory cgroup in dir (v2 files, else v1 files) into st: its page
  * cache counts as free, as MemAvailable counts it (the cgroup's own reclaim
  * evicts it before the limit kills anything). */
-static void fold_cgroup(const char *dir, kvl_mem_status *st) {
+static void fold_memory(const char *dir, void *ctx) {
+    kvl_mem_status *st = ctx;
     int64_t limit = cgroup_i64(dir, "memory.max"), usage, cache;
     if (limit >= 0) { /* v2 */
         usage = cgroup_i64(dir, "memory.current");
@@ -285,22 +286,58 @@ static void fold_cgroup(const char *dir, kvl_mem_status *st) {
     }
 }
 
-/* Every memory cgroup from the one named in a /proc/self/cgroup line up to the
- * hierarchy's root, mounted at mount: a level not there is skipped (inside a
- * container the mount is the container's own cgroup, and the path names it as
- * the host sees it). */
-static void fold_cgroup_path(const char *mount, const char *path, kvl_mem_status *st) {
+/* Calls fn on every cgroup from the one named in a /proc/self/cgroup line up
+ * to the hierarchy's root, mounted at mount: a level not there is skipped
+ * (inside a container the mount is the container's own cgroup, and the path
+ * names it as the host sees it). */
+static void walk_cgroup_path(const char *mount, const char *path, void (*fn)(const char *, void *),
+                             void *ctx) {
     char rel[512], dir[1024];
     if (snprintf(rel, sizeof rel, "%s", path) >= (int)sizeof rel) return;
     for (;;) {
         if (snprintf(dir, sizeof dir, "%s%s", mount, strcmp(rel, "/") == 0 ? "" : rel) <
             (int)sizeof dir)
-            fold_cgroup(dir, st);
+            fn(dir, ctx);
         if (strcmp(rel, "/") == 0) break;
         char *slash = strrchr(rel, '/');
         if (!slash) break;
         slash[slash == rel ? 1 : 0] = '\0'; /* "/a/b" -> "/a", "/a" -> "/" */
     }
+}
+
+/* Calls fn on every cgroup of the process (under root) that controller may
+ * limit: the unified (v2) hierarchy's, and v1's where a hierarchy lists the
+ * controller (mounted at /sys/fs/cgroup/CONTROLLER), each level up to its root. */
+static void walk_cgroups(const char *root, const char *controller, void (*fn)(const char *, void *),
+                         void *ctx) {
+    char p[1024];
+    FILE *f = cgroup_file(p, sizeof p, root, "proc/self/cgroup") ? fopen(p, "r") : NULL;
+    if (!f) return;
+    const size_t cn = strlen(controller);
+    char line[1024];
+    while (fgets(line, sizeof line, f)) {
+        /* "0::/path" (v2), "4:memory:/path" or "3:cpu,cpuacct:/path" (v1) */
+        char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+        if (!c2) continue;
+        line[strcspn(line, "\n")] = '\0';
+        *c2 = '\0';
+        const char *ctl = c1 + 1, *path = c2 + 1;
+        char sub[64] = "sys/fs/cgroup", mount[1024];
+        if (*ctl) {
+            bool listed = false;
+            for (const char *t = ctl; *t;) {
+                const size_t n = strcspn(t, ",");
+                listed |= n == cn && strncmp(t, controller, n) == 0;
+                t += n + (t[n] == ',');
+            }
+            if (!listed ||
+                snprintf(sub, sizeof sub, "sys/fs/cgroup/%s", controller) >= (int)sizeof sub)
+                continue;
+        }
+        if (cgroup_file(mount, sizeof mount, root, sub))
+            walk_cgroup_path(mount, *path ? path : "/", fn, ctx);
+    }
+    fclose(f);
 }
 
 kvl_mem_status kvl_mem_status_at(const char *root) {
@@ -309,37 +346,37 @@ kvl_mem_status kvl_mem_status_at(const char *root) {
     const int64_t kb =
         cgroup_file(p, sizeof p, root, "proc/meminfo") ? read_keyed_i64(p, "MemAvailable") : -1;
     st.meminfo = kb < 0 ? -1 : kb * 1024;
-    FILE *f = cgroup_file(p, sizeof p, root, "proc/self/cgroup") ? fopen(p, "r") : NULL;
-    if (f) {
-        char line[1024];
-        while (fgets(line, sizeof line, f)) {
-            /* "0::/path" (v2), "4:memory:/path" or "3:cpu,memory:/path" (v1) */
-            char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
-            if (!c2) continue;
-            line[strcspn(line, "\n")] = '\0';
-            *c2 = '\0';
-            const char *ctl = c1 + 1, *path = c2 + 1;
-            char mount[1024];
-            if (*ctl == '\0') {
-                if (!cgroup_file(mount, sizeof mount, root, "sys/fs/cgroup")) continue;
-            } else {
-                bool memory = false;
-                for (const char *t = ctl; *t;) {
-                    const size_t n = strcspn(t, ",");
-                    memory |= n == 6 && strncmp(t, "memory", 6) == 0;
-                    t += n + (t[n] == ',');
-                }
-                if (!memory || !cgroup_file(mount, sizeof mount, root, "sys/fs/cgroup/memory"))
-                    continue;
-            }
-            fold_cgroup_path(mount, *path ? path : "/", &st);
-        }
-        fclose(f);
-    }
+    walk_cgroups(root, "memory", fold_memory, &st);
     st.available = st.meminfo;
     if (st.cgroup_limit >= 0 && (st.available < 0 || st.cgroup_free < st.available))
         st.available = st.cgroup_free;
     return st;
+}
+
+/* Folds the CPU bandwidth limit of the cgroup in dir into *ctx (a double,
+ * CPUs; < 0: none yet): v2's cpu.max "QUOTA PERIOD" ("max" for none), v1's
+ * cpu.cfs_quota_us (-1 for none) over cpu.cfs_period_us. */
+static void fold_cpu(const char *dir, void *ctx) {
+    double *cpus = ctx;
+    char p[1024];
+    long long quota = -1, period = 0;
+    FILE *f = cgroup_file(p, sizeof p, dir, "cpu.max") ? fopen(p, "r") : NULL;
+    if (f) {
+        if (fscanf(f, "%lld %lld", &quota, &period) != 2) quota = -1; /* "max ..." */
+        fclose(f);
+    } else {
+        quota = cgroup_i64(dir, "cpu.cfs_quota_us");
+        period = cgroup_i64(dir, "cpu.cfs_period_us");
+    }
+    if (quota <= 0 || period <= 0) return;
+    const double c = (double)quota / (double)period;
+    if (*cpus < 0 || c < *cpus) *cpus = c;
+}
+
+double kvl_cpu_quota_at(const char *root) {
+    double cpus = -1;
+    walk_cgroups(root, "cpu", fold_cpu, &cpus);
+    return cpus;
 }
 
 int64_t kvl_mem_available(void) { return kvl_mem_status_at("").available; }

@@ -124,6 +124,14 @@ char *kvl_read_stream(FILE *f, const char *name, size_t *len_out, kvl_error *err
 /* Number of online CPUs (>= 1). */
 int kvl_cpu_count(void);
 
+/* The CPU time a cgroup holding the process may use, in CPUs (a container's
+ * --cpus 2.5, a systemd unit's CPUQuota, a pod's CPU limit: cgroup v2
+ * cpu.max, v1 cpu.cfs_quota_us / cpu.cfs_period_us; the least over its
+ * cgroup and those above), or -1 where none limits it. /proc and /sys are
+ * read under root ("" for the system itself). The CPU affinity does not
+ * show this limit: more threads than it allows are throttled in turn. */
+double kvl_cpu_quota_at(const char *root);
+
 /* Memory this process can still take, in bytes: MemAvailable of /proc/meminfo
  * (what the kernel can give without swapping, page cache included), or less
  * where a memory cgroup holding the process allows less (a container's or a

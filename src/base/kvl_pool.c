@@ -18,6 +18,7 @@
 
 #include <limits.h>
 #include <linux/futex.h>
+#include <math.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -122,9 +123,14 @@ static int default_size(void) {
         if (end != e && n > 0) return n < POOL_MAX ? (int)n : POOL_MAX;
     }
     cpu_set_t set;
-    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
-        return CPU_COUNT(&set) < POOL_MAX ? CPU_COUNT(&set) : POOL_MAX;
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    long n = sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0
+                 ? CPU_COUNT(&set)
+                 : sysconf(_SC_NPROCESSORS_ONLN);
+    /* A CPU quota (a container's --cpus) below that: one thread per CPU of it,
+     * rounded up. More would be throttled in turn, and every parallel region
+     * waits for its slowest thread (each spinning thread also spends quota). */
+    const double quota = kvl_cpu_quota_at("");
+    if (quota > 0 && quota < (double)n) n = (long)ceil(quota);
     return n < 1 ? 1 : n < POOL_MAX ? (int)n : POOL_MAX;
 }
 

@@ -542,11 +542,10 @@ bool cli_parse_ex(int argc, char **argv, cli_opts *o, cli_extra_fn extra, void *
         }
     }
     if (o->verbose) kvl_log_level = KVL_LOG_INFO;
-    if (o->n_threads > 0) {
-        omp_set_num_threads(
-            o->n_threads); /* what still uses OpenMP: bench-sweep's bandwidth probe */
-        kvl_pool_set_threads(o->n_threads);
-    }
+    if (o->n_threads > 0) kvl_pool_set_threads(o->n_threads);
+    /* what still uses OpenMP (bench's bandwidth probe) runs on as many threads
+     * as the pool: -t, else its default (a cgroup's CPU quota included) */
+    omp_set_num_threads(kvl_pool_threads());
     if (o->model_draft && o->spec == ENGINE_SPEC_OFF) o->spec = ENGINE_SPEC_DRAFT; /* implied */
     if (o->spec == ENGINE_SPEC_DRAFT && !o->model_draft) {
         fprintf(stderr, "kvllm: --spec draft needs --model-draft FILE\n");

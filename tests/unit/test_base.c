@@ -1,6 +1,6 @@
 /* base: the byte buffer (growth, NUL termination, formatted appends, the
  * sticky failure); one allocation carved into arrays; giving back a file
- * mapping's pages; the memory available under cgroup limits. */
+ * mapping's pages; the memory and CPU a cgroup leaves the process. */
 #define _GNU_SOURCE /* mkstemp */
 #include <fcntl.h>
 #include <stdint.h>
@@ -117,37 +117,39 @@ static void test_drop_file_pages(void) {
     close(fd);
 }
 
-/* kvl_mem_status_at over tests/data/memory: trees laid out as /proc and
- * /sys/fs/cgroup are, one per kind of host. */
-static void test_mem_status(void) {
+/* kvl_mem_status_at and kvl_cpu_quota_at over tests/data/cgroup: trees laid
+ * out as /proc and /sys/fs/cgroup are, one per kind of host. */
+static void test_cgroups(void) {
     static const struct {
         const char *tree;
         int64_t available, meminfo, limit;
+        double cpus; /* kvl_cpu_quota_at */
     } cases[] = {
         /* no cgroup limit: MemAvailable (8000000 kB) */
-        {"plain", 8192000000, 8192000000, -1},
+        {"plain", 8192000000, 8192000000, -1, -1},
         /* cgroup v2, a systemd unit: no limit of its own ("max"), its slice's
-         * 1e9 with 7e8 used of which 2.5e8 page cache: 5.5e8 */
-        {"v2-nested", 550000000, 8192000000, 1000000000},
+         * 1e9 with 7e8 used of which 2.5e8 page cache: 5.5e8; CPU: the unit's
+         * 2 CPUs (cpu.max 200000 100000), the slice's "max" */
+        {"v2-nested", 550000000, 8192000000, 1000000000, 2.0},
         /* cgroup v2 inside a container (its own cgroup at the mount, path "/"):
-         * 2 GiB limit, 1 GiB used, no page cache */
-        {"v2-container", 1073741824, 8192000000, 2147483648},
+         * 2 GiB limit, 1 GiB used, no page cache; --cpus 1.5 */
+        {"v2-container", 1073741824, 8192000000, 2147483648, 1.5},
         /* cgroup v1, Docker: the path names the container as the host sees it,
          * the mount is the container's cgroup; 3 GiB limit, 2.5 GiB used of
          * which 0.5 GiB page cache (total_cache, not cache); the v2 line of a
-         * hybrid host has no memory files */
-        {"v1-docker", 1073741824, 8192000000, 3221225472},
-        /* v1's "no limit" (LLONG_MAX rounded to pages) at every level */
-        {"v1-unlimited", 8192000000, 8192000000, -1},
+         * hybrid host has no memory files; --cpus 2.5 (cpu,cpuacct's quota) */
+        {"v1-docker", 1073741824, 8192000000, 3221225472, 2.5},
+        /* v1's "no limit" (LLONG_MAX rounded to pages; quota -1) at every level */
+        {"v1-unlimited", 8192000000, 8192000000, -1, -1},
         /* usage over the limit (it happens briefly): nothing free, not negative;
          * no /proc/meminfo: the cgroup's figure alone */
-        {"over-limit", 0, -1, 1000000},
+        {"over-limit", 0, -1, 1000000, -1},
         /* nothing readable */
-        {"absent", -1, -1, -1},
+        {"absent", -1, -1, -1, -1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         char root[256];
-        snprintf(root, sizeof root, "tests/data/memory/%s", cases[i].tree);
+        snprintf(root, sizeof root, "tests/data/cgroup/%s", cases[i].tree);
         const kvl_mem_status st = kvl_mem_status_at(root);
         CHECK(st.available == cases[i].available, "%s: available %lld, want %lld", cases[i].tree,
               (long long)st.available, (long long)cases[i].available);
@@ -155,6 +157,9 @@ static void test_mem_status(void) {
               (long long)st.meminfo);
         CHECK(st.cgroup_limit == cases[i].limit, "%s: cgroup limit %lld", cases[i].tree,
               (long long)st.cgroup_limit);
+        const double cpus = kvl_cpu_quota_at(root);
+        CHECK(cpus == cases[i].cpus, "%s: cpu quota %g, want %g", cases[i].tree, cpus,
+              cases[i].cpus);
     }
     /* the system's own reading agrees with kvl_mem_available */
     const int64_t a = kvl_mem_available(), b = kvl_mem_status_at("").available;
@@ -166,7 +171,7 @@ int main(void) {
     test_buf();
     test_parts();
     test_drop_file_pages();
-    test_mem_status();
+    test_cgroups();
     printf("test_base: %s (%d failures)\n", failures ? "FAIL" : "ok", failures);
     return failures != 0;
 }
