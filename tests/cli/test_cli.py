@@ -143,6 +143,10 @@ for flags, why in ((['--yarn-ext-factor', '1'], '--override-kv'), (['--mmproj', 
           f'serve {flags[0]}: refused naming what to do ({r.stderr[-200:]})')
 r = run(['serve', '-m', MODEL, '--port', '0', '-p', 'hello'])
 check(r.returncode != 0 and 'kvllm run' in r.stderr, f'serve -p: refused ({r.stderr[-200:]})')
+# a KV pool larger than the memory left is refused at start, not filled until the process is killed
+r = run(['serve', '-m', MODEL, '--port', '0', '--kv-memory', '64TiB'])
+check(r.returncode != 0 and 'is more than the' in r.stderr and 'listening' not in r.stderr,
+      f'serve --kv-memory 64TiB: refused ({r.stderr[-200:]})')
 r = run(['run', '-m', MODEL, '-p', 'x', '-n', '1', '--draft-max', '0'])
 check(r.returncode != 0 and '--draft-max: must be' in r.stderr, f'--draft-max is --spec-k ({r.stderr[-200:]})')
 # llama.cpp's rope flags (--rope-scaling, --rope-scale, --rope-freq-scale, --rope-freq-base,
