@@ -106,6 +106,16 @@ static bool run_setup(model *m, tok_vocab *v, const setup *s, int32_t prompts[N_
     return true;
 }
 
+/* N_REQ prompts of 3 to 46 random ids (above the first three) from seed. */
+static void random_prompts(int64_t n_vocab, unsigned seed, int32_t prompts[N_REQ][48],
+                           int lens[N_REQ]) {
+    srand(seed);
+    for (int i = 0; i < N_REQ; i++) {
+        lens[i] = 3 + (i * 11) % 44;
+        for (int k = 0; k < lens[i]; k++) prompts[i][k] = 3 + rand() % (int)(n_vocab - 3);
+    }
+}
+
 static void test_model(const char *path, int kv_dtype) {
     tok_vocab *v;
     model *m = load_test_model(path, 128, 32, &v);
@@ -116,12 +126,7 @@ static void test_model(const char *path, int kv_dtype) {
     printf("%s (kv %s)\n", path, gguf_dtype_name(kv_dtype));
     int32_t prompts[N_REQ][48];
     int lens[N_REQ];
-    srand(7);
-    for (int i = 0; i < N_REQ; i++) {
-        lens[i] = 3 + (i * 11) % 44;
-        for (int k = 0; k < lens[i]; k++)
-            prompts[i][k] = 3 + rand() % (int)(model_hp(m)->n_vocab - 3);
-    }
+    random_prompts(model_hp(m)->n_vocab, 7, prompts, lens);
     collected alone[N_REQ], got[N_REQ];
     setup solo = {"alone", 1, 2048, 0, kv_dtype, false, false, true};
     for (int i = 0; i < N_REQ; i++) run_setup(m, v, &solo, prompts, lens, i, alone);
@@ -154,27 +159,14 @@ static void test_model(const char *path, int kv_dtype) {
     tok_vocab_destroy(v);
 }
 
-/* Loads path with the load assuming avail bytes free (mp.mem_available). */
-static model *load_with_memory(const char *path, int64_t avail, tok_vocab **v) {
-    kvl_error err = {{0}};
-    gguf_file *f = gguf_open(path, &err);
-    *v = f ? tok_vocab_create(f, &err) : NULL;
-    model_params mp = {.max_ctx = 128, .max_ubatch = 32, .mem_available = avail};
-    model *m = *v ? model_load(f, &mp, &err) : NULL;
-    if (m) return m;
-    fprintf(stderr, "%s: %s\n", path, err.msg);
-    if (*v) tok_vocab_destroy(*v);
-    else gguf_close(f);
-    return NULL;
-}
-
 /* Weights whose repacked copy does not fit in the memory the load may take
  * stay in the file's layout (where a container's limit would otherwise kill
  * the process partway through the load), and the model computes the same
  * tokens; with room, they are repacked. */
 static void test_repack_budget(const char *path) {
     tok_vocab *v1, *v2, *v3;
-    model *tight = load_with_memory(path, 1, &v1), *roomy = load_with_memory(path, 0, &v2);
+    model *tight = load_test_model_mem(path, 128, 32, 1, &v1),
+          *roomy = load_test_model_mem(path, 128, 32, 0, &v2);
     if (!tight || !roomy) {
         failures++;
         return;
@@ -184,22 +176,17 @@ static void test_repack_budget(const char *path) {
     CHECK(model_hp(tight)->repacked_bytes == 0, "%s: %lld bytes repacked in 1 byte", path,
           (long long)model_hp(tight)->repacked_bytes);
     /* the bound: the copy plus the headroom (256 MiB at these sizes) */
-    model *edge = load_with_memory(path, need + (256 << 20), &v3);
+    model *edge = load_test_model_mem(path, 128, 32, need + (256 << 20), &v3);
     CHECK(edge && model_hp(edge)->repacked_bytes == need, "%s: repacked at the bound", path);
     model_destroy(edge);
     tok_vocab_destroy(v3);
-    edge = load_with_memory(path, need + (256 << 20) - 1, &v3);
+    edge = load_test_model_mem(path, 128, 32, need + (256 << 20) - 1, &v3);
     CHECK(edge && model_hp(edge)->repacked_bytes == 0, "%s: not repacked a byte below it", path);
     model_destroy(edge);
     tok_vocab_destroy(v3);
     int32_t prompts[N_REQ][48];
     int lens[N_REQ];
-    srand(11);
-    for (int i = 0; i < N_REQ; i++) {
-        lens[i] = 5 + (i * 7) % 40;
-        for (int k = 0; k < lens[i]; k++)
-            prompts[i][k] = 3 + rand() % (int)(model_hp(roomy)->n_vocab - 3);
-    }
+    random_prompts(model_hp(roomy)->n_vocab, 11, prompts, lens);
     collected a[N_REQ], b[N_REQ];
     setup batched = {"repack budget", 8, 2048, 0, GGUF_DT_F16, false, false, true};
     if (run_setup(tight, v1, &batched, prompts, lens, -1, a) &&

@@ -9,14 +9,16 @@
 #include "engine.h"
 
 /* Loads path's vocabulary into *v and its weights into the returned model,
- * sized for max_ctx positions and max_ubatch tokens a pass; NULL, with the
+ * sized for max_ctx positions and max_ubatch tokens a pass, the load taking
+ * mem_available bytes as free (0: what the system says); NULL, with the
  * reason printed and nothing left open, when either fails. */
-static inline model *load_test_model(const char *path, int64_t max_ctx, int64_t max_ubatch,
-                                     tok_vocab **v) {
+static inline model *load_test_model_mem(const char *path, int64_t max_ctx, int64_t max_ubatch,
+                                         int64_t mem_available, tok_vocab **v) {
     kvl_error err = {{0}};
     gguf_file *f = gguf_open(path, &err);
     *v = f ? tok_vocab_create(f, &err) : NULL;
-    model_params mp = {.max_ctx = max_ctx, .max_ubatch = max_ubatch};
+    model_params mp = {
+        .max_ctx = max_ctx, .max_ubatch = max_ubatch, .mem_available = mem_available};
     model *m = *v ? model_load(f, &mp, &err) : NULL; /* owns f from here on */
     if (m) return m;
     fprintf(stderr, "%s: %s\n", path, err.msg);
@@ -24,6 +26,11 @@ static inline model *load_test_model(const char *path, int64_t max_ctx, int64_t 
     else gguf_close(f);
     *v = NULL;
     return NULL;
+}
+
+static inline model *load_test_model(const char *path, int64_t max_ctx, int64_t max_ubatch,
+                                     tok_vocab **v) {
+    return load_test_model_mem(path, max_ctx, max_ubatch, 0, v);
 }
 
 /* A request's output: its ids, its text and how it finished. */
