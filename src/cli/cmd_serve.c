@@ -49,6 +49,9 @@ static void serve_usage(FILE *out) {
     print_settings(out, 0, 1); /* --port */
     fputs(
         "  --api-key KEY            require 'Authorization: Bearer KEY' on /v1/* and /metrics\n"
+        "  --api-prefix PATH        serve every route under PATH (/llm: /llm/v1/chat/completions, "
+        "the\n"
+        "                           pages at /llm/), as behind a proxy's sub-path\n"
         "  --ssl-key-file FILE      HTTPS: the server's private key (PEM), with --ssl-cert-file\n"
         "  --ssl-cert-file FILE     HTTPS: its certificate (PEM, the chain after it)\n"
         "  --api-key-file FILE      several keys, one a line: 'KEY [TENANT]' ('#' comments); each "
@@ -216,15 +219,16 @@ static int serve_flag(const char *f, const char *v, void *ctx) {
                                             : f;
     for (int i = 0; i < server_n_settings && !st; i++)
         if (strcmp(name, server_settings[i].flag) == 0) st = &server_settings[i];
-    bool ours =
-        st || IS("--host") || IS("--api-key") || IS("--served-model-name") || IS("--alias") ||
-        IS("-np") || IS("--parallel") || IS("--chat-template") || IS("--chat-template-file") ||
-        IS("--kv-memory") || IS("--max-batch-tokens") || IS("--max-seqs") || IS("--max-body") ||
-        IS("--cors") || IS("--kv-memory-fraction") || IS("--api-key-file") || IS("--kv-disk") ||
-        IS("--kv-disk-size") || IS("--scheduling-policy") || IS("--kv-disk-pin-max") ||
-        IS("--prefix-admission-wait") || IS("--lora-modules") || IS("--chat-template-kwargs") ||
-        IS("--default-chat-template-kwargs") || IS("--reasoning-budget") ||
-        IS("--reasoning-format") || IS("--ssl-key-file") || IS("--ssl-cert-file");
+    bool ours = st || IS("--host") || IS("--api-key") || IS("--served-model-name") ||
+                IS("--alias") || IS("-np") || IS("--parallel") || IS("--chat-template") ||
+                IS("--chat-template-file") || IS("--kv-memory") || IS("--max-batch-tokens") ||
+                IS("--max-seqs") || IS("--max-body") || IS("--cors") ||
+                IS("--kv-memory-fraction") || IS("--api-key-file") || IS("--kv-disk") ||
+                IS("--kv-disk-size") || IS("--scheduling-policy") || IS("--kv-disk-pin-max") ||
+                IS("--prefix-admission-wait") || IS("--lora-modules") ||
+                IS("--chat-template-kwargs") || IS("--default-chat-template-kwargs") ||
+                IS("--reasoning-budget") || IS("--reasoning-format") || IS("--ssl-key-file") ||
+                IS("--ssl-cert-file") || IS("--api-prefix");
     if (!ours) return 0;
     if (!v) {
         fprintf(stderr, "kvllm: %s: missing value\n", f);
@@ -236,6 +240,7 @@ static int serve_flag(const char *f, const char *v, void *ctx) {
     } else if (IS("--host")) so->sc.host = v;
     else if (IS("--api-key")) so->sc.api_key = v;
     else if (IS("--api-key-file")) so->sc.api_key_file = v;
+    else if (IS("--api-prefix")) so->sc.api_prefix = v;
     else if (IS("--ssl-key-file")) so->sc.tls_key_file = v;
     else if (IS("--ssl-cert-file")) so->sc.tls_cert_file = v;
     else if (IS("--served-model-name") || IS("--alias")) so->sc.model_id = v;

@@ -17,6 +17,9 @@ typedef struct server_config {
     int port;                 /* 0: any free port */
     const char *api_key;      /* NULL: no authentication (unless api_key_file) */
     const char *api_key_file; /* keys, one a line: "KEY [TENANT]" ('#' comments) */
+    /* --api-prefix (llama-server's): every route under this path ("/llm";
+     * NULL or "": at the root) */
+    const char *api_prefix;
     /* HTTPS (llama-server's --ssl-key-file / --ssl-cert-file): PEM files of the
      * private key and its certificate (chain); both NULL: plain HTTP */
     const char *tls_key_file, *tls_cert_file;

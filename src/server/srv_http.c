@@ -609,8 +609,20 @@ static bool check_framing(struct MHD_Connection *c, api_error *e) {
 /* The headers are in, the body not yet read: everything that can be decided
  * now is, so a caller without a key, or with a body too large, costs no more
  * than its headers. */
+/* The route path of url: url itself, or under --api-prefix what follows the
+ * prefix ("/llm/v1/models" -> "/v1/models"; the prefix alone is its root
+ * page); NULL for a URL outside it. */
+static const char *route_path(const srv *s, const char *url) {
+    const char *p = s->cfg.api_prefix;
+    if (!p || !*p) return url;
+    const size_t n = strlen(p);
+    if (strncmp(url, p, n) != 0 || (url[n] && url[n] != '/')) return NULL;
+    return url[n] ? url + n : "/";
+}
+
 static bool check_headers(srv *s, struct MHD_Connection *c, const char *url, const char *method,
                           conn_ctx *cc, api_error *e) {
+    if (!url) return api_fail(e, 404, NULL, "no route outside %.200s", s->cfg.api_prefix);
     size_t i = 0;
     while (i < N_ROUTES && !route_matches(i, url)) i++;
     if (i == N_ROUTES) return api_fail(e, 404, NULL, "no route for %.200s", url);
@@ -695,6 +707,18 @@ enum MHD_Result srv_on_request(void *cls, struct MHD_Connection *c, const char *
     srv *s = cls;
     conn_ctx *cc = *con_cls;
     (void)version;
+    const char *prefix = s->cfg.api_prefix;
+    if (!cc && prefix && *prefix && strcmp(url, prefix) == 0 && strcmp(method, "GET") == 0) {
+        /* the prefix alone: to its root page, "/llm/", against which the
+         * page's relative links resolve */
+        struct MHD_Response *r = MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
+        if (!r) return MHD_NO;
+        char to[512];
+        snprintf(to, sizeof to, "%s/", prefix);
+        MHD_add_response_header(r, "Location", to);
+        return queue(c, MHD_HTTP_PERMANENT_REDIRECT, r);
+    }
+    url = route_path(s, url); /* NULL outside --api-prefix: refused by check_headers */
     if (!cc) {
         if (!(cc = calloc(1, sizeof *cc))) return MHD_NO;
         cc->t_arrival = kvl_time_s();

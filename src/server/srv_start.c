@@ -89,6 +89,15 @@ static struct MHD_Daemon *start_daemon(srv *s) {
 }
 
 bool server_config_check(const server_config *c) {
+    const char *p = c->api_prefix;
+    if (p && *p &&
+        (p[0] != '/' || p[strlen(p) - 1] == '/' || strpbrk(p, "?#% \t\r\n") || strstr(p, "//"))) {
+        fprintf(stderr,
+                "kvllm serve: --api-prefix '%s': a path such as /llm (a leading '/', none "
+                "at the end, no '?', '#', '%%' or spaces)\n",
+                p);
+        return false;
+    }
     if (!c->tls_key_file != !c->tls_cert_file) {
         fprintf(stderr,
                 "kvllm serve: HTTPS needs both --ssl-key-file and --ssl-cert-file (%s "
@@ -303,8 +312,9 @@ int server_run(engine *e, const tok_vocab *vocab, const server_config *cfg) {
         srv_free(s);
         return 1;
     }
-    fprintf(stderr, "kvllm serve: listening on %s://%s:%d (model '%s'%s)\n",
-            s->tls_key ? "https" : "http", cfg->host, s->bound_port, cfg->model_id,
+    fprintf(stderr, "kvllm serve: listening on %s://%s:%d%s (model '%s'%s)\n",
+            s->tls_key ? "https" : "http", cfg->host, s->bound_port,
+            cfg->api_prefix ? cfg->api_prefix : "", cfg->model_id,
             s->n_keys ? ", API keys required" : "");
     int sig = 0;
     sigwait(&sigs, &sig);

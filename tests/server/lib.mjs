@@ -14,15 +14,16 @@ export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 // Starts the server on a free port (--port 0; the port is read from the log).
 export async function startServer(bin, args, { cwd, name = 'server' } = {}) {
   const proc = spawn(bin, ['serve', '--port', '0', ...args], { cwd, stdio: ['ignore', 'ignore', 'pipe'] });
-  let log = '', scheme = 'http';
+  let log = '', scheme = 'http', prefix = '';
   const port = await new Promise((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`${name}: no 'listening' line after 60 s:\n${log}`)), 60000);
     proc.stderr.on('data', (d) => {
       log += d.toString();
-      const m = log.match(/listening on (https?):\/\/[^:]+:(\d+)/);
+      const m = log.match(/listening on (https?):\/\/[^:]+:(\d+)(\/\S*)?/);
       if (m) {
         clearTimeout(timer);
         scheme = m[1];
+        prefix = m[3] || ''; // --api-prefix
         resolve(Number(m[2]));
       }
     });
@@ -31,7 +32,7 @@ export async function startServer(bin, args, { cwd, name = 'server' } = {}) {
       reject(new Error(`${name} exited with ${code}:\n${log}`));
     });
   });
-  const url = `${scheme}://127.0.0.1:${port}`;
+  const url = `${scheme}://127.0.0.1:${port}${prefix}`;
   // (HTTPS: fetch would refuse the tests' self-signed certificate; the server
   // listens once the line is printed)
   for (let i = 0; scheme === 'http' && i < 100; i++) {

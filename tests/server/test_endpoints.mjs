@@ -3,10 +3,11 @@
 // against llama.cpp's tokenization of the golden model, /v1/embeddings through
 // the OpenAI client, /props, CORS (--cors) and its absence, unknown request
 // fields refused with a 400 naming them, the documented ignored fields
-// accepted, and /metrics checked as promtool checks it (check_metrics.py).
+// accepted, /metrics checked as promtool checks it (check_metrics.py), and
+// every route under --api-prefix (llama-server's), the OpenAI client included.
 // usage: node test_endpoints.mjs BUILD/kvllm REPO_ROOT
 import OpenAI from 'openai';
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawnSync } from 'node:child_process';
 import { readFileSync, writeFileSync, mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -238,6 +239,33 @@ const tests = [
       assert(m && Number(m[1]) >= 1, `${h}_count >= 1`);
     }
     assert(/^# TYPE kvllm:prompt_tokens_total counter$/m.test(text), 'counter TYPE names the _total series');
+  }],
+  ['--api-prefix /llm: every route under it, nothing outside; the pages link relatively', async () => {
+    const pre = await startServer(bin, ['-m', 'models/stories260K.gguf', '-c', '256', '--api-prefix', '/llm'],
+      { cwd: root, name: 'prefix' });
+    try {
+      assert(/listening on http:\/\/[^ ]+:\d+\/llm /.test(pre.log()), 'the listening line names the prefix');
+      assert(pre.url.endsWith('/llm'), `the server's URL: ${pre.url}`);
+      const base = pre.url, origin = new URL(pre.url).origin;
+      const c = new OpenAI({ baseURL: `${base}/v1`, apiKey: 'none', maxRetries: 0, timeout: 60000 });
+      const r = await c.chat.completions.create({ model: 'stories260K', messages: [{ role: 'user', content: 'Hi' }],
+        max_tokens: 4 });
+      assertEq(r.usage.completion_tokens, 4, 'a chat completion under the prefix');
+      for (const [p, want] of [['/llm/health', 200], ['/llm/v1/models', 200], ['/llm/kv', 200], ['/llm/web/common.js', 200],
+        ['/health', 404], ['/v1/models', 404], ['/llmx/health', 404], ['/', 404]])
+        assertEq((await fetch(`${origin}${p}`)).status, want, p);
+      const bare = await fetch(base, { redirect: 'manual' });
+      assertEq([bare.status, bare.headers.get('location')], [308, '/llm/'], 'the prefix alone goes to its root page');
+      const page = await (await fetch(`${base}/`)).text();
+      assert(page.includes('src="web/common.js"') && !/(src|href)="\//.test(page), 'relative links only');
+    } finally {
+      assertEq(await pre.stop(), 0, 'clean shutdown');
+    }
+    for (const bad of ['llm', '/llm/', '/l m', '/a?b']) {
+      const r = spawnSync(bin, ['serve', '-m', 'models/stories260K.gguf', '--port', '0', '--api-prefix', bad],
+        { cwd: root, encoding: 'utf8', timeout: 60000 });
+      assert(r.status !== 0 && r.stderr.includes('--api-prefix'), `'${bad}' refused: ${r.stderr.slice(-200)}`);
+    }
   }],
 ];
 

@@ -178,6 +178,28 @@ const failed = await runTests([
     assertEq(await page.$$eval('#pools canvas', (c) => c.length), 1, 'one canvas, not a node per block');
     await page.close();
   }],
+
+  ['under --api-prefix /llm: the chat page at /llm/ streams a reply, /llm/kv renders', async () => {
+    const pre = await startServer(bin, ['-m', MODEL, '-c', '256', '--api-prefix', '/llm'], { cwd: root, name: 'prefix' });
+    try {
+      const page = await context.newPage();
+      const outside = [];
+      page.on('request', (r) => { if (!/^\/llm(\/|$)/.test(new URL(r.url()).pathname)) outside.push(r.url()); });
+      await page.goto(pre.url); // the prefix alone: redirected to /llm/
+      assertEq(new URL(page.url()).pathname, '/llm/', 'redirected to the root page');
+      await page.fill('#max_tokens', '8');
+      await page.fill('#input', 'Tell me about Lily.');
+      await page.click('#send');
+      await page.waitForFunction(() => window.chatDone >= 1, null, { timeout: 20000 });
+      assert((await page.textContent('#log .assistant .text')).length > 0, 'a reply was shown');
+      await page.close();
+      const kv = await openKv(pre.url, null);
+      await kv.close();
+      assertEq(outside, [], 'every request the pages made stayed under the prefix');
+    } finally {
+      await pre.stop();
+    }
+  }],
 ]);
 
 await browser.close();

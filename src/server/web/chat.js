@@ -6,7 +6,7 @@ let busy = null;    // AbortController of the running request
 window.chatDone = 0; // replies finished (for tests)
 
 async function loadModel() {
-  const r = await apiFetch('/v1/models');
+  const r = await apiFetch('v1/models');
   if (r.ok) $('model').textContent = (await r.json()).data[0].id;
 }
 
@@ -58,7 +58,7 @@ async function send() {
   const t0 = performance.now();
   let tFirst = 0, usage = null, reply = '', err = null;
   try {
-    const res = await apiFetch('/v1/chat/completions', { method: 'POST', signal: busy.signal,
+    const res = await apiFetch('v1/chat/completions', { method: 'POST', signal: busy.signal,
       headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(body) });
     if (!res.ok) {
       const j = await res.json().catch(() => null);

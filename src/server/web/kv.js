@@ -256,7 +256,7 @@ window.kvRender = render;
 async function poll() {
   if (paused) return;
   try {
-    const r = await apiFetch(`/v1/kv/state?since=${lastEvent}`);
+    const r = await apiFetch(`v1/kv/state?since=${lastEvent}`);
     if (r.ok) render(await r.json());
     else $('summary').textContent = `/v1/kv/state: ${r.status}`;
   } catch (e) {
