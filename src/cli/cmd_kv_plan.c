@@ -36,6 +36,7 @@ typedef struct plan_args {
     int dtype_v; /* UNSET: as K */
     uint64_t budget, weights, disk;
     bool has_budget, has_weights, has_disk, verify;
+    const char *budget_source; /* --budget available: which figure it read, else NULL */
 } plan_args;
 
 /* Integer flags: where they go, the smallest accepted value, and whether
@@ -99,6 +100,17 @@ static int extra_flag(const char *f, const char *v, void *ctx) {
     for (size_t i = 0; i < sizeof COUNT_FLAGS / sizeof COUNT_FLAGS[0]; i++)
         if (strcmp(f, COUNT_FLAGS[i].name) == 0) return count_arg(&COUNT_FLAGS[i], v, a);
     if (strcmp(f, "--config") == 0) return a->config_path = v, 2;
+    if (strcmp(f, "--budget") == 0 && strcmp(v, "available") == 0) {
+        /* what this process may take now: where the model would run */
+        const kvl_mem_status st = kvl_mem_status_at("");
+        if (st.available < 0) return bad(f, v, "cannot be read here (no /proc/meminfo)");
+        a->budget = (uint64_t)st.available;
+        a->has_budget = true;
+        a->budget_source = st.cgroup_limit >= 0 && st.available == st.cgroup_free
+                               ? "the memory cgroup's room now"
+                               : "MemAvailable now";
+        return 2;
+    }
     if (strcmp(f, "--budget") == 0) return size_arg(f, v, &a->budget, &a->has_budget);
     if (strcmp(f, "--weights-bytes") == 0) return size_arg(f, v, &a->weights, &a->has_weights);
     if (strcmp(f, "--disk") == 0) return size_arg(f, v, &a->disk, &a->has_disk);
@@ -120,7 +132,10 @@ void cmd_kv_plan_usage(FILE *out) {
         "[--kv-type-k T --kv-type-v "
         "T]\n"
         "         [--block-size 16]"
-        " [--budget 80GiB] [--weights-bytes N | --params N] [--disk 20GiB] [--json] [--verify]\n"
+        " [--budget 80GiB|available] [--weights-bytes N | --params N] [--disk 20GiB] [--json] "
+        "[--verify]\n"
+        "  --budget available: the memory this process may take now (MemAvailable, or a memory\n"
+        "    cgroup's room: a container's limit)\n"
         "  --disk SIZE: tokens per tier (RAM pool, and a --kv-disk tier of SIZE)\n"
         "  shape flags (alone or overriding the file): --layers --heads --kv-heads --head-dim\n"
         "  --head-dim-v --sliding-window W --swa-layers N --kv-lora-rank R --rope-dim R\n"
@@ -449,6 +464,7 @@ static cJSON *json_verify(const verify_result *v) {
 
 typedef struct report {
     const char *source, *weights_source;
+    const char *budget_source; /* --budget available's figure, or NULL */
     const kv_plan_model *m;
     const kv_plan_request *r;
     const kv_plan *p;
@@ -464,6 +480,7 @@ static void print_json(const report *rp) {
     json_model(j, rp->m);
     json_plan(j, rp->p, rp->r);
     cJSON_AddStringToObject(j, "weights_source", rp->weights_source);
+    if (rp->budget_source) cJSON_AddStringToObject(j, "budget_source", rp->budget_source);
     cJSON_AddItemToObject(j, "savings", json_savings(rp->sav, rp->n_sav));
     if (rp->v->done) cJSON_AddItemToObject(j, "verify", json_verify(rp->v));
     if (rp->pipeline) cJSON_AddItemToObject(j, "pipeline", rp->pipeline);
@@ -623,7 +640,9 @@ static void print_budget(const report *rp) {
                (long long)rp->m->n_expert);
     printf("total          %s  (weights + KV allocated + metadata)\n", FB(p->total_bytes));
     if (!rp->r->budget_bytes) return;
-    printf("budget         %s: %s\n", FB(rp->r->budget_bytes), p->fits ? "fits" : "does NOT fit");
+    printf("budget         %s%s%s%s: %s\n", FB(rp->r->budget_bytes), rp->budget_source ? " (" : "",
+           rp->budget_source ? rp->budget_source : "", rp->budget_source ? ")" : "",
+           p->fits ? "fits" : "does NOT fit");
     printf("max concurrency %lld sequences of %s tokens fit the budget\n",
            (long long)p->max_concurrency, GR(rp->r->context));
 }
@@ -748,7 +767,7 @@ int cmd_kv_plan(int argc, char **argv) {
     plan_args a;
     kv_plan_model m;
     if (!parse_args(argc, argv, &o, &a) || !load_model(&o, &a, &m)) return 2;
-    report rp = {.source = source_name(&o, &a), .m = &m};
+    report rp = {.source = source_name(&o, &a), .m = &m, .budget_source = a.budget_source};
     kv_plan_request r = {.context = a.context,
                          .concurrency = a.concurrency,
                          .dtype = a.dtype != UNSET  ? a.dtype

@@ -253,6 +253,16 @@ def budget():
     j = plan("--config", cfg("llama-3-8b.json"), "--context", "8192")
     expect("no budget: no max_concurrency", "max_concurrency" in j, False)
     text_has("budget text", l8 + ["--weights-bytes", "16GB"], "max concurrency 65")
+    # --budget available: what this process may take now (MemAvailable, or a memory cgroup's room)
+    meminfo = next(int(l.split()[1]) * 1024 for l in open("/proc/meminfo") if l.startswith("MemAvailable:"))
+    j = plan("--config", cfg("llama-3-8b.json"), "--context", "8192", "--budget", "available",
+             "--weights-bytes", "16GB")
+    expect("budget available: a figure of this machine",
+           0 < j.get("budget_bytes", 0) <= meminfo * 1.25, True)
+    expect("budget available: its source", j.get("budget_source") in
+           ("MemAvailable now", "the memory cgroup's room now"), True)
+    expect("budget available: max_concurrency from it",
+           j.get("max_concurrency") == max(0, (j.get("budget_bytes", 0) - 16 * 10**9) // ((1 << 30) + 512 * 4 + 64)), True)
 
 
 def errors():
