@@ -476,6 +476,7 @@ static enum MHD_Result dispatch(srv *s, struct MHD_Connection *c, const char *ur
         metrics_render_conns(&m, s->cfg.model_id, conns_open(s), atomic_load(&s->n_refused),
                              atomic_load(&s->n_timed_out), atomic_load(&s->n_evicted),
                              atomic_load(&s->n_client_gone));
+        metrics_render_memory(&m, s->cfg.model_id, engine_model(s->e));
         if (m.oom) {
             kvl_buf_free(&m);
             return MHD_NO;

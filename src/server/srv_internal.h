@@ -283,6 +283,9 @@ void histo_observe(histo *h, double v); /* caller holds m->mu */
 void metrics_render(srv_metrics *m, const char *model_name, kvl_buf *out);
 void metrics_render_conns(kvl_buf *o, const char *model_name, int open, long refused, long timeouts,
                           long evicted, long disconnects);
+/* Memory: what the process may still take (kvl_mem_status), its resident set,
+ * and the model's weights repacked (anonymous) or read through the mapping. */
+void metrics_render_memory(kvl_buf *o, const char *model_name, const model *mdl);
 
 /* ----------------------------------------------------------- tenants -- */
 

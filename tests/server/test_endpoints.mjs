@@ -239,6 +239,14 @@ const tests = [
       assert(m && Number(m[1]) >= 1, `${h}_count >= 1`);
     }
     assert(/^# TYPE kvllm:prompt_tokens_total counter$/m.test(text), 'counter TYPE names the _total series');
+    // memory: what the process may still take, its resident set, the weights copied or mapped
+    const gauge = (n) => Number((text.match(new RegExp(`^kvllm:${n}\\{[^}]*\\} (-?[0-9.e+]+)$`, 'm')) || [])[1]);
+    assert(gauge('memory_available_bytes') > 0, 'memory_available_bytes');
+    assert(gauge('memory_cgroup_limit_bytes') === -1 || gauge('memory_cgroup_limit_bytes') > 0, 'cgroup limit');
+    assert(gauge('process_resident_bytes') > 1e6, 'resident bytes');
+    const info = execFileSync(bin, ['info', '-m', 'tests/data/golden/models/qwen3-f32.gguf'], { cwd: root, encoding: 'utf8' });
+    assertEq(gauge('weights_repacked_bytes') + gauge('weights_mapped_bytes'), Number(info.match(/\((\d+) bytes of weights\)/)[1]),
+      'repacked + mapped = the weights kvllm info counts');
   }],
   ['--api-prefix /llm: every route under it, nothing outside; the pages link relatively', async () => {
     const pre = await startServer(bin, ['-m', 'models/stories260K.gguf', '-c', '256', '--api-prefix', '/llm'],
