@@ -121,7 +121,7 @@ void cli_pp_report_kv(const cli_model *cm, const engine_req_stats *s);
  * of ec's pool settings takes on its layers and what memory it has. With
  * size_pool, sets ec->n_blocks to the least that fits any rank (pp.h's
  * pp_kv_blocks_fit: kv_memory > 0 per rank, else fraction of each host's
- * MemAvailable; at most ec->max_seqs full-context sequences then), printing
+ * available memory; at most ec->max_seqs full-context sequences then), printing
  * each rank's figures. rank_bytes[r * MODEL_MAX_KV_GROUPS + g]: rank r's bytes
  * per block of group g; *n_ranks the ranks. False (message printed) when a
  * rank cannot hold one sequence or the ranks do not answer. */

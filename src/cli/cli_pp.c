@@ -162,11 +162,11 @@ bool cli_pp_kv_size(const cli_model *cm, engine_config *ec, bool size_pool, int6
         if (kv_memory > 0)
             snprintf(budget, sizeof budget, "--kv-memory %lld bytes", (long long)kv_memory);
         else if (ranks[r].mem_available < 0)
-            snprintf(budget, sizeof budget, "MemAvailable unknown");
+            snprintf(budget, sizeof budget, "available memory unknown");
         else
             snprintf(budget, sizeof budget,
-                     "%g x MemAvailable %.1f MiB for %lld bytes per block on its host", fraction,
-                     (double)ranks[r].mem_available / 1048576.0, (long long)host);
+                     "%g x available memory %.1f MiB for %lld bytes per block on its host",
+                     fraction, (double)ranks[r].mem_available / 1048576.0, (long long)host);
         fprintf(stderr,
                 "kvllm serve: rank %d (layers %d-%d): %lld bytes per KV block; %s -> %lld "
                 "blocks fit\n",
@@ -176,7 +176,7 @@ bool cli_pp_kv_size(const cli_model *cm, engine_config *ec, bool size_pool, int6
     int64_t n = least;
     if (least < 0) { /* as one process: sized for max_seqs sequences */
         fprintf(stderr,
-                "kvllm serve: a rank cannot read MemAvailable: KV pool sized for %d "
+                "kvllm serve: a rank cannot read its available memory: KV pool sized for %d "
                 "full-context sequences\n",
                 ec->max_seqs);
         n = want;

@@ -57,17 +57,17 @@ bool pp_split_layers(int n_layer, int n_ranks, const char *spec, int *first, int
 typedef struct pp_rank_mem {
     int64_t group_bytes[MODEL_MAX_KV_GROUPS]; /* one block of each KV group, its layers only */
     int64_t block_bytes;                      /* their sum: one block index on this rank */
-    int64_t mem_available;                    /* its host's MemAvailable, bytes (-1: unknown) */
-    uint64_t host;                            /* equal for ranks sharing one host's memory */
+    int64_t mem_available; /* its host's kvl_mem_available(), bytes (-1: unknown) */
+    uint64_t host;         /* equal for ranks sharing one host's memory */
 } pp_rank_mem;
 
 /* The KV blocks (one block index: a block of every group) each rank's memory
  * holds, into fit[r], by the rule one process uses: kv_memory > 0 gives each
  * rank a pool of at most kv_memory bytes; otherwise a rank's pool takes at
- * most fraction x its host's MemAvailable, the ranks on one host sharing it in
+ * most fraction x its host's available memory, the ranks on one host sharing it in
  * proportion to their bytes per block (with one rank per host, fraction x
- * MemAvailable / its bytes per block). Returns the least over the ranks, the
- * pool every rank can hold (-1: a rank's MemAvailable is unknown). */
+ * available memory / its bytes per block). Returns the least over the ranks, the
+ * pool every rank can hold (-1: a rank's available memory is unknown). */
 int64_t pp_kv_blocks_fit(const pp_rank_mem *ranks, int n_ranks, int64_t kv_memory, double fraction,
                          int64_t *fit);
 
@@ -111,7 +111,7 @@ bool pp_stage_kv_block_bytes(const pp_stage *p, int rank, int64_t *per_group, in
 /* Rank 0, before any step: asks every rank (itself too) what one KV block of
  * each group takes on its layers with these settings (block_size, dtype,
  * split_v, dtype_v of groups[g]; each rank's own shape for the rest), and its
- * host's MemAvailable now, into out[0 .. pp_job_size()). */
+ * host's available memory now (kvl_mem_available), into out[0 .. pp_job_size()). */
 bool pp_stage_kv_probe(pp_stage *p, const kv_pool_config *groups, int n_groups, pp_rank_mem *out,
                        kvl_error *err);
 

@@ -14,7 +14,7 @@
  *   rank r -> rank 0, TAG_POOLS: its bytes per KV block of each group, once its
  *     pools are made (OP_POOLS);
  *   rank r -> rank 0, TAG_PROBE: its bytes per KV block of each group for
- *     proposed pool settings, its host's MemAvailable and a host id (OP_PROBE,
+ *     proposed pool settings, its host's available memory and a host id (OP_PROBE,
  *     before rank 0 sizes the pools).
  * No call blocks: every wait polls MPI_Test / MPI_Iprobe against a deadline,
  * and Open MPI's blocking calls would spin on a core the other ranks need.
@@ -33,7 +33,7 @@ enum { OP_FORWARD = 1, OP_POOLS, OP_STOP, OP_PING, OP_PROBE };
 enum { HDR = 6 }; /* op, step, n_tokens, n_seqs, n_groups, n_micro */
 /* OP_POOLS: per group after HDR, block_size, dtype, split_v, dtype_v, n_blocks;
  * OP_PROBE: the same without n_blocks. The answer to OP_PROBE: int64s, the
- * bytes of one block of each group, MemAvailable (-1: unknown), host id. */
+ * bytes of one block of each group, available memory (-1: unknown), host id. */
 enum { POOL_INTS = 5, PROBE_INTS = 4 };
 
 /* A request not yet complete, with the rank whose answer it waits for (so a

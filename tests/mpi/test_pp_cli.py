@@ -305,11 +305,11 @@ check(m3.get(("kv_blocks_free", None)) == 50 and m3.get(("kv_cache_bytes", None)
       and "KV pool 50 blocks on every rank: the least, rank 1's" in err,
       f"serve --pp 2 --kv-memory: the pool is the least any rank holds (rank 1's 50, not rank 0's "
       f"200): {m3.get(('kv_blocks_free', None))}\n{err[-900:]}")
-# from memory (each host's MemAvailable, shared by its ranks): one log line per rank, same blocks
+# from memory (each host's available memory, shared by its ranks): one log line per rank, same blocks
 pp, port = serve(PP2 + S260 + UNEVEN + ["--max-seqs", "4"])
 m4, _ = get_metrics(port, time.time() + 60)
 err = stop(pp)
-check(m4.get(("kv_blocks_free", None), 0) > 0 and "x MemAvailable" in err and "rank 1 (layers 1-4)" in err,
+check(m4.get(("kv_blocks_free", None), 0) > 0 and "x available memory" in err and "rank 1 (layers 1-4)" in err,
       f"serve --pp 2 from memory: every rank's budget reported\n{err[-900:]}")
 
 print(f"{len(failures)} failures")
