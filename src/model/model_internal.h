@@ -176,10 +176,23 @@ bool moe_check_support(const model *m, kvl_error *err);
 bool moe_layer(const model *m, int il);
 /* Binds layer il's router, experts and shared expert. */
 bool moe_bind_layer(model *m, int il, kvl_error *err);
-/* Repacks the experts (each expert's slice in the kernels' layout); adds the bytes. The
- * file's pages are given back as each tensor is done (kvl_drop_file_pages: reclaim).
- * count_only: only adds the bytes the copies would take. */
-bool moe_repack(model *m, bool count_only, bool reclaim, size_t *total, kvl_error *err);
+/* One walk over the repackable weights (model.c repack_weights, then
+ * moe_repack): with count_only it adds up what the copies would take; else it
+ * repacks each weight whose copy still fits in budget. */
+typedef struct repack_walk {
+    bool count_only;
+    bool reclaim;   /* the file's pages freed, not only unmapped (kvl_drop_file_pages) */
+    size_t budget;  /* bytes the copies may take (SIZE_MAX: every one) */
+    size_t total;   /* bytes of the copies made (count_only: they would take) */
+    size_t skipped; /* bytes of the copies left out for the budget */
+} repack_walk;
+/* Whether a copy of bytes is to be made now: adds them to total, or to
+ * skipped where they would pass the budget; false with count_only. */
+bool repack_walk_take(repack_walk *w, size_t bytes);
+/* Repacks the experts (each expert's slice in the kernels' layout), a layer's
+ * expert and shared-expert matrices all or none (the fused decode wants them
+ * all); the file's pages are given back as each tensor is done. */
+bool moe_repack(model *m, repack_walk *w, kvl_error *err);
 /* Reports loading progress (mp.progress) if the caller asked for it. */
 void model_progress(const model *m, double done);
 size_t moe_work_bytes(const model *m, int64_t rows);

@@ -193,20 +193,21 @@ static size_t packed_stride(const mtensor *t) {
     return (kern_repack_bytes(t->dtype, t->ne1, t->ne0) + 63) & ~(size_t)63;
 }
 
-bool moe_repack(model *m, bool count_only, bool reclaim, size_t *total, kvl_error *err) {
+bool moe_repack(model *m, repack_walk *w, kvl_error *err) {
     if (!m->hp.moe.n_expert) return true;
     for (int il = 0; il < m->hp.n_layer; il++) {
-        if (!count_only) model_progress(m, 0.1 + 0.9 * (double)il / (double)m->hp.n_layer);
+        if (!w->count_only) model_progress(m, 0.1 + 0.9 * (double)il / (double)m->hp.n_layer);
         mtensor *ts[7];
         moe_matmuls(&m->layers[il], ts);
+        size_t layer = 0;
+        for (int i = 0; ts[i]; i++)
+            if (ts[i]->data && kern_repack_bytes(ts[i]->dtype, ts[i]->ne1, ts[i]->ne0))
+                layer += packed_stride(ts[i]) * (size_t)ts[i]->ne2;
+        if (!layer || !repack_walk_take(w, layer)) continue;
         for (int i = 0; ts[i]; i++) {
             mtensor *t = ts[i];
             if (!t->data || !kern_repack_bytes(t->dtype, t->ne1, t->ne0)) continue;
             const size_t stride = packed_stride(t), slice = data_stride(t);
-            if (count_only) {
-                *total += stride * (size_t)t->ne2;
-                continue;
-            }
             t->packed = kvl_alloc_huge(stride * (size_t)t->ne2);
             if (!t->packed)
                 return kvl_fail(
@@ -216,13 +217,12 @@ bool moe_repack(model *m, bool count_only, bool reclaim, size_t *total, kvl_erro
             for (int64_t e = 0; e < t->ne2; e++)
                 kern_repack((const uint8_t *)t->data + (size_t)e * slice, t->dtype, t->ne1, t->ne0,
                             (uint8_t *)t->packed + (size_t)e * stride);
-            *total += stride * (size_t)t->ne2;
             /* the GGUF pages are read again from the page cache only if touched (a fused
              * gate+up tensor's up view is repacked next, from pages dropped here) */
             kvl_drop_file_pages(t->data,
                                 slice * (size_t)(t->ne2 - 1) +
                                     kern_row_bytes(t->dtype, t->ne0) * (size_t)t->ne1,
-                                reclaim);
+                                w->reclaim);
         }
     }
     return true;

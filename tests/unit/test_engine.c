@@ -161,43 +161,49 @@ static void test_model(const char *path, int kv_dtype) {
 
 /* Weights whose repacked copy does not fit in the memory the load may take
  * stay in the file's layout (where a container's limit would otherwise kill
- * the process partway through the load), and the model computes the same
- * tokens; with room, they are repacked. */
+ * the process partway through the load): none of them repacked with no room,
+ * all at the bound, the dense matrices and as many layers' experts as fit a
+ * byte below it; the model computes the same tokens in all three. */
 static void test_repack_budget(const char *path) {
-    tok_vocab *v1, *v2, *v3;
-    model *tight = load_test_model_mem(path, 128, 32, 1, &v1),
-          *roomy = load_test_model_mem(path, 128, 32, 0, &v2);
-    if (!tight || !roomy) {
+    enum { TIGHT, ROOMY, PARTIAL, N_LOADS };
+    tok_vocab *v[N_LOADS + 1] = {0};
+    model *ms[N_LOADS] = {load_test_model_mem(path, 128, 32, 1, &v[TIGHT]),
+                          load_test_model_mem(path, 128, 32, 0, &v[ROOMY])};
+    const int64_t need = ms[ROOMY] ? model_hp(ms[ROOMY])->repacked_bytes : 0;
+    /* the bound: the copy plus the headroom (256 MiB at these sizes) */
+    model *edge = load_test_model_mem(path, 128, 32, need + (256 << 20), &v[N_LOADS]);
+    ms[PARTIAL] = load_test_model_mem(path, 128, 32, need + (256 << 20) - 1, &v[PARTIAL]);
+    if (!ms[TIGHT] || !ms[ROOMY] || !ms[PARTIAL] || !edge) {
         failures++;
         return;
     }
-    const int64_t need = model_hp(roomy)->repacked_bytes;
     CHECK(need > 0, "%s: repacked with the system's memory", path);
-    CHECK(model_hp(tight)->repacked_bytes == 0, "%s: %lld bytes repacked in 1 byte", path,
-          (long long)model_hp(tight)->repacked_bytes);
-    /* the bound: the copy plus the headroom (256 MiB at these sizes) */
-    model *edge = load_test_model_mem(path, 128, 32, need + (256 << 20), &v3);
-    CHECK(edge && model_hp(edge)->repacked_bytes == need, "%s: repacked at the bound", path);
+    CHECK(model_hp(ms[TIGHT])->repacked_bytes == 0, "%s: %lld bytes repacked in 1 byte", path,
+          (long long)model_hp(ms[TIGHT])->repacked_bytes);
+    CHECK(model_hp(edge)->repacked_bytes == need, "%s: all repacked at the bound", path);
+    const int64_t part = model_hp(ms[PARTIAL])->repacked_bytes;
+    CHECK(part > 0 && part < need, "%s: %lld of %lld bytes repacked a byte below it", path,
+          (long long)part, (long long)need);
     model_destroy(edge);
-    tok_vocab_destroy(v3);
-    edge = load_test_model_mem(path, 128, 32, need + (256 << 20) - 1, &v3);
-    CHECK(edge && model_hp(edge)->repacked_bytes == 0, "%s: not repacked a byte below it", path);
-    model_destroy(edge);
-    tok_vocab_destroy(v3);
+    tok_vocab_destroy(v[N_LOADS]);
     int32_t prompts[N_REQ][48];
     int lens[N_REQ];
-    random_prompts(model_hp(roomy)->n_vocab, 11, prompts, lens);
-    collected a[N_REQ], b[N_REQ];
+    random_prompts(model_hp(ms[ROOMY])->n_vocab, 11, prompts, lens);
+    collected out[N_LOADS][N_REQ];
     setup batched = {"repack budget", 8, 2048, 0, GGUF_DT_F16, false, false, true};
-    if (run_setup(tight, v1, &batched, prompts, lens, -1, a) &&
-        run_setup(roomy, v2, &batched, prompts, lens, -1, b))
+    bool ran = true;
+    for (int k = 0; k < N_LOADS; k++)
+        ran &= run_setup(ms[k], v[k], &batched, prompts, lens, -1, out[k]);
+    for (int k = 0; ran && k < N_LOADS; k++)
         for (int i = 0; i < N_REQ; i++)
-            CHECK(a[i].n == b[i].n && memcmp(a[i].ids, b[i].ids, a[i].n * sizeof(int32_t)) == 0,
-                  "%s: request %d differs between the file's layout and the repacked one", path, i);
-    model_destroy(tight);
-    model_destroy(roomy);
-    tok_vocab_destroy(v1);
-    tok_vocab_destroy(v2);
+            CHECK(out[k][i].n == out[ROOMY][i].n &&
+                      memcmp(out[k][i].ids, out[ROOMY][i].ids, out[k][i].n * sizeof(int32_t)) == 0,
+                  "%s: request %d differs between load %d and the repacked one", path, i, k);
+    CHECK(ran, "%s: the runs", path);
+    for (int k = 0; k < N_LOADS; k++) {
+        model_destroy(ms[k]);
+        tok_vocab_destroy(v[k]);
+    }
 }
 
 typedef struct shared_out {
