@@ -430,23 +430,6 @@ static bool engine_settings(const cli_opts *o, serve_opts *so, const cli_model *
             ec->block_size, ec->max_seqs, so->kv_memory_fraction, "serve");
         if (ec->n_blocks < 1) return false;
     }
-    /* A pool is mapped whole but filled as requests come: one larger than the
-     * memory left would have the process killed when traffic fills it, every
-     * request in flight lost. Told now instead. */
-    const kvl_mem_status st = kvl_mem_status_at("");
-    const int64_t pool = ec->n_blocks * (int64_t)block_bytes(m, draft, ec);
-    if (!cm->pp && st.available >= 0 && pool > st.available) {
-        char p[32], a[32];
-        fprintf(stderr,
-                "kvllm serve: the KV pool (%s: --kv-memory or --kv-blocks) is more than the %s "
-                "this process may still take (%s): filling it would get the process killed; "
-                "give less\n",
-                kvl_fmt_binary((uint64_t)pool, p, sizeof p),
-                kvl_fmt_binary((uint64_t)st.available, a, sizeof a),
-                st.cgroup_limit >= 0 && st.available == st.cgroup_free ? "its memory cgroup's room"
-                                                                       : "MemAvailable");
-        return false;
-    }
     return true;
 }
 

@@ -6,6 +6,7 @@
 #include "spec.h"
 #include "engine_events.h"
 #include "engine_internal.h"
+#include "units.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -62,6 +63,31 @@ static bool alloc_batch(engine *e, kvl_error *err) {
     return true;
 }
 
+/* Pools are mapped whole but filled as requests come: pools larger than the
+ * memory the process may still take (kvl_mem_available: MemAvailable, or a
+ * memory cgroup's room) would have it killed when traffic fills them, every
+ * request in flight lost. Refused before they are made instead, as llama.cpp
+ * and vLLM fail at start when their KV cache does not fit. */
+static bool pools_fit(const engine_config *c, const kv_pool_config *kc, int n_groups,
+                      kvl_error *err) {
+    uint64_t bytes = 0;
+    for (int g = 0; g < n_groups; g++)
+        bytes += (uint64_t)kv_pool_block_bytes(&kc[g]) * (uint64_t)c->n_blocks;
+    const kvl_mem_status st = kvl_mem_status_at("");
+    if (st.available < 0 || bytes <= (uint64_t)st.available) return true;
+    char p[32], a[32];
+    return kvl_fail(err,
+                    "engine: the KV pool (%s: %lld blocks of %d tokens) is more than the %s this "
+                    "process may still take (%s): filling it would get the process killed; give "
+                    "fewer blocks (--kv-memory, --kv-blocks), a shorter context (-c) or a smaller "
+                    "KV type (--kv-type q8_0)",
+                    kvl_fmt_binary(bytes, p, sizeof p), (long long)c->n_blocks, c->block_size,
+                    kvl_fmt_binary((uint64_t)st.available, a, sizeof a),
+                    st.cgroup_limit >= 0 && st.available == st.cgroup_free
+                        ? "its memory cgroup's room"
+                        : "MemAvailable");
+}
+
 engine *engine_create(model *m, const tok_vocab *vocab, const engine_config *c, kvl_error *err) {
     engine *e = calloc(1, sizeof *e);
     if (!e) {
@@ -82,17 +108,18 @@ engine *engine_create(model *m, const tok_vocab *vocab, const engine_config *c, 
         e->cfg.n_blocks =
             (e->cfg.n_ctx + e->cfg.block_size - 1) / e->cfg.block_size * e->cfg.max_seqs;
     e->n_groups = model_kv_n_groups(m);
+    kv_pool_config kc[MODEL_MAX_KV_GROUPS];
     for (int g = 0; g < e->n_groups; g++) {
-        kv_pool_config kc;
-        model_kv_group_shape(m, g, &kc, &e->attn[g]);
-        kc.block_size = e->cfg.block_size;
-        kc.dtype = e->cfg.kv_dtype;
-        kc.split_v = e->cfg.kv_dtype_v >= 0;
-        kc.dtype_v = e->cfg.kv_dtype_v;
-        kc.n_blocks = e->cfg.n_blocks;
-        e->kv[g] = kv_pool_create(&kc, err);
-        if (!e->kv[g]) goto fail;
+        model_kv_group_shape(m, g, &kc[g], &e->attn[g]);
+        kc[g].block_size = e->cfg.block_size;
+        kc[g].dtype = e->cfg.kv_dtype;
+        kc[g].split_v = e->cfg.kv_dtype_v >= 0;
+        kc[g].dtype_v = e->cfg.kv_dtype_v;
+        kc[g].n_blocks = e->cfg.n_blocks;
     }
+    if (!pools_fit(&e->cfg, kc, e->n_groups, err)) goto fail;
+    for (int g = 0; g < e->n_groups; g++)
+        if (!(e->kv[g] = kv_pool_create(&kc[g], err))) goto fail;
     /* Prefix caching: every group commits its blocks to its own pool's cache
      * under the same chain of hashes. A chunked group drops its earlier
      * chunks' blocks, but a hit needs only those of the chunk it resumes in

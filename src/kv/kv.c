@@ -71,6 +71,23 @@ static kv_block_layout block_layout(int dtype, int n_heads, int head_dim, int bl
     return (kv_block_layout){.split = false, .row_stride = row};
 }
 
+/* The geometry cfg implies (k_row 0 where a row cannot be stored in its type). */
+static kv_pool_geom pool_geometry(const kv_pool_config *cfg) {
+    const int dt_v = cfg->split_v ? cfg->dtype_v : cfg->dtype;
+    const int64_t kn = (int64_t)cfg->n_kv_heads * cfg->head_dim_k,
+                  vn = (int64_t)cfg->n_kv_heads * cfg->head_dim_v;
+    const size_t k_row = kv_row_bytes(cfg->dtype, kn), v_row = vn ? kv_row_bytes(dt_v, vn) : 0;
+    const size_t bs = cfg->block_size > 0 ? (size_t)cfg->block_size : 0,
+                 nl = cfg->n_layers > 0 ? (size_t)cfg->n_layers : 0;
+    return (kv_pool_geom){.k_row = k_row,
+                          .v_row = v_row,
+                          .layer_bytes = (k_row + v_row) * bs,
+                          .block_bytes = (k_row + v_row) * bs * nl,
+                          .token_bytes = (k_row + v_row) * nl};
+}
+
+size_t kv_pool_block_bytes(const kv_pool_config *cfg) { return pool_geometry(cfg).block_bytes; }
+
 kv_pool *kv_pool_create(const kv_pool_config *cfg, kvl_error *err) {
     int dt_v = cfg->split_v ? cfg->dtype_v : cfg->dtype;
     if (!kv_row_bytes(cfg->dtype, 32) || !kv_row_bytes(dt_v, 32)) {
@@ -106,11 +123,7 @@ kv_pool *kv_pool_create(const kv_pool_config *cfg, kvl_error *err) {
     p->k_layout = block_layout(cfg->dtype, cfg->n_kv_heads, cfg->head_dim_k, cfg->block_size);
     p->v_layout = vn ? block_layout(dt_v, cfg->n_kv_heads, cfg->head_dim_v, cfg->block_size)
                      : (kv_block_layout){0};
-    p->g = (kv_pool_geom){.k_row = k_row,
-                          .v_row = v_row,
-                          .layer_bytes = (k_row + v_row) * cfg->block_size,
-                          .block_bytes = (k_row + v_row) * cfg->block_size * cfg->n_layers,
-                          .token_bytes = (k_row + v_row) * cfg->n_layers};
+    p->g = pool_geometry(cfg);
     size_t total;
     if (!kvl_mul_ok(p->g.block_bytes, (size_t)cfg->n_blocks, &total)) goto fail_free_pool;
     p->data = kvl_alloc_huge(total ? total : 64); /* 0 layers: no storage, a valid pointer */

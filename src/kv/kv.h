@@ -62,6 +62,9 @@ typedef struct kv_pool_geom {
     size_t token_bytes;  /* one token over all layers (K+V), as stored */
 } kv_pool_geom;
 const kv_pool_geom *kv_pool_geometry(const kv_pool *p);
+/* The bytes of one block of a pool of cfg's shape, before creating it (what
+ * kv_pool_geometry's block_bytes will be; 0 where a row cannot be stored). */
+size_t kv_pool_block_bytes(const kv_pool_config *cfg);
 
 /* Blocks that can be handed out: truly free plus cached-but-unused (evictable). */
 int64_t kv_pool_n_free(const kv_pool *p);

@@ -147,6 +147,9 @@ check(r.returncode != 0 and 'kvllm run' in r.stderr, f'serve -p: refused ({r.std
 r = run(['serve', '-m', MODEL, '--port', '0', '--kv-memory', '64TiB'])
 check(r.returncode != 0 and 'is more than the' in r.stderr and 'listening' not in r.stderr,
       f'serve --kv-memory 64TiB: refused ({r.stderr[-200:]})')
+r = run(['run', '-m', MODEL, '-p', 'x', '-n', '1', '-c', '1000000000'])
+check(r.returncode != 0 and 'is more than the' in r.stderr and '-c' in r.stderr,
+      f'run -c 1e9: the KV pool refused at start ({r.stderr[-200:]})')
 r = run(['run', '-m', MODEL, '-p', 'x', '-n', '1', '--draft-max', '0'])
 check(r.returncode != 0 and '--draft-max: must be' in r.stderr, f'--draft-max is --spec-k ({r.stderr[-200:]})')
 # llama.cpp's rope flags (--rope-scaling, --rope-scale, --rope-freq-scale, --rope-freq-base,
