@@ -23,6 +23,7 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
@@ -115,31 +116,48 @@ static void read_tuning(void) {
     if (e && *e) spin_yield = strcmp(e, "0") != 0;
 }
 
-static int default_size(void) {
+/* kvl_pool_threads_source's text, written with the size: by the one call that
+ * sets it (kvl_pool_threads' first, or kvl_pool_set_threads under run_lock). */
+static char size_source[64] = "the CPUs the process may use";
+
+/* The default size; src (64 bytes) says where it comes from. */
+static int default_size(char *src) {
     const char *e = getenv("OMP_NUM_THREADS"); /* the first level of an OpenMP list, e.g. "4,2" */
     if (e && *e) {
         char *end;
         long n = strtol(e, &end, 10);
-        if (end != e && n > 0) return n < POOL_MAX ? (int)n : POOL_MAX;
+        if (end != e && n > 0) {
+            snprintf(src, 64, "OMP_NUM_THREADS");
+            return n < POOL_MAX ? (int)n : POOL_MAX;
+        }
     }
     cpu_set_t set;
     long n = sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0
                  ? CPU_COUNT(&set)
                  : sysconf(_SC_NPROCESSORS_ONLN);
+    snprintf(src, 64, "the CPUs the process may use");
     /* A CPU quota (a container's --cpus) below that: one thread per CPU of it,
      * rounded up. More would be throttled in turn, and every parallel region
      * waits for its slowest thread (each spinning thread also spends quota). */
     const double quota = kvl_cpu_quota_at("");
-    if (quota > 0 && quota < (double)n) n = (long)ceil(quota);
+    if (quota > 0 && quota < (double)n) {
+        n = (long)ceil(quota);
+        snprintf(src, 64, "the cgroup's CPU quota of %.2g CPUs", quota);
+    }
     return n < 1 ? 1 : n < POOL_MAX ? (int)n : POOL_MAX;
 }
+
+const char *kvl_pool_threads_source(void) { return size_source; }
 
 int kvl_pool_threads(void) {
     int n = atomic_load_explicit(&size_set, memory_order_relaxed);
     if (n) return n;
-    n = default_size();
+    char src[64];
+    n = default_size(src);
     int expected = 0;
-    return atomic_compare_exchange_strong(&size_set, &expected, n) ? n : expected;
+    if (!atomic_compare_exchange_strong(&size_set, &expected, n)) return expected;
+    memcpy(size_source, src, sizeof src);
+    return n;
 }
 
 /* Takes and runs the tasks of generation g still untaken; returns after the last. */
@@ -198,7 +216,8 @@ static bool start_workers(int n) {
 
 void kvl_pool_set_threads(int n) {
     pthread_mutex_lock(&run_lock);
-    const int want = n > 0 ? (n < POOL_MAX ? n : POOL_MAX) : default_size();
+    if (n > 0) snprintf(size_source, sizeof size_source, "-t");
+    const int want = n > 0 ? (n < POOL_MAX ? n : POOL_MAX) : default_size(size_source);
     atomic_store(&size_set, want);
     pthread_mutex_unlock(&run_lock);
 }

@@ -12,7 +12,8 @@
  * from run to run: tasks must not depend on it for their results.
  *
  * Size: kvl_pool_set_threads(n) (the -t flag); by default the first number of
- * OMP_NUM_THREADS if set, else the CPUs this process may run on. A run from
+ * OMP_NUM_THREADS if set, else the CPUs this process may run on, at most a
+ * cgroup's CPU quota rounded up (kvl_cpu_quota_at). A run from
  * inside a task, or from a second thread while another run is in progress,
  * executes serially on its caller. */
 #ifndef KVLLM_KVL_POOL_H
@@ -27,6 +28,9 @@ int kvl_pool_threads(void);
 /* Sets the size (n <= 0: the default above); workers start on the next run.
  * Not to be called while another thread runs tasks. */
 void kvl_pool_set_threads(int n);
+/* Where the size came from, for start-up logs: "-t", "OMP_NUM_THREADS", "the
+ * CPUs the process may use" or "the cgroup's CPU quota of 1.5 CPUs". */
+const char *kvl_pool_threads_source(void);
 void kvl_pool_run(kvl_pool_fn fn, void *ctx, int64_t n_tasks);
 /* The same with at most max_threads threads (thread < max_threads), for
  * tasks whose per-thread scratch is sized for that many. */

@@ -11,6 +11,7 @@
 #include "cli.h"
 #include "server.h"
 #include "chat_template.h"
+#include "kvl_pool.h"
 #include "units.h"
 
 typedef struct serve_opts {
@@ -451,6 +452,8 @@ static void log_pool(engine *e, const serve_opts *so) {
         engine_kv_n_groups(e) > 1 ? ", all KV groups" : "", (long long)(ec->n_blocks / per_seq),
         (long long)ec->n_ctx, ec->max_seqs, (long long)ec->max_batch_tokens,
         engine_prefix_cache_enabled(e) ? "on" : "off");
+    fprintf(stderr, "kvllm serve: %d compute thread%s (%s)\n", kvl_pool_threads(),
+            kvl_pool_threads() == 1 ? "" : "s", kvl_pool_threads_source());
     if (so->sc.kv_ranks > 0) { /* the figures above are rank 0's share */
         int64_t all = 0;
         for (int i = 0; i < so->sc.kv_ranks * MODEL_MAX_KV_GROUPS; i++) all += so->kv_rank_bytes[i];

@@ -3,11 +3,14 @@
  * size; runs nested in a task or started from a second thread complete
  * serially; many back-to-back runs hand over without losing or repeating a
  * task. Also built under TSan (label threads). */
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
+#include "base.h"
 #include "kvl_pool.h"
 
 #include "check.h"
@@ -126,9 +129,23 @@ int main(void) {
     }
     kvl_pool_set_threads(2); /* smaller again: the extra workers stay out */
     check_runs(2);
+    CHECK(strcmp(kvl_pool_threads_source(), "-t") == 0, "%s", kvl_pool_threads_source());
+    unsetenv("OMP_NUM_THREADS"); /* the default: the CPUs, at most a cgroup's CPU quota */
+    kvl_pool_set_threads(0);
+    const double quota = kvl_cpu_quota_at("");
+    const char *src = kvl_pool_threads_source();
+    if (strncmp(src, "the cgroup's CPU quota of ", 26) == 0) /* the quota set the size */
+        CHECK(quota > 0 && (int)ceil(quota) == kvl_pool_threads(), "%s: %d threads", src,
+              kvl_pool_threads());
+    else /* the CPUs did, the quota (if any) no tighter */
+        CHECK(strcmp(src, "the CPUs the process may use") == 0 &&
+                  (quota <= 0 || quota >= kvl_pool_threads()),
+              "%s: %d threads, quota %g", src, kvl_pool_threads(), quota);
     setenv("OMP_NUM_THREADS", "3,1", 1); /* the default follows OpenMP's variable */
     kvl_pool_set_threads(0);
     CHECK(kvl_pool_threads() == 3, "OMP_NUM_THREADS=3,1 gave %d threads", kvl_pool_threads());
+    CHECK(strcmp(kvl_pool_threads_source(), "OMP_NUM_THREADS") == 0, "%s",
+          kvl_pool_threads_source());
     check_runs(3);
     return failures != 0;
 }
