@@ -82,6 +82,12 @@ bool kvl_parse_size(const char *s, uint64_t *out) {
                                       {"GiB", 1ull << 30},
                                       {"TiB", 1ull << 40},
                                       {"PiB", 1ull << 50},
+                                      /* a bare letter is binary, as docker's --memory 2g */
+                                      {"K", 1ull << 10},
+                                      {"M", 1ull << 20},
+                                      {"G", 1ull << 30},
+                                      {"T", 1ull << 40},
+                                      {"P", 1ull << 50},
                                       {NULL, 0}};
     unsigned __int128 num;
     int exp;

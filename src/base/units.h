@@ -4,9 +4,10 @@
 
 #include "base.h"
 
-/* Sizes as people write them: "80GiB", "16GB", "1.5 TiB", "123456" (bytes).
- * KB/MB/GB/TB/PB are decimal, KiB/MiB/GiB/TiB/PiB binary (case-insensitive). The
- * result must be a whole number of bytes, at most INT64_MAX. */
+/* Sizes as people write them: "80GiB", "16GB", "1.5 TiB", "2G", "123456" (bytes).
+ * KB/MB/GB/TB/PB are decimal, KiB/MiB/GiB/TiB/PiB and a bare K/M/G/T/P binary
+ * (case-insensitive). The result must be a whole number of bytes, at most
+ * INT64_MAX. */
 bool kvl_parse_size(const char *s, uint64_t *out);
 /* Counts: "8192", "32K" (x1024, for token counts), "8B"/"7.24B", "70e9" (x1000
  * suffixes K/M/B/T when thousand is true, for parameter counts). Whole, >= 0. */

@@ -150,26 +150,11 @@ static void serve_usage(FILE *out) {
         out);
 }
 
-/* "2GiB", "512MiB", "1.5G", "100000": binary units (K, M, G, T, with or
- * without "iB"); "KB", "MB", "GB", "TB" are decimal. */
+/* A size flag's value (kvl_parse_size: "2GiB", "512M", "16GB", "100000"). */
 static bool parse_size(const char *v, int64_t *out) {
-    char *end;
-    errno = 0;
-    double x = strtod(v, &end);
-    if (errno || end == v || x < 0) return false;
-    static const char units[] = "KMGT";
-    const char *u = strchr(units, end[0] ? end[0] & ~0x20 : 0);
-    double mul = 1;
-    if (*end && u) {
-        int k = (int)(u - units) + 1;
-        bool decimal = (end[1] == 'B' || end[1] == 'b') && end[2] == 0;
-        for (int i = 0; i < k; i++) mul *= decimal ? 1000.0 : 1024.0;
-        end += 1 + (decimal ? 1 : (strcmp(end + 1, "iB") == 0 ? 2 : 0));
-    } else if (*end == 'B' || *end == 'b') {
-        end++;
-    }
-    if (*end || x * mul > 9.0e18) return false;
-    *out = (int64_t)(x * mul);
+    uint64_t x;
+    if (!kvl_parse_size(v, &x)) return false;
+    *out = (int64_t)x;
     return true;
 }
 
@@ -395,25 +380,24 @@ static bool engine_settings(const cli_opts *o, serve_opts *so, const cli_model *
         so->disk.max_pinned_bytes = pin;
         ec->kv_disk = &so->disk;
     }
+    int64_t kv_bytes = 0; /* --kv-memory */
+    if (so->kv_memory && (!parse_size(so->kv_memory, &kv_bytes) || kv_bytes <= 0)) {
+        fprintf(stderr,
+                "kvllm: --kv-memory: '%s' is not a size in whole bytes (e.g. 2GiB, 512M, "
+                "1000000000)\n",
+                so->kv_memory);
+        return false;
+    }
     if (cm->pp) {
         /* --pp: every rank's share of a block and its own memory decide (cli_pp.c) */
-        int64_t bytes = 0;
-        if (so->kv_memory && (!parse_size(so->kv_memory, &bytes) || bytes <= 0)) {
-            fprintf(stderr, "kvllm: --kv-memory: '%s' is not a size (e.g. 2GiB)\n", so->kv_memory);
-            return false;
-        }
-        if (!cli_pp_kv_size(cm, ec, so->kv_memory || ec->n_blocks <= 0, bytes,
+        if (!cli_pp_kv_size(cm, ec, so->kv_memory || ec->n_blocks <= 0, kv_bytes,
                             so->kv_memory_fraction, so->kv_rank_bytes, &so->sc.kv_ranks))
             return false;
         so->sc.kv_rank_block_bytes = so->kv_rank_bytes;
     } else if (so->kv_memory) {
-        int64_t bytes;
         size_t bb = block_bytes(m, draft, ec);
-        if (!parse_size(so->kv_memory, &bytes) || bb == 0) {
-            fprintf(stderr, "kvllm: --kv-memory: '%s' is not a size (e.g. 2GiB)\n", so->kv_memory);
-            return false;
-        }
-        ec->n_blocks = bytes / (int64_t)bb;
+        if (bb == 0) return true; /* no pool of this shape: engine_create says why */
+        ec->n_blocks = kv_bytes / (int64_t)bb;
         if (ec->n_blocks < 1) {
             fprintf(stderr, "kvllm: --kv-memory %s is less than one block (%zu bytes)\n",
                     so->kv_memory, bb);

@@ -147,6 +147,11 @@ check(r.returncode != 0 and 'kvllm run' in r.stderr, f'serve -p: refused ({r.std
 r = run(['serve', '-m', MODEL, '--port', '0', '--kv-memory', '64TiB'])
 check(r.returncode != 0 and 'is more than the' in r.stderr and 'listening' not in r.stderr,
       f'serve --kv-memory 64TiB: refused ({r.stderr[-200:]})')
+# sizes as everywhere else (kvl_parse_size): a bare letter is binary, whole bytes only
+out = serve_pool_line(['--kv-memory', '512M'])
+check('(512.0 MiB' in out, f'serve --kv-memory 512M: 512 MiB ({out[-300:]})')
+r = run(['serve', '-m', MODEL, '--port', '0', '--kv-memory', '1.3G'])
+check(r.returncode != 0 and 'whole bytes' in r.stderr, f'serve --kv-memory 1.3G: refused ({r.stderr[-200:]})')
 r = run(['run', '-m', MODEL, '-p', 'x', '-n', '1', '-c', '1000000000'])
 check(r.returncode != 0 and 'is more than the' in r.stderr and '-c' in r.stderr,
       f'run -c 1e9: the KV pool refused at start ({r.stderr[-200:]})')

@@ -701,6 +701,10 @@ static void test_parse(void) {
     CHECK(kvl_parse_size("1.5 TiB", &v) && v == 1649267441664ull);
     CHECK(kvl_parse_size("1073741824", &v) && v == 1073741824ull);
     CHECK(kvl_parse_size("1.07gb", &v) && v == 1070000000ull);
+    CHECK(kvl_parse_size("2G", &v) && v == 2147483648ull); /* bare letters: binary */
+    CHECK(kvl_parse_size("512m", &v) && v == 536870912ull);
+    CHECK(kvl_parse_size("1.5G", &v) && v == 1610612736ull);
+    CHECK(!kvl_parse_size("1.3G", &v));   /* not whole bytes */
     CHECK(!kvl_parse_size("0.1KiB", &v)); /* 102.4 bytes */
     CHECK(!kvl_parse_size("-5GB", &v));
     CHECK(!kvl_parse_size("5 GX", &v));
