@@ -348,8 +348,8 @@ kvl_mem_status kvl_mem_status_at(const char *root) {
     st.meminfo = kb < 0 ? -1 : kb * 1024;
     walk_cgroups(root, "memory", fold_memory, &st);
     st.available = st.meminfo;
-    if (st.cgroup_limit >= 0 && (st.available < 0 || st.cgroup_free < st.available))
-        st.available = st.cgroup_free;
+    st.by_cgroup = st.cgroup_limit >= 0 && (st.available < 0 || st.cgroup_free < st.available);
+    if (st.by_cgroup) st.available = st.cgroup_free;
     return st;
 }
 

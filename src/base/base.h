@@ -145,6 +145,7 @@ typedef struct kvl_mem_status {
     int64_t meminfo;      /* MemAvailable, -1 if unreadable */
     int64_t cgroup_limit; /* the tightest cgroup limit found, -1 if none */
     int64_t cgroup_free;  /* under that limit: limit - usage + page cache */
+    bool by_cgroup;       /* available is the cgroup's figure, not MemAvailable */
 } kvl_mem_status;
 
 /* kvl_mem_available's reading, with /proc and /sys read under root ("" for

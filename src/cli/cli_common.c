@@ -930,9 +930,7 @@ int64_t cli_kv_blocks_from_memory(size_t block_bytes, int64_t held_bytes, int64_
     const kvl_mem_status st = kvl_mem_status_at("");
     int64_t avail = st.available;
     /* which figure bounds it, for the messages */
-    const char *what = st.cgroup_limit >= 0 && st.available == st.cgroup_free
-                           ? "the memory cgroup's room"
-                           : "MemAvailable";
+    const char *what = st.by_cgroup ? "the memory cgroup's room" : "MemAvailable";
     if (avail >= 0) avail -= held_bytes < avail / 2 ? held_bytes : avail / 2;
     if (avail < 0 || block_bytes == 0) {
         fprintf(stderr,

@@ -106,9 +106,7 @@ static int extra_flag(const char *f, const char *v, void *ctx) {
         if (st.available < 0) return bad(f, v, "cannot be read here (no /proc/meminfo)");
         a->budget = (uint64_t)st.available;
         a->has_budget = true;
-        a->budget_source = st.cgroup_limit >= 0 && st.available == st.cgroup_free
-                               ? "the memory cgroup's room now"
-                               : "MemAvailable now";
+        a->budget_source = st.by_cgroup ? "the memory cgroup's room now" : "MemAvailable now";
         return 2;
     }
     if (strcmp(f, "--budget") == 0) return size_arg(f, v, &a->budget, &a->has_budget);

@@ -83,9 +83,7 @@ static bool pools_fit(const engine_config *c, const kv_pool_config *kc, int n_gr
                     "KV type (--kv-type q8_0)",
                     kvl_fmt_binary(bytes, p, sizeof p), (long long)c->n_blocks, c->block_size,
                     kvl_fmt_binary((uint64_t)st.available, a, sizeof a),
-                    st.cgroup_limit >= 0 && st.available == st.cgroup_free
-                        ? "its memory cgroup's room"
-                        : "MemAvailable");
+                    st.by_cgroup ? "its memory cgroup's room" : "MemAvailable");
 }
 
 engine *engine_create(model *m, const tok_vocab *vocab, const engine_config *c, kvl_error *err) {

@@ -686,8 +686,7 @@ static bool repack_within_memory(model *m, kvl_error *err) {
         kvl_log(KVL_LOG_INFO, "model: %.1f MiB of weights repacked for %s", w.total / 1048576.0,
                 kern_isa_name());
     if (w.skipped) {
-        const bool by_cgroup =
-            m->mp.mem_available <= 0 && st.cgroup_limit >= 0 && st.cgroup_free == st.available;
+        const bool by_cgroup = m->mp.mem_available <= 0 && st.by_cgroup;
         char n[32], a[32], h[32], l[32], r[32];
         kvl_log(
             KVL_LOG_WARN,

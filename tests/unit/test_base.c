@@ -157,6 +157,8 @@ static void test_cgroups(void) {
               (long long)st.meminfo);
         CHECK(st.cgroup_limit == cases[i].limit, "%s: cgroup limit %lld", cases[i].tree,
               (long long)st.cgroup_limit);
+        CHECK(st.by_cgroup == (cases[i].available != cases[i].meminfo), "%s: by_cgroup %d",
+              cases[i].tree, st.by_cgroup);
         const double cpus = kvl_cpu_quota_at(root);
         CHECK(cpus == cases[i].cpus, "%s: cpu quota %g, want %g", cases[i].tree, cpus,
               cases[i].cpus);
