@@ -931,12 +931,13 @@ bool engine_rank(engine *e, const int32_t *ids, int64_t n, const float *lora, fl
 
 const model *engine_model(const engine *e) { return e->m; }
 
-int64_t engine_kv_save(engine *e, const int32_t *ids, int64_t n, const char *salt,
-                       const float *lora, kvl_error *err) {
-    if (!e->disk) {
-        kvl_fail(err, "the KV disk tier is off (start with --kv-disk DIR)");
-        return -1;
-    }
+/* The full blocks of ids[0..n) under this salt and these LoRA scales in s
+ * (initialised here; the caller frees it), committed to the prefix cache:
+ * what RAM (or the disk tier) holds attached, the rest computed like a
+ * prompt. Returns the tokens the blocks hold, or -1 with err. */
+static int64_t prefix_blocks(engine *e, const int32_t *ids, int64_t n, const char *salt,
+                             const float *lora, kv_seq *s, kvl_error *err) {
+    kv_seq_init(s);
     const model_hparams *hp = model_hp(e->m);
     if (n > e->cfg.n_ctx) {
         kvl_fail(err, "the prefix has %lld tokens, more than the context of %lld", (long long)n,
@@ -954,24 +955,109 @@ int64_t engine_kv_save(engine *e, const int32_t *ids, int64_t n, const char *sal
         kvl_fail(err, "engine: out of memory");
         return -1;
     }
-    kv_seq s;
-    kv_seq_init(&s);
-    kv_seq_set_cache_salt(&s, chain);
+    kv_seq_set_cache_salt(s, chain);
     free(chain);
-    const kv_seq *seqs[1] = {&s};
-    /* What RAM or the tier holds already is attached, the rest computed like
-     * a prompt, committed to the prefix cache and written out. */
-    int64_t done = kv_disk_prefix_match(e->disk, &s, ids, full), saved = -1;
-    bool ok = kv_seq_reserve(e->kv[0], &s, full);
-    if (!ok) kvl_fail(err, "not enough free KV blocks for %lld tokens right now", (long long)full);
-    model_span span = {.tokens = ids, .from = done, .to = full, .seqs = seqs, .lora = lora};
-    ok = ok && model_forward_span(e->m, e->kv, &span, err);
-    if (ok) {
-        kv_prefix_commit(e->kv[0], &s, ids, full);
-        saved = kv_disk_save(e->disk, &s, full / bs, err);
+    const kv_seq *seqs[1] = {s};
+    int64_t done = e->disk ? kv_disk_prefix_match(e->disk, s, ids, full)
+                           : kv_prefix_match(e->kv[0], s, ids, full);
+    if (!kv_seq_reserve(e->kv[0], s, full)) {
+        kvl_fail(err, "not enough free KV blocks for %lld tokens right now", (long long)full);
+        return -1;
     }
+    model_span span = {.tokens = ids, .from = done, .to = full, .seqs = seqs, .lora = lora};
+    if (!model_forward_span(e->m, e->kv, &span, err)) return -1;
+    kv_prefix_commit(e->kv[0], s, ids, full);
+    return full;
+}
+
+int64_t engine_kv_save(engine *e, const int32_t *ids, int64_t n, const char *salt,
+                       const float *lora, kvl_error *err) {
+    if (!e->disk) {
+        kvl_fail(err, "the KV disk tier is off (start with --kv-disk DIR)");
+        return -1;
+    }
+    kv_seq s;
+    const int64_t full = prefix_blocks(e, ids, n, salt, lora, &s, err);
+    const int64_t saved = full < 0 ? -1 : kv_disk_save(e->disk, &s, full / e->cfg.block_size, err);
     kv_seq_free(e->kv[0], &s);
     return saved;
+}
+
+/* Why a prefix file cannot be written or read here (NULL: it can). */
+static const char *no_prefix_files(const engine *e) {
+    if (e->n_groups > 1)
+        return "this model's sliding-window or chunked layers keep KV in pools of their own, "
+               "which slot files do not hold";
+    if (!engine_prefix_cache_enabled(e)) return "the prefix cache is off (--no-prefix-cache)";
+    return NULL;
+}
+
+int64_t engine_kv_export(engine *e, const int32_t *ids, int64_t n, const char *salt,
+                         const float *lora, const char *path, const uint8_t model_id[16],
+                         uint64_t *bytes, kvl_error *err) {
+    const char *why = no_prefix_files(e);
+    if (why) {
+        kvl_fail(err, "%s", why);
+        return -1;
+    }
+    kv_seq s;
+    int64_t full = prefix_blocks(e, ids, n, salt, lora, &s, err);
+    if (full >= 0 &&
+        !kv_prefix_file_write(path, e->kv[0], model_id, s.chain_root, ids, n, s.blocks, bytes, err))
+        full = -1;
+    kv_seq_free(e->kv[0], &s);
+    return full;
+}
+
+int64_t engine_kv_import(engine *e, const char *path, const uint8_t model_id[16], int32_t **ids,
+                         int64_t *n_ids, uint64_t *bytes, kvl_error *err) {
+    *ids = NULL;
+    *n_ids = 0;
+    const char *why = no_prefix_files(e);
+    if (why) {
+        kvl_fail(err, "%s", why);
+        return -1;
+    }
+    kv_prefix_file *f = kv_prefix_file_open(path, e->kv[0], model_id, e->cfg.n_ctx, err);
+    if (!f) return -1;
+    int64_t n = 0, full = -1;
+    const int32_t *tok = kv_prefix_file_tokens(f, &n);
+    const int64_t nb = kv_prefix_file_blocks(f), bs = e->cfg.block_size;
+    const int64_t n_vocab = model_hp(e->m)->n_vocab;
+    uint8_t **dst = calloc((size_t)(nb > 0 ? nb : 1), sizeof *dst);
+    int32_t *copy = malloc((size_t)n * sizeof *copy);
+    kv_seq s;
+    kv_seq_init(&s);
+    kv_seq_set_chain_root(&s, kv_prefix_file_chain_root(f)); /* the chain it was computed under */
+    bool ok = dst && copy;
+    if (!ok) kvl_fail(err, "engine: out of memory");
+    for (int64_t i = 0; ok && i < n; i++)
+        if (tok[i] < 0 || tok[i] >= n_vocab)
+            ok = kvl_fail(err, "%s is damaged: token %lld (id %d) is not in the vocabulary", path,
+                          (long long)i, tok[i]);
+    if (ok) {
+        /* blocks the cache holds already stay as they are; fresh ones take the file's bytes */
+        const int64_t have = kv_prefix_match(e->kv[0], &s, tok, nb * bs) / bs;
+        if (!kv_seq_reserve(e->kv[0], &s, nb * bs))
+            ok = kvl_fail(err, "not enough free KV blocks for %lld tokens right now",
+                          (long long)(nb * bs));
+        for (int64_t i = have; ok && i < nb; i++) dst[i] = kv_block_k(e->kv[0], s.blocks[i], 0);
+    }
+    ok = ok && kv_prefix_file_read_blocks(f, dst, bytes, err);
+    if (ok) {
+        kv_prefix_commit(e->kv[0], &s, tok, nb * bs);
+        memcpy(copy, tok, (size_t)n * sizeof *copy);
+        *ids = copy;
+        *n_ids = n;
+        copy = NULL;
+        full = nb * bs;
+    }
+    kv_seq_free(e->kv[0],
+                &s); /* the blocks stay in the prefix cache (or, if not committed, free) */
+    free(copy);
+    free(dst);
+    kv_prefix_file_close(f);
+    return full;
 }
 
 /* ------------------------------------------------------------ live view -- */

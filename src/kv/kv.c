@@ -530,6 +530,11 @@ void kv_seq_set_cache_salt(kv_seq *s, const char *salt) {
     s->n_hashed = 0;
 }
 
+void kv_seq_set_chain_root(kv_seq *s, uint64_t root) {
+    s->chain_root = s->chain_hash = root;
+    s->n_hashed = 0;
+}
+
 int64_t kv_seq_blocks_needed(const kv_pool *p, const kv_seq *s, int64_t n_tokens) {
     int64_t want = (n_tokens + p->cfg.block_size - 1) / p->cfg.block_size;
     return want > s->n_blocks ? want - s->n_blocks : 0;

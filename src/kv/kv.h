@@ -164,6 +164,9 @@ void kv_seq_init(kv_seq *s);
 /* Roots the sequence's chain at this salt (NULL or "": none): sequences with
  * different salts never share cached blocks. Forgets the chain's progress. */
 void kv_seq_set_cache_salt(kv_seq *s, const char *salt);
+/* Roots the chain at a root taken from another sequence (a prefix file's
+ * chain_root): the same salt's root. Forgets the chain's progress. */
+void kv_seq_set_chain_root(kv_seq *s, uint64_t root);
 /* Attaches the longest chain of cached blocks that holds full blocks of
  * tokens[0..n_tokens), taking a reference to each (reviving it from the LRU
  * list if unused), and returns the tokens the sequence's chain now covers (a

@@ -62,6 +62,24 @@ void kv_disk_model_id_extend(uint8_t id[16], const char *const *extra, int n) {
     XXH3_freeState(h);
 }
 
+void kvd_identity(disk_header *h, const kv_pool *p, const uint8_t model_id[16]) {
+    const kv_pool_config *pc = kv_pool_cfg(p);
+    const kv_pool_geom *geom = kv_pool_geometry(p);
+    memset(h, 0, sizeof *h);
+    h->version = DISK_VERSION;
+    memcpy(h->model_id, model_id, 16);
+    h->dtype_k = pc->dtype;
+    h->dtype_v = kv_pool_dtype_v(p);
+    h->block_size = pc->block_size;
+    h->n_layers = pc->n_layers;
+    h->n_kv_heads = pc->n_kv_heads;
+    h->head_dim_k = pc->head_dim_k;
+    h->head_dim_v = pc->head_dim_v;
+    h->k_row = geom->k_row;
+    h->v_row = geom->v_row;
+    h->block_bytes = geom->block_bytes;
+}
+
 static uint64_t now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -488,21 +506,10 @@ kv_disk *kv_disk_open(const kv_disk_config *c, kv_pool *p, kvl_error *err) {
     const kv_pool_config *pc = kv_pool_cfg(p);
     d->pool = p;
     d->max_bytes = c->max_bytes;
+    kvd_identity(&d->ident, p, c->model_id);
     memcpy(d->ident.magic, DISK_MAGIC, 8);
-    d->ident.version = DISK_VERSION;
     d->ident.header_bytes = sizeof(disk_header);
-    memcpy(d->ident.model_id, c->model_id, 16);
-    d->ident.dtype_k = pc->dtype;
-    d->ident.dtype_v = kv_pool_dtype_v(p);
-    d->ident.block_size = pc->block_size;
-    d->ident.n_layers = pc->n_layers;
-    d->ident.n_kv_heads = pc->n_kv_heads;
-    d->ident.head_dim_k = pc->head_dim_k;
-    d->ident.head_dim_v = pc->head_dim_v;
     const kv_pool_geom *geom = kv_pool_geometry(p);
-    d->ident.k_row = geom->k_row;
-    d->ident.v_row = geom->v_row;
-    d->ident.block_bytes = geom->block_bytes;
     d->ident_hash = XXH3_64bits(&d->ident, IDENTITY_BYTES);
     d->tok_bytes = (size_t)pc->block_size * sizeof(int32_t);
     d->file_bytes = kv_disk_file_bytes(geom->block_bytes, pc->block_size);

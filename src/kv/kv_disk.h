@@ -145,4 +145,33 @@ int64_t kv_disk_unpin(kv_disk *d, uint64_t root, const int32_t *tokens, int64_t 
 void kv_disk_flush(kv_disk *d);
 kv_disk_stats kv_disk_get_stats(kv_disk *d);
 
+/* Prefix files (kv_prefix_file.c): one prefix's token ids and the KV blocks of
+ * its full blocks in one self-contained file, what llama-server's slot save /
+ * restore write and read (POST /slots/{id}?action=save|restore). Same
+ * identity as the tier's block files (model, K/V types, block shape and
+ * layout version): a file of another identity is refused, naming what
+ * differs. Independent of the tier: no directory, index or threads. */
+/* Writes tokens[0..n_tokens) and the full blocks holding them (blocks[i]:
+ * tokens [i * block_size, (i + 1) * block_size); n_tokens / block_size of
+ * them) of pool p, computed under chain_root (kv_seq.chain_root), to path
+ * crash-safely (a temporary, fdatasync, rename). *bytes: the file's size. */
+bool kv_prefix_file_write(const char *path, const kv_pool *p, const uint8_t model_id[16],
+                          uint64_t chain_root, const int32_t *tokens, int64_t n_tokens,
+                          const int32_t *blocks, uint64_t *bytes, kvl_error *err);
+typedef struct kv_prefix_file kv_prefix_file; /* opaque: one file being read */
+/* Opens path and checks its header (checksum, identity against pool p and
+ * model_id, counts: 1..max_tokens tokens, the size they imply) and reads its
+ * token ids; NULL with err saying what is wrong. */
+kv_prefix_file *kv_prefix_file_open(const char *path, const kv_pool *p, const uint8_t model_id[16],
+                                    int64_t max_tokens, kvl_error *err);
+const int32_t *kv_prefix_file_tokens(const kv_prefix_file *f, int64_t *n_tokens);
+int64_t kv_prefix_file_blocks(const kv_prefix_file *f); /* n_tokens / block_size */
+uint64_t kv_prefix_file_chain_root(const kv_prefix_file *f);
+/* Reads block i into dst[i] (block_bytes each; NULL: read and checked but not
+ * kept) and checks the contents' checksum; false with err when it fails (then
+ * dst holds garbage). *bytes: the bytes read in all. */
+bool kv_prefix_file_read_blocks(kv_prefix_file *f, uint8_t *const *dst, uint64_t *bytes,
+                                kvl_error *err);
+void kv_prefix_file_close(kv_prefix_file *f); /* NULL is fine */
+
 #endif

@@ -138,6 +138,10 @@ bool kvd_on_disk(kv_disk *d, uint64_t hash);
  * or read() from the current offset when off < 0. Retries when interrupted;
  * false on an error or an early end of file. */
 bool kvd_io_all(int fd, void *p, size_t n, off_t off, bool out);
+/* The identity fields of a file of pool p's blocks computed by model_id's
+ * model (the rest of *h zeroed; the version DISK_VERSION: the blocks'
+ * layout, which prefix files share). */
+void kvd_identity(disk_header *h, const kv_pool *p, const uint8_t model_id[16]);
 
 /* kv_disk_load.c */
 /* The reader thread (arg: the kv_disk). */
