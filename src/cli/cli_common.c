@@ -177,8 +177,6 @@ static const struct {
     {"--log-prefix", false, false, "kvllm's log lines are plain text on stderr"},
     {"--log-timestamps", false, false, "kvllm's log lines are plain text on stderr"},
     {"--log-file", true, true, "kvllm logs to stderr: redirect it (2> FILE)"},
-    {"--slot-save-path", true, true,
-     "no per-slot prompt files: POST /v1/kv/save keeps prefixes on the --kv-disk tier"},
     {"--control-vector", true, true, "control vectors are not applied here"},
     {"--control-vector-scaled", true, true, "control vectors are not applied here"},
     {"--grammar-file", true, true,

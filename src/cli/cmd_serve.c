@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
@@ -102,6 +103,9 @@ static void serve_usage(FILE *out) {
         "  --no-prefix-cache        disable prefix caching\n"
         "  --no-slots               GET /slots answers 501 (llama-server's; --slots: served, "
         "the default)\n"
+        "  --slot-save-path DIR     POST /slots/{id}?action=save|restore writes and reads slot "
+        "files\n"
+        "                           (a slot's ids and KV blocks) in DIR, an existing directory\n"
         "  --chat-template-kwargs JSON  template variables for every chat request (also\n"
         "                           --default-chat-template-kwargs), e.g. "
         "'{\"enable_thinking\": false}';\n"
@@ -214,7 +218,7 @@ static int serve_flag(const char *f, const char *v, void *ctx) {
                 IS("--prefix-admission-wait") || IS("--lora-modules") ||
                 IS("--chat-template-kwargs") || IS("--default-chat-template-kwargs") ||
                 IS("--reasoning-budget") || IS("--reasoning-format") || IS("--ssl-key-file") ||
-                IS("--ssl-cert-file") || IS("--api-prefix");
+                IS("--ssl-cert-file") || IS("--api-prefix") || IS("--slot-save-path");
     if (!ours) return 0;
     if (!v) {
         fprintf(stderr, "kvllm: %s: missing value\n", f);
@@ -233,6 +237,7 @@ static int serve_flag(const char *f, const char *v, void *ctx) {
     else if (IS("--kv-memory")) so->kv_memory = v;
     else if (IS("--cors")) so->sc.cors_origin = v;
     else if (IS("--kv-disk")) so->kv_disk = v;
+    else if (IS("--slot-save-path")) so->sc.slot_save_path = v;
     else if (IS("--kv-disk-size")) so->kv_disk_size = v;
     else if (IS("--kv-disk-pin-max")) so->kv_disk_pin_max = v;
     else if (IS("--lora-modules")) {
@@ -317,6 +322,59 @@ static int64_t mapped_bytes(const model *m) {
     return mapped > 0 ? mapped : 0;
 }
 
+/* The model's identity in KV files (the disk tier's blocks, slot files):
+ * the file's bytes, a split model's other files', and the metadata it was
+ * read with (the rope flags' keys, then --override-kv), since those compute
+ * other K/V. */
+static bool model_identity(const cli_opts *o, const cli_model *cm, const char *flag,
+                           uint8_t id[16]) {
+    kvl_error err = {{0}};
+    if (!kv_disk_model_id(o->model_path ? o->model_path : "models/stories260K.gguf", id, &err)) {
+        fprintf(stderr, "kvllm: %s: %s\n", flag, err.msg);
+        return false;
+    }
+    const gguf_file *gf = cli_gguf(cm);
+    for (int i = 1; i < gguf_n_files(gf); i++) {
+        uint8_t part[16];
+        char hex[33];
+        if (!kv_disk_model_id(gguf_file_path_at(gf, i), part, &err)) {
+            fprintf(stderr, "kvllm: %s: %s\n", flag, err.msg);
+            return false;
+        }
+        for (int b = 0; b < 16; b++) snprintf(hex + 2 * b, 3, "%02x", part[b]);
+        const char *one[1] = {hex};
+        kv_disk_model_id_extend(id, one, 1);
+    }
+    char rope[CLI_ROPE_SPECS][192];
+    const char *specs[CLI_ROPE_SPECS];
+    const int n_rope = cli_rope_overrides(o, gf, rope);
+    for (int i = 0; i < n_rope; i++) specs[i] = rope[i];
+    kv_disk_model_id_extend(id, specs, n_rope);
+    kv_disk_model_id_extend(id, o->override_kv, o->n_override_kv);
+    return true;
+}
+
+/* --slot-save-path: an existing directory this process may write in, and the
+ * model's identity for the files (the tier's, when --kv-disk computed it). */
+static bool slot_dir_ok(const serve_opts *so) {
+    const char *dir = so->sc.slot_save_path;
+    struct stat st;
+    if (!dir || (stat(dir, &st) == 0 && S_ISDIR(st.st_mode) && access(dir, W_OK | X_OK) == 0))
+        return true;
+    fprintf(stderr, "kvllm: --slot-save-path: %s is not a directory this process can write in\n",
+            dir);
+    return false;
+}
+
+static bool slot_save_settings(const cli_opts *o, serve_opts *so, const cli_model *cm) {
+    if (!so->sc.slot_save_path) return true;
+    if (so->kv_disk) {
+        memcpy(so->sc.slot_model_id, so->disk.model_id, 16);
+        return true;
+    }
+    return model_identity(o, cm, "--slot-save-path", so->sc.slot_model_id);
+}
+
 static bool engine_settings(const cli_opts *o, serve_opts *so, const cli_model *cm,
                             engine_config *ec) {
     model *m = cm->m, *draft = cm->draft;
@@ -339,33 +397,7 @@ static bool engine_settings(const cli_opts *o, serve_opts *so, const cli_model *
                     so->kv_disk_size);
             return false;
         }
-        kvl_error err = {{0}};
-        if (!kv_disk_model_id(o->model_path ? o->model_path : "models/stories260K.gguf",
-                              so->disk.model_id, &err)) {
-            fprintf(stderr, "kvllm: --kv-disk: %s\n", err.msg);
-            return false;
-        }
-        /* a split model: its other files' contents too */
-        const gguf_file *gf = cli_gguf(cm);
-        for (int i = 1; i < gguf_n_files(gf); i++) {
-            uint8_t part[16];
-            char hex[33];
-            if (!kv_disk_model_id(gguf_file_path_at(gf, i), part, &err)) {
-                fprintf(stderr, "kvllm: --kv-disk: %s\n", err.msg);
-                return false;
-            }
-            for (int b = 0; b < 16; b++) snprintf(hex + 2 * b, 3, "%02x", part[b]);
-            const char *one[1] = {hex};
-            kv_disk_model_id_extend(so->disk.model_id, one, 1);
-        }
-        /* the file read with other metadata computes other K/V (the rope
-         * flags' keys, then --override-kv) */
-        char rope[CLI_ROPE_SPECS][192];
-        const char *specs[CLI_ROPE_SPECS];
-        const int n_rope = cli_rope_overrides(o, gf, rope);
-        for (int i = 0; i < n_rope; i++) specs[i] = rope[i];
-        kv_disk_model_id_extend(so->disk.model_id, specs, n_rope);
-        kv_disk_model_id_extend(so->disk.model_id, o->override_kv, o->n_override_kv);
+        if (!model_identity(o, cm, "--kv-disk", so->disk.model_id)) return false;
         uint64_t pin = 0;
         if (so->kv_disk_pin_max &&
             (!kvl_parse_size(so->kv_disk_pin_max, &pin) || pin == 0 || pin > bytes)) {
@@ -606,9 +638,9 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "kvllm: -n 0: a default length must be -1 (to the context) or more\n");
         return 2;
     }
-    if (o.pp && so.kv_disk) {
-        fprintf(stderr, "kvllm: --kv-disk is not available with --pp (each rank holds other "
-                        "layers' KV)\n");
+    if (o.pp && (so.kv_disk || so.sc.slot_save_path)) {
+        fprintf(stderr, "kvllm: %s is not available with --pp (each rank holds other layers' KV)\n",
+                so.kv_disk ? "--kv-disk" : "--slot-save-path");
         return 2;
     }
     o.chunks_keep_kv = so.kv_disk != NULL;
@@ -620,13 +652,14 @@ int cmd_serve(int argc, char **argv) {
         free(so.kwargs_owned);
         return 2;
     }
+    if (!slot_dir_ok(&so)) return 2;
     cli_model cm;
     if (!cli_load(&o, true, &cm)) return 1;
     int rc = 1;
     char *tmpl = NULL, *rerank_tmpl = NULL, id[256];
     engine_config ec;
     engine *e = NULL;
-    if (!engine_settings(&o, &so, &cm, &ec)) goto out;
+    if (!engine_settings(&o, &so, &cm, &ec) || !slot_save_settings(&o, &so, &cm)) goto out;
     kvl_error err = {{0}};
     e = engine_create(cm.m, cm.vocab, &ec, &err);
     if (!e) {

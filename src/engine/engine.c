@@ -936,7 +936,7 @@ const model *engine_model(const engine *e) { return e->m; }
  * what RAM (or the disk tier) holds attached, the rest computed like a
  * prompt. Returns the tokens the blocks hold, or -1 with err. */
 static int64_t prefix_blocks(engine *e, const int32_t *ids, int64_t n, const char *salt,
-                             const float *lora, kv_seq *s, kvl_error *err) {
+                             const float *lora, uint64_t root, kv_seq *s, kvl_error *err) {
     kv_seq_init(s);
     const model_hparams *hp = model_hp(e->m);
     if (n > e->cfg.n_ctx) {
@@ -949,17 +949,26 @@ static int64_t prefix_blocks(engine *e, const int32_t *ids, int64_t n, const cha
             kvl_fail(err, "token %lld (id %d) is not in the vocabulary", (long long)i, ids[i]);
             return -1;
         }
-    const int64_t bs = e->cfg.block_size, full = n / bs * bs;   /* only full blocks are cached */
-    char *chain = engine_cache_salt(e, salt, lora, NULL, NULL); /* as engine_submit salts */
-    if (!chain) {
-        kvl_fail(err, "engine: out of memory");
-        return -1;
+    const int64_t bs = e->cfg.block_size, full = n / bs * bs; /* only full blocks are cached */
+    if (root) {
+        kv_seq_set_chain_root(s, root);
+    } else {
+        char *chain = engine_cache_salt(e, salt, lora, NULL, NULL); /* as engine_submit salts */
+        if (!chain) {
+            kvl_fail(err, "engine: out of memory");
+            return -1;
+        }
+        kv_seq_set_cache_salt(s, chain);
+        free(chain);
     }
-    kv_seq_set_cache_salt(s, chain);
-    free(chain);
     const kv_seq *seqs[1] = {s};
     int64_t done = e->disk ? kv_disk_prefix_match(e->disk, s, ids, full)
                            : kv_prefix_match(e->kv[0], s, ids, full);
+    if (root && done < full) { /* its salt and adapters are not known: nothing to compute with */
+        kvl_fail(err, "%lld of its %lld tokens' KV blocks are no longer cached",
+                 (long long)(full - done), (long long)full);
+        return -1;
+    }
     if (!kv_seq_reserve(e->kv[0], s, full)) {
         kvl_fail(err, "not enough free KV blocks for %lld tokens right now", (long long)full);
         return -1;
@@ -977,7 +986,7 @@ int64_t engine_kv_save(engine *e, const int32_t *ids, int64_t n, const char *sal
         return -1;
     }
     kv_seq s;
-    const int64_t full = prefix_blocks(e, ids, n, salt, lora, &s, err);
+    const int64_t full = prefix_blocks(e, ids, n, salt, lora, 0, &s, err);
     const int64_t saved = full < 0 ? -1 : kv_disk_save(e->disk, &s, full / e->cfg.block_size, err);
     kv_seq_free(e->kv[0], &s);
     return saved;
@@ -993,15 +1002,15 @@ static const char *no_prefix_files(const engine *e) {
 }
 
 int64_t engine_kv_export(engine *e, const int32_t *ids, int64_t n, const char *salt,
-                         const float *lora, const char *path, const uint8_t model_id[16],
-                         uint64_t *bytes, kvl_error *err) {
+                         const float *lora, uint64_t chain_root, const char *path,
+                         const uint8_t model_id[16], uint64_t *bytes, kvl_error *err) {
     const char *why = no_prefix_files(e);
     if (why) {
         kvl_fail(err, "%s", why);
         return -1;
     }
     kv_seq s;
-    int64_t full = prefix_blocks(e, ids, n, salt, lora, &s, err);
+    int64_t full = prefix_blocks(e, ids, n, salt, lora, chain_root, &s, err);
     if (full >= 0 &&
         !kv_prefix_file_write(path, e->kv[0], model_id, s.chain_root, ids, n, s.blocks, bytes, err))
         full = -1;
@@ -1010,9 +1019,10 @@ int64_t engine_kv_export(engine *e, const int32_t *ids, int64_t n, const char *s
 }
 
 int64_t engine_kv_import(engine *e, const char *path, const uint8_t model_id[16], int32_t **ids,
-                         int64_t *n_ids, uint64_t *bytes, kvl_error *err) {
+                         int64_t *n_ids, uint64_t *chain_root, uint64_t *bytes, kvl_error *err) {
     *ids = NULL;
     *n_ids = 0;
+    *chain_root = 0;
     const char *why = no_prefix_files(e);
     if (why) {
         kvl_fail(err, "%s", why);
@@ -1049,6 +1059,7 @@ int64_t engine_kv_import(engine *e, const char *path, const uint8_t model_id[16]
         memcpy(copy, tok, (size_t)n * sizeof *copy);
         *ids = copy;
         *n_ids = n;
+        *chain_root = s.chain_root;
         copy = NULL;
         full = nb * bs;
     }

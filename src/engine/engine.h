@@ -292,20 +292,23 @@ int64_t engine_kv_unpin(engine *e, const int32_t *ids, int64_t n, const char *sa
 /* llama-server's slot files (kv_prefix_file_write): the full blocks of
  * ids[0..n) (found or computed, as engine_kv_save does, under this salt and
  * these LoRA scales) and all n ids written to path, the model identified by
- * model_id. Returns the tokens whose KV the file holds (whole blocks), or -1
- * with err (no prefix cache or several KV pools, bad ids, no free blocks
- * now, a write failure). *bytes: the file's size. Same thread rule as
- * engine_embed. */
+ * model_id. chain_root != 0 (a restored file's, engine_kv_import) names the
+ * chain instead of salt and lora: then the blocks must all be cached (no
+ * salt to compute them under). Returns the tokens whose KV the file holds
+ * (whole blocks), or -1 with err (no prefix cache or several KV pools, bad
+ * ids, no free blocks now, a write failure). *bytes: the file's size. Same
+ * thread rule as engine_embed. */
 int64_t engine_kv_export(engine *e, const int32_t *ids, int64_t n, const char *salt,
-                         const float *lora, const char *path, const uint8_t model_id[16],
-                         uint64_t *bytes, kvl_error *err);
+                         const float *lora, uint64_t chain_root, const char *path,
+                         const uint8_t model_id[16], uint64_t *bytes, kvl_error *err);
 /* Reads such a file back into the prefix cache, under the chain it was
  * computed under (blocks the cache already holds are kept); *ids (malloc'd)
- * and *n_ids: the file's token ids. Returns the tokens whose KV is now
- * cached, or -1 with err (a file of another model or cache shape, damaged,
- * no free blocks now). *bytes: the bytes read. Same thread rule. */
+ * and *n_ids: the file's token ids, *chain_root its chain. Returns the tokens
+ * whose KV is now cached, or -1 with err (a file of another model or cache
+ * shape, damaged, no free blocks now). *bytes: the bytes read. Same thread
+ * rule. */
 int64_t engine_kv_import(engine *e, const char *path, const uint8_t model_id[16], int32_t **ids,
-                         int64_t *n_ids, uint64_t *bytes, kvl_error *err);
+                         int64_t *n_ids, uint64_t *chain_root, uint64_t *bytes, kvl_error *err);
 
 typedef struct engine_metrics {
     int64_t n_running, n_waiting;

@@ -43,9 +43,14 @@ typedef struct server_config {
      * a JSON object of template variables every chat request gets, its own
      * chat_template_kwargs winning key by key; NULL: none */
     const char *chat_template_kwargs;
-    bool reasoning_none;        /* --reasoning-format none: thinking stays in the content */
-    bool no_webui;              /* --no-webui: the built-in pages answer 404 */
-    bool no_slots;              /* --no-slots: GET /slots answers 501, as llama-server's */
+    bool reasoning_none; /* --reasoning-format none: thinking stays in the content */
+    bool no_webui;       /* --no-webui: the built-in pages answer 404 */
+    bool no_slots;       /* --no-slots: GET /slots answers 501, as llama-server's */
+    /* --slot-save-path (llama-server's): the directory POST
+     * /slots/{id}?action=save|restore writes and reads slot files in (an
+     * existing, writable directory); NULL: the slot actions answer 501 */
+    const char *slot_save_path;
+    uint8_t slot_model_id[16];  /* the model's identity written in slot files (kv_disk_model_id) */
     int max_connections;        /* open connections in all; beyond: 503 */
     int max_connections_per_ip; /* from one client address; 0: no limit */
     double request_timeout_s;   /* to receive a whole request, headers and body */

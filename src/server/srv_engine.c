@@ -56,8 +56,16 @@ static void run_tasks(srv *s, srv_engine_task *list) {
     while (list) {
         srv_engine_task *t = list;
         list = t->next;
+        t->defer = false;
         bool ok = t->run(s, t, &t->err);
         pthread_mutex_lock(&s->q_mu);
+        if (t->defer && !s->stopping) { /* again after the next step */
+            t->next = s->task_head;
+            s->task_head = t;
+            pthread_mutex_unlock(&s->q_mu);
+            continue;
+        }
+        if (t->defer) ok = api_fail(&t->err, 503, NULL, "the server is shutting down");
         t->ok = ok;
         t->done = true;
         pthread_cond_broadcast(&s->task_cv);
@@ -120,8 +128,14 @@ static void on_engine_event(const engine_event *ev, void *user) {
         }
         pthread_mutex_unlock(&j->mu);
     }
+    /* admitted while every slot was taken: the first idle one once it runs */
+    if (c->slot < 0 && ev->finish == ENGINE_FINISH_NONE) c->slot = slot_take(j->s, c->engine_id);
+    if (ev->token >= 0 &&
+        kvl_grow((void **)&c->gen, &c->cap_gen, (size_t)c->n_gen + 1, sizeof *c->gen, 64))
+        c->gen[c->n_gen++] = ev->token;
     if (ev->finish != ENGINE_FINISH_NONE) {
         c->done = true;
+        slot_finish(j->s, c);
         if (--j->n_live == 0) release_inflight(j->s, j);
     }
     srv_event *e = malloc(sizeof *e + ev->text_len + 1);
@@ -226,6 +240,7 @@ static void admit(srv *s, srv_job *j) {
             return;
         }
         j->choices[i].engine_id = id;
+        j->choices[i].slot = slot_take(s, id);
         j->n_live++;
         /* the prompt's other choices reuse its first choice's prompt blocks */
         r.prefix_leader = j->choices[i - i % j->per_prompt].engine_id;

@@ -518,15 +518,11 @@ static enum MHD_Result dispatch(srv *s, struct MHD_Connection *c, const char *ur
                       &err),
             &err);
     case R_SLOTS_ACTION:
-        /* llama-server's slot save / restore / erase (its --slot-save-path):
-         * kvllm keeps prompts in its prefix cache instead, saved by
-         * POST /v1/kv/save */
-        api_fail(&err, 501, NULL,
-                 "POST /slots/{id}?action=save|restore|erase is not supported: kvllm has no "
-                 "per-slot prompt files (no --slot-save-path); POST /v1/kv/save saves a "
-                 "prompt's KV blocks to the disk tier");
-        err.type = "not_supported_error";
-        return send_error(c, &err);
+        return send_result(
+            c,
+            srv_slot_action(s, url, MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "action"),
+                            body, cc->body.len, cc->key, &err),
+            &err);
     case R_PAGE: {
         const srv_asset *a = s->cfg.no_webui ? NULL : srv_asset_find(url);
         if (!a) return fail(c, 404, NULL, "no such page");

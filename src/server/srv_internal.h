@@ -129,6 +129,12 @@ typedef struct srv_choice {
     int64_t engine_id; /* -1 until submitted */
     bool done;
     double t_first, t_last; /* of its first / latest token (metrics) */
+    /* Engine thread: the slot it runs on (-1: none was idle yet) and the ids
+     * it generated so far, which become that slot's (srv_slot) when it ends. */
+    int slot;
+    int32_t *gen;
+    int64_t n_gen;
+    size_t cap_gen;
 } srv_choice;
 
 struct srv_job {
@@ -290,6 +296,22 @@ void metrics_render_memory(kvl_buf *o, const char *model_name, const model *mdl)
 /* ----------------------------------------------------------- tenants -- */
 
 /* An API key and the prefix-cache namespace of its tenant. */
+/* One of llama-server's slots as its slot actions see it (POST
+ * /slots/{id}?action=save|restore|erase): kvllm runs requests on the engine's
+ * sequences, and numbers them into max_seqs slots only for these actions, a
+ * request taking the first idle slot. A slot holds what its last request put
+ * in the KV cache. Engine thread only. */
+typedef struct srv_slot {
+    int64_t holder;  /* the engine id of the request running on it, -1: idle */
+    int32_t *tokens; /* its last request's prompt and generated ids (or a restored file's) */
+    int64_t n_tokens;
+    char *salt;    /* that request's cache salt (tenant namespace first), NULL: none */
+    bool has_lora; /* its adapters' scales are in lora (else the defaults) */
+    float lora[MODEL_MAX_LORA];
+    bool restored;       /* tokens came from a slot file: chain_root, not salt, names its chain */
+    uint64_t chain_root; /* restored only */
+} srv_slot;
+
 typedef struct srv_key {
     char *key;
     char *tenant; /* the file's name for it, or NULL */
@@ -341,6 +363,10 @@ void srv_on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
  * engine thread runs every queued task between two steps, also while stopping. */
 typedef struct srv_engine_task {
     bool (*run)(srv *s, struct srv_engine_task *t, api_error *err); /* on the engine thread */
+    /* run sets it to be run again after the next step instead of finishing
+     * (a slot action waiting for its slot's request); a stopping server
+     * fails it with 503 instead */
+    bool defer;
     bool done, ok;
     api_error err; /* when !ok */
     struct srv_engine_task *next;
@@ -442,12 +468,18 @@ struct srv {
     int n_lora; /* the model's adapters (model_lora_count) */
     /* Engine thread only. */
     srv_job *active;
+    srv_slot *slots; /* [max_seqs]: llama-server's slots, for its slot actions (srv_slots.c) */
     pthread_t engine_thread;
     srv_metrics metrics;
 };
 
 /* Engine thread (srv_engine.c). */
 bool engine_thread_start(srv *s);
+/* The slot a choice just submitted runs on: the first idle one (-1: none);
+ * and the end of its request (the slot keeps its prompt and generated ids). */
+int slot_take(srv *s, int64_t engine_id);
+void slot_finish(srv *s, srv_choice *c);
+void slots_free(srv *s);
 void engine_thread_stop(srv *s);
 /* HTTP thread: queues j (taking a reference for the engine thread), or fills
  * err (503, queue full or shutting down) and returns false. */
@@ -743,6 +775,10 @@ char *srv_embeddings(srv *s, const char *body, size_t len, bool llama, api_error
 char *srv_kv_save(srv *s, const char *body, size_t len, const srv_key *key, api_error *err);
 /* POST /v1/kv/unpin: the same body -> that saved prefix's pin dropped (srv_kv.c) */
 char *srv_kv_unpin(srv *s, const char *body, size_t len, const srv_key *key, api_error *err);
+/* POST /slots/{id}?action=save|restore|erase (srv_slots.c): url is the path
+ * after the API prefix, action the query's. */
+char *srv_slot_action(srv *s, const char *url, const char *action, const char *body, size_t len,
+                      const srv_key *key, api_error *err);
 char *srv_props(srv *s); /* GET /props */
 /* POST /rerank, /v1/rerank, ...: a query and documents -> their scores (srv_rerank.c) */
 char *srv_rerank(srv *s, const char *body, size_t len, api_error *err);

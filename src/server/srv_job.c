@@ -26,6 +26,7 @@ srv_job *job_new(srv *s) {
         j->choices[i].job = j;
         j->choices[i].index = i;
         j->choices[i].engine_id = -1;
+        j->choices[i].slot = -1;
     }
     /* Timed waits use the monotonic clock so wall-clock jumps do not matter. */
     pthread_condattr_t ca;
@@ -47,6 +48,7 @@ void events_free(srv_event *ev) {
 
 static void job_free(srv_job *j) {
     events_free(j->head);
+    for (int i = 0; i < SRV_MAX_N; i++) free(j->choices[i].gen);
     free(j->prompt);
     for (int k = 1; k < j->n_prompts; k++) free(j->prompts[k]);
     free(j->prompt_text);

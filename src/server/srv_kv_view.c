@@ -14,11 +14,14 @@ typedef struct srv_view_req {
     srv_engine_task task;
     engine_view v;
     uint64_t since;
+    int64_t *holders; /* GET /slots: each slot's running request (srv_slot.holder), or NULL */
 } srv_view_req;
 
 /* Engine thread, between steps. */
 static bool run_view(srv *s, srv_engine_task *t, api_error *err) {
     srv_view_req *r = (srv_view_req *)t;
+    for (int i = 0; r->holders && i < s->max_seqs; i++)
+        r->holders[i] = s->slots ? s->slots[i].holder : -1;
     return engine_view_take(s->e, &r->v, r->since) ||
            api_fail(err, 500, NULL, "out of memory taking the KV state");
 }
@@ -339,20 +342,35 @@ char *srv_slots(srv *s, const char *fail_on_no_slot, api_error *err) {
         return NULL;
     }
     srv_view_req *r = calloc(1, sizeof *r);
-    if (!r) {
+    const engine_seq_view **at = calloc((size_t)s->max_seqs, sizeof *at);
+    if (!r || !at || !(r->holders = malloc((size_t)s->max_seqs * sizeof *r->holders))) {
+        if (r) free(r->holders);
+        free(r);
+        free(at);
         api_fail(err, 500, NULL, "out of memory");
         return NULL;
     }
     r->since = UINT64_MAX - 1; /* no events wanted (ev_ring_copy takes those above it) */
     char *out = NULL;
     if (view_run(s, r, err)) {
+        /* each running request at the slot it took (srv_slots.c), so that the
+         * ids here are the ones the slot actions take; one that found no slot
+         * idle when it was admitted fills the first slot shown idle */
         int busy = 0;
+        for (int i = 0; i < r->v.n_seqs; i++) {
+            const engine_seq_view *q = &r->v.seqs[i];
+            if (q->phase != ENGINE_PHASE_PREFILLING && q->phase != ENGINE_PHASE_DECODING) continue;
+            int k = 0;
+            while (k < s->max_seqs && r->holders[k] != q->id) k++;
+            if (k == s->max_seqs)
+                for (k = 0; k < s->max_seqs && (at[k] || r->holders[k] >= 0); k++) {}
+            if (k < s->max_seqs && !at[k]) {
+                at[k] = q;
+                busy++;
+            }
+        }
         cJSON *a = cJSON_CreateArray();
-        for (int i = 0; i < r->v.n_seqs && busy < s->max_seqs; i++)
-            if (r->v.seqs[i].phase == ENGINE_PHASE_PREFILLING ||
-                r->v.seqs[i].phase == ENGINE_PHASE_DECODING)
-                cJSON_AddItemToArray(a, slot_entry(s, busy++, &r->v.seqs[i]));
-        for (int i = busy; i < s->max_seqs; i++) cJSON_AddItemToArray(a, slot_entry(s, i, NULL));
+        for (int i = 0; i < s->max_seqs; i++) cJSON_AddItemToArray(a, slot_entry(s, i, at[i]));
         /* ?fail_on_no_slot=1: 503 when every slot is busy, as llama-server */
         if (fail_on_no_slot && *fail_on_no_slot && busy >= s->max_seqs) {
             api_fail(err, 503, NULL, "no slot available");
@@ -362,7 +380,9 @@ char *srv_slots(srv *s, const char *fail_on_no_slot, api_error *err) {
         if (!out && !err->status) api_fail(err, 500, NULL, "out of memory");
     }
     engine_view_free(&r->v);
+    free(r->holders);
     free(r);
+    free(at);
     return out;
 }
 

@@ -234,6 +234,7 @@ static void srv_free(srv *s) {
     srv_lora_free(s);
     srv_jinja_free(s);
     keys_free(s);
+    slots_free(s);
     metrics_destroy(&s->metrics);
     pthread_mutex_destroy(&s->conns_mu);
     pthread_cond_destroy(&s->q_cv);

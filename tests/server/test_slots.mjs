@@ -2,9 +2,18 @@
 // with llama-server's four members, a running request's entry with its id,
 // prompt counts, sampling parameters and next_token (an array of one object,
 // as llama-server 81ff7abe answers); ?fail_on_no_slot=1 (503 when all are
-// busy), --no-slots (501), POST /slots/{id}?action= (501), and the key rule
-// of operational data (--api-key, --metrics-public).
+// busy), --no-slots (501), the key rule of operational data (--api-key,
+// --metrics-public), and the slot actions POST /slots/{id}?action=save|
+// restore|erase with --slot-save-path: a slot's KV saved by one server and
+// restored by another serves the same prompt from the cache with the same
+// output; an action on a running slot waits for its request; bad names,
+// actions, slot ids and files are 400s that do not show the server's paths;
+// another tenant's slot is a 403; without --slot-save-path, 501.
 // usage: node test_slots.mjs BUILD/kvllm REPO_ROOT
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { startServer, rawRequest, assert, assertEq, runTests, stopAll, sleep } from './lib.mjs';
 
 const [bin, root] = process.argv.slice(2);
@@ -14,6 +23,17 @@ const one = await startServer(bin, [...MODEL, '--parallel', '1'], { cwd: root, n
 const off = await startServer(bin, [...MODEL, '--no-slots'], { cwd: root, name: 'no-slots' });
 const keyed = await startServer(bin, [...MODEL, '--api-key', 'k1'], { cwd: root, name: 'keyed' });
 const pub = await startServer(bin, [...MODEL, '--api-key', 'k1', '--metrics-public'], { cwd: root, name: 'public' });
+const dir = mkdtempSync(join(tmpdir(), 'kvllm-slots-'));
+const keyFile = join(dir, 'keys.txt');
+writeFileSync(keyFile, 'key-alice alice\nkey-bob bob\n');
+const SAVE = ['--slot-save-path', dir];
+const saver = await startServer(bin, [...MODEL, '-np', '2', '-v', ...SAVE], { cwd: root, name: 'saver' });
+const tenants = await startServer(bin, [...MODEL, '--api-key-file', keyFile, ...SAVE], { cwd: root, name: 'slot-tenants' });
+const slotAct = (srv, id, action, body, headers = {}) => rawRequest(srv.url, {
+  path: `/slots/${id}?action=${action}`, headers, body: body === undefined ? '' : JSON.stringify(body) });
+const PROMPT = 'Once upon a time there was a little girl named Lily. She loved to play outside in the park with her friends every single day.';
+const complete = (srv, prompt, extra = {}, headers = {}) => rawRequest(srv.url, { path: '/completion', headers,
+  body: JSON.stringify({ prompt, n_predict: 8, temperature: 0, ...extra }) });
 
 const get = (srv, p, headers = {}) => rawRequest(srv.url, { method: 'GET', path: p, headers });
 
@@ -86,15 +106,116 @@ const tests = [
     assertEq([r.json.error.message, r.json.error.type], ['no slot available', 'unavailable_error'], 'error');
   }],
 
-  ['--no-slots: 501 as llama-server; POST /slots/{id}?action=: 501 naming the alternative', async () => {
+  ['--no-slots: 501 as llama-server; slot actions without --slot-save-path: 501 naming it', async () => {
     const r = await get(off, '/slots');
     assertEq([r.status, r.json.error.type], [501, 'not_supported_error'], 'no-slots');
     assertEq((await get(off, '/props')).json.endpoint_slots, false, '/props endpoint_slots');
     for (const action of ['save', 'restore', 'erase']) {
       const a = await rawRequest(two.url, { path: `/slots/0?action=${action}`, body: JSON.stringify({ filename: 'x.bin' }) });
       assertEq([a.status, a.json.error.type], [501, 'not_supported_error'], action);
-      assert(a.json.error.message.includes('/v1/kv/save'), `names /v1/kv/save: ${a.json.error.message}`);
+      assert(a.json.error.message.includes('--slot-save-path'), `names --slot-save-path: ${a.json.error.message}`);
     }
+  }],
+
+  ['save, erase, and restore into another server: the prompt comes from the cache, the output is the same', async () => {
+    const first = await complete(saver, PROMPT);
+    assertEq(first.status, 200, `completion: ${first.text.slice(0, 200)}`);
+    const nPrompt = first.json.tokens_evaluated, nGen = first.json.tokens_predicted;
+    const saved = await slotAct(saver, 0, 'save', { filename: 'lily.bin' });
+    assertEq(saved.status, 200, `save: ${saved.text}`);
+    const held = nPrompt + nGen - 1; /* the last id was sampled, never fed back */
+    assertEq([saved.json.id_slot, saved.json.filename, saved.json.n_saved], [0, 'lily.bin', Math.floor(held / 16) * 16],
+      `save answer ${saved.text}`);
+    assertEq(saved.json.n_written, statSync(join(dir, 'lily.bin')).size, 'n_written: the file\'s size');
+    assert(saved.json.timings.save_ms >= 0, 'timings.save_ms');
+    assertEq(readdirSync(dir).filter((f) => f.endsWith('.tmp')), [], 'no temporary left');
+    const erased = await slotAct(saver, 0, 'erase');
+    assertEq([erased.status, erased.json.id_slot, erased.json.n_erased], [200, 0, held], `erase ${erased.text}`);
+    const again = await slotAct(saver, 0, 'save', { filename: 'none.bin' });
+    assertEq(again.status, 400, 'an erased slot has nothing to save');
+
+    const other = await startServer(bin, [...MODEL, ...SAVE], { cwd: root, name: 'restorer' });
+    try {
+      const restored = await slotAct(other, 1, 'restore', { filename: 'lily.bin' });
+      assertEq(restored.status, 200, `restore: ${restored.text}`);
+      assertEq([restored.json.id_slot, restored.json.filename, restored.json.n_restored, restored.json.n_read],
+        [1, 'lily.bin', saved.json.n_saved, saved.json.n_written], 'restore answer');
+      const r = await complete(other, PROMPT);
+      assertEq(r.json.content, first.json.content, 'the same greedy text after the restore');
+      assert(r.json.timings.cache_n >= 16, `the prompt found ${r.json.timings.cache_n} tokens cached`);
+      /* the conversation goes on: all of the saved tokens come from the cache */
+      const more = await complete(other, PROMPT + first.json.content);
+      assertEq(more.json.timings.cache_n, saved.json.n_saved, 'the follow-up\'s cached tokens');
+    } finally {
+      await other.stop();
+    }
+  }],
+
+  ['an action on a running slot waits for its request to end', async () => {
+    const prompt = 'Once upon a time';
+    const tok = (await rawRequest(saver.url, { path: '/tokenize', body: JSON.stringify({ content: prompt, add_special: true }) })).json;
+    for (let attempt = 0; ; attempt++) {
+      const ctl = new AbortController();
+      const res = await fetch(`${saver.url}/completion`, {
+        method: 'POST', headers: { 'Content-Type': 'application/json' }, signal: ctl.signal,
+        body: JSON.stringify({ prompt, n_predict: 400, ignore_eos: true, stream: true, temperature: 0 }),
+      });
+      const reader = res.body.getReader();
+      await reader.read(); /* admitted: it runs on slot 0 */
+      const before = (saver.log().match(/slot 0 is busy/g) || []).length;
+      const saved = await slotAct(saver, 0, 'save', { filename: 'busy.bin' });
+      for (;;) if ((await reader.read()).done) break;
+      assertEq(saved.status, 200, `save: ${saved.text}`);
+      assertEq(saved.json.n_saved, Math.floor((tok.tokens.length + 399) / 16) * 16, 'saved after all 400 tokens');
+      if ((saver.log().match(/slot 0 is busy/g) || []).length > before) break; /* it waited */
+      assert(attempt < 4, 'the request always ended before the save arrived');
+    }
+  }],
+
+  ['bad names, actions, slot ids and files: 400s that name the file, not the server\'s directory', async () => {
+    for (const filename of ['../x.bin', 'a/b.bin', '', ' x.bin', 'x.', '..', 'a\\b', 'a\u0001b', 'x'.repeat(256)]) {
+      const r = await slotAct(saver, 0, 'save', { filename });
+      assertEq([r.status, r.json.error.type], [400, 'invalid_request_error'], `filename ${JSON.stringify(filename)}`);
+    }
+    assertEq((await slotAct(saver, 0, 'save', {})).status, 400, 'no filename');
+    assertEq((await slotAct(saver, 0, 'save', { filename: 3 })).status, 400, 'a number');
+    assertEq((await slotAct(saver, 0, 'dump', { filename: 'x.bin' })).status, 400, 'an unknown action');
+    assertEq((await slotAct(saver, 0, '', { filename: 'x.bin' })).status, 400, 'no action');
+    assertEq((await slotAct(saver, 2, 'erase')).status, 400, 'slot 2 of 2');
+    assertEq((await slotAct(saver, 'x', 'erase')).status, 400, 'slot x');
+    assertEq((await slotAct(saver, -1, 'erase')).status, 400, 'slot -1');
+    const missing = await slotAct(saver, 0, 'restore', { filename: 'missing.bin' });
+    assertEq(missing.status, 400, 'a missing file');
+    assert(missing.json.error.message.includes('missing.bin') && !missing.json.error.message.includes(dir),
+      `the file named, the directory not: ${missing.json.error.message}`);
+    writeFileSync(join(dir, 'junk.bin'), 'not a slot file at all, but long enough to hold a header'.repeat(8));
+    const junk = await slotAct(saver, 0, 'restore', { filename: 'junk.bin' });
+    assert(junk.status === 400 && junk.json.error.message.includes('not a kvllm slot file'), junk.text);
+    const tiny = await startServer(bin, ['-m', 'tests/data/llama-2-tiny-random.gguf', '-c', '256', ...SAVE],
+      { cwd: root, name: 'tiny' });
+    try {
+      const r = await slotAct(tiny, 0, 'restore', { filename: 'lily.bin' });
+      assert(r.status === 400 && r.json.error.message.includes('another model file'), r.text);
+    } finally {
+      await tiny.stop();
+    }
+  }],
+
+  ['a slot belongs to the tenant whose request left it', async () => {
+    const alice = { Authorization: 'Bearer key-alice' }, bob = { Authorization: 'Bearer key-bob' };
+    assertEq((await complete(tenants, PROMPT, {}, alice)).status, 200, 'alice\'s request');
+    const r = await slotAct(tenants, 0, 'save', { filename: 'alice.bin' }, bob);
+    assertEq(r.status, 403, `bob saving alice's slot: ${r.text}`);
+    assertEq((await slotAct(tenants, 0, 'erase', undefined, bob)).status, 403, 'bob erasing it');
+    assertEq((await slotAct(tenants, 0, 'save', { filename: 'alice.bin' }, alice)).status, 200, 'alice saving it');
+    assertEq((await slotAct(tenants, 0, 'save', { filename: 'alice.bin' })).status, 401, 'no key');
+  }],
+
+  ['--slot-save-path must be a directory the server can write in', async () => {
+    const r = spawnSync(bin, ['serve', '-m', 'models/stories260K.gguf', '--slot-save-path', join(dir, 'nope')],
+      { cwd: root, encoding: 'utf8', timeout: 30000 });
+    assert(r.status === 2 && r.stderr.includes('--slot-save-path') && r.stderr.includes('nope'),
+      `exit ${r.status}: ${r.stderr}`);
   }],
 
   ['operational data: a key unless --metrics-public', async () => {
@@ -105,5 +226,6 @@ const tests = [
 ];
 
 const failed = await runTests(tests);
-const bad = await stopAll([two, one, off, keyed, pub]);
+const bad = await stopAll([two, one, off, keyed, pub, saver, tenants]);
+rmSync(dir, { recursive: true, force: true });
 process.exit(failed || bad ? 1 : 0);

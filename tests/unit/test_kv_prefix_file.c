@@ -92,14 +92,24 @@ static void copy_altered(const char *src, const char *dst, long at, int x, long 
     if (out) fclose(out);
 }
 
+static bool same_file(const char *a, const char *b) {
+    FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
+    bool same = fa && fb;
+    for (int ca = 0, cb = 0; same && (ca != EOF || cb != EOF);)
+        same = (ca = fgetc(fa)) == (cb = fgetc(fb));
+    if (fa) fclose(fa);
+    if (fb) fclose(fb);
+    return same;
+}
+
 /* Imports path into e, expecting a refusal whose message contains `why`, and the pool unchanged. */
 static void expect_refused(engine *e, const char *path, const uint8_t *id, const char *why) {
     const int64_t free_before = kv_pool_n_free(engine_kv(e));
     int32_t *ids = NULL;
     int64_t n = -1;
-    uint64_t bytes = 0;
+    uint64_t bytes = 0, root = 0;
     kvl_error err = {{0}};
-    const int64_t got = engine_kv_import(e, path, id, &ids, &n, &bytes, &err);
+    const int64_t got = engine_kv_import(e, path, id, &ids, &n, &root, &bytes, &err);
     CHECK(got == -1 && ids == NULL && n == 0, "%s: imported %lld tokens", path, (long long)got);
     CHECK(strstr(err.msg, why) != NULL, "%s: the error '%s' does not say '%s'", path, err.msg, why);
     CHECK(kv_pool_n_free(engine_kv(e)) == free_before, "%s: the pool lost blocks", path);
@@ -130,7 +140,7 @@ int main(void) {
     engine *e = make_engine(GGUF_DT_F16, 16, 16, false);
     run_prompt(e, &ref);
     uint64_t bytes = 0;
-    CHECK(engine_kv_export(e, g_prompt, N_PROMPT, NULL, NULL, path, g_id, &bytes, &err) == -1 &&
+    CHECK(engine_kv_export(e, g_prompt, N_PROMPT, NULL, NULL, 0, path, g_id, &bytes, &err) == -1 &&
               strstr(err.msg, "prefix cache is off"),
           "export without a prefix cache: %s", err.msg);
     engine_destroy(e);
@@ -139,7 +149,7 @@ int main(void) {
     /* written by one engine ... */
     e = make_engine(GGUF_DT_F16, 16, 16, true);
     const int64_t saved =
-        engine_kv_export(e, g_prompt, N_PROMPT, NULL, NULL, path, g_id, &bytes, &err);
+        engine_kv_export(e, g_prompt, N_PROMPT, NULL, NULL, 0, path, g_id, &bytes, &err);
     CHECK(saved == 80, "export: %lld tokens (%s)", (long long)saved, err.msg);
     CHECK(bytes > 0 && (long)bytes == file_size(path), "export: %llu bytes, the file %ld",
           (unsigned long long)bytes, file_size(path));
@@ -150,8 +160,8 @@ int main(void) {
     e = make_engine(GGUF_DT_F16, 16, 16, true);
     int32_t *ids = NULL;
     int64_t n = 0;
-    uint64_t read = 0;
-    const int64_t restored = engine_kv_import(e, path, g_id, &ids, &n, &read, &err);
+    uint64_t read = 0, root = 0;
+    const int64_t restored = engine_kv_import(e, path, g_id, &ids, &n, &root, &read, &err);
     CHECK(restored == 80 && n == N_PROMPT && read == bytes,
           "import: %lld tokens, %lld ids, %llu bytes (%s)", (long long)restored, (long long)n,
           (unsigned long long)read, err.msg);
@@ -163,11 +173,19 @@ int main(void) {
           "greedy ids after the import differ from the reference");
     /* importing again changes nothing: the blocks are cached already */
     ids = NULL;
-    CHECK(engine_kv_import(e, path, g_id, &ids, &n, &read, &err) == 80, "second import: %s",
+    CHECK(engine_kv_import(e, path, g_id, &ids, &n, &root, &read, &err) == 80, "second import: %s",
           err.msg);
     free(ids);
     kvl_error cerr = {{0}};
     CHECK(kv_pool_check(engine_kv(e), &cerr), "%s", cerr.msg);
+    /* saved again under the chain the file named (no salt known): the same file */
+    char path2[4300];
+    snprintf(path2, sizeof path2, "%s/again.bin", dir);
+    uint64_t bytes2 = 0;
+    CHECK(engine_kv_export(e, g_prompt, N_PROMPT, NULL, NULL, root, path2, g_id, &bytes2, &err) ==
+              80,
+          "export under the file's chain: %s", err.msg);
+    CHECK(bytes2 == bytes && same_file(path, path2), "a restored prefix saved again differs");
 
     /* refusals, each naming its cause */
     const long size = file_size(path);
@@ -190,6 +208,13 @@ int main(void) {
     expect_refused(e, bad, g_id, "not a kvllm slot file");
     engine_destroy(e);
 
+    /* a chain named by root alone cannot be computed: its blocks must be cached */
+    e = make_engine(GGUF_DT_F16, 16, 16, true);
+    CHECK(engine_kv_export(e, g_prompt, N_PROMPT, NULL, NULL, root, path2, g_id, &bytes2, &err) ==
+                  -1 &&
+              strstr(err.msg, "no longer cached"),
+          "export of an uncached chain: %s", err.msg);
+    engine_destroy(e);
     e = make_engine(GGUF_DT_F32, 16, 16, true);
     expect_refused(e, path, g_id, "another KV cache type");
     engine_destroy(e);
