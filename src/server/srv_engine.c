@@ -129,7 +129,9 @@ static void on_engine_event(const engine_event *ev, void *user) {
         pthread_mutex_unlock(&j->mu);
     }
     /* admitted while every slot was taken: the first idle one once it runs */
-    if (c->slot < 0 && ev->finish == ENGINE_FINISH_NONE) c->slot = slot_take(j->s, c->engine_id);
+    if (c->slot < 0 && ev->finish == ENGINE_FINISH_NONE)
+        c->slot = slot_take(j->s, c->engine_id, c->index == 0 ? j->id_slot : -1);
+    const int slot = c->slot; /* before slot_finish lets it go */
     if (ev->token >= 0 &&
         kvl_grow((void **)&c->gen, &c->cap_gen, (size_t)c->n_gen + 1, sizeof *c->gen, 64))
         c->gen[c->n_gen++] = ev->token;
@@ -152,6 +154,7 @@ static void on_engine_event(const engine_event *ev, void *user) {
     }
     memset(e, 0, sizeof *e);
     e->index = c->index;
+    e->slot = slot;
     e->token = ev->token;
     e->logprob = ev->logprob;
     e->n_top = ev->n_top < SRV_MAX_TOP ? ev->n_top : SRV_MAX_TOP;
@@ -240,7 +243,7 @@ static void admit(srv *s, srv_job *j) {
             return;
         }
         j->choices[i].engine_id = id;
-        j->choices[i].slot = slot_take(s, id);
+        j->choices[i].slot = slot_take(s, id, i == 0 ? j->id_slot : -1);
         j->n_live++;
         /* the prompt's other choices reuse its first choice's prompt blocks */
         r.prefix_leader = j->choices[i - i % j->per_prompt].engine_id;

@@ -110,6 +110,7 @@ void job_logit_bias_finish(srv_job *j);
 typedef struct srv_event {
     struct srv_event *next;
     int index;     /* choice */
+    int slot;      /* the slot its request runs on (srv_slot), -1: none */
     int32_t token; /* -1: no token (text-only or final) */
     float logprob;
     int n_top;
@@ -151,6 +152,7 @@ struct srv_job {
     int32_t *prompts[SRV_MAX_N];
     int64_t prompt_lens[SRV_MAX_N];
     int64_t max_tokens;
+    int id_slot; /* /completion's id_slot: the slot wanted (-1: any idle; srv_slots.c) */
     sampler_params sampling;
     bool vary_seed; /* n > 1 with sampling: choice i uses seed + i */
     char *stop[SRV_MAX_STOP];
@@ -475,9 +477,10 @@ struct srv {
 
 /* Engine thread (srv_engine.c). */
 bool engine_thread_start(srv *s);
-/* The slot a choice just submitted runs on: the first idle one (-1: none);
+/* The slot a choice just submitted runs on: want (/completion's id_slot) if
+ * that one is idle, else the first idle one (-1: none);
  * and the end of its request (the slot keeps its prompt and generated ids). */
-int slot_take(srv *s, int64_t engine_id);
+int slot_take(srv *s, int64_t engine_id, int want);
 void slot_finish(srv *s, srv_choice *c);
 void slots_free(srv *s);
 void engine_thread_stop(srv *s);

@@ -19,6 +19,7 @@ srv_job *job_new(srv *s) {
     j->n = 1;
     j->n_prompts = 1;
     j->per_prompt = 1;
+    j->id_slot = -1;
     j->state = JOB_QUEUED;
     j->fd = -1;
     atomic_init(&j->cancelled, false);

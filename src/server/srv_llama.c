@@ -54,16 +54,22 @@ static const struct {
 };
 
 /* Fields that change nothing in the output here: the prefix cache is always
- * on and exact (cache_prompt, n_cache_reuse, id_slot), a context is never
+ * on and exact (cache_prompt, n_cache_reuse), a context is never
  * shifted (n_keep, n_discard: a request that does not fit is refused), and
  * the parameters of samplers that are off. */
 static const char *const NEUTRAL_FIELDS
-    [] = {"cache_prompt",   "id_slot",           "n_keep",         "n_discard",
-          "n_cache_reuse",  "sse_ping_interval", "adaptive_decay", "stream_options",
+    [] = {"cache_prompt",
+          "n_keep",
+          "n_discard",
+          "n_cache_reuse",
+          "sse_ping_interval",
+          "adaptive_decay",
+          "stream_options",
           "t_max_prompt_ms"}; /* llama.vscode sends it; llama-server reads it nowhere (a TODO there) */
 
 /* Read here or passed on to the OpenAI parser. */
 static const char *const OWN_FIELDS[] = {"prompt",
+                                         "id_slot",
                                          "n_indent",
                                          "t_max_predict_ms",
                                          "n_predict",
@@ -748,10 +754,12 @@ static bool llama_finish(srv *s, const cJSON *body, int64_t n_predict, api_req *
      * answered */
     q->prompt_only = n_predict == 0;
     if (q->prompt_only) j->max_tokens = 1;
-    int64_t n_indent = 0, t_max = 0;
+    int64_t n_indent = 0, t_max = 0, id_slot = -1;
     if (!req_int(body, "n_indent", 0, INT32_MAX, &n_indent, err) ||
-        !req_int(body, "t_max_predict_ms", -1, INT32_MAX, &t_max, err))
+        !req_int(body, "t_max_predict_ms", -1, INT32_MAX, &t_max, err) ||
+        !req_int(body, "id_slot", -1, s->max_seqs - 1, &id_slot, err))
         return false;
+    j->id_slot = (int)id_slot; /* the slot it runs on if idle (slot_take) */
     j->n_indent = (int)n_indent;
     j->max_predict_s = t_max > 0 ? (double)t_max / 1e3 : 0;
     q->settings = settings_json(s, body, q, j, r->stream);

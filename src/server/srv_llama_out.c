@@ -94,7 +94,7 @@ static cJSON *final_object(srv *s, const api_req *r, const srv_event *ev, const 
     cJSON_AddItemToObject(o, "content", json_text(content, len));
     cJSON_AddItemToObject(o, "tokens", tokens && (q->return_tokens) ? tokens : cJSON_CreateArray());
     if (tokens && !q->return_tokens) cJSON_Delete(tokens);
-    cJSON_AddNumberToObject(o, "id_slot", ev->index);
+    cJSON_AddNumberToObject(o, "id_slot", ev->slot); /* the slot it ran on (srv_slots.c) */
     cJSON_AddBoolToObject(o, "stop", true);
     cJSON_AddStringToObject(o, "model", job_model_name(s, j));
     engine_req_stats st = ev->stats; /* n_predict 0: its one token is not part of the answer */

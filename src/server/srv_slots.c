@@ -38,8 +38,12 @@ static bool slots_ready(srv *s) {
     return s->slots != NULL;
 }
 
-int slot_take(srv *s, int64_t engine_id) {
+int slot_take(srv *s, int64_t engine_id, int want) {
     if (!slots_ready(s)) return -1;
+    if (want >= 0 && want < s->max_seqs && s->slots[want].holder < 0) {
+        s->slots[want].holder = engine_id;
+        return want;
+    }
     for (int i = 0; i < s->max_seqs; i++)
         if (s->slots[i].holder < 0) {
             s->slots[i].holder = engine_id;

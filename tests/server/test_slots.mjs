@@ -151,6 +151,18 @@ const tests = [
     }
   }],
 
+  ['/completion\'s id_slot picks the slot (when idle) and the answer names it', async () => {
+    const r = await complete(saver, PROMPT, { id_slot: 1, n_predict: 4 });
+    assertEq([r.status, r.json.id_slot], [200, 1], `id_slot 1: ${r.text.slice(0, 200)}`);
+    const saved = await slotAct(saver, 1, 'save', { filename: 'one.bin' });
+    assertEq(saved.json.n_saved, Math.floor((r.json.tokens_evaluated + 3) / 16) * 16, `slot 1 holds it: ${saved.text}`);
+    assertEq((await complete(saver, PROMPT, { n_predict: 2 })).json.id_slot, 0, 'no id_slot: the first idle');
+    for (const id_slot of [2, -2, 'x']) {
+      const bad = await complete(saver, PROMPT, { id_slot });
+      assertEq(bad.status, 400, `id_slot ${id_slot}: ${bad.text.slice(0, 200)}`);
+    }
+  }],
+
   ['an action on a running slot waits for its request to end', async () => {
     const prompt = 'Once upon a time';
     const tok = (await rawRequest(saver.url, { path: '/tokenize', body: JSON.stringify({ content: prompt, add_special: true }) })).json;
