@@ -121,6 +121,13 @@ static void habit_note(const char *flag, const char *what) {
     fprintf(stderr, "kvllm: note: %s: %s\n", flag, what);
 }
 
+/* Whether v is one of the NULL-terminated names. */
+static bool one_of(const char *v, const char *const *names) {
+    for (; *names; names++)
+        if (strcmp(v, *names) == 0) return true;
+    return false;
+}
+
 /* More of llama.cpp's (llama-server's) flags, with a value (takes) or not:
  * noted as above, or refused (refuse) where they would change the output in a
  * way kvllm does not, saying what to do instead. */
@@ -199,22 +206,170 @@ static const struct {
     {"--model-url", true, true, "kvllm does not download: give the GGUF file with -m"},
 };
 
-/* A flag of LLAMA_HABITS: 2 flag and value used, 1 a switch used, 0 not one,
- * -1 refused or its value missing. */
+/* vLLM's (`vllm serve`'s) flags the same way: a vLLM command line runs with
+ * its settings kvllm has (apply_flag, and serve's own: --max-model-len,
+ * --max-num-seqs, --kv-cache-dtype, ...), these noted or refused. */
+static const char LOGS[] = "kvllm's log lines are plain text on stderr (-v logs every request)";
+static const char CHUNKED[] = "prompts are computed in chunks of --max-batch-tokens beside the "
+                              "running decodes, always";
+static const char LORAS[] = "every adapter loaded with --lora, --lora-scaled or --lora-modules "
+                            "serves every step, at its file's rank";
+static const struct {
+    const char *flag;
+    bool takes, refuse;
+    const char *what;
+} VLLM_HABITS[] = {
+    {"--gpu-memory-utilization", true, false,
+     "no GPU here: the KV pool is sized from memory (--kv-memory, --kv-memory-fraction)"},
+    {"--enforce-eager", false, false, NO_GPU},
+    {"--cpu-offload-gb", true, false, NO_GPU},
+    {"--enable-prefix-caching", false, false, "prefix caching is on unless --no-prefix-cache"},
+    {"--enable-chunked-prefill", false, false, CHUNKED},
+    {"--no-enable-chunked-prefill", false, false, CHUNKED},
+    {"--swap-space", true, false,
+     "a preempted request's blocks are recomputed, or read back from the --kv-disk tier"},
+    {"--trust-remote-code", false, false, "a GGUF file carries no code to run"},
+    {"--enable-auto-tool-choice", false, false,
+     "tool calls are parsed in the chat template's format whenever a request has tools"},
+    {"--tool-call-parser", true, false, "the tool-call format is found from the chat template"},
+    {"--reasoning-parser", true, false,
+     "reasoning is split out in the chat template's format (--reasoning-format none keeps it "
+     "in the content)"},
+    {"--disable-log-requests", false, false, LOGS},
+    {"--enable-log-requests", false, false, LOGS},
+    {"--disable-log-stats", false, false, "no periodic statistics are logged: GET /metrics"},
+    {"--uvicorn-log-level", true, false, LOGS},
+    {"--disable-uvicorn-access-log", false, false, LOGS},
+    {"--enable-lora", false, false, LORAS},
+    {"--max-loras", true, false, LORAS},
+    {"--max-lora-rank", true, false, LORAS},
+    {"--max-cpu-loras", true, false, LORAS},
+    {"--generation-config", true, false,
+     "a GGUF carries no generation_config.json: the sampling flags (--temp, --top-p, ...) are "
+     "the requests' defaults"},
+    {"--max-logprobs", true, false, "up to 20 logprobs a token are answered (OpenAI's limit)"},
+    {"--root-path", true, false,
+     "routes stay where they are (to serve under a path: --api-prefix)"},
+    {"--distributed-executor-backend", true, false,
+     "one process (pipeline stages on several hosts: --pp N under mpirun)"},
+    {"--tokenizer", true, true,
+     "the GGUF's own vocabulary is the tokenizer (another one would change the token ids)"},
+    {"--speculative-config", true, true,
+     "speculative decoding is --spec ngram|draft with --model-draft and --spec-k"},
+    {"--chat-template-content-format", true, false,
+     "message contents are rendered as the template expects them (strings or parts)"},
+};
+
+/* A flag of LLAMA_HABITS or VLLM_HABITS: 2 flag and value used, 1 a switch
+ * used, 0 not one, -1 refused or its value missing. */
 static int llama_habit(const char *f, const char *v) {
-    for (size_t k = 0; k < sizeof LLAMA_HABITS / sizeof *LLAMA_HABITS; k++) {
-        if (strcmp(f, LLAMA_HABITS[k].flag) != 0) continue;
-        if (LLAMA_HABITS[k].refuse) {
-            fprintf(stderr, "kvllm: %s is not supported: %s\n", f, LLAMA_HABITS[k].what);
-            return -1;
+    for (int t = 0; t < 2; t++) {
+        const size_t n = t ? sizeof VLLM_HABITS / sizeof *VLLM_HABITS
+                           : sizeof LLAMA_HABITS / sizeof *LLAMA_HABITS;
+        for (size_t k = 0; k < n; k++) {
+            const char *flag = t ? VLLM_HABITS[k].flag : LLAMA_HABITS[k].flag;
+            const char *what = t ? VLLM_HABITS[k].what : LLAMA_HABITS[k].what;
+            const bool takes = t ? VLLM_HABITS[k].takes : LLAMA_HABITS[k].takes;
+            if (strcmp(f, flag) != 0) continue;
+            if (t ? VLLM_HABITS[k].refuse : LLAMA_HABITS[k].refuse) {
+                fprintf(stderr, "kvllm: %s is not supported: %s\n", f, what);
+                return -1;
+            }
+            if (takes && !v) {
+                fprintf(stderr, "kvllm: %s: missing value\n", f);
+                return -1;
+            }
+            habit_note(f, what);
+            return takes ? 2 : 1;
         }
-        if (LLAMA_HABITS[k].takes && !v) {
-            fprintf(stderr, "kvllm: %s: missing value\n", f);
-            return -1;
-        }
-        habit_note(f, LLAMA_HABITS[k].what);
-        return LLAMA_HABITS[k].takes ? 2 : 1;
     }
+    return 0;
+}
+
+/* vLLM's lengths: an integer, or with k / m / g (x 1000^n) or K / M / G (x 1024^n), as
+ * `--max-model-len 32k`. */
+static bool parse_vllm_len(const char *f, const char *v, int64_t *out) {
+    char *end;
+    errno = 0;
+    const double x = strtod(v, &end);
+    double mul = 1;
+    if (*end && !end[1]) {
+        const char *units = "kmgKMG";
+        const char *u = strchr(units, *end);
+        if (u) {
+            const int at = (int)(u - units);
+            mul = at < 3 ? pow(1000, at % 3 + 1) : pow(1024, at % 3 + 1);
+            end++;
+        }
+    }
+    const double n = x * mul;
+    if (end == v || *end || errno || !(n >= 1 && n <= 1e12) || n != floor(n)) {
+        fprintf(stderr, "kvllm: %s: '%s' is not a length (e.g. 4096, 32k, 32K)\n", f, v);
+        return false;
+    }
+    *out = (int64_t)n;
+    return true;
+}
+
+/* One of vLLM's settings that takes only some values: 1 taken (noted), 0 not
+ * one of these flags, -1 refused (message printed). */
+static int vllm_valued(cli_opts *o, const char *f, const char *v) {
+#define IS(name)    (strcmp(f, name) == 0)
+#define ONE_OF(...) one_of(v, (const char *const[]){__VA_ARGS__, NULL})
+    if (IS("--kv-cache-dtype")) {
+        if (strcmp(v, "auto") == 0) {
+            o->kv_dtype = GGUF_DT_F16;
+            o->kv_dtype_v = -1;
+            habit_note(f, "auto: the cache stores f16, llama.cpp's default (--kv-type to change)");
+            return 1;
+        }
+        if (ONE_OF("fp8", "fp8_e4m3")) {
+            o->kv_dtype_v = -1; /* K and V both */
+            return kv_dtype_parse("fp8", &o->kv_dtype) ? 1 : -1;
+        }
+        fprintf(stderr,
+                "kvllm: %s %s is not supported: auto (f16), fp8 or fp8_e4m3 (kvllm's fp8 is "
+                "E4M3; --kv-type takes llama.cpp's q8_0, q5_0, q4_0, iq4_nl too)\n",
+                f, v);
+        return -1;
+    }
+    if (IS("--tensor-parallel-size") || IS("-tp") || IS("--pipeline-parallel-size")) {
+        if (strcmp(v, "1") == 0) {
+            habit_note(f, "one process on this machine's CPUs");
+            return 1;
+        }
+        fprintf(stderr,
+                "kvllm: %s %s is not supported: one process computes every layer here (pipeline "
+                "stages on several hosts: --pp N under mpirun)\n",
+                f, v);
+        return -1;
+    }
+    if (IS("--dtype")) {
+        if (!ONE_OF("auto", "half", "float16", "bfloat16", "float", "float32")) {
+            fprintf(stderr, "kvllm: %s: '%s' is not one of vLLM's dtypes\n", f, v);
+            return -1;
+        }
+        habit_note(f, "the weights are the GGUF's types; activations are computed in f32");
+        return 1;
+    }
+    if (IS("--quantization") || IS("-q") || IS("--load-format")) {
+        if (ONE_OF("gguf", "auto")) {
+            habit_note(f, "a GGUF file, its own weight types");
+            return 1;
+        }
+        fprintf(stderr, "kvllm: %s %s is not supported: kvllm reads GGUF files (-m FILE.gguf)\n", f,
+                v);
+        return -1;
+    }
+    if (IS("--response-role")) {
+        if (strcmp(v, "assistant") == 0) return 1;
+        fprintf(stderr,
+                "kvllm: %s %s is not supported: chat answers come from the role 'assistant'\n", f,
+                v);
+        return -1;
+    }
+#undef ONE_OF
+#undef IS
     return 0;
 }
 
@@ -294,6 +449,7 @@ static bool apply_flag(cli_opts *o, const char *f, const char *v, bool *unknown)
         o->n_predict_given = true;
         return parse_i64(f, v, &o->req.max_tokens);
     } else if (IS("-c") || IS("--ctx-size")) return parse_i64(f, v, &o->n_ctx);
+    else if (IS("--max-model-len")) return parse_vllm_len(f, v, &o->n_ctx); /* vLLM's -c */
     else if (IS("-t") || IS("--threads")) {
         if (!parse_i64(f, v, &i)) return false;
         if (i < 1 || i > 1024) {
@@ -523,6 +679,19 @@ bool cli_parse_ex(int argc, char **argv, cli_opts *o, cli_extra_fn extra, void *
         if (habit < 0) return false;
         if (habit > 0) {
             i += habit - 1;
+            continue;
+        }
+        if (i + 1 < argc) {
+            const int valued = vllm_valued(o, f, argv[i + 1]);
+            if (valued < 0) return false;
+            if (valued > 0) {
+                i++;
+                continue;
+            }
+        }
+        const size_t fl = strlen(f);
+        if (f[0] != '-' && !o->model_path && fl > 5 && strcmp(f + fl - 5, ".gguf") == 0) {
+            o->model_path = f; /* vLLM's `vllm serve MODEL`: the model as the bare argument */
             continue;
         }
         if (f[0] != '-') {

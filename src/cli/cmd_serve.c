@@ -24,6 +24,7 @@ typedef struct serve_opts {
     bool reranking; /* --reranking: refuse a model without a classifier head */
     const char *reasoning_budget, *reasoning_format;
     char *kwargs_owned; /* the template kwargs with --reasoning-budget 0's enable_thinking */
+    char *owned_origin; /* --allowed-origins' one origin */
     const char *kv_disk, *kv_disk_size, *kv_disk_pin_max; /* the disk tier (kv_disk.h) */
     kv_disk_config disk;
     engine_sched scheduling;
@@ -176,7 +177,8 @@ static bool parse_int(const char *flag, const char *v, int64_t lo, int64_t hi, i
 }
 
 static int serve_switch(const char *f, serve_opts *so) {
-    if (strcmp(f, "--no-prefix-cache") == 0) so->no_prefix_cache = true;
+    if (strcmp(f, "--no-prefix-cache") == 0 || strcmp(f, "--no-enable-prefix-caching") == 0)
+        so->no_prefix_cache = true; /* (vLLM's name) */
     else if (strcmp(f, "--metrics-public") == 0) so->sc.metrics_public = true;
     else if (strcmp(f, "--prefix-cache-shared") == 0) so->sc.prefix_cache_shared = true;
     else if (strcmp(f, "--reranking") == 0 || strcmp(f, "--rerank") == 0) so->reranking = true;
@@ -193,6 +195,28 @@ static int serve_switch(const char *f, serve_opts *so) {
     else if (strcmp(f, "-h") == 0 || strcmp(f, "--help") == 0) so->help = true;
     else return 0;
     return 1;
+}
+
+/* vLLM's --allowed-origins: a JSON list of origins (or one origin). kvllm's
+ * --cors sends one Access-Control-Allow-Origin, so a list of one, or "*". */
+static bool allowed_origins(const char *v, serve_opts *so) {
+    cJSON *j = cJSON_Parse(v);
+    const cJSON *one =
+        cJSON_IsArray(j) && cJSON_GetArraySize(j) == 1 ? cJSON_GetArrayItem(j, 0) : NULL;
+    bool ok = !j || cJSON_IsString(one);
+    if (!j) so->sc.cors_origin = v; /* a bare origin */
+    else if (ok) {
+        so->owned_origin = strdup(one->valuestring);
+        so->sc.cors_origin = so->owned_origin;
+        ok = so->owned_origin != NULL;
+    }
+    cJSON_Delete(j);
+    if (!ok)
+        fprintf(stderr,
+                "kvllm: --allowed-origins: '%s': one origin (a JSON list of one, e.g. "
+                "'[\"*\"]'); kvllm answers one Access-Control-Allow-Origin (--cors ORIGIN)\n",
+                v);
+    return ok;
 }
 
 /* cli_parse_ex hook: 2 = flag and value used, 1 = switch, 0 = not ours, -1 = bad. */
@@ -218,7 +242,10 @@ static int serve_flag(const char *f, const char *v, void *ctx) {
                 IS("--prefix-admission-wait") || IS("--lora-modules") ||
                 IS("--chat-template-kwargs") || IS("--default-chat-template-kwargs") ||
                 IS("--reasoning-budget") || IS("--reasoning-format") || IS("--ssl-key-file") ||
-                IS("--ssl-cert-file") || IS("--api-prefix") || IS("--slot-save-path");
+                IS("--ssl-cert-file") || IS("--api-prefix") || IS("--slot-save-path") ||
+                /* vLLM's names */
+                IS("--max-num-seqs") || IS("--max-num-batched-tokens") || IS("--ssl-keyfile") ||
+                IS("--ssl-certfile") || IS("--allowed-origins");
     if (!ours) return 0;
     if (!v) {
         fprintf(stderr, "kvllm: %s: missing value\n", f);
@@ -231,9 +258,11 @@ static int serve_flag(const char *f, const char *v, void *ctx) {
     else if (IS("--api-key")) so->sc.api_key = v;
     else if (IS("--api-key-file")) so->sc.api_key_file = v;
     else if (IS("--api-prefix")) so->sc.api_prefix = v;
-    else if (IS("--ssl-key-file")) so->sc.tls_key_file = v;
-    else if (IS("--ssl-cert-file")) so->sc.tls_cert_file = v;
-    else if (IS("--served-model-name") || IS("--alias")) so->sc.model_id = v;
+    else if (IS("--ssl-key-file") || IS("--ssl-keyfile")) so->sc.tls_key_file = v;
+    else if (IS("--ssl-cert-file") || IS("--ssl-certfile")) so->sc.tls_cert_file = v;
+    else if (IS("--allowed-origins")) {
+        if (!allowed_origins(v, so)) return -1;
+    } else if (IS("--served-model-name") || IS("--alias")) so->sc.model_id = v;
     else if (IS("--kv-memory")) so->kv_memory = v;
     else if (IS("--cors")) so->sc.cors_origin = v;
     else if (IS("--kv-disk")) so->kv_disk = v;
@@ -274,9 +303,10 @@ static int serve_flag(const char *f, const char *v, void *ctx) {
             return -1;
         }
         so->sc.chat_template = v;
-    } else if (IS("--max-batch-tokens")) {
+    } else if (IS("--max-batch-tokens") || IS("--max-num-batched-tokens")) {
         if (!parse_int(f, v, 1, 1 << 20, &so->max_batch_tokens)) return -1;
-    } else if (IS("--max-seqs") || IS("-np") || IS("--parallel")) { /* llama-server's slots */
+    } else if (IS("--max-seqs") || IS("-np") || IS("--parallel") || IS("--max-num-seqs")) {
+        /* (llama-server's slots, vLLM's name) */
         if (!parse_int(f, v, 1, 4096, &so->max_seqs)) return -1;
     } else if (IS("--max-body")) {
         if (!parse_size(v, &x) || x < 1024) {
@@ -646,10 +676,12 @@ int cmd_serve(int argc, char **argv) {
     o.chunks_keep_kv = so.kv_disk != NULL;
     if (!lora_modules(&so, &o) || !reasoning_options(&so)) {
         free(so.kwargs_owned);
+        free(so.owned_origin);
         return 2;
     }
     if (!server_config_check(&so.sc)) {
         free(so.kwargs_owned);
+        free(so.owned_origin);
         return 2;
     }
     if (!slot_dir_ok(&so)) return 2;
@@ -696,6 +728,7 @@ int cmd_serve(int argc, char **argv) {
     rc = server_run(e, cm.vocab, &so.sc);
 out:
     free(so.kwargs_owned);
+    free(so.owned_origin);
     free(rerank_tmpl);
     free(tmpl);
     engine_destroy(e);

@@ -141,6 +141,37 @@ for flags, why in ((['--yarn-ext-factor', '1'], '--override-kv'), (['--mmproj', 
     r = run(['serve', '-m', MODEL, '--port', '0'] + flags)
     check(r.returncode != 0 and 'not supported' in r.stderr and why in r.stderr,
           f'serve {flags[0]}: refused naming what to do ({r.stderr[-200:]})')
+# a vLLM command line (`vllm serve MODEL ...`): the model as the bare argument, its names of the
+# settings kvllm has used (context, running sequences, tokens per step, KV type, prefix caching,
+# CORS), what it asks of a GPU or of Python noted, what kvllm cannot do refused naming why
+p = subprocess.Popen([BIN, 'serve', MODEL, '--port', '0', '--max-model-len', '0.25K', '--max-num-seqs', '3',
+                      '--max-num-batched-tokens', '128', '--kv-cache-dtype', 'fp8', '--gpu-memory-utilization',
+                      '0.9', '--no-enable-prefix-caching', '--tensor-parallel-size', '1', '--dtype', 'auto',
+                      '--trust-remote-code', '--enable-auto-tool-choice', '--tool-call-parser', 'hermes',
+                      '--allowed-origins', '["*"]', '--disable-log-requests'], cwd=ROOT,
+                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+out = ''
+try:
+    for line in p.stderr:
+        out += line
+        if 'listening' in line:
+            break
+finally:
+    p.terminate()
+    p.wait(timeout=30)
+check('K fp8, V fp8' in out and 'max 3 running' in out and '128 tokens per step' in out and
+      '(256-token)' in out and 'prefix cache off' in out and 'listening' in out and all(
+          f'note: {f}:' in out for f in ('--gpu-memory-utilization', '--tensor-parallel-size', '--dtype',
+                                         '--trust-remote-code', '--enable-auto-tool-choice', '--tool-call-parser')),
+      f'serve with a vLLM command line ({out[-600:]})')
+for flags, why in ((['--tensor-parallel-size', '2'], '--pp N'), (['--kv-cache-dtype', 'fp8_e5m2'], 'E4M3'),
+                   (['--tokenizer', 'org/tok'], 'vocabulary'), (['--quantization', 'awq'], 'GGUF'),
+                   (['--response-role', 'user'], 'assistant'), (['--max-model-len', '1.5'], 'not a length'),
+                   (['--allowed-origins', '["a", "b"]'], 'one origin'),
+                   (['--speculative-config', '{}'], '--spec')):
+    r = run(['serve', MODEL, '--port', '0'] + flags)
+    check(r.returncode != 0 and why in r.stderr and 'listening' not in r.stderr,
+          f'serve {" ".join(flags)}: refused naming why ({r.stderr[-200:]})')
 r = run(['serve', '-m', MODEL, '--port', '0', '-p', 'hello'])
 check(r.returncode != 0 and 'kvllm run' in r.stderr, f'serve -p: refused ({r.stderr[-200:]})')
 # a KV pool larger than the memory left is refused at start, not filled until the process is killed
