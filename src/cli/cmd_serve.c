@@ -25,6 +25,7 @@ typedef struct serve_opts {
     const char *reasoning_budget, *reasoning_format;
     char *kwargs_owned; /* the template kwargs with --reasoning-budget 0's enable_thinking */
     char *owned_origin; /* --allowed-origins' one origin */
+    const char *inline_template;                          /* --chat-template's Jinja text */
     const char *kv_disk, *kv_disk_size, *kv_disk_pin_max; /* the disk tier (kv_disk.h) */
     kv_disk_config disk;
     engine_sched scheduling;
@@ -69,7 +70,8 @@ static void serve_usage(FILE *out) {
         "tokenizer.chat_template,\n"
         "                           rendered as transformers does)\n"
         "  --chat-template NAME     built-in "
-        "chatml|llama3|llama2|mistral|gemma|deepseek3|deepseek2\n"
+        "chatml|llama3|llama2|mistral|gemma|deepseek3|deepseek2;\n"
+        "                           or a Jinja template's text, or a file holding one\n"
         "                           (default: the Jinja template; these are the fallback, detected "
         "from\n"
         "                           a template that does not compile; chatml without one)\n"
@@ -298,11 +300,19 @@ static int serve_flag(const char *f, const char *v, void *ctx) {
     else if (IS("--reasoning-format")) so->reasoning_format = v;
     else if (IS("--chat-template-file")) so->sc.chat_template_file = v;
     else if (IS("--chat-template")) {
-        if (chat_family_from_name(v) == CHAT_TMPL_UNKNOWN) {
-            fprintf(stderr, "kvllm: --chat-template: unknown family '%s'\n", v);
+        /* a built-in family; else, as llama-server and vLLM take it, the
+         * template's text, or (vLLM) a file holding it */
+        if (chat_family_from_name(v) != CHAT_TMPL_UNKNOWN) so->sc.chat_template = v;
+        else if (strstr(v, "{%") || strstr(v, "{{")) so->inline_template = v;
+        else if (access(v, R_OK) == 0) so->sc.chat_template_file = v;
+        else {
+            fprintf(stderr,
+                    "kvllm: --chat-template: '%s' is neither a built-in family (chatml, llama3, "
+                    "llama2, mistral, gemma, deepseek3, deepseek2), a Jinja template's text nor a "
+                    "readable file\n",
+                    v);
             return -1;
         }
-        so->sc.chat_template = v;
     } else if (IS("--max-batch-tokens") || IS("--max-num-batched-tokens")) {
         if (!parse_int(f, v, 1, 1 << 20, &so->max_batch_tokens)) return -1;
     } else if (IS("--max-seqs") || IS("-np") || IS("--parallel") || IS("--max-num-seqs")) {
@@ -701,7 +711,10 @@ int cmd_serve(int argc, char **argv) {
     log_pool(e, &so);
     default_model_id(o.model_path ? o.model_path : "models/stories260K.gguf", id, sizeof id);
     if (!so.sc.model_id) so.sc.model_id = id;
-    if (so.sc.chat_template_file) {
+    if (so.inline_template) {
+        so.sc.chat_template_inline = true;
+        if (!(tmpl = strdup(so.inline_template))) goto out;
+    } else if (so.sc.chat_template_file) {
         size_t len;
         kvl_error ferr = {{0}};
         tmpl = kvl_read_file(so.sc.chat_template_file, &len, &ferr);

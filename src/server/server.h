@@ -30,9 +30,10 @@ typedef struct server_config {
     const char *chat_template_src; /* the GGUF's tokenizer.chat_template, or NULL */
     const char *
         chat_template_file; /* --chat-template-file: overrides chat_template_src (name; text in src) */
-    size_t max_body_bytes;  /* larger request bodies get 413 (default 8 MiB) */
-    int max_queue;          /* waiting requests beyond max_seqs before 503 */
-    const char *model_path; /* the GGUF file (GET /props) */
+    bool chat_template_inline; /* chat_template_src is --chat-template's own text */
+    size_t max_body_bytes;     /* larger request bodies get 413 (default 8 MiB) */
+    int max_queue;             /* waiting requests beyond max_seqs before 503 */
+    const char *model_path;    /* the GGUF file (GET /props) */
     const char
         *cors_origin; /* --cors: Access-Control-Allow-Origin on every response; NULL: no CORS */
     engine_pooling pooling; /* /v1/embeddings: how hidden states are pooled */

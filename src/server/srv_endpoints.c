@@ -266,7 +266,10 @@ char *srv_props(srv *s) {
                             s->jinja && s->cfg.chat_template_src ? s->cfg.chat_template_src : "");
     char src[320];
     if (s->jinja)
-        snprintf(src, sizeof src, "%s%s", s->cfg.chat_template_file ? "file:" : "gguf",
+        snprintf(src, sizeof src, "%s%s",
+                 s->cfg.chat_template_inline ? "inline"
+                 : s->cfg.chat_template_file ? "file:"
+                                             : "gguf",
                  s->cfg.chat_template_file ? s->cfg.chat_template_file : "");
     else if (s->chat == CHAT_TMPL_UNKNOWN) snprintf(src, sizeof src, "none");
     else snprintf(src, sizeof src, "builtin:%s", chat_family_name(s->chat));

@@ -24,7 +24,9 @@ static void setup_chat(srv *s) {
         /* the Jinja template itself; the built-in families only if it does not compile */
         char origin[300];
         snprintf(origin, sizeof origin, "%s%s",
-                 s->cfg.chat_template_file ? "file " : "model's tokenizer.chat_template",
+                 s->cfg.chat_template_inline ? "--chat-template's text"
+                 : s->cfg.chat_template_file ? "file "
+                                             : "model's tokenizer.chat_template",
                  s->cfg.chat_template_file ? s->cfg.chat_template_file : "");
         if (srv_jinja_setup(s, s->cfg.chat_template_src, origin)) {
             s->chat = CHAT_TMPL_FALLBACK; /* unused while s->jinja is set */

@@ -55,6 +55,13 @@ const llamaOracle = JSON.parse(fs.readFileSync(`${DIR}/${LLAMA}.expected.json`, 
 const llama = await startServer(bin, ['-m', 'models/stories260K.gguf', '-c', '1024',
   '--chat-template-file', `${DIR}/${LLAMA}.jinja`], { cwd: root, name: 'llama3' });
 
+// --chat-template as llama-server and vLLM also take it: the template's text, or (vLLM) its file.
+const llamaText = fs.readFileSync(`${DIR}/${LLAMA}.jinja`, 'utf8');
+const inline = await startServer(bin, ['-m', 'models/stories260K.gguf', '-c', '1024',
+  '--chat-template', llamaText], { cwd: root, name: 'inline' });
+const byPath = await startServer(bin, ['-m', 'models/stories260K.gguf', '-c', '1024',
+  '--chat-template', `${DIR}/${LLAMA}.jinja`], { cwd: root, name: 'by-path' });
+
 // Server-wide template variables: llama-server's --reasoning-budget 0 (enable_thinking false).
 const nothink = await startServer(bin, ['-m', 'models/stories260K.gguf', '-c', '1024', '--reasoning-budget', '0',
   '--chat-template-file', `${DIR}/${NAME}.jinja`], { cwd: root, name: 'no-thinking' });
@@ -76,6 +83,17 @@ const failed = await runTests([
     }
     const bad = await post('/apply-template', { messages: [] });
     assertEq([bad.status, bad.json.error.param], [400, 'messages'], 'no messages');
+  }],
+  ['--chat-template TEXT and --chat-template FILE: that template, rendered as transformers does', async () => {
+    /* its bos_token is the served vocabulary's (stories260K's <s>), not Llama 3's */
+    const want = llamaOracle.results.find((r) => r.case === 'c03_multi_turn' && JSON.stringify(r.kwargs) === '{}')
+      .rendered.replace('<|begin_of_text|>', '<s>');
+    for (const [srv, source] of [[inline, 'inline'], [byPath, `file:${DIR}/${LLAMA}.jinja`]]) {
+      const props = (await rawRequest(srv.url, { method: 'GET', path: '/props' })).json;
+      assertEq([props.chat_template, props.chat_template_source], [llamaText, source], `${source}: /props`);
+      const r = await rawRequest(srv.url, { path: '/apply-template', body: JSON.stringify({ messages: cases.c03_multi_turn.messages }) });
+      assertEq(r.json.prompt, want, `${source}: rendered text`);
+    }
   }],
   ['chat_template_kwargs: enable_thinking false', async () => {
     await samePrompt('c01_single_user', { enable_thinking: false }, { chat_template_kwargs: { enable_thinking: false } });
@@ -160,7 +178,7 @@ const failed = await runTests([
 ]);
 
 let bad = 0;
-for (const srv of [server, llama, nothink]) {
+for (const srv of [server, llama, nothink, inline, byPath]) {
   const code = await srv.stop();
   if (code !== 0) console.log(`server exit code ${code}; log:\n${srv.log()}`), bad++;
 }
