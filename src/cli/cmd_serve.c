@@ -25,7 +25,10 @@ typedef struct serve_opts {
     const char *reasoning_budget, *reasoning_format;
     char *kwargs_owned; /* the template kwargs with --reasoning-budget 0's enable_thinking */
     char *owned_origin; /* --allowed-origins' one origin */
-    const char *inline_template;                          /* --chat-template's Jinja text */
+    const char *inline_template; /* --chat-template's Jinja text */
+    /* the server's grammar: the flag that gave it, its value, the GBNF made of it */
+    const char *grammar_flag, *grammar_value;
+    char *grammar_owned;
     const char *kv_disk, *kv_disk_size, *kv_disk_pin_max; /* the disk tier (kv_disk.h) */
     kv_disk_config disk;
     engine_sched scheduling;
@@ -104,6 +107,9 @@ static void serve_usage(FILE *out) {
     print_settings(out, 2, server_n_settings);
     fputs(
         "  --no-prefix-cache        disable prefix caching\n"
+        "  --grammar GBNF, --grammar-file F, -j/--json-schema SCHEMA, -jf/--json-schema-file F\n"
+        "                           the output grammar of every request without one of its own "
+        "(or tools)\n"
         "  --no-slots               GET /slots answers 501 (llama-server's; --slots: served, "
         "the default)\n"
         "  --slot-save-path DIR     POST /slots/{id}?action=save|restore writes and reads slot "
@@ -247,7 +253,9 @@ static int serve_flag(const char *f, const char *v, void *ctx) {
                 IS("--ssl-cert-file") || IS("--api-prefix") || IS("--slot-save-path") ||
                 /* vLLM's names */
                 IS("--max-num-seqs") || IS("--max-num-batched-tokens") || IS("--ssl-keyfile") ||
-                IS("--ssl-certfile") || IS("--allowed-origins");
+                IS("--ssl-certfile") || IS("--allowed-origins") || IS("--grammar") ||
+                IS("--grammar-file") || IS("-j") || IS("--json-schema") || IS("-jf") ||
+                IS("--json-schema-file");
     if (!ours) return 0;
     if (!v) {
         fprintf(stderr, "kvllm: %s: missing value\n", f);
@@ -262,7 +270,16 @@ static int serve_flag(const char *f, const char *v, void *ctx) {
     else if (IS("--api-prefix")) so->sc.api_prefix = v;
     else if (IS("--ssl-key-file") || IS("--ssl-keyfile")) so->sc.tls_key_file = v;
     else if (IS("--ssl-cert-file") || IS("--ssl-certfile")) so->sc.tls_cert_file = v;
-    else if (IS("--allowed-origins")) {
+    else if (IS("--grammar") || IS("--grammar-file") || IS("-j") || IS("--json-schema") ||
+             IS("-jf") || IS("--json-schema-file")) {
+        if (so->grammar_flag) {
+            fprintf(stderr, "kvllm: %s: %s gave the server's grammar already (one of them)\n", f,
+                    so->grammar_flag);
+            return -1;
+        }
+        so->grammar_flag = f;
+        so->grammar_value = v;
+    } else if (IS("--allowed-origins")) {
         if (!allowed_origins(v, so)) return -1;
     } else if (IS("--served-model-name") || IS("--alias")) so->sc.model_id = v;
     else if (IS("--kv-memory")) so->kv_memory = v;
@@ -360,6 +377,45 @@ static int64_t mapped_bytes(const model *m) {
     if (!m) return 0;
     int64_t mapped = (int64_t)gguf_tensor_data_bytes(model_gguf(m)) - model_hp(m)->repacked_bytes;
     return mapped > 0 ? mapped : 0;
+}
+
+/* --grammar GBNF, --grammar-file FILE, -j / --json-schema SCHEMA or -jf /
+ * --json-schema-file FILE (llama-server's): the GBNF every request without a
+ * constraint of its own gets, checked against the vocabulary before serving. */
+static bool server_grammar(serve_opts *so, const tok_vocab *vocab) {
+    const char *f = so->grammar_flag;
+    if (!f) return true;
+    const bool from_file = strstr(f, "file") || strcmp(f, "-jf") == 0;
+    const bool schema = strstr(f, "schema") || f[1] == 'j';
+    char *text = NULL;
+    kvl_error err = {{0}};
+    if (from_file) {
+        size_t len;
+        if (!(text = kvl_read_file(so->grammar_value, &len, &err))) {
+            fprintf(stderr, "kvllm: %s: %s\n", f, err.msg);
+            return false;
+        }
+    }
+    const char *src = text ? text : so->grammar_value;
+    bool ok = true;
+    if (schema) {
+        kvl_buf g = {0};
+        ok = json_schema_to_gbnf(src, NULL, &g, &err) && !g.oom;
+        if (ok) so->grammar_owned = g.p;
+        else kvl_buf_free(&g);
+        free(text);
+    } else {
+        so->grammar_owned = text ? text : strdup(src);
+        ok = so->grammar_owned != NULL;
+    }
+    grammar *g = ok ? grammar_compile(so->grammar_owned, vocab, &err) : NULL;
+    if (!g) {
+        fprintf(stderr, "kvllm: %s: %s\n", f, err.msg[0] ? err.msg : "out of memory");
+        return false;
+    }
+    grammar_free(g);
+    so->sc.grammar = so->grammar_owned;
+    return true;
 }
 
 /* The model's identity in KV files (the disk tier's blocks, slot files):
@@ -701,7 +757,9 @@ int cmd_serve(int argc, char **argv) {
     char *tmpl = NULL, *rerank_tmpl = NULL, id[256];
     engine_config ec;
     engine *e = NULL;
-    if (!engine_settings(&o, &so, &cm, &ec) || !slot_save_settings(&o, &so, &cm)) goto out;
+    if (!engine_settings(&o, &so, &cm, &ec) || !slot_save_settings(&o, &so, &cm) ||
+        !server_grammar(&so, cm.vocab))
+        goto out;
     kvl_error err = {{0}};
     e = engine_create(cm.m, cm.vocab, &ec, &err);
     if (!e) {
@@ -742,6 +800,7 @@ int cmd_serve(int argc, char **argv) {
 out:
     free(so.kwargs_owned);
     free(so.owned_origin);
+    free(so.grammar_owned);
     free(rerank_tmpl);
     free(tmpl);
     engine_destroy(e);

@@ -31,9 +31,13 @@ typedef struct server_config {
     const char *
         chat_template_file; /* --chat-template-file: overrides chat_template_src (name; text in src) */
     bool chat_template_inline; /* chat_template_src is --chat-template's own text */
-    size_t max_body_bytes;     /* larger request bodies get 413 (default 8 MiB) */
-    int max_queue;             /* waiting requests beyond max_seqs before 503 */
-    const char *model_path;    /* the GGUF file (GET /props) */
+    /* GBNF every generation request is held to unless it constrains its output
+     * itself or has tools (llama-server's --grammar, --grammar-file,
+     * --json-schema); NULL: none */
+    const char *grammar;
+    size_t max_body_bytes;  /* larger request bodies get 413 (default 8 MiB) */
+    int max_queue;          /* waiting requests beyond max_seqs before 503 */
+    const char *model_path; /* the GGUF file (GET /props) */
     const char
         *cors_origin; /* --cors: Access-Control-Allow-Origin on every response; NULL: no CORS */
     engine_pooling pooling; /* /v1/embeddings: how hidden states are pooled */

@@ -1003,6 +1003,16 @@ static bool parse_body(srv *s, const cJSON *b, bool chat, api_req *r, api_error 
     return ok;
 }
 
+/* The server's grammar (--grammar, --grammar-file, --json-schema, as
+ * llama-server takes them) for a request that constrains nothing itself and
+ * has no tools (whose calls follow their own format). */
+static bool default_grammar(srv *s, srv_job *j, api_error *err) {
+    if (!s->cfg.grammar || j->grammar || j->tools.n > 0) return true;
+    kvl_error ke = {{0}};
+    j->grammar = grammar_compile(s->cfg.grammar, s->vocab, &ke);
+    return j->grammar || api_fail(err, 500, NULL, "the server's grammar: %s", ke.msg);
+}
+
 bool openai_parse(srv *s, const cJSON *body, bool chat, api_req *r, api_error *err) {
     memset(r, 0, sizeof *r);
     r->prompt_logprobs = -1;
@@ -1012,7 +1022,9 @@ bool openai_parse(srv *s, const cJSON *body, bool chat, api_req *r, api_error *e
     r->job = job_new(s);
     if (!r->job) return api_fail(err, 500, NULL, "out of memory");
     make_id(r);
-    if (check_fields(body, chat, err) && parse_body(s, body, chat, r, err)) return true;
+    if (check_fields(body, chat, err) && parse_body(s, body, chat, r, err) &&
+        default_grammar(s, r->job, err))
+        return true;
     api_req_free(r); /* the job, and what parse_body made beside it (echo texts) */
     return false;
 }

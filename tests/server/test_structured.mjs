@@ -371,8 +371,45 @@ const tests = [
   }],
 ];
 
+// The server's own grammar (llama-server's --json-schema, --grammar, --grammar-file): every
+// request that constrains nothing itself and has no tools is held to it.
+const schemaServer = await startServer(bin, ['-m', 'tests/data/llama-2-tiny-random.gguf', '-c', '1024',
+  '--json-schema', JSON.stringify(SCHEMAS.person)], { cwd: root, name: 'server-schema' });
+tests.push(['--json-schema / --grammar: the server\'s grammar for requests without their own', async () => {
+  const results = [];
+  for (const seed of SEEDS) {
+    const r = await rawRequest(schemaServer.url, { body: JSON.stringify({ prompt: 'Hi', max_tokens: 200, temperature: 1, seed }) });
+    assertEq(r.status, 200, r.text.slice(0, 200));
+    results.push({ name: `server schema, seed ${seed}`, text: r.json.choices[0].text, finish: r.json.choices[0].finish_reason,
+      schema: SCHEMAS.person });
+    const c = await rawRequest(schemaServer.url, { path: '/v1/chat/completions', body: JSON.stringify({
+      messages: [{ role: 'user', content: 'Hi' }], max_tokens: 200, temperature: 1, seed }) });
+    results.push({ name: `server schema, chat, seed ${seed}`, text: c.json.choices[0].message.content,
+      finish: c.json.choices[0].finish_reason, schema: SCHEMAS.person });
+  }
+  await checkSchemaOutputs(results);
+  // a request's own constraint wins
+  const own = await rawRequest(schemaServer.url, { body: JSON.stringify({ prompt: 'Hi', max_tokens: 20, grammar: 'root ::= "yes" | "no"' }) });
+  assert(['yes', 'no'].includes(own.json.choices[0].text), `its own grammar: ${own.text.slice(0, 200)}`);
+  // GBNF given on the command line, and refusals at start
+  const yes = await startServer(bin, ['-m', 'tests/data/llama-2-tiny-random.gguf', '-c', '256', '--grammar',
+    'root ::= "yes" | "no"'], { cwd: root, name: 'server-grammar' });
+  try {
+    const r = await rawRequest(yes.url, { body: JSON.stringify({ prompt: 'Hi', max_tokens: 20, temperature: 1 }) });
+    assert(['yes', 'no'].includes(r.json.choices[0].text), `--grammar: ${r.text.slice(0, 200)}`);
+  } finally {
+    await yes.stop();
+  }
+  for (const [flags, why] of [[['--grammar', 'root ::= nowhere'], 'nowhere'], [['--json-schema', '{"type":'], 'json'],
+    [['--grammar-file', '/nonexistent.gbnf'], 'nonexistent'], [['--grammar', 'root ::= "a"', '-j', '{}'], 'already']]) {
+    const r = await startServer(bin, ['-m', 'tests/data/llama-2-tiny-random.gguf', ...flags], { cwd: root, name: 'bad' })
+      .then((srv) => { srv.stop(); return 'started'; }, (e) => String(e.message));
+    assert(r !== 'started' && r.toLowerCase().includes(why.toLowerCase()), `${flags.join(' ')}: refused at start naming why: ${r.slice(-300)}`);
+  }
+}]);
+
 let failed = await runTests(tests);
-const codes = [await tiny.stop(), await stories.stop()];
+const codes = [await tiny.stop(), await stories.stop(), await schemaServer.stop()];
 if (codes.some((c) => c !== 0)) {
   console.log(`server exit codes ${codes}; logs:\n${tiny.log()}\n${stories.log()}`);
   failed++;
