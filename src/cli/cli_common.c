@@ -194,7 +194,7 @@ static const struct {
     {"--yarn-beta-fast", true, true, ROPE},
     {"--mmproj", true, true, "kvllm serves text models only (no multimodal projector)"},
     {"--mmproj-url", true, true, "kvllm serves text models only (no multimodal projector)"},
-    {"--special", false, true, "special tokens' text is not written into the output here"},
+    {"--special", false, true, "only kvllm serve writes control tokens' text (serve --special)"},
     {"--path", true, true, "kvllm serves its own pages (--no-webui switches them off)"},
     {"-hf", true, true, "kvllm does not download: give the GGUF file with -m"},
     {"--hf-repo", true, true, "kvllm does not download: give the GGUF file with -m"},

@@ -107,6 +107,9 @@ static void serve_usage(FILE *out) {
     print_settings(out, 2, server_n_settings);
     fputs(
         "  --no-prefix-cache        disable prefix caching\n"
+        "  -sp, --special           write control tokens' text into the output, the end of\n"
+        "                           generation's too (llama-server's; skip_special_tokens true "
+        "undoes it)\n"
         "  --grammar GBNF, --grammar-file F, -j/--json-schema SCHEMA, -jf/--json-schema-file F\n"
         "                           the output grammar of every request without one of its own "
         "(or tools)\n"
@@ -191,6 +194,7 @@ static int serve_switch(const char *f, serve_opts *so) {
     else if (strcmp(f, "--prefix-cache-shared") == 0) so->sc.prefix_cache_shared = true;
     else if (strcmp(f, "--reranking") == 0 || strcmp(f, "--rerank") == 0) so->reranking = true;
     else if (strcmp(f, "--no-webui") == 0) so->sc.no_webui = true;
+    else if (strcmp(f, "--special") == 0 || strcmp(f, "-sp") == 0) so->sc.special = true;
     else if (strcmp(f, "--slots") == 0) so->sc.no_slots = false; /* llama-server's default */
     else if (strcmp(f, "--no-slots") == 0) so->sc.no_slots = true;
     else if (strcmp(f, "--metrics") == 0 || strcmp(f, "--embedding") == 0 ||

@@ -625,6 +625,21 @@ static bool completion_stops(seq *s, size_t from) {
            kvl_time_s() - s->stats.t_first_token > s->req.max_predict_s;
 }
 
+/* The text tok adds to s's stream (a control token's own text when special),
+ * in e->piece; returns its bytes. */
+static size_t token_text(engine *e, seq *s, int32_t tok, bool special) {
+    size_t need =
+        3 * tok_token_bytes(e->vocab, tok, special, NULL, 0) + 16; /* U+FFFD may triple bytes */
+    if (need > e->piece_cap) {
+        char *p = realloc(e->piece, need);
+        if (p) {
+            e->piece = p;
+            e->piece_cap = need;
+        }
+    }
+    return tok_stream_push(&s->stream, e->vocab, tok, special, e->piece, e->piece_cap);
+}
+
 /* Handles one sampled token: stop conditions, text streaming. */
 void eng_on_token(engine *e, seq *s, int32_t tok, float lp, int n_top, const int32_t *ids,
                   const float *lps) {
@@ -638,7 +653,13 @@ void eng_on_token(engine *e, seq *s, int32_t tok, float lp, int n_top, const int
      * grammar can end here: it ends the request even with ignore_eos. */
     if ((s->gst || !s->req.ignore_eos) && tok_is_eog(e->vocab, tok)) {
         s->stats.eog_token = tok;
-        eng_finish_seq(e, s, ENGINE_FINISH_STOP, -1, 0, 0, NULL, NULL);
+        if (!s->req.eog_text) {
+            eng_finish_seq(e, s, ENGINE_FINISH_STOP, -1, 0, 0, NULL, NULL);
+            return;
+        }
+        /* its text goes out with the end (never fed back: not in s->tokens) */
+        text_append(s, e->piece, token_text(e, s, tok, true));
+        eng_finish_seq(e, s, ENGINE_FINISH_STOP, tok, lp, n_top, ids, lps);
         return;
     }
     for (int i = 0; i < s->req.n_stop_ids; i++)
@@ -662,17 +683,7 @@ void eng_on_token(engine *e, seq *s, int32_t tok, float lp, int n_top, const int
     }
     s->tokens[s->n_tokens++] = tok;
     sampler_accept(s->smp, tok);
-    bool special = s->req.keep_all_special || keeps_special(s, tok);
-    size_t need =
-        3 * tok_token_bytes(e->vocab, tok, special, NULL, 0) + 16; /* U+FFFD may triple bytes */
-    if (need > e->piece_cap) {
-        char *p = realloc(e->piece, need);
-        if (p) {
-            e->piece = p;
-            e->piece_cap = need;
-        }
-    }
-    size_t n = tok_stream_push(&s->stream, e->vocab, tok, special, e->piece, e->piece_cap);
+    const size_t n = token_text(e, s, tok, s->req.keep_all_special || keeps_special(s, tok));
     const size_t from = s->text_len;
     text_append(s, e->piece, n);
     /* min_tokens: a stop string found this early does not count (one that

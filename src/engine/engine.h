@@ -124,6 +124,9 @@ typedef struct engine_request {
     const int32_t *allowed;
     int n_allowed;
     bool keep_all_special;
+    /* The end-of-generation token that ends it prints its text too (with
+     * keep_all_special: llama-server's --special, "...</s>"). */
+    bool eog_text;
     /* vLLM's bad_words as token sequences (copied): bad_ids holds them one after
      * another, bad_lens[i] the length of the i-th. The last token of a sequence
      * is banned wherever the generated tokens end with the rest of it (a

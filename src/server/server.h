@@ -31,6 +31,10 @@ typedef struct server_config {
     const char *
         chat_template_file; /* --chat-template-file: overrides chat_template_src (name; text in src) */
     bool chat_template_inline; /* chat_template_src is --chat-template's own text */
+    /* --special (llama-server's): every control token's text is written into
+     * the output, the end-of-generation token's too, unless a request sends
+     * skip_special_tokens true */
+    bool special;
     /* GBNF every generation request is held to unless it constrains its output
      * itself or has tools (llama-server's --grammar, --grammar-file,
      * --json-schema); NULL: none */

@@ -221,6 +221,7 @@ static void admit(srv *s, srv_job *j) {
                         .allowed = j->allowed,
                         .n_allowed = j->n_allowed,
                         .keep_all_special = j->keep_all_special,
+                        .eog_text = j->eog_text,
                         .bad_ids = j->bad_ids,
                         .bad_lens = j->bad_lens,
                         .n_bad = j->n_bad,

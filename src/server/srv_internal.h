@@ -160,6 +160,7 @@ struct srv_job {
     int top_logprobs;
     bool logprobs;
     bool ignore_eos;
+    bool eog_text; /* --special: the end-of-generation token's text ends the output */
     engine_logit_bias *logit_bias; /* n_logit_bias of them (malloc'd; one per token) */
     int n_logit_bias;
     size_t cap_logit_bias;

@@ -915,7 +915,7 @@ static bool parse_bad_words(srv *s, const cJSON *b, srv_job *j, api_error *err) 
  * allowed_token_ids, skip_special_tokens, bad_words (engine_request says what
  * each does). */
 static bool parse_vllm(srv *s, const cJSON *b, srv_job *j, api_error *err) {
-    bool skip_special = true;
+    bool skip_special = !s->cfg.special; /* (the server's --special) */
     if (!id_list(s, b, "stop_token_ids", ENGINE_MAX_STOP_IDS, &j->stop_ids, &j->n_stop_ids, err) ||
         !id_list(s, b, "allowed_token_ids", tok_n_vocab(s->vocab), &j->allowed, &j->n_allowed,
                  err) ||
@@ -924,6 +924,9 @@ static bool parse_vllm(srv *s, const cJSON *b, srv_job *j, api_error *err) {
         !req_bool(b, "skip_special_tokens", &skip_special, err) || !parse_bad_words(s, b, j, err))
         return false;
     j->keep_all_special = !skip_special;
+    /* llama-server's --special prints the end-of-generation token too; vLLM's
+     * skip_special_tokens false alone does not */
+    j->eog_text = s->cfg.special && j->keep_all_special;
     return true;
 }
 

@@ -532,7 +532,26 @@ const tests = [
   }],
 ];
 
+// --special: control tokens' text in the output, the end of generation's too (stories260K:
+// <s> is 1, </s> 2); a request's skip_special_tokens true undoes it; without the flag neither
+const special = await startServer(bin, ['-m', 'models/stories260K.gguf', '-c', '256', '--special'],
+  { cwd: root, name: 'special' });
+const plain = await startServer(bin, ['-m', 'models/stories260K.gguf', '-c', '256'], { cwd: root, name: 'plain' });
+tests.push(['--special: control tokens and the end of generation write their text', async () => {
+  const ask = (srv, body, p = '/completion') => rawRequest(srv.url, { path: p, body: JSON.stringify({ prompt: 'Once upon', ...body }) });
+  const eos = { n_predict: 3, logit_bias: [[2, 100]] }, bos = { n_predict: 2, logit_bias: [[1, 100]] };
+  let r = await ask(special, eos);
+  assertEq([r.json.content, r.json.stop_type, r.json.tokens_predicted], ['</s>', 'eos', 1], '--special: </s> ends it');
+  assertEq((await ask(special, bos)).json.content, '<s><s>', '--special: <s> written');
+  r = await ask(special, { max_tokens: 2, logit_bias: { 1: 100 }, skip_special_tokens: true }, '/v1/completions');
+  assertEq(r.json.choices[0].text, '', 'skip_special_tokens true undoes it');
+  assertEq((await ask(plain, eos)).json.content, '', 'without --special: no </s>');
+  assertEq((await ask(plain, bos)).json.content, '', 'without --special: no <s>');
+  r = await ask(plain, { max_tokens: 3, logit_bias: { 2: 100 }, skip_special_tokens: false }, '/v1/completions');
+  assertEq(r.json.choices[0].text, '', 'vLLM\'s skip_special_tokens false alone leaves the end of generation out');
+}]);
+
 const failed = await runTests(tests);
-const bad = await stopAll([server, fim, overridden, flagged]);
+const bad = await stopAll([server, fim, overridden, flagged, special, plain]);
 rmSync(path.dirname(fimModel), { recursive: true, force: true });
 process.exit(failed || bad ? 1 : 0);
