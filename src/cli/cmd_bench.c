@@ -829,6 +829,7 @@ int cmd_bench(int argc, char **argv) {
         if (!ok || (a.n_sweep > 0 && !bench_sweep_files(a.out, b.cm.m, res->sweep, a.n_sweep)))
             goto out;
     }
+    if (!b.cm.m && res->membw_gbps <= 0) goto out; /* --membw alone, not measured (said why) */
     if (o.json) print_json(&b, res);
     else print_text(&b, res);
     rc = 0;

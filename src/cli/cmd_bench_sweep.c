@@ -25,10 +25,28 @@
  * runs of each alternating), and between decoding steps 21.0-25.1 against
  * 24.4-29.5 (llama-3.2-1b Q4_K_M, three runs of each alternating), so every
  * roofline share measured before was too high by that much. */
+/* Whether a probe of `bytes` fits in the memory this process may take now
+ * (less a headroom): a probe beyond it would have the process killed in a
+ * container (a cgroup's limit), or swap; the bench then goes on without it. */
+static bool probe_fits(size_t bytes, const char *flag) {
+    const int64_t avail = kvl_mem_available(), headroom = (int64_t)256 << 20;
+    if (avail <= 0 || (int64_t)bytes + headroom <= avail) return true;
+    fprintf(stderr,
+            "kvllm bench: %s: a %.0f MiB probe does not fit in the %.0f MiB of memory available "
+            "now (less 256 MiB): no roofline (a smaller probe: %s-mb)\n",
+            flag, (double)bytes / 1048576.0, (double)avail / 1048576.0, flag);
+    return false;
+}
+
 double bench_membw_gbps(int64_t mb) {
     size_t bytes = (size_t)mb << 20;
+    if (!probe_fits(bytes, "--membw")) return 0;
     char *buf = kvl_alloc_huge(bytes);
-    if (!buf) return 0;
+    if (!buf) {
+        fprintf(stderr, "kvllm bench: --membw: cannot allocate %lld MiB: no roofline\n",
+                (long long)mb);
+        return 0;
+    }
     int nt = omp_get_max_threads();
 #pragma omp parallel for schedule(static)
     for (int t = 0; t < nt; t++) /* first touch by the thread that will read it */
@@ -83,7 +101,7 @@ step_probe *bench_step_probe_new(int64_t mb) {
     step_probe *p = calloc(1, sizeof *p);
     if (!p) return NULL;
     p->bytes = ((size_t)mb << 20) / STEP_PROBE_CHUNK * STEP_PROBE_CHUNK;
-    p->buf = p->bytes ? kvl_alloc_huge(p->bytes) : NULL;
+    p->buf = p->bytes && probe_fits(p->bytes, "--membw-step") ? kvl_alloc_huge(p->bytes) : NULL;
     if (!p->buf) {
         free(p);
         return NULL;

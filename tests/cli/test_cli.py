@@ -183,6 +183,9 @@ out = serve_pool_line(['--kv-memory', '512M'])
 check('(512.0 MiB' in out, f'serve --kv-memory 512M: 512 MiB ({out[-300:]})')
 r = run(['serve', '-m', MODEL, '--port', '0', '--kv-memory', '1.3G'])
 check(r.returncode != 0 and 'whole bytes' in r.stderr, f'serve --kv-memory 1.3G: refused ({r.stderr[-200:]})')
+# a bandwidth probe larger than the memory left is refused, not touched until the process is killed
+r = run(['bench', '--membw', '--membw-mb', '100000000'])
+check(r.returncode != 0 and 'does not fit' in r.stderr, f'bench --membw-mb 1e8: refused ({r.stderr[-200:]})')
 r = run(['run', '-m', MODEL, '-p', 'x', '-n', '1', '-c', '1000000000'])
 check(r.returncode != 0 and 'is more than the' in r.stderr and '-c' in r.stderr,
       f'run -c 1e9: the KV pool refused at start ({r.stderr[-200:]})')
