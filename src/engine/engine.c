@@ -73,15 +73,21 @@ static bool pools_fit(const engine_config *c, const kv_pool_config *kc, int n_gr
     uint64_t bytes = 0;
     for (int g = 0; g < n_groups; g++)
         bytes += (uint64_t)kv_pool_block_bytes(&kc[g]) * (uint64_t)c->n_blocks;
+    /* a draft model's pools: as many blocks (spec_drafter_create) */
+    if (c->spec == ENGINE_SPEC_DRAFT && c->draft_model && !c->no_kv_cache)
+        bytes += spec_drafter_pool_bytes(c->draft_model, c->block_size, c->kv_dtype, c->n_blocks);
     const kvl_mem_status st = kvl_mem_status_at("");
     if (st.available < 0 || bytes <= (uint64_t)st.available) return true;
     char p[32], a[32];
     return kvl_fail(err,
-                    "engine: the KV pool (%s: %lld blocks of %d tokens) is more than the %s this "
-                    "process may still take (%s): filling it would get the process killed; give "
-                    "fewer blocks (--kv-memory, --kv-blocks), a shorter context (-c) or a smaller "
-                    "KV type (--kv-type q8_0)",
+                    "engine: the KV pool (%s: %lld blocks of %d tokens%s) is more than the %s "
+                    "this process may still take (%s): filling it would get the process killed; "
+                    "give fewer blocks (--kv-memory, --kv-blocks), a shorter context (-c) or a "
+                    "smaller KV type (--kv-type q8_0)",
                     kvl_fmt_binary(bytes, p, sizeof p), (long long)c->n_blocks, c->block_size,
+                    c->spec == ENGINE_SPEC_DRAFT && c->draft_model && !c->no_kv_cache
+                        ? ", the draft model's pools included"
+                        : "",
                     kvl_fmt_binary((uint64_t)st.available, a, sizeof a),
                     st.by_cgroup ? "its memory cgroup's room" : "MemAvailable");
 }

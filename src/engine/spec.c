@@ -180,6 +180,29 @@ struct spec_drafter {
     int *row_job; /* [cap_seqs] the job of each logits row */
 };
 
+/* Group g's pool of the draft model: the main model's block size and K type
+ * (for V too), as many blocks. */
+static kv_pool_config draft_pool_config(model *draft, int g, int block_size, int kv_dtype,
+                                        int64_t n_blocks, kv_attn *attn) {
+    kv_pool_config kc;
+    model_kv_group_shape(draft, g, &kc, attn);
+    kc.block_size = block_size;
+    kc.dtype = kv_dtype;
+    kc.split_v = false;
+    kc.dtype_v = kv_dtype;
+    kc.n_blocks = n_blocks;
+    return kc;
+}
+
+uint64_t spec_drafter_pool_bytes(model *draft, int block_size, int kv_dtype, int64_t n_blocks) {
+    uint64_t bytes = 0;
+    for (int g = 0; g < model_kv_n_groups(draft); g++) {
+        const kv_pool_config kc = draft_pool_config(draft, g, block_size, kv_dtype, n_blocks, NULL);
+        bytes += (uint64_t)kv_pool_block_bytes(&kc) * (uint64_t)n_blocks;
+    }
+    return bytes;
+}
+
 spec_drafter *spec_drafter_create(model *draft, int block_size, int kv_dtype, int64_t n_blocks,
                                   kvl_error *err) {
     spec_drafter *d = calloc(1, sizeof *d);
@@ -190,13 +213,8 @@ spec_drafter *spec_drafter_create(model *draft, int block_size, int kv_dtype, in
     d->m = draft;
     d->n_groups = model_kv_n_groups(draft);
     for (int g = 0; g < d->n_groups; g++) {
-        kv_pool_config kc;
-        model_kv_group_shape(draft, g, &kc, &d->attn[g]);
-        kc.block_size = block_size;
-        kc.dtype = kv_dtype;
-        kc.split_v = false;
-        kc.dtype_v = kv_dtype;
-        kc.n_blocks = n_blocks;
+        const kv_pool_config kc =
+            draft_pool_config(draft, g, block_size, kv_dtype, n_blocks, &d->attn[g]);
         if (!(d->kv[g] = kv_pool_create(&kc, err))) {
             spec_drafter_destroy(d);
             return NULL;

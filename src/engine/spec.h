@@ -98,6 +98,8 @@ typedef struct spec_dseq {
 /* Pools of n_blocks blocks of block_size tokens for the draft model (borrowed). */
 spec_drafter *spec_drafter_create(model *draft, int block_size, int kv_dtype, int64_t n_blocks,
                                   kvl_error *err);
+/* The bytes those pools take (before creating them: engine_create's memory check). */
+uint64_t spec_drafter_pool_bytes(model *draft, int block_size, int kv_dtype, int64_t n_blocks);
 void spec_drafter_destroy(spec_drafter *d);
 void spec_dseq_init(spec_dseq *ds);
 /* Reserves the draft KV for drafting k tokens after toks[0..n) (rolling back

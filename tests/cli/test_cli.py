@@ -183,6 +183,12 @@ out = serve_pool_line(['--kv-memory', '512M'])
 check('(512.0 MiB' in out, f'serve --kv-memory 512M: 512 MiB ({out[-300:]})')
 r = run(['serve', '-m', MODEL, '--port', '0', '--kv-memory', '1.3G'])
 check(r.returncode != 0 and 'whole bytes' in r.stderr, f'serve --kv-memory 1.3G: refused ({r.stderr[-200:]})')
+# a draft model's pools count too: a pool of 70% of the memory left, the draft's as large
+avail = int(re.search(r'MemAvailable:\s+(\d+)', open('/proc/meminfo').read()).group(1)) * 1024
+r = run(['run', '-m', MODEL, '-p', 'x', '-n', '1', '--kv-blocks', str(int(0.7 * avail / bb)), '--model-draft', MODEL,
+         '--spec', 'draft'])
+check(r.returncode != 0 and "the draft model's pools included" in r.stderr,
+      f'run with a draft: its pools in the memory check ({r.stderr[-300:]})')
 # a bandwidth probe larger than the memory left is refused, not touched until the process is killed
 r = run(['bench', '--membw', '--membw-mb', '100000000'])
 check(r.returncode != 0 and 'does not fit' in r.stderr, f'bench --membw-mb 1e8: refused ({r.stderr[-200:]})')
