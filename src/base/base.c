@@ -241,6 +241,11 @@ static int64_t read_keyed_i64(const char *path, const char *key) {
     return v;
 }
 
+int64_t kvl_resident_bytes(void) {
+    const int64_t kb = read_keyed_i64("/proc/self/status", "VmRSS");
+    return kb < 0 ? -1 : kb * 1024;
+}
+
 /* v1 marks "no limit" with a page-rounded LLONG_MAX; anything this large is none. */
 #define CGROUP_NO_LIMIT ((int64_t)1 << 60)
 

@@ -152,4 +152,7 @@ typedef struct kvl_mem_status {
  * the system itself; a directory of the same layout for tests). */
 kvl_mem_status kvl_mem_status_at(const char *root);
 
+/* This process's resident memory (VmRSS of /proc/self/status) in bytes, or -1. */
+int64_t kvl_resident_bytes(void);
+
 #endif

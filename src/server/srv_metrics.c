@@ -283,18 +283,6 @@ void metrics_render_conns(kvl_buf *o, const char *model_name, int open, long ref
     put_rows(o, label, rows, NB(rows));
 }
 
-/* VmRSS of /proc/self/status in bytes, or -1. */
-static double resident_bytes(void) {
-    FILE *f = fopen("/proc/self/status", "r");
-    if (!f) return -1;
-    char line[256];
-    long long kb = -1;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "VmRSS: %lld kB", &kb) == 1) break;
-    fclose(f);
-    return kb < 0 ? -1 : (double)kb * 1024.0;
-}
-
 void metrics_render_memory(kvl_buf *o, const char *model_name, const model *mdl) {
     char label[320];
     model_label(model_name, label, sizeof label);
@@ -309,7 +297,7 @@ void metrics_render_memory(kvl_buf *o, const char *model_name, const model *mdl)
         {GAUGE, "memory_cgroup_limit_bytes",
          "The tightest memory cgroup limit over the process (-1: none).", (double)st.cgroup_limit},
         {GAUGE, "process_resident_bytes", "Resident memory of this process (VmRSS; -1: unknown).",
-         resident_bytes()},
+         (double)kvl_resident_bytes()},
         {GAUGE, "weights_repacked_bytes",
          "Weights copied into the kernels' layout at load (anonymous memory).", (double)repacked},
         {GAUGE, "weights_mapped_bytes",

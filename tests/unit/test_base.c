@@ -167,6 +167,15 @@ static void test_cgroups(void) {
     const int64_t a = kvl_mem_available(), b = kvl_mem_status_at("").available;
     CHECK(a > 0 && b > 0 && (a > b ? a - b : b - a) < ((int64_t)256 << 20), "%lld vs %lld",
           (long long)a, (long long)b);
+    /* the resident size grows by what the process touches */
+    const int64_t r0 = kvl_resident_bytes();
+    const size_t n = (size_t)64 << 20;
+    char *p = malloc(n);
+    if (p) memset(p, 1, n);
+    const int64_t r1 = kvl_resident_bytes();
+    CHECK(p && r0 > 0 && r1 - r0 >= (int64_t)(60 << 20), "resident %lld -> %lld after 64 MiB",
+          (long long)r0, (long long)r1);
+    free(p);
 }
 
 int main(void) {
