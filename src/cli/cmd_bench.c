@@ -19,9 +19,10 @@
  * Every figure is the mean +- sd over -r repetitions, after one warm-up that
  * pages the weights in. Decode is reported with the bytes of weights read per
  * decoding step (all weight matrices once per step) and the implied GB/s, and
- * in the JSON also with the KV cache's reads added (kv_read_bytes_per_token,
- * calculated from the context of each step: at long contexts attention reads
- * more than the weights).
+ * also with the KV cache's reads added (the text table's "with KV" column;
+ * kv_read_bytes_per_token and roofline_read_pct in the JSON; calculated from
+ * the context of each step: at long contexts attention reads more than the
+ * weights).
  * The memory-bandwidth probe and the sweep's CSV/SVG files are in
  * cmd_bench_sweep.c; this file holds the options, the engine runs, the
  * repetition statistics and the JSON/text report, which all share them. */
@@ -526,6 +527,12 @@ static double read_bytes_per_token(const bench *b, const batch_result *br) {
     return (double)b->weights_per_step / (double)br->batch + b->kv_read_per_token;
 }
 
+/* The GB/s a test read with the KV cache's reads added (0: those not known). */
+static double read_gbps(const bench *b, const batch_result *br) {
+    return b->kv_read_per_token > 0 ? read_bytes_per_token(b, br) * samples_mean(&br->tps) / 1e9
+                                    : 0;
+}
+
 /* --membw-steps: the bandwidth the probes between this test's steps read (0: none). */
 static double steps_membw(const batch_result *br) {
     return br->probe_s > 0 ? br->probe_bytes / br->probe_s / 1e9 : 0;
@@ -540,8 +547,7 @@ static void json_steps_roofline(cJSON *e, const bench *b, const batch_result *br
     cJSON_AddNumberToObject(e, "membw_between_steps_gb_per_s", bw);
     cJSON_AddNumberToObject(e, "roofline_between_steps_pct", 100 * batch_gbps(b, br) / bw);
     if (b->kv_read_per_token <= 0) return;
-    const double read_gbps = read_bytes_per_token(b, br) * samples_mean(&br->tps) / 1e9;
-    cJSON_AddNumberToObject(e, "roofline_read_between_steps_pct", 100 * read_gbps / bw);
+    cJSON_AddNumberToObject(e, "roofline_read_between_steps_pct", 100 * read_gbps(b, br) / bw);
 }
 
 /* The decode figures with the KV cache's reads added to the weights'
@@ -549,7 +555,7 @@ static void json_steps_roofline(cJSON *e, const bench *b, const batch_result *br
  * read_bytes_per_token, read_gb_per_s and, with a probe, roofline_read_pct. */
 static void json_kv_read(cJSON *e, const bench *b, const batch_result *br, const results *res) {
     if (b->kv_read_per_token <= 0) return;
-    const double bytes = read_bytes_per_token(b, br), gbps = bytes * samples_mean(&br->tps) / 1e9;
+    const double bytes = read_bytes_per_token(b, br), gbps = read_gbps(b, br);
     cJSON_AddNumberToObject(e, "kv_read_bytes_per_token", b->kv_read_per_token);
     cJSON_AddNumberToObject(e, "read_bytes_per_token", bytes);
     cJSON_AddNumberToObject(e, "read_gb_per_s", gbps);
@@ -670,11 +676,16 @@ static void print_json(const bench *b, const results *res) {
     cli_print_json(j);
 }
 
-static void print_row(const char *test, const samples *s, double gbps, double membw) {
+/* A row of the text table: t/s, the weights' GB/s and their roofline share,
+ * and the share with the KV cache's reads added (read_gbps; 0: not known). */
+static void print_row(const char *test, const samples *s, double gbps, double read_gbps,
+                      double membw) {
     printf("| %-22s | %10.2f | %8.2f |", test, samples_mean(s), samples_sd(s));
     if (gbps > 0) printf(" %12.2f |", gbps);
     else printf(" %12s |", "");
-    if (gbps > 0 && membw > 0) printf(" %7.0f%% |\n", 100 * gbps / membw);
+    if (gbps > 0 && membw > 0) printf(" %7.0f%% |", 100 * gbps / membw);
+    else printf(" %8s |", "");
+    if (read_gbps > 0 && membw > 0) printf(" %7.0f%% |\n", 100 * read_gbps / membw);
     else printf(" %8s |\n", "");
 }
 
@@ -700,13 +711,14 @@ static void print_text(const bench *b, const results *res) {
                b->kv_read_per_token, (long long)a->decode_prompt + 1,
                (long long)(a->decode_prompt + a->n_decode - 1));
     if (res->membw_gbps > 0) printf("  memory read bandwidth: %.2f GB/s\n", res->membw_gbps);
-    printf("\n| %-22s | %10s | %8s | %12s | %8s |\n", "test", "t/s", "sd", "weights GB/s",
-           "roofline");
-    printf("|------------------------|-----------:|---------:|-------------:|---------:|\n");
+    printf("\n| %-22s | %10s | %8s | %12s | %8s | %8s |\n", "test", "t/s", "sd", "weights GB/s",
+           "roofline", "with KV");
+    printf("|------------------------|-----------:|---------:|-------------:|---------:|---------:|"
+           "\n");
     char name[64];
     if (a->n_prefill > 0) {
         snprintf(name, sizeof name, "pp%lld", (long long)a->n_prefill);
-        print_row(name, &res->prefill_tps, 0, 0);
+        print_row(name, &res->prefill_tps, 0, 0, 0);
     }
     for (int i = 0; i < a->n_batch && a->n_decode > 1; i++) {
         const batch_result *br = &res->batch[i];
@@ -714,7 +726,7 @@ static void print_text(const bench *b, const results *res) {
             snprintf(name, sizeof name, "tg%lld x%lld (aggregate)", (long long)a->n_decode,
                      (long long)br->batch);
         else snprintf(name, sizeof name, "tg%lld", (long long)a->n_decode);
-        print_row(name, &br->tps, batch_gbps(b, br), res->membw_gbps);
+        print_row(name, &br->tps, batch_gbps(b, br), read_gbps(b, br), res->membw_gbps);
     }
     for (int i = 0; i < a->n_batch && a->n_decode > 1; i++) {
         const batch_result *br = &res->batch[i];
@@ -730,10 +742,12 @@ static void print_text(const bench *b, const results *res) {
     for (int i = 0; i < a->n_batch && a->n_decode > 1; i++) {
         const batch_result *br = &res->batch[i];
         const double bw = steps_membw(br);
-        if (bw > 0)
-            printf("%s  batch %3lld: %.2f GB/s read between its steps, roofline %.0f%%\n",
-                   i ? "" : "\nprobes between decoding steps (--membw-steps):\n",
-                   (long long)br->batch, bw, 100 * batch_gbps(b, br) / bw);
+        if (bw <= 0) continue;
+        printf("%s  batch %3lld: %.2f GB/s read between its steps, roofline %.0f%%",
+               i ? "" : "\nprobes between decoding steps (--membw-steps):\n", (long long)br->batch,
+               bw, 100 * batch_gbps(b, br) / bw);
+        if (read_gbps(b, br) > 0) printf(", with KV %.0f%%", 100 * read_gbps(b, br) / bw);
+        printf("\n");
     }
     for (int i = 0; i < a->n_sweep; i++) {
         const sweep_point *sp = &res->sweep[i];

@@ -4,6 +4,7 @@ load and generate, that synth is deterministic, that the bench's JSON has the
 documented fields with positive values, and that the sweep files are written.
 Never asserts a time: the machine is shared and noisy."""
 import json
+import re
 import os
 import subprocess
 import sys
@@ -190,6 +191,12 @@ check(j.get("membw_gb_per_s", 0) > 0, "bench --membw-steps implies --membw")
 p = run(["bench", "-m", model, "-p", "0", "-n", "4", "-r", "1", "--membw-steps", "--membw-mb", "16",
          "--membw-step-mb", "8", "--no-progress"])
 check("read between its steps" in p.stdout, "bench --membw-steps: text report")
+# the text table's shares: the weights', then with the KV cache's reads added (larger)
+m = re.search(r"^\| tg4 .*\|\s+(\d+)% \|\s+(\d+)% \|$", p.stdout, re.M)
+check(m is not None and int(m.group(2)) >= int(m.group(1)) > 0,
+      f"bench text: roofline and 'with KV' columns ({m.group(0) if m else p.stdout[-400:]})")
+m = re.search(r"roofline (\d+)%, with KV (\d+)%", p.stdout)
+check(m is not None and int(m.group(2)) >= int(m.group(1)), "bench text: between steps, with KV")
 run(["bench", "-m", model, "--membw-steps", "--membw-step-mb", "3"], want_rc=2)
 
 # A zero budget skips the recompute sweep and says so.
