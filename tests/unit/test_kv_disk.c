@@ -75,27 +75,9 @@ static engine *make_engine(const tier *t) {
 
 static void run_one(engine *e, int which, const char *salt, run_out *o) {
     memset(o, 0, sizeof *o);
-    engine_request r = {.prompt = g_prompts[which],
-                        .n_prompt = N_PROMPT,
-                        .max_tokens = N_GEN,
-                        .ignore_eos = true,
-                        .cache_salt = salt,
-                        .on_event = on_event,
-                        .user = o};
-    sampler_params_default(&r.sampling);
-    r.sampling.temperature = 0;
-    kvl_error err;
-    if (engine_submit(e, &r, &err) < 0) {
-        fprintf(stderr, "submit: %s\n", err.msg);
+    if (!submit_greedy(e, g_prompts[which], N_PROMPT, N_GEN, salt, on_event, o) ||
+        !run_until_idle(e))
         failures++;
-        return;
-    }
-    while (engine_has_work(e))
-        if (!engine_step(e, &err)) {
-            fprintf(stderr, "step: %s\n", err.msg);
-            failures++;
-            return;
-        }
 }
 
 /* Runs prompt 0, then the other prompts (which push prompt 0's blocks out of

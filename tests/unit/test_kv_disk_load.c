@@ -81,18 +81,7 @@ static engine *make_engine(const char *dir, uint64_t max_bytes, uint64_t max_pin
 
 static bool submit(engine *e, const int32_t *prompt, int n, run_out *o) {
     memset(o, 0, sizeof *o);
-    engine_request r = {.prompt = prompt,
-                        .n_prompt = n,
-                        .max_tokens = N_GEN,
-                        .ignore_eos = true,
-                        .on_event = on_event,
-                        .user = o};
-    sampler_params_default(&r.sampling);
-    r.sampling.temperature = 0;
-    kvl_error err;
-    if (engine_submit(e, &r, &err) >= 0) return true;
-    fprintf(stderr, "submit: %s\n", err.msg);
-    return false;
+    return submit_greedy(e, prompt, n, N_GEN, NULL, on_event, o);
 }
 
 static bool step(engine *e) {

@@ -55,26 +55,8 @@ static engine *make_engine(int dtype, int block_size, int64_t n_blocks, bool pre
 
 static void run_prompt(engine *e, run_out *o) {
     memset(o, 0, sizeof *o);
-    engine_request r = {.prompt = g_prompt,
-                        .n_prompt = N_PROMPT,
-                        .max_tokens = N_GEN,
-                        .ignore_eos = true,
-                        .on_event = on_event,
-                        .user = o};
-    sampler_params_default(&r.sampling);
-    r.sampling.temperature = 0;
-    kvl_error err;
-    if (engine_submit(e, &r, &err) < 0) {
-        fprintf(stderr, "submit: %s\n", err.msg);
+    if (!submit_greedy(e, g_prompt, N_PROMPT, N_GEN, NULL, on_event, o) || !run_until_idle(e))
         failures++;
-        return;
-    }
-    while (engine_has_work(e))
-        if (!engine_step(e, &err)) {
-            fprintf(stderr, "step: %s\n", err.msg);
-            failures++;
-            return;
-        }
 }
 
 static long file_size(const char *path) {

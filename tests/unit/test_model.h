@@ -53,4 +53,34 @@ static inline void on_text_event(const engine_event *ev, void *user) {
     if (ev->finish) o->finish = ev->finish;
 }
 
+/* Queues one greedy request of max_tokens (ignore_eos; salt: its cache salt,
+ * NULL none) whose events go to on_event(user); false with why printed. */
+static inline bool submit_greedy(engine *e, const int32_t *prompt, int64_t n, int64_t max_tokens,
+                                 const char *salt, engine_event_fn on_event, void *user) {
+    engine_request r = {.prompt = prompt,
+                        .n_prompt = n,
+                        .max_tokens = max_tokens,
+                        .ignore_eos = true,
+                        .cache_salt = salt,
+                        .on_event = on_event,
+                        .user = user};
+    sampler_params_default(&r.sampling);
+    r.sampling.temperature = 0;
+    kvl_error err;
+    if (engine_submit(e, &r, &err) >= 0) return true;
+    fprintf(stderr, "submit: %s\n", err.msg);
+    return false;
+}
+
+/* Steps e until it has no work; false with why printed. */
+static inline bool run_until_idle(engine *e) {
+    kvl_error err;
+    while (engine_has_work(e))
+        if (!engine_step(e, &err)) {
+            fprintf(stderr, "step: %s\n", err.msg);
+            return false;
+        }
+    return true;
+}
+
 #endif
