@@ -3,7 +3,9 @@
 #include "base.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,6 +43,67 @@ void kvl_log(int level, const char *fmt, ...) {
     vfprintf(stderr, fmt, ap);
     va_end(ap);
     fputc('\n', stderr);
+}
+
+/* kvl_log_to_file's copier: fds of the pipe's read end, the original
+ * stderr and the file. */
+static int tee_in = -1, tee_console = -1, tee_file = -1;
+static pthread_t tee_thread;
+
+static void write_all_fd(int fd, const char *p, size_t n) {
+    while (n > 0) {
+        const ssize_t k = write(fd, p, n);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) return; /* a log line is not worth more */
+        p += k;
+        n -= (size_t)k;
+    }
+}
+
+static void *tee_main(void *arg) {
+    (void)arg;
+    char buf[4096];
+    for (;;) {
+        const ssize_t n = read(tee_in, buf, sizeof buf);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return NULL; /* every write end closed: exit */
+        write_all_fd(tee_console, buf, (size_t)n);
+        write_all_fd(tee_file, buf, (size_t)n);
+    }
+}
+
+/* At exit: fd 2 back to the console (closing the pipe's write end), then the
+ * copier drains what is left and stops. */
+static void tee_stop(void) {
+    fflush(stderr);
+    dup2(tee_console, STDERR_FILENO);
+    pthread_join(tee_thread, NULL);
+}
+
+bool kvl_log_to_file(const char *path, kvl_error *err) {
+    if (tee_file >= 0) return kvl_fail(err, "--log-file: given twice");
+    int fds[2];
+    const int f = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (f < 0) return kvl_fail(err, "--log-file: cannot create %s: %s", path, strerror(errno));
+    if (pipe2(fds, O_CLOEXEC) != 0) {
+        close(f);
+        return kvl_fail(err, "--log-file: %s", strerror(errno));
+    }
+    fflush(stderr);
+    tee_console = fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, 3);
+    tee_in = fds[0];
+    tee_file = f;
+    if (tee_console < 0 || pthread_create(&tee_thread, NULL, tee_main, NULL) != 0) {
+        close(fds[0]);
+        close(fds[1]);
+        close(f);
+        tee_file = -1;
+        return kvl_fail(err, "--log-file: cannot start its copier");
+    }
+    dup2(fds[1], STDERR_FILENO);
+    close(fds[1]);
+    atexit(tee_stop);
+    return true;
 }
 
 void *kvl_alloc(size_t size) {

@@ -33,6 +33,11 @@ bool kvl_vfail_first(kvl_error *err, bool *failed, const char *where, const char
 enum { KVL_LOG_ERROR = 0, KVL_LOG_WARN = 1, KVL_LOG_INFO = 2, KVL_LOG_DEBUG = 3 };
 extern int kvl_log_level;
 void kvl_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* From now on everything written to stderr (kvl_log and every other message)
+ * also goes to the file at path (created or truncated), as llama.cpp's
+ * --log-file: a thread copies a pipe in place of fd 2 to both, and drains it
+ * at exit. Once per process; false with err when the file or pipe fails. */
+bool kvl_log_to_file(const char *path, kvl_error *err);
 
 /* 64-byte aligned allocation (cache line / AVX-512); free with kvl_free. NULL on failure. */
 void *kvl_alloc(size_t size);

@@ -38,6 +38,7 @@ typedef struct cli_opts {
     int64_t yarn_orig_ctx;    /* --yarn-orig-ctx */
     const char *stop[CLI_MAX_STOP];
     bool json, no_bos, parse_special, no_kv_cache, no_repack, verbose;
+    const char *log_file; /* --log-file: stderr copied there too (kvl_log_to_file) */
     int block_size;
     int kv_dtype; /* K (and V unless kv_dtype_v >= 0) */
     int kv_dtype_v;

@@ -183,7 +183,6 @@ static const struct {
     {"--log-colors", true, false, "kvllm's log lines are plain text on stderr"},
     {"--log-prefix", false, false, "kvllm's log lines are plain text on stderr"},
     {"--log-timestamps", false, false, "kvllm's log lines are plain text on stderr"},
-    {"--log-file", true, true, "kvllm logs to stderr: redirect it (2> FILE)"},
     {"--control-vector", true, true, "control vectors are not applied here"},
     {"--control-vector-scaled", true, true, "control vectors are not applied here"},
     {"--context-shift", false, true,
@@ -622,6 +621,8 @@ static bool apply_flag(cli_opts *o, const char *f, const char *v, bool *unknown)
         o->spec_ngram = (int)i;
     } else if (IS("--lora") || IS("--lora-scaled")) {
         return parse_lora(o, f, v, IS("--lora-scaled"));
+    } else if (IS("--log-file")) {
+        o->log_file = v;
     } else if (IS("--override-kv")) {
         if (o->n_override_kv == CLI_MAX_OVERRIDE_KV) {
             fprintf(stderr, "kvllm: --override-kv: at most %d of them\n", CLI_MAX_OVERRIDE_KV);
@@ -705,6 +706,11 @@ bool cli_parse_ex(int argc, char **argv, cli_opts *o, cli_extra_fn extra, void *
         }
     }
     if (o->verbose) kvl_log_level = KVL_LOG_INFO;
+    kvl_error lerr = {{0}};
+    if (o->log_file && !kvl_log_to_file(o->log_file, &lerr)) {
+        fprintf(stderr, "kvllm: %s\n", lerr.msg);
+        return false;
+    }
     if (o->n_threads > 0) kvl_pool_set_threads(o->n_threads);
     /* what still uses OpenMP (bench's bandwidth probe) runs on as many threads
      * as the pool: -t, else its default (a cgroup's CPU quota included) */

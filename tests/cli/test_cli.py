@@ -189,6 +189,29 @@ r = run(['run', '-m', MODEL, '-p', 'x', '-n', '1', '--kv-blocks', str(int(0.7 * 
          '--spec', 'draft'])
 check(r.returncode != 0 and "the draft model's pools included" in r.stderr,
       f'run with a draft: its pools in the memory check ({r.stderr[-300:]})')
+# --log-file (llama.cpp's): everything on stderr also goes to the file, to its last line at exit
+import tempfile
+logf = os.path.join(tempfile.mkdtemp(prefix='kvllm-log-'), 'run.log')
+r = run(['run', '-m', MODEL, '-p', 'Once', '-n', '4', '--log-file', logf])
+text = open(logf).read() if os.path.exists(logf) else ''
+check(r.returncode == 0 and 'KV allocated' in r.stderr and text == r.stderr,
+      f'--log-file: the file holds what stderr showed ({len(text)} of {len(r.stderr)} bytes)')
+slog = os.path.join(os.path.dirname(logf), 'serve.log')
+p = subprocess.Popen([BIN, 'serve', '-m', MODEL, '--port', '0', '-c', '256', '--log-file', slog], cwd=ROOT,
+                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+seen = ''
+for line in p.stderr:
+    seen += line
+    if 'listening' in line:
+        break
+live = open(slog).read()
+p.terminate()
+_, rest = p.communicate(timeout=30)
+final = open(slog).read()
+check('listening on' in live and 'drained' in rest and final == seen + rest,
+      f'serve --log-file: the file follows stderr while serving and to the end ({final[-200:]})')
+r = run(['run', '-m', MODEL, '-p', 'x', '-n', '1', '--log-file', '/nonexistent/dir/x.log'])
+check(r.returncode != 0 and 'cannot create /nonexistent/dir/x.log' in r.stderr, f'--log-file: bad path refused')
 # a bandwidth probe larger than the memory left is refused, not touched until the process is killed
 r = run(['bench', '--membw', '--membw-mb', '100000000'])
 check(r.returncode != 0 and 'does not fit' in r.stderr, f'bench --membw-mb 1e8: refused ({r.stderr[-200:]})')
