@@ -1,5 +1,6 @@
 /* kvllm serve: loads the model, sizes the KV pool, creates the engine and
  * hands both to the HTTP server (src/server). */
+#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -107,6 +108,8 @@ static void serve_usage(FILE *out) {
     print_settings(out, 2, server_n_settings);
     fputs(
         "  --no-prefix-cache        disable prefix caching\n"
+        "  --metrics-prefix NAME    /metrics' namespace (default kvllm; vllm: vLLM's own names,\n"
+        "                           so its dashboards read them)\n"
         "  -sp, --special           write control tokens' text into the output, the end of\n"
         "                           generation's too (llama-server's; skip_special_tokens true "
         "undoes it)\n"
@@ -259,7 +262,7 @@ static int serve_flag(const char *f, const char *v, void *ctx) {
                 IS("--max-num-seqs") || IS("--max-num-batched-tokens") || IS("--ssl-keyfile") ||
                 IS("--ssl-certfile") || IS("--allowed-origins") || IS("--grammar") ||
                 IS("--grammar-file") || IS("-j") || IS("--json-schema") || IS("-jf") ||
-                IS("--json-schema-file");
+                IS("--json-schema-file") || IS("--metrics-prefix");
     if (!ours) return 0;
     if (!v) {
         fprintf(stderr, "kvllm: %s: missing value\n", f);
@@ -283,6 +286,17 @@ static int serve_flag(const char *f, const char *v, void *ctx) {
         }
         so->grammar_flag = f;
         so->grammar_value = v;
+    } else if (IS("--metrics-prefix")) {
+        bool ok = (isalpha((unsigned char)v[0]) || v[0] == '_') && strlen(v) < 64;
+        for (const char *p = v; ok && *p; p++) ok = isalnum((unsigned char)*p) || *p == '_';
+        if (!ok) {
+            fprintf(stderr,
+                    "kvllm: --metrics-prefix: '%s' is not a metric namespace (letters, digits, "
+                    "'_'; e.g. vllm)\n",
+                    v);
+            return -1;
+        }
+        so->sc.metrics_prefix = v;
     } else if (IS("--allowed-origins")) {
         if (!allowed_origins(v, so)) return -1;
     } else if (IS("--served-model-name") || IS("--alias")) so->sc.model_id = v;

@@ -35,6 +35,9 @@ typedef struct server_config {
      * the output, the end-of-generation token's too, unless a request sends
      * skip_special_tokens true */
     bool special;
+    /* --metrics-prefix: the namespace of /metrics' series ("vllm" gives vLLM's
+     * own names, vllm:num_requests_running, ...); NULL: "kvllm" */
+    const char *metrics_prefix;
     /* GBNF every generation request is held to unless it constrains its output
      * itself or has tools (llama-server's --grammar, --grammar-file,
      * --json-schema); NULL: none */

@@ -477,6 +477,13 @@ static enum MHD_Result dispatch(srv *s, struct MHD_Connection *c, const char *ur
                              atomic_load(&s->n_timed_out), atomic_load(&s->n_evicted),
                              atomic_load(&s->n_client_gone));
         metrics_render_memory(&m, s->cfg.model_id, engine_model(s->e));
+        if (s->cfg.metrics_prefix && strcmp(s->cfg.metrics_prefix, "kvllm") != 0) {
+            kvl_buf renamed = {0};
+            metrics_prefix(&m, s->cfg.metrics_prefix, &renamed);
+            renamed.oom = renamed.oom || m.oom;
+            kvl_buf_free(&m);
+            m = renamed;
+        }
         if (m.oom) {
             kvl_buf_free(&m);
             return MHD_NO;

@@ -295,6 +295,9 @@ void metrics_render_conns(kvl_buf *o, const char *model_name, int open, long ref
 /* Memory: what the process may still take (kvl_mem_status), its resident set,
  * and the model's weights repacked (anonymous) or read through the mapping. */
 void metrics_render_memory(kvl_buf *o, const char *model_name, const model *mdl);
+/* The rendered metrics with every "kvllm:" name under "PREFIX:" instead
+ * (--metrics-prefix vllm: vLLM's dashboards read kvllm's vLLM-named series). */
+void metrics_prefix(const kvl_buf *in, const char *prefix, kvl_buf *out);
 
 /* ----------------------------------------------------------- tenants -- */
 

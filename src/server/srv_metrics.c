@@ -307,3 +307,21 @@ void metrics_render_memory(kvl_buf *o, const char *model_name, const model *mdl)
     };
     put_rows(o, label, rows, NB(rows));
 }
+
+void metrics_prefix(const kvl_buf *in, const char *prefix, kvl_buf *out) {
+    static const char OURS[] = "kvllm:";
+    const size_t n = sizeof OURS - 1;
+    for (const char *line = in->p ? in->p : "", *end; *line; line = end) {
+        end = strchr(line, '\n');
+        end = end ? end + 1 : line + strlen(line);
+        const size_t at =
+            strncmp(line, "# HELP ", 7) == 0 || strncmp(line, "# TYPE ", 7) == 0 ? 7 : 0;
+        if (strncmp(line + at, OURS, n) == 0) {
+            kvl_buf_put(out, line, at);
+            kvl_buf_printf(out, "%s:", prefix);
+            kvl_buf_put(out, line + at + n, (size_t)(end - line) - at - n);
+        } else {
+            kvl_buf_put(out, line, (size_t)(end - line));
+        }
+    }
+}

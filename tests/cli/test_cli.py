@@ -189,6 +189,8 @@ r = run(['run', '-m', MODEL, '-p', 'x', '-n', '1', '--kv-blocks', str(int(0.7 * 
          '--spec', 'draft'])
 check(r.returncode != 0 and "the draft model's pools included" in r.stderr,
       f'run with a draft: its pools in the memory check ({r.stderr[-300:]})')
+r = run(['serve', '-m', MODEL, '--port', '0', '--metrics-prefix', 'a-b'])
+check(r.returncode != 0 and 'not a metric namespace' in r.stderr, f'--metrics-prefix a-b: refused ({r.stderr[-200:]})')
 # --log-file (llama.cpp's): everything on stderr also goes to the file, to its last line at exit
 import tempfile
 logf = os.path.join(tempfile.mkdtemp(prefix='kvllm-log-'), 'run.log')

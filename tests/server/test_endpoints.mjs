@@ -248,6 +248,25 @@ const tests = [
     assertEq(gauge('weights_repacked_bytes') + gauge('weights_mapped_bytes'), Number(info.match(/\((\d+) bytes of weights\)/)[1]),
       'repacked + mapped = the weights kvllm info counts');
   }],
+  ['--metrics-prefix vllm: the same series under vLLM\'s namespace, promtool-clean', async () => {
+    const vllm = await startServer(bin, ['-m', 'models/stories260K.gguf', '-c', '256', '--metrics-prefix', 'vllm'],
+      { cwd: root, name: 'metrics-prefix' });
+    try {
+      const names = (t, ns) => [...t.matchAll(new RegExp(`^(?:# (?:HELP|TYPE) )?${ns}:([a-z_]+)`, 'gm'))].map((m) => m[1]).sort();
+      const ours = await (await fetch(`${small.url}/metrics`)).text();
+      const theirs = await (await fetch(`${vllm.url}/metrics`)).text();
+      assert(!/kvllm:/.test(theirs), 'no kvllm: name left');
+      assertEq(names(theirs, 'vllm'), names(ours, 'kvllm'), 'the same series');
+      for (const n of ['num_requests_running', 'num_requests_waiting', 'kv_cache_usage_perc', 'prompt_tokens_total',
+        'generation_tokens_total', 'time_to_first_token_seconds_bucket', 'e2e_request_latency_seconds_count'])
+        assert(new RegExp(`^vllm:${n}\\{model_name="stories260K"`, 'm').test(theirs), `vllm:${n}`);
+      const file = path.join(mkdtempSync(path.join(tmpdir(), 'kvllm-metrics-')), 'metrics.txt');
+      writeFileSync(file, theirs);
+      execFileSync('python3', [path.join(root, 'tests/server/check_metrics.py'), file], { encoding: 'utf8' });
+    } finally {
+      await vllm.stop();
+    }
+  }],
   ['--api-prefix /llm: every route under it, nothing outside; the pages link relatively', async () => {
     const pre = await startServer(bin, ['-m', 'models/stories260K.gguf', '-c', '256', '--api-prefix', '/llm'],
       { cwd: root, name: 'prefix' });
