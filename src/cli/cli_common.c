@@ -163,7 +163,7 @@ static const struct {
      "the prefix cache reuses a prompt's exact leading blocks; llama's reuse of shifted chunks "
      "is not done (the output is the same)"},
     {"--no-warmup", false, false, "kvllm runs no warm-up pass"},
-    {"--props", false, false, "GET /props always answers; POST /props is not served"},
+    {"--props", false, false, "only kvllm serve has POST /props"},
     {"--swa-full", false, false,
      "sliding-window layers keep their window's blocks (the output is the same)"},
     {"-kvu", false, false, "one paged KV pool serves every sequence already"},

@@ -198,6 +198,7 @@ static int serve_switch(const char *f, serve_opts *so) {
     else if (strcmp(f, "--reranking") == 0 || strcmp(f, "--rerank") == 0) so->reranking = true;
     else if (strcmp(f, "--no-webui") == 0) so->sc.no_webui = true;
     else if (strcmp(f, "--special") == 0 || strcmp(f, "-sp") == 0) so->sc.special = true;
+    else if (strcmp(f, "--props") == 0) so->sc.props_endpoint = true;
     else if (strcmp(f, "--slots") == 0) so->sc.no_slots = false; /* llama-server's default */
     else if (strcmp(f, "--no-slots") == 0) so->sc.no_slots = true;
     else if (strcmp(f, "--metrics") == 0 || strcmp(f, "--embedding") == 0 ||

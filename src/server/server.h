@@ -38,6 +38,7 @@ typedef struct server_config {
     /* --metrics-prefix: the namespace of /metrics' series ("vllm" gives vLLM's
      * own names, vllm:num_requests_running, ...); NULL: "kvllm" */
     const char *metrics_prefix;
+    bool props_endpoint; /* --props: POST /props answers success (llama-server's; 501 without) */
     /* GBNF every generation request is held to unless it constrains its output
      * itself or has tools (llama-server's --grammar, --grammar-file,
      * --json-schema); NULL: none */

@@ -38,6 +38,7 @@ typedef enum route {
     R_TOKENIZE,
     R_DETOKENIZE,
     R_PROPS,
+    R_PROPS_SET,
     R_APPLY_TEMPLATE,
     R_KV_SAVE,
     R_KV_UNPIN,
@@ -92,6 +93,7 @@ static const struct {
     {"/tokenize", "POST", R_TOKENIZE, AUTH_KEY, false},
     {"/detokenize", "POST", R_DETOKENIZE, AUTH_KEY, false},
     {"/props", "GET", R_PROPS, AUTH_KEY, false},
+    {"/props", "POST", R_PROPS_SET, AUTH_KEY, false}, /* llama-server's, with --props */
     {"/apply-template", "POST", R_APPLY_TEMPLATE, AUTH_KEY, false},
     {"/v1/kv/state", "GET", R_KV_STATE, AUTH_KEY, false},
     {"/slots", "GET", R_SLOTS, AUTH_OPS, false}, /* llama-server's monitoring */
@@ -504,6 +506,25 @@ static enum MHD_Result dispatch(srv *s, struct MHD_Connection *c, const char *ur
             &err);
     case R_RERANK: return send_result(c, srv_rerank(s, body, cc->body.len, &err), &err);
     case R_PROPS: return send_json(c, MHD_HTTP_OK, srv_props(s));
+    case R_PROPS_SET: {
+        /* llama-server changes no property here either: it answers success
+         * with --props, 501 without */
+        if (!s->cfg.props_endpoint) {
+            api_fail(&err, 501, NULL,
+                     "This server does not support changing global properties. Start it with "
+                     "`--props`");
+            err.type = "not_supported_error";
+            return send_error(c, &err);
+        }
+        cJSON *b = json_parse_body(body, cc->body.len, &err);
+        const bool obj = cJSON_IsObject(b);
+        cJSON_Delete(b);
+        if (!obj) {
+            if (!err.status) api_fail(&err, 400, NULL, "the request body must be a JSON object");
+            return send_error(c, &err);
+        }
+        return send_json(c, MHD_HTTP_OK, strdup("{\"success\":true}"));
+    }
     case R_APPLY_TEMPLATE:
         return send_result(c, srv_apply_template(s, body, cc->body.len, &err), &err);
     case R_LORA_GET: return send_json(c, MHD_HTTP_OK, srv_lora_list(s));

@@ -248,6 +248,21 @@ const tests = [
     assertEq(gauge('weights_repacked_bytes') + gauge('weights_mapped_bytes'), Number(info.match(/\((\d+) bytes of weights\)/)[1]),
       'repacked + mapped = the weights kvllm info counts');
   }],
+  ['POST /props: 501 naming --props, and with --props llama-server\'s {success: true}', async () => {
+    const no = await rawRequest(small.url, { path: '/props', body: '{}' });
+    assert(no.status === 501 && no.json.error.type === 'not_supported_error' && no.json.error.message.includes('--props'),
+      no.text);
+    const withProps = await startServer(bin, ['-m', 'models/stories260K.gguf', '-c', '256', '--props'],
+      { cwd: root, name: 'props' });
+    try {
+      const r = await rawRequest(withProps.url, { path: '/props', body: '{"n_ctx": 128}' });
+      assertEq([r.status, r.json], [200, { success: true }], r.text);
+      assertEq((await rawRequest(withProps.url, { path: '/props', body: '[1]' })).status, 400, 'not an object');
+      assertEq((await rawRequest(withProps.url, { method: 'GET', path: '/props' })).json.n_ctx, 256, 'GET unchanged');
+    } finally {
+      await withProps.stop();
+    }
+  }],
   ['--metrics-prefix vllm: the same series under vLLM\'s namespace, promtool-clean', async () => {
     const vllm = await startServer(bin, ['-m', 'models/stories260K.gguf', '-c', '256', '--metrics-prefix', 'vllm'],
       { cwd: root, name: 'metrics-prefix' });
