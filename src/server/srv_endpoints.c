@@ -549,7 +549,8 @@ static bool run_rerank(srv *s, srv_engine_task *t, api_error *err) {
     return true;
 }
 
-char *srv_rerank(srv *s, const char *body, size_t len, api_error *err) {
+/* /rerank or /score: parse, score every prompt on the engine thread, answer. */
+static char *score_pairs(srv *s, const char *body, size_t len, bool score, api_error *err) {
     cJSON *b;
     if (!srv_parse_object(body, len, &b, err)) return NULL;
     rerank_req rj;
@@ -565,14 +566,23 @@ char *srv_rerank(srv *s, const char *body, size_t len, api_error *err) {
                  "'cls.output.weight', as Qwen3-Reranker GGUF files carry)");
         err->type = "not_supported_error";
         rj = (rerank_req){0};
-    } else if (rerank_parse(s, b, &rj, err)) {
+    } else if (score ? score_parse(s, b, &rj, err) : rerank_parse(s, b, &rj, err)) {
         rj.task.run = run_rerank;
-        if (srv_engine_call(s, &rj.task, err) && !(out = rerank_answer(s, b, &rj)))
+        if (srv_engine_call(s, &rj.task, err) &&
+            !(out = score ? score_answer(s, b, &rj) : rerank_answer(s, b, &rj)))
             api_fail(err, 500, NULL, "out of memory");
     }
     rerank_req_free(&rj);
     cJSON_Delete(b);
     return out;
+}
+
+char *srv_rerank(srv *s, const char *body, size_t len, api_error *err) {
+    return score_pairs(s, body, len, false, err);
+}
+
+char *srv_score(srv *s, const char *body, size_t len, api_error *err) {
+    return score_pairs(s, body, len, true, err);
 }
 
 char *srv_apply_template(srv *s, const char *body, size_t len, api_error *err) {

@@ -35,6 +35,7 @@ typedef enum route {
     R_EMBEDDINGS,
     R_LLAMA_EMBEDDING,
     R_RERANK,
+    R_SCORE,
     R_TOKENIZE,
     R_DETOKENIZE,
     R_PROPS,
@@ -88,6 +89,8 @@ static const struct {
     {"/v1/rerank", "POST", R_RERANK, AUTH_KEY, false},
     {"/v1/reranking", "POST", R_RERANK, AUTH_KEY, false},
     {"/v2/rerank", "POST", R_RERANK, AUTH_KEY, false},
+    {"/score", "POST", R_SCORE, AUTH_KEY, false}, /* vLLM's Score API */
+    {"/v1/score", "POST", R_SCORE, AUTH_KEY, false},
     {"/v1/kv/save", "POST", R_KV_SAVE, AUTH_KEY, false},
     {"/v1/kv/unpin", "POST", R_KV_UNPIN, AUTH_KEY, false},
     {"/tokenize", "POST", R_TOKENIZE, AUTH_KEY, false},
@@ -505,6 +508,7 @@ static enum MHD_Result dispatch(srv *s, struct MHD_Connection *c, const char *ur
             srv_embeddings(s, body, cc->body.len, ROUTES[cc->route].r == R_LLAMA_EMBEDDING, &err),
             &err);
     case R_RERANK: return send_result(c, srv_rerank(s, body, cc->body.len, &err), &err);
+    case R_SCORE: return send_result(c, srv_score(s, body, cc->body.len, &err), &err);
     case R_PROPS: return send_json(c, MHD_HTTP_OK, srv_props(s));
     case R_PROPS_SET: {
         /* llama-server changes no property here either: it answers success

@@ -401,6 +401,9 @@ typedef struct rerank_req {
 } rerank_req;
 bool rerank_parse(srv *s, const cJSON *b, rerank_req *rj, api_error *err);
 char *rerank_answer(srv *s, const cJSON *b, const rerank_req *rj);
+/* vLLM's Score API the same way: text_1 / text_2 paired 1:1, 1:N or N:N. */
+bool score_parse(srv *s, const cJSON *b, rerank_req *rj, api_error *err);
+char *score_answer(srv *s, const cJSON *b, const rerank_req *rj);
 void rerank_req_free(rerank_req *rj);
 
 /* One /v1/embeddings request (srv_endpoints.c). */
@@ -789,6 +792,8 @@ char *srv_slot_action(srv *s, const char *url, const char *action, const char *b
 char *srv_props(srv *s); /* GET /props */
 /* POST /rerank, /v1/rerank, ...: a query and documents -> their scores (srv_rerank.c) */
 char *srv_rerank(srv *s, const char *body, size_t len, api_error *err);
+/* POST /score, /v1/score: vLLM's Score API over the same scoring (srv_rerank.c) */
+char *srv_score(srv *s, const char *body, size_t len, api_error *err);
 /* POST /apply-template: a chat request's body -> {"prompt": the text its template renders} */
 char *srv_apply_template(srv *s, const char *body, size_t len, api_error *err);
 

@@ -216,3 +216,81 @@ bool rerank_parse(srv *s, const cJSON *b, rerank_req *rj, api_error *err) {
     }
     return true;
 }
+
+/* vLLM's Score API (POST /score, /v1/score): text_1 and text_2, each a string
+ * or an array of strings, paired 1:1, 1:N or N:N; every pair scored as
+ * /rerank scores a query and a document. */
+bool score_parse(srv *s, const cJSON *b, rerank_req *rj, api_error *err) {
+    static const char *const NAMES[] = {
+        "model", "text_1", "text_2", "truncate_prompt_tokens", "encoding_format", "user"};
+    *rj = (rerank_req){.top_n = -1};
+    if (!srv_only_fields(b, NAMES, 6, "/score", err) || !srv_check_model(s, b, err)) return false;
+    const cJSON *tp = req_field(b, "truncate_prompt_tokens");
+    if (tp && !cJSON_IsNull(tp))
+        return api_fail(err, 400, "truncate_prompt_tokens",
+                        "'truncate_prompt_tokens' is not supported on /score: a pair longer than "
+                        "the context is a 400");
+    const cJSON *t[2] = {req_field(b, "text_1"), req_field(b, "text_2")};
+    int n[2];
+    for (int k = 0; k < 2; k++) {
+        const char *f = k ? "text_2" : "text_1";
+        if (!t[k]) return api_fail(err, 400, f, "'%s' must be provided", f);
+        n[k] = cJSON_IsString(t[k]) ? 1 : cJSON_IsArray(t[k]) ? cJSON_GetArraySize(t[k]) : -1;
+        if (n[k] < 1) return api_fail(err, 400, f, "'%s' must be a string or a non-empty array", f);
+        for (int i = 0; cJSON_IsArray(t[k]) && i < n[k]; i++)
+            if (!cJSON_IsString(cJSON_GetArrayItem(t[k], i)))
+                return api_fail(err, 400, f, "%s[%d] must be a string", f, i);
+    }
+    if (n[0] > 1 && n[0] != n[1])
+        return api_fail(err, 400, "text_2",
+                        "Input lengths must be either 1:1, 1:N or N:N (text_1 has %d, text_2 %d)",
+                        n[0], n[1]);
+    const int np = n[1];
+    if (np > MAX_RERANK_DOCS)
+        return api_fail(err, 400, "text_2", "at most %d pairs per request", MAX_RERANK_DOCS);
+    const cJSON *model = req_field(b, "model"); /* an adapter's name: scores through it */
+    if (!srv_lora_scales(s, b, model ? model->valuestring : NULL, rj->lora, &rj->n_lora, err))
+        return false;
+    rj->ids = calloc((size_t)np, sizeof *rj->ids);
+    rj->n_ids = calloc((size_t)np, sizeof *rj->n_ids);
+    rj->score = calloc((size_t)np, sizeof *rj->score);
+    if (!rj->ids || !rj->n_ids || !rj->score) return api_fail(err, 500, NULL, "out of memory");
+    for (int i = 0; i < np; i++) {
+        const cJSON *q = cJSON_IsString(t[0]) ? t[0] : cJSON_GetArrayItem(t[0], n[0] > 1 ? i : 0);
+        const cJSON *d = cJSON_IsString(t[1]) ? t[1] : cJSON_GetArrayItem(t[1], i);
+        if (!rerank_prompt(s, q->valuestring, d->valuestring, i, &rj->ids[i], &rj->n_ids[i], err))
+            return false;
+        rj->n_docs = i + 1;
+    }
+    return true;
+}
+
+/* vLLM's ScoreResponse: {id, object "list", created, model, data: [{index,
+ * object "score", score}] in pair order, usage}. */
+char *score_answer(srv *s, const cJSON *b, const rerank_req *rj) {
+    int64_t tokens = 0;
+    cJSON *o = cJSON_CreateObject(), *data = cJSON_CreateArray();
+    char id[48];
+    snprintf(id, sizeof id, "score-%016llx", (unsigned long long)kvl_random_u64());
+    cJSON_AddStringToObject(o, "id", id);
+    cJSON_AddStringToObject(o, "object", "list");
+    cJSON_AddNumberToObject(o, "created", (double)time(NULL));
+    const cJSON *m = req_field(b, "model");
+    cJSON_AddStringToObject(o, "model", m ? m->valuestring : s->cfg.model_id);
+    for (int i = 0; i < rj->n_docs; i++) {
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddNumberToObject(e, "index", i);
+        cJSON_AddStringToObject(e, "object", "score");
+        cJSON_AddNumberToObject(e, "score", (double)rj->score[i]);
+        cJSON_AddItemToArray(data, e);
+        tokens += rj->n_ids[i];
+    }
+    cJSON_AddItemToObject(o, "data", data);
+    cJSON *u = cJSON_AddObjectToObject(o, "usage");
+    cJSON_AddNumberToObject(u, "prompt_tokens", (double)tokens);
+    cJSON_AddNumberToObject(u, "total_tokens", (double)tokens);
+    cJSON_AddNumberToObject(u, "completion_tokens", 0);
+    char *out = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return out;
+}

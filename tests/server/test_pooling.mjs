@@ -134,6 +134,33 @@ const tests = Object.entries({
     });
   },
 
+  async 'vLLM\'s Score API (/score, /v1/score): 1:1, 1:N and N:N pairs score as /rerank does'() {
+    const q = 'Machine learning is', docs = fixture.cases[0].body.documents;
+    const ranked = await post(servers.rerank, '/rerank', { query: q, documents: docs });
+    const want = {};
+    for (const e of ranked.json.results) want[e.index] = e.relevance_score;
+    const one = await post(servers.rerank, '/v1/score', { model: 'my-reranker', text_1: q, text_2: docs });
+    assertEq(one.status, 200, one.text.slice(0, 200));
+    assertEq([one.json.object, one.json.model, one.json.data.length], ['list', 'my-reranker', docs.length], 'answer');
+    assert(/^score-/.test(one.json.id) && one.json.usage.prompt_tokens === ranked.json.usage.prompt_tokens, 'id, usage');
+    one.json.data.forEach((d, i) => {
+      assertEq([d.index, d.object], [i, 'score'], 'pair order');
+      assertEq(d.score, want[i], `1:N pair ${i}: the /rerank score`);
+    });
+    const pair = await post(servers.rerank, '/score', { text_1: q, text_2: docs[1] });
+    assertEq(pair.json.data.map((d) => d.score), [want[1]], '1:1');
+    const nn = await post(servers.rerank, '/score', { text_1: [q, 'Deep learning'], text_2: [docs[0], docs[2]] });
+    const second = await post(servers.rerank, '/rerank', { query: 'Deep learning', documents: [docs[2]] });
+    assertEq(nn.json.data.map((d) => d.score), [want[0], second.json.results[0].relevance_score], 'N:N, pair by pair');
+    for (const [body, param] of [[{ text_1: [q, q], text_2: docs.slice(0, 3) }, 'text_2'], [{ text_2: docs }, 'text_1'],
+      [{ text_1: q, text_2: [] }, 'text_2'], [{ text_1: q, text_2: [3] }, 'text_2'],
+      [{ text_1: q, text_2: 'a', truncate_prompt_tokens: 4 }, 'truncate_prompt_tokens'], [{ text_1: q, text_2: 'a', queries: ['x'] }, 'queries']]) {
+      const r = await post(servers.rerank, '/score', body);
+      assertEq([r.status, r.json.error.param], [400, param], `${JSON.stringify(body).slice(0, 80)}: ${r.text.slice(0, 200)}`);
+    }
+    assertEq((await post(plain, '/score', { text_1: q, text_2: 'a' })).status, 501, 'no classifier head');
+  },
+
   async 'bad requests and models that cannot rerank'() {
     const q = 'Machine learning is';
     const refusals = [
