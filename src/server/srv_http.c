@@ -20,6 +20,7 @@
 typedef enum route {
     R_NONE,
     R_HEALTH,
+    R_VERSION,
     R_METRICS,
     R_MODELS,
     R_MODEL,
@@ -64,6 +65,9 @@ static const struct {
 } ROUTES[] = {
     {"/health", "GET", R_HEALTH, AUTH_NONE, false},
     {"/v1/health", "GET", R_HEALTH, AUTH_NONE, false},
+    {"/ping", "GET", R_HEALTH, AUTH_NONE, false}, /* vLLM's (SageMaker's) liveness */
+    {"/ping", "POST", R_HEALTH, AUTH_NONE, false},
+    {"/version", "GET", R_VERSION, AUTH_NONE, false}, /* vLLM's */
     {"/metrics", "GET", R_METRICS, AUTH_OPS, false},
     {"/v1/models", "GET", R_MODELS, AUTH_KEY, false},
     /* llama-server's paths without /v1: clients whose base URL is the bare host */
@@ -476,6 +480,7 @@ static enum MHD_Result dispatch(srv *s, struct MHD_Connection *c, const char *ur
     case R_HEALTH:
         if (atomic_load(&s->draining)) return fail(c, 503, NULL, "the server is shutting down");
         return send_json(c, MHD_HTTP_OK, strdup("{\"status\":\"ok\"}"));
+    case R_VERSION: return send_json(c, MHD_HTTP_OK, strdup("{\"version\":\"" KVLLM_VERSION "\"}"));
     case R_METRICS:
         metrics_render(&s->metrics, s->cfg.model_id, &m);
         metrics_render_conns(&m, s->cfg.model_id, conns_open(s), atomic_load(&s->n_refused),

@@ -66,6 +66,11 @@ const tests = [
     const r = await bare.responses.create({ model, input: 'Hi', max_output_tokens: 4, temperature: 0 });
     assertEq(r.object, 'response', '/responses');
     assertEq((await fetch(`${server.url}/v1/health`)).status, 200, '/v1/health');
+    // vLLM's /ping (GET and POST) and /version
+    assertEq((await fetch(`${server.url}/ping`)).status, 200, 'GET /ping');
+    assertEq((await fetch(`${server.url}/ping`, { method: 'POST' })).status, 200, 'POST /ping');
+    const version = execFileSync(bin, ['--version'], { encoding: 'utf8' }).trim().split(' ').pop();
+    assertEq(await (await fetch(`${server.url}/version`)).json(), { version }, '/version: kvllm --version\'s');
   }],
 
   ['unknown request fields: 400 naming them', async () => {
