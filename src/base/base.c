@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,6 +44,19 @@ void kvl_log(int level, const char *fmt, ...) {
     vfprintf(stderr, fmt, ap);
     va_end(ap);
     fputc('\n', stderr);
+}
+
+int kvl_thread_start(pthread_t *t, void *(*fn)(void *), void *arg) {
+    sigset_t all, old;
+    sigfillset(&all);
+    /* the faults the thread itself raises stay deliverable (blocked, the
+     * kernel would kill the process without the handler's report) */
+    const int faults[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGABRT, SIGSYS};
+    for (size_t i = 0; i < sizeof faults / sizeof *faults; i++) sigdelset(&all, faults[i]);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
+    const int rc = pthread_create(t, NULL, fn, arg); /* the new thread inherits the mask */
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return rc;
 }
 
 /* kvl_log_to_file's copier: fds of the pipe's read end, the original
@@ -93,7 +107,7 @@ bool kvl_log_to_file(const char *path, kvl_error *err) {
     tee_console = fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, 3);
     tee_in = fds[0];
     tee_file = f;
-    if (tee_console < 0 || pthread_create(&tee_thread, NULL, tee_main, NULL) != 0) {
+    if (tee_console < 0 || kvl_thread_start(&tee_thread, tee_main, NULL) != 0) {
         close(fds[0]);
         close(fds[1]);
         close(f);

@@ -7,6 +7,7 @@
 #define KVLLM_BASE_H
 
 #include <stdarg.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -38,6 +39,14 @@ void kvl_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3
  * --log-file: a thread copies a pipe in place of fd 2 to both, and drains it
  * at exit. Once per process; false with err when the file or pipe fails. */
 bool kvl_log_to_file(const char *path, kvl_error *err);
+
+/* pthread_create for the library's helper threads (compute pool, disk tier,
+ * log copier): the thread starts with every signal blocked but its own
+ * faults' (SIGSEGV, SIGBUS, SIGFPE, ...), so a
+ * process-directed SIGTERM reaches the thread that waits for it (the server's
+ * sigwait) instead of one of these, where its default action would kill the
+ * process. Returns pthread_create's result. */
+int kvl_thread_start(pthread_t *t, void *(*fn)(void *), void *arg);
 
 /* 64-byte aligned allocation (cache line / AVX-512); free with kvl_free. NULL on failure. */
 void *kvl_alloc(size_t size);

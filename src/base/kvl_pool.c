@@ -67,7 +67,8 @@ static _Atomic int caller_sleeping;
 /* under run_lock */
 static pthread_t workers[POOL_MAX];
 static int n_workers;
-static uint32_t start_gen; /* the generation workers start from (written before pthread_create) */
+static uint32_t
+    start_gen; /* the generation workers start from (written before the workers start) */
 static _Thread_local int self_index;
 static _Thread_local bool in_task;
 
@@ -202,9 +203,9 @@ static void *worker_main(void *arg) {
 static bool start_workers(int n) {
     if (n_workers == 0) read_tuning();
     start_gen = atomic_load(&gen_word);
-    while (n_workers < n - 1) {
-        if (pthread_create(&workers[n_workers], NULL, worker_main,
-                           (void *)(intptr_t)(n_workers + 1)) != 0) {
+    while (n_workers < n - 1) { /* taking no signals: kvl_thread_start */
+        if (kvl_thread_start(&workers[n_workers], worker_main, (void *)(intptr_t)(n_workers + 1)) !=
+            0) {
             kvl_log(KVL_LOG_WARN, "kvl_pool: could not start worker thread %d; running with %d",
                     n_workers + 1, n_workers + 1);
             break;

@@ -253,6 +253,17 @@ static const struct {
      "speculative decoding is --spec ngram|draft with --model-draft and --spec-k"},
     {"--chat-template-content-format", true, false,
      "message contents are rendered as the template expects them (strings or parts)"},
+    {"--download-dir", true, false, "kvllm does not download: -m names the GGUF file"},
+    {"--revision", true, false, "kvllm does not download: -m names the GGUF file"},
+    {"--guided-decoding-backend", true, false,
+     "structured output runs on kvllm's own grammar engine"},
+    {"--max-seq-len-to-capture", true, false, NO_GPU},
+    {"--disable-custom-all-reduce", false, false, NO_GPU},
+    {"--num-scheduler-steps", true, false, "one engine step per scheduling decision"},
+    {"--max-log-len", true, false, LOGS},
+    {"--disable-frontend-multiprocessing", false, false, "one process serves HTTP and the engine"},
+    {"--limit-mm-per-prompt", true, true, "kvllm serves text models only (no images or audio)"},
+    {"--enable-sleep-mode", false, true, "no sleep mode: the weights stay where the load put them"},
 };
 
 /* A flag of LLAMA_HABITS or VLLM_HABITS: 2 flag and value used, 1 a switch
@@ -328,7 +339,8 @@ static int vllm_valued(cli_opts *o, const char *f, const char *v) {
                 f, v);
         return -1;
     }
-    if (IS("--tensor-parallel-size") || IS("-tp") || IS("--pipeline-parallel-size")) {
+    if (IS("--tensor-parallel-size") || IS("-tp") || IS("--pipeline-parallel-size") ||
+        IS("--data-parallel-size") || IS("-dp")) {
         if (strcmp(v, "1") == 0) {
             habit_note(f, "one process on this machine's CPUs");
             return 1;

@@ -294,7 +294,7 @@ static void *beat_main(void *arg) {
 
 bool pp_rank0_open(pp_stage *p, kvl_error *err) {
     p->last_sent = kvl_time_s();
-    if (pthread_create(&p->beat, NULL, beat_main, p) != 0)
+    if (kvl_thread_start(&p->beat, beat_main, p) != 0)
         return kvl_fail(err, "pipeline: cannot start a thread");
     p->beating = true;
     model_set_forward_hook(p->m, forward_hook, p);

@@ -534,13 +534,13 @@ kv_disk *kv_disk_open(const kv_disk_config *c, kv_pool *p, kvl_error *err) {
         return NULL;
     }
     index_dir(d);
-    if (pthread_create(&d->writer, NULL, writer_main, d) != 0) {
+    if (kvl_thread_start(&d->writer, writer_main, d) != 0) {
         kvl_fail(err, "kv disk: cannot start the writer thread");
         kv_disk_close(d);
         return NULL;
     }
     d->writer_started = true;
-    if (pthread_create(&d->reader, NULL, kvd_reader_main, d) != 0) {
+    if (kvl_thread_start(&d->reader, kvd_reader_main, d) != 0) {
         kvl_fail(err, "kv disk: cannot start the reader thread");
         kv_disk_close(d);
         return NULL;

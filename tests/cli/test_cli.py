@@ -148,7 +148,8 @@ p = subprocess.Popen([BIN, 'serve', MODEL, '--port', '0', '--max-model-len', '0.
                       '--max-num-batched-tokens', '128', '--kv-cache-dtype', 'fp8', '--gpu-memory-utilization',
                       '0.9', '--no-enable-prefix-caching', '--tensor-parallel-size', '1', '--dtype', 'auto',
                       '--trust-remote-code', '--enable-auto-tool-choice', '--tool-call-parser', 'hermes',
-                      '--allowed-origins', '["*"]', '--disable-log-requests'], cwd=ROOT,
+                      '--allowed-origins', '["*"]', '--disable-log-requests', '--download-dir', '/tmp',
+                      '--guided-decoding-backend', 'xgrammar', '--data-parallel-size', '1'], cwd=ROOT,
                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 out = ''
 try:
@@ -168,7 +169,8 @@ for flags, why in ((['--tensor-parallel-size', '2'], '--pp N'), (['--kv-cache-dt
                    (['--tokenizer', 'org/tok'], 'vocabulary'), (['--quantization', 'awq'], 'GGUF'),
                    (['--response-role', 'user'], 'assistant'), (['--max-model-len', '1.5'], 'not a length'),
                    (['--allowed-origins', '["a", "b"]'], 'one origin'),
-                   (['--speculative-config', '{}'], '--spec')):
+                   (['--speculative-config', '{}'], '--spec'), (['--data-parallel-size', '2'], '--pp N'),
+                   (['--limit-mm-per-prompt', '{"image":1}'], 'text models')):
     r = run(['serve', MODEL, '--port', '0'] + flags)
     check(r.returncode != 0 and why in r.stderr and 'listening' not in r.stderr,
           f'serve {" ".join(flags)}: refused naming why ({r.stderr[-200:]})')
@@ -206,7 +208,12 @@ for line in p.stderr:
     seen += line
     if 'listening' in line:
         break
-live = open(slog).read()
+import time
+for _ in range(100):  # the copier writes the console first, then the file
+    live = open(slog).read()
+    if 'listening on' in live:
+        break
+    time.sleep(0.02)
 p.terminate()
 _, rest = p.communicate(timeout=30)
 final = open(slog).read()

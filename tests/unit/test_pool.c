@@ -5,6 +5,7 @@
  * task. Also built under TSan (label threads). */
 #include <math.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -115,6 +116,32 @@ static void check_two_callers(void) {
           (long long)atomic_load(&b));
 }
 
+/* A worker's signal mask: SIGTERM and SIGINT blocked (they belong to the
+ * server's sigwait), its own faults not (kvl_thread_start). */
+static _Atomic int mask_seen; /* bit 0: a worker ran; 1: SIGTERM blocked; 2: SIGINT; 3: SIGSEGV */
+static void mask_task(void *ctx, int64_t t, int thread) {
+    (void)ctx, (void)t;
+    if (thread == 0) { /* leave the worker room to take one: wait for it a while */
+        const double t0 = kvl_time_s();
+        while (!(atomic_load(&mask_seen) & 1) && kvl_time_s() - t0 < 0.05) {}
+        return;
+    }
+    sigset_t cur;
+    pthread_sigmask(SIG_BLOCK, NULL, &cur);
+    atomic_fetch_or(&mask_seen, 1 | sigismember(&cur, SIGTERM) << 1 |
+                                    sigismember(&cur, SIGINT) << 2 |
+                                    sigismember(&cur, SIGSEGV) << 3);
+}
+
+static void check_worker_signals(void) {
+    for (int tries = 0; tries < 100 && !(atomic_load(&mask_seen) & 1); tries++)
+        kvl_pool_run(mask_task, NULL, 64);
+    CHECK(atomic_load(&mask_seen) == 7,
+          "worker signal mask bits %d (want a worker, TERM and INT "
+          "blocked, SEGV not)",
+          atomic_load(&mask_seen));
+}
+
 int main(void) {
     CHECK(kvl_pool_threads() >= 1);
     kvl_pool_set_threads(1);
@@ -127,6 +154,8 @@ int main(void) {
         check_nested();
         check_two_callers();
     }
+    kvl_pool_set_threads(2);
+    check_worker_signals();
     kvl_pool_set_threads(2); /* smaller again: the extra workers stay out */
     check_runs(2);
     CHECK(strcmp(kvl_pool_threads_source(), "-t") == 0, "%s", kvl_pool_threads_source());
