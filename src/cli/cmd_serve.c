@@ -57,6 +57,7 @@ static void serve_usage(FILE *out) {
     print_settings(out, 0, 1); /* --port */
     fputs(
         "  --api-key KEY            require 'Authorization: Bearer KEY' on /v1/* and /metrics\n"
+        "                           (several: KEY1,KEY2, each its own tenant)\n"
         "  --api-prefix PATH        serve every route under PATH (/llm: /llm/v1/chat/completions, "
         "the\n"
         "                           pages at /llm/), as behind a proxy's sub-path\n"

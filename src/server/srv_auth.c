@@ -86,8 +86,26 @@ static bool load_file(srv *s, const char *path) {
     return ok;
 }
 
+/* --api-key: one key, or several separated by commas (llama-server's form);
+ * each its own tenant, as each line of a key file without a tenant name. */
+static bool add_key_list(srv *s, const char *list) {
+    char *copy = strdup(list), *save = NULL;
+    bool ok = copy != NULL, any = false;
+    for (char *k = copy ? strtok_r(copy, ",", &save) : NULL; ok && k;
+         k = strtok_r(NULL, ",", &save)) {
+        while (isspace((unsigned char)*k)) k++;
+        for (char *e = k + strlen(k); e > k && isspace((unsigned char)e[-1]);) *--e = 0;
+        if (!*k) continue;
+        ok = add_key(s, k, NULL);
+        any = true;
+    }
+    free(copy);
+    if (ok && !any) fprintf(stderr, "kvllm serve: --api-key: no key in '%s'\n", list);
+    return ok && any;
+}
+
 bool keys_load(srv *s) {
-    if (s->cfg.api_key && !add_key(s, s->cfg.api_key, NULL)) return false;
+    if (s->cfg.api_key && !add_key_list(s, s->cfg.api_key)) return false;
     if (s->cfg.api_key_file && !load_file(s, s->cfg.api_key_file)) return false;
     return true;
 }

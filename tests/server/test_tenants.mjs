@@ -113,5 +113,22 @@ for (const [what, text] of [['a key listed twice', 'k1 a\nk1 b\n'], ['three fiel
   console.log(`${ok ? 'ok   ' : 'FAIL '} key file with ${what} is refused at start`);
   if (!ok) { console.log(msg); failed++; }
 }
+// --api-key with several keys, comma-separated (llama-server's form): each works, each a tenant
+const listed = await startServer(bin, ['-m', MODEL, '-c', '512', '--api-key', 'key-one, key-two'],
+  { cwd: root, name: 'key-list' });
+failed += await runTests([
+  ['--api-key k1,k2: both keys work, the list itself does not; each its own tenant', async () => {
+    const p = prompt('list');
+    const a = await ask(listed.url, 'key-one', { prompt: p });
+    assertEq(a.status, 200, `key-one: ${a.text.slice(0, 200)}`);
+    const b = await ask(listed.url, 'key-two', { prompt: p });
+    assertEq(b.status, 200, `key-two: ${b.text.slice(0, 200)}`);
+    assertEq(cached(b), 0, 'key-two does not hit key-one\'s prompt');
+    assert(cached(await ask(listed.url, 'key-one', { prompt: p })) > 0, 'key-one hits its own');
+    assertEq((await ask(listed.url, 'key-one, key-two', { prompt: p })).status, 401, 'the list is not a key');
+  }],
+]);
+const listCode = await listed.stop();
+if (listCode !== 0) { console.log(`server exit ${listCode}:\n${listed.log()}`); failed++; }
 rmSync(dir, { recursive: true, force: true });
 process.exit(failed ? 1 : 0);
