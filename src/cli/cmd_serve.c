@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -721,13 +722,148 @@ static bool reasoning_options(serve_opts *so) {
     return ok;
 }
 
+/* llama-server's environment variables (its Docker images are configured
+ * through them): each set one stands for its flag, placed before the command
+ * line's, so the flag itself, given too, wins (llama.cpp's rule: the variable
+ * is not used then). flags: the flag's spellings, '|'-separated, the first
+ * used; a switch (takes false) applies on 1 / true / on / enabled, and off
+ * (if any) on 0 / false / off / disabled. */
+static const struct {
+    const char *env, *flags;
+    bool takes;
+    const char *off;
+} LLAMA_ENV[] = {
+    {"LLAMA_ARG_MODEL", "-m|--model", true, NULL},
+    {"LLAMA_ARG_CTX_SIZE", "-c|--ctx-size", true, NULL},
+    {"LLAMA_ARG_N_PARALLEL", "-np|--parallel", true, NULL},
+    {"LLAMA_ARG_HOST", "--host", true, NULL},
+    {"LLAMA_ARG_PORT", "--port", true, NULL},
+    {"LLAMA_ARG_THREADS", "-t|--threads", true, NULL},
+    {"LLAMA_ARG_N_PREDICT", "-n|--predict|--n-predict", true, NULL},
+    {"LLAMA_ARG_BATCH", "-b|--batch-size", true, NULL},
+    {"LLAMA_ARG_UBATCH", "-ub|--ubatch-size", true, NULL},
+    {"LLAMA_ARG_CACHE_TYPE_K", "-ctk|--cache-type-k", true, NULL},
+    {"LLAMA_ARG_CACHE_TYPE_V", "-ctv|--cache-type-v", true, NULL},
+    {"LLAMA_ARG_ALIAS", "--alias|-a", true, NULL},
+    {"LLAMA_API_KEY", "--api-key", true, NULL},
+    {"LLAMA_ARG_API_KEY_FILE", "--api-key-file", true, NULL},
+    {"LLAMA_ARG_SSL_KEY_FILE", "--ssl-key-file", true, NULL},
+    {"LLAMA_ARG_SSL_CERT_FILE", "--ssl-cert-file", true, NULL},
+    {"LLAMA_ARG_API_PREFIX", "--api-prefix", true, NULL},
+    {"LLAMA_ARG_CHAT_TEMPLATE", "--chat-template", true, NULL},
+    {"LLAMA_ARG_CHAT_TEMPLATE_FILE", "--chat-template-file", true, NULL},
+    {"LLAMA_ARG_CHAT_TEMPLATE_KWARGS", "--chat-template-kwargs", true, NULL},
+    {"LLAMA_ARG_THINK", "--reasoning-format", true, NULL},
+    {"LLAMA_ARG_THINK_BUDGET", "--reasoning-budget", true, NULL},
+    {"LLAMA_ARG_TIMEOUT", "--timeout|-to", true, NULL},
+    {"LLAMA_ARG_THREADS_HTTP", "--threads-http", true, NULL},
+    {"LLAMA_ARG_LOG_FILE", "--log-file", true, NULL},
+    {"LLAMA_ARG_TOP_K", "--top-k", true, NULL},
+    {"LLAMA_ARG_ROPE_SCALING_TYPE", "--rope-scaling", true, NULL},
+    {"LLAMA_ARG_ROPE_SCALE", "--rope-scale", true, NULL},
+    {"LLAMA_ARG_ROPE_FREQ_BASE", "--rope-freq-base", true, NULL},
+    {"LLAMA_ARG_ROPE_FREQ_SCALE", "--rope-freq-scale", true, NULL},
+    {"LLAMA_ARG_YARN_ORIG_CTX", "--yarn-orig-ctx", true, NULL},
+    {"LLAMA_ARG_SPEC_DRAFT_MODEL", "--model-draft|-md|--spec-draft-model", true, NULL},
+    {"LLAMA_ARG_DRAFT_MAX", "--draft-max|--draft|--draft-n", true, NULL},
+    {"LLAMA_ARG_FLASH_ATTN", "-fa|--flash-attn", true, NULL},
+    {"LLAMA_ARG_N_GPU_LAYERS", "-ngl|--gpu-layers|--n-gpu-layers", true, NULL},
+    {"LLAMA_ARG_CACHE_REUSE", "--cache-reuse", true, NULL},
+    {"LLAMA_ARG_MMPROJ", "--mmproj|-mm", true, NULL},
+    {"LLAMA_ARG_HF_REPO", "-hf|-hfr|--hf-repo", true, NULL},
+    {"LLAMA_ARG_MODEL_URL", "--model-url|-mu", true, NULL},
+    {"LLAMA_ARG_RERANKING", "--reranking|--rerank", false, NULL},
+    {"LLAMA_ARG_EMBEDDINGS", "--embeddings|--embedding", false, NULL},
+    {"LLAMA_ARG_ENDPOINT_METRICS", "--metrics", false, NULL},
+    {"LLAMA_ARG_ENDPOINT_PROPS", "--props", false, NULL},
+    {"LLAMA_ARG_ENDPOINT_SLOTS", "--slots", false, "--no-slots"},
+    {"LLAMA_ARG_UI", "--webui|--ui", false, "--no-webui"},
+    {"LLAMA_ARG_JINJA", "--jinja", false, NULL},
+    {"LLAMA_ARG_CONT_BATCHING", "--cont-batching|-cb", false, NULL},
+    {"LLAMA_ARG_CONTEXT_SHIFT", "--context-shift", false, "--no-context-shift"},
+};
+
+/* Whether flag is one of the '|'-separated spellings. */
+static bool spelled(const char *spellings, const char *flag) {
+    const size_t n = strlen(flag);
+    for (const char *p = spellings; *p;) {
+        const char *e = strchr(p, '|');
+        const size_t l = e ? (size_t)(e - p) : strlen(p);
+        if (l == n && strncmp(p, flag, n) == 0) return true;
+        p += l + (e != NULL);
+    }
+    return false;
+}
+
+/* argv with the flags LLAMA_ENV's variables stand for in front (malloc'd;
+ * *n its length), each noted on stderr; NULL when out of memory. */
+static char **with_llama_env(int argc, char **argv, int *n) {
+    const int cap = argc + 2 * (int)(sizeof LLAMA_ENV / sizeof *LLAMA_ENV) + 1;
+    char **out = calloc((size_t)cap, sizeof *out);
+    if (!out) return NULL;
+    int k = 0;
+    for (size_t i = 0; i < sizeof LLAMA_ENV / sizeof *LLAMA_ENV; i++) {
+        const char *v = getenv(LLAMA_ENV[i].env);
+        if (!v || !*v) continue;
+        bool given = false;
+        for (int a = 0; a < argc && !given; a++) given = spelled(LLAMA_ENV[i].flags, argv[a]);
+        if (given) continue; /* the command line's flag wins */
+        char flag[64];
+        const char *bar = strchr(LLAMA_ENV[i].flags, '|');
+        snprintf(flag, sizeof flag, "%.*s",
+                 bar ? (int)(bar - LLAMA_ENV[i].flags) : (int)strlen(LLAMA_ENV[i].flags),
+                 LLAMA_ENV[i].flags);
+        const char *use = NULL;
+        if (LLAMA_ENV[i].takes) use = flag;
+        else if (!strcmp(v, "1") || !strcasecmp(v, "true") || !strcasecmp(v, "on") ||
+                 !strcasecmp(v, "enabled"))
+            use = flag;
+        else if (!strcmp(v, "0") || !strcasecmp(v, "false") || !strcasecmp(v, "off") ||
+                 !strcasecmp(v, "disabled"))
+            use = LLAMA_ENV[i].off;
+        else {
+            fprintf(stderr,
+                    "kvllm: note: %s=%s: not a switch value (1/true/on, 0/false/off): "
+                    "ignored\n",
+                    LLAMA_ENV[i].env, v);
+            continue;
+        }
+        if (!use) continue;
+        char *f = strdup(use), *val = LLAMA_ENV[i].takes ? strdup(v) : NULL;
+        if (!f || (LLAMA_ENV[i].takes && !val)) {
+            free(f);
+            free(val);
+            for (int j = 0; j < k; j++) free(out[j]);
+            free(out);
+            return NULL;
+        }
+        fprintf(stderr, "kvllm: note: %s: %s%s%s\n", LLAMA_ENV[i].env, use,
+                LLAMA_ENV[i].takes ? " " : "",
+                LLAMA_ENV[i].takes ? (strstr(LLAMA_ENV[i].env, "KEY") ? "(set)" : v) : "");
+        out[k++] = f;
+        if (val) out[k++] = val;
+    }
+    for (int a = 0; a < argc; a++) out[k++] = argv[a];
+    *n = k;
+    return out;
+}
+
 int cmd_serve(int argc, char **argv) {
     reexec_with_passive_wait(argc, argv);
     serve_opts so = {.max_seqs = 64, .kv_memory_fraction = CLI_KV_MEMORY_FRACTION};
     server_config_default(&so.sc);
     so.sc.model_id = NULL;
     cli_opts o;
-    if (!cli_parse_ex(argc, argv, &o, serve_flag, &so)) return 2;
+    /* (the merged argument list lives as long as the process, held here: its
+     * strings are the settings' values) */
+    static char **args;
+    int n_args = 0;
+    args = with_llama_env(argc, argv, &n_args);
+    if (!args) {
+        fprintf(stderr, "kvllm: out of memory\n");
+        return 1;
+    }
+    if (!cli_parse_ex(n_args, args, &o, serve_flag, &so)) return 2;
     if (so.help) {
         serve_usage(stdout);
         return 0;

@@ -191,6 +191,25 @@ r = run(['run', '-m', MODEL, '-p', 'x', '-n', '1', '--kv-blocks', str(int(0.7 * 
          '--spec', 'draft'])
 check(r.returncode != 0 and "the draft model's pools included" in r.stderr,
       f'run with a draft: its pools in the memory check ({r.stderr[-300:]})')
+# llama-server's environment variables (its Docker images' way): each stands for its flag, the
+# command line's own flag winning; a switch takes 1/true or 0/false (its negative flag)
+env = dict(os.environ, LLAMA_ARG_MODEL=MODEL, LLAMA_ARG_CTX_SIZE='192', LLAMA_ARG_N_PARALLEL='3',
+           LLAMA_ARG_CACHE_TYPE_K='q8_0', LLAMA_ARG_ENDPOINT_SLOTS='false')
+p = subprocess.Popen([BIN, 'serve', '--port', '0', '-np', '2'], cwd=ROOT, env=env,
+                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+out = ''
+for line in p.stderr:
+    out += line
+    if 'listening' in line or 'KV pool ' in line and 'blocks x' in line:
+        break
+p.terminate()
+p.wait(timeout=30)
+check('K q8_0, V f16' in out and '(192-token)' in out and 'max 2 running' in out and
+      'note: LLAMA_ARG_ENDPOINT_SLOTS: --no-slots' in out and 'LLAMA_ARG_N_PARALLEL' not in out,
+      f'serve from LLAMA_ARG_* variables, the command line winning ({out[-500:]})')
+r = subprocess.run([BIN, 'serve', '--port', '0'], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                   env=dict(os.environ, LLAMA_ARG_MODEL=MODEL, LLAMA_ARG_MMPROJ='vision.gguf'))
+check(r.returncode != 0 and '--mmproj is not supported' in r.stderr, f'LLAMA_ARG_MMPROJ: refused as --mmproj')
 r = run(['serve', '-m', MODEL, '--port', '0', '--metrics-prefix', 'a-b'])
 check(r.returncode != 0 and 'not a metric namespace' in r.stderr, f'--metrics-prefix a-b: refused ({r.stderr[-200:]})')
 # --log-file (llama.cpp's): everything on stderr also goes to the file, to its last line at exit
