@@ -723,7 +723,7 @@ static bool reasoning_options(serve_opts *so) {
 }
 
 /* llama-server's environment variables (its Docker images are configured
- * through them): each set one stands for its flag, placed before the command
+ * through them; and vLLM's VLLM_API_KEY): each set one stands for its flag, placed before the command
  * line's, so the flag itself, given too, wins (llama.cpp's rule: the variable
  * is not used then). flags: the flag's spellings, '|'-separated, the first
  * used; a switch (takes false) applies on 1 / true / on / enabled, and off
@@ -746,6 +746,7 @@ static const struct {
     {"LLAMA_ARG_CACHE_TYPE_V", "-ctv|--cache-type-v", true, NULL},
     {"LLAMA_ARG_ALIAS", "--alias|-a", true, NULL},
     {"LLAMA_API_KEY", "--api-key", true, NULL},
+    {"VLLM_API_KEY", "--api-key", true, NULL}, /* vLLM's, read the same way */
     {"LLAMA_ARG_API_KEY_FILE", "--api-key-file", true, NULL},
     {"LLAMA_ARG_SSL_KEY_FILE", "--ssl-key-file", true, NULL},
     {"LLAMA_ARG_SSL_CERT_FILE", "--ssl-cert-file", true, NULL},
