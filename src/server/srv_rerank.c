@@ -169,6 +169,18 @@ void rerank_req_free(rerank_req *rj) {
     memset(rj, 0, sizeof *rj);
 }
 
+/* The adapters' scales the request's model names (an adapter's name scores
+ * through it) and room for n prompts and their scores. */
+static bool prompts_alloc(srv *s, const cJSON *b, rerank_req *rj, int n, api_error *err) {
+    const cJSON *model = req_field(b, "model");
+    if (!srv_lora_scales(s, b, model ? model->valuestring : NULL, rj->lora, &rj->n_lora, err))
+        return false;
+    rj->ids = calloc((size_t)n, sizeof *rj->ids);
+    rj->n_ids = calloc((size_t)n, sizeof *rj->n_ids);
+    rj->score = calloc((size_t)n, sizeof *rj->score);
+    return (rj->ids && rj->n_ids && rj->score) || api_fail(err, 500, NULL, "out of memory");
+}
+
 bool rerank_parse(srv *s, const cJSON *b, rerank_req *rj, api_error *err) {
     /* Jina's / Cohere's fields, TEI's texts and return_text; llama-server reads these */
     static const char *const NAMES[] = {"query",       "documents",        "texts", "top_n",
@@ -197,13 +209,7 @@ bool rerank_parse(srv *s, const cJSON *b, rerank_req *rj, api_error *err) {
     if (n > MAX_RERANK_DOCS)
         return api_fail(err, 400, "documents", "at most %d documents per request", MAX_RERANK_DOCS);
     if (rj->top_n < 0) rj->top_n = n;
-    const cJSON *model = req_field(b, "model"); /* an adapter's name: scores through it */
-    if (!srv_lora_scales(s, b, model ? model->valuestring : NULL, rj->lora, &rj->n_lora, err))
-        return false;
-    rj->ids = calloc((size_t)n, sizeof *rj->ids);
-    rj->n_ids = calloc((size_t)n, sizeof *rj->n_ids);
-    rj->score = calloc((size_t)n, sizeof *rj->score);
-    if (!rj->ids || !rj->n_ids || !rj->score) return api_fail(err, 500, NULL, "out of memory");
+    if (!prompts_alloc(s, b, rj, n, err)) return false;
     int i = 0;
     for (const cJSON *d = rj->docs->child; d; d = d->next, i++) {
         const char *text = doc_text(d);
@@ -248,13 +254,7 @@ bool score_parse(srv *s, const cJSON *b, rerank_req *rj, api_error *err) {
     const int np = n[1];
     if (np > MAX_RERANK_DOCS)
         return api_fail(err, 400, "text_2", "at most %d pairs per request", MAX_RERANK_DOCS);
-    const cJSON *model = req_field(b, "model"); /* an adapter's name: scores through it */
-    if (!srv_lora_scales(s, b, model ? model->valuestring : NULL, rj->lora, &rj->n_lora, err))
-        return false;
-    rj->ids = calloc((size_t)np, sizeof *rj->ids);
-    rj->n_ids = calloc((size_t)np, sizeof *rj->n_ids);
-    rj->score = calloc((size_t)np, sizeof *rj->score);
-    if (!rj->ids || !rj->n_ids || !rj->score) return api_fail(err, 500, NULL, "out of memory");
+    if (!prompts_alloc(s, b, rj, np, err)) return false;
     for (int i = 0; i < np; i++) {
         const cJSON *q = cJSON_IsString(t[0]) ? t[0] : cJSON_GetArrayItem(t[0], n[0] > 1 ? i : 0);
         const cJSON *d = cJSON_IsString(t[1]) ? t[1] : cJSON_GetArrayItem(t[1], i);
