@@ -849,22 +849,28 @@ static char **with_llama_env(int argc, char **argv, int *n) {
     return out;
 }
 
+static int serve(int argc, char **argv);
+
 int cmd_serve(int argc, char **argv) {
     reexec_with_passive_wait(argc, argv);
-    serve_opts so = {.max_seqs = 64, .kv_memory_fraction = CLI_KV_MEMORY_FRACTION};
-    server_config_default(&so.sc);
-    so.sc.model_id = NULL;
-    cli_opts o;
-    /* (the merged argument list lives as long as the process, held here: its
-     * strings are the settings' values) */
-    static char **args;
     int n_args = 0;
-    args = with_llama_env(argc, argv, &n_args);
+    char **args = with_llama_env(argc, argv, &n_args);
     if (!args) {
         fprintf(stderr, "kvllm: out of memory\n");
         return 1;
     }
-    if (!cli_parse_ex(n_args, args, &o, serve_flag, &so)) return 2;
+    const int rc = serve(n_args, args); /* the settings point into args' strings until then */
+    for (int i = 0; i < n_args - argc; i++) free(args[i]); /* the variables' flags and values */
+    free(args);
+    return rc;
+}
+
+static int serve(int argc, char **argv) {
+    serve_opts so = {.max_seqs = 64, .kv_memory_fraction = CLI_KV_MEMORY_FRACTION};
+    server_config_default(&so.sc);
+    so.sc.model_id = NULL;
+    cli_opts o;
+    if (!cli_parse_ex(argc, argv, &o, serve_flag, &so)) return 2;
     if (so.help) {
         serve_usage(stdout);
         return 0;
