@@ -246,17 +246,18 @@ static int serve_flag(const char *f, const char *v, void *ctx) {
 #define IS(name) (strcmp(f, name) == 0)
     const server_setting *st = NULL;
     /* llama-server's names of two settings */
-    const char *name = IS("--threads-http") ? "--http-threads"
-                       : IS("--timeout")    ? "--request-timeout"
-                                            : f;
+    const char *name = IS("--threads-http")           ? "--http-threads"
+                       : IS("--timeout") || IS("-to") ? "--request-timeout"
+                                                      : f;
     for (int i = 0; i < server_n_settings && !st; i++)
         if (strcmp(name, server_settings[i].flag) == 0) st = &server_settings[i];
     bool ours = st || IS("--host") || IS("--api-key") || IS("--served-model-name") ||
-                IS("--alias") || IS("-np") || IS("--parallel") || IS("--chat-template") ||
-                IS("--chat-template-file") || IS("--kv-memory") || IS("--max-batch-tokens") ||
-                IS("--max-seqs") || IS("--max-body") || IS("--cors") ||
-                IS("--kv-memory-fraction") || IS("--api-key-file") || IS("--kv-disk") ||
-                IS("--kv-disk-size") || IS("--scheduling-policy") || IS("--kv-disk-pin-max") ||
+                IS("--alias") || IS("-a") || IS("-rea") || IS("--reasoning") || IS("-np") ||
+                IS("--parallel") || IS("--chat-template") || IS("--chat-template-file") ||
+                IS("--kv-memory") || IS("--max-batch-tokens") || IS("--max-seqs") ||
+                IS("--max-body") || IS("--cors") || IS("--kv-memory-fraction") ||
+                IS("--api-key-file") || IS("--kv-disk") || IS("--kv-disk-size") ||
+                IS("--scheduling-policy") || IS("--kv-disk-pin-max") ||
                 IS("--prefix-admission-wait") || IS("--lora-modules") ||
                 IS("--chat-template-kwargs") || IS("--default-chat-template-kwargs") ||
                 IS("--reasoning-budget") || IS("--reasoning-format") || IS("--ssl-key-file") ||
@@ -302,8 +303,14 @@ static int serve_flag(const char *f, const char *v, void *ctx) {
         so->sc.metrics_prefix = v;
     } else if (IS("--allowed-origins")) {
         if (!allowed_origins(v, so)) return -1;
-    } else if (IS("--served-model-name") || IS("--alias")) so->sc.model_id = v;
-    else if (IS("--kv-memory")) so->kv_memory = v;
+    } else if (IS("--served-model-name") || IS("--alias") || IS("-a")) so->sc.model_id = v;
+    else if (IS("-rea") || IS("--reasoning")) {            /* llama-server's on | off | auto */
+        if (!strcmp(v, "off")) so->reasoning_budget = "0"; /* as --reasoning-budget 0 */
+        else if (strcmp(v, "on") && strcmp(v, "auto")) {
+            fprintf(stderr, "kvllm: %s: on, off or auto\n", f);
+            return -1;
+        }
+    } else if (IS("--kv-memory")) so->kv_memory = v;
     else if (IS("--cors")) so->sc.cors_origin = v;
     else if (IS("--kv-disk")) so->kv_disk = v;
     else if (IS("--slot-save-path")) so->sc.slot_save_path = v;

@@ -133,8 +133,11 @@ check('K q8_0, V f16' in out and 'max 3 running' in out and all(
 # two settings used (--threads-http, --timeout); what would change the output refused, naming
 # what to do instead; kvllm run's own flags refused by serve
 out = serve_pool_line(['-ot', 'exps=CPU', '--n-cpu-moe', '8', '-tb', '2', '--cache-reuse', '256',
-                       '--no-warmup', '--threads-http', '3', '--timeout', '60', '--draft-max', '8'])
-check(all(f'note: {f}:' in out for f in ('-ot', '--n-cpu-moe', '-tb', '--cache-reuse', '--no-warmup'))
+                       '--no-warmup', '--threads-http', '3', '-to', '60', '--draft-max', '8', '--cache-ram',
+                       '2048', '-ctxcp', '4', '--fit', 'on', '--sse-ping-interval', '5', '-lv', '3', '-a', 'm',
+                       '-rea', 'off'])
+check(all(f'note: {f}:' in out for f in ('-ot', '--n-cpu-moe', '-tb', '--cache-reuse', '--no-warmup', '--cache-ram',
+                                         '-ctxcp', '--fit', '--sse-ping-interval', '-lv'))
       and 'KV pool' in out, f'serve with more llama-server flags ({out[-400:]})')
 for flags, why in ((['--yarn-ext-factor', '1'], '--override-kv'), (['--mmproj', 'x.gguf'], 'text models'),
                    (['--context-shift'], 'does not shift'), (['-hf', 'org/repo'], '-m')):
