@@ -201,6 +201,10 @@ static int serve_switch(const char *f, serve_opts *so) {
     else if (strcmp(f, "--no-webui") == 0) so->sc.no_webui = true;
     else if (strcmp(f, "--special") == 0 || strcmp(f, "-sp") == 0) so->sc.special = true;
     else if (strcmp(f, "--props") == 0) so->sc.props_endpoint = true;
+    else if (strcmp(f, "--prefill-assistant") == 0) so->sc.prefill_assistant = true;
+    else if (strcmp(f, "--no-prefill-assistant") == 0) so->sc.prefill_assistant = false;
+    else if (strcmp(f, "--no-cache-prompt") == 0) so->no_prefix_cache = true; /* (llama's) */
+    else if (strcmp(f, "--no-ui") == 0) so->sc.no_webui = true;
     else if (strcmp(f, "--slots") == 0) so->sc.no_slots = false; /* llama-server's default */
     else if (strcmp(f, "--no-slots") == 0) so->sc.no_slots = true;
     else if (strcmp(f, "--metrics") == 0 || strcmp(f, "--embedding") == 0 ||

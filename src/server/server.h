@@ -39,6 +39,10 @@ typedef struct server_config {
      * own names, vllm:num_requests_running, ...); NULL: "kvllm" */
     const char *metrics_prefix;
     bool props_endpoint; /* --props: POST /props answers success (llama-server's; 501 without) */
+    /* --prefill-assistant (llama-server's default): a chat whose last message is
+     * the assistant's continues it (continue_final_message) unless the request
+     * sets continue_final_message or add_generation_prompt */
+    bool prefill_assistant;
     /* GBNF every generation request is held to unless it constrains its output
      * itself or has tools (llama-server's --grammar, --grammar-file,
      * --json-schema); NULL: none */

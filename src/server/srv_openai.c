@@ -539,6 +539,16 @@ static bool parse_chat_prompt(srv *s, const cJSON *body, srv_job *j, api_error *
     if (cont && add_gen && req_field(body, "add_generation_prompt"))
         return api_fail(err, 400, "continue_final_message",
                         "continue_final_message and add_generation_prompt cannot both be true");
+    /* --prefill-assistant (llama-server's default): a final assistant message
+     * is continued unless the request says otherwise */
+    if (s->cfg.prefill_assistant && !req_field(body, "continue_final_message") &&
+        !req_field(body, "add_generation_prompt")) {
+        const cJSON *msgs = req_field(body, "messages");
+        const cJSON *last =
+            cJSON_IsArray(msgs) ? cJSON_GetArrayItem(msgs, cJSON_GetArraySize(msgs) - 1) : NULL;
+        const cJSON *role = last ? cJSON_GetObjectItemCaseSensitive(last, "role") : NULL;
+        cont = cJSON_IsString(role) && strcmp(role->valuestring, "assistant") == 0;
+    }
     if (cont) add_gen = false; /* the final message is left open instead */
     if (req_field(body, "parse_special"))
         return api_fail(err, 400, "parse_special",

@@ -135,11 +135,13 @@ check('K q8_0, V f16' in out and 'max 3 running' in out and all(
 out = serve_pool_line(['-ot', 'exps=CPU', '--n-cpu-moe', '8', '-tb', '2', '--cache-reuse', '256',
                        '--no-warmup', '--threads-http', '3', '-to', '60', '--draft-max', '8', '--cache-ram',
                        '2048', '-ctxcp', '4', '--fit', 'on', '--sse-ping-interval', '5', '-lv', '3', '-a', 'm',
-                       '-rea', 'off'])
+                       '-rea', 'off', '--cache-prompt', '--webui', '--mmap', '-kvo', '--reuse-port'])
 check(all(f'note: {f}:' in out for f in ('-ot', '--n-cpu-moe', '-tb', '--cache-reuse', '--no-warmup', '--cache-ram',
-                                         '-ctxcp', '--fit', '--sse-ping-interval', '-lv'))
+                                         '-ctxcp', '--fit', '--sse-ping-interval', '-lv', '--cache-prompt', '--webui',
+                                         '--mmap', '-kvo', '--reuse-port'))
       and 'KV pool' in out, f'serve with more llama-server flags ({out[-400:]})')
 for flags, why in ((['--yarn-ext-factor', '1'], '--override-kv'), (['--mmproj', 'x.gguf'], 'text models'),
+                   (['--skip-chat-parsing'], 'always parsed'),
                    (['--context-shift'], 'does not shift'), (['-hf', 'org/repo'], '-m')):
     r = run(['serve', '-m', MODEL, '--port', '0'] + flags)
     check(r.returncode != 0 and 'not supported' in r.stderr and why in r.stderr,

@@ -62,6 +62,10 @@ const inline = await startServer(bin, ['-m', 'models/stories260K.gguf', '-c', '1
 const byPath = await startServer(bin, ['-m', 'models/stories260K.gguf', '-c', '1024',
   '--chat-template', `${DIR}/${LLAMA}.jinja`], { cwd: root, name: 'by-path' });
 
+// llama-server's --prefill-assistant: a final assistant message is continued by default.
+const prefill = await startServer(bin, ['-m', 'models/stories260K.gguf', '-c', '1024', '--prefill-assistant',
+  '--chat-template-file', `${DIR}/${NAME}.jinja`], { cwd: root, name: 'prefill' });
+
 // Server-wide template variables: llama-server's --reasoning-budget 0 (enable_thinking false).
 const nothink = await startServer(bin, ['-m', 'models/stories260K.gguf', '-c', '1024', '--reasoning-budget', '0',
   '--chat-template-file', `${DIR}/${NAME}.jinja`], { cwd: root, name: 'no-thinking' });
@@ -94,6 +98,18 @@ const failed = await runTests([
       const r = await rawRequest(srv.url, { path: '/apply-template', body: JSON.stringify({ messages: cases.c03_multi_turn.messages }) });
       assertEq(r.json.prompt, want, `${source}: rendered text`);
     }
+  }],
+  ['--prefill-assistant: a final assistant message is continued unless the request says otherwise', async () => {
+    const messages = [{ role: 'user', content: 'Tell me a story.' }, { role: 'assistant', content: 'Once upon a time' }];
+    const at = (srv, extra) => rawRequest(srv.url, { path: '/apply-template', body: JSON.stringify({ messages, ...extra }) })
+      .then((r) => r.json.prompt);
+    const continued = await at(server, { continue_final_message: true, add_generation_prompt: false });
+    const newTurn = await at(server, {});
+    assert(continued !== newTurn && continued.endsWith('Once upon a time'), 'the two renderings differ');
+    assertEq(await at(prefill, {}), continued, 'continued by default');
+    assertEq(await at(prefill, { add_generation_prompt: true }), newTurn, 'add_generation_prompt: a new turn');
+    assertEq(await at(prefill, { messages: [messages[0]] }), await at(server, { messages: [messages[0]] }),
+      'a final user message: as without the flag');
   }],
   ['chat_template_kwargs: enable_thinking false', async () => {
     await samePrompt('c01_single_user', { enable_thinking: false }, { chat_template_kwargs: { enable_thinking: false } });
@@ -178,7 +194,7 @@ const failed = await runTests([
 ]);
 
 let bad = 0;
-for (const srv of [server, llama, nothink, inline, byPath]) {
+for (const srv of [server, llama, nothink, inline, byPath, prefill]) {
   const code = await srv.stop();
   if (code !== 0) console.log(`server exit code ${code}; log:\n${srv.log()}`), bad++;
 }
