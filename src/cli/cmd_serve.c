@@ -793,6 +793,8 @@ static const struct {
     {"LLAMA_ARG_JINJA", "--jinja", false, NULL},
     {"LLAMA_ARG_CONT_BATCHING", "--cont-batching|-cb", false, NULL},
     {"LLAMA_ARG_CONTEXT_SHIFT", "--context-shift", false, "--no-context-shift"},
+    {"LLAMA_ARG_PREFILL_ASSISTANT", "--prefill-assistant", false, "--no-prefill-assistant"},
+    {"LLAMA_ARG_CACHE_PROMPT", "--cache-prompt", false, "--no-cache-prompt"},
 };
 
 /* Whether flag is one of the '|'-separated spellings. */
