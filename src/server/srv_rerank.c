@@ -227,10 +227,9 @@ bool rerank_parse(srv *s, const cJSON *b, rerank_req *rj, api_error *err) {
  * or an array of strings, paired 1:1, 1:N or N:N; every pair scored as
  * /rerank scores a query and a document. */
 bool score_parse(srv *s, const cJSON *b, rerank_req *rj, api_error *err) {
-    static const char *const NAMES[] = {
-        "model", "text_1", "text_2", "truncate_prompt_tokens", "encoding_format", "user"};
+    static const char *const NAMES[] = {"model", "text_1", "text_2", "truncate_prompt_tokens"};
     *rj = (rerank_req){.top_n = -1};
-    if (!srv_only_fields(b, NAMES, 6, "/score", err) || !srv_check_model(s, b, err)) return false;
+    if (!srv_only_fields(b, NAMES, 4, "/score", err) || !srv_check_model(s, b, err)) return false;
     const cJSON *tp = req_field(b, "truncate_prompt_tokens");
     if (tp && !cJSON_IsNull(tp))
         return api_fail(err, 400, "truncate_prompt_tokens",

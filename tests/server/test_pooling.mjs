@@ -154,7 +154,7 @@ const tests = Object.entries({
     assertEq(nn.json.data.map((d) => d.score), [want[0], second.json.results[0].relevance_score], 'N:N, pair by pair');
     for (const [body, param] of [[{ text_1: [q, q], text_2: docs.slice(0, 3) }, 'text_2'], [{ text_2: docs }, 'text_1'],
       [{ text_1: q, text_2: [] }, 'text_2'], [{ text_1: q, text_2: [3] }, 'text_2'],
-      [{ text_1: q, text_2: 'a', truncate_prompt_tokens: 4 }, 'truncate_prompt_tokens'], [{ text_1: q, text_2: 'a', queries: ['x'] }, 'queries']]) {
+      [{ text_1: q, text_2: 'a', truncate_prompt_tokens: 4 }, 'truncate_prompt_tokens'], [{ text_1: q, text_2: 'a', queries: ['x'] }, 'queries'], [{ text_1: q, text_2: 'a', encoding_format: 'float' }, 'encoding_format']]) {
       const r = await post(servers.rerank, '/score', body);
       assertEq([r.status, r.json.error.param], [400, param], `${JSON.stringify(body).slice(0, 80)}: ${r.text.slice(0, 200)}`);
     }
