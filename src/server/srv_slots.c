@@ -221,8 +221,12 @@ char *srv_slot_action(srv *s, const char *url, const char *action, const char *b
     if (verb != SLOT_ERASE) {
         cJSON *b = json_parse_body(body ? body : "", len, err);
         if (!b) return NULL;
+        static const char *const NAMES[] = {"filename"};
         const cJSON *f = cJSON_GetObjectItemCaseSensitive(b, "filename");
-        if (!cJSON_IsString(f)) api_fail(err, 400, "filename", "'filename' must be a string");
+        if (!cJSON_IsObject(b)) api_fail(err, 400, NULL, "the request body must be a JSON object");
+        else if (!srv_only_fields(b, NAMES, 1, "/slots", err)) {
+        } else if (!cJSON_IsString(f))
+            api_fail(err, 400, "filename", "'filename' must be a string");
         else if (!valid_filename(f->valuestring))
             api_fail(err, 400, "filename", "Invalid filename '%s': one name in --slot-save-path",
                      f->valuestring);

@@ -190,6 +190,9 @@ const tests = [
       assertEq([r.status, r.json.error.type], [400, 'invalid_request_error'], `filename ${JSON.stringify(filename)}`);
     }
     assertEq((await slotAct(saver, 0, 'save', {})).status, 400, 'no filename');
+    const extra = await slotAct(saver, 0, 'save', { filename: 'x.bin', compress: true });
+    assertEq([extra.status, extra.json.error.param], [400, 'compress'], 'an unknown field');
+    assertEq((await rawRequest(saver.url, { path: '/slots/0?action=save', body: '["x.bin"]' })).status, 400, 'an array');
     assertEq((await slotAct(saver, 0, 'save', { filename: 3 })).status, 400, 'a number');
     assertEq((await slotAct(saver, 0, 'dump', { filename: 'x.bin' })).status, 400, 'an unknown action');
     assertEq((await slotAct(saver, 0, '', { filename: 'x.bin' })).status, 400, 'no action');
