@@ -282,8 +282,8 @@ static void watch_clients(srv *s) {
         pthread_mutex_lock(&j->mu);
         bool gone = j->fd >= 0 && j->n_finished < j->n && peer_closed(j->fd);
         pthread_mutex_unlock(&j->mu);
-        if (gone) {
-            atomic_store(&j->cancelled, true);
+        /* counted once, whichever side sees the hang-up first (job_cancel) */
+        if (gone && !atomic_exchange(&j->cancelled, true)) {
             atomic_fetch_add(&s->n_client_gone, 1);
             kvl_log(KVL_LOG_INFO, "client left: cancelling its request");
         }

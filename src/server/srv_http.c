@@ -297,7 +297,7 @@ static void stream_free(void *cls) {
     job_detach(sc->r.job);
     if (!sc->done) {
         kvl_log(KVL_LOG_INFO, "client left mid-stream: cancelling %s", sc->r.id);
-        job_cancel(sc->r.job);
+        job_cancel(sc->r.job, true);
     }
     atomic_fetch_sub(&sc->s->n_busy, 1);
     api_req_free(&sc->r);
@@ -312,7 +312,7 @@ static enum MHD_Result start_stream(srv *s, struct MHD_Connection *c, conn_ctx *
     stream_ctx *sc = calloc(1, sizeof *sc);
     if (!sc) {
         job_detach(cc->r.job);
-        job_cancel(cc->r.job);
+        job_cancel(cc->r.job, false);
         api_req_free(&cc->r);
         atomic_fetch_sub(&s->n_busy, 1);
         return fail(c, 500, NULL, "out of memory");
@@ -346,7 +346,7 @@ static void end_generation(srv *s, conn_ctx *cc) {
     pthread_mutex_lock(&j->mu);
     bool running = j->state != JOB_REJECTED && j->n_finished < j->n;
     pthread_mutex_unlock(&j->mu);
-    if (running) job_cancel(j); /* the connection ended before the answer */
+    if (running) job_cancel(j, true); /* the connection ended before the answer */
     api_req_free(&cc->r);
     atomic_fetch_sub(&s->n_busy, 1);
 }

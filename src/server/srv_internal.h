@@ -234,8 +234,10 @@ int64_t job_prompt_tokens(const srv_job *j);
 void job_release(srv_job *j); /* drops one reference; frees at zero */
 /* Engine thread: appends an event and wakes the HTTP thread. */
 void job_push(srv_job *j, srv_event *ev);
-/* HTTP thread: asks the engine thread to cancel the job (idempotent). */
-void job_cancel(srv_job *j);
+/* HTTP thread: asks the engine thread to cancel the job (idempotent); the
+ * first cancellation because its client left counts in client_disconnects
+ * (the engine thread's own poll, watch_clients, counts those it finds first). */
+void job_cancel(srv_job *j, bool client_left);
 /* HTTP thread, inside a libmicrohttpd callback for connection c: true if
  * pred(j) holds (called under j->mu); otherwise suspends c until the engine
  * thread next wakes the job (job_wake) and returns false. */

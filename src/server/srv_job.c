@@ -129,9 +129,10 @@ srv_event *job_take(srv_job *j) {
     return ev;
 }
 
-void job_cancel(srv_job *j) {
+void job_cancel(srv_job *j, bool client_left) {
     if (atomic_exchange(&j->cancelled, true)) return;
     srv *s = j->s;
+    if (client_left) atomic_fetch_add(&s->n_client_gone, 1);
     pthread_mutex_lock(&s->q_mu);
     s->cancel_pending = true;
     pthread_cond_signal(&s->q_cv);
