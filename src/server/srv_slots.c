@@ -223,15 +223,16 @@ char *srv_slot_action(srv *s, const char *url, const char *action, const char *b
         if (!b) return NULL;
         static const char *const NAMES[] = {"filename"};
         const cJSON *f = cJSON_GetObjectItemCaseSensitive(b, "filename");
-        if (!cJSON_IsObject(b)) api_fail(err, 400, NULL, "the request body must be a JSON object");
-        else if (!srv_only_fields(b, NAMES, 1, "/slots", err)) {
-        } else if (!cJSON_IsString(f))
-            api_fail(err, 400, "filename", "'filename' must be a string");
-        else if (!valid_filename(f->valuestring))
-            api_fail(err, 400, "filename", "Invalid filename '%s': one name in --slot-save-path",
-                     f->valuestring);
-        else if (!(filename = strdup(f->valuestring)) ||
-                 asprintf(&path, "%s/%s", s->cfg.slot_save_path, filename) < 0) {
+        bool ok =
+            (cJSON_IsObject(b) ||
+             api_fail(err, 400, NULL, "the request body must be a JSON object")) &&
+            srv_only_fields(b, NAMES, 1, "/slots", err) &&
+            (cJSON_IsString(f) || api_fail(err, 400, "filename", "'filename' must be a string")) &&
+            (valid_filename(f->valuestring) ||
+             api_fail(err, 400, "filename", "Invalid filename '%s': one name in --slot-save-path",
+                      f->valuestring));
+        if (ok && (!(filename = strdup(f->valuestring)) ||
+                   asprintf(&path, "%s/%s", s->cfg.slot_save_path, filename) < 0)) {
             path = NULL;
             api_fail(err, 500, NULL, "out of memory");
         }

@@ -282,13 +282,8 @@ static void test_sigkill(const char *dir, const char *self) {
 }
 
 int main(int argc, char **argv) {
-    kvl_error err;
-    g_model = load_test_model(MODEL, 128, 64, &g_vocab);
+    g_model = load_test_model_id(MODEL, 128, 64, &g_vocab, g_id);
     if (!g_model) return 1;
-    if (!kv_disk_model_id(MODEL, g_id, &err)) {
-        fprintf(stderr, "%s\n", err.msg);
-        return 1;
-    }
     srand(11);
     for (int i = 0; i <= N_OTHER; i++)
         for (int k = 0; k < N_PROMPT; k++)

@@ -102,12 +102,8 @@ static void expect_refused(engine *e, const char *path, const uint8_t *id, const
 
 int main(void) {
     kvl_error err = {{0}};
-    g_model = load_test_model(MODEL, 128, 64, &g_vocab);
+    g_model = load_test_model_id(MODEL, 128, 64, &g_vocab, g_id);
     if (!g_model) return 1;
-    if (!kv_disk_model_id(MODEL, g_id, &err)) {
-        fprintf(stderr, "%s\n", err.msg);
-        return 1;
-    }
     srand(5);
     for (int k = 0; k < N_PROMPT; k++)
         g_prompt[k] = 3 + rand() % (int)(model_hp(g_model)->n_vocab - 3);

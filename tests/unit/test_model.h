@@ -53,6 +53,21 @@ static inline void on_text_event(const engine_event *ev, void *user) {
     if (ev->finish) o->finish = ev->finish;
 }
 
+/* load_test_model for the KV file tests (disk tier, prefix files): the model
+ * and its identity in KV files (kv_disk_model_id); NULL with why printed. */
+static inline model *load_test_model_id(const char *path, int64_t max_ctx, int64_t max_ubatch,
+                                        tok_vocab **vocab, uint8_t id[16]) {
+    model *m = load_test_model(path, max_ctx, max_ubatch, vocab);
+    kvl_error err = {{0}};
+    if (m && !kv_disk_model_id(path, id, &err)) {
+        fprintf(stderr, "%s\n", err.msg);
+        model_destroy(m);
+        tok_vocab_destroy(*vocab);
+        return NULL;
+    }
+    return m;
+}
+
 /* Queues one greedy request of max_tokens (ignore_eos; salt: its cache salt,
  * NULL none) whose events go to on_event(user); false with why printed. */
 static inline bool submit_greedy(engine *e, const int32_t *prompt, int64_t n, int64_t max_tokens,
