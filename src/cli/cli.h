@@ -14,6 +14,7 @@
 
 #define CLI_MAX_STOP        16
 #define CLI_MAX_OVERRIDE_KV 32
+#define CLI_MAX_CVEC        16
 
 typedef struct cli_opts {
     const char *cmd;
@@ -64,6 +65,14 @@ typedef struct cli_opts {
     char lora_path[MODEL_MAX_LORA][1024];
     float lora_scale[MODEL_MAX_LORA];
     bool lora_init_without_apply;
+    /* --control-vector FILE[,FILE...] / --control-vector-scaled FILE:SCALE[,...]
+     * (llama.cpp's): summed into the model's control vectors at load;
+     * --control-vector-layer-range START END: the layers they apply to (0: llama.cpp's
+     * defaults, 1 and n_layer) */
+    int n_cvec;
+    char cvec_path[CLI_MAX_CVEC][1024];
+    float cvec_scale[CLI_MAX_CVEC];
+    int cvec_first, cvec_last;
     /* --override-kv KEY=TYPE:VALUE (llama.cpp's flag, repeatable): the model
      * file's metadata as if it held these values (gguf_override_kv) */
     int n_override_kv;

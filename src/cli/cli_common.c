@@ -72,8 +72,11 @@ static void opts_default(cli_opts *o) {
 
 /* One flag with its value. Returns false on a bad value (message printed);
  * *unknown is set when f is not a flag at all. */
-/* --lora FILE[,FILE...] or --lora-scaled FILE:SCALE[,...]: appended to o's adapters. */
-static bool parse_lora(cli_opts *o, const char *flag, const char *v, bool scaled) {
+/* FILE[,FILE...], or with scaled FILE:SCALE[,...] (llama.cpp's --lora /
+ * --lora-scaled and --control-vector / --control-vector-scaled): appended to
+ * paths and scales (*n of at most max so far; 1 without a scale). */
+static bool parse_file_list(const char *flag, const char *v, bool scaled, char (*paths)[1024],
+                            float *scales, int *n, int max) {
     for (const char *p = v; *p;) {
         const char *end = strchr(p, ',');
         size_t len = end ? (size_t)(end - p) : strlen(p);
@@ -98,17 +101,17 @@ static bool parse_lora(cli_opts *o, const char *flag, const char *v, bool scaled
             }
             len = (size_t)(colon - p);
         }
-        if (len == 0 || len >= sizeof o->lora_path[0]) {
+        if (len == 0 || len >= sizeof paths[0]) {
             fprintf(stderr, "kvllm: %s: empty or too long file name\n", flag);
             return false;
         }
-        if (o->n_lora >= MODEL_MAX_LORA) {
-            fprintf(stderr, "kvllm: %s: at most %d adapters\n", flag, MODEL_MAX_LORA);
+        if (*n >= max) {
+            fprintf(stderr, "kvllm: %s: at most %d files\n", flag, max);
             return false;
         }
-        memcpy(o->lora_path[o->n_lora], p, len);
-        o->lora_path[o->n_lora][len] = '\0';
-        o->lora_scale[o->n_lora++] = scale;
+        memcpy(paths[*n], p, len);
+        paths[*n][len] = '\0';
+        scales[(*n)++] = scale;
         p = next;
     }
     return true;
@@ -221,8 +224,6 @@ static const struct {
     {"--log-colors", true, false, "kvllm's log lines are plain text on stderr"},
     {"--log-prefix", false, false, "kvllm's log lines are plain text on stderr"},
     {"--log-timestamps", false, false, "kvllm's log lines are plain text on stderr"},
-    {"--control-vector", true, true, "control vectors are not applied here"},
-    {"--control-vector-scaled", true, true, "control vectors are not applied here"},
     {"--context-shift", false, true,
      "kvllm does not shift the context: a request longer than it gets a 400"},
     {"--yarn-ext-factor", true, true, ROPE},
@@ -670,7 +671,11 @@ static bool apply_flag(cli_opts *o, const char *f, const char *v, bool *unknown)
         }
         o->spec_ngram = (int)i;
     } else if (IS("--lora") || IS("--lora-scaled")) {
-        return parse_lora(o, f, v, IS("--lora-scaled"));
+        return parse_file_list(f, v, IS("--lora-scaled"), o->lora_path, o->lora_scale, &o->n_lora,
+                               MODEL_MAX_LORA);
+    } else if (IS("--control-vector") || IS("--control-vector-scaled")) {
+        return parse_file_list(f, v, IS("--control-vector-scaled"), o->cvec_path, o->cvec_scale,
+                               &o->n_cvec, CLI_MAX_CVEC);
     } else if (IS("--log-file")) {
         o->log_file = v;
     } else if (IS("--override-kv")) {
@@ -709,6 +714,19 @@ static bool apply_switch(cli_opts *o, const char *f) {
     return true;
 }
 
+/* A layer number of --control-vector-layer-range (llama.cpp reads it with
+ * stoi: any int, 0 or less meaning its default). */
+static bool parse_layer(const char *flag, const char *v, int *out) {
+    int64_t i = 0;
+    if (!parse_i64(flag, v, &i)) return false;
+    if (i < INT32_MIN || i > INT32_MAX) {
+        fprintf(stderr, "kvllm: %s: %s is out of range\n", flag, v);
+        return false;
+    }
+    *out = (int)i;
+    return true;
+}
+
 bool cli_parse_ex(int argc, char **argv, cli_opts *o, cli_extra_fn extra, void *ctx) {
     opts_default(o);
     for (int i = 0; i < argc; i++) {
@@ -722,6 +740,15 @@ bool cli_parse_ex(int argc, char **argv, cli_opts *o, cli_extra_fn extra, void *
             }
         }
         if (apply_switch(o, f)) continue;
+        if (strcmp(f, "--control-vector-layer-range") == 0) { /* llama.cpp's: two values */
+            if (i + 2 >= argc || !parse_layer(f, argv[i + 1], &o->cvec_first) ||
+                !parse_layer(f, argv[i + 2], &o->cvec_last)) {
+                if (i + 2 >= argc) fprintf(stderr, "kvllm: %s: expects START END\n", f);
+                return false;
+            }
+            i += 2;
+            continue;
+        }
         const int habit = llama_habit(f, i + 1 < argc ? argv[i + 1] : NULL);
         if (habit < 0) return false;
         if (habit > 0) {
@@ -975,6 +1002,22 @@ bool cli_load(const cli_opts *o, bool want_weights, cli_model *cm) {
             cli_unload(cm);
             return false;
         }
+    }
+    for (int i = 0; i < o->n_cvec; i++) {
+        gguf_file *cf = gguf_open(o->cvec_path[i], &err);
+        const bool ok = cf && model_cvec_add(cm->m, cf, o->cvec_scale[i], &err);
+        gguf_close(cf);
+        if (!ok) {
+            fprintf(stderr, "kvllm: --control-vector: %s\n", err.msg);
+            cli_unload(cm);
+            return false;
+        }
+    }
+    if (o->n_cvec) {
+        model_cvec_set_range(cm->m, o->cvec_first, o->cvec_last);
+        kvl_log(KVL_LOG_INFO, "control vectors: %d file(s), layers %d-%d", o->n_cvec,
+                o->cvec_first > 0 ? o->cvec_first : 1,
+                o->cvec_last > 0 ? o->cvec_last : (int)model_hp(cm->m)->n_layer);
     }
     if (o->model_draft && !load_draft(o, path, cm)) {
         cli_unload(cm);

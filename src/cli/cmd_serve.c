@@ -140,6 +140,10 @@ static void serve_usage(FILE *out) {
         "                           applied to requests that name none; a request's \"lora\": "
         "[{\"id\", \"scale\"}]\n"
         "                           picks its own, GET / POST /lora-adapters lists / sets them\n"
+        "  --control-vector FILE[,FILE]  control vectors for every request (llama.cpp's;\n"
+        "                           --control-vector-scaled FILE:SCALE, "
+        "--control-vector-layer-range\n"
+        "                           START END)\n"
         "  --lora-modules NAME=FILE[,NAME=FILE]  adapters a request applies by \"model\": NAME "
         "(vLLM's way;\n"
         "                           listed by /v1/models; not applied otherwise)\n"
@@ -451,9 +455,9 @@ static bool server_grammar(serve_opts *so, const tok_vocab *vocab) {
 }
 
 /* The model's identity in KV files (the disk tier's blocks, slot files):
- * the file's bytes, a split model's other files', and the metadata it was
- * read with (the rope flags' keys, then --override-kv), since those compute
- * other K/V. */
+ * the file's bytes, a split model's other files', the metadata it was read
+ * with (the rope flags' keys, then --override-kv) and the control vectors,
+ * since those compute other K/V. */
 static bool model_identity(const cli_opts *o, const cli_model *cm, const char *flag,
                            uint8_t id[16]) {
     kvl_error err = {{0}};
@@ -479,6 +483,21 @@ static bool model_identity(const cli_opts *o, const cli_model *cm, const char *f
     for (int i = 0; i < n_rope; i++) specs[i] = rope[i];
     kv_disk_model_id_extend(id, specs, n_rope);
     kv_disk_model_id_extend(id, o->override_kv, o->n_override_kv);
+    for (int i = 0; i < o->n_cvec; i++) { /* control vectors change every K and V after layer 1 */
+        uint8_t part[16];
+        char spec[96];
+        if (!kv_disk_model_id(o->cvec_path[i], part, &err)) {
+            fprintf(stderr, "kvllm: %s: %s\n", flag, err.msg);
+            return false;
+        }
+        int len = snprintf(spec, sizeof spec, "cvec ");
+        for (int b = 0; b < 16; b++)
+            len += snprintf(spec + len, sizeof spec - (size_t)len, "%02x", part[b]);
+        snprintf(spec + len, sizeof spec - (size_t)len, " %a %d %d", (double)o->cvec_scale[i],
+                 o->cvec_first, o->cvec_last);
+        const char *one[1] = {spec};
+        kv_disk_model_id_extend(id, one, 1);
+    }
     return true;
 }
 

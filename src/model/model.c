@@ -861,6 +861,7 @@ void model_destroy(model *m) {
     }
     kvl_free(m->head_each_work);
     lora_free(m);
+    kvl_free(m->cvec);
     moe_free(m);
     free(m->layers);
     float *bufs[] = {m->x,          m->xb,     m->xb2,     m->q,     m->k,

@@ -163,6 +163,22 @@ const gguf_file *model_lora_gguf(const model *m, int i);
 /* The default scale of adapter i (what batches without their own use). */
 void model_lora_set_scale(model *m, int i, float scale);
 
+/* ---- control vectors ----
+ * llama.cpp's --control-vector files (its cvector-generator's output): F32
+ * tensors direction.N of n_embd values, N >= 1, the vector added to every
+ * token's output of layer N (counted from 0; layer 0 never has one). Files
+ * add up, each scaled; the sum applies to layers [first, last] of the range.
+ * Adds the directions of f (borrowed: read now) times scale to the model's;
+ * false (err set, the model's vectors unchanged) for a tensor that is not a
+ * finite F32 direction.N of the model's width. Not while a forward runs. */
+bool model_cvec_add(model *m, const gguf_file *f, float scale, kvl_error *err);
+/* The layers that get the vectors, inclusive; 0 or less: llama.cpp's
+ * defaults (1 and n_layer). */
+void model_cvec_set_range(model *m, int first, int last);
+bool model_cvec_active(const model *m);
+/* The vector added after layer il, or NULL (none, or outside the range). */
+const float *model_cvec_layer(const model *m, int il);
+
 /* ---- pipeline stages ----
  * The layers this model holds: [first, end) (all of them unless loaded as a
  * stage). */

@@ -141,6 +141,8 @@ void altup_correct(model *m, const layer_weights *L, int il, const float *y, int
                 b.s[(t * ALTUP_N + j) * E + e] = b.s[(t * ALTUP_N + j) * E + e] + b.q[t * E + e];
 }
 
+float *altup_streams(model *m) { return bufs(m).s; }
+
 void altup_unembed(model *m, float *x, int64_t n) {
     const int64_t E = m->hp.n_embd;
     const altup_bufs b = bufs(m);

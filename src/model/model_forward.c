@@ -607,6 +607,7 @@ static void layer_forward(fwd_ctx *c, int il) {
         memcpy(m->xb, m->xb2, bytes);
         ffn(c, L);
         for (int64_t i = 0; i < n * E; i++) m->x[i] = (m->xb[i] + m->x[i]) + m->par[i];
+        cvec_apply(m, il, m->x, n);
         PHASE_END(t_ffn, PHASE_FFN_LAYER, 0);
         return;
     }
@@ -626,6 +627,7 @@ static void layer_forward(fwd_ctx *c, int il) {
         const float s = *(const float *)L->out_scale.data;
         for (int64_t i = 0; i < n * E; i++) m->x[i] *= s;
     }
+    cvec_apply(m, il, m->x, n);
     PHASE_END(t_ffn, PHASE_FFN_LAYER, 0);
 }
 
@@ -650,6 +652,7 @@ static void layer_forward_altup(fwd_ctx *c, int il) {
     op_rms_norm(m->xb, m->xb, L->post_ffn_norm.data, n, E, m->hp.rms_eps);
     for (int64_t i = 0; i < n * E; i++) m->xb[i] = m->xb[i] + m->x[i];
     altup_correct(m, L, il, m->xb, n);
+    cvec_apply(m, il, altup_streams(m), n * ALTUP_N); /* every stream, as llama.cpp adds it */
 }
 
 static bool wants_logits(const model_batch *b, int64_t i) {

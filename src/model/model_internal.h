@@ -147,6 +147,8 @@ struct model {
     uint64_t moe_routed_bytes; /* model_moe_routed_bytes */
     rope_table rope_tab;       /* op_rope's last table */
     struct lora_state *lora;   /* model_lora.c; NULL: no adapter attached */
+    float *cvec;               /* model_cvec.c: [n_layer][E] control vectors, or NULL */
+    int cvec_first, cvec_last; /* the layers they apply to, inclusive */
 
     /* Pipeline stage: layers [layer_first, layer_end) are bound; the others'
      * layer_weights stay zero. */
@@ -225,8 +227,14 @@ void altup_laurel(model *m, const layer_weights *L, const float *h, int64_t n, f
 void altup_correct(model *m, const layer_weights *L, int il, const float *y, int64_t n);
 /* The streams merged back into x [n][E] (the model's output rows). */
 void altup_unembed(model *m, float *x, int64_t n);
+/* The streams [n][ALTUP_N][E] a layer leaves (what its control vector adds to). */
+float *altup_streams(model *m);
 /* The FFN gate's Gaussian top-k: x - (mean + 1.6448533 std), floored at 0, per row. */
 void altup_gaussian_topk(float *x, int64_t rows, int64_t n);
+
+/* ---- control vectors (model_cvec.c) ---- */
+/* Adds layer il's control vector (if any) to rows x [rows][E]. */
+void cvec_apply(const model *m, int il, float *x, int64_t rows);
 
 /* ---- LoRA adapters (model_lora.c) ---- */
 /* Before a ubatch's layers: each of its n tokens' adapter scales (the batch's

@@ -220,6 +220,7 @@ bool model_forward_ref(model *m, kv_pool *const *pools, const kv_seq *const *seq
         matvec(&L->ffn_down, 0, hb, xb, row);
         if (L->post_ffn_norm.data) rmsnorm(xb, xb, L->post_ffn_norm.data, E, hp->rms_eps);
         for (int64_t i = 0; i < E; i++) x[i] += xb[i];
+        cvec_apply(m, il, x, 1);
     }
 
     if (logits) { /* NULL: the token only goes into the KV cache */

@@ -39,7 +39,8 @@ def run(cmd, check=True):
 
 # the KV cache type the golden was made with (meta.json "kv_type"; f32 unless set)
 KV_TYPE = "f32"
-# the LoRA adapter flags of a golden made with one (meta.json "lora": its file beside the model)
+# the LoRA adapter or control vector flags of a golden made with them (meta.json "lora" / "cvec":
+# their files beside the model)
 LORA = []
 
 
@@ -184,6 +185,13 @@ def main():
         lpath = os.path.join(golden_root, "models", meta["lora"]["file"])
         scale = meta["lora"].get("scale", 1.0)
         LORA = ["--lora-scaled", f"{lpath}:{scale!r}"] if scale != 1.0 else ["--lora", lpath]
+    if "cvec" in meta:  # the control vector files beside the model, with llama.cpp's flags
+        cv = meta["cvec"]
+        paths = [os.path.join(golden_root, "models", f) for f in cv["files"]]
+        LORA = (["--control-vector-scaled", ",".join(f"{p}:{cv['scale']!r}" for p in paths)]
+                if cv.get("scale") is not None else ["--control-vector", ",".join(paths)])
+        if cv.get("layer_range"):
+            LORA += ["--control-vector-layer-range"] + [str(x) for x in cv["layer_range"]]
     model = os.path.join(golden_root, "models", meta.get("file", name + ".gguf"))
     failures = []
     check_tokenize(kv, model, gdir, failures, one_per_flags=sanitizer)

@@ -9,7 +9,9 @@ NAME: a spec (see SPECS), or BASE-TYPE (qwen3moe-q4_k_m): llama-quantize of the 
 BASE-f32 already in GOLDEN_DIR/models to that file type, or BASE-kv_TYPE (qwen3-f32-kv_q8_0):
 the golden model BASE with a TYPE KV cache (f16, bf16, q8_0; flash attention on), or
 BASE-lora_TYPE[_xSCALE] (llama-gqa-bpe-f32-lora_f32, llama-moe-f32-lora_f16_x0.5): the golden model
-BASE with a random LoRA adapter of TYPE (f32, f16) written beside it (make_lora), at that scale.
+BASE with a random LoRA adapter of TYPE (f32, f16) written beside it (make_lora), at that scale, or
+BASE-cvec[N][_xSCALE][_lSTART-END] (llama-gqa-bpe-f32-cvec, gemma3-swa-f32-cvec2_x0.5_l2-3): BASE with N
+random control vector files written beside it (write_cvec), at SCALE, on those layers.
 
 The tokenizer (all tokenizer.* keys) is copied from an existing golden model, so the
 tokenization cases are those of that model. Pure Python (no numpy); it never builds
@@ -923,6 +925,7 @@ LORA_TARGETS = ("attn_q.weight", "attn_k.weight", "attn_v.weight", "attn_output.
                 "ffn_up.weight", "ffn_down.weight", "ffn_gate_inp.weight", "ffn_gate_shexp.weight",
                 "ffn_up_shexp.weight", "ffn_down_shexp.weight", "ffn_gate_inp_shexp.weight")
 LORA_RANK, LORA_ALPHA = 8, 16.0
+CVEC_RADIUS = 0.5
 
 
 def write_lora(model_path, out_path, dtype, rank=LORA_RANK, alpha=LORA_ALPHA, seed=0, name="lora"):
@@ -965,11 +968,69 @@ def make_lora(golden_dir, base, dtype, name):
     return path, types
 
 
+def write_cvec(model_path, out_path, seed, radius=CVEC_RADIUS):
+    """A random control vector for the model at model_path in the layout llama.cpp's
+    cvector-generator writes (general.architecture "controlvector", model_hint, layer_count, F32
+    direction.N of n_embd values): directions 1 .. n_layer, the last one beyond the model's layers
+    (llama.cpp ignores it), values uniform in [-radius, radius]. Returns the tensor names."""
+    kvs = read_kv(model_path)
+    arch = next(v for k, t, v in kvs if k == "general.architecture")
+    E = next(v for k, t, v in kvs if k == arch + ".embedding_length")
+    L = next(v for k, t, v in kvs if k == arch + ".block_count")
+    rng = random.Random(seed)
+    tensors = [(f"direction.{n}", [E], [rng.uniform(-radius, radius) for _ in range(E)])
+               for n in range(1, L + 1)]
+    write_gguf(out_path, [("general.architecture", T_STR, "controlvector"),
+                          ("controlvector.model_hint", T_STR, arch),
+                          ("controlvector.layer_count", T_I32, L)], tensors)
+    return [t[0] for t in tensors]
+
+
+def parse_cvec(name):
+    """BASE-cvec[N][_xSCALE][_lSTART-END]: (BASE, files, scale or None, (start, end) or None)."""
+    base, rest = name.split("-cvec")
+    files, scale, rng = 1, None, None
+    parts = rest.split("_")
+    if parts[0]:
+        files = int(parts[0])
+    for p in parts[1:]:
+        if p.startswith("x"):
+            scale = float(p[1:])
+        elif p.startswith("l"):
+            a, b = p[1:].split("-")
+            rng = (int(a), int(b))
+        else:
+            raise SystemExit(f"{name}: unknown control vector part '{p}'")
+    return base, files, scale, rng
+
+
 def make(bindir, golden_dir, name):
     commands = []
     kv_type = "f32"
     lora = None
-    if "-lora_" in name:  # BASE-lora_TYPE[_xSCALE]: the golden model BASE with a random TYPE adapter
+    if "-cvec" in name:  # BASE-cvec[N][_xSCALE][_lA-B]: the golden model BASE with N control vectors
+        base, n_files, scale, rng = parse_cvec(name)
+        paths = []
+        for i in range(n_files):
+            paths.append(os.path.join(golden_dir, "models", f"{name}-{i}.gguf" if n_files > 1 else name + ".gguf"))
+            write_cvec(os.path.join(golden_dir, "models", base + ".gguf"), paths[-1], seed=sum(name.encode()) + i)
+        # llama.cpp's flags: every file at SCALE (--control-vector-scaled), else at 1
+        flags = (["--control-vector-scaled", ",".join(f"{p}:{scale}" for p in paths)] if scale is not None
+                 else ["--control-vector", ",".join(paths)])
+        if rng:
+            flags += ["--control-vector-layer-range", str(rng[0]), str(rng[1])]
+        spec = dict(SPECS[base]()) if base in SPECS else {}
+        model = os.path.join(golden_dir, "models", base + ".gguf")
+        base_meta = json.load(open(os.path.join(golden_dir, base, "meta.json")))
+        # the adapter fields carry the flags through the code below (greedy, perplexity)
+        lora = {"flags": flags}
+        cvec = {"files": [os.path.basename(p) for p in paths], "scale": scale, "layer_range": rng}
+        spec.update(arch=base_meta["arch"], donor=base, tensor_types=base_meta["tensor_types"],
+                    file=base + ".gguf",
+                    summary=f"{base} with {n_files} random control vector file(s) (directions 1..n_layer, "
+                            f"uniform in +-{CVEC_RADIUS:g})" + (f" at scale {scale:g}" if scale is not None else "")
+                            + (f", layers {rng[0]}-{rng[1]}" if rng else ""))
+    elif "-lora_" in name:  # BASE-lora_TYPE[_xSCALE]: the golden model BASE with a random TYPE adapter
         base, rest = name.split("-lora_")
         dtype, _, scale = rest.partition("_x")
         scale = float(scale) if scale else 1.0
@@ -1063,7 +1124,8 @@ def make(bindir, golden_dir, name):
                                       for k in sorted(set(spec["tensor_types"].values()))},
                "tensor_types": spec["tensor_types"],
                "tokenizer_from": spec["donor"], "llama_cpp_bin_dir": bindir,
-               **({"lora": {k: v for k, v in lora.items() if k != "flags"}} if lora else {}),
+               **({"lora": {k: v for k, v in lora.items() if k != "flags"}} if lora and "-cvec" not in name else {}),
+               **({"cvec": cvec} if "-cvec" in name else {}),
                "summary": {"description": spec["summary"], "greedy_identical_across_threads": same,
                            "ppl_identical_across_threads": ppl1 == ppl2, "final_ppl": ppl1,
                            "greedy_min_logit_gap": gaps},
