@@ -1015,9 +1015,19 @@ bool cli_load(const cli_opts *o, bool want_weights, cli_model *cm) {
     }
     if (o->n_cvec) {
         model_cvec_set_range(cm->m, o->cvec_first, o->cvec_last);
-        kvl_log(KVL_LOG_INFO, "control vectors: %d file(s), layers %d-%d", o->n_cvec,
-                o->cvec_first > 0 ? o->cvec_first : 1,
-                o->cvec_last > 0 ? o->cvec_last : (int)model_hp(cm->m)->n_layer);
+        int applied = 0, first = -1, last = -1; /* the layers that get a vector */
+        for (int il = 0; il < (int)model_hp(cm->m)->n_layer; il++)
+            if (model_cvec_layer(cm->m, il)) {
+                applied++;
+                if (first < 0) first = il;
+                last = il;
+            }
+        if (applied)
+            kvl_log(KVL_LOG_INFO, "control vectors: %d file(s) on layers %d-%d", o->n_cvec, first,
+                    last);
+        else
+            kvl_log(KVL_LOG_WARN, "control vectors: layer range %d-%d leaves none of layers 1-%d",
+                    o->cvec_first, o->cvec_last, (int)model_hp(cm->m)->n_layer - 1);
     }
     if (o->model_draft && !load_draft(o, path, cm)) {
         cli_unload(cm);
