@@ -2,7 +2,8 @@
 #   make run   installs what is missing, builds, generates text from the bundled model
 #   make test  installs what is missing, builds (warnings are errors), runs the whole suite
 APT_PACKAGES := build-essential cmake pkg-config clang clang-format libomp-dev libclang-rt-14-dev \
-                libpcre2-dev libcjson-dev libxxhash-dev libmicrohttpd-dev python3 python3-jsonschema \
+                libpcre2-dev libcjson-dev libxxhash-dev libmicrohttpd-dev libcurl4-gnutls-dev nettle-dev \
+                python3 python3-jsonschema \
                 chromium openmpi-bin libopenmpi-dev
 # chromium: the browser the built-in web pages are tested in (tests/server/test_web.mjs).
 # Node.js runs the OpenAI-client tests; a machine may already have its own Node
@@ -39,7 +40,8 @@ test: deps
 	$(MAKE) --no-print-directory sanitize
 
 # Sanitizers: the unit and golden tests again with ASan + UBSan (build-asan;
-# no recovery: any report fails; two server tests too, label asan_server),
+# no recovery: any report fails; two server tests too, label asan_server, and the
+# Hugging Face download test, label asan_cli),
 # and the server tests with TSan (build-tsan;
 # one compute thread, OMP_NUM_THREADS=1 also sizing the kvl_pool: the threads
 # to check there are the server's own) plus test_pool, which checks the pool
@@ -55,7 +57,7 @@ SAN_ASAN_EXCLUDE :=
 sanitize: deps
 	cmake -S . -B build-asan $(SAN_TYPE) -DKVLLM_SANITIZE=ON >/dev/null
 	cmake --build build-asan -j $(JOBS)
-	ctest --test-dir build-asan --output-on-failure -j $(JOBS) -L 'unit|golden|asan_server' $(if $(SAN_ASAN_EXCLUDE),-E '$(SAN_ASAN_EXCLUDE)')
+	ctest --test-dir build-asan --output-on-failure -j $(JOBS) -L 'unit|golden|asan_server|asan_cli' $(if $(SAN_ASAN_EXCLUDE),-E '$(SAN_ASAN_EXCLUDE)')
 	cmake -S . -B build-tsan $(SAN_TYPE) -DKVLLM_TSAN=ON >/dev/null
 	cmake --build build-tsan -j $(JOBS) --target kvllm test_server test_pool test_kv_disk_load
 	TSAN_OPTIONS=halt_on_error=1 OMP_NUM_THREADS=1 ctest --test-dir build-tsan --output-on-failure -L 'server|threads'

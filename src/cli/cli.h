@@ -19,6 +19,12 @@
 typedef struct cli_opts {
     const char *cmd;
     const char *model_path;
+    /* -hf USER/MODEL[:QUANT], -hff FILE, -hft TOKEN, --offline (llama.cpp's): the
+     * model from the Hugging Face cache, downloaded when missing; model_path then
+     * points to hf_path */
+    const char *hf_repo, *hf_file, *hf_token;
+    bool offline;
+    char hf_path[8192];
     const char *prompt;      /* -p */
     const char *prompt_file; /* -f */
     const char *prompt_ids;  /* --prompt-ids / --ids */

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "hub.h"
 #include "kvl_pool.h"
 
 #define DEFAULT_MODEL "models/stories260K.gguf"
@@ -214,7 +215,6 @@ static const struct {
     {"--keep", true, false, "kvllm never shifts the context: nothing to keep"},
     {"--defrag-thold", true, false, "a paged KV cache needs no defragmentation"},
     {"-dt", true, false, "a paged KV cache needs no defragmentation"},
-    {"--offline", false, false, "kvllm never downloads"},
     {"--draft-min", true, false, "drafts are --spec-k tokens long (adapted as they are accepted)"},
     {"--draft-p-min", true, false,
      "drafts are --spec-k tokens long (adapted as they are accepted)"},
@@ -234,10 +234,9 @@ static const struct {
     {"--mmproj-url", true, true, "kvllm serves text models only (no multimodal projector)"},
     {"--special", false, true, "only kvllm serve writes control tokens' text (serve --special)"},
     {"--path", true, true, "kvllm serves its own pages (--no-webui switches them off)"},
-    {"-hf", true, true, "kvllm does not download: give the GGUF file with -m"},
-    {"--hf-repo", true, true, "kvllm does not download: give the GGUF file with -m"},
-    {"-mu", true, true, "kvllm does not download: give the GGUF file with -m"},
-    {"--model-url", true, true, "kvllm does not download: give the GGUF file with -m"},
+    {"-mu", true, true, "kvllm downloads from Hugging Face repositories: -hf user/model[:quant]"},
+    {"--model-url", true, true,
+     "kvllm downloads from Hugging Face repositories: -hf user/model[:quant]"},
 };
 
 /* vLLM's (`vllm serve`'s) flags the same way: a vLLM command line runs with
@@ -487,6 +486,9 @@ static bool apply_flag(cli_opts *o, const char *f, const char *v, bool *unknown)
     for (size_t k = 0; k < sizeof SAMPLING_FLAGS / sizeof *SAMPLING_FLAGS; k++)
         if (IS(SAMPLING_FLAGS[k].flag)) o->sampling_set |= SAMPLING_FLAGS[k].set;
     if (IS("-m") || IS("--model")) o->model_path = v;
+    else if (IS("-hf") || IS("-hfr") || IS("--hf-repo")) o->hf_repo = v;
+    else if (IS("-hff") || IS("--hf-file")) o->hf_file = v;
+    else if (IS("-hft") || IS("--hf-token")) o->hf_token = v;
     else if (IS("--model-draft") || IS("-md")) o->model_draft = v;
     else if (IS("-p") || IS("--prompt")) o->prompt = v;
     else if (IS("-f") || IS("--file")) o->prompt_file = v;
@@ -700,6 +702,7 @@ static bool apply_switch(cli_opts *o, const char *f) {
         habit_note(f, "weights are repacked into memory at load (or mapped from the file); not "
                       "changed by this flag");
     else if (IS("--json")) o->json = true;
+    else if (IS("--offline")) o->offline = true;
     else if (IS("--no-bos")) o->no_bos = true;
     else if (IS("--parse-special")) o->parse_special = true;
     else if (IS("--ignore-eos")) o->req.ignore_eos = true;
@@ -711,6 +714,30 @@ static bool apply_switch(cli_opts *o, const char *f) {
     else if (IS("-v") || IS("--verbose")) o->verbose = true;
     else return false;
 #undef IS
+    return true;
+}
+
+/* -hf user/model[:quant] (llama.cpp's): the model's file from the
+ * Hugging Face cache, downloaded there first when missing (hub.h). */
+static bool hf_model(cli_opts *o) {
+    if (o->hf_file && !o->hf_repo) {
+        fprintf(stderr, "kvllm: --hf-file names a file of the -hf repository: give -hf too\n");
+        return false;
+    }
+    if (!o->hf_repo) return true;
+    if (o->model_path) {
+        fprintf(stderr, "kvllm: -m and -hf both name the model: give one\n");
+        return false;
+    }
+    const hub_request r = {
+        .repo = o->hf_repo, .file = o->hf_file, .token = o->hf_token, .offline = o->offline};
+    kvl_error err = {{0}};
+    if (!hub_fetch(&r, o->hf_path, sizeof o->hf_path, &err)) {
+        fprintf(stderr, "kvllm: -hf %s: %s\n", o->hf_repo, err.msg);
+        return false;
+    }
+    kvl_log(KVL_LOG_INFO, "-hf %s: %s", o->hf_repo, o->hf_path);
+    o->model_path = o->hf_path;
     return true;
 }
 
@@ -783,6 +810,7 @@ bool cli_parse_ex(int argc, char **argv, cli_opts *o, cli_extra_fn extra, void *
         }
     }
     if (o->verbose) kvl_log_level = KVL_LOG_INFO;
+    if (!hf_model(o)) return false;
     kvl_error lerr = {{0}};
     if (o->log_file && !kvl_log_to_file(o->log_file, &lerr)) {
         fprintf(stderr, "kvllm: %s\n", lerr.msg);

@@ -802,6 +802,8 @@ static const struct {
     {"LLAMA_ARG_CACHE_REUSE", "--cache-reuse", true, NULL},
     {"LLAMA_ARG_MMPROJ", "--mmproj|-mm", true, NULL},
     {"LLAMA_ARG_HF_REPO", "-hf|-hfr|--hf-repo", true, NULL},
+    {"LLAMA_ARG_HF_FILE", "-hff|--hf-file", true, NULL},
+    {"LLAMA_OFFLINE", "--offline", false, NULL},
     {"LLAMA_ARG_MODEL_URL", "--model-url|-mu", true, NULL},
     {"LLAMA_ARG_RERANKING", "--reranking|--rerank", false, NULL},
     {"LLAMA_ARG_EMBEDDINGS", "--embeddings|--embedding", false, NULL},
@@ -963,7 +965,7 @@ static int serve(int argc, char **argv) {
     }
     log_pool(e, &so);
     default_model_id(o.model_path ? o.model_path : "models/stories260K.gguf", id, sizeof id);
-    if (!so.sc.model_id) so.sc.model_id = id;
+    if (!so.sc.model_id) so.sc.model_id = o.hf_repo ? o.hf_repo : id; /* -hf: llama-server's name */
     if (so.inline_template) {
         so.sc.chat_template_inline = true;
         if (!(tmpl = strdup(so.inline_template))) goto out;

@@ -1,0 +1,46 @@
+/* hub: a model from a Hugging Face repository, as llama.cpp's `-hf
+ * user/model[:QUANT]` finds it, kept in the Hugging Face cache layout that
+ * huggingface-cli and llama.cpp share.
+ *
+ * The repository's branch (main, else its first) is resolved to a commit
+ * (GET {endpoint}api/models/{repo}/refs), its files listed (.../tree/{commit}
+ * ?recursive=true), and the model picked: the file named with -hff, else the
+ * first .gguf whose name holds QUANT followed by '.' or '-' (case-insensitive;
+ * no QUANT: Q4_K_M, then Q8_0, then the first model file), never a projector,
+ * imatrix or MTP file. A split model brings all its parts. Each file lands in
+ * {cache}/models--{user}--{model}/blobs/{oid} (downloaded to .incomplete,
+ * resumed with a Range request after a broken transfer, checked against its
+ * oid: SHA-256 for LFS files, git's blob SHA-1 for others) and is linked from
+ * snapshots/{commit}/{path}. A file already there is not fetched again;
+ * offline (or with the endpoint unreachable) the cached snapshot of the
+ * branch serves.
+ *
+ * Environment, as llama.cpp and huggingface_hub read it: MODEL_ENDPOINT or
+ * HF_ENDPOINT (default https://huggingface.co/), HF_TOKEN (a gated model's
+ * token), and the cache directory from LLAMA_CACHE, HF_HUB_CACHE,
+ * HUGGINGFACE_HUB_CACHE, HF_HOME/hub, XDG_CACHE_HOME/huggingface/hub or
+ * ~/.cache/huggingface/hub. Everything the server sends is untrusted: repo
+ * ids, commits, oids and paths are checked before they name a file. */
+#ifndef KVLLM_HUB_H
+#define KVLLM_HUB_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "base.h"
+
+typedef struct hub_request {
+    const char *repo;  /* "user/model" or "user/model:QUANT" */
+    const char *file;  /* a path in the repository (-hff), or NULL to pick by QUANT */
+    const char *token; /* NULL: $HF_TOKEN */
+    bool offline;      /* the cache only (llama.cpp's --offline) */
+} hub_request;
+
+/* The local path of the model's file (a split model's first part, the
+ * others beside it) in path (cap bytes), downloading what the cache lacks;
+ * progress on stderr. False with err saying what failed: the repository id,
+ * the endpoint's answer, the file not found (with the GGUF files there), a
+ * transfer, a checksum, the cache directory. */
+bool hub_fetch(const hub_request *r, char *path, size_t cap, kvl_error *err);
+
+#endif
