@@ -324,6 +324,8 @@ typedef struct engine_metrics {
     int64_t kv_group_blocks[MODEL_MAX_KV_GROUPS], kv_group_used[MODEL_MAX_KV_GROUPS],
         kv_group_cached[MODEL_MAX_KV_GROUPS];
     int64_t steps;
+    int64_t step_tokens_max; /* the most tokens one step computed */
+    int64_t step_seqs_total; /* sequences in each step, summed (/ steps: the mean batch) */
     /* speculative decoding: verifications with drafts, tokens drafted, drafts
      * accepted (acceptance rate = accepted / drafted) */
     int64_t spec_drafts, spec_draft_tokens, spec_accepted_tokens;

@@ -156,6 +156,8 @@ static void log_evictions(engine *e) {
  * the sequences that finished given back. */
 static void step_done(engine *e, const step_plan *p) {
     e->metrics.steps++;
+    if (p->n_tokens > e->metrics.step_tokens_max) e->metrics.step_tokens_max = p->n_tokens;
+    e->metrics.step_seqs_total += p->n_seqs;
     for (int si = 0; si < p->n_seqs; si++) {
         seq *s = e->b->owner[si];
         for (int64_t t = 0; t < p->n_tokens; t++)

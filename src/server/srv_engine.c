@@ -106,6 +106,17 @@ static void observe_token(srv *s, srv_choice *c, const engine_event *ev, double 
             histo_observe(&m->queue, st->t_scheduled - st->t_submit);
             histo_observe(&m->prefill, st->t_first_token - st->t_scheduled);
             histo_observe(&m->decode, st->t_end - st->t_first_token);
+            const uint64_t computed = (uint64_t)(st->n_prompt - st->n_cached_prompt);
+            const double tp = st->t_first_token - st->t_scheduled,
+                         tg = st->t_end - st->t_first_token;
+            m->llama_prompt_tokens += computed;
+            m->bucket_prompt_tokens += computed;
+            m->llama_prompt_s += tp;
+            m->bucket_prompt_s += tp;
+            m->llama_gen_tokens += (uint64_t)st->n_generated;
+            m->bucket_gen_tokens += (uint64_t)st->n_generated;
+            m->llama_gen_s += tg;
+            m->bucket_gen_s += tg;
         }
         m->success[ev->finish == ENGINE_FINISH_STOP ? 0 : 1]++;
     } else if (ev->finish == ENGINE_FINISH_CANCELLED) {

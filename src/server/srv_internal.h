@@ -279,6 +279,12 @@ typedef struct srv_metrics {
     histo ttft, tpot, itl, e2e;
     histo queue, prefill, decode; /* request phases: waiting, until the first token, after it */
     uint64_t success[3];          /* finished requests: stop, length, abort */
+    /* llama-server's series (llamacpp:*): finished requests' computed prompt
+     * tokens and their time until the first token, generated tokens and their
+     * time after it; totals, and the same since the last /metrics (its
+     * throughput gauges' bucket, reset by each read as llama-server does) */
+    uint64_t llama_prompt_tokens, llama_gen_tokens, bucket_prompt_tokens, bucket_gen_tokens;
+    double llama_prompt_s, llama_gen_s, bucket_prompt_s, bucket_gen_s;
     /* each rank's bytes per KV block of each group (one process: rank 0's are
      * the engine's); fixed from the start */
     int kv_ranks, kv_groups;

@@ -1,5 +1,6 @@
 /* /metrics: vLLM's metric names under the kvllm: prefix, in the Prometheus
- * text format. Histogram buckets are vLLM's, so dashboards carry over. */
+ * text format, and llama-server's series under its llamacpp: names.
+ * Histogram buckets are vLLM's, so dashboards carry over. */
 #include <stdio.h>
 #include <string.h>
 
@@ -184,6 +185,42 @@ static void put_kv_bytes(kvl_buf *o, const char *label, const srv_metrics *m,
     }
 }
 
+/* llama-server's own series, under its names (llamacpp:*, no labels), so its
+ * dashboards read kvllm too. Its throughput gauges cover the requests
+ * finished since the previous read, as llama-server's bucket does. Caller
+ * holds m->mu. */
+static void put_llama(kvl_buf *o, srv_metrics *m, const engine_metrics *e) {
+    const struct {
+        const char *name, *type, *help;
+        double value;
+    } rows[] = {
+        {"prompt_tokens_total", "counter", "Number of prompt tokens processed.",
+         (double)m->llama_prompt_tokens},
+        {"prompt_seconds_total", "counter", "Prompt process time", m->llama_prompt_s},
+        {"tokens_predicted_total", "counter", "Number of generation tokens processed.",
+         (double)m->llama_gen_tokens},
+        {"tokens_predicted_seconds_total", "counter", "Predict process time", m->llama_gen_s},
+        {"n_decode_total", "counter", "Total number of llama_decode() calls", (double)e->steps},
+        /* a gauge here (a maximum; llama-server types it a counter, which promtool's lint
+         * refuses for a name without _total) */
+        {"n_tokens_max", "gauge", "Largest observed n_tokens.", (double)e->step_tokens_max},
+        {"prompt_tokens_seconds", "gauge", "Average prompt throughput in tokens/s.",
+         m->bucket_prompt_s > 0 ? (double)m->bucket_prompt_tokens / m->bucket_prompt_s : 0},
+        {"predicted_tokens_seconds", "gauge", "Average generation throughput in tokens/s.",
+         m->bucket_gen_s > 0 ? (double)m->bucket_gen_tokens / m->bucket_gen_s : 0},
+        {"requests_processing", "gauge", "Number of requests processing.", (double)e->n_running},
+        {"requests_deferred", "gauge", "Number of requests deferred.", (double)e->n_waiting},
+        {"n_busy_slots_per_decode", "gauge", "Average number of busy slots per llama_decode() call",
+         (double)e->step_seqs_total / (double)(e->steps > 0 ? e->steps : 1)},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
+        kvl_buf_printf(o, "# HELP llamacpp:%s %s\n# TYPE llamacpp:%s %s\nllamacpp:%s %.17g\n",
+                       rows[i].name, rows[i].help, rows[i].name, rows[i].type, rows[i].name,
+                       rows[i].value);
+    m->bucket_prompt_tokens = m->bucket_gen_tokens = 0;
+    m->bucket_prompt_s = m->bucket_gen_s = 0;
+}
+
 void metrics_render(srv_metrics *m, const char *model_name, kvl_buf *o) {
     char label[320];
     model_label(model_name, label, sizeof label);
@@ -257,6 +294,7 @@ void metrics_render(srv_metrics *m, const char *model_name, kvl_buf *o) {
     put_histo(o, label, &m->queue);
     put_histo(o, label, &m->prefill);
     put_histo(o, label, &m->decode);
+    put_llama(o, m, e);
     pthread_mutex_unlock(&m->mu);
 }
 

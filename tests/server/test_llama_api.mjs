@@ -551,6 +551,44 @@ tests.push(['--special: control tokens and the end of generation write their tex
   assertEq(r.json.choices[0].text, '', 'vLLM\'s skip_special_tokens false alone leaves the end of generation out');
 }]);
 
+// llama-server's /metrics series (llamacpp:*) beside kvllm's: totals of finished requests'
+// computed prompt tokens and generated tokens, steps, and throughput gauges over the requests
+// finished since the previous read (llama-server resets that bucket at each read)
+tests.push(['/metrics: llama-server\'s llamacpp: series', async () => {
+  const read = async () => {
+    const r = await rawRequest(plain.url, { path: '/metrics', method: 'GET' });
+    assertEq(r.status, 200, '/metrics status');
+    const v = {};
+    for (const m of r.text.matchAll(/^llamacpp:([a-z_]+) (\S+)$/gm)) v[m[1]] = Number(m[2]);
+    return v;
+  };
+  const before = await read();
+  assertEq(Object.keys(before).length, 11, `llamacpp: series ${Object.keys(before)}`);
+  const ask = (body) => rawRequest(plain.url, { path: '/completion', body: JSON.stringify(body) });
+  const story = 'Once upon a time there was a little dog. The dog liked to play in the park with his ball ' +
+    'every day, and one day he met a big cat who wanted to play too.';
+  const a = (await ask({ prompt: story, n_predict: 6, temperature: 0 })).json;
+  const b = (await ask({ prompt: story + ' They played all day', n_predict: 4, temperature: 0 })).json;
+  const after = await read();
+  const computed = (r) => r.timings.prompt_n; /* the prompt less its cached part (cache_n) */
+  assertEq(after.tokens_predicted_total - before.tokens_predicted_total, a.tokens_predicted + b.tokens_predicted,
+    'tokens_predicted_total counts the generated tokens');
+  assertEq(after.prompt_tokens_total - before.prompt_tokens_total, computed(a) + computed(b),
+    `prompt_tokens_total counts the computed prompt tokens (cached ones not: ${b.timings?.cache_n} of the second)`);
+  assert(b.timings.cache_n > 0, 'the second prompt reused the first one\'s blocks');
+  assert(after.n_decode_total - before.n_decode_total >= a.tokens_predicted + b.tokens_predicted - 2,
+    `n_decode_total counts the steps (${after.n_decode_total - before.n_decode_total})`);
+  assert(after.n_tokens_max >= computed(a), `n_tokens_max ${after.n_tokens_max}`);
+  assert(after.prompt_seconds_total > before.prompt_seconds_total && after.tokens_predicted_seconds_total > before.tokens_predicted_seconds_total,
+    'the seconds totals grow');
+  assert(after.prompt_tokens_seconds > 0 && after.predicted_tokens_seconds > 0, 'throughput over the bucket');
+  assertEq([after.requests_processing, after.requests_deferred], [0, 0], 'nothing running or waiting');
+  assert(after.n_busy_slots_per_decode >= 1, `busy slots per decode ${after.n_busy_slots_per_decode}`);
+  const again = await read();
+  assertEq([again.prompt_tokens_seconds, again.predicted_tokens_seconds], [0, 0], 'a read resets the bucket');
+  assertEq(again.tokens_predicted_total, after.tokens_predicted_total, 'the totals stay');
+}]);
+
 const failed = await runTests(tests);
 const bad = await stopAll([server, fim, overridden, flagged, special, plain]);
 rmSync(path.dirname(fimModel), { recursive: true, force: true });
