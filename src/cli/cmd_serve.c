@@ -19,6 +19,7 @@
 
 typedef struct serve_opts {
     server_config sc;
+    char model_first[256]; /* the first name of --alias / --served-model-name */
     const char *kv_memory;
     double kv_memory_fraction;
     int64_t max_seqs, max_batch_tokens;
@@ -311,8 +312,23 @@ static int serve_flag(const char *f, const char *v, void *ctx) {
         so->sc.metrics_prefix = v;
     } else if (IS("--allowed-origins")) {
         if (!allowed_origins(v, so)) return -1;
-    } else if (IS("--served-model-name") || IS("--alias") || IS("-a")) so->sc.model_id = v;
-    else if (IS("-rea") || IS("--reasoning")) {            /* llama-server's on | off | auto */
+    } else if (IS("--served-model-name") || IS("--alias") || IS("-a")) {
+        /* NAME[,NAME...] (llama-server's aliases, vLLM's names): the first is the one
+         * answers carry, every one is accepted as a request's model */
+        const size_t first = strcspn(v, ",");
+        if (first == 0 || first >= sizeof so->model_first || v[strlen(v) - 1] == ',' ||
+            strstr(v, ",,")) {
+            fprintf(stderr,
+                    "kvllm: %s: NAME[,NAME...] with no empty name, the first under %zu "
+                    "bytes\n",
+                    f, sizeof so->model_first);
+            return -1;
+        }
+        memcpy(so->model_first, v, first);
+        so->model_first[first] = '\0';
+        so->sc.model_id = so->model_first;
+        so->sc.model_aliases = v[first] ? v + first + 1 : NULL;
+    } else if (IS("-rea") || IS("--reasoning")) {          /* llama-server's on | off | auto */
         if (!strcmp(v, "off")) so->reasoning_budget = "0"; /* as --reasoning-budget 0 */
         else if (strcmp(v, "on") && strcmp(v, "auto")) {
             fprintf(stderr, "kvllm: %s: on, off or auto\n", f);

@@ -23,9 +23,13 @@ typedef struct server_config {
     /* HTTPS (llama-server's --ssl-key-file / --ssl-cert-file): PEM files of the
      * private key and its certificate (chain); both NULL: plain HTTP */
     const char *tls_key_file, *tls_cert_file;
-    bool metrics_public;           /* /metrics without a key even when keys are set */
-    bool prefix_cache_shared;      /* with keys: one prefix-cache namespace for all tenants */
-    const char *model_id;          /* the name /v1/models lists and requests may use */
+    bool metrics_public;      /* /metrics without a key even when keys are set */
+    bool prefix_cache_shared; /* with keys: one prefix-cache namespace for all tenants */
+    const char *model_id;     /* the name /v1/models lists and requests may use */
+    /* more names of the model (comma-separated; NULL: none): requests may use
+     * them too, /v1/models lists each (llama-server's --alias a,b; vLLM's
+     * --served-model-name); answers carry model_id */
+    const char *model_aliases;
     const char *chat_template;     /* family name overriding the GGUF template, or NULL */
     const char *chat_template_src; /* the GGUF's tokenizer.chat_template, or NULL */
     const char *

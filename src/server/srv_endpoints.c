@@ -49,6 +49,13 @@ char *openai_models(srv *s) {
     cJSON_AddStringToObject(o, "object", "list");
     cJSON *data = cJSON_AddArrayToObject(o, "data");
     cJSON_AddItemToArray(data, model_object(s));
+    for (const char *p = s->cfg.model_aliases; p && *p;) { /* each name, as vLLM lists them */
+        const size_t l = strcspn(p, ",");
+        char name[512];
+        snprintf(name, sizeof name, "%.*s", (int)(l < sizeof name ? l : sizeof name - 1), p);
+        cJSON_AddItemToArray(data, model_object_named(s, name));
+        p += l + (p[l] == ',');
+    }
     srv_lora_models(s, data, model_object_named); /* vLLM lists the adapters beside */
     /* Anthropic's page members */
     cJSON_AddBoolToObject(o, "has_more", false);
@@ -59,6 +66,7 @@ char *openai_models(srv *s) {
 }
 
 char *openai_model_get(srv *s, const char *id, api_error *err) {
+    if (srv_model_alias(s, id)) return print_delete(model_object_named(s, id));
     if (strcmp(id, s->cfg.model_id) != 0 && srv_model_known(s, id)) {
         cJSON *data = cJSON_CreateArray(), *o = NULL;
         srv_lora_models(s, data, model_object_named);

@@ -811,6 +811,8 @@ void srv_lora_free(srv *s);
 /* Whether a request's "model" may be name: the served model or an adapter's
  * --lora-modules name. */
 bool srv_model_known(const srv *s, const char *name);
+/* Whether name is one of the model's other names (server_config.model_aliases). */
+bool srv_model_alias(const srv *s, const char *name);
 /* The request's adapter scales into j (its "lora", the adapter its "model"
  * names, or the server's); false with a 400 naming the field. */
 bool srv_lora_job(srv *s, const cJSON *b, const char *model, srv_job *j, api_error *err);

@@ -25,8 +25,19 @@ static int adapter_named(const srv *s, const char *name) {
     return -1;
 }
 
+bool srv_model_alias(const srv *s, const char *name) {
+    const size_t n = strlen(name);
+    for (const char *p = s->cfg.model_aliases; p && *p;) {
+        const size_t l = strcspn(p, ",");
+        if (l == n && strncmp(p, name, n) == 0) return true;
+        p += l + (p[l] == ',');
+    }
+    return false;
+}
+
 bool srv_model_known(const srv *s, const char *name) {
-    return strcmp(name, s->cfg.model_id) == 0 || adapter_named(s, name) >= 0;
+    return strcmp(name, s->cfg.model_id) == 0 || srv_model_alias(s, name) ||
+           adapter_named(s, name) >= 0;
 }
 
 /* [{"id": N, "scale": S}, ...] into scales (the adapters not listed at 0). */

@@ -196,6 +196,25 @@ const tests = Object.entries({
   },
 });
 
+// several names (vLLM's --served-model-name, llama-server's --alias a,b): each is listed and
+// accepted as a request's model; answers carry the first; another name is a 404
+const named = await startServer(bin, ['-m', 'models/stories260K.gguf', '-c', '256', '--served-model-name',
+  'tiny,stories/260k,alt'], { cwd: root, name: 'named' });
+tests.push(['--served-model-name a,b,c: every name listed and served, answers under the first', async () => {
+  const models = await rawRequest(named.url, { path: '/v1/models', method: 'GET' });
+  assertEq(models.json.data.map((m) => m.id), ['tiny', 'stories/260k', 'alt'], '/v1/models ids');
+  for (const name of ['tiny', 'stories/260k', 'alt']) {
+    const r = await rawRequest(named.url, { path: '/v1/completions',
+      body: JSON.stringify({ model: name, prompt: 'Once upon', max_tokens: 2, temperature: 0 }) });
+    assertEq([r.status, r.json.model], [200, 'tiny'], `model ${name}`);
+  }
+  const one = await rawRequest(named.url, { path: '/v1/models/alt', method: 'GET' });
+  assertEq([one.status, one.json.id], [200, 'alt'], '/v1/models/alt');
+  const r = await rawRequest(named.url, { path: '/v1/completions',
+    body: JSON.stringify({ model: 'other', prompt: 'Once upon', max_tokens: 2 }) });
+  assertEq(r.status, 404, 'another name');
+}]);
+
 const failed = await runTests(tests);
-const bad = await stopAll([server]);
+const bad = await stopAll([server, named]);
 process.exit(failed || bad ? 1 : 0);
