@@ -43,6 +43,10 @@ typedef struct cli_opts {
     float rope_factor;        /* --rope-scale N, or 1 / --rope-freq-scale */
     float rope_freq_base;     /* --rope-freq-base */
     int64_t yarn_orig_ctx;    /* --yarn-orig-ctx */
+    /* --yarn-ext-factor, --yarn-attn-factor, --yarn-beta-fast, --yarn-beta-slow
+     * (llama.cpp's context parameters, model_params.yarn_*): negative = the file's */
+    bool yarn_set;
+    float yarn_ext, yarn_attn, yarn_beta_fast, yarn_beta_slow;
     const char *stop[CLI_MAX_STOP];
     bool json, no_bos, parse_special, no_kv_cache, no_repack, verbose;
     const char *log_file; /* --log-file: stderr copied there too (kvl_log_to_file) */

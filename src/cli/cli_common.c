@@ -57,6 +57,7 @@ static bool parse_kv_type(const char *flag, const char *v, int *out) {
 
 static void opts_default(cli_opts *o) {
     memset(o, 0, sizeof *o);
+    o->yarn_ext = o->yarn_attn = o->yarn_beta_fast = o->yarn_beta_slow = -1.0f;
     o->req.max_tokens = 128;
     o->n_threads = 0;
     sampler_params_default(&o->req.sampling);
@@ -136,9 +137,6 @@ static bool one_of(const char *v, const char *const *names) {
  * noted as above, or refused (refuse) where they would change the output in a
  * way kvllm does not, saying what to do instead. */
 static const char NO_GPU[] = "no GPU here: every tensor is on the CPU";
-static const char ROPE[] = "kvllm takes --rope-scaling, --rope-scale, --rope-freq-scale, "
-                           "--rope-freq-base and --yarn-orig-ctx; the other YaRN parameters "
-                           "through --override-kv ARCH.rope.scaling.* keys";
 static const struct {
     const char *flag;
     bool takes, refuse;
@@ -226,10 +224,6 @@ static const struct {
     {"--log-timestamps", false, false, "kvllm's log lines are plain text on stderr"},
     {"--context-shift", false, true,
      "kvllm does not shift the context: a request longer than it gets a 400"},
-    {"--yarn-ext-factor", true, true, ROPE},
-    {"--yarn-attn-factor", true, true, ROPE},
-    {"--yarn-beta-slow", true, true, ROPE},
-    {"--yarn-beta-fast", true, true, ROPE},
     {"--mmproj", true, true, "kvllm serves text models only (no multimodal projector)"},
     {"--mmproj-url", true, true, "kvllm serves text models only (no multimodal projector)"},
     {"--special", false, true, "only kvllm serve writes control tokens' text (serve --special)"},
@@ -573,6 +567,19 @@ static bool apply_flag(cli_opts *o, const char *f, const char *v, bool *unknown)
             return false;
         }
         o->yarn_orig_ctx = i;
+    } else if (IS("--yarn-ext-factor") || IS("--yarn-attn-factor") || IS("--yarn-beta-fast") ||
+               IS("--yarn-beta-slow")) { /* negative: the file's value, as llama.cpp's -1 */
+        float x;
+        if (!parse_f32(f, v, &x)) return false;
+        if (!isfinite(x)) {
+            fprintf(stderr, "kvllm: %s: must be a finite number\n", f);
+            return false;
+        }
+        o->yarn_set = true;
+        *(IS("--yarn-ext-factor")    ? &o->yarn_ext
+          : IS("--yarn-attn-factor") ? &o->yarn_attn
+          : IS("--yarn-beta-fast")   ? &o->yarn_beta_fast
+                                     : &o->yarn_beta_slow) = x;
     } else if (IS("--samplers")) {
         return parse_sampler_names(f, v, o->req.sampling.order);
     } else if (IS("--sampling-seq") || IS("--sampler-seq")) {
@@ -996,6 +1003,11 @@ bool cli_load(const cli_opts *o, bool want_weights, cli_model *cm) {
                        .max_ctx_cap = CLI_DEFAULT_CTX,
                        .max_ubatch = o->ubatch,
                        .no_repack = o->no_repack,
+                       .yarn_override = o->yarn_set,
+                       .yarn_ext_factor = o->yarn_ext,
+                       .yarn_attn_factor = o->yarn_attn,
+                       .yarn_beta_fast = o->yarn_beta_fast,
+                       .yarn_beta_slow = o->yarn_beta_slow,
                        .chunks_keep_kv = o->chunks_keep_kv,
                        .progress = on_load_progress,
                        .progress_user = &lp};

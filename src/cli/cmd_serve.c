@@ -499,6 +499,13 @@ static bool model_identity(const cli_opts *o, const cli_model *cm, const char *f
     for (int i = 0; i < n_rope; i++) specs[i] = rope[i];
     kv_disk_model_id_extend(id, specs, n_rope);
     kv_disk_model_id_extend(id, o->override_kv, o->n_override_kv);
+    if (o->yarn_set) { /* the YaRN flags change the rope, so K */
+        char spec[128];
+        snprintf(spec, sizeof spec, "yarn %a %a %a %a", (double)o->yarn_ext, (double)o->yarn_attn,
+                 (double)o->yarn_beta_fast, (double)o->yarn_beta_slow);
+        const char *one[1] = {spec};
+        kv_disk_model_id_extend(id, one, 1);
+    }
     for (int i = 0; i < o->n_cvec; i++) { /* control vectors change every K and V after layer 1 */
         uint8_t part[16];
         char spec[96];
@@ -811,6 +818,10 @@ static const struct {
     {"LLAMA_ARG_ROPE_FREQ_BASE", "--rope-freq-base", true, NULL},
     {"LLAMA_ARG_ROPE_FREQ_SCALE", "--rope-freq-scale", true, NULL},
     {"LLAMA_ARG_YARN_ORIG_CTX", "--yarn-orig-ctx", true, NULL},
+    {"LLAMA_ARG_YARN_EXT_FACTOR", "--yarn-ext-factor", true, NULL},
+    {"LLAMA_ARG_YARN_ATTN_FACTOR", "--yarn-attn-factor", true, NULL},
+    {"LLAMA_ARG_YARN_BETA_SLOW", "--yarn-beta-slow", true, NULL},
+    {"LLAMA_ARG_YARN_BETA_FAST", "--yarn-beta-fast", true, NULL},
     {"LLAMA_ARG_SPEC_DRAFT_MODEL", "--model-draft|-md|--spec-draft-model", true, NULL},
     {"LLAMA_ARG_DRAFT_MAX", "--draft-max|--draft|--draft-n", true, NULL},
     {"LLAMA_ARG_FLASH_ATTN", "-fa|--flash-attn", true, NULL},

@@ -85,6 +85,8 @@ static void common_options(FILE *out) {
         "  (kvllm serve: each sampling flag is every request's default for its field)\n"
         "  --rope-scaling none|linear|yarn --rope-scale N --rope-freq-scale N\n"
         "  --rope-freq-base N --yarn-orig-ctx N   (llama.cpp's: the GGUF's rope keys)\n"
+        "  --yarn-ext-factor N --yarn-attn-factor N --yarn-beta-fast N --yarn-beta-slow N\n"
+        "                     (llama.cpp's YaRN parameters; negative: the file's)\n"
         "  --stop STRING (repeatable)  --ignore-eos  --no-bos  --parse-special\n"
         "  --json  --top-logprobs K\n"
         "  --block-size N (default 16)  --kv-blocks N  --no-kv-cache\n"

@@ -370,6 +370,29 @@ static float yarn_get_mscale(float scale, float mscale) {
     return scale <= 1.0f ? 1.0f : 0.1f * mscale * logf(scale) + 1.0f;
 }
 
+/* ext_factor and attn_factor as llama.cpp's context prepares them (ext < 0:
+ * 1 for YaRN, else 0; attn_yarn: its yarn_attn_factor, which YaRN's own
+ * correction replaces), times the file's rope.scaling.attn_factor. */
+static void yarn_prepare(model_hparams *hp, float ext, float attn_yarn) {
+    model_rope_yarn *rs = &hp->rope_yarn;
+    const char *a = hp->arch;
+    rs->ext_factor = ext < 0.0f ? (rs->yarn ? 1.0f : 0.0f) : ext;
+    rs->attn_factor = attn_yarn;
+    if (rs->ext_factor != 0.0f) {
+        const float fct = 1.0f / hp->rope_freq_scale;
+        if (rs->log_mul != 0.0f) {
+            float mscale = 1.0f;
+            if (strcmp(a, "deepseek2") == 0 && rs->log_mul != 1.0f) mscale = rs->log_mul;
+            rs->attn_factor = yarn_get_mscale(fct, mscale) / yarn_get_mscale(fct, rs->log_mul);
+        } else {
+            rs->attn_factor = yarn_get_mscale(fct, 1.0f);
+        }
+        /* ggml's rope multiplies by 1 + 0.1 ln(factor) again when ext_factor is set */
+        rs->attn_factor *= 1.0f / (1.0f + 0.1f * logf(fct));
+    }
+    rs->attn_factor *= rs->attn_key;
+}
+
 /* Rope scaling (rope.scaling.*) as llama.cpp reads it and prepares ggml's rope.
  * The factor applies whatever the type (llama.cpp's default type is linear,
  * and it divides the frequencies by rope.scaling.factor, or by the older
@@ -426,21 +449,25 @@ static bool gguf_rope_scaling(const gguf_file *f, model_hparams *hp, kvl_error *
         return kvl_fail(err, "%s: implausible rope scaling keys (original context %lld)",
                         gguf_path(f), (long long)rs->n_ctx_orig);
     rs->yarn = yarn;
-    rs->ext_factor = ext < 0.0f ? (yarn ? 1.0f : 0.0f) : ext;
-    rs->attn_factor = attn_yarn;
-    if (rs->ext_factor != 0.0f) {
-        const float fct = 1.0f / hp->rope_freq_scale;
-        if (rs->log_mul != 0.0f) {
-            float mscale = 1.0f;
-            if (strcmp(a, "deepseek2") == 0 && rs->log_mul != 1.0f) mscale = rs->log_mul;
-            rs->attn_factor = yarn_get_mscale(fct, mscale) / yarn_get_mscale(fct, rs->log_mul);
-        } else {
-            rs->attn_factor = yarn_get_mscale(fct, 1.0f);
-        }
-        /* ggml's rope multiplies by 1 + 0.1 ln(factor) again when ext_factor is set */
-        rs->attn_factor *= 1.0f / (1.0f + 0.1f * logf(fct));
-    }
-    rs->attn_factor *= attn;
+    rs->attn_key = attn;
+    yarn_prepare(hp, ext, attn_yarn);
+    return true;
+}
+
+bool model_hparams_set_yarn(model_hparams *hp, float ext, float attn, float beta_fast,
+                            float beta_slow, kvl_error *err) {
+    model_rope_yarn *rs = &hp->rope_yarn;
+    const float v[4] = {ext, attn, beta_fast, beta_slow};
+    for (int i = 0; i < 4; i++)
+        if (!isfinite(v[i])) return kvl_fail(err, "the YaRN settings must be finite numbers");
+    if (beta_fast >= 0.0f) rs->beta_fast = beta_fast;
+    if (beta_slow >= 0.0f) rs->beta_slow = beta_slow;
+    if (ext > 0.0f && (rs->n_ctx_orig <= 0 || rs->n_ctx_orig > (1 << 30)))
+        return kvl_fail(err,
+                        "a YaRN ext_factor needs an original context (rope.scaling."
+                        "original_context_length or --yarn-orig-ctx), not %lld",
+                        (long long)rs->n_ctx_orig);
+    yarn_prepare(hp, ext, attn >= 0.0f ? attn : 1.0f);
     return true;
 }
 

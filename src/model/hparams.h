@@ -75,6 +75,7 @@ typedef struct model_rope_yarn {
     float beta_fast, beta_slow;
     int64_t n_ctx_orig; /* rope.scaling.original_context_length */
     float log_mul;      /* rope.scaling.yarn_log_multiplier / 0.1 (deepseek2) */
+    float attn_key;     /* rope.scaling.attn_factor (1 without it) */
 } model_rope_yarn;
 
 typedef struct model_hparams {
@@ -148,6 +149,15 @@ typedef struct model_hparams {
 /* Reads a GGUF's metadata. False (err names the file and key) on a malformed
  * or missing required key (general.architecture, block_count, head_count). */
 bool model_hparams_from_gguf(const gguf_file *f, model_hparams *hp, kvl_error *err);
+/* llama.cpp's --yarn-ext-factor, --yarn-attn-factor, --yarn-beta-fast and
+ * --yarn-beta-slow (its context parameters): each >= 0 replaces the file's
+ * value or llama.cpp's default, a negative one keeps it, and the rope's
+ * attention factor is prepared again as llama.cpp's context does (YaRN's own
+ * correction replaces yarn_attn_factor whenever ext_factor is not 0). False
+ * (err) on a value that is not finite, or an ext_factor without a plausible
+ * original context. */
+bool model_hparams_set_yarn(model_hparams *hp, float ext, float attn, float beta_fast,
+                            float beta_slow, kvl_error *err);
 /* The weights one decoded token reads (GGUF): all tensor data but the experts it
  * does not select, the rows of an untied embedding and of gemma4's per-layer
  * embedding table other than its own, layers past n_layer (MTP), and the k / v

@@ -49,6 +49,10 @@ static bool read_hparams(model *m, kvl_error *err) {
     const gguf_file *f = m->gguf;
     model_hparams *hp = &m->hp;
     if (!model_hparams_from_gguf(f, hp, err)) return false;
+    if (m->mp.yarn_override &&
+        !model_hparams_set_yarn(hp, m->mp.yarn_ext_factor, m->mp.yarn_attn_factor,
+                                m->mp.yarn_beta_fast, m->mp.yarn_beta_slow, err))
+        return false;
     if (m->mp.attn_chunk > 0 && hp->n_chunk > 0) hp->n_chunk = m->mp.attn_chunk; /* tests */
     m->arch = arch_find(hp->arch);
     if (!m->arch)

@@ -41,6 +41,11 @@ typedef struct model_params {
      * fixed 8192. For tests, which cross chunk boundaries in a few hundred tokens;
      * a model so loaded no longer matches llama.cpp past that many positions. */
     int64_t attn_chunk;
+    /* llama.cpp's --yarn-ext-factor, --yarn-attn-factor, --yarn-beta-fast,
+     * --yarn-beta-slow when yarn_override (each negative: the file's);
+     * model_hparams_set_yarn */
+    bool yarn_override;
+    float yarn_ext_factor, yarn_attn_factor, yarn_beta_fast, yarn_beta_slow;
     /* Chunked layers join the full-attention layers' KV group (window 0, no
      * chunk), so nothing of theirs is dropped; their attention still masks by
      * the chunk. For the disk tier, which needs a single KV group. */

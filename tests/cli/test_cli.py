@@ -140,7 +140,7 @@ check(all(f'note: {f}:' in out for f in ('-ot', '--n-cpu-moe', '-tb', '--cache-r
                                          '-ctxcp', '--fit', '--sse-ping-interval', '-lv', '--cache-prompt', '--webui',
                                          '--mmap', '-kvo', '--reuse-port'))
       and 'KV pool' in out, f'serve with more llama-server flags ({out[-400:]})')
-for flags, why in ((['--yarn-ext-factor', '1'], '--override-kv'), (['--mmproj', 'x.gguf'], 'text models'),
+for flags, why in ((['--path', '/tmp'], 'own pages'), (['--mmproj', 'x.gguf'], 'text models'),
                    (['--skip-chat-parsing'], 'always parsed'),
                    (['--context-shift'], 'does not shift'), (['-mu', 'http://x/m.gguf'], '-hf')):
     r = run(['serve', '-m', MODEL, '--port', '0'] + flags)
