@@ -63,6 +63,7 @@ BLOBS = {}
 for files in REPOS.values():
     for p, d in files.items():
         BLOBS[hashlib.sha256(d).hexdigest()] = d
+FILES = {"stories260K-Q8_0.gguf": model, **{p: open(os.path.join(split_dir, p), "rb").read() for p in parts}}
 log = []          # (method, path, range) of every request
 broken = set()    # oids whose first transfer is cut in the middle
 
@@ -119,6 +120,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 return self.send(200, d, "application/octet-stream")
             oid = hashlib.sha256(d).hexdigest()
             return self.send(302, b"", "text/plain", [("Location", f"/cdn/{oid}")])
+        if parts_[0] == "files" and len(parts_) == 2 and parts_[1] in FILES:  # -mu's plain URLs
+            parts_ = ["cdn", hashlib.sha256(FILES[parts_[1]]).hexdigest()]
         if parts_[0] == "cdn" and len(parts_) == 2 and parts_[1] in BLOBS:
             d, oid = BLOBS[parts_[1]], parts_[1]
             rng = self.headers.get("Range")
@@ -227,6 +230,34 @@ r = kv(["run", "-m", "models/stories260K.gguf", "-hf", "test/stories"] + GEN)
 check(r.returncode != 0 and "give one" in r.stderr, "-m with -hf: refused")
 r = kv(["run", "-hff", "x.gguf"] + GEN)
 check(r.returncode != 0 and "give -hf too" in r.stderr, "-hff without -hf: refused")
+# -mu URL (llama.cpp's): into llama.cpp's cache directory under the URL's file name, resumed
+# after a broken transfer; then from there without a request; into -m's path when given; a
+# split model's parts from the first part's URL
+broken.add(oid)
+n0 = len(log)
+r = kv(["run", "-mu", f"{endpoint}/files/stories260K-Q8_0.gguf?download=true"] + GEN)
+saved = os.path.join(cache, "stories260K-Q8_0.gguf")
+files = [e for e in log[n0:] if e[1].startswith("/files/")]
+check(r.returncode == 0 and text_of(r) == text_of(want) and os.path.exists(saved) and len(files) == 2
+      and files[1][2] == f"bytes={len(model) // 2}-",
+      f"-mu URL: into the cache, resumed, the model runs ({files}; {r.stderr.strip()[-200:]})")
+n0 = len(log)
+r = kv(["run", "-mu", f"{endpoint}/files/stories260K-Q8_0.gguf"] + GEN)
+check(r.returncode == 0 and len(log) == n0, "-mu again: the saved file, no request")
+mine = os.path.join(OUT, "mine.gguf")
+if os.path.exists(mine):
+    os.remove(mine)
+r = kv(["run", "-mu", f"{endpoint}/files/stories260K-Q8_0.gguf", "-m", mine] + GEN)
+check(r.returncode == 0 and open(mine, "rb").read() == model, "-mu with -m: saved as -m's path")
+r = kv(["run", "-mu", f"{endpoint}/files/{parts[0]}"] + GEN)
+check(r.returncode == 0 and text_of(r) == text_of(want) and
+      all(os.path.exists(os.path.join(cache, p)) for p in parts), f"-mu of a split model's first part: every part")
+for bad, why in ((f"{endpoint}/files/{parts[1]}", "give the URL of part 1"), ("ftp://x/m.gguf", "not an http"),
+                 (f"{endpoint}/files/absent.gguf", "HTTP 404"), (f"{endpoint}/", "names no file")):
+    r = kv(["run", "-mu", bad] + GEN)
+    check(r.returncode != 0 and why in r.stderr, f"-mu {bad}: refused ({r.stderr.strip()[-160:]})")
+check(not os.path.exists(os.path.join(cache, "absent.gguf.incomplete")), "a refused download leaves no file")
+
 # serve: the model named as llama-server names it (the -hf argument), from the cache
 import socket
 import time

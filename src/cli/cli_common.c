@@ -228,9 +228,6 @@ static const struct {
     {"--mmproj-url", true, true, "kvllm serves text models only (no multimodal projector)"},
     {"--special", false, true, "only kvllm serve writes control tokens' text (serve --special)"},
     {"--path", true, true, "kvllm serves its own pages (--no-webui switches them off)"},
-    {"-mu", true, true, "kvllm downloads from Hugging Face repositories: -hf user/model[:quant]"},
-    {"--model-url", true, true,
-     "kvllm downloads from Hugging Face repositories: -hf user/model[:quant]"},
 };
 
 /* vLLM's (`vllm serve`'s) flags the same way: a vLLM command line runs with
@@ -482,6 +479,7 @@ static bool apply_flag(cli_opts *o, const char *f, const char *v, bool *unknown)
     if (IS("-m") || IS("--model")) o->model_path = v;
     else if (IS("-hf") || IS("-hfr") || IS("--hf-repo")) o->hf_repo = v;
     else if (IS("-hff") || IS("--hf-file")) o->hf_file = v;
+    else if (IS("-mu") || IS("--model-url")) o->model_url = v;
     else if (IS("-hft") || IS("--hf-token")) o->hf_token = v;
     else if (IS("--model-draft") || IS("-md")) o->model_draft = v;
     else if (IS("-p") || IS("--prompt")) o->prompt = v;
@@ -730,6 +728,20 @@ static bool hf_model(cli_opts *o) {
     if (o->hf_file && !o->hf_repo) {
         fprintf(stderr, "kvllm: --hf-file names a file of the -hf repository: give -hf too\n");
         return false;
+    }
+    if (o->model_url && o->hf_repo) {
+        fprintf(stderr, "kvllm: -mu and -hf both name the model: give one\n");
+        return false;
+    }
+    if (o->model_url) { /* llama.cpp's -mu URL: into -m's path, else its cache */
+        kvl_error err = {{0}};
+        if (!hub_fetch_url(o->model_url, o->model_path, o->hf_token, o->offline, o->hf_path,
+                           sizeof o->hf_path, &err)) {
+            fprintf(stderr, "kvllm: -mu %s: %s\n", o->model_url, err.msg);
+            return false;
+        }
+        o->model_path = o->hf_path;
+        return true;
     }
     if (!o->hf_repo) return true;
     if (o->model_path) {

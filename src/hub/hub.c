@@ -614,6 +614,8 @@ static bool download(const http_ctx *h, const char *url, const hub_file *f, cons
         }
         ok = true;
     }
+    struct stat left;
+    if (!ok && stat(tmp, &left) == 0 && left.st_size == 0) unlink(tmp); /* nothing to resume */
     close(lock);
     return ok;
 }
@@ -750,6 +752,83 @@ bool hub_fetch(const hub_request *r, char *path, size_t cap, kvl_error *err) {
     ok = true;
 done:
     free(l.files);
+    curl_global_cleanup();
+    return ok;
+}
+
+/* llama.cpp's own cache directory (fs_get_cache_directory). */
+static bool llama_cache_dir(char *out, size_t cap, kvl_error *err) {
+    const char *v = getenv("LLAMA_CACHE");
+    bool ok;
+    if (v && *v) ok = fmt_path(out, cap, "%s", v);
+    else if ((v = getenv("XDG_CACHE_HOME")) && *v) ok = fmt_path(out, cap, "%s/llama.cpp", v);
+    else if ((v = getenv("HOME")) && *v) ok = fmt_path(out, cap, "%s/.cache/llama.cpp", v);
+    else return kvl_fail(err, "hub: no cache directory (set LLAMA_CACHE or HOME)");
+    return ok ? true : kvl_fail(err, "hub: the cache directory's name is too long");
+}
+
+bool hub_fetch_url(const char *url, const char *dest, const char *token, bool offline, char *path,
+                   size_t cap, kvl_error *err) {
+    if (strncmp(url, "http://", 7) != 0 && strncmp(url, "https://", 8) != 0)
+        return kvl_fail(err, "hub: '%.200s' is not an http(s) URL", url);
+    if (strlen(url) >= HUB_PATH || strpbrk(url, " \r\n\t"))
+        return kvl_fail(err, "hub: '%.200s' is not a URL kvllm fetches", url);
+    /* the file name: the path's last component, without query or fragment */
+    char base[HUB_PATH];
+    const size_t end = strcspn(url, "?#");
+    const char *slash = url + end;
+    while (slash > url && slash[-1] != '/') slash--;
+    const size_t bl = (size_t)(url + end - slash);
+    if (bl == 0 || bl >= 256 || slash[0] == '.' || slash <= url + 8)
+        return kvl_fail(err, "hub: '%.200s' names no file", url);
+    memcpy(base, slash, bl);
+    base[bl] = '\0';
+    for (const char *c = base; *c; c++)
+        if (!is_word(*c) && *c != '-' && *c != '.')
+            return kvl_fail(
+                err, "hub: the file name '%s' of the URL: letters, digits, '_', '-', '.'", base);
+    int index;
+    size_t prefix_len;
+    const int count = split_info(base, &index, &prefix_len);
+    if (count > 1 && index != 1)
+        return kvl_fail(err, "hub: %s is part %d of a split model: give the URL of part 1", base,
+                        index);
+    if (count > 1 && dest)
+        return kvl_fail(err, "hub: a split model's parts go to the cache directory (no -m)");
+    char dir[HUB_PATH];
+    if (!dest && !llama_cache_dir(dir, sizeof dir, err)) return false;
+    http_ctx h = {.token = token ? token : getenv("HF_TOKEN")};
+    snprintf(h.agent, sizeof h.agent, "kvllm/1.0 (llama-cpp compatible)");
+    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
+        return kvl_fail(err, "hub: cannot initialise libcurl");
+    bool ok = true;
+    const size_t url_prefix = (size_t)(slash - url) + prefix_len; /* up to the part's suffix */
+    for (int part = 1; ok && part <= count; part++) {
+        char name[300], part_url[HUB_PATH + 32], local[HUB_PATH * 2];
+        const bool fits =
+            (count > 1 ? fmt_path(name, sizeof name, "%.*s-%05d-of-%05d.gguf", (int)prefix_len,
+                                  base, part, count) &&
+                             fmt_path(part_url, sizeof part_url, "%.*s-%05d-of-%05d.gguf%s",
+                                      (int)url_prefix, url, part, count, url + end)
+                       : fmt_path(name, sizeof name, "%s", base) &&
+                             fmt_path(part_url, sizeof part_url, "%s", url)) &&
+            (dest ? fmt_path(local, sizeof local, "%s", dest)
+                  : fmt_path(local, sizeof local, "%s/%s", dir, name)) &&
+            (part > 1 || fmt_path(path, cap, "%s", local));
+        if (!fits) {
+            ok = kvl_fail(err, "hub: a path or URL is too long");
+            break;
+        }
+        struct stat st;
+        if (stat(local, &st) == 0) continue; /* there already */
+        if (offline) {
+            ok = kvl_fail(err, "hub: %s is not there (offline)", local);
+            break;
+        }
+        hub_file f = {.size = -1};
+        memcpy(f.path, name, strlen(name) + 1);
+        ok = download(&h, part_url, &f, local, err);
+    }
     curl_global_cleanup();
     return ok;
 }

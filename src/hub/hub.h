@@ -43,4 +43,14 @@ typedef struct hub_request {
  * transfer, a checksum, the cache directory. */
 bool hub_fetch(const hub_request *r, char *path, size_t cap, kvl_error *err);
 
+/* llama.cpp's -mu URL: the file at an http(s) URL (every part, when its name
+ * is a split model's first, -00001-of-0000N.gguf), saved as dest, or without
+ * dest in llama.cpp's own cache directory (LLAMA_CACHE, else
+ * XDG_CACHE_HOME/llama.cpp, else ~/.cache/llama.cpp) under the URL's file
+ * name. A file already there is used as it is; offline, only that. There is
+ * no checksum to hold it to: the transfer's length is checked. The local
+ * path of the (first) file in path. */
+bool hub_fetch_url(const char *url, const char *dest, const char *token, bool offline, char *path,
+                   size_t cap, kvl_error *err);
+
 #endif
