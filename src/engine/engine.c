@@ -528,7 +528,19 @@ static void emit(seq *s, int32_t token, const char *text, size_t len, float logp
                        .top_logprobs = top_lp,
                        .finish = finish,
                        .error = finish == ENGINE_FINISH_ERROR ? s->error : NULL,
-                       .stats = finish != ENGINE_FINISH_NONE ? &s->stats : NULL};
+                       .stats = finish != ENGINE_FINISH_NONE ? &s->stats : NULL,
+                       .live = &s->stats};
+    s->req.on_event(&ev, s->req.user);
+}
+
+void eng_emit_progress(seq *s) {
+    if (!s->req.on_event || !s->req.progress || s->stats.n_generated > 0) return;
+    const engine_event ev = {.request_id = s->id,
+                             .token = -1,
+                             .logprob = NAN,
+                             .live = &s->stats,
+                             .progress = true,
+                             .n_past = s->n_computed < s->n_prompt ? s->n_computed : s->n_prompt};
     s->req.on_event(&ev, s->req.user);
 }
 

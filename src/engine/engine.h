@@ -58,6 +58,14 @@ typedef struct engine_event {
     engine_finish finish;          /* != NONE on the request's last event */
     const char *error;             /* ENGINE_FINISH_ERROR: why (valid during the callback) */
     const engine_req_stats *stats; /* set on the last event */
+    const engine_req_stats *live;  /* every event: the request's stats as they stand (t_end
+                                      is set on the last event only) */
+    /* engine_request.progress: an event of the prompt's progress instead of
+     * output (token -1, no text): n_past of the prompt's tokens are in the
+     * cache, from the prefix cache or computed; one when it is admitted, one
+     * after each step that computed some of it */
+    bool progress;
+    int64_t n_past;
 } engine_event;
 
 typedef void (*engine_event_fn)(const engine_event *ev, void *user);
@@ -156,6 +164,8 @@ typedef struct engine_request {
     /* Under ENGINE_SCHED_PRIORITY: lower values are admitted first and
      * preempted last (vLLM's semantics); must be 0 under ENGINE_SCHED_FCFS. */
     int priority;
+    bool progress; /* prompt progress events (engine_event.progress; llama-server's
+                      return_progress) */
     engine_event_fn on_event;
     void *user;
 } engine_request;

@@ -119,6 +119,8 @@ void eng_seq_free(engine *e, seq *s);
 void eng_finish_seq(engine *e, seq *s, engine_finish why, int32_t token, float lp, int n_top,
                     const int32_t *ids, const float *lps);
 /* Handles one sampled token: stop conditions, text streaming. */
+/* A prompt progress event for s (engine_request.progress), until its first token. */
+void eng_emit_progress(seq *s);
 void eng_on_token(engine *e, seq *s, int32_t tok, float lp, int n_top, const int32_t *ids,
                   const float *lps);
 

@@ -67,6 +67,7 @@ bool eng_prefix_attach(engine *e, seq *s) {
         s->stats.n_cached_prompt = s->n_computed;
         if (s->stats.n_disk_prompt > s->n_computed) s->stats.n_disk_prompt = s->n_computed;
     }
+    eng_emit_progress(s); /* what the prefix cache gave */
     return true;
 }
 

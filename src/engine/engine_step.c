@@ -165,6 +165,7 @@ static void step_done(engine *e, const step_plan *p) {
         s->n_computed -= s->n_draft; /* drafts count once accepted (sample_outputs) */
         for (int g = 0; e->prefix_cache && g < e->n_groups; g++)
             kv_prefix_commit(e->kv[g], &s->kv[g], s->tokens, s->n_computed);
+        eng_emit_progress(s); /* a prompt chunk computed (nothing once it generates) */
     }
     sample_outputs(e, p);
     if (e->spec)

@@ -174,7 +174,9 @@ static void on_engine_event(const engine_event *ev, void *user) {
         memcpy(e->top_lps, ev->top_logprobs, e->n_top * sizeof(float));
     }
     e->finish = ev->finish;
-    if (ev->finish != ENGINE_FINISH_NONE) e->stats = *ev->stats;
+    e->stats = *(ev->stats ? ev->stats : ev->live);
+    e->progress = ev->progress;
+    e->n_past = ev->n_past;
     e->text_len = ev->text_len;
     if (ev->text_len) memcpy(e->text, ev->text, ev->text_len);
     e->text[ev->text_len] = 0;
@@ -223,6 +225,7 @@ static void admit(srv *s, srv_job *j) {
                         .lora = j->n_lora ? j->lora : NULL,
                         .grammar = j->grammar,
                         .no_speculative = j->no_speculative,
+                        .progress = j->return_progress,
                         .priority = j->priority,
                         .n_keep_special = j->n_keep_special,
                         .stop_ids = j->stop_ids,

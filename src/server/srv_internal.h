@@ -117,7 +117,9 @@ typedef struct srv_event {
     int32_t top_ids[SRV_MAX_TOP];
     float top_lps[SRV_MAX_TOP];
     engine_finish finish;
-    engine_req_stats stats; /* valid when finish != NONE */
+    engine_req_stats stats; /* as they stand (t_end: when finish != NONE) */
+    bool progress;          /* a prompt progress event: n_past of the prompt in the cache */
+    int64_t n_past;
     size_t text_len;
     char text[];
 } srv_event;
@@ -169,6 +171,10 @@ struct srv_job {
     int n_indent;             /* llama-server's code-completion stops (engine_request) */
     double max_predict_s;
     bool no_speculative; /* "speculative": false */
+    /* llama-server's stream extras (llama.cpp's web UI sends both): prompt
+     * progress chunks (return_progress, engine_request.progress) and a
+     * "timings" object in every chunk (timings_per_token) */
+    bool return_progress, timings_per_token;
     /* vLLM's sampling extras (engine_request): stop_token_ids, min_tokens,
      * include_stop_str_in_output, allowed_token_ids, skip_special_tokens false */
     int32_t *stop_ids; /* malloc'd */
@@ -607,6 +613,7 @@ typedef struct stream_state {
     size_t text_off[SRV_MAX_N];
     int64_t n_tok[SRV_MAX_N]; /* tokens streamed per choice (continuous usage) */
     int n_finished;
+    const srv_event *cur; /* the event being written (timings_per_token) */
     int64_t completion_tokens, kv_lb, kv_alloc, cached, disk;
     bool failed;
     api_error fail; /* when failed (status 0: a 500 for an engine failure) */
@@ -636,6 +643,10 @@ bool chat_chunks_read(kvl_buf *sse, const chunk_sink *k, bool *ended);
 /* An SSE "data: JSON" event of o (taken), as the OpenAI API and llama-server
  * write their streams; out->oom set when out of memory. */
 void sse_data(kvl_buf *out, cJSON *o);
+/* llama-server's "timings" object of a request's stats (mid-stream: until now). */
+cJSON *srv_timings_json(const engine_req_stats *st);
+/* llama-server's "prompt_progress" object of a progress event. */
+cJSON *srv_prompt_progress_json(const srv_event *ev);
 /* An SSE event "event: TYPE" whose data is ev (taken) with "type" (and, when
  * seq >= 0, "sequence_number") as its first members, as the Responses and
  * Messages APIs write their events. */

@@ -46,8 +46,6 @@ static const struct {
     const char *what;
 } OFF_FIELDS[] = {
     {"adaptive_target", OFF_LT, 0, "adaptive-p sampling"},
-    {"return_progress", OFF_FALSE, 0, "prompt progress events"},
-    {"timings_per_token", OFF_FALSE, 0, "per-token timings"},
     {"verbose", OFF_FALSE, 0, "the __verbose field"},
     {"backend_sampling", OFF_FALSE, 0, "backend sampling"},
     {"grammar_lazy", OFF_FALSE, 0, "lazy grammars"},
@@ -116,7 +114,9 @@ static const char *const OWN_FIELDS[] = {"prompt",
                                          "json_schema",
                                          "ignore_eos",
                                          "lora",
-                                         "cache_salt"};
+                                         "cache_salt",
+                                         "timings_per_token",
+                                         "return_progress"};
 
 static bool in(const char *k, const char *const *list, size_t n) {
     for (size_t i = 0; i < n; i++)
@@ -285,8 +285,9 @@ static bool put_prompt(srv *s, const cJSON *b, cJSON *o, api_error *err) {
 static cJSON *openai_body(srv *s, const cJSON *b, api_error *err) {
     cJSON *o = cJSON_CreateObject();
     if (!o) return api_fail(err, 500, NULL, "out of memory"), NULL;
-    static const char *const PASS[] = {"model",      "stream", "grammar",   "json_schema",
-                                       "ignore_eos", "lora",   "cache_salt"};
+    static const char *const PASS[] = {
+        "model", "stream",     "grammar",           "json_schema",    "ignore_eos",
+        "lora",  "cache_salt", "timings_per_token", "return_progress"};
     for (size_t i = 0; i < sizeof PASS / sizeof *PASS; i++) {
         const cJSON *v = req_field(b, PASS[i]);
         if (v) cJSON_AddItemToObject(o, PASS[i], cJSON_Duplicate(v, true));
@@ -670,7 +671,7 @@ static cJSON *settings_json(srv *s, const cJSON *b, const llama_req *q, const sr
         cJSON_AddItemToObject(g, "samplers", cJSON_CreateStringArray(ALL, 9));
     }
     cJSON_AddStringToObject(g, "speculative.types", "none");
-    cJSON_AddBoolToObject(g, "timings_per_token", false);
+    cJSON_AddBoolToObject(g, "timings_per_token", j->timings_per_token);
     cJSON_AddBoolToObject(g, "post_sampling_probs", q->post_sampling);
     cJSON_AddBoolToObject(g, "backend_sampling", false);
     cJSON *lora = cJSON_AddArrayToObject(g, "lora");

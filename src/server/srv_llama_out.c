@@ -47,11 +47,13 @@ static const char *stop_type(const srv_event *ev) {
     }
 }
 
-static cJSON *timings_json(const engine_req_stats *st) {
+cJSON *srv_timings_json(const engine_req_stats *st) {
     cJSON *t = cJSON_CreateObject();
+    /* mid-stream (timings_per_token) the generation runs until now */
+    const double end = st->t_end > 0 ? st->t_end : kvl_time_s();
     const double prompt_n = (double)(st->n_prompt - st->n_cached_prompt),
                  prompt_ms = st->t_prefill_s * 1e3, pred_n = (double)st->n_generated,
-                 pred_ms = st->t_first_token > 0 ? (st->t_end - st->t_first_token) * 1e3 : 0;
+                 pred_ms = st->t_first_token > 0 ? (end - st->t_first_token) * 1e3 : 0;
     cJSON_AddNumberToObject(t, "cache_n", (double)st->n_cached_prompt);
     cJSON_AddNumberToObject(t, "prompt_n", prompt_n);
     cJSON_AddNumberToObject(t, "prompt_ms", prompt_ms);
@@ -62,6 +64,17 @@ static cJSON *timings_json(const engine_req_stats *st) {
     cJSON_AddNumberToObject(t, "predicted_per_token_ms", pred_n > 0 ? pred_ms / pred_n : 0);
     cJSON_AddNumberToObject(t, "predicted_per_second", pred_ms > 0 ? pred_n * 1e3 / pred_ms : 0);
     return t;
+}
+
+cJSON *srv_prompt_progress_json(const srv_event *ev) {
+    cJSON *p = cJSON_CreateObject();
+    const engine_req_stats *st = &ev->stats;
+    cJSON_AddNumberToObject(p, "total", (double)st->n_prompt);
+    cJSON_AddNumberToObject(p, "cache", (double)st->n_cached_prompt);
+    cJSON_AddNumberToObject(p, "processed", (double)ev->n_past);
+    cJSON_AddNumberToObject(p, "time_ms",
+                            st->t_scheduled > 0 ? (kvl_time_s() - st->t_scheduled) * 1e3 : 0);
+    return p;
 }
 
 /* response_fields: only those paths ("a/b" reads b inside a), each under its
@@ -115,7 +128,7 @@ static cJSON *final_object(srv *s, const api_req *r, const srv_event *ev, const 
         ev->finish == ENGINE_FINISH_STOP && si >= 0 && si < j->n_stop ? j->stop[si] : "");
     const int64_t cached = n_prompt + st.n_generated - (st.n_generated > 0);
     cJSON_AddNumberToObject(o, "tokens_cached", (double)cached);
-    cJSON_AddItemToObject(o, "timings", timings_json(&st));
+    cJSON_AddItemToObject(o, "timings", srv_timings_json(&st));
     if (probs) cJSON_AddItemToObject(o, "completion_probabilities", probs);
     return pick_fields(o, q->fields);
 }
@@ -173,6 +186,21 @@ void llama_stream_events(srv *s, const api_req *r, stream_state *st, srv_event *
     llama_req *q = r->llama;
     for (const srv_event *ev = events; ev; ev = ev->next) {
         const int i = ev->index;
+        if (ev->progress) { /* return_progress: llama-server's partial with prompt_progress */
+            cJSON *c = cJSON_CreateObject();
+            cJSON_AddNumberToObject(c, "index", i);
+            cJSON_AddStringToObject(c, "content", "");
+            cJSON_AddArrayToObject(c, "tokens");
+            cJSON_AddBoolToObject(c, "stop", false);
+            cJSON_AddNumberToObject(c, "id_slot", -1);
+            cJSON_AddNumberToObject(c, "tokens_predicted", 0);
+            cJSON_AddNumberToObject(c, "tokens_evaluated", (double)ev->stats.n_prompt);
+            if (r->job->timings_per_token)
+                cJSON_AddItemToObject(c, "timings", srv_timings_json(&ev->stats));
+            cJSON_AddItemToObject(c, "prompt_progress", srv_prompt_progress_json(ev));
+            sse_data(out, c);
+            continue;
+        }
         if ((ev->token >= 0 || ev->text_len) && !q->prompt_only) {
             if (ev->token >= 0) q->n_decoded[i]++;
             cJSON *c = cJSON_CreateObject();
@@ -189,6 +217,8 @@ void llama_stream_events(srv *s, const api_req *r, stream_state *st, srv_event *
             if (q->n_probs > 0 && ev->token >= 0)
                 cJSON_AddItemToArray(cJSON_AddArrayToObject(c, "completion_probabilities"),
                                      probs_entry(s, q, ev));
+            if (r->job->timings_per_token)
+                cJSON_AddItemToObject(c, "timings", srv_timings_json(&ev->stats));
             sse_data(out, c);
         }
         if (ev->finish == ENGINE_FINISH_NONE) continue;

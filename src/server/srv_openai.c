@@ -48,6 +48,8 @@ static const known_field KNOWN_FIELDS[] = {
     {"dry_penalty_last_n", F_BOTH}, {"dry_sequence_breakers", F_BOTH}, {"samplers", F_BOTH},
     {"ignore_eos", F_BOTH}, {"cache_salt", F_BOTH}, {"lora", F_BOTH}, {"return_tokens_as_token_ids", F_BOTH},
     {"speculative", F_BOTH}, /* own: false opts out of --spec (same output, plain decode) */
+    /* llama-server's stream extras (llama.cpp's web UI sends both) */
+    {"timings_per_token", F_BOTH}, {"return_progress", F_BOTH},
     {"add_generation_prompt", F_CHAT}, {"continue_final_message", F_CHAT},
     {"priority", F_BOTH},
     {"parse_special", F_BOTH}, /* completions only: chat refuses it with its reason (parse_chat_prompt) */
@@ -976,8 +978,11 @@ static bool parse_body(srv *s, const cJSON *b, bool chat, api_req *r, api_error 
               req_string(b, "cache_salt", &salt, err) && parse_structured(s, b, j, err) &&
               req_int(b, "priority", -2147483647, 2147483647, &prio, err) &&
               parse_vllm(s, b, j, err);
-    bool speculative = true;
-    ok = ok && req_bool(b, "speculative", &speculative, err);
+    bool speculative = true, progress = false;
+    ok = ok && req_bool(b, "speculative", &speculative, err) &&
+         req_bool(b, "timings_per_token", &j->timings_per_token, err) &&
+         req_bool(b, "return_progress", &progress, err);
+    j->return_progress = progress && r->stream; /* llama-server sends progress in streams only */
     ok = ok && srv_lora_job(s, b, model, j, err);
     if (!ok) return false;
     j->no_speculative = !speculative;

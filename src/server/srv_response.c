@@ -360,6 +360,8 @@ static void choice_out(const api_req *r, const stream_state *st, int index, cJSO
         cJSON_AddNumberToObject(u, "completion_tokens", (double)done);
         cJSON_AddNumberToObject(u, "total_tokens", (double)(prompt + done));
     }
+    if (r->job->timings_per_token && st->cur) /* llama-server's, in every chunk */
+        cJSON_AddItemToObject(c, "timings", srv_timings_json(&st->cur->stats));
     sse_data(out, c);
 }
 
@@ -369,6 +371,25 @@ static cJSON *chunk_choice(cJSON *chunk, int index) {
     cJSON_AddNumberToObject(ch, "index", index);
     cJSON_AddItemToArray(choices, ch);
     return ch;
+}
+
+/* return_progress: llama-server's chunk of the prompt's progress (chat: an
+ * assistant delta with null content; completions: empty text). */
+static void progress_chunk(srv *s, const api_req *r, stream_state *st, const srv_event *ev,
+                           kvl_buf *out) {
+    cJSON *c = envelope(s, r, r->chat ? "chat.completion.chunk" : "text_completion");
+    cJSON *ch = chunk_choice(c, ev->index);
+    if (r->chat) {
+        cJSON *d = cJSON_AddObjectToObject(ch, "delta");
+        cJSON_AddStringToObject(d, "role", "assistant");
+        cJSON_AddNullToObject(d, "content");
+    } else {
+        cJSON_AddStringToObject(ch, "text", "");
+    }
+    cJSON_AddNullToObject(ch, "logprobs");
+    cJSON_AddNullToObject(ch, "finish_reason");
+    cJSON_AddItemToObject(c, "prompt_progress", srv_prompt_progress_json(ev));
+    choice_out(r, st, ev->index, c, out);
 }
 
 static void put_finish(cJSON *ch, const srv_job *j, const srv_event *ev) {
@@ -554,6 +575,11 @@ void openai_stream_end(srv *s, const api_req *r, stream_state *st, kvl_buf *out)
 void openai_stream_events(srv *s, const api_req *r, stream_state *st, srv_event *events,
                           kvl_buf *out) {
     for (const srv_event *ev = events; ev; ev = ev->next) {
+        st->cur = ev;
+        if (ev->progress) {
+            progress_chunk(s, r, st, ev, out);
+            continue;
+        }
         if (r->chat) chat_chunk(s, r, st, ev, out);
         else completion_chunk(s, r, st, ev, out);
         if (ev->finish == ENGINE_FINISH_NONE) continue;

@@ -582,14 +582,63 @@ tests.push(['/metrics: llama-server\'s llamacpp: series', async () => {
   assert(after.prompt_seconds_total > before.prompt_seconds_total && after.tokens_predicted_seconds_total > before.tokens_predicted_seconds_total,
     'the seconds totals grow');
   assert(after.prompt_tokens_seconds > 0 && after.predicted_tokens_seconds > 0, 'throughput over the bucket');
-  assertEq([after.requests_processing, after.requests_deferred], [0, 0], 'nothing running or waiting');
+  assert(after.requests_processing <= 1 && after.requests_deferred === 0, 'processing / deferred');
   assert(after.n_busy_slots_per_decode >= 1, `busy slots per decode ${after.n_busy_slots_per_decode}`);
-  const again = await read();
+  let again = await read();
   assertEq([again.prompt_tokens_seconds, again.predicted_tokens_seconds], [0, 0], 'a read resets the bucket');
+  for (let i = 0; i < 50 && again.requests_processing !== 0; i++) {
+    await new Promise((res) => setTimeout(res, 20)); /* the engine publishes after its step */
+    again = await read();
+  }
+  assertEq([again.requests_processing, again.requests_deferred], [0, 0], 'nothing running or waiting');
   assertEq(again.tokens_predicted_total, after.tokens_predicted_total, 'the totals stay');
 }]);
 
+// llama.cpp's web UI streams chat with return_progress and timings_per_token: prompt progress
+// chunks (processed rising to the prompt's length, chunk by chunk of --max-batch-tokens 16)
+// before the answer, and "timings" in every chunk; the answer itself unchanged
+const chunked = await startServer(bin, ['-m', 'models/stories260K.gguf', '-c', '512', '--max-batch-tokens', '16'],
+  { cwd: root, name: 'chunked' });
+tests.push(['return_progress and timings_per_token (llama.cpp\'s web UI): progress chunks, timings in every chunk', async () => {
+  const messages = [{ role: 'user', content: 'Once upon a time there was a little dog who liked to play in the park' }];
+  const ask = async (p, body) => {
+    const r = await rawRequest(chunked.url, { path: p, body: JSON.stringify(body) });
+    assertEq(r.status, 200, `${p}: ${r.text.slice(0, 200)}`);
+    return r.text.split('\n').filter((l) => l.startsWith('data: {')).map((l) => JSON.parse(l.slice(6)));
+  };
+  const base = { messages, max_tokens: 4, temperature: 0, stream: true, stream_options: { include_usage: true } };
+  // the UI's request first: its prompt is computed from scratch (the second one finds it cached)
+  const ui = await ask('/v1/chat/completions', { ...base, return_progress: true, timings_per_token: true });
+  const plainRun = await ask('/v1/chat/completions', base);
+  const text = (evs) => evs.map((e) => e.choices?.[0]?.delta?.content ?? '').join('');
+  assertEq(text(ui), text(plainRun), 'the answer is unchanged');
+  const prog = ui.filter((e) => e.prompt_progress).map((e) => e.prompt_progress);
+  const total = plainRun.at(-1).usage.prompt_tokens;
+  assert(prog.length >= 4, `progress chunks: ${prog.length}`);
+  assertEq(prog.map((p) => p.total), prog.map(() => total), 'total is the prompt');
+  assertEq([prog[0].processed, prog.at(-1).processed], [0, total], 'processed from 0 to the prompt');
+  assert(prog.every((p, i) => i === 0 || p.processed > prog[i - 1].processed), 'processed rises chunk by chunk');
+  assert(ui.filter((e) => e.choices?.length).every((e) => e.timings && 'predicted_per_second' in e.timings),
+    'every chunk carries timings');
+  assertEq(ui.filter((e) => e.prompt_progress).map((e) => e.choices[0].delta),
+    prog.map(() => ({ role: 'assistant', content: null })), 'progress chunks: an assistant delta, null content');
+  assert(!plainRun.some((e) => e.prompt_progress || e.timings), 'nothing of the kind unasked');
+  // /completion: llama-server's partials with prompt_progress, then the tokens as without
+  const cbody = { prompt: 'Once upon a time there was a little dog who liked to play', n_predict: 3, temperature: 0, stream: true };
+  const c0 = await ask('/completion', cbody), c1 = await ask('/completion', { ...cbody, return_progress: true });
+  const ctext = (evs) => evs.filter((e) => !e.prompt_progress).map((e) => e.content).join('');
+  assertEq(ctext(c1), ctext(c0), '/completion: the answer is unchanged');
+  assert(c1.filter((e) => e.prompt_progress).length >= 2, '/completion: progress partials');
+  // not streamed: accepted, nothing changes; a wrong type is a 400
+  const r = await rawRequest(chunked.url, { path: '/v1/chat/completions',
+    body: JSON.stringify({ messages, max_tokens: 2, return_progress: true, timings_per_token: true }) });
+  assertEq(r.status, 200, 'not streamed: accepted');
+  const bad = await rawRequest(chunked.url, { path: '/v1/chat/completions',
+    body: JSON.stringify({ messages, max_tokens: 2, return_progress: 'yes' }) });
+  assertEq([bad.status, bad.json.error.param], [400, 'return_progress'], 'a wrong type');
+}]);
+
 const failed = await runTests(tests);
-const bad = await stopAll([server, fim, overridden, flagged, special, plain]);
+const bad = await stopAll([server, fim, overridden, flagged, special, plain, chunked]);
 rmSync(path.dirname(fimModel), { recursive: true, force: true });
 process.exit(failed || bad ? 1 : 0);
