@@ -48,8 +48,14 @@ static const known_field KNOWN_FIELDS[] = {
     {"dry_penalty_last_n", F_BOTH}, {"dry_sequence_breakers", F_BOTH}, {"samplers", F_BOTH},
     {"ignore_eos", F_BOTH}, {"cache_salt", F_BOTH}, {"lora", F_BOTH}, {"return_tokens_as_token_ids", F_BOTH},
     {"speculative", F_BOTH}, /* own: false opts out of --spec (same output, plain decode) */
-    /* llama-server's stream extras (llama.cpp's web UI sends both) */
+    /* llama-server's extras, which llama.cpp's web UI sends: stream extras,
+     * per-request reasoning format, llama's penalty names, typ_p (typical_p) */
     {"timings_per_token", F_BOTH}, {"return_progress", F_BOTH},
+    {"reasoning_format", F_CHAT}, {"thinking_budget_tokens", F_CHAT},
+    {"repeat_penalty", F_BOTH}, {"repeat_last_n", F_BOTH}, {"typ_p", F_BOTH},
+    {"backend_sampling", F_BOTH}, /* where llama samples (its GPU or not): the same draw */
+    {"reasoning_control", F_CHAT}, /* arms llama's runtime end of reasoning; nothing without it */
+    {"sse_ping_interval", F_BOTH}, /* keep-alive comments between chunks: no content */
     {"add_generation_prompt", F_CHAT}, {"continue_final_message", F_CHAT},
     {"priority", F_BOTH},
     {"parse_special", F_BOTH}, /* completions only: chat refuses it with its reason (parse_chat_prompt) */
@@ -418,7 +424,28 @@ static bool parse_tools(srv *s, const cJSON *body, srv_job *j, api_error *err) {
                             "'reasoning_effort' must be \"minimal\", \"low\", "
                             "\"medium\" or \"high\"");
     }
-    j->think = s->jinja && s->caps.thinks && !s->cfg.reasoning_none;
+    /* llama-server's per-request reasoning_format (its web UI sends none or auto) */
+    bool reasoning_none = s->cfg.reasoning_none;
+    const cJSON *rf = req_field(body, "reasoning_format");
+    if (rf) {
+        const char *v = cJSON_IsString(rf) ? rf->valuestring : "";
+        if (!strcmp(v, "none")) reasoning_none = true;
+        else if (!strcmp(v, "auto") || !strcmp(v, "deepseek")) reasoning_none = false;
+        else
+            return api_fail(err, 400, "reasoning_format",
+                            "'reasoning_format' must be \"none\" (thinking stays in the content), "
+                            "\"auto\" or \"deepseek\" (thinking in reasoning_content)");
+    }
+    /* llama-server's thinking_budget_tokens: -1 the server's, 0 no thinking (the template's
+     * enable_thinking false, srv_jinja_render); a budget of tokens is not kept here */
+    int64_t budget = -1;
+    if (!req_int(body, "thinking_budget_tokens", -1, INT32_MAX, &budget, err)) return false;
+    if (budget > 0)
+        return api_fail(err, 400, "thinking_budget_tokens",
+                        "a thinking budget of %lld tokens is not supported: -1 (unlimited) or 0 "
+                        "(no thinking)",
+                        (long long)budget);
+    j->think = s->jinja && s->caps.thinks && !reasoning_none;
     j->think_open = s->caps.think_open;
     j->think_close = s->caps.think_close;
     if (j->tools.n > 0 && j->tools.choice != TOOL_CHOICE_NONE)
@@ -642,6 +669,36 @@ static bool opt_seed(const cJSON *o, uint64_t *out, api_error *err) {
     return true;
 }
 
+/* llama-server's names on the OpenAI endpoints (llama.cpp's web UI sends them):
+ * repeat_penalty over the last repeat_last_n tokens of the prompt and output
+ * (64 unless given; -1 all), llama's penalty, instead of vLLM's
+ * repetition_penalty; typ_p for typical_p. */
+static bool parse_llama_penalty(const cJSON *b, srv_job *j, api_error *err) {
+    sampler_params *p = &j->sampling;
+    const cJSON *rp = req_field(b, "repeat_penalty"), *rl = req_field(b, "repeat_last_n");
+    if (req_field(b, "typ_p")) {
+        if (req_field(b, "typical_p"))
+            return api_fail(err, 400, "typ_p", "give 'typical_p' or 'typ_p' (its alias), not both");
+        if (!req_float(b, "typ_p", -1e30, 1e30, &p->typical_p, err)) return false;
+        p->typical_p = sampler_typical_from_llama(p->typical_p);
+    }
+    if (!rp && !rl) return true;
+    if (req_field(b, "repetition_penalty"))
+        return api_fail(err, 400, "repeat_penalty",
+                        "give 'repeat_penalty' (llama-server's, over the last repeat_last_n "
+                        "tokens) or 'repetition_penalty' (vLLM's), not both");
+    int64_t last_n = 64;
+    p->repeat_penalty = 1.0f;
+    if (!req_float(b, "repeat_penalty", 0, 1e30, &p->repeat_penalty, err) ||
+        !req_int(b, "repeat_last_n", -1, INT32_MAX, &last_n, err))
+        return false;
+    if (p->repeat_penalty <= 0)
+        return api_fail(err, 400, "repeat_penalty", "'repeat_penalty' must be positive");
+    p->penalty_last_n = (int32_t)last_n;
+    j->penalize_prompt = true; /* llama's window reaches into the prompt */
+    return true;
+}
+
 /* OpenAI defaults (temperature 1, nothing else), not llama.cpp's. */
 static bool parse_sampling(const srv *s, const cJSON *b, srv_job *j, api_error *err) {
     sampler_params *p = &j->sampling;
@@ -665,7 +722,7 @@ static bool parse_sampling(const srv *s, const cJSON *b, srv_job *j, api_error *
               req_float(b, "repetition_penalty", 0, 100, &p->repeat_penalty, err) &&
               opt_seed(b, &p->seed, err) && srv_parse_llama_samplers(b, p, err);
     if (ok) p->top_k = (int32_t)(top_k < 0 ? 0 : top_k); /* (before the list switches it off) */
-    ok = ok && srv_parse_sampler_list(b, p, err);
+    ok = ok && parse_llama_penalty(b, j, err) && srv_parse_sampler_list(b, p, err);
     if (!ok) return false;
     if (p->top_p <= 0 && req_field(b, "top_p")) /* (a server's --top-p 0 is its own) */
         return api_fail(err, 400, "top_p", "'top_p' must be in (0, 1]");
@@ -818,10 +875,15 @@ static bool parse_max_tokens(srv *s, const cJSON *b, bool chat, bool echo, srv_j
         j->max_tokens = 0;
         return true;
     }
-    if (v && cJSON_IsNumber(v) && v->valuedouble < 1)
-        return api_fail(err, 400, key, "'%s' must be at least 1 (got %g)", key, v->valuedouble);
+    /* -1: llama-server's "until the context is full" (llama.cpp's web UI sends it) */
+    const bool unlimited = v && cJSON_IsNumber(v) && v->valuedouble == -1;
+    if (v && cJSON_IsNumber(v) && v->valuedouble < 1 && !unlimited)
+        return api_fail(err, 400, key,
+                        "'%s' must be at least 1 (got %g), or -1 (to the end of "
+                        "the context)",
+                        key, v->valuedouble);
     int64_t max_tokens = -1;
-    if (!req_int(b, key, 1, INT32_MAX, &max_tokens, err)) return false;
+    if (!unlimited && !req_int(b, key, 1, INT32_MAX, &max_tokens, err)) return false;
     if (n_prompt == 0) return api_fail(err, 400, pkey, "the prompt is empty");
     int64_t room = s->n_ctx < s->n_blocks * s->block_size ? s->n_ctx : s->n_blocks * s->block_size;
     if (n_prompt >= s->n_ctx || (max_tokens > 0 && n_prompt + max_tokens > s->n_ctx)) {
@@ -838,7 +900,7 @@ static bool parse_max_tokens(srv *s, const cJSON *b, bool chat, bool echo, srv_j
     if (max_tokens < 0) { /* the server's -n, else OpenAI's defaults */
         max_tokens = room - n_prompt;
         if (s->cfg.n_predict > 0 && max_tokens > s->cfg.n_predict) max_tokens = s->cfg.n_predict;
-        else if (s->cfg.n_predict == 0 && !chat && max_tokens > 16) max_tokens = 16;
+        else if (s->cfg.n_predict == 0 && !chat && !unlimited && max_tokens > 16) max_tokens = 16;
         if (max_tokens < 1) max_tokens = 1; /* the engine explains why it cannot run */
     }
     j->max_tokens = max_tokens;

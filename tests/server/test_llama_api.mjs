@@ -638,7 +638,56 @@ tests.push(['return_progress and timings_per_token (llama.cpp\'s web UI): progre
   assertEq([bad.status, bad.json.error.param], [400, 'return_progress'], 'a wrong type');
 }]);
 
+// llama.cpp's web UI (tools/ui, chat.service.ts) posts its chat requests with llama-server's
+// fields: the body it builds with its default settings, on a thinking template, is served
+const thinker = await startServer(bin, ['-m', 'tests/data/golden/models/qwen3-f32.gguf', '-c', '512',
+  '--chat-template-file', 'tests/data/chat-templates/Qwen-Qwen3-0.6B.jinja'], { cwd: root, name: 'thinker' });
+tests.push(['llama.cpp\'s web UI request: served; its llama-server fields do what llama-server does', async () => {
+  const chat = (body) => rawRequest(thinker.url, { path: '/v1/chat/completions', body: JSON.stringify(body) });
+  const messages = [{ role: 'user', content: 'Write one word.' }];
+  const ui = { messages, stream: true, return_progress: true, sse_ping_interval: 1, reasoning_format: 'auto',
+    chat_template_kwargs: { enable_thinking: true }, reasoning_control: true, temperature: 0.8, max_tokens: -1,
+    dynatemp_range: 0, dynatemp_exponent: 1, top_k: 40, top_p: 0.95, min_p: 0.05, xtc_probability: 0,
+    xtc_threshold: 0.1, typ_p: 1, repeat_last_n: 64, repeat_penalty: 1, presence_penalty: 0,
+    frequency_penalty: 0, dry_multiplier: 0, dry_base: 1.75, dry_allowed_length: 2, dry_penalty_last_n: -1,
+    samplers: ['penalties', 'dry', 'top_n_sigma', 'top_k', 'typ_p', 'top_p', 'min_p', 'xtc', 'temperature'],
+    backend_sampling: false, timings_per_token: true };
+  let r = await chat(ui);
+  assertEq(r.status, 200, `the UI's request: ${r.text.slice(0, 300)}`);
+  assert(r.text.trimEnd().endsWith('data: [DONE]') && r.text.includes('"prompt_progress"'), 'streamed to the end');
+  // max_tokens -1: until the context is full
+  r = await chat({ messages, max_tokens: -1, temperature: 0, ignore_eos: true });
+  assertEq([r.status, r.json.choices[0].finish_reason], [200, 'length'], 'max_tokens -1');
+  assertEq(r.json.usage.total_tokens, 512, 'max_tokens -1 runs to the end of the context');
+  // thinking_budget_tokens 0 is enable_thinking false; a budget of tokens is refused by name
+  const off = await chat({ messages, max_tokens: 1, chat_template_kwargs: { enable_thinking: false } });
+  const zero = await chat({ messages, max_tokens: 1, thinking_budget_tokens: 0 });
+  assertEq(zero.json.usage.prompt_tokens, off.json.usage.prompt_tokens, 'thinking_budget_tokens 0');
+  assert(zero.json.usage.prompt_tokens > (await chat({ messages, max_tokens: 1 })).json.usage.prompt_tokens,
+    'the empty think block is in the prompt');
+  assertEq((await chat({ messages, max_tokens: 1, thinking_budget_tokens: 512 })).json.error.param,
+    'thinking_budget_tokens', 'a budget of tokens');
+  assertEq((await chat({ messages, max_tokens: 1, reasoning_format: 'deepseek-legacy' })).json.error.param,
+    'reasoning_format', 'an unknown reasoning_format');
+  // typ_p is typical_p; repeat_penalty is llama's penalty over the last repeat_last_n tokens,
+  // the same as /completion's on the rendered prompt
+  const same = { messages, max_tokens: 8, temperature: 0.9, seed: 5 };
+  assertEq((await chat({ ...same, typ_p: 0.3 })).json.choices[0].message.content,
+    (await chat({ ...same, typical_p: 0.3 })).json.choices[0].message.content, 'typ_p = typical_p');
+  assertEq((await chat({ ...same, typ_p: 0.3, typical_p: 0.3 })).status, 400, 'typ_p with typical_p');
+  assertEq((await chat({ ...same, repeat_penalty: 1.3, repetition_penalty: 1.3 })).status, 400,
+    'repeat_penalty with repetition_penalty');
+  const prompt = (await rawRequest(thinker.url, { path: '/apply-template', body: JSON.stringify({ messages }) })).json.prompt;
+  const greedy = { temperature: 0, repeat_penalty: 1.5, repeat_last_n: 16 };
+  const viaChat = await chat({ messages, max_tokens: 12, ...greedy });
+  const viaCompletion = await rawRequest(thinker.url, { path: '/completion',
+    body: JSON.stringify({ prompt, n_predict: 12, samplers: ['penalties', 'temperature'], ...greedy }) });
+  assertEq(viaChat.json.choices[0].message.content, viaCompletion.json.content, 'repeat_penalty as /completion\'s');
+  assert(viaChat.json.choices[0].message.content !==
+    (await chat({ messages, max_tokens: 12, temperature: 0 })).json.choices[0].message.content, 'the penalty acts');
+}]);
+
 const failed = await runTests(tests);
-const bad = await stopAll([server, fim, overridden, flagged, special, plain, chunked]);
+const bad = await stopAll([server, fim, overridden, flagged, special, plain, chunked, thinker]);
 rmSync(path.dirname(fimModel), { recursive: true, force: true });
 process.exit(failed || bad ? 1 : 0);
