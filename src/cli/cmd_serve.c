@@ -129,7 +129,12 @@ static void serve_usage(FILE *out) {
         "'{\"enable_thinking\": false}';\n"
         "                           a request's chat_template_kwargs win key by key\n"
         "  --reasoning-budget N     -1 unlimited (default), 0 no thinking (enable_thinking "
-        "false)\n"
+        "false),\n"
+        "                           N: a thinking block's end is forced after N tokens (a "
+        "request's\n"
+        "                           thinking_budget_tokens wins); --reasoning-budget-message "
+        "TEXT\n"
+        "                           is forced before that end tag\n"
         "  --reasoning-format F     auto (default; also deepseek): thinking in reasoning_content; "
         "none:\n"
         "                           left in the content\n"
@@ -260,22 +265,22 @@ static int serve_flag(const char *f, const char *v, void *ctx) {
                                                       : f;
     for (int i = 0; i < server_n_settings && !st; i++)
         if (strcmp(name, server_settings[i].flag) == 0) st = &server_settings[i];
-    bool ours = st || IS("--host") || IS("--api-key") || IS("--served-model-name") ||
-                IS("--alias") || IS("-a") || IS("-rea") || IS("--reasoning") || IS("-np") ||
-                IS("--parallel") || IS("--chat-template") || IS("--chat-template-file") ||
-                IS("--kv-memory") || IS("--max-batch-tokens") || IS("--max-seqs") ||
-                IS("--max-body") || IS("--cors") || IS("--kv-memory-fraction") ||
-                IS("--api-key-file") || IS("--kv-disk") || IS("--kv-disk-size") ||
-                IS("--scheduling-policy") || IS("--kv-disk-pin-max") ||
-                IS("--prefix-admission-wait") || IS("--lora-modules") ||
-                IS("--chat-template-kwargs") || IS("--default-chat-template-kwargs") ||
-                IS("--reasoning-budget") || IS("--reasoning-format") || IS("--ssl-key-file") ||
-                IS("--ssl-cert-file") || IS("--api-prefix") || IS("--slot-save-path") ||
-                /* vLLM's names */
-                IS("--max-num-seqs") || IS("--max-num-batched-tokens") || IS("--ssl-keyfile") ||
-                IS("--ssl-certfile") || IS("--allowed-origins") || IS("--grammar") ||
-                IS("--grammar-file") || IS("-j") || IS("--json-schema") || IS("-jf") ||
-                IS("--json-schema-file") || IS("--metrics-prefix");
+    bool ours =
+        st || IS("--host") || IS("--api-key") || IS("--served-model-name") || IS("--alias") ||
+        IS("-a") || IS("-rea") || IS("--reasoning") || IS("-np") || IS("--parallel") ||
+        IS("--chat-template") || IS("--chat-template-file") || IS("--kv-memory") ||
+        IS("--max-batch-tokens") || IS("--max-seqs") || IS("--max-body") || IS("--cors") ||
+        IS("--kv-memory-fraction") || IS("--api-key-file") || IS("--kv-disk") ||
+        IS("--kv-disk-size") || IS("--scheduling-policy") || IS("--kv-disk-pin-max") ||
+        IS("--prefix-admission-wait") || IS("--lora-modules") || IS("--chat-template-kwargs") ||
+        IS("--default-chat-template-kwargs") || IS("--reasoning-budget") ||
+        IS("--reasoning-format") || IS("--reasoning-budget-message") || IS("--ssl-key-file") ||
+        IS("--ssl-cert-file") || IS("--api-prefix") || IS("--slot-save-path") ||
+        /* vLLM's names */
+        IS("--max-num-seqs") || IS("--max-num-batched-tokens") || IS("--ssl-keyfile") ||
+        IS("--ssl-certfile") || IS("--allowed-origins") || IS("--grammar") ||
+        IS("--grammar-file") || IS("-j") || IS("--json-schema") || IS("-jf") ||
+        IS("--json-schema-file") || IS("--metrics-prefix");
     if (!ours) return 0;
     if (!v) {
         fprintf(stderr, "kvllm: %s: missing value\n", f);
@@ -367,6 +372,7 @@ static int serve_flag(const char *f, const char *v, void *ctx) {
         so->sc.chat_template_kwargs = v;
     } else if (IS("--reasoning-budget")) so->reasoning_budget = v;
     else if (IS("--reasoning-format")) so->reasoning_format = v;
+    else if (IS("--reasoning-budget-message")) so->sc.reasoning_budget_message = v;
     else if (IS("--chat-template-file")) so->sc.chat_template_file = v;
     else if (IS("--chat-template")) {
         /* a built-in family; else, as llama-server and vLLM take it, the
@@ -747,12 +753,15 @@ static bool reasoning_options(serve_opts *so) {
         }
     }
     const char *b = so->reasoning_budget, *f = so->reasoning_format;
-    if (b && strcmp(b, "-1") && strcmp(b, "0")) {
+    char *end = NULL;
+    const long budget = b ? strtol(b, &end, 10) : -1;
+    if (b && (!*b || *end || budget < -1 || budget > INT32_MAX)) {
         cJSON_Delete(kw);
-        fprintf(stderr, "kvllm: --reasoning-budget: -1 (unlimited) or 0 (no thinking), as "
-                        "llama-server takes it\n");
+        fprintf(stderr, "kvllm: --reasoning-budget: -1 (unlimited), 0 (no thinking) or the "
+                        "tokens a thinking block may take, as llama-server takes it\n");
         return false;
     }
+    so->sc.reasoning_budget = budget > 0 ? (int32_t)budget : -1; /* 0: enable_thinking false */
     if (f && strcmp(f, "none") && strcmp(f, "auto") && strcmp(f, "deepseek")) {
         cJSON_Delete(kw);
         fprintf(stderr, "kvllm: --reasoning-format: none, auto or deepseek\n");
@@ -809,6 +818,7 @@ static const struct {
     {"LLAMA_ARG_CHAT_TEMPLATE_KWARGS", "--chat-template-kwargs", true, NULL},
     {"LLAMA_ARG_THINK", "--reasoning-format", true, NULL},
     {"LLAMA_ARG_THINK_BUDGET", "--reasoning-budget", true, NULL},
+    {"LLAMA_ARG_THINK_BUDGET_MESSAGE", "--reasoning-budget-message", true, NULL},
     {"LLAMA_ARG_TIMEOUT", "--timeout|-to", true, NULL},
     {"LLAMA_ARG_THREADS_HTTP", "--threads-http", true, NULL},
     {"LLAMA_ARG_LOG_FILE", "--log-file", true, NULL},

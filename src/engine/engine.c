@@ -220,6 +220,7 @@ void eng_seq_free(engine *e, seq *s) {
     free(s->stop);
     free(s->bias);
     free(s->stop_ids);
+    rb_free(&s->rb);
     free(s->allowed);
     free(s->bad_ids);
     free(s->bad_lens);
@@ -335,6 +336,20 @@ static bool validate_request(engine *e, const engine_request *r, kvl_error *err)
             return kvl_fail(err, "%s token id %d is not in the vocabulary (0..%lld)",
                             i < r->n_stop_ids ? "stop" : "allowed", id, (long long)hp->n_vocab - 1);
     }
+    if (r->budget) { /* the reasoning budget's tags */
+        if (r->budget_tokens < 0)
+            return kvl_fail(err, "reasoning budget: %d tokens", r->budget_tokens);
+        const int32_t *tags[3] = {r->budget_start, r->budget_end, r->budget_forced};
+        const int lens[3] = {r->n_budget_start, r->n_budget_end, r->n_budget_forced};
+        for (int k = 0; k < 3; k++) {
+            if (lens[k] < (k < 2 ? 1 : 0) || lens[k] > 256 || (lens[k] && !tags[k]))
+                return kvl_fail(err, "reasoning budget: its tags need 1..256 tokens");
+            for (int i = 0; i < lens[k]; i++)
+                if (tags[k][i] < 0 || tags[k][i] >= hp->n_vocab)
+                    return kvl_fail(err, "reasoning budget: token id %d is not in the vocabulary",
+                                    tags[k][i]);
+        }
+    }
     if (r->n_bad < 0 || r->n_bad > ENGINE_MAX_BAD || (r->n_bad && (!r->bad_ids || !r->bad_lens)))
         return kvl_fail(err, "%d bad-word sequences: at most %d are supported", r->n_bad,
                         ENGINE_MAX_BAD);
@@ -374,6 +389,14 @@ static bool validate_request(engine *e, const engine_request *r, kvl_error *err)
     return true;
 }
 
+/* Whether tok's own text ends a whole UTF-8 character (the reasoning budget
+ * forces only there, as llama.cpp's). */
+static bool token_whole_utf8(const tok_vocab *v, int32_t tok) {
+    char piece[64];
+    const size_t nb = tok_token_bytes(v, tok, false, piece, sizeof piece);
+    return nb > sizeof piece || rb_utf8_complete(piece, nb);
+}
+
 static bool copy_request(seq *s, const engine_request *r, int32_t n_vocab, const tok_vocab *e_vocab,
                          int64_t n_ctx_train) {
     s->req = *r;
@@ -400,6 +423,14 @@ static bool copy_request(seq *s, const engine_request *r, int32_t n_vocab, const
     if (r->n_stop_ids) {
         if (!(s->stop_ids = malloc((size_t)r->n_stop_ids * sizeof *s->stop_ids))) return false;
         memcpy(s->stop_ids, r->stop_ids, (size_t)r->n_stop_ids * sizeof *s->stop_ids);
+    }
+    if (!rb_init(&s->rb, r->budget ? r->budget_tokens : -1, r->budget_start, r->n_budget_start,
+                 r->budget_end, r->n_budget_end, r->budget_forced, r->n_budget_forced))
+        return false;
+    if (s->rb.active && r->budget_inside) { /* the prompt opened a block: its tail counts */
+        const int64_t from = rb_prompt_tail(&s->rb, r->prompt, r->n_prompt);
+        for (int64_t i = from < 0 ? r->n_prompt : from; i < r->n_prompt; i++)
+            rb_accept(&s->rb, r->prompt[i], token_whole_utf8(e_vocab, r->prompt[i]));
     }
     if (r->n_bad) {
         int total = 0;
@@ -438,10 +469,11 @@ static bool copy_request(seq *s, const engine_request *r, int32_t n_vocab, const
     s->req.prompt = NULL;
     s->req.stop = NULL;
     s->req.cache_salt = NULL;
-    s->req.logit_bias = NULL; /* s->bias */
-    s->req.stop_ids = NULL;   /* s->stop_ids */
-    s->req.allowed = NULL;    /* s->allowed */
-    s->req.bad_ids = NULL;    /* s->bad_ids, s->bad_lens */
+    s->req.logit_bias = NULL;                                              /* s->bias */
+    s->req.stop_ids = NULL;                                                /* s->stop_ids */
+    s->req.budget_start = s->req.budget_end = s->req.budget_forced = NULL; /* s->rb */
+    s->req.allowed = NULL;                                                 /* s->allowed */
+    s->req.bad_ids = NULL; /* s->bad_ids, s->bad_lens */
     s->req.bad_lens = NULL;
     s->req.lora = NULL;    /* the scales are in s->lora (engine_submit) */
     s->req.grammar = NULL; /* the state holds it */
@@ -701,6 +733,7 @@ void eng_on_token(engine *e, seq *s, int32_t tok, float lp, int n_top, const int
     }
     s->tokens[s->n_tokens++] = tok;
     sampler_accept(s->smp, tok);
+    if (s->rb.active) rb_accept(&s->rb, tok, token_whole_utf8(e->vocab, tok));
     const size_t n = token_text(e, s, tok, s->req.keep_all_special || keeps_special(s, tok));
     const size_t from = s->text_len;
     text_append(s, e->piece, n);

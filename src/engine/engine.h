@@ -166,6 +166,16 @@ typedef struct engine_request {
     int priority;
     bool progress; /* prompt progress events (engine_event.progress; llama-server's
                       return_progress) */
+    /* llama-server's reasoning budget (thinking_budget_tokens; reasoning_budget.h),
+     * when budget: inside a block opened by budget_start's tokens (or by the
+     * prompt: budget_inside), after budget_tokens tokens budget_forced's tokens
+     * come next (a message and budget_end's tokens). Copied. Under a grammar
+     * the grammar decides alone. */
+    bool budget;
+    int32_t budget_tokens;
+    const int32_t *budget_start, *budget_end, *budget_forced;
+    int n_budget_start, n_budget_end, n_budget_forced;
+    bool budget_inside;
     engine_event_fn on_event;
     void *user;
 } engine_request;

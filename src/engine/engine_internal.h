@@ -5,6 +5,7 @@
 #define KVLLM_ENGINE_INTERNAL_H
 
 #include "engine.h"
+#include "reasoning_budget.h"
 #include "spec.h"
 #include "engine_events.h"
 #include "batch_buf.h"
@@ -33,9 +34,10 @@ typedef struct seq {
     float lora[MODEL_MAX_LORA];     /* its LoRA adapters' scales, fixed at submit */
     int n_lora;                     /* model_lora_count() (0: no adapters) */
     sampler *smp;
-    grammar_state *gst; /* the grammar's position (NULL: unconstrained); it lives
+    reasoning_budget rb; /* llama-server's thinking budget (inactive unless asked) */
+    grammar_state *gst;  /* the grammar's position (NULL: unconstrained); it lives
                                 with the sequence, so preemption does not touch it */
-    const char *error;  /* ENGINE_FINISH_ERROR's reason (owned by gst) */
+    const char *error;   /* ENGINE_FINISH_ERROR's reason (owned by gst) */
     tok_stream stream;
     char *text; /* generated text not yet released (held for stop strings) */
     size_t text_len, text_cap;

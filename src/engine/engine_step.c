@@ -101,6 +101,11 @@ static void sample_outputs(engine *e, const step_plan *p) {
         memcpy(e->logits_tmp, lg, V * sizeof(float));
         for (int i = 0; i < s->req.n_logit_bias; i++)
             e->logits_tmp[s->bias[i].token] += s->bias[i].bias;
+        const int32_t forced = s->gst ? -1 : rb_forced(&s->rb); /* the thinking budget spent */
+        if (forced >= 0) {
+            eng_on_token(e, s, forced, want_lp ? (float)(lg[forced] - lse) : NAN, n_top, ids, lps);
+            continue;
+        }
         const bool banned = mask_request(e, s, (int32_t)V);
         if (s->gst && !apply_grammar(e, s, (int32_t)V)) continue;
         if (banned && !any_token(e->logits_tmp, (int32_t)V)) { /* the bans left nothing */

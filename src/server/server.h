@@ -65,8 +65,13 @@ typedef struct server_config {
      * chat_template_kwargs winning key by key; NULL: none */
     const char *chat_template_kwargs;
     bool reasoning_none; /* --reasoning-format none: thinking stays in the content */
-    bool no_webui;       /* --no-webui: the built-in pages answer 404 */
-    bool no_slots;       /* --no-slots: GET /slots answers 501, as llama-server's */
+    /* --reasoning-budget N > 0: every chat request's thinking budget unless it
+     * sends thinking_budget_tokens (-1: none); --reasoning-budget-message: the
+     * text forced before the end tag when a budget is spent */
+    int32_t reasoning_budget;
+    const char *reasoning_budget_message;
+    bool no_webui; /* --no-webui: the built-in pages answer 404 */
+    bool no_slots; /* --no-slots: GET /slots answers 501, as llama-server's */
     /* --slot-save-path (llama-server's): the directory POST
      * /slots/{id}?action=save|restore writes and reads slot files in (an
      * existing, writable directory); NULL: the slot actions answer 501 */

@@ -210,14 +210,6 @@ char *srv_jinja_render(srv *s, const cJSON *body, bool add_gen, const cJSON *too
             }
             cJSON_AddItemToObject(vars, c->string, copy);
         }
-    /* thinking_budget_tokens 0 (llama-server's): no thinking, unless the request's own
-     * kwargs say */
-    const cJSON *budget = cJSON_GetObjectItemCaseSensitive(body, "thinking_budget_tokens");
-    if (cJSON_IsNumber(budget) && budget->valuedouble == 0 &&
-        !(cJSON_IsObject(kw) && cJSON_GetObjectItemCaseSensitive(kw, "enable_thinking"))) {
-        cJSON_DeleteItemFromObjectCaseSensitive(vars, "enable_thinking");
-        cJSON_AddFalseToObject(vars, "enable_thinking");
-    }
     char *out = NULL, msg_err[512];
     jinja_status st =
         jinja_template_render(s->jinja, vars, NULL, &out, len, msg_err, sizeof msg_err);

@@ -175,6 +175,12 @@ struct srv_job {
      * progress chunks (return_progress, engine_request.progress) and a
      * "timings" object in every chunk (timings_per_token) */
     bool return_progress, timings_per_token;
+    /* the thinking budget (thinking_budget_tokens, engine_request.budget): its
+     * tags' ids one after another (start, end, forced = message + end) */
+    int32_t budget_tokens; /* -1: none */
+    int32_t *budget_ids;   /* malloc'd */
+    int n_budget_start, n_budget_end, n_budget_forced;
+    bool budget_inside;
     /* vLLM's sampling extras (engine_request): stop_token_ids, min_tokens,
      * include_stop_str_in_output, allowed_token_ids, skip_special_tokens false */
     int32_t *stop_ids; /* malloc'd */

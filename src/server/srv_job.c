@@ -20,6 +20,7 @@ srv_job *job_new(srv *s) {
     j->n_prompts = 1;
     j->per_prompt = 1;
     j->id_slot = -1;
+    j->budget_tokens = -1; /* no thinking budget unless a chat request or the server sets one */
     j->state = JOB_QUEUED;
     j->fd = -1;
     atomic_init(&j->cancelled, false);
@@ -57,6 +58,7 @@ static void job_free(srv_job *j) {
     free(j->cache_salt);
     free(j->logit_bias);
     free(j->stop_ids);
+    free(j->budget_ids);
     free(j->allowed);
     free(j->bad_ids);
     free(j->bad_lens);

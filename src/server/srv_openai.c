@@ -436,15 +436,11 @@ static bool parse_tools(srv *s, const cJSON *body, srv_job *j, api_error *err) {
                             "'reasoning_format' must be \"none\" (thinking stays in the content), "
                             "\"auto\" or \"deepseek\" (thinking in reasoning_content)");
     }
-    /* llama-server's thinking_budget_tokens: -1 the server's, 0 no thinking (the template's
-     * enable_thinking false, srv_jinja_render); a budget of tokens is not kept here */
+    /* llama-server's thinking_budget_tokens: -1 the server's (--reasoning-budget), N the
+     * tokens a thinking block may take before its end is forced (setup_budget) */
     int64_t budget = -1;
     if (!req_int(body, "thinking_budget_tokens", -1, INT32_MAX, &budget, err)) return false;
-    if (budget > 0)
-        return api_fail(err, 400, "thinking_budget_tokens",
-                        "a thinking budget of %lld tokens is not supported: -1 (unlimited) or 0 "
-                        "(no thinking)",
-                        (long long)budget);
+    j->budget_tokens = budget >= 0 ? (int32_t)budget : s->cfg.reasoning_budget;
     j->think = s->jinja && s->caps.thinks && !reasoning_none;
     j->think_open = s->caps.think_open;
     j->think_close = s->caps.think_close;
@@ -453,6 +449,42 @@ static bool parse_tools(srv *s, const cJSON *body, srv_job *j, api_error *err) {
     /* harmony's channels (gpt-oss) are split with or without tools */
     if (s->jinja && s->caps.format == TOOL_FMT_GPT_OSS) j->parse_fmt = TOOL_FMT_GPT_OSS;
     if (j->parse_fmt != TOOL_FMT_NONE || j->think) keep_marker_tokens(s, j);
+    return true;
+}
+
+/* The thinking budget's tags as token ids (llama-server's: the template's
+ * think tags, the forced text being --reasoning-budget-message and the end
+ * tag), and whether the prompt opened a block. Nothing for a template that
+ * does not think (no block to limit), or under a grammar, which decides alone. */
+static bool setup_budget(srv *s, srv_job *j, const char *text, size_t len, api_error *err) {
+    if (!s->jinja || !s->caps.thinks || j->grammar) return true;
+    const char *open = s->caps.think_open, *close = s->caps.think_close;
+    const char *msg = s->cfg.reasoning_budget_message ? s->cfg.reasoning_budget_message : "";
+    char *forced = malloc(strlen(msg) + strlen(close) + 1);
+    if (!forced) return api_fail(err, 500, NULL, "out of memory");
+    strcpy(forced, msg);
+    strcat(forced, close);
+    const char *tags[3] = {open, close, forced};
+    int32_t ids[3][256];
+    int64_t n[3];
+    kvl_error kerr = {{0}};
+    pthread_mutex_lock(&s->tok_mu);
+    for (int k = 0; k < 3; k++)
+        n[k] = tok_encode(s->vocab, tags[k], strlen(tags[k]), false, true, ids[k], 256, &kerr);
+    pthread_mutex_unlock(&s->tok_mu);
+    free(forced);
+    for (int k = 0; k < 3; k++)
+        if (n[k] < (k < 2 ? 1 : 0) || n[k] > 256)
+            return api_fail(err, 400, "thinking_budget_tokens",
+                            "the thinking tags (or --reasoning-budget-message) are not 1..256 "
+                            "tokens");
+    if (!(j->budget_ids = malloc((size_t)(n[0] + n[1] + n[2]) * sizeof *j->budget_ids)))
+        return api_fail(err, 500, NULL, "out of memory");
+    memcpy(j->budget_ids, ids[0], (size_t)n[0] * sizeof(int32_t));
+    memcpy(j->budget_ids + n[0], ids[1], (size_t)n[1] * sizeof(int32_t));
+    memcpy(j->budget_ids + n[0] + n[1], ids[2], (size_t)n[2] * sizeof(int32_t));
+    j->n_budget_start = (int)n[0], j->n_budget_end = (int)n[1], j->n_budget_forced = (int)n[2];
+    j->budget_inside = prompt_opens_think(text, len, open, close);
     return true;
 }
 
@@ -634,6 +666,7 @@ static bool parse_chat_prompt(srv *s, const cJSON *body, srv_job *j, api_error *
     text[len] = 0;
     if (ok && (j->tools.choice == TOOL_CHOICE_REQUIRED || j->tools.choice == TOOL_CHOICE_NAMED))
         ok = build_tool_grammar(s, j, err);
+    if (ok && j->budget_tokens >= 0) ok = setup_budget(s, j, text, len, err);
     return ok;
 }
 

@@ -186,7 +186,10 @@ void server_setting_set(server_config *c, const server_setting *st, int64_t v) {
 /* Every field neither named nor in server_settings is zero or NULL (no key,
  * no CORS, no pipeline ranks). */
 void server_config_default(server_config *c) {
-    *c = (server_config){.host = "127.0.0.1", .model_id = "kvllm", .max_body_bytes = 8u << 20};
+    *c = (server_config){.host = "127.0.0.1",
+                         .model_id = "kvllm",
+                         .max_body_bytes = 8u << 20,
+                         .reasoning_budget = -1};
     for (int i = 0; i < server_n_settings; i++)
         server_setting_set(c, &server_settings[i], server_settings[i].def);
 }

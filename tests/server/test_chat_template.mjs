@@ -179,7 +179,7 @@ const failed = await runTests([
       body: JSON.stringify({ ...body, chat_template_kwargs: { enable_thinking: true } }) });
     assertEq(b.json.prompt, rendered('c01_single_user', {}), 'the request wins');
     assertEq(b.json.prompt, (await post('/apply-template', body)).json.prompt, 'as without the default');
-    for (const [flag, v] of [['--chat-template-kwargs', '[1]'], ['--reasoning-budget', '7'], ['--reasoning-format', 'x']]) {
+    for (const [flag, v] of [['--chat-template-kwargs', '[1]'], ['--reasoning-budget', '-7'], ['--reasoning-format', 'x']]) {
       const p = spawnSync(bin, ['serve', flag, v], { encoding: 'utf8' });
       assert(p.status === 2 && p.stderr.includes(flag), `${flag} ${v}: ${p.status} ${p.stderr}`);
     }

@@ -641,7 +641,9 @@ tests.push(['return_progress and timings_per_token (llama.cpp\'s web UI): progre
 // llama.cpp's web UI (tools/ui, chat.service.ts) posts its chat requests with llama-server's
 // fields: the body it builds with its default settings, on a thinking template, is served
 const thinker = await startServer(bin, ['-m', 'tests/data/golden/models/qwen3-f32.gguf', '-c', '512',
-  '--chat-template-file', 'tests/data/chat-templates/Qwen-Qwen3-0.6B.jinja'], { cwd: root, name: 'thinker' });
+  '--kv-type', 'f32', '--chat-template-file', 'tests/data/chat-templates/Qwen3.5-4B.jinja'],
+{ cwd: root, name: 'thinker' });
+const budgets = JSON.parse(readFileSync(path.join(root, 'tests/data/llama_server/reasoning_budget.json'), 'utf8'));
 tests.push(['llama.cpp\'s web UI request: served; its llama-server fields do what llama-server does', async () => {
   const chat = (body) => rawRequest(thinker.url, { path: '/v1/chat/completions', body: JSON.stringify(body) });
   const messages = [{ role: 'user', content: 'Write one word.' }];
@@ -659,14 +661,19 @@ tests.push(['llama.cpp\'s web UI request: served; its llama-server fields do wha
   r = await chat({ messages, max_tokens: -1, temperature: 0, ignore_eos: true });
   assertEq([r.status, r.json.choices[0].finish_reason], [200, 'length'], 'max_tokens -1');
   assertEq(r.json.usage.total_tokens, 512, 'max_tokens -1 runs to the end of the context');
-  // thinking_budget_tokens 0 is enable_thinking false; a budget of tokens is refused by name
-  const off = await chat({ messages, max_tokens: 1, chat_template_kwargs: { enable_thinking: false } });
-  const zero = await chat({ messages, max_tokens: 1, thinking_budget_tokens: 0 });
-  assertEq(zero.json.usage.prompt_tokens, off.json.usage.prompt_tokens, 'thinking_budget_tokens 0');
-  assert(zero.json.usage.prompt_tokens > (await chat({ messages, max_tokens: 1 })).json.usage.prompt_tokens,
-    'the empty think block is in the prompt');
-  assertEq((await chat({ messages, max_tokens: 1, thinking_budget_tokens: 512 })).json.error.param,
-    'thinking_budget_tokens', 'a budget of tokens');
+  // thinking_budget_tokens: llama-server's reasoning budget, case by case as llama-server streamed
+  // it (its texts stop short of an incomplete UTF-8 character at the end: a prefix of ours)
+  for (const c of budgets.cases) {
+    const got = await chat({ messages: budgets.messages, max_tokens: 16, temperature: 0,
+      thinking_budget_tokens: c.thinking_budget_tokens });
+    const m = got.json.choices[0].message;
+    const [r, t] = [m.reasoning_content ?? '', m.content ?? ''];
+    assert(c.content ? r === c.reasoning_content && t.startsWith(c.content) : r.startsWith(c.reasoning_content),
+      `budget ${c.thinking_budget_tokens}: ${JSON.stringify([r, t])} against llama-server's ${JSON.stringify([c.reasoning_content, c.content])}`);
+  }
+  assert(budgets.cases.filter((c) => c.content).length >= 3, 'the budgets end the thinking');
+  assertEq((await chat({ messages, max_tokens: 1, thinking_budget_tokens: -2 })).json.error.param,
+    'thinking_budget_tokens', 'a budget below -1');
   assertEq((await chat({ messages, max_tokens: 1, reasoning_format: 'deepseek-legacy' })).json.error.param,
     'reasoning_format', 'an unknown reasoning_format');
   // typ_p is typical_p; repeat_penalty is llama's penalty over the last repeat_last_n tokens,
@@ -682,9 +689,9 @@ tests.push(['llama.cpp\'s web UI request: served; its llama-server fields do wha
   const viaChat = await chat({ messages, max_tokens: 12, ...greedy });
   const viaCompletion = await rawRequest(thinker.url, { path: '/completion',
     body: JSON.stringify({ prompt, n_predict: 12, samplers: ['penalties', 'temperature'], ...greedy }) });
-  assertEq(viaChat.json.choices[0].message.content, viaCompletion.json.content, 'repeat_penalty as /completion\'s');
-  assert(viaChat.json.choices[0].message.content !==
-    (await chat({ messages, max_tokens: 12, temperature: 0 })).json.choices[0].message.content, 'the penalty acts');
+  const said = (r) => (r.json.choices[0].message.reasoning_content ?? '') + (r.json.choices[0].message.content ?? '');
+  assertEq(said(viaChat), viaCompletion.json.content, 'repeat_penalty as /completion\'s');
+  assert(said(viaChat) !== said(await chat({ messages, max_tokens: 12, temperature: 0 })), 'the penalty acts');
 }]);
 
 const failed = await runTests(tests);
