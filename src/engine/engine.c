@@ -545,6 +545,14 @@ void engine_cancel(engine *e, int64_t id) {
         if (e->running[i]->id == id) e->running[i]->cancelled = true;
 }
 
+bool engine_end_reasoning(engine *e, int64_t id) {
+    for (seq *s = e->waiting; s; s = s->next)
+        if (s->id == id) return rb_force(&s->rb);
+    for (int i = 0; i < e->n_running; i++)
+        if (e->running[i]->id == id) return rb_force(&e->running[i]->rb);
+    return false;
+}
+
 /* -------------------------------------------------------------- outputs -- */
 
 static void emit(seq *s, int32_t token, const char *text, size_t len, float logprob, int n_top,

@@ -258,6 +258,10 @@ void engine_destroy(engine *e);
 int64_t engine_submit(engine *e, const engine_request *r, kvl_error *err);
 /* Cancels a queued or running request; its final event is sent during the next step. */
 void engine_cancel(engine *e, int64_t request_id);
+/* Ends request_id's thinking block now (llama-server's reasoning_end control
+ * action): its budget's forced tokens (message, end tag) come next. False
+ * when it has no budget (engine_request.budget) or no block is being counted. */
+bool engine_end_reasoning(engine *e, int64_t request_id);
 /* Runs one scheduler step. Returns false with err set on an internal failure. */
 bool engine_step(engine *e, kvl_error *err);
 /* Requests waiting or running, or a cancelled request's disk read whose

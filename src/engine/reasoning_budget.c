@@ -99,6 +99,14 @@ void rb_accept(reasoning_budget *b, int32_t tok, bool utf8_complete) {
     if (b->state == RB_FORCING && b->n_forced == 0) b->state = RB_DONE; /* nothing to force */
 }
 
+bool rb_force(reasoning_budget *b) {
+    if (!b->active || b->state != RB_COUNTING) return false;
+    b->state = b->n_forced ? RB_FORCING : RB_DONE;
+    b->force_pos = 0;
+    b->end_pos = 0;
+    return true;
+}
+
 bool rb_utf8_complete(const char *bytes, size_t n) {
     if (n == 0) return true;
     for (size_t i = 1; i <= (n < 4 ? n : 4); i++) {

@@ -36,6 +36,9 @@ int32_t rb_forced(const reasoning_budget *b);
 /* After a token is taken: utf8_complete says whether its text ends a whole
  * UTF-8 character (llama.cpp waits for one before it forces). */
 void rb_accept(reasoning_budget *b, int32_t tok, bool utf8_complete);
+/* llama-server's control action reasoning_end: a block being counted is
+ * ended now (its forced tokens come next). False when no block is counted. */
+bool rb_force(reasoning_budget *b);
 /* Whether bytes end with a whole UTF-8 character (llama.cpp's
  * common_utf8_is_complete: empty text is). */
 bool rb_utf8_complete(const char *bytes, size_t n);

@@ -228,7 +228,7 @@ static void admit(srv *s, srv_job *j) {
         .no_speculative = j->no_speculative,
         .progress = j->return_progress,
         .budget = j->budget_ids != NULL,
-        .budget_tokens = j->budget_tokens,
+        .budget_tokens = j->budget_tokens >= 0 ? j->budget_tokens : INT32_MAX, /* control alone */
         .budget_start = j->budget_ids,
         .n_budget_start = j->n_budget_start,
         .budget_end = j->budget_ids ? j->budget_ids + j->n_budget_start : NULL,

@@ -47,6 +47,7 @@ typedef enum route {
     R_KV_STATE,
     R_SLOTS,
     R_SLOTS_ACTION,
+    R_CHAT_CONTROL,
     R_LORA_GET,
     R_LORA_SET,
     R_PAGE
@@ -105,6 +106,8 @@ static const struct {
     {"/v1/kv/state", "GET", R_KV_STATE, AUTH_KEY, false},
     {"/slots", "GET", R_SLOTS, AUTH_OPS, false}, /* llama-server's monitoring */
     {"/slots/", "POST", R_SLOTS_ACTION, AUTH_KEY, true},
+    {"/v1/chat/completions/control", "POST", R_CHAT_CONTROL, AUTH_KEY, false}, /* llama's */
+    {"/chat/completions/control", "POST", R_CHAT_CONTROL, AUTH_KEY, false},
     {"/lora-adapters", "GET", R_LORA_GET, AUTH_KEY, false},
     {"/lora-adapters", "POST", R_LORA_SET, AUTH_KEY, false},
     /* The built-in pages hold no data: they ask for the key themselves. */
@@ -560,6 +563,8 @@ static enum MHD_Result dispatch(srv *s, struct MHD_Connection *c, const char *ur
             srv_slot_action(s, url, MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "action"),
                             body, cc->body.len, cc->key, &err),
             &err);
+    case R_CHAT_CONTROL:
+        return send_result(c, srv_chat_control(s, body, cc->body.len, cc->key, &err), &err);
     case R_PAGE: {
         const srv_asset *a = s->cfg.no_webui ? NULL : srv_asset_find(url);
         if (!a) return fail(c, 404, NULL, "no such page");

@@ -177,8 +177,10 @@ struct srv_job {
     bool return_progress, timings_per_token;
     /* the thinking budget (thinking_budget_tokens, engine_request.budget): its
      * tags' ids one after another (start, end, forced = message + end) */
-    int32_t budget_tokens; /* -1: none */
-    int32_t *budget_ids;   /* malloc'd */
+    int32_t budget_tokens;  /* -1: none */
+    bool reasoning_control; /* reasoning_control: the budget armed for POST .../control */
+    char cmpl_id[40];       /* the completion's id (chatcmpl-...), what .../control names */
+    int32_t *budget_ids;    /* malloc'd */
     int n_budget_start, n_budget_end, n_budget_forced;
     bool budget_inside;
     /* vLLM's sampling extras (engine_request): stop_token_ids, min_tokens,
@@ -825,6 +827,11 @@ char *srv_apply_template(srv *s, const char *body, size_t len, api_error *err);
 /* LoRA adapters (srv_lora.c). */
 void srv_lora_init(srv *s);
 void srv_lora_free(srv *s);
+/* POST /v1/chat/completions/control (llama-server's, which its web UI's stop-thinking
+ * button posts): {"id": a running chat completion's id, "action": "reasoning_end"}
+ * ends its thinking block now; {"success": ...} (malloc'd JSON) or NULL with err. */
+char *srv_chat_control(srv *s, const char *body, size_t len, const srv_key *key, api_error *err);
+
 /* Whether a request's "model" may be name: the served model or an adapter's
  * --lora-modules name. */
 bool srv_model_known(const srv *s, const char *name);

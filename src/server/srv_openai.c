@@ -54,7 +54,7 @@ static const known_field KNOWN_FIELDS[] = {
     {"reasoning_format", F_CHAT}, {"thinking_budget_tokens", F_CHAT},
     {"repeat_penalty", F_BOTH}, {"repeat_last_n", F_BOTH}, {"typ_p", F_BOTH},
     {"backend_sampling", F_BOTH}, /* where llama samples (its GPU or not): the same draw */
-    {"reasoning_control", F_CHAT}, /* arms llama's runtime end of reasoning; nothing without it */
+    {"reasoning_control", F_CHAT}, /* arms POST /v1/chat/completions/control (srv_control.c) */
     {"sse_ping_interval", F_BOTH}, /* keep-alive comments between chunks: no content */
     {"add_generation_prompt", F_CHAT}, {"continue_final_message", F_CHAT},
     {"priority", F_BOTH},
@@ -441,6 +441,7 @@ static bool parse_tools(srv *s, const cJSON *body, srv_job *j, api_error *err) {
     int64_t budget = -1;
     if (!req_int(body, "thinking_budget_tokens", -1, INT32_MAX, &budget, err)) return false;
     j->budget_tokens = budget >= 0 ? (int32_t)budget : s->cfg.reasoning_budget;
+    if (!req_bool(body, "reasoning_control", &j->reasoning_control, err)) return false;
     j->think = s->jinja && s->caps.thinks && !reasoning_none;
     j->think_open = s->caps.think_open;
     j->think_close = s->caps.think_close;
@@ -666,7 +667,8 @@ static bool parse_chat_prompt(srv *s, const cJSON *body, srv_job *j, api_error *
     text[len] = 0;
     if (ok && (j->tools.choice == TOOL_CHOICE_REQUIRED || j->tools.choice == TOOL_CHOICE_NAMED))
         ok = build_tool_grammar(s, j, err);
-    if (ok && j->budget_tokens >= 0) ok = setup_budget(s, j, text, len, err);
+    if (ok && (j->budget_tokens >= 0 || j->reasoning_control))
+        ok = setup_budget(s, j, text, len, err);
     return ok;
 }
 
@@ -1135,6 +1137,7 @@ bool openai_parse(srv *s, const cJSON *body, bool chat, api_req *r, api_error *e
     r->job = job_new(s);
     if (!r->job) return api_fail(err, 500, NULL, "out of memory");
     make_id(r);
+    memcpy(r->job->cmpl_id, r->id, sizeof r->job->cmpl_id); /* what .../control names */
     if (check_fields(body, chat, err) && parse_body(s, body, chat, r, err) &&
         default_grammar(s, r->job, err))
         return true;

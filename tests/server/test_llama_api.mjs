@@ -8,6 +8,7 @@
 import { execFileSync } from 'node:child_process';
 import { readFileSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
+import http from 'node:http';
 import path from 'node:path';
 import { startServer, rawRequest, assert, assertEq, runTests, stopAll } from './lib.mjs';
 
@@ -694,7 +695,47 @@ tests.push(['llama.cpp\'s web UI request: served; its llama-server fields do wha
   assert(said(viaChat) !== said(await chat({ messages, max_tokens: 12, temperature: 0 })), 'the penalty acts');
 }]);
 
+// The UI's stop-thinking button: POST /v1/chat/completions/control {id, action: reasoning_end}
+// on a streaming completion that armed it (reasoning_control): its thinking ends at once and the
+// answer follows (3500 tokens to generate leave the control plenty of time to land mid-thought)
+const ctl = await startServer(bin, ['-m', 'tests/data/golden/models/qwen3-f32.gguf', '-c', '4096',
+  '--chat-template-file', 'tests/data/chat-templates/Qwen3.5-4B.jinja'], { cwd: root, name: 'control' });
+tests.push(['POST /v1/chat/completions/control reasoning_end: the thinking ends mid-stream', async () => {
+  const control = (body) => rawRequest(ctl.url, { path: '/v1/chat/completions/control', body: JSON.stringify(body) });
+  const u = new URL(ctl.url);
+  const events = await new Promise((resolve, reject) => {
+    const req = http.request({ host: u.hostname, port: u.port, path: '/v1/chat/completions', method: 'POST',
+      headers: { 'Content-Type': 'application/json' } }, (res) => {
+      let text = '', sent = false;
+      res.on('data', (c) => {
+        text += c.toString('utf8');
+        const m = !sent && text.match(/"id":"(chatcmpl-[0-9a-f]+)"/);
+        if (m) {
+          sent = true;
+          control({ id: m[1], action: 'reasoning_end' }).then((r) => {
+            if (r.status !== 200 || r.json.success !== true) reject(new Error(`control: ${r.text}`));
+          }, reject);
+        }
+      });
+      res.on('end', () => resolve(text.split('\n').filter((l) => l.startsWith('data: {')).map((l) => JSON.parse(l.slice(6)))));
+      res.on('error', reject);
+    });
+    req.on('error', reject);
+    req.end(JSON.stringify({ messages: [{ role: 'user', content: 'hi' }], max_tokens: 3500, ignore_eos: true,
+      temperature: 0, stream: true, reasoning_control: true }));
+  });
+  const deltas = events.flatMap((e) => e.choices).map((c) => c.delta ?? {});
+  const nReason = deltas.filter((d) => d.reasoning_content).length, nContent = deltas.filter((d) => d.content).length;
+  assert(nReason > 0 && nReason < 1000 && nContent > 2000, `thinking cut short: ${nReason} reasoning deltas, ${nContent} content`);
+  let r = await control({ id: events[0].id, action: 'reasoning_end' });
+  assertEq([r.status, r.json.success, r.json.message], [200, false, 'no active completion for this id'], 'a finished one');
+  r = await control({ id: events[0].id, action: 'stop' });
+  assertEq([r.status, r.json.error.param], [400, 'action'], 'another action');
+  r = await control({ action: 'reasoning_end' });
+  assertEq([r.status, r.json.error.param], [400, 'id'], 'no id');
+}]);
+
 const failed = await runTests(tests);
-const bad = await stopAll([server, fim, overridden, flagged, special, plain, chunked, thinker]);
+const bad = await stopAll([server, fim, overridden, flagged, special, plain, chunked, thinker, ctl]);
 rmSync(path.dirname(fimModel), { recursive: true, force: true });
 process.exit(failed || bad ? 1 : 0);
