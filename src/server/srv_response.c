@@ -327,6 +327,12 @@ char *openai_response(srv *s, const api_req *r, srv_event *events) {
     cJSON_AddItemToObject(o, "usage",
                           usage_json(job_prompt_tokens(r->job), st.completion_tokens, st.cached,
                                      st.disk, st.kv_lb, st.kv_alloc));
+    const srv_event *last =
+        NULL; /* timings_per_token: llama-server's timings, the first choice's */
+    for (const srv_event *ev = events; ev; ev = ev->next)
+        if (ev->index == 0 && ev->finish != ENGINE_FINISH_NONE) last = ev;
+    if (r->job->timings_per_token && last)
+        cJSON_AddItemToObject(o, "timings", srv_timings_json(&last->stats));
     char *out = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     return out;

@@ -634,6 +634,7 @@ tests.push(['return_progress and timings_per_token (llama.cpp\'s web UI): progre
   const r = await rawRequest(chunked.url, { path: '/v1/chat/completions',
     body: JSON.stringify({ messages, max_tokens: 2, return_progress: true, timings_per_token: true }) });
   assertEq(r.status, 200, 'not streamed: accepted');
+  assertEq(r.json.timings?.predicted_n, r.json.usage.completion_tokens, 'not streamed: the answer\'s timings');
   const bad = await rawRequest(chunked.url, { path: '/v1/chat/completions',
     body: JSON.stringify({ messages, max_tokens: 2, return_progress: 'yes' }) });
   assertEq([bad.status, bad.json.error.param], [400, 'return_progress'], 'a wrong type');
