@@ -8,7 +8,7 @@
  * tools (name, description, input_schema) -> function tools; tool_choice
  * auto / any / tool / none -> auto / required / the function / none;
  * stop_sequences -> stop; thinking enabled / disabled -> the template's
- * enable_thinking. The answer side is srv_anthropic_out.c. */
+ * enable_thinking, its budget_tokens -> the thinking budget. The answer side is srv_anthropic_out.c. */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
@@ -305,6 +305,11 @@ static bool convert_rest(const cJSON *b, cJSON *chat, api_error *err) {
             return api_fail(err, 400, "thinking", "thinking.%.60s is not supported", v->string);
     cJSON *kw = cJSON_AddObjectToObject(chat, "chat_template_kwargs");
     cJSON_AddBoolToObject(kw, "enable_thinking", !strcmp(type, "enabled"));
+    /* budget_tokens: the thinking budget (reasoning_budget.h), as llama-server's
+     * thinking_budget_tokens */
+    const cJSON *bt = cJSON_GetObjectItemCaseSensitive(th, "budget_tokens");
+    if (bt && !strcmp(type, "enabled"))
+        cJSON_AddItemToObject(chat, "thinking_budget_tokens", cJSON_Duplicate(bt, true));
     return true;
 }
 
@@ -312,6 +317,7 @@ static bool convert_rest(const cJSON *b, cJSON *chat, api_error *err) {
 static void rename_error(api_error *err) {
     static const char *const map[][2] = {{"max_completion_tokens", "max_tokens"},
                                          {"chat_template_kwargs", "thinking"},
+                                         {"thinking_budget_tokens", "thinking"},
                                          {"stop", "stop_sequences"}};
     api_error_rename(err, map, N_OF(map));
 }

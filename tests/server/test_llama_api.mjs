@@ -674,6 +674,12 @@ tests.push(['llama.cpp\'s web UI request: served; its llama-server fields do wha
       `budget ${c.thinking_budget_tokens}: ${JSON.stringify([r, t])} against llama-server's ${JSON.stringify([c.reasoning_content, c.content])}`);
   }
   assert(budgets.cases.filter((c) => c.content).length >= 3, 'the budgets end the thinking');
+  // Anthropic's thinking.budget_tokens is the same budget
+  const four = budgets.cases.find((c) => c.thinking_budget_tokens === 4);
+  const msg = await rawRequest(thinker.url, { path: '/v1/messages', body: JSON.stringify({ model: 'qwen3-f32',
+    max_tokens: 16, temperature: 0, messages: budgets.messages, thinking: { type: 'enabled', budget_tokens: 4 } }) });
+  assertEq([msg.json.content[0].thinking, msg.json.content[1].text.startsWith(four.content)],
+    [four.reasoning_content, true], '/v1/messages thinking.budget_tokens');
   assertEq((await chat({ messages, max_tokens: 1, thinking_budget_tokens: -2 })).json.error.param,
     'thinking_budget_tokens', 'a budget below -1');
   assertEq((await chat({ messages, max_tokens: 1, reasoning_format: 'deepseek-legacy' })).json.error.param,
