@@ -588,9 +588,14 @@ static bool download(const http_ctx *h, const char *url, const hub_file *f, cons
                          status == 401 || status == 403 ? " (set HF_TOKEN or --hf-token)" : "");
                 if (status != 416) break; /* the server said no: trying again will not help */
                 unlink(tmp);              /* a range past the end: start over */
-            } else
+            } else {
                 kvl_fail(err, "hub: GET %s: %s", url,
                          closed ? curl_easy_strerror(rc) : "cannot write the file");
+                /* a host that cannot be found or reached now will not be in a second */
+                if (rc == CURLE_COULDNT_RESOLVE_HOST || rc == CURLE_COULDNT_RESOLVE_PROXY ||
+                    rc == CURLE_COULDNT_CONNECT || !closed)
+                    break;
+            }
             if (attempt + 1 < HUB_ATTEMPTS) {
                 kvl_log(KVL_LOG_WARN, "%s; trying again", err->msg);
                 sleep((unsigned)(attempt + 1));

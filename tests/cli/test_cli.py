@@ -142,7 +142,7 @@ check(all(f'note: {f}:' in out for f in ('-ot', '--n-cpu-moe', '-tb', '--cache-r
       and 'KV pool' in out, f'serve with more llama-server flags ({out[-400:]})')
 for flags, why in ((['--path', '/tmp'], 'own pages'), (['--mmproj', 'x.gguf'], 'text models'),
                    (['--skip-chat-parsing'], 'always parsed'),
-                   (['--context-shift'], 'does not shift'), (['-mu', 'http://x/m.gguf'], '-hf')):
+                   (['--context-shift'], 'does not shift')):
     r = run(['serve', '-m', MODEL, '--port', '0'] + flags)
     check(r.returncode != 0 and 'not supported' in r.stderr and why in r.stderr,
           f'serve {flags[0]}: refused naming what to do ({r.stderr[-200:]})')
