@@ -922,17 +922,49 @@ static char **with_llama_env(int argc, char **argv, int *n) {
 
 static int serve(int argc, char **argv);
 
+/* vLLM's `--served-model-name a b c` (argparse's nargs="+": the names up to
+ * the next flag) as kvllm's one value "a,b,c" (malloc'd into *joined), the
+ * other names taken out of args. A bare .gguf ends the list: it is the model. */
+static bool join_served_names(char **args, int *n, char **joined) {
+    for (int i = 0; i + 1 < *n; i++) {
+        if (strcmp(args[i], "--served-model-name") != 0) continue;
+        int k = 1;
+        while (i + 1 + k < *n && args[i + 1 + k][0] != '-') {
+            const size_t l = strlen(args[i + 1 + k]);
+            if (l > 5 && !strcmp(args[i + 1 + k] + l - 5, ".gguf")) break;
+            k++;
+        }
+        if (k == 1 || *joined) continue; /* one name; or a second list (the flag's last wins) */
+        size_t len = 0;
+        for (int j = 0; j < k; j++) len += strlen(args[i + 1 + j]) + 1;
+        if (!(*joined = malloc(len))) return false;
+        (*joined)[0] = '\0';
+        for (int j = 0; j < k; j++) {
+            if (j) strcat(*joined, ",");
+            strcat(*joined, args[i + 1 + j]);
+        }
+        args[i + 1] = *joined;
+        memmove(args + i + 2, args + i + 1 + k, (size_t)(*n - (i + 1 + k)) * sizeof *args);
+        *n -= k - 1;
+    }
+    return true;
+}
+
 int cmd_serve(int argc, char **argv) {
     reexec_with_passive_wait(argc, argv);
     int n_args = 0;
     char **args = with_llama_env(argc, argv, &n_args);
-    if (!args) {
+    const int n_env = n_args - argc; /* the variables' flags and values, first and malloc'd */
+    char *joined = NULL;
+    if (!args || !join_served_names(args + n_env, &argc, &joined)) {
         fprintf(stderr, "kvllm: out of memory\n");
+        free(args);
         return 1;
     }
-    const int rc = serve(n_args, args); /* the settings point into args' strings until then */
-    for (int i = 0; i < n_args - argc; i++) free(args[i]); /* the variables' flags and values */
+    const int rc = serve(n_env + argc, args); /* the settings point into args' strings until then */
+    for (int i = 0; i < n_env; i++) free(args[i]);
     free(args);
+    free(joined);
     return rc;
 }
 

@@ -198,9 +198,10 @@ const tests = Object.entries({
 
 // several names (vLLM's --served-model-name, llama-server's --alias a,b): each is listed and
 // accepted as a request's model; answers carry the first; another name is a 404
-const named = await startServer(bin, ['-m', 'models/stories260K.gguf', '-c', '256', '--served-model-name',
-  'tiny,stories/260k,alt'], { cwd: root, name: 'named' });
-tests.push(['--served-model-name a,b,c: every name listed and served, answers under the first', async () => {
+// (vLLM's form, names apart; llama-server's --alias takes them comma-separated, the same list)
+const named = await startServer(bin, ['--served-model-name', 'tiny', 'stories/260k', 'alt',
+  '-m', 'models/stories260K.gguf', '-c', '256'], { cwd: root, name: 'named' });
+tests.push(['--served-model-name a b c: every name listed and served, answers under the first', async () => {
   const models = await rawRequest(named.url, { path: '/v1/models', method: 'GET' });
   assertEq(models.json.data.map((m) => m.id), ['tiny', 'stories/260k', 'alt'], '/v1/models ids');
   for (const name of ['tiny', 'stories/260k', 'alt']) {
