@@ -258,6 +258,17 @@ for bad, why in ((f"{endpoint}/files/{parts[1]}", "give the URL of part 1"), ("f
     check(r.returncode != 0 and why in r.stderr, f"-mu {bad}: refused ({r.stderr.strip()[-160:]})")
 check(not os.path.exists(os.path.join(cache, "absent.gguf.incomplete")), "a refused download leaves no file")
 
+# --cache-list (-cl): the cached models as llama.cpp lists them, and nothing else done
+r = kv(["run", "-cl"])
+listed = r.stdout.splitlines()
+check(r.returncode == 0 and listed[0].startswith("number of models in cache: ") and
+      "   1. test/gated:Q8_0" in listed and any(l.endswith(". test/stories:Q4_K_M") for l in listed),
+      f"--cache-list ({listed})")
+# -hfd: the draft model from the hub too (the model itself as draft: every draft accepted)
+r = kv(["run", "-hf", "test/stories:Q8_0", "-hfd", "test/stories:Q4_K_M", "--offline", "-v"] + GEN)
+check(r.returncode == 0 and text_of(r) == text_of(want) and "draft" in r.stderr.lower(),
+      f"-hfd: the draft model from the cache ({r.stderr.strip()[-200:]})")
+
 # serve: the model named as llama-server names it (the -hf argument), from the cache
 import socket
 import time

@@ -26,6 +26,8 @@ typedef struct cli_opts {
     const char *model_url; /* -mu URL: downloaded to -m's path, else llama.cpp's cache */
     bool offline;
     char hf_path[8192];
+    const char *hf_repo_draft; /* -hfd USER/MODEL[:QUANT]: the draft model the same way */
+    char hf_draft_path[8192];
     const char *prompt;      /* -p */
     const char *prompt_file; /* -f */
     const char *prompt_ids;  /* --prompt-ids / --ids */

@@ -137,6 +137,12 @@ static bool one_of(const char *v, const char *const *names) {
  * noted as above, or refused (refuse) where they would change the output in a
  * way kvllm does not, saying what to do instead. */
 static const char NO_GPU[] = "no GPU here: every tensor is on the CPU";
+static const char CPUS[] = "kvllm's compute threads are placed by the OS at the process's "
+                           "priority, spinning briefly between steps (-t sets how many)";
+static const char DRAFT_THREADS[] = "the draft model runs on the compute threads (-t)";
+static const char ROUTER[] = "kvllm serves one model a process (llama-server's router mode is not "
+                             "here): run one kvllm serve per model";
+
 static const struct {
     const char *flag;
     bool takes, refuse;
@@ -228,6 +234,41 @@ static const struct {
     {"--mmproj-url", true, true, "kvllm serves text models only (no multimodal projector)"},
     {"--special", false, true, "only kvllm serve writes control tokens' text (serve --special)"},
     {"--path", true, true, "kvllm serves its own pages (--no-webui switches them off)"},
+    /* llama.cpp's newer names and its CPU placement flags */
+    {"--draft-n-min", true, false,
+     "drafts are --spec-k tokens long (adapted as they are accepted)"},
+    {"--spec-draft-n-min", true, false,
+     "drafts are --spec-k tokens long (adapted as they are accepted)"},
+    {"--spec-draft-p-min", true, false,
+     "drafts are --spec-k tokens long (adapted as they are accepted)"},
+    {"--spec-draft-p-split", true, false, "drafts are verified in the running step's batch"},
+    {"--draft-p-split", true, false, "drafts are verified in the running step's batch"},
+    {"-mm", true, true, "kvllm serves text models only (no multimodal projector)"},
+    {"-mmu", true, true, "kvllm serves text models only (no multimodal projector)"},
+    {"-C", true, false, CPUS},
+    {"--cpu-mask", true, false, CPUS},
+    {"-Cr", true, false, CPUS},
+    {"--cpu-range", true, false, CPUS},
+    {"--cpu-strict", true, false, CPUS},
+    {"-Cb", true, false, CPUS},
+    {"--cpu-mask-batch", true, false, CPUS},
+    {"-Crb", true, false, CPUS},
+    {"--cpu-range-batch", true, false, CPUS},
+    {"--cpu-strict-batch", true, false, CPUS},
+    {"--prio", true, false, CPUS},
+    {"--prio-batch", true, false, CPUS},
+    {"--poll", true, false, CPUS},
+    {"--poll-batch", true, false, CPUS},
+    {"-td", true, false, DRAFT_THREADS},
+    {"--threads-draft", true, false, DRAFT_THREADS},
+    {"-tbd", true, false, DRAFT_THREADS},
+    {"--threads-batch-draft", true, false, DRAFT_THREADS},
+    {"--sleep-idle-seconds", true, false,
+     "the model stays loaded while kvllm runs (its weights are mapped or repacked once)"},
+    {"--models-dir", true, true, ROUTER},
+    {"--models-preset", true, true, ROUTER},
+    {"--models-max", true, true, ROUTER},
+    {"--models-autoload", false, true, ROUTER},
 };
 
 /* vLLM's (`vllm serve`'s) flags the same way: a vLLM command line runs with
@@ -482,11 +523,13 @@ static bool apply_flag(cli_opts *o, const char *f, const char *v, bool *unknown)
     else if (IS("-hff") || IS("--hf-file")) o->hf_file = v;
     else if (IS("-mu") || IS("--model-url")) o->model_url = v;
     else if (IS("-hft") || IS("--hf-token")) o->hf_token = v;
-    else if (IS("--model-draft") || IS("-md")) o->model_draft = v;
+    else if (IS("--model-draft") || IS("-md") || IS("--spec-draft-model")) o->model_draft = v;
+    else if (IS("-hfd") || IS("-hfrd") || IS("--hf-repo-draft") || IS("--spec-draft-hf"))
+        o->hf_repo_draft = v;
     else if (IS("-p") || IS("--prompt")) o->prompt = v;
     else if (IS("-f") || IS("--file")) o->prompt_file = v;
     else if (IS("--prompt-ids") || IS("--ids")) o->prompt_ids = v;
-    else if (IS("-n") || IS("--n-predict")) {
+    else if (IS("-n") || IS("--n-predict") || IS("--predict")) {
         o->n_predict_given = true;
         return parse_i64(f, v, &o->req.max_tokens);
     } else if (IS("-c") || IS("--ctx-size")) return parse_i64(f, v, &o->n_ctx);
@@ -498,7 +541,8 @@ static bool apply_flag(cli_opts *o, const char *f, const char *v, bool *unknown)
             return false;
         }
         o->n_threads = (int)i;
-    } else if (IS("--temp")) return parse_f32(f, v, &o->req.sampling.temperature);
+    } else if (IS("--temp") || IS("--temperature"))
+        return parse_f32(f, v, &o->req.sampling.temperature);
     else if (IS("--top-k")) {
         if (!parse_i64(f, v, &i)) return false;
         o->req.sampling.top_k = (int32_t)i;
@@ -598,7 +642,7 @@ static bool apply_flag(cli_opts *o, const char *f, const char *v, bool *unknown)
     } else if (IS("--seed") || IS("-s")) {
         if (!parse_i64(f, v, &i)) return false;
         o->req.sampling.seed = (uint64_t)i;
-    } else if (IS("--stop")) {
+    } else if (IS("--stop") || IS("-r") || IS("--reverse-prompt")) { /* llama's reverse prompt */
         if (o->req.n_stop == CLI_MAX_STOP) {
             fprintf(stderr, "kvllm: at most %d --stop strings\n", CLI_MAX_STOP);
             return false;
@@ -666,7 +710,8 @@ static bool apply_flag(cli_opts *o, const char *f, const char *v, bool *unknown)
             return false;
         }
         o->spec = (int)m;
-    } else if (IS("--spec-k") || IS("--draft-max") || IS("--draft")) { /* (llama's names) */
+    } else if (IS("--spec-k") || IS("--draft-max") || IS("--draft") || IS("--draft-n") ||
+               IS("--spec-draft-n-max")) { /* (llama's names) */
         if (!parse_i64(f, v, &i) || i < 1 || i > ENGINE_SPEC_MAX_K) {
             fprintf(stderr, "kvllm: %s: must be 1..%d\n", f, ENGINE_SPEC_MAX_K);
             return false;
@@ -717,7 +762,7 @@ static bool apply_switch(cli_opts *o, const char *f) {
     else if (IS("--no-repack") || IS("-nr")) o->no_repack = true;
     else if (IS("--log-disable")) kvl_log_level = KVL_LOG_ERROR; /* llama's: errors only */
     else if (IS("--lora-init-without-apply")) o->lora_init_without_apply = true;
-    else if (IS("-v") || IS("--verbose")) o->verbose = true;
+    else if (IS("-v") || IS("--verbose") || IS("--log-verbose")) o->verbose = true;
     else return false;
 #undef IS
     return true;
@@ -743,6 +788,20 @@ static bool hf_model(cli_opts *o) {
         }
         o->model_path = o->hf_path;
         return true;
+    }
+    if (o->hf_repo_draft) { /* the draft model the same way (llama.cpp's -hfd) */
+        if (o->model_draft) {
+            fprintf(stderr, "kvllm: -md and -hfd both name the draft model: give one\n");
+            return false;
+        }
+        const hub_request rd = {
+            .repo = o->hf_repo_draft, .token = o->hf_token, .offline = o->offline};
+        kvl_error derr = {{0}};
+        if (!hub_fetch(&rd, o->hf_draft_path, sizeof o->hf_draft_path, &derr)) {
+            fprintf(stderr, "kvllm: -hfd %s: %s\n", o->hf_repo_draft, derr.msg);
+            return false;
+        }
+        o->model_draft = o->hf_draft_path;
     }
     if (!o->hf_repo) return true;
     if (o->model_path) {

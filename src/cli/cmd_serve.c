@@ -25,6 +25,7 @@ typedef struct serve_opts {
     int64_t max_seqs, max_batch_tokens;
     bool no_prefix_cache, help;
     bool reranking; /* --reranking: refuse a model without a classifier head */
+    int pooling;    /* --pooling (llama-server's): 1 + engine_pooling, 0: the GGUF's */
     const char *reasoning_budget, *reasoning_format;
     char *kwargs_owned; /* the template kwargs with --reasoning-budget 0's enable_thinking */
     char *owned_origin; /* --allowed-origins' one origin */
@@ -275,7 +276,7 @@ static int serve_flag(const char *f, const char *v, void *ctx) {
         IS("--prefix-admission-wait") || IS("--lora-modules") || IS("--chat-template-kwargs") ||
         IS("--default-chat-template-kwargs") || IS("--reasoning-budget") ||
         IS("--reasoning-format") || IS("--reasoning-budget-message") || IS("--ssl-key-file") ||
-        IS("--ssl-cert-file") || IS("--api-prefix") || IS("--slot-save-path") ||
+        IS("--ssl-cert-file") || IS("--api-prefix") || IS("--slot-save-path") || IS("--pooling") ||
         /* vLLM's names */
         IS("--max-num-seqs") || IS("--max-num-batched-tokens") || IS("--ssl-keyfile") ||
         IS("--ssl-certfile") || IS("--allowed-origins") || IS("--grammar") ||
@@ -317,6 +318,18 @@ static int serve_flag(const char *f, const char *v, void *ctx) {
         so->sc.metrics_prefix = v;
     } else if (IS("--allowed-origins")) {
         if (!allowed_origins(v, so)) return -1;
+    } else if (IS("--pooling")) { /* llama-server's: the embeddings' pooling */
+        if (!strcmp(v, "mean")) so->pooling = 1 + ENGINE_POOL_MEAN;
+        else if (!strcmp(v, "cls")) so->pooling = 1 + ENGINE_POOL_CLS;
+        else if (!strcmp(v, "last")) so->pooling = 1 + ENGINE_POOL_LAST;
+        else if (!strcmp(v, "rank")) so->reranking = true; /* as --reranking */
+        else {
+            fprintf(stderr,
+                    "kvllm: --pooling: mean, cls, last or rank (%s: kvllm's embeddings "
+                    "are pooled, one vector a text)\n",
+                    v);
+            return -1;
+        }
     } else if (IS("--served-model-name") || IS("--alias") || IS("-a")) {
         /* NAME[,NAME...] (llama-server's aliases, vLLM's names): the first is the one
          * answers carry, every one is accepted as a request's model */
@@ -1049,7 +1062,7 @@ static int serve(int argc, char **argv) {
     } else tmpl = gguf_template(&cm, "tokenizer.chat_template");
     so.sc.chat_template_src = tmpl;
     so.sc.model_path = o.model_path ? o.model_path : "models/stories260K.gguf";
-    so.sc.pooling = cli_pooling(cli_gguf(&cm));
+    so.sc.pooling = so.pooling ? (engine_pooling)(so.pooling - 1) : cli_pooling(cli_gguf(&cm));
     if (so.reranking && model_hp(cm.m)->n_cls_out == 0) {
         fprintf(stderr,
                 "kvllm: --reranking: %s has no classifier head (tensor 'cls.output.weight' of a "

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "hub.h"
 
 typedef struct command {
     const char *name;
@@ -43,10 +44,14 @@ static const command COMMANDS[] = {
      cmd_bench_usage, NULL},
 };
 
-static bool wants_help(int argc, char **argv) {
+static bool has_flag(int argc, char **argv, const char *a, const char *b) {
     for (int i = 0; i < argc; i++)
-        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) return true;
+        if (strcmp(argv[i], a) == 0 || (b && strcmp(argv[i], b) == 0)) return true;
     return false;
+}
+
+static bool wants_help(int argc, char **argv) {
+    return has_flag(argc, argv, "-h", "--help") || has_flag(argc, argv, "--usage", NULL);
 }
 
 void cli_usage(FILE *out) {
@@ -128,6 +133,15 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < sizeof COMMANDS / sizeof COMMANDS[0]; i++) {
         const command *c = &COMMANDS[i];
         if (strcmp(argv[1], c->name) != 0) continue;
+        /* llama.cpp's: --version and --cache-list (-cl) answer and exit, whatever else */
+        if (has_flag(argc - 2, argv + 2, "--version", NULL)) {
+            printf("kvllm %s\n", KVLLM_VERSION);
+            return 0;
+        }
+        if (has_flag(argc - 2, argv + 2, "-cl", "--cache-list")) {
+            hub_list_cached(stdout);
+            return 0;
+        }
         if ((c->usage || c->synopsis) && wants_help(argc - 2, argv + 2)) {
             if (c->usage) {
                 c->usage(stdout);

@@ -5,6 +5,7 @@
 #include "hub.h"
 
 #include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -836,4 +837,69 @@ bool hub_fetch_url(const char *url, const char *dest, const char *token, bool of
     }
     curl_global_cleanup();
     return ok;
+}
+
+/* The quantization tag of a model file's name, as llama.cpp reads it: the
+ * last run of [A-Za-z0-9_] after '-' or '.' before ".gguf" (and a split
+ * suffix), upper-cased; "" when there is none. */
+static void name_tag(const char *path, char *tag, size_t cap) {
+    int index;
+    size_t plen;
+    split_info(path, &index, &plen);
+    size_t i = plen;
+    while (i > 0 && is_word(path[i - 1])) i--;
+    tag[0] = '\0';
+    if (i == 0 || i == plen || (path[i - 1] != '-' && path[i - 1] != '.')) return;
+    const size_t n = plen - i < cap - 1 ? plen - i : cap - 1;
+    for (size_t k = 0; k < n; k++) tag[k] = (char)toupper((unsigned char)path[i + k]);
+    tag[n] = '\0';
+}
+
+void hub_list_cached(FILE *out) {
+    char cache[HUB_PATH];
+    kvl_error err = {{0}};
+    char(*names)[400] = NULL;
+    int n = 0;
+    if (cache_dir(cache, sizeof cache, &err)) {
+        DIR *d = opendir(cache);
+        for (struct dirent *e = d ? readdir(d) : NULL; e; e = readdir(d)) {
+            if (strncmp(e->d_name, "models--", 8) != 0) continue;
+            char repo[300], repo_dir[HUB_PATH];
+            size_t w = 0;
+            for (const char *c = e->d_name + 8; *c && w + 2 < sizeof repo; c++) {
+                if (c[0] == '-' && c[1] == '-') repo[w++] = '/', c++;
+                else repo[w++] = *c;
+            }
+            repo[w] = '\0';
+            listing l = {0};
+            kvl_error lerr = {{0}};
+            if (!valid_repo(repo) ||
+                !fmt_path(repo_dir, sizeof repo_dir, "%s/%s", cache, e->d_name) ||
+                !list_cached(repo_dir, repo, &l, &lerr)) {
+                free(l.files);
+                continue;
+            }
+            for (int i = 0; i < l.n; i++) {
+                int index;
+                size_t plen;
+                const int count = split_info(l.files[i].path, &index, &plen);
+                char tag[64], line[400];
+                name_tag(l.files[i].path, tag, sizeof tag);
+                if (!is_model_file(l.files[i].path) || (count > 1 && index != 1) || !tag[0] ||
+                    !fmt_path(line, sizeof line, "%s:%s", repo, tag))
+                    continue;
+                bool seen = false;
+                for (int k = 0; k < n && !seen; k++) seen = !strcmp(names[k], line);
+                char(*grown)[400] = seen ? names : realloc(names, (size_t)(n + 1) * sizeof *names);
+                if (!grown) break;
+                names = grown;
+                if (!seen) memcpy(names[n++], line, sizeof line);
+            }
+            free(l.files);
+        }
+        if (d) closedir(d);
+    }
+    fprintf(out, "number of models in cache: %d\n", n);
+    for (int i = 0; i < n; i++) fprintf(out, "%4d. %s\n", i + 1, names[i]);
+    free(names);
 }

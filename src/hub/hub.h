@@ -26,6 +26,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
 
 #include "base.h"
 
@@ -52,5 +53,10 @@ bool hub_fetch(const hub_request *r, char *path, size_t cap, kvl_error *err);
  * path of the (first) file in path. */
 bool hub_fetch_url(const char *url, const char *dest, const char *token, bool offline, char *path,
                    size_t cap, kvl_error *err);
+
+/* llama.cpp's --cache-list: "number of models in cache: N" and one line
+ * "   i. USER/MODEL:QUANT" for each model file of a cached snapshot (a split
+ * model once; projectors and MTP files not), to out. */
+void hub_list_cached(FILE *out);
 
 #endif

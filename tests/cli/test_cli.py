@@ -272,5 +272,22 @@ check(len(firsts) >= 4, f'the rope flags change the answer ({sorted(firsts, key=
 r = run(['run', '-p', 'x', '-n', '1', '-fa', 'sometimes'])
 check(r.returncode != 0 and '-fa: on, off or auto' in r.stderr, f'-fa sometimes: refused ({r.stderr[-200:]})')
 
+# llama.cpp's newer spellings and its answer-and-exit flags on every subcommand
+for cmd in ('run', 'serve', 'bench'):
+    r = run([cmd, '-m', MODEL, '--version'])
+    check(r.returncode == 0 and r.stdout.startswith('kvllm '), f'{cmd} --version')
+r = run(['run', '-m', MODEL, '-p', 'Once upon a time', '--predict', '3', '--temperature', '0', '--json'])
+r2 = run(['run', '-m', MODEL, '-p', 'Once upon a time', '-n', '3', '--temp', '0', '--json'])
+ids = lambda out: [l for l in out.splitlines() if l.startswith('{"id"')]
+check(r.returncode == 0 and len(ids(r.stdout)) == 3 and ids(r.stdout) == ids(r2.stdout),
+      '--predict / --temperature are -n / --temp')
+r = run(['run', '-m', MODEL, '-p', 'Once upon a time', '-n', '8', '--temp', '0', '--cpu-mask', 'ff', '--prio', '2'])
+check(r.returncode == 0 and 'note: --cpu-mask:' in r.stderr and 'note: --prio:' in r.stderr,
+      f'CPU placement flags noted ({r.stderr[-200:]})')
+for flags, why in ((['--pooling', 'none'], 'pooled'), (['--models-dir', '/tmp'], 'one model'),
+                   (['-mm', 'x.gguf'], 'text models')):
+    r = run(['serve', '-m', MODEL, '--port', '0'] + flags)
+    check(r.returncode != 0 and why in r.stderr, f'serve {flags[0]}: refused naming why ({r.stderr[-160:]})')
+
 print(f'{len(failures)} failed' if failures else 'all passed')
 sys.exit(1 if failures else 0)
