@@ -856,6 +856,7 @@ static const struct {
     {"LLAMA_OFFLINE", "--offline", false, NULL},
     {"LLAMA_ARG_MODEL_URL", "--model-url|-mu", true, NULL},
     {"LLAMA_ARG_RERANKING", "--reranking|--rerank", false, NULL},
+    {"LLAMA_ARG_POOLING", "--pooling", true, NULL},
     {"LLAMA_ARG_EMBEDDINGS", "--embeddings|--embedding", false, NULL},
     {"LLAMA_ARG_ENDPOINT_METRICS", "--metrics", false, NULL},
     {"LLAMA_ARG_ENDPOINT_PROPS", "--props", false, NULL},
@@ -948,15 +949,20 @@ static bool join_served_names(char **args, int *n, char **joined) {
             k++;
         }
         if (k == 1 || *joined) continue; /* one name; or a second list (the flag's last wins) */
-        size_t len = 0;
+        size_t len = 1;
         for (int j = 0; j < k; j++) len += strlen(args[i + 1 + j]) + 1;
-        if (!(*joined = malloc(len))) return false;
-        (*joined)[0] = '\0';
+        char *out = malloc(len);
+        if (!out) return false;
+        size_t at = 0;
         for (int j = 0; j < k; j++) {
-            if (j) strcat(*joined, ",");
-            strcat(*joined, args[i + 1 + j]);
+            const size_t l = strlen(args[i + 1 + j]);
+            if (j) out[at++] = ',';
+            memcpy(out + at, args[i + 1 + j], l);
+            at += l;
         }
-        args[i + 1] = *joined;
+        out[at] = '\0';
+        *joined = out;
+        args[i + 1] = out;
         memmove(args + i + 2, args + i + 1 + k, (size_t)(*n - (i + 1 + k)) * sizeof *args);
         *n -= k - 1;
     }
