@@ -64,6 +64,7 @@ for files in REPOS.values():
     for p, d in files.items():
         BLOBS[hashlib.sha256(d).hexdigest()] = d
 FILES = {"stories260K-Q8_0.gguf": model, **{p: open(os.path.join(split_dir, p), "rb").read() for p in parts}}
+DOCKER = {"ai/stories": {"latest": model, "260K-Q8_0": model}, "ai/damaged": {"latest": bytes(corrupt)}}
 log = []          # (method, path, range) of every request
 broken = set()    # oids whose first transfer is cut in the middle
 
@@ -120,6 +121,26 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 return self.send(200, d, "application/octet-stream")
             oid = hashlib.sha256(d).hexdigest()
             return self.send(302, b"", "text/plain", [("Location", f"/cdn/{oid}")])
+        if parts_[0] == "token":  # Docker Hub's anonymous pull token (-dr)
+            scope = query.split("scope=")[-1]
+            return self.send(200, json.dumps({"token": "tok-" + scope.split(":")[1].replace("/", "_")}).encode())
+        if parts_[:1] == ["v2"] and len(parts_) >= 5:  # Docker's registry: manifests, blobs
+            repo, kind, ref = "/".join(parts_[1:-2]), parts_[-2], parts_[-1]
+            want = "Bearer tok-" + repo.replace("/", "_")
+            if self.headers.get("Authorization") != want:
+                return self.send(401, b'{"errors": [{"code": "UNAUTHORIZED"}]}')
+            if kind == "manifests" and repo in DOCKER and ref in DOCKER[repo]:
+                d = DOCKER[repo][ref]
+                return self.send(200, json.dumps({"schemaVersion": 2, "layers": [
+                    {"mediaType": "application/vnd.docker.ai.license", "digest": "sha256:" + "0" * 64, "size": 4},
+                    {"mediaType": "application/vnd.docker.ai.gguf.v3",
+                     "digest": "sha256:" + hashlib.sha256(model).hexdigest(), "size": len(d)}]}).encode(),
+                    "application/vnd.oci.image.manifest.v1+json")
+            if kind == "blobs" and repo == "ai/damaged":  # not the bytes its manifest names
+                return self.send(200, DOCKER[repo]["latest"], "application/octet-stream")
+            if kind == "blobs" and ref.startswith("sha256:") and ref[7:] in BLOBS:
+                return self.send(302, b"", "text/plain", [("Location", f"/cdn/{ref[7:]}")])
+            return self.send(404, b'{"errors": [{"code": "MANIFEST_UNKNOWN"}]}')
         if parts_[0] == "files" and len(parts_) == 2 and parts_[1] in FILES:  # -mu's plain URLs
             parts_ = ["cdn", hashlib.sha256(FILES[parts_[1]]).hexdigest()]
         if parts_[0] == "cdn" and len(parts_) == 2 and parts_[1] in BLOBS:
@@ -268,6 +289,24 @@ check(r.returncode == 0 and listed[0].startswith("number of models in cache: ") 
 r = kv(["run", "-hf", "test/stories:Q8_0", "-hfd", "test/stories:Q4_K_M", "--offline", "-v"] + GEN)
 check(r.returncode == 0 and text_of(r) == text_of(want) and "draft" in r.stderr.lower(),
       f"-hfd: the draft model from the cache ({r.stderr.strip()[-200:]})")
+
+# -dr (llama.cpp's Docker Hub models): ai/ and latest by default, the GGUF layer's blob checked
+# against its digest, saved as llama.cpp names it; then from there
+denv = dict(ENV, KVLLM_DOCKER_AUTH=endpoint, KVLLM_DOCKER_REGISTRY=endpoint)
+r = kv(["run", "-dr", "stories"] + GEN, env=denv)
+check(r.returncode == 0 and text_of(r) == text_of(want) and os.path.exists(os.path.join(cache, "ai_stories_latest.gguf")),
+      f"-dr stories: ai/stories:latest into the cache ({r.stderr.strip()[-200:]})")
+r = kv(["run", "-dr", "ai/stories:260K-Q8_0", "--offline"] + GEN, env=denv)
+check(r.returncode != 0 and "not in the cache" in r.stderr, "-dr --offline: only what is there")
+n0 = len(log)
+r = kv(["run", "-dr", "ai/stories"] + GEN, env=denv)
+check(r.returncode == 0 and len(log) == n0, "-dr again: the saved file, no request")
+r = kv(["run", "-dr", "ai/damaged"] + GEN, env=denv)
+check(r.returncode != 0 and "checksum" in r.stderr and not os.path.exists(os.path.join(cache, "ai_damaged_latest.gguf")),
+      f"-dr a blob that does not match its digest: refused, nothing kept ({r.stderr.strip()[-160:]})")
+for bad, why in (("ai/none", "HTTP 404"), ("Upper/Case", "not a Docker repository"), ("a//b", "not a Docker repository")):
+    r = kv(["run", "-dr", bad] + GEN, env=denv)
+    check(r.returncode != 0 and why in r.stderr, f"-dr {bad}: refused ({r.stderr.strip()[-160:]})")
 
 # serve: the model named as llama-server names it (the -hf argument), from the cache
 import socket

@@ -23,7 +23,8 @@ typedef struct cli_opts {
      * model from the Hugging Face cache, downloaded when missing; model_path then
      * points to hf_path */
     const char *hf_repo, *hf_file, *hf_token;
-    const char *model_url; /* -mu URL: downloaded to -m's path, else llama.cpp's cache */
+    const char *model_url;   /* -mu URL: downloaded to -m's path, else llama.cpp's cache */
+    const char *docker_repo; /* -dr [REPO/]MODEL[:TAG]: Docker Hub's model registry */
     bool offline;
     char hf_path[8192];
     const char *hf_repo_draft; /* -hfd USER/MODEL[:QUANT]: the draft model the same way */

@@ -522,6 +522,7 @@ static bool apply_flag(cli_opts *o, const char *f, const char *v, bool *unknown)
     else if (IS("-hf") || IS("-hfr") || IS("--hf-repo")) o->hf_repo = v;
     else if (IS("-hff") || IS("--hf-file")) o->hf_file = v;
     else if (IS("-mu") || IS("--model-url")) o->model_url = v;
+    else if (IS("-dr") || IS("--docker-repo")) o->docker_repo = v;
     else if (IS("-hft") || IS("--hf-token")) o->hf_token = v;
     else if (IS("--model-draft") || IS("-md") || IS("--spec-draft-model")) o->model_draft = v;
     else if (IS("-hfd") || IS("-hfrd") || IS("--hf-repo-draft") || IS("--spec-draft-hf"))
@@ -775,9 +776,22 @@ static bool hf_model(cli_opts *o) {
         fprintf(stderr, "kvllm: --hf-file names a file of the -hf repository: give -hf too\n");
         return false;
     }
-    if (o->model_url && o->hf_repo) {
-        fprintf(stderr, "kvllm: -mu and -hf both name the model: give one\n");
+    if ((o->model_url != NULL) + (o->hf_repo != NULL) + (o->docker_repo != NULL) > 1) {
+        fprintf(stderr, "kvllm: -hf, -mu and -dr each name the model: give one\n");
         return false;
+    }
+    if (o->docker_repo) { /* llama.cpp's -dr: Docker Hub's model registry */
+        kvl_error err = {{0}};
+        if (o->model_path) {
+            fprintf(stderr, "kvllm: -m and -dr both name the model: give one\n");
+            return false;
+        }
+        if (!hub_fetch_docker(o->docker_repo, o->offline, o->hf_path, sizeof o->hf_path, &err)) {
+            fprintf(stderr, "kvllm: -dr %s: %s\n", o->docker_repo, err.msg);
+            return false;
+        }
+        o->model_path = o->hf_path;
+        return true;
     }
     if (o->model_url) { /* llama.cpp's -mu URL: into -m's path, else its cache */
         kvl_error err = {{0}};

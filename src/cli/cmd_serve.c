@@ -853,6 +853,7 @@ static const struct {
     {"LLAMA_ARG_MMPROJ", "--mmproj|-mm", true, NULL},
     {"LLAMA_ARG_HF_REPO", "-hf|-hfr|--hf-repo", true, NULL},
     {"LLAMA_ARG_HF_FILE", "-hff|--hf-file", true, NULL},
+    {"LLAMA_ARG_DOCKER_REPO", "-dr|--docker-repo", true, NULL},
     {"LLAMA_OFFLINE", "--offline", false, NULL},
     {"LLAMA_ARG_MODEL_URL", "--model-url|-mu", true, NULL},
     {"LLAMA_ARG_RERANKING", "--reranking|--rerank", false, NULL},

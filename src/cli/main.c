@@ -72,6 +72,7 @@ static void common_options(FILE *out) {
         "  -hf USER/MODEL[:QUANT]  the model from Hugging Face (downloaded into its cache;\n"
         "                     -hff FILE picks a file, -hft TOKEN or $HF_TOKEN, --offline)\n"
         "  -mu URL            the model from a URL (into -m's path, else llama.cpp's cache)\n"
+        "  -dr [REPO/]MODEL[:TAG]  the model from Docker Hub's model registry (ai/, latest)\n"
         "  -p TEXT | -f FILE  prompt text / file (-f -: stdin);  --prompt-ids 1,2,3 (score: "
         "--ids)\n"
         "  -n N               max new tokens (default 128; -1: until the context is full)\n"

@@ -125,6 +125,7 @@ static bool make_dirs(const char *path, bool whole, kvl_error *err) {
 
 typedef struct http_ctx {
     const char *token;
+    const char *accept; /* the JSON answers' Accept header (NULL: application/json) */
     char agent[64];
 } http_ctx;
 
@@ -153,7 +154,12 @@ static size_t to_mem(char *p, size_t sz, size_t n, void *user) {
 static struct curl_slist *headers(const http_ctx *h, bool json, const char *range) {
     struct curl_slist *l = NULL;
     char line[512];
-    if (json) l = curl_slist_append(l, "Accept: application/json");
+    if (json && h->accept && strlen(h->accept) < 400) {
+        snprintf(line, sizeof line, "Accept: %s", h->accept);
+        l = curl_slist_append(l, line);
+    } else if (json) {
+        l = curl_slist_append(l, "Accept: application/json");
+    }
     if (h->token && *h->token && strlen(h->token) < 400 && !strpbrk(h->token, "\r\n")) {
         snprintf(line, sizeof line, "Authorization: Bearer %s", h->token);
         l = curl_slist_append(l, line);
@@ -902,4 +908,110 @@ void hub_list_cached(FILE *out) {
     fprintf(out, "number of models in cache: %d\n", n);
     for (int i = 0; i < n; i++) fprintf(out, "%4d. %s\n", i + 1, names[i]);
     free(names);
+}
+
+/* ---- Docker Hub models (llama.cpp's -dr) ---- */
+
+/* Docker's repository names: lower-case [a-z0-9] runs joined by '.', '_', '-'
+ * or '/', at most 255 bytes. */
+static bool valid_docker_repo(const char *r) {
+    const size_t n = strlen(r);
+    if (n == 0 || n > 255) return false;
+    bool sep = true;
+    for (size_t i = 0; i < n; i++) {
+        const char c = r[i];
+        if ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9')) sep = false;
+        else if (c == '.' || c == '_' || c == '-' || c == '/') {
+            if (sep) return false;
+            sep = true;
+        } else return false;
+    }
+    return !sep;
+}
+
+static const char *env_or(const char *var, const char *dflt) {
+    const char *v = getenv(var);
+    return v && *v ? v : dflt;
+}
+
+bool hub_fetch_docker(const char *spec, bool offline, char *path, size_t cap, kvl_error *err) {
+    char repo[300], tag[130];
+    const char *colon = strrchr(spec, ':');
+    const size_t rl = colon ? (size_t)(colon - spec) : strlen(spec);
+    const bool slash = memchr(spec, '/', rl) != NULL;
+    if (rl + 4 >= sizeof repo || (colon && strlen(colon + 1) >= sizeof tag))
+        return kvl_fail(err, "hub: '%s' is too long", spec);
+    snprintf(repo, sizeof repo, "%s%.*s", slash ? "" : "ai/", (int)rl, spec); /* ai/ the default */
+    snprintf(tag, sizeof tag, "%s", colon ? colon + 1 : "latest");
+    if (!valid_docker_repo(repo))
+        return kvl_fail(err, "hub: '%s' is not a Docker repository: [<repo>/]<model>[:tag]", spec);
+    for (const char *t = tag; *t; t++)
+        if (!is_word(*t) && *t != '-' && *t != '.')
+            return kvl_fail(err, "hub: tag '%s': letters, digits, '_', '-', '.'", tag);
+    if (!tag[0]) return kvl_fail(err, "hub: an empty tag in '%s'", spec);
+    char dir[HUB_PATH], name[512];
+    if (!llama_cache_dir(dir, sizeof dir, err)) return false;
+    size_t w = 0; /* llama.cpp's file name: the repository's '/' as '_', then _TAG.gguf */
+    for (const char *c = repo; *c; c++) name[w++] = *c == '/' ? '_' : *c;
+    snprintf(name + w, sizeof name - w, "_%s.gguf", tag);
+    if (!fmt_path(path, cap, "%s/%s", dir, name))
+        return kvl_fail(err, "hub: the cache path is too long");
+    struct stat st;
+    if (stat(path, &st) == 0) return true; /* fetched before */
+    if (offline) return kvl_fail(err, "hub: %s is not in the cache (offline)", path);
+    http_ctx h = {0};
+    snprintf(h.agent, sizeof h.agent, "kvllm/1.0 (llama-cpp compatible)");
+    const char *auth = env_or("KVLLM_DOCKER_AUTH", "https://auth.docker.io");
+    const char *reg = env_or("KVLLM_DOCKER_REGISTRY", "https://registry-1.docker.io");
+    char url[HUB_PATH], token[4096] = "", digest[80] = "";
+    long long size = -1;
+    bool unreachable = false, ok = false;
+    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
+        return kvl_fail(err, "hub: cannot initialise libcurl");
+    /* an anonymous pull token, then the manifest's GGUF layer */
+    snprintf(url, sizeof url, "%s/token?service=registry.docker.io&scope=repository:%s:pull", auth,
+             repo);
+    cJSON *t = get_json(&h, url, &unreachable, err);
+    const cJSON *tok = cJSON_GetObjectItemCaseSensitive(t, "token");
+    if (t && (!cJSON_IsString(tok) || strlen(tok->valuestring) >= sizeof token ||
+              strpbrk(tok->valuestring, "\r\n")))
+        kvl_fail(err, "hub: %s: no usable 'token' in the answer", url);
+    else if (t) snprintf(token, sizeof token, "%s", tok->valuestring);
+    cJSON_Delete(t);
+    if (!token[0]) goto done;
+    h.token = token;
+    h.accept = "application/vnd.docker.distribution.manifest.v2+json,"
+               "application/vnd.oci.image.manifest.v1+json";
+    snprintf(url, sizeof url, "%s/v2/%s/manifests/%s", reg, repo, tag);
+    cJSON *m = get_json(&h, url, &unreachable, err);
+    if (!m) goto done;
+    const cJSON *layer;
+    cJSON_ArrayForEach(layer, cJSON_GetObjectItemCaseSensitive(m, "layers")) {
+        const cJSON *mt = cJSON_GetObjectItemCaseSensitive(layer, "mediaType");
+        const cJSON *d = cJSON_GetObjectItemCaseSensitive(layer, "digest");
+        const cJSON *sz = cJSON_GetObjectItemCaseSensitive(layer, "size");
+        if (!cJSON_IsString(mt) || !strstr(mt->valuestring, "gguf") || !cJSON_IsString(d)) continue;
+        if (strncmp(d->valuestring, "sha256:", 7) != 0 || !is_hex(d->valuestring + 7, 64)) {
+            kvl_fail(err, "hub: %s: the GGUF layer's digest '%.80s' is not sha256:<hex>", url,
+                     d->valuestring);
+            break;
+        }
+        snprintf(digest, sizeof digest, "%s", d->valuestring);
+        size = cJSON_IsNumber(sz) ? (long long)sz->valuedouble : -1;
+        break;
+    }
+    cJSON_Delete(m);
+    if (!digest[0]) {
+        if (!err->msg[0]) kvl_fail(err, "hub: %s: no GGUF layer in the manifest", url);
+        goto done;
+    }
+    hub_file f = {.size = size};
+    snprintf(f.path, sizeof f.path, "%s", name);
+    for (int i = 0; i < 64; i++) f.oid[i] = (char)tolower((unsigned char)digest[7 + i]);
+    snprintf(url, sizeof url, "%s/v2/%s/blobs/%s", reg, repo, digest);
+    h.accept = NULL;
+    ok = download(&h, url, &f, path, err);
+done:
+    curl_global_cleanup();
+    return ok;
 }

@@ -54,6 +54,14 @@ bool hub_fetch(const hub_request *r, char *path, size_t cap, kvl_error *err);
 bool hub_fetch_url(const char *url, const char *dest, const char *token, bool offline, char *path,
                    size_t cap, kvl_error *err);
 
+/* llama.cpp's -dr [<repo>/]<model>[:tag]: a Docker Hub model (Docker Model
+ * Runner's, ai/ the default repository, latest the default tag): an anonymous
+ * pull token, the manifest's GGUF layer, its blob checked against the layer's
+ * sha256 digest, saved in llama.cpp's cache directory as REPO_TAG.gguf (the
+ * repository's '/' as '_'). A file already there is used as it is.
+ * KVLLM_DOCKER_AUTH / KVLLM_DOCKER_REGISTRY name other endpoints (a mirror). */
+bool hub_fetch_docker(const char *spec, bool offline, char *path, size_t cap, kvl_error *err);
+
 /* llama.cpp's --cache-list: "number of models in cache: N" and one line
  * "   i. USER/MODEL:QUANT" for each model file of a cached snapshot (a split
  * model once; projectors and MTP files not), to out. */
