@@ -58,6 +58,7 @@ REPOS = {
                      **{f"split/{p}": open(os.path.join(split_dir, p), "rb").read() for p in parts}},
     "test/gated": {"stories260K-Q8_0.gguf": model},
     "test/damaged": {"stories260K-Q8_0.gguf": bytes(corrupt)},
+    "test/oversize": {"stories260K-Q8_0.gguf": model},  # its listing says 100 bytes fewer
 }
 BLOBS = {}
 for files in REPOS.values():
@@ -104,8 +105,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 for p, d in REPOS[repo].items():
                     if p.endswith(".gguf"):
                         oid = hashlib.sha256(model if repo == "test/damaged" else d).hexdigest()
+                        size = len(d) - (100 if repo == "test/oversize" else 0)
                         items.append({"type": "file", "path": p, "oid": git_oid(b"pointer " + p.encode()),
-                                      "size": 130, "lfs": {"oid": oid, "size": len(d), "pointerSize": 130}})
+                                      "size": 130, "lfs": {"oid": oid, "size": size, "pointerSize": 130}})
                     else:
                         items.append({"type": "file", "path": p, "oid": git_oid(d), "size": len(d)})
                 return self.send(200, json.dumps(items).encode())
@@ -242,6 +244,10 @@ check(r.returncode != 0 and "checksum" in r.stderr and
       not os.path.exists(os.path.join(damaged, "snapshots", COMMIT, "stories260K-Q8_0.gguf")) and
       not os.listdir(os.path.join(damaged, "blobs")) if os.path.isdir(os.path.join(damaged, "blobs")) else False,
       f"a wrong checksum: refused, nothing kept ({r.stderr.strip()[-200:]})")
+r = kv(["run", "-hf", "test/oversize"] + GEN)
+check(r.returncode != 0 and "sends more than" in r.stderr and
+      not any(f.endswith(".incomplete") for f in os.listdir(os.path.join(cache, "models--test--oversize", "blobs"))),
+      f"a file larger than its listing: stopped, nothing kept ({r.stderr.strip()[-160:]})")
 for bad in ("test", "a/b/c", "../x/y", "te st/x", "a/b:Q4 K"):
     n0 = len(log)
     r = kv(["run", "-hf", bad] + GEN)
@@ -283,7 +289,7 @@ check(not os.path.exists(os.path.join(cache, "absent.gguf.incomplete")), "a refu
 r = kv(["run", "-cl"])
 listed = r.stdout.splitlines()
 check(r.returncode == 0 and listed[0].startswith("number of models in cache: ") and
-      "   1. test/gated:Q8_0" in listed and any(l.endswith(". test/stories:Q4_K_M") for l in listed),
+      listed[1:] == ["   1. test/gated:Q8_0", "   2. test/stories:Q4_K_M", "   3. test/stories:Q8_0"],
       f"--cache-list ({listed})")
 # -hfd: the draft model from the hub too (the model itself as draft: every draft accepted)
 r = kv(["run", "-hf", "test/stories:Q8_0", "-hfd", "test/stories:Q4_K_M", "--offline", "-v"] + GEN)

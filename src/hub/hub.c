@@ -439,6 +439,7 @@ typedef struct sink {
     long long have, total, shown;
     const char *name;
     long long resume_from; /* bytes already in the file when the request went out */
+    bool overflow;         /* the server sent more than the file's listed size */
     long long git_size;    /* a git blob's size (its SHA-1 covers it), else -1 */
 } sink;
 
@@ -474,6 +475,10 @@ static void progress(sink *k, bool done) {
 static size_t to_file(char *p, size_t sz, size_t n, void *user) {
     sink *k = user;
     const size_t len = sz * n;
+    if (k->total >= 0 && k->have + (long long)len > k->total) { /* more than listed: stop */
+        k->overflow = true;
+        return 0;
+    }
     if (fwrite(p, 1, len, k->f) != len) return 0;
     hash(k, p, len);
     k->have += (long long)len;
@@ -589,6 +594,12 @@ static bool download(const http_ctx *h, const char *url, const hub_file *f, cons
         const bool closed = fclose(k.f) == 0;
         if (rc == CURLE_HTTP_RETURNED_ERROR && status == 416 && f->size >= 0 && k.have == f->size)
             rc = CURLE_OK; /* the bytes were all there already */
+        if (k.overflow) {
+            kvl_fail(err, "hub: %s: the server sends more than the %lld bytes listed", f->path,
+                     f->size);
+            unlink(tmp);
+            break;
+        }
         if (rc != CURLE_OK || !closed) {
             if (rc == CURLE_HTTP_RETURNED_ERROR) {
                 kvl_fail(err, "hub: GET %s: HTTP %ld%s", url, status,
@@ -861,6 +872,8 @@ static void name_tag(const char *path, char *tag, size_t cap) {
     tag[n] = '\0';
 }
 
+static int cmp_names(const void *a, const void *b) { return strcmp(a, b); }
+
 void hub_list_cached(FILE *out) {
     char cache[HUB_PATH];
     kvl_error err = {{0}};
@@ -905,6 +918,7 @@ void hub_list_cached(FILE *out) {
         }
         if (d) closedir(d);
     }
+    qsort(names, (size_t)n, sizeof *names, cmp_names); /* the directory's order is none */
     fprintf(out, "number of models in cache: %d\n", n);
     for (int i = 0; i < n; i++) fprintf(out, "%4d. %s\n", i + 1, names[i]);
     free(names);
