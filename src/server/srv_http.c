@@ -48,6 +48,7 @@ typedef enum route {
     R_SLOTS,
     R_SLOTS_ACTION,
     R_CHAT_CONTROL,
+    R_INVOCATIONS,
     R_LORA_GET,
     R_LORA_SET,
     R_PAGE
@@ -108,6 +109,7 @@ static const struct {
     {"/slots/", "POST", R_SLOTS_ACTION, AUTH_KEY, true},
     {"/v1/chat/completions/control", "POST", R_CHAT_CONTROL, AUTH_KEY, false}, /* llama's */
     {"/chat/completions/control", "POST", R_CHAT_CONTROL, AUTH_KEY, false},
+    {"/invocations", "POST", R_INVOCATIONS, AUTH_KEY, false}, /* vLLM's (SageMaker's) */
     {"/lora-adapters", "GET", R_LORA_GET, AUTH_KEY, false},
     {"/lora-adapters", "POST", R_LORA_SET, AUTH_KEY, false},
     /* The built-in pages hold no data: they ask for the key themselves. */
@@ -563,6 +565,21 @@ static enum MHD_Result dispatch(srv *s, struct MHD_Connection *c, const char *ur
             srv_slot_action(s, url, MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "action"),
                             body, cc->body.len, cc->key, &err),
             &err);
+    case R_INVOCATIONS: { /* vLLM's: the kind of request its body is, tried in vLLM's order */
+        cJSON *b = json_parse_body(body, cc->body.len, &err);
+        if (!b) return send_error(c, &err);
+        const bool chat = cJSON_GetObjectItemCaseSensitive(b, "messages") != NULL,
+                   compl = cJSON_GetObjectItemCaseSensitive(b, "prompt") != NULL,
+                   embed = cJSON_GetObjectItemCaseSensitive(b, "input") != NULL;
+        cJSON_Delete(b);
+        if (chat) return handle_generate(s, c, cc, R_CHAT);
+        if (compl ) return handle_generate(s, c, cc, R_COMPLETIONS);
+        if (embed) return send_result(c, srv_embeddings(s, body, cc->body.len, false, &err), &err);
+        api_fail(&err, 400, NULL,
+                 "/invocations takes a chat request (messages), a completion (prompt) or an "
+                 "embedding request (input)");
+        return send_error(c, &err);
+    }
     case R_CHAT_CONTROL:
         return send_result(c, srv_chat_control(s, body, cc->body.len, cc->key, &err), &err);
     case R_PAGE: {

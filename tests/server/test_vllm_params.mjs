@@ -216,6 +216,22 @@ tests.push(['--served-model-name a b c: every name listed and served, answers un
   assertEq(r.status, 404, 'another name');
 }]);
 
+// vLLM's /invocations (SageMaker's one route): the request's kind from its body
+tests.push(['/invocations: a chat, a completion or an embedding request by its body', async () => {
+  const inv = (body) => rawRequest(server.url, { path: '/invocations', body: JSON.stringify(body) });
+  const chat = { messages: [{ role: 'user', content: 'Once upon' }], max_tokens: 3, temperature: 0 };
+  let r = await inv(chat);
+  const direct = await rawRequest(server.url, { path: '/v1/chat/completions', body: JSON.stringify(chat) });
+  assertEq([r.status, r.json.object, r.json.choices[0].message.content],
+    [200, 'chat.completion', direct.json.choices[0].message.content], 'messages: a chat completion');
+  r = await inv({ prompt: 'Once upon', max_tokens: 3, temperature: 0 });
+  assertEq([r.status, r.json.object], [200, 'text_completion'], 'prompt: a completion');
+  r = await inv({ input: 'Once upon' });
+  assertEq([r.status, r.json.object, Array.isArray(r.json.data?.[0]?.embedding)], [200, 'list', true], 'input: embeddings');
+  r = await inv({ text: 'x' });
+  assertEq(r.status, 400, 'neither');
+}]);
+
 const failed = await runTests(tests);
 const bad = await stopAll([server, named]);
 process.exit(failed || bad ? 1 : 0);
