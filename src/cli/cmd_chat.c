@@ -18,6 +18,7 @@
 
 typedef struct chat_args {
     const char *template_file, *family, *system;
+    char *system_owned; /* -sysf FILE's text */
     double kv_fraction;
 } chat_args;
 
@@ -28,7 +29,7 @@ static void chat_usage(FILE *out) {
             "An interactive conversation: type a message, the model answers; /exit or Ctrl-D ends it.\n"
             "With stdin piped, each line is one user message. After each answer stderr shows the\n"
             "prompt's tokens taken from the KV cache (earlier turns) and the new ones computed.\n\n"
-            "  --system TEXT            a system message first\n"
+            "  --system TEXT            a system message first (-sys, --system-prompt; -sysf FILE)\n"
             "  --chat-template-file F   Jinja chat template (default: the GGUF's tokenizer.chat_template)\n"
             "  --chat-template NAME     built-in chatml|llama3|llama2|mistral|gemma|deepseek3|deepseek2\n"
             "                           (the fallback for a model without a usable template: chatml)\n"
@@ -41,7 +42,9 @@ static int chat_flag(const char *f, const char *v, void *ctx) {
     chat_args *a = ctx;
 #define IS(name) (strcmp(f, name) == 0)
     if (IS("-cnv") || IS("--conversation")) return 1; /* from run -cnv */
-    if (!(IS("--chat-template-file") || IS("--chat-template") || IS("--system"))) return 0;
+    if (!(IS("--chat-template-file") || IS("--chat-template") || IS("--system") || IS("-sys") ||
+          IS("--system-prompt") || IS("-sysf") || IS("--system-prompt-file")))
+        return 0;
     if (!v) {
         fprintf(stderr, "kvllm chat: %s: missing value\n", f);
         return -1;
@@ -53,7 +56,15 @@ static int chat_flag(const char *f, const char *v, void *ctx) {
             return -1;
         }
         a->family = v;
-    } else a->system = v;
+    } else if (IS("-sysf") || IS("--system-prompt-file")) { /* llama-cli's */
+        kvl_error err = {{0}};
+        free(a->system_owned);
+        if (!(a->system_owned = kvl_read_file(v, NULL, &err))) {
+            fprintf(stderr, "kvllm chat: %s: %s\n", f, err.msg);
+            return -1;
+        }
+        a->system = a->system_owned;
+    } else a->system = v; /* --system, llama-cli's -sys / --system-prompt */
 #undef IS
     return 2;
 }
@@ -254,14 +265,21 @@ int cmd_chat(int argc, char **argv) {
             chat_usage(stdout);
             return 0;
         }
-    if (!cli_parse_ex(argc, argv, &o, chat_flag, &a)) return 2;
+    if (!cli_parse_ex(argc, argv, &o, chat_flag, &a)) {
+        free(a.system_owned);
+        return 2;
+    }
     if (o.prompt || o.prompt_file || o.prompt_ids) {
         fprintf(stderr,
                 "kvllm chat: the messages come from stdin (-p, -f and --prompt-ids are for run)\n");
+        free(a.system_owned);
         return 2;
     }
     cli_model cm;
-    if (!cli_load(&o, true, &cm)) return 1;
+    if (!cli_load(&o, true, &cm)) {
+        free(a.system_owned);
+        return 1;
+    }
     int rc = 1;
     engine *e = NULL;
     chat_tmpl t = {0};
@@ -308,5 +326,6 @@ out:
     jinja_template_destroy(t.jinja);
     engine_destroy(e);
     cli_unload(&cm);
+    free(a.system_owned);
     return rc;
 }

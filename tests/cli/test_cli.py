@@ -289,5 +289,17 @@ for flags, why in ((['--pooling', 'none'], 'pooled'), (['--models-dir', '/tmp'],
     r = run(['serve', '-m', MODEL, '--port', '0'] + flags)
     check(r.returncode != 0 and why in r.stderr, f'serve {flags[0]}: refused naming why ({r.stderr[-160:]})')
 
+# llama-cli's system prompt flags on chat: -sys TEXT, --system-prompt TEXT, -sysf FILE = --system TEXT
+sysfile = os.path.join(tempfile.mkdtemp(), 'sys.txt')
+open(sysfile, 'w').write('You are brief.')
+counts = []
+for flags in (['--system', 'You are brief.'], ['-sys', 'You are brief.'], ['--system-prompt', 'You are brief.'],
+              ['-sysf', sysfile], []):
+    r = run(['chat', '-m', 'tests/data/golden/models/qwen3-f32.gguf', '--chat-template-file',
+             'tests/data/chat-templates/Qwen-Qwen3-0.6B.jinja', '-n', '2', '--temp', '0'] + flags, stdin='Hi\n')
+    counts.append(tuple(map(int, STATS.findall(r.stderr)[0][:1])) if STATS.findall(r.stderr) else None)
+check(len(set(counts[:4])) == 1 and counts[0] and counts[4] and counts[0][0] > counts[4][0],
+      f'chat -sys / --system-prompt / -sysf: the system message ({counts})')
+
 print(f'{len(failures)} failed' if failures else 'all passed')
 sys.exit(1 if failures else 0)
