@@ -131,9 +131,20 @@ static void ppl_position(int64_t pos, const float *logits, void *user) {
     st->count++;
 }
 static int kl_base_dtype = -1;
+static int64_t max_chunks = -1; /* --chunks N (llama-perplexity's): at most N chunks */
 
 static int perplexity_flag(const char *flag, const char *value, void *ctx) {
     (void)ctx;
+    if (strcmp(flag, "--chunks") == 0) {
+        char *end = NULL;
+        const long long v = value ? strtoll(value, &end, 10) : 0;
+        if (!value || !*value || *end || v < -1) {
+            fprintf(stderr, "kvllm: --chunks: a number of chunks (-1: all)\n");
+            return -1;
+        }
+        max_chunks = v;
+        return 2;
+    }
     if (strcmp(flag, "--kl-base") != 0) return 0;
     if (!value || !kv_dtype_parse(value, &kl_base_dtype)) {
         fprintf(stderr, "kvllm: --kl-base: expected a KV type (f32, f16, bf16, q8_0, q5_0, q4_0, "
@@ -157,6 +168,7 @@ static int perplexity(const cli_opts *o, cli_model *cm, int32_t *ids, int64_t n)
         goto out;
     }
     int64_t n_chunks = n / c;
+    if (max_chunks >= 0 && max_chunks < n_chunks) n_chunks = max_chunks; /* llama's --chunks */
     chunk = malloc(c * sizeof *chunk);
     double total_nll = 0, total_kl = 0;
     int64_t total_count = 0, total_agree = 0;

@@ -26,7 +26,9 @@ static const command COMMANDS[] = {
     {"score", cmd_score, "teacher-forced log-probabilities of a token sequence", NULL,
      "kvllm score [-m MODEL] (--ids 1,2,3 | -p TEXT | -f FILE) [--top-logprobs K] [--json]"},
     {"perplexity", cmd_perplexity, "perplexity of a text file, as llama-perplexity computes it",
-     NULL, "kvllm perplexity [-m MODEL] -f FILE [-c N] [--kv-type T] [--kl-base T] [--json]"},
+     NULL,
+     "kvllm perplexity [-m MODEL] -f FILE [-c N] [--chunks N] [--kv-type T] [--kl-base T] "
+     "[--json]"},
     {"tokenize", cmd_tokenize, "text to token ids and pieces", NULL,
      "kvllm tokenize [-m MODEL] (-p TEXT | -f FILE | -f -) [--no-bos] [--parse-special] [--json]"},
     {"chat-template", cmd_chat_template, "render a conversation with a Jinja chat template", NULL,

@@ -301,5 +301,14 @@ for flags in (['--system', 'You are brief.'], ['-sys', 'You are brief.'], ['--sy
 check(len(set(counts[:4])) == 1 and counts[0] and counts[4] and counts[0][0] > counts[4][0],
       f'chat -sys / --system-prompt / -sysf: the system message ({counts})')
 
+# llama-perplexity's --chunks N: the first N chunks, llama.cpp's running value after them
+gold = json.load(open(os.path.join(ROOT, 'tests/data/golden/qwen3-f32/perplexity.json')))
+r = run(['perplexity', '-m', 'tests/data/golden/models/qwen3-f32.gguf', '-f', 'tests/data/golden/ppl_text.txt',
+         '-c', '128', '--kv-type', 'f32', '--chunks', '2', '--json'])
+got = json.loads(r.stdout) if r.returncode == 0 else {}
+want = gold['running'][1]['running_ppl']
+check(got.get('n_chunks') == 2 and abs(got.get('final_ppl', 0) - want) / want < 1e-4,
+      f"perplexity --chunks 2: {got.get('final_ppl')} against llama-perplexity's running {want}")
+
 print(f'{len(failures)} failed' if failures else 'all passed')
 sys.exit(1 if failures else 0)
