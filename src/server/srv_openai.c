@@ -708,7 +708,7 @@ static bool opt_seed(const cJSON *o, uint64_t *out, api_error *err) {
  * repeat_penalty over the last repeat_last_n tokens of the prompt and output
  * (64 unless given; -1 all), llama's penalty, instead of vLLM's
  * repetition_penalty; typ_p for typical_p. */
-static bool parse_llama_penalty(const cJSON *b, srv_job *j, api_error *err) {
+static bool parse_llama_names(const cJSON *b, srv_job *j, api_error *err) {
     sampler_params *p = &j->sampling;
     const cJSON *rp = req_field(b, "repeat_penalty"), *rl = req_field(b, "repeat_last_n");
     if (req_field(b, "typ_p")) {
@@ -757,7 +757,7 @@ static bool parse_sampling(const srv *s, const cJSON *b, srv_job *j, api_error *
               req_float(b, "repetition_penalty", 0, 100, &p->repeat_penalty, err) &&
               opt_seed(b, &p->seed, err) && srv_parse_llama_samplers(b, p, err);
     if (ok) p->top_k = (int32_t)(top_k < 0 ? 0 : top_k); /* (before the list switches it off) */
-    ok = ok && parse_llama_penalty(b, j, err) && srv_parse_sampler_list(b, p, err);
+    ok = ok && parse_llama_names(b, j, err) && srv_parse_sampler_list(b, p, err);
     if (!ok) return false;
     if (p->top_p <= 0 && req_field(b, "top_p")) /* (a server's --top-p 0 is its own) */
         return api_fail(err, 400, "top_p", "'top_p' must be in (0, 1]");
