@@ -392,7 +392,7 @@ static bool validate_request(engine *e, const engine_request *r, kvl_error *err)
 /* Whether tok's own text ends a whole UTF-8 character (the reasoning budget
  * forces only there, as llama.cpp's). */
 static bool token_whole_utf8(const tok_vocab *v, int32_t tok) {
-    char piece[64];
+    char piece[256]; /* a longer token is taken as whole: none ends mid-character in practice */
     const size_t nb = tok_token_bytes(v, tok, false, piece, sizeof piece);
     return nb > sizeof piece || rb_utf8_complete(piece, nb);
 }
