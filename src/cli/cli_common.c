@@ -711,6 +711,26 @@ static bool apply_flag(cli_opts *o, const char *f, const char *v, bool *unknown)
             return false;
         }
         o->spec = (int)m;
+    } else if (IS("--spec-type")) { /* llama.cpp's list of kinds: kvllm runs one */
+        bool draft = false, ngram = false, none = false;
+        for (const char *p = v; *p;) {
+            const size_t l = strcspn(p, ",");
+            if (l == 4 && !strncmp(p, "none", 4)) none = true;
+            else if (l == 12 && !strncmp(p, "draft-simple", 12)) draft = true;
+            else if (l > 6 && !strncmp(p, "ngram-", 6)) ngram = true; /* every n-gram kind */
+            else {
+                fprintf(stderr,
+                        "kvllm: --spec-type: '%.*s' is not supported (draft-simple, the ngram-* "
+                        "kinds or none; EAGLE-3, MTP and DFlash drafts are not here)\n",
+                        (int)l, p);
+                return false;
+            }
+            p += l + (p[l] == ',');
+        }
+        o->spec = (int)(draft ? ENGINE_SPEC_DRAFT : ngram ? ENGINE_SPEC_NGRAM : ENGINE_SPEC_OFF);
+        if (draft + ngram + none > 1 || (ngram && strcmp(v, "ngram-simple") != 0))
+            habit_note(f, "kvllm runs one kind: a draft model if named, else prompt lookup (its "
+                          "n-gram drafts; the output is the same, only the speed differs)");
     } else if (IS("--spec-k") || IS("--draft-max") || IS("--draft") || IS("--draft-n") ||
                IS("--spec-draft-n-max")) { /* (llama's names) */
         if (!parse_i64(f, v, &i) || i < 1 || i > ENGINE_SPEC_MAX_K) {

@@ -847,6 +847,7 @@ static const struct {
     {"LLAMA_ARG_YARN_BETA_FAST", "--yarn-beta-fast", true, NULL},
     {"LLAMA_ARG_SPEC_DRAFT_MODEL", "--model-draft|-md|--spec-draft-model", true, NULL},
     {"LLAMA_ARG_DRAFT_MAX", "--draft-max|--draft|--draft-n", true, NULL},
+    {"LLAMA_ARG_SPEC_TYPE", "--spec-type", true, NULL},
     {"LLAMA_ARG_FLASH_ATTN", "-fa|--flash-attn", true, NULL},
     {"LLAMA_ARG_N_GPU_LAYERS", "-ngl|--gpu-layers|--n-gpu-layers", true, NULL},
     {"LLAMA_ARG_CACHE_REUSE", "--cache-reuse", true, NULL},

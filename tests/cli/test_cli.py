@@ -310,5 +310,13 @@ want = gold['running'][1]['running_ppl']
 check(got.get('n_chunks') == 2 and abs(got.get('final_ppl', 0) - want) / want < 1e-4,
       f"perplexity --chunks 2: {got.get('final_ppl')} against llama-perplexity's running {want}")
 
+# llama.cpp's --spec-type: the n-gram kinds are prompt lookup, none is off, the rest refused by name
+plain = run(['run', '-m', MODEL, '-p', 'Once upon a time', '-n', '16', '--temp', '0', '--json'])
+r = run(['run', '-m', MODEL, '-p', 'Once upon a time', '-n', '16', '--temp', '0', '--json', '--spec-type', 'ngram-mod'])
+check(r.returncode == 0 and ids(r.stdout) == ids(plain.stdout) and '"spec_drafts"' in r.stdout,
+      f'--spec-type ngram-mod: prompt lookup, the same output ({r.stderr[-160:]})')
+r = run(['run', '-m', MODEL, '-p', 'x', '-n', '1', '--spec-type', 'draft-eagle3'])
+check(r.returncode != 0 and 'draft-eagle3' in r.stderr, '--spec-type draft-eagle3: refused by name')
+
 print(f'{len(failures)} failed' if failures else 'all passed')
 sys.exit(1 if failures else 0)
