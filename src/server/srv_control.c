@@ -5,7 +5,10 @@
  * have armed it with "reasoning_control": true. The completion is found by its
  * id among the jobs the engine runs; with per-tenant keys only the tenant's
  * own (another's is as unknown). The answers are llama-server's: 200 with
- * {"success": true}, or {"success": false, "message": why}. */
+ * {"success": true}, or {"success": false, "message": why}. Also the
+ * input_tokens counts of a chat or responses request. */
+#define _GNU_SOURCE /* asprintf */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -73,5 +76,23 @@ char *srv_chat_control(srv *s, const char *body, size_t len, const srv_key *key,
     }
     free(tenant);
     cJSON_Delete(b);
+    return out;
+}
+
+char *srv_input_tokens(srv *s, const char *body, size_t len, bool responses, const char *tenant,
+                       api_error *err) {
+    cJSON *b = json_parse_body(body ? body : "", len, err);
+    if (!b) return NULL;
+    api_req r;
+    const bool ok =
+        responses ? responses_parse(s, b, tenant, &r, err) : openai_parse(s, b, true, &r, err);
+    cJSON_Delete(b);
+    if (!ok) return NULL;
+    char *out = NULL;
+    if (asprintf(&out, "{\"object\":\"response.input_tokens\",\"input_tokens\":%lld}",
+                 (long long)job_prompt_tokens(r.job)) < 0)
+        out = NULL;
+    api_req_free(&r);
+    if (!out) api_fail(err, 500, NULL, "out of memory");
     return out;
 }

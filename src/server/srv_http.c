@@ -49,6 +49,8 @@ typedef enum route {
     R_SLOTS_ACTION,
     R_CHAT_CONTROL,
     R_INVOCATIONS,
+    R_INPUT_TOKENS_CHAT,
+    R_INPUT_TOKENS_RESP,
     R_LORA_GET,
     R_LORA_SET,
     R_PAGE
@@ -110,6 +112,11 @@ static const struct {
     {"/v1/chat/completions/control", "POST", R_CHAT_CONTROL, AUTH_KEY, false}, /* llama's */
     {"/chat/completions/control", "POST", R_CHAT_CONTROL, AUTH_KEY, false},
     {"/invocations", "POST", R_INVOCATIONS, AUTH_KEY, false}, /* vLLM's (SageMaker's) */
+    /* the input tokens a request would take (llama-server's, OpenAI's input_tokens) */
+    {"/v1/chat/completions/input_tokens", "POST", R_INPUT_TOKENS_CHAT, AUTH_KEY, false},
+    {"/chat/completions/input_tokens", "POST", R_INPUT_TOKENS_CHAT, AUTH_KEY, false},
+    {"/v1/responses/input_tokens", "POST", R_INPUT_TOKENS_RESP, AUTH_KEY, false},
+    {"/responses/input_tokens", "POST", R_INPUT_TOKENS_RESP, AUTH_KEY, false},
     {"/lora-adapters", "GET", R_LORA_GET, AUTH_KEY, false},
     {"/lora-adapters", "POST", R_LORA_SET, AUTH_KEY, false},
     /* The built-in pages hold no data: they ask for the key themselves. */
@@ -580,6 +587,13 @@ static enum MHD_Result dispatch(srv *s, struct MHD_Connection *c, const char *ur
                  "embedding request (input)");
         return send_error(c, &err);
     }
+    case R_INPUT_TOKENS_CHAT:
+    case R_INPUT_TOKENS_RESP:
+        return send_result(c,
+                           srv_input_tokens(s, body, cc->body.len,
+                                            ROUTES[cc->route].r == R_INPUT_TOKENS_RESP,
+                                            cc->key ? cc->key->ns : "", &err),
+                           &err);
     case R_CHAT_CONTROL:
         return send_result(c, srv_chat_control(s, body, cc->body.len, cc->key, &err), &err);
     case R_PAGE: {

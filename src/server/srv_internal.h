@@ -827,6 +827,14 @@ char *srv_apply_template(srv *s, const char *body, size_t len, api_error *err);
 /* LoRA adapters (srv_lora.c). */
 void srv_lora_init(srv *s);
 void srv_lora_free(srv *s);
+/* POST /v1/chat/completions/input_tokens and /v1/responses/input_tokens
+ * (llama-server's; OpenAI's for responses): {"object": "response.input_tokens",
+ * "input_tokens": N}, the prompt the request would run, rendered and
+ * tokenized as it would be; responses: a /v1/responses body (tenant: whose
+ * stored responses it may continue). NULL with err as the request would get. */
+char *srv_input_tokens(srv *s, const char *body, size_t len, bool responses, const char *tenant,
+                       api_error *err);
+
 /* POST /v1/chat/completions/control (llama-server's, which its web UI's stop-thinking
  * button posts): {"id": a running chat completion's id, "action": "reasoning_end"}
  * ends its thinking block now; {"success": ...} (malloc'd JSON) or NULL with err. */

@@ -232,6 +232,21 @@ tests.push(['/invocations: a chat, a completion or an embedding request by its b
   assertEq(r.status, 400, 'neither');
 }]);
 
+// llama-server's input_tokens counts (OpenAI's for responses): what the request's usage reports
+tests.push(['POST .../input_tokens: the prompt tokens the request would take', async () => {
+  const post = (p, body) => rawRequest(server.url, { path: p, body: JSON.stringify(body) });
+  const chat = { messages: [{ role: 'system', content: 'Be brief.' }, { role: 'user', content: 'Once upon' }] };
+  let r = await post('/v1/chat/completions/input_tokens', chat);
+  const ran = await post('/v1/chat/completions', { ...chat, max_tokens: 1 });
+  assertEq([r.status, r.json.object, r.json.input_tokens], [200, 'response.input_tokens', ran.json.usage.prompt_tokens],
+    'chat');
+  r = await post('/v1/responses/input_tokens', { input: 'Once upon', instructions: 'Be brief.' });
+  const resp = await post('/v1/responses', { input: 'Once upon', instructions: 'Be brief.', max_output_tokens: 1 });
+  assertEq([r.status, r.json.input_tokens], [200, resp.json.usage.input_tokens], 'responses');
+  r = await post('/v1/chat/completions/input_tokens', { messages: [] });
+  assertEq([r.status, r.json.error.param], [400, 'messages'], 'a bad request is the request\'s 400');
+}]);
+
 const failed = await runTests(tests);
 const bad = await stopAll([server, named]);
 process.exit(failed || bad ? 1 : 0);
