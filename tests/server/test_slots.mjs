@@ -10,7 +10,7 @@
 // actions, slot ids and files are 400s that do not show the server's paths;
 // another tenant's slot is a 403; without --slot-save-path, 501.
 // usage: node test_slots.mjs BUILD/kvllm REPO_ROOT
-import { spawnSync } from 'node:child_process';
+import { execFileSync, spawnSync } from 'node:child_process';
 import { mkdtempSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -213,6 +213,17 @@ const tests = [
       assert(r.status === 400 && r.json.error.message.includes('another model file'), r.text);
     } finally {
       await tiny.stop();
+    }
+    // the same model with a control vector computes other K and V: its identity differs
+    const cvec = join(dir, 'cvec.gguf');
+    execFileSync('python3', ['-c', 'import sys; sys.path.insert(0, sys.argv[1]); import cvec_check as c; ' +
+      'c.write_cvec(sys.argv[2], [("direction.1", [0.25] * 64)])', join(root, 'tests'), cvec]);
+    const steered = await startServer(bin, [...MODEL, '--control-vector', cvec, ...SAVE], { cwd: root, name: 'steered' });
+    try {
+      const r = await slotAct(steered, 0, 'restore', { filename: 'lily.bin' });
+      assert(r.status === 400 && r.json.error.message.includes('another model file'), `with a control vector: ${r.text}`);
+    } finally {
+      await steered.stop();
     }
   }],
 
