@@ -129,6 +129,15 @@ typedef struct http_ctx {
     char agent[64];
 } http_ctx;
 
+/* A transfer's context (token may be NULL) with kvllm's User-Agent, and
+ * libcurl started: each entry that calls it ends with curl_global_cleanup. */
+static bool http_begin(http_ctx *h, const char *token, kvl_error *err) {
+    *h = (http_ctx){.token = token};
+    snprintf(h->agent, sizeof h->agent, "kvllm/%s", KVLLM_VERSION);
+    return curl_global_init(CURL_GLOBAL_DEFAULT) == CURLE_OK ||
+           kvl_fail(err, "hub: cannot initialise libcurl");
+}
+
 typedef struct membuf {
     char *data;
     size_t len;
@@ -698,13 +707,10 @@ bool hub_fetch(const hub_request *r, char *path, size_t cap, kvl_error *err) {
     snprintf(endpoint, sizeof endpoint, "%s",
              ep_env && *ep_env ? ep_env : "https://huggingface.co/");
     if (!ends_with(endpoint, "/") && strlen(endpoint) + 1 < sizeof endpoint) strcat(endpoint, "/");
-    http_ctx h = {.token = r->token ? r->token : getenv("HF_TOKEN")};
-    snprintf(h.agent, sizeof h.agent, "kvllm/1.0 (llama-cpp compatible)");
-
+    http_ctx h;
     listing l = {0};
     bool online = !r->offline, ok = false;
-    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
-        return kvl_fail(err, "hub: cannot initialise libcurl");
+    if (!http_begin(&h, r->token ? r->token : getenv("HF_TOKEN"), err)) return false;
     if (online) {
         bool unreachable = false;
         if (!list_online(&h, endpoint, repo, &l, &unreachable, err)) {
@@ -820,10 +826,8 @@ bool hub_fetch_url(const char *url, const char *dest, const char *token, bool of
         return kvl_fail(err, "hub: a split model's parts go to the cache directory (no -m)");
     char dir[HUB_PATH];
     if (!dest && !llama_cache_dir(dir, sizeof dir, err)) return false;
-    http_ctx h = {.token = token ? token : getenv("HF_TOKEN")};
-    snprintf(h.agent, sizeof h.agent, "kvllm/1.0 (llama-cpp compatible)");
-    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
-        return kvl_fail(err, "hub: cannot initialise libcurl");
+    http_ctx h;
+    if (!http_begin(&h, token ? token : getenv("HF_TOKEN"), err)) return false;
     bool ok = true;
     const size_t url_prefix = (size_t)(slash - url) + prefix_len; /* up to the part's suffix */
     for (int part = 1; ok && part <= count; part++) {
@@ -973,15 +977,13 @@ bool hub_fetch_docker(const char *spec, bool offline, char *path, size_t cap, kv
     struct stat st;
     if (stat(path, &st) == 0) return true; /* fetched before */
     if (offline) return kvl_fail(err, "hub: %s is not in the cache (offline)", path);
-    http_ctx h = {0};
-    snprintf(h.agent, sizeof h.agent, "kvllm/1.0 (llama-cpp compatible)");
+    http_ctx h;
     const char *auth = env_or("KVLLM_DOCKER_AUTH", "https://auth.docker.io");
     const char *reg = env_or("KVLLM_DOCKER_REGISTRY", "https://registry-1.docker.io");
     char url[HUB_PATH], token[4096] = "", digest[80] = "";
     long long size = -1;
     bool unreachable = false, ok = false;
-    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
-        return kvl_fail(err, "hub: cannot initialise libcurl");
+    if (!http_begin(&h, NULL, err)) return false;
     /* an anonymous pull token, then the manifest's GGUF layer */
     snprintf(url, sizeof url, "%s/token?service=registry.docker.io&scope=repository:%s:pull", auth,
              repo);
