@@ -538,19 +538,23 @@ int64_t engine_submit(engine *e, const engine_request *r, kvl_error *err) {
     return s->id;
 }
 
-void engine_cancel(engine *e, int64_t id) {
+/* The waiting or running sequence of request id, or NULL (finished or unknown). */
+static seq *find_seq(engine *e, int64_t id) {
     for (seq *s = e->waiting; s; s = s->next)
-        if (s->id == id) s->cancelled = true;
+        if (s->id == id) return s;
     for (int i = 0; i < e->n_running; i++)
-        if (e->running[i]->id == id) e->running[i]->cancelled = true;
+        if (e->running[i]->id == id) return e->running[i];
+    return NULL;
+}
+
+void engine_cancel(engine *e, int64_t id) {
+    seq *s = find_seq(e, id);
+    if (s) s->cancelled = true;
 }
 
 bool engine_end_reasoning(engine *e, int64_t id) {
-    for (seq *s = e->waiting; s; s = s->next)
-        if (s->id == id) return rb_force(&s->rb);
-    for (int i = 0; i < e->n_running; i++)
-        if (e->running[i]->id == id) return rb_force(&e->running[i]->rb);
-    return false;
+    seq *s = find_seq(e, id);
+    return s && rb_force(&s->rb);
 }
 
 /* -------------------------------------------------------------- outputs -- */
