@@ -218,6 +218,7 @@ check(r.returncode != 0 and '--mmproj is not supported' in r.stderr, f'LLAMA_ARG
 r = run(['serve', '-m', MODEL, '--port', '0', '--metrics-prefix', 'a-b'])
 check(r.returncode != 0 and 'not a metric namespace' in r.stderr, f'--metrics-prefix a-b: refused ({r.stderr[-200:]})')
 # --log-file (llama.cpp's): everything on stderr also goes to the file, to its last line at exit
+import shutil
 import tempfile
 logf = os.path.join(tempfile.mkdtemp(prefix='kvllm-log-'), 'run.log')
 r = run(['run', '-m', MODEL, '-p', 'Once', '-n', '4', '--log-file', logf])
@@ -243,6 +244,7 @@ _, rest = p.communicate(timeout=30)
 final = open(slog).read()
 check('listening on' in live and 'drained' in rest and final == seen + rest,
       f'serve --log-file: the file follows stderr while serving and to the end ({final[-200:]})')
+shutil.rmtree(os.path.dirname(logf), ignore_errors=True)
 r = run(['run', '-m', MODEL, '-p', 'x', '-n', '1', '--log-file', '/nonexistent/dir/x.log'])
 check(r.returncode != 0 and 'cannot create /nonexistent/dir/x.log' in r.stderr, f'--log-file: bad path refused')
 # a bandwidth probe larger than the memory left is refused, not touched until the process is killed
@@ -300,6 +302,7 @@ for flags in (['--system', 'You are brief.'], ['-sys', 'You are brief.'], ['--sy
     counts.append(tuple(map(int, STATS.findall(r.stderr)[0][:1])) if STATS.findall(r.stderr) else None)
 check(len(set(counts[:4])) == 1 and counts[0] and counts[4] and counts[0][0] > counts[4][0],
       f'chat -sys / --system-prompt / -sysf: the system message ({counts})')
+shutil.rmtree(os.path.dirname(sysfile), ignore_errors=True)
 
 # llama-perplexity's --chunks N: the first N chunks, llama.cpp's running value after them
 gold = json.load(open(os.path.join(ROOT, 'tests/data/golden/qwen3-f32/perplexity.json')))

@@ -4,8 +4,10 @@ allocation by the stated ratio and stays within a stated quality bound.
 
 Usage: check_kv_variants.py KVLLM_BIN REPO_ROOT
 """
+import atexit
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -52,7 +54,9 @@ check(full_l["blocks"] > full_s["blocks"],
 #     ones must differ; the KV stays at the window however long the generation.
 here = os.path.dirname(os.path.abspath(__file__))
 llama = f"{root}/tests/data/golden/models/llama-gqa-bpe-f32.gguf"
-swa_model = os.path.join(tempfile.mkdtemp(), "llama-swa8.gguf")
+swa_dir = tempfile.mkdtemp(prefix="kvllm-swa-")
+atexit.register(shutil.rmtree, swa_dir, True)
+swa_model = os.path.join(swa_dir, "llama-swa8.gguf")
 subprocess.run([sys.executable, f"{here}/gguf_add_key.py", llama, swa_model, "llama.attention.sliding_window", "8"], check=True)
 ids = ",".join(str(10 + 7 * i) for i in range(24))
 def score(model):

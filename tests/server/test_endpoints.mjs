@@ -8,7 +8,7 @@
 // usage: node test_endpoints.mjs BUILD/kvllm REPO_ROOT
 import OpenAI from 'openai';
 import { execFileSync, spawnSync } from 'node:child_process';
-import { readFileSync, writeFileSync, mkdtempSync } from 'node:fs';
+import { readFileSync, writeFileSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { startServer, rawRequest, assert, assertEq, runTests } from './lib.mjs';
@@ -46,6 +46,20 @@ async function sdkError(fn) {
 }
 
 const utf8 = (s) => Buffer.from(s, 'utf8');
+/* check_metrics.py's verdict on a scrape (its output; throws with the problems), through a
+ * temporary file removed afterwards */
+const checkMetrics = (text) => {
+  const dir = mkdtempSync(path.join(tmpdir(), 'kvllm-metrics-'));
+  const file = path.join(dir, 'metrics.txt');
+  writeFileSync(file, text);
+  try {
+    return execFileSync('python3', [path.join(root, 'tests/server/check_metrics.py'), file], { encoding: 'utf8' });
+  } catch (e) {
+    throw new Error(`check_metrics.py:\n${e.stdout}${e.stderr}`);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+};
 const norm = (v) => Math.sqrt(v.reduce((a, x) => a + x * x, 0));
 
 const tests = [
@@ -230,14 +244,7 @@ const tests = [
   ['/metrics: promtool-clean, request phase histograms filled', async () => {
     await client.chat.completions.create({ model, messages: [{ role: 'user', content: 'Hi' }], max_tokens: 4 });
     const text = await (await fetch(`${server.url}/metrics`)).text();
-    const file = path.join(mkdtempSync(path.join(tmpdir(), 'kvllm-metrics-')), 'metrics.txt');
-    writeFileSync(file, text);
-    let out;
-    try {
-      out = execFileSync('python3', [path.join(root, 'tests/server/check_metrics.py'), file], { encoding: 'utf8' });
-    } catch (e) {
-      throw new Error(`check_metrics.py:\n${e.stdout}${e.stderr}`);
-    }
+    const out = checkMetrics(text);
     console.log(`      ${out.trim().split('\n').pop()}`);
     for (const h of ['request_queue_time_seconds', 'request_prefill_time_seconds', 'request_decode_time_seconds']) {
       const m = text.match(new RegExp(`^kvllm:${h}_count\\{[^}]*\\} (\\d+)`, 'm'));
@@ -280,9 +287,7 @@ const tests = [
       for (const n of ['num_requests_running', 'num_requests_waiting', 'kv_cache_usage_perc', 'prompt_tokens_total',
         'generation_tokens_total', 'time_to_first_token_seconds_bucket', 'e2e_request_latency_seconds_count'])
         assert(new RegExp(`^vllm:${n}\\{model_name="stories260K"`, 'm').test(theirs), `vllm:${n}`);
-      const file = path.join(mkdtempSync(path.join(tmpdir(), 'kvllm-metrics-')), 'metrics.txt');
-      writeFileSync(file, theirs);
-      execFileSync('python3', [path.join(root, 'tests/server/check_metrics.py'), file], { encoding: 'utf8' });
+      checkMetrics(theirs);
     } finally {
       await vllm.stop();
     }

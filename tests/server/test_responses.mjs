@@ -31,7 +31,8 @@ const start = (name, extra) => startServer(bin, ['-m', 'models/stories260K.gguf'
   { cwd: root, name });
 const qwen = await start('qwen3', ['--chat-template-file', `${DIR}/Qwen-Qwen3-0.6B.jinja`]);
 const r1 = await start('r1', ['--chat-template-file', `${DIR}/deepseek-ai-DeepSeek-R1-Distill-Llama-8B.jinja`]);
-const keyFile = `${fs.mkdtempSync('/tmp/kvllm-resp-')}/keys`;
+const keyDir = fs.mkdtempSync('/tmp/kvllm-resp-');
+const keyFile = `${keyDir}/keys`;
 fs.writeFileSync(keyFile, 'sk-alice alice\nsk-bob bob\n');
 const keyed = await start('keyed', ['--chat-template-file', `${DIR}/Qwen-Qwen3-0.6B.jinja`, '--api-key-file', keyFile]);
 const servers = [qwen, r1, keyed];
@@ -369,4 +370,6 @@ const failed = await runTests([
   }],
 ]);
 
-process.exit(failed || (await stopAll(servers)) ? 1 : 0);
+const stopFailed = await stopAll(servers);
+fs.rmSync(keyDir, { recursive: true, force: true });
+process.exit(failed || stopFailed ? 1 : 0);
