@@ -53,6 +53,9 @@ typedef enum route {
     R_INPUT_TOKENS_RESP,
     R_LORA_GET,
     R_LORA_SET,
+    R_STREAM_GET,
+    R_STREAM_DELETE,
+    R_STREAMS_LOOKUP,
     R_PAGE
 } route;
 
@@ -119,6 +122,10 @@ static const struct {
     {"/responses/input_tokens", "POST", R_INPUT_TOKENS_RESP, AUTH_KEY, false},
     {"/lora-adapters", "GET", R_LORA_GET, AUTH_KEY, false},
     {"/lora-adapters", "POST", R_LORA_SET, AUTH_KEY, false},
+    /* llama-server's resumable streams (srv_streams.c) */
+    {"/v1/stream/", "GET", R_STREAM_GET, AUTH_KEY, true},
+    {"/v1/stream/", "DELETE", R_STREAM_DELETE, AUTH_KEY, true},
+    {"/v1/streams/lookup", "POST", R_STREAMS_LOOKUP, AUTH_KEY, false},
     /* The built-in pages hold no data: they ask for the key themselves. */
     {"/", "GET", R_PAGE, AUTH_NONE, false},
     {"/kv", "GET", R_PAGE, AUTH_NONE, false},
@@ -318,7 +325,34 @@ static void stream_free(void *cls) {
     free(sc);
 }
 
-/* Hands cc->r to a streaming response (which then owns it and n_busy). */
+/* A resumable stream's producer (srv_streams.c), on the pump thread: the
+ * events queued so far, formatted as stream_read would send them. */
+static bool pump_stream(void *ctx, kvl_buf *out) {
+    stream_ctx *sc = ctx;
+    srv_job *j = sc->r.job;
+    pthread_mutex_lock(&j->mu);
+    const bool ready = has_output(j);
+    pthread_mutex_unlock(&j->mu);
+    if (ready) {
+        sc->out.len = 0;
+        stream_fill(sc);
+        if (sc->out.oom) return true;
+        kvl_buf_put(out, sc->out.p, sc->out.len);
+    }
+    return sc->done || out->oom;
+}
+
+/* The producer's end: as stream_free, but nothing to cancel (it ran to its end
+ * or was cancelled through its session). */
+static void pump_drop(void *ctx) {
+    stream_ctx *sc = ctx;
+    sc->done = true;
+    stream_free(sc);
+}
+
+/* Hands cc->r to a streaming response (which then owns it and n_busy). With
+ * X-Conversation-Id the answer goes through a resumable stream: produced into
+ * the conversation's session, the response one of its readers. */
 static enum MHD_Result start_stream(srv *s, struct MHD_Connection *c, conn_ctx *cc) {
     cc->generating = false;
     stream_ctx *sc = calloc(1, sizeof *sc);
@@ -333,6 +367,26 @@ static enum MHD_Result start_stream(srv *s, struct MHD_Connection *c, conn_ctx *
     sc->conn = c;
     sc->r = cc->r;
     memset(&cc->r, 0, sizeof cc->r);
+    const char *conv = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Conversation-Id");
+    if (conv && *conv) {
+        srv_job *j = sc->r.job;
+        job_detach(j); /* its client may leave: the generation goes on into the session */
+        sc->conn = NULL;
+        api_error err;
+        rstream *st =
+            rstream_open(s, cc->key ? cc->key->ns : "", conv, j, sc, pump_stream, pump_drop, &err);
+        if (!st) {
+            job_cancel(j,
+                       false); /* not a client leaving: stream_free's own cancel is then a no-op */
+            stream_free(sc);
+            return send_error_as(c, ROUTES[cc->route].r, &err);
+        }
+        struct MHD_Response *resp = rstream_response(s, st, c, 0);
+        rstream_release(s, st);
+        if (!resp) return MHD_NO; /* the session runs on, for a later GET */
+        add_cors(resp);
+        return queue(c, MHD_HTTP_OK, resp);
+    }
     struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024,
                                                                   stream_read, sc, stream_free);
     if (!resp) {
@@ -430,6 +484,11 @@ static enum MHD_Result handle_generate(srv *s, struct MHD_Connection *c, conn_ct
                           : send_json(c, MHD_HTTP_OK, out);
         }
     }
+    const char *conv = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Conversation-Id");
+    if (r->stream && conv && !rstream_id_ok(conv, &err)) {
+        api_req_free(r);
+        return send_error_as(c, rt, &err);
+    }
     srv_job *j = r->job;
     /* The tenant's namespace goes in front of the request's own cache_salt. */
     bool oom;
@@ -459,7 +518,8 @@ static enum MHD_Result send_preflight(struct MHD_Connection *c, const char *meth
     if (!r) return MHD_NO;
     add_cors(r);
     MHD_add_response_header(r, "Access-Control-Allow-Methods", method);
-    MHD_add_response_header(r, "Access-Control-Allow-Headers", "Authorization, Content-Type");
+    MHD_add_response_header(r, "Access-Control-Allow-Headers",
+                            "Authorization, Content-Type, X-Conversation-Id");
     MHD_add_response_header(r, "Access-Control-Max-Age", "86400");
     return queue(c, MHD_HTTP_NO_CONTENT, r);
 }
@@ -596,6 +656,28 @@ static enum MHD_Result dispatch(srv *s, struct MHD_Connection *c, const char *ur
                            &err);
     case R_CHAT_CONTROL:
         return send_result(c, srv_chat_control(s, body, cc->body.len, cc->key, &err), &err);
+    case R_STREAMS_LOOKUP:
+        return send_result(
+            c, rstreams_lookup(s, cc->key ? cc->key->ns : "", body, cc->body.len, &err), &err);
+    case R_STREAM_DELETE: {
+        rstream_delete(s, cc->key ? cc->key->ns : "", url + strlen(ROUTES[cc->route].path));
+        struct MHD_Response *r = MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
+        if (!r) return MHD_NO;
+        add_cors(r);
+        return queue(c, MHD_HTTP_NO_CONTENT, r);
+    }
+    case R_STREAM_GET: {
+        size_t from;
+        rstream *st =
+            rstream_get(s, cc->key ? cc->key->ns : "", url + strlen(ROUTES[cc->route].path),
+                        MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "from"), &from, &err);
+        if (!st) return send_error(c, &err);
+        struct MHD_Response *r = rstream_response(s, st, c, from);
+        rstream_release(s, st);
+        if (!r) return MHD_NO;
+        add_cors(r);
+        return queue(c, MHD_HTTP_OK, r);
+    }
     case R_PAGE: {
         const srv_asset *a = s->cfg.no_webui ? NULL : srv_asset_find(url);
         if (!a) return fail(c, 404, NULL, "no such page");

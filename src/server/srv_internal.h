@@ -234,6 +234,7 @@ struct srv_job {
     int fd;
     struct MHD_Connection *conn;
     bool suspended;
+    bool pumped; /* its events wake the resumable streams' pump (srv_streams.c) */
     /* HTTP thread -> engine thread, read without the lock. */
     atomic_bool cancelled;
 };
@@ -274,6 +275,38 @@ bool peer_closed(int fd);
  * Top-level number members keep their source text in valuestring (exact
  * 64-bit integers, e.g. "seed"). NULL with err (400) otherwise. */
 cJSON *json_parse_body(const char *p, size_t n, api_error *err);
+
+/* -------------------------------------------------- resumable streams -- */
+
+/* llama-server's resumable streams (srv_streams.c): a streamed answer whose
+ * request names a conversation (X-Conversation-Id) is produced by the pump
+ * thread into a session that outlives the connection; readers send from it. */
+typedef struct rstreams rstreams;
+typedef struct rstream rstream;
+/* Appends to out whatever the producer has ready; true once its stream ended. */
+typedef bool (*rstream_produce_fn)(void *ctx, kvl_buf *out);
+rstreams *rstreams_new(void);
+bool rstreams_start(srv *s); /* the pump thread */
+void rstreams_kick(srv *s);  /* a pumped job has events (under the job's mu: a leaf lock) */
+void rstreams_close(srv *s); /* ends every session: its readers end (before the daemon stops) */
+void rstreams_free(srv *s);  /* joins the pump; frees the sessions */
+bool rstream_id_ok(const char *id, api_error *err);
+/* Conversation id of tenant: a new session produced from j's events by
+ * produce (drop frees ctx once the stream ended), replacing and cancelling
+ * the conversation's previous one. A reference for the caller; NULL with err
+ * (503: every session still running). */
+rstream *rstream_open(srv *s, const char *tenant, const char *id, srv_job *j, void *ctx,
+                      rstream_produce_fn produce, void (*drop)(void *ctx), api_error *err);
+void rstream_release(srv *s, rstream *st);
+/* A text/event-stream response sending st's bytes from offset from on (it
+ * takes its own reference); NULL when out of memory. */
+struct MHD_Response *rstream_response(srv *s, rstream *st, struct MHD_Connection *c, size_t from);
+/* GET /v1/stream/ID?from=N: the session (a reference) and the offset; NULL
+ * with err (404 unknown or expired, 400 a bad or dropped offset). */
+rstream *rstream_get(srv *s, const char *tenant, const char *id, const char *from, size_t *off,
+                     api_error *err);
+void rstream_delete(srv *s, const char *tenant, const char *id); /* DELETE: cancels; idempotent */
+char *rstreams_lookup(srv *s, const char *tenant, const char *body, size_t len, api_error *err);
 
 /* ------------------------------------------------------------ metrics -- */
 
@@ -493,6 +526,7 @@ struct srv {
     atomic_long n_evicted;   /* receiving connections cut to make room when every slot was taken */
     atomic_long n_client_gone; /* jobs cancelled because their client left */
     rstore *responses;         /* kept /v1/responses answers; NULL: none kept */
+    rstreams *streams;         /* resumable streams (srv_streams.c) */
     /* LoRA adapters' scales for requests that name none (srv_lora.c) */
     pthread_mutex_t lora_mu;
     float lora_scale[MODEL_MAX_LORA];

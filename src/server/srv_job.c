@@ -79,6 +79,7 @@ void job_release(srv_job *j) {
 
 struct MHD_Connection *job_wake_locked(srv_job *j) {
     pthread_cond_broadcast(&j->cv);
+    if (j->pumped) rstreams_kick(j->s);
     if (!j->suspended) return NULL;
     j->suspended = false;
     return j->conn;

@@ -196,6 +196,10 @@ void server_config_default(server_config *c) {
 
 static srv *srv_new(engine *e, const tok_vocab *vocab, const server_config *cfg) {
     srv *s = calloc(1, sizeof *s);
+    if (s && !(s->streams = rstreams_new())) {
+        free(s);
+        s = NULL;
+    }
     if (!s) return NULL;
     s->cfg = *cfg;
     s->e = e;
@@ -236,6 +240,7 @@ static void srv_free(srv *s) {
     free(s->tls_cert);
     cJSON_Delete(s->default_kwargs);
     rstore_free(s->responses);
+    rstreams_free(s);
     srv_lora_free(s);
     srv_jinja_free(s);
     keys_free(s);
@@ -311,7 +316,7 @@ int server_run(engine *e, const tok_vocab *vocab, const server_config *cfg) {
         return 1;
     }
     s->daemon = start_daemon(s);
-    if (!s->daemon || !conns_start(s)) {
+    if (!s->daemon || !conns_start(s) || !rstreams_start(s)) {
         if (s->daemon) MHD_stop_daemon(s->daemon);
         engine_thread_stop(s);
         close(s->listen_fd);
@@ -328,6 +333,7 @@ int server_run(engine *e, const tok_vocab *vocab, const server_config *cfg) {
             s->cfg.shutdown_timeout_s);
     drain(s, &sigs);
     conns_stop(s);
+    rstreams_close(s); /* no reader may stay suspended past this */
     MHD_stop_daemon(s->daemon);
     srv_free(s);
     return 0;
