@@ -41,7 +41,7 @@ for f in "$src"/src/base/*.c "$src"/src/gguf/*.c "$src"/src/tokenizer/*.c "$src"
          "$src"/src/server/srv_anthropic_out.c "$src"/src/server/srv_rstore.c \
          "$src"/src/server/srv_lora.c "$src"/src/server/srv_llama.c \
          "$src"/src/server/srv_llama_out.c "$src"/src/server/srv_infill.c \
-         "$src"/src/server/srv_rerank.c; do
+         "$src"/src/server/srv_rerank.c "$src"/src/server/srv_streams.c; do
     o="$work/obj/$(basename "$(dirname "$f")")_$(basename "$f" .c).o"
     # shellcheck disable=SC2086
     clang $cflags -c "$f" -o "$o"
