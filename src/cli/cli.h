@@ -26,6 +26,7 @@ typedef struct cli_opts {
     const char *model_url;   /* -mu URL: downloaded to -m's path, else llama.cpp's cache */
     const char *docker_repo; /* -dr [REPO/]MODEL[:TAG]: Docker Hub's model registry */
     bool offline;
+    bool no_escape; /* --no-escape: -p, --stop / -r, --dry-sequence-breaker as written */
     char hf_path[8192];
     const char *hf_repo_draft; /* -hfd USER/MODEL[:QUANT]: the draft model the same way */
     char hf_draft_path[8192];

@@ -4,6 +4,7 @@
 #include <limits.h>
 #include <math.h>
 #include <omp.h>
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -513,8 +514,51 @@ static bool parse_sampler_names(const char *flag, const char *v, char order[16])
     return n > 0;
 }
 
+/* llama.cpp's escape processing of a prompt-like value (-e, its default;
+ * --no-escape turns it off): \n \r \t \' \" \\ and \xHH become the
+ * character, any other backslash stays as it is. In place: the result is never
+ * longer (argv's strings are the program's to modify). \x00 is refused: a C
+ * string would end there and silently lose the rest. */
+static bool unescape(const char *f, char *s) {
+    char *out = s;
+    for (const char *p = s; *p; p++) {
+        if (p[0] != '\\' || !p[1]) {
+            *out++ = *p;
+            continue;
+        }
+        const char c = *++p;
+        if (c == 'n') *out++ = '\n';
+        else if (c == 'r') *out++ = '\r';
+        else if (c == 't') *out++ = '\t';
+        else if (c == '\'' || c == '"' || c == '\\') *out++ = c;
+        else if (c == 'x' && isxdigit((unsigned char)p[1]) && isxdigit((unsigned char)p[2])) {
+            const char hex[3] = {p[1], p[2], 0};
+            const char byte = (char)strtol(hex, NULL, 16);
+            if (!byte) {
+                fprintf(stderr,
+                        "kvllm: %s: \\x00 would end the text there (--no-escape takes it as "
+                        "written)\n",
+                        f);
+                return false;
+            }
+            *out++ = byte;
+            p += 2;
+        } else {
+            *out++ = '\\';
+            *out++ = c;
+        }
+    }
+    *out = 0;
+    return true;
+}
+
 static bool apply_flag(cli_opts *o, const char *f, const char *v, bool *unknown) {
     int64_t i;
+    if (!o->no_escape &&
+        (!strcmp(f, "-p") || !strcmp(f, "--prompt") || !strcmp(f, "--stop") || !strcmp(f, "-r") ||
+         !strcmp(f, "--reverse-prompt") || !strcmp(f, "--dry-sequence-breaker")) &&
+        !unescape(f, (char *)v))
+        return false;
 #define IS(name) (strcmp(f, name) == 0)
     for (size_t k = 0; k < sizeof SAMPLING_FLAGS / sizeof *SAMPLING_FLAGS; k++)
         if (IS(SAMPLING_FLAGS[k].flag)) o->sampling_set |= SAMPLING_FLAGS[k].set;
@@ -774,7 +818,8 @@ static bool apply_switch(cli_opts *o, const char *f) {
         habit_note(f, "weights are repacked into memory at load (or mapped from the file); not "
                       "changed by this flag");
     else if (IS("--json")) o->json = true;
-    else if (IS("--offline")) o->offline = true;
+    else if (IS("-e") || IS("--escape") || IS("--no-escape")) { /* read before the others */
+    } else if (IS("--offline")) o->offline = true;
     else if (IS("--no-bos")) o->no_bos = true;
     else if (IS("--parse-special")) o->parse_special = true;
     else if (IS("--ignore-eos")) o->req.ignore_eos = true;
@@ -869,6 +914,11 @@ static bool parse_layer(const char *flag, const char *v, int *out) {
 
 bool cli_parse_ex(int argc, char **argv, cli_opts *o, cli_extra_fn extra, void *ctx) {
     opts_default(o);
+    /* -e / --no-escape (the last one) governs every prompt-like value,
+     * wherever it stands, as llama.cpp processes them after parsing */
+    for (int i = 0; i < argc; i++)
+        if (!strcmp(argv[i], "--no-escape")) o->no_escape = true;
+        else if (!strcmp(argv[i], "-e") || !strcmp(argv[i], "--escape")) o->no_escape = false;
     for (int i = 0; i < argc; i++) {
         const char *f = argv[i];
         if (extra && f[0] == '-') {

@@ -321,5 +321,21 @@ check(r.returncode == 0 and ids(r.stdout) == ids(plain.stdout) and '"spec_drafts
 r = run(['run', '-m', MODEL, '-p', 'x', '-n', '1', '--spec-type', 'draft-eagle3'])
 check(r.returncode != 0 and 'draft-eagle3' in r.stderr, '--spec-type draft-eagle3: refused by name')
 
+# llama.cpp's -e (its default): -p's escapes processed; --no-escape as written; -f as written
+def ids_of(args, stdin=None):
+    r = run(['tokenize', '-m', MODEL, '--json'] + args, stdin=stdin)
+    return json.loads(r.stdout)['ids'] if r.returncode == 0 else r.stderr
+raw = 'a\\nb\\x41\\q\\"'  # a\nb\x41\q\" as typed
+processed = 'a\nbA\\q"'
+check(ids_of(['-p', raw]) == ids_of(['-f', '-'], stdin=processed) != ids_of(['-f', '-'], stdin=raw),
+      f'-p: escapes processed as llama.cpp does ({ids_of(["-p", raw])})')
+check(ids_of(['-p', raw, '--no-escape']) == ids_of(['-f', '-'], stdin=raw), '--no-escape: -p as written')
+check(ids_of(['--no-escape', '-p', raw, '-e']) == ids_of(['-f', '-'], stdin=processed), '-e after --no-escape: processed')
+r = run(['tokenize', '-m', MODEL, '-p', 'a\\x00b'])
+check(r.returncode != 0 and 'x00' in r.stderr, f'-p with \\x00: refused ({r.stderr[-120:]})')
+out = run(['run', '-m', MODEL, '-p', 'Once upon a time', '-n', '64', '--temp', '0', '--stop', '\\n']).stdout
+full = run(['run', '-m', MODEL, '-p', 'Once upon a time', '-n', '64', '--temp', '0']).stdout
+check('\n' in full and out == full[:full.index('\n')], f'--stop "\\n": the escape is a newline ({out!r} / {full[:80]!r})')
+
 print(f'{len(failures)} failed' if failures else 'all passed')
 sys.exit(1 if failures else 0)
