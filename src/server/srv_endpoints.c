@@ -42,10 +42,113 @@ static cJSON *model_object_named(const srv *s, const char *id) {
     return m;
 }
 
-static cJSON *model_object(srv *s) { return model_object_named(s, s->cfg.model_id); }
+/* The file type (general.file_type, llama.cpp's llama_ftype numbers) by
+ * llama.cpp's name for it; NULL for a file without the key or an unknown one. */
+static const char *ftype_name(uint32_t t) {
+    static const char *const names[] = {
+        [0] = "all F32",
+        [1] = "F16",
+        [2] = "Q4_0",
+        [3] = "Q4_1",
+        [7] = "Q8_0",
+        [8] = "Q5_0",
+        [9] = "Q5_1",
+        [10] = "Q2_K - Medium",
+        [11] = "Q3_K - Small",
+        [12] = "Q3_K - Medium",
+        [13] = "Q3_K - Large",
+        [14] = "Q4_K - Small",
+        [15] = "Q4_K - Medium",
+        [16] = "Q5_K - Small",
+        [17] = "Q5_K - Medium",
+        [18] = "Q6_K",
+        [19] = "IQ2_XXS - 2.0625 bpw",
+        [20] = "IQ2_XS - 2.3125 bpw",
+        [21] = "Q2_K - Small",
+        [22] = "IQ3_XS - 3.3 bpw",
+        [23] = "IQ3_XXS - 3.0625 bpw",
+        [24] = "IQ1_S - 1.5625 bpw",
+        [25] = "IQ4_NL - 4.5 bpw",
+        [26] = "IQ3_S - 3.4375 bpw",
+        [27] = "IQ3_S mix - 3.66 bpw",
+        [28] = "IQ2_S - 2.5 bpw",
+        [29] = "IQ2_M - 2.7 bpw",
+        [30] = "IQ4_XS - 4.25 bpw",
+        [31] = "IQ1_M - 1.75 bpw",
+        [32] = "BF16",
+        [36] = "TQ1_0 - 1.69 bpw ternary",
+        [37] = "TQ2_0 - 2.06 bpw ternary",
+        [38] = "MXFP4 MoE",
+        [39] = "NVFP4",
+        [40] = "Q1_0",
+        [41] = "Q2_0",
+    };
+    return t < sizeof names / sizeof *names ? names[t] : NULL;
+}
+
+/* llama-server's "meta" of its model: the vocabulary's kind in llama.cpp's
+ * numbering (tokenizer.ggml.model: 1 SPM "llama", 2 BPE "gpt2", 3 WPM "bert",
+ * 4 UGM "t5", 5 "rwkv", 6 "plamo2"; 0 none), the context served and trained,
+ * the width, parameters, bytes of tensor data and the file type's name. */
+static cJSON *model_meta(srv *s) {
+    const model *m = engine_model(s->e);
+    const model_hparams *hp = model_hp(m);
+    static const char *const kinds[] = {"no_vocab", "llama", "gpt2",  "bert",
+                                        "t5",       "rwkv",  "plamo2"};
+    char kind[32] = "";
+    int vocab_type = 0;
+    if (gguf_get_str_buf(model_gguf(m), "tokenizer.ggml.model", kind, sizeof kind))
+        for (int i = 1; i < (int)(sizeof kinds / sizeof *kinds); i++)
+            if (!strcmp(kind, kinds[i])) vocab_type = i;
+    cJSON *meta = cJSON_CreateObject();
+    cJSON_AddNumberToObject(meta, "vocab_type", vocab_type);
+    cJSON_AddNumberToObject(meta, "n_vocab", tok_n_vocab(s->vocab));
+    cJSON_AddNumberToObject(meta, "n_ctx", (double)s->n_ctx);
+    cJSON_AddNumberToObject(meta, "n_ctx_train", (double)hp->n_ctx_train);
+    cJSON_AddNumberToObject(meta, "n_embd", (double)hp->n_embd);
+    cJSON_AddNumberToObject(meta, "n_params", (double)hp->n_params);
+    cJSON_AddNumberToObject(meta, "size", (double)gguf_tensor_data_bytes(model_gguf(m)));
+    uint32_t ft;
+    if (gguf_get_u32(model_gguf(m), "general.file_type", &ft) && ftype_name(ft))
+        cJSON_AddStringToObject(meta, "ftype", ftype_name(ft));
+    return meta;
+}
+
+/* The served model's object: llama-server's "meta" beside the others. */
+static cJSON *model_object(srv *s) {
+    cJSON *o = model_object_named(s, s->cfg.model_id);
+    cJSON_AddItemToObject(o, "meta", model_meta(s));
+    return o;
+}
+
+/* llama-server's Ollama-style "models" entry for the served model (clients of
+ * both read /v1/models): name and model, format gguf, and the facts kvllm
+ * has (Ollama's size in bytes, parameter count, family = architecture). */
+static cJSON *ollama_model(srv *s) {
+    const model_hparams *hp = model_hp(engine_model(s->e));
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "name", s->cfg.model_id);
+    cJSON_AddStringToObject(o, "model", s->cfg.model_id);
+    cJSON_AddStringToObject(o, "type", "model");
+    cJSON_AddNumberToObject(o, "size",
+                            (double)gguf_tensor_data_bytes(model_gguf(engine_model(s->e))));
+    cJSON_AddItemToObject(o, "capabilities",
+                          cJSON_CreateStringArray((const char *[]){"completion"}, 1));
+    cJSON *d = cJSON_AddObjectToObject(o, "details");
+    cJSON_AddStringToObject(d, "format", "gguf");
+    cJSON_AddStringToObject(d, "family", hp->arch);
+    char n[32];
+    const double np = (double)hp->n_params; /* Ollama's way: 8.0B, 494.03M */
+    if (np >= 1e9) snprintf(n, sizeof n, "%.1fB", np / 1e9);
+    else if (np >= 1e6) snprintf(n, sizeof n, "%.2fM", np / 1e6);
+    else snprintf(n, sizeof n, "%.2fK", np / 1e3);
+    cJSON_AddStringToObject(d, "parameter_size", n);
+    return o;
+}
 
 char *openai_models(srv *s) {
     cJSON *o = cJSON_CreateObject();
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "models"), ollama_model(s));
     cJSON_AddStringToObject(o, "object", "list");
     cJSON *data = cJSON_AddArrayToObject(o, "data");
     cJSON_AddItemToArray(data, model_object(s));
@@ -421,6 +524,7 @@ static cJSON *base64_floats(const float *v, int64_t n) {
 
 static char *embed_response(srv *s, const srv_embed *em, bool b64) {
     cJSON *o = cJSON_CreateObject();
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "models"), ollama_model(s));
     cJSON_AddStringToObject(o, "object", "list");
     cJSON *data = cJSON_AddArrayToObject(o, "data");
     int64_t total = 0;

@@ -71,6 +71,25 @@ const tests = [
     assertEq([e.status, e.code, e.param], [404, 'model_not_found', 'model'], 'unknown model');
   }],
 
+  ['/v1/models: llama-server\'s "meta" of the model (as it answered on the same files) and its Ollama-style "models"', async () => {
+    const rec = JSON.parse(readFileSync(path.join(root, 'tests/data/llama_server/models.json'), 'utf8'));
+    for (const c of rec.cases) {
+      const srv = await startServer(bin, ['-m', c.model, '-c', '512'], { cwd: root, name: 'models-meta' });
+      try {
+        const got = await (await fetch(`${srv.url}/v1/models`)).json();
+        assertEq(got.data[0].meta, c.answer.data[0].meta, `${c.model}: meta`);
+        assertEq(Object.keys(got.data[0]).filter((k) => k in c.answer.data[0]).sort(),
+          ['created', 'id', 'meta', 'object', 'owned_by'], `${c.model}: llama-server's members`);
+        const o = got.models?.[0];
+        assert(o && o.name === got.data[0].id && o.model === o.name && o.details.format === 'gguf' &&
+          o.capabilities.includes('completion'), `${c.model}: models[0] ${JSON.stringify(o)}`);
+        assertEq(o.size, c.answer.data[0].meta.size, `${c.model}: models[0].size in bytes`);
+      } finally {
+        await srv.stop();
+      }
+    }
+  }],
+
   ['llama-server\'s paths without /v1: a client whose base URL is the bare host', async () => {
     const bare = new OpenAI({ baseURL: server.url, apiKey: 'none', maxRetries: 0, timeout: 60000 });
     assertEq((await bare.models.list()).data[0].id, model, '/models');
