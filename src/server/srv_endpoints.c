@@ -524,7 +524,6 @@ static cJSON *base64_floats(const float *v, int64_t n) {
 
 static char *embed_response(srv *s, const srv_embed *em, bool b64) {
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "models"), ollama_model(s));
     cJSON_AddStringToObject(o, "object", "list");
     cJSON *data = cJSON_AddArrayToObject(o, "data");
     int64_t total = 0;

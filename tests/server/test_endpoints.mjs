@@ -206,6 +206,7 @@ const tests = [
   ['/v1/embeddings: shape, L2 norm 1, deterministic, batch = singles, ids = text', async () => {
     const one = await client.embeddings.create({ model, input: 'The quick brown fox' }); // base64 by default
     assertEq(one.object, 'list', 'object');
+    assertEq(Object.keys(one).sort(), ['data', 'model', 'object', 'usage'], 'OpenAI\'s members, no others');
     const v = one.data[0].embedding;
     assertEq([one.data.length, one.data[0].object, one.data[0].index, v.length], [1, 'embedding', 0, props.n_embd], 'shape');
     assert(Math.abs(norm(v) - 1) < 1e-5, `norm ${norm(v)}`);
