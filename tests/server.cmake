@@ -6,7 +6,7 @@ set(KVLLM_SERVER_TESTS ${CMAKE_CURRENT_SOURCE_DIR}/server)
 add_test(NAME server_npm_install COMMAND sh ${KVLLM_SERVER_TESTS}/install.sh)
 set_tests_properties(server_npm_install PROPERTIES FIXTURES_SETUP server_npm TIMEOUT 180 LABELS server)
 
-foreach(t api batch chat_template structured endpoints tools responses anthropic llama_api pooling vllm_params slots lora sdks connections faults tenants hostile_input web tls streams)
+foreach(t api batch chat_template structured endpoints tools responses anthropic llama_api pooling vllm_params slots lora sdks connections faults tenants hostile_input web tls streams predict)
   add_test(NAME server_${t}
     COMMAND sh ${KVLLM_SERVER_TESTS}/run.sh ${KVLLM_SERVER_TESTS}/test_${t}.mjs ${KVLLM_BIN} ${CMAKE_SOURCE_DIR})
   set_tests_properties(server_${t} PROPERTIES FIXTURES_REQUIRED server_npm SKIP_RETURN_CODE 77 TIMEOUT 300 LABELS server)

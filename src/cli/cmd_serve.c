@@ -883,6 +883,43 @@ static bool spelled(const char *spellings, const char *flag) {
     return false;
 }
 
+/* Vertex AI's custom-container variables, as llama-server reads them: with
+ * AIP_MODE=PREDICTION the port is AIP_HTTP_PORT (8080 by default, whatever
+ * --port said), the prediction route AIP_PREDICT_ROUTE (/predict) and
+ * AIP_HEALTH_ROUTE, when set, another path of /health; a leading '/' is
+ * added where missing. The paths live as long as the process (static). */
+static bool vertex_env(server_config *sc) {
+    const char *mode = getenv("AIP_MODE");
+    if (!mode || strcmp(mode, "PREDICTION") != 0) return true;
+    static char predict[256], health[256];
+    const char *port = getenv("AIP_HTTP_PORT"), *pr = getenv("AIP_PREDICT_ROUTE"),
+               *hr = getenv("AIP_HEALTH_ROUTE");
+    long pn = 8080;
+    char *end = NULL;
+    if (port && *port) pn = strtol(port, &end, 10);
+    if (port && *port && (*end || pn < 1 || pn > 65535)) {
+        fprintf(stderr, "kvllm serve: AIP_HTTP_PORT=%s: not a port (1..65535)\n", port);
+        return false;
+    }
+    if (sc->port && sc->port != pn)
+        fprintf(stderr,
+                "kvllm serve: note: AIP_MODE=PREDICTION: port %d replaced by AIP_HTTP_PORT %ld\n",
+                sc->port, pn);
+    sc->port = (int)pn;
+    snprintf(predict, sizeof predict, "%s%s", pr && *pr && pr[0] != '/' ? "/" : "",
+             pr && *pr ? pr : "/predict");
+    sc->gcp_predict_route = predict;
+    if (hr && *hr) {
+        snprintf(health, sizeof health, "%s%s", hr[0] != '/' ? "/" : "", hr);
+        if (server_route_taken(health)) /* /health itself, say: it stays what it is */
+            fprintf(stderr, "kvllm serve: note: AIP_HEALTH_ROUTE=%s is a route already\n", hr);
+        else sc->gcp_health_route = health;
+    }
+    fprintf(stderr, "kvllm serve: Vertex AI prediction: POST %s, port %d%s%s\n", predict, sc->port,
+            sc->gcp_health_route ? ", health " : "", sc->gcp_health_route ? health : "");
+    return true;
+}
+
 /* argv with the flags LLAMA_ENV's variables stand for in front (malloc'd;
  * *n its length), each noted on stderr; NULL when out of memory. */
 static char **with_llama_env(int argc, char **argv, int *n) {
@@ -1028,6 +1065,11 @@ static int serve(int argc, char **argv) {
     }
     o.chunks_keep_kv = so.kv_disk != NULL;
     if (!lora_modules(&so, &o) || !reasoning_options(&so)) {
+        free(so.kwargs_owned);
+        free(so.owned_origin);
+        return 2;
+    }
+    if (!vertex_env(&so.sc)) {
         free(so.kwargs_owned);
         free(so.owned_origin);
         return 2;

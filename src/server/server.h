@@ -20,6 +20,10 @@ typedef struct server_config {
     /* --api-prefix (llama-server's): every route under this path ("/llm";
      * NULL or "": at the root) */
     const char *api_prefix;
+    /* Vertex AI's prediction protocol (llama-server's, AIP_MODE=PREDICTION):
+     * POST gcp_predict_route runs each of its "instances" as the request its
+     * "@requestFormat" names (NULL: off); gcp_health_route: /health's alias */
+    const char *gcp_predict_route, *gcp_health_route;
     /* HTTPS (llama-server's --ssl-key-file / --ssl-cert-file): PEM files of the
      * private key and its certificate (chain); both NULL: plain HTTP */
     const char *tls_key_file, *tls_cert_file;
@@ -125,6 +129,8 @@ void server_config_default(server_config *c);
  * (--api-key-file, --ssl-key-file, --ssl-cert-file) and HTTPS has both of its
  * files. False with the message printed; server_run checks again. */
 bool server_config_check(const server_config *cfg);
+/* Whether the server answers path itself (Vertex AI's routes must not hide one). */
+bool server_route_taken(const char *path);
 
 /* Serves until SIGINT/SIGTERM, then drains: new requests get 503, those in
  * flight may finish for shutdown_timeout_s, the rest are cancelled. Borrows

@@ -6,6 +6,7 @@
  * thread resumes it when its job has something (job_wake_locked). */
 #define _GNU_SOURCE
 #include <microhttpd.h>
+#include <ctype.h>
 #include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,6 +57,7 @@ typedef enum route {
     R_STREAM_GET,
     R_STREAM_DELETE,
     R_STREAMS_LOOKUP,
+    R_PREDICT,
     R_PAGE
 } route;
 
@@ -126,6 +128,10 @@ static const struct {
     {"/v1/stream/", "GET", R_STREAM_GET, AUTH_KEY, true},
     {"/v1/stream/", "DELETE", R_STREAM_DELETE, AUTH_KEY, true},
     {"/v1/streams/lookup", "POST", R_STREAMS_LOOKUP, AUTH_KEY, false},
+    /* Vertex AI's routes, at the paths its variables name (check_headers;
+     * "" matches no URL) */
+    {"", "POST", R_PREDICT, AUTH_KEY, false},
+    {"", "GET", R_HEALTH, AUTH_NONE, false},
     /* The built-in pages hold no data: they ask for the key themselves. */
     {"/", "GET", R_PAGE, AUTH_NONE, false},
     {"/kv", "GET", R_PAGE, AUTH_NONE, false},
@@ -146,6 +152,7 @@ typedef struct conn_ctx {
     bool received;   /* the whole request is in */
     bool generating; /* r holds a queued job not yet handed to a response */
     api_req r;
+    struct predict_ctx *pred; /* Vertex AI's prediction request under way */
 } conn_ctx;
 
 /* ---------------------------------------------------------- responses -- */
@@ -404,17 +411,38 @@ static enum MHD_Result start_stream(srv *s, struct MHD_Connection *c, conn_ctx *
 
 /* Ends cc's generation without a stream: the job is dropped (cancelled if
  * still running) and its place in n_busy given back. */
-static void end_generation(srv *s, conn_ctx *cc) {
-    if (!cc->generating) return;
-    cc->generating = false;
-    srv_job *j = cc->r.job;
+/* A job that no response will carry further: dropped (cancelled if still
+ * running: its client went away) and its place in n_busy given back. */
+static void end_job(srv *s, api_req *r) {
+    srv_job *j = r->job;
     job_detach(j);
     pthread_mutex_lock(&j->mu);
     bool running = j->state != JOB_REJECTED && j->n_finished < j->n;
     pthread_mutex_unlock(&j->mu);
     if (running) job_cancel(j, true); /* the connection ended before the answer */
-    api_req_free(&cc->r);
+    api_req_free(r);
     atomic_fetch_sub(&s->n_busy, 1);
+}
+
+static void end_generation(srv *s, conn_ctx *cc) {
+    if (!cc->generating) return;
+    cc->generating = false;
+    end_job(s, &cc->r);
+}
+
+/* The answer of a job not streamed, once answered: its JSON, or NULL with
+ * err (rejected, failed, or no memory). */
+static char *generation_answer(srv *s, api_req *r, api_error *err) {
+    srv_job *j = r->job;
+    if (!job_accepted(j, err) || job_failed(j, err)) return NULL;
+    srv_event *ev = job_take(j);
+    api_fail(err, 500, NULL, "the engine failed while generating this response");
+    char *body = r->resp    ? responses_response(s, r, ev)
+                 : r->anth  ? anthropic_response(s, r, ev, err)
+                 : r->llama ? llama_response(s, r, ev)
+                            : openai_response(s, r, ev);
+    events_free(ev);
+    return body;
 }
 
 /* Called on every callback while a job is queued or running: answers once
@@ -433,27 +461,16 @@ static enum MHD_Result continue_generate(srv *s, struct MHD_Connection *c, conn_
         end_generation(s, cc);
         return MHD_NO;
     }
-    srv_event *ev = job_take(j);
-    api_error ferr;
-    if (job_failed(j, &ferr)) {
-        events_free(ev);
-        end_generation(s, cc);
-        return send_error_as(c, rt, &ferr);
-    }
-    api_fail(&err, 500, NULL, "the engine failed while generating this response");
-    char *body = cc->r.resp    ? responses_response(s, &cc->r, ev)
-                 : cc->r.anth  ? anthropic_response(s, &cc->r, ev, &err)
-                 : cc->r.llama ? llama_response(s, &cc->r, ev)
-                               : openai_response(s, &cc->r, ev);
-    events_free(ev);
+    char *body = generation_answer(s, &cc->r, &err);
     end_generation(s, cc);
     if (!body) return send_error_as(c, rt, &err);
     return send_json(c, MHD_HTTP_OK, body);
 }
 
 /* Body -> api_req: JSON checks (srv_json.c), then the OpenAI fields. */
-static bool parse_request(srv *s, const conn_ctx *cc, route rt, api_req *r, api_error *err) {
-    cJSON *body = json_parse_body(cc->body.p ? cc->body.p : "", cc->body.len, err);
+static bool parse_request(srv *s, const conn_ctx *cc, const char *text, size_t len, route rt,
+                          api_req *r, api_error *err) {
+    cJSON *body = json_parse_body(text, len, err);
     if (!body) return false;
     const char *tenant = cc->key ? cc->key->ns : ""; /* whose kept responses it may continue */
     bool ok = rt == R_RESPONSES          ? responses_parse(s, body, tenant, r, err)
@@ -465,29 +482,32 @@ static bool parse_request(srv *s, const conn_ctx *cc, route rt, api_req *r, api_
     return ok;
 }
 
-static enum MHD_Result handle_generate(srv *s, struct MHD_Connection *c, conn_ctx *cc, route rt) {
-    api_req *r = &cc->r;
-    api_error err;
-    if (!parse_request(s, cc, rt, r, &err)) return send_error_as(c, rt, &err);
+/* A generation request's body -> its job, queued (n_busy taken), in *r.
+ * False with err; or true with *now set when the answer needs no job (echo
+ * with max_tokens 0: the prompt alone, as SSE when *now_sse). */
+static bool submit_generation(srv *s, struct MHD_Connection *c, const conn_ctx *cc,
+                              const char *text, size_t len, route rt, api_req *r, char **now,
+                              bool *now_sse, api_error *err) {
+    *now = NULL;
+    *now_sse = false;
+    if (!parse_request(s, cc, text, len, rt, r, err)) return false;
     /* the prompt's text and log-probabilities, before the job is queued */
     if (r->echo || r->prompt_logprobs >= 0) {
-        if (!srv_echo_prepare(s, r, &err)) {
+        if (!srv_echo_prepare(s, r, err)) {
             api_req_free(r);
-            return send_error_as(c, rt, &err);
+            return false;
         }
         if (r->echo && r->job->max_tokens == 0) { /* the prompt alone: nothing to generate */
-            const bool stream = r->stream;
-            char *out = openai_echo_only(s, r);
+            *now = openai_echo_only(s, r);
+            *now_sse = r->stream;
             api_req_free(r);
-            if (!out) return fail(c, 500, NULL, "out of memory");
-            return stream ? send_text(c, MHD_HTTP_OK, "text/event-stream", out, NULL, NULL)
-                          : send_json(c, MHD_HTTP_OK, out);
+            return *now || api_fail(err, 500, NULL, "out of memory");
         }
     }
     const char *conv = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Conversation-Id");
-    if (r->stream && conv && !rstream_id_ok(conv, &err)) {
+    if (r->stream && conv && !rstream_id_ok(conv, err)) {
         api_req_free(r);
-        return send_error_as(c, rt, &err);
+        return false;
     }
     srv_job *j = r->job;
     /* The tenant's namespace goes in front of the request's own cache_salt. */
@@ -497,17 +517,248 @@ static enum MHD_Result handle_generate(srv *s, struct MHD_Connection *c, conn_ct
     j->cache_salt = salt;
     if (oom) {
         api_req_free(r);
-        return fail(c, 500, NULL, "out of memory");
+        return api_fail(err, 500, NULL, "out of memory");
     }
     j->t_arrival = cc->t_arrival;
     j->fd = conn_fd(c); /* before the engine thread can see the job */
-    if (!srv_enqueue(s, j, &err)) {
+    if (!srv_enqueue(s, j, err)) {
         api_req_free(r);
-        return send_error_as(c, rt, &err);
+        return false;
     }
     atomic_fetch_add(&s->n_busy, 1);
+    return true;
+}
+
+static enum MHD_Result handle_generate(srv *s, struct MHD_Connection *c, conn_ctx *cc, route rt) {
+    api_error err;
+    char *now;
+    bool sse;
+    if (!submit_generation(s, c, cc, cc->body.p ? cc->body.p : "", cc->body.len, rt, &cc->r, &now,
+                           &sse, &err))
+        return send_error_as(c, rt, &err);
+    if (now)
+        return sse ? send_text(c, MHD_HTTP_OK, "text/event-stream", now, NULL, NULL)
+                   : send_json(c, MHD_HTTP_OK, now);
     cc->generating = true;
     return continue_generate(s, c, cc);
+}
+
+/* ------------------------------------------------------------ predict -- */
+
+/* Vertex AI's prediction route (llama-server's, with AIP_MODE=PREDICTION):
+ * {"instances": [...]}, at most PREDICT_MAX, each an object whose
+ * "@requestFormat" names the request it is: a route's path or its camelCase
+ * alias as llama-server derives it ("chatCompletions" for
+ * /v1/chat/completions, "applyTemplate" for /apply-template; where two paths
+ * share an alias, the /v1 one). Each instance, less that member and never
+ * streamed, runs as its route runs a body, the generations side by side; the
+ * answer is {"predictions": [...]} in order, each the route's JSON answer or
+ * {"error": {...}}. */
+#define PREDICT_MAX 128
+
+typedef struct predict_item {
+    cJSON *result; /* the answer, once there is one */
+    api_req r;     /* a generation's, while pending */
+    bool pending;
+} predict_item;
+
+typedef struct predict_ctx {
+    int n;
+    predict_item it[];
+} predict_ctx;
+
+/* llama-server's alias of a path: without a leading /v1, the first letter
+ * after each '/', '-' or '_' in upper case and those dropped. */
+static void gcp_alias(const char *path, char *out, size_t cap) {
+    if (!strncmp(path, "/v1", 3) && path[3]) path += 3;
+    if (*path == '/') path++;
+    size_t n = 0;
+    bool up = false;
+    for (; *path && n + 1 < cap; path++) {
+        if (*path == '/' || *path == '-' || *path == '_') {
+            up = true;
+            continue;
+        }
+        out[n++] = up ? (char)toupper((unsigned char)*path) : *path;
+        up = false;
+    }
+    out[n] = 0;
+}
+
+/* The route an instance's "@requestFormat" names: its path exactly, else its
+ * alias (POST before GET, /v1 paths first); -1 for none. */
+static int predict_route(const char *fmt) {
+    int best = -1, best_rank = -1;
+    for (size_t i = 0; i < N_ROUTES; i++) {
+        if (ROUTES[i].prefix || !ROUTES[i].path[0] || ROUTES[i].r == R_PREDICT) continue;
+        char alias[64];
+        gcp_alias(ROUTES[i].path, alias, sizeof alias);
+        const bool exact = !strcmp(fmt, ROUTES[i].path);
+        if (!exact && strcmp(fmt, alias) != 0) continue;
+        const int rank =
+            4 * exact + 2 * !strcmp(ROUTES[i].method, "POST") + !strncmp(ROUTES[i].path, "/v1/", 4);
+        if (rank > best_rank) best = (int)i, best_rank = rank;
+    }
+    return best;
+}
+
+static bool is_generation(route rt) {
+    return rt == R_CHAT || rt == R_COMPLETIONS || rt == R_LLAMA_COMPLETION ||
+           rt == R_LLAMA_INFILL || rt == R_RESPONSES || rt == R_MESSAGES;
+}
+
+static cJSON *error_item(route rt, const api_error *e) {
+    char *js =
+        rt == R_MESSAGES || rt == R_MESSAGES_COUNT ? anthropic_error_json(e) : api_error_json(e);
+    cJSON *o = js ? cJSON_Parse(js) : NULL;
+    free(js);
+    return o ? o : cJSON_CreateNull();
+}
+
+/* A JSON answer (taken) as an item; its error where there is none. */
+static cJSON *answer_item(route rt, char *js, const api_error *err) {
+    if (!js) return error_item(rt, err);
+    cJSON *o = cJSON_Parse(js);
+    free(js);
+    return o ? o : cJSON_CreateNull();
+}
+
+/* The routes answered at once (no generation): as dispatch runs them. */
+static char *predict_now(srv *s, const conn_ctx *cc, route rt, const char *b, size_t n,
+                         api_error *err) {
+    switch (rt) {
+    case R_HEALTH: return strdup("{\"status\":\"ok\"}");
+    case R_MODELS: return openai_models(s);
+    case R_PROPS: return srv_props(s);
+    case R_TOKENIZE: return srv_tokenize(s, b, n, err);
+    case R_DETOKENIZE: return srv_detokenize(s, b, n, err);
+    case R_APPLY_TEMPLATE: return srv_apply_template(s, b, n, err);
+    case R_EMBEDDINGS:
+    case R_LLAMA_EMBEDDING: return srv_embeddings(s, b, n, rt == R_LLAMA_EMBEDDING, err);
+    case R_RERANK: return srv_rerank(s, b, n, err);
+    case R_SCORE: return srv_score(s, b, n, err);
+    case R_MESSAGES_COUNT: return anthropic_count_tokens(s, b, n, err);
+    case R_INPUT_TOKENS_CHAT:
+    case R_INPUT_TOKENS_RESP:
+        return srv_input_tokens(s, b, n, rt == R_INPUT_TOKENS_RESP, cc->key ? cc->key->ns : "",
+                                err);
+    default:
+        api_fail(err, 400, "@requestFormat", "this route does not run inside a prediction request");
+        return NULL;
+    }
+}
+
+/* Instance k: answered now, or its generation queued (pending). */
+static void predict_one(srv *s, struct MHD_Connection *c, conn_ctx *cc, const cJSON *inst,
+                        predict_item *it) {
+    api_error err;
+    const char *fmt =
+        cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(inst, "@requestFormat"));
+    if (!cJSON_IsObject(inst)) {
+        api_fail(&err, 400, NULL, "each instance must be a JSON object");
+        it->result = error_item(R_CHAT, &err);
+        return;
+    }
+    if (!fmt) {
+        api_fail(&err, 400, "@requestFormat", "each instance must include a string @requestFormat");
+        it->result = error_item(R_CHAT, &err);
+        return;
+    }
+    const int ri = predict_route(fmt);
+    if (ri < 0) {
+        api_fail(&err, 400, "@requestFormat", "no handler registered for @requestFormat: %.100s",
+                 fmt);
+        it->result = error_item(R_CHAT, &err);
+        return;
+    }
+    const route rt = ROUTES[ri].r;
+    cJSON *body = cJSON_Duplicate(inst, true);
+    cJSON_DeleteItemFromObjectCaseSensitive(body, "@requestFormat");
+    if (is_generation(rt) && cJSON_GetObjectItemCaseSensitive(body, "stream")) {
+        kvl_log(KVL_LOG_INFO, "predict: an instance's \"stream\" is false here (no streaming)");
+        cJSON_ReplaceItemInObjectCaseSensitive(body, "stream", cJSON_CreateFalse());
+    }
+    char *text = body ? cJSON_PrintUnformatted(body) : NULL;
+    cJSON_Delete(body);
+    if (!text) {
+        api_fail(&err, 500, NULL, "out of memory");
+        it->result = error_item(rt, &err);
+        return;
+    }
+    if (!is_generation(rt)) {
+        it->result = answer_item(rt, predict_now(s, cc, rt, text, strlen(text), &err), &err);
+    } else {
+        char *now;
+        bool sse;
+        if (!submit_generation(s, c, cc, text, strlen(text), rt, &it->r, &now, &sse, &err))
+            it->result = error_item(rt, &err);
+        else if (now) it->result = answer_item(rt, now, &err);
+        else it->pending = true;
+    }
+    free(text);
+}
+
+static void predict_free(srv *s, conn_ctx *cc) {
+    predict_ctx *p = cc->pred;
+    if (!p) return;
+    for (int k = 0; k < p->n; k++) {
+        if (p->it[k].pending) end_job(s, &p->it[k].r);
+        cJSON_Delete(p->it[k].result);
+    }
+    free(p);
+    cc->pred = NULL;
+}
+
+/* Every generation answered (else the connection waits on the first that is
+ * not): the predictions. */
+static enum MHD_Result continue_predict(srv *s, struct MHD_Connection *c, conn_ctx *cc) {
+    predict_ctx *p = cc->pred;
+    for (int k = 0; k < p->n; k++)
+        if (p->it[k].pending && !job_ready_or_suspend(p->it[k].r.job, c, answered)) return MHD_YES;
+    cJSON *o = cJSON_CreateObject(), *preds = cJSON_AddArrayToObject(o, "predictions");
+    for (int k = 0; k < p->n; k++) {
+        predict_item *it = &p->it[k];
+        if (it->pending) {
+            api_error err;
+            const route rt = it->r.anth ? R_MESSAGES : R_CHAT; /* the error's shape */
+            it->result = answer_item(rt, generation_answer(s, &it->r, &err), &err);
+            end_job(s, &it->r);
+            it->pending = false;
+        }
+        cJSON_AddItemToArray(preds, it->result ? it->result : cJSON_CreateNull());
+        it->result = NULL;
+    }
+    predict_free(s, cc);
+    char *js = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    if (!js) return fail(c, 500, NULL, "out of memory");
+    return send_json(c, MHD_HTTP_OK, js);
+}
+
+static enum MHD_Result handle_predict(srv *s, struct MHD_Connection *c, conn_ctx *cc) {
+    api_error err;
+    cJSON *b = json_parse_body(cc->body.p ? cc->body.p : "", cc->body.len, &err);
+    if (!b) return send_error(c, &err);
+    const cJSON *inst = cJSON_GetObjectItemCaseSensitive(b, "instances");
+    const int n = cJSON_GetArraySize(inst);
+    if (!cJSON_IsObject(b) || !cJSON_IsArray(inst) || n > PREDICT_MAX) {
+        cJSON_Delete(b);
+        if (!cJSON_IsObject(b)) return fail(c, 400, NULL, "request body must be a JSON object");
+        return n > PREDICT_MAX
+                   ? fail(c, 400, "instances", "instances array exceeds maximum size of 128")
+                   : fail(c, 400, "instances",
+                          "request body must include an array field named instances");
+    }
+    cc->pred = calloc(1, sizeof *cc->pred + (size_t)n * sizeof(predict_item));
+    if (!cc->pred) {
+        cJSON_Delete(b);
+        return fail(c, 500, NULL, "out of memory");
+    }
+    cc->pred->n = n;
+    int k = 0;
+    for (const cJSON *i = inst->child; i; i = i->next) predict_one(s, c, cc, i, &cc->pred->it[k++]);
+    cJSON_Delete(b);
+    return continue_predict(s, c, cc);
 }
 
 /* ------------------------------------------------------------ routing -- */
@@ -533,6 +784,13 @@ static bool route_matches(size_t i, const char *url) {
     size_t n = strlen(ROUTES[i].path);
     if (!ROUTES[i].prefix) return strcmp(url, ROUTES[i].path) == 0;
     return strncmp(url, ROUTES[i].path, n) == 0 && url[n]; /* ids may hold '/' (org/name) */
+}
+
+/* Vertex AI's prediction route must not hide one of kvllm's. */
+bool server_route_taken(const char *path) {
+    for (size_t i = 0; i < N_ROUTES; i++)
+        if (ROUTES[i].path[0] && route_matches(i, path)) return true;
+    return false;
 }
 
 /* The whole request is in: answer it. */
@@ -656,6 +914,7 @@ static enum MHD_Result dispatch(srv *s, struct MHD_Connection *c, const char *ur
                            &err);
     case R_CHAT_CONTROL:
         return send_result(c, srv_chat_control(s, body, cc->body.len, cc->key, &err), &err);
+    case R_PREDICT: return handle_predict(s, c, cc);
     case R_STREAMS_LOOKUP:
         return send_result(
             c, rstreams_lookup(s, cc->key ? cc->key->ns : "", body, cc->body.len, &err), &err);
@@ -776,9 +1035,15 @@ static bool check_headers(srv *s, struct MHD_Connection *c, const char *url, con
                           conn_ctx *cc, api_error *e) {
     if (!url) return api_fail(e, 404, NULL, "no route outside %.200s", s->cfg.api_prefix);
     size_t i = 0;
-    while (i < N_ROUTES && !route_matches(i, url)) i++;
+    const char *predict = s->cfg.gcp_predict_route, *health = s->cfg.gcp_health_route;
+    if ((predict && !strcmp(url, predict)) || (health && !strcmp(url, health))) {
+        const route want = predict && !strcmp(url, predict) ? R_PREDICT : R_HEALTH;
+        while (ROUTES[i].path[0] || ROUTES[i].r != want) i++; /* its "" entry */
+    } else {
+        while (i < N_ROUTES && !route_matches(i, url)) i++;
+    }
     if (i == N_ROUTES) return api_fail(e, 404, NULL, "no route for %.200s", url);
-    for (size_t j = i; j < N_ROUTES; j++) /* a path with a route per method */
+    for (size_t j = i; j < N_ROUTES && ROUTES[i].path[0]; j++) /* a path with a route per method */
         if (route_matches(j, url) && !strcmp(method, ROUTES[j].method)) {
             i = j;
             break;
@@ -906,6 +1171,7 @@ enum MHD_Result srv_on_request(void *cls, struct MHD_Connection *c, const char *
         return dispatch(s, c, url, method, cc);
     }
     if (cc->generating) return continue_generate(s, c, cc);
+    if (cc->pred) return continue_predict(s, c, cc);
     return MHD_NO;
 }
 
@@ -916,6 +1182,7 @@ void srv_on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     conn_ctx *cc = *con_cls;
     if (!cc) return;
     end_generation(s, cc);
+    predict_free(s, cc);
     kvl_buf_free(&cc->body);
     free(cc);
     *con_cls = NULL;

@@ -91,6 +91,17 @@ static struct MHD_Daemon *start_daemon(srv *s) {
 }
 
 bool server_config_check(const server_config *c) {
+    const char *routes[] = {c->gcp_predict_route, c->gcp_health_route};
+    for (int i = 0; i < 2; i++)
+        if (routes[i] && ((!i && server_route_taken(routes[i])) || strlen(routes[i]) > 200 ||
+                          strpbrk(routes[i], "?# \t\r\n"))) {
+            fprintf(stderr, "kvllm serve: %s=%s: %s\n",
+                    i ? "AIP_HEALTH_ROUTE" : "AIP_PREDICT_ROUTE", routes[i],
+                    strlen(routes[i]) > 200 || strpbrk(routes[i], "?# \t\r\n")
+                        ? "not a plain path (at most 200 bytes; no '?', '#' or spaces)"
+                        : "one of kvllm's own routes (llama-server refuses it too)");
+            return false;
+        }
     const char *p = c->api_prefix;
     if (p && *p &&
         (p[0] != '/' || p[strlen(p) - 1] == '/' || strpbrk(p, "?#% \t\r\n") || strstr(p, "//"))) {

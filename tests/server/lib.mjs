@@ -12,8 +12,10 @@ if (typeof globalThis.File === 'undefined') globalThis.File = File; // Node 18
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 // Starts the server on a free port (--port 0; the port is read from the log).
-export async function startServer(bin, args, { cwd, name = 'server' } = {}) {
-  const proc = spawn(bin, ['serve', '--port', '0', ...args], { cwd, stdio: ['ignore', 'ignore', 'pipe'] });
+// env: variables added to the server's environment.
+export async function startServer(bin, args, { cwd, name = 'server', env } = {}) {
+  const proc = spawn(bin, ['serve', '--port', '0', ...args],
+    { cwd, stdio: ['ignore', 'ignore', 'pipe'], env: env ? { ...process.env, ...env } : undefined });
   let log = '', scheme = 'http', prefix = '';
   const port = await new Promise((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`${name}: no 'listening' line after 60 s:\n${log}`)), 60000);
