@@ -276,6 +276,11 @@ bool peer_closed(int fd);
  * 64-bit integers, e.g. "seed"). NULL with err (400) otherwise. */
 cJSON *json_parse_body(const char *p, size_t n, api_error *err);
 
+/* A server-sent-events response whose body read produces (srv_http.c): the
+ * event-stream headers and CORS set; NULL (cls dropped) when out of memory. */
+struct MHD_Response *srv_sse_response(MHD_ContentReaderCallback read, void *cls,
+                                      MHD_ContentReaderFreeCallback drop);
+
 /* -------------------------------------------------- resumable streams -- */
 
 /* llama-server's resumable streams (srv_streams.c): a streamed answer whose

@@ -426,16 +426,7 @@ struct MHD_Response *rstream_response(srv *s, rstream *st, struct MHD_Connection
     pthread_mutex_lock(&s->streams->mu);
     st->refs++;
     pthread_mutex_unlock(&s->streams->mu);
-    struct MHD_Response *resp =
-        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, reader_read, r, reader_free);
-    if (!resp) {
-        reader_free(r);
-        return NULL;
-    }
-    MHD_add_response_header(resp, "Content-Type", "text/event-stream");
-    MHD_add_response_header(resp, "Cache-Control", "no-cache");
-    MHD_add_response_header(resp, "X-Accel-Buffering", "no");
-    return resp;
+    return srv_sse_response(reader_read, r, reader_free);
 }
 
 /* ----------------------------------------------------------- endpoints -- */
