@@ -143,6 +143,10 @@ static const char CPUS[] = "kvllm's compute threads are placed by the OS at the 
 static const char DRAFT_THREADS[] = "the draft model runs on the compute threads (-t)";
 static const char ROUTER[] = "kvllm serves one model a process (llama-server's router mode is not "
                              "here): run one kvllm serve per model";
+static const char AGENT[] =
+    "kvllm runs no built-in agent tools and no MCP CORS proxy (llama-server's experimental ones "
+    "run shell commands, write files and fetch any URL for whoever reaches the server): give "
+    "the model tools through the API's \"tools\" and run them in the client";
 
 static const struct {
     const char *flag;
@@ -270,6 +274,15 @@ static const struct {
     {"--models-preset", true, true, ROUTER},
     {"--models-max", true, true, ROUTER},
     {"--models-autoload", false, true, ROUTER},
+    {"--tools", true, true, AGENT},
+    {"--ui-mcp-proxy", false, true, AGENT},
+    {"--webui-mcp-proxy", false, true, AGENT},
+    {"-ag", false, true, AGENT},
+    {"--agent", false, true, AGENT},
+    {"--no-ui-mcp-proxy", false, false, "off here already"},
+    {"--no-webui-mcp-proxy", false, false, "off here already"},
+    {"-no-ag", false, false, "off here already"},
+    {"--no-agent", false, false, "off here already"},
 };
 
 /* vLLM's (`vllm serve`'s) flags the same way: a vLLM command line runs with

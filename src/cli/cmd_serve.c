@@ -27,8 +27,9 @@ typedef struct serve_opts {
     bool reranking; /* --reranking: refuse a model without a classifier head */
     int pooling;    /* --pooling (llama-server's): 1 + engine_pooling, 0: the GGUF's */
     const char *reasoning_budget, *reasoning_format;
-    char *kwargs_owned; /* the template kwargs with --reasoning-budget 0's enable_thinking */
-    char *owned_origin; /* --allowed-origins' one origin */
+    char *kwargs_owned;    /* the template kwargs with --reasoning-budget 0's enable_thinking */
+    char *owned_origin;    /* --allowed-origins' one origin */
+    char *ui_config_owned; /* --ui-config-file's text */
     const char *inline_template; /* --chat-template's Jinja text */
     /* the server's grammar: the flag that gave it, its value, the GBNF made of it */
     const char *grammar_flag, *grammar_value;
@@ -252,6 +253,36 @@ static bool allowed_origins(const char *v, serve_opts *so) {
     return ok;
 }
 
+/* --ui-config JSON / --ui-config-file PATH: the web UI's default settings, a
+ * JSON object (llama-server hands any JSON out; its UI reads an object). */
+static bool ui_config(serve_opts *so, const char *f, const char *v) {
+    char *text = NULL;
+    if (strstr(f, "file")) {
+        kvl_error err = {{0}};
+        size_t len;
+        text = cli_read_input(v, &len, &err);
+        if (!text) {
+            fprintf(stderr, "kvllm: %s %s: %s\n", f, v, err.msg);
+            return false;
+        }
+    }
+    cJSON *j = cJSON_Parse(text ? text : v);
+    const bool ok = cJSON_IsObject(j);
+    cJSON_Delete(j);
+    if (!ok) {
+        fprintf(
+            stderr,
+            "kvllm: %s: not a JSON object of settings (e.g. '{\"showTokensPerSecond\": true}')\n",
+            f);
+        free(text);
+        return false;
+    }
+    free(so->ui_config_owned);
+    so->ui_config_owned = text;
+    so->sc.ui_config = text ? text : v;
+    return true;
+}
+
 /* cli_parse_ex hook: 2 = flag and value used, 1 = switch, 0 = not ours, -1 = bad. */
 static int serve_flag(const char *f, const char *v, void *ctx) {
     serve_opts *so = ctx;
@@ -277,6 +308,8 @@ static int serve_flag(const char *f, const char *v, void *ctx) {
         IS("--default-chat-template-kwargs") || IS("--reasoning-budget") ||
         IS("--reasoning-format") || IS("--reasoning-budget-message") || IS("--ssl-key-file") ||
         IS("--ssl-cert-file") || IS("--api-prefix") || IS("--slot-save-path") || IS("--pooling") ||
+        IS("--ui-config") || IS("--webui-config") || IS("--ui-config-file") ||
+        IS("--webui-config-file") ||
         /* vLLM's names */
         IS("--max-num-seqs") || IS("--max-num-batched-tokens") || IS("--ssl-keyfile") ||
         IS("--ssl-certfile") || IS("--allowed-origins") || IS("--grammar") ||
@@ -294,7 +327,10 @@ static int serve_flag(const char *f, const char *v, void *ctx) {
     else if (IS("--api-key")) so->sc.api_key = v;
     else if (IS("--api-key-file")) so->sc.api_key_file = v;
     else if (IS("--api-prefix")) so->sc.api_prefix = v;
-    else if (IS("--ssl-key-file") || IS("--ssl-keyfile")) so->sc.tls_key_file = v;
+    else if (IS("--ui-config") || IS("--webui-config") || IS("--ui-config-file") ||
+             IS("--webui-config-file")) {
+        if (!ui_config(so, f, v)) return -1;
+    } else if (IS("--ssl-key-file") || IS("--ssl-keyfile")) so->sc.tls_key_file = v;
     else if (IS("--ssl-cert-file") || IS("--ssl-certfile")) so->sc.tls_cert_file = v;
     else if (IS("--grammar") || IS("--grammar-file") || IS("-j") || IS("--json-schema") ||
              IS("-jf") || IS("--json-schema-file")) {
@@ -1067,16 +1103,19 @@ static int serve(int argc, char **argv) {
     if (!lora_modules(&so, &o) || !reasoning_options(&so)) {
         free(so.kwargs_owned);
         free(so.owned_origin);
+        free(so.ui_config_owned);
         return 2;
     }
     if (!vertex_env(&so.sc)) {
         free(so.kwargs_owned);
         free(so.owned_origin);
+        free(so.ui_config_owned);
         return 2;
     }
     if (!server_config_check(&so.sc)) {
         free(so.kwargs_owned);
         free(so.owned_origin);
+        free(so.ui_config_owned);
         return 2;
     }
     if (!slot_dir_ok(&so)) return 2;
@@ -1129,6 +1168,7 @@ static int serve(int argc, char **argv) {
 out:
     free(so.kwargs_owned);
     free(so.owned_origin);
+    free(so.ui_config_owned);
     free(so.grammar_owned);
     free(rerank_tmpl);
     free(tmpl);

@@ -75,6 +75,10 @@ typedef struct server_config {
     int32_t reasoning_budget;
     const char *reasoning_budget_message;
     bool no_webui; /* --no-webui: the built-in pages answer 404 */
+    /* --ui-config JSON / --ui-config-file PATH (llama-server's): default settings
+     * for llama.cpp's web UI, an object, handed out as /props' ui_settings (text;
+     * NULL: {}) */
+    const char *ui_config;
     bool no_slots; /* --no-slots: GET /slots answers 501, as llama-server's */
     /* --slot-save-path (llama-server's): the directory POST
      * /slots/{id}?action=save|restore writes and reads slot files in (an

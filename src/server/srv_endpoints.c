@@ -392,6 +392,25 @@ char *srv_props(srv *s) {
                             s->cfg.pooling == ENGINE_POOL_MEAN  ? "mean"
                             : s->cfg.pooling == ENGINE_POOL_CLS ? "cls"
                                                                 : "last");
+    /* what llama.cpp's web UI reads besides: the model's name and file type,
+     * its input kinds (text only here), the endpoints and the UI's settings,
+     * and the features kvllm does not have (sleeping, the MCP CORS proxy) off */
+    cJSON_AddStringToObject(o, "model_alias", s->cfg.model_id);
+    uint32_t ft;
+    const gguf_file *f = model_gguf(engine_model(s->e));
+    cJSON_AddStringToObject(
+        o, "model_ftype",
+        gguf_get_u32(f, "general.file_type", &ft) && ftype_name(ft) ? ftype_name(ft) : "unknown");
+    cJSON *mod = cJSON_AddObjectToObject(o, "modalities");
+    cJSON_AddBoolToObject(mod, "vision", false);
+    cJSON_AddBoolToObject(mod, "video", false);
+    cJSON_AddBoolToObject(mod, "audio", false);
+    cJSON_AddBoolToObject(o, "endpoint_props", s->cfg.props_endpoint);
+    cJSON_AddBoolToObject(o, "ui", !s->cfg.no_webui);
+    cJSON *ui = s->cfg.ui_config ? cJSON_Parse(s->cfg.ui_config) : NULL; /* checked at start */
+    cJSON_AddItemToObject(o, "ui_settings", ui ? ui : cJSON_CreateObject());
+    cJSON_AddBoolToObject(o, "is_sleeping", false);
+    cJSON_AddBoolToObject(o, "cors_proxy_enabled", false);
     return print_delete(o);
 }
 

@@ -58,6 +58,7 @@ typedef enum route {
     R_STREAM_DELETE,
     R_STREAMS_LOOKUP,
     R_PREDICT,
+    R_DISABLED,
     R_PAGE
 } route;
 
@@ -128,6 +129,12 @@ static const struct {
     {"/v1/stream/", "GET", R_STREAM_GET, AUTH_KEY, true},
     {"/v1/stream/", "DELETE", R_STREAM_DELETE, AUTH_KEY, true},
     {"/v1/streams/lookup", "POST", R_STREAMS_LOOKUP, AUTH_KEY, false},
+    /* llama-server's experimental agent features, off there by default and
+     * not in kvllm: its answer when off */
+    {"/tools", "GET", R_DISABLED, AUTH_KEY, false},
+    {"/tools", "POST", R_DISABLED, AUTH_KEY, false},
+    {"/cors-proxy", "GET", R_DISABLED, AUTH_KEY, false},
+    {"/cors-proxy", "POST", R_DISABLED, AUTH_KEY, false},
     /* Vertex AI's routes, at the paths its variables name (check_headers;
      * "" matches no URL) */
     {"", "POST", R_PREDICT, AUTH_KEY, false},
@@ -921,6 +928,10 @@ static enum MHD_Result dispatch(srv *s, struct MHD_Connection *c, const char *ur
     case R_CHAT_CONTROL:
         return send_result(c, srv_chat_control(s, body, cc->body.len, cc->key, &err), &err);
     case R_PREDICT: return handle_predict(s, c, cc);
+    case R_DISABLED:
+        api_fail(&err, 403, NULL, "this feature is disabled");
+        err.type = "feature_disabled";
+        return send_error(c, &err);
     case R_STREAMS_LOOKUP:
         return send_result(
             c, rstreams_lookup(s, cc->key ? cc->key->ns : "", body, cc->body.len, &err), &err);

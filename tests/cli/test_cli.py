@@ -287,7 +287,9 @@ r = run(['run', '-m', MODEL, '-p', 'Once upon a time', '-n', '8', '--temp', '0',
 check(r.returncode == 0 and 'note: --cpu-mask:' in r.stderr and 'note: --prio:' in r.stderr,
       f'CPU placement flags noted ({r.stderr[-200:]})')
 for flags, why in ((['--pooling', 'none'], 'pooled'), (['--models-dir', '/tmp'], 'one model'),
-                   (['-mm', 'x.gguf'], 'text models')):
+                   (['-mm', 'x.gguf'], 'text models'), (['--tools', 'all'], 'agent tools'),
+                   (['--webui-mcp-proxy'], 'CORS proxy'), (['-ag'], 'agent tools'),
+                   (['--ui-config', '[1]'], 'JSON object'), (['--ui-config-file', '/nonexistent'], '/nonexistent')):
     r = run(['serve', '-m', MODEL, '--port', '0'] + flags)
     check(r.returncode != 0 and why in r.stderr, f'serve {flags[0]}: refused naming why ({r.stderr[-160:]})')
 

@@ -201,6 +201,23 @@ const tests = [
     assert(typeof props.eos_token === 'string' && props.eos_token.length > 0, 'eos_token');
     assert(['gguf', 'builtin:chatml'].includes(props.chat_template_source), `source ${props.chat_template_source}`);
     assert(props.n_embd > 0, 'n_embd');
+    // what llama.cpp's web UI reads besides (llama-server 81ff7abe's values on this file)
+    assertEq([props.model_alias, props.model_ftype, props.modalities, props.ui, props.ui_settings, props.is_sleeping,
+      props.cors_proxy_enabled, props.endpoint_props],
+    [model, 'all F32', { vision: false, video: false, audio: false }, true, {}, false, false, false], 'the web UI\'s fields');
+    for (const [method, p] of [['GET', '/tools'], ['POST', '/tools'], ['GET', '/cors-proxy'], ['POST', '/cors-proxy']]) {
+      const r = await rawRequest(server.url, { method, path: p, body: method === 'POST' ? '{}' : undefined });
+      assertEq([r.status, r.json?.error?.type], [403, 'feature_disabled'], `${method} ${p}: off, as llama-server's`);
+    }
+  }],
+  ['--ui-config: the web UI\'s settings in /props', async () => {
+    const ui = await startServer(bin, ['-m', 'models/stories260K.gguf', '-c', '256', '--ui-config', '{"showTokensPerSecond": true}'],
+      { cwd: root, name: 'ui-config' });
+    try {
+      assertEq((await (await fetch(`${ui.url}/props`)).json()).ui_settings, { showTokensPerSecond: true }, 'ui_settings');
+    } finally {
+      await ui.stop();
+    }
   }],
 
   ['/v1/embeddings: shape, L2 norm 1, deterministic, batch = singles, ids = text', async () => {
