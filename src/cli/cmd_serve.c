@@ -905,6 +905,11 @@ static const struct {
     {"LLAMA_ARG_CONTEXT_SHIFT", "--context-shift", false, "--no-context-shift"},
     {"LLAMA_ARG_PREFILL_ASSISTANT", "--prefill-assistant", false, "--no-prefill-assistant"},
     {"LLAMA_ARG_CACHE_PROMPT", "--cache-prompt", false, "--no-cache-prompt"},
+    {"LLAMA_ARG_UI_CONFIG", "--ui-config|--webui-config", true, NULL},
+    {"LLAMA_ARG_UI_CONFIG_FILE", "--ui-config-file|--webui-config-file", true, NULL},
+    {"LLAMA_ARG_TOOLS", "--tools", true, NULL},
+    {"LLAMA_ARG_UI_MCP_PROXY", "--ui-mcp-proxy|--webui-mcp-proxy", false, "--no-ui-mcp-proxy"},
+    {"LLAMA_ARG_AGENT", "--agent|-ag", false, "--no-agent"},
 };
 
 /* Whether flag is one of the '|'-separated spellings. */
