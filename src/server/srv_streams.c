@@ -210,13 +210,14 @@ static void append(rstreams *rs, rstream *st, const char *p, size_t n) {
 }
 
 /* One producer's turn: whatever its job has ready goes into its session;
- * true once the stream has ended (the producer is then dropped). */
-static bool pump_one(rstreams *rs, rs_producer *p) {
+ * true once the stream has ended, or last (the server stops: its engine has
+ * given every job its final events), when the producer is dropped. */
+static bool pump_one(rstreams *rs, rs_producer *p, bool last) {
     kvl_buf out = {0};
     const bool ended = p->produce(p->ctx, &out);
     append(rs, p->st, out.p, out.len);
     kvl_buf_free(&out);
-    if (!ended) return false;
+    if (!ended && !last) return false;
     rs_reader *w = NULL;
     pthread_mutex_lock(&rs->mu);
     srv_job *j = p->st->job;
@@ -235,9 +236,8 @@ static void *pump_main(void *arg) {
     rstreams *rs = arg;
     pthread_mutex_lock(&rs->pump_mu);
     for (;;) {
-        while (!rs->kick && !(rs->stop && !rs->producers))
-            pthread_cond_wait(&rs->pump_cv, &rs->pump_mu);
-        if (rs->stop && !rs->producers) break;
+        while (!rs->kick && !rs->stop) pthread_cond_wait(&rs->pump_cv, &rs->pump_mu);
+        const bool last = rs->stop; /* one more turn, then every producer is dropped */
         rs->kick = false;
         rs_producer *list =
             rs->producers; /* produced without pump_mu (jobs take it under theirs) */
@@ -246,7 +246,7 @@ static void *pump_main(void *arg) {
         rs_producer *keep = NULL;
         for (rs_producer *p = list, *next; p; p = next) {
             next = p->next;
-            if (!pump_one(rs, p)) {
+            if (!pump_one(rs, p, last)) {
                 p->next = keep;
                 keep = p;
             }
@@ -258,6 +258,7 @@ static void *pump_main(void *arg) {
             rs->producers = keep;
             keep = next;
         }
+        if (last) break;
     }
     pthread_mutex_unlock(&rs->pump_mu);
     return NULL;
@@ -293,8 +294,8 @@ void rstreams_free(srv *s) {
     if (rs->started) {
         pthread_mutex_lock(&rs->pump_mu);
         rs->stop = true;
-        /* jobs still running here were cancelled by the engine's stop: their
-         * last events are in, so every producer ends on its next turn */
+        /* the engine has stopped (every job has its final events): the pump
+         * takes what is left and drops every producer */
         rs->kick = true;
         pthread_cond_signal(&rs->pump_cv);
         pthread_mutex_unlock(&rs->pump_mu);
