@@ -239,8 +239,10 @@ int cmd_score(int argc, char **argv);
 int cmd_perplexity(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_info(int argc, char **argv);
-int cmd_serve(int argc, char **argv);         /* src/cli/cmd_serve.c */
-int cmd_loadgen(int argc, char **argv);       /* src/cli/cmd_loadgen.c */
+int cmd_serve(int argc, char **argv);     /* src/cli/cmd_serve.c */
+int cmd_loadgen(int argc, char **argv);   /* src/cli/cmd_loadgen.c */
+int cmd_run_batch(int argc, char **argv); /* src/cli/cmd_run_batch.c */
+void cmd_run_batch_usage(FILE *out);
 int cmd_kv_plan(int argc, char **argv);       /* src/cli/cmd_kv_plan.c */
 int cmd_synth(int argc, char **argv);         /* src/cli/cmd_synth.c */
 int cmd_bench(int argc, char **argv);         /* src/cli/cmd_bench.c */

@@ -895,6 +895,13 @@ static bool parse_max_tokens(srv *s, const cJSON *b, bool chat, bool echo, srv_j
                              api_error *err) {
     const char *key =
         chat && req_field(b, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+    int64_t unused;
+    /* both given: max_completion_tokens counts (OpenAI's newer name, vLLM's
+     * rule), but a max_tokens that is not a token count is still an error */
+    const cJSON *mt = req_field(b, "max_tokens");
+    if (strcmp(key, "max_tokens") != 0 && mt && !(cJSON_IsNumber(mt) && mt->valuedouble == -1) &&
+        !req_int(b, "max_tokens", 0, INT32_MAX, &unused, err))
+        return false;
     const char *pkey = chat ? "messages" : "prompt";
     const cJSON *v = req_field(b, key);
     int64_t n_prompt = 0; /* the longest of the request's prompts */

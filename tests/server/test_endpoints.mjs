@@ -115,6 +115,8 @@ const tests = [
     await expect400('/v1/completions', { model, prompt: 'a', max_completion_tokens: 2 }, 'max_completion_tokens',
       'completions: a chat-only field');
     await expect400('/v1/completions', { model, prompt: 'a', messages: [] }, 'messages', 'completions: messages');
+    await expect400('/v1/chat/completions', { ...base, max_completion_tokens: 3, max_tokens: 'x' }, 'max_tokens',
+      'chat: max_tokens beside max_completion_tokens is still checked');
     await expect400('/v1/chat/completions', { ...base, functions: [{ name: 'f' }] }, 'functions', 'legacy functions');
     await expect400('/v1/chat/completions', { ...base, audio: { voice: 'x' } }, 'audio', 'audio output');
     const r = await expect400('/v1/chat/completions', { ...base, messages: [{ role: 'user', content: 'Hi', weird: 1 }] },
