@@ -133,16 +133,24 @@ static char *run_line(batch *b, CURL *curl, const char *line) {
     snprintf(target, sizeof target, "http://127.0.0.1:%d%s", b->port, url);
     kvl_buf resp = {0};
     struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/json");
-    curl_easy_reset(curl);
-    curl_easy_setopt(curl, CURLOPT_URL, target);
-    curl_easy_setopt(curl, CURLOPT_POSTFIELDS, text ? text : "{}");
-    curl_easy_setopt(curl, CURLOPT_HTTPHEADER, h);
-    curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, collect);
-    curl_easy_setopt(curl, CURLOPT_WRITEDATA, &resp);
-    curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
-    const CURLcode rc = curl_easy_perform(curl);
+    CURLcode rc;
     long status = 0;
-    curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);
+    /* 503: the server's queue is full (--max-queue below --concurrency): wait
+     * and send it again, as a client honouring Retry-After would */
+    for (int attempt = 0;; attempt++) {
+        resp.len = 0;
+        curl_easy_reset(curl);
+        curl_easy_setopt(curl, CURLOPT_URL, target);
+        curl_easy_setopt(curl, CURLOPT_POSTFIELDS, text ? text : "{}");
+        curl_easy_setopt(curl, CURLOPT_HTTPHEADER, h);
+        curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, collect);
+        curl_easy_setopt(curl, CURLOPT_WRITEDATA, &resp);
+        curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
+        rc = curl_easy_perform(curl);
+        curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);
+        if (rc != CURLE_OK || status != 503 || attempt == 6000) break;
+        usleep(100 * 1000);
+    }
     curl_slist_free_all(h);
     free(text);
     cJSON *answer = rc == CURLE_OK && resp.p ? cJSON_ParseWithLength(resp.p, resp.len) : NULL;

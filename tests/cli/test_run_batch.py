@@ -106,6 +106,16 @@ check(out[5]['custom_id'] is None and 'not a JSON object' in out[5]['error'] and
       'a line that is not a request')
 check('POST' in by.get('get', {}).get('error', ''), 'method other than POST')
 
+# a server whose queue is smaller than --concurrency answers 503: those are sent again
+few = [dict(LINES[2], custom_id=f'q{i}', body=dict(COMPL, prompt=f'Q{i}', max_tokens=60, ignore_eos=True)) for i in range(4)]
+r = subprocess.run([BIN, 'run-batch', '-i', '-', '-o', '-', '--concurrency', '4', '--max-seqs', '1', '--max-queue', '0']
+                   + MODEL, cwd=ROOT, input=''.join(json.dumps(l) + '\n' for l in few), capture_output=True, text=True,
+                   timeout=300)
+got = [json.loads(l) for l in r.stdout.strip().split('\n')] if r.returncode == 0 else []
+check(len(got) == 4 and all(o['response']['status_code'] == 200 and
+                            o['response']['body']['usage']['completion_tokens'] == 60 for o in got),
+      f'--max-queue 0 under --concurrency 4: the 503s sent again, all answered ({r.stderr[-200:]})')
+
 # stdin to stdout: nothing but the result lines on stdout
 r = subprocess.run([BIN, 'run-batch', '-i', '-', '-o', '-'] + MODEL, cwd=ROOT, input=json.dumps(LINES[2]) + '\n',
                    capture_output=True, text=True, timeout=300)
