@@ -34,13 +34,31 @@
 
 typedef struct batch {
     char **lines; /* the input's non-empty lines */
-    char **out;   /* each line's result (malloc'd JSON) */
+    char **out;   /* results done but not yet written: those after a missing one (mu) */
     int64_t n;
-    int64_t next; /* the next line a worker takes (mu) */
+    int64_t next;    /* the next line a worker takes (mu) */
+    int64_t written; /* results written so far, in order (mu) */
+    FILE *f;         /* where they go */
+    bool write_failed;
     int port;
     pthread_mutex_t mu;
     int64_t n_ok; /* answered 2xx (mu) */
 } batch;
+
+/* Line k's result (taken): written now if every earlier one is, with those
+ * waiting on it, so the output streams in input order and holds in memory
+ * only what ran ahead of a slow request. */
+static void deliver(batch *b, int64_t k, char *line) {
+    pthread_mutex_lock(&b->mu);
+    b->out[k] = line ? line : strdup("{}");
+    while (b->written < b->n && b->out[b->written]) {
+        char *l = b->out[b->written];
+        if (!b->write_failed && fprintf(b->f, "%s\n", l) < 0) b->write_failed = true;
+        free(l);
+        b->out[b->written++] = NULL;
+    }
+    pthread_mutex_unlock(&b->mu);
+}
 
 void cmd_run_batch_usage(FILE *out) {
     fprintf(
@@ -181,12 +199,9 @@ static void *worker(void *arg) {
         const int64_t k = b->next < b->n ? b->next++ : -1;
         pthread_mutex_unlock(&b->mu);
         if (k < 0) break;
-        if (!curl) {
-            b->out[k] = result_line(NULL, 500, NULL, cJSON_CreateString("out of memory"));
-            continue;
-        }
-        b->out[k] = run_line(b, curl, b->lines[k]);
-        if (!b->out[k]) b->out[k] = strdup("{}");
+        deliver(b, k,
+                curl ? run_line(b, curl, b->lines[k])
+                     : result_line(NULL, 500, NULL, cJSON_CreateString("out of memory")));
     }
     if (curl) curl_easy_cleanup(curl);
     return NULL;
@@ -227,25 +242,26 @@ static char *read_input(const char *path, size_t *len) {
     return b.p ? b.p : strdup("");
 }
 
-/* The result lines into path, stdout or a URL (PUT, from a file in tmpdir). */
-static bool write_output(const batch *b, const char *path, const char *tmpdir) {
-    char tmp[4096] = "";
+/* Where the results go: path, stdout, or for a URL a temporary file in tmpdir
+ * (its name in tmp) uploaded at the end. NULL with the reason printed. */
+static FILE *open_output(const char *path, const char *tmpdir, char *tmp, size_t cap) {
+    tmp[0] = 0;
     FILE *f;
     if (!strcmp(path, "-")) f = stdout;
     else if (is_url(path)) {
-        snprintf(tmp, sizeof tmp, "%s/kvllm-batch-XXXXXX", tmpdir ? tmpdir : "/tmp");
+        snprintf(tmp, cap, "%s/kvllm-batch-XXXXXX", tmpdir ? tmpdir : "/tmp");
         const int fd = mkstemp(tmp);
         f = fd >= 0 ? fdopen(fd, "w+") : NULL;
+        if (!f && fd < 0) tmp[0] = 0;
     } else f = fopen(path, "w");
-    if (!f) {
-        fprintf(stderr, "kvllm run-batch: -o %s: %s\n", path, strerror(errno));
-        return false;
-    }
-    bool ok = true;
-    for (int64_t k = 0; k < b->n; k++) ok = ok && fprintf(f, "%s\n", b->out[k]) > 0;
+    if (!f) fprintf(stderr, "kvllm run-batch: -o %s: %s\n", path, strerror(errno));
+    return f;
+}
+
+/* The results written: flushed and closed, or PUT to the URL (vLLM's way). */
+static bool finish_output(FILE *f, bool ok, const char *path, const char *tmp) {
     ok = fflush(f) == 0 && ok;
-    if (ok && tmp[0]) { /* vLLM's: the file PUT to the URL */
-        rewind(f);
+    if (ok && tmp[0]) {
         CURL *c = curl_easy_init();
         long status = 0;
         CURLcode rc = CURLE_FAILED_INIT;
@@ -437,10 +453,13 @@ int cmd_run_batch(int argc, char **argv) {
         while (*l == ' ' || *l == '\t' || *l == '\r') l++;
         if (*l) b.lines[b.n++] = l;
     }
+    char tmp[4096];
+    b.f = open_output(outp, tmpdir, tmp, sizeof tmp);
     child c = {0};
-    b.port = start_server(&c, n_rest, rest);
+    b.port = b.f ? start_server(&c, n_rest, rest) : 0;
     int rc = 1;
-    if (b.port <= 0) {
+    if (!b.f) {
+    } else if (b.port <= 0) {
         int st = stop_server(&c);
         fprintf(stderr, "kvllm run-batch: the server did not start (exit %d): see its log above\n",
                 WIFEXITED(st) ? WEXITSTATUS(st) : -1);
@@ -454,12 +473,15 @@ int cmd_run_batch(int argc, char **argv) {
         for (int i = 0; i < started; i++) pthread_join(t[i], NULL);
         free(t);
         stop_server(&c);
-        rc = write_output(&b, outp, tmpdir) ? 0 : 1;
+        rc = finish_output(b.f, !b.write_failed, outp, tmp) ? 0 : 1;
+        b.f = NULL;
         fprintf(stderr, "kvllm run-batch: %lld requests: %lld answered, %lld failed%s%s\n",
                 (long long)b.n, (long long)b.n_ok, (long long)(b.n - b.n_ok),
                 rc ? "" : "; results in ", rc ? "" : outp);
         curl_global_cleanup();
     }
+    if (b.f && b.f != stdout) fclose(b.f); /* the server did not start: nothing to upload */
+    if (b.f && tmp[0]) unlink(tmp);
     for (int64_t k = 0; k < b.n; k++) free(b.out[k]);
     free(b.out);
     free(b.lines);
