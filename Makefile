@@ -40,7 +40,7 @@ test: deps
 	$(MAKE) --no-print-directory sanitize
 
 # Sanitizers: the unit and golden tests again with ASan + UBSan (build-asan;
-# no recovery: any report fails; two server tests too, label asan_server, and the
+# no recovery: any report fails; the server tests labelled asan_server, and the
 # Hugging Face download test, label asan_cli),
 # and the server tests with TSan (build-tsan;
 # one compute thread, OMP_NUM_THREADS=1 also sizing the kvl_pool: the threads
