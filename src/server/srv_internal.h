@@ -810,6 +810,10 @@ bool llama_parse(srv *s, const cJSON *body, api_req *r, api_error *err);
 /* generation_settings as a request that sets nothing gets them: llama's
  * defaults with the server's sampling flags and -n (/props'
  * default_generation_settings.params, as llama-server shows them). */
+/* llama-server's sampler fields (temperature .. mirostat, min_keep) of p into o,
+ * its -1 windows shown as n_ctx: /completion's generation_settings and
+ * GET /slots' params (srv_llama.c). */
+void llama_sampling_json(cJSON *o, const sampler_params *p, int64_t n_ctx);
 cJSON *llama_default_settings(srv *s);
 /* llama-server's fields of its samplers beyond the default chain (typical_p,
  * top_n_sigma, xtc_*, dynatemp_*, min_keep, mirostat*, dry_*) into p; 400 on a bad value. */

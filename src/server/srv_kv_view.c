@@ -273,36 +273,14 @@ char *srv_kv_state(srv *s, const char *since, size_t *len, api_error *err) {
  * request's entries on its slot; kvllm's idle slots show none). The prompt
  * and generated text that llama-server adds are left out (the view keeps no
  * text); the sampling parameters are those kvllm has. */
-static cJSON *slot_params(const engine_seq_view *q) {
+static cJSON *slot_params(const srv *s, const engine_seq_view *q) {
     cJSON *p = cJSON_CreateObject();
-    const sampler_params *sp = &q->sampling;
     cJSON_AddNumberToObject(p, "n_predict", (double)q->max_tokens);
-    cJSON_AddNumberToObject(p, "seed", (double)sp->seed);
-    cJSON_AddNumberToObject(p, "temperature", sp->temperature);
-    cJSON_AddNumberToObject(p, "top_k", sp->top_k);
-    cJSON_AddNumberToObject(p, "top_p", sp->top_p);
-    cJSON_AddNumberToObject(p, "min_p", sp->min_p);
-    cJSON_AddNumberToObject(p, "repeat_last_n", sp->penalty_last_n);
-    cJSON_AddNumberToObject(p, "repeat_penalty", sp->repeat_penalty);
-    cJSON_AddNumberToObject(p, "presence_penalty", sp->presence_penalty);
-    cJSON_AddNumberToObject(p, "frequency_penalty", sp->frequency_penalty);
+    cJSON_AddNumberToObject(p, "seed", (double)q->sampling.seed);
+    llama_sampling_json(p, &q->sampling, s->n_ctx); /* as /completion's generation_settings */
     cJSON_AddNumberToObject(p, "max_tokens", (double)q->max_tokens);
     cJSON_AddBoolToObject(p, "ignore_eos", q->ignore_eos);
     cJSON_AddNumberToObject(p, "n_probs", q->top_logprobs);
-    cJSON_AddNumberToObject(p, "typical_p", sampler_typical_to_llama(sp->typical_p));
-    cJSON_AddNumberToObject(p, "top_n_sigma", sp->top_n_sigma > 0 ? sp->top_n_sigma : -1.0);
-    cJSON_AddNumberToObject(p, "dynatemp_range", sp->dynatemp_range);
-    cJSON_AddNumberToObject(p, "dynatemp_exponent", sp->dynatemp_exponent);
-    cJSON_AddNumberToObject(p, "mirostat", sp->mirostat);
-    cJSON_AddNumberToObject(p, "mirostat_tau", sp->mirostat_tau);
-    cJSON_AddNumberToObject(p, "mirostat_eta", sp->mirostat_eta);
-    cJSON_AddNumberToObject(p, "xtc_probability", sp->xtc_probability);
-    cJSON_AddNumberToObject(p, "xtc_threshold", sp->xtc_threshold);
-    cJSON_AddNumberToObject(p, "min_keep", sp->min_keep);
-    cJSON_AddNumberToObject(p, "dry_multiplier", sp->dry_multiplier);
-    cJSON_AddNumberToObject(p, "dry_base", sp->dry_base);
-    cJSON_AddNumberToObject(p, "dry_allowed_length", sp->dry_allowed_length);
-    cJSON_AddNumberToObject(p, "dry_penalty_last_n", sp->dry_penalty_last_n);
     cJSON_AddNumberToObject(p, "n_keep", 0);
     cJSON_AddNumberToObject(p, "n_discard", 0);
     return p;
@@ -320,7 +298,7 @@ static cJSON *slot_entry(srv *s, int id, const engine_seq_view *q) {
     const int64_t done = q->n_computed < q->n_prompt ? q->n_computed : q->n_prompt;
     cJSON_AddNumberToObject(o, "n_prompt_tokens_processed", (double)(done - q->n_cached_prompt));
     cJSON_AddNumberToObject(o, "n_prompt_tokens_cache", (double)q->n_cached_prompt);
-    cJSON_AddItemToObject(o, "params", slot_params(q));
+    cJSON_AddItemToObject(o, "params", slot_params(s, q));
     const char *piece = q->last_token >= 0 ? tok_piece(s->vocab, q->last_token) : NULL;
     /* an array of one object, as llama-server 81ff7abe answers (its README
      * shows the object alone) */

@@ -603,11 +603,7 @@ static bool parse_sampling(const srv *s, const cJSON *b, llama_req *q, srv_job *
     return true;
 }
 
-static cJSON *settings_json(srv *s, const cJSON *b, const llama_req *q, const srv_job *j,
-                            bool stream) {
-    const sampler_params *p = &j->sampling;
-    cJSON *g = cJSON_CreateObject();
-    cJSON_AddNumberToObject(g, "seed", q->random_seed ? 4294967295.0 : (double)p->seed);
+void llama_sampling_json(cJSON *g, const sampler_params *p, int64_t n_ctx) {
     cJSON_AddNumberToObject(g, "temperature", p->temperature);
     cJSON_AddNumberToObject(g, "dynatemp_range", p->dynatemp_range);
     cJSON_AddNumberToObject(g, "dynatemp_exponent", p->dynatemp_exponent);
@@ -619,7 +615,7 @@ static cJSON *settings_json(srv *s, const cJSON *b, const llama_req *q, const sr
     cJSON_AddNumberToObject(g, "xtc_threshold", p->xtc_threshold);
     cJSON_AddNumberToObject(g, "typical_p", sampler_typical_to_llama(p->typical_p));
     cJSON_AddNumberToObject(g, "repeat_last_n",
-                            p->penalty_last_n < 0 ? (double)s->n_ctx : p->penalty_last_n);
+                            p->penalty_last_n < 0 ? (double)n_ctx : p->penalty_last_n);
     cJSON_AddNumberToObject(g, "repeat_penalty", p->repeat_penalty);
     cJSON_AddNumberToObject(g, "presence_penalty", p->presence_penalty);
     cJSON_AddNumberToObject(g, "frequency_penalty", p->frequency_penalty);
@@ -627,7 +623,7 @@ static cJSON *settings_json(srv *s, const cJSON *b, const llama_req *q, const sr
     cJSON_AddNumberToObject(g, "dry_base", p->dry_base);
     cJSON_AddNumberToObject(g, "dry_allowed_length", p->dry_allowed_length);
     cJSON_AddNumberToObject(g, "dry_penalty_last_n",
-                            p->dry_penalty_last_n == -1 ? (double)s->n_ctx
+                            p->dry_penalty_last_n == -1 ? (double)n_ctx
                                                         : (double)p->dry_penalty_last_n);
     cJSON *brk = cJSON_AddArrayToObject(g, "dry_sequence_breakers");
     for (const char *t = NULL; (t = sampler_dry_breaker_next(p, t));)
@@ -635,6 +631,15 @@ static cJSON *settings_json(srv *s, const cJSON *b, const llama_req *q, const sr
     cJSON_AddNumberToObject(g, "mirostat", p->mirostat);
     cJSON_AddNumberToObject(g, "mirostat_tau", p->mirostat_tau);
     cJSON_AddNumberToObject(g, "mirostat_eta", p->mirostat_eta);
+    cJSON_AddNumberToObject(g, "min_keep", p->min_keep);
+}
+
+static cJSON *settings_json(srv *s, const cJSON *b, const llama_req *q, const srv_job *j,
+                            bool stream) {
+    const sampler_params *p = &j->sampling;
+    cJSON *g = cJSON_CreateObject();
+    cJSON_AddNumberToObject(g, "seed", q->random_seed ? 4294967295.0 : (double)p->seed);
+    llama_sampling_json(g, p, s->n_ctx);
     cJSON *stop = cJSON_AddArrayToObject(g, "stop");
     for (int i = 0; i < j->n_stop; i++) cJSON_AddItemToArray(stop, cJSON_CreateString(j->stop[i]));
     cJSON_AddNumberToObject(g, "max_tokens", (double)j->max_tokens);
@@ -652,7 +657,6 @@ static cJSON *settings_json(srv *s, const cJSON *b, const llama_req *q, const sr
         cJSON_AddItemToArray(bias, e);
     }
     cJSON_AddNumberToObject(g, "n_probs", q->n_probs);
-    cJSON_AddNumberToObject(g, "min_keep", p->min_keep);
     const cJSON *gr = req_field(b, "grammar");
     cJSON_AddStringToObject(g, "grammar", cJSON_IsString(gr) ? gr->valuestring : "");
     cJSON_AddBoolToObject(g, "grammar_lazy", false);
