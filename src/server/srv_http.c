@@ -339,21 +339,6 @@ static void stream_free(void *cls) {
     free(sc);
 }
 
-struct MHD_Response *srv_sse_response(MHD_ContentReaderCallback read, void *cls,
-                                      MHD_ContentReaderFreeCallback drop) {
-    struct MHD_Response *r =
-        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, read, cls, drop);
-    if (!r) {
-        drop(cls);
-        return NULL;
-    }
-    MHD_add_response_header(r, "Content-Type", "text/event-stream");
-    MHD_add_response_header(r, "Cache-Control", "no-cache");
-    MHD_add_response_header(r, "X-Accel-Buffering", "no"); /* nginx: no buffering */
-    add_cors(r);
-    return r;
-}
-
 /* A resumable stream's producer (srv_streams.c), on the pump thread: the
  * events queued so far, formatted as stream_read would send them. */
 static bool pump_stream(void *ctx, kvl_buf *out) {
@@ -413,10 +398,12 @@ static enum MHD_Result start_stream(srv *s, struct MHD_Connection *c, conn_ctx *
         struct MHD_Response *resp = rstream_response(s, st, c, 0);
         rstream_release(s, st);
         if (!resp) return MHD_NO; /* the session runs on, for a later GET */
+        add_cors(resp);
         return queue(c, MHD_HTTP_OK, resp);
     }
     struct MHD_Response *resp = srv_sse_response(stream_read, sc, stream_free);
     if (!resp) return MHD_NO;
+    add_cors(resp);
     return queue(c, MHD_HTTP_OK, resp); /* stream_free runs when MHD drops its reference */
 }
 
@@ -951,6 +938,7 @@ static enum MHD_Result dispatch(srv *s, struct MHD_Connection *c, const char *ur
         struct MHD_Response *r = rstream_response(s, st, c, from);
         rstream_release(s, st);
         if (!r) return MHD_NO;
+        add_cors(r);
         return queue(c, MHD_HTTP_OK, r);
     }
     case R_PAGE: {

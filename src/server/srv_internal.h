@@ -276,8 +276,9 @@ bool peer_closed(int fd);
  * 64-bit integers, e.g. "seed"). NULL with err (400) otherwise. */
 cJSON *json_parse_body(const char *p, size_t n, api_error *err);
 
-/* A server-sent-events response whose body read produces (srv_http.c): the
- * event-stream headers and CORS set; NULL (cls dropped) when out of memory. */
+/* A server-sent-events response whose body read produces (srv_streams.c):
+ * the event-stream headers set (the caller adds CORS); NULL (cls dropped)
+ * when out of memory. */
 struct MHD_Response *srv_sse_response(MHD_ContentReaderCallback read, void *cls,
                                       MHD_ContentReaderFreeCallback drop);
 
@@ -304,7 +305,7 @@ rstream *rstream_open(srv *s, const char *tenant, const char *id, srv_job *j, vo
                       rstream_produce_fn produce, void (*drop)(void *ctx), api_error *err);
 void rstream_release(srv *s, rstream *st);
 /* A text/event-stream response sending st's bytes from offset from on (it
- * takes its own reference); NULL when out of memory. */
+ * takes its own reference; the caller adds CORS); NULL when out of memory. */
 struct MHD_Response *rstream_response(srv *s, rstream *st, struct MHD_Connection *c, size_t from);
 /* GET /v1/stream/ID?from=N: the session (a reference) and the offset; NULL
  * with err (404 unknown or expired, 400 a bad or dropped offset). */

@@ -376,6 +376,20 @@ rstream *rstream_open(srv *s, const char *tenant, const char *id, srv_job *j, vo
 
 /* ------------------------------------------------------------- readers -- */
 
+struct MHD_Response *srv_sse_response(MHD_ContentReaderCallback read, void *cls,
+                                      MHD_ContentReaderFreeCallback drop) {
+    struct MHD_Response *r =
+        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, read, cls, drop);
+    if (!r) {
+        drop(cls);
+        return NULL;
+    }
+    MHD_add_response_header(r, "Content-Type", "text/event-stream");
+    MHD_add_response_header(r, "Cache-Control", "no-cache");
+    MHD_add_response_header(r, "X-Accel-Buffering", "no"); /* nginx: no buffering */
+    return r;
+}
+
 static ssize_t reader_read(void *cls, uint64_t pos, char *buf, size_t max) {
     rs_reader *r = cls;
     rstreams *rs = r->s->streams;
