@@ -390,8 +390,8 @@ static enum MHD_Result start_stream(srv *s, struct MHD_Connection *c, conn_ctx *
         rstream *st =
             rstream_open(s, cc->key ? cc->key->ns : "", conv, j, sc, pump_stream, pump_drop, &err);
         if (!st) {
-            job_cancel(j,
-                       false); /* not a client leaving: stream_free's own cancel is then a no-op */
+            /* not a client leaving: stream_free's own cancel is then a no-op */
+            job_cancel(j, false);
             stream_free(sc);
             return send_error_as(c, ROUTES[cc->route].r, &err);
         }
