@@ -9,7 +9,7 @@
 // usage: node test_predict.mjs BUILD/kvllm REPO_ROOT
 import { spawnSync } from 'node:child_process';
 import net from 'node:net';
-import { startServer, rawRequest, metrics, waitMetrics, assert, assertEq, runTests, stopAll } from './lib.mjs';
+import { startServer, rawRequest, metrics, waitMetrics, assert, assertEq, runTests, stopAll, sleep } from './lib.mjs';
 
 const [bin, root] = process.argv.slice(2);
 const freePort = () => new Promise((resolve) => {
@@ -97,8 +97,15 @@ const failed = await runTests([
     const before = await aborts();
     const body = JSON.stringify({ instances: [0, 1].map((i) => ({ '@requestFormat': 'completions', ...COMPL,
       prompt: `Long ${i}`, max_tokens: 480, ignore_eos: true })) });
-    const r = await rawRequest(gcp.url, { path: '/predict', body, settle: true,
-      onRequest: (req) => setTimeout(() => req.destroy(), 5) });
+    // leaves once both generations run (not before the server has read the request)
+    const leave = async (req) => {
+      for (let i = 0; i < 2000; i++) {
+        if ((await metrics(gcp.url)).get('kvllm:num_requests_running') >= 2) break;
+        await sleep(2);
+      }
+      req.destroy();
+    };
+    const r = await rawRequest(gcp.url, { path: '/predict', body, settle: true, onRequest: (req) => { leave(req); } });
     assert(r.error, 'left');
     const m = await waitMetrics(gcp.url, (x) => x.get('kvllm:num_requests_running') === 0);
     assertEq(m.get('kvllm:num_requests_running'), 0, 'nothing runs');
