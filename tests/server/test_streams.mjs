@@ -24,7 +24,7 @@ writeFileSync(keyFile, 'key-alice alice\nkey-bob bob\n');
 const keyed = await startServer(bin, [...MODEL, '--api-key-file', keyFile], { cwd: root, name: 'tenants' });
 const ALICE = { Authorization: 'Bearer key-alice' }, BOB = { Authorization: 'Bearer key-bob' };
 
-const BODY = { model: 'stories260K', prompt: 'Once upon a time', max_tokens: 3000, temperature: 0, ignore_eos: true, stream: true };
+const BODY = { model: 'stories260K', prompt: 'Once upon a time', max_tokens: 1500, temperature: 0, ignore_eos: true, stream: true };
 const post = (s, path, body, headers = {}) => rawRequest(s.url, { path, headers, body: JSON.stringify(body) });
 const get = (s, path, headers = {}) => rawRequest(s.url, { method: 'GET', path, headers });
 const del = (s, path, headers = {}) => rawRequest(s.url, { method: 'DELETE', path, headers });
@@ -106,7 +106,7 @@ const failed = await runTests([
     assertEq([past.status, past.text], [200, ''], 'from past the end of a finished stream: empty');
   }],
   ['a reader attached mid-generation gets the rest live; chat completions too', async () => {
-    const body = { model: 'stories260K', messages: [{ role: 'user', content: 'Tell a story' }], max_tokens: 3000,
+    const body = { model: 'stories260K', messages: [{ role: 'user', content: 'Tell a story' }], max_tokens: 1500,
       temperature: 0, ignore_eos: true, stream: true };
     const first = await leaveAfter(srv, '/v1/chat/completions', body, { 'X-Conversation-Id': 'chat-b' }, 600);
     assertEq(first.status, 200, 'streamed');
@@ -186,7 +186,7 @@ const failed = await runTests([
     assert(tail.status === 200 && tail.text === bytes.subarray(from).toString(), 'the last 3 MiB, byte for byte');
   }],
   ['sessions are the tenant\'s own', async () => {
-    const a = await leaveAfter(keyed, '/v1/completions', { ...BODY, max_tokens: 4000 }, { ...ALICE, 'X-Conversation-Id': 'mine' }, 300);
+    const a = await leaveAfter(keyed, '/v1/completions', { ...BODY, max_tokens: 1500 }, { ...ALICE, 'X-Conversation-Id': 'mine' }, 300);
     assertEq(a.status, 200, 'alice streams');
     assertEq(await lookup(keyed, ['mine'], BOB), [], 'bob does not see it');
     assertEq((await get(keyed, '/v1/stream/mine', BOB)).status, 404, 'bob cannot read it');
