@@ -299,10 +299,10 @@ static int serve_flag(const char *f, const char *v, void *ctx) {
         if (strcmp(name, server_settings[i].flag) == 0) st = &server_settings[i];
     bool ours =
         st || IS("--host") || IS("--api-key") || IS("--served-model-name") || IS("--alias") ||
-        IS("-a") || IS("-rea") || IS("--reasoning") || IS("-np") || IS("--parallel") ||
-        IS("--chat-template") || IS("--chat-template-file") || IS("--kv-memory") ||
-        IS("--max-batch-tokens") || IS("--max-seqs") || IS("--max-body") || IS("--cors") ||
-        IS("--kv-memory-fraction") || IS("--api-key-file") || IS("--kv-disk") ||
+        IS("--tags") || IS("-a") || IS("-rea") || IS("--reasoning") || IS("-np") ||
+        IS("--parallel") || IS("--chat-template") || IS("--chat-template-file") ||
+        IS("--kv-memory") || IS("--max-batch-tokens") || IS("--max-seqs") || IS("--max-body") ||
+        IS("--cors") || IS("--kv-memory-fraction") || IS("--api-key-file") || IS("--kv-disk") ||
         IS("--kv-disk-size") || IS("--scheduling-policy") || IS("--kv-disk-pin-max") ||
         IS("--prefix-admission-wait") || IS("--lora-modules") || IS("--chat-template-kwargs") ||
         IS("--default-chat-template-kwargs") || IS("--reasoning-budget") ||
@@ -382,6 +382,8 @@ static int serve_flag(const char *f, const char *v, void *ctx) {
         so->model_first[first] = '\0';
         so->sc.model_id = so->model_first;
         so->sc.model_aliases = v[first] ? v + first + 1 : NULL;
+    } else if (IS("--tags")) { /* llama-server's: informational, listed by /v1/models */
+        so->sc.model_tags = v;
     } else if (IS("-rea") || IS("--reasoning")) {          /* llama-server's on | off | auto */
         if (!strcmp(v, "off")) so->reasoning_budget = "0"; /* as --reasoning-budget 0 */
         else if (strcmp(v, "on") && strcmp(v, "auto")) {
@@ -856,6 +858,7 @@ static const struct {
     {"LLAMA_ARG_CACHE_TYPE_K", "-ctk|--cache-type-k", true, NULL},
     {"LLAMA_ARG_CACHE_TYPE_V", "-ctv|--cache-type-v", true, NULL},
     {"LLAMA_ARG_ALIAS", "--alias|-a", true, NULL},
+    {"LLAMA_ARG_TAGS", "--tags", true, NULL},
     {"LLAMA_API_KEY", "--api-key", true, NULL},
     {"VLLM_API_KEY", "--api-key", true, NULL}, /* vLLM's, read the same way */
     {"LLAMA_ARG_API_KEY_FILE", "--api-key-file", true, NULL},

@@ -34,6 +34,8 @@ typedef struct server_config {
      * them too, /v1/models lists each (llama-server's --alias a,b; vLLM's
      * --served-model-name); answers carry model_id */
     const char *model_aliases;
+    /* --tags a,b (llama-server's): informational tags /v1/models lists (NULL: none) */
+    const char *model_tags;
     const char *chat_template;     /* family name overriding the GGUF template, or NULL */
     const char *chat_template_src; /* the GGUF's tokenizer.chat_template, or NULL */
     const char *

@@ -114,9 +114,35 @@ static cJSON *model_meta(srv *s) {
     return meta;
 }
 
-/* The served model's object: llama-server's "meta" beside the others. */
+/* The names of a comma-separated list (trimmed, the empty ones left out),
+ * sorted and each once, as llama-server keeps its aliases and tags (sets). */
+static cJSON *name_set(const char *first, const char *list) {
+    char names[64][256];
+    int n = 0;
+    if (first) snprintf(names[n++], sizeof names[0], "%s", first);
+    for (const char *p = list; p && *p && n < 64;) {
+        size_t l = strcspn(p, ",");
+        const char *q = p;
+        while (l && (*q == ' ' || *q == '\t')) q++, l--;
+        while (l && (q[l - 1] == ' ' || q[l - 1] == '\t')) l--;
+        if (l) snprintf(names[n++], sizeof names[0], "%.*s", (int)(l < 255 ? l : 255), q);
+        p += strcspn(p, ",");
+        p += *p == ',';
+    }
+    qsort(names, (size_t)n, sizeof names[0], (int (*)(const void *, const void *))strcmp);
+    cJSON *a = cJSON_CreateArray();
+    for (int i = 0; i < n; i++)
+        if (!i || strcmp(names[i], names[i - 1]) != 0)
+            cJSON_AddItemToArray(a, cJSON_CreateString(names[i]));
+    return a;
+}
+
+/* The served model's object: llama-server's "aliases" (its names: the model's
+ * and --alias's), "tags" (--tags) and "meta" beside the others. */
 static cJSON *model_object(srv *s) {
     cJSON *o = model_object_named(s, s->cfg.model_id);
+    cJSON_AddItemToObject(o, "aliases", name_set(s->cfg.model_id, s->cfg.model_aliases));
+    cJSON_AddItemToObject(o, "tags", name_set(NULL, s->cfg.model_tags));
     cJSON_AddItemToObject(o, "meta", model_meta(s));
     return o;
 }

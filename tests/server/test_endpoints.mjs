@@ -79,7 +79,8 @@ const tests = [
         const got = await (await fetch(`${srv.url}/v1/models`)).json();
         assertEq(got.data[0].meta, c.answer.data[0].meta, `${c.model}: meta`);
         assertEq(Object.keys(got.data[0]).filter((k) => k in c.answer.data[0]).sort(),
-          ['created', 'id', 'meta', 'object', 'owned_by'], `${c.model}: llama-server's members`);
+          ['aliases', 'created', 'id', 'meta', 'object', 'owned_by', 'tags'], `${c.model}: llama-server's members`);
+        assertEq([got.data[0].aliases, got.data[0].tags], [[got.data[0].id], []], `${c.model}: its name, no tags`);
         const o = got.models?.[0];
         assert(o && o.name === got.data[0].id && o.model === o.name && o.details.format === 'gguf' &&
           o.capabilities.includes('completion'), `${c.model}: models[0] ${JSON.stringify(o)}`);
@@ -210,6 +211,16 @@ const tests = [
     for (const [method, p] of [['GET', '/tools'], ['POST', '/tools'], ['GET', '/cors-proxy'], ['POST', '/cors-proxy']]) {
       const r = await rawRequest(server.url, { method, path: p, body: method === 'POST' ? '{}' : undefined });
       assertEq([r.status, r.json?.error?.type], [403, 'feature_disabled'], `${method} ${p}: off, as llama-server's`);
+    }
+  }],
+  ['--alias and --tags: /v1/models\' aliases and tags (sorted, each once, trimmed)', async () => {
+    const t = await startServer(bin, ['-m', 'models/stories260K.gguf', '-c', '256', '--alias', 'b,a', '--tags', 'x, y,x'],
+      { cwd: root, name: 'tags' });
+    try {
+      const d = (await (await fetch(`${t.url}/v1/models`)).json()).data[0];
+      assertEq([d.id, d.aliases, d.tags], ['b', ['a', 'b'], ['x', 'y']], 'the served model');
+    } finally {
+      await t.stop();
     }
   }],
   ['--ui-config: the web UI\'s settings in /props', async () => {
