@@ -46,6 +46,16 @@ async function sdkError(fn) {
 }
 
 const utf8 = (s) => Buffer.from(s, 'utf8');
+/* fn(server) on a server of its own started with args (stopped afterwards, whatever fn does) */
+const withServer = async (args, name, fn) => {
+  const srv = await startServer(bin, args, { cwd: root, name });
+  try {
+    return await fn(srv);
+  } finally {
+    await srv.stop();
+  }
+};
+const STORIES = ['-m', 'models/stories260K.gguf', '-c', '256'];
 /* check_metrics.py's verdict on a scrape (its output; throws with the problems), through a
  * temporary file removed afterwards */
 const checkMetrics = (text) => {
@@ -74,8 +84,7 @@ const tests = [
   ['/v1/models: llama-server\'s "meta" of the model (as it answered on the same files) and its Ollama-style "models"', async () => {
     const rec = JSON.parse(readFileSync(path.join(root, 'tests/data/llama_server/models.json'), 'utf8'));
     for (const c of rec.cases) {
-      const srv = await startServer(bin, ['-m', c.model, '-c', '512'], { cwd: root, name: 'models-meta' });
-      try {
+      await withServer(['-m', c.model, '-c', '512'], 'models-meta', async (srv) => {
         const got = await (await fetch(`${srv.url}/v1/models`)).json();
         assertEq(got.data[0].meta, c.answer.data[0].meta, `${c.model}: meta`);
         assertEq(Object.keys(got.data[0]).filter((k) => k in c.answer.data[0]).sort(),
@@ -85,9 +94,7 @@ const tests = [
         assert(o && o.name === got.data[0].id && o.model === o.name && o.details.format === 'gguf' &&
           o.capabilities.includes('completion'), `${c.model}: models[0] ${JSON.stringify(o)}`);
         assertEq(o.size, c.answer.data[0].meta.size, `${c.model}: models[0].size in bytes`);
-      } finally {
-        await srv.stop();
-      }
+      });
     }
   }],
 
@@ -214,23 +221,15 @@ const tests = [
     }
   }],
   ['--alias and --tags: /v1/models\' aliases and tags (sorted, each once, trimmed)', async () => {
-    const t = await startServer(bin, ['-m', 'models/stories260K.gguf', '-c', '256', '--alias', 'b,a', '--tags', 'x, y,x'],
-      { cwd: root, name: 'tags' });
-    try {
+    await withServer([...STORIES, '--alias', 'b,a', '--tags', 'x, y,x'], 'tags', async (t) => {
       const d = (await (await fetch(`${t.url}/v1/models`)).json()).data[0];
       assertEq([d.id, d.aliases, d.tags], ['b', ['a', 'b'], ['x', 'y']], 'the served model');
-    } finally {
-      await t.stop();
-    }
+    });
   }],
   ['--ui-config: the web UI\'s settings in /props', async () => {
-    const ui = await startServer(bin, ['-m', 'models/stories260K.gguf', '-c', '256', '--ui-config', '{"showTokensPerSecond": true}'],
-      { cwd: root, name: 'ui-config' });
-    try {
+    await withServer([...STORIES, '--ui-config', '{"showTokensPerSecond": true}'], 'ui-config', async (ui) => {
       assertEq((await (await fetch(`${ui.url}/props`)).json()).ui_settings, { showTokensPerSecond: true }, 'ui_settings');
-    } finally {
-      await ui.stop();
-    }
+    });
   }],
 
   ['/v1/embeddings: shape, L2 norm 1, deterministic, batch = singles, ids = text', async () => {
@@ -314,21 +313,15 @@ const tests = [
     const no = await rawRequest(small.url, { path: '/props', body: '{}' });
     assert(no.status === 501 && no.json.error.type === 'not_supported_error' && no.json.error.message.includes('--props'),
       no.text);
-    const withProps = await startServer(bin, ['-m', 'models/stories260K.gguf', '-c', '256', '--props'],
-      { cwd: root, name: 'props' });
-    try {
+    await withServer([...STORIES, '--props'], 'props', async (withProps) => {
       const r = await rawRequest(withProps.url, { path: '/props', body: '{"n_ctx": 128}' });
       assertEq([r.status, r.json], [200, { success: true }], r.text);
       assertEq((await rawRequest(withProps.url, { path: '/props', body: '[1]' })).status, 400, 'not an object');
       assertEq((await rawRequest(withProps.url, { method: 'GET', path: '/props' })).json.n_ctx, 256, 'GET unchanged');
-    } finally {
-      await withProps.stop();
-    }
+    });
   }],
   ['--metrics-prefix vllm: the same series under vLLM\'s namespace, promtool-clean', async () => {
-    const vllm = await startServer(bin, ['-m', 'models/stories260K.gguf', '-c', '256', '--metrics-prefix', 'vllm'],
-      { cwd: root, name: 'metrics-prefix' });
-    try {
+    await withServer([...STORIES, '--metrics-prefix', 'vllm'], 'metrics-prefix', async (vllm) => {
       const names = (t, ns) => [...t.matchAll(new RegExp(`^(?:# (?:HELP|TYPE) )?${ns}:([a-z_]+)`, 'gm'))].map((m) => m[1]).sort();
       const ours = await (await fetch(`${small.url}/metrics`)).text();
       const theirs = await (await fetch(`${vllm.url}/metrics`)).text();
@@ -338,9 +331,7 @@ const tests = [
         'generation_tokens_total', 'time_to_first_token_seconds_bucket', 'e2e_request_latency_seconds_count'])
         assert(new RegExp(`^vllm:${n}\\{model_name="stories260K"`, 'm').test(theirs), `vllm:${n}`);
       checkMetrics(theirs);
-    } finally {
-      await vllm.stop();
-    }
+    });
   }],
   ['--api-prefix /llm: every route under it, nothing outside; the pages link relatively', async () => {
     const pre = await startServer(bin, ['-m', 'models/stories260K.gguf', '-c', '256', '--api-prefix', '/llm'],
