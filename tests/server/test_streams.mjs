@@ -13,7 +13,7 @@
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { startServer, rawRequest, metrics, waitMetrics, assert, assertEq, runTests, stopAll, sleep } from './lib.mjs';
+import { startServer, rawRequest, metrics, waitMetrics, assert, assertEq, runTests, stopAll } from './lib.mjs';
 
 const [bin, root] = process.argv.slice(2);
 const MODEL = ['-m', 'models/stories260K.gguf', '-c', '4096'];
@@ -51,6 +51,29 @@ const leaveAfter = (s, path, body, headers, keep = 1500) => new Promise((resolve
     }, reject);
   return req;
 });
+// A GET of a stream read as it comes: returned once its first bytes are in (the
+// reader is attached to the session, not still on its way), done at its end.
+const attach = async (s, path) => {
+  const res = await fetch(new URL(path, s.url));
+  const rd = res.body.getReader();
+  const chunks = [];
+  const first = await rd.read();
+  if (first.value) chunks.push(Buffer.from(first.value));
+  const done = (async () => {
+    let error = null;
+    try {
+      for (;;) {
+        const { value, done: end } = await rd.read();
+        if (end) break;
+        chunks.push(Buffer.from(value));
+      }
+    } catch (e) {
+      error = e; // a connection cut by the server's end
+    }
+    return { status: res.status, text: Buffer.concat(chunks).toString(), error };
+  })();
+  return { status: res.status, done };
+};
 // The generated text of an SSE completion stream, and whether it ended with [DONE].
 const sseText = (text) => {
   let out = '', done = false, finish = null;
@@ -123,12 +146,11 @@ const failed = await runTests([
     const abortBefore = await finishes(srv, 'abort');
     const first = await leaveAfter(srv, '/v1/completions', { ...BODY, max_tokens: 4000 }, { 'X-Conversation-Id': 'conv-del' }, 300);
     assertEq(first.status, 200, 'streamed');
-    const reader = get(srv, '/v1/stream/conv-del');
-    await sleep(20);
+    const reader = await attach(srv, '/v1/stream/conv-del');
     const d = await del(srv, '/v1/stream/conv-del');
     assertEq([d.status, d.text], [204, ''], 'DELETE');
-    const r = await reader;
-    assertEq(r.status, 200, 'the reader ended');
+    const r = await reader.done;
+    assertEq([r.status, r.error], [200, null], 'the reader ended');
     assert(!sseText(r.text).done, 'without [DONE]: cut short');
     await waitMetrics(srv.url, (m) => idle(m));
     assertEq(await finishes(srv, 'abort'), abortBefore + 1, 'the generation was cancelled');
@@ -201,11 +223,10 @@ const failed = await runTests([
       { cwd: root, name: 'drain' });
     const a = await leaveAfter(s, '/v1/completions', { ...BODY, max_tokens: 32000 }, { 'X-Conversation-Id': 'bye' }, 300);
     assertEq(a.status, 200, 'streamed');
-    const reader = rawRequest(s.url, { method: 'GET', path: '/v1/stream/bye', settle: true });
-    await sleep(20);
+    const reader = await attach(s, '/v1/stream/bye');
     assertEq(await s.stop(), 0, `exit code (log:\n${s.log().slice(-600)})`);
-    const r = await reader;
-    assert(r.status === 200 || r.error, 'the reader ended with the server');
+    const r = await reader.done;
+    assertEq(r.status, 200, 'the reader ended with the server');
     assert(/shutdown timeout/.test(s.log()), 'the drain waited for it, then cancelled it');
   }],
 ]);
