@@ -39,6 +39,8 @@
 #include "kernels.h"
 #include "kvl_pool.h"
 
+#include <omp.h>
+
 #define MAX_LIST 16
 
 typedef struct bench_args {
@@ -55,6 +57,12 @@ typedef struct bench_args {
     bool membw, membw_steps;
     int64_t membw_mb, membw_step_mb;
     bool progress;
+    bool warmup;     /* --no-warmup: false */
+    bool reps_given; /* -r given (llama-bench's way defaults to 5) */
+    bool kvllm_only; /* a flag of kvllm's own report (named in kvllm_flag) */
+    const char *kvllm_flag;
+    bench_matrix mx; /* -p, -n, -t as lists, -pg, -d, -o, -oe, --progress, --delay */
+    bool matrix;     /* llama-bench's way (cmd_bench_matrix.c) */
 } bench_args;
 
 /* ------------------------------------------------------------ flags -- */
@@ -99,11 +107,46 @@ static void batch_with_one(bench_args *a) {
     a->batch[0] = 1;
 }
 
+/* A flag of kvllm's own report, which llama-bench's way has no place for. */
+static void kvllm_own(bench_args *a, const char *f) {
+    a->kvllm_only = true;
+    if (!a->kvllm_flag) a->kvllm_flag = f;
+}
+
+/* llama-bench's -o / -oe formats. */
+static bool parse_format(const char *f, const char *v, bench_format *out) {
+    static const char *const names[] = {"md", "csv", "json", "jsonl", "sql"};
+    for (int i = 0; v && i < 5; i++)
+        if (strcmp(v, names[i]) == 0) {
+            *out = (bench_format)(BENCH_FMT_MD + i);
+            return true;
+        }
+    fprintf(stderr, "kvllm bench: %s: csv, json, jsonl, md or sql\n", f);
+    return false;
+}
+
+/* -pg PP,TG (llama-bench's prompt-then-generation test), appended. */
+static bool parse_pg(const char *f, const char *v, bench_matrix *mx) {
+    char *end1 = NULL, *end2 = NULL;
+    long long pp = v ? strtoll(v, &end1, 10) : -1, tg = -1;
+    if (end1 && end1 != v && *end1 == ',') tg = strtoll(end1 + 1, &end2, 10);
+    if (pp < 0 || tg < 0 || !end2 || end2 == end1 + 1 || *end2 || mx->n_pg == BENCH_MAX_LIST) {
+        fprintf(stderr, "kvllm bench: %s: expected PP,TG (two integers >= 0, like 512,128)\n", f);
+        return false;
+    }
+    mx->pg[mx->n_pg][0] = pp;
+    mx->pg[mx->n_pg++][1] = tg;
+    return true;
+}
+
 static int bench_switch(bench_args *a, const char *f) {
     if (strcmp(f, "--membw") == 0) a->membw = true;
     else if (strcmp(f, "--membw-steps") == 0) a->membw = a->membw_steps = true;
     else if (strcmp(f, "--no-progress") == 0) a->progress = false;
+    else if (strcmp(f, "--no-warmup") == 0) a->warmup = false;
+    else if (strcmp(f, "--progress") == 0) a->mx.progress = a->mx.out_given = true;
     else return 0;
+    if (strncmp(f, "--membw", 7) == 0) kvllm_own(a, f);
     return 1;
 }
 
@@ -113,8 +156,32 @@ static int bench_flag(const char *f, const char *v, void *ctx) {
     int sw = bench_switch(a, f);
     if (sw) return sw;
 #define IS(name) (strcmp(f, name) == 0)
-    if (IS("-p") || IS("--n-prompt")) return parse_int(f, v, 0, &a->n_prefill) ? 2 : -1;
-    if (IS("-n") || IS("--n-gen")) return parse_int(f, v, 0, &a->n_decode) ? 2 : -1;
+    if (IS("-p") || IS("--n-prompt")) return bench_list_parse(f, v, &a->mx.prompt) ? 2 : -1;
+    if (IS("-n") || IS("--n-gen")) return bench_list_parse(f, v, &a->mx.gen) ? 2 : -1;
+    if (IS("-d") || IS("--n-depth")) return bench_list_parse(f, v, &a->mx.depth) ? 2 : -1;
+    if (IS("-t") || IS("--threads")) {
+        if (!bench_list_parse(f, v, &a->mx.threads)) return -1;
+        for (int i = 0; i < a->mx.threads.n; i++)
+            if (a->mx.threads.v[i] < 1) {
+                fprintf(stderr, "kvllm bench: %s: at least one thread\n", f);
+                return -1;
+            }
+        return 2;
+    }
+    if (IS("-pg")) return parse_pg(f, v, &a->mx) ? 2 : -1;
+    if (IS("-o") || IS("--output") || IS("-oe") || IS("--output-err")) {
+        a->mx.out_given = true;
+        return parse_format(f, v, IS("-o") || IS("--output") ? &a->mx.out : &a->mx.out_err) ? 2
+                                                                                            : -1;
+    }
+    if (IS("--delay")) {
+        a->mx.out_given = true;
+        return parse_int(f, v, 0, &a->mx.delay_s) ? 2 : -1;
+    }
+    if (IS("--decode-prompt") || IS("--sweep-tokens") || IS("--membw-mb") ||
+        IS("--membw-step-mb") || IS("--batch") || IS("--context-sweep") || IS("--out") ||
+        IS("--no-cache-budget"))
+        kvllm_own(a, f);
     if (IS("--decode-prompt")) return parse_int(f, v, 1, &a->decode_prompt) ? 2 : -1;
     if (IS("--sweep-tokens")) return parse_int(f, v, 2, &a->sweep_tokens) ? 2 : -1;
     if (IS("--membw-mb")) return parse_int(f, v, 1, &a->membw_mb) ? 2 : -1;
@@ -126,6 +193,7 @@ static int bench_flag(const char *f, const char *v, void *ctx) {
         return v ? 2 : -1;
     }
     if (IS("-r") || IS("--repetitions")) {
+        a->reps_given = true;
         if (!parse_int(f, v, 1, &x)) return -1;
         a->reps = x > 1000 ? 1000 : (int)x;
         return 2;
@@ -145,8 +213,21 @@ void cmd_bench_usage(FILE *out) {
                  "                   [--context-sweep 128,512,2048 [--sweep-tokens 16] "
                  "[--no-cache-budget 120]\n"
                  "                    [--out PREFIX]] [--membw [--membw-mb 1024]]\n"
-                 "                   [--membw-steps [--membw-step-mb 256]] [--no-progress]\n"
-                 "       kvllm bench --membw        (memory read bandwidth only)\n");
+                 "                   [--membw-steps [--membw-step-mb 256]] [--no-progress] "
+                 "[--no-warmup]\n"
+                 "       kvllm bench --membw        (memory read bandwidth only)\n"
+                 "  llama-bench's way: kvllm bench -m MODEL [-p 512] [-n 128] [-pg PP,TG] [-d 0]\n"
+                 "                   [-t N] [-r 5] [-o md|csv|json|jsonl|sql] [-oe FORMAT] "
+                 "[--progress]\n"
+                 "                   [--delay S] [--no-warmup]\n"
+                 "    taken whenever -o, -oe, -pg, -d, --progress or --delay is given, or -p, -n "
+                 "or -t\n"
+                 "    has several values (\"128,512\", \"128-512*2\", \"1-4+1\", or the flag "
+                 "again):\n"
+                 "    one test per value (pp: the prompt, tg: tokens one at a time, pp+tg: both;\n"
+                 "    \"@ dN\": after N tokens already in the cache, reused through the prefix "
+                 "cache),\n"
+                 "    each a row of llama-bench's table (md, the default) or record.\n");
 }
 
 /* ---------------------------------------------------------- progress -- */
@@ -370,27 +451,32 @@ static bool run_requests(bench *b, engine *e, int n_seqs, int64_t n_prompt, int6
     return true;
 }
 
-static engine *make_engine(bench *b, int max_seqs, int64_t n_prompt, int64_t max_tokens,
-                           bool no_cache) {
-    const cli_opts *o = b->o;
+engine *bench_engine_new(const cli_opts *o, const cli_model *cm, int max_seqs, int64_t n_ctx,
+                         int64_t batch_tokens, int64_t n_blocks, bool no_cache) {
     engine_config ec;
     engine_config_default(&ec);
-    ec.n_ctx = n_prompt + max_tokens + 1;
+    ec.n_ctx = n_ctx;
     ec.block_size = o->block_size;
     ec.kv_dtype = o->kv_dtype;
     ec.kv_dtype_v = o->kv_dtype_v;
     ec.max_seqs = max_seqs;
+    ec.n_blocks = n_blocks;
+    ec.max_batch_tokens = batch_tokens > o->batch_tokens ? batch_tokens : o->batch_tokens;
+    ec.no_kv_cache = no_cache;
+    ec.step_groups = cli_step_groups(o);
+    kvl_error err = {{0}};
+    engine *e = engine_create(cm->m, cm->vocab, &ec, &err);
+    if (!e) fprintf(stderr, "kvllm bench: %s\n", err.msg);
+    return e;
+}
+
+static engine *make_engine(bench *b, int max_seqs, int64_t n_prompt, int64_t max_tokens,
+                           bool no_cache) {
     /* All prompts in one step, so every sequence starts decoding together;
      * without the cache, a whole sequence in one step, since a recompute cut
      * into chunks would be started over at every step. */
     int64_t all = no_cache ? n_prompt + max_tokens : (int64_t)max_seqs * n_prompt;
-    ec.max_batch_tokens = all > o->batch_tokens ? all : o->batch_tokens;
-    ec.no_kv_cache = no_cache;
-    ec.step_groups = cli_step_groups(o);
-    kvl_error err = {{0}};
-    engine *e = engine_create(b->cm.m, b->cm.vocab, &ec, &err);
-    if (!e) fprintf(stderr, "kvllm bench: %s\n", err.msg);
-    return e;
+    return bench_engine_new(b->o, &b->cm, max_seqs, n_prompt + max_tokens + 1, all, 0, no_cache);
 }
 
 /* One engine, one request per repetition (or a batch of them); no probes
@@ -496,16 +582,9 @@ static bool phase_warmup(bench *b) {
 /* The weight mix by name: general.file_type as llama.cpp numbers it, else
  * the type holding most of the bytes. */
 static const char *model_type_name(const gguf_file *f) {
-    static const struct {
-        int id;
-        const char *name;
-    } FT[] = {{0, "F32"},     {1, "F16"},     {2, "Q4_0"},    {3, "Q4_1"},    {7, "Q8_0"},
-              {10, "Q2_K"},   {11, "Q3_K_S"}, {12, "Q3_K_M"}, {14, "Q4_K_S"}, {15, "Q4_K_M"},
-              {16, "Q5_K_S"}, {17, "Q5_K_M"}, {18, "Q6_K"},   {32, "BF16"}};
-    int64_t ft;
-    if (gguf_get_i64(f, "general.file_type", &ft))
-        for (size_t i = 0; i < sizeof FT / sizeof FT[0]; i++)
-            if (FT[i].id == ft) return FT[i].name;
+    uint32_t ft;
+    if (gguf_get_u32(f, "general.file_type", &ft) && gguf_file_type_name(ft))
+        return gguf_file_type_name(ft);
     size_t by_type[GGUF_DT_COUNT] = {0};
     int best = 0;
     for (int64_t i = 0; i < gguf_n_tensors(f); i++) {
@@ -763,7 +842,7 @@ static void print_text(const bench *b, const results *res) {
 /* ------------------------------------------------------------- main -- */
 
 static int count_runs(const bench_args *a) {
-    int n = 1 + (a->n_prefill > 0 ? a->reps : 0) + 2 * a->n_sweep;
+    int n = a->warmup + (a->n_prefill > 0 ? a->reps : 0) + 2 * a->n_sweep;
     if (a->n_decode > 1) n += a->reps * (a->n_batch - fused_single(a));
     return n;
 }
@@ -778,7 +857,7 @@ static int64_t longest_context(const bench_args *a) {
 
 static bool run_phases(bench *b, results *res) {
     const bench_args *a = b->a;
-    return phase_warmup(b) && (a->n_prefill <= 0 || phase_prefill(b, res)) &&
+    return (!a->warmup || phase_warmup(b)) && (a->n_prefill <= 0 || phase_prefill(b, res)) &&
            (a->n_decode <= 1 || phase_decode(b, res)) && phase_sweep(b, res);
 }
 
@@ -793,11 +872,37 @@ static bool parse_args(int argc, char **argv, cli_opts *o, bench_args *a) {
                       .nocache_budget_s = 120,
                       .membw_mb = 1024,
                       .membw_step_mb = 256,
-                      .progress = true};
+                      .progress = true,
+                      .warmup = true};
     if (!cli_parse_ex(argc, argv, o, bench_flag, a)) {
         cmd_bench_usage(stderr);
         return false;
     }
+    bench_matrix *mx = &a->mx;
+    a->matrix = mx->out_given || mx->prompt.n > 1 || mx->gen.n > 1 || mx->threads.n > 1 ||
+                mx->depth.n > 0 || mx->n_pg > 0;
+    if (a->matrix && (a->kvllm_only || o->json)) {
+        fprintf(stderr,
+                "kvllm bench: %s is kvllm's own report's; llama-bench's way (-o, -oe, -pg, -d, "
+                "--progress, --delay, several values of -p, -n or -t) has no place for it%s\n",
+                a->kvllm_only ? a->kvllm_flag : "--json", o->json ? " (use -o json)" : "");
+        return false;
+    }
+    if (mx->threads.n > 0) { /* the most any test uses: the model's scratch is sized for it */
+        int64_t most = 0;
+        for (int i = 0; i < mx->threads.n; i++)
+            if (mx->threads.v[i] > most) most = mx->threads.v[i];
+        o->n_threads = (int)most;
+        kvl_pool_set_threads(o->n_threads);
+        omp_set_num_threads(kvl_pool_threads());
+    }
+    if (a->matrix) {
+        bench_matrix_defaults(mx);
+        if (!a->reps_given) a->reps = 5; /* llama-bench's */
+        return true;
+    }
+    if (mx->prompt.n) a->n_prefill = mx->prompt.v[0];
+    if (mx->gen.n) a->n_decode = mx->gen.v[0];
     batch_with_one(a);
     for (int i = 0; i < a->n_batch; i++)
         if (a->batch[i] > 256) {
@@ -820,6 +925,11 @@ int cmd_bench(int argc, char **argv) {
     results *res = calloc(1, sizeof *res);
     if (!res) return 1;
     int rc = 1;
+    if (a.matrix) {
+        o.n_ctx = bench_matrix_longest(&a.mx);
+        rc = cli_load(&o, true, &b.cm) ? bench_matrix_run(&o, &b.cm, &a.mx, a.reps, a.warmup) : 1;
+        goto out;
+    }
     bool model_wanted = o.model_path || !a.membw;
     o.n_ctx = longest_context(&a);
     if (model_wanted && !cli_load(&o, true, &b.cm)) goto out;

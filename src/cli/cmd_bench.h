@@ -13,6 +13,49 @@ typedef struct sweep_point {
     double nocache_est_s;
 } sweep_point;
 
+/* llama-bench's way (cmd_bench_matrix.c): a matrix of tests, each value list
+ * as llama-bench takes it ("512", "128,512", "128-512*2", flags repeated),
+ * every test in a row of llama-bench's output formats. */
+#define BENCH_MAX_LIST 64
+typedef struct bench_list {
+    int64_t v[BENCH_MAX_LIST];
+    int n;
+} bench_list;
+typedef enum bench_format {
+    BENCH_FMT_NONE = 0,
+    BENCH_FMT_MD,
+    BENCH_FMT_CSV,
+    BENCH_FMT_JSON,
+    BENCH_FMT_JSONL,
+    BENCH_FMT_SQL,
+} bench_format;
+typedef struct bench_matrix {
+    bench_list prompt, gen, depth, threads; /* -p, -n, -d, -t (empty: not given) */
+    int64_t pg[BENCH_MAX_LIST][2];          /* -pg pp,tg */
+    int n_pg;
+    bench_format out, out_err; /* -o (stdout), -oe (stderr) */
+    bool out_given;            /* -o or -oe */
+    bool progress;             /* --progress: a line on stderr as each run starts */
+    int64_t delay_s;           /* --delay: seconds before each test */
+} bench_matrix;
+/* Appends "first[-last[+step|*mult]][,...]" to l (values >= 0); false (said
+ * why on stderr) for anything else or more than BENCH_MAX_LIST values. */
+bool bench_list_parse(const char *flag, const char *v, bench_list *l);
+/* The matrix's defaults where a list was not given (-p 512, -n 128, -d 0, -t
+ * the pool's size), as llama-bench has them. */
+void bench_matrix_defaults(bench_matrix *mx);
+/* The longest context any of its tests needs. */
+int64_t bench_matrix_longest(const bench_matrix *mx);
+/* Runs every test reps times on the loaded model (warm-ups unless !warmup)
+ * and prints each as it ends; 0, or 1 after a failure (said why). */
+int bench_matrix_run(const cli_opts *o, const cli_model *cm, const bench_matrix *mx, int reps,
+                     bool warmup);
+/* An engine for the bench's runs: max_seqs sequences of up to n_ctx tokens,
+ * steps of batch_tokens at least, n_blocks KV blocks (0: the engine's
+ * default); NULL after saying why. */
+engine *bench_engine_new(const cli_opts *o, const cli_model *cm, int max_seqs, int64_t n_ctx,
+                         int64_t batch_tokens, int64_t n_blocks, bool no_cache);
+
 /* Memory read bandwidth in GB/s: best of 5 passes over `mb` MiB, all threads. */
 double bench_membw_gbps(int64_t mb);
 /* A short probe run between decoding steps (--membw-steps): the bandwidth of

@@ -139,6 +139,13 @@ const gguf_dtype_traits *gguf_dtype_traits_of(int dtype);
  * and for kvllm's own types. */
 bool gguf_dtype_geometry(int dtype, int *block_elems, size_t *block_bytes);
 const char *gguf_dtype_name(int dtype); /* "Q4_K", or "unknown" */
+/* A whole file's type, general.file_type (llama.cpp's llama_ftype numbers):
+ * llama-quantize's name for it ("Q4_K_M") and llama.cpp's description of it
+ * ("Q4_K - Medium", as llama_model_ftype_name and llama-server report it);
+ * NULL for a number with neither. parse: the number of a name, any case, or -1. */
+const char *gguf_file_type_name(uint32_t ftype);
+const char *gguf_file_type_desc(uint32_t ftype);
+int gguf_file_type_parse(const char *name);
 /* Bytes of a row of n elements, (n / block_elems) * block_bytes, for any type
  * of the table (kvllm's own included); 0 when the type has no geometry, n < 0
  * or n is not a whole number of blocks. */

@@ -5,6 +5,8 @@
  * storage types (src/kv/kv_dtype.c). */
 #include "gguf.h"
 
+#include <strings.h>
+
 /* A block type's elems and bytes (GGUF_BLOCK_TYPES, gguf.h) */
 #define BLOCK(TYPE) GGUF_BLOCK_ELEMS_##TYPE, GGUF_BLOCK_BYTES_##TYPE
 
@@ -65,6 +67,63 @@ bool gguf_dtype_geometry(int dtype, int *block_elems, size_t *block_bytes) {
 const char *gguf_dtype_name(int dtype) {
     if (dtype < 0 || dtype >= GGUF_DT_COUNT || !TYPES[dtype].name) return "unknown";
     return TYPES[dtype].name;
+}
+
+/* general.file_type by number: llama-quantize's name, llama.cpp's description. */
+static const struct {
+    const char *name, *desc;
+} FILE_TYPES[] = {
+    [0] = {"F32", "all F32"},
+    [1] = {"F16", "F16"},
+    [2] = {"Q4_0", "Q4_0"},
+    [3] = {"Q4_1", "Q4_1"},
+    [7] = {"Q8_0", "Q8_0"},
+    [8] = {"Q5_0", "Q5_0"},
+    [9] = {"Q5_1", "Q5_1"},
+    [10] = {"Q2_K", "Q2_K - Medium"},
+    [11] = {"Q3_K_S", "Q3_K - Small"},
+    [12] = {"Q3_K_M", "Q3_K - Medium"},
+    [13] = {"Q3_K_L", "Q3_K - Large"},
+    [14] = {"Q4_K_S", "Q4_K - Small"},
+    [15] = {"Q4_K_M", "Q4_K - Medium"},
+    [16] = {"Q5_K_S", "Q5_K - Small"},
+    [17] = {"Q5_K_M", "Q5_K - Medium"},
+    [18] = {"Q6_K", "Q6_K"},
+    [19] = {"IQ2_XXS", "IQ2_XXS - 2.0625 bpw"},
+    [20] = {"IQ2_XS", "IQ2_XS - 2.3125 bpw"},
+    [21] = {"Q2_K_S", "Q2_K - Small"},
+    [22] = {"IQ3_XS", "IQ3_XS - 3.3 bpw"},
+    [23] = {"IQ3_XXS", "IQ3_XXS - 3.0625 bpw"},
+    [24] = {"IQ1_S", "IQ1_S - 1.5625 bpw"},
+    [25] = {"IQ4_NL", "IQ4_NL - 4.5 bpw"},
+    [26] = {"IQ3_S", "IQ3_S - 3.4375 bpw"},
+    [27] = {"IQ3_M", "IQ3_S mix - 3.66 bpw"},
+    [28] = {"IQ2_S", "IQ2_S - 2.5 bpw"},
+    [29] = {"IQ2_M", "IQ2_M - 2.7 bpw"},
+    [30] = {"IQ4_XS", "IQ4_XS - 4.25 bpw"},
+    [31] = {"IQ1_M", "IQ1_M - 1.75 bpw"},
+    [32] = {"BF16", "BF16"},
+    [36] = {"TQ1_0", "TQ1_0 - 1.69 bpw ternary"},
+    [37] = {"TQ2_0", "TQ2_0 - 2.06 bpw ternary"},
+    [38] = {"MXFP4_MOE", "MXFP4 MoE"},
+    [39] = {"NVFP4", "NVFP4"},
+    [40] = {"Q1_0", "Q1_0"},
+    [41] = {"Q2_0", "Q2_0"},
+};
+#define N_FILE_TYPES (sizeof FILE_TYPES / sizeof FILE_TYPES[0])
+
+const char *gguf_file_type_name(uint32_t ftype) {
+    return ftype < N_FILE_TYPES ? FILE_TYPES[ftype].name : NULL;
+}
+
+const char *gguf_file_type_desc(uint32_t ftype) {
+    return ftype < N_FILE_TYPES ? FILE_TYPES[ftype].desc : NULL;
+}
+
+int gguf_file_type_parse(const char *name) {
+    for (size_t i = 0; name && i < N_FILE_TYPES; i++)
+        if (FILE_TYPES[i].name && strcasecmp(FILE_TYPES[i].name, name) == 0) return (int)i;
+    return -1;
 }
 
 size_t gguf_row_bytes(int dtype, int64_t n) {

@@ -42,50 +42,6 @@ static cJSON *model_object_named(const srv *s, const char *id) {
     return m;
 }
 
-/* The file type (general.file_type, llama.cpp's llama_ftype numbers) by
- * llama.cpp's name for it; NULL for a file without the key or an unknown one. */
-static const char *ftype_name(uint32_t t) {
-    static const char *const names[] = {
-        [0] = "all F32",
-        [1] = "F16",
-        [2] = "Q4_0",
-        [3] = "Q4_1",
-        [7] = "Q8_0",
-        [8] = "Q5_0",
-        [9] = "Q5_1",
-        [10] = "Q2_K - Medium",
-        [11] = "Q3_K - Small",
-        [12] = "Q3_K - Medium",
-        [13] = "Q3_K - Large",
-        [14] = "Q4_K - Small",
-        [15] = "Q4_K - Medium",
-        [16] = "Q5_K - Small",
-        [17] = "Q5_K - Medium",
-        [18] = "Q6_K",
-        [19] = "IQ2_XXS - 2.0625 bpw",
-        [20] = "IQ2_XS - 2.3125 bpw",
-        [21] = "Q2_K - Small",
-        [22] = "IQ3_XS - 3.3 bpw",
-        [23] = "IQ3_XXS - 3.0625 bpw",
-        [24] = "IQ1_S - 1.5625 bpw",
-        [25] = "IQ4_NL - 4.5 bpw",
-        [26] = "IQ3_S - 3.4375 bpw",
-        [27] = "IQ3_S mix - 3.66 bpw",
-        [28] = "IQ2_S - 2.5 bpw",
-        [29] = "IQ2_M - 2.7 bpw",
-        [30] = "IQ4_XS - 4.25 bpw",
-        [31] = "IQ1_M - 1.75 bpw",
-        [32] = "BF16",
-        [36] = "TQ1_0 - 1.69 bpw ternary",
-        [37] = "TQ2_0 - 2.06 bpw ternary",
-        [38] = "MXFP4 MoE",
-        [39] = "NVFP4",
-        [40] = "Q1_0",
-        [41] = "Q2_0",
-    };
-    return t < sizeof names / sizeof *names ? names[t] : NULL;
-}
-
 /* llama-server's "meta" of its model: the vocabulary's kind in llama.cpp's
  * numbering (tokenizer.ggml.model: 1 SPM "llama", 2 BPE "gpt2", 3 WPM "bert",
  * 4 UGM "t5", 5 "rwkv", 6 "plamo2"; 0 none), the context served and trained,
@@ -109,8 +65,8 @@ static cJSON *model_meta(srv *s) {
     cJSON_AddNumberToObject(meta, "n_params", (double)hp->n_params);
     cJSON_AddNumberToObject(meta, "size", (double)gguf_tensor_data_bytes(model_gguf(m)));
     uint32_t ft;
-    if (gguf_get_u32(model_gguf(m), "general.file_type", &ft) && ftype_name(ft))
-        cJSON_AddStringToObject(meta, "ftype", ftype_name(ft));
+    if (gguf_get_u32(model_gguf(m), "general.file_type", &ft) && gguf_file_type_desc(ft))
+        cJSON_AddStringToObject(meta, "ftype", gguf_file_type_desc(ft));
     return meta;
 }
 
@@ -424,9 +380,10 @@ char *srv_props(srv *s) {
     cJSON_AddStringToObject(o, "model_alias", s->cfg.model_id);
     uint32_t ft;
     const gguf_file *f = model_gguf(engine_model(s->e));
-    cJSON_AddStringToObject(
-        o, "model_ftype",
-        gguf_get_u32(f, "general.file_type", &ft) && ftype_name(ft) ? ftype_name(ft) : "unknown");
+    cJSON_AddStringToObject(o, "model_ftype",
+                            gguf_get_u32(f, "general.file_type", &ft) && gguf_file_type_desc(ft)
+                                ? gguf_file_type_desc(ft)
+                                : "unknown");
     cJSON *mod = cJSON_AddObjectToObject(o, "modalities");
     cJSON_AddBoolToObject(mod, "vision", false);
     cJSON_AddBoolToObject(mod, "video", false);

@@ -138,31 +138,25 @@ const synth_shape *synth_shape_find(const char *name) {
     return NULL;
 }
 
-static const struct {
-    const char *name;
-    synth_ftype t;
-} FTYPES[] = {{"F16", SYNTH_F16},         {"Q8_0", SYNTH_Q8_0},
-              {"Q4_0", SYNTH_Q4_0},       {"Q4_1", SYNTH_Q4_1},
-              {"Q5_0", SYNTH_Q5_0},       {"Q5_1", SYNTH_Q5_1},
-              {"IQ4_NL", SYNTH_IQ4_NL},   {"Q4_K_M", SYNTH_Q4_K_M},
-              {"Q4_K_S", SYNTH_Q4_K_S},   {"Q5_K_S", SYNTH_Q5_K_S},
-              {"Q5_K_M", SYNTH_Q5_K_M},   {"Q3_K_M", SYNTH_Q3_K_M},
-              {"Q2_K", SYNTH_Q2_K},       {"IQ4_XS", SYNTH_IQ4_XS},
-              {"IQ2_XXS", SYNTH_IQ2_XXS}, {"MXFP4_MOE", SYNTH_MXFP4_MOE}};
+/* The mixes synth writes; their names are llama-quantize's (gguf_file_type_name). */
+static const synth_ftype FTYPES[] = {SYNTH_F16,    SYNTH_Q8_0,   SYNTH_Q4_0,    SYNTH_Q4_1,
+                                     SYNTH_Q5_0,   SYNTH_Q5_1,   SYNTH_IQ4_NL,  SYNTH_Q4_K_M,
+                                     SYNTH_Q4_K_S, SYNTH_Q5_K_S, SYNTH_Q5_K_M,  SYNTH_Q3_K_M,
+                                     SYNTH_Q2_K,   SYNTH_IQ4_XS, SYNTH_IQ2_XXS, SYNTH_MXFP4_MOE};
 
 bool synth_ftype_parse(const char *name, synth_ftype *out) {
-    for (size_t i = 0; i < sizeof FTYPES / sizeof FTYPES[0]; i++)
-        if (strcasecmp(FTYPES[i].name, name) == 0) {
-            *out = FTYPES[i].t;
+    const int id = gguf_file_type_parse(name);
+    for (size_t i = 0; id >= 0 && i < sizeof FTYPES / sizeof FTYPES[0]; i++)
+        if ((int)FTYPES[i] == id) {
+            *out = FTYPES[i];
             return true;
         }
     return false;
 }
 
 const char *synth_ftype_name(synth_ftype t) {
-    for (size_t i = 0; i < sizeof FTYPES / sizeof FTYPES[0]; i++)
-        if (FTYPES[i].t == t) return FTYPES[i].name;
-    return "unknown";
+    const char *name = gguf_file_type_name((uint32_t)t);
+    return name ? name : "unknown";
 }
 
 /* ------------------------------------------------------- tensor types -- */
