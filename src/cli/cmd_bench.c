@@ -585,15 +585,7 @@ static const char *model_type_name(const gguf_file *f) {
     uint32_t ft;
     if (gguf_get_u32(f, "general.file_type", &ft) && gguf_file_type_name(ft))
         return gguf_file_type_name(ft);
-    size_t by_type[GGUF_DT_COUNT] = {0};
-    int best = 0;
-    for (int64_t i = 0; i < gguf_n_tensors(f); i++) {
-        const gguf_tensor *t = gguf_tensor_at(f, i);
-        if (t->dtype >= 0 && t->dtype < GGUF_DT_COUNT) by_type[t->dtype] += t->nbytes;
-    }
-    for (int t = 0; t < GGUF_DT_COUNT; t++)
-        if (by_type[t] > by_type[best]) best = t;
-    return gguf_dtype_name(best);
+    return gguf_dtype_name(gguf_commonest_dtype(f));
 }
 
 static double batch_gbps(const bench *b, const batch_result *br) {

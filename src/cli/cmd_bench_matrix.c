@@ -326,26 +326,14 @@ static void result_ts(const result *r, double *ts) {
 }
 
 /* llama.cpp's description of the model: architecture, size label ("?B"
- * without general.size_label) and file type ("(guessed)" from the tensors
- * without general.file_type). */
+ * without general.size_label) and file type ("(guessed) ..." from the
+ * tensors without general.file_type). */
 static void model_desc(const model *m, char *out, size_t cap) {
     const gguf_file *f = model_gguf(m);
-    char label[64] = "?B";
+    char label[64] = "?B", type[96];
     gguf_get_str_buf(f, "general.size_label", label, sizeof label);
-    uint32_t ft;
-    if (gguf_get_u32(f, "general.file_type", &ft) && gguf_file_type_desc(ft)) {
-        snprintf(out, cap, "%s %s %s", model_hp(m)->arch, label, gguf_file_type_desc(ft));
-        return;
-    }
-    size_t by_type[GGUF_DT_COUNT] = {0};
-    int best = 0;
-    for (int64_t i = 0; i < gguf_n_tensors(f); i++) {
-        const gguf_tensor *t = gguf_tensor_at(f, i);
-        if (t->dtype >= 0 && t->dtype < GGUF_DT_COUNT) by_type[t->dtype] += t->nbytes;
-    }
-    for (int t = 0; t < GGUF_DT_COUNT; t++)
-        if (by_type[t] > by_type[best]) best = t;
-    snprintf(out, cap, "%s %s %s (guessed)", model_hp(m)->arch, label, gguf_dtype_name(best));
+    gguf_file_type_describe(f, type, sizeof type);
+    snprintf(out, cap, "%s %s %s", model_hp(m)->arch, label, type);
 }
 
 #define FS(NAME, ...) (f[k] = (field){NAME, F_STR, ""}, snprintf(f[k++].value, 512, __VA_ARGS__))

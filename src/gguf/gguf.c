@@ -856,6 +856,27 @@ const gguf_tensor *gguf_find_tensor(const gguf_file *f, const char *name) {
 
 size_t gguf_tensor_data_bytes(const gguf_file *f) { return f->data_bytes; }
 
+int gguf_commonest_dtype(const gguf_file *f) {
+    int64_t count[GGUF_DT_COUNT] = {0}, most = 0;
+    int best = GGUF_DT_F32;
+    for (int64_t i = 0; i < f->n_tensors; i++) {
+        const int t = gguf_tensor_at(f, i)->dtype;
+        if (t < 0 || t >= GGUF_DT_COUNT || ++count[t] <= most) continue;
+        most = count[t];
+        best = t;
+    }
+    return best;
+}
+
+bool gguf_file_type_describe(const gguf_file *f, char *buf, size_t cap) {
+    uint32_t ft;
+    const bool known = gguf_get_u32(f, "general.file_type", &ft);
+    if (!known) ft = (uint32_t)gguf_file_type_guess(gguf_commonest_dtype(f));
+    const char *desc = gguf_file_type_desc(ft);
+    snprintf(buf, cap, "%s%s", desc && !known ? "(guessed) " : "", desc ? desc : "unknown");
+    return desc != NULL;
+}
+
 int64_t gguf_tensor_nelements(const gguf_tensor *t) {
     return t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3]; /* checked not to overflow at load */
 }

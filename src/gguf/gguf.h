@@ -146,6 +146,9 @@ const char *gguf_dtype_name(int dtype); /* "Q4_K", or "unknown" */
 const char *gguf_file_type_name(uint32_t ftype);
 const char *gguf_file_type_desc(uint32_t ftype);
 int gguf_file_type_parse(const char *name);
+/* The file type llama.cpp guesses for a file whose tensors are mostly of dtype
+ * (Q4_K: Q4_K_M); 0 (all F32) for a type it maps to none. */
+int gguf_file_type_guess(int dtype);
 /* Bytes of a row of n elements, (n / block_elems) * block_bytes, for any type
  * of the table (kvllm's own included); 0 when the type has no geometry, n < 0
  * or n is not a whole number of blocks. */
@@ -237,6 +240,13 @@ const gguf_tensor *gguf_tensor_at(const gguf_file *f, int64_t i);
 const gguf_tensor *gguf_find_tensor(const gguf_file *f, const char *name); /* NULL if absent */
 /* Total bytes of tensor data (the weights' size). */
 size_t gguf_tensor_data_bytes(const gguf_file *f);
+/* The element type most tensors have (the first to reach that count, in file
+ * order): what llama.cpp guesses a file without general.file_type from. */
+int gguf_commonest_dtype(const gguf_file *f);
+/* llama.cpp's description of f's type (llama_model_ftype_name): general.file_type's
+ * ("Q4_K - Medium"), else "(guessed) " and the type its commonest tensor type
+ * stands for ("(guessed) all F32"). False (buf "unknown") for a number without one. */
+bool gguf_file_type_describe(const gguf_file *f, char *buf, size_t cap);
 /* ne[0]*ne[1]*ne[2]*ne[3] (checked at load not to overflow). */
 int64_t gguf_tensor_nelements(const gguf_tensor *t);
 

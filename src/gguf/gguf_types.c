@@ -69,46 +69,49 @@ const char *gguf_dtype_name(int dtype) {
     return TYPES[dtype].name;
 }
 
-/* general.file_type by number: llama-quantize's name, llama.cpp's description. */
+/* general.file_type by number: llama-quantize's name, llama.cpp's description,
+ * and the tensor type llama.cpp guesses it from for a file without the key
+ * (-1: none; 0 is a real guess's, from F32). */
 static const struct {
     const char *name, *desc;
+    int guessed_from;
 } FILE_TYPES[] = {
-    [0] = {"F32", "all F32"},
-    [1] = {"F16", "F16"},
-    [2] = {"Q4_0", "Q4_0"},
-    [3] = {"Q4_1", "Q4_1"},
-    [7] = {"Q8_0", "Q8_0"},
-    [8] = {"Q5_0", "Q5_0"},
-    [9] = {"Q5_1", "Q5_1"},
-    [10] = {"Q2_K", "Q2_K - Medium"},
-    [11] = {"Q3_K_S", "Q3_K - Small"},
-    [12] = {"Q3_K_M", "Q3_K - Medium"},
-    [13] = {"Q3_K_L", "Q3_K - Large"},
-    [14] = {"Q4_K_S", "Q4_K - Small"},
-    [15] = {"Q4_K_M", "Q4_K - Medium"},
-    [16] = {"Q5_K_S", "Q5_K - Small"},
-    [17] = {"Q5_K_M", "Q5_K - Medium"},
-    [18] = {"Q6_K", "Q6_K"},
-    [19] = {"IQ2_XXS", "IQ2_XXS - 2.0625 bpw"},
-    [20] = {"IQ2_XS", "IQ2_XS - 2.3125 bpw"},
-    [21] = {"Q2_K_S", "Q2_K - Small"},
-    [22] = {"IQ3_XS", "IQ3_XS - 3.3 bpw"},
-    [23] = {"IQ3_XXS", "IQ3_XXS - 3.0625 bpw"},
-    [24] = {"IQ1_S", "IQ1_S - 1.5625 bpw"},
-    [25] = {"IQ4_NL", "IQ4_NL - 4.5 bpw"},
-    [26] = {"IQ3_S", "IQ3_S - 3.4375 bpw"},
-    [27] = {"IQ3_M", "IQ3_S mix - 3.66 bpw"},
-    [28] = {"IQ2_S", "IQ2_S - 2.5 bpw"},
-    [29] = {"IQ2_M", "IQ2_M - 2.7 bpw"},
-    [30] = {"IQ4_XS", "IQ4_XS - 4.25 bpw"},
-    [31] = {"IQ1_M", "IQ1_M - 1.75 bpw"},
-    [32] = {"BF16", "BF16"},
-    [36] = {"TQ1_0", "TQ1_0 - 1.69 bpw ternary"},
-    [37] = {"TQ2_0", "TQ2_0 - 2.06 bpw ternary"},
-    [38] = {"MXFP4_MOE", "MXFP4 MoE"},
-    [39] = {"NVFP4", "NVFP4"},
-    [40] = {"Q1_0", "Q1_0"},
-    [41] = {"Q2_0", "Q2_0"},
+    [0] = {"F32", "all F32", GGUF_DT_F32},
+    [1] = {"F16", "F16", GGUF_DT_F16},
+    [2] = {"Q4_0", "Q4_0", GGUF_DT_Q4_0},
+    [3] = {"Q4_1", "Q4_1", GGUF_DT_Q4_1},
+    [7] = {"Q8_0", "Q8_0", GGUF_DT_Q8_0},
+    [8] = {"Q5_0", "Q5_0", GGUF_DT_Q5_0},
+    [9] = {"Q5_1", "Q5_1", GGUF_DT_Q5_1},
+    [10] = {"Q2_K", "Q2_K - Medium", GGUF_DT_Q2_K},
+    [11] = {"Q3_K_S", "Q3_K - Small", -1},
+    [12] = {"Q3_K_M", "Q3_K - Medium", GGUF_DT_Q3_K},
+    [13] = {"Q3_K_L", "Q3_K - Large", -1},
+    [14] = {"Q4_K_S", "Q4_K - Small", -1},
+    [15] = {"Q4_K_M", "Q4_K - Medium", GGUF_DT_Q4_K},
+    [16] = {"Q5_K_S", "Q5_K - Small", -1},
+    [17] = {"Q5_K_M", "Q5_K - Medium", GGUF_DT_Q5_K},
+    [18] = {"Q6_K", "Q6_K", GGUF_DT_Q6_K},
+    [19] = {"IQ2_XXS", "IQ2_XXS - 2.0625 bpw", GGUF_DT_IQ2_XXS},
+    [20] = {"IQ2_XS", "IQ2_XS - 2.3125 bpw", GGUF_DT_IQ2_XS},
+    [21] = {"Q2_K_S", "Q2_K - Small", -1},
+    [22] = {"IQ3_XS", "IQ3_XS - 3.3 bpw", -1},
+    [23] = {"IQ3_XXS", "IQ3_XXS - 3.0625 bpw", GGUF_DT_IQ3_XXS},
+    [24] = {"IQ1_S", "IQ1_S - 1.5625 bpw", GGUF_DT_IQ1_S},
+    [25] = {"IQ4_NL", "IQ4_NL - 4.5 bpw", GGUF_DT_IQ4_NL},
+    [26] = {"IQ3_S", "IQ3_S - 3.4375 bpw", GGUF_DT_IQ3_S},
+    [27] = {"IQ3_M", "IQ3_S mix - 3.66 bpw", -1},
+    [28] = {"IQ2_S", "IQ2_S - 2.5 bpw", GGUF_DT_IQ2_S},
+    [29] = {"IQ2_M", "IQ2_M - 2.7 bpw", -1},
+    [30] = {"IQ4_XS", "IQ4_XS - 4.25 bpw", GGUF_DT_IQ4_XS},
+    [31] = {"IQ1_M", "IQ1_M - 1.75 bpw", GGUF_DT_IQ1_M},
+    [32] = {"BF16", "BF16", GGUF_DT_BF16},
+    [36] = {"TQ1_0", "TQ1_0 - 1.69 bpw ternary", 34 /* TQ1_0 */},
+    [37] = {"TQ2_0", "TQ2_0 - 2.06 bpw ternary", 35 /* TQ2_0 */},
+    [38] = {"MXFP4_MOE", "MXFP4 MoE", -1},
+    [39] = {"NVFP4", "NVFP4", -1},
+    [40] = {"Q1_0", "Q1_0", -1},
+    [41] = {"Q2_0", "Q2_0", -1},
 };
 #define N_FILE_TYPES (sizeof FILE_TYPES / sizeof FILE_TYPES[0])
 
@@ -118,6 +121,12 @@ const char *gguf_file_type_name(uint32_t ftype) {
 
 const char *gguf_file_type_desc(uint32_t ftype) {
     return ftype < N_FILE_TYPES ? FILE_TYPES[ftype].desc : NULL;
+}
+
+int gguf_file_type_guess(int dtype) {
+    for (size_t i = 0; i < N_FILE_TYPES; i++)
+        if (FILE_TYPES[i].name && FILE_TYPES[i].guessed_from == dtype) return (int)i;
+    return 0;
 }
 
 int gguf_file_type_parse(const char *name) {

@@ -64,9 +64,9 @@ static cJSON *model_meta(srv *s) {
     cJSON_AddNumberToObject(meta, "n_embd", (double)hp->n_embd);
     cJSON_AddNumberToObject(meta, "n_params", (double)hp->n_params);
     cJSON_AddNumberToObject(meta, "size", (double)gguf_tensor_data_bytes(model_gguf(m)));
-    uint32_t ft;
-    if (gguf_get_u32(model_gguf(m), "general.file_type", &ft) && gguf_file_type_desc(ft))
-        cJSON_AddStringToObject(meta, "ftype", gguf_file_type_desc(ft));
+    char ftype[96];
+    if (gguf_file_type_describe(model_gguf(m), ftype, sizeof ftype))
+        cJSON_AddStringToObject(meta, "ftype", ftype);
     return meta;
 }
 
@@ -378,12 +378,9 @@ char *srv_props(srv *s) {
      * its input kinds (text only here), the endpoints and the UI's settings,
      * and the features kvllm does not have (sleeping, the MCP CORS proxy) off */
     cJSON_AddStringToObject(o, "model_alias", s->cfg.model_id);
-    uint32_t ft;
-    const gguf_file *f = model_gguf(engine_model(s->e));
-    cJSON_AddStringToObject(o, "model_ftype",
-                            gguf_get_u32(f, "general.file_type", &ft) && gguf_file_type_desc(ft)
-                                ? gguf_file_type_desc(ft)
-                                : "unknown");
+    char ftype[96];
+    gguf_file_type_describe(model_gguf(engine_model(s->e)), ftype, sizeof ftype);
+    cJSON_AddStringToObject(o, "model_ftype", ftype);
     cJSON *mod = cJSON_AddObjectToObject(o, "modalities");
     cJSON_AddBoolToObject(mod, "vision", false);
     cJSON_AddBoolToObject(mod, "video", false);
