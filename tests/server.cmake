@@ -13,4 +13,4 @@ foreach(t api batch chat_template structured endpoints tools responses anthropic
 endforeach()
 # Under ASan + UBSan too (make sanitize): the request paths of the OpenAI and
 # llama-server APIs, whose parsers and answers are the server's largest new code.
-set_property(TEST server_api server_llama_api server_pooling server_vllm_params server_slots server_streams server_predict APPEND PROPERTY LABELS asan_server)
+set_property(TEST server_api server_llama_api server_pooling server_vllm_params server_slots server_streams server_predict server_lora APPEND PROPERTY LABELS asan_server)

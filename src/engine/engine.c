@@ -303,8 +303,12 @@ static bool validate_request(engine *e, const engine_request *r, kvl_error *err)
     if (r->grammar && !e->vocab) return kvl_fail(err, "a grammar needs the engine's vocabulary");
     if (r->lora && model_lora_count(e->m) == 0)
         return kvl_fail(err, "LoRA scales given, but the model has no adapter");
-    for (int i = 0; r->lora && i < model_lora_count(e->m); i++)
+    model_lora_info info;
+    for (int i = 0; r->lora && i < model_lora_count(e->m); i++) {
         if (!isfinite(r->lora[i])) return kvl_fail(err, "LoRA adapter %d: scale is not finite", i);
+        if (r->lora[i] != 0.0f && !model_lora_get(e->m, i, &info))
+            return kvl_fail(err, "LoRA adapter %d has been unloaded", i);
+    }
     if (r->n_stop < 0 || r->n_stop > ENGINE_MAX_STOP)
         return kvl_fail(err, "%d stop strings: at most %d are supported", r->n_stop,
                         ENGINE_MAX_STOP);
@@ -490,7 +494,10 @@ char *engine_cache_salt(const engine *e, const char *salt, const float *lora, fl
     size_t at = (size_t)snprintf(out, cap, "%s", user);
     for (int i = 0; i < n; i++) {
         model_lora_info info;
-        model_lora_get(e->m, i, &info);
+        if (!model_lora_get(e->m, i, &info)) { /* removed: no scale (validate_request) */
+            if (scales) scales[i] = 0.0f;
+            continue;
+        }
         const float sc = lora ? lora[i] : info.scale;
         if (scales) scales[i] = sc;
         if (sc != 0.0f)
@@ -545,6 +552,20 @@ static seq *find_seq(engine *e, int64_t id) {
     for (int i = 0; i < e->n_running; i++)
         if (e->running[i]->id == id) return e->running[i];
     return NULL;
+}
+
+int engine_lora_add(engine *e, gguf_file *f, float scale, kvl_error *err) {
+    return model_lora_add(e->m, f, scale, err);
+}
+
+bool engine_lora_remove(engine *e, int adapter, int *users) {
+    int n = 0;
+    for (const seq *s = e->waiting; s; s = s->next)
+        n += adapter < s->n_lora && s->lora[adapter] != 0.0f;
+    for (int i = 0; i < e->n_running; i++)
+        n += adapter < e->running[i]->n_lora && e->running[i]->lora[adapter] != 0.0f;
+    *users = n;
+    return n == 0 && model_lora_remove(e->m, adapter);
 }
 
 void engine_cancel(engine *e, int64_t id) {

@@ -258,6 +258,13 @@ void engine_destroy(engine *e);
 int64_t engine_submit(engine *e, const engine_request *r, kvl_error *err);
 /* Cancels a queued or running request; its final event is sent during the next step. */
 void engine_cancel(engine *e, int64_t request_id);
+/* LoRA adapters of the engine's model at run time, from the thread that
+ * steps it, between steps: add attaches f (model_lora_add: the index, or -1
+ * with err set; f is the model's either way); remove takes adapter `adapter`
+ * away (model_lora_remove) unless queued or running requests give it a scale
+ * other than 0: then false with *users their count (0: no such adapter). */
+int engine_lora_add(engine *e, gguf_file *f, float scale, kvl_error *err);
+bool engine_lora_remove(engine *e, int adapter, int *users);
 /* Ends request_id's thinking block now (llama-server's reasoning_end control
  * action): its budget's forced tokens (message, end tag) come next. False
  * when it has no budget (engine_request.budget) or no block is being counted. */

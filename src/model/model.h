@@ -151,6 +151,11 @@ bool model_forward_span(model *m, kv_pool *const *pools, const model_span *s, kv
  * failure too) with this default scale. Its index (0, 1, ...) or -1 (err
  * set). Not while a forward runs. */
 int model_lora_add(model *m, gguf_file *f, float scale, kvl_error *err);
+/* Detaches adapter i and frees it (not while a forward runs); its index stays
+ * taken, empty: the others keep theirs, model_lora_get says false for it and
+ * a batch must give it scale 0. False if there is no adapter i. */
+bool model_lora_remove(model *m, int i);
+/* Indices in use so far, removed ones included (scale arrays have this many). */
 int model_lora_count(const model *m);
 typedef struct model_lora_info {
     const char *path;

@@ -364,10 +364,27 @@ fail:
     return -1;
 }
 
+bool model_lora_remove(model *m, int i) {
+    if (!m->lora || i < 0 || i >= m->lora->n || !m->lora->ad[i].f) return false;
+    lora_adapter *ad = &m->lora->ad[i];
+    for (int k = 0; k < ad->n_pairs; k++) { /* out of each adapted matrix's list */
+        lora_link *l = &ad->links[k];
+        struct lora_link **p = l->target ? &l->target->lora : &m->lora->embd;
+        while (*p && *p != l) p = &(*p)->next;
+        if (*p) *p = l->next;
+    }
+    kvl_free(ad->links);
+    gguf_close(ad->f);
+    *ad = (lora_adapter){0};
+    m->lora->defaults[i] = 0.0f;
+    kvl_log(KVL_LOG_INFO, "model: LoRA adapter %d removed", i);
+    return true;
+}
+
 int model_lora_count(const model *m) { return m->lora ? m->lora->n : 0; }
 
 bool model_lora_get(const model *m, int i, model_lora_info *out) {
-    if (!m->lora || i < 0 || i >= m->lora->n) return false;
+    if (!m->lora || i < 0 || i >= m->lora->n || !m->lora->ad[i].f) return false;
     const lora_adapter *ad = &m->lora->ad[i];
     *out = (model_lora_info){.path = gguf_path(ad->f),
                              .alpha = ad->alpha,
@@ -384,7 +401,8 @@ const gguf_file *model_lora_gguf(const model *m, int i) {
 }
 
 void model_lora_set_scale(model *m, int i, float scale) {
-    if (m->lora && i >= 0 && i < m->lora->n && isfinite(scale)) m->lora->defaults[i] = scale;
+    if (m->lora && i >= 0 && i < m->lora->n && m->lora->ad[i].f && isfinite(scale))
+        m->lora->defaults[i] = scale;
 }
 
 void lora_free(model *m) {

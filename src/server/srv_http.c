@@ -54,6 +54,8 @@ typedef enum route {
     R_INPUT_TOKENS_RESP,
     R_LORA_GET,
     R_LORA_SET,
+    R_LORA_LOAD,
+    R_LORA_UNLOAD,
     R_STREAM_GET,
     R_STREAM_DELETE,
     R_STREAMS_LOOKUP,
@@ -125,6 +127,9 @@ static const struct {
     {"/responses/input_tokens", "POST", R_INPUT_TOKENS_RESP, AUTH_KEY, false},
     {"/lora-adapters", "GET", R_LORA_GET, AUTH_KEY, false},
     {"/lora-adapters", "POST", R_LORA_SET, AUTH_KEY, false},
+    /* vLLM's, with VLLM_ALLOW_RUNTIME_LORA_UPDATING (else as no route) */
+    {"/v1/load_lora_adapter", "POST", R_LORA_LOAD, AUTH_KEY, false},
+    {"/v1/unload_lora_adapter", "POST", R_LORA_UNLOAD, AUTH_KEY, false},
     /* llama-server's resumable streams (srv_streams.c) */
     {"/v1/stream/", "GET", R_STREAM_GET, AUTH_KEY, true},
     {"/v1/stream/", "DELETE", R_STREAM_DELETE, AUTH_KEY, true},
@@ -868,6 +873,21 @@ static enum MHD_Result dispatch(srv *s, struct MHD_Connection *c, const char *ur
         return send_result(c, srv_apply_template(s, body, cc->body.len, &err), &err);
     case R_LORA_GET: return send_json(c, MHD_HTTP_OK, srv_lora_list(s));
     case R_LORA_SET: return send_result(c, srv_lora_set(s, body, cc->body.len, &err), &err);
+    case R_LORA_LOAD:
+    case R_LORA_UNLOAD: {
+        if (!s->lora_runtime) {
+            api_fail(&err, 404, NULL,
+                     "no route for %s (set VLLM_ALLOW_RUNTIME_LORA_UPDATING=True to load and "
+                     "unload LoRA adapters at run time)",
+                     ROUTES[cc->route].path);
+            return send_error(c, &err);
+        }
+        char *msg = ROUTES[cc->route].r == R_LORA_LOAD
+                        ? srv_lora_load(s, body, cc->body.len, &err)
+                        : srv_lora_unload(s, body, cc->body.len, &err);
+        return msg ? send_text(c, MHD_HTTP_OK, "text/plain; charset=utf-8", msg, NULL, NULL)
+                   : send_error(c, &err);
+    }
     case R_KV_SAVE: return send_result(c, srv_kv_save(s, body, cc->body.len, cc->key, &err), &err);
     case R_KV_UNPIN:
         return send_result(c, srv_kv_unpin(s, body, cc->body.len, cc->key, &err), &err);

@@ -533,10 +533,15 @@ struct srv {
     atomic_long n_client_gone; /* jobs cancelled because their client left */
     rstore *responses;         /* kept /v1/responses answers; NULL: none kept */
     rstreams *streams;         /* resumable streams (srv_streams.c) */
-    /* LoRA adapters' scales for requests that name none (srv_lora.c) */
+    /* LoRA adapters (srv_lora.c): their count, names (cfg.lora_names) and
+     * the scales of requests that name none, read and changed under lora_mu */
     pthread_mutex_t lora_mu;
     float lora_scale[MODEL_MAX_LORA];
-    int n_lora; /* the model's adapters (model_lora_count) */
+    int n_lora;                       /* the model's adapter indices (model_lora_count) */
+    bool lora_gone[MODEL_MAX_LORA];   /* unloaded (/v1/unload_lora_adapter): index left empty */
+    char *lora_owned[MODEL_MAX_LORA]; /* names given at run time, freed at the end only (a
+                                        * job's model_name may point to one) */
+    bool lora_runtime;                /* VLLM_ALLOW_RUNTIME_LORA_UPDATING: the two routes */
     /* Engine thread only. */
     srv_job *active;
     srv_slot *slots; /* [max_seqs]: llama-server's slots, for its slot actions (srv_slots.c) */
@@ -898,6 +903,15 @@ static inline const char *job_model_name(const srv *s, const srv_job *j) {
 }
 /* The same into out (MODEL_MAX_LORA floats), *n of them (0: no adapters). */
 bool srv_lora_scales(srv *s, const cJSON *b, const char *model, float *out, int *n, api_error *err);
+/* The adapter named name (cfg.lora_names), or -1; the caller holds lora_mu. */
+int srv_lora_named_locked(const srv *s, const char *name);
+/* vLLM's runtime adapters (with VLLM_ALLOW_RUNTIME_LORA_UPDATING): POST
+ * /v1/load_lora_adapter {"lora_name", "lora_path"[, "load_inplace"]} and
+ * /v1/unload_lora_adapter {"lora_name"}; vLLM's plain-text success line
+ * (malloc'd) or NULL with err (400, 404 for an unknown name, 409 while
+ * requests use it). */
+char *srv_lora_load(srv *s, const char *body, size_t len, api_error *err);
+char *srv_lora_unload(srv *s, const char *body, size_t len, api_error *err);
 char *srv_lora_list(srv *s);                                              /* GET /lora-adapters */
 char *srv_lora_set(srv *s, const char *body, size_t len, api_error *err); /* POST */
 /* /v1/models' entries for the named adapters, each object(s, name) plus

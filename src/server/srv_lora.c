@@ -9,18 +9,20 @@
  * prefix cache by them (engine_request.lora), so no answer reads K and V
  * computed under other adapters. This half reads only the server's own
  * fields (the request fuzzer runs it without an engine); srv_lora_info.c
- * reads the adapters themselves. */
+ * reads the adapters themselves, and loads and unloads them at run time
+ * (vLLM's /v1/load_lora_adapter): the names, the count and the scales are
+ * read and changed under lora_mu. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "srv_internal.h"
 
-static int n_adapters(const srv *s) { return s->n_lora; }
+static void lora_lock(const srv *s) { pthread_mutex_lock((pthread_mutex_t *)&s->lora_mu); }
+static void lora_unlock(const srv *s) { pthread_mutex_unlock((pthread_mutex_t *)&s->lora_mu); }
 
-/* The adapter --lora-modules named name, or -1. */
-static int adapter_named(const srv *s, const char *name) {
-    for (int i = 0; name && i < n_adapters(s); i++)
+int srv_lora_named_locked(const srv *s, const char *name) {
+    for (int i = 0; name && i < s->n_lora; i++)
         if (s->cfg.lora_names[i] && strcmp(s->cfg.lora_names[i], name) == 0) return i;
     return -1;
 }
@@ -36,14 +38,18 @@ bool srv_model_alias(const srv *s, const char *name) {
 }
 
 bool srv_model_known(const srv *s, const char *name) {
-    return strcmp(name, s->cfg.model_id) == 0 || srv_model_alias(s, name) ||
-           adapter_named(s, name) >= 0;
+    if (strcmp(name, s->cfg.model_id) == 0 || srv_model_alias(s, name)) return true;
+    lora_lock(s);
+    const bool named = srv_lora_named_locked(s, name) >= 0;
+    lora_unlock(s);
+    return named;
 }
 
-/* [{"id": N, "scale": S}, ...] into scales (the adapters not listed at 0). */
+/* [{"id": N, "scale": S}, ...] into scales (the adapters not listed at 0),
+ * under lora_mu. */
 static bool parse_list(const srv *s, const cJSON *list, const char *param, float *scales,
                        api_error *err) {
-    const int n = n_adapters(s);
+    const int n = s->n_lora;
     if (!cJSON_IsArray(list))
         return api_fail(err, 400, param, "'%s' must be an array of {\"id\", \"scale\"} objects",
                         param);
@@ -69,14 +75,20 @@ static bool parse_list(const srv *s, const cJSON *list, const char *param, float
                             k, v, n - 1);
         if (!isfinite(sc->valuedouble) || fabs(sc->valuedouble) > 1e6)
             return api_fail(err, 400, param, "'%s[%d].scale' must be a finite number", param, k);
+        if (s->lora_gone[(int)v] && sc->valuedouble != 0)
+            return api_fail(err, 400, param, "'%s[%d].id' %g: that adapter was unloaded", param, k,
+                            v);
         scales[(int)v] = (float)sc->valuedouble;
     }
     return true;
 }
 
-bool srv_lora_scales(srv *s, const cJSON *b, const char *model, float *out, int *n_out,
-                     api_error *err) {
-    const int n = n_adapters(s), named = adapter_named(s, model);
+/* srv_lora_scales under lora_mu; *named: the adapter "model" names, or -1. */
+static bool scales_locked(srv *s, const cJSON *b, const char *model, float *out, int *n_out,
+                          int *named_out, api_error *err) {
+    const int n = s->n_lora, named = srv_lora_named_locked(s, model);
+    *named_out = named;
+    for (int i = 0; i < MODEL_MAX_LORA; i++) out[i] = 0.0f; /* adapters loaded later: 0 */
     const cJSON *list = req_field(b, "lora");
     if (list && !cJSON_IsArray(list))
         return api_fail(err, 400, "lora", "'lora' must be an array of {\"id\", \"scale\"} objects");
@@ -90,19 +102,28 @@ bool srv_lora_scales(srv *s, const cJSON *b, const char *model, float *out, int 
         if (!parse_list(s, list, "lora", out, err)) return false;
     } else if (named >= 0) {
         for (int i = 0; i < n; i++) out[i] = i == named ? 1.0f : 0.0f;
-    } else {
-        pthread_mutex_lock(&s->lora_mu);
-        memcpy(out, s->lora_scale, (size_t)n * sizeof *out);
-        pthread_mutex_unlock(&s->lora_mu);
-    }
+    } else memcpy(out, s->lora_scale, (size_t)n * sizeof *out);
     *n_out = n;
     return true;
 }
 
+bool srv_lora_scales(srv *s, const cJSON *b, const char *model, float *out, int *n_out,
+                     api_error *err) {
+    int named;
+    lora_lock(s);
+    const bool ok = scales_locked(s, b, model, out, n_out, &named, err);
+    lora_unlock(s);
+    return ok;
+}
+
 bool srv_lora_job(srv *s, const cJSON *b, const char *model, srv_job *j, api_error *err) {
-    const int named = adapter_named(s, model);
-    j->model_name = named >= 0 ? s->cfg.lora_names[named] : NULL;
-    return srv_lora_scales(s, b, model, j->lora, &j->n_lora, err);
+    int named;
+    lora_lock(s);
+    const bool ok = scales_locked(s, b, model, j->lora, &j->n_lora, &named, err);
+    /* a name stays allocated until the server ends, unloaded or not */
+    j->model_name = ok && named >= 0 ? s->cfg.lora_names[named] : NULL;
+    lora_unlock(s);
+    return ok;
 }
 
 char *srv_lora_set(srv *s, const char *body, size_t len, api_error *err) {
@@ -112,11 +133,12 @@ char *srv_lora_set(srv *s, const char *body, size_t len, api_error *err) {
     char *out = NULL;
     if (!cJSON_IsArray(b))
         api_fail(err, 400, NULL, "the request body must be an array of {\"id\", \"scale\"}");
-    else if (parse_list(s, b, "body", scales, err)) {
-        pthread_mutex_lock(&s->lora_mu);
-        memcpy(s->lora_scale, scales, (size_t)n_adapters(s) * sizeof *scales);
-        pthread_mutex_unlock(&s->lora_mu);
-        if (!(out = strdup("{\"success\":true}"))) api_fail(err, 500, NULL, "out of memory");
+    else {
+        lora_lock(s);
+        const bool ok = parse_list(s, b, "body", scales, err);
+        if (ok) memcpy(s->lora_scale, scales, (size_t)s->n_lora * sizeof *scales);
+        lora_unlock(s);
+        if (ok && !(out = strdup("{\"success\":true}"))) api_fail(err, 500, NULL, "out of memory");
     }
     cJSON_Delete(b);
     return out;

@@ -8,6 +8,8 @@
 //   POST /lora-adapters; embeddings through an adapter differ from the base's.
 // - The prefix cache never serves one adapter's blocks to another.
 // - Errors: 400 naming the field, 404 for an unknown model.
+// - vLLM's runtime adapters (VLLM_ALLOW_RUNTIME_LORA_UPDATING): /v1/load_lora_adapter and
+//   /v1/unload_lora_adapter with vLLM's answers; an adapter in use stays (409).
 // usage: node test_lora.mjs BUILD/kvllm REPO_ROOT
 import { execFileSync } from 'node:child_process';
 import OpenAI from 'openai';
@@ -129,4 +131,95 @@ const failed = await runTests([
   }],
 ]);
 
-process.exit(failed || (await stopAll([srv])) ? 1 : 0);
+// vLLM's runtime adapters (VLLM_ALLOW_RUNTIME_LORA_UPDATING): a server started without any
+const rt = await startServer(bin, ['-m', BASE, '-c', '512'], { cwd: root, name: 'lora-runtime',
+  env: { VLLM_ALLOW_RUNTIME_LORA_UPDATING: 'True' } });
+const rpost = (p, body) => rawRequest(rt.url, { path: p, body: typeof body === 'string' ? body : JSON.stringify(body) });
+async function rtIds(extra) {
+  const r = await rpost('/v1/completions', { model: 'llama-gqa-bpe-f32', prompt: PROMPT, max_tokens: N,
+    temperature: 0, ignore_eos: true, logprobs: 1, return_tokens_as_token_ids: true, ...extra });
+  return r.status === 200 ? r.json.choices[0].logprobs.tokens.map((t) => Number(t.slice('token_id:'.length))).join()
+    : `${r.status} ${r.text}`;
+}
+const rtModels = async () => (await rawRequest(rt.url, { method: 'GET', path: '/v1/models' })).json.data.map((m) => m.id).join();
+
+const failedRt = await runTests([
+  ['without VLLM_ALLOW_RUNTIME_LORA_UPDATING the routes are not there', async () => {
+    for (const p of ['/v1/load_lora_adapter', '/v1/unload_lora_adapter']) {
+      const r = await post(p, { lora_name: 'x', lora_path: ADAPTER });
+      assertEq(r.status, 404, `${p}: ${r.text}`);
+      assert(r.json.error.message.includes('VLLM_ALLOW_RUNTIME_LORA_UPDATING'), r.json.error.message);
+    }
+  }],
+  ['load, use, replace and unload an adapter at run time, as vLLM answers', async () => {
+    assertEq(await rtModels(), 'llama-gqa-bpe-f32', 'no adapter yet');
+    const r = await rpost('/v1/load_lora_adapter', { lora_name: 'sql', lora_path: ADAPTER });
+    assertEq([r.status, r.text], [200, "Success: LoRA adapter 'sql' added successfully."], 'loaded');
+    assertEq(await rtModels(), 'llama-gqa-bpe-f32,sql', 'listed in /v1/models');
+    assertEq(await rtIds({ model: 'sql' }), withAdapter.join(), '"model": "sql" gives kvllm run --lora\'s ids');
+    assertEq(await rtIds({}), plain.join(), 'the base model otherwise');
+    const again = await rpost('/v1/load_lora_adapter', { lora_name: 'sql', lora_path: ADAPTER });
+    assertEq(again.status, 400, again.text);
+    assert(again.json.error.message.includes("The lora adapter 'sql' has already been loaded."), again.text);
+    const inplace = await rpost('/v1/load_lora_adapter', { lora_name: 'sql', lora_path: ADAPTER, load_inplace: true });
+    assertEq(inplace.status, 200, `load_inplace replaces it: ${inplace.text}`);
+    assertEq(await rtIds({ model: 'sql' }), withAdapter.join(), 'the replaced adapter applies');
+    const u = await rpost('/v1/unload_lora_adapter', { lora_name: 'sql' });
+    assertEq([u.status, u.text], [200, "Success: LoRA adapter 'sql' removed successfully."], 'unloaded');
+    assertEq(await rtModels(), 'llama-gqa-bpe-f32', 'gone from /v1/models');
+    assert((await rtIds({ model: 'sql' })).startsWith('404 '), 'its name is unknown now');
+    const gone = await rpost('/v1/unload_lora_adapter', { lora_name: 'sql' });
+    assertEq(gone.status, 404, gone.text);
+    assert(gone.json.error.message.includes("The lora adapter 'sql' cannot be found."), gone.text);
+    const l = await rawRequest(rt.url, { method: 'GET', path: '/lora-adapters' });
+    assertEq(l.json.length, 0, `/lora-adapters lists no unloaded adapter: ${l.text}`);
+    const old = await rpost('/v1/completions', { prompt: 'hi', max_tokens: 1, lora: [{ id: 0, scale: 1 }] });
+    assertEq(old.status, 400, `an unloaded adapter's id: ${old.text}`);
+    const again2 = await rpost('/v1/load_lora_adapter', { lora_name: 'sql2', lora_path: ADAPTER });
+    assertEq(again2.status, 200, again2.text);
+    assertEq(await rtIds({ model: 'sql2' }), withAdapter.join(), 'loaded again under another name');
+  }],
+  ['an adapter in use is not taken away (409), then is', async () => {
+    let busy = false;
+    for (let attempt = 0; attempt < 5 && !busy; attempt++) {
+      const res = await fetch(`${rt.url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'sql2', prompt: PROMPT, max_tokens: 450, ignore_eos: true, stream: true }) });
+      const reader = res.body.getReader();
+      await reader.read(); // the request runs
+      const u = await rpost('/v1/unload_lora_adapter', { lora_name: 'sql2' });
+      if (u.status === 409) {
+        busy = true;
+        assert(u.json.error.message.includes("The lora adapter 'sql2' is in use by 1 request"), u.text);
+      } else assertEq(u.status, 200, `unloaded after the request ended: ${u.text}`);
+      while (!(await reader.read()).done) { /* to its end */ }
+      if (!busy) assertEq((await rpost('/v1/load_lora_adapter', { lora_name: 'sql2', lora_path: ADAPTER })).status, 200,
+        'loaded again for another try');
+    }
+    assert(busy, 'a running request held the adapter in one of 5 tries');
+    const u = await rpost('/v1/unload_lora_adapter', { lora_name: 'sql2' });
+    assertEq(u.status, 200, `once the request has ended: ${u.text}`);
+  }],
+  ['bad loads: 400 naming the field', async () => {
+    const cases = [
+      [{ lora_name: 'a' }, 'lora_path', "Both 'lora_name' and 'lora_path' must be provided."],
+      [{ lora_path: ADAPTER }, 'lora_name', "Both 'lora_name' and 'lora_path' must be provided."],
+      [{ lora_name: 'a', lora_path: `${MODELS}/no-such.gguf` }, 'lora_path', 'no-such.gguf'],
+      [{ lora_name: 'a', lora_path: BASE }, 'lora_path', 'adapter'],
+      [{ lora_name: 'a', lora_path: ADAPTER, x: 1 }, 'x', 'unknown member'],
+      [{ lora_name: 'llama-gqa-bpe-f32', lora_path: ADAPTER }, 'lora_name', 'own name'],
+      [{ lora_name: 'a', lora_path: ADAPTER, load_inplace: 'yes' }, 'load_inplace', 'true or false'],
+    ];
+    for (const [body, param, text] of cases) {
+      const r = await rpost('/v1/load_lora_adapter', body);
+      assertEq([r.status, r.json?.error?.param], [400, param], `${JSON.stringify(body)}: ${r.text}`);
+      assert(r.json.error.message.includes(text), `${JSON.stringify(body)}: ${r.json.error.message}`);
+    }
+    const u = await rpost('/v1/unload_lora_adapter', {});
+    assertEq(u.status, 400, u.text);
+    assert(u.json.error.message.includes("'lora_name' needs to be provided"), u.text);
+    assertEq((await rpost('/v1/load_lora_adapter', '[1')).status, 400, 'not JSON');
+    assertEq(await rtModels(), 'llama-gqa-bpe-f32', 'nothing was loaded by them');
+  }],
+]);
+
+process.exit(failed || failedRt || (await stopAll([srv, rt])) ? 1 : 0);
