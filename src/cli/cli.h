@@ -119,6 +119,8 @@ typedef struct cli_model {
 } cli_model;
 /* want_weights false: load only the tokenizer (vocab-only files work). */
 bool cli_load(const cli_opts *o, bool want_weights, cli_model *cm);
+/* A KV cache type's name (--kv-type's values) into *out; false after saying why. */
+bool cli_parse_kv_type(const char *flag, const char *v, int *out);
 /* The context of a run without -c: the file's context_length, at most
  * CLI_DEFAULT_CTX (llama.cpp's default); the model's scratch is sized the same. */
 #define CLI_DEFAULT_CTX 4096

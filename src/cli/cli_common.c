@@ -40,7 +40,7 @@ static bool parse_f32(const char *flag, const char *v, float *out) {
     return true;
 }
 
-static bool parse_kv_type(const char *flag, const char *v, int *out) {
+bool cli_parse_kv_type(const char *flag, const char *v, int *out) {
     if (kv_dtype_parse(v, out)) return true;
     if (!strcmp(v, "q4_1") || !strcmp(v, "q5_1")) {
         fprintf(stderr,
@@ -720,11 +720,11 @@ static bool apply_flag(cli_opts *o, const char *f, const char *v, bool *unknown)
         o->block_size = (int)i;
     } else if (IS("--kv-type")) {
         o->kv_dtype_v = -1;
-        return parse_kv_type(f, v, &o->kv_dtype);
+        return cli_parse_kv_type(f, v, &o->kv_dtype);
     } else if (IS("-ctk") || IS("--cache-type-k")) { /* llama.cpp's: K alone, V stays as it was */
         if (o->kv_dtype_v < 0) o->kv_dtype_v = o->kv_dtype;
-        return parse_kv_type(f, v, &o->kv_dtype);
-    } else if (IS("-ctv") || IS("--cache-type-v")) return parse_kv_type(f, v, &o->kv_dtype_v);
+        return cli_parse_kv_type(f, v, &o->kv_dtype);
+    } else if (IS("-ctv") || IS("--cache-type-v")) return cli_parse_kv_type(f, v, &o->kv_dtype_v);
     else if (IS("-ngl") || IS("--n-gpu-layers") || IS("--gpu-layers"))
         habit_note(f, "no GPU here: every layer runs on the CPU");
     else if (IS("-fa") || IS("--flash-attn")) {
@@ -735,8 +735,8 @@ static bool apply_flag(cli_opts *o, const char *f, const char *v, bool *unknown)
         }
         habit_note(f, "attention is kvllm's own kernel over the paged cache (as llama.cpp's -fa "
                       "off computes it); the flag changes nothing");
-    } else if (IS("--kv-type-k")) return parse_kv_type(f, v, &o->kv_dtype);
-    else if (IS("--kv-type-v")) return parse_kv_type(f, v, &o->kv_dtype_v);
+    } else if (IS("--kv-type-k")) return cli_parse_kv_type(f, v, &o->kv_dtype);
+    else if (IS("--kv-type-v")) return cli_parse_kv_type(f, v, &o->kv_dtype_v);
     else if (IS("--kv-blocks")) return parse_i64(f, v, &o->kv_blocks);
     else if (IS("-b") || IS("--batch-size")) return parse_i64(f, v, &o->batch_tokens);
     else if (IS("-ub") || IS("--ubatch-size")) return parse_i64(f, v, &o->ubatch);

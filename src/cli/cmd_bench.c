@@ -139,6 +139,38 @@ static bool parse_pg(const char *f, const char *v, bench_matrix *mx) {
     return true;
 }
 
+/* -m: a path, or llama-bench's comma list, appended. */
+static bool parse_models(const char *f, const char *v, bench_matrix *mx) {
+    for (const char *p = v; p && *p;) {
+        const size_t l = strcspn(p, ",");
+        char *path = l ? strndup(p, l) : NULL; /* (the process's: kept until exit) */
+        if (!path || mx->n_models == BENCH_MAX_LIST) {
+            fprintf(stderr, "kvllm bench: %s: expected up to %d paths, comma-separated\n", f,
+                    BENCH_MAX_LIST);
+            free(path);
+            return false;
+        }
+        mx->models[mx->n_models++] = path;
+        p += l + (p[l] == ',');
+    }
+    if (!v || !*v) fprintf(stderr, "kvllm bench: %s: expected a model file\n", f);
+    return v && *v;
+}
+
+/* -ctk / -ctv: a cache type, or llama-bench's comma list, appended. */
+static bool parse_kv_types(const char *f, const char *v, int *types, int *n) {
+    for (const char *p = v; p && *p;) {
+        const size_t l = strcspn(p, ",");
+        char name[32];
+        snprintf(name, sizeof name, "%.*s", (int)(l < 31 ? l : 31), p);
+        if (*n == BENCH_MAX_LIST || !cli_parse_kv_type(f, name, &types[*n])) return false;
+        (*n)++;
+        p += l + (p[l] == ',');
+    }
+    if (!v || !*v) fprintf(stderr, "kvllm bench: %s: expected a cache type\n", f);
+    return v && *v;
+}
+
 static int bench_switch(bench_args *a, const char *f) {
     if (strcmp(f, "--membw") == 0) a->membw = true;
     else if (strcmp(f, "--membw-steps") == 0) a->membw = a->membw_steps = true;
@@ -169,6 +201,23 @@ static int bench_flag(const char *f, const char *v, void *ctx) {
         return 2;
     }
     if (IS("-pg")) return parse_pg(f, v, &a->mx) ? 2 : -1;
+    if (IS("-m") || IS("--model")) return parse_models(f, v, &a->mx) ? 2 : -1;
+    if (IS("-b") || IS("--batch-size")) {
+        if (!bench_list_parse(f, v, &a->mx.batch)) return -1;
+        for (int i = 0; i < a->mx.batch.n; i++)
+            if (a->mx.batch.v[i] < 1) {
+                fprintf(stderr, "kvllm bench: %s: at least one token\n", f);
+                return -1;
+            }
+        return 2;
+    }
+    if (IS("-ctk") || IS("--cache-type-k") || IS("-ctv") || IS("--cache-type-v")) {
+        const bool k = IS("-ctk") || IS("--cache-type-k");
+        return parse_kv_types(f, v, k ? a->mx.type_k : a->mx.type_v,
+                              k ? &a->mx.n_type_k : &a->mx.n_type_v)
+                   ? 2
+                   : -1;
+    }
     if (IS("-o") || IS("--output") || IS("-oe") || IS("--output-err")) {
         a->mx.out_given = true;
         return parse_format(f, v, IS("-o") || IS("--output") ? &a->mx.out : &a->mx.out_err) ? 2
@@ -208,26 +257,25 @@ static int bench_flag(const char *f, const char *v, void *ctx) {
 }
 
 void cmd_bench_usage(FILE *out) {
-    fprintf(out, "usage: kvllm bench -m MODEL [-p 512] [-n 128] [-r 3] [-t N] [--batch 1,4,16]\n"
-                 "                   [--decode-prompt 16] [--kv-type f16|...] [--json]\n"
-                 "                   [--context-sweep 128,512,2048 [--sweep-tokens 16] "
-                 "[--no-cache-budget 120]\n"
-                 "                    [--out PREFIX]] [--membw [--membw-mb 1024]]\n"
-                 "                   [--membw-steps [--membw-step-mb 256]] [--no-progress] "
-                 "[--no-warmup]\n"
-                 "       kvllm bench --membw        (memory read bandwidth only)\n"
-                 "  llama-bench's way: kvllm bench -m MODEL [-p 512] [-n 128] [-pg PP,TG] [-d 0]\n"
-                 "                   [-t N] [-r 5] [-o md|csv|json|jsonl|sql] [-oe FORMAT] "
-                 "[--progress]\n"
-                 "                   [--delay S] [--no-warmup]\n"
-                 "    taken whenever -o, -oe, -pg, -d, --progress or --delay is given, or -p, -n "
-                 "or -t\n"
-                 "    has several values (\"128,512\", \"128-512*2\", \"1-4+1\", or the flag "
-                 "again):\n"
-                 "    one test per value (pp: the prompt, tg: tokens one at a time, pp+tg: both;\n"
-                 "    \"@ dN\": after N tokens already in the cache, reused through the prefix "
-                 "cache),\n"
-                 "    each a row of llama-bench's table (md, the default) or record.\n");
+    fprintf(out,
+            "usage: kvllm bench -m MODEL [-p 512] [-n 128] [-r 3] [-t N] [--batch 1,4,16]\n"
+            "                   [--decode-prompt 16] [--kv-type f16|...] [--json]\n"
+            "                   [--context-sweep 128,512,2048 [--sweep-tokens 16] "
+            "[--no-cache-budget 120]\n"
+            "                    [--out PREFIX]] [--membw [--membw-mb 1024]]\n"
+            "                   [--membw-steps [--membw-step-mb 256]] [--no-progress] "
+            "[--no-warmup]\n"
+            "       kvllm bench --membw        (memory read bandwidth only)\n"
+            "  llama-bench's way: kvllm bench -m MODEL[,MODEL] [-p 512] [-n 128] [-pg PP,TG]\n"
+            "                   [-d 0] [-t N] [-b 2048] [-ctk f16] [-ctv f16] [-r 5]\n"
+            "                   [-o md|csv|json|jsonl|sql] [-oe FORMAT] [--progress] [--delay S]\n"
+            "    taken whenever -o, -oe, -pg, -d, --progress or --delay is given, or -p, -n,\n"
+            "    -t, -m, -b, -ctk or -ctv has several values (\"128,512\", \"128-512*2\",\n"
+            "    \"1-4+1\", or the flag again):\n"
+            "    one test per value (pp: the prompt, tg: tokens one at a time, pp+tg: both;\n"
+            "    \"@ dN\": after N tokens already in the cache, reused through the prefix "
+            "cache),\n"
+            "    each a row of llama-bench's table (md, the default) or record.\n");
 }
 
 /* ---------------------------------------------------------- progress -- */
@@ -872,7 +920,14 @@ static bool parse_args(int argc, char **argv, cli_opts *o, bench_args *a) {
     }
     bench_matrix *mx = &a->mx;
     a->matrix = mx->out_given || mx->prompt.n > 1 || mx->gen.n > 1 || mx->threads.n > 1 ||
-                mx->depth.n > 0 || mx->n_pg > 0;
+                mx->depth.n > 0 || mx->n_pg > 0 || mx->n_models > 1 || mx->batch.n > 1 ||
+                mx->n_type_k > 1 || mx->n_type_v > 1;
+    /* single values: as the common flags would have set them (-ctk: K alone) */
+    if (mx->n_models) o->model_path = mx->models[0];
+    if (mx->batch.n) o->batch_tokens = mx->batch.v[0];
+    if (mx->n_type_k && o->kv_dtype_v < 0 && !mx->n_type_v) o->kv_dtype_v = o->kv_dtype;
+    if (mx->n_type_k) o->kv_dtype = mx->type_k[0];
+    if (mx->n_type_v) o->kv_dtype_v = mx->type_v[0];
     if (a->matrix && (a->kvllm_only || o->json)) {
         fprintf(stderr,
                 "kvllm bench: %s is kvllm's own report's; llama-bench's way (-o, -oe, -pg, -d, "
@@ -889,7 +944,7 @@ static bool parse_args(int argc, char **argv, cli_opts *o, bench_args *a) {
         omp_set_num_threads(kvl_pool_threads());
     }
     if (a->matrix) {
-        bench_matrix_defaults(mx);
+        bench_matrix_defaults(mx, o);
         if (!a->reps_given) a->reps = 5; /* llama-bench's */
         return true;
     }
@@ -912,14 +967,13 @@ static bool parse_args(int argc, char **argv, cli_opts *o, bench_args *a) {
 int cmd_bench(int argc, char **argv) {
     cli_opts o;
     bench_args a;
-    if (!parse_args(argc, argv, &o, &a)) return 2;
+    const bool parsed = parse_args(argc, argv, &o, &a);
     bench b = {.a = &a, .o = &o, .rng = 0x9E3779B97F4A7C15ull};
-    results *res = calloc(1, sizeof *res);
-    if (!res) return 1;
-    int rc = 1;
+    results *res = parsed ? calloc(1, sizeof *res) : NULL;
+    int rc = parsed ? 1 : 2;
+    if (!res) goto out;
     if (a.matrix) {
-        o.n_ctx = bench_matrix_longest(&a.mx);
-        rc = cli_load(&o, true, &b.cm) ? bench_matrix_run(&o, &b.cm, &a.mx, a.reps, a.warmup) : 1;
+        rc = bench_matrix_run(&o, &a.mx, a.reps, a.warmup);
         goto out;
     }
     bool model_wanted = o.model_path || !a.membw;
@@ -950,6 +1004,7 @@ int cmd_bench(int argc, char **argv) {
     else print_text(&b, res);
     rc = 0;
 out:
+    for (int i = 0; i < a.mx.n_models; i++) free(a.mx.models[i]);
     bench_step_probe_free(b.probe);
     cli_unload(&b.cm);
     free(res);

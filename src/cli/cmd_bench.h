@@ -30,8 +30,13 @@ typedef enum bench_format {
     BENCH_FMT_SQL,
 } bench_format;
 typedef struct bench_matrix {
-    bench_list prompt, gen, depth, threads; /* -p, -n, -d, -t (empty: not given) */
-    int64_t pg[BENCH_MAX_LIST][2];          /* -pg pp,tg */
+    char *models[BENCH_MAX_LIST]; /* -m, as llama-bench takes it (a list, or repeated); owned */
+    int n_models;
+    bench_list prompt, gen, depth, threads;             /* -p, -n, -d, -t (empty: not given) */
+    bench_list batch;                                   /* -b */
+    int type_k[BENCH_MAX_LIST], type_v[BENCH_MAX_LIST]; /* -ctk, -ctv (kv_dtype_parse's) */
+    int n_type_k, n_type_v;
+    int64_t pg[BENCH_MAX_LIST][2]; /* -pg pp,tg */
     int n_pg;
     bench_format out, out_err; /* -o (stdout), -oe (stderr) */
     bool out_given;            /* -o or -oe */
@@ -42,14 +47,13 @@ typedef struct bench_matrix {
  * why on stderr) for anything else or more than BENCH_MAX_LIST values. */
 bool bench_list_parse(const char *flag, const char *v, bench_list *l);
 /* The matrix's defaults where a list was not given (-p 512, -n 128, -d 0, -t
- * the pool's size), as llama-bench has them. */
-void bench_matrix_defaults(bench_matrix *mx);
+ * the pool's size, as llama-bench has them; -m, -b, -ctk, -ctv: o's). */
+void bench_matrix_defaults(bench_matrix *mx, const cli_opts *o);
 /* The longest context any of its tests needs. */
 int64_t bench_matrix_longest(const bench_matrix *mx);
-/* Runs every test reps times on the loaded model (warm-ups unless !warmup)
- * and prints each as it ends; 0, or 1 after a failure (said why). */
-int bench_matrix_run(const cli_opts *o, const cli_model *cm, const bench_matrix *mx, int reps,
-                     bool warmup);
+/* Loads each model in turn and runs every test reps times on it (warm-ups
+ * unless !warmup), printing each as it ends; 0, or 1 after a failure (said why). */
+int bench_matrix_run(const cli_opts *o, const bench_matrix *mx, int reps, bool warmup);
 /* An engine for the bench's runs: max_seqs sequences of up to n_ctx tokens,
  * steps of batch_tokens at least, n_blocks KV blocks (0: the engine's
  * default); NULL after saying why. */

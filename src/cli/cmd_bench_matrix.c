@@ -1,5 +1,5 @@
-/* kvllm bench, llama-bench's way: a matrix of tests (every -t, then every
- * -d, then each -p, -n and -pg value), each run -r times through the real
+/* kvllm bench, llama-bench's way: a matrix of tests (every -m, -b, -ctk,
+ * -ctv, -t, then every -d, then each -p, -n and -pg value), each run -r times through the real
  * engine and printed as a row of llama-bench's table or one of its records
  * (md, csv, json, jsonl, sql: the same fields in the same order, so the
  * scripts that read llama-bench's output read kvllm's).
@@ -96,7 +96,13 @@ bool bench_list_parse(const char *flag, const char *v, bench_list *l) {
     return v && *v;
 }
 
-void bench_matrix_defaults(bench_matrix *mx) {
+void bench_matrix_defaults(bench_matrix *mx, const cli_opts *o) {
+    if (!mx->n_models) /* NULL: the bundled one */
+        mx->models[mx->n_models++] = o->model_path ? strdup(o->model_path) : NULL;
+    if (!mx->batch.n) list_add("-b", &mx->batch, o->batch_tokens);
+    if (!mx->n_type_k) mx->type_k[mx->n_type_k++] = o->kv_dtype;
+    if (!mx->n_type_v)
+        mx->type_v[mx->n_type_v++] = o->kv_dtype_v >= 0 ? o->kv_dtype_v : o->kv_dtype;
     if (!mx->prompt.n) list_add("-p", &mx->prompt, 512);
     if (!mx->gen.n) list_add("-n", &mx->gen, 128);
     if (!mx->depth.n) list_add("-d", &mx->depth, 0);
@@ -109,25 +115,38 @@ void bench_matrix_defaults(bench_matrix *mx) {
 typedef struct test {
     int64_t n_prompt, n_gen, n_depth;
     int threads;
+    int model;       /* index into bench_matrix.models */
+    int64_t n_batch; /* -b: tokens a step takes at most */
+    int type_k, type_v;
 } test;
 
 /* The tests in llama-bench's order. Returns how many (at most max). */
 static int matrix_tests(const bench_matrix *mx, test *t, int max) {
     int n = 0;
-    for (int it = 0; it < mx->threads.n; it++)
-        for (int id = 0; id < mx->depth.n; id++) {
-            const test base = {.n_depth = mx->depth.v[id], .threads = (int)mx->threads.v[it]};
-            for (int i = 0; i < mx->prompt.n && n < max; i++)
-                if (mx->prompt.v[i] > 0) t[n] = base, t[n++].n_prompt = mx->prompt.v[i];
-            for (int i = 0; i < mx->gen.n && n < max; i++)
-                if (mx->gen.v[i] > 0) t[n] = base, t[n++].n_gen = mx->gen.v[i];
-            for (int i = 0; i < mx->n_pg && n < max; i++)
-                if (mx->pg[i][0] > 0 || mx->pg[i][1] > 0) {
-                    t[n] = base;
-                    t[n].n_prompt = mx->pg[i][0];
-                    t[n++].n_gen = mx->pg[i][1];
-                }
-        }
+    for (int im = 0; im < mx->n_models; im++)
+        for (int ib = 0; ib < mx->batch.n; ib++)
+            for (int ik = 0; ik < mx->n_type_k; ik++)
+                for (int iv = 0; iv < mx->n_type_v; iv++)
+                    for (int it = 0; it < mx->threads.n; it++)
+                        for (int id = 0; id < mx->depth.n; id++) {
+                            const test base = {.n_depth = mx->depth.v[id],
+                                               .threads = (int)mx->threads.v[it],
+                                               .model = im,
+                                               .n_batch = mx->batch.v[ib],
+                                               .type_k = mx->type_k[ik],
+                                               .type_v = mx->type_v[iv]};
+                            for (int i = 0; i < mx->prompt.n && n < max; i++)
+                                if (mx->prompt.v[i] > 0)
+                                    t[n] = base, t[n++].n_prompt = mx->prompt.v[i];
+                            for (int i = 0; i < mx->gen.n && n < max; i++)
+                                if (mx->gen.v[i] > 0) t[n] = base, t[n++].n_gen = mx->gen.v[i];
+                            for (int i = 0; i < mx->n_pg && n < max; i++)
+                                if (mx->pg[i][0] > 0 || mx->pg[i][1] > 0) {
+                                    t[n] = base;
+                                    t[n].n_prompt = mx->pg[i][0];
+                                    t[n++].n_gen = mx->pg[i][1];
+                                }
+                        }
     return n;
 }
 
@@ -175,13 +194,14 @@ static void on_event(const engine_event *ev, void *user) {
 }
 
 typedef struct runner {
-    const cli_opts *o;
-    const cli_model *cm;
+    cli_opts o;   /* the command line's, with the test's -b, -ctk and -ctv */
+    cli_model cm; /* the test's model, loaded */
+    int model;    /* its index in bench_matrix.models, -1: none yet */
     uint64_t rng;
 } runner;
 
 static void random_ids(runner *rn, int32_t *ids, int64_t n) {
-    const uint64_t n_vocab = (uint64_t)model_hp(rn->cm->m)->n_vocab;
+    const uint64_t n_vocab = (uint64_t)model_hp(rn->cm.m)->n_vocab;
     for (int64_t i = 0; i < n; i++) {
         rn->rng ^= rn->rng << 13, rn->rng ^= rn->rng >> 7, rn->rng ^= rn->rng << 17;
         ids[i] = (int32_t)(rn->rng % n_vocab);
@@ -239,10 +259,13 @@ static bool run_test(runner *rn, const bench_matrix *mx, const test *t, int i, i
                      bool warmup, result *res) {
     kvl_pool_set_threads(t->threads);
     omp_set_num_threads(t->threads);
-    const int64_t bs = rn->o->block_size, ctx = test_context(t);
+    rn->o.batch_tokens = t->n_batch;
+    rn->o.kv_dtype = t->type_k;
+    rn->o.kv_dtype_v = t->type_v;
+    const int64_t bs = rn->o.block_size, ctx = test_context(t);
     /* room for the depth's blocks and a timed request beside them */
     const int64_t blocks = 2 * ((ctx + bs - 1) / bs) + 2;
-    engine *e = bench_engine_new(rn->o, rn->cm, 1, ctx, 0, blocks, false);
+    engine *e = bench_engine_new(&rn->o, &rn->cm, 1, ctx, 0, blocks, false);
     const int64_t n_ids = t->n_depth + test_new_prompt(t);
     int32_t *ids = malloc((size_t)(n_ids > 1 ? n_ids : 1) * sizeof *ids);
     bool ok = e && ids;
@@ -344,14 +367,13 @@ static void model_desc(const model *m, char *out, size_t cap) {
 
 /* llama-bench's fields of a result, in its order. */
 static int result_fields(const runner *rn, const result *r, field *f) {
-    const model *m = rn->cm->m;
-    const cli_opts *o = rn->o;
+    const model *m = rn->cm.m;
+    const cli_opts *o = &rn->o;
     double ts[1000];
     result_ts(r, ts);
     char desc[256];
     model_desc(m, desc, sizeof desc);
-    const char *tk = kv_dtype_name(o->kv_dtype);
-    const char *tv = kv_dtype_name(o->kv_dtype_v >= 0 ? o->kv_dtype_v : o->kv_dtype);
+    const char *tk = kv_dtype_name(r->t.type_k), *tv = kv_dtype_name(r->t.type_v);
     int k = 0;
     FS("build_commit", "kvllm %s", KVLLM_VERSION);
     FI("build_number", 0);
@@ -362,7 +384,7 @@ static int result_fields(const runner *rn, const result *r, field *f) {
     FS("model_type", "%s", desc);
     FI("model_size", gguf_tensor_data_bytes(model_gguf(m)));
     FI("model_n_params", model_hp(m)->n_params);
-    FI("n_batch", o->batch_tokens);
+    FI("n_batch", r->t.n_batch);
     FI("n_ubatch", o->ubatch);
     FI("n_threads", r->t.threads);
     FS("cpu_mask", "0x0");
@@ -435,26 +457,27 @@ typedef struct md_col {
     int width; /* < 0: left-aligned */
 } md_col;
 
-static int md_columns(const cli_opts *o, md_col *c) {
+static int md_columns(const bench_matrix *mx, const cli_opts *o, md_col *c) {
     int n = 0;
     c[n++] = (md_col){"model", "model", -30};
     c[n++] = (md_col){"size", "size", 10};
     c[n++] = (md_col){"params", "params", 10};
     c[n++] = (md_col){"backends", "backend", -10};
     c[n++] = (md_col){"n_threads", "threads", 7};
-    if (o->batch_tokens != 2048) c[n++] = (md_col){"n_batch", "n_batch", 7};
+    if (mx->batch.n > 1 || mx->batch.v[0] != 2048) c[n++] = (md_col){"n_batch", "n_batch", 7};
     if (o->ubatch != 512) c[n++] = (md_col){"n_ubatch", "n_ubatch", 8};
-    if (strcmp(kv_dtype_name(o->kv_dtype), "f16")) c[n++] = (md_col){"type_k", "type_k", 6};
-    const int tv = o->kv_dtype_v >= 0 ? o->kv_dtype_v : o->kv_dtype;
-    if (strcmp(kv_dtype_name(tv), "f16")) c[n++] = (md_col){"type_v", "type_v", 6};
+    if (mx->n_type_k > 1 || strcmp(kv_dtype_name(mx->type_k[0]), "f16"))
+        c[n++] = (md_col){"type_k", "type_k", 6};
+    if (mx->n_type_v > 1 || strcmp(kv_dtype_name(mx->type_v[0]), "f16"))
+        c[n++] = (md_col){"type_v", "type_v", 6};
     c[n++] = (md_col){"test", "test", 15};
     c[n++] = (md_col){"t/s", "t/s", 20};
     return n;
 }
 
-static void md_header(FILE *out, const cli_opts *o) {
+static void md_header(FILE *out, const bench_matrix *mx, const cli_opts *o) {
     md_col c[12];
-    const int n = md_columns(o, c);
+    const int n = md_columns(mx, o, c);
     fprintf(out, "|");
     for (int i = 0; i < n; i++) fprintf(out, " %*s |", c[i].width, c[i].title);
     fprintf(out, "\n|");
@@ -467,11 +490,11 @@ static void md_header(FILE *out, const cli_opts *o) {
     fprintf(out, "\n");
 }
 
-static void md_row(FILE *out, const runner *rn, const result *r) {
+static void md_row(FILE *out, const bench_matrix *mx, const runner *rn, const result *r) {
     field f[N_FIELDS];
     const int nf = result_fields(rn, r, f);
     md_col c[12];
-    const int n = md_columns(rn->o, c);
+    const int n = md_columns(mx, &rn->o, c);
     const test *t = &r->t;
     double ts[1000];
     result_ts(r, ts);
@@ -479,9 +502,9 @@ static void md_row(FILE *out, const runner *rn, const result *r) {
     for (int i = 0; i < n; i++) {
         char v[256] = "";
         int w = c[i].width;
-        const double size = (double)gguf_tensor_data_bytes(model_gguf(rn->cm->m));
-        const double params = (double)model_hp(rn->cm->m)->n_params;
-        if (!strcmp(c[i].field, "model")) model_desc(rn->cm->m, v, sizeof v);
+        const double size = (double)gguf_tensor_data_bytes(model_gguf(rn->cm.m));
+        const double params = (double)model_hp(rn->cm.m)->n_params;
+        if (!strcmp(c[i].field, "model")) model_desc(rn->cm.m, v, sizeof v);
         else if (!strcmp(c[i].field, "size"))
             snprintf(v, sizeof v, size < 1073741824.0 ? "%.2f MiB" : "%.2f GiB",
                      size < 1073741824.0 ? size / 1048576.0 : size / 1073741824.0);
@@ -508,11 +531,12 @@ static void md_row(FILE *out, const runner *rn, const result *r) {
 typedef struct printer {
     FILE *out;
     bench_format fmt;
+    const bench_matrix *mx;
     int printed;
 } printer;
 
 static void print_header(printer *p, const runner *rn) {
-    if (p->fmt == BENCH_FMT_MD) md_header(p->out, rn->o);
+    if (p->fmt == BENCH_FMT_MD) md_header(p->out, p->mx, &rn->o);
     else if (p->fmt == BENCH_FMT_JSON) fprintf(p->out, "[\n");
     else if (p->fmt == BENCH_FMT_CSV || p->fmt == BENCH_FMT_SQL) {
         /* the names come from a result's fields: the same list for every result */
@@ -538,7 +562,7 @@ static void print_result(printer *p, const runner *rn, const result *r) {
     field f[N_FIELDS];
     const int n = result_fields(rn, r, f);
     switch (p->fmt) {
-    case BENCH_FMT_MD: md_row(p->out, rn, r); break;
+    case BENCH_FMT_MD: md_row(p->out, p->mx, rn, r); break;
     case BENCH_FMT_CSV:
         for (int i = 0; i < n; i++) {
             if (i) fputc(',', p->out);
@@ -583,38 +607,49 @@ static void print_footer(printer *p) {
 
 /* ------------------------------------------------------------ the run -- */
 
-int bench_matrix_run(const cli_opts *o, const cli_model *cm, const bench_matrix *mx, int reps,
-                     bool warmup) {
+/* Loads test t's model into rn unless it is there: false (said why) if it does not load. */
+static bool load_model(runner *rn, const cli_opts *o, const bench_matrix *mx, const test *t) {
+    if (rn->model == t->model) return true;
+    cli_unload(&rn->cm);
+    rn->model = -1;
+    cli_opts om = *o;
+    om.model_path = mx->models[t->model];
+    om.n_ctx = bench_matrix_longest(mx);
+    if (!cli_load(&om, true, &rn->cm)) return false;
+    rn->model = t->model;
+    return true;
+}
+
+int bench_matrix_run(const cli_opts *o, const bench_matrix *mx, int reps, bool warmup) {
     enum { MAX_TESTS = 4096 };
     test *tests = malloc(MAX_TESTS * sizeof *tests);
     result *res = malloc(sizeof *res);
-    if (!tests || !res) {
-        free(tests);
-        free(res);
-        fprintf(stderr, "kvllm bench: out of memory\n");
-        return 1;
-    }
-    const int n = matrix_tests(mx, tests, MAX_TESTS);
-    if (n == 0) {
-        fprintf(stderr, "kvllm bench: no test to run (every -p, -n and -pg is 0)\n");
-        free(tests);
-        free(res);
-        return 1;
-    }
-    runner rn = {o, cm, 0x9E3779B97F4A7C15ull};
-    printer ps[2] = {{stdout, mx->out, 0}, {stderr, mx->out_err, 0}};
-    for (int p = 0; p < 2; p++)
-        if (ps[p].fmt != BENCH_FMT_NONE) print_header(&ps[p], &rn);
-    bool ok = true;
+    runner *rn = calloc(1, sizeof *rn);
+    const int n = tests ? matrix_tests(mx, tests, MAX_TESTS) : 0;
+    bool ok = tests && res && rn && n > 0;
+    if (!ok)
+        fprintf(stderr, tests && res && rn
+                            ? "kvllm bench: no test to run (every -p, -n and -pg is 0)\n"
+                            : "kvllm bench: out of memory\n");
+    if (rn) *rn = (runner){.o = *o, .model = -1, .rng = 0x9E3779B97F4A7C15ull};
+    printer ps[2] = {{stdout, mx->out, mx, 0}, {stderr, mx->out_err, mx, 0}};
+    bool headed =
+        false; /* the headers follow the first model's load (csv and sql name its fields) */
     for (int i = 0; ok && i < n; i++) {
         progress(mx, i + 1, n, "starting", 0, 0);
-        ok = run_test(&rn, mx, &tests[i], i + 1, n, reps > 1000 ? 1000 : reps, warmup, res);
+        ok = load_model(rn, o, mx, &tests[i]);
+        for (int p = 0; ok && !headed && p < 2; p++)
+            if (ps[p].fmt != BENCH_FMT_NONE) print_header(&ps[p], rn);
+        headed = headed || ok;
+        ok = ok && run_test(rn, mx, &tests[i], i + 1, n, reps > 1000 ? 1000 : reps, warmup, res);
         for (int p = 0; ok && p < 2; p++)
-            if (ps[p].fmt != BENCH_FMT_NONE) print_result(&ps[p], &rn, res);
+            if (ps[p].fmt != BENCH_FMT_NONE) print_result(&ps[p], rn, res);
     }
-    for (int p = 0; p < 2; p++)
+    for (int p = 0; headed && p < 2; p++)
         if (ps[p].fmt != BENCH_FMT_NONE) print_footer(&ps[p]);
+    if (rn) cli_unload(&rn->cm);
     free(tests);
     free(res);
+    free(rn);
     return ok ? 0 : 1;
 }

@@ -26,8 +26,9 @@ def check(cond, what):
         failures.append(what)
 
 
-def bench(args, want_rc=0):
-    p = subprocess.run([kv, "bench", "-m", model] + args, capture_output=True, text=True, timeout=240)
+def bench(args, want_rc=0, models=None):
+    m = ["-m", model] if models is None else models
+    p = subprocess.run([kv, "bench"] + m + args, capture_output=True, text=True, timeout=240)
     if p.returncode != want_rc:
         failures.append(f"bench {' '.join(args)}: exit {p.returncode}, wanted {want_rc}\n{p.stderr[-1500:]}")
     return p
@@ -125,6 +126,24 @@ check(p.stderr.count("tg4") == 2 and "benchmark 2/2: generation run 1/1" in p.st
 p = bench(["-p", "16", "-n", "0", "-d", "20", "-r", "1", "-o", "jsonl"])
 check("not a whole number of 16-token blocks" in p.stderr, "depth 20: says that 4 of its tokens are computed again")
 
+# --- -m, -b, -ctk and -ctv lists: llama-bench's outer loops -------------------------
+tiny = os.path.join(root, "tests", "data", "llama-2-tiny-random.gguf")
+p = bench(["-m", f"{model},{tiny}", "-b", "64,2048", "-ctk", "f16,f32", "-p", "8", "-n", "0", "-r", "1",
+           "-o", "jsonl"], models=[])
+got = [json.loads(l) for l in p.stdout.splitlines() if l.strip()]
+check([(os.path.basename(r["model_filename"]), r["n_batch"], r["type_k"], r["type_v"]) for r in got] ==
+      [(os.path.basename(m), b, k, "f16") for m in (model, tiny) for b in (64, 2048) for k in ("f16", "f32")],
+      "-m a,b -b 64,2048 -ctk f16,f32: models, then batch sizes, then K types (V stays f16)")
+p = bench(["-m", model, "-m", tiny, "-ctv", "f32", "-p", "8", "-n", "0", "-r", "1"], models=[])
+rows_md = [md_cells(l) for l in p.stdout.splitlines()[2:] if l.startswith("|")]
+head = md_cells(p.stdout.splitlines()[0]) if p.stdout else []
+check("type_v" in head and "type_k" not in head and len(rows_md) == 2 and rows_md[0][1] != rows_md[1][1],
+      "-m repeated: a row per model; a -ctv column only where it differs from f16")
+p = bench(["-m", f"{model},{os.path.join(out, 'missing.gguf')}", "-p", "8", "-n", "0", "-r", "1", "-o", "jsonl"],
+          want_rc=1, models=[])
+check(len([l for l in p.stdout.splitlines() if l.strip()]) == 1 and "missing.gguf" in p.stderr,
+      "a model that does not load: the tests before it printed, then its error")
+
 # --- the file type as llama.cpp describes it -----------------------------------
 synth = os.path.join(out, "tiny-q4_k_m.gguf")
 subprocess.run([kv, "synth", "--shape", "tiny", "--type", "q4_k_m", "-o", synth], capture_output=True, timeout=120)
@@ -137,6 +156,7 @@ check(p.returncode == 0 and "Q4_K - Medium" in json.loads(p.stdout)["model_type"
 for args, says in ((["-o", "xml"], "csv, json, jsonl, md or sql"), (["-pg", "5"], "PP,TG"),
                    (["-p", "8-4"], "expected values"), (["-p", "8-16*1"], "never ends"),
                    (["-t", "0"], "at least one thread"), (["-o", "md", "--batch", "4"], "--batch is kvllm's own"),
+                   (["-ctk", "f16,q9"], "not a KV cache type"), (["-b", "0,8"], "at least one token"),
                    (["-d", "16", "--json"], "use -o json"), (["-p", "0", "-n", "0", "-o", "md"], "no test to run")):
     p = bench(args, want_rc=1 if "no test" in says else 2)
     check(says in p.stderr and p.stdout.strip() == "", f"{' '.join(args)}: refused, saying '{says}'")
