@@ -139,6 +139,17 @@ static bool parse_pg(const char *f, const char *v, bench_matrix *mx) {
     return true;
 }
 
+/* bench_list_parse for values that must be >= 1 (why: the refusal's words). */
+static bool positive_list(const char *f, const char *v, bench_list *l, const char *why) {
+    if (!bench_list_parse(f, v, l)) return false;
+    for (int i = 0; i < l->n; i++)
+        if (l->v[i] < 1) {
+            fprintf(stderr, "kvllm bench: %s: %s\n", f, why);
+            return false;
+        }
+    return true;
+}
+
 /* -m: a path, or llama-bench's comma list, appended. */
 static bool parse_models(const char *f, const char *v, bench_matrix *mx) {
     for (const char *p = v; p && *p;) {
@@ -191,26 +202,12 @@ static int bench_flag(const char *f, const char *v, void *ctx) {
     if (IS("-p") || IS("--n-prompt")) return bench_list_parse(f, v, &a->mx.prompt) ? 2 : -1;
     if (IS("-n") || IS("--n-gen")) return bench_list_parse(f, v, &a->mx.gen) ? 2 : -1;
     if (IS("-d") || IS("--n-depth")) return bench_list_parse(f, v, &a->mx.depth) ? 2 : -1;
-    if (IS("-t") || IS("--threads")) {
-        if (!bench_list_parse(f, v, &a->mx.threads)) return -1;
-        for (int i = 0; i < a->mx.threads.n; i++)
-            if (a->mx.threads.v[i] < 1) {
-                fprintf(stderr, "kvllm bench: %s: at least one thread\n", f);
-                return -1;
-            }
-        return 2;
-    }
+    if (IS("-t") || IS("--threads"))
+        return positive_list(f, v, &a->mx.threads, "at least one thread") ? 2 : -1;
     if (IS("-pg")) return parse_pg(f, v, &a->mx) ? 2 : -1;
     if (IS("-m") || IS("--model")) return parse_models(f, v, &a->mx) ? 2 : -1;
-    if (IS("-b") || IS("--batch-size")) {
-        if (!bench_list_parse(f, v, &a->mx.batch)) return -1;
-        for (int i = 0; i < a->mx.batch.n; i++)
-            if (a->mx.batch.v[i] < 1) {
-                fprintf(stderr, "kvllm bench: %s: at least one token\n", f);
-                return -1;
-            }
-        return 2;
-    }
+    if (IS("-b") || IS("--batch-size"))
+        return positive_list(f, v, &a->mx.batch, "at least one token") ? 2 : -1;
     if (IS("-ctk") || IS("--cache-type-k") || IS("-ctv") || IS("--cache-type-v")) {
         const bool k = IS("-ctk") || IS("--cache-type-k");
         return parse_kv_types(f, v, k ? a->mx.type_k : a->mx.type_v,
@@ -437,25 +434,34 @@ typedef struct run_result {
     double routed_bytes;         /* routed-expert weights read by the timed steps (measured) */
 } run_result;
 
-static bool submit_all(bench *b, engine *e, run_state *st, int64_t n_prompt, int64_t max_tokens) {
-    int32_t *ids = malloc((size_t)n_prompt * sizeof *ids);
-    if (!ids) return false;
-    int64_t n_vocab = model_hp(b->cm.m)->n_vocab;
+engine_request bench_request(const int32_t *ids, int64_t n, int64_t max_tokens,
+                             engine_event_fn on_event, void *user) {
     engine_request r = {.prompt = ids,
-                        .n_prompt = n_prompt,
+                        .n_prompt = n,
                         .max_tokens = max_tokens,
                         .ignore_eos = true,
                         .on_event = on_event,
-                        .user = st};
+                        .user = user};
     sampler_params_default(&r.sampling);
-    r.sampling.temperature = 0; /* greedy: the cheapest sampler, as llama-bench does not sample */
+    r.sampling.temperature = 0;
+    return r;
+}
+
+void bench_random_ids(uint64_t *rng, int64_t n_vocab, int32_t *ids, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        *rng ^= *rng << 13, *rng ^= *rng >> 7, *rng ^= *rng << 17;
+        ids[i] = (int32_t)(*rng % (uint64_t)n_vocab);
+    }
+}
+
+static bool submit_all(bench *b, engine *e, run_state *st, int64_t n_prompt, int64_t max_tokens) {
+    int32_t *ids = malloc((size_t)n_prompt * sizeof *ids);
+    if (!ids) return false;
+    const engine_request r = bench_request(ids, n_prompt, max_tokens, on_event, st);
     kvl_error err = {{0}};
     bool ok = true;
     for (int s = 0; ok && s < st->n_seqs; s++) {
-        for (int64_t i = 0; i < n_prompt; i++) { /* fresh random ids: nothing shared */
-            b->rng ^= b->rng << 13, b->rng ^= b->rng >> 7, b->rng ^= b->rng << 17;
-            ids[i] = (int32_t)(b->rng % (uint64_t)n_vocab);
-        }
+        bench_random_ids(&b->rng, model_hp(b->cm.m)->n_vocab, ids, n_prompt); /* fresh */
         int64_t id = engine_submit(e, &r, &err);
         if (s == 0) st->base_id = id;
         ok = id >= 0 || (fprintf(stderr, "kvllm bench: %s\n", err.msg), false);

@@ -54,6 +54,12 @@ int64_t bench_matrix_longest(const bench_matrix *mx);
 /* Loads each model in turn and runs every test reps times on it (warm-ups
  * unless !warmup), printing each as it ends; 0, or 1 after a failure (said why). */
 int bench_matrix_run(const cli_opts *o, const bench_matrix *mx, int reps, bool warmup);
+/* A bench request: ids (n of them) to max_tokens outputs past any end token,
+ * greedy (the cheapest sampler; llama-bench does not sample). */
+engine_request bench_request(const int32_t *ids, int64_t n, int64_t max_tokens,
+                             engine_event_fn on_event, void *user);
+/* n random ids below n_vocab from *rng (xorshift64): prompts nothing shares. */
+void bench_random_ids(uint64_t *rng, int64_t n_vocab, int32_t *ids, int64_t n);
 /* An engine for the bench's runs: max_seqs sequences of up to n_ctx tokens,
  * steps of batch_tokens at least, n_blocks KV blocks (0: the engine's
  * default); NULL after saying why. */

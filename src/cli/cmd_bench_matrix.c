@@ -201,24 +201,13 @@ typedef struct runner {
 } runner;
 
 static void random_ids(runner *rn, int32_t *ids, int64_t n) {
-    const uint64_t n_vocab = (uint64_t)model_hp(rn->cm.m)->n_vocab;
-    for (int64_t i = 0; i < n; i++) {
-        rn->rng ^= rn->rng << 13, rn->rng ^= rn->rng >> 7, rn->rng ^= rn->rng << 17;
-        ids[i] = (int32_t)(rn->rng % n_vocab);
-    }
+    bench_random_ids(&rn->rng, model_hp(rn->cm.m)->n_vocab, ids, n);
 }
 
 /* One request of ids to max_tokens outputs, to its end; its seconds (< 0:
  * failed, said why). */
 static double run_request(engine *e, const int32_t *ids, int64_t n, int64_t max_tokens, run *r) {
-    engine_request q = {.prompt = ids,
-                        .n_prompt = n,
-                        .max_tokens = max_tokens,
-                        .ignore_eos = true,
-                        .on_event = on_event,
-                        .user = r};
-    sampler_params_default(&q.sampling);
-    q.sampling.temperature = 0; /* greedy: the cheapest; llama-bench does not sample */
+    const engine_request q = bench_request(ids, n, max_tokens, on_event, r);
     *r = (run){0};
     kvl_error err = {{0}};
     const double t0 = kvl_time_s();
