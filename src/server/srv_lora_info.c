@@ -121,26 +121,27 @@ static bool run_lora_task(srv *s, srv_engine_task *t, api_error *err) {
                       "at most %d LoRA adapters over the server's life (unloaded ones keep their "
                       "place)",
                       MODEL_MAX_LORA);
-    } else if (had < 0 || remove_locked(s, had, err)) {
+    } else {
+        /* the new one first: a file the model refuses leaves the old one in place */
         kvl_error ke = {{0}};
         gguf_file *f = l->f;
         l->f = NULL; /* the model's from here, closed by it on failure */
         const int i = engine_lora_add(s->e, f, 0.0f, &ke);
         char *name = i >= 0 ? strdup(l->name) : NULL;
+        s->n_lora = model_lora_count(engine_model(s->e));
         if (i < 0) ok = api_fail(err, 400, "lora_path", "%s", ke.msg);
-        else if (!name) {
-            int users;
+        else if (!name || (had >= 0 && !remove_locked(s, had, err))) {
+            int users; /* (none: just added) */
             engine_lora_remove(s->e, i, &users);
             s->lora_gone[i] = true;
-            s->n_lora = model_lora_count(engine_model(s->e));
-            ok = api_fail(err, 500, NULL, "out of memory");
+            ok = name ? false : api_fail(err, 500, NULL, "out of memory");
+            free(name);
         } else {
             s->lora_owned[i] = name;
             s->cfg.lora_names[i] = name;
             s->lora_scale[i] = 0.0f; /* applied where a request names it */
-            s->n_lora = model_lora_count(engine_model(s->e));
         }
-    } else ok = false; /* remove_locked said why */
+    }
     pthread_mutex_unlock(&s->lora_mu);
     return ok;
 }

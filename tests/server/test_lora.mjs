@@ -164,6 +164,9 @@ const failedRt = await runTests([
     const inplace = await rpost('/v1/load_lora_adapter', { lora_name: 'sql', lora_path: ADAPTER, load_inplace: true });
     assertEq(inplace.status, 200, `load_inplace replaces it: ${inplace.text}`);
     assertEq(await rtIds({ model: 'sql' }), withAdapter.join(), 'the replaced adapter applies');
+    const refused = await rpost('/v1/load_lora_adapter', { lora_name: 'sql', lora_path: BASE, load_inplace: true });
+    assertEq(refused.status, 400, `not an adapter: ${refused.text}`);
+    assertEq(await rtIds({ model: 'sql' }), withAdapter.join(), 'a refused replacement leaves the adapter in place');
     const u = await rpost('/v1/unload_lora_adapter', { lora_name: 'sql' });
     assertEq([u.status, u.text], [200, "Success: LoRA adapter 'sql' removed successfully."], 'unloaded');
     assertEq(await rtModels(), 'llama-gqa-bpe-f32', 'gone from /v1/models');
