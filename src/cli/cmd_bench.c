@@ -154,7 +154,7 @@ static bool positive_list(const char *f, const char *v, bench_list *l, const cha
 static bool parse_models(const char *f, const char *v, bench_matrix *mx) {
     for (const char *p = v; p && *p;) {
         const size_t l = strcspn(p, ",");
-        char *path = l ? strndup(p, l) : NULL; /* (the process's: kept until exit) */
+        char *path = l ? strndup(p, l) : NULL; /* freed by cmd_bench */
         if (!path || mx->n_models == BENCH_MAX_LIST) {
             fprintf(stderr, "kvllm bench: %s: expected up to %d paths, comma-separated\n", f,
                     BENCH_MAX_LIST);
@@ -633,8 +633,8 @@ static bool phase_warmup(bench *b) {
 
 /* ------------------------------------------------------------ output -- */
 
-/* The weight mix by name: general.file_type as llama.cpp numbers it, else
- * the type holding most of the bytes. */
+/* The weight mix by name: general.file_type's (llama-quantize's name), else
+ * the type most tensors have. */
 static const char *model_type_name(const gguf_file *f) {
     uint32_t ft;
     if (gguf_get_u32(f, "general.file_type", &ft) && gguf_file_type_name(ft))
