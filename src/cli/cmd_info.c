@@ -158,8 +158,7 @@ static int cmd_info_opts(const cli_opts *o) {
             const model_moe_hparams *mo = &hp->moe;
             cJSON *e = cJSON_AddObjectToObject(j, "experts");
             CLI_JSON_TABLE(e, mo, MOE_SHAPE, false);
-            cJSON_AddStringToObject(e, "gating",
-                                    mo->gating == MODEL_MOE_SIGMOID ? "sigmoid" : "softmax");
+            cJSON_AddStringToObject(e, "gating", model_moe_gating_name(mo->gating));
             CLI_JSON_TABLE(e, mo, MOE_ROUTING, false);
         }
         cJSON_AddStringToObject(j, "tokenizer", tok_model_name(cm.vocab));
@@ -251,9 +250,9 @@ static int cmd_info_opts(const cli_opts *o) {
                    "ff %lld, "
                    "on %lld of %lld layers\n",
                    (long long)mo->n_expert, (long long)mo->n_expert_used,
-                   mo->gating == MODEL_MOE_SIGMOID ? "sigmoid" : "softmax",
-                   mo->n_group ? " in groups" : "", (long long)mo->n_ff_exp,
-                   (long long)mo->n_ff_shexp, (long long)mo->n_layer_moe, (long long)hp->n_layer);
+                   model_moe_gating_name(mo->gating), mo->n_group ? " in groups" : "",
+                   (long long)mo->n_ff_exp, (long long)mo->n_ff_shexp, (long long)mo->n_layer_moe,
+                   (long long)hp->n_layer);
             printf("weights read  %zu bytes per token (routed experts %zu bytes in all, %lld of "
                    "%lld read)\n",
                    mo->active_bytes, mo->expert_bytes, (long long)mo->n_expert_used,

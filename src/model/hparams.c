@@ -485,6 +485,15 @@ static bool gguf_int(const gguf_file *f, const char *arch, const char *name, int
     return true;
 }
 
+const char *model_moe_gating_name(int gating) {
+    switch (gating) {
+    case MODEL_MOE_SIGMOID: return "sigmoid";
+    case MODEL_MOE_SOFTMAX_WEIGHT: return "softmax of the chosen";
+    case MODEL_MOE_SQRT_SOFTPLUS: return "sqrt-softplus";
+    default: return "softmax";
+    }
+}
+
 /* Expert widths, shared experts and gating as llama.cpp's loader sets them per
  * family (llama = Mixtral, qwen2moe, qwen3moe, deepseek2), and the counts'
  * consistency. Called only for files with experts. */
@@ -553,10 +562,12 @@ bool hparams_moe_defaults(const char *path, moe_names nm, const char *a, int64_t
                         (long long)mo->n_ff_exp, (long long)mo->n_ff_shexp);
     /* glm4moe: sigmoid unless set; llama4: always */
     mo->gating = glm || llama4 ? MODEL_MOE_SIGMOID : MODEL_MOE_SOFTMAX;
-    if ((ds2 || glm) && gating != 0) {
-        if (gating != MODEL_MOE_SOFTMAX && gating != MODEL_MOE_SIGMOID)
-            return kvl_fail(err, "%s: %s = %lld is not supported (1 softmax, 2 sigmoid)", path,
-                            nm[MOE_GATING], (long long)gating);
+    if ((ds2 || glm) && gating != 0) { /* any of llama.cpp's, as its loaders take them */
+        if (gating < MODEL_MOE_SOFTMAX || gating > MODEL_MOE_SQRT_SOFTPLUS)
+            return kvl_fail(err,
+                            "%s: %s = %lld is not supported (1 softmax, 2 sigmoid, 3 softmax of "
+                            "the chosen logits, 4 sqrt-softplus)",
+                            path, nm[MOE_GATING], (long long)gating);
         mo->gating = (int)gating;
     }
     if (!isfinite(mo->weights_scale))

@@ -46,7 +46,17 @@ enum { MODEL_ROPE_NORM = 0, MODEL_ROPE_NEOX = 2 };
 /* Mixture of experts (model_moe.c), llama.cpp's keys and build_moe_ffn. */
 /* expert_gating_func; SOFTMAX_WEIGHT (gpt-oss, never in a file): top-k of the raw
  * logits, their weights the softmax of those k logits */
-enum { MODEL_MOE_SOFTMAX = 1, MODEL_MOE_SIGMOID = 2, MODEL_MOE_SOFTMAX_WEIGHT = 3 };
+/* Expert gating, numbered as llama.cpp's expert_gating_func: the router
+ * logits' softmax, sigmoid, the logits themselves (the chosen ones' softmax
+ * weighs them), or sqrt(softplus(logit)). */
+enum {
+    MODEL_MOE_SOFTMAX = 1,
+    MODEL_MOE_SIGMOID = 2,
+    MODEL_MOE_SOFTMAX_WEIGHT = 3,
+    MODEL_MOE_SQRT_SOFTPLUS = 4
+};
+/* "softmax", "sigmoid", "softmax of the chosen", "sqrt-softplus". */
+const char *model_moe_gating_name(int gating);
 typedef struct model_moe_hparams {
     int64_t n_expert, n_expert_used; /* expert_count (0: dense model), expert_used_count */
     int64_t n_layer_dense_lead;    /* leading_dense_block_count: layers before the first MoE one */

@@ -202,7 +202,9 @@ static bool hf_moe(const cJSON *o, model_hparams *hp, kvl_error *err) {
         return false;
     const cJSON *sf = cJSON_GetObjectItemCaseSensitive(o, "scoring_func");
     if (cJSON_IsString(sf))
-        gating = strcmp(sf->valuestring, "sigmoid") == 0 ? MODEL_MOE_SIGMOID : MODEL_MOE_SOFTMAX;
+        gating = !strcmp(sf->valuestring, "sigmoid")        ? MODEL_MOE_SIGMOID
+                 : !strcmp(sf->valuestring, "sqrtsoftplus") ? MODEL_MOE_SQRT_SOFTPLUS
+                                                            : MODEL_MOE_SOFTMAX;
     const cJSON *norm = cJSON_GetObjectItemCaseSensitive(o, "norm_topk_prob");
     mo->weights_norm = cJSON_IsBool(norm) ? cJSON_IsTrue(norm) : strcmp(hp->arch, "mixtral") == 0;
     const cJSON *scale = cJSON_GetObjectItemCaseSensitive(o, "routed_scaling_factor");

@@ -383,6 +383,9 @@ static void route(const model_moe_hparams *mo, const layer_weights *L, struct mo
     if (mo->gating == MODEL_MOE_SOFTMAX_WEIGHT) { /* the raw logits choose */
     } else if (mo->gating == MODEL_MOE_SIGMOID) {
         for (int64_t j = 0; j < NE; j++) p[j] = 1.0f / (1.0f + expf(-p[j]));
+    } else if (mo->gating == MODEL_MOE_SQRT_SOFTPLUS) { /* ggml's softplus: x past 20 */
+        for (int64_t j = 0; j < NE; j++)
+            p[j] = sqrtf(p[j] > 20.0f ? p[j] : logf(1.0f + expf(p[j])));
     } else {
         soft_max(p, NE);
     }

@@ -40,7 +40,8 @@ def run(cmd, check=True):
 # the KV cache type the golden was made with (meta.json "kv_type"; f32 unless set)
 KV_TYPE = "f32"
 # the LoRA adapter or control vector flags of a golden made with them (meta.json "lora" / "cvec":
-# their files beside the model)
+# their files beside the model), and the --override-kv of one whose model is another's with a
+# key changed (meta.json "override_kv": llama.cpp ran a copy of the file so changed)
 LORA = []
 
 
@@ -192,6 +193,8 @@ def main():
                 if cv.get("scale") is not None else ["--control-vector", ",".join(paths)])
         if cv.get("layer_range"):
             LORA += ["--control-vector-layer-range"] + [str(x) for x in cv["layer_range"]]
+    for o in meta.get("override_kv", []):
+        LORA += ["--override-kv", o]
     model = os.path.join(golden_root, "models", meta.get("file", name + ".gguf"))
     failures = []
     check_tokenize(kv, model, gdir, failures, one_per_flags=sanitizer)

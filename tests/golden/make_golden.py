@@ -11,7 +11,11 @@ the golden model BASE with a TYPE KV cache (f16, bf16, q8_0; flash attention on)
 BASE-lora_TYPE[_xSCALE] (llama-gqa-bpe-f32-lora_f32, llama-moe-f32-lora_f16_x0.5): the golden model
 BASE with a random LoRA adapter of TYPE (f32, f16) written beside it (make_lora), at that scale, or
 BASE-cvec[N][_xSCALE][_lSTART-END] (llama-gqa-bpe-f32-cvec, gemma3-swa-f32-cvec2_x0.5_l2-3): BASE with N
-random control vector files written beside it (write_cvec), at SCALE, on those layers.
+random control vector files written beside it (write_cvec), at SCALE, on those layers, or
+BASE-gate_N (deepseek2-moe-f32-gate_4): a copy of BASE whose ARCH.expert_gating_func is N (llama.cpp's
+numbers: 1 softmax, 2 sigmoid, 3 softmax of the chosen logits, 4 sqrt-softplus), run by llama.cpp; the
+copy is not kept: meta.json names BASE's file and the key as --override-kv gives it
+(check_golden.py runs kvllm so).
 
 The tokenizer (all tokenizer.* keys) is copied from an existing golden model, so the
 tokenization cases are those of that model. Pure Python (no numpy); it never builds
@@ -1004,11 +1008,34 @@ def parse_cvec(name):
     return base, files, scale, rng
 
 
+def set_gating(base_path, out_path, value):
+    """A copy of base_path with ARCH.expert_gating_func (a u32 the file has) set to value, in place."""
+    blob = bytearray(open(base_path, "rb").read())
+    arch = next(v for k, t, v in read_kv(base_path) if k == "general.architecture")
+    key = f"{arch}.expert_gating_func".encode()
+    at = blob.find(struct.pack("<Q", len(key)) + key)
+    if at < 0 or struct.unpack_from("<I", blob, at + 8 + len(key))[0] != T_U32:
+        raise SystemExit(f"{base_path}: no u32 {key.decode()} to change")
+    struct.pack_into("<I", blob, at + 8 + len(key) + 4, value)
+    open(out_path, "wb").write(blob)
+
+
 def make(bindir, golden_dir, name):
     commands = []
     kv_type = "f32"
     lora = None
-    if "-cvec" in name:  # BASE-cvec[N][_xSCALE][_lA-B]: the golden model BASE with N control vectors
+    if "-gate_" in name:  # BASE-gate_N: BASE with expert_gating_func N
+        base, value = name.split("-gate_")
+        model = os.path.join(golden_dir, "models", name + ".gguf")
+        set_gating(os.path.join(golden_dir, "models", base + ".gguf"), model, int(value))
+        base_meta = json.load(open(os.path.join(golden_dir, base, "meta.json")))
+        spec = dict(SPECS[base]()) if base in SPECS else {}
+        spec.update(arch=base_meta["arch"], donor=base, tensor_types=base_meta["tensor_types"],
+                    file=base + ".gguf", override_kv=[f"{base_meta['arch']}.expert_gating_func=int:{value}"],
+                    summary=f"{base} with expert_gating_func {value} (llama.cpp's numbers: 1 softmax, 2 "
+                            f"sigmoid, 3 softmax of the chosen logits, 4 sqrt-softplus); the same weights "
+                            f"(llama.cpp ran a copy of the file with that key changed)")
+    elif "-cvec" in name:  # BASE-cvec[N][_xSCALE][_lA-B]: the golden model BASE with N control vectors
         base, n_files, scale, rng = parse_cvec(name)
         paths = []
         for i in range(n_files):
@@ -1126,12 +1153,15 @@ def make(bindir, golden_dir, name):
                "tokenizer_from": spec["donor"], "llama_cpp_bin_dir": bindir,
                **({"lora": {k: v for k, v in lora.items() if k != "flags"}} if lora and "-cvec" not in name else {}),
                **({"cvec": cvec} if "-cvec" in name else {}),
+               **({"override_kv": spec["override_kv"]} if "override_kv" in spec else {}),
                "summary": {"description": spec["summary"], "greedy_identical_across_threads": same,
                            "ppl_identical_across_threads": ppl1 == ppl2, "final_ppl": ppl1,
                            "greedy_min_logit_gap": gaps},
                "commands": commands},
               open(os.path.join(out, "meta.json"), "w"), indent=1)
     print(f"{name}: {len(blob)} bytes, ppl {ppl1}, threads agree {same and ppl1 == ppl2}, min gaps {gaps}")
+    if "override_kv" in spec:
+        os.remove(model)  # the copy: BASE's file and the override make it again
 
 
 if __name__ == "__main__":
