@@ -10,6 +10,7 @@ import csv
 import io
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 
@@ -94,6 +95,15 @@ p = bench(MATRIX + ["-o", "sql"])
 create = lambda s: s[:s.index(");") + 2]
 check(create(p.stdout) == create(want_sql), "sql: llama-bench's CREATE TABLE")
 check(p.stdout.count("INSERT INTO llama_bench (") == 6, "sql: an INSERT per test")
+db = sqlite3.connect(":memory:")  # as llama.cpp's compare-llama-bench.py reads it
+try:
+    db.executescript(p.stdout)
+    got = db.execute("SELECT n_prompt, n_gen, n_depth, typeof(avg_ts), avg_ts > 0, typeof(n_threads) "
+                     "FROM llama_bench").fetchall()
+except sqlite3.Error as e:
+    got = [str(e)]
+check([r[:3] for r in got] == [(16, 0, 0), (0, 8, 0), (16, 8, 0), (16, 0, 32), (0, 8, 32), (16, 8, 32)]
+      and all(r[3:] == ("real", 1, "integer") for r in got), f"sql: loads into sqlite, typed ({got[:2]})")
 
 # --- md: the columns, their widths and the test names --------------------------
 want_md = ref_text("llama_bench.md").splitlines()
