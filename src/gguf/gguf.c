@@ -493,9 +493,11 @@ gguf_file *gguf_open_memory(const void *buf, size_t len, const char *name, kvl_e
 }
 
 /* Maps path read-only. If another process truncates the file while it is
- * mapped, access faults (SIGBUS): model files are assumed not to change. */
+ * mapped, access faults (SIGBUS): model files are assumed not to change.
+ * Opened without blocking: a FIFO given as a model (a path a request named:
+ * /v1/load_lora_adapter) is refused below instead of waiting for a writer. */
 static gguf_file *open_one(const char *path, kvl_error *err) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) return kvl_fail(err, "%s: cannot open: %s", path, strerror(errno)), NULL;
     struct stat st;
     if (fstat(fd, &st) != 0) {

@@ -12,6 +12,9 @@
 //   /v1/unload_lora_adapter with vLLM's answers; an adapter in use stays (409).
 // usage: node test_lora.mjs BUILD/kvllm REPO_ROOT
 import { execFileSync } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
 import OpenAI from 'openai';
 import { startServer, rawRequest, assert, assertEq, runTests, stopAll } from './lib.mjs';
 
@@ -203,6 +206,8 @@ const failedRt = await runTests([
     assertEq(u.status, 200, `once the request has ended: ${u.text}`);
   }],
   ['bad loads: 400 naming the field', async () => {
+    const fifo = path.join(mkdtempSync(path.join(tmpdir(), 'kvllm-lora-')), 'fifo');
+    execFileSync('mkfifo', [fifo]);
     const cases = [
       [{ lora_name: 'a' }, 'lora_path', "Both 'lora_name' and 'lora_path' must be provided."],
       [{ lora_path: ADAPTER }, 'lora_name', "Both 'lora_name' and 'lora_path' must be provided."],
@@ -211,6 +216,7 @@ const failedRt = await runTests([
       [{ lora_name: 'a', lora_path: ADAPTER, x: 1 }, 'x', 'unknown member'],
       [{ lora_name: 'llama-gqa-bpe-f32', lora_path: ADAPTER }, 'lora_name', 'own name'],
       [{ lora_name: 'a', lora_path: ADAPTER, load_inplace: 'yes' }, 'load_inplace', 'true or false'],
+      [{ lora_name: 'a', lora_path: fifo }, 'lora_path', 'not a regular file'], // never waits on it
     ];
     for (const [body, param, text] of cases) {
       const r = await rpost('/v1/load_lora_adapter', body);
@@ -222,6 +228,7 @@ const failedRt = await runTests([
     assert(u.json.error.message.includes("'lora_name' needs to be provided"), u.text);
     assertEq((await rpost('/v1/load_lora_adapter', '[1')).status, 400, 'not JSON');
     assertEq(await rtModels(), 'llama-gqa-bpe-f32', 'nothing was loaded by them');
+    rmSync(path.dirname(fifo), { recursive: true });
   }],
 ]);
 
