@@ -182,6 +182,44 @@ static bool parse_kv_types(const char *f, const char *v, int *types, int *n) {
     return v && *v;
 }
 
+/* llama-bench's flags that take 0 / 1 (or a list of them) where llama-server's
+ * are switches: what each means here. "1" refused where it would measure
+ * something else (-embd 1: embeddings, not generation). */
+static const struct {
+    const char *flag, *alias, *note;
+    bool one_refused;
+} ZERO_ONE[] = {
+    {"-mmp", "--mmap", "weights are repacked into memory at load (or mapped where they do not fit)",
+     false},
+    {"-dio", "--direct-io", "the model file is read through the page cache", false},
+    {"-nkvo", "--no-kv-offload", "no GPU here: the KV cache is in host memory", false},
+    {"-nopo", "--no-op-offload", "no GPU here: every operation runs on the CPU", false},
+    {"--no-host", NULL, "no GPU here: every buffer is in host memory", false},
+    {"--cpu-strict", NULL, "kvllm's compute threads are placed by the OS", false},
+    {"-embd", "--embeddings", "kvllm bench measures generation; embeddings are not benchmarked",
+     true},
+};
+
+/* One of ZERO_ONE with its value (0, 1 or a list of them): 2, or -1 after saying why. */
+static int zero_one_flag(const char *f, const char *v) {
+    for (size_t i = 0; i < sizeof ZERO_ONE / sizeof ZERO_ONE[0]; i++) {
+        if (strcmp(f, ZERO_ONE[i].flag) && (!ZERO_ONE[i].alias || strcmp(f, ZERO_ONE[i].alias)))
+            continue;
+        bool one = false, ok = v && *v;
+        for (const char *p = v; ok && *p; p += *p == ',') {
+            ok = (*p == '0' || *p == '1') && (p[1] == ',' || !p[1]);
+            one = one || *p == '1';
+            p++;
+        }
+        if (!ok) fprintf(stderr, "kvllm bench: %s: 0 or 1 (or a list of them)\n", f);
+        else if (one && ZERO_ONE[i].one_refused)
+            fprintf(stderr, "kvllm bench: %s 1: %s\n", f, ZERO_ONE[i].note);
+        else fprintf(stderr, "kvllm: note: %s: %s\n", f, ZERO_ONE[i].note);
+        return ok && !(one && ZERO_ONE[i].one_refused) ? 2 : -1;
+    }
+    return 0;
+}
+
 static int bench_switch(bench_args *a, const char *f) {
     if (strcmp(f, "--membw") == 0) a->membw = true;
     else if (strcmp(f, "--membw-steps") == 0) a->membw = a->membw_steps = true;
@@ -198,6 +236,27 @@ static int bench_flag(const char *f, const char *v, void *ctx) {
     int64_t x = 0;
     int sw = bench_switch(a, f);
     if (sw) return sw;
+    if ((sw = zero_one_flag(f, v))) return sw;
+    if (!strcmp(f, "-fa") || !strcmp(f, "--flash-attn")) { /* llama-bench's: a list too */
+        static const char *const ok[] = {"0", "1", "on", "off", "auto"};
+        for (const char *p = v; p && *p;) {
+            const size_t l = strcspn(p, ",");
+            bool known = false;
+            for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++)
+                known = known || (strlen(ok[i]) == l && !strncmp(p, ok[i], l));
+            if (!known) {
+                fprintf(stderr, "kvllm bench: %s: on, off, auto, 1 or 0 (or a list of them)\n", f);
+                return -1;
+            }
+            p += l + (p[l] == ',');
+        }
+        if (!v || !*v) return -1;
+        fprintf(stderr,
+                "kvllm: note: %s: attention is kvllm's own kernel over the paged cache "
+                "(what llama.cpp's -fa off computes): every value runs the same\n",
+                f);
+        return 2;
+    }
 #define IS(name) (strcmp(f, name) == 0)
     if (IS("-p") || IS("--n-prompt")) return bench_list_parse(f, v, &a->mx.prompt) ? 2 : -1;
     if (IS("-n") || IS("--n-gen")) return bench_list_parse(f, v, &a->mx.gen) ? 2 : -1;

@@ -154,6 +154,15 @@ p = bench(["-m", f"{model},{os.path.join(out, 'missing.gguf')}", "-p", "8", "-n"
 check(len([l for l in p.stdout.splitlines() if l.strip()]) == 1 and "missing.gguf" in p.stderr,
       "a model that does not load: the tests before it printed, then its error")
 
+# --- llama-bench's 0/1 flags and -fa lists: noted, or refused where they would measure another thing
+p = bench(["-p", "8", "-n", "0", "-r", "1", "-o", "jsonl", "-mmp", "0", "-nkvo", "0,1", "-fa", "1,0", "-ngl", "99"])
+check(len([l for l in p.stdout.splitlines() if l.strip()]) == 1 and "-mmp: weights are repacked" in p.stderr
+      and "-fa: attention is kvllm's own kernel" in p.stderr, "-mmp 0 -nkvo 0,1 -fa 1,0 -ngl 99: run, each noted")
+for args, says in ((["-embd", "1"], "embeddings are not benchmarked"), (["-mmp", "2"], "0 or 1"),
+                   (["-fa", "maybe"], "on, off, auto")):
+    p = bench(["-p", "8", "-n", "0", "-o", "jsonl"] + args, want_rc=2)
+    check(says in p.stderr and not p.stdout.strip(), f"{' '.join(args)}: refused ({says})")
+
 # --- the file type as llama.cpp describes it -----------------------------------
 synth = os.path.join(out, "tiny-q4_k_m.gguf")
 subprocess.run([kv, "synth", "--shape", "tiny", "--type", "q4_k_m", "-o", synth], capture_output=True, timeout=120)
