@@ -22,7 +22,10 @@ static void usage(FILE *out) {
         "  --no-generation-prompt  add_generation_prompt = false (default true)\n"
         "  --bos S  --eos S      bos_token / eos_token (default: the GGUF's, else \"\")\n"
         "  --kwargs JSON         extra template variables, e.g. '{\"enable_thinking\": false}'\n"
-        "  --now YYYY-MM-DD      the date strftime_now() sees (default: today)\n");
+        "  --now YYYY-MM-DD      the date strftime_now() sees (default: today)\n"
+        "  --caps                print what the template can do instead (no --messages):\n"
+        "                        llama-server's /props chat_template_caps, found as it finds "
+        "them\n");
 }
 
 static char *read_arg_file(const char *path, size_t *len) {
@@ -69,7 +72,7 @@ static cJSON *read_json(const char *path, const char *what) {
 int cmd_chat_template(int argc, char **argv) {
     const char *model = NULL, *file = NULL, *messages = NULL, *tools = NULL, *bos = NULL,
                *eos = NULL, *kwargs = NULL, *now = NULL;
-    bool add_gen = true;
+    bool add_gen = true, caps = false;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         const char **dst = NULL;
@@ -79,6 +82,10 @@ int cmd_chat_template(int argc, char **argv) {
         }
         if (!strcmp(a, "--no-generation-prompt")) {
             add_gen = false;
+            continue;
+        }
+        if (!strcmp(a, "--caps")) {
+            caps = true;
             continue;
         }
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) dst = &model;
@@ -100,7 +107,7 @@ int cmd_chat_template(int argc, char **argv) {
         }
         *dst = argv[++i];
     }
-    if ((model != NULL) == (file != NULL) || !messages) {
+    if ((model != NULL) == (file != NULL) || (!messages && !caps)) {
         fprintf(stderr, "kvllm: chat-template: give one of -m or --file, and --messages\n");
         usage(stderr);
         return 2;
@@ -139,6 +146,22 @@ int cmd_chat_template(int argc, char **argv) {
         if (!bos) bos = tok_bos(cm.vocab) >= 0 ? tok_piece(cm.vocab, tok_bos(cm.vocab)) : "";
         if (!eos) eos = tok_eos(cm.vocab) >= 0 ? tok_piece(cm.vocab, tok_eos(cm.vocab)) : "";
     } else if (!(src = read_arg_file(file, &src_len))) goto done;
+    if (caps) {
+        char err[1024];
+        if (!(t = jinja_template_create(src, src_len, err, sizeof err))) {
+            fprintf(stderr, "kvllm: chat-template: %s\n", err);
+            goto done;
+        }
+        jinja_caps c;
+        jinja_template_caps(t, &c);
+        cJSON *j = jinja_caps_to_json(&c);
+        char *txt = cJSON_Print(j);
+        if (txt) printf("%s\n", txt);
+        free(txt);
+        cJSON_Delete(j);
+        rc = txt ? 0 : 1;
+        goto done;
+    }
 
     if (!(msgs = read_json(messages, "--messages"))) goto done;
     if (!cJSON_IsArray(msgs)) {

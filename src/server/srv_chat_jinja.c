@@ -29,6 +29,7 @@ bool srv_jinja_setup(srv *s, const char *src, const char *origin) {
         return false;
     }
     fprintf(stderr, "kvllm serve: chat template: Jinja, from the %s\n", origin);
+    jinja_template_caps(s->jinja, &s->tmpl_caps); /* once: a few probe renders */
     return true;
 }
 

@@ -367,6 +367,11 @@ char *srv_props(srv *s) {
     else if (s->chat == CHAT_TMPL_UNKNOWN) snprintf(src, sizeof src, "none");
     else snprintf(src, sizeof src, "builtin:%s", chat_family_name(s->chat));
     cJSON_AddStringToObject(o, "chat_template_source", src);
+    /* llama-server's probes' findings (jinja_caps.c); without a Jinja template,
+     * what it reports for its default ChatML one (no tools, a system role) */
+    const jinja_caps builtin = {.supports_system_role = true, .supports_string_content = true};
+    cJSON_AddItemToObject(o, "chat_template_caps",
+                          jinja_caps_to_json(s->jinja ? &s->tmpl_caps : &builtin));
     cJSON_AddItemToObject(o, "bos_token", json_text(s->bos_text, strlen(s->bos_text)));
     cJSON_AddItemToObject(o, "eos_token", json_text(s->eos_text, strlen(s->eos_text)));
     cJSON_AddStringToObject(o, "build_info", "kvllm " KVLLM_VERSION);

@@ -16,6 +16,7 @@
 
 #include "server.h"
 #include "chat_template.h"
+#include "jinja.h"
 #include "kvl_buf.h"
 #include "pp.h"
 #include "srv_tools.h"
@@ -496,7 +497,8 @@ struct srv {
     chat_family chat; /* CHAT_TMPL_UNKNOWN: chat requests get 400 */
     chat_caps caps;   /* tool-call format and reasoning of the chat template */
     struct jinja_template
-        *jinja; /* the Jinja chat template; NULL: the family's built-in rendering */
+        *jinja;           /* the Jinja chat template; NULL: the family's built-in rendering */
+    jinja_caps tmpl_caps; /* what it can do, as llama-server reports it (/props) */
     char chat_error[256];
     const char *bos_text, *eos_text;
     pthread_mutex_t tok_mu; /* the tokenizer is not documented as thread-safe */

@@ -19,6 +19,7 @@
 #ifndef KVLLM_JINJA_H
 #define KVLLM_JINJA_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include <cjson/cJSON.h>
@@ -54,6 +55,23 @@ jinja_status jinja_template_render(const jinja_template *t, const cJSON *vars,
                                    size_t err_cap);
 
 const char *jinja_status_name(jinja_status s);
+
+/* What t can do, as llama.cpp's chat templates report it (llama-server's
+ * /props chat_template_caps): found by rendering probe conversations and
+ * seeing which of their values t reads (jinja_caps.c). */
+typedef struct jinja_caps {
+    bool supports_tools;               /* reads the tools' function names */
+    bool supports_tool_calls;          /* reads an assistant's tool_calls */
+    bool supports_system_role;         /* reads a system message's content */
+    bool supports_parallel_tool_calls; /* reads a second call of one turn */
+    bool supports_preserve_reasoning;  /* prints an earlier turn's reasoning_content */
+    bool supports_string_content;      /* renders a message whose content is a string */
+    bool supports_typed_content;       /* indexes or iterates a message's content */
+    bool supports_object_arguments;    /* reads a call's arguments as an object */
+} jinja_caps;
+void jinja_template_caps(const jinja_template *t, jinja_caps *caps);
+/* The caps as llama-server's JSON object (its member names, sorted). */
+cJSON *jinja_caps_to_json(const jinja_caps *caps);
 
 /* cJSON keeps no difference between 1 and 1.0, which Python prints apart.
  * jinja_json_parse parses n bytes of JSON with cJSON and marks the numbers

@@ -191,6 +191,7 @@ static jv *eval(jx *x, jscope *sc, const jnode *n) {
     case N_LIT: return n->lit;
     case N_NAME: {
         jv **p = scope_find(sc, n->name);
+        if (p && x->track) jx_mark_used(x, *p, false);
         if (p) return *p;
         jv *g = jb_global(x, n->name);
         if (g) return g;
@@ -289,6 +290,10 @@ static void assign_targets(jx *x, jscope *sc, const jnode *n, jv *v) {
 
 static int exec_for(jx *x, jscope *sc, const jnode *n) {
     jv *seq = eval(x, sc, n->a);
+    if (x->track) {
+        jx_mark_used(x, seq, false);
+        seq->ops |= JV_OP_ARRAY;
+    }
     size_t cnt;
     jv **items = jx_iter(x, seq, &cnt);
     jscope *ls = scope_new(x, sc);
@@ -456,6 +461,11 @@ static jinja_status render(jx *x, const jinja_template *t, const cJSON *vars, ch
         for (const cJSON *c = vars->child; c; c = c->next)
             scope_set(x, x->globals, ja_strndup(&x->arena, c->string, strlen(c->string)),
                       jv_from_json(x, c));
+    if (x->track) {
+        jv **m = scope_find(x->globals, "messages"), **t = scope_find(x->globals, "tools");
+        x->in_messages = m ? *m : NULL;
+        x->in_tools = t ? *t : NULL;
+    }
     jbuf b = {.arena = &x->arena};
     x->out = &b;
     exec_body(x, x->globals, t->root->v1, t->root->n1);
@@ -469,6 +479,23 @@ static jinja_status render(jx *x, const jinja_template *t, const cJSON *vars, ch
     *out = r;
     if (out_len) *out_len = b.n;
     return JINJA_OK;
+}
+
+void jx_render_tracked(const jinja_template *t, const cJSON *vars,
+                       void (*look)(void *ctx, jinja_status st, jx *x, const char *out),
+                       void *ctx) {
+    char err[256];
+    jx x = {.err = err, .err_cap = sizeof err, .track = true, .now = {2026, 1, 1}};
+    err[0] = 0;
+    char *out = NULL;
+    const jinja_status st = render(&x, t, vars, &out, NULL);
+    look(ctx, st, &x, out);
+    free(out);
+    ja_free_all(&x.arena);
+}
+
+jv *jx_global_get(jx *x, const char *name) {
+    return !strcmp(name, "messages") ? x->in_messages : !strcmp(name, "tools") ? x->in_tools : NULL;
 }
 
 jinja_status jinja_template_render(const jinja_template *t, const cJSON *vars,

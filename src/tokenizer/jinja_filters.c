@@ -219,6 +219,10 @@ static bool filter_exists(const char *name) { return jb_in_list(FILTERS, name); 
 
 jv *jb_filter(jx *x, const char *name, jv *v, jargs *a) {
     jv *a0 = jarg(a, 0, NULL);
+    if (x->track) { /* llama.cpp's: its input read; tojson and string read all of it */
+        jx_mark_used(x, v, !strcmp(name, "tojson") || !strcmp(name, "string"));
+        if (!strcmp(name, "selectattr")) v->ops |= JV_OP_SELECTATTR;
+    }
     if (!strcmp(name, "tojson")) {
         /* transformers: tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False) */
         bool ea = jb_opt_bool(a, 0, "ensure_ascii", false);

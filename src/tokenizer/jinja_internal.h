@@ -88,6 +88,8 @@ struct jv {
     uint8_t markup; /* strings: a Markup (|safe): '+' escapes the other operand */
     uint8_t grow;   /* strings: s follows a jstr_hdr (made by concatenation, may extend in place) */
     uint8_t view;   /* lists: a dict view, JVIEW_ITEMS/KEYS/VALUES (prints as dict_items([...])) */
+    uint8_t used;   /* jx.track: read by the template (jinja_caps.c) */
+    uint8_t ops;    /* jx.track: JV_OP_* done on it */
     union {
         bool b;
         int64_t i;
@@ -275,7 +277,23 @@ struct jscope {
     int n, cap;
 };
 
+/* What a tracked render (jx.track) saw done to a value: indexed or iterated as
+ * a list, passed to selectattr. */
+enum { JV_OP_ARRAY = 1, JV_OP_SELECTATTR = 2 };
+/* jx.track: marks v (deep: its items and values too) as read. */
+void jx_mark_used(jx *x, jv *v, bool deep);
+/* Renders t with vars and its values tracked (jx.track), then look(ctx, status,
+ * x, output or NULL) before the render's memory goes (jinja_caps.c). */
+typedef struct jinja_template jinja_template;
+void jx_render_tracked(const jinja_template *t, const cJSON *vars,
+                       void (*look)(void *ctx, jinja_status st, jx *x, const char *out), void *ctx);
+/* "messages" or "tools" of that render as they came in (before the template
+ * could rebind them), or NULL. */
+jv *jx_global_get(jx *x, const char *name);
+
 struct jx {
+    bool track; /* mark the values the template reads (jv.used, jv.ops): jinja_caps.c */
+    jv *in_messages, *in_tools; /* track: the variables as they came in (a template may rebind) */
     jarena arena;
     jmp_buf jmp;
     jinja_status status;

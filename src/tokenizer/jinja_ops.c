@@ -46,7 +46,38 @@ static jv *loop_attr(jx *x, jv *l, const char *name) {
     return jv_undef(x, "'LoopContext object' has no attribute '%s'", name);
 }
 
+static jv *getattr_plain(jx *x, jv *obj, const char *name);
+static jv *getitem_plain(jx *x, jv *obj, jv *key);
+
+void jx_mark_used(jx *x, jv *v, bool deep) {
+    if (!v || (v->used && !deep)) return;
+    v->used = 1;
+    if (!deep) return;
+    jx_step(x); /* (a bound on the walk, as on any loop) */
+    if (v->type == JV_LIST)
+        for (size_t i = 0; i < v->u.list.n; i++) jx_mark_used(x, v->u.list.items[i], true);
+    else if (v->type == JV_DICT)
+        for (size_t i = 0; i < v->u.dict.n; i++) {
+            jx_mark_used(x, v->u.dict.kv[i].key, true);
+            jx_mark_used(x, v->u.dict.kv[i].val, true);
+        }
+}
+
+/* A tracked member access: the object and what it gave were read. */
+static jv *accessed(jx *x, jv *obj, jv *got, bool by_index) {
+    if (!x->track) return got;
+    jx_mark_used(x, obj, false);
+    jx_mark_used(x, got, false);
+    if (by_index) obj->ops |= JV_OP_ARRAY;
+    return got;
+}
+
 jv *jx_getattr(jx *x, jv *obj, const char *name) {
+    if (x->track) return accessed(x, obj, getattr_plain(x, obj, name), false);
+    return getattr_plain(x, obj, name);
+}
+
+static jv *getattr_plain(jx *x, jv *obj, const char *name) {
     if (obj->type == JV_UNDEF) jx_undef_fail(x, obj);
     if (obj->type == JV_LOOP) return loop_attr(x, obj, name);
     if (obj->type == JV_DICT && obj->sub != JD_DICT) {
@@ -79,6 +110,13 @@ static void not_subscriptable(jx *x, jv *obj) {
 }
 
 jv *jx_getitem(jx *x, jv *obj, jv *key) {
+    if (x->track)
+        return accessed(x, obj, getitem_plain(x, obj, key),
+                        key->type == JV_INT || key->type == JV_BOOL);
+    return getitem_plain(x, obj, key);
+}
+
+static jv *getitem_plain(jx *x, jv *obj, jv *key) {
     if (obj->type == JV_UNDEF) jx_undef_fail(x, obj);
     if (key->type != JV_STR) not_subscriptable(x, obj);
     if (obj->type == JV_LOOP && key->type == JV_STR)

@@ -215,6 +215,10 @@ const tests = [
     assertEq([props.model_alias, props.model_ftype, props.modalities, props.ui, props.ui_settings, props.is_sleeping,
       props.cors_proxy_enabled, props.endpoint_props],
     [model, 'all F32', { vision: false, video: false, audio: false }, true, {}, false, false, false], 'the web UI\'s fields');
+    // llama-server 81ff7abe's on this file (no template in it: its default ChatML one)
+    assertEq(props.chat_template_caps, { supports_object_arguments: false, supports_parallel_tool_calls: false,
+      supports_preserve_reasoning: false, supports_string_content: true, supports_system_role: true,
+      supports_tool_calls: false, supports_tools: false, supports_typed_content: false }, 'chat_template_caps');
     for (const [method, p] of [['GET', '/tools'], ['POST', '/tools'], ['GET', '/cors-proxy'], ['POST', '/cors-proxy']]) {
       const r = await rawRequest(server.url, { method, path: p, body: method === 'POST' ? '{}' : undefined });
       assertEq([r.status, r.json?.error?.type], [403, 'feature_disabled'], `${method} ${p}: off, as llama-server's`);
