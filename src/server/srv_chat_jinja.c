@@ -106,6 +106,33 @@ static bool add_system_text(cJSON *msgs, const char *text) {
     return cJSON_InsertItemInArray(msgs, 0, sys);
 }
 
+/* llama-server's way with a template that takes no system role (its caps):
+ * the system message's text goes in front of the next message's, on a line
+ * of its own; alone, it is dropped. */
+static bool merge_system(cJSON *msgs) {
+    cJSON *first = msgs->child;
+    const cJSON *role = first ? cJSON_GetObjectItemCaseSensitive(first, "role") : NULL;
+    if (!cJSON_IsString(role) || strcmp(role->valuestring, "system") != 0) return true;
+    cJSON *next = first->next;
+    if (next) {
+        const cJSON *a = cJSON_GetObjectItemCaseSensitive(first, "content");
+        const cJSON *b = cJSON_GetObjectItemCaseSensitive(next, "content");
+        const char *sa = cJSON_IsString(a) ? a->valuestring : "";
+        const char *sb = cJSON_IsString(b) ? b->valuestring : "";
+        char *joined = malloc(strlen(sa) + strlen(sb) + 2);
+        if (!joined) return false;
+        sprintf(joined, "%s\n%s", sa, sb);
+        cJSON *c = cJSON_CreateString(joined);
+        free(joined);
+        if (!c) return false;
+        if (cJSON_GetObjectItemCaseSensitive(next, "content"))
+            cJSON_ReplaceItemInObjectCaseSensitive(next, "content", c);
+        else cJSON_AddItemToObject(next, "content", c);
+    }
+    cJSON_Delete(cJSON_DetachItemViaPointer(msgs, first));
+    return true;
+}
+
 /* The roles of OpenAI's API, and Llama 3.1's ipython; a template decides what
  * it does with each (raise_exception -> 400). */
 static const char *const CHAT_ROLES[] = {"system", "developer", "user",   "assistant",
@@ -179,6 +206,10 @@ char *srv_jinja_render(srv *s, const cJSON *body, bool add_gen, const cJSON *too
             api_fail(err, 500, NULL, "out of memory");
             goto fail;
         }
+    }
+    if (!s->tmpl_caps.supports_system_role && !merge_system(m)) {
+        api_fail(err, 500, NULL, "out of memory");
+        goto fail;
     }
     cJSON_AddItemToObject(vars, "messages", m);
     m = NULL;

@@ -70,7 +70,32 @@ const prefill = await startServer(bin, ['-m', 'models/stories260K.gguf', '-c', '
 const nothink = await startServer(bin, ['-m', 'models/stories260K.gguf', '-c', '1024', '--reasoning-budget', '0',
   '--chat-template-file', `${DIR}/${NAME}.jinja`], { cwd: root, name: 'no-thinking' });
 
+// Gemma 2's template takes no system role (its caps): llama-server puts the system text in front
+// of the next message, as kvllm does; the prompts below are llama-server 81ff7abe's /apply-template.
+const gemma2 = await startServer(bin, ['-m', 'models/stories260K.gguf', '-c', '1024',
+  '--chat-template-file', `${DIR}/google-gemma-2-2b-it.jinja`], { cwd: root, name: 'gemma2' });
+
 const failed = await runTests([
+  ['a template without a system role: the system text joins the next message, as llama-server does', async () => {
+    const apply = async (messages) => {
+      const r = await rawRequest(gemma2.url, { path: '/apply-template', body: JSON.stringify({ messages }) });
+      assertEq(r.status, 200, r.text);
+      return r.json.prompt;
+    };
+    const sys = { role: 'system', content: 'Be brief.' };
+    const merged = await apply([sys, { role: 'user', content: 'Hi there' }]);
+    assert(merged.endsWith('<start_of_turn>user\nBe brief.\nHi there<end_of_turn>\n<start_of_turn>model\n'), merged);
+    assertEq(merged, await apply([{ role: 'user', content: 'Be brief.\nHi there' }]), 'as if the user had sent both');
+    const turns = await apply([sys, { role: 'user', content: 'Hi' }, { role: 'assistant', content: 'Hello' },
+      { role: 'user', content: 'More' }]);
+    assert(turns.endsWith('<start_of_turn>user\nBe brief.\nHi<end_of_turn>\n<start_of_turn>model\nHello' +
+      '<end_of_turn>\n<start_of_turn>user\nMore<end_of_turn>\n<start_of_turn>model\n'), turns);
+    const chat = await rawRequest(gemma2.url, { path: '/v1/chat/completions', body: JSON.stringify({
+      messages: [sys, { role: 'user', content: 'Hi there' }], max_tokens: 1 }) });
+    assertEq(chat.status, 200, `a chat request with a system message: ${chat.text}`);
+    const props = await rawRequest(gemma2.url, { method: 'GET', path: '/props' });
+    assertEq(props.json.chat_template_caps.supports_system_role, false, '/props says so');
+  }],
   ['the log names the template', async () => {
     assert(server.log().includes('chat template: Jinja, from the file'), server.log());
   }],
@@ -194,7 +219,7 @@ const failed = await runTests([
 ]);
 
 let bad = 0;
-for (const srv of [server, llama, nothink, inline, byPath, prefill]) {
+for (const srv of [server, llama, nothink, inline, byPath, prefill, gemma2]) {
   const code = await srv.stop();
   if (code !== 0) console.log(`server exit code ${code}; log:\n${srv.log()}`), bad++;
 }
