@@ -382,18 +382,21 @@ typedef struct samples {
     int n;
 } samples;
 
-static double samples_mean(const samples *s) {
+double bench_mean(const double *v, int n) {
     double sum = 0;
-    for (int i = 0; i < s->n; i++) sum += s->v[i];
-    return s->n ? sum / s->n : 0;
+    for (int i = 0; i < n; i++) sum += v[i];
+    return n ? sum / n : 0;
 }
 
-static double samples_sd(const samples *s) {
-    if (s->n < 2) return 0;
-    double m = samples_mean(s), ss = 0;
-    for (int i = 0; i < s->n; i++) ss += (s->v[i] - m) * (s->v[i] - m);
-    return sqrt(ss / (s->n - 1));
+double bench_sd(const double *v, int n) {
+    if (n < 2) return 0;
+    double m = bench_mean(v, n), ss = 0;
+    for (int i = 0; i < n; i++) ss += (v[i] - m) * (v[i] - m);
+    return sqrt(ss / (n - 1));
 }
+
+static double samples_mean(const samples *s) { return bench_mean(s->v, s->n); }
+static double samples_sd(const samples *s) { return bench_sd(s->v, s->n); }
 
 /* ------------------------------------------------------------ the bench -- */
 

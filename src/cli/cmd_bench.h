@@ -54,6 +54,10 @@ int64_t bench_matrix_longest(const bench_matrix *mx);
 /* Loads each model in turn and runs every test reps times on it (warm-ups
  * unless !warmup), printing each as it ends; 0, or 1 after a failure (said why). */
 int bench_matrix_run(const cli_opts *o, const bench_matrix *mx, int reps, bool warmup);
+/* The mean of n values (0 for none) and their sample standard deviation
+ * (n - 1; 0 for fewer than two): every figure of both reports. */
+double bench_mean(const double *v, int n);
+double bench_sd(const double *v, int n);
 /* A bench request: ids (n of them) to max_tokens outputs past any end token,
  * greedy (the cheapest sampler; llama-bench does not sample). */
 engine_request bench_request(const int32_t *ids, int64_t n, int64_t max_tokens,

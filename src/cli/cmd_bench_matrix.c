@@ -317,21 +317,6 @@ typedef struct field {
 
 enum { N_FIELDS = 41 };
 
-static double mean_of(const double *v, int n) {
-    double s = 0;
-    for (int i = 0; i < n; i++) s += v[i];
-    return n ? s / n : 0;
-}
-
-/* The sample standard deviation (n - 1), 0 for fewer than two. */
-static double sd_of(const double *v, int n) {
-    if (n < 2) return 0;
-    const double m = mean_of(v, n);
-    double ss = 0;
-    for (int i = 0; i < n; i++) ss += (v[i] - m) * (v[i] - m);
-    return sqrt(ss / (n - 1));
-}
-
 /* Tokens per second of each repetition. */
 static void result_ts(const result *r, double *ts) {
     for (int i = 0; i < r->n; i++) ts[i] = 1e9 * (double)(r->t.n_prompt + r->t.n_gen) / r->ns[i];
@@ -401,10 +386,10 @@ static int result_fields(const runner *rn, const result *r, field *f) {
     FI("n_gen", r->t.n_gen);
     FI("n_depth", r->t.n_depth);
     FS("test_time", "%s", r->time);
-    FI("avg_ns", llround(mean_of(r->ns, r->n)));
-    FI("stddev_ns", llround(sd_of(r->ns, r->n)));
-    FF("avg_ts", mean_of(ts, r->n));
-    FF("stddev_ts", sd_of(ts, r->n));
+    FI("avg_ns", llround(bench_mean(r->ns, r->n)));
+    FI("stddev_ns", llround(bench_sd(r->ns, r->n)));
+    FF("avg_ts", bench_mean(ts, r->n));
+    FF("stddev_ts", bench_sd(ts, r->n));
     return k;
 }
 
@@ -507,7 +492,7 @@ static void md_row(FILE *out, const bench_matrix *mx, const runner *rn, const re
                                                   (long long)t->n_prompt, (long long)t->n_gen);
             if (t->n_depth > 0) snprintf(v + l, sizeof v - l, " @ d%lld", (long long)t->n_depth);
         } else if (!strcmp(c[i].field, "t/s")) {
-            snprintf(v, sizeof v, "%.2f \xC2\xB1 %.2f", mean_of(ts, r->n), sd_of(ts, r->n));
+            snprintf(v, sizeof v, "%.2f \xC2\xB1 %.2f", bench_mean(ts, r->n), bench_sd(ts, r->n));
             w += 1; /* the two bytes of U+00B1 take one column */
         } else
             for (int j = 0; j < nf; j++)
